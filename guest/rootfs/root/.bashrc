@@ -1,0 +1,2 @@
+PS1='\h:\w# '
+export PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin

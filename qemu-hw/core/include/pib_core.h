@@ -1,0 +1,77 @@
+/* SPDX-License-Identifier: GPL-2.0-or-later */
+/*
+ * C interface of the pib-hca device core.
+ *
+ * The core is a C++20 library that models the whole adapter but knows
+ * nothing of QEMU. A host (the QEMU glue, or a unit test's fake host)
+ * creates one core per device, forwards every BAR access to it, and
+ * receives everything the core wants to say through struct pib_host_ops.
+ *
+ * No function here lets a C++ exception escape. Functions are not
+ * thread-safe: the host serialises calls for one core (QEMU holds the BQL).
+ */
+#ifndef PIB_CORE_H
+#define PIB_CORE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+struct pib_core;
+
+/* Callbacks from the core into its host. opaque is passed back as given. */
+struct pib_host_ops {
+    /*
+     * The guest did something the hardware interface forbids. what is a
+     * short stable token (e.g. "regs-bad-offset"), detail is free text.
+     */
+    void (*guest_error)(void *opaque, const char *what, const char *detail);
+    /* A notable device-internal event worth a trace line. */
+    void (*trace)(void *opaque, const char *what, const char *detail);
+};
+
+/* Static configuration of one device instance. */
+struct pib_core_config {
+    uint64_t node_guid;
+    uint32_t doorbell_pages; /* PIB_MIN_DOORBELL_PAGES..PIB_MAX_DOORBELL_PAGES */
+    uint32_t msix_vectors;   /* PIB_MIN_MSIX_VECTORS..PIB_MAX_MSIX_VECTORS */
+    uint32_t num_ports;      /* PIB_MIN_PORTS..PIB_MAX_PORTS */
+};
+
+/*
+ * Checks a configuration. Returns NULL when it is valid, else a static
+ * string that says what is wrong.
+ */
+const char *pib_core_config_error(const struct pib_core_config *config);
+
+/*
+ * Creates a core. Returns NULL if the configuration is invalid (see
+ * pib_core_config_error) or memory runs out.
+ */
+struct pib_core *pib_core_new(const struct pib_core_config *config, const struct pib_host_ops *ops,
+                              void *opaque);
+void pib_core_free(struct pib_core *core);
+
+/* Power-on reset, as from PCI function-level or bus reset. */
+void pib_core_reset(struct pib_core *core);
+
+/*
+ * BAR accesses. bar is PIB_BAR_REGS or PIB_BAR_DOORBELL, offset is relative
+ * to the BAR, size is the access width in bytes (1, 2, 4 or 8). Invalid
+ * accesses are reported through ops->guest_error; reads then return 0.
+ */
+uint64_t pib_core_bar_read(struct pib_core *core, int bar, uint64_t offset, unsigned size);
+void pib_core_bar_write(struct pib_core *core, int bar, uint64_t offset, uint64_t value,
+                        unsigned size);
+
+/* Size in bytes the host must give each BAR; 0 for a BAR not implemented. */
+uint64_t pib_core_bar_size(const struct pib_core *core, int bar);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* PIB_CORE_H */

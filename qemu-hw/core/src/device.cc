@@ -1,0 +1,69 @@
+// SPDX-License-Identifier: GPL-2.0-or-later
+#include "device.hh"
+
+#include <cinttypes>
+
+#include "pib_hw.h"
+
+namespace pib {
+
+Device::Device(const pib_core_config &config, const pib_host_ops &ops, void *opaque)
+    : config_(config), host_(ops, opaque),
+      registers_(config_, host_, [this] { reset("guest wrote the reset register"); }),
+      doorbells_(config_.doorbell_pages, host_) {}
+
+void Device::reset(const char *reason) {
+    registers_.reset();
+    host_.trace("reset", "%s", reason);
+}
+
+uint64_t Device::barSize(int bar) const {
+    switch (bar) {
+    case PIB_BAR_REGS:
+        return PIB_REGS_SIZE;
+    case PIB_BAR_DOORBELL:
+        return doorbells_.size();
+    default:
+        return 0;
+    }
+}
+
+static bool validWidth(unsigned size) {
+    return size == 1 || size == 2 || size == 4 || size == 8;
+}
+
+uint64_t Device::barRead(int bar, uint64_t offset, unsigned size) {
+    if (!validWidth(size)) {
+        host_.guestError("bar-bad-width", "read of %u bytes from BAR%d", size, bar);
+        return 0;
+    }
+    switch (bar) {
+    case PIB_BAR_REGS:
+        return registers_.read(offset, size);
+    case PIB_BAR_DOORBELL:
+        return doorbells_.read(offset, size);
+    default:
+        host_.guestError("bar-unknown", "read from BAR%d, which the device does not decode", bar);
+        return 0;
+    }
+}
+
+void Device::barWrite(int bar, uint64_t offset, uint64_t value, unsigned size) {
+    if (!validWidth(size)) {
+        host_.guestError("bar-bad-width", "write of %u bytes to BAR%d", size, bar);
+        return;
+    }
+    switch (bar) {
+    case PIB_BAR_REGS:
+        registers_.write(offset, value, size);
+        return;
+    case PIB_BAR_DOORBELL:
+        doorbells_.write(offset, value, size);
+        return;
+    default:
+        host_.guestError("bar-unknown", "write to BAR%d, which the device does not decode", bar);
+        return;
+    }
+}
+
+} // namespace pib

@@ -1,0 +1,32 @@
+// SPDX-License-Identifier: GPL-2.0-or-later
+// One pib-hca adapter: routes BAR accesses to the block that owns them.
+#pragma once
+
+#include <cstdint>
+
+#include "doorbell_pages.hh"
+#include "host.hh"
+#include "pib_core.h"
+#include "register_file.hh"
+
+namespace pib {
+
+class Device {
+  public:
+    Device(const pib_core_config &config, const pib_host_ops &ops, void *opaque);
+    Device(const Device &) = delete;
+    Device &operator=(const Device &) = delete;
+
+    void reset(const char *reason);
+    uint64_t barRead(int bar, uint64_t offset, unsigned size);
+    void barWrite(int bar, uint64_t offset, uint64_t value, unsigned size);
+    uint64_t barSize(int bar) const;
+
+  private:
+    const pib_core_config config_;
+    const Host host_;
+    RegisterFile registers_;
+    DoorbellPages doorbells_;
+};
+
+} // namespace pib

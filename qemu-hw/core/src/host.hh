@@ -1,0 +1,27 @@
+// SPDX-License-Identifier: GPL-2.0-or-later
+// The core's view of its host: a thin, typed wrapper over pib_host_ops.
+#pragma once
+
+#include <cstdarg>
+#include <string>
+
+#include "pib_core.h"
+
+namespace pib {
+
+class Host {
+  public:
+    Host(const pib_host_ops &ops, void *opaque) : ops_(ops), opaque_(opaque) {}
+
+    // Reports a guest error: `what` is a stable token, the rest printf-style.
+    [[gnu::format(printf, 3, 4)]] void guestError(const char *what, const char *fmt, ...) const;
+    [[gnu::format(printf, 3, 4)]] void trace(const char *what, const char *fmt, ...) const;
+
+  private:
+    static std::string vformat(const char *fmt, va_list args);
+
+    pib_host_ops ops_;
+    void *opaque_;
+};
+
+} // namespace pib

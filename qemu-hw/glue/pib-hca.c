@@ -1,0 +1,261 @@
+/*
+ * pib-hca: an emulated InfiniBand host channel adapter (PCIe endpoint).
+ *
+ * This file is only the QEMU side of the device: it registers the QOM type,
+ * maps the BARs, wires MSI-X and forwards every access to the device core,
+ * a C++ library behind include/pib_core.h that models the adapter itself.
+ * The hardware interface is include/pib_hw.h, explained in docs/prm.md.
+ *
+ * SPDX-License-Identifier: GPL-2.0-or-later
+ */
+
+#include "qemu/osdep.h"
+#include "qemu/log.h"
+#include "qemu/module.h"
+#include "qemu/units.h"
+#include "qapi/error.h"
+#include "hw/pci/msix.h"
+#include "hw/pci/pci_device.h"
+#include "hw/pci/pcie.h"
+#include "hw/qdev-properties.h"
+#include "migration/vmstate.h"
+#include "trace.h"
+
+#include "pib_core.h"
+#include "pib_hw.h"
+
+#define TYPE_PIB_HCA "pib-hca"
+OBJECT_DECLARE_SIMPLE_TYPE(PibHcaState, PIB_HCA)
+
+/* Where the PCI Express capability sits in configuration space. */
+#define PIB_HCA_PCIE_CAP_OFFSET 0xa0
+
+struct PibHcaState {
+    PCIDevice parent_obj;
+
+    MemoryRegion regs;
+    MemoryRegion doorbells;
+    struct pib_core *core;
+
+    /* Properties. */
+    uint64_t node_guid;
+    uint32_t doorbell_pages;
+    uint32_t msix_vectors;
+    uint32_t ports;
+};
+
+static void pib_hca_guest_error(void *opaque, const char *what,
+                                const char *detail)
+{
+    PibHcaState *s = opaque;
+
+    trace_pib_hca_guest_error(what, detail);
+    qemu_log_mask(LOG_GUEST_ERROR, "pib-hca %s: %s: %s\n",
+                  DEVICE(s)->id ? DEVICE(s)->id : "", what, detail);
+}
+
+static void pib_hca_core_event(void *opaque, const char *what,
+                               const char *detail)
+{
+    trace_pib_hca_core_event(what, detail);
+}
+
+static const struct pib_host_ops pib_hca_host_ops = {
+    .guest_error = pib_hca_guest_error,
+    .trace = pib_hca_core_event,
+};
+
+static uint64_t pib_hca_regs_read(void *opaque, hwaddr addr, unsigned size)
+{
+    PibHcaState *s = opaque;
+    uint64_t val = pib_core_bar_read(s->core, PIB_BAR_REGS, addr, size);
+
+    trace_pib_hca_regs_read(addr, size, val);
+    return val;
+}
+
+static void pib_hca_regs_write(void *opaque, hwaddr addr, uint64_t val,
+                               unsigned size)
+{
+    PibHcaState *s = opaque;
+
+    trace_pib_hca_regs_write(addr, size, val);
+    pib_core_bar_write(s->core, PIB_BAR_REGS, addr, val, size);
+}
+
+static uint64_t pib_hca_doorbell_read(void *opaque, hwaddr addr, unsigned size)
+{
+    PibHcaState *s = opaque;
+    uint64_t val = pib_core_bar_read(s->core, PIB_BAR_DOORBELL, addr, size);
+
+    trace_pib_hca_doorbell_read(addr, size, val);
+    return val;
+}
+
+static void pib_hca_doorbell_write(void *opaque, hwaddr addr, uint64_t val,
+                                   unsigned size)
+{
+    PibHcaState *s = opaque;
+
+    trace_pib_hca_doorbell_write(addr, size, val);
+    pib_core_bar_write(s->core, PIB_BAR_DOORBELL, addr, val, size);
+}
+
+/*
+ * Every width and alignment reaches the core, which decides what is valid
+ * and reports the rest as a guest error with a precise reason.
+ */
+#define PIB_HCA_ANY_ACCESS                                                     \
+    .valid = {.min_access_size = 1, .max_access_size = 8, .unaligned = true},  \
+    .impl = {.min_access_size = 1, .max_access_size = 8, .unaligned = true}
+
+static const MemoryRegionOps pib_hca_regs_ops = {
+    .read = pib_hca_regs_read,
+    .write = pib_hca_regs_write,
+    .endianness = DEVICE_LITTLE_ENDIAN,
+    PIB_HCA_ANY_ACCESS,
+};
+
+static const MemoryRegionOps pib_hca_doorbell_ops = {
+    .read = pib_hca_doorbell_read,
+    .write = pib_hca_doorbell_write,
+    .endianness = DEVICE_LITTLE_ENDIAN,
+    PIB_HCA_ANY_ACCESS,
+};
+
+/*
+ * Without a node-guid property, derive a locally administered EUI-64 from
+ * the process id and an instance counter: unique on one host, stable for
+ * the life of the VM.
+ */
+static uint64_t pib_hca_default_guid(void)
+{
+    static uint32_t instances;
+
+    return 0x0200000000000000ULL | ((uint64_t) (getpid() & 0xffffff) << 16) |
+           (++instances & 0xffff);
+}
+
+static void pib_hca_realize(PCIDevice *pdev, Error **errp)
+{
+    PibHcaState *s = PIB_HCA(pdev);
+    struct pib_core_config config = {
+        .node_guid = s->node_guid ? s->node_guid : pib_hca_default_guid(),
+        .doorbell_pages = s->doorbell_pages,
+        .msix_vectors = s->msix_vectors,
+        .num_ports = s->ports,
+    };
+    const char *invalid = pib_core_config_error(&config);
+    unsigned i;
+
+    if (invalid) {
+        error_setg(errp, "pib-hca: %s", invalid);
+        return;
+    }
+    s->core = pib_core_new(&config, &pib_hca_host_ops, s);
+    if (!s->core) {
+        error_setg(errp, "pib-hca: cannot create the device core");
+        return;
+    }
+
+    memory_region_init_io(&s->regs, OBJECT(s), &pib_hca_regs_ops, s,
+                          "pib-hca-regs",
+                          pib_core_bar_size(s->core, PIB_BAR_REGS));
+    pci_register_bar(
+        pdev, PIB_BAR_REGS,
+        PCI_BASE_ADDRESS_SPACE_MEMORY | PCI_BASE_ADDRESS_MEM_TYPE_64, &s->regs);
+
+    memory_region_init_io(&s->doorbells, OBJECT(s), &pib_hca_doorbell_ops, s,
+                          "pib-hca-doorbells",
+                          pib_core_bar_size(s->core, PIB_BAR_DOORBELL));
+    pci_register_bar(pdev, PIB_BAR_DOORBELL,
+                     PCI_BASE_ADDRESS_SPACE_MEMORY |
+                         PCI_BASE_ADDRESS_MEM_TYPE_64,
+                     &s->doorbells);
+
+    if (pcie_endpoint_cap_init(pdev, PIB_HCA_PCIE_CAP_OFFSET) < 0) {
+        error_setg(errp, "pib-hca: cannot add the PCI Express capability");
+        goto fail;
+    }
+    if (msix_init_exclusive_bar(pdev, s->msix_vectors, PIB_BAR_MSIX, errp)) {
+        goto fail;
+    }
+    for (i = 0; i < s->msix_vectors; i++) {
+        msix_vector_use(pdev, i);
+    }
+
+    trace_pib_hca_realize(config.node_guid, s->doorbell_pages, s->msix_vectors,
+                          s->ports);
+    return;
+
+fail:
+    pib_core_free(s->core);
+    s->core = NULL;
+}
+
+static void pib_hca_exit(PCIDevice *pdev)
+{
+    PibHcaState *s = PIB_HCA(pdev);
+
+    msix_unuse_all_vectors(pdev);
+    msix_uninit_exclusive_bar(pdev);
+    pib_core_free(s->core);
+    s->core = NULL;
+}
+
+static void pib_hca_reset(DeviceState *dev)
+{
+    PibHcaState *s = PIB_HCA(dev);
+
+    trace_pib_hca_reset();
+    pib_core_reset(s->core);
+}
+
+static const Property pib_hca_properties[] = {
+    DEFINE_PROP_UINT64("node-guid", PibHcaState, node_guid, 0),
+    DEFINE_PROP_UINT32("doorbell-pages", PibHcaState, doorbell_pages, 1024),
+    DEFINE_PROP_UINT32("msix-vectors", PibHcaState, msix_vectors, 16),
+    DEFINE_PROP_UINT32("ports", PibHcaState, ports, 1),
+};
+
+/* The device core's state is not serialised yet: refuse to migrate. */
+static const VMStateDescription pib_hca_vmstate = {
+    .name = TYPE_PIB_HCA,
+    .unmigratable = 1,
+};
+
+static void pib_hca_class_init(ObjectClass *klass, void *data)
+{
+    DeviceClass *dc = DEVICE_CLASS(klass);
+    PCIDeviceClass *pc = PCI_DEVICE_CLASS(klass);
+
+    pc->realize = pib_hca_realize;
+    pc->exit = pib_hca_exit;
+    pc->vendor_id = PIB_PCI_VENDOR_ID;
+    pc->device_id = PIB_PCI_DEVICE_ID;
+    pc->subsystem_vendor_id = PIB_PCI_SUBSYSTEM_VENDOR_ID;
+    pc->subsystem_id = PIB_PCI_SUBSYSTEM_ID;
+    pc->revision = PIB_PCI_REVISION;
+    pc->class_id = PIB_PCI_CLASS;
+
+    dc->desc = "pib-hca emulated InfiniBand host channel adapter";
+    dc->vmsd = &pib_hca_vmstate;
+    set_bit(DEVICE_CATEGORY_NETWORK, dc->categories);
+    device_class_set_props(dc, pib_hca_properties);
+    device_class_set_legacy_reset(dc, pib_hca_reset);
+}
+
+static const TypeInfo pib_hca_info = {
+    .name = TYPE_PIB_HCA,
+    .parent = TYPE_PCI_DEVICE,
+    .instance_size = sizeof(PibHcaState),
+    .class_init = pib_hca_class_init,
+    .interfaces = (InterfaceInfo[]){{INTERFACE_PCIE_DEVICE}, {}},
+};
+
+static void pib_hca_register_types(void)
+{
+    type_register_static(&pib_hca_info);
+}
+
+type_init(pib_hca_register_types)

@@ -1,0 +1,62 @@
+"""The pib-hca PCIe function as a guest sees it, before any driver loads."""
+
+import json
+import re
+
+PCI_ID = "1234:1b1b"
+
+
+def test_lspci_shows_class_ids_bars_and_msix(ctx):
+    out = ctx.run("vm1", ["lspci", "-nn", "-vv", "-d", PCI_ID]).out
+    assert "InfiniBand controller [0207]" in out, out
+    assert f"[{PCI_ID}] (rev 01)" in out, out
+    assert re.search(r"Subsystem: .*\[1234:0001\]", out), out
+    assert re.search(r"Region 0: Memory at \S+ \(64-bit, non-prefetchable\) \[size=4K\]", out), out
+    assert re.search(r"Region 2: Memory at \S+ \(64-bit, non-prefetchable\) \[size=4M\]", out), out
+    assert re.search(r"Region 4: Memory at \S+ .*\[size=4K\]", out), out
+    assert re.search(r"MSI-X: Enable. Count=16 Masked.", out), out
+    assert re.search(r"Vector table: BAR=4 offset=00000000", out), out
+    assert "Express (v2) Endpoint" in out, out
+
+
+def _regs(ctx, vm="vm1"):
+    return json.loads(ctx.run(vm, ["pib-regs", "json"]).out)
+
+
+def test_identification_registers_read_through_sysfs(ctx):
+    for vm in ctx.fabric.vms:
+        regs = _regs(ctx, vm.name)
+        assert regs["ID"] == 0x48424950, regs
+        assert regs["IF_VERSION"] == 0x00000001, regs
+        assert regs["FW_VERSION"] == 0x00010000, regs
+        assert regs["STATUS"] & 1, regs
+        guid = regs["NODE_GUID_HI"] << 32 | regs["NODE_GUID_LO"]
+        assert guid == vm.node_guid, (hex(guid), hex(vm.node_guid))
+        assert regs["NUM_DOORBELL_PAGES"] == 1024, regs
+        assert regs["NUM_MSIX_VECTORS"] == 16, regs
+        assert regs["NUM_PORTS"] == 1, regs
+
+
+def test_scratch_register_and_reset(ctx):
+    ctx.run("vm1", ["pib-regs", "write", "0x18", "0xcafef00d"])
+    assert ctx.run("vm1", ["pib-regs", "read", "0x18"]).out.strip() == "0xcafef00d"
+    # A reset without the magic value is refused...
+    ctx.run("vm1", ["pib-regs", "write", "0x10", "1"])
+    assert ctx.run("vm1", ["pib-regs", "read", "0x18"]).out.strip() == "0xcafef00d"
+    # ...with it, the device returns to its power-on state.
+    ctx.run("vm1", ["pib-regs", "write", "0x10", "0x52534554"])
+    assert ctx.run("vm1", ["pib-regs", "read", "0x18"]).out.strip() == "0x00000000"
+    assert _regs(ctx)["ID"] == 0x48424950
+
+
+def test_bad_accesses_are_logged_as_guest_errors(ctx):
+    # A byte read of a 32-bit register reads as 0 and is reported on the host.
+    assert ctx.run("vm1", ["pib-regs", "read", "0x0", "--width", "1"]).out.strip() == "0x00"
+    ctx.run("vm1", ["pib-regs", "write", "0x0", "0"])
+    ctx.run("vm1", ["pib-regs", "write", "0x200", "0"])
+    log = ctx.host_log("vm1")
+    assert "pib-hca hca0: regs-bad-size: read of 1 bytes at 0x0" in log, log[-2000:]
+    assert "pib-hca hca0: regs-read-only: write of 0x00000000 to read-only register 0x0" in log, log[-2000:]
+    assert "pib-hca hca0: regs-bad-offset: write of 0x00000000 to undefined register 0x200" in log, log[-2000:]
+    # The device keeps working after bad input.
+    assert _regs(ctx)["ID"] == 0x48424950

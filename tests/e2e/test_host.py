@@ -1,0 +1,28 @@
+"""The QEMU build and the device's properties, checked on the host."""
+
+import subprocess
+
+from pibctl import paths
+
+
+def _qemu(*args, timeout=60):
+    return subprocess.run([str(paths.qemu_binary()), *args], capture_output=True, text=True,
+                          timeout=timeout)
+
+
+def test_device_help_lists_properties(ctx):
+    out = _qemu("-device", "pib-hca,help").stdout
+    for prop in ("node-guid", "doorbell-pages", "msix-vectors", "ports"):
+        assert prop in out, out
+
+
+def test_invalid_properties_are_refused_at_realize(ctx):
+    base = ["-machine", "q35", "-accel", "tcg", "-nodefaults", "-display", "none", "-S"]
+    for bad, why in [
+        ("doorbell-pages=0", "doorbell page count out of range"),
+        ("msix-vectors=100000", "MSI-X vector count out of range"),
+        ("ports=3", "port count out of range"),
+    ]:
+        proc = _qemu(*base, "-device", f"pib-hca,{bad}")
+        assert proc.returncode != 0, bad
+        assert why in proc.stderr, proc.stderr

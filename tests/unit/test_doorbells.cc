@@ -1,0 +1,27 @@
+// SPDX-License-Identifier: GPL-2.0-or-later
+#include <catch2/catch.hpp>
+
+#include "fake_host.hh"
+#include "pib_hw.h"
+
+TEST_CASE("doorbell pages read as 0", "[doorbell]") {
+    FakeHost host;
+    CHECK(host.read32(PIB_BAR_DOORBELL, 0) == 0);
+    CHECK(host.read32(PIB_BAR_DOORBELL, 15 * PIB_PAGE_SIZE + 0xffc) == 0);
+    CHECK(host.guestErrors() == 0);
+}
+
+TEST_CASE("a doorbell on a page no context owns is a guest error", "[doorbell]") {
+    FakeHost host;
+    host.write32(PIB_BAR_DOORBELL, 2 * PIB_PAGE_SIZE + 8, 0x1234);
+    REQUIRE(host.guestErrors("doorbell-unallocated") == 1);
+    CHECK(host.errors[0].detail.find("page 2 offset 0x8") != std::string::npos);
+}
+
+TEST_CASE("doorbell accesses beyond the configured pages are refused", "[doorbell]") {
+    FakeHost host;
+    CHECK(host.read32(PIB_BAR_DOORBELL, 16 * PIB_PAGE_SIZE) == 0);
+    host.write32(PIB_BAR_DOORBELL, 16 * PIB_PAGE_SIZE, 1);
+    pib_core_bar_write(host.core, PIB_BAR_DOORBELL, ~0ull, 1, 8);
+    CHECK(host.guestErrors("doorbell-out-of-range") == 3);
+}

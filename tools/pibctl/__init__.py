@@ -1,0 +1,1 @@
+"""pibctl: setup, fabric control and tests for pib-hca (driven by ./pib)."""

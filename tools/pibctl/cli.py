@@ -1,0 +1,147 @@
+"""Command-line interface of ./pib."""
+
+import argparse
+import sys
+
+from pibctl import ui
+
+DESCRIPTION = """\
+pib-hca: an emulated InfiniBand host channel adapter for QEMU, with a
+fabric of guests to run real InfiniBand software on.
+
+  ./pib demo    set everything up, boot the default fabric, show what works
+  ./pib test    set everything up and run every test
+
+Caches live in $PIB_CACHE (default ~/.cache/pib-hca); the running fabric's
+sockets, pids and logs in $PIB_RUN_DIR (default $PIB_CACHE/run).
+"""
+
+
+def _cmd_setup(args) -> int:
+    from pibctl import setup
+
+    setup.run(skip_image=args.no_image)
+    return 0
+
+
+def _cmd_fabric_up(args) -> int:
+    from pibctl import fabric
+
+    fabric.up(vms=args.vms, accel=args.accel, memory=args.memory, cpus=args.cpus,
+              timeout=args.timeout, trace=args.trace)
+    return fabric.status()
+
+
+def _cmd_fabric_down(args) -> int:
+    from pibctl import fabric
+
+    fabric.down()
+    return 0
+
+
+def _cmd_fabric_status(args) -> int:
+    from pibctl import fabric
+
+    return fabric.status()
+
+
+def _cmd_exec(args) -> int:
+    from pibctl import fabric
+
+    argv = args.argv[1:] if args.argv[:1] == ["--"] else args.argv
+    if not argv:
+        raise ui.StepFailed("usage: ./pib exec VM -- CMD [ARG...]")
+    stdin = sys.stdin.buffer.read() if args.stdin else None
+    result = fabric.exec_in(args.vm, argv, timeout=args.timeout, stdin=stdin)
+    sys.stdout.buffer.write(result.stdout)
+    sys.stdout.flush()
+    sys.stderr.buffer.write(result.stderr)
+    sys.stderr.flush()
+    if result.signal:
+        return 128 + result.signal
+    return result.exitcode
+
+
+def _cmd_console(args) -> int:
+    from pibctl import console
+
+    return console.attach(args.vm)
+
+
+def _cmd_test(args) -> int:
+    from pibctl import testing
+
+    return testing.run(pattern=args.k, unit=not args.e2e_only, e2e=not args.unit_only,
+                       vms=args.vms, accel=args.accel)
+
+
+def _cmd_demo(args) -> int:
+    from pibctl import demo
+
+    return demo.run(vms=args.vms, accel=args.accel)
+
+
+def _add_fabric_options(p, vms_default=2):
+    p.add_argument("--vms", type=int, default=vms_default, help=f"number of guests (default {vms_default})")
+    p.add_argument("--accel", choices=["tcg", "kvm"], default="tcg",
+                   help="tcg (default; works everywhere) or kvm (ordinary Linux hosts with /dev/kvm)")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="pib", description=DESCRIPTION, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+
+    p = sub.add_parser("setup", help="install host packages; build QEMU, our code and the guest image")
+    p.add_argument("--no-image", action="store_true", help="skip the guest image")
+    p.set_defaults(func=_cmd_setup)
+
+    p = sub.add_parser("fabric", help="start, stop or inspect a fabric of guests")
+    fsub = p.add_subparsers(dest="action", metavar="ACTION", required=True)
+    up = fsub.add_parser("up", help="boot guests vm1..vmN in the background")
+    _add_fabric_options(up)
+    up.add_argument("--memory", type=int, default=2048, help="MiB of RAM per guest (default 2048)")
+    up.add_argument("--cpus", type=int, default=1, help="vCPUs per guest (default 1)")
+    up.add_argument("--timeout", type=float, default=300, help="seconds to wait for the guests to boot")
+    up.add_argument("--trace", default="", metavar="PATTERN",
+                    help="QEMU trace events to enable, e.g. 'pib_hca_*' (written to vmN/qemu.log)")
+    up.set_defaults(func=_cmd_fabric_up)
+    fsub.add_parser("down", help="stop every process fabric up started").set_defaults(func=_cmd_fabric_down)
+    fsub.add_parser("status", help="show the guests and whether they answer").set_defaults(
+        func=_cmd_fabric_status)
+
+    p = sub.add_parser("exec", help="run a command in a guest: ./pib exec VM -- CMD...")
+    p.add_argument("vm")
+    p.add_argument("--timeout", type=float, default=600, help="seconds before the command is killed")
+    p.add_argument("--stdin", action="store_true", help="pass this command's stdin to the guest command")
+    p.add_argument("argv", nargs=argparse.REMAINDER)
+    p.set_defaults(func=_cmd_exec)
+
+    p = sub.add_parser("console", help="attach to a guest's serial console (Ctrl-] leaves)")
+    p.add_argument("vm")
+    p.set_defaults(func=_cmd_console)
+
+    p = sub.add_parser("test", help="set up if needed, then run every unit and end-to-end test")
+    p.add_argument("-k", default="", metavar="SUBSTRING", help="only end-to-end tests whose name contains it")
+    p.add_argument("--unit-only", action="store_true", help="skip the end-to-end tests")
+    p.add_argument("--e2e-only", action="store_true", help="skip the unit tests")
+    _add_fabric_options(p)
+    p.set_defaults(func=_cmd_test)
+
+    p = sub.add_parser("demo", help="set up, boot the default fabric and show what works")
+    _add_fabric_options(p)
+    p.set_defaults(func=_cmd_demo)
+    return parser
+
+
+def main(argv) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return args.func(args)
+    except ui.StepFailed as e:
+        print(f"pib: {e}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        print("pib: interrupted", file=sys.stderr)
+        return 130

@@ -1,0 +1,46 @@
+"""./pib demo: the main job. Sets up, boots the default fabric (or uses the
+one already up) and shows, step by step, what pib-hca can do so far."""
+
+import json
+import time
+
+from pibctl import fabric, paths, setup, ui
+
+
+def _show(vm: str, argv, title: str) -> str:
+    ui.step(title)
+    ui.info(f"[{vm}]$ {' '.join(argv)}")
+    result = fabric.exec_in(vm, argv, timeout=120)
+    text = (result.out + result.err).rstrip()
+    for line in text.splitlines():
+        ui.info(f"    {line}")
+    if result.exitcode != 0:
+        raise ui.StepFailed(f"{' '.join(argv)} failed in {vm} (exit {result.exitcode})")
+    return result.out
+
+
+def run(vms: int = 2, accel: str = "tcg") -> int:
+    setup.run()
+    fab = fabric.load()
+    if fab is None:
+        start = time.monotonic()
+        fab = fabric.up(vms=vms, accel=accel)
+        ui.detail(f"fabric up in {time.monotonic() - start:.0f} s")
+    else:
+        ui.step(f"Using the fabric already up in {fab.run_dir}")
+    first = fab.vms[0].name
+    _show(first, ["lspci", "-nn", "-d", "1234:1b1b", "-vv"], "1. The pib-hca PCIe function in the guest")
+    out = _show(first, ["pib-regs", "json"], "2. Its registers, read through sysfs with no driver")
+    regs = json.loads(out)
+    ui.detail(f"ID register 0x{regs['ID']:08x} = \"PIBH\"; interface version "
+              f"{regs['IF_VERSION'] >> 16}.{regs['IF_VERSION'] & 0xffff}; node GUID "
+              f"{regs['NODE_GUID_HI']:08x}{regs['NODE_GUID_LO']:08x}")
+    if len(fab.vms) > 1:
+        peer = fab.vms[1].name
+        _show(first, ["ping", "-c", "3", peer], f"3. The management network: {first} pings {peer}")
+    ui.step("What next")
+    ui.info(f"  ./pib exec {first} -- ibv_devinfo     run anything in a guest")
+    ui.info(f"  ./pib console {first}                 its serial console (Ctrl-] leaves)")
+    ui.info("  ./pib fabric status | down")
+    ui.info(f"  host logs: {paths.run_dir()}/vmN/qemu.log (guest errors, traces)")
+    return 0

@@ -1,0 +1,293 @@
+"""./pib fabric up|down|status: a set of guests, each with a pib-hca, on a
+management Ethernet built from a vde_switch UNIX socket (no host
+interface is touched)."""
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from pibctl import paths, qga, ui
+
+MGMT_NET = "10.77.0"  # guest-internal addresses; the host never joins this net
+STATE_FILE = "fabric.json"
+
+
+@dataclass
+class Vm:
+    name: str
+    index: int
+    dir: str
+    pid: int = 0
+
+    @property
+    def path(self) -> Path:
+        return Path(self.dir)
+
+    @property
+    def qga_sock(self) -> Path:
+        return self.path / "qga.sock"
+
+    @property
+    def console_sock(self) -> Path:
+        return self.path / "console.sock"
+
+    @property
+    def console_log(self) -> Path:
+        return self.path / "console.log"
+
+    @property
+    def qemu_log(self) -> Path:
+        return self.path / "qemu.log"
+
+    @property
+    def node_guid(self) -> int:
+        # Locally administered EUI-64 "02:50:49:42" ("PIB") + VM index.
+        return 0x0250494200000000 | (self.index << 8)
+
+
+@dataclass
+class Fabric:
+    run_dir: str
+    accel: str
+    vms: list = field(default_factory=list)
+    switch_pid: int = 0
+
+    def vm(self, name: str) -> Vm:
+        for vm in self.vms:
+            if vm.name == name:
+                return vm
+        names = ", ".join(v.name for v in self.vms)
+        raise ui.StepFailed(f"no VM named {name} in the fabric (have: {names})")
+
+    def save(self) -> None:
+        data = asdict(self)
+        (Path(self.run_dir) / STATE_FILE).write_text(json.dumps(data, indent=2) + "\n")
+
+
+def load():
+    """The running fabric's state, or None when no fabric is up."""
+    state = paths.run_dir() / STATE_FILE
+    if not state.is_file():
+        return None
+    data = json.loads(state.read_text())
+    data["vms"] = [Vm(**v) for v in data["vms"]]
+    return Fabric(**data)
+
+
+def require() -> Fabric:
+    fabric = load()
+    if fabric is None:
+        raise ui.StepFailed("no fabric is up; start one with ./pib fabric up")
+    return fabric
+
+
+def _ours(pid: int, run_dir: str) -> bool:
+    """True if pid is alive and was started by us for this run directory
+    (guards against killing an unrelated process that reused the pid)."""
+    try:
+        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
+    except OSError:
+        return False
+    return run_dir in cmdline
+
+
+def _kill(pid: int, run_dir: str, what: str) -> None:
+    if not pid or not _ours(pid, run_dir):
+        return
+    os.kill(pid, signal.SIGTERM)
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline and _ours(pid, run_dir):
+        time.sleep(0.1)
+    if _ours(pid, run_dir):
+        ui.warn(f"{what} (pid {pid}) ignored SIGTERM; killing it")
+        os.kill(pid, signal.SIGKILL)
+        while _ours(pid, run_dir):
+            time.sleep(0.05)
+
+
+def _reap(pid: int) -> None:
+    try:
+        os.waitpid(pid, os.WNOHANG)
+    except ChildProcessError:
+        pass
+
+
+def _qemu_command(fabric: Fabric, vm: Vm, memory: int, cpus: int, trace: str) -> list:
+    qemu = paths.qemu_binary()
+    if fabric.accel == "kvm":
+        accel = ["-accel", "kvm", "-cpu", "host"]
+    else:
+        accel = ["-accel", "tcg", "-cpu", "max"]
+    append = (
+        "console=ttyS0,115200 loglevel=5 panic=-1 mitigations=off rdinit=/init "
+        f"pib.name={vm.name} pib.index={vm.index} pib.vms={len(fabric.vms)} pib.net={MGMT_NET}"
+    )
+    run = Path(fabric.run_dir)
+    cmd = [
+        qemu, "-name", vm.name, "-machine", "q35", *accel,
+        "-m", str(memory), "-smp", str(cpus),
+        "-nodefaults", "-no-user-config", "-display", "none", "-no-reboot",
+        "-L", "/usr/share/seabios", "-L", "/usr/share/qemu",
+        "-kernel", paths.kernel_image(), "-initrd", paths.initrd_image(), "-append", append,
+        "-chardev", f"socket,id=console,path={vm.console_sock},server=on,wait=off,"
+        f"logfile={vm.console_log},logappend=off",
+        "-serial", "chardev:console",
+        "-device", "virtio-serial-pci,id=vser",
+        "-chardev", f"socket,id=qga,path={vm.qga_sock},server=on,wait=off",
+        "-device", "virtserialport,bus=vser.0,chardev=qga,name=org.qemu.guest_agent.0",
+        "-qmp", f"unix:{vm.path / 'qmp.sock'},server=on,wait=off",
+        "-netdev", f"vde,id=mgmt,sock={run / 'mgmt.vde'}",
+        "-device", f"virtio-net-pci,netdev=mgmt,mac=52:54:00:77:00:{vm.index:02x},romfile=",
+        "-device", "pcie-root-port,id=ib-rp,chassis=1,slot=1",
+        "-device", f"pib-hca,id=hca0,bus=ib-rp,node-guid=0x{vm.node_guid:016x}",
+        "-d", "guest_errors", "-D", vm.qemu_log,
+    ]
+    if trace:
+        cmd += ["-trace", trace]
+    return [str(c) for c in cmd]
+
+
+def _check_setup() -> None:
+    for f in (paths.qemu_binary(), paths.kernel_image(), paths.initrd_image()):
+        if not f.is_file():
+            raise ui.StepFailed(f"{f} is missing; run ./pib setup first")
+
+
+def console_tail(vm: Vm, lines: int = 30) -> str:
+    try:
+        text = vm.console_log.read_text(errors="replace").splitlines()
+    except OSError:
+        return "(no console log)"
+    return "\n".join(text[-lines:])
+
+
+def _wait_ready(fabric: Fabric, timeout: float) -> None:
+    start = time.monotonic()
+    pending = list(fabric.vms)
+    last_report = start
+    while pending:
+        for vm in list(pending):
+            if not _ours(vm.pid, fabric.run_dir):
+                raise ui.StepFailed(
+                    f"{vm.name}: QEMU exited during boot\n--- {vm.qemu_log} ---\n"
+                    f"{vm.qemu_log.read_text(errors='replace')[-3000:] if vm.qemu_log.exists() else ''}"
+                    f"\n--- console of {vm.name} ---\n{console_tail(vm)}"
+                )
+            if qga.ping(vm.qga_sock, timeout=2):
+                ui.detail(f"{vm.name}: up after {time.monotonic() - start:.0f} s")
+                pending.remove(vm)
+        elapsed = time.monotonic() - start
+        if pending and elapsed > timeout:
+            vm = pending[0]
+            raise ui.StepFailed(
+                f"{vm.name} did not come up within {timeout:.0f} s\n"
+                f"--- console of {vm.name} ---\n{console_tail(vm)}"
+            )
+        if pending and time.monotonic() - last_report > 20:
+            ui.detail(f"[{elapsed:4.0f}s] waiting for {', '.join(v.name for v in pending)}")
+            last_report = time.monotonic()
+        if pending:
+            time.sleep(1)
+
+
+def up(vms: int = 2, accel: str = "tcg", memory: int = 2048, cpus: int = 1,
+       timeout: float = 300, trace: str = "") -> Fabric:
+    _check_setup()
+    existing = load()
+    if existing is not None:
+        raise ui.StepFailed(
+            f"a fabric is already up in {existing.run_dir}; ./pib fabric down first"
+        )
+    if not 1 <= vms <= 64:
+        raise ui.StepFailed("--vms must be between 1 and 64")
+    if accel == "kvm" and not os.access("/dev/kvm", os.R_OK | os.W_OK):
+        raise ui.StepFailed("--accel kvm needs a usable /dev/kvm")
+    run = paths.run_dir()
+    if run.exists():
+        shutil.rmtree(run)
+    run.mkdir(parents=True)
+    fabric = Fabric(run_dir=str(run), accel=accel)
+    for i in range(1, vms + 1):
+        vm = Vm(name=f"vm{i}", index=i, dir=str(run / f"vm{i}"))
+        vm.path.mkdir()
+        fabric.vms.append(vm)
+
+    ui.step(f"Fabric: {vms} VMs under {accel.upper()} in {run}")
+    try:
+        # The management switch: vde_switch daemonises and writes its pid.
+        subprocess.run(
+            ["vde_switch", "--sock", run / "mgmt.vde", "--daemon",
+             "--pidfile", run / "vde_switch.pid", "--mgmt", run / "mgmt.vde.ctl"],
+            check=True, stdin=subprocess.DEVNULL,
+        )
+        fabric.switch_pid = int((run / "vde_switch.pid").read_text())
+        fabric.save()
+        for vm in fabric.vms:
+            cmd = _qemu_command(fabric, vm, memory, cpus, trace)
+            (vm.path / "qemu.cmdline").write_text(" ".join(cmd) + "\n")
+            with open(vm.path / "qemu.stderr", "w") as err:
+                proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=err,
+                                        stderr=subprocess.STDOUT, start_new_session=True)
+            vm.pid = proc.pid
+            fabric.save()
+        ui.detail("booting (about a minute under TCG)")
+        _wait_ready(fabric, timeout)
+    except BaseException:
+        down(quiet=True)
+        raise
+    return fabric
+
+
+def down(quiet: bool = False) -> None:
+    fabric = load()
+    if fabric is None:
+        if not quiet:
+            ui.info("no fabric is up")
+        return
+    for vm in fabric.vms:
+        _kill(vm.pid, fabric.run_dir, f"QEMU of {vm.name}")
+        _reap(vm.pid)
+    _kill(fabric.switch_pid, fabric.run_dir, "vde_switch")
+    for sock in Path(fabric.run_dir).rglob("*.sock"):
+        sock.unlink(missing_ok=True)
+    (Path(fabric.run_dir) / STATE_FILE).unlink(missing_ok=True)
+    if not quiet:
+        ui.info(f"fabric down ({len(fabric.vms)} VMs stopped; logs kept in {fabric.run_dir})")
+
+
+def status() -> int:
+    fabric = load()
+    if fabric is None:
+        ui.info("no fabric is up")
+        return 1
+    ui.info(f"fabric in {fabric.run_dir} ({fabric.accel})")
+    switch = "running" if _ours(fabric.switch_pid, fabric.run_dir) else "STOPPED"
+    ui.info(f"  management switch  pid {fabric.switch_pid:<8} {switch}")
+    healthy = switch == "running"
+    for vm in fabric.vms:
+        if not _ours(vm.pid, fabric.run_dir):
+            state = "STOPPED"
+        elif qga.ping(vm.qga_sock, timeout=2):
+            state = "running, agent answering"
+        else:
+            state = "running, agent not answering"
+        healthy &= state.startswith("running, agent answering")
+        ui.info(f"  {vm.name:<18} pid {vm.pid:<8} {state}  node GUID {vm.node_guid:016x}")
+    return 0 if healthy else 1
+
+
+def exec_in(vm_name: str, argv, timeout: float = 600, stdin: bytes = None) -> qga.Result:
+    fabric = require()
+    vm = fabric.vm(vm_name)
+    if not _ours(vm.pid, fabric.run_dir):
+        raise ui.StepFailed(f"{vm.name} is not running\n--- console ---\n{console_tail(vm)}")
+    try:
+        with qga.Agent(vm.qga_sock, timeout=30) as agent:
+            return agent.exec(argv, timeout=timeout, stdin=stdin)
+    except qga.AgentError as e:
+        raise ui.StepFailed(f"{vm.name}: {e}\n--- console ---\n{console_tail(vm)}") from e

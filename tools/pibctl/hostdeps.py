@@ -1,0 +1,112 @@
+"""Host packages: Debian's archive only, backports pinned per package."""
+
+import os
+import subprocess
+from pathlib import Path
+
+from pibctl import ui
+
+SOURCES_FILE = Path("/etc/apt/sources.list.d/pib-hca.sources")
+
+# bookworm-backports for meson/pycotap (QEMU 10 needs meson >= 1.5), the
+# guest kernel and QEMU's source; trixie's source list for rdma-core 56.1.
+# Only deb-src for trixie: the host must never install trixie binaries.
+SOURCES = """\
+# Written by pib-hca's ./pib setup.
+Types: deb deb-src
+URIs: http://deb.debian.org/debian
+Suites: bookworm-backports
+Components: main
+Signed-By: /usr/share/keyrings/debian-archive-keyring.gpg
+
+Types: deb-src
+URIs: http://deb.debian.org/debian
+Suites: trixie
+Components: main
+Signed-By: /usr/share/keyrings/debian-archive-keyring.gpg
+"""
+
+# Package -> the release to take it from (None: the host's default).
+PACKAGES = {
+    # Building QEMU.
+    "build-essential": None,
+    "pkg-config": None,
+    "ninja-build": None,
+    "meson": "bookworm-backports",
+    "python3-pycotap": "bookworm-backports",
+    "python3-venv": None,
+    "libglib2.0-dev": None,
+    "libpixman-1-dev": None,
+    "libslirp-dev": None,
+    "libfdt-dev": None,
+    "libvdeplug-dev": None,
+    "flex": None,
+    "bison": None,
+    "xz-utils": None,
+    # Building and checking our own code.
+    "g++": None,
+    "catch2": None,
+    "clang-format": None,
+    # Running guests: firmware and the management-network switch.
+    "seabios": None,
+    "qemu-system-data": None,
+    "vde2": None,
+    # Building the guest image.
+    "debootstrap": None,
+    "debian-archive-keyring": None,
+    "cpio": None,
+    "zstd": None,
+    "kmod": None,
+    "ca-certificates": None,
+}
+
+# Minimum versions where the default release is too old.
+MIN_VERSIONS = {"meson": "1.5"}
+
+
+def _installed_version(pkg: str):
+    proc = subprocess.run(
+        ["dpkg-query", "-W", "-f=${Status}\t${Version}", pkg], capture_output=True, text=True
+    )
+    if proc.returncode != 0 or not proc.stdout.startswith("install ok installed"):
+        return None
+    return proc.stdout.split("\t", 1)[1]
+
+
+def _version_ok(pkg: str, version: str) -> bool:
+    minimum = MIN_VERSIONS.get(pkg)
+    if not minimum:
+        return True
+    return subprocess.run(["dpkg", "--compare-versions", version, "ge", minimum]).returncode == 0
+
+
+def _write_sources() -> bool:
+    if SOURCES_FILE.is_file() and SOURCES_FILE.read_text() == SOURCES:
+        return False
+    SOURCES_FILE.write_text(SOURCES)
+    return True
+
+
+def ensure() -> None:
+    ui.step("Host packages")
+    if os.geteuid() != 0:
+        raise ui.StepFailed("./pib setup installs Debian packages and must run as root")
+    changed_sources = _write_sources()
+    missing = []
+    for pkg, release in PACKAGES.items():
+        version = _installed_version(pkg)
+        if version is None or not _version_ok(pkg, version):
+            missing.append(f"{pkg}/{release}" if release else pkg)
+    if changed_sources or missing:
+        ui.detail("apt-get update")
+        ui.run_logged(["apt-get", "update", "-q"], "apt", "apt-get update")
+    if missing:
+        ui.detail(f"installing {len(missing)} packages: {' '.join(missing)}")
+        ui.run_logged(
+            ["apt-get", "install", "-y", "-q", "--no-install-recommends", *missing],
+            "apt",
+            "apt-get install",
+            env={"DEBIAN_FRONTEND": "noninteractive"},
+        )
+    else:
+        ui.detail("all present")

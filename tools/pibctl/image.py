@@ -1,0 +1,179 @@
+"""The guest image: a trixie userspace, the guest kernel and our files,
+packed as one initramfs that the guest runs from (no disk).
+
+The initramfs is three concatenated cpio archives, each cached on its own
+so that changing our files does not redo debootstrap:
+  base    - debootstrap of guest/packages.txt, trimmed      (slow, rare)
+  modules - the guest kernel's modules from guest/modules.txt (per kernel)
+  overlay - guest/rootfs/ and, later, our driver and provider (every change)
+"""
+
+import shutil
+import subprocess
+from pathlib import Path
+
+from pibctl import paths, sources, stamps, ui
+
+GUEST = paths.REPO / "guest"
+SUITE = "trixie"
+MIRROR = "http://deb.debian.org/debian"
+
+# Paths removed from the base image: documentation, translations and
+# package-manager state are never used in a guest that lives in RAM.
+TRIM = [
+    "usr/share/doc",
+    "usr/share/man",
+    "usr/share/info",
+    "usr/share/locale",
+    "usr/share/lintian",
+    "usr/share/bash-completion",
+    "var/cache/apt",
+    "var/lib/apt/lists",
+    "var/cache/debconf/templates.dat-old",
+]
+# Kept inside the trimmed trees: copyright files are part of the packages.
+KEEP_SUFFIX = "copyright"
+# Documentation that is needed: pyverbs ships its test suite there.
+KEEP_DOC = ["usr/share/doc/rdma-core"]
+
+
+def _list_file(name: str):
+    lines = (GUEST / name).read_text().splitlines()
+    return [w for w in (l.split("#", 1)[0].strip() for l in lines) if w]
+
+
+def _pack(root: Path, out: Path, label: str) -> None:
+    """Packs root into a zstd-compressed newc cpio archive owned by root."""
+    tmp = out.with_suffix(".tmp")
+    cmd = (
+        "set -o pipefail; find . -mindepth 1 | LC_ALL=C sort | "
+        "cpio --quiet -o -H newc -R 0:0 | zstd -q -T0 -6 -f -o " + str(tmp)
+    )
+    ui.run_logged(["bash", "-c", cmd], "image", label, cwd=root)
+    tmp.rename(out)
+
+
+def _trim(root: Path) -> None:
+    keep = [root / k for k in KEEP_DOC]
+    for rel in TRIM:
+        target = root / rel
+        if not target.exists():
+            continue
+        for path in sorted(target.rglob("*"), reverse=True):
+            if any(path == k or k in path.parents for k in keep):
+                continue
+            if path.is_dir() and not path.is_symlink():
+                try:
+                    path.rmdir()
+                except OSError:
+                    pass
+            elif path.name != KEEP_SUFFIX:
+                path.unlink()
+
+
+def build_base() -> Path:
+    out = paths.image_dir() / "base.cpio.zst"
+    packages = _list_file("packages.txt")
+    key = stamps.hash_files([Path(__file__)], f"{SUITE}:{','.join(packages)}")
+    if stamps.is_current("image-base", key) and out.is_file():
+        ui.detail("base userspace: cached")
+        return out
+    rootfs = paths.image_dir() / "rootfs"
+    if rootfs.exists():
+        shutil.rmtree(rootfs)
+    ui.detail(f"base userspace: debootstrap {SUITE} with {len(packages)} packages (about a minute)")
+    ui.run_logged(
+        ["debootstrap", "--variant=minbase", f"--include={','.join(packages)}", SUITE, rootfs, MIRROR],
+        "image",
+        "debootstrap",
+    )
+    _trim(rootfs)
+    _pack(rootfs, out, "packing the base userspace")
+    shutil.rmtree(rootfs)
+    stamps.mark("image-base", key)
+    return out
+
+
+def _module_closure(moddir: Path, wanted):
+    """Module files (relative to moddir) of `wanted` and all they depend on."""
+    deps = {}
+    for line in (moddir / "modules.dep").read_text().splitlines():
+        path, _, rest = line.partition(":")
+        deps[path] = rest.split()
+    by_name = {}
+    for path in deps:
+        name = Path(path).name.split(".ko")[0].replace("-", "_")
+        by_name[name] = path
+    todo = []
+    for name in wanted:
+        if name.replace("-", "_") not in by_name:
+            raise ui.StepFailed(f"guest/modules.txt names {name}, which this kernel does not have")
+        todo.append(by_name[name.replace("-", "_")])
+    closure = set()
+    while todo:
+        path = todo.pop()
+        if path not in closure:
+            closure.add(path)
+            todo.extend(deps[path])
+    return sorted(closure)
+
+
+def build_modules(release: str, kernel_root: Path) -> Path:
+    out = paths.image_dir() / f"modules-{release}.cpio.zst"
+    wanted = _list_file("modules.txt")
+    key = stamps.hash_files([Path(__file__), GUEST / "modules.txt"], release)
+    if stamps.is_current("image-modules", key) and out.is_file():
+        ui.detail(f"kernel modules {release}: cached")
+        return out
+    src = kernel_root / "lib" / "modules" / release
+    staging = paths.image_dir() / "modules-staging"
+    if staging.exists():
+        shutil.rmtree(staging)
+    # trixie has a merged /usr: /lib is a symlink, so modules go to usr/lib.
+    dest = staging / "usr" / "lib" / "modules" / release
+    files = _module_closure(src, wanted)
+    for rel in files:
+        (dest / rel).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(src / rel, dest / rel)
+    for meta in ("modules.order", "modules.builtin", "modules.builtin.modinfo"):
+        if (src / meta).is_file():
+            shutil.copy2(src / meta, dest / meta)
+    ui.run_logged(["depmod", "-b", staging / "usr", release], "image", "depmod")
+    _pack(staging, out, "packing kernel modules")
+    shutil.rmtree(staging)
+    ui.detail(f"kernel modules {release}: {len(files)} modules")
+    stamps.mark("image-modules", key)
+    return out
+
+
+def build_overlay() -> Path:
+    out = paths.image_dir() / "overlay.cpio.zst"
+    root = GUEST / "rootfs"
+    key = stamps.hash_tree(root)
+    if stamps.is_current("image-overlay", key) and out.is_file():
+        return out
+    staging = paths.image_dir() / "overlay-staging"
+    if staging.exists():
+        shutil.rmtree(staging)
+    shutil.copytree(root, staging, symlinks=True)
+    _pack(staging, out, "packing our guest files")
+    shutil.rmtree(staging)
+    stamps.mark("image-overlay", key)
+    return out
+
+
+def build() -> None:
+    ui.step("Guest image (trixie userspace, bookworm-backports kernel)")
+    paths.image_dir().mkdir(parents=True, exist_ok=True)
+    release, kernel_root = sources.fetch_guest_kernel()
+    parts = [build_base(), build_modules(release, kernel_root), build_overlay()]
+    initrd = paths.initrd_image()
+    tmp = initrd.with_suffix(".tmp")
+    with open(tmp, "wb") as out:
+        for part in parts:
+            with open(part, "rb") as f:
+                shutil.copyfileobj(f, out)
+    tmp.rename(initrd)
+    shutil.copy2(kernel_root / "boot" / f"vmlinuz-{release}", paths.kernel_image())
+    size_mb = initrd.stat().st_size / 1e6
+    ui.detail(f"kernel {release}; initramfs {size_mb:.0f} MB at {initrd}")

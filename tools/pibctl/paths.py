@@ -1,0 +1,46 @@
+"""Where things live: the checkout, the cache and the fabric run directory."""
+
+import os
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def cache_dir() -> Path:
+    """Downloads and builds, outside the clone ($PIB_CACHE)."""
+    env = os.environ.get("PIB_CACHE")
+    if env:
+        return Path(env).resolve()
+    return Path.home() / ".cache" / "pib-hca"
+
+
+def run_dir() -> Path:
+    """State of the running fabric: sockets, pids, logs ($PIB_RUN_DIR)."""
+    env = os.environ.get("PIB_RUN_DIR")
+    if env:
+        return Path(env).resolve()
+    return cache_dir() / "run"
+
+
+def logs_dir() -> Path:
+    return cache_dir() / "logs"
+
+
+def qemu_binary() -> Path:
+    return cache_dir() / "qemu" / "build" / "qemu-system-x86_64"
+
+
+def image_dir() -> Path:
+    return cache_dir() / "image"
+
+
+def kernel_image() -> Path:
+    return image_dir() / "vmlinuz"
+
+
+def initrd_image() -> Path:
+    return image_dir() / "initrd.img"
+
+
+def core_build_dir() -> Path:
+    return cache_dir() / "build" / "pib"

@@ -1,0 +1,152 @@
+"""QEMU 10.0.2 with the pib-hca device: unpack, patch, configure, build."""
+
+import filecmp
+import json
+import shlex
+import shutil
+import subprocess
+from pathlib import Path
+
+from pibctl import core_build, paths, sources, stamps, ui
+
+CONFIGURE_FLAGS = [
+    "--python=/usr/bin/python3",
+    "--target-list=x86_64-softmmu",
+    "--disable-docs",
+    "--disable-werror",
+    "--without-default-features",
+    "--enable-kvm",
+    "--enable-tcg",
+    "--enable-slirp",
+    "--enable-vde",
+    "--enable-pixman",
+    "--enable-trace-backends=log",
+    "--disable-download",
+    "--disable-install-blobs",
+]
+
+# Version of the edits patch_tree() makes; bump it when they change.
+PATCH_LEVEL = "2"
+
+GLUE_DIR = paths.REPO / "qemu-hw" / "glue"
+SHARED_HEADERS = [
+    paths.REPO / "include" / "pib_hw.h",
+    paths.REPO / "qemu-hw" / "core" / "include" / "pib_core.h",
+]
+
+
+def _src() -> Path:
+    return paths.cache_dir() / "qemu" / "src"
+
+
+def _build() -> Path:
+    return paths.cache_dir() / "qemu" / "build"
+
+
+def _replace_once(path: Path, old: str, new: str) -> None:
+    """Replaces the first `old` with `new`; a tree that has no `old` but
+    already has `new` counts as patched."""
+    text = path.read_text()
+    if old in text:
+        path.write_text(text.replace(old, new, 1))
+    elif new not in text:
+        raise ui.StepFailed(f"cannot patch {path}: '{old.strip()}' not found")
+
+
+def patch_tree(src: Path) -> None:
+    # The +ds tarball has no edk2 firmware blobs to unpack.
+    _replace_once(src / "meson.build", "unpack_edk2_blobs = bzip2.found()", "unpack_edk2_blobs = false")
+    _replace_once(src / "meson.build", "    'hw/misc',\n", "    'hw/misc',\n    'hw/pib',\n")
+    _replace_once(src / "hw" / "meson.build", "subdir('misc')\n", "subdir('misc')\nsubdir('pib')\n")
+    _replace_once(src / "hw" / "Kconfig", "source misc/Kconfig\n", "source misc/Kconfig\nsource pib/Kconfig\n")
+
+
+def unpack(tarball: Path) -> None:
+    key = f"{sources.QEMU.sha256}:{PATCH_LEVEL}"
+    src = _src()
+    if stamps.is_current("qemu-src", key) and src.is_dir():
+        return
+    ui.detail("unpacking and patching the QEMU source")
+    if src.exists():
+        shutil.rmtree(src)
+    if _build().exists():
+        shutil.rmtree(_build())
+    src.parent.mkdir(parents=True, exist_ok=True)
+    tmp = src.parent / "unpack.tmp"
+    if tmp.exists():
+        shutil.rmtree(tmp)
+    tmp.mkdir()
+    ui.run_logged(["tar", "-xf", tarball, "-C", tmp], "qemu-build", "tar")
+    (unpacked,) = list(tmp.iterdir())
+    unpacked.rename(src)
+    tmp.rmdir()
+    patch_tree(src)
+    (src / "hw" / "pib").mkdir(exist_ok=True)
+    stamps.mark("qemu-src", key)
+
+
+def _sync_file(source: Path, target: Path) -> bool:
+    """Copies source to target if the contents differ (so ninja sees a new
+    mtime exactly when something changed). Returns True if copied."""
+    target.parent.mkdir(parents=True, exist_ok=True)
+    if target.is_file() and filecmp.cmp(source, target, shallow=False):
+        return False
+    shutil.copy2(source, target)
+    target.touch()
+    return True
+
+
+def sync_glue() -> None:
+    pib = _src() / "hw" / "pib"
+    for f in GLUE_DIR.iterdir():
+        if f.is_file():
+            _sync_file(f, pib / f.name)
+    for h in SHARED_HEADERS:
+        _sync_file(h, pib / "include" / h.name)
+    if _sync_file(core_build.core_library(), pib / "lib" / "libpibcore.a"):
+        # The core is a link_args input ninja does not track: force a relink.
+        paths.qemu_binary().unlink(missing_ok=True)
+
+
+def configure() -> None:
+    key = stamps.hash_files([], " ".join(CONFIGURE_FLAGS) + PATCH_LEVEL + sources.QEMU.sha256)
+    build = _build()
+    if stamps.is_current("qemu-configure", key) and (build / "build.ninja").is_file():
+        return
+    if build.exists():
+        shutil.rmtree(build)
+    build.mkdir(parents=True)
+    ui.detail("configuring QEMU")
+    ui.run_logged([_src() / "configure", *CONFIGURE_FLAGS], "qemu-build", "configure", cwd=build)
+    stamps.mark("qemu-configure", key)
+
+
+def check_glue_warnings() -> None:
+    """QEMU is built without -Werror, but our glue must be warning-free:
+    recompile it alone with QEMU's own flags plus -Werror."""
+    db = json.loads((_build() / "compile_commands.json").read_text())
+    entry = next((e for e in db if e["file"].endswith("hw/pib/pib-hca.c")), None)
+    if entry is None:
+        raise ui.StepFailed("hw/pib/pib-hca.c is not in QEMU's compile_commands.json")
+    args = shlex.split(entry["command"])
+    out = args.index("-o")
+    del args[out : out + 2]
+    args += ["-Werror", "-fsyntax-only"]
+    proc = subprocess.run(args, cwd=entry["directory"], capture_output=True, text=True)
+    if proc.returncode != 0:
+        raise ui.StepFailed(f"warnings in qemu-hw/glue/pib-hca.c:\n{proc.stderr}")
+
+
+def build() -> None:
+    ui.step("QEMU 10.0.2 with -device pib-hca")
+    tarball = sources.fetch(sources.QEMU)
+    unpack(tarball)
+    sync_glue()
+    configure()
+    ui.detail("building qemu-system-x86_64 (about 3 minutes on 2 cores when cold)")
+    ui.run_logged(["ninja", "-C", _build(), "qemu-system-x86_64"], "qemu-build", "ninja")
+    check_glue_warnings()
+    help_text = ui.run_quiet([paths.qemu_binary(), "-device", "pib-hca,help"])
+    if "node-guid" not in help_text:
+        raise ui.StepFailed("the built QEMU does not list pib-hca's properties")
+    ui.detail(f"{paths.qemu_binary()}")

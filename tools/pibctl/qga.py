@@ -1,0 +1,148 @@
+"""Client of qemu-guest-agent over the VM's virtio-serial UNIX socket: runs
+commands in a guest and returns their output and exit status."""
+
+import base64
+import fcntl
+import json
+import os
+import random
+import socket
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+
+class AgentError(Exception):
+    pass
+
+
+@dataclass
+class Result:
+    exitcode: int
+    stdout: bytes
+    stderr: bytes
+    signal: int = 0
+
+    @property
+    def out(self) -> str:
+        return self.stdout.decode(errors="replace")
+
+    @property
+    def err(self) -> str:
+        return self.stderr.decode(errors="replace")
+
+
+class Agent:
+    """One connection to a guest agent. The chardev accepts one client at a
+    time, so a lock file serialises users across processes."""
+
+    def __init__(self, sock_path: Path, timeout: float = 10.0):
+        self.sock_path = Path(sock_path)
+        self.timeout = timeout
+        self._lock = open(self.sock_path.with_suffix(".lock"), "w")
+        fcntl.flock(self._lock, fcntl.LOCK_EX)
+        self._sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self._sock.settimeout(timeout)
+        try:
+            self._sock.connect(str(self.sock_path))
+        except OSError as e:
+            self.close()
+            raise AgentError(f"cannot connect to {self.sock_path}: {e}") from e
+        self._buf = b""
+        self._sync()
+
+    def close(self) -> None:
+        if getattr(self, "_sock", None):
+            self._sock.close()
+            self._sock = None
+        if self._lock:
+            self._lock.close()
+            self._lock = None
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def _send(self, command: str, arguments=None) -> None:
+        msg = {"execute": command}
+        if arguments is not None:
+            msg["arguments"] = arguments
+        self._sock.sendall(json.dumps(msg).encode() + b"\n")
+
+    def _recv(self, deadline: float):
+        while True:
+            nl = self._buf.find(b"\n")
+            if nl >= 0:
+                line, self._buf = self._buf[:nl], self._buf[nl + 1 :]
+                # guest-sync-delimited prefixes its answer with 0xff.
+                line = line.lstrip(b"\xff").strip()
+                if not line:
+                    continue
+                try:
+                    return json.loads(line)
+                except ValueError:
+                    continue
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise AgentError("guest agent did not answer in time")
+            self._sock.settimeout(remaining)
+            try:
+                chunk = self._sock.recv(65536)
+            except socket.timeout as e:
+                raise AgentError("guest agent did not answer in time") from e
+            if not chunk:
+                raise AgentError("guest agent closed the connection")
+            self._buf += chunk
+
+    def _sync(self) -> None:
+        """Discards whatever an earlier client left unread."""
+        token = random.randrange(1, 1 << 31)
+        self._send("guest-sync-delimited", {"id": token})
+        deadline = time.monotonic() + self.timeout
+        while True:
+            reply = self._recv(deadline)
+            if reply.get("return") == token:
+                return
+
+    def call(self, command: str, arguments=None, timeout=None):
+        self._send(command, arguments)
+        reply = self._recv(time.monotonic() + (timeout or self.timeout))
+        if "error" in reply:
+            raise AgentError(f"{command}: {reply['error'].get('desc', reply['error'])}")
+        return reply.get("return")
+
+    def exec(self, argv, timeout: float = 60.0, stdin: bytes = None) -> Result:
+        """Runs argv in the guest, killing it after `timeout` seconds."""
+        wrapped = ["timeout", "-k", "5", str(int(max(1, timeout))), *argv]
+        args = {"path": wrapped[0], "arg": wrapped[1:], "capture-output": True}
+        if stdin is not None:
+            args["input-data"] = base64.b64encode(stdin).decode()
+        pid = self.call("guest-exec", args)["pid"]
+        deadline = time.monotonic() + timeout + 15
+        delay = 0.05
+        while True:
+            status = self.call("guest-exec-status", {"pid": pid})
+            if status.get("exited"):
+                return Result(
+                    exitcode=status.get("exitcode", -1),
+                    stdout=base64.b64decode(status.get("out-data", "")),
+                    stderr=base64.b64decode(status.get("err-data", "")),
+                    signal=status.get("signal", 0),
+                )
+            if time.monotonic() > deadline:
+                raise AgentError(f"{' '.join(argv)} still running after {timeout:.0f} s")
+            time.sleep(delay)
+            delay = min(delay * 1.5, 0.5)
+
+
+def ping(sock_path: Path, timeout: float = 3.0) -> bool:
+    if not os.path.exists(sock_path):
+        return False
+    try:
+        with Agent(sock_path, timeout=timeout) as agent:
+            agent.call("guest-ping")
+        return True
+    except (AgentError, OSError):
+        return False

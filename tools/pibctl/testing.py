@@ -1,0 +1,199 @@
+"""./pib test: unit tests (meson), then end-to-end tests on one booted
+fabric shared by every test. Ends with the line `N passed, N failed`."""
+
+import importlib.util
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+import traceback
+from pathlib import Path
+
+from pibctl import fabric, paths, setup, ui
+
+E2E_DIR = paths.REPO / "tests" / "e2e"
+TEST_TIMEOUT = 600  # seconds a single end-to-end test may take
+
+
+class Counts:
+    def __init__(self):
+        self.passed = 0
+        self.failed = 0
+        self.failures = []
+
+    def record(self, name: str, ok: bool, seconds: float) -> None:
+        if ok:
+            self.passed += 1
+        else:
+            self.failed += 1
+            self.failures.append(name)
+        ui.info(f"{'PASS' if ok else 'FAIL'}  {name}  ({seconds:.1f} s)")
+
+
+def run_unit_tests(counts: Counts) -> None:
+    ui.step("Unit tests (meson test)")
+    build = paths.core_build_dir()
+    proc = subprocess.run(
+        ["meson", "test", "-C", build, "--print-errorlogs", "--no-rebuild"],
+        capture_output=True, text=True, errors="replace",
+    )
+    out = proc.stdout + proc.stderr
+    # Catch2 speaks TAP to meson, so every test case is counted.
+    ok = re.search(r"^Ok:\s+(\d+)", out, re.M)
+    fail = re.search(r"^Fail:\s+(\d+)", out, re.M)
+    if not ok or not fail:
+        print(out)
+        counts.record("meson test (could not read its summary)", False, 0)
+        return
+    for line in out.splitlines():
+        if re.search(r"\b(FAIL|ERROR|TIMEOUT)\b", line) or "not ok" in line:
+            print(line)
+    counts.passed += int(ok.group(1))
+    counts.failed += int(fail.group(1))
+    if int(fail.group(1)) or proc.returncode != 0:
+        counts.failures.append("unit tests (see above)")
+        if not int(fail.group(1)):
+            counts.failed += 1
+    ui.info(f"unit: {ok.group(1)} passed, {fail.group(1)} failed")
+
+
+class Context:
+    """What an end-to-end test gets: the fabric and helpers to use it."""
+
+    def __init__(self, fab: fabric.Fabric):
+        self.fabric = fab
+
+    @property
+    def vms(self):
+        return [vm.name for vm in self.fabric.vms]
+
+    def run(self, vm: str, argv, timeout: float = 120, check: bool = True, stdin: bytes = None):
+        result = fabric.exec_in(vm, argv, timeout=timeout, stdin=stdin)
+        if check and result.exitcode != 0:
+            raise AssertionError(
+                f"{vm}: {' '.join(argv)} exited {result.exitcode}\n"
+                f"stdout:\n{result.out}\nstderr:\n{result.err}"
+            )
+        return result
+
+    def sh(self, vm: str, script: str, timeout: float = 120, check: bool = True):
+        return self.run(vm, ["bash", "-c", script], timeout=timeout, check=check)
+
+    def pib(self, *args, timeout: float = 300, stdin: str = None):
+        """Runs this checkout's ./pib with the test's environment."""
+        return subprocess.run(
+            [str(paths.REPO / "pib"), *args], capture_output=True, text=True,
+            timeout=timeout, errors="replace", input=stdin,
+        )
+
+    def host_log(self, vm: str) -> str:
+        path = self.fabric.vm(vm).qemu_log
+        return path.read_text(errors="replace") if path.exists() else ""
+
+
+def _load_tests(pattern: str):
+    tests = []
+    for path in sorted(E2E_DIR.glob("test_*.py")):
+        spec = importlib.util.spec_from_file_location(f"e2e_{path.stem}", path)
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        for name in sorted(vars(module)):
+            fn = getattr(module, name)
+            full = f"{path.stem}::{name}"
+            if name.startswith("test_") and callable(fn) and (not pattern or pattern in full):
+                tests.append((full, fn))
+    return tests
+
+
+class _Timeout(Exception):
+    pass
+
+
+def _alarm(signum, frame):
+    raise _Timeout(f"test exceeded {TEST_TIMEOUT} s")
+
+
+def _leftover_processes(run_dir: str):
+    left = []
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit() or int(proc.name) == os.getpid():
+            continue
+        try:
+            cmdline = (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode()
+        except OSError:
+            continue
+        if run_dir in cmdline:
+            left.append(f"{proc.name}: {cmdline[:120]}")
+    return left
+
+
+def run_e2e(counts: Counts, pattern: str, vms: int, accel: str) -> None:
+    tests = _load_tests(pattern)
+    if not tests:
+        ui.info("no end-to-end tests selected")
+        return
+    ui.step(f"End-to-end tests ({len(tests)}) on a fabric of {vms} VMs")
+    boot_start = time.monotonic()
+    try:
+        fab = fabric.up(vms=vms, accel=accel)
+    except ui.StepFailed as e:
+        print(e)
+        counts.record("fabric boots", False, time.monotonic() - boot_start)
+        fabric.down(quiet=True)
+        return
+    counts.record("fabric boots", True, time.monotonic() - boot_start)
+    ctx = Context(fab)
+    old = signal.signal(signal.SIGALRM, _alarm)
+    try:
+        for name, fn in tests:
+            start = time.monotonic()
+            signal.alarm(TEST_TIMEOUT)
+            try:
+                fn(ctx)
+                ok = True
+            except Exception as e:  # a failing test must not stop the run
+                ok = False
+                print(f"---- {name} failed ----")
+                if isinstance(e, (AssertionError, _Timeout, ui.StepFailed)):
+                    print(f"{type(e).__name__}: {e}")
+                    tb = traceback.extract_tb(e.__traceback__)
+                    where = [f for f in tb if f.filename.startswith(str(E2E_DIR))]
+                    if where:
+                        print(f"  at {Path(where[-1].filename).name}:{where[-1].lineno}")
+                else:
+                    traceback.print_exc(file=sys.stdout)
+                for vm in fab.vms:
+                    print(f"---- console of {vm.name} (last lines) ----")
+                    print(fabric.console_tail(vm, 15))
+            finally:
+                signal.alarm(0)
+            counts.record(name, ok, time.monotonic() - start)
+    finally:
+        signal.signal(signal.SIGALRM, old)
+        start = time.monotonic()
+        fabric.down(quiet=True)
+        left = _leftover_processes(fab.run_dir)
+        if left:
+            print("processes left behind by fabric down:\n  " + "\n  ".join(left))
+        counts.record("fabric down stops every process it started", not left,
+                      time.monotonic() - start)
+
+
+def run(pattern: str = "", unit: bool = True, e2e: bool = True, vms: int = 2,
+        accel: str = "tcg") -> int:
+    start = time.monotonic()
+    setup.run()
+    # Tests get their own run directory: a fabric the user has up is left alone.
+    os.environ["PIB_RUN_DIR"] = str(paths.cache_dir() / "test-run")
+    counts = Counts()
+    if unit:
+        run_unit_tests(counts)
+    if e2e:
+        run_e2e(counts, pattern, vms, accel)
+    ui.info(f"\ntests took {time.monotonic() - start:.0f} s")
+    if counts.failures:
+        ui.info("failed: " + ", ".join(counts.failures))
+    ui.info(f"{counts.passed} passed, {counts.failed} failed")
+    return 0 if counts.failed == 0 else 1

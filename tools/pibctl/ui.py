@@ -1,0 +1,121 @@
+"""Console output: step headers, progress of long commands, failures."""
+
+import os
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+from pibctl import paths
+
+
+class StepFailed(Exception):
+    """A setup or fabric step failed; the message says what and where."""
+
+
+def info(msg: str) -> None:
+    print(msg, flush=True)
+
+
+def step(msg: str) -> None:
+    print(f"==> {msg}", flush=True)
+
+
+def detail(msg: str) -> None:
+    print(f"    {msg}", flush=True)
+
+
+def warn(msg: str) -> None:
+    print(f"pib: warning: {msg}", file=sys.stderr, flush=True)
+
+
+def _tail(path: Path, lines: int) -> str:
+    try:
+        text = path.read_text(errors="replace").splitlines()
+    except OSError:
+        return ""
+    return "\n".join(text[-lines:])
+
+
+class _Progress:
+    """Shows that a long command is alive: the newest output line, every
+    few seconds (rewritten in place on a terminal, one line each 20 s
+    otherwise)."""
+
+    def __init__(self, label: str):
+        self.label = label
+        self.last_line = ""
+        self.start = time.monotonic()
+        self.tty = sys.stdout.isatty()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def __enter__(self):
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        self._stop.set()
+        self._thread.join()
+        if self.tty:
+            sys.stdout.write("\r\033[K")
+            sys.stdout.flush()
+
+    def _run(self):
+        period = 1.0 if self.tty else 20.0
+        while not self._stop.wait(period):
+            elapsed = int(time.monotonic() - self.start)
+            line = self.last_line.strip()[:100]
+            if self.tty:
+                width = os.get_terminal_size().columns if sys.stdout.isatty() else 120
+                text = f"    [{elapsed:4d}s] {line}"[: width - 1]
+                sys.stdout.write("\r\033[K" + text)
+            else:
+                sys.stdout.write(f"    [{elapsed:4d}s] {line}\n")
+            sys.stdout.flush()
+
+
+def run_logged(cmd, log_name: str, label: str = "", cwd=None, env=None, input_text=None) -> None:
+    """Runs cmd with its output in logs/<log_name>.log, showing progress.
+    Raises StepFailed with the log's tail when it fails."""
+    log = paths.logs_dir() / f"{log_name}.log"
+    log.parent.mkdir(parents=True, exist_ok=True)
+    full_env = dict(os.environ)
+    if env:
+        full_env.update(env)
+    with open(log, "a") as out, _Progress(label or log_name) as progress:
+        out.write(f"\n$ {' '.join(map(str, cmd))}\n")
+        out.flush()
+        proc = subprocess.Popen(
+            [str(c) for c in cmd],
+            cwd=cwd,
+            env=full_env,
+            stdin=subprocess.PIPE if input_text is not None else subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            errors="replace",
+        )
+        if input_text is not None:
+            proc.stdin.write(input_text)
+            proc.stdin.close()
+        for line in proc.stdout:
+            out.write(line)
+            progress.last_line = line
+        rc = proc.wait()
+    if rc != 0:
+        raise StepFailed(
+            f"{' '.join(map(str, cmd[:3]))}... exited with {rc}; log: {log}\n"
+            f"--- last lines of {log.name} ---\n{_tail(log, 40)}"
+        )
+
+
+def run_quiet(cmd, cwd=None, check=True) -> str:
+    """Runs a short command and returns its stdout."""
+    proc = subprocess.run(
+        [str(c) for c in cmd], cwd=cwd, text=True, capture_output=True, errors="replace"
+    )
+    if check and proc.returncode != 0:
+        raise StepFailed(f"{' '.join(map(str, cmd))} failed ({proc.returncode}): {proc.stderr.strip()}")
+    return proc.stdout
