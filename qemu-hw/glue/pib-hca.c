@@ -242,6 +242,16 @@ static void pib_hca_class_init(ObjectClass *klass, void *data)
     dc->vmsd = &pib_hca_vmstate;
     set_bit(DEVICE_CATEGORY_NETWORK, dc->categories);
     device_class_set_props(dc, pib_hca_properties);
+    object_class_property_set_description(
+        klass, "node-guid",
+        "Node GUID (EUI-64); 0 derives one from the process id");
+    object_class_property_set_description(
+        klass, "doorbell-pages",
+        "4 KiB doorbell (UAR) pages in BAR2, one per user context (1-16384)");
+    object_class_property_set_description(klass, "msix-vectors",
+                                          "MSI-X vectors (1-256)");
+    object_class_property_set_description(klass, "ports",
+                                          "InfiniBand ports (1-2)");
     device_class_set_legacy_reset(dc, pib_hca_reset);
 }
 

@@ -17,7 +17,8 @@ def test_device_help_lists_properties(ctx):
 
 
 def test_invalid_properties_are_refused_at_realize(ctx):
-    base = ["-machine", "q35", "-accel", "tcg", "-nodefaults", "-display", "none", "-S"]
+    base = [*paths.QEMU_FIRMWARE_ARGS, "-machine", "q35", "-accel", "tcg", "-nodefaults",
+            "-display", "none", "-S"]
     for bad, why in [
         ("doorbell-pages=0", "doorbell page count out of range"),
         ("msix-vectors=100000", "MSI-X vector count out of range"),

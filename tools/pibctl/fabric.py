@@ -110,6 +110,20 @@ def _kill(pid: int, run_dir: str, what: str) -> None:
             time.sleep(0.05)
 
 
+def _wait_pidfile(path: Path, what: str, timeout: float = 10) -> int:
+    """A daemon writes its pidfile after forking: wait for it."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            text = path.read_text().strip()
+            if text:
+                return int(text)
+        except (OSError, ValueError):
+            pass
+        time.sleep(0.05)
+    raise ui.StepFailed(f"{what} did not write {path} within {timeout:.0f} s")
+
+
 def _reap(pid: int) -> None:
     try:
         os.waitpid(pid, os.WNOHANG)
@@ -132,7 +146,7 @@ def _qemu_command(fabric: Fabric, vm: Vm, memory: int, cpus: int, trace: str) ->
         qemu, "-name", vm.name, "-machine", "q35", *accel,
         "-m", str(memory), "-smp", str(cpus),
         "-nodefaults", "-no-user-config", "-display", "none", "-no-reboot",
-        "-L", "/usr/share/seabios", "-L", "/usr/share/qemu",
+        *paths.QEMU_FIRMWARE_ARGS,
         "-kernel", paths.kernel_image(), "-initrd", paths.initrd_image(), "-append", append,
         "-chardev", f"socket,id=console,path={vm.console_sock},server=on,wait=off,"
         f"logfile={vm.console_log},logappend=off",
@@ -225,7 +239,7 @@ def up(vms: int = 2, accel: str = "tcg", memory: int = 2048, cpus: int = 1,
              "--pidfile", run / "vde_switch.pid", "--mgmt", run / "mgmt.vde.ctl"],
             check=True, stdin=subprocess.DEVNULL,
         )
-        fabric.switch_pid = int((run / "vde_switch.pid").read_text())
+        fabric.switch_pid = _wait_pidfile(run / "vde_switch.pid", "vde_switch")
         fabric.save()
         for vm in fabric.vms:
             cmd = _qemu_command(fabric, vm, memory, cpus, trace)
@@ -235,7 +249,7 @@ def up(vms: int = 2, accel: str = "tcg", memory: int = 2048, cpus: int = 1,
                                         stderr=subprocess.STDOUT, start_new_session=True)
             vm.pid = proc.pid
             fabric.save()
-        ui.detail("booting (about a minute under TCG)")
+        ui.detail("booting (about 20 s under TCG, a few with KVM)")
         _wait_ready(fabric, timeout)
     except BaseException:
         down(quiet=True)

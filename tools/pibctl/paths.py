@@ -44,3 +44,7 @@ def initrd_image() -> Path:
 
 def core_build_dir() -> Path:
     return cache_dir() / "build" / "pib"
+
+
+# Where Debian's seabios and qemu-system-data put QEMU's firmware.
+QEMU_FIRMWARE_ARGS = ["-L", "/usr/share/seabios", "-L", "/usr/share/qemu"]

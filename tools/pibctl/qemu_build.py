@@ -103,9 +103,20 @@ def sync_glue() -> None:
             _sync_file(f, pib / f.name)
     for h in SHARED_HEADERS:
         _sync_file(h, pib / "include" / h.name)
-    if _sync_file(core_build.core_library(), pib / "lib" / "libpibcore.a"):
+    if _sync_file(_full_archive(core_build.core_library()), pib / "lib" / "libpibcore.a"):
         # The core is a link_args input ninja does not track: force a relink.
         paths.qemu_binary().unlink(missing_ok=True)
+
+
+def _full_archive(thin: Path) -> Path:
+    """meson makes thin archives, which only point at their objects; QEMU
+    gets a self-contained, deterministic copy instead."""
+    members = ui.run_quiet(["ar", "t", thin]).split()
+    full = _src().parent / "libpibcore.full.a"
+    full.unlink(missing_ok=True)
+    base = thin.parent
+    ui.run_quiet(["ar", "rcsD", full, *[base / m if not Path(m).is_absolute() else m for m in members]])
+    return full
 
 
 def configure() -> None:

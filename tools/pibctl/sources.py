@@ -101,5 +101,7 @@ def fetch_guest_kernel() -> tuple[str, Path]:
             shutil.rmtree(root)
         root.mkdir(parents=True)
         ui.run_logged(["dpkg-deb", "-x", debs[0], root], "kernel", "unpacking the kernel")
+    # The package leaves modules.dep to its postinst; make it here.
+    ui.run_logged(["depmod", "-b", root, release], "kernel", "depmod")
     stamps.mark("kernel", package)
     return release, root

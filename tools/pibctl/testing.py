@@ -2,6 +2,7 @@
 fabric shared by every test. Ends with the line `N passed, N failed`."""
 
 import importlib.util
+import json
 import os
 import re
 import signal
@@ -32,31 +33,49 @@ class Counts:
         ui.info(f"{'PASS' if ok else 'FAIL'}  {name}  ({seconds:.1f} s)")
 
 
+def _catch2_counts(stdout: str):
+    """(passed, failed) test cases from a Catch2 summary, or None."""
+    m = re.search(r"All tests passed \(\d+ assertions? in (\d+) test cases?\)", stdout)
+    if m:
+        return int(m.group(1)), 0
+    m = re.search(r"test cases:\s+(\d+) \|\s+(\d+) passed \|\s+(\d+) failed", stdout)
+    if m:
+        return int(m.group(2)), int(m.group(3))
+    m = re.search(r"test cases:\s+(\d+) \|\s+(\d+) failed", stdout)
+    if m:
+        return 0, int(m.group(2))
+    return None
+
+
 def run_unit_tests(counts: Counts) -> None:
     ui.step("Unit tests (meson test)")
     build = paths.core_build_dir()
+    log = build / "meson-logs" / "testlog.json"
+    log.unlink(missing_ok=True)
     proc = subprocess.run(
         ["meson", "test", "-C", build, "--print-errorlogs", "--no-rebuild"],
         capture_output=True, text=True, errors="replace",
     )
-    out = proc.stdout + proc.stderr
-    # Catch2 speaks TAP to meson, so every test case is counted.
-    ok = re.search(r"^Ok:\s+(\d+)", out, re.M)
-    fail = re.search(r"^Fail:\s+(\d+)", out, re.M)
-    if not ok or not fail:
-        print(out)
-        counts.record("meson test (could not read its summary)", False, 0)
+    if not log.is_file():
+        print(proc.stdout + proc.stderr)
+        counts.record("meson test (no test log written)", False, 0)
         return
-    for line in out.splitlines():
-        if re.search(r"\b(FAIL|ERROR|TIMEOUT)\b", line) or "not ok" in line:
-            print(line)
-    counts.passed += int(ok.group(1))
-    counts.failed += int(fail.group(1))
-    if int(fail.group(1)) or proc.returncode != 0:
-        counts.failures.append("unit tests (see above)")
-        if not int(fail.group(1)):
-            counts.failed += 1
-    ui.info(f"unit: {ok.group(1)} passed, {fail.group(1)} failed")
+    for line in log.read_text().splitlines():
+        entry = json.loads(line)
+        name, ok = entry["name"], entry["result"] == "OK"
+        cases = _catch2_counts(entry.get("stdout", ""))
+        if cases:
+            passed, failed = cases
+            if not ok and not failed:
+                failed = 1  # crashed before its summary
+        else:
+            passed, failed = (1, 0) if ok else (0, 1)
+        counts.passed += passed
+        counts.failed += failed
+        if failed:
+            counts.failures.append(f"unit:{name}")
+            print(entry.get("stdout", "")[-4000:])
+        ui.info(f"{'PASS' if not failed else 'FAIL'}  unit:{name}  ({passed} passed, {failed} failed)")
 
 
 class Context:
