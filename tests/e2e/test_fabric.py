@@ -36,3 +36,9 @@ def test_status_lists_every_vm(ctx):
     for vm in ctx.vms:
         assert f"{vm} " in proc.stdout and "agent answering" in proc.stdout, proc.stdout
 
+
+
+def test_console_reaches_the_guest_shell(ctx):
+    proc = ctx.pib("console", "vm1", stdin="echo console-$((6*7))\n", timeout=60)
+    assert proc.returncode == 0, proc
+    assert "console-42" in proc.stdout, proc.stdout[-2000:]

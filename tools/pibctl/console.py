@@ -10,6 +10,7 @@ import tty
 from pibctl import fabric, ui
 
 ESCAPE = b"\x1d"  # Ctrl-]
+QUIET_SECONDS = 3  # with piped input: how long to wait for more output
 
 
 def attach(vm_name: str) -> int:
@@ -23,12 +24,16 @@ def attach(vm_name: str) -> int:
     interactive = os.isatty(stdin)
     ui.info(f"console of {vm.name}; Ctrl-] to leave" if interactive else f"console of {vm.name}")
     saved = termios.tcgetattr(stdin) if interactive else None
+    inputs = [sock, stdin]
     try:
         if interactive:
             tty.setraw(stdin)
         sock.sendall(b"\n")
         while True:
-            ready, _, _ = select.select([sock, stdin], [], [])
+            # After piped input ends, show output until the guest is quiet.
+            ready, _, _ = select.select(inputs, [], [], None if stdin in inputs else QUIET_SECONDS)
+            if not ready:
+                break
             if sock in ready:
                 data = sock.recv(4096)
                 if not data:
@@ -36,8 +41,11 @@ def attach(vm_name: str) -> int:
                 os.write(sys.stdout.fileno(), data)
             if stdin in ready:
                 data = os.read(stdin, 1024)
-                if not data or (interactive and ESCAPE in data):
+                if interactive and (not data or ESCAPE in data):
                     break
+                if not data:
+                    inputs.remove(stdin)
+                    continue
                 sock.sendall(data)
     finally:
         if saved is not None:

@@ -39,7 +39,7 @@ def run(vms: int = 2, accel: str = "tcg") -> int:
         peer = fab.vms[1].name
         _show(first, ["ping", "-c", "3", peer], f"3. The management network: {first} pings {peer}")
     ui.step("What next")
-    ui.info(f"  ./pib exec {first} -- ibv_devinfo     run anything in a guest")
+    ui.info(f"  ./pib exec {first} -- dmesg           run anything in a guest")
     ui.info(f"  ./pib console {first}                 its serial console (Ctrl-] leaves)")
     ui.info("  ./pib fabric status | down")
     ui.info(f"  host logs: {paths.run_dir()}/vmN/qemu.log (guest errors, traces)")
