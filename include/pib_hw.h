@@ -56,7 +56,7 @@
 #define PIB_IF_VERSION(major, minor) (((uint32_t)(major) << 16) | (minor))
 #define PIB_IF_VERSION_MAJOR(v) ((v) >> 16)
 #define PIB_IF_VERSION_MINOR(v) ((v)&0xffffu)
-#define PIB_IF_VERSION_CURRENT PIB_IF_VERSION(0, 1)
+#define PIB_IF_VERSION_CURRENT PIB_IF_VERSION(0, 2)
 
 /* RO: firmware version, major << 24 | minor << 16 | patch. */
 #define PIB_REG_FW_VERSION 0x008
@@ -88,13 +88,606 @@
 #define PIB_REG_NUM_MSIX_VECTORS 0x02c
 #define PIB_REG_NUM_PORTS 0x030
 
-/* ---- BAR2 doorbell pages ------------------------------------------------ */
+/* ---- BAR0: command interface (docs/prm.md §4) -------------------------- */
 /*
- * BAR2 holds PIB_REG_NUM_DOORBELL_PAGES pages of PIB_PAGE_SIZE bytes. Each
- * page belongs to at most one user context. Interface version 0.1 defines
- * no doorbell yet: every write to BAR2 is a guest error and is dropped,
- * every read returns 0.
+ * One command runs at a time. The driver fills IN, OUT, MODIFIER and TOKEN,
+ * then writes CTRL with GO set. GO reads as 1 until the command has
+ * finished; then STATUS and RESULT hold its outcome. With EVENT set in the
+ * CTRL write the device also posts a PIB_EQE_COMMAND to the async event
+ * queue when the command finishes.
  */
+#define PIB_REG_CMD_IN_LO 0x100 /* input mailbox address or immediate */
+#define PIB_REG_CMD_IN_HI 0x104
+#define PIB_REG_CMD_OUT_LO 0x108 /* output mailbox address */
+#define PIB_REG_CMD_OUT_HI 0x10c
+#define PIB_REG_CMD_MODIFIER 0x110  /* input modifier: object number, port */
+#define PIB_REG_CMD_TOKEN 0x114     /* bits 15:0 echoed in the completion EQE */
+#define PIB_REG_CMD_RESULT_LO 0x118 /* RO: immediate output */
+#define PIB_REG_CMD_RESULT_HI 0x11c
+#define PIB_REG_CMD_CTRL 0x120
+#define PIB_CMD_CTRL_OPCODE_MASK 0xffffu
+#define PIB_CMD_CTRL_OPMOD_SHIFT 16 /* bits 23:16: opcode modifier */
+#define PIB_CMD_CTRL_EVENT (1u << 30)
+#define PIB_CMD_CTRL_GO (1u << 31)
+#define PIB_REG_CMD_STATUS 0x124 /* RO: PIB_CMD_STATUS_* of the last command */
+
+/* Mailboxes: guest memory the device reads (IN) or writes (OUT). */
+#define PIB_MAILBOX_SIZE 4096u
+#define PIB_MAILBOX_ALIGN 8u
+
+/* ---- BAR0: event queue doorbells ----------------------------------------- */
+/*
+ * EQ n has two write-only registers at PIB_REG_EQ_DB(n):
+ *   +0 CI:  the consumer index (count of EQEs consumed, modulo 2^32);
+ *   +4 ARM: the same, and arms the EQ: the next EQE raises its MSI-X vector.
+ */
+#define PIB_REG_EQ_DB_BASE 0x400
+#define PIB_REG_EQ_DB(eqn) (PIB_REG_EQ_DB_BASE + 8u * (eqn))
+#define PIB_EQ_DB_CI 0
+#define PIB_EQ_DB_ARM 4
+
+/* ---- Commands -------------------------------------------------------------- */
+
+enum pib_cmd_opcode {
+    PIB_CMD_QUERY_DEV_CAP = 0x0001, /* OUT: pib_dev_cap */
+    PIB_CMD_QUERY_PORT = 0x0002,    /* MOD: port; OUT: pib_port_info */
+    PIB_CMD_INIT_HCA = 0x0003,
+    PIB_CMD_CLOSE_HCA = 0x0004,
+    PIB_CMD_MODIFY_PORT = 0x0005, /* MOD: port; IN imm: set 31:0, clear 63:32 */
+    PIB_CMD_QUERY_PKEYS = 0x0006, /* MOD: port; OUT: u16[PIB_PKEY_TABLE_LEN] */
+    PIB_CMD_QUERY_GUIDS = 0x0007, /* MOD: port; OUT: u64[PIB_GUID_TABLE_LEN] */
+
+    PIB_CMD_ALLOC_UAR = 0x0010,  /* RESULT: doorbell page index */
+    PIB_CMD_FREE_UAR = 0x0011,   /* MOD: page index */
+    PIB_CMD_ALLOC_PD = 0x0012,   /* RESULT: pdn */
+    PIB_CMD_DEALLOC_PD = 0x0013, /* MOD: pdn */
+    PIB_CMD_ALLOC_MTT = 0x0014,  /* IN imm: entries; RESULT: first index */
+    PIB_CMD_FREE_MTT = 0x0015,   /* MOD: first index */
+    PIB_CMD_WRITE_MTT = 0x0016,  /* MOD: index; IN: pib_mtt_write */
+
+    PIB_CMD_CREATE_EQ = 0x0020,  /* IN: pib_eq_context; RESULT: eqn */
+    PIB_CMD_DESTROY_EQ = 0x0021, /* MOD: eqn */
+    PIB_CMD_QUERY_EQ = 0x0022,   /* MOD: eqn; OUT: pib_eq_context */
+
+    PIB_CMD_CREATE_CQ = 0x0028,  /* IN: pib_cq_context; RESULT: cqn */
+    PIB_CMD_DESTROY_CQ = 0x0029, /* MOD: cqn */
+    PIB_CMD_QUERY_CQ = 0x002a,   /* MOD: cqn; OUT: pib_cq_context */
+
+    PIB_CMD_CREATE_MR = 0x0030,  /* IN: pib_mr_context; RESULT: key */
+    PIB_CMD_DESTROY_MR = 0x0031, /* MOD: key */
+    PIB_CMD_QUERY_MR = 0x0032,   /* MOD: key; OUT: pib_mr_context */
+
+    PIB_CMD_CREATE_SRQ = 0x0038,  /* IN: pib_srq_context; RESULT: srqn */
+    PIB_CMD_DESTROY_SRQ = 0x0039, /* MOD: srqn */
+    PIB_CMD_QUERY_SRQ = 0x003a,   /* MOD: srqn; OUT: pib_srq_context */
+    PIB_CMD_ARM_SRQ = 0x003b,     /* MOD: srqn; IN imm: limit */
+
+    PIB_CMD_CREATE_QP = 0x0040,  /* IN: pib_qp_context; RESULT: qpn */
+    PIB_CMD_DESTROY_QP = 0x0041, /* MOD: qpn */
+    PIB_CMD_MODIFY_QP = 0x0042,  /* MOD: qpn; IN: pib_qp_attr */
+    PIB_CMD_QUERY_QP = 0x0043,   /* MOD: qpn; OUT: pib_qp_attr */
+};
+
+enum pib_cmd_status {
+    PIB_CMD_STATUS_OK = 0x00,
+    PIB_CMD_STATUS_BAD_OPCODE = 0x01,     /* unknown opcode */
+    PIB_CMD_STATUS_BAD_STATE = 0x02,      /* device or object in the wrong state */
+    PIB_CMD_STATUS_BAD_PARAM = 0x03,      /* a field is invalid */
+    PIB_CMD_STATUS_BAD_INDEX = 0x04,      /* no such object */
+    PIB_CMD_STATUS_NO_RESOURCES = 0x05,   /* a limit in pib_dev_cap is reached */
+    PIB_CMD_STATUS_BUSY = 0x06,           /* object still referenced */
+    PIB_CMD_STATUS_DMA_ERROR = 0x07,      /* a mailbox could not be read/written */
+    PIB_CMD_STATUS_BAD_TRANSITION = 0x08, /* QP state change not allowed */
+    PIB_CMD_STATUS_BAD_MASK = 0x09,       /* QP attribute mask wrong for it */
+};
+
+/* ---- Capabilities: PIB_CMD_QUERY_DEV_CAP ------------------------------------ */
+
+/* device_cap_flags */
+#define PIB_DEV_CAP_RC (1u << 0)
+#define PIB_DEV_CAP_UC (1u << 1)
+#define PIB_DEV_CAP_UD (1u << 2)
+#define PIB_DEV_CAP_SRQ (1u << 3)
+#define PIB_DEV_CAP_RNR_NAK_GEN (1u << 4)
+#define PIB_DEV_CAP_PORT_ACTIVE_EVENT (1u << 5)
+#define PIB_DEV_CAP_SYS_IMAGE_GUID (1u << 6)
+#define PIB_DEV_CAP_BAD_PKEY_CNTR (1u << 7)
+#define PIB_DEV_CAP_BAD_QKEY_CNTR (1u << 8)
+
+/* atomic_cap */
+#define PIB_ATOMIC_NONE 0
+#define PIB_ATOMIC_HCA 1 /* atomic within this HCA only */
+#define PIB_ATOMIC_GLOB 2
+
+struct pib_dev_cap {
+    uint64_t node_guid;
+    uint64_t sys_image_guid;
+    uint64_t max_mr_size;
+    uint64_t page_size_cap; /* bit n set: 2^n-byte MR pages supported */
+    uint32_t fw_version;
+    uint32_t vendor_id;
+    uint32_t vendor_part_id;
+    uint32_t hw_version;
+    uint32_t device_cap_flags;
+    uint32_t max_qp;
+    uint32_t max_qp_wr;
+    uint32_t max_send_sge;
+    uint32_t max_recv_sge;
+    uint32_t max_sge_rd;
+    uint32_t max_cq;
+    uint32_t max_cqe;
+    uint32_t max_mr;
+    uint32_t max_pd;
+    uint32_t max_qp_rd_atom;
+    uint32_t max_qp_init_rd_atom;
+    uint32_t max_res_rd_atom;
+    uint32_t max_srq;
+    uint32_t max_srq_wr;
+    uint32_t max_srq_sge;
+    uint32_t max_mcast_grp;
+    uint32_t max_mcast_qp_attach;
+    uint32_t max_total_mcast_qp_attach;
+    uint32_t max_inline_data;
+    uint32_t max_mtt;
+    uint32_t max_eq;
+    uint32_t max_eqe;
+    uint32_t max_uar;
+    uint16_t max_pkeys;
+    uint8_t local_ca_ack_delay;
+    uint8_t num_ports;
+    uint8_t atomic_cap;
+    uint8_t log_max_wqe_stride; /* WQE slots are 2^6..2^this bytes */
+    uint8_t reserved0[2];
+    uint32_t reserved1[8];
+};
+
+/* ---- Ports: PIB_CMD_QUERY_PORT ---------------------------------------------- */
+
+/* state: IBA PortInfo PortState; phys_state: PortPhysicalState */
+#define PIB_PORT_DOWN 1
+#define PIB_PORT_INIT 2
+#define PIB_PORT_ARMED 3
+#define PIB_PORT_ACTIVE 4
+#define PIB_PHYS_SLEEP 1
+#define PIB_PHYS_POLLING 2
+#define PIB_PHYS_DISABLED 3
+#define PIB_PHYS_LINK_UP 5
+
+/* MTU codes as in IBA: 1 = 256 ... 5 = 4096 */
+#define PIB_MTU_256 1
+#define PIB_MTU_4096 5
+
+#define PIB_PKEY_TABLE_LEN 64
+#define PIB_GUID_TABLE_LEN 8
+
+struct pib_port_info {
+    uint64_t gid_prefix;
+    uint64_t port_guid;
+    uint32_t cap_mask; /* IBA PortInfo CapabilityMask */
+    uint32_t max_msg_sz;
+    uint32_t bad_pkey_cntr;
+    uint32_t qkey_viol_cntr;
+    uint16_t lid;
+    uint16_t sm_lid;
+    uint16_t pkey_tbl_len;
+    uint16_t gid_tbl_len;
+    uint8_t state;
+    uint8_t phys_state;
+    uint8_t max_mtu;
+    uint8_t active_mtu;
+    uint8_t lmc;
+    uint8_t sm_sl;
+    uint8_t max_vl_num;
+    uint8_t subnet_timeout;
+    uint8_t init_type_reply;
+    uint8_t active_width; /* IBA LinkWidthActive: 1 = 1x, 2 = 4x */
+    uint8_t active_speed; /* IBA LinkSpeedActive: 1 = SDR */
+    uint8_t reserved0[5];
+    uint32_t reserved1[4];
+};
+
+/* ---- Memory translation tables (MTT) ---------------------------------------- */
+/*
+ * The device keeps one table of guest page addresses. PIB_CMD_ALLOC_MTT
+ * reserves a contiguous range of entries; WRITE_MTT fills entries; memory
+ * regions and queue buffers name a range by its first index and length.
+ */
+#define PIB_MTT_WRITE_MAX 510
+
+struct pib_mtt_write {
+    uint32_t count; /* 1..PIB_MTT_WRITE_MAX */
+    uint32_t reserved;
+    uint64_t reserved1;
+    uint64_t entries[PIB_MTT_WRITE_MAX]; /* page addresses, page-aligned */
+};
+
+/*
+ * A ring buffer in guest memory (EQ, CQ, QP and SRQ rings): 4 KiB pages
+ * listed in MTT entries mtt_index .. mtt_index + npages - 1.
+ */
+struct pib_buf_desc {
+    uint32_t mtt_index;
+    uint32_t npages;
+};
+
+/* ---- Event queues ------------------------------------------------------------ */
+
+/* eq flags */
+#define PIB_EQ_ASYNC (1u << 0) /* gets async events and command completions */
+
+struct pib_eq_context {
+    struct pib_buf_desc buf;
+    uint32_t log_size; /* 2^log_size EQEs */
+    uint16_t msix_vector;
+    uint16_t flags;
+    uint32_t reserved[4];
+};
+
+enum pib_eqe_type {
+    PIB_EQE_COMPLETION = 0x00, /* a CQ has a new CQE and was armed */
+    PIB_EQE_COMMAND = 0x01,    /* a command issued with EVENT finished */
+    PIB_EQE_ASYNC = 0x02,      /* an asynchronous event, see pib_async */
+};
+
+enum pib_async_event {
+    PIB_ASYNC_CQ_ERR = 0x01,
+    PIB_ASYNC_QP_FATAL = 0x02,
+    PIB_ASYNC_QP_REQ_ERR = 0x03,
+    PIB_ASYNC_QP_ACCESS_ERR = 0x04,
+    PIB_ASYNC_COMM_EST = 0x05,
+    PIB_ASYNC_SQ_DRAINED = 0x06,
+    PIB_ASYNC_QP_LAST_WQE_REACHED = 0x07,
+    PIB_ASYNC_SRQ_LIMIT = 0x08,
+    PIB_ASYNC_SRQ_ERR = 0x09,
+    PIB_ASYNC_PORT_ACTIVE = 0x10,
+    PIB_ASYNC_PORT_ERR = 0x11,
+    PIB_ASYNC_LID_CHANGE = 0x12,
+    PIB_ASYNC_PKEY_CHANGE = 0x13,
+    PIB_ASYNC_SM_CHANGE = 0x14,
+    PIB_ASYNC_CLIENT_REREGISTER = 0x15,
+    PIB_ASYNC_GID_CHANGE = 0x16,
+    PIB_ASYNC_DEVICE_FATAL = 0x20,
+};
+
+/*
+ * 32 bytes. The device writes EQE i (i counted from 0 since creation) to
+ * slot i mod 2^log_size with phase = ((i >> log_size) & 1) ^ 1, so an EQE
+ * is new when its phase bit differs from that of the previous pass.
+ */
+#define PIB_EQE_PHASE (1u << 0)
+
+struct pib_eqe {
+    uint8_t type;    /* pib_eqe_type */
+    uint8_t subtype; /* pib_async_event for PIB_EQE_ASYNC */
+    uint8_t flags;   /* PIB_EQE_PHASE */
+    uint8_t reserved0;
+    uint32_t reserved1;
+    union {
+        struct {
+            uint32_t cqn;
+        } comp;
+        struct {
+            uint16_t token;
+            uint8_t status;
+            uint8_t reserved;
+            uint32_t reserved1;
+            uint64_t result;
+        } cmd;
+        struct {
+            uint32_t number; /* qpn, cqn, srqn or port */
+        } async;
+        uint8_t raw[24];
+    } data;
+};
+
+/* ---- Completion queues ----------------------------------------------------- */
+
+struct pib_cq_context {
+    struct pib_buf_desc buf;
+    uint32_t log_size; /* 2^log_size CQEs of PIB_CQE_SIZE bytes */
+    uint32_t eqn;      /* EQ for completion events */
+    uint32_t uar_page; /* doorbell page allowed to arm it */
+    uint32_t reserved0;
+    uint64_t ci_record; /* guest address of a u32 consumer index */
+    uint32_t reserved1[4];
+};
+
+/* ---- Memory regions -------------------------------------------------------- */
+
+/* access flags, as IBA and ib_access_flags */
+#define PIB_ACCESS_LOCAL_WRITE (1u << 0)
+#define PIB_ACCESS_REMOTE_WRITE (1u << 1)
+#define PIB_ACCESS_REMOTE_READ (1u << 2)
+#define PIB_ACCESS_REMOTE_ATOMIC (1u << 3)
+#define PIB_ACCESS_ALL 0xfu
+
+/* mr flags */
+#define PIB_MR_PHYSICAL (1u << 0) /* iova is the guest physical address; no MTT */
+
+struct pib_mr_context {
+    uint64_t iova;
+    uint64_t length;
+    uint32_t pdn;
+    uint32_t access;
+    uint32_t mtt_index;
+    uint32_t mtt_count;
+    uint8_t log_page_size; /* 12..30 */
+    uint8_t flags;
+    uint8_t key_variant; /* low 8 bits of the key */
+    uint8_t reserved0;
+    uint32_t reserved1[3];
+};
+
+/* A key is (mr index << 8) | variant; lkey and rkey are the same key. */
+#define PIB_KEY_INDEX(key) ((key) >> 8)
+
+/* ---- Shared receive queues ------------------------------------------------- */
+
+struct pib_srq_context {
+    struct pib_buf_desc buf;
+    uint32_t pdn;
+    uint32_t uar_page;
+    uint8_t log_wqe_count;
+    uint8_t log_wqe_stride;
+    uint16_t reserved0;
+    uint32_t limit;     /* SRQ_LIMIT fires when fewer WQEs remain; 0 = off */
+    uint32_t wqe_count; /* QUERY only: WQEs posted and not consumed */
+    uint32_t reserved1[3];
+};
+
+/* ---- Queue pairs ---------------------------------------------------------- */
+
+enum pib_qp_type {
+    PIB_QPT_SMI = 0, /* QP0 of a port */
+    PIB_QPT_GSI = 1, /* QP1 of a port */
+    PIB_QPT_RC = 2,
+    PIB_QPT_UC = 3,
+    PIB_QPT_UD = 4,
+};
+
+/*
+ * QP numbers: QP0 and QP1 of port p (the SMI and GSI QPs, which are QP0 and
+ * QP1 on the wire) are device QPs 2 * (p - 1) and 2 * (p - 1) + 1; QPs of
+ * other types are numbered from PIB_FIRST_QPN.
+ */
+#define PIB_SPECIAL_QPN(port, type) (2u * ((port)-1u) + (type))
+#define PIB_FIRST_QPN 16u
+
+/* qp flags */
+#define PIB_QP_SIGNAL_ALL (1u << 0) /* every send WQE completes */
+#define PIB_QP_USE_SRQ (1u << 1)
+
+struct pib_qp_context {
+    struct pib_buf_desc sq_buf;
+    struct pib_buf_desc rq_buf; /* npages 0 with PIB_QP_USE_SRQ */
+    uint32_t pdn;
+    uint32_t send_cqn;
+    uint32_t recv_cqn;
+    uint32_t srqn;
+    uint32_t uar_page;
+    uint8_t type; /* pib_qp_type */
+    uint8_t flags;
+    uint8_t port; /* SMI and GSI only */
+    uint8_t reserved0;
+    uint8_t sq_log_wqe_count;
+    uint8_t sq_log_wqe_stride;
+    uint8_t rq_log_wqe_count;
+    uint8_t rq_log_wqe_stride;
+    uint32_t reserved1[5];
+};
+
+/* QP states, as IBA and ib_qp_state */
+enum pib_qp_state {
+    PIB_QPS_RESET = 0,
+    PIB_QPS_INIT = 1,
+    PIB_QPS_RTR = 2,
+    PIB_QPS_RTS = 3,
+    PIB_QPS_SQD = 4,
+    PIB_QPS_SQE = 5,
+    PIB_QPS_ERR = 6,
+};
+
+/* attr_mask bits, the same positions as ib_qp_attr_mask */
+#define PIB_QP_STATE (1u << 0)
+#define PIB_QP_CUR_STATE (1u << 1)
+#define PIB_QP_EN_SQD_ASYNC_NOTIFY (1u << 2)
+#define PIB_QP_ACCESS_FLAGS (1u << 3)
+#define PIB_QP_PKEY_INDEX (1u << 4)
+#define PIB_QP_PORT (1u << 5)
+#define PIB_QP_QKEY (1u << 6)
+#define PIB_QP_AV (1u << 7)
+#define PIB_QP_PATH_MTU (1u << 8)
+#define PIB_QP_TIMEOUT (1u << 9)
+#define PIB_QP_RETRY_CNT (1u << 10)
+#define PIB_QP_RNR_RETRY (1u << 11)
+#define PIB_QP_RQ_PSN (1u << 12)
+#define PIB_QP_MAX_QP_RD_ATOMIC (1u << 13)
+#define PIB_QP_ALT_PATH (1u << 14)
+#define PIB_QP_MIN_RNR_TIMER (1u << 15)
+#define PIB_QP_SQ_PSN (1u << 16)
+#define PIB_QP_MAX_DEST_RD_ATOMIC (1u << 17)
+#define PIB_QP_PATH_MIG_STATE (1u << 18)
+#define PIB_QP_CAP (1u << 19)
+#define PIB_QP_DEST_QPN (1u << 20)
+#define PIB_QP_ATTR_MASK_ALL 0x1fffffu
+
+/* Address vector: where UD WQEs and connected QPs send to. 32 bytes. */
+#define PIB_AV_GRH (1u << 0)
+
+struct pib_av {
+    uint16_t dlid;
+    uint8_t sl;
+    uint8_t src_path_bits;
+    uint8_t static_rate;
+    uint8_t port;
+    uint8_t flags; /* PIB_AV_GRH */
+    uint8_t sgid_index;
+    uint8_t hop_limit;
+    uint8_t traffic_class;
+    uint16_t reserved;
+    uint32_t flow_label;
+    uint8_t dgid[16];
+};
+
+/* MODIFY_QP input and QUERY_QP output. */
+struct pib_qp_attr {
+    uint32_t attr_mask; /* MODIFY: which fields apply; QUERY: 0 */
+    uint8_t qp_state;
+    uint8_t cur_qp_state;
+    uint8_t path_mtu;
+    uint8_t path_mig_state;
+    uint32_t qkey;
+    uint32_t rq_psn;
+    uint32_t sq_psn;
+    uint32_t dest_qp_num;
+    uint32_t qp_access_flags;
+    uint16_t pkey_index;
+    uint8_t port_num;
+    uint8_t timeout;
+    uint8_t retry_cnt;
+    uint8_t rnr_retry;
+    uint8_t min_rnr_timer;
+    uint8_t max_rd_atomic;
+    uint8_t max_dest_rd_atomic;
+    uint8_t sq_draining;
+    uint8_t en_sqd_async_notify;
+    uint8_t reserved0;
+    struct pib_av av;
+    uint32_t reserved1[4];
+};
+
+/* ---- Work queue entries ------------------------------------------------------ */
+/*
+ * A send WQE is a control segment, then per opcode an RDMA, atomic or UD
+ * segment, then data segments or one inline segment, all in 16-byte units
+ * (num_ds counts them, the control segment included). WQE slots are
+ * 2^log_wqe_stride bytes.
+ */
+enum pib_wqe_opcode {
+    PIB_WR_SEND = 0x00,
+    PIB_WR_SEND_IMM = 0x01,
+    PIB_WR_RDMA_WRITE = 0x02,
+    PIB_WR_RDMA_WRITE_IMM = 0x03,
+    PIB_WR_RDMA_READ = 0x04,
+    PIB_WR_ATOMIC_CMP_AND_SWP = 0x05,
+    PIB_WR_ATOMIC_FETCH_AND_ADD = 0x06,
+    PIB_WR_LOCAL_INV = 0x07,
+    PIB_WR_SEND_INV = 0x08,
+};
+
+/* wqe flags */
+#define PIB_WQE_SIGNALED (1u << 0)
+#define PIB_WQE_SOLICITED (1u << 1)
+#define PIB_WQE_FENCE (1u << 2)
+#define PIB_WQE_INLINE (1u << 3)
+
+struct pib_wqe_ctrl {
+    uint64_t wr_id;
+    uint8_t opcode; /* pib_wqe_opcode; ignored in receive WQEs */
+    uint8_t flags;
+    uint8_t num_ds;
+    uint8_t reserved;
+    uint32_t imm; /* immediate data (big-endian as on the wire) or rkey */
+};
+
+struct pib_wqe_raddr {
+    uint64_t remote_addr;
+    uint32_t rkey;
+    uint32_t reserved;
+};
+
+struct pib_wqe_atomic {
+    uint64_t swap_add;
+    uint64_t compare;
+};
+
+struct pib_wqe_ud {
+    struct pib_av av;
+    uint32_t remote_qpn;
+    uint32_t remote_qkey;
+    uint64_t reserved;
+};
+
+struct pib_wqe_data {
+    uint32_t byte_count;
+    uint32_t lkey;
+    uint64_t addr;
+};
+
+/* Inline data: byte_count | PIB_INLINE_FLAG, then the bytes, padded to 16. */
+#define PIB_INLINE_FLAG (1u << 31)
+
+struct pib_wqe_inline {
+    uint32_t byte_count;
+    uint8_t data[12];
+};
+
+/* ---- Completion queue entries ---------------------------------------------- */
+
+enum pib_wc_opcode {
+    PIB_WC_SEND = 0x00,
+    PIB_WC_RDMA_WRITE = 0x01,
+    PIB_WC_RDMA_READ = 0x02,
+    PIB_WC_COMP_SWAP = 0x03,
+    PIB_WC_FETCH_ADD = 0x04,
+    PIB_WC_LOCAL_INV = 0x05,
+    PIB_WC_RECV = 0x80,
+    PIB_WC_RECV_RDMA_WITH_IMM = 0x81,
+};
+
+/* Completion status, as ib_wc_status. */
+enum pib_wc_status {
+    PIB_WC_SUCCESS = 0,
+    PIB_WC_LOC_LEN_ERR = 1,
+    PIB_WC_LOC_QP_OP_ERR = 2,
+    PIB_WC_LOC_EEC_OP_ERR = 3,
+    PIB_WC_LOC_PROT_ERR = 4,
+    PIB_WC_WR_FLUSH_ERR = 5,
+    PIB_WC_MW_BIND_ERR = 6,
+    PIB_WC_BAD_RESP_ERR = 7,
+    PIB_WC_LOC_ACCESS_ERR = 8,
+    PIB_WC_REM_INV_REQ_ERR = 9,
+    PIB_WC_REM_ACCESS_ERR = 10,
+    PIB_WC_REM_OP_ERR = 11,
+    PIB_WC_RETRY_EXC_ERR = 12,
+    PIB_WC_RNR_RETRY_EXC_ERR = 13,
+    PIB_WC_GENERAL_ERR = 21,
+};
+
+/* cqe flags */
+#define PIB_CQE_PHASE (1u << 0) /* as PIB_EQE_PHASE */
+#define PIB_CQE_GRH (1u << 1)
+#define PIB_CQE_WITH_IMM (1u << 2)
+#define PIB_CQE_WITH_INV (1u << 3)
+
+#define PIB_CQE_SIZE 32u
+
+struct pib_cqe {
+    uint64_t wr_id;
+    uint32_t byte_len;
+    uint32_t imm; /* immediate data (big-endian) or invalidated rkey */
+    uint32_t qpn;
+    uint32_t src_qp; /* UD */
+    uint16_t slid;
+    uint16_t pkey_index;
+    uint8_t opcode;       /* pib_wc_opcode */
+    uint8_t status;       /* pib_wc_status */
+    uint8_t sl_path_bits; /* sl 7:4, dlid path bits 3:0 */
+    uint8_t flags;
+};
+
+/* ---- BAR2 doorbell pages ---------------------------------------------------- */
+/*
+ * Each page belongs to the context that allocated it (PIB_CMD_ALLOC_UAR),
+ * and rings only the queues created with its index as uar_page. Doorbells
+ * are 64-bit writes: number in bits 31:0, value in bits 63:32.
+ */
+#define PIB_DB_SQ 0x00     /* qpn, new SQ producer index */
+#define PIB_DB_RQ 0x08     /* qpn, new RQ producer index */
+#define PIB_DB_SRQ 0x10    /* srqn, new producer index */
+#define PIB_DB_CQ_ARM 0x18 /* cqn, PIB_CQ_ARM_* */
+#define PIB_CQ_ARM_NEXT 1
+#define PIB_CQ_ARM_SOLICITED 2
 
 /* ---- Limits a device instance may be configured with -------------------- */
 
@@ -104,5 +697,22 @@
 #define PIB_MAX_MSIX_VECTORS 256u
 #define PIB_MIN_PORTS 1u
 #define PIB_MAX_PORTS 2u
+
+#ifndef __cplusplus
+_Static_assert(sizeof(struct pib_dev_cap) == 184, "pib_dev_cap layout");
+_Static_assert(sizeof(struct pib_port_info) == 72, "pib_port_info layout");
+_Static_assert(sizeof(struct pib_mtt_write) <= PIB_MAILBOX_SIZE, "mtt write");
+_Static_assert(sizeof(struct pib_eqe) == 32, "pib_eqe layout");
+_Static_assert(sizeof(struct pib_cqe) == PIB_CQE_SIZE, "pib_cqe layout");
+_Static_assert(sizeof(struct pib_av) == 32, "pib_av layout");
+_Static_assert(sizeof(struct pib_wqe_ctrl) == 16, "pib_wqe_ctrl layout");
+_Static_assert(sizeof(struct pib_wqe_ud) == 48, "pib_wqe_ud layout");
+_Static_assert(sizeof(struct pib_eq_context) == 32, "pib_eq_context layout");
+_Static_assert(sizeof(struct pib_cq_context) == 48, "pib_cq_context layout");
+_Static_assert(sizeof(struct pib_mr_context) == 48, "pib_mr_context layout");
+_Static_assert(sizeof(struct pib_srq_context) == 40, "pib_srq_context layout");
+_Static_assert(sizeof(struct pib_qp_context) == 64, "pib_qp_context layout");
+_Static_assert(sizeof(struct pib_qp_attr) == 88, "pib_qp_attr layout");
+#endif
 
 #endif /* PIB_HW_H */

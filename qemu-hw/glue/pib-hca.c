@@ -60,9 +60,46 @@ static void pib_hca_core_event(void *opaque, const char *what,
     trace_pib_hca_core_event(what, detail);
 }
 
+/*
+ * DMA goes through the function's bus-master address space, so it fails
+ * when the driver has not enabled bus mastering, as on real hardware.
+ */
+static int pib_hca_dma_read(void *opaque, uint64_t addr, void *buf,
+                            uint64_t len)
+{
+    PibHcaState *s = opaque;
+    MemTxResult r = pci_dma_read(PCI_DEVICE(s), addr, buf, len);
+
+    trace_pib_hca_dma_read(addr, len, r);
+    return r == MEMTX_OK ? 0 : -1;
+}
+
+static int pib_hca_dma_write(void *opaque, uint64_t addr, const void *buf,
+                             uint64_t len)
+{
+    PibHcaState *s = opaque;
+    MemTxResult r = pci_dma_write(PCI_DEVICE(s), addr, buf, len);
+
+    trace_pib_hca_dma_write(addr, len, r);
+    return r == MEMTX_OK ? 0 : -1;
+}
+
+static void pib_hca_msix_notify(void *opaque, unsigned vector)
+{
+    PCIDevice *pdev = PCI_DEVICE(opaque);
+
+    trace_pib_hca_msix_notify(vector, msix_enabled(pdev));
+    if (msix_enabled(pdev)) {
+        msix_notify(pdev, vector);
+    }
+}
+
 static const struct pib_host_ops pib_hca_host_ops = {
     .guest_error = pib_hca_guest_error,
     .trace = pib_hca_core_event,
+    .dma_read = pib_hca_dma_read,
+    .dma_write = pib_hca_dma_write,
+    .msix_notify = pib_hca_msix_notify,
 };
 
 static uint64_t pib_hca_regs_read(void *opaque, hwaddr addr, unsigned size)

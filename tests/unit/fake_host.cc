@@ -11,6 +11,29 @@ static void recordTrace(void *opaque, const char *what, const char *detail) {
     static_cast<FakeHost *>(opaque)->traceLines.push_back({what, detail});
 }
 
+static bool inRam(uint64_t addr, uint64_t len) {
+    return addr >= FakeHost::kRamBase && len <= FakeHost::kRamSize &&
+           addr - FakeHost::kRamBase <= FakeHost::kRamSize - len;
+}
+
+static int dmaRead(void *opaque, uint64_t addr, void *buf, uint64_t len) {
+    if (!inRam(addr, len))
+        return -1;
+    std::memcpy(buf, static_cast<FakeHost *>(opaque)->at(addr), len);
+    return 0;
+}
+
+static int dmaWrite(void *opaque, uint64_t addr, const void *buf, uint64_t len) {
+    if (!inRam(addr, len))
+        return -1;
+    std::memcpy(static_cast<FakeHost *>(opaque)->at(addr), buf, len);
+    return 0;
+}
+
+static void msixNotify(void *opaque, unsigned vector) {
+    static_cast<FakeHost *>(opaque)->interrupts.push_back(vector);
+}
+
 pib_core_config FakeHost::defaultConfig() {
     return pib_core_config{
         .node_guid = 0x0002c90300001234ull,
@@ -22,10 +45,13 @@ pib_core_config FakeHost::defaultConfig() {
 
 FakeHost::FakeHost() : FakeHost(defaultConfig()) {}
 
-FakeHost::FakeHost(const pib_core_config &config) {
+FakeHost::FakeHost(const pib_core_config &config) : ram(kRamSize, 0) {
     static const pib_host_ops ops = {
         .guest_error = recordGuestError,
         .trace = recordTrace,
+        .dma_read = dmaRead,
+        .dma_write = dmaWrite,
+        .msix_notify = msixNotify,
     };
     core = pib_core_new(&config, &ops, this);
     if (!core)
@@ -48,4 +74,45 @@ size_t FakeHost::traces(const std::string &what) const {
     for (const auto &t : traceLines)
         n += t.what == what;
     return n;
+}
+
+uint64_t FakeHost::alloc(uint64_t bytes, uint64_t align) {
+    const uint64_t addr = (ramNext + align - 1) / align * align;
+    if (!inRam(addr, bytes))
+        throw std::runtime_error("fake guest RAM exhausted");
+    ramNext = addr + bytes;
+    std::memset(at(addr), 0, bytes);
+    return addr;
+}
+
+FakeHost::Outcome FakeHost::command(uint16_t opcode, uint32_t modifier, uint64_t in, uint64_t out,
+                                    uint32_t ctrlFlags) {
+    write32(PIB_BAR_REGS, PIB_REG_CMD_IN_LO, static_cast<uint32_t>(in));
+    write32(PIB_BAR_REGS, PIB_REG_CMD_IN_HI, static_cast<uint32_t>(in >> 32));
+    write32(PIB_BAR_REGS, PIB_REG_CMD_OUT_LO, static_cast<uint32_t>(out));
+    write32(PIB_BAR_REGS, PIB_REG_CMD_OUT_HI, static_cast<uint32_t>(out >> 32));
+    write32(PIB_BAR_REGS, PIB_REG_CMD_MODIFIER, modifier);
+    write32(PIB_BAR_REGS, PIB_REG_CMD_CTRL, opcode | ctrlFlags | PIB_CMD_CTRL_GO);
+    const uint64_t result = read32(PIB_BAR_REGS, PIB_REG_CMD_RESULT_LO) |
+                            uint64_t{read32(PIB_BAR_REGS, PIB_REG_CMD_RESULT_HI)} << 32;
+    return {read32(PIB_BAR_REGS, PIB_REG_CMD_STATUS), result};
+}
+
+pib_buf_desc FakeHost::ring(uint32_t pages) {
+    const Outcome mtt = command(PIB_CMD_ALLOC_MTT, 0, pages);
+    if (mtt.status != PIB_CMD_STATUS_OK)
+        throw std::runtime_error("ALLOC_MTT failed");
+    pib_mtt_write w{};
+    w.count = pages;
+    for (uint32_t i = 0; i < pages; ++i)
+        w.entries[i] = alloc(PIB_PAGE_SIZE);
+    if (commandIn(PIB_CMD_WRITE_MTT, static_cast<uint32_t>(mtt.result), w).status !=
+        PIB_CMD_STATUS_OK)
+        throw std::runtime_error("WRITE_MTT failed");
+    return pib_buf_desc{static_cast<uint32_t>(mtt.result), pages};
+}
+
+void FakeHost::initHca() {
+    if (command(PIB_CMD_INIT_HCA).status != PIB_CMD_STATUS_OK)
+        throw std::runtime_error("INIT_HCA failed");
 }

@@ -1,18 +1,29 @@
 // SPDX-License-Identifier: GPL-2.0-or-later
-// A host for the core in unit tests: records what the core reports.
+// A host for the core in unit tests: guest RAM for DMA, recorded MSI-X
+// interrupts, guest errors and traces, and helpers to run commands.
 #pragma once
 
-#include <memory>
+#include <cstdint>
+#include <cstring>
 #include <string>
 #include <vector>
 
 #include "pib_core.h"
+#include "pib_hw.h"
 
 struct FakeHost {
     struct Report {
         std::string what;
         std::string detail;
     };
+    struct Outcome {
+        uint32_t status;
+        uint64_t result;
+    };
+
+    // Guest RAM the device may DMA to: [kRamBase, kRamBase + kRamSize).
+    static constexpr uint64_t kRamBase = 0x100000;
+    static constexpr uint64_t kRamSize = 8 << 20;
 
     FakeHost();
     explicit FakeHost(const pib_core_config &config);
@@ -31,9 +42,44 @@ struct FakeHost {
     // Number of guest errors reported with token `what` (all when empty).
     size_t guestErrors(const std::string &what = "") const;
     size_t traces(const std::string &what) const;
-    void clear() { errors.clear(), traceLines.clear(); }
+    void clear() { errors.clear(), traceLines.clear(), interrupts.clear(); }
+
+    // Guest memory.
+    uint64_t alloc(uint64_t bytes, uint64_t align = PIB_PAGE_SIZE);
+    uint8_t *at(uint64_t addr) { return &ram[addr - kRamBase]; }
+    template <class T> void poke(uint64_t addr, const T &obj) {
+        std::memcpy(at(addr), &obj, sizeof(obj));
+    }
+    template <class T> T peek(uint64_t addr) {
+        T obj;
+        std::memcpy(&obj, at(addr), sizeof(obj));
+        return obj;
+    }
+
+    // Runs a command through the BAR0 command registers.
+    Outcome command(uint16_t opcode, uint32_t modifier = 0, uint64_t in = 0, uint64_t out = 0,
+                    uint32_t ctrlFlags = 0);
+    // Same, with `mailbox` copied to a fresh input mailbox first.
+    template <class T> Outcome commandIn(uint16_t opcode, uint32_t modifier, const T &mailbox) {
+        const uint64_t in = alloc(PIB_MAILBOX_SIZE);
+        poke(in, mailbox);
+        return command(opcode, modifier, in);
+    }
+    // Same, returning the output mailbox's contents in *out.
+    template <class T> Outcome commandOut(uint16_t opcode, uint32_t modifier, T *out) {
+        const uint64_t addr = alloc(PIB_MAILBOX_SIZE);
+        const Outcome o = command(opcode, modifier, 0, addr);
+        std::memcpy(out, at(addr), sizeof(T));
+        return o;
+    }
+    // A ring of `pages` fresh pages listed in a fresh MTT range.
+    pib_buf_desc ring(uint32_t pages);
+    void initHca();
 
     pib_core *core = nullptr;
+    std::vector<uint8_t> ram;
+    uint64_t ramNext = kRamBase;
     std::vector<Report> errors;
     std::vector<Report> traceLines;
+    std::vector<unsigned> interrupts;
 };

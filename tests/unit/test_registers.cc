@@ -8,7 +8,7 @@ TEST_CASE("identification registers read their documented values", "[regs]") {
     FakeHost host;
     CHECK(host.read32(PIB_BAR_REGS, PIB_REG_ID) == PIB_ID_MAGIC);
     CHECK(host.read32(PIB_BAR_REGS, PIB_REG_ID) == 0x48424950u);
-    CHECK(host.read32(PIB_BAR_REGS, PIB_REG_IF_VERSION) == PIB_IF_VERSION(0, 1));
+    CHECK(host.read32(PIB_BAR_REGS, PIB_REG_IF_VERSION) == PIB_IF_VERSION(0, 2));
     CHECK(host.read32(PIB_BAR_REGS, PIB_REG_FW_VERSION) == PIB_FW_VERSION(0, 1, 0));
     CHECK(host.read32(PIB_BAR_REGS, PIB_REG_STATUS) == PIB_STATUS_READY);
     CHECK(host.read32(PIB_BAR_REGS, PIB_REG_NODE_GUID_LO) == 0x00001234u);
@@ -63,8 +63,8 @@ TEST_CASE("read-only registers ignore writes and report them", "[regs]") {
 TEST_CASE("bad register accesses are guest errors that read as 0", "[regs]") {
     FakeHost host;
     SECTION("undefined offset") {
-        CHECK(host.read32(PIB_BAR_REGS, 0x100) == 0);
-        host.write32(PIB_BAR_REGS, 0x100, 1);
+        CHECK(host.read32(PIB_BAR_REGS, 0x300) == 0);
+        host.write32(PIB_BAR_REGS, 0x300, 1);
         CHECK(host.guestErrors("regs-bad-offset") == 2);
     }
     SECTION("beyond the BAR") {

@@ -31,6 +31,14 @@ struct pib_host_ops {
     void (*guest_error)(void *opaque, const char *what, const char *detail);
     /* A notable device-internal event worth a trace line. */
     void (*trace)(void *opaque, const char *what, const char *detail);
+    /*
+     * Bus-master DMA to and from guest memory. Return 0 on success, nonzero
+     * when any part of [addr, addr + len) is not accessible.
+     */
+    int (*dma_read)(void *opaque, uint64_t addr, void *buf, uint64_t len);
+    int (*dma_write)(void *opaque, uint64_t addr, const void *buf, uint64_t len);
+    /* Signals MSI-X vector `vector` (< the configured count). */
+    void (*msix_notify)(void *opaque, unsigned vector);
 };
 
 /* Static configuration of one device instance. */

@@ -5,6 +5,7 @@
 #include <cstdint>
 
 #include "doorbell_pages.hh"
+#include "firmware.hh"
 #include "host.hh"
 #include "pib_core.h"
 #include "register_file.hh"
@@ -25,6 +26,7 @@ class Device {
   private:
     const pib_core_config config_;
     const Host host_;
+    Firmware firmware_;
     RegisterFile registers_;
     DoorbellPages doorbells_;
 };

@@ -32,3 +32,24 @@ void Host::trace(const char *what, const char *fmt, ...) const {
 }
 
 } // namespace pib
+
+namespace pib {
+
+bool Host::dmaRead(uint64_t addr, void *buf, uint64_t len) const {
+    if (addr + len < addr)
+        return false; // wraps around the address space
+    return ops_.dma_read && ops_.dma_read(opaque_, addr, buf, len) == 0;
+}
+
+bool Host::dmaWrite(uint64_t addr, const void *buf, uint64_t len) const {
+    if (addr + len < addr)
+        return false;
+    return ops_.dma_write && ops_.dma_write(opaque_, addr, buf, len) == 0;
+}
+
+void Host::msixNotify(unsigned vector) const {
+    if (ops_.msix_notify)
+        ops_.msix_notify(opaque_, vector);
+}
+
+} // namespace pib

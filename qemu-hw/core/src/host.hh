@@ -3,7 +3,9 @@
 #pragma once
 
 #include <cstdarg>
+#include <cstdint>
 #include <string>
+#include <type_traits>
 
 #include "pib_core.h"
 
@@ -16,6 +18,19 @@ class Host {
     // Reports a guest error: `what` is a stable token, the rest printf-style.
     [[gnu::format(printf, 3, 4)]] void guestError(const char *what, const char *fmt, ...) const;
     [[gnu::format(printf, 3, 4)]] void trace(const char *what, const char *fmt, ...) const;
+
+    // DMA; false when the guest address range is not accessible.
+    bool dmaRead(uint64_t addr, void *buf, uint64_t len) const;
+    bool dmaWrite(uint64_t addr, const void *buf, uint64_t len) const;
+    template <class T> bool dmaRead(uint64_t addr, T &obj) const {
+        static_assert(std::is_trivially_copyable_v<T>);
+        return dmaRead(addr, &obj, sizeof(obj));
+    }
+    template <class T> bool dmaWrite(uint64_t addr, const T &obj) const {
+        static_assert(std::is_trivially_copyable_v<T>);
+        return dmaWrite(addr, &obj, sizeof(obj));
+    }
+    void msixNotify(unsigned vector) const;
 
   private:
     static std::string vformat(const char *fmt, va_list args);

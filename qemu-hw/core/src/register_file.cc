@@ -8,12 +8,112 @@
 
 namespace pib {
 
-RegisterFile::RegisterFile(const pib_core_config &config, const Host &host,
+RegisterFile::RegisterFile(const pib_core_config &config, const Host &host, Firmware &firmware,
                            std::function<void()> requestReset)
-    : config_(config), host_(host), requestReset_(std::move(requestReset)) {}
+    : config_(config), host_(host), firmware_(firmware), requestReset_(std::move(requestReset)) {}
 
 void RegisterFile::reset() {
     scratch_ = 0;
+    cmdIn_ = cmdOut_ = cmdResult_ = 0;
+    cmdModifier_ = cmdToken_ = cmdCtrl_ = cmdStatus_ = 0;
+}
+
+static void setLow(uint64_t &reg, uint32_t v) {
+    reg = (reg & ~uint64_t{0xffffffff}) | v;
+}
+static void setHigh(uint64_t &reg, uint32_t v) {
+    reg = (reg & 0xffffffff) | uint64_t{v} << 32;
+}
+
+bool RegisterFile::readCommandRegister(uint64_t offset, uint32_t *value) const {
+    switch (offset) {
+    case PIB_REG_CMD_IN_LO:
+        *value = static_cast<uint32_t>(cmdIn_);
+        return true;
+    case PIB_REG_CMD_IN_HI:
+        *value = static_cast<uint32_t>(cmdIn_ >> 32);
+        return true;
+    case PIB_REG_CMD_OUT_LO:
+        *value = static_cast<uint32_t>(cmdOut_);
+        return true;
+    case PIB_REG_CMD_OUT_HI:
+        *value = static_cast<uint32_t>(cmdOut_ >> 32);
+        return true;
+    case PIB_REG_CMD_MODIFIER:
+        *value = cmdModifier_;
+        return true;
+    case PIB_REG_CMD_TOKEN:
+        *value = cmdToken_;
+        return true;
+    case PIB_REG_CMD_RESULT_LO:
+        *value = static_cast<uint32_t>(cmdResult_);
+        return true;
+    case PIB_REG_CMD_RESULT_HI:
+        *value = static_cast<uint32_t>(cmdResult_ >> 32);
+        return true;
+    // Commands complete within the write that starts them, so GO reads 0.
+    case PIB_REG_CMD_CTRL:
+        *value = cmdCtrl_ & ~PIB_CMD_CTRL_GO;
+        return true;
+    case PIB_REG_CMD_STATUS:
+        *value = cmdStatus_;
+        return true;
+    default:
+        return false;
+    }
+}
+
+bool RegisterFile::writeCommandRegister(uint64_t offset, uint32_t value) {
+    switch (offset) {
+    case PIB_REG_CMD_IN_LO:
+        setLow(cmdIn_, value);
+        return true;
+    case PIB_REG_CMD_IN_HI:
+        setHigh(cmdIn_, value);
+        return true;
+    case PIB_REG_CMD_OUT_LO:
+        setLow(cmdOut_, value);
+        return true;
+    case PIB_REG_CMD_OUT_HI:
+        setHigh(cmdOut_, value);
+        return true;
+    case PIB_REG_CMD_MODIFIER:
+        cmdModifier_ = value;
+        return true;
+    case PIB_REG_CMD_TOKEN:
+        cmdToken_ = value & 0xffff;
+        return true;
+    case PIB_REG_CMD_CTRL:
+        runCommand(value);
+        return true;
+    default:
+        return false;
+    }
+}
+
+void RegisterFile::runCommand(uint32_t ctrl) {
+    cmdCtrl_ = ctrl;
+    if (!(ctrl & PIB_CMD_CTRL_GO))
+        return;
+    Command cmd;
+    cmd.opcode = static_cast<uint16_t>(ctrl & PIB_CMD_CTRL_OPCODE_MASK);
+    cmd.opmod = static_cast<uint8_t>(ctrl >> PIB_CMD_CTRL_OPMOD_SHIFT);
+    cmd.modifier = cmdModifier_;
+    cmd.in = cmdIn_;
+    cmd.out = cmdOut_;
+    const CommandOutcome outcome = firmware_.execute(cmd);
+    cmdStatus_ = outcome.status;
+    cmdResult_ = outcome.result;
+    if (ctrl & PIB_CMD_CTRL_EVENT)
+        firmware_.postCommandEvent(static_cast<uint16_t>(cmdToken_), outcome);
+}
+
+bool RegisterFile::writeEqDoorbell(uint64_t offset, uint32_t value) {
+    if (offset < PIB_REG_EQ_DB_BASE || offset >= PIB_REG_EQ_DB(firmware_.caps().max_eq))
+        return false;
+    const auto eqn = static_cast<uint32_t>((offset - PIB_REG_EQ_DB_BASE) / 8);
+    firmware_.eqDoorbell(eqn, value, (offset - PIB_REG_EQ_DB_BASE) % 8 == PIB_EQ_DB_ARM);
+    return true;
 }
 
 bool RegisterFile::validAccess(const char *dir, uint64_t offset, unsigned size) const {
@@ -61,6 +161,13 @@ uint64_t RegisterFile::read(uint64_t offset, unsigned size) {
     case PIB_REG_NUM_PORTS:
         return config_.num_ports;
     default:
+        if (uint32_t value; readCommandRegister(offset, &value))
+            return value;
+        if (offset >= PIB_REG_EQ_DB_BASE && offset < PIB_REG_EQ_DB(firmware_.caps().max_eq)) {
+            host_.guestError("regs-write-only", "read of write-only EQ doorbell 0x%" PRIx64,
+                             offset);
+            return 0;
+        }
         host_.guestError("regs-bad-offset", "read of undefined register 0x%" PRIx64, offset);
         return 0;
     }
@@ -92,11 +199,16 @@ void RegisterFile::write(uint64_t offset, uint64_t value, unsigned size) {
     case PIB_REG_NUM_DOORBELL_PAGES:
     case PIB_REG_NUM_MSIX_VECTORS:
     case PIB_REG_NUM_PORTS:
+    case PIB_REG_CMD_RESULT_LO:
+    case PIB_REG_CMD_RESULT_HI:
+    case PIB_REG_CMD_STATUS:
         host_.guestError("regs-read-only",
                          "write of 0x%08" PRIx32 " to read-only register 0x%" PRIx64, value32,
                          offset);
         return;
     default:
+        if (writeCommandRegister(offset, value32) || writeEqDoorbell(offset, value32))
+            return;
         host_.guestError("regs-bad-offset",
                          "write of 0x%08" PRIx32 " to undefined register 0x%" PRIx64, value32,
                          offset);

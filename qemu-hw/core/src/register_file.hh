@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <functional>
 
+#include "firmware.hh"
 #include "host.hh"
 #include "pib_core.h"
 
@@ -13,7 +14,7 @@ namespace pib {
 class RegisterFile {
   public:
     // `requestReset` is called when the guest writes the reset register.
-    RegisterFile(const pib_core_config &config, const Host &host,
+    RegisterFile(const pib_core_config &config, const Host &host, Firmware &firmware,
                  std::function<void()> requestReset);
 
     uint64_t read(uint64_t offset, unsigned size);
@@ -23,11 +24,24 @@ class RegisterFile {
   private:
     // Checks width and alignment; reports and returns false on a bad access.
     bool validAccess(const char *dir, uint64_t offset, unsigned size) const;
+    bool readCommandRegister(uint64_t offset, uint32_t *value) const;
+    bool writeCommandRegister(uint64_t offset, uint32_t value);
+    bool writeEqDoorbell(uint64_t offset, uint32_t value);
+    void runCommand(uint32_t ctrl);
 
     const pib_core_config &config_;
     const Host &host_;
+    Firmware &firmware_;
     std::function<void()> requestReset_;
     uint32_t scratch_ = 0;
+    // The command interface (docs/prm.md §4).
+    uint64_t cmdIn_ = 0;
+    uint64_t cmdOut_ = 0;
+    uint32_t cmdModifier_ = 0;
+    uint32_t cmdToken_ = 0;
+    uint32_t cmdCtrl_ = 0;
+    uint32_t cmdStatus_ = 0;
+    uint64_t cmdResult_ = 0;
 };
 
 } // namespace pib

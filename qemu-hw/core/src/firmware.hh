@@ -1,0 +1,130 @@
+// SPDX-License-Identifier: GPL-2.0-or-later
+// The device firmware: executes commands (docs/prm.md §4) against the
+// object tables, and posts events to the event queues.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <memory>
+
+#include "host.hh"
+#include "mtt.hh"
+#include "object_table.hh"
+#include "objects.hh"
+#include "pib_core.h"
+#include "pib_hw.h"
+
+namespace pib {
+
+struct Command {
+    uint16_t opcode = 0;
+    uint8_t opmod = 0;
+    uint32_t modifier = 0;
+    uint64_t in = 0;  // input mailbox address or immediate
+    uint64_t out = 0; // output mailbox address
+};
+
+struct CommandOutcome {
+    uint8_t status = PIB_CMD_STATUS_OK;
+    uint64_t result = 0;
+};
+
+struct PortState {
+    pib_port_info info{};
+    std::array<uint16_t, PIB_PKEY_TABLE_LEN> pkeys{};
+    std::array<uint64_t, PIB_GUID_TABLE_LEN> guids{};
+};
+
+class Firmware {
+  public:
+    Firmware(const pib_core_config &config, const Host &host);
+
+    CommandOutcome execute(const Command &cmd);
+    // EQ doorbells in BAR0.
+    void eqDoorbell(uint32_t eqn, uint32_t consumer, bool arm);
+    // Writes an EQE to the async EQ, if there is one.
+    void postAsyncEvent(uint8_t event, uint32_t number);
+    void postCommandEvent(uint16_t token, const CommandOutcome &outcome);
+    // Back to the power-on state: every object is gone.
+    void reset();
+
+    const pib_dev_cap &caps() const { return caps_; }
+    bool initialized() const { return initialized_; }
+
+  private:
+    using Handler = CommandOutcome (Firmware::*)(const Command &);
+    static Handler handlerFor(uint16_t opcode);
+
+    // Helpers shared by the handlers.
+    CommandOutcome fail(uint8_t status, const char *what, const char *fmt, ...)
+        __attribute__((format(printf, 4, 5)));
+    // Mailboxes are 8-byte aligned guest memory (docs/prm.md §4).
+    template <class T> bool readMailbox(const Command &cmd, T &obj) {
+        static_assert(sizeof(T) <= PIB_MAILBOX_SIZE);
+        return cmd.in % PIB_MAILBOX_ALIGN == 0 && host_.dmaRead(cmd.in, obj);
+    }
+    template <class T> bool writeMailbox(const Command &cmd, const T &obj) {
+        static_assert(sizeof(T) <= PIB_MAILBOX_SIZE);
+        return cmd.out % PIB_MAILBOX_ALIGN == 0 && host_.dmaWrite(cmd.out, obj);
+    }
+    bool validRing(const pib_buf_desc &buf, uint64_t pages) const;
+    void postEqe(uint32_t eqn, EventQueue &eq, pib_eqe eqe);
+
+    // Handlers, one per opcode (firmware_*.cc).
+    CommandOutcome queryDevCap(const Command &);
+    CommandOutcome queryPort(const Command &);
+    CommandOutcome initHca(const Command &);
+    CommandOutcome closeHca(const Command &);
+    CommandOutcome modifyPort(const Command &);
+    CommandOutcome queryPkeys(const Command &);
+    CommandOutcome queryGuids(const Command &);
+    CommandOutcome allocUar(const Command &);
+    CommandOutcome freeUar(const Command &);
+    CommandOutcome allocPd(const Command &);
+    CommandOutcome deallocPd(const Command &);
+    CommandOutcome allocMtt(const Command &);
+    CommandOutcome freeMtt(const Command &);
+    CommandOutcome writeMtt(const Command &);
+    CommandOutcome createEq(const Command &);
+    CommandOutcome destroyEq(const Command &);
+    CommandOutcome queryEq(const Command &);
+    CommandOutcome createCq(const Command &);
+    CommandOutcome destroyCq(const Command &);
+    CommandOutcome queryCq(const Command &);
+    CommandOutcome createMr(const Command &);
+    CommandOutcome destroyMr(const Command &);
+    CommandOutcome queryMr(const Command &);
+    CommandOutcome createSrq(const Command &);
+    CommandOutcome destroySrq(const Command &);
+    CommandOutcome querySrq(const Command &);
+    CommandOutcome armSrq(const Command &);
+    CommandOutcome createQp(const Command &);
+    CommandOutcome destroyQp(const Command &);
+    CommandOutcome modifyQp(const Command &);
+    CommandOutcome queryQp(const Command &);
+
+    PortState *port(uint32_t number);
+    QueuePair *findQp(uint32_t qpn) const;
+    void releaseQp(QueuePair &qp);
+    const char *badQpAttr(const QueuePair &qp, const pib_qp_attr &attr, uint32_t mask);
+
+    const pib_core_config &config_;
+    const Host &host_;
+    pib_dev_cap caps_{};
+    bool initialized_ = false;
+    std::array<PortState, PIB_MAX_PORTS> ports_{};
+
+    ObjectTable<DoorbellPage> uars_;
+    ObjectTable<ProtectionDomain> pds_;
+    Mtt mtt_;
+    ObjectTable<EventQueue> eqs_;
+    ObjectTable<CompletionQueue> cqs_;
+    ObjectTable<MemoryRegion> mrs_;
+    ObjectTable<SharedReceiveQueue> srqs_;
+    ObjectTable<QueuePair> qps_;
+    // QP0 and QP1 of each port: numbers 2 * (port - 1) + type.
+    std::array<std::unique_ptr<QueuePair>, 2 * PIB_MAX_PORTS> specialQps_{};
+    uint8_t nextKeyVariant_ = 0;
+};
+
+} // namespace pib

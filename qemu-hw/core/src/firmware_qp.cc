@@ -1,0 +1,286 @@
+// SPDX-License-Identifier: GPL-2.0-or-later
+// Queue pairs: creation, the state machine of MODIFY_QP, query, destroy.
+#include <cinttypes>
+
+#include "firmware.hh"
+#include "limits.hh"
+#include "qp_state.hh"
+#include "ring.hh"
+
+namespace pib {
+
+namespace {
+
+bool validType(uint8_t type) {
+    return type == PIB_QPT_SMI || type == PIB_QPT_GSI || type == PIB_QPT_RC || type == PIB_QPT_UC ||
+           type == PIB_QPT_UD;
+}
+
+bool validStride(uint8_t log_stride) {
+    return log_stride >= limits::kLogMinWqeStride && log_stride <= limits::kLogMaxWqeStride;
+}
+
+constexpr uint32_t kPsnMask = 0xffffff;
+constexpr uint8_t kMigMigrated = 0; // IBA APM state: no alternate path armed
+
+} // namespace
+
+CommandOutcome Firmware::createQp(const Command &cmd) {
+    pib_qp_context ctx;
+    if (!readMailbox(cmd, ctx))
+        return fail(PIB_CMD_STATUS_DMA_ERROR, "cmd-dma", "CREATE_QP cannot read 0x%" PRIx64,
+                    cmd.in);
+    if (!validType(ctx.type) || ctx.flags & ~(PIB_QP_SIGNAL_ALL | PIB_QP_USE_SRQ))
+        return fail(PIB_CMD_STATUS_BAD_PARAM, "cmd-bad-param", "CREATE_QP type %u flags 0x%x",
+                    ctx.type, ctx.flags);
+    const bool special = ctx.type == PIB_QPT_SMI || ctx.type == PIB_QPT_GSI;
+    const bool useSrq = ctx.flags & PIB_QP_USE_SRQ;
+    if (special && (useSrq || !port(ctx.port)))
+        return fail(PIB_CMD_STATUS_BAD_PARAM, "cmd-bad-param", "CREATE_QP special QP on port %u%s",
+                    ctx.port, useSrq ? " with an SRQ" : "");
+    ProtectionDomain *pd = pds_.find(ctx.pdn);
+    CompletionQueue *scq = cqs_.find(ctx.send_cqn);
+    CompletionQueue *rcq = cqs_.find(ctx.recv_cqn);
+    SharedReceiveQueue *srq = useSrq ? srqs_.find(ctx.srqn) : nullptr;
+    DoorbellPage *uar = uars_.find(ctx.uar_page);
+    if (!pd || !scq || !rcq || !uar || (useSrq && !srq))
+        return fail(PIB_CMD_STATUS_BAD_INDEX, "cmd-bad-index",
+                    "CREATE_QP with PD %u, CQs %u/%u, SRQ %s%u, doorbell page %u: %s missing",
+                    ctx.pdn, ctx.send_cqn, ctx.recv_cqn, useSrq ? "" : "(none) ", ctx.srqn,
+                    ctx.uar_page,
+                    !pd    ? "PD"
+                    : !scq ? "send CQ"
+                    : !rcq ? "receive CQ"
+                    : !uar ? "doorbell page"
+                           : "SRQ");
+    if (ctx.sq_log_wqe_count > limits::kLogMaxQpWr || !validStride(ctx.sq_log_wqe_stride))
+        return fail(PIB_CMD_STATUS_BAD_PARAM, "cmd-bad-param",
+                    "CREATE_QP SQ of 2^%u WQEs of 2^%u bytes", ctx.sq_log_wqe_count,
+                    ctx.sq_log_wqe_stride);
+    if (!validRing(ctx.sq_buf, ringPages(ctx.sq_log_wqe_count, ctx.sq_log_wqe_stride)))
+        return fail(PIB_CMD_STATUS_BAD_PARAM, "cmd-bad-ring",
+                    "CREATE_QP SQ ring of %u pages at MTT %u", ctx.sq_buf.npages,
+                    ctx.sq_buf.mtt_index);
+    if (useSrq) {
+        if (ctx.rq_buf.npages || ctx.rq_log_wqe_count || ctx.rq_log_wqe_stride)
+            return fail(PIB_CMD_STATUS_BAD_PARAM, "cmd-bad-param",
+                        "CREATE_QP with an SRQ and an RQ");
+    } else {
+        if (ctx.rq_log_wqe_count > limits::kLogMaxQpWr || !validStride(ctx.rq_log_wqe_stride))
+            return fail(PIB_CMD_STATUS_BAD_PARAM, "cmd-bad-param",
+                        "CREATE_QP RQ of 2^%u WQEs of 2^%u bytes", ctx.rq_log_wqe_count,
+                        ctx.rq_log_wqe_stride);
+        if (!validRing(ctx.rq_buf, ringPages(ctx.rq_log_wqe_count, ctx.rq_log_wqe_stride)))
+            return fail(PIB_CMD_STATUS_BAD_PARAM, "cmd-bad-ring",
+                        "CREATE_QP RQ ring of %u pages at MTT %u", ctx.rq_buf.npages,
+                        ctx.rq_buf.mtt_index);
+    }
+
+    auto qp = std::make_unique<QueuePair>();
+    qp->ctx = ctx;
+    qp->attr.qp_state = PIB_QPS_RESET;
+    qp->attr.port_num = special ? ctx.port : 1;
+    qp->attr.path_mtu = PIB_MTU_256;
+    uint32_t qpn;
+    if (special) {
+        qpn = PIB_SPECIAL_QPN(ctx.port, ctx.type);
+        if (specialQps_[qpn])
+            return fail(PIB_CMD_STATUS_BAD_STATE, "cmd-bad-state",
+                        "CREATE_QP: QP%u of port %u exists", ctx.type, ctx.port);
+        specialQps_[qpn] = std::move(qp);
+    } else {
+        const auto number = qps_.insert(std::move(qp));
+        if (!number)
+            return fail(PIB_CMD_STATUS_NO_RESOURCES, "cmd-no-resources", "all %u QPs in use",
+                        qps_.capacity());
+        qpn = *number;
+    }
+    ++pd->refs;
+    ++scq->refs;
+    ++rcq->refs;
+    ++uar->refs;
+    if (srq)
+        ++srq->refs;
+    mtt_.hold(ctx.sq_buf.mtt_index);
+    if (!useSrq)
+        mtt_.hold(ctx.rq_buf.mtt_index);
+    return {PIB_CMD_STATUS_OK, qpn};
+}
+
+QueuePair *Firmware::findQp(uint32_t qpn) const {
+    if (qpn < specialQps_.size())
+        return specialQps_[qpn].get();
+    return qps_.find(qpn);
+}
+
+void Firmware::releaseQp(QueuePair &qp) {
+    const pib_qp_context &ctx = qp.ctx;
+    --pds_.find(ctx.pdn)->refs;
+    --cqs_.find(ctx.send_cqn)->refs;
+    --cqs_.find(ctx.recv_cqn)->refs;
+    --uars_.find(ctx.uar_page)->refs;
+    mtt_.unhold(ctx.sq_buf.mtt_index);
+    if (ctx.flags & PIB_QP_USE_SRQ)
+        --srqs_.find(ctx.srqn)->refs;
+    else
+        mtt_.unhold(ctx.rq_buf.mtt_index);
+}
+
+CommandOutcome Firmware::destroyQp(const Command &cmd) {
+    QueuePair *qp = findQp(cmd.modifier);
+    if (!qp)
+        return fail(PIB_CMD_STATUS_BAD_INDEX, "cmd-bad-index", "DESTROY_QP of QP %u", cmd.modifier);
+    releaseQp(*qp);
+    if (cmd.modifier < specialQps_.size())
+        specialQps_[cmd.modifier].reset();
+    else
+        qps_.erase(cmd.modifier);
+    return {};
+}
+
+CommandOutcome Firmware::queryQp(const Command &cmd) {
+    QueuePair *qp = findQp(cmd.modifier);
+    if (!qp)
+        return fail(PIB_CMD_STATUS_BAD_INDEX, "cmd-bad-index", "QUERY_QP of QP %u", cmd.modifier);
+    pib_qp_attr out = qp->attr;
+    out.attr_mask = 0;
+    out.cur_qp_state = out.qp_state;
+    if (!writeMailbox(cmd, out))
+        return fail(PIB_CMD_STATUS_DMA_ERROR, "cmd-dma", "QUERY_QP cannot write 0x%" PRIx64,
+                    cmd.out);
+    return {};
+}
+
+// Checks the values of the attributes `mask` names; returns a description
+// of the first bad one, or nullptr.
+const char *Firmware::badQpAttr(const QueuePair &qp, const pib_qp_attr &a, uint32_t mask) {
+    if (mask & PIB_QP_PKEY_INDEX && a.pkey_index >= PIB_PKEY_TABLE_LEN)
+        return "pkey_index";
+    if (mask & PIB_QP_PORT && !port(a.port_num))
+        return "port_num";
+    if (mask & PIB_QP_ACCESS_FLAGS && a.qp_access_flags & ~PIB_ACCESS_ALL)
+        return "qp_access_flags";
+    if (mask & PIB_QP_PATH_MTU) {
+        const uint8_t portNum = mask & PIB_QP_PORT ? a.port_num : qp.attr.port_num;
+        const PortState *p = port(portNum);
+        if (a.path_mtu < PIB_MTU_256 || !p || a.path_mtu > p->info.max_mtu)
+            return "path_mtu";
+    }
+    if (mask & PIB_QP_TIMEOUT && a.timeout > 31)
+        return "timeout";
+    if (mask & PIB_QP_RETRY_CNT && a.retry_cnt > 7)
+        return "retry_cnt";
+    if (mask & PIB_QP_RNR_RETRY && a.rnr_retry > 7)
+        return "rnr_retry";
+    if (mask & PIB_QP_MIN_RNR_TIMER && a.min_rnr_timer > 31)
+        return "min_rnr_timer";
+    if (mask & PIB_QP_RQ_PSN && a.rq_psn > kPsnMask)
+        return "rq_psn";
+    if (mask & PIB_QP_SQ_PSN && a.sq_psn > kPsnMask)
+        return "sq_psn";
+    if (mask & PIB_QP_DEST_QPN && a.dest_qp_num > kPsnMask)
+        return "dest_qp_num";
+    if (mask & PIB_QP_MAX_QP_RD_ATOMIC && a.max_rd_atomic > caps_.max_qp_init_rd_atom)
+        return "max_rd_atomic";
+    if (mask & PIB_QP_MAX_DEST_RD_ATOMIC && a.max_dest_rd_atomic > caps_.max_qp_rd_atom)
+        return "max_dest_rd_atomic";
+    if (mask & PIB_QP_ALT_PATH)
+        return "alt_path (automatic path migration is not supported)";
+    if (mask & PIB_QP_PATH_MIG_STATE && a.path_mig_state != kMigMigrated)
+        return "path_mig_state";
+    if (mask & PIB_QP_AV) {
+        const pib_av &av = a.av;
+        if (av.port && !port(av.port))
+            return "av.port";
+        if (av.flags & ~PIB_AV_GRH || av.sl > 15 || av.src_path_bits > 127)
+            return "av flags, sl or src_path_bits";
+        if (av.flags & PIB_AV_GRH &&
+            (av.sgid_index >= PIB_GUID_TABLE_LEN || av.flow_label > 0xfffff))
+            return "av.sgid_index or av.flow_label";
+    }
+    return nullptr;
+}
+
+CommandOutcome Firmware::modifyQp(const Command &cmd) {
+    QueuePair *qp = findQp(cmd.modifier);
+    if (!qp)
+        return fail(PIB_CMD_STATUS_BAD_INDEX, "cmd-bad-index", "MODIFY_QP of QP %u", cmd.modifier);
+    pib_qp_attr in;
+    if (!readMailbox(cmd, in))
+        return fail(PIB_CMD_STATUS_DMA_ERROR, "cmd-dma", "MODIFY_QP cannot read 0x%" PRIx64,
+                    cmd.in);
+    const uint32_t mask = in.attr_mask;
+    const uint8_t cur = qp->attr.qp_state;
+    const uint8_t next = mask & PIB_QP_STATE ? in.qp_state : cur;
+    if (mask & ~PIB_QP_ATTR_MASK_ALL || next > PIB_QPS_ERR)
+        return fail(PIB_CMD_STATUS_BAD_PARAM, "cmd-bad-param", "MODIFY_QP %u mask 0x%x state %u",
+                    cmd.modifier, mask, next);
+    if (mask & PIB_QP_CUR_STATE && in.cur_qp_state != cur)
+        return fail(PIB_CMD_STATUS_BAD_STATE, "cmd-bad-state",
+                    "MODIFY_QP %u says current state %u, but it is %u", cmd.modifier,
+                    in.cur_qp_state, cur);
+    const TransitionRule rule = transitionRule(qp->ctx.type, cur, next);
+    if (!rule.allowed)
+        return fail(PIB_CMD_STATUS_BAD_TRANSITION, "cmd-bad-transition",
+                    "MODIFY_QP %u (type %u) from state %u to %u", cmd.modifier, qp->ctx.type, cur,
+                    next);
+    uint32_t missing, extra;
+    if (!maskFitsRule(rule, mask, &missing, &extra))
+        return fail(PIB_CMD_STATUS_BAD_MASK, "cmd-bad-mask",
+                    "MODIFY_QP %u (type %u) %u->%u: mask 0x%x lacks 0x%x, has extra 0x%x",
+                    cmd.modifier, qp->ctx.type, cur, next, mask, missing, extra);
+    if (const char *bad = badQpAttr(*qp, in, mask))
+        return fail(PIB_CMD_STATUS_BAD_PARAM, "cmd-bad-param", "MODIFY_QP %u: invalid %s",
+                    cmd.modifier, bad);
+
+    pib_qp_attr &a = qp->attr;
+    if (next == PIB_QPS_RESET) {
+        // Reset returns the QP to its state at creation.
+        const uint8_t portNum = a.port_num;
+        a = pib_qp_attr{};
+        a.port_num = portNum;
+        a.path_mtu = PIB_MTU_256;
+    }
+    if (mask & PIB_QP_ACCESS_FLAGS)
+        a.qp_access_flags = in.qp_access_flags;
+    if (mask & PIB_QP_PKEY_INDEX)
+        a.pkey_index = in.pkey_index;
+    if (mask & PIB_QP_PORT)
+        a.port_num = in.port_num;
+    if (mask & PIB_QP_QKEY)
+        a.qkey = in.qkey;
+    if (mask & PIB_QP_AV)
+        a.av = in.av;
+    if (mask & PIB_QP_PATH_MTU)
+        a.path_mtu = in.path_mtu;
+    if (mask & PIB_QP_TIMEOUT)
+        a.timeout = in.timeout;
+    if (mask & PIB_QP_RETRY_CNT)
+        a.retry_cnt = in.retry_cnt;
+    if (mask & PIB_QP_RNR_RETRY)
+        a.rnr_retry = in.rnr_retry;
+    if (mask & PIB_QP_RQ_PSN)
+        a.rq_psn = in.rq_psn;
+    if (mask & PIB_QP_MAX_QP_RD_ATOMIC)
+        a.max_rd_atomic = in.max_rd_atomic;
+    if (mask & PIB_QP_MIN_RNR_TIMER)
+        a.min_rnr_timer = in.min_rnr_timer;
+    if (mask & PIB_QP_SQ_PSN)
+        a.sq_psn = in.sq_psn;
+    if (mask & PIB_QP_MAX_DEST_RD_ATOMIC)
+        a.max_dest_rd_atomic = in.max_dest_rd_atomic;
+    if (mask & PIB_QP_PATH_MIG_STATE)
+        a.path_mig_state = in.path_mig_state;
+    if (mask & PIB_QP_DEST_QPN)
+        a.dest_qp_num = in.dest_qp_num;
+    if (mask & PIB_QP_EN_SQD_ASYNC_NOTIFY)
+        a.en_sqd_async_notify = in.en_sqd_async_notify;
+    a.qp_state = next;
+    a.sq_draining = 0;
+    // With no send work in flight, the SQ is drained the moment it enters SQD.
+    if (next == PIB_QPS_SQD && cur == PIB_QPS_RTS && a.en_sqd_async_notify)
+        postAsyncEvent(PIB_ASYNC_SQ_DRAINED, cmd.modifier);
+    return {};
+}
+
+} // namespace pib

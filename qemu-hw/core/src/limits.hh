@@ -1,0 +1,31 @@
+// SPDX-License-Identifier: GPL-2.0-or-later
+// The resource limits the device enforces and reports in pib_dev_cap.
+#pragma once
+
+#include <cstdint>
+
+namespace pib::limits {
+
+inline constexpr uint32_t kMaxQp = 4096;
+inline constexpr uint32_t kLogMaxQpWr = 14;
+inline constexpr uint32_t kMaxSge = 32;
+inline constexpr uint32_t kMaxCq = 4096;
+inline constexpr uint32_t kLogMaxCqe = 16;
+inline constexpr uint32_t kMaxMr = 65536;
+inline constexpr uint32_t kMaxPd = 65536;
+inline constexpr uint32_t kMaxRdAtom = 16;
+inline constexpr uint32_t kMaxSrq = 4096;
+inline constexpr uint32_t kLogMaxSrqWr = 14;
+inline constexpr uint32_t kMaxInlineData = 1024;
+inline constexpr uint32_t kMaxMtt = 1u << 20;
+inline constexpr uint32_t kMaxEq = 32;
+inline constexpr uint32_t kLogMaxEqe = 16;
+inline constexpr uint32_t kLogMinWqeStride = 6;
+inline constexpr uint32_t kLogMaxWqeStride = 11;
+inline constexpr uint64_t kMaxMrSize = uint64_t{1} << 40;
+inline constexpr uint32_t kMinLogPageSize = 12;
+inline constexpr uint32_t kMaxLogPageSize = 30;
+inline constexpr uint8_t kLocalCaAckDelay = 15;
+inline constexpr uint32_t kMaxMsgSize = 1u << 31;
+
+} // namespace pib::limits

@@ -1,0 +1,45 @@
+// SPDX-License-Identifier: GPL-2.0-or-later
+// The memory translation table: guest page addresses that memory regions
+// and queue rings are built from (docs/prm.md, "Memory translation").
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <vector>
+
+namespace pib {
+
+class Mtt {
+  public:
+    explicit Mtt(uint32_t capacity) : capacity_(capacity) {}
+
+    // Reserves `count` contiguous entries (first fit); nullopt when no room.
+    std::optional<uint32_t> allocate(uint32_t count);
+    // Releases the range starting at `first`; false if none starts there.
+    bool release(uint32_t first);
+    // True if [first, first + count) lies inside one allocated range.
+    bool covers(uint32_t first, uint64_t count) const;
+    // References keep a range from being released while an object uses it.
+    void hold(uint32_t first);
+    void unhold(uint32_t first);
+    bool held(uint32_t first) const;
+
+    void write(uint32_t index, uint64_t address);
+    uint64_t entry(uint32_t index) const { return index < entries_.size() ? entries_[index] : 0; }
+    void clear();
+
+  private:
+    struct Range {
+        uint32_t count;
+        uint32_t refs = 0;
+    };
+    // The allocated range containing index, if any.
+    const std::pair<const uint32_t, Range> *rangeOf(uint32_t index) const;
+
+    uint32_t capacity_;
+    std::map<uint32_t, Range> ranges_; // first index -> range
+    std::vector<uint64_t> entries_;
+};
+
+} // namespace pib

@@ -1,0 +1,50 @@
+// SPDX-License-Identifier: GPL-2.0-or-later
+// The device-side state of every object the command interface creates.
+#pragma once
+
+#include <cstdint>
+
+#include "pib_hw.h"
+
+namespace pib {
+
+// Objects that others point at count their users; a referenced object
+// cannot be destroyed (PIB_CMD_STATUS_BUSY).
+struct Referenced {
+    uint32_t refs = 0;
+};
+
+struct DoorbellPage : Referenced {};
+struct ProtectionDomain : Referenced {};
+
+struct EventQueue : Referenced {
+    pib_eq_context ctx{};
+    uint32_t producer = 0; // EQEs written since creation
+    uint32_t consumer = 0; // from the CI doorbell
+    bool armed = false;
+    bool overrun = false;
+};
+
+struct CompletionQueue : Referenced {
+    pib_cq_context ctx{};
+    uint32_t producer = 0;
+    uint8_t arm = 0; // PIB_CQ_ARM_* or 0
+};
+
+struct MemoryRegion {
+    pib_mr_context ctx{};
+    uint32_t key = 0;
+};
+
+struct SharedReceiveQueue : Referenced {
+    pib_srq_context ctx{};
+    uint32_t producer = 0;
+    uint32_t consumer = 0;
+};
+
+struct QueuePair {
+    pib_qp_context ctx{};
+    pib_qp_attr attr{}; // current attributes; attr.qp_state is the state
+};
+
+} // namespace pib
