@@ -660,7 +660,7 @@ enum pib_wc_status {
 #define PIB_CQE_WITH_IMM (1u << 2)
 #define PIB_CQE_WITH_INV (1u << 3)
 
-#define PIB_CQE_SIZE 32u
+#define PIB_CQE_SIZE 64u
 
 struct pib_cqe {
     uint64_t wr_id;
@@ -670,10 +670,14 @@ struct pib_cqe {
     uint32_t src_qp; /* UD */
     uint16_t slid;
     uint16_t pkey_index;
-    uint8_t opcode;       /* pib_wc_opcode */
-    uint8_t status;       /* pib_wc_status */
-    uint8_t sl_path_bits; /* sl 7:4, dlid path bits 3:0 */
+    uint16_t wqe_index; /* ring slot of the WQE this completes */
+    uint8_t opcode;     /* pib_wc_opcode */
+    uint8_t status;     /* pib_wc_status */
+    uint8_t sl;
+    uint8_t dlid_path_bits;
     uint8_t flags;
+    uint8_t vendor_err;
+    uint32_t reserved[7];
 };
 
 /* ---- BAR2 doorbell pages ---------------------------------------------------- */

@@ -13,15 +13,23 @@ TEST_CASE("doorbell pages read as 0", "[doorbell]") {
 
 TEST_CASE("a doorbell on a page no context owns is a guest error", "[doorbell]") {
     FakeHost host;
-    host.write32(PIB_BAR_DOORBELL, 2 * PIB_PAGE_SIZE + 8, 0x1234);
+    host.initHca();
+    pib_core_bar_write(host.core, PIB_BAR_DOORBELL, 2 * PIB_PAGE_SIZE + 8, 0x1234, 8);
     REQUIRE(host.guestErrors("doorbell-unallocated") == 1);
     CHECK(host.errors[0].detail.find("page 2 offset 0x8") != std::string::npos);
+}
+
+TEST_CASE("doorbells are aligned 64-bit writes", "[doorbell]") {
+    FakeHost host;
+    host.write32(PIB_BAR_DOORBELL, 0, 1);
+    pib_core_bar_write(host.core, PIB_BAR_DOORBELL, 4, 1, 8);
+    CHECK(host.guestErrors("doorbell-bad-size") == 2);
 }
 
 TEST_CASE("doorbell accesses beyond the configured pages are refused", "[doorbell]") {
     FakeHost host;
     CHECK(host.read32(PIB_BAR_DOORBELL, 16 * PIB_PAGE_SIZE) == 0);
     host.write32(PIB_BAR_DOORBELL, 16 * PIB_PAGE_SIZE, 1);
-    pib_core_bar_write(host.core, PIB_BAR_DOORBELL, ~0ull, 1, 8);
+    pib_core_bar_write(host.core, PIB_BAR_DOORBELL, ~0ull - 7, 1, 8);
     CHECK(host.guestErrors("doorbell-out-of-range") == 3);
 }

@@ -28,7 +28,7 @@ struct Objects {
     pib_cq_context cqContext(uint32_t eqn) {
         pib_cq_context c{};
         c.buf = host.ring(1);
-        c.log_size = 7; // 128 CQEs of 32 bytes: one page
+        c.log_size = 6; // 64 CQEs of 64 bytes: one page
         c.eqn = eqn;
         c.uar_page = uar;
         c.ci_record = host.alloc(64, 64);
@@ -140,7 +140,7 @@ TEST_CASE("completion queues hold their EQ and doorbell page", "[cq]") {
         pib_cq_context q;
         REQUIRE(o.host.commandOut(PIB_CMD_QUERY_CQ, static_cast<uint32_t>(cq.result), &q).status ==
                 PIB_CMD_STATUS_OK);
-        CHECK(q.log_size == 7);
+        CHECK(q.log_size == 6);
         CHECK(q.ci_record == ctx.ci_record);
         CHECK(o.host.command(PIB_CMD_DESTROY_CQ, static_cast<uint32_t>(cq.result)).status ==
               PIB_CMD_STATUS_OK);

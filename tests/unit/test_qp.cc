@@ -21,7 +21,7 @@ struct QpFixture {
         eqn = static_cast<uint32_t>(host.commandIn(PIB_CMD_CREATE_EQ, 0, eq).result);
         pib_cq_context cq{};
         cq.buf = host.ring(1);
-        cq.log_size = 7;
+        cq.log_size = 6;
         cq.eqn = eqn;
         cq.uar_page = uar;
         cq.ci_record = host.alloc(64, 64);
@@ -303,4 +303,36 @@ TEST_CASE("QP creation checks its objects and rings; destroy releases them", "[q
         CHECK(f.host.command(PIB_CMD_DESTROY_CQ, f.cqn).status == PIB_CMD_STATUS_OK);
         CHECK(f.host.command(PIB_CMD_DEALLOC_PD, f.pd).status == PIB_CMD_STATUS_OK);
     }
+}
+
+TEST_CASE("queue doorbells are checked against their page, object and ring", "[qp][doorbell]") {
+    QpFixture f;
+    const uint32_t qpn = f.create(PIB_QPT_RC);
+    const uint64_t page = uint64_t{f.uar} * PIB_PAGE_SIZE;
+    auto ring = [&](uint64_t offset, uint32_t number, uint32_t value) {
+        pib_core_bar_write(f.host.core, PIB_BAR_DOORBELL, page + offset,
+                           uint64_t{value} << 32 | number, 8);
+    };
+    ring(PIB_DB_SQ, qpn, 3);
+    ring(PIB_DB_RQ, qpn, 64); // a full ring is fine
+    ring(PIB_DB_CQ_ARM, f.cqn, PIB_CQ_ARM_NEXT);
+    CHECK(f.host.guestErrors() == 0);
+
+    ring(PIB_DB_RQ, qpn, 200); // more than a ring ahead
+    ring(PIB_DB_SQ, qpn, 2);   // backwards
+    CHECK(f.host.guestErrors("doorbell-bad-index") == 2);
+    ring(PIB_DB_SQ, 999, 1);
+    ring(PIB_DB_SRQ, 5, 1);
+    ring(PIB_DB_CQ_ARM, 77, PIB_CQ_ARM_NEXT);
+    CHECK(f.host.guestErrors("doorbell-bad-object") == 3);
+    ring(PIB_DB_CQ_ARM, f.cqn, 9);
+    CHECK(f.host.guestErrors("doorbell-bad-arm") == 1);
+    ring(0x20, qpn, 1);
+    CHECK(f.host.guestErrors("doorbell-bad-offset") == 1);
+
+    // Another context's page cannot ring this QP.
+    const auto other = f.host.command(PIB_CMD_ALLOC_UAR);
+    pib_core_bar_write(f.host.core, PIB_BAR_DOORBELL, other.result * PIB_PAGE_SIZE + PIB_DB_SQ,
+                       uint64_t{4} << 32 | qpn, 8);
+    CHECK(f.host.guestErrors("doorbell-bad-object") == 4);
 }

@@ -30,7 +30,8 @@ def run(vms: int = 2, accel: str = "tcg") -> int:
         ui.step(f"Using the fabric already up in {fab.run_dir}")
     first = fab.vms[0].name
     _show(first, ["lspci", "-nn", "-d", "1234:1b1b", "-vv"], "1. The pib-hca PCIe function in the guest")
-    out = _show(first, ["pib-regs", "json"], "2. Its registers, read through sysfs with no driver")
+    out = _show(first, ["sh", "-c", "modprobe -r pib && pib-regs json; modprobe pib"],
+                "2. Its registers, read through sysfs with the driver unloaded")
     regs = json.loads(out)
     ui.detail(f"ID register 0x{regs['ID']:08x} = \"PIBH\"; interface version "
               f"{regs['IF_VERSION'] >> 16}.{regs['IF_VERSION'] & 0xffff}; node GUID "

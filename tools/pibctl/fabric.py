@@ -139,7 +139,7 @@ def _qemu_command(fabric: Fabric, vm: Vm, memory: int, cpus: int, trace: str) ->
         accel = ["-accel", "tcg", "-cpu", "max"]
     append = (
         "console=ttyS0,115200 loglevel=5 panic=-1 mitigations=off rdinit=/init "
-        f"pib.name={vm.name} pib.index={vm.index} pib.vms={len(fabric.vms)} pib.net={MGMT_NET}"
+        f"pibvm.name={vm.name} pibvm.index={vm.index} pibvm.vms={len(fabric.vms)} pibvm.net={MGMT_NET}"
     )
     run = Path(fabric.run_dir)
     cmd = [

@@ -4,15 +4,16 @@ packed as one initramfs that the guest runs from (no disk).
 The initramfs is three concatenated cpio archives, each cached on its own
 so that changing our files does not redo debootstrap:
   base    - debootstrap of guest/packages.txt, trimmed      (slow, rare)
-  modules - the guest kernel's modules from guest/modules.txt (per kernel)
-  overlay - guest/rootfs/ and, later, our driver and provider (every change)
+  modules - the guest kernel's modules from guest/modules.txt and our
+            driver (per kernel and driver change)
+  overlay - guest/rootfs/ and the rdma-core provider (every change)
 """
 
 import shutil
 import subprocess
 from pathlib import Path
 
-from pibctl import paths, sources, stamps, ui
+from pibctl import driver_build, paths, sources, stamps, ui
 
 GUEST = paths.REPO / "guest"
 SUITE = "trixie"
@@ -74,7 +75,9 @@ def _trim(root: Path) -> None:
 def build_base() -> Path:
     out = paths.image_dir() / "base.cpio.zst"
     packages = _list_file("packages.txt")
-    key = stamps.hash_files([Path(__file__)], f"{SUITE}:{','.join(packages)}")
+    # Keyed on what goes into it, not on this file: editing the packing
+    # logic elsewhere must not redo debootstrap.
+    key = stamps.hash_files([], f"{SUITE}:{','.join(packages)}:{','.join(TRIM)}:{KEEP_DOC}")
     if stamps.is_current("image-base", key) and out.is_file():
         ui.detail("base userspace: cached")
         return out
@@ -118,10 +121,12 @@ def _module_closure(moddir: Path, wanted):
     return sorted(closure)
 
 
-def build_modules(release: str, kernel_root: Path) -> Path:
+def build_modules(release: str, kernel_root: Path, extra_modules) -> Path:
+    """The kernel's modules from guest/modules.txt plus ours (`extra_modules`,
+    installed under updates/), with modules.dep covering all of them."""
     out = paths.image_dir() / f"modules-{release}.cpio.zst"
     wanted = _list_file("modules.txt")
-    key = stamps.hash_files([Path(__file__), GUEST / "modules.txt"], release)
+    key = stamps.hash_files([Path(__file__), GUEST / "modules.txt", *extra_modules], release)
     if stamps.is_current("image-modules", key) and out.is_file():
         ui.detail(f"kernel modules {release}: cached")
         return out
@@ -135,6 +140,9 @@ def build_modules(release: str, kernel_root: Path) -> Path:
     for rel in files:
         (dest / rel).parent.mkdir(parents=True, exist_ok=True)
         shutil.copy2(src / rel, dest / rel)
+    for ko in extra_modules:
+        (dest / "updates").mkdir(parents=True, exist_ok=True)
+        shutil.copy2(ko, dest / "updates" / ko.name)
     for meta in ("modules.order", "modules.builtin", "modules.builtin.modinfo"):
         if (src / meta).is_file():
             shutil.copy2(src / meta, dest / meta)
@@ -166,7 +174,8 @@ def build() -> None:
     ui.step("Guest image (trixie userspace, bookworm-backports kernel)")
     paths.image_dir().mkdir(parents=True, exist_ok=True)
     release, kernel_root = sources.fetch_guest_kernel()
-    parts = [build_base(), build_modules(release, kernel_root), build_overlay()]
+    driver = driver_build.build(release)
+    parts = [build_base(), build_modules(release, kernel_root, [driver]), build_overlay()]
     initrd = paths.initrd_image()
     tmp = initrd.with_suffix(".tmp")
     with open(tmp, "wb") as out:

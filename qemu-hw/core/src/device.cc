@@ -10,7 +10,7 @@ namespace pib {
 Device::Device(const pib_core_config &config, const pib_host_ops &ops, void *opaque)
     : config_(config), host_(ops, opaque), firmware_(config_, host_),
       registers_(config_, host_, firmware_, [this] { reset("guest wrote the reset register"); }),
-      doorbells_(config_.doorbell_pages, host_) {}
+      doorbells_(config_.doorbell_pages, host_, firmware_) {}
 
 void Device::reset(const char *reason) {
     registers_.reset();

@@ -25,11 +25,15 @@ void DoorbellPages::write(uint64_t offset, uint64_t value, unsigned size) {
                          size, offset);
         return;
     }
-    // No user context can own a page yet, so every doorbell is unallocated.
-    host_.guestError("doorbell-unallocated",
-                     "write of 0x%" PRIx64 " (%u bytes) to page %" PRIu64 " offset 0x%" PRIx64
-                     ", which no context owns",
-                     value, size, offset / PIB_PAGE_SIZE, offset % PIB_PAGE_SIZE);
+    // A doorbell names its queue and its new index in one atomic write.
+    if (size != 8 || offset % 8) {
+        host_.guestError("doorbell-bad-size",
+                         "write of %u bytes at 0x%" PRIx64 " (doorbells are aligned 64-bit writes)",
+                         size, offset);
+        return;
+    }
+    firmware_.queueDoorbell(static_cast<uint32_t>(offset / PIB_PAGE_SIZE),
+                            static_cast<uint32_t>(offset % PIB_PAGE_SIZE), value);
 }
 
 } // namespace pib

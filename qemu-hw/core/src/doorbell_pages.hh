@@ -4,13 +4,15 @@
 
 #include <cstdint>
 
+#include "firmware.hh"
 #include "host.hh"
 
 namespace pib {
 
 class DoorbellPages {
   public:
-    DoorbellPages(uint32_t pages, const Host &host) : pages_(pages), host_(host) {}
+    DoorbellPages(uint32_t pages, const Host &host, Firmware &firmware)
+        : pages_(pages), host_(host), firmware_(firmware) {}
 
     uint64_t size() const;
     uint64_t read(uint64_t offset, unsigned size);
@@ -19,6 +21,7 @@ class DoorbellPages {
   private:
     uint32_t pages_;
     const Host &host_;
+    Firmware &firmware_;
 };
 
 } // namespace pib

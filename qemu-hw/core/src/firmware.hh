@@ -42,6 +42,8 @@ class Firmware {
     CommandOutcome execute(const Command &cmd);
     // EQ doorbells in BAR0.
     void eqDoorbell(uint32_t eqn, uint32_t consumer, bool arm);
+    // A 64-bit write to doorbell page `page` at `offset` (BAR2).
+    void queueDoorbell(uint32_t page, uint32_t offset, uint64_t value);
     // Writes an EQE to the async EQ, if there is one.
     void postAsyncEvent(uint8_t event, uint32_t number);
     void postCommandEvent(uint16_t token, const CommandOutcome &outcome);
@@ -104,6 +106,8 @@ class Firmware {
     CommandOutcome queryQp(const Command &);
 
     PortState *port(uint32_t number);
+    bool updateProducer(const char *what, uint32_t number, uint32_t &producer, uint32_t consumer,
+                        uint32_t size, uint32_t value);
     QueuePair *findQp(uint32_t qpn) const;
     void releaseQp(QueuePair &qp);
     const char *badQpAttr(const QueuePair &qp, const pib_qp_attr &attr, uint32_t mask);

@@ -9,7 +9,7 @@
 namespace pib {
 
 static constexpr unsigned kLogEqeSize = 5;
-static constexpr unsigned kLogCqeSize = 5;
+static constexpr unsigned kLogCqeSize = 6;
 static_assert(1u << kLogEqeSize == sizeof(pib_eqe));
 static_assert(1u << kLogCqeSize == PIB_CQE_SIZE);
 
@@ -284,6 +284,87 @@ CommandOutcome Firmware::armSrq(const Command &cmd) {
                     "ARM_SRQ limit %" PRIu64 " of %u WQEs", cmd.in, 1u << srq->ctx.log_wqe_count);
     srq->ctx.limit = static_cast<uint32_t>(cmd.in);
     return {};
+}
+
+} // namespace pib
+
+namespace pib {
+
+// ---- doorbells (BAR2) -----------------------------------------------------------
+
+bool Firmware::updateProducer(const char *what, uint32_t number, uint32_t &producer,
+                              uint32_t consumer, uint32_t size, uint32_t value) {
+    // The producer only moves forward, and never more than a ring ahead.
+    if (value - consumer > size || value - producer > size) {
+        host_.guestError("doorbell-bad-index",
+                         "%s %u producer index %u (was %u, consumer %u, %u slots)", what, number,
+                         value, producer, consumer, size);
+        return false;
+    }
+    producer = value;
+    return true;
+}
+
+void Firmware::queueDoorbell(uint32_t page, uint32_t offset, uint64_t value) {
+    const auto number = static_cast<uint32_t>(value);
+    const auto arg = static_cast<uint32_t>(value >> 32);
+    if (!uars_.find(page)) {
+        host_.guestError("doorbell-unallocated",
+                         "write of 0x%" PRIx64 " to page %u offset 0x%x, which no context owns",
+                         value, page, offset);
+        return;
+    }
+    switch (offset) {
+    case PIB_DB_SQ:
+    case PIB_DB_RQ: {
+        QueuePair *qp = findQp(number);
+        if (!qp || qp->ctx.uar_page != page) {
+            host_.guestError("doorbell-bad-object", "%s doorbell of QP %u on page %u, which %s",
+                             offset == PIB_DB_SQ ? "SQ" : "RQ", number, page,
+                             qp ? "belongs to another page" : "does not exist");
+            return;
+        }
+        if (offset == PIB_DB_SQ)
+            updateProducer("SQ of QP", number, qp->sq.producer, qp->sq.consumer,
+                           1u << qp->ctx.sq_log_wqe_count, arg);
+        else if (qp->ctx.flags & PIB_QP_USE_SRQ)
+            host_.guestError("doorbell-bad-object", "RQ doorbell of QP %u, which uses an SRQ",
+                             number);
+        else
+            updateProducer("RQ of QP", number, qp->rq.producer, qp->rq.consumer,
+                           1u << qp->ctx.rq_log_wqe_count, arg);
+        return;
+    }
+    case PIB_DB_SRQ: {
+        SharedReceiveQueue *srq = srqs_.find(number);
+        if (!srq || srq->ctx.uar_page != page) {
+            host_.guestError("doorbell-bad-object", "doorbell of SRQ %u on page %u", number, page);
+            return;
+        }
+        updateProducer("SRQ", number, srq->producer, srq->consumer, 1u << srq->ctx.log_wqe_count,
+                       arg);
+        return;
+    }
+    case PIB_DB_CQ_ARM: {
+        CompletionQueue *cq = cqs_.find(number);
+        if (!cq || cq->ctx.uar_page != page) {
+            host_.guestError("doorbell-bad-object", "arm of CQ %u on page %u", number, page);
+            return;
+        }
+        if (arg != PIB_CQ_ARM_NEXT && arg != PIB_CQ_ARM_SOLICITED) {
+            host_.guestError("doorbell-bad-arm", "arm of CQ %u with 0x%x", number, arg);
+            return;
+        }
+        // An armed "next" is not weakened by a later "solicited" arm.
+        if (cq->arm != PIB_CQ_ARM_NEXT)
+            cq->arm = static_cast<uint8_t>(arg);
+        return;
+    }
+    default:
+        host_.guestError("doorbell-bad-offset", "write of 0x%" PRIx64 " to page %u offset 0x%x",
+                         value, page, offset);
+        return;
+    }
 }
 
 } // namespace pib

@@ -42,9 +42,18 @@ struct SharedReceiveQueue : Referenced {
     uint32_t consumer = 0;
 };
 
+// Producer and consumer counts of a work queue (from doorbells and the
+// engine that consumes WQEs).
+struct WorkQueue {
+    uint32_t producer = 0;
+    uint32_t consumer = 0;
+};
+
 struct QueuePair {
     pib_qp_context ctx{};
     pib_qp_attr attr{}; // current attributes; attr.qp_state is the state
+    WorkQueue sq;
+    WorkQueue rq;
 };
 
 } // namespace pib

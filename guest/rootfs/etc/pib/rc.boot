@@ -1,14 +1,14 @@
 #!/bin/bash
 # One-time boot of a pib-hca guest. Identity comes from the kernel command
 # line that ./pib fabric up writes:
-#   pib.name=vm2 pib.index=2 pib.vms=4 pib.net=10.77.0
+#   pibvm.name=vm2 pibvm.index=2 pibvm.vms=4 pibvm.net=10.77.0
 set -u
 for word in $(cat /proc/cmdline); do
     case "$word" in
-    pib.name=*) name=${word#*=} ;;
-    pib.index=*) index=${word#*=} ;;
-    pib.vms=*) vms=${word#*=} ;;
-    pib.net=*) net=${word#*=} ;;
+    pibvm.name=*) name=${word#*=} ;;
+    pibvm.index=*) index=${word#*=} ;;
+    pibvm.vms=*) vms=${word#*=} ;;
+    pibvm.net=*) net=${word#*=} ;;
     esac
 done
 name=${name:-pib-guest}
@@ -36,7 +36,7 @@ for dev in /sys/class/net/*; do
     break
 done
 
-for m in ib_core ib_uverbs ib_umad ib_ipoib rdma_ucm; do
+for m in ib_core ib_uverbs ib_umad ib_ipoib rdma_ucm pib; do
     modprobe "$m"
 done
 

@@ -1,0 +1,266 @@
+/* SPDX-License-Identifier: GPL-2.0-only */
+/*
+ * pib: driver for the pib-hca emulated InfiniBand HCA.
+ * The hardware interface is include/pib_hw.h, explained in docs/prm.md.
+ */
+#ifndef PIB_H
+#define PIB_H
+
+#include <linux/debugfs.h>
+#include <linux/interrupt.h>
+#include <linux/mutex.h>
+#include <linux/pci.h>
+#include <linux/xarray.h>
+#include <rdma/ib_umem.h>
+#include <rdma/ib_verbs.h>
+#include <rdma/iter.h>
+
+#include "pib_hw.h"
+#include "pib_user_abi.h"
+
+#define PIB_DRV_NAME "pib"
+#define PIB_CMD_TIMEOUT_MS 5000
+
+enum pib_vector {
+	PIB_VEC_ASYNC = 0, /* async events and command completions */
+	PIB_VEC_COMP = 1, /* completion events */
+	PIB_NUM_VECS,
+};
+
+/* A ring or mailbox the kernel owns: contiguous DMA memory. */
+struct pib_kbuf {
+	void *va;
+	dma_addr_t dma;
+	size_t size;
+};
+
+/* Pages of a queue ring as the device sees them: an MTT range. */
+struct pib_ring {
+	struct pib_kbuf kbuf; /* kernel rings */
+	struct ib_umem *umem; /* user rings */
+	u32 mtt;
+	u32 npages;
+};
+
+struct pib_eq {
+	struct pib_dev *dev;
+	struct pib_ring ring;
+	u32 eqn;
+	u32 log_size;
+	u32 ci;
+	int irq;
+	bool created;
+};
+
+struct pib_dev {
+	struct ib_device ibdev;
+	struct pci_dev *pdev;
+	void __iomem *regs;
+	void __iomem *kdb; /* the kernel's doorbell page */
+	u32 kernel_uar;
+	struct pib_dev_cap caps;
+
+	/* Command interface. */
+	struct mutex cmd_lock;
+	struct pib_kbuf mailbox; /* input page, then output page */
+	bool cmd_events;
+	struct completion cmd_done;
+	u16 cmd_token;
+	u8 cmd_status;
+	u64 cmd_result;
+
+	struct pib_eq async_eq;
+	struct pib_eq comp_eq;
+
+	/* Objects by number, for events. */
+	struct xarray cqs;
+	struct xarray qps;
+	struct xarray srqs;
+
+	struct dentry *debugfs;
+};
+
+struct pib_ucontext {
+	struct ib_ucontext ibuc;
+	u32 uar;
+	struct rdma_user_mmap_entry *uar_entry;
+};
+
+struct pib_user_mmap_entry {
+	struct rdma_user_mmap_entry rdma_entry;
+	u64 address; /* bus address of the doorbell page */
+};
+
+struct pib_pd {
+	struct ib_pd ibpd;
+	u32 pdn;
+};
+
+struct pib_ah {
+	struct ib_ah ibah;
+	struct pib_av av;
+};
+
+struct pib_cq {
+	struct ib_cq ibcq;
+	struct pib_ring ring;
+	struct pib_kbuf ci_record; /* kernel CQs */
+	struct ib_umem *ci_umem; /* user CQs */
+	u32 cqn;
+	u32 log_size;
+	u32 ci;
+	u32 uar;
+	spinlock_t lock;
+};
+
+struct pib_srq {
+	struct ib_srq ibsrq;
+	struct pib_ring ring;
+	u32 srqn;
+	u8 log_wqe_count;
+	u8 log_wqe_stride;
+	u32 max_sge;
+	u32 limit;
+	u32 pi; /* kernel SRQs: WQEs posted */
+	spinlock_t lock;
+};
+
+/* A work queue of a QP (kernel QPs post into it; user QPs in user space). */
+struct pib_wq {
+	struct pib_ring ring;
+	u8 log_count;
+	u8 log_stride;
+	u32 pi; /* WQEs posted */
+	u32 ci; /* WQEs completed */
+	spinlock_t lock;
+};
+
+struct pib_qp {
+	struct ib_qp ibqp;
+	struct pib_wq sq;
+	struct pib_wq rq;
+	u32 qpn; /* the device's number (QP0/QP1 differ from ibqp.qp_num) */
+	u8 type; /* pib_qp_type */
+	u8 port;
+	bool signal_all;
+	struct ib_qp_cap cap;
+	enum ib_qp_state state;
+};
+
+struct pib_mr {
+	struct ib_mr ibmr;
+	struct ib_umem *umem;
+	u32 mtt;
+	u32 npages;
+};
+
+static inline struct pib_dev *to_pdev(struct ib_device *ibdev)
+{
+	return container_of(ibdev, struct pib_dev, ibdev);
+}
+#define PIB_TO(type, member, ptr) container_of(ptr, struct type, member)
+#define to_puc(p) PIB_TO(pib_ucontext, ibuc, p)
+#define to_ppd(p) PIB_TO(pib_pd, ibpd, p)
+#define to_pah(p) PIB_TO(pib_ah, ibah, p)
+#define to_pcq(p) PIB_TO(pib_cq, ibcq, p)
+#define to_psrq(p) PIB_TO(pib_srq, ibsrq, p)
+#define to_pqp(p) PIB_TO(pib_qp, ibqp, p)
+#define to_pmr(p) PIB_TO(pib_mr, ibmr, p)
+
+/* pib_cmd.c */
+int pib_cmd_init(struct pib_dev *dev);
+void pib_cmd_cleanup(struct pib_dev *dev);
+int pib_cmd(struct pib_dev *dev, u16 opcode, u32 modifier, u64 in, u64 *result);
+int pib_cmd_opmod(struct pib_dev *dev, u16 opcode, u8 opmod, u32 modifier,
+		  u64 in, u64 *result);
+int pib_cmd_box(struct pib_dev *dev, u16 opcode, u8 opmod, u32 modifier,
+		const void *in, size_t inlen, void *out, size_t outlen,
+		u64 *result);
+void pib_cmd_event(struct pib_dev *dev, u16 token, u8 status, u64 result);
+
+/* pib_eq.c */
+int pib_eq_setup(struct pib_dev *dev);
+void pib_eq_teardown(struct pib_dev *dev);
+
+/* pib_mtt.c */
+int pib_kbuf_alloc(struct pib_dev *dev, struct pib_kbuf *buf, size_t size);
+void pib_kbuf_free(struct pib_dev *dev, struct pib_kbuf *buf);
+int pib_ring_kernel(struct pib_dev *dev, struct pib_ring *ring, size_t size);
+int pib_ring_user(struct pib_dev *dev, struct pib_ring *ring, u64 addr,
+		  size_t size);
+void pib_ring_free(struct pib_dev *dev, struct pib_ring *ring);
+int pib_mtt_write_umem(struct pib_dev *dev, struct ib_umem *umem,
+		       unsigned long pgsz, u32 *mtt, u32 *npages);
+void pib_mtt_free(struct pib_dev *dev, u32 mtt);
+
+/* pib_verbs.c */
+int pib_query_device(struct ib_device *ibdev, struct ib_device_attr *attr,
+		     struct ib_udata *udata);
+int pib_query_port(struct ib_device *ibdev, u32 port,
+		   struct ib_port_attr *attr);
+int pib_get_port_immutable(struct ib_device *ibdev, u32 port,
+			   struct ib_port_immutable *immutable);
+int pib_query_gid(struct ib_device *ibdev, u32 port, int index,
+		  union ib_gid *gid);
+int pib_query_pkey(struct ib_device *ibdev, u32 port, u16 index, u16 *pkey);
+int pib_modify_port(struct ib_device *ibdev, u32 port, int mask,
+		    struct ib_port_modify *props);
+void pib_get_dev_fw_str(struct ib_device *ibdev, char *str);
+int pib_alloc_ucontext(struct ib_ucontext *ibuc, struct ib_udata *udata);
+void pib_dealloc_ucontext(struct ib_ucontext *ibuc);
+int pib_mmap(struct ib_ucontext *ibuc, struct vm_area_struct *vma);
+void pib_mmap_free(struct rdma_user_mmap_entry *entry);
+int pib_alloc_pd(struct ib_pd *ibpd, struct ib_udata *udata);
+int pib_dealloc_pd(struct ib_pd *ibpd, struct ib_udata *udata);
+int pib_create_ah(struct ib_ah *ibah, struct rdma_ah_init_attr *init,
+		  struct ib_udata *udata);
+int pib_query_ah(struct ib_ah *ibah, struct rdma_ah_attr *attr);
+int pib_destroy_ah(struct ib_ah *ibah, u32 flags);
+void pib_av_from_ah_attr(struct pib_av *av, const struct rdma_ah_attr *attr);
+void pib_av_to_ah_attr(struct pib_dev *dev, const struct pib_av *av,
+		       struct rdma_ah_attr *attr);
+
+/* pib_cq.c */
+int pib_create_cq(struct ib_cq *ibcq, const struct ib_cq_init_attr *attr,
+		  struct uverbs_attr_bundle *attrs);
+int pib_destroy_cq(struct ib_cq *ibcq, struct ib_udata *udata);
+int pib_poll_cq(struct ib_cq *ibcq, int num, struct ib_wc *wc);
+int pib_req_notify_cq(struct ib_cq *ibcq, enum ib_cq_notify_flags flags);
+
+/* pib_qp.c */
+int pib_create_qp(struct ib_qp *ibqp, struct ib_qp_init_attr *init,
+		  struct ib_udata *udata);
+int pib_modify_qp(struct ib_qp *ibqp, struct ib_qp_attr *attr, int mask,
+		  struct ib_udata *udata);
+int pib_query_qp(struct ib_qp *ibqp, struct ib_qp_attr *attr, int mask,
+		 struct ib_qp_init_attr *init);
+int pib_destroy_qp(struct ib_qp *ibqp, struct ib_udata *udata);
+int pib_post_send(struct ib_qp *ibqp, const struct ib_send_wr *wr,
+		  const struct ib_send_wr **bad_wr);
+int pib_post_recv(struct ib_qp *ibqp, const struct ib_recv_wr *wr,
+		  const struct ib_recv_wr **bad_wr);
+void pib_qp_completed(struct pib_qp *qp, const struct pib_cqe *cqe);
+int pib_write_recv_wqe(struct pib_wqe_ctrl *ctrl, size_t stride,
+		       const struct ib_recv_wr *wr, u32 max_sge);
+
+/* pib_srq.c */
+int pib_create_srq(struct ib_srq *ibsrq, struct ib_srq_init_attr *init,
+		   struct ib_udata *udata);
+int pib_modify_srq(struct ib_srq *ibsrq, struct ib_srq_attr *attr,
+		   enum ib_srq_attr_mask mask, struct ib_udata *udata);
+int pib_query_srq(struct ib_srq *ibsrq, struct ib_srq_attr *attr);
+int pib_destroy_srq(struct ib_srq *ibsrq, struct ib_udata *udata);
+int pib_post_srq_recv(struct ib_srq *ibsrq, const struct ib_recv_wr *wr,
+		      const struct ib_recv_wr **bad_wr);
+
+/* pib_mr.c */
+struct ib_mr *pib_get_dma_mr(struct ib_pd *ibpd, int access);
+struct ib_mr *pib_reg_user_mr(struct ib_pd *ibpd, u64 start, u64 length,
+			      u64 virt, int access, struct ib_udata *udata);
+int pib_dereg_mr(struct ib_mr *ibmr, struct ib_udata *udata);
+
+/* pib_debugfs.c */
+void pib_debugfs_init(struct pib_dev *dev);
+void pib_debugfs_cleanup(struct pib_dev *dev);
+
+#endif /* PIB_H */

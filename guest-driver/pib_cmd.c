@@ -1,0 +1,151 @@
+// SPDX-License-Identifier: GPL-2.0-only
+/*
+ * The command interface (docs/prm.md §4): one command at a time, completed
+ * by polling CMD_CTRL.GO until the async EQ exists, by its event after.
+ */
+#include <linux/delay.h>
+
+#include "pib.h"
+
+static int pib_status_to_errno(u8 status)
+{
+	switch (status) {
+	case PIB_CMD_STATUS_OK:
+		return 0;
+	case PIB_CMD_STATUS_BAD_OPCODE:
+		return -EOPNOTSUPP;
+	case PIB_CMD_STATUS_NO_RESOURCES:
+		return -ENOMEM;
+	case PIB_CMD_STATUS_BUSY:
+		return -EBUSY;
+	case PIB_CMD_STATUS_DMA_ERROR:
+		return -EIO;
+	default: /* bad state, parameter, index, transition or mask */
+		return -EINVAL;
+	}
+}
+
+int pib_cmd_init(struct pib_dev *dev)
+{
+	mutex_init(&dev->cmd_lock);
+	init_completion(&dev->cmd_done);
+	return pib_kbuf_alloc(dev, &dev->mailbox, 2 * PIB_MAILBOX_SIZE);
+}
+
+void pib_cmd_cleanup(struct pib_dev *dev)
+{
+	pib_kbuf_free(dev, &dev->mailbox);
+}
+
+static void pib_write64(struct pib_dev *dev, u32 lo, u64 value)
+{
+	writel(lower_32_bits(value), dev->regs + lo);
+	writel(upper_32_bits(value), dev->regs + lo + 4);
+}
+
+static int pib_cmd_wait_polling(struct pib_dev *dev)
+{
+	unsigned long timeout = jiffies + msecs_to_jiffies(PIB_CMD_TIMEOUT_MS);
+
+	while (readl(dev->regs + PIB_REG_CMD_CTRL) & PIB_CMD_CTRL_GO) {
+		if (time_after(jiffies, timeout))
+			return -ETIMEDOUT;
+		usleep_range(10, 100);
+	}
+	return 0;
+}
+
+/* Runs one command; the caller holds cmd_lock. */
+static int pib_cmd_exec(struct pib_dev *dev, u16 opcode, u8 opmod, u32 modifier,
+			u64 in, u64 out, u64 *result)
+{
+	u32 ctrl = opcode | (u32)opmod << PIB_CMD_CTRL_OPMOD_SHIFT |
+		   PIB_CMD_CTRL_GO;
+	u8 status;
+	int err;
+
+	pib_write64(dev, PIB_REG_CMD_IN_LO, in);
+	pib_write64(dev, PIB_REG_CMD_OUT_LO, out);
+	writel(modifier, dev->regs + PIB_REG_CMD_MODIFIER);
+	if (dev->cmd_events) {
+		writel(++dev->cmd_token, dev->regs + PIB_REG_CMD_TOKEN);
+		reinit_completion(&dev->cmd_done);
+		ctrl |= PIB_CMD_CTRL_EVENT;
+	}
+	writel(ctrl, dev->regs + PIB_REG_CMD_CTRL);
+
+	if (dev->cmd_events) {
+		if (!wait_for_completion_timeout(
+			    &dev->cmd_done,
+			    msecs_to_jiffies(PIB_CMD_TIMEOUT_MS)))
+			err = -ETIMEDOUT;
+		else
+			err = 0;
+	} else {
+		err = pib_cmd_wait_polling(dev);
+	}
+	if (err) {
+		dev_err(&dev->pdev->dev, "command 0x%04x timed out\n", opcode);
+		return err;
+	}
+	status = readl(dev->regs + PIB_REG_CMD_STATUS);
+	if (result)
+		*result = readl(dev->regs + PIB_REG_CMD_RESULT_LO) |
+			  (u64)readl(dev->regs + PIB_REG_CMD_RESULT_HI) << 32;
+	if (status)
+		dev_dbg(&dev->pdev->dev,
+			"command 0x%04x modifier 0x%x: status %u\n", opcode,
+			modifier, status);
+	return pib_status_to_errno(status);
+}
+
+void pib_cmd_event(struct pib_dev *dev, u16 token, u8 status, u64 result)
+{
+	if (token != dev->cmd_token) {
+		dev_warn(&dev->pdev->dev,
+			 "completion for command token 0x%x, expected 0x%x\n",
+			 token, dev->cmd_token);
+		return;
+	}
+	complete(&dev->cmd_done);
+}
+
+int pib_cmd_opmod(struct pib_dev *dev, u16 opcode, u8 opmod, u32 modifier,
+		  u64 in, u64 *result)
+{
+	int err;
+
+	mutex_lock(&dev->cmd_lock);
+	err = pib_cmd_exec(dev, opcode, opmod, modifier, in, 0, result);
+	mutex_unlock(&dev->cmd_lock);
+	return err;
+}
+
+int pib_cmd(struct pib_dev *dev, u16 opcode, u32 modifier, u64 in, u64 *result)
+{
+	return pib_cmd_opmod(dev, opcode, 0, modifier, in, result);
+}
+
+int pib_cmd_box(struct pib_dev *dev, u16 opcode, u8 opmod, u32 modifier,
+		const void *in, size_t inlen, void *out, size_t outlen,
+		u64 *result)
+{
+	void *in_box = dev->mailbox.va;
+	void *out_box = dev->mailbox.va + PIB_MAILBOX_SIZE;
+	u64 in_dma = dev->mailbox.dma;
+	u64 out_dma = dev->mailbox.dma + PIB_MAILBOX_SIZE;
+	int err;
+
+	if (WARN_ON(inlen > PIB_MAILBOX_SIZE || outlen > PIB_MAILBOX_SIZE))
+		return -EINVAL;
+	mutex_lock(&dev->cmd_lock);
+	memset(in_box, 0, PIB_MAILBOX_SIZE);
+	if (in)
+		memcpy(in_box, in, inlen);
+	err = pib_cmd_exec(dev, opcode, opmod, modifier, in ? in_dma : 0,
+			   out ? out_dma : 0, result);
+	if (!err && out)
+		memcpy(out, out_box, outlen);
+	mutex_unlock(&dev->cmd_lock);
+	return err;
+}

@@ -1,0 +1,245 @@
+// SPDX-License-Identifier: GPL-2.0-only
+/* Completion queues: rings of 64-byte CQEs with a phase bit (docs/prm.md). */
+#include <rdma/uverbs_ioctl.h>
+
+#include "pib.h"
+
+static size_t pib_cq_ring_size(u32 log_size)
+{
+	return max_t(size_t, PIB_PAGE_SIZE, (size_t)PIB_CQE_SIZE << log_size);
+}
+
+static int pib_cq_user(struct pib_dev *dev, struct pib_cq *cq,
+		       const struct ib_cq_init_attr *attr,
+		       struct ib_udata *udata, u64 *ci_dma)
+{
+	struct pib_ucontext *uc =
+		rdma_udata_to_drv_context(udata, struct pib_ucontext, ibuc);
+	struct pib_create_cq_cmd cmd;
+	struct ib_block_iter biter;
+	int err;
+
+	if (udata->inlen < sizeof(cmd))
+		return -EINVAL;
+	err = ib_copy_from_udata(&cmd, udata, sizeof(cmd));
+	if (err)
+		return err;
+	if (cmd.log_size < 1 || (1ull << cmd.log_size) > dev->caps.max_cqe ||
+	    (1ull << cmd.log_size) < attr->cqe || cmd.ci_record_addr & 3)
+		return -EINVAL;
+	cq->log_size = cmd.log_size;
+	cq->uar = uc->uar;
+	err = pib_ring_user(dev, &cq->ring, cmd.buf_addr,
+			    pib_cq_ring_size(cq->log_size));
+	if (err)
+		return err;
+	cq->ci_umem = ib_umem_get(&dev->ibdev, cmd.ci_record_addr, 4,
+				  IB_ACCESS_LOCAL_WRITE);
+	if (IS_ERR(cq->ci_umem)) {
+		err = PTR_ERR(cq->ci_umem);
+		cq->ci_umem = NULL;
+		pib_ring_free(dev, &cq->ring);
+		return err;
+	}
+	rdma_umem_for_each_dma_block (cq->ci_umem, &biter, PAGE_SIZE) {
+		*ci_dma = rdma_block_iter_dma_address(&biter) +
+			  (cmd.ci_record_addr & ~PAGE_MASK);
+		break;
+	}
+	return 0;
+}
+
+static int pib_cq_kernel(struct pib_dev *dev, struct pib_cq *cq,
+			 const struct ib_cq_init_attr *attr, u64 *ci_dma)
+{
+	int err;
+
+	cq->log_size = max(1, order_base_2(attr->cqe));
+	cq->uar = dev->kernel_uar;
+	err = pib_ring_kernel(dev, &cq->ring, pib_cq_ring_size(cq->log_size));
+	if (err)
+		return err;
+	err = pib_kbuf_alloc(dev, &cq->ci_record, sizeof(u32));
+	if (err) {
+		pib_ring_free(dev, &cq->ring);
+		return err;
+	}
+	*ci_dma = cq->ci_record.dma;
+	return 0;
+}
+
+static void pib_cq_free_memory(struct pib_dev *dev, struct pib_cq *cq)
+{
+	pib_ring_free(dev, &cq->ring);
+	pib_kbuf_free(dev, &cq->ci_record);
+	if (cq->ci_umem)
+		ib_umem_release(cq->ci_umem);
+	cq->ci_umem = NULL;
+}
+
+int pib_create_cq(struct ib_cq *ibcq, const struct ib_cq_init_attr *attr,
+		  struct uverbs_attr_bundle *attrs)
+{
+	struct ib_udata *udata = attrs ? &attrs->driver_udata : NULL;
+	struct pib_dev *dev = to_pdev(ibcq->device);
+	struct pib_cq *cq = to_pcq(ibcq);
+	struct pib_cq_context ctx = {};
+	u64 ci_dma = 0, cqn;
+	int err;
+
+	if (attr->flags)
+		return -EOPNOTSUPP;
+	if (attr->cqe < 1 || attr->cqe > dev->caps.max_cqe ||
+	    attr->comp_vector >= ibcq->device->num_comp_vectors)
+		return -EINVAL;
+	spin_lock_init(&cq->lock);
+	err = udata ? pib_cq_user(dev, cq, attr, udata, &ci_dma)
+		    : pib_cq_kernel(dev, cq, attr, &ci_dma);
+	if (err)
+		return err;
+
+	ctx.buf.mtt_index = cq->ring.mtt;
+	ctx.buf.npages = cq->ring.npages;
+	ctx.log_size = cq->log_size;
+	ctx.eqn = dev->comp_eq.eqn;
+	ctx.uar_page = cq->uar;
+	ctx.ci_record = ci_dma;
+	err = pib_cmd_box(dev, PIB_CMD_CREATE_CQ, 0, 0, &ctx, sizeof(ctx), NULL,
+			  0, &cqn);
+	if (err)
+		goto free;
+	cq->cqn = cqn;
+	ibcq->cqe = 1 << cq->log_size;
+	err = xa_err(xa_store(&dev->cqs, cq->cqn, cq, GFP_KERNEL));
+	if (err)
+		goto destroy;
+	if (udata) {
+		struct pib_create_cq_resp resp = {.cqn = cq->cqn};
+
+		err = ib_copy_to_udata(udata, &resp,
+				       min(sizeof(resp), udata->outlen));
+		if (err)
+			goto erase;
+	}
+	return 0;
+
+erase:
+	xa_erase(&dev->cqs, cq->cqn);
+destroy:
+	pib_cmd(dev, PIB_CMD_DESTROY_CQ, cq->cqn, 0, NULL);
+free:
+	pib_cq_free_memory(dev, cq);
+	return err;
+}
+
+int pib_destroy_cq(struct ib_cq *ibcq, struct ib_udata *udata)
+{
+	struct pib_dev *dev = to_pdev(ibcq->device);
+	struct pib_cq *cq = to_pcq(ibcq);
+	int err;
+
+	err = pib_cmd(dev, PIB_CMD_DESTROY_CQ, cq->cqn, 0, NULL);
+	if (err)
+		return err;
+	xa_erase(&dev->cqs, cq->cqn);
+	/* No completion handler may still be looking at this CQ. */
+	synchronize_irq(dev->comp_eq.irq);
+	pib_cq_free_memory(dev, cq);
+	return 0;
+}
+
+static struct pib_cqe *pib_next_cqe(struct pib_cq *cq)
+{
+	struct pib_cqe *cqe =
+		cq->ring.kbuf.va +
+		(size_t)(cq->ci & ((1u << cq->log_size) - 1)) * PIB_CQE_SIZE;
+	u8 phase = ((cq->ci >> cq->log_size) & 1) ^ 1;
+
+	if ((READ_ONCE(cqe->flags) & PIB_CQE_PHASE) != phase)
+		return NULL;
+	dma_rmb(); /* read the entry only after its phase bit */
+	return cqe;
+}
+
+static const enum ib_wc_opcode pib_wc_opcodes[] = {
+	[PIB_WC_SEND] = IB_WC_SEND,
+	[PIB_WC_RDMA_WRITE] = IB_WC_RDMA_WRITE,
+	[PIB_WC_RDMA_READ] = IB_WC_RDMA_READ,
+	[PIB_WC_COMP_SWAP] = IB_WC_COMP_SWAP,
+	[PIB_WC_FETCH_ADD] = IB_WC_FETCH_ADD,
+	[PIB_WC_LOCAL_INV] = IB_WC_LOCAL_INV,
+};
+
+static void pib_cqe_to_wc(struct pib_dev *dev, const struct pib_cqe *cqe,
+			  struct ib_wc *wc)
+{
+	struct pib_qp *qp = xa_load(&dev->qps, cqe->qpn);
+
+	memset(wc, 0, sizeof(*wc));
+	wc->wr_id = cqe->wr_id;
+	wc->status = cqe->status;
+	wc->vendor_err = cqe->vendor_err;
+	wc->qp = qp ? &qp->ibqp : NULL;
+	if (cqe->opcode == PIB_WC_RECV)
+		wc->opcode = IB_WC_RECV;
+	else if (cqe->opcode == PIB_WC_RECV_RDMA_WITH_IMM)
+		wc->opcode = IB_WC_RECV_RDMA_WITH_IMM;
+	else if (cqe->opcode < ARRAY_SIZE(pib_wc_opcodes))
+		wc->opcode = pib_wc_opcodes[cqe->opcode];
+	wc->byte_len = cqe->byte_len;
+	if (cqe->flags & PIB_CQE_WITH_IMM) {
+		wc->ex.imm_data = (__force __be32)cqe->imm;
+		wc->wc_flags |= IB_WC_WITH_IMM;
+	} else if (cqe->flags & PIB_CQE_WITH_INV) {
+		wc->ex.invalidate_rkey = cqe->imm;
+		wc->wc_flags |= IB_WC_WITH_INVALIDATE;
+	}
+	if (cqe->flags & PIB_CQE_GRH)
+		wc->wc_flags |= IB_WC_GRH;
+	wc->src_qp = cqe->src_qp;
+	wc->slid = cqe->slid;
+	wc->sl = cqe->sl;
+	wc->dlid_path_bits = cqe->dlid_path_bits;
+	wc->pkey_index = cqe->pkey_index;
+	wc->port_num = qp ? qp->port : 1;
+	if (qp)
+		pib_qp_completed(qp, cqe);
+}
+
+int pib_poll_cq(struct ib_cq *ibcq, int num, struct ib_wc *wc)
+{
+	struct pib_dev *dev = to_pdev(ibcq->device);
+	struct pib_cq *cq = to_pcq(ibcq);
+	struct pib_cqe *cqe;
+	unsigned long flags;
+	int n = 0;
+
+	spin_lock_irqsave(&cq->lock, flags);
+	while (n < num && (cqe = pib_next_cqe(cq))) {
+		pib_cqe_to_wc(dev, cqe, &wc[n++]);
+		cq->ci++;
+	}
+	/* Tell the device how far we got, so it can detect overruns. */
+	WRITE_ONCE(*(u32 *)cq->ci_record.va, cq->ci);
+	spin_unlock_irqrestore(&cq->lock, flags);
+	return n;
+}
+
+int pib_req_notify_cq(struct ib_cq *ibcq, enum ib_cq_notify_flags flags)
+{
+	struct pib_dev *dev = to_pdev(ibcq->device);
+	struct pib_cq *cq = to_pcq(ibcq);
+	u32 arm = (flags & IB_CQ_SOLICITED_MASK) == IB_CQ_SOLICITED
+			  ? PIB_CQ_ARM_SOLICITED
+			  : PIB_CQ_ARM_NEXT;
+	unsigned long irqflags;
+	int missed = 0;
+
+	writeq((u64)arm << 32 | cq->cqn, dev->kdb + PIB_DB_CQ_ARM);
+	if (flags & IB_CQ_REPORT_MISSED_EVENTS) {
+		spin_lock_irqsave(&cq->lock, irqflags);
+		missed = pib_next_cqe(cq) != NULL;
+		spin_unlock_irqrestore(&cq->lock, irqflags);
+	}
+	return missed;
+}

@@ -1,0 +1,82 @@
+// SPDX-License-Identifier: GPL-2.0-only
+/* debugfs: /sys/kernel/debug/pib/<device>/{cq,qp,srq} list live objects. */
+#include <linux/seq_file.h>
+
+#include "pib.h"
+
+static struct dentry *pib_debugfs_root;
+
+static const char *const pib_qp_states[] = {
+	[IB_QPS_RESET] = "RESET", [IB_QPS_INIT] = "INIT", [IB_QPS_RTR] = "RTR",
+	[IB_QPS_RTS] = "RTS",	  [IB_QPS_SQD] = "SQD",	  [IB_QPS_SQE] = "SQE",
+	[IB_QPS_ERR] = "ERR",
+};
+
+static int pib_qp_show(struct seq_file *s, void *unused)
+{
+	struct pib_dev *dev = s->private;
+	struct pib_qp *qp;
+	unsigned long qpn;
+
+	seq_puts(s, "qpn    wire-qpn type state port  sq(pi/ci/size)        "
+		    "rq(pi/ci/size)\n");
+	xa_for_each (&dev->qps, qpn, qp)
+		seq_printf(s, "%-6lu %-8u %-4u %-5s %-4u  %u/%u/%u  %u/%u/%u\n",
+			   qpn, qp->ibqp.qp_num, qp->type,
+			   pib_qp_states[qp->state], qp->port, qp->sq.pi,
+			   qp->sq.ci, 1u << qp->sq.log_count, qp->rq.pi,
+			   qp->rq.ci,
+			   qp->ibqp.srq ? 0 : 1u << qp->rq.log_count);
+	return 0;
+}
+DEFINE_SHOW_ATTRIBUTE(pib_qp);
+
+static int pib_cq_show(struct seq_file *s, void *unused)
+{
+	struct pib_dev *dev = s->private;
+	struct pib_cq *cq;
+	unsigned long cqn;
+
+	seq_puts(s, "cqn    size    ci       uar  user\n");
+	xa_for_each (&dev->cqs, cqn, cq)
+		seq_printf(s, "%-6lu %-7u %-8u %-4u %s\n", cqn,
+			   1u << cq->log_size, cq->ci, cq->uar,
+			   cq->ci_umem ? "yes" : "no");
+	return 0;
+}
+DEFINE_SHOW_ATTRIBUTE(pib_cq);
+
+static int pib_srq_show(struct seq_file *s, void *unused)
+{
+	struct pib_dev *dev = s->private;
+	struct pib_srq *srq;
+	unsigned long srqn;
+
+	seq_puts(s, "srqn   size    max_sge limit\n");
+	xa_for_each (&dev->srqs, srqn, srq)
+		seq_printf(s, "%-6lu %-7u %-7u %u\n", srqn,
+			   1u << srq->log_wqe_count, srq->max_sge, srq->limit);
+	return 0;
+}
+DEFINE_SHOW_ATTRIBUTE(pib_srq);
+
+void pib_debugfs_init(struct pib_dev *dev)
+{
+	if (!pib_debugfs_root)
+		pib_debugfs_root = debugfs_create_dir(PIB_DRV_NAME, NULL);
+	dev->debugfs =
+		debugfs_create_dir(dev_name(&dev->ibdev.dev), pib_debugfs_root);
+	debugfs_create_file("qp", 0400, dev->debugfs, dev, &pib_qp_fops);
+	debugfs_create_file("cq", 0400, dev->debugfs, dev, &pib_cq_fops);
+	debugfs_create_file("srq", 0400, dev->debugfs, dev, &pib_srq_fops);
+}
+
+void pib_debugfs_cleanup(struct pib_dev *dev)
+{
+	debugfs_remove_recursive(dev->debugfs);
+	dev->debugfs = NULL;
+	if (pib_debugfs_root && simple_empty(pib_debugfs_root)) {
+		debugfs_remove(pib_debugfs_root);
+		pib_debugfs_root = NULL;
+	}
+}

@@ -1,0 +1,242 @@
+// SPDX-License-Identifier: GPL-2.0-only
+/*
+ * Event queues and their MSI-X vectors: the async EQ (vector 0) carries
+ * command completions and async events, the completion EQ (vector 1)
+ * tells which CQ has new entries (docs/prm.md §5).
+ */
+#include "pib.h"
+
+#define PIB_EQ_LOG_SIZE 8
+
+static struct pib_eqe *pib_next_eqe(struct pib_eq *eq)
+{
+	struct pib_eqe *eqe =
+		eq->ring.kbuf.va +
+		(eq->ci & ((1u << eq->log_size) - 1)) * sizeof(struct pib_eqe);
+	u8 phase = ((eq->ci >> eq->log_size) & 1) ^ 1;
+
+	if ((READ_ONCE(eqe->flags) & PIB_EQE_PHASE) != phase)
+		return NULL;
+	dma_rmb(); /* read the entry only after its phase bit */
+	return eqe;
+}
+
+static void pib_eq_arm(struct pib_eq *eq)
+{
+	writel(eq->ci, eq->dev->regs + PIB_REG_EQ_DB(eq->eqn) + PIB_EQ_DB_ARM);
+}
+
+static void pib_qp_event(struct pib_dev *dev, u32 qpn, enum ib_event_type type)
+{
+	struct pib_qp *qp = xa_load(&dev->qps, qpn);
+	struct ib_event event = {.device = &dev->ibdev, .event = type};
+
+	if (!qp || !qp->ibqp.event_handler)
+		return;
+	event.element.qp = &qp->ibqp;
+	qp->ibqp.event_handler(&event, qp->ibqp.qp_context);
+}
+
+static void pib_async_event(struct pib_dev *dev, const struct pib_eqe *eqe)
+{
+	u32 number = eqe->data.async.number;
+	struct ib_event event = {.device = &dev->ibdev};
+	struct pib_cq *cq;
+	struct pib_srq *srq;
+
+	switch (eqe->subtype) {
+	case PIB_ASYNC_QP_FATAL:
+		return pib_qp_event(dev, number, IB_EVENT_QP_FATAL);
+	case PIB_ASYNC_QP_REQ_ERR:
+		return pib_qp_event(dev, number, IB_EVENT_QP_REQ_ERR);
+	case PIB_ASYNC_QP_ACCESS_ERR:
+		return pib_qp_event(dev, number, IB_EVENT_QP_ACCESS_ERR);
+	case PIB_ASYNC_COMM_EST:
+		return pib_qp_event(dev, number, IB_EVENT_COMM_EST);
+	case PIB_ASYNC_SQ_DRAINED:
+		return pib_qp_event(dev, number, IB_EVENT_SQ_DRAINED);
+	case PIB_ASYNC_QP_LAST_WQE_REACHED:
+		return pib_qp_event(dev, number, IB_EVENT_QP_LAST_WQE_REACHED);
+	case PIB_ASYNC_CQ_ERR:
+		cq = xa_load(&dev->cqs, number);
+		if (cq && cq->ibcq.event_handler) {
+			event.event = IB_EVENT_CQ_ERR;
+			event.element.cq = &cq->ibcq;
+			cq->ibcq.event_handler(&event, cq->ibcq.cq_context);
+		}
+		return;
+	case PIB_ASYNC_SRQ_LIMIT:
+	case PIB_ASYNC_SRQ_ERR:
+		srq = xa_load(&dev->srqs, number);
+		if (srq && srq->ibsrq.event_handler) {
+			event.event = eqe->subtype == PIB_ASYNC_SRQ_LIMIT
+					      ? IB_EVENT_SRQ_LIMIT_REACHED
+					      : IB_EVENT_SRQ_ERR;
+			event.element.srq = &srq->ibsrq;
+			srq->ibsrq.event_handler(&event,
+						 srq->ibsrq.srq_context);
+		}
+		return;
+	case PIB_ASYNC_PORT_ACTIVE:
+		event.event = IB_EVENT_PORT_ACTIVE;
+		break;
+	case PIB_ASYNC_PORT_ERR:
+		event.event = IB_EVENT_PORT_ERR;
+		break;
+	case PIB_ASYNC_LID_CHANGE:
+		event.event = IB_EVENT_LID_CHANGE;
+		break;
+	case PIB_ASYNC_PKEY_CHANGE:
+		event.event = IB_EVENT_PKEY_CHANGE;
+		break;
+	case PIB_ASYNC_SM_CHANGE:
+		event.event = IB_EVENT_SM_CHANGE;
+		break;
+	case PIB_ASYNC_CLIENT_REREGISTER:
+		event.event = IB_EVENT_CLIENT_REREGISTER;
+		break;
+	case PIB_ASYNC_GID_CHANGE:
+		event.event = IB_EVENT_GID_CHANGE;
+		break;
+	case PIB_ASYNC_DEVICE_FATAL:
+		dev_err(&dev->pdev->dev, "device reports a fatal error\n");
+		event.event = IB_EVENT_DEVICE_FATAL;
+		break;
+	default:
+		dev_warn(&dev->pdev->dev, "unknown async event 0x%x\n",
+			 eqe->subtype);
+		return;
+	}
+	event.element.port_num = number;
+	ib_dispatch_event(&event);
+}
+
+static irqreturn_t pib_async_irq(int irq, void *data)
+{
+	struct pib_eq *eq = data;
+	struct pib_dev *dev = eq->dev;
+	struct pib_eqe *eqe;
+
+	while ((eqe = pib_next_eqe(eq))) {
+		if (eqe->type == PIB_EQE_COMMAND)
+			pib_cmd_event(dev, eqe->data.cmd.token,
+				      eqe->data.cmd.status,
+				      eqe->data.cmd.result);
+		else if (eqe->type == PIB_EQE_ASYNC)
+			pib_async_event(dev, eqe);
+		eq->ci++;
+	}
+	pib_eq_arm(eq);
+	return IRQ_HANDLED;
+}
+
+static irqreturn_t pib_comp_irq(int irq, void *data)
+{
+	struct pib_eq *eq = data;
+	struct pib_eqe *eqe;
+	struct pib_cq *cq;
+
+	while ((eqe = pib_next_eqe(eq))) {
+		if (eqe->type == PIB_EQE_COMPLETION) {
+			cq = xa_load(&eq->dev->cqs, eqe->data.comp.cqn);
+			if (cq && cq->ibcq.comp_handler)
+				cq->ibcq.comp_handler(&cq->ibcq,
+						      cq->ibcq.cq_context);
+		}
+		eq->ci++;
+	}
+	pib_eq_arm(eq);
+	return IRQ_HANDLED;
+}
+
+static int pib_eq_create(struct pib_dev *dev, struct pib_eq *eq,
+			 unsigned int vector, u16 flags)
+{
+	struct pib_eq_context ctx = {};
+	u64 eqn;
+	int err;
+
+	eq->dev = dev;
+	eq->log_size = PIB_EQ_LOG_SIZE;
+	err = pib_ring_kernel(dev, &eq->ring,
+			      sizeof(struct pib_eqe) << eq->log_size);
+	if (err)
+		return err;
+	ctx.buf.mtt_index = eq->ring.mtt;
+	ctx.buf.npages = eq->ring.npages;
+	ctx.log_size = eq->log_size;
+	ctx.msix_vector = vector;
+	ctx.flags = flags;
+	err = pib_cmd_box(dev, PIB_CMD_CREATE_EQ, 0, 0, &ctx, sizeof(ctx), NULL,
+			  0, &eqn);
+	if (err) {
+		pib_ring_free(dev, &eq->ring);
+		return err;
+	}
+	eq->eqn = eqn;
+	eq->irq = pci_irq_vector(dev->pdev, vector);
+	eq->created = true;
+	return 0;
+}
+
+static void pib_eq_destroy(struct pib_dev *dev, struct pib_eq *eq)
+{
+	if (!eq->created)
+		return;
+	pib_cmd(dev, PIB_CMD_DESTROY_EQ, eq->eqn, 0, NULL);
+	pib_ring_free(dev, &eq->ring);
+	eq->created = false;
+}
+
+int pib_eq_setup(struct pib_dev *dev)
+{
+	int err;
+
+	err = pci_alloc_irq_vectors(dev->pdev, PIB_NUM_VECS, PIB_NUM_VECS,
+				    PCI_IRQ_MSIX);
+	if (err < 0)
+		return err;
+	err = pib_eq_create(dev, &dev->async_eq, PIB_VEC_ASYNC, PIB_EQ_ASYNC);
+	if (err)
+		goto free_vectors;
+	err = pib_eq_create(dev, &dev->comp_eq, PIB_VEC_COMP, 0);
+	if (err)
+		goto destroy_async;
+	err = request_threaded_irq(dev->async_eq.irq, NULL, pib_async_irq,
+				   IRQF_ONESHOT, "pib-async", &dev->async_eq);
+	if (err)
+		goto destroy_comp;
+	err = request_irq(dev->comp_eq.irq, pib_comp_irq, 0, "pib-comp",
+			  &dev->comp_eq);
+	if (err)
+		goto free_async_irq;
+	pib_eq_arm(&dev->async_eq);
+	pib_eq_arm(&dev->comp_eq);
+	/* From now on commands complete by event. */
+	mutex_lock(&dev->cmd_lock);
+	dev->cmd_events = true;
+	mutex_unlock(&dev->cmd_lock);
+	return 0;
+
+free_async_irq:
+	free_irq(dev->async_eq.irq, &dev->async_eq);
+destroy_comp:
+	pib_eq_destroy(dev, &dev->comp_eq);
+destroy_async:
+	pib_eq_destroy(dev, &dev->async_eq);
+free_vectors:
+	pci_free_irq_vectors(dev->pdev);
+	return err;
+}
+
+void pib_eq_teardown(struct pib_dev *dev)
+{
+	mutex_lock(&dev->cmd_lock);
+	dev->cmd_events = false;
+	mutex_unlock(&dev->cmd_lock);
+	free_irq(dev->comp_eq.irq, &dev->comp_eq);
+	free_irq(dev->async_eq.irq, &dev->async_eq);
+	pib_eq_destroy(dev, &dev->comp_eq);
+	pib_eq_destroy(dev, &dev->async_eq);
+	pci_free_irq_vectors(dev->pdev);
+}

@@ -1,0 +1,243 @@
+// SPDX-License-Identifier: GPL-2.0-only
+/*
+ * pib: the Linux driver of the pib-hca emulated InfiniBand HCA.
+ *
+ * Probe brings the device up the way docs/prm.md §2 prescribes (identify,
+ * reset, read capabilities, INIT_HCA), sets up the event queues and
+ * registers an ib_device whose verbs are in the other pib_*.c files.
+ */
+#include <linux/module.h>
+#include <linux/utsname.h>
+
+#include "pib.h"
+
+MODULE_AUTHOR("pib-hca developers");
+MODULE_DESCRIPTION("pib-hca emulated InfiniBand HCA driver");
+MODULE_LICENSE("GPL");
+
+static const struct ib_device_ops pib_dev_ops = {
+	.owner = THIS_MODULE,
+	.driver_id = RDMA_DRIVER_UNKNOWN,
+	.uverbs_abi_ver = PIB_UVERBS_ABI_VERSION,
+
+	.alloc_pd = pib_alloc_pd,
+	.alloc_ucontext = pib_alloc_ucontext,
+	.create_ah = pib_create_ah,
+	.create_cq = pib_create_cq,
+	.create_qp = pib_create_qp,
+	.create_srq = pib_create_srq,
+	.dealloc_pd = pib_dealloc_pd,
+	.dealloc_ucontext = pib_dealloc_ucontext,
+	.dereg_mr = pib_dereg_mr,
+	.destroy_ah = pib_destroy_ah,
+	.destroy_cq = pib_destroy_cq,
+	.destroy_qp = pib_destroy_qp,
+	.destroy_srq = pib_destroy_srq,
+	.get_dev_fw_str = pib_get_dev_fw_str,
+	.get_dma_mr = pib_get_dma_mr,
+	.get_port_immutable = pib_get_port_immutable,
+	.mmap = pib_mmap,
+	.mmap_free = pib_mmap_free,
+	.modify_port = pib_modify_port,
+	.modify_qp = pib_modify_qp,
+	.modify_srq = pib_modify_srq,
+	.poll_cq = pib_poll_cq,
+	.post_recv = pib_post_recv,
+	.post_send = pib_post_send,
+	.post_srq_recv = pib_post_srq_recv,
+	.query_ah = pib_query_ah,
+	.query_device = pib_query_device,
+	.query_gid = pib_query_gid,
+	.query_pkey = pib_query_pkey,
+	.query_port = pib_query_port,
+	.query_qp = pib_query_qp,
+	.query_srq = pib_query_srq,
+	.reg_user_mr = pib_reg_user_mr,
+	.req_notify_cq = pib_req_notify_cq,
+
+	INIT_RDMA_OBJ_SIZE(ib_ah, pib_ah, ibah),
+	INIT_RDMA_OBJ_SIZE(ib_cq, pib_cq, ibcq),
+	INIT_RDMA_OBJ_SIZE(ib_pd, pib_pd, ibpd),
+	INIT_RDMA_OBJ_SIZE(ib_qp, pib_qp, ibqp),
+	INIT_RDMA_OBJ_SIZE(ib_srq, pib_srq, ibsrq),
+	INIT_RDMA_OBJ_SIZE(ib_ucontext, pib_ucontext, ibuc),
+};
+
+/* Identify and reset the device (docs/prm.md §2, "Reset and initialisation").
+ */
+static int pib_hw_reset(struct pib_dev *dev)
+{
+	struct device *d = &dev->pdev->dev;
+	u32 id = readl(dev->regs + PIB_REG_ID);
+	u32 version = readl(dev->regs + PIB_REG_IF_VERSION);
+
+	if (id != PIB_ID_MAGIC) {
+		dev_err(d, "ID register reads 0x%08x, not a pib-hca\n", id);
+		return -ENODEV;
+	}
+	if (PIB_IF_VERSION_MAJOR(version) !=
+		    PIB_IF_VERSION_MAJOR(PIB_IF_VERSION_CURRENT) ||
+	    PIB_IF_VERSION_MINOR(version) <
+		    PIB_IF_VERSION_MINOR(PIB_IF_VERSION_CURRENT)) {
+		dev_err(d, "interface version %u.%u; this driver needs %u.%u\n",
+			PIB_IF_VERSION_MAJOR(version),
+			PIB_IF_VERSION_MINOR(version),
+			PIB_IF_VERSION_MAJOR(PIB_IF_VERSION_CURRENT),
+			PIB_IF_VERSION_MINOR(PIB_IF_VERSION_CURRENT));
+		return -ENODEV;
+	}
+	writel(PIB_RESET_MAGIC, dev->regs + PIB_REG_RESET);
+	if (!(readl(dev->regs + PIB_REG_STATUS) & PIB_STATUS_READY)) {
+		dev_err(d, "device not ready after reset\n");
+		return -EIO;
+	}
+	return 0;
+}
+
+static int pib_hw_init(struct pib_dev *dev)
+{
+	u64 uar;
+	int err;
+
+	err = pib_cmd_box(dev, PIB_CMD_QUERY_DEV_CAP, 0, 0, NULL, 0, &dev->caps,
+			  sizeof(dev->caps), NULL);
+	if (err)
+		return err;
+	if (!dev->caps.num_ports || dev->caps.num_ports > PIB_MAX_PORTS)
+		return -EIO;
+	err = pib_cmd(dev, PIB_CMD_INIT_HCA, 0, 0, NULL);
+	if (err)
+		return err;
+	/* The kernel's own doorbell page. */
+	err = pib_cmd(dev, PIB_CMD_ALLOC_UAR, 0, 0, &uar);
+	if (err)
+		return err;
+	dev->kernel_uar = uar;
+	dev->kdb = pci_iomap_range(dev->pdev, PIB_BAR_DOORBELL,
+				   uar * PIB_PAGE_SIZE, PIB_PAGE_SIZE);
+	return dev->kdb ? 0 : -ENOMEM;
+}
+
+static void pib_hw_close(struct pib_dev *dev)
+{
+	if (dev->kdb)
+		pci_iounmap(dev->pdev, dev->kdb);
+	dev->kdb = NULL;
+	pib_cmd(dev, PIB_CMD_CLOSE_HCA, 0, 0, NULL);
+	writel(PIB_RESET_MAGIC, dev->regs + PIB_REG_RESET);
+}
+
+static void pib_init_ibdev(struct pib_dev *dev)
+{
+	struct ib_device *ibdev = &dev->ibdev;
+
+	ibdev->node_type = RDMA_NODE_IB_CA;
+	ibdev->phys_port_cnt = dev->caps.num_ports;
+	ibdev->num_comp_vectors = 1;
+	ibdev->node_guid = cpu_to_be64(dev->caps.node_guid);
+	ibdev->local_dma_lkey = 0;
+	snprintf(ibdev->node_desc, sizeof(ibdev->node_desc), "%s pib_hca",
+		 init_utsname()->nodename);
+	ib_set_device_ops(ibdev, &pib_dev_ops);
+}
+
+static int pib_probe(struct pci_dev *pdev, const struct pci_device_id *id)
+{
+	struct pib_dev *dev;
+	int err;
+
+	dev = ib_alloc_device(pib_dev, ibdev);
+	if (!dev)
+		return -ENOMEM;
+	dev->pdev = pdev;
+	xa_init(&dev->cqs);
+	xa_init(&dev->qps);
+	xa_init(&dev->srqs);
+	pci_set_drvdata(pdev, dev);
+
+	err = pci_enable_device_mem(pdev);
+	if (err)
+		goto free_dev;
+	err = pci_request_regions(pdev, PIB_DRV_NAME);
+	if (err)
+		goto disable;
+	pci_set_master(pdev);
+	err = dma_set_mask_and_coherent(&pdev->dev, DMA_BIT_MASK(64));
+	if (err)
+		goto release;
+	dev->regs = pci_iomap(pdev, PIB_BAR_REGS, PIB_REGS_SIZE);
+	if (!dev->regs) {
+		err = -ENOMEM;
+		goto release;
+	}
+	err = pib_hw_reset(dev);
+	if (err)
+		goto unmap;
+	err = pib_cmd_init(dev);
+	if (err)
+		goto unmap;
+	err = pib_hw_init(dev);
+	if (err)
+		goto close;
+	err = pib_eq_setup(dev);
+	if (err)
+		goto close;
+
+	pib_init_ibdev(dev);
+	err = ib_register_device(&dev->ibdev, "pib_%d", &pdev->dev);
+	if (err)
+		goto eq;
+	pib_debugfs_init(dev);
+	dev_info(&pdev->dev,
+		 "%s: node GUID %016llx, %u port(s), firmware %u.%u.%u\n",
+		 dev_name(&dev->ibdev.dev), dev->caps.node_guid,
+		 dev->caps.num_ports, dev->caps.fw_version >> 24,
+		 (dev->caps.fw_version >> 16) & 0xff,
+		 dev->caps.fw_version & 0xffff);
+	return 0;
+
+eq:
+	pib_eq_teardown(dev);
+close:
+	pib_hw_close(dev);
+	pib_cmd_cleanup(dev);
+unmap:
+	pci_iounmap(pdev, dev->regs);
+release:
+	pci_release_regions(pdev);
+disable:
+	pci_disable_device(pdev);
+free_dev:
+	ib_dealloc_device(&dev->ibdev);
+	return err;
+}
+
+static void pib_remove(struct pci_dev *pdev)
+{
+	struct pib_dev *dev = pci_get_drvdata(pdev);
+
+	pib_debugfs_cleanup(dev);
+	ib_unregister_device(&dev->ibdev);
+	pib_eq_teardown(dev);
+	pib_hw_close(dev);
+	pib_cmd_cleanup(dev);
+	pci_iounmap(pdev, dev->regs);
+	pci_release_regions(pdev);
+	pci_disable_device(pdev);
+	WARN_ON(!xa_empty(&dev->cqs) || !xa_empty(&dev->qps) ||
+		!xa_empty(&dev->srqs));
+	ib_dealloc_device(&dev->ibdev);
+}
+
+static const struct pci_device_id pib_pci_table[] = {
+	{PCI_DEVICE(PIB_PCI_VENDOR_ID, PIB_PCI_DEVICE_ID)}, {}};
+MODULE_DEVICE_TABLE(pci, pib_pci_table);
+
+static struct pci_driver pib_pci_driver = {
+	.name = PIB_DRV_NAME,
+	.id_table = pib_pci_table,
+	.probe = pib_probe,
+	.remove = pib_remove,
+};
+
+module_pci_driver(pib_pci_driver);

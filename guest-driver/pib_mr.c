@@ -1,0 +1,120 @@
+// SPDX-License-Identifier: GPL-2.0-only
+/* Memory regions: a DMA MR for kernel users, user MRs through the MTT. */
+#include "pib.h"
+
+#define PIB_ACCESS_SUPPORTED                              \
+	(IB_ACCESS_LOCAL_WRITE | IB_ACCESS_REMOTE_WRITE | \
+	 IB_ACCESS_REMOTE_READ | IB_ACCESS_REMOTE_ATOMIC)
+
+static u8 pib_next_key_variant(void)
+{
+	static atomic_t variant = ATOMIC_INIT(0);
+
+	return atomic_inc_return(&variant);
+}
+
+static int pib_create_mr_cmd(struct pib_dev *dev, struct pib_mr *mr,
+			     struct pib_mr_context *ctx)
+{
+	u64 key;
+	int err;
+
+	ctx->key_variant = pib_next_key_variant();
+	err = pib_cmd_box(dev, PIB_CMD_CREATE_MR, 0, 0, ctx, sizeof(*ctx), NULL,
+			  0, &key);
+	if (!err)
+		mr->ibmr.lkey = mr->ibmr.rkey = key;
+	return err;
+}
+
+struct ib_mr *pib_get_dma_mr(struct ib_pd *ibpd, int access)
+{
+	struct pib_dev *dev = to_pdev(ibpd->device);
+	struct pib_mr_context ctx = {};
+	struct pib_mr *mr;
+	int err;
+
+	if (access & ~(PIB_ACCESS_SUPPORTED | IB_ACCESS_OPTIONAL))
+		return ERR_PTR(-EOPNOTSUPP);
+	mr = kzalloc(sizeof(*mr), GFP_KERNEL);
+	if (!mr)
+		return ERR_PTR(-ENOMEM);
+	ctx.pdn = to_ppd(ibpd)->pdn;
+	ctx.access = access & PIB_ACCESS_SUPPORTED;
+	ctx.flags = PIB_MR_PHYSICAL;
+	ctx.length = ~0ull;
+	err = pib_create_mr_cmd(dev, mr, &ctx);
+	if (err) {
+		kfree(mr);
+		return ERR_PTR(err);
+	}
+	return &mr->ibmr;
+}
+
+struct ib_mr *pib_reg_user_mr(struct ib_pd *ibpd, u64 start, u64 length,
+			      u64 virt, int access, struct ib_udata *udata)
+{
+	struct pib_dev *dev = to_pdev(ibpd->device);
+	struct pib_mr_context ctx = {};
+	unsigned long pgsz;
+	struct pib_mr *mr;
+	int err;
+
+	if (access & ~(PIB_ACCESS_SUPPORTED | IB_ACCESS_OPTIONAL))
+		return ERR_PTR(-EOPNOTSUPP);
+	if (!length || length > dev->caps.max_mr_size)
+		return ERR_PTR(-EINVAL);
+	mr = kzalloc(sizeof(*mr), GFP_KERNEL);
+	if (!mr)
+		return ERR_PTR(-ENOMEM);
+	mr->umem = ib_umem_get(ibpd->device, start, length, access);
+	if (IS_ERR(mr->umem)) {
+		err = PTR_ERR(mr->umem);
+		goto free;
+	}
+	pgsz = ib_umem_find_best_pgsz(mr->umem, dev->caps.page_size_cap, virt);
+	if (!pgsz) {
+		err = -EINVAL;
+		goto release;
+	}
+	err = pib_mtt_write_umem(dev, mr->umem, pgsz, &mr->mtt, &mr->npages);
+	if (err)
+		goto release;
+
+	ctx.iova = virt;
+	ctx.length = length;
+	ctx.pdn = to_ppd(ibpd)->pdn;
+	ctx.access = access & PIB_ACCESS_SUPPORTED;
+	ctx.mtt_index = mr->mtt;
+	ctx.mtt_count = mr->npages;
+	ctx.log_page_size = order_base_2(pgsz);
+	err = pib_create_mr_cmd(dev, mr, &ctx);
+	if (err)
+		goto free_mtt;
+	return &mr->ibmr;
+
+free_mtt:
+	pib_mtt_free(dev, mr->mtt);
+release:
+	ib_umem_release(mr->umem);
+free:
+	kfree(mr);
+	return ERR_PTR(err);
+}
+
+int pib_dereg_mr(struct ib_mr *ibmr, struct ib_udata *udata)
+{
+	struct pib_dev *dev = to_pdev(ibmr->device);
+	struct pib_mr *mr = to_pmr(ibmr);
+	int err;
+
+	err = pib_cmd(dev, PIB_CMD_DESTROY_MR, ibmr->lkey, 0, NULL);
+	if (err)
+		return err;
+	if (mr->umem) {
+		pib_mtt_free(dev, mr->mtt);
+		ib_umem_release(mr->umem);
+	}
+	kfree(mr);
+	return 0;
+}

@@ -1,0 +1,183 @@
+// SPDX-License-Identifier: GPL-2.0-only
+/* Shared receive queues. */
+#include <rdma/uverbs_ioctl.h>
+
+#include "pib.h"
+
+#define PIB_LOG_MIN_STRIDE 6
+
+static size_t pib_srq_size(const struct pib_srq *srq)
+{
+	return max_t(size_t, PIB_PAGE_SIZE,
+		     (size_t)1 << (srq->log_wqe_count + srq->log_wqe_stride));
+}
+
+int pib_create_srq(struct ib_srq *ibsrq, struct ib_srq_init_attr *init,
+		   struct ib_udata *udata)
+{
+	struct pib_dev *dev = to_pdev(ibsrq->device);
+	struct pib_srq *srq = to_psrq(ibsrq);
+	struct ib_srq_attr *attr = &init->attr;
+	struct pib_srq_context ctx = {};
+	u32 uar = dev->kernel_uar;
+	u64 srqn;
+	int err;
+
+	if (init->srq_type != IB_SRQT_BASIC)
+		return -EOPNOTSUPP;
+	if (!attr->max_wr || attr->max_wr > dev->caps.max_srq_wr ||
+	    attr->max_sge > dev->caps.max_srq_sge ||
+	    attr->srq_limit >= attr->max_wr)
+		return -EINVAL;
+	spin_lock_init(&srq->lock);
+	if (udata) {
+		struct pib_create_srq_cmd cmd;
+
+		if (udata->inlen < sizeof(cmd))
+			return -EINVAL;
+		err = ib_copy_from_udata(&cmd, udata, sizeof(cmd));
+		if (err)
+			return err;
+		if ((1ull << cmd.log_wqe_count) < attr->max_wr ||
+		    (1ull << cmd.log_wqe_count) > dev->caps.max_srq_wr ||
+		    cmd.log_wqe_stride < PIB_LOG_MIN_STRIDE ||
+		    cmd.log_wqe_stride > dev->caps.log_max_wqe_stride)
+			return -EINVAL;
+		srq->log_wqe_count = cmd.log_wqe_count;
+		srq->log_wqe_stride = cmd.log_wqe_stride;
+		uar = rdma_udata_to_drv_context(udata, struct pib_ucontext,
+						ibuc)
+			      ->uar;
+		err = pib_ring_user(dev, &srq->ring, cmd.buf_addr,
+				    pib_srq_size(srq));
+	} else {
+		size_t stride = roundup_pow_of_two(
+			sizeof(struct pib_wqe_ctrl) +
+			attr->max_sge * sizeof(struct pib_wqe_data));
+
+		srq->log_wqe_count = order_base_2(attr->max_wr);
+		srq->log_wqe_stride = max(PIB_LOG_MIN_STRIDE, ilog2(stride));
+		if (srq->log_wqe_stride > dev->caps.log_max_wqe_stride)
+			return -EINVAL;
+		err = pib_ring_kernel(dev, &srq->ring, pib_srq_size(srq));
+	}
+	if (err)
+		return err;
+	srq->max_sge = min_t(
+		u32, dev->caps.max_srq_sge,
+		((1u << srq->log_wqe_stride) - sizeof(struct pib_wqe_ctrl)) /
+			sizeof(struct pib_wqe_data));
+	srq->limit = attr->srq_limit;
+
+	ctx.buf.mtt_index = srq->ring.mtt;
+	ctx.buf.npages = srq->ring.npages;
+	ctx.pdn = to_ppd(ibsrq->pd)->pdn;
+	ctx.uar_page = uar;
+	ctx.log_wqe_count = srq->log_wqe_count;
+	ctx.log_wqe_stride = srq->log_wqe_stride;
+	ctx.limit = srq->limit;
+	err = pib_cmd_box(dev, PIB_CMD_CREATE_SRQ, 0, 0, &ctx, sizeof(ctx),
+			  NULL, 0, &srqn);
+	if (err)
+		goto free;
+	srq->srqn = srqn;
+	err = xa_err(xa_store(&dev->srqs, srq->srqn, srq, GFP_KERNEL));
+	if (err)
+		goto destroy;
+	attr->max_wr = 1u << srq->log_wqe_count;
+	attr->max_sge = srq->max_sge;
+	if (udata) {
+		struct pib_create_srq_resp resp = {.srqn = srq->srqn};
+
+		err = ib_copy_to_udata(udata, &resp,
+				       min(sizeof(resp), udata->outlen));
+		if (err)
+			goto erase;
+	}
+	return 0;
+
+erase:
+	xa_erase(&dev->srqs, srq->srqn);
+destroy:
+	pib_cmd(dev, PIB_CMD_DESTROY_SRQ, srq->srqn, 0, NULL);
+free:
+	pib_ring_free(dev, &srq->ring);
+	return err;
+}
+
+int pib_modify_srq(struct ib_srq *ibsrq, struct ib_srq_attr *attr,
+		   enum ib_srq_attr_mask mask, struct ib_udata *udata)
+{
+	struct pib_srq *srq = to_psrq(ibsrq);
+	int err;
+
+	if (mask & IB_SRQ_MAX_WR)
+		return -EOPNOTSUPP; /* resizing is not offered */
+	if (!(mask & IB_SRQ_LIMIT))
+		return 0;
+	err = pib_cmd(to_pdev(ibsrq->device), PIB_CMD_ARM_SRQ, srq->srqn,
+		      attr->srq_limit, NULL);
+	if (!err)
+		srq->limit = attr->srq_limit;
+	return err;
+}
+
+int pib_query_srq(struct ib_srq *ibsrq, struct ib_srq_attr *attr)
+{
+	struct pib_srq *srq = to_psrq(ibsrq);
+	struct pib_srq_context ctx;
+	int err;
+
+	err = pib_cmd_box(to_pdev(ibsrq->device), PIB_CMD_QUERY_SRQ, 0,
+			  srq->srqn, NULL, 0, &ctx, sizeof(ctx), NULL);
+	if (err)
+		return err;
+	attr->max_wr = 1u << srq->log_wqe_count;
+	attr->max_sge = srq->max_sge;
+	attr->srq_limit = ctx.limit;
+	return 0;
+}
+
+int pib_destroy_srq(struct ib_srq *ibsrq, struct ib_udata *udata)
+{
+	struct pib_dev *dev = to_pdev(ibsrq->device);
+	struct pib_srq *srq = to_psrq(ibsrq);
+	int err;
+
+	err = pib_cmd(dev, PIB_CMD_DESTROY_SRQ, srq->srqn, 0, NULL);
+	if (err)
+		return err;
+	xa_erase(&dev->srqs, srq->srqn);
+	synchronize_irq(dev->async_eq.irq);
+	pib_ring_free(dev, &srq->ring);
+	return 0;
+}
+
+int pib_post_srq_recv(struct ib_srq *ibsrq, const struct ib_recv_wr *wr,
+		      const struct ib_recv_wr **bad_wr)
+{
+	struct pib_dev *dev = to_pdev(ibsrq->device);
+	struct pib_srq *srq = to_psrq(ibsrq);
+	unsigned long flags;
+	int err = 0;
+
+	spin_lock_irqsave(&srq->lock, flags);
+	for (; wr; wr = wr->next) {
+		void *slot =
+			srq->ring.kbuf.va +
+			((size_t)(srq->pi & ((1u << srq->log_wqe_count) - 1))
+			 << srq->log_wqe_stride);
+
+		err = pib_write_recv_wqe(slot, 1u << srq->log_wqe_stride, wr,
+					 srq->max_sge);
+		if (err)
+			break;
+		srq->pi++;
+	}
+	if (err)
+		*bad_wr = wr;
+	wmb();
+	writeq((u64)srq->pi << 32 | srq->srqn, dev->kdb + PIB_DB_SRQ);
+	spin_unlock_irqrestore(&srq->lock, flags);
+	return err;
+}
