@@ -131,6 +131,8 @@ static void pib_init_ibdev(struct pib_dev *dev)
 {
 	struct ib_device *ibdev = &dev->ibdev;
 
+	/* The PCI function is the parent: user space matches providers by it. */
+	ibdev->dev.parent = &dev->pdev->dev;
 	ibdev->node_type = RDMA_NODE_IB_CA;
 	ibdev->phys_port_cnt = dev->caps.num_ports;
 	ibdev->num_comp_vectors = 1;

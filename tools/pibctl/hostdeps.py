@@ -47,6 +47,10 @@ PACKAGES = {
     "g++": None,
     "catch2": None,
     "clang-format": None,
+    # Building the rdma-core provider.
+    "cmake": None,
+    "libnl-3-dev": None,
+    "libnl-route-3-dev": None,
     # Running guests: firmware and the management-network switch.
     "seabios": None,
     "qemu-system-data": None,

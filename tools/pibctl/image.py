@@ -13,7 +13,7 @@ import shutil
 import subprocess
 from pathlib import Path
 
-from pibctl import driver_build, paths, sources, stamps, ui
+from pibctl import driver_build, paths, provider_build, sources, stamps, ui
 
 GUEST = paths.REPO / "guest"
 SUITE = "trixie"
@@ -154,16 +154,25 @@ def build_modules(release: str, kernel_root: Path, extra_modules) -> Path:
     return out
 
 
-def build_overlay() -> Path:
+# Where the provider goes in the guest, and how libibverbs finds it.
+PROVIDER_DIR = "usr/lib/x86_64-linux-gnu/libibverbs"
+PROVIDER_CONFIG = "etc/libibverbs.d/pib.driver"
+
+
+def build_overlay(provider: Path) -> Path:
     out = paths.image_dir() / "overlay.cpio.zst"
     root = GUEST / "rootfs"
-    key = stamps.hash_tree(root)
+    key = stamps.hash_tree(root, stamps.hash_files([provider]))
     if stamps.is_current("image-overlay", key) and out.is_file():
         return out
     staging = paths.image_dir() / "overlay-staging"
     if staging.exists():
         shutil.rmtree(staging)
     shutil.copytree(root, staging, symlinks=True)
+    (staging / PROVIDER_DIR).mkdir(parents=True, exist_ok=True)
+    shutil.copy2(provider, staging / PROVIDER_DIR / provider.name)
+    (staging / PROVIDER_CONFIG).parent.mkdir(parents=True, exist_ok=True)
+    (staging / PROVIDER_CONFIG).write_text("driver pib\n")
     _pack(staging, out, "packing our guest files")
     shutil.rmtree(staging)
     stamps.mark("image-overlay", key)
@@ -175,7 +184,8 @@ def build() -> None:
     paths.image_dir().mkdir(parents=True, exist_ok=True)
     release, kernel_root = sources.fetch_guest_kernel()
     driver = driver_build.build(release)
-    parts = [build_base(), build_modules(release, kernel_root, [driver]), build_overlay()]
+    provider = provider_build.build()
+    parts = [build_base(), build_modules(release, kernel_root, [driver]), build_overlay(provider)]
     initrd = paths.initrd_image()
     tmp = initrd.with_suffix(".tmp")
     with open(tmp, "wb") as out:

@@ -1,0 +1,102 @@
+/* SPDX-License-Identifier: GPL-2.0-only OR Linux-OpenIB */
+/*
+ * libpib: the rdma-core provider of the pib-hca emulated InfiniBand HCA.
+ * Control verbs go to the kernel driver; queue rings live in this
+ * process's memory and doorbells are written to the mmap'd doorbell page.
+ */
+#ifndef PIB_PROVIDER_H
+#define PIB_PROVIDER_H
+
+#include <infiniband/driver.h>
+#include <pthread.h>
+#include <stdint.h>
+
+#include "pib_hw.h"
+#include "pib_user_abi.h"
+
+struct pib_device {
+    struct verbs_device ibv_dev;
+};
+
+struct pib_context {
+    struct verbs_context ibv_ctx;
+    void *uar; /* the context's doorbell page */
+    uint32_t uar_page;
+    uint32_t log_max_wqe_stride;
+    uint32_t max_inline_data;
+    uint8_t num_ports;
+    uint32_t max_send_sge;
+    uint32_t max_recv_sge;
+};
+
+/* A ring in process memory, page-aligned, that the driver pins. */
+struct pib_buf {
+    void *addr;
+    size_t length;
+};
+
+struct pib_cq {
+    struct ibv_cq ibv_cq;
+    struct pib_buf buf; /* CQE ring, then one page for the CI record */
+    uint32_t cqn;
+    uint32_t log_size;
+    uint32_t ci;
+    volatile uint32_t *ci_record;
+};
+
+struct pib_wq {
+    struct pib_buf buf;
+    uint8_t log_count;
+    uint8_t log_stride;
+};
+
+struct pib_qp {
+    struct verbs_qp vqp;
+    struct pib_wq sq;
+    struct pib_wq rq;
+    uint32_t qpn;
+};
+
+struct pib_srq {
+    struct verbs_srq vsrq;
+    struct pib_wq wq;
+    uint32_t srqn;
+};
+
+struct pib_ah {
+    struct ibv_ah ibv_ah;
+    struct pib_av av;
+};
+
+#define to_pctx(ctx) container_of(ctx, struct pib_context, ibv_ctx.context)
+#define to_pcq(c) container_of(c, struct pib_cq, ibv_cq)
+#define to_pqp(q) container_of(q, struct pib_qp, vqp.qp)
+#define to_psrq(s) container_of(s, struct pib_srq, vsrq.srq)
+
+/* verbs.c */
+int pib_query_device(struct ibv_context *context, const struct ibv_query_device_ex_input *input,
+                     struct ibv_device_attr_ex *attr, size_t attr_size);
+int pib_query_port(struct ibv_context *context, uint8_t port, struct ibv_port_attr *attr);
+struct ibv_pd *pib_alloc_pd(struct ibv_context *context);
+int pib_dealloc_pd(struct ibv_pd *pd);
+struct ibv_mr *pib_reg_mr(struct ibv_pd *pd, void *addr, size_t length, uint64_t hca_va,
+                          int access);
+int pib_dereg_mr(struct verbs_mr *vmr);
+struct ibv_ah *pib_create_ah(struct ibv_pd *pd, struct ibv_ah_attr *attr);
+int pib_destroy_ah(struct ibv_ah *ah);
+
+/* queues.c */
+struct ibv_cq *pib_create_cq(struct ibv_context *context, int cqe, struct ibv_comp_channel *channel,
+                             int comp_vector);
+int pib_destroy_cq(struct ibv_cq *cq);
+struct ibv_qp *pib_create_qp(struct ibv_pd *pd, struct ibv_qp_init_attr *attr);
+int pib_query_qp(struct ibv_qp *qp, struct ibv_qp_attr *attr, int attr_mask,
+                 struct ibv_qp_init_attr *init_attr);
+int pib_modify_qp(struct ibv_qp *qp, struct ibv_qp_attr *attr, int attr_mask);
+int pib_destroy_qp(struct ibv_qp *qp);
+struct ibv_srq *pib_create_srq(struct ibv_pd *pd, struct ibv_srq_init_attr *attr);
+int pib_modify_srq(struct ibv_srq *srq, struct ibv_srq_attr *attr, int attr_mask);
+int pib_query_srq(struct ibv_srq *srq, struct ibv_srq_attr *attr);
+int pib_destroy_srq(struct ibv_srq *srq);
+
+#endif /* PIB_PROVIDER_H */

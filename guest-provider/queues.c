@@ -1,0 +1,306 @@
+// SPDX-License-Identifier: GPL-2.0-only OR Linux-OpenIB
+/* CQs, QPs and SRQs: rings in process memory, created through the driver. */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "pib.h"
+
+#define PIB_SEND_HDR_SIZE (sizeof(struct pib_wqe_ctrl) + sizeof(struct pib_wqe_ud))
+#define PIB_RECV_HDR_SIZE sizeof(struct pib_wqe_ctrl)
+#define PIB_LOG_MIN_STRIDE 6
+
+static unsigned int pib_log2_ceil(uint64_t n) {
+    unsigned int log = 0;
+
+    while ((1ull << log) < n)
+        log++;
+    return log;
+}
+
+static int pib_buf_alloc(struct pib_buf *buf, size_t length) {
+    length = (length + PIB_PAGE_SIZE - 1) & ~(size_t)(PIB_PAGE_SIZE - 1);
+    if (posix_memalign(&buf->addr, PIB_PAGE_SIZE, length))
+        return ENOMEM;
+    memset(buf->addr, 0, length);
+    buf->length = length;
+    /* A fork must not move the pages the device DMAs to. */
+    if (ibv_dontfork_range(buf->addr, length)) {
+        free(buf->addr);
+        buf->addr = NULL;
+        return ENOMEM;
+    }
+    return 0;
+}
+
+static void pib_buf_free(struct pib_buf *buf) {
+    if (!buf->addr)
+        return;
+    ibv_dofork_range(buf->addr, buf->length);
+    free(buf->addr);
+    buf->addr = NULL;
+}
+
+static size_t pib_wq_bytes(const struct pib_wq *wq) {
+    return (size_t)1 << (wq->log_count + wq->log_stride);
+}
+
+/* ---- completion queues ----------------------------------------------------- */
+
+struct pib_ucmd_create_cq {
+    struct ibv_create_cq ibv_cmd;
+    struct pib_create_cq_cmd drv;
+};
+
+struct pib_uresp_create_cq {
+    struct ib_uverbs_create_cq_resp ibv_resp;
+    struct pib_create_cq_resp drv;
+};
+
+struct ibv_cq *pib_create_cq(struct ibv_context *context, int cqe, struct ibv_comp_channel *channel,
+                             int comp_vector) {
+    struct pib_uresp_create_cq resp = {};
+    struct pib_ucmd_create_cq cmd = {};
+    size_t ring;
+    struct pib_cq *cq;
+    int err;
+
+    if (cqe < 1) {
+        errno = EINVAL;
+        return NULL;
+    }
+    cq = calloc(1, sizeof(*cq));
+    if (!cq)
+        return NULL;
+    cq->log_size = pib_log2_ceil(cqe < 2 ? 2 : cqe);
+    ring = (size_t)PIB_CQE_SIZE << cq->log_size;
+    if (ring < PIB_PAGE_SIZE)
+        ring = PIB_PAGE_SIZE;
+    /* The ring, then a page whose first word is the CI record. */
+    err = pib_buf_alloc(&cq->buf, ring + PIB_PAGE_SIZE);
+    if (err)
+        goto err_free;
+    cq->ci_record = (volatile uint32_t *)((char *)cq->buf.addr + ring);
+
+    cmd.drv.buf_addr = (uintptr_t)cq->buf.addr;
+    cmd.drv.ci_record_addr = (uintptr_t)cq->ci_record;
+    cmd.drv.log_size = cq->log_size;
+    err = ibv_cmd_create_cq(context, cqe, channel, comp_vector, &cq->ibv_cq, &cmd.ibv_cmd,
+                            sizeof(cmd), &resp.ibv_resp, sizeof(resp));
+    if (err)
+        goto err_buf;
+    cq->cqn = resp.drv.cqn;
+    return &cq->ibv_cq;
+
+err_buf:
+    pib_buf_free(&cq->buf);
+err_free:
+    free(cq);
+    errno = err;
+    return NULL;
+}
+
+int pib_destroy_cq(struct ibv_cq *ibcq) {
+    struct pib_cq *cq = to_pcq(ibcq);
+    int err = ibv_cmd_destroy_cq(ibcq);
+
+    if (err)
+        return err;
+    pib_buf_free(&cq->buf);
+    free(cq);
+    return 0;
+}
+
+/* ---- queue pairs -------------------------------------------------------------- */
+
+struct pib_ucmd_create_qp {
+    struct ibv_create_qp ibv_cmd;
+    struct pib_create_qp_cmd drv;
+};
+
+struct pib_uresp_create_qp {
+    struct ib_uverbs_create_qp_resp ibv_resp;
+    struct pib_create_qp_resp drv;
+};
+
+/* Ring geometry for the capabilities asked for, as the driver expects it. */
+static int pib_qp_geometry(struct pib_context *ctx, struct pib_qp *qp,
+                           struct ibv_qp_init_attr *attr) {
+    struct ibv_qp_cap *cap = &attr->cap;
+    size_t data, stride, max_stride = (size_t)1 << ctx->log_max_wqe_stride;
+
+    if (cap->max_send_sge > ctx->max_send_sge || cap->max_recv_sge > ctx->max_recv_sge ||
+        cap->max_inline_data > ctx->max_inline_data)
+        return EINVAL;
+    data = cap->max_send_sge * sizeof(struct pib_wqe_data);
+    if (data < ((cap->max_inline_data + 4 + 15) & ~15u))
+        data = (cap->max_inline_data + 4 + 15) & ~15u;
+    stride = (size_t)1 << pib_log2_ceil(PIB_SEND_HDR_SIZE + data);
+    if (stride > max_stride)
+        return EINVAL;
+    qp->sq.log_stride = pib_log2_ceil(stride);
+    if (qp->sq.log_stride < PIB_LOG_MIN_STRIDE)
+        qp->sq.log_stride = PIB_LOG_MIN_STRIDE;
+    qp->sq.log_count = pib_log2_ceil(cap->max_send_wr ? cap->max_send_wr : 1);
+    if (attr->srq)
+        return 0;
+    stride = (size_t)1 << pib_log2_ceil(PIB_RECV_HDR_SIZE +
+                                        cap->max_recv_sge * sizeof(struct pib_wqe_data));
+    if (stride > max_stride)
+        return EINVAL;
+    qp->rq.log_stride = pib_log2_ceil(stride);
+    if (qp->rq.log_stride < PIB_LOG_MIN_STRIDE)
+        qp->rq.log_stride = PIB_LOG_MIN_STRIDE;
+    qp->rq.log_count = pib_log2_ceil(cap->max_recv_wr ? cap->max_recv_wr : 1);
+    return 0;
+}
+
+struct ibv_qp *pib_create_qp(struct ibv_pd *pd, struct ibv_qp_init_attr *attr) {
+    struct pib_context *ctx = to_pctx(pd->context);
+    struct pib_uresp_create_qp resp = {};
+    struct pib_ucmd_create_qp cmd = {};
+    struct pib_qp *qp;
+    int err;
+
+    if (attr->qp_type != IBV_QPT_RC && attr->qp_type != IBV_QPT_UC && attr->qp_type != IBV_QPT_UD) {
+        errno = EOPNOTSUPP;
+        return NULL;
+    }
+    qp = calloc(1, sizeof(*qp));
+    if (!qp)
+        return NULL;
+    err = pib_qp_geometry(ctx, qp, attr);
+    if (err)
+        goto err_free;
+    err = pib_buf_alloc(&qp->sq.buf, pib_wq_bytes(&qp->sq));
+    if (err)
+        goto err_free;
+    if (!attr->srq) {
+        err = pib_buf_alloc(&qp->rq.buf, pib_wq_bytes(&qp->rq));
+        if (err)
+            goto err_sq;
+    }
+    cmd.drv.sq_buf_addr = (uintptr_t)qp->sq.buf.addr;
+    cmd.drv.rq_buf_addr = (uintptr_t)qp->rq.buf.addr;
+    cmd.drv.sq_log_wqe_count = qp->sq.log_count;
+    cmd.drv.sq_log_wqe_stride = qp->sq.log_stride;
+    cmd.drv.rq_log_wqe_count = qp->rq.log_count;
+    cmd.drv.rq_log_wqe_stride = qp->rq.log_stride;
+    err = ibv_cmd_create_qp(pd, &qp->vqp.qp, attr, &cmd.ibv_cmd, sizeof(cmd), &resp.ibv_resp,
+                            sizeof(resp));
+    if (err)
+        goto err_rq;
+    qp->qpn = resp.drv.qpn;
+    return &qp->vqp.qp;
+
+err_rq:
+    pib_buf_free(&qp->rq.buf);
+err_sq:
+    pib_buf_free(&qp->sq.buf);
+err_free:
+    free(qp);
+    errno = err;
+    return NULL;
+}
+
+int pib_query_qp(struct ibv_qp *qp, struct ibv_qp_attr *attr, int attr_mask,
+                 struct ibv_qp_init_attr *init_attr) {
+    struct ibv_query_qp cmd;
+
+    return ibv_cmd_query_qp(qp, attr, attr_mask, init_attr, &cmd, sizeof(cmd));
+}
+
+int pib_modify_qp(struct ibv_qp *qp, struct ibv_qp_attr *attr, int attr_mask) {
+    struct ibv_modify_qp cmd;
+
+    return ibv_cmd_modify_qp(qp, attr, attr_mask, &cmd, sizeof(cmd));
+}
+
+int pib_destroy_qp(struct ibv_qp *ibqp) {
+    struct pib_qp *qp = to_pqp(ibqp);
+    int err = ibv_cmd_destroy_qp(ibqp);
+
+    if (err)
+        return err;
+    pib_buf_free(&qp->rq.buf);
+    pib_buf_free(&qp->sq.buf);
+    free(qp);
+    return 0;
+}
+
+/* ---- shared receive queues ------------------------------------------------------ */
+
+struct pib_ucmd_create_srq {
+    struct ibv_create_srq ibv_cmd;
+    struct pib_create_srq_cmd drv;
+};
+
+struct pib_uresp_create_srq {
+    struct ib_uverbs_create_srq_resp ibv_resp;
+    struct pib_create_srq_resp drv;
+};
+
+struct ibv_srq *pib_create_srq(struct ibv_pd *pd, struct ibv_srq_init_attr *attr) {
+    struct pib_context *ctx = to_pctx(pd->context);
+    struct pib_uresp_create_srq resp = {};
+    struct pib_ucmd_create_srq cmd = {};
+    struct pib_srq *srq;
+    size_t stride;
+    int err;
+
+    if (!attr->attr.max_wr || attr->attr.max_sge > ctx->max_recv_sge) {
+        errno = EINVAL;
+        return NULL;
+    }
+    srq = calloc(1, sizeof(*srq));
+    if (!srq)
+        return NULL;
+    stride = (size_t)1 << pib_log2_ceil(PIB_RECV_HDR_SIZE +
+                                        attr->attr.max_sge * sizeof(struct pib_wqe_data));
+    srq->wq.log_stride = pib_log2_ceil(stride);
+    if (srq->wq.log_stride < PIB_LOG_MIN_STRIDE)
+        srq->wq.log_stride = PIB_LOG_MIN_STRIDE;
+    srq->wq.log_count = pib_log2_ceil(attr->attr.max_wr);
+    err = pib_buf_alloc(&srq->wq.buf, pib_wq_bytes(&srq->wq));
+    if (err)
+        goto err_free;
+    cmd.drv.buf_addr = (uintptr_t)srq->wq.buf.addr;
+    cmd.drv.log_wqe_count = srq->wq.log_count;
+    cmd.drv.log_wqe_stride = srq->wq.log_stride;
+    err = ibv_cmd_create_srq(pd, &srq->vsrq.srq, attr, &cmd.ibv_cmd, sizeof(cmd), &resp.ibv_resp,
+                             sizeof(resp));
+    if (err)
+        goto err_buf;
+    srq->srqn = resp.drv.srqn;
+    return &srq->vsrq.srq;
+
+err_buf:
+    pib_buf_free(&srq->wq.buf);
+err_free:
+    free(srq);
+    errno = err;
+    return NULL;
+}
+
+int pib_modify_srq(struct ibv_srq *srq, struct ibv_srq_attr *attr, int attr_mask) {
+    struct ibv_modify_srq cmd;
+
+    return ibv_cmd_modify_srq(srq, attr, attr_mask, &cmd, sizeof(cmd));
+}
+
+int pib_query_srq(struct ibv_srq *srq, struct ibv_srq_attr *attr) {
+    struct ibv_query_srq cmd;
+
+    return ibv_cmd_query_srq(srq, attr, &cmd, sizeof(cmd));
+}
+
+int pib_destroy_srq(struct ibv_srq *ibsrq) {
+    struct pib_srq *srq = to_psrq(ibsrq);
+    int err = ibv_cmd_destroy_srq(ibsrq);
+
+    if (err)
+        return err;
+    pib_buf_free(&srq->wq.buf);
+    free(srq);
+    return 0;
+}
