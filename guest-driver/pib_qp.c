@@ -153,8 +153,14 @@ int pib_create_qp(struct ib_qp *ibqp, struct ib_qp_init_attr *init,
 	int err;
 
 	qp->type = pib_qp_type(init->qp_type);
-	if (qp->type == 0xff || init->create_flags)
+	/* NETDEV_USE only tells that IPoIB owns the QP; no other flag exists.
+	 */
+	if (qp->type == 0xff || init->create_flags & ~IB_QP_CREATE_NETDEV_USE) {
+		dev_dbg(&dev->pdev->dev,
+			"create_qp: type %d flags 0x%x not supported\n",
+			init->qp_type, init->create_flags);
 		return -EOPNOTSUPP;
+	}
 	if ((qp->type == PIB_QPT_SMI || qp->type == PIB_QPT_GSI) && udata)
 		return -EINVAL;
 	qp->port = init->port_num ? init->port_num : 1;

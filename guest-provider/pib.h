@@ -90,6 +90,7 @@ struct ibv_cq *pib_create_cq(struct ibv_context *context, int cqe, struct ibv_co
                              int comp_vector);
 int pib_destroy_cq(struct ibv_cq *cq);
 struct ibv_qp *pib_create_qp(struct ibv_pd *pd, struct ibv_qp_init_attr *attr);
+struct ibv_qp *pib_create_qp_ex(struct ibv_context *context, struct ibv_qp_init_attr_ex *attr);
 int pib_query_qp(struct ibv_qp *qp, struct ibv_qp_attr *attr, int attr_mask,
                  struct ibv_qp_init_attr *init_attr);
 int pib_modify_qp(struct ibv_qp *qp, struct ibv_qp_attr *attr, int attr_mask);

@@ -155,13 +155,19 @@ static int pib_qp_geometry(struct pib_context *ctx, struct pib_qp *qp,
     return 0;
 }
 
-struct ibv_qp *pib_create_qp(struct ibv_pd *pd, struct ibv_qp_init_attr *attr) {
-    struct pib_context *ctx = to_pctx(pd->context);
+/* Both creation verbs end here; attr->cap is filled with what was made. */
+struct ibv_qp *pib_create_qp_ex(struct ibv_context *context, struct ibv_qp_init_attr_ex *attr) {
+    struct pib_context *ctx = to_pctx(context);
     struct pib_uresp_create_qp resp = {};
     struct pib_ucmd_create_qp cmd = {};
+    struct ibv_qp_init_attr geometry;
     struct pib_qp *qp;
     int err;
 
+    if (attr->comp_mask & ~IBV_QP_INIT_ATTR_PD || !attr->pd) {
+        errno = EOPNOTSUPP;
+        return NULL;
+    }
     if (attr->qp_type != IBV_QPT_RC && attr->qp_type != IBV_QPT_UC && attr->qp_type != IBV_QPT_UD) {
         errno = EOPNOTSUPP;
         return NULL;
@@ -169,7 +175,8 @@ struct ibv_qp *pib_create_qp(struct ibv_pd *pd, struct ibv_qp_init_attr *attr) {
     qp = calloc(1, sizeof(*qp));
     if (!qp)
         return NULL;
-    err = pib_qp_geometry(ctx, qp, attr);
+    geometry = (struct ibv_qp_init_attr){.cap = attr->cap, .srq = attr->srq};
+    err = pib_qp_geometry(ctx, qp, &geometry);
     if (err)
         goto err_free;
     err = pib_buf_alloc(&qp->sq.buf, pib_wq_bytes(&qp->sq));
@@ -186,8 +193,8 @@ struct ibv_qp *pib_create_qp(struct ibv_pd *pd, struct ibv_qp_init_attr *attr) {
     cmd.drv.sq_log_wqe_stride = qp->sq.log_stride;
     cmd.drv.rq_log_wqe_count = qp->rq.log_count;
     cmd.drv.rq_log_wqe_stride = qp->rq.log_stride;
-    err = ibv_cmd_create_qp(pd, &qp->vqp.qp, attr, &cmd.ibv_cmd, sizeof(cmd), &resp.ibv_resp,
-                            sizeof(resp));
+    err = ibv_cmd_create_qp_ex(context, &qp->vqp, attr, &cmd.ibv_cmd, sizeof(cmd), &resp.ibv_resp,
+                               sizeof(resp));
     if (err)
         goto err_rq;
     qp->qpn = resp.drv.qpn;
@@ -201,6 +208,25 @@ err_free:
     free(qp);
     errno = err;
     return NULL;
+}
+
+struct ibv_qp *pib_create_qp(struct ibv_pd *pd, struct ibv_qp_init_attr *attr) {
+    struct ibv_qp_init_attr_ex attr_ex = {
+        .qp_context = attr->qp_context,
+        .send_cq = attr->send_cq,
+        .recv_cq = attr->recv_cq,
+        .srq = attr->srq,
+        .cap = attr->cap,
+        .qp_type = attr->qp_type,
+        .sq_sig_all = attr->sq_sig_all,
+        .comp_mask = IBV_QP_INIT_ATTR_PD,
+        .pd = pd,
+    };
+    struct ibv_qp *qp = pib_create_qp_ex(pd->context, &attr_ex);
+
+    if (qp)
+        attr->cap = attr_ex.cap;
+    return qp;
 }
 
 int pib_query_qp(struct ibv_qp *qp, struct ibv_qp_attr *attr, int attr_mask,
