@@ -131,7 +131,8 @@ static void pib_init_ibdev(struct pib_dev *dev)
 {
 	struct ib_device *ibdev = &dev->ibdev;
 
-	/* The PCI function is the parent: user space matches providers by it. */
+	/* The PCI function is the parent: user space matches providers by it.
+	 */
 	ibdev->dev.parent = &dev->pdev->dev;
 	ibdev->node_type = RDMA_NODE_IB_CA;
 	ibdev->phys_port_cnt = dev->caps.num_ports;
