@@ -76,6 +76,8 @@ struct pib_dev {
 	struct xarray cqs;
 	struct xarray qps;
 	struct xarray srqs;
+	struct xarray pds;
+	struct xarray mrs; /* by key */
 
 	struct dentry *debugfs;
 };
@@ -150,6 +152,9 @@ struct pib_qp {
 struct pib_mr {
 	struct ib_mr ibmr;
 	struct ib_umem *umem;
+	u64 iova;
+	u64 length;
+	int access;
 	u32 mtt;
 	u32 npages;
 };

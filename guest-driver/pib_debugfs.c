@@ -1,5 +1,6 @@
 // SPDX-License-Identifier: GPL-2.0-only
-/* debugfs: /sys/kernel/debug/pib/<device>/{cq,qp,srq} list live objects. */
+/* debugfs: /sys/kernel/debug/pib/<device>/{pd,mr,cq,qp,srq} list live objects.
+ */
 #include <linux/seq_file.h>
 
 #include "pib.h"
@@ -60,6 +61,36 @@ static int pib_srq_show(struct seq_file *s, void *unused)
 }
 DEFINE_SHOW_ATTRIBUTE(pib_srq);
 
+static int pib_pd_show(struct seq_file *s, void *unused)
+{
+	struct pib_dev *dev = s->private;
+	struct pib_pd *pd;
+	unsigned long pdn;
+
+	seq_puts(s, "pdn    user\n");
+	xa_for_each (&dev->pds, pdn, pd)
+		seq_printf(s, "%-6lu %s\n", pdn,
+			   pd->ibpd.uobject ? "yes" : "no");
+	return 0;
+}
+DEFINE_SHOW_ATTRIBUTE(pib_pd);
+
+static int pib_mr_show(struct seq_file *s, void *unused)
+{
+	struct pib_dev *dev = s->private;
+	struct pib_mr *mr;
+	unsigned long key;
+
+	seq_puts(s, "key        pdn    access iova               length        "
+		    "     pages\n");
+	xa_for_each (&dev->mrs, key, mr)
+		seq_printf(s, "0x%08lx %-6u 0x%-4x 0x%016llx 0x%016llx %u\n",
+			   key, to_ppd(mr->ibmr.pd)->pdn, mr->access, mr->iova,
+			   mr->length, mr->npages);
+	return 0;
+}
+DEFINE_SHOW_ATTRIBUTE(pib_mr);
+
 void pib_debugfs_init(struct pib_dev *dev)
 {
 	if (!pib_debugfs_root)
@@ -69,6 +100,8 @@ void pib_debugfs_init(struct pib_dev *dev)
 	debugfs_create_file("qp", 0400, dev->debugfs, dev, &pib_qp_fops);
 	debugfs_create_file("cq", 0400, dev->debugfs, dev, &pib_cq_fops);
 	debugfs_create_file("srq", 0400, dev->debugfs, dev, &pib_srq_fops);
+	debugfs_create_file("pd", 0400, dev->debugfs, dev, &pib_pd_fops);
+	debugfs_create_file("mr", 0400, dev->debugfs, dev, &pib_mr_fops);
 }
 
 void pib_debugfs_cleanup(struct pib_dev *dev)

@@ -156,6 +156,8 @@ static int pib_probe(struct pci_dev *pdev, const struct pci_device_id *id)
 	xa_init(&dev->cqs);
 	xa_init(&dev->qps);
 	xa_init(&dev->srqs);
+	xa_init(&dev->pds);
+	xa_init(&dev->mrs);
 	pci_set_drvdata(pdev, dev);
 
 	err = pci_enable_device_mem(pdev);
@@ -228,7 +230,8 @@ static void pib_remove(struct pci_dev *pdev)
 	pci_release_regions(pdev);
 	pci_disable_device(pdev);
 	WARN_ON(!xa_empty(&dev->cqs) || !xa_empty(&dev->qps) ||
-		!xa_empty(&dev->srqs));
+		!xa_empty(&dev->srqs) || !xa_empty(&dev->pds) ||
+		!xa_empty(&dev->mrs));
 	ib_dealloc_device(&dev->ibdev);
 }
 

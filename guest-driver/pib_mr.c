@@ -22,8 +22,15 @@ static int pib_create_mr_cmd(struct pib_dev *dev, struct pib_mr *mr,
 	ctx->key_variant = pib_next_key_variant();
 	err = pib_cmd_box(dev, PIB_CMD_CREATE_MR, 0, 0, ctx, sizeof(*ctx), NULL,
 			  0, &key);
-	if (!err)
-		mr->ibmr.lkey = mr->ibmr.rkey = key;
+	if (err)
+		return err;
+	mr->ibmr.lkey = mr->ibmr.rkey = key;
+	mr->iova = ctx->iova;
+	mr->length = ctx->length;
+	mr->access = ctx->access;
+	err = xa_err(xa_store(&dev->mrs, key, mr, GFP_KERNEL));
+	if (err)
+		pib_cmd(dev, PIB_CMD_DESTROY_MR, key, 0, NULL);
 	return err;
 }
 
@@ -111,6 +118,7 @@ int pib_dereg_mr(struct ib_mr *ibmr, struct ib_udata *udata)
 	err = pib_cmd(dev, PIB_CMD_DESTROY_MR, ibmr->lkey, 0, NULL);
 	if (err)
 		return err;
+	xa_erase(&dev->mrs, ibmr->lkey);
 	if (mr->umem) {
 		pib_mtt_free(dev, mr->mtt);
 		ib_umem_release(mr->umem);

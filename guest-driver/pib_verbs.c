@@ -260,18 +260,27 @@ void pib_mmap_free(struct rdma_user_mmap_entry *rdma_entry)
 
 int pib_alloc_pd(struct ib_pd *ibpd, struct ib_udata *udata)
 {
+	struct pib_dev *dev = to_pdev(ibpd->device);
 	u64 pdn;
-	int err = pib_cmd(to_pdev(ibpd->device), PIB_CMD_ALLOC_PD, 0, 0, &pdn);
+	int err = pib_cmd(dev, PIB_CMD_ALLOC_PD, 0, 0, &pdn);
 
-	if (!err)
-		to_ppd(ibpd)->pdn = pdn;
+	if (err)
+		return err;
+	to_ppd(ibpd)->pdn = pdn;
+	err = xa_err(xa_store(&dev->pds, pdn, to_ppd(ibpd), GFP_KERNEL));
+	if (err)
+		pib_cmd(dev, PIB_CMD_DEALLOC_PD, pdn, 0, NULL);
 	return err;
 }
 
 int pib_dealloc_pd(struct ib_pd *ibpd, struct ib_udata *udata)
 {
-	return pib_cmd(to_pdev(ibpd->device), PIB_CMD_DEALLOC_PD,
-		       to_ppd(ibpd)->pdn, 0, NULL);
+	struct pib_dev *dev = to_pdev(ibpd->device);
+	int err = pib_cmd(dev, PIB_CMD_DEALLOC_PD, to_ppd(ibpd)->pdn, 0, NULL);
+
+	if (!err)
+		xa_erase(&dev->pds, to_ppd(ibpd)->pdn);
+	return err;
 }
 
 /* ---- address handles: an address vector kept in host memory ------------- */
