@@ -39,8 +39,10 @@ def run(vms: int = 2, accel: str = "tcg") -> int:
     if len(fab.vms) > 1:
         peer = fab.vms[1].name
         _show(first, ["ping", "-c", "3", peer], f"3. The management network: {first} pings {peer}")
+    _show(first, ["ibstat"], "4. The driver registered pib_0 with the kernel's InfiniBand core")
+    _show(first, ["ibv_devinfo", "-v"], "5. User-space verbs through the provider: the device's own attributes")
     ui.step("What next")
-    ui.info(f"  ./pib exec {first} -- dmesg           run anything in a guest")
+    ui.info(f"  ./pib exec {first} -- cat /sys/kernel/debug/pib/pib_0/qp   objects and their states")
     ui.info(f"  ./pib console {first}                 its serial console (Ctrl-] leaves)")
     ui.info("  ./pib fabric status | down")
     ui.info(f"  host logs: {paths.run_dir()}/vmN/qemu.log (guest errors, traces)")
