@@ -80,6 +80,10 @@ struct pib_dev {
 	struct xarray mrs; /* by key */
 
 	struct dentry *debugfs;
+
+	/* Outstanding DMA buffers and pinned user rings: 0 at remove. */
+	atomic_t kbufs;
+	atomic_t user_rings;
 };
 
 struct pib_ucontext {

@@ -229,6 +229,9 @@ static void pib_remove(struct pci_dev *pdev)
 	pci_iounmap(pdev, dev->regs);
 	pci_release_regions(pdev);
 	pci_disable_device(pdev);
+	WARN(atomic_read(&dev->kbufs) || atomic_read(&dev->user_rings),
+	     "pib: leaked %d DMA buffers and %d pinned user rings\n",
+	     atomic_read(&dev->kbufs), atomic_read(&dev->user_rings));
 	WARN_ON(!xa_empty(&dev->cqs) || !xa_empty(&dev->qps) ||
 		!xa_empty(&dev->srqs) || !xa_empty(&dev->pds) ||
 		!xa_empty(&dev->mrs));

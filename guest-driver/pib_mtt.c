@@ -12,14 +12,18 @@ int pib_kbuf_alloc(struct pib_dev *dev, struct pib_kbuf *buf, size_t size)
 	buf->size = PAGE_ALIGN(size);
 	buf->va = dma_alloc_coherent(&dev->pdev->dev, buf->size, &buf->dma,
 				     GFP_KERNEL);
-	return buf->va ? 0 : -ENOMEM;
+	if (!buf->va)
+		return -ENOMEM;
+	atomic_inc(&dev->kbufs);
+	return 0;
 }
 
 void pib_kbuf_free(struct pib_dev *dev, struct pib_kbuf *buf)
 {
-	if (buf->va)
-		dma_free_coherent(&dev->pdev->dev, buf->size, buf->va,
-				  buf->dma);
+	if (!buf->va)
+		return;
+	dma_free_coherent(&dev->pdev->dev, buf->size, buf->va, buf->dma);
+	atomic_dec(&dev->kbufs);
 	buf->va = NULL;
 }
 
@@ -150,8 +154,10 @@ int pib_ring_user(struct pib_dev *dev, struct pib_ring *ring, u64 addr,
 	if (err) {
 		ib_umem_release(ring->umem);
 		ring->umem = NULL;
+		return err;
 	}
-	return err;
+	atomic_inc(&dev->user_rings);
+	return 0;
 }
 
 void pib_ring_free(struct pib_dev *dev, struct pib_ring *ring)
@@ -160,8 +166,10 @@ void pib_ring_free(struct pib_dev *dev, struct pib_ring *ring)
 		return;
 	pib_mtt_free(dev, ring->mtt);
 	ring->npages = 0;
-	if (ring->umem)
+	if (ring->umem) {
 		ib_umem_release(ring->umem);
+		atomic_dec(&dev->user_rings);
+	}
 	ring->umem = NULL;
 	pib_kbuf_free(dev, &ring->kbuf);
 }

@@ -113,6 +113,9 @@ class Context:
 
 
 def _load_tests(pattern: str):
+    # Test modules may share helpers that live beside them.
+    if str(E2E_DIR) not in sys.path:
+        sys.path.insert(0, str(E2E_DIR))
     tests = []
     for path in sorted(E2E_DIR.glob("test_*.py")):
         spec = importlib.util.spec_from_file_location(f"e2e_{path.stem}", path)
