@@ -12,7 +12,7 @@ import time
 import traceback
 from pathlib import Path
 
-from pibctl import fabric, paths, setup, ui
+from pibctl import core_build, fabric, paths, setup, ui
 
 E2E_DIR = paths.REPO / "tests" / "e2e"
 TEST_TIMEOUT = 600  # seconds a single end-to-end test may take
@@ -49,16 +49,20 @@ def _catch2_counts(stdout: str):
 
 def run_unit_tests(counts: Counts) -> None:
     ui.step("Unit tests (meson test)")
-    build = paths.core_build_dir()
+    _meson_tests(counts, paths.core_build_dir(), "unit", [])
+    _meson_tests(counts, core_build.sanitized_build_dir(), "unit-asan-ubsan", ["core"])
+
+
+def _meson_tests(counts: Counts, build: Path, label: str, names) -> None:
     log = build / "meson-logs" / "testlog.json"
     log.unlink(missing_ok=True)
     proc = subprocess.run(
-        ["meson", "test", "-C", build, "--print-errorlogs", "--no-rebuild"],
+        ["meson", "test", "-C", build, "--print-errorlogs", "--no-rebuild", *names],
         capture_output=True, text=True, errors="replace",
     )
     if not log.is_file():
         print(proc.stdout + proc.stderr)
-        counts.record("meson test (no test log written)", False, 0)
+        counts.record(f"{label}: meson test (no test log written)", False, 0)
         return
     for line in log.read_text().splitlines():
         entry = json.loads(line)
@@ -73,9 +77,9 @@ def run_unit_tests(counts: Counts) -> None:
         counts.passed += passed
         counts.failed += failed
         if failed:
-            counts.failures.append(f"unit:{name}")
+            counts.failures.append(f"{label}:{name}")
             print(entry.get("stdout", "")[-4000:])
-        ui.info(f"{'PASS' if not failed else 'FAIL'}  unit:{name}  ({passed} passed, {failed} failed)")
+        ui.info(f"{'PASS' if not failed else 'FAIL'}  {label}:{name}  ({passed} passed, {failed} failed)")
 
 
 class Context:
