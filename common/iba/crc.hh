@@ -1,0 +1,20 @@
+// SPDX-License-Identifier: GPL-2.0-or-later
+// The two CRCs of an InfiniBand packet (IBA 7.8): the 32-bit invariant CRC
+// and the 16-bit variant CRC.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <span>
+
+namespace pib::iba {
+
+// CRC-32 (polynomial 0x04C11DB7, reflected, as Ethernet), continuing `crc`.
+// Start with 0xffffffff and complement the result.
+uint32_t crc32Update(uint32_t crc, std::span<const uint8_t> bytes);
+
+// CRC-16 (polynomial 0x100B, reflected), continuing `crc`. Start with
+// 0xffff and complement the result.
+uint16_t crc16Update(uint16_t crc, std::span<const uint8_t> bytes);
+
+} // namespace pib::iba

@@ -1,0 +1,222 @@
+// SPDX-License-Identifier: GPL-2.0-or-later
+#include "packet.hh"
+
+#include "crc.hh"
+
+namespace pib::iba {
+
+namespace {
+
+constexpr size_t kLrhSize = 8;
+constexpr size_t kGrhSize = 40;
+constexpr size_t kBthSize = 12;
+constexpr size_t kDethSize = 8;
+constexpr size_t kImmSize = 4;
+constexpr size_t kIcrcSize = 4;
+constexpr size_t kVcrcSize = 2;
+constexpr size_t kMaxPayload = 4096;
+
+void put16(std::vector<uint8_t> &out, uint16_t v) {
+    out.push_back(static_cast<uint8_t>(v >> 8));
+    out.push_back(static_cast<uint8_t>(v));
+}
+
+void put32(std::vector<uint8_t> &out, uint32_t v) {
+    put16(out, static_cast<uint16_t>(v >> 16));
+    put16(out, static_cast<uint16_t>(v));
+}
+
+uint16_t get16(const uint8_t *p) {
+    return static_cast<uint16_t>(p[0] << 8 | p[1]);
+}
+uint32_t get32(const uint8_t *p) {
+    return uint32_t{get16(p)} << 16 | get16(p + 2);
+}
+
+bool hasDeth(uint8_t opcode) {
+    return (opcode & 0xe0) == 0x60;
+} // UD
+bool hasImm(uint8_t opcode) {
+    return opcode == kUdSendOnlyImm;
+}
+
+// IBA 7.8.1: the ICRC covers the packet with its variant fields (the whole
+// LRH; the GRH's traffic class, flow label and hop limit; the BTH's
+// reserved byte) replaced by ones.
+uint32_t computeIcrc(std::span<const uint8_t> packet, bool grh) {
+    std::vector<uint8_t> masked(packet.begin(), packet.end());
+    for (size_t i = 0; i < kLrhSize; ++i)
+        masked[i] = 0xff;
+    size_t bth = kLrhSize;
+    if (grh) {
+        masked[kLrhSize] |= 0x0f; // low nibble of TClass (with IPVer)
+        masked[kLrhSize + 1] = 0xff;
+        masked[kLrhSize + 2] = 0xff;
+        masked[kLrhSize + 3] = 0xff;
+        masked[kLrhSize + 7] = 0xff; // hop limit
+        bth += kGrhSize;
+    }
+    masked[bth + 4] = 0xff; // resv8a
+    return ~crc32Update(0xffffffffu, masked);
+}
+
+} // namespace
+
+const char *toString(ParseError error) {
+    switch (error) {
+    case ParseError::kNone:
+        return "none";
+    case ParseError::kTooShort:
+        return "packet too short";
+    case ParseError::kTooLong:
+        return "packet too long";
+    case ParseError::kBadLnh:
+        return "unsupported LNH";
+    case ParseError::kBadLength:
+        return "length fields disagree with the packet";
+    case ParseError::kBadVcrc:
+        return "bad VCRC";
+    case ParseError::kBadIcrc:
+        return "bad ICRC";
+    case ParseError::kBadVersion:
+        return "unsupported header version";
+    case ParseError::kUnsupportedOpcode:
+        return "unsupported BTH opcode";
+    }
+    return "?";
+}
+
+std::vector<uint8_t> build(Packet p) {
+    const size_t pad = (4 - p.payload.size() % 4) % 4;
+    p.bth.padCount = static_cast<uint8_t>(pad);
+    p.lrh.lnh = p.grh ? kLnhIbaGlobal : kLnhIbaLocal;
+    const size_t transport = kBthSize + (p.deth ? kDethSize : 0) + (p.imm ? kImmSize : 0) +
+                             p.payload.size() + pad + kIcrcSize;
+    const size_t total = kLrhSize + (p.grh ? kGrhSize : 0) + transport;
+    p.lrh.pktlen = static_cast<uint16_t>(total / 4);
+
+    std::vector<uint8_t> out;
+    out.reserve(total + kVcrcSize);
+    out.push_back(static_cast<uint8_t>(p.lrh.vl << 4 | (p.lrh.lver & 0xf)));
+    out.push_back(static_cast<uint8_t>(p.lrh.sl << 4 | p.lrh.lnh));
+    put16(out, p.lrh.dlid);
+    put16(out, p.lrh.pktlen & 0x7ff);
+    put16(out, p.lrh.slid);
+    if (p.grh) {
+        const Grh &g = *p.grh;
+        put32(out, 6u << 28 | uint32_t{g.tclass} << 20 | (g.flowLabel & 0xfffff));
+        put16(out, static_cast<uint16_t>(transport));
+        out.push_back(g.nextHeader);
+        out.push_back(g.hopLimit);
+        out.insert(out.end(), g.sgid.begin(), g.sgid.end());
+        out.insert(out.end(), g.dgid.begin(), g.dgid.end());
+    }
+    const Bth &b = p.bth;
+    out.push_back(b.opcode);
+    out.push_back(
+        static_cast<uint8_t>(b.solicited << 7 | b.migReq << 6 | b.padCount << 4 | (b.tver & 0xf)));
+    put16(out, b.pkey);
+    put32(out, b.destQp & 0xffffff); // resv8a = 0
+    put32(out, uint32_t{b.ackReq} << 31 | (b.psn & 0xffffff));
+    if (p.deth) {
+        put32(out, p.deth->qkey);
+        put32(out, p.deth->srcQp & 0xffffff);
+    }
+    if (p.imm)
+        put32(out, *p.imm);
+    out.insert(out.end(), p.payload.begin(), p.payload.end());
+    out.insert(out.end(), pad, 0);
+    const uint32_t icrc = computeIcrc(out, p.grh.has_value());
+    for (int i = 0; i < 4; ++i) // little-endian, as Linux rxe sends it
+        out.push_back(static_cast<uint8_t>(icrc >> (8 * i)));
+    const uint16_t vcrc = static_cast<uint16_t>(~crc16Update(0xffff, out));
+    out.push_back(static_cast<uint8_t>(vcrc));
+    out.push_back(static_cast<uint8_t>(vcrc >> 8));
+    return out;
+}
+
+std::optional<Packet> parse(std::span<const uint8_t> bytes, ParseError *error) {
+    auto fail = [&](ParseError e) -> std::optional<Packet> {
+        *error = e;
+        return std::nullopt;
+    };
+    *error = ParseError::kNone;
+    if (bytes.size() < kLrhSize + kBthSize + kIcrcSize + kVcrcSize)
+        return fail(ParseError::kTooShort);
+    if (bytes.size() >
+        kLrhSize + kGrhSize + kBthSize + 28 + kMaxPayload + 3 + kIcrcSize + kVcrcSize)
+        return fail(ParseError::kTooLong);
+    const size_t total = bytes.size() - kVcrcSize;
+    const uint16_t vcrc = static_cast<uint16_t>(bytes[total] | bytes[total + 1] << 8);
+    if (vcrc != static_cast<uint16_t>(~crc16Update(0xffff, bytes.first(total))))
+        return fail(ParseError::kBadVcrc);
+
+    Packet p;
+    const uint8_t *b = bytes.data();
+    p.lrh.vl = b[0] >> 4;
+    p.lrh.lver = b[0] & 0xf;
+    p.lrh.sl = b[1] >> 4;
+    p.lrh.lnh = b[1] & 3;
+    p.lrh.dlid = get16(b + 2);
+    p.lrh.pktlen = get16(b + 4) & 0x7ff;
+    p.lrh.slid = get16(b + 6);
+    if (p.lrh.lver != 0)
+        return fail(ParseError::kBadVersion);
+    if (p.lrh.lnh != kLnhIbaLocal && p.lrh.lnh != kLnhIbaGlobal)
+        return fail(ParseError::kBadLnh);
+    if (size_t{p.lrh.pktlen} * 4 != total)
+        return fail(ParseError::kBadLength);
+    size_t off = kLrhSize;
+    if (p.lrh.lnh == kLnhIbaGlobal) {
+        if (total < kLrhSize + kGrhSize + kBthSize + kIcrcSize)
+            return fail(ParseError::kTooShort);
+        Grh g;
+        const uint32_t w = get32(b + off);
+        if (w >> 28 != 6)
+            return fail(ParseError::kBadVersion);
+        g.tclass = static_cast<uint8_t>(w >> 20);
+        g.flowLabel = w & 0xfffff;
+        g.payLen = get16(b + off + 4);
+        g.nextHeader = b[off + 6];
+        g.hopLimit = b[off + 7];
+        std::copy(b + off + 8, b + off + 24, g.sgid.begin());
+        std::copy(b + off + 24, b + off + 40, g.dgid.begin());
+        if (size_t{g.payLen} != total - kLrhSize - kGrhSize)
+            return fail(ParseError::kBadLength);
+        p.grh = g;
+        off += kGrhSize;
+    }
+    Bth &t = p.bth;
+    t.opcode = b[off];
+    t.solicited = b[off + 1] & 0x80;
+    t.migReq = b[off + 1] & 0x40;
+    t.padCount = (b[off + 1] >> 4) & 3;
+    t.tver = b[off + 1] & 0xf;
+    t.pkey = get16(b + off + 2);
+    t.destQp = get32(b + off + 4) & 0xffffff;
+    t.ackReq = b[off + 8] & 0x80;
+    t.psn = get32(b + off + 8) & 0xffffff;
+    off += kBthSize;
+    if (t.tver != 0)
+        return fail(ParseError::kBadVersion);
+    if (!hasDeth(t.opcode) || (t.opcode != kUdSendOnly && t.opcode != kUdSendOnlyImm))
+        return fail(ParseError::kUnsupportedOpcode);
+    const size_t headers = off + kDethSize + (hasImm(t.opcode) ? kImmSize : 0);
+    if (headers + t.padCount + kIcrcSize > total)
+        return fail(ParseError::kTooShort);
+    p.deth = Deth{get32(b + off), get32(b + off + 4) & 0xffffff};
+    off += kDethSize;
+    if (hasImm(t.opcode)) {
+        p.imm = get32(b + off);
+        off += kImmSize;
+    }
+    const size_t payloadEnd = total - kIcrcSize - t.padCount;
+    p.payload.assign(b + off, b + payloadEnd);
+    const uint32_t icrc = uint32_t{b[total - 4]} | uint32_t{b[total - 3]} << 8 |
+                          uint32_t{b[total - 2]} << 16 | uint32_t{b[total - 1]} << 24;
+    if (icrc != computeIcrc(bytes.first(total - kIcrcSize), p.grh.has_value()))
+        return fail(ParseError::kBadIcrc);
+    return p;
+}
+
+} // namespace pib::iba

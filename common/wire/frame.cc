@@ -1,0 +1,84 @@
+// SPDX-License-Identifier: GPL-2.0-or-later
+#include "frame.hh"
+
+#include <cstring>
+
+namespace pib::wire {
+
+namespace {
+
+void putLe32(uint8_t *p, uint32_t v) {
+    for (int i = 0; i < 4; ++i)
+        p[i] = static_cast<uint8_t>(v >> (8 * i));
+}
+
+uint32_t getLe32(const uint8_t *p) {
+    return uint32_t{p[0]} | uint32_t{p[1]} << 8 | uint32_t{p[2]} << 16 | uint32_t{p[3]} << 24;
+}
+
+} // namespace
+
+std::vector<uint8_t> encode(uint8_t type, std::span<const uint8_t> payload) {
+    std::vector<uint8_t> out(sizeof(pib_wire_header) + payload.size(), 0);
+    putLe32(out.data(), PIB_WIRE_MAGIC);
+    out[4] = PIB_WIRE_VERSION;
+    out[5] = type;
+    putLe32(out.data() + 8, static_cast<uint32_t>(payload.size()));
+    if (!payload.empty())
+        std::memcpy(out.data() + sizeof(pib_wire_header), payload.data(), payload.size());
+    return out;
+}
+
+void FrameReader::feed(std::span<const uint8_t> bytes) {
+    if (!failed_)
+        buffer_.insert(buffer_.end(), bytes.begin(), bytes.end());
+}
+
+std::optional<Frame> FrameReader::next(Error *error) {
+    *error = Error::kNone;
+    if (failed_ || buffer_.size() < sizeof(pib_wire_header))
+        return std::nullopt;
+    const uint8_t *h = buffer_.data();
+    auto fail = [&](Error e) -> std::optional<Frame> {
+        failed_ = true;
+        buffer_.clear();
+        *error = e;
+        return std::nullopt;
+    };
+    if (getLe32(h) != PIB_WIRE_MAGIC)
+        return fail(Error::kBadMagic);
+    if (h[4] != PIB_WIRE_VERSION)
+        return fail(Error::kBadVersion);
+    if (h[5] != PIB_WIRE_HELLO && h[5] != PIB_WIRE_PACKET)
+        return fail(Error::kBadType);
+    const uint32_t length = getLe32(h + 8);
+    if (length > kMaxPayload)
+        return fail(Error::kTooLong);
+    if (buffer_.size() < sizeof(pib_wire_header) + length)
+        return std::nullopt;
+    Frame frame;
+    frame.type = h[5];
+    frame.payload.assign(buffer_.begin() + sizeof(pib_wire_header),
+                         buffer_.begin() + static_cast<long>(sizeof(pib_wire_header) + length));
+    buffer_.erase(buffer_.begin(),
+                  buffer_.begin() + static_cast<long>(sizeof(pib_wire_header) + length));
+    return frame;
+}
+
+const char *FrameReader::toString(Error error) {
+    switch (error) {
+    case Error::kNone:
+        return "none";
+    case Error::kBadMagic:
+        return "bad magic";
+    case Error::kBadVersion:
+        return "unsupported version";
+    case Error::kBadType:
+        return "unknown frame type";
+    case Error::kTooLong:
+        return "frame too long";
+    }
+    return "?";
+}
+
+} // namespace pib::wire

@@ -1,0 +1,46 @@
+// SPDX-License-Identifier: GPL-2.0-or-later
+// Framing of the pib wire protocol (include/pib_wire.h, docs/wire.md) over
+// a byte stream: encodes frames, and reassembles them from whatever pieces
+// the stream delivers, refusing anything malformed.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <span>
+#include <vector>
+
+#include "pib_wire.h"
+
+namespace pib::wire {
+
+struct Frame {
+    uint8_t type = 0;
+    std::vector<uint8_t> payload;
+};
+
+std::vector<uint8_t> encode(uint8_t type, std::span<const uint8_t> payload);
+
+class FrameReader {
+  public:
+    enum class Error { kNone, kBadMagic, kBadVersion, kBadType, kTooLong };
+
+    // Appends stream bytes.
+    void feed(std::span<const uint8_t> bytes);
+    // The next complete frame, if any. After an error the stream cannot be
+    // trusted any more: the caller drops the connection and calls reset().
+    std::optional<Frame> next(Error *error);
+    void reset() { buffer_.clear(), failed_ = false; }
+    // Bytes held, for flow control: a peer may not make us buffer more.
+    size_t buffered() const { return buffer_.size(); }
+
+    static const char *toString(Error error);
+
+  private:
+    std::vector<uint8_t> buffer_;
+    bool failed_ = false;
+};
+
+// Payload limits per frame type: nothing larger is ever accepted.
+inline constexpr uint32_t kMaxPayload = PIB_WIRE_MAX_PACKET;
+
+} // namespace pib::wire

@@ -1,0 +1,145 @@
+// SPDX-License-Identifier: GPL-2.0-or-later
+// IBA packet building and parsing (common/iba).
+#include <catch2/catch.hpp>
+
+#include "crc.hh"
+#include "packet.hh"
+
+using namespace pib::iba;
+
+namespace {
+
+Packet udPacket(size_t payload, bool grh, bool imm) {
+    Packet p;
+    p.lrh.vl = 0;
+    p.lrh.sl = 3;
+    p.lrh.dlid = 0x12;
+    p.lrh.slid = 0x34;
+    if (grh) {
+        Grh g;
+        g.tclass = 0x5a;
+        g.flowLabel = 0x12345;
+        g.hopLimit = 64;
+        g.sgid[0] = 0xfe;
+        g.dgid[15] = 7;
+        p.grh = g;
+    }
+    p.bth.opcode = imm ? kUdSendOnlyImm : kUdSendOnly;
+    p.bth.solicited = true;
+    p.bth.pkey = 0xffff;
+    p.bth.destQp = 0xabcdef;
+    p.bth.psn = 0x123456;
+    p.deth = Deth{0x11111111, 0x000123};
+    if (imm)
+        p.imm = 0xdeadbeef;
+    for (size_t i = 0; i < payload; ++i)
+        p.payload.push_back(static_cast<uint8_t>(i * 7));
+    return p;
+}
+
+// Recomputes the VCRC after a test changed a byte on purpose.
+void fixVcrc(std::vector<uint8_t> &bytes) {
+    const size_t n = bytes.size() - 2;
+    const auto vcrc = static_cast<uint16_t>(~crc16Update(0xffff, std::span(bytes).first(n)));
+    bytes[n] = static_cast<uint8_t>(vcrc);
+    bytes[n + 1] = static_cast<uint8_t>(vcrc >> 8);
+}
+
+} // namespace
+
+TEST_CASE("the CRCs match their reference check values", "[packet]") {
+    const uint8_t check[] = {'1', '2', '3', '4', '5', '6', '7', '8', '9'};
+    CHECK(~crc32Update(0xffffffffu, check) == 0xcbf43926u); // CRC-32/ISO-HDLC
+}
+
+TEST_CASE("UD packets survive a round trip", "[packet]") {
+    const bool grh = GENERATE(false, true);
+    const bool imm = GENERATE(false, true);
+    const size_t size = GENERATE(0, 1, 2, 3, 4, 256, 4093, 4096);
+    const Packet sent = udPacket(size, grh, imm);
+    const auto bytes = build(sent);
+    CHECK(bytes.size() % 4 == 2); // whole words plus the VCRC
+    ParseError error;
+    const auto got = parse(bytes, &error);
+    REQUIRE(got);
+    CHECK(error == ParseError::kNone);
+    CHECK(got->payload == sent.payload);
+    CHECK(got->lrh.dlid == 0x12);
+    CHECK(got->lrh.slid == 0x34);
+    CHECK(got->lrh.sl == 3);
+    CHECK(got->lrh.pktlen * 4u == bytes.size() - 2);
+    CHECK(got->bth.destQp == 0xabcdef);
+    CHECK(got->bth.psn == 0x123456);
+    CHECK(got->bth.solicited);
+    CHECK(got->bth.padCount == (4 - size % 4) % 4);
+    CHECK(got->deth->qkey == 0x11111111u);
+    CHECK(got->deth->srcQp == 0x123u);
+    CHECK(got->grh.has_value() == grh);
+    if (grh) {
+        CHECK(got->grh->tclass == 0x5a);
+        CHECK(got->grh->flowLabel == 0x12345u);
+        CHECK(got->grh->dgid[15] == 7);
+    }
+    CHECK(got->imm.has_value() == imm);
+    if (imm)
+        CHECK(*got->imm == 0xdeadbeefu);
+}
+
+TEST_CASE("malformed packets are refused with a reason", "[packet]") {
+    auto bytes = build(udPacket(64, false, false));
+    ParseError error;
+    SECTION("corrupted bits fail the VCRC") {
+        bytes[20] ^= 1;
+        CHECK_FALSE(parse(bytes, &error));
+        CHECK(error == ParseError::kBadVcrc);
+    }
+    SECTION("an invariant field changed in flight fails the ICRC") {
+        bytes[8 + 2] ^= 0x80; // BTH P_Key
+        fixVcrc(bytes);
+        CHECK_FALSE(parse(bytes, &error));
+        CHECK(error == ParseError::kBadIcrc);
+    }
+    SECTION("variant fields may change: a switch rewrites the VL") {
+        bytes[0] = 0xf0; // VL15
+        fixVcrc(bytes);
+        CHECK(parse(bytes, &error));
+    }
+    SECTION("truncation") {
+        bytes.resize(bytes.size() - 8);
+        fixVcrc(bytes);
+        CHECK_FALSE(parse(bytes, &error));
+        CHECK(error == ParseError::kBadLength);
+        CHECK_FALSE(parse(std::span(bytes).first(10), &error));
+        CHECK(error == ParseError::kTooShort);
+    }
+    SECTION("raw and IP packets are not transport packets") {
+        bytes[1] = (bytes[1] & 0xfc) | kLnhRaw;
+        fixVcrc(bytes);
+        CHECK_FALSE(parse(bytes, &error));
+        CHECK(error == ParseError::kBadLnh);
+    }
+    SECTION("an opcode this device does not speak") {
+        bytes[8] = 0x04; // RC SEND ONLY
+        fixVcrc(bytes);
+        CHECK_FALSE(parse(bytes, &error));
+        CHECK(error == ParseError::kUnsupportedOpcode);
+    }
+    SECTION("oversized") {
+        std::vector<uint8_t> huge(5000, 0);
+        CHECK_FALSE(parse(huge, &error));
+        CHECK(error == ParseError::kTooLong);
+    }
+}
+
+TEST_CASE("random bytes never parse into a packet by accident", "[packet]") {
+    uint32_t x = 12345;
+    for (int round = 0; round < 2000; ++round) {
+        std::vector<uint8_t> junk(static_cast<size_t>(x % 300));
+        for (auto &b : junk) {
+            x = x * 1103515245u + 12345u;
+            b = static_cast<uint8_t>(x >> 16);
+        }
+        ParseError error;
+        CHECK_FALSE(parse(junk, &error));
+    }
+}
