@@ -1,0 +1,110 @@
+// SPDX-License-Identifier: GPL-2.0-or-later
+// Management datagrams (IBA 13.4) as the switch sees them: 256-byte MADs
+// with the SMP layouts of IBA 14.2.1, read and written in place.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <span>
+
+namespace pib::fabric {
+
+inline constexpr size_t kMadSize = 256;
+
+enum MgmtClass : uint8_t {
+    kClassSmpLid = 0x01,
+    kClassPerfMgt = 0x04,
+    kClassSmpDirected = 0x81,
+};
+
+enum Method : uint8_t {
+    kGet = 0x01,
+    kSet = 0x02,
+    kGetResp = 0x81,
+    kTrap = 0x05,
+};
+
+// MAD status values (IBA 13.4.7); the top bit of a DR SMP's status word is
+// the direction bit D, kept apart.
+enum Status : uint16_t {
+    kStatusOk = 0,
+    kStatusBadVersion = 0x0004,
+    kStatusBadMethod = 0x0008,
+    kStatusBadAttribute = 0x000c, // method/attribute combination not supported
+    kStatusBadField = 0x001c,     // invalid value in an attribute field
+};
+
+enum AttributeId : uint16_t {
+    kAttrClassPortInfo = 0x0001,
+    kAttrNodeDescription = 0x0010,
+    kAttrNodeInfo = 0x0011,
+    kAttrSwitchInfo = 0x0012,
+    kAttrGuidInfo = 0x0014,
+    kAttrPortInfo = 0x0015,
+    kAttrPkeyTable = 0x0016,
+    kAttrSlToVlTable = 0x0017,
+    kAttrVlArbTable = 0x0018,
+    kAttrLinearForwardingTable = 0x0019,
+    kAttrMulticastForwardingTable = 0x001b,
+    kAttrPortCounters = 0x0012,         // PerfMgt class
+    kAttrPortCountersExtended = 0x001d, // PerfMgt class
+};
+
+// A MAD in a buffer, with big-endian accessors at byte offsets.
+class Mad {
+  public:
+    explicit Mad(std::span<uint8_t> bytes) : b_(bytes) {}
+
+    uint8_t get8(size_t off) const { return b_[off]; }
+    uint16_t get16(size_t off) const { return static_cast<uint16_t>(b_[off] << 8 | b_[off + 1]); }
+    uint32_t get32(size_t off) const { return uint32_t{get16(off)} << 16 | get16(off + 2); }
+    uint64_t get64(size_t off) const { return uint64_t{get32(off)} << 32 | get32(off + 4); }
+    void set8(size_t off, uint8_t v) { b_[off] = v; }
+    void set16(size_t off, uint16_t v) {
+        b_[off] = static_cast<uint8_t>(v >> 8);
+        b_[off + 1] = static_cast<uint8_t>(v);
+    }
+    void set32(size_t off, uint32_t v) {
+        set16(off, static_cast<uint16_t>(v >> 16));
+        set16(off + 2, static_cast<uint16_t>(v));
+    }
+    void set64(size_t off, uint64_t v) {
+        set32(off, static_cast<uint32_t>(v >> 32));
+        set32(off + 4, static_cast<uint32_t>(v));
+    }
+    std::span<uint8_t> bytes() { return b_; }
+
+    // The common header (IBA 13.4.3).
+    uint8_t baseVersion() const { return get8(0); }
+    uint8_t mgmtClass() const { return get8(1); }
+    uint8_t classVersion() const { return get8(2); }
+    uint8_t method() const { return get8(3); }
+    void setMethod(uint8_t m) { set8(3, m); }
+    uint16_t status() const { return get16(4) & 0x7fff; }
+    void setStatus(uint16_t s) { set16(4, static_cast<uint16_t>((get16(4) & 0x8000) | s)); }
+    uint16_t attributeId() const { return get16(16); }
+    uint32_t attributeModifier() const { return get32(20); }
+
+    // Directed-route SMP fields (IBA 14.2.1.2).
+    bool returning() const { return get16(4) & 0x8000; }
+    void setReturning(bool d) { set16(4, static_cast<uint16_t>((get16(4) & 0x7fff) | d << 15)); }
+    uint8_t hopPointer() const { return get8(6); }
+    void setHopPointer(uint8_t h) { set8(6, h); }
+    uint8_t hopCount() const { return get8(7); }
+    uint16_t drSlid() const { return get16(32); }
+    uint16_t drDlid() const { return get16(34); }
+    uint8_t initialPath(unsigned hop) const { return get8(128 + hop); }
+    uint8_t returnPath(unsigned hop) const { return get8(192 + hop); }
+    void setReturnPath(unsigned hop, uint8_t port) { set8(192 + hop, port); }
+
+    // Where the SMP's attribute data starts: offset 64 in both SMP kinds.
+    static constexpr size_t kSmpData = 64;
+    static constexpr size_t kSmpDataSize = 64;
+    // PerfMgt MADs carry their data after a 40-byte reserved area.
+    static constexpr size_t kPmaData = 64;
+
+  private:
+    std::span<uint8_t> b_;
+};
+
+} // namespace pib::fabric

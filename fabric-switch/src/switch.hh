@@ -1,0 +1,121 @@
+// SPDX-License-Identifier: GPL-2.0-or-later
+// An InfiniBand switch: the forwarding tables, the subnet management agent
+// (SMA), the performance management agent (PMA) and directed-route SMP
+// handling. Pure logic: packets in, packets out; the server wires it to
+// sockets.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <functional>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "mad.hh"
+#include "packet.hh"
+
+namespace pib::fabric {
+
+struct SwitchConfig {
+    uint64_t guid = 0;
+    unsigned ports = 8; // external ports 1..ports (port 0 is the switch itself)
+    std::string description = "pib-hca fabric switch";
+};
+
+struct PortCounters {
+    uint64_t xmitData = 0; // 4-byte words, as IBA counts them
+    uint64_t rcvData = 0;
+    uint64_t xmitPackets = 0;
+    uint64_t rcvPackets = 0;
+    uint64_t rcvErrors = 0;
+    uint64_t xmitDiscards = 0;
+    uint64_t vl15Dropped = 0;
+    uint32_t linkDowned = 0;
+};
+
+// IBA PortState and PortPhysicalState values.
+enum PortState : uint8_t {
+    kStateNop = 0,
+    kStateDown = 1,
+    kStateInit = 2,
+    kStateArmed = 3,
+    kStateActive = 4
+};
+enum PhysState : uint8_t { kPhysPolling = 2, kPhysLinkUp = 5 };
+
+struct SwitchPort {
+    bool linkUp = false;
+    uint8_t state = kStateDown;
+    uint8_t neighborMtu = 5; // 4096
+    uint8_t operationalVls = 1;
+    uint8_t hoqLife = 0;
+    uint8_t vlHighLimit = 0;
+    std::array<uint8_t, 8> slToVl{};  // 16 four-bit entries
+    std::array<uint8_t, 64> vlArb{};  // blocks of 32 (VL, weight) pairs
+    std::array<uint16_t, 32> pkeys{}; // port 0 only is consulted
+    PortCounters counters;
+};
+
+struct Transmit {
+    unsigned port;
+    std::vector<uint8_t> packet;
+};
+
+class Switch {
+  public:
+    explicit Switch(SwitchConfig config);
+
+    // A packet arrived on external port `port`; returns what to send where.
+    std::vector<Transmit> receive(unsigned port, std::span<const uint8_t> bytes);
+    // The link on an external port came up (both ends said HELLO) or went down.
+    void linkChanged(unsigned port, bool up);
+
+    const SwitchConfig &config() const { return config_; }
+    const SwitchPort &port(unsigned n) const { return ports_.at(n); }
+    uint16_t lid() const { return lid_; }
+    uint8_t lftEntry(uint16_t lid) const { return lft_[lid]; }
+    bool portStateChange() const { return portStateChange_; }
+
+    static constexpr unsigned kLftCap = 49152; // unicast LIDs
+    static constexpr unsigned kMftCap = 1024;  // multicast LIDs from 0xc000
+
+  private:
+    // Management.
+    std::vector<Transmit> directedRoute(unsigned in, iba::Packet packet);
+    std::vector<Transmit> toSwitch(unsigned in, iba::Packet packet);
+    void sma(Mad mad, unsigned in);
+    void pma(Mad mad);
+    uint16_t smaGet(Mad &mad, unsigned in);
+    uint16_t smaSet(Mad &mad, unsigned in);
+    void nodeInfo(Mad &mad, unsigned in) const;
+    void switchInfo(Mad &mad) const;
+    void portInfo(Mad &mad, unsigned port) const;
+    uint16_t setSwitchInfo(Mad &mad);
+    uint16_t setPortInfo(Mad &mad, unsigned port);
+    std::vector<Transmit> reply(const iba::Packet &request, std::vector<uint8_t> mad, unsigned out);
+
+    // Forwarding.
+    std::vector<Transmit> forward(unsigned in, const iba::Packet &packet,
+                                  std::span<const uint8_t> bytes);
+    void transmit(std::vector<Transmit> &out, unsigned port, std::vector<uint8_t> bytes,
+                  bool management);
+
+    SwitchConfig config_;
+    std::vector<SwitchPort> ports_; // index 0: the switch management port
+    uint16_t lid_ = 0;
+    uint16_t smLid_ = 0;
+    uint8_t lmc_ = 0;
+    uint64_t mkey_ = 0;
+    uint64_t gidPrefix_ = 0xfe80000000000000ull;
+    uint8_t subnetTimeout_ = 0;
+    uint16_t linearFdbTop_ = 0;
+    uint16_t multicastFdbTop_ = 0;
+    uint8_t defaultPort_ = 0;
+    uint8_t lifeTime_ = 0;
+    bool portStateChange_ = false;
+    std::vector<uint8_t> lft_;
+    std::vector<std::array<uint16_t, 16>> mft_; // per multicast LID: 16 masks of 16 ports
+};
+
+} // namespace pib::fabric

@@ -1,0 +1,262 @@
+// SPDX-License-Identifier: GPL-2.0-or-later
+// The fabric switch's logic: SMA attributes, directed-route forwarding,
+// LFT/MFT forwarding, the PMA and untrusted input.
+#include <catch2/catch.hpp>
+
+#include "mad.hh"
+#include "switch.hh"
+
+using namespace pib;
+using namespace pib::fabric;
+
+namespace {
+
+constexpr uint64_t kGuid = 0x0250494253570001ull;
+
+Switch makeSwitch(unsigned ports = 8, uint64_t guid = kGuid) {
+    Switch sw(SwitchConfig{guid, ports, "test switch"});
+    for (unsigned p = 1; p <= ports; ++p)
+        sw.linkChanged(p, true);
+    return sw;
+}
+
+std::vector<uint8_t> smpMad(uint8_t cls, uint8_t method, uint16_t attr, uint32_t mod) {
+    std::vector<uint8_t> m(kMadSize, 0);
+    Mad mad(m);
+    mad.set8(0, 1);
+    mad.set8(1, cls);
+    mad.set8(2, 1);
+    mad.set8(3, method);
+    mad.set64(8, 0x1234);
+    mad.set16(16, attr);
+    mad.set32(20, mod);
+    return m;
+}
+
+// A DR SMP as the SM's HCA sends it: the hop pointer already at 1.
+std::vector<uint8_t> drSmp(uint8_t method, uint16_t attr, uint32_t mod, std::vector<uint8_t> path) {
+    auto m = smpMad(kClassSmpDirected, method, attr, mod);
+    Mad mad(m);
+    mad.set8(6, 1);
+    mad.set8(7, static_cast<uint8_t>(path.size()));
+    mad.set16(32, iba::kPermissiveLid);
+    mad.set16(34, iba::kPermissiveLid);
+    for (size_t i = 0; i < path.size(); ++i)
+        mad.set8(128 + 1 + i, path[i]);
+    iba::Packet p;
+    p.lrh.vl = 15;
+    p.lrh.dlid = iba::kPermissiveLid;
+    p.lrh.slid = iba::kPermissiveLid;
+    p.bth.opcode = iba::kUdSendOnly;
+    p.deth = iba::Deth{0, 0};
+    p.payload = m;
+    return iba::build(p);
+}
+
+std::vector<uint8_t> lidPacket(uint16_t dlid, uint32_t qp, std::vector<uint8_t> payload,
+                               uint16_t slid = 99) {
+    iba::Packet p;
+    p.lrh.dlid = dlid;
+    p.lrh.slid = slid;
+    p.lrh.vl = qp == 0 ? 15 : 0;
+    p.bth.opcode = iba::kUdSendOnly;
+    p.bth.destQp = qp;
+    p.deth = iba::Deth{qp == 1 ? iba::kQp1Qkey : 0x1111, 7};
+    p.payload = std::move(payload);
+    return iba::build(p);
+}
+
+std::vector<uint8_t> madOf(const std::vector<uint8_t> &packet) {
+    iba::ParseError error;
+    auto p = iba::parse(packet, &error);
+    REQUIRE(p);
+    return p->payload;
+}
+
+uint16_t statusOf(std::vector<uint8_t> mad) {
+    return Mad(mad).status();
+}
+
+// Sends a Set through DR at hop 1 on port 1 and returns the response MAD.
+std::vector<uint8_t> drSet(Switch &sw, uint16_t attr, uint32_t mod,
+                           std::function<void(Mad &)> fill) {
+    iba::ParseError error;
+    auto p = *iba::parse(drSmp(kSet, attr, mod, {1}), &error);
+    Mad mad(p.payload);
+    fill(mad);
+    auto out = sw.receive(1, iba::build(p));
+    REQUIRE(out.size() == 1);
+    return madOf(out[0].packet);
+}
+
+} // namespace
+
+TEST_CASE("the SMA answers NodeInfo through a one-hop directed route", "[switch]") {
+    Switch sw = makeSwitch();
+    auto out = sw.receive(3, drSmp(kGet, kAttrNodeInfo, 0, {3}));
+    REQUIRE(out.size() == 1);
+    CHECK(out[0].port == 3); // back the way it came
+    auto m = madOf(out[0].packet);
+    Mad mad(m);
+    CHECK(mad.method() == kGetResp);
+    CHECK(mad.status() == kStatusOk);
+    CHECK(mad.returning());
+    CHECK(mad.hopPointer() == 1);
+    CHECK(mad.get64(8) == 0x1234); // transaction ID kept
+    CHECK(mad.get8(64 + 2) == 2);  // a switch
+    CHECK(mad.get8(64 + 3) == 8);
+    CHECK(mad.get64(64 + 12) == kGuid);
+    CHECK(mad.get64(64 + 20) == kGuid);
+    CHECK(mad.get8(64 + 36) == 3); // local port: the ingress
+}
+
+TEST_CASE("directed routes cross a chain of switches and come back", "[switch]") {
+    Switch a = makeSwitch(8, kGuid);
+    Switch b = makeSwitch(8, kGuid + 1);
+    // The SM hangs off a's port 3; a's port 5 is cabled to b's port 2.
+    auto hop1 = a.receive(3, drSmp(kGet, kAttrNodeInfo, 0, {3, 5}));
+    REQUIRE(hop1.size() == 1);
+    CHECK(hop1[0].port == 5);
+    auto hop2 = b.receive(2, hop1[0].packet);
+    REQUIRE(hop2.size() == 1);
+    CHECK(hop2[0].port == 2);
+    auto back = a.receive(5, hop2[0].packet);
+    REQUIRE(back.size() == 1);
+    CHECK(back[0].port == 3);
+    auto m = madOf(back[0].packet);
+    Mad mad(m);
+    CHECK(mad.hopPointer() == 1); // what the SM's HCA expects
+    CHECK(mad.get64(64 + 12) == kGuid + 1);
+    CHECK(mad.get8(64 + 36) == 2);
+    CHECK(mad.returnPath(1) == 3);
+    CHECK(mad.returnPath(2) == 2);
+}
+
+TEST_CASE("bad directed routes are dropped and counted", "[switch]") {
+    Switch sw = makeSwitch();
+    SECTION("hop pointer beyond the hop count") {
+        iba::ParseError error;
+        auto p = *iba::parse(drSmp(kGet, kAttrNodeInfo, 0, {3}), &error);
+        p.payload[6] = 5;
+        CHECK(sw.receive(3, iba::build(p)).empty());
+    }
+    SECTION("an initial path through a port that does not exist") {
+        CHECK(sw.receive(3, drSmp(kGet, kAttrNodeInfo, 0, {3, 40})).empty());
+    }
+    SECTION("a returning SMP at hop 1 (the SM is not here)") {
+        iba::ParseError error;
+        auto p = *iba::parse(drSmp(kGet, kAttrNodeInfo, 0, {3, 4}), &error);
+        p.payload[4] |= 0x80;
+        CHECK(sw.receive(3, iba::build(p)).empty());
+    }
+    CHECK(sw.port(3).counters.vl15Dropped == 1);
+}
+
+TEST_CASE("PortInfo sets the LID and walks the port states", "[switch]") {
+    Switch sw = makeSwitch();
+    auto r = drSet(sw, kAttrPortInfo, 0, [](Mad &m) { m.set16(64 + 16, 0x42); });
+    CHECK(Mad(r).status() == kStatusOk);
+    CHECK(Mad(r).get16(64 + 16) == 0x42);
+    CHECK(sw.lid() == 0x42);
+
+    auto setState = [&](unsigned port, uint8_t state) {
+        auto resp = drSet(sw, kAttrPortInfo, port, [&](Mad &m) { m.set8(64 + 32, state); });
+        return Mad(resp).status();
+    };
+    CHECK(sw.port(4).state == kStateInit);
+    CHECK(setState(4, kStateActive) == kStatusBadField); // INIT -> ACTIVE skips ARMED
+    CHECK(sw.port(4).state == kStateInit);
+    CHECK(setState(4, kStateArmed) == kStatusOk);
+    CHECK(setState(4, kStateActive) == kStatusOk);
+    CHECK(sw.port(4).state == kStateActive);
+    CHECK(setState(77, kStateArmed) == kStatusBadField);
+}
+
+TEST_CASE("unknown attributes and methods get an error status", "[switch]") {
+    Switch sw = makeSwitch();
+    auto out = sw.receive(1, drSmp(kGet, 0x7777, 0, {1}));
+    REQUIRE(out.size() == 1);
+    CHECK(statusOf(madOf(out[0].packet)) == kStatusBadAttribute);
+    out = sw.receive(1, drSmp(0x06, kAttrNodeInfo, 0, {1}));
+    REQUIRE(out.size() == 1);
+    CHECK(statusOf(madOf(out[0].packet)) == kStatusBadMethod);
+}
+
+TEST_CASE("the LFT routes unicast between ACTIVE ports", "[switch]") {
+    Switch sw = makeSwitch();
+    drSet(sw, kAttrLinearForwardingTable, 0, [](Mad &m) { m.set8(64 + 5, 2); });
+    CHECK(sw.lftEntry(5) == 2);
+    auto data = lidPacket(5, 0x99, std::vector<uint8_t>(100, 1));
+    CHECK(sw.receive(1, data).empty()); // ports not ACTIVE yet
+    for (unsigned p : {1u, 2u}) {
+        drSet(sw, kAttrPortInfo, p, [](Mad &m) { m.set8(64 + 32, kStateArmed); });
+        drSet(sw, kAttrPortInfo, p, [](Mad &m) { m.set8(64 + 32, kStateActive); });
+    }
+    auto out = sw.receive(1, data);
+    REQUIRE(out.size() == 1);
+    CHECK(out[0].port == 2);
+    CHECK(out[0].packet == data);
+    CHECK(sw.receive(1, lidPacket(6, 0x99, {1, 2, 3, 4})).empty()); // no route
+    CHECK(sw.port(2).counters.xmitPackets >= 1);
+}
+
+TEST_CASE("the MFT copies multicast to its ports but never back", "[switch]") {
+    Switch sw = makeSwitch();
+    for (unsigned p = 1; p <= 4; ++p) {
+        drSet(sw, kAttrPortInfo, p, [](Mad &m) { m.set8(64 + 32, kStateArmed); });
+        drSet(sw, kAttrPortInfo, p, [](Mad &m) { m.set8(64 + 32, kStateActive); });
+    }
+    // MLID 0xc001: ports 1, 2 and 3 (position 0 covers ports 0..15).
+    drSet(sw, kAttrMulticastForwardingTable, 0, [](Mad &m) { m.set16(64 + 2, 0b1110); });
+    auto out = sw.receive(1, lidPacket(0xc001, 0xffffff, std::vector<uint8_t>(64, 9)));
+    REQUIRE(out.size() == 2);
+    CHECK(out[0].port == 2);
+    CHECK(out[1].port == 3);
+}
+
+TEST_CASE("the PMA counts traffic in IBA units", "[switch]") {
+    Switch sw = makeSwitch();
+    drSet(sw, kAttrPortInfo, 0, [](Mad &m) { m.set16(64 + 16, 0x10); });
+    drSet(sw, kAttrPortInfo, 1, [](Mad &m) { m.set8(64 + 32, kStateArmed); });
+    drSet(sw, kAttrPortInfo, 1, [](Mad &m) { m.set8(64 + 32, kStateActive); });
+    auto request = smpMad(kClassPerfMgt, kGet, kAttrPortCounters, 0);
+    request[64 + 1] = 1; // port select
+    auto out = sw.receive(1, lidPacket(0x10, 1, request, 0x21));
+    REQUIRE(out.size() == 1);
+    auto m = madOf(out[0].packet);
+    Mad mad(m);
+    CHECK(mad.status() == kStatusOk);
+    CHECK(mad.get32(64 + 36) == sw.port(1).counters.rcvPackets); // PortRcvPkts
+    CHECK(mad.get32(64 + 28) == sw.port(1).counters.rcvData);
+    CHECK(sw.port(1).counters.rcvData > 0);
+    iba::ParseError error;
+    auto reply = iba::parse(out[0].packet, &error);
+    CHECK(reply->lrh.dlid == 0x21);
+    CHECK(reply->bth.destQp == 7);
+    CHECK(reply->deth->srcQp == 1);
+}
+
+TEST_CASE("link changes set PortStateChange until the SM clears it", "[switch]") {
+    Switch sw = makeSwitch();
+    drSet(sw, kAttrSwitchInfo, 0, [](Mad &m) { m.set8(64 + 11, 0x04); });
+    CHECK_FALSE(sw.portStateChange());
+    sw.linkChanged(6, false);
+    CHECK(sw.port(6).state == kStateDown);
+    CHECK(sw.portStateChange());
+    drSet(sw, kAttrSwitchInfo, 0, [](Mad &m) { m.set8(64 + 11, 0x04); });
+    CHECK_FALSE(sw.portStateChange());
+}
+
+TEST_CASE("garbage from a port is counted, never forwarded", "[switch]") {
+    Switch sw = makeSwitch();
+    uint32_t x = 7;
+    for (int i = 0; i < 500; ++i) {
+        std::vector<uint8_t> junk(x % 400);
+        for (auto &b : junk)
+            b = static_cast<uint8_t>((x = x * 1664525u + 1013904223u) >> 24);
+        CHECK(sw.receive(1, junk).empty());
+    }
+    CHECK(sw.port(1).counters.rcvErrors == 500);
+    CHECK(sw.receive(0, drSmp(kGet, kAttrNodeInfo, 0, {1})).empty()); // no such port
+    CHECK(sw.receive(99, drSmp(kGet, kAttrNodeInfo, 0, {1})).empty());
+}
