@@ -1,0 +1,114 @@
+// SPDX-License-Identifier: GPL-2.0-or-later
+// pib-fabric-switch: an InfiniBand switch for pib-hca fabrics.
+#include <csignal>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <stdexcept>
+#include <string>
+
+#include "server.hh"
+
+namespace {
+
+const char kUsage[] = R"(usage: pib-fabric-switch [OPTIONS]
+
+An InfiniBand switch that pib-hca ports (and other switches) connect to.
+opensm discovers and programs it like a real switch: SMA, LFT/MFT
+forwarding, directed-route SMPs and a PMA.
+
+Options:
+  --ports N             external ports (default 8, 1..254)
+  --socket-dir DIR      port N listens on DIR/portN.sock (default: .)
+  --guid GUID           node GUID (default 0x0250494253570001)
+  --name TEXT           NodeDescription (default "pib-hca fabric switch")
+  --tcp N=HOST:PORT     port N listens on TCP instead (another host's switch)
+  --connect N=PATH      port N connects to a UNIX socket (another switch's port)
+  --connect-tcp N=HOST:PORT
+                        port N connects over TCP; retried every second
+  --help                show this text
+)";
+
+pib::fabric::Server *g_server = nullptr;
+
+void onSignal(int) {
+    if (g_server)
+        g_server->stop();
+}
+
+unsigned portOf(const std::string &spec, unsigned ports, std::string *rest) {
+    const auto eq = spec.find('=');
+    if (eq == std::string::npos)
+        throw std::runtime_error("expected N=..., got " + spec);
+    const unsigned long n = std::stoul(spec.substr(0, eq));
+    if (n < 1 || n > ports)
+        throw std::runtime_error("no port " + spec.substr(0, eq));
+    *rest = spec.substr(eq + 1);
+    return static_cast<unsigned>(n);
+}
+
+} // namespace
+
+int main(int argc, char **argv) {
+    try {
+        pib::fabric::SwitchConfig config;
+        config.guid = 0x0250494253570001ull;
+        std::string dir = ".";
+        std::vector<std::pair<std::string, std::string>> overrides;
+        for (int i = 1; i < argc; ++i) {
+            const std::string arg = argv[i];
+            auto value = [&]() -> std::string {
+                if (i + 1 >= argc)
+                    throw std::runtime_error(arg + " needs a value");
+                return argv[++i];
+            };
+            if (arg == "--help" || arg == "-h") {
+                std::fputs(kUsage, stdout);
+                return 0;
+            } else if (arg == "--ports") {
+                const unsigned long n = std::stoul(value());
+                if (n < 1 || n > 254)
+                    throw std::runtime_error("--ports must be 1..254");
+                config.ports = static_cast<unsigned>(n);
+            } else if (arg == "--socket-dir") {
+                dir = value();
+            } else if (arg == "--guid") {
+                config.guid = std::stoull(value(), nullptr, 0);
+            } else if (arg == "--name") {
+                config.description = value();
+            } else if (arg == "--tcp" || arg == "--connect" || arg == "--connect-tcp") {
+                overrides.emplace_back(arg, value());
+            } else {
+                throw std::runtime_error("unknown option " + arg + " (see --help)");
+            }
+        }
+        using Kind = pib::fabric::PortEndpoint::Kind;
+        std::vector<pib::fabric::PortEndpoint> endpoints(config.ports + 1);
+        for (unsigned p = 1; p <= config.ports; ++p)
+            endpoints[p] = {Kind::kUnixListen, dir + "/port" + std::to_string(p) + ".sock"};
+        for (const auto &[option, spec] : overrides) {
+            std::string rest;
+            const unsigned p = portOf(spec, config.ports, &rest);
+            endpoints[p] = {option == "--tcp"       ? Kind::kTcpListen
+                            : option == "--connect" ? Kind::kUnixConnect
+                                                    : Kind::kTcpConnect,
+                            rest};
+        }
+
+        pib::fabric::Switch sw(config);
+        pib::fabric::Server server(sw, endpoints);
+        server.open();
+        g_server = &server;
+        std::signal(SIGTERM, onSignal);
+        std::signal(SIGINT, onSignal);
+        std::signal(SIGPIPE, SIG_IGN);
+        std::fprintf(stderr, "pib-fabric-switch: %u ports, GUID 0x%016llx, sockets in %s\n",
+                     config.ports, static_cast<unsigned long long>(config.guid), dir.c_str());
+        server.run();
+        g_server = nullptr;
+        return 0;
+    } catch (const std::exception &e) {
+        std::fprintf(stderr, "pib-fabric-switch: %s\n", e.what());
+        return 2;
+    }
+}

@@ -1,0 +1,321 @@
+// SPDX-License-Identifier: GPL-2.0-or-later
+#include "server.hh"
+
+#include <arpa/inet.h>
+#include <cerrno>
+#include <cstdarg>
+#include <cstdio>
+#include <cstring>
+#include <fcntl.h>
+#include <netdb.h>
+#include <stdexcept>
+#include <sys/epoll.h>
+#include <sys/eventfd.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <time.h>
+#include <unistd.h>
+
+namespace pib::fabric {
+
+namespace {
+
+// A peer that stops reading may not make the switch buffer without bound:
+// beyond this, packets to it are discarded, as a congested link drops them.
+constexpr size_t kMaxOutput = 4u << 20;
+constexpr size_t kMaxInput = 1u << 20;
+constexpr uint64_t kListenerTag = 1ull << 32;
+constexpr uint64_t kWakeTag = 1ull << 33;
+
+void log(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+void log(const char *fmt, ...) {
+    va_list args;
+    va_start(args, fmt);
+    std::fputs("pib-fabric-switch: ", stderr);
+    std::vfprintf(stderr, fmt, args);
+    std::fputc('\n', stderr);
+    va_end(args);
+}
+
+void setNonBlocking(int fd) {
+    fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK);
+}
+
+std::pair<std::string, std::string> splitHostPort(const std::string &address) {
+    const auto colon = address.rfind(':');
+    if (colon == std::string::npos)
+        throw std::runtime_error("expected HOST:PORT, got " + address);
+    return {address.substr(0, colon), address.substr(colon + 1)};
+}
+
+int unixSocket(const std::string &path, bool listen) {
+    sockaddr_un addr{};
+    addr.sun_family = AF_UNIX;
+    if (path.size() >= sizeof(addr.sun_path))
+        throw std::runtime_error("socket path too long: " + path);
+    std::memcpy(addr.sun_path, path.c_str(), path.size() + 1);
+    const int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (fd < 0)
+        throw std::runtime_error("socket: " + std::string(strerror(errno)));
+    if (listen) {
+        unlink(path.c_str());
+        if (bind(fd, reinterpret_cast<sockaddr *>(&addr), sizeof(addr)) < 0 ||
+            ::listen(fd, 4) < 0) {
+            const std::string err = strerror(errno);
+            close(fd);
+            throw std::runtime_error("cannot listen on " + path + ": " + err);
+        }
+    } else if (connect(fd, reinterpret_cast<sockaddr *>(&addr), sizeof(addr)) < 0) {
+        close(fd);
+        return -1;
+    }
+    setNonBlocking(fd);
+    return fd;
+}
+
+int tcpSocket(const std::string &address, bool listen) {
+    const auto [host, port] = splitHostPort(address);
+    addrinfo hints{};
+    hints.ai_family = AF_UNSPEC;
+    hints.ai_socktype = SOCK_STREAM;
+    hints.ai_flags = listen ? AI_PASSIVE : 0;
+    addrinfo *res = nullptr;
+    if (getaddrinfo(host.empty() ? nullptr : host.c_str(), port.c_str(), &hints, &res) != 0)
+        throw std::runtime_error("cannot resolve " + address);
+    int fd = -1;
+    for (addrinfo *ai = res; ai && fd < 0; ai = ai->ai_next) {
+        fd = socket(ai->ai_family, ai->ai_socktype | SOCK_CLOEXEC, ai->ai_protocol);
+        if (fd < 0)
+            continue;
+        const int one = 1;
+        setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+        const bool ok = listen ? bind(fd, ai->ai_addr, ai->ai_addrlen) == 0 && ::listen(fd, 4) == 0
+                               : connect(fd, ai->ai_addr, ai->ai_addrlen) == 0;
+        if (!ok) {
+            close(fd);
+            fd = -1;
+        }
+    }
+    freeaddrinfo(res);
+    if (fd < 0 && listen)
+        throw std::runtime_error("cannot listen on " + address);
+    if (fd >= 0) {
+        const int one = 1;
+        setsockopt(fd, IPPROTO_TCP, 1 /* TCP_NODELAY */, &one, sizeof(one));
+        setNonBlocking(fd);
+    }
+    return fd;
+}
+
+} // namespace
+
+struct Server::Connection {
+    int fd = -1;
+    wire::FrameReader reader;
+    std::vector<uint8_t> output;
+    bool helloReceived = false;
+};
+
+Server::Server(Switch &sw, std::vector<PortEndpoint> endpoints)
+    : sw_(sw), endpoints_(std::move(endpoints)), listeners_(endpoints_.size(), -1),
+      conns_(endpoints_.size()) {}
+
+Server::~Server() {
+    for (auto &c : conns_)
+        if (c && c->fd >= 0)
+            close(c->fd);
+    for (int fd : listeners_)
+        if (fd >= 0)
+            close(fd);
+    if (epoll_ >= 0)
+        close(epoll_);
+    if (wake_ >= 0)
+        close(wake_);
+}
+
+void Server::watch(int fd, unsigned port, bool listener, bool writable) {
+    epoll_event ev{};
+    ev.events = EPOLLIN | (writable ? EPOLLOUT : 0u);
+    ev.data.u64 = port | (listener ? kListenerTag : 0);
+    if (epoll_ctl(epoll_, EPOLL_CTL_MOD, fd, &ev) < 0)
+        epoll_ctl(epoll_, EPOLL_CTL_ADD, fd, &ev);
+}
+
+void Server::open() {
+    epoll_ = epoll_create1(EPOLL_CLOEXEC);
+    wake_ = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+    if (epoll_ < 0 || wake_ < 0)
+        throw std::runtime_error("epoll/eventfd failed");
+    epoll_event ev{};
+    ev.events = EPOLLIN;
+    ev.data.u64 = kWakeTag;
+    epoll_ctl(epoll_, EPOLL_CTL_ADD, wake_, &ev);
+    for (unsigned port = 1; port < endpoints_.size(); ++port) {
+        const PortEndpoint &e = endpoints_[port];
+        if (e.kind == PortEndpoint::Kind::kUnixListen)
+            listeners_[port] = unixSocket(e.address, true);
+        else if (e.kind == PortEndpoint::Kind::kTcpListen)
+            listeners_[port] = tcpSocket(e.address, true);
+        if (listeners_[port] >= 0) {
+            setNonBlocking(listeners_[port]);
+            watch(listeners_[port], port, true, false);
+        }
+    }
+}
+
+void Server::stop() {
+    const uint64_t one = 1;
+    if (write(wake_, &one, sizeof(one)) < 0) {
+        // Nothing to do: the loop is already waking up or gone.
+    }
+}
+
+void Server::sendFrame(unsigned port, uint8_t type, std::span<const uint8_t> payload) {
+    Connection *c = conns_[port].get();
+    if (!c)
+        return;
+    if (c->output.size() > kMaxOutput)
+        return; // congested: the packet is lost, as on a real link
+    const auto frame = wire::encode(type, payload);
+    c->output.insert(c->output.end(), frame.begin(), frame.end());
+    onWritable(port);
+}
+
+void Server::sendHello(unsigned port) {
+    pib_wire_hello hello{};
+    hello.node_guid = sw_.config().guid;
+    hello.port_guid = sw_.config().guid;
+    hello.node_type = PIB_WIRE_NODE_SWITCH;
+    hello.port = static_cast<uint8_t>(port);
+    sendFrame(port, PIB_WIRE_HELLO,
+              std::span(reinterpret_cast<const uint8_t *>(&hello), sizeof(hello)));
+}
+
+void Server::accept(unsigned port) {
+    const int fd = ::accept4(listeners_[port], nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK);
+    if (fd < 0)
+        return;
+    if (conns_[port]) { // one cable per port
+        log("port %u: refusing a second connection", port);
+        close(fd);
+        return;
+    }
+    conns_[port] = std::make_unique<Connection>();
+    conns_[port]->fd = fd;
+    watch(fd, port, false, false);
+    log("port %u: connected", port);
+    sendHello(port);
+}
+
+void Server::connectOut(unsigned port) {
+    if (conns_[port])
+        return;
+    const PortEndpoint &e = endpoints_[port];
+    const int fd = e.kind == PortEndpoint::Kind::kUnixConnect ? unixSocket(e.address, false)
+                                                              : tcpSocket(e.address, false);
+    if (fd < 0)
+        return; // the peer is not there yet: retried every second
+    conns_[port] = std::make_unique<Connection>();
+    conns_[port]->fd = fd;
+    watch(fd, port, false, false);
+    log("port %u: connected to %s", port, e.address.c_str());
+    sendHello(port);
+}
+
+void Server::drop(unsigned port, const char *why) {
+    Connection *c = conns_[port].get();
+    if (!c)
+        return;
+    log("port %u: link down (%s)", port, why);
+    epoll_ctl(epoll_, EPOLL_CTL_DEL, c->fd, nullptr);
+    close(c->fd);
+    conns_[port].reset();
+    sw_.linkChanged(port, false);
+}
+
+void Server::onWritable(unsigned port) {
+    Connection *c = conns_[port].get();
+    while (c && !c->output.empty()) {
+        const ssize_t n = ::send(c->fd, c->output.data(), c->output.size(), MSG_NOSIGNAL);
+        if (n < 0) {
+            if (errno == EAGAIN || errno == EWOULDBLOCK)
+                break;
+            drop(port, strerror(errno));
+            return;
+        }
+        c->output.erase(c->output.begin(), c->output.begin() + n);
+    }
+    if (c)
+        watch(c->fd, port, false, !c->output.empty());
+}
+
+void Server::onReadable(unsigned port) {
+    Connection *c = conns_[port].get();
+    if (!c)
+        return;
+    uint8_t buf[65536];
+    const ssize_t n = ::recv(c->fd, buf, sizeof(buf), 0);
+    if (n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK)) {
+        drop(port, n == 0 ? "peer closed" : strerror(errno));
+        return;
+    }
+    if (n < 0)
+        return;
+    c->reader.feed(std::span(buf, static_cast<size_t>(n)));
+    if (c->reader.buffered() > kMaxInput) {
+        drop(port, "peer floods without framing");
+        return;
+    }
+    wire::FrameReader::Error error;
+    while (auto frame = c->reader.next(&error)) {
+        if (frame->type == PIB_WIRE_HELLO) {
+            if (!c->helloReceived) {
+                c->helloReceived = true;
+                sw_.linkChanged(port, true);
+                log("port %u: link up", port);
+            }
+            continue;
+        }
+        if (!c->helloReceived) // packets before HELLO: the link is not up
+            continue;
+        for (auto &t : sw_.receive(port, frame->payload))
+            sendFrame(t.port, PIB_WIRE_PACKET, t.packet);
+    }
+    if (error != wire::FrameReader::Error::kNone)
+        drop(port, wire::FrameReader::toString(error));
+}
+
+void Server::run() {
+    timespec lastRetry{};
+    for (;;) {
+        epoll_event events[32];
+        const int n = epoll_wait(epoll_, events, 32, 1000);
+        if (n < 0 && errno != EINTR)
+            throw std::runtime_error("epoll_wait: " + std::string(strerror(errno)));
+        for (int i = 0; i < n; ++i) {
+            const uint64_t tag = events[i].data.u64;
+            if (tag == kWakeTag)
+                return;
+            const auto port = static_cast<unsigned>(tag & 0xffffffff);
+            if (tag & kListenerTag)
+                accept(port);
+            else if (events[i].events & (EPOLLIN | EPOLLHUP | EPOLLERR))
+                onReadable(port);
+            if (!(tag & kListenerTag) && events[i].events & EPOLLOUT)
+                onWritable(port);
+        }
+        timespec now;
+        clock_gettime(CLOCK_MONOTONIC, &now);
+        if (now.tv_sec != lastRetry.tv_sec) { // outgoing links retry each second
+            lastRetry = now;
+            for (unsigned port = 1; port < endpoints_.size(); ++port) {
+                const auto kind = endpoints_[port].kind;
+                if (kind == PortEndpoint::Kind::kUnixConnect ||
+                    kind == PortEndpoint::Kind::kTcpConnect)
+                    connectOut(port);
+            }
+        }
+    }
+}
+
+} // namespace pib::fabric
