@@ -18,6 +18,8 @@
 #include "hw/pci/pci_device.h"
 #include "hw/pci/pcie.h"
 #include "hw/qdev-properties.h"
+#include "hw/qdev-properties-system.h"
+#include "chardev/char-fe.h"
 #include "migration/vmstate.h"
 #include "trace.h"
 
@@ -29,6 +31,13 @@ OBJECT_DECLARE_SIMPLE_TYPE(PibHcaState, PIB_HCA)
 
 /* Where the PCI Express capability sits in configuration space. */
 #define PIB_HCA_PCIE_CAP_OFFSET 0xa0
+
+/* One InfiniBand port's cable: a chardev stream to a switch port. */
+typedef struct PibHcaPort {
+    struct PibHcaState *hca;
+    unsigned number; /* 1-based */
+    CharBackend chr;
+} PibHcaPort;
 
 struct PibHcaState {
     PCIDevice parent_obj;
@@ -42,6 +51,7 @@ struct PibHcaState {
     uint32_t doorbell_pages;
     uint32_t msix_vectors;
     uint32_t ports;
+    PibHcaPort port[PIB_MAX_PORTS];
 };
 
 static void pib_hca_guest_error(void *opaque, const char *what,
@@ -94,13 +104,62 @@ static void pib_hca_msix_notify(void *opaque, unsigned vector)
     }
 }
 
+static void pib_hca_port_send(void *opaque, unsigned port, const void *buf,
+                              size_t len)
+{
+    PibHcaState *s = opaque;
+    CharBackend *chr = &s->port[port - 1].chr;
+
+    trace_pib_hca_port_send(port, len);
+    /*
+     * A frame is written whole or not at all; a switch that stops reading
+     * stalls this port only as long as the socket buffer is full.
+     */
+    if (qemu_chr_fe_backend_connected(chr) &&
+        qemu_chr_fe_write_all(chr, buf, len) != (int) len) {
+        trace_pib_hca_port_send_failed(port, len);
+    }
+}
+
+static void pib_hca_port_disconnect(void *opaque, unsigned port)
+{
+    PibHcaState *s = opaque;
+
+    qemu_chr_fe_disconnect(&s->port[port - 1].chr);
+}
+
 static const struct pib_host_ops pib_hca_host_ops = {
     .guest_error = pib_hca_guest_error,
     .trace = pib_hca_core_event,
     .dma_read = pib_hca_dma_read,
     .dma_write = pib_hca_dma_write,
     .msix_notify = pib_hca_msix_notify,
+    .port_send = pib_hca_port_send,
+    .port_disconnect = pib_hca_port_disconnect,
 };
+
+static int pib_hca_port_can_receive(void *opaque)
+{
+    return 64 * KiB;
+}
+
+static void pib_hca_port_receive(void *opaque, const uint8_t *buf, int size)
+{
+    PibHcaPort *port = opaque;
+
+    pib_core_port_receive(port->hca->core, port->number, buf, size);
+}
+
+static void pib_hca_port_event(void *opaque, QEMUChrEvent event)
+{
+    PibHcaPort *port = opaque;
+
+    if (event == CHR_EVENT_OPENED || event == CHR_EVENT_CLOSED) {
+        trace_pib_hca_port_link(port->number, event == CHR_EVENT_OPENED);
+        pib_core_port_connected(port->hca->core, port->number,
+                                event == CHR_EVENT_OPENED);
+    }
+}
 
 static uint64_t pib_hca_regs_read(void *opaque, hwaddr addr, unsigned size)
 {
@@ -189,6 +248,13 @@ static void pib_hca_realize(PCIDevice *pdev, Error **errp)
         error_setg(errp, "pib-hca: %s", invalid);
         return;
     }
+    for (i = s->ports; i < PIB_MAX_PORTS; i++) {
+        if (qemu_chr_fe_backend_connected(&s->port[i].chr)) {
+            error_setg(errp, "pib-hca: port%u given, but the device has %u",
+                       i + 1, s->ports);
+            return;
+        }
+    }
     s->core = pib_core_new(&config, &pib_hca_host_ops, s);
     if (!s->core) {
         error_setg(errp, "pib-hca: cannot create the device core");
@@ -221,6 +287,18 @@ static void pib_hca_realize(PCIDevice *pdev, Error **errp)
         msix_vector_use(pdev, i);
     }
 
+    for (i = 0; i < PIB_MAX_PORTS; i++) {
+        PibHcaPort *port = &s->port[i];
+
+        port->hca = s;
+        port->number = i + 1;
+        if (qemu_chr_fe_backend_connected(&port->chr)) {
+            qemu_chr_fe_set_handlers(&port->chr, pib_hca_port_can_receive,
+                                     pib_hca_port_receive, pib_hca_port_event,
+                                     NULL, port, NULL, true);
+        }
+    }
+
     trace_pib_hca_realize(config.node_guid, s->doorbell_pages, s->msix_vectors,
                           s->ports);
     return;
@@ -233,7 +311,11 @@ fail:
 static void pib_hca_exit(PCIDevice *pdev)
 {
     PibHcaState *s = PIB_HCA(pdev);
+    unsigned i;
 
+    for (i = 0; i < PIB_MAX_PORTS; i++) {
+        qemu_chr_fe_deinit(&s->port[i].chr, false);
+    }
     msix_unuse_all_vectors(pdev);
     msix_uninit_exclusive_bar(pdev);
     pib_core_free(s->core);
@@ -253,6 +335,8 @@ static const Property pib_hca_properties[] = {
     DEFINE_PROP_UINT32("doorbell-pages", PibHcaState, doorbell_pages, 1024),
     DEFINE_PROP_UINT32("msix-vectors", PibHcaState, msix_vectors, 16),
     DEFINE_PROP_UINT32("ports", PibHcaState, ports, 1),
+    DEFINE_PROP_CHR("port1", PibHcaState, port[0].chr),
+    DEFINE_PROP_CHR("port2", PibHcaState, port[1].chr),
 };
 
 /* The device core's state is not serialised yet: refuse to migrate. */
@@ -289,6 +373,9 @@ static void pib_hca_class_init(ObjectClass *klass, void *data)
                                           "MSI-X vectors (1-256)");
     object_class_property_set_description(klass, "ports",
                                           "InfiniBand ports (1-2)");
+    object_class_property_set_description(
+        klass, "port1", "chardev cabled to a switch port (docs/wire.md)");
+    object_class_property_set_description(klass, "port2", "chardev for port 2");
     device_class_set_legacy_reset(dc, pib_hca_reset);
 }
 

@@ -14,9 +14,9 @@ def test_driver_registers_pib_0_with_device_attributes(ctx):
         assert _sysfs(ctx, vm.name, "node_guid") == ":".join(guid[i:i + 4] for i in range(0, 16, 4))
         assert _sysfs(ctx, vm.name, "node_type").startswith("1: CA")
         assert _sysfs(ctx, vm.name, "node_desc") == f"{vm.name} pib_hca"
-        # No link yet: the port is down and polling.
-        assert _sysfs(ctx, vm.name, "ports/1/state") == "1: DOWN"
-        assert _sysfs(ctx, vm.name, "ports/1/phys_state") == "2: Polling"
+        # Cabled to the switch, but no SM has configured it: INIT.
+        assert _sysfs(ctx, vm.name, "ports/1/state") == "2: INIT"
+        assert _sysfs(ctx, vm.name, "ports/1/phys_state") == "5: LinkUp"
         assert _sysfs(ctx, vm.name, "ports/1/gids/0") == "fe80:0000:0000:0000:" + ":".join(
             f"{vm.node_guid + 1:016x}"[i:i + 4] for i in range(0, 16, 4))
         assert _sysfs(ctx, vm.name, "ports/1/pkeys/0") == "0xffff"

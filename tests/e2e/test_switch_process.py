@@ -1,5 +1,6 @@
 """The fabric switch as a process: sockets, framing, its agents, bad input."""
 
+import shutil
 import socket
 import struct
 import subprocess
@@ -34,8 +35,11 @@ class SwitchProcess:
         return s
 
     def stop(self):
+        """Stops the switch; returns its exit status and what it logged."""
         self.proc.terminate()
-        return self.proc.wait(timeout=10)
+        _, err = self.proc.communicate(timeout=10)
+        self.log = err
+        return self.proc.returncode
 
 
 def _node_info(sock, port):
@@ -47,8 +51,11 @@ def _node_info(sock, port):
 
 
 def _tmpdir(name):
+    """A fresh directory: stale sockets must not look like a live switch."""
     d = paths.cache_dir() / "test-tmp" / name
-    d.mkdir(parents=True, exist_ok=True)
+    if d.exists():
+        shutil.rmtree(d)
+    d.mkdir(parents=True)
     return d
 
 
@@ -62,7 +69,7 @@ def test_switch_answers_smps_over_its_sockets(ctx):
         assert mad[64 + 2] == 2 and mad[64 + 3] == 4         # a 4-port switch
         assert mad[64 + 36] == 2                             # asked through port 2
     finally:
-        assert sw.stop() == 0
+        assert sw.stop() == 0, sw.log
 
 
 def test_switch_survives_garbage_and_reconnects(ctx):
@@ -82,6 +89,5 @@ def test_switch_survives_garbage_and_reconnects(ctx):
         assert struct.unpack(">Q", mad[64 + 12:64 + 20])[0] == GUID
         assert sw.proc.poll() is None
     finally:
-        assert sw.stop() == 0
-    log = sw.proc.stderr.read()
-    assert "port 1: link down (bad magic)" in log, log
+        assert sw.stop() == 0, sw.log
+    assert "port 1: link down (bad magic)" in sw.log, sw.log

@@ -34,6 +34,16 @@ static void msixNotify(void *opaque, unsigned vector) {
     static_cast<FakeHost *>(opaque)->interrupts.push_back(vector);
 }
 
+static void portSend(void *opaque, unsigned port, const void *buf, size_t len) {
+    auto &out = static_cast<FakeHost *>(opaque)->portOutput[port];
+    out.insert(out.end(), static_cast<const uint8_t *>(buf),
+               static_cast<const uint8_t *>(buf) + len);
+}
+
+static void portDisconnect(void *opaque, unsigned port) {
+    static_cast<FakeHost *>(opaque)->disconnects.push_back(port);
+}
+
 pib_core_config FakeHost::defaultConfig() {
     return pib_core_config{
         .node_guid = 0x0002c90300001234ull,
@@ -52,6 +62,8 @@ FakeHost::FakeHost(const pib_core_config &config) : ram(kRamSize, 0) {
         .dma_read = dmaRead,
         .dma_write = dmaWrite,
         .msix_notify = msixNotify,
+        .port_send = portSend,
+        .port_disconnect = portDisconnect,
     };
     core = pib_core_new(&config, &ops, this);
     if (!core)

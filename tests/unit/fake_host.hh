@@ -82,4 +82,6 @@ struct FakeHost {
     std::vector<Report> errors;
     std::vector<Report> traceLines;
     std::vector<unsigned> interrupts;
+    std::vector<uint8_t> portOutput[3]; // what each port sent, by port number
+    std::vector<unsigned> disconnects;
 };

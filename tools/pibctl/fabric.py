@@ -50,12 +50,21 @@ class Vm:
         return 0x0250494200000000 | (self.index << 8)
 
 
+SWITCH_GUID = 0x0250494253570001  # "PIBSW" + switch index
+
+
 @dataclass
 class Fabric:
     run_dir: str
     accel: str
     vms: list = field(default_factory=list)
-    switch_pid: int = 0
+    switch_pid: int = 0  # the management-network vde_switch
+    ib_switch_pid: int = 0
+    ib_switch_ports: int = 8
+
+    @property
+    def ib_switch_dir(self) -> Path:
+        return Path(self.run_dir) / "switch1"
 
     def vm(self, name: str) -> Vm:
         for vm in self.vms:
@@ -157,8 +166,12 @@ def _qemu_command(fabric: Fabric, vm: Vm, memory: int, cpus: int, trace: str) ->
         "-qmp", f"unix:{vm.path / 'qmp.sock'},server=on,wait=off",
         "-netdev", f"vde,id=mgmt,sock={run / 'mgmt.vde'}",
         "-device", f"virtio-net-pci,netdev=mgmt,mac=52:54:00:77:00:{vm.index:02x},romfile=",
+        # Port 1 is cabled to port N of switch1; QEMU reconnects by itself
+        # when the switch restarts.
+        "-chardev", f"socket,id=ib1,path={fabric.ib_switch_dir / f'port{vm.index}.sock'},"
+        "reconnect-ms=1000",
         "-device", "pcie-root-port,id=ib-rp,chassis=1,slot=1",
-        "-device", f"pib-hca,id=hca0,bus=ib-rp,node-guid=0x{vm.node_guid:016x}",
+        "-device", f"pib-hca,id=hca0,bus=ib-rp,node-guid=0x{vm.node_guid:016x},port1=ib1",
         "-d", "guest_errors", "-D", vm.qemu_log,
     ]
     if trace:
@@ -166,8 +179,33 @@ def _qemu_command(fabric: Fabric, vm: Vm, memory: int, cpus: int, trace: str) ->
     return [str(c) for c in cmd]
 
 
+def start_ib_switch(fabric: Fabric) -> None:
+    """Starts switch1 and waits until every port listens."""
+    sock_dir = fabric.ib_switch_dir
+    sock_dir.mkdir(exist_ok=True)
+    with open(Path(fabric.run_dir) / "switch1.log", "a") as log:
+        proc = subprocess.Popen(
+            [str(paths.fabric_switch_binary()), "--ports", str(fabric.ib_switch_ports),
+             "--socket-dir", str(sock_dir), "--guid", hex(SWITCH_GUID), "--name", "switch1"],
+            stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+            start_new_session=True)
+    fabric.ib_switch_pid = proc.pid
+    fabric.save()
+    deadline = time.monotonic() + 10
+    while not (sock_dir / f"port{fabric.ib_switch_ports}.sock").exists():
+        if proc.poll() is not None or time.monotonic() > deadline:
+            raise ui.StepFailed(f"the fabric switch did not start; see {log.name}")
+        time.sleep(0.05)
+
+
+def stop_ib_switch(fabric: Fabric) -> None:
+    _kill(fabric.ib_switch_pid, fabric.run_dir, "fabric switch")
+    _reap(fabric.ib_switch_pid)
+
+
 def _check_setup() -> None:
-    for f in (paths.qemu_binary(), paths.kernel_image(), paths.initrd_image()):
+    for f in (paths.qemu_binary(), paths.kernel_image(), paths.initrd_image(),
+              paths.fabric_switch_binary()):
         if not f.is_file():
             raise ui.StepFailed(f"{f} is missing; run ./pib setup first")
 
@@ -225,7 +263,7 @@ def up(vms: int = 2, accel: str = "tcg", memory: int = 2048, cpus: int = 1,
     if run.exists():
         shutil.rmtree(run)
     run.mkdir(parents=True)
-    fabric = Fabric(run_dir=str(run), accel=accel)
+    fabric = Fabric(run_dir=str(run), accel=accel, ib_switch_ports=max(8, vms))
     for i in range(1, vms + 1):
         vm = Vm(name=f"vm{i}", index=i, dir=str(run / f"vm{i}"))
         vm.path.mkdir()
@@ -241,6 +279,7 @@ def up(vms: int = 2, accel: str = "tcg", memory: int = 2048, cpus: int = 1,
         )
         fabric.switch_pid = _wait_pidfile(run / "vde_switch.pid", "vde_switch")
         fabric.save()
+        start_ib_switch(fabric)
         for vm in fabric.vms:
             cmd = _qemu_command(fabric, vm, memory, cpus, trace)
             (vm.path / "qemu.cmdline").write_text(" ".join(cmd) + "\n")
@@ -267,6 +306,7 @@ def down(quiet: bool = False) -> None:
         _kill(vm.pid, fabric.run_dir, f"QEMU of {vm.name}")
         _reap(vm.pid)
     _kill(fabric.switch_pid, fabric.run_dir, "vde_switch")
+    stop_ib_switch(fabric)
     for sock in Path(fabric.run_dir).rglob("*.sock"):
         sock.unlink(missing_ok=True)
     (Path(fabric.run_dir) / STATE_FILE).unlink(missing_ok=True)
@@ -282,7 +322,10 @@ def status() -> int:
     ui.info(f"fabric in {fabric.run_dir} ({fabric.accel})")
     switch = "running" if _ours(fabric.switch_pid, fabric.run_dir) else "STOPPED"
     ui.info(f"  management switch  pid {fabric.switch_pid:<8} {switch}")
-    healthy = switch == "running"
+    ib_switch = "running" if _ours(fabric.ib_switch_pid, fabric.run_dir) else "STOPPED"
+    ui.info(f"  switch1 (IB)       pid {fabric.ib_switch_pid:<8} {ib_switch}  "
+            f"{fabric.ib_switch_ports} ports, GUID {SWITCH_GUID:016x}")
+    healthy = switch == "running" and ib_switch == "running"
     for vm in fabric.vms:
         if not _ours(vm.pid, fabric.run_dir):
             state = "STOPPED"

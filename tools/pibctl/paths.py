@@ -46,5 +46,9 @@ def core_build_dir() -> Path:
     return cache_dir() / "build" / "pib"
 
 
+def fabric_switch_binary() -> Path:
+    return core_build_dir() / "fabric-switch" / "pib-fabric-switch"
+
+
 # Where Debian's seabios and qemu-system-data put QEMU's firmware.
 QEMU_FIRMWARE_ARGS = ["-L", "/usr/share/seabios", "-L", "/usr/share/qemu"]

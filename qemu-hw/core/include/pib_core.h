@@ -39,6 +39,13 @@ struct pib_host_ops {
     int (*dma_write)(void *opaque, uint64_t addr, const void *buf, uint64_t len);
     /* Signals MSI-X vector `vector` (< the configured count). */
     void (*msix_notify)(void *opaque, unsigned vector);
+    /*
+     * Writes bytes to the stream of port `port` (1-based), whose peer is a
+     * switch port (docs/wire.md); and drops that connection, after which
+     * the host reconnects when it can.
+     */
+    void (*port_send)(void *opaque, unsigned port, const void *buf, size_t len);
+    void (*port_disconnect)(void *opaque, unsigned port);
 };
 
 /* Static configuration of one device instance. */
@@ -74,6 +81,13 @@ void pib_core_reset(struct pib_core *core);
 uint64_t pib_core_bar_read(struct pib_core *core, int bar, uint64_t offset, unsigned size);
 void pib_core_bar_write(struct pib_core *core, int bar, uint64_t offset, uint64_t value,
                         unsigned size);
+
+/*
+ * The stream of port `port` (1-based) was connected or disconnected, or
+ * delivered bytes. Ports without a stream stay down.
+ */
+void pib_core_port_connected(struct pib_core *core, unsigned port, int connected);
+void pib_core_port_receive(struct pib_core *core, unsigned port, const void *buf, size_t len);
 
 /* Size in bytes the host must give each BAR; 0 for a BAR not implemented. */
 uint64_t pib_core_bar_size(const struct pib_core *core, int bar);

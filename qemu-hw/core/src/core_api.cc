@@ -61,4 +61,18 @@ uint64_t pib_core_bar_size(const pib_core *core, int bar) {
     return core->device.barSize(bar);
 }
 
+void pib_core_port_connected(pib_core *core, unsigned port, int connected) {
+    try {
+        core->device.portConnected(port, connected != 0);
+    } catch (...) {
+    }
+}
+
+void pib_core_port_receive(pib_core *core, unsigned port, const void *buf, size_t len) {
+    try {
+        core->device.portReceive(port, std::span(static_cast<const uint8_t *>(buf), len));
+    } catch (...) {
+    }
+}
+
 } // extern "C"

@@ -10,11 +10,37 @@ namespace pib {
 Device::Device(const pib_core_config &config, const pib_host_ops &ops, void *opaque)
     : config_(config), host_(ops, opaque), firmware_(config_, host_),
       registers_(config_, host_, firmware_, [this] { reset("guest wrote the reset register"); }),
-      doorbells_(config_.doorbell_pages, host_, firmware_) {}
+      doorbells_(config_.doorbell_pages, host_, firmware_) {
+    for (uint32_t port = 1; port <= config_.num_ports; ++port)
+        links_.push_back(
+            std::make_unique<Link>(host_, port, config_.node_guid, config_.node_guid + port));
+}
+
+void Device::portConnected(unsigned port, bool connected) {
+    if (port < 1 || port > links_.size())
+        return;
+    if (links_[port - 1]->connected(connected) == Link::Event::kDown)
+        firmware_.portLinkChanged(port, false);
+}
+
+void Device::portReceive(unsigned port, std::span<const uint8_t> bytes) {
+    if (port < 1 || port > links_.size())
+        return;
+    std::vector<std::vector<uint8_t>> packets;
+    const Link::Event event = links_[port - 1]->receive(bytes, &packets);
+    if (event != Link::Event::kNone)
+        firmware_.portLinkChanged(port, event == Link::Event::kUp);
+    for (const auto &packet : packets)
+        firmware_.portReceive(port, packet);
+}
 
 void Device::reset(const char *reason) {
     registers_.reset();
     firmware_.reset();
+    // The cables stay plugged in: links that are up come back as INIT.
+    for (size_t i = 0; i < links_.size(); ++i)
+        if (links_[i]->up())
+            firmware_.portLinkChanged(static_cast<unsigned>(i + 1), true);
     host_.trace("reset", "%s", reason);
 }
 

@@ -3,10 +3,14 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
+#include <span>
+#include <vector>
 
 #include "doorbell_pages.hh"
 #include "firmware.hh"
 #include "host.hh"
+#include "link.hh"
 #include "pib_core.h"
 #include "register_file.hh"
 
@@ -22,6 +26,8 @@ class Device {
     uint64_t barRead(int bar, uint64_t offset, unsigned size);
     void barWrite(int bar, uint64_t offset, uint64_t value, unsigned size);
     uint64_t barSize(int bar) const;
+    void portConnected(unsigned port, bool connected);
+    void portReceive(unsigned port, std::span<const uint8_t> bytes);
 
   private:
     const pib_core_config config_;
@@ -29,6 +35,7 @@ class Device {
     Firmware firmware_;
     RegisterFile registers_;
     DoorbellPages doorbells_;
+    std::vector<std::unique_ptr<Link>> links_; // index: port - 1
 };
 
 } // namespace pib

@@ -8,6 +8,7 @@
 #include <cstring>
 
 #include "limits.hh"
+#include "packet.hh"
 #include "version.hh"
 
 namespace pib {
@@ -201,6 +202,42 @@ CommandOutcome Firmware::execute(const Command &cmd) {
     host_.trace("command", "opcode 0x%04x modifier 0x%x status %u result 0x%" PRIx64, cmd.opcode,
                 cmd.modifier, outcome.status, outcome.result);
     return outcome;
+}
+
+// ---- links --------------------------------------------------------------------
+
+void Firmware::portLinkChanged(unsigned number, bool up) {
+    PortState *p = port(number);
+    if (!p)
+        return;
+    const bool wasActive = p->info.state == PIB_PORT_ACTIVE;
+    if (up) {
+        // A trained link leaves the port in INIT until the SM arms it.
+        p->info.phys_state = PIB_PHYS_LINK_UP;
+        p->info.state = PIB_PORT_INIT;
+    } else {
+        p->info.phys_state = PIB_PHYS_POLLING;
+        p->info.state = PIB_PORT_DOWN;
+        if (wasActive)
+            postAsyncEvent(PIB_ASYNC_PORT_ERR, number);
+    }
+    host_.trace("port", "port %u: %s", number, up ? "INIT/LinkUp" : "DOWN/Polling");
+}
+
+void Firmware::portReceive(unsigned number, std::span<const uint8_t> packet) {
+    PortState *p = port(number);
+    if (!p)
+        return;
+    iba::ParseError error;
+    if (!iba::parse(packet, &error)) {
+        ++p->rcvErrors;
+        host_.trace("port-drop", "port %u: %s", number, iba::toString(error));
+        return;
+    }
+    ++p->rcvPackets;
+    p->rcvWords += packet.size() / 4;
+    // The transport that consumes packets (QP0/QP1 first) comes next; until
+    // then a packet is counted and dropped.
 }
 
 // ---- device and ports -------------------------------------------------------

@@ -6,6 +6,7 @@
 #include <array>
 #include <cstdint>
 #include <memory>
+#include <span>
 
 #include "host.hh"
 #include "mtt.hh"
@@ -31,6 +32,10 @@ struct CommandOutcome {
 
 struct PortState {
     pib_port_info info{};
+    // IBA PortCounters, kept from the first link.
+    uint64_t rcvPackets = 0;
+    uint64_t rcvWords = 0;
+    uint64_t rcvErrors = 0;
     std::array<uint16_t, PIB_PKEY_TABLE_LEN> pkeys{};
     std::array<uint64_t, PIB_GUID_TABLE_LEN> guids{};
 };
@@ -49,6 +54,10 @@ class Firmware {
     void postCommandEvent(uint16_t token, const CommandOutcome &outcome);
     // Back to the power-on state: every object is gone.
     void reset();
+    // The physical link of a port came up or went down.
+    void portLinkChanged(unsigned port, bool up);
+    // A packet arrived on a port.
+    void portReceive(unsigned port, std::span<const uint8_t> packet);
 
     const pib_dev_cap &caps() const { return caps_; }
     bool initialized() const { return initialized_; }

@@ -47,6 +47,16 @@ bool Host::dmaWrite(uint64_t addr, const void *buf, uint64_t len) const {
     return ops_.dma_write && ops_.dma_write(opaque_, addr, buf, len) == 0;
 }
 
+void Host::portSend(unsigned port, std::span<const uint8_t> bytes) const {
+    if (ops_.port_send)
+        ops_.port_send(opaque_, port, bytes.data(), bytes.size());
+}
+
+void Host::portDisconnect(unsigned port) const {
+    if (ops_.port_disconnect)
+        ops_.port_disconnect(opaque_, port);
+}
+
 void Host::msixNotify(unsigned vector) const {
     if (ops_.msix_notify)
         ops_.msix_notify(opaque_, vector);

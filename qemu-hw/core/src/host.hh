@@ -4,6 +4,7 @@
 
 #include <cstdarg>
 #include <cstdint>
+#include <span>
 #include <string>
 #include <type_traits>
 
@@ -31,6 +32,8 @@ class Host {
         return dmaWrite(addr, &obj, sizeof(obj));
     }
     void msixNotify(unsigned vector) const;
+    void portSend(unsigned port, std::span<const uint8_t> bytes) const;
+    void portDisconnect(unsigned port) const;
 
   private:
     static std::string vformat(const char *fmt, va_list args);

@@ -1,0 +1,40 @@
+// SPDX-License-Identifier: GPL-2.0-or-later
+// The physical link of one port: the byte stream to a switch port, framed
+// by the pib wire protocol (docs/wire.md). Up once both ends said HELLO.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include "frame.hh"
+#include "host.hh"
+
+namespace pib {
+
+class Link {
+  public:
+    enum class Event { kNone, kUp, kDown };
+
+    Link(const Host &host, unsigned port, uint64_t nodeGuid, uint64_t portGuid)
+        : host_(host), port_(port), nodeGuid_(nodeGuid), portGuid_(portGuid) {}
+
+    Event connected(bool connected);
+    // Feeds stream bytes; complete packets are appended to *packets.
+    Event receive(std::span<const uint8_t> bytes, std::vector<std::vector<uint8_t>> *packets);
+    void sendPacket(std::span<const uint8_t> packet);
+    bool up() const { return up_; }
+    uint64_t framesDropped() const { return framesDropped_; }
+
+  private:
+    const Host &host_;
+    unsigned port_;
+    uint64_t nodeGuid_;
+    uint64_t portGuid_;
+    bool connected_ = false;
+    bool up_ = false;
+    wire::FrameReader reader_;
+    uint64_t framesDropped_ = 0;
+};
+
+} // namespace pib
