@@ -110,14 +110,17 @@ FakeHost::Outcome FakeHost::command(uint16_t opcode, uint32_t modifier, uint64_t
     return {read32(PIB_BAR_REGS, PIB_REG_CMD_STATUS), result};
 }
 
-pib_buf_desc FakeHost::ring(uint32_t pages) {
+pib_buf_desc FakeHost::ring(uint32_t pages, std::vector<uint64_t> *addrs) {
     const Outcome mtt = command(PIB_CMD_ALLOC_MTT, 0, pages);
     if (mtt.status != PIB_CMD_STATUS_OK)
         throw std::runtime_error("ALLOC_MTT failed");
     pib_mtt_write w{};
     w.count = pages;
-    for (uint32_t i = 0; i < pages; ++i)
+    for (uint32_t i = 0; i < pages; ++i) {
         w.entries[i] = alloc(PIB_PAGE_SIZE);
+        if (addrs)
+            addrs->push_back(w.entries[i]);
+    }
     if (commandIn(PIB_CMD_WRITE_MTT, static_cast<uint32_t>(mtt.result), w).status !=
         PIB_CMD_STATUS_OK)
         throw std::runtime_error("WRITE_MTT failed");

@@ -72,8 +72,9 @@ struct FakeHost {
         std::memcpy(out, at(addr), sizeof(T));
         return o;
     }
-    // A ring of `pages` fresh pages listed in a fresh MTT range.
-    pib_buf_desc ring(uint32_t pages);
+    // A ring of `pages` fresh pages listed in a fresh MTT range; their
+    // guest addresses go to *addrs when asked for.
+    pib_buf_desc ring(uint32_t pages, std::vector<uint64_t> *addrs = nullptr);
     void initHca();
 
     pib_core *core = nullptr;

@@ -14,6 +14,10 @@ Device::Device(const pib_core_config &config, const pib_host_ops &ops, void *opa
     for (uint32_t port = 1; port <= config_.num_ports; ++port)
         links_.push_back(
             std::make_unique<Link>(host_, port, config_.node_guid, config_.node_guid + port));
+    firmware_.setTransmitter([this](unsigned port, std::vector<uint8_t> packet) {
+        if (port >= 1 && port <= links_.size())
+            links_[port - 1]->sendPacket(packet);
+    });
 }
 
 void Device::portConnected(unsigned port, bool connected) {

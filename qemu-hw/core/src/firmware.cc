@@ -224,22 +224,6 @@ void Firmware::portLinkChanged(unsigned number, bool up) {
     host_.trace("port", "port %u: %s", number, up ? "INIT/LinkUp" : "DOWN/Polling");
 }
 
-void Firmware::portReceive(unsigned number, std::span<const uint8_t> packet) {
-    PortState *p = port(number);
-    if (!p)
-        return;
-    iba::ParseError error;
-    if (!iba::parse(packet, &error)) {
-        ++p->rcvErrors;
-        host_.trace("port-drop", "port %u: %s", number, iba::toString(error));
-        return;
-    }
-    ++p->rcvPackets;
-    p->rcvWords += packet.size() / 4;
-    // The transport that consumes packets (QP0/QP1 first) comes next; until
-    // then a packet is counted and dropped.
-}
-
 // ---- device and ports -------------------------------------------------------
 
 CommandOutcome Firmware::queryDevCap(const Command &cmd) {

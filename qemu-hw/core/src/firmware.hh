@@ -5,13 +5,16 @@
 
 #include <array>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <span>
+#include <vector>
 
 #include "host.hh"
 #include "mtt.hh"
 #include "object_table.hh"
 #include "objects.hh"
+#include "packet.hh"
 #include "pib_core.h"
 #include "pib_hw.h"
 
@@ -58,6 +61,10 @@ class Firmware {
     void portLinkChanged(unsigned port, bool up);
     // A packet arrived on a port.
     void portReceive(unsigned port, std::span<const uint8_t> packet);
+    // Where packets for the wire go (the Device hands them to the link).
+    void setTransmitter(std::function<void(unsigned port, std::vector<uint8_t>)> transmit) {
+        transmit_ = std::move(transmit);
+    }
 
     const pib_dev_cap &caps() const { return caps_; }
     bool initialized() const { return initialized_; }
@@ -114,6 +121,27 @@ class Firmware {
     CommandOutcome modifyQp(const Command &);
     CommandOutcome queryQp(const Command &);
 
+    // The data path (transport.cc, memory.cc, completion.cc).
+    struct Segment {
+        uint64_t addr;
+        uint64_t len;
+    };
+    uint8_t translate(uint32_t key, uint32_t pdn, uint64_t addr, uint64_t len, uint32_t access,
+                      std::vector<Segment> &out);
+    uint8_t gather(uint32_t pdn, std::span<const pib_wqe_data> sges, std::vector<uint8_t> &out);
+    uint8_t scatter(uint32_t pdn, std::span<const pib_wqe_data> sges, std::span<const uint8_t> data,
+                    uint64_t skip);
+    void processSendQueue(uint32_t qpn, QueuePair &qp);
+    bool sendUd(uint32_t qpn, QueuePair &qp, std::span<const uint8_t> wqe, uint32_t *length,
+                uint8_t *status);
+    void deliver(unsigned port, const iba::Packet &packet);
+    bool takeReceiveWqe(QueuePair &qp, std::vector<uint8_t> &wqe, uint16_t *index);
+    void postCqe(uint32_t cqn, pib_cqe cqe, bool solicited);
+    void completeSend(uint32_t qpn, QueuePair &qp, uint64_t wrId, uint8_t opcode, uint8_t status,
+                      uint32_t length, bool signaled);
+    void flushQp(uint32_t qpn, QueuePair &qp);
+    uint32_t wireQpn(uint32_t qpn, const QueuePair &qp) const;
+
     PortState *port(uint32_t number);
     bool updateProducer(const char *what, uint32_t number, uint32_t &producer, uint32_t consumer,
                         uint32_t size, uint32_t value);
@@ -137,7 +165,7 @@ class Firmware {
     ObjectTable<QueuePair> qps_;
     // QP0 and QP1 of each port: numbers 2 * (port - 1) + type.
     std::array<std::unique_ptr<QueuePair>, 2 * PIB_MAX_PORTS> specialQps_{};
-    uint8_t nextKeyVariant_ = 0;
+    std::function<void(unsigned port, std::vector<uint8_t>)> transmit_;
 };
 
 } // namespace pib

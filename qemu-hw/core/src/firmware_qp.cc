@@ -277,6 +277,12 @@ CommandOutcome Firmware::modifyQp(const Command &cmd) {
         a.en_sqd_async_notify = in.en_sqd_async_notify;
     a.qp_state = next;
     a.sq_draining = 0;
+    if (next == PIB_QPS_RESET)
+        qp->sq = qp->rq = WorkQueue{};
+    if (next == PIB_QPS_ERR)
+        flushQp(cmd.modifier, *qp);
+    if (next == PIB_QPS_RTS) // sends posted before RTS go now
+        processSendQueue(cmd.modifier, *qp);
     // With no send work in flight, the SQ is drained the moment it enters SQD.
     if (next == PIB_QPS_SQD && cur == PIB_QPS_RTS && a.en_sqd_async_notify)
         postAsyncEvent(PIB_ASYNC_SQ_DRAINED, cmd.modifier);

@@ -324,10 +324,11 @@ void Firmware::queueDoorbell(uint32_t page, uint32_t offset, uint64_t value) {
                              qp ? "belongs to another page" : "does not exist");
             return;
         }
-        if (offset == PIB_DB_SQ)
-            updateProducer("SQ of QP", number, qp->sq.producer, qp->sq.consumer,
-                           1u << qp->ctx.sq_log_wqe_count, arg);
-        else if (qp->ctx.flags & PIB_QP_USE_SRQ)
+        if (offset == PIB_DB_SQ) {
+            if (updateProducer("SQ of QP", number, qp->sq.producer, qp->sq.consumer,
+                               1u << qp->ctx.sq_log_wqe_count, arg))
+                processSendQueue(number, *qp);
+        } else if (qp->ctx.flags & PIB_QP_USE_SRQ)
             host_.guestError("doorbell-bad-object", "RQ doorbell of QP %u, which uses an SRQ",
                              number);
         else

@@ -28,7 +28,9 @@ struct EventQueue : Referenced {
 struct CompletionQueue : Referenced {
     pib_cq_context ctx{};
     uint32_t producer = 0;
-    uint8_t arm = 0; // PIB_CQ_ARM_* or 0
+    uint32_t consumer = 0; // as last read from the CI record
+    uint8_t arm = 0;       // PIB_CQ_ARM_* or 0
+    bool overrun = false;
 };
 
 struct MemoryRegion {
@@ -54,6 +56,7 @@ struct QueuePair {
     pib_qp_attr attr{}; // current attributes; attr.qp_state is the state
     WorkQueue sq;
     WorkQueue rq;
+    uint32_t nextPsn = 0; // UD: the PSN of the next packet sent
 };
 
 } // namespace pib

@@ -1,0 +1,95 @@
+// SPDX-License-Identifier: GPL-2.0-or-later
+// Memory regions at work: translating an L_Key or R_Key range to guest
+// memory, with the protection checks of IBA 10.6, and moving data.
+#include <cinttypes>
+
+#include "firmware.hh"
+
+namespace pib {
+
+// Returns PIB_WC_SUCCESS, or the completion status of the violation.
+uint8_t Firmware::translate(uint32_t key, uint32_t pdn, uint64_t addr, uint64_t len,
+                            uint32_t access, std::vector<Segment> &out) {
+    const MemoryRegion *mr = mrs_.find(PIB_KEY_INDEX(key));
+    if (!mr || mr->key != key || mr->ctx.pdn != pdn || (mr->ctx.access & access) != access)
+        return PIB_WC_LOC_PROT_ERR;
+    const pib_mr_context &c = mr->ctx;
+    if (len == 0)
+        return PIB_WC_SUCCESS;
+    if (addr < c.iova || addr + len < addr || addr + len - c.iova > c.length)
+        return PIB_WC_LOC_PROT_ERR;
+    if (c.flags & PIB_MR_PHYSICAL) {
+        out.push_back({addr, len});
+        return PIB_WC_SUCCESS;
+    }
+    const unsigned shift = c.log_page_size;
+    const uint64_t pageSize = uint64_t{1} << shift;
+    const uint64_t base = c.iova & ~(pageSize - 1);
+    while (len) {
+        const uint64_t offset = addr - base;
+        const uint64_t page = offset >> shift;
+        const uint64_t within = offset & (pageSize - 1);
+        const uint64_t chunk = std::min(len, pageSize - within);
+        if (page >= c.mtt_count)
+            return PIB_WC_LOC_PROT_ERR;
+        const uint64_t entry = mtt_.entry(static_cast<uint32_t>(c.mtt_index + page));
+        if (!out.empty() && out.back().addr + out.back().len == entry + within)
+            out.back().len += chunk; // physically contiguous: one DMA
+        else
+            out.push_back({entry + within, chunk});
+        addr += chunk;
+        len -= chunk;
+    }
+    return PIB_WC_SUCCESS;
+}
+
+uint8_t Firmware::gather(uint32_t pdn, std::span<const pib_wqe_data> sges,
+                         std::vector<uint8_t> &out) {
+    std::vector<Segment> segments;
+    for (const pib_wqe_data &sge : sges) {
+        segments.clear();
+        const uint8_t status = translate(sge.lkey, pdn, sge.addr, sge.byte_count, 0, segments);
+        if (status != PIB_WC_SUCCESS)
+            return status;
+        for (const Segment &s : segments) {
+            const size_t at = out.size();
+            out.resize(at + s.len);
+            if (!host_.dmaRead(s.addr, out.data() + at, s.len))
+                return PIB_WC_LOC_ACCESS_ERR;
+        }
+    }
+    return PIB_WC_SUCCESS;
+}
+
+// Writes `data` into the buffers `sges` describe, after skipping `skip`
+// bytes of them (the GRH room of a UD receive).
+uint8_t Firmware::scatter(uint32_t pdn, std::span<const pib_wqe_data> sges,
+                          std::span<const uint8_t> data, uint64_t skip) {
+    std::vector<Segment> segments;
+    for (const pib_wqe_data &sge : sges) {
+        if (data.empty())
+            break;
+        uint64_t addr = sge.addr;
+        uint64_t room = sge.byte_count;
+        const uint64_t skipped = std::min(skip, room);
+        addr += skipped;
+        room -= skipped;
+        skip -= skipped;
+        const uint64_t len = std::min<uint64_t>(room, data.size());
+        if (!len)
+            continue;
+        segments.clear();
+        const uint8_t status =
+            translate(sge.lkey, pdn, addr, len, PIB_ACCESS_LOCAL_WRITE, segments);
+        if (status != PIB_WC_SUCCESS)
+            return status;
+        for (const Segment &s : segments) {
+            if (!host_.dmaWrite(s.addr, data.data(), s.len))
+                return PIB_WC_LOC_ACCESS_ERR;
+            data = data.subspan(s.len);
+        }
+    }
+    return data.empty() ? PIB_WC_SUCCESS : PIB_WC_LOC_LEN_ERR;
+}
+
+} // namespace pib

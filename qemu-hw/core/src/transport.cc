@@ -1,0 +1,338 @@
+// SPDX-License-Identifier: GPL-2.0-or-later
+// The datagram transport (UD and the special QPs QP0/QP1): send queues
+// turned into packets, packets turned into receive completions.
+#include <cinttypes>
+#include <cstring>
+
+#include "firmware.hh"
+#include "ring.hh"
+
+namespace pib {
+
+namespace {
+
+constexpr size_t kGrhRoom = 40; // a UD receive buffer starts with room for a GRH
+constexpr uint32_t kMadSize = 256;
+
+bool isDatagram(uint8_t type) {
+    return type == PIB_QPT_UD || type == PIB_QPT_SMI || type == PIB_QPT_GSI;
+}
+
+uint32_t mtuBytes(uint8_t code) {
+    return code >= 1 && code <= 5 ? 128u << code : 256;
+}
+
+} // namespace
+
+uint32_t Firmware::wireQpn(uint32_t qpn, const QueuePair &qp) const {
+    if (qp.ctx.type == PIB_QPT_SMI)
+        return 0;
+    if (qp.ctx.type == PIB_QPT_GSI)
+        return 1;
+    return qpn;
+}
+
+// Reads the WQE in slot `index` of a ring; false if the ring is unreadable.
+static bool readWqe(const Host &host, const Mtt &mtt, const pib_buf_desc &buf, uint8_t logCount,
+                    uint8_t logStride, uint32_t index, std::vector<uint8_t> &wqe) {
+    const uint64_t offset = uint64_t{index & ((1u << logCount) - 1)} << logStride;
+    const auto addr = ringAddress(mtt, buf, offset, 1u << logStride);
+    wqe.resize(size_t{1} << logStride);
+    return addr && host.dmaRead(*addr, wqe.data(), wqe.size());
+}
+
+void Firmware::processSendQueue(uint32_t qpn, QueuePair &qp) {
+    const uint8_t state = qp.attr.qp_state;
+    if (state == PIB_QPS_ERR) {
+        flushQp(qpn, qp);
+        return;
+    }
+    // WQEs posted before RTS wait there; SQD holds new ones too.
+    if (state != PIB_QPS_RTS || !isDatagram(qp.ctx.type))
+        return;
+    std::vector<uint8_t> wqe;
+    while (qp.sq.consumer != qp.sq.producer && qp.attr.qp_state == PIB_QPS_RTS) {
+        pib_wqe_ctrl ctrl{};
+        uint32_t length = 0;
+        uint8_t status = PIB_WC_SUCCESS;
+        if (!readWqe(host_, mtt_, qp.ctx.sq_buf, qp.ctx.sq_log_wqe_count, qp.ctx.sq_log_wqe_stride,
+                     qp.sq.consumer, wqe)) {
+            host_.guestError("wqe-dma", "QP %u: cannot read send WQE %u", qpn, qp.sq.consumer);
+            status = PIB_WC_LOC_QP_OP_ERR;
+        } else {
+            std::memcpy(&ctrl, wqe.data(), sizeof(ctrl));
+            sendUd(qpn, qp, wqe, &length, &status);
+        }
+        const bool signaled = (ctrl.flags & PIB_WQE_SIGNALED) || (qp.ctx.flags & PIB_QP_SIGNAL_ALL);
+        completeSend(qpn, qp, ctrl.wr_id, PIB_WC_SEND, status, length, signaled);
+        ++qp.sq.consumer;
+        if (status != PIB_WC_SUCCESS) {
+            // IBA 10.8.3: a send error moves the QP to the error state.
+            qp.attr.qp_state = PIB_QPS_ERR;
+            postAsyncEvent(PIB_ASYNC_QP_FATAL, qpn);
+            flushQp(qpn, qp);
+            return;
+        }
+    }
+}
+
+// Builds and sends the packet of one UD WQE. Returns false with *status
+// set when the WQE is invalid.
+bool Firmware::sendUd(uint32_t qpn, QueuePair &qp, std::span<const uint8_t> wqe, uint32_t *length,
+                      uint8_t *status) {
+    pib_wqe_ctrl ctrl;
+    std::memcpy(&ctrl, wqe.data(), sizeof(ctrl));
+    const size_t used = size_t{ctrl.num_ds} * 16;
+    const size_t headers = sizeof(pib_wqe_ctrl) + sizeof(pib_wqe_ud);
+    if (used < headers || used > wqe.size() ||
+        (ctrl.opcode != PIB_WR_SEND && ctrl.opcode != PIB_WR_SEND_IMM)) {
+        host_.guestError("wqe-bad", "QP %u WQE %u: opcode %u with %u segments", qpn, qp.sq.consumer,
+                         ctrl.opcode, ctrl.num_ds);
+        *status = PIB_WC_LOC_QP_OP_ERR;
+        return false;
+    }
+    pib_wqe_ud ud;
+    std::memcpy(&ud, wqe.data() + sizeof(pib_wqe_ctrl), sizeof(ud));
+    std::vector<uint8_t> payload;
+    const uint8_t *seg = wqe.data() + headers;
+    if (ctrl.flags & PIB_WQE_INLINE) {
+        uint32_t count;
+        std::memcpy(&count, seg, 4);
+        count &= ~PIB_INLINE_FLAG;
+        if (4 + count > used - headers) {
+            *status = PIB_WC_LOC_LEN_ERR;
+            return false;
+        }
+        payload.assign(seg + 4, seg + 4 + count);
+    } else {
+        std::vector<pib_wqe_data> sges((used - headers) / sizeof(pib_wqe_data));
+        std::memcpy(sges.data(), seg, sges.size() * sizeof(pib_wqe_data));
+        *status = gather(qp.ctx.pdn, sges, payload);
+        if (*status != PIB_WC_SUCCESS)
+            return false;
+    }
+    *length = static_cast<uint32_t>(payload.size());
+    const unsigned portNumber = qp.ctx.type == PIB_QPT_UD ? qp.attr.port_num : qp.ctx.port;
+    PortState *p = port(portNumber);
+    if (!p) {
+        *status = PIB_WC_LOC_QP_OP_ERR;
+        return false;
+    }
+    const bool smi = qp.ctx.type == PIB_QPT_SMI;
+    if (payload.size() > (smi ? kMadSize : mtuBytes(p->info.active_mtu))) {
+        *status = PIB_WC_LOC_LEN_ERR;
+        return false;
+    }
+
+    iba::Packet packet;
+    packet.lrh.vl = smi ? 15 : 0;
+    packet.lrh.sl = ud.av.sl;
+    packet.lrh.dlid = ud.av.dlid;
+    packet.lrh.slid = p->info.lid ? static_cast<uint16_t>(p->info.lid | ud.av.src_path_bits)
+                                  : iba::kPermissiveLid;
+    if (ud.av.flags & PIB_AV_GRH) {
+        iba::Grh grh;
+        grh.tclass = ud.av.traffic_class;
+        grh.flowLabel = ud.av.flow_label;
+        grh.hopLimit = ud.av.hop_limit;
+        const uint64_t guid = p->guids[ud.av.sgid_index % PIB_GUID_TABLE_LEN];
+        for (int i = 0; i < 8; ++i) {
+            grh.sgid[i] = static_cast<uint8_t>(p->info.gid_prefix >> (56 - 8 * i));
+            grh.sgid[8 + i] = static_cast<uint8_t>(guid >> (56 - 8 * i));
+        }
+        std::memcpy(grh.dgid.data(), ud.av.dgid, 16);
+        packet.grh = grh;
+    }
+    packet.bth.opcode = ctrl.opcode == PIB_WR_SEND_IMM ? iba::kUdSendOnlyImm : iba::kUdSendOnly;
+    packet.bth.solicited = ctrl.flags & PIB_WQE_SOLICITED;
+    packet.bth.pkey = p->pkeys[qp.attr.pkey_index % PIB_PKEY_TABLE_LEN];
+    packet.bth.destQp = ud.remote_qpn & 0xffffff;
+    packet.bth.psn = qp.nextPsn++ & 0xffffff;
+    // IBA 10.2.4.2: a Q_Key with the top bit set means "use the QP's own".
+    const uint32_t qkey = ud.remote_qkey & 0x80000000u ? qp.attr.qkey : ud.remote_qkey;
+    packet.deth = iba::Deth{qkey, wireQpn(qpn, qp)};
+    if (ctrl.opcode == PIB_WR_SEND_IMM)
+        packet.imm = __builtin_bswap32(ctrl.imm); // stored in wire order
+    packet.payload = std::move(payload);
+
+    // Packets to our own LID never leave the device.
+    if (p->info.lid && (ud.av.dlid & ~((1u << p->info.lmc) - 1)) == p->info.lid) {
+        deliver(portNumber, packet);
+        return true;
+    }
+    // Subnet management may use a trained link; everything else needs ACTIVE.
+    const bool open = p->info.phys_state == PIB_PHYS_LINK_UP &&
+                      (smi ? p->info.state >= PIB_PORT_INIT : p->info.state == PIB_PORT_ACTIVE);
+    if (open && transmit_)
+        transmit_(portNumber, iba::build(std::move(packet)));
+    // UD is unreliable: a packet the link cannot take is lost, not an error.
+    return true;
+}
+
+void Firmware::portReceive(unsigned number, std::span<const uint8_t> bytes) {
+    PortState *p = port(number);
+    if (!p)
+        return;
+    iba::ParseError error;
+    const auto packet = iba::parse(bytes, &error);
+    if (!packet) {
+        ++p->rcvErrors;
+        host_.trace("port-drop", "port %u: %s", number, iba::toString(error));
+        return;
+    }
+    ++p->rcvPackets;
+    p->rcvWords += bytes.size() / 4;
+    deliver(number, *packet);
+}
+
+bool Firmware::takeReceiveWqe(QueuePair &qp, std::vector<uint8_t> &wqe, uint16_t *index) {
+    if (qp.ctx.flags & PIB_QP_USE_SRQ) {
+        SharedReceiveQueue *srq = srqs_.find(qp.ctx.srqn);
+        if (!srq || srq->consumer == srq->producer)
+            return false;
+        *index = static_cast<uint16_t>(srq->consumer);
+        if (!readWqe(host_, mtt_, srq->ctx.buf, srq->ctx.log_wqe_count, srq->ctx.log_wqe_stride,
+                     srq->consumer, wqe))
+            return false;
+        ++srq->consumer;
+        const uint32_t left = srq->producer - srq->consumer;
+        if (srq->ctx.limit && left < srq->ctx.limit) {
+            srq->ctx.limit = 0; // fires once, until armed again
+            postAsyncEvent(PIB_ASYNC_SRQ_LIMIT, qp.ctx.srqn);
+        }
+        return true;
+    }
+    if (qp.rq.consumer == qp.rq.producer)
+        return false;
+    *index = static_cast<uint16_t>(qp.rq.consumer);
+    if (!readWqe(host_, mtt_, qp.ctx.rq_buf, qp.ctx.rq_log_wqe_count, qp.ctx.rq_log_wqe_stride,
+                 qp.rq.consumer, wqe))
+        return false;
+    ++qp.rq.consumer;
+    return true;
+}
+
+void Firmware::deliver(unsigned number, const iba::Packet &packet) {
+    PortState *p = port(number);
+    const uint32_t destQp = packet.bth.destQp;
+    const bool vl15 = packet.lrh.vl == 15;
+    // QP0 traffic travels on VL15 and nothing else does (IBA 7.6.4).
+    if (vl15 != (destQp == 0) || !packet.deth)
+        return;
+    const uint16_t dlid = packet.lrh.dlid;
+    const uint16_t lidMask = static_cast<uint16_t>(~((1u << p->info.lmc) - 1));
+    const bool forUs = dlid == iba::kPermissiveLid
+                           ? destQp == 0
+                           : p->info.lid != 0 && (dlid & lidMask) == p->info.lid;
+    if (!forUs)
+        return;
+    uint32_t qpn = destQp;
+    if (destQp <= 1)
+        qpn = PIB_SPECIAL_QPN(number, destQp);
+    QueuePair *qp = findQp(qpn);
+    if (!qp || !isDatagram(qp->ctx.type) ||
+        (qp->attr.qp_state != PIB_QPS_RTR && qp->attr.qp_state != PIB_QPS_RTS &&
+         qp->attr.qp_state != PIB_QPS_SQD))
+        return;
+    if (qp->ctx.type == PIB_QPT_UD && qp->attr.port_num != number)
+        return;
+    // P_Key (not for QP0) and Q_Key checks (IBA 10.9, 10.2.4.2).
+    uint16_t pkeyIndex = 0;
+    if (destQp != 0) {
+        bool found = false;
+        for (uint16_t i = 0; i < PIB_PKEY_TABLE_LEN && !found; ++i)
+            if (p->pkeys[i] && (p->pkeys[i] & 0x7fff) == (packet.bth.pkey & 0x7fff)) {
+                pkeyIndex = i;
+                found = true;
+            }
+        if (!found) {
+            ++p->info.bad_pkey_cntr;
+            return;
+        }
+        const uint32_t qkey = destQp == 1 ? iba::kQp1Qkey : qp->attr.qkey;
+        if (packet.deth->qkey != qkey) {
+            ++p->info.qkey_viol_cntr;
+            return;
+        }
+    }
+    std::vector<uint8_t> wqe;
+    uint16_t index = 0;
+    if (!takeReceiveWqe(*qp, wqe, &index))
+        return; // no receive posted: a datagram is simply dropped
+
+    pib_wqe_ctrl ctrl;
+    std::memcpy(&ctrl, wqe.data(), sizeof(ctrl));
+    pib_cqe cqe{};
+    cqe.wr_id = ctrl.wr_id;
+    cqe.qpn = qpn;
+    cqe.src_qp = packet.deth->srcQp;
+    cqe.slid = packet.lrh.slid;
+    cqe.sl = packet.lrh.sl;
+    cqe.dlid_path_bits = static_cast<uint8_t>(dlid & ~lidMask);
+    cqe.pkey_index = pkeyIndex;
+    cqe.wqe_index = index;
+    cqe.opcode = PIB_WC_RECV;
+    cqe.byte_len = static_cast<uint32_t>(kGrhRoom + packet.payload.size());
+    const size_t used = size_t{ctrl.num_ds} * 16;
+    if (used < sizeof(ctrl) || used > wqe.size()) {
+        cqe.status = PIB_WC_LOC_QP_OP_ERR;
+    } else {
+        std::vector<pib_wqe_data> sges((used - sizeof(ctrl)) / sizeof(pib_wqe_data));
+        std::memcpy(sges.data(), wqe.data() + sizeof(ctrl), sges.size() * sizeof(pib_wqe_data));
+        if (packet.grh) {
+            // The GRH as it was on the wire, in the buffer's first 40 bytes.
+            const iba::Grh &g = *packet.grh;
+            uint8_t grh[kGrhRoom] = {};
+            const uint32_t w = 6u << 28 | uint32_t{g.tclass} << 20 | g.flowLabel;
+            for (int i = 0; i < 4; ++i)
+                grh[i] = static_cast<uint8_t>(w >> (24 - 8 * i));
+            grh[4] = static_cast<uint8_t>(g.payLen >> 8);
+            grh[5] = static_cast<uint8_t>(g.payLen);
+            grh[6] = g.nextHeader;
+            grh[7] = g.hopLimit;
+            std::memcpy(grh + 8, g.sgid.data(), 16);
+            std::memcpy(grh + 24, g.dgid.data(), 16);
+            cqe.status = scatter(qp->ctx.pdn, sges, grh, 0);
+            cqe.flags |= PIB_CQE_GRH;
+        }
+        if (cqe.status == PIB_WC_SUCCESS)
+            cqe.status = scatter(qp->ctx.pdn, sges, packet.payload, kGrhRoom);
+    }
+    if (packet.imm) {
+        cqe.imm = __builtin_bswap32(*packet.imm);
+        cqe.flags |= PIB_CQE_WITH_IMM;
+    }
+    postCqe(qp->ctx.recv_cqn, cqe, packet.bth.solicited);
+}
+
+// Completes every outstanding WQE of a QP in the error state as flushed
+// (IBA 10.8.3.3).
+void Firmware::flushQp(uint32_t qpn, QueuePair &qp) {
+    std::vector<uint8_t> wqe;
+    while (qp.sq.consumer != qp.sq.producer) {
+        pib_wqe_ctrl ctrl{};
+        if (readWqe(host_, mtt_, qp.ctx.sq_buf, qp.ctx.sq_log_wqe_count, qp.ctx.sq_log_wqe_stride,
+                    qp.sq.consumer, wqe))
+            std::memcpy(&ctrl, wqe.data(), sizeof(ctrl));
+        completeSend(qpn, qp, ctrl.wr_id, PIB_WC_SEND, PIB_WC_WR_FLUSH_ERR, 0, true);
+        ++qp.sq.consumer;
+    }
+    if (qp.ctx.flags & PIB_QP_USE_SRQ)
+        return;
+    while (qp.rq.consumer != qp.rq.producer) {
+        pib_wqe_ctrl ctrl{};
+        if (readWqe(host_, mtt_, qp.ctx.rq_buf, qp.ctx.rq_log_wqe_count, qp.ctx.rq_log_wqe_stride,
+                    qp.rq.consumer, wqe))
+            std::memcpy(&ctrl, wqe.data(), sizeof(ctrl));
+        pib_cqe cqe{};
+        cqe.wr_id = ctrl.wr_id;
+        cqe.qpn = qpn;
+        cqe.opcode = PIB_WC_RECV;
+        cqe.status = PIB_WC_WR_FLUSH_ERR;
+        cqe.wqe_index = static_cast<uint16_t>(qp.rq.consumer);
+        ++qp.rq.consumer;
+        postCqe(qp.ctx.recv_cqn, cqe, false);
+    }
+}
+
+} // namespace pib

@@ -1,0 +1,226 @@
+// SPDX-License-Identifier: GPL-2.0-or-later
+// The datagram transport between two devices cabled back to back: QP0
+// MADs on VL15, UD sends with Q_Key checks, completions and events.
+#include <catch2/catch.hpp>
+
+#include "fake_host.hh"
+#include "frame.hh"
+#include "packet.hh"
+
+using namespace pib;
+
+namespace {
+
+// One device with the objects a datagram QP needs, seen from its driver.
+struct Node {
+    FakeHost host;
+    uint32_t uar = 0, pd = 0, eqn = 0, cqn = 0, lkey = 0, qpn = 0;
+    uint64_t cqPage = 0, sqPage = 0, rqPage = 0, eqPage = 0;
+    uint32_t sqPi = 0, rqPi = 0;
+
+    explicit Node(uint8_t type) {
+        host.initHca();
+        uar = static_cast<uint32_t>(host.command(PIB_CMD_ALLOC_UAR).result);
+        pd = static_cast<uint32_t>(host.command(PIB_CMD_ALLOC_PD).result);
+        std::vector<uint64_t> pages;
+        pib_eq_context eq{};
+        eq.buf = host.ring(1, &pages);
+        eqPage = pages.back();
+        eq.log_size = 4;
+        eq.msix_vector = 1;
+        eqn = static_cast<uint32_t>(host.commandIn(PIB_CMD_CREATE_EQ, 0, eq).result);
+        pib_cq_context cq{};
+        cq.buf = host.ring(1, &pages);
+        cqPage = pages.back();
+        cq.log_size = 6;
+        cq.eqn = eqn;
+        cq.uar_page = uar;
+        cq.ci_record = host.alloc(64, 64);
+        cqn = static_cast<uint32_t>(host.commandIn(PIB_CMD_CREATE_CQ, 0, cq).result);
+        pib_mr_context mr{};
+        mr.pdn = pd;
+        mr.access = PIB_ACCESS_LOCAL_WRITE;
+        mr.flags = PIB_MR_PHYSICAL;
+        mr.length = ~0ull;
+        lkey = static_cast<uint32_t>(host.commandIn(PIB_CMD_CREATE_MR, 0, mr).result);
+        pib_qp_context qp{};
+        qp.type = type;
+        qp.port = 1;
+        qp.pdn = pd;
+        qp.send_cqn = qp.recv_cqn = cqn;
+        qp.uar_page = uar;
+        qp.sq_log_wqe_count = 4;
+        qp.sq_log_wqe_stride = 7;
+        qp.rq_log_wqe_count = 4;
+        qp.rq_log_wqe_stride = 6;
+        qp.sq_buf = host.ring(1, &pages);
+        sqPage = pages.back();
+        qp.rq_buf = host.ring(1, &pages);
+        rqPage = pages.back();
+        qpn = static_cast<uint32_t>(host.commandIn(PIB_CMD_CREATE_QP, 0, qp).result);
+        toRts(type);
+    }
+
+    void modify(pib_qp_attr a) {
+        REQUIRE(host.commandIn(PIB_CMD_MODIFY_QP, qpn, a).status == PIB_CMD_STATUS_OK);
+    }
+
+    void toRts(uint8_t type) {
+        pib_qp_attr a{};
+        a.attr_mask = PIB_QP_STATE | PIB_QP_PKEY_INDEX | PIB_QP_QKEY;
+        if (type == PIB_QPT_UD)
+            a.attr_mask |= PIB_QP_PORT;
+        a.qp_state = PIB_QPS_INIT;
+        a.port_num = 1;
+        a.qkey = 0x11111111;
+        modify(a);
+        a = {};
+        a.attr_mask = PIB_QP_STATE;
+        a.qp_state = PIB_QPS_RTR;
+        modify(a);
+        a.attr_mask = PIB_QP_STATE | PIB_QP_SQ_PSN;
+        a.qp_state = PIB_QPS_RTS;
+        modify(a);
+    }
+
+    void ring(uint32_t offset, uint32_t value) {
+        pib_core_bar_write(host.core, PIB_BAR_DOORBELL, uint64_t{uar} * PIB_PAGE_SIZE + offset,
+                           uint64_t{value} << 32 | qpn, 8);
+    }
+
+    void postRecv(uint64_t wrId, uint64_t buf, uint32_t len) {
+        const uint64_t slot = rqPage + (rqPi % 16) * 64;
+        pib_wqe_ctrl ctrl{};
+        ctrl.wr_id = wrId;
+        ctrl.num_ds = 2;
+        host.poke(slot, ctrl);
+        host.poke(slot + 16, pib_wqe_data{len, lkey, buf});
+        ring(PIB_DB_RQ, ++rqPi);
+    }
+
+    void postSend(uint64_t wrId, uint16_t dlid, uint32_t destQp, uint32_t qkey, uint64_t buf,
+                  uint32_t len, uint8_t opcode = PIB_WR_SEND, uint32_t imm = 0, uint32_t key = 0) {
+        const uint64_t slot = sqPage + (sqPi % 16) * 128;
+        pib_wqe_ctrl ctrl{};
+        ctrl.wr_id = wrId;
+        ctrl.opcode = opcode;
+        ctrl.flags = PIB_WQE_SIGNALED;
+        ctrl.num_ds = 5;
+        ctrl.imm = imm;
+        host.poke(slot, ctrl);
+        pib_wqe_ud ud{};
+        ud.av.dlid = dlid;
+        ud.av.port = 1;
+        ud.remote_qpn = destQp;
+        ud.remote_qkey = qkey;
+        host.poke(slot + 16, ud);
+        host.poke(slot + 64, pib_wqe_data{len, key ? key : lkey, buf});
+        ring(PIB_DB_SQ, ++sqPi);
+    }
+
+    pib_cqe cqe(unsigned i) { return host.peek<pib_cqe>(cqPage + i * PIB_CQE_SIZE); }
+};
+
+// Moves what each side wrote to its port stream to the other side.
+void pump(Node &a, Node &b) {
+    for (int round = 0; round < 4; ++round) {
+        auto ab = std::move(a.host.portOutput[1]);
+        auto ba = std::move(b.host.portOutput[1]);
+        a.host.portOutput[1].clear();
+        b.host.portOutput[1].clear();
+        if (!ab.empty())
+            pib_core_port_receive(b.host.core, 1, ab.data(), ab.size());
+        if (!ba.empty())
+            pib_core_port_receive(a.host.core, 1, ba.data(), ba.size());
+    }
+}
+
+void cable(Node &a, Node &b) {
+    pib_core_port_connected(a.host.core, 1, 1);
+    pib_core_port_connected(b.host.core, 1, 1);
+    pump(a, b);
+}
+
+} // namespace
+
+TEST_CASE("a MAD crosses the link from QP0 to QP0", "[datagram]") {
+    Node a(PIB_QPT_SMI), b(PIB_QPT_SMI);
+    cable(a, b);
+    const uint64_t out = a.host.alloc(256), in = b.host.alloc(512);
+    for (int i = 0; i < 256; ++i)
+        a.host.at(out)[i] = static_cast<uint8_t>(i);
+    b.postRecv(0x77, in, 512);
+    // Arm B's CQ: the receive must raise a completion event.
+    pib_core_bar_write(b.host.core, PIB_BAR_DOORBELL,
+                       uint64_t{b.uar} * PIB_PAGE_SIZE + PIB_DB_CQ_ARM,
+                       uint64_t{PIB_CQ_ARM_NEXT} << 32 | b.cqn, 8);
+    b.host.write32(PIB_BAR_REGS, PIB_REG_EQ_DB(b.eqn) + PIB_EQ_DB_ARM, 0);
+    a.postSend(0x55, iba::kPermissiveLid, 0, 0, out, 256);
+    pump(a, b);
+
+    const pib_cqe sent = a.cqe(0);
+    CHECK(sent.wr_id == 0x55);
+    CHECK(sent.status == PIB_WC_SUCCESS);
+    CHECK(sent.opcode == PIB_WC_SEND);
+    CHECK(sent.flags & PIB_CQE_PHASE);
+    const pib_cqe got = b.cqe(0);
+    CHECK(got.wr_id == 0x77);
+    CHECK(got.status == PIB_WC_SUCCESS);
+    CHECK(got.opcode == PIB_WC_RECV);
+    CHECK(got.byte_len == 40 + 256);
+    CHECK(got.src_qp == 0);
+    CHECK(got.flags & PIB_CQE_PHASE);
+    CHECK(std::equal(a.host.at(out), a.host.at(out) + 256, b.host.at(in) + 40));
+    // The completion event went to B's EQ and raised its vector.
+    CHECK(b.host.peek<pib_eqe>(b.eqPage).type == PIB_EQE_COMPLETION);
+    CHECK(b.host.peek<pib_eqe>(b.eqPage).data.comp.cqn == b.cqn);
+    CHECK(b.host.interrupts == std::vector<unsigned>{1});
+}
+
+TEST_CASE("UD sends need an ACTIVE port; QP0 does not", "[datagram]") {
+    Node a(PIB_QPT_UD), b(PIB_QPT_UD);
+    cable(a, b);
+    const uint64_t out = a.host.alloc(64), in = b.host.alloc(256);
+    b.postRecv(1, in, 256);
+    a.postSend(2, 0x10, b.qpn, 0x11111111, out, 64);
+    pump(a, b);
+    CHECK(a.cqe(0).status == PIB_WC_SUCCESS); // sent, but lost on an INIT port
+    CHECK_FALSE(b.cqe(0).flags & PIB_CQE_PHASE);
+}
+
+TEST_CASE("bad send WQEs complete in error and flush the QP", "[datagram]") {
+    Node a(PIB_QPT_SMI);
+    const uint64_t out = a.host.alloc(64);
+    a.postRecv(9, a.host.alloc(256), 256);
+    SECTION("an L_Key that names no MR") {
+        a.postSend(3, iba::kPermissiveLid, 0, 0, out, 64);
+        // Post WQE 4 with a key that names no MR: write it, then ring.
+        a.postSend(4, iba::kPermissiveLid, 0, 0, out, 64, PIB_WR_SEND, 0, 0xdead00);
+    }
+    SECTION("a MAD larger than 256 bytes") {
+        a.postSend(3, iba::kPermissiveLid, 0, 0, out, 64);
+        a.postSend(4, iba::kPermissiveLid, 0, 0, a.host.alloc(512), 300);
+    }
+    CHECK(a.cqe(0).wr_id == 3);
+    CHECK(a.cqe(0).status == PIB_WC_SUCCESS);
+    CHECK(a.cqe(1).wr_id == 4);
+    CHECK(a.cqe(1).status != PIB_WC_SUCCESS);
+    // The error moved the QP to ERR and flushed the posted receive.
+    CHECK(a.cqe(2).wr_id == 9);
+    CHECK(a.cqe(2).status == PIB_WC_WR_FLUSH_ERR);
+    pib_qp_attr attr;
+    a.host.commandOut(PIB_CMD_QUERY_QP, a.qpn, &attr);
+    CHECK(attr.qp_state == PIB_QPS_ERR);
+}
+
+TEST_CASE("a full CQ reports an overrun instead of overwriting", "[datagram]") {
+    Node a(PIB_QPT_SMI);
+    const uint64_t out = a.host.alloc(64);
+    for (int i = 0; i < 70; ++i) { // the CQ holds 64
+        a.postSend(static_cast<uint64_t>(i), iba::kPermissiveLid, 0, 0, out, 64);
+        if (i % 15 == 14)
+            a.host.portOutput[1].clear();
+    }
+    CHECK(a.host.guestErrors("cq-overrun") == 1);
+    CHECK(a.cqe(0).wr_id == 0); // not overwritten
+}
