@@ -133,9 +133,11 @@ enum pib_cmd_opcode {
     PIB_CMD_QUERY_PORT = 0x0002,    /* MOD: port; OUT: pib_port_info */
     PIB_CMD_INIT_HCA = 0x0003,
     PIB_CMD_CLOSE_HCA = 0x0004,
-    PIB_CMD_MODIFY_PORT = 0x0005, /* MOD: port; IN imm: set 31:0, clear 63:32 */
-    PIB_CMD_QUERY_PKEYS = 0x0006, /* MOD: port; OUT: u16[PIB_PKEY_TABLE_LEN] */
-    PIB_CMD_QUERY_GUIDS = 0x0007, /* MOD: port; OUT: u64[PIB_GUID_TABLE_LEN] */
+    PIB_CMD_MODIFY_PORT = 0x0005,   /* MOD: port; IN imm: set 31:0, clear 63:32 */
+    PIB_CMD_QUERY_PKEYS = 0x0006,   /* MOD: port; OUT: u16[PIB_PKEY_TABLE_LEN] */
+    PIB_CMD_QUERY_GUIDS = 0x0007,   /* MOD: port; OUT: u64[PIB_GUID_TABLE_LEN] */
+    PIB_CMD_SET_NODE_DESC = 0x0008, /* IN: char[64], the NodeDescription */
+    PIB_CMD_MAD_IFC = 0x0009,       /* MOD: port; IN, OUT: pib_mad_ifc; RESULT: 1 = reply */
 
     PIB_CMD_ALLOC_UAR = 0x0010,  /* RESULT: doorbell page index */
     PIB_CMD_FREE_UAR = 0x0011,   /* MOD: page index */
@@ -285,6 +287,21 @@ struct pib_port_info {
     uint8_t reserved0[5];
     uint32_t reserved1[4];
 };
+
+/* ---- The port's management agents: PIB_CMD_MAD_IFC ------------------------- */
+/*
+ * The driver hands the device every SMP and PerfMgt MAD addressed to the
+ * HCA (from the kernel's MAD layer). The device's SMA/PMA answers it in
+ * place: RESULT 1 means `mad` now holds the response to send back; 0 means
+ * the device does not handle that class or attribute.
+ */
+struct pib_mad_ifc {
+    uint16_t slid; /* the requester's LID */
+    uint8_t reserved[6];
+    uint8_t mad[256];
+};
+
+#define PIB_NODE_DESC_LEN 64
 
 /* ---- Memory translation tables (MTT) ---------------------------------------- */
 /*
@@ -709,6 +726,7 @@ _Static_assert(sizeof(struct pib_mtt_write) <= PIB_MAILBOX_SIZE, "mtt write");
 _Static_assert(sizeof(struct pib_eqe) == 32, "pib_eqe layout");
 _Static_assert(sizeof(struct pib_cqe) == PIB_CQE_SIZE, "pib_cqe layout");
 _Static_assert(sizeof(struct pib_av) == 32, "pib_av layout");
+_Static_assert(sizeof(struct pib_mad_ifc) == 264, "pib_mad_ifc layout");
 _Static_assert(sizeof(struct pib_wqe_ctrl) == 16, "pib_wqe_ctrl layout");
 _Static_assert(sizeof(struct pib_wqe_ud) == 48, "pib_wqe_ud layout");
 _Static_assert(sizeof(struct pib_eq_context) == 32, "pib_eq_context layout");

@@ -9,14 +9,12 @@
 
 namespace pib::fabric {
 
+using namespace pib::iba;
+
 namespace {
 
 constexpr size_t D = Mad::kPmaData;
 constexpr uint16_t kCapExtendedCounters = 1u << 9; // PortCountersExtended
-
-template <class T> T saturate(uint64_t v) {
-    return static_cast<T>(std::min<uint64_t>(v, std::numeric_limits<T>::max()));
-}
 
 } // namespace
 
@@ -47,14 +45,14 @@ void Switch::pma(Mad mad) {
             std::memset(mad.bytes().data() + D + 2, 0, 190);
             mad.set8(D + 1, static_cast<uint8_t>(portSelect));
             if (mad.attributeId() == kAttrPortCounters) {
-                mad.set16(D + 8, saturate<uint16_t>(c.rcvErrors));
-                mad.set16(D + 14, saturate<uint16_t>(c.xmitDiscards));
-                mad.set8(D + 7, saturate<uint8_t>(c.linkDowned));
-                mad.set16(D + 22, saturate<uint16_t>(c.vl15Dropped));
-                mad.set32(D + 24, saturate<uint32_t>(c.xmitData));
-                mad.set32(D + 28, saturate<uint32_t>(c.rcvData));
-                mad.set32(D + 32, saturate<uint32_t>(c.xmitPackets));
-                mad.set32(D + 36, saturate<uint32_t>(c.rcvPackets));
+                mad.set16(D + 8, iba::saturate<uint16_t>(c.rcvErrors));
+                mad.set16(D + 14, iba::saturate<uint16_t>(c.xmitDiscards));
+                mad.set8(D + 7, iba::saturate<uint8_t>(c.linkDowned));
+                mad.set16(D + 22, iba::saturate<uint16_t>(c.vl15Dropped));
+                mad.set32(D + 24, iba::saturate<uint32_t>(c.xmitData));
+                mad.set32(D + 28, iba::saturate<uint32_t>(c.rcvData));
+                mad.set32(D + 32, iba::saturate<uint32_t>(c.xmitPackets));
+                mad.set32(D + 36, iba::saturate<uint32_t>(c.rcvPackets));
             } else {
                 mad.set64(D + 8, c.xmitData);
                 mad.set64(D + 16, c.rcvData);

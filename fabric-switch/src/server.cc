@@ -18,6 +18,8 @@
 
 namespace pib::fabric {
 
+using namespace pib::iba;
+
 namespace {
 
 // A peer that stops reading may not make the switch buffer without bound:

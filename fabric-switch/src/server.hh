@@ -13,6 +13,8 @@
 
 namespace pib::fabric {
 
+using namespace pib::iba;
+
 struct PortEndpoint {
     enum class Kind { kUnixListen, kTcpListen, kUnixConnect, kTcpConnect };
     Kind kind = Kind::kUnixListen;

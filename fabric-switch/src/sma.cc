@@ -8,6 +8,8 @@
 
 namespace pib::fabric {
 
+using namespace pib::iba;
+
 namespace {
 
 constexpr size_t D = Mad::kSmpData;

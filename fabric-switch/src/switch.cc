@@ -5,6 +5,8 @@
 
 namespace pib::fabric {
 
+using namespace pib::iba;
+
 namespace {
 
 bool isMulticast(uint16_t lid) {

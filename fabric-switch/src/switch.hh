@@ -17,6 +17,8 @@
 
 namespace pib::fabric {
 
+using namespace pib::iba;
+
 struct SwitchConfig {
     uint64_t guid = 0;
     unsigned ports = 8; // external ports 1..ports (port 0 is the switch itself)

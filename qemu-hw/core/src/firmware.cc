@@ -134,6 +134,10 @@ Firmware::Handler Firmware::handlerFor(uint16_t opcode) {
         return &Firmware::queryPkeys;
     case PIB_CMD_QUERY_GUIDS:
         return &Firmware::queryGuids;
+    case PIB_CMD_SET_NODE_DESC:
+        return &Firmware::setNodeDesc;
+    case PIB_CMD_MAD_IFC:
+        return &Firmware::madIfc;
     case PIB_CMD_ALLOC_UAR:
         return &Firmware::allocUar;
     case PIB_CMD_FREE_UAR:

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "host.hh"
+#include "mad.hh"
 #include "mtt.hh"
 #include "object_table.hh"
 #include "objects.hh"
@@ -39,6 +40,14 @@ struct PortState {
     uint64_t rcvPackets = 0;
     uint64_t rcvWords = 0;
     uint64_t rcvErrors = 0;
+    uint64_t xmitPackets = 0;
+    uint64_t xmitWords = 0;
+    // SMA state beyond pib_port_info.
+    uint64_t mkey = 0;
+    uint8_t hoqLife = 0;
+    uint8_t vlHighLimit = 0;
+    std::array<uint8_t, 8> slToVl{};
+    std::array<uint8_t, 64> vlArb{};
     std::array<uint16_t, PIB_PKEY_TABLE_LEN> pkeys{};
     std::array<uint64_t, PIB_GUID_TABLE_LEN> guids{};
 };
@@ -96,6 +105,13 @@ class Firmware {
     CommandOutcome modifyPort(const Command &);
     CommandOutcome queryPkeys(const Command &);
     CommandOutcome queryGuids(const Command &);
+    CommandOutcome setNodeDesc(const Command &);
+    CommandOutcome madIfc(const Command &);
+    bool answerMad(unsigned port, std::span<uint8_t> mad);
+    uint16_t smaGet(unsigned port, iba::Mad &mad);
+    uint16_t smaSet(unsigned port, iba::Mad &mad);
+    uint16_t setPortInfo(unsigned port, iba::Mad &mad);
+    void pma(unsigned port, iba::Mad &mad);
     CommandOutcome allocUar(const Command &);
     CommandOutcome freeUar(const Command &);
     CommandOutcome allocPd(const Command &);
@@ -166,6 +182,7 @@ class Firmware {
     // QP0 and QP1 of each port: numbers 2 * (port - 1) + type.
     std::array<std::unique_ptr<QueuePair>, 2 * PIB_MAX_PORTS> specialQps_{};
     std::function<void(unsigned port, std::vector<uint8_t>)> transmit_;
+    std::array<char, PIB_NODE_DESC_LEN> nodeDesc_{};
 };
 
 } // namespace pib

@@ -163,8 +163,12 @@ bool Firmware::sendUd(uint32_t qpn, QueuePair &qp, std::span<const uint8_t> wqe,
     // Subnet management may use a trained link; everything else needs ACTIVE.
     const bool open = p->info.phys_state == PIB_PHYS_LINK_UP &&
                       (smi ? p->info.state >= PIB_PORT_INIT : p->info.state == PIB_PORT_ACTIVE);
-    if (open && transmit_)
-        transmit_(portNumber, iba::build(std::move(packet)));
+    if (open && transmit_) {
+        auto bytes = iba::build(std::move(packet));
+        ++p->xmitPackets;
+        p->xmitWords += bytes.size() / 4;
+        transmit_(portNumber, std::move(bytes));
+    }
     // UD is unreliable: a packet the link cannot take is lost, not an error.
     return true;
 }

@@ -1,15 +1,23 @@
 // SPDX-License-Identifier: GPL-2.0-or-later
-// Management datagrams (IBA 13.4) as the switch sees them: 256-byte MADs
+// Management datagrams (IBA 13.4): 256-byte MADs
 // with the SMP layouts of IBA 14.2.1, read and written in place.
 #pragma once
 
+#include <algorithm>
 #include <array>
 #include <cstdint>
+#include <limits>
 #include <span>
 
-namespace pib::fabric {
+namespace pib::iba {
 
 inline constexpr size_t kMadSize = 256;
+
+// A counter clipped to the width of its MAD field, as IBA counters stop at
+// their maximum rather than wrap.
+template <class T> T saturate(uint64_t v) {
+    return static_cast<T>(std::min<uint64_t>(v, std::numeric_limits<T>::max()));
+}
 
 enum MgmtClass : uint8_t {
     kClassSmpLid = 0x01,
@@ -107,4 +115,4 @@ class Mad {
     std::span<uint8_t> b_;
 };
 
-} // namespace pib::fabric
+} // namespace pib::iba

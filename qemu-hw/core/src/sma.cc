@@ -1,0 +1,316 @@
+// SPDX-License-Identifier: GPL-2.0-or-later
+// The HCA's own management agents behind PIB_CMD_MAD_IFC: the SMA (IBA
+// 14.2.5: NodeInfo, NodeDescription, PortInfo, P_KeyTable, GUIDInfo,
+// SLtoVL, VLArb) and the PMA (IBA 16.1: ClassPortInfo, PortCounters,
+// PortCountersExtended). Sets raise the IB events the kernel relies on.
+#include <algorithm>
+#include <cinttypes>
+#include <cstring>
+
+#include "firmware.hh"
+#include "limits.hh"
+
+namespace pib {
+
+using iba::Mad;
+
+namespace {
+
+constexpr size_t D = Mad::kSmpData;
+constexpr uint32_t kVendorId = PIB_PCI_VENDOR_ID;
+constexpr uint16_t kCapExtendedCounters = 1u << 9;
+
+} // namespace
+
+CommandOutcome Firmware::setNodeDesc(const Command &cmd) {
+    std::array<char, PIB_NODE_DESC_LEN> desc;
+    if (!readMailbox(cmd, desc))
+        return fail(PIB_CMD_STATUS_DMA_ERROR, "cmd-dma", "SET_NODE_DESC cannot read 0x%" PRIx64,
+                    cmd.in);
+    desc.back() = 0;
+    nodeDesc_ = desc;
+    return {};
+}
+
+CommandOutcome Firmware::madIfc(const Command &cmd) {
+    if (!port(cmd.modifier))
+        return fail(PIB_CMD_STATUS_BAD_INDEX, "cmd-bad-port", "MAD_IFC on port %u", cmd.modifier);
+    pib_mad_ifc ifc;
+    if (!readMailbox(cmd, ifc))
+        return fail(PIB_CMD_STATUS_DMA_ERROR, "cmd-dma", "MAD_IFC cannot read 0x%" PRIx64, cmd.in);
+    const bool reply = answerMad(cmd.modifier, ifc.mad);
+    if (reply && !writeMailbox(cmd, ifc))
+        return fail(PIB_CMD_STATUS_DMA_ERROR, "cmd-dma", "MAD_IFC cannot write 0x%" PRIx64,
+                    cmd.out);
+    return {PIB_CMD_STATUS_OK, reply ? 1u : 0u};
+}
+
+bool Firmware::answerMad(unsigned number, std::span<uint8_t> bytes) {
+    Mad mad(bytes);
+    const uint8_t cls = mad.mgmtClass();
+    const uint8_t method = mad.method();
+    if (mad.baseVersion() != 1 || (method != iba::kGet && method != iba::kSet))
+        return false;
+    uint16_t status;
+    if (cls == iba::kClassSmpLid || cls == iba::kClassSmpDirected) {
+        status = method == iba::kGet ? smaGet(number, mad) : smaSet(number, mad);
+        if (status == iba::kStatusBadAttribute)
+            return false; // not ours: SMInfo and the like go to the SM
+        if (cls == iba::kClassSmpDirected)
+            mad.setReturning(true);
+    } else if (cls == iba::kClassPerfMgt) {
+        pma(number, mad);
+        return true;
+    } else {
+        return false;
+    }
+    mad.setMethod(iba::kGetResp);
+    mad.setStatus(status);
+    return true;
+}
+
+uint16_t Firmware::smaGet(unsigned number, Mad &mad) {
+    PortState &p = *port(number);
+    const uint32_t mod = mad.attributeModifier();
+    uint8_t *data = mad.bytes().data() + D;
+    switch (mad.attributeId()) {
+    case iba::kAttrNodeInfo:
+        std::memset(data, 0, Mad::kSmpDataSize);
+        mad.set8(D + 0, 1);
+        mad.set8(D + 1, 1);
+        mad.set8(D + 2, 1); // channel adapter
+        mad.set8(D + 3, static_cast<uint8_t>(config_.num_ports));
+        mad.set64(D + 4, config_.node_guid);
+        mad.set64(D + 12, config_.node_guid);
+        mad.set64(D + 20, p.info.port_guid);
+        mad.set16(D + 28, PIB_PKEY_TABLE_LEN);
+        mad.set16(D + 30, PIB_PCI_DEVICE_ID);
+        mad.set32(D + 32, PIB_PCI_REVISION);
+        mad.set32(D + 36, number << 24 | kVendorId);
+        return iba::kStatusOk;
+    case iba::kAttrNodeDescription:
+        std::memset(data, 0, Mad::kSmpDataSize);
+        std::memcpy(data, nodeDesc_.data(), nodeDesc_.size());
+        return iba::kStatusOk;
+    case iba::kAttrPortInfo: {
+        if (mod != 0 && mod != number)
+            return iba::kStatusBadField;
+        const pib_port_info &i = p.info;
+        std::memset(data, 0, Mad::kSmpDataSize);
+        mad.set64(D + 0, p.mkey);
+        mad.set64(D + 8, i.gid_prefix);
+        mad.set16(D + 16, i.lid);
+        mad.set16(D + 18, i.sm_lid);
+        mad.set32(D + 20, i.cap_mask);
+        mad.set8(D + 28, static_cast<uint8_t>(number));
+        mad.set8(D + 29, 1);
+        mad.set8(D + 30, 1);
+        mad.set8(D + 31, i.active_width);
+        mad.set8(D + 32, static_cast<uint8_t>(1 << 4 | i.state));
+        mad.set8(D + 33, static_cast<uint8_t>(i.phys_state << 4 | PIB_PHYS_POLLING));
+        mad.set8(D + 34, i.lmc);
+        mad.set8(D + 35, static_cast<uint8_t>(i.active_speed << 4 | 1));
+        mad.set8(D + 36, static_cast<uint8_t>(i.active_mtu << 4 | i.sm_sl));
+        mad.set8(D + 37, static_cast<uint8_t>(i.max_vl_num << 4));
+        mad.set8(D + 38, p.vlHighLimit);
+        mad.set8(D + 40, 1); // VLArbitrationLowCap
+        mad.set8(D + 41, static_cast<uint8_t>(i.init_type_reply << 4 | i.max_mtu));
+        mad.set8(D + 42, p.hoqLife);
+        mad.set8(D + 43, static_cast<uint8_t>(1 << 4)); // OperationalVLs: VL0
+        mad.set16(D + 46, iba::saturate<uint16_t>(i.bad_pkey_cntr));
+        mad.set16(D + 48, iba::saturate<uint16_t>(i.qkey_viol_cntr));
+        mad.set8(D + 50, PIB_GUID_TABLE_LEN);
+        mad.set8(D + 51, i.subnet_timeout);
+        return iba::kStatusOk;
+    }
+    case iba::kAttrPkeyTable: {
+        const unsigned block = mod & 0xffff;
+        if (block >= PIB_PKEY_TABLE_LEN / 32)
+            return iba::kStatusBadField;
+        for (unsigned e = 0; e < 32; ++e)
+            mad.set16(D + 2 * e, p.pkeys[block * 32 + e]);
+        return iba::kStatusOk;
+    }
+    case iba::kAttrGuidInfo:
+        if (mod != 0)
+            return iba::kStatusBadField;
+        for (unsigned e = 0; e < PIB_GUID_TABLE_LEN; ++e)
+            mad.set64(D + 8 * e, p.guids[e]);
+        return iba::kStatusOk;
+    case iba::kAttrSlToVlTable:
+        std::memcpy(data, p.slToVl.data(), p.slToVl.size());
+        return iba::kStatusOk;
+    case iba::kAttrVlArbTable: {
+        const unsigned block = mod >> 16;
+        if (block < 1 || block > 4)
+            return iba::kStatusBadField;
+        std::memcpy(data, p.vlArb.data() + (block <= 2 ? 0 : 32), 32);
+        return iba::kStatusOk;
+    }
+    default:
+        return iba::kStatusBadAttribute;
+    }
+}
+
+uint16_t Firmware::setPortInfo(unsigned number, Mad &mad) {
+    PortState &p = *port(number);
+    pib_port_info &i = p.info;
+    const uint16_t lid = mad.get16(D + 16);
+    const uint16_t smLid = mad.get16(D + 18);
+    const uint8_t newState = mad.get8(D + 32) & 0xf;
+    const uint8_t lmc = mad.get8(D + 34) & 7;
+    const uint8_t mtu = mad.get8(D + 36) >> 4;
+    const uint8_t smSl = mad.get8(D + 36) & 0xf;
+    const uint8_t vls = mad.get8(D + 43) >> 4;
+    const bool reregister = mad.get8(D + 51) & 0x80;
+    // Validate all, then apply all (a failed Set changes nothing).
+    if (mtu > i.max_mtu || vls > i.max_vl_num || lid >= 0xc000)
+        return iba::kStatusBadField;
+    const bool stateOk =
+        newState == PIB_PORT_DOWN - 1 /* NOP */ || newState == PIB_PORT_DOWN ||
+        (newState == PIB_PORT_ARMED && i.state == PIB_PORT_INIT) ||
+        (newState == PIB_PORT_ACTIVE && (i.state == PIB_PORT_ARMED || i.state == PIB_PORT_ACTIVE));
+    if (!stateOk)
+        return iba::kStatusBadField;
+
+    const bool lidChanged = lid != i.lid || lmc != i.lmc;
+    const bool smChanged = smLid != i.sm_lid || smSl != i.sm_sl;
+    const uint64_t prefix = mad.get64(D + 8);
+    const bool gidChanged = prefix != i.gid_prefix;
+    p.mkey = mad.get64(D + 0);
+    i.gid_prefix = prefix;
+    i.lid = lid;
+    i.sm_lid = smLid;
+    i.lmc = lmc;
+    i.sm_sl = smSl;
+    i.subnet_timeout = mad.get8(D + 51) & 0x1f;
+    p.hoqLife = mad.get8(D + 42) & 0x1f;
+    p.vlHighLimit = mad.get8(D + 38);
+    if (mtu)
+        i.active_mtu = std::min(mtu, i.max_mtu);
+    const bool toActive = newState == PIB_PORT_ACTIVE && i.state != PIB_PORT_ACTIVE;
+    if (newState == PIB_PORT_ARMED || newState == PIB_PORT_ACTIVE)
+        i.state = newState;
+    // DOWN on an emulated cable retrains at once: back to INIT.
+    if (newState == PIB_PORT_DOWN && i.phys_state == PIB_PHYS_LINK_UP) {
+        if (i.state == PIB_PORT_ACTIVE)
+            postAsyncEvent(PIB_ASYNC_PORT_ERR, number);
+        i.state = PIB_PORT_INIT;
+    }
+    if (lidChanged)
+        postAsyncEvent(PIB_ASYNC_LID_CHANGE, number);
+    if (smChanged)
+        postAsyncEvent(PIB_ASYNC_SM_CHANGE, number);
+    if (gidChanged)
+        postAsyncEvent(PIB_ASYNC_GID_CHANGE, number);
+    if (reregister)
+        postAsyncEvent(PIB_ASYNC_CLIENT_REREGISTER, number);
+    if (toActive)
+        postAsyncEvent(PIB_ASYNC_PORT_ACTIVE, number);
+    host_.trace("sma", "port %u: LID 0x%x SM 0x%x state %u MTU %u", number, i.lid, i.sm_lid,
+                i.state, i.active_mtu);
+    return iba::kStatusOk;
+}
+
+uint16_t Firmware::smaSet(unsigned number, Mad &mad) {
+    PortState &p = *port(number);
+    const uint32_t mod = mad.attributeModifier();
+    uint16_t status;
+    switch (mad.attributeId()) {
+    case iba::kAttrPortInfo:
+        if (mod != 0 && mod != number)
+            return iba::kStatusBadField;
+        status = setPortInfo(number, mad);
+        break;
+    case iba::kAttrPkeyTable: {
+        const unsigned block = mod & 0xffff;
+        if (block >= PIB_PKEY_TABLE_LEN / 32)
+            return iba::kStatusBadField;
+        for (unsigned e = 0; e < 32; ++e)
+            p.pkeys[block * 32 + e] = mad.get16(D + 2 * e);
+        postAsyncEvent(PIB_ASYNC_PKEY_CHANGE, number);
+        status = iba::kStatusOk;
+        break;
+    }
+    case iba::kAttrGuidInfo:
+        if (mod != 0)
+            return iba::kStatusBadField;
+        // Entry 0 is the port GUID, which the SM cannot change.
+        for (unsigned e = 1; e < PIB_GUID_TABLE_LEN; ++e)
+            p.guids[e] = mad.get64(D + 8 * e);
+        postAsyncEvent(PIB_ASYNC_GID_CHANGE, number);
+        status = iba::kStatusOk;
+        break;
+    case iba::kAttrSlToVlTable:
+        std::memcpy(p.slToVl.data(), mad.bytes().data() + D, p.slToVl.size());
+        status = iba::kStatusOk;
+        break;
+    case iba::kAttrVlArbTable: {
+        const unsigned block = mod >> 16;
+        if (block < 1 || block > 4)
+            return iba::kStatusBadField;
+        std::memcpy(p.vlArb.data() + (block <= 2 ? 0 : 32), mad.bytes().data() + D, 32);
+        status = iba::kStatusOk;
+        break;
+    }
+    case iba::kAttrNodeInfo:
+    case iba::kAttrNodeDescription:
+        return iba::kStatusBadMethod; // read-only attributes
+    default:
+        return iba::kStatusBadAttribute;
+    }
+    if (status == iba::kStatusOk)
+        smaGet(number, mad); // a Set answers with the new value
+    return status;
+}
+
+void Firmware::pma(unsigned number, Mad &mad) {
+    PortState &p = *port(number);
+    constexpr size_t P = Mad::kPmaData;
+    const bool set = mad.method() == iba::kSet;
+    uint16_t status = iba::kStatusOk;
+    const unsigned portSelect = mad.get8(P + 1);
+    switch (mad.attributeId()) {
+    case iba::kAttrClassPortInfo:
+        std::memset(mad.bytes().data() + P, 0, 192);
+        mad.set8(P + 0, 1);
+        mad.set8(P + 1, 1);
+        mad.set16(P + 2, kCapExtendedCounters);
+        mad.set8(P + 7, 18);
+        if (set)
+            status = iba::kStatusBadMethod;
+        break;
+    case iba::kAttrPortCounters:
+    case iba::kAttrPortCountersExtended:
+        if (portSelect != number) {
+            status = iba::kStatusBadField;
+            break;
+        }
+        if (set) {
+            p.rcvPackets = p.rcvWords = p.rcvErrors = p.xmitPackets = p.xmitWords = 0;
+        }
+        std::memset(mad.bytes().data() + P + 2, 0, 190);
+        if (mad.attributeId() == iba::kAttrPortCounters) {
+            mad.set16(P + 8, iba::saturate<uint16_t>(p.rcvErrors));
+            mad.set32(P + 24, iba::saturate<uint32_t>(p.xmitWords));
+            mad.set32(P + 28, iba::saturate<uint32_t>(p.rcvWords));
+            mad.set32(P + 32, iba::saturate<uint32_t>(p.xmitPackets));
+            mad.set32(P + 36, iba::saturate<uint32_t>(p.rcvPackets));
+        } else {
+            mad.set64(P + 8, p.xmitWords);
+            mad.set64(P + 16, p.rcvWords);
+            mad.set64(P + 24, p.xmitPackets);
+            mad.set64(P + 32, p.rcvPackets);
+            mad.set64(P + 40, p.xmitPackets);
+            mad.set64(P + 48, p.rcvPackets);
+        }
+        break;
+    default:
+        status = iba::kStatusBadAttribute;
+        break;
+    }
+    mad.setMethod(iba::kGetResp);
+    mad.setStatus(status);
+}
+
+} // namespace pib
