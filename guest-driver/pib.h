@@ -268,6 +268,15 @@ struct ib_mr *pib_reg_user_mr(struct ib_pd *ibpd, u64 start, u64 length,
 			      u64 virt, int access, struct ib_udata *udata);
 int pib_dereg_mr(struct ib_mr *ibmr, struct ib_udata *udata);
 
+/* pib_mad.c */
+int pib_process_mad(struct ib_device *ibdev, int flags, u32 port,
+		    const struct ib_wc *in_wc, const struct ib_grh *in_grh,
+		    const struct ib_mad *in, struct ib_mad *out,
+		    size_t *out_mad_size, u16 *out_mad_pkey_index);
+int pib_set_node_desc(struct pib_dev *dev, const char *desc);
+int pib_modify_device(struct ib_device *ibdev, int mask,
+		      struct ib_device_modify *props);
+
 /* pib_debugfs.c */
 void pib_debugfs_init(struct pib_dev *dev);
 void pib_debugfs_cleanup(struct pib_dev *dev);

@@ -38,6 +38,7 @@ static const struct ib_device_ops pib_dev_ops = {
 	.get_port_immutable = pib_get_port_immutable,
 	.mmap = pib_mmap,
 	.mmap_free = pib_mmap_free,
+	.modify_device = pib_modify_device,
 	.modify_port = pib_modify_port,
 	.modify_qp = pib_modify_qp,
 	.modify_srq = pib_modify_srq,
@@ -45,6 +46,7 @@ static const struct ib_device_ops pib_dev_ops = {
 	.post_recv = pib_post_recv,
 	.post_send = pib_post_send,
 	.post_srq_recv = pib_post_srq_recv,
+	.process_mad = pib_process_mad,
 	.query_ah = pib_query_ah,
 	.query_device = pib_query_device,
 	.query_gid = pib_query_gid,
@@ -189,6 +191,9 @@ static int pib_probe(struct pci_dev *pdev, const struct pci_device_id *id)
 		goto close;
 
 	pib_init_ibdev(dev);
+	err = pib_set_node_desc(dev, dev->ibdev.node_desc);
+	if (err)
+		goto eq;
 	err = ib_register_device(&dev->ibdev, "pib_%d", &pdev->dev);
 	if (err)
 		goto eq;

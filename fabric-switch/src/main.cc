@@ -26,6 +26,7 @@ Options:
   --connect N=PATH      port N connects to a UNIX socket (another switch's port)
   --connect-tcp N=HOST:PORT
                         port N connects over TCP; retried every second
+  --verbose             log every dropped packet and why
   --help                show this text
 )";
 
@@ -54,6 +55,7 @@ int main(int argc, char **argv) {
         pib::fabric::SwitchConfig config;
         config.guid = 0x0250494253570001ull;
         std::string dir = ".";
+        bool verbose = false;
         std::vector<std::pair<std::string, std::string>> overrides;
         for (int i = 1; i < argc; ++i) {
             const std::string arg = argv[i];
@@ -70,6 +72,8 @@ int main(int argc, char **argv) {
                 if (n < 1 || n > 254)
                     throw std::runtime_error("--ports must be 1..254");
                 config.ports = static_cast<unsigned>(n);
+            } else if (arg == "--verbose") {
+                verbose = true;
             } else if (arg == "--socket-dir") {
                 dir = value();
             } else if (arg == "--guid") {
@@ -96,6 +100,10 @@ int main(int argc, char **argv) {
         }
 
         pib::fabric::Switch sw(config);
+        if (verbose)
+            sw.setDropLogger([](const std::string &line) {
+                std::fprintf(stderr, "pib-fabric-switch: %s\n", line.c_str());
+            });
         pib::fabric::Server server(sw, endpoints);
         server.open();
         g_server = &server;

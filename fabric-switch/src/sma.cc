@@ -73,7 +73,7 @@ uint16_t Switch::setSwitchInfo(Mad &mad) {
     return kStatusOk;
 }
 
-void Switch::portInfo(Mad &mad, unsigned n) const {
+void Switch::portInfo(Mad &mad, unsigned n, unsigned in) const {
     const SwitchPort &p = ports_[n];
     std::memset(mad.bytes().data() + D, 0, Mad::kSmpDataSize);
     const bool mgmt = n == 0;
@@ -82,7 +82,7 @@ void Switch::portInfo(Mad &mad, unsigned n) const {
     mad.set16(D + 16, mgmt ? lid_ : 0);
     mad.set16(D + 18, mgmt ? smLid_ : 0);
     mad.set32(D + 20, 0); // capability mask
-    mad.set8(D + 28, static_cast<uint8_t>(n));
+    mad.set8(D + 28, static_cast<uint8_t>(in)); // LocalPortNum: where the SMP came in
     mad.set8(D + 29, 1);                                      // link width enabled: 1x
     mad.set8(D + 30, 1);                                      // supported: 1x
     mad.set8(D + 31, 1);                                      // active: 1x
@@ -165,7 +165,7 @@ uint16_t Switch::smaGet(Mad &mad, unsigned in) {
     case kAttrPortInfo:
         if (mod > config_.ports)
             return kStatusBadField;
-        portInfo(mad, mod);
+        portInfo(mad, mod, in);
         return kStatusOk;
     case kAttrGuidInfo:
         if (mod != 0)

@@ -23,6 +23,12 @@ Switch::Switch(SwitchConfig config)
     ports_[0].pkeys[0] = 0xffff;
 }
 
+void Switch::dropped(unsigned port, const char *why, unsigned a, unsigned b) {
+    if (dropLog_)
+        dropLog_("port " + std::to_string(port) + ": dropped: " + why + " (" + std::to_string(a) +
+                 ", " + std::to_string(b) + ")");
+}
+
 void Switch::linkChanged(unsigned port, bool up) {
     if (port < 1 || port > config_.ports)
         return;
@@ -64,6 +70,7 @@ std::vector<Transmit> Switch::receive(unsigned in, std::span<const uint8_t> byte
     auto packet = iba::parse(bytes, &error);
     if (!packet) {
         ++port.counters.rcvErrors;
+        dropped(in, iba::toString(error));
         return out;
     }
     ++port.counters.rcvPackets;
@@ -74,6 +81,7 @@ std::vector<Transmit> Switch::receive(unsigned in, std::span<const uint8_t> byte
     // Anything but subnet management needs a port the SM has made ACTIVE.
     if (!smp && port.state != kStateActive) {
         ++port.counters.rcvErrors;
+        dropped(in, "data on a port that is not ACTIVE, state", port.state);
         return out;
     }
     if (packet->lrh.dlid == lid_ && lid_ != 0 && packet->bth.destQp <= 1)
@@ -114,6 +122,7 @@ std::vector<Transmit> Switch::directedRoute(unsigned in, iba::Packet packet) {
     auto send = [&](unsigned port) {
         if (port < 1 || port > config_.ports) {
             ++ports_[in].counters.vl15Dropped;
+            dropped(in, "DR SMP to a port that does not exist", port, hop);
             return;
         }
         packet.lrh.vl = 15;
@@ -121,11 +130,13 @@ std::vector<Transmit> Switch::directedRoute(unsigned in, iba::Packet packet) {
     };
     if (hops == 0 || hops > 63 || hop == 0) {
         ++ports_[in].counters.vl15Dropped;
+        dropped(in, "DR SMP with hop pointer/count", hop, hops);
         return out;
     }
     if (!mad.returning()) {
         if (hop > hops) {
             ++ports_[in].counters.vl15Dropped;
+            dropped(in, "outgoing DR SMP with hop pointer/count", hop, hops);
             return out;
         }
         mad.setReturnPath(hop, static_cast<uint8_t>(in));
@@ -139,6 +150,7 @@ std::vector<Transmit> Switch::directedRoute(unsigned in, iba::Packet packet) {
         // supported and are dropped).
         if (mad.drDlid() != iba::kPermissiveLid) {
             ++ports_[in].counters.vl15Dropped;
+            dropped(in, "DR SMP with a LID-routed tail, DrDLID", mad.drDlid());
             return out;
         }
         sma(mad, in);
@@ -151,6 +163,7 @@ std::vector<Transmit> Switch::directedRoute(unsigned in, iba::Packet packet) {
     // Returning: step back along the recorded path.
     if (hop < 2 || hop > hops) {
         ++ports_[in].counters.vl15Dropped;
+        dropped(in, "returning DR SMP with hop pointer/count", hop, hops);
         return out;
     }
     mad.setHopPointer(static_cast<uint8_t>(hop - 1));

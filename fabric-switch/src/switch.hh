@@ -79,6 +79,9 @@ class Switch {
     uint8_t lftEntry(uint16_t lid) const { return lft_[lid]; }
     bool portStateChange() const { return portStateChange_; }
 
+    // Receives a line for every packet the switch drops, and why.
+    void setDropLogger(std::function<void(const std::string &)> log) { dropLog_ = std::move(log); }
+
     static constexpr unsigned kLftCap = 49152; // unicast LIDs
     static constexpr unsigned kMftCap = 1024;  // multicast LIDs from 0xc000
 
@@ -92,7 +95,7 @@ class Switch {
     uint16_t smaSet(Mad &mad, unsigned in);
     void nodeInfo(Mad &mad, unsigned in) const;
     void switchInfo(Mad &mad) const;
-    void portInfo(Mad &mad, unsigned port) const;
+    void portInfo(Mad &mad, unsigned port, unsigned in) const;
     uint16_t setSwitchInfo(Mad &mad);
     uint16_t setPortInfo(Mad &mad, unsigned port);
     std::vector<Transmit> reply(const iba::Packet &request, std::vector<uint8_t> mad, unsigned out);
@@ -118,6 +121,8 @@ class Switch {
     bool portStateChange_ = false;
     std::vector<uint8_t> lft_;
     std::vector<std::array<uint16_t, 16>> mft_; // per multicast LID: 16 masks of 16 ports
+    std::function<void(const std::string &)> dropLog_;
+    void dropped(unsigned port, const char *why, unsigned a = 0, unsigned b = 0);
 };
 
 } // namespace pib::fabric

@@ -158,6 +158,9 @@ TEST_CASE("PortInfo sets the LID and walks the port states", "[switch]") {
     CHECK(Mad(r).status() == kStatusOk);
     CHECK(Mad(r).get16(64 + 16) == 0x42);
     CHECK(sw.lid() == 0x42);
+    // LocalPortNum is the port the SMP came in by, whichever port it asks about.
+    auto info = drSet(sw, kAttrPortInfo, 5, [](Mad &) {});
+    CHECK(Mad(info).get8(64 + 28) == 1);
 
     auto setState = [&](unsigned port, uint8_t state) {
         auto resp = drSet(sw, kAttrPortInfo, port, [&](Mad &m) { m.set8(64 + 32, state); });

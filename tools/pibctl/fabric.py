@@ -186,7 +186,8 @@ def start_ib_switch(fabric: Fabric) -> None:
     with open(Path(fabric.run_dir) / "switch1.log", "a") as log:
         proc = subprocess.Popen(
             [str(paths.fabric_switch_binary()), "--ports", str(fabric.ib_switch_ports),
-             "--socket-dir", str(sock_dir), "--guid", hex(SWITCH_GUID), "--name", "switch1"],
+             "--socket-dir", str(sock_dir), "--guid", hex(SWITCH_GUID), "--name", "switch1",
+             "--verbose"],
             stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
             start_new_session=True)
     fabric.ib_switch_pid = proc.pid

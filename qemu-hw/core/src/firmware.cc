@@ -93,6 +93,8 @@ void Firmware::reset() {
         p.info.max_msg_sz = limits::kMaxMsgSize;
         p.info.pkey_tbl_len = PIB_PKEY_TABLE_LEN;
         p.info.gid_tbl_len = PIB_GUID_TABLE_LEN;
+        // IsClientReregistrationSupported: the SMA honours ClientReregister.
+        p.info.cap_mask = 1u << 25;
         p.info.max_vl_num = 1;
         p.info.subnet_timeout = 0;
         p.info.active_width = 1;
