@@ -28,6 +28,7 @@ def driver_unloaded(ctx, vm="vm1"):
         yield
     finally:
         ctx.run(vm, ["modprobe", "pib"])
+        ctx.restart_sm()
 
 
 def _regs(ctx, vm="vm1"):

@@ -14,8 +14,8 @@ def test_driver_registers_pib_0_with_device_attributes(ctx):
         assert _sysfs(ctx, vm.name, "node_guid") == ":".join(guid[i:i + 4] for i in range(0, 16, 4))
         assert _sysfs(ctx, vm.name, "node_type").startswith("1: CA")
         assert _sysfs(ctx, vm.name, "node_desc") == f"{vm.name} pib_hca"
-        # Cabled to the switch, but no SM has configured it: INIT.
-        assert _sysfs(ctx, vm.name, "ports/1/state") == "2: INIT"
+        # Cabled to the switch and configured by opensm.
+        assert _sysfs(ctx, vm.name, "ports/1/state") == "4: ACTIVE"
         assert _sysfs(ctx, vm.name, "ports/1/phys_state") == "5: LinkUp"
         assert _sysfs(ctx, vm.name, "ports/1/gids/0") == "fe80:0000:0000:0000:" + ":".join(
             f"{vm.node_guid + 1:016x}"[i:i + 4] for i in range(0, 16, 4))
@@ -41,6 +41,7 @@ def test_driver_reloads_cleanly(ctx):
         assert bad not in dmesg, dmesg
     qps = ctx.run("vm1", ["cat", "/sys/kernel/debug/pib/pib_0/qp"]).out
     assert " RTS " in qps, qps
+    ctx.restart_sm()
 
 
 # Errors test_device provokes on purpose.

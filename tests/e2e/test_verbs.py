@@ -36,14 +36,21 @@ def test_ibv_devinfo_shows_the_device_attributes(ctx):
         for key, value in expect.items():
             m = re.search(rf"^\s*{key}:\s*(\S+)", out, re.M)
             assert m and m.group(1) == value, f"{key}: {m and m.group(1)} != {value}\n{out}"
-        assert re.search(r"state:\s*PORT_INIT", out), out
+        assert re.search(r"state:\s*PORT_ACTIVE", out), out
+        assert int(re.search(r"port_lid:\s*(\d+)", out).group(1)) > 0, out
         assert re.search(r"GID\[\s*0\]:\s*fe80:0000:0000:0000:" +
                          ":".join(f"{vm.node_guid + 1:016x}"[i:i + 4] for i in range(0, 16, 4)), out), out
 
 
-def test_pyverbs_suite_passes_without_an_active_port(ctx):
+# The pyverbs classes that need no data path: device, PD, CQ, QP and AH
+# verbs. Traffic tests wait for user-space posting (the data-path issue).
+PYVERBS_API_CLASSES = ["DeviceTest", "PDTest", "QPTest", "CQAPITest", "AHTest", "ForkAPITest"]
+
+
+def test_pyverbs_api_tests_pass(ctx):
+    select = " ".join(f"-k {c}" for c in PYVERBS_API_CLASSES)
     script = ("rm -rf /tmp/pyverbs && cp -r /usr/share/doc/rdma-core/tests /tmp/pyverbs && "
-              "cd /tmp/pyverbs && gunzip -f *.gz && python3 run_tests.py --dev pib_0 -v 2>&1")
+              f"cd /tmp/pyverbs && gunzip -f *.gz && python3 run_tests.py --dev pib_0 -v {select} 2>&1")
     out = ctx.sh("vm1", script, timeout=600, check=False).out
     ran = re.search(r"^Ran (\d+) tests", out, re.M)
     assert ran, out[-3000:]

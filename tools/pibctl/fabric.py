@@ -248,8 +248,40 @@ def _wait_ready(fabric: Fabric, timeout: float) -> None:
             time.sleep(1)
 
 
+def port_states(fabric: Fabric) -> dict:
+    """The IB port state of every VM, as sysfs says it ("4: ACTIVE")."""
+    states = {}
+    for vm in fabric.vms:
+        try:
+            r = exec_in(vm.name, ["cat", "/sys/class/infiniband/pib_0/ports/1/state"], timeout=30)
+            states[vm.name] = r.out.strip()
+        except ui.StepFailed:
+            states[vm.name] = "?"
+    return states
+
+
+def wait_active(fabric: Fabric, timeout: float = 180) -> float:
+    """Waits until every port is ACTIVE; returns how long it took."""
+    start = time.monotonic()
+    while True:
+        states = port_states(fabric)
+        if all(s.endswith("ACTIVE") for s in states.values()):
+            return time.monotonic() - start
+        if time.monotonic() - start > timeout:
+            raise ui.StepFailed(
+                f"ports not ACTIVE after {timeout:.0f} s: {states}\n--- opensm log (vm1) ---\n"
+                + exec_in(fabric.vms[0].name, ["tail", "-20", "/run/opensm.log"], timeout=30).out)
+        time.sleep(1)
+
+
+def start_sm(fabric: Fabric) -> None:
+    result = exec_in(fabric.vms[0].name, ["pib-start-sm"], timeout=60)
+    if result.exitcode != 0:
+        raise ui.StepFailed(f"opensm did not start in {fabric.vms[0].name}: {result.err}")
+
+
 def up(vms: int = 2, accel: str = "tcg", memory: int = 2048, cpus: int = 1,
-       timeout: float = 300, trace: str = "") -> Fabric:
+       timeout: float = 300, trace: str = "", sm: bool = True) -> Fabric:
     _check_setup()
     existing = load()
     if existing is not None:
@@ -291,6 +323,11 @@ def up(vms: int = 2, accel: str = "tcg", memory: int = 2048, cpus: int = 1,
             fabric.save()
         ui.detail("booting (about 20 s under TCG, a few with KVM)")
         _wait_ready(fabric, timeout)
+        if sm:
+            ui.detail(f"starting opensm in {fabric.vms[0].name}; waiting for every port to be ACTIVE")
+            start_sm(fabric)
+            took = wait_active(fabric)
+            ui.detail(f"all ports ACTIVE {took:.0f} s after opensm started")
     except BaseException:
         down(quiet=True)
         raise
