@@ -26,9 +26,9 @@ def _wait_states(ctx, want_state, want_phys, timeout=30):
 
 def test_ports_are_active_through_the_switch(ctx):
     _wait_states(ctx, "PORT_ACTIVE", "LinkUp")
-    log = (ctx.fabric.ib_switch_dir.parent / "switch1.log").read_text()
     for vm in ctx.fabric.vms:
-        assert f"port {vm.index}: link up" in log, log
+        log = (ctx.fabric.ib_switch_dir(vm.switch).parent / f"switch{vm.switch}.log").read_text()
+        assert f"port {vm.switch_port}: link up" in log, log
 
 
 def test_links_come_back_after_a_switch_restart(ctx):

@@ -4,7 +4,8 @@ infiniband-diags see it (IBA chapters 14 and 16)."""
 import re
 import time
 
-SWITCH_GUID = "0x250494253570001"
+# test_management also runs on a fabric of two chained switches.
+ALSO_WITH_SWITCHES = 2
 
 
 def _lid(ctx, vm):
@@ -12,20 +13,24 @@ def _lid(ctx, vm):
 
 
 def _switch_lid(ctx):
+    """The LID of the switch vm1 is cabled to."""
     out = ctx.run("vm1", ["smpquery", "-D", "portinfo", "0,1", "0"]).out
     return int(re.search(r"^Lid:\.+(\d+)", out, re.M).group(1))
 
 
 def test_ibnetdiscover_sees_the_real_topology(ctx):
     out = ctx.run("vm2", ["ibnetdiscover"]).out
-    assert re.search(rf'^Switch\s+8 "S-0*{SWITCH_GUID[2:]}"\s+# "switch1"', out, re.M), out
+    ports = ctx.fabric.ib_switch_ports
+    for k in range(1, ctx.fabric.ib_switches + 1):
+        guid = f"{ctx.fabric.switch_guid(k):x}"
+        assert re.search(rf'^Switch\s+{ports} "S-0*{guid}"\s+# "switch{k}"', out, re.M), out
     for vm in ctx.fabric.vms:
         guid = f"{vm.node_guid:x}"
-        # The switch's port N is cabled to vmN's port 1.
-        assert re.search(rf'^\[{vm.index}\]\s+"H-0*{guid}"\[1\]', out, re.M), out
+        # Each VM's port 1 is where the launcher cabled it.
+        assert re.search(rf'^\[{vm.switch_port}\]\s+"H-0*{guid}"\[1\]', out, re.M), out
         assert re.search(rf'^Ca\s+1 "H-0*{guid}"\s+# "{vm.name} pib_hca"', out, re.M), out
     assert len(re.findall(r"^Ca\s", out, re.M)) == len(ctx.vms), out
-    assert len(re.findall(r"^Switch\s", out, re.M)) == 1, out
+    assert len(re.findall(r"^Switch\s", out, re.M)) == ctx.fabric.ib_switches, out
 
 
 def test_smpquery_by_lid(ctx):
@@ -46,7 +51,9 @@ def test_ibroute_shows_the_lft_opensm_wrote(ctx):
     out = ctx.run("vm1", ["ibroute", str(_switch_lid(ctx))]).out
     for vm in ctx.fabric.vms:
         lid = _lid(ctx, vm.name)
-        assert re.search(rf"^0x{lid:04x} {vm.index:03d} ", out, re.M), out
+        # VMs on vm1's switch by their port; the others through the chain.
+        port = vm.switch_port if vm.switch == 1 else ctx.fabric.ib_switch_ports - 1
+        assert re.search(rf"^0x{lid:04x} {port:03d} ", out, re.M), out
 
 
 def test_sminfo_and_saquery(ctx):
@@ -54,7 +61,7 @@ def test_sminfo_and_saquery(ctx):
     guid = int(re.search(r"sm guid (0x[0-9a-f]+)", out).group(1), 16)
     assert guid == ctx.fabric.vms[0].node_guid + 1 and "SMINFO_MASTER" in out, out
     out = ctx.run("vm2", ["saquery", "NodeRecord"], timeout=60).out
-    assert out.count("NodeRecord dump") == len(ctx.vms) + 1, out
+    assert out.count("NodeRecord dump") == len(ctx.vms) + ctx.fabric.ib_switches, out
 
 
 def test_perfquery_counters_rise_with_traffic(ctx):

@@ -28,7 +28,8 @@ def _cmd_fabric_up(args) -> int:
     from pibctl import fabric
 
     fabric.up(vms=args.vms, accel=args.accel, memory=args.memory, cpus=args.cpus,
-              timeout=args.timeout, trace=args.trace, sm=not args.no_sm)
+              timeout=args.timeout, trace=args.trace, sm=not args.no_sm,
+              switches=args.switches)
     return fabric.status()
 
 
@@ -104,6 +105,8 @@ def build_parser() -> argparse.ArgumentParser:
     up.add_argument("--memory", type=int, default=2048, help="MiB of RAM per guest (default 2048)")
     up.add_argument("--cpus", type=int, default=1, help="vCPUs per guest (default 1)")
     up.add_argument("--timeout", type=float, default=300, help="seconds to wait for the guests to boot")
+    up.add_argument("--switches", type=int, default=1,
+                    help="IB switches, chained; VMs are spread over them (default 1)")
     up.add_argument("--no-sm", action="store_true",
                     help="do not start opensm in vm1 (ports then stay INIT)")
     up.add_argument("--trace", default="", metavar="PATTERN",

@@ -23,6 +23,8 @@ class Vm:
     index: int
     dir: str
     pid: int = 0
+    switch: int = 1       # which switch its port 1 is cabled to
+    switch_port: int = 0  # and to which port of it
 
     @property
     def path(self) -> Path:
@@ -50,7 +52,7 @@ class Vm:
         return 0x0250494200000000 | (self.index << 8)
 
 
-SWITCH_GUID = 0x0250494253570001  # "PIBSW" + switch index
+SWITCH_GUID = 0x0250494253570000  # "PIBSW"; switch k has GUID SWITCH_GUID + k
 
 
 @dataclass
@@ -59,12 +61,15 @@ class Fabric:
     accel: str
     vms: list = field(default_factory=list)
     switch_pid: int = 0  # the management-network vde_switch
-    ib_switch_pid: int = 0
+    ib_switches: int = 1
+    ib_switch_pids: list = field(default_factory=list)
     ib_switch_ports: int = 8
 
-    @property
-    def ib_switch_dir(self) -> Path:
-        return Path(self.run_dir) / "switch1"
+    def ib_switch_dir(self, k: int = 1) -> Path:
+        return Path(self.run_dir) / f"switch{k}"
+
+    def switch_guid(self, k: int) -> int:
+        return SWITCH_GUID + k
 
     def vm(self, name: str) -> Vm:
         for vm in self.vms:
@@ -168,7 +173,7 @@ def _qemu_command(fabric: Fabric, vm: Vm, memory: int, cpus: int, trace: str) ->
         "-device", f"virtio-net-pci,netdev=mgmt,mac=52:54:00:77:00:{vm.index:02x},romfile=",
         # Port 1 is cabled to port N of switch1; QEMU reconnects by itself
         # when the switch restarts.
-        "-chardev", f"socket,id=ib1,path={fabric.ib_switch_dir / f'port{vm.index}.sock'},"
+        "-chardev", f"socket,id=ib1,path={fabric.ib_switch_dir(vm.switch) / f'port{vm.switch_port}.sock'},"
         "reconnect-ms=1000",
         "-device", "pcie-root-port,id=ib-rp,chassis=1,slot=1",
         "-device", f"pib-hca,id=hca0,bus=ib-rp,node-guid=0x{vm.node_guid:016x},port1=ib1",
@@ -180,28 +185,35 @@ def _qemu_command(fabric: Fabric, vm: Vm, memory: int, cpus: int, trace: str) ->
 
 
 def start_ib_switch(fabric: Fabric) -> None:
-    """Starts switch1 and waits until every port listens."""
-    sock_dir = fabric.ib_switch_dir
-    sock_dir.mkdir(exist_ok=True)
-    with open(Path(fabric.run_dir) / "switch1.log", "a") as log:
-        proc = subprocess.Popen(
-            [str(paths.fabric_switch_binary()), "--ports", str(fabric.ib_switch_ports),
-             "--socket-dir", str(sock_dir), "--guid", hex(SWITCH_GUID), "--name", "switch1",
-             "--verbose"],
-            stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-            start_new_session=True)
-    fabric.ib_switch_pid = proc.pid
-    fabric.save()
-    deadline = time.monotonic() + 10
-    while not (sock_dir / f"port{fabric.ib_switch_ports}.sock").exists():
-        if proc.poll() is not None or time.monotonic() > deadline:
-            raise ui.StepFailed(f"the fabric switch did not start; see {log.name}")
-        time.sleep(0.05)
+    """Starts switch1..N and waits until their ports listen. The switches
+    form a chain: the last port of switch k is cabled to the second-to-last
+    port of switch k-1, so VMs may use ports 1 .. ports-2."""
+    fabric.ib_switch_pids = []
+    last = fabric.ib_switch_ports
+    for k in range(1, fabric.ib_switches + 1):
+        sock_dir = fabric.ib_switch_dir(k)
+        sock_dir.mkdir(exist_ok=True)
+        cmd = [str(paths.fabric_switch_binary()), "--ports", str(last),
+               "--socket-dir", str(sock_dir), "--guid", hex(fabric.switch_guid(k)),
+               "--name", f"switch{k}", "--verbose"]
+        if k > 1:
+            cmd += ["--connect", f"{last}={fabric.ib_switch_dir(k - 1) / f'port{last - 1}.sock'}"]
+        with open(Path(fabric.run_dir) / f"switch{k}.log", "a") as log:
+            proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=log,
+                                    stderr=subprocess.STDOUT, start_new_session=True)
+        fabric.ib_switch_pids.append(proc.pid)
+        fabric.save()
+        deadline = time.monotonic() + 10
+        while not (sock_dir / "port1.sock").exists():
+            if proc.poll() is not None or time.monotonic() > deadline:
+                raise ui.StepFailed(f"switch{k} did not start; see {log.name}")
+            time.sleep(0.05)
 
 
 def stop_ib_switch(fabric: Fabric) -> None:
-    _kill(fabric.ib_switch_pid, fabric.run_dir, "fabric switch")
-    _reap(fabric.ib_switch_pid)
+    for pid in fabric.ib_switch_pids:
+        _kill(pid, fabric.run_dir, "fabric switch")
+        _reap(pid)
 
 
 def _check_setup() -> None:
@@ -281,7 +293,7 @@ def start_sm(fabric: Fabric) -> None:
 
 
 def up(vms: int = 2, accel: str = "tcg", memory: int = 2048, cpus: int = 1,
-       timeout: float = 300, trace: str = "", sm: bool = True) -> Fabric:
+       timeout: float = 300, trace: str = "", sm: bool = True, switches: int = 1) -> Fabric:
     _check_setup()
     existing = load()
     if existing is not None:
@@ -290,15 +302,21 @@ def up(vms: int = 2, accel: str = "tcg", memory: int = 2048, cpus: int = 1,
         )
     if not 1 <= vms <= 64:
         raise ui.StepFailed("--vms must be between 1 and 64")
+    if not 1 <= switches <= 16:
+        raise ui.StepFailed("--switches must be between 1 and 16")
     if accel == "kvm" and not os.access("/dev/kvm", os.R_OK | os.W_OK):
         raise ui.StepFailed("--accel kvm needs a usable /dev/kvm")
     run = paths.run_dir()
     if run.exists():
         shutil.rmtree(run)
     run.mkdir(parents=True)
-    fabric = Fabric(run_dir=str(run), accel=accel, ib_switch_ports=max(8, vms))
+    # VMs go round-robin over the switches, from port 1 up.
+    per_switch = -(-vms // switches)
+    fabric = Fabric(run_dir=str(run), accel=accel, ib_switches=switches,
+                    ib_switch_ports=max(8, per_switch + 2))
     for i in range(1, vms + 1):
-        vm = Vm(name=f"vm{i}", index=i, dir=str(run / f"vm{i}"))
+        vm = Vm(name=f"vm{i}", index=i, dir=str(run / f"vm{i}"),
+                switch=(i - 1) % switches + 1, switch_port=(i - 1) // switches + 1)
         vm.path.mkdir()
         fabric.vms.append(vm)
 
@@ -360,10 +378,12 @@ def status() -> int:
     ui.info(f"fabric in {fabric.run_dir} ({fabric.accel})")
     switch = "running" if _ours(fabric.switch_pid, fabric.run_dir) else "STOPPED"
     ui.info(f"  management switch  pid {fabric.switch_pid:<8} {switch}")
-    ib_switch = "running" if _ours(fabric.ib_switch_pid, fabric.run_dir) else "STOPPED"
-    ui.info(f"  switch1 (IB)       pid {fabric.ib_switch_pid:<8} {ib_switch}  "
-            f"{fabric.ib_switch_ports} ports, GUID {SWITCH_GUID:016x}")
-    healthy = switch == "running" and ib_switch == "running"
+    healthy = switch == "running"
+    for k, pid in enumerate(fabric.ib_switch_pids, 1):
+        state = "running" if _ours(pid, fabric.run_dir) else "STOPPED"
+        healthy &= state == "running"
+        ui.info(f"  switch{k} (IB)       pid {pid:<8} {state}  "
+                f"{fabric.ib_switch_ports} ports, GUID {fabric.switch_guid(k):016x}")
     for vm in fabric.vms:
         if not _ours(vm.pid, fabric.run_dir):
             state = "STOPPED"
@@ -372,7 +392,8 @@ def status() -> int:
         else:
             state = "running, agent not answering"
         healthy &= state.startswith("running, agent answering")
-        ui.info(f"  {vm.name:<18} pid {vm.pid:<8} {state}  node GUID {vm.node_guid:016x}")
+        ui.info(f"  {vm.name:<18} pid {vm.pid:<8} {state}  node GUID {vm.node_guid:016x}, "
+                f"cabled to switch{vm.switch} port {vm.switch_port}")
     return 0 if healthy else 1
 
 

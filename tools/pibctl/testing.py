@@ -126,7 +126,9 @@ class Context:
         return path.read_text(errors="replace") if path.exists() else ""
 
 
-def _load_tests(pattern: str):
+def _load_tests(pattern: str, switches: int = 1):
+    """Tests whose name contains `pattern`; with switches > 1 only those of
+    modules that ask to run on such a fabric too (ALSO_WITH_SWITCHES)."""
     # Test modules may share helpers that live beside them.
     if str(E2E_DIR) not in sys.path:
         sys.path.insert(0, str(E2E_DIR))
@@ -135,11 +137,13 @@ def _load_tests(pattern: str):
         spec = importlib.util.spec_from_file_location(f"e2e_{path.stem}", path)
         module = importlib.util.module_from_spec(spec)
         spec.loader.exec_module(module)
+        if switches > 1 and getattr(module, "ALSO_WITH_SWITCHES", 1) != switches:
+            continue
         for name in sorted(vars(module)):
             fn = getattr(module, name)
             full = f"{path.stem}::{name}"
             if name.startswith("test_") and callable(fn) and (not pattern or pattern in full):
-                tests.append((full, fn))
+                tests.append((full if switches == 1 else f"{full}[{switches} switches]", fn))
     return tests
 
 
@@ -165,21 +169,24 @@ def _leftover_processes(run_dir: str):
     return left
 
 
-def run_e2e(counts: Counts, pattern: str, vms: int, accel: str) -> None:
-    tests = _load_tests(pattern)
+def run_e2e(counts: Counts, pattern: str, vms: int, accel: str, switches: int = 1) -> None:
+    tests = _load_tests(pattern, switches)
     if not tests:
-        ui.info("no end-to-end tests selected")
+        ui.info(f"no end-to-end tests selected for {switches} switch(es)")
         return
-    ui.step(f"End-to-end tests ({len(tests)}) on a fabric of {vms} VMs")
+    where = f"{vms} VMs and {switches} switch{'es' if switches > 1 else ''}"
+    ui.step(f"End-to-end tests ({len(tests)}) on a fabric of {where}")
     boot_start = time.monotonic()
     try:
-        fab = fabric.up(vms=vms, accel=accel)
+        fab = fabric.up(vms=vms, accel=accel, switches=switches)
     except ui.StepFailed as e:
         print(e)
-        counts.record("fabric boots", False, time.monotonic() - boot_start)
+        counts.record(f"fabric of {where} boots, all ports ACTIVE", False,
+                      time.monotonic() - boot_start)
         fabric.down(quiet=True)
         return
-    counts.record("fabric boots", True, time.monotonic() - boot_start)
+    counts.record(f"fabric of {where} boots, all ports ACTIVE", True,
+                  time.monotonic() - boot_start)
     ctx = Context(fab)
     old = signal.signal(signal.SIGALRM, _alarm)
     try:
@@ -228,6 +235,7 @@ def run(pattern: str = "", unit: bool = True, e2e: bool = True, vms: int = 2,
         run_unit_tests(counts)
     if e2e:
         run_e2e(counts, pattern, vms, accel)
+        run_e2e(counts, pattern, vms, accel, switches=2)
     ui.info(f"\ntests took {time.monotonic() - start:.0f} s")
     if counts.failures:
         ui.info("failed: " + ", ".join(counts.failures))
