@@ -19,19 +19,31 @@ def _show(vm: str, argv, title: str) -> str:
     return result.out
 
 
+def _ibping(fab) -> None:
+    """vm2 answers ibping; vm1 pings its LID across the switch."""
+    if len(fab.vms) < 2:
+        return
+    a, b = fab.vms[0].name, fab.vms[1].name
+    lid = int(fabric.exec_in(b, ["cat", "/sys/class/infiniband/pib_0/ports/1/lid"]).out, 16)
+    fabric.exec_in(b, ["sh", "-c", "(timeout 30 ibping -S </dev/null >/dev/null 2>&1 &); sleep 1"])
+    _show(a, ["ibping", "-c", "3", str(lid)], f"8. ibping from {a} to {b} (LID {lid}) across the switch")
+
+
 def run(vms: int = 2, accel: str = "tcg") -> int:
     setup.run()
     fab = fabric.load()
     if fab is None:
         start = time.monotonic()
         fab = fabric.up(vms=vms, accel=accel)
-        ui.detail(f"fabric up in {time.monotonic() - start:.0f} s")
+        ui.detail(f"fabric up, every port ACTIVE, in {time.monotonic() - start:.0f} s")
     else:
         ui.step(f"Using the fabric already up in {fab.run_dir}")
     first = fab.vms[0].name
     _show(first, ["lspci", "-nn", "-d", "1234:1b1b", "-vv"], "1. The pib-hca PCIe function in the guest")
+    last = fab.vms[-1].name
     out = _show(first, ["sh", "-c", "modprobe -r pib && pib-regs json; modprobe pib"],
                 "2. Its registers, read through sysfs with the driver unloaded")
+    fabric.restart_sm(fab)  # the reload took the SM's port away
     regs = json.loads(out)
     ui.detail(f"ID register 0x{regs['ID']:08x} = \"PIBH\"; interface version "
               f"{regs['IF_VERSION'] >> 16}.{regs['IF_VERSION'] & 0xffff}; node GUID "
@@ -39,8 +51,11 @@ def run(vms: int = 2, accel: str = "tcg") -> int:
     if len(fab.vms) > 1:
         peer = fab.vms[1].name
         _show(first, ["ping", "-c", "3", peer], f"3. The management network: {first} pings {peer}")
-    _show(first, ["ibstat"], "4. The driver registered pib_0 with the kernel's InfiniBand core")
+    _show(first, ["ibstat"], "4. The driver registered pib_0; opensm in vm1 made its port ACTIVE")
     _show(first, ["ibv_devinfo", "-v"], "5. User-space verbs through the provider: the device's own attributes")
+    _show(last, ["ibnetdiscover"], f"6. The fabric opensm discovered, seen from {last}")
+    _show(first, ["sminfo"], "7. The subnet manager")
+    _ibping(fab)
     ui.step("What next")
     ui.info(f"  ./pib exec {first} -- cat /sys/kernel/debug/pib/pib_0/qp   objects and their states")
     ui.info(f"  ./pib console {first}                 its serial console (Ctrl-] leaves)")

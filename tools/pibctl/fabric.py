@@ -292,6 +292,18 @@ def start_sm(fabric: Fabric) -> None:
         raise ui.StepFailed(f"opensm did not start in {fabric.vms[0].name}: {result.err}")
 
 
+def restart_sm(fabric: Fabric) -> None:
+    """Restarts opensm in vm1 and waits until every port is ACTIVE again:
+    after a driver reload, which takes a port from the SM."""
+    first = fabric.vms[0].name
+    # An opensm whose port went away may not answer SIGTERM any more.
+    exec_in(first, ["sh", "-c", "for sig in TERM TERM TERM TERM TERM KILL; do "
+                    "pidof opensm >/dev/null || break; kill -$sig $(pidof opensm) 2>/dev/null; "
+                    "sleep 1; done"], timeout=60)
+    start_sm(fabric)
+    wait_active(fabric)
+
+
 def up(vms: int = 2, accel: str = "tcg", memory: int = 2048, cpus: int = 1,
        timeout: float = 300, trace: str = "", sm: bool = True, switches: int = 1) -> Fabric:
     _check_setup()

@@ -112,14 +112,7 @@ class Context:
         )
 
     def restart_sm(self) -> None:
-        """Restarts opensm in vm1 and waits until every port is ACTIVE again:
-        for tests that reload a driver, which takes its port from the SM."""
-        first = self.fabric.vms[0].name
-        # An opensm whose port went away may not answer SIGTERM any more.
-        self.sh(first, "for sig in TERM TERM TERM TERM TERM KILL; do pidof opensm >/dev/null || break; "
-                       "kill -$sig $(pidof opensm) 2>/dev/null; sleep 1; done; ! pidof opensm")
-        fabric.start_sm(self.fabric)
-        fabric.wait_active(self.fabric)
+        fabric.restart_sm(self.fabric)
 
     def host_log(self, vm: str) -> str:
         path = self.fabric.vm(vm).qemu_log
