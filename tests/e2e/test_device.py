@@ -40,7 +40,7 @@ def test_identification_registers_read_through_sysfs(ctx):
         with driver_unloaded(ctx, vm.name):
             regs = _regs(ctx, vm.name)
         assert regs["ID"] == 0x48424950, regs
-        assert regs["IF_VERSION"] == 0x00000002, regs
+        assert regs["IF_VERSION"] == 0x00000003, regs
         assert regs["FW_VERSION"] == 0x00010000, regs
         assert regs["STATUS"] & 1, regs
         guid = regs["NODE_GUID_HI"] << 32 | regs["NODE_GUID_LO"]
