@@ -215,6 +215,8 @@ int pib_query_pkey(struct ib_device *ibdev, u32 port, u16 index, u16 *pkey);
 int pib_modify_port(struct ib_device *ibdev, u32 port, int mask,
 		    struct ib_port_modify *props);
 void pib_get_dev_fw_str(struct ib_device *ibdev, char *str);
+int pib_publish_object(struct xarray *table, u32 id, void *obj,
+		       struct ib_udata *udata, void *resp, size_t resp_len);
 int pib_alloc_ucontext(struct ib_ucontext *ibuc, struct ib_udata *udata);
 void pib_dealloc_ucontext(struct ib_ucontext *ibuc);
 int pib_mmap(struct ib_ucontext *ibuc, struct vm_area_struct *vma);

@@ -84,6 +84,7 @@ int pib_create_cq(struct ib_cq *ibcq, const struct ib_cq_init_attr *attr,
 	struct pib_dev *dev = to_pdev(ibcq->device);
 	struct pib_cq *cq = to_pcq(ibcq);
 	struct pib_cq_context ctx = {};
+	struct pib_create_cq_resp resp = {};
 	u64 ci_dma = 0, cqn;
 	int err;
 
@@ -110,21 +111,13 @@ int pib_create_cq(struct ib_cq *ibcq, const struct ib_cq_init_attr *attr,
 		goto free;
 	cq->cqn = cqn;
 	ibcq->cqe = 1 << cq->log_size;
-	err = xa_err(xa_store(&dev->cqs, cq->cqn, cq, GFP_KERNEL));
+	resp.cqn = cq->cqn;
+	err = pib_publish_object(&dev->cqs, cq->cqn, cq, udata, &resp,
+				 sizeof(resp));
 	if (err)
 		goto destroy;
-	if (udata) {
-		struct pib_create_cq_resp resp = {.cqn = cq->cqn};
-
-		err = ib_copy_to_udata(udata, &resp,
-				       min(sizeof(resp), udata->outlen));
-		if (err)
-			goto erase;
-	}
 	return 0;
 
-erase:
-	xa_erase(&dev->cqs, cq->cqn);
 destroy:
 	pib_cmd(dev, PIB_CMD_DESTROY_CQ, cq->cqn, 0, NULL);
 free:

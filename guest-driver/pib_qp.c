@@ -149,6 +149,7 @@ int pib_create_qp(struct ib_qp *ibqp, struct ib_qp_init_attr *init,
 	struct pib_dev *dev = to_pdev(ibqp->device);
 	struct pib_qp *qp = to_pqp(ibqp);
 	struct pib_qp_context ctx = {};
+	struct pib_create_qp_resp resp = {};
 	u64 qpn;
 	int err;
 
@@ -205,22 +206,14 @@ int pib_create_qp(struct ib_qp *ibqp, struct ib_qp_init_attr *init,
 		       : qp->type == PIB_QPT_GSI ? 1
 						 : qp->qpn;
 	qp->state = IB_QPS_RESET;
-	err = xa_err(xa_store(&dev->qps, qp->qpn, qp, GFP_KERNEL));
+	init->cap = qp->cap;
+	resp.qpn = qp->qpn;
+	err = pib_publish_object(&dev->qps, qp->qpn, qp, udata, &resp,
+				 sizeof(resp));
 	if (err)
 		goto destroy;
-	init->cap = qp->cap;
-	if (udata) {
-		struct pib_create_qp_resp resp = {.qpn = qp->qpn};
-
-		err = ib_copy_to_udata(udata, &resp,
-				       min(sizeof(resp), udata->outlen));
-		if (err)
-			goto erase;
-	}
 	return 0;
 
-erase:
-	xa_erase(&dev->qps, qp->qpn);
 destroy:
 	pib_cmd(dev, PIB_CMD_DESTROY_QP, qp->qpn, 0, NULL);
 free_rings:

@@ -19,6 +19,7 @@ int pib_create_srq(struct ib_srq *ibsrq, struct ib_srq_init_attr *init,
 	struct pib_srq *srq = to_psrq(ibsrq);
 	struct ib_srq_attr *attr = &init->attr;
 	struct pib_srq_context ctx = {};
+	struct pib_create_srq_resp resp = {};
 	u32 uar = dev->kernel_uar;
 	u64 srqn;
 	int err;
@@ -81,23 +82,15 @@ int pib_create_srq(struct ib_srq *ibsrq, struct ib_srq_init_attr *init,
 	if (err)
 		goto free;
 	srq->srqn = srqn;
-	err = xa_err(xa_store(&dev->srqs, srq->srqn, srq, GFP_KERNEL));
-	if (err)
-		goto destroy;
 	attr->max_wr = 1u << srq->log_wqe_count;
 	attr->max_sge = srq->max_sge;
-	if (udata) {
-		struct pib_create_srq_resp resp = {.srqn = srq->srqn};
-
-		err = ib_copy_to_udata(udata, &resp,
-				       min(sizeof(resp), udata->outlen));
-		if (err)
-			goto erase;
-	}
+	resp.srqn = srq->srqn;
+	err = pib_publish_object(&dev->srqs, srq->srqn, srq, udata, &resp,
+				 sizeof(resp));
+	if (err)
+		goto destroy;
 	return 0;
 
-erase:
-	xa_erase(&dev->srqs, srq->srqn);
 destroy:
 	pib_cmd(dev, PIB_CMD_DESTROY_SRQ, srq->srqn, 0, NULL);
 free:

@@ -169,6 +169,24 @@ void pib_get_dev_fw_str(struct ib_device *ibdev, char *str)
 
 /* ---- user contexts ------------------------------------------------------ */
 
+/*
+ * Makes a freshly created device object findable by its number (events and
+ * completions look it up) and tells user space that number.  On failure the
+ * object is unpublished again, so the caller only has to destroy it.
+ */
+int pib_publish_object(struct xarray *table, u32 id, void *obj,
+		       struct ib_udata *udata, void *resp, size_t resp_len)
+{
+	int err = xa_err(xa_store(table, id, obj, GFP_KERNEL));
+
+	if (err || !udata)
+		return err;
+	err = ib_copy_to_udata(udata, resp, min(resp_len, udata->outlen));
+	if (err)
+		xa_erase(table, id);
+	return err;
+}
+
 int pib_alloc_ucontext(struct ib_ucontext *ibuc, struct ib_udata *udata)
 {
 	struct pib_dev *dev = to_pdev(ibuc->device);
