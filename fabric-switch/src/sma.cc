@@ -203,7 +203,7 @@ uint16_t Switch::smaGet(Mad &mad, unsigned in) {
         return kStatusOk;
     case kAttrMulticastForwardingTable: {
         const unsigned position = mod >> 28, block = mod & 0x1ff;
-        if (block >= kMftCap / 32 || position >= 16)
+        if (block >= kMftCap / 32 || position > config_.ports / 16) // 16 ports per position
             return kStatusBadField;
         for (unsigned i = 0; i < 32; ++i)
             mad.set16(D + 2 * i, mft_[block * 32 + i][position]);
@@ -260,7 +260,7 @@ uint16_t Switch::smaSet(Mad &mad, unsigned in) {
         break;
     case kAttrMulticastForwardingTable: {
         const unsigned position = mod >> 28, block = mod & 0x1ff;
-        if (block >= kMftCap / 32 || position >= 16)
+        if (block >= kMftCap / 32 || position > config_.ports / 16) // 16 ports per position
             return kStatusBadField;
         for (unsigned i = 0; i < 32; ++i)
             mft_[block * 32 + i][position] = mad.get16(D + 2 * i);

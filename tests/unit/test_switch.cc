@@ -1,6 +1,9 @@
 // SPDX-License-Identifier: GPL-2.0-or-later
 // The fabric switch's logic: SMA attributes, directed-route forwarding,
 // LFT/MFT forwarding, the PMA and untrusted input.
+#include <algorithm>
+#include <string>
+
 #include <catch2/catch.hpp>
 
 #include "mad.hh"
@@ -85,6 +88,13 @@ std::vector<uint8_t> drSet(Switch &sw, uint16_t attr, uint32_t mod,
     Mad mad(p.payload);
     fill(mad);
     auto out = sw.receive(1, iba::build(p));
+    REQUIRE(out.size() == 1);
+    return madOf(out[0].packet);
+}
+
+// Gets an attribute through DR at hop 1 on port 1 and returns the response MAD.
+std::vector<uint8_t> drGet(Switch &sw, uint16_t attr, uint32_t mod) {
+    auto out = sw.receive(1, drSmp(kGet, attr, mod, {1}));
     REQUIRE(out.size() == 1);
     return madOf(out[0].packet);
 }
@@ -262,4 +272,123 @@ TEST_CASE("garbage from a port is counted, never forwarded", "[switch]") {
     CHECK(sw.port(1).counters.rcvErrors == 500);
     CHECK(sw.receive(0, drSmp(kGet, kAttrNodeInfo, 0, {1})).empty()); // no such port
     CHECK(sw.receive(99, drSmp(kGet, kAttrNodeInfo, 0, {1})).empty());
+}
+
+TEST_CASE("every SMA table reads back what a Set wrote", "[switch]") {
+    Switch sw = makeSwitch();
+    auto pattern = [](Mad &m, size_t bytes, uint8_t seed) {
+        for (size_t i = 0; i < bytes; ++i)
+            m.set8(64 + i, static_cast<uint8_t>(seed + i));
+    };
+    auto same = [](const std::vector<uint8_t> &a, const std::vector<uint8_t> &b, size_t bytes) {
+        return std::equal(a.begin() + 64, a.begin() + 64 + static_cast<long>(bytes),
+                          b.begin() + 64);
+    };
+    struct Table {
+        const char *name;
+        uint16_t attr;
+        uint32_t mod;
+        size_t bytes;
+    };
+    const Table tables[] = {
+        {"P_KeyTable port 3 block 0", kAttrPkeyTable, 3u << 16, 64},
+        {"P_KeyTable of the management port", kAttrPkeyTable, 0, 64},
+        {"SLtoVLMappingTable port 2", kAttrSlToVlTable, 2, 8},
+        {"VLArbitrationTable port 1 high priority", kAttrVlArbTable, 3u << 16 | 1, 32},
+        {"VLArbitrationTable port 4 low priority", kAttrVlArbTable, 1u << 16 | 4, 32},
+        {"LinearForwardingTable block 5", kAttrLinearForwardingTable, 5, 64},
+        {"MulticastForwardingTable block 2 position 0", kAttrMulticastForwardingTable, 2, 64},
+    };
+    for (const Table &t : tables) {
+        INFO(t.name);
+        auto set = drSet(sw, t.attr, t.mod, [&](Mad &m) { pattern(m, t.bytes, 0x30); });
+        CHECK(statusOf(set) == kStatusOk);
+        auto get = drGet(sw, t.attr, t.mod);
+        CHECK(statusOf(get) == kStatusOk);
+        std::vector<uint8_t> expected(kMadSize, 0);
+        Mad e(expected);
+        pattern(e, t.bytes, 0x30);
+        CHECK(same(get, expected, t.bytes));
+        CHECK(same(set, expected, t.bytes)); // a Set answers with the new value
+    }
+    // The LFT block landed where the forwarding uses it.
+    CHECK(sw.lftEntry(5 * 64 + 2) == 0x32);
+}
+
+TEST_CASE("SwitchInfo, GUIDInfo and NodeDescription describe the switch", "[switch]") {
+    Switch sw = makeSwitch();
+    auto set = drSet(sw, kAttrSwitchInfo, 0, [](Mad &m) {
+        m.set16(64 + 6, 0x40);      // LinearFDBTop
+        m.set8(64 + 8, 3);          // DefaultPort
+        m.set8(64 + 11, 0x11 << 3); // LifeTimeValue
+        m.set16(64 + 17, 0xc003);   // MulticastFDBTop
+    });
+    CHECK(statusOf(set) == kStatusOk);
+    Mad info(set);
+    CHECK(info.get16(64 + 0) == Switch::kLftCap);
+    CHECK(info.get16(64 + 4) == Switch::kMftCap);
+    CHECK(info.get16(64 + 6) == 0x40);
+    CHECK(info.get8(64 + 8) == 3);
+    CHECK(info.get8(64 + 11) >> 3 == 0x11);
+    CHECK(info.get16(64 + 17) == 0xc003);
+
+    // A LinearFDBTop beyond the table is clamped, not trusted.
+    auto huge = drSet(sw, kAttrSwitchInfo, 0, [](Mad &m) { m.set16(64 + 6, 0xffff); });
+    CHECK(Mad(huge).get16(64 + 6) == Switch::kLftCap - 1);
+
+    auto guid = drGet(sw, kAttrGuidInfo, 0);
+    CHECK(statusOf(guid) == kStatusOk);
+    CHECK(Mad(guid).get64(64) == kGuid);
+    CHECK(Mad(guid).get64(72) == 0);
+
+    auto desc = drGet(sw, kAttrNodeDescription, 0);
+    CHECK(statusOf(desc) == kStatusOk);
+    CHECK(std::string(reinterpret_cast<const char *>(desc.data() + 64)) == "test switch");
+}
+
+TEST_CASE("out-of-range ports and blocks are refused and change nothing", "[switch]") {
+    Switch sw = makeSwitch();
+    struct Bad {
+        const char *name;
+        uint16_t attr;
+        uint32_t mod;
+    };
+    const Bad bad[] = {
+        {"PortInfo of port 9 on an 8-port switch", kAttrPortInfo, 9},
+        {"P_KeyTable beyond the partition cap", kAttrPkeyTable, 1},
+        {"P_KeyTable of port 9", kAttrPkeyTable, 9u << 16},
+        {"SLtoVL of port 9", kAttrSlToVlTable, 9},
+        {"VLArb block 0", kAttrVlArbTable, 1},
+        {"VLArb block 5", kAttrVlArbTable, 5u << 16 | 1},
+        {"LFT block beyond LinearFDBCap", kAttrLinearForwardingTable, Switch::kLftCap / 64},
+        {"MFT block beyond MulticastFDBCap", kAttrMulticastForwardingTable, Switch::kMftCap / 32},
+        {"MFT position 1 on an 8-port switch", kAttrMulticastForwardingTable, 1u << 28},
+        {"GUIDInfo block 1", kAttrGuidInfo, 1},
+    };
+    for (const Bad &b : bad) {
+        INFO(b.name);
+        CHECK(statusOf(drGet(sw, b.attr, b.mod)) == kStatusBadField);
+        if (b.attr != kAttrGuidInfo) // GUIDInfo is read-only here
+            CHECK(statusOf(drSet(sw, b.attr, b.mod, [](Mad &m) { m.set8(64 + 5, 0x77); })) ==
+                  kStatusBadField);
+    }
+    // A PortInfo Set with a bad field leaves every field as it was.
+    auto before = drGet(sw, kAttrPortInfo, 2);
+    auto r = drSet(sw, kAttrPortInfo, 2, [](Mad &m) {
+        m.set8(64 + 36, 7 << 4); // NeighborMTU 7 does not exist
+        m.set8(64 + 42, 0x13);   // HOQLife: would change if applied
+    });
+    CHECK(statusOf(r) == kStatusBadField);
+    CHECK(drGet(sw, kAttrPortInfo, 2)[64 + 42] == before[64 + 42]);
+    CHECK(sw.lftEntry(5) == 0xff); // no stray write reached the LFT
+}
+
+TEST_CASE("every truncation of a valid SMP is counted, never forwarded", "[switch]") {
+    Switch sw = makeSwitch();
+    const auto smp = drSmp(kGet, kAttrNodeInfo, 0, {1});
+    for (size_t len = 0; len < smp.size(); ++len)
+        CHECK(sw.receive(1, std::vector<uint8_t>(smp.begin(), smp.begin() + static_cast<long>(len)))
+                  .empty());
+    CHECK(sw.port(1).counters.rcvErrors == smp.size());
+    CHECK(sw.receive(1, smp).size() == 1); // and the whole one still works
 }
