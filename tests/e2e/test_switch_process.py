@@ -14,11 +14,11 @@ GUID = 0x0250494253570099
 
 
 class SwitchProcess:
-    def __init__(self, tmp, ports=4):
+    def __init__(self, tmp, ports=4, guid=GUID, extra=()):
         self.dir = tmp
         self.proc = subprocess.Popen(
-            [str(SWITCH), "--ports", str(ports), "--socket-dir", str(tmp), "--guid", hex(GUID),
-             "--name", "e2e switch"], stderr=subprocess.PIPE, text=True)
+            [str(SWITCH), "--ports", str(ports), "--socket-dir", str(tmp), "--guid", hex(guid),
+             "--name", "e2e switch", *extra], stderr=subprocess.PIPE, text=True)
         deadline = time.monotonic() + 10
         while not (tmp / f"port{ports}.sock").exists():
             assert time.monotonic() < deadline, "switch did not create its sockets"
@@ -42,8 +42,8 @@ class SwitchProcess:
         return self.proc.returncode
 
 
-def _node_info(sock, port):
-    sock.sendall(iba.frame(iba.PACKET, iba.dr_smp(0x01, 0x0011, 0, [port])))
+def _node_info(sock, *path):
+    sock.sendall(iba.frame(iba.PACKET, iba.dr_smp(0x01, 0x0011, 0, list(path))))
     kind, payload = iba.read_frame(sock)
     assert kind == iba.PACKET
     _, _, dest_qp, _, mad = iba.parse_ud(payload)
@@ -91,3 +91,34 @@ def test_switch_survives_garbage_and_reconnects(ctx):
     finally:
         assert sw.stop() == 0, sw.log
     assert "port 1: link down (bad magic)" in sw.log, sw.log
+
+
+def _free_tcp_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_switches_on_other_hosts_link_over_tcp(ctx):
+    """Switch B dials switch A's TCP port 3; a directed route crosses the
+    TCP link to B and comes back."""
+    tcp = f"127.0.0.1:{_free_tcp_port()}"
+    a = SwitchProcess(_tmpdir("switch-tcp-a"), extra=["--tcp", f"3={tcp}"])
+    b = SwitchProcess(_tmpdir("switch-tcp-b"), guid=GUID + 1,
+                      extra=["--connect-tcp", f"3={tcp}"])
+    try:
+        s = a.connect(1)
+        s.settimeout(2)
+        deadline = time.monotonic() + 15
+        while True:  # B retries its connection every second
+            try:
+                _, mad = _node_info(s, 1, 3)
+                break
+            except socket.timeout:
+                assert time.monotonic() < deadline, "no answer across the TCP link"
+        assert struct.unpack(">Q", mad[64 + 12:64 + 20])[0] == GUID + 1
+        assert mad[64 + 36] == 3                             # B was reached by its port 3
+        assert a.proc.poll() is None and b.proc.poll() is None
+    finally:
+        assert b.stop() == 0, b.log
+        assert a.stop() == 0, a.log
