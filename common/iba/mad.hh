@@ -30,6 +30,7 @@ enum Method : uint8_t {
     kSet = 0x02,
     kGetResp = 0x81,
     kTrap = 0x05,
+    kTrapRepress = 0x07,
 };
 
 // MAD status values (IBA 13.4.7); the top bit of a DR SMP's status word is

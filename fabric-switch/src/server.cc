@@ -232,7 +232,8 @@ void Server::drop(unsigned port, const char *why) {
     epoll_ctl(epoll_, EPOLL_CTL_DEL, c->fd, nullptr);
     close(c->fd);
     conns_[port].reset();
-    sw_.linkChanged(port, false);
+    for (auto &t : sw_.linkChanged(port, false))
+        sendFrame(t.port, PIB_WIRE_PACKET, t.packet);
 }
 
 void Server::onWritable(unsigned port) {
@@ -273,8 +274,11 @@ void Server::onReadable(unsigned port) {
         if (frame->type == PIB_WIRE_HELLO) {
             if (!c->helloReceived) {
                 c->helloReceived = true;
-                sw_.linkChanged(port, true);
                 log("port %u: link up", port);
+                for (auto &t : sw_.linkChanged(port, true))
+                    sendFrame(t.port, PIB_WIRE_PACKET, t.packet);
+                if (conns_[port].get() != c)
+                    return;
             }
             continue;
         }
@@ -282,6 +286,8 @@ void Server::onReadable(unsigned port) {
             continue;
         for (auto &t : sw_.receive(port, frame->payload))
             sendFrame(t.port, PIB_WIRE_PACKET, t.packet);
+        if (conns_[port].get() != c) // a failed send dropped this very link
+            return;
     }
     if (error != wire::FrameReader::Error::kNone)
         drop(port, wire::FrameReader::toString(error));

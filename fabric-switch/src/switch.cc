@@ -29,12 +29,12 @@ void Switch::dropped(unsigned port, const char *why, unsigned a, unsigned b) {
                  ", " + std::to_string(b) + ")");
 }
 
-void Switch::linkChanged(unsigned port, bool up) {
+std::vector<Transmit> Switch::linkChanged(unsigned port, bool up) {
     if (port < 1 || port > config_.ports)
-        return;
+        return {};
     SwitchPort &p = ports_[port];
     if (p.linkUp == up)
-        return;
+        return {};
     p.linkUp = up;
     // A new link trains to INIT; a lost one goes DOWN. Either way the SM
     // learns of it through SwitchInfo.PortStateChange.
@@ -42,6 +42,7 @@ void Switch::linkChanged(unsigned port, bool up) {
     if (!up)
         ++p.counters.linkDowned;
     portStateChange_ = true;
+    return trap128();
 }
 
 void Switch::transmit(std::vector<Transmit> &out, unsigned port, std::vector<uint8_t> bytes,
@@ -175,6 +176,8 @@ std::vector<Transmit> Switch::toSwitch(unsigned in, iba::Packet packet) {
     if (packet.payload.size() != kMadSize)
         return {};
     Mad mad(packet.payload);
+    if (packet.bth.destQp == 0 && mad.mgmtClass() == kClassSmpLid && mad.method() == kTrapRepress)
+        return {}; // the SM saw our trap; we send each only once, so nothing to stop
     if (packet.bth.destQp == 0 && mad.mgmtClass() == kClassSmpLid)
         sma(mad, in);
     else if (packet.bth.destQp == 1 && mad.mgmtClass() == kClassPerfMgt)

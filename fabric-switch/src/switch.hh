@@ -70,8 +70,9 @@ class Switch {
 
     // A packet arrived on external port `port`; returns what to send where.
     std::vector<Transmit> receive(unsigned port, std::span<const uint8_t> bytes);
-    // The link on an external port came up (both ends said HELLO) or went down.
-    void linkChanged(unsigned port, bool up);
+    // The link on an external port came up (both ends said HELLO) or went
+    // down; returns the Trap 128 that tells the SM, once it has configured us.
+    std::vector<Transmit> linkChanged(unsigned port, bool up);
 
     const SwitchConfig &config() const { return config_; }
     const SwitchPort &port(unsigned n) const { return ports_.at(n); }
@@ -98,6 +99,7 @@ class Switch {
     void portInfo(Mad &mad, unsigned port, unsigned in) const;
     uint16_t setSwitchInfo(Mad &mad);
     uint16_t setPortInfo(Mad &mad, unsigned port);
+    std::vector<Transmit> trap128();
     std::vector<Transmit> reply(const iba::Packet &request, std::vector<uint8_t> mad, unsigned out);
 
     // Forwarding.
@@ -119,6 +121,7 @@ class Switch {
     uint8_t defaultPort_ = 0;
     uint8_t lifeTime_ = 0;
     bool portStateChange_ = false;
+    uint64_t trapTid_ = 0;
     std::vector<uint8_t> lft_;
     std::vector<std::array<uint16_t, 16>> mft_; // per multicast LID: 16 masks of 16 ports
     std::function<void(const std::string &)> dropLog_;

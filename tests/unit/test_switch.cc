@@ -392,3 +392,40 @@ TEST_CASE("every truncation of a valid SMP is counted, never forwarded", "[switc
     CHECK(sw.port(1).counters.rcvErrors == smp.size());
     CHECK(sw.receive(1, smp).size() == 1); // and the whole one still works
 }
+
+TEST_CASE("a link change sends Trap 128 to the SM once it configured the switch", "[switch]") {
+    Switch sw = makeSwitch();
+    CHECK(sw.linkChanged(7, false).empty()); // no LID, no SM yet: nobody to tell
+    drSet(sw, kAttrPortInfo, 0, [](Mad &m) {
+        m.set16(64 + 16, 0x10); // our LID
+        m.set16(64 + 18, 0x20); // the SM's
+    });
+    drSet(sw, kAttrLinearForwardingTable, 0, [](Mad &m) { m.set8(64 + 0x20, 2); });
+
+    auto out = sw.linkChanged(7, true);
+    REQUIRE(out.size() == 1);
+    CHECK(out[0].port == 2);
+    iba::ParseError error;
+    auto p = iba::parse(out[0].packet, &error);
+    REQUIRE(p);
+    CHECK(p->lrh.dlid == 0x20);
+    CHECK(p->lrh.slid == 0x10);
+    CHECK(p->lrh.vl == 15);
+    CHECK(p->bth.destQp == 0);
+    Mad trap(p->payload);
+    CHECK(trap.mgmtClass() == kClassSmpLid);
+    CHECK(trap.method() == kTrap);
+    CHECK(trap.attributeId() == 0x0002); // Notice
+    CHECK(trap.get8(64) == 0x81);        // generic, urgent
+    CHECK(trap.get16(64 + 4) == 128);    // link state changed
+    CHECK(trap.get16(64 + 6) == 0x10);   // issuer
+    CHECK(sw.portStateChange());
+
+    // The SM's TrapRepress is consumed silently, not answered.
+    auto repress = smpMad(kClassSmpLid, kTrapRepress, 0x0002, 0);
+    CHECK(sw.receive(2, lidPacket(0x10, 0, repress, 0x20)).empty());
+    // A second change traps again, with a new transaction ID.
+    auto again = sw.linkChanged(7, false);
+    REQUIRE(again.size() == 1);
+    CHECK(Mad(iba::parse(again[0].packet, &error)->payload).get64(8) != trap.get64(8));
+}
