@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <array>
 #include <cstdint>
+#include <cstring>
 #include <limits>
 #include <span>
 
@@ -115,5 +116,42 @@ class Mad {
   private:
     std::span<uint8_t> b_;
 };
+
+// A port's traffic as a PMA reports it; the device and the switch keep
+// their own counters and fill this in to answer.
+struct PortCounterValues {
+    uint64_t xmitData = 0; // 4-byte words
+    uint64_t rcvData = 0;
+    uint64_t xmitPackets = 0;
+    uint64_t rcvPackets = 0;
+    uint64_t rcvErrors = 0;
+    uint64_t xmitDiscards = 0;
+    uint64_t vl15Dropped = 0;
+    uint64_t linkDowned = 0;
+};
+
+// Writes PortCounters (narrow fields that saturate) or PortCountersExtended
+// (64-bit) after the PortSelect byte, which the caller has set.
+inline void writePortCounters(Mad &mad, const PortCounterValues &c) {
+    constexpr size_t d = Mad::kPmaData;
+    std::memset(mad.bytes().data() + d + 2, 0, 190);
+    if (mad.attributeId() == kAttrPortCounters) {
+        mad.set8(d + 7, saturate<uint8_t>(c.linkDowned));
+        mad.set16(d + 8, saturate<uint16_t>(c.rcvErrors));
+        mad.set16(d + 14, saturate<uint16_t>(c.xmitDiscards));
+        mad.set16(d + 22, saturate<uint16_t>(c.vl15Dropped));
+        mad.set32(d + 24, saturate<uint32_t>(c.xmitData));
+        mad.set32(d + 28, saturate<uint32_t>(c.rcvData));
+        mad.set32(d + 32, saturate<uint32_t>(c.xmitPackets));
+        mad.set32(d + 36, saturate<uint32_t>(c.rcvPackets));
+    } else {
+        mad.set64(d + 8, c.xmitData);
+        mad.set64(d + 16, c.rcvData);
+        mad.set64(d + 24, c.xmitPackets);
+        mad.set64(d + 32, c.rcvPackets);
+        mad.set64(d + 40, c.xmitPackets); // all unicast so far
+        mad.set64(d + 48, c.rcvPackets);
+    }
+}
 
 } // namespace pib::iba

@@ -42,25 +42,15 @@ void Switch::pma(Mad mad) {
             PortCounters &c = ports_[portSelect].counters;
             if (method == kSet) // a Set clears the counters it selects: all here
                 c = PortCounters{};
-            std::memset(mad.bytes().data() + D + 2, 0, 190);
             mad.set8(D + 1, static_cast<uint8_t>(portSelect));
-            if (mad.attributeId() == kAttrPortCounters) {
-                mad.set16(D + 8, iba::saturate<uint16_t>(c.rcvErrors));
-                mad.set16(D + 14, iba::saturate<uint16_t>(c.xmitDiscards));
-                mad.set8(D + 7, iba::saturate<uint8_t>(c.linkDowned));
-                mad.set16(D + 22, iba::saturate<uint16_t>(c.vl15Dropped));
-                mad.set32(D + 24, iba::saturate<uint32_t>(c.xmitData));
-                mad.set32(D + 28, iba::saturate<uint32_t>(c.rcvData));
-                mad.set32(D + 32, iba::saturate<uint32_t>(c.xmitPackets));
-                mad.set32(D + 36, iba::saturate<uint32_t>(c.rcvPackets));
-            } else {
-                mad.set64(D + 8, c.xmitData);
-                mad.set64(D + 16, c.rcvData);
-                mad.set64(D + 24, c.xmitPackets);
-                mad.set64(D + 32, c.rcvPackets);
-                mad.set64(D + 40, c.xmitPackets); // all unicast so far
-                mad.set64(D + 48, c.rcvPackets);
-            }
+            writePortCounters(mad, {.xmitData = c.xmitData,
+                                    .rcvData = c.rcvData,
+                                    .xmitPackets = c.xmitPackets,
+                                    .rcvPackets = c.rcvPackets,
+                                    .rcvErrors = c.rcvErrors,
+                                    .xmitDiscards = c.xmitDiscards,
+                                    .vl15Dropped = c.vl15Dropped,
+                                    .linkDowned = c.linkDowned});
         }
     } else {
         status = kStatusBadAttribute;

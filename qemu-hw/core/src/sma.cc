@@ -289,21 +289,11 @@ void Firmware::pma(unsigned number, Mad &mad) {
         if (set) {
             p.rcvPackets = p.rcvWords = p.rcvErrors = p.xmitPackets = p.xmitWords = 0;
         }
-        std::memset(mad.bytes().data() + P + 2, 0, 190);
-        if (mad.attributeId() == iba::kAttrPortCounters) {
-            mad.set16(P + 8, iba::saturate<uint16_t>(p.rcvErrors));
-            mad.set32(P + 24, iba::saturate<uint32_t>(p.xmitWords));
-            mad.set32(P + 28, iba::saturate<uint32_t>(p.rcvWords));
-            mad.set32(P + 32, iba::saturate<uint32_t>(p.xmitPackets));
-            mad.set32(P + 36, iba::saturate<uint32_t>(p.rcvPackets));
-        } else {
-            mad.set64(P + 8, p.xmitWords);
-            mad.set64(P + 16, p.rcvWords);
-            mad.set64(P + 24, p.xmitPackets);
-            mad.set64(P + 32, p.rcvPackets);
-            mad.set64(P + 40, p.xmitPackets);
-            mad.set64(P + 48, p.rcvPackets);
-        }
+        iba::writePortCounters(mad, {.xmitData = p.xmitWords,
+                                     .rcvData = p.rcvWords,
+                                     .xmitPackets = p.xmitPackets,
+                                     .rcvPackets = p.rcvPackets,
+                                     .rcvErrors = p.rcvErrors});
         break;
     default:
         status = iba::kStatusBadAttribute;
