@@ -78,7 +78,7 @@ std::vector<Transmit> Switch::receive(unsigned in, std::span<const uint8_t> byte
     port.counters.rcvData += bytes.size() / 4;
     const bool smp = packet->bth.destQp == 0 && packet->payload.size() == kMadSize;
     if (smp && packet->payload[1] == kClassSmpDirected)
-        return directedRoute(in, std::move(*packet));
+        return directedRoute(in, std::move(*packet), bytes);
     // Anything but subnet management needs a port the SM has made ACTIVE.
     if (!smp && port.state != kStateActive) {
         ++port.counters.rcvErrors;
@@ -115,61 +115,110 @@ std::vector<Transmit> Switch::forward(unsigned in, const iba::Packet &packet,
 // IBA 14.2.2: a DR SMP travels by the port numbers in its initial path,
 // records the ports it came in by in its return path, and comes back that
 // way. The hop pointer moves as the kernel's smi.c and every HCA expect.
-std::vector<Transmit> Switch::directedRoute(unsigned in, iba::Packet packet) {
+//
+// The directed part may have LID-routed parts on either side. With a
+// non-permissive DrSLID the SM sends the SMP by LID to the switch where
+// the directed part begins (hop pointer 0), which sends the response back
+// to DrSLID by LID. With a non-permissive DrDLID the switch where the
+// directed part ends sends it on by LID to DrDLID (hop pointer hop count
+// + 1), and the responder sends its answer by LID back to that switch.
+// Inside the directed part the LRH carries permissive LIDs.
+std::vector<Transmit> Switch::directedRoute(unsigned in, iba::Packet packet,
+                                            std::span<const uint8_t> bytes) {
+    const uint16_t dlid = packet.lrh.dlid;
+    const bool byLid = dlid != iba::kPermissiveLid;
+    if (byLid && (lid_ == 0 || dlid != lid_))
+        return forward(in, packet, bytes); // a LID-routed part passing through
     std::vector<Transmit> out;
     Mad mad(packet.payload);
     const unsigned hops = mad.hopCount();
-    unsigned hop = mad.hopPointer();
-    auto send = [&](unsigned port) {
-        if (port < 1 || port > config_.ports) {
-            ++ports_[in].counters.vl15Dropped;
-            dropped(in, "DR SMP to a port that does not exist", port, hop);
-            return;
-        }
-        packet.lrh.vl = 15;
-        transmit(out, port, iba::build(packet), true);
-    };
-    if (hops == 0 || hops > 63 || hop == 0) {
+    const unsigned hop = mad.hopPointer();
+    auto drop = [&](const char *why) {
         ++ports_[in].counters.vl15Dropped;
-        dropped(in, "DR SMP with hop pointer/count", hop, hops);
+        dropped(in, why, hop, hops);
+        return out;
+    };
+    if (hops > 63)
+        return drop("DR SMP with hop pointer/count");
+    if (mad.returning()) {
+        // C14-13:1 by LID from the end of the directed part; C14-13:2 and
+        // 13:3 along it.
+        if (byLid ? hop != hops + 1 : hop < 1 || hop > hops)
+            return drop("returning DR SMP with hop pointer/count");
+        stepBack(out, in, packet, hop);
         return out;
     }
-    if (!mad.returning()) {
-        if (hop > hops) {
-            ++ports_[in].counters.vl15Dropped;
-            dropped(in, "outgoing DR SMP with hop pointer/count", hop, hops);
-            return out;
-        }
-        mad.setReturnPath(hop, static_cast<uint8_t>(in));
-        if (hop < hops) { // pass it on
-            mad.setHopPointer(static_cast<uint8_t>(hop + 1));
-            send(mad.initialPath(hop + 1));
-            return out;
-        }
-        // The end of the path: this switch's SMA answers, if the SMP is
-        // addressed to it (a permissive DrDLID; LID-routed tails are not
-        // supported and are dropped).
-        if (mad.drDlid() != iba::kPermissiveLid) {
-            ++ports_[in].counters.vl15Dropped;
-            dropped(in, "DR SMP with a LID-routed tail, DrDLID", mad.drDlid());
-            return out;
-        }
+    if (byLid && hop == hops + 1) { // C14-9:4: the LID-routed tail ends here
         sma(mad, in);
         mad.setReturning(true);
-        // The responder stands at hop count + 1 and steps back.
-        mad.setHopPointer(static_cast<uint8_t>(hops));
-        send(mad.returnPath(hops));
+        return reply(packet, packet.payload, in);
+    }
+    if (byLid ? hop != 0 : hop < 1 || hop > hops)
+        return drop("outgoing DR SMP with hop pointer/count");
+    if (hop > 0) // at hop 0 the SMP came by LID: nothing to record
+        mad.setReturnPath(hop, static_cast<uint8_t>(in));
+    if (hop < hops) { // C14-9:1 and 9:2: pass it on
+        mad.setHopPointer(static_cast<uint8_t>(hop + 1));
+        sendDirected(out, in, packet, mad.initialPath(hop + 1));
         return out;
     }
-    // Returning: step back along the recorded path.
-    if (hop < 2 || hop > hops) {
-        ++ports_[in].counters.vl15Dropped;
-        dropped(in, "returning DR SMP with hop pointer/count", hop, hops);
+    // C14-9:3, the end of the directed part.
+    mad.setHopPointer(static_cast<uint8_t>(hops + 1));
+    if (mad.drDlid() != iba::kPermissiveLid) {
+        sendByLid(out, in, packet, mad.drDlid());
         return out;
     }
-    mad.setHopPointer(static_cast<uint8_t>(hop - 1));
-    send(mad.returnPath(hop - 1));
+    sma(mad, in);
+    mad.setReturning(true);
+    // The responder stands at hop count + 1 and steps back.
+    stepBack(out, in, packet, hops + 1);
     return out;
+}
+
+// One step back along a returning DR SMP's path from hop pointer `hop`:
+// out by the recorded return path, or, at the start of the directed part,
+// by LID to DrSLID.
+void Switch::stepBack(std::vector<Transmit> &out, unsigned in, iba::Packet &packet, unsigned hop) {
+    Mad mad(packet.payload);
+    mad.setHopPointer(static_cast<uint8_t>(hop - 1));
+    if (hop - 1 >= 1) {
+        sendDirected(out, in, packet, mad.returnPath(hop - 1));
+        return;
+    }
+    if (mad.drSlid() == iba::kPermissiveLid) { // C14-13:3: for an SM here, and there is none
+        ++ports_[in].counters.vl15Dropped;
+        dropped(in, "returning DR SMP for an SM at this switch, hop", hop);
+        return;
+    }
+    sendByLid(out, in, packet, mad.drSlid());
+}
+
+void Switch::sendDirected(std::vector<Transmit> &out, unsigned in, iba::Packet &packet,
+                          unsigned port) {
+    if (port < 1 || port > config_.ports) {
+        ++ports_[in].counters.vl15Dropped;
+        dropped(in, "DR SMP to a port that does not exist", port, Mad(packet.payload).hopPointer());
+        return;
+    }
+    packet.lrh.vl = 15;
+    packet.lrh.dlid = iba::kPermissiveLid;
+    packet.lrh.slid = iba::kPermissiveLid;
+    transmit(out, port, iba::build(packet), true);
+}
+
+// Hands a DR SMP over to LID routing, from this switch to `dlid`.
+void Switch::sendByLid(std::vector<Transmit> &out, unsigned in, iba::Packet &packet,
+                       uint16_t dlid) {
+    const unsigned port = dlid < kLftCap ? lft_[dlid] : 0xff;
+    if (lid_ == 0 || port < 1 || port > config_.ports) {
+        ++ports_[in].counters.vl15Dropped;
+        dropped(in, "DR SMP to a LID with no route, LID", dlid, lid_);
+        return;
+    }
+    packet.lrh.vl = 15;
+    packet.lrh.dlid = dlid;
+    packet.lrh.slid = lid_;
+    transmit(out, port, iba::build(packet), true);
 }
 
 std::vector<Transmit> Switch::toSwitch(unsigned in, iba::Packet packet) {

@@ -88,7 +88,11 @@ class Switch {
 
   private:
     // Management.
-    std::vector<Transmit> directedRoute(unsigned in, iba::Packet packet);
+    std::vector<Transmit> directedRoute(unsigned in, iba::Packet packet,
+                                        std::span<const uint8_t> bytes);
+    void stepBack(std::vector<Transmit> &out, unsigned in, iba::Packet &packet, unsigned hop);
+    void sendDirected(std::vector<Transmit> &out, unsigned in, iba::Packet &packet, unsigned port);
+    void sendByLid(std::vector<Transmit> &out, unsigned in, iba::Packet &packet, uint16_t dlid);
     std::vector<Transmit> toSwitch(unsigned in, iba::Packet packet);
     void sma(Mad mad, unsigned in);
     void pma(Mad mad);

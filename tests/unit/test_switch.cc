@@ -142,6 +142,152 @@ TEST_CASE("directed routes cross a chain of switches and come back", "[switch]")
     CHECK(mad.returnPath(2) == 2);
 }
 
+namespace {
+
+// Gives a switch its LID and unicast routes (all in LFT block 0).
+void configure(Switch &sw, uint16_t lid, std::vector<std::pair<uint16_t, uint8_t>> routes) {
+    drSet(sw, kAttrPortInfo, 0, [&](Mad &m) { m.set16(64 + 16, lid); });
+    drSet(sw, kAttrLinearForwardingTable, 0, [&](Mad &m) {
+        for (auto [dlid, port] : routes)
+            m.set8(64 + dlid, port);
+    });
+}
+
+// Rewrites a DR SMP's DR LIDs, hop pointer and LRH LIDs.
+std::vector<uint8_t> withLids(std::vector<uint8_t> packet, uint16_t drSlid, uint16_t drDlid,
+                              uint8_t hop, uint16_t lrhDlid, uint16_t lrhSlid) {
+    iba::ParseError error;
+    auto p = *iba::parse(packet, &error);
+    Mad mad(p.payload);
+    mad.set16(32, drSlid);
+    mad.set16(34, drDlid);
+    mad.setHopPointer(hop);
+    p.lrh.dlid = lrhDlid;
+    p.lrh.slid = lrhSlid;
+    return iba::build(p);
+}
+
+iba::Packet parsed(const std::vector<uint8_t> &bytes) {
+    iba::ParseError error;
+    auto p = iba::parse(bytes, &error);
+    REQUIRE(p);
+    return *p;
+}
+
+} // namespace
+
+// Switch a (LID 10) has the SM (LID 1) on port 3 and is cabled from its
+// port 5 to port 2 of switch b (LID 20), which has a CA (LID 30) on port 4.
+TEST_CASE("directed routes with LID-routed parts (IBA 14.2.2)", "[switch]") {
+    Switch a = makeSwitch(8, kGuid);
+    Switch b = makeSwitch(8, kGuid + 1);
+    configure(a, 10, {{1, 3}, {20, 5}, {30, 5}});
+    configure(b, 20, {{1, 2}, {10, 2}, {30, 4}});
+
+    SECTION("a LID-routed head: the directed part starts at a, the answer returns by LID") {
+        auto request =
+            withLids(drSmp(kGet, kAttrNodeInfo, 0, {5}), 1, iba::kPermissiveLid, 0, 10, 1);
+        auto hop1 = a.receive(3, request);
+        REQUIRE(hop1.size() == 1);
+        CHECK(hop1[0].port == 5);
+        auto p = parsed(hop1[0].packet);
+        CHECK(p.lrh.dlid == iba::kPermissiveLid);
+        CHECK(Mad(p.payload).hopPointer() == 1);
+        auto answer = b.receive(2, hop1[0].packet);
+        REQUIRE(answer.size() == 1);
+        CHECK(answer[0].port == 2);
+        auto back = a.receive(5, answer[0].packet);
+        REQUIRE(back.size() == 1);
+        CHECK(back[0].port == 3);
+        auto r = parsed(back[0].packet);
+        CHECK(r.lrh.dlid == 1);
+        CHECK(r.lrh.slid == 10);
+        CHECK(r.lrh.vl == 15);
+        Mad mad(r.payload);
+        CHECK(mad.returning());
+        CHECK(mad.hopPointer() == 0);
+        CHECK(mad.get64(64 + 12) == kGuid + 1);
+    }
+    SECTION("a LID-routed tail to a CA: a hands it to LID routing, the answer comes back by LID") {
+        auto request = drSmp(kGet, kAttrNodeInfo, 0, {3});
+        request =
+            withLids(request, iba::kPermissiveLid, 30, 1, iba::kPermissiveLid, iba::kPermissiveLid);
+        auto tail = a.receive(3, request);
+        REQUIRE(tail.size() == 1);
+        CHECK(tail[0].port == 5);
+        auto t = parsed(tail[0].packet);
+        CHECK(t.lrh.dlid == 30);
+        CHECK(t.lrh.slid == 10);
+        CHECK(Mad(t.payload).hopPointer() == 2);
+        CHECK(Mad(t.payload).returnPath(1) == 3);
+        auto toCa = b.receive(2, tail[0].packet); // b only forwards it by its LFT
+        REQUIRE(toCa.size() == 1);
+        CHECK(toCa[0].port == 4);
+        CHECK(toCa[0].packet == tail[0].packet);
+        // The CA answers by LID to the switch that sent it.
+        auto resp = parsed(toCa[0].packet);
+        Mad(resp.payload).setReturning(true);
+        Mad(resp.payload).set8(3, kGetResp);
+        resp.lrh.dlid = 10;
+        resp.lrh.slid = 30;
+        auto respBytes = iba::build(resp);
+        auto viaB = b.receive(4, respBytes);
+        REQUIRE(viaB.size() == 1);
+        CHECK(viaB[0].port == 2);
+        auto back = a.receive(5, viaB[0].packet);
+        REQUIRE(back.size() == 1);
+        CHECK(back[0].port == 3);
+        auto r = parsed(back[0].packet);
+        CHECK(r.lrh.dlid == iba::kPermissiveLid);
+        CHECK(Mad(r.payload).hopPointer() == 1);
+    }
+    SECTION("a LID-routed tail that ends at a switch: its SMA answers by LID") {
+        auto request = withLids(drSmp(kGet, kAttrNodeInfo, 0, {3}), iba::kPermissiveLid, 20, 1,
+                                iba::kPermissiveLid, iba::kPermissiveLid);
+        auto tail = a.receive(3, request);
+        REQUIRE(tail.size() == 1);
+        auto answer = b.receive(2, tail[0].packet);
+        REQUIRE(answer.size() == 1);
+        CHECK(answer[0].port == 2);
+        auto ans = parsed(answer[0].packet);
+        CHECK(ans.lrh.dlid == 10);
+        CHECK(ans.lrh.slid == 20);
+        CHECK(Mad(ans.payload).hopPointer() == 2);
+        auto back = a.receive(5, answer[0].packet);
+        REQUIRE(back.size() == 1);
+        CHECK(back[0].port == 3);
+        auto r = parsed(back[0].packet);
+        Mad mad(r.payload);
+        CHECK(mad.method() == kGetResp);
+        CHECK(mad.hopPointer() == 1);
+        CHECK(mad.get64(64 + 12) == kGuid + 1);
+        CHECK(mad.get8(64 + 36) == 2); // b's local port: where the LID-routed tail came in
+    }
+    SECTION("inconsistent hop pointers and missing routes are dropped and counted") {
+        // By LID, outgoing, in the middle of the directed part.
+        CHECK(a.receive(3, withLids(drSmp(kGet, kAttrNodeInfo, 0, {5, 2}), 1, iba::kPermissiveLid,
+                                    1, 10, 1))
+                  .empty());
+        // By LID, returning, anywhere but the end of the directed part.
+        auto ret =
+            withLids(drSmp(kGet, kAttrNodeInfo, 0, {5, 2}), 1, iba::kPermissiveLid, 1, 10, 1);
+        auto p = parsed(ret);
+        Mad(p.payload).setReturning(true);
+        CHECK(a.receive(3, iba::build(p)).empty());
+        // A tail to a LID the LFT does not know.
+        CHECK(a.receive(3, withLids(drSmp(kGet, kAttrNodeInfo, 0, {3}), iba::kPermissiveLid, 44, 1,
+                                    iba::kPermissiveLid, iba::kPermissiveLid))
+                  .empty());
+        CHECK(a.port(3).counters.vl15Dropped == 3);
+        // A switch without a LID cannot start LID routing.
+        Switch c = makeSwitch();
+        CHECK(c.receive(1, withLids(drSmp(kGet, kAttrNodeInfo, 0, {1}), iba::kPermissiveLid, 30, 1,
+                                    iba::kPermissiveLid, iba::kPermissiveLid))
+                  .empty());
+        CHECK(c.port(1).counters.vl15Dropped == 1);
+    }
+}
+
 TEST_CASE("bad directed routes are dropped and counted", "[switch]") {
     Switch sw = makeSwitch();
     SECTION("hop pointer beyond the hop count") {
