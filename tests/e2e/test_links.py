@@ -27,7 +27,7 @@ def _wait_states(ctx, want_state, want_phys, timeout=30):
 def test_ports_are_active_through_the_switch(ctx):
     _wait_states(ctx, "PORT_ACTIVE", "LinkUp")
     for vm in ctx.fabric.vms:
-        log = (ctx.fabric.ib_switch_dir(vm.switch).parent / f"switch{vm.switch}.log").read_text()
+        log = ctx.fabric.switch_log(vm.switch).read_text()
         assert f"port {vm.switch_port}: link up" in log, log
 
 

@@ -4,8 +4,8 @@ infiniband-diags see it (IBA chapters 14 and 16)."""
 import re
 import time
 
-# test_management also runs on a fabric of two chained switches.
-ALSO_WITH_SWITCHES = 2
+# test_management also runs on the fabric of tests/e2e/two-switches.topo.
+ALSO_ON_TWO_SWITCHES = True
 
 
 def _lid(ctx, vm):
@@ -18,19 +18,39 @@ def _switch_lid(ctx):
     return int(re.search(r"^Lid:\.+(\d+)", out, re.M).group(1))
 
 
+def _cabled_ports(out, kind, guid):
+    """What ibnetdiscover says one node's ports are cabled to:
+    {port: ("S" or "H", remote node GUID, remote port)}."""
+    letter = "S" if kind == "Switch" else "H"
+    for block in out.split("\n\n"):
+        if re.search(rf'^{kind}\s+\d+ "{letter}-0*{guid:x}"', block, re.M):
+            return {int(m[1]): (m[2], int(m[3], 16), int(m[4])) for m in re.finditer(
+                r'^\[(\d+)\](?:\([0-9a-f]+\))?\s+"([SH])-([0-9a-f]+)"\[(\d+)\]', block, re.M)}
+    raise AssertionError(f"no {kind} {guid:x} in:\n{out}")
+
+
 def test_ibnetdiscover_sees_the_real_topology(ctx):
     out = ctx.run("vm2", ["ibnetdiscover"]).out
-    ports = ctx.fabric.ib_switch_ports
-    for k in range(1, ctx.fabric.ib_switches + 1):
-        guid = f"{ctx.fabric.switch_guid(k):x}"
-        assert re.search(rf'^Switch\s+{ports} "S-0*{guid}"\s+# "switch{k}"', out, re.M), out
+    topo = ctx.fabric.topo
+    guid = {s.name: s.guid for s in topo.switches}
+    expected = {s.name: {} for s in topo.switches}
+    for s in topo.switches:
+        assert re.search(rf'^Switch\s+{s.ports} "S-0*{s.guid:x}"\s+# "{s.name}"', out, re.M), out
+        for port, other, other_port in topo.neighbours(s.name):
+            expected[s.name][port] = ("S", guid[other], other_port)
     for vm in ctx.fabric.vms:
-        guid = f"{vm.node_guid:x}"
-        # Each VM's port 1 is where the launcher cabled it.
-        assert re.search(rf'^\[{vm.switch_port}\]\s+"H-0*{guid}"\[1\]', out, re.M), out
-        assert re.search(rf'^Ca\s+1 "H-0*{guid}"\s+# "{vm.name} pib_hca"', out, re.M), out
+        assert re.search(rf'^Ca\s+{len(vm.cables)} "H-0*{vm.node_guid:x}"\s+# "{vm.name} pib_hca"',
+                         out, re.M), out
+        ca = {}
+        for n, (switch, port) in enumerate(vm.cables, 1):
+            expected[switch][port] = ("H", vm.node_guid, n)
+            ca[n] = ("S", guid[switch], port)
+        assert _cabled_ports(out, "Ca", vm.node_guid) == ca, out
+    # Every switch port exactly as cabled: nothing missing, nothing extra.
+    for s in topo.switches:
+        assert _cabled_ports(out, "Switch", s.guid) == expected[s.name], out
     assert len(re.findall(r"^Ca\s", out, re.M)) == len(ctx.vms), out
-    assert len(re.findall(r"^Switch\s", out, re.M)) == ctx.fabric.ib_switches, out
+    assert len(re.findall(r"^Switch\s", out, re.M)) == len(topo.switches), out
 
 
 def test_smpquery_by_lid(ctx):
@@ -51,9 +71,11 @@ def test_ibroute_shows_the_lft_opensm_wrote(ctx):
     out = ctx.run("vm1", ["ibroute", str(_switch_lid(ctx))]).out
     for vm in ctx.fabric.vms:
         lid = _lid(ctx, vm.name)
-        # VMs on vm1's switch by their port; the others through the chain.
-        port = vm.switch_port if vm.switch == 1 else ctx.fabric.ib_switch_ports - 1
-        assert re.search(rf"^0x{lid:04x} {port:03d} ", out, re.M), out
+        # VMs on vm1's switch by their port; the others along a shortest path.
+        home = ctx.fabric.vms[0].switch
+        ports = {vm.switch_port} if vm.switch == home else ctx.fabric.topo.first_hops(home, vm.switch)
+        route = re.search(rf"^0x{lid:04x} (\d+) ", out, re.M)
+        assert route and int(route.group(1)) in ports, (ports, out)
 
 
 def test_sminfo_and_saquery(ctx):
@@ -61,7 +83,8 @@ def test_sminfo_and_saquery(ctx):
     guid = int(re.search(r"sm guid (0x[0-9a-f]+)", out).group(1), 16)
     assert guid == ctx.fabric.vms[0].node_guid + 1 and "SMINFO_MASTER" in out, out
     out = ctx.run("vm2", ["saquery", "NodeRecord"], timeout=60).out
-    assert out.count("NodeRecord dump") == len(ctx.vms) + ctx.fabric.ib_switches, out
+    ports = sum(len(vm.cables) for vm in ctx.fabric.vms)
+    assert out.count("NodeRecord dump") == ports + len(ctx.fabric.topo.switches), out
 
 
 def test_perfquery_counters_rise_with_traffic(ctx):

@@ -27,9 +27,22 @@ def _cmd_setup(args) -> int:
 def _cmd_fabric_up(args) -> int:
     from pibctl import fabric
 
-    fabric.up(vms=args.vms, accel=args.accel, memory=args.memory, cpus=args.cpus,
+    from pibctl import topology
+
+    topo = None
+    if args.topology:
+        if args.vms is not None or args.switches is not None:
+            raise ui.StepFailed("--topology describes the VMs and switches; "
+                                "drop --vms and --switches")
+        try:
+            topo = topology.parse(open(args.topology).read(), args.topology)
+        except OSError as e:
+            raise ui.StepFailed(f"cannot read {args.topology}: {e.strerror}") from None
+        except topology.TopologyError as e:
+            raise ui.StepFailed(str(e)) from None
+    fabric.up(vms=args.vms or 2, accel=args.accel, memory=args.memory, cpus=args.cpus,
               timeout=args.timeout, trace=args.trace, sm=not args.no_sm,
-              switches=args.switches)
+              switches=args.switches or 1, topology=topo)
     return fabric.status()
 
 
@@ -83,7 +96,8 @@ def _cmd_demo(args) -> int:
 
 
 def _add_fabric_options(p, vms_default=2):
-    p.add_argument("--vms", type=int, default=vms_default, help=f"number of guests (default {vms_default})")
+    p.add_argument("--vms", type=int, default=vms_default,
+                   help=f"number of guests (default {vms_default or 2})")
     p.add_argument("--accel", choices=["tcg", "kvm"], default="tcg",
                    help="tcg (default; works everywhere) or kvm (ordinary Linux hosts with /dev/kvm)")
 
@@ -101,12 +115,15 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("fabric", help="start, stop or inspect a fabric of guests")
     fsub = p.add_subparsers(dest="action", metavar="ACTION", required=True)
     up = fsub.add_parser("up", help="boot guests vm1..vmN in the background")
-    _add_fabric_options(up)
+    _add_fabric_options(up, vms_default=None)
     up.add_argument("--memory", type=int, default=2048, help="MiB of RAM per guest (default 2048)")
     up.add_argument("--cpus", type=int, default=1, help="vCPUs per guest (default 1)")
     up.add_argument("--timeout", type=float, default=300, help="seconds to wait for the guests to boot")
-    up.add_argument("--switches", type=int, default=1,
+    up.add_argument("--switches", type=int, default=None,
                     help="IB switches, chained; VMs are spread over them (default 1)")
+    up.add_argument("--topology", metavar="FILE",
+                    help="build the fabric a topology file describes instead "
+                         "(see docs/user-guide.md and examples/)")
     up.add_argument("--no-sm", action="store_true",
                     help="do not start opensm in vm1 (ports then stay INIT)")
     up.add_argument("--trace", default="", metavar="PATTERN",

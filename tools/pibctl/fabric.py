@@ -12,6 +12,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from pibctl import paths, qga, ui
+from pibctl.topology import Topology, TopologyError, chain, parse
 
 MGMT_NET = "10.77.0"  # guest-internal addresses; the host never joins this net
 STATE_FILE = "fabric.json"
@@ -23,8 +24,16 @@ class Vm:
     index: int
     dir: str
     pid: int = 0
-    switch: int = 1       # which switch its port 1 is cabled to
-    switch_port: int = 0  # and to which port of it
+    cables: list = field(default_factory=list)  # [switch, port] per HCA port
+
+    @property
+    def switch(self) -> str:
+        """The switch port 1 is cabled to."""
+        return self.cables[0][0]
+
+    @property
+    def switch_port(self) -> int:
+        return self.cables[0][1]
 
     @property
     def path(self) -> Path:
@@ -52,24 +61,24 @@ class Vm:
         return 0x0250494200000000 | (self.index << 8)
 
 
-SWITCH_GUID = 0x0250494253570000  # "PIBSW"; switch k has GUID SWITCH_GUID + k
-
-
 @dataclass
 class Fabric:
     run_dir: str
     accel: str
+    topology: dict = field(default_factory=dict)  # a Topology, as saved
     vms: list = field(default_factory=list)
     switch_pid: int = 0  # the management-network vde_switch
-    ib_switches: int = 1
-    ib_switch_pids: list = field(default_factory=list)
-    ib_switch_ports: int = 8
+    ib_switch_pids: dict = field(default_factory=dict)  # switch name -> pid
 
-    def ib_switch_dir(self, k: int = 1) -> Path:
-        return Path(self.run_dir) / f"switch{k}"
+    @property
+    def topo(self) -> Topology:
+        return Topology.from_dict(self.topology)
 
-    def switch_guid(self, k: int) -> int:
-        return SWITCH_GUID + k
+    def ib_switch_dir(self, name: str) -> Path:
+        return Path(self.run_dir) / name
+
+    def switch_log(self, name: str) -> Path:
+        return Path(self.run_dir) / f"{name}.log"
 
     def vm(self, name: str) -> Vm:
         for vm in self.vms:
@@ -171,49 +180,79 @@ def _qemu_command(fabric: Fabric, vm: Vm, memory: int, cpus: int, trace: str) ->
         "-qmp", f"unix:{vm.path / 'qmp.sock'},server=on,wait=off",
         "-netdev", f"vde,id=mgmt,sock={run / 'mgmt.vde'}",
         "-device", f"virtio-net-pci,netdev=mgmt,mac=52:54:00:77:00:{vm.index:02x},romfile=",
-        # Port 1 is cabled to port N of switch1; QEMU reconnects by itself
-        # when the switch restarts.
-        "-chardev", f"socket,id=ib1,path={fabric.ib_switch_dir(vm.switch) / f'port{vm.switch_port}.sock'},"
-        "reconnect-ms=1000",
         "-device", "pcie-root-port,id=ib-rp,chassis=1,slot=1",
-        "-device", f"pib-hca,id=hca0,bus=ib-rp,node-guid=0x{vm.node_guid:016x},port1=ib1",
-        "-d", "guest_errors", "-D", vm.qemu_log,
     ]
+    # Each HCA port is cabled to a switch port's socket; QEMU reconnects by
+    # itself when the switch restarts.
+    hca = f"pib-hca,id=hca0,bus=ib-rp,node-guid=0x{vm.node_guid:016x},ports={len(vm.cables)}"
+    for n, (switch, port) in enumerate(vm.cables, 1):
+        sock = fabric.ib_switch_dir(switch) / f"port{port}.sock"
+        cmd += ["-chardev", f"socket,id=ib{n},path={sock},reconnect-ms=1000"]
+        hca += f",port{n}=ib{n}"
+    cmd += ["-device", hca, "-d", "guest_errors", "-D", vm.qemu_log]
     if trace:
         cmd += ["-trace", trace]
     return [str(c) for c in cmd]
 
 
+def _switch_command(fabric: Fabric, topo: Topology, switch) -> list:
+    cmd = [str(paths.fabric_switch_binary()), "--ports", str(switch.ports),
+           "--socket-dir", str(fabric.ib_switch_dir(switch.name)), "--guid", hex(switch.guid),
+           "--name", switch.name, "--verbose"]
+    # Of the two switches a link joins, the one named second dials the
+    # other's socket (and retries each second until it is there).
+    for link in topo.links:
+        if link.b == switch.name:
+            cmd += ["--connect",
+                    f"{link.b_port}={fabric.ib_switch_dir(link.a) / f'port{link.a_port}.sock'}"]
+    for port, address in switch.tcp_listen.items():
+        cmd += ["--tcp", f"{port}={address}"]
+    for port, address in switch.tcp_connect.items():
+        cmd += ["--connect-tcp", f"{port}={address}"]
+    return cmd
+
+
 def start_ib_switch(fabric: Fabric) -> None:
-    """Starts switch1..N and waits until their ports listen. The switches
-    form a chain: the last port of switch k is cabled to the second-to-last
-    port of switch k-1, so VMs may use ports 1 .. ports-2."""
-    fabric.ib_switch_pids = []
-    last = fabric.ib_switch_ports
-    for k in range(1, fabric.ib_switches + 1):
-        sock_dir = fabric.ib_switch_dir(k)
-        sock_dir.mkdir(exist_ok=True)
-        cmd = [str(paths.fabric_switch_binary()), "--ports", str(last),
-               "--socket-dir", str(sock_dir), "--guid", hex(fabric.switch_guid(k)),
-               "--name", f"switch{k}", "--verbose"]
-        if k > 1:
-            cmd += ["--connect", f"{last}={fabric.ib_switch_dir(k - 1) / f'port{last - 1}.sock'}"]
-        with open(Path(fabric.run_dir) / f"switch{k}.log", "a") as log:
-            proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=log,
-                                    stderr=subprocess.STDOUT, start_new_session=True)
-        fabric.ib_switch_pids.append(proc.pid)
-        fabric.save()
-        deadline = time.monotonic() + 10
-        while not (sock_dir / "port1.sock").exists():
-            if proc.poll() is not None or time.monotonic() > deadline:
-                raise ui.StepFailed(f"switch{k} did not start; see {log.name}")
-            time.sleep(0.05)
+    """Starts every switch of the topology."""
+    for switch in fabric.topo.switches:
+        start_switch(fabric, switch.name)
+
+
+def start_switch(fabric: Fabric, name: str) -> None:
+    """Starts one switch and waits until its sockets listen."""
+    topo = fabric.topo
+    switch = topo.switch(name)
+    fabric.ib_switch_dir(name).mkdir(exist_ok=True)
+    log_path = fabric.switch_log(name)
+    start = log_path.stat().st_size if log_path.exists() else 0
+    with open(log_path, "a") as log:
+        proc = subprocess.Popen(_switch_command(fabric, topo, switch), stdin=subprocess.DEVNULL,
+                                stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    fabric.ib_switch_pids[name] = proc.pid
+    fabric.save()
+    # The switch logs its banner once every socket is bound.
+    deadline = time.monotonic() + 10
+    while True:
+        with open(log_path, errors="replace") as log:
+            log.seek(start)
+            if "sockets in" in log.read():
+                return
+        if proc.poll() is not None or time.monotonic() > deadline:
+            raise ui.StepFailed(f"{name} did not start; see {log_path}\n"
+                                + log_path.read_text(errors="replace")[-2000:])
+        time.sleep(0.05)
+
+
+def stop_switch(fabric: Fabric, name: str) -> None:
+    pid = fabric.ib_switch_pids.pop(name, 0)
+    fabric.save()
+    _kill(pid, fabric.run_dir, f"fabric switch {name}")
+    _reap(pid)
 
 
 def stop_ib_switch(fabric: Fabric) -> None:
-    for pid in fabric.ib_switch_pids:
-        _kill(pid, fabric.run_dir, "fabric switch")
-        _reap(pid)
+    for name in list(fabric.ib_switch_pids):
+        stop_switch(fabric, name)
 
 
 def _check_setup() -> None:
@@ -261,14 +300,16 @@ def _wait_ready(fabric: Fabric, timeout: float) -> None:
 
 
 def port_states(fabric: Fabric) -> dict:
-    """The IB port state of every VM, as sysfs says it ("4: ACTIVE")."""
+    """The state of every cabled IB port, as sysfs says it: {"vm1:1": "4: ACTIVE"}."""
     states = {}
     for vm in fabric.vms:
-        try:
-            r = exec_in(vm.name, ["cat", "/sys/class/infiniband/pib_0/ports/1/state"], timeout=30)
-            states[vm.name] = r.out.strip()
-        except ui.StepFailed:
-            states[vm.name] = "?"
+        for n in range(1, len(vm.cables) + 1):
+            try:
+                r = exec_in(vm.name, ["cat", f"/sys/class/infiniband/pib_0/ports/{n}/state"],
+                            timeout=30)
+                states[f"{vm.name}:{n}"] = r.out.strip()
+            except ui.StepFailed:
+                states[f"{vm.name}:{n}"] = "?"
     return states
 
 
@@ -305,34 +346,35 @@ def restart_sm(fabric: Fabric) -> None:
 
 
 def up(vms: int = 2, accel: str = "tcg", memory: int = 2048, cpus: int = 1,
-       timeout: float = 300, trace: str = "", sm: bool = True, switches: int = 1) -> Fabric:
+       timeout: float = 300, trace: str = "", sm: bool = True, switches: int = 1,
+       topology: Topology = None) -> Fabric:
+    """Boots a fabric: the given topology, or else a chain of `switches`
+    switches with `vms` guests spread over them."""
     _check_setup()
     existing = load()
     if existing is not None:
         raise ui.StepFailed(
             f"a fabric is already up in {existing.run_dir}; ./pib fabric down first"
         )
-    if not 1 <= vms <= 64:
-        raise ui.StepFailed("--vms must be between 1 and 64")
-    if not 1 <= switches <= 16:
-        raise ui.StepFailed("--switches must be between 1 and 16")
+    try:
+        topo = topology if topology is not None else chain(vms, switches)
+    except TopologyError as e:
+        raise ui.StepFailed(str(e)) from None
     if accel == "kvm" and not os.access("/dev/kvm", os.R_OK | os.W_OK):
         raise ui.StepFailed("--accel kvm needs a usable /dev/kvm")
     run = paths.run_dir()
     if run.exists():
         shutil.rmtree(run)
     run.mkdir(parents=True)
-    # VMs go round-robin over the switches, from port 1 up.
-    per_switch = -(-vms // switches)
-    fabric = Fabric(run_dir=str(run), accel=accel, ib_switches=switches,
-                    ib_switch_ports=max(8, per_switch + 2))
-    for i in range(1, vms + 1):
-        vm = Vm(name=f"vm{i}", index=i, dir=str(run / f"vm{i}"),
-                switch=(i - 1) % switches + 1, switch_port=(i - 1) // switches + 1)
+    fabric = Fabric(run_dir=str(run), accel=accel, topology=topo.to_dict())
+    for guest in topo.guests:
+        vm = Vm(name=guest.name, index=guest.index, dir=str(run / guest.name),
+                cables=[list(c) for c in guest.cables])
         vm.path.mkdir()
         fabric.vms.append(vm)
+    vms = len(fabric.vms)
 
-    ui.step(f"Fabric: {vms} VMs under {accel.upper()} in {run}")
+    ui.step(f"Fabric: {vms} VMs and {len(topo.switches)} IB switches under {accel.upper()} in {run}")
     try:
         # The management switch: vde_switch daemonises and writes its pid.
         subprocess.run(
@@ -391,11 +433,17 @@ def status() -> int:
     switch = "running" if _ours(fabric.switch_pid, fabric.run_dir) else "STOPPED"
     ui.info(f"  management switch  pid {fabric.switch_pid:<8} {switch}")
     healthy = switch == "running"
-    for k, pid in enumerate(fabric.ib_switch_pids, 1):
+    topo = fabric.topo
+    for switch in topo.switches:
+        pid = fabric.ib_switch_pids.get(switch.name, 0)
         state = "running" if _ours(pid, fabric.run_dir) else "STOPPED"
         healthy &= state == "running"
-        ui.info(f"  switch{k} (IB)       pid {pid:<8} {state}  "
-                f"{fabric.ib_switch_ports} ports, GUID {fabric.switch_guid(k):016x}")
+        ui.info(f"  {switch.name + ' (IB)':<18} pid {pid:<8} {state}  "
+                f"{switch.ports} ports, GUID {switch.guid:016x}")
+        for port, other, other_port in sorted(topo.neighbours(switch.name)):
+            ui.info(f"    port {port} <-> {other} port {other_port}")
+        for port, address in sorted({**switch.tcp_listen, **switch.tcp_connect}.items()):
+            ui.info(f"    port {port} <-> TCP {address}")
     for vm in fabric.vms:
         if not _ours(vm.pid, fabric.run_dir):
             state = "STOPPED"
@@ -404,8 +452,9 @@ def status() -> int:
         else:
             state = "running, agent not answering"
         healthy &= state.startswith("running, agent answering")
+        cables = ", ".join(f"port {n} to {sw} port {p}" for n, (sw, p) in enumerate(vm.cables, 1))
         ui.info(f"  {vm.name:<18} pid {vm.pid:<8} {state}  node GUID {vm.node_guid:016x}, "
-                f"cabled to switch{vm.switch} port {vm.switch_port}")
+                f"{cables}")
     return 0 if healthy else 1
 
 

@@ -12,7 +12,7 @@ import time
 import traceback
 from pathlib import Path
 
-from pibctl import core_build, fabric, paths, setup, ui
+from pibctl import core_build, fabric, paths, setup, topology, ui
 
 E2E_DIR = paths.REPO / "tests" / "e2e"
 TEST_TIMEOUT = 600  # seconds a single end-to-end test may take
@@ -119,9 +119,13 @@ class Context:
         return path.read_text(errors="replace") if path.exists() else ""
 
 
-def _load_tests(pattern: str, switches: int = 1):
-    """Tests whose name contains `pattern`; with switches > 1 only those of
-    modules that ask to run on such a fabric too (ALSO_WITH_SWITCHES)."""
+TWO_SWITCHES = E2E_DIR / "two-switches.topo"
+
+
+def _load_tests(pattern: str, second_pass: bool = False):
+    """Tests whose name contains `pattern`; in the second pass, on the
+    fabric of two switches, only those of modules that ask for it
+    (ALSO_ON_TWO_SWITCHES, ONLY_ON_TWO_SWITCHES)."""
     # Test modules may share helpers that live beside them.
     if str(E2E_DIR) not in sys.path:
         sys.path.insert(0, str(E2E_DIR))
@@ -130,13 +134,14 @@ def _load_tests(pattern: str, switches: int = 1):
         spec = importlib.util.spec_from_file_location(f"e2e_{path.stem}", path)
         module = importlib.util.module_from_spec(spec)
         spec.loader.exec_module(module)
-        if switches > 1 and getattr(module, "ALSO_WITH_SWITCHES", 1) != switches:
+        only_second = getattr(module, "ONLY_ON_TWO_SWITCHES", False)
+        if second_pass != only_second and not getattr(module, "ALSO_ON_TWO_SWITCHES", False):
             continue
         for name in sorted(vars(module)):
             fn = getattr(module, name)
             full = f"{path.stem}::{name}"
             if name.startswith("test_") and callable(fn) and (not pattern or pattern in full):
-                tests.append((full if switches == 1 else f"{full}[{switches} switches]", fn))
+                tests.append((f"{full}[2 switches]" if second_pass else full, fn))
     return tests
 
 
@@ -162,16 +167,22 @@ def _leftover_processes(run_dir: str):
     return left
 
 
-def run_e2e(counts: Counts, pattern: str, vms: int, accel: str, switches: int = 1) -> None:
-    tests = _load_tests(pattern, switches)
+def run_e2e(counts: Counts, pattern: str, vms: int, accel: str,
+            second_pass: bool = False) -> None:
+    """Runs the end-to-end tests on one fabric: `vms` VMs on one switch, or
+    in the second pass the fabric of tests/e2e/two-switches.topo."""
+    tests = _load_tests(pattern, second_pass)
+    topo = topology.parse(TWO_SWITCHES.read_text(), str(TWO_SWITCHES)) if second_pass else None
+    if topo:
+        vms = len(topo.guests)
+    where = f"{vms} VMs and " + (f"{len(topo.switches)} switches" if topo else "1 switch")
     if not tests:
-        ui.info(f"no end-to-end tests selected for {switches} switch(es)")
+        ui.info(f"no end-to-end tests selected for {where}")
         return
-    where = f"{vms} VMs and {switches} switch{'es' if switches > 1 else ''}"
     ui.step(f"End-to-end tests ({len(tests)}) on a fabric of {where}")
     boot_start = time.monotonic()
     try:
-        fab = fabric.up(vms=vms, accel=accel, switches=switches)
+        fab = fabric.up(vms=vms, accel=accel, topology=topo)
     except ui.StepFailed as e:
         print(e)
         counts.record(f"fabric of {where} boots, all ports ACTIVE", False,
@@ -228,7 +239,7 @@ def run(pattern: str = "", unit: bool = True, e2e: bool = True, vms: int = 2,
         run_unit_tests(counts)
     if e2e:
         run_e2e(counts, pattern, vms, accel)
-        run_e2e(counts, pattern, vms, accel, switches=2)
+        run_e2e(counts, pattern, vms, accel, second_pass=True)
     ui.info(f"\ntests took {time.monotonic() - start:.0f} s")
     if counts.failures:
         ui.info("failed: " + ", ".join(counts.failures))
