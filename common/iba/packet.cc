@@ -33,34 +33,108 @@ uint32_t get32(const uint8_t *p) {
     return uint32_t{get16(p)} << 16 | get16(p + 2);
 }
 
-bool hasDeth(uint8_t opcode) {
-    return (opcode & 0xe0) == 0x60;
-} // UD
-bool hasImm(uint8_t opcode) {
-    return opcode == kUdSendOnlyImm;
+constexpr size_t kRethSize = 16;
+constexpr size_t kAethSize = 4;
+constexpr size_t kAtomicEthSize = 28;
+constexpr size_t kAtomicAckEthSize = 8;
+
+void put64(std::vector<uint8_t> &out, uint64_t v) {
+    put32(out, static_cast<uint32_t>(v >> 32));
+    put32(out, static_cast<uint32_t>(v));
+}
+
+uint64_t get64(const uint8_t *p) {
+    return uint64_t{get32(p)} << 32 | get32(p + 4);
+}
+
+size_t extensionSize(const Layout &l) {
+    return (l.deth ? kDethSize : 0) + (l.reth ? kRethSize : 0) + (l.aeth ? kAethSize : 0) +
+           (l.atomicEth ? kAtomicEthSize : 0) + (l.atomicAckEth ? kAtomicAckEthSize : 0) +
+           (l.imm ? kImmSize : 0);
 }
 
 // IBA 7.8.1: the ICRC covers the packet with its variant fields (the whole
 // LRH; the GRH's traffic class, flow label and hop limit; the BTH's
-// reserved byte) replaced by ones.
+// reserved byte) replaced by ones. Only the headers need a masked copy.
 uint32_t computeIcrc(std::span<const uint8_t> packet, bool grh) {
-    std::vector<uint8_t> masked(packet.begin(), packet.end());
+    const size_t bth = kLrhSize + (grh ? kGrhSize : 0);
+    uint8_t masked[kLrhSize + kGrhSize + kBthSize];
+    std::copy(packet.begin(), packet.begin() + bth + kBthSize, masked);
     for (size_t i = 0; i < kLrhSize; ++i)
         masked[i] = 0xff;
-    size_t bth = kLrhSize;
     if (grh) {
         masked[kLrhSize] |= 0x0f; // low nibble of TClass (with IPVer)
         masked[kLrhSize + 1] = 0xff;
         masked[kLrhSize + 2] = 0xff;
         masked[kLrhSize + 3] = 0xff;
         masked[kLrhSize + 7] = 0xff; // hop limit
-        bth += kGrhSize;
     }
     masked[bth + 4] = 0xff; // resv8a
-    return ~crc32Update(0xffffffffu, masked);
+    uint32_t crc = crc32Update(0xffffffffu, std::span<const uint8_t>(masked, bth + kBthSize));
+    return ~crc32Update(crc, packet.subspan(bth + kBthSize));
 }
 
 } // namespace
+
+Layout layoutOf(uint8_t opcode) {
+    Layout l;
+    const uint8_t transport = opcode & 0xe0;
+    const uint8_t op = opcode & 0x1f;
+    if (transport == kTransportUd) {
+        if (opcode == kUdSendOnly || opcode == kUdSendOnlyImm) {
+            l.valid = l.deth = l.payload = true;
+            l.imm = opcode == kUdSendOnlyImm;
+        }
+        return l;
+    }
+    if (transport != kTransportRc && !(transport == kTransportUc && op <= kWriteOnlyImm))
+        return l;
+    l.valid = true;
+    switch (op) {
+    case kSendFirst:
+    case kSendMiddle:
+    case kSendLast:
+    case kSendOnly:
+    case kWriteMiddle:
+    case kWriteLast:
+    case kReadResponseMiddle:
+        l.payload = true;
+        break;
+    case kSendLastImm:
+    case kSendOnlyImm:
+    case kWriteLastImm:
+        l.payload = l.imm = true;
+        break;
+    case kWriteFirst:
+    case kWriteOnly:
+        l.reth = l.payload = true;
+        break;
+    case kWriteOnlyImm:
+        l.reth = l.imm = l.payload = true;
+        break;
+    case kReadRequest:
+        l.reth = true;
+        break;
+    case kReadResponseFirst:
+    case kReadResponseLast:
+    case kReadResponseOnly:
+        l.aeth = l.payload = true;
+        break;
+    case kAcknowledge:
+        l.aeth = true;
+        break;
+    case kAtomicAcknowledge:
+        l.aeth = l.atomicAckEth = true;
+        break;
+    case kCompareSwap:
+    case kFetchAdd:
+        l.atomicEth = true;
+        break;
+    default:
+        l.valid = false;
+    }
+    return l;
+}
 
 const char *toString(ParseError error) {
     switch (error) {
@@ -86,21 +160,20 @@ const char *toString(ParseError error) {
     return "?";
 }
 
-std::vector<uint8_t> build(Packet p) {
-    const size_t pad = (4 - p.payload.size() % 4) % 4;
-    p.bth.padCount = static_cast<uint8_t>(pad);
-    p.lrh.lnh = p.grh ? kLnhIbaGlobal : kLnhIbaLocal;
-    const size_t transport = kBthSize + (p.deth ? kDethSize : 0) + (p.imm ? kImmSize : 0) +
-                             p.payload.size() + pad + kIcrcSize;
+std::vector<uint8_t> build(const Packet &p) {
+    const Layout layout = layoutOf(p.bth.opcode);
+    const std::span<const uint8_t> payload =
+        layout.payload ? std::span<const uint8_t>(p.payload) : std::span<const uint8_t>();
+    const size_t pad = (4 - payload.size() % 4) % 4;
+    const size_t transport = kBthSize + extensionSize(layout) + payload.size() + pad + kIcrcSize;
     const size_t total = kLrhSize + (p.grh ? kGrhSize : 0) + transport;
-    p.lrh.pktlen = static_cast<uint16_t>(total / 4);
 
     std::vector<uint8_t> out;
     out.reserve(total + kVcrcSize);
     out.push_back(static_cast<uint8_t>(p.lrh.vl << 4 | (p.lrh.lver & 0xf)));
-    out.push_back(static_cast<uint8_t>(p.lrh.sl << 4 | p.lrh.lnh));
+    out.push_back(static_cast<uint8_t>(p.lrh.sl << 4 | (p.grh ? kLnhIbaGlobal : kLnhIbaLocal)));
     put16(out, p.lrh.dlid);
-    put16(out, p.lrh.pktlen & 0x7ff);
+    put16(out, static_cast<uint16_t>(total / 4) & 0x7ff);
     put16(out, p.lrh.slid);
     if (p.grh) {
         const Grh &g = *p.grh;
@@ -114,17 +187,38 @@ std::vector<uint8_t> build(Packet p) {
     const Bth &b = p.bth;
     out.push_back(b.opcode);
     out.push_back(
-        static_cast<uint8_t>(b.solicited << 7 | b.migReq << 6 | b.padCount << 4 | (b.tver & 0xf)));
+        static_cast<uint8_t>(b.solicited << 7 | b.migReq << 6 | pad << 4 | (b.tver & 0xf)));
     put16(out, b.pkey);
     put32(out, b.destQp & 0xffffff); // resv8a = 0
     put32(out, uint32_t{b.ackReq} << 31 | (b.psn & 0xffffff));
-    if (p.deth) {
-        put32(out, p.deth->qkey);
-        put32(out, p.deth->srcQp & 0xffffff);
+    // Extension headers in IBA order; absent ones are zeros.
+    if (layout.deth) {
+        const Deth d = p.deth.value_or(Deth{});
+        put32(out, d.qkey);
+        put32(out, d.srcQp & 0xffffff);
     }
-    if (p.imm)
-        put32(out, *p.imm);
-    out.insert(out.end(), p.payload.begin(), p.payload.end());
+    if (layout.reth) {
+        const Reth r = p.reth.value_or(Reth{});
+        put64(out, r.va);
+        put32(out, r.rkey);
+        put32(out, r.length);
+    }
+    if (layout.aeth) {
+        const Aeth a = p.aeth.value_or(Aeth{});
+        put32(out, uint32_t{a.syndrome} << 24 | (a.msn & 0xffffff));
+    }
+    if (layout.atomicEth) {
+        const AtomicEth a = p.atomicEth.value_or(AtomicEth{});
+        put64(out, a.va);
+        put32(out, a.rkey);
+        put64(out, a.swapAdd);
+        put64(out, a.compare);
+    }
+    if (layout.atomicAckEth)
+        put64(out, p.atomicAck.value_or(0));
+    if (layout.imm)
+        put32(out, p.imm.value_or(0));
+    out.insert(out.end(), payload.begin(), payload.end());
     out.insert(out.end(), pad, 0);
     const uint32_t icrc = computeIcrc(out, p.grh.has_value());
     for (int i = 0; i < 4; ++i) // little-endian, as Linux rxe sends it
@@ -199,17 +293,39 @@ std::optional<Packet> parse(std::span<const uint8_t> bytes, ParseError *error) {
     off += kBthSize;
     if (t.tver != 0)
         return fail(ParseError::kBadVersion);
-    if (!hasDeth(t.opcode) || (t.opcode != kUdSendOnly && t.opcode != kUdSendOnlyImm))
+    const Layout layout = layoutOf(t.opcode);
+    if (!layout.valid)
         return fail(ParseError::kUnsupportedOpcode);
-    const size_t headers = off + kDethSize + (hasImm(t.opcode) ? kImmSize : 0);
+    const size_t headers = off + extensionSize(layout);
     if (headers + t.padCount + kIcrcSize > total)
         return fail(ParseError::kTooShort);
-    p.deth = Deth{get32(b + off), get32(b + off + 4) & 0xffffff};
-    off += kDethSize;
-    if (hasImm(t.opcode)) {
+    if (layout.deth) {
+        p.deth = Deth{get32(b + off), get32(b + off + 4) & 0xffffff};
+        off += kDethSize;
+    }
+    if (layout.reth) {
+        p.reth = Reth{get64(b + off), get32(b + off + 8), get32(b + off + 12)};
+        off += kRethSize;
+    }
+    if (layout.aeth) {
+        p.aeth = Aeth{b[off], get32(b + off) & 0xffffff};
+        off += kAethSize;
+    }
+    if (layout.atomicEth) {
+        p.atomicEth =
+            AtomicEth{get64(b + off), get32(b + off + 8), get64(b + off + 12), get64(b + off + 20)};
+        off += kAtomicEthSize;
+    }
+    if (layout.atomicAckEth) {
+        p.atomicAck = get64(b + off);
+        off += kAtomicAckEthSize;
+    }
+    if (layout.imm) {
         p.imm = get32(b + off);
         off += kImmSize;
     }
+    if (!layout.payload && total - kIcrcSize - t.padCount != off)
+        return fail(ParseError::kBadLength); // data where the opcode has none
     const size_t payloadEnd = total - kIcrcSize - t.padCount;
     p.payload.assign(b + off, b + payloadEnd);
     const uint32_t icrc = uint32_t{b[total - 4]} | uint32_t{b[total - 3]} << 8 |

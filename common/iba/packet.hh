@@ -18,11 +18,49 @@ inline constexpr uint32_t kQp1Qkey = 0x80010000; // IBA 13.5.3.2
 // LNH values (IBA 7.7.5).
 enum Lnh : uint8_t { kLnhRaw = 0, kLnhIp = 1, kLnhIbaLocal = 2, kLnhIbaGlobal = 3 };
 
-// BTH opcodes used so far (IBA 9.2): UD.
+// BTH opcodes (IBA 9.2, table 38). The top three bits are the transport
+// (RC 000, UC 001, UD 011); UC uses the RC codes 0x00..0x0b plus 0x20.
 enum Opcode : uint8_t {
+    kSendFirst = 0x00,
+    kSendMiddle = 0x01,
+    kSendLast = 0x02,
+    kSendLastImm = 0x03,
+    kSendOnly = 0x04,
+    kSendOnlyImm = 0x05,
+    kWriteFirst = 0x06,
+    kWriteMiddle = 0x07,
+    kWriteLast = 0x08,
+    kWriteLastImm = 0x09,
+    kWriteOnly = 0x0a,
+    kWriteOnlyImm = 0x0b,
+    kReadRequest = 0x0c,
+    kReadResponseFirst = 0x0d,
+    kReadResponseMiddle = 0x0e,
+    kReadResponseLast = 0x0f,
+    kReadResponseOnly = 0x10,
+    kAcknowledge = 0x11,
+    kAtomicAcknowledge = 0x12,
+    kCompareSwap = 0x13,
+    kFetchAdd = 0x14,
+    kTransportRc = 0x00,
+    kTransportUc = 0x20,
+    kTransportUd = 0x60,
     kUdSendOnly = 0x64,
     kUdSendOnlyImm = 0x65,
 };
+
+// Which headers follow the BTH, per opcode.
+struct Layout {
+    bool valid = false;
+    bool deth = false;
+    bool reth = false;
+    bool aeth = false;
+    bool atomicEth = false;
+    bool atomicAckEth = false;
+    bool imm = false;
+    bool payload = false; // may carry data
+};
+Layout layoutOf(uint8_t opcode);
 
 struct Lrh {
     uint8_t vl = 0;
@@ -61,12 +99,36 @@ struct Deth {
     uint32_t srcQp = 0;
 };
 
+// RDMA extended transport header: the remote buffer of a WRITE or READ.
+struct Reth {
+    uint64_t va = 0;
+    uint32_t rkey = 0;
+    uint32_t length = 0;
+};
+
+// ACK extended transport header (IBA 9.3.5): syndrome and MSN.
+struct Aeth {
+    uint8_t syndrome = 0;
+    uint32_t msn = 0;
+};
+
+struct AtomicEth {
+    uint64_t va = 0;
+    uint32_t rkey = 0;
+    uint64_t swapAdd = 0;
+    uint64_t compare = 0;
+};
+
 struct Packet {
     Lrh lrh;
     std::optional<Grh> grh;
     Bth bth;
     std::optional<Deth> deth;
-    std::optional<uint32_t> imm; // immediate data (host order)
+    std::optional<Reth> reth;
+    std::optional<Aeth> aeth;
+    std::optional<AtomicEth> atomicEth;
+    std::optional<uint64_t> atomicAck; // AtomicAckETH: the original value
+    std::optional<uint32_t> imm;       // immediate data (host order)
     std::vector<uint8_t> payload;
 };
 
@@ -85,7 +147,8 @@ enum class ParseError {
 const char *toString(ParseError error);
 
 // The bytes of `packet` on the wire; fills in PktLen, PayLen and PadCnt.
-std::vector<uint8_t> build(Packet packet);
+// The extension headers present must be those the opcode's layout names.
+std::vector<uint8_t> build(const Packet &packet);
 
 // Parses and checks `bytes`; nullopt with *error set when malformed.
 std::optional<Packet> parse(std::span<const uint8_t> bytes, ParseError *error);
