@@ -12,6 +12,7 @@
 #include "qemu/osdep.h"
 #include "qemu/log.h"
 #include "qemu/module.h"
+#include "qemu/timer.h"
 #include "qemu/units.h"
 #include "qapi/error.h"
 #include "hw/pci/msix.h"
@@ -45,6 +46,7 @@ struct PibHcaState {
     MemoryRegion regs;
     MemoryRegion doorbells;
     struct pib_core *core;
+    QEMUTimer *transport_timer; /* the core's retransmission/RNR timer */
 
     /* Properties. */
     uint64_t node_guid;
@@ -128,6 +130,29 @@ static void pib_hca_port_disconnect(void *opaque, unsigned port)
     qemu_chr_fe_disconnect(&s->port[port - 1].chr);
 }
 
+static uint64_t pib_hca_clock_ns(void *opaque)
+{
+    return qemu_clock_get_ns(QEMU_CLOCK_VIRTUAL);
+}
+
+static void pib_hca_timer_arm(void *opaque, uint64_t deadline_ns)
+{
+    PibHcaState *s = opaque;
+
+    if (deadline_ns == UINT64_MAX) {
+        timer_del(s->transport_timer);
+    } else {
+        timer_mod(s->transport_timer, MIN(deadline_ns, INT64_MAX));
+    }
+}
+
+static void pib_hca_transport_timer(void *opaque)
+{
+    PibHcaState *s = opaque;
+
+    pib_core_timer_expired(s->core);
+}
+
 static const struct pib_host_ops pib_hca_host_ops = {
     .guest_error = pib_hca_guest_error,
     .trace = pib_hca_core_event,
@@ -136,6 +161,8 @@ static const struct pib_host_ops pib_hca_host_ops = {
     .msix_notify = pib_hca_msix_notify,
     .port_send = pib_hca_port_send,
     .port_disconnect = pib_hca_port_disconnect,
+    .clock_ns = pib_hca_clock_ns,
+    .timer_arm = pib_hca_timer_arm,
 };
 
 static int pib_hca_port_can_receive(void *opaque)
@@ -255,9 +282,13 @@ static void pib_hca_realize(PCIDevice *pdev, Error **errp)
             return;
         }
     }
+    s->transport_timer =
+        timer_new_ns(QEMU_CLOCK_VIRTUAL, pib_hca_transport_timer, s);
     s->core = pib_core_new(&config, &pib_hca_host_ops, s);
     if (!s->core) {
         error_setg(errp, "pib-hca: cannot create the device core");
+        timer_free(s->transport_timer);
+        s->transport_timer = NULL;
         return;
     }
 
@@ -306,6 +337,8 @@ static void pib_hca_realize(PCIDevice *pdev, Error **errp)
 fail:
     pib_core_free(s->core);
     s->core = NULL;
+    timer_free(s->transport_timer);
+    s->transport_timer = NULL;
 }
 
 static void pib_hca_exit(PCIDevice *pdev)
@@ -320,6 +353,8 @@ static void pib_hca_exit(PCIDevice *pdev)
     msix_uninit_exclusive_bar(pdev);
     pib_core_free(s->core);
     s->core = NULL;
+    timer_free(s->transport_timer);
+    s->transport_timer = NULL;
 }
 
 static void pib_hca_reset(DeviceState *dev)

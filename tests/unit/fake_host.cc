@@ -64,6 +64,11 @@ FakeHost::FakeHost(const pib_core_config &config) : ram(kRamSize, 0) {
         .msix_notify = msixNotify,
         .port_send = portSend,
         .port_disconnect = portDisconnect,
+        .clock_ns = [](void *opaque) { return static_cast<FakeHost *>(opaque)->now; },
+        .timer_arm =
+            [](void *opaque, uint64_t deadline) {
+                static_cast<FakeHost *>(opaque)->timerDeadline = deadline;
+            },
     };
     core = pib_core_new(&config, &ops, this);
     if (!core)

@@ -85,4 +85,15 @@ struct FakeHost {
     std::vector<unsigned> interrupts;
     std::vector<uint8_t> portOutput[3]; // what each port sent, by port number
     std::vector<unsigned> disconnects;
+    // The transport clock: tests move it by hand.
+    uint64_t now = 1'000'000'000;
+    uint64_t timerDeadline = UINT64_MAX;
+    // Advances the clock by `ns`, firing the core's timer if it is due.
+    void advance(uint64_t ns) {
+        now += ns;
+        if (timerDeadline <= now) {
+            timerDeadline = UINT64_MAX;
+            pib_core_timer_expired(core);
+        }
+    }
 };

@@ -46,6 +46,14 @@ struct pib_host_ops {
      */
     void (*port_send)(void *opaque, unsigned port, const void *buf, size_t len);
     void (*port_disconnect)(void *opaque, unsigned port);
+    /*
+     * The transport's clock (retransmission and RNR timers): monotonic
+     * nanoseconds that stand still while the VM is stopped. timer_arm asks
+     * for one call of pib_core_timer_expired() once clock_ns reaches
+     * deadline_ns, replacing any earlier request; UINT64_MAX cancels it.
+     */
+    uint64_t (*clock_ns)(void *opaque);
+    void (*timer_arm)(void *opaque, uint64_t deadline_ns);
 };
 
 /* Static configuration of one device instance. */
@@ -88,6 +96,9 @@ void pib_core_bar_write(struct pib_core *core, int bar, uint64_t offset, uint64_
  */
 void pib_core_port_connected(struct pib_core *core, unsigned port, int connected);
 void pib_core_port_receive(struct pib_core *core, unsigned port, const void *buf, size_t len);
+
+/* The deadline last given to ops->timer_arm has passed. */
+void pib_core_timer_expired(struct pib_core *core);
 
 /* Size in bytes the host must give each BAR; 0 for a BAR not implemented. */
 uint64_t pib_core_bar_size(const struct pib_core *core, int bar);

@@ -48,8 +48,8 @@ void Firmware::postCqe(uint32_t cqn, pib_cqe cqe, bool solicited) {
     }
 }
 
-void Firmware::completeSend(uint32_t qpn, QueuePair &qp, uint64_t wrId, uint8_t opcode,
-                            uint8_t status, uint32_t length, bool signaled) {
+void Firmware::completeSend(uint32_t qpn, QueuePair &qp, uint32_t index, uint64_t wrId,
+                            uint8_t opcode, uint8_t status, uint32_t length, bool signaled) {
     // Errors always complete; successes when asked to.
     if (!signaled && status == PIB_WC_SUCCESS)
         return;
@@ -59,7 +59,7 @@ void Firmware::completeSend(uint32_t qpn, QueuePair &qp, uint64_t wrId, uint8_t 
     cqe.qpn = qpn;
     cqe.opcode = opcode;
     cqe.status = status;
-    cqe.wqe_index = static_cast<uint16_t>(qp.sq.consumer);
+    cqe.wqe_index = static_cast<uint16_t>(index);
     postCqe(qp.ctx.send_cqn, cqe, false);
 }
 

@@ -75,4 +75,11 @@ void pib_core_port_receive(pib_core *core, unsigned port, const void *buf, size_
     }
 }
 
+void pib_core_timer_expired(pib_core *core) {
+    try {
+        core->device.timerExpired();
+    } catch (...) {
+    }
+}
+
 } // extern "C"

@@ -36,6 +36,7 @@ void Device::portReceive(unsigned port, std::span<const uint8_t> bytes) {
         firmware_.portLinkChanged(port, event == Link::Event::kUp);
     for (const auto &packet : packets)
         firmware_.portReceive(port, packet);
+    firmware_.drainLoopback();
 }
 
 void Device::reset(const char *reason) {
@@ -86,10 +87,12 @@ void Device::barWrite(int bar, uint64_t offset, uint64_t value, unsigned size) {
     }
     switch (bar) {
     case PIB_BAR_REGS:
-        registers_.write(offset, value, size);
+        registers_.write(offset, value, size); // commands may start sends
+        firmware_.drainLoopback();
         return;
     case PIB_BAR_DOORBELL:
         doorbells_.write(offset, value, size);
+        firmware_.drainLoopback();
         return;
     default:
         host_.guestError("bar-unknown", "write to BAR%d, which the device does not decode", bar);

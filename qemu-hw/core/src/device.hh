@@ -28,6 +28,7 @@ class Device {
     uint64_t barSize(int bar) const;
     void portConnected(unsigned port, bool connected);
     void portReceive(unsigned port, std::span<const uint8_t> bytes);
+    void timerExpired() { firmware_.timerExpired(); }
 
   private:
     const pib_core_config config_;

@@ -80,6 +80,10 @@ void Firmware::reset() {
     qps_.clear();
     for (auto &qp : specialQps_)
         qp.reset();
+    timers_.clear();
+    armedAt_ = Host::kNever;
+    host_.armTimer(Host::kNever);
+    loopback_.clear();
     for (uint32_t i = 0; i < PIB_MAX_PORTS; ++i) {
         PortState &p = ports_[i];
         p = PortState{};

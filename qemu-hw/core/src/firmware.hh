@@ -5,9 +5,12 @@
 
 #include <array>
 #include <cstdint>
+#include <deque>
 #include <functional>
 #include <memory>
+#include <set>
 #include <span>
+#include <utility>
 #include <vector>
 
 #include "host.hh"
@@ -70,6 +73,11 @@ class Firmware {
     void portLinkChanged(unsigned port, bool up);
     // A packet arrived on a port.
     void portReceive(unsigned port, std::span<const uint8_t> packet);
+    // The host's timer reached the deadline the firmware asked for.
+    void timerExpired();
+    // Delivers the packets QPs sent to their own port (after any engine
+    // that sent them has returned).
+    void drainLoopback();
     // Where packets for the wire go (the Device hands them to the link).
     void setTransmitter(std::function<void(unsigned port, std::vector<uint8_t>)> transmit) {
         transmit_ = std::move(transmit);
@@ -145,16 +153,57 @@ class Firmware {
     uint8_t translate(uint32_t key, uint32_t pdn, uint64_t addr, uint64_t len, uint32_t access,
                       std::vector<Segment> &out);
     uint8_t gather(uint32_t pdn, std::span<const pib_wqe_data> sges, std::vector<uint8_t> &out);
+    uint8_t gatherRange(uint32_t pdn, std::span<const pib_wqe_data> sges, uint64_t offset,
+                        uint64_t len, std::vector<uint8_t> &out);
     uint8_t scatter(uint32_t pdn, std::span<const pib_wqe_data> sges, std::span<const uint8_t> data,
                     uint64_t skip);
+    bool readWqe(const pib_buf_desc &buf, uint8_t logCount, uint8_t logStride, uint32_t index,
+                 std::vector<uint8_t> &wqe) const;
     void processSendQueue(uint32_t qpn, QueuePair &qp);
+    void processDatagramSend(uint32_t qpn, QueuePair &qp);
     bool sendUd(uint32_t qpn, QueuePair &qp, std::span<const uint8_t> wqe, uint32_t *length,
                 uint8_t *status);
     void deliver(unsigned port, const iba::Packet &packet);
     bool takeReceiveWqe(QueuePair &qp, std::vector<uint8_t> &wqe, uint16_t *index);
     void postCqe(uint32_t cqn, pib_cqe cqe, bool solicited);
-    void completeSend(uint32_t qpn, QueuePair &qp, uint64_t wrId, uint8_t opcode, uint8_t status,
-                      uint32_t length, bool signaled);
+    void completeSend(uint32_t qpn, QueuePair &qp, uint32_t index, uint64_t wrId, uint8_t opcode,
+                      uint8_t status, uint32_t length, bool signaled);
+
+    // The connected transports: requester.cc, completer.cc, responder.cc,
+    // connected.cc.
+    uint32_t pathMtu(const QueuePair &qp) const;
+    uint8_t fetchSendWqe(uint32_t qpn, QueuePair &qp, uint32_t index, SendWqe &w);
+    void processConnectedSend(uint32_t qpn, QueuePair &qp);
+    bool sendRequestPackets(uint32_t qpn, QueuePair &qp, SendWqe &w);
+    void rewind(QueuePair &qp, uint32_t psn);
+    uint64_t ackTimeoutNs(const QueuePair &qp) const;
+    static uint64_t rnrDelayNs(uint8_t code);
+    void restartAckTimer(uint32_t qpn, QueuePair &qp);
+    void completeInOrder(uint32_t qpn, QueuePair &qp);
+    void completeHead(uint32_t qpn, QueuePair &qp, uint8_t status);
+    void ackUpTo(uint32_t qpn, QueuePair &qp, uint32_t psn);
+    void onResponse(uint32_t qpn, QueuePair &qp, const iba::Packet &packet);
+    void readResponse(uint32_t qpn, QueuePair &qp, const iba::Packet &packet);
+    void qpTimerExpired(uint32_t qpn, QueuePair &qp);
+    void scheduleQpTimer(uint32_t qpn, QueuePair &qp);
+    void armDeviceTimer();
+    void sendAck(QueuePair &qp, uint32_t psn, uint8_t syndrome);
+    bool remoteRange(const QueuePair &qp, uint32_t rkey, uint64_t va, uint64_t len, uint32_t access,
+                     std::vector<Segment> &out);
+    void responderError(uint32_t qpn, QueuePair &qp, uint32_t psn, uint8_t nakCode,
+                        uint8_t wcStatus, const char *why);
+    bool claimReceiveWqe(QueuePair &qp);
+    void completeReceive(uint32_t qpn, QueuePair &qp, const iba::Packet &packet, uint8_t opcode,
+                         uint32_t length);
+    void onRequest(uint32_t qpn, QueuePair &qp, const iba::Packet &packet);
+    void readRequest(uint32_t qpn, QueuePair &qp, const iba::Packet &packet);
+    void sendReadResponses(uint32_t qpn, QueuePair &qp, const ReplayEntry &e, uint32_t from);
+    void atomicRequest(uint32_t qpn, QueuePair &qp, const iba::Packet &packet);
+    void sendAtomicAck(QueuePair &qp, const ReplayEntry &e);
+    void remember(QueuePair &qp, const ReplayEntry &e);
+    void duplicateRequest(uint32_t qpn, QueuePair &qp, const iba::Packet &packet);
+    void sendConnected(QueuePair &qp, iba::Packet &packet);
+    void deliverConnected(unsigned port, const iba::Packet &packet);
     void flushQp(uint32_t qpn, QueuePair &qp);
     uint32_t wireQpn(uint32_t qpn, const QueuePair &qp) const;
 
@@ -183,6 +232,12 @@ class Firmware {
     std::array<std::unique_ptr<QueuePair>, 2 * PIB_MAX_PORTS> specialQps_{};
     std::function<void(unsigned port, std::vector<uint8_t>)> transmit_;
     std::array<char, PIB_NODE_DESC_LEN> nodeDesc_{};
+    // Timers of the connected QPs: (deadline, QPN), earliest first, and
+    // the deadline the host's timer is set to.
+    std::set<std::pair<uint64_t, uint32_t>> timers_;
+    uint64_t armedAt_ = Host::kNever;
+    std::deque<std::pair<unsigned, std::vector<uint8_t>>> loopback_;
+    bool drainingLoopback_ = false;
 };
 
 } // namespace pib

@@ -131,6 +131,8 @@ CommandOutcome Firmware::destroyQp(const Command &cmd) {
     if (!qp)
         return fail(PIB_CMD_STATUS_BAD_INDEX, "cmd-bad-index", "DESTROY_QP of QP %u", cmd.modifier);
     releaseQp(*qp);
+    if (qp->timerAt)
+        timers_.erase({qp->timerAt, cmd.modifier});
     if (cmd.modifier < specialQps_.size())
         specialQps_[cmd.modifier].reset();
     else
@@ -277,8 +279,22 @@ CommandOutcome Firmware::modifyQp(const Command &cmd) {
         a.en_sqd_async_notify = in.en_sqd_async_notify;
     a.qp_state = next;
     a.sq_draining = 0;
-    if (next == PIB_QPS_RESET)
+    if (next == PIB_QPS_RESET) {
         qp->sq = qp->rq = WorkQueue{};
+        qp->req = Requester{};
+        qp->resp = Responder{};
+        qp->lastWqeReached = false;
+        scheduleQpTimer(cmd.modifier, *qp);
+    }
+    // The connected transports start from the PSNs given.
+    if (next == PIB_QPS_RTR && cur == PIB_QPS_INIT)
+        qp->resp.expectedPsn = a.rq_psn;
+    if (next == PIB_QPS_RTS && cur == PIB_QPS_RTR)
+        qp->req.psn = a.sq_psn;
+    if (mask & PIB_QP_RETRY_CNT)
+        qp->req.retriesLeft = a.retry_cnt;
+    if (mask & PIB_QP_RNR_RETRY)
+        qp->req.rnrRetriesLeft = a.rnr_retry;
     if (next == PIB_QPS_ERR)
         flushQp(cmd.modifier, *qp);
     if (next == PIB_QPS_RTS) // sends posted before RTS go now

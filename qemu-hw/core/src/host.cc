@@ -57,6 +57,15 @@ void Host::portDisconnect(unsigned port) const {
         ops_.port_disconnect(opaque_, port);
 }
 
+uint64_t Host::clockNs() const {
+    return ops_.clock_ns ? ops_.clock_ns(opaque_) : 0;
+}
+
+void Host::armTimer(uint64_t deadlineNs) const {
+    if (ops_.timer_arm)
+        ops_.timer_arm(opaque_, deadlineNs);
+}
+
 void Host::msixNotify(unsigned vector) const {
     if (ops_.msix_notify)
         ops_.msix_notify(opaque_, vector);

@@ -34,6 +34,10 @@ class Host {
     void msixNotify(unsigned vector) const;
     void portSend(unsigned port, std::span<const uint8_t> bytes) const;
     void portDisconnect(unsigned port) const;
+    // The transport clock, and the one timer the core asks the host for.
+    uint64_t clockNs() const;
+    void armTimer(uint64_t deadlineNs) const;
+    static constexpr uint64_t kNever = UINT64_MAX;
 
   private:
     static std::string vformat(const char *fmt, va_list args);

@@ -45,10 +45,24 @@ uint8_t Firmware::translate(uint32_t key, uint32_t pdn, uint64_t addr, uint64_t 
 
 uint8_t Firmware::gather(uint32_t pdn, std::span<const pib_wqe_data> sges,
                          std::vector<uint8_t> &out) {
+    return gatherRange(pdn, sges, 0, UINT64_MAX, out);
+}
+
+// Appends bytes [offset, offset + len) of the buffers `sges` describe to
+// `out` (fewer when the buffers end first).
+uint8_t Firmware::gatherRange(uint32_t pdn, std::span<const pib_wqe_data> sges, uint64_t offset,
+                              uint64_t len, std::vector<uint8_t> &out) {
     std::vector<Segment> segments;
     for (const pib_wqe_data &sge : sges) {
+        if (!len)
+            break;
+        if (offset >= sge.byte_count) {
+            offset -= sge.byte_count;
+            continue;
+        }
+        const uint64_t take = std::min<uint64_t>(len, sge.byte_count - offset);
         segments.clear();
-        const uint8_t status = translate(sge.lkey, pdn, sge.addr, sge.byte_count, 0, segments);
+        const uint8_t status = translate(sge.lkey, pdn, sge.addr + offset, take, 0, segments);
         if (status != PIB_WC_SUCCESS)
             return status;
         for (const Segment &s : segments) {
@@ -57,6 +71,8 @@ uint8_t Firmware::gather(uint32_t pdn, std::span<const pib_wqe_data> sges,
             if (!host_.dmaRead(s.addr, out.data() + at, s.len))
                 return PIB_WC_LOC_ACCESS_ERR;
         }
+        offset = 0;
+        len -= take;
     }
     return PIB_WC_SUCCESS;
 }

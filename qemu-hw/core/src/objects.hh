@@ -4,6 +4,7 @@
 
 #include <cstdint>
 
+#include "connected.hh"
 #include "pib_hw.h"
 
 namespace pib {
@@ -56,7 +57,11 @@ struct QueuePair {
     pib_qp_attr attr{}; // current attributes; attr.qp_state is the state
     WorkQueue sq;
     WorkQueue rq;
-    uint32_t nextPsn = 0; // UD: the PSN of the next packet sent
+    uint32_t nextPsn = 0;        // UD: the PSN of the next packet sent
+    Requester req;               // RC, UC
+    Responder resp;              // RC, UC
+    uint64_t timerAt = 0;        // this QP's entry in the firmware's timer set
+    bool lastWqeReached = false; // SRQ: the event was raised
 };
 
 } // namespace pib

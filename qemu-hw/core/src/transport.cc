@@ -33,12 +33,12 @@ uint32_t Firmware::wireQpn(uint32_t qpn, const QueuePair &qp) const {
 }
 
 // Reads the WQE in slot `index` of a ring; false if the ring is unreadable.
-static bool readWqe(const Host &host, const Mtt &mtt, const pib_buf_desc &buf, uint8_t logCount,
-                    uint8_t logStride, uint32_t index, std::vector<uint8_t> &wqe) {
+bool Firmware::readWqe(const pib_buf_desc &buf, uint8_t logCount, uint8_t logStride, uint32_t index,
+                       std::vector<uint8_t> &wqe) const {
     const uint64_t offset = uint64_t{index & ((1u << logCount) - 1)} << logStride;
-    const auto addr = ringAddress(mtt, buf, offset, 1u << logStride);
+    const auto addr = ringAddress(mtt_, buf, offset, 1u << logStride);
     wqe.resize(size_t{1} << logStride);
-    return addr && host.dmaRead(*addr, wqe.data(), wqe.size());
+    return addr && host_.dmaRead(*addr, wqe.data(), wqe.size());
 }
 
 void Firmware::processSendQueue(uint32_t qpn, QueuePair &qp) {
@@ -48,14 +48,21 @@ void Firmware::processSendQueue(uint32_t qpn, QueuePair &qp) {
         return;
     }
     // WQEs posted before RTS wait there; SQD holds new ones too.
-    if (state != PIB_QPS_RTS || !isDatagram(qp.ctx.type))
+    if (state != PIB_QPS_RTS)
         return;
+    if (isDatagram(qp.ctx.type))
+        processDatagramSend(qpn, qp);
+    else
+        processConnectedSend(qpn, qp);
+}
+
+void Firmware::processDatagramSend(uint32_t qpn, QueuePair &qp) {
     std::vector<uint8_t> wqe;
     while (qp.sq.consumer != qp.sq.producer && qp.attr.qp_state == PIB_QPS_RTS) {
         pib_wqe_ctrl ctrl{};
         uint32_t length = 0;
         uint8_t status = PIB_WC_SUCCESS;
-        if (!readWqe(host_, mtt_, qp.ctx.sq_buf, qp.ctx.sq_log_wqe_count, qp.ctx.sq_log_wqe_stride,
+        if (!readWqe(qp.ctx.sq_buf, qp.ctx.sq_log_wqe_count, qp.ctx.sq_log_wqe_stride,
                      qp.sq.consumer, wqe)) {
             host_.guestError("wqe-dma", "QP %u: cannot read send WQE %u", qpn, qp.sq.consumer);
             status = PIB_WC_LOC_QP_OP_ERR;
@@ -64,7 +71,7 @@ void Firmware::processSendQueue(uint32_t qpn, QueuePair &qp) {
             sendUd(qpn, qp, wqe, &length, &status);
         }
         const bool signaled = (ctrl.flags & PIB_WQE_SIGNALED) || (qp.ctx.flags & PIB_QP_SIGNAL_ALL);
-        completeSend(qpn, qp, ctrl.wr_id, PIB_WC_SEND, status, length, signaled);
+        completeSend(qpn, qp, qp.sq.consumer, ctrl.wr_id, PIB_WC_SEND, status, length, signaled);
         ++qp.sq.consumer;
         if (status != PIB_WC_SUCCESS) {
             // IBA 10.8.3: a send error moves the QP to the error state.
@@ -195,8 +202,8 @@ bool Firmware::takeReceiveWqe(QueuePair &qp, std::vector<uint8_t> &wqe, uint16_t
         if (!srq || srq->consumer == srq->producer)
             return false;
         *index = static_cast<uint16_t>(srq->consumer);
-        if (!readWqe(host_, mtt_, srq->ctx.buf, srq->ctx.log_wqe_count, srq->ctx.log_wqe_stride,
-                     srq->consumer, wqe))
+        if (!readWqe(srq->ctx.buf, srq->ctx.log_wqe_count, srq->ctx.log_wqe_stride, srq->consumer,
+                     wqe))
             return false;
         ++srq->consumer;
         const uint32_t left = srq->producer - srq->consumer;
@@ -209,8 +216,8 @@ bool Firmware::takeReceiveWqe(QueuePair &qp, std::vector<uint8_t> &wqe, uint16_t
     if (qp.rq.consumer == qp.rq.producer)
         return false;
     *index = static_cast<uint16_t>(qp.rq.consumer);
-    if (!readWqe(host_, mtt_, qp.ctx.rq_buf, qp.ctx.rq_log_wqe_count, qp.ctx.rq_log_wqe_stride,
-                 qp.rq.consumer, wqe))
+    if (!readWqe(qp.ctx.rq_buf, qp.ctx.rq_log_wqe_count, qp.ctx.rq_log_wqe_stride, qp.rq.consumer,
+                 wqe))
         return false;
     ++qp.rq.consumer;
     return true;
@@ -218,6 +225,13 @@ bool Firmware::takeReceiveWqe(QueuePair &qp, std::vector<uint8_t> &wqe, uint16_t
 
 void Firmware::deliver(unsigned number, const iba::Packet &packet) {
     PortState *p = port(number);
+    if ((packet.bth.opcode & 0xe0) != iba::kTransportUd) {
+        const uint16_t lidMask = static_cast<uint16_t>(~((1u << p->info.lmc) - 1));
+        if (packet.lrh.vl != 15 && p->info.lid && (packet.lrh.dlid & lidMask) == p->info.lid &&
+            p->info.state == PIB_PORT_ACTIVE)
+            deliverConnected(number, packet);
+        return;
+    }
     const uint32_t destQp = packet.bth.destQp;
     const bool vl15 = packet.lrh.vl == 15;
     // QP0 traffic travels on VL15 and nothing else does (IBA 7.6.4).
@@ -312,20 +326,35 @@ void Firmware::deliver(unsigned number, const iba::Packet &packet) {
 // Completes every outstanding WQE of a QP in the error state as flushed
 // (IBA 10.8.3.3).
 void Firmware::flushQp(uint32_t qpn, QueuePair &qp) {
+    // Fetched WQEs first, in order, then those never fetched.
+    while (!qp.req.outstanding.empty()) {
+        const SendWqe w = std::move(qp.req.outstanding.front());
+        qp.req.outstanding.pop_front();
+        completeSend(qpn, qp, w.index, w.wrId, PIB_WC_SEND, PIB_WC_WR_FLUSH_ERR, 0, true);
+    }
+    qp.req.readsInFlight = 0;
+    qp.req.ackDeadline = qp.req.rnrDeadline = 0;
+    scheduleQpTimer(qpn, qp);
     std::vector<uint8_t> wqe;
     while (qp.sq.consumer != qp.sq.producer) {
         pib_wqe_ctrl ctrl{};
-        if (readWqe(host_, mtt_, qp.ctx.sq_buf, qp.ctx.sq_log_wqe_count, qp.ctx.sq_log_wqe_stride,
+        if (readWqe(qp.ctx.sq_buf, qp.ctx.sq_log_wqe_count, qp.ctx.sq_log_wqe_stride,
                     qp.sq.consumer, wqe))
             std::memcpy(&ctrl, wqe.data(), sizeof(ctrl));
-        completeSend(qpn, qp, ctrl.wr_id, PIB_WC_SEND, PIB_WC_WR_FLUSH_ERR, 0, true);
+        completeSend(qpn, qp, qp.sq.consumer, ctrl.wr_id, PIB_WC_SEND, PIB_WC_WR_FLUSH_ERR, 0,
+                     true);
         ++qp.sq.consumer;
     }
-    if (qp.ctx.flags & PIB_QP_USE_SRQ)
+    if (qp.ctx.flags & PIB_QP_USE_SRQ) {
+        // IBA 11.6.3.5: no receive WQE of the SRQ will be used for this QP.
+        if (!qp.lastWqeReached)
+            postAsyncEvent(PIB_ASYNC_QP_LAST_WQE_REACHED, qpn);
+        qp.lastWqeReached = true;
         return;
+    }
     while (qp.rq.consumer != qp.rq.producer) {
         pib_wqe_ctrl ctrl{};
-        if (readWqe(host_, mtt_, qp.ctx.rq_buf, qp.ctx.rq_log_wqe_count, qp.ctx.rq_log_wqe_stride,
+        if (readWqe(qp.ctx.rq_buf, qp.ctx.rq_log_wqe_count, qp.ctx.rq_log_wqe_stride,
                     qp.rq.consumer, wqe))
             std::memcpy(&ctrl, wqe.data(), sizeof(ctrl));
         pib_cqe cqe{};

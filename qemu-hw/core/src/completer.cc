@@ -1,0 +1,330 @@
+// SPDX-License-Identifier: GPL-2.0-or-later
+// The requester's other half (IBA 9.7.5.1): ACKs, NAKs, READ responses and
+// atomic ACKs complete send WQEs in order; the local ACK timeout and RNR
+// NAKs resend, within retry_cnt and rnr_retry.
+#include <cinttypes>
+#include <cstring>
+
+#include "firmware.hh"
+
+namespace pib {
+
+namespace {
+
+// AETH syndromes (IBA 9.3.5, table 43).
+constexpr uint8_t kAethAck = 0;
+constexpr uint8_t kAethRnrNak = 1;
+constexpr uint8_t kAethNak = 3;
+constexpr uint8_t kNakPsnSequence = 0;
+constexpr uint8_t kNakInvalidRequest = 1;
+constexpr uint8_t kNakRemoteAccess = 2;
+
+uint8_t completionOpcode(uint8_t wr) {
+    switch (wr) {
+    case PIB_WR_RDMA_WRITE:
+    case PIB_WR_RDMA_WRITE_IMM:
+        return PIB_WC_RDMA_WRITE;
+    case PIB_WR_RDMA_READ:
+        return PIB_WC_RDMA_READ;
+    case PIB_WR_ATOMIC_CMP_AND_SWP:
+        return PIB_WC_COMP_SWAP;
+    case PIB_WR_ATOMIC_FETCH_AND_ADD:
+        return PIB_WC_FETCH_ADD;
+    default:
+        return PIB_WC_SEND;
+    }
+}
+
+} // namespace
+
+// IBA 9.7.6.1.3: the local ACK timeout is 4.096 us * 2^timeout; 0 means
+// the timer is off.
+uint64_t Firmware::ackTimeoutNs(const QueuePair &qp) const {
+    const unsigned t = std::min<unsigned>(qp.attr.timeout, 31);
+    return t ? uint64_t{4096} << t : 0;
+}
+
+// IBA 9.7.5.2.8, table 45: the RNR NAK timer field in microseconds * 100.
+uint64_t Firmware::rnrDelayNs(uint8_t code) {
+    static constexpr uint32_t kHundredthsOfMs[32] = {
+        65536, 1,    2,    3,    4,    6,     8,     12,    16,    24,   32,
+        48,    64,   96,   128,  192,  256,   384,   512,   768,   1024, 1536,
+        2048,  3072, 4096, 6144, 8192, 12288, 16384, 24576, 32768, 49152};
+    return uint64_t{kHundredthsOfMs[code & 31]} * 10'000;
+}
+
+void Firmware::restartAckTimer(uint32_t qpn, QueuePair &qp) {
+    const uint64_t timeout = ackTimeoutNs(qp);
+    qp.req.ackDeadline = qp.req.outstanding.empty() || !timeout ? 0 : host_.clockNs() + timeout;
+    scheduleQpTimer(qpn, qp);
+}
+
+// Completes WQEs from the head while they are done: UC WQEs once sent, RC
+// ones when acknowledged (marked by ackUpTo), bad ones with their error.
+void Firmware::completeInOrder(uint32_t qpn, QueuePair &qp) {
+    Requester &r = qp.req;
+    while (!r.outstanding.empty()) {
+        SendWqe &w = r.outstanding.front();
+        if (w.localStatus != PIB_WC_SUCCESS) {
+            completeHead(qpn, qp, w.localStatus);
+            return;
+        }
+        const bool done = w.acked || (qp.ctx.type == PIB_QPT_UC && w.sentPackets == w.packets);
+        if (!done)
+            return;
+        completeHead(qpn, qp, PIB_WC_SUCCESS);
+    }
+}
+
+// Completes the oldest outstanding WQE. An error completion moves the QP
+// to the error state and flushes everything after it (IBA 10.8.3.3).
+void Firmware::completeHead(uint32_t qpn, QueuePair &qp, uint8_t status) {
+    Requester &r = qp.req;
+    SendWqe w = std::move(r.outstanding.front());
+    r.outstanding.pop_front();
+    if (w.isReadOrAtomic() && w.packets && r.readsInFlight)
+        --r.readsInFlight;
+    const bool signaled = (w.flags & PIB_WQE_SIGNALED) || (qp.ctx.flags & PIB_QP_SIGNAL_ALL);
+    completeSend(qpn, qp, w.index, w.wrId, completionOpcode(w.opcode), status, w.length, signaled);
+    if (status != PIB_WC_SUCCESS) {
+        host_.trace("qp-error", "QP %u: send WQE %u completed with status %u", qpn, w.index,
+                    status);
+        qp.attr.qp_state = PIB_QPS_ERR;
+        flushQp(qpn, qp);
+    }
+}
+
+// An ACK (or an implied one) for every PSN up to `psn`: SENDs and WRITEs
+// that end there are done. A READ or atomic the ACK passes was answered
+// by responses that got lost: it must be asked again (IBA 9.7.5.1.5).
+void Firmware::ackUpTo(uint32_t qpn, QueuePair &qp, uint32_t psn) {
+    bool progress = false;
+    for (SendWqe &w : qp.req.outstanding) {
+        if (w.packets == 0 || psnDiff(psn, w.lastPsn()) < 0)
+            break;
+        if (w.isReadOrAtomic()) {
+            rewind(qp, psnAdd(w.firstPsn, w.received / pathMtu(qp)));
+            break;
+        }
+        if (!w.acked)
+            progress = true;
+        w.acked = true;
+    }
+    if (progress)
+        qp.req.retriesLeft = qp.attr.retry_cnt;
+    completeInOrder(qpn, qp);
+    if (qp.attr.qp_state != PIB_QPS_ERR && progress)
+        restartAckTimer(qpn, qp);
+}
+
+void Firmware::onResponse(uint32_t qpn, QueuePair &qp, const iba::Packet &packet) {
+    Requester &r = qp.req;
+    const uint8_t state = qp.attr.qp_state;
+    if (qp.ctx.type != PIB_QPT_RC || (state != PIB_QPS_RTS && state != PIB_QPS_SQD) ||
+        r.outstanding.empty())
+        return; // nothing asked: a late or stray response
+    const uint32_t psn = packet.bth.psn;
+    const uint8_t op = packet.bth.opcode & 0x1f;
+    // A response beyond what was sent is not ours to believe.
+    if (psnDiff(psn, r.psn) >= 0) {
+        host_.trace("rc-bad-response", "QP %u: response PSN %u, next request PSN %u", qpn, psn,
+                    r.psn);
+        return;
+    }
+    if (op == iba::kAcknowledge) {
+        const uint8_t syndrome = packet.aeth->syndrome;
+        const uint8_t code = syndrome & 0x1f;
+        switch (syndrome >> 5) {
+        case kAethAck:
+            ackUpTo(qpn, qp, psn);
+            break;
+        case kAethRnrNak:
+            ackUpTo(qpn, qp, psnAdd(psn, 0xffffff));
+            if (qp.attr.qp_state == PIB_QPS_ERR || r.outstanding.empty())
+                return;
+            if (r.rnrRetriesLeft == 0) {
+                completeHead(qpn, qp, PIB_WC_RNR_RETRY_EXC_ERR);
+                return;
+            }
+            if (r.rnrRetriesLeft != 7)
+                --r.rnrRetriesLeft;
+            rewind(qp, psn);
+            r.rnrDeadline = host_.clockNs() + rnrDelayNs(code);
+            r.ackDeadline = 0;
+            scheduleQpTimer(qpn, qp);
+            host_.trace("rc-rnr", "QP %u: RNR NAK at PSN %u, waiting %" PRIu64 " ns", qpn, psn,
+                        rnrDelayNs(code));
+            return;
+        case kAethNak:
+            ackUpTo(qpn, qp, psnAdd(psn, 0xffffff));
+            if (qp.attr.qp_state == PIB_QPS_ERR || r.outstanding.empty())
+                return;
+            if (code == kNakPsnSequence) {
+                host_.trace("rc-seq-nak", "QP %u: PSN sequence error NAK, resending from %u", qpn,
+                            psn);
+                if (r.retriesLeft == 0) {
+                    completeHead(qpn, qp, PIB_WC_RETRY_EXC_ERR);
+                    return;
+                }
+                --r.retriesLeft;
+                rewind(qp, psn);
+                break;
+            }
+            completeHead(qpn, qp,
+                         code == kNakInvalidRequest ? PIB_WC_REM_INV_REQ_ERR
+                         : code == kNakRemoteAccess ? PIB_WC_REM_ACCESS_ERR
+                                                    : PIB_WC_REM_OP_ERR);
+            return;
+        default:
+            return; // reserved syndrome
+        }
+    } else if (op == iba::kAtomicAcknowledge) {
+        ackUpTo(qpn, qp, psnAdd(psn, 0xffffff));
+        if (qp.attr.qp_state == PIB_QPS_ERR || r.outstanding.empty())
+            return;
+        SendWqe &w = r.outstanding.front();
+        if (w.opcode != PIB_WR_ATOMIC_CMP_AND_SWP && w.opcode != PIB_WR_ATOMIC_FETCH_AND_ADD)
+            return;
+        if (w.firstPsn != psn || !packet.atomicAck)
+            return; // a duplicate answer
+        uint8_t bytes[8];
+        std::memcpy(bytes, &*packet.atomicAck, 8); // the original value, host order
+        const uint8_t status = scatter(qp.ctx.pdn, w.sges, bytes, 0);
+        if (status == PIB_WC_SUCCESS)
+            w.acked = true;
+        else
+            w.localStatus = status;
+        qp.req.retriesLeft = qp.attr.retry_cnt;
+        completeInOrder(qpn, qp);
+        if (qp.attr.qp_state != PIB_QPS_ERR)
+            restartAckTimer(qpn, qp);
+    } else if (op >= iba::kReadResponseFirst && op <= iba::kReadResponseOnly) {
+        readResponse(qpn, qp, packet);
+    }
+    if (qp.attr.qp_state == PIB_QPS_RTS)
+        processConnectedSend(qpn, qp);
+}
+
+// A READ response packet: its data lands where the READ's SGEs say, in
+// order; anything out of order is dropped and asked for again.
+void Firmware::readResponse(uint32_t qpn, QueuePair &qp, const iba::Packet &packet) {
+    Requester &r = qp.req;
+    const uint32_t psn = packet.bth.psn;
+    // A response implies ACKs for every request before the READ.
+    SendWqe *w = nullptr;
+    for (SendWqe &o : r.outstanding) {
+        if (o.packets && psnDiff(psn, o.firstPsn) >= 0 && psnDiff(psn, o.lastPsn()) <= 0) {
+            w = &o;
+            break;
+        }
+    }
+    if (!w || w->opcode != PIB_WR_RDMA_READ)
+        return;
+    ackUpTo(qpn, qp, psnAdd(w->firstPsn, 0xffffff));
+    if (qp.attr.qp_state == PIB_QPS_ERR || &r.outstanding.front() != w)
+        return; // an earlier READ or atomic must be answered first
+    const uint32_t mtu = pathMtu(qp);
+    const uint32_t expected = psnAdd(w->firstPsn, w->received / mtu);
+    if (psn != expected) {
+        if (psnDiff(psn, expected) > 0) { // a response got lost: ask again
+            host_.trace("rc-read-gap", "QP %u: READ response PSN %u, expected %u", qpn, psn,
+                        expected);
+            rewind(qp, expected);
+        }
+        return;
+    }
+    const uint8_t op = packet.bth.opcode & 0x1f;
+    const bool last = op == iba::kReadResponseLast || op == iba::kReadResponseOnly;
+    const uint32_t left = w->length - w->received;
+    const size_t len = packet.payload.size();
+    if (len > left || (!last && len != mtu) || (last && len != left)) {
+        host_.trace("rc-bad-response", "QP %u: READ response of %zu bytes, %u left", qpn, len,
+                    left);
+        w->localStatus = PIB_WC_BAD_RESP_ERR;
+        completeInOrder(qpn, qp);
+        return;
+    }
+    const uint8_t status = scatter(qp.ctx.pdn, w->sges, packet.payload, w->received);
+    if (status != PIB_WC_SUCCESS) {
+        w->localStatus = status;
+        completeInOrder(qpn, qp);
+        return;
+    }
+    w->received += static_cast<uint32_t>(len);
+    r.retriesLeft = qp.attr.retry_cnt;
+    if (last)
+        w->acked = true;
+    completeInOrder(qpn, qp);
+    if (qp.attr.qp_state != PIB_QPS_ERR)
+        restartAckTimer(qpn, qp);
+}
+
+// The local ACK timer or an RNR wait of `qpn` ran out.
+void Firmware::qpTimerExpired(uint32_t qpn, QueuePair &qp) {
+    Requester &r = qp.req;
+    const uint64_t now = host_.clockNs();
+    if (qp.attr.qp_state != PIB_QPS_RTS && qp.attr.qp_state != PIB_QPS_SQD) {
+        r.rnrDeadline = r.ackDeadline = 0;
+        return;
+    }
+    if (r.rnrDeadline && r.rnrDeadline <= now) {
+        r.rnrDeadline = 0;
+        processConnectedSend(qpn, qp); // resends what the rewind marked
+        restartAckTimer(qpn, qp);
+        return;
+    }
+    if (!r.ackDeadline || r.ackDeadline > now)
+        return;
+    r.ackDeadline = 0;
+    if (r.outstanding.empty())
+        return;
+    if (r.retriesLeft == 0) {
+        host_.trace("rc-retry-exceeded", "QP %u: no ACK after %u retries", qpn, qp.attr.retry_cnt);
+        completeHead(qpn, qp, PIB_WC_RETRY_EXC_ERR);
+        return;
+    }
+    --r.retriesLeft;
+    const SendWqe &head = r.outstanding.front();
+    const uint32_t from = psnAdd(head.firstPsn, head.received / pathMtu(qp));
+    host_.trace("rc-timeout", "QP %u: local ACK timeout, resending from PSN %u", qpn, from);
+    rewind(qp, from);
+    processConnectedSend(qpn, qp);
+    restartAckTimer(qpn, qp);
+}
+
+// Keeps the one device timer at the earliest deadline of any QP.
+void Firmware::scheduleQpTimer(uint32_t qpn, QueuePair &qp) {
+    if (qp.timerAt)
+        timers_.erase({qp.timerAt, qpn});
+    const uint64_t a = qp.req.ackDeadline, b = qp.req.rnrDeadline;
+    qp.timerAt = a && b ? std::min(a, b) : a ? a : b;
+    if (qp.timerAt)
+        timers_.insert({qp.timerAt, qpn});
+    armDeviceTimer();
+}
+
+void Firmware::armDeviceTimer() {
+    const uint64_t next = timers_.empty() ? Host::kNever : timers_.begin()->first;
+    if (next != armedAt_) {
+        armedAt_ = next;
+        host_.armTimer(next);
+    }
+}
+
+void Firmware::timerExpired() {
+    armedAt_ = Host::kNever;
+    const uint64_t now = host_.clockNs();
+    while (!timers_.empty() && timers_.begin()->first <= now) {
+        const uint32_t qpn = timers_.begin()->second;
+        timers_.erase(timers_.begin());
+        QueuePair *qp = findQp(qpn);
+        if (!qp)
+            continue;
+        qp->timerAt = 0;
+        qpTimerExpired(qpn, *qp);
+        drainLoopback();
+    }
+    armDeviceTimer();
+}
+
+} // namespace pib

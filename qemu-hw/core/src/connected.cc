@@ -1,0 +1,107 @@
+// SPDX-License-Identifier: GPL-2.0-or-later
+// What the RC and UC requester and responder share: the headers of a
+// connected QP's packets, the way out (the port, or straight back in when
+// the destination is this port), and the way in.
+#include <cinttypes>
+
+#include "firmware.hh"
+
+namespace pib {
+
+// Sends a packet of connected QP `qp` to its peer. The caller fills in the
+// BTH opcode and PSN and the extension headers; the path comes from the
+// QP's address vector.
+void Firmware::sendConnected(QueuePair &qp, iba::Packet &packet) {
+    const unsigned portNumber = qp.attr.port_num;
+    PortState *p = port(portNumber);
+    if (!p)
+        return;
+    const pib_av &av = qp.attr.av;
+    packet.lrh.vl = 0;
+    packet.lrh.sl = av.sl & 0xf;
+    packet.lrh.dlid = av.dlid;
+    packet.lrh.slid = static_cast<uint16_t>(p->info.lid | av.src_path_bits);
+    if (av.flags & PIB_AV_GRH) {
+        iba::Grh grh;
+        grh.tclass = av.traffic_class;
+        grh.flowLabel = av.flow_label;
+        grh.hopLimit = av.hop_limit;
+        const uint64_t guid = p->guids[av.sgid_index % PIB_GUID_TABLE_LEN];
+        for (int i = 0; i < 8; ++i) {
+            grh.sgid[i] = static_cast<uint8_t>(p->info.gid_prefix >> (56 - 8 * i));
+            grh.sgid[8 + i] = static_cast<uint8_t>(guid >> (56 - 8 * i));
+        }
+        std::copy(std::begin(av.dgid), std::end(av.dgid), grh.dgid.begin());
+        packet.grh = grh;
+    }
+    packet.bth.pkey = p->pkeys[qp.attr.pkey_index % PIB_PKEY_TABLE_LEN];
+    packet.bth.destQp = qp.attr.dest_qp_num & 0xffffff;
+    if (p->info.state != PIB_PORT_ACTIVE || p->info.phys_state != PIB_PHYS_LINK_UP)
+        return; // lost; RC resends when its timer runs out
+    auto bytes = iba::build(packet);
+    ++p->xmitPackets;
+    p->xmitWords += bytes.size() / 4;
+    const uint16_t lidMask = static_cast<uint16_t>(~((1u << p->info.lmc) - 1));
+    if (p->info.lid && (av.dlid & lidMask) == p->info.lid) {
+        // To ourselves: back in once the current operation is over, as
+        // if it had crossed a wire, so no engine is re-entered.
+        loopback_.push_back({portNumber, std::move(bytes)});
+        return;
+    }
+    if (transmit_)
+        transmit_(portNumber, std::move(bytes));
+}
+
+void Firmware::drainLoopback() {
+    if (drainingLoopback_)
+        return;
+    drainingLoopback_ = true;
+    while (!loopback_.empty()) {
+        auto [portNumber, bytes] = std::move(loopback_.front());
+        loopback_.pop_front();
+        if (PortState *p = port(portNumber)) {
+            ++p->rcvPackets;
+            p->rcvWords += bytes.size() / 4;
+        }
+        iba::ParseError error;
+        if (auto packet = iba::parse(bytes, &error))
+            deliver(portNumber, *packet);
+    }
+    drainingLoopback_ = false;
+}
+
+// A packet for a connected QP of this port.
+void Firmware::deliverConnected(unsigned number, const iba::Packet &packet) {
+    const uint32_t qpn = packet.bth.destQp;
+    QueuePair *qp = qpn >= PIB_FIRST_QPN ? findQp(qpn) : nullptr;
+    const uint8_t transport = packet.bth.opcode & 0xe0;
+    const uint8_t wanted = transport == iba::kTransportRc ? PIB_QPT_RC : PIB_QPT_UC;
+    if (!qp || qp->ctx.type != wanted || qp->attr.port_num != number ||
+        qp->attr.qp_state < PIB_QPS_RTR) {
+        host_.trace("rc-drop", "port %u: packet for QP %u, which cannot take it", number, qpn);
+        return;
+    }
+    // IBA 9.6.1: a connected QP takes packets from its peer only, with the
+    // P_Key it was given.
+    PortState *p = port(number);
+    const uint16_t pkey = p->pkeys[qp->attr.pkey_index % PIB_PKEY_TABLE_LEN];
+    if ((pkey & 0x7fff) != (packet.bth.pkey & 0x7fff) ||
+        !(pkey & 0x8000 || packet.bth.pkey & 0x8000)) {
+        ++p->info.bad_pkey_cntr;
+        return;
+    }
+    if (packet.lrh.slid != qp->attr.av.dlid) {
+        host_.trace("rc-drop", "QP %u: packet from LID %u, connected to LID %u", qpn,
+                    packet.lrh.slid, qp->attr.av.dlid);
+        return;
+    }
+    const uint8_t op = packet.bth.opcode & 0x1f;
+    const bool response = transport == iba::kTransportRc && op >= iba::kReadResponseFirst &&
+                          op <= iba::kAtomicAcknowledge;
+    if (response)
+        onResponse(qpn, *qp, packet);
+    else
+        onRequest(qpn, *qp, packet);
+}
+
+} // namespace pib

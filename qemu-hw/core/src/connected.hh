@@ -1,0 +1,95 @@
+// SPDX-License-Identifier: GPL-2.0-or-later
+// The state of a connected QP (RC, UC) beyond its attributes: what the
+// requester has sent and not yet completed, and where the responder is in
+// the request stream (IBA 9.7).
+#pragma once
+
+#include <cstdint>
+#include <deque>
+#include <vector>
+
+#include "pib_hw.h"
+
+namespace pib {
+
+// PSNs are 24-bit sequence numbers compared within half their space.
+inline uint32_t psnAdd(uint32_t psn, uint32_t n) {
+    return (psn + n) & 0xffffff;
+}
+// Negative when a comes before b.
+inline int32_t psnDiff(uint32_t a, uint32_t b) {
+    return static_cast<int32_t>((a - b) << 8) >> 8;
+}
+
+// A send WQE the requester has fetched, kept until it completes. The
+// device copies what it needs from the WQE; the data stays in guest memory
+// and is read again if a packet must be resent.
+struct SendWqe {
+    uint32_t index = 0; // SQ slot count at fetch: the CQE's wqe_index
+    uint64_t wrId = 0;
+    uint8_t opcode = 0; // PIB_WR_*
+    uint8_t flags = 0;  // PIB_WQE_*
+    uint32_t imm = 0;   // wire order
+    uint64_t remoteAddr = 0;
+    uint32_t rkey = 0;
+    uint64_t swapAdd = 0;
+    uint64_t compare = 0;
+    std::vector<pib_wqe_data> sges;
+    std::vector<uint8_t> inlineData;
+    uint32_t length = 0;                  // bytes of the message
+    uint32_t firstPsn = 0;                // of its first request (READ: first response) packet
+    uint32_t packets = 0;                 // PSNs it uses
+    uint32_t sentPackets = 0;             // of `packets`, sent (since the last rewind)
+    uint32_t received = 0;                // READ: response bytes placed so far
+    bool acked = false;                   // RC: every packet acknowledged (or answered)
+    uint8_t localStatus = PIB_WC_SUCCESS; // a local error completes it so
+
+    bool isReadOrAtomic() const {
+        return opcode == PIB_WR_RDMA_READ || opcode == PIB_WR_ATOMIC_CMP_AND_SWP ||
+               opcode == PIB_WR_ATOMIC_FETCH_AND_ADD;
+    }
+    uint32_t lastPsn() const { return psnAdd(firstPsn, packets - 1); }
+};
+
+struct Requester {
+    std::deque<SendWqe> outstanding; // fetched, not completed; in order
+    uint32_t psn = 0;                // PSN of the next new request packet
+    unsigned readsInFlight = 0;      // READ and atomic requests unanswered
+    unsigned retriesLeft = 0;        // for the local ACK timeout
+    unsigned rnrRetriesLeft = 0;     // 7 = infinite
+    uint64_t ackDeadline = 0;        // local ACK timeout; 0 when not armed
+    uint64_t rnrDeadline = 0;        // resend after an RNR NAK; 0 when not waiting
+};
+
+// A READ or atomic request the responder executed, kept so a duplicate
+// of it is answered again (IBA 9.7.5.1.3).
+struct ReplayEntry {
+    uint32_t psn = 0;
+    uint32_t packets = 0; // response PSNs
+    bool atomic = false;
+    uint64_t va = 0;
+    uint32_t rkey = 0;
+    uint32_t length = 0;
+    uint64_t original = 0; // atomic: the value before the operation
+};
+
+struct Responder {
+    uint32_t expectedPsn = 0;
+    uint32_t msn = 0;         // messages completed (AETH)
+    bool nakSent = false;     // a PSN sequence error NAK awaits the expected PSN
+    bool established = false; // COMM_EST was raised
+    // The message in progress.
+    enum class InMessage : uint8_t { kNone, kSend, kWrite } in = InMessage::kNone;
+    bool haveWqe = false; // SEND: a receive WQE is claimed
+    uint64_t wrId = 0;
+    uint16_t wqeIndex = 0;
+    std::vector<pib_wqe_data> sges;
+    uint32_t received = 0;           // bytes of this message so far
+    uint8_t status = PIB_WC_SUCCESS; // UC: a local error drops the message
+    uint64_t writeVa = 0;
+    uint32_t writeRkey = 0;
+    uint32_t writeLength = 0;
+    std::deque<ReplayEntry> replay; // at most max_dest_rd_atomic, oldest first
+};
+
+} // namespace pib

@@ -1,0 +1,261 @@
+// SPDX-License-Identifier: GPL-2.0-or-later
+// The requester of the connected transports (IBA 9.7.4): send WQEs of RC
+// and UC QPs fetched by DMA, cut into request packets at the path MTU,
+// and resent from any PSN when the responder or the ACK timer asks.
+#include <cinttypes>
+#include <cstring>
+
+#include "firmware.hh"
+#include "limits.hh"
+#include "ring.hh"
+
+namespace pib {
+
+namespace {
+
+// Outstanding WQEs per QP: bounds the memory a QP holds and, with the
+// MTU, how many packets are in flight unacknowledged.
+constexpr size_t kMaxOutstanding = 128;
+
+uint32_t mtuBytes(uint8_t code) {
+    return code >= 1 && code <= 5 ? 128u << code : 256;
+}
+
+bool validFor(uint8_t type, uint8_t opcode) {
+    switch (opcode) {
+    case PIB_WR_SEND:
+    case PIB_WR_SEND_IMM:
+    case PIB_WR_RDMA_WRITE:
+    case PIB_WR_RDMA_WRITE_IMM:
+        return true;
+    case PIB_WR_RDMA_READ:
+    case PIB_WR_ATOMIC_CMP_AND_SWP:
+    case PIB_WR_ATOMIC_FETCH_AND_ADD:
+        return type == PIB_QPT_RC;
+    default:
+        return false;
+    }
+}
+
+} // namespace
+
+uint32_t Firmware::pathMtu(const QueuePair &qp) const {
+    return mtuBytes(qp.attr.path_mtu);
+}
+
+// Reads send WQE `index` into `w`. Returns PIB_WC_SUCCESS or the status
+// the WQE completes with: a bad WQE still takes its place in the queue.
+uint8_t Firmware::fetchSendWqe(uint32_t qpn, QueuePair &qp, uint32_t index, SendWqe &w) {
+    std::vector<uint8_t> wqe;
+    w.index = index;
+    if (!readWqe(qp.ctx.sq_buf, qp.ctx.sq_log_wqe_count, qp.ctx.sq_log_wqe_stride, index, wqe)) {
+        host_.guestError("wqe-dma", "QP %u: cannot read send WQE %u", qpn, index);
+        return PIB_WC_LOC_QP_OP_ERR;
+    }
+    pib_wqe_ctrl ctrl;
+    std::memcpy(&ctrl, wqe.data(), sizeof(ctrl));
+    w.wrId = ctrl.wr_id;
+    w.opcode = ctrl.opcode;
+    w.flags = ctrl.flags;
+    w.imm = ctrl.imm;
+    const size_t used = size_t{ctrl.num_ds} * 16;
+    size_t off = sizeof(pib_wqe_ctrl);
+    const bool remote = w.opcode != PIB_WR_SEND && w.opcode != PIB_WR_SEND_IMM;
+    const bool atomic =
+        w.opcode == PIB_WR_ATOMIC_CMP_AND_SWP || w.opcode == PIB_WR_ATOMIC_FETCH_AND_ADD;
+    const size_t headers =
+        off + (remote ? sizeof(pib_wqe_raddr) : 0) + (atomic ? sizeof(pib_wqe_atomic) : 0);
+    if (!validFor(qp.ctx.type, w.opcode) || used < headers || used > wqe.size()) {
+        host_.guestError("wqe-bad", "QP %u WQE %u: opcode %u with %u segments", qpn, index,
+                         ctrl.opcode, ctrl.num_ds);
+        return PIB_WC_LOC_QP_OP_ERR;
+    }
+    if (remote) {
+        pib_wqe_raddr raddr;
+        std::memcpy(&raddr, wqe.data() + off, sizeof(raddr));
+        w.remoteAddr = raddr.remote_addr;
+        w.rkey = raddr.rkey;
+        off += sizeof(raddr);
+    }
+    if (atomic) {
+        pib_wqe_atomic a;
+        std::memcpy(&a, wqe.data() + off, sizeof(a));
+        w.swapAdd = a.swap_add;
+        w.compare = a.compare;
+        off += sizeof(a);
+    }
+    uint64_t length = 0;
+    if (w.flags & PIB_WQE_INLINE) {
+        uint32_t count;
+        std::memcpy(&count, wqe.data() + off, 4);
+        count &= ~PIB_INLINE_FLAG;
+        if (w.opcode == PIB_WR_RDMA_READ || atomic || 4 + size_t{count} > used - off ||
+            count > caps_.max_inline_data) {
+            host_.guestError("wqe-bad", "QP %u WQE %u: %u inline bytes", qpn, index, count);
+            return PIB_WC_LOC_LEN_ERR;
+        }
+        w.inlineData.assign(wqe.data() + off + 4, wqe.data() + off + 4 + count);
+        length = count;
+    } else {
+        w.sges.resize((used - off) / sizeof(pib_wqe_data));
+        std::memcpy(w.sges.data(), wqe.data() + off, w.sges.size() * sizeof(pib_wqe_data));
+        // Zero-length SGEs are skipped, as verbs allow.
+        std::erase_if(w.sges, [](const pib_wqe_data &s) { return s.byte_count == 0; });
+        std::vector<Segment> segments;
+        const uint32_t access = w.opcode == PIB_WR_RDMA_READ || atomic ? PIB_ACCESS_LOCAL_WRITE : 0;
+        for (const pib_wqe_data &s : w.sges) {
+            segments.clear();
+            const uint8_t status =
+                translate(s.lkey, qp.ctx.pdn, s.addr, s.byte_count, access, segments);
+            if (status != PIB_WC_SUCCESS) {
+                host_.guestError("wqe-bad-key", "QP %u WQE %u: L_Key 0x%x at 0x%" PRIx64, qpn,
+                                 index, s.lkey, s.addr);
+                return status;
+            }
+            length += s.byte_count;
+        }
+    }
+    if (length > limits::kMaxMsgSize || (atomic && length != 8))
+        return PIB_WC_LOC_LEN_ERR;
+    w.length = static_cast<uint32_t>(length);
+    const uint32_t mtu = pathMtu(qp);
+    w.packets = atomic ? 1 : std::max<uint32_t>(1, (w.length + mtu - 1) / mtu);
+    return PIB_WC_SUCCESS;
+}
+
+void Firmware::processConnectedSend(uint32_t qpn, QueuePair &qp) {
+    Requester &r = qp.req;
+    if (r.rnrDeadline)
+        return; // an RNR NAK asked us to wait
+    // Resend what a rewind asked for, then send new work.
+    for (SendWqe &w : r.outstanding)
+        if (!sendRequestPackets(qpn, qp, w))
+            return;
+    const unsigned maxReads = std::max<unsigned>(1, qp.attr.max_rd_atomic);
+    while (qp.sq.consumer != qp.sq.producer && qp.attr.qp_state == PIB_QPS_RTS &&
+           r.outstanding.size() < kMaxOutstanding) {
+        SendWqe w;
+        const uint8_t status = fetchSendWqe(qpn, qp, qp.sq.consumer, w);
+        if (status == PIB_WC_SUCCESS) {
+            // IBA 10.8.3.3: reads and atomics beyond max_rd_atomic, and a
+            // fenced WQE behind unanswered ones, wait.
+            if (w.isReadOrAtomic() && r.readsInFlight >= maxReads)
+                break;
+            if ((w.flags & PIB_WQE_FENCE) && r.readsInFlight)
+                break;
+        }
+        ++qp.sq.consumer;
+        if (status != PIB_WC_SUCCESS) {
+            // Completes in error once everything before it has completed.
+            w.packets = 0;
+            w.localStatus = status;
+            r.outstanding.push_back(std::move(w));
+            completeInOrder(qpn, qp);
+            return;
+        }
+        w.firstPsn = r.psn;
+        r.psn = psnAdd(r.psn, w.packets);
+        if (w.isReadOrAtomic())
+            ++r.readsInFlight;
+        r.outstanding.push_back(std::move(w));
+        if (!sendRequestPackets(qpn, qp, r.outstanding.back()))
+            return;
+        if (qp.ctx.type == PIB_QPT_UC) // unacknowledged: done once sent
+            completeInOrder(qpn, qp);
+    }
+    if (qp.ctx.type == PIB_QPT_RC && !r.outstanding.empty() && !r.ackDeadline)
+        restartAckTimer(qpn, qp);
+}
+
+// Sends the packets of `w` not yet sent. False when the QP went to the
+// error state on the way.
+bool Firmware::sendRequestPackets(uint32_t qpn, QueuePair &qp, SendWqe &w) {
+    const uint32_t mtu = pathMtu(qp);
+    const bool uc = qp.ctx.type == PIB_QPT_UC;
+    const uint8_t transport = uc ? iba::kTransportUc : iba::kTransportRc;
+    while (w.sentPackets < w.packets) {
+        const uint32_t i = w.sentPackets;
+        const bool first = i == 0, last = i == w.packets - 1;
+        iba::Packet p;
+        p.bth.psn = psnAdd(w.firstPsn, i);
+        uint8_t op = 0;
+        switch (w.opcode) {
+        case PIB_WR_SEND:
+        case PIB_WR_SEND_IMM: {
+            const bool imm = w.opcode == PIB_WR_SEND_IMM;
+            op = w.packets == 1 ? (imm ? iba::kSendOnlyImm : iba::kSendOnly)
+                 : first        ? iba::kSendFirst
+                 : last         ? (imm ? iba::kSendLastImm : iba::kSendLast)
+                                : iba::kSendMiddle;
+            break;
+        }
+        case PIB_WR_RDMA_WRITE:
+        case PIB_WR_RDMA_WRITE_IMM: {
+            const bool imm = w.opcode == PIB_WR_RDMA_WRITE_IMM;
+            op = w.packets == 1 ? (imm ? iba::kWriteOnlyImm : iba::kWriteOnly)
+                 : first        ? iba::kWriteFirst
+                 : last         ? (imm ? iba::kWriteLastImm : iba::kWriteLast)
+                                : iba::kWriteMiddle;
+            if (first)
+                p.reth = iba::Reth{w.remoteAddr, w.rkey, w.length};
+            break;
+        }
+        case PIB_WR_RDMA_READ: {
+            // One request for what has not arrived yet (all of it, unless
+            // a rewind found part of the response already placed).
+            op = iba::kReadRequest;
+            p.bth.psn = psnAdd(w.firstPsn, w.received / mtu);
+            p.reth = iba::Reth{w.remoteAddr + w.received, w.rkey, w.length - w.received};
+            break;
+        }
+        case PIB_WR_ATOMIC_CMP_AND_SWP:
+        case PIB_WR_ATOMIC_FETCH_AND_ADD:
+            op = w.opcode == PIB_WR_ATOMIC_CMP_AND_SWP ? iba::kCompareSwap : iba::kFetchAdd;
+            p.atomicEth = iba::AtomicEth{w.remoteAddr, w.rkey, w.swapAdd, w.compare};
+            break;
+        }
+        p.bth.opcode = static_cast<uint8_t>(transport | op);
+        if (iba::layoutOf(p.bth.opcode).imm)
+            p.imm = __builtin_bswap32(w.imm);
+        if (iba::layoutOf(p.bth.opcode).payload && !w.isReadOrAtomic()) {
+            const uint32_t offset = i * mtu;
+            const uint32_t len = std::min(mtu, w.length - offset);
+            if (!w.inlineData.empty())
+                p.payload.assign(w.inlineData.begin() + offset,
+                                 w.inlineData.begin() + offset + len);
+            else if (const uint8_t status = gatherRange(qp.ctx.pdn, w.sges, offset, len, p.payload);
+                     status != PIB_WC_SUCCESS) {
+                host_.guestError("wqe-dma", "QP %u WQE %u: cannot read its data", qpn, w.index);
+                w.localStatus = status;
+                w.packets = w.sentPackets; // nothing more of it goes out
+                completeInOrder(qpn, qp);
+                return false;
+            }
+        }
+        if (last && (w.opcode == PIB_WR_SEND || w.opcode == PIB_WR_SEND_IMM ||
+                     w.opcode == PIB_WR_RDMA_WRITE_IMM))
+            p.bth.solicited = w.flags & PIB_WQE_SOLICITED;
+        // RC asks for an ACK at the end of each SEND and WRITE (reads and
+        // atomics are answered anyway); the responder's one ACK covers
+        // every packet before it.
+        p.bth.ackReq = !uc && last && !w.isReadOrAtomic();
+        sendConnected(qp, p);
+        w.sentPackets = w.isReadOrAtomic() ? w.packets : i + 1;
+    }
+    return true;
+}
+
+// Resends from `psn` on: every outstanding WQE from the one that holds it.
+void Firmware::rewind(QueuePair &qp, uint32_t psn) {
+    for (SendWqe &w : qp.req.outstanding) {
+        const int32_t d = psnDiff(psn, w.firstPsn);
+        if (d >= static_cast<int32_t>(w.packets))
+            continue;
+        if (w.isReadOrAtomic())
+            w.sentPackets = 0; // the request again, for what is missing
+        else
+            w.sentPackets = d > 0 ? static_cast<uint32_t>(d) : 0;
+    }
+}
+
+} // namespace pib

@@ -1,0 +1,443 @@
+// SPDX-License-Identifier: GPL-2.0-or-later
+// The responder of the connected transports (IBA 9.7.5.2): request packets
+// checked in PSN order, SEND data into receive WQEs, RDMA WRITE data into
+// memory regions, READ responses and atomics, duplicates answered again,
+// and the NAKs of IBA 9.7.5.2.
+#include <cinttypes>
+#include <cstring>
+
+#include "firmware.hh"
+#include "limits.hh"
+
+namespace pib {
+
+namespace {
+
+constexpr uint8_t kAckSyndrome = 0x1f; // ACK, no end-to-end credits (IBA 9.7.7.2)
+constexpr uint8_t kRnrNak = 0x20;
+constexpr uint8_t kNak = 0x60;
+constexpr uint8_t kNakPsnSequence = 0;
+constexpr uint8_t kNakInvalidRequest = 1;
+constexpr uint8_t kNakRemoteAccess = 2;
+constexpr uint8_t kNakRemoteOperational = 3;
+
+bool isFirstOrOnly(uint8_t op) {
+    return op == iba::kSendFirst || op == iba::kSendOnly || op == iba::kSendOnlyImm ||
+           op == iba::kWriteFirst || op == iba::kWriteOnly || op == iba::kWriteOnlyImm;
+}
+bool isSend(uint8_t op) {
+    return op <= iba::kSendOnlyImm;
+}
+bool isWrite(uint8_t op) {
+    return op >= iba::kWriteFirst && op <= iba::kWriteOnlyImm;
+}
+bool endsMessage(uint8_t op) {
+    return op == iba::kSendLast || op == iba::kSendLastImm || op == iba::kSendOnly ||
+           op == iba::kSendOnlyImm || op == iba::kWriteLast || op == iba::kWriteLastImm ||
+           op == iba::kWriteOnly || op == iba::kWriteOnlyImm;
+}
+
+} // namespace
+
+void Firmware::sendAck(QueuePair &qp, uint32_t psn, uint8_t syndrome) {
+    iba::Packet p;
+    p.bth.opcode = iba::kAcknowledge;
+    p.bth.psn = psn;
+    p.aeth = iba::Aeth{syndrome, qp.resp.msn};
+    sendConnected(qp, p);
+}
+
+// Translates an R_Key range for this QP: its PD, its access flags and the
+// region's (IBA 10.6.3.2). False when the responder must NAK.
+bool Firmware::remoteRange(const QueuePair &qp, uint32_t rkey, uint64_t va, uint64_t len,
+                           uint32_t access, std::vector<Segment> &out) {
+    out.clear();
+    if ((qp.attr.qp_access_flags & access) != access)
+        return false;
+    return translate(rkey, qp.ctx.pdn, va, len, access, out) == PIB_WC_SUCCESS;
+}
+
+// A fatal responder error: NAK it, complete the receive WQE in use, and
+// move the QP to the error state with its async event.
+void Firmware::responderError(uint32_t qpn, QueuePair &qp, uint32_t psn, uint8_t nakCode,
+                              uint8_t wcStatus, const char *why) {
+    host_.trace("rc-responder-error", "QP %u PSN %u: %s", qpn, psn, why);
+    Responder &s = qp.resp;
+    if (qp.ctx.type == PIB_QPT_RC)
+        sendAck(qp, psn, static_cast<uint8_t>(kNak | nakCode));
+    if (s.haveWqe) {
+        pib_cqe cqe{};
+        cqe.wr_id = s.wrId;
+        cqe.qpn = qpn;
+        cqe.opcode = PIB_WC_RECV;
+        cqe.status = wcStatus;
+        cqe.wqe_index = s.wqeIndex;
+        postCqe(qp.ctx.recv_cqn, cqe, false);
+        s.haveWqe = false;
+    }
+    s.in = Responder::InMessage::kNone;
+    qp.attr.qp_state = PIB_QPS_ERR;
+    postAsyncEvent(nakCode == kNakRemoteAccess ? PIB_ASYNC_QP_ACCESS_ERR : PIB_ASYNC_QP_REQ_ERR,
+                   qpn);
+    flushQp(qpn, qp);
+}
+
+// Claims the next receive WQE for an incoming message.
+bool Firmware::claimReceiveWqe(QueuePair &qp) {
+    Responder &s = qp.resp;
+    if (s.haveWqe)
+        return true;
+    std::vector<uint8_t> wqe;
+    uint16_t index = 0;
+    if (!takeReceiveWqe(qp, wqe, &index))
+        return false;
+    pib_wqe_ctrl ctrl;
+    std::memcpy(&ctrl, wqe.data(), sizeof(ctrl));
+    s.wrId = ctrl.wr_id;
+    s.wqeIndex = index;
+    const size_t used = size_t{ctrl.num_ds} * 16;
+    s.sges.clear();
+    s.status = PIB_WC_SUCCESS;
+    if (used < sizeof(ctrl) || used > wqe.size()) {
+        s.status = PIB_WC_LOC_QP_OP_ERR;
+    } else {
+        s.sges.resize((used - sizeof(ctrl)) / sizeof(pib_wqe_data));
+        std::memcpy(s.sges.data(), wqe.data() + sizeof(ctrl), s.sges.size() * sizeof(pib_wqe_data));
+    }
+    s.haveWqe = true;
+    return true;
+}
+
+void Firmware::completeReceive(uint32_t qpn, QueuePair &qp, const iba::Packet &packet,
+                               uint8_t opcode, uint32_t length) {
+    Responder &s = qp.resp;
+    pib_cqe cqe{};
+    cqe.wr_id = s.wrId;
+    cqe.qpn = qpn;
+    cqe.byte_len = length;
+    cqe.src_qp = qp.attr.dest_qp_num;
+    cqe.slid = packet.lrh.slid;
+    cqe.sl = packet.lrh.sl;
+    cqe.wqe_index = s.wqeIndex;
+    cqe.opcode = opcode;
+    cqe.status = s.status;
+    if (packet.imm) {
+        cqe.imm = __builtin_bswap32(*packet.imm);
+        cqe.flags |= PIB_CQE_WITH_IMM;
+    }
+    s.haveWqe = false;
+    postCqe(qp.ctx.recv_cqn, cqe, packet.bth.solicited);
+}
+
+void Firmware::onRequest(uint32_t qpn, QueuePair &qp, const iba::Packet &packet) {
+    Responder &s = qp.resp;
+    const uint8_t state = qp.attr.qp_state;
+    if (state != PIB_QPS_RTR && state != PIB_QPS_RTS && state != PIB_QPS_SQD)
+        return;
+    const bool rc = qp.ctx.type == PIB_QPT_RC;
+    const uint8_t op = packet.bth.opcode & 0x1f;
+    const uint32_t psn = packet.bth.psn;
+    if (state == PIB_QPS_RTR && !s.established) {
+        s.established = true; // IBA 11.6.3: the first packet in RTR
+        postAsyncEvent(PIB_ASYNC_COMM_EST, qpn);
+    }
+    const int32_t d = psnDiff(psn, s.expectedPsn);
+    if (rc && d < 0) {
+        duplicateRequest(qpn, qp, packet);
+        return;
+    }
+    if (rc && d > 0) {
+        // IBA 9.7.5.2.2: one NAK per gap, until the expected PSN arrives.
+        if (!s.nakSent)
+            sendAck(qp, s.expectedPsn, kNak | kNakPsnSequence);
+        s.nakSent = true;
+        return;
+    }
+    if (!rc && d != 0) {
+        // UC: packets were lost. The message in progress is dropped; a new
+        // one may start here (IBA 9.8.3).
+        s.in = Responder::InMessage::kNone;
+        s.received = 0;
+        s.expectedPsn = psn;
+        if (!isFirstOrOnly(op)) {
+            s.expectedPsn = psnAdd(psn, 1);
+            return;
+        }
+    }
+    s.nakSent = false;
+
+    // The opcode must continue the message in progress, or start one.
+    const bool continues = op == iba::kSendMiddle || op == iba::kSendLast ||
+                           op == iba::kSendLastImm || op == iba::kWriteMiddle ||
+                           op == iba::kWriteLast || op == iba::kWriteLastImm;
+    const bool ok = continues ? (s.in == Responder::InMessage::kSend && isSend(op)) ||
+                                    (s.in == Responder::InMessage::kWrite && isWrite(op))
+                              : s.in == Responder::InMessage::kNone;
+    const uint32_t mtu = pathMtu(qp);
+    const size_t len = packet.payload.size();
+    const bool middleSized = op == iba::kSendFirst || op == iba::kSendMiddle ||
+                             op == iba::kWriteFirst || op == iba::kWriteMiddle;
+    if (!ok || (middleSized ? len != mtu : len > mtu)) {
+        if (!rc) { // UC drops the message and waits for the next first packet
+            s.in = Responder::InMessage::kNone;
+            s.expectedPsn = psnAdd(psn, 1);
+            return;
+        }
+        responderError(qpn, qp, psn, kNakInvalidRequest, PIB_WC_REM_INV_REQ_ERR,
+                       "opcode out of sequence or bad length");
+        return;
+    }
+
+    if (op == iba::kReadRequest || op == iba::kCompareSwap || op == iba::kFetchAdd) {
+        if (!rc) // UC has neither (the layout table already refuses them)
+            return;
+        if (op == iba::kReadRequest)
+            readRequest(qpn, qp, packet);
+        else
+            atomicRequest(qpn, qp, packet);
+        return;
+    }
+
+    std::vector<Segment> segments;
+    if (isSend(op)) {
+        if (s.in == Responder::InMessage::kNone) {
+            if (!claimReceiveWqe(qp)) {
+                if (rc) // IBA 9.7.5.2.8: the requester tries again later
+                    sendAck(qp, psn, static_cast<uint8_t>(kRnrNak | (qp.attr.min_rnr_timer & 31)));
+                else
+                    s.expectedPsn = psnAdd(psn, 1); // UC: the message is lost
+                return;
+            }
+            s.in = Responder::InMessage::kSend;
+            s.received = 0;
+        }
+        if (s.status == PIB_WC_SUCCESS && len)
+            s.status = scatter(qp.ctx.pdn, s.sges, packet.payload, s.received);
+        if (s.status != PIB_WC_SUCCESS && rc) {
+            responderError(qpn, qp, psn, kNakInvalidRequest, s.status,
+                           "the receive WQE cannot take the data");
+            return;
+        }
+        s.received += static_cast<uint32_t>(len);
+    } else { // RDMA WRITE
+        if (s.in == Responder::InMessage::kNone) {
+            const iba::Reth &reth = *packet.reth;
+            if (reth.length > limits::kMaxMsgSize ||
+                !remoteRange(qp, reth.rkey, reth.va, reth.length, PIB_ACCESS_REMOTE_WRITE,
+                             segments)) {
+                if (rc)
+                    responderError(qpn, qp, psn, kNakRemoteAccess, PIB_WC_REM_ACCESS_ERR,
+                                   "RDMA WRITE outside what the R_Key allows");
+                else
+                    s.expectedPsn = psnAdd(psn, 1);
+                return;
+            }
+            if (op == iba::kWriteOnlyImm && !claimReceiveWqe(qp)) {
+                if (rc)
+                    sendAck(qp, psn, static_cast<uint8_t>(kRnrNak | (qp.attr.min_rnr_timer & 31)));
+                else
+                    s.expectedPsn = psnAdd(psn, 1);
+                return;
+            }
+            s.in = Responder::InMessage::kWrite;
+            s.received = 0;
+            s.writeVa = reth.va;
+            s.writeRkey = reth.rkey;
+            s.writeLength = reth.length;
+        }
+        if (op == iba::kWriteLastImm && !claimReceiveWqe(qp)) {
+            if (rc)
+                sendAck(qp, psn, static_cast<uint8_t>(kRnrNak | (qp.attr.min_rnr_timer & 31)));
+            else {
+                s.in = Responder::InMessage::kNone;
+                s.expectedPsn = psnAdd(psn, 1);
+            }
+            return;
+        }
+        const bool last = endsMessage(op);
+        if (s.received + len > s.writeLength || (last && s.received + len != s.writeLength)) {
+            if (rc)
+                responderError(qpn, qp, psn, kNakInvalidRequest, PIB_WC_REM_INV_REQ_ERR,
+                               "RDMA WRITE longer or shorter than its RETH says");
+            else {
+                s.in = Responder::InMessage::kNone;
+                s.expectedPsn = psnAdd(psn, 1);
+            }
+            return;
+        }
+        if (len) {
+            // In order, packet by packet: the last byte lands last.
+            remoteRange(qp, s.writeRkey, s.writeVa + s.received, len, PIB_ACCESS_REMOTE_WRITE,
+                        segments);
+            size_t at = 0;
+            for (const Segment &seg : segments) {
+                if (!host_.dmaWrite(seg.addr, packet.payload.data() + at, seg.len)) {
+                    responderError(qpn, qp, psn, kNakRemoteOperational, PIB_WC_REM_OP_ERR,
+                                   "RDMA WRITE to guest memory the device cannot reach");
+                    return;
+                }
+                at += seg.len;
+            }
+        }
+        s.received += static_cast<uint32_t>(len);
+    }
+
+    s.expectedPsn = psnAdd(psn, 1);
+    if (endsMessage(op)) {
+        ++s.msn;
+        s.in = Responder::InMessage::kNone;
+        if (isSend(op))
+            completeReceive(qpn, qp, packet, PIB_WC_RECV, s.received);
+        else if (op == iba::kWriteLastImm || op == iba::kWriteOnlyImm)
+            completeReceive(qpn, qp, packet, PIB_WC_RECV_RDMA_WITH_IMM, s.writeLength);
+    }
+    if (rc && packet.bth.ackReq)
+        sendAck(qp, psn, kAckSyndrome);
+}
+
+// An RDMA READ request: the responses go out at once, one PSN each.
+void Firmware::readRequest(uint32_t qpn, QueuePair &qp, const iba::Packet &packet) {
+    Responder &s = qp.resp;
+    const iba::Reth &reth = *packet.reth;
+    std::vector<Segment> segments;
+    if (reth.length > limits::kMaxMsgSize ||
+        !remoteRange(qp, reth.rkey, reth.va, reth.length, PIB_ACCESS_REMOTE_READ, segments)) {
+        responderError(qpn, qp, packet.bth.psn, kNakRemoteAccess, PIB_WC_REM_ACCESS_ERR,
+                       "RDMA READ outside what the R_Key allows");
+        return;
+    }
+    ReplayEntry e;
+    e.psn = packet.bth.psn;
+    e.va = reth.va;
+    e.rkey = reth.rkey;
+    e.length = reth.length;
+    const uint32_t mtu = pathMtu(qp);
+    e.packets = std::max<uint32_t>(1, (reth.length + mtu - 1) / mtu);
+    s.expectedPsn = psnAdd(e.psn, e.packets);
+    ++s.msn;
+    remember(qp, e);
+    sendReadResponses(qpn, qp, e, e.psn);
+}
+
+// Sends the responses of READ `e` from PSN `from` on.
+void Firmware::sendReadResponses(uint32_t qpn, QueuePair &qp, const ReplayEntry &e, uint32_t from) {
+    const uint32_t mtu = pathMtu(qp);
+    std::vector<Segment> segments;
+    for (uint32_t i = static_cast<uint32_t>(psnDiff(from, e.psn)); i < e.packets; ++i) {
+        iba::Packet p;
+        const uint32_t offset = i * mtu;
+        const uint32_t len = std::min(mtu, e.length - offset);
+        p.bth.psn = psnAdd(e.psn, i);
+        p.bth.opcode = e.packets == 1       ? iba::kReadResponseOnly
+                       : i == 0             ? iba::kReadResponseFirst
+                       : i == e.packets - 1 ? iba::kReadResponseLast
+                                            : iba::kReadResponseMiddle;
+        if (iba::layoutOf(p.bth.opcode).aeth)
+            p.aeth = iba::Aeth{kAckSyndrome, qp.resp.msn};
+        p.payload.resize(len);
+        remoteRange(qp, e.rkey, e.va + offset, len, PIB_ACCESS_REMOTE_READ, segments);
+        size_t at = 0;
+        for (const Segment &seg : segments) {
+            if (!host_.dmaRead(seg.addr, p.payload.data() + at, seg.len)) {
+                responderError(qpn, qp, p.bth.psn, kNakRemoteOperational, PIB_WC_REM_OP_ERR,
+                               "RDMA READ of guest memory the device cannot reach");
+                return;
+            }
+            at += seg.len;
+        }
+        sendConnected(qp, p);
+    }
+}
+
+void Firmware::atomicRequest(uint32_t qpn, QueuePair &qp, const iba::Packet &packet) {
+    Responder &s = qp.resp;
+    const iba::AtomicEth &a = *packet.atomicEth;
+    const uint32_t psn = packet.bth.psn;
+    if (a.va % 8) {
+        responderError(qpn, qp, psn, kNakInvalidRequest, PIB_WC_REM_INV_REQ_ERR,
+                       "atomic on an address not 8-byte aligned");
+        return;
+    }
+    std::vector<Segment> segments;
+    if (!remoteRange(qp, a.rkey, a.va, 8, PIB_ACCESS_REMOTE_ATOMIC, segments)) {
+        responderError(qpn, qp, psn, kNakRemoteAccess, PIB_WC_REM_ACCESS_ERR,
+                       "atomic outside what the R_Key allows");
+        return;
+    }
+    // One aligned 8-byte word never crosses a page: one segment. The
+    // device runs one operation at a time, so this is atomic against
+    // every other access through the device (IBV_ATOMIC_HCA).
+    uint64_t value = 0;
+    if (!host_.dmaRead(segments[0].addr, value)) {
+        responderError(qpn, qp, psn, kNakRemoteOperational, PIB_WC_REM_OP_ERR,
+                       "atomic on guest memory the device cannot reach");
+        return;
+    }
+    const uint64_t original = value;
+    if ((packet.bth.opcode & 0x1f) == iba::kCompareSwap) {
+        if (value == a.compare)
+            value = a.swapAdd;
+    } else {
+        value += a.swapAdd;
+    }
+    if (value != original && !host_.dmaWrite(segments[0].addr, value)) {
+        responderError(qpn, qp, psn, kNakRemoteOperational, PIB_WC_REM_OP_ERR,
+                       "atomic on guest memory the device cannot reach");
+        return;
+    }
+    ReplayEntry e;
+    e.psn = psn;
+    e.packets = 1;
+    e.atomic = true;
+    e.original = original;
+    s.expectedPsn = psnAdd(psn, 1);
+    ++s.msn;
+    remember(qp, e);
+    sendAtomicAck(qp, e);
+}
+
+void Firmware::sendAtomicAck(QueuePair &qp, const ReplayEntry &e) {
+    iba::Packet p;
+    p.bth.opcode = iba::kAtomicAcknowledge;
+    p.bth.psn = e.psn;
+    p.aeth = iba::Aeth{kAckSyndrome, qp.resp.msn};
+    p.atomicAck = e.original;
+    sendConnected(qp, p);
+}
+
+void Firmware::remember(QueuePair &qp, const ReplayEntry &e) {
+    auto &replay = qp.resp.replay;
+    replay.push_back(e);
+    while (replay.size() > std::max<size_t>(1, qp.attr.max_dest_rd_atomic))
+        replay.pop_front();
+}
+
+// IBA 9.7.5.2.1-3: a duplicate SEND or WRITE is acknowledged again (its
+// ACK may have been lost); a duplicate READ is answered again from the
+// memory as it is now; a duplicate atomic gets its saved result, never a
+// second execution.
+void Firmware::duplicateRequest(uint32_t qpn, QueuePair &qp, const iba::Packet &packet) {
+    const uint8_t op = packet.bth.opcode & 0x1f;
+    const uint32_t psn = packet.bth.psn;
+    Responder &s = qp.resp;
+    if (op == iba::kReadRequest || op == iba::kCompareSwap || op == iba::kFetchAdd) {
+        for (const ReplayEntry &e : s.replay) {
+            if (psnDiff(psn, e.psn) < 0 || psnDiff(psn, e.psn) >= static_cast<int32_t>(e.packets))
+                continue;
+            if (e.atomic != (op != iba::kReadRequest))
+                break;
+            host_.trace("rc-duplicate", "QP %u: duplicate %s at PSN %u answered again", qpn,
+                        e.atomic ? "atomic" : "READ", psn);
+            if (e.atomic)
+                sendAtomicAck(qp, e);
+            else
+                sendReadResponses(qpn, qp, e, psn);
+            return;
+        }
+        host_.trace("rc-duplicate", "QP %u: duplicate request at PSN %u no longer known", qpn, psn);
+        return;
+    }
+    sendAck(qp, psnAdd(s.expectedPsn, 0xffffff), kAckSyndrome);
+}
+
+} // namespace pib
