@@ -12,6 +12,8 @@ static void pib_free_context(struct ibv_context *ibctx) {
 
     if (ctx->uar)
         munmap(ctx->uar, PIB_PAGE_SIZE);
+    free(ctx->qp_table);
+    pthread_mutex_destroy(&ctx->qp_table_lock);
     verbs_uninit_context(&ctx->ibv_ctx);
     free(ctx);
 }
@@ -31,11 +33,16 @@ static const struct verbs_context_ops pib_ctx_ops = {
     .free_context = pib_free_context,
     .modify_qp = pib_modify_qp,
     .modify_srq = pib_modify_srq,
+    .poll_cq = pib_poll_cq,
+    .post_recv = pib_post_recv,
+    .post_send = pib_post_send,
+    .post_srq_recv = pib_post_srq_recv,
     .query_device_ex = pib_query_device,
     .query_port = pib_query_port,
     .query_qp = pib_query_qp,
     .query_srq = pib_query_srq,
     .reg_mr = pib_reg_mr,
+    .req_notify_cq = pib_arm_cq,
 };
 
 struct pib_get_context_resp {
@@ -52,7 +59,10 @@ static int pib_read_limits(struct pib_context *ctx) {
     ctx->num_ports = attr.orig_attr.phys_port_cnt;
     ctx->max_send_sge = attr.orig_attr.max_sge;
     ctx->max_recv_sge = attr.orig_attr.max_sge;
-    return 0;
+    /* QP numbers run from PIB_FIRST_QPN, one per QP the device has. */
+    ctx->qp_table_size = PIB_FIRST_QPN + attr.orig_attr.max_qp;
+    ctx->qp_table = calloc(ctx->qp_table_size, sizeof(*ctx->qp_table));
+    return ctx->qp_table ? 0 : ENOMEM;
 }
 
 static struct verbs_context *pib_alloc_context(struct ibv_device *ibdev, int cmd_fd,
@@ -64,6 +74,7 @@ static struct verbs_context *pib_alloc_context(struct ibv_device *ibdev, int cmd
     ctx = verbs_init_and_alloc_context(ibdev, cmd_fd, ctx, ibv_ctx, RDMA_DRIVER_UNKNOWN);
     if (!ctx)
         return NULL;
+    pthread_mutex_init(&ctx->qp_table_lock, NULL);
     if (ibv_cmd_get_context(&ctx->ibv_ctx, &cmd, sizeof(cmd), &resp.ibv_resp, sizeof(resp)))
         goto err;
     ctx->uar_page = resp.drv.uar_page;
@@ -86,6 +97,8 @@ static struct verbs_context *pib_alloc_context(struct ibv_device *ibdev, int cmd
 err:
     if (ctx->uar)
         munmap(ctx->uar, PIB_PAGE_SIZE);
+    free(ctx->qp_table);
+    pthread_mutex_destroy(&ctx->qp_table_lock);
     verbs_uninit_context(&ctx->ibv_ctx);
     free(ctx);
     return NULL;

@@ -9,6 +9,7 @@
 
 #include <infiniband/driver.h>
 #include <pthread.h>
+#include <stdbool.h>
 #include <stdint.h>
 
 #include "pib_hw.h"
@@ -27,6 +28,11 @@ struct pib_context {
     uint8_t num_ports;
     uint32_t max_send_sge;
     uint32_t max_recv_sge;
+    /* QPs by number, for poll_cq to retire WQEs: read without a lock,
+     * changed under qp_table_lock. */
+    pthread_mutex_t qp_table_lock;
+    struct pib_qp **qp_table;
+    uint32_t qp_table_size;
 };
 
 /* A ring in process memory, page-aligned, that the driver pins. */
@@ -38,16 +44,22 @@ struct pib_buf {
 struct pib_cq {
     struct ibv_cq ibv_cq;
     struct pib_buf buf; /* CQE ring, then one page for the CI record */
+    pthread_spinlock_t lock;
     uint32_t cqn;
     uint32_t log_size;
     uint32_t ci;
     volatile uint32_t *ci_record;
 };
 
+/* A work queue: pi counts WQEs posted, ci WQEs the device is done with. */
 struct pib_wq {
     struct pib_buf buf;
+    pthread_spinlock_t lock;
     uint8_t log_count;
     uint8_t log_stride;
+    uint32_t pi;
+    uint32_t ci; /* advanced by poll_cq */
+    uint32_t max_sge;
 };
 
 struct pib_qp {
@@ -55,6 +67,8 @@ struct pib_qp {
     struct pib_wq sq;
     struct pib_wq rq;
     uint32_t qpn;
+    uint32_t max_inline_data;
+    bool signal_all;
 };
 
 struct pib_srq {
@@ -99,5 +113,14 @@ struct ibv_srq *pib_create_srq(struct ibv_pd *pd, struct ibv_srq_init_attr *attr
 int pib_modify_srq(struct ibv_srq *srq, struct ibv_srq_attr *attr, int attr_mask);
 int pib_query_srq(struct ibv_srq *srq, struct ibv_srq_attr *attr);
 int pib_destroy_srq(struct ibv_srq *srq);
+int pib_qp_table_add(struct pib_context *ctx, struct pib_qp *qp);
+void pib_qp_table_remove(struct pib_context *ctx, struct pib_qp *qp);
+
+/* datapath.c: posting and polling, no system call on the way */
+int pib_post_send(struct ibv_qp *qp, struct ibv_send_wr *wr, struct ibv_send_wr **bad_wr);
+int pib_post_recv(struct ibv_qp *qp, struct ibv_recv_wr *wr, struct ibv_recv_wr **bad_wr);
+int pib_post_srq_recv(struct ibv_srq *srq, struct ibv_recv_wr *wr, struct ibv_recv_wr **bad_wr);
+int pib_poll_cq(struct ibv_cq *cq, int num, struct ibv_wc *wc);
+int pib_arm_cq(struct ibv_cq *cq, int solicited_only);
 
 #endif /* PIB_PROVIDER_H */

@@ -81,6 +81,7 @@ struct ibv_cq *pib_create_cq(struct ibv_context *context, int cqe, struct ibv_co
     if (err)
         goto err_free;
     cq->ci_record = (volatile uint32_t *)((char *)cq->buf.addr + ring);
+    pthread_spin_init(&cq->lock, PTHREAD_PROCESS_PRIVATE);
 
     cmd.drv.buf_addr = (uintptr_t)cq->buf.addr;
     cmd.drv.ci_record_addr = (uintptr_t)cq->ci_record;
@@ -106,6 +107,7 @@ int pib_destroy_cq(struct ibv_cq *ibcq) {
 
     if (err)
         return err;
+    pthread_spin_destroy(&cq->lock);
     pib_buf_free(&cq->buf);
     free(cq);
     return 0;
@@ -142,6 +144,8 @@ static int pib_qp_geometry(struct pib_context *ctx, struct pib_qp *qp,
     if (qp->sq.log_stride < PIB_LOG_MIN_STRIDE)
         qp->sq.log_stride = PIB_LOG_MIN_STRIDE;
     qp->sq.log_count = pib_log2_ceil(cap->max_send_wr ? cap->max_send_wr : 1);
+    qp->sq.max_sge = cap->max_send_sge;
+    qp->max_inline_data = cap->max_inline_data;
     if (attr->srq)
         return 0;
     stride = (size_t)1 << pib_log2_ceil(PIB_RECV_HDR_SIZE +
@@ -152,7 +156,24 @@ static int pib_qp_geometry(struct pib_context *ctx, struct pib_qp *qp,
     if (qp->rq.log_stride < PIB_LOG_MIN_STRIDE)
         qp->rq.log_stride = PIB_LOG_MIN_STRIDE;
     qp->rq.log_count = pib_log2_ceil(cap->max_recv_wr ? cap->max_recv_wr : 1);
+    qp->rq.max_sge = cap->max_recv_sge;
     return 0;
+}
+
+int pib_qp_table_add(struct pib_context *ctx, struct pib_qp *qp) {
+    if (qp->qpn >= ctx->qp_table_size)
+        return EPROTO;
+    pthread_mutex_lock(&ctx->qp_table_lock);
+    __atomic_store_n(&ctx->qp_table[qp->qpn], qp, __ATOMIC_RELEASE);
+    pthread_mutex_unlock(&ctx->qp_table_lock);
+    return 0;
+}
+
+void pib_qp_table_remove(struct pib_context *ctx, struct pib_qp *qp) {
+    pthread_mutex_lock(&ctx->qp_table_lock);
+    if (qp->qpn < ctx->qp_table_size && ctx->qp_table[qp->qpn] == qp)
+        __atomic_store_n(&ctx->qp_table[qp->qpn], NULL, __ATOMIC_RELEASE);
+    pthread_mutex_unlock(&ctx->qp_table_lock);
 }
 
 /* Both creation verbs end here; attr->cap is filled with what was made. */
@@ -198,6 +219,18 @@ struct ibv_qp *pib_create_qp_ex(struct ibv_context *context, struct ibv_qp_init_
     if (err)
         goto err_rq;
     qp->qpn = resp.drv.qpn;
+    qp->signal_all = attr->sq_sig_all;
+    /* What the rings really hold, as the driver reported it. */
+    qp->sq.max_sge = attr->cap.max_send_sge;
+    qp->rq.max_sge = attr->cap.max_recv_sge;
+    qp->max_inline_data = attr->cap.max_inline_data;
+    pthread_spin_init(&qp->sq.lock, PTHREAD_PROCESS_PRIVATE);
+    pthread_spin_init(&qp->rq.lock, PTHREAD_PROCESS_PRIVATE);
+    err = pib_qp_table_add(ctx, qp);
+    if (err) {
+        ibv_cmd_destroy_qp(&qp->vqp.qp);
+        goto err_rq;
+    }
     return &qp->vqp.qp;
 
 err_rq:
@@ -248,6 +281,9 @@ int pib_destroy_qp(struct ibv_qp *ibqp) {
 
     if (err)
         return err;
+    pib_qp_table_remove(to_pctx(ibqp->context), qp);
+    pthread_spin_destroy(&qp->sq.lock);
+    pthread_spin_destroy(&qp->rq.lock);
     pib_buf_free(&qp->rq.buf);
     pib_buf_free(&qp->sq.buf);
     free(qp);
@@ -287,6 +323,7 @@ struct ibv_srq *pib_create_srq(struct ibv_pd *pd, struct ibv_srq_init_attr *attr
     if (srq->wq.log_stride < PIB_LOG_MIN_STRIDE)
         srq->wq.log_stride = PIB_LOG_MIN_STRIDE;
     srq->wq.log_count = pib_log2_ceil(attr->attr.max_wr);
+    srq->wq.max_sge = attr->attr.max_sge;
     err = pib_buf_alloc(&srq->wq.buf, pib_wq_bytes(&srq->wq));
     if (err)
         goto err_free;
@@ -298,6 +335,7 @@ struct ibv_srq *pib_create_srq(struct ibv_pd *pd, struct ibv_srq_init_attr *attr
     if (err)
         goto err_buf;
     srq->srqn = resp.drv.srqn;
+    pthread_spin_init(&srq->wq.lock, PTHREAD_PROCESS_PRIVATE);
     return &srq->vsrq.srq;
 
 err_buf:
@@ -326,6 +364,7 @@ int pib_destroy_srq(struct ibv_srq *ibsrq) {
 
     if (err)
         return err;
+    pthread_spin_destroy(&srq->wq.lock);
     pib_buf_free(&srq->wq.buf);
     free(srq);
     return 0;

@@ -32,7 +32,7 @@ static pib_dev_cap buildCaps(const pib_core_config &config) {
     c.vendor_part_id = PIB_PCI_DEVICE_ID;
     c.hw_version = PIB_PCI_REVISION;
     c.device_cap_flags = PIB_DEV_CAP_RC | PIB_DEV_CAP_UC | PIB_DEV_CAP_UD | PIB_DEV_CAP_SRQ |
-                         PIB_DEV_CAP_SYS_IMAGE_GUID;
+                         PIB_DEV_CAP_RNR_NAK_GEN | PIB_DEV_CAP_SYS_IMAGE_GUID;
     c.max_qp = kMaxQp;
     c.max_qp_wr = 1u << kLogMaxQpWr;
     c.max_send_sge = kMaxSge;
@@ -56,7 +56,7 @@ static pib_dev_cap buildCaps(const pib_core_config &config) {
     c.max_pkeys = PIB_PKEY_TABLE_LEN;
     c.local_ca_ack_delay = kLocalCaAckDelay;
     c.num_ports = static_cast<uint8_t>(config.num_ports);
-    c.atomic_cap = PIB_ATOMIC_NONE;
+    c.atomic_cap = PIB_ATOMIC_HCA;
     c.log_max_wqe_stride = kLogMaxWqeStride;
     return c;
 }
