@@ -1,0 +1,40 @@
+"""Client/server pairs across two guests: the server in vm2, started in
+the background and waited for until it listens, the client in vm1."""
+
+import shlex
+import time
+
+
+def run_pair(ctx, server, client, port=18515, timeout=120, server_vm="vm2", client_vm="vm1"):
+    """Runs `server` (argv) in server_vm and `client` (argv, without the
+    server's address, which is appended) in client_vm. Returns
+    (client_result, server_output, server_status)."""
+    tag = f"/tmp/pair-{port}"
+    cmd = " ".join(shlex.quote(a) for a in server)
+    ctx.sh(server_vm, f"rm -f {tag}.out {tag}.rc; (timeout {timeout} {cmd} >{tag}.out 2>&1; "
+                      f"echo $? >{tag}.rc) </dev/null >/dev/null 2>&1 &")
+    # Wait until the server listens on its TCP port (bounded).
+    deadline = time.monotonic() + 30
+    hexport = f":{port:04X} "
+    while True:
+        out = ctx.run(server_vm, ["cat", "/proc/net/tcp"], check=False).out
+        if any(hexport in line and line.split()[3] == "0A" for line in out.splitlines()[1:]):
+            break
+        if time.monotonic() > deadline:
+            log = ctx.run(server_vm, ["cat", f"{tag}.out"], check=False).out
+            raise AssertionError(f"{server[0]} did not listen on {port} in 30 s:\n{log}")
+        time.sleep(0.3)
+    result = ctx.run(client_vm, ["timeout", str(timeout), *client, server_vm], timeout=timeout + 30,
+                     check=False)
+    deadline = time.monotonic() + 60
+    while True:
+        rc = ctx.run(server_vm, ["cat", f"{tag}.rc"], check=False).out.strip()
+        if rc:
+            break
+        if time.monotonic() > deadline:
+            ctx.sh(server_vm, f"pkill -f {shlex.quote(server[0])}; true")
+            rc = "timeout"
+            break
+        time.sleep(0.3)
+    server_out = ctx.run(server_vm, ["cat", f"{tag}.out"], check=False).out
+    return result, server_out, rc

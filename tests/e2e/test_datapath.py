@@ -1,0 +1,79 @@
+"""The data path between two guests through the switch: the ibv_*_pingpong
+programs at sizes below and above the path MTU, and the perftest set.
+Each prints its numbers; the tests assert that every byte arrived."""
+
+import re
+
+from pairs import run_pair
+
+# The pingpongs use a 1024-byte path MTU by default: 4096 bytes is four
+# packets and 65536 sixty-four.
+SIZES = (1, 1024, 4096, 65536)
+
+
+def _pingpong(ctx, prog, size, iters, extra=(), port=18515):
+    argv = [prog, "-s", str(size), "-n", str(iters), "-p", str(port), *extra]
+    client, server_out, rc = run_pair(ctx, argv, argv, port=port)
+    assert client.exitcode == 0 and rc == "0", (
+        f"{' '.join(argv)}: client {client.exitcode}, server {rc}\n"
+        f"client:\n{client.out}{client.err}\nserver:\n{server_out}")
+    m = re.search(r"(\d+) iters in ([\d.]+) seconds = ([\d.]+) usec/iter", client.out)
+    assert m and int(m.group(1)) == iters, client.out
+    print(f"{prog} {size:>6} B x {iters}: {float(m.group(3)):8.1f} us/iter")
+
+
+def test_rc_pingpong(ctx):
+    for size in SIZES:
+        _pingpong(ctx, "ibv_rc_pingpong", size, 50)
+    _pingpong(ctx, "ibv_rc_pingpong", 4096, 20, extra=["-e"])  # completion events
+
+
+def test_uc_pingpong(ctx):
+    for size in SIZES:
+        _pingpong(ctx, "ibv_uc_pingpong", size, 50)
+
+
+def test_ud_pingpong(ctx):
+    # UD messages fit in one packet: up to the path MTU (2048 by default).
+    for size in (1, 1024, 2048):
+        _pingpong(ctx, "ibv_ud_pingpong", size, 50)
+
+
+def test_srq_pingpong(ctx):
+    for size in SIZES:
+        _pingpong(ctx, "ibv_srq_pingpong", size, 50)
+
+
+def test_rc_pingpong_with_grh(ctx):
+    _pingpong(ctx, "ibv_rc_pingpong", 4096, 20, extra=["-g", "0"])
+
+
+PERFTEST = [
+    # (program, arguments, what the last table row must hold)
+    ("ib_send_bw", ["-s", "65536", "-n", "100"], "bw"),
+    ("ib_write_bw", ["-s", "65536", "-n", "100"], "bw"),
+    ("ib_read_bw", ["-s", "65536", "-n", "100"], "bw"),
+    ("ib_atomic_bw", ["-n", "100"], "bw"),
+    ("ib_send_lat", ["-s", "8", "-n", "100"], "lat"),
+    ("ib_write_lat", ["-s", "8", "-n", "100"], "lat"),
+    ("ib_read_lat", ["-s", "8", "-n", "100"], "lat"),
+    ("ib_atomic_lat", ["-n", "100"], "lat"),
+]
+
+
+def test_perftest_between_vms(ctx):
+    for prog, args, kind in PERFTEST:
+        argv = [prog, *args, "-p", "18520"]
+        client, server_out, rc = run_pair(ctx, argv, argv, port=18520)
+        assert client.exitcode == 0 and rc == "0", (
+            f"{' '.join(argv)}: client {client.exitcode}, server {rc}\n"
+            f"client:\n{client.out}{client.err}\nserver:\n{server_out}")
+        rows = [l.split() for l in client.out.splitlines() if re.match(r"^\s*\d+\s+\d+\s", l)]
+        assert rows, client.out
+        row = rows[-1]
+        if kind == "bw":  # bytes, iterations, peak MiB/s, average MiB/s, Mpps
+            assert float(row[3]) > 0, client.out
+            print(f"{prog:<14} {row[0]:>6} B: {row[3]:>8} MiB/s average")
+        else:  # bytes, iterations, min, max, typical, average ... (usec)
+            assert float(row[4]) > 0, client.out
+            print(f"{prog:<14} {row[0]:>6} B: {row[4]:>8} us typical")
