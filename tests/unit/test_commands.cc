@@ -17,7 +17,8 @@ TEST_CASE("before INIT_HCA only discovery commands run", "[cmd]") {
     CHECK(cap.max_uar == 16);
     CHECK(cap.max_qp > 0);
     CHECK(cap.max_pkeys == PIB_PKEY_TABLE_LEN);
-    CHECK(cap.atomic_cap == PIB_ATOMIC_NONE);
+    CHECK(cap.atomic_cap == PIB_ATOMIC_HCA);
+    CHECK(cap.device_cap_flags & PIB_DEV_CAP_RNR_NAK_GEN);
     host.initHca();
     CHECK(host.command(PIB_CMD_ALLOC_PD).status == PIB_CMD_STATUS_OK);
     CHECK(host.command(PIB_CMD_INIT_HCA).status == PIB_CMD_STATUS_BAD_STATE);

@@ -645,6 +645,16 @@ TEST_CASE("access violations NAK and put both QPs in error", "[rc]") {
         REQUIRE(got.size() == 1);
         CHECK(got[0].status == PIB_WC_LOC_LEN_ERR);
     }
+    SECTION("a WRITE the responder cannot DMA: remote operational error") {
+        // The MR covers all of physical memory, but nothing is there.
+        p.a.postSend(1,
+                     {.opcode = PIB_WR_RDMA_WRITE, .local = local, .length = 100, .remote = 0x10});
+        p.wire.run();
+        auto done = p.a.poll();
+        REQUIRE(done.size() == 1);
+        CHECK(done[0].status == PIB_WC_REM_OP_ERR);
+        CHECK(p.b.qpState() == PIB_QPS_ERR);
+    }
     SECTION("a local L_Key that is no key fails before anything is sent") {
         p.a.postSend(1, {.local = local, .length = 100, .lkey = 0x77700});
         p.wire.run();
