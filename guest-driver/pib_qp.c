@@ -376,9 +376,9 @@ static int pib_send_opcode(enum ib_wr_opcode op)
 	case IB_WR_ATOMIC_FETCH_AND_ADD:
 		return PIB_WR_ATOMIC_FETCH_AND_ADD;
 	case IB_WR_LOCAL_INV:
-		return PIB_WR_LOCAL_INV;
 	case IB_WR_SEND_WITH_INV:
-		return PIB_WR_SEND_INV;
+	case IB_WR_REG_MR:
+		return -EOPNOTSUPP; /* no memory management extensions */
 	default:
 		return -EINVAL;
 	}
@@ -394,7 +394,9 @@ static int pib_build_send_wqe(struct pib_qp *qp, const struct ib_send_wr *wr,
 	int opcode = pib_send_opcode(wr->opcode);
 	int i;
 
-	if (opcode < 0 || wr->num_sge > qp->cap.max_send_sge)
+	if (opcode < 0)
+		return opcode;
+	if (wr->num_sge > qp->cap.max_send_sge)
 		return -EINVAL;
 	memset(ctrl, 0, sizeof(*ctrl));
 	ctrl->wr_id = wr->wr_id;
@@ -407,8 +409,6 @@ static int pib_build_send_wqe(struct pib_qp *qp, const struct ib_send_wr *wr,
 		ctrl->flags |= PIB_WQE_FENCE;
 	if (opcode == PIB_WR_SEND_IMM || opcode == PIB_WR_RDMA_WRITE_IMM)
 		ctrl->imm = (__force u32)wr->ex.imm_data;
-	else if (opcode == PIB_WR_SEND_INV || opcode == PIB_WR_LOCAL_INV)
-		ctrl->imm = wr->ex.invalidate_rkey;
 
 	if (qp->type == PIB_QPT_UD || qp->type == PIB_QPT_GSI ||
 	    qp->type == PIB_QPT_SMI) {

@@ -181,11 +181,17 @@ struct ibv_qp *pib_create_qp_ex(struct ibv_context *context, struct ibv_qp_init_
     struct pib_context *ctx = to_pctx(context);
     struct pib_uresp_create_qp resp = {};
     struct pib_ucmd_create_qp cmd = {};
+    struct ibv_qp_init_attr_ex plain;
     struct ibv_qp_init_attr geometry;
     struct pib_qp *qp;
     int err;
 
-    if (attr->comp_mask & ~IBV_QP_INIT_ATTR_PD || !attr->pd) {
+    /* No creation flag is offered; asking for none is fine. */
+    if (attr->comp_mask & IBV_QP_INIT_ATTR_CREATE_FLAGS && attr->create_flags) {
+        errno = EOPNOTSUPP;
+        return NULL;
+    }
+    if (attr->comp_mask & ~(IBV_QP_INIT_ATTR_PD | IBV_QP_INIT_ATTR_CREATE_FLAGS) || !attr->pd) {
         errno = EOPNOTSUPP;
         return NULL;
     }
@@ -214,10 +220,14 @@ struct ibv_qp *pib_create_qp_ex(struct ibv_context *context, struct ibv_qp_init_
     cmd.drv.sq_log_wqe_stride = qp->sq.log_stride;
     cmd.drv.rq_log_wqe_count = qp->rq.log_count;
     cmd.drv.rq_log_wqe_stride = qp->rq.log_stride;
-    err = ibv_cmd_create_qp_ex(context, &qp->vqp, attr, &cmd.ibv_cmd, sizeof(cmd), &resp.ibv_resp,
+    /* What the kernel command takes: the attributes without the flags. */
+    plain = *attr;
+    plain.comp_mask &= ~IBV_QP_INIT_ATTR_CREATE_FLAGS;
+    err = ibv_cmd_create_qp_ex(context, &qp->vqp, &plain, &cmd.ibv_cmd, sizeof(cmd), &resp.ibv_resp,
                                sizeof(resp));
     if (err)
         goto err_rq;
+    attr->cap = plain.cap;
     qp->qpn = resp.drv.qpn;
     qp->signal_all = attr->sq_sig_all;
     /* What the rings really hold, as the driver reported it. */
