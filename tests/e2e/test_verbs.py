@@ -42,27 +42,48 @@ def test_ibv_devinfo_shows_the_device_attributes(ctx):
                          ":".join(f"{vm.node_guid + 1:016x}"[i:i + 4] for i in range(0, 16, 4)), out), out
 
 
-# The pyverbs classes that need no data path: device, PD, CQ, QP and AH
-# verbs. Traffic tests wait for user-space posting (the data-path issue).
-PYVERBS_API_CLASSES = ["DeviceTest", "PDTest", "QPTest", "CQAPITest", "AHTest", "ForkAPITest"]
+# Why pyverbs tests may skip on pib_0, and nothing else: a new reason
+# (say, "No supported port is up") fails the test.
+PYVERBS_SKIPS = {
+    # Other hardware, other link layers, other hosts' setups.
+    r"non MLX5 device|not an MLX5 device|non EFA device": "vendor-specific tests",
+    r"renderD128|cuda-python|huge pages|PCI device must be passed": "needs hardware or setup a guest has not",
+    r"Ethernet link layer|skip RoCE test": "RoCE and raw Ethernet tests",
+    r"All gid indices populated": "the test's own precondition",
+    # Not offered by pib-hca: the capability is 0 and the verb EOPNOTSUPP.
+    r"Device memory|ODP|XRCD|memory window|MW access|Rereg MR|Parent Domain|"
+    r"resize|Resize CQ|real time|custom mr with additional access flags": "not offered",
+    # The extended verbs (ibv_qp_ex work requests, ibv_cq_ex polling),
+    # which the provider does not implement yet; the QP tests pick them
+    # by a random comp_mask.
+    r"Extended QP|Extended CQ|QP (with|without) extended attrs": "extended verbs not implemented",
+}
 
 
-def test_pyverbs_api_tests_pass(ctx):
-    select = " ".join(f"-k {c}" for c in PYVERBS_API_CLASSES)
+def test_pyverbs_whole_suite(ctx):
     script = ("rm -rf /tmp/pyverbs && cp -r /usr/share/doc/rdma-core/tests /tmp/pyverbs && "
-              f"cd /tmp/pyverbs && gunzip -f *.gz && python3 run_tests.py --dev pib_0 -v {select} 2>&1")
-    out = ctx.sh("vm1", script, timeout=600, check=False).out
+              "cd /tmp/pyverbs && gunzip -f *.gz && python3 run_tests.py --dev pib_0 -v 2>&1")
+    out = ctx.sh("vm1", script, timeout=900, check=False).out
     ran = re.search(r"^Ran (\d+) tests", out, re.M)
     assert ran, out[-3000:]
-    passed = len(re.findall(r"\.\.\. ok$", out, re.M))
+    passed = re.findall(r"^(.*)\.\.\. ok$", out, re.M)
     failures = re.findall(r"^(FAIL|ERROR): (\S+)", out, re.M)
-    skipped = re.findall(r"\.\.\. skipped (.*)$", out, re.M)
-    print(f"pyverbs: ran {ran.group(1)}, passed {passed}, skipped {len(skipped)}, "
+    skipped = re.findall(r"\.\.\. skipped '(.*)'$", out, re.M)
+    unexplained = [r for r in skipped if not any(re.search(p, r) for p in PYVERBS_SKIPS)]
+    print(f"pyverbs: ran {ran.group(1)}, passed {len(passed)}, skipped {len(skipped)}, "
           f"failed {len(failures)}")
+    for pattern, why in PYVERBS_SKIPS.items():
+        n = sum(1 for r in skipped if re.search(pattern, r))
+        print(f"  skipped {n:3d}: {why}")
     assert not failures, out[-5000:]
     assert re.search(r"^OK", out, re.M), out[-3000:]
-    # The API tests (device, PD, CQ, QP create/query/modify) must run, not skip.
-    assert passed >= 35, out[-3000:]
+    assert not unexplained, sorted(set(unexplained))
+    # Traffic tests (RC, UD, SRQ, atomics, CQ events) run now, not skip.
+    text = "\n".join(passed)
+    for name in ("test_atomic_fetch_and_add", "test_atomic_invalid_rkey", "test_cq_events_rc",
+                 "test_cq_events_ud", "test_ro_rc_traffic", "RC traffic with SRQ"):
+        assert name in text, (name, text)
+    assert len(passed) >= 45, out[-3000:]
 
 
 def test_debugfs_lists_user_objects_until_destroyed(ctx):
