@@ -150,7 +150,10 @@ const char *toString(ParseError error);
 // The extension headers present must be those the opcode's layout names.
 std::vector<uint8_t> build(const Packet &packet);
 
-// Parses and checks `bytes`; nullopt with *error set when malformed.
-std::optional<Packet> parse(std::span<const uint8_t> bytes, ParseError *error);
+// Parses and checks `bytes`; nullopt with *error set when malformed. A
+// switch checks the link's VCRC only: the ICRC is the end nodes' business
+// (IBA 7.8), so it passes checkIcrc = false and saves a pass over the data.
+std::optional<Packet> parse(std::span<const uint8_t> bytes, ParseError *error,
+                            bool checkIcrc = true);
 
 } // namespace pib::iba

@@ -30,18 +30,27 @@ std::vector<uint8_t> encode(uint8_t type, std::span<const uint8_t> payload) {
 }
 
 void FrameReader::feed(std::span<const uint8_t> bytes) {
-    if (!failed_)
-        buffer_.insert(buffer_.end(), bytes.begin(), bytes.end());
+    if (failed_)
+        return;
+    // Frames read so far are dropped here, not one by one: a stream with
+    // many frames in one piece costs linear time, not quadratic.
+    if (start_ && start_ >= buffer_.size() / 2) {
+        buffer_.erase(buffer_.begin(), buffer_.begin() + static_cast<long>(start_));
+        start_ = 0;
+    }
+    buffer_.insert(buffer_.end(), bytes.begin(), bytes.end());
 }
 
 std::optional<Frame> FrameReader::next(Error *error) {
     *error = Error::kNone;
-    if (failed_ || buffer_.size() < sizeof(pib_wire_header))
+    const size_t held = buffer_.size() - start_;
+    if (failed_ || held < sizeof(pib_wire_header))
         return std::nullopt;
-    const uint8_t *h = buffer_.data();
+    const uint8_t *h = buffer_.data() + start_;
     auto fail = [&](Error e) -> std::optional<Frame> {
         failed_ = true;
         buffer_.clear();
+        start_ = 0;
         *error = e;
         return std::nullopt;
     };
@@ -54,14 +63,16 @@ std::optional<Frame> FrameReader::next(Error *error) {
     const uint32_t length = getLe32(h + 8);
     if (length > kMaxPayload)
         return fail(Error::kTooLong);
-    if (buffer_.size() < sizeof(pib_wire_header) + length)
+    if (held < sizeof(pib_wire_header) + length)
         return std::nullopt;
     Frame frame;
     frame.type = h[5];
-    frame.payload.assign(buffer_.begin() + sizeof(pib_wire_header),
-                         buffer_.begin() + static_cast<long>(sizeof(pib_wire_header) + length));
-    buffer_.erase(buffer_.begin(),
-                  buffer_.begin() + static_cast<long>(sizeof(pib_wire_header) + length));
+    frame.payload.assign(h + sizeof(pib_wire_header), h + sizeof(pib_wire_header) + length);
+    start_ += sizeof(pib_wire_header) + length;
+    if (start_ == buffer_.size()) {
+        buffer_.clear();
+        start_ = 0;
+    }
     return frame;
 }
 

@@ -29,14 +29,15 @@ class FrameReader {
     // The next complete frame, if any. After an error the stream cannot be
     // trusted any more: the caller drops the connection and calls reset().
     std::optional<Frame> next(Error *error);
-    void reset() { buffer_.clear(), failed_ = false; }
+    void reset() { buffer_.clear(), start_ = 0, failed_ = false; }
     // Bytes held, for flow control: a peer may not make us buffer more.
-    size_t buffered() const { return buffer_.size(); }
+    size_t buffered() const { return buffer_.size() - start_; }
 
     static const char *toString(Error error);
 
   private:
     std::vector<uint8_t> buffer_;
+    size_t start_ = 0; // where the unread bytes of buffer_ begin
     bool failed_ = false;
 };
 

@@ -11,22 +11,19 @@ static void recordTrace(void *opaque, const char *what, const char *detail) {
     static_cast<FakeHost *>(opaque)->traceLines.push_back({what, detail});
 }
 
-static bool inRam(uint64_t addr, uint64_t len) {
-    return addr >= FakeHost::kRamBase && len <= FakeHost::kRamSize &&
-           addr - FakeHost::kRamBase <= FakeHost::kRamSize - len;
-}
-
 static int dmaRead(void *opaque, uint64_t addr, void *buf, uint64_t len) {
-    if (!inRam(addr, len))
+    auto *host = static_cast<FakeHost *>(opaque);
+    if (!host->inRam(addr, len))
         return -1;
-    std::memcpy(buf, static_cast<FakeHost *>(opaque)->at(addr), len);
+    std::memcpy(buf, host->at(addr), len);
     return 0;
 }
 
 static int dmaWrite(void *opaque, uint64_t addr, const void *buf, uint64_t len) {
-    if (!inRam(addr, len))
+    auto *host = static_cast<FakeHost *>(opaque);
+    if (!host->inRam(addr, len))
         return -1;
-    std::memcpy(static_cast<FakeHost *>(opaque)->at(addr), buf, len);
+    std::memcpy(host->at(addr), buf, len);
     return 0;
 }
 
@@ -55,7 +52,7 @@ pib_core_config FakeHost::defaultConfig() {
 
 FakeHost::FakeHost() : FakeHost(defaultConfig()) {}
 
-FakeHost::FakeHost(const pib_core_config &config) : ram(kRamSize, 0) {
+FakeHost::FakeHost(const pib_core_config &config, uint64_t ramSize) : ram(ramSize, 0) {
     static const pib_host_ops ops = {
         .guest_error = recordGuestError,
         .trace = recordTrace,

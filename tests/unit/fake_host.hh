@@ -21,12 +21,12 @@ struct FakeHost {
         uint64_t result;
     };
 
-    // Guest RAM the device may DMA to: [kRamBase, kRamBase + kRamSize).
+    // Guest RAM the device may DMA to: [kRamBase, kRamBase + ram.size()).
     static constexpr uint64_t kRamBase = 0x100000;
-    static constexpr uint64_t kRamSize = 8 << 20;
+    static constexpr uint64_t kDefaultRamSize = 8 << 20;
 
     FakeHost();
-    explicit FakeHost(const pib_core_config &config);
+    explicit FakeHost(const pib_core_config &config, uint64_t ramSize = kDefaultRamSize);
     ~FakeHost();
     FakeHost(const FakeHost &) = delete;
     FakeHost &operator=(const FakeHost &) = delete;
@@ -47,6 +47,9 @@ struct FakeHost {
     // Guest memory.
     uint64_t alloc(uint64_t bytes, uint64_t align = PIB_PAGE_SIZE);
     uint8_t *at(uint64_t addr) { return &ram[addr - kRamBase]; }
+    bool inRam(uint64_t addr, uint64_t len) const {
+        return addr >= kRamBase && len <= ram.size() && addr - kRamBase <= ram.size() - len;
+    }
     template <class T> void poke(uint64_t addr, const T &obj) {
         std::memcpy(at(addr), &obj, sizeof(obj));
     }

@@ -216,3 +216,44 @@ TEST_CASE("random bytes never parse into a packet by accident", "[packet]") {
         CHECK_FALSE(parse(junk, &error));
     }
 }
+
+TEST_CASE("the table-driven CRCs equal their bit-by-bit definitions", "[packet]") {
+    // The reflected CRCs of IBA 7.8, one bit at a time.
+    auto crc32Bits = [](uint32_t crc, std::span<const uint8_t> bytes) {
+        for (uint8_t b : bytes) {
+            crc ^= b;
+            for (int i = 0; i < 8; ++i)
+                crc = crc & 1 ? (crc >> 1) ^ 0xedb88320u : crc >> 1;
+        }
+        return crc;
+    };
+    auto crc16Bits = [](uint16_t crc, std::span<const uint8_t> bytes) {
+        for (uint8_t b : bytes) {
+            crc ^= b;
+            for (int i = 0; i < 8; ++i)
+                crc = static_cast<uint16_t>(crc & 1 ? (crc >> 1) ^ 0xd008u : crc >> 1);
+        }
+        return crc;
+    };
+    std::vector<uint8_t> data(5000);
+    uint32_t x = 99;
+    for (auto &b : data) {
+        x = x * 1103515245 + 12345;
+        b = static_cast<uint8_t>(x >> 16);
+    }
+    // Every length 0..40 at every start 0..7, and some long ones.
+    for (size_t start = 0; start < 8; ++start)
+        for (size_t len = 0; len <= 40; ++len) {
+            auto s = std::span<const uint8_t>(data).subspan(start, len);
+            REQUIRE(crc32Update(0xffffffffu, s) == crc32Bits(0xffffffffu, s));
+            REQUIRE(crc16Update(0xffff, s) == crc16Bits(0xffff, s));
+        }
+    for (size_t len : {255u, 4096u, 4999u}) {
+        auto s = std::span<const uint8_t>(data).subspan(1, len);
+        CHECK(crc32Update(0x12345678u, s) == crc32Bits(0x12345678u, s));
+        CHECK(crc16Update(0x4321, s) == crc16Bits(0x4321, s));
+    }
+    // The standard check value of CRC-32: "123456789".
+    const uint8_t check[] = {'1', '2', '3', '4', '5', '6', '7', '8', '9'};
+    CHECK(~crc32Update(0xffffffffu, check) == 0xcbf43926u);
+}

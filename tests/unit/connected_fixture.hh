@@ -1,0 +1,327 @@
+// SPDX-License-Identifier: GPL-2.0-or-later
+// Two devices with connected QPs cabled back to back, for the transport's
+// unit tests and the native benchmark: each Node is a device with an
+// ACTIVE port and one RC or UC QP; the Wire between them moves packets and
+// can drop, hold or rewrite them.
+#pragma once
+
+#include <algorithm>
+#include <cstring>
+#include <functional>
+#include <stdexcept>
+#include <vector>
+
+#include "fake_host.hh"
+#include "frame.hh"
+#include "mad.hh"
+#include "packet.hh"
+
+namespace pib::testing {
+
+inline void expect(bool ok, const char *what) {
+    if (!ok)
+        throw std::runtime_error(std::string("fixture: ") + what + " failed");
+}
+
+constexpr uint32_t kAccessAll = PIB_ACCESS_LOCAL_WRITE | PIB_ACCESS_REMOTE_WRITE |
+                                PIB_ACCESS_REMOTE_READ | PIB_ACCESS_REMOTE_ATOMIC;
+
+// One device with an ACTIVE port (LID `lid`) and one connected QP.
+struct Node {
+    FakeHost host;
+    uint16_t lid;
+    uint32_t uar = 0, pd = 0, eqn = 0, cqn = 0, key = 0, qpn = 0;
+    uint64_t cqPage = 0, sqPage = 0, rqPage = 0, eqPage = 0, ciRecord = 0;
+    uint32_t sqPi = 0, rqPi = 0, cqCi = 0;
+    static constexpr unsigned kLogCq = 8, kLogSq = 6, kLogRq = 6;
+
+    Node(uint8_t type, uint16_t lid_, uint64_t ramSize = FakeHost::kDefaultRamSize)
+        : host(FakeHost::defaultConfig(), ramSize), lid(lid_) {
+        host.initHca();
+        uar = static_cast<uint32_t>(host.command(PIB_CMD_ALLOC_UAR).result);
+        pd = static_cast<uint32_t>(host.command(PIB_CMD_ALLOC_PD).result);
+        std::vector<uint64_t> pages;
+        pib_eq_context eq{};
+        eq.buf = host.ring(1, &pages);
+        eqPage = pages.back();
+        eq.log_size = 6;
+        eq.flags = PIB_EQ_ASYNC;
+        eqn = static_cast<uint32_t>(host.commandIn(PIB_CMD_CREATE_EQ, 0, eq).result);
+        pib_cq_context cq{};
+        pages.clear();
+        cq.buf = host.ring(4, &pages); // contiguous, as the fake host allocates
+        cqPage = pages.front();
+        cq.log_size = kLogCq;
+        cq.eqn = eqn;
+        cq.uar_page = uar;
+        cq.ci_record = ciRecord = host.alloc(64, 64);
+        cqn = static_cast<uint32_t>(host.commandIn(PIB_CMD_CREATE_CQ, 0, cq).result);
+        pib_mr_context mr{};
+        mr.pdn = pd;
+        mr.access = kAccessAll;
+        mr.flags = PIB_MR_PHYSICAL;
+        mr.length = ~0ull;
+        key = static_cast<uint32_t>(host.commandIn(PIB_CMD_CREATE_MR, 0, mr).result);
+        pib_qp_context qp{};
+        qp.type = type;
+        qp.pdn = pd;
+        qp.send_cqn = qp.recv_cqn = cqn;
+        qp.uar_page = uar;
+        qp.sq_log_wqe_count = kLogSq;
+        qp.sq_log_wqe_stride = 7;
+        qp.rq_log_wqe_count = kLogRq;
+        qp.rq_log_wqe_stride = 6;
+        pages.clear();
+        qp.sq_buf = host.ring(2, &pages);
+        sqPage = pages.front();
+        qp.rq_buf = host.ring(1, &pages);
+        rqPage = pages.back();
+        qpn = static_cast<uint32_t>(host.commandIn(PIB_CMD_CREATE_QP, 0, qp).result);
+        expect(qpn >= PIB_FIRST_QPN, "CREATE_QP");
+        // Train the link, then configure the port as an SM would.
+        pib_core_port_connected(host.core, 1, 1);
+        pib_wire_hello hello{};
+        const auto frame = wire::encode(
+            PIB_WIRE_HELLO, std::span(reinterpret_cast<const uint8_t *>(&hello), sizeof(hello)));
+        pib_core_port_receive(host.core, 1, frame.data(), frame.size());
+        for (uint8_t state : {PIB_PORT_ARMED, PIB_PORT_ACTIVE})
+            portInfoSet([&](iba::Mad &m) {
+                m.set16(64 + 16, lid);
+                m.set8(64 + 32, state);
+                m.set8(64 + 36, 5 << 4); // NeighborMTU 4096
+            });
+        host.portOutput[1].clear();
+    }
+
+    void portInfoSet(const std::function<void(iba::Mad &)> &fill) {
+        pib_mad_ifc ifc{};
+        iba::Mad m(ifc.mad);
+        m.set8(0, 1);
+        m.set8(1, iba::kClassSmpLid);
+        m.set8(2, 1);
+        m.set8(3, iba::kSet);
+        m.set16(16, iba::kAttrPortInfo);
+        m.set32(20, 1);
+        fill(m);
+        const uint64_t in = host.alloc(PIB_MAILBOX_SIZE), out = host.alloc(PIB_MAILBOX_SIZE);
+        host.poke(in, ifc);
+        expect(host.command(PIB_CMD_MAD_IFC, 1, in, out).status == PIB_CMD_STATUS_OK, "MAD_IFC");
+    }
+
+    void modify(pib_qp_attr a) {
+        expect(host.commandIn(PIB_CMD_MODIFY_QP, qpn, a).status == PIB_CMD_STATUS_OK, "MODIFY_QP");
+    }
+
+    struct Options {
+        uint8_t mtu = 3; // 1024 bytes
+        uint32_t sqPsn = 100;
+        uint32_t rqPsn = 200;
+        uint8_t timeout = 10; // 4.2 ms
+        uint8_t retryCnt = 3;
+        uint8_t rnrRetry = 2;
+        uint8_t minRnrTimer = 1; // 0.01 ms
+        uint8_t maxRdAtomic = 4;
+    };
+
+    // INIT -> RTR -> RTS, connected to `peer`.
+    void connect(const Node &peer, uint8_t type, const Options &o) {
+        pib_qp_attr a{};
+        a.attr_mask = PIB_QP_STATE | PIB_QP_PKEY_INDEX | PIB_QP_PORT | PIB_QP_ACCESS_FLAGS;
+        a.qp_state = PIB_QPS_INIT;
+        a.port_num = 1;
+        a.qp_access_flags = kAccessAll & ~PIB_ACCESS_LOCAL_WRITE;
+        modify(a);
+        a = {};
+        a.attr_mask = PIB_QP_STATE | PIB_QP_AV | PIB_QP_PATH_MTU | PIB_QP_DEST_QPN | PIB_QP_RQ_PSN;
+        if (type == PIB_QPT_RC)
+            a.attr_mask |= PIB_QP_MAX_DEST_RD_ATOMIC | PIB_QP_MIN_RNR_TIMER;
+        a.qp_state = PIB_QPS_RTR;
+        a.av.dlid = peer.lid;
+        a.av.port = 1;
+        a.path_mtu = o.mtu;
+        a.dest_qp_num = peer.qpn;
+        a.rq_psn = o.rqPsn;
+        a.max_dest_rd_atomic = o.maxRdAtomic;
+        a.min_rnr_timer = o.minRnrTimer;
+        modify(a);
+        a = {};
+        a.attr_mask = PIB_QP_STATE | PIB_QP_SQ_PSN;
+        if (type == PIB_QPT_RC)
+            a.attr_mask |=
+                PIB_QP_TIMEOUT | PIB_QP_RETRY_CNT | PIB_QP_RNR_RETRY | PIB_QP_MAX_QP_RD_ATOMIC;
+        a.qp_state = PIB_QPS_RTS;
+        a.sq_psn = o.sqPsn;
+        a.timeout = o.timeout;
+        a.retry_cnt = o.retryCnt;
+        a.rnr_retry = o.rnrRetry;
+        a.max_rd_atomic = o.maxRdAtomic;
+        modify(a);
+    }
+
+    void ring(uint32_t offset, uint32_t value) {
+        pib_core_bar_write(host.core, PIB_BAR_DOORBELL, uint64_t{uar} * PIB_PAGE_SIZE + offset,
+                           uint64_t{value} << 32 | qpn, 8);
+    }
+
+    void postRecv(uint64_t wrId, uint64_t buf, uint32_t len) {
+        const uint64_t slot = rqPage + (rqPi % (1u << kLogRq)) * 64;
+        pib_wqe_ctrl ctrl{};
+        ctrl.wr_id = wrId;
+        ctrl.num_ds = 2;
+        host.poke(slot, ctrl);
+        host.poke(slot + 16, pib_wqe_data{len, key, buf});
+        ring(PIB_DB_RQ, ++rqPi);
+    }
+
+    struct Send {
+        uint8_t opcode = PIB_WR_SEND;
+        uint64_t local = 0;
+        uint32_t length = 0;
+        uint64_t remote = 0;
+        uint32_t imm = 0;
+        uint64_t swapAdd = 0, compare = 0;
+        uint8_t flags = PIB_WQE_SIGNALED;
+        uint32_t lkey = 0; // 0: the node's MR
+    };
+
+    // Writes a send WQE; rings the doorbell unless told not to.
+    void postSend(uint64_t wrId, const Send &s, bool ring_ = true) {
+        const uint64_t slot = sqPage + (sqPi % (1u << kLogSq)) * 128;
+        pib_wqe_ctrl ctrl{};
+        ctrl.wr_id = wrId;
+        ctrl.opcode = s.opcode;
+        ctrl.flags = s.flags;
+        ctrl.imm = s.imm;
+        uint64_t at = slot + 16;
+        if (s.opcode != PIB_WR_SEND && s.opcode != PIB_WR_SEND_IMM) {
+            host.poke(at, pib_wqe_raddr{s.remote, key, 0});
+            at += 16;
+        }
+        if (s.opcode == PIB_WR_ATOMIC_CMP_AND_SWP || s.opcode == PIB_WR_ATOMIC_FETCH_AND_ADD) {
+            host.poke(at, pib_wqe_atomic{s.swapAdd, s.compare});
+            at += 16;
+        }
+        if (s.flags & PIB_WQE_INLINE) {
+            uint32_t count = s.length | PIB_INLINE_FLAG;
+            host.poke(at, count);
+            std::memcpy(host.at(at + 4), host.at(s.local), s.length);
+            at += (4 + s.length + 15) / 16 * 16;
+        } else {
+            host.poke(at, pib_wqe_data{s.length, s.lkey ? s.lkey : key, s.local});
+            at += 16;
+        }
+        ctrl.num_ds = static_cast<uint8_t>((at - slot) / 16);
+        host.poke(slot, ctrl);
+        ++sqPi;
+        if (ring_)
+            ring(PIB_DB_SQ, sqPi);
+    }
+
+    // New completions since the last call.
+    std::vector<pib_cqe> poll() {
+        std::vector<pib_cqe> out;
+        for (;;) {
+            const pib_cqe c = host.peek<pib_cqe>(cqPage + (cqCi % (1u << kLogCq)) * PIB_CQE_SIZE);
+            const unsigned phase = ((cqCi >> kLogCq) & 1) ^ 1;
+            if ((c.flags & PIB_CQE_PHASE) != phase)
+                break;
+            out.push_back(c);
+            ++cqCi;
+        }
+        host.poke(ciRecord, cqCi); // as a driver tells the device how far it got
+        return out;
+    }
+
+    std::vector<uint8_t> asyncEvents() {
+        std::vector<uint8_t> events;
+        for (unsigned i = 0; i < 64; ++i) {
+            auto e = host.peek<pib_eqe>(eqPage + i * sizeof(pib_eqe));
+            if (e.flags & PIB_EQE_PHASE && e.type == PIB_EQE_ASYNC)
+                events.push_back(e.subtype);
+        }
+        return events;
+    }
+
+    uint8_t qpState() {
+        pib_qp_attr out{};
+        host.commandOut(PIB_CMD_QUERY_QP, qpn, &out);
+        return out.qp_state;
+    }
+
+    void fill(uint64_t addr, uint32_t len, uint8_t seed) {
+        for (uint32_t i = 0; i < len; ++i)
+            host.at(addr)[i] = static_cast<uint8_t>(seed + i * 7);
+    }
+};
+
+// The cable between two nodes. Each packet passes the filter, which may
+// drop it (false), change it, or just look.
+struct Wire {
+    Node &a, &b;
+    std::function<bool(bool fromA, iba::Packet &)> filter;
+    std::vector<iba::Packet> seen; // every packet, as sent
+    wire::FrameReader readers[2];
+    bool inspect = true; // false: bytes pass unparsed (benchmarks)
+
+    // Moves packets until both sides are quiet.
+    void run(int rounds = 64) {
+        for (int r = 0; r < rounds; ++r)
+            if (!move(a, b, 0) & !move(b, a, 1))
+                return;
+    }
+
+    bool move(Node &from, Node &to, int side) {
+        auto bytes = std::move(from.host.portOutput[1]);
+        from.host.portOutput[1].clear();
+        if (bytes.empty())
+            return false;
+        if (!inspect) { // straight through, as a cable would
+            pib_core_port_receive(to.host.core, 1, bytes.data(), bytes.size());
+            return true;
+        }
+        readers[side].feed(bytes);
+        wire::FrameReader::Error error;
+        while (auto frame = readers[side].next(&error)) {
+            if (frame->type != PIB_WIRE_PACKET)
+                continue;
+            iba::ParseError perr;
+            auto packet = iba::parse(frame->payload, &perr);
+            expect(packet.has_value(), "a packet on the wire does not parse");
+            seen.push_back(*packet);
+            if (filter && !filter(side == 0, *packet))
+                continue;
+            const auto out = wire::encode(PIB_WIRE_PACKET, iba::build(*packet));
+            pib_core_port_receive(to.host.core, 1, out.data(), out.size());
+        }
+        return true;
+    }
+
+    // Moves time forward in steps, firing timers and moving packets.
+    void advance(uint64_t ns, uint64_t step = 100'000) {
+        for (uint64_t t = 0; t < ns; t += step) {
+            a.host.advance(step);
+            b.host.advance(step);
+            run();
+        }
+    }
+
+    size_t count(uint8_t opcode) const {
+        return std::count_if(seen.begin(), seen.end(),
+                             [&](const iba::Packet &p) { return p.bth.opcode == opcode; });
+    }
+};
+
+struct Pair {
+    Node a, b;
+    Wire wire{a, b, {}, {}, {}, true};
+    Pair(uint8_t type = PIB_QPT_RC, Node::Options o = {},
+         uint64_t ramSize = FakeHost::kDefaultRamSize)
+        : a(type, 0x11, ramSize), b(type, 0x22, ramSize) {
+        a.connect(b, type, o);
+        Node::Options ob = o;
+        std::swap(ob.sqPsn, ob.rqPsn);
+        b.connect(a, type, ob);
+    }
+};
+
+} // namespace pib::testing
