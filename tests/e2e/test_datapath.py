@@ -4,7 +4,7 @@ Each prints its numbers; the tests assert that every byte arrived."""
 
 import re
 
-from pairs import run_pair
+from pibctl.pairs import run_pair
 
 # The pingpongs use a 1024-byte path MTU by default: 4096 bytes is four
 # packets and 65536 sixty-four.

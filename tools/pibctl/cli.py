@@ -89,6 +89,12 @@ def _cmd_test(args) -> int:
                        vms=args.vms, accel=args.accel)
 
 
+def _cmd_bench(args) -> int:
+    from pibctl import bench
+
+    return bench.run(accel=args.accel, native_only=args.native_only)
+
+
 def _cmd_demo(args) -> int:
     from pibctl import demo
 
@@ -150,6 +156,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--e2e-only", action="store_true", help="skip the unit tests")
     _add_fabric_options(p)
     p.set_defaults(func=_cmd_test)
+
+    p = sub.add_parser("bench", help="benchmark the data path: the core alone, then perftest "
+                                     "between guests over pib-hca and over Soft-RoCE")
+    p.add_argument("--native-only", action="store_true",
+                   help="only the native benchmark of the device core (no guests)")
+    p.add_argument("--accel", choices=["tcg", "kvm"], default="tcg",
+                   help="tcg (default) or kvm, for the guests")
+    p.set_defaults(func=_cmd_bench)
 
     p = sub.add_parser("demo", help="set up, boot the default fabric and show what works")
     _add_fabric_options(p)

@@ -1,0 +1,130 @@
+"""./pib bench: how fast the data path is.
+
+1. The native benchmark of the device core (tests/bench/core-bench): two
+   device instances in one process, no QEMU, beside memcpy.
+2. The perftest set between two guests over pib-hca, and the same set over
+   Soft-RoCE (rdma_rxe on the guests' management network) on the same
+   guests, with the pib/rxe ratio of each row."""
+
+import re
+import subprocess
+
+from pibctl import fabric, paths, setup, ui
+
+from pibctl.pairs import run_pair
+
+# (program, message size, what to report)
+PERFTEST = [
+    ("ib_write_bw", 65536, "bw"),
+    ("ib_write_bw", 4096, "bw"),
+    ("ib_send_bw", 65536, "bw"),
+    ("ib_read_bw", 65536, "bw"),
+    ("ib_atomic_bw", 8, "bw"),
+    ("ib_write_lat", 8, "lat"),
+    ("ib_send_lat", 8, "lat"),
+    ("ib_read_lat", 8, "lat"),
+    ("ib_atomic_lat", 8, "lat"),
+]
+ITERATIONS = {"bw": 200, "lat": 200}
+PORT = 18540
+
+
+class _Ctx:
+    """The little of the tests' context that run_pair needs."""
+
+    def run(self, vm, argv, timeout=120, check=True, stdin=None):
+        result = fabric.exec_in(vm, argv, timeout=timeout, stdin=stdin)
+        if check and result.exitcode != 0:
+            raise ui.StepFailed(f"{vm}: {' '.join(argv)} exited {result.exitcode}: {result.err}")
+        return result
+
+    def sh(self, vm, script, timeout=120, check=True):
+        return self.run(vm, ["bash", "-c", script], timeout=timeout, check=check)
+
+
+def native() -> None:
+    ui.step("Native benchmark of the device core (no QEMU)")
+    binary = paths.core_build_dir() / "tests" / "bench" / "core-bench"
+    subprocess.run([str(binary)], check=True)
+
+
+def _measure(ctx, prog, size, kind, device, extra):
+    argv = [prog, "-d", device, "-n", str(ITERATIONS[kind]), "-p", str(PORT), *extra]
+    if not prog.startswith("ib_atomic"):
+        argv += ["-s", str(size)]
+    client, server_out, rc = run_pair(ctx, argv, argv, port=PORT, timeout=180)
+    if client.exitcode != 0 or rc != "0":
+        ui.warn(f"{' '.join(argv)} failed: client {client.exitcode}, server {rc}\n"
+                f"{client.out[-1500:]}{client.err[-1500:]}\n{server_out[-1500:]}")
+        return None
+    rows = [line.split() for line in client.out.splitlines() if re.match(r"^\s*\d+\s+\d+\s", line)]
+    if not rows:
+        return None
+    row = rows[-1]
+    if kind == "bw":  # bytes, iterations, peak MiB/s, average MiB/s, Mpps
+        return float(row[3]), float(row[4]) * 1e6
+    return float(row[4]), None  # typical latency, us
+
+
+def _rxe_up(ctx) -> str:
+    """Soft-RoCE on each guest's management NIC; returns its GID index."""
+    for vm in ("vm1", "vm2"):
+        ctx.sh(vm, "modprobe rdma_rxe; dev=$(ls /sys/class/net | grep -v '^lo$' | grep -v '^ib' | head -1); "
+                   "rdma link show rxe0 >/dev/null 2>&1 || rdma link add rxe0 type rxe netdev $dev")
+    # The IPv4-mapped GID (RoCE v2) of vm1's address.
+    out = ctx.sh("vm1", "for f in /sys/class/infiniband/rxe0/ports/1/gids/*; do "
+                        "echo ${f##*/} $(cat $f); done", check=False).out
+    for line in out.splitlines():
+        index, gid = line.split()
+        if gid.startswith("0000:0000:0000:0000:0000:ffff:"):
+            return index
+    return "1"
+
+
+def run(vms: int = 2, accel: str = "tcg", native_only: bool = False) -> int:
+    setup.run()
+    native()
+    if native_only:
+        return 0
+    ctx = _Ctx()
+    fab = fabric.load()
+    started = fab is None
+    if started:
+        fabric.up(vms=2, accel=accel)
+    try:
+        ui.step("perftest between vm1 and vm2: pib-hca, then Soft-RoCE on the same guests")
+        gid = _rxe_up(ctx)
+        results = []
+        for prog, size, kind in PERFTEST:
+            pib = _measure(ctx, prog, size, kind, "pib_0", [])
+            rxe = _measure(ctx, prog, size, kind, "rxe0", ["-x", gid])
+            results.append((prog, size, kind, pib, rxe))
+            ui.detail(f"{prog} {size} B done")
+        _print_table(results, accel)
+    finally:
+        if started:
+            fabric.down(quiet=True)
+    return 0
+
+
+def _print_table(results, accel) -> None:
+    print(f"\nperftest, 2 guests under {accel.upper()}; bandwidth in MiB/s, latency in us "
+          f"(typical)\n")
+    print(f"{'test':<14} {'bytes':>6} {'pib-hca':>10} {'msg/s':>9} {'rxe':>10} {'msg/s':>9} "
+          f"{'pib/rxe':>8}")
+    for prog, size, kind, pib, rxe in results:
+        def cell(r):
+            return f"{r[0]:10.2f}" if r else f"{'failed':>10}"
+
+        def rate(r):
+            return f"{r[1]:9.0f}" if r and r[1] is not None else f"{'':>9}"
+
+        if pib and rxe and pib[0] and rxe[0]:
+            # Bandwidth: higher is better; latency: lower is better.
+            ratio = pib[0] / rxe[0] if kind == "bw" else rxe[0] / pib[0]
+            ratio_text = f"{ratio:7.2f}x"
+        else:
+            ratio_text = f"{'-':>8}"
+        print(f"{prog:<14} {size:>6} {cell(pib)} {rate(pib)} {cell(rxe)} {rate(rxe)} {ratio_text}")
+    print("\npib/rxe: how many times better pib-hca is (bandwidth ratio; for latency, "
+          "rxe's latency over pib-hca's)")
