@@ -11,14 +11,6 @@ namespace pib {
 
 namespace {
 
-// AETH syndromes (IBA 9.3.5, table 43).
-constexpr uint8_t kAethAck = 0;
-constexpr uint8_t kAethRnrNak = 1;
-constexpr uint8_t kAethNak = 3;
-constexpr uint8_t kNakPsnSequence = 0;
-constexpr uint8_t kNakInvalidRequest = 1;
-constexpr uint8_t kNakRemoteAccess = 2;
-
 uint8_t completionOpcode(uint8_t wr) {
     switch (wr) {
     case PIB_WR_RDMA_WRITE:
@@ -135,10 +127,10 @@ void Firmware::onResponse(uint32_t qpn, QueuePair &qp, const iba::Packet &packet
         const uint8_t syndrome = packet.aeth->syndrome;
         const uint8_t code = syndrome & 0x1f;
         switch (syndrome >> 5) {
-        case kAethAck:
+        case aeth::kAck:
             ackUpTo(qpn, qp, psn);
             break;
-        case kAethRnrNak:
+        case aeth::kRnrNak:
             ackUpTo(qpn, qp, psnAdd(psn, 0xffffff));
             if (qp.attr.qp_state == PIB_QPS_ERR || r.outstanding.empty())
                 return;
@@ -155,11 +147,11 @@ void Firmware::onResponse(uint32_t qpn, QueuePair &qp, const iba::Packet &packet
             host_.trace("rc-rnr", "QP %u: RNR NAK at PSN %u, waiting %" PRIu64 " ns", qpn, psn,
                         rnrDelayNs(code));
             return;
-        case kAethNak:
+        case aeth::kNak:
             ackUpTo(qpn, qp, psnAdd(psn, 0xffffff));
             if (qp.attr.qp_state == PIB_QPS_ERR || r.outstanding.empty())
                 return;
-            if (code == kNakPsnSequence) {
+            if (code == aeth::kPsnSequence) {
                 host_.trace("rc-seq-nak", "QP %u: PSN sequence error NAK, resending from %u", qpn,
                             psn);
                 if (r.retriesLeft == 0) {
@@ -171,9 +163,9 @@ void Firmware::onResponse(uint32_t qpn, QueuePair &qp, const iba::Packet &packet
                 break;
             }
             completeHead(qpn, qp,
-                         code == kNakInvalidRequest ? PIB_WC_REM_INV_REQ_ERR
-                         : code == kNakRemoteAccess ? PIB_WC_REM_ACCESS_ERR
-                                                    : PIB_WC_REM_OP_ERR);
+                         code == aeth::kInvalidRequest ? PIB_WC_REM_INV_REQ_ERR
+                         : code == aeth::kRemoteAccess ? PIB_WC_REM_ACCESS_ERR
+                                                       : PIB_WC_REM_OP_ERR);
             return;
         default:
             return; // reserved syndrome

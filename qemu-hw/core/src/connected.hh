@@ -12,6 +12,22 @@
 
 namespace pib {
 
+// AETH syndromes (IBA 9.3.5, table 43): the top three bits say ACK, RNR
+// NAK or NAK; the low five the credit count, RNR timer or NAK code.
+namespace aeth {
+inline constexpr uint8_t kAck = 0;
+inline constexpr uint8_t kRnrNak = 1;
+inline constexpr uint8_t kNak = 3;
+inline constexpr uint8_t kNoCredits = 0x1f; // ACK without end-to-end flow control
+inline constexpr uint8_t kPsnSequence = 0;  // NAK codes
+inline constexpr uint8_t kInvalidRequest = 1;
+inline constexpr uint8_t kRemoteAccess = 2;
+inline constexpr uint8_t kRemoteOperational = 3;
+inline constexpr uint8_t syndrome(uint8_t kind, uint8_t low) {
+    return static_cast<uint8_t>(kind << 5 | (low & 0x1f));
+}
+} // namespace aeth
+
 // PSNs are 24-bit sequence numbers compared within half their space.
 inline uint32_t psnAdd(uint32_t psn, uint32_t n) {
     return (psn + n) & 0xffffff;

@@ -13,13 +13,8 @@ namespace pib {
 
 namespace {
 
-constexpr uint8_t kAckSyndrome = 0x1f; // ACK, no end-to-end credits (IBA 9.7.7.2)
-constexpr uint8_t kRnrNak = 0x20;
-constexpr uint8_t kNak = 0x60;
-constexpr uint8_t kNakPsnSequence = 0;
-constexpr uint8_t kNakInvalidRequest = 1;
-constexpr uint8_t kNakRemoteAccess = 2;
-constexpr uint8_t kNakRemoteOperational = 3;
+using namespace aeth;
+constexpr uint8_t kAckSyndrome = syndrome(kAck, kNoCredits);
 
 bool isFirstOrOnly(uint8_t op) {
     return op == iba::kSendFirst || op == iba::kSendOnly || op == iba::kSendOnlyImm ||
@@ -64,7 +59,7 @@ void Firmware::responderError(uint32_t qpn, QueuePair &qp, uint32_t psn, uint8_t
     host_.trace("rc-responder-error", "QP %u PSN %u: %s", qpn, psn, why);
     Responder &s = qp.resp;
     if (qp.ctx.type == PIB_QPT_RC)
-        sendAck(qp, psn, static_cast<uint8_t>(kNak | nakCode));
+        sendAck(qp, psn, syndrome(kNak, nakCode));
     if (s.haveWqe) {
         pib_cqe cqe{};
         cqe.wr_id = s.wrId;
@@ -77,8 +72,7 @@ void Firmware::responderError(uint32_t qpn, QueuePair &qp, uint32_t psn, uint8_t
     }
     s.in = Responder::InMessage::kNone;
     qp.attr.qp_state = PIB_QPS_ERR;
-    postAsyncEvent(nakCode == kNakRemoteAccess ? PIB_ASYNC_QP_ACCESS_ERR : PIB_ASYNC_QP_REQ_ERR,
-                   qpn);
+    postAsyncEvent(nakCode == kRemoteAccess ? PIB_ASYNC_QP_ACCESS_ERR : PIB_ASYNC_QP_REQ_ERR, qpn);
     flushQp(qpn, qp);
 }
 
@@ -149,7 +143,7 @@ void Firmware::onRequest(uint32_t qpn, QueuePair &qp, const iba::Packet &packet)
     if (rc && d > 0) {
         // IBA 9.7.5.2.2: one NAK per gap, until the expected PSN arrives.
         if (!s.nakSent)
-            sendAck(qp, s.expectedPsn, kNak | kNakPsnSequence);
+            sendAck(qp, s.expectedPsn, syndrome(kNak, kPsnSequence));
         s.nakSent = true;
         return;
     }
@@ -183,7 +177,7 @@ void Firmware::onRequest(uint32_t qpn, QueuePair &qp, const iba::Packet &packet)
             s.expectedPsn = psnAdd(psn, 1);
             return;
         }
-        responderError(qpn, qp, psn, kNakInvalidRequest, PIB_WC_REM_INV_REQ_ERR,
+        responderError(qpn, qp, psn, kInvalidRequest, PIB_WC_REM_INV_REQ_ERR,
                        "opcode out of sequence or bad length");
         return;
     }
@@ -203,7 +197,7 @@ void Firmware::onRequest(uint32_t qpn, QueuePair &qp, const iba::Packet &packet)
         if (s.in == Responder::InMessage::kNone) {
             if (!claimReceiveWqe(qp)) {
                 if (rc) // IBA 9.7.5.2.8: the requester tries again later
-                    sendAck(qp, psn, static_cast<uint8_t>(kRnrNak | (qp.attr.min_rnr_timer & 31)));
+                    sendAck(qp, psn, syndrome(kRnrNak, qp.attr.min_rnr_timer));
                 else
                     s.expectedPsn = psnAdd(psn, 1); // UC: the message is lost
                 return;
@@ -214,7 +208,7 @@ void Firmware::onRequest(uint32_t qpn, QueuePair &qp, const iba::Packet &packet)
         if (s.status == PIB_WC_SUCCESS && len)
             s.status = scatter(qp.ctx.pdn, s.sges, packet.payload, s.received);
         if (s.status != PIB_WC_SUCCESS && rc) {
-            responderError(qpn, qp, psn, kNakInvalidRequest, s.status,
+            responderError(qpn, qp, psn, kInvalidRequest, s.status,
                            "the receive WQE cannot take the data");
             return;
         }
@@ -226,7 +220,7 @@ void Firmware::onRequest(uint32_t qpn, QueuePair &qp, const iba::Packet &packet)
                 !remoteRange(qp, reth.rkey, reth.va, reth.length, PIB_ACCESS_REMOTE_WRITE,
                              segments)) {
                 if (rc)
-                    responderError(qpn, qp, psn, kNakRemoteAccess, PIB_WC_REM_ACCESS_ERR,
+                    responderError(qpn, qp, psn, kRemoteAccess, PIB_WC_REM_ACCESS_ERR,
                                    "RDMA WRITE outside what the R_Key allows");
                 else
                     s.expectedPsn = psnAdd(psn, 1);
@@ -234,7 +228,7 @@ void Firmware::onRequest(uint32_t qpn, QueuePair &qp, const iba::Packet &packet)
             }
             if (op == iba::kWriteOnlyImm && !claimReceiveWqe(qp)) {
                 if (rc)
-                    sendAck(qp, psn, static_cast<uint8_t>(kRnrNak | (qp.attr.min_rnr_timer & 31)));
+                    sendAck(qp, psn, syndrome(kRnrNak, qp.attr.min_rnr_timer));
                 else
                     s.expectedPsn = psnAdd(psn, 1);
                 return;
@@ -247,7 +241,7 @@ void Firmware::onRequest(uint32_t qpn, QueuePair &qp, const iba::Packet &packet)
         }
         if (op == iba::kWriteLastImm && !claimReceiveWqe(qp)) {
             if (rc)
-                sendAck(qp, psn, static_cast<uint8_t>(kRnrNak | (qp.attr.min_rnr_timer & 31)));
+                sendAck(qp, psn, syndrome(kRnrNak, qp.attr.min_rnr_timer));
             else {
                 s.in = Responder::InMessage::kNone;
                 s.expectedPsn = psnAdd(psn, 1);
@@ -257,7 +251,7 @@ void Firmware::onRequest(uint32_t qpn, QueuePair &qp, const iba::Packet &packet)
         const bool last = endsMessage(op);
         if (s.received + len > s.writeLength || (last && s.received + len != s.writeLength)) {
             if (rc)
-                responderError(qpn, qp, psn, kNakInvalidRequest, PIB_WC_REM_INV_REQ_ERR,
+                responderError(qpn, qp, psn, kInvalidRequest, PIB_WC_REM_INV_REQ_ERR,
                                "RDMA WRITE longer or shorter than its RETH says");
             else {
                 s.in = Responder::InMessage::kNone;
@@ -272,7 +266,7 @@ void Firmware::onRequest(uint32_t qpn, QueuePair &qp, const iba::Packet &packet)
             size_t at = 0;
             for (const Segment &seg : segments) {
                 if (!host_.dmaWrite(seg.addr, packet.payload.data() + at, seg.len)) {
-                    responderError(qpn, qp, psn, kNakRemoteOperational, PIB_WC_REM_OP_ERR,
+                    responderError(qpn, qp, psn, kRemoteOperational, PIB_WC_REM_OP_ERR,
                                    "RDMA WRITE to guest memory the device cannot reach");
                     return;
                 }
@@ -302,7 +296,7 @@ void Firmware::readRequest(uint32_t qpn, QueuePair &qp, const iba::Packet &packe
     std::vector<Segment> segments;
     if (reth.length > limits::kMaxMsgSize ||
         !remoteRange(qp, reth.rkey, reth.va, reth.length, PIB_ACCESS_REMOTE_READ, segments)) {
-        responderError(qpn, qp, packet.bth.psn, kNakRemoteAccess, PIB_WC_REM_ACCESS_ERR,
+        responderError(qpn, qp, packet.bth.psn, kRemoteAccess, PIB_WC_REM_ACCESS_ERR,
                        "RDMA READ outside what the R_Key allows");
         return;
     }
@@ -339,7 +333,7 @@ void Firmware::sendReadResponses(uint32_t qpn, QueuePair &qp, const ReplayEntry 
         size_t at = 0;
         for (const Segment &seg : segments) {
             if (!host_.dmaRead(seg.addr, p.payload.data() + at, seg.len)) {
-                responderError(qpn, qp, p.bth.psn, kNakRemoteOperational, PIB_WC_REM_OP_ERR,
+                responderError(qpn, qp, p.bth.psn, kRemoteOperational, PIB_WC_REM_OP_ERR,
                                "RDMA READ of guest memory the device cannot reach");
                 return;
             }
@@ -354,13 +348,13 @@ void Firmware::atomicRequest(uint32_t qpn, QueuePair &qp, const iba::Packet &pac
     const iba::AtomicEth &a = *packet.atomicEth;
     const uint32_t psn = packet.bth.psn;
     if (a.va % 8) {
-        responderError(qpn, qp, psn, kNakInvalidRequest, PIB_WC_REM_INV_REQ_ERR,
+        responderError(qpn, qp, psn, kInvalidRequest, PIB_WC_REM_INV_REQ_ERR,
                        "atomic on an address not 8-byte aligned");
         return;
     }
     std::vector<Segment> segments;
     if (!remoteRange(qp, a.rkey, a.va, 8, PIB_ACCESS_REMOTE_ATOMIC, segments)) {
-        responderError(qpn, qp, psn, kNakRemoteAccess, PIB_WC_REM_ACCESS_ERR,
+        responderError(qpn, qp, psn, kRemoteAccess, PIB_WC_REM_ACCESS_ERR,
                        "atomic outside what the R_Key allows");
         return;
     }
@@ -369,7 +363,7 @@ void Firmware::atomicRequest(uint32_t qpn, QueuePair &qp, const iba::Packet &pac
     // every other access through the device (IBV_ATOMIC_HCA).
     uint64_t value = 0;
     if (!host_.dmaRead(segments[0].addr, value)) {
-        responderError(qpn, qp, psn, kNakRemoteOperational, PIB_WC_REM_OP_ERR,
+        responderError(qpn, qp, psn, kRemoteOperational, PIB_WC_REM_OP_ERR,
                        "atomic on guest memory the device cannot reach");
         return;
     }
@@ -381,7 +375,7 @@ void Firmware::atomicRequest(uint32_t qpn, QueuePair &qp, const iba::Packet &pac
         value += a.swapAdd;
     }
     if (value != original && !host_.dmaWrite(segments[0].addr, value)) {
-        responderError(qpn, qp, psn, kNakRemoteOperational, PIB_WC_REM_OP_ERR,
+        responderError(qpn, qp, psn, kRemoteOperational, PIB_WC_REM_OP_ERR,
                        "atomic on guest memory the device cannot reach");
         return;
     }
