@@ -1,6 +1,8 @@
 // SPDX-License-Identifier: GPL-2.0-or-later
 #include "packet.hh"
 
+#include <cstring>
+
 #include "crc.hh"
 
 namespace pib::iba {
@@ -160,16 +162,17 @@ const char *toString(ParseError error) {
     return "?";
 }
 
-std::vector<uint8_t> build(const Packet &p) {
+PacketWriter::PacketWriter(const Packet &p, size_t payloadLength, size_t headroom)
+    : headroom_(headroom), grh_(p.grh.has_value()) {
     const Layout layout = layoutOf(p.bth.opcode);
-    const std::span<const uint8_t> payload =
-        layout.payload ? std::span<const uint8_t>(p.payload) : std::span<const uint8_t>();
-    const size_t pad = (4 - payload.size() % 4) % 4;
-    const size_t transport = kBthSize + extensionSize(layout) + payload.size() + pad + kIcrcSize;
+    payloadLength_ = layout.payload ? payloadLength : 0;
+    const size_t pad = (4 - payloadLength_ % 4) % 4;
+    const size_t transport = kBthSize + extensionSize(layout) + payloadLength_ + pad + kIcrcSize;
     const size_t total = kLrhSize + (p.grh ? kGrhSize : 0) + transport;
 
-    std::vector<uint8_t> out;
-    out.reserve(total + kVcrcSize);
+    std::vector<uint8_t> &out = out_;
+    out.reserve(headroom + total + kVcrcSize);
+    out.resize(headroom);
     out.push_back(static_cast<uint8_t>(p.lrh.vl << 4 | (p.lrh.lver & 0xf)));
     out.push_back(static_cast<uint8_t>(p.lrh.sl << 4 | (p.grh ? kLnhIbaGlobal : kLnhIbaLocal)));
     put16(out, p.lrh.dlid);
@@ -218,15 +221,28 @@ std::vector<uint8_t> build(const Packet &p) {
         put64(out, p.atomicAck.value_or(0));
     if (layout.imm)
         put32(out, p.imm.value_or(0));
-    out.insert(out.end(), payload.begin(), payload.end());
-    out.insert(out.end(), pad, 0);
-    const uint32_t icrc = computeIcrc(out, p.grh.has_value());
+    payloadAt_ = out.size();
+    out.resize(out.size() + payloadLength_ + pad); // the pad bytes are zeros
+}
+
+std::vector<uint8_t> PacketWriter::finish() && {
+    const auto packet = std::span<const uint8_t>(out_).subspan(headroom_);
+    const uint32_t icrc = computeIcrc(packet, grh_);
     for (int i = 0; i < 4; ++i) // little-endian, as Linux rxe sends it
-        out.push_back(static_cast<uint8_t>(icrc >> (8 * i)));
-    const uint16_t vcrc = static_cast<uint16_t>(~crc16Update(0xffff, out));
-    out.push_back(static_cast<uint8_t>(vcrc));
-    out.push_back(static_cast<uint8_t>(vcrc >> 8));
-    return out;
+        out_.push_back(static_cast<uint8_t>(icrc >> (8 * i)));
+    const uint16_t vcrc = static_cast<uint16_t>(
+        ~crc16Update(0xffff, std::span<const uint8_t>(out_).subspan(headroom_)));
+    out_.push_back(static_cast<uint8_t>(vcrc));
+    out_.push_back(static_cast<uint8_t>(vcrc >> 8));
+    return std::move(out_);
+}
+
+std::vector<uint8_t> build(const Packet &p, size_t headroom) {
+    PacketWriter writer(p, p.payload.size(), headroom);
+    auto room = writer.payload();
+    if (!room.empty())
+        std::memcpy(room.data(), p.payload.data(), room.size());
+    return std::move(writer).finish();
 }
 
 std::optional<Packet> parse(std::span<const uint8_t> bytes, ParseError *error, bool checkIcrc) {

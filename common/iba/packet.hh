@@ -146,9 +146,29 @@ enum class ParseError {
 
 const char *toString(ParseError error);
 
-// The bytes of `packet` on the wire; fills in PktLen, PayLen and PadCnt.
-// The extension headers present must be those the opcode's layout names.
-std::vector<uint8_t> build(const Packet &packet);
+// Writes a packet in place: the headers of `headers` (its payload is
+// ignored), room for `payloadLength` bytes that the caller fills through
+// payload(), then finish() adds the pad, ICRC and VCRC. `headroom` bytes
+// stay free in front, for whoever frames the packet next. This is how the
+// device puts data read by DMA straight into the packet it sends.
+class PacketWriter {
+  public:
+    PacketWriter(const Packet &headers, size_t payloadLength, size_t headroom = 0);
+    std::span<uint8_t> payload() { return std::span(out_).subspan(payloadAt_, payloadLength_); }
+    std::vector<uint8_t> finish() &&;
+
+  private:
+    std::vector<uint8_t> out_;
+    size_t headroom_;
+    size_t payloadAt_;
+    size_t payloadLength_;
+    bool grh_;
+};
+
+// The bytes of `packet` on the wire, after `headroom` free bytes; fills in
+// PktLen, PayLen and PadCnt. The extension headers present must be those
+// the opcode's layout names.
+std::vector<uint8_t> build(const Packet &packet, size_t headroom = 0);
 
 // Parses and checks `bytes`; nullopt with *error set when malformed. A
 // switch checks the link's VCRC only: the ICRC is the end nodes' business

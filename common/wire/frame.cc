@@ -29,6 +29,15 @@ std::vector<uint8_t> encode(uint8_t type, std::span<const uint8_t> payload) {
     return out;
 }
 
+void frameInPlace(std::vector<uint8_t> &framed, uint8_t type) {
+    uint8_t *h = framed.data();
+    std::memset(h, 0, kHeaderSize);
+    putLe32(h, PIB_WIRE_MAGIC);
+    h[4] = PIB_WIRE_VERSION;
+    h[5] = type;
+    putLe32(h + 8, static_cast<uint32_t>(framed.size() - kHeaderSize));
+}
+
 void FrameReader::feed(std::span<const uint8_t> bytes) {
     if (failed_)
         return;
@@ -42,12 +51,19 @@ void FrameReader::feed(std::span<const uint8_t> bytes) {
 }
 
 std::optional<Frame> FrameReader::next(Error *error) {
+    auto view = nextView(error);
+    if (!view)
+        return std::nullopt;
+    return Frame{view->type, {view->payload.begin(), view->payload.end()}};
+}
+
+std::optional<FrameReader::View> FrameReader::nextView(Error *error) {
     *error = Error::kNone;
     const size_t held = buffer_.size() - start_;
     if (failed_ || held < sizeof(pib_wire_header))
         return std::nullopt;
     const uint8_t *h = buffer_.data() + start_;
-    auto fail = [&](Error e) -> std::optional<Frame> {
+    auto fail = [&](Error e) -> std::optional<View> {
         failed_ = true;
         buffer_.clear();
         start_ = 0;
@@ -65,15 +81,10 @@ std::optional<Frame> FrameReader::next(Error *error) {
         return fail(Error::kTooLong);
     if (held < sizeof(pib_wire_header) + length)
         return std::nullopt;
-    Frame frame;
-    frame.type = h[5];
-    frame.payload.assign(h + sizeof(pib_wire_header), h + sizeof(pib_wire_header) + length);
+    View view{h[5], std::span<const uint8_t>(h + sizeof(pib_wire_header), length)};
+    // The bytes stay where they are until the next feed() compacts.
     start_ += sizeof(pib_wire_header) + length;
-    if (start_ == buffer_.size()) {
-        buffer_.clear();
-        start_ = 0;
-    }
-    return frame;
+    return view;
 }
 
 const char *FrameReader::toString(Error error) {

@@ -20,6 +20,13 @@ struct Frame {
 
 std::vector<uint8_t> encode(uint8_t type, std::span<const uint8_t> payload);
 
+// Bytes a sender leaves free in front of a payload so that it can be
+// framed in place (frameInPlace), without a copy.
+inline constexpr size_t kHeaderSize = sizeof(pib_wire_header);
+// Writes the frame header into the first kHeaderSize bytes of `framed`;
+// the rest is the payload.
+void frameInPlace(std::vector<uint8_t> &framed, uint8_t type);
+
 class FrameReader {
   public:
     enum class Error { kNone, kBadMagic, kBadVersion, kBadType, kTooLong };
@@ -29,6 +36,12 @@ class FrameReader {
     // The next complete frame, if any. After an error the stream cannot be
     // trusted any more: the caller drops the connection and calls reset().
     std::optional<Frame> next(Error *error);
+    // The same without a copy: the payload is valid until the next feed().
+    struct View {
+        uint8_t type;
+        std::span<const uint8_t> payload;
+    };
+    std::optional<View> nextView(Error *error);
     void reset() { buffer_.clear(), start_ = 0, failed_ = false; }
     // Bytes held, for flow control: a peer may not make us buffer more.
     size_t buffered() const { return buffer_.size() - start_; }

@@ -5,17 +5,19 @@
 #include <cinttypes>
 
 #include "firmware.hh"
+#include "frame.hh"
 
 namespace pib {
 
-// Sends a packet of connected QP `qp` to its peer. The caller fills in the
-// BTH opcode and PSN and the extension headers; the path comes from the
-// QP's address vector.
-void Firmware::sendConnected(QueuePair &qp, iba::Packet &packet) {
-    const unsigned portNumber = qp.attr.port_num;
-    PortState *p = port(portNumber);
+// Fills in the path of a packet of connected QP `qp` to its peer: the
+// LRH, the GRH if the address vector has one, the BTH's P_Key and
+// destination QP. The caller gives the opcode, the PSN and the extension
+// headers. Returns false when the port cannot send (the packet is lost;
+// RC resends when its timer runs out).
+bool Firmware::addressConnected(QueuePair &qp, iba::Packet &packet) {
+    PortState *p = port(qp.attr.port_num);
     if (!p)
-        return;
+        return false;
     const pib_av &av = qp.attr.av;
     packet.lrh.vl = 0;
     packet.lrh.sl = av.sl & 0xf;
@@ -36,20 +38,30 @@ void Firmware::sendConnected(QueuePair &qp, iba::Packet &packet) {
     }
     packet.bth.pkey = p->pkeys[qp.attr.pkey_index % PIB_PKEY_TABLE_LEN];
     packet.bth.destQp = qp.attr.dest_qp_num & 0xffffff;
-    if (p->info.state != PIB_PORT_ACTIVE || p->info.phys_state != PIB_PHYS_LINK_UP)
-        return; // lost; RC resends when its timer runs out
-    auto bytes = iba::build(packet);
+    return p->info.state == PIB_PORT_ACTIVE && p->info.phys_state == PIB_PHYS_LINK_UP;
+}
+
+// Sends a built packet (with wire::kHeaderSize bytes of headroom) of
+// connected QP `qp`.
+void Firmware::transmitConnected(QueuePair &qp, std::vector<uint8_t> framed) {
+    const unsigned portNumber = qp.attr.port_num;
+    PortState *p = port(portNumber);
     ++p->xmitPackets;
-    p->xmitWords += bytes.size() / 4;
+    p->xmitWords += (framed.size() - wire::kHeaderSize) / 4;
     const uint16_t lidMask = static_cast<uint16_t>(~((1u << p->info.lmc) - 1));
-    if (p->info.lid && (av.dlid & lidMask) == p->info.lid) {
+    if (p->info.lid && (qp.attr.av.dlid & lidMask) == p->info.lid) {
         // To ourselves: back in once the current operation is over, as
         // if it had crossed a wire, so no engine is re-entered.
-        loopback_.push_back({portNumber, std::move(bytes)});
+        loopback_.push_back({portNumber, std::move(framed)});
         return;
     }
     if (transmit_)
-        transmit_(portNumber, std::move(bytes));
+        transmit_(portNumber, std::move(framed));
+}
+
+void Firmware::sendConnected(QueuePair &qp, iba::Packet &packet) {
+    if (addressConnected(qp, packet))
+        transmitConnected(qp, iba::build(packet, wire::kHeaderSize));
 }
 
 void Firmware::drainLoopback() {
@@ -57,8 +69,9 @@ void Firmware::drainLoopback() {
         return;
     drainingLoopback_ = true;
     while (!loopback_.empty()) {
-        auto [portNumber, bytes] = std::move(loopback_.front());
+        auto [portNumber, framed] = std::move(loopback_.front());
         loopback_.pop_front();
+        const auto bytes = std::span<const uint8_t>(framed).subspan(wire::kHeaderSize);
         if (PortState *p = port(portNumber)) {
             ++p->rcvPackets;
             p->rcvWords += bytes.size() / 4;

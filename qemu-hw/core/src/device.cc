@@ -14,9 +14,9 @@ Device::Device(const pib_core_config &config, const pib_host_ops &ops, void *opa
     for (uint32_t port = 1; port <= config_.num_ports; ++port)
         links_.push_back(
             std::make_unique<Link>(host_, port, config_.node_guid, config_.node_guid + port));
-    firmware_.setTransmitter([this](unsigned port, std::vector<uint8_t> packet) {
+    firmware_.setTransmitter([this](unsigned port, std::vector<uint8_t> framed) {
         if (port >= 1 && port <= links_.size())
-            links_[port - 1]->sendPacket(packet);
+            links_[port - 1]->sendFramed(std::move(framed));
     });
 }
 
@@ -30,12 +30,10 @@ void Device::portConnected(unsigned port, bool connected) {
 void Device::portReceive(unsigned port, std::span<const uint8_t> bytes) {
     if (port < 1 || port > links_.size())
         return;
-    std::vector<std::vector<uint8_t>> packets;
-    const Link::Event event = links_[port - 1]->receive(bytes, &packets);
-    if (event != Link::Event::kNone)
-        firmware_.portLinkChanged(port, event == Link::Event::kUp);
-    for (const auto &packet : packets)
-        firmware_.portReceive(port, packet);
+    links_[port - 1]->receive(
+        bytes,
+        [&](Link::Event event) { firmware_.portLinkChanged(port, event == Link::Event::kUp); },
+        [&](std::span<const uint8_t> packet) { firmware_.portReceive(port, packet); });
     firmware_.drainLoopback();
 }
 

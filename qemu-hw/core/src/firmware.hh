@@ -78,7 +78,8 @@ class Firmware {
     // Delivers the packets QPs sent to their own port (after any engine
     // that sent them has returned).
     void drainLoopback();
-    // Where packets for the wire go (the Device hands them to the link).
+    // Where packets for the wire go (the Device hands them to the link),
+    // each with wire::kHeaderSize free bytes in front for the frame header.
     void setTransmitter(std::function<void(unsigned port, std::vector<uint8_t>)> transmit) {
         transmit_ = std::move(transmit);
     }
@@ -153,8 +154,8 @@ class Firmware {
     uint8_t translate(uint32_t key, uint32_t pdn, uint64_t addr, uint64_t len, uint32_t access,
                       std::vector<Segment> &out);
     uint8_t gather(uint32_t pdn, std::span<const pib_wqe_data> sges, std::vector<uint8_t> &out);
-    uint8_t gatherRange(uint32_t pdn, std::span<const pib_wqe_data> sges, uint64_t offset,
-                        uint64_t len, std::vector<uint8_t> &out);
+    uint8_t gatherInto(uint32_t pdn, std::span<const pib_wqe_data> sges, uint64_t offset,
+                       std::span<uint8_t> dest);
     uint8_t scatter(uint32_t pdn, std::span<const pib_wqe_data> sges, std::span<const uint8_t> data,
                     uint64_t skip);
     bool readWqe(const pib_buf_desc &buf, uint8_t logCount, uint8_t logStride, uint32_t index,
@@ -202,6 +203,8 @@ class Firmware {
     void sendAtomicAck(QueuePair &qp, const ReplayEntry &e);
     void remember(QueuePair &qp, const ReplayEntry &e);
     void duplicateRequest(uint32_t qpn, QueuePair &qp, const iba::Packet &packet);
+    bool addressConnected(QueuePair &qp, iba::Packet &packet);
+    void transmitConnected(QueuePair &qp, std::vector<uint8_t> framed);
     void sendConnected(QueuePair &qp, iba::Packet &packet);
     void deliverConnected(unsigned port, const iba::Packet &packet);
     void flushQp(uint32_t qpn, QueuePair &qp);

@@ -26,25 +26,26 @@ Link::Event Link::connected(bool connected) {
     return wasUp ? Event::kDown : Event::kNone;
 }
 
-Link::Event Link::receive(std::span<const uint8_t> bytes,
-                          std::vector<std::vector<uint8_t>> *packets) {
+void Link::receive(std::span<const uint8_t> bytes, const std::function<void(Event)> &onEvent,
+                   const std::function<void(std::span<const uint8_t>)> &onPacket) {
     if (!connected_)
-        return Event::kNone;
-    Event event = Event::kNone;
+        return;
     reader_.feed(bytes);
     wire::FrameReader::Error error;
-    while (auto frame = reader_.next(&error)) {
+    while (auto frame = reader_.nextView(&error)) {
         if (frame->type == PIB_WIRE_HELLO) {
             if (!up_ && frame->payload.size() >= sizeof(pib_wire_hello)) {
                 up_ = true;
-                event = Event::kUp;
                 host_.trace("link", "port %u: link up", port_);
+                onEvent(Event::kUp);
             }
         } else if (up_) {
-            packets->push_back(std::move(frame->payload));
+            onPacket(frame->payload);
         } else {
             ++framesDropped_; // packets before HELLO: the link is not up
         }
+        if (!connected_)
+            return; // a handler dropped the link
     }
     if (error != wire::FrameReader::Error::kNone) {
         // The fabric is untrusted too: a corrupt stream drops the link.
@@ -54,14 +55,16 @@ Link::Event Link::receive(std::span<const uint8_t> bytes,
         up_ = false;
         connected_ = false;
         host_.portDisconnect(port_);
-        return wasUp ? Event::kDown : Event::kNone;
+        if (wasUp)
+            onEvent(Event::kDown);
     }
-    return event;
 }
 
-void Link::sendPacket(std::span<const uint8_t> packet) {
-    if (up_)
-        host_.portSend(port_, wire::encode(PIB_WIRE_PACKET, packet));
+void Link::sendFramed(std::vector<uint8_t> framed) {
+    if (!up_ || framed.size() < wire::kHeaderSize)
+        return;
+    wire::frameInPlace(framed, PIB_WIRE_PACKET);
+    host_.portSend(port_, framed);
 }
 
 } // namespace pib

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <span>
 #include <vector>
 
@@ -20,9 +21,13 @@ class Link {
         : host_(host), port_(port), nodeGuid_(nodeGuid), portGuid_(portGuid) {}
 
     Event connected(bool connected);
-    // Feeds stream bytes; complete packets are appended to *packets.
-    Event receive(std::span<const uint8_t> bytes, std::vector<std::vector<uint8_t>> *packets);
-    void sendPacket(std::span<const uint8_t> packet);
+    // Feeds stream bytes. In stream order, calls onEvent when the link comes
+    // up or goes down, and onPacket with each packet (valid during the call,
+    // not copied).
+    void receive(std::span<const uint8_t> bytes, const std::function<void(Event)> &onEvent,
+                 const std::function<void(std::span<const uint8_t>)> &onPacket);
+    // Sends a packet that has wire::kHeaderSize free bytes in front.
+    void sendFramed(std::vector<uint8_t> framed);
     bool up() const { return up_; }
     uint64_t framesDropped() const { return framesDropped_; }
 

@@ -45,36 +45,39 @@ uint8_t Firmware::translate(uint32_t key, uint32_t pdn, uint64_t addr, uint64_t 
 
 uint8_t Firmware::gather(uint32_t pdn, std::span<const pib_wqe_data> sges,
                          std::vector<uint8_t> &out) {
-    return gatherRange(pdn, sges, 0, UINT64_MAX, out);
+    uint64_t total = 0;
+    for (const pib_wqe_data &sge : sges)
+        total += sge.byte_count;
+    const size_t at = out.size();
+    out.resize(at + total);
+    return gatherInto(pdn, sges, 0, std::span(out).subspan(at));
 }
 
-// Appends bytes [offset, offset + len) of the buffers `sges` describe to
-// `out` (fewer when the buffers end first).
-uint8_t Firmware::gatherRange(uint32_t pdn, std::span<const pib_wqe_data> sges, uint64_t offset,
-                              uint64_t len, std::vector<uint8_t> &out) {
+// Reads bytes [offset, offset + dest.size()) of the buffers `sges`
+// describe into `dest`.
+uint8_t Firmware::gatherInto(uint32_t pdn, std::span<const pib_wqe_data> sges, uint64_t offset,
+                             std::span<uint8_t> dest) {
     std::vector<Segment> segments;
     for (const pib_wqe_data &sge : sges) {
-        if (!len)
+        if (dest.empty())
             break;
         if (offset >= sge.byte_count) {
             offset -= sge.byte_count;
             continue;
         }
-        const uint64_t take = std::min<uint64_t>(len, sge.byte_count - offset);
+        const uint64_t take = std::min<uint64_t>(dest.size(), sge.byte_count - offset);
         segments.clear();
         const uint8_t status = translate(sge.lkey, pdn, sge.addr + offset, take, 0, segments);
         if (status != PIB_WC_SUCCESS)
             return status;
         for (const Segment &s : segments) {
-            const size_t at = out.size();
-            out.resize(at + s.len);
-            if (!host_.dmaRead(s.addr, out.data() + at, s.len))
+            if (!host_.dmaRead(s.addr, dest.data(), s.len))
                 return PIB_WC_LOC_ACCESS_ERR;
+            dest = dest.subspan(s.len);
         }
         offset = 0;
-        len -= take;
     }
-    return PIB_WC_SUCCESS;
+    return dest.empty() ? PIB_WC_SUCCESS : PIB_WC_LOC_LEN_ERR;
 }
 
 // Writes `data` into the buffers `sges` describe, after skipping `skip`

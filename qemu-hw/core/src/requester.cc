@@ -6,6 +6,7 @@
 #include <cstring>
 
 #include "firmware.hh"
+#include "frame.hh"
 #include "limits.hh"
 #include "ring.hh"
 
@@ -217,21 +218,6 @@ bool Firmware::sendRequestPackets(uint32_t qpn, QueuePair &qp, SendWqe &w) {
         p.bth.opcode = static_cast<uint8_t>(transport | op);
         if (iba::layoutOf(p.bth.opcode).imm)
             p.imm = __builtin_bswap32(w.imm);
-        if (iba::layoutOf(p.bth.opcode).payload && !w.isReadOrAtomic()) {
-            const uint32_t offset = i * mtu;
-            const uint32_t len = std::min(mtu, w.length - offset);
-            if (!w.inlineData.empty())
-                p.payload.assign(w.inlineData.begin() + offset,
-                                 w.inlineData.begin() + offset + len);
-            else if (const uint8_t status = gatherRange(qp.ctx.pdn, w.sges, offset, len, p.payload);
-                     status != PIB_WC_SUCCESS) {
-                host_.guestError("wqe-dma", "QP %u WQE %u: cannot read its data", qpn, w.index);
-                w.localStatus = status;
-                w.packets = w.sentPackets; // nothing more of it goes out
-                completeInOrder(qpn, qp);
-                return false;
-            }
-        }
         if (last && (w.opcode == PIB_WR_SEND || w.opcode == PIB_WR_SEND_IMM ||
                      w.opcode == PIB_WR_RDMA_WRITE_IMM))
             p.bth.solicited = w.flags & PIB_WQE_SOLICITED;
@@ -239,7 +225,27 @@ bool Firmware::sendRequestPackets(uint32_t qpn, QueuePair &qp, SendWqe &w) {
         // atomics are answered anyway); the responder's one ACK covers
         // every packet before it.
         p.bth.ackReq = !uc && last && !w.isReadOrAtomic();
-        sendConnected(qp, p);
+        const bool data = iba::layoutOf(p.bth.opcode).payload && !w.isReadOrAtomic();
+        const uint32_t offset = i * mtu;
+        const uint32_t len = data ? std::min(mtu, w.length - offset) : 0;
+        if (addressConnected(qp, p)) {
+            // The data goes by DMA straight into the packet.
+            iba::PacketWriter writer(p, len, wire::kHeaderSize);
+            const auto room = writer.payload();
+            uint8_t status = PIB_WC_SUCCESS;
+            if (!w.inlineData.empty())
+                std::memcpy(room.data(), w.inlineData.data() + offset, room.size());
+            else if (!room.empty())
+                status = gatherInto(qp.ctx.pdn, w.sges, offset, room);
+            if (status != PIB_WC_SUCCESS) {
+                host_.guestError("wqe-dma", "QP %u WQE %u: cannot read its data", qpn, w.index);
+                w.localStatus = status;
+                w.packets = w.sentPackets; // nothing more of it goes out
+                completeInOrder(qpn, qp);
+                return false;
+            }
+            transmitConnected(qp, std::move(writer).finish());
+        }
         w.sentPackets = w.isReadOrAtomic() ? w.packets : i + 1;
     }
     return true;

@@ -7,6 +7,7 @@
 #include <cstring>
 
 #include "firmware.hh"
+#include "frame.hh"
 #include "limits.hh"
 
 namespace pib {
@@ -328,18 +329,21 @@ void Firmware::sendReadResponses(uint32_t qpn, QueuePair &qp, const ReplayEntry 
                                             : iba::kReadResponseMiddle;
         if (iba::layoutOf(p.bth.opcode).aeth)
             p.aeth = iba::Aeth{kAckSyndrome, qp.resp.msn};
-        p.payload.resize(len);
+        if (!addressConnected(qp, p))
+            continue; // lost: the requester asks again
+        // The data goes by DMA straight into the packet.
+        iba::PacketWriter writer(p, len, wire::kHeaderSize);
+        auto room = writer.payload();
         remoteRange(qp, e.rkey, e.va + offset, len, PIB_ACCESS_REMOTE_READ, segments);
-        size_t at = 0;
         for (const Segment &seg : segments) {
-            if (!host_.dmaRead(seg.addr, p.payload.data() + at, seg.len)) {
+            if (!host_.dmaRead(seg.addr, room.data(), seg.len)) {
                 responderError(qpn, qp, p.bth.psn, kRemoteOperational, PIB_WC_REM_OP_ERR,
                                "RDMA READ of guest memory the device cannot reach");
                 return;
             }
-            at += seg.len;
+            room = room.subspan(seg.len);
         }
-        sendConnected(qp, p);
+        transmitConnected(qp, std::move(writer).finish());
     }
 }
 

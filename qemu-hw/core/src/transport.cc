@@ -5,6 +5,7 @@
 #include <cstring>
 
 #include "firmware.hh"
+#include "frame.hh"
 #include "ring.hh"
 
 namespace pib {
@@ -171,9 +172,9 @@ bool Firmware::sendUd(uint32_t qpn, QueuePair &qp, std::span<const uint8_t> wqe,
     const bool open = p->info.phys_state == PIB_PHYS_LINK_UP &&
                       (smi ? p->info.state >= PIB_PORT_INIT : p->info.state == PIB_PORT_ACTIVE);
     if (open && transmit_) {
-        auto bytes = iba::build(std::move(packet));
+        auto bytes = iba::build(packet, wire::kHeaderSize);
         ++p->xmitPackets;
-        p->xmitWords += bytes.size() / 4;
+        p->xmitWords += (bytes.size() - wire::kHeaderSize) / 4;
         transmit_(portNumber, std::move(bytes));
     }
     // UD is unreliable: a packet the link cannot take is lost, not an error.
