@@ -11,7 +11,7 @@ import subprocess
 
 from pibctl import fabric, paths, setup, ui
 
-from pibctl.pairs import run_pair
+from pibctl.pairs import GuestShell, run_pair
 
 # (program, message size, what to report)
 PERFTEST = [
@@ -27,19 +27,6 @@ PERFTEST = [
 ]
 ITERATIONS = {"bw": 200, "lat": 200}
 PORT = 18540
-
-
-class _Ctx:
-    """The little of the tests' context that run_pair needs."""
-
-    def run(self, vm, argv, timeout=120, check=True, stdin=None):
-        result = fabric.exec_in(vm, argv, timeout=timeout, stdin=stdin)
-        if check and result.exitcode != 0:
-            raise ui.StepFailed(f"{vm}: {' '.join(argv)} exited {result.exitcode}: {result.err}")
-        return result
-
-    def sh(self, vm, script, timeout=120, check=True):
-        return self.run(vm, ["bash", "-c", script], timeout=timeout, check=check)
 
 
 def native() -> None:
@@ -86,7 +73,7 @@ def run(vms: int = 2, accel: str = "tcg", native_only: bool = False) -> int:
     native()
     if native_only:
         return 0
-    ctx = _Ctx()
+    ctx = GuestShell()
     fab = fabric.load()
     started = fab is None
     if started:

@@ -5,6 +5,7 @@ import json
 import time
 
 from pibctl import fabric, paths, setup, ui
+from pibctl.pairs import GuestShell, run_pair
 
 
 def _show(vm: str, argv, title: str) -> str:
@@ -27,6 +28,19 @@ def _ibping(fab) -> None:
     lid = int(fabric.exec_in(b, ["cat", "/sys/class/infiniband/pib_0/ports/1/lid"]).out, 16)
     fabric.exec_in(b, ["sh", "-c", "(timeout 30 ibping -S </dev/null >/dev/null 2>&1 &); sleep 1"])
     _show(a, ["ibping", "-c", "3", str(lid)], f"8. ibping from {a} to {b} (LID {lid}) across the switch")
+
+
+def _pair(fab, title, argv, port) -> None:
+    """A server in vm2, its client in vm1; shows the client's output."""
+    if len(fab.vms) < 2:
+        return
+    ui.step(title)
+    ui.info(f"[vm2]$ {' '.join(argv)} &    [vm1]$ {' '.join(argv)} vm2")
+    client, server_out, rc = run_pair(GuestShell(), argv, argv, port=port)
+    for line in (client.out + client.err).rstrip().splitlines():
+        ui.info(f"    {line}")
+    if client.exitcode != 0 or rc != "0":
+        raise ui.StepFailed(f"{argv[0]} failed: client {client.exitcode}, server {rc}\n{server_out}")
 
 
 def run(vms: int = 2, accel: str = "tcg") -> int:
@@ -56,9 +70,14 @@ def run(vms: int = 2, accel: str = "tcg") -> int:
     _show(last, ["ibnetdiscover"], f"6. The fabric opensm discovered, seen from {last}")
     _show(first, ["sminfo"], "7. The subnet manager")
     _ibping(fab)
+    _pair(fab, "9. RC SEND/RECV from user space: ibv_rc_pingpong, 64 KiB messages (64 packets each)",
+          ["ibv_rc_pingpong", "-s", "65536", "-n", "100", "-p", "18560"], 18560)
+    _pair(fab, "10. RDMA WRITE bandwidth: ib_write_bw, 64 KiB",
+          ["ib_write_bw", "-d", "pib_0", "-s", "65536", "-n", "200", "-p", "18561"], 18561)
     ui.step("What next")
     ui.info(f"  ./pib exec {first} -- cat /sys/kernel/debug/pib/pib_0/qp   objects and their states")
     ui.info(f"  ./pib console {first}                 its serial console (Ctrl-] leaves)")
+    ui.info("  ./pib bench                           pib-hca against Soft-RoCE, and the core alone")
     ui.info("  ./pib fabric status | down")
     ui.info(f"  host logs: {paths.run_dir()}/vmN/qemu.log (guest errors, traces)")
     return 0

@@ -4,6 +4,22 @@ the background and waited for until it listens, the client in vm1."""
 import shlex
 import time
 
+from pibctl import fabric, ui
+
+
+class GuestShell:
+    """Commands in the running fabric's guests: the part of the tests'
+    context that run_pair needs, for ./pib demo and ./pib bench."""
+
+    def run(self, vm, argv, timeout=120, check=True, stdin=None):
+        result = fabric.exec_in(vm, argv, timeout=timeout, stdin=stdin)
+        if check and result.exitcode != 0:
+            raise ui.StepFailed(f"{vm}: {' '.join(argv)} exited {result.exitcode}: {result.err}")
+        return result
+
+    def sh(self, vm, script, timeout=120, check=True):
+        return self.run(vm, ["bash", "-c", script], timeout=timeout, check=check)
+
 
 def run_pair(ctx, server, client, port=18515, timeout=120, server_vm="vm2", client_vm="vm1"):
     """Runs `server` (argv) in server_vm and `client` (argv, without the
