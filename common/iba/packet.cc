@@ -245,7 +245,8 @@ std::vector<uint8_t> build(const Packet &p, size_t headroom) {
     return std::move(writer).finish();
 }
 
-std::optional<Packet> parse(std::span<const uint8_t> bytes, ParseError *error, bool checkIcrc) {
+std::optional<Packet> parse(std::span<const uint8_t> bytes, ParseError *error, bool checkIcrc,
+                            bool copyPayload) {
     auto fail = [&](ParseError e) -> std::optional<Packet> {
         *error = e;
         return std::nullopt;
@@ -343,7 +344,10 @@ std::optional<Packet> parse(std::span<const uint8_t> bytes, ParseError *error, b
     if (!layout.payload && total - kIcrcSize - t.padCount != off)
         return fail(ParseError::kBadLength); // data where the opcode has none
     const size_t payloadEnd = total - kIcrcSize - t.padCount;
-    p.payload.assign(b + off, b + payloadEnd);
+    if (copyPayload)
+        p.payload.assign(b + off, b + payloadEnd);
+    else
+        p.view = bytes.subspan(off, payloadEnd - off);
     const uint32_t icrc = uint32_t{b[total - 4]} | uint32_t{b[total - 3]} << 8 |
                           uint32_t{b[total - 2]} << 16 | uint32_t{b[total - 1]} << 24;
     if (checkIcrc && icrc != computeIcrc(bytes.first(total - kIcrcSize), p.grh.has_value()))

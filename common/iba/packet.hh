@@ -130,6 +130,11 @@ struct Packet {
     std::optional<uint64_t> atomicAck; // AtomicAckETH: the original value
     std::optional<uint32_t> imm;       // immediate data (host order)
     std::vector<uint8_t> payload;
+    // A parsed packet's payload where it lies in the received bytes, when
+    // parse() was asked not to copy it (then `payload` stays empty).
+    std::span<const uint8_t> view;
+
+    std::span<const uint8_t> data() const { return payload.empty() ? view : payload; }
 };
 
 enum class ParseError {
@@ -173,7 +178,9 @@ std::vector<uint8_t> build(const Packet &packet, size_t headroom = 0);
 // Parses and checks `bytes`; nullopt with *error set when malformed. A
 // switch checks the link's VCRC only: the ICRC is the end nodes' business
 // (IBA 7.8), so it passes checkIcrc = false and saves a pass over the data.
+// With copyPayload = false the payload is left in `bytes` (Packet::view),
+// which must then outlive the packet.
 std::optional<Packet> parse(std::span<const uint8_t> bytes, ParseError *error,
-                            bool checkIcrc = true);
+                            bool checkIcrc = true, bool copyPayload = true);
 
 } // namespace pib::iba

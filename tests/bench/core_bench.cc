@@ -6,6 +6,7 @@
 // nothing about them.
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <vector>
 
@@ -85,8 +86,11 @@ Row stream(Pair &p, uint8_t opcode, uint32_t size, uint64_t local, uint64_t remo
 
 } // namespace
 
-int main() {
-    const double memcpy = memcpyGBps();
+// With arguments ("write 65536" or "send 4096") it runs that row alone,
+// for a profiler.
+int main(int argc, char **argv) {
+    const bool one = argc == 3;
+    const double memcpy = one ? 1 : memcpyGBps();
     std::printf("pib-hca core data path, two devices in one process, RC, MTU 4096, %u in flight\n",
                 kDepth);
     std::printf("memcpy on this machine: %.2f GB/s\n\n", memcpy);
@@ -94,6 +98,9 @@ int main() {
                 "% memcpy");
     for (uint8_t opcode : {uint8_t{PIB_WR_RDMA_WRITE}, uint8_t{PIB_WR_SEND}}) {
         for (uint32_t size : {8u, 64u, 512u, 4096u, 16384u, 65536u, 262144u, kMaxMessage}) {
+            if (one && (std::strcmp(argv[1], opcode == PIB_WR_SEND ? "send" : "write") ||
+                        std::strtoul(argv[2], nullptr, 0) != size))
+                continue;
             Node::Options o;
             o.mtu = 5; // 4096
             o.timeout = 20;

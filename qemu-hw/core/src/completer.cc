@@ -228,7 +228,7 @@ void Firmware::readResponse(uint32_t qpn, QueuePair &qp, const iba::Packet &pack
     const uint8_t op = packet.bth.opcode & 0x1f;
     const bool last = op == iba::kReadResponseLast || op == iba::kReadResponseOnly;
     const uint32_t left = w->length - w->received;
-    const size_t len = packet.payload.size();
+    const size_t len = packet.data().size();
     if (len > left || (!last && len != mtu) || (last && len != left)) {
         host_.trace("rc-bad-response", "QP %u: READ response of %zu bytes, %u left", qpn, len,
                     left);
@@ -236,7 +236,7 @@ void Firmware::readResponse(uint32_t qpn, QueuePair &qp, const iba::Packet &pack
         completeInOrder(qpn, qp);
         return;
     }
-    const uint8_t status = scatter(qp.ctx.pdn, w->sges, packet.payload, w->received);
+    const uint8_t status = scatter(qp.ctx.pdn, w->sges, packet.data(), w->received);
     if (status != PIB_WC_SUCCESS) {
         w->localStatus = status;
         completeInOrder(qpn, qp);

@@ -77,7 +77,7 @@ void Firmware::drainLoopback() {
             p->rcvWords += bytes.size() / 4;
         }
         iba::ParseError error;
-        if (auto packet = iba::parse(bytes, &error))
+        if (auto packet = iba::parse(bytes, &error, true, /*copyPayload=*/false))
             deliver(portNumber, *packet);
     }
     drainingLoopback_ = false;

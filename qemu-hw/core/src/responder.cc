@@ -169,7 +169,7 @@ void Firmware::onRequest(uint32_t qpn, QueuePair &qp, const iba::Packet &packet)
                                     (s.in == Responder::InMessage::kWrite && isWrite(op))
                               : s.in == Responder::InMessage::kNone;
     const uint32_t mtu = pathMtu(qp);
-    const size_t len = packet.payload.size();
+    const size_t len = packet.data().size();
     const bool middleSized = op == iba::kSendFirst || op == iba::kSendMiddle ||
                              op == iba::kWriteFirst || op == iba::kWriteMiddle;
     if (!ok || (middleSized ? len != mtu : len > mtu)) {
@@ -207,7 +207,7 @@ void Firmware::onRequest(uint32_t qpn, QueuePair &qp, const iba::Packet &packet)
             s.received = 0;
         }
         if (s.status == PIB_WC_SUCCESS && len)
-            s.status = scatter(qp.ctx.pdn, s.sges, packet.payload, s.received);
+            s.status = scatter(qp.ctx.pdn, s.sges, packet.data(), s.received);
         if (s.status != PIB_WC_SUCCESS && rc) {
             responderError(qpn, qp, psn, kInvalidRequest, s.status,
                            "the receive WQE cannot take the data");
@@ -266,7 +266,7 @@ void Firmware::onRequest(uint32_t qpn, QueuePair &qp, const iba::Packet &packet)
                         segments);
             size_t at = 0;
             for (const Segment &seg : segments) {
-                if (!host_.dmaWrite(seg.addr, packet.payload.data() + at, seg.len)) {
+                if (!host_.dmaWrite(seg.addr, packet.data().data() + at, seg.len)) {
                     responderError(qpn, qp, psn, kRemoteOperational, PIB_WC_REM_OP_ERR,
                                    "RDMA WRITE to guest memory the device cannot reach");
                     return;

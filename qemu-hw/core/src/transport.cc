@@ -186,7 +186,8 @@ void Firmware::portReceive(unsigned number, std::span<const uint8_t> bytes) {
     if (!p)
         return;
     iba::ParseError error;
-    const auto packet = iba::parse(bytes, &error);
+    // The payload stays in the link's buffer: it goes from there to guest memory.
+    const auto packet = iba::parse(bytes, &error, true, /*copyPayload=*/false);
     if (!packet) {
         ++p->rcvErrors;
         host_.trace("port-drop", "port %u: %s", number, iba::toString(error));
@@ -291,7 +292,7 @@ void Firmware::deliver(unsigned number, const iba::Packet &packet) {
     cqe.pkey_index = pkeyIndex;
     cqe.wqe_index = index;
     cqe.opcode = PIB_WC_RECV;
-    cqe.byte_len = static_cast<uint32_t>(kGrhRoom + packet.payload.size());
+    cqe.byte_len = static_cast<uint32_t>(kGrhRoom + packet.data().size());
     const size_t used = size_t{ctrl.num_ds} * 16;
     if (used < sizeof(ctrl) || used > wqe.size()) {
         cqe.status = PIB_WC_LOC_QP_OP_ERR;
@@ -315,7 +316,7 @@ void Firmware::deliver(unsigned number, const iba::Packet &packet) {
             cqe.flags |= PIB_CQE_GRH;
         }
         if (cqe.status == PIB_WC_SUCCESS)
-            cqe.status = scatter(qp->ctx.pdn, sges, packet.payload, kGrhRoom);
+            cqe.status = scatter(qp->ctx.pdn, sges, packet.data(), kGrhRoom);
     }
     if (packet.imm) {
         cqe.imm = __builtin_bswap32(*packet.imm);
