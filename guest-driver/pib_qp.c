@@ -265,7 +265,20 @@ int pib_modify_qp(struct ib_qp *ibqp, struct ib_qp_attr *attr, int mask,
 	a.rq_psn = attr->rq_psn;
 	a.sq_psn = attr->sq_psn;
 	a.dest_qp_num = attr->dest_qp_num;
-	a.qp_access_flags = attr->qp_access_flags;
+	/*
+	 * Remote write, read and atomic are the device's; the flush bits
+	 * grant an operation the device never accepts (it offers no FLUSH),
+	 * so they are dropped here rather than failing the transition.
+	 */
+	if (mask & IB_QP_ACCESS_FLAGS &&
+	    attr->qp_access_flags &
+		    ~(IB_ACCESS_REMOTE_WRITE | IB_ACCESS_REMOTE_READ |
+		      IB_ACCESS_REMOTE_ATOMIC | IB_ACCESS_LOCAL_WRITE |
+		      IB_ACCESS_FLUSH_GLOBAL | IB_ACCESS_FLUSH_PERSISTENT))
+		return -EINVAL;
+	a.qp_access_flags = attr->qp_access_flags &
+			    (IB_ACCESS_REMOTE_WRITE | IB_ACCESS_REMOTE_READ |
+			     IB_ACCESS_REMOTE_ATOMIC);
 	a.pkey_index = attr->pkey_index;
 	a.port_num = attr->port_num;
 	a.timeout = attr->timeout;

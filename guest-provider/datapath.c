@@ -4,25 +4,12 @@
  * device fetches from, doorbells written to the mmap'd doorbell page, and
  * CQEs read from the CQ ring by their phase bit (docs/prm.md §6, §7).
  */
-#include <endian.h>
 #include <errno.h>
 #include <string.h>
 
-#include <util/mmio.h>
 #include <util/udma_barrier.h>
 
 #include "pib.h"
-
-static void *pib_wq_slot(struct pib_wq *wq, uint32_t index) {
-    return (char *)wq->buf.addr + ((size_t)(index & ((1u << wq->log_count) - 1)) << wq->log_stride);
-}
-
-static void pib_ring_doorbell(struct ibv_context *context, uint32_t offset, uint32_t number,
-                              uint32_t value) {
-    struct pib_context *ctx = to_pctx(context);
-
-    mmio_write64_le((char *)ctx->uar + offset, htole64((uint64_t)value << 32 | number));
-}
 
 static int pib_wr_opcode(enum ibv_wr_opcode op) {
     switch (op) {
@@ -144,6 +131,10 @@ int pib_post_send(struct ibv_qp *ibqp, struct ibv_send_wr *wr, struct ibv_send_w
     uint32_t posted;
     int err = 0;
 
+    if (ibqp->state == IBV_QPS_RESET) { /* nothing may be posted yet */
+        *bad_wr = wr;
+        return EINVAL;
+    }
     pthread_spin_lock(&sq->lock);
     posted = sq->pi;
     for (; wr; wr = wr->next) {
@@ -217,7 +208,7 @@ static int pib_post_to_rq(struct ibv_context *context, struct pib_wq *wq, uint32
 int pib_post_recv(struct ibv_qp *ibqp, struct ibv_recv_wr *wr, struct ibv_recv_wr **bad_wr) {
     struct pib_qp *qp = to_pqp(ibqp);
 
-    if (ibqp->srq) {
+    if (ibqp->srq || ibqp->state == IBV_QPS_RESET) {
         *bad_wr = wr;
         return EINVAL;
     }
@@ -280,30 +271,148 @@ static void pib_cqe_to_wc(const struct pib_cqe *cqe, struct ibv_wc *wc) {
     wc->pkey_index = cqe->pkey_index;
 }
 
+/* The next CQE the device has written, or NULL; the caller holds the lock. */
+static struct pib_cqe *pib_next_cqe(struct pib_cq *cq) {
+    struct pib_cqe *cqe =
+        (struct pib_cqe *)((char *)cq->buf.addr +
+                           (size_t)(cq->ci & ((1u << cq->log_size) - 1)) * PIB_CQE_SIZE);
+    uint8_t phase = ((cq->ci >> cq->log_size) & 1) ^ 1;
+
+    if ((*(volatile uint8_t *)&cqe->flags & PIB_CQE_PHASE) != phase)
+        return NULL;
+    udma_from_device_barrier(); /* the entry only after its phase bit */
+    return cqe;
+}
+
+/* Consumes a CQE: its WQE is free again. */
+static void pib_consume(struct pib_cq *cq, const struct pib_cqe *cqe) {
+    pib_retire(to_pctx(cq->verbs_cq.cq.context), cqe);
+    cq->ci++;
+}
+
 int pib_poll_cq(struct ibv_cq *ibcq, int num, struct ibv_wc *wc) {
-    struct pib_context *ctx = to_pctx(ibcq->context);
     struct pib_cq *cq = to_pcq(ibcq);
+    struct pib_cqe *cqe;
     int n = 0;
 
     pthread_spin_lock(&cq->lock);
-    while (n < num) {
-        struct pib_cqe *cqe =
-            (struct pib_cqe *)((char *)cq->buf.addr +
-                               (size_t)(cq->ci & ((1u << cq->log_size) - 1)) * PIB_CQE_SIZE);
-        uint8_t phase = ((cq->ci >> cq->log_size) & 1) ^ 1;
-
-        if ((*(volatile uint8_t *)&cqe->flags & PIB_CQE_PHASE) != phase)
-            break;
-        udma_from_device_barrier(); /* the entry only after its phase bit */
+    while (n < num && (cqe = pib_next_cqe(cq))) {
         pib_cqe_to_wc(cqe, &wc[n++]);
-        pib_retire(ctx, cqe);
-        cq->ci++;
+        pib_consume(cq, cqe);
     }
     /* Tell the device how far we got, so it can tell an overrun. */
     if (n)
         *cq->ci_record = cq->ci;
     pthread_spin_unlock(&cq->lock);
     return n;
+}
+
+/* ---- extended polling (ibv_start_poll and the ibv_wc_read_*() calls) ---------- */
+
+static int pib_poll_one(struct ibv_cq_ex *cqex) {
+    struct pib_cq *cq = to_pcq_ex(cqex);
+    struct pib_cqe *cqe = pib_next_cqe(cq);
+
+    if (!cqe)
+        return ENOENT;
+    cq->current = cqe;
+    cqex->wr_id = cqe->wr_id;
+    cqex->status = cqe->status;
+    pib_consume(cq, cqe);
+    return 0;
+}
+
+static int pib_start_poll(struct ibv_cq_ex *cqex, struct ibv_poll_cq_attr *attr) {
+    struct pib_cq *cq = to_pcq_ex(cqex);
+    int err;
+
+    if (attr->comp_mask)
+        return EINVAL;
+    pthread_spin_lock(&cq->lock);
+    err = pib_poll_one(cqex);
+    if (err) /* ibv_end_poll() is called only after a success */
+        pthread_spin_unlock(&cq->lock);
+    return err;
+}
+
+static int pib_next_poll(struct ibv_cq_ex *cqex) {
+    return pib_poll_one(cqex);
+}
+
+static void pib_end_poll(struct ibv_cq_ex *cqex) {
+    struct pib_cq *cq = to_pcq_ex(cqex);
+
+    *cq->ci_record = cq->ci;
+    cq->current = NULL;
+    pthread_spin_unlock(&cq->lock);
+}
+
+/* The CQE the poll stands on. It was consumed, but the device cannot
+ * reuse its slot before the CI record says so, at ibv_end_poll(). */
+static const struct pib_cqe *pib_current(struct ibv_cq_ex *cqex) {
+    return to_pcq_ex(cqex)->current;
+}
+
+static enum ibv_wc_opcode pib_read_opcode(struct ibv_cq_ex *cqex) {
+    struct ibv_wc wc;
+
+    pib_cqe_to_wc(pib_current(cqex), &wc);
+    return wc.opcode;
+}
+
+static uint32_t pib_read_vendor_err(struct ibv_cq_ex *cqex) {
+    return pib_current(cqex)->vendor_err;
+}
+
+static uint32_t pib_read_byte_len(struct ibv_cq_ex *cqex) {
+    return pib_current(cqex)->byte_len;
+}
+
+static __be32 pib_read_imm_data(struct ibv_cq_ex *cqex) {
+    return (__be32)pib_current(cqex)->imm; /* kept in wire order */
+}
+
+static uint32_t pib_read_qp_num(struct ibv_cq_ex *cqex) {
+    return pib_current(cqex)->qpn;
+}
+
+static uint32_t pib_read_src_qp(struct ibv_cq_ex *cqex) {
+    return pib_current(cqex)->src_qp;
+}
+
+static unsigned int pib_read_wc_flags(struct ibv_cq_ex *cqex) {
+    struct ibv_wc wc;
+
+    pib_cqe_to_wc(pib_current(cqex), &wc);
+    return wc.wc_flags;
+}
+
+static uint32_t pib_read_slid(struct ibv_cq_ex *cqex) {
+    return pib_current(cqex)->slid;
+}
+
+static uint8_t pib_read_sl(struct ibv_cq_ex *cqex) {
+    return pib_current(cqex)->sl;
+}
+
+static uint8_t pib_read_dlid_path_bits(struct ibv_cq_ex *cqex) {
+    return pib_current(cqex)->dlid_path_bits;
+}
+
+void pib_cq_ex_set_ops(struct ibv_cq_ex *cq) {
+    cq->start_poll = pib_start_poll;
+    cq->next_poll = pib_next_poll;
+    cq->end_poll = pib_end_poll;
+    cq->read_opcode = pib_read_opcode;
+    cq->read_vendor_err = pib_read_vendor_err;
+    cq->read_byte_len = pib_read_byte_len;
+    cq->read_imm_data = pib_read_imm_data;
+    cq->read_qp_num = pib_read_qp_num;
+    cq->read_src_qp = pib_read_src_qp;
+    cq->read_wc_flags = pib_read_wc_flags;
+    cq->read_slid = pib_read_slid;
+    cq->read_sl = pib_read_sl;
+    cq->read_dlid_path_bits = pib_read_dlid_path_bits;
 }
 
 int pib_arm_cq(struct ibv_cq *ibcq, int solicited_only) {

@@ -7,10 +7,12 @@
 #ifndef PIB_PROVIDER_H
 #define PIB_PROVIDER_H
 
+#include <endian.h>
 #include <infiniband/driver.h>
 #include <pthread.h>
 #include <stdbool.h>
 #include <stdint.h>
+#include <util/mmio.h>
 
 #include "pib_hw.h"
 #include "pib_user_abi.h"
@@ -42,13 +44,14 @@ struct pib_buf {
 };
 
 struct pib_cq {
-    struct ibv_cq ibv_cq;
-    struct pib_buf buf; /* CQE ring, then one page for the CI record */
+    struct verbs_cq verbs_cq; /* an ibv_cq, or an ibv_cq_ex */
+    struct pib_buf buf;       /* CQE ring, then one page for the CI record */
     pthread_spinlock_t lock;
     uint32_t cqn;
     uint32_t log_size;
     uint32_t ci;
     volatile uint32_t *ci_record;
+    struct pib_cqe *current; /* extended polling: the CQE it stands on */
 };
 
 /* A work queue: pi counts WQEs posted, ci WQEs the device is done with. */
@@ -69,6 +72,10 @@ struct pib_qp {
     uint32_t qpn;
     uint32_t max_inline_data;
     bool signal_all;
+    /* The extended send API's batch: from wr_start to wr_complete. */
+    uint32_t wr_first;
+    struct pib_wqe_ctrl *wr_cur;
+    int wr_err;
 };
 
 struct pib_srq {
@@ -83,9 +90,22 @@ struct pib_ah {
 };
 
 #define to_pctx(ctx) container_of(ctx, struct pib_context, ibv_ctx.context)
-#define to_pcq(c) container_of(c, struct pib_cq, ibv_cq)
+#define to_pcq(c) container_of(c, struct pib_cq, verbs_cq.cq)
+#define to_pcq_ex(c) container_of(c, struct pib_cq, verbs_cq.cq_ex)
 #define to_pqp(q) container_of(q, struct pib_qp, vqp.qp)
 #define to_psrq(s) container_of(s, struct pib_srq, vsrq.srq)
+
+/* Slot `index` of a work queue's ring. */
+static inline void *pib_wq_slot(struct pib_wq *wq, uint32_t index) {
+    return (char *)wq->buf.addr + ((size_t)(index & ((1u << wq->log_count) - 1)) << wq->log_stride);
+}
+
+/* A doorbell: one 64-bit store to the context's doorbell page. */
+static inline void pib_ring_doorbell(struct ibv_context *context, uint32_t offset, uint32_t number,
+                                     uint32_t value) {
+    mmio_write64_le((char *)to_pctx(context)->uar + offset,
+                    htole64((uint64_t)value << 32 | number));
+}
 
 /* verbs.c */
 int pib_query_device(struct ibv_context *context, const struct ibv_query_device_ex_input *input,
@@ -103,6 +123,7 @@ int pib_destroy_ah(struct ibv_ah *ah);
 struct ibv_cq *pib_create_cq(struct ibv_context *context, int cqe, struct ibv_comp_channel *channel,
                              int comp_vector);
 int pib_destroy_cq(struct ibv_cq *cq);
+struct ibv_cq_ex *pib_create_cq_ex(struct ibv_context *context, struct ibv_cq_init_attr_ex *attr);
 struct ibv_qp *pib_create_qp(struct ibv_pd *pd, struct ibv_qp_init_attr *attr);
 struct ibv_qp *pib_create_qp_ex(struct ibv_context *context, struct ibv_qp_init_attr_ex *attr);
 int pib_query_qp(struct ibv_qp *qp, struct ibv_qp_attr *attr, int attr_mask,
@@ -122,5 +143,10 @@ int pib_post_recv(struct ibv_qp *qp, struct ibv_recv_wr *wr, struct ibv_recv_wr 
 int pib_post_srq_recv(struct ibv_srq *srq, struct ibv_recv_wr *wr, struct ibv_recv_wr **bad_wr);
 int pib_poll_cq(struct ibv_cq *cq, int num, struct ibv_wc *wc);
 int pib_arm_cq(struct ibv_cq *cq, int solicited_only);
+void pib_cq_ex_set_ops(struct ibv_cq_ex *cq);
+
+/* wr.c: the extended send API */
+uint64_t pib_qp_ex_supported_ops(enum ibv_qp_type type);
+void pib_qp_ex_set_ops(struct pib_qp *qp, uint64_t ops);
 
 #endif /* PIB_PROVIDER_H */

@@ -57,12 +57,10 @@ struct pib_uresp_create_cq {
     struct pib_create_cq_resp drv;
 };
 
-struct ibv_cq *pib_create_cq(struct ibv_context *context, int cqe, struct ibv_comp_channel *channel,
-                             int comp_vector) {
-    struct pib_uresp_create_cq resp = {};
-    struct pib_ucmd_create_cq cmd = {};
-    size_t ring;
+/* A CQ with its ring of at least `cqe` entries, not yet known to the kernel. */
+static struct pib_cq *pib_cq_alloc(int cqe, struct pib_create_cq_cmd *drv) {
     struct pib_cq *cq;
+    size_t ring;
     int err;
 
     if (cqe < 1) {
@@ -78,27 +76,83 @@ struct ibv_cq *pib_create_cq(struct ibv_context *context, int cqe, struct ibv_co
         ring = PIB_PAGE_SIZE;
     /* The ring, then a page whose first word is the CI record. */
     err = pib_buf_alloc(&cq->buf, ring + PIB_PAGE_SIZE);
-    if (err)
-        goto err_free;
+    if (err) {
+        free(cq);
+        errno = err;
+        return NULL;
+    }
     cq->ci_record = (volatile uint32_t *)((char *)cq->buf.addr + ring);
     pthread_spin_init(&cq->lock, PTHREAD_PROCESS_PRIVATE);
+    drv->buf_addr = (uintptr_t)cq->buf.addr;
+    drv->ci_record_addr = (uintptr_t)cq->ci_record;
+    drv->log_size = cq->log_size;
+    return cq;
+}
 
-    cmd.drv.buf_addr = (uintptr_t)cq->buf.addr;
-    cmd.drv.ci_record_addr = (uintptr_t)cq->ci_record;
-    cmd.drv.log_size = cq->log_size;
-    err = ibv_cmd_create_cq(context, cqe, channel, comp_vector, &cq->ibv_cq, &cmd.ibv_cmd,
-                            sizeof(cmd), &resp.ibv_resp, sizeof(resp));
-    if (err)
-        goto err_buf;
-    cq->cqn = resp.drv.cqn;
-    return &cq->ibv_cq;
-
-err_buf:
+static void pib_cq_free(struct pib_cq *cq) {
+    pthread_spin_destroy(&cq->lock);
     pib_buf_free(&cq->buf);
-err_free:
     free(cq);
-    errno = err;
-    return NULL;
+}
+
+struct ibv_cq *pib_create_cq(struct ibv_context *context, int cqe, struct ibv_comp_channel *channel,
+                             int comp_vector) {
+    struct pib_uresp_create_cq resp = {};
+    struct pib_ucmd_create_cq cmd = {};
+    struct pib_cq *cq = pib_cq_alloc(cqe, &cmd.drv);
+    int err;
+
+    if (!cq)
+        return NULL;
+    err = ibv_cmd_create_cq(context, cqe, channel, comp_vector, &cq->verbs_cq.cq, &cmd.ibv_cmd,
+                            sizeof(cmd), &resp.ibv_resp, sizeof(resp));
+    if (err) {
+        pib_cq_free(cq);
+        errno = err;
+        return NULL;
+    }
+    cq->cqn = resp.drv.cqn;
+    return &cq->verbs_cq.cq;
+}
+
+struct pib_ucmd_create_cq_ex {
+    struct ibv_create_cq_ex ibv_cmd;
+    struct pib_create_cq_cmd drv;
+};
+
+struct pib_uresp_create_cq_ex {
+    struct ib_uverbs_ex_create_cq_resp ibv_resp;
+    struct pib_create_cq_resp drv;
+};
+
+/* A CQ polled with ibv_start_poll() and the ibv_wc_read_*() accessors. */
+struct ibv_cq_ex *pib_create_cq_ex(struct ibv_context *context, struct ibv_cq_init_attr_ex *attr) {
+    struct pib_uresp_create_cq_ex resp = {};
+    struct pib_ucmd_create_cq_ex cmd = {};
+    struct pib_cq *cq;
+    int err;
+
+    /* Timestamps, VLANs, flow tags and parent domains are not offered. */
+    if (attr->wc_flags & ~(uint64_t)IBV_WC_STANDARD_FLAGS ||
+        attr->comp_mask & ~(uint32_t)IBV_CQ_INIT_ATTR_MASK_FLAGS ||
+        (attr->comp_mask & IBV_CQ_INIT_ATTR_MASK_FLAGS &&
+         attr->flags & ~(uint32_t)IBV_CREATE_CQ_ATTR_SINGLE_THREADED)) {
+        errno = EOPNOTSUPP;
+        return NULL;
+    }
+    cq = pib_cq_alloc(attr->cqe, &cmd.drv);
+    if (!cq)
+        return NULL;
+    err = ibv_cmd_create_cq_ex(context, attr, &cq->verbs_cq, &cmd.ibv_cmd, sizeof(cmd),
+                               &resp.ibv_resp, sizeof(resp), 0);
+    if (err) {
+        pib_cq_free(cq);
+        errno = err;
+        return NULL;
+    }
+    cq->cqn = resp.drv.cqn;
+    pib_cq_ex_set_ops(&cq->verbs_cq.cq_ex);
+    return &cq->verbs_cq.cq_ex;
 }
 
 int pib_destroy_cq(struct ibv_cq *ibcq) {
@@ -107,9 +161,7 @@ int pib_destroy_cq(struct ibv_cq *ibcq) {
 
     if (err)
         return err;
-    pthread_spin_destroy(&cq->lock);
-    pib_buf_free(&cq->buf);
-    free(cq);
+    pib_cq_free(cq);
     return 0;
 }
 
@@ -191,7 +243,14 @@ struct ibv_qp *pib_create_qp_ex(struct ibv_context *context, struct ibv_qp_init_
         errno = EOPNOTSUPP;
         return NULL;
     }
-    if (attr->comp_mask & ~(IBV_QP_INIT_ATTR_PD | IBV_QP_INIT_ATTR_CREATE_FLAGS) || !attr->pd) {
+    if (attr->comp_mask & IBV_QP_INIT_ATTR_SEND_OPS_FLAGS &&
+        attr->send_ops_flags & ~pib_qp_ex_supported_ops(attr->qp_type)) {
+        errno = EOPNOTSUPP;
+        return NULL;
+    }
+    if (attr->comp_mask & ~(IBV_QP_INIT_ATTR_PD | IBV_QP_INIT_ATTR_CREATE_FLAGS |
+                            IBV_QP_INIT_ATTR_SEND_OPS_FLAGS) ||
+        !attr->pd) {
         errno = EOPNOTSUPP;
         return NULL;
     }
@@ -236,6 +295,8 @@ struct ibv_qp *pib_create_qp_ex(struct ibv_context *context, struct ibv_qp_init_
     qp->max_inline_data = attr->cap.max_inline_data;
     pthread_spin_init(&qp->sq.lock, PTHREAD_PROCESS_PRIVATE);
     pthread_spin_init(&qp->rq.lock, PTHREAD_PROCESS_PRIVATE);
+    if (attr->comp_mask & IBV_QP_INIT_ATTR_SEND_OPS_FLAGS)
+        pib_qp_ex_set_ops(qp, attr->send_ops_flags);
     err = pib_qp_table_add(ctx, qp);
     if (err) {
         ibv_cmd_destroy_qp(&qp->vqp.qp);
