@@ -51,14 +51,7 @@ static int pib_build_send_wqe(struct pib_qp *qp, const struct ibv_send_wr *wr, v
         opcode != PIB_WR_RDMA_WRITE && opcode != PIB_WR_RDMA_WRITE_IMM)
         return EINVAL;
     memset(ctrl, 0, sizeof(*ctrl));
-    ctrl->wr_id = wr->wr_id;
-    ctrl->opcode = opcode;
-    if (wr->send_flags & IBV_SEND_SIGNALED || qp->signal_all)
-        ctrl->flags |= PIB_WQE_SIGNALED;
-    if (wr->send_flags & IBV_SEND_SOLICITED)
-        ctrl->flags |= PIB_WQE_SOLICITED;
-    if (wr->send_flags & IBV_SEND_FENCE)
-        ctrl->flags |= PIB_WQE_FENCE;
+    pib_wqe_ctrl_init(ctrl, qp, wr->wr_id, opcode, wr->send_flags);
     if (opcode == PIB_WR_SEND_IMM || opcode == PIB_WR_RDMA_WRITE_IMM)
         ctrl->imm = wr->imm_data; /* already in wire order */
 

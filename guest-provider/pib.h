@@ -107,6 +107,20 @@ static inline void pib_ring_doorbell(struct ibv_context *context, uint32_t offse
                     htole64((uint64_t)value << 32 | number));
 }
 
+/* A send WQE's control segment, for both send APIs. */
+static inline void pib_wqe_ctrl_init(struct pib_wqe_ctrl *ctrl, const struct pib_qp *qp,
+                                     uint64_t wr_id, uint8_t opcode, unsigned int send_flags) {
+    ctrl->wr_id = wr_id;
+    ctrl->opcode = opcode;
+    ctrl->flags = 0;
+    if (send_flags & IBV_SEND_SIGNALED || qp->signal_all)
+        ctrl->flags |= PIB_WQE_SIGNALED;
+    if (send_flags & IBV_SEND_SOLICITED)
+        ctrl->flags |= PIB_WQE_SOLICITED;
+    if (send_flags & IBV_SEND_FENCE)
+        ctrl->flags |= PIB_WQE_FENCE;
+}
+
 /* verbs.c */
 int pib_query_device(struct ibv_context *context, const struct ibv_query_device_ex_input *input,
                      struct ibv_device_attr_ex *attr, size_t attr_size);

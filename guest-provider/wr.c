@@ -40,14 +40,7 @@ static void *pib_wr_begin(struct pib_qp *qp, uint8_t opcode, size_t segment) {
         segment = sizeof(struct pib_wqe_ud);
     ctrl = pib_wq_slot(&qp->sq, qp->sq.pi);
     memset(ctrl, 0, sizeof(*ctrl) + segment);
-    ctrl->wr_id = ibqp->wr_id;
-    ctrl->opcode = opcode;
-    if (ibqp->wr_flags & IBV_SEND_SIGNALED || qp->signal_all)
-        ctrl->flags |= PIB_WQE_SIGNALED;
-    if (ibqp->wr_flags & IBV_SEND_SOLICITED)
-        ctrl->flags |= PIB_WQE_SOLICITED;
-    if (ibqp->wr_flags & IBV_SEND_FENCE)
-        ctrl->flags |= PIB_WQE_FENCE;
+    pib_wqe_ctrl_init(ctrl, qp, ibqp->wr_id, opcode, ibqp->wr_flags);
     ctrl->num_ds = (sizeof(*ctrl) + segment) / 16;
     qp->wr_cur = ctrl;
     qp->sq.pi++;
