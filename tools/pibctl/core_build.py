@@ -1,12 +1,25 @@
 """Our own C/C++ build (meson): the device core, the switch, unit tests."""
 
+import json
 import shutil
+from pathlib import Path
 
 from pibctl import paths, ui
 
 
+def _source_of(build_dir):
+    """The source tree a meson build directory was configured for."""
+    try:
+        info = json.loads((build_dir / "meson-info" / "meson-info.json").read_text())
+        return Path(info["directories"]["source"]).resolve()
+    except (OSError, ValueError, KeyError):
+        return None
+
+
 def _configure(build_dir, options=()) -> None:
-    if (build_dir / "build.ninja").is_file():
+    # The cache outlives any one clone: a build directory made for another
+    # checkout would build that checkout's sources. Start it afresh.
+    if (build_dir / "build.ninja").is_file() and _source_of(build_dir) == paths.REPO.resolve():
         return
     if build_dir.exists():
         shutil.rmtree(build_dir)
