@@ -457,3 +457,80 @@ TEST_CASE("loopback: a QP connected to itself never uses the wire", "[rc]") {
     CHECK(std::equal(a.host.at(out), a.host.at(out) + 2000, a.host.at(in)));
     CHECK(a.host.portOutput[1].empty()); // nothing left the port
 }
+
+TEST_CASE("random packets from a hostile fabric never break the device", "[rc][robustness]") {
+    // Well-formed packets (right CRCs) with random opcodes, PSNs, keys,
+    // lengths and syndromes, at both ends of an RC pair that is also
+    // moving real traffic. Whatever state the QPs end in, the device must
+    // not crash, overflow or leak (the sanitizer build runs this too).
+    Pair p;
+    const uint64_t buf = p.a.host.alloc(16384), peerBuf = p.b.host.alloc(16384);
+    // The P_Key the pair really uses, from one real message.
+    p.b.postRecv(0, peerBuf, 16384);
+    p.a.postSend(0, {.local = buf, .length = 10});
+    p.wire.run();
+    REQUIRE(!p.wire.seen.empty());
+    const uint16_t pkey = p.wire.seen.front().bth.pkey;
+    uint32_t x = 2026;
+    auto rnd = [&] {
+        x ^= x << 13, x ^= x >> 17, x ^= x << 5;
+        return x;
+    };
+    for (int round = 0; round < 6000; ++round) {
+        if (round % 100 == 0) {
+            // A QP the noise put in ERR is reset and connected again.
+            for (auto [n, peer] : {std::pair{&p.a, &p.b}, std::pair{&p.b, &p.a}})
+                if (n->qpState() == PIB_QPS_ERR) {
+                    pib_qp_attr reset{};
+                    reset.attr_mask = PIB_QP_STATE;
+                    reset.qp_state = PIB_QPS_RESET;
+                    n->modify(reset);
+                    n->sqPi = n->rqPi = 0;
+                    Node::Options o;
+                    if (n == &p.b)
+                        std::swap(o.sqPsn, o.rqPsn);
+                    n->connect(*peer, PIB_QPT_RC, o);
+                }
+            p.b.postRecv(round, peerBuf, 16384);
+            p.a.postSend(round, {.local = buf, .length = rnd() % 9000});
+        }
+        iba::Packet k;
+        const bool toB = rnd() & 1;
+        Node &to = toB ? p.b : p.a, &from = toB ? p.a : p.b;
+        k.lrh.dlid = to.lid;
+        k.lrh.slid = from.lid;
+        static constexpr uint8_t kOpcodes[] = {0x00, 0x01, 0x02, 0x03, 0x04, 0x05, 0x06, 0x07,
+                                               0x08, 0x09, 0x0a, 0x0b, 0x0c, 0x0d, 0x0e, 0x0f,
+                                               0x10, 0x11, 0x12, 0x13, 0x14, 0x20, 0x24, 0x2a};
+        k.bth.opcode = kOpcodes[rnd() % sizeof(kOpcodes)];
+        k.bth.destQp = rnd() % 4 ? to.qpn : rnd() & 0xffffff;
+        k.bth.psn = rnd() % 3 ? (100 + rnd() % 64) & 0xffffff : rnd() & 0xffffff;
+        k.bth.ackReq = rnd() & 1;
+        k.bth.pkey = rnd() % 8 ? pkey : static_cast<uint16_t>(rnd());
+        k.reth = iba::Reth{rnd() % 2 ? peerBuf + rnd() % 20000 : uint64_t{rnd()} << 12,
+                           rnd() % 4 ? to.key : rnd(), rnd() % 70000};
+        k.aeth = iba::Aeth{static_cast<uint8_t>(rnd()), rnd() & 0xffffff};
+        k.atomicEth = iba::AtomicEth{peerBuf + (rnd() % 64) * 4, to.key, rnd(), rnd()};
+        k.atomicAck = rnd();
+        k.imm = rnd();
+        k.payload.assign(rnd() % 4200, static_cast<uint8_t>(rnd()));
+        const auto frame = wire::encode(PIB_WIRE_PACKET, iba::build(k));
+        pib_core_port_receive(to.host.core, 1, frame.data(), frame.size());
+        p.wire.run(4);
+        if (rnd() % 50 == 0)
+            p.wire.advance(5'000'000, 1'000'000); // timers fire, resends go out
+        p.a.poll();
+        p.b.poll();
+    }
+    // The hostile packets reached the transport's checks, not only the parser.
+    size_t checks = 0;
+    for (Node *n : {&p.a, &p.b})
+        for (const char *what : {"rc-drop", "rc-duplicate", "rc-responder-error", "rc-bad-response",
+                                 "rc-seq-nak", "rc-rnr", "qp-error"})
+            checks += n->host.traces(what);
+    CHECK(checks > 100);
+    // Both devices still answer commands and report their QPs' states.
+    const uint8_t a = p.a.qpState(), b = p.b.qpState();
+    CHECK((a == PIB_QPS_RTS || a == PIB_QPS_ERR));
+    CHECK((b == PIB_QPS_RTS || b == PIB_QPS_ERR));
+}
