@@ -4,7 +4,7 @@ Each prints its numbers; the tests assert that every byte arrived."""
 
 import re
 
-from pibctl.pairs import run_pair
+from pibctl.pairs import perftest_last_row, run_pair
 
 # The pingpongs use a 1024-byte path MTU by default: 4096 bytes is four
 # packets and 65536 sixty-four.
@@ -68,9 +68,8 @@ def test_perftest_between_vms(ctx):
         assert client.exitcode == 0 and rc == "0", (
             f"{' '.join(argv)}: client {client.exitcode}, server {rc}\n"
             f"client:\n{client.out}{client.err}\nserver:\n{server_out}")
-        rows = [l.split() for l in client.out.splitlines() if re.match(r"^\s*\d+\s+\d+\s", l)]
-        assert rows, client.out
-        row = rows[-1]
+        row = perftest_last_row(client.out)
+        assert row, client.out
         if kind == "bw":  # bytes, iterations, peak MiB/s, average MiB/s, Mpps
             assert float(row[3]) > 0, client.out
             print(f"{prog:<14} {row[0]:>6} B: {row[3]:>8} MiB/s average")

@@ -94,18 +94,11 @@ struct Node {
     }
 
     void portInfoSet(const std::function<void(iba::Mad &)> &fill) {
-        pib_mad_ifc ifc{};
-        iba::Mad m(ifc.mad);
-        m.set8(0, 1);
-        m.set8(1, iba::kClassSmpLid);
-        m.set8(2, 1);
-        m.set8(3, iba::kSet);
-        m.set16(16, iba::kAttrPortInfo);
-        m.set32(20, 1);
-        fill(m);
-        const uint64_t in = host.alloc(PIB_MAILBOX_SIZE), out = host.alloc(PIB_MAILBOX_SIZE);
-        host.poke(in, ifc);
-        expect(host.command(PIB_CMD_MAD_IFC, 1, in, out).status == PIB_CMD_STATUS_OK, "MAD_IFC");
+        pib_mad_ifc response;
+        expect(
+            host.mad(iba::kClassSmpLid, iba::kSet, iba::kAttrPortInfo, 1, fill, &response).status ==
+                PIB_CMD_STATUS_OK,
+            "MAD_IFC");
     }
 
     void modify(pib_qp_attr a) {

@@ -129,6 +129,26 @@ pib_buf_desc FakeHost::ring(uint32_t pages, std::vector<uint64_t> *addrs) {
     return pib_buf_desc{static_cast<uint32_t>(mtt.result), pages};
 }
 
+FakeHost::Outcome FakeHost::mad(uint8_t cls, uint8_t method, uint16_t attr, uint32_t mod,
+                                const std::function<void(pib::iba::Mad &)> &fill,
+                                pib_mad_ifc *response) {
+    pib_mad_ifc ifc{};
+    pib::iba::Mad m(ifc.mad);
+    m.set8(0, 1); // base version
+    m.set8(1, cls);
+    m.set8(2, 1); // class version
+    m.set8(3, method);
+    m.set16(16, attr);
+    m.set32(20, mod);
+    if (fill)
+        fill(m);
+    const uint64_t in = alloc(PIB_MAILBOX_SIZE), out = alloc(PIB_MAILBOX_SIZE);
+    poke(in, ifc);
+    const Outcome o = command(PIB_CMD_MAD_IFC, 1, in, out);
+    *response = peek<pib_mad_ifc>(out);
+    return o;
+}
+
 void FakeHost::initHca() {
     if (command(PIB_CMD_INIT_HCA).status != PIB_CMD_STATUS_OK)
         throw std::runtime_error("INIT_HCA failed");

@@ -5,9 +5,11 @@
 
 #include <cstdint>
 #include <cstring>
+#include <functional>
 #include <string>
 #include <vector>
 
+#include "mad.hh"
 #include "pib_core.h"
 #include "pib_hw.h"
 
@@ -75,6 +77,10 @@ struct FakeHost {
         std::memcpy(out, at(addr), sizeof(T));
         return o;
     }
+    // Runs a MAD of class `cls` through MAD_IFC on port 1: the header from
+    // the arguments, the rest from `fill`. The response goes to *response.
+    Outcome mad(uint8_t cls, uint8_t method, uint16_t attr, uint32_t mod,
+                const std::function<void(pib::iba::Mad &)> &fill, pib_mad_ifc *response);
     // A ring of `pages` fresh pages listed in a fresh MTT range; their
     // guest addresses go to *addrs when asked for.
     pib_buf_desc ring(uint32_t pages, std::vector<uint64_t> *addrs = nullptr);

@@ -36,21 +36,10 @@ struct SmaFixture {
     // Runs a MAD through MAD_IFC; returns {result, response}.
     std::pair<uint64_t, pib_mad_ifc> mad(uint8_t cls, uint8_t method, uint16_t attr, uint32_t mod,
                                          std::function<void(iba::Mad &)> fill = {}) {
-        pib_mad_ifc ifc{};
-        iba::Mad m(ifc.mad);
-        m.set8(0, 1);
-        m.set8(1, cls);
-        m.set8(2, 1);
-        m.set8(3, method);
-        m.set16(16, attr);
-        m.set32(20, mod);
-        if (fill)
-            fill(m);
-        const uint64_t in = host.alloc(PIB_MAILBOX_SIZE), out = host.alloc(PIB_MAILBOX_SIZE);
-        host.poke(in, ifc);
-        const auto r = host.command(PIB_CMD_MAD_IFC, 1, in, out);
+        pib_mad_ifc response;
+        const auto r = host.mad(cls, method, attr, mod, fill, &response);
         REQUIRE(r.status == PIB_CMD_STATUS_OK);
-        return {r.result, host.peek<pib_mad_ifc>(out)};
+        return {r.result, response};
     }
 
     std::vector<uint8_t> asyncEvents() {

@@ -6,12 +6,11 @@
    Soft-RoCE (rdma_rxe on the guests' management network) on the same
    guests, with the pib/rxe ratio of each row."""
 
-import re
 import subprocess
 
 from pibctl import fabric, paths, setup, ui
 
-from pibctl.pairs import GuestShell, run_pair
+from pibctl.pairs import GuestShell, perftest_last_row, run_pair
 
 # (program, message size, what to report)
 PERFTEST = [
@@ -44,10 +43,9 @@ def _measure(ctx, prog, size, kind, device, extra):
         ui.warn(f"{' '.join(argv)} failed: client {client.exitcode}, server {rc}\n"
                 f"{client.out[-1500:]}{client.err[-1500:]}\n{server_out[-1500:]}")
         return None
-    rows = [line.split() for line in client.out.splitlines() if re.match(r"^\s*\d+\s+\d+\s", line)]
-    if not rows:
+    row = perftest_last_row(client.out)
+    if not row:
         return None
-    row = rows[-1]
     if kind == "bw":  # bytes, iterations, peak MiB/s, average MiB/s, Mpps
         return float(row[3]), float(row[4]) * 1e6
     return float(row[4]), None  # typical latency, us

@@ -1,6 +1,7 @@
 """Client/server pairs across two guests: the server in vm2, started in
 the background and waited for until it listens, the client in vm1."""
 
+import re
 import shlex
 import time
 
@@ -19,6 +20,13 @@ class GuestShell:
 
     def sh(self, vm, script, timeout=120, check=True):
         return self.run(vm, ["bash", "-c", script], timeout=timeout, check=check)
+
+
+def perftest_last_row(output):
+    """The last row of a perftest result table, split into fields (bytes,
+    iterations, then the measurements), or None."""
+    rows = [line.split() for line in output.splitlines() if re.match(r"^\s*\d+\s+\d+\s", line)]
+    return rows[-1] if rows else None
 
 
 def run_pair(ctx, server, client, port=18515, timeout=120, server_vm="vm2", client_vm="vm1"):

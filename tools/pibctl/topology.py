@@ -159,12 +159,12 @@ class Topology:
             return
         seen = set()
         vm1 = next(g for g in self.guests if g.index == 1)
-        todo = [vm1.cables[0][0]]
-        while todo:
-            switch = todo.pop()
+        frontier = [vm1.cables[0][0]]
+        while frontier:
+            switch = frontier.pop()
             if switch not in seen:
                 seen.add(switch)
-                todo.extend(other for _, other, _ in self.neighbours(switch))
+                frontier.extend(other for _, other, _ in self.neighbours(switch))
         for s in self.switches:
             if s.name not in seen:
                 raise TopologyError(f"switch {s.name} is not connected to vm1's switch")

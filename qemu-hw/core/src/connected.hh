@@ -28,6 +28,11 @@ inline constexpr uint8_t syndrome(uint8_t kind, uint8_t low) {
 }
 } // namespace aeth
 
+// Bytes in an IBA MTU code (1: 256 … 5: 4096); an invalid code counts as 256.
+inline uint32_t mtuBytes(uint8_t code) {
+    return code >= 1 && code <= 5 ? 128u << code : 256;
+}
+
 // PSNs are 24-bit sequence numbers compared within half their space.
 inline uint32_t psnAdd(uint32_t psn, uint32_t n) {
     return (psn + n) & 0xffffff;

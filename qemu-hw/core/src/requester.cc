@@ -18,10 +18,6 @@ namespace {
 // MTU, how many packets are in flight unacknowledged.
 constexpr size_t kMaxOutstanding = 128;
 
-uint32_t mtuBytes(uint8_t code) {
-    return code >= 1 && code <= 5 ? 128u << code : 256;
-}
-
 bool validFor(uint8_t type, uint8_t opcode) {
     switch (opcode) {
     case PIB_WR_SEND:

@@ -19,10 +19,6 @@ bool isDatagram(uint8_t type) {
     return type == PIB_QPT_UD || type == PIB_QPT_SMI || type == PIB_QPT_GSI;
 }
 
-uint32_t mtuBytes(uint8_t code) {
-    return code >= 1 && code <= 5 ? 128u << code : 256;
-}
-
 } // namespace
 
 uint32_t Firmware::wireQpn(uint32_t qpn, const QueuePair &qp) const {
