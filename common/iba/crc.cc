@@ -55,30 +55,137 @@ template <class T, T P> T update(const Tables<T, P> &tab, T crc, std::span<const
     return crc;
 }
 
+// Polynomials over GF(2) as integers (bit k is the coefficient of x^k),
+// for the constants below and for the joint CRC's start value.
+__extension__ typedef unsigned __int128 Wide; // products of two 64-bit polynomials
+
+constexpr uint32_t degree(Wide a) {
+    uint32_t d = 0;
+    while (a >>= 1)
+        ++d;
+    return d;
+}
+
+constexpr Wide polyMul(uint64_t a, uint64_t b) {
+    Wide r = 0;
+    for (unsigned i = 0; i < 64; ++i)
+        if (b >> i & 1)
+            r ^= static_cast<Wide>(a) << i;
+    return r;
+}
+
+constexpr uint64_t polyMod(Wide a, uint64_t m) {
+    const uint32_t dm = degree(m);
+    for (uint32_t d = degree(a); a >> dm && d >= dm; --d)
+        if (a >> d & 1)
+            a ^= static_cast<Wide>(m) << (d - dm);
+    return static_cast<uint64_t>(a);
+}
+
+// The inverse of a modulo m (extended Euclid); 0 if there is none.
+constexpr uint64_t polyInverse(uint64_t a, uint64_t m) {
+    uint64_t r0 = m, r1 = polyMod(a, m), s0 = 0, s1 = 1;
+    while (r1 > 1) {
+        uint64_t q = 0, r = r0;
+        while (r && degree(r) >= degree(r1)) {
+            const uint32_t shift = degree(r) - degree(r1);
+            q |= uint64_t{1} << shift;
+            r ^= r1 << shift;
+        }
+        const uint64_t s = s0 ^ polyMod(polyMul(q, s1), m);
+        r0 = r1, r1 = r, s0 = s1, s1 = s;
+    }
+    return r1 == 1 ? s1 : 0;
+}
+
+constexpr uint64_t reflect(uint64_t v, unsigned bits) {
+    uint64_t r = 0;
+    for (unsigned i = 0; i < bits; ++i)
+        if (v >> i & 1)
+            r |= uint64_t{1} << (bits - 1 - i);
+    return r;
+}
+
+// The packet's two CRCs cover mostly the same bytes, so both are folded
+// in one pass modulo their product Q = P16 * P32 (degree 48): what is
+// congruent modulo Q is congruent modulo each factor, and the tables of
+// each CRC finish the job from the one folded block.
+constexpr uint64_t kPoly32 = 0x104c11db7ull, kPoly16 = 0x1100bull;
+constexpr uint64_t kPoly48 = static_cast<uint64_t>(polyMul(kPoly16, kPoly32));
+static_assert(degree(kPoly48) == 48);
+
+// The two CRCs' running values enter the folded data as one 48-bit value
+// G XORed into its first six bytes. By the Chinese remainder theorem G is
+// S32 x^16 E32 + S16 x^32 E16 (mod Q), where S32 and S16 are the running
+// values as polynomials and E32 (E16) is 1 modulo P32 (P16) and 0 modulo
+// the other factor.
+constexpr uint64_t kE32 =
+    polyMod(polyMul(kPoly16, polyInverse(kPoly16, kPoly32)), kPoly48); // ≡ 1 (P32), 0 (P16)
+constexpr uint64_t kE16 =
+    polyMod(polyMul(kPoly32, polyInverse(kPoly32, kPoly16)), kPoly48); // ≡ 1 (P16), 0 (P32)
+static_assert(polyInverse(kPoly16, kPoly32) && polyInverse(kPoly32, kPoly16),
+              "the two CRC polynomials are coprime");
+static_assert(polyMod(kE32, kPoly32) == 1 && polyMod(kE32, kPoly16) == 0);
+static_assert(polyMod(kE16, kPoly16) == 1 && polyMod(kE16, kPoly32) == 0);
+constexpr uint64_t kStart32 = polyMod(polyMul(kE32, uint64_t{1} << 16), kPoly48);
+constexpr uint64_t kStart16 = polyMod(polyMul(kE16, uint64_t{1} << 32), kPoly48);
+
+// G, reflected as the fold takes it (bit i is the i-th bit of the data).
+constexpr uint64_t jointStartSlow(uint32_t crc32, uint16_t crc16) {
+    const uint64_t s32 = reflect(crc32, 32), s16 = reflect(crc16, 16);
+    const uint64_t g = polyMod(polyMul(s32, kStart32) ^ polyMul(s16, kStart16), kPoly48);
+    return reflect(g, 48);
+}
+
+// G is linear in the 48 bits of the two running values: six tables, one
+// per byte of (crc16 << 32 | crc32), make it six lookups.
+struct JointStartTables {
+    std::array<std::array<uint64_t, 256>, 6> t{};
+    constexpr JointStartTables() {
+        std::array<uint64_t, 48> basis{};
+        for (unsigned i = 0; i < 32; ++i)
+            basis[i] = jointStartSlow(uint32_t{1} << i, 0);
+        for (unsigned i = 0; i < 16; ++i)
+            basis[32 + i] = jointStartSlow(0, static_cast<uint16_t>(1u << i));
+        for (unsigned j = 0; j < 6; ++j)
+            for (unsigned v = 0; v < 256; ++v)
+                for (unsigned b = 0; b < 8; ++b)
+                    if (v >> b & 1)
+                        t[j][v] ^= basis[8 * j + b];
+    }
+};
+constexpr JointStartTables kJointStart;
+
+uint64_t jointStart(uint32_t crc32, uint16_t crc16) {
+    const uint64_t in = uint64_t{crc16} << 32 | crc32;
+    uint64_t g = 0;
+    for (unsigned j = 0; j < 6; ++j)
+        g ^= kJointStart.t[j][in >> (8 * j) & 0xff];
+    return g;
+}
+
 #if defined(__x86_64__)
 // Folding with carry-less multiplication (Intel, "Fast CRC Computation
 // for Generic Polynomials Using PCLMULQDQ"): 16-byte blocks are folded
-// forward, four streams 64 bytes apart, until one block is left, whose CRC
-// (and the tail's) the tables finish. For a reflected CRC of width W with
+// forward, several streams apart, until one block is left, whose CRC (and
+// the tail's) the tables finish. For a reflected CRC of width W with
 // polynomial P, folding a block forward by D bytes multiplies its low half
 // by K(128 + W + 8(D - 16)) and its high half by K(64 + W + 8(D - 16)),
 // where K(e) is x^e mod P, bit-reflected in W bits and shifted left once.
+// The operand then stands for x^(8D + 63) mod P whatever W is, so the same
+// loop folds modulo Q.
 template <unsigned W> constexpr uint64_t foldConstant(uint64_t poly, unsigned e) {
-    const uint64_t top = uint64_t{1} << W;
-    uint64_t r = 1;
+    uint64_t r = 1; // x^e mod poly, one power at a time
     for (unsigned i = 0; i < e; ++i) {
         r <<= 1;
-        if (r & top)
-            r ^= top | poly;
+        if (r >> W & 1)
+            r ^= poly;
     }
-    uint64_t reflected = 0;
-    for (unsigned i = 0; i < W; ++i)
-        if (r >> i & 1)
-            reflected |= uint64_t{1} << (W - 1 - i);
-    return reflected << 1;
+    return reflect(r, W) << 1;
 }
 
-template <unsigned W, uint64_t kPoly> struct FoldConstants {
+template <uint64_t kPoly> struct FoldConstants {
+    static constexpr unsigned W = degree(kPoly);
     static constexpr uint64_t by16lo = foldConstant<W>(kPoly, 128 + W);
     static constexpr uint64_t by16hi = foldConstant<W>(kPoly, 64 + W);
     static constexpr uint64_t by64lo = foldConstant<W>(kPoly, 128 + W + 384);
@@ -95,17 +202,16 @@ template <unsigned W, uint64_t kPoly> struct FoldConstants {
     return _mm_loadu_si128(reinterpret_cast<const __m128i *>(p));
 }
 
-// Needs n >= 64.
-template <class T, T R, unsigned W, uint64_t kPoly>
-[[gnu::target("pclmul,sse2")]] T foldUpdate(const Tables<T, R> &tab, T crc, const uint8_t *p,
-                                            size_t n) {
-    using K = FoldConstants<W, kPoly>;
+// Folds the data at p (n >= 64 bytes), `start` XORed into its first bytes,
+// into one block; p and n are left at the tail of fewer than 16 bytes.
+template <uint64_t kPoly>
+[[gnu::target("pclmul,sse2")]] __m128i foldNarrow(uint64_t start, const uint8_t *&p, size_t &n) {
+    using K = FoldConstants<kPoly>;
     const __m128i k16 =
         _mm_set_epi64x(static_cast<long long>(K::by16hi), static_cast<long long>(K::by16lo));
     const __m128i k64 =
         _mm_set_epi64x(static_cast<long long>(K::by64hi), static_cast<long long>(K::by64lo));
-    // The CRC so far is the register: it lines up with the first bytes.
-    __m128i a = _mm_xor_si128(load(p), _mm_cvtsi32_si128(static_cast<int>(crc)));
+    __m128i a = _mm_xor_si128(load(p), _mm_cvtsi64_si128(static_cast<long long>(start)));
     __m128i b = load(p + 16), c = load(p + 32), d = load(p + 48);
     p += 64;
     n -= 64;
@@ -120,10 +226,7 @@ template <class T, T R, unsigned W, uint64_t kPoly>
     a = _mm_xor_si128(fold(a, k16), d);
     for (; n >= 16; p += 16, n -= 16)
         a = _mm_xor_si128(fold(a, k16), load(p));
-    uint8_t last[16];
-    _mm_storeu_si128(reinterpret_cast<__m128i *>(last), a);
-    crc = update(tab, T{0}, std::span<const uint8_t>(last, 16));
-    return update(tab, crc, std::span<const uint8_t>(p, n));
+    return a;
 }
 
 // The same with 256-bit registers (VPCLMULQDQ): eight streams, 128 bytes
@@ -133,23 +236,25 @@ template <class T, T R, unsigned W, uint64_t kPoly>
                             _mm256_clmulepi64_epi128(v, k, 0x11));
 }
 
-template <class T, T R, unsigned W, uint64_t kPoly>
-[[gnu::target("vpclmulqdq,avx2,pclmul")]] T foldUpdateWide(const Tables<T, R> &tab, T crc,
-                                                           const uint8_t *p, size_t n) {
-    using K = FoldConstants<W, kPoly>;
+[[gnu::target("avx2")]] inline __m256i load256(const uint8_t *p) {
+    return _mm256_loadu_si256(reinterpret_cast<const __m256i *>(p));
+}
+
+template <uint64_t kPoly>
+[[gnu::target("vpclmulqdq,avx2,pclmul")]] __m128i foldWide(uint64_t start, const uint8_t *&p,
+                                                           size_t &n) {
+    using K = FoldConstants<kPoly>;
     const __m128i k16 =
         _mm_set_epi64x(static_cast<long long>(K::by16hi), static_cast<long long>(K::by16lo));
     const __m256i k128 =
         _mm256_set_epi64x(static_cast<long long>(K::by128hi), static_cast<long long>(K::by128lo),
                           static_cast<long long>(K::by128hi), static_cast<long long>(K::by128lo));
-    auto load256 = [](const uint8_t *at) {
-        return _mm256_loadu_si256(reinterpret_cast<const __m256i *>(at));
-    };
     __m256i a[4];
     for (int i = 0; i < 4; ++i)
         a[i] = load256(p + 32 * i);
-    a[0] = _mm256_xor_si256(
-        a[0], _mm256_set_m128i(_mm_setzero_si128(), _mm_cvtsi32_si128(static_cast<int>(crc))));
+    a[0] =
+        _mm256_xor_si256(a[0], _mm256_set_m128i(_mm_setzero_si128(),
+                                                _mm_cvtsi64_si128(static_cast<long long>(start))));
     p += 128;
     n -= 128;
     for (; n >= 128; p += 128, n -= 128)
@@ -164,33 +269,70 @@ template <class T, T R, unsigned W, uint64_t kPoly>
     }
     for (; n >= 16; p += 16, n -= 16)
         v = _mm_xor_si128(fold(v, k16), load(p));
-    uint8_t last[16];
-    _mm_storeu_si128(reinterpret_cast<__m128i *>(last), v);
-    crc = update(tab, T{0}, std::span<const uint8_t>(last, 16));
-    return update(tab, crc, std::span<const uint8_t>(p, n));
+    return v;
 }
 
 const bool kHaveClmul = __builtin_cpu_supports("pclmul");
 const bool kHaveWideClmul = __builtin_cpu_supports("vpclmulqdq") && __builtin_cpu_supports("avx2");
+
+// Folds [p, p + n) with `start`, or returns false when too short to pay.
+template <uint64_t kPoly>
+bool foldAll(uint64_t start, const uint8_t *&p, size_t &n, uint8_t block[16]) {
+    __m128i v;
+    if (kHaveWideClmul && n >= 256)
+        v = foldWide<kPoly>(start, p, n);
+    else if (kHaveClmul && n >= 64)
+        v = foldNarrow<kPoly>(start, p, n);
+    else
+        return false;
+    std::memcpy(block, &v, 16);
+    return true;
+}
+#else
+template <uint64_t> bool foldAll(uint64_t, const uint8_t *&, size_t &, uint8_t *) {
+    return false;
+}
 #endif
+
+// The CRC of the folded block, continued over the tail.
+template <class T, T R>
+T finish(const Tables<T, R> &tab, const uint8_t block[16], const uint8_t *tail, size_t n) {
+    const T crc = update(tab, T{0}, std::span<const uint8_t>(block, 16));
+    return update(tab, crc, std::span<const uint8_t>(tail, n));
+}
 
 } // namespace
 
 uint32_t crc32Update(uint32_t crc, std::span<const uint8_t> bytes) {
-#if defined(__x86_64__)
-    if (kHaveClmul && bytes.size() >= 64)
-        return foldUpdate<uint32_t, 0xedb88320u, 32, 0x04c11db7u>(kCrc32, crc, bytes.data(),
-                                                                  bytes.size());
-#endif
+    const uint8_t *p = bytes.data();
+    size_t n = bytes.size();
+    uint8_t block[16];
+    if (foldAll<kPoly32>(crc, p, n, block))
+        return finish(kCrc32, block, p, n);
     return update(kCrc32, crc, bytes);
 }
 
 uint16_t crc16Update(uint16_t crc, std::span<const uint8_t> bytes) {
-#if defined(__x86_64__)
-    if (kHaveClmul && bytes.size() >= 64)
-        return foldUpdate<uint16_t, 0xd008u, 16, 0x100bu>(kCrc16, crc, bytes.data(), bytes.size());
-#endif
+    const uint8_t *p = bytes.data();
+    size_t n = bytes.size();
+    uint8_t block[16];
+    if (foldAll<kPoly16>(crc, p, n, block))
+        return finish(kCrc16, block, p, n);
     return update(kCrc16, crc, bytes);
+}
+
+void crc32And16Update(uint32_t *crc32, uint16_t *crc16, std::span<const uint8_t> bytes) {
+    const uint8_t *p = bytes.data();
+    size_t n = bytes.size();
+    uint8_t block[16];
+    // Below a few hundred bytes the start value costs more than it saves.
+    if (n >= 256 && foldAll<kPoly48>(jointStart(*crc32, *crc16), p, n, block)) {
+        *crc32 = finish(kCrc32, block, p, n);
+        *crc16 = finish(kCrc16, block, p, n);
+        return;
+    }
+    *crc32 = crc32Update(*crc32, bytes);
+    *crc16 = crc16Update(*crc16, bytes);
 }
 
 } // namespace pib::iba

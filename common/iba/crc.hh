@@ -17,4 +17,8 @@ uint32_t crc32Update(uint32_t crc, std::span<const uint8_t> bytes);
 // 0xffff and complement the result.
 uint16_t crc16Update(uint16_t crc, std::span<const uint8_t> bytes);
 
+// Both of the above over the same bytes, in one pass: *crc32 and *crc16
+// continue as crc32Update and crc16Update would continue them.
+void crc32And16Update(uint32_t *crc32, uint16_t *crc16, std::span<const uint8_t> bytes);
+
 } // namespace pib::iba

@@ -58,10 +58,19 @@ size_t extensionSize(const Layout &l) {
 // IBA 7.8.1: the ICRC covers the packet with its variant fields (the whole
 // LRH; the GRH's traffic class, flow label and hop limit; the BTH's
 // reserved byte) replaced by ones. Only the headers need a masked copy.
-uint32_t computeIcrc(std::span<const uint8_t> packet, bool grh) {
+struct BodyCrcs {
+    uint32_t icrc;      // the ICRC of the body
+    uint16_t vcrcState; // the VCRC's running value after the body
+};
+
+// `body` is a packet from its LRH to its pad. The ICRC covers it with the
+// variant fields of the headers (above) masked, the VCRC as it is; the
+// data after the headers is the same for both, so one pass computes both.
+BodyCrcs bodyCrcs(std::span<const uint8_t> body, bool grh) {
     const size_t bth = kLrhSize + (grh ? kGrhSize : 0);
+    const size_t headers = bth + kBthSize;
     uint8_t masked[kLrhSize + kGrhSize + kBthSize];
-    std::copy(packet.begin(), packet.begin() + bth + kBthSize, masked);
+    std::copy(body.begin(), body.begin() + headers, masked);
     for (size_t i = 0; i < kLrhSize; ++i)
         masked[i] = 0xff;
     if (grh) {
@@ -72,8 +81,14 @@ uint32_t computeIcrc(std::span<const uint8_t> packet, bool grh) {
         masked[kLrhSize + 7] = 0xff; // hop limit
     }
     masked[bth + 4] = 0xff; // resv8a
-    uint32_t crc = crc32Update(0xffffffffu, std::span<const uint8_t>(masked, bth + kBthSize));
-    return ~crc32Update(crc, packet.subspan(bth + kBthSize));
+    uint32_t icrc = crc32Update(0xffffffffu, std::span<const uint8_t>(masked, headers));
+    uint16_t vcrc = crc16Update(0xffff, body.first(headers));
+    crc32And16Update(&icrc, &vcrc, body.subspan(headers));
+    return {~icrc, vcrc};
+}
+
+size_t headerBytes(bool grh) {
+    return kLrhSize + (grh ? kGrhSize : 0) + kBthSize;
 }
 
 } // namespace
@@ -162,8 +177,10 @@ const char *toString(ParseError error) {
     return "?";
 }
 
-PacketWriter::PacketWriter(const Packet &p, size_t payloadLength, size_t headroom)
-    : headroom_(headroom), grh_(p.grh.has_value()) {
+PacketWriter::PacketWriter(const Packet &p, size_t payloadLength, size_t headroom,
+                           std::vector<uint8_t> storage)
+    : out_(std::move(storage)), headroom_(headroom), grh_(p.grh.has_value()) {
+    out_.clear();
     const Layout layout = layoutOf(p.bth.opcode);
     payloadLength_ = layout.payload ? payloadLength : 0;
     const size_t pad = (4 - payloadLength_ % 4) % 4;
@@ -226,19 +243,18 @@ PacketWriter::PacketWriter(const Packet &p, size_t payloadLength, size_t headroo
 }
 
 std::vector<uint8_t> PacketWriter::finish() && {
-    const auto packet = std::span<const uint8_t>(out_).subspan(headroom_);
-    const uint32_t icrc = computeIcrc(packet, grh_);
+    const auto crcs = bodyCrcs(std::span<const uint8_t>(out_).subspan(headroom_), grh_);
     for (int i = 0; i < 4; ++i) // little-endian, as Linux rxe sends it
-        out_.push_back(static_cast<uint8_t>(icrc >> (8 * i)));
+        out_.push_back(static_cast<uint8_t>(crcs.icrc >> (8 * i)));
     const uint16_t vcrc = static_cast<uint16_t>(
-        ~crc16Update(0xffff, std::span<const uint8_t>(out_).subspan(headroom_)));
+        ~crc16Update(crcs.vcrcState, std::span<const uint8_t>(out_).last(kIcrcSize)));
     out_.push_back(static_cast<uint8_t>(vcrc));
     out_.push_back(static_cast<uint8_t>(vcrc >> 8));
     return std::move(out_);
 }
 
-std::vector<uint8_t> build(const Packet &p, size_t headroom) {
-    PacketWriter writer(p, p.payload.size(), headroom);
+std::vector<uint8_t> build(const Packet &p, size_t headroom, std::vector<uint8_t> storage) {
+    PacketWriter writer(p, p.payload.size(), headroom, std::move(storage));
     auto room = writer.payload();
     if (!room.empty())
         std::memcpy(room.data(), p.payload.data(), room.size());
@@ -259,7 +275,15 @@ std::optional<Packet> parse(std::span<const uint8_t> bytes, ParseError *error, b
         return fail(ParseError::kTooLong);
     const size_t total = bytes.size() - kVcrcSize;
     const uint16_t vcrc = static_cast<uint16_t>(bytes[total] | bytes[total + 1] << 8);
-    if (vcrc != static_cast<uint16_t>(~crc16Update(0xffff, bytes.first(total))))
+    // An end node checks both CRCs, in one pass when the headers the LNH
+    // names fit (if they do not, parsing fails below anyway).
+    const bool grh = (bytes[1] & 3) == kLnhIbaGlobal;
+    std::optional<BodyCrcs> crcs;
+    if (checkIcrc && total - kIcrcSize >= headerBytes(grh))
+        crcs = bodyCrcs(bytes.first(total - kIcrcSize), grh);
+    const uint16_t vcrcState = crcs ? crc16Update(crcs->vcrcState, bytes.subspan(total - 4, 4))
+                                    : crc16Update(0xffff, bytes.first(total));
+    if (vcrc != static_cast<uint16_t>(~vcrcState))
         return fail(ParseError::kBadVcrc);
 
     Packet p;
@@ -350,7 +374,7 @@ std::optional<Packet> parse(std::span<const uint8_t> bytes, ParseError *error, b
         p.view = bytes.subspan(off, payloadEnd - off);
     const uint32_t icrc = uint32_t{b[total - 4]} | uint32_t{b[total - 3]} << 8 |
                           uint32_t{b[total - 2]} << 16 | uint32_t{b[total - 1]} << 24;
-    if (checkIcrc && icrc != computeIcrc(bytes.first(total - kIcrcSize), p.grh.has_value()))
+    if (checkIcrc && (!crcs || p.grh.has_value() != grh || icrc != crcs->icrc))
         return fail(ParseError::kBadIcrc);
     return p;
 }

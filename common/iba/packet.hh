@@ -158,7 +158,10 @@ const char *toString(ParseError error);
 // device puts data read by DMA straight into the packet it sends.
 class PacketWriter {
   public:
-    PacketWriter(const Packet &headers, size_t payloadLength, size_t headroom = 0);
+    // `storage` is a spent packet whose memory is used again (its bytes
+    // are not): a sender that recycles its buffers allocates nothing.
+    PacketWriter(const Packet &headers, size_t payloadLength, size_t headroom = 0,
+                 std::vector<uint8_t> storage = {});
     std::span<uint8_t> payload() { return std::span(out_).subspan(payloadAt_, payloadLength_); }
     std::vector<uint8_t> finish() &&;
 
@@ -173,7 +176,8 @@ class PacketWriter {
 // The bytes of `packet` on the wire, after `headroom` free bytes; fills in
 // PktLen, PayLen and PadCnt. The extension headers present must be those
 // the opcode's layout names.
-std::vector<uint8_t> build(const Packet &packet, size_t headroom = 0);
+std::vector<uint8_t> build(const Packet &packet, size_t headroom = 0,
+                           std::vector<uint8_t> storage = {});
 
 // Parses and checks `bytes`; nullopt with *error set when malformed. A
 // switch checks the link's VCRC only: the ICRC is the end nodes' business

@@ -4,10 +4,18 @@
 // this process, from 8 B to 1 MiB, beside this machine's memcpy
 // bandwidth measured in the same run. It prints numbers; it asserts
 // nothing about them.
+//
+// Each row runs twice: both devices on one thread (the whole cost of a
+// message on one core), then each device on its own thread, as each VM's
+// QEMU runs its device in its own process.
+#include <atomic>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <deque>
+#include <mutex>
+#include <thread>
 #include <vector>
 
 #include "connected_fixture.hh"
@@ -45,8 +53,9 @@ struct Row {
     double secs = 0;
 };
 
-// Streams messages of `size` bytes from a to b for about kSecondsPerRow.
-Row stream(Pair &p, uint8_t opcode, uint32_t size, uint64_t local, uint64_t remote) {
+// Streams messages of `size` bytes from a to b for about kSecondsPerRow,
+// both devices on this thread.
+Row streamOneThread(Pair &p, uint8_t opcode, uint32_t size, uint64_t local, uint64_t remote) {
     const bool send = opcode == PIB_WR_SEND;
     unsigned inFlight = 0, recvPosted = 0;
     Row row;
@@ -84,39 +93,161 @@ Row stream(Pair &p, uint8_t opcode, uint32_t size, uint64_t local, uint64_t remo
     return row;
 }
 
+// One direction of a cable between two threads. It carries the port's
+// output in the chunks the device wrote it, one chunk per take, so the
+// receiver answers (ACKs) while the sender is still sending. Buffers are
+// handed over, not copied, and come back for reuse.
+class Cable {
+  public:
+    void put(std::vector<uint8_t> &bytes) {
+        std::lock_guard lock(mutex_);
+        queued_.push_back(std::move(bytes));
+        bytes = takeSpare();
+    }
+    // Returns the oldest chunk in *bytes (empty if none), giving back the
+    // buffer *bytes held.
+    void take(std::vector<uint8_t> &bytes) {
+        std::lock_guard lock(mutex_);
+        bytes.clear();
+        spare_.push_back(std::move(bytes));
+        if (queued_.empty()) {
+            bytes = takeSpare();
+            return;
+        }
+        bytes = std::move(queued_.front());
+        queued_.pop_front();
+    }
+
+  private:
+    std::vector<uint8_t> takeSpare() {
+        if (spare_.empty())
+            return {};
+        std::vector<uint8_t> v = std::move(spare_.back());
+        spare_.pop_back();
+        return v;
+    }
+    std::mutex mutex_;
+    std::deque<std::vector<uint8_t>> queued_;
+    std::vector<std::vector<uint8_t>> spare_;
+};
+
+// Moves what `node` sent into `out` and one chunk that came in on `in`
+// into `node`. Returns whether anything came in.
+bool exchange(Node &node, Cable &in, Cable &out, std::vector<uint8_t> &buffer) {
+    if (!node.host.portOutput[1].empty())
+        out.put(node.host.portOutput[1]);
+    in.take(buffer);
+    if (buffer.empty())
+        return false;
+    pib_core_port_receive(node.host.core, 1, buffer.data(), buffer.size());
+    return true;
+}
+
+// The same stream with b's device on a thread of its own.
+Row streamTwoThreads(Pair &p, uint8_t opcode, uint32_t size, uint64_t local, uint64_t remote) {
+    const bool send = opcode == PIB_WR_SEND;
+    Cable aToB, bToA;
+    std::atomic<bool> done{false}, receivesPosted{!send};
+    // At most kDepth SENDs are unacknowledged and b reposts each receive
+    // in the round that used it, so it never runs out of receives.
+    static_assert(kDepth < (1u << Node::kLogRq) - 1);
+    std::thread responder([&] {
+        std::vector<uint8_t> buffer;
+        if (send)
+            for (unsigned i = 0; i < (1u << Node::kLogRq) - 1; ++i)
+                p.b.postRecv(i, remote, kMaxMessage);
+        receivesPosted = true;
+        while (!done.load(std::memory_order_relaxed)) {
+            const bool busy = exchange(p.b, aToB, bToA, buffer);
+            if (send)
+                for (const pib_cqe &c : p.b.poll()) {
+                    expect(c.status == PIB_WC_SUCCESS, "a benchmark receive");
+                    p.b.postRecv(c.wr_id, remote, kMaxMessage);
+                }
+            if (!p.b.host.portOutput[1].empty())
+                bToA.put(p.b.host.portOutput[1]);
+            if (!busy)
+                std::this_thread::yield();
+        }
+    });
+    Row row;
+    unsigned inFlight = 0;
+    std::vector<uint8_t> buffer;
+    auto reap = [&] {
+        const bool busy = exchange(p.a, bToA, aToB, buffer);
+        for (const pib_cqe &c : p.a.poll()) {
+            expect(c.status == PIB_WC_SUCCESS, "a benchmark completion");
+            --inFlight;
+            ++row.messages;
+        }
+        if (!busy)
+            std::this_thread::yield();
+    };
+    // The first SENDs must not overtake b's first receives.
+    while (!receivesPosted)
+        std::this_thread::yield();
+    const auto start = Clock::now();
+    while (seconds(start) < kSecondsPerRow) {
+        if (inFlight < kDepth) { // one message, and it is on the cable
+            p.a.postSend(row.messages + inFlight,
+                         {.opcode = opcode, .local = local, .length = size, .remote = remote});
+            ++inFlight;
+            aToB.put(p.a.host.portOutput[1]);
+        }
+        reap();
+    }
+    while (inFlight)
+        reap();
+    row.secs = seconds(start);
+    done = true;
+    responder.join();
+    return row;
+}
+
 } // namespace
 
 // With arguments ("write 65536" or "send 4096") it runs that row alone,
-// for a profiler.
+// for a profiler; a third argument, 1 or 2, picks the number of threads.
 int main(int argc, char **argv) {
-    const bool one = argc == 3;
+    const bool one = argc >= 3;
+    const int threads = argc >= 4 ? std::atoi(argv[3]) : 0;
     const double memcpy = one ? 0 : memcpyGBps(); // a profiler's run skips it
     std::printf("pib-hca core data path, two devices in one process, RC, MTU 4096, %u in flight\n",
                 kDepth);
     if (memcpy > 0)
-        std::printf("memcpy on this machine: %.2f GB/s\n", memcpy);
-    std::printf("\n");
-    std::printf("%-11s %9s %12s %10s %9s\n", "operation", "bytes", "messages/s", "GB/s",
-                "% memcpy");
+        std::printf("memcpy on this machine (one thread): %.2f GB/s\n", memcpy);
+    std::printf("\n%-22s | %-35s | %-35s\n", "", "both devices on one thread",
+                "each device on its own thread");
+    std::printf("%-11s %10s | %12s %10s %11s | %12s %10s %11s\n", "operation", "bytes",
+                "messages/s", "GB/s", "% memcpy", "messages/s", "GB/s", "% memcpy");
     for (uint8_t opcode : {uint8_t{PIB_WR_RDMA_WRITE}, uint8_t{PIB_WR_SEND}}) {
         for (uint32_t size : {8u, 64u, 512u, 4096u, 16384u, 65536u, 262144u, kMaxMessage}) {
             if (one && (std::strcmp(argv[1], opcode == PIB_WR_SEND ? "send" : "write") ||
                         std::strtoul(argv[2], nullptr, 0) != size))
                 continue;
-            Node::Options o;
-            o.mtu = 5; // 4096
-            o.timeout = 20;
-            Pair p(PIB_QPT_RC, o, 64 << 20);
-            p.wire.inspect = false;
-            const uint64_t local = p.a.host.alloc(kMaxMessage),
-                           remote = p.b.host.alloc(kMaxMessage);
-            const Row row = stream(p, opcode, size, local, remote);
-            const double rate = row.messages / row.secs;
-            const double gbps = rate * size / 1e9;
-            std::printf("%-11s %9u %12.0f %10.3f", opcode == PIB_WR_SEND ? "SEND" : "RDMA WRITE",
-                        size, rate, gbps);
-            if (memcpy > 0)
-                std::printf(" %8.1f%%", 100 * gbps / memcpy);
+            std::printf("%-11s %10u", opcode == PIB_WR_SEND ? "SEND" : "RDMA WRITE", size);
+            for (auto stream : {streamOneThread, streamTwoThreads}) {
+                if (threads && (stream == streamTwoThreads) != (threads == 2)) {
+                    std::printf(" | %35s", "");
+                    continue;
+                }
+                Node::Options o;
+                o.mtu = 5; // 4096
+                o.timeout = 20;
+                Pair p(PIB_QPT_RC, o, 64 << 20);
+                p.wire.inspect = false;
+                const uint64_t local = p.a.host.alloc(kMaxMessage),
+                               remote = p.b.host.alloc(kMaxMessage);
+                const Row row = stream(p, opcode, size, local, remote);
+                const double rate = row.messages / row.secs;
+                const double gbps = rate * size / 1e9;
+                std::printf(" | %12.0f %10.3f", rate, gbps);
+                if (memcpy > 0)
+                    std::printf(" %10.1f%%", 100 * gbps / memcpy);
+                else
+                    std::printf(" %11s", "");
+                std::fflush(stdout);
+            }
             std::printf("\n");
         }
     }

@@ -217,7 +217,7 @@ TEST_CASE("random bytes never parse into a packet by accident", "[packet]") {
     }
 }
 
-TEST_CASE("the table-driven CRCs equal their bit-by-bit definitions", "[packet]") {
+TEST_CASE("the fast CRCs equal their bit-by-bit definitions", "[packet]") {
     // The reflected CRCs of IBA 7.8, one bit at a time.
     auto crc32Bits = [](uint32_t crc, std::span<const uint8_t> bytes) {
         for (uint8_t b : bytes) {
@@ -253,6 +253,28 @@ TEST_CASE("the table-driven CRCs equal their bit-by-bit definitions", "[packet]"
         auto s = std::span<const uint8_t>(data).subspan(1, len);
         CHECK(crc32Update(0x12345678u, s) == crc32Bits(0x12345678u, s));
         CHECK(crc16Update(0x4321, s) == crc16Bits(0x4321, s));
+    }
+    // Both at once (folded modulo the product of the polynomials), from
+    // running values that change with every length.
+    for (size_t start = 0; start < 8; start += 3)
+        for (size_t len = 0; len <= 1100; ++len) {
+            auto s = std::span<const uint8_t>(data).subspan(start, len);
+            x = x * 1103515245 + 12345;
+            uint32_t c32 = x;
+            uint16_t c16 = static_cast<uint16_t>(x >> 7);
+            const uint32_t want32 = crc32Bits(c32, s);
+            const uint16_t want16 = crc16Bits(c16, s);
+            crc32And16Update(&c32, &c16, s);
+            REQUIRE(c32 == want32);
+            REQUIRE(c16 == want16);
+        }
+    for (size_t len : {4096u, 4999u}) {
+        auto s = std::span<const uint8_t>(data).subspan(1, len);
+        uint32_t c32 = 0xffffffffu;
+        uint16_t c16 = 0xffff;
+        crc32And16Update(&c32, &c16, s);
+        CHECK(c32 == crc32Bits(0xffffffffu, s));
+        CHECK(c16 == crc16Bits(0xffff, s));
     }
     // The standard check value of CRC-32: "123456789".
     const uint8_t check[] = {'1', '2', '3', '4', '5', '6', '7', '8', '9'};

@@ -56,12 +56,28 @@ void Firmware::transmitConnected(QueuePair &qp, std::vector<uint8_t> framed) {
         return;
     }
     if (transmit_)
-        transmit_(portNumber, std::move(framed));
+        transmit_(portNumber, framed);
+    recyclePacket(std::move(framed));
 }
 
 void Firmware::sendConnected(QueuePair &qp, iba::Packet &packet) {
     if (addressConnected(qp, packet))
-        transmitConnected(qp, iba::build(packet, wire::kHeaderSize));
+        transmitConnected(qp, iba::build(packet, wire::kHeaderSize, packetBuffer()));
+}
+
+std::vector<uint8_t> Firmware::packetBuffer() {
+    if (spentPackets_.empty())
+        return {};
+    std::vector<uint8_t> buffer = std::move(spentPackets_.back());
+    spentPackets_.pop_back();
+    return buffer;
+}
+
+void Firmware::recyclePacket(std::vector<uint8_t> &&framed) {
+    // A few are enough: one engine sends one packet at a time.
+    constexpr size_t kSpares = 8;
+    if (spentPackets_.size() < kSpares)
+        spentPackets_.push_back(std::move(framed));
 }
 
 void Firmware::drainLoopback() {
@@ -79,6 +95,7 @@ void Firmware::drainLoopback() {
         iba::ParseError error;
         if (auto packet = iba::parse(bytes, &error, true, /*copyPayload=*/false))
             deliver(portNumber, *packet);
+        recyclePacket(std::move(framed));
     }
     drainingLoopback_ = false;
 }

@@ -14,9 +14,9 @@ Device::Device(const pib_core_config &config, const pib_host_ops &ops, void *opa
     for (uint32_t port = 1; port <= config_.num_ports; ++port)
         links_.push_back(
             std::make_unique<Link>(host_, port, config_.node_guid, config_.node_guid + port));
-    firmware_.setTransmitter([this](unsigned port, std::vector<uint8_t> framed) {
+    firmware_.setTransmitter([this](unsigned port, std::vector<uint8_t> &framed) {
         if (port >= 1 && port <= links_.size())
-            links_[port - 1]->sendFramed(std::move(framed));
+            links_[port - 1]->sendFramed(framed);
     });
 }
 

@@ -80,9 +80,10 @@ class Firmware {
     void drainLoopback();
     // Where packets for the wire go (the Device hands them to the link),
     // each with wire::kHeaderSize free bytes in front for the frame header.
-    void setTransmitter(std::function<void(unsigned port, std::vector<uint8_t>)> transmit) {
-        transmit_ = std::move(transmit);
-    }
+    // The transmitter may change the bytes but keeps nothing: the buffer
+    // is used again for a later packet.
+    using Transmitter = std::function<void(unsigned port, std::vector<uint8_t> &framed)>;
+    void setTransmitter(Transmitter transmit) { transmit_ = std::move(transmit); }
 
     const pib_dev_cap &caps() const { return caps_; }
     bool initialized() const { return initialized_; }
@@ -233,7 +234,12 @@ class Firmware {
     ObjectTable<QueuePair> qps_;
     // QP0 and QP1 of each port: numbers 2 * (port - 1) + type.
     std::array<std::unique_ptr<QueuePair>, 2 * PIB_MAX_PORTS> specialQps_{};
-    std::function<void(unsigned port, std::vector<uint8_t>)> transmit_;
+    Transmitter transmit_;
+    // Buffers of packets sent, for the next packets: the data path then
+    // allocates no memory per packet.
+    std::vector<std::vector<uint8_t>> spentPackets_;
+    std::vector<uint8_t> packetBuffer();
+    void recyclePacket(std::vector<uint8_t> &&framed);
     std::array<char, PIB_NODE_DESC_LEN> nodeDesc_{};
     // Timers of the connected QPs: (deadline, QPN), earliest first, and
     // the deadline the host's timer is set to.

@@ -60,7 +60,7 @@ void Link::receive(std::span<const uint8_t> bytes, const std::function<void(Even
     }
 }
 
-void Link::sendFramed(std::vector<uint8_t> framed) {
+void Link::sendFramed(std::vector<uint8_t> &framed) {
     if (!up_ || framed.size() < wire::kHeaderSize)
         return;
     wire::frameInPlace(framed, PIB_WIRE_PACKET);

@@ -226,7 +226,7 @@ bool Firmware::sendRequestPackets(uint32_t qpn, QueuePair &qp, SendWqe &w) {
         const uint32_t len = data ? std::min(mtu, w.length - offset) : 0;
         if (addressConnected(qp, p)) {
             // The data goes by DMA straight into the packet.
-            iba::PacketWriter writer(p, len, wire::kHeaderSize);
+            iba::PacketWriter writer(p, len, wire::kHeaderSize, packetBuffer());
             const auto room = writer.payload();
             uint8_t status = PIB_WC_SUCCESS;
             if (!w.inlineData.empty())

@@ -332,7 +332,7 @@ void Firmware::sendReadResponses(uint32_t qpn, QueuePair &qp, const ReplayEntry 
         if (!addressConnected(qp, p))
             continue; // lost: the requester asks again
         // The data goes by DMA straight into the packet.
-        iba::PacketWriter writer(p, len, wire::kHeaderSize);
+        iba::PacketWriter writer(p, len, wire::kHeaderSize, packetBuffer());
         auto room = writer.payload();
         remoteRange(qp, e.rkey, e.va + offset, len, PIB_ACCESS_REMOTE_READ, segments);
         for (const Segment &seg : segments) {

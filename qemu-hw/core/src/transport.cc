@@ -168,10 +168,11 @@ bool Firmware::sendUd(uint32_t qpn, QueuePair &qp, std::span<const uint8_t> wqe,
     const bool open = p->info.phys_state == PIB_PHYS_LINK_UP &&
                       (smi ? p->info.state >= PIB_PORT_INIT : p->info.state == PIB_PORT_ACTIVE);
     if (open && transmit_) {
-        auto bytes = iba::build(packet, wire::kHeaderSize);
+        auto bytes = iba::build(packet, wire::kHeaderSize, packetBuffer());
         ++p->xmitPackets;
         p->xmitWords += (bytes.size() - wire::kHeaderSize) / 4;
-        transmit_(portNumber, std::move(bytes));
+        transmit_(portNumber, bytes);
+        recyclePacket(std::move(bytes));
     }
     // UD is unreliable: a packet the link cannot take is lost, not an error.
     return true;
