@@ -238,6 +238,10 @@ int pib_destroy_cq(struct ib_cq *ibcq, struct ib_udata *udata);
 int pib_poll_cq(struct ib_cq *ibcq, int num, struct ib_wc *wc);
 int pib_req_notify_cq(struct ib_cq *ibcq, enum ib_cq_notify_flags flags);
 
+/* pib_mcast.c */
+int pib_attach_mcast(struct ib_qp *ibqp, union ib_gid *gid, u16 lid);
+int pib_detach_mcast(struct ib_qp *ibqp, union ib_gid *gid, u16 lid);
+
 /* pib_qp.c */
 int pib_create_qp(struct ib_qp *ibqp, struct ib_qp_init_attr *init,
 		  struct ib_udata *udata);

@@ -22,6 +22,7 @@ static const struct ib_device_ops pib_dev_ops = {
 
 	.alloc_pd = pib_alloc_pd,
 	.alloc_ucontext = pib_alloc_ucontext,
+	.attach_mcast = pib_attach_mcast,
 	.create_ah = pib_create_ah,
 	.create_cq = pib_create_cq,
 	.create_qp = pib_create_qp,
@@ -33,6 +34,7 @@ static const struct ib_device_ops pib_dev_ops = {
 	.destroy_cq = pib_destroy_cq,
 	.destroy_qp = pib_destroy_qp,
 	.destroy_srq = pib_destroy_srq,
+	.detach_mcast = pib_detach_mcast,
 	.get_dev_fw_str = pib_get_dev_fw_str,
 	.get_dma_mr = pib_get_dma_mr,
 	.get_port_immutable = pib_get_port_immutable,

@@ -20,6 +20,7 @@ static void pib_free_context(struct ibv_context *ibctx) {
 
 static const struct verbs_context_ops pib_ctx_ops = {
     .alloc_pd = pib_alloc_pd,
+    .attach_mcast = ibv_cmd_attach_mcast,
     .create_ah = pib_create_ah,
     .create_cq = pib_create_cq,
     .create_cq_ex = pib_create_cq_ex,
@@ -32,6 +33,7 @@ static const struct verbs_context_ops pib_ctx_ops = {
     .destroy_cq = pib_destroy_cq,
     .destroy_qp = pib_destroy_qp,
     .destroy_srq = pib_destroy_srq,
+    .detach_mcast = ibv_cmd_detach_mcast,
     .free_context = pib_free_context,
     .modify_qp = pib_modify_qp,
     .modify_srq = pib_modify_srq,

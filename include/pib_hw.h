@@ -56,7 +56,7 @@
 #define PIB_IF_VERSION(major, minor) (((uint32_t)(major) << 16) | (minor))
 #define PIB_IF_VERSION_MAJOR(v) ((v) >> 16)
 #define PIB_IF_VERSION_MINOR(v) ((v)&0xffffu)
-#define PIB_IF_VERSION_CURRENT PIB_IF_VERSION(0, 4)
+#define PIB_IF_VERSION_CURRENT PIB_IF_VERSION(0, 5)
 
 /* RO: firmware version, major << 24 | minor << 16 | patch. */
 #define PIB_REG_FW_VERSION 0x008
@@ -168,6 +168,9 @@ enum pib_cmd_opcode {
     PIB_CMD_DESTROY_QP = 0x0041, /* MOD: qpn */
     PIB_CMD_MODIFY_QP = 0x0042,  /* MOD: qpn; IN: pib_qp_attr */
     PIB_CMD_QUERY_QP = 0x0043,   /* MOD: qpn; OUT: pib_qp_attr */
+
+    PIB_CMD_ATTACH_MCAST = 0x0048, /* MOD: qpn; IN: pib_mcast */
+    PIB_CMD_DETACH_MCAST = 0x0049, /* MOD: qpn; IN: pib_mcast */
 };
 
 enum pib_cmd_status {
@@ -310,6 +313,19 @@ struct pib_mad_ifc {
  * regions and queue buffers name a range by its first index and length.
  */
 #define PIB_MTT_WRITE_MAX 510
+
+/* ---- Multicast: PIB_CMD_ATTACH_MCAST, PIB_CMD_DETACH_MCAST ------------------ */
+
+/* A UD QP joins (leaves) the group a multicast GID and LID name on the
+ * QP's port. Packets to the group are delivered to every QP attached. */
+#define PIB_MULTICAST_LID_FIRST 0xc000u
+#define PIB_MULTICAST_LID_LAST 0xfffeu
+
+struct pib_mcast {
+    uint8_t gid[16]; /* the MGID: gid[0] == 0xff */
+    uint16_t mlid;   /* PIB_MULTICAST_LID_FIRST..PIB_MULTICAST_LID_LAST */
+    uint16_t reserved[3];
+};
 
 struct pib_mtt_write {
     uint32_t count; /* 1..PIB_MTT_WRITE_MAX */
@@ -724,6 +740,7 @@ _Static_assert(sizeof(struct pib_dev_cap) == 184, "pib_dev_cap layout");
 _Static_assert(sizeof(struct pib_port_info) == 72, "pib_port_info layout");
 _Static_assert(sizeof(struct pib_mtt_write) <= PIB_MAILBOX_SIZE, "mtt write");
 _Static_assert(sizeof(struct pib_eqe) == 32, "pib_eqe layout");
+_Static_assert(sizeof(struct pib_mcast) == 24, "pib_mcast layout");
 _Static_assert(sizeof(struct pib_cqe) == PIB_CQE_SIZE, "pib_cqe layout");
 _Static_assert(sizeof(struct pib_av) == 32, "pib_av layout");
 _Static_assert(sizeof(struct pib_mad_ifc) == 264, "pib_mad_ifc layout");

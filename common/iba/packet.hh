@@ -13,7 +13,8 @@
 namespace pib::iba {
 
 inline constexpr uint16_t kPermissiveLid = 0xffff;
-inline constexpr uint32_t kQp1Qkey = 0x80010000; // IBA 13.5.3.2
+inline constexpr uint32_t kQp1Qkey = 0x80010000;    // IBA 13.5.3.2
+inline constexpr uint32_t kMulticastQpn = 0xffffff; // IBA 10.5.2.4
 
 // LNH values (IBA 7.7.5).
 enum Lnh : uint8_t { kLnhRaw = 0, kLnhIp = 1, kLnhIbaLocal = 2, kLnhIbaGlobal = 3 };

@@ -62,22 +62,7 @@ struct Node {
         mr.flags = PIB_MR_PHYSICAL;
         mr.length = ~0ull;
         key = static_cast<uint32_t>(host.commandIn(PIB_CMD_CREATE_MR, 0, mr).result);
-        pib_qp_context qp{};
-        qp.type = type;
-        qp.pdn = pd;
-        qp.send_cqn = qp.recv_cqn = cqn;
-        qp.uar_page = uar;
-        qp.sq_log_wqe_count = kLogSq;
-        qp.sq_log_wqe_stride = 7;
-        qp.rq_log_wqe_count = kLogRq;
-        qp.rq_log_wqe_stride = 6;
-        pages.clear();
-        qp.sq_buf = host.ring(2, &pages);
-        sqPage = pages.front();
-        qp.rq_buf = host.ring(1, &pages);
-        rqPage = pages.back();
-        qpn = static_cast<uint32_t>(host.commandIn(PIB_CMD_CREATE_QP, 0, qp).result);
-        expect(qpn >= PIB_FIRST_QPN, "CREATE_QP");
+        createQp(type);
         // Train the link, then configure the port as an SM would.
         pib_core_port_connected(host.core, 1, 1);
         pib_wire_hello hello{};
@@ -91,6 +76,38 @@ struct Node {
                 m.set8(64 + 36, 5 << 4); // NeighborMTU 4096
             });
         host.portOutput[1].clear();
+    }
+
+    // A QP on this device (its PD, CQ and MR), which the helpers below then
+    // act on; use() switches between QPs.
+    struct Qp {
+        uint32_t qpn;
+        uint64_t sqPage, rqPage;
+        uint32_t sqPi, rqPi;
+    };
+    Qp createQp(uint8_t type) {
+        pib_qp_context qp{};
+        qp.type = type;
+        qp.pdn = pd;
+        qp.send_cqn = qp.recv_cqn = cqn;
+        qp.uar_page = uar;
+        qp.sq_log_wqe_count = kLogSq;
+        qp.sq_log_wqe_stride = 7;
+        qp.rq_log_wqe_count = kLogRq;
+        qp.rq_log_wqe_stride = 6;
+        std::vector<uint64_t> pages;
+        qp.sq_buf = host.ring(2, &pages);
+        sqPage = pages.front();
+        qp.rq_buf = host.ring(1, &pages);
+        rqPage = pages.back();
+        qpn = static_cast<uint32_t>(host.commandIn(PIB_CMD_CREATE_QP, 0, qp).result);
+        expect(qpn >= PIB_FIRST_QPN, "CREATE_QP");
+        sqPi = rqPi = 0;
+        return current();
+    }
+    Qp current() const { return {qpn, sqPage, rqPage, sqPi, rqPi}; }
+    void use(const Qp &q) {
+        qpn = q.qpn, sqPage = q.sqPage, rqPage = q.rqPage, sqPi = q.sqPi, rqPi = q.rqPi;
     }
 
     void portInfoSet(const std::function<void(iba::Mad &)> &fill) {

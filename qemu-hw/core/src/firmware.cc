@@ -48,6 +48,9 @@ static pib_dev_cap buildCaps(const pib_core_config &config) {
     c.max_srq = kMaxSrq;
     c.max_srq_wr = 1u << kLogMaxSrqWr;
     c.max_srq_sge = kMaxSge;
+    c.max_mcast_grp = kMaxMcastGroups;
+    c.max_mcast_qp_attach = kMaxMcastQpAttach;
+    c.max_total_mcast_qp_attach = kMaxTotalMcastQpAttach;
     c.max_inline_data = kMaxInlineData;
     c.max_mtt = kMaxMtt;
     c.max_eq = kMaxEq;
@@ -64,7 +67,9 @@ static pib_dev_cap buildCaps(const pib_core_config &config) {
 Firmware::Firmware(const pib_core_config &config, const Host &host)
     : config_(config), host_(host), caps_(buildCaps(config)), uars_(config.doorbell_pages),
       pds_(limits::kMaxPd), mtt_(limits::kMaxMtt), eqs_(limits::kMaxEq), cqs_(limits::kMaxCq),
-      mrs_(limits::kMaxMr, 1), srqs_(limits::kMaxSrq), qps_(limits::kMaxQp, PIB_FIRST_QPN) {
+      mrs_(limits::kMaxMr, 1), srqs_(limits::kMaxSrq), qps_(limits::kMaxQp, PIB_FIRST_QPN),
+      multicast_(
+          {limits::kMaxMcastGroups, limits::kMaxMcastQpAttach, limits::kMaxTotalMcastQpAttach}) {
     reset();
 }
 
@@ -78,6 +83,7 @@ void Firmware::reset() {
     mrs_.clear();
     srqs_.clear();
     qps_.clear();
+    multicast_.clear();
     for (auto &qp : specialQps_)
         qp.reset();
     timers_.clear();
@@ -192,6 +198,9 @@ Firmware::Handler Firmware::handlerFor(uint16_t opcode) {
         return &Firmware::modifyQp;
     case PIB_CMD_QUERY_QP:
         return &Firmware::queryQp;
+    case PIB_CMD_ATTACH_MCAST:
+    case PIB_CMD_DETACH_MCAST:
+        return &Firmware::attachOrDetachMcast;
     default:
         return nullptr;
     }

@@ -16,6 +16,7 @@
 #include "host.hh"
 #include "mad.hh"
 #include "mtt.hh"
+#include "multicast.hh"
 #include "object_table.hh"
 #include "objects.hh"
 #include "packet.hh"
@@ -146,6 +147,7 @@ class Firmware {
     CommandOutcome destroyQp(const Command &);
     CommandOutcome modifyQp(const Command &);
     CommandOutcome queryQp(const Command &);
+    CommandOutcome attachOrDetachMcast(const Command &);
 
     // The data path (transport.cc, memory.cc, completion.cc).
     struct Segment {
@@ -165,7 +167,12 @@ class Firmware {
     void processDatagramSend(uint32_t qpn, QueuePair &qp);
     bool sendUd(uint32_t qpn, QueuePair &qp, std::span<const uint8_t> wqe, uint32_t *length,
                 uint8_t *status);
-    void deliver(unsigned port, const iba::Packet &packet);
+    // A packet that arrived on `port` (or was sent to it by one of its own
+    // QPs, `senderQpn`, which never receives its own multicast copy).
+    void deliver(unsigned port, const iba::Packet &packet, uint32_t senderQpn = 0);
+    void deliverMulticast(unsigned port, const iba::Packet &packet, uint32_t senderQpn);
+    void receiveDatagram(unsigned port, const iba::Packet &packet, uint32_t qpn, QueuePair &qp,
+                         uint16_t pkeyIndex);
     bool takeReceiveWqe(QueuePair &qp, std::vector<uint8_t> &wqe, uint16_t *index);
     void postCqe(uint32_t cqn, pib_cqe cqe, bool solicited);
     void completeSend(uint32_t qpn, QueuePair &qp, uint32_t index, uint64_t wrId, uint8_t opcode,
@@ -232,6 +239,7 @@ class Firmware {
     ObjectTable<MemoryRegion> mrs_;
     ObjectTable<SharedReceiveQueue> srqs_;
     ObjectTable<QueuePair> qps_;
+    MulticastGroups multicast_;
     // QP0 and QP1 of each port: numbers 2 * (port - 1) + type.
     std::array<std::unique_ptr<QueuePair>, 2 * PIB_MAX_PORTS> specialQps_{};
     Transmitter transmit_;

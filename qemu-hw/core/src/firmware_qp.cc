@@ -131,6 +131,7 @@ CommandOutcome Firmware::destroyQp(const Command &cmd) {
     if (!qp)
         return fail(PIB_CMD_STATUS_BAD_INDEX, "cmd-bad-index", "DESTROY_QP of QP %u", cmd.modifier);
     releaseQp(*qp);
+    multicast_.detachAll(cmd.modifier);
     if (qp->timerAt)
         timers_.erase({qp->timerAt, cmd.modifier});
     if (cmd.modifier < specialQps_.size())
@@ -150,6 +151,40 @@ CommandOutcome Firmware::queryQp(const Command &cmd) {
     if (!writeMailbox(cmd, out))
         return fail(PIB_CMD_STATUS_DMA_ERROR, "cmd-dma", "QUERY_QP cannot write 0x%" PRIx64,
                     cmd.out);
+    return {};
+}
+
+// Multicast (IBA 10.5, 11.3): a UD QP with a port joins or leaves a group.
+CommandOutcome Firmware::attachOrDetachMcast(const Command &cmd) {
+    const bool attach = cmd.opcode == PIB_CMD_ATTACH_MCAST;
+    const char *name = attach ? "ATTACH_MCAST" : "DETACH_MCAST";
+    pib_mcast m;
+    if (!readMailbox(cmd, m))
+        return fail(PIB_CMD_STATUS_DMA_ERROR, "cmd-dma", "%s cannot read 0x%" PRIx64, name, cmd.in);
+    QueuePair *qp = findQp(cmd.modifier);
+    if (!qp)
+        return fail(PIB_CMD_STATUS_BAD_INDEX, "cmd-bad-index", "%s of QP %u", name, cmd.modifier);
+    if (qp->ctx.type != PIB_QPT_UD || cmd.modifier < PIB_FIRST_QPN)
+        return fail(PIB_CMD_STATUS_BAD_PARAM, "cmd-bad-param", "%s of QP %u, which is not UD", name,
+                    cmd.modifier);
+    if (m.gid[0] != 0xff || (attach && !isMulticastLid(m.mlid)))
+        return fail(PIB_CMD_STATUS_BAD_PARAM, "cmd-bad-param",
+                    "%s of QP %u: GID starting 0x%02x, LID 0x%x is not a multicast group", name,
+                    cmd.modifier, m.gid[0], m.mlid);
+    if (qp->attr.qp_state == PIB_QPS_RESET || !port(qp->attr.port_num))
+        return fail(PIB_CMD_STATUS_BAD_STATE, "cmd-bad-state",
+                    "%s of QP %u, which has no port yet (state %u)", name, cmd.modifier,
+                    qp->attr.qp_state);
+    MulticastGroups::Gid gid;
+    std::copy(std::begin(m.gid), std::end(m.gid), gid.begin());
+    const uint8_t status = attach ? multicast_.attach(qp->attr.port_num, gid, m.mlid, cmd.modifier)
+                                  : multicast_.detach(qp->attr.port_num, gid, cmd.modifier);
+    if (status != PIB_CMD_STATUS_OK)
+        return fail(status, attach ? "cmd-no-resources" : "cmd-bad-param", "%s of QP %u: %s", name,
+                    cmd.modifier, attach ? "a multicast limit is reached" : "it is not attached");
+    host_.trace("mcast", "QP %u %s group %02x%02x:...:%02x%02x (MLID 0x%x) on port %u",
+                cmd.modifier, attach ? "joins" : "leaves", gid[0], gid[1], gid[14], gid[15], m.mlid,
+                qp->attr.port_num);
     return {};
 }
 

@@ -27,5 +27,9 @@ inline constexpr uint32_t kMinLogPageSize = 12;
 inline constexpr uint32_t kMaxLogPageSize = 30;
 inline constexpr uint8_t kLocalCaAckDelay = 15;
 inline constexpr uint32_t kMaxMsgSize = 1u << 31;
+// Multicast: groups per device, QPs per group, attachments in all.
+inline constexpr uint32_t kMaxMcastGroups = 256;
+inline constexpr uint32_t kMaxMcastQpAttach = 32;
+inline constexpr uint32_t kMaxTotalMcastQpAttach = 1024;
 
 } // namespace pib::limits

@@ -159,6 +159,10 @@ bool Firmware::sendUd(uint32_t qpn, QueuePair &qp, std::span<const uint8_t> wqe,
         packet.imm = __builtin_bswap32(ctrl.imm); // stored in wire order
     packet.payload = std::move(payload);
 
+    // A multicast packet also goes to the port's other QPs in the group:
+    // the switch never sends a packet back out of the port it came in by.
+    if (isMulticastLid(ud.av.dlid) && p->info.state == PIB_PORT_ACTIVE)
+        deliver(portNumber, packet, qpn);
     // Packets to our own LID never leave the device.
     if (p->info.lid && (ud.av.dlid & ~((1u << p->info.lmc) - 1)) == p->info.lid) {
         deliver(portNumber, packet);
@@ -222,7 +226,26 @@ bool Firmware::takeReceiveWqe(QueuePair &qp, std::vector<uint8_t> &wqe, uint16_t
     return true;
 }
 
-void Firmware::deliver(unsigned number, const iba::Packet &packet) {
+namespace {
+
+// The index of `pkey` in a port's table (IBA 10.9.3: full and limited
+// members match on the low 15 bits), or -1.
+int findPkey(const PortState &p, uint16_t pkey) {
+    for (uint16_t i = 0; i < PIB_PKEY_TABLE_LEN; ++i)
+        if (p.pkeys[i] && (p.pkeys[i] & 0x7fff) == (pkey & 0x7fff))
+            return i;
+    return -1;
+}
+
+bool receivesDatagrams(const QueuePair &qp) {
+    return isDatagram(qp.ctx.type) &&
+           (qp.attr.qp_state == PIB_QPS_RTR || qp.attr.qp_state == PIB_QPS_RTS ||
+            qp.attr.qp_state == PIB_QPS_SQD);
+}
+
+} // namespace
+
+void Firmware::deliver(unsigned number, const iba::Packet &packet, uint32_t senderQpn) {
     PortState *p = port(number);
     if ((packet.bth.opcode & 0xe0) != iba::kTransportUd) {
         const uint16_t lidMask = static_cast<uint16_t>(~((1u << p->info.lmc) - 1));
@@ -237,6 +260,10 @@ void Firmware::deliver(unsigned number, const iba::Packet &packet) {
     if (vl15 != (destQp == 0) || !packet.deth)
         return;
     const uint16_t dlid = packet.lrh.dlid;
+    if (isMulticastLid(dlid)) {
+        deliverMulticast(number, packet, senderQpn);
+        return;
+    }
     const uint16_t lidMask = static_cast<uint16_t>(~((1u << p->info.lmc) - 1));
     const bool forUs = dlid == iba::kPermissiveLid
                            ? destQp == 0
@@ -247,34 +274,71 @@ void Firmware::deliver(unsigned number, const iba::Packet &packet) {
     if (destQp <= 1)
         qpn = PIB_SPECIAL_QPN(number, destQp);
     QueuePair *qp = findQp(qpn);
-    if (!qp || !isDatagram(qp->ctx.type) ||
-        (qp->attr.qp_state != PIB_QPS_RTR && qp->attr.qp_state != PIB_QPS_RTS &&
-         qp->attr.qp_state != PIB_QPS_SQD))
+    if (!qp || !receivesDatagrams(*qp))
         return;
     if (qp->ctx.type == PIB_QPT_UD && qp->attr.port_num != number)
         return;
     // P_Key (not for QP0) and Q_Key checks (IBA 10.9, 10.2.4.2).
     uint16_t pkeyIndex = 0;
     if (destQp != 0) {
-        bool found = false;
-        for (uint16_t i = 0; i < PIB_PKEY_TABLE_LEN && !found; ++i)
-            if (p->pkeys[i] && (p->pkeys[i] & 0x7fff) == (packet.bth.pkey & 0x7fff)) {
-                pkeyIndex = i;
-                found = true;
-            }
-        if (!found) {
+        const int found = findPkey(*p, packet.bth.pkey);
+        if (found < 0) {
             ++p->info.bad_pkey_cntr;
             return;
         }
+        pkeyIndex = static_cast<uint16_t>(found);
         const uint32_t qkey = destQp == 1 ? iba::kQp1Qkey : qp->attr.qkey;
         if (packet.deth->qkey != qkey) {
             ++p->info.qkey_viol_cntr;
             return;
         }
     }
+    receiveDatagram(number, packet, qpn, *qp, pkeyIndex);
+}
+
+// A packet to a multicast LID goes to every QP of the port attached to the
+// group its GRH names (IBA 10.5.2.4), each with its own receive WQE and
+// completion; a copy a QP of this port sent skips the sender.
+void Firmware::deliverMulticast(unsigned number, const iba::Packet &packet, uint32_t senderQpn) {
+    PortState *p = port(number);
+    // IBA 8.3.1: multicast packets carry a GRH and go to QP 0xFFFFFF.
+    if (!packet.grh || packet.bth.destQp != iba::kMulticastQpn || packet.lrh.vl == 15) {
+        host_.trace("mcast-drop", "port %u: multicast packet without %s", number,
+                    packet.grh ? "QP 0xFFFFFF" : "a GRH");
+        return;
+    }
+    const auto *members = multicast_.members(number, packet.grh->dgid);
+    if (!members)
+        return; // no QP of ours is in the group: not for us
+    const int pkeyIndex = findPkey(*p, packet.bth.pkey);
+    if (pkeyIndex < 0) {
+        ++p->info.bad_pkey_cntr;
+        return;
+    }
+    // Delivery completes receive WQEs and cannot attach or detach, but a
+    // copy of the list keeps that true by construction.
+    const std::vector<uint32_t> qpns = *members;
+    for (uint32_t qpn : qpns) {
+        QueuePair *qp = findQp(qpn);
+        if (qpn == senderQpn || !qp || !receivesDatagrams(*qp) || qp->attr.port_num != number)
+            continue;
+        if (packet.deth->qkey != qp->attr.qkey) {
+            ++p->info.qkey_viol_cntr;
+            continue;
+        }
+        receiveDatagram(number, packet, qpn, *qp, static_cast<uint16_t>(pkeyIndex));
+    }
+}
+
+// Puts a datagram that passed the checks into `qp`'s next receive WQE.
+void Firmware::receiveDatagram(unsigned number, const iba::Packet &packet, uint32_t qpn,
+                               QueuePair &qp, uint16_t pkeyIndex) {
+    PortState *p = port(number);
+    const uint16_t lidMask = static_cast<uint16_t>(~((1u << p->info.lmc) - 1));
+    const uint16_t dlid = packet.lrh.dlid;
     std::vector<uint8_t> wqe;
     uint16_t index = 0;
-    if (!takeReceiveWqe(*qp, wqe, &index))
+    if (!takeReceiveWqe(qp, wqe, &index))
         return; // no receive posted: a datagram is simply dropped
 
     pib_wqe_ctrl ctrl;
@@ -285,7 +349,7 @@ void Firmware::deliver(unsigned number, const iba::Packet &packet) {
     cqe.src_qp = packet.deth->srcQp;
     cqe.slid = packet.lrh.slid;
     cqe.sl = packet.lrh.sl;
-    cqe.dlid_path_bits = static_cast<uint8_t>(dlid & ~lidMask);
+    cqe.dlid_path_bits = isMulticastLid(dlid) ? 0 : static_cast<uint8_t>(dlid & ~lidMask);
     cqe.pkey_index = pkeyIndex;
     cqe.wqe_index = index;
     cqe.opcode = PIB_WC_RECV;
@@ -309,17 +373,17 @@ void Firmware::deliver(unsigned number, const iba::Packet &packet) {
             grh[7] = g.hopLimit;
             std::memcpy(grh + 8, g.sgid.data(), 16);
             std::memcpy(grh + 24, g.dgid.data(), 16);
-            cqe.status = scatter(qp->ctx.pdn, sges, grh, 0);
+            cqe.status = scatter(qp.ctx.pdn, sges, grh, 0);
             cqe.flags |= PIB_CQE_GRH;
         }
         if (cqe.status == PIB_WC_SUCCESS)
-            cqe.status = scatter(qp->ctx.pdn, sges, packet.data(), kGrhRoom);
+            cqe.status = scatter(qp.ctx.pdn, sges, packet.data(), kGrhRoom);
     }
     if (packet.imm) {
         cqe.imm = __builtin_bswap32(*packet.imm);
         cqe.flags |= PIB_CQE_WITH_IMM;
     }
-    postCqe(qp->ctx.recv_cqn, cqe, packet.bth.solicited);
+    postCqe(qp.ctx.recv_cqn, cqe, packet.bth.solicited);
 }
 
 // Completes every outstanding WQE of a QP in the error state as flushed
