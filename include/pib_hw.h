@@ -285,8 +285,8 @@ struct pib_port_info {
     uint8_t max_vl_num;
     uint8_t subnet_timeout;
     uint8_t init_type_reply;
-    uint8_t active_width; /* IBA LinkWidthActive: 1 = 1x, 2 = 4x */
-    uint8_t active_speed; /* IBA LinkSpeedActive: 1 = SDR */
+    uint8_t active_width; /* IBA LinkWidthActive: 2 = 4x */
+    uint8_t active_speed; /* IBA LinkSpeedActive: 4 = QDR (10 Gb/s a lane) */
     uint8_t reserved0[5];
     uint32_t reserved1[4];
 };

@@ -44,6 +44,12 @@ enum Status : uint16_t {
     kStatusBadField = 0x001c,     // invalid value in an attribute field
 };
 
+// PortInfo's link width and speed fields (IBA 14.2.5.6).
+inline constexpr uint8_t kLinkWidth4x = 2;
+inline constexpr uint8_t kLinkWidth1x4x = 3; // supported or enabled: 1x and 4x
+inline constexpr uint8_t kLinkSpeedQdr = 4;  // 10.0 Gb/s a lane
+inline constexpr uint8_t kLinkSpeedSdrDdrQdr = 7;
+
 enum AttributeId : uint16_t {
     kAttrClassPortInfo = 0x0001,
     kAttrNodeDescription = 0x0010,

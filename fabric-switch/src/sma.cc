@@ -83,14 +83,15 @@ void Switch::portInfo(Mad &mad, unsigned n, unsigned in) const {
     mad.set16(D + 18, mgmt ? smLid_ : 0);
     mad.set32(D + 20, 0);                                     // capability mask
     mad.set8(D + 28, static_cast<uint8_t>(in));               // LocalPortNum: where the SMP came in
-    mad.set8(D + 29, 1);                                      // link width enabled: 1x
-    mad.set8(D + 30, 1);                                      // supported: 1x
-    mad.set8(D + 31, 1);                                      // active: 1x
-    mad.set8(D + 32, static_cast<uint8_t>(1 << 4 | p.state)); // speed supported SDR | state
+    // Links run 4x QDR, as the HCAs' ports do.
+    mad.set8(D + 29, iba::kLinkWidth1x4x); // link width enabled
+    mad.set8(D + 30, iba::kLinkWidth1x4x); // supported
+    mad.set8(D + 31, iba::kLinkWidth4x);   // active
+    mad.set8(D + 32, static_cast<uint8_t>(iba::kLinkSpeedSdrDdrQdr << 4 | p.state));
     const uint8_t phys = mgmt ? kPhysLinkUp : (p.linkUp ? kPhysLinkUp : kPhysPolling);
     mad.set8(D + 33, static_cast<uint8_t>(phys << 4 | 2)); // link down default: polling
     mad.set8(D + 34, mgmt ? lmc_ : 0);
-    mad.set8(D + 35, 1 << 4 | 1); // speed active | enabled: SDR
+    mad.set8(D + 35, iba::kLinkSpeedQdr << 4 | iba::kLinkSpeedSdrDdrQdr); // active | enabled
     mad.set8(D + 36, static_cast<uint8_t>(p.neighborMtu << 4));
     mad.set8(D + 37, 1 << 4); // VLCap: VL0
     mad.set8(D + 38, p.vlHighLimit);

@@ -30,3 +30,40 @@ for obj in (qp, srq, cq, mr, pd):
 dump("gone")
 ctx.close()
 """
+
+# A TCP sink: accepts one connection on the port given, reads until the
+# peer closes, prints the byte count and SHA-256 of what arrived.
+TCP_SINK_SCRIPT = r"""
+import hashlib, socket, sys
+s = socket.socket()
+s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+s.bind(("", int(sys.argv[1])))
+s.listen(1)
+c, _ = s.accept()
+h, n = hashlib.sha256(), 0
+while True:
+    b = c.recv(1 << 20)
+    if not b:
+        break
+    h.update(b)
+    n += len(b)
+print(n, h.hexdigest())
+"""
+
+# The matching source (arguments FILE PORT HOST): sends the file, prints its byte count,
+# SHA-256 and MB/s (from the first byte sent until the sink has closed,
+# that is has read everything).
+TCP_SOURCE_SCRIPT = r"""
+import hashlib, os, socket, sys, time
+path, port, host = sys.argv[1], int(sys.argv[2]), sys.argv[3]
+with open(path, "rb") as f:
+    digest = hashlib.sha256(f.read()).hexdigest()
+size = os.path.getsize(path)
+s = socket.create_connection((host, port), timeout=120)
+start = time.monotonic()
+with open(path, "rb") as f:
+    s.sendfile(f)
+s.shutdown(socket.SHUT_WR)
+s.recv(1)
+print(size, digest, "%.1f" % (size / (time.monotonic() - start) / 1e6))
+"""

@@ -15,6 +15,7 @@ from pibctl import paths, qga, ui
 from pibctl.topology import Topology, TopologyError, chain, parse
 
 MGMT_NET = "10.77.0"  # guest-internal addresses; the host never joins this net
+IPOIB_NET = "10.78.0"  # the guests' IPoIB interfaces (ib0): vmN-ib is IPOIB_NET.N
 STATE_FILE = "fabric.json"
 
 
@@ -162,7 +163,8 @@ def _qemu_command(fabric: Fabric, vm: Vm, memory: int, cpus: int, trace: str) ->
         accel = ["-accel", "tcg", "-cpu", "max"]
     append = (
         "console=ttyS0,115200 loglevel=5 panic=-1 mitigations=off rdinit=/init "
-        f"pibvm.name={vm.name} pibvm.index={vm.index} pibvm.vms={len(fabric.vms)} pibvm.net={MGMT_NET}"
+        f"pibvm.name={vm.name} pibvm.index={vm.index} pibvm.vms={len(fabric.vms)} pibvm.net={MGMT_NET} "
+        f"pibvm.ibnet={IPOIB_NET}"
     )
     run = Path(fabric.run_dir)
     cmd = [

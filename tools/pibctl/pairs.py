@@ -29,10 +29,11 @@ def perftest_last_row(output):
     return rows[-1] if rows else None
 
 
-def run_pair(ctx, server, client, port=18515, timeout=120, server_vm="vm2", client_vm="vm1"):
+def run_pair(ctx, server, client, port=18515, timeout=120, server_vm="vm2", client_vm="vm1",
+             address=None):
     """Runs `server` (argv) in server_vm and `client` (argv, without the
-    server's address, which is appended) in client_vm. Returns
-    (client_result, server_output, server_status)."""
+    server's address, which is appended: `address`, or server_vm's name)
+    in client_vm. Returns (client_result, server_output, server_status)."""
     tag = f"/tmp/pair-{port}"
     cmd = " ".join(shlex.quote(a) for a in server)
     ctx.sh(server_vm, f"rm -f {tag}.out {tag}.rc; (timeout {timeout} {cmd} >{tag}.out 2>&1; "
@@ -48,8 +49,8 @@ def run_pair(ctx, server, client, port=18515, timeout=120, server_vm="vm2", clie
             log = ctx.run(server_vm, ["cat", f"{tag}.out"], check=False).out
             raise AssertionError(f"{server[0]} did not listen on {port} in 30 s:\n{log}")
         time.sleep(0.3)
-    result = ctx.run(client_vm, ["timeout", str(timeout), *client, server_vm], timeout=timeout + 30,
-                     check=False)
+    result = ctx.run(client_vm, ["timeout", str(timeout), *client, address or server_vm],
+                     timeout=timeout + 30, check=False)
     deadline = time.monotonic() + 60
     while True:
         rc = ctx.run(server_vm, ["cat", f"{tag}.rc"], check=False).out.strip()

@@ -107,8 +107,8 @@ void Firmware::reset() {
         p.info.cap_mask = 1u << 25;
         p.info.max_vl_num = 1;
         p.info.subnet_timeout = 0;
-        p.info.active_width = 1;
-        p.info.active_speed = 1;
+        p.info.active_width = iba::kLinkWidth4x;
+        p.info.active_speed = iba::kLinkSpeedQdr;
         p.pkeys[0] = 0xffff; // the default partition, full member
         p.guids[0] = p.info.port_guid;
     }

@@ -103,13 +103,15 @@ uint16_t Firmware::smaGet(unsigned number, Mad &mad) {
         mad.set16(D + 18, i.sm_lid);
         mad.set32(D + 20, i.cap_mask);
         mad.set8(D + 28, static_cast<uint8_t>(number));
-        mad.set8(D + 29, 1);
-        mad.set8(D + 30, 1);
+        // 4x QDR, as the links a real fabric of this kind runs: an SM then
+        // finds every rate it asks of a multicast group (IPoIB's is 10 Gb/s).
+        mad.set8(D + 29, iba::kLinkWidth1x4x); // enabled
+        mad.set8(D + 30, iba::kLinkWidth1x4x); // supported
         mad.set8(D + 31, i.active_width);
-        mad.set8(D + 32, static_cast<uint8_t>(1 << 4 | i.state));
+        mad.set8(D + 32, static_cast<uint8_t>(iba::kLinkSpeedSdrDdrQdr << 4 | i.state));
         mad.set8(D + 33, static_cast<uint8_t>(i.phys_state << 4 | PIB_PHYS_POLLING));
         mad.set8(D + 34, i.lmc);
-        mad.set8(D + 35, static_cast<uint8_t>(i.active_speed << 4 | 1));
+        mad.set8(D + 35, static_cast<uint8_t>(i.active_speed << 4 | iba::kLinkSpeedSdrDdrQdr));
         mad.set8(D + 36, static_cast<uint8_t>(i.active_mtu << 4 | i.sm_sl));
         mad.set8(D + 37, static_cast<uint8_t>(i.max_vl_num << 4));
         mad.set8(D + 38, p.vlHighLimit);

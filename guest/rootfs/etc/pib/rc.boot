@@ -1,7 +1,7 @@
 #!/bin/bash
 # One-time boot of a pib-hca guest. Identity comes from the kernel command
 # line that ./pib fabric up writes:
-#   pibvm.name=vm2 pibvm.index=2 pibvm.vms=4 pibvm.net=10.77.0
+#   pibvm.name=vm2 pibvm.index=2 pibvm.vms=4 pibvm.net=10.77.0 pibvm.ibnet=10.78.0
 set -u
 for word in $(cat /proc/cmdline); do
     case "$word" in
@@ -9,12 +9,14 @@ for word in $(cat /proc/cmdline); do
     pibvm.index=*) index=${word#*=} ;;
     pibvm.vms=*) vms=${word#*=} ;;
     pibvm.net=*) net=${word#*=} ;;
+    pibvm.ibnet=*) ibnet=${word#*=} ;;
     esac
 done
 name=${name:-pib-guest}
 index=${index:-1}
 vms=${vms:-1}
 net=${net:-10.77.0}
+ibnet=${ibnet:-10.78.0}
 
 hostname "$name"
 echo "$name" >/etc/hostname
@@ -22,6 +24,7 @@ echo "$name" >/etc/hostname
     echo "127.0.0.1 localhost"
     for i in $(seq 1 "$vms"); do
         echo "$net.$i vm$i"
+        echo "$ibnet.$i vm$i-ib"
     done
 } >/etc/hosts
 
@@ -39,5 +42,16 @@ done
 for m in ib_core ib_uverbs ib_umad ib_ipoib rdma_ucm pib; do
     modprobe "$m"
 done
+
+# IPoIB on port 1 (datagram mode): the address is set now, the broadcast
+# group is joined by ib_ipoib once the SM has made the port ACTIVE.
+for i in $(seq 1 50); do
+    [ -e /sys/class/net/ib0 ] && break
+    sleep 0.1
+done
+if [ -e /sys/class/net/ib0 ]; then
+    ip addr add "$ibnet.$index/24" dev ib0
+    ip link set ib0 up
+fi
 
 echo "pib-guest: $name is up"
