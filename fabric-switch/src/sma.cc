@@ -81,8 +81,8 @@ void Switch::portInfo(Mad &mad, unsigned n, unsigned in) const {
     mad.set64(D + 8, mgmt ? gidPrefix_ : 0);
     mad.set16(D + 16, mgmt ? lid_ : 0);
     mad.set16(D + 18, mgmt ? smLid_ : 0);
-    mad.set32(D + 20, 0);                                     // capability mask
-    mad.set8(D + 28, static_cast<uint8_t>(in));               // LocalPortNum: where the SMP came in
+    mad.set32(D + 20, 0);                       // capability mask
+    mad.set8(D + 28, static_cast<uint8_t>(in)); // LocalPortNum: where the SMP came in
     // Links run 4x QDR, as the HCAs' ports do.
     mad.set8(D + 29, iba::kLinkWidth1x4x); // link width enabled
     mad.set8(D + 30, iba::kLinkWidth1x4x); // supported
