@@ -10,7 +10,7 @@ static int pib_mcast_cmd(struct ib_qp *ibqp, union ib_gid *gid, u16 lid,
 			 u16 opcode)
 {
 	struct pib_dev *dev = to_pdev(ibqp->device);
-	struct pib_mcast m = { .mlid = lid };
+	struct pib_mcast m = {.mlid = lid};
 
 	memcpy(m.gid, gid->raw, sizeof(m.gid));
 	return pib_cmd_box(dev, opcode, 0, to_pqp(ibqp)->qpn, &m, sizeof(m),
