@@ -81,6 +81,7 @@ def test_pyverbs_whole_suite(ctx):
     # Traffic tests (RC, UD, SRQ, atomics, CQ events) run now, not skip.
     text = "\n".join(passed)
     for name in ("test_atomic_fetch_and_add", "test_atomic_invalid_rkey", "test_cq_events_rc",
+                 "test_rdmacm_sync_traffic", "test_rdmacm_async_multicast_traffic",
                  "test_cq_events_ud", "test_ro_rc_traffic", "RC traffic with SRQ",
                  "test_qp_ex_rc_send", "test_qp_ex_rc_rdma_read", "test_qp_ex_ud_send",
                  "Test ibv_create_cq_ex()"):

@@ -29,25 +29,45 @@ def perftest_last_row(output):
     return rows[-1] if rows else None
 
 
+def tcp_listening(port):
+    """A server is ready when it listens on TCP `port`."""
+    hexport = f":{port:04X} "
+
+    def ready(ctx, vm, output):
+        out = ctx.run(vm, ["cat", "/proc/net/tcp"], check=False).out
+        return any(hexport in line and line.split()[3] == "0A" for line in out.splitlines()[1:])
+    return ready
+
+
+def rdma_cm_listening(port):
+    """A server is ready when an rdma_cm ID listens on `port`."""
+    def ready(ctx, vm, output):
+        out = ctx.run(vm, ["rdma", "resource", "show", "cm_id"], check=False).out
+        return any("state LISTEN" in line and f":{port} " in line for line in out.splitlines())
+    return ready
+
+
+def output_contains(text):
+    """A server is ready when its output holds `text`."""
+    return lambda ctx, vm, output: text in output()
+
+
 def run_pair(ctx, server, client, port=18515, timeout=120, server_vm="vm2", client_vm="vm1",
-             address=None):
-    """Runs `server` (argv) in server_vm and `client` (argv, without the
-    server's address, which is appended: `address`, or server_vm's name)
-    in client_vm. Returns (client_result, server_output, server_status)."""
+             address=None, ready=None):
+    """Runs `server` (argv) in server_vm and, once it is ready (by default:
+    listens on TCP `port`), `client` (argv) in client_vm with one more
+    argument appended: `address`, or server_vm's name. Returns
+    (client_result, server_output, server_status)."""
     tag = f"/tmp/pair-{port}"
     cmd = " ".join(shlex.quote(a) for a in server)
     ctx.sh(server_vm, f"rm -f {tag}.out {tag}.rc; (timeout {timeout} {cmd} >{tag}.out 2>&1; "
                       f"echo $? >{tag}.rc) </dev/null >/dev/null 2>&1 &")
-    # Wait until the server listens on its TCP port (bounded).
-    deadline = time.monotonic() + 30
-    hexport = f":{port:04X} "
-    while True:
-        out = ctx.run(server_vm, ["cat", "/proc/net/tcp"], check=False).out
-        if any(hexport in line and line.split()[3] == "0A" for line in out.splitlines()[1:]):
-            break
+    output = lambda: ctx.run(server_vm, ["cat", f"{tag}.out"], check=False).out
+    ready = ready or tcp_listening(port)
+    deadline = time.monotonic() + 30  # bounded: a server that never gets ready fails
+    while not ready(ctx, server_vm, output):
         if time.monotonic() > deadline:
-            log = ctx.run(server_vm, ["cat", f"{tag}.out"], check=False).out
-            raise AssertionError(f"{server[0]} did not listen on {port} in 30 s:\n{log}")
+            raise AssertionError(f"{server[0]} was not ready in 30 s:\n{output()}")
         time.sleep(0.3)
     result = ctx.run(client_vm, ["timeout", str(timeout), *client, address or server_vm],
                      timeout=timeout + 30, check=False)

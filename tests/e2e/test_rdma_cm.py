@@ -1,0 +1,72 @@
+"""rdma_cm between guests over their IPoIB addresses (vmN-ib): address and
+route resolution through IPoIB and the SA, connections by the kernel's CM
+over QP1, data over the provider. rping with data verification, ucmatose
+(RC), udaddy (UD), mckey (a multicast group joined through the SA) and
+perftest with -R."""
+
+from pibctl.pairs import output_contains, perftest_last_row, rdma_cm_listening, run_pair
+
+
+def _pair(ctx, server, client, port, **kw):
+    client_result, server_out, rc = run_pair(ctx, server, client, port=port, **kw)
+    assert client_result.exitcode == 0 and rc == "0", (
+        f"{' '.join(client)}: client {client_result.exitcode}, server {rc}\n"
+        f"client:\n{client_result.out[-3000:]}{client_result.err[-2000:]}\n"
+        f"server:\n{server_out[-3000:]}")
+    return client_result.out, server_out
+
+
+def test_rping_verifies_its_data(ctx):
+    # -V: each side checks every byte of the RDMA READ and WRITE buffers.
+    args = ["-V", "-C", "20", "-S", "4096"]
+    client, _ = _pair(ctx, ["rping", "-s", "-a", "0.0.0.0", "-p", "7174", *args],
+                      ["rping", "-c", "-p", "7174", *args, "-a"], 7174,
+                      ready=rdma_cm_listening(7174), address="vm2-ib")
+    assert "error" not in client.lower(), client
+    print("rping: 20 pings of 4096 bytes, data verified on both sides")
+
+
+def test_ucmatose(ctx):
+    args = ["-c", "2", "-C", "20", "-S", "4096"]  # 2 connections, 20 messages each
+    client, server = _pair(ctx, ["ucmatose", *args], ["ucmatose", *args, "-s"], 7471,
+                           ready=rdma_cm_listening(7471), address="vm2-ib")
+    for out in (client, server):
+        assert "data transfers complete" in out and "return status 0" in out, out
+    print("ucmatose: 2 RC connections x 20 messages of 4096 bytes")
+
+
+def test_udaddy(ctx):
+    args = ["-c", "2", "-C", "20", "-S", "1024"]
+    client, server = _pair(ctx, ["udaddy", *args], ["udaddy", *args, "-s"], 7174,
+                           ready=rdma_cm_listening(7174), address="vm2-ib")
+    for out in (client, server):
+        assert "data transfers complete" in out and "return status 0" in out, out
+    print("udaddy: 2 UD endpoints x 20 messages of 1024 bytes")
+
+
+def test_mckey(ctx):
+    # vm2 joins 239.1.2.3 (an MGID from the SA) and waits for 20 messages;
+    # vm1 joins as a sender and sends them to the group.
+    args = ["-m", "239.1.2.3", "-C", "20", "-S", "1024"]
+    client, server = _pair(ctx, ["stdbuf", "-oL", "mckey", *args, "-b", "vm2-ib"],
+                           ["mckey", *args, "-s", "-b"], 18570,
+                           ready=output_contains("joined"), address="vm1-ib")
+    for out in (client, server):
+        assert "data transfers complete" in out and "return status 0" in out, out
+    print("mckey: 20 multicast messages of 1024 bytes, " +
+          server.split("joined ", 1)[1].splitlines()[0])
+
+
+PERFTEST = [("ib_send_bw", "bw"), ("ib_write_bw", "bw"), ("ib_read_lat", "lat")]
+
+
+def test_perftest_connects_with_rdma_cm(ctx):
+    for prog, kind in PERFTEST:
+        argv = [prog, "-R", "-p", "18575", "-n", "100", "-s", "65536" if kind == "bw" else "8"]
+        client, _ = _pair(ctx, argv, argv, 18575, ready=rdma_cm_listening(18575),
+                          address="vm2-ib")
+        row = perftest_last_row(client)
+        assert row, client
+        value = row[3] if kind == "bw" else row[4]
+        assert float(value) > 0, client
+        print(f"{prog} -R: {value} {'MiB/s average' if kind == 'bw' else 'us typical'}")
