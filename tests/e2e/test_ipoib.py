@@ -8,7 +8,7 @@ import re
 import time
 
 from guest_scripts import TCP_SINK_SCRIPT, TCP_SOURCE_SCRIPT
-from pibctl.pairs import run_pair
+from pibctl.pairs import ipoib_up, run_pair
 
 ALSO_ON_TWO_SWITCHES = True  # the broadcast group then spans two switches
 
@@ -20,6 +20,7 @@ PORT = 18560
 def _mode(ctx, mode):
     """Both guests' ib0 in `mode`, with the largest MTU it allows."""
     mtu = 65520 if mode == "connected" else 2044
+    ipoib_up(ctx)  # earlier tests may have reloaded the driver
     for vm in ("vm1", "vm2"):
         ctx.sh(vm, f"echo {mode} > /sys/class/net/ib0/mode && ip link set ib0 mtu {mtu}")
 

@@ -4,10 +4,12 @@ over QP1, data over the provider. rping with data verification, ucmatose
 (RC), udaddy (UD), mckey (a multicast group joined through the SA) and
 perftest with -R."""
 
-from pibctl.pairs import output_contains, perftest_last_row, rdma_cm_listening, run_pair
+from pibctl.pairs import (ipoib_up, output_contains, perftest_last_row, rdma_cm_listening,
+                          run_pair)
 
 
 def _pair(ctx, server, client, port, **kw):
+    ipoib_up(ctx)  # earlier tests may have reloaded the driver
     client_result, server_out, rc = run_pair(ctx, server, client, port=port, **kw)
     assert client_result.exitcode == 0 and rc == "0", (
         f"{' '.join(client)}: client {client_result.exitcode}, server {rc}\n"

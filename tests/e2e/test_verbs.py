@@ -3,6 +3,8 @@ tests that need no ACTIVE port."""
 
 import re
 
+from pibctl.pairs import ipoib_up
+
 from guest_scripts import OBJECTS_SCRIPT
 
 
@@ -61,6 +63,7 @@ PYVERBS_SKIPS = {
 
 
 def test_pyverbs_whole_suite(ctx):
+    ipoib_up(ctx, ["vm1"])  # the rdmacm tests use ib0's address
     script = ("rm -rf /tmp/pyverbs && cp -r /usr/share/doc/rdma-core/tests /tmp/pyverbs && "
               "cd /tmp/pyverbs && gunzip -f *.gz && python3 run_tests.py --dev pib_0 -v 2>&1")
     out = ctx.sh("vm1", script, timeout=900, check=False).out

@@ -5,7 +5,7 @@ import json
 import time
 
 from pibctl import fabric, paths, setup, ui
-from pibctl.pairs import GuestShell, run_pair
+from pibctl.pairs import GuestShell, ipoib_up, rdma_cm_listening, run_pair
 
 
 def _show(vm: str, argv, title: str) -> str:
@@ -30,13 +30,15 @@ def _ibping(fab) -> None:
     _show(a, ["ibping", "-c", "3", str(lid)], f"8. ibping from {a} to {b} (LID {lid}) across the switch")
 
 
-def _pair(fab, title, argv, port) -> None:
+def _pair(fab, title, argv, port, client_argv=None, address="vm2", **kw) -> None:
     """A server in vm2, its client in vm1; shows the client's output."""
     if len(fab.vms) < 2:
         return
+    client_argv = client_argv or argv
     ui.step(title)
-    ui.info(f"[vm2]$ {' '.join(argv)} &    [vm1]$ {' '.join(argv)} vm2")
-    client, server_out, rc = run_pair(GuestShell(), argv, argv, port=port)
+    ui.info(f"[vm2]$ {' '.join(argv)} &    [vm1]$ {' '.join(client_argv)} {address}")
+    client, server_out, rc = run_pair(GuestShell(), argv, client_argv, port=port,
+                                      address=address, **kw)
     for line in (client.out + client.err).rstrip().splitlines():
         ui.info(f"    {line}")
     if client.exitcode != 0 or rc != "0":
@@ -55,7 +57,7 @@ def run(vms: int = 2, accel: str = "tcg") -> int:
     first = fab.vms[0].name
     _show(first, ["lspci", "-nn", "-d", "1234:1b1b", "-vv"], "1. The pib-hca PCIe function in the guest")
     last = fab.vms[-1].name
-    out = _show(first, ["sh", "-c", "modprobe -r pib && pib-regs json; modprobe pib"],
+    out = _show(first, ["sh", "-c", "modprobe -r pib && pib-regs json; modprobe pib && pib-ipoib-up"],
                 "2. Its registers, read through sysfs with the driver unloaded")
     fabric.restart_sm(fab)  # the reload took the SM's port away
     regs = json.loads(out)
@@ -74,6 +76,19 @@ def run(vms: int = 2, accel: str = "tcg") -> int:
           ["ibv_rc_pingpong", "-s", "65536", "-n", "100", "-p", "18560"], 18560)
     _pair(fab, "10. RDMA WRITE bandwidth: ib_write_bw, 64 KiB",
           ["ib_write_bw", "-d", "pib_0", "-s", "65536", "-n", "200", "-p", "18561"], 18561)
+    if len(fab.vms) > 1:
+        ipoib_up(GuestShell(), [vm.name for vm in fab.vms[:2]])
+        # The first datagrams wait for ARP and the path record; IPoIB
+        # queues only a few, so resolve before the 64 KiB pings.
+        fabric.exec_in(first, ["sh", "-c", "for i in $(seq 1 30); do "
+                                           "ping -c 1 -W 1 vm2-ib >/dev/null && exit 0; done; exit 1"])
+        _show(first, ["ping", "-c", "3", "-s", "65507", "vm2-ib"],
+              "11. IPoIB (ib0, datagram mode): vm1 pings vm2-ib with 64 KiB datagrams")
+        args = ["-v", "-V", "-C", "5", "-S", "64", "-p", "7174"]
+        _pair(fab, "12. rdma_cm over IPoIB: rping -V (RDMA READ and WRITE, every byte checked)",
+              ["rping", "-s", "-a", "0.0.0.0", *args], 7174,
+              client_argv=["rping", "-c", *args, "-a"], address="vm2-ib",
+              ready=rdma_cm_listening(7174))
     ui.step("What next")
     ui.info(f"  ./pib exec {first} -- cat /sys/kernel/debug/pib/pib_0/qp   objects and their states")
     ui.info(f"  ./pib console {first}                 its serial console (Ctrl-] leaves)")

@@ -29,6 +29,12 @@ def perftest_last_row(output):
     return rows[-1] if rows else None
 
 
+def ipoib_up(ctx, vms=("vm1", "vm2")):
+    """IPoIB configured on `vms` (vmN-ib), also after a driver reload."""
+    for vm in vms:
+        ctx.sh(vm, "pib-ipoib-up")
+
+
 def tcp_listening(port):
     """A server is ready when it listens on TCP `port`."""
     hexport = f":{port:04X} "

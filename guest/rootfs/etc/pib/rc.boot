@@ -45,13 +45,6 @@ done
 
 # IPoIB on port 1 (datagram mode): the address is set now, the broadcast
 # group is joined by ib_ipoib once the SM has made the port ACTIVE.
-for i in $(seq 1 50); do
-    [ -e /sys/class/net/ib0 ] && break
-    sleep 0.1
-done
-if [ -e /sys/class/net/ib0 ]; then
-    ip addr add "$ibnet.$index/24" dev ib0
-    ip link set ib0 up
-fi
+pib-ipoib-up || true
 
 echo "pib-guest: $name is up"
