@@ -301,24 +301,25 @@ T finish(const Tables<T, R> &tab, const uint8_t block[16], const uint8_t *tail, 
     return update(tab, crc, std::span<const uint8_t>(tail, n));
 }
 
+// One CRC: folded where the CPU and the length allow, by tables otherwise.
+template <uint64_t kPoly, class T, T R>
+T foldedUpdate(const Tables<T, R> &tab, T crc, std::span<const uint8_t> bytes) {
+    const uint8_t *p = bytes.data();
+    size_t n = bytes.size();
+    uint8_t block[16];
+    if (foldAll<kPoly>(crc, p, n, block))
+        return finish(tab, block, p, n);
+    return update(tab, crc, bytes);
+}
+
 } // namespace
 
 uint32_t crc32Update(uint32_t crc, std::span<const uint8_t> bytes) {
-    const uint8_t *p = bytes.data();
-    size_t n = bytes.size();
-    uint8_t block[16];
-    if (foldAll<kPoly32>(crc, p, n, block))
-        return finish(kCrc32, block, p, n);
-    return update(kCrc32, crc, bytes);
+    return foldedUpdate<kPoly32>(kCrc32, crc, bytes);
 }
 
 uint16_t crc16Update(uint16_t crc, std::span<const uint8_t> bytes) {
-    const uint8_t *p = bytes.data();
-    size_t n = bytes.size();
-    uint8_t block[16];
-    if (foldAll<kPoly16>(crc, p, n, block))
-        return finish(kCrc16, block, p, n);
-    return update(kCrc16, crc, bytes);
+    return foldedUpdate<kPoly16>(kCrc16, crc, bytes);
 }
 
 void crc32And16Update(uint32_t *crc32, uint16_t *crc16, std::span<const uint8_t> bytes) {

@@ -131,16 +131,15 @@ class Cable {
     std::vector<std::vector<uint8_t>> spare_;
 };
 
-// Moves what `node` sent into `out` and one chunk that came in on `in`
-// into `node`. Returns whether anything came in.
+// Gives `node` one chunk that came in on `in`, then puts what it sent
+// (its answers too) on `out`. Returns whether anything came in.
 bool exchange(Node &node, Cable &in, Cable &out, std::vector<uint8_t> &buffer) {
+    in.take(buffer);
+    if (!buffer.empty())
+        pib_core_port_receive(node.host.core, 1, buffer.data(), buffer.size());
     if (!node.host.portOutput[1].empty())
         out.put(node.host.portOutput[1]);
-    in.take(buffer);
-    if (buffer.empty())
-        return false;
-    pib_core_port_receive(node.host.core, 1, buffer.data(), buffer.size());
-    return true;
+    return !buffer.empty();
 }
 
 // The same stream with b's device on a thread of its own.
@@ -164,8 +163,6 @@ Row streamTwoThreads(Pair &p, uint8_t opcode, uint32_t size, uint64_t local, uin
                     expect(c.status == PIB_WC_SUCCESS, "a benchmark receive");
                     p.b.postRecv(c.wr_id, remote, kMaxMessage);
                 }
-            if (!p.b.host.portOutput[1].empty())
-                bToA.put(p.b.host.portOutput[1]);
             if (!busy)
                 std::this_thread::yield();
         }

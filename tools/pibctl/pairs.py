@@ -87,5 +87,4 @@ def run_pair(ctx, server, client, port=18515, timeout=120, server_vm="vm2", clie
             rc = "timeout"
             break
         time.sleep(0.3)
-    server_out = ctx.run(server_vm, ["cat", f"{tag}.out"], check=False).out
-    return result, server_out, rc
+    return result, output(), rc

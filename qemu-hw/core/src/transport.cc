@@ -315,10 +315,9 @@ void Firmware::deliverMulticast(unsigned number, const iba::Packet &packet, uint
         ++p->info.bad_pkey_cntr;
         return;
     }
-    // Delivery completes receive WQEs and cannot attach or detach, but a
-    // copy of the list keeps that true by construction.
-    const std::vector<uint32_t> qpns = *members;
-    for (uint32_t qpn : qpns) {
+    // Delivery only completes receive WQEs: no command runs meanwhile, so
+    // the member list stays as it is while it is walked.
+    for (uint32_t qpn : *members) {
         QueuePair *qp = findQp(qpn);
         if (qpn == senderQpn || !qp || !receivesDatagrams(*qp) || qp->attr.port_num != number)
             continue;
