@@ -15,6 +15,7 @@
 #include <cstring>
 #include <deque>
 #include <mutex>
+#include <span>
 #include <thread>
 #include <vector>
 
@@ -94,28 +95,35 @@ Row streamOneThread(Pair &p, uint8_t opcode, uint32_t size, uint64_t local, uint
 }
 
 // One direction of a cable between two threads. It carries the port's
-// output in the chunks the device wrote it, one chunk per take, so the
+// output in the chunks the device wrote them, and the far end reads them
+// in pieces of at most kPiece bytes, as a socket would give them: the
 // receiver answers (ACKs) while the sender is still sending. Buffers are
 // handed over, not copied, and come back for reuse.
 class Cable {
   public:
+    static constexpr size_t kPiece = 64 << 10;
+
     void put(std::vector<uint8_t> &bytes) {
         std::lock_guard lock(mutex_);
         queued_.push_back(std::move(bytes));
         bytes = takeSpare();
     }
-    // Returns the oldest chunk in *bytes (empty if none), giving back the
-    // buffer *bytes held.
-    void take(std::vector<uint8_t> &bytes) {
+    // The next piece of the oldest chunk (empty if none). It stays valid
+    // until the next call.
+    std::span<const uint8_t> take() {
         std::lock_guard lock(mutex_);
-        bytes.clear();
-        spare_.push_back(std::move(bytes));
-        if (queued_.empty()) {
-            bytes = takeSpare();
-            return;
+        if (!queued_.empty() && offset_ == queued_.front().size()) {
+            queued_.front().clear();
+            spare_.push_back(std::move(queued_.front()));
+            queued_.pop_front();
+            offset_ = 0;
         }
-        bytes = std::move(queued_.front());
-        queued_.pop_front();
+        if (queued_.empty())
+            return {};
+        const std::vector<uint8_t> &chunk = queued_.front();
+        const size_t n = std::min(kPiece, chunk.size() - offset_);
+        offset_ += n;
+        return {chunk.data() + offset_ - n, n};
     }
 
   private:
@@ -127,19 +135,20 @@ class Cable {
         return v;
     }
     std::mutex mutex_;
-    std::deque<std::vector<uint8_t>> queued_;
+    std::deque<std::vector<uint8_t>> queued_; // the front one is being read
+    size_t offset_ = 0;                       // of the front chunk, what was taken
     std::vector<std::vector<uint8_t>> spare_;
 };
 
-// Gives `node` one chunk that came in on `in`, then puts what it sent
+// Gives `node` one piece that came in on `in`, then puts what it sent
 // (its answers too) on `out`. Returns whether anything came in.
-bool exchange(Node &node, Cable &in, Cable &out, std::vector<uint8_t> &buffer) {
-    in.take(buffer);
-    if (!buffer.empty())
-        pib_core_port_receive(node.host.core, 1, buffer.data(), buffer.size());
+bool exchange(Node &node, Cable &in, Cable &out) {
+    const std::span<const uint8_t> piece = in.take();
+    if (!piece.empty())
+        pib_core_port_receive(node.host.core, 1, piece.data(), piece.size());
     if (!node.host.portOutput[1].empty())
         out.put(node.host.portOutput[1]);
-    return !buffer.empty();
+    return !piece.empty();
 }
 
 // The same stream with b's device on a thread of its own.
@@ -151,13 +160,12 @@ Row streamTwoThreads(Pair &p, uint8_t opcode, uint32_t size, uint64_t local, uin
     // in the round that used it, so it never runs out of receives.
     static_assert(kDepth < (1u << Node::kLogRq) - 1);
     std::thread responder([&] {
-        std::vector<uint8_t> buffer;
         if (send)
             for (unsigned i = 0; i < (1u << Node::kLogRq) - 1; ++i)
                 p.b.postRecv(i, remote, kMaxMessage);
         receivesPosted = true;
         while (!done.load(std::memory_order_relaxed)) {
-            const bool busy = exchange(p.b, aToB, bToA, buffer);
+            const bool busy = exchange(p.b, aToB, bToA);
             if (send)
                 for (const pib_cqe &c : p.b.poll()) {
                     expect(c.status == PIB_WC_SUCCESS, "a benchmark receive");
@@ -169,9 +177,8 @@ Row streamTwoThreads(Pair &p, uint8_t opcode, uint32_t size, uint64_t local, uin
     });
     Row row;
     unsigned inFlight = 0;
-    std::vector<uint8_t> buffer;
     auto reap = [&] {
-        const bool busy = exchange(p.a, bToA, aToB, buffer);
+        const bool busy = exchange(p.a, bToA, aToB);
         for (const pib_cqe &c : p.a.poll()) {
             expect(c.status == PIB_WC_SUCCESS, "a benchmark completion");
             --inFlight;

@@ -219,6 +219,52 @@ TEST_CASE("a lost ACK: the timer resends, the duplicate is ACKed again", "[rc]")
     CHECK(p.a.host.traces("rc-timeout") == 1);
 }
 
+TEST_CASE("a long WRITE goes out one send window at a time", "[rc]") {
+    Pair p; // MTU 1024: a window of 256 packets, an ACK asked for every 64 PSNs
+    constexpr uint32_t kLength = 1 << 20, kPackets = kLength / 1024, kWindow = 256;
+    const uint64_t out = p.a.host.alloc(kLength), in = p.b.host.alloc(kLength);
+    p.a.fill(out, kLength, 9);
+    auto writes = [&] {
+        return p.wire.count(iba::kWriteFirst) + p.wire.count(iba::kWriteMiddle) +
+               p.wire.count(iba::kWriteLast);
+    };
+    auto asked = [&] {
+        return std::count_if(p.wire.seen.begin(), p.wire.seen.end(),
+                             [](const iba::Packet &k) { return k.bth.ackReq; });
+    };
+    SECTION("with ACKs flowing, every packet goes once") {
+        p.a.postSend(1,
+                     {.opcode = PIB_WR_RDMA_WRITE, .local = out, .length = kLength, .remote = in});
+        p.wire.run(1024);
+        auto sent = p.a.poll();
+        REQUIRE(sent.size() == 1);
+        CHECK(sent[0].status == PIB_WC_SUCCESS);
+        CHECK(writes() == kPackets);
+        // PSNs 100..1123: 127, 191, ... 1087 (16 of them) and the last.
+        CHECK(asked() == 17);
+        CHECK(p.wire.count(iba::kAcknowledge) == 17);
+        CHECK(sameBytes(p.a, out, p.b, in, kLength));
+    }
+    SECTION("without ACKs, one window; the timer resends from the oldest unacknowledged") {
+        bool dropAcks = true;
+        p.wire.filter = [&](bool fromA, iba::Packet &) { return fromA || !dropAcks; };
+        p.a.postSend(1,
+                     {.opcode = PIB_WR_RDMA_WRITE, .local = out, .length = kLength, .remote = in});
+        p.wire.run(1024);
+        CHECK(writes() == kWindow);
+        CHECK(asked() == 4); // PSNs 127, 191, 255 and 319
+        CHECK(p.a.poll().empty());
+        dropAcks = false;
+        p.wire.advance(10'000'000); // > 4.096 us * 2^10
+        auto sent = p.a.poll();
+        REQUIRE(sent.size() == 1);
+        CHECK(sent[0].status == PIB_WC_SUCCESS);
+        CHECK(p.a.host.traces("rc-timeout") == 1);
+        CHECK(writes() == kWindow + kPackets); // the first window twice
+        CHECK(sameBytes(p.a, out, p.b, in, kLength));
+    }
+}
+
 TEST_CASE("lost READ responses and atomic ACKs are asked for again", "[rc]") {
     Pair p;
     const uint64_t local = p.a.host.alloc(8192), remote = p.b.host.alloc(8192);

@@ -90,6 +90,7 @@ void Firmware::completeHead(uint32_t qpn, QueuePair &qp, uint8_t status) {
 // that end there are done. A READ or atomic the ACK passes was answered
 // by responses that got lost: it must be asked again (IBA 9.7.5.1.5).
 void Firmware::ackUpTo(uint32_t qpn, QueuePair &qp, uint32_t psn) {
+    qp.req.acknowledged(psn);
     bool progress = false;
     for (SendWqe &w : qp.req.outstanding) {
         if (w.packets == 0 || psnDiff(psn, w.lastPsn()) < 0)
@@ -182,9 +183,10 @@ void Firmware::onResponse(uint32_t qpn, QueuePair &qp, const iba::Packet &packet
         uint8_t bytes[8];
         std::memcpy(bytes, &*packet.atomicAck, 8); // the original value, host order
         const uint8_t status = scatter(qp.ctx.pdn, w.sges, bytes, 0);
-        if (status == PIB_WC_SUCCESS)
+        if (status == PIB_WC_SUCCESS) {
             w.acked = true;
-        else
+            r.acknowledged(psn);
+        } else
             w.localStatus = status;
         qp.req.retriesLeft = qp.attr.retry_cnt;
         completeInOrder(qpn, qp);
@@ -243,6 +245,7 @@ void Firmware::readResponse(uint32_t qpn, QueuePair &qp, const iba::Packet &pack
         return;
     }
     w->received += static_cast<uint32_t>(len);
+    r.acknowledged(psn);
     r.retriesLeft = qp.attr.retry_cnt;
     if (last)
         w->acked = true;
@@ -277,7 +280,10 @@ void Firmware::qpTimerExpired(uint32_t qpn, QueuePair &qp) {
     }
     --r.retriesLeft;
     const SendWqe &head = r.outstanding.front();
-    const uint32_t from = psnAdd(head.firstPsn, head.received / pathMtu(qp));
+    uint32_t from = psnAdd(head.firstPsn, head.received / pathMtu(qp));
+    // What ACKs covered of a long head WQE need not go again.
+    if (psnDiff(r.unackedPsn, from) > 0 && psnDiff(r.unackedPsn, head.lastPsn()) <= 0)
+        from = r.unackedPsn;
     host_.trace("rc-timeout", "QP %u: local ACK timeout, resending from PSN %u", qpn, from);
     rewind(qp, from);
     processConnectedSend(qpn, qp);

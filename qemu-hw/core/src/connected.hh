@@ -4,6 +4,7 @@
 // the request stream (IBA 9.7).
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <deque>
 #include <vector>
@@ -75,12 +76,35 @@ struct SendWqe {
 struct Requester {
     std::deque<SendWqe> outstanding; // fetched, not completed; in order
     uint32_t psn = 0;                // PSN of the next new request packet
+    uint32_t unackedPsn = 0;         // the oldest PSN not acknowledged: the send window's start
     unsigned readsInFlight = 0;      // READ and atomic requests unanswered
     unsigned retriesLeft = 0;        // for the local ACK timeout
     unsigned rnrRetriesLeft = 0;     // 7 = infinite
     uint64_t ackDeadline = 0;        // local ACK timeout; 0 when not armed
     uint64_t rnrDeadline = 0;        // resend after an RNR NAK; 0 when not waiting
+
+    // Everything up to `psn` was answered: the send window moves past it.
+    void acknowledged(uint32_t psn) {
+        const uint32_t next = psnAdd(psn, 1);
+        if (psnDiff(next, unackedPsn) > 0)
+            unackedPsn = next;
+    }
 };
+
+// RC requesters keep at most this much data unacknowledged per QP (in
+// packets at least kMinSendWindow), so that a doorbell for a long message
+// does not put all of it on the link at once: the link and the caches
+// hold one window, and other QPs' packets are not stuck behind it.
+inline constexpr uint32_t kSendWindowBytes = 256 << 10;
+inline constexpr uint32_t kMinSendWindow = 64;
+inline uint32_t sendWindowPackets(uint32_t mtu) {
+    return std::max(kMinSendWindow, kSendWindowBytes / mtu);
+}
+// Every this many PSNs a request packet asks for an ACK (besides the last
+// of each message), so ACKs open the window before it is full.
+inline uint32_t ackRequestInterval(uint32_t mtu) {
+    return sendWindowPackets(mtu) / 4;
+}
 
 // A READ or atomic request the responder executed, kept so a duplicate
 // of it is answered again (IBA 9.7.5.1.3).

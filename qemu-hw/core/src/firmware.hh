@@ -183,7 +183,9 @@ class Firmware {
     uint32_t pathMtu(const QueuePair &qp) const;
     uint8_t fetchSendWqe(uint32_t qpn, QueuePair &qp, uint32_t index, SendWqe &w);
     void processConnectedSend(uint32_t qpn, QueuePair &qp);
-    bool sendRequestPackets(uint32_t qpn, QueuePair &qp, SendWqe &w);
+    void armAckTimerIfIdle(uint32_t qpn, QueuePair &qp);
+    enum class SendProgress { kAllSent, kWindowFull, kFailed };
+    SendProgress sendRequestPackets(uint32_t qpn, QueuePair &qp, SendWqe &w);
     void rewind(QueuePair &qp, uint32_t psn);
     uint64_t ackTimeoutNs(const QueuePair &qp) const;
     static uint64_t rnrDelayNs(uint8_t code);

@@ -325,7 +325,7 @@ CommandOutcome Firmware::modifyQp(const Command &cmd) {
     if (next == PIB_QPS_RTR && cur == PIB_QPS_INIT)
         qp->resp.expectedPsn = a.rq_psn;
     if (next == PIB_QPS_RTS && cur == PIB_QPS_RTR)
-        qp->req.psn = a.sq_psn;
+        qp->req.psn = qp->req.unackedPsn = a.sq_psn;
     if (mask & PIB_QP_RETRY_CNT)
         qp->req.retriesLeft = a.retry_cnt;
     if (mask & PIB_QP_RNR_RETRY)

@@ -125,9 +125,14 @@ void Firmware::processConnectedSend(uint32_t qpn, QueuePair &qp) {
     if (r.rnrDeadline)
         return; // an RNR NAK asked us to wait
     // Resend what a rewind asked for, then send new work.
-    for (SendWqe &w : r.outstanding)
-        if (!sendRequestPackets(qpn, qp, w))
+    // Packets leave in PSN order: a full window stops everything after it.
+    for (SendWqe &w : r.outstanding) {
+        const SendProgress progress = sendRequestPackets(qpn, qp, w);
+        if (progress == SendProgress::kFailed)
             return;
+        if (progress == SendProgress::kWindowFull)
+            return armAckTimerIfIdle(qpn, qp);
+    }
     const unsigned maxReads = std::max<unsigned>(1, qp.attr.max_rd_atomic);
     while (qp.sq.consumer != qp.sq.producer && qp.attr.qp_state == PIB_QPS_RTS &&
            r.outstanding.size() < kMaxOutstanding) {
@@ -155,26 +160,39 @@ void Firmware::processConnectedSend(uint32_t qpn, QueuePair &qp) {
         if (w.isReadOrAtomic())
             ++r.readsInFlight;
         r.outstanding.push_back(std::move(w));
-        if (!sendRequestPackets(qpn, qp, r.outstanding.back()))
+        const SendProgress progress = sendRequestPackets(qpn, qp, r.outstanding.back());
+        if (progress == SendProgress::kFailed)
             return;
+        if (progress == SendProgress::kWindowFull)
+            break;
         if (qp.ctx.type == PIB_QPT_UC) // unacknowledged: done once sent
             completeInOrder(qpn, qp);
     }
-    if (qp.ctx.type == PIB_QPT_RC && !r.outstanding.empty() && !r.ackDeadline)
+    armAckTimerIfIdle(qpn, qp);
+}
+
+void Firmware::armAckTimerIfIdle(uint32_t qpn, QueuePair &qp) {
+    if (qp.ctx.type == PIB_QPT_RC && !qp.req.outstanding.empty() && !qp.req.ackDeadline)
         restartAckTimer(qpn, qp);
 }
 
-// Sends the packets of `w` not yet sent. False when the QP went to the
-// error state on the way.
-bool Firmware::sendRequestPackets(uint32_t qpn, QueuePair &qp, SendWqe &w) {
+// Sends the packets of `w` not yet sent, as far as the RC send window
+// lets them go. kFailed when the QP went to the error state on the way.
+Firmware::SendProgress Firmware::sendRequestPackets(uint32_t qpn, QueuePair &qp, SendWqe &w) {
     const uint32_t mtu = pathMtu(qp);
     const bool uc = qp.ctx.type == PIB_QPT_UC;
     const uint8_t transport = uc ? iba::kTransportUc : iba::kTransportRc;
+    const uint32_t window = sendWindowPackets(mtu), ackInterval = ackRequestInterval(mtu);
     while (w.sentPackets < w.packets) {
         const uint32_t i = w.sentPackets;
         const bool first = i == 0, last = i == w.packets - 1;
         iba::Packet p;
         p.bth.psn = psnAdd(w.firstPsn, i);
+        // A READ or atomic request is one packet whatever its PSNs: the
+        // window holds back data packets only.
+        if (!uc && !w.isReadOrAtomic() &&
+            psnDiff(p.bth.psn, qp.req.unackedPsn) >= static_cast<int32_t>(window))
+            return SendProgress::kWindowFull;
         uint8_t op = 0;
         switch (w.opcode) {
         case PIB_WR_SEND:
@@ -217,10 +235,11 @@ bool Firmware::sendRequestPackets(uint32_t qpn, QueuePair &qp, SendWqe &w) {
         if (last && (w.opcode == PIB_WR_SEND || w.opcode == PIB_WR_SEND_IMM ||
                      w.opcode == PIB_WR_RDMA_WRITE_IMM))
             p.bth.solicited = w.flags & PIB_WQE_SOLICITED;
-        // RC asks for an ACK at the end of each SEND and WRITE (reads and
-        // atomics are answered anyway); the responder's one ACK covers
-        // every packet before it.
-        p.bth.ackReq = !uc && last && !w.isReadOrAtomic();
+        // RC asks for an ACK at the end of each SEND and WRITE, and every
+        // ackInterval PSNs within long ones (reads and atomics are
+        // answered anyway); the responder's one ACK covers every packet
+        // before it.
+        p.bth.ackReq = !uc && !w.isReadOrAtomic() && (last || (p.bth.psn + 1) % ackInterval == 0);
         const bool data = iba::layoutOf(p.bth.opcode).payload && !w.isReadOrAtomic();
         const uint32_t offset = i * mtu;
         const uint32_t len = data ? std::min(mtu, w.length - offset) : 0;
@@ -238,13 +257,13 @@ bool Firmware::sendRequestPackets(uint32_t qpn, QueuePair &qp, SendWqe &w) {
                 w.localStatus = status;
                 w.packets = w.sentPackets; // nothing more of it goes out
                 completeInOrder(qpn, qp);
-                return false;
+                return SendProgress::kFailed;
             }
             transmitConnected(qp, std::move(writer).finish());
         }
         w.sentPackets = w.isReadOrAtomic() ? w.packets : i + 1;
     }
-    return true;
+    return SendProgress::kAllSent;
 }
 
 // Resends from `psn` on: every outstanding WQE from the one that holds it.
