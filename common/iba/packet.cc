@@ -18,15 +18,22 @@ constexpr size_t kIcrcSize = 4;
 constexpr size_t kVcrcSize = 2;
 constexpr size_t kMaxPayload = 4096;
 
-void put16(std::vector<uint8_t> &out, uint16_t v) {
-    out.push_back(static_cast<uint8_t>(v >> 8));
-    out.push_back(static_cast<uint8_t>(v));
-}
-
-void put32(std::vector<uint8_t> &out, uint32_t v) {
-    put16(out, static_cast<uint16_t>(v >> 16));
-    put16(out, static_cast<uint16_t>(v));
-}
+// Writes big-endian fields one after another into memory sized for them.
+struct Cursor {
+    uint8_t *at;
+    void put8(uint8_t v) { *at++ = v; }
+    void put16(uint16_t v) { put8(static_cast<uint8_t>(v >> 8)), put8(static_cast<uint8_t>(v)); }
+    void put32(uint32_t v) {
+        put16(static_cast<uint16_t>(v >> 16)), put16(static_cast<uint16_t>(v));
+    }
+    void put64(uint64_t v) {
+        put32(static_cast<uint32_t>(v >> 32)), put32(static_cast<uint32_t>(v));
+    }
+    void put(std::span<const uint8_t> bytes) {
+        std::memcpy(at, bytes.data(), bytes.size());
+        at += bytes.size();
+    }
+};
 
 uint16_t get16(const uint8_t *p) {
     return static_cast<uint16_t>(p[0] << 8 | p[1]);
@@ -39,11 +46,6 @@ constexpr size_t kRethSize = 16;
 constexpr size_t kAethSize = 4;
 constexpr size_t kAtomicEthSize = 28;
 constexpr size_t kAtomicAckEthSize = 8;
-
-void put64(std::vector<uint8_t> &out, uint64_t v) {
-    put32(out, static_cast<uint32_t>(v >> 32));
-    put32(out, static_cast<uint32_t>(v));
-}
 
 uint64_t get64(const uint8_t *p) {
     return uint64_t{get32(p)} << 32 | get32(p + 4);
@@ -180,76 +182,76 @@ const char *toString(ParseError error) {
 PacketWriter::PacketWriter(const Packet &p, size_t payloadLength, size_t headroom,
                            std::vector<uint8_t> storage)
     : out_(std::move(storage)), headroom_(headroom), grh_(p.grh.has_value()) {
-    out_.clear();
     const Layout layout = layoutOf(p.bth.opcode);
     payloadLength_ = layout.payload ? payloadLength : 0;
     const size_t pad = (4 - payloadLength_ % 4) % 4;
     const size_t transport = kBthSize + extensionSize(layout) + payloadLength_ + pad + kIcrcSize;
     const size_t total = kLrhSize + (p.grh ? kGrhSize : 0) + transport;
+    icrcAt_ = headroom + total - kIcrcSize;
+    // A recycled buffer usually has this size already: nothing is zeroed
+    // only to be overwritten by the payload.
+    out_.resize(headroom + total + kVcrcSize);
 
-    std::vector<uint8_t> &out = out_;
-    out.reserve(headroom + total + kVcrcSize);
-    out.resize(headroom);
-    out.push_back(static_cast<uint8_t>(p.lrh.vl << 4 | (p.lrh.lver & 0xf)));
-    out.push_back(static_cast<uint8_t>(p.lrh.sl << 4 | (p.grh ? kLnhIbaGlobal : kLnhIbaLocal)));
-    put16(out, p.lrh.dlid);
-    put16(out, static_cast<uint16_t>(total / 4) & 0x7ff);
-    put16(out, p.lrh.slid);
+    Cursor out{out_.data() + headroom};
+    out.put8(static_cast<uint8_t>(p.lrh.vl << 4 | (p.lrh.lver & 0xf)));
+    out.put8(static_cast<uint8_t>(p.lrh.sl << 4 | (p.grh ? kLnhIbaGlobal : kLnhIbaLocal)));
+    out.put16(p.lrh.dlid);
+    out.put16(static_cast<uint16_t>(total / 4) & 0x7ff);
+    out.put16(p.lrh.slid);
     if (p.grh) {
         const Grh &g = *p.grh;
-        put32(out, 6u << 28 | uint32_t{g.tclass} << 20 | (g.flowLabel & 0xfffff));
-        put16(out, static_cast<uint16_t>(transport));
-        out.push_back(g.nextHeader);
-        out.push_back(g.hopLimit);
-        out.insert(out.end(), g.sgid.begin(), g.sgid.end());
-        out.insert(out.end(), g.dgid.begin(), g.dgid.end());
+        out.put32(6u << 28 | uint32_t{g.tclass} << 20 | (g.flowLabel & 0xfffff));
+        out.put16(static_cast<uint16_t>(transport));
+        out.put8(g.nextHeader);
+        out.put8(g.hopLimit);
+        out.put(g.sgid);
+        out.put(g.dgid);
     }
     const Bth &b = p.bth;
-    out.push_back(b.opcode);
-    out.push_back(
-        static_cast<uint8_t>(b.solicited << 7 | b.migReq << 6 | pad << 4 | (b.tver & 0xf)));
-    put16(out, b.pkey);
-    put32(out, b.destQp & 0xffffff); // resv8a = 0
-    put32(out, uint32_t{b.ackReq} << 31 | (b.psn & 0xffffff));
+    out.put8(b.opcode);
+    out.put8(static_cast<uint8_t>(b.solicited << 7 | b.migReq << 6 | pad << 4 | (b.tver & 0xf)));
+    out.put16(b.pkey);
+    out.put32(b.destQp & 0xffffff); // resv8a = 0
+    out.put32(uint32_t{b.ackReq} << 31 | (b.psn & 0xffffff));
     // Extension headers in IBA order; absent ones are zeros.
     if (layout.deth) {
         const Deth d = p.deth.value_or(Deth{});
-        put32(out, d.qkey);
-        put32(out, d.srcQp & 0xffffff);
+        out.put32(d.qkey);
+        out.put32(d.srcQp & 0xffffff);
     }
     if (layout.reth) {
         const Reth r = p.reth.value_or(Reth{});
-        put64(out, r.va);
-        put32(out, r.rkey);
-        put32(out, r.length);
+        out.put64(r.va);
+        out.put32(r.rkey);
+        out.put32(r.length);
     }
     if (layout.aeth) {
         const Aeth a = p.aeth.value_or(Aeth{});
-        put32(out, uint32_t{a.syndrome} << 24 | (a.msn & 0xffffff));
+        out.put32(uint32_t{a.syndrome} << 24 | (a.msn & 0xffffff));
     }
     if (layout.atomicEth) {
         const AtomicEth a = p.atomicEth.value_or(AtomicEth{});
-        put64(out, a.va);
-        put32(out, a.rkey);
-        put64(out, a.swapAdd);
-        put64(out, a.compare);
+        out.put64(a.va);
+        out.put32(a.rkey);
+        out.put64(a.swapAdd);
+        out.put64(a.compare);
     }
     if (layout.atomicAckEth)
-        put64(out, p.atomicAck.value_or(0));
+        out.put64(p.atomicAck.value_or(0));
     if (layout.imm)
-        put32(out, p.imm.value_or(0));
-    payloadAt_ = out.size();
-    out.resize(out.size() + payloadLength_ + pad); // the pad bytes are zeros
+        out.put32(p.imm.value_or(0));
+    payloadAt_ = static_cast<size_t>(out.at - out_.data());
+    std::memset(out.at + payloadLength_, 0, pad); // the pad bytes are zeros
 }
 
 std::vector<uint8_t> PacketWriter::finish() && {
-    const auto crcs = bodyCrcs(std::span<const uint8_t>(out_).subspan(headroom_), grh_);
-    for (int i = 0; i < 4; ++i) // little-endian, as Linux rxe sends it
-        out_.push_back(static_cast<uint8_t>(crcs.icrc >> (8 * i)));
-    const uint16_t vcrc = static_cast<uint16_t>(
-        ~crc16Update(crcs.vcrcState, std::span<const uint8_t>(out_).last(kIcrcSize)));
-    out_.push_back(static_cast<uint8_t>(vcrc));
-    out_.push_back(static_cast<uint8_t>(vcrc >> 8));
+    const std::span<uint8_t> bytes(out_);
+    const auto crcs = bodyCrcs(bytes.subspan(headroom_, icrcAt_ - headroom_), grh_);
+    Cursor out{bytes.data() + icrcAt_};
+    out.put32(__builtin_bswap32(crcs.icrc)); // little-endian, as Linux rxe sends it
+    const uint16_t vcrc =
+        static_cast<uint16_t>(~crc16Update(crcs.vcrcState, bytes.subspan(icrcAt_, kIcrcSize)));
+    out.put16(__builtin_bswap16(vcrc)); // little-endian too
     return std::move(out_);
 }
 

@@ -171,6 +171,7 @@ class PacketWriter {
     size_t headroom_;
     size_t payloadAt_;
     size_t payloadLength_;
+    size_t icrcAt_;
     bool grh_;
 };
 

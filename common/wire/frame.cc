@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: GPL-2.0-or-later
 #include "frame.hh"
 
+#include <algorithm>
 #include <cstring>
 
 namespace pib::wire {
@@ -41,6 +42,7 @@ void frameInPlace(std::vector<uint8_t> &framed, uint8_t type) {
 void FrameReader::feed(std::span<const uint8_t> bytes) {
     if (failed_)
         return;
+    keepRest();
     // Frames read so far are dropped here, not one by one: a stream with
     // many frames in one piece costs linear time, not quadratic.
     if (start_ && start_ >= buffer_.size() / 2) {
@@ -48,6 +50,40 @@ void FrameReader::feed(std::span<const uint8_t> bytes) {
         start_ = 0;
     }
     buffer_.insert(buffer_.end(), bytes.begin(), bytes.end());
+}
+
+void FrameReader::lend(std::span<const uint8_t> bytes) {
+    keepRest();
+    if (failed_)
+        return;
+    if (start_ == buffer_.size()) {
+        buffer_.clear();
+        start_ = 0;
+    }
+    // A frame cut off by the last piece is completed by copying just its
+    // missing bytes; its header first, to know how many.
+    while (start_ != buffer_.size() && !bytes.empty()) {
+        const size_t held = buffer_.size() - start_;
+        size_t want = sizeof(pib_wire_header) - std::min(held, sizeof(pib_wire_header));
+        if (!want) {
+            const uint32_t length = getLe32(buffer_.data() + start_ + 8);
+            if (length > kMaxPayload || held >= sizeof(pib_wire_header) + length)
+                break; // nextView refuses it, or it is whole
+            want = sizeof(pib_wire_header) + length - held;
+        }
+        const size_t n = std::min(want, bytes.size());
+        buffer_.insert(buffer_.end(), bytes.begin(), bytes.begin() + static_cast<long>(n));
+        bytes = bytes.subspan(n);
+    }
+    lent_ = bytes;
+}
+
+void FrameReader::keepRest() {
+    if (lent_.empty())
+        return;
+    const std::span<const uint8_t> rest = lent_;
+    lent_ = {};
+    feed(rest);
 }
 
 std::optional<Frame> FrameReader::next(Error *error) {
@@ -59,14 +95,16 @@ std::optional<Frame> FrameReader::next(Error *error) {
 
 std::optional<FrameReader::View> FrameReader::nextView(Error *error) {
     *error = Error::kNone;
-    const size_t held = buffer_.size() - start_;
+    const bool lent = start_ == buffer_.size() && !lent_.empty();
+    const size_t held = lent ? lent_.size() : buffer_.size() - start_;
     if (failed_ || held < sizeof(pib_wire_header))
         return std::nullopt;
-    const uint8_t *h = buffer_.data() + start_;
+    const uint8_t *h = lent ? lent_.data() : buffer_.data() + start_;
     auto fail = [&](Error e) -> std::optional<View> {
         failed_ = true;
         buffer_.clear();
         start_ = 0;
+        lent_ = {};
         *error = e;
         return std::nullopt;
     };
@@ -83,7 +121,10 @@ std::optional<FrameReader::View> FrameReader::nextView(Error *error) {
         return std::nullopt;
     View view{h[5], std::span<const uint8_t>(h + sizeof(pib_wire_header), length)};
     // The bytes stay where they are until the next feed() compacts.
-    start_ += sizeof(pib_wire_header) + length;
+    if (lent)
+        lent_ = lent_.subspan(sizeof(pib_wire_header) + length);
+    else
+        start_ += sizeof(pib_wire_header) + length;
     return view;
 }
 

@@ -33,6 +33,12 @@ class FrameReader {
 
     // Appends stream bytes.
     void feed(std::span<const uint8_t> bytes);
+    // Lends stream bytes instead: frames are read from them in place, not
+    // copied (except the missing bytes of a frame the last piece cut off).
+    // keepRest() copies what nextView did not return; until then `bytes`
+    // must stay valid.
+    void lend(std::span<const uint8_t> bytes);
+    void keepRest();
     // The next complete frame, if any. After an error the stream cannot be
     // trusted any more: the caller drops the connection and calls reset().
     std::optional<Frame> next(Error *error);
@@ -42,15 +48,17 @@ class FrameReader {
         std::span<const uint8_t> payload;
     };
     std::optional<View> nextView(Error *error);
-    void reset() { buffer_.clear(), start_ = 0, failed_ = false; }
+    void reset() { buffer_.clear(), start_ = 0, lent_ = {}, failed_ = false; }
     // Bytes held, for flow control: a peer may not make us buffer more.
-    size_t buffered() const { return buffer_.size() - start_; }
+    size_t buffered() const { return buffer_.size() - start_ + lent_.size(); }
 
     static const char *toString(Error error);
 
   private:
     std::vector<uint8_t> buffer_;
     size_t start_ = 0; // where the unread bytes of buffer_ begin
+    // Lent bytes not read yet: they follow what buffer_ holds unread.
+    std::span<const uint8_t> lent_;
     bool failed_ = false;
 };
 

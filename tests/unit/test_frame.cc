@@ -1,5 +1,7 @@
 // SPDX-License-Identifier: GPL-2.0-or-later
 // The wire framing (common/wire).
+#include <algorithm>
+
 #include <catch2/catch.hpp>
 
 #include "frame.hh"
@@ -28,6 +30,43 @@ TEST_CASE("frames are reassembled from any split of the stream", "[wire]") {
     CHECK(frames[1].type == PIB_WIRE_HELLO);
     CHECK(frames[1].payload == b);
     CHECK(reader.buffered() == 0);
+}
+
+TEST_CASE("lent pieces are read in place, and only a cut-off frame is copied", "[wire]") {
+    // Ten frames of 1..10 x 300 bytes, each payload filled with its index.
+    std::vector<uint8_t> stream;
+    for (uint8_t i = 1; i <= 10; ++i) {
+        const auto f = encode(PIB_WIRE_PACKET, std::vector<uint8_t>(300u * i, i));
+        stream.insert(stream.end(), f.begin(), f.end());
+    }
+    const size_t piece = GENERATE(1, 5, 12, 13, 700, 4096, 100000);
+    FrameReader reader;
+    std::vector<std::vector<uint8_t>> payloads;
+    size_t inPlace = 0;
+    for (size_t off = 0; off < stream.size(); off += piece) {
+        // A copy that dies after the call, as a socket's buffer would.
+        std::vector<uint8_t> bytes(stream.begin() + static_cast<long>(off),
+                                   stream.begin() +
+                                       static_cast<long>(std::min(off + piece, stream.size())));
+        reader.lend(bytes);
+        FrameReader::Error error;
+        while (auto v = reader.nextView(&error)) {
+            payloads.emplace_back(v->payload.begin(), v->payload.end());
+            inPlace += v->payload.data() >= bytes.data() &&
+                       v->payload.data() < bytes.data() + bytes.size();
+        }
+        REQUIRE(error == FrameReader::Error::kNone);
+        reader.keepRest();
+        std::fill(bytes.begin(), bytes.end(), 0xee); // what was kept must be a copy
+    }
+    REQUIRE(payloads.size() == 10);
+    for (uint8_t i = 1; i <= 10; ++i)
+        CHECK(payloads[i - 1] == std::vector<uint8_t>(300u * i, i));
+    CHECK(reader.buffered() == 0);
+    if (piece == 100000)
+        CHECK(inPlace == 10); // one piece: nothing copied
+    if (piece == 4096)
+        CHECK(inPlace >= 2);
 }
 
 TEST_CASE("malformed frames stop the stream", "[wire]") {

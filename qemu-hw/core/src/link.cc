@@ -30,7 +30,9 @@ void Link::receive(std::span<const uint8_t> bytes, const std::function<void(Even
                    const std::function<void(std::span<const uint8_t>)> &onPacket) {
     if (!connected_)
         return;
-    reader_.feed(bytes);
+    // Packets are read where the stream put them; only a frame cut off at
+    // the end of `bytes` is copied, to wait for the rest.
+    reader_.lend(bytes);
     wire::FrameReader::Error error;
     while (auto frame = reader_.nextView(&error)) {
         if (frame->type == PIB_WIRE_HELLO) {
@@ -44,9 +46,12 @@ void Link::receive(std::span<const uint8_t> bytes, const std::function<void(Even
         } else {
             ++framesDropped_; // packets before HELLO: the link is not up
         }
-        if (!connected_)
+        if (!connected_) {
+            reader_.reset();
             return; // a handler dropped the link
+        }
     }
+    reader_.keepRest();
     if (error != wire::FrameReader::Error::kNone) {
         // The fabric is untrusted too: a corrupt stream drops the link.
         host_.trace("link-error", "port %u: %s; dropping the link", port_,
