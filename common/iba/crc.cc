@@ -34,7 +34,7 @@ template <class T, T kReflectedPoly> struct Tables {
 constexpr Tables<uint32_t, 0xedb88320u> kCrc32; // 0x04C11DB7 reflected
 constexpr Tables<uint16_t, 0xd008u> kCrc16;     // 0x100B reflected
 
-// A reflected CRC of up to 64 bits over `bytes`, continuing `crc`.
+// A reflected CRC of up to 32 bits over `bytes`, continuing `crc`.
 template <class T, T P> T update(const Tables<T, P> &tab, T crc, std::span<const uint8_t> bytes) {
     const uint8_t *p = bytes.data();
     size_t n = bytes.size();
@@ -49,6 +49,15 @@ template <class T, T P> T update(const Tables<T, P> &tab, T crc, std::span<const
                              t[2][(v >> 40) & 0xff] ^ t[1][(v >> 48) & 0xff] ^ t[0][v >> 56]);
         p += 8;
         n -= 8;
+    }
+    if (n >= 4) { // the same by four: headers often end with four bytes
+        uint32_t v;
+        std::memcpy(&v, p, 4);
+        v ^= crc; // T has at most 32 bits
+        crc = static_cast<T>(t[3][v & 0xff] ^ t[2][(v >> 8) & 0xff] ^ t[1][(v >> 16) & 0xff] ^
+                             t[0][v >> 24]);
+        p += 4;
+        n -= 4;
     }
     while (n--)
         crc = static_cast<T>(t[0][(crc ^ *p++) & 0xff] ^ (crc >> 8));
