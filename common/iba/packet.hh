@@ -61,7 +61,76 @@ struct Layout {
     bool imm = false;
     bool payload = false; // may carry data
 };
-Layout layoutOf(uint8_t opcode);
+constexpr Layout computeLayout(uint8_t opcode) {
+    Layout l;
+    const uint8_t transport = opcode & 0xe0;
+    const uint8_t op = opcode & 0x1f;
+    if (transport == kTransportUd) {
+        if (opcode == kUdSendOnly || opcode == kUdSendOnlyImm) {
+            l.valid = l.deth = l.payload = true;
+            l.imm = opcode == kUdSendOnlyImm;
+        }
+        return l;
+    }
+    if (transport != kTransportRc && !(transport == kTransportUc && op <= kWriteOnlyImm))
+        return l;
+    l.valid = true;
+    switch (op) {
+    case kSendFirst:
+    case kSendMiddle:
+    case kSendLast:
+    case kSendOnly:
+    case kWriteMiddle:
+    case kWriteLast:
+    case kReadResponseMiddle:
+        l.payload = true;
+        break;
+    case kSendLastImm:
+    case kSendOnlyImm:
+    case kWriteLastImm:
+        l.payload = l.imm = true;
+        break;
+    case kWriteFirst:
+    case kWriteOnly:
+        l.reth = l.payload = true;
+        break;
+    case kWriteOnlyImm:
+        l.reth = l.imm = l.payload = true;
+        break;
+    case kReadRequest:
+        l.reth = true;
+        break;
+    case kReadResponseFirst:
+    case kReadResponseLast:
+    case kReadResponseOnly:
+        l.aeth = l.payload = true;
+        break;
+    case kAcknowledge:
+        l.aeth = true;
+        break;
+    case kAtomicAcknowledge:
+        l.aeth = l.atomicAckEth = true;
+        break;
+    case kCompareSwap:
+    case kFetchAdd:
+        l.atomicEth = true;
+        break;
+    default:
+        l.valid = false;
+    }
+    return l;
+}
+
+// Looked up for every packet sent and received: a table, built at compile time.
+inline constexpr std::array<Layout, 256> kLayouts = [] {
+    std::array<Layout, 256> t{};
+    for (unsigned opcode = 0; opcode < 256; ++opcode)
+        t[opcode] = computeLayout(static_cast<uint8_t>(opcode));
+    return t;
+}();
+inline Layout layoutOf(uint8_t opcode) {
+    return kLayouts[opcode];
+}
 
 struct Lrh {
     uint8_t vl = 0;
