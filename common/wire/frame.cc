@@ -17,26 +17,32 @@ uint32_t getLe32(const uint8_t *p) {
     return uint32_t{p[0]} | uint32_t{p[1]} << 8 | uint32_t{p[2]} << 16 | uint32_t{p[3]} << 24;
 }
 
-} // namespace
-
-std::vector<uint8_t> encode(uint8_t type, std::span<const uint8_t> payload) {
-    std::vector<uint8_t> out(sizeof(pib_wire_header) + payload.size(), 0);
-    putLe32(out.data(), PIB_WIRE_MAGIC);
-    out[4] = PIB_WIRE_VERSION;
-    out[5] = type;
-    putLe32(out.data() + 8, static_cast<uint32_t>(payload.size()));
-    if (!payload.empty())
-        std::memcpy(out.data() + sizeof(pib_wire_header), payload.data(), payload.size());
-    return out;
-}
-
-void frameInPlace(std::vector<uint8_t> &framed, uint8_t type) {
-    uint8_t *h = framed.data();
+void writeHeader(uint8_t *h, uint8_t type, size_t payloadLength) {
     std::memset(h, 0, kHeaderSize);
     putLe32(h, PIB_WIRE_MAGIC);
     h[4] = PIB_WIRE_VERSION;
     h[5] = type;
-    putLe32(h + 8, static_cast<uint32_t>(framed.size() - kHeaderSize));
+    putLe32(h + 8, static_cast<uint32_t>(payloadLength));
+}
+
+} // namespace
+
+std::vector<uint8_t> encode(uint8_t type, std::span<const uint8_t> payload) {
+    std::vector<uint8_t> out;
+    appendFrame(out, type, payload);
+    return out;
+}
+
+void appendFrame(std::vector<uint8_t> &out, uint8_t type, std::span<const uint8_t> payload) {
+    const size_t at = out.size();
+    out.resize(at + kHeaderSize + payload.size());
+    writeHeader(out.data() + at, type, payload.size());
+    if (!payload.empty())
+        std::memcpy(out.data() + at + kHeaderSize, payload.data(), payload.size());
+}
+
+void frameInPlace(std::vector<uint8_t> &framed, uint8_t type) {
+    writeHeader(framed.data(), type, framed.size() - kHeaderSize);
 }
 
 void FrameReader::feed(std::span<const uint8_t> bytes) {

@@ -19,6 +19,8 @@ struct Frame {
 };
 
 std::vector<uint8_t> encode(uint8_t type, std::span<const uint8_t> payload);
+// The same, appended to `out`.
+void appendFrame(std::vector<uint8_t> &out, uint8_t type, std::span<const uint8_t> payload);
 
 // Bytes a sender leaves free in front of a payload so that it can be
 // framed in place (frameInPlace), without a copy.

@@ -114,7 +114,8 @@ int tcpSocket(const std::string &address, bool listen) {
 struct Server::Connection {
     int fd = -1;
     wire::FrameReader reader;
-    std::vector<uint8_t> output;
+    std::vector<uint8_t> output; // frames to send; the first `sent` bytes are gone
+    size_t sent = 0;
     bool helloReceived = false;
 };
 
@@ -176,10 +177,9 @@ void Server::sendFrame(unsigned port, uint8_t type, std::span<const uint8_t> pay
     Connection *c = conns_[port].get();
     if (!c)
         return;
-    if (c->output.size() > kMaxOutput)
+    if (c->output.size() - c->sent > kMaxOutput)
         return; // congested: the packet is lost, as on a real link
-    const auto frame = wire::encode(type, payload);
-    c->output.insert(c->output.end(), frame.begin(), frame.end());
+    wire::appendFrame(c->output, type, payload);
     onWritable(port);
 }
 
@@ -238,18 +238,28 @@ void Server::drop(unsigned port, const char *why) {
 
 void Server::onWritable(unsigned port) {
     Connection *c = conns_[port].get();
-    while (c && !c->output.empty()) {
-        const ssize_t n = ::send(c->fd, c->output.data(), c->output.size(), MSG_NOSIGNAL);
+    while (c && c->sent < c->output.size()) {
+        const ssize_t n =
+            ::send(c->fd, c->output.data() + c->sent, c->output.size() - c->sent, MSG_NOSIGNAL);
         if (n < 0) {
             if (errno == EAGAIN || errno == EWOULDBLOCK)
                 break;
             drop(port, strerror(errno));
             return;
         }
-        c->output.erase(c->output.begin(), c->output.begin() + n);
+        c->sent += static_cast<size_t>(n);
     }
-    if (c)
-        watch(c->fd, port, false, !c->output.empty());
+    if (!c)
+        return;
+    // What was sent is dropped all at once, not bytes moved on every send.
+    if (c->sent == c->output.size()) {
+        c->output.clear();
+        c->sent = 0;
+    } else if (c->sent > c->output.size() / 2) {
+        c->output.erase(c->output.begin(), c->output.begin() + static_cast<long>(c->sent));
+        c->sent = 0;
+    }
+    watch(c->fd, port, false, c->sent < c->output.size());
 }
 
 void Server::onReadable(unsigned port) {
@@ -264,13 +274,14 @@ void Server::onReadable(unsigned port) {
     }
     if (n < 0)
         return;
-    c->reader.feed(std::span(buf, static_cast<size_t>(n)));
+    // Frames are read in place from `buf`; keepRest() saves a cut-off one.
+    c->reader.lend(std::span(buf, static_cast<size_t>(n)));
     if (c->reader.buffered() > kMaxInput) {
         drop(port, "peer floods without framing");
         return;
     }
     wire::FrameReader::Error error;
-    while (auto frame = c->reader.next(&error)) {
+    while (auto frame = c->reader.nextView(&error)) {
         if (frame->type == PIB_WIRE_HELLO) {
             if (!c->helloReceived) {
                 c->helloReceived = true;
@@ -291,6 +302,8 @@ void Server::onReadable(unsigned port) {
     }
     if (error != wire::FrameReader::Error::kNone)
         drop(port, wire::FrameReader::toString(error));
+    else
+        c->reader.keepRest();
 }
 
 void Server::run() {
