@@ -8,6 +8,7 @@
 
 #include <catch2/catch.hpp>
 
+#include "connected.hh"
 #include "connected_fixture.hh"
 
 using namespace pib;
@@ -220,8 +221,12 @@ TEST_CASE("a lost ACK: the timer resends, the duplicate is ACKed again", "[rc]")
 }
 
 TEST_CASE("a long WRITE goes out one send window at a time", "[rc]") {
-    Pair p; // MTU 1024: a window of 256 packets, an ACK asked for every 64 PSNs
-    constexpr uint32_t kLength = 1 << 20, kPackets = kLength / 1024, kWindow = 256;
+    Node::Options o;
+    o.mtu = 5; // 4096: a window of 512 packets (2 MiB), an ACK asked for every 128 PSNs
+    Pair p(PIB_QPT_RC, o, 16 << 20);
+    constexpr uint32_t kLength = 4 << 20, kPackets = kLength / 4096, kWindow = 512;
+    REQUIRE(sendWindowPackets(4096) == kWindow);
+    REQUIRE(ackRequestInterval(4096) == 128);
     const uint64_t out = p.a.host.alloc(kLength), in = p.b.host.alloc(kLength);
     p.a.fill(out, kLength, 9);
     auto writes = [&] {
@@ -240,9 +245,9 @@ TEST_CASE("a long WRITE goes out one send window at a time", "[rc]") {
         REQUIRE(sent.size() == 1);
         CHECK(sent[0].status == PIB_WC_SUCCESS);
         CHECK(writes() == kPackets);
-        // PSNs 100..1123: 127, 191, ... 1087 (16 of them) and the last.
-        CHECK(asked() == 17);
-        CHECK(p.wire.count(iba::kAcknowledge) == 17);
+        // PSNs 100..1123: 127, 255, ... 1023 (8 of them) and the last.
+        CHECK(asked() == 9);
+        CHECK(p.wire.count(iba::kAcknowledge) == 9);
         CHECK(sameBytes(p.a, out, p.b, in, kLength));
     }
     SECTION("without ACKs, one window; the timer resends from the oldest unacknowledged") {
@@ -252,7 +257,7 @@ TEST_CASE("a long WRITE goes out one send window at a time", "[rc]") {
                      {.opcode = PIB_WR_RDMA_WRITE, .local = out, .length = kLength, .remote = in});
         p.wire.run(1024);
         CHECK(writes() == kWindow);
-        CHECK(asked() == 4); // PSNs 127, 191, 255 and 319
+        CHECK(asked() == 4); // PSNs 127, 255, 383 and 511
         CHECK(p.a.poll().empty());
         dropAcks = false;
         p.wire.advance(10'000'000); // > 4.096 us * 2^10

@@ -92,10 +92,12 @@ struct Requester {
 };
 
 // RC requesters keep at most this much data unacknowledged per QP (in
-// packets at least kMinSendWindow), so that a doorbell for a long message
-// does not put all of it on the link at once: the link and the caches
-// hold one window, and other QPs' packets are not stuck behind it.
-inline constexpr uint32_t kSendWindowBytes = 256 << 10;
+// packets at least kMinSendWindow), so that a doorbell for many long
+// messages does not put all of them on the link at once: the link and the
+// caches hold one window. It is larger than what a link carries in one
+// round trip between two guests under TCG (several ms), so it never
+// limits their bandwidth.
+inline constexpr uint32_t kSendWindowBytes = 2 << 20;
 inline constexpr uint32_t kMinSendWindow = 64;
 inline uint32_t sendWindowPackets(uint32_t mtu) {
     return std::max(kMinSendWindow, kSendWindowBytes / mtu);
