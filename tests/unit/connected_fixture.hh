@@ -40,28 +40,11 @@ struct Node {
         host.initHca();
         uar = static_cast<uint32_t>(host.command(PIB_CMD_ALLOC_UAR).result);
         pd = static_cast<uint32_t>(host.command(PIB_CMD_ALLOC_PD).result);
-        std::vector<uint64_t> pages;
-        pib_eq_context eq{};
-        eq.buf = host.ring(1, &pages);
-        eqPage = pages.back();
-        eq.log_size = 6;
-        eq.flags = PIB_EQ_ASYNC;
-        eqn = static_cast<uint32_t>(host.commandIn(PIB_CMD_CREATE_EQ, 0, eq).result);
-        pib_cq_context cq{};
-        pages.clear();
-        cq.buf = host.ring(4, &pages); // contiguous, as the fake host allocates
-        cqPage = pages.front();
-        cq.log_size = kLogCq;
-        cq.eqn = eqn;
-        cq.uar_page = uar;
-        cq.ci_record = ciRecord = host.alloc(64, 64);
-        cqn = static_cast<uint32_t>(host.commandIn(PIB_CMD_CREATE_CQ, 0, cq).result);
-        pib_mr_context mr{};
-        mr.pdn = pd;
-        mr.access = kAccessAll;
-        mr.flags = PIB_MR_PHYSICAL;
-        mr.length = ~0ull;
-        key = static_cast<uint32_t>(host.commandIn(PIB_CMD_CREATE_MR, 0, mr).result);
+        const FakeHost::Eq eq = host.createEq(6, PIB_EQ_ASYNC);
+        eqn = eq.eqn, eqPage = eq.page;
+        const FakeHost::Cq cq = host.createCq(eqn, uar, kLogCq, 4);
+        cqn = cq.cqn, cqPage = cq.page, ciRecord = cq.ciRecord;
+        key = host.createPhysicalMr(pd, kAccessAll);
         createQp(type);
         // Train the link, then configure the port as an SM would.
         pib_core_port_connected(host.core, 1, 1);
@@ -174,12 +157,7 @@ struct Node {
     }
 
     void postRecv(uint64_t wrId, uint64_t buf, uint32_t len) {
-        const uint64_t slot = rqPage + (rqPi % (1u << kLogRq)) * 64;
-        pib_wqe_ctrl ctrl{};
-        ctrl.wr_id = wrId;
-        ctrl.num_ds = 2;
-        host.poke(slot, ctrl);
-        host.poke(slot + 16, pib_wqe_data{len, key, buf});
+        host.writeRecvWqe(rqPage + (rqPi % (1u << kLogRq)) * 64, wrId, key, buf, len);
         ring(PIB_DB_RQ, ++rqPi);
     }
 
@@ -242,15 +220,7 @@ struct Node {
         return out;
     }
 
-    std::vector<uint8_t> asyncEvents() {
-        std::vector<uint8_t> events;
-        for (unsigned i = 0; i < 64; ++i) {
-            auto e = host.peek<pib_eqe>(eqPage + i * sizeof(pib_eqe));
-            if (e.flags & PIB_EQE_PHASE && e.type == PIB_EQE_ASYNC)
-                events.push_back(e.subtype);
-        }
-        return events;
-    }
+    std::vector<uint8_t> asyncEvents() { return host.asyncEvents(eqPage, 64); }
 
     uint8_t qpState() {
         pib_qp_attr out{};

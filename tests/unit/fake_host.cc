@@ -2,6 +2,7 @@
 #include "fake_host.hh"
 
 #include <stdexcept>
+#include <string>
 
 static void recordGuestError(void *opaque, const char *what, const char *detail) {
     static_cast<FakeHost *>(opaque)->errors.push_back({what, detail});
@@ -127,6 +128,53 @@ pib_buf_desc FakeHost::ring(uint32_t pages, std::vector<uint64_t> *addrs) {
         PIB_CMD_STATUS_OK)
         throw std::runtime_error("WRITE_MTT failed");
     return pib_buf_desc{static_cast<uint32_t>(mtt.result), pages};
+}
+
+// The result of a command that must succeed.
+static uint32_t created(const FakeHost::Outcome &o, const char *what) {
+    if (o.status != PIB_CMD_STATUS_OK)
+        throw std::runtime_error(std::string(what) + " failed");
+    return static_cast<uint32_t>(o.result);
+}
+
+FakeHost::Eq FakeHost::createEq(uint32_t logSize, uint16_t flags, uint16_t msixVector) {
+    std::vector<uint64_t> pages;
+    pib_eq_context eq{};
+    eq.buf = ring(1, &pages);
+    eq.log_size = logSize;
+    eq.flags = flags;
+    eq.msix_vector = msixVector;
+    return {created(commandIn(PIB_CMD_CREATE_EQ, 0, eq), "CREATE_EQ"), pages.front()};
+}
+
+FakeHost::Cq FakeHost::createCq(uint32_t eqn, uint32_t uar, uint32_t logSize, uint32_t pages) {
+    std::vector<uint64_t> addrs;
+    pib_cq_context cq{};
+    cq.buf = ring(pages, &addrs); // contiguous, as alloc() hands pages out in order
+    cq.log_size = logSize;
+    cq.eqn = eqn;
+    cq.uar_page = uar;
+    cq.ci_record = alloc(64, 64);
+    return {created(commandIn(PIB_CMD_CREATE_CQ, 0, cq), "CREATE_CQ"), addrs.front(), cq.ci_record};
+}
+
+uint32_t FakeHost::createPhysicalMr(uint32_t pd, uint32_t access) {
+    pib_mr_context mr{};
+    mr.pdn = pd;
+    mr.access = access;
+    mr.flags = PIB_MR_PHYSICAL;
+    mr.length = ~0ull;
+    return created(commandIn(PIB_CMD_CREATE_MR, 0, mr), "CREATE_MR");
+}
+
+std::vector<uint8_t> FakeHost::asyncEvents(uint64_t eqPage, unsigned entries) {
+    std::vector<uint8_t> events;
+    for (unsigned i = 0; i < entries; ++i) {
+        const auto e = peek<pib_eqe>(eqPage + i * sizeof(pib_eqe));
+        if (e.flags & PIB_EQE_PHASE && e.type == PIB_EQE_ASYNC)
+            events.push_back(e.subtype);
+    }
+    return events;
 }
 
 FakeHost::Outcome FakeHost::mad(uint8_t cls, uint8_t method, uint16_t attr, uint32_t mod,

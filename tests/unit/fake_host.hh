@@ -84,6 +84,33 @@ struct FakeHost {
     // A ring of `pages` fresh pages listed in a fresh MTT range; their
     // guest addresses go to *addrs when asked for.
     pib_buf_desc ring(uint32_t pages, std::vector<uint64_t> *addrs = nullptr);
+
+    // The objects a driver creates before its QPs, in fresh pages. Each
+    // throws if the device refuses.
+    struct Eq {
+        uint32_t eqn;
+        uint64_t page; // of its EQEs
+    };
+    Eq createEq(uint32_t logSize, uint16_t flags, uint16_t msixVector = 0);
+    struct Cq {
+        uint32_t cqn;
+        uint64_t page;     // the first of its `pages` contiguous pages of CQEs
+        uint64_t ciRecord; // where the driver writes its consumer index
+    };
+    Cq createCq(uint32_t eqn, uint32_t uar, uint32_t logSize, uint32_t pages = 1);
+    // An MR of `pd` over all of guest memory, by physical address.
+    uint32_t createPhysicalMr(uint32_t pd, uint32_t access);
+    // Writes a receive WQE of one SGE into the ring slot at `slot`.
+    void writeRecvWqe(uint64_t slot, uint64_t wrId, uint32_t lkey, uint64_t buf, uint32_t len) {
+        pib_wqe_ctrl ctrl{};
+        ctrl.wr_id = wrId;
+        ctrl.num_ds = 2;
+        poke(slot, ctrl);
+        poke(slot + sizeof(ctrl), pib_wqe_data{len, lkey, buf});
+    }
+    // The subtypes of the asynchronous events among the first `entries`
+    // EQEs of the EQ at `eqPage`.
+    std::vector<uint8_t> asyncEvents(uint64_t eqPage, unsigned entries);
     void initHca();
 
     pib_core *core = nullptr;

@@ -22,27 +22,12 @@ struct Node {
         host.initHca();
         uar = static_cast<uint32_t>(host.command(PIB_CMD_ALLOC_UAR).result);
         pd = static_cast<uint32_t>(host.command(PIB_CMD_ALLOC_PD).result);
+        const FakeHost::Eq eq = host.createEq(4, 0, /*msixVector=*/1);
+        eqn = eq.eqn, eqPage = eq.page;
+        const FakeHost::Cq cq = host.createCq(eqn, uar, 6);
+        cqn = cq.cqn, cqPage = cq.page;
+        lkey = host.createPhysicalMr(pd, PIB_ACCESS_LOCAL_WRITE);
         std::vector<uint64_t> pages;
-        pib_eq_context eq{};
-        eq.buf = host.ring(1, &pages);
-        eqPage = pages.back();
-        eq.log_size = 4;
-        eq.msix_vector = 1;
-        eqn = static_cast<uint32_t>(host.commandIn(PIB_CMD_CREATE_EQ, 0, eq).result);
-        pib_cq_context cq{};
-        cq.buf = host.ring(1, &pages);
-        cqPage = pages.back();
-        cq.log_size = 6;
-        cq.eqn = eqn;
-        cq.uar_page = uar;
-        cq.ci_record = host.alloc(64, 64);
-        cqn = static_cast<uint32_t>(host.commandIn(PIB_CMD_CREATE_CQ, 0, cq).result);
-        pib_mr_context mr{};
-        mr.pdn = pd;
-        mr.access = PIB_ACCESS_LOCAL_WRITE;
-        mr.flags = PIB_MR_PHYSICAL;
-        mr.length = ~0ull;
-        lkey = static_cast<uint32_t>(host.commandIn(PIB_CMD_CREATE_MR, 0, mr).result);
         pib_qp_context qp{};
         qp.type = type;
         qp.port = 1;
@@ -89,12 +74,7 @@ struct Node {
     }
 
     void postRecv(uint64_t wrId, uint64_t buf, uint32_t len) {
-        const uint64_t slot = rqPage + (rqPi % 16) * 64;
-        pib_wqe_ctrl ctrl{};
-        ctrl.wr_id = wrId;
-        ctrl.num_ds = 2;
-        host.poke(slot, ctrl);
-        host.poke(slot + 16, pib_wqe_data{len, lkey, buf});
+        host.writeRecvWqe(rqPage + (rqPi % 16) * 64, wrId, lkey, buf, len);
         ring(PIB_DB_RQ, ++rqPi);
     }
 

@@ -14,18 +14,8 @@ struct QpFixture {
         host.initHca();
         uar = static_cast<uint32_t>(host.command(PIB_CMD_ALLOC_UAR).result);
         pd = static_cast<uint32_t>(host.command(PIB_CMD_ALLOC_PD).result);
-        pib_eq_context eq{};
-        eq.buf = host.ring(1);
-        eq.log_size = 4;
-        eq.flags = PIB_EQ_ASYNC;
-        eqn = static_cast<uint32_t>(host.commandIn(PIB_CMD_CREATE_EQ, 0, eq).result);
-        pib_cq_context cq{};
-        cq.buf = host.ring(1);
-        cq.log_size = 6;
-        cq.eqn = eqn;
-        cq.uar_page = uar;
-        cq.ci_record = host.alloc(64, 64);
-        cqn = static_cast<uint32_t>(host.commandIn(PIB_CMD_CREATE_CQ, 0, cq).result);
+        eqn = host.createEq(4, PIB_EQ_ASYNC).eqn;
+        cqn = host.createCq(eqn, uar, 6).cqn;
     }
 
     pib_qp_context context(uint8_t type) {

@@ -42,15 +42,7 @@ struct SmaFixture {
         return {r.result, response};
     }
 
-    std::vector<uint8_t> asyncEvents() {
-        std::vector<uint8_t> events;
-        for (unsigned i = 0; i < 16; ++i) {
-            auto e = host.peek<pib_eqe>(eqPage + i * sizeof(pib_eqe));
-            if (e.flags & PIB_EQE_PHASE && e.type == PIB_EQE_ASYNC)
-                events.push_back(e.subtype);
-        }
-        return events;
-    }
+    std::vector<uint8_t> asyncEvents() { return host.asyncEvents(eqPage, 16); }
 };
 
 uint8_t portState(pib_mad_ifc &r) {

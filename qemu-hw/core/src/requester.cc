@@ -130,8 +130,10 @@ void Firmware::processConnectedSend(uint32_t qpn, QueuePair &qp) {
         const SendProgress progress = sendRequestPackets(qpn, qp, w);
         if (progress == SendProgress::kFailed)
             return;
-        if (progress == SendProgress::kWindowFull)
-            return armAckTimerIfIdle(qpn, qp);
+        if (progress == SendProgress::kWindowFull) {
+            armAckTimerIfIdle(qpn, qp);
+            return;
+        }
     }
     const unsigned maxReads = std::max<unsigned>(1, qp.attr.max_rd_atomic);
     while (qp.sq.consumer != qp.sq.producer && qp.attr.qp_state == PIB_QPS_RTS &&
