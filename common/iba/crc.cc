@@ -213,13 +213,19 @@ template <uint64_t kPoly> struct FoldConstants {
 
 // Folds the data at p (n >= 64 bytes), `start` XORed into its first bytes,
 // into one block; p and n are left at the tail of fewer than 16 bytes.
+// The cursor is copied into locals and the streams are named registers:
+// through the references, or in an array, the compiler kept them in
+// memory and every fold waited for a store to be forwarded.
 template <uint64_t kPoly>
-[[gnu::target("pclmul,sse2")]] __m128i foldNarrow(uint64_t start, const uint8_t *&p, size_t &n) {
+[[gnu::target("pclmul,sse2")]] __m128i foldNarrow(uint64_t start, const uint8_t *&pRef,
+                                                  size_t &nRef) {
     using K = FoldConstants<kPoly>;
     const __m128i k16 =
         _mm_set_epi64x(static_cast<long long>(K::by16hi), static_cast<long long>(K::by16lo));
     const __m128i k64 =
         _mm_set_epi64x(static_cast<long long>(K::by64hi), static_cast<long long>(K::by64lo));
+    const uint8_t *p = pRef;
+    size_t n = nRef;
     __m128i a = _mm_xor_si128(load(p), _mm_cvtsi64_si128(static_cast<long long>(start)));
     __m128i b = load(p + 16), c = load(p + 32), d = load(p + 48);
     p += 64;
@@ -235,6 +241,8 @@ template <uint64_t kPoly>
     a = _mm_xor_si128(fold(a, k16), d);
     for (; n >= 16; p += 16, n -= 16)
         a = _mm_xor_si128(fold(a, k16), load(p));
+    pRef = p;
+    nRef = n;
     return a;
 }
 
@@ -249,35 +257,41 @@ template <uint64_t kPoly>
     return _mm256_loadu_si256(reinterpret_cast<const __m256i *>(p));
 }
 
+// Two blocks of a 256-bit stream folded into one 128-bit block behind `v`.
+[[gnu::target("vpclmulqdq,avx2,pclmul")]] inline __m128i foldIn(__m128i v, __m256i a, __m128i k16) {
+    v = _mm_xor_si128(fold(v, k16), _mm256_castsi256_si128(a));
+    return _mm_xor_si128(fold(v, k16), _mm256_extracti128_si256(a, 1));
+}
+
 template <uint64_t kPoly>
-[[gnu::target("vpclmulqdq,avx2,pclmul")]] __m128i foldWide(uint64_t start, const uint8_t *&p,
-                                                           size_t &n) {
+[[gnu::target("vpclmulqdq,avx2,pclmul")]] __m128i foldWide(uint64_t start, const uint8_t *&pRef,
+                                                           size_t &nRef) {
     using K = FoldConstants<kPoly>;
     const __m128i k16 =
         _mm_set_epi64x(static_cast<long long>(K::by16hi), static_cast<long long>(K::by16lo));
     const __m256i k128 =
         _mm256_set_epi64x(static_cast<long long>(K::by128hi), static_cast<long long>(K::by128lo),
                           static_cast<long long>(K::by128hi), static_cast<long long>(K::by128lo));
-    __m256i a[4];
-    for (int i = 0; i < 4; ++i)
-        a[i] = load256(p + 32 * i);
-    a[0] =
-        _mm256_xor_si256(a[0], _mm256_set_m128i(_mm_setzero_si128(),
-                                                _mm_cvtsi64_si128(static_cast<long long>(start))));
+    const uint8_t *p = pRef;
+    size_t n = nRef;
+    __m256i a = _mm256_xor_si256(
+        load256(p), _mm256_zextsi128_si256(_mm_cvtsi64_si128(static_cast<long long>(start))));
+    __m256i b = load256(p + 32), c = load256(p + 64), d = load256(p + 96);
     p += 128;
     n -= 128;
-    for (; n >= 128; p += 128, n -= 128)
-        for (int i = 0; i < 4; ++i)
-            a[i] = _mm256_xor_si256(fold(a[i], k128), load256(p + 32 * i));
-    // Eight blocks, in stream order: fold them into one.
-    __m128i v = _mm256_castsi256_si128(a[0]);
-    v = _mm_xor_si128(fold(v, k16), _mm256_extracti128_si256(a[0], 1));
-    for (int i = 1; i < 4; ++i) {
-        v = _mm_xor_si128(fold(v, k16), _mm256_castsi256_si128(a[i]));
-        v = _mm_xor_si128(fold(v, k16), _mm256_extracti128_si256(a[i], 1));
+    for (; n >= 128; p += 128, n -= 128) {
+        a = _mm256_xor_si256(fold(a, k128), load256(p));
+        b = _mm256_xor_si256(fold(b, k128), load256(p + 32));
+        c = _mm256_xor_si256(fold(c, k128), load256(p + 64));
+        d = _mm256_xor_si256(fold(d, k128), load256(p + 96));
     }
+    // Eight blocks, in stream order: fold them into one.
+    __m128i v = _mm_xor_si128(fold(_mm256_castsi256_si128(a), k16), _mm256_extracti128_si256(a, 1));
+    v = foldIn(foldIn(foldIn(v, b, k16), c, k16), d, k16);
     for (; n >= 16; p += 16, n -= 16)
         v = _mm_xor_si128(fold(v, k16), load(p));
+    pRef = p;
+    nRef = n;
     return v;
 }
 
