@@ -165,6 +165,23 @@ struct JointStartTables {
 };
 constexpr JointStartTables kJointStart;
 
+// What the CRC-32 alone sees changed when byte 4 of the folded data is
+// XORed with v: v as a polynomial, x^8 before the start value's 48 bits
+// end, times E32 so that the CRC-16 sees nothing.
+constexpr uint64_t crc32OnlyByte4Slow(uint8_t v) {
+    const uint64_t g = polyMod(polyMul(reflect(v, 8) << 8, kE32), kPoly48);
+    return reflect(g, 48);
+}
+
+struct Byte4Table {
+    std::array<uint64_t, 256> t{};
+    constexpr Byte4Table() {
+        for (unsigned v = 0; v < 256; ++v)
+            t[v] = crc32OnlyByte4Slow(static_cast<uint8_t>(v));
+    }
+};
+constexpr Byte4Table kCrc32OnlyByte4;
+
 uint64_t jointStart(uint32_t crc32, uint16_t crc16) {
     const uint64_t in = uint64_t{crc16} << 32 | crc32;
     uint64_t g = 0;
@@ -197,6 +214,8 @@ template <uint64_t kPoly> struct FoldConstants {
     static constexpr unsigned W = degree(kPoly);
     static constexpr uint64_t by16lo = foldConstant<W>(kPoly, 128 + W);
     static constexpr uint64_t by16hi = foldConstant<W>(kPoly, 64 + W);
+    static constexpr uint64_t by32lo = foldConstant<W>(kPoly, 128 + W + 128);
+    static constexpr uint64_t by32hi = foldConstant<W>(kPoly, 64 + W + 128);
     static constexpr uint64_t by64lo = foldConstant<W>(kPoly, 128 + W + 384);
     static constexpr uint64_t by64hi = foldConstant<W>(kPoly, 64 + W + 384);
     static constexpr uint64_t by128lo = foldConstant<W>(kPoly, 128 + W + 896);
@@ -236,9 +255,13 @@ template <uint64_t kPoly>
         c = _mm_xor_si128(fold(c, k64), load(p + 32));
         d = _mm_xor_si128(fold(d, k64), load(p + 48));
     }
+    // Four blocks, 16 bytes apart: fold them into one as a tree, whose
+    // depth (not the number of folds) is what the next step waits for.
+    const __m128i k32 =
+        _mm_set_epi64x(static_cast<long long>(K::by32hi), static_cast<long long>(K::by32lo));
+    a = _mm_xor_si128(fold(a, k32), c);
+    b = _mm_xor_si128(fold(b, k32), d);
     a = _mm_xor_si128(fold(a, k16), b);
-    a = _mm_xor_si128(fold(a, k16), c);
-    a = _mm_xor_si128(fold(a, k16), d);
     for (; n >= 16; p += 16, n -= 16)
         a = _mm_xor_si128(fold(a, k16), load(p));
     pRef = p;
@@ -257,10 +280,10 @@ template <uint64_t kPoly>
     return _mm256_loadu_si256(reinterpret_cast<const __m256i *>(p));
 }
 
-// Two blocks of a 256-bit stream folded into one 128-bit block behind `v`.
-[[gnu::target("vpclmulqdq,avx2,pclmul")]] inline __m128i foldIn(__m128i v, __m256i a, __m128i k16) {
-    v = _mm_xor_si128(fold(v, k16), _mm256_castsi256_si128(a));
-    return _mm_xor_si128(fold(v, k16), _mm256_extracti128_si256(a, 1));
+// Both halves of a 256-bit register set to the same fold constant.
+[[gnu::target("avx2")]] inline __m256i twice(uint64_t lo, uint64_t hi) {
+    return _mm256_set_epi64x(static_cast<long long>(hi), static_cast<long long>(lo),
+                             static_cast<long long>(hi), static_cast<long long>(lo));
 }
 
 template <uint64_t kPoly>
@@ -269,9 +292,7 @@ template <uint64_t kPoly>
     using K = FoldConstants<kPoly>;
     const __m128i k16 =
         _mm_set_epi64x(static_cast<long long>(K::by16hi), static_cast<long long>(K::by16lo));
-    const __m256i k128 =
-        _mm256_set_epi64x(static_cast<long long>(K::by128hi), static_cast<long long>(K::by128lo),
-                          static_cast<long long>(K::by128hi), static_cast<long long>(K::by128lo));
+    const __m256i k128 = twice(K::by128lo, K::by128hi);
     const uint8_t *p = pRef;
     size_t n = nRef;
     __m256i a = _mm256_xor_si256(
@@ -285,9 +306,13 @@ template <uint64_t kPoly>
         c = _mm256_xor_si256(fold(c, k128), load256(p + 64));
         d = _mm256_xor_si256(fold(d, k128), load256(p + 96));
     }
-    // Eight blocks, in stream order: fold them into one.
+    // Eight blocks, two per register, 16 bytes apart: fold them into one
+    // as a tree (a onto c and b onto d, 64 bytes on; a onto b, 32 bytes
+    // on; then the two halves), three folds deep instead of seven.
+    a = _mm256_xor_si256(fold(a, twice(K::by64lo, K::by64hi)), c);
+    b = _mm256_xor_si256(fold(b, twice(K::by64lo, K::by64hi)), d);
+    a = _mm256_xor_si256(fold(a, twice(K::by32lo, K::by32hi)), b);
     __m128i v = _mm_xor_si128(fold(_mm256_castsi256_si128(a), k16), _mm256_extracti128_si256(a, 1));
-    v = foldIn(foldIn(foldIn(v, b, k16), c, k16), d, k16);
     for (; n >= 16; p += 16, n -= 16)
         v = _mm_xor_si128(fold(v, k16), load(p));
     pRef = p;
@@ -345,17 +370,40 @@ uint16_t crc16Update(uint16_t crc, std::span<const uint8_t> bytes) {
     return foldedUpdate<kPoly16>(kCrc16, crc, bytes);
 }
 
-void crc32And16Update(uint32_t *crc32, uint16_t *crc16, std::span<const uint8_t> bytes) {
+namespace {
+
+// Both CRCs in one pass, the CRC-32 seeing byte 4 XORed with crc32Flip4.
+// False when `bytes` is too short for that to pay.
+bool jointUpdate(uint32_t *crc32, uint16_t *crc16, std::span<const uint8_t> bytes,
+                 uint8_t crc32Flip4) {
     const uint8_t *p = bytes.data();
     size_t n = bytes.size();
     uint8_t block[16];
     // Below a few hundred bytes the start value costs more than it saves.
-    if (n >= 256 && foldAll<kPoly48>(jointStart(*crc32, *crc16), p, n, block)) {
-        *crc32 = finish(kCrc32, block, p, n);
-        *crc16 = finish(kCrc16, block, p, n);
+    if (n < 256 ||
+        !foldAll<kPoly48>(jointStart(*crc32, *crc16) ^ kCrc32OnlyByte4.t[crc32Flip4], p, n, block))
+        return false;
+    *crc32 = finish(kCrc32, block, p, n);
+    *crc16 = finish(kCrc16, block, p, n);
+    return true;
+}
+
+} // namespace
+
+void crc32And16Update(uint32_t *crc32, uint16_t *crc16, std::span<const uint8_t> bytes) {
+    if (jointUpdate(crc32, crc16, bytes, 0))
         return;
-    }
     *crc32 = crc32Update(*crc32, bytes);
+    *crc16 = crc16Update(*crc16, bytes);
+}
+
+void crc32And16Update(uint32_t *crc32, uint16_t *crc16, std::span<const uint8_t> bytes,
+                      uint8_t crc32Flip4) {
+    if (jointUpdate(crc32, crc16, bytes, crc32Flip4))
+        return;
+    const uint8_t flipped = bytes[4] ^ crc32Flip4;
+    *crc32 = crc32Update(crc32Update(*crc32, bytes.first(4)), std::span(&flipped, 1));
+    *crc32 = crc32Update(*crc32, bytes.subspan(5));
     *crc16 = crc16Update(*crc16, bytes);
 }
 

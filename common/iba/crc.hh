@@ -21,4 +21,11 @@ uint16_t crc16Update(uint16_t crc, std::span<const uint8_t> bytes);
 // continue as crc32Update and crc16Update would continue them.
 void crc32And16Update(uint32_t *crc32, uint16_t *crc16, std::span<const uint8_t> bytes);
 
+// The same, except that the CRC-32 sees bytes[4] XORed with crc32Flip4
+// (bytes.size() >= 5). Started at a BTH, this is the ICRC, which takes the
+// BTH's reserved byte as all ones, and the VCRC, which takes it as it is,
+// in one pass.
+void crc32And16Update(uint32_t *crc32, uint16_t *crc16, std::span<const uint8_t> bytes,
+                      uint8_t crc32Flip4);
+
 } // namespace pib::iba

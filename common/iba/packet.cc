@@ -68,7 +68,25 @@ struct BodyCrcs {
 // `body` is a packet from its LRH to its pad. The ICRC covers it with the
 // variant fields of the headers (above) masked, the VCRC as it is; the
 // data after the headers is the same for both, so one pass computes both.
+// The ICRC's running value after the LRH, which it sees as ones.
+constexpr uint32_t kIcrcAfterLrh = [] {
+    uint32_t crc = 0xffffffffu;
+    for (size_t i = 0; i < kLrhSize; ++i) {
+        crc ^= 0xff;
+        for (int bit = 0; bit < 8; ++bit)
+            crc = crc & 1 ? (crc >> 1) ^ 0xedb88320u : crc >> 1;
+    }
+    return crc;
+}();
+
 BodyCrcs bodyCrcs(std::span<const uint8_t> body, bool grh) {
+    if (!grh) { // the usual case: both go on together from the BTH
+        uint32_t icrc = kIcrcAfterLrh;
+        uint16_t vcrc = crc16Update(0xffff, body.first(kLrhSize));
+        const uint8_t resv8a = body[kLrhSize + 4];
+        crc32And16Update(&icrc, &vcrc, body.subspan(kLrhSize), static_cast<uint8_t>(0xff ^ resv8a));
+        return {~icrc, vcrc};
+    }
     const size_t bth = kLrhSize + (grh ? kGrhSize : 0);
     const size_t headers = bth + kBthSize;
     uint8_t masked[kLrhSize + kGrhSize + kBthSize];

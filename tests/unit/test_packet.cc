@@ -37,6 +37,25 @@ Packet udPacket(size_t payload, bool grh, bool imm) {
     return p;
 }
 
+// The reflected CRCs of IBA 7.8, one bit at a time.
+uint32_t crc32Bits(uint32_t crc, std::span<const uint8_t> bytes) {
+    for (uint8_t b : bytes) {
+        crc ^= b;
+        for (int i = 0; i < 8; ++i)
+            crc = crc & 1 ? (crc >> 1) ^ 0xedb88320u : crc >> 1;
+    }
+    return crc;
+}
+
+uint16_t crc16Bits(uint16_t crc, std::span<const uint8_t> bytes) {
+    for (uint8_t b : bytes) {
+        crc ^= b;
+        for (int i = 0; i < 8; ++i)
+            crc = static_cast<uint16_t>(crc & 1 ? (crc >> 1) ^ 0xd008u : crc >> 1);
+    }
+    return crc;
+}
+
 // Recomputes the VCRC after a test changed a byte on purpose.
 void fixVcrc(std::vector<uint8_t> &bytes) {
     const size_t n = bytes.size() - 2;
@@ -83,6 +102,47 @@ TEST_CASE("UD packets survive a round trip", "[packet]") {
     CHECK(got->imm.has_value() == imm);
     if (imm)
         CHECK(*got->imm == 0xdeadbeefu);
+}
+
+TEST_CASE("built packets carry the ICRC and VCRC of their definitions", "[packet]") {
+    // IBA 7.8.1 by the letter: the ICRC over the packet with the LRH, the
+    // GRH's TClass, flow label and hop limit and the BTH's reserved byte
+    // all ones; the VCRC over everything before it. Both are sent
+    // least significant byte first.
+    auto icrcOf = [](std::span<const uint8_t> packet, bool grh) {
+        std::vector<uint8_t> masked(packet.begin(), packet.end() - 6);
+        std::fill_n(masked.begin(), 8, 0xff);
+        const size_t bth = grh ? 48 : 8;
+        if (grh) {
+            masked[8] |= 0x0f;
+            std::fill_n(masked.begin() + 9, 3, 0xff);
+            masked[15] = 0xff;
+        }
+        masked[bth + 4] = 0xff;
+        return ~crc32Bits(0xffffffffu, masked);
+    };
+    auto trailer = [](std::span<const uint8_t> packet, size_t fromEnd, size_t size) {
+        uint32_t v = 0;
+        for (size_t i = 0; i < size; ++i)
+            v |= uint32_t{packet[packet.size() - fromEnd + i]} << (8 * i);
+        return v;
+    };
+    for (bool grh : {false, true})
+        for (size_t payload : {0u, 60u, 256u, 300u, 4096u}) {
+            CAPTURE(grh, payload);
+            auto bytes = build(udPacket(payload, grh, false));
+            CHECK(trailer(bytes, 6, 4) == icrcOf(bytes, grh));
+            const auto vcrc =
+                static_cast<uint16_t>(~crc16Bits(0xffff, std::span(bytes).first(bytes.size() - 2)));
+            CHECK(trailer(bytes, 2, 2) == vcrc);
+            // The BTH's reserved byte is variant: set in flight, it breaks
+            // the VCRC only.
+            bytes[(grh ? 48 : 8) + 4] = 0x5a;
+            fixVcrc(bytes);
+            ParseError error = ParseError::kNone;
+            CHECK(parse(bytes, &error));
+            CHECK(error == ParseError::kNone);
+        }
 }
 
 TEST_CASE("malformed packets are refused with a reason", "[packet]") {
@@ -218,23 +278,6 @@ TEST_CASE("random bytes never parse into a packet by accident", "[packet]") {
 }
 
 TEST_CASE("the fast CRCs equal their bit-by-bit definitions", "[packet]") {
-    // The reflected CRCs of IBA 7.8, one bit at a time.
-    auto crc32Bits = [](uint32_t crc, std::span<const uint8_t> bytes) {
-        for (uint8_t b : bytes) {
-            crc ^= b;
-            for (int i = 0; i < 8; ++i)
-                crc = crc & 1 ? (crc >> 1) ^ 0xedb88320u : crc >> 1;
-        }
-        return crc;
-    };
-    auto crc16Bits = [](uint16_t crc, std::span<const uint8_t> bytes) {
-        for (uint8_t b : bytes) {
-            crc ^= b;
-            for (int i = 0; i < 8; ++i)
-                crc = static_cast<uint16_t>(crc & 1 ? (crc >> 1) ^ 0xd008u : crc >> 1);
-        }
-        return crc;
-    };
     std::vector<uint8_t> data(5000);
     uint32_t x = 99;
     for (auto &b : data) {
@@ -276,6 +319,19 @@ TEST_CASE("the fast CRCs equal their bit-by-bit definitions", "[packet]") {
         CHECK(c32 == crc32Bits(0xffffffffu, s));
         CHECK(c16 == crc16Bits(0xffff, s));
     }
+    // The CRC-32 seeing byte 4 flipped, the CRC-16 not, on both paths.
+    for (size_t len : {5u, 20u, 255u, 256u, 300u, 4112u})
+        for (unsigned flip : {0x00u, 0x01u, 0x80u, 0xffu}) {
+            CAPTURE(len, flip);
+            auto s = std::span<const uint8_t>(data).subspan(3, len);
+            std::vector<uint8_t> flipped(s.begin(), s.end());
+            flipped[4] ^= static_cast<uint8_t>(flip);
+            uint32_t c32 = 0x0badcafeu;
+            uint16_t c16 = 0x1234;
+            crc32And16Update(&c32, &c16, s, static_cast<uint8_t>(flip));
+            CHECK(c32 == crc32Bits(0x0badcafeu, flipped));
+            CHECK(c16 == crc16Bits(0x1234, s));
+        }
     // The standard check value of CRC-32: "123456789".
     const uint8_t check[] = {'1', '2', '3', '4', '5', '6', '7', '8', '9'};
     CHECK(~crc32Update(0xffffffffu, check) == 0xcbf43926u);
