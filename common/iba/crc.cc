@@ -193,8 +193,8 @@ uint64_t jointStart(uint32_t crc32, uint16_t crc16) {
 #if defined(__x86_64__)
 // Folding with carry-less multiplication (Intel, "Fast CRC Computation
 // for Generic Polynomials Using PCLMULQDQ"): 16-byte blocks are folded
-// forward, several streams apart, until one block is left, whose CRC (and
-// the tail's) the tables finish. For a reflected CRC of width W with
+// forward, several streams apart, until one block is left; the tail of
+// fewer than 16 bytes is folded into it too. For a reflected CRC of width W with
 // polynomial P, folding a block forward by D bytes multiplies its low half
 // by K(128 + W + 8(D - 16)) and its high half by K(64 + W + 8(D - 16)),
 // where K(e) is x^e mod P, bit-reflected in W bits and shifted left once.
@@ -320,54 +320,134 @@ template <uint64_t kPoly>
     return v;
 }
 
-const bool kHaveClmul = __builtin_cpu_supports("pclmul");
-const bool kHaveWideClmul = __builtin_cpu_supports("vpclmulqdq") && __builtin_cpu_supports("avx2");
+// The tail of t (1..15) bytes after the block v, folded into it: the
+// first t bytes of v, behind 16 - t zero bytes (which add nothing), fold
+// forward onto the last 16 - t bytes of v followed by the tail. `end` is
+// where the tail ends; the 16 bytes before it are readable.
+alignas(16) constexpr uint8_t kShiftMasks[48] = {
+    0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80,
+    0,    1,    2,    3,    4,    5,    6,    7,    8,    9,    10,   11,   12,   13,   14,   15,
+    0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80};
 
-// Folds [p, p + n) with `start`, or returns false when too short to pay.
 template <uint64_t kPoly>
-bool foldAll(uint64_t start, const uint8_t *&p, size_t &n, uint8_t block[16]) {
-    __m128i v;
-    if (kHaveWideClmul && n >= 256)
-        v = foldWide<kPoly>(start, p, n);
-    else if (kHaveClmul && n >= 64)
-        v = foldNarrow<kPoly>(start, p, n);
-    else
-        return false;
-    std::memcpy(block, &v, 16);
-    return true;
-}
-#else
-template <uint64_t> bool foldAll(uint64_t, const uint8_t *&, size_t &, uint8_t *) {
-    return false;
-}
-#endif
-
-// The CRC of the folded block, continued over the tail.
-template <class T, T R>
-T finish(const Tables<T, R> &tab, const uint8_t block[16], const uint8_t *tail, size_t n) {
-    const T crc = update(tab, T{0}, std::span<const uint8_t>(block, 16));
-    return update(tab, crc, std::span<const uint8_t>(tail, n));
+[[gnu::target("pclmul,ssse3,sse4.1")]] __m128i foldTail(__m128i v, const uint8_t *end, size_t t) {
+    using K = FoldConstants<kPoly>;
+    const __m128i k16 =
+        _mm_set_epi64x(static_cast<long long>(K::by16hi), static_cast<long long>(K::by16lo));
+    // Byte i of `head` is v[i - (16 - t)] (zero below); of `rest`, v[i + t]
+    // below 16 - t, and from there the mask's top bit picks the tail.
+    const __m128i toHead = load(kShiftMasks + t), toRest = load(kShiftMasks + 16 + t);
+    const __m128i head = _mm_shuffle_epi8(v, toHead);
+    const __m128i rest = _mm_blendv_epi8(_mm_shuffle_epi8(v, toRest), load(end - 16), toRest);
+    return _mm_xor_si128(fold(head, k16), rest);
 }
 
-// One CRC: folded where the CPU and the length allow, by tables otherwise.
-template <uint64_t kPoly, class T, T R>
-T foldedUpdate(const Tables<T, R> &tab, T crc, std::span<const uint8_t> bytes) {
+// All 128 bits in reverse order: the folded block holds the data's
+// polynomial reflected (the first bit is the highest power), and the
+// reduction below is plain polynomial arithmetic.
+[[gnu::target("ssse3")]] __m128i reverseBits(__m128i v) {
+    alignas(16) static constexpr uint8_t kLowNibble[16] = {0x00, 0x80, 0x40, 0xc0, 0x20, 0xa0,
+                                                           0x60, 0xe0, 0x10, 0x90, 0x50, 0xd0,
+                                                           0x30, 0xb0, 0x70, 0xf0};
+    alignas(16) static constexpr uint8_t kHighNibble[16] = {0x0, 0x8, 0x4, 0xc, 0x2, 0xa, 0x6, 0xe,
+                                                            0x1, 0x9, 0x5, 0xd, 0x3, 0xb, 0x7, 0xf};
+    alignas(16) static constexpr uint8_t kBytesBackwards[16] = {15, 14, 13, 12, 11, 10, 9, 8,
+                                                                7,  6,  5,  4,  3,  2,  1, 0};
+    const __m128i nibble = _mm_set1_epi8(0x0f);
+    const __m128i low = _mm_and_si128(v, nibble),
+                  high = _mm_and_si128(_mm_srli_epi16(v, 4), nibble);
+    const __m128i bytes = _mm_or_si128(_mm_shuffle_epi8(load(kLowNibble), low),
+                                       _mm_shuffle_epi8(load(kHighNibble), high));
+    return _mm_shuffle_epi8(bytes, load(kBytesBackwards));
+}
+
+// Polynomial long division: the quotient of a by m.
+constexpr uint64_t polyDiv(Wide a, uint64_t m) {
+    const uint32_t dm = degree(m);
+    uint64_t q = 0;
+    for (uint32_t d = degree(a); a >> dm && d >= dm; --d)
+        if (a >> d & 1) {
+            a ^= static_cast<Wide>(m) << (d - dm);
+            q |= uint64_t{1} << (d - dm);
+        }
+    return q;
+}
+
+// The CRC (from zero) of the 16 bytes of `block`, by carry-less
+// multiplication: the tables, at a few dozen scattered lines each, are
+// mostly out of the cache by the time a packet's payload went through it.
+// With M the block's polynomial, the CRC is M x^W mod P, reflected:
+//   T = M_hi x^(64+W) + M_lo x^W   (x^(64+W) taken mod P: degree < 64+W)
+//   U = T_hi x^64 + T_lo           (x^64 mod P: degree < 64)
+//   U mod P by Barrett: q = ((U / x^W) floor(x^64 / P)) / x^(64-W),
+//   exact for polynomials, and U - qP is the remainder.
+template <uint64_t kPoly> struct FinishConstants {
+    static constexpr unsigned W = degree(kPoly);
+    static_assert(W % 8 == 0 && W <= 32, "byte shifts, and U below 64 bits");
+    static constexpr uint64_t k1 = polyMod(Wide{1} << (64 + W), kPoly);
+    static constexpr uint64_t k2 = polyMod(Wide{1} << 64, kPoly);
+    static constexpr uint64_t mu = polyDiv(Wide{1} << 64, kPoly);
+};
+
+template <uint64_t kPoly>
+[[gnu::target("pclmul,ssse3,sse4.1")]] uint64_t crcOfBlock(__m128i reversedBlock) {
+    using K = FinishConstants<kPoly>;
+    const __m128i m = reversedBlock;
+    const __m128i k = _mm_set_epi64x(static_cast<long long>(K::k2), static_cast<long long>(K::k1));
+    const __m128i t = _mm_xor_si128(_mm_clmulepi64_si128(m, k, 0x01),
+                                    _mm_slli_si128(_mm_move_epi64(m), K::W / 8));
+    const __m128i u = _mm_xor_si128(_mm_clmulepi64_si128(t, k, 0x11), _mm_move_epi64(t));
+    const __m128i b = _mm_set_epi64x(static_cast<long long>(kPoly), static_cast<long long>(K::mu));
+    const __m128i q =
+        _mm_srli_si128(_mm_clmulepi64_si128(_mm_srli_epi64(u, K::W), b, 0x00), (64 - K::W) / 8);
+    const __m128i r = _mm_xor_si128(u, _mm_clmulepi64_si128(q, b, 0x10));
+    // Reflected, the remainder's W bits end up on top.
+    const __m128i reflected = _mm_srli_si128(reverseBits(r), 16 - K::W / 8);
+    return static_cast<uint64_t>(_mm_cvtsi128_si64(reflected)) & ((uint64_t{1} << K::W) - 1);
+}
+
+const bool kHaveClmul = __builtin_cpu_supports("pclmul") && __builtin_cpu_supports("ssse3") &&
+                        __builtin_cpu_supports("sse4.1");
+const bool kHaveWideClmul =
+    kHaveClmul && __builtin_cpu_supports("vpclmulqdq") && __builtin_cpu_supports("avx2");
+
+bool canFold(size_t n) {
+    return (kHaveWideClmul && n >= 256) || (kHaveClmul && n >= 64);
+}
+
+// Folds `bytes` (canFold) modulo kPoly, `start` XORed into the first, into
+// one block, bit-reversed for crcOfBlock.
+template <uint64_t kPoly> __m128i foldAll(uint64_t start, std::span<const uint8_t> bytes) {
     const uint8_t *p = bytes.data();
     size_t n = bytes.size();
-    uint8_t block[16];
-    if (foldAll<kPoly>(crc, p, n, block))
-        return finish(tab, block, p, n);
+    __m128i v =
+        kHaveWideClmul && n >= 256 ? foldWide<kPoly>(start, p, n) : foldNarrow<kPoly>(start, p, n);
+    if (n)
+        v = foldTail<kPoly>(v, p + n, n);
+    return reverseBits(v);
+}
+
+template <class T, T R, uint64_t kPoly>
+T foldedUpdate(const Tables<T, R> &tab, T crc, std::span<const uint8_t> bytes) {
+    if (canFold(bytes.size()))
+        return static_cast<T>(crcOfBlock<kPoly>(foldAll<kPoly>(crc, bytes)));
     return update(tab, crc, bytes);
 }
+#else
+template <class T, T R, uint64_t>
+T foldedUpdate(const Tables<T, R> &tab, T crc, std::span<const uint8_t> bytes) {
+    return update(tab, crc, bytes);
+}
+#endif
 
 } // namespace
 
 uint32_t crc32Update(uint32_t crc, std::span<const uint8_t> bytes) {
-    return foldedUpdate<kPoly32>(kCrc32, crc, bytes);
+    return foldedUpdate<uint32_t, 0xedb88320u, kPoly32>(kCrc32, crc, bytes);
 }
 
 uint16_t crc16Update(uint16_t crc, std::span<const uint8_t> bytes) {
-    return foldedUpdate<kPoly16>(kCrc16, crc, bytes);
+    return foldedUpdate<uint16_t, 0xd008u, kPoly16>(kCrc16, crc, bytes);
 }
 
 namespace {
@@ -376,16 +456,18 @@ namespace {
 // False when `bytes` is too short for that to pay.
 bool jointUpdate(uint32_t *crc32, uint16_t *crc16, std::span<const uint8_t> bytes,
                  uint8_t crc32Flip4) {
-    const uint8_t *p = bytes.data();
-    size_t n = bytes.size();
-    uint8_t block[16];
+#if defined(__x86_64__)
     // Below a few hundred bytes the start value costs more than it saves.
-    if (n < 256 ||
-        !foldAll<kPoly48>(jointStart(*crc32, *crc16) ^ kCrc32OnlyByte4.t[crc32Flip4], p, n, block))
+    if (bytes.size() < 256 || !canFold(bytes.size()))
         return false;
-    *crc32 = finish(kCrc32, block, p, n);
-    *crc16 = finish(kCrc16, block, p, n);
+    const __m128i block =
+        foldAll<kPoly48>(jointStart(*crc32, *crc16) ^ kCrc32OnlyByte4.t[crc32Flip4], bytes);
+    *crc32 = static_cast<uint32_t>(crcOfBlock<kPoly32>(block));
+    *crc16 = static_cast<uint16_t>(crcOfBlock<kPoly16>(block));
     return true;
+#else
+    return false;
+#endif
 }
 
 } // namespace
