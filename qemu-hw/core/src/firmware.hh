@@ -248,6 +248,10 @@ class Firmware {
     // Buffers of packets sent, for the next packets: the data path then
     // allocates no memory per packet.
     std::vector<std::vector<uint8_t>> spentPackets_;
+    // Lists of guest memory segments, kept for the next packet too: one
+    // per data path function, as none calls another while it holds its
+    // list (gatherInto, scatter, onRequest, sendReadResponses).
+    std::vector<Segment> gatherSegments_, scatterSegments_, writeSegments_, readSegments_;
     std::vector<uint8_t> packetBuffer();
     void recyclePacket(std::vector<uint8_t> &&framed);
     std::array<char, PIB_NODE_DESC_LEN> nodeDesc_{};

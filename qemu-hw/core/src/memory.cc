@@ -57,7 +57,7 @@ uint8_t Firmware::gather(uint32_t pdn, std::span<const pib_wqe_data> sges,
 // describe into `dest`.
 uint8_t Firmware::gatherInto(uint32_t pdn, std::span<const pib_wqe_data> sges, uint64_t offset,
                              std::span<uint8_t> dest) {
-    std::vector<Segment> segments;
+    std::vector<Segment> &segments = gatherSegments_;
     for (const pib_wqe_data &sge : sges) {
         if (dest.empty())
             break;
@@ -84,7 +84,7 @@ uint8_t Firmware::gatherInto(uint32_t pdn, std::span<const pib_wqe_data> sges, u
 // bytes of them (the GRH room of a UD receive).
 uint8_t Firmware::scatter(uint32_t pdn, std::span<const pib_wqe_data> sges,
                           std::span<const uint8_t> data, uint64_t skip) {
-    std::vector<Segment> segments;
+    std::vector<Segment> &segments = scatterSegments_;
     for (const pib_wqe_data &sge : sges) {
         if (data.empty())
             break;

@@ -193,7 +193,7 @@ void Firmware::onRequest(uint32_t qpn, QueuePair &qp, const iba::Packet &packet)
         return;
     }
 
-    std::vector<Segment> segments;
+    std::vector<Segment> &segments = writeSegments_;
     if (isSend(op)) {
         if (s.in == Responder::InMessage::kNone) {
             if (!claimReceiveWqe(qp)) {
@@ -217,9 +217,9 @@ void Firmware::onRequest(uint32_t qpn, QueuePair &qp, const iba::Packet &packet)
     } else { // RDMA WRITE
         if (s.in == Responder::InMessage::kNone) {
             const iba::Reth &reth = *packet.reth;
+            std::vector<Segment> whole; // its own list: it can be long, and is needed once
             if (reth.length > limits::kMaxMsgSize ||
-                !remoteRange(qp, reth.rkey, reth.va, reth.length, PIB_ACCESS_REMOTE_WRITE,
-                             segments)) {
+                !remoteRange(qp, reth.rkey, reth.va, reth.length, PIB_ACCESS_REMOTE_WRITE, whole)) {
                 if (rc)
                     responderError(qpn, qp, psn, kRemoteAccess, PIB_WC_REM_ACCESS_ERR,
                                    "RDMA WRITE outside what the R_Key allows");
@@ -317,7 +317,7 @@ void Firmware::readRequest(uint32_t qpn, QueuePair &qp, const iba::Packet &packe
 // Sends the responses of READ `e` from PSN `from` on.
 void Firmware::sendReadResponses(uint32_t qpn, QueuePair &qp, const ReplayEntry &e, uint32_t from) {
     const uint32_t mtu = pathMtu(qp);
-    std::vector<Segment> segments;
+    std::vector<Segment> &segments = readSegments_;
     for (uint32_t i = static_cast<uint32_t>(psnDiff(from, e.psn)); i < e.packets; ++i) {
         iba::Packet p;
         const uint32_t offset = i * mtu;
