@@ -15,7 +15,8 @@ namespace {
 // Tables for "slicing by 8": table[0] is the classic byte-at-a-time table
 // of a reflected CRC; table[k][b] is the CRC of byte b followed by k zero
 // bytes. Eight bytes then cost eight lookups instead of eight dependent
-// steps, which is what lets a CRC keep up with memcpy-sized packets.
+// steps. They serve headers and data too short to fold (below), and CPUs
+// without carry-less multiplication.
 template <class T, T kReflectedPoly> struct Tables {
     std::array<std::array<T, 256>, 8> t{};
     constexpr Tables() {
@@ -194,12 +195,12 @@ uint64_t jointStart(uint32_t crc32, uint16_t crc16) {
 // Folding with carry-less multiplication (Intel, "Fast CRC Computation
 // for Generic Polynomials Using PCLMULQDQ"): 16-byte blocks are folded
 // forward, several streams apart, until one block is left; the tail of
-// fewer than 16 bytes is folded into it too. For a reflected CRC of width W with
-// polynomial P, folding a block forward by D bytes multiplies its low half
-// by K(128 + W + 8(D - 16)) and its high half by K(64 + W + 8(D - 16)),
-// where K(e) is x^e mod P, bit-reflected in W bits and shifted left once.
-// The operand then stands for x^(8D + 63) mod P whatever W is, so the same
-// loop folds modulo Q.
+// fewer than 16 bytes is folded into it too. For a reflected CRC of width
+// W with polynomial P, folding a block forward by D bytes multiplies its
+// low half by K(128 + W + 8(D - 16)) and its high half by
+// K(64 + W + 8(D - 16)), where K(e) is x^e mod P, bit-reflected in W bits
+// and shifted left once. The operand then stands for x^(8D + 63) mod P
+// whatever W is, so the same loop folds modulo Q.
 template <unsigned W> constexpr uint64_t foldConstant(uint64_t poly, unsigned e) {
     uint64_t r = 1; // x^e mod poly, one power at a time
     for (unsigned i = 0; i < e; ++i) {
