@@ -65,9 +65,6 @@ struct BodyCrcs {
     uint16_t vcrcState; // the VCRC's running value after the body
 };
 
-// `body` is a packet from its LRH to its pad. The ICRC covers it with the
-// variant fields of the headers (above) masked, the VCRC as it is; the
-// data after the headers is the same for both, so one pass computes both.
 // The ICRC's running value after the LRH, which it sees as ones.
 constexpr uint32_t kIcrcAfterLrh = [] {
     uint32_t crc = 0xffffffffu;
@@ -79,6 +76,9 @@ constexpr uint32_t kIcrcAfterLrh = [] {
     return crc;
 }();
 
+// `body` is a packet from its LRH to its pad. The ICRC covers it with the
+// variant fields of the headers (above) masked, the VCRC as it is; the
+// data after the headers is the same for both, so one pass computes both.
 BodyCrcs bodyCrcs(std::span<const uint8_t> body, bool grh) {
     if (!grh) { // the usual case: both go on together from the BTH
         uint32_t icrc = kIcrcAfterLrh;
