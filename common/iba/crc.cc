@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: GPL-2.0-or-later
 #include "crc.hh"
 
+#include <algorithm>
 #include <array>
 #include <cstring>
 
@@ -281,10 +282,29 @@ template <uint64_t kPoly>
     return _mm256_loadu_si256(reinterpret_cast<const __m256i *>(p));
 }
 
+[[gnu::target("avx2")]] inline void store256(uint8_t *p, __m256i v) {
+    _mm256_storeu_si256(reinterpret_cast<__m256i *>(p), v);
+}
+
 // Both halves of a 256-bit register set to the same fold constant.
 [[gnu::target("avx2")]] inline __m256i twice(uint64_t lo, uint64_t hi) {
     return _mm256_set_epi64x(static_cast<long long>(hi), static_cast<long long>(lo),
                              static_cast<long long>(hi), static_cast<long long>(lo));
+}
+
+// The four streams' eight blocks, two per register, 16 bytes apart,
+// folded into one as a tree (a onto c and b onto d, 64 bytes on; a onto
+// b, 32 bytes on; then the two halves): three folds deep, not seven.
+template <uint64_t kPoly>
+[[gnu::target("vpclmulqdq,avx2,pclmul")]] __m128i foldFour(__m256i a, __m256i b, __m256i c,
+                                                           __m256i d) {
+    using K = FoldConstants<kPoly>;
+    a = _mm256_xor_si256(fold(a, twice(K::by64lo, K::by64hi)), c);
+    b = _mm256_xor_si256(fold(b, twice(K::by64lo, K::by64hi)), d);
+    a = _mm256_xor_si256(fold(a, twice(K::by32lo, K::by32hi)), b);
+    const __m128i k16 =
+        _mm_set_epi64x(static_cast<long long>(K::by16hi), static_cast<long long>(K::by16lo));
+    return _mm_xor_si128(fold(_mm256_castsi256_si128(a), k16), _mm256_extracti128_si256(a, 1));
 }
 
 template <uint64_t kPoly>
@@ -307,13 +327,7 @@ template <uint64_t kPoly>
         c = _mm256_xor_si256(fold(c, k128), load256(p + 64));
         d = _mm256_xor_si256(fold(d, k128), load256(p + 96));
     }
-    // Eight blocks, two per register, 16 bytes apart: fold them into one
-    // as a tree (a onto c and b onto d, 64 bytes on; a onto b, 32 bytes
-    // on; then the two halves), three folds deep instead of seven.
-    a = _mm256_xor_si256(fold(a, twice(K::by64lo, K::by64hi)), c);
-    b = _mm256_xor_si256(fold(b, twice(K::by64lo, K::by64hi)), d);
-    a = _mm256_xor_si256(fold(a, twice(K::by32lo, K::by32hi)), b);
-    __m128i v = _mm_xor_si128(fold(_mm256_castsi256_si128(a), k16), _mm256_extracti128_si256(a, 1));
+    __m128i v = foldFour<kPoly>(a, b, c, d);
     for (; n >= 16; p += 16, n -= 16)
         v = _mm_xor_si128(fold(v, k16), load(p));
     pRef = p;
@@ -488,6 +502,140 @@ void crc32And16Update(uint32_t *crc32, uint16_t *crc16, std::span<const uint8_t>
     *crc32 = crc32Update(crc32Update(*crc32, bytes.first(4)), std::span(&flipped, 1));
     *crc32 = crc32Update(*crc32, bytes.subspan(5));
     *crc16 = crc16Update(*crc16, bytes);
+}
+
+JointCrcStream::JointCrcStream(uint32_t crc32, uint16_t crc16, uint8_t crc32Flip4)
+    : crc32_(crc32), crc16_(crc16), flip_(crc32Flip4) {}
+
+#if defined(__x86_64__)
+// Folds whole groups of 128 bytes into the four streams, the first group
+// of all with the start value; copies them to dst on the way, if any.
+[[gnu::target("vpclmulqdq,avx2,pclmul")]] void
+JointCrcStream::foldGroups(uint8_t *dst, const uint8_t *src, size_t groups) {
+    using K = FoldConstants<kPoly48>;
+    const __m256i k128 = twice(K::by128lo, K::by128hi);
+    __m256i a, b, c, d;
+    if (!started_) {
+        const uint64_t start = jointStart(crc32_, crc16_) ^ kCrc32OnlyByte4.t[flip_];
+        a = load256(src), b = load256(src + 32), c = load256(src + 64), d = load256(src + 96);
+        if (dst) {
+            store256(dst, a), store256(dst + 32, b), store256(dst + 64, c), store256(dst + 96, d);
+            dst += 128;
+        }
+        a = _mm256_xor_si256(
+            a, _mm256_zextsi128_si256(_mm_cvtsi64_si128(static_cast<long long>(start))));
+        src += 128;
+        --groups;
+        started_ = true;
+    } else {
+        a = load256(accumulators_), b = load256(accumulators_ + 32);
+        c = load256(accumulators_ + 64), d = load256(accumulators_ + 96);
+    }
+    for (; groups; --groups, src += 128) {
+        const __m256i w = load256(src), x = load256(src + 32), y = load256(src + 64),
+                      z = load256(src + 96);
+        if (dst) {
+            store256(dst, w), store256(dst + 32, x), store256(dst + 64, y), store256(dst + 96, z);
+            dst += 128;
+        }
+        a = _mm256_xor_si256(fold(a, k128), w);
+        b = _mm256_xor_si256(fold(b, k128), x);
+        c = _mm256_xor_si256(fold(c, k128), y);
+        d = _mm256_xor_si256(fold(d, k128), z);
+    }
+    store256(accumulators_, a), store256(accumulators_ + 32, b);
+    store256(accumulators_ + 64, c), store256(accumulators_ + 96, d);
+}
+
+void JointCrcStream::addFolding(uint8_t *dst, const uint8_t *src, size_t n) {
+    const bool copy = dst != src;
+    if (pendingBytes_) { // complete the group begun before
+        const size_t take = std::min(n, sizeof(pending_) - pendingBytes_);
+        std::memcpy(pending_ + pendingBytes_, src, take);
+        if (copy)
+            std::memcpy(dst, src, take);
+        pendingBytes_ += take, src += take, dst += take, n -= take;
+        if (pendingBytes_ < sizeof(pending_))
+            return;
+        foldGroups(nullptr, pending_, 1);
+        pendingBytes_ = 0;
+    }
+    const size_t whole = n / 128 * 128;
+    if (whole)
+        foldGroups(copy ? dst : nullptr, src, whole / 128);
+    src += whole, dst += whole, n -= whole;
+    std::memcpy(pending_, src, n);
+    if (copy)
+        std::memcpy(dst, src, n);
+    pendingBytes_ = n;
+}
+
+[[gnu::target("vpclmulqdq,avx2,pclmul,ssse3,sse4.1")]] void
+JointCrcStream::finishFolding(uint32_t *crc32, uint16_t *crc16) {
+    if (!started_) { // fewer than 128 bytes: all of them are here
+        *crc32 = crc32_, *crc16 = crc16_;
+        const std::span<const uint8_t> bytes(pending_, pendingBytes_);
+        if (bytes.size() > 4)
+            crc32And16Update(crc32, crc16, bytes, flip_);
+        else
+            crc32And16Update(crc32, crc16, bytes);
+        return;
+    }
+    using K = FoldConstants<kPoly48>;
+    const __m128i k16 =
+        _mm_set_epi64x(static_cast<long long>(K::by16hi), static_cast<long long>(K::by16lo));
+    __m128i v = foldFour<kPoly48>(load256(accumulators_), load256(accumulators_ + 32),
+                                  load256(accumulators_ + 64), load256(accumulators_ + 96));
+    const uint8_t *p = pending_;
+    size_t n = pendingBytes_;
+    for (; n >= 16; p += 16, n -= 16)
+        v = _mm_xor_si128(fold(v, k16), load(p));
+    if (n) { // foldTail reads the 16 bytes that end with the tail
+        alignas(16) uint8_t last[16] = {};
+        std::memcpy(last + 16 - n, p, n);
+        v = foldTail<kPoly48>(v, last + 16, n);
+    }
+    const __m128i block = reverseBits(v);
+    *crc32 = static_cast<uint32_t>(crcOfBlock<kPoly32>(block));
+    *crc16 = static_cast<uint16_t>(crcOfBlock<kPoly16>(block));
+}
+#endif
+
+void JointCrcStream::add(uint8_t *dst, const uint8_t *src, size_t n) {
+    if (!n)
+        return;
+#if defined(__x86_64__)
+    if (kHaveWideClmul) {
+        addFolding(dst, src, n);
+        return;
+    }
+#endif
+    // Without the wide fold: copy, then go on with the running values,
+    // the one byte the CRC-32 sees flipped taken on its own.
+    if (dst != src)
+        std::memcpy(dst, src, n);
+    std::span<const uint8_t> bytes(src, n);
+    if (seen_ <= 4 && seen_ + n > 4) {
+        const size_t at = 4 - seen_;
+        crc32And16Update(&crc32_, &crc16_, bytes.first(at));
+        const uint8_t flipped = bytes[at] ^ flip_;
+        crc32_ = crc32Update(crc32_, std::span(&flipped, 1));
+        crc16_ = crc16Update(crc16_, bytes.subspan(at, 1));
+        bytes = bytes.subspan(at + 1);
+    }
+    crc32And16Update(&crc32_, &crc16_, bytes);
+    seen_ += n;
+}
+
+void JointCrcStream::finish(uint32_t *crc32, uint16_t *crc16) {
+#if defined(__x86_64__)
+    if (kHaveWideClmul) {
+        finishFolding(crc32, crc16);
+        return;
+    }
+#endif
+    *crc32 = crc32_;
+    *crc16 = crc16_;
 }
 
 } // namespace pib::iba

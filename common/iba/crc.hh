@@ -28,4 +28,33 @@ void crc32And16Update(uint32_t *crc32, uint16_t *crc16, std::span<const uint8_t>
 void crc32And16Update(uint32_t *crc32, uint16_t *crc16, std::span<const uint8_t> bytes,
                       uint8_t crc32Flip4);
 
+// Both CRCs as crc32And16Update(..., crc32Flip4) computes them, over bytes
+// that come in pieces, each folded as it comes and copied on the way when
+// it lands somewhere else: the device checksums a payload in the pass
+// that reads it from guest memory.
+class JointCrcStream {
+  public:
+    JointCrcStream(uint32_t crc32, uint16_t crc16, uint8_t crc32Flip4);
+    // The next n bytes, at src; copied to dst as well unless dst == src.
+    void add(uint8_t *dst, const uint8_t *src, size_t n);
+    void finish(uint32_t *crc32, uint16_t *crc16);
+
+  private:
+    // With 256-bit carry-less multiplication the stream folds (modulo the
+    // product of the polynomials, in groups of 128 bytes); without, the
+    // running values go on piece by piece.
+    void addFolding(uint8_t *dst, const uint8_t *src, size_t n);
+    void finishFolding(uint32_t *crc32, uint16_t *crc16);
+    void foldGroups(uint8_t *dst, const uint8_t *src, size_t groups);
+
+    uint32_t crc32_;
+    uint16_t crc16_;
+    uint8_t flip_;
+    bool started_ = false;
+    size_t seen_ = 0; // bytes added, when not folding
+    size_t pendingBytes_ = 0;
+    alignas(32) uint8_t accumulators_[128]; // four 256-bit streams, once started
+    alignas(32) uint8_t pending_[128];      // the bytes of a group not yet whole
+};
+
 } // namespace pib::iba

@@ -2,6 +2,7 @@
 #include "packet.hh"
 
 #include <cstring>
+#include <stdexcept>
 
 #include "crc.hh"
 
@@ -75,6 +76,13 @@ constexpr uint32_t kIcrcAfterLrh = [] {
     }
     return crc;
 }();
+
+// Without a GRH the two CRCs see the same bytes from the BTH on, except
+// its reserved byte, which the ICRC takes as ones: one pass from there.
+JointCrcStream crcsFromBth(std::span<const uint8_t> lrh, uint8_t resv8a) {
+    return JointCrcStream(kIcrcAfterLrh, crc16Update(0xffff, lrh),
+                          static_cast<uint8_t>(0xff ^ resv8a));
+}
 
 // `body` is a packet from its LRH to its pad. The ICRC covers it with the
 // variant fields of the headers (above) masked, the VCRC as it is; the
@@ -200,11 +208,51 @@ PacketWriter::PacketWriter(const Packet &p, size_t payloadLength, size_t headroo
         out.put32(p.imm.value_or(0));
     payloadAt_ = static_cast<size_t>(out.at - out_.data());
     std::memset(out.at + payloadLength_, 0, pad); // the pad bytes are zeros
+    if (!p.grh) {
+        crcs_.emplace(crcsFromBth(std::span(out_).subspan(headroom, kLrhSize), 0));
+        folded_ = headroom + kLrhSize;
+    }
+}
+
+void PacketWriter::foldUpTo(size_t end) {
+    uint8_t *at = out_.data() + folded_;
+    crcs_->add(at, at, end - folded_);
+    folded_ = end;
+}
+
+// The payload room for the next n bytes: their offset in out_.
+size_t PacketWriter::claim(size_t n) {
+    if (n > payloadLength_ - filled_)
+        throw std::length_error("more payload than the packet has room for");
+    filled_ += n;
+    return payloadAt_ + filled_ - n;
+}
+
+void PacketWriter::append(const uint8_t *src, size_t n) {
+    const size_t at = claim(n);
+    if (crcs_) {
+        foldUpTo(at);
+        crcs_->add(out_.data() + at, src, n);
+        folded_ = at + n;
+    } else {
+        std::memcpy(out_.data() + at, src, n);
+    }
+}
+
+std::span<uint8_t> PacketWriter::appendRoom(size_t n) {
+    return std::span(out_).subspan(claim(n), n);
 }
 
 std::vector<uint8_t> PacketWriter::finish() && {
     const std::span<uint8_t> bytes(out_);
-    const auto crcs = bodyCrcs(bytes.subspan(headroom_, icrcAt_ - headroom_), grh_);
+    BodyCrcs crcs;
+    if (crcs_) {
+        foldUpTo(icrcAt_);
+        crcs_->finish(&crcs.icrc, &crcs.vcrcState);
+        crcs.icrc = ~crcs.icrc;
+    } else {
+        crcs = bodyCrcs(bytes.subspan(headroom_, icrcAt_ - headroom_), grh_);
+    }
     Cursor out{bytes.data() + icrcAt_};
     out.put32(__builtin_bswap32(crcs.icrc)); // little-endian, as Linux rxe sends it
     const uint16_t vcrc =

@@ -10,6 +10,8 @@
 #include <span>
 #include <vector>
 
+#include "crc.hh"
+
 namespace pib::iba {
 
 inline constexpr uint16_t kPermissiveLid = 0xffff;
@@ -232,16 +234,28 @@ class PacketWriter {
     // are not): a sender that recycles its buffers allocates nothing.
     PacketWriter(const Packet &headers, size_t payloadLength, size_t headroom = 0,
                  std::vector<uint8_t> storage = {});
+    // The whole payload, for a caller that fills it at once.
     std::span<uint8_t> payload() { return std::span(out_).subspan(payloadAt_, payloadLength_); }
+    // Or piece by piece, in order: append() copies the bytes at src in and
+    // checksums them in the same pass (a packet without a GRH); the room
+    // appendRoom() gives is filled by the caller and checksummed later.
+    void append(const uint8_t *src, size_t n);
+    std::span<uint8_t> appendRoom(size_t n);
     std::vector<uint8_t> finish() &&;
 
   private:
+    size_t claim(size_t n);
+    void foldUpTo(size_t end);
+
     std::vector<uint8_t> out_;
     size_t headroom_;
     size_t payloadAt_;
     size_t payloadLength_;
     size_t icrcAt_;
     bool grh_;
+    size_t filled_ = 0;                  // payload bytes appended so far
+    std::optional<JointCrcStream> crcs_; // without a GRH: the CRCs so far,
+    size_t folded_ = 0;                  // over out_ up to here
 };
 
 // The bytes of `packet` on the wire, after `headroom` free bytes; fills in

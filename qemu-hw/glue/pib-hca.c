@@ -96,6 +96,48 @@ static int pib_hca_dma_write(void *opaque, uint64_t addr, const void *buf,
     return r == MEMTX_OK ? 0 : -1;
 }
 
+/* Whether [addr, addr + len) is guest RAM the device reaches directly. */
+static bool pib_hca_is_direct_ram(PCIDevice *pdev, uint64_t addr, uint64_t len)
+{
+    hwaddr xlat, plen = len;
+    MemoryRegion *mr;
+
+    RCU_READ_LOCK_GUARD();
+    mr = address_space_translate(pci_get_address_space(pdev), addr, &xlat,
+                                 &plen, false, MEMTXATTRS_UNSPECIFIED);
+    return plen == len &&
+           memory_access_is_direct(mr, false, MEMTXATTRS_UNSPECIFIED);
+}
+
+/*
+ * Reading in place: only guest RAM that the bus-master address space maps
+ * directly and whole. Anything else (MMIO, a disabled bus master, a range
+ * that runs into a hole) goes through pci_dma_read, which reports errors.
+ */
+static const void *pib_hca_dma_map_read(void *opaque, uint64_t addr,
+                                        uint64_t len)
+{
+    PCIDevice *pdev = PCI_DEVICE(opaque);
+    dma_addr_t mapped = len;
+    void *p = NULL;
+
+    if (pib_hca_is_direct_ram(pdev, addr, len)) {
+        p = pci_dma_map(pdev, addr, &mapped, DMA_DIRECTION_TO_DEVICE);
+        if (p && mapped < len) {
+            pci_dma_unmap(pdev, p, mapped, DMA_DIRECTION_TO_DEVICE, 0);
+            p = NULL;
+        }
+    }
+    trace_pib_hca_dma_map_read(addr, len, p != NULL);
+    return p;
+}
+
+static void pib_hca_dma_unmap_read(void *opaque, const void *ptr, uint64_t len)
+{
+    pci_dma_unmap(PCI_DEVICE(opaque), (void *) ptr, len,
+                  DMA_DIRECTION_TO_DEVICE, 0);
+}
+
 static void pib_hca_msix_notify(void *opaque, unsigned vector)
 {
     PCIDevice *pdev = PCI_DEVICE(opaque);
@@ -158,6 +200,8 @@ static const struct pib_host_ops pib_hca_host_ops = {
     .trace = pib_hca_core_event,
     .dma_read = pib_hca_dma_read,
     .dma_write = pib_hca_dma_write,
+    .dma_map_read = pib_hca_dma_map_read,
+    .dma_unmap_read = pib_hca_dma_unmap_read,
     .msix_notify = pib_hca_msix_notify,
     .port_send = pib_hca_port_send,
     .port_disconnect = pib_hca_port_disconnect,

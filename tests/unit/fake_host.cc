@@ -28,6 +28,19 @@ static int dmaWrite(void *opaque, uint64_t addr, const void *buf, uint64_t len) 
     return 0;
 }
 
+static const void *dmaMapRead(void *opaque, uint64_t addr, uint64_t len) {
+    auto *host = static_cast<FakeHost *>(opaque);
+    if (!host->mapping || !host->inRam(addr, len))
+        return nullptr;
+    ++host->mappings;
+    ++host->mapped;
+    return host->at(addr);
+}
+
+static void dmaUnmapRead(void *opaque, const void *, uint64_t) {
+    --static_cast<FakeHost *>(opaque)->mappings;
+}
+
 static void msixNotify(void *opaque, unsigned vector) {
     static_cast<FakeHost *>(opaque)->interrupts.push_back(vector);
 }
@@ -59,6 +72,8 @@ FakeHost::FakeHost(const pib_core_config &config, uint64_t ramSize) : ram(ramSiz
         .trace = recordTrace,
         .dma_read = dmaRead,
         .dma_write = dmaWrite,
+        .dma_map_read = dmaMapRead,
+        .dma_unmap_read = dmaUnmapRead,
         .msix_notify = msixNotify,
         .port_send = portSend,
         .port_disconnect = portDisconnect,

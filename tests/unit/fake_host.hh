@@ -116,6 +116,11 @@ struct FakeHost {
     pib_core *core = nullptr;
     std::vector<uint8_t> ram;
     uint64_t ramNext = kRamBase;
+    // Whether the device may read RAM in place (dma_map_read), how many
+    // such mappings it holds, and how many it was given in all.
+    bool mapping = true;
+    int mappings = 0;
+    uint64_t mapped = 0;
     std::vector<Report> errors;
     std::vector<Report> traceLines;
     std::vector<unsigned> interrupts;

@@ -175,6 +175,40 @@ TEST_CASE("PSNs wrap around 2^24", "[rc]") {
     CHECK(p.wire.seen.back().bth.psn == 7); // the last READ response
 }
 
+TEST_CASE("payloads read in place or by DMA arrive the same", "[rc]") {
+    // With mapping, the device copies and checksums a payload in one pass
+    // from guest RAM; without, it reads it by DMA and checksums after.
+    for (bool mapping : {true, false}) {
+        CAPTURE(mapping);
+        Pair p;
+        p.a.host.mapping = p.b.host.mapping = mapping;
+        const uint64_t out = p.a.host.alloc(16384), back = p.a.host.alloc(16384);
+        const uint64_t in = p.b.host.alloc(16384), written = p.b.host.alloc(16384);
+        p.a.fill(out, 16384, 7);
+        p.b.fill(in, 16384, 3);
+        p.b.postRecv(1, in, 16384);
+        // Odd lengths and offsets: pads, and pieces that end mid-block.
+        p.a.postSend(1, {.local = out + 1, .length = 10001});
+        p.a.postSend(
+            2,
+            {.opcode = PIB_WR_RDMA_WRITE, .local = out + 5, .length = 9003, .remote = written + 3});
+        p.a.postSend(3, {.opcode = PIB_WR_RDMA_READ, .local = back, .length = 9999, .remote = in});
+        p.wire.run();
+        const auto done = p.a.poll();
+        REQUIRE(done.size() == 3);
+        for (const pib_cqe &c : done)
+            CHECK(c.status == PIB_WC_SUCCESS);
+        REQUIRE(p.b.poll().size() == 1);
+        CHECK(sameBytes(p.a, out + 5, p.b, written + 3, 9003));
+        CHECK(sameBytes(p.a, back, p.b, in, 9999));
+        CHECK(sameBytes(p.a, out + 1, p.b, in, 10001)); // the SEND landed last
+        CHECK((p.a.host.mapped > 0) == mapping);        // the SEND and the WRITE
+        CHECK((p.b.host.mapped > 0) == mapping);        // the READ responses
+        CHECK(p.a.host.mappings == 0);                  // every mapping given back
+        CHECK(p.b.host.mappings == 0);
+    }
+}
+
 TEST_CASE("lost packets: a PSN sequence NAK resends from the gap", "[rc]") {
     Pair p;
     const uint64_t out = p.a.host.alloc(8192), in = p.b.host.alloc(8192);

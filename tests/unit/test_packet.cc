@@ -2,6 +2,9 @@
 // IBA packet building and parsing (common/iba).
 #include <catch2/catch.hpp>
 
+#include <algorithm>
+#include <cstring>
+
 #include "crc.hh"
 #include "packet.hh"
 
@@ -142,6 +145,27 @@ TEST_CASE("built packets carry the ICRC and VCRC of their definitions", "[packet
             ParseError error = ParseError::kNone;
             CHECK(parse(bytes, &error));
             CHECK(error == ParseError::kNone);
+        }
+}
+
+TEST_CASE("a payload written piece by piece makes the same packet", "[packet]") {
+    for (bool grh : {false, true})
+        for (size_t payload : {0u, 3u, 100u, 4093u, 4096u}) {
+            CAPTURE(grh, payload);
+            const Packet p = udPacket(payload, grh, true);
+            const auto whole = build(p, 8);
+            PacketWriter writer(p, payload, 8);
+            size_t at = 0, piece = 1;
+            while (at < payload) { // appended and filled in place, by turns
+                const size_t n = std::min(piece, payload - at);
+                if (piece % 2)
+                    writer.append(p.payload.data() + at, n);
+                else
+                    std::memcpy(writer.appendRoom(n).data(), p.payload.data() + at, n);
+                at += n;
+                piece = piece * 3 + 1;
+            }
+            CHECK(std::move(writer).finish() == whole);
         }
 }
 
@@ -331,6 +355,42 @@ TEST_CASE("the fast CRCs equal their bit-by-bit definitions", "[packet]") {
             crc32And16Update(&c32, &c16, s, static_cast<uint8_t>(flip));
             CHECK(c32 == crc32Bits(0x0badcafeu, flipped));
             CHECK(c16 == crc16Bits(0x1234, s));
+        }
+    // The same in pieces of every kind, some copied on the way.
+    uint32_t seed = 5;
+    auto next = [&](uint32_t bound) {
+        seed = seed * 1103515245 + 12345;
+        return (seed >> 8) % bound;
+    };
+    for (size_t len : {0u, 4u, 5u, 20u, 127u, 128u, 129u, 300u, 4124u, 4999u})
+        for (uint32_t maxPiece : {1u, 7u, 130u, 700u, 5000u}) {
+            CAPTURE(len, maxPiece);
+            const auto flip = static_cast<uint8_t>(next(256));
+            const auto s = std::span<const uint8_t>(data).first(len);
+            uint32_t want32 = 0x0badcafeu;
+            uint16_t want16 = 0x1234;
+            if (len > 4)
+                crc32And16Update(&want32, &want16, s, flip);
+            else
+                crc32And16Update(&want32, &want16, s);
+            JointCrcStream stream(0x0badcafeu, 0x1234, len > 4 ? flip : 0);
+            std::vector<uint8_t> copy(len);
+            for (size_t at = 0; at < len;) {
+                const size_t n = std::min<size_t>(len - at, 1 + next(maxPiece));
+                if (next(2)) {
+                    stream.add(copy.data() + at, s.data() + at, n);
+                } else {
+                    std::memcpy(copy.data() + at, s.data() + at, n);
+                    stream.add(copy.data() + at, copy.data() + at, n);
+                }
+                at += n;
+            }
+            uint32_t got32;
+            uint16_t got16;
+            stream.finish(&got32, &got16);
+            CHECK(got32 == want32);
+            CHECK(got16 == want16);
+            CHECK(std::equal(copy.begin(), copy.end(), s.begin()));
         }
     // The standard check value of CRC-32: "123456789".
     const uint8_t check[] = {'1', '2', '3', '4', '5', '6', '7', '8', '9'};

@@ -37,6 +37,16 @@ struct pib_host_ops {
      */
     int (*dma_read)(void *opaque, uint64_t addr, void *buf, uint64_t len);
     int (*dma_write)(void *opaque, uint64_t addr, const void *buf, uint64_t len);
+    /*
+     * Optional (both NULL, or both set). Maps [addr, addr + len) for the
+     * core to read in place, or returns NULL when the range is not guest
+     * RAM the device reaches whole: the core then uses dma_read, which
+     * reports errors. The core unmaps each mapping before it returns to
+     * the host. Reading a payload in place lets the device checksum it in
+     * the pass that copies it into the packet.
+     */
+    const void *(*dma_map_read)(void *opaque, uint64_t addr, uint64_t len);
+    void (*dma_unmap_read)(void *opaque, const void *ptr, uint64_t len);
     /* Signals MSI-X vector `vector` (< the configured count). */
     void (*msix_notify)(void *opaque, unsigned vector);
     /*

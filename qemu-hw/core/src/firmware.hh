@@ -157,8 +157,13 @@ class Firmware {
     uint8_t translate(uint32_t key, uint32_t pdn, uint64_t addr, uint64_t len, uint32_t access,
                       std::vector<Segment> &out);
     uint8_t gather(uint32_t pdn, std::span<const pib_wqe_data> sges, std::vector<uint8_t> &out);
+    uint8_t forEachSegment(uint32_t pdn, std::span<const pib_wqe_data> sges, uint64_t offset,
+                           uint64_t len, const std::function<bool(const Segment &)> &take);
     uint8_t gatherInto(uint32_t pdn, std::span<const pib_wqe_data> sges, uint64_t offset,
                        std::span<uint8_t> dest);
+    uint8_t gatherInto(uint32_t pdn, std::span<const pib_wqe_data> sges, uint64_t offset,
+                       uint64_t len, iba::PacketWriter &packet);
+    bool readIntoPacket(const Segment &s, iba::PacketWriter &packet);
     uint8_t scatter(uint32_t pdn, std::span<const pib_wqe_data> sges, std::span<const uint8_t> data,
                     uint64_t skip);
     bool readWqe(const pib_buf_desc &buf, uint8_t logCount, uint8_t logStride, uint32_t index,
@@ -250,7 +255,7 @@ class Firmware {
     std::vector<std::vector<uint8_t>> spentPackets_;
     // Lists of guest memory segments, kept for the next packet too: one
     // per data path function, as none calls another while it holds its
-    // list (gatherInto, scatter, onRequest, sendReadResponses).
+    // list (forEachSegment, scatter, onRequest, sendReadResponses).
     std::vector<Segment> gatherSegments_, scatterSegments_, writeSegments_, readSegments_;
     std::vector<uint8_t> packetBuffer();
     void recyclePacket(std::vector<uint8_t> &&framed);

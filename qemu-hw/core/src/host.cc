@@ -47,6 +47,16 @@ bool Host::dmaWrite(uint64_t addr, const void *buf, uint64_t len) const {
     return ops_.dma_write && ops_.dma_write(opaque_, addr, buf, len) == 0;
 }
 
+const uint8_t *Host::mapForRead(uint64_t addr, uint64_t len) const {
+    if (addr + len < addr || !ops_.dma_map_read || !ops_.dma_unmap_read)
+        return nullptr;
+    return static_cast<const uint8_t *>(ops_.dma_map_read(opaque_, addr, len));
+}
+
+void Host::unmapForRead(const uint8_t *ptr, uint64_t len) const {
+    ops_.dma_unmap_read(opaque_, ptr, len);
+}
+
 void Host::portSend(unsigned port, std::span<const uint8_t> bytes) const {
     if (ops_.port_send)
         ops_.port_send(opaque_, port, bytes.data(), bytes.size());

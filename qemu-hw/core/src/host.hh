@@ -31,6 +31,10 @@ class Host {
         static_assert(std::is_trivially_copyable_v<T>);
         return dmaWrite(addr, &obj, sizeof(obj));
     }
+    // Guest memory to read in place (see pib_host_ops.dma_map_read), or
+    // nullptr: then dmaRead.
+    const uint8_t *mapForRead(uint64_t addr, uint64_t len) const;
+    void unmapForRead(const uint8_t *ptr, uint64_t len) const;
     void msixNotify(unsigned vector) const;
     void portSend(unsigned port, std::span<const uint8_t> bytes) const;
     void portDisconnect(unsigned port) const;

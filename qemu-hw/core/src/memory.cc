@@ -2,6 +2,7 @@
 // Memory regions at work: translating an L_Key or R_Key range to guest
 // memory, with the protection checks of IBA 10.6, and moving data.
 #include <cinttypes>
+#include <functional>
 
 #include "firmware.hh"
 
@@ -53,31 +54,62 @@ uint8_t Firmware::gather(uint32_t pdn, std::span<const pib_wqe_data> sges,
     return gatherInto(pdn, sges, 0, std::span(out).subspan(at));
 }
 
-// Reads bytes [offset, offset + dest.size()) of the buffers `sges`
-// describe into `dest`.
-uint8_t Firmware::gatherInto(uint32_t pdn, std::span<const pib_wqe_data> sges, uint64_t offset,
-                             std::span<uint8_t> dest) {
+// Hands `take` the guest memory segments that hold bytes [offset,
+// offset + len) of the buffers `sges` describe, in order; take returns
+// false when it cannot reach one.
+uint8_t Firmware::forEachSegment(uint32_t pdn, std::span<const pib_wqe_data> sges, uint64_t offset,
+                                 uint64_t len, const std::function<bool(const Segment &)> &take) {
     std::vector<Segment> &segments = gatherSegments_;
     for (const pib_wqe_data &sge : sges) {
-        if (dest.empty())
+        if (!len)
             break;
         if (offset >= sge.byte_count) {
             offset -= sge.byte_count;
             continue;
         }
-        const uint64_t take = std::min<uint64_t>(dest.size(), sge.byte_count - offset);
+        const uint64_t part = std::min<uint64_t>(len, sge.byte_count - offset);
         segments.clear();
-        const uint8_t status = translate(sge.lkey, pdn, sge.addr + offset, take, 0, segments);
+        const uint8_t status = translate(sge.lkey, pdn, sge.addr + offset, part, 0, segments);
         if (status != PIB_WC_SUCCESS)
             return status;
-        for (const Segment &s : segments) {
-            if (!host_.dmaRead(s.addr, dest.data(), s.len))
+        for (const Segment &s : segments)
+            if (!take(s))
                 return PIB_WC_LOC_ACCESS_ERR;
-            dest = dest.subspan(s.len);
-        }
+        len -= part;
         offset = 0;
     }
-    return dest.empty() ? PIB_WC_SUCCESS : PIB_WC_LOC_LEN_ERR;
+    return len ? PIB_WC_LOC_LEN_ERR : PIB_WC_SUCCESS;
+}
+
+// Reads bytes [offset, offset + dest.size()) of the buffers `sges`
+// describe into `dest`.
+uint8_t Firmware::gatherInto(uint32_t pdn, std::span<const pib_wqe_data> sges, uint64_t offset,
+                             std::span<uint8_t> dest) {
+    return forEachSegment(pdn, sges, offset, dest.size(), [&](const Segment &s) {
+        if (!host_.dmaRead(s.addr, dest.data(), s.len))
+            return false;
+        dest = dest.subspan(s.len);
+        return true;
+    });
+}
+
+// The same into a packet's payload.
+uint8_t Firmware::gatherInto(uint32_t pdn, std::span<const pib_wqe_data> sges, uint64_t offset,
+                             uint64_t len, iba::PacketWriter &packet) {
+    return forEachSegment(pdn, sges, offset, len,
+                          [&](const Segment &s) { return readIntoPacket(s, packet); });
+}
+
+// Appends a segment of guest memory to a packet's payload. Guest RAM the
+// host lets the device read in place is copied and checksummed in one
+// pass; anything else is read by DMA.
+bool Firmware::readIntoPacket(const Segment &s, iba::PacketWriter &packet) {
+    if (const uint8_t *ram = host_.mapForRead(s.addr, s.len)) {
+        packet.append(ram, s.len);
+        host_.unmapForRead(ram, s.len);
+        return true;
+    }
+    return host_.dmaRead(s.addr, packet.appendRoom(s.len).data(), s.len);
 }
 
 // Writes `data` into the buffers `sges` describe, after skipping `skip`

@@ -248,12 +248,11 @@ Firmware::SendProgress Firmware::sendRequestPackets(uint32_t qpn, QueuePair &qp,
         if (addressConnected(qp, p)) {
             // The data goes by DMA straight into the packet.
             iba::PacketWriter writer(p, len, wire::kHeaderSize, packetBuffer());
-            const auto room = writer.payload();
             uint8_t status = PIB_WC_SUCCESS;
             if (!w.inlineData.empty())
-                std::memcpy(room.data(), w.inlineData.data() + offset, room.size());
-            else if (!room.empty())
-                status = gatherInto(qp.ctx.pdn, w.sges, offset, room);
+                writer.append(w.inlineData.data() + offset, len);
+            else if (len)
+                status = gatherInto(qp.ctx.pdn, w.sges, offset, len, writer);
             if (status != PIB_WC_SUCCESS) {
                 host_.guestError("wqe-dma", "QP %u WQE %u: cannot read its data", qpn, w.index);
                 w.localStatus = status;

@@ -333,15 +333,13 @@ void Firmware::sendReadResponses(uint32_t qpn, QueuePair &qp, const ReplayEntry 
             continue; // lost: the requester asks again
         // The data goes by DMA straight into the packet.
         iba::PacketWriter writer(p, len, wire::kHeaderSize, packetBuffer());
-        auto room = writer.payload();
         remoteRange(qp, e.rkey, e.va + offset, len, PIB_ACCESS_REMOTE_READ, segments);
         for (const Segment &seg : segments) {
-            if (!host_.dmaRead(seg.addr, room.data(), seg.len)) {
+            if (!readIntoPacket(seg, writer)) {
                 responderError(qpn, qp, p.bth.psn, kRemoteOperational, PIB_WC_REM_OP_ERR,
                                "RDMA READ of guest memory the device cannot reach");
                 return;
             }
-            room = room.subspan(seg.len);
         }
         transmitConnected(qp, std::move(writer).finish());
     }
