@@ -494,14 +494,24 @@ void crc32And16Update(uint32_t *crc32, uint16_t *crc16, std::span<const uint8_t>
     *crc16 = crc16Update(*crc16, bytes);
 }
 
+namespace {
+
+// Each CRC on its own over `bytes`, the CRC-32 seeing bytes[at] XORed
+// with `flip`.
+void updateFlippingOne(uint32_t *crc32, uint16_t *crc16, std::span<const uint8_t> bytes, size_t at,
+                       uint8_t flip) {
+    const uint8_t flipped = bytes[at] ^ flip;
+    *crc32 = crc32Update(crc32Update(*crc32, bytes.first(at)), std::span(&flipped, 1));
+    *crc32 = crc32Update(*crc32, bytes.subspan(at + 1));
+    *crc16 = crc16Update(*crc16, bytes);
+}
+
+} // namespace
+
 void crc32And16Update(uint32_t *crc32, uint16_t *crc16, std::span<const uint8_t> bytes,
                       uint8_t crc32Flip4) {
-    if (jointUpdate(crc32, crc16, bytes, crc32Flip4))
-        return;
-    const uint8_t flipped = bytes[4] ^ crc32Flip4;
-    *crc32 = crc32Update(crc32Update(*crc32, bytes.first(4)), std::span(&flipped, 1));
-    *crc32 = crc32Update(*crc32, bytes.subspan(5));
-    *crc16 = crc16Update(*crc16, bytes);
+    if (!jointUpdate(crc32, crc16, bytes, crc32Flip4))
+        updateFlippingOne(crc32, crc16, bytes, 4, crc32Flip4);
 }
 
 JointCrcStream::JointCrcStream(uint32_t crc32, uint16_t crc16, uint8_t crc32Flip4)
@@ -610,20 +620,15 @@ void JointCrcStream::add(uint8_t *dst, const uint8_t *src, size_t n) {
         return;
     }
 #endif
-    // Without the wide fold: copy, then go on with the running values,
-    // the one byte the CRC-32 sees flipped taken on its own.
+    // Without the wide fold: copy, then go on with the running values;
+    // the piece that holds the stream's byte 4 takes the flip.
     if (dst != src)
         std::memcpy(dst, src, n);
-    std::span<const uint8_t> bytes(src, n);
-    if (seen_ <= 4 && seen_ + n > 4) {
-        const size_t at = 4 - seen_;
-        crc32And16Update(&crc32_, &crc16_, bytes.first(at));
-        const uint8_t flipped = bytes[at] ^ flip_;
-        crc32_ = crc32Update(crc32_, std::span(&flipped, 1));
-        crc16_ = crc16Update(crc16_, bytes.subspan(at, 1));
-        bytes = bytes.subspan(at + 1);
-    }
-    crc32And16Update(&crc32_, &crc16_, bytes);
+    const std::span<const uint8_t> bytes(src, n);
+    if (seen_ <= 4 && seen_ + n > 4)
+        updateFlippingOne(&crc32_, &crc16_, bytes, 4 - seen_, flip_);
+    else
+        crc32And16Update(&crc32_, &crc16_, bytes);
     seen_ += n;
 }
 

@@ -78,10 +78,16 @@ constexpr uint32_t kIcrcAfterLrh = [] {
 }();
 
 // Without a GRH the two CRCs see the same bytes from the BTH on, except
-// its reserved byte, which the ICRC takes as ones: one pass from there.
-JointCrcStream crcsFromBth(std::span<const uint8_t> lrh, uint8_t resv8a) {
-    return JointCrcStream(kIcrcAfterLrh, crc16Update(0xffff, lrh),
-                          static_cast<uint8_t>(0xff ^ resv8a));
+// its reserved byte, which the ICRC takes as ones: one pass from there,
+// with these running values and this byte flipped for the ICRC.
+struct FromBth {
+    uint32_t icrc;
+    uint16_t vcrc;
+    uint8_t flip;
+};
+
+FromBth crcsFromBth(std::span<const uint8_t> lrh, uint8_t resv8a) {
+    return {kIcrcAfterLrh, crc16Update(0xffff, lrh), static_cast<uint8_t>(0xff ^ resv8a)};
 }
 
 // `body` is a packet from its LRH to its pad. The ICRC covers it with the
@@ -89,11 +95,9 @@ JointCrcStream crcsFromBth(std::span<const uint8_t> lrh, uint8_t resv8a) {
 // data after the headers is the same for both, so one pass computes both.
 BodyCrcs bodyCrcs(std::span<const uint8_t> body, bool grh) {
     if (!grh) { // the usual case: both go on together from the BTH
-        uint32_t icrc = kIcrcAfterLrh;
-        uint16_t vcrc = crc16Update(0xffff, body.first(kLrhSize));
-        const uint8_t resv8a = body[kLrhSize + 4];
-        crc32And16Update(&icrc, &vcrc, body.subspan(kLrhSize), static_cast<uint8_t>(0xff ^ resv8a));
-        return {~icrc, vcrc};
+        FromBth c = crcsFromBth(body.first(kLrhSize), body[kLrhSize + 4]);
+        crc32And16Update(&c.icrc, &c.vcrc, body.subspan(kLrhSize), c.flip);
+        return {~c.icrc, c.vcrc};
     }
     const size_t bth = kLrhSize + (grh ? kGrhSize : 0);
     const size_t headers = bth + kBthSize;
@@ -209,7 +213,8 @@ PacketWriter::PacketWriter(const Packet &p, size_t payloadLength, size_t headroo
     payloadAt_ = static_cast<size_t>(out.at - out_.data());
     std::memset(out.at + payloadLength_, 0, pad); // the pad bytes are zeros
     if (!p.grh) {
-        crcs_.emplace(crcsFromBth(std::span(out_).subspan(headroom, kLrhSize), 0));
+        const FromBth c = crcsFromBth(std::span(out_).subspan(headroom, kLrhSize), 0);
+        crcs_.emplace(c.icrc, c.vcrc, c.flip);
         folded_ = headroom + kLrhSize;
     }
 }
