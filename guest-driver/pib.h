@@ -64,6 +64,11 @@ struct pib_dev {
 	struct mutex cmd_lock;
 	struct pib_kbuf mailbox; /* input page, then output page */
 	bool cmd_events;
+	/*
+	 * The async EQ's handler thread matches command completion events
+	 * against cmd_token: both are changed under cmd_event_lock too.
+	 */
+	spinlock_t cmd_event_lock;
 	struct completion cmd_done;
 	u16 cmd_token;
 	u8 cmd_status;
@@ -145,6 +150,9 @@ struct pib_qp {
 	struct ib_qp ibqp;
 	struct pib_wq sq;
 	struct pib_wq rq;
+	/* Ours: ib_core sets ibqp.send_cq and recv_cq only after create_qp. */
+	struct pib_cq *send_cq;
+	struct pib_cq *recv_cq;
 	u32 qpn; /* the device's number (QP0/QP1 differ from ibqp.qp_num) */
 	u8 type; /* pib_qp_type */
 	u8 port;
@@ -159,6 +167,7 @@ struct pib_mr {
 	u64 iova;
 	u64 length;
 	int access;
+	u32 pdn; /* ib_core sets ibmr.pd only after the MR is published */
 	u32 mtt;
 	u32 npages;
 };
@@ -217,6 +226,9 @@ int pib_modify_port(struct ib_device *ibdev, u32 port, int mask,
 void pib_get_dev_fw_str(struct ib_device *ibdev, char *str);
 int pib_publish_object(struct xarray *table, u32 id, void *obj,
 		       struct ib_udata *udata, void *resp, size_t resp_len);
+void pib_unpublish_object(struct pib_dev *dev, struct xarray *table, u32 id);
+void pib_destroy_failed(struct pib_dev *dev, const char *what, u32 num,
+			int err);
 int pib_alloc_ucontext(struct ib_ucontext *ibuc, struct ib_udata *udata);
 void pib_dealloc_ucontext(struct ib_ucontext *ibuc);
 int pib_mmap(struct ib_ucontext *ibuc, struct vm_area_struct *vma);
@@ -284,6 +296,8 @@ int pib_modify_device(struct ib_device *ibdev, int mask,
 		      struct ib_device_modify *props);
 
 /* pib_debugfs.c */
+void pib_debugfs_module_init(void);
+void pib_debugfs_module_exit(void);
 void pib_debugfs_init(struct pib_dev *dev);
 void pib_debugfs_cleanup(struct pib_dev *dev);
 

@@ -28,6 +28,7 @@ static int pib_status_to_errno(u8 status)
 int pib_cmd_init(struct pib_dev *dev)
 {
 	mutex_init(&dev->cmd_lock);
+	spin_lock_init(&dev->cmd_event_lock);
 	init_completion(&dev->cmd_done);
 	return pib_kbuf_alloc(dev, &dev->mailbox, 2 * PIB_MAILBOX_SIZE);
 }
@@ -55,6 +56,25 @@ static int pib_cmd_wait_polling(struct pib_dev *dev)
 	return 0;
 }
 
+/*
+ * Arms cmd_done for a new command and returns the token its completion
+ * event will carry. The token and the reinit change together under
+ * cmd_event_lock, so an event that pib_cmd_event() matched against the
+ * previous token (the late completion of a command that timed out) cannot
+ * complete this one: either it completes before the reinit, which undoes
+ * it, or it is checked after, against the new token.
+ */
+static u16 pib_cmd_new_token(struct pib_dev *dev)
+{
+	u16 token;
+
+	spin_lock(&dev->cmd_event_lock);
+	token = ++dev->cmd_token;
+	reinit_completion(&dev->cmd_done);
+	spin_unlock(&dev->cmd_event_lock);
+	return token;
+}
+
 /* Runs one command; the caller holds cmd_lock. */
 static int pib_cmd_exec(struct pib_dev *dev, u16 opcode, u8 opmod, u32 modifier,
 			u64 in, u64 out, u64 *result)
@@ -68,8 +88,7 @@ static int pib_cmd_exec(struct pib_dev *dev, u16 opcode, u8 opmod, u32 modifier,
 	pib_write64(dev, PIB_REG_CMD_OUT_LO, out);
 	writel(modifier, dev->regs + PIB_REG_CMD_MODIFIER);
 	if (dev->cmd_events) {
-		writel(++dev->cmd_token, dev->regs + PIB_REG_CMD_TOKEN);
-		reinit_completion(&dev->cmd_done);
+		writel(pib_cmd_new_token(dev), dev->regs + PIB_REG_CMD_TOKEN);
 		ctrl |= PIB_CMD_CTRL_EVENT;
 	}
 	writel(ctrl, dev->regs + PIB_REG_CMD_CTRL);
@@ -99,15 +118,25 @@ static int pib_cmd_exec(struct pib_dev *dev, u16 opcode, u8 opmod, u32 modifier,
 	return pib_status_to_errno(status);
 }
 
+/*
+ * A command completion event, from the async EQ's handler thread (process
+ * context, as is every other user of cmd_event_lock). The check and the
+ * complete() are one step under the lock; see pib_cmd_new_token().
+ */
 void pib_cmd_event(struct pib_dev *dev, u16 token, u8 status, u64 result)
 {
-	if (token != dev->cmd_token) {
-		dev_warn(&dev->pdev->dev,
-			 "completion for command token 0x%x, expected 0x%x\n",
-			 token, dev->cmd_token);
-		return;
-	}
-	complete(&dev->cmd_done);
+	u16 expected;
+
+	spin_lock(&dev->cmd_event_lock);
+	expected = dev->cmd_token;
+	if (token == expected)
+		complete(&dev->cmd_done);
+	spin_unlock(&dev->cmd_event_lock);
+	if (token != expected)
+		dev_warn_ratelimited(
+			&dev->pdev->dev,
+			"completion for command token 0x%x, expected 0x%x\n",
+			token, expected);
 }
 
 int pib_cmd_opmod(struct pib_dev *dev, u16 opcode, u8 opmod, u32 modifier,

@@ -77,6 +77,21 @@ static void pib_cq_free_memory(struct pib_dev *dev, struct pib_cq *cq)
 	cq->ci_umem = NULL;
 }
 
+/*
+ * Destroys the device's CQ and frees the CQ's memory, unless the device
+ * refused: then it may still write CQEs, and the memory is kept.
+ */
+static void pib_cq_destroy(struct pib_dev *dev, struct pib_cq *cq)
+{
+	int err = pib_cmd(dev, PIB_CMD_DESTROY_CQ, cq->cqn, 0, NULL);
+
+	pib_unpublish_object(dev, &dev->cqs, cq->cqn);
+	if (err)
+		pib_destroy_failed(dev, "CQ", cq->cqn, err);
+	else
+		pib_cq_free_memory(dev, cq);
+}
+
 int pib_create_cq(struct ib_cq *ibcq, const struct ib_cq_init_attr *attr,
 		  struct uverbs_attr_bundle *attrs)
 {
@@ -107,38 +122,24 @@ int pib_create_cq(struct ib_cq *ibcq, const struct ib_cq_init_attr *attr,
 	ctx.ci_record = ci_dma;
 	err = pib_cmd_box(dev, PIB_CMD_CREATE_CQ, 0, 0, &ctx, sizeof(ctx), NULL,
 			  0, &cqn);
-	if (err)
-		goto free;
+	if (err) {
+		pib_cq_free_memory(dev, cq);
+		return err;
+	}
 	cq->cqn = cqn;
 	ibcq->cqe = 1 << cq->log_size;
 	resp.cqn = cq->cqn;
 	err = pib_publish_object(&dev->cqs, cq->cqn, cq, udata, &resp,
 				 sizeof(resp));
 	if (err)
-		goto destroy;
-	return 0;
-
-destroy:
-	pib_cmd(dev, PIB_CMD_DESTROY_CQ, cq->cqn, 0, NULL);
-free:
-	pib_cq_free_memory(dev, cq);
+		pib_cq_destroy(dev, cq);
 	return err;
 }
 
 int pib_destroy_cq(struct ib_cq *ibcq, struct ib_udata *udata)
 {
-	struct pib_dev *dev = to_pdev(ibcq->device);
-	struct pib_cq *cq = to_pcq(ibcq);
-	int err;
-
-	err = pib_cmd(dev, PIB_CMD_DESTROY_CQ, cq->cqn, 0, NULL);
-	if (err)
-		return err;
-	xa_erase(&dev->cqs, cq->cqn);
-	/* No completion handler may still be looking at this CQ. */
-	synchronize_irq(dev->comp_eq.irq);
-	pib_cq_free_memory(dev, cq);
-	return 0;
+	pib_cq_destroy(to_pdev(ibcq->device), to_pcq(ibcq));
+	return 0; /* see pib_destroy_failed() */
 }
 
 static struct pib_cqe *pib_next_cqe(struct pib_cq *cq)
@@ -163,10 +164,26 @@ static const enum ib_wc_opcode pib_wc_opcodes[] = {
 	[PIB_WC_LOCAL_INV] = IB_WC_LOCAL_INV,
 };
 
-static void pib_cqe_to_wc(struct pib_dev *dev, const struct pib_cqe *cqe,
-			  struct ib_wc *wc)
+/*
+ * The QP a CQE belongs to, looked up under the CQ's lock.  Only a QP that
+ * uses this CQ counts: a stale CQE of a destroyed QP must not be charged
+ * to a new QP with its number on another CQ, and pib_qp_flush_pollers()
+ * relies on it to know which CQ locks to wait for.
+ */
+static struct pib_qp *pib_cqe_qp(struct pib_dev *dev, struct pib_cq *cq,
+				 const struct pib_cqe *cqe)
 {
 	struct pib_qp *qp = xa_load(&dev->qps, cqe->qpn);
+
+	if (qp && qp->send_cq != cq && qp->recv_cq != cq)
+		return NULL;
+	return qp;
+}
+
+static void pib_cqe_to_wc(struct pib_dev *dev, struct pib_cq *cq,
+			  const struct pib_cqe *cqe, struct ib_wc *wc)
+{
+	struct pib_qp *qp = pib_cqe_qp(dev, cq, cqe);
 
 	memset(wc, 0, sizeof(*wc));
 	wc->wr_id = cqe->wr_id;
@@ -209,7 +226,7 @@ int pib_poll_cq(struct ib_cq *ibcq, int num, struct ib_wc *wc)
 
 	spin_lock_irqsave(&cq->lock, flags);
 	while (n < num && (cqe = pib_next_cqe(cq))) {
-		pib_cqe_to_wc(dev, cqe, &wc[n++]);
+		pib_cqe_to_wc(dev, cq, cqe, &wc[n++]);
 		cq->ci++;
 	}
 	/* Tell the device how far we got, so it can detect overruns. */

@@ -179,13 +179,22 @@ static int pib_eq_create(struct pib_dev *dev, struct pib_eq *eq,
 	return 0;
 }
 
+/*
+ * If the device refuses (a CQ it kept after a failed destroy still uses
+ * the EQ), it may still write EQEs: the ring is kept.
+ */
 static void pib_eq_destroy(struct pib_dev *dev, struct pib_eq *eq)
 {
+	int err;
+
 	if (!eq->created)
 		return;
-	pib_cmd(dev, PIB_CMD_DESTROY_EQ, eq->eqn, 0, NULL);
-	pib_ring_free(dev, &eq->ring);
 	eq->created = false;
+	err = pib_cmd(dev, PIB_CMD_DESTROY_EQ, eq->eqn, 0, NULL);
+	if (err)
+		pib_destroy_failed(dev, "EQ", eq->eqn, err);
+	else
+		pib_ring_free(dev, &eq->ring);
 }
 
 int pib_eq_setup(struct pib_dev *dev)

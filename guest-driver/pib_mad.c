@@ -31,8 +31,11 @@ int pib_process_mad(struct ib_device *ibdev, int flags, u32 port,
 	ifc->slid = in_wc ? ib_lid_cpu16(in_wc->slid) : 0;
 	BUILD_BUG_ON(sizeof(ifc->mad) != sizeof(*in));
 	memcpy(ifc->mad, in, sizeof(ifc->mad));
-	err = pib_cmd_box(dev, PIB_CMD_MAD_IFC, 0, port, ifc, sizeof(*ifc), ifc,
-			  sizeof(*ifc), &reply);
+	/* The device checks every SMP's M_Key but the kernel's own. */
+	err = pib_cmd_box(dev, PIB_CMD_MAD_IFC,
+			  flags & IB_MAD_IGNORE_MKEY ? PIB_MAD_IFC_IGNORE_MKEY
+						     : 0,
+			  port, ifc, sizeof(*ifc), ifc, sizeof(*ifc), &reply);
 	if (!err && reply) {
 		memcpy(out, ifc->mad, sizeof(*out));
 		*out_mad_size = sizeof(*out);

@@ -256,4 +256,22 @@ static struct pci_driver pib_pci_driver = {
 	.remove = pib_remove,
 };
 
-module_pci_driver(pib_pci_driver);
+static int __init pib_init(void)
+{
+	int err;
+
+	/* Once, before any probe can add a device directory under it. */
+	pib_debugfs_module_init();
+	err = pci_register_driver(&pib_pci_driver);
+	if (err)
+		pib_debugfs_module_exit();
+	return err;
+}
+module_init(pib_init);
+
+static void __exit pib_exit(void)
+{
+	pci_unregister_driver(&pib_pci_driver);
+	pib_debugfs_module_exit();
+}
+module_exit(pib_exit);

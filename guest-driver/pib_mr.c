@@ -28,10 +28,48 @@ static int pib_create_mr_cmd(struct pib_dev *dev, struct pib_mr *mr,
 	mr->iova = ctx->iova;
 	mr->length = ctx->length;
 	mr->access = ctx->access;
-	err = xa_err(xa_store(&dev->mrs, key, mr, GFP_KERNEL));
+	mr->pdn = ctx->pdn;
+	return 0;
+}
+
+/* Undoes what pib_reg_user_mr() did for the device to reach the pages. */
+static void pib_mr_free_pages(struct pib_dev *dev, struct pib_mr *mr)
+{
+	if (!mr->umem)
+		return;
+	pib_mtt_free(dev, mr->mtt);
+	ib_umem_release(mr->umem);
+}
+
+/*
+ * Destroys the device's MR and frees the MR.  If the device refused, the
+ * key still lets it (and remote peers) write the pages: they stay pinned
+ * and in the MTT for good, and only our bookkeeping is freed.
+ */
+static void pib_mr_destroy(struct pib_dev *dev, struct pib_mr *mr)
+{
+	u32 key = mr->ibmr.lkey;
+	int err = pib_cmd(dev, PIB_CMD_DESTROY_MR, key, 0, NULL);
+
+	/* debugfs walks the table under the lock xa_erase() takes. */
+	xa_erase(&dev->mrs, key);
 	if (err)
-		pib_cmd(dev, PIB_CMD_DESTROY_MR, key, 0, NULL);
-	return err;
+		pib_destroy_failed(dev, "MR", key, err);
+	else
+		pib_mr_free_pages(dev, mr);
+	kfree(mr);
+}
+
+/* Makes a created MR visible to debugfs; destroys it if that fails. */
+static struct ib_mr *pib_mr_publish(struct pib_dev *dev, struct pib_mr *mr)
+{
+	int err = xa_err(xa_store(&dev->mrs, mr->ibmr.lkey, mr, GFP_KERNEL));
+
+	if (err) {
+		pib_mr_destroy(dev, mr);
+		return ERR_PTR(err);
+	}
+	return &mr->ibmr;
 }
 
 struct ib_mr *pib_get_dma_mr(struct ib_pd *ibpd, int access)
@@ -55,7 +93,7 @@ struct ib_mr *pib_get_dma_mr(struct ib_pd *ibpd, int access)
 		kfree(mr);
 		return ERR_PTR(err);
 	}
-	return &mr->ibmr;
+	return pib_mr_publish(dev, mr);
 }
 
 struct ib_mr *pib_reg_user_mr(struct ib_pd *ibpd, u64 start, u64 length,
@@ -98,7 +136,7 @@ struct ib_mr *pib_reg_user_mr(struct ib_pd *ibpd, u64 start, u64 length,
 	err = pib_create_mr_cmd(dev, mr, &ctx);
 	if (err)
 		goto free_mtt;
-	return &mr->ibmr;
+	return pib_mr_publish(dev, mr);
 
 free_mtt:
 	pib_mtt_free(dev, mr->mtt);
@@ -111,18 +149,6 @@ free:
 
 int pib_dereg_mr(struct ib_mr *ibmr, struct ib_udata *udata)
 {
-	struct pib_dev *dev = to_pdev(ibmr->device);
-	struct pib_mr *mr = to_pmr(ibmr);
-	int err;
-
-	err = pib_cmd(dev, PIB_CMD_DESTROY_MR, ibmr->lkey, 0, NULL);
-	if (err)
-		return err;
-	xa_erase(&dev->mrs, ibmr->lkey);
-	if (mr->umem) {
-		pib_mtt_free(dev, mr->mtt);
-		ib_umem_release(mr->umem);
-	}
-	kfree(mr);
-	return 0;
+	pib_mr_destroy(to_pdev(ibmr->device), to_pmr(ibmr));
+	return 0; /* see pib_destroy_failed() */
 }

@@ -143,6 +143,41 @@ static int pib_qp_kernel_rings(struct pib_dev *dev, struct pib_qp *qp,
 	return err;
 }
 
+static void pib_qp_free_rings(struct pib_dev *dev, struct pib_qp *qp)
+{
+	pib_ring_free(dev, &qp->sq.ring);
+	pib_ring_free(dev, &qp->rq.ring);
+}
+
+/*
+ * pib_poll_cq() looks a CQE's QP up and updates it under the CQ's lock,
+ * and takes only a QP that uses that CQ.  Once the QP is out of the table,
+ * taking each of its CQs' locks waits out any poller still holding it.
+ */
+static void pib_qp_flush_pollers(struct pib_qp *qp)
+{
+	spin_lock_irq(&qp->send_cq->lock);
+	spin_unlock_irq(&qp->send_cq->lock);
+	spin_lock_irq(&qp->recv_cq->lock);
+	spin_unlock_irq(&qp->recv_cq->lock);
+}
+
+/*
+ * Destroys the device's QP and frees its rings, unless the device refused:
+ * then it may still read WQEs from them, and the rings are kept.
+ */
+static void pib_qp_destroy(struct pib_dev *dev, struct pib_qp *qp)
+{
+	int err = pib_cmd(dev, PIB_CMD_DESTROY_QP, qp->qpn, 0, NULL);
+
+	pib_unpublish_object(dev, &dev->qps, qp->qpn);
+	pib_qp_flush_pollers(qp);
+	if (err)
+		pib_destroy_failed(dev, "QP", qp->qpn, err);
+	else
+		pib_qp_free_rings(dev, qp);
+}
+
 int pib_create_qp(struct ib_qp *ibqp, struct ib_qp_init_attr *init,
 		  struct ib_udata *udata)
 {
@@ -166,6 +201,8 @@ int pib_create_qp(struct ib_qp *ibqp, struct ib_qp_init_attr *init,
 		return -EINVAL;
 	qp->port = init->port_num ? init->port_num : 1;
 	qp->signal_all = init->sq_sig_type == IB_SIGNAL_ALL_WR;
+	qp->send_cq = to_pcq(init->send_cq);
+	qp->recv_cq = to_pcq(init->recv_cq);
 	spin_lock_init(&qp->sq.lock);
 	spin_lock_init(&qp->rq.lock);
 	err = udata ? pib_qp_user_rings(dev, qp, init, udata)
@@ -179,8 +216,8 @@ int pib_create_qp(struct ib_qp *ibqp, struct ib_qp_init_attr *init,
 	ctx.rq_buf.mtt_index = qp->rq.ring.mtt;
 	ctx.rq_buf.npages = qp->rq.ring.npages;
 	ctx.pdn = to_ppd(ibqp->pd)->pdn;
-	ctx.send_cqn = to_pcq(init->send_cq)->cqn;
-	ctx.recv_cqn = to_pcq(init->recv_cq)->cqn;
+	ctx.send_cqn = qp->send_cq->cqn;
+	ctx.recv_cqn = qp->recv_cq->cqn;
 	ctx.uar_page = udata ? rdma_udata_to_drv_context(
 				       udata, struct pib_ucontext, ibuc)
 				       ->uar
@@ -199,8 +236,10 @@ int pib_create_qp(struct ib_qp *ibqp, struct ib_qp_init_attr *init,
 	ctx.sq_log_wqe_stride = qp->sq.log_stride;
 	err = pib_cmd_box(dev, PIB_CMD_CREATE_QP, 0, 0, &ctx, sizeof(ctx), NULL,
 			  0, &qpn);
-	if (err)
-		goto free_rings;
+	if (err) {
+		pib_qp_free_rings(dev, qp);
+		return err;
+	}
 	qp->qpn = qpn;
 	ibqp->qp_num = qp->type == PIB_QPT_SMI	 ? 0
 		       : qp->type == PIB_QPT_GSI ? 1
@@ -211,32 +250,14 @@ int pib_create_qp(struct ib_qp *ibqp, struct ib_qp_init_attr *init,
 	err = pib_publish_object(&dev->qps, qp->qpn, qp, udata, &resp,
 				 sizeof(resp));
 	if (err)
-		goto destroy;
-	return 0;
-
-destroy:
-	pib_cmd(dev, PIB_CMD_DESTROY_QP, qp->qpn, 0, NULL);
-free_rings:
-	pib_ring_free(dev, &qp->sq.ring);
-	pib_ring_free(dev, &qp->rq.ring);
+		pib_qp_destroy(dev, qp);
 	return err;
 }
 
 int pib_destroy_qp(struct ib_qp *ibqp, struct ib_udata *udata)
 {
-	struct pib_dev *dev = to_pdev(ibqp->device);
-	struct pib_qp *qp = to_pqp(ibqp);
-	int err;
-
-	err = pib_cmd(dev, PIB_CMD_DESTROY_QP, qp->qpn, 0, NULL);
-	if (err)
-		return err;
-	xa_erase(&dev->qps, qp->qpn);
-	synchronize_irq(dev->async_eq.irq);
-	synchronize_irq(dev->comp_eq.irq);
-	pib_ring_free(dev, &qp->sq.ring);
-	pib_ring_free(dev, &qp->rq.ring);
-	return 0;
+	pib_qp_destroy(to_pdev(ibqp->device), to_pqp(ibqp));
+	return 0; /* see pib_destroy_failed() */
 }
 
 int pib_modify_qp(struct ib_qp *ibqp, struct ib_qp_attr *attr, int mask,

@@ -12,6 +12,21 @@ static size_t pib_srq_size(const struct pib_srq *srq)
 		     (size_t)1 << (srq->log_wqe_count + srq->log_wqe_stride));
 }
 
+/*
+ * Destroys the device's SRQ and frees its ring, unless the device refused:
+ * then it may still read WQEs from it, and the ring is kept.
+ */
+static void pib_srq_destroy(struct pib_dev *dev, struct pib_srq *srq)
+{
+	int err = pib_cmd(dev, PIB_CMD_DESTROY_SRQ, srq->srqn, 0, NULL);
+
+	pib_unpublish_object(dev, &dev->srqs, srq->srqn);
+	if (err)
+		pib_destroy_failed(dev, "SRQ", srq->srqn, err);
+	else
+		pib_ring_free(dev, &srq->ring);
+}
+
 int pib_create_srq(struct ib_srq *ibsrq, struct ib_srq_init_attr *init,
 		   struct ib_udata *udata)
 {
@@ -79,8 +94,10 @@ int pib_create_srq(struct ib_srq *ibsrq, struct ib_srq_init_attr *init,
 	ctx.limit = srq->limit;
 	err = pib_cmd_box(dev, PIB_CMD_CREATE_SRQ, 0, 0, &ctx, sizeof(ctx),
 			  NULL, 0, &srqn);
-	if (err)
-		goto free;
+	if (err) {
+		pib_ring_free(dev, &srq->ring);
+		return err;
+	}
 	srq->srqn = srqn;
 	attr->max_wr = 1u << srq->log_wqe_count;
 	attr->max_sge = srq->max_sge;
@@ -88,13 +105,7 @@ int pib_create_srq(struct ib_srq *ibsrq, struct ib_srq_init_attr *init,
 	err = pib_publish_object(&dev->srqs, srq->srqn, srq, udata, &resp,
 				 sizeof(resp));
 	if (err)
-		goto destroy;
-	return 0;
-
-destroy:
-	pib_cmd(dev, PIB_CMD_DESTROY_SRQ, srq->srqn, 0, NULL);
-free:
-	pib_ring_free(dev, &srq->ring);
+		pib_srq_destroy(dev, srq);
 	return err;
 }
 
@@ -133,17 +144,8 @@ int pib_query_srq(struct ib_srq *ibsrq, struct ib_srq_attr *attr)
 
 int pib_destroy_srq(struct ib_srq *ibsrq, struct ib_udata *udata)
 {
-	struct pib_dev *dev = to_pdev(ibsrq->device);
-	struct pib_srq *srq = to_psrq(ibsrq);
-	int err;
-
-	err = pib_cmd(dev, PIB_CMD_DESTROY_SRQ, srq->srqn, 0, NULL);
-	if (err)
-		return err;
-	xa_erase(&dev->srqs, srq->srqn);
-	synchronize_irq(dev->async_eq.irq);
-	pib_ring_free(dev, &srq->ring);
-	return 0;
+	pib_srq_destroy(to_pdev(ibsrq->device), to_psrq(ibsrq));
+	return 0; /* see pib_destroy_failed() */
 }
 
 int pib_post_srq_recv(struct ib_srq *ibsrq, const struct ib_recv_wr *wr,

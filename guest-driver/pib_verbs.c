@@ -172,7 +172,8 @@ void pib_get_dev_fw_str(struct ib_device *ibdev, char *str)
 /*
  * Makes a freshly created device object findable by its number (events and
  * completions look it up) and tells user space that number.  On failure the
- * object is unpublished again, so the caller only has to destroy it.
+ * caller destroys the object, which unpublishes it again: an event handler
+ * may have found it in the meantime.
  */
 int pib_publish_object(struct xarray *table, u32 id, void *obj,
 		       struct ib_udata *udata, void *resp, size_t resp_len)
@@ -181,10 +182,38 @@ int pib_publish_object(struct xarray *table, u32 id, void *obj,
 
 	if (err || !udata)
 		return err;
-	err = ib_copy_to_udata(udata, resp, min(resp_len, udata->outlen));
-	if (err)
-		xa_erase(table, id);
-	return err;
+	return ib_copy_to_udata(udata, resp, min(resp_len, udata->outlen));
+}
+
+/*
+ * Makes an object unfindable before its memory goes.  debugfs walks the
+ * table under the lock xa_erase() takes, so it sees the object whole or
+ * not at all.  The EQ handlers look objects up without a reference (the
+ * async one QPs, SRQs and CQs, the completion one CQs): one that runs after
+ * the erase finds nothing, and one that found the object before it has
+ * returned once synchronize_irq() has, threaded handler included.
+ */
+void pib_unpublish_object(struct pib_dev *dev, struct xarray *table, u32 id)
+{
+	xa_erase(table, id);
+	synchronize_irq(dev->async_eq.irq);
+	synchronize_irq(dev->comp_eq.irq);
+}
+
+/*
+ * A destroy command failed.  A failed command changes nothing (docs/prm.md
+ * §4.3), so the device may still own the object and DMA to or from its
+ * memory: the caller keeps that memory (rings, pinned pages, MTT range)
+ * for good rather than hand out pages the device may still write.  The
+ * verb succeeds all the same, as in rxe and siw: uverbs cleanup at process
+ * exit and device removal must get rid of every object, and a caller could
+ * only retry a destroy that fails again.
+ */
+void pib_destroy_failed(struct pib_dev *dev, const char *what, u32 num, int err)
+{
+	dev_warn_ratelimited(&dev->pdev->dev,
+			     "destroying %s %u failed (%d), leaking it\n", what,
+			     num, err);
 }
 
 int pib_alloc_ucontext(struct ib_ucontext *ibuc, struct ib_udata *udata)
@@ -276,6 +305,16 @@ void pib_mmap_free(struct rdma_user_mmap_entry *rdma_entry)
 /* ---- protection domains ---------------------------------------------------
  */
 
+/* No event names a PD: erasing it is enough for debugfs. */
+static void pib_pd_destroy(struct pib_dev *dev, u32 pdn)
+{
+	int err = pib_cmd(dev, PIB_CMD_DEALLOC_PD, pdn, 0, NULL);
+
+	xa_erase(&dev->pds, pdn);
+	if (err)
+		pib_destroy_failed(dev, "PD", pdn, err);
+}
+
 int pib_alloc_pd(struct ib_pd *ibpd, struct ib_udata *udata)
 {
 	struct pib_dev *dev = to_pdev(ibpd->device);
@@ -287,18 +326,14 @@ int pib_alloc_pd(struct ib_pd *ibpd, struct ib_udata *udata)
 	to_ppd(ibpd)->pdn = pdn;
 	err = xa_err(xa_store(&dev->pds, pdn, to_ppd(ibpd), GFP_KERNEL));
 	if (err)
-		pib_cmd(dev, PIB_CMD_DEALLOC_PD, pdn, 0, NULL);
+		pib_pd_destroy(dev, pdn);
 	return err;
 }
 
 int pib_dealloc_pd(struct ib_pd *ibpd, struct ib_udata *udata)
 {
-	struct pib_dev *dev = to_pdev(ibpd->device);
-	int err = pib_cmd(dev, PIB_CMD_DEALLOC_PD, to_ppd(ibpd)->pdn, 0, NULL);
-
-	if (!err)
-		xa_erase(&dev->pds, to_ppd(ibpd)->pdn);
-	return err;
+	pib_pd_destroy(to_pdev(ibpd->device), to_ppd(ibpd)->pdn);
+	return 0; /* see pib_destroy_failed() */
 }
 
 /* ---- address handles: an address vector kept in host memory ------------- */

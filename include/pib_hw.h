@@ -298,6 +298,13 @@ struct pib_port_info {
  * place: RESULT 1 means `mad` now holds the response to send back; 0 means
  * the device does not handle that class or attribute.
  */
+/*
+ * MAD_IFC opcode modifier: the MAD is the driver's own and skips the M_Key
+ * check (docs/prm.md §4.7). Without it every SMP is checked against the
+ * port's M_Key, as one from the fabric is.
+ */
+#define PIB_MAD_IFC_IGNORE_MKEY 0x1
+
 struct pib_mad_ifc {
     uint16_t slid; /* the requester's LID */
     uint8_t reserved[6];

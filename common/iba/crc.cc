@@ -134,7 +134,7 @@ constexpr uint64_t kE32 =
     polyMod(polyMul(kPoly16, polyInverse(kPoly16, kPoly32)), kPoly48); // ≡ 1 (P32), 0 (P16)
 constexpr uint64_t kE16 =
     polyMod(polyMul(kPoly32, polyInverse(kPoly32, kPoly16)), kPoly48); // ≡ 1 (P16), 0 (P32)
-static_assert(polyInverse(kPoly16, kPoly32) && polyInverse(kPoly32, kPoly16),
+static_assert(polyInverse(kPoly16, kPoly32) != 0 && polyInverse(kPoly32, kPoly16) != 0,
               "the two CRC polynomials are coprime");
 static_assert(polyMod(kE32, kPoly32) == 1 && polyMod(kE32, kPoly16) == 0);
 static_assert(polyMod(kE16, kPoly16) == 1 && polyMod(kE16, kPoly32) == 0);

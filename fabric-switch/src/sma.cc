@@ -2,6 +2,7 @@
 // The switch's subnet management agent: the SMP attributes of IBA 14.2.5
 // that a switch answers, Get and Set.
 #include <algorithm>
+#include <chrono>
 #include <cstring>
 
 #include "switch.hh"
@@ -19,7 +20,20 @@ constexpr uint16_t kPartitionCap = 32;
 
 } // namespace
 
-void Switch::sma(Mad mad, unsigned in) {
+bool Switch::sma(Mad mad, unsigned in, std::vector<Transmit> &out) {
+    // Port 0's M_Key guards every attribute of the switch (IBA 14.2.4).
+    const uint64_t now =
+        clock_ ? clock_()
+               : static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(
+                                           std::chrono::steady_clock::now().time_since_epoch())
+                                           .count());
+    const auto verdict = mkey_.check(mad, now);
+    if (verdict == MkeyProtection::Verdict::kViolation) {
+        dropped(in, "SMP with a bad M_Key, violations", mkey_.violations());
+        trapToSm(out, badMkeyTrap(mad, lid_, kProducerSwitch, ++trapTid_));
+        return false;
+    }
+    hideMkey_ = verdict == MkeyProtection::Verdict::kPassHideKey;
     uint16_t status = kStatusOk;
     if (mad.baseVersion() != 1 || mad.classVersion() != 1)
         status = kStatusBadVersion;
@@ -31,6 +45,8 @@ void Switch::sma(Mad mad, unsigned in) {
         status = kStatusBadMethod;
     mad.setMethod(kGetResp);
     mad.setStatus(status);
+    hideMkey_ = false;
+    return true;
 }
 
 void Switch::nodeInfo(Mad &mad, unsigned in) const {
@@ -77,7 +93,7 @@ void Switch::portInfo(Mad &mad, unsigned n, unsigned in) const {
     const SwitchPort &p = ports_[n];
     std::memset(mad.bytes().data() + D, 0, Mad::kSmpDataSize);
     const bool mgmt = n == 0;
-    mad.set64(D + 0, mgmt ? mkey_ : 0);
+
     mad.set64(D + 8, mgmt ? gidPrefix_ : 0);
     mad.set16(D + 16, mgmt ? lid_ : 0);
     mad.set16(D + 18, mgmt ? smLid_ : 0);
@@ -91,6 +107,8 @@ void Switch::portInfo(Mad &mad, unsigned n, unsigned in) const {
     const uint8_t phys = mgmt ? kPhysLinkUp : (p.linkUp ? kPhysLinkUp : kPhysPolling);
     mad.set8(D + 33, static_cast<uint8_t>(phys << 4 | 2)); // link down default: polling
     mad.set8(D + 34, mgmt ? lmc_ : 0);
+    if (mgmt)
+        mkey_.writePortInfo(mad, D, hideMkey_);
     mad.set8(D + 35, iba::kLinkSpeedQdr << 4 | iba::kLinkSpeedSdrDdrQdr); // active | enabled
     mad.set8(D + 36, static_cast<uint8_t>(p.neighborMtu << 4));
     mad.set8(D + 37, 1 << 4); // VLCap: VL0
@@ -122,7 +140,7 @@ uint16_t Switch::setPortInfo(Mad &mad, unsigned n) {
             return kStatusBadField;
     }
     if (n == 0) {
-        mkey_ = mad.get64(D + 0);
+        mkey_.setFromPortInfo(mad, D);
         gidPrefix_ = mad.get64(D + 8);
         lid_ = mad.get16(D + 16);
         smLid_ = mad.get16(D + 18);

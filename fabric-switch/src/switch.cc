@@ -97,7 +97,15 @@ std::vector<Transmit> Switch::forward(unsigned in, const iba::Packet &packet,
     const bool management = packet.bth.destQp == 0;
     std::vector<uint8_t> copy(bytes.begin(), bytes.end());
     if (isMulticast(dlid)) {
-        const auto &masks = mft_[dlid - 0xc000];
+        // The MFT holds the first kMftCap multicast LIDs; SwitchInfo says
+        // so (MulticastFDBCap). Any LID above has no entry: no route.
+        const unsigned index = dlid - 0xc000u;
+        if (index >= kMftCap) {
+            ++ports_[in].counters.xmitDiscards;
+            dropped(in, "multicast LID beyond the MFT, LID", dlid);
+            return out;
+        }
+        const auto &masks = mft_[index];
         for (unsigned port = 1; port <= config_.ports; ++port)
             if (port != in && masks[port / 16] & (1u << (port % 16)))
                 transmit(out, port, copy, management);
@@ -149,7 +157,8 @@ std::vector<Transmit> Switch::directedRoute(unsigned in, iba::Packet packet,
         return out;
     }
     if (byLid && hop == hops + 1) { // C14-9:4: the LID-routed tail ends here
-        sma(mad, in);
+        if (!sma(mad, in, out))
+            return out;
         mad.setReturning(true);
         return reply(packet, packet.payload, in);
     }
@@ -168,7 +177,8 @@ std::vector<Transmit> Switch::directedRoute(unsigned in, iba::Packet packet,
         sendByLid(out, in, packet, mad.drDlid());
         return out;
     }
-    sma(mad, in);
+    if (!sma(mad, in, out))
+        return out;
     mad.setReturning(true);
     // The responder stands at hop count + 1 and steps back.
     stepBack(out, in, packet, hops + 1);
@@ -225,11 +235,17 @@ std::vector<Transmit> Switch::toSwitch(unsigned in, iba::Packet packet) {
     if (packet.payload.size() != kMadSize)
         return {};
     Mad mad(packet.payload);
-    if (packet.bth.destQp == 0 && mad.mgmtClass() == kClassSmpLid && mad.method() == kTrapRepress)
-        return {}; // the SM saw our trap; we send each only once, so nothing to stop
-    if (packet.bth.destQp == 0 && mad.mgmtClass() == kClassSmpLid)
-        sma(mad, in);
-    else if (packet.bth.destQp == 1 && mad.mgmtClass() == kClassPerfMgt)
+    std::vector<Transmit> out;
+    if (packet.bth.destQp == 0 && mad.mgmtClass() == kClassSmpLid && mad.method() == kTrapRepress) {
+        // The SM saw our trap; we send each only once, so nothing to stop.
+        // A valid key in it still ends an M_Key lease.
+        sma(mad, in, out);
+        return out;
+    }
+    if (packet.bth.destQp == 0 && mad.mgmtClass() == kClassSmpLid) {
+        if (!sma(mad, in, out))
+            return out;
+    } else if (packet.bth.destQp == 1 && mad.mgmtClass() == kClassPerfMgt)
         pma(mad);
     else
         return {};

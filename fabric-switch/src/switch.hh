@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "mad.hh"
+#include "mkey.hh"
 #include "packet.hh"
 
 namespace pib::fabric {
@@ -82,6 +83,10 @@ class Switch {
 
     // Receives a line for every packet the switch drops, and why.
     void setDropLogger(std::function<void(const std::string &)> log) { dropLog_ = std::move(log); }
+    // The clock of the M_Key lease, in nanoseconds (a steady clock unless
+    // a test sets its own).
+    void setClock(std::function<uint64_t()> clock) { clock_ = std::move(clock); }
+    const iba::MkeyProtection &mkey() const { return mkey_; }
 
     static constexpr unsigned kLftCap = 49152; // unicast LIDs
     static constexpr unsigned kMftCap = 1024;  // multicast LIDs from 0xc000
@@ -94,7 +99,9 @@ class Switch {
     void sendDirected(std::vector<Transmit> &out, unsigned in, iba::Packet &packet, unsigned port);
     void sendByLid(std::vector<Transmit> &out, unsigned in, iba::Packet &packet, uint16_t dlid);
     std::vector<Transmit> toSwitch(unsigned in, iba::Packet packet);
-    void sma(Mad mad, unsigned in);
+    // False when the SMP is dropped unanswered (an M_Key violation, whose
+    // Trap 256 goes to `out`).
+    bool sma(Mad mad, unsigned in, std::vector<Transmit> &out);
     void pma(Mad mad);
     uint16_t smaGet(Mad &mad, unsigned in);
     uint16_t smaSet(Mad &mad, unsigned in);
@@ -104,6 +111,7 @@ class Switch {
     uint16_t setSwitchInfo(Mad &mad);
     uint16_t setPortInfo(Mad &mad, unsigned port);
     std::vector<Transmit> trap128();
+    void trapToSm(std::vector<Transmit> &out, std::vector<uint8_t> mad);
     std::vector<Transmit> reply(const iba::Packet &request, std::vector<uint8_t> mad, unsigned out);
 
     // Forwarding.
@@ -117,7 +125,8 @@ class Switch {
     uint16_t lid_ = 0;
     uint16_t smLid_ = 0;
     uint8_t lmc_ = 0;
-    uint64_t mkey_ = 0;
+    iba::MkeyProtection mkey_; // port 0's, which protects the whole switch
+    bool hideMkey_ = false;    // the Get being answered may not see the M_Key
     uint64_t gidPrefix_ = 0xfe80000000000000ull;
     uint8_t subnetTimeout_ = 0;
     uint16_t linearFdbTop_ = 0;
@@ -129,6 +138,7 @@ class Switch {
     std::vector<uint8_t> lft_;
     std::vector<std::array<uint16_t, 16>> mft_; // per multicast LID: 16 masks of 16 ports
     std::function<void(const std::string &)> dropLog_;
+    std::function<uint64_t()> clock_;
     void dropped(unsigned port, const char *why, unsigned a = 0, unsigned b = 0);
 };
 

@@ -8,19 +8,12 @@ namespace pib::fabric {
 
 namespace {
 
-constexpr uint16_t kAttrNotice = 0x0002;
 constexpr uint8_t kNoticeGenericUrgent = 0x81; // IsGeneric, Type 1 (urgent)
-constexpr uint32_t kProducerSwitch = 2;
 constexpr uint16_t kTrapLinkStateChanged = 128;
 
 } // namespace
 
 std::vector<Transmit> Switch::trap128() {
-    // Only once the SM has given us a LID and told us its own; before that
-    // the SM finds every change by sweeping anyway.
-    const unsigned out = smLid_ < kLftCap ? lft_[smLid_] : 0xff;
-    if (lid_ == 0 || smLid_ == 0 || out < 1 || out > config_.ports)
-        return {};
     std::vector<uint8_t> bytes(kMadSize, 0);
     Mad mad(bytes);
     mad.set8(0, 1); // base version
@@ -36,7 +29,17 @@ std::vector<Transmit> Switch::trap128() {
     mad.set16(d + 4, kTrapLinkStateChanged);
     mad.set16(d + 6, lid_);  // IssuerLID
     mad.set16(d + 10, lid_); // data details: LIDADDR, the switch with the change
+    std::vector<Transmit> result;
+    trapToSm(result, std::move(bytes));
+    return result;
+}
 
+// Sends a trap to the SM. Only once the SM has given us a LID and told us
+// its own; before that the SM finds everything by sweeping anyway.
+void Switch::trapToSm(std::vector<Transmit> &out, std::vector<uint8_t> mad) {
+    const unsigned port = smLid_ < kLftCap ? lft_[smLid_] : 0xff;
+    if (lid_ == 0 || smLid_ == 0 || port < 1 || port > config_.ports)
+        return;
     iba::Packet p;
     p.lrh.vl = 15;
     p.lrh.dlid = smLid_;
@@ -44,10 +47,8 @@ std::vector<Transmit> Switch::trap128() {
     p.bth.opcode = iba::kUdSendOnly;
     p.bth.destQp = 0;
     p.deth = iba::Deth{0, 0};
-    p.payload = std::move(bytes);
-    std::vector<Transmit> result;
-    transmit(result, out, iba::build(p), true);
-    return result;
+    p.payload = std::move(mad);
+    transmit(out, port, iba::build(p), true);
 }
 
 } // namespace pib::fabric

@@ -33,11 +33,28 @@ OBJECT_DECLARE_SIMPLE_TYPE(PibHcaState, PIB_HCA)
 /* Where the PCI Express capability sits in configuration space. */
 #define PIB_HCA_PCIE_CAP_OFFSET 0xa0
 
+/*
+ * What a port may queue for a peer that does not read: the core hears
+ * "full" beyond PIB_HCA_TX_FULL and starts no new work on the port until
+ * the queue is back under PIB_HCA_TX_RESUME; the few packets it must still
+ * answer with are dropped beyond PIB_HCA_TX_LIMIT, as a congested link
+ * drops them.
+ */
+#define PIB_HCA_TX_FULL (1 * MiB)
+#define PIB_HCA_TX_RESUME (256 * KiB)
+#define PIB_HCA_TX_LIMIT (4 * MiB)
+
 /* One InfiniBand port's cable: a chardev stream to a switch port. */
 typedef struct PibHcaPort {
     struct PibHcaState *hca;
     unsigned number; /* 1-based */
     CharBackend chr;
+    /* Bytes the stream has not taken yet: [tx_head, txq->len). */
+    GByteArray *txq;
+    size_t tx_head;
+    guint tx_watch;        /* waiting for the stream to take more */
+    bool tx_full;          /* the core was told the queue is full */
+    bool writable_pending; /* tell the core from the bottom half */
 } PibHcaPort;
 
 struct PibHcaState {
@@ -47,6 +64,8 @@ struct PibHcaState {
     MemoryRegion doorbells;
     struct pib_core *core;
     QEMUTimer *transport_timer; /* the core's retransmission/RNR timer */
+    QEMUBH *bh;                 /* continues the core's postponed work */
+    bool run_pending;           /* the core asked for pib_core_run() */
 
     /* Properties. */
     uint64_t node_guid;
@@ -73,6 +92,46 @@ static void pib_hca_core_event(void *opaque, const char *what,
 }
 
 /*
+ * Whether every byte of [addr, addr + len) is guest RAM that the
+ * function's bus-master address space reaches. DMA into anything else is
+ * refused: MMIO (another device's registers, or this device's own BARs,
+ * which would re-enter the core in the middle of its work) or a hole.
+ * A disabled bus master reaches nothing, as on real hardware.
+ */
+static bool pib_hca_dma_is_ram(PCIDevice *pdev, uint64_t addr, uint64_t len,
+                               bool is_write)
+{
+    AddressSpace *as = pci_get_address_space(pdev);
+
+    RCU_READ_LOCK_GUARD();
+    while (len) {
+        hwaddr xlat, plen = len;
+        MemoryRegion *mr = address_space_translate(
+            as, addr, &xlat, &plen, is_write, MEMTXATTRS_UNSPECIFIED);
+
+        if (plen == 0 ||
+            !memory_access_is_direct(mr, is_write, MEMTXATTRS_UNSPECIFIED)) {
+            return false;
+        }
+        addr += plen;
+        len -= MIN(plen, len);
+    }
+    return true;
+}
+
+static int pib_hca_dma_refused(PibHcaState *s, uint64_t addr, uint64_t len,
+                               bool is_write)
+{
+    trace_pib_hca_dma_not_ram(addr, len, is_write);
+    qemu_log_mask(LOG_GUEST_ERROR,
+                  "pib-hca %s: dma-not-ram: %s of %" PRIu64
+                  " bytes at 0x%" PRIx64 " reaches no guest RAM\n",
+                  DEVICE(s)->id ? DEVICE(s)->id : "",
+                  is_write ? "write" : "read", len, addr);
+    return -1;
+}
+
+/*
  * DMA goes through the function's bus-master address space, so it fails
  * when the driver has not enabled bus mastering, as on real hardware.
  */
@@ -80,8 +139,12 @@ static int pib_hca_dma_read(void *opaque, uint64_t addr, void *buf,
                             uint64_t len)
 {
     PibHcaState *s = opaque;
-    MemTxResult r = pci_dma_read(PCI_DEVICE(s), addr, buf, len);
+    MemTxResult r;
 
+    if (!pib_hca_dma_is_ram(PCI_DEVICE(s), addr, len, false)) {
+        return pib_hca_dma_refused(s, addr, len, false);
+    }
+    r = pci_dma_read(PCI_DEVICE(s), addr, buf, len);
     trace_pib_hca_dma_read(addr, len, r);
     return r == MEMTX_OK ? 0 : -1;
 }
@@ -90,8 +153,12 @@ static int pib_hca_dma_write(void *opaque, uint64_t addr, const void *buf,
                              uint64_t len)
 {
     PibHcaState *s = opaque;
-    MemTxResult r = pci_dma_write(PCI_DEVICE(s), addr, buf, len);
+    MemTxResult r;
 
+    if (!pib_hca_dma_is_ram(PCI_DEVICE(s), addr, len, true)) {
+        return pib_hca_dma_refused(s, addr, len, true);
+    }
+    r = pci_dma_write(PCI_DEVICE(s), addr, buf, len);
     trace_pib_hca_dma_write(addr, len, r);
     return r == MEMTX_OK ? 0 : -1;
 }
@@ -148,21 +215,104 @@ static void pib_hca_msix_notify(void *opaque, unsigned vector)
     }
 }
 
-static void pib_hca_port_send(void *opaque, unsigned port, const void *buf,
-                              size_t len)
+static size_t pib_hca_tx_pending(const PibHcaPort *port)
+{
+    return port->txq->len - port->tx_head;
+}
+
+static gboolean pib_hca_port_writable(void *do_not_use, GIOCondition cond,
+                                      void *opaque);
+
+static void pib_hca_port_tx_reset(PibHcaPort *port)
+{
+    if (port->tx_watch) {
+        g_source_remove(port->tx_watch);
+        port->tx_watch = 0;
+    }
+    g_byte_array_set_size(port->txq, 0);
+    port->tx_head = 0;
+    if (port->tx_full) {
+        port->tx_full = false;
+        port->writable_pending = true;
+        qemu_bh_schedule(port->hca->bh);
+    }
+}
+
+/*
+ * Writes what the stream takes without blocking; the rest waits for a
+ * write watch. Never waits for the peer: a switch that stops reading
+ * fills this queue, not the vCPU's time.
+ */
+static void pib_hca_port_flush(PibHcaPort *port)
+{
+    while (pib_hca_tx_pending(port)) {
+        int n = qemu_chr_fe_write(&port->chr, port->txq->data + port->tx_head,
+                                  MIN(pib_hca_tx_pending(port), INT_MAX));
+
+        /* A failed write may have closed the stream, and emptied txq. */
+        if (n <= 0 || (size_t) n > pib_hca_tx_pending(port)) {
+            break;
+        }
+        port->tx_head += n;
+    }
+    if (port->tx_head == port->txq->len) {
+        g_byte_array_set_size(port->txq, 0);
+        port->tx_head = 0;
+    } else if (port->tx_head > port->txq->len / 2) {
+        g_byte_array_remove_range(port->txq, 0, port->tx_head);
+        port->tx_head = 0;
+    }
+    if (pib_hca_tx_pending(port) && !port->tx_watch) {
+        port->tx_watch = qemu_chr_fe_add_watch(&port->chr, G_IO_OUT | G_IO_HUP,
+                                               pib_hca_port_writable, port);
+        if (!port->tx_watch) { /* a stream that cannot say: nothing waits */
+            trace_pib_hca_port_send_failed(port->number,
+                                           pib_hca_tx_pending(port));
+            pib_hca_port_tx_reset(port);
+        }
+    }
+}
+
+/* Runs from the main loop: never inside a core call. */
+static gboolean pib_hca_port_writable(void *do_not_use, GIOCondition cond,
+                                      void *opaque)
+{
+    PibHcaPort *port = opaque;
+
+    port->tx_watch = 0;
+    pib_hca_port_flush(port);
+    if (port->tx_full && pib_hca_tx_pending(port) <= PIB_HCA_TX_RESUME) {
+        port->tx_full = false;
+        trace_pib_hca_port_writable(port->number, pib_hca_tx_pending(port));
+        pib_core_port_writable(port->hca->core, port->number);
+    }
+    return G_SOURCE_REMOVE;
+}
+
+static int pib_hca_port_send(void *opaque, unsigned number, const void *buf,
+                             size_t len)
 {
     PibHcaState *s = opaque;
-    CharBackend *chr = &s->port[port - 1].chr;
+    PibHcaPort *port = &s->port[number - 1];
 
-    trace_pib_hca_port_send(port, len);
-    /*
-     * A frame is written whole or not at all; a switch that stops reading
-     * stalls this port only as long as the socket buffer is full.
-     */
-    if (qemu_chr_fe_backend_connected(chr) &&
-        qemu_chr_fe_write_all(chr, buf, len) != (int) len) {
-        trace_pib_hca_port_send_failed(port, len);
+    trace_pib_hca_port_send(number, len);
+    if (!qemu_chr_fe_backend_open(&port->chr)) {
+        return PIB_PORT_SEND_OK; /* no cable: the packet is lost */
     }
+    if (pib_hca_tx_pending(port) + len > PIB_HCA_TX_LIMIT) {
+        trace_pib_hca_port_send_failed(number, len);
+        return PIB_PORT_SEND_FULL;
+    }
+    g_byte_array_append(port->txq, buf, len);
+    pib_hca_port_flush(port);
+    if (pib_hca_tx_pending(port) >= PIB_HCA_TX_FULL) {
+        if (!port->tx_full) {
+            trace_pib_hca_port_full(number, pib_hca_tx_pending(port));
+        }
+        port->tx_full = true;
+        return PIB_PORT_SEND_FULL;
+    }
+    return PIB_PORT_SEND_OK;
 }
 
 static void pib_hca_port_disconnect(void *opaque, unsigned port)
@@ -195,6 +345,33 @@ static void pib_hca_transport_timer(void *opaque)
     pib_core_timer_expired(s->core);
 }
 
+static void pib_hca_schedule(void *opaque)
+{
+    PibHcaState *s = opaque;
+
+    s->run_pending = true;
+    qemu_bh_schedule(s->bh);
+}
+
+/* The core's postponed work, and ports whose queue has room again. */
+static void pib_hca_bh(void *opaque)
+{
+    PibHcaState *s = opaque;
+    unsigned i;
+
+    for (i = 0; i < PIB_MAX_PORTS; i++) {
+        if (s->port[i].writable_pending) {
+            s->port[i].writable_pending = false;
+            pib_core_port_writable(s->core, i + 1);
+        }
+    }
+    if (s->run_pending) {
+        s->run_pending = false;
+        trace_pib_hca_run();
+        pib_core_run(s->core);
+    }
+}
+
 static const struct pib_host_ops pib_hca_host_ops = {
     .guest_error = pib_hca_guest_error,
     .trace = pib_hca_core_event,
@@ -207,6 +384,7 @@ static const struct pib_host_ops pib_hca_host_ops = {
     .port_disconnect = pib_hca_port_disconnect,
     .clock_ns = pib_hca_clock_ns,
     .timer_arm = pib_hca_timer_arm,
+    .schedule = pib_hca_schedule,
 };
 
 static int pib_hca_port_can_receive(void *opaque)
@@ -227,6 +405,7 @@ static void pib_hca_port_event(void *opaque, QEMUChrEvent event)
 
     if (event == CHR_EVENT_OPENED || event == CHR_EVENT_CLOSED) {
         trace_pib_hca_port_link(port->number, event == CHR_EVENT_OPENED);
+        pib_hca_port_tx_reset(port); /* nothing queued survives a cable */
         pib_core_port_connected(port->hca->core, port->number,
                                 event == CHR_EVENT_OPENED);
     }
@@ -303,6 +482,32 @@ static uint64_t pib_hca_default_guid(void)
            (++instances & 0xffff);
 }
 
+static void pib_hca_free(PibHcaState *s)
+{
+    unsigned i;
+
+    pib_core_free(s->core);
+    s->core = NULL;
+    timer_free(s->transport_timer);
+    s->transport_timer = NULL;
+    if (s->bh) {
+        qemu_bh_delete(s->bh);
+        s->bh = NULL;
+    }
+    for (i = 0; i < PIB_MAX_PORTS; i++) {
+        PibHcaPort *port = &s->port[i];
+
+        if (port->tx_watch) {
+            g_source_remove(port->tx_watch);
+            port->tx_watch = 0;
+        }
+        if (port->txq) {
+            g_byte_array_free(port->txq, true);
+            port->txq = NULL;
+        }
+    }
+}
+
 static void pib_hca_realize(PCIDevice *pdev, Error **errp)
 {
     PibHcaState *s = PIB_HCA(pdev);
@@ -328,12 +533,15 @@ static void pib_hca_realize(PCIDevice *pdev, Error **errp)
     }
     s->transport_timer =
         timer_new_ns(QEMU_CLOCK_VIRTUAL, pib_hca_transport_timer, s);
+    s->bh =
+        qemu_bh_new_guarded(pib_hca_bh, s, &DEVICE(s)->mem_reentrancy_guard);
+    for (i = 0; i < PIB_MAX_PORTS; i++) {
+        s->port[i].txq = g_byte_array_new();
+    }
     s->core = pib_core_new(&config, &pib_hca_host_ops, s);
     if (!s->core) {
         error_setg(errp, "pib-hca: cannot create the device core");
-        timer_free(s->transport_timer);
-        s->transport_timer = NULL;
-        return;
+        goto fail;
     }
 
     memory_region_init_io(&s->regs, OBJECT(s), &pib_hca_regs_ops, s,
@@ -379,10 +587,7 @@ static void pib_hca_realize(PCIDevice *pdev, Error **errp)
     return;
 
 fail:
-    pib_core_free(s->core);
-    s->core = NULL;
-    timer_free(s->transport_timer);
-    s->transport_timer = NULL;
+    pib_hca_free(s);
 }
 
 static void pib_hca_exit(PCIDevice *pdev)
@@ -395,10 +600,7 @@ static void pib_hca_exit(PCIDevice *pdev)
     }
     msix_unuse_all_vectors(pdev);
     msix_uninit_exclusive_bar(pdev);
-    pib_core_free(s->core);
-    s->core = NULL;
-    timer_free(s->transport_timer);
-    s->transport_timer = NULL;
+    pib_hca_free(s);
 }
 
 static void pib_hca_reset(DeviceState *dev)

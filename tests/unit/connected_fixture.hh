@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cstring>
 #include <functional>
+#include <optional>
 #include <stdexcept>
 #include <vector>
 
@@ -68,23 +69,31 @@ struct Node {
         uint64_t sqPage, rqPage;
         uint32_t sqPi, rqPi;
     };
-    Qp createQp(uint8_t type) {
+    // With an SRQ, the QP has no receive queue of its own.
+    Qp createQp(uint8_t type, std::optional<uint32_t> srqn = std::nullopt) {
         pib_qp_context qp{};
         qp.type = type;
         qp.pdn = pd;
         qp.send_cqn = qp.recv_cqn = cqn;
         qp.uar_page = uar;
+        qp.port = 1;
         qp.sq_log_wqe_count = kLogSq;
         qp.sq_log_wqe_stride = 7;
-        qp.rq_log_wqe_count = kLogRq;
-        qp.rq_log_wqe_stride = 6;
         std::vector<uint64_t> pages;
         qp.sq_buf = host.ring(2, &pages);
         sqPage = pages.front();
-        qp.rq_buf = host.ring(1, &pages);
-        rqPage = pages.back();
+        if (srqn) {
+            qp.flags = PIB_QP_USE_SRQ;
+            qp.srqn = *srqn;
+            rqPage = 0;
+        } else {
+            qp.rq_log_wqe_count = kLogRq;
+            qp.rq_log_wqe_stride = 6;
+            qp.rq_buf = host.ring(1, &pages);
+            rqPage = pages.back();
+        }
         qpn = static_cast<uint32_t>(host.commandIn(PIB_CMD_CREATE_QP, 0, qp).result);
-        expect(qpn >= PIB_FIRST_QPN, "CREATE_QP");
+        expect(qpn >= PIB_FIRST_QPN || type == PIB_QPT_SMI || type == PIB_QPT_GSI, "CREATE_QP");
         sqPi = rqPi = 0;
         return current();
     }
@@ -118,6 +127,10 @@ struct Node {
 
     // INIT -> RTR -> RTS, connected to `peer`.
     void connect(const Node &peer, uint8_t type, const Options &o) {
+        connectTo(peer.lid, peer.qpn, type, o);
+    }
+    // The same to QP `peerQpn` behind LID `peerLid`.
+    void connectTo(uint16_t peerLid, uint32_t peerQpn, uint8_t type, const Options &o) {
         pib_qp_attr a{};
         a.attr_mask = PIB_QP_STATE | PIB_QP_PKEY_INDEX | PIB_QP_PORT | PIB_QP_ACCESS_FLAGS;
         a.qp_state = PIB_QPS_INIT;
@@ -129,10 +142,10 @@ struct Node {
         if (type == PIB_QPT_RC)
             a.attr_mask |= PIB_QP_MAX_DEST_RD_ATOMIC | PIB_QP_MIN_RNR_TIMER;
         a.qp_state = PIB_QPS_RTR;
-        a.av.dlid = peer.lid;
+        a.av.dlid = peerLid;
         a.av.port = 1;
         a.path_mtu = o.mtu;
-        a.dest_qp_num = peer.qpn;
+        a.dest_qp_num = peerQpn;
         a.rq_psn = o.rqPsn;
         a.max_dest_rd_atomic = o.maxRdAtomic;
         a.min_rnr_timer = o.minRnrTimer;
@@ -244,11 +257,18 @@ struct Wire {
     bool inspect = true; // false: bytes pass unparsed (benchmarks)
     std::vector<uint8_t> spare[2];
 
-    // Moves packets until both sides are quiet.
-    void run(int rounds = 64) {
-        for (int r = 0; r < rounds; ++r)
-            if (!move(a, b, 0) & !move(b, a, 1))
+    // Moves packets, and runs the work each device postponed (as QEMU's
+    // main loop runs a bottom half), until both sides are quiet.
+    void run(int rounds = 100000) {
+        for (int r = 0; r < rounds; ++r) {
+            // Every step each round, whatever the others did.
+            const bool movedAb = move(a, b, 0);
+            const bool movedBa = move(b, a, 1);
+            const bool ranA = a.host.runScheduled();
+            const bool ranB = b.host.runScheduled();
+            if (!movedAb && !movedBa && !ranA && !ranB)
                 return;
+        }
     }
 
     bool move(Node &from, Node &to, int side) {
@@ -259,6 +279,8 @@ struct Wire {
         auto &bytes = spare[side];
         bytes.swap(from.host.portOutput[1]);
         from.host.portOutput[1].clear();
+        // The host's queue drained: a port it said was full has room.
+        pib_core_port_writable(from.host.core, 1);
         if (!inspect) { // straight through, as a cable would
             pib_core_port_receive(to.host.core, 1, bytes.data(), bytes.size());
             bytes.clear();

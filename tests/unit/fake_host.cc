@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: GPL-2.0-or-later
 #include "fake_host.hh"
 
+#include <algorithm>
 #include <stdexcept>
 #include <string>
 
@@ -12,8 +13,37 @@ static void recordTrace(void *opaque, const char *what, const char *detail) {
     static_cast<FakeHost *>(opaque)->traceLines.push_back({what, detail});
 }
 
+// A host that lets DMA reach the device's own BAR0 (peer-to-peer, as a
+// naive bus would): each aligned word becomes a register access, from
+// inside whatever the core is doing.
+static bool inBar0(uint64_t addr) {
+    return addr >= FakeHost::kBar0Base && addr - FakeHost::kBar0Base < PIB_REGS_SIZE;
+}
+
+static void barDmaRead(FakeHost *host, uint64_t addr, uint8_t *buf, uint64_t len) {
+    for (uint64_t i = 0; i + 4 <= len; i += 4) {
+        const auto word = static_cast<uint32_t>(
+            pib_core_bar_read(host->core, PIB_BAR_REGS, addr - FakeHost::kBar0Base + i, 4));
+        std::memcpy(buf + i, &word, 4);
+    }
+    ++host->barDmas;
+}
+
+static void barDmaWrite(FakeHost *host, uint64_t addr, const uint8_t *buf, uint64_t len) {
+    for (uint64_t i = 0; i + 4 <= len; i += 4) {
+        uint32_t word;
+        std::memcpy(&word, buf + i, 4);
+        pib_core_bar_write(host->core, PIB_BAR_REGS, addr - FakeHost::kBar0Base + i, word, 4);
+    }
+    ++host->barDmas;
+}
+
 static int dmaRead(void *opaque, uint64_t addr, void *buf, uint64_t len) {
     auto *host = static_cast<FakeHost *>(opaque);
+    if (inBar0(addr)) {
+        barDmaRead(host, addr, static_cast<uint8_t *>(buf), len);
+        return 0;
+    }
     if (!host->inRam(addr, len))
         return -1;
     std::memcpy(buf, host->at(addr), len);
@@ -22,6 +52,10 @@ static int dmaRead(void *opaque, uint64_t addr, void *buf, uint64_t len) {
 
 static int dmaWrite(void *opaque, uint64_t addr, const void *buf, uint64_t len) {
     auto *host = static_cast<FakeHost *>(opaque);
+    if (inBar0(addr)) {
+        barDmaWrite(host, addr, static_cast<const uint8_t *>(buf), len);
+        return 0;
+    }
     if (!host->inRam(addr, len))
         return -1;
     std::memcpy(host->at(addr), buf, len);
@@ -45,10 +79,13 @@ static void msixNotify(void *opaque, unsigned vector) {
     static_cast<FakeHost *>(opaque)->interrupts.push_back(vector);
 }
 
-static void portSend(void *opaque, unsigned port, const void *buf, size_t len) {
-    auto &out = static_cast<FakeHost *>(opaque)->portOutput[port];
+static int portSend(void *opaque, unsigned port, const void *buf, size_t len) {
+    auto *host = static_cast<FakeHost *>(opaque);
+    auto &out = host->portOutput[port];
     out.insert(out.end(), static_cast<const uint8_t *>(buf),
                static_cast<const uint8_t *>(buf) + len);
+    host->portOutputPeak = std::max(host->portOutputPeak, out.size());
+    return out.size() >= host->portQueueLimit ? PIB_PORT_SEND_FULL : PIB_PORT_SEND_OK;
 }
 
 static void portDisconnect(void *opaque, unsigned port) {
@@ -66,7 +103,27 @@ pib_core_config FakeHost::defaultConfig() {
 
 FakeHost::FakeHost() : FakeHost(defaultConfig()) {}
 
-FakeHost::FakeHost(const pib_core_config &config, uint64_t ramSize) : ram(ramSize, 0) {
+// Guest RAM of hosts gone, for the next host: a fuzzer makes one host per
+// input, and fresh pages for each would cost more than the input's work.
+static std::vector<std::vector<uint8_t>> &ramPool() {
+    static std::vector<std::vector<uint8_t>> pool;
+    return pool;
+}
+
+static std::vector<uint8_t> takeRam(uint64_t size) {
+    auto &pool = ramPool();
+    for (auto it = pool.begin(); it != pool.end(); ++it) {
+        if (it->size() == size) {
+            std::vector<uint8_t> ram = std::move(*it);
+            pool.erase(it);
+            std::memset(ram.data(), 0, ram.size()); // not a loop the fuzzer instruments
+            return ram;
+        }
+    }
+    return std::vector<uint8_t>(size, 0);
+}
+
+FakeHost::FakeHost(const pib_core_config &config, uint64_t ramSize) : ram(takeRam(ramSize)) {
     static const pib_host_ops ops = {
         .guest_error = recordGuestError,
         .trace = recordTrace,
@@ -82,6 +139,7 @@ FakeHost::FakeHost(const pib_core_config &config, uint64_t ramSize) : ram(ramSiz
             [](void *opaque, uint64_t deadline) {
                 static_cast<FakeHost *>(opaque)->timerDeadline = deadline;
             },
+        .schedule = [](void *opaque) { ++static_cast<FakeHost *>(opaque)->scheduled; },
     };
     core = pib_core_new(&config, &ops, this);
     if (!core)
@@ -90,6 +148,8 @@ FakeHost::FakeHost(const pib_core_config &config, uint64_t ramSize) : ram(ramSiz
 
 FakeHost::~FakeHost() {
     pib_core_free(core);
+    if (ramPool().size() < 4)
+        ramPool().push_back(std::move(ram));
 }
 
 size_t FakeHost::guestErrors(const std::string &what) const {
@@ -215,4 +275,13 @@ FakeHost::Outcome FakeHost::mad(uint8_t cls, uint8_t method, uint16_t attr, uint
 void FakeHost::initHca() {
     if (command(PIB_CMD_INIT_HCA).status != PIB_CMD_STATUS_OK)
         throw std::runtime_error("INIT_HCA failed");
+}
+
+bool FakeHost::runScheduled() {
+    if (!scheduled)
+        return false;
+    scheduled = 0;
+    ++runs;
+    pib_core_run(core);
+    return true;
 }

@@ -26,6 +26,9 @@ struct FakeHost {
     // Guest RAM the device may DMA to: [kRamBase, kRamBase + ram.size()).
     static constexpr uint64_t kRamBase = 0x100000;
     static constexpr uint64_t kDefaultRamSize = 8 << 20;
+    // Where the device's BAR0 sits in the bus address space. DMA there
+    // reaches the registers, as on a host that does not refuse it.
+    static constexpr uint64_t kBar0Base = 0xfe000000;
 
     FakeHost();
     explicit FakeHost(const pib_core_config &config, uint64_t ramSize = kDefaultRamSize);
@@ -125,7 +128,16 @@ struct FakeHost {
     std::vector<Report> traceLines;
     std::vector<unsigned> interrupts;
     std::vector<uint8_t> portOutput[3]; // what each port sent, by port number
+    // port_send says the queue is full once a port's output holds this much.
+    size_t portQueueLimit = SIZE_MAX;
+    size_t portOutputPeak = 0; // the most any port's output held at once
+    // The core asked for pib_core_run() this many times since the last
+    // run; runScheduled() runs it (as the host's main loop would) if so.
+    unsigned scheduled = 0;
+    unsigned runs = 0; // pib_core_run calls made
+    bool runScheduled();
     std::vector<unsigned> disconnects;
+    uint64_t barDmas = 0; // DMAs that reached BAR0
     // The transport clock: tests move it by hand.
     uint64_t now = 1'000'000'000;
     uint64_t timerDeadline = UINT64_MAX;

@@ -204,3 +204,25 @@ TEST_CASE("a full CQ reports an overrun instead of overwriting", "[datagram]") {
     CHECK(a.host.guestErrors("cq-overrun") == 1);
     CHECK(a.cqe(0).wr_id == 0); // not overwritten
 }
+
+// Regression (issue 13, defect 2): the gather buffer was sized from the
+// WQE's byte counts before any check, so one doorbell asked for gigabytes.
+TEST_CASE("a datagram's length is checked before it sizes anything", "[datagram]") {
+    Node a(PIB_QPT_UD);
+    const uint64_t slot = a.sqPage;
+    pib_wqe_ctrl ctrl{};
+    ctrl.wr_id = 0x99;
+    ctrl.opcode = PIB_WR_SEND;
+    ctrl.flags = PIB_WQE_SIGNALED;
+    ctrl.num_ds = 8; // control, UD address, four data segments
+    a.host.poke(slot, ctrl);
+    pib_wqe_ud ud{};
+    ud.av.dlid = 0x10;
+    ud.remote_qpn = 5;
+    a.host.poke(slot + 16, ud);
+    for (unsigned i = 0; i < 4; ++i)
+        a.host.poke(slot + 64 + 16 * i, pib_wqe_data{0xffffffffu, a.lkey, FakeHost::kRamBase});
+    a.ring(PIB_DB_SQ, ++a.sqPi);
+    CHECK(a.cqe(0).wr_id == 0x99);
+    CHECK(a.cqe(0).status == PIB_WC_LOC_LEN_ERR);
+}

@@ -7,6 +7,8 @@
 #include "fake_host.hh"
 #include "frame.hh"
 #include "mad.hh"
+#include "mkey.hh"
+#include "packet.hh"
 
 using namespace pib;
 
@@ -139,4 +141,115 @@ TEST_CASE("the PMA reports the port's counters", "[sma]") {
     CHECK(iba::Mad(r.second.mad).status() == iba::kStatusBadField);
     r = f.mad(iba::kClassPerfMgt, iba::kGet, iba::kAttrClassPortInfo, 0);
     CHECK(iba::Mad(r.second.mad).get16(64 + 2) & (1u << 9));
+}
+
+namespace {
+
+// The Trap 256 packets among what port 1 sent.
+std::vector<iba::Packet> badMkeyTraps(FakeHost &host) {
+    std::vector<iba::Packet> traps;
+    wire::FrameReader reader;
+    reader.feed(host.portOutput[1]);
+    wire::FrameReader::Error error;
+    while (auto frame = reader.next(&error)) {
+        iba::ParseError perr;
+        auto p = iba::parse(frame->payload, &perr);
+        if (p && p->payload.size() == iba::kMadSize) {
+            iba::Mad m(p->payload);
+            if (m.method() == iba::kTrap && m.get16(64 + 4) == iba::kTrapBadMkey)
+                traps.push_back(*p);
+        }
+    }
+    return traps;
+}
+
+} // namespace
+
+TEST_CASE("M_Key guards the SMA: protect bits, violations, Trap 256, the lease", "[sma][mkey]") {
+    SmaFixture f;
+    constexpr uint64_t kKey = 0x1234;
+    auto smp = [&](uint8_t method, uint64_t key, std::function<void(iba::Mad &)> fill = {}) {
+        return f.mad(iba::kClassSmpLid, method, iba::kAttrPortInfo, 1, [&](iba::Mad &m) {
+            m.set64(24, key);
+            if (fill)
+                fill(m);
+        });
+    };
+    // An SM (LID 0x22) brings the port up as LID 0x11 and protects it.
+    for (uint8_t state : {PIB_PORT_ARMED, PIB_PORT_ACTIVE})
+        REQUIRE(smp(iba::kSet, 0, [&](iba::Mad &m) {
+                    m.set16(64 + 16, 0x11);
+                    m.set16(64 + 18, 0x22);
+                    m.set8(64 + 32, state);
+                }).first == 1);
+    auto protect = [&](uint64_t oldKey, uint8_t bits, uint16_t lease) {
+        return smp(iba::kSet, oldKey, [&](iba::Mad &m) {
+            m.set64(64 + 0, kKey);
+            m.set16(64 + 16, 0x11);
+            m.set16(64 + 18, 0x22);
+            m.set16(64 + 26, lease);
+            m.set8(64 + 34, static_cast<uint8_t>(bits << 6));
+        });
+    };
+    REQUIRE(protect(0, 2, 1).first == 1);
+    f.host.portOutput[1].clear();
+
+    SECTION("a Get with the wrong key is dropped, counted and trapped") {
+        CHECK(smp(iba::kGet, 0x9999).first == 0);
+        const auto traps = badMkeyTraps(f.host);
+        REQUIRE(traps.size() == 1);
+        CHECK(traps[0].lrh.dlid == 0x22);
+        CHECK(traps[0].lrh.slid == 0x11);
+        CHECK(traps[0].lrh.vl == 15);
+        iba::Mad trap(const_cast<std::vector<uint8_t> &>(traps[0].payload));
+        CHECK(trap.get64(24) == 0);        // a trap's own M_Key
+        CHECK(trap.get8(64) == 0x82);      // generic, security
+        CHECK(trap.get16(64 + 6) == 0x11); // IssuerLID
+        CHECK(trap.get8(64 + 16) == iba::kGet);
+        CHECK(trap.get16(64 + 18) == iba::kAttrPortInfo);
+        CHECK(trap.get64(64 + 24) == 0x9999); // the bad key
+        auto [result, r] = smp(iba::kGet, kKey);
+        REQUIRE(result == 1);
+        CHECK(iba::Mad(r.mad).get64(64) == kKey);
+        CHECK(iba::Mad(r.mad).get16(64 + 44) == 1); // M_KeyViolations
+        CHECK(iba::Mad(r.mad).get8(64 + 34) >> 6 == 2);
+    }
+    SECTION("a Set with the wrong key changes nothing") {
+        CHECK(smp(iba::kSet, 0, [](iba::Mad &m) { m.set16(64 + 16, 0x77); }).first == 0);
+        pib_mad_ifc r = smp(iba::kGet, kKey).second;
+        CHECK(iba::Mad(r.mad).get16(64 + 16) == 0x11);
+    }
+    SECTION("the driver's own MADs skip the check") {
+        const uint64_t in = f.host.alloc(PIB_MAILBOX_SIZE), out = f.host.alloc(PIB_MAILBOX_SIZE);
+        pib_mad_ifc ifc{};
+        iba::Mad m(ifc.mad);
+        m.set8(0, 1), m.set8(1, iba::kClassSmpLid), m.set8(2, 1), m.set8(3, iba::kGet);
+        m.set16(16, iba::kAttrPortInfo);
+        m.set32(20, 1);
+        f.host.poke(in, ifc);
+        const auto r = f.host.command(PIB_CMD_MAD_IFC, 1, in, out,
+                                      PIB_MAD_IFC_IGNORE_MKEY << PIB_CMD_CTRL_OPMOD_SHIFT);
+        CHECK(r.result == 1);
+        CHECK(badMkeyTraps(f.host).empty());
+    }
+    SECTION("protect bits 1 answer a Get but hide the key") {
+        REQUIRE(protect(kKey, 1, 0).first == 1);
+        auto [result, r] = smp(iba::kGet, 0);
+        REQUIRE(result == 1);
+        CHECK(iba::Mad(r.mad).get64(64) == 0);
+        CHECK(iba::Mad(r.mad).get16(64 + 16) == 0x11);
+    }
+    SECTION("when the lease runs out the protection falls to 0") {
+        CHECK(smp(iba::kSet, 0x5555).first == 0); // starts the 1 s lease
+        f.host.advance(500'000'000);
+        CHECK(smp(iba::kGet, 0x5555).first == 0);
+        f.host.advance(600'000'000);
+        auto [result, r] = smp(iba::kGet, 0x5555);
+        REQUIRE(result == 1);
+        CHECK(iba::Mad(r.mad).get64(64) == kKey); // an SM that lost the key can read it
+        CHECK(iba::Mad(r.mad).get8(64 + 34) >> 6 == 0);
+        CHECK(iba::Mad(r.mad).get16(64 + 44) == 2);
+        // Traps go at most every 4.096 us * 2^SubnetTimeout: here, each.
+        CHECK(badMkeyTraps(f.host).size() == 2);
+    }
 }

@@ -373,6 +373,28 @@ TEST_CASE("the MFT copies multicast to its ports but never back", "[switch]") {
     CHECK(out[1].port == 3);
 }
 
+// Regression (issue 13, defect 1): every DLID from 0xC000 to 0xFFFE used
+// to index the 1024-entry MFT; one QP0-addressed packet (which skips the
+// ACTIVE check) to 0xD000 from a peer that had only said HELLO aborted
+// the switch.
+TEST_CASE("multicast LIDs beyond the MFT are dropped, not indexed", "[switch]") {
+    Switch sw = makeSwitch();
+    CHECK(sw.receive(1, lidPacket(0xd000, 0, std::vector<uint8_t>(kMadSize, 0))).empty());
+    CHECK(sw.port(1).counters.xmitDiscards == 1);
+    for (unsigned p = 1; p <= 2; ++p) {
+        drSet(sw, kAttrPortInfo, p, [](Mad &m) { m.set8(64 + 32, kStateArmed); });
+        drSet(sw, kAttrPortInfo, p, [](Mad &m) { m.set8(64 + 32, kStateActive); });
+    }
+    for (uint32_t dlid = 0xc000 + Switch::kMftCap; dlid < 0xffff; dlid += 97) {
+        CHECK(
+            sw.receive(1, lidPacket(static_cast<uint16_t>(dlid), 0xffffff, {1, 2, 3, 4})).empty());
+        CHECK(
+            sw.receive(1, lidPacket(static_cast<uint16_t>(dlid), 0, std::vector<uint8_t>(kMadSize)))
+                .empty());
+    }
+    CHECK(sw.receive(1, lidPacket(0xfffe, 0xffffff, {1, 2, 3, 4})).empty());
+}
+
 TEST_CASE("the PMA counts traffic in IBA units", "[switch]") {
     Switch sw = makeSwitch();
     drSet(sw, kAttrPortInfo, 0, [](Mad &m) { m.set16(64 + 16, 0x10); });
@@ -574,4 +596,50 @@ TEST_CASE("a link change sends Trap 128 to the SM once it configured the switch"
     auto again = sw.linkChanged(7, false);
     REQUIRE(again.size() == 1);
     CHECK(Mad(iba::parse(again[0].packet, &error)->payload).get64(8) != trap.get64(8));
+}
+
+TEST_CASE("port 0's M_Key guards the whole switch", "[switch][mkey]") {
+    Switch sw = makeSwitch();
+    uint64_t now = 1'000'000'000;
+    sw.setClock([&] { return now; });
+    constexpr uint64_t kKey = 0xfeed;
+    // The SM (LID 1 behind port 1) gives the switch LID 2 and a key,
+    // protect bits 2, a lease of 1 s.
+    drSet(sw, kAttrLinearForwardingTable, 0, [](Mad &m) { m.set8(64 + 1, 1); });
+    drSet(sw, kAttrPortInfo, 0, [](Mad &m) {
+        m.set64(64 + 0, kKey);
+        m.set16(64 + 16, 2);
+        m.set16(64 + 18, 1);
+        m.set16(64 + 26, 1);
+        m.set8(64 + 34, 2 << 6);
+    });
+    auto smp = [&](uint8_t method, uint64_t key, uint16_t attr = kAttrPortInfo) {
+        auto bytes = drSmp(method, attr, 0, {1});
+        iba::ParseError error;
+        auto p = *iba::parse(bytes, &error);
+        Mad(p.payload).set64(24, key);
+        return sw.receive(1, iba::build(p));
+    };
+    auto out = smp(kGet, 0);
+    REQUIRE(out.size() == 1); // no GetResp: the Trap 256 alone
+    std::vector<uint8_t> trap = madOf(out[0].packet);
+    CHECK(Mad(trap).method() == kTrap);
+    CHECK(Mad(trap).get16(64 + 4) == iba::kTrapBadMkey);
+    CHECK(Mad(trap).get8(64 + 33) & 0x80); // it came by directed route
+    CHECK(sw.mkey().violations() == 1);
+    CHECK(smp(kSet, 0x1, kAttrSwitchInfo).size() == 1); // a Set: trapped too
+    out = smp(kGet, kKey);
+    REQUIRE(out.size() == 1);
+    auto answer = madOf(out[0].packet);
+    CHECK(Mad(answer).method() == kGetResp);
+    CHECK(Mad(answer).get64(64) == kKey);
+    CHECK(Mad(answer).get16(64 + 44) == 2);
+    // A violation starts the lease; 1 s later the protection is gone.
+    CHECK(smp(kGet, 0).size() == 1);
+    now += 1'500'000'000;
+    out = smp(kGet, 0);
+    REQUIRE(out.size() == 1);
+    answer = madOf(out[0].packet);
+    CHECK(Mad(answer).method() == kGetResp);
+    CHECK(Mad(answer).get8(64 + 34) >> 6 == 0);
 }

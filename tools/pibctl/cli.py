@@ -95,6 +95,17 @@ def _cmd_bench(args) -> int:
     return bench.run(accel=args.accel, native_only=args.native_only)
 
 
+def _cmd_fuzz(args) -> int:
+    from pibctl import fuzzing
+
+    targets = args.targets or list(fuzzing.TARGETS)
+    unknown = [t for t in targets if t not in fuzzing.TARGETS]
+    if unknown:
+        raise ui.StepFailed(f"unknown fuzz target {', '.join(unknown)}; "
+                            f"targets: {', '.join(fuzzing.TARGETS)}")
+    return fuzzing.run(minutes=args.minutes, targets=targets)
+
+
 def _cmd_demo(args) -> int:
     from pibctl import demo
 
@@ -164,6 +175,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--accel", choices=["tcg", "kvm"], default="tcg",
                    help="tcg (default) or kvm, for the guests")
     p.set_defaults(func=_cmd_bench)
+
+    p = sub.add_parser("fuzz", help="run the libFuzzer harnesses (device core, switch, packet "
+                                    "parsers) with ASan and UBSan, corpus kept in the cache")
+    p.add_argument("--minutes", type=float, default=10,
+                   help="minutes per target (default 10)")
+    p.add_argument("targets", nargs="*", metavar="TARGET",
+                   help="core, switch or packet (default: all of them, one after another)")
+    p.set_defaults(func=_cmd_fuzz)
 
     p = sub.add_parser("demo", help="set up, boot the default fabric and show what works")
     _add_fabric_options(p)

@@ -16,7 +16,8 @@ def _source_of(build_dir):
         return None
 
 
-def _configure(build_dir, options=()) -> None:
+def configure_dir(build_dir, options=(), env=None) -> None:
+    """Configures a meson build directory of this checkout, once."""
     # The cache outlives any one clone: a build directory made for another
     # checkout would build that checkout's sources. Start it afresh.
     if (build_dir / "build.ninja").is_file() and _source_of(build_dir) == paths.REPO.resolve():
@@ -24,7 +25,11 @@ def _configure(build_dir, options=()) -> None:
     if build_dir.exists():
         shutil.rmtree(build_dir)
     build_dir.parent.mkdir(parents=True, exist_ok=True)
-    ui.run_logged(["meson", "setup", *options, build_dir, paths.REPO], "core-build", "meson setup")
+    ui.run_logged(["meson", "setup", *options, build_dir, paths.REPO], "core-build", "meson setup",
+                  env=env)
+
+
+_configure = configure_dir
 
 
 def build() -> None:

@@ -47,6 +47,9 @@ PACKAGES = {
     "g++": None,
     "catch2": None,
     "clang-format": None,
+    # The fuzzers: clang with libFuzzer and the sanitizer runtimes.
+    "clang": None,
+    "libclang-rt-dev": None,
     # Building the rdma-core provider.
     "cmake": None,
     "libnl-3-dev": None,

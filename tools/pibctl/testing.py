@@ -12,7 +12,7 @@ import time
 import traceback
 from pathlib import Path
 
-from pibctl import core_build, fabric, paths, setup, topology, ui
+from pibctl import core_build, fabric, fuzzing, paths, setup, topology, ui
 
 E2E_DIR = paths.REPO / "tests" / "e2e"
 TEST_TIMEOUT = 600  # seconds a single end-to-end test may take
@@ -120,12 +120,15 @@ class Context:
 
 
 TWO_SWITCHES = E2E_DIR / "two-switches.topo"
+HOSTILE = E2E_DIR / "hostile.topo"
 
 
-def _load_tests(pattern: str, second_pass: bool = False):
+def _load_tests(pattern: str, second_pass: bool = False, topology_file: Path = None):
     """Tests whose name contains `pattern`; in the second pass, on the
     fabric of two switches, only those of modules that ask for it
-    (ALSO_ON_TWO_SWITCHES, ONLY_ON_TWO_SWITCHES)."""
+    (ALSO_ON_TWO_SWITCHES, ONLY_ON_TWO_SWITCHES). A module that names a
+    topology file of tests/e2e (ONLY_ON_TOPOLOGY) runs only on a fabric of
+    its own, built from that file."""
     # Test modules may share helpers that live beside them.
     if str(E2E_DIR) not in sys.path:
         sys.path.insert(0, str(E2E_DIR))
@@ -135,13 +138,19 @@ def _load_tests(pattern: str, second_pass: bool = False):
         module = importlib.util.module_from_spec(spec)
         spec.loader.exec_module(module)
         only_second = getattr(module, "ONLY_ON_TWO_SWITCHES", False)
-        if second_pass != only_second and not getattr(module, "ALSO_ON_TWO_SWITCHES", False):
+        only_topology = getattr(module, "ONLY_ON_TOPOLOGY", None)
+        if topology_file or only_topology:
+            if not topology_file or only_topology != topology_file.name:
+                continue
+        elif second_pass != only_second and not getattr(module, "ALSO_ON_TWO_SWITCHES", False):
             continue
+        suffix = (f"[{topology_file.stem}]" if topology_file
+                  else "[2 switches]" if second_pass else "")
         for name in sorted(vars(module)):
             fn = getattr(module, name)
             full = f"{path.stem}::{name}"
             if name.startswith("test_") and callable(fn) and (not pattern or pattern in full):
-                tests.append((f"{full}[2 switches]" if second_pass else full, fn))
+                tests.append((full + suffix, fn))
     return tests
 
 
@@ -168,11 +177,13 @@ def _leftover_processes(run_dir: str):
 
 
 def run_e2e(counts: Counts, pattern: str, vms: int, accel: str,
-            second_pass: bool = False) -> None:
-    """Runs the end-to-end tests on one fabric: `vms` VMs on one switch, or
-    in the second pass the fabric of tests/e2e/two-switches.topo."""
-    tests = _load_tests(pattern, second_pass)
-    topo = topology.parse(TWO_SWITCHES.read_text(), str(TWO_SWITCHES)) if second_pass else None
+            second_pass: bool = False, topology_file: Path = None) -> None:
+    """Runs the end-to-end tests on one fabric: `vms` VMs on one switch, in
+    the second pass the fabric of tests/e2e/two-switches.topo, or the
+    fabric of `topology_file` for the modules that ask for it."""
+    tests = _load_tests(pattern, second_pass, topology_file)
+    topo_file = topology_file or (TWO_SWITCHES if second_pass else None)
+    topo = topology.parse(topo_file.read_text(), str(topo_file)) if topo_file else None
     if topo:
         vms = len(topo.guests)
     where = f"{vms} VMs and " + (f"{len(topo.switches)} switches" if topo else "1 switch")
@@ -237,9 +248,12 @@ def run(pattern: str = "", unit: bool = True, e2e: bool = True, vms: int = 2,
     counts = Counts()
     if unit:
         run_unit_tests(counts)
+        fuzzing.build()
+        fuzzing.replay(counts)
     if e2e:
         run_e2e(counts, pattern, vms, accel)
         run_e2e(counts, pattern, vms, accel, second_pass=True)
+        run_e2e(counts, pattern, vms, accel, topology_file=HOSTILE)
     ui.info(f"\ntests took {time.monotonic() - start:.0f} s")
     if counts.failures:
         ui.info("failed: " + ", ".join(counts.failures))

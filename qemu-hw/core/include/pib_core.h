@@ -51,10 +51,16 @@ struct pib_host_ops {
     void (*msix_notify)(void *opaque, unsigned vector);
     /*
      * Writes bytes to the stream of port `port` (1-based), whose peer is a
-     * switch port (docs/wire.md); and drops that connection, after which
-     * the host reconnects when it can.
+     * switch port (docs/wire.md). The host never blocks: it queues what
+     * the stream cannot take yet. It returns PIB_PORT_SEND_FULL when its
+     * queue for the port is full: the core then starts no new work on the
+     * port until pib_core_port_writable(). A few packets the core must
+     * still answer with (ACKs, replies to management) may follow; a host
+     * may drop those beyond a hard limit of its own, as a congested link
+     * would. port_disconnect drops the connection, after which the host
+     * reconnects when it can.
      */
-    void (*port_send)(void *opaque, unsigned port, const void *buf, size_t len);
+    int (*port_send)(void *opaque, unsigned port, const void *buf, size_t len);
     void (*port_disconnect)(void *opaque, unsigned port);
     /*
      * The transport's clock (retransmission and RNR timers): monotonic
@@ -64,7 +70,19 @@ struct pib_host_ops {
      */
     uint64_t (*clock_ns)(void *opaque);
     void (*timer_arm)(void *opaque, uint64_t deadline_ns);
+    /*
+     * Asks for one call of pib_core_run() soon, from the host's main loop
+     * (a bottom half), never from inside a core call. The core asks when
+     * it has more work than one event may do: no BAR access, received
+     * chunk or timer makes it send more than a bounded number of packets.
+     * Requests made before that call are one request.
+     */
+    void (*schedule)(void *opaque);
 };
+
+/* port_send's answers. */
+#define PIB_PORT_SEND_OK 0
+#define PIB_PORT_SEND_FULL 1
 
 /* Static configuration of one device instance. */
 struct pib_core_config {
@@ -109,6 +127,15 @@ void pib_core_port_receive(struct pib_core *core, unsigned port, const void *buf
 
 /* The deadline last given to ops->timer_arm has passed. */
 void pib_core_timer_expired(struct pib_core *core);
+
+/* Continues the work the core asked for with ops->schedule. */
+void pib_core_run(struct pib_core *core);
+
+/*
+ * The host's queue for `port`, which port_send said was full, has room
+ * again.
+ */
+void pib_core_port_writable(struct pib_core *core, unsigned port);
 
 /* Size in bytes the host must give each BAR; 0 for a BAR not implemented. */
 uint64_t pib_core_bar_size(const struct pib_core *core, int bar);

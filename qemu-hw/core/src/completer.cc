@@ -66,6 +66,16 @@ void Firmware::completeInOrder(uint32_t qpn, QueuePair &qp) {
             return;
         completeHead(qpn, qp, PIB_WC_SUCCESS);
     }
+    notifyIfSqDrained(qpn, qp);
+}
+
+// Raises SQ drained for a QP in SQD that asked for it, once no send WQE
+// it started is still in flight.
+void Firmware::notifyIfSqDrained(uint32_t qpn, QueuePair &qp) {
+    if (!qp.sqDrainPending || !qp.req.outstanding.empty() || qp.attr.qp_state != PIB_QPS_SQD)
+        return;
+    qp.sqDrainPending = false;
+    postAsyncEvent(PIB_ASYNC_SQ_DRAINED, qpn);
 }
 
 // Completes the oldest outstanding WQE. An error completion moves the QP

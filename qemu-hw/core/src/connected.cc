@@ -46,17 +46,18 @@ bool Firmware::addressConnected(QueuePair &qp, iba::Packet &packet) {
 void Firmware::transmitConnected(QueuePair &qp, std::vector<uint8_t> framed) {
     const unsigned portNumber = qp.attr.port_num;
     PortState *p = port(portNumber);
-    ++p->xmitPackets;
-    p->xmitWords += (framed.size() - wire::kHeaderSize) / 4;
     const uint16_t lidMask = static_cast<uint16_t>(~((1u << p->info.lmc) - 1));
     if (p->info.lid && (qp.attr.av.dlid & lidMask) == p->info.lid) {
         // To ourselves: back in once the current operation is over, as
-        // if it had crossed a wire, so no engine is re-entered.
+        // if it had crossed a wire, so no engine is re-entered. It costs
+        // the event's budget like any packet: the loopback stays short.
+        --budget_;
+        ++p->xmitPackets;
+        p->xmitWords += (framed.size() - wire::kHeaderSize) / 4;
         loopback_.push_back({portNumber, std::move(framed)});
         return;
     }
-    if (transmit_)
-        transmit_(portNumber, framed);
+    transmit(portNumber, framed);
     recyclePacket(std::move(framed));
 }
 
@@ -83,7 +84,13 @@ void Firmware::recyclePacket(std::vector<uint8_t> &&framed) {
 void Firmware::drainLoopback() {
     if (drainingLoopback_)
         return;
-    drainingLoopback_ = true;
+    // Cleared however this returns: an exception must not leave the
+    // loopback stuck for good.
+    struct Draining {
+        bool &flag;
+        explicit Draining(bool &f) : flag(f) { flag = true; }
+        ~Draining() { flag = false; }
+    } draining(drainingLoopback_);
     while (!loopback_.empty()) {
         auto [portNumber, framed] = std::move(loopback_.front());
         loopback_.pop_front();
@@ -97,7 +104,6 @@ void Firmware::drainLoopback() {
             deliver(portNumber, *packet);
         recyclePacket(std::move(framed));
     }
-    drainingLoopback_ = false;
 }
 
 // A packet for a connected QP of this port.

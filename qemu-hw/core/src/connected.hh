@@ -120,6 +120,20 @@ struct ReplayEntry {
     uint64_t original = 0; // atomic: the value before the operation
 };
 
+// Something the responder owes the requester. Replies leave in the order
+// of the requests that asked for them (IBA 9.7.5.2): READ responses from
+// packet `next` on, an atomic's ACK, or an ACK or NAK with `syndrome`
+// for `psn`.
+struct Reply {
+    enum class Kind : uint8_t { kRead, kAtomic, kAck } kind = Kind::kAck;
+    ReplayEntry entry; // kRead, kAtomic
+    uint32_t next = 0; // kRead: the next response packet, 0-based
+    uint32_t psn = 0;  // kAck
+    uint8_t syndrome = 0;
+
+    bool readOrAtomic() const { return kind != Kind::kAck; }
+};
+
 struct Responder {
     uint32_t expectedPsn = 0;
     uint32_t msn = 0;         // messages completed (AETH)
@@ -137,6 +151,9 @@ struct Responder {
     uint32_t writeRkey = 0;
     uint32_t writeLength = 0;
     std::deque<ReplayEntry> replay; // at most max_dest_rd_atomic, oldest first
+    // What is owed and not yet sent: at most max_dest_rd_atomic READs and
+    // atomics, and one ACK (ACKs are cumulative: a later one replaces it).
+    std::deque<Reply> replies;
 };
 
 } // namespace pib

@@ -2,16 +2,55 @@
 // The C ABI of the core. Nothing thrown below may cross into C: each entry
 // point catches everything and degrades to what hardware would do.
 #include <new>
+#include <utility>
+#include <vector>
 
 #include "config.hh"
 #include "device.hh"
 #include "pib_core.h"
+#include "pib_hw.h"
 
 struct pib_core {
     explicit pib_core(const pib_core_config &config, const pib_host_ops &ops, void *opaque)
-        : device(config, ops, opaque) {}
+        : device(config, ops, opaque), host(ops, opaque) {}
     pib::Device device;
+    pib::Host host;
+    // Set while an entry point runs. A call that arrives meanwhile came
+    // from inside the core's own work: a host that let the device's DMA
+    // reach its own BARs, or fired a callback synchronously. It is refused:
+    // the core never runs a command or frees an object under a walk.
+    bool busy = false;
+    // Link changes that arrived so (a stream that failed while the core
+    // wrote to it) are real: they are applied once the core is idle.
+    std::vector<std::pair<unsigned, bool>> laterLinks;
 };
+
+namespace {
+
+template <class Work> void guarded(Work &&work) {
+    try {
+        work();
+    } catch (...) {
+    }
+}
+
+// Runs `work` as one entry point of `core`, unless another is running.
+template <class Work> void enter(pib_core *core, const char *what, Work &&work) {
+    if (core->busy) {
+        core->host.guestError("dma-reentry", "%s while the device is busy: refused", what);
+        return;
+    }
+    core->busy = true;
+    guarded(work);
+    while (!core->laterLinks.empty()) {
+        const std::pair<unsigned, bool> link = core->laterLinks.front();
+        core->laterLinks.erase(core->laterLinks.begin());
+        guarded([&] { core->device.portConnected(link.first, link.second); });
+    }
+    core->busy = false;
+}
+
+} // namespace
 
 extern "C" {
 
@@ -36,25 +75,17 @@ void pib_core_free(pib_core *core) {
 }
 
 void pib_core_reset(pib_core *core) {
-    try {
-        core->device.reset("host reset");
-    } catch (...) {
-    }
+    enter(core, "reset", [&] { core->device.reset("host reset"); });
 }
 
 uint64_t pib_core_bar_read(pib_core *core, int bar, uint64_t offset, unsigned size) {
-    try {
-        return core->device.barRead(bar, offset, size);
-    } catch (...) {
-        return 0;
-    }
+    uint64_t value = 0;
+    enter(core, "BAR read", [&] { value = core->device.barRead(bar, offset, size); });
+    return value;
 }
 
 void pib_core_bar_write(pib_core *core, int bar, uint64_t offset, uint64_t value, unsigned size) {
-    try {
-        core->device.barWrite(bar, offset, value, size);
-    } catch (...) {
-    }
+    enter(core, "BAR write", [&] { core->device.barWrite(bar, offset, value, size); });
 }
 
 uint64_t pib_core_bar_size(const pib_core *core, int bar) {
@@ -62,24 +93,30 @@ uint64_t pib_core_bar_size(const pib_core *core, int bar) {
 }
 
 void pib_core_port_connected(pib_core *core, unsigned port, int connected) {
-    try {
-        core->device.portConnected(port, connected != 0);
-    } catch (...) {
+    if (core->busy) {
+        if (core->laterLinks.size() < 2 * PIB_MAX_PORTS) // the last change of each port is enough
+            guarded([&] { core->laterLinks.emplace_back(port, connected != 0); });
+        return;
     }
+    enter(core, "link change", [&] { core->device.portConnected(port, connected != 0); });
 }
 
 void pib_core_port_receive(pib_core *core, unsigned port, const void *buf, size_t len) {
-    try {
+    enter(core, "port receive", [&] {
         core->device.portReceive(port, std::span(static_cast<const uint8_t *>(buf), len));
-    } catch (...) {
-    }
+    });
 }
 
 void pib_core_timer_expired(pib_core *core) {
-    try {
-        core->device.timerExpired();
-    } catch (...) {
-    }
+    enter(core, "timer", [&] { core->device.timerExpired(); });
+}
+
+void pib_core_run(pib_core *core) {
+    enter(core, "run", [&] { core->device.run(); });
+}
+
+void pib_core_port_writable(pib_core *core, unsigned port) {
+    enter(core, "port writable", [&] { core->device.portWritable(port); });
 }
 
 } // extern "C"

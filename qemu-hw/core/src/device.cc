@@ -2,6 +2,7 @@
 #include "device.hh"
 
 #include <cinttypes>
+#include <type_traits>
 
 #include "pib_hw.h"
 
@@ -15,26 +16,51 @@ Device::Device(const pib_core_config &config, const pib_host_ops &ops, void *opa
         links_.push_back(
             std::make_unique<Link>(host_, port, config_.node_guid, config_.node_guid + port));
     firmware_.setTransmitter([this](unsigned port, std::vector<uint8_t> &framed) {
-        if (port >= 1 && port <= links_.size())
-            links_[port - 1]->sendFramed(framed);
+        return port < 1 || port > links_.size() || links_[port - 1]->sendFramed(framed);
     });
+}
+
+template <class Work> auto Device::event(Work &&work) {
+    firmware_.beginEvent();
+    if constexpr (std::is_void_v<decltype(work())>) {
+        work();
+        firmware_.endEvent();
+    } else {
+        auto result = work();
+        firmware_.endEvent();
+        return result;
+    }
 }
 
 void Device::portConnected(unsigned port, bool connected) {
     if (port < 1 || port > links_.size())
         return;
-    if (links_[port - 1]->connected(connected) == Link::Event::kDown)
-        firmware_.portLinkChanged(port, false);
+    event([&] {
+        if (links_[port - 1]->connected(connected) == Link::Event::kDown)
+            firmware_.portLinkChanged(port, false);
+    });
 }
 
 void Device::portReceive(unsigned port, std::span<const uint8_t> bytes) {
     if (port < 1 || port > links_.size())
         return;
-    links_[port - 1]->receive(
-        bytes,
-        [&](Link::Event event) { firmware_.portLinkChanged(port, event == Link::Event::kUp); },
-        [&](std::span<const uint8_t> packet) { firmware_.portReceive(port, packet); });
-    firmware_.drainLoopback();
+    event([&] {
+        links_[port - 1]->receive(
+            bytes, [&](Link::Event e) { firmware_.portLinkChanged(port, e == Link::Event::kUp); },
+            [&](std::span<const uint8_t> packet) { firmware_.portReceive(port, packet); });
+    });
+}
+
+void Device::timerExpired() {
+    event([&] { firmware_.timerExpired(); });
+}
+
+void Device::run() {
+    event([&] { firmware_.run(); });
+}
+
+void Device::portWritable(unsigned port) {
+    event([&] { firmware_.portWritable(port); });
 }
 
 void Device::reset(const char *reason) {
@@ -85,12 +111,10 @@ void Device::barWrite(int bar, uint64_t offset, uint64_t value, unsigned size) {
     }
     switch (bar) {
     case PIB_BAR_REGS:
-        registers_.write(offset, value, size); // commands may start sends
-        firmware_.drainLoopback();
+        event([&] { registers_.write(offset, value, size); }); // commands may start sends
         return;
     case PIB_BAR_DOORBELL:
-        doorbells_.write(offset, value, size);
-        firmware_.drainLoopback();
+        event([&] { doorbells_.write(offset, value, size); });
         return;
     default:
         host_.guestError("bar-unknown", "write to BAR%d, which the device does not decode", bar);

@@ -28,9 +28,14 @@ class Device {
     uint64_t barSize(int bar) const;
     void portConnected(unsigned port, bool connected);
     void portReceive(unsigned port, std::span<const uint8_t> bytes);
-    void timerExpired() { firmware_.timerExpired(); }
+    void timerExpired();
+    void run();
+    void portWritable(unsigned port);
 
   private:
+    // Every call from the host is one event of bounded work (scheduler.cc).
+    template <class Work> auto event(Work &&work);
+
     const pib_core_config config_;
     const Host host_;
     Firmware firmware_;

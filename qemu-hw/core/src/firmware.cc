@@ -90,6 +90,7 @@ void Firmware::reset() {
     armedAt_ = Host::kNever;
     host_.armTimer(Host::kNever);
     loopback_.clear();
+    ready_.clear(); // the ports' waiting lists go with the ports below
     for (uint32_t i = 0; i < PIB_MAX_PORTS; ++i) {
         PortState &p = ports_[i];
         p = PortState{};
@@ -384,11 +385,16 @@ CommandOutcome Firmware::writeMtt(const Command &cmd) {
         return fail(PIB_CMD_STATUS_BAD_INDEX, "cmd-bad-index",
                     "WRITE_MTT of %u entries at %u outside an allocated range", in.count,
                     cmd.modifier);
+    // Entries an MR reads as large pages must stay aligned to its page
+    // size, as CREATE_MR checked them: else its translations would run
+    // past the page the driver meant.
+    const uint64_t pageSize = uint64_t{1} << mtt_.logPageSizeAt(cmd.modifier);
+    static_assert(PIB_PAGE_SIZE == 1u << Mtt::kMinLogPage);
     for (uint32_t i = 0; i < in.count; ++i) {
-        if (in.entries[i] % PIB_PAGE_SIZE || in.entries[i] == 0)
+        if (in.entries[i] % pageSize || in.entries[i] == 0)
             return fail(PIB_CMD_STATUS_BAD_PARAM, "cmd-bad-param",
-                        "WRITE_MTT entry %u: 0x%" PRIx64 " is not a page address", i,
-                        in.entries[i]);
+                        "WRITE_MTT entry %u: 0x%" PRIx64 " is not a %" PRIu64 "-byte page address",
+                        i, in.entries[i], pageSize);
     }
     for (uint32_t i = 0; i < in.count; ++i)
         mtt_.write(cmd.modifier + i, in.entries[i]);

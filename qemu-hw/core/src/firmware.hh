@@ -15,6 +15,7 @@
 
 #include "host.hh"
 #include "mad.hh"
+#include "mkey.hh"
 #include "mtt.hh"
 #include "multicast.hh"
 #include "object_table.hh"
@@ -47,13 +48,18 @@ struct PortState {
     uint64_t xmitPackets = 0;
     uint64_t xmitWords = 0;
     // SMA state beyond pib_port_info.
-    uint64_t mkey = 0;
+    iba::MkeyProtection mkey;
+    uint64_t trapsHeldUntilNs = 0; // traps wait 4.096 us * 2^SubnetTimeout apart (IBA o14-2)
     uint8_t hoqLife = 0;
     uint8_t vlHighLimit = 0;
     std::array<uint8_t, 8> slToVl{};
     std::array<uint8_t, 64> vlArb{};
     std::array<uint16_t, PIB_PKEY_TABLE_LEN> pkeys{};
     std::array<uint64_t, PIB_GUID_TABLE_LEN> guids{};
+    // The host said its queue for this port is full: QPs with work for
+    // the port wait here until it has room (scheduler.cc).
+    bool txFull = false;
+    std::deque<uint32_t> waiting;
 };
 
 class Firmware {
@@ -79,11 +85,20 @@ class Firmware {
     // Delivers the packets QPs sent to their own port (after any engine
     // that sent them has returned).
     void drainLoopback();
+    // Bounded work per event (scheduler.cc). The Device brackets every
+    // call from the host with beginEvent() and endEvent(); run() goes on
+    // with postponed work (pib_core_run), portWritable() with the work a
+    // full port held back.
+    void beginEvent();
+    void endEvent();
+    void run();
+    void portWritable(unsigned port);
     // Where packets for the wire go (the Device hands them to the link),
     // each with wire::kHeaderSize free bytes in front for the frame header.
     // The transmitter may change the bytes but keeps nothing: the buffer
     // is used again for a later packet.
-    using Transmitter = std::function<void(unsigned port, std::vector<uint8_t> &framed)>;
+    // It returns false when the port's host queue is full.
+    using Transmitter = std::function<bool(unsigned port, std::vector<uint8_t> &framed)>;
     void setTransmitter(Transmitter transmit) { transmit_ = std::move(transmit); }
 
     const pib_dev_cap &caps() const { return caps_; }
@@ -118,8 +133,9 @@ class Firmware {
     CommandOutcome queryGuids(const Command &);
     CommandOutcome setNodeDesc(const Command &);
     CommandOutcome madIfc(const Command &);
-    bool answerMad(unsigned port, std::span<uint8_t> mad);
-    uint16_t smaGet(unsigned port, iba::Mad &mad);
+    bool answerMad(unsigned port, std::span<uint8_t> mad, bool ignoreMkey);
+    void sendTrap(unsigned port, std::vector<uint8_t> mad);
+    uint16_t smaGet(unsigned port, iba::Mad &mad, bool hideMkey = false);
     uint16_t smaSet(unsigned port, iba::Mad &mad);
     uint16_t setPortInfo(unsigned port, iba::Mad &mad);
     void pma(unsigned port, iba::Mad &mad);
@@ -156,7 +172,8 @@ class Firmware {
     };
     uint8_t translate(uint32_t key, uint32_t pdn, uint64_t addr, uint64_t len, uint32_t access,
                       std::vector<Segment> &out);
-    uint8_t gather(uint32_t pdn, std::span<const pib_wqe_data> sges, std::vector<uint8_t> &out);
+    uint8_t gather(uint32_t pdn, std::span<const pib_wqe_data> sges, uint64_t maxLength,
+                   std::vector<uint8_t> &out);
     uint8_t forEachSegment(uint32_t pdn, std::span<const pib_wqe_data> sges, uint64_t offset,
                            uint64_t len, const std::function<bool(const Segment &)> &take);
     uint8_t gatherInto(uint32_t pdn, std::span<const pib_wqe_data> sges, uint64_t offset,
@@ -189,14 +206,16 @@ class Firmware {
     uint8_t fetchSendWqe(uint32_t qpn, QueuePair &qp, uint32_t index, SendWqe &w);
     void processConnectedSend(uint32_t qpn, QueuePair &qp);
     void armAckTimerIfIdle(uint32_t qpn, QueuePair &qp);
-    enum class SendProgress { kAllSent, kWindowFull, kFailed };
+    enum class SendProgress { kAllSent, kWindowFull, kPaused, kFailed };
     SendProgress sendRequestPackets(uint32_t qpn, QueuePair &qp, SendWqe &w);
+    void stopSending(uint32_t qpn, QueuePair &qp, SendProgress why);
     void rewind(QueuePair &qp, uint32_t psn);
     uint64_t ackTimeoutNs(const QueuePair &qp) const;
     static uint64_t rnrDelayNs(uint8_t code);
     void restartAckTimer(uint32_t qpn, QueuePair &qp);
     void completeInOrder(uint32_t qpn, QueuePair &qp);
     void completeHead(uint32_t qpn, QueuePair &qp, uint8_t status);
+    void notifyIfSqDrained(uint32_t qpn, QueuePair &qp);
     void ackUpTo(uint32_t qpn, QueuePair &qp, uint32_t psn);
     void onResponse(uint32_t qpn, QueuePair &qp, const iba::Packet &packet);
     void readResponse(uint32_t qpn, QueuePair &qp, const iba::Packet &packet);
@@ -213,9 +232,10 @@ class Firmware {
                          uint32_t length);
     void onRequest(uint32_t qpn, QueuePair &qp, const iba::Packet &packet);
     void readRequest(uint32_t qpn, QueuePair &qp, const iba::Packet &packet);
-    void sendReadResponses(uint32_t qpn, QueuePair &qp, const ReplayEntry &e, uint32_t from);
+    bool sendReadResponse(uint32_t qpn, QueuePair &qp, Reply &r);
     void atomicRequest(uint32_t qpn, QueuePair &qp, const iba::Packet &packet);
     void sendAtomicAck(QueuePair &qp, const ReplayEntry &e);
+    void acknowledge(uint32_t qpn, QueuePair &qp, uint32_t psn, uint8_t syndrome);
     void remember(QueuePair &qp, const ReplayEntry &e);
     void duplicateRequest(uint32_t qpn, QueuePair &qp, const iba::Packet &packet);
     bool addressConnected(QueuePair &qp, iba::Packet &packet);
@@ -224,6 +244,14 @@ class Firmware {
     void deliverConnected(unsigned port, const iba::Packet &packet);
     void flushQp(uint32_t qpn, QueuePair &qp);
     uint32_t wireQpn(uint32_t qpn, const QueuePair &qp) const;
+
+    // The scheduler (scheduler.cc).
+    bool mayTransmit(unsigned port);
+    void postpone(uint32_t qpn, QueuePair &qp);
+    void transmit(unsigned port, std::vector<uint8_t> &framed);
+    // Sends what the responder of `qp` still owes, as the budget allows.
+    void sendReplies(uint32_t qpn, QueuePair &qp);
+    void reply(uint32_t qpn, QueuePair &qp, const Reply &r);
 
     PortState *port(uint32_t number);
     bool updateProducer(const char *what, uint32_t number, uint32_t &producer, uint32_t consumer,
@@ -260,12 +288,17 @@ class Firmware {
     std::vector<uint8_t> packetBuffer();
     void recyclePacket(std::vector<uint8_t> &&framed);
     std::array<char, PIB_NODE_DESC_LEN> nodeDesc_{};
+    uint64_t trapTid_ = 0;
     // Timers of the connected QPs: (deadline, QPN), earliest first, and
     // the deadline the host's timer is set to.
     std::set<std::pair<uint64_t, uint32_t>> timers_;
     uint64_t armedAt_ = Host::kNever;
     std::deque<std::pair<unsigned, std::vector<uint8_t>>> loopback_;
     bool drainingLoopback_ = false;
+    // Packets the current event may still send, and the QPs whose work
+    // waits for the next run().
+    int budget_ = 0;
+    std::deque<uint32_t> ready_;
 };
 
 } // namespace pib

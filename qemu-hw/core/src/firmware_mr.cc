@@ -58,7 +58,7 @@ CommandOutcome Firmware::createMr(const Command &cmd) {
     raw->key = (*index << 8) | ctx.key_variant;
     ++pd->refs;
     if (ctx.mtt_count)
-        mtt_.hold(ctx.mtt_index);
+        mtt_.hold(ctx.mtt_index, ctx.log_page_size);
     return {PIB_CMD_STATUS_OK, raw->key};
 }
 
@@ -75,7 +75,7 @@ CommandOutcome Firmware::destroyMr(const Command &cmd) {
                     cmd.modifier);
     --pds_.find(mr->ctx.pdn)->refs;
     if (mr->ctx.mtt_count)
-        mtt_.unhold(mr->ctx.mtt_index);
+        mtt_.unhold(mr->ctx.mtt_index, mr->ctx.log_page_size);
     mrs_.erase(PIB_KEY_INDEX(cmd.modifier));
     return {};
 }

@@ -334,9 +334,12 @@ CommandOutcome Firmware::modifyQp(const Command &cmd) {
         flushQp(cmd.modifier, *qp);
     if (next == PIB_QPS_RTS) // sends posted before RTS go now
         processSendQueue(cmd.modifier, *qp);
-    // With no send work in flight, the SQ is drained the moment it enters SQD.
-    if (next == PIB_QPS_SQD && cur == PIB_QPS_RTS && a.en_sqd_async_notify)
-        postAsyncEvent(PIB_ASYNC_SQ_DRAINED, cmd.modifier);
+    // IBA 11.6.3.2: the SQ is drained once every WQE it had started is
+    // done; with none in flight, that is now; else the requester raises
+    // it when the last one completes (completer.cc).
+    qp->sqDrainPending = next == PIB_QPS_SQD && cur == PIB_QPS_RTS && a.en_sqd_async_notify;
+    if (qp->sqDrainPending)
+        notifyIfSqDrained(cmd.modifier, *qp);
     return {};
 }
 

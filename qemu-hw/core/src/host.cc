@@ -57,9 +57,14 @@ void Host::unmapForRead(const uint8_t *ptr, uint64_t len) const {
     ops_.dma_unmap_read(opaque_, ptr, len);
 }
 
-void Host::portSend(unsigned port, std::span<const uint8_t> bytes) const {
-    if (ops_.port_send)
-        ops_.port_send(opaque_, port, bytes.data(), bytes.size());
+bool Host::portSend(unsigned port, std::span<const uint8_t> bytes) const {
+    return !ops_.port_send ||
+           ops_.port_send(opaque_, port, bytes.data(), bytes.size()) == PIB_PORT_SEND_OK;
+}
+
+void Host::schedule() const {
+    if (ops_.schedule)
+        ops_.schedule(opaque_);
 }
 
 void Host::portDisconnect(unsigned port) const {

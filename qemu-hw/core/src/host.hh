@@ -36,11 +36,14 @@ class Host {
     const uint8_t *mapForRead(uint64_t addr, uint64_t len) const;
     void unmapForRead(const uint8_t *ptr, uint64_t len) const;
     void msixNotify(unsigned vector) const;
-    void portSend(unsigned port, std::span<const uint8_t> bytes) const;
+    // False when the host's queue for the port is full (PIB_PORT_SEND_FULL).
+    bool portSend(unsigned port, std::span<const uint8_t> bytes) const;
     void portDisconnect(unsigned port) const;
     // The transport clock, and the one timer the core asks the host for.
     uint64_t clockNs() const;
     void armTimer(uint64_t deadlineNs) const;
+    // Asks for a pib_core_run() call from the host's main loop.
+    void schedule() const;
     static constexpr uint64_t kNever = UINT64_MAX;
 
   private:

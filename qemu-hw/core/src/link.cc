@@ -65,11 +65,11 @@ void Link::receive(std::span<const uint8_t> bytes, const std::function<void(Even
     }
 }
 
-void Link::sendFramed(std::vector<uint8_t> &framed) {
+bool Link::sendFramed(std::vector<uint8_t> &framed) {
     if (!up_ || framed.size() < wire::kHeaderSize)
-        return;
+        return true; // lost on a link that is down; nothing queues up
     wire::frameInPlace(framed, PIB_WIRE_PACKET);
-    host_.portSend(port_, framed);
+    return host_.portSend(port_, framed);
 }
 
 } // namespace pib

@@ -27,7 +27,8 @@ class Link {
     void receive(std::span<const uint8_t> bytes, const std::function<void(Event)> &onEvent,
                  const std::function<void(std::span<const uint8_t>)> &onPacket);
     // Sends a packet that has wire::kHeaderSize free bytes in front.
-    void sendFramed(std::vector<uint8_t> &framed);
+    // False when the host's queue for the link is full (the packet went).
+    bool sendFramed(std::vector<uint8_t> &framed);
     bool up() const { return up_; }
     uint64_t framesDropped() const { return framesDropped_; }
 

@@ -44,11 +44,17 @@ uint8_t Firmware::translate(uint32_t key, uint32_t pdn, uint64_t addr, uint64_t 
     return PIB_WC_SUCCESS;
 }
 
-uint8_t Firmware::gather(uint32_t pdn, std::span<const pib_wqe_data> sges,
+// Reads the whole of the buffers `sges` describe into `out`, which grows
+// by their total length: at most `maxLength` bytes, else nothing is read
+// and the WQE fails with a length error.
+uint8_t Firmware::gather(uint32_t pdn, std::span<const pib_wqe_data> sges, uint64_t maxLength,
                          std::vector<uint8_t> &out) {
     uint64_t total = 0;
-    for (const pib_wqe_data &sge : sges)
-        total += sge.byte_count;
+    for (const pib_wqe_data &sge : sges) {
+        total += sge.byte_count; // at most 2^32 SGEs of 2^32 - 1: no wrap
+        if (total > maxLength)
+            return PIB_WC_LOC_LEN_ERR;
+    }
     const size_t at = out.size();
     out.resize(at + total);
     return gatherInto(pdn, sges, 0, std::span(out).subspan(at));

@@ -1,6 +1,8 @@
 // SPDX-License-Identifier: GPL-2.0-or-later
 #include "mtt.hh"
 
+#include <algorithm>
+
 namespace pib {
 
 std::optional<uint32_t> Mtt::allocate(uint32_t count) {
@@ -14,7 +16,7 @@ std::optional<uint32_t> Mtt::allocate(uint32_t count) {
     }
     if (capacity_ - candidate < count)
         return std::nullopt;
-    ranges_[candidate] = Range{count};
+    ranges_[candidate] = Range{count, 0, {}};
     if (entries_.size() < uint64_t{candidate} + count)
         entries_.resize(uint64_t{candidate} + count, 0);
     return candidate;
@@ -45,14 +47,31 @@ bool Mtt::covers(uint32_t first, uint64_t count) const {
     return range && count > 0 && first - range->first + count <= range->second.count;
 }
 
-void Mtt::hold(uint32_t first) {
-    if (auto *range = rangeOf(first))
-        ++ranges_.at(range->first).refs;
+void Mtt::hold(uint32_t first, unsigned logPageSize) {
+    if (auto *range = rangeOf(first)) {
+        Range &r = ranges_.at(range->first);
+        ++r.refs;
+        if (logPageSize > kMinLogPage)
+            r.largePages.push_back(static_cast<uint8_t>(logPageSize));
+    }
 }
 
-void Mtt::unhold(uint32_t first) {
-    if (auto *range = rangeOf(first); range && range->second.refs)
-        --ranges_.at(range->first).refs;
+void Mtt::unhold(uint32_t first, unsigned logPageSize) {
+    if (auto *range = rangeOf(first); range && range->second.refs) {
+        Range &r = ranges_.at(range->first);
+        --r.refs;
+        auto it = std::find(r.largePages.begin(), r.largePages.end(), logPageSize);
+        if (it != r.largePages.end())
+            r.largePages.erase(it);
+    }
+}
+
+unsigned Mtt::logPageSizeAt(uint32_t index) const {
+    const auto *range = rangeOf(index);
+    if (!range || range->second.largePages.empty())
+        return kMinLogPage;
+    const auto &large = range->second.largePages;
+    return *std::max_element(large.begin(), large.end());
 }
 
 bool Mtt::held(uint32_t first) const {

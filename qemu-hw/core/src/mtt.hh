@@ -21,9 +21,14 @@ class Mtt {
     // True if [first, first + count) lies inside one allocated range.
     bool covers(uint32_t first, uint64_t count) const;
     // References keep a range from being released while an object uses it.
-    void hold(uint32_t first);
-    void unhold(uint32_t first);
+    // An object that reads its entries as pages of 2^logPageSize bytes
+    // holds the range with that size: later writes must stay aligned to it.
+    static constexpr unsigned kMinLogPage = 12;
+    void hold(uint32_t first, unsigned logPageSize = kMinLogPage);
+    void unhold(uint32_t first, unsigned logPageSize = kMinLogPage);
     bool held(uint32_t first) const;
+    // The largest page size (log2) any holder of index's range reads it with.
+    unsigned logPageSizeAt(uint32_t index) const;
 
     void write(uint32_t index, uint64_t address);
     uint64_t entry(uint32_t index) const { return index < entries_.size() ? entries_[index] : 0; }
@@ -33,6 +38,9 @@ class Mtt {
     struct Range {
         uint32_t count;
         uint32_t refs = 0;
+        // The page sizes (log2) of holders with pages above the minimum:
+        // empty for rings and most MRs, so a range stays small.
+        std::vector<uint8_t> largePages;
     };
     // The allocated range containing index, if any.
     const std::pair<const uint32_t, Range> *rangeOf(uint32_t index) const;

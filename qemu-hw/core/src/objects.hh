@@ -62,6 +62,18 @@ struct QueuePair {
     Responder resp;              // RC, UC
     uint64_t timerAt = 0;        // this QP's entry in the firmware's timer set
     bool lastWqeReached = false; // SRQ: the event was raised
+    bool sqDrainPending = false; // SQD: SQ drained is raised once nothing is in flight
+    bool postponed = false;      // waits in the ready list or a port's (scheduler.cc)
 };
+
+inline bool isSpecialQp(const QueuePair &qp) {
+    return qp.ctx.type == PIB_QPT_SMI || qp.ctx.type == PIB_QPT_GSI;
+}
+
+// The port a QP sends on: QP0 and QP1 belong to one; others are modified
+// to theirs.
+inline unsigned sendPort(const QueuePair &qp) {
+    return isSpecialQp(qp) ? qp.ctx.port : qp.attr.port_num;
+}
 
 } // namespace pib

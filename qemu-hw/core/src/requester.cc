@@ -94,8 +94,7 @@ uint8_t Firmware::fetchSendWqe(uint32_t qpn, QueuePair &qp, uint32_t index, Send
         w.inlineData.assign(wqe.data() + off + 4, wqe.data() + off + 4 + count);
         length = count;
     } else {
-        w.sges.resize((used - off) / sizeof(pib_wqe_data));
-        std::memcpy(w.sges.data(), wqe.data() + off, w.sges.size() * sizeof(pib_wqe_data));
+        readDataSegments(std::span(wqe).subspan(off, used - off), w.sges);
         // Zero-length SGEs are skipped, as verbs allow.
         std::erase_if(w.sges, [](const pib_wqe_data &s) { return s.byte_count == 0; });
         std::vector<Segment> segments;
@@ -130,11 +129,13 @@ void Firmware::processConnectedSend(uint32_t qpn, QueuePair &qp) {
         const SendProgress progress = sendRequestPackets(qpn, qp, w);
         if (progress == SendProgress::kFailed)
             return;
-        if (progress == SendProgress::kWindowFull) {
-            armAckTimerIfIdle(qpn, qp);
+        if (progress != SendProgress::kAllSent) {
+            stopSending(qpn, qp, progress);
             return;
         }
     }
+    if (qp.ctx.type == PIB_QPT_UC) // UC WQEs whose last packets went out just now
+        completeInOrder(qpn, qp);
     const unsigned maxReads = std::max<unsigned>(1, qp.attr.max_rd_atomic);
     while (qp.sq.consumer != qp.sq.producer && qp.attr.qp_state == PIB_QPS_RTS &&
            r.outstanding.size() < kMaxOutstanding) {
@@ -165,11 +166,21 @@ void Firmware::processConnectedSend(uint32_t qpn, QueuePair &qp) {
         const SendProgress progress = sendRequestPackets(qpn, qp, r.outstanding.back());
         if (progress == SendProgress::kFailed)
             return;
-        if (progress == SendProgress::kWindowFull)
-            break;
+        if (progress != SendProgress::kAllSent) {
+            stopSending(qpn, qp, progress);
+            return;
+        }
         if (qp.ctx.type == PIB_QPT_UC) // unacknowledged: done once sent
             completeInOrder(qpn, qp);
     }
+    armAckTimerIfIdle(qpn, qp);
+}
+
+// The requester stops before its work is all out: a full window waits for
+// ACKs, a spent budget or a full port for the scheduler.
+void Firmware::stopSending(uint32_t qpn, QueuePair &qp, SendProgress why) {
+    if (why == SendProgress::kPaused)
+        postpone(qpn, qp);
     armAckTimerIfIdle(qpn, qp);
 }
 
@@ -195,6 +206,8 @@ Firmware::SendProgress Firmware::sendRequestPackets(uint32_t qpn, QueuePair &qp,
         if (!uc && !w.isReadOrAtomic() &&
             psnDiff(p.bth.psn, qp.req.unackedPsn) >= static_cast<int32_t>(window))
             return SendProgress::kWindowFull;
+        if (!mayTransmit(qp.attr.port_num))
+            return SendProgress::kPaused;
         uint8_t op = 0;
         switch (w.opcode) {
         case PIB_WR_SEND:

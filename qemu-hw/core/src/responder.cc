@@ -3,12 +3,14 @@
 // checked in PSN order, SEND data into receive WQEs, RDMA WRITE data into
 // memory regions, READ responses and atomics, duplicates answered again,
 // and the NAKs of IBA 9.7.5.2.
+#include <algorithm>
 #include <cinttypes>
 #include <cstring>
 
 #include "firmware.hh"
 #include "frame.hh"
 #include "limits.hh"
+#include "ring.hh"
 
 namespace pib {
 
@@ -43,6 +45,58 @@ void Firmware::sendAck(QueuePair &qp, uint32_t psn, uint8_t syndrome) {
     sendConnected(qp, p);
 }
 
+// Queues an ACK or NAK behind whatever the responder still owes.
+void Firmware::acknowledge(uint32_t qpn, QueuePair &qp, uint32_t psn, uint8_t syndrome) {
+    Reply r;
+    r.kind = Reply::Kind::kAck;
+    r.psn = psn;
+    r.syndrome = syndrome;
+    reply(qpn, qp, r);
+}
+
+// Replies leave in request order: a new one goes behind those still owed
+// (an ACK replaces an ACK queued last: each implies every one before it).
+void Firmware::reply(uint32_t qpn, QueuePair &qp, const Reply &r) {
+    auto &q = qp.resp.replies;
+    if (r.kind == Reply::Kind::kAck && !q.empty() && q.back().kind == Reply::Kind::kAck)
+        q.back() = r;
+    else
+        q.push_back(r);
+    sendReplies(qpn, qp);
+}
+
+void Firmware::sendReplies(uint32_t qpn, QueuePair &qp) {
+    auto &q = qp.resp.replies;
+    while (!q.empty()) {
+        if (!mayTransmit(qp.attr.port_num)) {
+            postpone(qpn, qp);
+            return;
+        }
+        Reply &r = q.front();
+        switch (r.kind) {
+        case Reply::Kind::kAck:
+            sendAck(qp, r.psn, r.syndrome);
+            break;
+        case Reply::Kind::kAtomic:
+            sendAtomicAck(qp, r.entry);
+            break;
+        case Reply::Kind::kRead:
+            if (!sendReadResponse(qpn, qp, r))
+                return; // the QP went to the error state: nothing is owed
+            if (r.next < r.entry.packets)
+                continue;
+            break;
+        }
+        q.pop_front();
+    }
+}
+
+// READs and atomics owed and not yet answered whole.
+static size_t repliesOwed(const Responder &s) {
+    return static_cast<size_t>(std::count_if(s.replies.begin(), s.replies.end(),
+                                             [](const Reply &r) { return r.readOrAtomic(); }));
+}
+
 // Translates an R_Key range for this QP: its PD, its access flags and the
 // region's (IBA 10.6.3.2). False when the responder must NAK.
 bool Firmware::remoteRange(const QueuePair &qp, uint32_t rkey, uint64_t va, uint64_t len,
@@ -72,6 +126,7 @@ void Firmware::responderError(uint32_t qpn, QueuePair &qp, uint32_t psn, uint8_t
         s.haveWqe = false;
     }
     s.in = Responder::InMessage::kNone;
+    s.replies.clear(); // a QP in the error state answers nothing more
     qp.attr.qp_state = PIB_QPS_ERR;
     postAsyncEvent(nakCode == kRemoteAccess ? PIB_ASYNC_QP_ACCESS_ERR : PIB_ASYNC_QP_REQ_ERR, qpn);
     flushQp(qpn, qp);
@@ -96,8 +151,7 @@ bool Firmware::claimReceiveWqe(QueuePair &qp) {
     if (used < sizeof(ctrl) || used > wqe.size()) {
         s.status = PIB_WC_LOC_QP_OP_ERR;
     } else {
-        s.sges.resize((used - sizeof(ctrl)) / sizeof(pib_wqe_data));
-        std::memcpy(s.sges.data(), wqe.data() + sizeof(ctrl), s.sges.size() * sizeof(pib_wqe_data));
+        readDataSegments(std::span(wqe).subspan(sizeof(ctrl), used - sizeof(ctrl)), s.sges);
     }
     s.haveWqe = true;
     return true;
@@ -144,7 +198,7 @@ void Firmware::onRequest(uint32_t qpn, QueuePair &qp, const iba::Packet &packet)
     if (rc && d > 0) {
         // IBA 9.7.5.2.2: one NAK per gap, until the expected PSN arrives.
         if (!s.nakSent)
-            sendAck(qp, s.expectedPsn, syndrome(kNak, kPsnSequence));
+            acknowledge(qpn, qp, s.expectedPsn, syndrome(kNak, kPsnSequence));
         s.nakSent = true;
         return;
     }
@@ -186,6 +240,14 @@ void Firmware::onRequest(uint32_t qpn, QueuePair &qp, const iba::Packet &packet)
     if (op == iba::kReadRequest || op == iba::kCompareSwap || op == iba::kFetchAdd) {
         if (!rc) // UC has neither (the layout table already refuses them)
             return;
+        // A READ stays outstanding at the requester until its last
+        // response arrives: one more than max_dest_rd_atomic owed means
+        // the requester broke its limit (IBA 9.7.5.2.5).
+        if (repliesOwed(s) >= std::max<size_t>(1, qp.attr.max_dest_rd_atomic)) {
+            responderError(qpn, qp, psn, kInvalidRequest, PIB_WC_REM_INV_REQ_ERR,
+                           "more READ and atomic requests than max_dest_rd_atomic");
+            return;
+        }
         if (op == iba::kReadRequest)
             readRequest(qpn, qp, packet);
         else
@@ -198,7 +260,7 @@ void Firmware::onRequest(uint32_t qpn, QueuePair &qp, const iba::Packet &packet)
         if (s.in == Responder::InMessage::kNone) {
             if (!claimReceiveWqe(qp)) {
                 if (rc) // IBA 9.7.5.2.8: the requester tries again later
-                    sendAck(qp, psn, syndrome(kRnrNak, qp.attr.min_rnr_timer));
+                    acknowledge(qpn, qp, psn, syndrome(kRnrNak, qp.attr.min_rnr_timer));
                 else
                     s.expectedPsn = psnAdd(psn, 1); // UC: the message is lost
                 return;
@@ -229,7 +291,7 @@ void Firmware::onRequest(uint32_t qpn, QueuePair &qp, const iba::Packet &packet)
             }
             if (op == iba::kWriteOnlyImm && !claimReceiveWqe(qp)) {
                 if (rc)
-                    sendAck(qp, psn, syndrome(kRnrNak, qp.attr.min_rnr_timer));
+                    acknowledge(qpn, qp, psn, syndrome(kRnrNak, qp.attr.min_rnr_timer));
                 else
                     s.expectedPsn = psnAdd(psn, 1);
                 return;
@@ -242,7 +304,7 @@ void Firmware::onRequest(uint32_t qpn, QueuePair &qp, const iba::Packet &packet)
         }
         if (op == iba::kWriteLastImm && !claimReceiveWqe(qp)) {
             if (rc)
-                sendAck(qp, psn, syndrome(kRnrNak, qp.attr.min_rnr_timer));
+                acknowledge(qpn, qp, psn, syndrome(kRnrNak, qp.attr.min_rnr_timer));
             else {
                 s.in = Responder::InMessage::kNone;
                 s.expectedPsn = psnAdd(psn, 1);
@@ -261,9 +323,19 @@ void Firmware::onRequest(uint32_t qpn, QueuePair &qp, const iba::Packet &packet)
             return;
         }
         if (len) {
-            // In order, packet by packet: the last byte lands last.
-            remoteRange(qp, s.writeRkey, s.writeVa + s.received, len, PIB_ACCESS_REMOTE_WRITE,
-                        segments);
+            // In order, packet by packet: the last byte lands last. The
+            // region may have gone, or lost its rights, since the RETH.
+            if (!remoteRange(qp, s.writeRkey, s.writeVa + s.received, len, PIB_ACCESS_REMOTE_WRITE,
+                             segments)) {
+                if (rc)
+                    responderError(qpn, qp, psn, kRemoteAccess, PIB_WC_REM_ACCESS_ERR,
+                                   "RDMA WRITE to a region the R_Key no longer allows");
+                else {
+                    s.in = Responder::InMessage::kNone;
+                    s.expectedPsn = psnAdd(psn, 1);
+                }
+                return;
+            }
             size_t at = 0;
             for (const Segment &seg : segments) {
                 if (!host_.dmaWrite(seg.addr, packet.data().data() + at, seg.len)) {
@@ -287,10 +359,11 @@ void Firmware::onRequest(uint32_t qpn, QueuePair &qp, const iba::Packet &packet)
             completeReceive(qpn, qp, packet, PIB_WC_RECV_RDMA_WITH_IMM, s.writeLength);
     }
     if (rc && packet.bth.ackReq)
-        sendAck(qp, psn, kAckSyndrome);
+        acknowledge(qpn, qp, psn, kAckSyndrome);
 }
 
-// An RDMA READ request: the responses go out at once, one PSN each.
+// An RDMA READ request: its responses, one PSN each, are owed from now
+// on; they go out as the event budget and the port allow (sendReplies).
 void Firmware::readRequest(uint32_t qpn, QueuePair &qp, const iba::Packet &packet) {
     Responder &s = qp.resp;
     const iba::Reth &reth = *packet.reth;
@@ -311,38 +384,49 @@ void Firmware::readRequest(uint32_t qpn, QueuePair &qp, const iba::Packet &packe
     s.expectedPsn = psnAdd(e.psn, e.packets);
     ++s.msn;
     remember(qp, e);
-    sendReadResponses(qpn, qp, e, e.psn);
+    Reply r;
+    r.kind = Reply::Kind::kRead;
+    r.entry = e;
+    reply(qpn, qp, r);
 }
 
-// Sends the responses of READ `e` from PSN `from` on.
-void Firmware::sendReadResponses(uint32_t qpn, QueuePair &qp, const ReplayEntry &e, uint32_t from) {
+// Sends response packet r.next of READ r.entry. False when the QP went to
+// the error state instead.
+bool Firmware::sendReadResponse(uint32_t qpn, QueuePair &qp, Reply &r) {
+    const ReplayEntry &e = r.entry;
     const uint32_t mtu = pathMtu(qp);
+    const uint32_t i = r.next++;
+    iba::Packet p;
+    const uint32_t offset = i * mtu;
+    const uint32_t len = std::min(mtu, e.length - offset);
+    p.bth.psn = psnAdd(e.psn, i);
+    p.bth.opcode = e.packets == 1       ? iba::kReadResponseOnly
+                   : i == 0             ? iba::kReadResponseFirst
+                   : i == e.packets - 1 ? iba::kReadResponseLast
+                                        : iba::kReadResponseMiddle;
+    if (iba::layoutOf(p.bth.opcode).aeth)
+        p.aeth = iba::Aeth{kAckSyndrome, qp.resp.msn};
+    if (!addressConnected(qp, p))
+        return true; // lost: the requester asks again
+    // A duplicate READ is answered from memory as it is now: the region
+    // may have gone, or lost its rights, since the first time.
     std::vector<Segment> &segments = readSegments_;
-    for (uint32_t i = static_cast<uint32_t>(psnDiff(from, e.psn)); i < e.packets; ++i) {
-        iba::Packet p;
-        const uint32_t offset = i * mtu;
-        const uint32_t len = std::min(mtu, e.length - offset);
-        p.bth.psn = psnAdd(e.psn, i);
-        p.bth.opcode = e.packets == 1       ? iba::kReadResponseOnly
-                       : i == 0             ? iba::kReadResponseFirst
-                       : i == e.packets - 1 ? iba::kReadResponseLast
-                                            : iba::kReadResponseMiddle;
-        if (iba::layoutOf(p.bth.opcode).aeth)
-            p.aeth = iba::Aeth{kAckSyndrome, qp.resp.msn};
-        if (!addressConnected(qp, p))
-            continue; // lost: the requester asks again
-        // The data goes by DMA straight into the packet.
-        iba::PacketWriter writer(p, len, wire::kHeaderSize, packetBuffer());
-        remoteRange(qp, e.rkey, e.va + offset, len, PIB_ACCESS_REMOTE_READ, segments);
-        for (const Segment &seg : segments) {
-            if (!readIntoPacket(seg, writer)) {
-                responderError(qpn, qp, p.bth.psn, kRemoteOperational, PIB_WC_REM_OP_ERR,
-                               "RDMA READ of guest memory the device cannot reach");
-                return;
-            }
-        }
-        transmitConnected(qp, std::move(writer).finish());
+    if (!remoteRange(qp, e.rkey, e.va + offset, len, PIB_ACCESS_REMOTE_READ, segments)) {
+        responderError(qpn, qp, p.bth.psn, kRemoteAccess, PIB_WC_REM_ACCESS_ERR,
+                       "RDMA READ of a region the R_Key no longer allows");
+        return false;
     }
+    // The data goes by DMA straight into the packet.
+    iba::PacketWriter writer(p, len, wire::kHeaderSize, packetBuffer());
+    for (const Segment &seg : segments) {
+        if (!readIntoPacket(seg, writer)) {
+            responderError(qpn, qp, p.bth.psn, kRemoteOperational, PIB_WC_REM_OP_ERR,
+                           "RDMA READ of guest memory the device cannot reach");
+            return false;
+        }
+    }
+    transmitConnected(qp, std::move(writer).finish());
+    return true;
 }
 
 void Firmware::atomicRequest(uint32_t qpn, QueuePair &qp, const iba::Packet &packet) {
@@ -389,7 +473,10 @@ void Firmware::atomicRequest(uint32_t qpn, QueuePair &qp, const iba::Packet &pac
     s.expectedPsn = psnAdd(psn, 1);
     ++s.msn;
     remember(qp, e);
-    sendAtomicAck(qp, e);
+    Reply r;
+    r.kind = Reply::Kind::kAtomic;
+    r.entry = e;
+    reply(qpn, qp, r);
 }
 
 void Firmware::sendAtomicAck(QueuePair &qp, const ReplayEntry &e) {
@@ -422,18 +509,30 @@ void Firmware::duplicateRequest(uint32_t qpn, QueuePair &qp, const iba::Packet &
                 continue;
             if (e.atomic != (op != iba::kReadRequest))
                 break;
+            // One reply per READ or atomic owed at a time: a duplicate of
+            // one still being answered, or beyond what may be owed, adds
+            // no work (the requester asks again if it must).
+            const bool owed = std::any_of(s.replies.begin(), s.replies.end(), [&](const Reply &r) {
+                return r.readOrAtomic() && r.entry.psn == e.psn;
+            });
+            if (owed || repliesOwed(s) >= std::max<size_t>(1, qp.attr.max_dest_rd_atomic)) {
+                host_.trace("rc-duplicate", "QP %u: duplicate at PSN %u already being answered",
+                            qpn, psn);
+                return;
+            }
             host_.trace("rc-duplicate", "QP %u: duplicate %s at PSN %u answered again", qpn,
                         e.atomic ? "atomic" : "READ", psn);
-            if (e.atomic)
-                sendAtomicAck(qp, e);
-            else
-                sendReadResponses(qpn, qp, e, psn);
+            Reply r;
+            r.kind = e.atomic ? Reply::Kind::kAtomic : Reply::Kind::kRead;
+            r.entry = e;
+            r.next = static_cast<uint32_t>(psnDiff(psn, e.psn));
+            reply(qpn, qp, r);
             return;
         }
         host_.trace("rc-duplicate", "QP %u: duplicate request at PSN %u no longer known", qpn, psn);
         return;
     }
-    sendAck(qp, psnAdd(s.expectedPsn, 0xffffff), kAckSyndrome);
+    acknowledge(qpn, qp, psnAdd(s.expectedPsn, 0xffffff), kAckSyndrome);
 }
 
 } // namespace pib

@@ -3,7 +3,10 @@
 #pragma once
 
 #include <cstdint>
+#include <cstring>
 #include <optional>
+#include <span>
+#include <vector>
 
 #include "mtt.hh"
 #include "pib_hw.h"
@@ -28,6 +31,14 @@ inline std::optional<uint64_t> ringAddress(const Mtt &mtt, const pib_buf_desc &b
 inline uint64_t ringPages(unsigned log_count, unsigned log_stride) {
     const uint64_t bytes = uint64_t{1} << (log_count + log_stride);
     return (bytes + PIB_PAGE_SIZE - 1) / PIB_PAGE_SIZE;
+}
+
+// The data segments in `bytes` of a WQE (a whole number of them; any
+// tail is ignored), copied out of the WQE.
+inline void readDataSegments(std::span<const uint8_t> bytes, std::vector<pib_wqe_data> &out) {
+    out.resize(bytes.size() / sizeof(pib_wqe_data));
+    if (!out.empty()) // never memcpy to the null data() of an empty vector
+        std::memcpy(out.data(), bytes.data(), out.size() * sizeof(pib_wqe_data));
 }
 
 } // namespace pib

@@ -8,6 +8,7 @@
 #include <cstring>
 
 #include "firmware.hh"
+#include "frame.hh"
 #include "limits.hh"
 
 namespace pib {
@@ -38,22 +39,36 @@ CommandOutcome Firmware::madIfc(const Command &cmd) {
     pib_mad_ifc ifc;
     if (!readMailbox(cmd, ifc))
         return fail(PIB_CMD_STATUS_DMA_ERROR, "cmd-dma", "MAD_IFC cannot read 0x%" PRIx64, cmd.in);
-    const bool reply = answerMad(cmd.modifier, ifc.mad);
+    const bool reply = answerMad(cmd.modifier, ifc.mad, cmd.opmod & PIB_MAD_IFC_IGNORE_MKEY);
     if (reply && !writeMailbox(cmd, ifc))
         return fail(PIB_CMD_STATUS_DMA_ERROR, "cmd-dma", "MAD_IFC cannot write 0x%" PRIx64,
                     cmd.out);
     return {PIB_CMD_STATUS_OK, reply ? 1u : 0u};
 }
 
-bool Firmware::answerMad(unsigned number, std::span<uint8_t> bytes) {
+bool Firmware::answerMad(unsigned number, std::span<uint8_t> bytes, bool ignoreMkey) {
     Mad mad(bytes);
     const uint8_t cls = mad.mgmtClass();
     const uint8_t method = mad.method();
+    const bool smp = cls == iba::kClassSmpLid || cls == iba::kClassSmpDirected;
+    bool hideMkey = false;
+    if (smp && !ignoreMkey && mad.baseVersion() == 1) {
+        // IBA 14.2.4: every SMP, local or from the fabric, is checked.
+        PortState &p = *port(number);
+        const auto verdict = p.mkey.check(mad, host_.clockNs());
+        if (verdict == iba::MkeyProtection::Verdict::kViolation) {
+            host_.trace("mkey-violation", "port %u: method 0x%x attribute 0x%x with a bad M_Key",
+                        number, method, mad.attributeId());
+            sendTrap(number, iba::badMkeyTrap(mad, p.info.lid, iba::kProducerCa, ++trapTid_));
+            return false; // dropped unanswered
+        }
+        hideMkey = verdict == iba::MkeyProtection::Verdict::kPassHideKey;
+    }
     if (mad.baseVersion() != 1 || (method != iba::kGet && method != iba::kSet))
         return false;
     uint16_t status;
-    if (cls == iba::kClassSmpLid || cls == iba::kClassSmpDirected) {
-        status = method == iba::kGet ? smaGet(number, mad) : smaSet(number, mad);
+    if (smp) {
+        status = method == iba::kGet ? smaGet(number, mad, hideMkey) : smaSet(number, mad);
         if (status == iba::kStatusBadAttribute)
             return false; // not ours: SMInfo and the like go to the SM
         if (cls == iba::kClassSmpDirected)
@@ -69,7 +84,37 @@ bool Firmware::answerMad(unsigned number, std::span<uint8_t> bytes) {
     return true;
 }
 
-uint16_t Firmware::smaGet(unsigned number, Mad &mad) {
+// Sends trap `mad` to the SM (LID-routed, QP0 to QP0), at most one per
+// 4.096 us * 2^SubnetTimeout (IBA o14-2), and only on an ACTIVE port that
+// knows its SM. An SM behind this very port gets it through QP0.
+void Firmware::sendTrap(unsigned number, std::vector<uint8_t> mad) {
+    PortState &p = *port(number);
+    const pib_port_info &i = p.info;
+    const uint64_t now = host_.clockNs();
+    if (i.state != PIB_PORT_ACTIVE || i.sm_lid == 0 || i.sm_lid >= 0xc000 ||
+        now < p.trapsHeldUntilNs)
+        return;
+    p.trapsHeldUntilNs = now + (uint64_t{4096} << std::min<unsigned>(i.subnet_timeout, 31));
+    iba::Packet packet;
+    packet.lrh.vl = 15;
+    packet.lrh.sl = i.sm_sl;
+    packet.lrh.dlid = i.sm_lid;
+    packet.lrh.slid = i.lid;
+    packet.bth.opcode = iba::kUdSendOnly;
+    packet.bth.destQp = 0;
+    packet.deth = iba::Deth{0, 0};
+    packet.payload = std::move(mad);
+    const uint16_t lidMask = static_cast<uint16_t>(~((1u << i.lmc) - 1));
+    if ((i.sm_lid & lidMask) == i.lid) {
+        deliver(number, packet);
+        return;
+    }
+    auto bytes = iba::build(packet, wire::kHeaderSize, packetBuffer());
+    transmit(number, bytes);
+    recyclePacket(std::move(bytes));
+}
+
+uint16_t Firmware::smaGet(unsigned number, Mad &mad, bool hideMkey) {
     PortState &p = *port(number);
     const uint32_t mod = mad.attributeModifier();
     uint8_t *data = mad.bytes().data() + D;
@@ -97,7 +142,7 @@ uint16_t Firmware::smaGet(unsigned number, Mad &mad) {
             return iba::kStatusBadField;
         const pib_port_info &i = p.info;
         std::memset(data, 0, Mad::kSmpDataSize);
-        mad.set64(D + 0, p.mkey);
+
         mad.set64(D + 8, i.gid_prefix);
         mad.set16(D + 16, i.lid);
         mad.set16(D + 18, i.sm_lid);
@@ -111,6 +156,7 @@ uint16_t Firmware::smaGet(unsigned number, Mad &mad) {
         mad.set8(D + 32, static_cast<uint8_t>(iba::kLinkSpeedSdrDdrQdr << 4 | i.state));
         mad.set8(D + 33, static_cast<uint8_t>(i.phys_state << 4 | PIB_PHYS_POLLING));
         mad.set8(D + 34, i.lmc);
+        p.mkey.writePortInfo(mad, D, hideMkey);
         mad.set8(D + 35, static_cast<uint8_t>(i.active_speed << 4 | iba::kLinkSpeedSdrDdrQdr));
         mad.set8(D + 36, static_cast<uint8_t>(i.active_mtu << 4 | i.sm_sl));
         mad.set8(D + 37, static_cast<uint8_t>(i.max_vl_num << 4));
@@ -179,7 +225,7 @@ uint16_t Firmware::setPortInfo(unsigned number, Mad &mad) {
     const bool smChanged = smLid != i.sm_lid || smSl != i.sm_sl;
     const uint64_t prefix = mad.get64(D + 8);
     const bool gidChanged = prefix != i.gid_prefix;
-    p.mkey = mad.get64(D + 0);
+    p.mkey.setFromPortInfo(mad, D);
     i.gid_prefix = prefix;
     i.lid = lid;
     i.sm_lid = smLid;

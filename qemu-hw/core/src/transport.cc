@@ -55,7 +55,12 @@ void Firmware::processSendQueue(uint32_t qpn, QueuePair &qp) {
 
 void Firmware::processDatagramSend(uint32_t qpn, QueuePair &qp) {
     std::vector<uint8_t> wqe;
+    const unsigned portNumber = sendPort(qp);
     while (qp.sq.consumer != qp.sq.producer && qp.attr.qp_state == PIB_QPS_RTS) {
+        if (!mayTransmit(portNumber)) {
+            postpone(qpn, qp);
+            return;
+        }
         pib_wqe_ctrl ctrl{};
         uint32_t length = 0;
         uint8_t status = PIB_WC_SUCCESS;
@@ -97,36 +102,41 @@ bool Firmware::sendUd(uint32_t qpn, QueuePair &qp, std::span<const uint8_t> wqe,
     }
     pib_wqe_ud ud;
     std::memcpy(&ud, wqe.data() + sizeof(pib_wqe_ctrl), sizeof(ud));
-    std::vector<uint8_t> payload;
-    const uint8_t *seg = wqe.data() + headers;
-    if (ctrl.flags & PIB_WQE_INLINE) {
-        uint32_t count;
-        std::memcpy(&count, seg, 4);
-        count &= ~PIB_INLINE_FLAG;
-        if (4 + count > used - headers) {
-            *status = PIB_WC_LOC_LEN_ERR;
-            return false;
-        }
-        payload.assign(seg + 4, seg + 4 + count);
-    } else {
-        std::vector<pib_wqe_data> sges((used - headers) / sizeof(pib_wqe_data));
-        std::memcpy(sges.data(), seg, sges.size() * sizeof(pib_wqe_data));
-        *status = gather(qp.ctx.pdn, sges, payload);
-        if (*status != PIB_WC_SUCCESS)
-            return false;
-    }
-    *length = static_cast<uint32_t>(payload.size());
-    const unsigned portNumber = qp.ctx.type == PIB_QPT_UD ? qp.attr.port_num : qp.ctx.port;
+    const unsigned portNumber = sendPort(qp);
     PortState *p = port(portNumber);
     if (!p) {
         *status = PIB_WC_LOC_QP_OP_ERR;
         return false;
     }
     const bool smi = qp.ctx.type == PIB_QPT_SMI;
-    if (payload.size() > (smi ? kMadSize : mtuBytes(p->info.active_mtu))) {
-        *status = PIB_WC_LOC_LEN_ERR;
-        return false;
+    // A datagram is one packet: its length is checked before it sizes
+    // anything (the guest controls every byte_count).
+    const uint32_t maxLength = smi ? kMadSize : mtuBytes(p->info.active_mtu);
+    std::vector<uint8_t> payload;
+    const uint8_t *seg = wqe.data() + headers;
+    if (ctrl.flags & PIB_WQE_INLINE) {
+        uint32_t count;
+        std::memcpy(&count, seg, 4);
+        count &= ~PIB_INLINE_FLAG;
+        if (4 + size_t{count} > used - headers || count > caps_.max_inline_data) {
+            host_.guestError("wqe-bad", "QP %u WQE %u: %u inline bytes", qpn, qp.sq.consumer,
+                             count);
+            *status = PIB_WC_LOC_LEN_ERR;
+            return false;
+        }
+        if (count > maxLength) {
+            *status = PIB_WC_LOC_LEN_ERR;
+            return false;
+        }
+        payload.assign(seg + 4, seg + 4 + count);
+    } else {
+        std::vector<pib_wqe_data> sges;
+        readDataSegments(std::span(wqe).subspan(headers, used - headers), sges);
+        *status = gather(qp.ctx.pdn, sges, maxLength, payload);
+        if (*status != PIB_WC_SUCCESS)
+            return false;
     }
+    *length = static_cast<uint32_t>(payload.size());
 
     iba::Packet packet;
     packet.lrh.vl = smi ? 15 : 0;
@@ -165,17 +175,16 @@ bool Firmware::sendUd(uint32_t qpn, QueuePair &qp, std::span<const uint8_t> wqe,
         deliver(portNumber, packet, qpn);
     // Packets to our own LID never leave the device.
     if (p->info.lid && (ud.av.dlid & ~((1u << p->info.lmc) - 1)) == p->info.lid) {
+        --budget_;
         deliver(portNumber, packet);
         return true;
     }
     // Subnet management may use a trained link; everything else needs ACTIVE.
     const bool open = p->info.phys_state == PIB_PHYS_LINK_UP &&
                       (smi ? p->info.state >= PIB_PORT_INIT : p->info.state == PIB_PORT_ACTIVE);
-    if (open && transmit_) {
+    if (open) {
         auto bytes = iba::build(packet, wire::kHeaderSize, packetBuffer());
-        ++p->xmitPackets;
-        p->xmitWords += (bytes.size() - wire::kHeaderSize) / 4;
-        transmit_(portNumber, bytes);
+        transmit(portNumber, bytes);
         recyclePacket(std::move(bytes));
     }
     // UD is unreliable: a packet the link cannot take is lost, not an error.
@@ -357,8 +366,8 @@ void Firmware::receiveDatagram(unsigned number, const iba::Packet &packet, uint3
     if (used < sizeof(ctrl) || used > wqe.size()) {
         cqe.status = PIB_WC_LOC_QP_OP_ERR;
     } else {
-        std::vector<pib_wqe_data> sges((used - sizeof(ctrl)) / sizeof(pib_wqe_data));
-        std::memcpy(sges.data(), wqe.data() + sizeof(ctrl), sges.size() * sizeof(pib_wqe_data));
+        std::vector<pib_wqe_data> sges;
+        readDataSegments(std::span(wqe).subspan(sizeof(ctrl), used - sizeof(ctrl)), sges);
         if (packet.grh) {
             // The GRH as it was on the wire, in the buffer's first 40 bytes.
             const iba::Grh &g = *packet.grh;
@@ -388,6 +397,7 @@ void Firmware::receiveDatagram(unsigned number, const iba::Packet &packet, uint3
 // Completes every outstanding WQE of a QP in the error state as flushed
 // (IBA 10.8.3.3).
 void Firmware::flushQp(uint32_t qpn, QueuePair &qp) {
+    qp.resp.replies.clear(); // a QP in the error state answers nothing more
     // Fetched WQEs first, in order, then those never fetched.
     while (!qp.req.outstanding.empty()) {
         const SendWqe w = std::move(qp.req.outstanding.front());

@@ -1,0 +1,67 @@
+// SPDX-License-Identifier: GPL-2.0-or-later
+// M_Key protection of a subnet management agent (IBA 14.2.4), shared by
+// the HCA's SMA and the switch's: the check every SMP passes before the
+// SMA acts on it, the lease after a violation, the PortInfo fields that
+// carry it, and the Trap 256 (Bad M_Key) that tells the SM.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "mad.hh"
+
+namespace pib::iba {
+
+class MkeyProtection {
+  public:
+    enum class Verdict {
+        kPass,        // the SMA answers
+        kPassHideKey, // answers a Get, but PortInfo's M_Key reads as 0
+        kViolation,   // dropped without an answer; counted; Trap 256 due
+    };
+
+    // Checks SMP `smp` at time `nowNs` (IBA 14.2.4.1-2): a port M_Key of
+    // 0, or the SMP's matching it, passes; else a Get passes at protect
+    // bits 0 and 1, and anything a Set or TrapRepress is a violation, as
+    // is a Get at 2 and 3. Other methods (Trap, GetResp) are not checked.
+    // A violation counts M_KeyViolations and starts the lease timer; a
+    // valid Get, Set or TrapRepress stops it; at its end the protect bits
+    // fall to 0 (IBA 14.2.4.3), which lets an SM that lost the key in.
+    Verdict check(const Mad &smp, uint64_t nowNs);
+
+    // PortInfo's M_Key fields in the attribute data at `data`: M_Key
+    // (bytes 0-7), M_KeyLeasePeriod (26-27), M_KeyProtectBits (byte 34,
+    // bits 7:6) and M_KeyViolations (44-45).
+    void writePortInfo(Mad &mad, size_t data, bool hideKey) const;
+    // A Set(PortInfo) takes the key, lease and protect bits; it clears
+    // M_KeyViolations when its field is 0 (IBA 14.2.5.6).
+    void setFromPortInfo(const Mad &mad, size_t data);
+    // The port is reset: no protection.
+    void clear() { *this = MkeyProtection{}; }
+
+    uint64_t key() const { return key_; }
+    uint8_t protectBits() const { return protectBits_; }
+    uint16_t violations() const { return violations_; }
+    bool leaseRunning() const { return leaseEndsNs_ != 0; }
+
+  private:
+    uint64_t key_ = 0;
+    uint8_t protectBits_ = 0;
+    uint16_t leasePeriod_ = 0; // seconds; 0: never expires
+    uint64_t leaseEndsNs_ = 0; // 0: the lease timer is not running
+    uint16_t violations_ = 0;
+};
+
+// The payload of the Trap 256 (Bad M_Key) an SMA sends the SM after a
+// violation by `smp` (IBA 14.2.5.1, Notice with the data details of
+// table 128): a LID-routed SubnTrap with an M_Key of 0, from `issuerLid`,
+// of producer type `producerType` (1: CA, 2: switch).
+std::vector<uint8_t> badMkeyTrap(const Mad &smp, uint16_t issuerLid, uint32_t producerType,
+                                 uint64_t tid);
+
+inline constexpr uint16_t kAttrNotice = 0x0002;
+inline constexpr uint16_t kTrapBadMkey = 256;
+inline constexpr uint32_t kProducerCa = 1;
+inline constexpr uint32_t kProducerSwitch = 2;
+
+} // namespace pib::iba

@@ -1,0 +1,150 @@
+// SPDX-License-Identifier: GPL-2.0-or-later
+// libFuzzer harness of the fabric switch's logic (everything but its
+// sockets): every port is a peer that may send anything. The input is a
+// sequence of steps: links coming up and going down, raw stream bytes cut
+// into frames the way the server does, and packets built with valid CRCs:
+// directed-route and LID-routed SMPs of every attribute and method the
+// SMA knows (and others), PMA queries, and data to unicast and multicast
+// LIDs. Whatever the switch answers must be a packet that parses, sent
+// out of a port that exists.
+#include <fuzzer/FuzzedDataProvider.h>
+
+#include <cstdio>
+#include <cstdlib>
+
+#include "frame.hh"
+#include "mad.hh"
+#include "packet.hh"
+#include "switch.hh"
+
+using namespace pib;
+using namespace pib::fabric;
+
+namespace {
+
+constexpr unsigned kPorts = 8;
+
+void check(bool ok, const char *what) {
+    if (!ok) {
+        std::fprintf(stderr, "fuzz-switch: invariant broken: %s\n", what);
+        std::abort();
+    }
+}
+
+void checkOutput(const std::vector<Transmit> &out) {
+    for (const Transmit &t : out) {
+        check(t.port >= 1 && t.port <= kPorts, "a packet sent out of a port that does not exist");
+        iba::ParseError error;
+        check(iba::parse(t.packet, &error, /*checkIcrc=*/false).has_value(),
+              "the switch sent a packet that does not parse");
+    }
+}
+
+constexpr uint16_t kAttrs[] = {
+    iba::kAttrNodeDescription, iba::kAttrNodeInfo,     iba::kAttrSwitchInfo,
+    iba::kAttrGuidInfo,        iba::kAttrPortInfo,     iba::kAttrPkeyTable,
+    iba::kAttrSlToVlTable,     iba::kAttrVlArbTable,   iba::kAttrLinearForwardingTable,
+    iba::kAttrMulticastForwardingTable, iba::kAttrClassPortInfo, 0x0020, 0xff00,
+};
+
+// A MAD of class `cls` with fields from the input.
+std::vector<uint8_t> mad(FuzzedDataProvider &in, uint8_t cls) {
+    std::vector<uint8_t> m = in.ConsumeBytes<uint8_t>(iba::kMadSize);
+    m.resize(iba::kMadSize);
+    iba::Mad mad(m);
+    mad.set8(0, 1);
+    mad.set8(1, cls);
+    mad.set8(2, 1);
+    const uint8_t methods[] = {iba::kGet, iba::kSet, 0x05, 0x07, 0x81};
+    mad.set8(3, methods[in.ConsumeIntegralInRange<size_t>(0, std::size(methods) - 1)]);
+    if (cls == iba::kClassPerfMgt)
+        mad.set16(16, in.ConsumeBool() ? iba::kAttrPortCounters : iba::kAttrPortCountersExtended);
+    else
+        mad.set16(16, kAttrs[in.ConsumeIntegralInRange<size_t>(0, std::size(kAttrs) - 1)]);
+    mad.set32(20, in.ConsumeBool() ? in.ConsumeIntegralInRange<uint32_t>(0, 70)
+                                   : in.ConsumeIntegral<uint32_t>());
+    if (cls == iba::kClassSmpDirected) {
+        const uint8_t hops = in.ConsumeIntegralInRange<uint8_t>(0, 8);
+        mad.set8(6, in.ConsumeIntegralInRange<uint8_t>(0, 9)); // hop pointer
+        mad.set8(7, hops);
+        mad.set16(32, in.ConsumeBool() ? iba::kPermissiveLid : in.ConsumeIntegral<uint16_t>());
+        mad.set16(34, in.ConsumeBool() ? iba::kPermissiveLid : in.ConsumeIntegral<uint16_t>());
+        for (unsigned i = 1; i <= hops; ++i)
+            mad.set8(128 + i, in.ConsumeIntegralInRange<uint8_t>(0, kPorts + 1));
+    }
+    return m;
+}
+
+std::vector<uint8_t> packet(FuzzedDataProvider &in) {
+    iba::Packet p;
+    p.lrh.slid = in.ConsumeIntegral<uint16_t>();
+    p.lrh.sl = in.ConsumeIntegralInRange<uint8_t>(0, 15);
+    switch (in.ConsumeIntegralInRange(0, 4)) {
+    case 0: // directed-route SMP
+        p.lrh.vl = 15;
+        p.lrh.dlid = iba::kPermissiveLid;
+        p.payload = mad(in, iba::kClassSmpDirected);
+        break;
+    case 1: // LID-routed SMP
+        p.lrh.vl = 15;
+        p.lrh.dlid = in.ConsumeIntegralInRange<uint16_t>(0, 16);
+        p.payload = mad(in, iba::kClassSmpLid);
+        break;
+    case 2: // PMA query, to QP1
+        p.lrh.dlid = in.ConsumeIntegralInRange<uint16_t>(0, 16);
+        p.bth.destQp = 1;
+        p.payload = mad(in, iba::kClassPerfMgt);
+        break;
+    default: // data, unicast or multicast, with a payload of any size
+        p.lrh.vl = in.ConsumeIntegralInRange<uint8_t>(0, 15);
+        p.lrh.dlid = in.ConsumeBool() ? in.ConsumeIntegralInRange<uint16_t>(0, 32)
+                                      : in.ConsumeIntegral<uint16_t>();
+        p.bth.destQp = in.ConsumeIntegralInRange<uint32_t>(0, 0xffffff);
+        p.payload = in.ConsumeBytes<uint8_t>(in.ConsumeIntegralInRange(0, 4200));
+        break;
+    }
+    p.bth.opcode = iba::kUdSendOnly;
+    p.deth = iba::Deth{p.bth.destQp == 1 ? iba::kQp1Qkey : in.ConsumeIntegral<uint32_t>(), 1};
+    if (in.ConsumeIntegralInRange(0, 7) == 0) {
+        p.grh = iba::Grh{};
+        p.lrh.lnh = iba::kLnhIbaGlobal;
+    }
+    std::vector<uint8_t> bytes = iba::build(p);
+    if (in.ConsumeIntegralInRange(0, 15) == 0)
+        bytes[in.ConsumeIntegralInRange<size_t>(0, bytes.size() - 1)] ^= 1;
+    return bytes;
+}
+
+} // namespace
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
+    FuzzedDataProvider in(data, size);
+    Switch sw(SwitchConfig{0x0250494253570001ull, kPorts, "fuzz switch"});
+    wire::FrameReader readers[kPorts + 1];
+    for (int steps = 0; steps < 300 && in.remaining_bytes(); ++steps) {
+        // Ports 0 and kPorts + 1 do not exist: the switch must refuse them.
+        const unsigned port = in.ConsumeIntegralInRange<unsigned>(0, kPorts + 1);
+        switch (in.ConsumeIntegralInRange(0, 7)) {
+        case 0: // a cable plugged or pulled
+            checkOutput(sw.linkChanged(port, in.ConsumeBool()));
+            break;
+        case 1: { // stream bytes, framed as the server frames them
+            if (port < 1 || port > kPorts)
+                break;
+            const auto bytes = in.ConsumeBytes<uint8_t>(in.ConsumeIntegralInRange(0, 600));
+            readers[port].feed(bytes);
+            wire::FrameReader::Error error;
+            while (auto frame = readers[port].next(&error))
+                if (frame->type == PIB_WIRE_PACKET)
+                    checkOutput(sw.receive(port, frame->payload));
+            if (error != wire::FrameReader::Error::kNone)
+                readers[port].reset(); // the server drops such a link
+            break;
+        }
+        default:
+            checkOutput(sw.receive(port, packet(in)));
+            break;
+        }
+    }
+    return 0;
+}

@@ -1,0 +1,199 @@
+// SPDX-License-Identifier: GPL-2.0-or-later
+// Regression tests of the connected transports against a hostile guest or
+// peer (issue 13): DMA aimed at the device's own registers, memory
+// regions that vanish under a message, and requests that ask for far
+// more work than one event may do.
+#include <algorithm>
+
+#include <catch2/catch.hpp>
+
+#include "connected_fixture.hh"
+#include "limits.hh"
+
+using namespace pib;
+using namespace pib::testing;
+
+// Defect 3: a receive buffer in BAR0 made incoming data write CMD_CTRL,
+// which ran CLOSE_HCA in the middle of the responder; the QP was freed
+// under it.
+TEST_CASE("DMA into the device's own BAR cannot re-enter it", "[hostile]") {
+    Pair p;
+    const uint64_t out = p.a.host.alloc(64);
+    // The register words from CMD_IN_LO to CMD_CTRL: a CLOSE_HCA command.
+    uint32_t words[9] = {};
+    words[(PIB_REG_CMD_CTRL - PIB_REG_CMD_IN_LO) / 4] = PIB_CMD_CLOSE_HCA | PIB_CMD_CTRL_GO;
+    std::memcpy(p.a.host.at(out), words, sizeof(words));
+    p.b.postRecv(7, FakeHost::kBar0Base + PIB_REG_CMD_IN_LO, sizeof(words));
+    p.a.postSend(1, {.opcode = PIB_WR_SEND, .local = out, .length = sizeof(words)});
+    p.wire.run();
+    CHECK(p.b.host.barDmas > 0);
+    CHECK(p.b.host.guestErrors("dma-reentry") > 0);
+    // The command never ran: B still has its QP, and the SEND completed.
+    CHECK(p.b.qpState() == PIB_QPS_RTS);
+    const auto got = p.b.poll();
+    REQUIRE(got.size() == 1);
+    CHECK(got[0].wr_id == 7);
+    const auto sent = p.a.poll();
+    REQUIRE(sent.size() == 1);
+    CHECK(sent[0].status == PIB_WC_SUCCESS);
+}
+
+// Defect 4: a duplicate READ was answered from a buffer never filled once
+// the R_Key no longer allowed it; the requester took it as the data.
+TEST_CASE("a duplicate READ of memory no longer readable is refused", "[hostile]") {
+    Pair p;
+    const uint64_t local = p.a.host.alloc(4096), remote = p.b.host.alloc(4096);
+    p.b.fill(remote, 4096, 3);
+    bool dropResponses = true;
+    p.wire.filter = [&](bool fromA, iba::Packet &k) {
+        const uint8_t op = k.bth.opcode & 0x1f;
+        const bool response = op >= iba::kReadResponseFirst && op <= iba::kReadResponseOnly;
+        if (!fromA && response && dropResponses) {
+            // The responses are lost, and meanwhile B's region goes away.
+            p.b.host.command(PIB_CMD_DESTROY_MR, p.b.key);
+            return false;
+        }
+        return true;
+    };
+    p.a.postSend(1, {.opcode = PIB_WR_RDMA_READ, .local = local, .length = 4096, .remote = remote});
+    p.wire.run();
+    dropResponses = false;
+    const size_t before = p.wire.seen.size();
+    p.wire.advance(20'000'000); // the ACK timer resends the READ: a duplicate at B
+    const auto done = p.a.poll();
+    REQUIRE(done.size() == 1);
+    CHECK(done[0].status == PIB_WC_REM_ACCESS_ERR);
+    for (size_t i = before; i < p.wire.seen.size(); ++i) {
+        const uint8_t op = p.wire.seen[i].bth.opcode & 0x1f;
+        CHECK_FALSE((op >= iba::kReadResponseFirst && op <= iba::kReadResponseOnly));
+    }
+    CHECK(std::all_of(p.a.host.at(local), p.a.host.at(local) + 4096,
+                      [](uint8_t b) { return b == 0; }));
+}
+
+// Defect 4: the middle of an RDMA WRITE whose region was destroyed after
+// the first packet was dropped, yet ACKed as a success.
+TEST_CASE("an RDMA WRITE whose region goes away mid-message is NAKed", "[hostile]") {
+    Pair p;
+    const uint64_t local = p.a.host.alloc(4096), remote = p.b.host.alloc(4096);
+    p.a.fill(local, 4096, 9);
+    p.wire.filter = [&](bool fromA, iba::Packet &k) {
+        if (fromA && (k.bth.opcode & 0x1f) == iba::kWriteMiddle)
+            p.b.host.command(PIB_CMD_DESTROY_MR, p.b.key);
+        return true;
+    };
+    p.a.postSend(1,
+                 {.opcode = PIB_WR_RDMA_WRITE, .local = local, .length = 4096, .remote = remote});
+    p.wire.run();
+    const auto done = p.a.poll();
+    REQUIRE(done.size() == 1);
+    CHECK(done[0].status == PIB_WC_REM_ACCESS_ERR);
+    CHECK(p.b.qpState() == PIB_QPS_ERR);
+}
+
+// Defect 9: SQ drained was raised on entering SQD while sends were still
+// unacknowledged.
+TEST_CASE("SQ drained waits for the sends in flight", "[hostile]") {
+    Pair p;
+    const uint64_t local = p.a.host.alloc(8192), remote = p.b.host.alloc(8192);
+    p.a.postSend(1,
+                 {.opcode = PIB_WR_RDMA_WRITE, .local = local, .length = 8192, .remote = remote});
+    pib_qp_attr sqd{};
+    sqd.attr_mask = PIB_QP_STATE | PIB_QP_EN_SQD_ASYNC_NOTIFY;
+    sqd.qp_state = PIB_QPS_SQD;
+    sqd.en_sqd_async_notify = 1;
+    p.a.modify(sqd);
+    auto drained = [&] {
+        const auto events = p.a.asyncEvents();
+        return std::count(events.begin(), events.end(), PIB_ASYNC_SQ_DRAINED);
+    };
+    CHECK(drained() == 0); // the WRITE is not acknowledged yet
+    p.wire.run();
+    const auto done = p.a.poll();
+    REQUIRE(done.size() == 1);
+    CHECK(done[0].status == PIB_WC_SUCCESS);
+    CHECK(drained() == 1);
+}
+
+namespace {
+
+// Frames in a port's output.
+size_t framesIn(const std::vector<uint8_t> &bytes) {
+    wire::FrameReader reader;
+    reader.feed(bytes);
+    wire::FrameReader::Error error;
+    size_t n = 0;
+    while (reader.next(&error))
+        ++n;
+    return n;
+}
+
+} // namespace
+
+// Defect 5: every READ response was produced inside one call, and the
+// loopback queue grew without bound: a guest's 256 MiB READ to its own LID
+// took 548 MiB inside a single doorbell write.
+TEST_CASE("a long READ to the QP's own port goes out in bounded batches", "[hostile]") {
+    constexpr uint32_t kLength = 8 << 20;
+    Node n(PIB_QPT_RC, 0x33, 24 << 20);
+    n.connect(n, PIB_QPT_RC, {.sqPsn = 100, .rqPsn = 100}); // to itself
+    const uint64_t from = n.host.alloc(kLength), to = n.host.alloc(kLength);
+    for (uint32_t i = 0; i < kLength; i += 4096)
+        n.fill(from + i, 4096, static_cast<uint8_t>(i >> 12));
+    n.postSend(1, {.opcode = PIB_WR_RDMA_READ, .local = to, .length = kLength, .remote = from});
+    CHECK(n.poll().empty()); // one doorbell did not do it all
+    CHECK(n.host.scheduled > 0);
+    while (n.host.runScheduled())
+        REQUIRE(n.host.runs < 100000);
+    // 8192 responses of 1 KiB at 128 packets per event, with their ACKs
+    // and requests sharing the budget.
+    CHECK(n.host.runs >= 8192 / 128);
+    const auto done = n.poll();
+    REQUIRE(done.size() == 1);
+    CHECK(done[0].status == PIB_WC_SUCCESS);
+    CHECK(std::equal(n.host.at(from), n.host.at(from) + kLength, n.host.at(to)));
+}
+
+// Defect 5, from the fabric: one READ request (or a duplicate of one)
+// from a peer made the responder produce every response in one call.
+TEST_CASE("one READ request from a peer costs one event a bounded batch", "[hostile]") {
+    constexpr uint32_t kLength = 4 << 20;
+    Pair p(PIB_QPT_RC, {}, 24 << 20);
+    const uint64_t local = p.a.host.alloc(kLength), remote = p.b.host.alloc(kLength);
+    p.b.fill(remote, kLength, 5);
+    p.a.postSend(1,
+                 {.opcode = PIB_WR_RDMA_READ, .local = local, .length = kLength, .remote = remote});
+    p.wire.move(p.a, p.b, 0); // the request reaches B: one event
+    CHECK(framesIn(p.b.host.portOutput[1]) <= limits::kPacketsPerEvent);
+    CHECK(p.b.host.scheduled > 0);
+    p.wire.run();
+    const auto done = p.a.poll();
+    REQUIRE(done.size() == 1);
+    CHECK(done[0].status == PIB_WC_SUCCESS);
+    CHECK(std::equal(p.b.host.at(remote), p.b.host.at(remote) + kLength, p.a.host.at(local)));
+}
+
+// Defect 6, in the core: a port whose host queue is full holds back new
+// work (the host never blocks, and its queue stays bounded), and the work
+// resumes when the host says there is room.
+TEST_CASE("a full port holds back new work until it has room", "[hostile]") {
+    constexpr uint32_t kLength = 1 << 20;
+    Pair p(PIB_QPT_RC, {}, 16 << 20);
+    p.b.host.portQueueLimit = 16 << 10;
+    const uint64_t local = p.a.host.alloc(kLength), remote = p.b.host.alloc(kLength);
+    p.b.fill(remote, kLength, 11);
+    p.a.postSend(1,
+                 {.opcode = PIB_WR_RDMA_READ, .local = local, .length = kLength, .remote = remote});
+    p.wire.move(p.a, p.b, 0);
+    while (p.b.host.runScheduled()) {
+    }
+    // Full after 16 KiB: the rest waits, however often B runs.
+    CHECK(p.b.host.portOutput[1].size() < (16 << 10) + 2048);
+    CHECK(p.b.host.traces("port-full") == 1);
+    p.wire.run(); // drains B's queue, which makes room, again and again
+    CHECK(p.b.host.portOutputPeak < (16 << 10) + 2048);
+    const auto done = p.a.poll();
+    REQUIRE(done.size() == 1);
+    CHECK(done[0].status == PIB_WC_SUCCESS);
+    CHECK(std::equal(p.b.host.at(remote), p.b.host.at(remote) + kLength, p.a.host.at(local)));
+}

@@ -1,0 +1,164 @@
+"""./pib fuzz: the libFuzzer harnesses of tests/fuzz, built with clang,
+ASan and UBSan in a build directory of their own, run against a corpus
+kept in the cache; and the replay of their checked-in inputs (seeds and
+one regression input per defect found) that ./pib test runs."""
+
+import os
+import re
+import shutil
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+
+from pibctl import core_build, paths, ui
+
+# Harness name -> executable, in tests/fuzz.
+TARGETS = {
+    "core": "fuzz-core",      # the device core through pib_core.h and a fake host
+    "switch": "fuzz-switch",  # the fabric switch's logic: frames, SMPs, PMA, forwarding
+    "packet": "fuzz-packet",  # the wire framing and the IBA packet parser
+}
+INPUTS_DIR = paths.REPO / "tests" / "fuzz" / "inputs"
+SANITIZER_ENV = {
+    # Any report is fatal, with a stack; leaks count too.
+    "ASAN_OPTIONS": "abort_on_error=1:detect_leaks=1:allocator_may_return_null=1",
+    "UBSAN_OPTIONS": "halt_on_error=1:print_stacktrace=1",
+}
+
+
+def build_dir() -> Path:
+    return paths.cache_dir() / "build" / "fuzz"
+
+
+def corpus_dir(target: str) -> Path:
+    return paths.cache_dir() / "fuzz" / "corpus" / target
+
+
+def crash_dir(target: str) -> Path:
+    return paths.cache_dir() / "fuzz" / "crashes" / target
+
+
+def build() -> None:
+    ui.step("fuzzers (clang, libFuzzer, ASan, UBSan)")
+    flags = "-fsanitize=fuzzer-no-link -fno-sanitize-recover=all"
+    env = dict(os.environ, CC="clang", CXX="clang++")
+    core_build.configure_dir(build_dir(), [
+        "-Dfuzzers=true", "-Db_sanitize=address,undefined", "-Db_lundef=false",
+        f"-Dcpp_args={flags}", f"-Dc_args={flags}"], env=env)
+    ui.run_logged(["ninja", "-C", build_dir(), *[f"tests/fuzz/{exe}" for exe in TARGETS.values()]],
+                  "fuzz-build", "ninja (fuzzers)", env=env)
+    ui.detail(f"built in {build_dir() / 'tests' / 'fuzz'}")
+
+
+def _binary(target: str) -> Path:
+    return build_dir() / "tests" / "fuzz" / TARGETS[target]
+
+
+def _inputs(target: str):
+    d = INPUTS_DIR / target
+    return sorted(p for p in d.iterdir() if p.is_file()) if d.is_dir() else []
+
+
+def _env():
+    return dict(os.environ, **SANITIZER_ENV)
+
+
+def replay(counts) -> None:
+    """For ./pib test: every checked-in input of each harness once, then a
+    short run of each from those inputs (in a scratch corpus: nothing is
+    written into the clone)."""
+    ui.step("Fuzz targets: checked-in inputs, then a short run of each")
+    for target in TARGETS:
+        inputs = _inputs(target)
+        start = time.monotonic()
+        proc = subprocess.run([_binary(target), "-malloc_limit_mb=256", *inputs],
+                              capture_output=True, text=True, errors="replace", env=_env(),
+                              timeout=600)
+        ok = proc.returncode == 0 and len(inputs) > 0
+        if not ok:
+            print(proc.stderr[-6000:])
+        counts.record(f"fuzz {target}: {len(inputs)} checked-in inputs replayed", ok,
+                      time.monotonic() - start)
+        with tempfile.TemporaryDirectory() as scratch:
+            for p in inputs:
+                shutil.copy(p, scratch)
+            start = time.monotonic()
+            stats, proc = _run(target, ["-max_total_time=15", "-seed=1", scratch], quiet=True)
+            ok = proc.returncode == 0
+            if not ok:
+                print(proc.stderr[-6000:])
+            counts.record(f"fuzz {target}: 15 s from the checked-in inputs, "
+                          f"{stats.get('execs', 0)} executions, no finding", ok,
+                          time.monotonic() - start)
+
+
+def _run(target: str, args, quiet: bool):
+    crashes = crash_dir(target)
+    crashes.mkdir(parents=True, exist_ok=True)
+    cmd = [_binary(target), "-print_final_stats=1", "-rss_limit_mb=4096", "-malloc_limit_mb=256",
+           "-timeout=30",
+           f"-artifact_prefix={crashes}/", *[str(a) for a in args]]
+    if quiet:
+        proc = subprocess.run(cmd, capture_output=True, text=True, errors="replace", env=_env())
+        text = proc.stderr
+    else:
+        # Progress as it comes: libFuzzer reports on stderr.
+        proc = subprocess.Popen(cmd, stderr=subprocess.PIPE, text=True, errors="replace",
+                                env=_env())
+        lines = []
+        last = 0.0
+        for line in proc.stderr:
+            lines.append(line)
+            if " pulse " in line or "DONE" in line or time.monotonic() - last > 30:
+                if line.startswith("#"):
+                    ui.detail(f"{target}: {line.strip()}")
+                    last = time.monotonic()
+        proc.wait()
+        text = "".join(lines[-400:])
+        proc.stderr = text
+    return _stats(text), proc
+
+
+def _stats(text: str) -> dict:
+    stats = {}
+    m = re.search(r"stat::number_of_executed_units:\s*(\d+)", text)
+    if m:
+        stats["execs"] = int(m.group(1))
+    covs = re.findall(r"cov: (\d+) ft: (\d+)", text)
+    if covs:
+        stats["cov"], stats["ft"] = map(int, covs[-1])
+    m = re.search(r"corp: (\d+)/", text.split("DONE")[-1]) if "DONE" in text else None
+    if m:
+        stats["corpus"] = int(m.group(1))
+    return stats
+
+
+def run(minutes: float, targets) -> int:
+    """./pib fuzz: each harness for `minutes`, from its corpus in the cache
+    (which grows) and the checked-in inputs (read only)."""
+    build()
+    failed = []
+    for target in targets:
+        corpus = corpus_dir(target)
+        corpus.mkdir(parents=True, exist_ok=True)
+        ui.step(f"fuzz {target}: {minutes:g} min, corpus {corpus}")
+        before = set(crash_dir(target).glob("*")) if crash_dir(target).is_dir() else set()
+        args = [f"-max_total_time={int(minutes * 60)}", corpus]
+        if (INPUTS_DIR / target).is_dir():
+            args.append(INPUTS_DIR / target)
+        stats, proc = _run(target, args, quiet=False)
+        found = sorted(set(crash_dir(target).glob("*")) - before)
+        ui.detail(f"{target}: {stats.get('execs', 0)} executions, coverage {stats.get('cov', 0)} "
+                  f"edges ({stats.get('ft', 0)} features), corpus {stats.get('corpus', '?')} inputs, "
+                  f"{len(found)} findings")
+        if proc.returncode != 0 or found:
+            failed.append(target)
+            print(proc.stderr[-6000:])
+            for f in found:
+                ui.detail(f"finding: {f}")
+    if failed:
+        ui.info("findings in: " + ", ".join(failed))
+        return 1
+    ui.info("no findings")
+    return 0
