@@ -134,12 +134,57 @@ def _stats(text: str) -> dict:
     return stats
 
 
+# Targets that are not libFuzzer harnesses.
+QTEST_ACCESSES = 1_000_000
+OTHER_TARGETS = {
+    "qtest": "random MMIO and configuration-space accesses to the built QEMU's pib-hca "
+             f"(at least {QTEST_ACCESSES} accesses)",
+}
+
+
+def qtest(counts, accesses: int) -> None:
+    """For ./pib test: random accesses to the built QEMU through qtest."""
+    from pibctl import mmio_fuzz
+
+    start = time.monotonic()
+    try:
+        made, seconds, errors = mmio_fuzz.run(accesses, seed=int(time.time()))
+        ok = True
+        detail = f"{made} accesses in {seconds:.0f} s, {sum(errors.values())} guest errors reported"
+    except (RuntimeError, AssertionError) as e:
+        ok, detail = False, str(e)
+        print(detail)
+    counts.record(f"qtest: random MMIO and config space to QEMU's pib-hca: {detail[:100]}", ok,
+                  time.monotonic() - start)
+
+
+def _run_qtest(minutes: float) -> bool:
+    from pibctl import mmio_fuzz
+
+    ui.step(f"qtest: random accesses to {paths.qemu_binary()}")
+    try:
+        made, seconds, errors = mmio_fuzz.run(QTEST_ACCESSES, seed=int(time.time()),
+                                              minutes=minutes)
+    except (RuntimeError, AssertionError) as e:
+        print(e)
+        return False
+    ui.detail(f"qtest: {made} accesses in {seconds:.0f} s; QEMU answered every one")
+    top = sorted(errors.items(), key=lambda kv: -kv[1])
+    ui.detail("guest errors reported: " + ", ".join(f"{k} {v}" for k, v in top))
+    return True
+
+
 def run(minutes: float, targets) -> int:
     """./pib fuzz: each harness for `minutes`, from its corpus in the cache
     (which grows) and the checked-in inputs (read only)."""
-    build()
+    if any(t in TARGETS for t in targets):
+        build()
     failed = []
     for target in targets:
+        if target == "qtest":
+            if not _run_qtest(0):
+                failed.append(target)
+            continue
         corpus = corpus_dir(target)
         corpus.mkdir(parents=True, exist_ok=True)
         ui.step(f"fuzz {target}: {minutes:g} min, corpus {corpus}")

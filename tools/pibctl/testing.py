@@ -250,6 +250,7 @@ def run(pattern: str = "", unit: bool = True, e2e: bool = True, vms: int = 2,
         run_unit_tests(counts)
         fuzzing.build()
         fuzzing.replay(counts)
+        fuzzing.qtest(counts, accesses=200_000)
     if e2e:
         run_e2e(counts, pattern, vms, accel)
         run_e2e(counts, pattern, vms, accel, second_pass=True)
