@@ -9,6 +9,7 @@
 #include <cstring>
 #include <limits>
 #include <span>
+#include <vector>
 
 namespace pib::iba {
 
@@ -158,6 +159,30 @@ inline void writePortCounters(Mad &mad, const PortCounterValues &c) {
         mad.set64(d + 40, c.xmitPackets); // all unicast so far
         mad.set64(d + 48, c.rcvPackets);
     }
+}
+
+// A trap (IBA 14.2.5.1, 13.4.8.2): a LID-routed SubnTrap carrying a
+// generic Notice of `type` (1 urgent, 2 security, ...) and trap `number`
+// from `issuerLid`, with an M_Key of 0 (o14-1). The caller adds the data
+// details, from byte 10 of the Notice on.
+inline constexpr uint16_t kAttrNotice = 0x0002;
+inline std::vector<uint8_t> trapMad(uint64_t tid, uint8_t type, uint32_t producerType,
+                                    uint16_t number, uint16_t issuerLid) {
+    std::vector<uint8_t> bytes(kMadSize, 0);
+    Mad mad(bytes);
+    mad.set8(0, 1); // base version
+    mad.set8(1, kClassSmpLid);
+    mad.set8(2, 1); // class version
+    mad.setMethod(kTrap);
+    mad.set64(8, tid);
+    mad.set16(16, kAttrNotice);
+    const size_t d = Mad::kSmpData;
+    mad.set8(d + 0, static_cast<uint8_t>(0x80 | type)); // IsGeneric
+    mad.set8(d + 1, static_cast<uint8_t>(producerType >> 16));
+    mad.set16(d + 2, static_cast<uint16_t>(producerType));
+    mad.set16(d + 4, number);
+    mad.set16(d + 6, issuerLid);
+    return bytes;
 }
 
 } // namespace pib::iba

@@ -8,9 +8,9 @@ namespace pib::iba {
 namespace {
 
 constexpr uint64_t kNsPerSecond = 1'000'000'000;
-constexpr size_t kSmpMkey = 24;                  // the M_Key in an SMP's header (IBA 14.2.1.1)
-constexpr uint8_t kNoticeGenericSecurity = 0x82; // IsGeneric, Type 2 (security)
-constexpr unsigned kMaxNoticePath = 30;          // return path bytes a notice holds
+constexpr size_t kSmpMkey = 24; // the M_Key in an SMP's header (IBA 14.2.1.1)
+constexpr uint8_t kNoticeTypeSecurity = 2;
+constexpr unsigned kMaxNoticePath = 30; // return path bytes a notice holds
 
 } // namespace
 
@@ -54,21 +54,10 @@ void MkeyProtection::setFromPortInfo(const Mad &mad, size_t data) {
 
 std::vector<uint8_t> badMkeyTrap(const Mad &smp, uint16_t issuerLid, uint32_t producerType,
                                  uint64_t tid) {
-    std::vector<uint8_t> bytes(kMadSize, 0);
+    std::vector<uint8_t> bytes =
+        trapMad(tid, kNoticeTypeSecurity, producerType, kTrapBadMkey, issuerLid);
     Mad mad(bytes);
-    mad.set8(0, 1); // base version
-    mad.set8(1, kClassSmpLid);
-    mad.set8(2, 1); // class version
-    mad.setMethod(kTrap);
-    mad.set64(8, tid);
-    mad.set16(16, kAttrNotice);
-    // The SMP's own M_Key stays 0 (IBA o14-1).
     const size_t d = Mad::kSmpData;
-    mad.set8(d + 0, kNoticeGenericSecurity);
-    mad.set8(d + 1, static_cast<uint8_t>(producerType >> 16));
-    mad.set16(d + 2, static_cast<uint16_t>(producerType));
-    mad.set16(d + 4, kTrapBadMkey);
-    mad.set16(d + 6, issuerLid);
     // Data details: who was asked, what, by which key and by what route.
     mad.set16(d + 12, issuerLid); // LIDADDR
     const bool directed = smp.mgmtClass() == kClassSmpDirected;

@@ -59,7 +59,6 @@ class MkeyProtection {
 std::vector<uint8_t> badMkeyTrap(const Mad &smp, uint16_t issuerLid, uint32_t producerType,
                                  uint64_t tid);
 
-inline constexpr uint16_t kAttrNotice = 0x0002;
 inline constexpr uint16_t kTrapBadMkey = 256;
 inline constexpr uint32_t kProducerCa = 1;
 inline constexpr uint32_t kProducerSwitch = 2;

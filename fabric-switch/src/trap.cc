@@ -8,27 +8,15 @@ namespace pib::fabric {
 
 namespace {
 
-constexpr uint8_t kNoticeGenericUrgent = 0x81; // IsGeneric, Type 1 (urgent)
+constexpr uint8_t kNoticeTypeUrgent = 1;
 constexpr uint16_t kTrapLinkStateChanged = 128;
 
 } // namespace
 
 std::vector<Transmit> Switch::trap128() {
-    std::vector<uint8_t> bytes(kMadSize, 0);
-    Mad mad(bytes);
-    mad.set8(0, 1); // base version
-    mad.set8(1, kClassSmpLid);
-    mad.set8(2, 1); // class version
-    mad.setMethod(kTrap);
-    mad.set64(8, ++trapTid_);
-    mad.set16(16, kAttrNotice);
-    const size_t d = Mad::kSmpData;
-    mad.set8(d + 0, kNoticeGenericUrgent);
-    mad.set8(d + 1, 0);
-    mad.set16(d + 2, kProducerSwitch);
-    mad.set16(d + 4, kTrapLinkStateChanged);
-    mad.set16(d + 6, lid_);  // IssuerLID
-    mad.set16(d + 10, lid_); // data details: LIDADDR, the switch with the change
+    std::vector<uint8_t> bytes =
+        trapMad(++trapTid_, kNoticeTypeUrgent, kProducerSwitch, kTrapLinkStateChanged, lid_);
+    Mad(bytes).set16(Mad::kSmpData + 10, lid_); // data details: LIDADDR, the switch with the change
     std::vector<Transmit> result;
     trapToSm(result, std::move(bytes));
     return result;

@@ -251,3 +251,129 @@ def test_random_input_into_a_switch_port(ctx):
     _pingpong_ok(ctx, "vm3", "vm2", 18741)
     for vm in ("vm1", "vm2", "vm3"):
         _kernel_clean(ctx, vm)
+
+
+# Creates and destroys verbs objects as fast as it can: each round a PD, a
+# CQ, an MR and an RC QP, in an order that changes, until the time is up.
+CHURN = r"""
+import random, sys, time
+from pyverbs.device import Context
+from pyverbs.pd import PD
+from pyverbs.cq import CQ
+from pyverbs.mr import MR
+from pyverbs.qp import QP, QPCap, QPInitAttr
+from pyverbs.srq import SRQ, SrqInitAttr, SrqAttr
+import pyverbs.enums as e
+
+rng = random.Random(int(sys.argv[2]))
+end = time.monotonic() + float(sys.argv[1])
+rounds = 0
+with Context(name="pib_0") as ctx:
+    while time.monotonic() < end:
+        pd = PD(ctx)
+        cq = CQ(ctx, 16)
+        mr = MR(pd, 8192, e.IBV_ACCESS_LOCAL_WRITE)
+        srq = SRQ(pd, SrqInitAttr(SrqAttr(max_wr=16))) if rng.random() < 0.3 else None
+        qp = QP(pd, QPInitAttr(qp_type=e.IBV_QPT_RC, scq=cq, rcq=cq, srq=srq,
+                               cap=QPCap(max_send_wr=8, max_recv_wr=8)))
+        objs = [qp, mr, srq] if srq else [qp, mr]
+        rng.shuffle(objs[1:])
+        for o in objs + [cq, pd]:
+            o.close()
+        rounds += 1
+print(rounds)
+"""
+
+# Reads every debugfs table of the device in a loop.
+READER = ("end=$((SECONDS+{seconds})); n=0; while [ $SECONDS -lt $end ]; do "
+          "cat /sys/kernel/debug/pib/*/* >/dev/null || exit 1; n=$((n+1)); done; echo $n")
+
+
+def _objects(ctx, vm):
+    """How many objects of each kind the driver's debugfs lists."""
+    counts = {}
+    for table in ("pd", "mr", "cq", "qp", "srq"):
+        out = ctx.run(vm, ["bash", "-c", f"cat /sys/kernel/debug/pib/*/{table}"]).out
+        counts[table] = len(out.splitlines()) - 1  # less the heading
+    return counts
+
+
+def test_driver_under_concurrent_create_destroy_and_debugfs(ctx):
+    """Several processes create and destroy objects while others read the
+    debugfs tables, on vm3 (2 vCPUs): no kernel complaint, no leak of
+    device objects, and the device still carries traffic."""
+    seconds = 20
+    ctx.run("vm3", ["bash", "-c", "cat > /tmp/churn.py"], stdin=CHURN.encode())
+    before = _objects(ctx, "vm3")
+    nproc = ctx.run("vm3", ["nproc"]).out.strip()
+    jobs = [f"python3 /tmp/churn.py {seconds} {i} >/tmp/churn{i}.out 2>&1 &" for i in range(4)]
+    jobs += [f"({READER.format(seconds=seconds)}) >/tmp/reader{i}.out 2>&1 &" for i in range(2)]
+    ctx.sh("vm3", " ".join(jobs) + " wait", timeout=seconds + 120)
+    rounds = [ctx.run("vm3", ["cat", f"/tmp/churn{i}.out"]).out.strip() for i in range(4)]
+    reads = [ctx.run("vm3", ["cat", f"/tmp/reader{i}.out"]).out.strip() for i in range(2)]
+    print(f"vm3 ({nproc} vCPUs): create/destroy rounds per process {rounds}, "
+          f"debugfs passes per reader {reads}")
+    assert all(r.isdigit() and int(r) > 0 for r in rounds), rounds
+    assert all(r.isdigit() and int(r) > 0 for r in reads), reads
+    # Every object the processes made is gone again.
+    assert _objects(ctx, "vm3") == before, (before, _objects(ctx, "vm3"))
+    _kernel_clean(ctx, "vm3")
+    assert "destroying" not in ctx.run("vm3", ["dmesg"]).out, "a destroy failed"
+    _pingpong_ok(ctx, "vm3", "vm1", 18750)
+
+
+MKEY = 0x1234
+
+
+def _restart_sm(ctx, config=""):
+    """opensm again in vm1, with `config` as its opensm.conf, and every
+    port ACTIVE."""
+    ctx.sh("vm1", "for i in 1 2 3 4 5; do pidof opensm >/dev/null || break; "
+                  "kill $(pidof opensm); sleep 1; done; pidof opensm && kill -9 $(pidof opensm); true")
+    env = ""
+    if config:
+        ctx.run("vm1", ["bash", "-c", "cat > /tmp/sm.conf"], stdin=config.encode())
+        env = "PIB_SM_CONFIG=/tmp/sm.conf "
+    ctx.sh("vm1", env + "pib-start-sm")
+    fabric.wait_active(ctx.fabric)
+
+
+def _portinfo(ctx, vm, lid, port, key=None):
+    argv = ["smpquery", "-K", "-t", "3000"] + (["-y", hex(key)] if key is not None else [])
+    return ctx.run(vm, argv + ["portinfo", str(lid), str(port)], check=False, timeout=60)
+
+
+def test_opensm_with_an_m_key(ctx):
+    """opensm with an M_Key and protection level 2 configures the HCAs and
+    the switches with it: the fabric comes up ACTIVE, a query without the
+    key goes unanswered and counts a violation, one with it is answered;
+    opensm without the key takes the protection off again."""
+    lid2 = int(ctx.run("vm2", ["cat", "/sys/class/infiniband/pib_0/ports/1/lid"]).out, 16)
+    _restart_sm(ctx, f"m_key {MKEY:#x}\nm_key_protection_level 2\nm_key_lease_period 60\n")
+    deadline = time.monotonic() + 90
+    while True:  # opensm sets the key on its next sweep of each port
+        out = _portinfo(ctx, "vm3", lid2, 1, MKEY).out
+        if "MkeyProtBits:" in out and out.split("MkeyProtBits:")[1].split()[0].strip(".") == "2":
+            break
+        assert time.monotonic() < deadline, f"opensm did not protect vm2's port:\n{out}"
+        time.sleep(3)
+    print("vm2's port with the key:\n" + "\n".join(
+        line for line in out.splitlines() if "Mkey" in line))
+    denied = _portinfo(ctx, "vm3", lid2, 1)
+    assert denied.exitcode != 0, f"a query without the M_Key was answered:\n{denied.out}"
+    allowed = _portinfo(ctx, "vm3", lid2, 1, MKEY)
+    assert allowed.exitcode == 0, allowed.err
+    violations = int(allowed.out.split("MkeyViolations:")[1].split()[0].strip("."))
+    assert violations >= 1, allowed.out
+    # The switch too: its port 0 holds the key for all of it.
+    switch_lid = int(ctx.run("vm1", ["bash", "-c", "ibswitches | head -1 | sed -E 's/.* lid ([0-9]+) .*/\\1/'"]).out)
+    assert _portinfo(ctx, "vm3", switch_lid, 0).exitcode != 0
+    assert _portinfo(ctx, "vm3", switch_lid, 0, MKEY).exitcode == 0
+    assert "active" in ctx.run("vm2", ["ibstat"]).out.lower()
+    # Without an M_Key in its configuration, opensm (which remembers the
+    # keys it set) sets M_Key 0: no protection.
+    _restart_sm(ctx)
+    deadline = time.monotonic() + 90
+    while _portinfo(ctx, "vm3", lid2, 1).exitcode != 0:
+        assert time.monotonic() < deadline, "the M_Key stayed after opensm dropped it"
+        time.sleep(3)

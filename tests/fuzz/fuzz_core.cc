@@ -47,7 +47,7 @@ struct Target {
     uint32_t srqn = 0, mttKey = 0;
     uint64_t srqPage = 0;
     uint32_t srqPi = 0;
-    uint64_t data = 0; // 64 KiB of guest RAM the input writes
+    uint64_t data = 0;                         // 64 KiB of guest RAM the input writes
     uint32_t expectedPsn[3] = {200, 200, 200}; // what the peer sends next: RC, UC, SRQ QP
     uint32_t peerPsn = 100;                    // RC: what the peer answers
 
@@ -92,23 +92,7 @@ struct Target {
         return static_cast<uint32_t>(h.commandIn(PIB_CMD_CREATE_SRQ, 0, srq).result);
     }
 
-    void toRtsDatagram(uint8_t type) {
-        pib_qp_attr a{};
-        a.attr_mask = PIB_QP_STATE | PIB_QP_PKEY_INDEX | PIB_QP_QKEY;
-        if (type == PIB_QPT_UD)
-            a.attr_mask |= PIB_QP_PORT;
-        a.qp_state = PIB_QPS_INIT;
-        a.port_num = 1;
-        a.qkey = 0x11111111;
-        node.modify(a);
-        a = {};
-        a.attr_mask = PIB_QP_STATE;
-        a.qp_state = PIB_QPS_RTR;
-        node.modify(a);
-        a.attr_mask = PIB_QP_STATE | PIB_QP_SQ_PSN;
-        a.qp_state = PIB_QPS_RTS;
-        node.modify(a);
-    }
+    void toRtsDatagram(uint8_t type) { node.host.datagramToRts(node.qpn, type, 0x11111111); }
 
     // Four 4 KiB pages of guest RAM through the MTT, at I/O address kMttIova.
     uint32_t createMttMr() {
@@ -236,12 +220,13 @@ void receivePacket(FuzzedDataProvider &in, Target &t) {
     p.lrh.sl = in.ConsumeIntegralInRange<uint8_t>(0, 15);
     const unsigned target = in.ConsumeIntegralInRange(0, 5);
     static constexpr uint8_t kConnectedOps[] = {
-        iba::kSendFirst,    iba::kSendMiddle,        iba::kSendLast,    iba::kSendLastImm,
-        iba::kSendOnly,     iba::kSendOnlyImm,       iba::kWriteFirst,  iba::kWriteMiddle,
-        iba::kWriteLast,    iba::kWriteLastImm,      iba::kWriteOnly,   iba::kWriteOnlyImm,
-        iba::kReadRequest,  iba::kReadResponseFirst, iba::kAcknowledge, iba::kReadResponseOnly,
-        iba::kCompareSwap,  iba::kFetchAdd,          iba::kAtomicAcknowledge,
-        iba::kReadResponseMiddle,                    iba::kReadResponseLast};
+        iba::kSendFirst,         iba::kSendMiddle,         iba::kSendLast,
+        iba::kSendLastImm,       iba::kSendOnly,           iba::kSendOnlyImm,
+        iba::kWriteFirst,        iba::kWriteMiddle,        iba::kWriteLast,
+        iba::kWriteLastImm,      iba::kWriteOnly,          iba::kWriteOnlyImm,
+        iba::kReadRequest,       iba::kReadResponseFirst,  iba::kAcknowledge,
+        iba::kReadResponseOnly,  iba::kCompareSwap,        iba::kFetchAdd,
+        iba::kAtomicAcknowledge, iba::kReadResponseMiddle, iba::kReadResponseLast};
     uint8_t op = kConnectedOps[in.ConsumeIntegralInRange<size_t>(0, std::size(kConnectedOps) - 1)];
     unsigned psnSlot = 0;
     switch (target) {
@@ -251,7 +236,8 @@ void receivePacket(FuzzedDataProvider &in, Target &t) {
         psnSlot = target;
         p.lrh.dlid = kLid;
         p.bth.destQp = (target == 0 ? t.rc : target == 1 ? t.uc : t.srqQp).qpn;
-        p.bth.opcode = static_cast<uint8_t>((target == 1 ? iba::kTransportUc : iba::kTransportRc) | op);
+        p.bth.opcode =
+            static_cast<uint8_t>((target == 1 ? iba::kTransportUc : iba::kTransportRc) | op);
         break;
     case 3: // UD, unicast or to the multicast group
         p.lrh.dlid = in.ConsumeBool() ? kLid : kMlid;
@@ -284,7 +270,7 @@ void receivePacket(FuzzedDataProvider &in, Target &t) {
                           (p.bth.opcode & 0x1f) <= iba::kAtomicAcknowledge;
     uint32_t &base = response ? t.peerPsn : t.expectedPsn[psnSlot];
     p.bth.psn = in.ConsumeIntegralInRange(0, 15) ? psnAdd(base, static_cast<uint32_t>(delta))
-                                                  : in.ConsumeIntegralInRange(0u, 0xffffffu);
+                                                 : in.ConsumeIntegralInRange(0u, 0xffffffu);
     if (delta == 0)
         base = psnAdd(base, 1);
     if (in.ConsumeIntegralInRange(0, 7) == 0) {
@@ -303,8 +289,9 @@ void receivePacket(FuzzedDataProvider &in, Target &t) {
     if (l.aeth)
         p.aeth = iba::Aeth{in.ConsumeIntegral<uint8_t>(), in.ConsumeIntegralInRange(0u, 0xffffffu)};
     if (l.atomicEth)
-        p.atomicEth = iba::AtomicEth{pickAddress(in, t), pickKey(in, t),
-                                     in.ConsumeIntegral<uint64_t>(), in.ConsumeIntegral<uint64_t>()};
+        p.atomicEth =
+            iba::AtomicEth{pickAddress(in, t), pickKey(in, t), in.ConsumeIntegral<uint64_t>(),
+                           in.ConsumeIntegral<uint64_t>()};
     if (l.atomicAckEth)
         p.atomicAck = in.ConsumeIntegral<uint64_t>();
     if (l.imm)
@@ -319,7 +306,8 @@ void receivePacket(FuzzedDataProvider &in, Target &t) {
         bytes[in.ConsumeIntegralInRange<size_t>(0, bytes.size() - 1)] ^=
             static_cast<uint8_t>(1u << in.ConsumeIntegralInRange(0, 7));
     const std::vector<uint8_t> frame = wire::encode(PIB_WIRE_PACKET, bytes);
-    const size_t cut = in.ConsumeBool() ? frame.size() : in.ConsumeIntegralInRange<size_t>(0, frame.size());
+    const size_t cut =
+        in.ConsumeBool() ? frame.size() : in.ConsumeIntegralInRange<size_t>(0, frame.size());
     pib_core_port_receive(t.node.host.core, 1, frame.data(), cut);
     pib_core_port_receive(t.node.host.core, 1, frame.data() + cut, frame.size() - cut);
 }
@@ -336,23 +324,12 @@ void linkFlap(FuzzedDataProvider &in, Target &t) {
     pib_core_port_receive(core, 1, frame.data(), frame.size());
 }
 
-constexpr uint16_t kOpcodes[] = {
-    PIB_CMD_QUERY_DEV_CAP, PIB_CMD_QUERY_PORT,   PIB_CMD_CLOSE_HCA,    PIB_CMD_MODIFY_PORT,
-    PIB_CMD_QUERY_PKEYS,   PIB_CMD_QUERY_GUIDS,  PIB_CMD_MAD_IFC,      PIB_CMD_ALLOC_UAR,
-    PIB_CMD_FREE_UAR,      PIB_CMD_ALLOC_PD,     PIB_CMD_DEALLOC_PD,   PIB_CMD_ALLOC_MTT,
-    PIB_CMD_FREE_MTT,      PIB_CMD_WRITE_MTT,    PIB_CMD_CREATE_EQ,    PIB_CMD_DESTROY_EQ,
-    PIB_CMD_QUERY_EQ,      PIB_CMD_CREATE_CQ,    PIB_CMD_DESTROY_CQ,   PIB_CMD_QUERY_CQ,
-    PIB_CMD_CREATE_MR,     PIB_CMD_DESTROY_MR,   PIB_CMD_QUERY_MR,     PIB_CMD_CREATE_SRQ,
-    PIB_CMD_DESTROY_SRQ,   PIB_CMD_QUERY_SRQ,    PIB_CMD_ARM_SRQ,      PIB_CMD_CREATE_QP,
-    PIB_CMD_DESTROY_QP,    PIB_CMD_MODIFY_QP,    PIB_CMD_QUERY_QP,     PIB_CMD_ATTACH_MCAST,
-    PIB_CMD_DETACH_MCAST,  PIB_CMD_SET_NODE_DESC, PIB_CMD_INIT_HCA,
-};
-
 // A command whose mailbox the input writes (over a valid-looking start
 // taken from a real object's number, mostly).
 void command(FuzzedDataProvider &in, Target &t) {
     FakeHost &h = t.node.host;
-    const uint16_t op = kOpcodes[in.ConsumeIntegralInRange<size_t>(0, std::size(kOpcodes) - 1)];
+    const uint16_t op =
+        kCommandOpcodes[in.ConsumeIntegralInRange<size_t>(0, std::size(kCommandOpcodes) - 1)];
     const uint64_t box = t.data + (60 << 10);
     const std::vector<uint8_t> bytes = in.ConsumeBytes<uint8_t>(in.ConsumeIntegralInRange(0, 256));
     std::fill_n(h.at(box), 4096, 0);
@@ -392,12 +369,14 @@ void step(FuzzedDataProvider &in, Target &t) {
                            in.ConsumeIntegral<uint64_t>(), 1u << in.ConsumeIntegralInRange(0, 3));
         break;
     case 9: // a doorbell, anywhere in BAR2
-        pib_core_bar_write(h.core, PIB_BAR_DOORBELL, in.ConsumeIntegralInRange(0u, 20 * PIB_PAGE_SIZE),
+        pib_core_bar_write(h.core, PIB_BAR_DOORBELL,
+                           in.ConsumeIntegralInRange(0u, 20 * PIB_PAGE_SIZE),
                            in.ConsumeIntegral<uint64_t>(), in.ConsumeBool() ? 8 : 4);
         break;
     case 10:
         pib_core_bar_read(h.core, in.ConsumeBool() ? PIB_BAR_REGS : PIB_BAR_DOORBELL,
-                          in.ConsumeIntegralInRange(0u, 0x2000u), 1u << in.ConsumeIntegralInRange(0, 3));
+                          in.ConsumeIntegralInRange(0u, 0x2000u),
+                          1u << in.ConsumeIntegralInRange(0, 3));
         break;
     case 11: // time passes: retransmissions, RNR waits
         h.advance(in.ConsumeIntegralInRange<uint64_t>(0, 200'000'000));
@@ -406,7 +385,8 @@ void step(FuzzedDataProvider &in, Target &t) {
         linkFlap(in, t);
         break;
     case 13: // the host's queue fills, or drains
-        h.portQueueLimit = in.ConsumeBool() ? SIZE_MAX : in.ConsumeIntegralInRange<size_t>(0, 65536);
+        h.portQueueLimit =
+            in.ConsumeBool() ? SIZE_MAX : in.ConsumeIntegralInRange<size_t>(0, 65536);
         h.portOutput[1].clear();
         pib_core_port_writable(h.core, 1);
         break;

@@ -41,10 +41,19 @@ void checkOutput(const std::vector<Transmit> &out) {
 }
 
 constexpr uint16_t kAttrs[] = {
-    iba::kAttrNodeDescription, iba::kAttrNodeInfo,     iba::kAttrSwitchInfo,
-    iba::kAttrGuidInfo,        iba::kAttrPortInfo,     iba::kAttrPkeyTable,
-    iba::kAttrSlToVlTable,     iba::kAttrVlArbTable,   iba::kAttrLinearForwardingTable,
-    iba::kAttrMulticastForwardingTable, iba::kAttrClassPortInfo, 0x0020, 0xff00,
+    iba::kAttrNodeDescription,
+    iba::kAttrNodeInfo,
+    iba::kAttrSwitchInfo,
+    iba::kAttrGuidInfo,
+    iba::kAttrPortInfo,
+    iba::kAttrPkeyTable,
+    iba::kAttrSlToVlTable,
+    iba::kAttrVlArbTable,
+    iba::kAttrLinearForwardingTable,
+    iba::kAttrMulticastForwardingTable,
+    iba::kAttrClassPortInfo,
+    0x0020,
+    0xff00,
 };
 
 // A MAD of class `cls` with fields from the input.

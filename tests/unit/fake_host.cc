@@ -285,3 +285,25 @@ bool FakeHost::runScheduled() {
     pib_core_run(core);
     return true;
 }
+
+void FakeHost::datagramToRts(uint32_t qpn, uint8_t type, uint32_t qkey) {
+    auto modify = [&](const pib_qp_attr &a) {
+        if (commandIn(PIB_CMD_MODIFY_QP, qpn, a).status != PIB_CMD_STATUS_OK)
+            throw std::runtime_error("MODIFY_QP of a datagram QP failed");
+    };
+    pib_qp_attr a{};
+    a.attr_mask = PIB_QP_STATE | PIB_QP_PKEY_INDEX | PIB_QP_QKEY;
+    if (type == PIB_QPT_UD)
+        a.attr_mask |= PIB_QP_PORT;
+    a.qp_state = PIB_QPS_INIT;
+    a.port_num = 1;
+    a.qkey = qkey;
+    modify(a);
+    a = {};
+    a.attr_mask = PIB_QP_STATE;
+    a.qp_state = PIB_QPS_RTR;
+    modify(a);
+    a.attr_mask = PIB_QP_STATE | PIB_QP_SQ_PSN;
+    a.qp_state = PIB_QPS_RTS;
+    modify(a);
+}

@@ -13,6 +13,19 @@
 #include "pib_core.h"
 #include "pib_hw.h"
 
+// Every command opcode, and one that is none.
+inline constexpr uint16_t kCommandOpcodes[] = {
+    PIB_CMD_QUERY_DEV_CAP, PIB_CMD_QUERY_PORT,   PIB_CMD_INIT_HCA,     PIB_CMD_CLOSE_HCA,
+    PIB_CMD_MODIFY_PORT,   PIB_CMD_QUERY_PKEYS,  PIB_CMD_QUERY_GUIDS,  PIB_CMD_SET_NODE_DESC,
+    PIB_CMD_MAD_IFC,       PIB_CMD_ALLOC_UAR,    PIB_CMD_FREE_UAR,     PIB_CMD_ALLOC_PD,
+    PIB_CMD_DEALLOC_PD,    PIB_CMD_ALLOC_MTT,    PIB_CMD_FREE_MTT,     PIB_CMD_WRITE_MTT,
+    PIB_CMD_CREATE_EQ,     PIB_CMD_DESTROY_EQ,   PIB_CMD_QUERY_EQ,     PIB_CMD_CREATE_CQ,
+    PIB_CMD_DESTROY_CQ,    PIB_CMD_QUERY_CQ,     PIB_CMD_CREATE_MR,    PIB_CMD_DESTROY_MR,
+    PIB_CMD_QUERY_MR,      PIB_CMD_CREATE_SRQ,   PIB_CMD_DESTROY_SRQ,  PIB_CMD_QUERY_SRQ,
+    PIB_CMD_ARM_SRQ,       PIB_CMD_CREATE_QP,    PIB_CMD_DESTROY_QP,   PIB_CMD_MODIFY_QP,
+    PIB_CMD_QUERY_QP,      PIB_CMD_ATTACH_MCAST, PIB_CMD_DETACH_MCAST, 0x7777,
+};
+
 struct FakeHost {
     struct Report {
         std::string what;
@@ -111,6 +124,9 @@ struct FakeHost {
         poke(slot, ctrl);
         poke(slot + sizeof(ctrl), pib_wqe_data{len, lkey, buf});
     }
+    // RESET -> INIT -> RTR -> RTS for datagram QP `qpn` (UD on port 1,
+    // or QP0/QP1) with Q_Key `qkey`. Throws if the device refuses.
+    void datagramToRts(uint32_t qpn, uint8_t type, uint32_t qkey);
     // The subtypes of the asynchronous events among the first `entries`
     // EQEs of the EQ at `eqPage`.
     std::vector<uint8_t> asyncEvents(uint64_t eqPage, unsigned entries);

@@ -50,23 +50,7 @@ struct Node {
         REQUIRE(host.commandIn(PIB_CMD_MODIFY_QP, qpn, a).status == PIB_CMD_STATUS_OK);
     }
 
-    void toRts(uint8_t type) {
-        pib_qp_attr a{};
-        a.attr_mask = PIB_QP_STATE | PIB_QP_PKEY_INDEX | PIB_QP_QKEY;
-        if (type == PIB_QPT_UD)
-            a.attr_mask |= PIB_QP_PORT;
-        a.qp_state = PIB_QPS_INIT;
-        a.port_num = 1;
-        a.qkey = 0x11111111;
-        modify(a);
-        a = {};
-        a.attr_mask = PIB_QP_STATE;
-        a.qp_state = PIB_QPS_RTR;
-        modify(a);
-        a.attr_mask = PIB_QP_STATE | PIB_QP_SQ_PSN;
-        a.qp_state = PIB_QPS_RTS;
-        modify(a);
-    }
+    void toRts(uint8_t type) { host.datagramToRts(qpn, type, 0x11111111); }
 
     void ring(uint32_t offset, uint32_t value) {
         pib_core_bar_write(host.core, PIB_BAR_DOORBELL, uint64_t{uar} * PIB_PAGE_SIZE + offset,

@@ -32,19 +32,7 @@ uint8_t attach(Node &n, const pib_mcast &m, bool join = true) {
 
 // RESET -> RTS for the current UD QP of `n`.
 void udReady(Node &n, uint32_t qkey = kQkey) {
-    pib_qp_attr a{};
-    a.attr_mask = PIB_QP_STATE | PIB_QP_PKEY_INDEX | PIB_QP_PORT | PIB_QP_QKEY;
-    a.qp_state = PIB_QPS_INIT;
-    a.port_num = 1;
-    a.qkey = qkey;
-    n.modify(a);
-    a = {};
-    a.attr_mask = PIB_QP_STATE;
-    a.qp_state = PIB_QPS_RTR;
-    n.modify(a);
-    a.attr_mask = PIB_QP_STATE | PIB_QP_SQ_PSN;
-    a.qp_state = PIB_QPS_RTS;
-    n.modify(a);
+    n.host.datagramToRts(n.qpn, PIB_QPT_UD, qkey);
 }
 
 // A UD send from the current QP of `n` to the group (with a GRH unless
