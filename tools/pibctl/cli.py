@@ -99,7 +99,7 @@ def _cmd_fuzz(args) -> int:
     from pibctl import fuzzing
 
     known = list(fuzzing.TARGETS) + list(fuzzing.OTHER_TARGETS)
-    targets = args.targets or known
+    targets = args.targets or [t for t in known if t != "fabric"]
     unknown = [t for t in targets if t not in known]
     if unknown:
         raise ui.StepFailed(f"unknown fuzz target {', '.join(unknown)}; targets: {', '.join(known)}")
@@ -181,8 +181,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--minutes", type=float, default=10,
                    help="minutes per target (default 10)")
     p.add_argument("targets", nargs="*", metavar="TARGET",
-                   help="core, switch, packet (libFuzzer, for --minutes each) or qtest "
-                        "(1,000,000 random accesses to the built QEMU); default: all, in turn")
+                   help="core, switch, packet (libFuzzer, for --minutes each), qtest "
+                        "(1,000,000 random accesses to the built QEMU) or fabric (random "
+                        "input into a booted fabric's ports, --minutes each); default: all "
+                        "but fabric, in turn")
     p.set_defaults(func=_cmd_fuzz)
 
     p = sub.add_parser("demo", help="set up, boot the default fabric and show what works")

@@ -139,7 +139,23 @@ QTEST_ACCESSES = 1_000_000
 OTHER_TARGETS = {
     "qtest": "random MMIO and configuration-space accesses to the built QEMU's pib-hca "
              f"(at least {QTEST_ACCESSES} accesses)",
+    "fabric": "random input into a switch port and into an HCA port of a booted fabric "
+              "(tests/e2e/test_hostile.py, --minutes each)",
 }
+
+
+def _run_fabric(minutes: float) -> bool:
+    """The hostile-peer tests' random input, `minutes` into each port, on a
+    fabric of their own."""
+    from pibctl import setup, testing
+
+    setup.run()
+    os.environ["PIB_HOSTILE_SECONDS"] = str(int(minutes * 60))
+    os.environ["PIB_RUN_DIR"] = str(paths.cache_dir() / "fuzz-run")
+    counts = testing.Counts()
+    testing.run_e2e(counts, "random_input", vms=3, accel="tcg", topology_file=testing.HOSTILE)
+    ui.info(f"{counts.passed} passed, {counts.failed} failed")
+    return counts.failed == 0 and counts.passed > 0
 
 
 def qtest(counts, accesses: int) -> None:
@@ -181,8 +197,9 @@ def run(minutes: float, targets) -> int:
         build()
     failed = []
     for target in targets:
-        if target == "qtest":
-            if not _run_qtest(0):
+        if target in OTHER_TARGETS:
+            ok = _run_qtest(0) if target == "qtest" else _run_fabric(minutes)
+            if not ok:
                 failed.append(target)
             continue
         corpus = corpus_dir(target)
