@@ -343,30 +343,39 @@ def _portinfo(ctx, vm, lid, port, key=None):
     return ctx.run(vm, argv + ["portinfo", str(lid), str(port)], check=False, timeout=60)
 
 
+def _field(smpquery_out, name):
+    """A field of smpquery's output ("Name:......value"), or None."""
+    for line in smpquery_out.splitlines():
+        if line.startswith(name + ":"):
+            return line.split(":", 1)[1].lstrip(".").strip()
+    return None
+
+
 def test_opensm_with_an_m_key(ctx):
     """opensm with an M_Key and protection level 2 configures the HCAs and
     the switches with it: the fabric comes up ACTIVE, a query without the
     key goes unanswered and counts a violation, one with it is answered;
     opensm without the key takes the protection off again."""
     lid2 = int(ctx.run("vm2", ["cat", "/sys/class/infiniband/pib_0/ports/1/lid"]).out, 16)
+    # Before the key: discovery needs it once it is set.
+    switch_lid = int(ctx.run("vm1", ["bash", "-c", "ibswitches | grep switch1 | "
+                                                   "sed -E 's/.* lid ([0-9]+) .*/\\1/'"]).out)
     _restart_sm(ctx, f"m_key {MKEY:#x}\nm_key_protection_level 2\nm_key_lease_period 60\n")
     deadline = time.monotonic() + 90
     while True:  # opensm sets the key on its next sweep of each port
         out = _portinfo(ctx, "vm3", lid2, 1, MKEY).out
-        if "MkeyProtBits:" in out and out.split("MkeyProtBits:")[1].split()[0].strip(".") == "2":
+        if _field(out, "ProtectBits") == "2":
             break
         assert time.monotonic() < deadline, f"opensm did not protect vm2's port:\n{out}"
         time.sleep(3)
-    print("vm2's port with the key:\n" + "\n".join(
-        line for line in out.splitlines() if "Mkey" in line))
+    print("vm2's port with the key: " + ", ".join(
+        f"{f} {_field(out, f)}" for f in ("Mkey", "MkeyLeasePeriod", "ProtectBits")))
     denied = _portinfo(ctx, "vm3", lid2, 1)
     assert denied.exitcode != 0, f"a query without the M_Key was answered:\n{denied.out}"
     allowed = _portinfo(ctx, "vm3", lid2, 1, MKEY)
     assert allowed.exitcode == 0, allowed.err
-    violations = int(allowed.out.split("MkeyViolations:")[1].split()[0].strip("."))
-    assert violations >= 1, allowed.out
+    assert int(_field(allowed.out, "MkeyViolations")) >= 1, allowed.out
     # The switch too: its port 0 holds the key for all of it.
-    switch_lid = int(ctx.run("vm1", ["bash", "-c", "ibswitches | head -1 | sed -E 's/.* lid ([0-9]+) .*/\\1/'"]).out)
     assert _portinfo(ctx, "vm3", switch_lid, 0).exitcode != 0
     assert _portinfo(ctx, "vm3", switch_lid, 0, MKEY).exitcode == 0
     assert "active" in ctx.run("vm2", ["ibstat"]).out.lower()

@@ -103,7 +103,7 @@ def _cmd_fuzz(args) -> int:
     unknown = [t for t in targets if t not in known]
     if unknown:
         raise ui.StepFailed(f"unknown fuzz target {', '.join(unknown)}; targets: {', '.join(known)}")
-    return fuzzing.run(minutes=args.minutes, targets=targets)
+    return fuzzing.run(minutes=args.minutes, targets=targets, jobs=args.jobs)
 
 
 def _cmd_demo(args) -> int:
@@ -180,6 +180,8 @@ def build_parser() -> argparse.ArgumentParser:
                                     "parsers) with ASan and UBSan, corpus kept in the cache")
     p.add_argument("--minutes", type=float, default=10,
                    help="minutes per target (default 10)")
+    p.add_argument("--jobs", type=int, default=1,
+                   help="fuzzing processes per libFuzzer target at once (default 1)")
     p.add_argument("targets", nargs="*", metavar="TARGET",
                    help="core, switch, packet (libFuzzer, for --minutes each), qtest "
                         "(1,000,000 random accesses to the built QEMU) or fabric (random "

@@ -125,6 +125,10 @@ def _stats(text: str) -> dict:
     m = re.search(r"stat::number_of_executed_units:\s*(\d+)", text)
     if m:
         stats["execs"] = int(m.group(1))
+    else:  # -fork mode reports its running total on each status line
+        totals = re.findall(r"^#(\d+):?\s", text, re.MULTILINE)
+        if totals:
+            stats["execs"] = int(totals[-1])
     covs = re.findall(r"cov: (\d+) ft: (\d+)", text)
     if covs:
         stats["cov"], stats["ft"] = map(int, covs[-1])
@@ -190,9 +194,10 @@ def _run_qtest(minutes: float) -> bool:
     return True
 
 
-def run(minutes: float, targets) -> int:
+def run(minutes: float, targets, jobs: int = 1) -> int:
     """./pib fuzz: each harness for `minutes`, from its corpus in the cache
-    (which grows) and the checked-in inputs (read only)."""
+    (which grows) and the checked-in inputs (read only); with `jobs` > 1 in
+    libFuzzer's fork mode, that many processes at once."""
     if any(t in TARGETS for t in targets):
         build()
     failed = []
@@ -207,6 +212,8 @@ def run(minutes: float, targets) -> int:
         ui.step(f"fuzz {target}: {minutes:g} min, corpus {corpus}")
         before = set(crash_dir(target).glob("*")) if crash_dir(target).is_dir() else set()
         args = [f"-max_total_time={int(minutes * 60)}", corpus]
+        if jobs > 1:
+            args.insert(0, f"-fork={jobs}")
         if (INPUTS_DIR / target).is_dir():
             args.append(INPUTS_DIR / target)
         stats, proc = _run(target, args, quiet=False)
