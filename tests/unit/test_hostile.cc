@@ -7,6 +7,7 @@
 
 #include <catch2/catch.hpp>
 
+#include "connected.hh"
 #include "connected_fixture.hh"
 #include "limits.hh"
 
@@ -196,4 +197,26 @@ TEST_CASE("a full port holds back new work until it has room", "[hostile]") {
     REQUIRE(done.size() == 1);
     CHECK(done[0].status == PIB_WC_SUCCESS);
     CHECK(std::equal(p.b.host.at(remote), p.b.host.at(remote) + kLength, p.a.host.at(local)));
+}
+
+// Found by fuzz-core: a packet lost to a port that cannot send cost no
+// budget, so a 2 GiB WRITE or READ on a port that was not ACTIVE looped
+// over all its packets inside one doorbell write.
+TEST_CASE("packets lost to a port that cannot send cost the same budget", "[hostile]") {
+    constexpr uint32_t kLength = 8 << 20;
+    Pair p(PIB_QPT_RC, {}, 24 << 20);
+    p.a.portInfoSet([](iba::Mad &m) {
+        m.set16(64 + 16, 0x11);
+        m.set8(64 + 32, PIB_PORT_DOWN); // retrains to INIT: nothing may go out
+    });
+    const uint64_t local = p.a.host.alloc(kLength);
+    p.a.postSend(1, {.opcode = PIB_WR_RDMA_WRITE, .local = local, .length = kLength, .remote = 0});
+    CHECK(p.a.host.scheduled > 0); // the doorbell stopped after one batch
+    unsigned runs = 0;
+    while (p.a.host.runScheduled())
+        ++runs;
+    // The RC window (2 MiB) goes out, lost, a batch per event; then the
+    // requester waits for ACKs that cannot come.
+    CHECK(runs >= sendWindowPackets(1024) / limits::kPacketsPerEvent - 1);
+    CHECK(p.a.host.portOutput[1].empty());
 }

@@ -22,7 +22,8 @@ TARGETS = {
 INPUTS_DIR = paths.REPO / "tests" / "fuzz" / "inputs"
 SANITIZER_ENV = {
     # Any report is fatal, with a stack; leaks count too.
-    "ASAN_OPTIONS": "abort_on_error=1:detect_leaks=1:allocator_may_return_null=1",
+    "ASAN_OPTIONS": "abort_on_error=1:detect_leaks=1:allocator_may_return_null=1:"
+                    "malloc_context_size=8",
     "UBSAN_OPTIONS": "halt_on_error=1:print_stacktrace=1",
 }
 

@@ -274,6 +274,8 @@ Firmware::SendProgress Firmware::sendRequestPackets(uint32_t qpn, QueuePair &qp,
                 return SendProgress::kFailed;
             }
             transmitConnected(qp, std::move(writer).finish());
+        } else {
+            --budget_; // lost on a port that cannot send: the same work bound
         }
         w.sentPackets = w.isReadOrAtomic() ? w.packets : i + 1;
     }

@@ -406,8 +406,10 @@ bool Firmware::sendReadResponse(uint32_t qpn, QueuePair &qp, Reply &r) {
                                         : iba::kReadResponseMiddle;
     if (iba::layoutOf(p.bth.opcode).aeth)
         p.aeth = iba::Aeth{kAckSyndrome, qp.resp.msn};
-    if (!addressConnected(qp, p))
-        return true; // lost: the requester asks again
+    if (!addressConnected(qp, p)) {
+        --budget_; // lost: the requester asks again; it costs what a sent one does
+        return true;
+    }
     // A duplicate READ is answered from memory as it is now: the region
     // may have gone, or lost its rights, since the first time.
     std::vector<Segment> &segments = readSegments_;
