@@ -3,6 +3,8 @@
 # line that ./pib fabric up writes:
 #   pibvm.name=vm2 pibvm.index=2 pibvm.vms=4 pibvm.net=10.77.0 pibvm.ibnet=10.78.0
 set -u
+# init starts this with the kernel's bare PATH: our tools live in /usr/local.
+export PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin
 for word in $(cat /proc/cmdline); do
     case "$word" in
     pibvm.name=*) name=${word#*=} ;;
