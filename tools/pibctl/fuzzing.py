@@ -158,6 +158,9 @@ def _run_fabric(minutes: float) -> bool:
     os.environ["PIB_HOSTILE_SECONDS"] = str(int(minutes * 60))
     os.environ["PIB_RUN_DIR"] = str(paths.cache_dir() / "fuzz-run")
     counts = testing.Counts()
+    # Each test floods for `minutes`, then checks the guests: more than the
+    # usual limit of one end-to-end test.
+    testing.TEST_TIMEOUT = int(minutes * 60) + 300
     testing.run_e2e(counts, "random_input", vms=3, accel="tcg", topology_file=testing.HOSTILE)
     ui.info(f"{counts.passed} passed, {counts.failed} failed")
     return counts.failed == 0 and counts.passed > 0
