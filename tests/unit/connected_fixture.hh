@@ -278,9 +278,7 @@ struct Wire {
         // a benchmark measures the device, not fresh pages for the cable.
         auto &bytes = spare[side];
         bytes.swap(from.host.portOutput[1]);
-        from.host.portOutput[1].clear();
-        // The host's queue drained: a port it said was full has room.
-        pib_core_port_writable(from.host.core, 1);
+        from.host.portDrained(1);
         if (!inspect) { // straight through, as a cable would
             pib_core_port_receive(to.host.core, 1, bytes.data(), bytes.size());
             bytes.clear();

@@ -85,7 +85,10 @@ static int portSend(void *opaque, unsigned port, const void *buf, size_t len) {
     out.insert(out.end(), static_cast<const uint8_t *>(buf),
                static_cast<const uint8_t *>(buf) + len);
     host->portOutputPeak = std::max(host->portOutputPeak, out.size());
-    return out.size() >= host->portQueueLimit ? PIB_PORT_SEND_FULL : PIB_PORT_SEND_OK;
+    if (out.size() < host->portQueueLimit)
+        return PIB_PORT_SEND_OK;
+    host->portFull[port] = true;
+    return PIB_PORT_SEND_FULL;
 }
 
 static void portDisconnect(void *opaque, unsigned port) {
@@ -306,4 +309,12 @@ void FakeHost::datagramToRts(uint32_t qpn, uint8_t type, uint32_t qkey) {
     a.attr_mask = PIB_QP_STATE | PIB_QP_SQ_PSN;
     a.qp_state = PIB_QPS_RTS;
     modify(a);
+}
+
+void FakeHost::portDrained(unsigned port) {
+    portOutput[port].clear();
+    if (portFull[port]) { // only a port said to be full hears it has room
+        portFull[port] = false;
+        pib_core_port_writable(core, port);
+    }
 }

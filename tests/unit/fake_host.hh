@@ -147,6 +147,10 @@ struct FakeHost {
     // port_send says the queue is full once a port's output holds this much.
     size_t portQueueLimit = SIZE_MAX;
     size_t portOutputPeak = 0; // the most any port's output held at once
+    bool portFull[3] = {};     // port_send said PIB_PORT_SEND_FULL since the last drain
+    // The cable took what port `port` sent: its output is empty again, and
+    // the core hears there is room if it was told the queue was full.
+    void portDrained(unsigned port);
     // The core asked for pib_core_run() this many times since the last
     // run; runScheduled() runs it (as the host's main loop would) if so.
     unsigned scheduled = 0;

@@ -129,6 +129,29 @@ size_t framesIn(const std::vector<uint8_t> &bytes) {
     return n;
 }
 
+// A READ by A of `length` bytes of B's memory, posted: where the data
+// comes from on B, and where it goes on A.
+struct Read {
+    uint64_t local, remote;
+    uint32_t length;
+};
+Read postRead(Pair &p, uint32_t length, uint8_t seed) {
+    const Read r{p.a.host.alloc(length), p.b.host.alloc(length), length};
+    p.b.fill(r.remote, length, seed);
+    p.a.postSend(
+        1, {.opcode = PIB_WR_RDMA_READ, .local = r.local, .length = length, .remote = r.remote});
+    return r;
+}
+
+// The READ completed, and every byte arrived.
+void checkArrived(Pair &p, const Read &r) {
+    const auto done = p.a.poll();
+    REQUIRE(done.size() == 1);
+    CHECK(done[0].status == PIB_WC_SUCCESS);
+    CHECK(
+        std::equal(p.b.host.at(r.remote), p.b.host.at(r.remote) + r.length, p.a.host.at(r.local)));
+}
+
 } // namespace
 
 // Defect 5: every READ response was produced inside one call, and the
@@ -158,33 +181,22 @@ TEST_CASE("a long READ to the QP's own port goes out in bounded batches", "[host
 // Defect 5, from the fabric: one READ request (or a duplicate of one)
 // from a peer made the responder produce every response in one call.
 TEST_CASE("one READ request from a peer costs one event a bounded batch", "[hostile]") {
-    constexpr uint32_t kLength = 4 << 20;
     Pair p(PIB_QPT_RC, {}, 24 << 20);
-    const uint64_t local = p.a.host.alloc(kLength), remote = p.b.host.alloc(kLength);
-    p.b.fill(remote, kLength, 5);
-    p.a.postSend(1,
-                 {.opcode = PIB_WR_RDMA_READ, .local = local, .length = kLength, .remote = remote});
+    const Read read = postRead(p, 4 << 20, 5);
     p.wire.move(p.a, p.b, 0); // the request reaches B: one event
     CHECK(framesIn(p.b.host.portOutput[1]) <= limits::kPacketsPerEvent);
     CHECK(p.b.host.scheduled > 0);
     p.wire.run();
-    const auto done = p.a.poll();
-    REQUIRE(done.size() == 1);
-    CHECK(done[0].status == PIB_WC_SUCCESS);
-    CHECK(std::equal(p.b.host.at(remote), p.b.host.at(remote) + kLength, p.a.host.at(local)));
+    checkArrived(p, read);
 }
 
 // Defect 6, in the core: a port whose host queue is full holds back new
 // work (the host never blocks, and its queue stays bounded), and the work
 // resumes when the host says there is room.
 TEST_CASE("a full port holds back new work until it has room", "[hostile]") {
-    constexpr uint32_t kLength = 1 << 20;
     Pair p(PIB_QPT_RC, {}, 16 << 20);
     p.b.host.portQueueLimit = 16 << 10;
-    const uint64_t local = p.a.host.alloc(kLength), remote = p.b.host.alloc(kLength);
-    p.b.fill(remote, kLength, 11);
-    p.a.postSend(1,
-                 {.opcode = PIB_WR_RDMA_READ, .local = local, .length = kLength, .remote = remote});
+    const Read read = postRead(p, 1 << 20, 11);
     p.wire.move(p.a, p.b, 0);
     while (p.b.host.runScheduled()) {
     }
@@ -193,10 +205,7 @@ TEST_CASE("a full port holds back new work until it has room", "[hostile]") {
     CHECK(p.b.host.traces("port-full") == 1);
     p.wire.run(); // drains B's queue, which makes room, again and again
     CHECK(p.b.host.portOutputPeak < (16 << 10) + 2048);
-    const auto done = p.a.poll();
-    REQUIRE(done.size() == 1);
-    CHECK(done[0].status == PIB_WC_SUCCESS);
-    CHECK(std::equal(p.b.host.at(remote), p.b.host.at(remote) + kLength, p.a.host.at(local)));
+    checkArrived(p, read);
 }
 
 // Found by fuzz-core: a packet lost to a port that cannot send cost no
