@@ -272,6 +272,29 @@ def console_tail(vm: Vm, lines: int = 30) -> str:
     return "\n".join(text[-lines:])
 
 
+def _exit_status(pid: int) -> str:
+    """How our child QEMU ended, from its wait status (it is reaped here)."""
+    try:
+        reaped, status = os.waitpid(pid, os.WNOHANG)
+    except ChildProcessError:
+        return "exited"
+    if reaped == 0:
+        return "is running under another command line"
+    if os.WIFSIGNALED(status):
+        return f"was killed by {signal.Signals(os.WTERMSIG(status)).name}"
+    return f"exited with status {os.WEXITSTATUS(status)}"
+
+
+def _qemu_logs(vm: Vm) -> str:
+    """The tails of everything QEMU and the guest wrote, for a failure report."""
+    parts = []
+    for path in (vm.path / "qemu.stderr", vm.qemu_log):
+        text = path.read_text(errors="replace")[-3000:] if path.exists() else "(missing)"
+        parts.append(f"--- {path} ---\n{text}")
+    parts.append(f"--- console of {vm.name} ---\n{console_tail(vm)}")
+    return "\n".join(parts)
+
+
 def _wait_ready(fabric: Fabric, timeout: float) -> None:
     start = time.monotonic()
     pending = list(fabric.vms)
@@ -279,11 +302,8 @@ def _wait_ready(fabric: Fabric, timeout: float) -> None:
     while pending:
         for vm in list(pending):
             if not _ours(vm.pid, fabric.run_dir):
-                raise ui.StepFailed(
-                    f"{vm.name}: QEMU exited during boot\n--- {vm.qemu_log} ---\n"
-                    f"{vm.qemu_log.read_text(errors='replace')[-3000:] if vm.qemu_log.exists() else ''}"
-                    f"\n--- console of {vm.name} ---\n{console_tail(vm)}"
-                )
+                raise ui.StepFailed(f"{vm.name}: QEMU {_exit_status(vm.pid)} during boot\n"
+                                    + _qemu_logs(vm))
             if qga.ping(vm.qga_sock, timeout=2):
                 ui.detail(f"{vm.name}: up after {time.monotonic() - start:.0f} s")
                 pending.remove(vm)
