@@ -26,6 +26,12 @@ Options:
   --connect N=PATH      port N connects to a UNIX socket (another switch's port)
   --connect-tcp N=HOST:PORT
                         port N connects over TCP; retried every second
+  --control PATH        take fault commands on a UNIX socket (see docs/wire.md)
+  --fault N=SPEC        inject faults into port N from the start, e.g.
+                        --fault 3=loss=5%,corrupt=1%,dir=in; SPEC words:
+                        loss=P% loss-every=N burst=LEN/EVERY corrupt=P%
+                        dup=P% reorder=P% window=N delay=T[+-T] flap=T/T
+                        dir=in|out|both seed=N (times in ns, us, ms or s)
   --verbose             log every dropped packet and why
   --help                show this text
 )";
@@ -57,6 +63,8 @@ int main(int argc, char **argv) {
         std::string dir = ".";
         bool verbose = false;
         std::vector<std::pair<std::string, std::string>> overrides;
+        std::vector<std::string> faults;
+        std::string control;
         for (int i = 1; i < argc; ++i) {
             const std::string arg = argv[i];
             auto value = [&]() -> std::string {
@@ -80,6 +88,10 @@ int main(int argc, char **argv) {
                 config.guid = std::stoull(value(), nullptr, 0);
             } else if (arg == "--name") {
                 config.description = value();
+            } else if (arg == "--control") {
+                control = value();
+            } else if (arg == "--fault") {
+                faults.push_back(value());
             } else if (arg == "--tcp" || arg == "--connect" || arg == "--connect-tcp") {
                 overrides.emplace_back(arg, value());
             } else {
@@ -105,6 +117,16 @@ int main(int argc, char **argv) {
                 std::fprintf(stderr, "pib-fabric-switch: %s\n", line.c_str());
             });
         pib::fabric::Server server(sw, endpoints);
+        for (const std::string &spec : faults) {
+            std::string rest, error;
+            const unsigned p = portOf(spec, config.ports, &rest);
+            const auto setting = pib::fabric::FaultSetting::parse(rest, &error);
+            if (!setting)
+                throw std::runtime_error("--fault " + spec + ": " + error);
+            server.setFault(p, *setting);
+        }
+        if (!control.empty())
+            server.setControlSocket(control);
         server.open();
         g_server = &server;
         std::signal(SIGTERM, onSignal);

@@ -1,5 +1,6 @@
 // SPDX-License-Identifier: GPL-2.0-or-later
 #include "server.hh"
+#include "server_internal.hh"
 
 #include <arpa/inet.h>
 #include <cerrno>
@@ -20,16 +21,6 @@ namespace pib::fabric {
 
 using namespace pib::iba;
 
-namespace {
-
-// A peer that stops reading may not make the switch buffer without bound:
-// beyond this, packets to it are discarded, as a congested link drops them.
-constexpr size_t kMaxOutput = 4u << 20;
-constexpr size_t kMaxInput = 1u << 20;
-constexpr uint64_t kListenerTag = 1ull << 32;
-constexpr uint64_t kWakeTag = 1ull << 33;
-
-void log(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 void log(const char *fmt, ...) {
     va_list args;
     va_start(args, fmt);
@@ -38,6 +29,19 @@ void log(const char *fmt, ...) {
     std::fputc('\n', stderr);
     va_end(args);
 }
+
+uint64_t monotonicNs() {
+    timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return static_cast<uint64_t>(ts.tv_sec) * 1'000'000'000 + static_cast<uint64_t>(ts.tv_nsec);
+}
+
+namespace {
+
+// A peer that stops reading may not make the switch buffer without bound:
+// beyond this, packets to it are discarded, as a congested link drops them.
+constexpr size_t kMaxOutput = 4u << 20;
+constexpr size_t kMaxInput = 1u << 20;
 
 void setNonBlocking(int fd) {
     fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK);
@@ -49,6 +53,8 @@ std::pair<std::string, std::string> splitHostPort(const std::string &address) {
         throw std::runtime_error("expected HOST:PORT, got " + address);
     return {address.substr(0, colon), address.substr(colon + 1)};
 }
+
+} // namespace
 
 int unixSocket(const std::string &path, bool listen) {
     sockaddr_un addr{};
@@ -74,6 +80,8 @@ int unixSocket(const std::string &path, bool listen) {
     setNonBlocking(fd);
     return fd;
 }
+
+namespace {
 
 int tcpSocket(const std::string &address, bool listen) {
     const auto [host, port] = splitHostPort(address);
@@ -111,17 +119,9 @@ int tcpSocket(const std::string &address, bool listen) {
 
 } // namespace
 
-struct Server::Connection {
-    int fd = -1;
-    wire::FrameReader reader;
-    std::vector<uint8_t> output; // frames to send; the first `sent` bytes are gone
-    size_t sent = 0;
-    bool helloReceived = false;
-};
-
 Server::Server(Switch &sw, std::vector<PortEndpoint> endpoints)
     : sw_(sw), endpoints_(std::move(endpoints)), listeners_(endpoints_.size(), -1),
-      conns_(endpoints_.size()) {}
+      conns_(endpoints_.size()), faults_(endpoints_.size()) {}
 
 Server::~Server() {
     for (auto &c : conns_)
@@ -130,18 +130,28 @@ Server::~Server() {
     for (int fd : listeners_)
         if (fd >= 0)
             close(fd);
+    for (auto &c : controlClients_)
+        close(c->fd);
+    if (control_ >= 0) {
+        close(control_);
+        unlink(controlPath_.c_str());
+    }
     if (epoll_ >= 0)
         close(epoll_);
     if (wake_ >= 0)
         close(wake_);
 }
 
-void Server::watch(int fd, unsigned port, bool listener, bool writable) {
+void watchTag(int epoll, int fd, uint64_t tag, bool writable) {
     epoll_event ev{};
     ev.events = EPOLLIN | (writable ? EPOLLOUT : 0u);
-    ev.data.u64 = port | (listener ? kListenerTag : 0);
-    if (epoll_ctl(epoll_, EPOLL_CTL_MOD, fd, &ev) < 0)
-        epoll_ctl(epoll_, EPOLL_CTL_ADD, fd, &ev);
+    ev.data.u64 = tag;
+    if (epoll_ctl(epoll, EPOLL_CTL_MOD, fd, &ev) < 0)
+        epoll_ctl(epoll, EPOLL_CTL_ADD, fd, &ev);
+}
+
+void Server::watch(int fd, unsigned port, bool listener, bool writable) {
+    watchTag(epoll_, fd, port | (listener ? kListenerTag : 0), writable);
 }
 
 void Server::open() {
@@ -163,6 +173,10 @@ void Server::open() {
             setNonBlocking(listeners_[port]);
             watch(listeners_[port], port, true, false);
         }
+    }
+    if (!controlPath_.empty()) {
+        control_ = unixSocket(controlPath_, true);
+        watchTag(epoll_, control_, kControlTag, false);
     }
 }
 
@@ -197,6 +211,10 @@ void Server::accept(unsigned port) {
     const int fd = ::accept4(listeners_[port], nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK);
     if (fd < 0)
         return;
+    if (faults_[port].down) { // flapped down: as if no cable were there
+        close(fd);
+        return;
+    }
     if (conns_[port]) { // one cable per port
         log("port %u: refusing a second connection", port);
         close(fd);
@@ -210,7 +228,7 @@ void Server::accept(unsigned port) {
 }
 
 void Server::connectOut(unsigned port) {
-    if (conns_[port])
+    if (conns_[port] || faults_[port].down)
         return;
     const PortEndpoint &e = endpoints_[port];
     const int fd = e.kind == PortEndpoint::Kind::kUnixConnect ? unixSocket(e.address, false)
@@ -233,7 +251,7 @@ void Server::drop(unsigned port, const char *why) {
     close(c->fd);
     conns_[port].reset();
     for (auto &t : sw_.linkChanged(port, false))
-        sendFrame(t.port, PIB_WIRE_PACKET, t.packet);
+        sendPacket(t.port, t.packet);
 }
 
 void Server::onWritable(unsigned port) {
@@ -287,7 +305,7 @@ void Server::onReadable(unsigned port) {
                 c->helloReceived = true;
                 log("port %u: link up", port);
                 for (auto &t : sw_.linkChanged(port, true))
-                    sendFrame(t.port, PIB_WIRE_PACKET, t.packet);
+                    sendPacket(t.port, t.packet);
                 if (conns_[port].get() != c)
                     return;
             }
@@ -295,8 +313,7 @@ void Server::onReadable(unsigned port) {
         }
         if (!c->helloReceived) // packets before HELLO: the link is not up
             continue;
-        for (auto &t : sw_.receive(port, frame->payload))
-            sendFrame(t.port, PIB_WIRE_PACKET, t.packet);
+        receivePacket(port, frame->payload);
         if (conns_[port].get() != c) // a failed send dropped this very link
             return;
     }
@@ -308,23 +325,32 @@ void Server::onReadable(unsigned port) {
 
 void Server::run() {
     timespec lastRetry{};
+    int timeout = 1000;
     for (;;) {
         epoll_event events[32];
-        const int n = epoll_wait(epoll_, events, 32, 1000);
+        const int n = epoll_wait(epoll_, events, 32, timeout);
         if (n < 0 && errno != EINTR)
             throw std::runtime_error("epoll_wait: " + std::string(strerror(errno)));
         for (int i = 0; i < n; ++i) {
             const uint64_t tag = events[i].data.u64;
-            if (tag == kWakeTag)
+            if (tag == kWakeTag) {
+                logFaultCounters(true);
                 return;
+            }
             const auto port = static_cast<unsigned>(tag & 0xffffffff);
-            if (tag & kListenerTag)
+            if (tag == kControlTag)
+                acceptControl();
+            else if (tag & kControlClientTag)
+                onControl(static_cast<int>(port), events[i].events);
+            else if (tag & kListenerTag)
                 accept(port);
             else if (events[i].events & (EPOLLIN | EPOLLHUP | EPOLLERR))
                 onReadable(port);
-            if (!(tag & kListenerTag) && events[i].events & EPOLLOUT)
+            if (!(tag & (kListenerTag | kControlTag | kControlClientTag)) &&
+                events[i].events & EPOLLOUT)
                 onWritable(port);
         }
+        timeout = serviceFaults();
         timespec now;
         clock_gettime(CLOCK_MONOTONIC, &now);
         if (now.tv_sec != lastRetry.tv_sec) { // outgoing links retry each second

@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "fault.hh"
 #include "frame.hh"
 #include "switch.hh"
 
@@ -28,14 +29,28 @@ class Server {
     Server(const Server &) = delete;
     Server &operator=(const Server &) = delete;
 
+    // Listens for fault commands on a UNIX socket at `path` (see docs/wire.md).
+    void setControlSocket(std::string path) { controlPath_ = std::move(path); }
     // Opens every endpoint; throws std::runtime_error on failure.
     void open();
+    // Injects faults into port `port` (see fault.hh); returns what it logs.
+    std::string setFault(unsigned port, const FaultSetting &setting);
+    std::string clearFault(unsigned port);
     // Runs until stop() is called (from a signal handler) or a fatal error.
     void run();
     void stop();
 
   private:
     struct Connection;
+    struct ControlClient;
+    // A port's fault injection: each direction, and link flaps.
+    struct PortFaults {
+        FaultInjector in, out;
+        FlapSchedule flap;
+        bool down = false;  // flapped down right now
+        uint64_t flaps = 0; // times the flap took the link down
+        std::string logged; // the counters as last logged
+    };
     void accept(unsigned port);
     void connectOut(unsigned port);
     void onReadable(unsigned port);
@@ -44,11 +59,30 @@ class Server {
     void sendFrame(unsigned port, uint8_t type, std::span<const uint8_t> payload);
     void sendHello(unsigned port);
     void watch(int fd, unsigned port, bool listener, bool writable);
+    // Packets through the port's fault injection, both ways.
+    void receivePacket(unsigned port, std::span<const uint8_t> packet);
+    void toSwitch(unsigned port, std::span<const uint8_t> packet);
+    void sendPacket(unsigned port, std::span<const uint8_t> packet);
+    // Releases delayed packets and flaps links whose time came; returns
+    // how long the loop may sleep, in milliseconds.
+    int serviceFaults();
+    void flap(unsigned port, bool down);
+    void logFaultCounters(bool always);
+    std::string faultStatus() const;
+    // The control socket: one command line in, its answer out.
+    void acceptControl();
+    void onControl(int fd, uint32_t events);
+    std::string controlCommand(std::string_view line);
 
     Switch &sw_;
     std::vector<PortEndpoint> endpoints_; // index = port number
     std::vector<int> listeners_;
     std::vector<std::unique_ptr<Connection>> conns_;
+    std::vector<PortFaults> faults_; // index = port number
+    std::string controlPath_;
+    int control_ = -1;
+    std::vector<std::unique_ptr<ControlClient>> controlClients_;
+    uint64_t lastFaultLog_ = 0;
     int epoll_ = -1;
     int wake_ = -1; // eventfd that stop() signals
 };

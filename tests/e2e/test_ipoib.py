@@ -7,8 +7,8 @@ SHA-256 is compared on both ends, in datagram and in connected mode."""
 import re
 import time
 
-from guest_scripts import TCP_SINK_SCRIPT, TCP_SOURCE_SCRIPT
-from pibctl.pairs import ipoib_up, run_pair
+from pibctl.pairs import ipoib_up
+from transfers import bulk_tcp
 
 ALSO_ON_TWO_SWITCHES = True  # the broadcast group then spans two switches
 
@@ -42,21 +42,6 @@ def _ping(ctx, size=56, count=3, deadline_s=60):
     return float(re.search(r"= [\d.]+/([\d.]+)/", out).group(1))
 
 
-def _bulk_tcp(ctx):
-    """BULK_MB of random bytes from vm1 to vm2 over TCP on IPoIB; the SHA-256
-    must match on both ends. Returns MB/s."""
-    ctx.sh("vm1", f"head -c {BULK_MB}M /dev/urandom > /tmp/bulk")
-    sink = ["python3", "-c", TCP_SINK_SCRIPT, str(PORT)]
-    source = ["python3", "-c", TCP_SOURCE_SCRIPT, "/tmp/bulk", str(PORT)]
-    client, server_out, rc = run_pair(ctx, sink, source, port=PORT, timeout=240, address="vm2-ib")
-    assert client.exitcode == 0 and rc == "0", f"source:\n{client.out}{client.err}\nsink:\n{server_out}"
-    sent_bytes, sent_hash, mbps = client.out.split()
-    got_bytes, got_hash = server_out.split()
-    assert sent_bytes == got_bytes == str(BULK_MB << 20), (client.out, server_out)
-    assert sent_hash == got_hash, (client.out, server_out)
-    return float(mbps)
-
-
 def test_ipoib_broadcast_group_joined(ctx):
     _mode(ctx, "datagram")
     _ping(ctx)
@@ -84,7 +69,7 @@ def test_ipoib_connected_mode(ctx):
     try:
         rtt = _ping(ctx)
         rtt64k = _ping(ctx, size=65507, count=2)
-        mbps = _bulk_tcp(ctx)
+        mbps = bulk_tcp(ctx, BULK_MB, PORT)
         print(f"IPoIB connected mode (MTU 65520): ping {rtt:.2f} ms, 64 KiB ping "
               f"{rtt64k:.2f} ms, TCP {BULK_MB} MiB {mbps:.1f} MB/s, SHA-256 equal")
     finally:
@@ -95,6 +80,6 @@ def test_ipoib_datagram_mode(ctx):
     _mode(ctx, "datagram")
     rtt = _ping(ctx)
     rtt64k = _ping(ctx, size=65507, count=2)
-    mbps = _bulk_tcp(ctx)
+    mbps = bulk_tcp(ctx, BULK_MB, PORT)
     print(f"IPoIB datagram mode (MTU 2044): ping {rtt:.2f} ms, 64 KiB ping {rtt64k:.2f} ms, "
           f"TCP {BULK_MB} MiB {mbps:.1f} MB/s, SHA-256 equal")

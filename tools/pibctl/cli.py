@@ -59,6 +59,12 @@ def _cmd_fabric_status(args) -> int:
     return fabric.status()
 
 
+def _cmd_fabric_fault(args) -> int:
+    from pibctl import fabric
+
+    return fabric.fault(args.port, args.spec)
+
+
 def _cmd_exec(args) -> int:
     from pibctl import fabric
 
@@ -147,8 +153,23 @@ def build_parser() -> argparse.ArgumentParser:
                     help="QEMU trace events to enable, e.g. 'pib_hca_*' (written to vmN/qemu.log)")
     up.set_defaults(func=_cmd_fabric_up)
     fsub.add_parser("down", help="stop every process fabric up started").set_defaults(func=_cmd_fabric_down)
-    fsub.add_parser("status", help="show the guests and whether they answer").set_defaults(
-        func=_cmd_fabric_status)
+    fsub.add_parser("status", help="show the guests, whether they answer, and injected faults"
+                    ).set_defaults(func=_cmd_fabric_status)
+    fault = fsub.add_parser(
+        "fault", help="inject faults into a switch port, or clear them",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        description="Injects faults into the packets crossing a switch port, in both directions "
+                    "unless dir= says otherwise, replacing what the port had. Examples:\n"
+                    "  ./pib fabric fault switch1:2 loss=5% corrupt=1% dup=1% reorder=2%\n"
+                    "  ./pib fabric fault switch1:2 delay=1ms±1ms seed=7 dir=out\n"
+                    "  ./pib fabric fault switch1:2 flap=500ms/10s\n"
+                    "  ./pib fabric fault switch1:2 clear\n"
+                    "What to inject: loss=P% loss-every=N burst=LEN/EVERY corrupt=P% dup=P% "
+                    "reorder=P% window=N delay=T[±T] flap=DOWN/EVERY dir=in|out|both seed=N; "
+                    "times in ns, us, ms or s. See docs/user-guide.md, \"Fault injection\".")
+    fault.add_argument("port", metavar="SWITCH:PORT")
+    fault.add_argument("spec", nargs="+", metavar="SPEC", help="what to inject, or clear")
+    fault.set_defaults(func=_cmd_fabric_fault)
 
     p = sub.add_parser("exec", help="run a command in a guest: ./pib exec VM -- CMD...")
     p.add_argument("vm")

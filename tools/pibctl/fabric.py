@@ -6,6 +6,7 @@ import json
 import os
 import shutil
 import signal
+import socket
 import subprocess
 import time
 from dataclasses import asdict, dataclass, field
@@ -211,7 +212,50 @@ def _switch_command(fabric: Fabric, topo: Topology, switch) -> list:
         cmd += ["--tcp", f"{port}={address}"]
     for port, address in switch.tcp_connect.items():
         cmd += ["--connect-tcp", f"{port}={address}"]
+    for port, spec in switch.faults.items():
+        cmd += ["--fault", f"{port}={','.join(spec.split())}"]
+    cmd += ["--control", str(control_socket(fabric, switch.name))]
     return cmd
+
+
+def control_socket(fabric: Fabric, switch: str) -> Path:
+    return fabric.ib_switch_dir(switch) / "control.sock"
+
+
+def switch_control(fabric: Fabric, switch: str, command: str, timeout: float = 10) -> str:
+    """Sends one command line to a switch's control socket; returns its
+    answer. Raises StepFailed when the switch does not answer or says error."""
+    try:
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
+            s.settimeout(timeout)
+            s.connect(str(control_socket(fabric, switch)))
+            s.sendall(command.encode() + b"\n")
+            answer = b""
+            while chunk := s.recv(65536):
+                answer += chunk
+    except OSError as e:
+        raise ui.StepFailed(f"{switch}: its control socket did not answer: {e}") from None
+    text = answer.decode(errors="replace").rstrip("\n")
+    if not text.startswith("ok"):
+        raise ui.StepFailed(f"{switch}: {text}")
+    return text[2:].lstrip()
+
+
+def fault(spec_port: str, words) -> int:
+    """./pib fabric fault SWITCH:PORT SPEC... | clear"""
+    fabric = require()
+    switch, _, port = spec_port.rpartition(":")
+    if not switch or not port.isdigit():
+        raise ui.StepFailed(f"expected SWITCH:PORT, got {spec_port!r}")
+    try:
+        fabric.topo.switch(switch)
+    except KeyError:
+        raise ui.StepFailed(f"no switch named {switch} in this fabric") from None
+    if words == ["clear"]:
+        ui.info(switch_control(fabric, switch, f"clear {port}"))
+    else:
+        ui.info(switch_control(fabric, switch, f"fault {port} {' '.join(words)}"))
+    return 0
 
 
 def start_ib_switch(fabric: Fabric) -> None:
@@ -466,6 +510,14 @@ def status() -> int:
             ui.info(f"    port {port} <-> {other} port {other_port}")
         for port, address in sorted({**switch.tcp_listen, **switch.tcp_connect}.items()):
             ui.info(f"    port {port} <-> TCP {address}")
+        if state == "running":
+            try:
+                faults = switch_control(fabric, switch.name, "status", timeout=5)
+            except ui.StepFailed as e:
+                faults, healthy = str(e), False
+            if faults != "no faults":
+                for line in faults.splitlines():
+                    ui.info(f"    fault {line}")
     for vm in fabric.vms:
         if not _ours(vm.pid, fabric.run_dir):
             state = "STOPPED"

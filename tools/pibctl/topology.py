@@ -9,6 +9,8 @@ line, `#` starts a comment:
     link SWITCH:PORT SWITCH:PORT
     tcp-listen SWITCH:PORT HOST:PORT    # a switch on another host dials in
     tcp-connect SWITCH:PORT HOST:PORT   # dial a switch on another host
+    fault SWITCH:PORT SPEC...           # inject faults from the start (see
+                                        # docs/user-guide.md, "Fault injection")
 
 Guests are named vm1..vmN (their hostnames and management addresses
 follow from N). Every switch port holds at most one cable.
@@ -34,6 +36,7 @@ class Switch:
     guid: int = 0
     tcp_listen: dict = field(default_factory=dict)   # port -> "HOST:PORT"
     tcp_connect: dict = field(default_factory=dict)  # port -> "HOST:PORT"
+    faults: dict = field(default_factory=dict)       # port -> "loss=5% dup=1% ..."
 
 
 @dataclass
@@ -72,7 +75,8 @@ class Topology:
             return {int(k): v for k, v in d.items()}
         return Topology(
             switches=[Switch(s["name"], s["ports"], s["guid"], ports_of(s["tcp_listen"]),
-                             ports_of(s["tcp_connect"])) for s in data["switches"]],
+                             ports_of(s["tcp_connect"]), ports_of(s.get("faults", {})))
+                      for s in data["switches"]],
             guests=[Guest(g["name"], g["index"], [tuple(c) for c in g["cables"]])
                     for g in data["guests"]],
             links=[Link(**link) for link in data["links"]],
@@ -149,6 +153,10 @@ class Topology:
         for s in self.switches:
             for port in (*s.tcp_listen, *s.tcp_connect):
                 take(s.name, port, f"TCP link of {s.name}")
+            for port in s.faults:
+                if not 1 <= port <= s.ports:
+                    raise TopologyError(f"fault on {s.name}: it has ports 1..{s.ports}, "
+                                        f"not {port}")
         self._check_connected()
         return self
 
@@ -254,6 +262,16 @@ def parse(text: str, source: str = "topology") -> Topology:
                 raise TopologyError(f"{where}: no switch named {switch} (yet)") from None
             table = sw.tcp_listen if kind == "tcp-listen" else sw.tcp_connect
             table[port] = _address(args[1], where)
+        elif kind == "fault":
+            if len(args) < 2:
+                raise TopologyError(f"{where}: fault needs SWITCH:PORT and what to inject")
+            switch, port = _cable_end(args[0], where)
+            try:
+                sw = topo.switch(switch)
+            except KeyError:
+                raise TopologyError(f"{where}: no switch named {switch} (yet)") from None
+            # The switch checks the words when it starts (and says which is wrong).
+            sw.faults[port] = " ".join(args[1:])
         else:
             raise TopologyError(f"{where}: unknown statement {kind!r}")
     topo.guests.sort(key=lambda g: g.index)

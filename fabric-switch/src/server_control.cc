@@ -1,0 +1,117 @@
+// SPDX-License-Identifier: GPL-2.0-or-later
+// The control socket: a client connects, writes one command line, reads
+// the answer and the switch closes the connection. Commands:
+//   fault PORT SPEC...   inject faults (fault.hh), replacing the port's
+//   clear PORT           stop injecting on the port
+//   status               what is injected where, and its counters
+// The answer's first word is "ok" or "error:".
+#include <algorithm>
+#include <cerrno>
+#include <charconv>
+#include <sys/epoll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "server.hh"
+#include "server_internal.hh"
+
+namespace pib::fabric {
+
+namespace {
+
+constexpr size_t kMaxControlClients = 8;
+constexpr size_t kMaxControlLine = 4096;
+
+std::string_view firstWord(std::string_view *line) {
+    const size_t start = line->find_first_not_of(' ');
+    if (start == std::string_view::npos) {
+        *line = {};
+        return {};
+    }
+    const size_t end = std::min(line->find(' ', start), line->size());
+    const std::string_view word = line->substr(start, end - start);
+    line->remove_prefix(end);
+    return word;
+}
+
+} // namespace
+
+void Server::acceptControl() {
+    const int fd = ::accept4(control_, nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK);
+    if (fd < 0)
+        return;
+    if (controlClients_.size() >= kMaxControlClients) {
+        close(fd);
+        return;
+    }
+    auto client = std::make_unique<ControlClient>();
+    client->fd = fd;
+    controlClients_.push_back(std::move(client));
+    watchTag(epoll_, fd, kControlClientTag | static_cast<uint32_t>(fd), false);
+}
+
+void Server::onControl(int fd, uint32_t events) {
+    auto it = std::find_if(controlClients_.begin(), controlClients_.end(),
+                           [fd](const auto &c) { return c->fd == fd; });
+    if (it == controlClients_.end())
+        return;
+    ControlClient &c = **it;
+    bool done = false;
+    if (c.output.empty() && events & (EPOLLIN | EPOLLHUP | EPOLLERR)) {
+        char buf[1024];
+        const ssize_t n = ::recv(fd, buf, sizeof(buf), 0);
+        if (n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK))
+            done = true;
+        else if (n > 0)
+            c.input.append(buf, static_cast<size_t>(n));
+        const size_t newline = c.input.find('\n');
+        if (newline != std::string::npos)
+            c.output = controlCommand(std::string_view(c.input).substr(0, newline)) + "\n";
+        else if (c.input.size() > kMaxControlLine)
+            done = true;
+    }
+    while (!done && c.sent < c.output.size()) {
+        const ssize_t n =
+            ::send(fd, c.output.data() + c.sent, c.output.size() - c.sent, MSG_NOSIGNAL);
+        if (n < 0) {
+            done = errno != EAGAIN && errno != EWOULDBLOCK;
+            break;
+        }
+        c.sent += static_cast<size_t>(n);
+    }
+    if (!c.output.empty() && c.sent == c.output.size())
+        done = true;
+    if (done) {
+        epoll_ctl(epoll_, EPOLL_CTL_DEL, fd, nullptr);
+        close(fd);
+        controlClients_.erase(it);
+        return;
+    }
+    watchTag(epoll_, fd, kControlClientTag | static_cast<uint32_t>(fd), !c.output.empty());
+}
+
+std::string Server::controlCommand(std::string_view line) {
+    if (!line.empty() && line.back() == '\r')
+        line.remove_suffix(1);
+    const std::string_view command = firstWord(&line);
+    if (command == "status")
+        return "ok\n" + faultStatus();
+    if (command != "fault" && command != "clear")
+        return "error: unknown command '" + std::string(command) + "' (fault, clear, status)";
+    const std::string_view portText = firstWord(&line);
+    unsigned port = 0;
+    const auto [end, ec] =
+        std::from_chars(portText.data(), portText.data() + portText.size(), port);
+    if (ec != std::errc() || end != portText.data() + portText.size() || port < 1 ||
+        port >= faults_.size())
+        return "error: no port '" + std::string(portText) + "'";
+    if (command == "clear")
+        return "ok " + clearFault(port);
+    std::string error;
+    const auto setting = FaultSetting::parse(line, &error);
+    if (!setting)
+        return "error: " + error;
+    return "ok " + setFault(port, *setting);
+}
+
+} // namespace pib::fabric

@@ -1,0 +1,177 @@
+// SPDX-License-Identifier: GPL-2.0-or-later
+// The server's side of fault injection: packets pass through each port's
+// injectors on their way in and out, delayed ones leave from the event
+// loop, flaps close and reopen the port's cable, and the counters go to
+// the log and to the control socket's status.
+#include <algorithm>
+
+#include <sys/epoll.h>
+
+#include "server.hh"
+#include "server_internal.hh"
+
+namespace pib::fabric {
+
+namespace {
+
+// Fault counters that changed are logged this often.
+constexpr uint64_t kFaultLogPeriodNs = 10'000'000'000;
+
+bool counted(const FaultCounters &c) {
+    return c.packets != 0;
+}
+
+} // namespace
+
+void Server::receivePacket(unsigned port, std::span<const uint8_t> packet) {
+    FaultInjector &in = faults_[port].in;
+    if (!in.active()) {
+        toSwitch(port, packet);
+        return;
+    }
+    in.offer(packet, monotonicNs(), [this, port](auto bytes) { toSwitch(port, bytes); });
+}
+
+void Server::toSwitch(unsigned port, std::span<const uint8_t> packet) {
+    // A packet held back by a fault is lost with the link it came over.
+    if (!conns_[port] || !conns_[port]->helloReceived)
+        return;
+    for (auto &t : sw_.receive(port, packet))
+        sendPacket(t.port, t.packet);
+}
+
+void Server::sendPacket(unsigned port, std::span<const uint8_t> packet) {
+    FaultInjector &out = faults_[port].out;
+    if (!out.active()) {
+        sendFrame(port, PIB_WIRE_PACKET, packet);
+        return;
+    }
+    out.offer(packet, monotonicNs(),
+              [this, port](auto bytes) { sendFrame(port, PIB_WIRE_PACKET, bytes); });
+}
+
+std::string Server::setFault(unsigned port, const FaultSetting &setting) {
+    PortFaults &f = faults_[port];
+    const uint64_t t = monotonicNs();
+    std::string dirs;
+    if (setting.in) {
+        f.in.clear([this, port](auto bytes) { toSwitch(port, bytes); });
+        f.in.configure(setting.spec, 2 * port, t);
+        dirs = "in";
+    }
+    if (setting.out) {
+        f.out.clear([this, port](auto bytes) { sendFrame(port, PIB_WIRE_PACKET, bytes); });
+        f.out.configure(setting.spec, 2 * port + 1, t);
+        dirs += dirs.empty() ? "out" : "+out";
+    }
+    if (setting.spec.flaps())
+        f.flap.configure(setting.spec.flapDownNs, setting.spec.flapEveryNs, t);
+    else
+        f.flap.clear();
+    if (f.down && !f.flap.active())
+        flap(port, false);
+    f.flaps = 0;
+    f.logged.clear();
+    const std::string line =
+        "port " + std::to_string(port) + " " + dirs + ": fault " + setting.spec.toString();
+    log("%s", line.c_str());
+    return line;
+}
+
+std::string Server::clearFault(unsigned port) {
+    logFaultCounters(true);
+    PortFaults &f = faults_[port];
+    f.in.clear([this, port](auto bytes) { toSwitch(port, bytes); });
+    f.out.clear([this, port](auto bytes) { sendFrame(port, PIB_WIRE_PACKET, bytes); });
+    f.flap.clear();
+    if (f.down)
+        flap(port, false);
+    // The counters stay for the status until the port's next fault.
+    const std::string line = "port " + std::to_string(port) + ": faults cleared";
+    log("%s", line.c_str());
+    return line;
+}
+
+// The link goes down as if its cable were pulled: the connection closes
+// and the port takes no new one until the flap is over. The peer's QEMU
+// reconnects once a second, so a link is down for at least that long.
+void Server::flap(unsigned port, bool down) {
+    PortFaults &f = faults_[port];
+    f.down = down;
+    if (down) {
+        ++f.flaps;
+        log("port %u: link flap %llu: down", port, static_cast<unsigned long long>(f.flaps));
+        drop(port, "fault injection: link flap");
+        if (listeners_[port] >= 0)
+            epoll_ctl(epoll_, EPOLL_CTL_DEL, listeners_[port], nullptr);
+    } else {
+        log("port %u: link flap over: taking a cable again", port);
+        const auto kind = endpoints_[port].kind;
+        if (listeners_[port] >= 0)
+            watch(listeners_[port], port, true, false);
+        else if (kind == PortEndpoint::Kind::kUnixConnect ||
+                 kind == PortEndpoint::Kind::kTcpConnect)
+            connectOut(port);
+    }
+}
+
+int Server::serviceFaults() {
+    const uint64_t t = monotonicNs();
+    for (unsigned port = 1; port < faults_.size(); ++port) {
+        PortFaults &f = faults_[port];
+        f.in.release(t, [this, port](auto bytes) { toSwitch(port, bytes); });
+        f.out.release(t, [this, port](auto bytes) { sendFrame(port, PIB_WIRE_PACKET, bytes); });
+        if (f.flap.active() && f.flap.down(t) != f.down)
+            flap(port, !f.down);
+    }
+    if (t - lastFaultLog_ >= kFaultLogPeriodNs) {
+        lastFaultLog_ = t;
+        logFaultCounters(false);
+    }
+    // Released packets may have been held again further on: ask afterwards.
+    uint64_t next = t + 1'000'000'000;
+    for (const PortFaults &f : faults_) {
+        next = std::min({next, f.in.nextRelease().value_or(UINT64_MAX),
+                         f.out.nextRelease().value_or(UINT64_MAX)});
+        if (f.flap.active())
+            next = std::min(next, f.flap.nextChange(t));
+    }
+    return next <= t ? 0 : static_cast<int>((next - t + 999'999) / 1'000'000);
+}
+
+std::string Server::faultStatus() const {
+    std::string s;
+    for (unsigned port = 1; port < faults_.size(); ++port) {
+        const PortFaults &f = faults_[port];
+        const std::string name = "port " + std::to_string(port);
+        for (const auto &[dir, inj] : {std::pair{"in", &f.in}, std::pair{"out", &f.out}}) {
+            if (!inj->active() && !counted(inj->counters()))
+                continue;
+            s += name + " " + dir + ": " + (inj->active() ? inj->spec().toString() : "cleared") +
+                 " | " + inj->counters().toString() + "\n";
+        }
+        if (f.flap.active() || f.flaps)
+            s += name + " flap: " + std::to_string(f.flaps) + " flaps, link " +
+                 (f.down ? "down" : "up") + (f.flap.active() ? "" : " (cleared)") + "\n";
+    }
+    return s.empty() ? "no faults\n" : s;
+}
+
+void Server::logFaultCounters(bool always) {
+    for (unsigned port = 1; port < faults_.size(); ++port) {
+        PortFaults &f = faults_[port];
+        std::string line;
+        if (counted(f.in.counters()))
+            line += " in: " + f.in.counters().toString();
+        if (counted(f.out.counters()))
+            line += " out: " + f.out.counters().toString();
+        if (f.flaps)
+            line += " flaps=" + std::to_string(f.flaps);
+        if (line.empty() || (!always && line == f.logged))
+            continue;
+        f.logged = line;
+        log("port %u: fault counters%s", port, line.c_str());
+    }
+}
+
+} // namespace pib::fabric

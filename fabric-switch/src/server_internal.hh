@@ -1,0 +1,45 @@
+// SPDX-License-Identifier: GPL-2.0-or-later
+// What the server's source files share and nobody else needs.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "frame.hh"
+#include "server.hh"
+
+namespace pib::fabric {
+
+// A line to the switch's log (stderr), prefixed with the program's name.
+void log(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+uint64_t monotonicNs();
+// A non-blocking UNIX stream socket, listening at or connected to `path`
+// (-1 when there is nothing to connect to); throws when it cannot listen.
+int unixSocket(const std::string &path, bool listen);
+// Adds `fd` to `epoll` (or changes it) with `tag` as its event data.
+void watchTag(int epoll, int fd, uint64_t tag, bool writable);
+
+constexpr uint64_t kListenerTag = 1ull << 32;
+constexpr uint64_t kWakeTag = 1ull << 33;
+constexpr uint64_t kControlTag = 1ull << 34;       // the control socket's listener
+constexpr uint64_t kControlClientTag = 1ull << 35; // | the client's fd
+
+struct Server::Connection {
+    int fd = -1;
+    wire::FrameReader reader;
+    std::vector<uint8_t> output; // frames to send; the first `sent` bytes are gone
+    size_t sent = 0;
+    bool helloReceived = false;
+};
+
+// A client of the control socket: it sends one line and reads the answer.
+struct Server::ControlClient {
+    int fd = -1;
+    std::string input;
+    std::string output; // the answer; the first `sent` bytes are gone
+    size_t sent = 0;
+};
+
+} // namespace pib::fabric

@@ -1,0 +1,118 @@
+"""Fault injection in the switch (./pib fabric fault): on vm2's cable,
+loss, bit errors, duplicates and reordering in both directions. RC and
+TCP over IPoIB still deliver every byte; the switch counts what it did;
+the corrupted packets show up where IBA says, as PortRcvErrors of the
+receiving port (vm2's HCA for what the switch sent, the switch port for
+what vm2 sent). A flapping link goes down and comes back ACTIVE."""
+
+import re
+import time
+
+from pibctl import fabric
+from pibctl.pairs import ipoib_up, run_pair
+from transfers import bulk_tcp
+
+ONLY_ON_TWO_SWITCHES = True
+
+FAULTS = "loss=5% corrupt=1% dup=1% reorder=2% seed=14"
+COUNTERS = ("packets", "dropped", "corrupted", "duplicated", "reordered")
+
+
+def _vm2_cable(ctx):
+    """The switch and port of vm2's cable, and the switch's GUID."""
+    switch, port = ctx.fabric.vm("vm2").cables[0]
+    return switch, port, ctx.fabric.topo.switch(switch).guid
+
+
+def _status(ctx, switch, port):
+    """{"in": {counter: n}, "out": {...}, "flaps": n} of one switch port."""
+    text = fabric.switch_control(ctx.fabric, switch, "status")
+    found = {"flaps": 0}
+    for line in text.splitlines():
+        m = re.match(rf"port {port} (in|out): .*\| (.*)", line)
+        if m:
+            found[m.group(1)] = {k: int(v) for k, v in re.findall(r"(\w+)=(\d+)", m.group(2))}
+        m = re.match(rf"port {port} flap: (\d+) flaps", line)
+        if m:
+            found["flaps"] = int(m.group(1))
+    return found, text
+
+
+def _counter(out, name):
+    m = re.search(rf"^{name}:\.*(\d+)", out, re.M)
+    assert m, f"no {name} in:\n{out}"
+    return int(m.group(1))
+
+
+def _errors(ctx, guid, port):
+    """PortRcvErrors of vm2's HCA port and of the switch port it is cabled to."""
+    hca = ctx.run("vm2", ["perfquery"]).out
+    sw = ctx.run("vm1", ["perfquery", "-G", hex(guid), str(port)]).out
+    return _counter(hca, "PortRcvErrors"), _counter(sw, "PortRcvErrors")
+
+
+def _rc_pingpong(ctx, iters, port=18600):
+    argv = ["ibv_rc_pingpong", "-s", "4096", "-n", str(iters), "-p", str(port)]
+    client, server_out, rc = run_pair(ctx, argv, argv, port=port, timeout=180)
+    assert client.exitcode == 0 and rc == "0", (
+        f"client {client.exitcode}, server {rc}\nclient:\n{client.out}{client.err}\n"
+        f"server:\n{server_out}")
+    m = re.search(r"(\d+) iters in ([\d.]+) seconds", client.out)
+    assert m and int(m.group(1)) == iters, client.out
+    return float(m.group(2))
+
+
+def test_loss_corruption_duplicates_and_reordering_are_survived_and_counted(ctx):
+    switch, port, guid = _vm2_cable(ctx)
+    ipoib_up(ctx)
+    hca_before, sw_before = _errors(ctx, guid, port)
+    fabric.fault(f"{switch}:{port}", FAULTS.split())
+    try:
+        seconds = _rc_pingpong(ctx, 300)
+        mbps = bulk_tcp(ctx, 8, 18601)
+        found, text = _status(ctx, switch, port)
+    finally:
+        fabric.fault(f"{switch}:{port}", ["clear"])
+    print(f"{switch}:{port} {FAULTS}")
+    print(text.rstrip())
+    print(f"RC pingpong 300 x 4096 B in {seconds:.1f} s; TCP on IPoIB 8 MiB at {mbps:.1f} MB/s, "
+          "SHA-256 equal")
+    for direction in ("in", "out"):
+        assert direction in found, text
+        for name in COUNTERS:
+            assert found[direction][name] > 0, f"{direction}: no packet {name}\n{text}"
+    hca_after, sw_after = _errors(ctx, guid, port)
+    print(f"PortRcvErrors: vm2's HCA {hca_before} -> {hca_after}, "
+          f"{switch} port {port} {sw_before} -> {sw_after}")
+    # One flipped bit never escapes the VCRC (a CRC-16 catches every
+    # single-bit error): each corrupted packet is a receive error where it
+    # arrives (twice if it was also duplicated).
+    assert hca_after - hca_before >= found["out"]["corrupted"], "vm2's HCA missed some"
+    assert sw_after - sw_before >= found["in"]["corrupted"], f"{switch} port {port} missed some"
+    # After clearing, the link is clean again: nothing more is injected.
+    after, _ = _status(ctx, switch, port)
+    _rc_pingpong(ctx, 50)
+    again, text = _status(ctx, switch, port)
+    assert again["in"] == after["in"] and again["out"] == after["out"], text
+
+
+def test_a_flapping_link_goes_down_and_comes_back(ctx):
+    switch, port, guid = _vm2_cable(ctx)
+    downed = lambda: _counter(ctx.run("vm1", ["perfquery", "-G", hex(guid), str(port)]).out,
+                              "LinkDownedCounter")
+    before = downed()
+    fabric.fault(f"{switch}:{port}", ["flap=1s/5s"])
+    try:
+        deadline = time.monotonic() + 40
+        while _status(ctx, switch, port)[0]["flaps"] < 2:
+            assert time.monotonic() < deadline, "the link did not flap twice in 40 s"
+            time.sleep(1)
+    finally:
+        fabric.fault(f"{switch}:{port}", ["clear"])
+    took = fabric.wait_active(ctx.fabric, timeout=120)
+    flaps = _status(ctx, switch, port)[0]["flaps"]
+    after = downed()
+    print(f"{flaps} flaps; LinkDownedCounter of {switch} port {port} {before} -> {after}; "
+          f"all ports ACTIVE {took:.0f} s after the flapping stopped")
+    assert after - before >= 2
+    _rc_pingpong(ctx, 20)
