@@ -304,6 +304,37 @@ TEST_CASE("a long WRITE goes out one send window at a time", "[rc]") {
     }
 }
 
+TEST_CASE("a long WRITE on a slow link: each ACK that moves the window restarts the timer",
+          "[rc]") {
+    Node::Options o;
+    o.mtu = 5;      // 4096
+    o.retryCnt = 1; // the timeout (4.2 ms) twice, and the QP would fail
+    Pair p(PIB_QPT_RC, o, 16 << 20);
+    constexpr uint32_t kLength = 4 << 20, kPackets = kLength / 4096;
+    const uint64_t out = p.a.host.alloc(kLength), in = p.b.host.alloc(kLength);
+    p.a.fill(out, kLength, 3);
+    p.a.postSend(1, {.opcode = PIB_WR_RDMA_WRITE, .local = out, .length = kLength, .remote = in});
+    // The link moves what is queued each way every 4 ms: the WRITE takes
+    // longer than the timeout times the tries, but an ACK comes within each.
+    std::vector<pib_cqe> sent;
+    int steps = 0;
+    for (; steps < 200 && sent.empty(); ++steps) {
+        p.wire.run(1);
+        p.a.host.advance(4'000'000);
+        p.b.host.advance(4'000'000);
+        sent = p.a.poll();
+    }
+    INFO("steps: " << steps);
+    CHECK(steps * 4.0 > 4.2 * (o.retryCnt + 1));
+    REQUIRE(sent.size() == 1);
+    CHECK(sent[0].status == PIB_WC_SUCCESS);
+    CHECK(p.a.host.traces("rc-timeout") == 0);
+    CHECK(p.wire.count(iba::kWriteFirst) + p.wire.count(iba::kWriteMiddle) +
+              p.wire.count(iba::kWriteLast) ==
+          kPackets);
+    CHECK(sameBytes(p.a, out, p.b, in, kLength));
+}
+
 TEST_CASE("lost READ responses and atomic ACKs are asked for again", "[rc]") {
     Pair p;
     const uint64_t local = p.a.host.alloc(8192), remote = p.b.host.alloc(8192);

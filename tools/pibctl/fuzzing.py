@@ -204,7 +204,7 @@ def run(minutes: float, targets, jobs: int = 1) -> int:
     libFuzzer's fork mode, that many processes at once."""
     if any(t in TARGETS for t in targets):
         build()
-    failed = []
+    failed, interrupted = [], []
     for target in targets:
         if target in OTHER_TARGETS:
             ok = _run_qtest(0) if target == "qtest" else _run_fabric(minutes)
@@ -225,13 +225,18 @@ def run(minutes: float, targets, jobs: int = 1) -> int:
         ui.detail(f"{target}: {stats.get('execs', 0)} executions, coverage {stats.get('cov', 0)} "
                   f"edges ({stats.get('ft', 0)} features), corpus {stats.get('corpus', '?')} inputs, "
                   f"{len(found)} findings")
-        if proc.returncode != 0 or found:
+        if not found and "run interrupted" in proc.stderr:
+            interrupted.append(target)  # stopped by a signal: not a finding
+        elif proc.returncode != 0 or found:
             failed.append(target)
             print(proc.stderr[-6000:])
             for f in found:
                 ui.detail(f"finding: {f}")
     if failed:
         ui.info("findings in: " + ", ".join(failed))
+        return 1
+    if interrupted:
+        ui.info("interrupted, no findings: " + ", ".join(interrupted))
         return 1
     ui.info("no findings")
     return 0

@@ -54,6 +54,8 @@ PACKAGES = {
     "cmake": None,
     "libnl-3-dev": None,
     "libnl-route-3-dev": None,
+    # pib-traffic, the guests' checked-transfer program: SHA-256.
+    "libssl-dev": None,
     # Running guests: firmware and the management-network switch.
     "seabios": None,
     "qemu-system-data": None,

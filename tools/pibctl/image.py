@@ -6,14 +6,15 @@ so that changing our files does not redo debootstrap:
   base    - debootstrap of guest/packages.txt, trimmed      (slow, rare)
   modules - the guest kernel's modules from guest/modules.txt and our
             driver (per kernel and driver change)
-  overlay - guest/rootfs/ and the rdma-core provider (every change)
+  overlay - guest/rootfs/, the rdma-core provider and the programs we
+            build for the guest (every change)
 """
 
 import shutil
 import subprocess
 from pathlib import Path
 
-from pibctl import driver_build, paths, provider_build, sources, stamps, ui
+from pibctl import driver_build, paths, provider_build, sources, stamps, traffic_build, ui
 
 GUEST = paths.REPO / "guest"
 SUITE = "trixie"
@@ -159,10 +160,14 @@ PROVIDER_DIR = "usr/lib/x86_64-linux-gnu/libibverbs"
 PROVIDER_CONFIG = "etc/libibverbs.d/pib.driver"
 
 
-def build_overlay(provider: Path) -> Path:
+# Where the programs we build for the guest go.
+PROGRAM_DIR = "usr/local/bin"
+
+
+def build_overlay(provider: Path, programs) -> Path:
     out = paths.image_dir() / "overlay.cpio.zst"
     root = GUEST / "rootfs"
-    key = stamps.hash_tree(root, stamps.hash_files([provider]))
+    key = stamps.hash_tree(root, stamps.hash_files([provider, *programs]))
     if stamps.is_current("image-overlay", key) and out.is_file():
         return out
     staging = paths.image_dir() / "overlay-staging"
@@ -173,6 +178,8 @@ def build_overlay(provider: Path) -> Path:
     shutil.copy2(provider, staging / PROVIDER_DIR / provider.name)
     (staging / PROVIDER_CONFIG).parent.mkdir(parents=True, exist_ok=True)
     (staging / PROVIDER_CONFIG).write_text("driver pib\n")
+    for program in programs:
+        shutil.copy2(program, staging / PROGRAM_DIR / program.name)
     _pack(staging, out, "packing our guest files")
     shutil.rmtree(staging)
     stamps.mark("image-overlay", key)
@@ -185,7 +192,9 @@ def build() -> None:
     release, kernel_root = sources.fetch_guest_kernel()
     driver = driver_build.build(release)
     provider = provider_build.build()
-    parts = [build_base(), build_modules(release, kernel_root, [driver]), build_overlay(provider)]
+    programs = [traffic_build.build()]
+    parts = [build_base(), build_modules(release, kernel_root, [driver]),
+             build_overlay(provider, programs)]
     initrd = paths.initrd_image()
     tmp = initrd.with_suffix(".tmp")
     with open(tmp, "wb") as out:

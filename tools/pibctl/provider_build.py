@@ -56,16 +56,21 @@ def _sync(src: Path) -> None:
         (dest / stale).unlink()
 
 
+def build_dir() -> Path:
+    return _root() / "build"
+
+
 def build() -> Path:
-    """Builds the provider; returns the path of libpib-rdmav34.so."""
+    """Builds the provider (and libibverbs, which the guest programs we
+    build link against); returns the path of libpib-rdmav34.so."""
     tarball = sources.fetch(sources.RDMA_CORE)
     src = _unpack(tarball)
     _sync(src)
-    build_dir = _root() / "build"
-    if not (build_dir / "build.ninja").is_file():
-        build_dir.mkdir(parents=True, exist_ok=True)
-        ui.run_logged(["cmake", *CMAKE_FLAGS, src], "provider", "cmake", cwd=build_dir)
-    ui.run_logged(["ninja", "-C", build_dir, TARGET], "provider", f"ninja {TARGET}")
-    library = build_dir / "lib" / LIBRARY
+    out = build_dir()
+    if not (out / "build.ninja").is_file():
+        out.mkdir(parents=True, exist_ok=True)
+        ui.run_logged(["cmake", *CMAKE_FLAGS, src], "provider", "cmake", cwd=out)
+    ui.run_logged(["ninja", "-C", out, TARGET, "ibverbs"], "provider", f"ninja {TARGET}")
+    library = out / "lib" / LIBRARY
     ui.detail(f"provider: {library}")
     return library

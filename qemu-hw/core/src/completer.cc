@@ -100,8 +100,11 @@ void Firmware::completeHead(uint32_t qpn, QueuePair &qp, uint8_t status) {
 // that end there are done. A READ or atomic the ACK passes was answered
 // by responses that got lost: it must be asked again (IBA 9.7.5.1.5).
 void Firmware::ackUpTo(uint32_t qpn, QueuePair &qp, uint32_t psn) {
-    qp.req.acknowledged(psn);
-    bool progress = false;
+    // An ACK that moves the window on is progress, also in the middle of a
+    // long message: the retry count starts over and the timer restarts.
+    // (The retries are for a peer that answers nothing; otherwise any
+    // transfer longer than timeout x retries would fail.)
+    bool progress = qp.req.acknowledged(psn);
     for (SendWqe &w : qp.req.outstanding) {
         if (w.packets == 0 || psnDiff(psn, w.lastPsn()) < 0)
             break;

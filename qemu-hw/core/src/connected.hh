@@ -84,10 +84,13 @@ struct Requester {
     uint64_t rnrDeadline = 0;        // resend after an RNR NAK; 0 when not waiting
 
     // Everything up to `psn` was answered: the send window moves past it.
-    void acknowledged(uint32_t psn) {
+    // True when `psn` moves the window on.
+    bool acknowledged(uint32_t psn) {
         const uint32_t next = psnAdd(psn, 1);
-        if (psnDiff(next, unackedPsn) > 0)
-            unackedPsn = next;
+        if (psnDiff(next, unackedPsn) <= 0)
+            return false;
+        unackedPsn = next;
+        return true;
     }
 };
 
