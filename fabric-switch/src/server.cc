@@ -2,6 +2,7 @@
 #include "server.hh"
 #include "server_internal.hh"
 
+#include <algorithm>
 #include <arpa/inet.h>
 #include <cerrno>
 #include <cstdarg>
@@ -37,11 +38,6 @@ uint64_t monotonicNs() {
 }
 
 namespace {
-
-// A peer that stops reading may not make the switch buffer without bound:
-// beyond this, packets to it are discarded, as a congested link drops them.
-constexpr size_t kMaxOutput = 4u << 20;
-constexpr size_t kMaxInput = 1u << 20;
 
 void setNonBlocking(int fd) {
     fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK);
@@ -187,16 +183,6 @@ void Server::stop() {
     }
 }
 
-void Server::sendFrame(unsigned port, uint8_t type, std::span<const uint8_t> payload) {
-    Connection *c = conns_[port].get();
-    if (!c)
-        return;
-    if (c->output.size() - c->sent > kMaxOutput)
-        return; // congested: the packet is lost, as on a real link
-    wire::appendFrame(c->output, type, payload);
-    onWritable(port);
-}
-
 void Server::sendHello(unsigned port) {
     pib_wire_hello hello{};
     hello.node_guid = sw_.config().guid;
@@ -250,77 +236,9 @@ void Server::drop(unsigned port, const char *why) {
     epoll_ctl(epoll_, EPOLL_CTL_DEL, c->fd, nullptr);
     close(c->fd);
     conns_[port].reset();
+    outputGone(port);
     for (auto &t : sw_.linkChanged(port, false))
         sendPacket(t.port, t.packet);
-}
-
-void Server::onWritable(unsigned port) {
-    Connection *c = conns_[port].get();
-    while (c && c->sent < c->output.size()) {
-        const ssize_t n =
-            ::send(c->fd, c->output.data() + c->sent, c->output.size() - c->sent, MSG_NOSIGNAL);
-        if (n < 0) {
-            if (errno == EAGAIN || errno == EWOULDBLOCK)
-                break;
-            drop(port, strerror(errno));
-            return;
-        }
-        c->sent += static_cast<size_t>(n);
-    }
-    if (!c)
-        return;
-    // What was sent is dropped all at once, not bytes moved on every send.
-    if (c->sent == c->output.size()) {
-        c->output.clear();
-        c->sent = 0;
-    } else if (c->sent > c->output.size() / 2) {
-        c->output.erase(c->output.begin(), c->output.begin() + static_cast<long>(c->sent));
-        c->sent = 0;
-    }
-    watch(c->fd, port, false, c->sent < c->output.size());
-}
-
-void Server::onReadable(unsigned port) {
-    Connection *c = conns_[port].get();
-    if (!c)
-        return;
-    uint8_t buf[65536];
-    const ssize_t n = ::recv(c->fd, buf, sizeof(buf), 0);
-    if (n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK)) {
-        drop(port, n == 0 ? "peer closed" : strerror(errno));
-        return;
-    }
-    if (n < 0)
-        return;
-    // Frames are read in place from `buf`; keepRest() saves a cut-off one.
-    c->reader.lend(std::span(buf, static_cast<size_t>(n)));
-    if (c->reader.buffered() > kMaxInput) {
-        drop(port, "peer floods without framing");
-        return;
-    }
-    wire::FrameReader::Error error;
-    while (auto frame = c->reader.nextView(&error)) {
-        if (frame->type == PIB_WIRE_HELLO) {
-            if (!c->helloReceived) {
-                c->helloReceived = true;
-                log("port %u: link up", port);
-                for (auto &t : sw_.linkChanged(port, true))
-                    sendPacket(t.port, t.packet);
-                if (conns_[port].get() != c)
-                    return;
-            }
-            continue;
-        }
-        if (!c->helloReceived) // packets before HELLO: the link is not up
-            continue;
-        receivePacket(port, frame->payload);
-        if (conns_[port].get() != c) // a failed send dropped this very link
-            return;
-    }
-    if (error != wire::FrameReader::Error::kNone)
-        drop(port, wire::FrameReader::toString(error));
-    else
-        c->reader.keepRest();
 }
 
 void Server::run() {
@@ -345,12 +263,13 @@ void Server::run() {
             else if (tag & kListenerTag)
                 accept(port);
             else if (events[i].events & (EPOLLIN | EPOLLHUP | EPOLLERR))
-                onReadable(port);
+                onReadable(port, events[i].events);
             if (!(tag & (kListenerTag | kControlTag | kControlClientTag)) &&
                 events[i].events & EPOLLOUT)
                 onWritable(port);
         }
-        timeout = serviceFaults();
+        resumeInputs();
+        timeout = std::min(serviceFaults(), serviceFlowControl());
         timespec now;
         clock_gettime(CLOCK_MONOTONIC, &now);
         if (now.tv_sec != lastRetry.tv_sec) { // outgoing links retry each second

@@ -53,8 +53,18 @@ class Server {
     };
     void accept(unsigned port);
     void connectOut(unsigned port);
-    void onReadable(unsigned port);
+    // Flow control (server_flow.cc): an input whose packets filled an
+    // output stops being read until the output drains, as IBA's link-level
+    // credits hold a sender back; an output that drains nothing for a while
+    // is stalled, and packets to it are discarded instead.
+    void onReadable(unsigned port, uint32_t events);
     void onWritable(unsigned port);
+    void processInput(unsigned port);
+    void block(unsigned port, unsigned output);
+    void rewatch(unsigned port);
+    void resumeInputs();
+    void outputGone(unsigned port);
+    int serviceFlowControl();
     void drop(unsigned port, const char *why);
     void sendFrame(unsigned port, uint8_t type, std::span<const uint8_t> payload);
     void sendHello(unsigned port);
@@ -83,6 +93,8 @@ class Server {
     int control_ = -1;
     std::vector<std::unique_ptr<ControlClient>> controlClients_;
     uint64_t lastFaultLog_ = 0;
+    unsigned congested_ = 0;       // an output the current input's packet filled
+    std::vector<unsigned> resume_; // inputs whose output drained
     int epoll_ = -1;
     int wake_ = -1; // eventfd that stop() signals
 };

@@ -32,6 +32,15 @@ struct Server::Connection {
     std::vector<uint8_t> output; // frames to send; the first `sent` bytes are gone
     size_t sent = 0;
     bool helloReceived = false;
+    // As an input: not read while an output it filled drains.
+    unsigned blockedOn = 0;
+    uint64_t blockedSince = 0;
+    // As an output: the last time its peer took bytes, and whether it took
+    // none for so long that packets to it are discarded until it drains.
+    uint64_t lastDrain = 0;
+    bool stalled = false;
+
+    size_t queued() const { return output.size() - sent; }
 };
 
 // A client of the control socket: it sends one line and reads the answer.

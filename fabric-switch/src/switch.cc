@@ -3,6 +3,8 @@
 // (IBA 14.2.2), and the replies of the switch's own agents.
 #include "switch.hh"
 
+#include <algorithm>
+
 namespace pib::fabric {
 
 using namespace pib::iba;
@@ -60,6 +62,15 @@ void Switch::transmit(std::vector<Transmit> &out, unsigned port, std::vector<uin
     ++p.counters.xmitPackets;
     p.counters.xmitData += bytes.size() / 4;
     out.push_back({port, std::move(bytes)});
+}
+
+void Switch::discarded(unsigned port, size_t bytes) {
+    if (port < 1 || port > config_.ports)
+        return;
+    PortCounters &c = ports_[port].counters;
+    ++c.xmitDiscards;
+    c.xmitPackets -= std::min<uint64_t>(c.xmitPackets, 1);
+    c.xmitData -= std::min<uint64_t>(c.xmitData, bytes / 4);
 }
 
 std::vector<Transmit> Switch::receive(unsigned in, std::span<const uint8_t> bytes) {

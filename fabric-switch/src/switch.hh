@@ -81,6 +81,10 @@ class Switch {
     uint8_t lftEntry(uint16_t lid) const { return lft_[lid]; }
     bool portStateChange() const { return portStateChange_; }
 
+    // The server could not pass on a packet the switch sent out of `port`
+    // (its peer takes nothing): counted as discarded, not as sent.
+    void discarded(unsigned port, size_t bytes);
+
     // Receives a line for every packet the switch drops, and why.
     void setDropLogger(std::function<void(const std::string &)> log) { dropLog_ = std::move(log); }
     // The clock of the M_Key lease, in nanoseconds (a steady clock unless

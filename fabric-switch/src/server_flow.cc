@@ -1,0 +1,217 @@
+// SPDX-License-Identifier: GPL-2.0-or-later
+// Flow control between the switch's ports. An InfiniBand link loses no
+// packet to congestion: credits hold a sender back until the receiver has
+// room. Here the socket is the link: when an output's queue is full, the
+// switch stops reading the input whose packet filled it, the input's
+// socket fills, and its sender (a QEMU port's transmit queue, another
+// switch) waits. Like IBA's head-of-queue lifetime, a limit keeps one
+// peer from holding the others forever: an output that takes no byte for
+// kStallNs is stalled, the inputs waiting for it go on, and packets to it
+// are discarded (PortXmitDiscards) until it drains.
+#include <cerrno>
+#include <cstring>
+#include <sys/epoll.h>
+#include <sys/socket.h>
+
+#include "server.hh"
+#include "server_internal.hh"
+
+namespace pib::fabric {
+
+namespace {
+
+// An output queue this full holds back the inputs that feed it...
+constexpr size_t kFullOutput = 4u << 20;
+// ...until it is down to this.
+constexpr size_t kResumeOutput = 1u << 20;
+// Beyond this nothing is queued at all: packets that could not be held
+// back (delayed by a fault, or many copies of one multicast) are lost.
+constexpr size_t kMaxOutput = 16u << 20;
+// A peer that takes nothing for this long is not slow but stuck.
+constexpr uint64_t kStallNs = 200'000'000;
+// Bytes read from a socket but not yet framed: a peer may not make us
+// buffer more.
+constexpr size_t kMaxInput = 1u << 20;
+
+} // namespace
+
+void Server::sendFrame(unsigned port, uint8_t type, std::span<const uint8_t> payload) {
+    Connection *c = conns_[port].get();
+    if (!c)
+        return;
+    if (c->stalled || c->queued() >= kMaxOutput) {
+        if (type == PIB_WIRE_PACKET)
+            sw_.discarded(port, payload.size());
+        return;
+    }
+    if (c->queued() == 0)
+        c->lastDrain = monotonicNs(); // an idle output is not a stuck one
+    wire::appendFrame(c->output, type, payload);
+    onWritable(port);
+    c = conns_[port].get(); // a failed send drops the link
+    if (c && c->queued() >= kFullOutput)
+        congested_ = port;
+}
+
+void Server::onWritable(unsigned port) {
+    Connection *c = conns_[port].get();
+    size_t moved = 0;
+    while (c && c->sent < c->output.size()) {
+        const ssize_t n =
+            ::send(c->fd, c->output.data() + c->sent, c->output.size() - c->sent, MSG_NOSIGNAL);
+        if (n < 0) {
+            if (errno == EAGAIN || errno == EWOULDBLOCK)
+                break;
+            drop(port, strerror(errno));
+            return;
+        }
+        c->sent += static_cast<size_t>(n);
+        moved += static_cast<size_t>(n);
+    }
+    if (!c)
+        return;
+    if (moved)
+        c->lastDrain = monotonicNs();
+    // What was sent is dropped all at once, not bytes moved on every send.
+    if (c->sent == c->output.size()) {
+        c->output.clear();
+        c->sent = 0;
+    } else if (c->sent > c->output.size() / 2) {
+        c->output.erase(c->output.begin(), c->output.begin() + static_cast<long>(c->sent));
+        c->sent = 0;
+    }
+    if (c->queued() < kResumeOutput) {
+        if (c->stalled)
+            log("port %u: draining again; packets to it pass again", port);
+        c->stalled = false;
+        outputGone(port); // not gone, but no longer in anyone's way
+    }
+    rewatch(port);
+}
+
+// What epoll should tell of a connection: its input unless held back, its
+// output while bytes wait.
+void Server::rewatch(unsigned port) {
+    Connection *c = conns_[port].get();
+    epoll_event ev{};
+    ev.events = (c->blockedOn ? 0u : EPOLLIN) | (c->queued() ? EPOLLOUT : 0u);
+    ev.data.u64 = port;
+    epoll_ctl(epoll_, EPOLL_CTL_MOD, c->fd, &ev);
+}
+
+void Server::onReadable(unsigned port, uint32_t events) {
+    Connection *c = conns_[port].get();
+    if (!c)
+        return;
+    if (c->blockedOn) {
+        // Not read while held back; a peer that hung up is gone, though.
+        if (events & (EPOLLHUP | EPOLLERR))
+            drop(port, "peer closed");
+        return;
+    }
+    uint8_t buf[65536];
+    const ssize_t n = ::recv(c->fd, buf, sizeof(buf), 0);
+    if (n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK)) {
+        drop(port, n == 0 ? "peer closed" : strerror(errno));
+        return;
+    }
+    if (n < 0)
+        return;
+    // Frames are read in place from `buf`; keepRest() saves what is left.
+    c->reader.lend(std::span(buf, static_cast<size_t>(n)));
+    if (c->reader.buffered() > kMaxInput) {
+        drop(port, "peer floods without framing");
+        return;
+    }
+    processInput(port);
+}
+
+// Passes on the input's frames until none is left or an output fills.
+void Server::processInput(unsigned port) {
+    Connection *c = conns_[port].get();
+    wire::FrameReader::Error error = wire::FrameReader::Error::kNone;
+    while (!c->blockedOn) {
+        const auto frame = c->reader.nextView(&error);
+        if (!frame)
+            break;
+        if (frame->type == PIB_WIRE_HELLO) {
+            if (!c->helloReceived) {
+                c->helloReceived = true;
+                log("port %u: link up", port);
+                for (auto &t : sw_.linkChanged(port, true))
+                    sendPacket(t.port, t.packet);
+                if (conns_[port].get() != c)
+                    return;
+            }
+            continue;
+        }
+        if (!c->helloReceived) // packets before HELLO: the link is not up
+            continue;
+        congested_ = 0;
+        receivePacket(port, frame->payload);
+        if (conns_[port].get() != c) // a failed send dropped this very link
+            return;
+        if (congested_)
+            block(port, congested_);
+    }
+    if (error != wire::FrameReader::Error::kNone)
+        drop(port, wire::FrameReader::toString(error));
+    else
+        c->reader.keepRest();
+}
+
+void Server::block(unsigned port, unsigned output) {
+    Connection *c = conns_[port].get();
+    c->blockedOn = output;
+    c->blockedSince = monotonicNs();
+    rewatch(port);
+}
+
+// Output `port` drained, or went away: the inputs it held back go on
+// (from the event loop, so no input runs inside another's sending).
+void Server::outputGone(unsigned port) {
+    for (unsigned in = 1; in < conns_.size(); ++in)
+        if (conns_[in] && conns_[in]->blockedOn == port)
+            resume_.push_back(in);
+}
+
+void Server::resumeInputs() {
+    while (!resume_.empty()) {
+        const unsigned port = resume_.back();
+        resume_.pop_back();
+        Connection *c = conns_[port].get();
+        if (!c || !c->blockedOn)
+            continue;
+        c->blockedOn = 0;
+        rewatch(port);
+        processInput(port); // what it had read already
+    }
+}
+
+// Inputs held back longer than kStallNs by an output that took nothing
+// in that time: the output is stuck, and stops holding anyone back.
+int Server::serviceFlowControl() {
+    const uint64_t now = monotonicNs();
+    int timeout = 1000;
+    for (unsigned in = 1; in < conns_.size(); ++in) {
+        Connection *c = conns_[in].get();
+        if (!c || !c->blockedOn)
+            continue;
+        Connection *out = conns_[c->blockedOn].get();
+        const uint64_t since = std::max(c->blockedSince, out ? out->lastDrain : 0);
+        if (out && now - since < kStallNs) {
+            timeout = std::min(timeout, static_cast<int>((since + kStallNs - now) / 1'000'000) + 1);
+            continue;
+        }
+        if (out && !out->stalled) {
+            out->stalled = true;
+            log("port %u: took nothing for %llu ms; packets to it are discarded until it drains",
+                c->blockedOn, static_cast<unsigned long long>(kStallNs / 1'000'000));
+        }
+        outputGone(c->blockedOn);
+    }
+    resumeInputs();
+    return timeout;
+}
+
+} // namespace pib::fabric
