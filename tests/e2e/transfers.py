@@ -1,6 +1,8 @@
 """Transfers between guests whose every byte is checked: helpers that
 several test modules share."""
 
+import re
+
 from guest_scripts import TCP_SINK_SCRIPT, TCP_SOURCE_SCRIPT
 from pibctl.pairs import run_pair
 
@@ -20,3 +22,38 @@ def bulk_tcp(ctx, megabytes, port, timeout=240, source_vm="vm1", sink_vm="vm2"):
     assert sent_bytes == got_bytes == str(megabytes << 20), (client.out, server_out)
     assert sent_hash == got_hash, (client.out, server_out)
     return float(mbps)
+
+
+TRAFFIC_LINE = (r"^(?P<test>[\w-]+)\s+(?P<qps>\d+) QPs\s+(?P<messages>\d+) messages\s+"
+                r"(?P<bytes>\d+) bytes\s+(?P<lost>\d+) lost\s+(?P<errors>\d+) errors "
+                r"sha256 (?P<sha>[0-9a-f]{64})$")
+
+
+def _traffic_lines(output):
+    return {m["test"]: m.groupdict() for m in re.finditer(TRAFFIC_LINE, output, re.M)}
+
+
+def traffic(ctx, args=(), port=18800, timeout=900, expect_loss=False):
+    """pib-traffic between vm1 (client) and vm2 (server) with `args`: it
+    must exit 0 at both ends, and each test's message count, byte count
+    and SHA-256 must be the same at both ends (without `expect_loss`, with
+    nothing lost). Returns {test: {messages, bytes, lost, sha, ...}} and
+    prints a line per test."""
+    server = ["pib-traffic", "-p", str(port)]
+    client = ["pib-traffic", "-p", str(port), *args]
+    result, server_out, rc = run_pair(ctx, server, client, port=port, timeout=timeout)
+    where = f"client:\n{result.out}{result.err}\nserver:\n{server_out}"
+    assert result.exitcode == 0 and rc == "0", f"client {result.exitcode}, server {rc}\n{where}"
+    sent, got = _traffic_lines(result.out), _traffic_lines(server_out)
+    assert sent and sent.keys() == got.keys(), where
+    for name, line in sent.items():
+        other = got[name]
+        for field in ("messages", "bytes", "lost", "errors", "sha"):
+            assert line[field] == other[field], f"{name}: {field} differs\n{where}"
+        assert line["errors"] == "0", where
+        if not expect_loss:
+            assert line["lost"] == "0", where
+        print(f"  {name:<11} {line['qps']} QPs {int(line['messages']):5d} messages "
+              f"{int(line['bytes']):11d} bytes {int(line['lost']):3d} lost, "
+              f"sha256 {line['sha'][:16]}... at both ends")
+    return sent

@@ -36,12 +36,13 @@ def ipoib_up(ctx, vms=("vm1", "vm2")):
 
 
 def tcp_listening(port):
-    """A server is ready when it listens on TCP `port`."""
+    """A server is ready when it listens on TCP `port` (IPv4 or IPv6)."""
     hexport = f":{port:04X} "
 
     def ready(ctx, vm, output):
-        out = ctx.run(vm, ["cat", "/proc/net/tcp"], check=False).out
-        return any(hexport in line and line.split()[3] == "0A" for line in out.splitlines()[1:])
+        out = ctx.run(vm, ["cat", "/proc/net/tcp", "/proc/net/tcp6"], check=False).out
+        return any(hexport in line and line.split()[3] == "0A" for line in out.splitlines()
+                   if not line.lstrip().startswith("sl"))
     return ready
 
 

@@ -1,0 +1,20 @@
+"""pib-traffic (guest/traffic/) between vm1 and vm2: random data through
+every operation (RC SEND with and without immediate and inline, WRITE,
+WRITE with immediate, READ, compare-and-swap, fetch-and-add; UC SEND and
+WRITE; UD SEND), 0 B to 16 MiB at unaligned offsets, on four QPs at once,
+each with its own thread. Every byte is checked where it arrives, the
+bytes around it must be untouched, and both ends' SHA-256 must agree."""
+
+from transfers import traffic
+
+ALSO_ON_TWO_SWITCHES = True
+
+
+def test_every_operation_moves_every_byte(ctx):
+    lines = traffic(ctx, ["-q", "4", "-S", "20261122"])
+    assert set(lines) == {"send", "send-imm", "send-inline", "write", "write-imm", "read", "cas",
+                          "fadd", "uc-send", "uc-write", "ud-send"}
+    total = sum(int(line["bytes"]) for line in lines.values())
+    print(f"  {total} bytes in {sum(int(line['messages']) for line in lines.values())} messages")
+    # 16 MiB messages went through every connected operation.
+    assert int(lines["read"]["bytes"]) > 4 * 2 * (16 << 20)
