@@ -13,6 +13,7 @@ import traceback
 from pathlib import Path
 
 from pibctl import core_build, fabric, fuzzing, paths, setup, topology, ui
+from pibctl.log_gate import LogGate
 
 E2E_DIR = paths.REPO / "tests" / "e2e"
 TEST_TIMEOUT = 600  # seconds a single end-to-end test may take
@@ -150,7 +151,7 @@ def _load_tests(pattern: str, second_pass: bool = False, topology_file: Path = N
             fn = getattr(module, name)
             full = f"{path.stem}::{name}"
             if name.startswith("test_") and callable(fn) and (not pattern or pattern in full):
-                tests.append((full + suffix, fn))
+                tests.append((full + suffix, fn, module))
     return tests
 
 
@@ -174,6 +175,17 @@ def _leftover_processes(run_dir: str):
         if run_dir in cmdline:
             left.append(f"{proc.name}: {cmdline[:120]}")
     return left
+
+
+def _check_logs(counts: Counts, gate: LogGate, module, last_test: str) -> None:
+    """The log gate after a module's last test (see log_gate.py)."""
+    start = time.monotonic()
+    stem = last_test.split("::")[0]
+    suffix = last_test[last_test.index("["):] if "[" in last_test else ""
+    problems = gate.check(getattr(module, "KERNEL_LOG_EXPECTED", ()),
+                          getattr(module, "GUEST_ERRORS_EXPECTED", ()))
+    counts.record(f"{stem}: guest kernel logs, consoles and qemu.log clean{suffix}",
+                  not problems, time.monotonic() - start)
 
 
 def run_e2e(counts: Counts, pattern: str, vms: int, accel: str,
@@ -203,12 +215,13 @@ def run_e2e(counts: Counts, pattern: str, vms: int, accel: str,
                       time.monotonic() - boot_start)
         fabric.down(quiet=True)
         return
-    counts.record(f"fabric of {where} boots, all ports ACTIVE", True,
-                  time.monotonic() - boot_start)
+    gate = LogGate(fab)
+    counts.record(f"fabric of {where} boots, all ports ACTIVE, kernel logs clean",
+                  not gate.check(), time.monotonic() - boot_start)
     ctx = Context(fab)
     old = signal.signal(signal.SIGALRM, _alarm)
     try:
-        for name, fn in tests:
+        for index, (name, fn, module) in enumerate(tests):
             start = time.monotonic()
             signal.alarm(TEST_TIMEOUT)
             try:
@@ -231,6 +244,8 @@ def run_e2e(counts: Counts, pattern: str, vms: int, accel: str,
             finally:
                 signal.alarm(0)
             counts.record(name, ok, time.monotonic() - start)
+            if index + 1 == len(tests) or tests[index + 1][2] is not module:
+                _check_logs(counts, gate, module, name)
     finally:
         signal.signal(signal.SIGALRM, old)
         start = time.monotonic()

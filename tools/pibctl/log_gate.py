@@ -1,0 +1,80 @@
+"""The gate after each end-to-end test module: what the guests' kernels
+and QEMU logged while the module ran must be clean.
+
+- Each guest's kernel log (dmesg, never cleared) and serial console: no
+  Oops, BUG, WARNING:, general protection fault, soft lockup, hung task,
+  refcount_t or Call Trace, and no error or warning line of our driver.
+- Each VM's qemu.log: no guest-error token (`pib-hca hca0: TOKEN: ...`)
+  the module did not declare in GUEST_ERRORS_EXPECTED (tests that provoke
+  errors on purpose say which).
+
+Only what was logged since the last check counts, so a hit is the
+module's own. A module may name kernel lines it causes on purpose in
+KERNEL_LOG_EXPECTED (substrings)."""
+
+import re
+
+from pibctl import fabric, ui
+
+TROUBLE = re.compile(r"Oops|\bBUG\b|WARNING:|general protection|soft lockup|hung task|"
+                     r"refcount_t|Call Trace")
+# Our driver's messages: "pib 0000:01:00.0: ..." or "pib: ...".
+DRIVER = re.compile(r"\] pib[ :]")
+DRIVER_LEVELS = ("emerg", "alert", "crit", "err", "warn")
+# Said by the kernel about every out-of-tree module, ours included.
+ALWAYS_EXPECTED = ("loading out-of-tree module taints kernel",
+                   "module verification failed")
+GUEST_ERROR = re.compile(r"pib-hca \S+: ([a-z0-9][a-z0-9-]*): ")
+
+
+class LogGate:
+    def __init__(self, fab: fabric.Fabric):
+        self.fabric = fab
+        self.kernel_lines = {}   # vm -> lines of `dmesg -x` already seen
+        self.console_bytes = {}  # vm -> bytes of the console log already seen
+        self.qemu_bytes = {}     # vm -> bytes of qemu.log already seen
+
+    def _kernel_log(self, vm):
+        try:
+            return fabric.exec_in(vm.name, ["dmesg", "-x"], timeout=30).out.splitlines()
+        except ui.StepFailed as e:
+            return [f"(could not read the kernel log: {e})"]
+
+    def _new_text(self, path, seen, key):
+        try:
+            data = path.read_bytes()
+        except OSError:
+            return ""
+        start = seen.get(key, 0)
+        if start > len(data):  # the file started again
+            start = 0
+        seen[key] = len(data)
+        return data[start:].decode(errors="replace")
+
+    def check(self, expected_kernel=(), expected_tokens=()):
+        """Returns the problems logged since the last check (the first
+        time: since boot), as text lines, and prints them."""
+        problems = []
+        allowed = tuple(expected_kernel) + ALWAYS_EXPECTED
+        for vm in self.fabric.vms:
+            lines = self._kernel_log(vm)
+            new = lines[self.kernel_lines.get(vm.name, 0):]
+            self.kernel_lines[vm.name] = len(lines)
+            for line in new:
+                if any(a in line for a in allowed):
+                    continue
+                level = line.split(":", 2)[1].strip() if line.count(":") >= 2 else ""
+                if TROUBLE.search(line) or (DRIVER.search(line) and level in DRIVER_LEVELS):
+                    problems.append(f"{vm.name} kernel: {line}")
+            console = self._new_text(vm.console_log, self.console_bytes, vm.name)
+            for line in console.splitlines():
+                if TROUBLE.search(line) and not any(a in line for a in allowed):
+                    problems.append(f"{vm.name} console: {line}")
+            qemu = self._new_text(vm.qemu_log, self.qemu_bytes, vm.name)
+            for line in qemu.splitlines():
+                m = GUEST_ERROR.search(line)
+                if m and m.group(1) not in expected_tokens:
+                    problems.append(f"{vm.name} qemu.log: {line}")
+        if problems:
+            print("---- logged while the module ran ----\n" + "\n".join(problems[:40]))
+        return problems
