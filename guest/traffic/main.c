@@ -233,6 +233,7 @@ static int open_sync_channels(struct session *s, struct endpoint *eps) {
             eps[q].sync = net_connect(s->peer, s->tcp_port);
             if (eps[q].sync < 0 || send_all(eps[q].sync, &q, sizeof(q)))
                 return -1;
+            net_set_timeout(eps[q].sync, s->p.op_timeout_s + 30);
             continue;
         }
         int fd = net_accept(s->listen_fd);
@@ -241,6 +242,7 @@ static int open_sync_channels(struct session *s, struct endpoint *eps) {
             eps[index].sync >= 0)
             return -1;
         eps[index].sync = fd;
+        net_set_timeout(fd, s->p.op_timeout_s + 30);
     }
     return 0;
 }
@@ -347,13 +349,17 @@ int main(int argc, char **argv) {
         if (s.control < 0 || send_all(s.control, &s.p, sizeof(s.p)))
             return 1;
     }
+    net_set_timeout(s.control, s.p.op_timeout_s + 30);
     if (open_device(&s, dev))
         return 1;
     for (t = 0; t < T_COUNT; t++) {
         if (!(s.p.tests & (1u << t)))
             continue;
-        if (run_test(&s, (enum test_kind)t, &sum))
+        if (run_test(&s, (enum test_kind)t, &sum)) {
+            /* The peer is gone or out of step: the other tests cannot run. */
             sum.errors++;
+            break;
+        }
     }
     printf("total %llu messages %llu bytes %llu lost %llu errors\n",
            (unsigned long long)sum.messages, (unsigned long long)sum.bytes,

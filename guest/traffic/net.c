@@ -11,15 +11,21 @@
 
 #include "traffic.h"
 
-/* A peer that stops answering fails the run instead of hanging it. */
+/* A peer that stops answering fails the run instead of hanging it: until
+ * the parameters say how long an operation may take, this long. */
 #define SOCKET_TIMEOUT_S 180
 
-static void set_options(int fd) {
-    struct timeval tv = {.tv_sec = SOCKET_TIMEOUT_S};
-    int one = 1;
+void net_set_timeout(int fd, unsigned int seconds) {
+    struct timeval tv = {.tv_sec = seconds};
 
     setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
     setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
+}
+
+static void set_options(int fd) {
+    int one = 1;
+
+    net_set_timeout(fd, SOCKET_TIMEOUT_S);
     setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
 }
 

@@ -144,6 +144,8 @@ int wait_completion(struct endpoint *e, struct ibv_wc *wc, double seconds);
 int net_listen(const char *port);
 int net_accept(int listen_fd);
 int net_connect(const char *host, const char *port);
+/* A peer silent this long fails the run (more than one operation's time). */
+void net_set_timeout(int fd, unsigned int seconds);
 int send_all(int fd, const void *buf, size_t len);
 int recv_all(int fd, void *buf, size_t len);
 

@@ -1,6 +1,10 @@
 """The guest driver: pib_0 registered from the device's own attributes."""
 
+import time
+
 from guest_scripts import OBJECTS_SCRIPT
+from pibctl.pairs import ipoib_up
+from transfers import traffic
 
 
 def _sysfs(ctx, vm, path):
@@ -56,3 +60,88 @@ def test_no_guest_errors_from_the_driver(ctx):
         errors = [line for line in ctx.host_log(vm).splitlines()
                   if "pib-hca" in line and not any(p in line for p in PROVOKED)]
         assert not errors, "\n".join(errors[-20:])
+
+
+RELOADS = 50
+TRAFFIC = ["-t", "send,write,read,cas", "-s", "0,4097,65536", "-n", "2"]
+
+# Holds pib_0 open from user space: a context, a PD, a CQ, an MR and a QP.
+HOLDER_SCRIPT = r"""
+import sys, time
+from pyverbs.device import Context
+from pyverbs.pd import PD
+from pyverbs.cq import CQ
+from pyverbs.mr import MR
+from pyverbs.qp import QP, QPInitAttr, QPCap
+import pyverbs.enums as e
+ctx = Context(name="pib_0")
+pd = PD(ctx)
+cq = CQ(ctx, 16)
+mr = MR(pd, 4096, e.IBV_ACCESS_LOCAL_WRITE)
+qp = QP(pd, QPInitAttr(qp_type=e.IBV_QPT_RC, scq=cq, rcq=cq, cap=QPCap(4, 4, 1, 1)))
+print("ready", flush=True)
+time.sleep(300)
+"""
+
+
+def _new_kernel_lines(ctx, vm, seen):
+    return ctx.run(vm, ["dmesg"]).out.splitlines()[seen:]
+
+
+def test_driver_reload_loop_with_traffic_before_and_after(ctx):
+    traffic(ctx, TRAFFIC, port=18840)
+    seen = len(ctx.run("vm1", ["dmesg"]).out.splitlines())
+    start = time.monotonic()
+    ctx.sh("vm1", f"for i in $(seq {RELOADS}); do modprobe -r pib || exit 1; "
+                  "modprobe pib || exit 2; test -e /sys/class/infiniband/pib_0 || exit 3; done",
+           timeout=900)
+    took = time.monotonic() - start
+    new = _new_kernel_lines(ctx, "vm1", seen)
+    bad = [line for line in new if any(t in line for t in ("WARNING", "BUG", "leak", "Oops",
+                                                           "timed out", "Call Trace"))]
+    assert not bad, "\n".join(bad)
+    ctx.restart_sm()  # each reload took the port from the SM
+    ipoib_up(ctx, ["vm1"])
+    traffic(ctx, TRAFFIC, port=18841)
+    print(f"{RELOADS} unloads and loads of pib in {took:.0f} s, kernel log clean; "
+          "pib-traffic bit-exact before and after")
+
+
+def test_unload_with_an_open_user_context_is_refused_or_waits_never_breaks(ctx):
+    ctx.run("vm1", ["sh", "-c", "cat > /tmp/holder.py"], stdin=HOLDER_SCRIPT.encode())
+    ctx.sh("vm1", "rm -f /tmp/holder.out; (python3 /tmp/holder.py >/tmp/holder.out 2>&1 &)")
+    deadline = time.monotonic() + 60
+    while "ready" not in (ctx.run("vm1", ["cat", "/tmp/holder.out"], check=False).out or ""):
+        assert time.monotonic() < deadline, ctx.run("vm1", ["cat", "/tmp/holder.out"]).out
+        time.sleep(0.5)
+    seen = len(ctx.run("vm1", ["dmesg"]).out.splitlines())
+    # In the background: an unload the open context may block.
+    ctx.sh("vm1", "rm -f /tmp/unload.rc; (modprobe -r pib >/tmp/unload.out 2>&1; "
+                  "echo $? >/tmp/unload.rc) </dev/null >/dev/null 2>&1 &")
+    time.sleep(5)
+    rc = ctx.run("vm1", ["cat", "/tmp/unload.rc"], check=False).out.strip()
+    said = ctx.run("vm1", ["cat", "/tmp/unload.out"], check=False).out.strip()
+    if rc == "":
+        outcome = "waits for the context to close"
+    elif rc == "0":
+        outcome = "disassociated the context"
+    else:
+        assert "in use" in said, f"modprobe -r exited {rc}: {said}"
+        outcome = "refused: the module is in use"
+    ctx.sh("vm1", "pkill -f /tmp/holder.py; true")
+    deadline = time.monotonic() + 60
+    while ctx.run("vm1", ["pgrep", "-f", "/tmp/holder.py"], check=False).exitcode == 0:
+        assert time.monotonic() < deadline, "the holder did not exit"
+        time.sleep(0.5)
+    while rc == "" and not ctx.run("vm1", ["cat", "/tmp/unload.rc"], check=False).out.strip():
+        assert time.monotonic() < deadline, "the unload still waits after the context closed"
+        time.sleep(0.5)
+    print(f"modprobe -r with a user context open: {outcome}")
+    ctx.sh("vm1", "modprobe -r pib 2>/dev/null; modprobe pib && test -e /sys/class/infiniband/pib_0")
+    new = _new_kernel_lines(ctx, "vm1", seen)
+    bad = [line for line in new if any(t in line for t in ("WARNING", "BUG", "leak", "Oops",
+                                                           "Call Trace"))]
+    assert not bad, "\n".join(bad)
+    ctx.restart_sm()
+    ipoib_up(ctx, ["vm1"])
+    traffic(ctx, TRAFFIC, port=18842)

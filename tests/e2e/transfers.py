@@ -2,9 +2,10 @@
 several test modules share."""
 
 import re
+import time
 
 from guest_scripts import TCP_SINK_SCRIPT, TCP_SOURCE_SCRIPT
-from pibctl.pairs import run_pair
+from pibctl.pairs import run_pair, tcp_listening
 
 
 def bulk_tcp(ctx, megabytes, port, timeout=240, source_vm="vm1", sink_vm="vm2"):
@@ -56,4 +57,59 @@ def traffic(ctx, args=(), port=18800, timeout=900, expect_loss=False):
         print(f"  {name:<11} {line['qps']} QPs {int(line['messages']):5d} messages "
               f"{int(line['bytes']):11d} bytes {int(line['lost']):3d} lost, "
               f"sha256 {line['sha'][:16]}... at both ends")
+    return sent
+
+
+class BackgroundTraffic:
+    """pib-traffic between vm1 (client) and vm2 (server), running in the
+    background while a test does something to the fabric."""
+
+    def __init__(self, ctx, args, port, timeout=600):
+        self.ctx, self.port, self.timeout = ctx, port, timeout
+        self.tag = f"/tmp/traffic-{port}"
+        server = f"pib-traffic -p {port}"
+        ctx.sh("vm2", f"rm -f {self.tag}.*; (timeout {timeout} {server} >{self.tag}.out 2>&1; "
+                      f"echo $? >{self.tag}.rc) </dev/null >/dev/null 2>&1 &")
+        ready = tcp_listening(port)
+        deadline = time.monotonic() + 30
+        while not ready(ctx, "vm2", None):
+            assert time.monotonic() < deadline, "pib-traffic's server did not listen in 30 s"
+            time.sleep(0.3)
+        client = " ".join(["pib-traffic", "-p", str(port), *args, "vm2"])
+        ctx.sh("vm1", f"rm -f {self.tag}.*; (timeout {timeout} {client} >{self.tag}.out 2>&1; "
+                      f"echo $? >{self.tag}.rc) </dev/null >/dev/null 2>&1 &")
+
+    def running(self):
+        return ctx_file(self.ctx, "vm1", f"{self.tag}.rc") is None
+
+    def wait(self, server=True):
+        """(client exit status, client output, server exit status or None,
+        server output); waits at most the timeout given at the start."""
+        deadline = time.monotonic() + self.timeout + 30
+        while self.running():
+            assert time.monotonic() < deadline, "pib-traffic did not finish"
+            time.sleep(1)
+        rc = int(ctx_file(self.ctx, "vm1", f"{self.tag}.rc"))
+        out = ctx_file(self.ctx, "vm1", f"{self.tag}.out") or ""
+        if not server:
+            return rc, out, None, ""
+        while ctx_file(self.ctx, "vm2", f"{self.tag}.rc") is None:
+            assert time.monotonic() < deadline, "pib-traffic's server did not finish"
+            time.sleep(1)
+        return (rc, out, int(ctx_file(self.ctx, "vm2", f"{self.tag}.rc")),
+                ctx_file(self.ctx, "vm2", f"{self.tag}.out") or "")
+
+
+def ctx_file(ctx, vm, path):
+    """A guest file's text, or None if it is not there."""
+    r = ctx.run(vm, ["cat", path], check=False)
+    return r.out if r.exitcode == 0 else None
+
+
+def same_at_both_ends(client_out, server_out):
+    """Every test line the same at both ends, no errors: the data arrived."""
+    sent, got = _traffic_lines(client_out), _traffic_lines(server_out)
+    where = f"client:\n{client_out}\nserver:\n{server_out}"
+    assert sent and sent == got, where
+    assert all(line["errors"] == "0" and line["lost"] == "0" for line in sent.values()), where
     return sent

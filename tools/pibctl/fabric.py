@@ -27,6 +27,7 @@ class Vm:
     dir: str
     pid: int = 0
     cables: list = field(default_factory=list)  # [switch, port] per HCA port
+    command: list = field(default_factory=list)  # how its QEMU was started
 
     @property
     def switch(self) -> str:
@@ -90,8 +91,11 @@ class Fabric:
         raise ui.StepFailed(f"no VM named {name} in the fabric (have: {names})")
 
     def save(self) -> None:
-        data = asdict(self)
-        (Path(self.run_dir) / STATE_FILE).write_text(json.dumps(data, indent=2) + "\n")
+        # Whole or not at all: a reader (another thread's exec) never sees half.
+        state = Path(self.run_dir) / STATE_FILE
+        tmp = state.with_suffix(".tmp")
+        tmp.write_text(json.dumps(asdict(self), indent=2) + "\n")
+        os.replace(tmp, state)
 
 
 def load():
@@ -289,6 +293,10 @@ def start_switch(fabric: Fabric, name: str) -> None:
         time.sleep(0.05)
 
 
+def switch_running(fabric: Fabric, name: str) -> bool:
+    return _ours(fabric.ib_switch_pids.get(name, 0), fabric.run_dir)
+
+
 def stop_switch(fabric: Fabric, name: str) -> None:
     pid = fabric.ib_switch_pids.pop(name, 0)
     fabric.save()
@@ -339,9 +347,9 @@ def _qemu_logs(vm: Vm) -> str:
     return "\n".join(parts)
 
 
-def _wait_ready(fabric: Fabric, timeout: float) -> None:
+def _wait_ready(fabric: Fabric, timeout: float, vms=None) -> None:
     start = time.monotonic()
-    pending = list(fabric.vms)
+    pending = list(vms or fabric.vms)
     last_report = start
     while pending:
         for vm in list(pending):
@@ -452,13 +460,9 @@ def up(vms: int = 2, accel: str = "tcg", memory: int = 2048, cpus: int = 1,
         fabric.save()
         start_ib_switch(fabric)
         for vm in fabric.vms:
-            cmd = _qemu_command(fabric, vm, memory, cpus, trace)
-            (vm.path / "qemu.cmdline").write_text(" ".join(cmd) + "\n")
-            with open(vm.path / "qemu.stderr", "w") as err:
-                proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=err,
-                                        stderr=subprocess.STDOUT, start_new_session=True)
-            vm.pid = proc.pid
-            fabric.save()
+            vm.command = _qemu_command(fabric, vm, memory, cpus, trace)
+            (vm.path / "qemu.cmdline").write_text(" ".join(vm.command) + "\n")
+            _start_qemu(fabric, vm)
         ui.detail("booting (about 20 s under TCG, a few with KVM)")
         _wait_ready(fabric, timeout)
         if sm:
@@ -470,6 +474,35 @@ def up(vms: int = 2, accel: str = "tcg", memory: int = 2048, cpus: int = 1,
         down(quiet=True)
         raise
     return fabric
+
+
+def _start_qemu(fabric: Fabric, vm: Vm) -> None:
+    with open(vm.path / "qemu.stderr", "a") as err:
+        proc = subprocess.Popen(vm.command, stdin=subprocess.DEVNULL, stdout=err,
+                                stderr=subprocess.STDOUT, start_new_session=True)
+    vm.pid = proc.pid
+    fabric.save()
+
+
+def kill_vm(fabric: Fabric, name: str) -> None:
+    """Kills a guest's QEMU at once (SIGKILL), as a crash would."""
+    vm = fabric.vm(name)
+    if _ours(vm.pid, fabric.run_dir):
+        os.kill(vm.pid, signal.SIGKILL)
+        while _ours(vm.pid, fabric.run_dir):
+            time.sleep(0.05)
+    _reap(vm.pid)
+
+
+def restart_vm(fabric: Fabric, name: str, timeout: float = 300) -> None:
+    """Starts a guest's QEMU again as `fabric up` did (stopping it first if
+    it runs), waits for the boot and for every port to be ACTIVE."""
+    vm = fabric.vm(name)
+    _kill(vm.pid, fabric.run_dir, f"QEMU of {vm.name}")
+    _reap(vm.pid)
+    _start_qemu(fabric, vm)
+    _wait_ready(fabric, timeout, [vm])
+    wait_active(fabric)
 
 
 def down(quiet: bool = False) -> None:

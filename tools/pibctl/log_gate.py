@@ -58,7 +58,8 @@ class LogGate:
         allowed = tuple(expected_kernel) + ALWAYS_EXPECTED
         for vm in self.fabric.vms:
             lines = self._kernel_log(vm)
-            new = lines[self.kernel_lines.get(vm.name, 0):]
+            seen = self.kernel_lines.get(vm.name, 0)
+            new = lines[seen:] if seen <= len(lines) else lines  # fewer: it booted again
             self.kernel_lines[vm.name] = len(lines)
             for line in new:
                 if any(a in line for a in allowed):
