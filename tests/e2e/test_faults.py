@@ -9,7 +9,7 @@ import re
 import time
 
 from pibctl import fabric
-from pibctl.pairs import ipoib_up, run_pair
+from pibctl.pairs import ipoib_up, rdma_cm_listening, run_pair
 from transfers import bulk_tcp, traffic
 
 ONLY_ON_TWO_SWITCHES = True
@@ -62,6 +62,17 @@ def _rc_pingpong(ctx, iters, port=18600):
     return float(m.group(2))
 
 
+def _rping_verified(ctx, port):
+    """rping -V: rdma_cm over the faulty cable, each side checking every byte."""
+    args = ["-V", "-C", "50", "-S", "4096", "-p", str(port)]
+    client, server_out, rc = run_pair(ctx, ["rping", "-s", "-a", "0.0.0.0", *args],
+                                      ["rping", "-c", *args, "-a"], port=port, timeout=240,
+                                      ready=rdma_cm_listening(port), address="vm2-ib")
+    assert client.exitcode == 0 and rc == "0" and "error" not in client.out.lower(), (
+        f"client {client.exitcode}, server {rc}\n{client.out}{client.err}\n{server_out}")
+    print("rping -V: 50 pings of 4096 bytes, verified on both sides")
+
+
 def test_loss_corruption_duplicates_and_reordering_are_survived_and_counted(ctx):
     switch, port, guid = _vm2_cable(ctx)
     ipoib_up(ctx)
@@ -70,6 +81,7 @@ def test_loss_corruption_duplicates_and_reordering_are_survived_and_counted(ctx)
     try:
         seconds = _rc_pingpong(ctx, 300)
         mbps = bulk_tcp(ctx, 8, 18601)
+        _rping_verified(ctx, 18605)
         found, text = _status(ctx, switch, port)
     finally:
         fabric.fault(f"{switch}:{port}", ["clear"])
@@ -84,6 +96,9 @@ def test_loss_corruption_duplicates_and_reordering_are_survived_and_counted(ctx)
     hca_after, sw_after = _errors(ctx, guid, port)
     print(f"PortRcvErrors: vm2's HCA {hca_before} -> {hca_after}, "
           f"{switch} port {port} {sw_before} -> {sw_after}")
+    errors = ctx.run("vm1", ["ibqueryerrors"], check=False).out
+    print("ibqueryerrors:\n" + errors.rstrip())
+    assert "PortRcvErrors" in errors, errors
     # One flipped bit never escapes the VCRC (a CRC-16 catches every
     # single-bit error): each corrupted packet is a receive error where it
     # arrives (twice if it was also duplicated).

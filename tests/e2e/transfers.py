@@ -34,15 +34,18 @@ def _traffic_lines(output):
     return {m["test"]: m.groupdict() for m in re.finditer(TRAFFIC_LINE, output, re.M)}
 
 
-def traffic(ctx, args=(), port=18800, timeout=900, expect_loss=False):
-    """pib-traffic between vm1 (client) and vm2 (server) with `args`: it
-    must exit 0 at both ends, and each test's message count, byte count
-    and SHA-256 must be the same at both ends (without `expect_loss`, with
-    nothing lost). Returns {test: {messages, bytes, lost, sha, ...}} and
-    prints a line per test."""
-    server = ["pib-traffic", "-p", str(port)]
+def traffic(ctx, args=(), port=18800, timeout=900, expect_loss=False, client_vm="vm1",
+            server_vm="vm2", server_args=()):
+    """pib-traffic from client_vm to server_vm with `args` (the server's own
+    options, such as its HCA port, in `server_args`): it must exit 0 at
+    both ends, and each test's message count, byte count and SHA-256 must
+    be the same at both ends (without `expect_loss`, with nothing lost).
+    Returns {test: {messages, bytes, lost, sha, ...}} and prints a line per
+    test."""
+    server = ["pib-traffic", "-p", str(port), *server_args]
     client = ["pib-traffic", "-p", str(port), *args]
-    result, server_out, rc = run_pair(ctx, server, client, port=port, timeout=timeout)
+    result, server_out, rc = run_pair(ctx, server, client, port=port, timeout=timeout,
+                                      server_vm=server_vm, client_vm=client_vm)
     where = f"client:\n{result.out}{result.err}\nserver:\n{server_out}"
     assert result.exitcode == 0 and rc == "0", f"client {result.exitcode}, server {rc}\n{where}"
     sent, got = _traffic_lines(result.out), _traffic_lines(server_out)
@@ -64,23 +67,25 @@ class BackgroundTraffic:
     """pib-traffic between vm1 (client) and vm2 (server), running in the
     background while a test does something to the fabric."""
 
-    def __init__(self, ctx, args, port, timeout=600):
+    def __init__(self, ctx, args, port, timeout=600, client_vm="vm1", server_vm="vm2",
+                 server_args=()):
         self.ctx, self.port, self.timeout = ctx, port, timeout
+        self.client_vm, self.server_vm = client_vm, server_vm
         self.tag = f"/tmp/traffic-{port}"
-        server = f"pib-traffic -p {port}"
-        ctx.sh("vm2", f"rm -f {self.tag}.*; (timeout {timeout} {server} >{self.tag}.out 2>&1; "
-                      f"echo $? >{self.tag}.rc) </dev/null >/dev/null 2>&1 &")
+        server = " ".join(["pib-traffic", "-p", str(port), *server_args])
+        ctx.sh(server_vm, f"rm -f {self.tag}.*; (timeout {timeout} {server} >{self.tag}.out 2>&1; "
+                          f"echo $? >{self.tag}.rc) </dev/null >/dev/null 2>&1 &")
         ready = tcp_listening(port)
         deadline = time.monotonic() + 30
-        while not ready(ctx, "vm2", None):
+        while not ready(ctx, server_vm, None):
             assert time.monotonic() < deadline, "pib-traffic's server did not listen in 30 s"
             time.sleep(0.3)
-        client = " ".join(["pib-traffic", "-p", str(port), *args, "vm2"])
-        ctx.sh("vm1", f"rm -f {self.tag}.*; (timeout {timeout} {client} >{self.tag}.out 2>&1; "
-                      f"echo $? >{self.tag}.rc) </dev/null >/dev/null 2>&1 &")
+        client = " ".join(["pib-traffic", "-p", str(port), *args, server_vm])
+        ctx.sh(client_vm, f"rm -f {self.tag}.*; (timeout {timeout} {client} >{self.tag}.out 2>&1; "
+                          f"echo $? >{self.tag}.rc) </dev/null >/dev/null 2>&1 &")
 
     def running(self):
-        return ctx_file(self.ctx, "vm1", f"{self.tag}.rc") is None
+        return ctx_file(self.ctx, self.client_vm, f"{self.tag}.rc") is None
 
     def wait(self, server=True):
         """(client exit status, client output, server exit status or None,
@@ -89,15 +94,15 @@ class BackgroundTraffic:
         while self.running():
             assert time.monotonic() < deadline, "pib-traffic did not finish"
             time.sleep(1)
-        rc = int(ctx_file(self.ctx, "vm1", f"{self.tag}.rc"))
-        out = ctx_file(self.ctx, "vm1", f"{self.tag}.out") or ""
+        rc = int(ctx_file(self.ctx, self.client_vm, f"{self.tag}.rc"))
+        out = ctx_file(self.ctx, self.client_vm, f"{self.tag}.out") or ""
         if not server:
             return rc, out, None, ""
-        while ctx_file(self.ctx, "vm2", f"{self.tag}.rc") is None:
+        while ctx_file(self.ctx, self.server_vm, f"{self.tag}.rc") is None:
             assert time.monotonic() < deadline, "pib-traffic's server did not finish"
             time.sleep(1)
-        return (rc, out, int(ctx_file(self.ctx, "vm2", f"{self.tag}.rc")),
-                ctx_file(self.ctx, "vm2", f"{self.tag}.out") or "")
+        return (rc, out, int(ctx_file(self.ctx, self.server_vm, f"{self.tag}.rc")),
+                ctx_file(self.ctx, self.server_vm, f"{self.tag}.out") or "")
 
 
 def ctx_file(ctx, vm, path):

@@ -297,6 +297,15 @@ def switch_running(fabric: Fabric, name: str) -> bool:
     return _ours(fabric.ib_switch_pids.get(name, 0), fabric.run_dir)
 
 
+def stopped_processes(fabric: Fabric) -> list:
+    """The fabric's QEMUs and switches (IB and management) that no longer run."""
+    gone = [vm.name for vm in fabric.vms if not _ours(vm.pid, fabric.run_dir)]
+    gone += [name for name in fabric.ib_switch_pids if not switch_running(fabric, name)]
+    if not _ours(fabric.switch_pid, fabric.run_dir):
+        gone.append("the management switch")
+    return gone
+
+
 def stop_switch(fabric: Fabric, name: str) -> None:
     pid = fabric.ib_switch_pids.pop(name, 0)
     fabric.save()

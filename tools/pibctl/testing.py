@@ -249,6 +249,12 @@ def run_e2e(counts: Counts, pattern: str, vms: int, accel: str,
     finally:
         signal.signal(signal.SIGALRM, old)
         start = time.monotonic()
+        gone = fabric.stopped_processes(fab)
+        if gone:
+            print("no longer running before fabric down: " + ", ".join(gone))
+        counts.record("every QEMU and switch the fabric started still runs", not gone,
+                      time.monotonic() - start)
+        start = time.monotonic()
         fabric.down(quiet=True)
         left = _leftover_processes(fab.run_dir)
         if left:

@@ -213,6 +213,15 @@ def _address(text: str, where: str) -> str:
     return text
 
 
+def _switch_port(topo: Topology, text: str, where: str):
+    """SWITCH:PORT of a switch declared above: (the Switch, the port)."""
+    switch, port = _cable_end(text, where)
+    try:
+        return topo.switch(switch), port
+    except KeyError:
+        raise TopologyError(f"{where}: no switch named {switch} (yet)") from None
+
+
 def parse(text: str, source: str = "topology") -> Topology:
     topo = Topology()
     for number, line in enumerate(text.splitlines(), 1):
@@ -255,21 +264,13 @@ def parse(text: str, source: str = "topology") -> Topology:
         elif kind in ("tcp-listen", "tcp-connect"):
             if len(args) != 2:
                 raise TopologyError(f"{where}: {kind} needs SWITCH:PORT and HOST:PORT")
-            switch, port = _cable_end(args[0], where)
-            try:
-                sw = topo.switch(switch)
-            except KeyError:
-                raise TopologyError(f"{where}: no switch named {switch} (yet)") from None
+            sw, port = _switch_port(topo, args[0], where)
             table = sw.tcp_listen if kind == "tcp-listen" else sw.tcp_connect
             table[port] = _address(args[1], where)
         elif kind == "fault":
             if len(args) < 2:
                 raise TopologyError(f"{where}: fault needs SWITCH:PORT and what to inject")
-            switch, port = _cable_end(args[0], where)
-            try:
-                sw = topo.switch(switch)
-            except KeyError:
-                raise TopologyError(f"{where}: no switch named {switch} (yet)") from None
+            sw, port = _switch_port(topo, args[0], where)
             # The switch checks the words when it starts (and says which is wrong).
             sw.faults[port] = " ".join(args[1:])
         else:
