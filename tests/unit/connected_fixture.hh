@@ -183,6 +183,7 @@ struct Node {
         uint64_t swapAdd = 0, compare = 0;
         uint8_t flags = PIB_WQE_SIGNALED;
         uint32_t lkey = 0; // 0: the node's MR
+        uint32_t rkey = 0; // 0: the node's own key (the peer's MR has the same)
     };
 
     // Writes a send WQE; rings the doorbell unless told not to.
@@ -195,7 +196,7 @@ struct Node {
         ctrl.imm = s.imm;
         uint64_t at = slot + 16;
         if (s.opcode != PIB_WR_SEND && s.opcode != PIB_WR_SEND_IMM) {
-            host.poke(at, pib_wqe_raddr{s.remote, key, 0});
+            host.poke(at, pib_wqe_raddr{s.remote, s.rkey ? s.rkey : key, 0});
             at += 16;
         }
         if (s.opcode == PIB_WR_ATOMIC_CMP_AND_SWP || s.opcode == PIB_WR_ATOMIC_FETCH_AND_ADD) {
