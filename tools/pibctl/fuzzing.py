@@ -123,13 +123,14 @@ def _run(target: str, args, quiet: bool):
 
 def _stats(text: str) -> dict:
     stats = {}
+    # -fork mode reports the campaign's running total on each status line
+    # ("#N: cov: ... job: K"); its children's final stats are their own.
+    totals = re.findall(r"^#(\d+): cov", text, re.MULTILINE)
     m = re.search(r"stat::number_of_executed_units:\s*(\d+)", text)
-    if m:
+    if totals:
+        stats["execs"] = int(totals[-1])
+    elif m:
         stats["execs"] = int(m.group(1))
-    else:  # -fork mode reports its running total on each status line
-        totals = re.findall(r"^#(\d+):?\s", text, re.MULTILINE)
-        if totals:
-            stats["execs"] = int(totals[-1])
     covs = re.findall(r"cov: (\d+) ft: (\d+)", text)
     if covs:
         stats["cov"], stats["ft"] = map(int, covs[-1])
