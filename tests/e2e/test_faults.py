@@ -68,9 +68,16 @@ def _rping_verified(ctx, port):
     client, server_out, rc = run_pair(ctx, ["rping", "-s", "-a", "0.0.0.0", *args],
                                       ["rping", "-c", *args, "-a"], port=port, timeout=240,
                                       ready=rdma_cm_listening(port), address="vm2-ib")
-    assert client.exitcode == 0 and rc == "0" and "error" not in client.out.lower(), (
-        f"client {client.exitcode}, server {rc}\n{client.out}{client.err}\n{server_out}")
-    print("rping -V: 50 pings of 4096 bytes, verified on both sides")
+    where = f"client {client.exitcode}, server {rc}\n{client.out}{client.err}\n{server_out}"
+    # The client verified every ping (-V) and left. Under loss its last ACK
+    # may be lost as it disconnects: the server's final RDMA READ then ends
+    # in RETRY_EXC_ERR after the client is gone. That, and only that, the
+    # server may report.
+    assert client.exitcode == 0 and "error" not in client.out.lower(), where
+    assert rc == "0" or ("server DISCONNECT EVENT" in server_out and
+                         "status 12" in server_out), where
+    print("rping -V: 50 pings of 4096 bytes, verified by the client"
+          + ("" if rc == "0" else "; the server's last READ failed after the client left"))
 
 
 def test_loss_corruption_duplicates_and_reordering_are_survived_and_counted(ctx):
