@@ -5,14 +5,10 @@ switch1, vm2 on switch2), with pib-traffic checking every byte:
   count covers the outage, and fails with RETRY_EXC_ERR when it does not;
 - vm2's QEMU killed: vm1 gets RETRY_EXC_ERR, the switches keep working,
   opensm's sweep sees vm2 go (and come back when it boots again);
-- vm2's link flapping every 5 s for a minute under traffic: RC rides it
-  out, opensm re-activates the port each time, nothing leaks.
 
 pib-traffic's RC timeout -T 19 is 4.096 us x 2^19 = 2.1 s; with -r 7 a QP
 waits 8 x 2.1 = 17 s for an ACK before it gives up."""
 
-import os
-import re
 import time
 
 from pibctl import fabric
@@ -24,7 +20,6 @@ ONLY_ON_TWO_SWITCHES = True
 COVERED = ["-T", "19", "-r", "7", "-w", "120"]      # 17 s of retries
 UNCOVERED = ["-T", "14", "-r", "1", "-w", "60"]     # 2 x 67 ms
 LONG = ["-t", "write,read,send", "-s", "1M", "-q", "2"]
-FLAP_SECONDS = int(os.environ.get("PIB_FLAP_SECONDS", "60"))
 
 
 def _vm2_switch(ctx):
@@ -111,41 +106,3 @@ def _after_the_kill(ctx, guid, killed):
         assert fabric.switch_running(ctx.fabric, switch.name), f"{switch.name} died"
         out = ctx.run("vm1", ["perfquery", "-G", hex(switch.guid), "1"]).out
         assert "PortXmitPkts" in out, out
-
-
-def _objects(ctx, vm):
-    return {name: len(ctx.run(vm, ["cat", f"/sys/kernel/debug/pib/pib_0/{name}"]).out.splitlines())
-            for name in ("pd", "mr", "cq", "qp", "srq")}
-
-
-def _rss_kib(pid):
-    with open(f"/proc/{pid}/status") as f:
-        return int(re.search(r"VmRSS:\s+(\d+)", f.read()).group(1))
-
-
-def test_a_flapping_link_under_traffic_for_a_minute(ctx):
-    switch, port = _vm2_switch(ctx)
-    pid = ctx.fabric.ib_switch_pids[switch]
-    before = {vm: _objects(ctx, vm) for vm in ("vm1", "vm2")}
-    rss_before = _rss_kib(pid)
-    fabric.fault(f"{switch}:{port}", ["flap=1s/5s"])
-    runs, moved = 0, 0
-    try:
-        end = time.monotonic() + FLAP_SECONDS
-        while time.monotonic() < end:
-            lines = traffic(ctx, ["-t", "write,read,send", "-s", "4096,65536,1M", "-n", "3",
-                                  *COVERED], port=18830 + runs % 8, timeout=600)
-            runs += 1
-            moved += sum(int(line["bytes"]) for line in lines.values())
-        flaps = int(re.search(rf"port {port} flap: (\d+) flaps",
-                              fabric.switch_control(ctx.fabric, switch, "status")).group(1))
-    finally:
-        fabric.fault(f"{switch}:{port}", ["clear"])
-    took = fabric.wait_active(ctx.fabric, timeout=120)
-    after = {vm: _objects(ctx, vm) for vm in ("vm1", "vm2")}
-    rss_after = _rss_kib(pid)
-    print(f"{flaps} flaps in {FLAP_SECONDS} s; {runs} pib-traffic runs, {moved} bytes, all "
-          f"bit-exact; ACTIVE {took:.0f} s after; {switch} RSS {rss_before} -> {rss_after} KiB")
-    assert flaps >= FLAP_SECONDS // 5 - 1
-    assert before == after, f"objects before {before}, after {after}"
-    assert rss_after < rss_before + 16 * 1024
