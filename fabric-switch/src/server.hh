@@ -73,6 +73,8 @@ class Server {
     void receivePacket(unsigned port, std::span<const uint8_t> packet);
     void toSwitch(unsigned port, std::span<const uint8_t> packet);
     void sendPacket(unsigned port, std::span<const uint8_t> packet);
+    FaultInjector::Deliver inward(unsigned port);
+    FaultInjector::Deliver outward(unsigned port);
     // Releases delayed packets and flaps links whose time came; returns
     // how long the loop may sleep, in milliseconds.
     int serviceFaults();

@@ -23,13 +23,23 @@ bool counted(const FaultCounters &c) {
 
 } // namespace
 
+// Where a port's injectors deliver: into the switch, or out on the wire.
+FaultInjector::Deliver Server::inward(unsigned port) {
+    return [this, port](std::span<const uint8_t> bytes) { toSwitch(port, bytes); };
+}
+
+FaultInjector::Deliver Server::outward(unsigned port) {
+    return
+        [this, port](std::span<const uint8_t> bytes) { sendFrame(port, PIB_WIRE_PACKET, bytes); };
+}
+
 void Server::receivePacket(unsigned port, std::span<const uint8_t> packet) {
     FaultInjector &in = faults_[port].in;
     if (!in.active()) {
         toSwitch(port, packet);
         return;
     }
-    in.offer(packet, monotonicNs(), [this, port](auto bytes) { toSwitch(port, bytes); });
+    in.offer(packet, monotonicNs(), inward(port));
 }
 
 void Server::toSwitch(unsigned port, std::span<const uint8_t> packet) {
@@ -46,8 +56,7 @@ void Server::sendPacket(unsigned port, std::span<const uint8_t> packet) {
         sendFrame(port, PIB_WIRE_PACKET, packet);
         return;
     }
-    out.offer(packet, monotonicNs(),
-              [this, port](auto bytes) { sendFrame(port, PIB_WIRE_PACKET, bytes); });
+    out.offer(packet, monotonicNs(), outward(port));
 }
 
 std::string Server::setFault(unsigned port, const FaultSetting &setting) {
@@ -55,12 +64,12 @@ std::string Server::setFault(unsigned port, const FaultSetting &setting) {
     const uint64_t t = monotonicNs();
     std::string dirs;
     if (setting.in) {
-        f.in.clear([this, port](auto bytes) { toSwitch(port, bytes); });
+        f.in.clear(inward(port));
         f.in.configure(setting.spec, 2 * port, t);
         dirs = "in";
     }
     if (setting.out) {
-        f.out.clear([this, port](auto bytes) { sendFrame(port, PIB_WIRE_PACKET, bytes); });
+        f.out.clear(outward(port));
         f.out.configure(setting.spec, 2 * port + 1, t);
         dirs += dirs.empty() ? "out" : "+out";
     }
@@ -81,8 +90,8 @@ std::string Server::setFault(unsigned port, const FaultSetting &setting) {
 std::string Server::clearFault(unsigned port) {
     logFaultCounters(true);
     PortFaults &f = faults_[port];
-    f.in.clear([this, port](auto bytes) { toSwitch(port, bytes); });
-    f.out.clear([this, port](auto bytes) { sendFrame(port, PIB_WIRE_PACKET, bytes); });
+    f.in.clear(inward(port));
+    f.out.clear(outward(port));
     f.flap.clear();
     if (f.down)
         flap(port, false);
@@ -119,8 +128,11 @@ int Server::serviceFaults() {
     const uint64_t t = monotonicNs();
     for (unsigned port = 1; port < faults_.size(); ++port) {
         PortFaults &f = faults_[port];
-        f.in.release(t, [this, port](auto bytes) { toSwitch(port, bytes); });
-        f.out.release(t, [this, port](auto bytes) { sendFrame(port, PIB_WIRE_PACKET, bytes); });
+        // Most ports hold nothing back: no delivery to set up for them.
+        if (f.in.nextRelease().value_or(UINT64_MAX) <= t)
+            f.in.release(t, inward(port));
+        if (f.out.nextRelease().value_or(UINT64_MAX) <= t)
+            f.out.release(t, outward(port));
         if (f.flap.active() && f.flap.down(t) != f.down)
             flap(port, !f.down);
     }
