@@ -17,6 +17,7 @@ from pibctl.log_gate import LogGate
 
 E2E_DIR = paths.REPO / "tests" / "e2e"
 TEST_TIMEOUT = 600  # seconds a single end-to-end test may take
+TEST_CPUS = 2  # vCPUs of every test guest
 
 
 class Counts:
@@ -25,13 +26,23 @@ class Counts:
         self.failed = 0
         self.failures = []
 
-    def record(self, name: str, ok: bool, seconds: float) -> None:
+    def record(self, name: str, ok: bool, seconds: float, why: str = "") -> None:
+        """Counts a result. A failure's `why` (its first line) goes on the
+        FAIL line and into the summary, so that a log cut short around
+        either still says what failed."""
         if ok:
             self.passed += 1
-        else:
-            self.failed += 1
-            self.failures.append(name)
-        ui.info(f"{'PASS' if ok else 'FAIL'}  {name}  ({seconds:.1f} s)")
+            ui.info(f"PASS  {name}  ({seconds:.1f} s)")
+            return
+        self.failed += 1
+        why = _first_line(why)
+        self.failures.append(f"{name} ({why})" if why else name)
+        ui.info(f"FAIL  {name}  ({seconds:.1f} s)" + (f": {why}" if why else ""))
+
+
+def _first_line(text: str, limit: int = 200) -> str:
+    line = next((line.strip() for line in text.splitlines() if line.strip()), "")
+    return line if len(line) <= limit else line[:limit - 3] + "..."
 
 
 def _catch2_counts(stdout: str):
@@ -185,7 +196,7 @@ def _check_logs(counts: Counts, gate: LogGate, module, last_test: str) -> None:
     problems = gate.check(getattr(module, "KERNEL_LOG_EXPECTED", ()),
                           getattr(module, "GUEST_ERRORS_EXPECTED", ()))
     counts.record(f"{stem}: guest kernel logs, consoles and qemu.log clean{suffix}",
-                  not problems, time.monotonic() - start)
+                  not problems, time.monotonic() - start, str(problems[0]) if problems else "")
 
 
 def run_e2e(counts: Counts, pattern: str, vms: int, accel: str,
@@ -205,30 +216,33 @@ def run_e2e(counts: Counts, pattern: str, vms: int, accel: str,
     ui.step(f"End-to-end tests ({len(tests)}) on a fabric of {where}")
     boot_start = time.monotonic()
     try:
-        # The hostile pass's guests have two vCPUs: its driver test needs
-        # kernel code running on both at once.
-        fab = fabric.up(vms=vms, accel=accel, topology=topo,
-                        cpus=2 if topology_file == HOSTILE else 1)
+        # Guests have two vCPUs, so that the driver's code and the
+        # concurrent tests (several pib-traffic threads and processes, the
+        # create/destroy churn) really run on two at once.
+        fab = fabric.up(vms=vms, accel=accel, topology=topo, cpus=TEST_CPUS)
     except ui.StepFailed as e:
         print(e)
         counts.record(f"fabric of {where} boots, all ports ACTIVE", False,
-                      time.monotonic() - boot_start)
+                      time.monotonic() - boot_start, str(e))
         fabric.down(quiet=True)
         return
     gate = LogGate(fab)
+    problems = gate.check()
     counts.record(f"fabric of {where} boots, all ports ACTIVE, kernel logs clean",
-                  not gate.check(), time.monotonic() - boot_start)
+                  not problems, time.monotonic() - boot_start, str(problems[0]) if problems else "")
     ctx = Context(fab)
     old = signal.signal(signal.SIGALRM, _alarm)
     try:
         for index, (name, fn, module) in enumerate(tests):
             start = time.monotonic()
             signal.alarm(TEST_TIMEOUT)
+            why = ""
             try:
                 fn(ctx)
                 ok = True
             except Exception as e:  # a failing test must not stop the run
                 ok = False
+                why = f"{type(e).__name__}: {e}"
                 print(f"---- {name} failed ----")
                 if isinstance(e, (AssertionError, _Timeout, ui.StepFailed)):
                     print(f"{type(e).__name__}: {e}")
@@ -243,7 +257,7 @@ def run_e2e(counts: Counts, pattern: str, vms: int, accel: str,
                     print(fabric.console_tail(vm, 15))
             finally:
                 signal.alarm(0)
-            counts.record(name, ok, time.monotonic() - start)
+            counts.record(name, ok, time.monotonic() - start, why)
             if index + 1 == len(tests) or tests[index + 1][2] is not module:
                 _check_logs(counts, gate, module, name)
     finally:
@@ -253,7 +267,7 @@ def run_e2e(counts: Counts, pattern: str, vms: int, accel: str,
         if gone:
             print("no longer running before fabric down: " + ", ".join(gone))
         counts.record("every QEMU and switch the fabric started still runs", not gone,
-                      time.monotonic() - start)
+                      time.monotonic() - start, ", ".join(gone))
         start = time.monotonic()
         fabric.down(quiet=True)
         left = _leftover_processes(fab.run_dir)
@@ -281,6 +295,6 @@ def run(pattern: str = "", unit: bool = True, e2e: bool = True, vms: int = 2,
         run_e2e(counts, pattern, vms, accel, topology_file=HOSTILE)
     ui.info(f"\ntests took {time.monotonic() - start:.0f} s")
     if counts.failures:
-        ui.info("failed: " + ", ".join(counts.failures))
+        ui.info("failed:\n  " + "\n  ".join(counts.failures))
     ui.info(f"{counts.passed} passed, {counts.failed} failed")
     return 0 if counts.failed == 0 else 1
