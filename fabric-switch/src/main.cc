@@ -112,6 +112,9 @@ int main(int argc, char **argv) {
         }
 
         pib::fabric::Switch sw(config);
+        sw.setEventLogger([](const std::string &line) {
+            std::fprintf(stderr, "pib-fabric-switch: %s\n", line.c_str());
+        });
         if (verbose)
             sw.setDropLogger([](const std::string &line) {
                 std::fprintf(stderr, "pib-fabric-switch: %s\n", line.c_str());

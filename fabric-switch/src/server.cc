@@ -269,6 +269,12 @@ void Server::run() {
                 onWritable(port);
         }
         resumeInputs();
+        // Cables the SM took down, closed here rather than inside the
+        // packet handling that carried the SM's Set.
+        for (const unsigned port : sw_.takeLinkResets())
+            drop(port, "the SM set the port DOWN; the link trains again");
+        for (auto &t : sw_.repeatTraps())
+            sendPacket(t.port, t.packet);
         timeout = std::min(serviceFaults(), serviceFlowControl());
         timespec now;
         clock_gettime(CLOCK_MONOTONIC, &now);

@@ -85,6 +85,7 @@ class Server {
     void acceptControl();
     void onControl(int fd, uint32_t events);
     std::string controlCommand(std::string_view line);
+    std::string portStates() const;
 
     Switch &sw_;
     std::vector<PortEndpoint> endpoints_; // index = port number

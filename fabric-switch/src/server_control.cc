@@ -4,6 +4,7 @@
 //   fault PORT SPEC...   inject faults (fault.hh), replacing the port's
 //   clear PORT           stop injecting on the port
 //   status               what is injected where, and its counters
+//   ports                each port's link and IBA port state
 // The answer's first word is "ok" or "error:".
 #include <algorithm>
 #include <cerrno>
@@ -96,8 +97,11 @@ std::string Server::controlCommand(std::string_view line) {
     const std::string_view command = firstWord(&line);
     if (command == "status")
         return "ok\n" + faultStatus();
+    if (command == "ports")
+        return "ok\n" + portStates();
     if (command != "fault" && command != "clear")
-        return "error: unknown command '" + std::string(command) + "' (fault, clear, status)";
+        return "error: unknown command '" + std::string(command) +
+               "' (fault, clear, status, ports)";
     const std::string_view portText = firstWord(&line);
     unsigned port = 0;
     const auto [end, ec] =
@@ -112,6 +116,19 @@ std::string Server::controlCommand(std::string_view line) {
     if (!setting)
         return "error: " + error;
     return "ok " + setFault(port, *setting);
+}
+
+// A line per external port: "port 2: ACTIVE, link up".
+// Test harnesses wait on it: a host port can be ACTIVE while the switch
+// port facing it is not yet, and data through that port is dropped.
+std::string Server::portStates() const {
+    std::string s;
+    for (unsigned n = 1; n <= sw_.config().ports; ++n) {
+        const SwitchPort &p = sw_.port(n);
+        s += "port " + std::to_string(n) + ": " + stateName(p.state) + ", link " +
+             (p.linkUp ? "up" : "down") + "\n";
+    }
+    return s;
 }
 
 } // namespace pib::fabric

@@ -20,14 +20,16 @@ constexpr uint16_t kPartitionCap = 32;
 
 } // namespace
 
+uint64_t Switch::now() const {
+    return clock_ ? clock_()
+                  : static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(
+                                              std::chrono::steady_clock::now().time_since_epoch())
+                                              .count());
+}
+
 bool Switch::sma(Mad mad, unsigned in, std::vector<Transmit> &out) {
     // Port 0's M_Key guards every attribute of the switch (IBA 14.2.4).
-    const uint64_t now =
-        clock_ ? clock_()
-               : static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(
-                                           std::chrono::steady_clock::now().time_since_epoch())
-                                           .count());
-    const auto verdict = mkey_.check(mad, now);
+    const auto verdict = mkey_.check(mad, now());
     if (verdict == MkeyProtection::Verdict::kViolation) {
         dropped(in, "SMP with a bad M_Key, violations", mkey_.violations());
         trapToSm(out, badMkeyTrap(mad, lid_, kProducerSwitch, ++trapTid_));
@@ -123,6 +125,15 @@ void Switch::portInfo(Mad &mad, unsigned n, unsigned in) const {
 }
 
 uint16_t Switch::setPortInfo(Mad &mad, unsigned n) {
+    const uint8_t before = ports_[n].state;
+    const uint16_t status = applyPortInfo(mad, n);
+    if (ports_[n].state != before)
+        event("port " + std::to_string(n) + ": the SM set it " + stateName(ports_[n].state) +
+              " (was " + stateName(before) + ")");
+    return status;
+}
+
+uint16_t Switch::applyPortInfo(Mad &mad, unsigned n) {
     SwitchPort &p = ports_[n];
     const uint8_t newState = mad.get8(D + 32) & 0xf;
     const uint8_t mtu = mad.get8(D + 36) >> 4;
@@ -151,9 +162,14 @@ uint16_t Switch::setPortInfo(Mad &mad, unsigned n) {
     } else {
         if (mtu)
             p.neighborMtu = mtu;
-        if (newState == kStateDown) {
-            // DOWN is not sticky on an emulated link: it retrains at once.
-            p.state = p.linkUp ? kStateInit : kStateDown;
+        if (newState == kStateDown && p.linkUp) {
+            // The link goes down at both ends and trains again (the server
+            // closes the cable; its peer reconnects): the peer's port must
+            // leave ACTIVE too, and the new link reaches the SM as any
+            // other would, through PortStateChange and Trap 128.
+            p.state = kStateDown;
+            if (std::find(linkResets_.begin(), linkResets_.end(), n) == linkResets_.end())
+                linkResets_.push_back(n);
         } else if (newState != kStateNop) {
             p.state = newState;
         }

@@ -17,6 +17,11 @@ bool isMulticast(uint16_t lid) {
 
 } // namespace
 
+const char *stateName(uint8_t state) {
+    static constexpr const char *kNames[] = {"NOP", "DOWN", "INIT", "ARMED", "ACTIVE"};
+    return state < std::size(kNames) ? kNames[state] : "?";
+}
+
 Switch::Switch(SwitchConfig config)
     : config_(std::move(config)), ports_(config_.ports + 1), lft_(kLftCap, 0xff), mft_(kMftCap) {
     // Port 0 is the switch itself: always up, its state is the switch's.
@@ -248,9 +253,11 @@ std::vector<Transmit> Switch::toSwitch(unsigned in, iba::Packet packet) {
     Mad mad(packet.payload);
     std::vector<Transmit> out;
     if (packet.bth.destQp == 0 && mad.mgmtClass() == kClassSmpLid && mad.method() == kTrapRepress) {
-        // The SM saw our trap; we send each only once, so nothing to stop.
-        // A valid key in it still ends an M_Key lease.
-        sma(mad, in, out);
+        // The SM saw our trap: it is not repeated any more. A valid key
+        // in the repress still ends an M_Key lease; a bad one is a
+        // violation, and represses nothing.
+        if (sma(mad, in, out))
+            trapRepressed(mad);
         return out;
     }
     if (packet.bth.destQp == 0 && mad.mgmtClass() == kClassSmpLid) {

@@ -8,8 +8,10 @@
 #include <array>
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <span>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "mad.hh"
@@ -46,6 +48,8 @@ enum PortState : uint8_t {
     kStateActive = 4
 };
 enum PhysState : uint8_t { kPhysPolling = 2, kPhysLinkUp = 5 };
+// "ACTIVE" for kStateActive; "?" for what IBA does not define.
+const char *stateName(uint8_t state);
 
 struct SwitchPort {
     bool linkUp = false;
@@ -87,6 +91,16 @@ class Switch {
 
     // Receives a line for every packet the switch drops, and why.
     void setDropLogger(std::function<void(const std::string &)> log) { dropLog_ = std::move(log); }
+    // Receives a line for every port state the SM sets.
+    void setEventLogger(std::function<void(const std::string &)> log) {
+        eventLog_ = std::move(log);
+    }
+    // A Trap 128 the SM has not repressed, sent again once its repeat
+    // interval has passed (call this now and then).
+    std::vector<Transmit> repeatTraps();
+    // Ports the SM set DOWN since the last call: their links must go down
+    // at both ends and train again (the server closes their cables).
+    std::vector<unsigned> takeLinkResets() { return std::exchange(linkResets_, {}); }
     // The clock of the M_Key lease, in nanoseconds (a steady clock unless
     // a test sets its own).
     void setClock(std::function<uint64_t()> clock) { clock_ = std::move(clock); }
@@ -114,7 +128,11 @@ class Switch {
     void portInfo(Mad &mad, unsigned port, unsigned in) const;
     uint16_t setSwitchInfo(Mad &mad);
     uint16_t setPortInfo(Mad &mad, unsigned port);
+    uint16_t applyPortInfo(Mad &mad, unsigned port);
     std::vector<Transmit> trap128();
+    uint64_t trapRepeatNs() const;
+    void trapRepressed(const Mad &repress);
+    uint64_t now() const;
     void trapToSm(std::vector<Transmit> &out, std::vector<uint8_t> mad);
     std::vector<Transmit> reply(const iba::Packet &request, std::vector<uint8_t> mad, unsigned out);
 
@@ -141,7 +159,20 @@ class Switch {
     uint64_t trapTid_ = 0;
     std::vector<uint8_t> lft_;
     std::vector<std::array<uint16_t, 16>> mft_; // per multicast LID: 16 masks of 16 ports
+    struct UnrepressedTrap {
+        std::vector<uint8_t> mad;
+        uint64_t tid;
+        uint64_t dueNs; // when it goes again
+        unsigned repeats;
+    };
+    std::optional<UnrepressedTrap> unrepressed_;
+    std::vector<unsigned> linkResets_;
     std::function<void(const std::string &)> dropLog_;
+    std::function<void(const std::string &)> eventLog_;
+    void event(const std::string &line) const {
+        if (eventLog_)
+            eventLog_(line);
+    }
     std::function<uint64_t()> clock_;
     void dropped(unsigned port, const char *why, unsigned a = 0, unsigned b = 0);
 };

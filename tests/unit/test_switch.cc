@@ -428,6 +428,35 @@ TEST_CASE("link changes set PortStateChange until the SM clears it", "[switch]")
     CHECK_FALSE(sw.portStateChange());
 }
 
+TEST_CASE("the SM setting a port DOWN takes its link down to train again", "[switch]") {
+    Switch sw = makeSwitch();
+    std::vector<std::string> events;
+    sw.setEventLogger([&](const std::string &line) { events.push_back(line); });
+    drSet(sw, kAttrPortInfo, 6, [](Mad &m) { m.set8(64 + 32, kStateArmed); });
+    drSet(sw, kAttrPortInfo, 6, [](Mad &m) { m.set8(64 + 32, kStateActive); });
+    CHECK(sw.takeLinkResets().empty());
+    drSet(sw, kAttrSwitchInfo, 0, [](Mad &m) { m.set8(64 + 11, 0x04); });
+
+    auto m = drSet(sw, kAttrPortInfo, 6, [](Mad &m) { m.set8(64 + 32, kStateDown); });
+    CHECK(Mad(m).status() == kStatusOk);
+    // DOWN, not INIT at once: the peer's end must see the link go too.
+    CHECK(sw.port(6).state == kStateDown);
+    drSet(sw, kAttrPortInfo, 6, [](Mad &m) { m.set8(64 + 32, kStateDown); });
+    CHECK(sw.takeLinkResets() == std::vector<unsigned>{6}); // once, however often set
+    CHECK(sw.takeLinkResets().empty());
+    // Until the cable is closed nothing but DOWN may be set.
+    m = drSet(sw, kAttrPortInfo, 6, [](Mad &m) { m.set8(64 + 32, kStateArmed); });
+    CHECK(Mad(m).status() == kStatusBadField);
+    // The server closes it, the peer comes back: INIT, and the SM hears.
+    sw.linkChanged(6, false);
+    sw.linkChanged(6, true);
+    CHECK(sw.port(6).state == kStateInit);
+    CHECK(sw.portStateChange());
+    CHECK(events == std::vector<std::string>{"port 6: the SM set it ARMED (was INIT)",
+                                             "port 6: the SM set it ACTIVE (was ARMED)",
+                                             "port 6: the SM set it DOWN (was ACTIVE)"});
+}
+
 TEST_CASE("garbage from a port is counted, never forwarded", "[switch]") {
     Switch sw = makeSwitch();
     uint32_t x = 7;
@@ -596,6 +625,54 @@ TEST_CASE("a link change sends Trap 128 to the SM once it configured the switch"
     auto again = sw.linkChanged(7, false);
     REQUIRE(again.size() == 1);
     CHECK(Mad(iba::parse(again[0].packet, &error)->payload).get64(8) != trap.get64(8));
+}
+
+TEST_CASE("Trap 128 is repeated until the SM represses it", "[switch]") {
+    Switch sw = makeSwitch();
+    uint64_t now = 1'000'000'000;
+    sw.setClock([&] { return now; });
+    drSet(sw, kAttrPortInfo, 0, [](Mad &m) {
+        m.set16(64 + 16, 0x10);
+        m.set16(64 + 18, 0x20);
+        m.set8(64 + 51, 18); // SubnetTimeOut: 4.096 us x 2^18 = 1.07 s
+    });
+    drSet(sw, kAttrLinearForwardingTable, 0, [](Mad &m) { m.set8(64 + 0x20, 2); });
+    iba::ParseError error;
+    const auto tidOf = [&](const Transmit &t) {
+        return Mad(iba::parse(t.packet, &error)->payload).get64(8);
+    };
+    const auto repress = [&](uint64_t tid) {
+        auto mad = smpMad(kClassSmpLid, kTrapRepress, 0x0002, 0);
+        Mad(mad).set64(8, tid);
+        CHECK(sw.receive(2, lidPacket(0x10, 0, mad, 0x20)).empty());
+    };
+
+    auto first = sw.linkChanged(7, false);
+    REQUIRE(first.size() == 1);
+    const uint64_t tid = tidOf(first[0]);
+    CHECK(sw.repeatTraps().empty()); // not yet due
+    now += 1'100'000'000;
+    auto again = sw.repeatTraps();
+    REQUIRE(again.size() == 1); // the same trap, the same TID
+    CHECK(again[0].port == 2);
+    CHECK(tidOf(again[0]) == tid);
+    repress(tid + 1); // another trap's repress stops nothing
+    now += 1'100'000'000;
+    CHECK(sw.repeatTraps().size() == 1);
+    repress(tid);
+    now += 1'100'000'000;
+    CHECK(sw.repeatTraps().empty());
+
+    // An SM that never represses hears a trap 1 + 8 times, then no more.
+    auto next = sw.linkChanged(7, true);
+    REQUIRE(next.size() == 1);
+    CHECK(tidOf(next[0]) != tid);
+    unsigned repeats = 0;
+    for (int i = 0; i < 20; ++i) {
+        now += 1'100'000'000;
+        repeats += static_cast<unsigned>(sw.repeatTraps().size());
+    }
+    CHECK(repeats == 8);
 }
 
 TEST_CASE("port 0's M_Key guards the whole switch", "[switch][mkey]") {

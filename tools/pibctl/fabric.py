@@ -396,12 +396,48 @@ def port_states(fabric: Fabric) -> dict:
     return states
 
 
+def _cabled_switch_ports(fabric: Fabric) -> dict:
+    """{switch: {port: what its cable leads to}} for the cables of the topology."""
+    cabled = {switch.name: {} for switch in fabric.topo.switches}
+    for vm in fabric.vms:
+        for n, (switch, port) in enumerate(vm.cables, 1):
+            cabled[switch][port] = f"{vm.name} port {n}"
+    for switch in fabric.topo.switches:
+        for port, other, other_port in fabric.topo.neighbours(switch.name):
+            cabled[switch.name][port] = f"{other} port {other_port}"
+    return cabled
+
+
+def _switch_ports(fabric: Fabric, switch: str) -> dict:
+    """{"port 2": "ACTIVE, link up", ...}: a switch's answer to "ports"."""
+    lines = switch_control(fabric, switch, "ports", timeout=5).splitlines()
+    return dict(line.split(": ", 1) for line in lines if ": " in line)
+
+
+def switch_port_states(fabric: Fabric) -> dict:
+    """The state of every cabled switch port, as the switch's control
+    socket says it: {"switch1:2": "ACTIVE, link up"}."""
+    states = {}
+    for switch, ports in _cabled_switch_ports(fabric).items():
+        try:
+            answer = _switch_ports(fabric, switch)
+        except ui.StepFailed:
+            answer = {}
+        for port in sorted(ports):
+            states[f"{switch}:{port}"] = answer.get(f"port {port}", "?")
+    return states
+
+
 def wait_active(fabric: Fabric, timeout: float = 180) -> float:
-    """Waits until every port is ACTIVE; returns how long it took."""
+    """Waits until every port is ACTIVE, the guests' and the switch ports
+    their cables and the inter-switch cables plug into (a host port can be
+    ACTIVE before the switch port facing it, and data through that one is
+    dropped); returns how long it took."""
     start = time.monotonic()
     while True:
         states = port_states(fabric)
-        if all(s.endswith("ACTIVE") for s in states.values()):
+        states.update(switch_port_states(fabric))
+        if all(s.startswith("ACTIVE") or s.endswith("ACTIVE") for s in states.values()):
             return time.monotonic() - start
         if time.monotonic() - start > timeout:
             raise ui.StepFailed(
@@ -548,10 +584,16 @@ def status() -> int:
         healthy &= state == "running"
         ui.info(f"  {switch.name + ' (IB)':<18} pid {pid:<8} {state}  "
                 f"{switch.ports} ports, GUID {switch.guid:016x}")
-        for port, other, other_port in sorted(topo.neighbours(switch.name)):
-            ui.info(f"    port {port} <-> {other} port {other_port}")
+        answers = {}
+        if state == "running":
+            try:
+                answers = _switch_ports(fabric, switch.name)
+            except ui.StepFailed as e:
+                ui.info(f"    {e}")
+        for port, peer in sorted(_cabled_switch_ports(fabric)[switch.name].items()):
+            ui.info(f"    port {port} <-> {peer}: {answers.get(f'port {port}', '?')}")
         for port, address in sorted({**switch.tcp_listen, **switch.tcp_connect}.items()):
-            ui.info(f"    port {port} <-> TCP {address}")
+            ui.info(f"    port {port} <-> TCP {address}: {answers.get(f'port {port}', '?')}")
         if state == "running":
             try:
                 faults = switch_control(fabric, switch.name, "status", timeout=5)
