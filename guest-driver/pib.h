@@ -170,6 +170,7 @@ struct pib_mr {
 	u32 pdn; /* ib_core sets ibmr.pd only after the MR is published */
 	u32 mtt;
 	u32 npages;
+	u8 page_shift; /* of its MTT pages; 0: no MTT (physical) */
 };
 
 static inline struct pib_dev *to_pdev(struct ib_device *ibdev)

@@ -102,12 +102,13 @@ static int pib_mr_show(struct seq_file *s, void *unused)
 	unsigned long key;
 
 	seq_puts(s, "key        pdn    access iova               length        "
-		    "     pages\n");
+		    "     pages page_shift\n");
 	xa_lock(&dev->mrs);
 	xa_for_each (&dev->mrs, key, mr)
-		seq_printf(s, "0x%08lx %-6u 0x%-4x 0x%016llx 0x%016llx %u\n",
+		seq_printf(s,
+			   "0x%08lx %-6u 0x%-4x 0x%016llx 0x%016llx %-5u %u\n",
 			   key, mr->pdn, mr->access, mr->iova, mr->length,
-			   mr->npages);
+			   mr->npages, mr->page_shift);
 	xa_unlock(&dev->mrs);
 	return 0;
 }

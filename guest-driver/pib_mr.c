@@ -133,6 +133,7 @@ struct ib_mr *pib_reg_user_mr(struct ib_pd *ibpd, u64 start, u64 length,
 	ctx.mtt_index = mr->mtt;
 	ctx.mtt_count = mr->npages;
 	ctx.log_page_size = order_base_2(pgsz);
+	mr->page_shift = ctx.log_page_size;
 	err = pib_create_mr_cmd(dev, mr, &ctx);
 	if (err)
 		goto free_mtt;
