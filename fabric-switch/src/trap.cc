@@ -23,12 +23,12 @@ constexpr unsigned kMaxTrapRepeats = 8;
 } // namespace
 
 std::vector<Transmit> Switch::trap128() {
-    std::vector<uint8_t> bytes =
-        trapMad(++trapTid_, kNoticeTypeUrgent, kProducerSwitch, kTrapLinkStateChanged, lid_);
-    Mad(bytes).set16(Mad::kSmpData + 10, lid_); // data details: LIDADDR, the switch with the change
     std::vector<Transmit> result;
     if (lid_ == 0 || smLid_ == 0)
         return result; // no SM to tell yet: it will find everything by sweeping
+    std::vector<uint8_t> bytes =
+        trapMad(++trapTid_, kNoticeTypeUrgent, kProducerSwitch, kTrapLinkStateChanged, lid_);
+    Mad(bytes).set16(Mad::kSmpData + 10, lid_); // data details: LIDADDR, the switch with the change
     // A newer change supersedes an unanswered trap: only the last repeats.
     unrepressed_ = UnrepressedTrap{bytes, trapTid_, now() + trapRepeatNs(), 0};
     trapToSm(result, std::move(bytes));
