@@ -112,13 +112,9 @@ int main(int argc, char **argv) {
         }
 
         pib::fabric::Switch sw(config);
-        sw.setEventLogger([](const std::string &line) {
-            std::fprintf(stderr, "pib-fabric-switch: %s\n", line.c_str());
-        });
+        sw.setEventLogger([](const std::string &line) { pib::fabric::logLine(line.c_str()); });
         if (verbose)
-            sw.setDropLogger([](const std::string &line) {
-                std::fprintf(stderr, "pib-fabric-switch: %s\n", line.c_str());
-            });
+            sw.setDropLogger([](const std::string &line) { pib::fabric::logLine(line.c_str()); });
         pib::fabric::Server server(sw, endpoints);
         for (const std::string &spec : faults) {
             std::string rest, error;
@@ -135,8 +131,10 @@ int main(int argc, char **argv) {
         std::signal(SIGTERM, onSignal);
         std::signal(SIGINT, onSignal);
         std::signal(SIGPIPE, SIG_IGN);
-        std::fprintf(stderr, "pib-fabric-switch: %u ports, GUID 0x%016llx, sockets in %s\n",
-                     config.ports, static_cast<unsigned long long>(config.guid), dir.c_str());
+        char started[256];
+        std::snprintf(started, sizeof(started), "%u ports, GUID 0x%016llx, sockets in %s",
+                      config.ports, static_cast<unsigned long long>(config.guid), dir.c_str());
+        pib::fabric::logLine(started);
         server.run();
         g_server = nullptr;
         return 0;

@@ -22,19 +22,29 @@ namespace pib::fabric {
 
 using namespace pib::iba;
 
-void log(const char *fmt, ...) {
-    va_list args;
-    va_start(args, fmt);
-    std::fputs("pib-fabric-switch: ", stderr);
-    std::vfprintf(stderr, fmt, args);
-    std::fputc('\n', stderr);
-    va_end(args);
-}
-
 uint64_t monotonicNs() {
     timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return static_cast<uint64_t>(ts.tv_sec) * 1'000'000'000 + static_cast<uint64_t>(ts.tv_nsec);
+}
+
+void logLine(const char *text) {
+    // Seconds since the switch started: a log read after a failed run
+    // shows how long the SM took to answer a link that came back.
+    static const uint64_t start = monotonicNs();
+    const uint64_t ms = (monotonicNs() - start) / 1'000'000;
+    std::fprintf(stderr, "pib-fabric-switch: [%5llu.%03llu] %s\n",
+                 static_cast<unsigned long long>(ms / 1000),
+                 static_cast<unsigned long long>(ms % 1000), text);
+}
+
+void log(const char *fmt, ...) {
+    char text[512];
+    va_list args;
+    va_start(args, fmt);
+    std::vsnprintf(text, sizeof(text), fmt, args);
+    va_end(args);
+    logLine(text);
 }
 
 namespace {

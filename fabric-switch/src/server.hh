@@ -16,6 +16,10 @@ namespace pib::fabric {
 
 using namespace pib::iba;
 
+// Writes a line to the switch's log (stderr), prefixed with the program's
+// name and the seconds since it started.
+void logLine(const char *text);
+
 struct PortEndpoint {
     enum class Kind { kUnixListen, kTcpListen, kUnixConnect, kTcpConnect };
     Kind kind = Kind::kUnixListen;

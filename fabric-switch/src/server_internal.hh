@@ -12,7 +12,8 @@
 
 namespace pib::fabric {
 
-// A line to the switch's log (stderr), prefixed with the program's name.
+// A line to the switch's log (stderr), prefixed with the program's name
+// and the seconds since it started.
 void log(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 uint64_t monotonicNs();
 // A non-blocking UNIX stream socket, listening at or connected to `path`

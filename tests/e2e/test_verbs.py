@@ -111,20 +111,66 @@ PYVERBS_SKIPPED_TESTS = {
 }
 
 
+# The suite runs as this many processes at once, each over its share of
+# the test modules: the driver, provider and device see several contexts
+# creating, using and destroying objects concurrently. The rdmacm tests
+# all listen on TCP port 7471, so they share one process.
+PYVERBS_PROCESSES = 2
+_PYVERBS_TOGETHER = ("test_rdmacm", "test_mlx5_rdmacm")
+
+
+def _pyverbs_shards(modules):
+    """The test modules split into PYVERBS_PROCESSES lists, the rdmacm ones
+    in the first."""
+    shards = [[] for _ in range(PYVERBS_PROCESSES)]
+    shards[0] += [m for m in modules if m in _PYVERBS_TOGETHER]
+    for i, module in enumerate(m for m in modules if m not in _PYVERBS_TOGETHER):
+        shards[(i + 1) % PYVERBS_PROCESSES].append(module)
+    return shards
+
+
+def _run_pyverbs(ctx):
+    """Runs the suite in vm1 as PYVERBS_PROCESSES processes at once; returns
+    their outputs, one per process."""
+    setup = ("rm -rf /tmp/pyverbs && mkdir /tmp/pyverbs && cp -r /usr/share/doc/rdma-core/tests "
+             "/tmp/pyverbs/tests && cd /tmp/pyverbs/tests && gunzip -f *.gz && ls test_*.py")
+    modules = [name[:-3] for name in ctx.sh("vm1", setup).out.split()]
+    shards = _pyverbs_shards(modules)
+    script = " & ".join(
+        f"python3 run_tests.py --dev pib_0 -v {' '.join('tests.' + m for m in shard)} "
+        f">/tmp/pyverbs/{i}.out 2>&1" for i, shard in enumerate(shards)) + " & wait"
+    ctx.sh("vm1", f"cd /tmp/pyverbs/tests && {script}", timeout=900, check=False)
+    return [ctx.run("vm1", ["cat", f"/tmp/pyverbs/{i}.out"]).out for i in range(len(shards))]
+
+
+def _pyverbs_totals(outs):
+    """unittest's own counts over every process: (ran, skipped, all OK)."""
+    ran = skipped = 0
+    ok = True
+    for out in outs:
+        r = re.search(r"^Ran (\d+) tests", out, re.M)
+        summary = re.search(r"^(OK|FAILED)(?: \((.*)\))?$", out, re.M)
+        assert r and summary, out[-3000:]
+        told = re.search(r"skipped=(\d+)", summary.group(2) or "")
+        ran += int(r.group(1))
+        skipped += int(told.group(1)) if told else 0
+        ok = ok and summary.group(1) == "OK"
+    return ran, skipped, ok
+
+
 def test_pyverbs_whole_suite(ctx):
     ipoib_up(ctx, ["vm1"])  # the rdmacm tests use ib0's address
-    script = ("rm -rf /tmp/pyverbs && cp -r /usr/share/doc/rdma-core/tests /tmp/pyverbs && "
-              "cd /tmp/pyverbs && gunzip -f *.gz && python3 run_tests.py --dev pib_0 -v 2>&1")
-    out = ctx.sh("vm1", script, timeout=900, check=False).out
-    ran = re.search(r"^Ran (\d+) tests", out, re.M)
-    summary = re.search(r"^(OK|FAILED)(?: \((.*)\))?$", out, re.M)
-    assert ran and summary, out[-3000:]
-    results = _pyverbs_results(out)
+    outs = _run_pyverbs(ctx)
+    ran, told_skipped, all_ok = _pyverbs_totals(outs)
+    out = "\n".join(outs)
+    results = {}
+    for one in outs:
+        results.update(_pyverbs_results(one))
     by_outcome = {}
     for test, (outcome, _) in results.items():
         by_outcome.setdefault(outcome, []).append(test)
     skipped = [reason for outcome, reason in results.values() if outcome == "skipped"]
-    print(f"pyverbs: ran {ran.group(1)}, classified {len(results)}: " +
+    print(f"pyverbs, {len(outs)} processes at once: ran {ran}, classified {len(results)}: " +
           ", ".join(f"{k} {len(v)}" for k, v in sorted(by_outcome.items())))
     for pattern, why in PYVERBS_SKIPS.items():
         n = sum(1 for r in skipped if re.search(pattern, str(r)))
@@ -134,18 +180,17 @@ def test_pyverbs_whole_suite(ctx):
         print(f"  skipped {n:3d}: {name.rstrip('.')}: {why}")
     # Fail closed: every test is classified, and the skips counted here
     # are all the skips unittest counted.
-    assert len(results) == int(ran.group(1)), (
-        f"{len(results)} of {ran.group(1)} classified\n" +
+    assert len(results) == ran, (
+        f"{len(results)} of {ran} classified\n" +
         "\n".join(line for line in out.splitlines()
                   if _TEST_LINE.match(line) and _TEST_LINE.match(line).group(2) not in results))
-    told = re.search(r"skipped=(\d+)", summary.group(2) or "")
-    assert len(skipped) == (int(told.group(1)) if told else 0), summary.group(0)
+    assert len(skipped) == told_skipped, f"{len(skipped)} skips classified, unittest counted {told_skipped}"
     unexplained = sorted(f"{test}: {reason}" for test, (outcome, reason) in results.items()
                          if outcome == "skipped"
                          and not any(re.search(p, str(reason)) for p in PYVERBS_SKIPS)
                          and not any(t in test for t in PYVERBS_SKIPPED_TESTS))
     assert not unexplained, "\n".join(unexplained)
-    assert summary.group(1) == "OK" and set(by_outcome) <= {"ok", "skipped"}, out[-5000:]
+    assert all_ok and set(by_outcome) <= {"ok", "skipped"}, "\n".join(o[-3000:] for o in outs)
     passed = {test.rsplit(".", 1)[1] for test in by_outcome.get("ok", [])}
     missing = [name for name in PYVERBS_MUST_PASS if name not in passed]
     assert not missing, f"did not pass: {missing}"
