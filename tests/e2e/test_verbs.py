@@ -136,10 +136,10 @@ def _run_pyverbs(ctx):
              "/tmp/pyverbs/tests && cd /tmp/pyverbs/tests && gunzip -f *.gz && ls test_*.py")
     modules = [name[:-3] for name in ctx.sh("vm1", setup).out.split()]
     shards = _pyverbs_shards(modules)
-    script = " & ".join(
+    script = "".join(
         f"python3 run_tests.py --dev pib_0 -v {' '.join('tests.' + m for m in shard)} "
-        f">/tmp/pyverbs/{i}.out 2>&1" for i, shard in enumerate(shards)) + " & wait"
-    ctx.sh("vm1", f"cd /tmp/pyverbs/tests && {script}", timeout=900, check=False)
+        f">/tmp/pyverbs/{i}.out 2>&1 & " for i, shard in enumerate(shards)) + "wait"
+    ctx.sh("vm1", f"cd /tmp/pyverbs/tests && {{ {script}; }}", timeout=900, check=False)
     return [ctx.run("vm1", ["cat", f"/tmp/pyverbs/{i}.out"]).out for i in range(len(shards))]
 
 
