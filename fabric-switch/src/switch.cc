@@ -5,17 +5,11 @@
 
 #include <algorithm>
 
+#include "addressing.hh"
+
 namespace pib::fabric {
 
 using namespace pib::iba;
-
-namespace {
-
-bool isMulticast(uint16_t lid) {
-    return lid >= 0xc000 && lid < 0xffff;
-}
-
-} // namespace
 
 const char *stateName(uint8_t state) {
     static constexpr const char *kNames[] = {"NOP", "DOWN", "INIT", "ARMED", "ACTIVE"};
@@ -112,10 +106,10 @@ std::vector<Transmit> Switch::forward(unsigned in, const iba::Packet &packet,
     const uint16_t dlid = packet.lrh.dlid;
     const bool management = packet.bth.destQp == 0;
     std::vector<uint8_t> copy(bytes.begin(), bytes.end());
-    if (isMulticast(dlid)) {
+    if (isMulticastLid(dlid)) {
         // The MFT holds the first kMftCap multicast LIDs; SwitchInfo says
         // so (MulticastFDBCap). Any LID above has no entry: no route.
-        const unsigned index = dlid - 0xc000u;
+        const unsigned index = dlid - unsigned{kMulticastLidFirst};
         if (index >= kMftCap) {
             ++ports_[in].counters.xmitDiscards;
             dropped(in, "multicast LID beyond the MFT, LID", dlid);

@@ -4,6 +4,7 @@
 // the destination is this port), and the way in.
 #include <cinttypes>
 
+#include "addressing.hh"
 #include "firmware.hh"
 #include "frame.hh"
 
@@ -46,8 +47,7 @@ bool Firmware::addressConnected(QueuePair &qp, iba::Packet &packet) {
 void Firmware::transmitConnected(QueuePair &qp, std::vector<uint8_t> framed) {
     const unsigned portNumber = qp.attr.port_num;
     PortState *p = port(portNumber);
-    const uint16_t lidMask = static_cast<uint16_t>(~((1u << p->info.lmc) - 1));
-    if (p->info.lid && (qp.attr.av.dlid & lidMask) == p->info.lid) {
+    if (iba::portAnswersTo(p->info.lid, p->info.lmc, qp.attr.av.dlid)) {
         // To ourselves: back in once the current operation is over, as
         // if it had crossed a wire, so no engine is re-entered. It costs
         // the event's budget like any packet: the loopback stays short.
@@ -121,8 +121,7 @@ void Firmware::deliverConnected(unsigned number, const iba::Packet &packet) {
     // P_Key it was given.
     PortState *p = port(number);
     const uint16_t pkey = p->pkeys[qp->attr.pkey_index % PIB_PKEY_TABLE_LEN];
-    if ((pkey & 0x7fff) != (packet.bth.pkey & 0x7fff) ||
-        !(pkey & 0x8000 || packet.bth.pkey & 0x8000)) {
+    if (!iba::pkeysMatch(pkey, packet.bth.pkey)) {
         ++p->info.bad_pkey_cntr;
         return;
     }

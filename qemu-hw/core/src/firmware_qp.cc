@@ -167,7 +167,7 @@ CommandOutcome Firmware::attachOrDetachMcast(const Command &cmd) {
     if (qp->ctx.type != PIB_QPT_UD || cmd.modifier < PIB_FIRST_QPN)
         return fail(PIB_CMD_STATUS_BAD_PARAM, "cmd-bad-param", "%s of QP %u, which is not UD", name,
                     cmd.modifier);
-    if (m.gid[0] != 0xff || (attach && !isMulticastLid(m.mlid)))
+    if (m.gid[0] != 0xff || (attach && !iba::isMulticastLid(m.mlid)))
         return fail(PIB_CMD_STATUS_BAD_PARAM, "cmd-bad-param",
                     "%s of QP %u: GID starting 0x%02x, LID 0x%x is not a multicast group", name,
                     cmd.modifier, m.gid[0], m.mlid);

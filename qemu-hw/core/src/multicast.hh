@@ -10,6 +10,7 @@
 #include <utility>
 #include <vector>
 
+#include "addressing.hh"
 #include "pib_hw.h"
 
 namespace pib {
@@ -49,9 +50,8 @@ class MulticastGroups {
     uint32_t attachments_ = 0;
 };
 
-// IBA 4.1.1: multicast LIDs are 0xC000..0xFFFE (0xFFFF is permissive).
-inline bool isMulticastLid(uint16_t lid) {
-    return lid >= PIB_MULTICAST_LID_FIRST && lid <= PIB_MULTICAST_LID_LAST;
-}
+// The hardware header's multicast LID range is IBA's (4.1.1).
+static_assert(PIB_MULTICAST_LID_FIRST == iba::kMulticastLidFirst &&
+              PIB_MULTICAST_LID_LAST == iba::kMulticastLidLast);
 
 } // namespace pib

@@ -7,6 +7,7 @@
 #include <cinttypes>
 #include <cstring>
 
+#include "addressing.hh"
 #include "firmware.hh"
 #include "frame.hh"
 #include "limits.hh"
@@ -91,8 +92,7 @@ void Firmware::sendTrap(unsigned number, std::vector<uint8_t> mad) {
     PortState &p = *port(number);
     const pib_port_info &i = p.info;
     const uint64_t now = host_.clockNs();
-    if (i.state != PIB_PORT_ACTIVE || i.sm_lid == 0 || i.sm_lid >= 0xc000 ||
-        now < p.trapsHeldUntilNs)
+    if (i.state != PIB_PORT_ACTIVE || !iba::isUnicastLid(i.sm_lid) || now < p.trapsHeldUntilNs)
         return;
     p.trapsHeldUntilNs = now + (uint64_t{4096} << std::min<unsigned>(i.subnet_timeout, 31));
     iba::Packet packet;
@@ -104,8 +104,7 @@ void Firmware::sendTrap(unsigned number, std::vector<uint8_t> mad) {
     packet.bth.destQp = 0;
     packet.deth = iba::Deth{0, 0};
     packet.payload = std::move(mad);
-    const uint16_t lidMask = static_cast<uint16_t>(~((1u << i.lmc) - 1));
-    if ((i.sm_lid & lidMask) == i.lid) {
+    if ((i.sm_lid & iba::lidMask(i.lmc)) == i.lid) {
         deliver(number, packet);
         return;
     }
@@ -212,7 +211,7 @@ uint16_t Firmware::setPortInfo(unsigned number, Mad &mad) {
     const uint8_t vls = mad.get8(D + 43) >> 4;
     const bool reregister = mad.get8(D + 51) & 0x80;
     // Validate all, then apply all (a failed Set changes nothing).
-    if (mtu > i.max_mtu || vls > i.max_vl_num || lid >= 0xc000)
+    if (mtu > i.max_mtu || vls > i.max_vl_num || lid >= iba::kMulticastLidFirst)
         return iba::kStatusBadField;
     const bool stateOk =
         newState == PIB_PORT_DOWN - 1 /* NOP */ || newState == PIB_PORT_DOWN ||

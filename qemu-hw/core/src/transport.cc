@@ -4,6 +4,7 @@
 #include <cinttypes>
 #include <cstring>
 
+#include "addressing.hh"
 #include "firmware.hh"
 #include "frame.hh"
 #include "ring.hh"
@@ -171,10 +172,10 @@ bool Firmware::sendUd(uint32_t qpn, QueuePair &qp, std::span<const uint8_t> wqe,
 
     // A multicast packet also goes to the port's other QPs in the group:
     // the switch never sends a packet back out of the port it came in by.
-    if (isMulticastLid(ud.av.dlid) && p->info.state == PIB_PORT_ACTIVE)
+    if (iba::isMulticastLid(ud.av.dlid) && p->info.state == PIB_PORT_ACTIVE)
         deliver(portNumber, packet, qpn);
     // Packets to our own LID never leave the device.
-    if (p->info.lid && (ud.av.dlid & ~((1u << p->info.lmc) - 1)) == p->info.lid) {
+    if (iba::portAnswersTo(p->info.lid, p->info.lmc, ud.av.dlid)) {
         --budget_;
         deliver(portNumber, packet);
         return true;
@@ -237,11 +238,11 @@ bool Firmware::takeReceiveWqe(QueuePair &qp, std::vector<uint8_t> &wqe, uint16_t
 
 namespace {
 
-// The index of `pkey` in a port's table (IBA 10.9.3: full and limited
-// members match on the low 15 bits), or -1.
+// The index of the first entry of a port's table that `pkey` matches
+// (IBA 10.9.3, limited members included), or -1.
 int findPkey(const PortState &p, uint16_t pkey) {
     for (uint16_t i = 0; i < PIB_PKEY_TABLE_LEN; ++i)
-        if (p.pkeys[i] && (p.pkeys[i] & 0x7fff) == (pkey & 0x7fff))
+        if (iba::pkeysMatch(p.pkeys[i], pkey))
             return i;
     return -1;
 }
@@ -257,8 +258,7 @@ bool receivesDatagrams(const QueuePair &qp) {
 void Firmware::deliver(unsigned number, const iba::Packet &packet, uint32_t senderQpn) {
     PortState *p = port(number);
     if ((packet.bth.opcode & 0xe0) != iba::kTransportUd) {
-        const uint16_t lidMask = static_cast<uint16_t>(~((1u << p->info.lmc) - 1));
-        if (packet.lrh.vl != 15 && p->info.lid && (packet.lrh.dlid & lidMask) == p->info.lid &&
+        if (packet.lrh.vl != 15 && iba::portAnswersTo(p->info.lid, p->info.lmc, packet.lrh.dlid) &&
             p->info.state == PIB_PORT_ACTIVE)
             deliverConnected(number, packet);
         return;
@@ -269,14 +269,13 @@ void Firmware::deliver(unsigned number, const iba::Packet &packet, uint32_t send
     if (vl15 != (destQp == 0) || !packet.deth)
         return;
     const uint16_t dlid = packet.lrh.dlid;
-    if (isMulticastLid(dlid)) {
+    if (iba::isMulticastLid(dlid)) {
         deliverMulticast(number, packet, senderQpn);
         return;
     }
-    const uint16_t lidMask = static_cast<uint16_t>(~((1u << p->info.lmc) - 1));
     const bool forUs = dlid == iba::kPermissiveLid
                            ? destQp == 0
-                           : p->info.lid != 0 && (dlid & lidMask) == p->info.lid;
+                           : iba::portAnswersTo(p->info.lid, p->info.lmc, dlid);
     if (!forUs)
         return;
     uint32_t qpn = destQp;
@@ -342,7 +341,6 @@ void Firmware::deliverMulticast(unsigned number, const iba::Packet &packet, uint
 void Firmware::receiveDatagram(unsigned number, const iba::Packet &packet, uint32_t qpn,
                                QueuePair &qp, uint16_t pkeyIndex) {
     PortState *p = port(number);
-    const uint16_t lidMask = static_cast<uint16_t>(~((1u << p->info.lmc) - 1));
     const uint16_t dlid = packet.lrh.dlid;
     std::vector<uint8_t> wqe;
     uint16_t index = 0;
@@ -357,7 +355,7 @@ void Firmware::receiveDatagram(unsigned number, const iba::Packet &packet, uint3
     cqe.src_qp = packet.deth->srcQp;
     cqe.slid = packet.lrh.slid;
     cqe.sl = packet.lrh.sl;
-    cqe.dlid_path_bits = isMulticastLid(dlid) ? 0 : static_cast<uint8_t>(dlid & ~lidMask);
+    cqe.dlid_path_bits = iba::isMulticastLid(dlid) ? 0 : iba::pathBits(p->info.lmc, dlid);
     cqe.pkey_index = pkeyIndex;
     cqe.wqe_index = index;
     cqe.opcode = PIB_WC_RECV;
