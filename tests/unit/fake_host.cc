@@ -40,6 +40,10 @@ static void barDmaWrite(FakeHost *host, uint64_t addr, const uint8_t *buf, uint6
 
 static int dmaRead(void *opaque, uint64_t addr, void *buf, uint64_t len) {
     auto *host = static_cast<FakeHost *>(opaque);
+    if (host->throwOnNextDmaRead) {
+        host->throwOnNextDmaRead = false;
+        throw std::logic_error("simulated internal error");
+    }
     if (inBar0(addr)) {
         barDmaRead(host, addr, static_cast<uint8_t *>(buf), len);
         return 0;

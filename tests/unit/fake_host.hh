@@ -158,6 +158,9 @@ struct FakeHost {
     bool runScheduled();
     std::vector<unsigned> disconnects;
     uint64_t barDmas = 0; // DMAs that reached BAR0
+    // A bug inside the core, simulated: the next DMA read throws, as a
+    // broken invariant would, in the middle of whatever the core does.
+    bool throwOnNextDmaRead = false;
     // The transport clock: tests move it by hand.
     uint64_t now = 1'000'000'000;
     uint64_t timerDeadline = UINT64_MAX;

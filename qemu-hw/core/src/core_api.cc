@@ -1,6 +1,8 @@
 // SPDX-License-Identifier: GPL-2.0-or-later
 // The C ABI of the core. Nothing thrown below may cross into C: each entry
-// point catches everything and degrades to what hardware would do.
+// point catches everything, and the device goes FATAL as hardware whose
+// firmware failed would.
+#include <exception>
 #include <new>
 #include <utility>
 #include <vector>
@@ -27,10 +29,16 @@ struct pib_core {
 
 namespace {
 
-template <class Work> void guarded(Work &&work) {
+// Anything thrown inside the core is an internal error: the device goes
+// FATAL (Device::fatal) and says why, instead of running on with a state
+// nobody checked.
+template <class Work> void guarded(pib_core *core, Work &&work) {
     try {
         work();
+    } catch (const std::exception &e) {
+        core->device.fatal(e.what());
     } catch (...) {
+        core->device.fatal("an unknown exception");
     }
 }
 
@@ -41,11 +49,11 @@ template <class Work> void enter(pib_core *core, const char *what, Work &&work) 
         return;
     }
     core->busy = true;
-    guarded(work);
+    guarded(core, work);
     while (!core->laterLinks.empty()) {
         const std::pair<unsigned, bool> link = core->laterLinks.front();
         core->laterLinks.erase(core->laterLinks.begin());
-        guarded([&] { core->device.portConnected(link.first, link.second); });
+        guarded(core, [&] { core->device.portConnected(link.first, link.second); });
     }
     core->busy = false;
 }
@@ -95,7 +103,7 @@ uint64_t pib_core_bar_size(const pib_core *core, int bar) {
 void pib_core_port_connected(pib_core *core, unsigned port, int connected) {
     if (core->busy) {
         if (core->laterLinks.size() < 2 * PIB_MAX_PORTS) // the last change of each port is enough
-            guarded([&] { core->laterLinks.emplace_back(port, connected != 0); });
+            guarded(core, [&] { core->laterLinks.emplace_back(port, connected != 0); });
         return;
     }
     enter(core, "link change", [&] { core->device.portConnected(port, connected != 0); });

@@ -32,11 +32,13 @@ template <class Work> auto Device::event(Work &&work) {
     }
 }
 
+// A fatal device still follows its links (so that a reset finds them as
+// they are) but hands the firmware nothing.
 void Device::portConnected(unsigned port, bool connected) {
     if (port < 1 || port > links_.size())
         return;
     event([&] {
-        if (links_[port - 1]->connected(connected) == Link::Event::kDown)
+        if (links_[port - 1]->connected(connected) == Link::Event::kDown && !fatal_)
             firmware_.portLinkChanged(port, false);
     });
 }
@@ -46,24 +48,49 @@ void Device::portReceive(unsigned port, std::span<const uint8_t> bytes) {
         return;
     event([&] {
         links_[port - 1]->receive(
-            bytes, [&](Link::Event e) { firmware_.portLinkChanged(port, e == Link::Event::kUp); },
-            [&](std::span<const uint8_t> packet) { firmware_.portReceive(port, packet); });
+            bytes,
+            [&](Link::Event e) {
+                if (!fatal_)
+                    firmware_.portLinkChanged(port, e == Link::Event::kUp);
+            },
+            [&](std::span<const uint8_t> packet) {
+                if (!fatal_)
+                    firmware_.portReceive(port, packet);
+            });
     });
 }
 
 void Device::timerExpired() {
-    event([&] { firmware_.timerExpired(); });
+    if (!fatal_)
+        event([&] { firmware_.timerExpired(); });
 }
 
 void Device::run() {
-    event([&] { firmware_.run(); });
+    if (!fatal_)
+        event([&] { firmware_.run(); });
 }
 
 void Device::portWritable(unsigned port) {
-    event([&] { firmware_.portWritable(port); });
+    if (!fatal_)
+        event([&] { firmware_.portWritable(port); });
+}
+
+void Device::fatal(const char *reason) {
+    if (fatal_)
+        return;
+    fatal_ = true;
+    registers_.setFatal();
+    host_.trace("fatal", "the device stops until reset: %s", reason);
+    // The event is the firmware's last act; if its state is what broke,
+    // STATUS.FATAL alone tells the driver.
+    try {
+        firmware_.postAsyncEvent(PIB_ASYNC_DEVICE_FATAL, 0);
+    } catch (...) {
+    }
 }
 
 void Device::reset(const char *reason) {
+    fatal_ = false;
     registers_.reset();
     firmware_.reset();
     // The cables stay plugged in: links that are up come back as INIT.
@@ -114,6 +141,8 @@ void Device::barWrite(int bar, uint64_t offset, uint64_t value, unsigned size) {
         event([&] { registers_.write(offset, value, size); }); // commands may start sends
         return;
     case PIB_BAR_DOORBELL:
+        if (fatal_)
+            return;
         event([&] { doorbells_.write(offset, value, size); });
         return;
     default:

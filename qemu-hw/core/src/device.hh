@@ -31,6 +31,13 @@ class Device {
     void timerExpired();
     void run();
     void portWritable(unsigned port);
+    // An internal error (an exception or a broken invariant in the core):
+    // the device stops until the driver resets it. STATUS reads FATAL,
+    // the driver gets one DEVICE_FATAL event, and commands, doorbells,
+    // packets and timers do nothing meanwhile (docs/prm.md, "Fatal
+    // errors"). Safe to call in any state.
+    void fatal(const char *reason);
+    bool isFatal() const { return fatal_; }
 
   private:
     // Every call from the host is one event of bounded work (scheduler.cc).
@@ -42,6 +49,7 @@ class Device {
     RegisterFile registers_;
     DoorbellPages doorbells_;
     std::vector<std::unique_ptr<Link>> links_; // index: port - 1
+    bool fatal_ = false;
 };
 
 } // namespace pib

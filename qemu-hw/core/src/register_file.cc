@@ -14,6 +14,7 @@ RegisterFile::RegisterFile(const pib_core_config &config, const Host &host, Firm
 
 void RegisterFile::reset() {
     scratch_ = 0;
+    fatal_ = false;
     cmdIn_ = cmdOut_ = cmdResult_ = 0;
     cmdModifier_ = cmdToken_ = cmdCtrl_ = cmdStatus_ = 0;
 }
@@ -101,6 +102,13 @@ void RegisterFile::runCommand(uint32_t ctrl) {
     cmd.modifier = cmdModifier_;
     cmd.in = cmdIn_;
     cmd.out = cmdOut_;
+    if (fatal_) {
+        host_.trace("cmd-fatal", "command 0x%04x refused: the device had a fatal error",
+                    cmd.opcode);
+        cmdStatus_ = PIB_CMD_STATUS_BAD_STATE;
+        cmdResult_ = 0;
+        return;
+    }
     const CommandOutcome outcome = firmware_.execute(cmd);
     cmdStatus_ = outcome.status;
     cmdResult_ = outcome.result;
@@ -112,6 +120,8 @@ bool RegisterFile::writeEqDoorbell(uint64_t offset, uint32_t value) {
     if (offset < PIB_REG_EQ_DB_BASE || offset >= PIB_REG_EQ_DB(firmware_.caps().max_eq))
         return false;
     const auto eqn = static_cast<uint32_t>((offset - PIB_REG_EQ_DB_BASE) / 8);
+    if (fatal_)
+        return true;
     firmware_.eqDoorbell(eqn, value, (offset - PIB_REG_EQ_DB_BASE) % 8 == PIB_EQ_DB_ARM);
     return true;
 }
@@ -147,7 +157,7 @@ uint64_t RegisterFile::read(uint64_t offset, unsigned size) {
     case PIB_REG_RESET:
         return 0;
     case PIB_REG_STATUS:
-        return PIB_STATUS_READY;
+        return fatal_ ? PIB_STATUS_FATAL : PIB_STATUS_READY;
     case PIB_REG_SCRATCH:
         return scratch_;
     case PIB_REG_NODE_GUID_LO:

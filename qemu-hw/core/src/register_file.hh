@@ -20,6 +20,9 @@ class RegisterFile {
     uint64_t read(uint64_t offset, unsigned size);
     void write(uint64_t offset, uint64_t value, unsigned size);
     void reset();
+    // After an internal error STATUS reads FATAL, not READY; commands
+    // complete with BAD_STATE and EQ doorbells are ignored until reset().
+    void setFatal() { fatal_ = true; }
 
   private:
     // Checks width and alignment; reports and returns false on a bad access.
@@ -34,6 +37,7 @@ class RegisterFile {
     Firmware &firmware_;
     std::function<void()> requestReset_;
     uint32_t scratch_ = 0;
+    bool fatal_ = false;
     // The command interface (docs/prm.md §4).
     uint64_t cmdIn_ = 0;
     uint64_t cmdOut_ = 0;
