@@ -10,6 +10,15 @@
 #ifndef PIB_HW_H
 #define PIB_HW_H
 
+/*
+ * The structures below are used in place, without byte swapping, by the
+ * device, the driver and the provider alike: they are right on
+ * little-endian machines only, and the header refuses any other.
+ */
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
+#error "pib_hw.h describes little-endian layouts used in place: big-endian hosts are not supported"
+#endif
+
 #ifdef __KERNEL__
 #include <linux/types.h>
 #else

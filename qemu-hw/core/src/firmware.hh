@@ -4,6 +4,7 @@
 #pragma once
 
 #include <array>
+#include <bit>
 #include <cstdint>
 #include <deque>
 #include <functional>
@@ -25,6 +26,11 @@
 #include "pib_hw.h"
 
 namespace pib {
+
+// The core reads and writes pib_hw.h's structures in guest memory by
+// memcpy, without swapping: it models the device on little-endian hosts.
+static_assert(std::endian::native == std::endian::little,
+              "the device core uses pib_hw.h's little-endian layouts in place");
 
 struct Command {
     uint16_t opcode = 0;

@@ -1,0 +1,54 @@
+// SPDX-License-Identifier: GPL-2.0-or-later
+// The interface version is written in three places besides pib_hw.h: the
+// README, and the programmer's reference manual's title, register table
+// and "what it does" section. They must all say what the header says.
+#include <catch2/catch.hpp>
+
+#include <fstream>
+#include <regex>
+#include <sstream>
+#include <string>
+
+#include "pib_hw.h"
+
+namespace {
+
+std::string readSource(const std::string &path) {
+    std::ifstream in(std::string(PIB_SOURCE_ROOT) + "/" + path);
+    REQUIRE(in.good());
+    std::stringstream text;
+    text << in.rdbuf();
+    return text.str();
+}
+
+// Every "X.Y" that `pattern`'s first group catches in `text`.
+std::vector<std::string> versions(const std::string &text, const std::string &pattern) {
+    std::vector<std::string> found;
+    const std::regex re(pattern);
+    for (auto it = std::sregex_iterator(text.begin(), text.end(), re); it != std::sregex_iterator();
+         ++it)
+        found.push_back((*it)[1].str());
+    return found;
+}
+
+} // namespace
+
+TEST_CASE("README and docs/prm.md give the interface version of pib_hw.h", "[docs]") {
+    const std::string current = std::to_string(PIB_IF_VERSION_MAJOR(PIB_IF_VERSION_CURRENT)) + "." +
+                                std::to_string(PIB_IF_VERSION_MINOR(PIB_IF_VERSION_CURRENT));
+    const std::string readme = readSource("README.md");
+    const std::string prm = readSource("docs/prm.md");
+    const auto inReadme = versions(readme, R"(interface (\d+\.\d+))");
+    const auto inPrm = versions(
+        prm, R"((?:interface version \*\*|What version |\()(\d+\.\d+)(?:\*\*|\)| contains| does))");
+    CHECK(inReadme.size() >= 1);
+    CHECK(inPrm.size() >= 4); // title, contents, IF_VERSION register, section 8
+    for (const auto &v : inReadme)
+        CHECK(v == current);
+    for (const auto &v : inPrm)
+        CHECK(v == current);
+    // The register table's reset value is the number itself.
+    char hex[16];
+    std::snprintf(hex, sizeof(hex), "0x%08x", PIB_IF_VERSION_CURRENT);
+    CHECK(prm.find(std::string("`IF_VERSION` | RO | `") + hex + "`") != std::string::npos);
+}
