@@ -5,9 +5,10 @@ that are wrong in each way IBA 10.6 names. Each bad access must complete
 on vm1 with IBV_WC_REM_ACCESS_ERR (the responder's NAK: remote access
 error) and change no byte of vm2's buffer, inside the region or around
 it; each good one must land exactly where it was aimed. vm2 keeps a copy
-of what its buffer must hold and compares all of it after every case.
-The cases run twice: on 4 KiB pages, and on a 2 MiB huge page that the
-driver maps with a 2 MiB MTT page (its debugfs says so)."""
+of what its buffer must hold and compares it after every case (all of
+it, or 4 MiB around the region in a 1 GiB page). The cases run three
+times: on 4 KiB pages, on a 2 MiB huge page and on a 1 GiB one, which the
+driver maps with MTT pages of that size (its debugfs says so)."""
 
 from pibctl.pairs import run_pair
 
@@ -26,13 +27,24 @@ from pyverbs.qp import QP, QPAttr, QPCap, QPInitAttr
 from pyverbs.wr import SGE, SendWR
 import pyverbs.enums as e
 
-# vm2's buffer and the region in it: unaligned, across pages. In a 2 MiB
-# huge page the region is most of the page, so that the driver's best
-# MTT page size for it is 2 MiB (a smaller region gets smaller pages).
-GEOMETRY = {"4k": (4 * 4096, 4096 + 104, 8000),
-            "2m": (2 << 20, 4096 + 104, (2 << 20) - 3 * 4096)}
-LOCAL = e.IBV_ACCESS_LOCAL_WRITE
+# vm2's buffer, the part of it compared after each case, and the region
+# in it: (bytes mapped, mmap flags, first byte compared, bytes compared,
+# the region's first byte, its length), offsets from the buffer's start.
+# The region is unaligned and spans pages. The kernel picks the largest
+# MTT page size that the region's first and last byte are not in the
+# same half of (ib_umem_find_best_pgsz): in the 2 MiB huge page the region
+# is most of the page, in the 1 GiB one it straddles the page's middle;
+# there only 4 MiB around it are compared, which holds every case's aim.
 MAP_HUGETLB = 0x40000
+MAP_HUGE_1GB = 30 << 26
+PRIVATE = mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS
+GEOMETRY = {
+    "4k": (4 * 4096, PRIVATE, 0, 4 * 4096, 4096 + 104, 8000),
+    "2m": (2 << 20, PRIVATE | MAP_HUGETLB, 0, 2 << 20, 4096 + 104, (2 << 20) - 3 * 4096),
+    "1g": (1 << 30, PRIVATE | MAP_HUGETLB | MAP_HUGE_1GB, (510 << 20), 4 << 20,
+           (512 << 20) - 4096 + 104, 3 * 4096 - 200),
+}
+LOCAL = e.IBV_ACCESS_LOCAL_WRITE
 READ, WRITE, ATOMIC = (e.IBV_ACCESS_REMOTE_READ, e.IBV_ACCESS_REMOTE_WRITE,
                        e.IBV_ACCESS_REMOTE_ATOMIC)
 
@@ -110,14 +122,15 @@ def server(port, pages):
     port_attr = ctx.query_port(1)
     pd, other_pd = PD(ctx), PD(ctx)
     cq = CQ(ctx, 16)
-    # The buffer: 4 KiB pages, or one 2 MiB huge page.
-    WHOLE, START, LENGTH = GEOMETRY[pages]
-    size = WHOLE
-    flags = mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS | (MAP_HUGETLB if pages == "2m" else 0)
-    whole = mmap.mmap(-1, size, flags=flags)
-    shadow = bytearray(os.urandom(WHOLE))
-    whole[0:WHOLE] = bytes(shadow)
-    base = ctypes.addressof(ctypes.c_char.from_buffer(whole)) + START
+    # The buffer: 4 KiB pages, one 2 MiB or one 1 GiB huge page. `shadow`
+    # holds what its compared part must hold; START is the region's
+    # offset in that part.
+    SIZE, FLAGS, FROM, COMPARED, REGION, LENGTH = GEOMETRY[pages]
+    START = REGION - FROM
+    whole = mmap.mmap(-1, SIZE, flags=FLAGS)
+    shadow = bytearray(os.urandom(COMPARED))
+    whole[FROM:FROM + COMPARED] = bytes(shadow)
+    base = ctypes.addressof(ctypes.c_char.from_buffer(whole)) + REGION
 
     def region(access, in_pd=pd):
         return MR(in_pd, LENGTH, LOCAL | access, address=base)
@@ -179,8 +192,8 @@ def server(port, pages):
         elif result["ok"] and result["op"] == "fadd":
             reply["before"], = struct.unpack_from("<Q", shadow, offset)
             struct.pack_into("<Q", shadow, offset, (reply["before"] + result["add"]) % 2**64)
-        now = bytes(whole[0:WHOLE])
-        diff = [] if now == shadow else [i for i in range(WHOLE) if now[i] != shadow[i]]
+        now = bytes(whole[FROM:FROM + COMPARED])
+        diff = [] if now == shadow else [i for i in range(COMPARED) if now[i] != shadow[i]]
         reply.update(changed=len(diff), first=diff[0] - START if diff else None)
         send(reply)
         qp.close()
@@ -294,3 +307,18 @@ def test_bad_keys_are_refused_on_a_huge_page_too(ctx):
     finally:
         ctx.sh("vm2", "echo 0 >/proc/sys/vm/nr_hugepages")
     assert "MTT pages of 2097152 bytes" in out, out
+
+
+GIGANTIC_FREE = "/sys/kernel/mm/hugepages/hugepages-1048576kB/free_hugepages"
+
+
+def test_bad_keys_are_refused_on_a_1_gib_page_too(ctx):
+    """The same in a 1 GiB huge page, the largest page the device offers
+    (page_size_cap): the driver maps the region with one 1 GiB MTT entry,
+    and a wrong bound would let an access reach anywhere in that GiB. Test
+    guests reserve the page at boot (testing.TEST_KERNEL_ARGS)."""
+    free = ctx.run("vm2", ["cat", GIGANTIC_FREE], check=False).out.strip()
+    assert free == "1", f"vm2 has no free 1 GiB page (free_hugepages {free!r}): booted without " \
+                        "hugepagesz=1G hugepages=1?"
+    out = _run(ctx, "1g", PORT + 2)
+    assert "MTT pages of 1073741824 bytes" in out, out

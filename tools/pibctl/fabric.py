@@ -160,7 +160,8 @@ def _reap(pid: int) -> None:
         pass
 
 
-def _qemu_command(fabric: Fabric, vm: Vm, memory: int, cpus: int, trace: str) -> list:
+def _qemu_command(fabric: Fabric, vm: Vm, memory: int, cpus: int, trace: str,
+                  kernel_args: str = "") -> list:
     qemu = paths.qemu_binary()
     if fabric.accel == "kvm":
         accel = ["-accel", "kvm", "-cpu", "host"]
@@ -169,8 +170,8 @@ def _qemu_command(fabric: Fabric, vm: Vm, memory: int, cpus: int, trace: str) ->
     append = (
         "console=ttyS0,115200 loglevel=5 panic=-1 mitigations=off rdinit=/init "
         f"pibvm.name={vm.name} pibvm.index={vm.index} pibvm.vms={len(fabric.vms)} pibvm.net={MGMT_NET} "
-        f"pibvm.ibnet={IPOIB_NET}"
-    )
+        f"pibvm.ibnet={IPOIB_NET} {kernel_args}"
+    ).strip()
     run = Path(fabric.run_dir)
     cmd = [
         qemu, "-name", vm.name, "-machine", "q35", *accel,
@@ -466,9 +467,10 @@ def restart_sm(fabric: Fabric) -> None:
 
 def up(vms: int = 2, accel: str = "tcg", memory: int = 2048, cpus: int = 1,
        timeout: float = 300, trace: str = "", sm: bool = True, switches: int = 1,
-       topology: Topology = None) -> Fabric:
+       topology: Topology = None, kernel_args: str = "") -> Fabric:
     """Boots a fabric: the given topology, or else a chain of `switches`
-    switches with `vms` guests spread over them."""
+    switches with `vms` guests spread over them. `kernel_args` go to each
+    guest's kernel command line."""
     _check_setup()
     existing = load()
     if existing is not None:
@@ -505,7 +507,7 @@ def up(vms: int = 2, accel: str = "tcg", memory: int = 2048, cpus: int = 1,
         fabric.save()
         start_ib_switch(fabric)
         for vm in fabric.vms:
-            vm.command = _qemu_command(fabric, vm, memory, cpus, trace)
+            vm.command = _qemu_command(fabric, vm, memory, cpus, trace, kernel_args)
             (vm.path / "qemu.cmdline").write_text(" ".join(vm.command) + "\n")
             _start_qemu(fabric, vm)
         ui.detail("booting (about 20 s under TCG, a few with KVM)")
