@@ -91,6 +91,11 @@ static void pib_hca_core_event(void *opaque, const char *what,
     trace_pib_hca_core_event(what, detail);
 }
 
+static int pib_hca_core_event_enabled(void *opaque)
+{
+    return trace_event_get_state_backends(TRACE_PIB_HCA_CORE_EVENT);
+}
+
 /*
  * Whether every byte of [addr, addr + len) is guest RAM that the
  * function's bus-master address space reaches. DMA into anything else is
@@ -375,6 +380,7 @@ static void pib_hca_bh(void *opaque)
 static const struct pib_host_ops pib_hca_host_ops = {
     .guest_error = pib_hca_guest_error,
     .trace = pib_hca_core_event,
+    .trace_enabled = pib_hca_core_event_enabled,
     .dma_read = pib_hca_dma_read,
     .dma_write = pib_hca_dma_write,
     .dma_map_read = pib_hca_dma_map_read,

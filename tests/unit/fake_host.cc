@@ -134,6 +134,7 @@ FakeHost::FakeHost(const pib_core_config &config, uint64_t ramSize) : ram(takeRa
     static const pib_host_ops ops = {
         .guest_error = recordGuestError,
         .trace = recordTrace,
+        .trace_enabled = nullptr, // every trace line is recorded
         .dma_read = dmaRead,
         .dma_write = dmaWrite,
         .dma_map_read = dmaMapRead,

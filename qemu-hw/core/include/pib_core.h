@@ -32,6 +32,11 @@ struct pib_host_ops {
     /* A notable device-internal event worth a trace line. */
     void (*trace)(void *opaque, const char *what, const char *detail);
     /*
+     * Optional: nonzero when trace lines are wanted now. The core then
+     * formats a line's detail only when someone reads it. NULL: always.
+     */
+    int (*trace_enabled)(void *opaque);
+    /*
      * Bus-master DMA to and from guest memory. Return 0 on success, nonzero
      * when any part of [addr, addr + len) is not accessible.
      */

@@ -22,7 +22,7 @@ void Host::guestError(const char *what, const char *fmt, ...) const {
 }
 
 void Host::trace(const char *what, const char *fmt, ...) const {
-    if (!ops_.trace)
+    if (!ops_.trace || (ops_.trace_enabled && !ops_.trace_enabled(opaque_)))
         return;
     va_list args;
     va_start(args, fmt);
