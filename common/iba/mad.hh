@@ -137,6 +137,24 @@ struct PortCounterValues {
     uint64_t linkDowned = 0;
 };
 
+// The PortSelect field of a PortCounters or PortCountersExtended MAD.
+inline uint8_t pmaPortSelect(const Mad &mad) {
+    return mad.get8(Mad::kPmaData + 1);
+}
+
+// The PMA's ClassPortInfo (IBA 13.4.8.1) that the device and the switch
+// both answer: base and class version 1, PortCountersExtended supported
+// (IsExtendedWidthSupported), response time value 18 (about 1 s).
+inline void writePmaClassPortInfo(Mad &mad) {
+    constexpr size_t d = Mad::kPmaData;
+    constexpr uint16_t kCapExtendedCounters = 1u << 9;
+    std::memset(mad.bytes().data() + d, 0, kMadSize - d);
+    mad.set8(d + 0, 1);
+    mad.set8(d + 1, 1);
+    mad.set16(d + 2, kCapExtendedCounters);
+    mad.set8(d + 7, 18);
+}
+
 // Writes PortCounters (narrow fields that saturate) or PortCountersExtended
 // (64-bit) after the PortSelect byte, which the caller has set.
 inline void writePortCounters(Mad &mad, const PortCounterValues &c) {

@@ -37,18 +37,18 @@ MkeyProtection::Verdict MkeyProtection::check(const Mad &smp, uint64_t nowNs) {
     return Verdict::kViolation;
 }
 
-void MkeyProtection::writePortInfo(Mad &mad, size_t data, bool hideKey) const {
-    mad.set64(data + 0, hideKey ? 0 : key_);
-    mad.set16(data + 26, leasePeriod_);
-    mad.set8(data + 34, static_cast<uint8_t>((mad.get8(data + 34) & 0x3f) | protectBits_ << 6));
-    mad.set16(data + 44, violations_);
+void MkeyProtection::fillPortInfo(PortInfo &info, bool hideKey) const {
+    info.mkey = hideKey ? 0 : key_;
+    info.mkeyLeasePeriod = leasePeriod_;
+    info.mkeyProtectBits = protectBits_;
+    info.mkeyViolations = violations_;
 }
 
-void MkeyProtection::setFromPortInfo(const Mad &mad, size_t data) {
-    key_ = mad.get64(data + 0);
-    leasePeriod_ = mad.get16(data + 26);
-    protectBits_ = mad.get8(data + 34) >> 6;
-    if (mad.get16(data + 44) == 0)
+void MkeyProtection::setFromPortInfo(const PortInfo &info) {
+    key_ = info.mkey;
+    leasePeriod_ = info.mkeyLeasePeriod;
+    protectBits_ = info.mkeyProtectBits;
+    if (info.mkeyViolations == 0)
         violations_ = 0;
 }
 

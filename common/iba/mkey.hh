@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "mad.hh"
+#include "smp.hh"
 
 namespace pib::iba {
 
@@ -29,13 +30,12 @@ class MkeyProtection {
     // fall to 0 (IBA 14.2.4.3), which lets an SM that lost the key in.
     Verdict check(const Mad &smp, uint64_t nowNs);
 
-    // PortInfo's M_Key fields in the attribute data at `data`: M_Key
-    // (bytes 0-7), M_KeyLeasePeriod (26-27), M_KeyProtectBits (byte 34,
-    // bits 7:6) and M_KeyViolations (44-45).
-    void writePortInfo(Mad &mad, size_t data, bool hideKey) const;
+    // PortInfo's M_Key fields: M_Key (0 when hidden), M_KeyLeasePeriod,
+    // M_KeyProtectBits and M_KeyViolations.
+    void fillPortInfo(PortInfo &info, bool hideKey) const;
     // A Set(PortInfo) takes the key, lease and protect bits; it clears
     // M_KeyViolations when its field is 0 (IBA 14.2.5.6).
-    void setFromPortInfo(const Mad &mad, size_t data);
+    void setFromPortInfo(const PortInfo &info);
     // The port is reset: no protection.
     void clear() { *this = MkeyProtection{}; }
 

@@ -2,7 +2,6 @@
 // The switch's performance management agent (IBA 16.1): ClassPortInfo,
 // PortCounters and PortCountersExtended per port, in IBA units.
 #include <algorithm>
-#include <cstring>
 #include <limits>
 
 #include "switch.hh"
@@ -11,17 +10,10 @@ namespace pib::fabric {
 
 using namespace pib::iba;
 
-namespace {
-
-constexpr size_t D = Mad::kPmaData;
-constexpr uint16_t kCapExtendedCounters = 1u << 9; // PortCountersExtended
-
-} // namespace
-
 void Switch::pma(Mad mad) {
     uint16_t status = kStatusOk;
     const uint8_t method = mad.method();
-    const unsigned portSelect = mad.get8(D + 1);
+    const unsigned portSelect = pmaPortSelect(mad);
     if (mad.baseVersion() != 1 || mad.classVersion() != 1) {
         status = kStatusBadVersion;
     } else if (method != kGet && method != kSet) {
@@ -29,11 +21,7 @@ void Switch::pma(Mad mad) {
     } else if (mad.attributeId() == kAttrClassPortInfo) {
         if (method == kSet)
             status = kStatusBadMethod;
-        std::memset(mad.bytes().data() + D, 0, 192);
-        mad.set8(D + 0, 1);
-        mad.set8(D + 1, 1);
-        mad.set16(D + 2, kCapExtendedCounters);
-        mad.set8(D + 7, 18); // response time value
+        writePmaClassPortInfo(mad);
     } else if (mad.attributeId() == kAttrPortCounters ||
                mad.attributeId() == kAttrPortCountersExtended) {
         if (portSelect < 1 || portSelect > config_.ports) {
@@ -42,7 +30,6 @@ void Switch::pma(Mad mad) {
             PortCounters &c = ports_[portSelect].counters;
             if (method == kSet) // a Set clears the counters it selects: all here
                 c = PortCounters{};
-            mad.set8(D + 1, static_cast<uint8_t>(portSelect));
             writePortCounters(mad, {.xmitData = c.xmitData,
                                     .rcvData = c.rcvData,
                                     .xmitPackets = c.xmitPackets,

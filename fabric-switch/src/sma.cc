@@ -3,8 +3,8 @@
 // that a switch answers, Get and Set.
 #include <algorithm>
 #include <chrono>
-#include <cstring>
 
+#include "smp.hh"
 #include "switch.hh"
 
 namespace pib::fabric {
@@ -13,7 +13,6 @@ using namespace pib::iba;
 
 namespace {
 
-constexpr size_t D = Mad::kSmpData;
 constexpr uint32_t kVendorId = 0x000000; // none: an emulated switch
 constexpr uint16_t kDeviceId = 0x1b1c;
 constexpr uint16_t kPartitionCap = 32;
@@ -52,76 +51,76 @@ bool Switch::sma(Mad mad, unsigned in, std::vector<Transmit> &out) {
 }
 
 void Switch::nodeInfo(Mad &mad, unsigned in) const {
-    mad.set8(D + 0, 1); // base version
-    mad.set8(D + 1, 1); // class version
-    mad.set8(D + 2, 2); // node type: switch
-    mad.set8(D + 3, static_cast<uint8_t>(config_.ports));
-    mad.set64(D + 4, config_.guid);  // system image GUID
-    mad.set64(D + 12, config_.guid); // node GUID
-    mad.set64(D + 20, config_.guid); // port GUID: a switch's is its node GUID
-    mad.set16(D + 28, kPartitionCap);
-    mad.set16(D + 30, kDeviceId);
-    mad.set32(D + 32, 1); // revision
-    mad.set32(D + 36, static_cast<uint32_t>(in) << 24 | kVendorId);
+    writeNodeInfo(mad, NodeInfo{.nodeType = kNodeTypeSwitch,
+                                .numPorts = static_cast<uint8_t>(config_.ports),
+                                .systemImageGuid = config_.guid,
+                                .nodeGuid = config_.guid,
+                                .portGuid = config_.guid, // a switch's port GUID is its node GUID
+                                .partitionCap = kPartitionCap,
+                                .deviceId = kDeviceId,
+                                .revision = 1,
+                                .localPortNum = static_cast<uint8_t>(in),
+                                .vendorId = kVendorId});
 }
 
 void Switch::switchInfo(Mad &mad) const {
-    mad.set16(D + 0, kLftCap);
-    mad.set16(D + 2, 0); // no random forwarding table
-    mad.set16(D + 4, kMftCap);
-    mad.set16(D + 6, linearFdbTop_);
-    mad.set8(D + 8, defaultPort_);
-    mad.set8(D + 9, 0xff);
-    mad.set8(D + 10, 0xff);
-    mad.set8(D + 11, static_cast<uint8_t>(lifeTime_ << 3 | portStateChange_ << 2));
-    mad.set16(D + 12, 1); // LIDs per port
-    mad.set16(D + 14, 0); // no partition enforcement
-    mad.set8(D + 16, 0);  // no enforcement capabilities, base port 0
-    mad.set16(D + 17, multicastFdbTop_);
+    writeSwitchInfo(mad, SwitchInfo{.linearFdbCap = kLftCap,
+                                    .multicastFdbCap = kMftCap,
+                                    .linearFdbTop = linearFdbTop_,
+                                    .defaultPort = defaultPort_,
+                                    .defaultMulticastPrimaryPort = 0xff,
+                                    .defaultMulticastNotPrimaryPort = 0xff,
+                                    .lifeTimeValue = lifeTime_,
+                                    .portStateChange = portStateChange_,
+                                    .lidsPerPort = 1,
+                                    .multicastFdbTop = multicastFdbTop_});
 }
 
 uint16_t Switch::setSwitchInfo(Mad &mad) {
-    linearFdbTop_ = std::min<uint16_t>(mad.get16(D + 6), kLftCap - 1);
-    defaultPort_ = mad.get8(D + 8);
-    const uint8_t b = mad.get8(D + 11);
-    lifeTime_ = b >> 3;
-    if (b & 0x04) // writing 1 clears PortStateChange
+    const SwitchInfo s = readSwitchInfo(mad);
+    linearFdbTop_ = std::min<uint16_t>(s.linearFdbTop, kLftCap - 1);
+    defaultPort_ = s.defaultPort;
+    lifeTime_ = s.lifeTimeValue;
+    if (s.portStateChange) // writing 1 clears PortStateChange
         portStateChange_ = false;
-    multicastFdbTop_ = mad.get16(D + 17);
+    multicastFdbTop_ = s.multicastFdbTop;
     return kStatusOk;
 }
 
+// Only port 0, the switch's management port, has a LID, an M_Key and the
+// subnet's settings; the external ports have a link.
 void Switch::portInfo(Mad &mad, unsigned n, unsigned in) const {
     const SwitchPort &p = ports_[n];
-    std::memset(mad.bytes().data() + D, 0, Mad::kSmpDataSize);
     const bool mgmt = n == 0;
-
-    mad.set64(D + 8, mgmt ? gidPrefix_ : 0);
-    mad.set16(D + 16, mgmt ? lid_ : 0);
-    mad.set16(D + 18, mgmt ? smLid_ : 0);
-    mad.set32(D + 20, 0);                       // capability mask
-    mad.set8(D + 28, static_cast<uint8_t>(in)); // LocalPortNum: where the SMP came in
-    // Links run 4x QDR, as the HCAs' ports do.
-    mad.set8(D + 29, iba::kLinkWidth1x4x); // link width enabled
-    mad.set8(D + 30, iba::kLinkWidth1x4x); // supported
-    mad.set8(D + 31, iba::kLinkWidth4x);   // active
-    mad.set8(D + 32, static_cast<uint8_t>(iba::kLinkSpeedSdrDdrQdr << 4 | p.state));
-    const uint8_t phys = mgmt ? kPhysLinkUp : (p.linkUp ? kPhysLinkUp : kPhysPolling);
-    mad.set8(D + 33, static_cast<uint8_t>(phys << 4 | 2)); // link down default: polling
-    mad.set8(D + 34, mgmt ? lmc_ : 0);
+    PortInfo info{
+        .gidPrefix = mgmt ? gidPrefix_ : 0,
+        .lid = mgmt ? lid_ : uint16_t{0},
+        .masterSmLid = mgmt ? smLid_ : uint16_t{0},
+        .localPortNum = static_cast<uint8_t>(in), // where the SMP came in
+        // Links run 4x QDR, as the HCAs' ports do.
+        .linkWidthEnabled = kLinkWidth1x4x,
+        .linkWidthSupported = kLinkWidth1x4x,
+        .linkWidthActive = kLinkWidth4x,
+        .linkSpeedSupported = kLinkSpeedSdrDdrQdr,
+        .portState = p.state,
+        .portPhysicalState = mgmt || p.linkUp ? kPhysLinkUp : kPhysPolling,
+        .linkDownDefaultState = kPhysPolling,
+        .lmc = mgmt ? lmc_ : uint8_t{0},
+        .linkSpeedActive = kLinkSpeedQdr,
+        .linkSpeedEnabled = kLinkSpeedSdrDdrQdr,
+        .neighborMtu = p.neighborMtu,
+        .vlCap = 1, // VL0
+        .vlHighLimit = p.vlHighLimit,
+        .vlArbitrationLowCap = 1,
+        .mtuCap = 5, // 4096
+        .hoqLife = p.hoqLife,
+        .operationalVls = p.operationalVls,
+        .guidCap = uint8_t{mgmt},
+        .subnetTimeout = mgmt ? subnetTimeout_ : uint8_t{0},
+    };
     if (mgmt)
-        mkey_.writePortInfo(mad, D, hideMkey_);
-    mad.set8(D + 35, iba::kLinkSpeedQdr << 4 | iba::kLinkSpeedSdrDdrQdr); // active | enabled
-    mad.set8(D + 36, static_cast<uint8_t>(p.neighborMtu << 4));
-    mad.set8(D + 37, 1 << 4); // VLCap: VL0
-    mad.set8(D + 38, p.vlHighLimit);
-    mad.set8(D + 39, 0);
-    mad.set8(D + 40, 1);
-    mad.set8(D + 41, 5); // MTUCap 4096
-    mad.set8(D + 42, p.hoqLife);
-    mad.set8(D + 43, static_cast<uint8_t>(p.operationalVls << 4));
-    mad.set8(D + 50, mgmt ? 1 : 0); // GUIDCap
-    mad.set8(D + 51, mgmt ? subnetTimeout_ : 0);
+        mkey_.fillPortInfo(info, hideMkey_);
+    writePortInfo(mad, info);
 }
 
 uint16_t Switch::setPortInfo(Mad &mad, unsigned n) {
@@ -135,49 +134,50 @@ uint16_t Switch::setPortInfo(Mad &mad, unsigned n) {
 
 uint16_t Switch::applyPortInfo(Mad &mad, unsigned n) {
     SwitchPort &p = ports_[n];
-    const uint8_t newState = mad.get8(D + 32) & 0xf;
-    const uint8_t mtu = mad.get8(D + 36) >> 4;
-    const uint8_t vls = mad.get8(D + 43) >> 4;
+    const PortInfo set = readPortInfo(mad);
+    const uint8_t newState = set.portState;
+    const uint8_t mtu = set.neighborMtu;
+    const uint8_t vls = set.operationalVls;
     // Validate everything before changing anything (IBA: a Set that fails
     // leaves the attribute as it was).
     if (mtu > 5 || vls > 1)
         return kStatusBadField;
-    if (newState != kStateNop && n != 0) {
-        const bool ok =
-            newState == kStateDown ||
-            (newState == kStateArmed && p.state == kStateInit && p.linkUp) ||
-            (newState == kStateActive && (p.state == kStateArmed || p.state == kStateActive));
+    if (newState != kPortStateNop && n != 0) {
+        const bool ok = newState == kPortStateDown ||
+                        (newState == kPortStateArmed && p.state == kPortStateInit && p.linkUp) ||
+                        (newState == kPortStateActive &&
+                         (p.state == kPortStateArmed || p.state == kPortStateActive));
         if (!ok)
             return kStatusBadField;
     }
     if (n == 0) {
-        mkey_.setFromPortInfo(mad, D);
-        gidPrefix_ = mad.get64(D + 8);
-        lid_ = mad.get16(D + 16);
-        smLid_ = mad.get16(D + 18);
-        lmc_ = mad.get8(D + 34) & 7;
-        subnetTimeout_ = mad.get8(D + 51) & 0x1f;
-        if (newState == kStateArmed || newState == kStateActive)
+        mkey_.setFromPortInfo(set);
+        gidPrefix_ = set.gidPrefix;
+        lid_ = set.lid;
+        smLid_ = set.masterSmLid;
+        lmc_ = set.lmc;
+        subnetTimeout_ = set.subnetTimeout;
+        if (newState == kPortStateArmed || newState == kPortStateActive)
             p.state = newState;
     } else {
         if (mtu)
             p.neighborMtu = mtu;
-        if (newState == kStateDown && p.linkUp) {
+        if (newState == kPortStateDown && p.linkUp) {
             // The link goes down at both ends and trains again (the server
             // closes the cable; its peer reconnects): the peer's port must
             // leave ACTIVE too, and the new link reaches the SM as any
             // other would, through PortStateChange and Trap 128.
-            p.state = kStateDown;
+            p.state = kPortStateDown;
             if (std::find(linkResets_.begin(), linkResets_.end(), n) == linkResets_.end())
                 linkResets_.push_back(n);
-        } else if (newState != kStateNop) {
+        } else if (newState != kPortStateNop) {
             p.state = newState;
         }
     }
     if (vls)
         p.operationalVls = vls;
-    p.hoqLife = mad.get8(D + 42) & 0x1f;
-    p.vlHighLimit = mad.get8(D + 38);
+    p.hoqLife = set.hoqLife;
+    p.vlHighLimit = set.vlHighLimit;
     return kStatusOk;
 }
 
@@ -188,10 +188,8 @@ uint16_t Switch::smaGet(Mad &mad, unsigned in) {
         nodeInfo(mad, in);
         return kStatusOk;
     case kAttrNodeDescription: {
-        auto *data = mad.bytes().data() + D;
-        std::memset(data, 0, Mad::kSmpDataSize);
-        std::memcpy(data, config_.description.data(),
-                    std::min(config_.description.size(), Mad::kSmpDataSize - 1));
+        const auto *text = reinterpret_cast<const uint8_t *>(config_.description.data());
+        writeBytes(mad, {text, std::min(config_.description.size(), Mad::kSmpDataSize - 1)});
         return kStatusOk;
     }
     case kAttrSwitchInfo:
@@ -205,22 +203,20 @@ uint16_t Switch::smaGet(Mad &mad, unsigned in) {
     case kAttrGuidInfo:
         if (mod != 0)
             return kStatusBadField;
-        std::memset(mad.bytes().data() + D, 0, Mad::kSmpDataSize);
-        mad.set64(D, config_.guid);
+        writeBlock64(mad, std::array{config_.guid});
         return kStatusOk;
     case kAttrPkeyTable: {
         const unsigned port = mod >> 16, block = mod & 0xffff;
         if (port > config_.ports || block != 0)
             return kStatusBadField;
-        for (unsigned i = 0; i < 32; ++i)
-            mad.set16(D + 2 * i, ports_[port].pkeys[i]);
+        writeBlock16(mad, ports_[port].pkeys);
         return kStatusOk;
     }
     case kAttrSlToVlTable: {
         const unsigned out = mod & 0xff;
         if (out > config_.ports)
             return kStatusBadField;
-        std::memcpy(mad.bytes().data() + D, ports_[out].slToVl.data(), 8);
+        writeBytes(mad, ports_[out].slToVl);
         return kStatusOk;
     }
     case kAttrVlArbTable: {
@@ -228,20 +224,22 @@ uint16_t Switch::smaGet(Mad &mad, unsigned in) {
         if (port > config_.ports || block < 1 || block > 4)
             return kStatusBadField;
         const size_t half = block <= 2 ? 0 : 32; // low, then high priority
-        std::memcpy(mad.bytes().data() + D, ports_[port].vlArb.data() + half, 32);
+        writeBytes(mad, std::span(ports_[port].vlArb).subspan(half, 32));
         return kStatusOk;
     }
     case kAttrLinearForwardingTable:
         if (mod >= kLftCap / 64)
             return kStatusBadField;
-        std::memcpy(mad.bytes().data() + D, lft_.data() + mod * 64, 64);
+        writeBytes(mad, std::span(lft_).subspan(mod * 64, 64));
         return kStatusOk;
     case kAttrMulticastForwardingTable: {
         const unsigned position = mod >> 28, block = mod & 0x1ff;
         if (block >= kMftCap / 32 || position > config_.ports / 16) // 16 ports per position
             return kStatusBadField;
-        for (unsigned i = 0; i < 32; ++i)
-            mad.set16(D + 2 * i, mft_[block * 32 + i][position]);
+        std::array<uint16_t, kMftEntriesPerBlock> masks;
+        for (unsigned i = 0; i < kMftEntriesPerBlock; ++i)
+            masks[i] = mft_[block * kMftEntriesPerBlock + i][position];
+        writeBlock16(mad, masks);
         return kStatusOk;
     }
     default:
@@ -265,8 +263,7 @@ uint16_t Switch::smaSet(Mad &mad, unsigned in) {
         const unsigned port = mod >> 16, block = mod & 0xffff;
         if (port > config_.ports || block != 0)
             return kStatusBadField;
-        for (unsigned i = 0; i < 32; ++i)
-            ports_[port].pkeys[i] = mad.get16(D + 2 * i);
+        readBlock16(mad, ports_[port].pkeys);
         status = kStatusOk;
         break;
     }
@@ -274,7 +271,7 @@ uint16_t Switch::smaSet(Mad &mad, unsigned in) {
         const unsigned out = mod & 0xff;
         if (out > config_.ports)
             return kStatusBadField;
-        std::memcpy(ports_[out].slToVl.data(), mad.bytes().data() + D, 8);
+        readBytes(mad, ports_[out].slToVl);
         status = kStatusOk;
         break;
     }
@@ -283,22 +280,24 @@ uint16_t Switch::smaSet(Mad &mad, unsigned in) {
         if (port > config_.ports || block < 1 || block > 4)
             return kStatusBadField;
         const size_t half = block <= 2 ? 0 : 32;
-        std::memcpy(ports_[port].vlArb.data() + half, mad.bytes().data() + D, 32);
+        readBytes(mad, std::span(ports_[port].vlArb).subspan(half, 32));
         status = kStatusOk;
         break;
     }
     case kAttrLinearForwardingTable:
         if (mod >= kLftCap / 64)
             return kStatusBadField;
-        std::memcpy(lft_.data() + mod * 64, mad.bytes().data() + D, 64);
+        readBytes(mad, std::span(lft_).subspan(mod * 64, 64));
         status = kStatusOk;
         break;
     case kAttrMulticastForwardingTable: {
         const unsigned position = mod >> 28, block = mod & 0x1ff;
         if (block >= kMftCap / 32 || position > config_.ports / 16) // 16 ports per position
             return kStatusBadField;
-        for (unsigned i = 0; i < 32; ++i)
-            mft_[block * 32 + i][position] = mad.get16(D + 2 * i);
+        std::array<uint16_t, kMftEntriesPerBlock> masks;
+        readBlock16(mad, masks);
+        for (unsigned i = 0; i < kMftEntriesPerBlock; ++i)
+            mft_[block * kMftEntriesPerBlock + i][position] = masks[i];
         status = kStatusOk;
         break;
     }

@@ -20,7 +20,7 @@ Switch::Switch(SwitchConfig config)
     : config_(std::move(config)), ports_(config_.ports + 1), lft_(kLftCap, 0xff), mft_(kMftCap) {
     // Port 0 is the switch itself: always up, its state is the switch's.
     ports_[0].linkUp = true;
-    ports_[0].state = kStateInit;
+    ports_[0].state = kPortStateInit;
     ports_[0].pkeys[0] = 0xffff;
 }
 
@@ -39,7 +39,7 @@ std::vector<Transmit> Switch::linkChanged(unsigned port, bool up) {
     p.linkUp = up;
     // A new link trains to INIT; a lost one goes DOWN. Either way the SM
     // learns of it through SwitchInfo.PortStateChange.
-    p.state = up ? kStateInit : kStateDown;
+    p.state = up ? kPortStateInit : kPortStateDown;
     if (!up)
         ++p.counters.linkDowned;
     portStateChange_ = true;
@@ -50,7 +50,8 @@ void Switch::transmit(std::vector<Transmit> &out, unsigned port, std::vector<uin
                       bool management) {
     SwitchPort &p = ports_[port];
     // Data needs an ACTIVE port; subnet management (VL15) only a live link.
-    const bool open = p.linkUp && (management ? p.state >= kStateInit : p.state == kStateActive);
+    const bool open =
+        p.linkUp && (management ? p.state >= kPortStateInit : p.state == kPortStateActive);
     if (!open) {
         if (management)
             ++p.counters.vl15Dropped;
@@ -90,7 +91,7 @@ std::vector<Transmit> Switch::receive(unsigned in, std::span<const uint8_t> byte
     if (smp && packet->payload[1] == kClassSmpDirected)
         return directedRoute(in, std::move(*packet), bytes);
     // Anything but subnet management needs a port the SM has made ACTIVE.
-    if (!smp && port.state != kStateActive) {
+    if (!smp && port.state != kPortStateActive) {
         ++port.counters.rcvErrors;
         dropped(in, "data on a port that is not ACTIVE, state", port.state);
         return out;

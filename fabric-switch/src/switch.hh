@@ -39,21 +39,12 @@ struct PortCounters {
     uint32_t linkDowned = 0;
 };
 
-// IBA PortState and PortPhysicalState values.
-enum PortState : uint8_t {
-    kStateNop = 0,
-    kStateDown = 1,
-    kStateInit = 2,
-    kStateArmed = 3,
-    kStateActive = 4
-};
-enum PhysState : uint8_t { kPhysPolling = 2, kPhysLinkUp = 5 };
-// "ACTIVE" for kStateActive; "?" for what IBA does not define.
+// "ACTIVE" for kPortStateActive; "?" for what IBA does not define.
 const char *stateName(uint8_t state);
 
 struct SwitchPort {
     bool linkUp = false;
-    uint8_t state = kStateDown;
+    uint8_t state = kPortStateDown;
     uint8_t neighborMtu = 5; // 4096
     uint8_t operationalVls = 1;
     uint8_t hoqLife = 0;

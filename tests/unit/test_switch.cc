@@ -322,13 +322,13 @@ TEST_CASE("PortInfo sets the LID and walks the port states", "[switch]") {
         auto resp = drSet(sw, kAttrPortInfo, port, [&](Mad &m) { m.set8(64 + 32, state); });
         return Mad(resp).status();
     };
-    CHECK(sw.port(4).state == kStateInit);
-    CHECK(setState(4, kStateActive) == kStatusBadField); // INIT -> ACTIVE skips ARMED
-    CHECK(sw.port(4).state == kStateInit);
-    CHECK(setState(4, kStateArmed) == kStatusOk);
-    CHECK(setState(4, kStateActive) == kStatusOk);
-    CHECK(sw.port(4).state == kStateActive);
-    CHECK(setState(77, kStateArmed) == kStatusBadField);
+    CHECK(sw.port(4).state == kPortStateInit);
+    CHECK(setState(4, kPortStateActive) == kStatusBadField); // INIT -> ACTIVE skips ARMED
+    CHECK(sw.port(4).state == kPortStateInit);
+    CHECK(setState(4, kPortStateArmed) == kStatusOk);
+    CHECK(setState(4, kPortStateActive) == kStatusOk);
+    CHECK(sw.port(4).state == kPortStateActive);
+    CHECK(setState(77, kPortStateArmed) == kStatusBadField);
 }
 
 TEST_CASE("unknown attributes and methods get an error status", "[switch]") {
@@ -348,8 +348,8 @@ TEST_CASE("the LFT routes unicast between ACTIVE ports", "[switch]") {
     auto data = lidPacket(5, 0x99, std::vector<uint8_t>(100, 1));
     CHECK(sw.receive(1, data).empty()); // ports not ACTIVE yet
     for (unsigned p : {1u, 2u}) {
-        drSet(sw, kAttrPortInfo, p, [](Mad &m) { m.set8(64 + 32, kStateArmed); });
-        drSet(sw, kAttrPortInfo, p, [](Mad &m) { m.set8(64 + 32, kStateActive); });
+        drSet(sw, kAttrPortInfo, p, [](Mad &m) { m.set8(64 + 32, kPortStateArmed); });
+        drSet(sw, kAttrPortInfo, p, [](Mad &m) { m.set8(64 + 32, kPortStateActive); });
     }
     auto out = sw.receive(1, data);
     REQUIRE(out.size() == 1);
@@ -362,8 +362,8 @@ TEST_CASE("the LFT routes unicast between ACTIVE ports", "[switch]") {
 TEST_CASE("the MFT copies multicast to its ports but never back", "[switch]") {
     Switch sw = makeSwitch();
     for (unsigned p = 1; p <= 4; ++p) {
-        drSet(sw, kAttrPortInfo, p, [](Mad &m) { m.set8(64 + 32, kStateArmed); });
-        drSet(sw, kAttrPortInfo, p, [](Mad &m) { m.set8(64 + 32, kStateActive); });
+        drSet(sw, kAttrPortInfo, p, [](Mad &m) { m.set8(64 + 32, kPortStateArmed); });
+        drSet(sw, kAttrPortInfo, p, [](Mad &m) { m.set8(64 + 32, kPortStateActive); });
     }
     // MLID 0xc001: ports 1, 2 and 3 (position 0 covers ports 0..15).
     drSet(sw, kAttrMulticastForwardingTable, 0, [](Mad &m) { m.set16(64 + 2, 0b1110); });
@@ -382,8 +382,8 @@ TEST_CASE("multicast LIDs beyond the MFT are dropped, not indexed", "[switch]") 
     CHECK(sw.receive(1, lidPacket(0xd000, 0, std::vector<uint8_t>(kMadSize, 0))).empty());
     CHECK(sw.port(1).counters.xmitDiscards == 1);
     for (unsigned p = 1; p <= 2; ++p) {
-        drSet(sw, kAttrPortInfo, p, [](Mad &m) { m.set8(64 + 32, kStateArmed); });
-        drSet(sw, kAttrPortInfo, p, [](Mad &m) { m.set8(64 + 32, kStateActive); });
+        drSet(sw, kAttrPortInfo, p, [](Mad &m) { m.set8(64 + 32, kPortStateArmed); });
+        drSet(sw, kAttrPortInfo, p, [](Mad &m) { m.set8(64 + 32, kPortStateActive); });
     }
     for (uint32_t dlid = 0xc000 + Switch::kMftCap; dlid < 0xffff; dlid += 97) {
         CHECK(
@@ -398,8 +398,8 @@ TEST_CASE("multicast LIDs beyond the MFT are dropped, not indexed", "[switch]") 
 TEST_CASE("the PMA counts traffic in IBA units", "[switch]") {
     Switch sw = makeSwitch();
     drSet(sw, kAttrPortInfo, 0, [](Mad &m) { m.set16(64 + 16, 0x10); });
-    drSet(sw, kAttrPortInfo, 1, [](Mad &m) { m.set8(64 + 32, kStateArmed); });
-    drSet(sw, kAttrPortInfo, 1, [](Mad &m) { m.set8(64 + 32, kStateActive); });
+    drSet(sw, kAttrPortInfo, 1, [](Mad &m) { m.set8(64 + 32, kPortStateArmed); });
+    drSet(sw, kAttrPortInfo, 1, [](Mad &m) { m.set8(64 + 32, kPortStateActive); });
     auto request = smpMad(kClassPerfMgt, kGet, kAttrPortCounters, 0);
     request[64 + 1] = 1; // port select
     auto out = sw.receive(1, lidPacket(0x10, 1, request, 0x21));
@@ -422,7 +422,7 @@ TEST_CASE("link changes set PortStateChange until the SM clears it", "[switch]")
     drSet(sw, kAttrSwitchInfo, 0, [](Mad &m) { m.set8(64 + 11, 0x04); });
     CHECK_FALSE(sw.portStateChange());
     sw.linkChanged(6, false);
-    CHECK(sw.port(6).state == kStateDown);
+    CHECK(sw.port(6).state == kPortStateDown);
     CHECK(sw.portStateChange());
     drSet(sw, kAttrSwitchInfo, 0, [](Mad &m) { m.set8(64 + 11, 0x04); });
     CHECK_FALSE(sw.portStateChange());
@@ -432,25 +432,25 @@ TEST_CASE("the SM setting a port DOWN takes its link down to train again", "[swi
     Switch sw = makeSwitch();
     std::vector<std::string> events;
     sw.setEventLogger([&](const std::string &line) { events.push_back(line); });
-    drSet(sw, kAttrPortInfo, 6, [](Mad &m) { m.set8(64 + 32, kStateArmed); });
-    drSet(sw, kAttrPortInfo, 6, [](Mad &m) { m.set8(64 + 32, kStateActive); });
+    drSet(sw, kAttrPortInfo, 6, [](Mad &m) { m.set8(64 + 32, kPortStateArmed); });
+    drSet(sw, kAttrPortInfo, 6, [](Mad &m) { m.set8(64 + 32, kPortStateActive); });
     CHECK(sw.takeLinkResets().empty());
     drSet(sw, kAttrSwitchInfo, 0, [](Mad &m) { m.set8(64 + 11, 0x04); });
 
-    auto m = drSet(sw, kAttrPortInfo, 6, [](Mad &m) { m.set8(64 + 32, kStateDown); });
+    auto m = drSet(sw, kAttrPortInfo, 6, [](Mad &m) { m.set8(64 + 32, kPortStateDown); });
     CHECK(Mad(m).status() == kStatusOk);
     // DOWN, not INIT at once: the peer's end must see the link go too.
-    CHECK(sw.port(6).state == kStateDown);
-    drSet(sw, kAttrPortInfo, 6, [](Mad &m) { m.set8(64 + 32, kStateDown); });
+    CHECK(sw.port(6).state == kPortStateDown);
+    drSet(sw, kAttrPortInfo, 6, [](Mad &m) { m.set8(64 + 32, kPortStateDown); });
     CHECK(sw.takeLinkResets() == std::vector<unsigned>{6}); // once, however often set
     CHECK(sw.takeLinkResets().empty());
     // Until the cable is closed nothing but DOWN may be set.
-    m = drSet(sw, kAttrPortInfo, 6, [](Mad &m) { m.set8(64 + 32, kStateArmed); });
+    m = drSet(sw, kAttrPortInfo, 6, [](Mad &m) { m.set8(64 + 32, kPortStateArmed); });
     CHECK(Mad(m).status() == kStatusBadField);
     // The server closes it, the peer comes back: INIT, and the SM hears.
     sw.linkChanged(6, false);
     sw.linkChanged(6, true);
-    CHECK(sw.port(6).state == kStateInit);
+    CHECK(sw.port(6).state == kPortStateInit);
     CHECK(sw.portStateChange());
     CHECK(events == std::vector<std::string>{"port 6: the SM set it ARMED (was INIT)",
                                              "port 6: the SM set it ACTIVE (was ARMED)",

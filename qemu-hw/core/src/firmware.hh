@@ -143,6 +143,7 @@ class Firmware {
     void sendTrap(unsigned port, std::vector<uint8_t> mad);
     uint16_t smaGet(unsigned port, iba::Mad &mad, bool hideMkey = false);
     uint16_t smaSet(unsigned port, iba::Mad &mad);
+    iba::PortInfo portInfo(unsigned port, bool hideMkey);
     uint16_t setPortInfo(unsigned port, iba::Mad &mad);
     void pma(unsigned port, iba::Mad &mad);
     CommandOutcome allocUar(const Command &);

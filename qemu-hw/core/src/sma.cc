@@ -5,12 +5,12 @@
 // PortCountersExtended). Sets raise the IB events the kernel relies on.
 #include <algorithm>
 #include <cinttypes>
-#include <cstring>
 
 #include "addressing.hh"
 #include "firmware.hh"
 #include "frame.hh"
 #include "limits.hh"
+#include "smp.hh"
 
 namespace pib {
 
@@ -18,9 +18,7 @@ using iba::Mad;
 
 namespace {
 
-constexpr size_t D = Mad::kSmpData;
 constexpr uint32_t kVendorId = PIB_PCI_VENDOR_ID;
-constexpr uint16_t kCapExtendedCounters = 1u << 9;
 
 } // namespace
 
@@ -116,82 +114,49 @@ void Firmware::sendTrap(unsigned number, std::vector<uint8_t> mad) {
 uint16_t Firmware::smaGet(unsigned number, Mad &mad, bool hideMkey) {
     PortState &p = *port(number);
     const uint32_t mod = mad.attributeModifier();
-    uint8_t *data = mad.bytes().data() + D;
     switch (mad.attributeId()) {
     case iba::kAttrNodeInfo:
-        std::memset(data, 0, Mad::kSmpDataSize);
-        mad.set8(D + 0, 1);
-        mad.set8(D + 1, 1);
-        mad.set8(D + 2, 1); // channel adapter
-        mad.set8(D + 3, static_cast<uint8_t>(config_.num_ports));
-        mad.set64(D + 4, config_.node_guid);
-        mad.set64(D + 12, config_.node_guid);
-        mad.set64(D + 20, p.info.port_guid);
-        mad.set16(D + 28, PIB_PKEY_TABLE_LEN);
-        mad.set16(D + 30, PIB_PCI_DEVICE_ID);
-        mad.set32(D + 32, PIB_PCI_REVISION);
-        mad.set32(D + 36, number << 24 | kVendorId);
+        iba::writeNodeInfo(mad, iba::NodeInfo{.nodeType = iba::kNodeTypeCa,
+                                              .numPorts = static_cast<uint8_t>(config_.num_ports),
+                                              .systemImageGuid = config_.node_guid,
+                                              .nodeGuid = config_.node_guid,
+                                              .portGuid = p.info.port_guid,
+                                              .partitionCap = PIB_PKEY_TABLE_LEN,
+                                              .deviceId = PIB_PCI_DEVICE_ID,
+                                              .revision = PIB_PCI_REVISION,
+                                              .localPortNum = static_cast<uint8_t>(number),
+                                              .vendorId = kVendorId});
         return iba::kStatusOk;
     case iba::kAttrNodeDescription:
-        std::memset(data, 0, Mad::kSmpDataSize);
-        std::memcpy(data, nodeDesc_.data(), nodeDesc_.size());
+        iba::writeBytes(mad,
+                        {reinterpret_cast<const uint8_t *>(nodeDesc_.data()), nodeDesc_.size()});
         return iba::kStatusOk;
-    case iba::kAttrPortInfo: {
+    case iba::kAttrPortInfo:
         if (mod != 0 && mod != number)
             return iba::kStatusBadField;
-        const pib_port_info &i = p.info;
-        std::memset(data, 0, Mad::kSmpDataSize);
-
-        mad.set64(D + 8, i.gid_prefix);
-        mad.set16(D + 16, i.lid);
-        mad.set16(D + 18, i.sm_lid);
-        mad.set32(D + 20, i.cap_mask);
-        mad.set8(D + 28, static_cast<uint8_t>(number));
-        // 4x QDR, as the links a real fabric of this kind runs: an SM then
-        // finds every rate it asks of a multicast group (IPoIB's is 10 Gb/s).
-        mad.set8(D + 29, iba::kLinkWidth1x4x); // enabled
-        mad.set8(D + 30, iba::kLinkWidth1x4x); // supported
-        mad.set8(D + 31, i.active_width);
-        mad.set8(D + 32, static_cast<uint8_t>(iba::kLinkSpeedSdrDdrQdr << 4 | i.state));
-        mad.set8(D + 33, static_cast<uint8_t>(i.phys_state << 4 | PIB_PHYS_POLLING));
-        mad.set8(D + 34, i.lmc);
-        p.mkey.writePortInfo(mad, D, hideMkey);
-        mad.set8(D + 35, static_cast<uint8_t>(i.active_speed << 4 | iba::kLinkSpeedSdrDdrQdr));
-        mad.set8(D + 36, static_cast<uint8_t>(i.active_mtu << 4 | i.sm_sl));
-        mad.set8(D + 37, static_cast<uint8_t>(i.max_vl_num << 4));
-        mad.set8(D + 38, p.vlHighLimit);
-        mad.set8(D + 40, 1); // VLArbitrationLowCap
-        mad.set8(D + 41, static_cast<uint8_t>(i.init_type_reply << 4 | i.max_mtu));
-        mad.set8(D + 42, p.hoqLife);
-        mad.set8(D + 43, static_cast<uint8_t>(1 << 4)); // OperationalVLs: VL0
-        mad.set16(D + 46, iba::saturate<uint16_t>(i.bad_pkey_cntr));
-        mad.set16(D + 48, iba::saturate<uint16_t>(i.qkey_viol_cntr));
-        mad.set8(D + 50, PIB_GUID_TABLE_LEN);
-        mad.set8(D + 51, i.subnet_timeout);
+        iba::writePortInfo(mad, portInfo(number, hideMkey));
         return iba::kStatusOk;
-    }
     case iba::kAttrPkeyTable: {
         const unsigned block = mod & 0xffff;
-        if (block >= PIB_PKEY_TABLE_LEN / 32)
+        if (block >= PIB_PKEY_TABLE_LEN / iba::kPkeysPerBlock)
             return iba::kStatusBadField;
-        for (unsigned e = 0; e < 32; ++e)
-            mad.set16(D + 2 * e, p.pkeys[block * 32 + e]);
+        iba::writeBlock16(
+            mad, std::span(p.pkeys).subspan(block * iba::kPkeysPerBlock, iba::kPkeysPerBlock));
         return iba::kStatusOk;
     }
     case iba::kAttrGuidInfo:
         if (mod != 0)
             return iba::kStatusBadField;
-        for (unsigned e = 0; e < PIB_GUID_TABLE_LEN; ++e)
-            mad.set64(D + 8 * e, p.guids[e]);
+        iba::writeBlock64(mad, p.guids);
         return iba::kStatusOk;
     case iba::kAttrSlToVlTable:
-        std::memcpy(data, p.slToVl.data(), p.slToVl.size());
+        iba::writeBytes(mad, p.slToVl);
         return iba::kStatusOk;
     case iba::kAttrVlArbTable: {
         const unsigned block = mod >> 16;
         if (block < 1 || block > 4)
             return iba::kStatusBadField;
-        std::memcpy(data, p.vlArb.data() + (block <= 2 ? 0 : 32), 32);
+        iba::writeBytes(mad, std::span(p.vlArb).subspan(block <= 2 ? 0 : 32, 32));
         return iba::kStatusOk;
     }
     default:
@@ -199,17 +164,58 @@ uint16_t Firmware::smaGet(unsigned number, Mad &mad, bool hideMkey) {
     }
 }
 
+// The port's PortInfo as an SMA answers a Get.
+iba::PortInfo Firmware::portInfo(unsigned number, bool hideMkey) {
+    const PortState &p = *port(number);
+    const pib_port_info &i = p.info;
+    iba::PortInfo info{
+        .gidPrefix = i.gid_prefix,
+        .lid = i.lid,
+        .masterSmLid = i.sm_lid,
+        .capabilityMask = i.cap_mask,
+        .localPortNum = static_cast<uint8_t>(number),
+        // 4x QDR, as the links a real fabric of this kind runs: an SM then
+        // finds every rate it asks of a multicast group (IPoIB's is 10 Gb/s).
+        .linkWidthEnabled = iba::kLinkWidth1x4x,
+        .linkWidthSupported = iba::kLinkWidth1x4x,
+        .linkWidthActive = i.active_width,
+        .linkSpeedSupported = iba::kLinkSpeedSdrDdrQdr,
+        .portState = i.state,
+        .portPhysicalState = i.phys_state,
+        .linkDownDefaultState = PIB_PHYS_POLLING,
+        .lmc = i.lmc,
+        .linkSpeedActive = i.active_speed,
+        .linkSpeedEnabled = iba::kLinkSpeedSdrDdrQdr,
+        .neighborMtu = i.active_mtu,
+        .masterSmSl = i.sm_sl,
+        .vlCap = i.max_vl_num,
+        .vlHighLimit = p.vlHighLimit,
+        .vlArbitrationLowCap = 1,
+        .initTypeReply = i.init_type_reply,
+        .mtuCap = i.max_mtu,
+        .hoqLife = p.hoqLife,
+        .operationalVls = 1, // VL0
+        .pkeyViolations = iba::saturate<uint16_t>(i.bad_pkey_cntr),
+        .qkeyViolations = iba::saturate<uint16_t>(i.qkey_viol_cntr),
+        .guidCap = PIB_GUID_TABLE_LEN,
+        .subnetTimeout = i.subnet_timeout,
+    };
+    p.mkey.fillPortInfo(info, hideMkey);
+    return info;
+}
+
 uint16_t Firmware::setPortInfo(unsigned number, Mad &mad) {
     PortState &p = *port(number);
     pib_port_info &i = p.info;
-    const uint16_t lid = mad.get16(D + 16);
-    const uint16_t smLid = mad.get16(D + 18);
-    const uint8_t newState = mad.get8(D + 32) & 0xf;
-    const uint8_t lmc = mad.get8(D + 34) & 7;
-    const uint8_t mtu = mad.get8(D + 36) >> 4;
-    const uint8_t smSl = mad.get8(D + 36) & 0xf;
-    const uint8_t vls = mad.get8(D + 43) >> 4;
-    const bool reregister = mad.get8(D + 51) & 0x80;
+    const iba::PortInfo set = iba::readPortInfo(mad);
+    const uint16_t lid = set.lid;
+    const uint16_t smLid = set.masterSmLid;
+    const uint8_t newState = set.portState;
+    const uint8_t lmc = set.lmc;
+    const uint8_t mtu = set.neighborMtu;
+    const uint8_t smSl = set.masterSmSl;
+    const uint8_t vls = set.operationalVls;
+    const bool reregister = set.clientReregister;
     // Validate all, then apply all (a failed Set changes nothing).
     if (mtu > i.max_mtu || vls > i.max_vl_num || lid >= iba::kMulticastLidFirst)
         return iba::kStatusBadField;
@@ -222,17 +228,16 @@ uint16_t Firmware::setPortInfo(unsigned number, Mad &mad) {
 
     const bool lidChanged = lid != i.lid || lmc != i.lmc;
     const bool smChanged = smLid != i.sm_lid || smSl != i.sm_sl;
-    const uint64_t prefix = mad.get64(D + 8);
-    const bool gidChanged = prefix != i.gid_prefix;
-    p.mkey.setFromPortInfo(mad, D);
-    i.gid_prefix = prefix;
+    const bool gidChanged = set.gidPrefix != i.gid_prefix;
+    p.mkey.setFromPortInfo(set);
+    i.gid_prefix = set.gidPrefix;
     i.lid = lid;
     i.sm_lid = smLid;
     i.lmc = lmc;
     i.sm_sl = smSl;
-    i.subnet_timeout = mad.get8(D + 51) & 0x1f;
-    p.hoqLife = mad.get8(D + 42) & 0x1f;
-    p.vlHighLimit = mad.get8(D + 38);
+    i.subnet_timeout = set.subnetTimeout;
+    p.hoqLife = set.hoqLife;
+    p.vlHighLimit = set.vlHighLimit;
     if (mtu)
         i.active_mtu = std::min(mtu, i.max_mtu);
     const bool toActive = newState == PIB_PORT_ACTIVE && i.state != PIB_PORT_ACTIVE;
@@ -271,10 +276,10 @@ uint16_t Firmware::smaSet(unsigned number, Mad &mad) {
         break;
     case iba::kAttrPkeyTable: {
         const unsigned block = mod & 0xffff;
-        if (block >= PIB_PKEY_TABLE_LEN / 32)
+        if (block >= PIB_PKEY_TABLE_LEN / iba::kPkeysPerBlock)
             return iba::kStatusBadField;
-        for (unsigned e = 0; e < 32; ++e)
-            p.pkeys[block * 32 + e] = mad.get16(D + 2 * e);
+        iba::readBlock16(
+            mad, std::span(p.pkeys).subspan(block * iba::kPkeysPerBlock, iba::kPkeysPerBlock));
         postAsyncEvent(PIB_ASYNC_PKEY_CHANGE, number);
         status = iba::kStatusOk;
         break;
@@ -282,21 +287,24 @@ uint16_t Firmware::smaSet(unsigned number, Mad &mad) {
     case iba::kAttrGuidInfo:
         if (mod != 0)
             return iba::kStatusBadField;
-        // Entry 0 is the port GUID, which the SM cannot change.
-        for (unsigned e = 1; e < PIB_GUID_TABLE_LEN; ++e)
-            p.guids[e] = mad.get64(D + 8 * e);
+        {
+            // Entry 0 is the port GUID, which the SM cannot change.
+            std::array<uint64_t, PIB_GUID_TABLE_LEN> guids;
+            iba::readBlock64(mad, guids);
+            std::copy(guids.begin() + 1, guids.end(), p.guids.begin() + 1);
+        }
         postAsyncEvent(PIB_ASYNC_GID_CHANGE, number);
         status = iba::kStatusOk;
         break;
     case iba::kAttrSlToVlTable:
-        std::memcpy(p.slToVl.data(), mad.bytes().data() + D, p.slToVl.size());
+        iba::readBytes(mad, p.slToVl);
         status = iba::kStatusOk;
         break;
     case iba::kAttrVlArbTable: {
         const unsigned block = mod >> 16;
         if (block < 1 || block > 4)
             return iba::kStatusBadField;
-        std::memcpy(p.vlArb.data() + (block <= 2 ? 0 : 32), mad.bytes().data() + D, 32);
+        iba::readBytes(mad, std::span(p.vlArb).subspan(block <= 2 ? 0 : 32, 32));
         status = iba::kStatusOk;
         break;
     }
@@ -313,17 +321,12 @@ uint16_t Firmware::smaSet(unsigned number, Mad &mad) {
 
 void Firmware::pma(unsigned number, Mad &mad) {
     PortState &p = *port(number);
-    constexpr size_t P = Mad::kPmaData;
     const bool set = mad.method() == iba::kSet;
     uint16_t status = iba::kStatusOk;
-    const unsigned portSelect = mad.get8(P + 1);
+    const unsigned portSelect = iba::pmaPortSelect(mad);
     switch (mad.attributeId()) {
     case iba::kAttrClassPortInfo:
-        std::memset(mad.bytes().data() + P, 0, 192);
-        mad.set8(P + 0, 1);
-        mad.set8(P + 1, 1);
-        mad.set16(P + 2, kCapExtendedCounters);
-        mad.set8(P + 7, 18);
+        iba::writePmaClassPortInfo(mad);
         if (set)
             status = iba::kStatusBadMethod;
         break;
