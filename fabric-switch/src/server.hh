@@ -14,8 +14,6 @@
 
 namespace pib::fabric {
 
-using namespace pib::iba;
-
 // Writes a line to the switch's log (stderr), prefixed with the program's
 // name and the seconds since it started.
 void logLine(const char *text);

@@ -17,10 +17,9 @@
 #include "mad.hh"
 #include "mkey.hh"
 #include "packet.hh"
+#include "smp.hh"
 
 namespace pib::fabric {
-
-using namespace pib::iba;
 
 struct SwitchConfig {
     uint64_t guid = 0;
@@ -44,7 +43,7 @@ const char *stateName(uint8_t state);
 
 struct SwitchPort {
     bool linkUp = false;
-    uint8_t state = kPortStateDown;
+    uint8_t state = iba::kPortStateDown;
     uint8_t neighborMtu = 5; // 4096
     uint8_t operationalVls = 1;
     uint8_t hoqLife = 0;
@@ -110,19 +109,19 @@ class Switch {
     std::vector<Transmit> toSwitch(unsigned in, iba::Packet packet);
     // False when the SMP is dropped unanswered (an M_Key violation, whose
     // Trap 256 goes to `out`).
-    bool sma(Mad mad, unsigned in, std::vector<Transmit> &out);
-    void pma(Mad mad);
-    uint16_t smaGet(Mad &mad, unsigned in);
-    uint16_t smaSet(Mad &mad, unsigned in);
-    void nodeInfo(Mad &mad, unsigned in) const;
-    void switchInfo(Mad &mad) const;
-    void portInfo(Mad &mad, unsigned port, unsigned in) const;
-    uint16_t setSwitchInfo(Mad &mad);
-    uint16_t setPortInfo(Mad &mad, unsigned port);
-    uint16_t applyPortInfo(Mad &mad, unsigned port);
+    bool sma(iba::Mad mad, unsigned in, std::vector<Transmit> &out);
+    void pma(iba::Mad mad);
+    uint16_t smaGet(iba::Mad &mad, unsigned in);
+    uint16_t smaSet(iba::Mad &mad, unsigned in);
+    void nodeInfo(iba::Mad &mad, unsigned in) const;
+    void switchInfo(iba::Mad &mad) const;
+    void portInfo(iba::Mad &mad, unsigned port, unsigned in) const;
+    uint16_t setSwitchInfo(iba::Mad &mad);
+    uint16_t setPortInfo(iba::Mad &mad, unsigned port);
+    uint16_t applyPortInfo(iba::Mad &mad, unsigned port);
     std::vector<Transmit> trap128();
     uint64_t trapRepeatNs() const;
-    void trapRepressed(const Mad &repress);
+    void trapRepressed(const iba::Mad &repress);
     uint64_t now() const;
     void trapToSm(std::vector<Transmit> &out, std::vector<uint8_t> mad);
     std::vector<Transmit> reply(const iba::Packet &request, std::vector<uint8_t> mad, unsigned out);

@@ -10,6 +10,8 @@
 
 namespace pib::fabric {
 
+using namespace pib::iba;
+
 namespace {
 
 constexpr uint8_t kNoticeTypeUrgent = 1;

@@ -35,7 +35,7 @@ def test_links_come_back_after_a_switch_restart(ctx):
     fabric.stop_ib_switch(ctx.fabric)
     _wait_states(ctx, "PORT_DOWN", "Polling")
     start = time.monotonic()
-    fabric.start_ib_switch(ctx.fabric)
+    fabric.start_ib_switches(ctx.fabric)
     # QEMU reconnects each port's chardev on its own (reconnect-ms), and
     # opensm's sweeps find and configure the new switch.
     _wait_states(ctx, "PORT_ACTIVE", "LinkUp", timeout=120)

@@ -11,6 +11,7 @@
 
 using namespace pib;
 using namespace pib::fabric;
+using namespace pib::iba;
 
 namespace {
 

@@ -70,7 +70,7 @@ class Fabric:
     accel: str
     topology: dict = field(default_factory=dict)  # a Topology, as saved
     vms: list = field(default_factory=list)
-    switch_pid: int = 0  # the management-network vde_switch
+    mgmt_switch_pid: int = 0  # the management network's vde_switch
     ib_switch_pids: dict = field(default_factory=dict)  # switch name -> pid
 
     @property
@@ -105,6 +105,8 @@ def load():
         return None
     data = json.loads(state.read_text())
     data["vms"] = [Vm(**v) for v in data["vms"]]
+    if "switch_pid" in data:  # a fabric started before the field's rename
+        data["mgmt_switch_pid"] = data.pop("switch_pid")
     return Fabric(**data)
 
 
@@ -263,7 +265,7 @@ def fault(spec_port: str, words) -> int:
     return 0
 
 
-def start_ib_switch(fabric: Fabric) -> None:
+def start_ib_switches(fabric: Fabric) -> None:
     """Starts every switch of the topology."""
     for switch in fabric.topo.switches:
         start_switch(fabric, switch.name)
@@ -302,7 +304,7 @@ def stopped_processes(fabric: Fabric) -> list:
     """The fabric's QEMUs and switches (IB and management) that no longer run."""
     gone = [vm.name for vm in fabric.vms if not _ours(vm.pid, fabric.run_dir)]
     gone += [name for name in fabric.ib_switch_pids if not switch_running(fabric, name)]
-    if not _ours(fabric.switch_pid, fabric.run_dir):
+    if not _ours(fabric.mgmt_switch_pid, fabric.run_dir):
         gone.append("the management switch")
     return gone
 
@@ -503,9 +505,9 @@ def up(vms: int = 2, accel: str = "tcg", memory: int = 2048, cpus: int = 1,
              "--pidfile", run / "vde_switch.pid", "--mgmt", run / "mgmt.vde.ctl"],
             check=True, stdin=subprocess.DEVNULL,
         )
-        fabric.switch_pid = _wait_pidfile(run / "vde_switch.pid", "vde_switch")
+        fabric.mgmt_switch_pid = _wait_pidfile(run / "vde_switch.pid", "vde_switch")
         fabric.save()
-        start_ib_switch(fabric)
+        start_ib_switches(fabric)
         for vm in fabric.vms:
             vm.command = _qemu_command(fabric, vm, memory, cpus, trace, kernel_args)
             (vm.path / "qemu.cmdline").write_text(" ".join(vm.command) + "\n")
@@ -561,7 +563,7 @@ def down(quiet: bool = False) -> None:
     for vm in fabric.vms:
         _kill(vm.pid, fabric.run_dir, f"QEMU of {vm.name}")
         _reap(vm.pid)
-    _kill(fabric.switch_pid, fabric.run_dir, "vde_switch")
+    _kill(fabric.mgmt_switch_pid, fabric.run_dir, "vde_switch")
     stop_ib_switch(fabric)
     for sock in Path(fabric.run_dir).rglob("*.sock"):
         sock.unlink(missing_ok=True)
@@ -576,8 +578,8 @@ def status() -> int:
         ui.info("no fabric is up")
         return 1
     ui.info(f"fabric in {fabric.run_dir} ({fabric.accel})")
-    switch = "running" if _ours(fabric.switch_pid, fabric.run_dir) else "STOPPED"
-    ui.info(f"  management switch  pid {fabric.switch_pid:<8} {switch}")
+    switch = "running" if _ours(fabric.mgmt_switch_pid, fabric.run_dir) else "STOPPED"
+    ui.info(f"  management switch  pid {fabric.mgmt_switch_pid:<8} {switch}")
     healthy = switch == "running"
     topo = fabric.topo
     for switch in topo.switches:
