@@ -238,6 +238,18 @@ class Firmware {
     void completeReceive(uint32_t qpn, QueuePair &qp, const iba::Packet &packet, uint8_t opcode,
                          uint32_t length);
     void onRequest(uint32_t qpn, QueuePair &qp, const iba::Packet &packet);
+    bool checkRequestPsn(uint32_t qpn, QueuePair &qp, const iba::Packet &packet);
+    bool checkRequestSequence(uint32_t qpn, QueuePair &qp, const iba::Packet &packet);
+    void readOrAtomicRequest(uint32_t qpn, QueuePair &qp, const iba::Packet &packet);
+    bool receiveSend(uint32_t qpn, QueuePair &qp, const iba::Packet &packet);
+    bool receiveWrite(uint32_t qpn, QueuePair &qp, const iba::Packet &packet);
+    bool startWrite(uint32_t qpn, QueuePair &qp, const iba::Packet &packet);
+    bool landWrite(uint32_t qpn, QueuePair &qp, const iba::Packet &packet);
+    void endRequest(uint32_t qpn, QueuePair &qp, const iba::Packet &packet);
+    void dropUcMessage(QueuePair &qp, uint32_t psn);
+    void refuseRequest(uint32_t qpn, QueuePair &qp, uint32_t psn, uint8_t nakCode, uint8_t wcStatus,
+                       const char *why);
+    void noReceiveWqe(uint32_t qpn, QueuePair &qp, uint32_t psn);
     void readRequest(uint32_t qpn, QueuePair &qp, const iba::Packet &packet);
     bool sendReadResponse(uint32_t qpn, QueuePair &qp, Reply &r);
     void atomicRequest(uint32_t qpn, QueuePair &qp, const iba::Packet &packet);

@@ -178,29 +178,74 @@ void Firmware::completeReceive(uint32_t qpn, QueuePair &qp, const iba::Packet &p
     postCqe(qp.ctx.recv_cqn, cqe, packet.bth.solicited);
 }
 
+// UC drops a message it cannot take and waits for the next one to start
+// (IBA 9.8.3).
+void Firmware::dropUcMessage(QueuePair &qp, uint32_t psn) {
+    qp.resp.in = Responder::InMessage::kNone;
+    qp.resp.expectedPsn = psnAdd(psn, 1);
+}
+
+// A request the responder cannot carry out: RC NAKs it and the QP goes to
+// the error state; UC drops the message.
+void Firmware::refuseRequest(uint32_t qpn, QueuePair &qp, uint32_t psn, uint8_t nakCode,
+                             uint8_t wcStatus, const char *why) {
+    if (qp.ctx.type == PIB_QPT_RC)
+        responderError(qpn, qp, psn, nakCode, wcStatus, why);
+    else
+        dropUcMessage(qp, psn);
+}
+
+// A message that needs a receive WQE when none is posted: RC answers with
+// an RNR NAK and the requester tries again later (IBA 9.7.5.2.8); UC loses
+// the message.
+void Firmware::noReceiveWqe(uint32_t qpn, QueuePair &qp, uint32_t psn) {
+    if (qp.ctx.type == PIB_QPT_RC)
+        acknowledge(qpn, qp, psn, syndrome(kRnrNak, qp.attr.min_rnr_timer));
+    else
+        dropUcMessage(qp, psn);
+}
+
+// A request packet passes these checks in turn, as in IBA 9.7.5.2 (and
+// rxe's responder): the QP's state, the PSN, the opcode's place in the
+// message and the packet's length; then the operation runs, and the
+// message ends.
 void Firmware::onRequest(uint32_t qpn, QueuePair &qp, const iba::Packet &packet) {
-    Responder &s = qp.resp;
     const uint8_t state = qp.attr.qp_state;
     if (state != PIB_QPS_RTR && state != PIB_QPS_RTS && state != PIB_QPS_SQD)
         return;
-    const bool rc = qp.ctx.type == PIB_QPT_RC;
-    const uint8_t op = packet.bth.opcode & 0x1f;
-    const uint32_t psn = packet.bth.psn;
-    if (state == PIB_QPS_RTR && !s.established) {
-        s.established = true; // IBA 11.6.3: the first packet in RTR
+    if (state == PIB_QPS_RTR && !qp.resp.established) {
+        qp.resp.established = true; // IBA 11.6.3: the first packet in RTR
         postAsyncEvent(PIB_ASYNC_COMM_EST, qpn);
     }
+    if (!checkRequestPsn(qpn, qp, packet) || !checkRequestSequence(qpn, qp, packet))
+        return;
+    const uint8_t op = packet.bth.opcode & 0x1f;
+    if (op == iba::kReadRequest || op == iba::kCompareSwap || op == iba::kFetchAdd) {
+        readOrAtomicRequest(qpn, qp, packet);
+        return;
+    }
+    const bool taken = isSend(op) ? receiveSend(qpn, qp, packet) : receiveWrite(qpn, qp, packet);
+    if (taken)
+        endRequest(qpn, qp, packet);
+}
+
+// The PSN check: false when the packet went no further. RC replays a
+// duplicate and NAKs a gap; UC drops the message a gap cut short.
+bool Firmware::checkRequestPsn(uint32_t qpn, QueuePair &qp, const iba::Packet &packet) {
+    Responder &s = qp.resp;
+    const bool rc = qp.ctx.type == PIB_QPT_RC;
+    const uint32_t psn = packet.bth.psn;
     const int32_t d = psnDiff(psn, s.expectedPsn);
     if (rc && d < 0) {
         duplicateRequest(qpn, qp, packet);
-        return;
+        return false;
     }
     if (rc && d > 0) {
         // IBA 9.7.5.2.2: one NAK per gap, until the expected PSN arrives.
         if (!s.nakSent)
             acknowledge(qpn, qp, s.expectedPsn, syndrome(kNak, kPsnSequence));
         s.nakSent = true;
-        return;
+        return false;
     }
     if (!rc && d != 0) {
         // UC: packets were lost. The message in progress is dropped; a new
@@ -208,148 +253,158 @@ void Firmware::onRequest(uint32_t qpn, QueuePair &qp, const iba::Packet &packet)
         s.in = Responder::InMessage::kNone;
         s.received = 0;
         s.expectedPsn = psn;
-        if (!isFirstOrOnly(op)) {
+        if (!isFirstOrOnly(packet.bth.opcode & 0x1f)) {
             s.expectedPsn = psnAdd(psn, 1);
-            return;
+            return false;
         }
     }
     s.nakSent = false;
+    return true;
+}
 
-    // The opcode must continue the message in progress, or start one.
+// The opcode must continue the message in progress, or start one; a
+// first or middle packet carries exactly a path MTU, others at most one.
+bool Firmware::checkRequestSequence(uint32_t qpn, QueuePair &qp, const iba::Packet &packet) {
+    const Responder &s = qp.resp;
+    const uint8_t op = packet.bth.opcode & 0x1f;
     const bool continues = op == iba::kSendMiddle || op == iba::kSendLast ||
                            op == iba::kSendLastImm || op == iba::kWriteMiddle ||
                            op == iba::kWriteLast || op == iba::kWriteLastImm;
-    const bool ok = continues ? (s.in == Responder::InMessage::kSend && isSend(op)) ||
-                                    (s.in == Responder::InMessage::kWrite && isWrite(op))
-                              : s.in == Responder::InMessage::kNone;
+    const bool inPlace = continues ? (s.in == Responder::InMessage::kSend && isSend(op)) ||
+                                         (s.in == Responder::InMessage::kWrite && isWrite(op))
+                                   : s.in == Responder::InMessage::kNone;
     const uint32_t mtu = pathMtu(qp);
     const size_t len = packet.data().size();
     const bool middleSized = op == iba::kSendFirst || op == iba::kSendMiddle ||
                              op == iba::kWriteFirst || op == iba::kWriteMiddle;
-    if (!ok || (middleSized ? len != mtu : len > mtu)) {
-        if (!rc) { // UC drops the message and waits for the next first packet
-            s.in = Responder::InMessage::kNone;
-            s.expectedPsn = psnAdd(psn, 1);
-            return;
-        }
-        responderError(qpn, qp, psn, kInvalidRequest, PIB_WC_REM_INV_REQ_ERR,
-                       "opcode out of sequence or bad length");
+    if (inPlace && (middleSized ? len == mtu : len <= mtu))
+        return true;
+    refuseRequest(qpn, qp, packet.bth.psn, kInvalidRequest, PIB_WC_REM_INV_REQ_ERR,
+                  "opcode out of sequence or bad length");
+    return false;
+}
+
+void Firmware::readOrAtomicRequest(uint32_t qpn, QueuePair &qp, const iba::Packet &packet) {
+    if (qp.ctx.type != PIB_QPT_RC) // UC has neither (the layout table already refuses them)
+        return;
+    // A READ stays outstanding at the requester until its last response
+    // arrives: one more than max_dest_rd_atomic owed means the requester
+    // broke its limit (IBA 9.7.5.2.5).
+    if (repliesOwed(qp.resp) >= std::max<size_t>(1, qp.attr.max_dest_rd_atomic)) {
+        responderError(qpn, qp, packet.bth.psn, kInvalidRequest, PIB_WC_REM_INV_REQ_ERR,
+                       "more READ and atomic requests than max_dest_rd_atomic");
         return;
     }
+    if ((packet.bth.opcode & 0x1f) == iba::kReadRequest)
+        readRequest(qpn, qp, packet);
+    else
+        atomicRequest(qpn, qp, packet);
+}
 
-    if (op == iba::kReadRequest || op == iba::kCompareSwap || op == iba::kFetchAdd) {
-        if (!rc) // UC has neither (the layout table already refuses them)
-            return;
-        // A READ stays outstanding at the requester until its last
-        // response arrives: one more than max_dest_rd_atomic owed means
-        // the requester broke its limit (IBA 9.7.5.2.5).
-        if (repliesOwed(s) >= std::max<size_t>(1, qp.attr.max_dest_rd_atomic)) {
-            responderError(qpn, qp, psn, kInvalidRequest, PIB_WC_REM_INV_REQ_ERR,
-                           "more READ and atomic requests than max_dest_rd_atomic");
-            return;
+// A SEND packet into the receive WQE, which the first packet claims.
+bool Firmware::receiveSend(uint32_t qpn, QueuePair &qp, const iba::Packet &packet) {
+    Responder &s = qp.resp;
+    const uint32_t psn = packet.bth.psn;
+    if (s.in == Responder::InMessage::kNone) {
+        if (!claimReceiveWqe(qp)) {
+            noReceiveWqe(qpn, qp, psn);
+            return false;
         }
-        if (op == iba::kReadRequest)
-            readRequest(qpn, qp, packet);
-        else
-            atomicRequest(qpn, qp, packet);
-        return;
+        s.in = Responder::InMessage::kSend;
+        s.received = 0;
     }
+    const size_t len = packet.data().size();
+    if (s.status == PIB_WC_SUCCESS && len)
+        s.status = scatter(qp.ctx.pdn, s.sges, packet.data(), s.received);
+    // UC completes the WQE with the error at the message's end instead.
+    if (s.status != PIB_WC_SUCCESS && qp.ctx.type == PIB_QPT_RC) {
+        responderError(qpn, qp, psn, kInvalidRequest, s.status,
+                       "the receive WQE cannot take the data");
+        return false;
+    }
+    s.received += static_cast<uint32_t>(len);
+    return true;
+}
 
+// An RDMA WRITE packet: the first one's RETH is checked whole, then each
+// packet's part again as it lands.
+bool Firmware::receiveWrite(uint32_t qpn, QueuePair &qp, const iba::Packet &packet) {
+    Responder &s = qp.resp;
+    const uint8_t op = packet.bth.opcode & 0x1f;
+    const uint32_t psn = packet.bth.psn;
+    if (s.in == Responder::InMessage::kNone && !startWrite(qpn, qp, packet))
+        return false;
+    if (op == iba::kWriteLastImm && !claimReceiveWqe(qp)) {
+        noReceiveWqe(qpn, qp, psn);
+        return false;
+    }
+    const size_t len = packet.data().size();
+    if (s.received + len > s.writeLength ||
+        (endsMessage(op) && s.received + len != s.writeLength)) {
+        refuseRequest(qpn, qp, psn, kInvalidRequest, PIB_WC_REM_INV_REQ_ERR,
+                      "RDMA WRITE longer or shorter than its RETH says");
+        return false;
+    }
+    if (len && !landWrite(qpn, qp, packet))
+        return false;
+    s.received += static_cast<uint32_t>(len);
+    return true;
+}
+
+bool Firmware::startWrite(uint32_t qpn, QueuePair &qp, const iba::Packet &packet) {
+    Responder &s = qp.resp;
+    const uint32_t psn = packet.bth.psn;
+    const iba::Reth &reth = *packet.reth;
+    std::vector<Segment> whole; // its own list: it can be long, and is needed once
+    if (reth.length > limits::kMaxMsgSize ||
+        !remoteRange(qp, reth.rkey, reth.va, reth.length, PIB_ACCESS_REMOTE_WRITE, whole)) {
+        refuseRequest(qpn, qp, psn, kRemoteAccess, PIB_WC_REM_ACCESS_ERR,
+                      "RDMA WRITE outside what the R_Key allows");
+        return false;
+    }
+    if ((packet.bth.opcode & 0x1f) == iba::kWriteOnlyImm && !claimReceiveWqe(qp)) {
+        noReceiveWqe(qpn, qp, psn);
+        return false;
+    }
+    s.in = Responder::InMessage::kWrite;
+    s.received = 0;
+    s.writeVa = reth.va;
+    s.writeRkey = reth.rkey;
+    s.writeLength = reth.length;
+    return true;
+}
+
+// In order, packet by packet: the last byte lands last. The region may
+// have gone, or lost its rights, since the RETH.
+bool Firmware::landWrite(uint32_t qpn, QueuePair &qp, const iba::Packet &packet) {
+    Responder &s = qp.resp;
+    const uint32_t psn = packet.bth.psn;
     std::vector<Segment> &segments = writeSegments_;
-    if (isSend(op)) {
-        if (s.in == Responder::InMessage::kNone) {
-            if (!claimReceiveWqe(qp)) {
-                if (rc) // IBA 9.7.5.2.8: the requester tries again later
-                    acknowledge(qpn, qp, psn, syndrome(kRnrNak, qp.attr.min_rnr_timer));
-                else
-                    s.expectedPsn = psnAdd(psn, 1); // UC: the message is lost
-                return;
-            }
-            s.in = Responder::InMessage::kSend;
-            s.received = 0;
-        }
-        if (s.status == PIB_WC_SUCCESS && len)
-            s.status = scatter(qp.ctx.pdn, s.sges, packet.data(), s.received);
-        if (s.status != PIB_WC_SUCCESS && rc) {
-            responderError(qpn, qp, psn, kInvalidRequest, s.status,
-                           "the receive WQE cannot take the data");
-            return;
-        }
-        s.received += static_cast<uint32_t>(len);
-    } else { // RDMA WRITE
-        if (s.in == Responder::InMessage::kNone) {
-            const iba::Reth &reth = *packet.reth;
-            std::vector<Segment> whole; // its own list: it can be long, and is needed once
-            if (reth.length > limits::kMaxMsgSize ||
-                !remoteRange(qp, reth.rkey, reth.va, reth.length, PIB_ACCESS_REMOTE_WRITE, whole)) {
-                if (rc)
-                    responderError(qpn, qp, psn, kRemoteAccess, PIB_WC_REM_ACCESS_ERR,
-                                   "RDMA WRITE outside what the R_Key allows");
-                else
-                    s.expectedPsn = psnAdd(psn, 1);
-                return;
-            }
-            if (op == iba::kWriteOnlyImm && !claimReceiveWqe(qp)) {
-                if (rc)
-                    acknowledge(qpn, qp, psn, syndrome(kRnrNak, qp.attr.min_rnr_timer));
-                else
-                    s.expectedPsn = psnAdd(psn, 1);
-                return;
-            }
-            s.in = Responder::InMessage::kWrite;
-            s.received = 0;
-            s.writeVa = reth.va;
-            s.writeRkey = reth.rkey;
-            s.writeLength = reth.length;
-        }
-        if (op == iba::kWriteLastImm && !claimReceiveWqe(qp)) {
-            if (rc)
-                acknowledge(qpn, qp, psn, syndrome(kRnrNak, qp.attr.min_rnr_timer));
-            else {
-                s.in = Responder::InMessage::kNone;
-                s.expectedPsn = psnAdd(psn, 1);
-            }
-            return;
-        }
-        const bool last = endsMessage(op);
-        if (s.received + len > s.writeLength || (last && s.received + len != s.writeLength)) {
-            if (rc)
-                responderError(qpn, qp, psn, kInvalidRequest, PIB_WC_REM_INV_REQ_ERR,
-                               "RDMA WRITE longer or shorter than its RETH says");
-            else {
-                s.in = Responder::InMessage::kNone;
-                s.expectedPsn = psnAdd(psn, 1);
-            }
-            return;
-        }
-        if (len) {
-            // In order, packet by packet: the last byte lands last. The
-            // region may have gone, or lost its rights, since the RETH.
-            if (!remoteRange(qp, s.writeRkey, s.writeVa + s.received, len, PIB_ACCESS_REMOTE_WRITE,
-                             segments)) {
-                if (rc)
-                    responderError(qpn, qp, psn, kRemoteAccess, PIB_WC_REM_ACCESS_ERR,
-                                   "RDMA WRITE to a region the R_Key no longer allows");
-                else {
-                    s.in = Responder::InMessage::kNone;
-                    s.expectedPsn = psnAdd(psn, 1);
-                }
-                return;
-            }
-            size_t at = 0;
-            for (const Segment &seg : segments) {
-                if (!host_.dmaWrite(seg.addr, packet.data().data() + at, seg.len)) {
-                    responderError(qpn, qp, psn, kRemoteOperational, PIB_WC_REM_OP_ERR,
-                                   "RDMA WRITE to guest memory the device cannot reach");
-                    return;
-                }
-                at += seg.len;
-            }
-        }
-        s.received += static_cast<uint32_t>(len);
+    if (!remoteRange(qp, s.writeRkey, s.writeVa + s.received, packet.data().size(),
+                     PIB_ACCESS_REMOTE_WRITE, segments)) {
+        refuseRequest(qpn, qp, psn, kRemoteAccess, PIB_WC_REM_ACCESS_ERR,
+                      "RDMA WRITE to a region the R_Key no longer allows");
+        return false;
     }
+    size_t at = 0;
+    for (const Segment &seg : segments) {
+        if (!host_.dmaWrite(seg.addr, packet.data().data() + at, seg.len)) {
+            responderError(qpn, qp, psn, kRemoteOperational, PIB_WC_REM_OP_ERR,
+                           "RDMA WRITE to guest memory the device cannot reach");
+            return false;
+        }
+        at += seg.len;
+    }
+    return true;
+}
 
-    s.expectedPsn = psnAdd(psn, 1);
+// The packet is taken: the next PSN is due, a last packet completes its
+// message (and the receive WQE a SEND or a WRITE with immediate used),
+// and RC acknowledges when asked.
+void Firmware::endRequest(uint32_t qpn, QueuePair &qp, const iba::Packet &packet) {
+    Responder &s = qp.resp;
+    const uint8_t op = packet.bth.opcode & 0x1f;
+    s.expectedPsn = psnAdd(packet.bth.psn, 1);
     if (endsMessage(op)) {
         ++s.msn;
         s.in = Responder::InMessage::kNone;
@@ -358,8 +413,8 @@ void Firmware::onRequest(uint32_t qpn, QueuePair &qp, const iba::Packet &packet)
         else if (op == iba::kWriteLastImm || op == iba::kWriteOnlyImm)
             completeReceive(qpn, qp, packet, PIB_WC_RECV_RDMA_WITH_IMM, s.writeLength);
     }
-    if (rc && packet.bth.ackReq)
-        acknowledge(qpn, qp, psn, kAckSyndrome);
+    if (qp.ctx.type == PIB_QPT_RC && packet.bth.ackReq)
+        acknowledge(qpn, qp, packet.bth.psn, kAckSyndrome);
 }
 
 // An RDMA READ request: its responses, one PSN each, are owed from now
