@@ -169,6 +169,7 @@ class Firmware {
     CommandOutcome createQp(const Command &);
     CommandOutcome destroyQp(const Command &);
     CommandOutcome modifyQp(const Command &);
+    void enterQpState(uint32_t qpn, QueuePair &qp, uint8_t cur, uint8_t next, uint32_t mask);
     CommandOutcome queryQp(const Command &);
     CommandOutcome attachOrDetachMcast(const Command &);
 

@@ -238,41 +238,10 @@ const char *Firmware::badQpAttr(const QueuePair &qp, const pib_qp_attr &a, uint3
     return nullptr;
 }
 
-CommandOutcome Firmware::modifyQp(const Command &cmd) {
-    QueuePair *qp = findQp(cmd.modifier);
-    if (!qp)
-        return fail(PIB_CMD_STATUS_BAD_INDEX, "cmd-bad-index", "MODIFY_QP of QP %u", cmd.modifier);
-    pib_qp_attr in;
-    if (!readMailbox(cmd, in))
-        return fail(PIB_CMD_STATUS_DMA_ERROR, "cmd-dma", "MODIFY_QP cannot read 0x%" PRIx64,
-                    cmd.in);
-    const uint32_t mask = in.attr_mask;
-    const uint8_t cur = qp->attr.qp_state;
-    const uint8_t next = mask & PIB_QP_STATE ? in.qp_state : cur;
-    if (mask & ~PIB_QP_ATTR_MASK_ALL || next > PIB_QPS_ERR)
-        return fail(PIB_CMD_STATUS_BAD_PARAM, "cmd-bad-param", "MODIFY_QP %u mask 0x%x state %u",
-                    cmd.modifier, mask, next);
-    if (mask & PIB_QP_CUR_STATE && in.cur_qp_state != cur)
-        return fail(PIB_CMD_STATUS_BAD_STATE, "cmd-bad-state",
-                    "MODIFY_QP %u says current state %u, but it is %u", cmd.modifier,
-                    in.cur_qp_state, cur);
-    const TransitionRule rule = transitionRule(qp->ctx.type, cur, next);
-    if (!rule.allowed)
-        return fail(PIB_CMD_STATUS_BAD_TRANSITION, "cmd-bad-transition",
-                    "MODIFY_QP %u (type %u) from state %u to %u", cmd.modifier, qp->ctx.type, cur,
-                    next);
-    uint32_t missing, extra;
-    if (!maskFitsRule(rule, mask, &missing, &extra))
-        return fail(PIB_CMD_STATUS_BAD_MASK, "cmd-bad-mask",
-                    "MODIFY_QP %u (type %u) %u->%u: mask 0x%x lacks 0x%x, has extra 0x%x",
-                    cmd.modifier, qp->ctx.type, cur, next, mask, missing, extra);
-    if (const char *bad = badQpAttr(*qp, in, mask))
-        return fail(PIB_CMD_STATUS_BAD_PARAM, "cmd-bad-param", "MODIFY_QP %u: invalid %s",
-                    cmd.modifier, bad);
-
-    pib_qp_attr &a = qp->attr;
+// Copies the attributes `mask` names from `in` (checked) into `a`. A QP
+// going to RESET first returns to its attributes at creation.
+static void applyQpAttrs(pib_qp_attr &a, const pib_qp_attr &in, uint32_t mask, uint8_t next) {
     if (next == PIB_QPS_RESET) {
-        // Reset returns the QP to its state at creation.
         const uint8_t portNum = a.port_num;
         a = pib_qp_attr{};
         a.port_num = portNum;
@@ -314,32 +283,75 @@ CommandOutcome Firmware::modifyQp(const Command &cmd) {
         a.en_sqd_async_notify = in.en_sqd_async_notify;
     a.qp_state = next;
     a.sq_draining = 0;
+}
+
+// What entering state `next` from `cur` does beyond the attributes: the
+// transport's state starts over, PSNs and retry counters are loaded, the
+// queues flush or start, SQ drained is reported.
+void Firmware::enterQpState(uint32_t qpn, QueuePair &qp, uint8_t cur, uint8_t next, uint32_t mask) {
+    const pib_qp_attr &a = qp.attr;
     if (next == PIB_QPS_RESET) {
-        qp->sq = qp->rq = WorkQueue{};
-        qp->req = Requester{};
-        qp->resp = Responder{};
-        qp->lastWqeReached = false;
-        scheduleQpTimer(cmd.modifier, *qp);
+        qp.sq = qp.rq = WorkQueue{};
+        qp.req = Requester{};
+        qp.resp = Responder{};
+        qp.lastWqeReached = false;
+        scheduleQpTimer(qpn, qp);
     }
     // The connected transports start from the PSNs given.
     if (next == PIB_QPS_RTR && cur == PIB_QPS_INIT)
-        qp->resp.expectedPsn = a.rq_psn;
+        qp.resp.expectedPsn = a.rq_psn;
     if (next == PIB_QPS_RTS && cur == PIB_QPS_RTR)
-        qp->req.psn = qp->req.unackedPsn = a.sq_psn;
+        qp.req.psn = qp.req.unackedPsn = a.sq_psn;
     if (mask & PIB_QP_RETRY_CNT)
-        qp->req.retriesLeft = a.retry_cnt;
+        qp.req.retriesLeft = a.retry_cnt;
     if (mask & PIB_QP_RNR_RETRY)
-        qp->req.rnrRetriesLeft = a.rnr_retry;
+        qp.req.rnrRetriesLeft = a.rnr_retry;
     if (next == PIB_QPS_ERR)
-        flushQp(cmd.modifier, *qp);
+        flushQp(qpn, qp);
     if (next == PIB_QPS_RTS) // sends posted before RTS go now
-        processSendQueue(cmd.modifier, *qp);
+        processSendQueue(qpn, qp);
     // IBA 11.6.3.2: the SQ is drained once every WQE it had started is
     // done; with none in flight, that is now; else the requester raises
     // it when the last one completes (completer.cc).
-    qp->sqDrainPending = next == PIB_QPS_SQD && cur == PIB_QPS_RTS && a.en_sqd_async_notify;
-    if (qp->sqDrainPending)
-        notifyIfSqDrained(cmd.modifier, *qp);
+    qp.sqDrainPending = next == PIB_QPS_SQD && cur == PIB_QPS_RTS && a.en_sqd_async_notify;
+    if (qp.sqDrainPending)
+        notifyIfSqDrained(qpn, qp);
+}
+
+CommandOutcome Firmware::modifyQp(const Command &cmd) {
+    QueuePair *qp = findQp(cmd.modifier);
+    if (!qp)
+        return fail(PIB_CMD_STATUS_BAD_INDEX, "cmd-bad-index", "MODIFY_QP of QP %u", cmd.modifier);
+    pib_qp_attr in;
+    if (!readMailbox(cmd, in))
+        return fail(PIB_CMD_STATUS_DMA_ERROR, "cmd-dma", "MODIFY_QP cannot read 0x%" PRIx64,
+                    cmd.in);
+    const uint32_t mask = in.attr_mask;
+    const uint8_t cur = qp->attr.qp_state;
+    const uint8_t next = mask & PIB_QP_STATE ? in.qp_state : cur;
+    if (mask & ~PIB_QP_ATTR_MASK_ALL || next > PIB_QPS_ERR)
+        return fail(PIB_CMD_STATUS_BAD_PARAM, "cmd-bad-param", "MODIFY_QP %u mask 0x%x state %u",
+                    cmd.modifier, mask, next);
+    if (mask & PIB_QP_CUR_STATE && in.cur_qp_state != cur)
+        return fail(PIB_CMD_STATUS_BAD_STATE, "cmd-bad-state",
+                    "MODIFY_QP %u says current state %u, but it is %u", cmd.modifier,
+                    in.cur_qp_state, cur);
+    const TransitionRule rule = transitionRule(qp->ctx.type, cur, next);
+    if (!rule.allowed)
+        return fail(PIB_CMD_STATUS_BAD_TRANSITION, "cmd-bad-transition",
+                    "MODIFY_QP %u (type %u) from state %u to %u", cmd.modifier, qp->ctx.type, cur,
+                    next);
+    uint32_t missing, extra;
+    if (!maskFitsRule(rule, mask, &missing, &extra))
+        return fail(PIB_CMD_STATUS_BAD_MASK, "cmd-bad-mask",
+                    "MODIFY_QP %u (type %u) %u->%u: mask 0x%x lacks 0x%x, has extra 0x%x",
+                    cmd.modifier, qp->ctx.type, cur, next, mask, missing, extra);
+    if (const char *bad = badQpAttr(*qp, in, mask))
+        return fail(PIB_CMD_STATUS_BAD_PARAM, "cmd-bad-param", "MODIFY_QP %u: invalid %s",
+                    cmd.modifier, bad);
+
+    applyQpAttrs(qp->attr, in, mask, next);
+    enterQpState(cmd.modifier, *qp, cur, next, mask);
     return {};
 }
 
