@@ -123,6 +123,8 @@ void Firmware::ackUpTo(uint32_t qpn, QueuePair &qp, uint32_t psn) {
         restartAckTimer(qpn, qp);
 }
 
+// A response packet: believed only for a request in flight, then taken
+// by what it is. Each handler says whether the requester may send on.
 void Firmware::onResponse(uint32_t qpn, QueuePair &qp, const iba::Packet &packet) {
     Requester &r = qp.req;
     const uint8_t state = qp.attr.qp_state;
@@ -137,79 +139,105 @@ void Firmware::onResponse(uint32_t qpn, QueuePair &qp, const iba::Packet &packet
                     r.psn);
         return;
     }
-    if (op == iba::kAcknowledge) {
-        const uint8_t syndrome = packet.aeth->syndrome;
-        const uint8_t code = syndrome & 0x1f;
-        switch (syndrome >> 5) {
-        case aeth::kAck:
-            ackUpTo(qpn, qp, psn);
-            break;
-        case aeth::kRnrNak:
-            ackUpTo(qpn, qp, psnAdd(psn, 0xffffff));
-            if (qp.attr.qp_state == PIB_QPS_ERR || r.outstanding.empty())
-                return;
-            if (r.rnrRetriesLeft == 0) {
-                completeHead(qpn, qp, PIB_WC_RNR_RETRY_EXC_ERR);
-                return;
-            }
-            if (r.rnrRetriesLeft != 7)
-                --r.rnrRetriesLeft;
-            rewind(qp, psn);
-            r.rnrDeadline = host_.clockNs() + rnrDelayNs(code);
-            r.ackDeadline = 0;
-            scheduleQpTimer(qpn, qp);
-            host_.trace("rc-rnr", "QP %u: RNR NAK at PSN %u, waiting %" PRIu64 " ns", qpn, psn,
-                        rnrDelayNs(code));
-            return;
-        case aeth::kNak:
-            ackUpTo(qpn, qp, psnAdd(psn, 0xffffff));
-            if (qp.attr.qp_state == PIB_QPS_ERR || r.outstanding.empty())
-                return;
-            if (code == aeth::kPsnSequence) {
-                host_.trace("rc-seq-nak", "QP %u: PSN sequence error NAK, resending from %u", qpn,
-                            psn);
-                if (r.retriesLeft == 0) {
-                    completeHead(qpn, qp, PIB_WC_RETRY_EXC_ERR);
-                    return;
-                }
-                --r.retriesLeft;
-                rewind(qp, psn);
-                break;
-            }
-            completeHead(qpn, qp,
-                         code == aeth::kInvalidRequest ? PIB_WC_REM_INV_REQ_ERR
-                         : code == aeth::kRemoteAccess ? PIB_WC_REM_ACCESS_ERR
-                                                       : PIB_WC_REM_OP_ERR);
-            return;
-        default:
-            return; // reserved syndrome
-        }
-    } else if (op == iba::kAtomicAcknowledge) {
-        ackUpTo(qpn, qp, psnAdd(psn, 0xffffff));
-        if (qp.attr.qp_state == PIB_QPS_ERR || r.outstanding.empty())
-            return;
-        SendWqe &w = r.outstanding.front();
-        if (w.opcode != PIB_WR_ATOMIC_CMP_AND_SWP && w.opcode != PIB_WR_ATOMIC_FETCH_AND_ADD)
-            return;
-        if (w.firstPsn != psn || !packet.atomicAck)
-            return; // a duplicate answer
-        uint8_t bytes[8];
-        std::memcpy(bytes, &*packet.atomicAck, 8); // the original value, host order
-        const uint8_t status = scatter(qp.ctx.pdn, w.sges, bytes, 0);
-        if (status == PIB_WC_SUCCESS) {
-            w.acked = true;
-            r.acknowledged(psn);
-        } else
-            w.localStatus = status;
-        qp.req.retriesLeft = qp.attr.retry_cnt;
-        completeInOrder(qpn, qp);
-        if (qp.attr.qp_state != PIB_QPS_ERR)
-            restartAckTimer(qpn, qp);
-    } else if (op >= iba::kReadResponseFirst && op <= iba::kReadResponseOnly) {
+    bool sendOn = true;
+    if (op == iba::kAcknowledge)
+        sendOn = onAcknowledge(qpn, qp, packet);
+    else if (op == iba::kAtomicAcknowledge)
+        sendOn = onAtomicAcknowledge(qpn, qp, packet);
+    else if (op >= iba::kReadResponseFirst && op <= iba::kReadResponseOnly)
         readResponse(qpn, qp, packet);
-    }
-    if (qp.attr.qp_state == PIB_QPS_RTS)
+    if (sendOn && qp.attr.qp_state == PIB_QPS_RTS)
         processConnectedSend(qpn, qp);
+}
+
+// An ACK or NAK (IBA 9.7.5.1): by its AETH's syndrome.
+bool Firmware::onAcknowledge(uint32_t qpn, QueuePair &qp, const iba::Packet &packet) {
+    const uint32_t psn = packet.bth.psn;
+    const uint8_t syndrome = packet.aeth->syndrome;
+    switch (syndrome >> 5) {
+    case aeth::kAck:
+        ackUpTo(qpn, qp, psn);
+        return true;
+    case aeth::kRnrNak:
+        // The NAKed PSN itself is not acknowledged: everything before it is.
+        ackUpTo(qpn, qp, psnAdd(psn, 0xffffff));
+        if (qp.attr.qp_state != PIB_QPS_ERR && !qp.req.outstanding.empty())
+            onRnrNak(qpn, qp, psn, syndrome & 0x1f);
+        return false;
+    case aeth::kNak:
+        ackUpTo(qpn, qp, psnAdd(psn, 0xffffff));
+        if (qp.attr.qp_state == PIB_QPS_ERR || qp.req.outstanding.empty())
+            return false;
+        return onNak(qpn, qp, psn, syndrome & 0x1f);
+    default:
+        return false; // reserved syndrome
+    }
+}
+
+// RNR NAK: the responder had no receive WQE; send again from `psn` after
+// the delay it asks for, while RNR retries last (7: for ever).
+void Firmware::onRnrNak(uint32_t qpn, QueuePair &qp, uint32_t psn, uint8_t timerCode) {
+    Requester &r = qp.req;
+    if (r.rnrRetriesLeft == 0) {
+        completeHead(qpn, qp, PIB_WC_RNR_RETRY_EXC_ERR);
+        return;
+    }
+    if (r.rnrRetriesLeft != 7)
+        --r.rnrRetriesLeft;
+    rewind(qp, psn);
+    r.rnrDeadline = host_.clockNs() + rnrDelayNs(timerCode);
+    r.ackDeadline = 0;
+    scheduleQpTimer(qpn, qp);
+    host_.trace("rc-rnr", "QP %u: RNR NAK at PSN %u, waiting %" PRIu64 " ns", qpn, psn,
+                rnrDelayNs(timerCode));
+}
+
+// NAK: a PSN sequence error is resent from `psn` while retries last; the
+// others complete the WQE at the head in error. True when sending goes on.
+bool Firmware::onNak(uint32_t qpn, QueuePair &qp, uint32_t psn, uint8_t code) {
+    if (code == aeth::kPsnSequence) {
+        host_.trace("rc-seq-nak", "QP %u: PSN sequence error NAK, resending from %u", qpn, psn);
+        if (qp.req.retriesLeft == 0) {
+            completeHead(qpn, qp, PIB_WC_RETRY_EXC_ERR);
+            return false;
+        }
+        --qp.req.retriesLeft;
+        rewind(qp, psn);
+        return true;
+    }
+    completeHead(qpn, qp,
+                 code == aeth::kInvalidRequest ? PIB_WC_REM_INV_REQ_ERR
+                 : code == aeth::kRemoteAccess ? PIB_WC_REM_ACCESS_ERR
+                                               : PIB_WC_REM_OP_ERR);
+    return false;
+}
+
+// An atomic's answer: the original value lands in the WQE's buffer. False
+// when it was no answer to the atomic at the head.
+bool Firmware::onAtomicAcknowledge(uint32_t qpn, QueuePair &qp, const iba::Packet &packet) {
+    Requester &r = qp.req;
+    const uint32_t psn = packet.bth.psn;
+    ackUpTo(qpn, qp, psnAdd(psn, 0xffffff));
+    if (qp.attr.qp_state == PIB_QPS_ERR || r.outstanding.empty())
+        return false;
+    SendWqe &w = r.outstanding.front();
+    if (w.opcode != PIB_WR_ATOMIC_CMP_AND_SWP && w.opcode != PIB_WR_ATOMIC_FETCH_AND_ADD)
+        return false;
+    if (w.firstPsn != psn || !packet.atomicAck)
+        return false; // a duplicate answer
+    uint8_t bytes[8];
+    std::memcpy(bytes, &*packet.atomicAck, 8); // the original value, host order
+    const uint8_t status = scatter(qp.ctx.pdn, w.sges, bytes, 0);
+    if (status == PIB_WC_SUCCESS) {
+        w.acked = true;
+        r.acknowledged(psn);
+    } else
+        w.localStatus = status;
+    r.retriesLeft = qp.attr.retry_cnt;
+    completeInOrder(qpn, qp);
+    if (qp.attr.qp_state != PIB_QPS_ERR)
+        restartAckTimer(qpn, qp);
+    return true;
 }
 
 // A READ response packet: its data lands where the READ's SGEs say, in

@@ -226,6 +226,10 @@ class Firmware {
     void notifyIfSqDrained(uint32_t qpn, QueuePair &qp);
     void ackUpTo(uint32_t qpn, QueuePair &qp, uint32_t psn);
     void onResponse(uint32_t qpn, QueuePair &qp, const iba::Packet &packet);
+    bool onAcknowledge(uint32_t qpn, QueuePair &qp, const iba::Packet &packet);
+    void onRnrNak(uint32_t qpn, QueuePair &qp, uint32_t psn, uint8_t timerCode);
+    bool onNak(uint32_t qpn, QueuePair &qp, uint32_t psn, uint8_t code);
+    bool onAtomicAcknowledge(uint32_t qpn, QueuePair &qp, const iba::Packet &packet);
     void readResponse(uint32_t qpn, QueuePair &qp, const iba::Packet &packet);
     void qpTimerExpired(uint32_t qpn, QueuePair &qp);
     void scheduleQpTimer(uint32_t qpn, QueuePair &qp);
