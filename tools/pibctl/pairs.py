@@ -84,8 +84,13 @@ def run_pair(ctx, server, client, port=18515, timeout=120, server_vm="vm2", clie
         if rc:
             break
         if time.monotonic() > deadline:
-            ctx.sh(server_vm, f"pkill -f {shlex.quote(server[0])}; true")
-            rc = "timeout"
-            break
+            # Where the server waits, for the failure's report: each of its
+            # threads' state and kernel stack.
+            name = shlex.quote(server[0])
+            stuck = ctx.sh(server_vm, f"for p in $(pgrep -f {name}); do for t in /proc/$p/task/*; do "
+                                      f"echo \"== $t $(grep State: $t/status)\"; cat $t/stack; done; done; "
+                                      f"pkill -f {name}; true", check=False).out
+            return result, output() + f"\n--- the server 60 s after the client ended ---\n{stuck}", \
+                "timeout"
         time.sleep(0.3)
     return result, output(), rc
