@@ -4,6 +4,7 @@
 // the destination is this port), and the way in.
 #include <cinttypes>
 
+#include "address_vector.hh"
 #include "addressing.hh"
 #include "firmware.hh"
 #include "frame.hh"
@@ -24,19 +25,7 @@ bool Firmware::addressConnected(QueuePair &qp, iba::Packet &packet) {
     packet.lrh.sl = av.sl & 0xf;
     packet.lrh.dlid = av.dlid;
     packet.lrh.slid = static_cast<uint16_t>(p->info.lid | av.src_path_bits);
-    if (av.flags & PIB_AV_GRH) {
-        iba::Grh grh;
-        grh.tclass = av.traffic_class;
-        grh.flowLabel = av.flow_label;
-        grh.hopLimit = av.hop_limit;
-        const uint64_t guid = p->guids[av.sgid_index % PIB_GUID_TABLE_LEN];
-        for (int i = 0; i < 8; ++i) {
-            grh.sgid[i] = static_cast<uint8_t>(p->info.gid_prefix >> (56 - 8 * i));
-            grh.sgid[8 + i] = static_cast<uint8_t>(guid >> (56 - 8 * i));
-        }
-        std::copy(std::begin(av.dgid), std::end(av.dgid), grh.dgid.begin());
-        packet.grh = grh;
-    }
+    packet.grh = grhFor(av, p->info.gid_prefix, p->guids);
     packet.bth.pkey = p->pkeys[qp.attr.pkey_index % PIB_PKEY_TABLE_LEN];
     packet.bth.destQp = qp.attr.dest_qp_num & 0xffffff;
     return p->info.state == PIB_PORT_ACTIVE && p->info.phys_state == PIB_PHYS_LINK_UP;

@@ -4,6 +4,7 @@
 #include <cinttypes>
 #include <cstring>
 
+#include "address_vector.hh"
 #include "addressing.hh"
 #include "firmware.hh"
 #include "frame.hh"
@@ -145,19 +146,7 @@ bool Firmware::sendUd(uint32_t qpn, QueuePair &qp, std::span<const uint8_t> wqe,
     packet.lrh.dlid = ud.av.dlid;
     packet.lrh.slid = p->info.lid ? static_cast<uint16_t>(p->info.lid | ud.av.src_path_bits)
                                   : iba::kPermissiveLid;
-    if (ud.av.flags & PIB_AV_GRH) {
-        iba::Grh grh;
-        grh.tclass = ud.av.traffic_class;
-        grh.flowLabel = ud.av.flow_label;
-        grh.hopLimit = ud.av.hop_limit;
-        const uint64_t guid = p->guids[ud.av.sgid_index % PIB_GUID_TABLE_LEN];
-        for (int i = 0; i < 8; ++i) {
-            grh.sgid[i] = static_cast<uint8_t>(p->info.gid_prefix >> (56 - 8 * i));
-            grh.sgid[8 + i] = static_cast<uint8_t>(guid >> (56 - 8 * i));
-        }
-        std::memcpy(grh.dgid.data(), ud.av.dgid, 16);
-        packet.grh = grh;
-    }
+    packet.grh = grhFor(ud.av, p->info.gid_prefix, p->guids);
     packet.bth.opcode = ctrl.opcode == PIB_WR_SEND_IMM ? iba::kUdSendOnlyImm : iba::kUdSendOnly;
     packet.bth.solicited = ctrl.flags & PIB_WQE_SOLICITED;
     packet.bth.pkey = p->pkeys[qp.attr.pkey_index % PIB_PKEY_TABLE_LEN];
