@@ -11,407 +11,466 @@
 
 #include "pib.h"
 
-static int pib_wr_opcode(enum ibv_wr_opcode op) {
-    switch (op) {
-    case IBV_WR_SEND:
-        return PIB_WR_SEND;
-    case IBV_WR_SEND_WITH_IMM:
-        return PIB_WR_SEND_IMM;
-    case IBV_WR_RDMA_WRITE:
-        return PIB_WR_RDMA_WRITE;
-    case IBV_WR_RDMA_WRITE_WITH_IMM:
-        return PIB_WR_RDMA_WRITE_IMM;
-    case IBV_WR_RDMA_READ:
-        return PIB_WR_RDMA_READ;
-    case IBV_WR_ATOMIC_CMP_AND_SWP:
-        return PIB_WR_ATOMIC_CMP_AND_SWP;
-    case IBV_WR_ATOMIC_FETCH_AND_ADD:
-        return PIB_WR_ATOMIC_FETCH_AND_ADD;
-    default:
-        return -1; /* memory windows, invalidation, TSO: not offered */
-    }
+static int pib_wr_opcode(enum ibv_wr_opcode op)
+{
+	switch (op) {
+	case IBV_WR_SEND:
+		return PIB_WR_SEND;
+	case IBV_WR_SEND_WITH_IMM:
+		return PIB_WR_SEND_IMM;
+	case IBV_WR_RDMA_WRITE:
+		return PIB_WR_RDMA_WRITE;
+	case IBV_WR_RDMA_WRITE_WITH_IMM:
+		return PIB_WR_RDMA_WRITE_IMM;
+	case IBV_WR_RDMA_READ:
+		return PIB_WR_RDMA_READ;
+	case IBV_WR_ATOMIC_CMP_AND_SWP:
+		return PIB_WR_ATOMIC_CMP_AND_SWP;
+	case IBV_WR_ATOMIC_FETCH_AND_ADD:
+		return PIB_WR_ATOMIC_FETCH_AND_ADD;
+	default:
+		return -1; /* memory windows, invalidation, TSO: not offered */
+	}
 }
 
 /* Writes one send WQE into `wqe`; 0 or an errno. */
-static int pib_build_send_wqe(struct pib_qp *qp, const struct ibv_send_wr *wr, void *wqe) {
-    enum ibv_qp_type type = qp->vqp.qp.qp_type;
-    struct pib_wqe_ctrl *ctrl = wqe;
-    char *seg = (char *)(ctrl + 1);
-    char *end = (char *)wqe + ((size_t)1 << qp->sq.log_stride);
-    int opcode = pib_wr_opcode(wr->opcode);
-    int i;
+static int pib_build_send_wqe(struct pib_qp *qp, const struct ibv_send_wr *wr,
+			      void *wqe)
+{
+	enum ibv_qp_type type = qp->vqp.qp.qp_type;
+	struct pib_wqe_ctrl *ctrl = wqe;
+	char *seg = (char *)(ctrl + 1);
+	char *end = (char *)wqe + ((size_t)1 << qp->sq.log_stride);
+	int opcode = pib_wr_opcode(wr->opcode);
+	int i;
 
-    if (opcode < 0)
-        return EOPNOTSUPP;
-    if (wr->num_sge < 0 || (uint32_t)wr->num_sge > qp->sq.max_sge)
-        return EINVAL;
-    if (type == IBV_QPT_UD && opcode != PIB_WR_SEND && opcode != PIB_WR_SEND_IMM)
-        return EINVAL;
-    if (type == IBV_QPT_UC && opcode != PIB_WR_SEND && opcode != PIB_WR_SEND_IMM &&
-        opcode != PIB_WR_RDMA_WRITE && opcode != PIB_WR_RDMA_WRITE_IMM)
-        return EINVAL;
-    memset(ctrl, 0, sizeof(*ctrl));
-    pib_wqe_ctrl_init(ctrl, qp, wr->wr_id, opcode, wr->send_flags);
-    if (opcode == PIB_WR_SEND_IMM || opcode == PIB_WR_RDMA_WRITE_IMM)
-        ctrl->imm = wr->imm_data; /* already in wire order */
+	if (opcode < 0)
+		return EOPNOTSUPP;
+	if (wr->num_sge < 0 || (uint32_t)wr->num_sge > qp->sq.max_sge)
+		return EINVAL;
+	if (type == IBV_QPT_UD && opcode != PIB_WR_SEND &&
+	    opcode != PIB_WR_SEND_IMM)
+		return EINVAL;
+	if (type == IBV_QPT_UC && opcode != PIB_WR_SEND &&
+	    opcode != PIB_WR_SEND_IMM && opcode != PIB_WR_RDMA_WRITE &&
+	    opcode != PIB_WR_RDMA_WRITE_IMM)
+		return EINVAL;
+	memset(ctrl, 0, sizeof(*ctrl));
+	pib_wqe_ctrl_init(ctrl, qp, wr->wr_id, opcode, wr->send_flags);
+	if (opcode == PIB_WR_SEND_IMM || opcode == PIB_WR_RDMA_WRITE_IMM)
+		ctrl->imm = wr->imm_data; /* already in wire order */
 
-    if (type == IBV_QPT_UD) {
-        struct pib_wqe_ud *ud = (struct pib_wqe_ud *)seg;
+	if (type == IBV_QPT_UD) {
+		struct pib_wqe_ud *ud = (struct pib_wqe_ud *)seg;
 
-        ud->av = container_of(wr->wr.ud.ah, struct pib_ah, ibv_ah)->av;
-        ud->remote_qpn = wr->wr.ud.remote_qpn;
-        ud->remote_qkey = wr->wr.ud.remote_qkey;
-        ud->reserved = 0;
-        seg += sizeof(*ud);
-    } else if (opcode == PIB_WR_ATOMIC_CMP_AND_SWP || opcode == PIB_WR_ATOMIC_FETCH_AND_ADD) {
-        struct pib_wqe_raddr *r = (struct pib_wqe_raddr *)seg;
-        struct pib_wqe_atomic *a = (struct pib_wqe_atomic *)(r + 1);
+		ud->av = container_of(wr->wr.ud.ah, struct pib_ah, ibv_ah)->av;
+		ud->remote_qpn = wr->wr.ud.remote_qpn;
+		ud->remote_qkey = wr->wr.ud.remote_qkey;
+		ud->reserved = 0;
+		seg += sizeof(*ud);
+	} else if (opcode == PIB_WR_ATOMIC_CMP_AND_SWP ||
+		   opcode == PIB_WR_ATOMIC_FETCH_AND_ADD) {
+		struct pib_wqe_raddr *r = (struct pib_wqe_raddr *)seg;
+		struct pib_wqe_atomic *a = (struct pib_wqe_atomic *)(r + 1);
 
-        r->remote_addr = wr->wr.atomic.remote_addr;
-        r->rkey = wr->wr.atomic.rkey;
-        r->reserved = 0;
-        a->swap_add =
-            opcode == PIB_WR_ATOMIC_CMP_AND_SWP ? wr->wr.atomic.swap : wr->wr.atomic.compare_add;
-        a->compare = wr->wr.atomic.compare_add;
-        seg = (char *)(a + 1);
-    } else if (opcode != PIB_WR_SEND && opcode != PIB_WR_SEND_IMM) {
-        struct pib_wqe_raddr *r = (struct pib_wqe_raddr *)seg;
+		r->remote_addr = wr->wr.atomic.remote_addr;
+		r->rkey = wr->wr.atomic.rkey;
+		r->reserved = 0;
+		a->swap_add = opcode == PIB_WR_ATOMIC_CMP_AND_SWP
+				      ? wr->wr.atomic.swap
+				      : wr->wr.atomic.compare_add;
+		a->compare = wr->wr.atomic.compare_add;
+		seg = (char *)(a + 1);
+	} else if (opcode != PIB_WR_SEND && opcode != PIB_WR_SEND_IMM) {
+		struct pib_wqe_raddr *r = (struct pib_wqe_raddr *)seg;
 
-        r->remote_addr = wr->wr.rdma.remote_addr;
-        r->rkey = wr->wr.rdma.rkey;
-        r->reserved = 0;
-        seg = (char *)(r + 1);
-    }
+		r->remote_addr = wr->wr.rdma.remote_addr;
+		r->rkey = wr->wr.rdma.rkey;
+		r->reserved = 0;
+		seg = (char *)(r + 1);
+	}
 
-    if (wr->send_flags & IBV_SEND_INLINE) {
-        struct pib_wqe_inline *in = (struct pib_wqe_inline *)seg;
-        uint8_t *data = in->data;
-        uint32_t len = 0;
+	if (wr->send_flags & IBV_SEND_INLINE) {
+		struct pib_wqe_inline *in = (struct pib_wqe_inline *)seg;
+		uint8_t *data = in->data;
+		uint32_t len = 0;
 
-        if (opcode == PIB_WR_RDMA_READ || opcode == PIB_WR_ATOMIC_CMP_AND_SWP ||
-            opcode == PIB_WR_ATOMIC_FETCH_AND_ADD)
-            return EINVAL;
-        for (i = 0; i < wr->num_sge; i++)
-            len += wr->sg_list[i].length;
-        if (len > qp->max_inline_data || seg + ((4 + len + 15) & ~15u) > end)
-            return EINVAL;
-        for (i = 0; i < wr->num_sge; i++) {
-            memcpy(data, (void *)(uintptr_t)wr->sg_list[i].addr, wr->sg_list[i].length);
-            data += wr->sg_list[i].length;
-        }
-        in->byte_count = len | PIB_INLINE_FLAG;
-        ctrl->flags |= PIB_WQE_INLINE;
-        seg += (4 + len + 15) & ~15u;
-    } else {
-        struct pib_wqe_data *d = (struct pib_wqe_data *)seg;
+		if (opcode == PIB_WR_RDMA_READ ||
+		    opcode == PIB_WR_ATOMIC_CMP_AND_SWP ||
+		    opcode == PIB_WR_ATOMIC_FETCH_AND_ADD)
+			return EINVAL;
+		for (i = 0; i < wr->num_sge; i++)
+			len += wr->sg_list[i].length;
+		if (len > qp->max_inline_data ||
+		    seg + ((4 + len + 15) & ~15u) > end)
+			return EINVAL;
+		for (i = 0; i < wr->num_sge; i++) {
+			memcpy(data, (void *)(uintptr_t)wr->sg_list[i].addr,
+			       wr->sg_list[i].length);
+			data += wr->sg_list[i].length;
+		}
+		in->byte_count = len | PIB_INLINE_FLAG;
+		ctrl->flags |= PIB_WQE_INLINE;
+		seg += (4 + len + 15) & ~15u;
+	} else {
+		struct pib_wqe_data *d = (struct pib_wqe_data *)seg;
 
-        if (seg + wr->num_sge * sizeof(*d) > end)
-            return EINVAL;
-        for (i = 0; i < wr->num_sge; i++, d++) {
-            d->byte_count = wr->sg_list[i].length;
-            d->lkey = wr->sg_list[i].lkey;
-            d->addr = wr->sg_list[i].addr;
-        }
-        seg = (char *)d;
-    }
-    ctrl->num_ds = (seg - (char *)wqe) / 16;
-    return 0;
+		if (seg + wr->num_sge * sizeof(*d) > end)
+			return EINVAL;
+		for (i = 0; i < wr->num_sge; i++, d++) {
+			d->byte_count = wr->sg_list[i].length;
+			d->lkey = wr->sg_list[i].lkey;
+			d->addr = wr->sg_list[i].addr;
+		}
+		seg = (char *)d;
+	}
+	ctrl->num_ds = (seg - (char *)wqe) / 16;
+	return 0;
 }
 
-int pib_post_send(struct ibv_qp *ibqp, struct ibv_send_wr *wr, struct ibv_send_wr **bad_wr) {
-    struct pib_qp *qp = to_pqp(ibqp);
-    struct pib_wq *sq = &qp->sq;
-    uint32_t posted;
-    int err = 0;
+int pib_post_send(struct ibv_qp *ibqp, struct ibv_send_wr *wr,
+		  struct ibv_send_wr **bad_wr)
+{
+	struct pib_qp *qp = to_pqp(ibqp);
+	struct pib_wq *sq = &qp->sq;
+	uint32_t posted;
+	int err = 0;
 
-    if (ibqp->state == IBV_QPS_RESET) { /* nothing may be posted yet */
-        *bad_wr = wr;
-        return EINVAL;
-    }
-    pthread_spin_lock(&sq->lock);
-    posted = sq->pi;
-    for (; wr; wr = wr->next) {
-        if (sq->pi - __atomic_load_n(&sq->ci, __ATOMIC_ACQUIRE) >= (1u << sq->log_count)) {
-            err = ENOMEM;
-            break;
-        }
-        err = pib_build_send_wqe(qp, wr, pib_wq_slot(sq, sq->pi));
-        if (err)
-            break;
-        sq->pi++;
-    }
-    if (err)
-        *bad_wr = wr;
-    if (sq->pi != posted) {
-        /* The WQEs must be in memory before the device hears of them. */
-        udma_to_device_barrier();
-        pib_ring_doorbell(ibqp->context, PIB_DB_SQ, qp->qpn, sq->pi);
-    }
-    pthread_spin_unlock(&sq->lock);
-    return err;
+	if (ibqp->state == IBV_QPS_RESET) { /* nothing may be posted yet */
+		*bad_wr = wr;
+		return EINVAL;
+	}
+	pthread_spin_lock(&sq->lock);
+	posted = sq->pi;
+	for (; wr; wr = wr->next) {
+		if (sq->pi - __atomic_load_n(&sq->ci, __ATOMIC_ACQUIRE) >=
+		    (1u << sq->log_count)) {
+			err = ENOMEM;
+			break;
+		}
+		err = pib_build_send_wqe(qp, wr, pib_wq_slot(sq, sq->pi));
+		if (err)
+			break;
+		sq->pi++;
+	}
+	if (err)
+		*bad_wr = wr;
+	if (sq->pi != posted) {
+		/* The WQEs must be in memory before the device hears of them.
+		 */
+		udma_to_device_barrier();
+		pib_ring_doorbell(ibqp->context, PIB_DB_SQ, qp->qpn, sq->pi);
+	}
+	pthread_spin_unlock(&sq->lock);
+	return err;
 }
 
-static int pib_write_recv_wqe(struct pib_wq *wq, const struct ibv_recv_wr *wr) {
-    struct pib_wqe_ctrl *ctrl = pib_wq_slot(wq, wq->pi);
-    struct pib_wqe_data *d = (struct pib_wqe_data *)(ctrl + 1);
-    int i;
+static int pib_write_recv_wqe(struct pib_wq *wq, const struct ibv_recv_wr *wr)
+{
+	struct pib_wqe_ctrl *ctrl = pib_wq_slot(wq, wq->pi);
+	struct pib_wqe_data *d = (struct pib_wqe_data *)(ctrl + 1);
+	int i;
 
-    if (wr->num_sge < 0 || (uint32_t)wr->num_sge > wq->max_sge ||
-        sizeof(*ctrl) + wr->num_sge * sizeof(*d) > ((size_t)1 << wq->log_stride))
-        return EINVAL;
-    memset(ctrl, 0, sizeof(*ctrl));
-    ctrl->wr_id = wr->wr_id;
-    ctrl->num_ds = 1 + wr->num_sge;
-    for (i = 0; i < wr->num_sge; i++, d++) {
-        d->byte_count = wr->sg_list[i].length;
-        d->lkey = wr->sg_list[i].lkey;
-        d->addr = wr->sg_list[i].addr;
-    }
-    return 0;
+	if (wr->num_sge < 0 || (uint32_t)wr->num_sge > wq->max_sge ||
+	    sizeof(*ctrl) + wr->num_sge * sizeof(*d) >
+		    ((size_t)1 << wq->log_stride))
+		return EINVAL;
+	memset(ctrl, 0, sizeof(*ctrl));
+	ctrl->wr_id = wr->wr_id;
+	ctrl->num_ds = 1 + wr->num_sge;
+	for (i = 0; i < wr->num_sge; i++, d++) {
+		d->byte_count = wr->sg_list[i].length;
+		d->lkey = wr->sg_list[i].lkey;
+		d->addr = wr->sg_list[i].addr;
+	}
+	return 0;
 }
 
 /* Posts receive WQEs to `wq`, then rings `doorbell` for object `number`. */
-static int pib_post_to_rq(struct ibv_context *context, struct pib_wq *wq, uint32_t doorbell,
-                          uint32_t number, struct ibv_recv_wr *wr, struct ibv_recv_wr **bad_wr) {
-    uint32_t posted;
-    int err = 0;
+static int pib_post_to_rq(struct ibv_context *context, struct pib_wq *wq,
+			  uint32_t doorbell, uint32_t number,
+			  struct ibv_recv_wr *wr, struct ibv_recv_wr **bad_wr)
+{
+	uint32_t posted;
+	int err = 0;
 
-    pthread_spin_lock(&wq->lock);
-    posted = wq->pi;
-    for (; wr; wr = wr->next) {
-        if (wq->pi - __atomic_load_n(&wq->ci, __ATOMIC_ACQUIRE) >= (1u << wq->log_count)) {
-            err = ENOMEM;
-            break;
-        }
-        err = pib_write_recv_wqe(wq, wr);
-        if (err)
-            break;
-        wq->pi++;
-    }
-    if (err)
-        *bad_wr = wr;
-    if (wq->pi != posted) {
-        udma_to_device_barrier();
-        pib_ring_doorbell(context, doorbell, number, wq->pi);
-    }
-    pthread_spin_unlock(&wq->lock);
-    return err;
+	pthread_spin_lock(&wq->lock);
+	posted = wq->pi;
+	for (; wr; wr = wr->next) {
+		if (wq->pi - __atomic_load_n(&wq->ci, __ATOMIC_ACQUIRE) >=
+		    (1u << wq->log_count)) {
+			err = ENOMEM;
+			break;
+		}
+		err = pib_write_recv_wqe(wq, wr);
+		if (err)
+			break;
+		wq->pi++;
+	}
+	if (err)
+		*bad_wr = wr;
+	if (wq->pi != posted) {
+		udma_to_device_barrier();
+		pib_ring_doorbell(context, doorbell, number, wq->pi);
+	}
+	pthread_spin_unlock(&wq->lock);
+	return err;
 }
 
-int pib_post_recv(struct ibv_qp *ibqp, struct ibv_recv_wr *wr, struct ibv_recv_wr **bad_wr) {
-    struct pib_qp *qp = to_pqp(ibqp);
+int pib_post_recv(struct ibv_qp *ibqp, struct ibv_recv_wr *wr,
+		  struct ibv_recv_wr **bad_wr)
+{
+	struct pib_qp *qp = to_pqp(ibqp);
 
-    if (ibqp->srq || ibqp->state == IBV_QPS_RESET) {
-        *bad_wr = wr;
-        return EINVAL;
-    }
-    return pib_post_to_rq(ibqp->context, &qp->rq, PIB_DB_RQ, qp->qpn, wr, bad_wr);
+	if (ibqp->srq || ibqp->state == IBV_QPS_RESET) {
+		*bad_wr = wr;
+		return EINVAL;
+	}
+	return pib_post_to_rq(ibqp->context, &qp->rq, PIB_DB_RQ, qp->qpn, wr,
+			      bad_wr);
 }
 
-int pib_post_srq_recv(struct ibv_srq *ibsrq, struct ibv_recv_wr *wr, struct ibv_recv_wr **bad_wr) {
-    struct pib_srq *srq = to_psrq(ibsrq);
+int pib_post_srq_recv(struct ibv_srq *ibsrq, struct ibv_recv_wr *wr,
+		      struct ibv_recv_wr **bad_wr)
+{
+	struct pib_srq *srq = to_psrq(ibsrq);
 
-    return pib_post_to_rq(ibsrq->context, &srq->wq, PIB_DB_SRQ, srq->srqn, wr, bad_wr);
+	return pib_post_to_rq(ibsrq->context, &srq->wq, PIB_DB_SRQ, srq->srqn,
+			      wr, bad_wr);
 }
 
 static const enum ibv_wc_opcode pib_wc_opcodes[] = {
-    [PIB_WC_SEND] = IBV_WC_SEND,           [PIB_WC_RDMA_WRITE] = IBV_WC_RDMA_WRITE,
-    [PIB_WC_RDMA_READ] = IBV_WC_RDMA_READ, [PIB_WC_COMP_SWAP] = IBV_WC_COMP_SWAP,
-    [PIB_WC_FETCH_ADD] = IBV_WC_FETCH_ADD, [PIB_WC_LOCAL_INV] = IBV_WC_LOCAL_INV,
+	[PIB_WC_SEND] = IBV_WC_SEND,
+	[PIB_WC_RDMA_WRITE] = IBV_WC_RDMA_WRITE,
+	[PIB_WC_RDMA_READ] = IBV_WC_RDMA_READ,
+	[PIB_WC_COMP_SWAP] = IBV_WC_COMP_SWAP,
+	[PIB_WC_FETCH_ADD] = IBV_WC_FETCH_ADD,
+	[PIB_WC_LOCAL_INV] = IBV_WC_LOCAL_INV,
 };
 
 /* The WQE a CQE completes is free again. */
-static void pib_retire(struct pib_context *ctx, const struct pib_cqe *cqe) {
-    struct pib_qp *qp = cqe->qpn < ctx->qp_table_size ? ctx->qp_table[cqe->qpn] : NULL;
-    struct pib_wq *wq;
+static void pib_retire(struct pib_context *ctx, const struct pib_cqe *cqe)
+{
+	struct pib_qp *qp =
+		cqe->qpn < ctx->qp_table_size ? ctx->qp_table[cqe->qpn] : NULL;
+	struct pib_wq *wq;
 
-    if (!qp)
-        return;
-    if (cqe->opcode & 0x80) {
-        /* The device takes receive WQEs in ring order and copies them. */
-        wq = qp->vqp.qp.srq ? &to_psrq(qp->vqp.qp.srq)->wq : &qp->rq;
-        __atomic_fetch_add(&wq->ci, 1, __ATOMIC_RELEASE);
-        return;
-    }
-    /* The SQ completes in order; this also retires unsignalled WQEs. */
-    wq = &qp->sq;
-    __atomic_store_n(&wq->ci, wq->ci + (uint16_t)(cqe->wqe_index + 1 - wq->ci), __ATOMIC_RELEASE);
+	if (!qp)
+		return;
+	if (cqe->opcode & 0x80) {
+		/* The device takes receive WQEs in ring order and copies them.
+		 */
+		wq = qp->vqp.qp.srq ? &to_psrq(qp->vqp.qp.srq)->wq : &qp->rq;
+		__atomic_fetch_add(&wq->ci, 1, __ATOMIC_RELEASE);
+		return;
+	}
+	/* The SQ completes in order; this also retires unsignalled WQEs. */
+	wq = &qp->sq;
+	__atomic_store_n(&wq->ci,
+			 wq->ci + (uint16_t)(cqe->wqe_index + 1 - wq->ci),
+			 __ATOMIC_RELEASE);
 }
 
-static void pib_cqe_to_wc(const struct pib_cqe *cqe, struct ibv_wc *wc) {
-    memset(wc, 0, sizeof(*wc));
-    wc->wr_id = cqe->wr_id;
-    wc->status = cqe->status;
-    wc->vendor_err = cqe->vendor_err;
-    wc->qp_num = cqe->qpn;
-    if (cqe->opcode == PIB_WC_RECV)
-        wc->opcode = IBV_WC_RECV;
-    else if (cqe->opcode == PIB_WC_RECV_RDMA_WITH_IMM)
-        wc->opcode = IBV_WC_RECV_RDMA_WITH_IMM;
-    else if (cqe->opcode < sizeof(pib_wc_opcodes) / sizeof(pib_wc_opcodes[0]))
-        wc->opcode = pib_wc_opcodes[cqe->opcode];
-    wc->byte_len = cqe->byte_len;
-    if (cqe->flags & PIB_CQE_WITH_IMM) {
-        wc->imm_data = cqe->imm;
-        wc->wc_flags |= IBV_WC_WITH_IMM;
-    }
-    if (cqe->flags & PIB_CQE_GRH)
-        wc->wc_flags |= IBV_WC_GRH;
-    wc->src_qp = cqe->src_qp;
-    wc->slid = cqe->slid;
-    wc->sl = cqe->sl;
-    wc->dlid_path_bits = cqe->dlid_path_bits;
-    wc->pkey_index = cqe->pkey_index;
+static void pib_cqe_to_wc(const struct pib_cqe *cqe, struct ibv_wc *wc)
+{
+	memset(wc, 0, sizeof(*wc));
+	wc->wr_id = cqe->wr_id;
+	wc->status = cqe->status;
+	wc->vendor_err = cqe->vendor_err;
+	wc->qp_num = cqe->qpn;
+	if (cqe->opcode == PIB_WC_RECV)
+		wc->opcode = IBV_WC_RECV;
+	else if (cqe->opcode == PIB_WC_RECV_RDMA_WITH_IMM)
+		wc->opcode = IBV_WC_RECV_RDMA_WITH_IMM;
+	else if (cqe->opcode <
+		 sizeof(pib_wc_opcodes) / sizeof(pib_wc_opcodes[0]))
+		wc->opcode = pib_wc_opcodes[cqe->opcode];
+	wc->byte_len = cqe->byte_len;
+	if (cqe->flags & PIB_CQE_WITH_IMM) {
+		wc->imm_data = cqe->imm;
+		wc->wc_flags |= IBV_WC_WITH_IMM;
+	}
+	if (cqe->flags & PIB_CQE_GRH)
+		wc->wc_flags |= IBV_WC_GRH;
+	wc->src_qp = cqe->src_qp;
+	wc->slid = cqe->slid;
+	wc->sl = cqe->sl;
+	wc->dlid_path_bits = cqe->dlid_path_bits;
+	wc->pkey_index = cqe->pkey_index;
 }
 
 /* The next CQE the device has written, or NULL; the caller holds the lock. */
-static struct pib_cqe *pib_next_cqe(struct pib_cq *cq) {
-    struct pib_cqe *cqe =
-        (struct pib_cqe *)((char *)cq->buf.addr +
-                           (size_t)(cq->ci & ((1u << cq->log_size) - 1)) * PIB_CQE_SIZE);
-    uint8_t phase = ((cq->ci >> cq->log_size) & 1) ^ 1;
+static struct pib_cqe *pib_next_cqe(struct pib_cq *cq)
+{
+	struct pib_cqe *cqe =
+		(struct pib_cqe *)((char *)cq->buf.addr +
+				   (size_t)(cq->ci &
+					    ((1u << cq->log_size) - 1)) *
+					   PIB_CQE_SIZE);
+	uint8_t phase = ((cq->ci >> cq->log_size) & 1) ^ 1;
 
-    if ((*(volatile uint8_t *)&cqe->flags & PIB_CQE_PHASE) != phase)
-        return NULL;
-    udma_from_device_barrier(); /* the entry only after its phase bit */
-    return cqe;
+	if ((*(volatile uint8_t *)&cqe->flags & PIB_CQE_PHASE) != phase)
+		return NULL;
+	udma_from_device_barrier(); /* the entry only after its phase bit */
+	return cqe;
 }
 
 /* Consumes a CQE: its WQE is free again. */
-static void pib_consume(struct pib_cq *cq, const struct pib_cqe *cqe) {
-    pib_retire(to_pctx(cq->verbs_cq.cq.context), cqe);
-    cq->ci++;
+static void pib_consume(struct pib_cq *cq, const struct pib_cqe *cqe)
+{
+	pib_retire(to_pctx(cq->verbs_cq.cq.context), cqe);
+	cq->ci++;
 }
 
-int pib_poll_cq(struct ibv_cq *ibcq, int num, struct ibv_wc *wc) {
-    struct pib_cq *cq = to_pcq(ibcq);
-    struct pib_cqe *cqe;
-    int n = 0;
+int pib_poll_cq(struct ibv_cq *ibcq, int num, struct ibv_wc *wc)
+{
+	struct pib_cq *cq = to_pcq(ibcq);
+	struct pib_cqe *cqe;
+	int n = 0;
 
-    pthread_spin_lock(&cq->lock);
-    while (n < num && (cqe = pib_next_cqe(cq))) {
-        pib_cqe_to_wc(cqe, &wc[n++]);
-        pib_consume(cq, cqe);
-    }
-    /* Tell the device how far we got, so it can tell an overrun. */
-    if (n)
-        *cq->ci_record = cq->ci;
-    pthread_spin_unlock(&cq->lock);
-    return n;
+	pthread_spin_lock(&cq->lock);
+	while (n < num && (cqe = pib_next_cqe(cq))) {
+		pib_cqe_to_wc(cqe, &wc[n++]);
+		pib_consume(cq, cqe);
+	}
+	/* Tell the device how far we got, so it can tell an overrun. */
+	if (n)
+		*cq->ci_record = cq->ci;
+	pthread_spin_unlock(&cq->lock);
+	return n;
 }
 
-/* ---- extended polling (ibv_start_poll and the ibv_wc_read_*() calls) ---------- */
+/* ---- extended polling (ibv_start_poll and the ibv_wc_read_*() calls)
+ * ---------- */
 
-static int pib_poll_one(struct ibv_cq_ex *cqex) {
-    struct pib_cq *cq = to_pcq_ex(cqex);
-    struct pib_cqe *cqe = pib_next_cqe(cq);
+static int pib_poll_one(struct ibv_cq_ex *cqex)
+{
+	struct pib_cq *cq = to_pcq_ex(cqex);
+	struct pib_cqe *cqe = pib_next_cqe(cq);
 
-    if (!cqe)
-        return ENOENT;
-    cq->current = cqe;
-    cqex->wr_id = cqe->wr_id;
-    cqex->status = cqe->status;
-    pib_consume(cq, cqe);
-    return 0;
+	if (!cqe)
+		return ENOENT;
+	cq->current = cqe;
+	cqex->wr_id = cqe->wr_id;
+	cqex->status = cqe->status;
+	pib_consume(cq, cqe);
+	return 0;
 }
 
-static int pib_start_poll(struct ibv_cq_ex *cqex, struct ibv_poll_cq_attr *attr) {
-    struct pib_cq *cq = to_pcq_ex(cqex);
-    int err;
+static int pib_start_poll(struct ibv_cq_ex *cqex, struct ibv_poll_cq_attr *attr)
+{
+	struct pib_cq *cq = to_pcq_ex(cqex);
+	int err;
 
-    if (attr->comp_mask)
-        return EINVAL;
-    pthread_spin_lock(&cq->lock);
-    err = pib_poll_one(cqex);
-    if (err) /* ibv_end_poll() is called only after a success */
-        pthread_spin_unlock(&cq->lock);
-    return err;
+	if (attr->comp_mask)
+		return EINVAL;
+	pthread_spin_lock(&cq->lock);
+	err = pib_poll_one(cqex);
+	if (err) /* ibv_end_poll() is called only after a success */
+		pthread_spin_unlock(&cq->lock);
+	return err;
 }
 
-static int pib_next_poll(struct ibv_cq_ex *cqex) {
-    return pib_poll_one(cqex);
+static int pib_next_poll(struct ibv_cq_ex *cqex)
+{
+	return pib_poll_one(cqex);
 }
 
-static void pib_end_poll(struct ibv_cq_ex *cqex) {
-    struct pib_cq *cq = to_pcq_ex(cqex);
+static void pib_end_poll(struct ibv_cq_ex *cqex)
+{
+	struct pib_cq *cq = to_pcq_ex(cqex);
 
-    *cq->ci_record = cq->ci;
-    cq->current = NULL;
-    pthread_spin_unlock(&cq->lock);
+	*cq->ci_record = cq->ci;
+	cq->current = NULL;
+	pthread_spin_unlock(&cq->lock);
 }
 
 /* The CQE the poll stands on. It was consumed, but the device cannot
  * reuse its slot before the CI record says so, at ibv_end_poll(). */
-static const struct pib_cqe *pib_current(struct ibv_cq_ex *cqex) {
-    return to_pcq_ex(cqex)->current;
+static const struct pib_cqe *pib_current(struct ibv_cq_ex *cqex)
+{
+	return to_pcq_ex(cqex)->current;
 }
 
-static enum ibv_wc_opcode pib_read_opcode(struct ibv_cq_ex *cqex) {
-    struct ibv_wc wc;
+static enum ibv_wc_opcode pib_read_opcode(struct ibv_cq_ex *cqex)
+{
+	struct ibv_wc wc;
 
-    pib_cqe_to_wc(pib_current(cqex), &wc);
-    return wc.opcode;
+	pib_cqe_to_wc(pib_current(cqex), &wc);
+	return wc.opcode;
 }
 
-static uint32_t pib_read_vendor_err(struct ibv_cq_ex *cqex) {
-    return pib_current(cqex)->vendor_err;
+static uint32_t pib_read_vendor_err(struct ibv_cq_ex *cqex)
+{
+	return pib_current(cqex)->vendor_err;
 }
 
-static uint32_t pib_read_byte_len(struct ibv_cq_ex *cqex) {
-    return pib_current(cqex)->byte_len;
+static uint32_t pib_read_byte_len(struct ibv_cq_ex *cqex)
+{
+	return pib_current(cqex)->byte_len;
 }
 
-static __be32 pib_read_imm_data(struct ibv_cq_ex *cqex) {
-    return (__be32)pib_current(cqex)->imm; /* kept in wire order */
+static __be32 pib_read_imm_data(struct ibv_cq_ex *cqex)
+{
+	return (__be32)pib_current(cqex)->imm; /* kept in wire order */
 }
 
-static uint32_t pib_read_qp_num(struct ibv_cq_ex *cqex) {
-    return pib_current(cqex)->qpn;
+static uint32_t pib_read_qp_num(struct ibv_cq_ex *cqex)
+{
+	return pib_current(cqex)->qpn;
 }
 
-static uint32_t pib_read_src_qp(struct ibv_cq_ex *cqex) {
-    return pib_current(cqex)->src_qp;
+static uint32_t pib_read_src_qp(struct ibv_cq_ex *cqex)
+{
+	return pib_current(cqex)->src_qp;
 }
 
-static unsigned int pib_read_wc_flags(struct ibv_cq_ex *cqex) {
-    struct ibv_wc wc;
+static unsigned int pib_read_wc_flags(struct ibv_cq_ex *cqex)
+{
+	struct ibv_wc wc;
 
-    pib_cqe_to_wc(pib_current(cqex), &wc);
-    return wc.wc_flags;
+	pib_cqe_to_wc(pib_current(cqex), &wc);
+	return wc.wc_flags;
 }
 
-static uint32_t pib_read_slid(struct ibv_cq_ex *cqex) {
-    return pib_current(cqex)->slid;
+static uint32_t pib_read_slid(struct ibv_cq_ex *cqex)
+{
+	return pib_current(cqex)->slid;
 }
 
-static uint8_t pib_read_sl(struct ibv_cq_ex *cqex) {
-    return pib_current(cqex)->sl;
+static uint8_t pib_read_sl(struct ibv_cq_ex *cqex)
+{
+	return pib_current(cqex)->sl;
 }
 
-static uint8_t pib_read_dlid_path_bits(struct ibv_cq_ex *cqex) {
-    return pib_current(cqex)->dlid_path_bits;
+static uint8_t pib_read_dlid_path_bits(struct ibv_cq_ex *cqex)
+{
+	return pib_current(cqex)->dlid_path_bits;
 }
 
-void pib_cq_ex_set_ops(struct ibv_cq_ex *cq) {
-    cq->start_poll = pib_start_poll;
-    cq->next_poll = pib_next_poll;
-    cq->end_poll = pib_end_poll;
-    cq->read_opcode = pib_read_opcode;
-    cq->read_vendor_err = pib_read_vendor_err;
-    cq->read_byte_len = pib_read_byte_len;
-    cq->read_imm_data = pib_read_imm_data;
-    cq->read_qp_num = pib_read_qp_num;
-    cq->read_src_qp = pib_read_src_qp;
-    cq->read_wc_flags = pib_read_wc_flags;
-    cq->read_slid = pib_read_slid;
-    cq->read_sl = pib_read_sl;
-    cq->read_dlid_path_bits = pib_read_dlid_path_bits;
+void pib_cq_ex_set_ops(struct ibv_cq_ex *cq)
+{
+	cq->start_poll = pib_start_poll;
+	cq->next_poll = pib_next_poll;
+	cq->end_poll = pib_end_poll;
+	cq->read_opcode = pib_read_opcode;
+	cq->read_vendor_err = pib_read_vendor_err;
+	cq->read_byte_len = pib_read_byte_len;
+	cq->read_imm_data = pib_read_imm_data;
+	cq->read_qp_num = pib_read_qp_num;
+	cq->read_src_qp = pib_read_src_qp;
+	cq->read_wc_flags = pib_read_wc_flags;
+	cq->read_slid = pib_read_slid;
+	cq->read_sl = pib_read_sl;
+	cq->read_dlid_path_bits = pib_read_dlid_path_bits;
 }
 
-int pib_arm_cq(struct ibv_cq *ibcq, int solicited_only) {
-    struct pib_cq *cq = to_pcq(ibcq);
+int pib_arm_cq(struct ibv_cq *ibcq, int solicited_only)
+{
+	struct pib_cq *cq = to_pcq(ibcq);
 
-    pib_ring_doorbell(ibcq->context, PIB_DB_CQ_ARM, cq->cqn,
-                      solicited_only ? PIB_CQ_ARM_SOLICITED : PIB_CQ_ARM_NEXT);
-    return 0;
+	pib_ring_doorbell(ibcq->context, PIB_DB_CQ_ARM, cq->cqn,
+			  solicited_only ? PIB_CQ_ARM_SOLICITED
+					 : PIB_CQ_ARM_NEXT);
+	return 0;
 }

@@ -18,75 +18,75 @@
 #include "pib_user_abi.h"
 
 struct pib_device {
-    struct verbs_device ibv_dev;
+	struct verbs_device ibv_dev;
 };
 
 struct pib_context {
-    struct verbs_context ibv_ctx;
-    void *uar; /* the context's doorbell page */
-    uint32_t uar_page;
-    uint32_t log_max_wqe_stride;
-    uint32_t max_inline_data;
-    uint8_t num_ports;
-    uint32_t max_send_sge;
-    uint32_t max_recv_sge;
-    /* QPs by number, for poll_cq to retire WQEs: read without a lock,
-     * changed under qp_table_lock. */
-    pthread_mutex_t qp_table_lock;
-    struct pib_qp **qp_table;
-    uint32_t qp_table_size;
+	struct verbs_context ibv_ctx;
+	void *uar; /* the context's doorbell page */
+	uint32_t uar_page;
+	uint32_t log_max_wqe_stride;
+	uint32_t max_inline_data;
+	uint8_t num_ports;
+	uint32_t max_send_sge;
+	uint32_t max_recv_sge;
+	/* QPs by number, for poll_cq to retire WQEs: read without a lock,
+	 * changed under qp_table_lock. */
+	pthread_mutex_t qp_table_lock;
+	struct pib_qp **qp_table;
+	uint32_t qp_table_size;
 };
 
 /* A ring in process memory, page-aligned, that the driver pins. */
 struct pib_buf {
-    void *addr;
-    size_t length;
+	void *addr;
+	size_t length;
 };
 
 struct pib_cq {
-    struct verbs_cq verbs_cq; /* an ibv_cq, or an ibv_cq_ex */
-    struct pib_buf buf;       /* CQE ring, then one page for the CI record */
-    pthread_spinlock_t lock;
-    uint32_t cqn;
-    uint32_t log_size;
-    uint32_t ci;
-    volatile uint32_t *ci_record;
-    struct pib_cqe *current; /* extended polling: the CQE it stands on */
+	struct verbs_cq verbs_cq; /* an ibv_cq, or an ibv_cq_ex */
+	struct pib_buf buf; /* CQE ring, then one page for the CI record */
+	pthread_spinlock_t lock;
+	uint32_t cqn;
+	uint32_t log_size;
+	uint32_t ci;
+	volatile uint32_t *ci_record;
+	struct pib_cqe *current; /* extended polling: the CQE it stands on */
 };
 
 /* A work queue: pi counts WQEs posted, ci WQEs the device is done with. */
 struct pib_wq {
-    struct pib_buf buf;
-    pthread_spinlock_t lock;
-    uint8_t log_count;
-    uint8_t log_stride;
-    uint32_t pi;
-    uint32_t ci; /* advanced by poll_cq */
-    uint32_t max_sge;
+	struct pib_buf buf;
+	pthread_spinlock_t lock;
+	uint8_t log_count;
+	uint8_t log_stride;
+	uint32_t pi;
+	uint32_t ci; /* advanced by poll_cq */
+	uint32_t max_sge;
 };
 
 struct pib_qp {
-    struct verbs_qp vqp;
-    struct pib_wq sq;
-    struct pib_wq rq;
-    uint32_t qpn;
-    uint32_t max_inline_data;
-    bool signal_all;
-    /* The extended send API's batch: from wr_start to wr_complete. */
-    uint32_t wr_first;
-    struct pib_wqe_ctrl *wr_cur;
-    int wr_err;
+	struct verbs_qp vqp;
+	struct pib_wq sq;
+	struct pib_wq rq;
+	uint32_t qpn;
+	uint32_t max_inline_data;
+	bool signal_all;
+	/* The extended send API's batch: from wr_start to wr_complete. */
+	uint32_t wr_first;
+	struct pib_wqe_ctrl *wr_cur;
+	int wr_err;
 };
 
 struct pib_srq {
-    struct verbs_srq vsrq;
-    struct pib_wq wq;
-    uint32_t srqn;
+	struct verbs_srq vsrq;
+	struct pib_wq wq;
+	uint32_t srqn;
 };
 
 struct pib_ah {
-    struct ibv_ah ibv_ah;
-    struct pib_av av;
+	struct ibv_ah ibv_ah;
+	struct pib_av av;
 };
 
 #define to_pctx(ctx) container_of(ctx, struct pib_context, ibv_ctx.context)
@@ -96,65 +96,81 @@ struct pib_ah {
 #define to_psrq(s) container_of(s, struct pib_srq, vsrq.srq)
 
 /* Slot `index` of a work queue's ring. */
-static inline void *pib_wq_slot(struct pib_wq *wq, uint32_t index) {
-    return (char *)wq->buf.addr + ((size_t)(index & ((1u << wq->log_count) - 1)) << wq->log_stride);
+static inline void *pib_wq_slot(struct pib_wq *wq, uint32_t index)
+{
+	return (char *)wq->buf.addr +
+	       ((size_t)(index & ((1u << wq->log_count) - 1))
+		<< wq->log_stride);
 }
 
 /* A doorbell: one 64-bit store to the context's doorbell page. */
-static inline void pib_ring_doorbell(struct ibv_context *context, uint32_t offset, uint32_t number,
-                                     uint32_t value) {
-    mmio_write64_le((char *)to_pctx(context)->uar + offset,
-                    htole64((uint64_t)value << 32 | number));
+static inline void pib_ring_doorbell(struct ibv_context *context,
+				     uint32_t offset, uint32_t number,
+				     uint32_t value)
+{
+	mmio_write64_le((char *)to_pctx(context)->uar + offset,
+			htole64((uint64_t)value << 32 | number));
 }
 
 /* A send WQE's control segment, for both send APIs. */
-static inline void pib_wqe_ctrl_init(struct pib_wqe_ctrl *ctrl, const struct pib_qp *qp,
-                                     uint64_t wr_id, uint8_t opcode, unsigned int send_flags) {
-    ctrl->wr_id = wr_id;
-    ctrl->opcode = opcode;
-    ctrl->flags = 0;
-    if (send_flags & IBV_SEND_SIGNALED || qp->signal_all)
-        ctrl->flags |= PIB_WQE_SIGNALED;
-    if (send_flags & IBV_SEND_SOLICITED)
-        ctrl->flags |= PIB_WQE_SOLICITED;
-    if (send_flags & IBV_SEND_FENCE)
-        ctrl->flags |= PIB_WQE_FENCE;
+static inline void pib_wqe_ctrl_init(struct pib_wqe_ctrl *ctrl,
+				     const struct pib_qp *qp, uint64_t wr_id,
+				     uint8_t opcode, unsigned int send_flags)
+{
+	ctrl->wr_id = wr_id;
+	ctrl->opcode = opcode;
+	ctrl->flags = 0;
+	if (send_flags & IBV_SEND_SIGNALED || qp->signal_all)
+		ctrl->flags |= PIB_WQE_SIGNALED;
+	if (send_flags & IBV_SEND_SOLICITED)
+		ctrl->flags |= PIB_WQE_SOLICITED;
+	if (send_flags & IBV_SEND_FENCE)
+		ctrl->flags |= PIB_WQE_FENCE;
 }
 
 /* verbs.c */
-int pib_query_device(struct ibv_context *context, const struct ibv_query_device_ex_input *input,
-                     struct ibv_device_attr_ex *attr, size_t attr_size);
-int pib_query_port(struct ibv_context *context, uint8_t port, struct ibv_port_attr *attr);
+int pib_query_device(struct ibv_context *context,
+		     const struct ibv_query_device_ex_input *input,
+		     struct ibv_device_attr_ex *attr, size_t attr_size);
+int pib_query_port(struct ibv_context *context, uint8_t port,
+		   struct ibv_port_attr *attr);
 struct ibv_pd *pib_alloc_pd(struct ibv_context *context);
 int pib_dealloc_pd(struct ibv_pd *pd);
-struct ibv_mr *pib_reg_mr(struct ibv_pd *pd, void *addr, size_t length, uint64_t hca_va,
-                          int access);
+struct ibv_mr *pib_reg_mr(struct ibv_pd *pd, void *addr, size_t length,
+			  uint64_t hca_va, int access);
 int pib_dereg_mr(struct verbs_mr *vmr);
 struct ibv_ah *pib_create_ah(struct ibv_pd *pd, struct ibv_ah_attr *attr);
 int pib_destroy_ah(struct ibv_ah *ah);
 
 /* queues.c */
-struct ibv_cq *pib_create_cq(struct ibv_context *context, int cqe, struct ibv_comp_channel *channel,
-                             int comp_vector);
+struct ibv_cq *pib_create_cq(struct ibv_context *context, int cqe,
+			     struct ibv_comp_channel *channel, int comp_vector);
 int pib_destroy_cq(struct ibv_cq *cq);
-struct ibv_cq_ex *pib_create_cq_ex(struct ibv_context *context, struct ibv_cq_init_attr_ex *attr);
+struct ibv_cq_ex *pib_create_cq_ex(struct ibv_context *context,
+				   struct ibv_cq_init_attr_ex *attr);
 struct ibv_qp *pib_create_qp(struct ibv_pd *pd, struct ibv_qp_init_attr *attr);
-struct ibv_qp *pib_create_qp_ex(struct ibv_context *context, struct ibv_qp_init_attr_ex *attr);
+struct ibv_qp *pib_create_qp_ex(struct ibv_context *context,
+				struct ibv_qp_init_attr_ex *attr);
 int pib_query_qp(struct ibv_qp *qp, struct ibv_qp_attr *attr, int attr_mask,
-                 struct ibv_qp_init_attr *init_attr);
+		 struct ibv_qp_init_attr *init_attr);
 int pib_modify_qp(struct ibv_qp *qp, struct ibv_qp_attr *attr, int attr_mask);
 int pib_destroy_qp(struct ibv_qp *qp);
-struct ibv_srq *pib_create_srq(struct ibv_pd *pd, struct ibv_srq_init_attr *attr);
-int pib_modify_srq(struct ibv_srq *srq, struct ibv_srq_attr *attr, int attr_mask);
+struct ibv_srq *pib_create_srq(struct ibv_pd *pd,
+			       struct ibv_srq_init_attr *attr);
+int pib_modify_srq(struct ibv_srq *srq, struct ibv_srq_attr *attr,
+		   int attr_mask);
 int pib_query_srq(struct ibv_srq *srq, struct ibv_srq_attr *attr);
 int pib_destroy_srq(struct ibv_srq *srq);
 int pib_qp_table_add(struct pib_context *ctx, struct pib_qp *qp);
 void pib_qp_table_remove(struct pib_context *ctx, struct pib_qp *qp);
 
 /* datapath.c: posting and polling, no system call on the way */
-int pib_post_send(struct ibv_qp *qp, struct ibv_send_wr *wr, struct ibv_send_wr **bad_wr);
-int pib_post_recv(struct ibv_qp *qp, struct ibv_recv_wr *wr, struct ibv_recv_wr **bad_wr);
-int pib_post_srq_recv(struct ibv_srq *srq, struct ibv_recv_wr *wr, struct ibv_recv_wr **bad_wr);
+int pib_post_send(struct ibv_qp *qp, struct ibv_send_wr *wr,
+		  struct ibv_send_wr **bad_wr);
+int pib_post_recv(struct ibv_qp *qp, struct ibv_recv_wr *wr,
+		  struct ibv_recv_wr **bad_wr);
+int pib_post_srq_recv(struct ibv_srq *srq, struct ibv_recv_wr *wr,
+		      struct ibv_recv_wr **bad_wr);
 int pib_poll_cq(struct ibv_cq *cq, int num, struct ibv_wc *wc);
 int pib_arm_cq(struct ibv_cq *cq, int solicited_only);
 void pib_cq_ex_set_ops(struct ibv_cq_ex *cq);

@@ -6,437 +6,479 @@
 
 #include "pib.h"
 
-#define PIB_SEND_HDR_SIZE (sizeof(struct pib_wqe_ctrl) + sizeof(struct pib_wqe_ud))
+#define PIB_SEND_HDR_SIZE \
+	(sizeof(struct pib_wqe_ctrl) + sizeof(struct pib_wqe_ud))
 #define PIB_RECV_HDR_SIZE sizeof(struct pib_wqe_ctrl)
 #define PIB_LOG_MIN_STRIDE 6
 
-static unsigned int pib_log2_ceil(uint64_t n) {
-    unsigned int log = 0;
+static unsigned int pib_log2_ceil(uint64_t n)
+{
+	unsigned int log = 0;
 
-    while ((1ull << log) < n)
-        log++;
-    return log;
+	while ((1ull << log) < n)
+		log++;
+	return log;
 }
 
-static int pib_buf_alloc(struct pib_buf *buf, size_t length) {
-    length = (length + PIB_PAGE_SIZE - 1) & ~(size_t)(PIB_PAGE_SIZE - 1);
-    if (posix_memalign(&buf->addr, PIB_PAGE_SIZE, length))
-        return ENOMEM;
-    memset(buf->addr, 0, length);
-    buf->length = length;
-    /* A fork must not move the pages the device DMAs to. */
-    if (ibv_dontfork_range(buf->addr, length)) {
-        free(buf->addr);
-        buf->addr = NULL;
-        return ENOMEM;
-    }
-    return 0;
+static int pib_buf_alloc(struct pib_buf *buf, size_t length)
+{
+	length = (length + PIB_PAGE_SIZE - 1) & ~(size_t)(PIB_PAGE_SIZE - 1);
+	if (posix_memalign(&buf->addr, PIB_PAGE_SIZE, length))
+		return ENOMEM;
+	memset(buf->addr, 0, length);
+	buf->length = length;
+	/* A fork must not move the pages the device DMAs to. */
+	if (ibv_dontfork_range(buf->addr, length)) {
+		free(buf->addr);
+		buf->addr = NULL;
+		return ENOMEM;
+	}
+	return 0;
 }
 
-static void pib_buf_free(struct pib_buf *buf) {
-    if (!buf->addr)
-        return;
-    ibv_dofork_range(buf->addr, buf->length);
-    free(buf->addr);
-    buf->addr = NULL;
+static void pib_buf_free(struct pib_buf *buf)
+{
+	if (!buf->addr)
+		return;
+	ibv_dofork_range(buf->addr, buf->length);
+	free(buf->addr);
+	buf->addr = NULL;
 }
 
-static size_t pib_wq_bytes(const struct pib_wq *wq) {
-    return (size_t)1 << (wq->log_count + wq->log_stride);
+static size_t pib_wq_bytes(const struct pib_wq *wq)
+{
+	return (size_t)1 << (wq->log_count + wq->log_stride);
 }
 
-/* ---- completion queues ----------------------------------------------------- */
+/* ---- completion queues -----------------------------------------------------
+ */
 
 struct pib_ucmd_create_cq {
-    struct ibv_create_cq ibv_cmd;
-    struct pib_create_cq_cmd drv;
+	struct ibv_create_cq ibv_cmd;
+	struct pib_create_cq_cmd drv;
 };
 
 struct pib_uresp_create_cq {
-    struct ib_uverbs_create_cq_resp ibv_resp;
-    struct pib_create_cq_resp drv;
+	struct ib_uverbs_create_cq_resp ibv_resp;
+	struct pib_create_cq_resp drv;
 };
 
 /* A CQ with its ring of at least `cqe` entries, not yet known to the kernel. */
-static struct pib_cq *pib_cq_alloc(int cqe, struct pib_create_cq_cmd *drv) {
-    struct pib_cq *cq;
-    size_t ring;
-    int err;
+static struct pib_cq *pib_cq_alloc(int cqe, struct pib_create_cq_cmd *drv)
+{
+	struct pib_cq *cq;
+	size_t ring;
+	int err;
 
-    if (cqe < 1) {
-        errno = EINVAL;
-        return NULL;
-    }
-    cq = calloc(1, sizeof(*cq));
-    if (!cq)
-        return NULL;
-    cq->log_size = pib_log2_ceil(cqe < 2 ? 2 : cqe);
-    ring = (size_t)PIB_CQE_SIZE << cq->log_size;
-    if (ring < PIB_PAGE_SIZE)
-        ring = PIB_PAGE_SIZE;
-    /* The ring, then a page whose first word is the CI record. */
-    err = pib_buf_alloc(&cq->buf, ring + PIB_PAGE_SIZE);
-    if (err) {
-        free(cq);
-        errno = err;
-        return NULL;
-    }
-    cq->ci_record = (volatile uint32_t *)((char *)cq->buf.addr + ring);
-    pthread_spin_init(&cq->lock, PTHREAD_PROCESS_PRIVATE);
-    drv->buf_addr = (uintptr_t)cq->buf.addr;
-    drv->ci_record_addr = (uintptr_t)cq->ci_record;
-    drv->log_size = cq->log_size;
-    return cq;
+	if (cqe < 1) {
+		errno = EINVAL;
+		return NULL;
+	}
+	cq = calloc(1, sizeof(*cq));
+	if (!cq)
+		return NULL;
+	cq->log_size = pib_log2_ceil(cqe < 2 ? 2 : cqe);
+	ring = (size_t)PIB_CQE_SIZE << cq->log_size;
+	if (ring < PIB_PAGE_SIZE)
+		ring = PIB_PAGE_SIZE;
+	/* The ring, then a page whose first word is the CI record. */
+	err = pib_buf_alloc(&cq->buf, ring + PIB_PAGE_SIZE);
+	if (err) {
+		free(cq);
+		errno = err;
+		return NULL;
+	}
+	cq->ci_record = (volatile uint32_t *)((char *)cq->buf.addr + ring);
+	pthread_spin_init(&cq->lock, PTHREAD_PROCESS_PRIVATE);
+	drv->buf_addr = (uintptr_t)cq->buf.addr;
+	drv->ci_record_addr = (uintptr_t)cq->ci_record;
+	drv->log_size = cq->log_size;
+	return cq;
 }
 
-static void pib_cq_free(struct pib_cq *cq) {
-    pthread_spin_destroy(&cq->lock);
-    pib_buf_free(&cq->buf);
-    free(cq);
+static void pib_cq_free(struct pib_cq *cq)
+{
+	pthread_spin_destroy(&cq->lock);
+	pib_buf_free(&cq->buf);
+	free(cq);
 }
 
-struct ibv_cq *pib_create_cq(struct ibv_context *context, int cqe, struct ibv_comp_channel *channel,
-                             int comp_vector) {
-    struct pib_uresp_create_cq resp = {};
-    struct pib_ucmd_create_cq cmd = {};
-    struct pib_cq *cq = pib_cq_alloc(cqe, &cmd.drv);
-    int err;
+struct ibv_cq *pib_create_cq(struct ibv_context *context, int cqe,
+			     struct ibv_comp_channel *channel, int comp_vector)
+{
+	struct pib_uresp_create_cq resp = {};
+	struct pib_ucmd_create_cq cmd = {};
+	struct pib_cq *cq = pib_cq_alloc(cqe, &cmd.drv);
+	int err;
 
-    if (!cq)
-        return NULL;
-    err = ibv_cmd_create_cq(context, cqe, channel, comp_vector, &cq->verbs_cq.cq, &cmd.ibv_cmd,
-                            sizeof(cmd), &resp.ibv_resp, sizeof(resp));
-    if (err) {
-        pib_cq_free(cq);
-        errno = err;
-        return NULL;
-    }
-    cq->cqn = resp.drv.cqn;
-    return &cq->verbs_cq.cq;
+	if (!cq)
+		return NULL;
+	err = ibv_cmd_create_cq(context, cqe, channel, comp_vector,
+				&cq->verbs_cq.cq, &cmd.ibv_cmd, sizeof(cmd),
+				&resp.ibv_resp, sizeof(resp));
+	if (err) {
+		pib_cq_free(cq);
+		errno = err;
+		return NULL;
+	}
+	cq->cqn = resp.drv.cqn;
+	return &cq->verbs_cq.cq;
 }
 
 struct pib_ucmd_create_cq_ex {
-    struct ibv_create_cq_ex ibv_cmd;
-    struct pib_create_cq_cmd drv;
+	struct ibv_create_cq_ex ibv_cmd;
+	struct pib_create_cq_cmd drv;
 };
 
 struct pib_uresp_create_cq_ex {
-    struct ib_uverbs_ex_create_cq_resp ibv_resp;
-    struct pib_create_cq_resp drv;
+	struct ib_uverbs_ex_create_cq_resp ibv_resp;
+	struct pib_create_cq_resp drv;
 };
 
 /* A CQ polled with ibv_start_poll() and the ibv_wc_read_*() accessors. */
-struct ibv_cq_ex *pib_create_cq_ex(struct ibv_context *context, struct ibv_cq_init_attr_ex *attr) {
-    struct pib_uresp_create_cq_ex resp = {};
-    struct pib_ucmd_create_cq_ex cmd = {};
-    struct pib_cq *cq;
-    int err;
+struct ibv_cq_ex *pib_create_cq_ex(struct ibv_context *context,
+				   struct ibv_cq_init_attr_ex *attr)
+{
+	struct pib_uresp_create_cq_ex resp = {};
+	struct pib_ucmd_create_cq_ex cmd = {};
+	struct pib_cq *cq;
+	int err;
 
-    /* Timestamps, VLANs, flow tags and parent domains are not offered. */
-    if (attr->wc_flags & ~(uint64_t)IBV_WC_STANDARD_FLAGS ||
-        attr->comp_mask & ~(uint32_t)IBV_CQ_INIT_ATTR_MASK_FLAGS ||
-        (attr->comp_mask & IBV_CQ_INIT_ATTR_MASK_FLAGS &&
-         attr->flags & ~(uint32_t)IBV_CREATE_CQ_ATTR_SINGLE_THREADED)) {
-        errno = EOPNOTSUPP;
-        return NULL;
-    }
-    cq = pib_cq_alloc(attr->cqe, &cmd.drv);
-    if (!cq)
-        return NULL;
-    err = ibv_cmd_create_cq_ex(context, attr, &cq->verbs_cq, &cmd.ibv_cmd, sizeof(cmd),
-                               &resp.ibv_resp, sizeof(resp), 0);
-    if (err) {
-        pib_cq_free(cq);
-        errno = err;
-        return NULL;
-    }
-    cq->cqn = resp.drv.cqn;
-    pib_cq_ex_set_ops(&cq->verbs_cq.cq_ex);
-    return &cq->verbs_cq.cq_ex;
+	/* Timestamps, VLANs, flow tags and parent domains are not offered. */
+	if (attr->wc_flags & ~(uint64_t)IBV_WC_STANDARD_FLAGS ||
+	    attr->comp_mask & ~(uint32_t)IBV_CQ_INIT_ATTR_MASK_FLAGS ||
+	    (attr->comp_mask & IBV_CQ_INIT_ATTR_MASK_FLAGS &&
+	     attr->flags & ~(uint32_t)IBV_CREATE_CQ_ATTR_SINGLE_THREADED)) {
+		errno = EOPNOTSUPP;
+		return NULL;
+	}
+	cq = pib_cq_alloc(attr->cqe, &cmd.drv);
+	if (!cq)
+		return NULL;
+	err = ibv_cmd_create_cq_ex(context, attr, &cq->verbs_cq, &cmd.ibv_cmd,
+				   sizeof(cmd), &resp.ibv_resp, sizeof(resp),
+				   0);
+	if (err) {
+		pib_cq_free(cq);
+		errno = err;
+		return NULL;
+	}
+	cq->cqn = resp.drv.cqn;
+	pib_cq_ex_set_ops(&cq->verbs_cq.cq_ex);
+	return &cq->verbs_cq.cq_ex;
 }
 
-int pib_destroy_cq(struct ibv_cq *ibcq) {
-    struct pib_cq *cq = to_pcq(ibcq);
-    int err = ibv_cmd_destroy_cq(ibcq);
+int pib_destroy_cq(struct ibv_cq *ibcq)
+{
+	struct pib_cq *cq = to_pcq(ibcq);
+	int err = ibv_cmd_destroy_cq(ibcq);
 
-    if (err)
-        return err;
-    pib_cq_free(cq);
-    return 0;
+	if (err)
+		return err;
+	pib_cq_free(cq);
+	return 0;
 }
 
-/* ---- queue pairs -------------------------------------------------------------- */
+/* ---- queue pairs
+ * -------------------------------------------------------------- */
 
 struct pib_ucmd_create_qp {
-    struct ibv_create_qp ibv_cmd;
-    struct pib_create_qp_cmd drv;
+	struct ibv_create_qp ibv_cmd;
+	struct pib_create_qp_cmd drv;
 };
 
 struct pib_uresp_create_qp {
-    struct ib_uverbs_create_qp_resp ibv_resp;
-    struct pib_create_qp_resp drv;
+	struct ib_uverbs_create_qp_resp ibv_resp;
+	struct pib_create_qp_resp drv;
 };
 
 /* Ring geometry for the capabilities asked for, as the driver expects it. */
 static int pib_qp_geometry(struct pib_context *ctx, struct pib_qp *qp,
-                           struct ibv_qp_init_attr *attr) {
-    struct ibv_qp_cap *cap = &attr->cap;
-    size_t data, stride, max_stride = (size_t)1 << ctx->log_max_wqe_stride;
+			   struct ibv_qp_init_attr *attr)
+{
+	struct ibv_qp_cap *cap = &attr->cap;
+	size_t data, stride, max_stride = (size_t)1 << ctx->log_max_wqe_stride;
 
-    if (cap->max_send_sge > ctx->max_send_sge || cap->max_recv_sge > ctx->max_recv_sge ||
-        cap->max_inline_data > ctx->max_inline_data)
-        return EINVAL;
-    data = cap->max_send_sge * sizeof(struct pib_wqe_data);
-    if (data < ((cap->max_inline_data + 4 + 15) & ~15u))
-        data = (cap->max_inline_data + 4 + 15) & ~15u;
-    stride = (size_t)1 << pib_log2_ceil(PIB_SEND_HDR_SIZE + data);
-    if (stride > max_stride)
-        return EINVAL;
-    qp->sq.log_stride = pib_log2_ceil(stride);
-    if (qp->sq.log_stride < PIB_LOG_MIN_STRIDE)
-        qp->sq.log_stride = PIB_LOG_MIN_STRIDE;
-    qp->sq.log_count = pib_log2_ceil(cap->max_send_wr ? cap->max_send_wr : 1);
-    qp->sq.max_sge = cap->max_send_sge;
-    qp->max_inline_data = cap->max_inline_data;
-    if (attr->srq)
-        return 0;
-    stride = (size_t)1 << pib_log2_ceil(PIB_RECV_HDR_SIZE +
-                                        cap->max_recv_sge * sizeof(struct pib_wqe_data));
-    if (stride > max_stride)
-        return EINVAL;
-    qp->rq.log_stride = pib_log2_ceil(stride);
-    if (qp->rq.log_stride < PIB_LOG_MIN_STRIDE)
-        qp->rq.log_stride = PIB_LOG_MIN_STRIDE;
-    qp->rq.log_count = pib_log2_ceil(cap->max_recv_wr ? cap->max_recv_wr : 1);
-    qp->rq.max_sge = cap->max_recv_sge;
-    return 0;
+	if (cap->max_send_sge > ctx->max_send_sge ||
+	    cap->max_recv_sge > ctx->max_recv_sge ||
+	    cap->max_inline_data > ctx->max_inline_data)
+		return EINVAL;
+	data = cap->max_send_sge * sizeof(struct pib_wqe_data);
+	if (data < ((cap->max_inline_data + 4 + 15) & ~15u))
+		data = (cap->max_inline_data + 4 + 15) & ~15u;
+	stride = (size_t)1 << pib_log2_ceil(PIB_SEND_HDR_SIZE + data);
+	if (stride > max_stride)
+		return EINVAL;
+	qp->sq.log_stride = pib_log2_ceil(stride);
+	if (qp->sq.log_stride < PIB_LOG_MIN_STRIDE)
+		qp->sq.log_stride = PIB_LOG_MIN_STRIDE;
+	qp->sq.log_count =
+		pib_log2_ceil(cap->max_send_wr ? cap->max_send_wr : 1);
+	qp->sq.max_sge = cap->max_send_sge;
+	qp->max_inline_data = cap->max_inline_data;
+	if (attr->srq)
+		return 0;
+	stride = (size_t)1 << pib_log2_ceil(
+			 PIB_RECV_HDR_SIZE +
+			 cap->max_recv_sge * sizeof(struct pib_wqe_data));
+	if (stride > max_stride)
+		return EINVAL;
+	qp->rq.log_stride = pib_log2_ceil(stride);
+	if (qp->rq.log_stride < PIB_LOG_MIN_STRIDE)
+		qp->rq.log_stride = PIB_LOG_MIN_STRIDE;
+	qp->rq.log_count =
+		pib_log2_ceil(cap->max_recv_wr ? cap->max_recv_wr : 1);
+	qp->rq.max_sge = cap->max_recv_sge;
+	return 0;
 }
 
-int pib_qp_table_add(struct pib_context *ctx, struct pib_qp *qp) {
-    if (qp->qpn >= ctx->qp_table_size)
-        return EPROTO;
-    pthread_mutex_lock(&ctx->qp_table_lock);
-    __atomic_store_n(&ctx->qp_table[qp->qpn], qp, __ATOMIC_RELEASE);
-    pthread_mutex_unlock(&ctx->qp_table_lock);
-    return 0;
+int pib_qp_table_add(struct pib_context *ctx, struct pib_qp *qp)
+{
+	if (qp->qpn >= ctx->qp_table_size)
+		return EPROTO;
+	pthread_mutex_lock(&ctx->qp_table_lock);
+	__atomic_store_n(&ctx->qp_table[qp->qpn], qp, __ATOMIC_RELEASE);
+	pthread_mutex_unlock(&ctx->qp_table_lock);
+	return 0;
 }
 
-void pib_qp_table_remove(struct pib_context *ctx, struct pib_qp *qp) {
-    pthread_mutex_lock(&ctx->qp_table_lock);
-    if (qp->qpn < ctx->qp_table_size && ctx->qp_table[qp->qpn] == qp)
-        __atomic_store_n(&ctx->qp_table[qp->qpn], NULL, __ATOMIC_RELEASE);
-    pthread_mutex_unlock(&ctx->qp_table_lock);
+void pib_qp_table_remove(struct pib_context *ctx, struct pib_qp *qp)
+{
+	pthread_mutex_lock(&ctx->qp_table_lock);
+	if (qp->qpn < ctx->qp_table_size && ctx->qp_table[qp->qpn] == qp)
+		__atomic_store_n(&ctx->qp_table[qp->qpn], NULL,
+				 __ATOMIC_RELEASE);
+	pthread_mutex_unlock(&ctx->qp_table_lock);
 }
 
 /* Both creation verbs end here; attr->cap is filled with what was made. */
-struct ibv_qp *pib_create_qp_ex(struct ibv_context *context, struct ibv_qp_init_attr_ex *attr) {
-    struct pib_context *ctx = to_pctx(context);
-    struct pib_uresp_create_qp resp = {};
-    struct pib_ucmd_create_qp cmd = {};
-    struct ibv_qp_init_attr_ex plain;
-    struct ibv_qp_init_attr geometry;
-    struct pib_qp *qp;
-    int err;
+struct ibv_qp *pib_create_qp_ex(struct ibv_context *context,
+				struct ibv_qp_init_attr_ex *attr)
+{
+	struct pib_context *ctx = to_pctx(context);
+	struct pib_uresp_create_qp resp = {};
+	struct pib_ucmd_create_qp cmd = {};
+	struct ibv_qp_init_attr_ex plain;
+	struct ibv_qp_init_attr geometry;
+	struct pib_qp *qp;
+	int err;
 
-    /* No creation flag is offered; asking for none is fine. */
-    if (attr->comp_mask & IBV_QP_INIT_ATTR_CREATE_FLAGS && attr->create_flags) {
-        errno = EOPNOTSUPP;
-        return NULL;
-    }
-    if (attr->comp_mask & IBV_QP_INIT_ATTR_SEND_OPS_FLAGS &&
-        attr->send_ops_flags & ~pib_qp_ex_supported_ops(attr->qp_type)) {
-        errno = EOPNOTSUPP;
-        return NULL;
-    }
-    if (attr->comp_mask & ~(IBV_QP_INIT_ATTR_PD | IBV_QP_INIT_ATTR_CREATE_FLAGS |
-                            IBV_QP_INIT_ATTR_SEND_OPS_FLAGS) ||
-        !attr->pd) {
-        errno = EOPNOTSUPP;
-        return NULL;
-    }
-    if (attr->qp_type != IBV_QPT_RC && attr->qp_type != IBV_QPT_UC && attr->qp_type != IBV_QPT_UD) {
-        errno = EOPNOTSUPP;
-        return NULL;
-    }
-    qp = calloc(1, sizeof(*qp));
-    if (!qp)
-        return NULL;
-    geometry = (struct ibv_qp_init_attr){.cap = attr->cap, .srq = attr->srq};
-    err = pib_qp_geometry(ctx, qp, &geometry);
-    if (err)
-        goto err_free;
-    err = pib_buf_alloc(&qp->sq.buf, pib_wq_bytes(&qp->sq));
-    if (err)
-        goto err_free;
-    if (!attr->srq) {
-        err = pib_buf_alloc(&qp->rq.buf, pib_wq_bytes(&qp->rq));
-        if (err)
-            goto err_sq;
-    }
-    cmd.drv.sq_buf_addr = (uintptr_t)qp->sq.buf.addr;
-    cmd.drv.rq_buf_addr = (uintptr_t)qp->rq.buf.addr;
-    cmd.drv.sq_log_wqe_count = qp->sq.log_count;
-    cmd.drv.sq_log_wqe_stride = qp->sq.log_stride;
-    cmd.drv.rq_log_wqe_count = qp->rq.log_count;
-    cmd.drv.rq_log_wqe_stride = qp->rq.log_stride;
-    /* What the kernel command takes: the attributes without the flags. */
-    plain = *attr;
-    plain.comp_mask &= ~IBV_QP_INIT_ATTR_CREATE_FLAGS;
-    err = ibv_cmd_create_qp_ex(context, &qp->vqp, &plain, &cmd.ibv_cmd, sizeof(cmd), &resp.ibv_resp,
-                               sizeof(resp));
-    if (err)
-        goto err_rq;
-    attr->cap = plain.cap;
-    qp->qpn = resp.drv.qpn;
-    qp->signal_all = attr->sq_sig_all;
-    /* What the rings really hold, as the driver reported it. */
-    qp->sq.max_sge = attr->cap.max_send_sge;
-    qp->rq.max_sge = attr->cap.max_recv_sge;
-    qp->max_inline_data = attr->cap.max_inline_data;
-    pthread_spin_init(&qp->sq.lock, PTHREAD_PROCESS_PRIVATE);
-    pthread_spin_init(&qp->rq.lock, PTHREAD_PROCESS_PRIVATE);
-    if (attr->comp_mask & IBV_QP_INIT_ATTR_SEND_OPS_FLAGS)
-        pib_qp_ex_set_ops(qp, attr->send_ops_flags);
-    err = pib_qp_table_add(ctx, qp);
-    if (err) {
-        ibv_cmd_destroy_qp(&qp->vqp.qp);
-        goto err_rq;
-    }
-    return &qp->vqp.qp;
+	/* No creation flag is offered; asking for none is fine. */
+	if (attr->comp_mask & IBV_QP_INIT_ATTR_CREATE_FLAGS &&
+	    attr->create_flags) {
+		errno = EOPNOTSUPP;
+		return NULL;
+	}
+	if (attr->comp_mask & IBV_QP_INIT_ATTR_SEND_OPS_FLAGS &&
+	    attr->send_ops_flags & ~pib_qp_ex_supported_ops(attr->qp_type)) {
+		errno = EOPNOTSUPP;
+		return NULL;
+	}
+	if (attr->comp_mask &
+		    ~(IBV_QP_INIT_ATTR_PD | IBV_QP_INIT_ATTR_CREATE_FLAGS |
+		      IBV_QP_INIT_ATTR_SEND_OPS_FLAGS) ||
+	    !attr->pd) {
+		errno = EOPNOTSUPP;
+		return NULL;
+	}
+	if (attr->qp_type != IBV_QPT_RC && attr->qp_type != IBV_QPT_UC &&
+	    attr->qp_type != IBV_QPT_UD) {
+		errno = EOPNOTSUPP;
+		return NULL;
+	}
+	qp = calloc(1, sizeof(*qp));
+	if (!qp)
+		return NULL;
+	geometry =
+		(struct ibv_qp_init_attr){.cap = attr->cap, .srq = attr->srq};
+	err = pib_qp_geometry(ctx, qp, &geometry);
+	if (err)
+		goto err_free;
+	err = pib_buf_alloc(&qp->sq.buf, pib_wq_bytes(&qp->sq));
+	if (err)
+		goto err_free;
+	if (!attr->srq) {
+		err = pib_buf_alloc(&qp->rq.buf, pib_wq_bytes(&qp->rq));
+		if (err)
+			goto err_sq;
+	}
+	cmd.drv.sq_buf_addr = (uintptr_t)qp->sq.buf.addr;
+	cmd.drv.rq_buf_addr = (uintptr_t)qp->rq.buf.addr;
+	cmd.drv.sq_log_wqe_count = qp->sq.log_count;
+	cmd.drv.sq_log_wqe_stride = qp->sq.log_stride;
+	cmd.drv.rq_log_wqe_count = qp->rq.log_count;
+	cmd.drv.rq_log_wqe_stride = qp->rq.log_stride;
+	/* What the kernel command takes: the attributes without the flags. */
+	plain = *attr;
+	plain.comp_mask &= ~IBV_QP_INIT_ATTR_CREATE_FLAGS;
+	err = ibv_cmd_create_qp_ex(context, &qp->vqp, &plain, &cmd.ibv_cmd,
+				   sizeof(cmd), &resp.ibv_resp, sizeof(resp));
+	if (err)
+		goto err_rq;
+	attr->cap = plain.cap;
+	qp->qpn = resp.drv.qpn;
+	qp->signal_all = attr->sq_sig_all;
+	/* What the rings really hold, as the driver reported it. */
+	qp->sq.max_sge = attr->cap.max_send_sge;
+	qp->rq.max_sge = attr->cap.max_recv_sge;
+	qp->max_inline_data = attr->cap.max_inline_data;
+	pthread_spin_init(&qp->sq.lock, PTHREAD_PROCESS_PRIVATE);
+	pthread_spin_init(&qp->rq.lock, PTHREAD_PROCESS_PRIVATE);
+	if (attr->comp_mask & IBV_QP_INIT_ATTR_SEND_OPS_FLAGS)
+		pib_qp_ex_set_ops(qp, attr->send_ops_flags);
+	err = pib_qp_table_add(ctx, qp);
+	if (err) {
+		ibv_cmd_destroy_qp(&qp->vqp.qp);
+		goto err_rq;
+	}
+	return &qp->vqp.qp;
 
 err_rq:
-    pib_buf_free(&qp->rq.buf);
+	pib_buf_free(&qp->rq.buf);
 err_sq:
-    pib_buf_free(&qp->sq.buf);
+	pib_buf_free(&qp->sq.buf);
 err_free:
-    free(qp);
-    errno = err;
-    return NULL;
+	free(qp);
+	errno = err;
+	return NULL;
 }
 
-struct ibv_qp *pib_create_qp(struct ibv_pd *pd, struct ibv_qp_init_attr *attr) {
-    struct ibv_qp_init_attr_ex attr_ex = {
-        .qp_context = attr->qp_context,
-        .send_cq = attr->send_cq,
-        .recv_cq = attr->recv_cq,
-        .srq = attr->srq,
-        .cap = attr->cap,
-        .qp_type = attr->qp_type,
-        .sq_sig_all = attr->sq_sig_all,
-        .comp_mask = IBV_QP_INIT_ATTR_PD,
-        .pd = pd,
-    };
-    struct ibv_qp *qp = pib_create_qp_ex(pd->context, &attr_ex);
+struct ibv_qp *pib_create_qp(struct ibv_pd *pd, struct ibv_qp_init_attr *attr)
+{
+	struct ibv_qp_init_attr_ex attr_ex = {
+		.qp_context = attr->qp_context,
+		.send_cq = attr->send_cq,
+		.recv_cq = attr->recv_cq,
+		.srq = attr->srq,
+		.cap = attr->cap,
+		.qp_type = attr->qp_type,
+		.sq_sig_all = attr->sq_sig_all,
+		.comp_mask = IBV_QP_INIT_ATTR_PD,
+		.pd = pd,
+	};
+	struct ibv_qp *qp = pib_create_qp_ex(pd->context, &attr_ex);
 
-    if (qp)
-        attr->cap = attr_ex.cap;
-    return qp;
+	if (qp)
+		attr->cap = attr_ex.cap;
+	return qp;
 }
 
 int pib_query_qp(struct ibv_qp *qp, struct ibv_qp_attr *attr, int attr_mask,
-                 struct ibv_qp_init_attr *init_attr) {
-    struct ibv_query_qp cmd;
+		 struct ibv_qp_init_attr *init_attr)
+{
+	struct ibv_query_qp cmd;
 
-    return ibv_cmd_query_qp(qp, attr, attr_mask, init_attr, &cmd, sizeof(cmd));
+	return ibv_cmd_query_qp(qp, attr, attr_mask, init_attr, &cmd,
+				sizeof(cmd));
 }
 
-int pib_modify_qp(struct ibv_qp *qp, struct ibv_qp_attr *attr, int attr_mask) {
-    struct ibv_modify_qp cmd;
+int pib_modify_qp(struct ibv_qp *qp, struct ibv_qp_attr *attr, int attr_mask)
+{
+	struct ibv_modify_qp cmd;
 
-    return ibv_cmd_modify_qp(qp, attr, attr_mask, &cmd, sizeof(cmd));
+	return ibv_cmd_modify_qp(qp, attr, attr_mask, &cmd, sizeof(cmd));
 }
 
-int pib_destroy_qp(struct ibv_qp *ibqp) {
-    struct pib_qp *qp = to_pqp(ibqp);
-    int err = ibv_cmd_destroy_qp(ibqp);
+int pib_destroy_qp(struct ibv_qp *ibqp)
+{
+	struct pib_qp *qp = to_pqp(ibqp);
+	int err = ibv_cmd_destroy_qp(ibqp);
 
-    if (err)
-        return err;
-    pib_qp_table_remove(to_pctx(ibqp->context), qp);
-    pthread_spin_destroy(&qp->sq.lock);
-    pthread_spin_destroy(&qp->rq.lock);
-    pib_buf_free(&qp->rq.buf);
-    pib_buf_free(&qp->sq.buf);
-    free(qp);
-    return 0;
+	if (err)
+		return err;
+	pib_qp_table_remove(to_pctx(ibqp->context), qp);
+	pthread_spin_destroy(&qp->sq.lock);
+	pthread_spin_destroy(&qp->rq.lock);
+	pib_buf_free(&qp->rq.buf);
+	pib_buf_free(&qp->sq.buf);
+	free(qp);
+	return 0;
 }
 
-/* ---- shared receive queues ------------------------------------------------------ */
+/* ---- shared receive queues
+ * ------------------------------------------------------ */
 
 struct pib_ucmd_create_srq {
-    struct ibv_create_srq ibv_cmd;
-    struct pib_create_srq_cmd drv;
+	struct ibv_create_srq ibv_cmd;
+	struct pib_create_srq_cmd drv;
 };
 
 struct pib_uresp_create_srq {
-    struct ib_uverbs_create_srq_resp ibv_resp;
-    struct pib_create_srq_resp drv;
+	struct ib_uverbs_create_srq_resp ibv_resp;
+	struct pib_create_srq_resp drv;
 };
 
-struct ibv_srq *pib_create_srq(struct ibv_pd *pd, struct ibv_srq_init_attr *attr) {
-    struct pib_context *ctx = to_pctx(pd->context);
-    struct pib_uresp_create_srq resp = {};
-    struct pib_ucmd_create_srq cmd = {};
-    struct pib_srq *srq;
-    size_t stride;
-    int err;
+struct ibv_srq *pib_create_srq(struct ibv_pd *pd,
+			       struct ibv_srq_init_attr *attr)
+{
+	struct pib_context *ctx = to_pctx(pd->context);
+	struct pib_uresp_create_srq resp = {};
+	struct pib_ucmd_create_srq cmd = {};
+	struct pib_srq *srq;
+	size_t stride;
+	int err;
 
-    if (!attr->attr.max_wr || attr->attr.max_sge > ctx->max_recv_sge) {
-        errno = EINVAL;
-        return NULL;
-    }
-    srq = calloc(1, sizeof(*srq));
-    if (!srq)
-        return NULL;
-    stride = (size_t)1 << pib_log2_ceil(PIB_RECV_HDR_SIZE +
-                                        attr->attr.max_sge * sizeof(struct pib_wqe_data));
-    srq->wq.log_stride = pib_log2_ceil(stride);
-    if (srq->wq.log_stride < PIB_LOG_MIN_STRIDE)
-        srq->wq.log_stride = PIB_LOG_MIN_STRIDE;
-    srq->wq.log_count = pib_log2_ceil(attr->attr.max_wr);
-    srq->wq.max_sge = attr->attr.max_sge;
-    err = pib_buf_alloc(&srq->wq.buf, pib_wq_bytes(&srq->wq));
-    if (err)
-        goto err_free;
-    cmd.drv.buf_addr = (uintptr_t)srq->wq.buf.addr;
-    cmd.drv.log_wqe_count = srq->wq.log_count;
-    cmd.drv.log_wqe_stride = srq->wq.log_stride;
-    err = ibv_cmd_create_srq(pd, &srq->vsrq.srq, attr, &cmd.ibv_cmd, sizeof(cmd), &resp.ibv_resp,
-                             sizeof(resp));
-    if (err)
-        goto err_buf;
-    srq->srqn = resp.drv.srqn;
-    pthread_spin_init(&srq->wq.lock, PTHREAD_PROCESS_PRIVATE);
-    return &srq->vsrq.srq;
+	if (!attr->attr.max_wr || attr->attr.max_sge > ctx->max_recv_sge) {
+		errno = EINVAL;
+		return NULL;
+	}
+	srq = calloc(1, sizeof(*srq));
+	if (!srq)
+		return NULL;
+	stride = (size_t)1 << pib_log2_ceil(
+			 PIB_RECV_HDR_SIZE +
+			 attr->attr.max_sge * sizeof(struct pib_wqe_data));
+	srq->wq.log_stride = pib_log2_ceil(stride);
+	if (srq->wq.log_stride < PIB_LOG_MIN_STRIDE)
+		srq->wq.log_stride = PIB_LOG_MIN_STRIDE;
+	srq->wq.log_count = pib_log2_ceil(attr->attr.max_wr);
+	srq->wq.max_sge = attr->attr.max_sge;
+	err = pib_buf_alloc(&srq->wq.buf, pib_wq_bytes(&srq->wq));
+	if (err)
+		goto err_free;
+	cmd.drv.buf_addr = (uintptr_t)srq->wq.buf.addr;
+	cmd.drv.log_wqe_count = srq->wq.log_count;
+	cmd.drv.log_wqe_stride = srq->wq.log_stride;
+	err = ibv_cmd_create_srq(pd, &srq->vsrq.srq, attr, &cmd.ibv_cmd,
+				 sizeof(cmd), &resp.ibv_resp, sizeof(resp));
+	if (err)
+		goto err_buf;
+	srq->srqn = resp.drv.srqn;
+	pthread_spin_init(&srq->wq.lock, PTHREAD_PROCESS_PRIVATE);
+	return &srq->vsrq.srq;
 
 err_buf:
-    pib_buf_free(&srq->wq.buf);
+	pib_buf_free(&srq->wq.buf);
 err_free:
-    free(srq);
-    errno = err;
-    return NULL;
+	free(srq);
+	errno = err;
+	return NULL;
 }
 
-int pib_modify_srq(struct ibv_srq *srq, struct ibv_srq_attr *attr, int attr_mask) {
-    struct ibv_modify_srq cmd;
+int pib_modify_srq(struct ibv_srq *srq, struct ibv_srq_attr *attr,
+		   int attr_mask)
+{
+	struct ibv_modify_srq cmd;
 
-    return ibv_cmd_modify_srq(srq, attr, attr_mask, &cmd, sizeof(cmd));
+	return ibv_cmd_modify_srq(srq, attr, attr_mask, &cmd, sizeof(cmd));
 }
 
-int pib_query_srq(struct ibv_srq *srq, struct ibv_srq_attr *attr) {
-    struct ibv_query_srq cmd;
+int pib_query_srq(struct ibv_srq *srq, struct ibv_srq_attr *attr)
+{
+	struct ibv_query_srq cmd;
 
-    return ibv_cmd_query_srq(srq, attr, &cmd, sizeof(cmd));
+	return ibv_cmd_query_srq(srq, attr, &cmd, sizeof(cmd));
 }
 
-int pib_destroy_srq(struct ibv_srq *ibsrq) {
-    struct pib_srq *srq = to_psrq(ibsrq);
-    int err = ibv_cmd_destroy_srq(ibsrq);
+int pib_destroy_srq(struct ibv_srq *ibsrq)
+{
+	struct pib_srq *srq = to_psrq(ibsrq);
+	int err = ibv_cmd_destroy_srq(ibsrq);
 
-    if (err)
-        return err;
-    pthread_spin_destroy(&srq->wq.lock);
-    pib_buf_free(&srq->wq.buf);
-    free(srq);
-    return 0;
+	if (err)
+		return err;
+	pthread_spin_destroy(&srq->wq.lock);
+	pib_buf_free(&srq->wq.buf);
+	free(srq);
+	return 0;
 }

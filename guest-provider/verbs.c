@@ -7,108 +7,121 @@
 
 #include "pib.h"
 
-int pib_query_device(struct ibv_context *context, const struct ibv_query_device_ex_input *input,
-                     struct ibv_device_attr_ex *attr, size_t attr_size) {
-    struct ib_uverbs_ex_query_device_resp resp;
-    size_t resp_size = sizeof(resp);
-    uint64_t fw;
-    int err;
+int pib_query_device(struct ibv_context *context,
+		     const struct ibv_query_device_ex_input *input,
+		     struct ibv_device_attr_ex *attr, size_t attr_size)
+{
+	struct ib_uverbs_ex_query_device_resp resp;
+	size_t resp_size = sizeof(resp);
+	uint64_t fw;
+	int err;
 
-    err = ibv_cmd_query_device_any(context, input, attr, attr_size, &resp, &resp_size);
-    if (err)
-        return err;
-    fw = resp.base.fw_ver;
-    snprintf(attr->orig_attr.fw_ver, sizeof(attr->orig_attr.fw_ver), "%u.%u.%u",
-             (unsigned int)(fw >> 32) & 0xffff, (unsigned int)(fw >> 16) & 0xffff,
-             (unsigned int)fw & 0xffff);
-    return 0;
+	err = ibv_cmd_query_device_any(context, input, attr, attr_size, &resp,
+				       &resp_size);
+	if (err)
+		return err;
+	fw = resp.base.fw_ver;
+	snprintf(attr->orig_attr.fw_ver, sizeof(attr->orig_attr.fw_ver),
+		 "%u.%u.%u", (unsigned int)(fw >> 32) & 0xffff,
+		 (unsigned int)(fw >> 16) & 0xffff, (unsigned int)fw & 0xffff);
+	return 0;
 }
 
-int pib_query_port(struct ibv_context *context, uint8_t port, struct ibv_port_attr *attr) {
-    struct ibv_query_port cmd;
+int pib_query_port(struct ibv_context *context, uint8_t port,
+		   struct ibv_port_attr *attr)
+{
+	struct ibv_query_port cmd;
 
-    return ibv_cmd_query_port(context, port, attr, &cmd, sizeof(cmd));
+	return ibv_cmd_query_port(context, port, attr, &cmd, sizeof(cmd));
 }
 
-struct ibv_pd *pib_alloc_pd(struct ibv_context *context) {
-    struct ib_uverbs_alloc_pd_resp resp;
-    struct ibv_alloc_pd cmd;
-    struct ibv_pd *pd = calloc(1, sizeof(*pd));
+struct ibv_pd *pib_alloc_pd(struct ibv_context *context)
+{
+	struct ib_uverbs_alloc_pd_resp resp;
+	struct ibv_alloc_pd cmd;
+	struct ibv_pd *pd = calloc(1, sizeof(*pd));
 
-    if (!pd)
-        return NULL;
-    if (ibv_cmd_alloc_pd(context, pd, &cmd, sizeof(cmd), &resp, sizeof(resp))) {
-        free(pd);
-        return NULL;
-    }
-    return pd;
+	if (!pd)
+		return NULL;
+	if (ibv_cmd_alloc_pd(context, pd, &cmd, sizeof(cmd), &resp,
+			     sizeof(resp))) {
+		free(pd);
+		return NULL;
+	}
+	return pd;
 }
 
-int pib_dealloc_pd(struct ibv_pd *pd) {
-    int err = ibv_cmd_dealloc_pd(pd);
+int pib_dealloc_pd(struct ibv_pd *pd)
+{
+	int err = ibv_cmd_dealloc_pd(pd);
 
-    if (!err)
-        free(pd);
-    return err;
+	if (!err)
+		free(pd);
+	return err;
 }
 
-struct ibv_mr *pib_reg_mr(struct ibv_pd *pd, void *addr, size_t length, uint64_t hca_va,
-                          int access) {
-    struct ib_uverbs_reg_mr_resp resp;
-    struct ibv_reg_mr cmd;
-    struct verbs_mr *vmr = calloc(1, sizeof(*vmr));
+struct ibv_mr *pib_reg_mr(struct ibv_pd *pd, void *addr, size_t length,
+			  uint64_t hca_va, int access)
+{
+	struct ib_uverbs_reg_mr_resp resp;
+	struct ibv_reg_mr cmd;
+	struct verbs_mr *vmr = calloc(1, sizeof(*vmr));
 
-    if (!vmr)
-        return NULL;
-    if (ibv_cmd_reg_mr(pd, addr, length, hca_va, access, vmr, &cmd, sizeof(cmd), &resp,
-                       sizeof(resp))) {
-        free(vmr);
-        return NULL;
-    }
-    return &vmr->ibv_mr;
+	if (!vmr)
+		return NULL;
+	if (ibv_cmd_reg_mr(pd, addr, length, hca_va, access, vmr, &cmd,
+			   sizeof(cmd), &resp, sizeof(resp))) {
+		free(vmr);
+		return NULL;
+	}
+	return &vmr->ibv_mr;
 }
 
-int pib_dereg_mr(struct verbs_mr *vmr) {
-    int err = ibv_cmd_dereg_mr(vmr);
+int pib_dereg_mr(struct verbs_mr *vmr)
+{
+	int err = ibv_cmd_dereg_mr(vmr);
 
-    if (!err)
-        free(vmr);
-    return err;
+	if (!err)
+		free(vmr);
+	return err;
 }
 
 /*
  * Address handles are built here, with no system call: the address vector
  * is copied into each UD work request.
  */
-struct ibv_ah *pib_create_ah(struct ibv_pd *pd, struct ibv_ah_attr *attr) {
-    struct pib_context *ctx = to_pctx(pd->context);
-    struct pib_ah *ah;
+struct ibv_ah *pib_create_ah(struct ibv_pd *pd, struct ibv_ah_attr *attr)
+{
+	struct pib_context *ctx = to_pctx(pd->context);
+	struct pib_ah *ah;
 
-    if (attr->port_num < 1 || attr->port_num > ctx->num_ports || attr->sl > 15 ||
-        (attr->is_global && attr->grh.sgid_index >= PIB_GUID_TABLE_LEN)) {
-        errno = EINVAL;
-        return NULL;
-    }
-    ah = calloc(1, sizeof(*ah));
-    if (!ah)
-        return NULL;
-    ah->av.dlid = attr->dlid;
-    ah->av.sl = attr->sl;
-    ah->av.src_path_bits = attr->src_path_bits;
-    ah->av.static_rate = attr->static_rate;
-    ah->av.port = attr->port_num;
-    if (attr->is_global) {
-        ah->av.flags = PIB_AV_GRH;
-        ah->av.sgid_index = attr->grh.sgid_index;
-        ah->av.hop_limit = attr->grh.hop_limit;
-        ah->av.traffic_class = attr->grh.traffic_class;
-        ah->av.flow_label = attr->grh.flow_label;
-        memcpy(ah->av.dgid, attr->grh.dgid.raw, sizeof(ah->av.dgid));
-    }
-    return &ah->ibv_ah;
+	if (attr->port_num < 1 || attr->port_num > ctx->num_ports ||
+	    attr->sl > 15 ||
+	    (attr->is_global && attr->grh.sgid_index >= PIB_GUID_TABLE_LEN)) {
+		errno = EINVAL;
+		return NULL;
+	}
+	ah = calloc(1, sizeof(*ah));
+	if (!ah)
+		return NULL;
+	ah->av.dlid = attr->dlid;
+	ah->av.sl = attr->sl;
+	ah->av.src_path_bits = attr->src_path_bits;
+	ah->av.static_rate = attr->static_rate;
+	ah->av.port = attr->port_num;
+	if (attr->is_global) {
+		ah->av.flags = PIB_AV_GRH;
+		ah->av.sgid_index = attr->grh.sgid_index;
+		ah->av.hop_limit = attr->grh.hop_limit;
+		ah->av.traffic_class = attr->grh.traffic_class;
+		ah->av.flow_label = attr->grh.flow_label;
+		memcpy(ah->av.dgid, attr->grh.dgid.raw, sizeof(ah->av.dgid));
+	}
+	return &ah->ibv_ah;
 }
 
-int pib_destroy_ah(struct ibv_ah *ah) {
-    free(container_of(ah, struct pib_ah, ibv_ah));
-    return 0;
+int pib_destroy_ah(struct ibv_ah *ah)
+{
+	free(container_of(ah, struct pib_ah, ibv_ah));
+	return 0;
 }
