@@ -406,6 +406,14 @@ void step(FuzzedDataProvider &in, Target &t) {
         break;
     }
     check(h.mappings == 0, "the core returned with guest RAM still mapped");
+    // Nothing a guest or a peer sends may break the core inside: an
+    // exception there makes the device FATAL (docs/prm.md §2.2).
+    if (pib_core_bar_read(h.core, PIB_BAR_REGS, PIB_REG_STATUS, 4) & PIB_STATUS_FATAL) {
+        for (const auto &line : h.traceLines)
+            if (line.what == "fatal")
+                std::fprintf(stderr, "fuzz-core: %s\n", line.detail.c_str());
+        check(false, "an internal error made the device FATAL");
+    }
     // What one event may send: its packet budget, plus the answers it owes
     // to a chunk of received bytes; the harness drains the port each step.
     check(h.portOutput[1].size() < (8u << 20), "one event sent more than 8 MiB");
