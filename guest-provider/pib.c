@@ -106,12 +106,8 @@ static struct verbs_context *pib_alloc_context(struct ibv_device *ibdev,
 	return &ctx->ibv_ctx;
 
 err:
-	if (ctx->uar)
-		munmap(ctx->uar, PIB_PAGE_SIZE);
-	free(ctx->qp_table);
-	pthread_mutex_destroy(&ctx->qp_table_lock);
-	verbs_uninit_context(&ctx->ibv_ctx);
-	free(ctx);
+	/* What exists so far is what a context frees: the same release. */
+	pib_free_context(&ctx->ibv_ctx.context);
 	return NULL;
 }
 

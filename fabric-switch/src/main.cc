@@ -131,10 +131,12 @@ int main(int argc, char **argv) {
         std::signal(SIGTERM, onSignal);
         std::signal(SIGINT, onSignal);
         std::signal(SIGPIPE, SIG_IGN);
-        char started[256];
-        std::snprintf(started, sizeof(started), "%u ports, GUID 0x%016llx, sockets in %s",
-                      config.ports, static_cast<unsigned long long>(config.guid), dir.c_str());
-        pib::fabric::logLine(started);
+        char guid[32];
+        std::snprintf(guid, sizeof(guid), "0x%016llx",
+                      static_cast<unsigned long long>(config.guid));
+        pib::fabric::logLine(
+            (std::to_string(config.ports) + " ports, GUID " + guid + ", sockets in " + dir)
+                .c_str());
         server.run();
         g_server = nullptr;
         return 0;
