@@ -66,10 +66,10 @@ struct SendWqe {
     bool acked = false;                   // RC: every packet acknowledged (or answered)
     uint8_t localStatus = PIB_WC_SUCCESS; // a local error completes it so
 
-    bool isReadOrAtomic() const {
-        return opcode == PIB_WR_RDMA_READ || opcode == PIB_WR_ATOMIC_CMP_AND_SWP ||
-               opcode == PIB_WR_ATOMIC_FETCH_AND_ADD;
+    bool isAtomic() const {
+        return opcode == PIB_WR_ATOMIC_CMP_AND_SWP || opcode == PIB_WR_ATOMIC_FETCH_AND_ADD;
     }
+    bool isReadOrAtomic() const { return opcode == PIB_WR_RDMA_READ || isAtomic(); }
     uint32_t lastPsn() const { return psnAdd(firstPsn, packets - 1); }
 };
 

@@ -24,6 +24,7 @@
 #include "packet.hh"
 #include "pib_core.h"
 #include "pib_hw.h"
+#include "wqe_reader.hh"
 
 namespace pib {
 
@@ -191,19 +192,16 @@ class Firmware {
     bool readIntoPacket(const Segment &s, iba::PacketWriter &packet);
     uint8_t scatter(uint32_t pdn, std::span<const pib_wqe_data> sges, std::span<const uint8_t> data,
                     uint64_t skip);
-    bool readWqe(const pib_buf_desc &buf, uint8_t logCount, uint8_t logStride, uint32_t index,
-                 std::vector<uint8_t> &wqe) const;
     void processSendQueue(uint32_t qpn, QueuePair &qp);
     void processDatagramSend(uint32_t qpn, QueuePair &qp);
-    bool sendUd(uint32_t qpn, QueuePair &qp, std::span<const uint8_t> wqe, uint32_t *length,
-                uint8_t *status);
+    bool sendUd(uint32_t qpn, QueuePair &qp, const Wqe &wqe, uint32_t *length, uint8_t *status);
     // A packet that arrived on `port` (or was sent to it by one of its own
     // QPs, `senderQpn`, which never receives its own multicast copy).
     void deliver(unsigned port, const iba::Packet &packet, uint32_t senderQpn = 0);
     void deliverMulticast(unsigned port, const iba::Packet &packet, uint32_t senderQpn);
     void receiveDatagram(unsigned port, const iba::Packet &packet, uint32_t qpn, QueuePair &qp,
                          uint16_t pkeyIndex);
-    bool takeReceiveWqe(QueuePair &qp, std::vector<uint8_t> &wqe, uint16_t *index);
+    bool takeReceiveWqe(uint32_t qpn, QueuePair &qp, Wqe &wqe, uint16_t *index, uint8_t *status);
     void postCqe(uint32_t cqn, pib_cqe cqe, bool solicited);
     void completeSend(uint32_t qpn, QueuePair &qp, uint32_t index, uint64_t wrId, uint8_t opcode,
                       uint8_t status, uint32_t length, bool signaled);
@@ -212,6 +210,7 @@ class Firmware {
     // connected.cc.
     uint32_t pathMtu(const QueuePair &qp) const;
     uint8_t fetchSendWqe(uint32_t qpn, QueuePair &qp, uint32_t index, SendWqe &w);
+    uint8_t checkLocalBuffers(uint32_t qpn, QueuePair &qp, SendWqe &w, uint64_t *length);
     void processConnectedSend(uint32_t qpn, QueuePair &qp);
     void armAckTimerIfIdle(uint32_t qpn, QueuePair &qp);
     enum class SendProgress { kAllSent, kWindowFull, kPaused, kFailed };
@@ -239,7 +238,7 @@ class Firmware {
                      std::vector<Segment> &out);
     void responderError(uint32_t qpn, QueuePair &qp, uint32_t psn, uint8_t nakCode,
                         uint8_t wcStatus, const char *why);
-    bool claimReceiveWqe(QueuePair &qp);
+    bool claimReceiveWqe(uint32_t qpn, QueuePair &qp);
     void completeReceive(uint32_t qpn, QueuePair &qp, const iba::Packet &packet, uint8_t opcode,
                          uint32_t length);
     void onRequest(uint32_t qpn, QueuePair &qp, const iba::Packet &packet);
@@ -293,6 +292,7 @@ class Firmware {
     ObjectTable<DoorbellPage> uars_;
     ObjectTable<ProtectionDomain> pds_;
     Mtt mtt_;
+    WqeReader wqes_;
     ObjectTable<EventQueue> eqs_;
     ObjectTable<CompletionQueue> cqs_;
     ObjectTable<MemoryRegion> mrs_;
@@ -307,7 +307,8 @@ class Firmware {
     std::vector<std::vector<uint8_t>> spentPackets_;
     // Lists of guest memory segments, kept for the next packet too: one
     // per data path function, as none calls another while it holds its
-    // list (forEachSegment, scatter, onRequest, sendReadResponses).
+    // list (forEachSegment and checkLocalBuffers, scatter, onRequest,
+    // sendReadResponses).
     std::vector<Segment> gatherSegments_, scatterSegments_, writeSegments_, readSegments_;
     std::vector<uint8_t> packetBuffer();
     void recyclePacket(std::vector<uint8_t> &&framed);

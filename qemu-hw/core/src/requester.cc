@@ -18,22 +18,6 @@ namespace {
 // MTU, how many packets are in flight unacknowledged.
 constexpr size_t kMaxOutstanding = 128;
 
-bool validFor(uint8_t type, uint8_t opcode) {
-    switch (opcode) {
-    case PIB_WR_SEND:
-    case PIB_WR_SEND_IMM:
-    case PIB_WR_RDMA_WRITE:
-    case PIB_WR_RDMA_WRITE_IMM:
-        return true;
-    case PIB_WR_RDMA_READ:
-    case PIB_WR_ATOMIC_CMP_AND_SWP:
-    case PIB_WR_ATOMIC_FETCH_AND_ADD:
-        return type == PIB_QPT_RC;
-    default:
-        return false;
-    }
-}
-
 } // namespace
 
 uint32_t Firmware::pathMtu(const QueuePair &qp) const {
@@ -43,79 +27,56 @@ uint32_t Firmware::pathMtu(const QueuePair &qp) const {
 // Reads send WQE `index` into `w`. Returns PIB_WC_SUCCESS or the status
 // the WQE completes with: a bad WQE still takes its place in the queue.
 uint8_t Firmware::fetchSendWqe(uint32_t qpn, QueuePair &qp, uint32_t index, SendWqe &w) {
-    std::vector<uint8_t> wqe;
+    Wqe wqe;
+    wqe.sges = std::move(w.sges); // reuse its capacity
     w.index = index;
-    if (!readWqe(qp.ctx.sq_buf, qp.ctx.sq_log_wqe_count, qp.ctx.sq_log_wqe_stride, index, wqe)) {
-        host_.guestError("wqe-dma", "QP %u: cannot read send WQE %u", qpn, index);
-        return PIB_WC_LOC_QP_OP_ERR;
-    }
-    pib_wqe_ctrl ctrl;
-    std::memcpy(&ctrl, wqe.data(), sizeof(ctrl));
-    w.wrId = ctrl.wr_id;
-    w.opcode = ctrl.opcode;
-    w.flags = ctrl.flags;
-    w.imm = ctrl.imm;
-    const size_t used = size_t{ctrl.num_ds} * 16;
-    size_t off = sizeof(pib_wqe_ctrl);
-    const bool remote = w.opcode != PIB_WR_SEND && w.opcode != PIB_WR_SEND_IMM;
-    const bool atomic =
-        w.opcode == PIB_WR_ATOMIC_CMP_AND_SWP || w.opcode == PIB_WR_ATOMIC_FETCH_AND_ADD;
-    const size_t headers =
-        off + (remote ? sizeof(pib_wqe_raddr) : 0) + (atomic ? sizeof(pib_wqe_atomic) : 0);
-    if (!validFor(qp.ctx.type, w.opcode) || used < headers || used > wqe.size()) {
-        host_.guestError("wqe-bad", "QP %u WQE %u: opcode %u with %u segments", qpn, index,
-                         ctrl.opcode, ctrl.num_ds);
-        return PIB_WC_LOC_QP_OP_ERR;
-    }
-    if (remote) {
-        pib_wqe_raddr raddr;
-        std::memcpy(&raddr, wqe.data() + off, sizeof(raddr));
-        w.remoteAddr = raddr.remote_addr;
-        w.rkey = raddr.rkey;
-        off += sizeof(raddr);
-    }
-    if (atomic) {
-        pib_wqe_atomic a;
-        std::memcpy(&a, wqe.data() + off, sizeof(a));
-        w.swapAdd = a.swap_add;
-        w.compare = a.compare;
-        off += sizeof(a);
-    }
+    uint8_t status = wqes_.readSend(qpn, qp.ctx.type, sendRing(qp), index, wqe);
+    w.wrId = wqe.ctrl.wr_id;
+    w.opcode = wqe.ctrl.opcode;
+    w.flags = wqe.ctrl.flags;
+    w.imm = wqe.ctrl.imm;
+    if (status != PIB_WC_SUCCESS)
+        return status;
+    w.remoteAddr = wqe.raddr.remote_addr;
+    w.rkey = wqe.raddr.rkey;
+    w.swapAdd = wqe.atomic.swap_add;
+    w.compare = wqe.atomic.compare;
     uint64_t length = 0;
-    if (w.flags & PIB_WQE_INLINE) {
-        uint32_t count;
-        std::memcpy(&count, wqe.data() + off, 4);
-        count &= ~PIB_INLINE_FLAG;
-        if (w.opcode == PIB_WR_RDMA_READ || atomic || 4 + size_t{count} > used - off ||
-            count > caps_.max_inline_data) {
-            host_.guestError("wqe-bad", "QP %u WQE %u: %u inline bytes", qpn, index, count);
-            return PIB_WC_LOC_LEN_ERR;
-        }
-        w.inlineData.assign(wqe.data() + off + 4, wqe.data() + off + 4 + count);
-        length = count;
+    if (wqe.isInline) {
+        w.inlineData.assign(wqe.inlineData.begin(), wqe.inlineData.end());
+        length = w.inlineData.size();
     } else {
-        readDataSegments(std::span(wqe).subspan(off, used - off), w.sges);
-        // Zero-length SGEs are skipped, as verbs allow.
-        std::erase_if(w.sges, [](const pib_wqe_data &s) { return s.byte_count == 0; });
-        std::vector<Segment> segments;
-        const uint32_t access = w.opcode == PIB_WR_RDMA_READ || atomic ? PIB_ACCESS_LOCAL_WRITE : 0;
-        for (const pib_wqe_data &s : w.sges) {
-            segments.clear();
-            const uint8_t status =
-                translate(s.lkey, qp.ctx.pdn, s.addr, s.byte_count, access, segments);
-            if (status != PIB_WC_SUCCESS) {
-                host_.guestError("wqe-bad-key", "QP %u WQE %u: L_Key 0x%x at 0x%" PRIx64, qpn,
-                                 index, s.lkey, s.addr);
-                return status;
-            }
-            length += s.byte_count;
-        }
+        w.sges = std::move(wqe.sges);
+        status = checkLocalBuffers(qpn, qp, w, &length);
+        if (status != PIB_WC_SUCCESS)
+            return status;
     }
-    if (length > limits::kMaxMsgSize || (atomic && length != 8))
+    if (length > limits::kMaxMsgSize || (w.isAtomic() && length != 8))
         return PIB_WC_LOC_LEN_ERR;
     w.length = static_cast<uint32_t>(length);
     const uint32_t mtu = pathMtu(qp);
-    w.packets = atomic ? 1 : std::max<uint32_t>(1, (w.length + mtu - 1) / mtu);
+    w.packets = w.isAtomic() ? 1 : std::max<uint32_t>(1, (w.length + mtu - 1) / mtu);
+    return PIB_WC_SUCCESS;
+}
+
+// Checks that the L_Keys of `w`'s scatter/gather list cover its buffers
+// (a READ's and an atomic's with local write access), and adds up its
+// length. Zero-length SGEs are dropped, as verbs allow.
+uint8_t Firmware::checkLocalBuffers(uint32_t qpn, QueuePair &qp, SendWqe &w, uint64_t *length) {
+    std::erase_if(w.sges, [](const pib_wqe_data &s) { return s.byte_count == 0; });
+    const uint32_t access = w.isReadOrAtomic() ? PIB_ACCESS_LOCAL_WRITE : 0;
+    std::vector<Segment> &segments = gatherSegments_;
+    for (const pib_wqe_data &s : w.sges) {
+        segments.clear();
+        const uint8_t status =
+            translate(s.lkey, qp.ctx.pdn, s.addr, s.byte_count, access, segments);
+        if (status != PIB_WC_SUCCESS) {
+            host_.guestError("wqe-bad-key", "QP %u WQE %u: L_Key 0x%x at 0x%" PRIx64, qpn, w.index,
+                             s.lkey, s.addr);
+            return status;
+        }
+        *length += s.byte_count;
+    }
     return PIB_WC_SUCCESS;
 }
 

@@ -133,26 +133,20 @@ void Firmware::responderError(uint32_t qpn, QueuePair &qp, uint32_t psn, uint8_t
 }
 
 // Claims the next receive WQE for an incoming message.
-bool Firmware::claimReceiveWqe(QueuePair &qp) {
+bool Firmware::claimReceiveWqe(uint32_t qpn, QueuePair &qp) {
     Responder &s = qp.resp;
     if (s.haveWqe)
         return true;
-    std::vector<uint8_t> wqe;
+    Wqe wqe;
+    wqe.sges = std::move(s.sges); // reuse its capacity
     uint16_t index = 0;
-    if (!takeReceiveWqe(qp, wqe, &index))
+    uint8_t status = PIB_WC_SUCCESS;
+    if (!takeReceiveWqe(qpn, qp, wqe, &index, &status))
         return false;
-    pib_wqe_ctrl ctrl;
-    std::memcpy(&ctrl, wqe.data(), sizeof(ctrl));
-    s.wrId = ctrl.wr_id;
+    s.wrId = wqe.ctrl.wr_id;
     s.wqeIndex = index;
-    const size_t used = size_t{ctrl.num_ds} * 16;
-    s.sges.clear();
-    s.status = PIB_WC_SUCCESS;
-    if (used < sizeof(ctrl) || used > wqe.size()) {
-        s.status = PIB_WC_LOC_QP_OP_ERR;
-    } else {
-        readDataSegments(std::span(wqe).subspan(sizeof(ctrl), used - sizeof(ctrl)), s.sges);
-    }
+    s.status = status;
+    s.sges = std::move(wqe.sges);
     s.haveWqe = true;
     return true;
 }
@@ -306,7 +300,7 @@ bool Firmware::receiveSend(uint32_t qpn, QueuePair &qp, const iba::Packet &packe
     Responder &s = qp.resp;
     const uint32_t psn = packet.bth.psn;
     if (s.in == Responder::InMessage::kNone) {
-        if (!claimReceiveWqe(qp)) {
+        if (!claimReceiveWqe(qpn, qp)) {
             noReceiveWqe(qpn, qp, psn);
             return false;
         }
@@ -334,7 +328,7 @@ bool Firmware::receiveWrite(uint32_t qpn, QueuePair &qp, const iba::Packet &pack
     const uint32_t psn = packet.bth.psn;
     if (s.in == Responder::InMessage::kNone && !startWrite(qpn, qp, packet))
         return false;
-    if (op == iba::kWriteLastImm && !claimReceiveWqe(qp)) {
+    if (op == iba::kWriteLastImm && !claimReceiveWqe(qpn, qp)) {
         noReceiveWqe(qpn, qp, psn);
         return false;
     }
@@ -362,7 +356,7 @@ bool Firmware::startWrite(uint32_t qpn, QueuePair &qp, const iba::Packet &packet
                       "RDMA WRITE outside what the R_Key allows");
         return false;
     }
-    if ((packet.bth.opcode & 0x1f) == iba::kWriteOnlyImm && !claimReceiveWqe(qp)) {
+    if ((packet.bth.opcode & 0x1f) == iba::kWriteOnlyImm && !claimReceiveWqe(qpn, qp)) {
         noReceiveWqe(qpn, qp, psn);
         return false;
     }

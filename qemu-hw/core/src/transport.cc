@@ -31,15 +31,6 @@ uint32_t Firmware::wireQpn(uint32_t qpn, const QueuePair &qp) const {
     return qpn;
 }
 
-// Reads the WQE in slot `index` of a ring; false if the ring is unreadable.
-bool Firmware::readWqe(const pib_buf_desc &buf, uint8_t logCount, uint8_t logStride, uint32_t index,
-                       std::vector<uint8_t> &wqe) const {
-    const uint64_t offset = uint64_t{index & ((1u << logCount) - 1)} << logStride;
-    const auto addr = ringAddress(mtt_, buf, offset, 1u << logStride);
-    wqe.resize(size_t{1} << logStride);
-    return addr && host_.dmaRead(*addr, wqe.data(), wqe.size());
-}
-
 void Firmware::processSendQueue(uint32_t qpn, QueuePair &qp) {
     const uint8_t state = qp.attr.qp_state;
     if (state == PIB_QPS_ERR) {
@@ -56,24 +47,18 @@ void Firmware::processSendQueue(uint32_t qpn, QueuePair &qp) {
 }
 
 void Firmware::processDatagramSend(uint32_t qpn, QueuePair &qp) {
-    std::vector<uint8_t> wqe;
+    Wqe wqe;
     const unsigned portNumber = sendPort(qp);
     while (qp.sq.consumer != qp.sq.producer && qp.attr.qp_state == PIB_QPS_RTS) {
         if (!mayTransmit(portNumber)) {
             postpone(qpn, qp);
             return;
         }
-        pib_wqe_ctrl ctrl{};
         uint32_t length = 0;
-        uint8_t status = PIB_WC_SUCCESS;
-        if (!readWqe(qp.ctx.sq_buf, qp.ctx.sq_log_wqe_count, qp.ctx.sq_log_wqe_stride,
-                     qp.sq.consumer, wqe)) {
-            host_.guestError("wqe-dma", "QP %u: cannot read send WQE %u", qpn, qp.sq.consumer);
-            status = PIB_WC_LOC_QP_OP_ERR;
-        } else {
-            std::memcpy(&ctrl, wqe.data(), sizeof(ctrl));
+        uint8_t status = wqes_.readSend(qpn, qp.ctx.type, sendRing(qp), qp.sq.consumer, wqe);
+        if (status == PIB_WC_SUCCESS)
             sendUd(qpn, qp, wqe, &length, &status);
-        }
+        const pib_wqe_ctrl &ctrl = wqe.ctrl;
         const bool signaled = (ctrl.flags & PIB_WQE_SIGNALED) || (qp.ctx.flags & PIB_QP_SIGNAL_ALL);
         completeSend(qpn, qp, qp.sq.consumer, ctrl.wr_id, PIB_WC_SEND, status, length, signaled);
         ++qp.sq.consumer;
@@ -87,23 +72,12 @@ void Firmware::processDatagramSend(uint32_t qpn, QueuePair &qp) {
     }
 }
 
-// Builds and sends the packet of one UD WQE. Returns false with *status
-// set when the WQE is invalid.
-bool Firmware::sendUd(uint32_t qpn, QueuePair &qp, std::span<const uint8_t> wqe, uint32_t *length,
+// Builds and sends the packet of one well-formed UD WQE. Returns false
+// with *status set when its data cannot be sent.
+bool Firmware::sendUd(uint32_t qpn, QueuePair &qp, const Wqe &wqe, uint32_t *length,
                       uint8_t *status) {
-    pib_wqe_ctrl ctrl;
-    std::memcpy(&ctrl, wqe.data(), sizeof(ctrl));
-    const size_t used = size_t{ctrl.num_ds} * 16;
-    const size_t headers = sizeof(pib_wqe_ctrl) + sizeof(pib_wqe_ud);
-    if (used < headers || used > wqe.size() ||
-        (ctrl.opcode != PIB_WR_SEND && ctrl.opcode != PIB_WR_SEND_IMM)) {
-        host_.guestError("wqe-bad", "QP %u WQE %u: opcode %u with %u segments", qpn, qp.sq.consumer,
-                         ctrl.opcode, ctrl.num_ds);
-        *status = PIB_WC_LOC_QP_OP_ERR;
-        return false;
-    }
-    pib_wqe_ud ud;
-    std::memcpy(&ud, wqe.data() + sizeof(pib_wqe_ctrl), sizeof(ud));
+    const pib_wqe_ctrl &ctrl = wqe.ctrl;
+    const pib_wqe_ud &ud = wqe.ud;
     const unsigned portNumber = sendPort(qp);
     PortState *p = port(portNumber);
     if (!p) {
@@ -115,26 +89,14 @@ bool Firmware::sendUd(uint32_t qpn, QueuePair &qp, std::span<const uint8_t> wqe,
     // anything (the guest controls every byte_count).
     const uint32_t maxLength = smi ? kMadSize : mtuBytes(p->info.active_mtu);
     std::vector<uint8_t> payload;
-    const uint8_t *seg = wqe.data() + headers;
-    if (ctrl.flags & PIB_WQE_INLINE) {
-        uint32_t count;
-        std::memcpy(&count, seg, 4);
-        count &= ~PIB_INLINE_FLAG;
-        if (4 + size_t{count} > used - headers || count > caps_.max_inline_data) {
-            host_.guestError("wqe-bad", "QP %u WQE %u: %u inline bytes", qpn, qp.sq.consumer,
-                             count);
+    if (wqe.isInline) {
+        if (wqe.inlineData.size() > maxLength) {
             *status = PIB_WC_LOC_LEN_ERR;
             return false;
         }
-        if (count > maxLength) {
-            *status = PIB_WC_LOC_LEN_ERR;
-            return false;
-        }
-        payload.assign(seg + 4, seg + 4 + count);
+        payload.assign(wqe.inlineData.begin(), wqe.inlineData.end());
     } else {
-        std::vector<pib_wqe_data> sges;
-        readDataSegments(std::span(wqe).subspan(headers, used - headers), sges);
-        *status = gather(qp.ctx.pdn, sges, maxLength, payload);
+        *status = gather(qp.ctx.pdn, wqe.sges, maxLength, payload);
         if (*status != PIB_WC_SUCCESS)
             return false;
     }
@@ -198,14 +160,17 @@ void Firmware::portReceive(unsigned number, std::span<const uint8_t> bytes) {
     deliver(number, *packet);
 }
 
-bool Firmware::takeReceiveWqe(QueuePair &qp, std::vector<uint8_t> &wqe, uint16_t *index) {
+// Takes the next receive WQE of `qp` (from its SRQ, if it has one). False
+// when none is posted or it cannot be read; otherwise *status says whether
+// it is well formed.
+bool Firmware::takeReceiveWqe(uint32_t qpn, QueuePair &qp, Wqe &wqe, uint16_t *index,
+                              uint8_t *status) {
     if (qp.ctx.flags & PIB_QP_USE_SRQ) {
         SharedReceiveQueue *srq = srqs_.find(qp.ctx.srqn);
         if (!srq || srq->consumer == srq->producer)
             return false;
         *index = static_cast<uint16_t>(srq->consumer);
-        if (!readWqe(srq->ctx.buf, srq->ctx.log_wqe_count, srq->ctx.log_wqe_stride, srq->consumer,
-                     wqe))
+        if (!wqes_.readReceive(qpn, receiveRing(*srq), srq->consumer, wqe, status))
             return false;
         ++srq->consumer;
         const uint32_t left = srq->producer - srq->consumer;
@@ -218,8 +183,7 @@ bool Firmware::takeReceiveWqe(QueuePair &qp, std::vector<uint8_t> &wqe, uint16_t
     if (qp.rq.consumer == qp.rq.producer)
         return false;
     *index = static_cast<uint16_t>(qp.rq.consumer);
-    if (!readWqe(qp.ctx.rq_buf, qp.ctx.rq_log_wqe_count, qp.ctx.rq_log_wqe_stride, qp.rq.consumer,
-                 wqe))
+    if (!wqes_.readReceive(qpn, receiveRing(qp), qp.rq.consumer, wqe, status))
         return false;
     ++qp.rq.consumer;
     return true;
@@ -331,15 +295,14 @@ void Firmware::receiveDatagram(unsigned number, const iba::Packet &packet, uint3
                                QueuePair &qp, uint16_t pkeyIndex) {
     PortState *p = port(number);
     const uint16_t dlid = packet.lrh.dlid;
-    std::vector<uint8_t> wqe;
+    Wqe wqe;
     uint16_t index = 0;
-    if (!takeReceiveWqe(qp, wqe, &index))
+    uint8_t status = PIB_WC_SUCCESS;
+    if (!takeReceiveWqe(qpn, qp, wqe, &index, &status))
         return; // no receive posted: a datagram is simply dropped
 
-    pib_wqe_ctrl ctrl;
-    std::memcpy(&ctrl, wqe.data(), sizeof(ctrl));
     pib_cqe cqe{};
-    cqe.wr_id = ctrl.wr_id;
+    cqe.wr_id = wqe.ctrl.wr_id;
     cqe.qpn = qpn;
     cqe.src_qp = packet.deth->srcQp;
     cqe.slid = packet.lrh.slid;
@@ -349,12 +312,8 @@ void Firmware::receiveDatagram(unsigned number, const iba::Packet &packet, uint3
     cqe.wqe_index = index;
     cqe.opcode = PIB_WC_RECV;
     cqe.byte_len = static_cast<uint32_t>(kGrhRoom + packet.data().size());
-    const size_t used = size_t{ctrl.num_ds} * 16;
-    if (used < sizeof(ctrl) || used > wqe.size()) {
-        cqe.status = PIB_WC_LOC_QP_OP_ERR;
-    } else {
-        std::vector<pib_wqe_data> sges;
-        readDataSegments(std::span(wqe).subspan(sizeof(ctrl), used - sizeof(ctrl)), sges);
+    cqe.status = status;
+    if (status == PIB_WC_SUCCESS) {
         if (packet.grh) {
             // The GRH as it was on the wire, in the buffer's first 40 bytes.
             const iba::Grh &g = *packet.grh;
@@ -368,11 +327,11 @@ void Firmware::receiveDatagram(unsigned number, const iba::Packet &packet, uint3
             grh[7] = g.hopLimit;
             std::memcpy(grh + 8, g.sgid.data(), 16);
             std::memcpy(grh + 24, g.dgid.data(), 16);
-            cqe.status = scatter(qp.ctx.pdn, sges, grh, 0);
+            cqe.status = scatter(qp.ctx.pdn, wqe.sges, grh, 0);
             cqe.flags |= PIB_CQE_GRH;
         }
         if (cqe.status == PIB_WC_SUCCESS)
-            cqe.status = scatter(qp.ctx.pdn, sges, packet.data(), kGrhRoom);
+            cqe.status = scatter(qp.ctx.pdn, wqe.sges, packet.data(), kGrhRoom);
     }
     if (packet.imm) {
         cqe.imm = __builtin_bswap32(*packet.imm);
@@ -394,12 +353,8 @@ void Firmware::flushQp(uint32_t qpn, QueuePair &qp) {
     qp.req.readsInFlight = 0;
     qp.req.ackDeadline = qp.req.rnrDeadline = 0;
     scheduleQpTimer(qpn, qp);
-    std::vector<uint8_t> wqe;
     while (qp.sq.consumer != qp.sq.producer) {
-        pib_wqe_ctrl ctrl{};
-        if (readWqe(qp.ctx.sq_buf, qp.ctx.sq_log_wqe_count, qp.ctx.sq_log_wqe_stride,
-                    qp.sq.consumer, wqe))
-            std::memcpy(&ctrl, wqe.data(), sizeof(ctrl));
+        const pib_wqe_ctrl ctrl = wqes_.readControl(sendRing(qp), qp.sq.consumer);
         completeSend(qpn, qp, qp.sq.consumer, ctrl.wr_id, PIB_WC_SEND, PIB_WC_WR_FLUSH_ERR, 0,
                      true);
         ++qp.sq.consumer;
@@ -412,10 +367,7 @@ void Firmware::flushQp(uint32_t qpn, QueuePair &qp) {
         return;
     }
     while (qp.rq.consumer != qp.rq.producer) {
-        pib_wqe_ctrl ctrl{};
-        if (readWqe(qp.ctx.rq_buf, qp.ctx.rq_log_wqe_count, qp.ctx.rq_log_wqe_stride,
-                    qp.rq.consumer, wqe))
-            std::memcpy(&ctrl, wqe.data(), sizeof(ctrl));
+        const pib_wqe_ctrl ctrl = wqes_.readControl(receiveRing(qp), qp.rq.consumer);
         pib_cqe cqe{};
         cqe.wr_id = ctrl.wr_id;
         cqe.qpn = qpn;

@@ -1,0 +1,87 @@
+// SPDX-License-Identifier: GPL-2.0-or-later
+// The one reader of work queue entries (docs/prm.md §7.2). Every queue's
+// WQEs, send and receive, datagram and connected, are read and checked
+// here, so the transports, the responder and the flusher agree on what a
+// well-formed WQE is and report a malformed one the same way.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include "host.hh"
+#include "mtt.hh"
+#include "objects.hh"
+#include "pib_hw.h"
+
+namespace pib {
+
+// A ring of WQEs: 2^logCount slots of 2^logStride bytes.
+struct WqeRing {
+    const pib_buf_desc &buf;
+    uint8_t logCount;
+    uint8_t logStride;
+};
+
+inline WqeRing sendRing(const QueuePair &qp) {
+    return {qp.ctx.sq_buf, qp.ctx.sq_log_wqe_count, qp.ctx.sq_log_wqe_stride};
+}
+inline WqeRing receiveRing(const QueuePair &qp) {
+    return {qp.ctx.rq_buf, qp.ctx.rq_log_wqe_count, qp.ctx.rq_log_wqe_stride};
+}
+inline WqeRing receiveRing(const SharedReceiveQueue &srq) {
+    return {srq.ctx.buf, srq.ctx.log_wqe_count, srq.ctx.log_wqe_stride};
+}
+
+// A WQE as decoded: the control segment, the segments its opcode carries,
+// and its data, inline or as a scatter/gather list.
+struct Wqe {
+    pib_wqe_ctrl ctrl{};
+    pib_wqe_raddr raddr{};   // RDMA and atomic operations
+    pib_wqe_atomic atomic{}; // atomic operations
+    pib_wqe_ud ud{};         // datagram sends
+    bool isInline = false;
+    // Inline bytes: they point into the reader and last until its next read.
+    std::span<const uint8_t> inlineData;
+    std::vector<pib_wqe_data> sges;
+};
+
+class WqeReader {
+  public:
+    WqeReader(const Host &host, const Mtt &mtt, uint32_t maxInlineData)
+        : host_(host), mtt_(mtt), maxInlineData_(maxInlineData) {}
+
+    // Send WQE `index` of QP `qpn`, of QP type `qpType`. Returns
+    // PIB_WC_SUCCESS, or the status the WQE completes with: it could not
+    // be read (`wqe-dma`), its opcode is not one the QP type has or its
+    // segments do not fit (`wqe-bad`).
+    uint8_t readSend(uint32_t qpn, uint8_t qpType, const WqeRing &ring, uint32_t index, Wqe &out);
+    // Receive WQE `index` (of the QP's RQ or its SRQ). False when it could
+    // not be read; otherwise *status is PIB_WC_SUCCESS or what a malformed
+    // WQE completes with.
+    bool readReceive(uint32_t qpn, const WqeRing &ring, uint32_t index, Wqe &out, uint8_t *status);
+    // Only the control segment (a flushed WQE needs its wr_id), zeros when
+    // it cannot be read.
+    pib_wqe_ctrl readControl(const WqeRing &ring, uint32_t index);
+
+  private:
+    // Which segments follow the control segment.
+    struct Layout {
+        bool raddr = false;
+        bool atomic = false;
+        bool ud = false;
+        bool mayInline = false;
+        bool isReceive = false;
+    };
+    static bool sendLayout(uint8_t qpType, uint8_t opcode, Layout &layout);
+    static void clear(Wqe &out);
+    bool fetch(const WqeRing &ring, uint32_t index);
+    uint8_t decode(uint32_t qpn, uint32_t index, const Layout &layout, Wqe &out);
+
+    const Host &host_;
+    const Mtt &mtt_;
+    const uint32_t maxInlineData_;
+    std::vector<uint8_t> raw_; // the last WQE read, reused
+};
+
+} // namespace pib
