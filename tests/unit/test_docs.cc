@@ -2,13 +2,16 @@
 // The interface version is written in three places besides pib_hw.h: the
 // README, and the programmer's reference manual's title, register table
 // and "what it does" section. They must all say what the header says.
+// The command table of docs/prm.md §4.4 is the device's own, row by row.
 #include <catch2/catch.hpp>
 
 #include <fstream>
+#include <map>
 #include <regex>
 #include <sstream>
 #include <string>
 
+#include "firmware.hh"
 #include "pib_hw.h"
 
 namespace {
@@ -51,4 +54,21 @@ TEST_CASE("README and docs/prm.md give the interface version of pib_hw.h", "[doc
     char hex[16];
     std::snprintf(hex, sizeof(hex), "0x%08x", PIB_IF_VERSION_CURRENT);
     CHECK(prm.find(std::string("`IF_VERSION` | RO | `") + hex + "`") != std::string::npos);
+}
+
+TEST_CASE("docs/prm.md lists exactly the commands the device executes", "[docs][cmd]") {
+    const std::string prm = readSource("docs/prm.md");
+    const std::regex row(R"(\| `0x([0-9a-f]{4})` \| `([A-Z_]+)` \|)");
+    std::map<unsigned, std::string> documented;
+    for (auto it = std::sregex_iterator(prm.begin(), prm.end(), row); it != std::sregex_iterator();
+         ++it)
+        documented[std::stoul((*it)[1].str(), nullptr, 16)] = (*it)[2].str();
+    std::map<unsigned, std::string> executed;
+    for (unsigned opcode = 0; opcode <= 0xffff; ++opcode) {
+        const std::string name = pib::Firmware::commandName(static_cast<uint16_t>(opcode));
+        if (name != "unknown")
+            executed[opcode] = name;
+    }
+    CHECK(executed.size() == 35);
+    CHECK(documented == executed);
 }

@@ -132,96 +132,70 @@ CommandOutcome Firmware::fail(uint8_t status, const char *what, const char *fmt,
     return CommandOutcome{status, 0};
 }
 
-Firmware::Handler Firmware::handlerFor(uint16_t opcode) {
-    switch (opcode) {
-    case PIB_CMD_QUERY_DEV_CAP:
-        return &Firmware::queryDevCap;
-    case PIB_CMD_QUERY_PORT:
-        return &Firmware::queryPort;
-    case PIB_CMD_INIT_HCA:
-        return &Firmware::initHca;
-    case PIB_CMD_CLOSE_HCA:
-        return &Firmware::closeHca;
-    case PIB_CMD_MODIFY_PORT:
-        return &Firmware::modifyPort;
-    case PIB_CMD_QUERY_PKEYS:
-        return &Firmware::queryPkeys;
-    case PIB_CMD_QUERY_GUIDS:
-        return &Firmware::queryGuids;
-    case PIB_CMD_SET_NODE_DESC:
-        return &Firmware::setNodeDesc;
-    case PIB_CMD_MAD_IFC:
-        return &Firmware::madIfc;
-    case PIB_CMD_ALLOC_UAR:
-        return &Firmware::allocUar;
-    case PIB_CMD_FREE_UAR:
-        return &Firmware::freeUar;
-    case PIB_CMD_ALLOC_PD:
-        return &Firmware::allocPd;
-    case PIB_CMD_DEALLOC_PD:
-        return &Firmware::deallocPd;
-    case PIB_CMD_ALLOC_MTT:
-        return &Firmware::allocMtt;
-    case PIB_CMD_FREE_MTT:
-        return &Firmware::freeMtt;
-    case PIB_CMD_WRITE_MTT:
-        return &Firmware::writeMtt;
-    case PIB_CMD_CREATE_EQ:
-        return &Firmware::createEq;
-    case PIB_CMD_DESTROY_EQ:
-        return &Firmware::destroyEq;
-    case PIB_CMD_QUERY_EQ:
-        return &Firmware::queryEq;
-    case PIB_CMD_CREATE_CQ:
-        return &Firmware::createCq;
-    case PIB_CMD_DESTROY_CQ:
-        return &Firmware::destroyCq;
-    case PIB_CMD_QUERY_CQ:
-        return &Firmware::queryCq;
-    case PIB_CMD_CREATE_MR:
-        return &Firmware::createMr;
-    case PIB_CMD_DESTROY_MR:
-        return &Firmware::destroyMr;
-    case PIB_CMD_QUERY_MR:
-        return &Firmware::queryMr;
-    case PIB_CMD_CREATE_SRQ:
-        return &Firmware::createSrq;
-    case PIB_CMD_DESTROY_SRQ:
-        return &Firmware::destroySrq;
-    case PIB_CMD_QUERY_SRQ:
-        return &Firmware::querySrq;
-    case PIB_CMD_ARM_SRQ:
-        return &Firmware::armSrq;
-    case PIB_CMD_CREATE_QP:
-        return &Firmware::createQp;
-    case PIB_CMD_DESTROY_QP:
-        return &Firmware::destroyQp;
-    case PIB_CMD_MODIFY_QP:
-        return &Firmware::modifyQp;
-    case PIB_CMD_QUERY_QP:
-        return &Firmware::queryQp;
-    case PIB_CMD_ATTACH_MCAST:
-    case PIB_CMD_DETACH_MCAST:
-        return &Firmware::attachOrDetachMcast;
-    default:
-        return nullptr;
-    }
+// Every command the device executes (docs/prm.md §4.4): its opcode, the
+// name traces give it, whether it runs before INIT_HCA (discovery and
+// INIT_HCA itself), and its handler.
+const Firmware::CommandSpec Firmware::kCommands[] = {
+    {PIB_CMD_QUERY_DEV_CAP, "QUERY_DEV_CAP", true, &Firmware::queryDevCap},
+    {PIB_CMD_QUERY_PORT, "QUERY_PORT", true, &Firmware::queryPort},
+    {PIB_CMD_INIT_HCA, "INIT_HCA", true, &Firmware::initHca},
+    {PIB_CMD_CLOSE_HCA, "CLOSE_HCA", false, &Firmware::closeHca},
+    {PIB_CMD_MODIFY_PORT, "MODIFY_PORT", false, &Firmware::modifyPort},
+    {PIB_CMD_QUERY_PKEYS, "QUERY_PKEYS", false, &Firmware::queryPkeys},
+    {PIB_CMD_QUERY_GUIDS, "QUERY_GUIDS", false, &Firmware::queryGuids},
+    {PIB_CMD_SET_NODE_DESC, "SET_NODE_DESC", false, &Firmware::setNodeDesc},
+    {PIB_CMD_MAD_IFC, "MAD_IFC", false, &Firmware::madIfc},
+    {PIB_CMD_ALLOC_UAR, "ALLOC_UAR", false, &Firmware::allocUar},
+    {PIB_CMD_FREE_UAR, "FREE_UAR", false, &Firmware::freeUar},
+    {PIB_CMD_ALLOC_PD, "ALLOC_PD", false, &Firmware::allocPd},
+    {PIB_CMD_DEALLOC_PD, "DEALLOC_PD", false, &Firmware::deallocPd},
+    {PIB_CMD_ALLOC_MTT, "ALLOC_MTT", false, &Firmware::allocMtt},
+    {PIB_CMD_FREE_MTT, "FREE_MTT", false, &Firmware::freeMtt},
+    {PIB_CMD_WRITE_MTT, "WRITE_MTT", false, &Firmware::writeMtt},
+    {PIB_CMD_CREATE_EQ, "CREATE_EQ", false, &Firmware::createEq},
+    {PIB_CMD_DESTROY_EQ, "DESTROY_EQ", false, &Firmware::destroyEq},
+    {PIB_CMD_QUERY_EQ, "QUERY_EQ", false, &Firmware::queryEq},
+    {PIB_CMD_CREATE_CQ, "CREATE_CQ", false, &Firmware::createCq},
+    {PIB_CMD_DESTROY_CQ, "DESTROY_CQ", false, &Firmware::destroyCq},
+    {PIB_CMD_QUERY_CQ, "QUERY_CQ", false, &Firmware::queryCq},
+    {PIB_CMD_CREATE_MR, "CREATE_MR", false, &Firmware::createMr},
+    {PIB_CMD_DESTROY_MR, "DESTROY_MR", false, &Firmware::destroyMr},
+    {PIB_CMD_QUERY_MR, "QUERY_MR", false, &Firmware::queryMr},
+    {PIB_CMD_CREATE_SRQ, "CREATE_SRQ", false, &Firmware::createSrq},
+    {PIB_CMD_DESTROY_SRQ, "DESTROY_SRQ", false, &Firmware::destroySrq},
+    {PIB_CMD_QUERY_SRQ, "QUERY_SRQ", false, &Firmware::querySrq},
+    {PIB_CMD_ARM_SRQ, "ARM_SRQ", false, &Firmware::armSrq},
+    {PIB_CMD_CREATE_QP, "CREATE_QP", false, &Firmware::createQp},
+    {PIB_CMD_DESTROY_QP, "DESTROY_QP", false, &Firmware::destroyQp},
+    {PIB_CMD_MODIFY_QP, "MODIFY_QP", false, &Firmware::modifyQp},
+    {PIB_CMD_QUERY_QP, "QUERY_QP", false, &Firmware::queryQp},
+    {PIB_CMD_ATTACH_MCAST, "ATTACH_MCAST", false, &Firmware::attachOrDetachMcast},
+    {PIB_CMD_DETACH_MCAST, "DETACH_MCAST", false, &Firmware::attachOrDetachMcast},
+};
+
+const Firmware::CommandSpec *Firmware::findCommand(uint16_t opcode) {
+    for (const CommandSpec &spec : kCommands)
+        if (spec.opcode == opcode)
+            return &spec;
+    return nullptr;
+}
+
+const char *Firmware::commandName(uint16_t opcode) {
+    const CommandSpec *spec = findCommand(opcode);
+    return spec ? spec->name : "unknown";
 }
 
 CommandOutcome Firmware::execute(const Command &cmd) {
-    const Handler handler = handlerFor(cmd.opcode);
-    if (!handler)
+    const CommandSpec *spec = findCommand(cmd.opcode);
+    if (!spec)
         return fail(PIB_CMD_STATUS_BAD_OPCODE, "cmd-bad-opcode", "unknown opcode 0x%04x",
                     cmd.opcode);
-    // Before INIT_HCA only discovery and INIT_HCA itself are accepted.
-    const bool preInit = cmd.opcode == PIB_CMD_QUERY_DEV_CAP || cmd.opcode == PIB_CMD_QUERY_PORT ||
-                         cmd.opcode == PIB_CMD_INIT_HCA;
-    if (!initialized_ && !preInit)
-        return fail(PIB_CMD_STATUS_BAD_STATE, "cmd-not-initialized",
-                    "opcode 0x%04x before INIT_HCA", cmd.opcode);
-    const CommandOutcome outcome = (this->*handler)(cmd);
-    host_.trace("command", "opcode 0x%04x modifier 0x%x status %u result 0x%" PRIx64, cmd.opcode,
-                cmd.modifier, outcome.status, outcome.result);
+    if (!initialized_ && !spec->beforeInit)
+        return fail(PIB_CMD_STATUS_BAD_STATE, "cmd-not-initialized", "%s (0x%04x) before INIT_HCA",
+                    spec->name, cmd.opcode);
+    const CommandOutcome outcome = (this->*spec->handler)(cmd);
+    host_.trace("command", "%s (0x%04x) modifier 0x%x status %u result 0x%" PRIx64, spec->name,
+                cmd.opcode, cmd.modifier, outcome.status, outcome.result);
     return outcome;
 }
 

@@ -109,11 +109,20 @@ class Firmware {
     void setTransmitter(Transmitter transmit) { transmit_ = std::move(transmit); }
 
     const pib_dev_cap &caps() const { return caps_; }
+    // The name of a command opcode ("QUERY_PORT"), "unknown" for none.
+    static const char *commandName(uint16_t opcode);
     bool initialized() const { return initialized_; }
 
   private:
     using Handler = CommandOutcome (Firmware::*)(const Command &);
-    static Handler handlerFor(uint16_t opcode);
+    struct CommandSpec {
+        uint16_t opcode;
+        const char *name;
+        bool beforeInit; // accepted before INIT_HCA
+        Handler handler;
+    };
+    static const CommandSpec kCommands[];
+    static const CommandSpec *findCommand(uint16_t opcode);
 
     // Helpers shared by the handlers.
     CommandOutcome fail(uint8_t status, const char *what, const char *fmt, ...)
