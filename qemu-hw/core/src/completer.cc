@@ -227,7 +227,7 @@ bool Firmware::onAtomicAcknowledge(uint32_t qpn, QueuePair &qp, const iba::Packe
         return false; // a duplicate answer
     uint8_t bytes[8];
     std::memcpy(bytes, &*packet.atomicAck, 8); // the original value, host order
-    const uint8_t status = scatter(qp.ctx.pdn, w.sges, bytes, 0);
+    const uint8_t status = memory_.scatter(qp.ctx.pdn, w.sges, bytes, 0);
     if (status == PIB_WC_SUCCESS) {
         w.acked = true;
         r.acknowledged(psn);
@@ -279,7 +279,7 @@ void Firmware::readResponse(uint32_t qpn, QueuePair &qp, const iba::Packet &pack
         completeInOrder(qpn, qp);
         return;
     }
-    const uint8_t status = scatter(qp.ctx.pdn, w->sges, packet.data(), w->received);
+    const uint8_t status = memory_.scatter(qp.ctx.pdn, w->sges, packet.data(), w->received);
     if (status != PIB_WC_SUCCESS) {
         w->localStatus = status;
         completeInOrder(qpn, qp);

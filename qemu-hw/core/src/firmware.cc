@@ -68,7 +68,7 @@ Firmware::Firmware(const pib_core_config &config, const Host &host)
     : config_(config), host_(host), caps_(buildCaps(config)), uars_(config.doorbell_pages),
       pds_(limits::kMaxPd), mtt_(limits::kMaxMtt), wqes_(host, mtt_, caps_.max_inline_data),
       eqs_(limits::kMaxEq), cqs_(limits::kMaxCq), mrs_(limits::kMaxMr, 1), srqs_(limits::kMaxSrq),
-      qps_(limits::kMaxQp, PIB_FIRST_QPN),
+      qps_(limits::kMaxQp, PIB_FIRST_QPN), memory_(host, mtt_, mrs_),
       multicast_(
           {limits::kMaxMcastGroups, limits::kMaxMcastQpAttach, limits::kMaxTotalMcastQpAttach}) {
     reset();

@@ -16,6 +16,7 @@
 
 #include "host.hh"
 #include "mad.hh"
+#include "memory.hh"
 #include "mkey.hh"
 #include "mtt.hh"
 #include "multicast.hh"
@@ -183,24 +184,7 @@ class Firmware {
     CommandOutcome queryQp(const Command &);
     CommandOutcome attachOrDetachMcast(const Command &);
 
-    // The data path (transport.cc, memory.cc, completion.cc).
-    struct Segment {
-        uint64_t addr;
-        uint64_t len;
-    };
-    uint8_t translate(uint32_t key, uint32_t pdn, uint64_t addr, uint64_t len, uint32_t access,
-                      std::vector<Segment> &out);
-    uint8_t gather(uint32_t pdn, std::span<const pib_wqe_data> sges, uint64_t maxLength,
-                   std::vector<uint8_t> &out);
-    uint8_t forEachSegment(uint32_t pdn, std::span<const pib_wqe_data> sges, uint64_t offset,
-                           uint64_t len, const std::function<bool(const Segment &)> &take);
-    uint8_t gatherInto(uint32_t pdn, std::span<const pib_wqe_data> sges, uint64_t offset,
-                       std::span<uint8_t> dest);
-    uint8_t gatherInto(uint32_t pdn, std::span<const pib_wqe_data> sges, uint64_t offset,
-                       uint64_t len, iba::PacketWriter &packet);
-    bool readIntoPacket(const Segment &s, iba::PacketWriter &packet);
-    uint8_t scatter(uint32_t pdn, std::span<const pib_wqe_data> sges, std::span<const uint8_t> data,
-                    uint64_t skip);
+    // The data path (transport.cc, completion.cc).
     void processSendQueue(uint32_t qpn, QueuePair &qp);
     void processDatagramSend(uint32_t qpn, QueuePair &qp);
     bool sendUd(uint32_t qpn, QueuePair &qp, const Wqe &wqe, uint32_t *length, uint8_t *status);
@@ -307,6 +291,7 @@ class Firmware {
     ObjectTable<MemoryRegion> mrs_;
     ObjectTable<SharedReceiveQueue> srqs_;
     ObjectTable<QueuePair> qps_;
+    MemoryAccess memory_;
     MulticastGroups multicast_;
     // QP0 and QP1 of each port: numbers 2 * (port - 1) + type.
     std::array<std::unique_ptr<QueuePair>, 2 * PIB_MAX_PORTS> specialQps_{};
@@ -316,9 +301,8 @@ class Firmware {
     std::vector<std::vector<uint8_t>> spentPackets_;
     // Lists of guest memory segments, kept for the next packet too: one
     // per data path function, as none calls another while it holds its
-    // list (forEachSegment and checkLocalBuffers, scatter, onRequest,
-    // sendReadResponses).
-    std::vector<Segment> gatherSegments_, scatterSegments_, writeSegments_, readSegments_;
+    // list (checkLocalBuffers, onRequest, sendReadResponses).
+    std::vector<Segment> localSegments_, writeSegments_, readSegments_;
     std::vector<uint8_t> packetBuffer();
     void recyclePacket(std::vector<uint8_t> &&framed);
     std::array<char, PIB_NODE_DESC_LEN> nodeDesc_{};

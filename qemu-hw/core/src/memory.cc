@@ -1,16 +1,13 @@
 // SPDX-License-Identifier: GPL-2.0-or-later
-// Memory regions at work: translating an L_Key or R_Key range to guest
-// memory, with the protection checks of IBA 10.6, and moving data.
-#include <cinttypes>
-#include <functional>
+#include "memory.hh"
 
-#include "firmware.hh"
+#include <algorithm>
 
 namespace pib {
 
 // Returns PIB_WC_SUCCESS, or the completion status of the violation.
-uint8_t Firmware::translate(uint32_t key, uint32_t pdn, uint64_t addr, uint64_t len,
-                            uint32_t access, std::vector<Segment> &out) {
+uint8_t MemoryAccess::translate(uint32_t key, uint32_t pdn, uint64_t addr, uint64_t len,
+                                uint32_t access, std::vector<Segment> &out) const {
     const MemoryRegion *mr = mrs_.find(PIB_KEY_INDEX(key));
     if (!mr || mr->key != key || mr->ctx.pdn != pdn || (mr->ctx.access & access) != access)
         return PIB_WC_LOC_PROT_ERR;
@@ -47,8 +44,8 @@ uint8_t Firmware::translate(uint32_t key, uint32_t pdn, uint64_t addr, uint64_t 
 // Reads the whole of the buffers `sges` describe into `out`, which grows
 // by their total length: at most `maxLength` bytes, else nothing is read
 // and the WQE fails with a length error.
-uint8_t Firmware::gather(uint32_t pdn, std::span<const pib_wqe_data> sges, uint64_t maxLength,
-                         std::vector<uint8_t> &out) {
+uint8_t MemoryAccess::gather(uint32_t pdn, std::span<const pib_wqe_data> sges, uint64_t maxLength,
+                             std::vector<uint8_t> &out) {
     uint64_t total = 0;
     for (const pib_wqe_data &sge : sges) {
         total += sge.byte_count; // at most 2^32 SGEs of 2^32 - 1: no wrap
@@ -63,8 +60,9 @@ uint8_t Firmware::gather(uint32_t pdn, std::span<const pib_wqe_data> sges, uint6
 // Hands `take` the guest memory segments that hold bytes [offset,
 // offset + len) of the buffers `sges` describe, in order; take returns
 // false when it cannot reach one.
-uint8_t Firmware::forEachSegment(uint32_t pdn, std::span<const pib_wqe_data> sges, uint64_t offset,
-                                 uint64_t len, const std::function<bool(const Segment &)> &take) {
+uint8_t MemoryAccess::forEachSegment(uint32_t pdn, std::span<const pib_wqe_data> sges,
+                                     uint64_t offset, uint64_t len,
+                                     const std::function<bool(const Segment &)> &take) {
     std::vector<Segment> &segments = gatherSegments_;
     for (const pib_wqe_data &sge : sges) {
         if (!len)
@@ -89,8 +87,8 @@ uint8_t Firmware::forEachSegment(uint32_t pdn, std::span<const pib_wqe_data> sge
 
 // Reads bytes [offset, offset + dest.size()) of the buffers `sges`
 // describe into `dest`.
-uint8_t Firmware::gatherInto(uint32_t pdn, std::span<const pib_wqe_data> sges, uint64_t offset,
-                             std::span<uint8_t> dest) {
+uint8_t MemoryAccess::gatherInto(uint32_t pdn, std::span<const pib_wqe_data> sges, uint64_t offset,
+                                 std::span<uint8_t> dest) {
     return forEachSegment(pdn, sges, offset, dest.size(), [&](const Segment &s) {
         if (!host_.dmaRead(s.addr, dest.data(), s.len))
             return false;
@@ -100,8 +98,8 @@ uint8_t Firmware::gatherInto(uint32_t pdn, std::span<const pib_wqe_data> sges, u
 }
 
 // The same into a packet's payload.
-uint8_t Firmware::gatherInto(uint32_t pdn, std::span<const pib_wqe_data> sges, uint64_t offset,
-                             uint64_t len, iba::PacketWriter &packet) {
+uint8_t MemoryAccess::gatherInto(uint32_t pdn, std::span<const pib_wqe_data> sges, uint64_t offset,
+                                 uint64_t len, iba::PacketWriter &packet) {
     return forEachSegment(pdn, sges, offset, len,
                           [&](const Segment &s) { return readIntoPacket(s, packet); });
 }
@@ -109,7 +107,7 @@ uint8_t Firmware::gatherInto(uint32_t pdn, std::span<const pib_wqe_data> sges, u
 // Appends a segment of guest memory to a packet's payload. Guest RAM the
 // host lets the device read in place is copied and checksummed in one
 // pass; anything else is read by DMA.
-bool Firmware::readIntoPacket(const Segment &s, iba::PacketWriter &packet) {
+bool MemoryAccess::readIntoPacket(const Segment &s, iba::PacketWriter &packet) {
     if (const uint8_t *ram = host_.mapForRead(s.addr, s.len)) {
         packet.append(ram, s.len);
         host_.unmapForRead(ram, s.len);
@@ -120,8 +118,8 @@ bool Firmware::readIntoPacket(const Segment &s, iba::PacketWriter &packet) {
 
 // Writes `data` into the buffers `sges` describe, after skipping `skip`
 // bytes of them (the GRH room of a UD receive).
-uint8_t Firmware::scatter(uint32_t pdn, std::span<const pib_wqe_data> sges,
-                          std::span<const uint8_t> data, uint64_t skip) {
+uint8_t MemoryAccess::scatter(uint32_t pdn, std::span<const pib_wqe_data> sges,
+                              std::span<const uint8_t> data, uint64_t skip) {
     std::vector<Segment> &segments = scatterSegments_;
     for (const pib_wqe_data &sge : sges) {
         if (data.empty())

@@ -65,11 +65,11 @@ uint8_t Firmware::fetchSendWqe(uint32_t qpn, QueuePair &qp, uint32_t index, Send
 uint8_t Firmware::checkLocalBuffers(uint32_t qpn, QueuePair &qp, SendWqe &w, uint64_t *length) {
     std::erase_if(w.sges, [](const pib_wqe_data &s) { return s.byte_count == 0; });
     const uint32_t access = w.isReadOrAtomic() ? PIB_ACCESS_LOCAL_WRITE : 0;
-    std::vector<Segment> &segments = gatherSegments_;
+    std::vector<Segment> &segments = localSegments_;
     for (const pib_wqe_data &s : w.sges) {
         segments.clear();
         const uint8_t status =
-            translate(s.lkey, qp.ctx.pdn, s.addr, s.byte_count, access, segments);
+            memory_.translate(s.lkey, qp.ctx.pdn, s.addr, s.byte_count, access, segments);
         if (status != PIB_WC_SUCCESS) {
             host_.guestError("wqe-bad-key", "QP %u WQE %u: L_Key 0x%x at 0x%" PRIx64, qpn, w.index,
                              s.lkey, s.addr);
@@ -226,7 +226,7 @@ Firmware::SendProgress Firmware::sendRequestPackets(uint32_t qpn, QueuePair &qp,
             if (!w.inlineData.empty())
                 writer.append(w.inlineData.data() + offset, len);
             else if (len)
-                status = gatherInto(qp.ctx.pdn, w.sges, offset, len, writer);
+                status = memory_.gatherInto(qp.ctx.pdn, w.sges, offset, len, writer);
             if (status != PIB_WC_SUCCESS) {
                 host_.guestError("wqe-dma", "QP %u WQE %u: cannot read its data", qpn, w.index);
                 w.localStatus = status;

@@ -104,7 +104,7 @@ bool Firmware::remoteRange(const QueuePair &qp, uint32_t rkey, uint64_t va, uint
     out.clear();
     if ((qp.attr.qp_access_flags & access) != access)
         return false;
-    return translate(rkey, qp.ctx.pdn, va, len, access, out) == PIB_WC_SUCCESS;
+    return memory_.translate(rkey, qp.ctx.pdn, va, len, access, out) == PIB_WC_SUCCESS;
 }
 
 // A fatal responder error: NAK it, complete the receive WQE in use, and
@@ -309,7 +309,7 @@ bool Firmware::receiveSend(uint32_t qpn, QueuePair &qp, const iba::Packet &packe
     }
     const size_t len = packet.data().size();
     if (s.status == PIB_WC_SUCCESS && len)
-        s.status = scatter(qp.ctx.pdn, s.sges, packet.data(), s.received);
+        s.status = memory_.scatter(qp.ctx.pdn, s.sges, packet.data(), s.received);
     // UC completes the WQE with the error at the message's end instead.
     if (s.status != PIB_WC_SUCCESS && qp.ctx.type == PIB_QPT_RC) {
         responderError(qpn, qp, psn, kInvalidRequest, s.status,
@@ -470,7 +470,7 @@ bool Firmware::sendReadResponse(uint32_t qpn, QueuePair &qp, Reply &r) {
     // The data goes by DMA straight into the packet.
     iba::PacketWriter writer(p, len, wire::kHeaderSize, packetBuffer());
     for (const Segment &seg : segments) {
-        if (!readIntoPacket(seg, writer)) {
+        if (!memory_.readIntoPacket(seg, writer)) {
             responderError(qpn, qp, p.bth.psn, kRemoteOperational, PIB_WC_REM_OP_ERR,
                            "RDMA READ of guest memory the device cannot reach");
             return false;

@@ -96,7 +96,7 @@ bool Firmware::sendUd(uint32_t qpn, QueuePair &qp, const Wqe &wqe, uint32_t *len
         }
         payload.assign(wqe.inlineData.begin(), wqe.inlineData.end());
     } else {
-        *status = gather(qp.ctx.pdn, wqe.sges, maxLength, payload);
+        *status = memory_.gather(qp.ctx.pdn, wqe.sges, maxLength, payload);
         if (*status != PIB_WC_SUCCESS)
             return false;
     }
@@ -327,11 +327,11 @@ void Firmware::receiveDatagram(unsigned number, const iba::Packet &packet, uint3
             grh[7] = g.hopLimit;
             std::memcpy(grh + 8, g.sgid.data(), 16);
             std::memcpy(grh + 24, g.dgid.data(), 16);
-            cqe.status = scatter(qp.ctx.pdn, wqe.sges, grh, 0);
+            cqe.status = memory_.scatter(qp.ctx.pdn, wqe.sges, grh, 0);
             cqe.flags |= PIB_CQE_GRH;
         }
         if (cqe.status == PIB_WC_SUCCESS)
-            cqe.status = scatter(qp.ctx.pdn, wqe.sges, packet.data(), kGrhRoom);
+            cqe.status = memory_.scatter(qp.ctx.pdn, wqe.sges, packet.data(), kGrhRoom);
     }
     if (packet.imm) {
         cqe.imm = __builtin_bswap32(*packet.imm);

@@ -1,0 +1,60 @@
+// SPDX-License-Identifier: GPL-2.0-or-later
+// Memory regions at work: an L_Key or R_Key range translated to guest
+// memory with the protection checks of IBA 10.6, and data moved between
+// guest memory and packets by the scatter/gather lists of WQEs.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <span>
+#include <vector>
+
+#include "host.hh"
+#include "mtt.hh"
+#include "object_table.hh"
+#include "objects.hh"
+#include "packet.hh"
+#include "pib_hw.h"
+
+namespace pib {
+
+// A piece of guest memory that one DMA reaches.
+struct Segment {
+    uint64_t addr;
+    uint64_t len;
+};
+
+class MemoryAccess {
+  public:
+    MemoryAccess(const Host &host, const Mtt &mtt, const ObjectTable<MemoryRegion> &mrs)
+        : host_(host), mtt_(mtt), mrs_(mrs) {}
+
+    // Appends to `out` the segments that hold [addr, addr + len) of the MR
+    // `key` names, if PD `pdn` may reach them with `access`. Returns
+    // PIB_WC_SUCCESS, or the completion status of the violation.
+    uint8_t translate(uint32_t key, uint32_t pdn, uint64_t addr, uint64_t len, uint32_t access,
+                      std::vector<Segment> &out) const;
+    uint8_t gather(uint32_t pdn, std::span<const pib_wqe_data> sges, uint64_t maxLength,
+                   std::vector<uint8_t> &out);
+    uint8_t gatherInto(uint32_t pdn, std::span<const pib_wqe_data> sges, uint64_t offset,
+                       std::span<uint8_t> dest);
+    uint8_t gatherInto(uint32_t pdn, std::span<const pib_wqe_data> sges, uint64_t offset,
+                       uint64_t len, iba::PacketWriter &packet);
+    bool readIntoPacket(const Segment &s, iba::PacketWriter &packet);
+    uint8_t scatter(uint32_t pdn, std::span<const pib_wqe_data> sges, std::span<const uint8_t> data,
+                    uint64_t skip);
+
+  private:
+    uint8_t forEachSegment(uint32_t pdn, std::span<const pib_wqe_data> sges, uint64_t offset,
+                           uint64_t len, const std::function<bool(const Segment &)> &take);
+
+    const Host &host_;
+    const Mtt &mtt_;
+    const ObjectTable<MemoryRegion> &mrs_;
+    // Lists of segments, kept for the next packet: the data path then
+    // allocates no memory per packet. One per function, as neither calls
+    // the other while it holds its list.
+    std::vector<Segment> gatherSegments_, scatterSegments_;
+};
+
+} // namespace pib
