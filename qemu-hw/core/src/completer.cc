@@ -75,7 +75,7 @@ void Firmware::notifyIfSqDrained(uint32_t qpn, QueuePair &qp) {
     if (!qp.sqDrainPending || !qp.req.outstanding.empty() || qp.attr.qp_state != PIB_QPS_SQD)
         return;
     qp.sqDrainPending = false;
-    postAsyncEvent(PIB_ASYNC_SQ_DRAINED, qpn);
+    events_.postAsyncEvent(PIB_ASYNC_SQ_DRAINED, qpn);
 }
 
 // Completes the oldest outstanding WQE. An error completion moves the QP
@@ -87,7 +87,8 @@ void Firmware::completeHead(uint32_t qpn, QueuePair &qp, uint8_t status) {
     if (w.isReadOrAtomic() && w.packets && r.readsInFlight)
         --r.readsInFlight;
     const bool signaled = (w.flags & PIB_WQE_SIGNALED) || (qp.ctx.flags & PIB_QP_SIGNAL_ALL);
-    completeSend(qpn, qp, w.index, w.wrId, completionOpcode(w.opcode), status, w.length, signaled);
+    events_.completeSend(qpn, qp, w.index, w.wrId, completionOpcode(w.opcode), status, w.length,
+                         signaled);
     if (status != PIB_WC_SUCCESS) {
         host_.trace("qp-error", "QP %u: send WQE %u completed with status %u", qpn, w.index,
                     status);

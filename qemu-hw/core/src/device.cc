@@ -84,7 +84,7 @@ void Device::fatal(const char *reason) {
     // The event is the firmware's last act; if its state is what broke,
     // STATUS.FATAL alone tells the driver.
     try {
-        firmware_.postAsyncEvent(PIB_ASYNC_DEVICE_FATAL, 0);
+        firmware_.events().postAsyncEvent(PIB_ASYNC_DEVICE_FATAL, 0);
     } catch (...) {
     }
 }

@@ -69,6 +69,7 @@ Firmware::Firmware(const pib_core_config &config, const Host &host)
       pds_(limits::kMaxPd), mtt_(limits::kMaxMtt), wqes_(host, mtt_, caps_.max_inline_data),
       eqs_(limits::kMaxEq), cqs_(limits::kMaxCq), mrs_(limits::kMaxMr, 1), srqs_(limits::kMaxSrq),
       qps_(limits::kMaxQp, PIB_FIRST_QPN), memory_(host, mtt_, mrs_),
+      events_(host, mtt_, eqs_, cqs_),
       multicast_(
           {limits::kMaxMcastGroups, limits::kMaxMcastQpAttach, limits::kMaxTotalMcastQpAttach}) {
     reset();
@@ -214,7 +215,7 @@ void Firmware::portLinkChanged(unsigned number, bool up) {
         p->info.phys_state = PIB_PHYS_POLLING;
         p->info.state = PIB_PORT_DOWN;
         if (wasActive)
-            postAsyncEvent(PIB_ASYNC_PORT_ERR, number);
+            events_.postAsyncEvent(PIB_ASYNC_PORT_ERR, number);
     }
     host_.trace("port", "port %u: %s", number, up ? "INIT/LinkUp" : "DOWN/Polling");
 }

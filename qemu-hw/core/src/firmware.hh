@@ -14,6 +14,7 @@
 #include <utility>
 #include <vector>
 
+#include "event_writer.hh"
 #include "host.hh"
 #include "mad.hh"
 #include "memory.hh"
@@ -75,13 +76,8 @@ class Firmware {
     Firmware(const pib_core_config &config, const Host &host);
 
     CommandOutcome execute(const Command &cmd);
-    // EQ doorbells in BAR0.
-    void eqDoorbell(uint32_t eqn, uint32_t consumer, bool arm);
     // A 64-bit write to doorbell page `page` at `offset` (BAR2).
     void queueDoorbell(uint32_t page, uint32_t offset, uint64_t value);
-    // Writes an EQE to the async EQ, if there is one.
-    void postAsyncEvent(uint8_t event, uint32_t number);
-    void postCommandEvent(uint16_t token, const CommandOutcome &outcome);
     // Back to the power-on state: every object is gone.
     void reset();
     // The physical link of a port came up or went down.
@@ -110,6 +106,7 @@ class Firmware {
     void setTransmitter(Transmitter transmit) { transmit_ = std::move(transmit); }
 
     const pib_dev_cap &caps() const { return caps_; }
+    EventWriter &events() { return events_; }
     // The name of a command opcode ("QUERY_PORT"), "unknown" for none.
     static const char *commandName(uint16_t opcode);
     bool initialized() const { return initialized_; }
@@ -138,7 +135,6 @@ class Firmware {
         return cmd.out % PIB_MAILBOX_ALIGN == 0 && host_.dmaWrite(cmd.out, obj);
     }
     bool validRing(const pib_buf_desc &buf, uint64_t pages) const;
-    void postEqe(uint32_t eqn, EventQueue &eq, pib_eqe eqe);
 
     // Handlers, one per opcode (firmware_*.cc).
     CommandOutcome queryDevCap(const Command &);
@@ -195,9 +191,6 @@ class Firmware {
     void receiveDatagram(unsigned port, const iba::Packet &packet, uint32_t qpn, QueuePair &qp,
                          uint16_t pkeyIndex);
     bool takeReceiveWqe(uint32_t qpn, QueuePair &qp, Wqe &wqe, uint16_t *index, uint8_t *status);
-    void postCqe(uint32_t cqn, pib_cqe cqe, bool solicited);
-    void completeSend(uint32_t qpn, QueuePair &qp, uint32_t index, uint64_t wrId, uint8_t opcode,
-                      uint8_t status, uint32_t length, bool signaled);
 
     // The connected transports: requester.cc, completer.cc, responder.cc,
     // connected.cc.
@@ -292,6 +285,7 @@ class Firmware {
     ObjectTable<SharedReceiveQueue> srqs_;
     ObjectTable<QueuePair> qps_;
     MemoryAccess memory_;
+    EventWriter events_;
     MulticastGroups multicast_;
     // QP0 and QP1 of each port: numbers 2 * (port - 1) + type.
     std::array<std::unique_ptr<QueuePair>, 2 * PIB_MAX_PORTS> specialQps_{};

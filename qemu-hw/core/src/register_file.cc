@@ -113,7 +113,8 @@ void RegisterFile::runCommand(uint32_t ctrl) {
     cmdStatus_ = outcome.status;
     cmdResult_ = outcome.result;
     if (ctrl & PIB_CMD_CTRL_EVENT)
-        firmware_.postCommandEvent(static_cast<uint16_t>(cmdToken_), outcome);
+        firmware_.events().postCommandEvent(static_cast<uint16_t>(cmdToken_), outcome.status,
+                                            outcome.result);
 }
 
 bool RegisterFile::writeEqDoorbell(uint64_t offset, uint32_t value) {
@@ -122,7 +123,7 @@ bool RegisterFile::writeEqDoorbell(uint64_t offset, uint32_t value) {
     const auto eqn = static_cast<uint32_t>((offset - PIB_REG_EQ_DB_BASE) / 8);
     if (fatal_)
         return true;
-    firmware_.eqDoorbell(eqn, value, (offset - PIB_REG_EQ_DB_BASE) % 8 == PIB_EQ_DB_ARM);
+    firmware_.events().eqDoorbell(eqn, value, (offset - PIB_REG_EQ_DB_BASE) % 8 == PIB_EQ_DB_ARM);
     return true;
 }
 

@@ -122,13 +122,14 @@ void Firmware::responderError(uint32_t qpn, QueuePair &qp, uint32_t psn, uint8_t
         cqe.opcode = PIB_WC_RECV;
         cqe.status = wcStatus;
         cqe.wqe_index = s.wqeIndex;
-        postCqe(qp.ctx.recv_cqn, cqe, false);
+        events_.postCqe(qp.ctx.recv_cqn, cqe, false);
         s.haveWqe = false;
     }
     s.in = Responder::InMessage::kNone;
     s.replies.clear(); // a QP in the error state answers nothing more
     qp.attr.qp_state = PIB_QPS_ERR;
-    postAsyncEvent(nakCode == kRemoteAccess ? PIB_ASYNC_QP_ACCESS_ERR : PIB_ASYNC_QP_REQ_ERR, qpn);
+    events_.postAsyncEvent(
+        nakCode == kRemoteAccess ? PIB_ASYNC_QP_ACCESS_ERR : PIB_ASYNC_QP_REQ_ERR, qpn);
     flushQp(qpn, qp);
 }
 
@@ -169,7 +170,7 @@ void Firmware::completeReceive(uint32_t qpn, QueuePair &qp, const iba::Packet &p
         cqe.flags |= PIB_CQE_WITH_IMM;
     }
     s.haveWqe = false;
-    postCqe(qp.ctx.recv_cqn, cqe, packet.bth.solicited);
+    events_.postCqe(qp.ctx.recv_cqn, cqe, packet.bth.solicited);
 }
 
 // UC drops a message it cannot take and waits for the next one to start
@@ -209,7 +210,7 @@ void Firmware::onRequest(uint32_t qpn, QueuePair &qp, const iba::Packet &packet)
         return;
     if (state == PIB_QPS_RTR && !qp.resp.established) {
         qp.resp.established = true; // IBA 11.6.3: the first packet in RTR
-        postAsyncEvent(PIB_ASYNC_COMM_EST, qpn);
+        events_.postAsyncEvent(PIB_ASYNC_COMM_EST, qpn);
     }
     if (!checkRequestPsn(qpn, qp, packet) || !checkRequestSequence(qpn, qp, packet))
         return;

@@ -246,19 +246,19 @@ uint16_t Firmware::setPortInfo(unsigned number, Mad &mad) {
     // DOWN on an emulated cable retrains at once: back to INIT.
     if (newState == PIB_PORT_DOWN && i.phys_state == PIB_PHYS_LINK_UP) {
         if (i.state == PIB_PORT_ACTIVE)
-            postAsyncEvent(PIB_ASYNC_PORT_ERR, number);
+            events_.postAsyncEvent(PIB_ASYNC_PORT_ERR, number);
         i.state = PIB_PORT_INIT;
     }
     if (lidChanged)
-        postAsyncEvent(PIB_ASYNC_LID_CHANGE, number);
+        events_.postAsyncEvent(PIB_ASYNC_LID_CHANGE, number);
     if (smChanged)
-        postAsyncEvent(PIB_ASYNC_SM_CHANGE, number);
+        events_.postAsyncEvent(PIB_ASYNC_SM_CHANGE, number);
     if (gidChanged)
-        postAsyncEvent(PIB_ASYNC_GID_CHANGE, number);
+        events_.postAsyncEvent(PIB_ASYNC_GID_CHANGE, number);
     if (reregister)
-        postAsyncEvent(PIB_ASYNC_CLIENT_REREGISTER, number);
+        events_.postAsyncEvent(PIB_ASYNC_CLIENT_REREGISTER, number);
     if (toActive)
-        postAsyncEvent(PIB_ASYNC_PORT_ACTIVE, number);
+        events_.postAsyncEvent(PIB_ASYNC_PORT_ACTIVE, number);
     host_.trace("sma", "port %u: LID 0x%x SM 0x%x state %u MTU %u", number, i.lid, i.sm_lid,
                 i.state, i.active_mtu);
     return iba::kStatusOk;
@@ -280,7 +280,7 @@ uint16_t Firmware::smaSet(unsigned number, Mad &mad) {
             return iba::kStatusBadField;
         iba::readBlock16(
             mad, std::span(p.pkeys).subspan(block * iba::kPkeysPerBlock, iba::kPkeysPerBlock));
-        postAsyncEvent(PIB_ASYNC_PKEY_CHANGE, number);
+        events_.postAsyncEvent(PIB_ASYNC_PKEY_CHANGE, number);
         status = iba::kStatusOk;
         break;
     }
@@ -293,7 +293,7 @@ uint16_t Firmware::smaSet(unsigned number, Mad &mad) {
             iba::readBlock64(mad, guids);
             std::copy(guids.begin() + 1, guids.end(), p.guids.begin() + 1);
         }
-        postAsyncEvent(PIB_ASYNC_GID_CHANGE, number);
+        events_.postAsyncEvent(PIB_ASYNC_GID_CHANGE, number);
         status = iba::kStatusOk;
         break;
     case iba::kAttrSlToVlTable:

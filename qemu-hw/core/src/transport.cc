@@ -60,12 +60,13 @@ void Firmware::processDatagramSend(uint32_t qpn, QueuePair &qp) {
             sendUd(qpn, qp, wqe, &length, &status);
         const pib_wqe_ctrl &ctrl = wqe.ctrl;
         const bool signaled = (ctrl.flags & PIB_WQE_SIGNALED) || (qp.ctx.flags & PIB_QP_SIGNAL_ALL);
-        completeSend(qpn, qp, qp.sq.consumer, ctrl.wr_id, PIB_WC_SEND, status, length, signaled);
+        events_.completeSend(qpn, qp, qp.sq.consumer, ctrl.wr_id, PIB_WC_SEND, status, length,
+                             signaled);
         ++qp.sq.consumer;
         if (status != PIB_WC_SUCCESS) {
             // IBA 10.8.3: a send error moves the QP to the error state.
             qp.attr.qp_state = PIB_QPS_ERR;
-            postAsyncEvent(PIB_ASYNC_QP_FATAL, qpn);
+            events_.postAsyncEvent(PIB_ASYNC_QP_FATAL, qpn);
             flushQp(qpn, qp);
             return;
         }
@@ -176,7 +177,7 @@ bool Firmware::takeReceiveWqe(uint32_t qpn, QueuePair &qp, Wqe &wqe, uint16_t *i
         const uint32_t left = srq->producer - srq->consumer;
         if (srq->ctx.limit && left < srq->ctx.limit) {
             srq->ctx.limit = 0; // fires once, until armed again
-            postAsyncEvent(PIB_ASYNC_SRQ_LIMIT, qp.ctx.srqn);
+            events_.postAsyncEvent(PIB_ASYNC_SRQ_LIMIT, qp.ctx.srqn);
         }
         return true;
     }
@@ -337,7 +338,7 @@ void Firmware::receiveDatagram(unsigned number, const iba::Packet &packet, uint3
         cqe.imm = __builtin_bswap32(*packet.imm);
         cqe.flags |= PIB_CQE_WITH_IMM;
     }
-    postCqe(qp.ctx.recv_cqn, cqe, packet.bth.solicited);
+    events_.postCqe(qp.ctx.recv_cqn, cqe, packet.bth.solicited);
 }
 
 // Completes every outstanding WQE of a QP in the error state as flushed
@@ -348,21 +349,21 @@ void Firmware::flushQp(uint32_t qpn, QueuePair &qp) {
     while (!qp.req.outstanding.empty()) {
         const SendWqe w = std::move(qp.req.outstanding.front());
         qp.req.outstanding.pop_front();
-        completeSend(qpn, qp, w.index, w.wrId, PIB_WC_SEND, PIB_WC_WR_FLUSH_ERR, 0, true);
+        events_.completeSend(qpn, qp, w.index, w.wrId, PIB_WC_SEND, PIB_WC_WR_FLUSH_ERR, 0, true);
     }
     qp.req.readsInFlight = 0;
     qp.req.ackDeadline = qp.req.rnrDeadline = 0;
     scheduleQpTimer(qpn, qp);
     while (qp.sq.consumer != qp.sq.producer) {
         const pib_wqe_ctrl ctrl = wqes_.readControl(sendRing(qp), qp.sq.consumer);
-        completeSend(qpn, qp, qp.sq.consumer, ctrl.wr_id, PIB_WC_SEND, PIB_WC_WR_FLUSH_ERR, 0,
-                     true);
+        events_.completeSend(qpn, qp, qp.sq.consumer, ctrl.wr_id, PIB_WC_SEND, PIB_WC_WR_FLUSH_ERR,
+                             0, true);
         ++qp.sq.consumer;
     }
     if (qp.ctx.flags & PIB_QP_USE_SRQ) {
         // IBA 11.6.3.5: no receive WQE of the SRQ will be used for this QP.
         if (!qp.lastWqeReached)
-            postAsyncEvent(PIB_ASYNC_QP_LAST_WQE_REACHED, qpn);
+            events_.postAsyncEvent(PIB_ASYNC_QP_LAST_WQE_REACHED, qpn);
         qp.lastWqeReached = true;
         return;
     }
@@ -375,7 +376,7 @@ void Firmware::flushQp(uint32_t qpn, QueuePair &qp) {
         cqe.status = PIB_WC_WR_FLUSH_ERR;
         cqe.wqe_index = static_cast<uint16_t>(qp.rq.consumer);
         ++qp.rq.consumer;
-        postCqe(qp.ctx.recv_cqn, cqe, false);
+        events_.postCqe(qp.ctx.recv_cqn, cqe, false);
     }
 }
 
