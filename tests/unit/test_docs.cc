@@ -11,7 +11,7 @@
 #include <sstream>
 #include <string>
 
-#include "firmware.hh"
+#include "commands.hh"
 #include "pib_hw.h"
 
 namespace {
@@ -65,7 +65,7 @@ TEST_CASE("docs/prm.md lists exactly the commands the device executes", "[docs][
         documented[std::stoul((*it)[1].str(), nullptr, 16)] = (*it)[2].str();
     std::map<unsigned, std::string> executed;
     for (unsigned opcode = 0; opcode <= 0xffff; ++opcode) {
-        const std::string name = pib::Firmware::commandName(static_cast<uint16_t>(opcode));
+        const std::string name = pib::CommandProcessor::commandName(static_cast<uint16_t>(opcode));
         if (name != "unknown")
             executed[opcode] = name;
     }

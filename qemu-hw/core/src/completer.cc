@@ -5,7 +5,7 @@
 #include <cinttypes>
 #include <cstring>
 
-#include "firmware.hh"
+#include "data_path.hh"
 
 namespace pib {
 
@@ -31,13 +31,13 @@ uint8_t completionOpcode(uint8_t wr) {
 
 // IBA 9.7.6.1.3: the local ACK timeout is 4.096 us * 2^timeout; 0 means
 // the timer is off.
-uint64_t Firmware::ackTimeoutNs(const QueuePair &qp) const {
+uint64_t DataPath::ackTimeoutNs(const QueuePair &qp) const {
     const unsigned t = std::min<unsigned>(qp.attr.timeout, 31);
     return t ? uint64_t{4096} << t : 0;
 }
 
 // IBA 9.7.5.2.8, table 45: the RNR NAK timer field in microseconds * 100.
-uint64_t Firmware::rnrDelayNs(uint8_t code) {
+uint64_t DataPath::rnrDelayNs(uint8_t code) {
     static constexpr uint32_t kHundredthsOfMs[32] = {
         65536, 1,    2,    3,    4,    6,     8,     12,    16,    24,   32,
         48,    64,   96,   128,  192,  256,   384,   512,   768,   1024, 1536,
@@ -45,7 +45,7 @@ uint64_t Firmware::rnrDelayNs(uint8_t code) {
     return uint64_t{kHundredthsOfMs[code & 31]} * 10'000;
 }
 
-void Firmware::restartAckTimer(uint32_t qpn, QueuePair &qp) {
+void DataPath::restartAckTimer(uint32_t qpn, QueuePair &qp) {
     const uint64_t timeout = ackTimeoutNs(qp);
     qp.req.ackDeadline = qp.req.outstanding.empty() || !timeout ? 0 : host_.clockNs() + timeout;
     scheduleQpTimer(qpn, qp);
@@ -53,7 +53,7 @@ void Firmware::restartAckTimer(uint32_t qpn, QueuePair &qp) {
 
 // Completes WQEs from the head while they are done: UC WQEs once sent, RC
 // ones when acknowledged (marked by ackUpTo), bad ones with their error.
-void Firmware::completeInOrder(uint32_t qpn, QueuePair &qp) {
+void DataPath::completeInOrder(uint32_t qpn, QueuePair &qp) {
     Requester &r = qp.req;
     while (!r.outstanding.empty()) {
         SendWqe &w = r.outstanding.front();
@@ -71,7 +71,7 @@ void Firmware::completeInOrder(uint32_t qpn, QueuePair &qp) {
 
 // Raises SQ drained for a QP in SQD that asked for it, once no send WQE
 // it started is still in flight.
-void Firmware::notifyIfSqDrained(uint32_t qpn, QueuePair &qp) {
+void DataPath::notifyIfSqDrained(uint32_t qpn, QueuePair &qp) {
     if (!qp.sqDrainPending || !qp.req.outstanding.empty() || qp.attr.qp_state != PIB_QPS_SQD)
         return;
     qp.sqDrainPending = false;
@@ -80,7 +80,7 @@ void Firmware::notifyIfSqDrained(uint32_t qpn, QueuePair &qp) {
 
 // Completes the oldest outstanding WQE. An error completion moves the QP
 // to the error state and flushes everything after it (IBA 10.8.3.3).
-void Firmware::completeHead(uint32_t qpn, QueuePair &qp, uint8_t status) {
+void DataPath::completeHead(uint32_t qpn, QueuePair &qp, uint8_t status) {
     Requester &r = qp.req;
     SendWqe w = std::move(r.outstanding.front());
     r.outstanding.pop_front();
@@ -100,7 +100,7 @@ void Firmware::completeHead(uint32_t qpn, QueuePair &qp, uint8_t status) {
 // An ACK (or an implied one) for every PSN up to `psn`: SENDs and WRITEs
 // that end there are done. A READ or atomic the ACK passes was answered
 // by responses that got lost: it must be asked again (IBA 9.7.5.1.5).
-void Firmware::ackUpTo(uint32_t qpn, QueuePair &qp, uint32_t psn) {
+void DataPath::ackUpTo(uint32_t qpn, QueuePair &qp, uint32_t psn) {
     // An ACK that moves the window on is progress, also in the middle of a
     // long message: the retry count starts over and the timer restarts.
     // (The retries are for a peer that answers nothing; otherwise any
@@ -126,7 +126,7 @@ void Firmware::ackUpTo(uint32_t qpn, QueuePair &qp, uint32_t psn) {
 
 // A response packet: believed only for a request in flight, then taken
 // by what it is. Each handler says whether the requester may send on.
-void Firmware::onResponse(uint32_t qpn, QueuePair &qp, const iba::Packet &packet) {
+void DataPath::onResponse(uint32_t qpn, QueuePair &qp, const iba::Packet &packet) {
     Requester &r = qp.req;
     const uint8_t state = qp.attr.qp_state;
     if (qp.ctx.type != PIB_QPT_RC || (state != PIB_QPS_RTS && state != PIB_QPS_SQD) ||
@@ -152,7 +152,7 @@ void Firmware::onResponse(uint32_t qpn, QueuePair &qp, const iba::Packet &packet
 }
 
 // An ACK or NAK (IBA 9.7.5.1): by its AETH's syndrome.
-bool Firmware::onAcknowledge(uint32_t qpn, QueuePair &qp, const iba::Packet &packet) {
+bool DataPath::onAcknowledge(uint32_t qpn, QueuePair &qp, const iba::Packet &packet) {
     const uint32_t psn = packet.bth.psn;
     const uint8_t syndrome = packet.aeth->syndrome;
     switch (syndrome >> 5) {
@@ -177,7 +177,7 @@ bool Firmware::onAcknowledge(uint32_t qpn, QueuePair &qp, const iba::Packet &pac
 
 // RNR NAK: the responder had no receive WQE; send again from `psn` after
 // the delay it asks for, while RNR retries last (7: for ever).
-void Firmware::onRnrNak(uint32_t qpn, QueuePair &qp, uint32_t psn, uint8_t timerCode) {
+void DataPath::onRnrNak(uint32_t qpn, QueuePair &qp, uint32_t psn, uint8_t timerCode) {
     Requester &r = qp.req;
     if (r.rnrRetriesLeft == 0) {
         completeHead(qpn, qp, PIB_WC_RNR_RETRY_EXC_ERR);
@@ -195,7 +195,7 @@ void Firmware::onRnrNak(uint32_t qpn, QueuePair &qp, uint32_t psn, uint8_t timer
 
 // NAK: a PSN sequence error is resent from `psn` while retries last; the
 // others complete the WQE at the head in error. True when sending goes on.
-bool Firmware::onNak(uint32_t qpn, QueuePair &qp, uint32_t psn, uint8_t code) {
+bool DataPath::onNak(uint32_t qpn, QueuePair &qp, uint32_t psn, uint8_t code) {
     if (code == aeth::kPsnSequence) {
         host_.trace("rc-seq-nak", "QP %u: PSN sequence error NAK, resending from %u", qpn, psn);
         if (qp.req.retriesLeft == 0) {
@@ -215,7 +215,7 @@ bool Firmware::onNak(uint32_t qpn, QueuePair &qp, uint32_t psn, uint8_t code) {
 
 // An atomic's answer: the original value lands in the WQE's buffer. False
 // when it was no answer to the atomic at the head.
-bool Firmware::onAtomicAcknowledge(uint32_t qpn, QueuePair &qp, const iba::Packet &packet) {
+bool DataPath::onAtomicAcknowledge(uint32_t qpn, QueuePair &qp, const iba::Packet &packet) {
     Requester &r = qp.req;
     const uint32_t psn = packet.bth.psn;
     ackUpTo(qpn, qp, psnAdd(psn, 0xffffff));
@@ -243,7 +243,7 @@ bool Firmware::onAtomicAcknowledge(uint32_t qpn, QueuePair &qp, const iba::Packe
 
 // A READ response packet: its data lands where the READ's SGEs say, in
 // order; anything out of order is dropped and asked for again.
-void Firmware::readResponse(uint32_t qpn, QueuePair &qp, const iba::Packet &packet) {
+void DataPath::readResponse(uint32_t qpn, QueuePair &qp, const iba::Packet &packet) {
     Requester &r = qp.req;
     const uint32_t psn = packet.bth.psn;
     // A response implies ACKs for every request before the READ.
@@ -297,7 +297,7 @@ void Firmware::readResponse(uint32_t qpn, QueuePair &qp, const iba::Packet &pack
 }
 
 // The local ACK timer or an RNR wait of `qpn` ran out.
-void Firmware::qpTimerExpired(uint32_t qpn, QueuePair &qp) {
+void DataPath::qpTimerExpired(uint32_t qpn, QueuePair &qp) {
     Requester &r = qp.req;
     const uint64_t now = host_.clockNs();
     if (qp.attr.qp_state != PIB_QPS_RTS && qp.attr.qp_state != PIB_QPS_SQD) {
@@ -333,7 +333,7 @@ void Firmware::qpTimerExpired(uint32_t qpn, QueuePair &qp) {
 }
 
 // Keeps the one device timer at the earliest deadline of any QP.
-void Firmware::scheduleQpTimer(uint32_t qpn, QueuePair &qp) {
+void DataPath::scheduleQpTimer(uint32_t qpn, QueuePair &qp) {
     if (qp.timerAt)
         timers_.erase({qp.timerAt, qpn});
     const uint64_t a = qp.req.ackDeadline, b = qp.req.rnrDeadline;
@@ -343,7 +343,7 @@ void Firmware::scheduleQpTimer(uint32_t qpn, QueuePair &qp) {
     armDeviceTimer();
 }
 
-void Firmware::armDeviceTimer() {
+void DataPath::armDeviceTimer() {
     const uint64_t next = timers_.empty() ? Host::kNever : timers_.begin()->first;
     if (next != armedAt_) {
         armedAt_ = next;
@@ -351,13 +351,13 @@ void Firmware::armDeviceTimer() {
     }
 }
 
-void Firmware::timerExpired() {
+void DataPath::timerExpired() {
     armedAt_ = Host::kNever;
     const uint64_t now = host_.clockNs();
     while (!timers_.empty() && timers_.begin()->first <= now) {
         const uint32_t qpn = timers_.begin()->second;
         timers_.erase(timers_.begin());
-        QueuePair *qp = findQp(qpn);
+        QueuePair *qp = objects_.findQp(qpn);
         if (!qp)
             continue;
         qp->timerAt = 0;

@@ -6,7 +6,7 @@
 
 #include "address_vector.hh"
 #include "addressing.hh"
-#include "firmware.hh"
+#include "data_path.hh"
 #include "frame.hh"
 
 namespace pib {
@@ -16,8 +16,8 @@ namespace pib {
 // destination QP. The caller gives the opcode, the PSN and the extension
 // headers. Returns false when the port cannot send (the packet is lost;
 // RC resends when its timer runs out).
-bool Firmware::addressConnected(QueuePair &qp, iba::Packet &packet) {
-    PortState *p = port(qp.attr.port_num);
+bool DataPath::addressConnected(QueuePair &qp, iba::Packet &packet) {
+    PortState *p = ports_.find(qp.attr.port_num);
     if (!p)
         return false;
     const pib_av &av = qp.attr.av;
@@ -33,9 +33,9 @@ bool Firmware::addressConnected(QueuePair &qp, iba::Packet &packet) {
 
 // Sends a built packet (with wire::kHeaderSize bytes of headroom) of
 // connected QP `qp`.
-void Firmware::transmitConnected(QueuePair &qp, std::vector<uint8_t> framed) {
+void DataPath::transmitConnected(QueuePair &qp, std::vector<uint8_t> framed) {
     const unsigned portNumber = qp.attr.port_num;
-    PortState *p = port(portNumber);
+    PortState *p = ports_.find(portNumber);
     if (iba::portAnswersTo(p->info.lid, p->info.lmc, qp.attr.av.dlid)) {
         // To ourselves: back in once the current operation is over, as
         // if it had crossed a wire, so no engine is re-entered. It costs
@@ -50,12 +50,12 @@ void Firmware::transmitConnected(QueuePair &qp, std::vector<uint8_t> framed) {
     recyclePacket(std::move(framed));
 }
 
-void Firmware::sendConnected(QueuePair &qp, iba::Packet &packet) {
+void DataPath::sendConnected(QueuePair &qp, iba::Packet &packet) {
     if (addressConnected(qp, packet))
         transmitConnected(qp, iba::build(packet, wire::kHeaderSize, packetBuffer()));
 }
 
-std::vector<uint8_t> Firmware::packetBuffer() {
+std::vector<uint8_t> DataPath::packetBuffer() {
     if (spentPackets_.empty())
         return {};
     std::vector<uint8_t> buffer = std::move(spentPackets_.back());
@@ -63,14 +63,14 @@ std::vector<uint8_t> Firmware::packetBuffer() {
     return buffer;
 }
 
-void Firmware::recyclePacket(std::vector<uint8_t> &&framed) {
+void DataPath::recyclePacket(std::vector<uint8_t> &&framed) {
     // A few are enough: one engine sends one packet at a time.
     constexpr size_t kSpares = 8;
     if (spentPackets_.size() < kSpares)
         spentPackets_.push_back(std::move(framed));
 }
 
-void Firmware::drainLoopback() {
+void DataPath::drainLoopback() {
     if (drainingLoopback_)
         return;
     // Cleared however this returns: an exception must not leave the
@@ -84,7 +84,7 @@ void Firmware::drainLoopback() {
         auto [portNumber, framed] = std::move(loopback_.front());
         loopback_.pop_front();
         const auto bytes = std::span<const uint8_t>(framed).subspan(wire::kHeaderSize);
-        if (PortState *p = port(portNumber)) {
+        if (PortState *p = ports_.find(portNumber)) {
             ++p->rcvPackets;
             p->rcvWords += bytes.size() / 4;
         }
@@ -96,9 +96,9 @@ void Firmware::drainLoopback() {
 }
 
 // A packet for a connected QP of this port.
-void Firmware::deliverConnected(unsigned number, const iba::Packet &packet) {
+void DataPath::deliverConnected(unsigned number, const iba::Packet &packet) {
     const uint32_t qpn = packet.bth.destQp;
-    QueuePair *qp = qpn >= PIB_FIRST_QPN ? findQp(qpn) : nullptr;
+    QueuePair *qp = qpn >= PIB_FIRST_QPN ? objects_.findQp(qpn) : nullptr;
     const uint8_t transport = packet.bth.opcode & 0xe0;
     const uint8_t wanted = transport == iba::kTransportRc ? PIB_QPT_RC : PIB_QPT_UC;
     if (!qp || qp->ctx.type != wanted || qp->attr.port_num != number ||
@@ -108,7 +108,7 @@ void Firmware::deliverConnected(unsigned number, const iba::Packet &packet) {
     }
     // IBA 9.6.1: a connected QP takes packets from its peer only, with the
     // P_Key it was given.
-    PortState *p = port(number);
+    PortState *p = ports_.find(number);
     const uint16_t pkey = p->pkeys[qp->attr.pkey_index % PIB_PKEY_TABLE_LEN];
     if (!iba::pkeysMatch(pkey, packet.bth.pkey)) {
         ++p->info.bad_pkey_cntr;

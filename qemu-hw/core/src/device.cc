@@ -4,42 +4,51 @@
 #include <cinttypes>
 #include <type_traits>
 
+#include "limits.hh"
 #include "pib_hw.h"
 
 namespace pib {
 
 Device::Device(const pib_core_config &config, const pib_host_ops &ops, void *opaque)
-    : config_(config), host_(ops, opaque), firmware_(config_, host_),
-      registers_(config_, host_, firmware_, [this] { reset("guest wrote the reset register"); }),
-      doorbells_(config_.doorbell_pages, host_, firmware_) {
+    : config_(config), host_(ops, opaque), objects_(config_), ports_(config_),
+      events_(host_, objects_.mtt, objects_.eqs, objects_.cqs),
+      memory_(host_, objects_.mtt, objects_.mrs),
+      wqes_(host_, objects_.mtt, limits::kMaxInlineData),
+      dataPath_(host_, objects_, ports_, events_, memory_, wqes_),
+      agents_(config_, host_, ports_, events_, dataPath_),
+      commands_(config_, host_, objects_, ports_, agents_, dataPath_),
+      registers_(config_, host_, commands_, events_,
+                 [this] { reset("guest wrote the reset register"); }),
+      doorbells_(config_.doorbell_pages, host_, dataPath_) {
+    commands_.reset();
     for (uint32_t port = 1; port <= config_.num_ports; ++port)
         links_.push_back(
             std::make_unique<Link>(host_, port, config_.node_guid, config_.node_guid + port));
-    firmware_.setTransmitter([this](unsigned port, std::vector<uint8_t> &framed) {
+    dataPath_.setTransmitter([this](unsigned port, std::vector<uint8_t> &framed) {
         return port < 1 || port > links_.size() || links_[port - 1]->sendFramed(framed);
     });
 }
 
 template <class Work> auto Device::event(Work &&work) {
-    firmware_.beginEvent();
+    dataPath_.beginEvent();
     if constexpr (std::is_void_v<decltype(work())>) {
         work();
-        firmware_.endEvent();
+        dataPath_.endEvent();
     } else {
         auto result = work();
-        firmware_.endEvent();
+        dataPath_.endEvent();
         return result;
     }
 }
 
 // A fatal device still follows its links (so that a reset finds them as
-// they are) but hands the firmware nothing.
+// they are) but hands the components nothing.
 void Device::portConnected(unsigned port, bool connected) {
     if (port < 1 || port > links_.size())
         return;
     event([&] {
         if (links_[port - 1]->connected(connected) == Link::Event::kDown && !fatal_)
-            firmware_.portLinkChanged(port, false);
+            agents_.linkChanged(port, false);
     });
 }
 
@@ -51,28 +60,28 @@ void Device::portReceive(unsigned port, std::span<const uint8_t> bytes) {
             bytes,
             [&](Link::Event e) {
                 if (!fatal_)
-                    firmware_.portLinkChanged(port, e == Link::Event::kUp);
+                    agents_.linkChanged(port, e == Link::Event::kUp);
             },
             [&](std::span<const uint8_t> packet) {
                 if (!fatal_)
-                    firmware_.portReceive(port, packet);
+                    dataPath_.portReceive(port, packet);
             });
     });
 }
 
 void Device::timerExpired() {
     if (!fatal_)
-        event([&] { firmware_.timerExpired(); });
+        event([&] { dataPath_.timerExpired(); });
 }
 
 void Device::run() {
     if (!fatal_)
-        event([&] { firmware_.run(); });
+        event([&] { dataPath_.run(); });
 }
 
 void Device::portWritable(unsigned port) {
     if (!fatal_)
-        event([&] { firmware_.portWritable(port); });
+        event([&] { dataPath_.portWritable(port); });
 }
 
 void Device::fatal(const char *reason) {
@@ -81,10 +90,10 @@ void Device::fatal(const char *reason) {
     fatal_ = true;
     registers_.setFatal();
     host_.trace("fatal", "the device stops until reset: %s", reason);
-    // The event is the firmware's last act; if its state is what broke,
+    // The event is the device's last act; if its state is what broke,
     // STATUS.FATAL alone tells the driver.
     try {
-        firmware_.events().postAsyncEvent(PIB_ASYNC_DEVICE_FATAL, 0);
+        events_.postAsyncEvent(PIB_ASYNC_DEVICE_FATAL, 0);
     } catch (...) {
     }
 }
@@ -92,11 +101,11 @@ void Device::fatal(const char *reason) {
 void Device::reset(const char *reason) {
     fatal_ = false;
     registers_.reset();
-    firmware_.reset();
+    commands_.reset();
     // The cables stay plugged in: links that are up come back as INIT.
     for (size_t i = 0; i < links_.size(); ++i)
         if (links_[i]->up())
-            firmware_.portLinkChanged(static_cast<unsigned>(i + 1), true);
+            agents_.linkChanged(static_cast<unsigned>(i + 1), true);
     host_.trace("reset", "%s", reason);
 }
 

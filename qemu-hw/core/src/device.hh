@@ -1,5 +1,6 @@
 // SPDX-License-Identifier: GPL-2.0-or-later
-// One pib-hca adapter: routes BAR accesses to the block that owns them.
+// One pib-hca adapter: the components of the core, composed, and the
+// host's calls routed to the one that owns each (docs/architecture.md).
 #pragma once
 
 #include <cstdint>
@@ -7,12 +8,19 @@
 #include <span>
 #include <vector>
 
+#include "commands.hh"
+#include "data_path.hh"
 #include "doorbell_pages.hh"
-#include "firmware.hh"
+#include "event_writer.hh"
 #include "host.hh"
 #include "link.hh"
+#include "memory.hh"
+#include "object_tables.hh"
 #include "pib_core.h"
+#include "port_agents.hh"
+#include "ports.hh"
 #include "register_file.hh"
+#include "wqe_reader.hh"
 
 namespace pib {
 
@@ -45,7 +53,16 @@ class Device {
 
     const pib_core_config config_;
     const Host host_;
-    Firmware firmware_;
+    // State the components share, then the components, each given only
+    // what it works with (in construction order).
+    ObjectTables objects_;
+    Ports ports_;
+    EventWriter events_;
+    MemoryAccess memory_;
+    WqeReader wqes_;
+    DataPath dataPath_;
+    PortAgents agents_;
+    CommandProcessor commands_;
     RegisterFile registers_;
     DoorbellPages doorbells_;
     std::vector<std::unique_ptr<Link>> links_; // index: port - 1

@@ -32,8 +32,8 @@ void DoorbellPages::write(uint64_t offset, uint64_t value, unsigned size) {
                          size, offset);
         return;
     }
-    firmware_.queueDoorbell(static_cast<uint32_t>(offset / PIB_PAGE_SIZE),
-                            static_cast<uint32_t>(offset % PIB_PAGE_SIZE), value);
+    dataPath_.doorbell(static_cast<uint32_t>(offset / PIB_PAGE_SIZE),
+                       static_cast<uint32_t>(offset % PIB_PAGE_SIZE), value);
 }
 
 } // namespace pib

@@ -4,15 +4,15 @@
 
 #include <cstdint>
 
-#include "firmware.hh"
+#include "data_path.hh"
 #include "host.hh"
 
 namespace pib {
 
 class DoorbellPages {
   public:
-    DoorbellPages(uint32_t pages, const Host &host, Firmware &firmware)
-        : pages_(pages), host_(host), firmware_(firmware) {}
+    DoorbellPages(uint32_t pages, const Host &host, DataPath &dataPath)
+        : pages_(pages), host_(host), dataPath_(dataPath) {}
 
     uint64_t size() const;
     uint64_t read(uint64_t offset, unsigned size);
@@ -21,7 +21,7 @@ class DoorbellPages {
   private:
     uint32_t pages_;
     const Host &host_;
-    Firmware &firmware_;
+    DataPath &dataPath_;
 };
 
 } // namespace pib

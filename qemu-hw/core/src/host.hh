@@ -2,6 +2,7 @@
 // The core's view of its host: a thin, typed wrapper over pib_host_ops.
 #pragma once
 
+#include <bit>
 #include <cstdarg>
 #include <cstdint>
 #include <span>
@@ -11,6 +12,11 @@
 #include "pib_core.h"
 
 namespace pib {
+
+// The core reads and writes pib_hw.h's structures in guest memory by
+// memcpy, without swapping: it models the device on little-endian hosts.
+static_assert(std::endian::native == std::endian::little,
+              "the device core uses pib_hw.h's little-endian layouts in place");
 
 class Host {
   public:

@@ -8,9 +8,11 @@
 
 namespace pib {
 
-RegisterFile::RegisterFile(const pib_core_config &config, const Host &host, Firmware &firmware,
+RegisterFile::RegisterFile(const pib_core_config &config, const Host &host,
+                           CommandProcessor &commands, EventWriter &events,
                            std::function<void()> requestReset)
-    : config_(config), host_(host), firmware_(firmware), requestReset_(std::move(requestReset)) {}
+    : config_(config), host_(host), commands_(commands), events_(events),
+      requestReset_(std::move(requestReset)) {}
 
 void RegisterFile::reset() {
     scratch_ = 0;
@@ -109,21 +111,20 @@ void RegisterFile::runCommand(uint32_t ctrl) {
         cmdResult_ = 0;
         return;
     }
-    const CommandOutcome outcome = firmware_.execute(cmd);
+    const CommandOutcome outcome = commands_.execute(cmd);
     cmdStatus_ = outcome.status;
     cmdResult_ = outcome.result;
     if (ctrl & PIB_CMD_CTRL_EVENT)
-        firmware_.events().postCommandEvent(static_cast<uint16_t>(cmdToken_), outcome.status,
-                                            outcome.result);
+        events_.postCommandEvent(static_cast<uint16_t>(cmdToken_), outcome.status, outcome.result);
 }
 
 bool RegisterFile::writeEqDoorbell(uint64_t offset, uint32_t value) {
-    if (offset < PIB_REG_EQ_DB_BASE || offset >= PIB_REG_EQ_DB(firmware_.caps().max_eq))
+    if (offset < PIB_REG_EQ_DB_BASE || offset >= PIB_REG_EQ_DB(commands_.caps().max_eq))
         return false;
     const auto eqn = static_cast<uint32_t>((offset - PIB_REG_EQ_DB_BASE) / 8);
     if (fatal_)
         return true;
-    firmware_.events().eqDoorbell(eqn, value, (offset - PIB_REG_EQ_DB_BASE) % 8 == PIB_EQ_DB_ARM);
+    events_.eqDoorbell(eqn, value, (offset - PIB_REG_EQ_DB_BASE) % 8 == PIB_EQ_DB_ARM);
     return true;
 }
 
@@ -174,7 +175,7 @@ uint64_t RegisterFile::read(uint64_t offset, unsigned size) {
     default:
         if (uint32_t value; readCommandRegister(offset, &value))
             return value;
-        if (offset >= PIB_REG_EQ_DB_BASE && offset < PIB_REG_EQ_DB(firmware_.caps().max_eq)) {
+        if (offset >= PIB_REG_EQ_DB_BASE && offset < PIB_REG_EQ_DB(commands_.caps().max_eq)) {
             host_.guestError("regs-write-only", "read of write-only EQ doorbell 0x%" PRIx64,
                              offset);
             return 0;

@@ -5,7 +5,8 @@
 #include <cstdint>
 #include <functional>
 
-#include "firmware.hh"
+#include "commands.hh"
+#include "event_writer.hh"
 #include "host.hh"
 #include "pib_core.h"
 
@@ -14,8 +15,8 @@ namespace pib {
 class RegisterFile {
   public:
     // `requestReset` is called when the guest writes the reset register.
-    RegisterFile(const pib_core_config &config, const Host &host, Firmware &firmware,
-                 std::function<void()> requestReset);
+    RegisterFile(const pib_core_config &config, const Host &host, CommandProcessor &commands,
+                 EventWriter &events, std::function<void()> requestReset);
 
     uint64_t read(uint64_t offset, unsigned size);
     void write(uint64_t offset, uint64_t value, unsigned size);
@@ -34,7 +35,8 @@ class RegisterFile {
 
     const pib_core_config &config_;
     const Host &host_;
-    Firmware &firmware_;
+    CommandProcessor &commands_;
+    EventWriter &events_;
     std::function<void()> requestReset_;
     uint32_t scratch_ = 0;
     bool fatal_ = false;

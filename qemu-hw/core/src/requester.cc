@@ -5,7 +5,7 @@
 #include <cinttypes>
 #include <cstring>
 
-#include "firmware.hh"
+#include "data_path.hh"
 #include "frame.hh"
 #include "limits.hh"
 #include "ring.hh"
@@ -20,13 +20,13 @@ constexpr size_t kMaxOutstanding = 128;
 
 } // namespace
 
-uint32_t Firmware::pathMtu(const QueuePair &qp) const {
+uint32_t DataPath::pathMtu(const QueuePair &qp) const {
     return mtuBytes(qp.attr.path_mtu);
 }
 
 // Reads send WQE `index` into `w`. Returns PIB_WC_SUCCESS or the status
 // the WQE completes with: a bad WQE still takes its place in the queue.
-uint8_t Firmware::fetchSendWqe(uint32_t qpn, QueuePair &qp, uint32_t index, SendWqe &w) {
+uint8_t DataPath::fetchSendWqe(uint32_t qpn, QueuePair &qp, uint32_t index, SendWqe &w) {
     Wqe wqe;
     wqe.sges = std::move(w.sges); // reuse its capacity
     w.index = index;
@@ -62,7 +62,7 @@ uint8_t Firmware::fetchSendWqe(uint32_t qpn, QueuePair &qp, uint32_t index, Send
 // Checks that the L_Keys of `w`'s scatter/gather list cover its buffers
 // (a READ's and an atomic's with local write access), and adds up its
 // length. Zero-length SGEs are dropped, as verbs allow.
-uint8_t Firmware::checkLocalBuffers(uint32_t qpn, QueuePair &qp, SendWqe &w, uint64_t *length) {
+uint8_t DataPath::checkLocalBuffers(uint32_t qpn, QueuePair &qp, SendWqe &w, uint64_t *length) {
     std::erase_if(w.sges, [](const pib_wqe_data &s) { return s.byte_count == 0; });
     const uint32_t access = w.isReadOrAtomic() ? PIB_ACCESS_LOCAL_WRITE : 0;
     std::vector<Segment> &segments = localSegments_;
@@ -80,7 +80,7 @@ uint8_t Firmware::checkLocalBuffers(uint32_t qpn, QueuePair &qp, SendWqe &w, uin
     return PIB_WC_SUCCESS;
 }
 
-void Firmware::processConnectedSend(uint32_t qpn, QueuePair &qp) {
+void DataPath::processConnectedSend(uint32_t qpn, QueuePair &qp) {
     Requester &r = qp.req;
     if (r.rnrDeadline)
         return; // an RNR NAK asked us to wait
@@ -139,20 +139,20 @@ void Firmware::processConnectedSend(uint32_t qpn, QueuePair &qp) {
 
 // The requester stops before its work is all out: a full window waits for
 // ACKs, a spent budget or a full port for the scheduler.
-void Firmware::stopSending(uint32_t qpn, QueuePair &qp, SendProgress why) {
+void DataPath::stopSending(uint32_t qpn, QueuePair &qp, SendProgress why) {
     if (why == SendProgress::kPaused)
         postpone(qpn, qp);
     armAckTimerIfIdle(qpn, qp);
 }
 
-void Firmware::armAckTimerIfIdle(uint32_t qpn, QueuePair &qp) {
+void DataPath::armAckTimerIfIdle(uint32_t qpn, QueuePair &qp) {
     if (qp.ctx.type == PIB_QPT_RC && !qp.req.outstanding.empty() && !qp.req.ackDeadline)
         restartAckTimer(qpn, qp);
 }
 
 // Sends the packets of `w` not yet sent, as far as the RC send window
 // lets them go. kFailed when the QP went to the error state on the way.
-Firmware::SendProgress Firmware::sendRequestPackets(uint32_t qpn, QueuePair &qp, SendWqe &w) {
+DataPath::SendProgress DataPath::sendRequestPackets(uint32_t qpn, QueuePair &qp, SendWqe &w) {
     const uint32_t mtu = pathMtu(qp);
     const bool uc = qp.ctx.type == PIB_QPT_UC;
     const uint8_t transport = uc ? iba::kTransportUc : iba::kTransportRc;
@@ -244,7 +244,7 @@ Firmware::SendProgress Firmware::sendRequestPackets(uint32_t qpn, QueuePair &qp,
 }
 
 // Resends from `psn` on: every outstanding WQE from the one that holds it.
-void Firmware::rewind(QueuePair &qp, uint32_t psn) {
+void DataPath::rewind(QueuePair &qp, uint32_t psn) {
     for (SendWqe &w : qp.req.outstanding) {
         const int32_t d = psnDiff(psn, w.firstPsn);
         if (d >= static_cast<int32_t>(w.packets))

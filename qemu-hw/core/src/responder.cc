@@ -7,7 +7,7 @@
 #include <cinttypes>
 #include <cstring>
 
-#include "firmware.hh"
+#include "data_path.hh"
 #include "frame.hh"
 #include "limits.hh"
 #include "ring.hh"
@@ -37,7 +37,7 @@ bool endsMessage(uint8_t op) {
 
 } // namespace
 
-void Firmware::sendAck(QueuePair &qp, uint32_t psn, uint8_t syndrome) {
+void DataPath::sendAck(QueuePair &qp, uint32_t psn, uint8_t syndrome) {
     iba::Packet p;
     p.bth.opcode = iba::kAcknowledge;
     p.bth.psn = psn;
@@ -46,7 +46,7 @@ void Firmware::sendAck(QueuePair &qp, uint32_t psn, uint8_t syndrome) {
 }
 
 // Queues an ACK or NAK behind whatever the responder still owes.
-void Firmware::acknowledge(uint32_t qpn, QueuePair &qp, uint32_t psn, uint8_t syndrome) {
+void DataPath::acknowledge(uint32_t qpn, QueuePair &qp, uint32_t psn, uint8_t syndrome) {
     Reply r;
     r.kind = Reply::Kind::kAck;
     r.psn = psn;
@@ -56,7 +56,7 @@ void Firmware::acknowledge(uint32_t qpn, QueuePair &qp, uint32_t psn, uint8_t sy
 
 // Replies leave in request order: a new one goes behind those still owed
 // (an ACK replaces an ACK queued last: each implies every one before it).
-void Firmware::reply(uint32_t qpn, QueuePair &qp, const Reply &r) {
+void DataPath::reply(uint32_t qpn, QueuePair &qp, const Reply &r) {
     auto &q = qp.resp.replies;
     if (r.kind == Reply::Kind::kAck && !q.empty() && q.back().kind == Reply::Kind::kAck)
         q.back() = r;
@@ -65,7 +65,7 @@ void Firmware::reply(uint32_t qpn, QueuePair &qp, const Reply &r) {
     sendReplies(qpn, qp);
 }
 
-void Firmware::sendReplies(uint32_t qpn, QueuePair &qp) {
+void DataPath::sendReplies(uint32_t qpn, QueuePair &qp) {
     auto &q = qp.resp.replies;
     while (!q.empty()) {
         if (!mayTransmit(qp.attr.port_num)) {
@@ -99,7 +99,7 @@ static size_t repliesOwed(const Responder &s) {
 
 // Translates an R_Key range for this QP: its PD, its access flags and the
 // region's (IBA 10.6.3.2). False when the responder must NAK.
-bool Firmware::remoteRange(const QueuePair &qp, uint32_t rkey, uint64_t va, uint64_t len,
+bool DataPath::remoteRange(const QueuePair &qp, uint32_t rkey, uint64_t va, uint64_t len,
                            uint32_t access, std::vector<Segment> &out) {
     out.clear();
     if ((qp.attr.qp_access_flags & access) != access)
@@ -109,7 +109,7 @@ bool Firmware::remoteRange(const QueuePair &qp, uint32_t rkey, uint64_t va, uint
 
 // A fatal responder error: NAK it, complete the receive WQE in use, and
 // move the QP to the error state with its async event.
-void Firmware::responderError(uint32_t qpn, QueuePair &qp, uint32_t psn, uint8_t nakCode,
+void DataPath::responderError(uint32_t qpn, QueuePair &qp, uint32_t psn, uint8_t nakCode,
                               uint8_t wcStatus, const char *why) {
     host_.trace("rc-responder-error", "QP %u PSN %u: %s", qpn, psn, why);
     Responder &s = qp.resp;
@@ -134,7 +134,7 @@ void Firmware::responderError(uint32_t qpn, QueuePair &qp, uint32_t psn, uint8_t
 }
 
 // Claims the next receive WQE for an incoming message.
-bool Firmware::claimReceiveWqe(uint32_t qpn, QueuePair &qp) {
+bool DataPath::claimReceiveWqe(uint32_t qpn, QueuePair &qp) {
     Responder &s = qp.resp;
     if (s.haveWqe)
         return true;
@@ -152,7 +152,7 @@ bool Firmware::claimReceiveWqe(uint32_t qpn, QueuePair &qp) {
     return true;
 }
 
-void Firmware::completeReceive(uint32_t qpn, QueuePair &qp, const iba::Packet &packet,
+void DataPath::completeReceive(uint32_t qpn, QueuePair &qp, const iba::Packet &packet,
                                uint8_t opcode, uint32_t length) {
     Responder &s = qp.resp;
     pib_cqe cqe{};
@@ -175,14 +175,14 @@ void Firmware::completeReceive(uint32_t qpn, QueuePair &qp, const iba::Packet &p
 
 // UC drops a message it cannot take and waits for the next one to start
 // (IBA 9.8.3).
-void Firmware::dropUcMessage(QueuePair &qp, uint32_t psn) {
+void DataPath::dropUcMessage(QueuePair &qp, uint32_t psn) {
     qp.resp.in = Responder::InMessage::kNone;
     qp.resp.expectedPsn = psnAdd(psn, 1);
 }
 
 // A request the responder cannot carry out: RC NAKs it and the QP goes to
 // the error state; UC drops the message.
-void Firmware::refuseRequest(uint32_t qpn, QueuePair &qp, uint32_t psn, uint8_t nakCode,
+void DataPath::refuseRequest(uint32_t qpn, QueuePair &qp, uint32_t psn, uint8_t nakCode,
                              uint8_t wcStatus, const char *why) {
     if (qp.ctx.type == PIB_QPT_RC)
         responderError(qpn, qp, psn, nakCode, wcStatus, why);
@@ -193,7 +193,7 @@ void Firmware::refuseRequest(uint32_t qpn, QueuePair &qp, uint32_t psn, uint8_t 
 // A message that needs a receive WQE when none is posted: RC answers with
 // an RNR NAK and the requester tries again later (IBA 9.7.5.2.8); UC loses
 // the message.
-void Firmware::noReceiveWqe(uint32_t qpn, QueuePair &qp, uint32_t psn) {
+void DataPath::noReceiveWqe(uint32_t qpn, QueuePair &qp, uint32_t psn) {
     if (qp.ctx.type == PIB_QPT_RC)
         acknowledge(qpn, qp, psn, syndrome(kRnrNak, qp.attr.min_rnr_timer));
     else
@@ -204,7 +204,7 @@ void Firmware::noReceiveWqe(uint32_t qpn, QueuePair &qp, uint32_t psn) {
 // rxe's responder): the QP's state, the PSN, the opcode's place in the
 // message and the packet's length; then the operation runs, and the
 // message ends.
-void Firmware::onRequest(uint32_t qpn, QueuePair &qp, const iba::Packet &packet) {
+void DataPath::onRequest(uint32_t qpn, QueuePair &qp, const iba::Packet &packet) {
     const uint8_t state = qp.attr.qp_state;
     if (state != PIB_QPS_RTR && state != PIB_QPS_RTS && state != PIB_QPS_SQD)
         return;
@@ -226,7 +226,7 @@ void Firmware::onRequest(uint32_t qpn, QueuePair &qp, const iba::Packet &packet)
 
 // The PSN check: false when the packet went no further. RC replays a
 // duplicate and NAKs a gap; UC drops the message a gap cut short.
-bool Firmware::checkRequestPsn(uint32_t qpn, QueuePair &qp, const iba::Packet &packet) {
+bool DataPath::checkRequestPsn(uint32_t qpn, QueuePair &qp, const iba::Packet &packet) {
     Responder &s = qp.resp;
     const bool rc = qp.ctx.type == PIB_QPT_RC;
     const uint32_t psn = packet.bth.psn;
@@ -259,7 +259,7 @@ bool Firmware::checkRequestPsn(uint32_t qpn, QueuePair &qp, const iba::Packet &p
 
 // The opcode must continue the message in progress, or start one; a
 // first or middle packet carries exactly a path MTU, others at most one.
-bool Firmware::checkRequestSequence(uint32_t qpn, QueuePair &qp, const iba::Packet &packet) {
+bool DataPath::checkRequestSequence(uint32_t qpn, QueuePair &qp, const iba::Packet &packet) {
     const Responder &s = qp.resp;
     const uint8_t op = packet.bth.opcode & 0x1f;
     const bool continues = op == iba::kSendMiddle || op == iba::kSendLast ||
@@ -279,7 +279,7 @@ bool Firmware::checkRequestSequence(uint32_t qpn, QueuePair &qp, const iba::Pack
     return false;
 }
 
-void Firmware::readOrAtomicRequest(uint32_t qpn, QueuePair &qp, const iba::Packet &packet) {
+void DataPath::readOrAtomicRequest(uint32_t qpn, QueuePair &qp, const iba::Packet &packet) {
     if (qp.ctx.type != PIB_QPT_RC) // UC has neither (the layout table already refuses them)
         return;
     // A READ stays outstanding at the requester until its last response
@@ -297,7 +297,7 @@ void Firmware::readOrAtomicRequest(uint32_t qpn, QueuePair &qp, const iba::Packe
 }
 
 // A SEND packet into the receive WQE, which the first packet claims.
-bool Firmware::receiveSend(uint32_t qpn, QueuePair &qp, const iba::Packet &packet) {
+bool DataPath::receiveSend(uint32_t qpn, QueuePair &qp, const iba::Packet &packet) {
     Responder &s = qp.resp;
     const uint32_t psn = packet.bth.psn;
     if (s.in == Responder::InMessage::kNone) {
@@ -323,7 +323,7 @@ bool Firmware::receiveSend(uint32_t qpn, QueuePair &qp, const iba::Packet &packe
 
 // An RDMA WRITE packet: the first one's RETH is checked whole, then each
 // packet's part again as it lands.
-bool Firmware::receiveWrite(uint32_t qpn, QueuePair &qp, const iba::Packet &packet) {
+bool DataPath::receiveWrite(uint32_t qpn, QueuePair &qp, const iba::Packet &packet) {
     Responder &s = qp.resp;
     const uint8_t op = packet.bth.opcode & 0x1f;
     const uint32_t psn = packet.bth.psn;
@@ -346,7 +346,7 @@ bool Firmware::receiveWrite(uint32_t qpn, QueuePair &qp, const iba::Packet &pack
     return true;
 }
 
-bool Firmware::startWrite(uint32_t qpn, QueuePair &qp, const iba::Packet &packet) {
+bool DataPath::startWrite(uint32_t qpn, QueuePair &qp, const iba::Packet &packet) {
     Responder &s = qp.resp;
     const uint32_t psn = packet.bth.psn;
     const iba::Reth &reth = *packet.reth;
@@ -371,7 +371,7 @@ bool Firmware::startWrite(uint32_t qpn, QueuePair &qp, const iba::Packet &packet
 
 // In order, packet by packet: the last byte lands last. The region may
 // have gone, or lost its rights, since the RETH.
-bool Firmware::landWrite(uint32_t qpn, QueuePair &qp, const iba::Packet &packet) {
+bool DataPath::landWrite(uint32_t qpn, QueuePair &qp, const iba::Packet &packet) {
     Responder &s = qp.resp;
     const uint32_t psn = packet.bth.psn;
     std::vector<Segment> &segments = writeSegments_;
@@ -396,7 +396,7 @@ bool Firmware::landWrite(uint32_t qpn, QueuePair &qp, const iba::Packet &packet)
 // The packet is taken: the next PSN is due, a last packet completes its
 // message (and the receive WQE a SEND or a WRITE with immediate used),
 // and RC acknowledges when asked.
-void Firmware::endRequest(uint32_t qpn, QueuePair &qp, const iba::Packet &packet) {
+void DataPath::endRequest(uint32_t qpn, QueuePair &qp, const iba::Packet &packet) {
     Responder &s = qp.resp;
     const uint8_t op = packet.bth.opcode & 0x1f;
     s.expectedPsn = psnAdd(packet.bth.psn, 1);
@@ -414,7 +414,7 @@ void Firmware::endRequest(uint32_t qpn, QueuePair &qp, const iba::Packet &packet
 
 // An RDMA READ request: its responses, one PSN each, are owed from now
 // on; they go out as the event budget and the port allow (sendReplies).
-void Firmware::readRequest(uint32_t qpn, QueuePair &qp, const iba::Packet &packet) {
+void DataPath::readRequest(uint32_t qpn, QueuePair &qp, const iba::Packet &packet) {
     Responder &s = qp.resp;
     const iba::Reth &reth = *packet.reth;
     std::vector<Segment> segments;
@@ -442,7 +442,7 @@ void Firmware::readRequest(uint32_t qpn, QueuePair &qp, const iba::Packet &packe
 
 // Sends response packet r.next of READ r.entry. False when the QP went to
 // the error state instead.
-bool Firmware::sendReadResponse(uint32_t qpn, QueuePair &qp, Reply &r) {
+bool DataPath::sendReadResponse(uint32_t qpn, QueuePair &qp, Reply &r) {
     const ReplayEntry &e = r.entry;
     const uint32_t mtu = pathMtu(qp);
     const uint32_t i = r.next++;
@@ -481,7 +481,7 @@ bool Firmware::sendReadResponse(uint32_t qpn, QueuePair &qp, Reply &r) {
     return true;
 }
 
-void Firmware::atomicRequest(uint32_t qpn, QueuePair &qp, const iba::Packet &packet) {
+void DataPath::atomicRequest(uint32_t qpn, QueuePair &qp, const iba::Packet &packet) {
     Responder &s = qp.resp;
     const iba::AtomicEth &a = *packet.atomicEth;
     const uint32_t psn = packet.bth.psn;
@@ -531,7 +531,7 @@ void Firmware::atomicRequest(uint32_t qpn, QueuePair &qp, const iba::Packet &pac
     reply(qpn, qp, r);
 }
 
-void Firmware::sendAtomicAck(QueuePair &qp, const ReplayEntry &e) {
+void DataPath::sendAtomicAck(QueuePair &qp, const ReplayEntry &e) {
     iba::Packet p;
     p.bth.opcode = iba::kAtomicAcknowledge;
     p.bth.psn = e.psn;
@@ -540,7 +540,7 @@ void Firmware::sendAtomicAck(QueuePair &qp, const ReplayEntry &e) {
     sendConnected(qp, p);
 }
 
-void Firmware::remember(QueuePair &qp, const ReplayEntry &e) {
+void DataPath::remember(QueuePair &qp, const ReplayEntry &e) {
     auto &replay = qp.resp.replay;
     replay.push_back(e);
     while (replay.size() > std::max<size_t>(1, qp.attr.max_dest_rd_atomic))
@@ -551,7 +551,7 @@ void Firmware::remember(QueuePair &qp, const ReplayEntry &e) {
 // ACK may have been lost); a duplicate READ is answered again from the
 // memory as it is now; a duplicate atomic gets its saved result, never a
 // second execution.
-void Firmware::duplicateRequest(uint32_t qpn, QueuePair &qp, const iba::Packet &packet) {
+void DataPath::duplicateRequest(uint32_t qpn, QueuePair &qp, const iba::Packet &packet) {
     const uint8_t op = packet.bth.opcode & 0x1f;
     const uint32_t psn = packet.bth.psn;
     Responder &s = qp.resp;

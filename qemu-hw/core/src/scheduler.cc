@@ -9,33 +9,33 @@
 // guest's 2 GiB READ, or a peer's stream of duplicate READ requests, costs
 // each event the same bounded time and memory, and a peer that stops
 // reading stalls only the QPs that send to it.
-#include "firmware.hh"
+#include "data_path.hh"
 #include "frame.hh"
 #include "limits.hh"
 
 namespace pib {
 
-void Firmware::beginEvent() {
+void DataPath::beginEvent() {
     budget_ = static_cast<int>(limits::kPacketsPerEvent);
 }
 
-void Firmware::endEvent() {
+void DataPath::endEvent() {
     drainLoopback();
     if (!ready_.empty())
         host_.schedule();
 }
 
-bool Firmware::mayTransmit(unsigned portNumber) {
-    const PortState *p = port(portNumber);
+bool DataPath::mayTransmit(unsigned portNumber) {
+    const PortState *p = ports_.find(portNumber);
     return budget_ > 0 && (!p || !p->txFull);
 }
 
-void Firmware::postpone(uint32_t qpn, QueuePair &qp) {
+void DataPath::postpone(uint32_t qpn, QueuePair &qp) {
     if (qp.postponed)
         return;
     qp.postponed = true;
     const unsigned portNumber = sendPort(qp);
-    PortState *p = port(portNumber);
+    PortState *p = ports_.find(portNumber);
     if (p && p->txFull)
         p->waiting.push_back(qpn);
     else
@@ -44,9 +44,9 @@ void Firmware::postpone(uint32_t qpn, QueuePair &qp) {
 
 // Hands a built packet to the link of `portNumber`, counting it against
 // the event's budget; a full host queue holds back the port's new work.
-void Firmware::transmit(unsigned portNumber, std::vector<uint8_t> &framed) {
+void DataPath::transmit(unsigned portNumber, std::vector<uint8_t> &framed) {
     --budget_;
-    PortState *p = port(portNumber);
+    PortState *p = ports_.find(portNumber);
     if (!p || !transmit_)
         return;
     ++p->xmitPackets;
@@ -57,8 +57,8 @@ void Firmware::transmit(unsigned portNumber, std::vector<uint8_t> &framed) {
     }
 }
 
-void Firmware::portWritable(unsigned portNumber) {
-    PortState *p = port(portNumber);
+void DataPath::portWritable(unsigned portNumber) {
+    PortState *p = ports_.find(portNumber);
     if (!p || !p->txFull)
         return;
     p->txFull = false;
@@ -69,13 +69,13 @@ void Firmware::portWritable(unsigned portNumber) {
 }
 
 // Continues postponed work, oldest first, within this event's budget.
-void Firmware::run() {
+void DataPath::run() {
     // Each QP in the list now gets one turn; those that postpone again go
     // to the back, so one busy QP cannot keep the others waiting.
     for (size_t turns = ready_.size(); turns && budget_ > 0 && !ready_.empty(); --turns) {
         const uint32_t qpn = ready_.front();
         ready_.pop_front();
-        QueuePair *qp = findQp(qpn);
+        QueuePair *qp = objects_.findQp(qpn);
         if (!qp || !qp->postponed)
             continue; // destroyed or reset since
         qp->postponed = false;

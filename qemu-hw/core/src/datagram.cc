@@ -6,7 +6,7 @@
 
 #include "address_vector.hh"
 #include "addressing.hh"
-#include "firmware.hh"
+#include "data_path.hh"
 #include "frame.hh"
 #include "ring.hh"
 
@@ -23,7 +23,7 @@ bool isDatagram(uint8_t type) {
 
 } // namespace
 
-uint32_t Firmware::wireQpn(uint32_t qpn, const QueuePair &qp) const {
+uint32_t DataPath::wireQpn(uint32_t qpn, const QueuePair &qp) const {
     if (qp.ctx.type == PIB_QPT_SMI)
         return 0;
     if (qp.ctx.type == PIB_QPT_GSI)
@@ -31,7 +31,7 @@ uint32_t Firmware::wireQpn(uint32_t qpn, const QueuePair &qp) const {
     return qpn;
 }
 
-void Firmware::processSendQueue(uint32_t qpn, QueuePair &qp) {
+void DataPath::processSendQueue(uint32_t qpn, QueuePair &qp) {
     const uint8_t state = qp.attr.qp_state;
     if (state == PIB_QPS_ERR) {
         flushQp(qpn, qp);
@@ -46,7 +46,7 @@ void Firmware::processSendQueue(uint32_t qpn, QueuePair &qp) {
         processConnectedSend(qpn, qp);
 }
 
-void Firmware::processDatagramSend(uint32_t qpn, QueuePair &qp) {
+void DataPath::processDatagramSend(uint32_t qpn, QueuePair &qp) {
     Wqe wqe;
     const unsigned portNumber = sendPort(qp);
     while (qp.sq.consumer != qp.sq.producer && qp.attr.qp_state == PIB_QPS_RTS) {
@@ -75,12 +75,12 @@ void Firmware::processDatagramSend(uint32_t qpn, QueuePair &qp) {
 
 // Builds and sends the packet of one well-formed UD WQE. Returns false
 // with *status set when its data cannot be sent.
-bool Firmware::sendUd(uint32_t qpn, QueuePair &qp, const Wqe &wqe, uint32_t *length,
+bool DataPath::sendUd(uint32_t qpn, QueuePair &qp, const Wqe &wqe, uint32_t *length,
                       uint8_t *status) {
     const pib_wqe_ctrl &ctrl = wqe.ctrl;
     const pib_wqe_ud &ud = wqe.ud;
     const unsigned portNumber = sendPort(qp);
-    PortState *p = port(portNumber);
+    PortState *p = ports_.find(portNumber);
     if (!p) {
         *status = PIB_WC_LOC_QP_OP_ERR;
         return false;
@@ -144,8 +144,8 @@ bool Firmware::sendUd(uint32_t qpn, QueuePair &qp, const Wqe &wqe, uint32_t *len
     return true;
 }
 
-void Firmware::portReceive(unsigned number, std::span<const uint8_t> bytes) {
-    PortState *p = port(number);
+void DataPath::portReceive(unsigned number, std::span<const uint8_t> bytes) {
+    PortState *p = ports_.find(number);
     if (!p)
         return;
     iba::ParseError error;
@@ -164,10 +164,10 @@ void Firmware::portReceive(unsigned number, std::span<const uint8_t> bytes) {
 // Takes the next receive WQE of `qp` (from its SRQ, if it has one). False
 // when none is posted or it cannot be read; otherwise *status says whether
 // it is well formed.
-bool Firmware::takeReceiveWqe(uint32_t qpn, QueuePair &qp, Wqe &wqe, uint16_t *index,
+bool DataPath::takeReceiveWqe(uint32_t qpn, QueuePair &qp, Wqe &wqe, uint16_t *index,
                               uint8_t *status) {
     if (qp.ctx.flags & PIB_QP_USE_SRQ) {
-        SharedReceiveQueue *srq = srqs_.find(qp.ctx.srqn);
+        SharedReceiveQueue *srq = objects_.srqs.find(qp.ctx.srqn);
         if (!srq || srq->consumer == srq->producer)
             return false;
         *index = static_cast<uint16_t>(srq->consumer);
@@ -209,8 +209,8 @@ bool receivesDatagrams(const QueuePair &qp) {
 
 } // namespace
 
-void Firmware::deliver(unsigned number, const iba::Packet &packet, uint32_t senderQpn) {
-    PortState *p = port(number);
+void DataPath::deliver(unsigned number, const iba::Packet &packet, uint32_t senderQpn) {
+    PortState *p = ports_.find(number);
     if ((packet.bth.opcode & 0xe0) != iba::kTransportUd) {
         if (packet.lrh.vl != 15 && iba::portAnswersTo(p->info.lid, p->info.lmc, packet.lrh.dlid) &&
             p->info.state == PIB_PORT_ACTIVE)
@@ -235,7 +235,7 @@ void Firmware::deliver(unsigned number, const iba::Packet &packet, uint32_t send
     uint32_t qpn = destQp;
     if (destQp <= 1)
         qpn = PIB_SPECIAL_QPN(number, destQp);
-    QueuePair *qp = findQp(qpn);
+    QueuePair *qp = objects_.findQp(qpn);
     if (!qp || !receivesDatagrams(*qp))
         return;
     if (qp->ctx.type == PIB_QPT_UD && qp->attr.port_num != number)
@@ -261,15 +261,15 @@ void Firmware::deliver(unsigned number, const iba::Packet &packet, uint32_t send
 // A packet to a multicast LID goes to every QP of the port attached to the
 // group its GRH names (IBA 10.5.2.4), each with its own receive WQE and
 // completion; a copy a QP of this port sent skips the sender.
-void Firmware::deliverMulticast(unsigned number, const iba::Packet &packet, uint32_t senderQpn) {
-    PortState *p = port(number);
+void DataPath::deliverMulticast(unsigned number, const iba::Packet &packet, uint32_t senderQpn) {
+    PortState *p = ports_.find(number);
     // IBA 8.3.1: multicast packets carry a GRH and go to QP 0xFFFFFF.
     if (!packet.grh || packet.bth.destQp != iba::kMulticastQpn || packet.lrh.vl == 15) {
         host_.trace("mcast-drop", "port %u: multicast packet without %s", number,
                     packet.grh ? "QP 0xFFFFFF" : "a GRH");
         return;
     }
-    const auto *members = multicast_.members(number, packet.grh->dgid);
+    const auto *members = objects_.multicast.members(number, packet.grh->dgid);
     if (!members)
         return; // no QP of ours is in the group: not for us
     const int pkeyIndex = findPkey(*p, packet.bth.pkey);
@@ -280,7 +280,7 @@ void Firmware::deliverMulticast(unsigned number, const iba::Packet &packet, uint
     // Delivery only completes receive WQEs: no command runs meanwhile, so
     // the member list stays as it is while it is walked.
     for (uint32_t qpn : *members) {
-        QueuePair *qp = findQp(qpn);
+        QueuePair *qp = objects_.findQp(qpn);
         if (qpn == senderQpn || !qp || !receivesDatagrams(*qp) || qp->attr.port_num != number)
             continue;
         if (packet.deth->qkey != qp->attr.qkey) {
@@ -292,9 +292,9 @@ void Firmware::deliverMulticast(unsigned number, const iba::Packet &packet, uint
 }
 
 // Puts a datagram that passed the checks into `qp`'s next receive WQE.
-void Firmware::receiveDatagram(unsigned number, const iba::Packet &packet, uint32_t qpn,
+void DataPath::receiveDatagram(unsigned number, const iba::Packet &packet, uint32_t qpn,
                                QueuePair &qp, uint16_t pkeyIndex) {
-    PortState *p = port(number);
+    PortState *p = ports_.find(number);
     const uint16_t dlid = packet.lrh.dlid;
     Wqe wqe;
     uint16_t index = 0;
@@ -343,7 +343,7 @@ void Firmware::receiveDatagram(unsigned number, const iba::Packet &packet, uint3
 
 // Completes every outstanding WQE of a QP in the error state as flushed
 // (IBA 10.8.3.3).
-void Firmware::flushQp(uint32_t qpn, QueuePair &qp) {
+void DataPath::flushQp(uint32_t qpn, QueuePair &qp) {
     qp.resp.replies.clear(); // a QP in the error state answers nothing more
     // Fetched WQEs first, in order, then those never fetched.
     while (!qp.req.outstanding.empty()) {

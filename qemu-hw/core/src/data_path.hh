@@ -1,14 +1,17 @@
 // SPDX-License-Identifier: GPL-2.0-or-later
-// The device firmware: executes commands (docs/prm.md §4) against the
-// object tables, and posts events to the event queues.
+// The data path: every packet the device sends or receives. The datagram
+// transport (datagram.cc), the connected transports' requester
+// (requester.cc), completer (completer.cc) and responder (responder.cc)
+// with what they share (connected.cc), and the scheduler that bounds the
+// work of each event (scheduler.cc). It reads WQEs through the WqeReader,
+// guest memory through MemoryAccess, and reports through the EventWriter;
+// the objects it works on are created and destroyed by the command
+// processor.
 #pragma once
 
-#include <array>
-#include <bit>
 #include <cstdint>
 #include <deque>
 #include <functional>
-#include <memory>
 #include <set>
 #include <span>
 #include <utility>
@@ -16,76 +19,39 @@
 
 #include "event_writer.hh"
 #include "host.hh"
-#include "mad.hh"
 #include "memory.hh"
-#include "mkey.hh"
-#include "mtt.hh"
-#include "multicast.hh"
-#include "object_table.hh"
-#include "objects.hh"
+#include "object_tables.hh"
 #include "packet.hh"
 #include "pib_core.h"
 #include "pib_hw.h"
+#include "port_agents.hh"
+#include "ports.hh"
 #include "wqe_reader.hh"
 
 namespace pib {
 
-// The core reads and writes pib_hw.h's structures in guest memory by
-// memcpy, without swapping: it models the device on little-endian hosts.
-static_assert(std::endian::native == std::endian::little,
-              "the device core uses pib_hw.h's little-endian layouts in place");
-
-struct Command {
-    uint16_t opcode = 0;
-    uint8_t opmod = 0;
-    uint32_t modifier = 0;
-    uint64_t in = 0;  // input mailbox address or immediate
-    uint64_t out = 0; // output mailbox address
-};
-
-struct CommandOutcome {
-    uint8_t status = PIB_CMD_STATUS_OK;
-    uint64_t result = 0;
-};
-
-struct PortState {
-    pib_port_info info{};
-    // IBA PortCounters, kept from the first link.
-    uint64_t rcvPackets = 0;
-    uint64_t rcvWords = 0;
-    uint64_t rcvErrors = 0;
-    uint64_t xmitPackets = 0;
-    uint64_t xmitWords = 0;
-    // SMA state beyond pib_port_info.
-    iba::MkeyProtection mkey;
-    uint64_t trapsHeldUntilNs = 0; // traps wait 4.096 us * 2^SubnetTimeout apart (IBA o14-2)
-    uint8_t hoqLife = 0;
-    uint8_t vlHighLimit = 0;
-    std::array<uint8_t, 8> slToVl{};
-    std::array<uint8_t, 64> vlArb{};
-    std::array<uint16_t, PIB_PKEY_TABLE_LEN> pkeys{};
-    std::array<uint64_t, PIB_GUID_TABLE_LEN> guids{};
-    // The host said its queue for this port is full: QPs with work for
-    // the port wait here until it has room (scheduler.cc).
-    bool txFull = false;
-    std::deque<uint32_t> waiting;
-};
-
-class Firmware {
+class DataPath final : public SubnetSender {
   public:
-    Firmware(const pib_core_config &config, const Host &host);
+    DataPath(const Host &host, ObjectTables &objects, Ports &ports, EventWriter &events,
+             MemoryAccess &memory, WqeReader &wqes)
+        : host_(host), objects_(objects), ports_(ports), events_(events), memory_(memory),
+          wqes_(wqes) {}
 
-    CommandOutcome execute(const Command &cmd);
-    // A 64-bit write to doorbell page `page` at `offset` (BAR2).
-    void queueDoorbell(uint32_t page, uint32_t offset, uint64_t value);
-    // Back to the power-on state: every object is gone.
-    void reset();
-    // The physical link of a port came up or went down.
-    void portLinkChanged(unsigned port, bool up);
     // A packet arrived on a port.
     void portReceive(unsigned port, std::span<const uint8_t> packet);
-    // The host's timer reached the deadline the firmware asked for.
+    // A 64-bit write to doorbell page `page` at `offset` (BAR2).
+    void doorbell(uint32_t page, uint32_t offset, uint64_t value);
+    // The host's timer reached the deadline the data path asked for.
     void timerExpired();
+    // QP `qpn` entered state `next` from `cur` by MODIFY_QP with `mask`:
+    // its transport starts over, loads its PSNs, flushes or starts sending.
+    void qpStateEntered(uint32_t qpn, QueuePair &qp, uint8_t cur, uint8_t next, uint32_t mask);
+    // QP `qpn` is about to be destroyed: it has no timer any more.
+    void forgetQp(uint32_t qpn, QueuePair &qp);
+    // Nothing in flight, no timer, no postponed work: the power-on state.
+    void reset();
+    // From SubnetSender: a MAD the port's agents send from QP0.
+    void sendSubnetPacket(unsigned port, iba::Packet &packet) override;
     // Delivers the packets QPs sent to their own port (after any engine
     // that sent them has returned).
     void drainLoopback();
@@ -105,83 +71,11 @@ class Firmware {
     using Transmitter = std::function<bool(unsigned port, std::vector<uint8_t> &framed)>;
     void setTransmitter(Transmitter transmit) { transmit_ = std::move(transmit); }
 
-    const pib_dev_cap &caps() const { return caps_; }
-    EventWriter &events() { return events_; }
-    // The name of a command opcode ("QUERY_PORT"), "unknown" for none.
-    static const char *commandName(uint16_t opcode);
-    bool initialized() const { return initialized_; }
-
   private:
-    using Handler = CommandOutcome (Firmware::*)(const Command &);
-    struct CommandSpec {
-        uint16_t opcode;
-        const char *name;
-        bool beforeInit; // accepted before INIT_HCA
-        Handler handler;
-    };
-    static const CommandSpec kCommands[];
-    static const CommandSpec *findCommand(uint16_t opcode);
-
-    // Helpers shared by the handlers.
-    CommandOutcome fail(uint8_t status, const char *what, const char *fmt, ...)
-        __attribute__((format(printf, 4, 5)));
-    // Mailboxes are 8-byte aligned guest memory (docs/prm.md §4).
-    template <class T> bool readMailbox(const Command &cmd, T &obj) {
-        static_assert(sizeof(T) <= PIB_MAILBOX_SIZE);
-        return cmd.in % PIB_MAILBOX_ALIGN == 0 && host_.dmaRead(cmd.in, obj);
-    }
-    template <class T> bool writeMailbox(const Command &cmd, const T &obj) {
-        static_assert(sizeof(T) <= PIB_MAILBOX_SIZE);
-        return cmd.out % PIB_MAILBOX_ALIGN == 0 && host_.dmaWrite(cmd.out, obj);
-    }
-    bool validRing(const pib_buf_desc &buf, uint64_t pages) const;
-
-    // Handlers, one per opcode (firmware_*.cc).
-    CommandOutcome queryDevCap(const Command &);
-    CommandOutcome queryPort(const Command &);
-    CommandOutcome initHca(const Command &);
-    CommandOutcome closeHca(const Command &);
-    CommandOutcome modifyPort(const Command &);
-    CommandOutcome queryPkeys(const Command &);
-    CommandOutcome queryGuids(const Command &);
-    CommandOutcome setNodeDesc(const Command &);
-    CommandOutcome madIfc(const Command &);
-    bool answerMad(unsigned port, std::span<uint8_t> mad, bool ignoreMkey);
-    void sendTrap(unsigned port, std::vector<uint8_t> mad);
-    uint16_t smaGet(unsigned port, iba::Mad &mad, bool hideMkey = false);
-    uint16_t smaSet(unsigned port, iba::Mad &mad);
-    iba::PortInfo portInfo(unsigned port, bool hideMkey);
-    uint16_t setPortInfo(unsigned port, iba::Mad &mad);
-    void pma(unsigned port, iba::Mad &mad);
-    CommandOutcome allocUar(const Command &);
-    CommandOutcome freeUar(const Command &);
-    CommandOutcome allocPd(const Command &);
-    CommandOutcome deallocPd(const Command &);
-    CommandOutcome allocMtt(const Command &);
-    CommandOutcome freeMtt(const Command &);
-    CommandOutcome writeMtt(const Command &);
-    CommandOutcome createEq(const Command &);
-    CommandOutcome destroyEq(const Command &);
-    CommandOutcome queryEq(const Command &);
-    CommandOutcome createCq(const Command &);
-    CommandOutcome destroyCq(const Command &);
-    CommandOutcome queryCq(const Command &);
-    CommandOutcome createMr(const Command &);
-    CommandOutcome destroyMr(const Command &);
-    CommandOutcome queryMr(const Command &);
-    CommandOutcome createSrq(const Command &);
-    CommandOutcome destroySrq(const Command &);
-    CommandOutcome querySrq(const Command &);
-    CommandOutcome armSrq(const Command &);
-    CommandOutcome createQp(const Command &);
-    CommandOutcome destroyQp(const Command &);
-    CommandOutcome modifyQp(const Command &);
-    void enterQpState(uint32_t qpn, QueuePair &qp, uint8_t cur, uint8_t next, uint32_t mask);
-    CommandOutcome queryQp(const Command &);
-    CommandOutcome attachOrDetachMcast(const Command &);
-
-    // The data path (transport.cc, completion.cc).
     void processSendQueue(uint32_t qpn, QueuePair &qp);
+    bool updateProducer(const char *what, uint32_t number, uint32_t &producer, uint32_t consumer,
+                        uint32_t size, uint32_t value);
+    // The datagram transport (datagram.cc).
     void processDatagramSend(uint32_t qpn, QueuePair &qp);
     bool sendUd(uint32_t qpn, QueuePair &qp, const Wqe &wqe, uint32_t *length, uint8_t *status);
     // A packet that arrived on `port` (or was sent to it by one of its own
@@ -190,6 +84,7 @@ class Firmware {
     void deliverMulticast(unsigned port, const iba::Packet &packet, uint32_t senderQpn);
     void receiveDatagram(unsigned port, const iba::Packet &packet, uint32_t qpn, QueuePair &qp,
                          uint16_t pkeyIndex);
+    // Takes the next receive WQE of `qp` (RQ or SRQ).
     bool takeReceiveWqe(uint32_t qpn, QueuePair &qp, Wqe &wqe, uint16_t *index, uint8_t *status);
 
     // The connected transports: requester.cc, completer.cc, responder.cc,
@@ -262,33 +157,12 @@ class Firmware {
     void sendReplies(uint32_t qpn, QueuePair &qp);
     void reply(uint32_t qpn, QueuePair &qp, const Reply &r);
 
-    PortState *port(uint32_t number);
-    bool updateProducer(const char *what, uint32_t number, uint32_t &producer, uint32_t consumer,
-                        uint32_t size, uint32_t value);
-    QueuePair *findQp(uint32_t qpn) const;
-    void releaseQp(QueuePair &qp);
-    const char *badQpAttr(const QueuePair &qp, const pib_qp_attr &attr, uint32_t mask);
-
-    const pib_core_config &config_;
     const Host &host_;
-    pib_dev_cap caps_{};
-    bool initialized_ = false;
-    std::array<PortState, PIB_MAX_PORTS> ports_{};
-
-    ObjectTable<DoorbellPage> uars_;
-    ObjectTable<ProtectionDomain> pds_;
-    Mtt mtt_;
-    WqeReader wqes_;
-    ObjectTable<EventQueue> eqs_;
-    ObjectTable<CompletionQueue> cqs_;
-    ObjectTable<MemoryRegion> mrs_;
-    ObjectTable<SharedReceiveQueue> srqs_;
-    ObjectTable<QueuePair> qps_;
-    MemoryAccess memory_;
-    EventWriter events_;
-    MulticastGroups multicast_;
-    // QP0 and QP1 of each port: numbers 2 * (port - 1) + type.
-    std::array<std::unique_ptr<QueuePair>, 2 * PIB_MAX_PORTS> specialQps_{};
+    ObjectTables &objects_;
+    Ports &ports_;
+    EventWriter &events_;
+    MemoryAccess &memory_;
+    WqeReader &wqes_;
     Transmitter transmit_;
     // Buffers of packets sent, for the next packets: the data path then
     // allocates no memory per packet.
@@ -299,8 +173,6 @@ class Firmware {
     std::vector<Segment> localSegments_, writeSegments_, readSegments_;
     std::vector<uint8_t> packetBuffer();
     void recyclePacket(std::vector<uint8_t> &&framed);
-    std::array<char, PIB_NODE_DESC_LEN> nodeDesc_{};
-    uint64_t trapTid_ = 0;
     // Timers of the connected QPs: (deadline, QPN), earliest first, and
     // the deadline the host's timer is set to.
     std::set<std::pair<uint64_t, uint32_t>> timers_;

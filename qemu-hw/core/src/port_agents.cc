@@ -1,15 +1,14 @@
 // SPDX-License-Identifier: GPL-2.0-or-later
-// The HCA's own management agents behind PIB_CMD_MAD_IFC: the SMA (IBA
-// 14.2.5: NodeInfo, NodeDescription, PortInfo, P_KeyTable, GUIDInfo,
-// SLtoVL, VLArb) and the PMA (IBA 16.1: ClassPortInfo, PortCounters,
-// PortCountersExtended). Sets raise the IB events the kernel relies on.
+// The SMA answers NodeInfo, NodeDescription, PortInfo, P_KeyTable,
+// GUIDInfo, SLtoVL and VLArb; the PMA ClassPortInfo, PortCounters and
+// PortCountersExtended.
 #include <algorithm>
 #include <cinttypes>
 
 #include "addressing.hh"
-#include "firmware.hh"
 #include "frame.hh"
 #include "limits.hh"
+#include "port_agents.hh"
 #include "smp.hh"
 
 namespace pib {
@@ -22,30 +21,7 @@ constexpr uint32_t kVendorId = PIB_PCI_VENDOR_ID;
 
 } // namespace
 
-CommandOutcome Firmware::setNodeDesc(const Command &cmd) {
-    std::array<char, PIB_NODE_DESC_LEN> desc;
-    if (!readMailbox(cmd, desc))
-        return fail(PIB_CMD_STATUS_DMA_ERROR, "cmd-dma", "SET_NODE_DESC cannot read 0x%" PRIx64,
-                    cmd.in);
-    desc.back() = 0;
-    nodeDesc_ = desc;
-    return {};
-}
-
-CommandOutcome Firmware::madIfc(const Command &cmd) {
-    if (!port(cmd.modifier))
-        return fail(PIB_CMD_STATUS_BAD_INDEX, "cmd-bad-port", "MAD_IFC on port %u", cmd.modifier);
-    pib_mad_ifc ifc;
-    if (!readMailbox(cmd, ifc))
-        return fail(PIB_CMD_STATUS_DMA_ERROR, "cmd-dma", "MAD_IFC cannot read 0x%" PRIx64, cmd.in);
-    const bool reply = answerMad(cmd.modifier, ifc.mad, cmd.opmod & PIB_MAD_IFC_IGNORE_MKEY);
-    if (reply && !writeMailbox(cmd, ifc))
-        return fail(PIB_CMD_STATUS_DMA_ERROR, "cmd-dma", "MAD_IFC cannot write 0x%" PRIx64,
-                    cmd.out);
-    return {PIB_CMD_STATUS_OK, reply ? 1u : 0u};
-}
-
-bool Firmware::answerMad(unsigned number, std::span<uint8_t> bytes, bool ignoreMkey) {
+bool PortAgents::answerMad(unsigned number, std::span<uint8_t> bytes, bool ignoreMkey) {
     Mad mad(bytes);
     const uint8_t cls = mad.mgmtClass();
     const uint8_t method = mad.method();
@@ -53,7 +29,7 @@ bool Firmware::answerMad(unsigned number, std::span<uint8_t> bytes, bool ignoreM
     bool hideMkey = false;
     if (smp && !ignoreMkey && mad.baseVersion() == 1) {
         // IBA 14.2.4: every SMP, local or from the fabric, is checked.
-        PortState &p = *port(number);
+        PortState &p = *ports_.find(number);
         const auto verdict = p.mkey.check(mad, host_.clockNs());
         if (verdict == iba::MkeyProtection::Verdict::kViolation) {
             host_.trace("mkey-violation", "port %u: method 0x%x attribute 0x%x with a bad M_Key",
@@ -86,8 +62,8 @@ bool Firmware::answerMad(unsigned number, std::span<uint8_t> bytes, bool ignoreM
 // Sends trap `mad` to the SM (LID-routed, QP0 to QP0), at most one per
 // 4.096 us * 2^SubnetTimeout (IBA o14-2), and only on an ACTIVE port that
 // knows its SM. An SM behind this very port gets it through QP0.
-void Firmware::sendTrap(unsigned number, std::vector<uint8_t> mad) {
-    PortState &p = *port(number);
+void PortAgents::sendTrap(unsigned number, std::vector<uint8_t> mad) {
+    PortState &p = *ports_.find(number);
     const pib_port_info &i = p.info;
     const uint64_t now = host_.clockNs();
     if (i.state != PIB_PORT_ACTIVE || !iba::isUnicastLid(i.sm_lid) || now < p.trapsHeldUntilNs)
@@ -102,17 +78,11 @@ void Firmware::sendTrap(unsigned number, std::vector<uint8_t> mad) {
     packet.bth.destQp = 0;
     packet.deth = iba::Deth{0, 0};
     packet.payload = std::move(mad);
-    if ((i.sm_lid & iba::lidMask(i.lmc)) == i.lid) {
-        deliver(number, packet);
-        return;
-    }
-    auto bytes = iba::build(packet, wire::kHeaderSize, packetBuffer());
-    transmit(number, bytes);
-    recyclePacket(std::move(bytes));
+    sender_.sendSubnetPacket(number, packet);
 }
 
-uint16_t Firmware::smaGet(unsigned number, Mad &mad, bool hideMkey) {
-    PortState &p = *port(number);
+uint16_t PortAgents::smaGet(unsigned number, Mad &mad, bool hideMkey) {
+    PortState &p = *ports_.find(number);
     const uint32_t mod = mad.attributeModifier();
     switch (mad.attributeId()) {
     case iba::kAttrNodeInfo:
@@ -128,8 +98,8 @@ uint16_t Firmware::smaGet(unsigned number, Mad &mad, bool hideMkey) {
                                               .vendorId = kVendorId});
         return iba::kStatusOk;
     case iba::kAttrNodeDescription:
-        iba::writeBytes(mad,
-                        {reinterpret_cast<const uint8_t *>(nodeDesc_.data()), nodeDesc_.size()});
+        iba::writeBytes(mad, {reinterpret_cast<const uint8_t *>(ports_.nodeDesc.data()),
+                              ports_.nodeDesc.size()});
         return iba::kStatusOk;
     case iba::kAttrPortInfo:
         if (mod != 0 && mod != number)
@@ -165,8 +135,8 @@ uint16_t Firmware::smaGet(unsigned number, Mad &mad, bool hideMkey) {
 }
 
 // The port's PortInfo as an SMA answers a Get.
-iba::PortInfo Firmware::portInfo(unsigned number, bool hideMkey) {
-    const PortState &p = *port(number);
+iba::PortInfo PortAgents::portInfo(unsigned number, bool hideMkey) {
+    const PortState &p = *ports_.find(number);
     const pib_port_info &i = p.info;
     iba::PortInfo info{
         .gidPrefix = i.gid_prefix,
@@ -204,8 +174,8 @@ iba::PortInfo Firmware::portInfo(unsigned number, bool hideMkey) {
     return info;
 }
 
-uint16_t Firmware::setPortInfo(unsigned number, Mad &mad) {
-    PortState &p = *port(number);
+uint16_t PortAgents::setPortInfo(unsigned number, Mad &mad) {
+    PortState &p = *ports_.find(number);
     pib_port_info &i = p.info;
     const iba::PortInfo set = iba::readPortInfo(mad);
     const uint16_t lid = set.lid;
@@ -264,8 +234,8 @@ uint16_t Firmware::setPortInfo(unsigned number, Mad &mad) {
     return iba::kStatusOk;
 }
 
-uint16_t Firmware::smaSet(unsigned number, Mad &mad) {
-    PortState &p = *port(number);
+uint16_t PortAgents::smaSet(unsigned number, Mad &mad) {
+    PortState &p = *ports_.find(number);
     const uint32_t mod = mad.attributeModifier();
     uint16_t status;
     switch (mad.attributeId()) {
@@ -319,8 +289,8 @@ uint16_t Firmware::smaSet(unsigned number, Mad &mad) {
     return status;
 }
 
-void Firmware::pma(unsigned number, Mad &mad) {
-    PortState &p = *port(number);
+void PortAgents::pma(unsigned number, Mad &mad) {
+    PortState &p = *ports_.find(number);
     const bool set = mad.method() == iba::kSet;
     uint16_t status = iba::kStatusOk;
     const unsigned portSelect = iba::pmaPortSelect(mad);
@@ -351,6 +321,24 @@ void Firmware::pma(unsigned number, Mad &mad) {
     }
     mad.setMethod(iba::kGetResp);
     mad.setStatus(status);
+}
+
+void PortAgents::linkChanged(unsigned number, bool up) {
+    PortState *p = ports_.find(number);
+    if (!p)
+        return;
+    const bool wasActive = p->info.state == PIB_PORT_ACTIVE;
+    if (up) {
+        // A trained link leaves the port in INIT until the SM arms it.
+        p->info.phys_state = PIB_PHYS_LINK_UP;
+        p->info.state = PIB_PORT_INIT;
+    } else {
+        p->info.phys_state = PIB_PHYS_POLLING;
+        p->info.state = PIB_PORT_DOWN;
+        if (wasActive)
+            events_.postAsyncEvent(PIB_ASYNC_PORT_ERR, number);
+    }
+    host_.trace("port", "port %u: %s", number, up ? "INIT/LinkUp" : "DOWN/Polling");
 }
 
 } // namespace pib

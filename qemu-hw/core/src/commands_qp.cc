@@ -2,7 +2,7 @@
 // Queue pairs: creation, the state machine of MODIFY_QP, query, destroy.
 #include <cinttypes>
 
-#include "firmware.hh"
+#include "commands.hh"
 #include "limits.hh"
 #include "qp_state.hh"
 #include "ring.hh"
@@ -25,7 +25,7 @@ constexpr uint8_t kMigMigrated = 0; // IBA APM state: no alternate path armed
 
 } // namespace
 
-CommandOutcome Firmware::createQp(const Command &cmd) {
+CommandOutcome CommandProcessor::createQp(const Command &cmd) {
     pib_qp_context ctx;
     if (!readMailbox(cmd, ctx))
         return fail(PIB_CMD_STATUS_DMA_ERROR, "cmd-dma", "CREATE_QP cannot read 0x%" PRIx64,
@@ -35,14 +35,14 @@ CommandOutcome Firmware::createQp(const Command &cmd) {
                     ctx.type, ctx.flags);
     const bool special = ctx.type == PIB_QPT_SMI || ctx.type == PIB_QPT_GSI;
     const bool useSrq = ctx.flags & PIB_QP_USE_SRQ;
-    if (special && (useSrq || !port(ctx.port)))
+    if (special && (useSrq || !ports_.find(ctx.port)))
         return fail(PIB_CMD_STATUS_BAD_PARAM, "cmd-bad-param", "CREATE_QP special QP on port %u%s",
                     ctx.port, useSrq ? " with an SRQ" : "");
-    ProtectionDomain *pd = pds_.find(ctx.pdn);
-    CompletionQueue *scq = cqs_.find(ctx.send_cqn);
-    CompletionQueue *rcq = cqs_.find(ctx.recv_cqn);
-    SharedReceiveQueue *srq = useSrq ? srqs_.find(ctx.srqn) : nullptr;
-    DoorbellPage *uar = uars_.find(ctx.uar_page);
+    ProtectionDomain *pd = objects_.pds.find(ctx.pdn);
+    CompletionQueue *scq = objects_.cqs.find(ctx.send_cqn);
+    CompletionQueue *rcq = objects_.cqs.find(ctx.recv_cqn);
+    SharedReceiveQueue *srq = useSrq ? objects_.srqs.find(ctx.srqn) : nullptr;
+    DoorbellPage *uar = objects_.uars.find(ctx.uar_page);
     if (!pd || !scq || !rcq || !uar || (useSrq && !srq))
         return fail(PIB_CMD_STATUS_BAD_INDEX, "cmd-bad-index",
                     "CREATE_QP with PD %u, CQs %u/%u, SRQ %s%u, doorbell page %u: %s missing",
@@ -84,15 +84,15 @@ CommandOutcome Firmware::createQp(const Command &cmd) {
     uint32_t qpn;
     if (special) {
         qpn = PIB_SPECIAL_QPN(ctx.port, ctx.type);
-        if (specialQps_[qpn])
+        if (objects_.specialQps[qpn])
             return fail(PIB_CMD_STATUS_BAD_STATE, "cmd-bad-state",
                         "CREATE_QP: QP%u of port %u exists", ctx.type, ctx.port);
-        specialQps_[qpn] = std::move(qp);
+        objects_.specialQps[qpn] = std::move(qp);
     } else {
-        const auto number = qps_.insert(std::move(qp));
+        const auto number = objects_.qps.insert(std::move(qp));
         if (!number)
             return fail(PIB_CMD_STATUS_NO_RESOURCES, "cmd-no-resources", "all %u QPs in use",
-                        qps_.capacity());
+                        objects_.qps.capacity());
         qpn = *number;
     }
     ++pd->refs;
@@ -101,48 +101,41 @@ CommandOutcome Firmware::createQp(const Command &cmd) {
     ++uar->refs;
     if (srq)
         ++srq->refs;
-    mtt_.hold(ctx.sq_buf.mtt_index);
+    objects_.mtt.hold(ctx.sq_buf.mtt_index);
     if (!useSrq)
-        mtt_.hold(ctx.rq_buf.mtt_index);
+        objects_.mtt.hold(ctx.rq_buf.mtt_index);
     return {PIB_CMD_STATUS_OK, qpn};
 }
 
-QueuePair *Firmware::findQp(uint32_t qpn) const {
-    if (qpn < specialQps_.size())
-        return specialQps_[qpn].get();
-    return qps_.find(qpn);
-}
-
-void Firmware::releaseQp(QueuePair &qp) {
+void CommandProcessor::releaseQp(QueuePair &qp) {
     const pib_qp_context &ctx = qp.ctx;
-    --pds_.find(ctx.pdn)->refs;
-    --cqs_.find(ctx.send_cqn)->refs;
-    --cqs_.find(ctx.recv_cqn)->refs;
-    --uars_.find(ctx.uar_page)->refs;
-    mtt_.unhold(ctx.sq_buf.mtt_index);
+    --objects_.pds.find(ctx.pdn)->refs;
+    --objects_.cqs.find(ctx.send_cqn)->refs;
+    --objects_.cqs.find(ctx.recv_cqn)->refs;
+    --objects_.uars.find(ctx.uar_page)->refs;
+    objects_.mtt.unhold(ctx.sq_buf.mtt_index);
     if (ctx.flags & PIB_QP_USE_SRQ)
-        --srqs_.find(ctx.srqn)->refs;
+        --objects_.srqs.find(ctx.srqn)->refs;
     else
-        mtt_.unhold(ctx.rq_buf.mtt_index);
+        objects_.mtt.unhold(ctx.rq_buf.mtt_index);
 }
 
-CommandOutcome Firmware::destroyQp(const Command &cmd) {
-    QueuePair *qp = findQp(cmd.modifier);
+CommandOutcome CommandProcessor::destroyQp(const Command &cmd) {
+    QueuePair *qp = objects_.findQp(cmd.modifier);
     if (!qp)
         return fail(PIB_CMD_STATUS_BAD_INDEX, "cmd-bad-index", "DESTROY_QP of QP %u", cmd.modifier);
     releaseQp(*qp);
-    multicast_.detachAll(cmd.modifier);
-    if (qp->timerAt)
-        timers_.erase({qp->timerAt, cmd.modifier});
-    if (cmd.modifier < specialQps_.size())
-        specialQps_[cmd.modifier].reset();
+    objects_.multicast.detachAll(cmd.modifier);
+    dataPath_.forgetQp(cmd.modifier, *qp);
+    if (cmd.modifier < objects_.specialQps.size())
+        objects_.specialQps[cmd.modifier].reset();
     else
-        qps_.erase(cmd.modifier);
+        objects_.qps.erase(cmd.modifier);
     return {};
 }
 
-CommandOutcome Firmware::queryQp(const Command &cmd) {
-    QueuePair *qp = findQp(cmd.modifier);
+CommandOutcome CommandProcessor::queryQp(const Command &cmd) {
+    QueuePair *qp = objects_.findQp(cmd.modifier);
     if (!qp)
         return fail(PIB_CMD_STATUS_BAD_INDEX, "cmd-bad-index", "QUERY_QP of QP %u", cmd.modifier);
     pib_qp_attr out = qp->attr;
@@ -155,13 +148,13 @@ CommandOutcome Firmware::queryQp(const Command &cmd) {
 }
 
 // Multicast (IBA 10.5, 11.3): a UD QP with a port joins or leaves a group.
-CommandOutcome Firmware::attachOrDetachMcast(const Command &cmd) {
+CommandOutcome CommandProcessor::attachOrDetachMcast(const Command &cmd) {
     const bool attach = cmd.opcode == PIB_CMD_ATTACH_MCAST;
     const char *name = attach ? "ATTACH_MCAST" : "DETACH_MCAST";
     pib_mcast m;
     if (!readMailbox(cmd, m))
         return fail(PIB_CMD_STATUS_DMA_ERROR, "cmd-dma", "%s cannot read 0x%" PRIx64, name, cmd.in);
-    QueuePair *qp = findQp(cmd.modifier);
+    QueuePair *qp = objects_.findQp(cmd.modifier);
     if (!qp)
         return fail(PIB_CMD_STATUS_BAD_INDEX, "cmd-bad-index", "%s of QP %u", name, cmd.modifier);
     if (qp->ctx.type != PIB_QPT_UD || cmd.modifier < PIB_FIRST_QPN)
@@ -171,14 +164,15 @@ CommandOutcome Firmware::attachOrDetachMcast(const Command &cmd) {
         return fail(PIB_CMD_STATUS_BAD_PARAM, "cmd-bad-param",
                     "%s of QP %u: GID starting 0x%02x, LID 0x%x is not a multicast group", name,
                     cmd.modifier, m.gid[0], m.mlid);
-    if (qp->attr.qp_state == PIB_QPS_RESET || !port(qp->attr.port_num))
+    if (qp->attr.qp_state == PIB_QPS_RESET || !ports_.find(qp->attr.port_num))
         return fail(PIB_CMD_STATUS_BAD_STATE, "cmd-bad-state",
                     "%s of QP %u, which has no port yet (state %u)", name, cmd.modifier,
                     qp->attr.qp_state);
     MulticastGroups::Gid gid;
     std::copy(std::begin(m.gid), std::end(m.gid), gid.begin());
-    const uint8_t status = attach ? multicast_.attach(qp->attr.port_num, gid, m.mlid, cmd.modifier)
-                                  : multicast_.detach(qp->attr.port_num, gid, cmd.modifier);
+    const uint8_t status =
+        attach ? objects_.multicast.attach(qp->attr.port_num, gid, m.mlid, cmd.modifier)
+               : objects_.multicast.detach(qp->attr.port_num, gid, cmd.modifier);
     if (status != PIB_CMD_STATUS_OK)
         return fail(status, attach ? "cmd-no-resources" : "cmd-bad-param", "%s of QP %u: %s", name,
                     cmd.modifier, attach ? "a multicast limit is reached" : "it is not attached");
@@ -190,16 +184,16 @@ CommandOutcome Firmware::attachOrDetachMcast(const Command &cmd) {
 
 // Checks the values of the attributes `mask` names; returns a description
 // of the first bad one, or nullptr.
-const char *Firmware::badQpAttr(const QueuePair &qp, const pib_qp_attr &a, uint32_t mask) {
+const char *CommandProcessor::badQpAttr(const QueuePair &qp, const pib_qp_attr &a, uint32_t mask) {
     if (mask & PIB_QP_PKEY_INDEX && a.pkey_index >= PIB_PKEY_TABLE_LEN)
         return "pkey_index";
-    if (mask & PIB_QP_PORT && !port(a.port_num))
+    if (mask & PIB_QP_PORT && !ports_.find(a.port_num))
         return "port_num";
     if (mask & PIB_QP_ACCESS_FLAGS && a.qp_access_flags & ~PIB_ACCESS_ALL)
         return "qp_access_flags";
     if (mask & PIB_QP_PATH_MTU) {
         const uint8_t portNum = mask & PIB_QP_PORT ? a.port_num : qp.attr.port_num;
-        const PortState *p = port(portNum);
+        const PortState *p = ports_.find(portNum);
         if (a.path_mtu < PIB_MTU_256 || !p || a.path_mtu > p->info.max_mtu)
             return "path_mtu";
     }
@@ -227,7 +221,7 @@ const char *Firmware::badQpAttr(const QueuePair &qp, const pib_qp_attr &a, uint3
         return "path_mig_state";
     if (mask & PIB_QP_AV) {
         const pib_av &av = a.av;
-        if (av.port && !port(av.port))
+        if (av.port && !ports_.find(av.port))
             return "av.port";
         if (av.flags & ~PIB_AV_GRH || av.sl > 15 || av.src_path_bits > 127)
             return "av flags, sl or src_path_bits";
@@ -285,41 +279,8 @@ static void applyQpAttrs(pib_qp_attr &a, const pib_qp_attr &in, uint32_t mask, u
     a.sq_draining = 0;
 }
 
-// What entering state `next` from `cur` does beyond the attributes: the
-// transport's state starts over, PSNs and retry counters are loaded, the
-// queues flush or start, SQ drained is reported.
-void Firmware::enterQpState(uint32_t qpn, QueuePair &qp, uint8_t cur, uint8_t next, uint32_t mask) {
-    const pib_qp_attr &a = qp.attr;
-    if (next == PIB_QPS_RESET) {
-        qp.sq = qp.rq = WorkQueue{};
-        qp.req = Requester{};
-        qp.resp = Responder{};
-        qp.lastWqeReached = false;
-        scheduleQpTimer(qpn, qp);
-    }
-    // The connected transports start from the PSNs given.
-    if (next == PIB_QPS_RTR && cur == PIB_QPS_INIT)
-        qp.resp.expectedPsn = a.rq_psn;
-    if (next == PIB_QPS_RTS && cur == PIB_QPS_RTR)
-        qp.req.psn = qp.req.unackedPsn = a.sq_psn;
-    if (mask & PIB_QP_RETRY_CNT)
-        qp.req.retriesLeft = a.retry_cnt;
-    if (mask & PIB_QP_RNR_RETRY)
-        qp.req.rnrRetriesLeft = a.rnr_retry;
-    if (next == PIB_QPS_ERR)
-        flushQp(qpn, qp);
-    if (next == PIB_QPS_RTS) // sends posted before RTS go now
-        processSendQueue(qpn, qp);
-    // IBA 11.6.3.2: the SQ is drained once every WQE it had started is
-    // done; with none in flight, that is now; else the requester raises
-    // it when the last one completes (completer.cc).
-    qp.sqDrainPending = next == PIB_QPS_SQD && cur == PIB_QPS_RTS && a.en_sqd_async_notify;
-    if (qp.sqDrainPending)
-        notifyIfSqDrained(qpn, qp);
-}
-
-CommandOutcome Firmware::modifyQp(const Command &cmd) {
-    QueuePair *qp = findQp(cmd.modifier);
+CommandOutcome CommandProcessor::modifyQp(const Command &cmd) {
+    QueuePair *qp = objects_.findQp(cmd.modifier);
     if (!qp)
         return fail(PIB_CMD_STATUS_BAD_INDEX, "cmd-bad-index", "MODIFY_QP of QP %u", cmd.modifier);
     pib_qp_attr in;
@@ -351,7 +312,7 @@ CommandOutcome Firmware::modifyQp(const Command &cmd) {
                     cmd.modifier, bad);
 
     applyQpAttrs(qp->attr, in, mask, next);
-    enterQpState(cmd.modifier, *qp, cur, next, mask);
+    dataPath_.qpStateEntered(cmd.modifier, *qp, cur, next, mask);
     return {};
 }
 

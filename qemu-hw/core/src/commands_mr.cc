@@ -2,17 +2,17 @@
 // Memory regions.
 #include <cinttypes>
 
-#include "firmware.hh"
+#include "commands.hh"
 #include "limits.hh"
 
 namespace pib {
 
-CommandOutcome Firmware::createMr(const Command &cmd) {
+CommandOutcome CommandProcessor::createMr(const Command &cmd) {
     pib_mr_context ctx;
     if (!readMailbox(cmd, ctx))
         return fail(PIB_CMD_STATUS_DMA_ERROR, "cmd-dma", "CREATE_MR cannot read 0x%" PRIx64,
                     cmd.in);
-    ProtectionDomain *pd = pds_.find(ctx.pdn);
+    ProtectionDomain *pd = objects_.pds.find(ctx.pdn);
     if (!pd)
         return fail(PIB_CMD_STATUS_BAD_INDEX, "cmd-bad-index", "CREATE_MR in PD %u", ctx.pdn);
     if (ctx.access & ~PIB_ACCESS_ALL || ctx.flags & ~PIB_MR_PHYSICAL)
@@ -35,13 +35,13 @@ CommandOutcome Firmware::createMr(const Command &cmd) {
             return fail(PIB_CMD_STATUS_BAD_PARAM, "cmd-bad-param",
                         "CREATE_MR of 0x%" PRIx64 " bytes at 0x%" PRIx64, ctx.length, ctx.iova);
         const uint64_t pages = ((ctx.iova + ctx.length - 1) >> shift) - (ctx.iova >> shift) + 1;
-        if (pages != ctx.mtt_count || !mtt_.covers(ctx.mtt_index, ctx.mtt_count))
+        if (pages != ctx.mtt_count || !objects_.mtt.covers(ctx.mtt_index, ctx.mtt_count))
             return fail(PIB_CMD_STATUS_BAD_PARAM, "cmd-bad-param",
                         "CREATE_MR needs %" PRIu64 " allocated MTT entries, got %u at %u", pages,
                         ctx.mtt_count, ctx.mtt_index);
         const uint64_t pageMask = (uint64_t{1} << shift) - 1;
         for (uint32_t i = 0; i < ctx.mtt_count; ++i) {
-            const uint64_t entry = mtt_.entry(ctx.mtt_index + i);
+            const uint64_t entry = objects_.mtt.entry(ctx.mtt_index + i);
             if (entry == 0 || entry & pageMask)
                 return fail(PIB_CMD_STATUS_BAD_PARAM, "cmd-bad-param",
                             "CREATE_MR MTT entry %u (0x%" PRIx64 ") is not a 2^%u-byte page",
@@ -50,15 +50,15 @@ CommandOutcome Firmware::createMr(const Command &cmd) {
     }
     auto mr = std::make_unique<MemoryRegion>();
     MemoryRegion *raw = mr.get();
-    const auto index = mrs_.insert(std::move(mr));
+    const auto index = objects_.mrs.insert(std::move(mr));
     if (!index)
         return fail(PIB_CMD_STATUS_NO_RESOURCES, "cmd-no-resources", "all %u MRs in use",
-                    mrs_.capacity());
+                    objects_.mrs.capacity());
     raw->ctx = ctx;
     raw->key = (*index << 8) | ctx.key_variant;
     ++pd->refs;
     if (ctx.mtt_count)
-        mtt_.hold(ctx.mtt_index, ctx.log_page_size);
+        objects_.mtt.hold(ctx.mtt_index, ctx.log_page_size);
     return {PIB_CMD_STATUS_OK, raw->key};
 }
 
@@ -68,20 +68,20 @@ static MemoryRegion *findByKey(const ObjectTable<MemoryRegion> &mrs, uint32_t ke
     return mr && mr->key == key ? mr : nullptr;
 }
 
-CommandOutcome Firmware::destroyMr(const Command &cmd) {
-    MemoryRegion *mr = findByKey(mrs_, cmd.modifier);
+CommandOutcome CommandProcessor::destroyMr(const Command &cmd) {
+    MemoryRegion *mr = findByKey(objects_.mrs, cmd.modifier);
     if (!mr)
         return fail(PIB_CMD_STATUS_BAD_INDEX, "cmd-bad-index", "DESTROY_MR of key 0x%x",
                     cmd.modifier);
-    --pds_.find(mr->ctx.pdn)->refs;
+    --objects_.pds.find(mr->ctx.pdn)->refs;
     if (mr->ctx.mtt_count)
-        mtt_.unhold(mr->ctx.mtt_index, mr->ctx.log_page_size);
-    mrs_.erase(PIB_KEY_INDEX(cmd.modifier));
+        objects_.mtt.unhold(mr->ctx.mtt_index, mr->ctx.log_page_size);
+    objects_.mrs.erase(PIB_KEY_INDEX(cmd.modifier));
     return {};
 }
 
-CommandOutcome Firmware::queryMr(const Command &cmd) {
-    MemoryRegion *mr = findByKey(mrs_, cmd.modifier);
+CommandOutcome CommandProcessor::queryMr(const Command &cmd) {
+    MemoryRegion *mr = findByKey(objects_.mrs, cmd.modifier);
     if (!mr)
         return fail(PIB_CMD_STATUS_BAD_INDEX, "cmd-bad-index", "QUERY_MR of key 0x%x",
                     cmd.modifier);

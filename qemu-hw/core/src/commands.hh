@@ -1,0 +1,122 @@
+// SPDX-License-Identifier: GPL-2.0-or-later
+// The command processor (docs/prm.md §4): one table of commands, each
+// with its name, whether it runs before INIT_HCA, and its handler. The
+// handlers check every field of their mailbox, then create, change or
+// destroy objects in the object tables; what a QP's new state means for
+// its transport is the data path's business, MADs the port agents'.
+#pragma once
+
+#include <cstdint>
+
+#include "data_path.hh"
+#include "host.hh"
+#include "object_tables.hh"
+#include "pib_core.h"
+#include "pib_hw.h"
+#include "port_agents.hh"
+#include "ports.hh"
+
+namespace pib {
+
+struct Command {
+    uint16_t opcode = 0;
+    uint8_t opmod = 0;
+    uint32_t modifier = 0;
+    uint64_t in = 0;  // input mailbox address or immediate
+    uint64_t out = 0; // output mailbox address
+};
+
+struct CommandOutcome {
+    uint8_t status = PIB_CMD_STATUS_OK;
+    uint64_t result = 0;
+};
+
+class CommandProcessor {
+  public:
+    CommandProcessor(const pib_core_config &config, const Host &host, ObjectTables &objects,
+                     Ports &ports, PortAgents &agents, DataPath &dataPath);
+
+    CommandOutcome execute(const Command &cmd);
+    // Back to the power-on state: every object is gone, the ports are
+    // down, the data path holds nothing, INIT_HCA is needed again.
+    void reset();
+
+    const pib_dev_cap &caps() const { return caps_; }
+    // The name of a command opcode ("QUERY_PORT"), "unknown" for none.
+    static const char *commandName(uint16_t opcode);
+
+  private:
+    using Handler = CommandOutcome (CommandProcessor::*)(const Command &);
+    struct CommandSpec {
+        uint16_t opcode;
+        const char *name;
+        bool beforeInit; // accepted before INIT_HCA
+        Handler handler;
+    };
+    static const CommandSpec kCommands[];
+    static const CommandSpec *findCommand(uint16_t opcode);
+
+    // Helpers shared by the handlers.
+    CommandOutcome fail(uint8_t status, const char *what, const char *fmt, ...)
+        __attribute__((format(printf, 4, 5)));
+    // Mailboxes are 8-byte aligned guest memory (docs/prm.md §4).
+    template <class T> bool readMailbox(const Command &cmd, T &obj) {
+        static_assert(sizeof(T) <= PIB_MAILBOX_SIZE);
+        return cmd.in % PIB_MAILBOX_ALIGN == 0 && host_.dmaRead(cmd.in, obj);
+    }
+    template <class T> bool writeMailbox(const Command &cmd, const T &obj) {
+        static_assert(sizeof(T) <= PIB_MAILBOX_SIZE);
+        return cmd.out % PIB_MAILBOX_ALIGN == 0 && host_.dmaWrite(cmd.out, obj);
+    }
+    bool validRing(const pib_buf_desc &buf, uint64_t pages) const;
+
+    // Handlers, one per opcode (commands*.cc).
+    CommandOutcome queryDevCap(const Command &);
+    CommandOutcome queryPort(const Command &);
+    CommandOutcome initHca(const Command &);
+    CommandOutcome closeHca(const Command &);
+    CommandOutcome modifyPort(const Command &);
+    CommandOutcome queryPkeys(const Command &);
+    CommandOutcome queryGuids(const Command &);
+    CommandOutcome setNodeDesc(const Command &);
+    CommandOutcome madIfc(const Command &);
+    CommandOutcome allocUar(const Command &);
+    CommandOutcome freeUar(const Command &);
+    CommandOutcome allocPd(const Command &);
+    CommandOutcome deallocPd(const Command &);
+    CommandOutcome allocMtt(const Command &);
+    CommandOutcome freeMtt(const Command &);
+    CommandOutcome writeMtt(const Command &);
+    CommandOutcome createEq(const Command &);
+    CommandOutcome destroyEq(const Command &);
+    CommandOutcome queryEq(const Command &);
+    CommandOutcome createCq(const Command &);
+    CommandOutcome destroyCq(const Command &);
+    CommandOutcome queryCq(const Command &);
+    CommandOutcome createMr(const Command &);
+    CommandOutcome destroyMr(const Command &);
+    CommandOutcome queryMr(const Command &);
+    CommandOutcome createSrq(const Command &);
+    CommandOutcome destroySrq(const Command &);
+    CommandOutcome querySrq(const Command &);
+    CommandOutcome armSrq(const Command &);
+    CommandOutcome createQp(const Command &);
+    CommandOutcome destroyQp(const Command &);
+    CommandOutcome modifyQp(const Command &);
+    CommandOutcome queryQp(const Command &);
+    CommandOutcome attachOrDetachMcast(const Command &);
+
+    void releaseQp(QueuePair &qp);
+    const char *badQpAttr(const QueuePair &qp, const pib_qp_attr &attr, uint32_t mask);
+
+    const pib_core_config &config_;
+    const Host &host_;
+    const pib_dev_cap caps_;
+    bool initialized_ = false;
+    ObjectTables &objects_;
+    Ports &ports_;
+    PortAgents &agents_;
+    DataPath &dataPath_;
+};
+
+} // namespace pib

@@ -1,0 +1,150 @@
+// SPDX-License-Identifier: GPL-2.0-or-later
+// The data path's entry points besides packets and the timer: doorbells
+// (BAR2), QP state changes, and resets.
+#include "data_path.hh"
+
+#include <cinttypes>
+
+#include "frame.hh"
+
+namespace pib {
+
+void DataPath::reset() {
+    timers_.clear();
+    armedAt_ = Host::kNever;
+    host_.armTimer(Host::kNever);
+    loopback_.clear();
+    ready_.clear(); // the ports' waiting lists go with the ports
+}
+
+void DataPath::forgetQp(uint32_t qpn, QueuePair &qp) {
+    if (qp.timerAt)
+        timers_.erase({qp.timerAt, qpn});
+}
+
+// A MAD the port's agents originate goes out as a packet of QP0; to an SM
+// behind this very port, through its QP0.
+void DataPath::sendSubnetPacket(unsigned number, iba::Packet &packet) {
+    const PortState *p = ports_.find(number);
+    if (!p)
+        return;
+    if ((packet.lrh.dlid & iba::lidMask(p->info.lmc)) == p->info.lid) {
+        deliver(number, packet);
+        return;
+    }
+    auto bytes = iba::build(packet, wire::kHeaderSize, packetBuffer());
+    transmit(number, bytes);
+    recyclePacket(std::move(bytes));
+}
+
+// What entering state `next` from `cur` does beyond the attributes: the
+// transport's state starts over, PSNs and retry counters are loaded, the
+// queues flush or start, SQ drained is reported.
+void DataPath::qpStateEntered(uint32_t qpn, QueuePair &qp, uint8_t cur, uint8_t next,
+                              uint32_t mask) {
+    const pib_qp_attr &a = qp.attr;
+    if (next == PIB_QPS_RESET) {
+        qp.sq = qp.rq = WorkQueue{};
+        qp.req = Requester{};
+        qp.resp = Responder{};
+        qp.lastWqeReached = false;
+        scheduleQpTimer(qpn, qp);
+    }
+    // The connected transports start from the PSNs given.
+    if (next == PIB_QPS_RTR && cur == PIB_QPS_INIT)
+        qp.resp.expectedPsn = a.rq_psn;
+    if (next == PIB_QPS_RTS && cur == PIB_QPS_RTR)
+        qp.req.psn = qp.req.unackedPsn = a.sq_psn;
+    if (mask & PIB_QP_RETRY_CNT)
+        qp.req.retriesLeft = a.retry_cnt;
+    if (mask & PIB_QP_RNR_RETRY)
+        qp.req.rnrRetriesLeft = a.rnr_retry;
+    if (next == PIB_QPS_ERR)
+        flushQp(qpn, qp);
+    if (next == PIB_QPS_RTS) // sends posted before RTS go now
+        processSendQueue(qpn, qp);
+    // IBA 11.6.3.2: the SQ is drained once every WQE it had started is
+    // done; with none in flight, that is now; else the requester raises
+    // it when the last one completes (completer.cc).
+    qp.sqDrainPending = next == PIB_QPS_SQD && cur == PIB_QPS_RTS && a.en_sqd_async_notify;
+    if (qp.sqDrainPending)
+        notifyIfSqDrained(qpn, qp);
+}
+
+bool DataPath::updateProducer(const char *what, uint32_t number, uint32_t &producer,
+                              uint32_t consumer, uint32_t size, uint32_t value) {
+    // The producer only moves forward, and never more than a ring ahead.
+    if (value - consumer > size || value - producer > size) {
+        host_.guestError("doorbell-bad-index",
+                         "%s %u producer index %u (was %u, consumer %u, %u slots)", what, number,
+                         value, producer, consumer, size);
+        return false;
+    }
+    producer = value;
+    return true;
+}
+
+void DataPath::doorbell(uint32_t page, uint32_t offset, uint64_t value) {
+    const auto number = static_cast<uint32_t>(value);
+    const auto arg = static_cast<uint32_t>(value >> 32);
+    if (!objects_.uars.find(page)) {
+        host_.guestError("doorbell-unallocated",
+                         "write of 0x%" PRIx64 " to page %u offset 0x%x, which no context owns",
+                         value, page, offset);
+        return;
+    }
+    switch (offset) {
+    case PIB_DB_SQ:
+    case PIB_DB_RQ: {
+        QueuePair *qp = objects_.findQp(number);
+        if (!qp || qp->ctx.uar_page != page) {
+            host_.guestError("doorbell-bad-object", "%s doorbell of QP %u on page %u, which %s",
+                             offset == PIB_DB_SQ ? "SQ" : "RQ", number, page,
+                             qp ? "belongs to another page" : "does not exist");
+            return;
+        }
+        if (offset == PIB_DB_SQ) {
+            if (updateProducer("SQ of QP", number, qp->sq.producer, qp->sq.consumer,
+                               1u << qp->ctx.sq_log_wqe_count, arg))
+                processSendQueue(number, *qp);
+        } else if (qp->ctx.flags & PIB_QP_USE_SRQ)
+            host_.guestError("doorbell-bad-object", "RQ doorbell of QP %u, which uses an SRQ",
+                             number);
+        else
+            updateProducer("RQ of QP", number, qp->rq.producer, qp->rq.consumer,
+                           1u << qp->ctx.rq_log_wqe_count, arg);
+        return;
+    }
+    case PIB_DB_SRQ: {
+        SharedReceiveQueue *srq = objects_.srqs.find(number);
+        if (!srq || srq->ctx.uar_page != page) {
+            host_.guestError("doorbell-bad-object", "doorbell of SRQ %u on page %u", number, page);
+            return;
+        }
+        updateProducer("SRQ", number, srq->producer, srq->consumer, 1u << srq->ctx.log_wqe_count,
+                       arg);
+        return;
+    }
+    case PIB_DB_CQ_ARM: {
+        CompletionQueue *cq = objects_.cqs.find(number);
+        if (!cq || cq->ctx.uar_page != page) {
+            host_.guestError("doorbell-bad-object", "arm of CQ %u on page %u", number, page);
+            return;
+        }
+        if (arg != PIB_CQ_ARM_NEXT && arg != PIB_CQ_ARM_SOLICITED) {
+            host_.guestError("doorbell-bad-arm", "arm of CQ %u with 0x%x", number, arg);
+            return;
+        }
+        // An armed "next" is not weakened by a later "solicited" arm.
+        if (cq->arm != PIB_CQ_ARM_NEXT)
+            cq->arm = static_cast<uint8_t>(arg);
+        return;
+    }
+    default:
+        host_.guestError("doorbell-bad-offset", "write of 0x%" PRIx64 " to page %u offset 0x%x",
+                         value, page, offset);
+        return;
+    }
+}
+
+} // namespace pib

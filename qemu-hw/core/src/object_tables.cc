@@ -1,0 +1,29 @@
+// SPDX-License-Identifier: GPL-2.0-or-later
+#include "object_tables.hh"
+
+#include "limits.hh"
+
+namespace pib {
+
+ObjectTables::ObjectTables(const pib_core_config &config)
+    : uars(config.doorbell_pages), pds(limits::kMaxPd), mtt(limits::kMaxMtt), eqs(limits::kMaxEq),
+      cqs(limits::kMaxCq), mrs(limits::kMaxMr, 1), srqs(limits::kMaxSrq),
+      qps(limits::kMaxQp, PIB_FIRST_QPN),
+      multicast(
+          {limits::kMaxMcastGroups, limits::kMaxMcastQpAttach, limits::kMaxTotalMcastQpAttach}) {}
+
+void ObjectTables::clear() {
+    uars.clear();
+    pds.clear();
+    mtt.clear();
+    eqs.clear();
+    cqs.clear();
+    mrs.clear();
+    srqs.clear();
+    qps.clear();
+    multicast.clear();
+    for (auto &qp : specialQps)
+        qp.reset();
+}
+
+} // namespace pib

@@ -1,0 +1,46 @@
+// SPDX-License-Identifier: GPL-2.0-or-later
+// Every object the command interface creates, in its numbered table, and
+// the MTT they are built on. The command processor fills and empties the
+// tables; the data path finds objects in them.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <memory>
+
+#include "mtt.hh"
+#include "multicast.hh"
+#include "object_table.hh"
+#include "objects.hh"
+#include "pib_core.h"
+#include "pib_hw.h"
+
+namespace pib {
+
+struct ObjectTables {
+    explicit ObjectTables(const pib_core_config &config);
+
+    // QP `qpn`: one of the special QPs (numbers below 2 * PIB_MAX_PORTS)
+    // or an ordinary one; nullptr if it does not exist.
+    QueuePair *findQp(uint32_t qpn) const {
+        if (qpn < specialQps.size())
+            return specialQps[qpn].get();
+        return qps.find(qpn);
+    }
+    // Every object gone, as after power-on.
+    void clear();
+
+    ObjectTable<DoorbellPage> uars;
+    ObjectTable<ProtectionDomain> pds;
+    Mtt mtt;
+    ObjectTable<EventQueue> eqs;
+    ObjectTable<CompletionQueue> cqs;
+    ObjectTable<MemoryRegion> mrs;
+    ObjectTable<SharedReceiveQueue> srqs;
+    ObjectTable<QueuePair> qps;
+    MulticastGroups multicast;
+    // QP0 and QP1 of each port: numbers 2 * (port - 1) + type.
+    std::array<std::unique_ptr<QueuePair>, 2 * PIB_MAX_PORTS> specialQps{};
+};
+
+} // namespace pib

@@ -1,0 +1,60 @@
+// SPDX-License-Identifier: GPL-2.0-or-later
+// The port's own management agents behind PIB_CMD_MAD_IFC: the SMA (IBA
+// 14.2.5) and the PMA (IBA 16.1), the traps the SMA sends, and the port
+// state that follows the physical link. Sets raise the IB events the
+// kernel relies on.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include "event_writer.hh"
+#include "host.hh"
+#include "mad.hh"
+#include "packet.hh"
+#include "pib_core.h"
+#include "ports.hh"
+#include "smp.hh"
+
+namespace pib {
+
+// How the agents reach the fabric: a packet from the port's QP0 (the data
+// path sends it). The agents need nothing else of the data path.
+class SubnetSender {
+  public:
+    virtual void sendSubnetPacket(unsigned port, iba::Packet &packet) = 0;
+
+  protected:
+    ~SubnetSender() = default;
+};
+
+class PortAgents {
+  public:
+    PortAgents(const pib_core_config &config, const Host &host, Ports &ports, EventWriter &events,
+               SubnetSender &sender)
+        : config_(config), host_(host), ports_(ports), events_(events), sender_(sender) {}
+
+    // Answers a MAD that arrived on port `port`, in place. False when the
+    // agents do not answer it (not theirs, or dropped for a bad M_Key).
+    bool answerMad(unsigned port, std::span<uint8_t> mad, bool ignoreMkey);
+    // The physical link of a port came up or went down.
+    void linkChanged(unsigned port, bool up);
+
+  private:
+    void sendTrap(unsigned port, std::vector<uint8_t> mad);
+    uint16_t smaGet(unsigned port, iba::Mad &mad, bool hideMkey = false);
+    uint16_t smaSet(unsigned port, iba::Mad &mad);
+    iba::PortInfo portInfo(unsigned port, bool hideMkey);
+    uint16_t setPortInfo(unsigned port, iba::Mad &mad);
+    void pma(unsigned port, iba::Mad &mad);
+
+    const pib_core_config &config_;
+    const Host &host_;
+    Ports &ports_;
+    EventWriter &events_;
+    SubnetSender &sender_;
+    uint64_t trapTid_ = 0;
+};
+
+} // namespace pib

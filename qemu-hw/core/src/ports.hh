@@ -1,0 +1,60 @@
+// SPDX-License-Identifier: GPL-2.0-or-later
+// The state of the device's ports: what QUERY_PORT and the SMA report,
+// the counters the PMA reads, the tables the SM writes, and whether the
+// host's queue toward the switch has room.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <deque>
+
+#include "mkey.hh"
+#include "pib_core.h"
+#include "pib_hw.h"
+
+namespace pib {
+
+struct PortState {
+    pib_port_info info{};
+    // IBA PortCounters, kept from the first link.
+    uint64_t rcvPackets = 0;
+    uint64_t rcvWords = 0;
+    uint64_t rcvErrors = 0;
+    uint64_t xmitPackets = 0;
+    uint64_t xmitWords = 0;
+    // SMA state beyond pib_port_info.
+    iba::MkeyProtection mkey;
+    uint64_t trapsHeldUntilNs = 0; // traps wait 4.096 us * 2^SubnetTimeout apart (IBA o14-2)
+    uint8_t hoqLife = 0;
+    uint8_t vlHighLimit = 0;
+    std::array<uint8_t, 8> slToVl{};
+    std::array<uint8_t, 64> vlArb{};
+    std::array<uint16_t, PIB_PKEY_TABLE_LEN> pkeys{};
+    std::array<uint64_t, PIB_GUID_TABLE_LEN> guids{};
+    // The host said its queue for this port is full: QPs with work for
+    // the port wait here until it has room (scheduler.cc).
+    bool txFull = false;
+    std::deque<uint32_t> waiting;
+};
+
+class Ports {
+  public:
+    explicit Ports(const pib_core_config &config) : config_(config) { reset(); }
+
+    // Port `number` (1-based), or nullptr if the device has no such port.
+    PortState *find(uint32_t number) {
+        return number >= 1 && number <= config_.num_ports ? &ports_[number - 1] : nullptr;
+    }
+    // Every port back to its power-on state: down, polling for a peer,
+    // with the default partition and its own GUID.
+    void reset();
+
+    // The NodeDescription the SMA reports (SET_NODE_DESC).
+    std::array<char, PIB_NODE_DESC_LEN> nodeDesc{};
+
+  private:
+    const pib_core_config &config_;
+    std::array<PortState, PIB_MAX_PORTS> ports_{};
+};
+
+} // namespace pib
