@@ -362,7 +362,7 @@ void DataPath::timerExpired() {
             continue;
         qp->timerAt = 0;
         qpTimerExpired(qpn, *qp);
-        drainLoopback();
+        scheduler_.drainLoopback();
     }
     armDeviceTimer();
 }

@@ -37,62 +37,15 @@ void DataPath::transmitConnected(QueuePair &qp, std::vector<uint8_t> framed) {
     const unsigned portNumber = qp.attr.port_num;
     PortState *p = ports_.find(portNumber);
     if (iba::portAnswersTo(p->info.lid, p->info.lmc, qp.attr.av.dlid)) {
-        // To ourselves: back in once the current operation is over, as
-        // if it had crossed a wire, so no engine is re-entered. It costs
-        // the event's budget like any packet: the loopback stays short.
-        --budget_;
-        ++p->xmitPackets;
-        p->xmitWords += (framed.size() - wire::kHeaderSize) / 4;
-        loopback_.push_back({portNumber, std::move(framed)});
+        scheduler_.loopBack(portNumber, std::move(framed));
         return;
     }
-    transmit(portNumber, framed);
-    recyclePacket(std::move(framed));
+    scheduler_.send(portNumber, std::move(framed));
 }
 
 void DataPath::sendConnected(QueuePair &qp, iba::Packet &packet) {
     if (addressConnected(qp, packet))
-        transmitConnected(qp, iba::build(packet, wire::kHeaderSize, packetBuffer()));
-}
-
-std::vector<uint8_t> DataPath::packetBuffer() {
-    if (spentPackets_.empty())
-        return {};
-    std::vector<uint8_t> buffer = std::move(spentPackets_.back());
-    spentPackets_.pop_back();
-    return buffer;
-}
-
-void DataPath::recyclePacket(std::vector<uint8_t> &&framed) {
-    // A few are enough: one engine sends one packet at a time.
-    constexpr size_t kSpares = 8;
-    if (spentPackets_.size() < kSpares)
-        spentPackets_.push_back(std::move(framed));
-}
-
-void DataPath::drainLoopback() {
-    if (drainingLoopback_)
-        return;
-    // Cleared however this returns: an exception must not leave the
-    // loopback stuck for good.
-    struct Draining {
-        bool &flag;
-        explicit Draining(bool &f) : flag(f) { flag = true; }
-        ~Draining() { flag = false; }
-    } draining(drainingLoopback_);
-    while (!loopback_.empty()) {
-        auto [portNumber, framed] = std::move(loopback_.front());
-        loopback_.pop_front();
-        const auto bytes = std::span<const uint8_t>(framed).subspan(wire::kHeaderSize);
-        if (PortState *p = ports_.find(portNumber)) {
-            ++p->rcvPackets;
-            p->rcvWords += bytes.size() / 4;
-        }
-        iba::ParseError error;
-        if (auto packet = iba::parse(bytes, &error, true, /*copyPayload=*/false))
-            deliver(portNumber, *packet);
-        recyclePacket(std::move(framed));
-    }
+        transmitConnected(qp, iba::build(packet, wire::kHeaderSize, scheduler_.packetBuffer()));
 }
 
 // A packet for a connected QP of this port.

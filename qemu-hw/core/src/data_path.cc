@@ -13,8 +13,7 @@ void DataPath::reset() {
     timers_.clear();
     armedAt_ = Host::kNever;
     host_.armTimer(Host::kNever);
-    loopback_.clear();
-    ready_.clear(); // the ports' waiting lists go with the ports
+    scheduler_.reset();
 }
 
 void DataPath::forgetQp(uint32_t qpn, QueuePair &qp) {
@@ -32,9 +31,7 @@ void DataPath::sendSubnetPacket(unsigned number, iba::Packet &packet) {
         deliver(number, packet);
         return;
     }
-    auto bytes = iba::build(packet, wire::kHeaderSize, packetBuffer());
-    transmit(number, bytes);
-    recyclePacket(std::move(bytes));
+    scheduler_.send(number, iba::build(packet, wire::kHeaderSize, scheduler_.packetBuffer()));
 }
 
 // What entering state `next` from `cur` does beyond the attributes: the
@@ -145,6 +142,15 @@ void DataPath::doorbell(uint32_t page, uint32_t offset, uint64_t value) {
                          value, page, offset);
         return;
     }
+}
+
+void DataPath::resume(uint32_t qpn, QueuePair &qp) {
+    sendReplies(qpn, qp);
+    processSendQueue(qpn, qp);
+}
+
+void DataPath::receiveLooped(unsigned port, const iba::Packet &packet) {
+    deliver(port, packet);
 }
 
 } // namespace pib

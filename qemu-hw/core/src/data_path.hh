@@ -2,16 +2,14 @@
 // The data path: every packet the device sends or receives. The datagram
 // transport (datagram.cc), the connected transports' requester
 // (requester.cc), completer (completer.cc) and responder (responder.cc)
-// with what they share (connected.cc), and the scheduler that bounds the
-// work of each event (scheduler.cc). It reads WQEs through the WqeReader,
-// guest memory through MemoryAccess, and reports through the EventWriter;
-// the objects it works on are created and destroyed by the command
-// processor.
+// with what they share (connected.cc), and the QP timers (completer.cc).
+// It reads WQEs through the WqeReader, guest memory through MemoryAccess,
+// reports through the EventWriter, and sends through the Scheduler, which
+// bounds the work of each event; the objects it works on are created and
+// destroyed by the command processor.
 #pragma once
 
 #include <cstdint>
-#include <deque>
-#include <functional>
 #include <set>
 #include <span>
 #include <utility>
@@ -26,16 +24,17 @@
 #include "pib_hw.h"
 #include "port_agents.hh"
 #include "ports.hh"
+#include "scheduler.hh"
 #include "wqe_reader.hh"
 
 namespace pib {
 
-class DataPath final : public SubnetSender {
+class DataPath final : public SubnetSender, public ScheduledEngine {
   public:
     DataPath(const Host &host, ObjectTables &objects, Ports &ports, EventWriter &events,
-             MemoryAccess &memory, WqeReader &wqes)
+             MemoryAccess &memory, WqeReader &wqes, Scheduler &scheduler)
         : host_(host), objects_(objects), ports_(ports), events_(events), memory_(memory),
-          wqes_(wqes) {}
+          wqes_(wqes), scheduler_(scheduler) {}
 
     // A packet arrived on a port.
     void portReceive(unsigned port, std::span<const uint8_t> packet);
@@ -52,24 +51,10 @@ class DataPath final : public SubnetSender {
     void reset();
     // From SubnetSender: a MAD the port's agents send from QP0.
     void sendSubnetPacket(unsigned port, iba::Packet &packet) override;
-    // Delivers the packets QPs sent to their own port (after any engine
-    // that sent them has returned).
-    void drainLoopback();
-    // Bounded work per event (scheduler.cc). The Device brackets every
-    // call from the host with beginEvent() and endEvent(); run() goes on
-    // with postponed work (pib_core_run), portWritable() with the work a
-    // full port held back.
-    void beginEvent();
-    void endEvent();
-    void run();
-    void portWritable(unsigned port);
-    // Where packets for the wire go (the Device hands them to the link),
-    // each with wire::kHeaderSize free bytes in front for the frame header.
-    // The transmitter may change the bytes but keeps nothing: the buffer
-    // is used again for a later packet.
-    // It returns false when the port's host queue is full.
-    using Transmitter = std::function<bool(unsigned port, std::vector<uint8_t> &framed)>;
-    void setTransmitter(Transmitter transmit) { transmit_ = std::move(transmit); }
+    // From ScheduledEngine: postponed work goes on, a looped-back packet
+    // arrives.
+    void resume(uint32_t qpn, QueuePair &qp) override;
+    void receiveLooped(unsigned port, const iba::Packet &packet) override;
 
   private:
     void processSendQueue(uint32_t qpn, QueuePair &qp);
@@ -149,10 +134,6 @@ class DataPath final : public SubnetSender {
     void flushQp(uint32_t qpn, QueuePair &qp);
     uint32_t wireQpn(uint32_t qpn, const QueuePair &qp) const;
 
-    // The scheduler (scheduler.cc).
-    bool mayTransmit(unsigned port);
-    void postpone(uint32_t qpn, QueuePair &qp);
-    void transmit(unsigned port, std::vector<uint8_t> &framed);
     // Sends what the responder of `qp` still owes, as the budget allows.
     void sendReplies(uint32_t qpn, QueuePair &qp);
     void reply(uint32_t qpn, QueuePair &qp, const Reply &r);
@@ -163,26 +144,15 @@ class DataPath final : public SubnetSender {
     EventWriter &events_;
     MemoryAccess &memory_;
     WqeReader &wqes_;
-    Transmitter transmit_;
-    // Buffers of packets sent, for the next packets: the data path then
-    // allocates no memory per packet.
-    std::vector<std::vector<uint8_t>> spentPackets_;
+    Scheduler &scheduler_;
     // Lists of guest memory segments, kept for the next packet too: one
     // per data path function, as none calls another while it holds its
     // list (checkLocalBuffers, onRequest, sendReadResponses).
     std::vector<Segment> localSegments_, writeSegments_, readSegments_;
-    std::vector<uint8_t> packetBuffer();
-    void recyclePacket(std::vector<uint8_t> &&framed);
     // Timers of the connected QPs: (deadline, QPN), earliest first, and
     // the deadline the host's timer is set to.
     std::set<std::pair<uint64_t, uint32_t>> timers_;
     uint64_t armedAt_ = Host::kNever;
-    std::deque<std::pair<unsigned, std::vector<uint8_t>>> loopback_;
-    bool drainingLoopback_ = false;
-    // Packets the current event may still send, and the QPs whose work
-    // waits for the next run().
-    int budget_ = 0;
-    std::deque<uint32_t> ready_;
 };
 
 } // namespace pib

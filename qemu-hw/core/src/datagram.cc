@@ -50,8 +50,8 @@ void DataPath::processDatagramSend(uint32_t qpn, QueuePair &qp) {
     Wqe wqe;
     const unsigned portNumber = sendPort(qp);
     while (qp.sq.consumer != qp.sq.producer && qp.attr.qp_state == PIB_QPS_RTS) {
-        if (!mayTransmit(portNumber)) {
-            postpone(qpn, qp);
+        if (!scheduler_.mayTransmit(portNumber)) {
+            scheduler_.postpone(qpn, qp);
             return;
         }
         uint32_t length = 0;
@@ -128,7 +128,7 @@ bool DataPath::sendUd(uint32_t qpn, QueuePair &qp, const Wqe &wqe, uint32_t *len
         deliver(portNumber, packet, qpn);
     // Packets to our own LID never leave the device.
     if (iba::portAnswersTo(p->info.lid, p->info.lmc, ud.av.dlid)) {
-        --budget_;
+        scheduler_.charge();
         deliver(portNumber, packet);
         return true;
     }
@@ -136,9 +136,8 @@ bool DataPath::sendUd(uint32_t qpn, QueuePair &qp, const Wqe &wqe, uint32_t *len
     const bool open = p->info.phys_state == PIB_PHYS_LINK_UP &&
                       (smi ? p->info.state >= PIB_PORT_INIT : p->info.state == PIB_PORT_ACTIVE);
     if (open) {
-        auto bytes = iba::build(packet, wire::kHeaderSize, packetBuffer());
-        transmit(portNumber, bytes);
-        recyclePacket(std::move(bytes));
+        scheduler_.send(portNumber,
+                        iba::build(packet, wire::kHeaderSize, scheduler_.packetBuffer()));
     }
     // UD is unreliable: a packet the link cannot take is lost, not an error.
     return true;

@@ -14,7 +14,8 @@ Device::Device(const pib_core_config &config, const pib_host_ops &ops, void *opa
       events_(host_, objects_.mtt, objects_.eqs, objects_.cqs),
       memory_(host_, objects_.mtt, objects_.mrs),
       wqes_(host_, objects_.mtt, limits::kMaxInlineData),
-      dataPath_(host_, objects_, ports_, events_, memory_, wqes_),
+      scheduler_(host_, objects_, ports_, dataPath_),
+      dataPath_(host_, objects_, ports_, events_, memory_, wqes_, scheduler_),
       agents_(config_, host_, ports_, events_, dataPath_),
       commands_(config_, host_, objects_, ports_, agents_, dataPath_),
       registers_(config_, host_, commands_, events_,
@@ -24,19 +25,19 @@ Device::Device(const pib_core_config &config, const pib_host_ops &ops, void *opa
     for (uint32_t port = 1; port <= config_.num_ports; ++port)
         links_.push_back(
             std::make_unique<Link>(host_, port, config_.node_guid, config_.node_guid + port));
-    dataPath_.setTransmitter([this](unsigned port, std::vector<uint8_t> &framed) {
+    scheduler_.setTransmitter([this](unsigned port, std::vector<uint8_t> &framed) {
         return port < 1 || port > links_.size() || links_[port - 1]->sendFramed(framed);
     });
 }
 
 template <class Work> auto Device::event(Work &&work) {
-    dataPath_.beginEvent();
+    scheduler_.beginEvent();
     if constexpr (std::is_void_v<decltype(work())>) {
         work();
-        dataPath_.endEvent();
+        scheduler_.endEvent();
     } else {
         auto result = work();
-        dataPath_.endEvent();
+        scheduler_.endEvent();
         return result;
     }
 }
@@ -76,12 +77,12 @@ void Device::timerExpired() {
 
 void Device::run() {
     if (!fatal_)
-        event([&] { dataPath_.run(); });
+        event([&] { scheduler_.run(); });
 }
 
 void Device::portWritable(unsigned port) {
     if (!fatal_)
-        event([&] { dataPath_.portWritable(port); });
+        event([&] { scheduler_.portWritable(port); });
 }
 
 void Device::fatal(const char *reason) {

@@ -20,6 +20,7 @@
 #include "port_agents.hh"
 #include "ports.hh"
 #include "register_file.hh"
+#include "scheduler.hh"
 #include "wqe_reader.hh"
 
 namespace pib {
@@ -60,6 +61,7 @@ class Device {
     EventWriter events_;
     MemoryAccess memory_;
     WqeReader wqes_;
+    Scheduler scheduler_; // drives dataPath_, which is built after it
     DataPath dataPath_;
     PortAgents agents_;
     CommandProcessor commands_;

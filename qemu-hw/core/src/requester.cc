@@ -141,7 +141,7 @@ void DataPath::processConnectedSend(uint32_t qpn, QueuePair &qp) {
 // ACKs, a spent budget or a full port for the scheduler.
 void DataPath::stopSending(uint32_t qpn, QueuePair &qp, SendProgress why) {
     if (why == SendProgress::kPaused)
-        postpone(qpn, qp);
+        scheduler_.postpone(qpn, qp);
     armAckTimerIfIdle(qpn, qp);
 }
 
@@ -167,7 +167,7 @@ DataPath::SendProgress DataPath::sendRequestPackets(uint32_t qpn, QueuePair &qp,
         if (!uc && !w.isReadOrAtomic() &&
             psnDiff(p.bth.psn, qp.req.unackedPsn) >= static_cast<int32_t>(window))
             return SendProgress::kWindowFull;
-        if (!mayTransmit(qp.attr.port_num))
+        if (!scheduler_.mayTransmit(qp.attr.port_num))
             return SendProgress::kPaused;
         uint8_t op = 0;
         switch (w.opcode) {
@@ -221,7 +221,7 @@ DataPath::SendProgress DataPath::sendRequestPackets(uint32_t qpn, QueuePair &qp,
         const uint32_t len = data ? std::min(mtu, w.length - offset) : 0;
         if (addressConnected(qp, p)) {
             // The data goes by DMA straight into the packet.
-            iba::PacketWriter writer(p, len, wire::kHeaderSize, packetBuffer());
+            iba::PacketWriter writer(p, len, wire::kHeaderSize, scheduler_.packetBuffer());
             uint8_t status = PIB_WC_SUCCESS;
             if (!w.inlineData.empty())
                 writer.append(w.inlineData.data() + offset, len);
@@ -236,7 +236,7 @@ DataPath::SendProgress DataPath::sendRequestPackets(uint32_t qpn, QueuePair &qp,
             }
             transmitConnected(qp, std::move(writer).finish());
         } else {
-            --budget_; // lost on a port that cannot send: the same work bound
+            scheduler_.charge(); // lost on a port that cannot send: the same work bound
         }
         w.sentPackets = w.isReadOrAtomic() ? w.packets : i + 1;
     }

@@ -68,8 +68,8 @@ void DataPath::reply(uint32_t qpn, QueuePair &qp, const Reply &r) {
 void DataPath::sendReplies(uint32_t qpn, QueuePair &qp) {
     auto &q = qp.resp.replies;
     while (!q.empty()) {
-        if (!mayTransmit(qp.attr.port_num)) {
-            postpone(qpn, qp);
+        if (!scheduler_.mayTransmit(qp.attr.port_num)) {
+            scheduler_.postpone(qpn, qp);
             return;
         }
         Reply &r = q.front();
@@ -457,7 +457,7 @@ bool DataPath::sendReadResponse(uint32_t qpn, QueuePair &qp, Reply &r) {
     if (iba::layoutOf(p.bth.opcode).aeth)
         p.aeth = iba::Aeth{kAckSyndrome, qp.resp.msn};
     if (!addressConnected(qp, p)) {
-        --budget_; // lost: the requester asks again; it costs what a sent one does
+        scheduler_.charge(); // lost: the requester asks again; it costs what a sent one does
         return true;
     }
     // A duplicate READ is answered from memory as it is now: the region
@@ -469,7 +469,7 @@ bool DataPath::sendReadResponse(uint32_t qpn, QueuePair &qp, Reply &r) {
         return false;
     }
     // The data goes by DMA straight into the packet.
-    iba::PacketWriter writer(p, len, wire::kHeaderSize, packetBuffer());
+    iba::PacketWriter writer(p, len, wire::kHeaderSize, scheduler_.packetBuffer());
     for (const Segment &seg : segments) {
         if (!memory_.readIntoPacket(seg, writer)) {
             responderError(qpn, qp, p.bth.psn, kRemoteOperational, PIB_WC_REM_OP_ERR,

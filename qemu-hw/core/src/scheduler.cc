@@ -1,36 +1,27 @@
 // SPDX-License-Identifier: GPL-2.0-or-later
-// Bounded work per event. Every call from the host (a BAR access, bytes
-// from a port, the timer, a bottom half) is one event, which may put at
-// most limits::kPacketsPerEvent packets on the ports or the loopback. An
-// engine that has more to send, or whose port's host queue is full, stops
-// where it is and its QP waits: in the ready list for the next
-// pib_core_run() (which the host runs from its main loop), or in the
-// port's waiting list until the host says the port has room again. So a
-// guest's 2 GiB READ, or a peer's stream of duplicate READ requests, costs
-// each event the same bounded time and memory, and a peer that stops
-// reading stalls only the QPs that send to it.
-#include "data_path.hh"
+#include "scheduler.hh"
+
 #include "frame.hh"
 #include "limits.hh"
 
 namespace pib {
 
-void DataPath::beginEvent() {
+void Scheduler::beginEvent() {
     budget_ = static_cast<int>(limits::kPacketsPerEvent);
 }
 
-void DataPath::endEvent() {
+void Scheduler::endEvent() {
     drainLoopback();
     if (!ready_.empty())
         host_.schedule();
 }
 
-bool DataPath::mayTransmit(unsigned portNumber) {
+bool Scheduler::mayTransmit(unsigned portNumber) const {
     const PortState *p = ports_.find(portNumber);
     return budget_ > 0 && (!p || !p->txFull);
 }
 
-void DataPath::postpone(uint32_t qpn, QueuePair &qp) {
+void Scheduler::postpone(uint32_t qpn, QueuePair &qp) {
     if (qp.postponed)
         return;
     qp.postponed = true;
@@ -44,7 +35,7 @@ void DataPath::postpone(uint32_t qpn, QueuePair &qp) {
 
 // Hands a built packet to the link of `portNumber`, counting it against
 // the event's budget; a full host queue holds back the port's new work.
-void DataPath::transmit(unsigned portNumber, std::vector<uint8_t> &framed) {
+void Scheduler::transmit(unsigned portNumber, std::vector<uint8_t> &framed) {
     --budget_;
     PortState *p = ports_.find(portNumber);
     if (!p || !transmit_)
@@ -57,7 +48,7 @@ void DataPath::transmit(unsigned portNumber, std::vector<uint8_t> &framed) {
     }
 }
 
-void DataPath::portWritable(unsigned portNumber) {
+void Scheduler::portWritable(unsigned portNumber) {
     PortState *p = ports_.find(portNumber);
     if (!p || !p->txFull)
         return;
@@ -69,7 +60,7 @@ void DataPath::portWritable(unsigned portNumber) {
 }
 
 // Continues postponed work, oldest first, within this event's budget.
-void DataPath::run() {
+void Scheduler::run() {
     // Each QP in the list now gets one turn; those that postpone again go
     // to the back, so one busy QP cannot keep the others waiting.
     for (size_t turns = ready_.size(); turns && budget_ > 0 && !ready_.empty(); --turns) {
@@ -79,9 +70,68 @@ void DataPath::run() {
         if (!qp || !qp->postponed)
             continue; // destroyed or reset since
         qp->postponed = false;
-        sendReplies(qpn, *qp);
-        processSendQueue(qpn, *qp);
+        engine_.resume(qpn, *qp);
         drainLoopback();
+    }
+}
+
+void Scheduler::send(unsigned portNumber, std::vector<uint8_t> &&framed) {
+    transmit(portNumber, framed);
+    recyclePacket(std::move(framed));
+}
+
+void Scheduler::loopBack(unsigned portNumber, std::vector<uint8_t> &&framed) {
+    // It costs the event's budget like any packet: the loopback stays short.
+    --budget_;
+    if (PortState *p = ports_.find(portNumber)) {
+        ++p->xmitPackets;
+        p->xmitWords += (framed.size() - wire::kHeaderSize) / 4;
+    }
+    loopback_.push_back({portNumber, std::move(framed)});
+}
+
+void Scheduler::reset() {
+    loopback_.clear();
+    ready_.clear(); // the ports' waiting lists go with the ports
+}
+
+std::vector<uint8_t> Scheduler::packetBuffer() {
+    if (spentPackets_.empty())
+        return {};
+    std::vector<uint8_t> buffer = std::move(spentPackets_.back());
+    spentPackets_.pop_back();
+    return buffer;
+}
+
+void Scheduler::recyclePacket(std::vector<uint8_t> &&framed) {
+    // A few are enough: one engine sends one packet at a time.
+    constexpr size_t kSpares = 8;
+    if (spentPackets_.size() < kSpares)
+        spentPackets_.push_back(std::move(framed));
+}
+
+void Scheduler::drainLoopback() {
+    if (drainingLoopback_)
+        return;
+    // Cleared however this returns: an exception must not leave the
+    // loopback stuck for good.
+    struct Draining {
+        bool &flag;
+        explicit Draining(bool &f) : flag(f) { flag = true; }
+        ~Draining() { flag = false; }
+    } draining(drainingLoopback_);
+    while (!loopback_.empty()) {
+        auto [portNumber, framed] = std::move(loopback_.front());
+        loopback_.pop_front();
+        const auto bytes = std::span<const uint8_t>(framed).subspan(wire::kHeaderSize);
+        if (PortState *p = ports_.find(portNumber)) {
+            ++p->rcvPackets;
+            p->rcvWords += bytes.size() / 4;
+        }
+        iba::ParseError error;
+        if (auto packet = iba::parse(bytes, &error, true, /*copyPayload=*/false))
+            engine_.receiveLooped(portNumber, *packet);
+        recyclePacket(std::move(framed));
     }
 }
 

@@ -1,0 +1,102 @@
+// SPDX-License-Identifier: GPL-2.0-or-later
+// The scheduler and the way out of the data path: bounded work per
+// event. Every call from the host (a BAR access, bytes from a port, the
+// timer, a bottom half) is one event, which may put at most
+// limits::kPacketsPerEvent packets on the ports or the loopback. An
+// engine that has more to send, or whose port's host queue is full, stops
+// where it is and its QP waits: in the ready list for the next
+// pib_core_run() (which the host runs from its main loop), or in the
+// port's waiting list until the host says the port has room again. So a
+// guest's 2 GiB READ, or a peer's stream of duplicate READ requests, costs
+// each event the same bounded time and memory, and a peer that stops
+// reading stalls only the QPs that send to it.
+#pragma once
+
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <utility>
+#include <vector>
+
+#include "host.hh"
+#include "object_tables.hh"
+#include "packet.hh"
+#include "ports.hh"
+
+namespace pib {
+
+// What the scheduler asks of the engines whose work it bounds: to go on
+// with a QP's postponed work, and to take a packet a QP sent to its own
+// port. The scheduler needs nothing else of the data path.
+class ScheduledEngine {
+  public:
+    virtual void resume(uint32_t qpn, QueuePair &qp) = 0;
+    virtual void receiveLooped(unsigned port, const iba::Packet &packet) = 0;
+
+  protected:
+    ~ScheduledEngine() = default;
+};
+
+class Scheduler {
+  public:
+    Scheduler(const Host &host, const ObjectTables &objects, Ports &ports, ScheduledEngine &engine)
+        : host_(host), objects_(objects), ports_(ports), engine_(engine) {}
+
+    // The Device brackets every call from the host with beginEvent() and
+    // endEvent(); run() goes on with postponed work (pib_core_run),
+    // portWritable() with the work a full port held back.
+    void beginEvent();
+    void endEvent();
+    void run();
+    void portWritable(unsigned port);
+    // Nothing postponed, nothing looped back: the power-on state.
+    void reset();
+
+    // Whether this event may still send a packet on `port`.
+    bool mayTransmit(unsigned port) const;
+    // `qp` waits for the next run(), or for its port to have room.
+    void postpone(uint32_t qpn, QueuePair &qp);
+    // A built packet (wire::kHeaderSize bytes of headroom in front) to
+    // the link of `port`, its buffer kept for a later packet.
+    void send(unsigned port, std::vector<uint8_t> &&framed);
+    // A packet a QP of `port` sent to the port itself: it comes back in
+    // once the engine that sent it has returned, as if it had crossed a
+    // wire, so no engine is re-entered.
+    void loopBack(unsigned port, std::vector<uint8_t> &&framed);
+    // A packet that reached no port (delivered within the device, or lost
+    // on a port that cannot send) costs the event's budget all the same.
+    void charge() { --budget_; }
+    // Delivers the looped-back packets.
+    void drainLoopback();
+
+    // A buffer for the next packet, and one to reuse: the data path then
+    // allocates no memory per packet.
+    std::vector<uint8_t> packetBuffer();
+    void recyclePacket(std::vector<uint8_t> &&framed);
+
+    // Where packets for the wire go (the Device hands them to the link),
+    // each with wire::kHeaderSize free bytes in front for the frame header.
+    // The transmitter may change the bytes but keeps nothing: the buffer
+    // is used again for a later packet.
+    // It returns false when the port's host queue is full.
+    using Transmitter = std::function<bool(unsigned port, std::vector<uint8_t> &framed)>;
+    void setTransmitter(Transmitter transmit) { transmit_ = std::move(transmit); }
+
+  private:
+    void transmit(unsigned port, std::vector<uint8_t> &framed);
+
+    const Host &host_;
+    const ObjectTables &objects_;
+    Ports &ports_;
+    ScheduledEngine &engine_;
+    Transmitter transmit_;
+    std::vector<std::vector<uint8_t>> spentPackets_;
+    std::deque<std::pair<unsigned, std::vector<uint8_t>>> loopback_;
+    bool drainingLoopback_ = false;
+    // Packets the current event may still send, and the QPs whose work
+    // waits for the next run().
+    int budget_ = 0;
+    std::deque<uint32_t> ready_;
+};
+
+} // namespace pib
