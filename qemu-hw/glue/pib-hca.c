@@ -26,6 +26,7 @@
 
 #include "pib_core.h"
 #include "pib_hw.h"
+#include "pib-hca-events.h"
 
 #define TYPE_PIB_HCA "pib-hca"
 OBJECT_DECLARE_SIMPLE_TYPE(PibHcaState, PIB_HCA)
@@ -75,25 +76,33 @@ struct PibHcaState {
     PibHcaPort port[PIB_MAX_PORTS];
 };
 
-static void pib_hca_guest_error(void *opaque, const char *what,
+static void pib_hca_guest_error(void *opaque, unsigned error,
                                 const char *detail)
 {
     PibHcaState *s = opaque;
 
-    trace_pib_hca_guest_error(what, detail);
+    pib_hca_trace_guest_error(error, detail);
     qemu_log_mask(LOG_GUEST_ERROR, "pib-hca %s: %s: %s\n",
-                  DEVICE(s)->id ? DEVICE(s)->id : "", what, detail);
+                  DEVICE(s)->id ? DEVICE(s)->id : "",
+                  pib_guest_error_token(error), detail);
 }
 
-static void pib_hca_core_event(void *opaque, const char *what,
-                               const char *detail)
+/* The core formats a guest error's detail only when someone reads it. */
+static int pib_hca_guest_error_enabled(void *opaque, unsigned error)
 {
-    trace_pib_hca_core_event(what, detail);
+    return qemu_loglevel_mask(LOG_GUEST_ERROR) ||
+           pib_hca_guest_error_traced(error);
 }
 
-static int pib_hca_core_event_enabled(void *opaque)
+static void pib_hca_core_event(void *opaque, unsigned event,
+                               const uint64_t *args)
 {
-    return trace_event_get_state_backends(TRACE_PIB_HCA_CORE_EVENT);
+    pib_hca_trace_event(event, args);
+}
+
+static int pib_hca_core_event_enabled(void *opaque, unsigned event)
+{
+    return pib_hca_event_enabled(event);
 }
 
 /*
@@ -379,8 +388,9 @@ static void pib_hca_bh(void *opaque)
 
 static const struct pib_host_ops pib_hca_host_ops = {
     .guest_error = pib_hca_guest_error,
-    .trace = pib_hca_core_event,
-    .trace_enabled = pib_hca_core_event_enabled,
+    .guest_error_enabled = pib_hca_guest_error_enabled,
+    .event = pib_hca_core_event,
+    .event_enabled = pib_hca_core_event_enabled,
     .dma_read = pib_hca_dma_read,
     .dma_write = pib_hca_dma_write,
     .dma_map_read = pib_hca_dma_map_read,

@@ -5,12 +5,21 @@
 #include <stdexcept>
 #include <string>
 
-static void recordGuestError(void *opaque, const char *what, const char *detail) {
-    static_cast<FakeHost *>(opaque)->errors.push_back({what, detail});
+static void recordGuestError(void *opaque, unsigned error, const char *detail) {
+    static_cast<FakeHost *>(opaque)->errors.push_back({pib_guest_error_token(error), detail});
 }
 
-static void recordTrace(void *opaque, const char *what, const char *detail) {
-    static_cast<FakeHost *>(opaque)->traceLines.push_back({what, detail});
+// An event is recorded by its name, its arguments in the detail.
+static void recordEvent(void *opaque, unsigned event, const uint64_t *args) {
+    std::string detail;
+    const char *kinds = pib_event_args(event);
+    for (size_t i = 0; kinds[i]; ++i) {
+        if (i)
+            detail += ", ";
+        detail += kinds[i] == 's' ? reinterpret_cast<const char *>(static_cast<uintptr_t>(args[i]))
+                                  : std::to_string(args[i]);
+    }
+    static_cast<FakeHost *>(opaque)->traceLines.push_back({pib_event_name(event), detail});
 }
 
 // A host that lets DMA reach the device's own BAR0 (peer-to-peer, as a
@@ -133,8 +142,19 @@ static std::vector<uint8_t> takeRam(uint64_t size) {
 FakeHost::FakeHost(const pib_core_config &config, uint64_t ramSize) : ram(takeRam(ramSize)) {
     static const pib_host_ops ops = {
         .guest_error = recordGuestError,
-        .trace = recordTrace,
-        .trace_enabled = nullptr, // every trace line is recorded
+        .guest_error_enabled =
+            [](void *opaque, unsigned) {
+                auto *host = static_cast<FakeHost *>(opaque);
+                ++host->enabledQueries;
+                return int{host->reporting};
+            },
+        .event = recordEvent,
+        .event_enabled =
+            [](void *opaque, unsigned) {
+                auto *host = static_cast<FakeHost *>(opaque);
+                ++host->enabledQueries;
+                return int{host->reporting};
+            },
         .dma_read = dmaRead,
         .dma_write = dmaWrite,
         .dma_map_read = dmaMapRead,
@@ -161,6 +181,11 @@ FakeHost::~FakeHost() {
 }
 
 size_t FakeHost::guestErrors(const std::string &what) const {
+    bool known = what.empty();
+    for (unsigned e = 0; e < PIB_GUEST_ERROR_COUNT; ++e)
+        known |= what == pib_guest_error_token(e);
+    if (!known)
+        throw std::invalid_argument("no guest error " + what + " in qemu-hw/core/events.list");
     size_t n = 0;
     for (const auto &e : errors)
         n += what.empty() || e.what == what;
@@ -168,6 +193,13 @@ size_t FakeHost::guestErrors(const std::string &what) const {
 }
 
 size_t FakeHost::traces(const std::string &what) const {
+    // A test that counts an event the core does not have would pass for
+    // nothing.
+    bool known = false;
+    for (unsigned e = 0; e < PIB_EVENT_COUNT; ++e)
+        known |= what == pib_event_name(e);
+    if (!known)
+        throw std::invalid_argument("no trace event " + what + " in qemu-hw/core/events.list");
     size_t n = 0;
     for (const auto &t : traceLines)
         n += t.what == what;

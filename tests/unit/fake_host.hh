@@ -142,6 +142,10 @@ struct FakeHost {
     uint64_t mapped = 0;
     std::vector<Report> errors;
     std::vector<Report> traceLines;
+    // Whether guest errors and trace events are wanted (as QEMU's log and
+    // trace state say), and how often the core asked.
+    bool reporting = true;
+    unsigned enabledQueries = 0;
     std::vector<unsigned> interrupts;
     std::vector<uint8_t> portOutput[3]; // what each port sent, by port number
     // port_send says the queue is full once a port's output holds this much.

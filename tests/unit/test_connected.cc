@@ -229,7 +229,7 @@ TEST_CASE("lost packets: a PSN sequence NAK resends from the gap", "[rc]") {
     CHECK(std::count_if(p.wire.seen.begin(), p.wire.seen.end(), [](auto &k) {
               return k.bth.opcode == iba::kAcknowledge && k.aeth->syndrome == 0x60;
           }) == 1);
-    CHECK(p.a.host.traces("rc-seq-nak") == 1);
+    CHECK(p.a.host.traces("rc_seq_nak") == 1);
 }
 
 TEST_CASE("a lost ACK: the timer resends, the duplicate is ACKed again", "[rc]") {
@@ -251,7 +251,7 @@ TEST_CASE("a lost ACK: the timer resends, the duplicate is ACKed again", "[rc]")
     REQUIRE(sent.size() == 1);
     CHECK(sent[0].status == PIB_WC_SUCCESS);
     CHECK(p.b.poll().empty()); // the duplicate SEND consumed nothing
-    CHECK(p.a.host.traces("rc-timeout") == 1);
+    CHECK(p.a.host.traces("rc_timeout") == 1);
 }
 
 TEST_CASE("a long WRITE goes out one send window at a time", "[rc]") {
@@ -298,7 +298,7 @@ TEST_CASE("a long WRITE goes out one send window at a time", "[rc]") {
         auto sent = p.a.poll();
         REQUIRE(sent.size() == 1);
         CHECK(sent[0].status == PIB_WC_SUCCESS);
-        CHECK(p.a.host.traces("rc-timeout") == 1);
+        CHECK(p.a.host.traces("rc_timeout") == 1);
         CHECK(writes() == kWindow + kPackets); // the first window twice
         CHECK(sameBytes(p.a, out, p.b, in, kLength));
     }
@@ -328,7 +328,7 @@ TEST_CASE("a long WRITE on a slow link: each ACK that moves the window restarts 
     CHECK(steps * 4.0 > 4.2 * (o.retryCnt + 1));
     REQUIRE(sent.size() == 1);
     CHECK(sent[0].status == PIB_WC_SUCCESS);
-    CHECK(p.a.host.traces("rc-timeout") == 0);
+    CHECK(p.a.host.traces("rc_timeout") == 0);
     CHECK(p.wire.count(iba::kWriteFirst) + p.wire.count(iba::kWriteMiddle) +
               p.wire.count(iba::kWriteLast) ==
           kPackets);
@@ -382,7 +382,7 @@ TEST_CASE("retry exhaustion completes in error and flushes the rest", "[rc]") {
     CHECK(done[0].wr_id == 1);
     CHECK(done[1].status == PIB_WC_WR_FLUSH_ERR);
     CHECK(p.a.qpState() == PIB_QPS_ERR);
-    CHECK(p.a.host.traces("rc-timeout") == 2);
+    CHECK(p.a.host.traces("rc_timeout") == 2);
     // Both WQEs went out, and each retry resent both.
     CHECK(p.wire.count(iba::kSendOnly) == 2 * 3);
 }
@@ -641,8 +641,9 @@ TEST_CASE("random packets from a hostile fabric never break the device", "[rc][r
     // The hostile packets reached the transport's checks, not only the parser.
     size_t checks = 0;
     for (Node *n : {&p.a, &p.b})
-        for (const char *what : {"rc-drop", "rc-duplicate", "rc-responder-error", "rc-bad-response",
-                                 "rc-seq-nak", "rc-rnr", "qp-error"})
+        for (const char *what : {"err_rc_no_qp", "err_rc_wrong_peer", "rc_duplicate",
+                                 "err_rc_request_refused", "err_rc_bad_response_psn",
+                                 "err_rc_bad_response_length", "rc_seq_nak", "rc_rnr", "qp_error"})
             checks += n->host.traces(what);
     CHECK(checks > 100);
     // Both devices still answer commands and report their QPs' states.

@@ -36,7 +36,7 @@ TEST_CASE("an internal error stops the device until it is reset", "[fatal]") {
     // packets do nothing, and no second event follows.
     const FakeHost::Outcome refused = host.command(PIB_CMD_ALLOC_PD);
     CHECK(refused.status == PIB_CMD_STATUS_BAD_STATE);
-    CHECK(host.traces("cmd-fatal") == 1);
+    CHECK(host.traces("command_refused_fatal") == 1);
     pib_core_bar_write(host.core, PIB_BAR_DOORBELL, uint64_t{uar} * PIB_PAGE_SIZE + PIB_DB_SQ,
                        uint64_t{1} << 32 | 0x40, 8);
     pib_core_timer_expired(host.core);

@@ -202,7 +202,7 @@ TEST_CASE("a full port holds back new work until it has room", "[hostile]") {
     }
     // Full after 16 KiB: the rest waits, however often B runs.
     CHECK(p.b.host.portOutput[1].size() < (16 << 10) + 2048);
-    CHECK(p.b.host.traces("port-full") == 1);
+    CHECK(p.b.host.traces("port_queue_full") == 1);
     p.wire.run(); // drains B's queue, which makes room, again and again
     CHECK(p.b.host.portOutputPeak < (16 << 10) + 2048);
     checkArrived(p, read);

@@ -28,11 +28,11 @@ TEST_CASE("the scratch register holds what is written until reset", "[regs]") {
 
     SECTION("guest reset through the register") {
         host.write32(PIB_BAR_REGS, PIB_REG_RESET, PIB_RESET_MAGIC);
-        CHECK(host.traces("reset") == 1);
+        CHECK(host.traces("device_reset") == 1);
     }
     SECTION("host reset") {
         pib_core_reset(host.core);
-        CHECK(host.traces("reset") == 1);
+        CHECK(host.traces("device_reset") == 1);
     }
     CHECK(host.read32(PIB_BAR_REGS, PIB_REG_SCRATCH) == 0);
     CHECK(host.guestErrors() == 0);
@@ -43,7 +43,7 @@ TEST_CASE("a reset register write without the magic is refused", "[regs]") {
     host.write32(PIB_BAR_REGS, PIB_REG_SCRATCH, 7);
     host.write32(PIB_BAR_REGS, PIB_REG_RESET, 1);
     CHECK(host.guestErrors("regs-bad-reset") == 1);
-    CHECK(host.traces("reset") == 0);
+    CHECK(host.traces("device_reset") == 0);
     CHECK(host.read32(PIB_BAR_REGS, PIB_REG_SCRATCH) == 7);
 }
 

@@ -40,8 +40,8 @@ struct Harness {
 
     static pib_host_ops makeOps() {
         pib_host_ops o{};
-        o.guest_error = [](void *opaque, const char *what, const char *) {
-            static_cast<Harness *>(opaque)->errors.emplace_back(what);
+        o.guest_error = [](void *opaque, unsigned error, const char *) {
+            static_cast<Harness *>(opaque)->errors.emplace_back(pib_guest_error_token(error));
         };
         o.dma_read = [](void *opaque, uint64_t addr, void *out, uint64_t len) {
             auto *h = static_cast<Harness *>(opaque);

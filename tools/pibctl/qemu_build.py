@@ -32,6 +32,7 @@ GLUE_DIR = paths.REPO / "qemu-hw" / "glue"
 SHARED_HEADERS = [
     paths.REPO / "include" / "pib_hw.h",
     paths.REPO / "qemu-hw" / "core" / "include" / "pib_core.h",
+    paths.REPO / "qemu-hw" / "core" / "include" / "pib_events.h",
 ]
 
 

@@ -16,6 +16,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "pib_events.h"
+
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -25,17 +27,29 @@ struct pib_core;
 /* Callbacks from the core into its host. opaque is passed back as given. */
 struct pib_host_ops {
     /*
-     * The guest did something the hardware interface forbids. what is a
-     * short stable token (e.g. "regs-bad-offset"), detail is free text.
+     * The guest did something the hardware interface forbids. error is an
+     * enum pib_guest_error (pib_guest_error_token() names it, e.g.
+     * "regs-bad-offset"), detail is free text.
      */
-    void (*guest_error)(void *opaque, const char *what, const char *detail);
-    /* A notable device-internal event worth a trace line. */
-    void (*trace)(void *opaque, const char *what, const char *detail);
+    void (*guest_error)(void *opaque, unsigned error, const char *detail);
     /*
-     * Optional: nonzero when trace lines are wanted now. The core then
-     * formats a line's detail only when someone reads it. NULL: always.
+     * Optional: nonzero when guest error `error` is reported anywhere now.
+     * The core then formats its detail only when someone reads it. NULL:
+     * always.
      */
-    int (*trace_enabled)(void *opaque);
+    int (*guest_error_enabled)(void *opaque, unsigned error);
+    /*
+     * Trace event `event` (enum pib_event) happened. args holds its
+     * arguments in the order qemu-hw/core/events.list gives them: integers
+     * as they are, a `const char *` as (uintptr_t), valid for the call.
+     */
+    void (*event)(void *opaque, unsigned event, const uint64_t *args);
+    /*
+     * Optional: nonzero when trace event `event` is enabled. The core then
+     * computes an event's arguments only when someone reads them. NULL:
+     * always.
+     */
+    int (*event_enabled)(void *opaque, unsigned event);
     /*
      * Bus-master DMA to and from guest memory. Return 0 on success, nonzero
      * when any part of [addr, addr + len) is not accessible.

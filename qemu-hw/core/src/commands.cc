@@ -2,6 +2,7 @@
 // The command table and its dispatch; device, port, doorbell page, PD
 // and MTT commands.
 #include "commands.hh"
+#include "trace.hh"
 
 #include <cinttypes>
 #include <cstdarg>
@@ -78,13 +79,11 @@ void CommandProcessor::reset() {
     ports_.reset();
 }
 
-CommandOutcome CommandProcessor::fail(uint8_t status, const char *what, const char *fmt, ...) {
-    char detail[200];
+CommandOutcome CommandProcessor::fail(uint8_t status, unsigned error, const char *fmt, ...) {
     va_list args;
     va_start(args, fmt);
-    std::vsnprintf(detail, sizeof(detail), fmt, args);
+    host_.vguestError(error, fmt, args);
     va_end(args);
-    host_.guestError(what, "%s", detail);
     return CommandOutcome{status, 0};
 }
 
@@ -144,14 +143,13 @@ const char *CommandProcessor::commandName(uint16_t opcode) {
 CommandOutcome CommandProcessor::execute(const Command &cmd) {
     const CommandSpec *spec = findCommand(cmd.opcode);
     if (!spec)
-        return fail(PIB_CMD_STATUS_BAD_OPCODE, "cmd-bad-opcode", "unknown opcode 0x%04x",
+        return fail(PIB_CMD_STATUS_BAD_OPCODE, err::kCmdBadOpcode, "unknown opcode 0x%04x",
                     cmd.opcode);
     if (!initialized_ && !spec->beforeInit)
-        return fail(PIB_CMD_STATUS_BAD_STATE, "cmd-not-initialized", "%s (0x%04x) before INIT_HCA",
-                    spec->name, cmd.opcode);
+        return fail(PIB_CMD_STATUS_BAD_STATE, err::kCmdNotInitialized,
+                    "%s (0x%04x) before INIT_HCA", spec->name, cmd.opcode);
     const CommandOutcome outcome = (this->*spec->handler)(cmd);
-    host_.trace("command", "%s (0x%04x) modifier 0x%x status %u result 0x%" PRIx64, spec->name,
-                cmd.opcode, cmd.modifier, outcome.status, outcome.result);
+    trace::command(host_, spec->name, cmd.opcode, cmd.modifier, outcome.status, outcome.result);
     return outcome;
 }
 
@@ -159,7 +157,7 @@ CommandOutcome CommandProcessor::execute(const Command &cmd) {
 
 CommandOutcome CommandProcessor::queryDevCap(const Command &cmd) {
     if (!writeMailbox(cmd, caps_))
-        return fail(PIB_CMD_STATUS_DMA_ERROR, "cmd-dma", "QUERY_DEV_CAP cannot write 0x%" PRIx64,
+        return fail(PIB_CMD_STATUS_DMA_ERROR, err::kCmdDma, "QUERY_DEV_CAP cannot write 0x%" PRIx64,
                     cmd.out);
     return {};
 }
@@ -167,17 +165,17 @@ CommandOutcome CommandProcessor::queryDevCap(const Command &cmd) {
 CommandOutcome CommandProcessor::queryPort(const Command &cmd) {
     PortState *p = ports_.find(cmd.modifier);
     if (!p)
-        return fail(PIB_CMD_STATUS_BAD_INDEX, "cmd-bad-port", "QUERY_PORT of port %u",
+        return fail(PIB_CMD_STATUS_BAD_INDEX, err::kCmdBadPort, "QUERY_PORT of port %u",
                     cmd.modifier);
     if (!writeMailbox(cmd, p->info))
-        return fail(PIB_CMD_STATUS_DMA_ERROR, "cmd-dma", "QUERY_PORT cannot write 0x%" PRIx64,
+        return fail(PIB_CMD_STATUS_DMA_ERROR, err::kCmdDma, "QUERY_PORT cannot write 0x%" PRIx64,
                     cmd.out);
     return {};
 }
 
 CommandOutcome CommandProcessor::initHca(const Command &) {
     if (initialized_)
-        return fail(PIB_CMD_STATUS_BAD_STATE, "cmd-bad-state", "INIT_HCA twice");
+        return fail(PIB_CMD_STATUS_BAD_STATE, err::kCmdBadState, "INIT_HCA twice");
     initialized_ = true;
     return {};
 }
@@ -190,7 +188,7 @@ CommandOutcome CommandProcessor::closeHca(const Command &) {
 CommandOutcome CommandProcessor::modifyPort(const Command &cmd) {
     PortState *p = ports_.find(cmd.modifier);
     if (!p)
-        return fail(PIB_CMD_STATUS_BAD_INDEX, "cmd-bad-port", "MODIFY_PORT of port %u",
+        return fail(PIB_CMD_STATUS_BAD_INDEX, err::kCmdBadPort, "MODIFY_PORT of port %u",
                     cmd.modifier);
     const auto set = static_cast<uint32_t>(cmd.in);
     const auto clear = static_cast<uint32_t>(cmd.in >> 32);
@@ -203,10 +201,10 @@ CommandOutcome CommandProcessor::modifyPort(const Command &cmd) {
 CommandOutcome CommandProcessor::queryPkeys(const Command &cmd) {
     PortState *p = ports_.find(cmd.modifier);
     if (!p)
-        return fail(PIB_CMD_STATUS_BAD_INDEX, "cmd-bad-port", "QUERY_PKEYS of port %u",
+        return fail(PIB_CMD_STATUS_BAD_INDEX, err::kCmdBadPort, "QUERY_PKEYS of port %u",
                     cmd.modifier);
     if (!writeMailbox(cmd, p->pkeys))
-        return fail(PIB_CMD_STATUS_DMA_ERROR, "cmd-dma", "QUERY_PKEYS cannot write 0x%" PRIx64,
+        return fail(PIB_CMD_STATUS_DMA_ERROR, err::kCmdDma, "QUERY_PKEYS cannot write 0x%" PRIx64,
                     cmd.out);
     return {};
 }
@@ -214,10 +212,10 @@ CommandOutcome CommandProcessor::queryPkeys(const Command &cmd) {
 CommandOutcome CommandProcessor::queryGuids(const Command &cmd) {
     PortState *p = ports_.find(cmd.modifier);
     if (!p)
-        return fail(PIB_CMD_STATUS_BAD_INDEX, "cmd-bad-port", "QUERY_GUIDS of port %u",
+        return fail(PIB_CMD_STATUS_BAD_INDEX, err::kCmdBadPort, "QUERY_GUIDS of port %u",
                     cmd.modifier);
     if (!writeMailbox(cmd, p->guids))
-        return fail(PIB_CMD_STATUS_DMA_ERROR, "cmd-dma", "QUERY_GUIDS cannot write 0x%" PRIx64,
+        return fail(PIB_CMD_STATUS_DMA_ERROR, err::kCmdDma, "QUERY_GUIDS cannot write 0x%" PRIx64,
                     cmd.out);
     return {};
 }
@@ -225,7 +223,7 @@ CommandOutcome CommandProcessor::queryGuids(const Command &cmd) {
 CommandOutcome CommandProcessor::setNodeDesc(const Command &cmd) {
     std::array<char, PIB_NODE_DESC_LEN> desc;
     if (!readMailbox(cmd, desc))
-        return fail(PIB_CMD_STATUS_DMA_ERROR, "cmd-dma", "SET_NODE_DESC cannot read 0x%" PRIx64,
+        return fail(PIB_CMD_STATUS_DMA_ERROR, err::kCmdDma, "SET_NODE_DESC cannot read 0x%" PRIx64,
                     cmd.in);
     desc.back() = 0;
     ports_.nodeDesc = desc;
@@ -234,14 +232,15 @@ CommandOutcome CommandProcessor::setNodeDesc(const Command &cmd) {
 
 CommandOutcome CommandProcessor::madIfc(const Command &cmd) {
     if (!ports_.find(cmd.modifier))
-        return fail(PIB_CMD_STATUS_BAD_INDEX, "cmd-bad-port", "MAD_IFC on port %u", cmd.modifier);
+        return fail(PIB_CMD_STATUS_BAD_INDEX, err::kCmdBadPort, "MAD_IFC on port %u", cmd.modifier);
     pib_mad_ifc ifc;
     if (!readMailbox(cmd, ifc))
-        return fail(PIB_CMD_STATUS_DMA_ERROR, "cmd-dma", "MAD_IFC cannot read 0x%" PRIx64, cmd.in);
+        return fail(PIB_CMD_STATUS_DMA_ERROR, err::kCmdDma, "MAD_IFC cannot read 0x%" PRIx64,
+                    cmd.in);
     const bool reply =
         agents_.answerMad(cmd.modifier, ifc.mad, cmd.opmod & PIB_MAD_IFC_IGNORE_MKEY);
     if (reply && !writeMailbox(cmd, ifc))
-        return fail(PIB_CMD_STATUS_DMA_ERROR, "cmd-dma", "MAD_IFC cannot write 0x%" PRIx64,
+        return fail(PIB_CMD_STATUS_DMA_ERROR, err::kCmdDma, "MAD_IFC cannot write 0x%" PRIx64,
                     cmd.out);
     return {PIB_CMD_STATUS_OK, reply ? 1u : 0u};
 }
@@ -251,17 +250,18 @@ CommandOutcome CommandProcessor::madIfc(const Command &cmd) {
 CommandOutcome CommandProcessor::allocUar(const Command &) {
     const auto number = objects_.uars.insert(std::make_unique<DoorbellPage>());
     if (!number)
-        return fail(PIB_CMD_STATUS_NO_RESOURCES, "cmd-no-resources", "all %u doorbell pages in use",
-                    objects_.uars.capacity());
+        return fail(PIB_CMD_STATUS_NO_RESOURCES, err::kCmdNoResources,
+                    "all %u doorbell pages in use", objects_.uars.capacity());
     return {PIB_CMD_STATUS_OK, *number};
 }
 
 CommandOutcome CommandProcessor::freeUar(const Command &cmd) {
     DoorbellPage *uar = objects_.uars.find(cmd.modifier);
     if (!uar)
-        return fail(PIB_CMD_STATUS_BAD_INDEX, "cmd-bad-index", "FREE_UAR of page %u", cmd.modifier);
+        return fail(PIB_CMD_STATUS_BAD_INDEX, err::kCmdBadIndex, "FREE_UAR of page %u",
+                    cmd.modifier);
     if (uar->refs)
-        return fail(PIB_CMD_STATUS_BUSY, "cmd-busy", "FREE_UAR of page %u used by %u queues",
+        return fail(PIB_CMD_STATUS_BUSY, err::kCmdBusy, "FREE_UAR of page %u used by %u queues",
                     cmd.modifier, uar->refs);
     objects_.uars.erase(cmd.modifier);
     return {};
@@ -270,7 +270,7 @@ CommandOutcome CommandProcessor::freeUar(const Command &cmd) {
 CommandOutcome CommandProcessor::allocPd(const Command &) {
     const auto number = objects_.pds.insert(std::make_unique<ProtectionDomain>());
     if (!number)
-        return fail(PIB_CMD_STATUS_NO_RESOURCES, "cmd-no-resources", "all %u PDs in use",
+        return fail(PIB_CMD_STATUS_NO_RESOURCES, err::kCmdNoResources, "all %u PDs in use",
                     objects_.pds.capacity());
     return {PIB_CMD_STATUS_OK, *number};
 }
@@ -278,9 +278,10 @@ CommandOutcome CommandProcessor::allocPd(const Command &) {
 CommandOutcome CommandProcessor::deallocPd(const Command &cmd) {
     ProtectionDomain *pd = objects_.pds.find(cmd.modifier);
     if (!pd)
-        return fail(PIB_CMD_STATUS_BAD_INDEX, "cmd-bad-index", "DEALLOC_PD of PD %u", cmd.modifier);
+        return fail(PIB_CMD_STATUS_BAD_INDEX, err::kCmdBadIndex, "DEALLOC_PD of PD %u",
+                    cmd.modifier);
     if (pd->refs)
-        return fail(PIB_CMD_STATUS_BUSY, "cmd-busy", "DEALLOC_PD of PD %u used by %u objects",
+        return fail(PIB_CMD_STATUS_BUSY, err::kCmdBusy, "DEALLOC_PD of PD %u used by %u objects",
                     cmd.modifier, pd->refs);
     objects_.pds.erase(cmd.modifier);
     return {};
@@ -290,21 +291,21 @@ CommandOutcome CommandProcessor::deallocPd(const Command &cmd) {
 
 CommandOutcome CommandProcessor::allocMtt(const Command &cmd) {
     if (cmd.in == 0 || cmd.in > limits::kMaxMtt)
-        return fail(PIB_CMD_STATUS_BAD_PARAM, "cmd-bad-param", "ALLOC_MTT of %" PRIu64 " entries",
+        return fail(PIB_CMD_STATUS_BAD_PARAM, err::kCmdBadParam, "ALLOC_MTT of %" PRIu64 " entries",
                     cmd.in);
     const auto first = objects_.mtt.allocate(static_cast<uint32_t>(cmd.in));
     if (!first)
-        return fail(PIB_CMD_STATUS_NO_RESOURCES, "cmd-no-resources",
+        return fail(PIB_CMD_STATUS_NO_RESOURCES, err::kCmdNoResources,
                     "no room for %" PRIu64 " MTT entries", cmd.in);
     return {PIB_CMD_STATUS_OK, *first};
 }
 
 CommandOutcome CommandProcessor::freeMtt(const Command &cmd) {
     if (objects_.mtt.held(cmd.modifier))
-        return fail(PIB_CMD_STATUS_BUSY, "cmd-busy", "FREE_MTT of range %u still in use",
+        return fail(PIB_CMD_STATUS_BUSY, err::kCmdBusy, "FREE_MTT of range %u still in use",
                     cmd.modifier);
     if (!objects_.mtt.release(cmd.modifier))
-        return fail(PIB_CMD_STATUS_BAD_INDEX, "cmd-bad-index", "FREE_MTT: no range starts at %u",
+        return fail(PIB_CMD_STATUS_BAD_INDEX, err::kCmdBadIndex, "FREE_MTT: no range starts at %u",
                     cmd.modifier);
     return {};
 }
@@ -312,12 +313,13 @@ CommandOutcome CommandProcessor::freeMtt(const Command &cmd) {
 CommandOutcome CommandProcessor::writeMtt(const Command &cmd) {
     pib_mtt_write in;
     if (!readMailbox(cmd, in))
-        return fail(PIB_CMD_STATUS_DMA_ERROR, "cmd-dma", "WRITE_MTT cannot read 0x%" PRIx64,
+        return fail(PIB_CMD_STATUS_DMA_ERROR, err::kCmdDma, "WRITE_MTT cannot read 0x%" PRIx64,
                     cmd.in);
     if (in.count == 0 || in.count > PIB_MTT_WRITE_MAX)
-        return fail(PIB_CMD_STATUS_BAD_PARAM, "cmd-bad-param", "WRITE_MTT of %u entries", in.count);
+        return fail(PIB_CMD_STATUS_BAD_PARAM, err::kCmdBadParam, "WRITE_MTT of %u entries",
+                    in.count);
     if (!objects_.mtt.covers(cmd.modifier, in.count))
-        return fail(PIB_CMD_STATUS_BAD_INDEX, "cmd-bad-index",
+        return fail(PIB_CMD_STATUS_BAD_INDEX, err::kCmdBadIndex,
                     "WRITE_MTT of %u entries at %u outside an allocated range", in.count,
                     cmd.modifier);
     // Entries an MR reads as large pages must stay aligned to its page
@@ -327,7 +329,7 @@ CommandOutcome CommandProcessor::writeMtt(const Command &cmd) {
     static_assert(PIB_PAGE_SIZE == 1u << Mtt::kMinLogPage);
     for (uint32_t i = 0; i < in.count; ++i) {
         if (in.entries[i] % pageSize || in.entries[i] == 0)
-            return fail(PIB_CMD_STATUS_BAD_PARAM, "cmd-bad-param",
+            return fail(PIB_CMD_STATUS_BAD_PARAM, err::kCmdBadParam,
                         "WRITE_MTT entry %u: 0x%" PRIx64 " is not a %" PRIu64 "-byte page address",
                         i, in.entries[i], pageSize);
     }

@@ -57,7 +57,7 @@ class CommandProcessor {
     static const CommandSpec *findCommand(uint16_t opcode);
 
     // Helpers shared by the handlers.
-    CommandOutcome fail(uint8_t status, const char *what, const char *fmt, ...)
+    CommandOutcome fail(uint8_t status, unsigned error, const char *fmt, ...)
         __attribute__((format(printf, 4, 5)));
     // Mailboxes are 8-byte aligned guest memory (docs/prm.md §4).
     template <class T> bool readMailbox(const Command &cmd, T &obj) {

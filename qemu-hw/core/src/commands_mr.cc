@@ -4,46 +4,47 @@
 
 #include "commands.hh"
 #include "limits.hh"
+#include "trace.hh"
 
 namespace pib {
 
 CommandOutcome CommandProcessor::createMr(const Command &cmd) {
     pib_mr_context ctx;
     if (!readMailbox(cmd, ctx))
-        return fail(PIB_CMD_STATUS_DMA_ERROR, "cmd-dma", "CREATE_MR cannot read 0x%" PRIx64,
+        return fail(PIB_CMD_STATUS_DMA_ERROR, err::kCmdDma, "CREATE_MR cannot read 0x%" PRIx64,
                     cmd.in);
     ProtectionDomain *pd = objects_.pds.find(ctx.pdn);
     if (!pd)
-        return fail(PIB_CMD_STATUS_BAD_INDEX, "cmd-bad-index", "CREATE_MR in PD %u", ctx.pdn);
+        return fail(PIB_CMD_STATUS_BAD_INDEX, err::kCmdBadIndex, "CREATE_MR in PD %u", ctx.pdn);
     if (ctx.access & ~PIB_ACCESS_ALL || ctx.flags & ~PIB_MR_PHYSICAL)
-        return fail(PIB_CMD_STATUS_BAD_PARAM, "cmd-bad-param", "CREATE_MR access 0x%x flags 0x%x",
+        return fail(PIB_CMD_STATUS_BAD_PARAM, err::kCmdBadParam, "CREATE_MR access 0x%x flags 0x%x",
                     ctx.access, ctx.flags);
     // IBA 10.6.3.1: remote write and atomic access need local write.
     if (ctx.access & (PIB_ACCESS_REMOTE_WRITE | PIB_ACCESS_REMOTE_ATOMIC) &&
         !(ctx.access & PIB_ACCESS_LOCAL_WRITE))
-        return fail(PIB_CMD_STATUS_BAD_PARAM, "cmd-bad-param",
+        return fail(PIB_CMD_STATUS_BAD_PARAM, err::kCmdBadParam,
                     "CREATE_MR remote write/atomic without local write (access 0x%x)", ctx.access);
     if (ctx.flags & PIB_MR_PHYSICAL) {
         if (ctx.mtt_count)
-            return fail(PIB_CMD_STATUS_BAD_PARAM, "cmd-bad-param", "CREATE_MR physical with MTT");
+            return fail(PIB_CMD_STATUS_BAD_PARAM, err::kCmdBadParam, "CREATE_MR physical with MTT");
     } else {
         const unsigned shift = ctx.log_page_size;
         if (shift < limits::kMinLogPageSize || shift > limits::kMaxLogPageSize)
-            return fail(PIB_CMD_STATUS_BAD_PARAM, "cmd-bad-param", "CREATE_MR page size 2^%u",
+            return fail(PIB_CMD_STATUS_BAD_PARAM, err::kCmdBadParam, "CREATE_MR page size 2^%u",
                         shift);
         if (ctx.length == 0 || ctx.length > limits::kMaxMrSize || ctx.iova + ctx.length < ctx.iova)
-            return fail(PIB_CMD_STATUS_BAD_PARAM, "cmd-bad-param",
+            return fail(PIB_CMD_STATUS_BAD_PARAM, err::kCmdBadParam,
                         "CREATE_MR of 0x%" PRIx64 " bytes at 0x%" PRIx64, ctx.length, ctx.iova);
         const uint64_t pages = ((ctx.iova + ctx.length - 1) >> shift) - (ctx.iova >> shift) + 1;
         if (pages != ctx.mtt_count || !objects_.mtt.covers(ctx.mtt_index, ctx.mtt_count))
-            return fail(PIB_CMD_STATUS_BAD_PARAM, "cmd-bad-param",
+            return fail(PIB_CMD_STATUS_BAD_PARAM, err::kCmdBadParam,
                         "CREATE_MR needs %" PRIu64 " allocated MTT entries, got %u at %u", pages,
                         ctx.mtt_count, ctx.mtt_index);
         const uint64_t pageMask = (uint64_t{1} << shift) - 1;
         for (uint32_t i = 0; i < ctx.mtt_count; ++i) {
             const uint64_t entry = objects_.mtt.entry(ctx.mtt_index + i);
             if (entry == 0 || entry & pageMask)
-                return fail(PIB_CMD_STATUS_BAD_PARAM, "cmd-bad-param",
+                return fail(PIB_CMD_STATUS_BAD_PARAM, err::kCmdBadParam,
                             "CREATE_MR MTT entry %u (0x%" PRIx64 ") is not a 2^%u-byte page",
                             ctx.mtt_index + i, entry, shift);
         }
@@ -52,7 +53,7 @@ CommandOutcome CommandProcessor::createMr(const Command &cmd) {
     MemoryRegion *raw = mr.get();
     const auto index = objects_.mrs.insert(std::move(mr));
     if (!index)
-        return fail(PIB_CMD_STATUS_NO_RESOURCES, "cmd-no-resources", "all %u MRs in use",
+        return fail(PIB_CMD_STATUS_NO_RESOURCES, err::kCmdNoResources, "all %u MRs in use",
                     objects_.mrs.capacity());
     raw->ctx = ctx;
     raw->key = (*index << 8) | ctx.key_variant;
@@ -71,7 +72,7 @@ static MemoryRegion *findByKey(const ObjectTable<MemoryRegion> &mrs, uint32_t ke
 CommandOutcome CommandProcessor::destroyMr(const Command &cmd) {
     MemoryRegion *mr = findByKey(objects_.mrs, cmd.modifier);
     if (!mr)
-        return fail(PIB_CMD_STATUS_BAD_INDEX, "cmd-bad-index", "DESTROY_MR of key 0x%x",
+        return fail(PIB_CMD_STATUS_BAD_INDEX, err::kCmdBadIndex, "DESTROY_MR of key 0x%x",
                     cmd.modifier);
     --objects_.pds.find(mr->ctx.pdn)->refs;
     if (mr->ctx.mtt_count)
@@ -83,10 +84,10 @@ CommandOutcome CommandProcessor::destroyMr(const Command &cmd) {
 CommandOutcome CommandProcessor::queryMr(const Command &cmd) {
     MemoryRegion *mr = findByKey(objects_.mrs, cmd.modifier);
     if (!mr)
-        return fail(PIB_CMD_STATUS_BAD_INDEX, "cmd-bad-index", "QUERY_MR of key 0x%x",
+        return fail(PIB_CMD_STATUS_BAD_INDEX, err::kCmdBadIndex, "QUERY_MR of key 0x%x",
                     cmd.modifier);
     if (!writeMailbox(cmd, mr->ctx))
-        return fail(PIB_CMD_STATUS_DMA_ERROR, "cmd-dma", "QUERY_MR cannot write 0x%" PRIx64,
+        return fail(PIB_CMD_STATUS_DMA_ERROR, err::kCmdDma, "QUERY_MR cannot write 0x%" PRIx64,
                     cmd.out);
     return {};
 }

@@ -6,6 +6,7 @@
 #include "limits.hh"
 #include "qp_state.hh"
 #include "ring.hh"
+#include "trace.hh"
 
 namespace pib {
 
@@ -28,23 +29,23 @@ constexpr uint8_t kMigMigrated = 0; // IBA APM state: no alternate path armed
 CommandOutcome CommandProcessor::createQp(const Command &cmd) {
     pib_qp_context ctx;
     if (!readMailbox(cmd, ctx))
-        return fail(PIB_CMD_STATUS_DMA_ERROR, "cmd-dma", "CREATE_QP cannot read 0x%" PRIx64,
+        return fail(PIB_CMD_STATUS_DMA_ERROR, err::kCmdDma, "CREATE_QP cannot read 0x%" PRIx64,
                     cmd.in);
     if (!validType(ctx.type) || ctx.flags & ~(PIB_QP_SIGNAL_ALL | PIB_QP_USE_SRQ))
-        return fail(PIB_CMD_STATUS_BAD_PARAM, "cmd-bad-param", "CREATE_QP type %u flags 0x%x",
+        return fail(PIB_CMD_STATUS_BAD_PARAM, err::kCmdBadParam, "CREATE_QP type %u flags 0x%x",
                     ctx.type, ctx.flags);
     const bool special = ctx.type == PIB_QPT_SMI || ctx.type == PIB_QPT_GSI;
     const bool useSrq = ctx.flags & PIB_QP_USE_SRQ;
     if (special && (useSrq || !ports_.find(ctx.port)))
-        return fail(PIB_CMD_STATUS_BAD_PARAM, "cmd-bad-param", "CREATE_QP special QP on port %u%s",
-                    ctx.port, useSrq ? " with an SRQ" : "");
+        return fail(PIB_CMD_STATUS_BAD_PARAM, err::kCmdBadParam,
+                    "CREATE_QP special QP on port %u%s", ctx.port, useSrq ? " with an SRQ" : "");
     ProtectionDomain *pd = objects_.pds.find(ctx.pdn);
     CompletionQueue *scq = objects_.cqs.find(ctx.send_cqn);
     CompletionQueue *rcq = objects_.cqs.find(ctx.recv_cqn);
     SharedReceiveQueue *srq = useSrq ? objects_.srqs.find(ctx.srqn) : nullptr;
     DoorbellPage *uar = objects_.uars.find(ctx.uar_page);
     if (!pd || !scq || !rcq || !uar || (useSrq && !srq))
-        return fail(PIB_CMD_STATUS_BAD_INDEX, "cmd-bad-index",
+        return fail(PIB_CMD_STATUS_BAD_INDEX, err::kCmdBadIndex,
                     "CREATE_QP with PD %u, CQs %u/%u, SRQ %s%u, doorbell page %u: %s missing",
                     ctx.pdn, ctx.send_cqn, ctx.recv_cqn, useSrq ? "" : "(none) ", ctx.srqn,
                     ctx.uar_page,
@@ -54,24 +55,24 @@ CommandOutcome CommandProcessor::createQp(const Command &cmd) {
                     : !uar ? "doorbell page"
                            : "SRQ");
     if (ctx.sq_log_wqe_count > limits::kLogMaxQpWr || !validStride(ctx.sq_log_wqe_stride))
-        return fail(PIB_CMD_STATUS_BAD_PARAM, "cmd-bad-param",
+        return fail(PIB_CMD_STATUS_BAD_PARAM, err::kCmdBadParam,
                     "CREATE_QP SQ of 2^%u WQEs of 2^%u bytes", ctx.sq_log_wqe_count,
                     ctx.sq_log_wqe_stride);
     if (!validRing(ctx.sq_buf, ringPages(ctx.sq_log_wqe_count, ctx.sq_log_wqe_stride)))
-        return fail(PIB_CMD_STATUS_BAD_PARAM, "cmd-bad-ring",
+        return fail(PIB_CMD_STATUS_BAD_PARAM, err::kCmdBadRing,
                     "CREATE_QP SQ ring of %u pages at MTT %u", ctx.sq_buf.npages,
                     ctx.sq_buf.mtt_index);
     if (useSrq) {
         if (ctx.rq_buf.npages || ctx.rq_log_wqe_count || ctx.rq_log_wqe_stride)
-            return fail(PIB_CMD_STATUS_BAD_PARAM, "cmd-bad-param",
+            return fail(PIB_CMD_STATUS_BAD_PARAM, err::kCmdBadParam,
                         "CREATE_QP with an SRQ and an RQ");
     } else {
         if (ctx.rq_log_wqe_count > limits::kLogMaxQpWr || !validStride(ctx.rq_log_wqe_stride))
-            return fail(PIB_CMD_STATUS_BAD_PARAM, "cmd-bad-param",
+            return fail(PIB_CMD_STATUS_BAD_PARAM, err::kCmdBadParam,
                         "CREATE_QP RQ of 2^%u WQEs of 2^%u bytes", ctx.rq_log_wqe_count,
                         ctx.rq_log_wqe_stride);
         if (!validRing(ctx.rq_buf, ringPages(ctx.rq_log_wqe_count, ctx.rq_log_wqe_stride)))
-            return fail(PIB_CMD_STATUS_BAD_PARAM, "cmd-bad-ring",
+            return fail(PIB_CMD_STATUS_BAD_PARAM, err::kCmdBadRing,
                         "CREATE_QP RQ ring of %u pages at MTT %u", ctx.rq_buf.npages,
                         ctx.rq_buf.mtt_index);
     }
@@ -85,13 +86,13 @@ CommandOutcome CommandProcessor::createQp(const Command &cmd) {
     if (special) {
         qpn = PIB_SPECIAL_QPN(ctx.port, ctx.type);
         if (objects_.specialQps[qpn])
-            return fail(PIB_CMD_STATUS_BAD_STATE, "cmd-bad-state",
+            return fail(PIB_CMD_STATUS_BAD_STATE, err::kCmdBadState,
                         "CREATE_QP: QP%u of port %u exists", ctx.type, ctx.port);
         objects_.specialQps[qpn] = std::move(qp);
     } else {
         const auto number = objects_.qps.insert(std::move(qp));
         if (!number)
-            return fail(PIB_CMD_STATUS_NO_RESOURCES, "cmd-no-resources", "all %u QPs in use",
+            return fail(PIB_CMD_STATUS_NO_RESOURCES, err::kCmdNoResources, "all %u QPs in use",
                         objects_.qps.capacity());
         qpn = *number;
     }
@@ -123,7 +124,8 @@ void CommandProcessor::releaseQp(QueuePair &qp) {
 CommandOutcome CommandProcessor::destroyQp(const Command &cmd) {
     QueuePair *qp = objects_.findQp(cmd.modifier);
     if (!qp)
-        return fail(PIB_CMD_STATUS_BAD_INDEX, "cmd-bad-index", "DESTROY_QP of QP %u", cmd.modifier);
+        return fail(PIB_CMD_STATUS_BAD_INDEX, err::kCmdBadIndex, "DESTROY_QP of QP %u",
+                    cmd.modifier);
     releaseQp(*qp);
     objects_.multicast.detachAll(cmd.modifier);
     dataPath_.forgetQp(cmd.modifier, *qp);
@@ -137,14 +139,22 @@ CommandOutcome CommandProcessor::destroyQp(const Command &cmd) {
 CommandOutcome CommandProcessor::queryQp(const Command &cmd) {
     QueuePair *qp = objects_.findQp(cmd.modifier);
     if (!qp)
-        return fail(PIB_CMD_STATUS_BAD_INDEX, "cmd-bad-index", "QUERY_QP of QP %u", cmd.modifier);
+        return fail(PIB_CMD_STATUS_BAD_INDEX, err::kCmdBadIndex, "QUERY_QP of QP %u", cmd.modifier);
     pib_qp_attr out = qp->attr;
     out.attr_mask = 0;
     out.cur_qp_state = out.qp_state;
     if (!writeMailbox(cmd, out))
-        return fail(PIB_CMD_STATUS_DMA_ERROR, "cmd-dma", "QUERY_QP cannot write 0x%" PRIx64,
+        return fail(PIB_CMD_STATUS_DMA_ERROR, err::kCmdDma, "QUERY_QP cannot write 0x%" PRIx64,
                     cmd.out);
     return {};
+}
+
+// The 64-bit number in 8 bytes of a GID, most significant first.
+static uint64_t bigEndian64(const uint8_t *bytes) {
+    uint64_t v = 0;
+    for (int i = 0; i < 8; ++i)
+        v = v << 8 | bytes[i];
+    return v;
 }
 
 // Multicast (IBA 10.5, 11.3): a UD QP with a port joins or leaves a group.
@@ -153,19 +163,20 @@ CommandOutcome CommandProcessor::attachOrDetachMcast(const Command &cmd) {
     const char *name = attach ? "ATTACH_MCAST" : "DETACH_MCAST";
     pib_mcast m;
     if (!readMailbox(cmd, m))
-        return fail(PIB_CMD_STATUS_DMA_ERROR, "cmd-dma", "%s cannot read 0x%" PRIx64, name, cmd.in);
+        return fail(PIB_CMD_STATUS_DMA_ERROR, err::kCmdDma, "%s cannot read 0x%" PRIx64, name,
+                    cmd.in);
     QueuePair *qp = objects_.findQp(cmd.modifier);
     if (!qp)
-        return fail(PIB_CMD_STATUS_BAD_INDEX, "cmd-bad-index", "%s of QP %u", name, cmd.modifier);
+        return fail(PIB_CMD_STATUS_BAD_INDEX, err::kCmdBadIndex, "%s of QP %u", name, cmd.modifier);
     if (qp->ctx.type != PIB_QPT_UD || cmd.modifier < PIB_FIRST_QPN)
-        return fail(PIB_CMD_STATUS_BAD_PARAM, "cmd-bad-param", "%s of QP %u, which is not UD", name,
-                    cmd.modifier);
+        return fail(PIB_CMD_STATUS_BAD_PARAM, err::kCmdBadParam, "%s of QP %u, which is not UD",
+                    name, cmd.modifier);
     if (m.gid[0] != 0xff || (attach && !iba::isMulticastLid(m.mlid)))
-        return fail(PIB_CMD_STATUS_BAD_PARAM, "cmd-bad-param",
+        return fail(PIB_CMD_STATUS_BAD_PARAM, err::kCmdBadParam,
                     "%s of QP %u: GID starting 0x%02x, LID 0x%x is not a multicast group", name,
                     cmd.modifier, m.gid[0], m.mlid);
     if (qp->attr.qp_state == PIB_QPS_RESET || !ports_.find(qp->attr.port_num))
-        return fail(PIB_CMD_STATUS_BAD_STATE, "cmd-bad-state",
+        return fail(PIB_CMD_STATUS_BAD_STATE, err::kCmdBadState,
                     "%s of QP %u, which has no port yet (state %u)", name, cmd.modifier,
                     qp->attr.qp_state);
     MulticastGroups::Gid gid;
@@ -174,11 +185,11 @@ CommandOutcome CommandProcessor::attachOrDetachMcast(const Command &cmd) {
         attach ? objects_.multicast.attach(qp->attr.port_num, gid, m.mlid, cmd.modifier)
                : objects_.multicast.detach(qp->attr.port_num, gid, cmd.modifier);
     if (status != PIB_CMD_STATUS_OK)
-        return fail(status, attach ? "cmd-no-resources" : "cmd-bad-param", "%s of QP %u: %s", name,
-                    cmd.modifier, attach ? "a multicast limit is reached" : "it is not attached");
-    host_.trace("mcast", "QP %u %s group %02x%02x:...:%02x%02x (MLID 0x%x) on port %u",
-                cmd.modifier, attach ? "joins" : "leaves", gid[0], gid[1], gid[14], gid[15], m.mlid,
-                qp->attr.port_num);
+        return fail(status, attach ? err::kCmdNoResources : err::kCmdBadParam, "%s of QP %u: %s",
+                    name, cmd.modifier,
+                    attach ? "a multicast limit is reached" : "it is not attached");
+    trace::mcast_attach(host_, cmd.modifier, attach, m.mlid, qp->attr.port_num,
+                        bigEndian64(gid.data()), bigEndian64(gid.data() + 8));
     return {};
 }
 
@@ -282,33 +293,34 @@ static void applyQpAttrs(pib_qp_attr &a, const pib_qp_attr &in, uint32_t mask, u
 CommandOutcome CommandProcessor::modifyQp(const Command &cmd) {
     QueuePair *qp = objects_.findQp(cmd.modifier);
     if (!qp)
-        return fail(PIB_CMD_STATUS_BAD_INDEX, "cmd-bad-index", "MODIFY_QP of QP %u", cmd.modifier);
+        return fail(PIB_CMD_STATUS_BAD_INDEX, err::kCmdBadIndex, "MODIFY_QP of QP %u",
+                    cmd.modifier);
     pib_qp_attr in;
     if (!readMailbox(cmd, in))
-        return fail(PIB_CMD_STATUS_DMA_ERROR, "cmd-dma", "MODIFY_QP cannot read 0x%" PRIx64,
+        return fail(PIB_CMD_STATUS_DMA_ERROR, err::kCmdDma, "MODIFY_QP cannot read 0x%" PRIx64,
                     cmd.in);
     const uint32_t mask = in.attr_mask;
     const uint8_t cur = qp->attr.qp_state;
     const uint8_t next = mask & PIB_QP_STATE ? in.qp_state : cur;
     if (mask & ~PIB_QP_ATTR_MASK_ALL || next > PIB_QPS_ERR)
-        return fail(PIB_CMD_STATUS_BAD_PARAM, "cmd-bad-param", "MODIFY_QP %u mask 0x%x state %u",
+        return fail(PIB_CMD_STATUS_BAD_PARAM, err::kCmdBadParam, "MODIFY_QP %u mask 0x%x state %u",
                     cmd.modifier, mask, next);
     if (mask & PIB_QP_CUR_STATE && in.cur_qp_state != cur)
-        return fail(PIB_CMD_STATUS_BAD_STATE, "cmd-bad-state",
+        return fail(PIB_CMD_STATUS_BAD_STATE, err::kCmdBadState,
                     "MODIFY_QP %u says current state %u, but it is %u", cmd.modifier,
                     in.cur_qp_state, cur);
     const TransitionRule rule = transitionRule(qp->ctx.type, cur, next);
     if (!rule.allowed)
-        return fail(PIB_CMD_STATUS_BAD_TRANSITION, "cmd-bad-transition",
+        return fail(PIB_CMD_STATUS_BAD_TRANSITION, err::kCmdBadTransition,
                     "MODIFY_QP %u (type %u) from state %u to %u", cmd.modifier, qp->ctx.type, cur,
                     next);
     uint32_t missing, extra;
     if (!maskFitsRule(rule, mask, &missing, &extra))
-        return fail(PIB_CMD_STATUS_BAD_MASK, "cmd-bad-mask",
+        return fail(PIB_CMD_STATUS_BAD_MASK, err::kCmdBadMask,
                     "MODIFY_QP %u (type %u) %u->%u: mask 0x%x lacks 0x%x, has extra 0x%x",
                     cmd.modifier, qp->ctx.type, cur, next, mask, missing, extra);
     if (const char *bad = badQpAttr(*qp, in, mask))
-        return fail(PIB_CMD_STATUS_BAD_PARAM, "cmd-bad-param", "MODIFY_QP %u: invalid %s",
+        return fail(PIB_CMD_STATUS_BAD_PARAM, err::kCmdBadParam, "MODIFY_QP %u: invalid %s",
                     cmd.modifier, bad);
 
     applyQpAttrs(qp->attr, in, mask, next);

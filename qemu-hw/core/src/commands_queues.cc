@@ -5,6 +5,7 @@
 #include "commands.hh"
 #include "limits.hh"
 #include "ring.hh"
+#include "trace.hh"
 
 namespace pib {
 
@@ -18,32 +19,33 @@ static_assert(1u << kLogCqeSize == PIB_CQE_SIZE);
 CommandOutcome CommandProcessor::createEq(const Command &cmd) {
     pib_eq_context ctx;
     if (!readMailbox(cmd, ctx))
-        return fail(PIB_CMD_STATUS_DMA_ERROR, "cmd-dma", "CREATE_EQ cannot read 0x%" PRIx64,
+        return fail(PIB_CMD_STATUS_DMA_ERROR, err::kCmdDma, "CREATE_EQ cannot read 0x%" PRIx64,
                     cmd.in);
     if (ctx.log_size < 1 || ctx.log_size > limits::kLogMaxEqe)
-        return fail(PIB_CMD_STATUS_BAD_PARAM, "cmd-bad-param", "CREATE_EQ log_size %u",
+        return fail(PIB_CMD_STATUS_BAD_PARAM, err::kCmdBadParam, "CREATE_EQ log_size %u",
                     ctx.log_size);
     if (ctx.msix_vector >= config_.msix_vectors)
-        return fail(PIB_CMD_STATUS_BAD_PARAM, "cmd-bad-param", "CREATE_EQ MSI-X vector %u of %u",
+        return fail(PIB_CMD_STATUS_BAD_PARAM, err::kCmdBadParam, "CREATE_EQ MSI-X vector %u of %u",
                     ctx.msix_vector, config_.msix_vectors);
     if (ctx.flags & ~PIB_EQ_ASYNC)
-        return fail(PIB_CMD_STATUS_BAD_PARAM, "cmd-bad-param", "CREATE_EQ flags 0x%x", ctx.flags);
+        return fail(PIB_CMD_STATUS_BAD_PARAM, err::kCmdBadParam, "CREATE_EQ flags 0x%x", ctx.flags);
     if (ctx.flags & PIB_EQ_ASYNC) {
         bool haveAsync = false;
         objects_.eqs.forEach(
             [&](uint32_t, const EventQueue &eq) { haveAsync |= eq.ctx.flags & PIB_EQ_ASYNC; });
         if (haveAsync)
-            return fail(PIB_CMD_STATUS_BAD_STATE, "cmd-bad-state", "CREATE_EQ: an async EQ exists");
+            return fail(PIB_CMD_STATUS_BAD_STATE, err::kCmdBadState,
+                        "CREATE_EQ: an async EQ exists");
     }
     if (!validRing(ctx.buf, ringPages(ctx.log_size, kLogEqeSize)))
-        return fail(PIB_CMD_STATUS_BAD_PARAM, "cmd-bad-ring",
+        return fail(PIB_CMD_STATUS_BAD_PARAM, err::kCmdBadRing,
                     "CREATE_EQ ring of %u pages at MTT %u (needs %" PRIu64 " allocated)",
                     ctx.buf.npages, ctx.buf.mtt_index, ringPages(ctx.log_size, kLogEqeSize));
     auto eq = std::make_unique<EventQueue>();
     eq->ctx = ctx;
     const auto eqn = objects_.eqs.insert(std::move(eq));
     if (!eqn)
-        return fail(PIB_CMD_STATUS_NO_RESOURCES, "cmd-no-resources", "all %u EQs in use",
+        return fail(PIB_CMD_STATUS_NO_RESOURCES, err::kCmdNoResources, "all %u EQs in use",
                     objects_.eqs.capacity());
     objects_.mtt.hold(ctx.buf.mtt_index);
     return {PIB_CMD_STATUS_OK, *eqn};
@@ -52,9 +54,10 @@ CommandOutcome CommandProcessor::createEq(const Command &cmd) {
 CommandOutcome CommandProcessor::destroyEq(const Command &cmd) {
     EventQueue *eq = objects_.eqs.find(cmd.modifier);
     if (!eq)
-        return fail(PIB_CMD_STATUS_BAD_INDEX, "cmd-bad-index", "DESTROY_EQ of EQ %u", cmd.modifier);
+        return fail(PIB_CMD_STATUS_BAD_INDEX, err::kCmdBadIndex, "DESTROY_EQ of EQ %u",
+                    cmd.modifier);
     if (eq->refs)
-        return fail(PIB_CMD_STATUS_BUSY, "cmd-busy", "DESTROY_EQ of EQ %u used by %u CQs",
+        return fail(PIB_CMD_STATUS_BUSY, err::kCmdBusy, "DESTROY_EQ of EQ %u used by %u CQs",
                     cmd.modifier, eq->refs);
     objects_.mtt.unhold(eq->ctx.buf.mtt_index);
     objects_.eqs.erase(cmd.modifier);
@@ -64,9 +67,9 @@ CommandOutcome CommandProcessor::destroyEq(const Command &cmd) {
 CommandOutcome CommandProcessor::queryEq(const Command &cmd) {
     EventQueue *eq = objects_.eqs.find(cmd.modifier);
     if (!eq)
-        return fail(PIB_CMD_STATUS_BAD_INDEX, "cmd-bad-index", "QUERY_EQ of EQ %u", cmd.modifier);
+        return fail(PIB_CMD_STATUS_BAD_INDEX, err::kCmdBadIndex, "QUERY_EQ of EQ %u", cmd.modifier);
     if (!writeMailbox(cmd, eq->ctx))
-        return fail(PIB_CMD_STATUS_DMA_ERROR, "cmd-dma", "QUERY_EQ cannot write 0x%" PRIx64,
+        return fail(PIB_CMD_STATUS_DMA_ERROR, err::kCmdDma, "QUERY_EQ cannot write 0x%" PRIx64,
                     cmd.out);
     return {};
 }
@@ -76,30 +79,30 @@ CommandOutcome CommandProcessor::queryEq(const Command &cmd) {
 CommandOutcome CommandProcessor::createCq(const Command &cmd) {
     pib_cq_context ctx;
     if (!readMailbox(cmd, ctx))
-        return fail(PIB_CMD_STATUS_DMA_ERROR, "cmd-dma", "CREATE_CQ cannot read 0x%" PRIx64,
+        return fail(PIB_CMD_STATUS_DMA_ERROR, err::kCmdDma, "CREATE_CQ cannot read 0x%" PRIx64,
                     cmd.in);
     if (ctx.log_size < 1 || ctx.log_size > limits::kLogMaxCqe)
-        return fail(PIB_CMD_STATUS_BAD_PARAM, "cmd-bad-param", "CREATE_CQ log_size %u",
+        return fail(PIB_CMD_STATUS_BAD_PARAM, err::kCmdBadParam, "CREATE_CQ log_size %u",
                     ctx.log_size);
     EventQueue *eq = objects_.eqs.find(ctx.eqn);
     if (!eq)
-        return fail(PIB_CMD_STATUS_BAD_INDEX, "cmd-bad-index", "CREATE_CQ on EQ %u", ctx.eqn);
+        return fail(PIB_CMD_STATUS_BAD_INDEX, err::kCmdBadIndex, "CREATE_CQ on EQ %u", ctx.eqn);
     DoorbellPage *uar = objects_.uars.find(ctx.uar_page);
     if (!uar)
-        return fail(PIB_CMD_STATUS_BAD_INDEX, "cmd-bad-index", "CREATE_CQ with doorbell page %u",
+        return fail(PIB_CMD_STATUS_BAD_INDEX, err::kCmdBadIndex, "CREATE_CQ with doorbell page %u",
                     ctx.uar_page);
     if (ctx.ci_record == 0 || ctx.ci_record % 4)
-        return fail(PIB_CMD_STATUS_BAD_PARAM, "cmd-bad-param",
+        return fail(PIB_CMD_STATUS_BAD_PARAM, err::kCmdBadParam,
                     "CREATE_CQ consumer-index record at 0x%" PRIx64, ctx.ci_record);
     if (!validRing(ctx.buf, ringPages(ctx.log_size, kLogCqeSize)))
-        return fail(PIB_CMD_STATUS_BAD_PARAM, "cmd-bad-ring",
+        return fail(PIB_CMD_STATUS_BAD_PARAM, err::kCmdBadRing,
                     "CREATE_CQ ring of %u pages at MTT %u (needs %" PRIu64 " allocated)",
                     ctx.buf.npages, ctx.buf.mtt_index, ringPages(ctx.log_size, kLogCqeSize));
     auto cq = std::make_unique<CompletionQueue>();
     cq->ctx = ctx;
     const auto cqn = objects_.cqs.insert(std::move(cq));
     if (!cqn)
-        return fail(PIB_CMD_STATUS_NO_RESOURCES, "cmd-no-resources", "all %u CQs in use",
+        return fail(PIB_CMD_STATUS_NO_RESOURCES, err::kCmdNoResources, "all %u CQs in use",
                     objects_.cqs.capacity());
     ++eq->refs;
     ++uar->refs;
@@ -110,9 +113,10 @@ CommandOutcome CommandProcessor::createCq(const Command &cmd) {
 CommandOutcome CommandProcessor::destroyCq(const Command &cmd) {
     CompletionQueue *cq = objects_.cqs.find(cmd.modifier);
     if (!cq)
-        return fail(PIB_CMD_STATUS_BAD_INDEX, "cmd-bad-index", "DESTROY_CQ of CQ %u", cmd.modifier);
+        return fail(PIB_CMD_STATUS_BAD_INDEX, err::kCmdBadIndex, "DESTROY_CQ of CQ %u",
+                    cmd.modifier);
     if (cq->refs)
-        return fail(PIB_CMD_STATUS_BUSY, "cmd-busy", "DESTROY_CQ of CQ %u used by %u QPs",
+        return fail(PIB_CMD_STATUS_BUSY, err::kCmdBusy, "DESTROY_CQ of CQ %u used by %u QPs",
                     cmd.modifier, cq->refs);
     --objects_.eqs.find(cq->ctx.eqn)->refs;
     --objects_.uars.find(cq->ctx.uar_page)->refs;
@@ -124,9 +128,9 @@ CommandOutcome CommandProcessor::destroyCq(const Command &cmd) {
 CommandOutcome CommandProcessor::queryCq(const Command &cmd) {
     CompletionQueue *cq = objects_.cqs.find(cmd.modifier);
     if (!cq)
-        return fail(PIB_CMD_STATUS_BAD_INDEX, "cmd-bad-index", "QUERY_CQ of CQ %u", cmd.modifier);
+        return fail(PIB_CMD_STATUS_BAD_INDEX, err::kCmdBadIndex, "QUERY_CQ of CQ %u", cmd.modifier);
     if (!writeMailbox(cmd, cq->ctx))
-        return fail(PIB_CMD_STATUS_DMA_ERROR, "cmd-dma", "QUERY_CQ cannot write 0x%" PRIx64,
+        return fail(PIB_CMD_STATUS_DMA_ERROR, err::kCmdDma, "QUERY_CQ cannot write 0x%" PRIx64,
                     cmd.out);
     return {};
 }
@@ -136,25 +140,25 @@ CommandOutcome CommandProcessor::queryCq(const Command &cmd) {
 CommandOutcome CommandProcessor::createSrq(const Command &cmd) {
     pib_srq_context ctx;
     if (!readMailbox(cmd, ctx))
-        return fail(PIB_CMD_STATUS_DMA_ERROR, "cmd-dma", "CREATE_SRQ cannot read 0x%" PRIx64,
+        return fail(PIB_CMD_STATUS_DMA_ERROR, err::kCmdDma, "CREATE_SRQ cannot read 0x%" PRIx64,
                     cmd.in);
     ProtectionDomain *pd = objects_.pds.find(ctx.pdn);
     if (!pd)
-        return fail(PIB_CMD_STATUS_BAD_INDEX, "cmd-bad-index", "CREATE_SRQ in PD %u", ctx.pdn);
+        return fail(PIB_CMD_STATUS_BAD_INDEX, err::kCmdBadIndex, "CREATE_SRQ in PD %u", ctx.pdn);
     DoorbellPage *uar = objects_.uars.find(ctx.uar_page);
     if (!uar)
-        return fail(PIB_CMD_STATUS_BAD_INDEX, "cmd-bad-index", "CREATE_SRQ with doorbell page %u",
+        return fail(PIB_CMD_STATUS_BAD_INDEX, err::kCmdBadIndex, "CREATE_SRQ with doorbell page %u",
                     ctx.uar_page);
     if (ctx.log_wqe_count < 1 || ctx.log_wqe_count > limits::kLogMaxSrqWr ||
         ctx.log_wqe_stride < limits::kLogMinWqeStride ||
         ctx.log_wqe_stride > limits::kLogMaxWqeStride)
-        return fail(PIB_CMD_STATUS_BAD_PARAM, "cmd-bad-param",
+        return fail(PIB_CMD_STATUS_BAD_PARAM, err::kCmdBadParam,
                     "CREATE_SRQ of 2^%u WQEs of 2^%u bytes", ctx.log_wqe_count, ctx.log_wqe_stride);
     if (ctx.limit >= (1u << ctx.log_wqe_count))
-        return fail(PIB_CMD_STATUS_BAD_PARAM, "cmd-bad-param", "CREATE_SRQ limit %u of %u WQEs",
+        return fail(PIB_CMD_STATUS_BAD_PARAM, err::kCmdBadParam, "CREATE_SRQ limit %u of %u WQEs",
                     ctx.limit, 1u << ctx.log_wqe_count);
     if (!validRing(ctx.buf, ringPages(ctx.log_wqe_count, ctx.log_wqe_stride)))
-        return fail(PIB_CMD_STATUS_BAD_PARAM, "cmd-bad-ring",
+        return fail(PIB_CMD_STATUS_BAD_PARAM, err::kCmdBadRing,
                     "CREATE_SRQ ring of %u pages at MTT %u (needs %" PRIu64 " allocated)",
                     ctx.buf.npages, ctx.buf.mtt_index,
                     ringPages(ctx.log_wqe_count, ctx.log_wqe_stride));
@@ -163,7 +167,7 @@ CommandOutcome CommandProcessor::createSrq(const Command &cmd) {
     srq->ctx = ctx;
     const auto srqn = objects_.srqs.insert(std::move(srq));
     if (!srqn)
-        return fail(PIB_CMD_STATUS_NO_RESOURCES, "cmd-no-resources", "all %u SRQs in use",
+        return fail(PIB_CMD_STATUS_NO_RESOURCES, err::kCmdNoResources, "all %u SRQs in use",
                     objects_.srqs.capacity());
     ++pd->refs;
     ++uar->refs;
@@ -174,10 +178,10 @@ CommandOutcome CommandProcessor::createSrq(const Command &cmd) {
 CommandOutcome CommandProcessor::destroySrq(const Command &cmd) {
     SharedReceiveQueue *srq = objects_.srqs.find(cmd.modifier);
     if (!srq)
-        return fail(PIB_CMD_STATUS_BAD_INDEX, "cmd-bad-index", "DESTROY_SRQ of SRQ %u",
+        return fail(PIB_CMD_STATUS_BAD_INDEX, err::kCmdBadIndex, "DESTROY_SRQ of SRQ %u",
                     cmd.modifier);
     if (srq->refs)
-        return fail(PIB_CMD_STATUS_BUSY, "cmd-busy", "DESTROY_SRQ of SRQ %u used by %u QPs",
+        return fail(PIB_CMD_STATUS_BUSY, err::kCmdBusy, "DESTROY_SRQ of SRQ %u used by %u QPs",
                     cmd.modifier, srq->refs);
     --objects_.pds.find(srq->ctx.pdn)->refs;
     --objects_.uars.find(srq->ctx.uar_page)->refs;
@@ -189,11 +193,12 @@ CommandOutcome CommandProcessor::destroySrq(const Command &cmd) {
 CommandOutcome CommandProcessor::querySrq(const Command &cmd) {
     SharedReceiveQueue *srq = objects_.srqs.find(cmd.modifier);
     if (!srq)
-        return fail(PIB_CMD_STATUS_BAD_INDEX, "cmd-bad-index", "QUERY_SRQ of SRQ %u", cmd.modifier);
+        return fail(PIB_CMD_STATUS_BAD_INDEX, err::kCmdBadIndex, "QUERY_SRQ of SRQ %u",
+                    cmd.modifier);
     pib_srq_context out = srq->ctx;
     out.wqe_count = srq->producer - srq->consumer;
     if (!writeMailbox(cmd, out))
-        return fail(PIB_CMD_STATUS_DMA_ERROR, "cmd-dma", "QUERY_SRQ cannot write 0x%" PRIx64,
+        return fail(PIB_CMD_STATUS_DMA_ERROR, err::kCmdDma, "QUERY_SRQ cannot write 0x%" PRIx64,
                     cmd.out);
     return {};
 }
@@ -201,9 +206,9 @@ CommandOutcome CommandProcessor::querySrq(const Command &cmd) {
 CommandOutcome CommandProcessor::armSrq(const Command &cmd) {
     SharedReceiveQueue *srq = objects_.srqs.find(cmd.modifier);
     if (!srq)
-        return fail(PIB_CMD_STATUS_BAD_INDEX, "cmd-bad-index", "ARM_SRQ of SRQ %u", cmd.modifier);
+        return fail(PIB_CMD_STATUS_BAD_INDEX, err::kCmdBadIndex, "ARM_SRQ of SRQ %u", cmd.modifier);
     if (cmd.in >= (1u << srq->ctx.log_wqe_count))
-        return fail(PIB_CMD_STATUS_BAD_PARAM, "cmd-bad-param",
+        return fail(PIB_CMD_STATUS_BAD_PARAM, err::kCmdBadParam,
                     "ARM_SRQ limit %" PRIu64 " of %u WQEs", cmd.in, 1u << srq->ctx.log_wqe_count);
     srq->ctx.limit = static_cast<uint32_t>(cmd.in);
     return {};

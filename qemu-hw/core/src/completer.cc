@@ -6,6 +6,7 @@
 #include <cstring>
 
 #include "data_path.hh"
+#include "trace.hh"
 
 namespace pib {
 
@@ -90,8 +91,7 @@ void DataPath::completeHead(uint32_t qpn, QueuePair &qp, uint8_t status) {
     events_.completeSend(qpn, qp, w.index, w.wrId, completionOpcode(w.opcode), status, w.length,
                          signaled);
     if (status != PIB_WC_SUCCESS) {
-        host_.trace("qp-error", "QP %u: send WQE %u completed with status %u", qpn, w.index,
-                    status);
+        trace::qp_error(host_, qpn, w.index, status);
         qp.attr.qp_state = PIB_QPS_ERR;
         flushQp(qpn, qp);
     }
@@ -136,8 +136,7 @@ void DataPath::onResponse(uint32_t qpn, QueuePair &qp, const iba::Packet &packet
     const uint8_t op = packet.bth.opcode & 0x1f;
     // A response beyond what was sent is not ours to believe.
     if (psnDiff(psn, r.psn) >= 0) {
-        host_.trace("rc-bad-response", "QP %u: response PSN %u, next request PSN %u", qpn, psn,
-                    r.psn);
+        trace::err_rc_bad_response_psn(host_, qpn, psn, r.psn);
         return;
     }
     bool sendOn = true;
@@ -189,15 +188,14 @@ void DataPath::onRnrNak(uint32_t qpn, QueuePair &qp, uint32_t psn, uint8_t timer
     r.rnrDeadline = host_.clockNs() + rnrDelayNs(timerCode);
     r.ackDeadline = 0;
     scheduleQpTimer(qpn, qp);
-    host_.trace("rc-rnr", "QP %u: RNR NAK at PSN %u, waiting %" PRIu64 " ns", qpn, psn,
-                rnrDelayNs(timerCode));
+    trace::rc_rnr(host_, qpn, psn, rnrDelayNs(timerCode));
 }
 
 // NAK: a PSN sequence error is resent from `psn` while retries last; the
 // others complete the WQE at the head in error. True when sending goes on.
 bool DataPath::onNak(uint32_t qpn, QueuePair &qp, uint32_t psn, uint8_t code) {
     if (code == aeth::kPsnSequence) {
-        host_.trace("rc-seq-nak", "QP %u: PSN sequence error NAK, resending from %u", qpn, psn);
+        trace::rc_seq_nak(host_, qpn, psn);
         if (qp.req.retriesLeft == 0) {
             completeHead(qpn, qp, PIB_WC_RETRY_EXC_ERR);
             return false;
@@ -263,8 +261,7 @@ void DataPath::readResponse(uint32_t qpn, QueuePair &qp, const iba::Packet &pack
     const uint32_t expected = psnAdd(w->firstPsn, w->received / mtu);
     if (psn != expected) {
         if (psnDiff(psn, expected) > 0) { // a response got lost: ask again
-            host_.trace("rc-read-gap", "QP %u: READ response PSN %u, expected %u", qpn, psn,
-                        expected);
+            trace::rc_read_gap(host_, qpn, psn, expected);
             rewind(qp, expected);
         }
         return;
@@ -274,8 +271,7 @@ void DataPath::readResponse(uint32_t qpn, QueuePair &qp, const iba::Packet &pack
     const uint32_t left = w->length - w->received;
     const size_t len = packet.data().size();
     if (len > left || (!last && len != mtu) || (last && len != left)) {
-        host_.trace("rc-bad-response", "QP %u: READ response of %zu bytes, %u left", qpn, len,
-                    left);
+        trace::err_rc_bad_response_length(host_, qpn, static_cast<unsigned>(len), left);
         w->localStatus = PIB_WC_BAD_RESP_ERR;
         completeInOrder(qpn, qp);
         return;
@@ -316,7 +312,7 @@ void DataPath::qpTimerExpired(uint32_t qpn, QueuePair &qp) {
     if (r.outstanding.empty())
         return;
     if (r.retriesLeft == 0) {
-        host_.trace("rc-retry-exceeded", "QP %u: no ACK after %u retries", qpn, qp.attr.retry_cnt);
+        trace::rc_retry_exceeded(host_, qpn, qp.attr.retry_cnt);
         completeHead(qpn, qp, PIB_WC_RETRY_EXC_ERR);
         return;
     }
@@ -326,7 +322,7 @@ void DataPath::qpTimerExpired(uint32_t qpn, QueuePair &qp) {
     // What ACKs covered of a long head WQE need not go again.
     if (psnDiff(r.unackedPsn, from) > 0 && psnDiff(r.unackedPsn, head.lastPsn()) <= 0)
         from = r.unackedPsn;
-    host_.trace("rc-timeout", "QP %u: local ACK timeout, resending from PSN %u", qpn, from);
+    trace::rc_timeout(host_, qpn, from);
     rewind(qp, from);
     processConnectedSend(qpn, qp);
     restartAckTimer(qpn, qp);

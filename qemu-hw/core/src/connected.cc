@@ -8,6 +8,7 @@
 #include "addressing.hh"
 #include "data_path.hh"
 #include "frame.hh"
+#include "trace.hh"
 
 namespace pib {
 
@@ -56,7 +57,7 @@ void DataPath::deliverConnected(unsigned number, const iba::Packet &packet) {
     const uint8_t wanted = transport == iba::kTransportRc ? PIB_QPT_RC : PIB_QPT_UC;
     if (!qp || qp->ctx.type != wanted || qp->attr.port_num != number ||
         qp->attr.qp_state < PIB_QPS_RTR) {
-        host_.trace("rc-drop", "port %u: packet for QP %u, which cannot take it", number, qpn);
+        trace::err_rc_no_qp(host_, number, qpn);
         return;
     }
     // IBA 9.6.1: a connected QP takes packets from its peer only, with the
@@ -68,8 +69,7 @@ void DataPath::deliverConnected(unsigned number, const iba::Packet &packet) {
         return;
     }
     if (packet.lrh.slid != qp->attr.av.dlid) {
-        host_.trace("rc-drop", "QP %u: packet from LID %u, connected to LID %u", qpn,
-                    packet.lrh.slid, qp->attr.av.dlid);
+        trace::err_rc_wrong_peer(host_, qpn, packet.lrh.slid, qp->attr.av.dlid);
         return;
     }
     const uint8_t op = packet.bth.opcode & 0x1f;

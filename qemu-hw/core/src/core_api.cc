@@ -11,6 +11,7 @@
 #include "device.hh"
 #include "pib_core.h"
 #include "pib_hw.h"
+#include "trace.hh"
 
 struct pib_core {
     explicit pib_core(const pib_core_config &config, const pib_host_ops &ops, void *opaque)
@@ -45,7 +46,7 @@ template <class Work> void guarded(pib_core *core, Work &&work) {
 // Runs `work` as one entry point of `core`, unless another is running.
 template <class Work> void enter(pib_core *core, const char *what, Work &&work) {
     if (core->busy) {
-        core->host.guestError("dma-reentry", "%s while the device is busy: refused", what);
+        core->host.guestError(pib::err::kDmaReentry, "%s while the device is busy: refused", what);
         return;
     }
     core->busy = true;

@@ -2,6 +2,7 @@
 // The data path's entry points besides packets and the timer: doorbells
 // (BAR2), QP state changes, and resets.
 #include "data_path.hh"
+#include "trace.hh"
 
 #include <cinttypes>
 
@@ -72,7 +73,7 @@ bool DataPath::updateProducer(const char *what, uint32_t number, uint32_t &produ
                               uint32_t consumer, uint32_t size, uint32_t value) {
     // The producer only moves forward, and never more than a ring ahead.
     if (value - consumer > size || value - producer > size) {
-        host_.guestError("doorbell-bad-index",
+        host_.guestError(err::kDoorbellBadIndex,
                          "%s %u producer index %u (was %u, consumer %u, %u slots)", what, number,
                          value, producer, consumer, size);
         return false;
@@ -85,7 +86,7 @@ void DataPath::doorbell(uint32_t page, uint32_t offset, uint64_t value) {
     const auto number = static_cast<uint32_t>(value);
     const auto arg = static_cast<uint32_t>(value >> 32);
     if (!objects_.uars.find(page)) {
-        host_.guestError("doorbell-unallocated",
+        host_.guestError(err::kDoorbellUnallocated,
                          "write of 0x%" PRIx64 " to page %u offset 0x%x, which no context owns",
                          value, page, offset);
         return;
@@ -95,7 +96,7 @@ void DataPath::doorbell(uint32_t page, uint32_t offset, uint64_t value) {
     case PIB_DB_RQ: {
         QueuePair *qp = objects_.findQp(number);
         if (!qp || qp->ctx.uar_page != page) {
-            host_.guestError("doorbell-bad-object", "%s doorbell of QP %u on page %u, which %s",
+            host_.guestError(err::kDoorbellBadObject, "%s doorbell of QP %u on page %u, which %s",
                              offset == PIB_DB_SQ ? "SQ" : "RQ", number, page,
                              qp ? "belongs to another page" : "does not exist");
             return;
@@ -105,7 +106,7 @@ void DataPath::doorbell(uint32_t page, uint32_t offset, uint64_t value) {
                                1u << qp->ctx.sq_log_wqe_count, arg))
                 processSendQueue(number, *qp);
         } else if (qp->ctx.flags & PIB_QP_USE_SRQ)
-            host_.guestError("doorbell-bad-object", "RQ doorbell of QP %u, which uses an SRQ",
+            host_.guestError(err::kDoorbellBadObject, "RQ doorbell of QP %u, which uses an SRQ",
                              number);
         else
             updateProducer("RQ of QP", number, qp->rq.producer, qp->rq.consumer,
@@ -115,7 +116,8 @@ void DataPath::doorbell(uint32_t page, uint32_t offset, uint64_t value) {
     case PIB_DB_SRQ: {
         SharedReceiveQueue *srq = objects_.srqs.find(number);
         if (!srq || srq->ctx.uar_page != page) {
-            host_.guestError("doorbell-bad-object", "doorbell of SRQ %u on page %u", number, page);
+            host_.guestError(err::kDoorbellBadObject, "doorbell of SRQ %u on page %u", number,
+                             page);
             return;
         }
         updateProducer("SRQ", number, srq->producer, srq->consumer, 1u << srq->ctx.log_wqe_count,
@@ -125,11 +127,11 @@ void DataPath::doorbell(uint32_t page, uint32_t offset, uint64_t value) {
     case PIB_DB_CQ_ARM: {
         CompletionQueue *cq = objects_.cqs.find(number);
         if (!cq || cq->ctx.uar_page != page) {
-            host_.guestError("doorbell-bad-object", "arm of CQ %u on page %u", number, page);
+            host_.guestError(err::kDoorbellBadObject, "arm of CQ %u on page %u", number, page);
             return;
         }
         if (arg != PIB_CQ_ARM_NEXT && arg != PIB_CQ_ARM_SOLICITED) {
-            host_.guestError("doorbell-bad-arm", "arm of CQ %u with 0x%x", number, arg);
+            host_.guestError(err::kDoorbellBadArm, "arm of CQ %u with 0x%x", number, arg);
             return;
         }
         // An armed "next" is not weakened by a later "solicited" arm.
@@ -138,7 +140,7 @@ void DataPath::doorbell(uint32_t page, uint32_t offset, uint64_t value) {
         return;
     }
     default:
-        host_.guestError("doorbell-bad-offset", "write of 0x%" PRIx64 " to page %u offset 0x%x",
+        host_.guestError(err::kDoorbellBadOffset, "write of 0x%" PRIx64 " to page %u offset 0x%x",
                          value, page, offset);
         return;
     }

@@ -9,6 +9,7 @@
 #include "data_path.hh"
 #include "frame.hh"
 #include "ring.hh"
+#include "trace.hh"
 
 namespace pib {
 
@@ -152,7 +153,7 @@ void DataPath::portReceive(unsigned number, std::span<const uint8_t> bytes) {
     const auto packet = iba::parse(bytes, &error, true, /*copyPayload=*/false);
     if (!packet) {
         ++p->rcvErrors;
-        host_.trace("port-drop", "port %u: %s", number, iba::toString(error));
+        trace::err_port_drop(host_, number, iba::toString(error));
         return;
     }
     ++p->rcvPackets;
@@ -264,8 +265,7 @@ void DataPath::deliverMulticast(unsigned number, const iba::Packet &packet, uint
     PortState *p = ports_.find(number);
     // IBA 8.3.1: multicast packets carry a GRH and go to QP 0xFFFFFF.
     if (!packet.grh || packet.bth.destQp != iba::kMulticastQpn || packet.lrh.vl == 15) {
-        host_.trace("mcast-drop", "port %u: multicast packet without %s", number,
-                    packet.grh ? "QP 0xFFFFFF" : "a GRH");
+        trace::err_mcast_drop(host_, number, packet.grh ? "QP 0xFFFFFF" : "a GRH");
         return;
     }
     const auto *members = objects_.multicast.members(number, packet.grh->dgid);

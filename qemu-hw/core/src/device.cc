@@ -1,5 +1,6 @@
 // SPDX-License-Identifier: GPL-2.0-or-later
 #include "device.hh"
+#include "trace.hh"
 
 #include <cinttypes>
 #include <type_traits>
@@ -90,7 +91,7 @@ void Device::fatal(const char *reason) {
         return;
     fatal_ = true;
     registers_.setFatal();
-    host_.trace("fatal", "the device stops until reset: %s", reason);
+    trace::fatal(host_, reason);
     // The event is the device's last act; if its state is what broke,
     // STATUS.FATAL alone tells the driver.
     try {
@@ -107,7 +108,7 @@ void Device::reset(const char *reason) {
     for (size_t i = 0; i < links_.size(); ++i)
         if (links_[i]->up())
             agents_.linkChanged(static_cast<unsigned>(i + 1), true);
-    host_.trace("reset", "%s", reason);
+    trace::device_reset(host_, reason);
 }
 
 uint64_t Device::barSize(int bar) const {
@@ -127,7 +128,7 @@ static bool validWidth(unsigned size) {
 
 uint64_t Device::barRead(int bar, uint64_t offset, unsigned size) {
     if (!validWidth(size)) {
-        host_.guestError("bar-bad-width", "read of %u bytes from BAR%d", size, bar);
+        host_.guestError(err::kBarBadWidth, "read of %u bytes from BAR%d", size, bar);
         return 0;
     }
     switch (bar) {
@@ -136,14 +137,15 @@ uint64_t Device::barRead(int bar, uint64_t offset, unsigned size) {
     case PIB_BAR_DOORBELL:
         return doorbells_.read(offset, size);
     default:
-        host_.guestError("bar-unknown", "read from BAR%d, which the device does not decode", bar);
+        host_.guestError(err::kBarUnknown, "read from BAR%d, which the device does not decode",
+                         bar);
         return 0;
     }
 }
 
 void Device::barWrite(int bar, uint64_t offset, uint64_t value, unsigned size) {
     if (!validWidth(size)) {
-        host_.guestError("bar-bad-width", "write of %u bytes to BAR%d", size, bar);
+        host_.guestError(err::kBarBadWidth, "write of %u bytes to BAR%d", size, bar);
         return;
     }
     switch (bar) {
@@ -156,7 +158,7 @@ void Device::barWrite(int bar, uint64_t offset, uint64_t value, unsigned size) {
         event([&] { doorbells_.write(offset, value, size); });
         return;
     default:
-        host_.guestError("bar-unknown", "write to BAR%d, which the device does not decode", bar);
+        host_.guestError(err::kBarUnknown, "write to BAR%d, which the device does not decode", bar);
         return;
     }
 }

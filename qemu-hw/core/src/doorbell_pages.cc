@@ -1,5 +1,6 @@
 // SPDX-License-Identifier: GPL-2.0-or-later
 #include "doorbell_pages.hh"
+#include "trace.hh"
 
 #include <cinttypes>
 
@@ -14,20 +15,20 @@ uint64_t DoorbellPages::size() const {
 uint64_t DoorbellPages::read(uint64_t offset, unsigned size) {
     // Doorbells are write-only; reading one is harmless and returns 0.
     if (offset >= this->size())
-        host_.guestError("doorbell-out-of-range", "read of %u bytes at 0x%" PRIx64 " beyond BAR2",
+        host_.guestError(err::kDoorbellOutOfRange, "read of %u bytes at 0x%" PRIx64 " beyond BAR2",
                          size, offset);
     return 0;
 }
 
 void DoorbellPages::write(uint64_t offset, uint64_t value, unsigned size) {
     if (offset >= this->size()) {
-        host_.guestError("doorbell-out-of-range", "write of %u bytes at 0x%" PRIx64 " beyond BAR2",
+        host_.guestError(err::kDoorbellOutOfRange, "write of %u bytes at 0x%" PRIx64 " beyond BAR2",
                          size, offset);
         return;
     }
     // A doorbell names its queue and its new index in one atomic write.
     if (size != 8 || offset % 8) {
-        host_.guestError("doorbell-bad-size",
+        host_.guestError(err::kDoorbellBadSize,
                          "write of %u bytes at 0x%" PRIx64 " (doorbells are aligned 64-bit writes)",
                          size, offset);
         return;

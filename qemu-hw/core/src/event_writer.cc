@@ -1,5 +1,6 @@
 // SPDX-License-Identifier: GPL-2.0-or-later
 #include "event_writer.hh"
+#include "trace.hh"
 
 #include "ring.hh"
 
@@ -11,12 +12,12 @@ static_assert(1u << kLogEqeSize == sizeof(pib_eqe));
 void EventWriter::eqDoorbell(uint32_t eqn, uint32_t consumer, bool arm) {
     EventQueue *eq = eqs_.find(eqn);
     if (!eq) {
-        host_.guestError("eq-db-bad-index", "doorbell of EQ %u, which does not exist", eqn);
+        host_.guestError(err::kEqDbBadIndex, "doorbell of EQ %u, which does not exist", eqn);
         return;
     }
     // The consumer may only move forward, and never past the producer.
     if (consumer - eq->consumer > eq->producer - eq->consumer) {
-        host_.guestError("eq-db-bad-ci", "EQ %u consumer index %u outside [%u, %u]", eqn, consumer,
+        host_.guestError(err::kEqDbBadCi, "EQ %u consumer index %u outside [%u, %u]", eqn, consumer,
                          eq->consumer, eq->producer);
         return;
     }
@@ -35,7 +36,7 @@ void EventWriter::postEqe(uint32_t eqn, EventQueue &eq, pib_eqe eqe) {
     const uint32_t size = 1u << eq.ctx.log_size;
     if (eq.producer - eq.consumer >= size) {
         if (!eq.overrun)
-            host_.guestError("eq-overrun", "EQ %u is full; events are lost", eqn);
+            host_.guestError(err::kEqOverrun, "EQ %u is full; events are lost", eqn);
         eq.overrun = true;
         return;
     }
@@ -45,7 +46,7 @@ void EventWriter::postEqe(uint32_t eqn, EventQueue &eq, pib_eqe eqe) {
                                      (((eq.producer >> eq.ctx.log_size) & 1) ^ 1));
     const auto addr = ringAddress(mtt_, eq.ctx.buf, uint64_t{slot} << kLogEqeSize, sizeof(eqe));
     if (!addr || !host_.dmaWrite(*addr, eqe)) {
-        host_.guestError("eq-dma", "EQ %u: cannot write EQE %u", eqn, eq.producer);
+        host_.guestError(err::kEqDma, "EQ %u: cannot write EQE %u", eqn, eq.producer);
         return;
     }
     ++eq.producer;
@@ -81,7 +82,7 @@ void EventWriter::postCommandEvent(uint16_t token, uint8_t status, uint64_t resu
         posted = true;
     });
     if (!posted)
-        host_.guestError("cmd-no-async-eq", "command with EVENT but no async EQ (token 0x%04x)",
+        host_.guestError(err::kCmdNoAsyncEq, "command with EVENT but no async EQ (token 0x%04x)",
                          token);
 }
 
@@ -98,7 +99,7 @@ void EventWriter::postCqe(uint32_t cqn, pib_cqe cqe, bool solicited) {
     }
     if (cq->producer - cq->consumer >= size) {
         if (!cq->overrun) {
-            host_.guestError("cq-overrun", "CQ %u overran; completions are lost", cqn);
+            host_.guestError(err::kCqOverrun, "CQ %u overran; completions are lost", cqn);
             postAsyncEvent(PIB_ASYNC_CQ_ERR, cqn);
         }
         cq->overrun = true;
@@ -110,7 +111,7 @@ void EventWriter::postCqe(uint32_t cqn, pib_cqe cqe, bool solicited) {
                                      (((cq->producer >> cq->ctx.log_size) & 1) ^ 1));
     const auto addr = ringAddress(mtt_, cq->ctx.buf, uint64_t{slot} * PIB_CQE_SIZE, PIB_CQE_SIZE);
     if (!addr || !host_.dmaWrite(*addr, cqe)) {
-        host_.guestError("cq-dma", "CQ %u: cannot write CQE %u", cqn, cq->producer);
+        host_.guestError(err::kCqDma, "CQ %u: cannot write CQE %u", cqn, cq->producer);
         return;
     }
     ++cq->producer;

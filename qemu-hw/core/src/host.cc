@@ -11,24 +11,18 @@ std::string Host::vformat(const char *fmt, va_list args) {
     return buf;
 }
 
-void Host::guestError(const char *what, const char *fmt, ...) const {
-    if (!ops_.guest_error)
-        return;
+void Host::guestError(unsigned error, const char *fmt, ...) const {
     va_list args;
     va_start(args, fmt);
-    const std::string detail = vformat(fmt, args);
+    vguestError(error, fmt, args);
     va_end(args);
-    ops_.guest_error(opaque_, what, detail.c_str());
 }
 
-void Host::trace(const char *what, const char *fmt, ...) const {
-    if (!ops_.trace || (ops_.trace_enabled && !ops_.trace_enabled(opaque_)))
+void Host::vguestError(unsigned error, const char *fmt, va_list args) const {
+    if (!ops_.guest_error ||
+        (ops_.guest_error_enabled && !ops_.guest_error_enabled(opaque_, error)))
         return;
-    va_list args;
-    va_start(args, fmt);
-    const std::string detail = vformat(fmt, args);
-    va_end(args);
-    ops_.trace(opaque_, what, detail.c_str());
+    ops_.guest_error(opaque_, error, vformat(fmt, args).c_str());
 }
 
 } // namespace pib

@@ -5,6 +5,7 @@
 #include <bit>
 #include <cstdarg>
 #include <cstdint>
+#include <initializer_list>
 #include <span>
 #include <string>
 #include <type_traits>
@@ -22,9 +23,20 @@ class Host {
   public:
     Host(const pib_host_ops &ops, void *opaque) : ops_(ops), opaque_(opaque) {}
 
-    // Reports a guest error: `what` is a stable token, the rest printf-style.
-    [[gnu::format(printf, 3, 4)]] void guestError(const char *what, const char *fmt, ...) const;
-    [[gnu::format(printf, 3, 4)]] void trace(const char *what, const char *fmt, ...) const;
+    // Reports guest error `error` (an err:: constant of trace.hh), the
+    // detail printf-style: formatted only if the host reports it.
+    [[gnu::format(printf, 3, 4)]] void guestError(unsigned error, const char *fmt, ...) const;
+    [[gnu::format(printf, 3, 0)]] void vguestError(unsigned error, const char *fmt,
+                                                   va_list args) const;
+    // Trace events: trace.hh's typed functions call these.
+    bool eventEnabled(unsigned event) const {
+        return ops_.event && (!ops_.event_enabled || ops_.event_enabled(opaque_, event));
+    }
+    void event(unsigned event, std::initializer_list<uint64_t> args) const {
+        ops_.event(opaque_, event, args.begin());
+    }
+    static uint64_t eventArg(const char *s) { return reinterpret_cast<uintptr_t>(s); }
+    static uint64_t eventArg(uint64_t v) { return v; }
 
     // DMA; false when the guest address range is not accessible.
     bool dmaRead(uint64_t addr, void *buf, uint64_t len) const;

@@ -1,5 +1,6 @@
 // SPDX-License-Identifier: GPL-2.0-or-later
 #include "link.hh"
+#include "trace.hh"
 
 #include <cinttypes>
 
@@ -19,9 +20,9 @@ Link::Event Link::connected(bool connected) {
         host_.portSend(
             port_, wire::encode(PIB_WIRE_HELLO, std::span(reinterpret_cast<const uint8_t *>(&hello),
                                                           sizeof(hello))));
-        host_.trace("link", "port %u: connected, HELLO sent", port_);
+        trace::link_connected(host_, port_);
     } else {
-        host_.trace("link", "port %u: disconnected", port_);
+        trace::link_disconnected(host_, port_);
     }
     return wasUp ? Event::kDown : Event::kNone;
 }
@@ -38,7 +39,7 @@ void Link::receive(std::span<const uint8_t> bytes, const std::function<void(Even
         if (frame->type == PIB_WIRE_HELLO) {
             if (!up_ && frame->payload.size() >= sizeof(pib_wire_hello)) {
                 up_ = true;
-                host_.trace("link", "port %u: link up", port_);
+                trace::link_up(host_, port_);
                 onEvent(Event::kUp);
             }
         } else if (up_) {
@@ -54,8 +55,7 @@ void Link::receive(std::span<const uint8_t> bytes, const std::function<void(Even
     reader_.keepRest();
     if (error != wire::FrameReader::Error::kNone) {
         // The fabric is untrusted too: a corrupt stream drops the link.
-        host_.trace("link-error", "port %u: %s; dropping the link", port_,
-                    wire::FrameReader::toString(error));
+        trace::err_link(host_, port_, wire::FrameReader::toString(error));
         const bool wasUp = up_;
         up_ = false;
         connected_ = false;

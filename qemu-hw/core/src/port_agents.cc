@@ -10,6 +10,7 @@
 #include "limits.hh"
 #include "port_agents.hh"
 #include "smp.hh"
+#include "trace.hh"
 
 namespace pib {
 
@@ -32,8 +33,7 @@ bool PortAgents::answerMad(unsigned number, std::span<uint8_t> bytes, bool ignor
         PortState &p = *ports_.find(number);
         const auto verdict = p.mkey.check(mad, host_.clockNs());
         if (verdict == iba::MkeyProtection::Verdict::kViolation) {
-            host_.trace("mkey-violation", "port %u: method 0x%x attribute 0x%x with a bad M_Key",
-                        number, method, mad.attributeId());
+            trace::err_mkey_violation(host_, number, method, mad.attributeId());
             sendTrap(number, iba::badMkeyTrap(mad, p.info.lid, iba::kProducerCa, ++trapTid_));
             return false; // dropped unanswered
         }
@@ -229,8 +229,7 @@ uint16_t PortAgents::setPortInfo(unsigned number, Mad &mad) {
         events_.postAsyncEvent(PIB_ASYNC_CLIENT_REREGISTER, number);
     if (toActive)
         events_.postAsyncEvent(PIB_ASYNC_PORT_ACTIVE, number);
-    host_.trace("sma", "port %u: LID 0x%x SM 0x%x state %u MTU %u", number, i.lid, i.sm_lid,
-                i.state, i.active_mtu);
+    trace::sma_port_info(host_, number, i.lid, i.sm_lid, i.state, i.active_mtu);
     return iba::kStatusOk;
 }
 
@@ -338,7 +337,7 @@ void PortAgents::linkChanged(unsigned number, bool up) {
         if (wasActive)
             events_.postAsyncEvent(PIB_ASYNC_PORT_ERR, number);
     }
-    host_.trace("port", "port %u: %s", number, up ? "INIT/LinkUp" : "DOWN/Polling");
+    trace::port_state(host_, number, p->info.state, p->info.phys_state);
 }
 
 } // namespace pib

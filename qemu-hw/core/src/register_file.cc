@@ -1,5 +1,6 @@
 // SPDX-License-Identifier: GPL-2.0-or-later
 #include "register_file.hh"
+#include "trace.hh"
 
 #include <cinttypes>
 
@@ -105,8 +106,7 @@ void RegisterFile::runCommand(uint32_t ctrl) {
     cmd.in = cmdIn_;
     cmd.out = cmdOut_;
     if (fatal_) {
-        host_.trace("cmd-fatal", "command 0x%04x refused: the device had a fatal error",
-                    cmd.opcode);
+        trace::command_refused_fatal(host_, cmd.opcode);
         cmdStatus_ = PIB_CMD_STATUS_BAD_STATE;
         cmdResult_ = 0;
         return;
@@ -130,17 +130,18 @@ bool RegisterFile::writeEqDoorbell(uint64_t offset, uint32_t value) {
 
 bool RegisterFile::validAccess(const char *dir, uint64_t offset, unsigned size) const {
     if (offset >= PIB_REGS_SIZE || size > PIB_REGS_SIZE - offset) {
-        host_.guestError("regs-out-of-range", "%s of %u bytes at 0x%" PRIx64 " beyond BAR0", dir,
+        host_.guestError(err::kRegsOutOfRange, "%s of %u bytes at 0x%" PRIx64 " beyond BAR0", dir,
                          size, offset);
         return false;
     }
     if (size != 4) {
-        host_.guestError("regs-bad-size", "%s of %u bytes at 0x%" PRIx64 " (registers are 32-bit)",
-                         dir, size, offset);
+        host_.guestError(err::kRegsBadSize,
+                         "%s of %u bytes at 0x%" PRIx64 " (registers are 32-bit)", dir, size,
+                         offset);
         return false;
     }
     if (offset % 4 != 0) {
-        host_.guestError("regs-unaligned", "%s at unaligned offset 0x%" PRIx64, dir, offset);
+        host_.guestError(err::kRegsUnaligned, "%s at unaligned offset 0x%" PRIx64, dir, offset);
         return false;
     }
     return true;
@@ -176,11 +177,11 @@ uint64_t RegisterFile::read(uint64_t offset, unsigned size) {
         if (uint32_t value; readCommandRegister(offset, &value))
             return value;
         if (offset >= PIB_REG_EQ_DB_BASE && offset < PIB_REG_EQ_DB(commands_.caps().max_eq)) {
-            host_.guestError("regs-write-only", "read of write-only EQ doorbell 0x%" PRIx64,
+            host_.guestError(err::kRegsWriteOnly, "read of write-only EQ doorbell 0x%" PRIx64,
                              offset);
             return 0;
         }
-        host_.guestError("regs-bad-offset", "read of undefined register 0x%" PRIx64, offset);
+        host_.guestError(err::kRegsBadOffset, "read of undefined register 0x%" PRIx64, offset);
         return 0;
     }
 }
@@ -193,7 +194,7 @@ void RegisterFile::write(uint64_t offset, uint64_t value, unsigned size) {
     case PIB_REG_RESET:
         if (value32 != PIB_RESET_MAGIC) {
             host_.guestError(
-                "regs-bad-reset",
+                err::kRegsBadReset,
                 "reset register written with 0x%08" PRIx32 " instead of the reset magic", value32);
             return;
         }
@@ -214,14 +215,14 @@ void RegisterFile::write(uint64_t offset, uint64_t value, unsigned size) {
     case PIB_REG_CMD_RESULT_LO:
     case PIB_REG_CMD_RESULT_HI:
     case PIB_REG_CMD_STATUS:
-        host_.guestError("regs-read-only",
+        host_.guestError(err::kRegsReadOnly,
                          "write of 0x%08" PRIx32 " to read-only register 0x%" PRIx64, value32,
                          offset);
         return;
     default:
         if (writeCommandRegister(offset, value32) || writeEqDoorbell(offset, value32))
             return;
-        host_.guestError("regs-bad-offset",
+        host_.guestError(err::kRegsBadOffset,
                          "write of 0x%08" PRIx32 " to undefined register 0x%" PRIx64, value32,
                          offset);
         return;

@@ -9,6 +9,7 @@
 #include "frame.hh"
 #include "limits.hh"
 #include "ring.hh"
+#include "trace.hh"
 
 namespace pib {
 
@@ -71,8 +72,8 @@ uint8_t DataPath::checkLocalBuffers(uint32_t qpn, QueuePair &qp, SendWqe &w, uin
         const uint8_t status =
             memory_.translate(s.lkey, qp.ctx.pdn, s.addr, s.byte_count, access, segments);
         if (status != PIB_WC_SUCCESS) {
-            host_.guestError("wqe-bad-key", "QP %u WQE %u: L_Key 0x%x at 0x%" PRIx64, qpn, w.index,
-                             s.lkey, s.addr);
+            host_.guestError(err::kWqeBadKey, "QP %u WQE %u: L_Key 0x%x at 0x%" PRIx64, qpn,
+                             w.index, s.lkey, s.addr);
             return status;
         }
         *length += s.byte_count;
@@ -228,7 +229,7 @@ DataPath::SendProgress DataPath::sendRequestPackets(uint32_t qpn, QueuePair &qp,
             else if (len)
                 status = memory_.gatherInto(qp.ctx.pdn, w.sges, offset, len, writer);
             if (status != PIB_WC_SUCCESS) {
-                host_.guestError("wqe-dma", "QP %u WQE %u: cannot read its data", qpn, w.index);
+                host_.guestError(err::kWqeDma, "QP %u WQE %u: cannot read its data", qpn, w.index);
                 w.localStatus = status;
                 w.packets = w.sentPackets; // nothing more of it goes out
                 completeInOrder(qpn, qp);

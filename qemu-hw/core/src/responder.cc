@@ -11,6 +11,7 @@
 #include "frame.hh"
 #include "limits.hh"
 #include "ring.hh"
+#include "trace.hh"
 
 namespace pib {
 
@@ -111,7 +112,7 @@ bool DataPath::remoteRange(const QueuePair &qp, uint32_t rkey, uint64_t va, uint
 // move the QP to the error state with its async event.
 void DataPath::responderError(uint32_t qpn, QueuePair &qp, uint32_t psn, uint8_t nakCode,
                               uint8_t wcStatus, const char *why) {
-    host_.trace("rc-responder-error", "QP %u PSN %u: %s", qpn, psn, why);
+    trace::err_rc_request_refused(host_, qpn, psn, why);
     Responder &s = qp.resp;
     if (qp.ctx.type == PIB_QPT_RC)
         sendAck(qp, psn, syndrome(kNak, nakCode));
@@ -568,12 +569,11 @@ void DataPath::duplicateRequest(uint32_t qpn, QueuePair &qp, const iba::Packet &
                 return r.readOrAtomic() && r.entry.psn == e.psn;
             });
             if (owed || repliesOwed(s) >= std::max<size_t>(1, qp.attr.max_dest_rd_atomic)) {
-                host_.trace("rc-duplicate", "QP %u: duplicate at PSN %u already being answered",
-                            qpn, psn);
+                trace::rc_duplicate(host_, qpn, psn, "already being answered");
                 return;
             }
-            host_.trace("rc-duplicate", "QP %u: duplicate %s at PSN %u answered again", qpn,
-                        e.atomic ? "atomic" : "READ", psn);
+            trace::rc_duplicate(host_, qpn, psn,
+                                e.atomic ? "atomic answered again" : "READ answered again");
             Reply r;
             r.kind = e.atomic ? Reply::Kind::kAtomic : Reply::Kind::kRead;
             r.entry = e;
@@ -581,7 +581,7 @@ void DataPath::duplicateRequest(uint32_t qpn, QueuePair &qp, const iba::Packet &
             reply(qpn, qp, r);
             return;
         }
-        host_.trace("rc-duplicate", "QP %u: duplicate request at PSN %u no longer known", qpn, psn);
+        trace::rc_duplicate(host_, qpn, psn, "no longer known");
         return;
     }
     acknowledge(qpn, qp, psnAdd(s.expectedPsn, 0xffffff), kAckSyndrome);

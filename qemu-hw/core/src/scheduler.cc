@@ -3,6 +3,7 @@
 
 #include "frame.hh"
 #include "limits.hh"
+#include "trace.hh"
 
 namespace pib {
 
@@ -44,7 +45,7 @@ void Scheduler::transmit(unsigned portNumber, std::vector<uint8_t> &framed) {
     p->xmitWords += (framed.size() - wire::kHeaderSize) / 4;
     if (!transmit_(portNumber, framed) && !p->txFull) {
         p->txFull = true;
-        host_.trace("port-full", "port %u: the host's queue is full; new work waits", portNumber);
+        trace::port_queue_full(host_, portNumber);
     }
 }
 
@@ -53,7 +54,7 @@ void Scheduler::portWritable(unsigned portNumber) {
     if (!p || !p->txFull)
         return;
     p->txFull = false;
-    host_.trace("port-writable", "port %u: %zu QPs resume", portNumber, p->waiting.size());
+    trace::port_queue_room(host_, portNumber, static_cast<unsigned>(p->waiting.size()));
     ready_.insert(ready_.end(), p->waiting.begin(), p->waiting.end());
     p->waiting.clear();
     run();

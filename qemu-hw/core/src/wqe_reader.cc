@@ -1,5 +1,6 @@
 // SPDX-License-Identifier: GPL-2.0-or-later
 #include "wqe_reader.hh"
+#include "trace.hh"
 
 #include <cstring>
 
@@ -67,13 +68,13 @@ uint8_t WqeReader::readSend(uint32_t qpn, uint8_t qpType, const WqeRing &ring, u
                             Wqe &out) {
     clear(out);
     if (!fetch(ring, index)) {
-        host_.guestError("wqe-dma", "QP %u: cannot read send WQE %u", qpn, index);
+        host_.guestError(err::kWqeDma, "QP %u: cannot read send WQE %u", qpn, index);
         return PIB_WC_LOC_QP_OP_ERR;
     }
     std::memcpy(&out.ctrl, raw_.data(), sizeof(out.ctrl));
     Layout layout;
     if (!sendLayout(qpType, out.ctrl.opcode, layout)) {
-        host_.guestError("wqe-bad", "QP %u WQE %u: opcode %u on QP type %u", qpn, index,
+        host_.guestError(err::kWqeBad, "QP %u WQE %u: opcode %u on QP type %u", qpn, index,
                          out.ctrl.opcode, qpType);
         return PIB_WC_LOC_QP_OP_ERR;
     }
@@ -106,7 +107,7 @@ uint8_t WqeReader::decode(uint32_t qpn, uint32_t index, const Layout &layout, Wq
                            (layout.atomic ? sizeof(pib_wqe_atomic) : 0) +
                            (layout.ud ? sizeof(pib_wqe_ud) : 0);
     if (used < headers || used > raw_.size()) {
-        host_.guestError("wqe-bad", "QP %u %s WQE %u: opcode %u with %u segments", qpn,
+        host_.guestError(err::kWqeBad, "QP %u %s WQE %u: opcode %u with %u segments", qpn,
                          layout.isReceive ? "receive" : "send", index, out.ctrl.opcode,
                          out.ctrl.num_ds);
         return PIB_WC_LOC_QP_OP_ERR;
@@ -134,7 +135,7 @@ uint8_t WqeReader::decode(uint32_t qpn, uint32_t index, const Layout &layout, Wq
     count &= ~PIB_INLINE_FLAG;
     if (!layout.mayInline || used - off < sizeof(count) || count > used - off - sizeof(count) ||
         count > maxInlineData_) {
-        host_.guestError("wqe-bad", "QP %u WQE %u: %u inline bytes", qpn, index, count);
+        host_.guestError(err::kWqeBad, "QP %u WQE %u: %u inline bytes", qpn, index, count);
         return PIB_WC_LOC_LEN_ERR;
     }
     out.inlineData = std::span(raw_).subspan(off + sizeof(count), count);
