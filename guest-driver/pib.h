@@ -86,9 +86,21 @@ struct pib_dev {
 
 	struct dentry *debugfs;
 
+	/*
+	 * The device went FATAL (docs/prm.md §2.2): commands are no longer
+	 * sent to it, and recovery_work resets the function.
+	 */
+	unsigned long state; /* PIB_DEV_* bits */
+	struct work_struct recovery_work;
+
 	/* Outstanding DMA buffers and pinned user rings: 0 at remove. */
 	atomic_t kbufs;
 	atomic_t user_rings;
+};
+
+enum {
+	PIB_DEV_LIVE, /* probed and registered: a fatal error is recovered */
+	PIB_DEV_FATAL, /* the device reported, or showed, a fatal error */
 };
 
 struct pib_ucontext {
@@ -232,6 +244,10 @@ void pib_destroy_failed(struct pib_dev *dev, const char *what, u32 num,
 			int err);
 int pib_alloc_ucontext(struct ib_ucontext *ibuc, struct ib_udata *udata);
 void pib_dealloc_ucontext(struct ib_ucontext *ibuc);
+void pib_disassociate_ucontext(struct ib_ucontext *ibuc);
+void pib_enter_error_state(struct pib_dev *dev, const char *why);
+void pib_cq_notify(struct pib_cq *cq);
+void *pib_wq_slot(struct pib_wq *wq, u32 index);
 int pib_mmap(struct ib_ucontext *ibuc, struct vm_area_struct *vma);
 void pib_mmap_free(struct rdma_user_mmap_entry *entry);
 int pib_alloc_pd(struct ib_pd *ibpd, struct ib_udata *udata);

@@ -75,6 +75,55 @@ static u16 pib_cmd_new_token(struct pib_dev *dev)
 	return token;
 }
 
+/*
+ * What a command returns once the device is FATAL, which executes none
+ * (docs/prm.md §2.2). One that only releases an object, or moves a QP to
+ * RESET or ERR, succeeds: the reset that ends the FATAL state does that to
+ * everything anyway, and so the kernel tears down its objects before it
+ * resets the function, as mlx5 does. Any other fails. `in` is the input
+ * mailbox, if the caller knows it.
+ */
+static int pib_cmd_on_fatal(u16 opcode, const void *in)
+{
+	const struct pib_qp_attr *attr = in;
+
+	switch (opcode) {
+	case PIB_CMD_MODIFY_QP:
+		return attr && (attr->attr_mask & PIB_QP_STATE) &&
+				       (attr->qp_state == PIB_QPS_RESET ||
+					attr->qp_state == PIB_QPS_ERR)
+			       ? 0
+			       : -EIO;
+	case PIB_CMD_CLOSE_HCA:
+	case PIB_CMD_FREE_UAR:
+	case PIB_CMD_DEALLOC_PD:
+	case PIB_CMD_FREE_MTT:
+	case PIB_CMD_DESTROY_EQ:
+	case PIB_CMD_DESTROY_CQ:
+	case PIB_CMD_DESTROY_MR:
+	case PIB_CMD_DESTROY_SRQ:
+	case PIB_CMD_DESTROY_QP:
+	case PIB_CMD_DETACH_MCAST:
+		return 0;
+	default:
+		return -EIO;
+	}
+}
+
+/*
+ * Whether the device is FATAL: it said so by an event, or STATUS says so
+ * now (the event may never come if what broke is the EQ).
+ */
+static bool pib_dev_fatal(struct pib_dev *dev)
+{
+	if (test_bit(PIB_DEV_FATAL, &dev->state))
+		return true;
+	if (!(readl(dev->regs + PIB_REG_STATUS) & PIB_STATUS_FATAL))
+		return false;
+	pib_enter_error_state(dev, "STATUS reads FATAL");
+	return true;
+}
+
 /* Runs one command; the caller holds cmd_lock. */
 static int pib_cmd_exec(struct pib_dev *dev, u16 opcode, u8 opmod, u32 modifier,
 			u64 in, u64 out, u64 *result)
@@ -104,6 +153,8 @@ static int pib_cmd_exec(struct pib_dev *dev, u16 opcode, u8 opmod, u32 modifier,
 		err = pib_cmd_wait_polling(dev);
 	}
 	if (err) {
+		if (pib_dev_fatal(dev))
+			return pib_cmd_on_fatal(opcode, NULL);
 		dev_err(&dev->pdev->dev, "command 0x%04x timed out\n", opcode);
 		return err;
 	}
@@ -111,6 +162,8 @@ static int pib_cmd_exec(struct pib_dev *dev, u16 opcode, u8 opmod, u32 modifier,
 	if (result)
 		*result = readl(dev->regs + PIB_REG_CMD_RESULT_LO) |
 			  (u64)readl(dev->regs + PIB_REG_CMD_RESULT_HI) << 32;
+	if (status == PIB_CMD_STATUS_BAD_STATE && pib_dev_fatal(dev))
+		return pib_cmd_on_fatal(opcode, NULL);
 	if (status)
 		dev_dbg(&dev->pdev->dev,
 			"command 0x%04x modifier 0x%x: status %u\n", opcode,
@@ -144,6 +197,8 @@ int pib_cmd_opmod(struct pib_dev *dev, u16 opcode, u8 opmod, u32 modifier,
 {
 	int err;
 
+	if (pib_dev_fatal(dev))
+		return pib_cmd_on_fatal(opcode, NULL);
 	mutex_lock(&dev->cmd_lock);
 	err = pib_cmd_exec(dev, opcode, opmod, modifier, in, 0, result);
 	mutex_unlock(&dev->cmd_lock);
@@ -167,6 +222,8 @@ int pib_cmd_box(struct pib_dev *dev, u16 opcode, u8 opmod, u32 modifier,
 
 	if (WARN_ON(inlen > PIB_MAILBOX_SIZE || outlen > PIB_MAILBOX_SIZE))
 		return -EINVAL;
+	if (pib_dev_fatal(dev))
+		return pib_cmd_on_fatal(opcode, in);
 	mutex_lock(&dev->cmd_lock);
 	memset(in_box, 0, PIB_MAILBOX_SIZE);
 	if (in)

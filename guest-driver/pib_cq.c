@@ -216,6 +216,61 @@ static void pib_cqe_to_wc(struct pib_dev *dev, struct pib_cq *cq,
 		pib_qp_completed(qp, cqe);
 }
 
+void pib_cq_notify(struct pib_cq *cq)
+{
+	if (cq->ibcq.comp_handler)
+		cq->ibcq.comp_handler(&cq->ibcq, cq->ibcq.cq_context);
+}
+
+/* Completes up to `num` outstanding WQEs of `wq` as flushed. */
+static int pib_flush_wq(struct pib_qp *qp, struct pib_wq *wq, bool recv,
+			int num, struct ib_wc *wc)
+{
+	const struct pib_wqe_ctrl *ctrl;
+	int n;
+
+	for (n = 0; n < num && READ_ONCE(wq->ci) != READ_ONCE(wq->pi); n++) {
+		ctrl = pib_wq_slot(wq, wq->ci);
+		memset(&wc[n], 0, sizeof(wc[n]));
+		wc[n].wr_id = ctrl->wr_id;
+		wc[n].status = IB_WC_WR_FLUSH_ERR;
+		wc[n].opcode = recv ? IB_WC_RECV : IB_WC_SEND;
+		wc[n].qp = &qp->ibqp;
+		wc[n].port_num = qp->port;
+		WRITE_ONCE(wq->ci, wq->ci + 1);
+	}
+	return n;
+}
+
+/*
+ * A FATAL device completes nothing more (docs/prm.md §2.2). What kernel
+ * QPs still have outstanding completes here instead, flushed, as mlx5
+ * does, so that their users (the MAD layer, IPoIB) see every WQE end and
+ * let go of the device before the function is reset. User QPs' rings
+ * belong to user space, whose context is disassociated instead. The
+ * caller holds the CQ's lock: a QP being destroyed waits for it
+ * (pib_qp_flush_pollers()) once it is out of dev->qps.
+ */
+static int pib_poll_flushed(struct pib_dev *dev, struct pib_cq *cq, int num,
+			    struct ib_wc *wc)
+{
+	struct pib_qp *qp;
+	unsigned long qpn;
+	int n = 0;
+
+	xa_for_each (&dev->qps, qpn, qp) {
+		if (qp->ibqp.uobject)
+			continue;
+		if (qp->send_cq == cq)
+			n += pib_flush_wq(qp, &qp->sq, false, num - n, wc + n);
+		if (qp->recv_cq == cq && !qp->ibqp.srq)
+			n += pib_flush_wq(qp, &qp->rq, true, num - n, wc + n);
+		if (n == num)
+			break;
+	}
+	return n;
+}
+
 int pib_poll_cq(struct ib_cq *ibcq, int num, struct ib_wc *wc)
 {
 	struct pib_dev *dev = to_pdev(ibcq->device);
@@ -229,6 +284,8 @@ int pib_poll_cq(struct ib_cq *ibcq, int num, struct ib_wc *wc)
 		pib_cqe_to_wc(dev, cq, cqe, &wc[n++]);
 		cq->ci++;
 	}
+	if (unlikely(test_bit(PIB_DEV_FATAL, &dev->state)))
+		n += pib_poll_flushed(dev, cq, num - n, wc + n);
 	/* Tell the device how far we got, so it can detect overruns. */
 	WRITE_ONCE(*(u32 *)cq->ci_record.va, cq->ci);
 	spin_unlock_irqrestore(&cq->lock, flags);

@@ -99,9 +99,8 @@ static void pib_async_event(struct pib_dev *dev, const struct pib_eqe *eqe)
 		event.event = IB_EVENT_GID_CHANGE;
 		break;
 	case PIB_ASYNC_DEVICE_FATAL:
-		dev_err(&dev->pdev->dev, "device reports a fatal error\n");
-		event.event = IB_EVENT_DEVICE_FATAL;
-		break;
+		pib_enter_error_state(dev, "the device reports it");
+		return;
 	default:
 		dev_warn(&dev->pdev->dev, "unknown async event 0x%x\n",
 			 eqe->subtype);
@@ -139,9 +138,8 @@ static irqreturn_t pib_comp_irq(int irq, void *data)
 	while ((eqe = pib_next_eqe(eq))) {
 		if (eqe->type == PIB_EQE_COMPLETION) {
 			cq = xa_load(&eq->dev->cqs, eqe->data.comp.cqn);
-			if (cq && cq->ibcq.comp_handler)
-				cq->ibcq.comp_handler(&cq->ibcq,
-						      cq->ibcq.cq_context);
+			if (cq)
+				pib_cq_notify(cq);
 		}
 		eq->ci++;
 	}

@@ -38,6 +38,7 @@ static const struct ib_device_ops pib_dev_ops = {
 	.get_dev_fw_str = pib_get_dev_fw_str,
 	.get_dma_mr = pib_get_dma_mr,
 	.get_port_immutable = pib_get_port_immutable,
+	.disassociate_ucontext = pib_disassociate_ucontext,
 	.mmap = pib_mmap,
 	.mmap_free = pib_mmap_free,
 	.modify_device = pib_modify_device,
@@ -148,6 +149,62 @@ static void pib_init_ibdev(struct pib_dev *dev)
 	ib_set_device_ops(ibdev, &pib_dev_ops);
 }
 
+/*
+ * After a fatal error the device does nothing until it is reset (docs/prm.md
+ * §2.2). Every user hears IB_EVENT_DEVICE_FATAL first; then the function
+ * is unbound and bound again, as mlx5's health recovery does: pib_remove()
+ * unregisters the IB device (kernel users let go of it, user contexts are
+ * disassociated) and pib_probe() resets the function and brings it up anew.
+ * May sleep (it runs in the async EQ's handler thread or a command).
+ */
+/*
+ * Makes every kernel CQ's user poll it: their outstanding WQEs complete,
+ * flushed, from now on (pib_poll_flushed()). Under the table's lock, so
+ * that a CQ being destroyed is either notified before it is out of the
+ * table or not at all.
+ */
+static void pib_notify_kernel_cqs(struct pib_dev *dev)
+{
+	struct pib_cq *cq;
+	unsigned long cqn;
+
+	xa_lock(&dev->cqs);
+	xa_for_each (&dev->cqs, cqn, cq)
+		if (!cq->ibcq.uobject)
+			pib_cq_notify(cq);
+	xa_unlock(&dev->cqs);
+}
+
+void pib_enter_error_state(struct pib_dev *dev, const char *why)
+{
+	struct ib_event event = {
+		.device = &dev->ibdev,
+		.event = IB_EVENT_DEVICE_FATAL,
+		.element.port_num = 1,
+	};
+
+	if (test_and_set_bit(PIB_DEV_FATAL, &dev->state))
+		return;
+	dev_err(&dev->pdev->dev,
+		"fatal device error (%s); resetting the function\n", why);
+	ib_dispatch_event(&event);
+	pib_notify_kernel_cqs(dev);
+	/* During probe the failing commands end the probe instead. */
+	if (test_bit(PIB_DEV_LIVE, &dev->state))
+		schedule_work(&dev->recovery_work);
+}
+
+static void pib_recover(struct work_struct *work)
+{
+	struct pib_dev *dev = container_of(work, struct pib_dev, recovery_work);
+	struct pci_dev *pdev = pci_dev_get(dev->pdev);
+
+	/* Frees dev (pib_remove): only pdev is used from here on. */
+	if (device_reprobe(&pdev->dev))
+		dev_err(&pdev->dev, "not bound again after a fatal error\n");
+	pci_dev_put(pdev);
+}
+
 static int pib_probe(struct pci_dev *pdev, const struct pci_device_id *id)
 {
 	struct pib_dev *dev;
@@ -162,6 +219,7 @@ static int pib_probe(struct pci_dev *pdev, const struct pci_device_id *id)
 	xa_init(&dev->srqs);
 	xa_init(&dev->pds);
 	xa_init(&dev->mrs);
+	INIT_WORK(&dev->recovery_work, pib_recover);
 	pci_set_drvdata(pdev, dev);
 
 	err = pci_enable_device_mem(pdev);
@@ -200,6 +258,7 @@ static int pib_probe(struct pci_dev *pdev, const struct pci_device_id *id)
 	if (err)
 		goto eq;
 	pib_debugfs_init(dev);
+	set_bit(PIB_DEV_LIVE, &dev->state);
 	dev_info(&pdev->dev,
 		 "%s: node GUID %016llx, %u port(s), firmware %u.%u.%u\n",
 		 dev_name(&dev->ibdev.dev), dev->caps.node_guid,
@@ -228,6 +287,9 @@ static void pib_remove(struct pci_dev *pdev)
 {
 	struct pib_dev *dev = pci_get_drvdata(pdev);
 
+	/* Unless this is the recovery itself, no recovery may follow. */
+	if (current_work() != &dev->recovery_work)
+		cancel_work_sync(&dev->recovery_work);
 	pib_debugfs_cleanup(dev);
 	ib_unregister_device(&dev->ibdev);
 	pib_eq_teardown(dev);

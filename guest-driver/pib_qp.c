@@ -374,7 +374,7 @@ int pib_query_qp(struct ib_qp *ibqp, struct ib_qp_attr *attr, int mask,
 /* ---- posting work requests (kernel consumers) ------------------------------
  */
 
-static void *pib_wq_slot(struct pib_wq *wq, u32 index)
+void *pib_wq_slot(struct pib_wq *wq, u32 index)
 {
 	return wq->ring.kbuf.va + ((size_t)(index & ((1u << wq->log_count) - 1))
 				   << wq->log_stride);
@@ -534,6 +534,9 @@ int pib_post_send(struct ib_qp *ibqp, const struct ib_send_wr *wr,
 	wmb();
 	writeq((u64)sq->pi << 32 | qp->qpn, dev->kdb + PIB_DB_SQ);
 	spin_unlock_irqrestore(&sq->lock, flags);
+	/* A FATAL device completes them by flushing (pib_poll_flushed()). */
+	if (unlikely(test_bit(PIB_DEV_FATAL, &dev->state)))
+		pib_cq_notify(qp->send_cq);
 	return err;
 }
 
@@ -588,5 +591,7 @@ int pib_post_recv(struct ib_qp *ibqp, const struct ib_recv_wr *wr,
 	wmb();
 	writeq((u64)rq->pi << 32 | qp->qpn, dev->kdb + PIB_DB_RQ);
 	spin_unlock_irqrestore(&rq->lock, flags);
+	if (unlikely(test_bit(PIB_DEV_FATAL, &dev->state)))
+		pib_cq_notify(qp->recv_cq);
 	return err;
 }

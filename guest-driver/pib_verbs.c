@@ -267,6 +267,15 @@ void pib_dealloc_ucontext(struct ib_ucontext *ibuc)
 	rdma_user_mmap_entry_remove(to_puc(ibuc)->uar_entry);
 }
 
+/*
+ * The device is going away under a user context (the function is reset
+ * after a fatal error): the RDMA core zaps its doorbell mappings, made with
+ * rdma_user_mmap_io(), itself; nothing else of ours is mapped.
+ */
+void pib_disassociate_ucontext(struct ib_ucontext *ibuc)
+{
+}
+
 int pib_mmap(struct ib_ucontext *ibuc, struct vm_area_struct *vma)
 {
 	struct rdma_user_mmap_entry *rdma_entry;

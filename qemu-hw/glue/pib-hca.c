@@ -637,6 +637,21 @@ static const Property pib_hca_properties[] = {
 };
 
 /* The device core's state is not serialised yet: refuse to migrate. */
+/*
+ * Test facility (docs/prm.md §10): `qom-set <device> x-inject-fatal REASON`
+ * puts the device in the FATAL state, as an internal error would.
+ */
+static void pib_hca_inject_fatal(Object *obj, const char *reason, Error **errp)
+{
+    PibHcaState *s = PIB_HCA(obj);
+
+    if (!s->core) {
+        error_setg(errp, "pib-hca: the device is not realized");
+        return;
+    }
+    pib_core_inject_fatal(s->core, reason);
+}
+
 static const VMStateDescription pib_hca_vmstate = {
     .name = TYPE_PIB_HCA,
     .unmigratable = 1,
@@ -673,6 +688,11 @@ static void pib_hca_class_init(ObjectClass *klass, void *data)
     object_class_property_set_description(
         klass, "port1", "chardev cabled to a switch port (docs/wire.md)");
     object_class_property_set_description(klass, "port2", "chardev for port 2");
+    object_class_property_add_str(klass, "x-inject-fatal", NULL,
+                                  pib_hca_inject_fatal);
+    object_class_property_set_description(
+        klass, "x-inject-fatal",
+        "test facility: set to a reason to make the device FATAL");
     device_class_set_legacy_reset(dc, pib_hca_reset);
 }
 

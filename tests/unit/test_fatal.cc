@@ -59,3 +59,19 @@ TEST_CASE("an internal error stops the device until it is reset", "[fatal]") {
     host.initHca();
     CHECK(host.command(PIB_CMD_ALLOC_PD).status == PIB_CMD_STATUS_OK);
 }
+
+TEST_CASE("the host can inject a fatal error to test a driver's recovery", "[fatal]") {
+    FakeHost host;
+    host.initHca();
+    const FakeHost::Eq eq = host.createEq(4, PIB_EQ_ASYNC);
+    host.clear();
+    pib_core_inject_fatal(host.core, "a test");
+    CHECK(host.read32(PIB_BAR_REGS, PIB_REG_STATUS) == PIB_STATUS_FATAL);
+    REQUIRE(host.traces("fatal") == 1);
+    CHECK(host.traceLines.front().detail == "a test");
+    const auto events = host.asyncEvents(eq.page, 16);
+    CHECK(std::count(events.begin(), events.end(), PIB_ASYNC_DEVICE_FATAL) == 1);
+    CHECK(host.command(PIB_CMD_ALLOC_PD).status == PIB_CMD_STATUS_BAD_STATE);
+    host.write32(PIB_BAR_REGS, PIB_REG_RESET, PIB_RESET_MAGIC);
+    CHECK(host.read32(PIB_BAR_REGS, PIB_REG_STATUS) == PIB_STATUS_READY);
+}

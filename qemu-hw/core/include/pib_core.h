@@ -156,6 +156,12 @@ void pib_core_run(struct pib_core *core);
  */
 void pib_core_port_writable(struct pib_core *core, unsigned port);
 
+/*
+ * Test facility (docs/prm.md §10): the device goes FATAL as if an internal
+ * error had happened, `reason` being what its trace event says.
+ */
+void pib_core_inject_fatal(struct pib_core *core, const char *reason);
+
 /* Size in bytes the host must give each BAR; 0 for a BAR not implemented. */
 uint64_t pib_core_bar_size(const struct pib_core *core, int bar);
 

@@ -101,6 +101,7 @@ class CommandProcessor {
     CommandOutcome querySrq(const Command &);
     CommandOutcome armSrq(const Command &);
     CommandOutcome createQp(const Command &);
+    CommandOutcome checkQpRings(const pib_qp_context &ctx, bool useSrq);
     CommandOutcome destroyQp(const Command &);
     CommandOutcome modifyQp(const Command &);
     CommandOutcome queryQp(const Command &);

@@ -26,6 +26,34 @@ constexpr uint8_t kMigMigrated = 0; // IBA APM state: no alternate path armed
 
 } // namespace
 
+// The SQ's and RQ's geometry, and their rings in the MTT; with an SRQ the
+// QP has no RQ at all.
+CommandOutcome CommandProcessor::checkQpRings(const pib_qp_context &ctx, bool useSrq) {
+    if (ctx.sq_log_wqe_count > limits::kLogMaxQpWr || !validStride(ctx.sq_log_wqe_stride))
+        return fail(PIB_CMD_STATUS_BAD_PARAM, err::kCmdBadParam,
+                    "CREATE_QP SQ of 2^%u WQEs of 2^%u bytes", ctx.sq_log_wqe_count,
+                    ctx.sq_log_wqe_stride);
+    if (!validRing(ctx.sq_buf, ringPages(ctx.sq_log_wqe_count, ctx.sq_log_wqe_stride)))
+        return fail(PIB_CMD_STATUS_BAD_PARAM, err::kCmdBadRing,
+                    "CREATE_QP SQ ring of %u pages at MTT %u", ctx.sq_buf.npages,
+                    ctx.sq_buf.mtt_index);
+    if (useSrq) {
+        if (ctx.rq_buf.npages || ctx.rq_log_wqe_count || ctx.rq_log_wqe_stride)
+            return fail(PIB_CMD_STATUS_BAD_PARAM, err::kCmdBadParam,
+                        "CREATE_QP with an SRQ and an RQ");
+    } else {
+        if (ctx.rq_log_wqe_count > limits::kLogMaxQpWr || !validStride(ctx.rq_log_wqe_stride))
+            return fail(PIB_CMD_STATUS_BAD_PARAM, err::kCmdBadParam,
+                        "CREATE_QP RQ of 2^%u WQEs of 2^%u bytes", ctx.rq_log_wqe_count,
+                        ctx.rq_log_wqe_stride);
+        if (!validRing(ctx.rq_buf, ringPages(ctx.rq_log_wqe_count, ctx.rq_log_wqe_stride)))
+            return fail(PIB_CMD_STATUS_BAD_PARAM, err::kCmdBadRing,
+                        "CREATE_QP RQ ring of %u pages at MTT %u", ctx.rq_buf.npages,
+                        ctx.rq_buf.mtt_index);
+    }
+    return {};
+}
+
 CommandOutcome CommandProcessor::createQp(const Command &cmd) {
     pib_qp_context ctx;
     if (!readMailbox(cmd, ctx))
@@ -54,28 +82,8 @@ CommandOutcome CommandProcessor::createQp(const Command &cmd) {
                     : !rcq ? "receive CQ"
                     : !uar ? "doorbell page"
                            : "SRQ");
-    if (ctx.sq_log_wqe_count > limits::kLogMaxQpWr || !validStride(ctx.sq_log_wqe_stride))
-        return fail(PIB_CMD_STATUS_BAD_PARAM, err::kCmdBadParam,
-                    "CREATE_QP SQ of 2^%u WQEs of 2^%u bytes", ctx.sq_log_wqe_count,
-                    ctx.sq_log_wqe_stride);
-    if (!validRing(ctx.sq_buf, ringPages(ctx.sq_log_wqe_count, ctx.sq_log_wqe_stride)))
-        return fail(PIB_CMD_STATUS_BAD_PARAM, err::kCmdBadRing,
-                    "CREATE_QP SQ ring of %u pages at MTT %u", ctx.sq_buf.npages,
-                    ctx.sq_buf.mtt_index);
-    if (useSrq) {
-        if (ctx.rq_buf.npages || ctx.rq_log_wqe_count || ctx.rq_log_wqe_stride)
-            return fail(PIB_CMD_STATUS_BAD_PARAM, err::kCmdBadParam,
-                        "CREATE_QP with an SRQ and an RQ");
-    } else {
-        if (ctx.rq_log_wqe_count > limits::kLogMaxQpWr || !validStride(ctx.rq_log_wqe_stride))
-            return fail(PIB_CMD_STATUS_BAD_PARAM, err::kCmdBadParam,
-                        "CREATE_QP RQ of 2^%u WQEs of 2^%u bytes", ctx.rq_log_wqe_count,
-                        ctx.rq_log_wqe_stride);
-        if (!validRing(ctx.rq_buf, ringPages(ctx.rq_log_wqe_count, ctx.rq_log_wqe_stride)))
-            return fail(PIB_CMD_STATUS_BAD_PARAM, err::kCmdBadRing,
-                        "CREATE_QP RQ ring of %u pages at MTT %u", ctx.rq_buf.npages,
-                        ctx.rq_buf.mtt_index);
-    }
+    if (const CommandOutcome bad = checkQpRings(ctx, useSrq); bad.status != PIB_CMD_STATUS_OK)
+        return bad;
 
     auto qp = std::make_unique<QueuePair>();
     qp->ctx = ctx;

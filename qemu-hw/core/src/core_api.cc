@@ -124,6 +124,10 @@ void pib_core_run(pib_core *core) {
     enter(core, "run", [&] { core->device.run(); });
 }
 
+void pib_core_inject_fatal(pib_core *core, const char *reason) {
+    enter(core, "fatal error injection", [&] { core->device.fatal(reason ? reason : "injected"); });
+}
+
 void pib_core_port_writable(pib_core *core, unsigned port) {
     enter(core, "port writable", [&] { core->device.portWritable(port); });
 }

@@ -81,6 +81,8 @@ class DataPath final : public SubnetSender, public ScheduledEngine {
     void armAckTimerIfIdle(uint32_t qpn, QueuePair &qp);
     enum class SendProgress { kAllSent, kWindowFull, kPaused, kFailed };
     SendProgress sendRequestPackets(uint32_t qpn, QueuePair &qp, SendWqe &w);
+    bool sendRequestPacket(uint32_t qpn, QueuePair &qp, SendWqe &w, iba::Packet &p, uint32_t offset,
+                           uint32_t len);
     void stopSending(uint32_t qpn, QueuePair &qp, SendProgress why);
     void rewind(QueuePair &qp, uint32_t psn);
     uint64_t ackTimeoutNs(const QueuePair &qp) const;

@@ -151,6 +151,82 @@ void DataPath::armAckTimerIfIdle(uint32_t qpn, QueuePair &qp) {
         restartAckTimer(qpn, qp);
 }
 
+// The opcode and extension headers of request packet `i` of `w`: its
+// position in the message picks First, Middle, Last or Only; the first
+// WRITE packet carries the RETH, a READ request asks for what has not
+// arrived yet.
+static void requestHeaders(const SendWqe &w, uint32_t i, uint32_t mtu, uint8_t transport,
+                           iba::Packet &p) {
+    const bool first = i == 0, last = i == w.packets - 1, only = w.packets == 1;
+    uint8_t op = 0;
+    switch (w.opcode) {
+    case PIB_WR_SEND:
+    case PIB_WR_SEND_IMM: {
+        const bool imm = w.opcode == PIB_WR_SEND_IMM;
+        op = only    ? (imm ? iba::kSendOnlyImm : iba::kSendOnly)
+             : first ? iba::kSendFirst
+             : last  ? (imm ? iba::kSendLastImm : iba::kSendLast)
+                     : iba::kSendMiddle;
+        break;
+    }
+    case PIB_WR_RDMA_WRITE:
+    case PIB_WR_RDMA_WRITE_IMM: {
+        const bool imm = w.opcode == PIB_WR_RDMA_WRITE_IMM;
+        op = only    ? (imm ? iba::kWriteOnlyImm : iba::kWriteOnly)
+             : first ? iba::kWriteFirst
+             : last  ? (imm ? iba::kWriteLastImm : iba::kWriteLast)
+                     : iba::kWriteMiddle;
+        if (first)
+            p.reth = iba::Reth{w.remoteAddr, w.rkey, w.length};
+        break;
+    }
+    case PIB_WR_RDMA_READ:
+        // One request for what has not arrived yet (all of it, unless a
+        // rewind found part of the response already placed).
+        op = iba::kReadRequest;
+        p.bth.psn = psnAdd(w.firstPsn, w.received / mtu);
+        p.reth = iba::Reth{w.remoteAddr + w.received, w.rkey, w.length - w.received};
+        break;
+    case PIB_WR_ATOMIC_CMP_AND_SWP:
+    case PIB_WR_ATOMIC_FETCH_AND_ADD:
+        op = w.opcode == PIB_WR_ATOMIC_CMP_AND_SWP ? iba::kCompareSwap : iba::kFetchAdd;
+        p.atomicEth = iba::AtomicEth{w.remoteAddr, w.rkey, w.swapAdd, w.compare};
+        break;
+    }
+    p.bth.opcode = static_cast<uint8_t>(transport | op);
+    if (iba::layoutOf(p.bth.opcode).imm)
+        p.imm = __builtin_bswap32(w.imm);
+    if (last && (w.opcode == PIB_WR_SEND || w.opcode == PIB_WR_SEND_IMM ||
+                 w.opcode == PIB_WR_RDMA_WRITE_IMM))
+        p.bth.solicited = w.flags & PIB_WQE_SOLICITED;
+}
+
+// Builds request packet `p` with bytes [offset, offset + len) of `w`'s
+// data, read by DMA straight into it, and sends it. False when the data
+// cannot be read: `w` then completes in error.
+bool DataPath::sendRequestPacket(uint32_t qpn, QueuePair &qp, SendWqe &w, iba::Packet &p,
+                                 uint32_t offset, uint32_t len) {
+    if (!addressConnected(qp, p)) {
+        scheduler_.charge(); // lost on a port that cannot send: the same work bound
+        return true;
+    }
+    iba::PacketWriter writer(p, len, wire::kHeaderSize, scheduler_.packetBuffer());
+    uint8_t status = PIB_WC_SUCCESS;
+    if (!w.inlineData.empty())
+        writer.append(w.inlineData.data() + offset, len);
+    else if (len)
+        status = memory_.gatherInto(qp.ctx.pdn, w.sges, offset, len, writer);
+    if (status != PIB_WC_SUCCESS) {
+        host_.guestError(err::kWqeDma, "QP %u WQE %u: cannot read its data", qpn, w.index);
+        w.localStatus = status;
+        w.packets = w.sentPackets; // nothing more of it goes out
+        completeInOrder(qpn, qp);
+        return false;
+    }
+    transmitConnected(qp, std::move(writer).finish());
+    return true;
+}
+
 // Sends the packets of `w` not yet sent, as far as the RC send window
 // lets them go. kFailed when the QP went to the error state on the way.
 DataPath::SendProgress DataPath::sendRequestPackets(uint32_t qpn, QueuePair &qp, SendWqe &w) {
@@ -160,7 +236,7 @@ DataPath::SendProgress DataPath::sendRequestPackets(uint32_t qpn, QueuePair &qp,
     const uint32_t window = sendWindowPackets(mtu), ackInterval = ackRequestInterval(mtu);
     while (w.sentPackets < w.packets) {
         const uint32_t i = w.sentPackets;
-        const bool first = i == 0, last = i == w.packets - 1;
+        const bool last = i == w.packets - 1;
         iba::Packet p;
         p.bth.psn = psnAdd(w.firstPsn, i);
         // A READ or atomic request is one packet whatever its PSNs: the
@@ -170,48 +246,7 @@ DataPath::SendProgress DataPath::sendRequestPackets(uint32_t qpn, QueuePair &qp,
             return SendProgress::kWindowFull;
         if (!scheduler_.mayTransmit(qp.attr.port_num))
             return SendProgress::kPaused;
-        uint8_t op = 0;
-        switch (w.opcode) {
-        case PIB_WR_SEND:
-        case PIB_WR_SEND_IMM: {
-            const bool imm = w.opcode == PIB_WR_SEND_IMM;
-            op = w.packets == 1 ? (imm ? iba::kSendOnlyImm : iba::kSendOnly)
-                 : first        ? iba::kSendFirst
-                 : last         ? (imm ? iba::kSendLastImm : iba::kSendLast)
-                                : iba::kSendMiddle;
-            break;
-        }
-        case PIB_WR_RDMA_WRITE:
-        case PIB_WR_RDMA_WRITE_IMM: {
-            const bool imm = w.opcode == PIB_WR_RDMA_WRITE_IMM;
-            op = w.packets == 1 ? (imm ? iba::kWriteOnlyImm : iba::kWriteOnly)
-                 : first        ? iba::kWriteFirst
-                 : last         ? (imm ? iba::kWriteLastImm : iba::kWriteLast)
-                                : iba::kWriteMiddle;
-            if (first)
-                p.reth = iba::Reth{w.remoteAddr, w.rkey, w.length};
-            break;
-        }
-        case PIB_WR_RDMA_READ: {
-            // One request for what has not arrived yet (all of it, unless
-            // a rewind found part of the response already placed).
-            op = iba::kReadRequest;
-            p.bth.psn = psnAdd(w.firstPsn, w.received / mtu);
-            p.reth = iba::Reth{w.remoteAddr + w.received, w.rkey, w.length - w.received};
-            break;
-        }
-        case PIB_WR_ATOMIC_CMP_AND_SWP:
-        case PIB_WR_ATOMIC_FETCH_AND_ADD:
-            op = w.opcode == PIB_WR_ATOMIC_CMP_AND_SWP ? iba::kCompareSwap : iba::kFetchAdd;
-            p.atomicEth = iba::AtomicEth{w.remoteAddr, w.rkey, w.swapAdd, w.compare};
-            break;
-        }
-        p.bth.opcode = static_cast<uint8_t>(transport | op);
-        if (iba::layoutOf(p.bth.opcode).imm)
-            p.imm = __builtin_bswap32(w.imm);
-        if (last && (w.opcode == PIB_WR_SEND || w.opcode == PIB_WR_SEND_IMM ||
-                     w.opcode == PIB_WR_RDMA_WRITE_IMM))
-            p.bth.solicited = w.flags & PIB_WQE_SOLICITED;
+        requestHeaders(w, i, mtu, transport, p);
         // RC asks for an ACK at the end of each SEND and WRITE, and every
         // ackInterval PSNs within long ones (reads and atomics are
         // answered anyway); the responder's one ACK covers every packet
@@ -220,25 +255,8 @@ DataPath::SendProgress DataPath::sendRequestPackets(uint32_t qpn, QueuePair &qp,
         const bool data = iba::layoutOf(p.bth.opcode).payload && !w.isReadOrAtomic();
         const uint32_t offset = i * mtu;
         const uint32_t len = data ? std::min(mtu, w.length - offset) : 0;
-        if (addressConnected(qp, p)) {
-            // The data goes by DMA straight into the packet.
-            iba::PacketWriter writer(p, len, wire::kHeaderSize, scheduler_.packetBuffer());
-            uint8_t status = PIB_WC_SUCCESS;
-            if (!w.inlineData.empty())
-                writer.append(w.inlineData.data() + offset, len);
-            else if (len)
-                status = memory_.gatherInto(qp.ctx.pdn, w.sges, offset, len, writer);
-            if (status != PIB_WC_SUCCESS) {
-                host_.guestError(err::kWqeDma, "QP %u WQE %u: cannot read its data", qpn, w.index);
-                w.localStatus = status;
-                w.packets = w.sentPackets; // nothing more of it goes out
-                completeInOrder(qpn, qp);
-                return SendProgress::kFailed;
-            }
-            transmitConnected(qp, std::move(writer).finish());
-        } else {
-            scheduler_.charge(); // lost on a port that cannot send: the same work bound
-        }
+        if (!sendRequestPacket(qpn, qp, w, p, offset, len))
+            return SendProgress::kFailed;
         w.sentPackets = w.isReadOrAtomic() ? w.packets : i + 1;
     }
     return SendProgress::kAllSent;
