@@ -192,44 +192,53 @@ struct pib_uresp_create_qp {
 	struct pib_create_qp_resp drv;
 };
 
+/*
+ * The shape of a work queue's ring, as the driver and the device expect it
+ * (docs/prm.md §6.3): slots of a power of two, at least 2^6 bytes, that
+ * hold `header` bytes and `data` bytes after them, and room for `max_wr`
+ * WQEs. The same for every SQ, RQ and SRQ.
+ */
+static int pib_wq_shape(struct pib_context *ctx, struct pib_wq *wq,
+			size_t header, size_t data, uint32_t max_wr,
+			uint32_t max_sge)
+{
+	unsigned int log_stride = pib_log2_ceil(header + data);
+
+	if (log_stride > ctx->log_max_wqe_stride)
+		return EINVAL;
+	wq->log_stride = log_stride < PIB_LOG_MIN_STRIDE ? PIB_LOG_MIN_STRIDE
+							 : log_stride;
+	wq->log_count = pib_log2_ceil(max_wr ? max_wr : 1);
+	wq->max_sge = max_sge;
+	return 0;
+}
+
 /* Ring geometry for the capabilities asked for, as the driver expects it. */
 static int pib_qp_geometry(struct pib_context *ctx, struct pib_qp *qp,
 			   struct ibv_qp_init_attr *attr)
 {
 	struct ibv_qp_cap *cap = &attr->cap;
-	size_t data, stride, max_stride = (size_t)1 << ctx->log_max_wqe_stride;
+	size_t inline_room = (cap->max_inline_data + 4 + 15) & ~15u;
+	size_t send_data = cap->max_send_sge * sizeof(struct pib_wqe_data);
+	int err;
 
 	if (cap->max_send_sge > ctx->max_send_sge ||
 	    cap->max_recv_sge > ctx->max_recv_sge ||
 	    cap->max_inline_data > ctx->max_inline_data)
 		return EINVAL;
-	data = cap->max_send_sge * sizeof(struct pib_wqe_data);
-	if (data < ((cap->max_inline_data + 4 + 15) & ~15u))
-		data = (cap->max_inline_data + 4 + 15) & ~15u;
-	stride = (size_t)1 << pib_log2_ceil(PIB_SEND_HDR_SIZE + data);
-	if (stride > max_stride)
-		return EINVAL;
-	qp->sq.log_stride = pib_log2_ceil(stride);
-	if (qp->sq.log_stride < PIB_LOG_MIN_STRIDE)
-		qp->sq.log_stride = PIB_LOG_MIN_STRIDE;
-	qp->sq.log_count =
-		pib_log2_ceil(cap->max_send_wr ? cap->max_send_wr : 1);
-	qp->sq.max_sge = cap->max_send_sge;
+	/* A send WQE holds its SGEs or its inline data, whichever is more. */
+	if (send_data < inline_room)
+		send_data = inline_room;
+	err = pib_wq_shape(ctx, &qp->sq, PIB_SEND_HDR_SIZE, send_data,
+			   cap->max_send_wr, cap->max_send_sge);
+	if (err)
+		return err;
 	qp->max_inline_data = cap->max_inline_data;
 	if (attr->srq)
 		return 0;
-	stride = (size_t)1 << pib_log2_ceil(
-			 PIB_RECV_HDR_SIZE +
-			 cap->max_recv_sge * sizeof(struct pib_wqe_data));
-	if (stride > max_stride)
-		return EINVAL;
-	qp->rq.log_stride = pib_log2_ceil(stride);
-	if (qp->rq.log_stride < PIB_LOG_MIN_STRIDE)
-		qp->rq.log_stride = PIB_LOG_MIN_STRIDE;
-	qp->rq.log_count =
-		pib_log2_ceil(cap->max_recv_wr ? cap->max_recv_wr : 1);
-	qp->rq.max_sge = cap->max_recv_sge;
-	return 0;
+	return pib_wq_shape(ctx, &qp->rq, PIB_RECV_HDR_SIZE,
+			    cap->max_recv_sge * sizeof(struct pib_wqe_data),
+			    cap->max_recv_wr, cap->max_recv_sge);
 }
 
 int pib_qp_table_add(struct pib_context *ctx, struct pib_qp *qp)
@@ -251,6 +260,25 @@ void pib_qp_table_remove(struct pib_context *ctx, struct pib_qp *qp)
 	pthread_mutex_unlock(&ctx->qp_table_lock);
 }
 
+/* Whether the device offers what `attr` asks for beyond the capabilities. */
+static bool pib_qp_attr_supported(const struct ibv_qp_init_attr_ex *attr)
+{
+	/* No creation flag is offered; asking for none is fine. */
+	if (attr->comp_mask & IBV_QP_INIT_ATTR_CREATE_FLAGS &&
+	    attr->create_flags)
+		return false;
+	if (attr->comp_mask & IBV_QP_INIT_ATTR_SEND_OPS_FLAGS &&
+	    attr->send_ops_flags & ~pib_qp_ex_supported_ops(attr->qp_type))
+		return false;
+	if (attr->comp_mask &
+		    ~(IBV_QP_INIT_ATTR_PD | IBV_QP_INIT_ATTR_CREATE_FLAGS |
+		      IBV_QP_INIT_ATTR_SEND_OPS_FLAGS) ||
+	    !attr->pd)
+		return false;
+	return attr->qp_type == IBV_QPT_RC || attr->qp_type == IBV_QPT_UC ||
+	       attr->qp_type == IBV_QPT_UD;
+}
+
 /* Both creation verbs end here; attr->cap is filled with what was made. */
 struct ibv_qp *pib_create_qp_ex(struct ibv_context *context,
 				struct ibv_qp_init_attr_ex *attr)
@@ -263,26 +291,7 @@ struct ibv_qp *pib_create_qp_ex(struct ibv_context *context,
 	struct pib_qp *qp;
 	int err;
 
-	/* No creation flag is offered; asking for none is fine. */
-	if (attr->comp_mask & IBV_QP_INIT_ATTR_CREATE_FLAGS &&
-	    attr->create_flags) {
-		errno = EOPNOTSUPP;
-		return NULL;
-	}
-	if (attr->comp_mask & IBV_QP_INIT_ATTR_SEND_OPS_FLAGS &&
-	    attr->send_ops_flags & ~pib_qp_ex_supported_ops(attr->qp_type)) {
-		errno = EOPNOTSUPP;
-		return NULL;
-	}
-	if (attr->comp_mask &
-		    ~(IBV_QP_INIT_ATTR_PD | IBV_QP_INIT_ATTR_CREATE_FLAGS |
-		      IBV_QP_INIT_ATTR_SEND_OPS_FLAGS) ||
-	    !attr->pd) {
-		errno = EOPNOTSUPP;
-		return NULL;
-	}
-	if (attr->qp_type != IBV_QPT_RC && attr->qp_type != IBV_QPT_UC &&
-	    attr->qp_type != IBV_QPT_UD) {
+	if (!pib_qp_attr_supported(attr)) {
 		errno = EOPNOTSUPP;
 		return NULL;
 	}
@@ -415,7 +424,6 @@ struct ibv_srq *pib_create_srq(struct ibv_pd *pd,
 	struct pib_uresp_create_srq resp = {};
 	struct pib_ucmd_create_srq cmd = {};
 	struct pib_srq *srq;
-	size_t stride;
 	int err;
 
 	if (!attr->attr.max_wr || attr->attr.max_sge > ctx->max_recv_sge) {
@@ -425,15 +433,11 @@ struct ibv_srq *pib_create_srq(struct ibv_pd *pd,
 	srq = calloc(1, sizeof(*srq));
 	if (!srq)
 		return NULL;
-	stride = (size_t)1 << pib_log2_ceil(
-			 PIB_RECV_HDR_SIZE +
-			 attr->attr.max_sge * sizeof(struct pib_wqe_data));
-	srq->wq.log_stride = pib_log2_ceil(stride);
-	if (srq->wq.log_stride < PIB_LOG_MIN_STRIDE)
-		srq->wq.log_stride = PIB_LOG_MIN_STRIDE;
-	srq->wq.log_count = pib_log2_ceil(attr->attr.max_wr);
-	srq->wq.max_sge = attr->attr.max_sge;
-	err = pib_buf_alloc(&srq->wq.buf, pib_wq_bytes(&srq->wq));
+	err = pib_wq_shape(ctx, &srq->wq, PIB_RECV_HDR_SIZE,
+			   attr->attr.max_sge * sizeof(struct pib_wqe_data),
+			   attr->attr.max_wr, attr->attr.max_sge);
+	if (!err)
+		err = pib_buf_alloc(&srq->wq.buf, pib_wq_bytes(&srq->wq));
 	if (err)
 		goto err_free;
 	cmd.drv.buf_addr = (uintptr_t)srq->wq.buf.addr;

@@ -274,6 +274,95 @@ std::vector<uint8_t> build(const Packet &p, size_t headroom, std::vector<uint8_t
     return std::move(writer).finish();
 }
 
+namespace {
+
+// Each reader checks one header of `b` and fills it into `p`, or says what
+// is wrong with it. `total` is the packet's length without its VCRC.
+
+ParseError readLrh(const uint8_t *b, size_t total, Packet &p) {
+    p.lrh.vl = b[0] >> 4;
+    p.lrh.lver = b[0] & 0xf;
+    p.lrh.sl = b[1] >> 4;
+    p.lrh.lnh = b[1] & 3;
+    p.lrh.dlid = get16(b + 2);
+    p.lrh.pktlen = get16(b + 4) & 0x7ff;
+    p.lrh.slid = get16(b + 6);
+    if (p.lrh.lver != 0)
+        return ParseError::kBadVersion;
+    if (p.lrh.lnh != kLnhIbaLocal && p.lrh.lnh != kLnhIbaGlobal)
+        return ParseError::kBadLnh;
+    if (size_t{p.lrh.pktlen} * 4 != total)
+        return ParseError::kBadLength;
+    return ParseError::kNone;
+}
+
+ParseError readGrh(const uint8_t *b, size_t total, Packet &p) {
+    if (total < kLrhSize + kGrhSize + kBthSize + kIcrcSize)
+        return ParseError::kTooShort;
+    Grh g;
+    const uint32_t w = get32(b);
+    if (w >> 28 != 6)
+        return ParseError::kBadVersion;
+    g.tclass = static_cast<uint8_t>(w >> 20);
+    g.flowLabel = w & 0xfffff;
+    g.payLen = get16(b + 4);
+    g.nextHeader = b[6];
+    g.hopLimit = b[7];
+    std::copy(b + 8, b + 24, g.sgid.begin());
+    std::copy(b + 24, b + 40, g.dgid.begin());
+    if (size_t{g.payLen} != total - kLrhSize - kGrhSize)
+        return ParseError::kBadLength;
+    p.grh = g;
+    return ParseError::kNone;
+}
+
+ParseError readBth(const uint8_t *b, Packet &p) {
+    Bth &t = p.bth;
+    t.opcode = b[0];
+    t.solicited = b[1] & 0x80;
+    t.migReq = b[1] & 0x40;
+    t.padCount = (b[1] >> 4) & 3;
+    t.tver = b[1] & 0xf;
+    t.pkey = get16(b + 2);
+    t.destQp = get32(b + 4) & 0xffffff;
+    t.ackReq = b[8] & 0x80;
+    t.psn = get32(b + 8) & 0xffffff;
+    return t.tver == 0 ? ParseError::kNone : ParseError::kBadVersion;
+}
+
+// The extension headers `layout` names, in their IBA order; returns the
+// offset after them.
+size_t readExtensions(const uint8_t *b, size_t off, const Layout &layout, Packet &p) {
+    if (layout.deth) {
+        p.deth = Deth{get32(b + off), get32(b + off + 4) & 0xffffff};
+        off += kDethSize;
+    }
+    if (layout.reth) {
+        p.reth = Reth{get64(b + off), get32(b + off + 8), get32(b + off + 12)};
+        off += kRethSize;
+    }
+    if (layout.aeth) {
+        p.aeth = Aeth{b[off], get32(b + off) & 0xffffff};
+        off += kAethSize;
+    }
+    if (layout.atomicEth) {
+        p.atomicEth =
+            AtomicEth{get64(b + off), get32(b + off + 8), get64(b + off + 12), get64(b + off + 20)};
+        off += kAtomicEthSize;
+    }
+    if (layout.atomicAckEth) {
+        p.atomicAck = get64(b + off);
+        off += kAtomicAckEthSize;
+    }
+    if (layout.imm) {
+        p.imm = get32(b + off);
+        off += kImmSize;
+    }
+    return off;
+}
+
+} // namespace
+
 std::optional<Packet> parse(std::span<const uint8_t> bytes, ParseError *error, bool checkIcrc,
                             bool copyPayload) {
     auto fail = [&](ParseError e) -> std::optional<Packet> {
@@ -301,86 +390,26 @@ std::optional<Packet> parse(std::span<const uint8_t> bytes, ParseError *error, b
 
     Packet p;
     const uint8_t *b = bytes.data();
-    p.lrh.vl = b[0] >> 4;
-    p.lrh.lver = b[0] & 0xf;
-    p.lrh.sl = b[1] >> 4;
-    p.lrh.lnh = b[1] & 3;
-    p.lrh.dlid = get16(b + 2);
-    p.lrh.pktlen = get16(b + 4) & 0x7ff;
-    p.lrh.slid = get16(b + 6);
-    if (p.lrh.lver != 0)
-        return fail(ParseError::kBadVersion);
-    if (p.lrh.lnh != kLnhIbaLocal && p.lrh.lnh != kLnhIbaGlobal)
-        return fail(ParseError::kBadLnh);
-    if (size_t{p.lrh.pktlen} * 4 != total)
-        return fail(ParseError::kBadLength);
+    if (const ParseError e = readLrh(b, total, p); e != ParseError::kNone)
+        return fail(e);
     size_t off = kLrhSize;
     if (p.lrh.lnh == kLnhIbaGlobal) {
-        if (total < kLrhSize + kGrhSize + kBthSize + kIcrcSize)
-            return fail(ParseError::kTooShort);
-        Grh g;
-        const uint32_t w = get32(b + off);
-        if (w >> 28 != 6)
-            return fail(ParseError::kBadVersion);
-        g.tclass = static_cast<uint8_t>(w >> 20);
-        g.flowLabel = w & 0xfffff;
-        g.payLen = get16(b + off + 4);
-        g.nextHeader = b[off + 6];
-        g.hopLimit = b[off + 7];
-        std::copy(b + off + 8, b + off + 24, g.sgid.begin());
-        std::copy(b + off + 24, b + off + 40, g.dgid.begin());
-        if (size_t{g.payLen} != total - kLrhSize - kGrhSize)
-            return fail(ParseError::kBadLength);
-        p.grh = g;
+        if (const ParseError e = readGrh(b + off, total, p); e != ParseError::kNone)
+            return fail(e);
         off += kGrhSize;
     }
-    Bth &t = p.bth;
-    t.opcode = b[off];
-    t.solicited = b[off + 1] & 0x80;
-    t.migReq = b[off + 1] & 0x40;
-    t.padCount = (b[off + 1] >> 4) & 3;
-    t.tver = b[off + 1] & 0xf;
-    t.pkey = get16(b + off + 2);
-    t.destQp = get32(b + off + 4) & 0xffffff;
-    t.ackReq = b[off + 8] & 0x80;
-    t.psn = get32(b + off + 8) & 0xffffff;
+    if (const ParseError e = readBth(b + off, p); e != ParseError::kNone)
+        return fail(e);
     off += kBthSize;
-    if (t.tver != 0)
-        return fail(ParseError::kBadVersion);
-    const Layout layout = layoutOf(t.opcode);
+    const Layout layout = layoutOf(p.bth.opcode);
     if (!layout.valid)
         return fail(ParseError::kUnsupportedOpcode);
-    const size_t headers = off + extensionSize(layout);
-    if (headers + t.padCount + kIcrcSize > total)
+    const size_t payloadEnd = total - kIcrcSize - p.bth.padCount;
+    if (off + extensionSize(layout) + p.bth.padCount + kIcrcSize > total)
         return fail(ParseError::kTooShort);
-    if (layout.deth) {
-        p.deth = Deth{get32(b + off), get32(b + off + 4) & 0xffffff};
-        off += kDethSize;
-    }
-    if (layout.reth) {
-        p.reth = Reth{get64(b + off), get32(b + off + 8), get32(b + off + 12)};
-        off += kRethSize;
-    }
-    if (layout.aeth) {
-        p.aeth = Aeth{b[off], get32(b + off) & 0xffffff};
-        off += kAethSize;
-    }
-    if (layout.atomicEth) {
-        p.atomicEth =
-            AtomicEth{get64(b + off), get32(b + off + 8), get64(b + off + 12), get64(b + off + 20)};
-        off += kAtomicEthSize;
-    }
-    if (layout.atomicAckEth) {
-        p.atomicAck = get64(b + off);
-        off += kAtomicAckEthSize;
-    }
-    if (layout.imm) {
-        p.imm = get32(b + off);
-        off += kImmSize;
-    }
-    if (!layout.payload && total - kIcrcSize - t.padCount != off)
+    off = readExtensions(b, off, layout, p);
+    if (!layout.payload && payloadEnd != off)
         return fail(ParseError::kBadLength); // data where the opcode has none
-    const size_t payloadEnd = total - kIcrcSize - t.padCount;
     if (copyPayload)
         p.payload.assign(b + off, b + payloadEnd);
     else
