@@ -419,19 +419,10 @@ static int pib_send_opcode(enum ib_wr_opcode op)
 }
 
 /* Writes one send WQE; returns its size in 16-byte units or an error. */
-static int pib_build_send_wqe(struct pib_qp *qp, const struct ib_send_wr *wr,
-			      void *wqe)
+/* The control segment of a send WQE (docs/prm.md §7.2). */
+static void pib_fill_ctrl(struct pib_qp *qp, const struct ib_send_wr *wr,
+			  int opcode, struct pib_wqe_ctrl *ctrl)
 {
-	struct pib_wqe_ctrl *ctrl = wqe;
-	void *seg = ctrl + 1;
-	void *end = wqe + (1u << qp->sq.log_stride);
-	int opcode = pib_send_opcode(wr->opcode);
-	int i;
-
-	if (opcode < 0)
-		return opcode;
-	if (wr->num_sge > qp->cap.max_send_sge)
-		return -EINVAL;
 	memset(ctrl, 0, sizeof(*ctrl));
 	ctrl->wr_id = wr->wr_id;
 	ctrl->opcode = opcode;
@@ -443,66 +434,105 @@ static int pib_build_send_wqe(struct pib_qp *qp, const struct ib_send_wr *wr,
 		ctrl->flags |= PIB_WQE_FENCE;
 	if (opcode == PIB_WR_SEND_IMM || opcode == PIB_WR_RDMA_WRITE_IMM)
 		ctrl->imm = (__force u32)wr->ex.imm_data;
+}
+
+/*
+ * The segments between the control segment and the data: the address
+ * vector of a datagram, the remote address of an RDMA operation, and an
+ * atomic's operands. Returns where the data goes.
+ */
+static void *pib_fill_remote(struct pib_qp *qp, const struct ib_send_wr *wr,
+			     int opcode, void *seg)
+{
+	struct pib_wqe_raddr *r = seg;
+	struct pib_wqe_atomic *a = (void *)(r + 1);
+	struct pib_wqe_ud *u = seg;
 
 	if (qp->type == PIB_QPT_UD || qp->type == PIB_QPT_GSI ||
 	    qp->type == PIB_QPT_SMI) {
-		const struct ib_ud_wr *ud = ud_wr(wr);
-		struct pib_wqe_ud *u = seg;
-
-		u->av = to_pah(ud->ah)->av;
-		u->remote_qpn = ud->remote_qpn;
-		u->remote_qkey = ud->remote_qkey;
-		seg = u + 1;
-	} else if (opcode == PIB_WR_RDMA_WRITE ||
-		   opcode == PIB_WR_RDMA_WRITE_IMM ||
-		   opcode == PIB_WR_RDMA_READ) {
-		struct pib_wqe_raddr *r = seg;
-
+		u->av = to_pah(ud_wr(wr)->ah)->av;
+		u->remote_qpn = ud_wr(wr)->remote_qpn;
+		u->remote_qkey = ud_wr(wr)->remote_qkey;
+		return u + 1;
+	}
+	switch (opcode) {
+	case PIB_WR_RDMA_WRITE:
+	case PIB_WR_RDMA_WRITE_IMM:
+	case PIB_WR_RDMA_READ:
 		r->remote_addr = rdma_wr(wr)->remote_addr;
 		r->rkey = rdma_wr(wr)->rkey;
-		seg = r + 1;
-	} else if (opcode == PIB_WR_ATOMIC_CMP_AND_SWP ||
-		   opcode == PIB_WR_ATOMIC_FETCH_AND_ADD) {
-		struct pib_wqe_raddr *r = seg;
-		struct pib_wqe_atomic *a = (void *)(r + 1);
-
+		return r + 1;
+	case PIB_WR_ATOMIC_CMP_AND_SWP:
+	case PIB_WR_ATOMIC_FETCH_AND_ADD:
 		r->remote_addr = atomic_wr(wr)->remote_addr;
 		r->rkey = atomic_wr(wr)->rkey;
 		a->swap_add = opcode == PIB_WR_ATOMIC_CMP_AND_SWP
 				      ? atomic_wr(wr)->swap
 				      : atomic_wr(wr)->compare_add;
 		a->compare = atomic_wr(wr)->compare_add;
-		seg = a + 1;
+		return a + 1;
+	default:
+		return seg;
 	}
+}
 
+/* The WR's data copied into the WQE; returns the end of it, or NULL. */
+static void *pib_fill_inline(struct pib_qp *qp, const struct ib_send_wr *wr,
+			     void *seg)
+{
+	struct pib_wqe_inline *in = seg;
+	u8 *data = in->data;
+	u32 len = 0;
+	int i;
+
+	for (i = 0; i < wr->num_sge; i++)
+		len += wr->sg_list[i].length;
+	if (len > qp->cap.max_inline_data)
+		return NULL;
+	for (i = 0; i < wr->num_sge; i++) {
+		memcpy(data, (void *)(uintptr_t)wr->sg_list[i].addr,
+		       wr->sg_list[i].length);
+		data += wr->sg_list[i].length;
+	}
+	in->byte_count = len | PIB_INLINE_FLAG;
+	return (void *)in + ALIGN(4 + len, 16);
+}
+
+/* The WR's scatter/gather list; returns the end of it. */
+static void *pib_fill_sges(const struct ib_send_wr *wr, void *seg)
+{
+	struct pib_wqe_data *d = seg;
+	int i;
+
+	for (i = 0; i < wr->num_sge; i++, d++) {
+		d->byte_count = wr->sg_list[i].length;
+		d->lkey = wr->sg_list[i].lkey;
+		d->addr = wr->sg_list[i].addr;
+	}
+	return d;
+}
+
+static int pib_build_send_wqe(struct pib_qp *qp, const struct ib_send_wr *wr,
+			      void *wqe)
+{
+	struct pib_wqe_ctrl *ctrl = wqe;
+	void *end = wqe + (1u << qp->sq.log_stride);
+	int opcode = pib_send_opcode(wr->opcode);
+	void *seg;
+
+	if (opcode < 0)
+		return opcode;
+	if (wr->num_sge > qp->cap.max_send_sge)
+		return -EINVAL;
+	pib_fill_ctrl(qp, wr, opcode, ctrl);
+	seg = pib_fill_remote(qp, wr, opcode, ctrl + 1);
 	if (wr->send_flags & IB_SEND_INLINE) {
-		struct pib_wqe_inline *in = seg;
-		u8 *data = in->data;
-		u32 len = 0;
-
-		for (i = 0; i < wr->num_sge; i++)
-			len += wr->sg_list[i].length;
-		if (len > qp->cap.max_inline_data)
-			return -EINVAL;
-		for (i = 0; i < wr->num_sge; i++) {
-			memcpy(data, (void *)(uintptr_t)wr->sg_list[i].addr,
-			       wr->sg_list[i].length);
-			data += wr->sg_list[i].length;
-		}
-		in->byte_count = len | PIB_INLINE_FLAG;
+		seg = pib_fill_inline(qp, wr, seg);
 		ctrl->flags |= PIB_WQE_INLINE;
-		seg = (void *)in + ALIGN(4 + len, 16);
 	} else {
-		struct pib_wqe_data *d = seg;
-
-		for (i = 0; i < wr->num_sge; i++, d++) {
-			d->byte_count = wr->sg_list[i].length;
-			d->lkey = wr->sg_list[i].lkey;
-			d->addr = wr->sg_list[i].addr;
-		}
-		seg = d;
+		seg = pib_fill_sges(wr, seg);
 	}
-	if (seg > end)
+	if (!seg || seg > end)
 		return -EINVAL;
 	ctrl->num_ds = (seg - wqe) / 16;
 	return 0;

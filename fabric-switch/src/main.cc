@@ -54,78 +54,100 @@ unsigned portOf(const std::string &spec, unsigned ports, std::string *rest) {
     return static_cast<unsigned>(n);
 }
 
+// What the command line asks for.
+struct Options {
+    pib::fabric::SwitchConfig config;
+    std::string dir = ".";
+    bool verbose = false;
+    bool help = false;
+    std::vector<std::pair<std::string, std::string>> overrides; // --tcp, --connect*
+    std::vector<std::string> faults;
+    std::string control;
+};
+
+Options parseOptions(int argc, char **argv) {
+    Options o;
+    o.config.guid = 0x0250494253570001ull;
+    for (int i = 1; i < argc; ++i) {
+        const std::string arg = argv[i];
+        auto value = [&]() -> std::string {
+            if (i + 1 >= argc)
+                throw std::runtime_error(arg + " needs a value");
+            return argv[++i];
+        };
+        if (arg == "--help" || arg == "-h") {
+            o.help = true;
+        } else if (arg == "--ports") {
+            const unsigned long n = std::stoul(value());
+            if (n < 1 || n > 254)
+                throw std::runtime_error("--ports must be 1..254");
+            o.config.ports = static_cast<unsigned>(n);
+        } else if (arg == "--verbose") {
+            o.verbose = true;
+        } else if (arg == "--socket-dir") {
+            o.dir = value();
+        } else if (arg == "--guid") {
+            o.config.guid = std::stoull(value(), nullptr, 0);
+        } else if (arg == "--name") {
+            o.config.description = value();
+        } else if (arg == "--control") {
+            o.control = value();
+        } else if (arg == "--fault") {
+            o.faults.push_back(value());
+        } else if (arg == "--tcp" || arg == "--connect" || arg == "--connect-tcp") {
+            o.overrides.emplace_back(arg, value());
+        } else {
+            throw std::runtime_error("unknown option " + arg + " (see --help)");
+        }
+    }
+    return o;
+}
+
+// Where each port's stream is: DIR/portN.sock unless an option says else.
+std::vector<pib::fabric::PortEndpoint> endpointsOf(const Options &o) {
+    using Kind = pib::fabric::PortEndpoint::Kind;
+    std::vector<pib::fabric::PortEndpoint> endpoints(o.config.ports + 1);
+    for (unsigned p = 1; p <= o.config.ports; ++p)
+        endpoints[p] = {Kind::kUnixListen, o.dir + "/port" + std::to_string(p) + ".sock"};
+    for (const auto &[option, spec] : o.overrides) {
+        std::string rest;
+        const unsigned p = portOf(spec, o.config.ports, &rest);
+        endpoints[p] = {option == "--tcp"       ? Kind::kTcpListen
+                        : option == "--connect" ? Kind::kUnixConnect
+                                                : Kind::kTcpConnect,
+                        rest};
+    }
+    return endpoints;
+}
+
+void applyFaults(pib::fabric::Server &server, const Options &o) {
+    for (const std::string &spec : o.faults) {
+        std::string rest, error;
+        const unsigned p = portOf(spec, o.config.ports, &rest);
+        const auto setting = pib::fabric::FaultSetting::parse(rest, &error);
+        if (!setting)
+            throw std::runtime_error("--fault " + spec + ": " + error);
+        server.setFault(p, *setting);
+    }
+}
+
 } // namespace
 
 int main(int argc, char **argv) {
     try {
-        pib::fabric::SwitchConfig config;
-        config.guid = 0x0250494253570001ull;
-        std::string dir = ".";
-        bool verbose = false;
-        std::vector<std::pair<std::string, std::string>> overrides;
-        std::vector<std::string> faults;
-        std::string control;
-        for (int i = 1; i < argc; ++i) {
-            const std::string arg = argv[i];
-            auto value = [&]() -> std::string {
-                if (i + 1 >= argc)
-                    throw std::runtime_error(arg + " needs a value");
-                return argv[++i];
-            };
-            if (arg == "--help" || arg == "-h") {
-                std::fputs(kUsage, stdout);
-                return 0;
-            } else if (arg == "--ports") {
-                const unsigned long n = std::stoul(value());
-                if (n < 1 || n > 254)
-                    throw std::runtime_error("--ports must be 1..254");
-                config.ports = static_cast<unsigned>(n);
-            } else if (arg == "--verbose") {
-                verbose = true;
-            } else if (arg == "--socket-dir") {
-                dir = value();
-            } else if (arg == "--guid") {
-                config.guid = std::stoull(value(), nullptr, 0);
-            } else if (arg == "--name") {
-                config.description = value();
-            } else if (arg == "--control") {
-                control = value();
-            } else if (arg == "--fault") {
-                faults.push_back(value());
-            } else if (arg == "--tcp" || arg == "--connect" || arg == "--connect-tcp") {
-                overrides.emplace_back(arg, value());
-            } else {
-                throw std::runtime_error("unknown option " + arg + " (see --help)");
-            }
+        const Options o = parseOptions(argc, argv);
+        if (o.help) {
+            std::fputs(kUsage, stdout);
+            return 0;
         }
-        using Kind = pib::fabric::PortEndpoint::Kind;
-        std::vector<pib::fabric::PortEndpoint> endpoints(config.ports + 1);
-        for (unsigned p = 1; p <= config.ports; ++p)
-            endpoints[p] = {Kind::kUnixListen, dir + "/port" + std::to_string(p) + ".sock"};
-        for (const auto &[option, spec] : overrides) {
-            std::string rest;
-            const unsigned p = portOf(spec, config.ports, &rest);
-            endpoints[p] = {option == "--tcp"       ? Kind::kTcpListen
-                            : option == "--connect" ? Kind::kUnixConnect
-                                                    : Kind::kTcpConnect,
-                            rest};
-        }
-
-        pib::fabric::Switch sw(config);
+        pib::fabric::Switch sw(o.config);
         sw.setEventLogger([](const std::string &line) { pib::fabric::logLine(line.c_str()); });
-        if (verbose)
+        if (o.verbose)
             sw.setDropLogger([](const std::string &line) { pib::fabric::logLine(line.c_str()); });
-        pib::fabric::Server server(sw, endpoints);
-        for (const std::string &spec : faults) {
-            std::string rest, error;
-            const unsigned p = portOf(spec, config.ports, &rest);
-            const auto setting = pib::fabric::FaultSetting::parse(rest, &error);
-            if (!setting)
-                throw std::runtime_error("--fault " + spec + ": " + error);
-            server.setFault(p, *setting);
-        }
-        if (!control.empty())
-            server.setControlSocket(control);
+        pib::fabric::Server server(sw, endpointsOf(o));
+        applyFaults(server, o);
+        if (!o.control.empty())
+            server.setControlSocket(o.control);
         server.open();
         g_server = &server;
         std::signal(SIGTERM, onSignal);
@@ -133,9 +155,9 @@ int main(int argc, char **argv) {
         std::signal(SIGPIPE, SIG_IGN);
         char guid[32];
         std::snprintf(guid, sizeof(guid), "0x%016llx",
-                      static_cast<unsigned long long>(config.guid));
+                      static_cast<unsigned long long>(o.config.guid));
         pib::fabric::logLine(
-            (std::to_string(config.ports) + " ports, GUID " + guid + ", sockets in " + dir)
+            (std::to_string(o.config.ports) + " ports, GUID " + guid + ", sockets in " + o.dir)
                 .c_str());
         server.run();
         g_server = nullptr;
