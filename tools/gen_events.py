@@ -171,35 +171,38 @@ def trace_events_section(events, errors) -> str:
     return "\n".join(out) + "\n"
 
 
+def c_switch(signature: str, selector: str, cases, default=None) -> list:
+    """A C function of one switch: `cases` are (enum, statements) pairs."""
+    out = [signature, "{", f"    switch ({selector}) {{"]
+    for enum, body in cases:
+        out += [f"    case {enum}:", *(f"        {line}" for line in body)]
+    if default:
+        out += ["    default:", f"        {default}"]
+    return out + ["    }", "}", ""]
+
+
 def dispatch(events, errors) -> str:
     def value(a: Arg, i: int) -> str:
         if a.is_string:
             return f"(const char *)(uintptr_t)a[{i}]"
         return f"({a.type})a[{i}]"
 
+    def enabled(name: str) -> list:
+        return [f"return trace_event_get_state_backends(TRACE_PIB_HCA_{name.upper()});"]
+
     out = ["/* SPDX-License-Identifier: GPL-2.0-or-later */", f"/* {GENERATED} */",
-           "/* The core's events and guest errors, as QEMU trace events. */", "",
-           "static bool pib_hca_event_enabled(unsigned event)", "{", "    switch (event) {"]
-    for e in events:
-        out += [f"    case {e.enum}:",
-                f"        return trace_event_get_state_backends(TRACE_PIB_HCA_{e.name.upper()});"]
-    out += ["    default:", "        return false;", "    }", "}", "",
-            "static void pib_hca_trace_event(unsigned event, const uint64_t *a)", "{",
-            "    switch (event) {"]
-    for e in events:
-        values = ", ".join(value(a, i) for i, a in enumerate(e.args))
-        out += [f"    case {e.enum}:", f"        trace_pib_hca_{e.name}({values});", "        break;"]
-    out += ["    }", "}", "",
-            "static bool pib_hca_guest_error_traced(unsigned error)", "{", "    switch (error) {"]
-    for g in errors:
-        out += [f"    case {g.enum}:",
-                f"        return trace_event_get_state_backends(TRACE_PIB_HCA_ERR_{g.ident.upper()});"]
-    out += ["    default:", "        return false;", "    }", "}", "",
-            "static void pib_hca_trace_guest_error(unsigned error, const char *detail)", "{",
-            "    switch (error) {"]
-    for g in errors:
-        out += [f"    case {g.enum}:", f"        trace_pib_hca_err_{g.ident}(detail);", "        break;"]
-    out += ["    }", "}", ""]
+           "/* The core's events and guest errors, as QEMU trace events. */", ""]
+    out += c_switch("static bool pib_hca_event_enabled(unsigned event)", "event",
+                    [(e.enum, enabled(e.name)) for e in events], "return false;")
+    out += c_switch("static void pib_hca_trace_event(unsigned event, const uint64_t *a)", "event",
+                    [(e.enum, [f"trace_pib_hca_{e.name}("
+                               f"{', '.join(value(a, i) for i, a in enumerate(e.args))});",
+                               "break;"]) for e in events])
+    out += c_switch("static bool pib_hca_guest_error_traced(unsigned error)", "error",
+                    [(g.enum, enabled(f"err_{g.ident}")) for g in errors], "return false;")
+    out += c_switch("static void pib_hca_trace_guest_error(unsigned error, const char *detail)",
+                    "error", [(g.enum, [f"trace_pib_hca_err_{g.ident}(detail);", "break;"])
+                              for g in errors])
     return "\n".join(out)
 
 
