@@ -88,10 +88,15 @@ struct pib_dev {
 
 	/*
 	 * The device went FATAL (docs/prm.md §2.2): commands are no longer
-	 * sent to it, and recovery_work resets the function.
+	 * sent to it, kernel QPs' outstanding WQEs complete flushed
+	 * (flush_work makes their CQs' users poll), and a recovery resets
+	 * the function (pib_main.c).
 	 */
 	unsigned long state; /* PIB_DEV_* bits */
-	struct work_struct recovery_work;
+	struct work_struct flush_work;
+	/* Kernel QPs, for flush_work. */
+	struct list_head kernel_qps;
+	spinlock_t kernel_qps_lock;
 
 	/* Outstanding DMA buffers and pinned user rings: 0 at remove. */
 	atomic_t kbufs;
@@ -134,6 +139,10 @@ struct pib_cq {
 	u32 ci;
 	u32 uar;
 	spinlock_t lock;
+	/* Kernel QPs that send or receive on this CQ, under lock: a FATAL
+	 * device's flushed completions come from their queues. */
+	struct list_head send_qps;
+	struct list_head recv_qps;
 };
 
 struct pib_srq {
@@ -171,6 +180,11 @@ struct pib_qp {
 	bool signal_all;
 	struct ib_qp_cap cap;
 	enum ib_qp_state state;
+	/* Kernel QPs: on their CQs' lists and the device's (pib_cq.c). */
+	bool tracked;
+	struct list_head send_cq_node;
+	struct list_head recv_cq_node;
+	struct list_head dev_node;
 };
 
 struct pib_mr {
@@ -247,6 +261,10 @@ void pib_dealloc_ucontext(struct ib_ucontext *ibuc);
 void pib_disassociate_ucontext(struct ib_ucontext *ibuc);
 void pib_enter_error_state(struct pib_dev *dev, const char *why);
 void pib_cq_notify(struct pib_cq *cq);
+void pib_cq_track_qp(struct pib_dev *dev, struct pib_qp *qp);
+void pib_cq_untrack_qp(struct pib_dev *dev, struct pib_qp *qp);
+void pib_flush_work(struct work_struct *work);
+void pib_request_flush(struct pib_dev *dev);
 void *pib_wq_slot(struct pib_wq *wq, u32 index);
 int pib_mmap(struct ib_ucontext *ibuc, struct vm_area_struct *vma);
 void pib_mmap_free(struct rdma_user_mmap_entry *entry);

@@ -153,17 +153,17 @@ static int pib_cmd_exec(struct pib_dev *dev, u16 opcode, u8 opmod, u32 modifier,
 		err = pib_cmd_wait_polling(dev);
 	}
 	if (err) {
-		if (pib_dev_fatal(dev))
-			return pib_cmd_on_fatal(opcode, NULL);
-		dev_err(&dev->pdev->dev, "command 0x%04x timed out\n", opcode);
+		if (!pib_dev_fatal(dev))
+			dev_err(&dev->pdev->dev, "command 0x%04x timed out\n",
+				opcode);
 		return err;
 	}
 	status = readl(dev->regs + PIB_REG_CMD_STATUS);
 	if (result)
 		*result = readl(dev->regs + PIB_REG_CMD_RESULT_LO) |
 			  (u64)readl(dev->regs + PIB_REG_CMD_RESULT_HI) << 32;
-	if (status == PIB_CMD_STATUS_BAD_STATE && pib_dev_fatal(dev))
-		return pib_cmd_on_fatal(opcode, NULL);
+	if (status == PIB_CMD_STATUS_BAD_STATE)
+		pib_dev_fatal(dev); /* the caller then sees the state */
 	if (status)
 		dev_dbg(&dev->pdev->dev,
 			"command 0x%04x modifier 0x%x: status %u\n", opcode,
@@ -202,6 +202,9 @@ int pib_cmd_opmod(struct pib_dev *dev, u16 opcode, u8 opmod, u32 modifier,
 	mutex_lock(&dev->cmd_lock);
 	err = pib_cmd_exec(dev, opcode, opmod, modifier, in, 0, result);
 	mutex_unlock(&dev->cmd_lock);
+	/* The command that finds the device FATAL ends as those after it. */
+	if (err && test_bit(PIB_DEV_FATAL, &dev->state))
+		return pib_cmd_on_fatal(opcode, NULL);
 	return err;
 }
 
@@ -233,5 +236,7 @@ int pib_cmd_box(struct pib_dev *dev, u16 opcode, u8 opmod, u32 modifier,
 	if (!err && out)
 		memcpy(out, out_box, outlen);
 	mutex_unlock(&dev->cmd_lock);
+	if (err && test_bit(PIB_DEV_FATAL, &dev->state))
+		return pib_cmd_on_fatal(opcode, in);
 	return err;
 }

@@ -109,6 +109,8 @@ int pib_create_cq(struct ib_cq *ibcq, const struct ib_cq_init_attr *attr,
 	    attr->comp_vector >= ibcq->device->num_comp_vectors)
 		return -EINVAL;
 	spin_lock_init(&cq->lock);
+	INIT_LIST_HEAD(&cq->send_qps);
+	INIT_LIST_HEAD(&cq->recv_qps);
 	err = udata ? pib_cq_user(dev, cq, attr, udata, &ci_dma)
 		    : pib_cq_kernel(dev, cq, attr, &ci_dma);
 	if (err)
@@ -222,14 +224,65 @@ void pib_cq_notify(struct pib_cq *cq)
 		cq->ibcq.comp_handler(&cq->ibcq, cq->ibcq.cq_context);
 }
 
-/* Completes up to `num` outstanding WQEs of `wq` as flushed. */
+/*
+ * A FATAL device completes nothing more (docs/prm.md §2.2). What kernel
+ * QPs still have outstanding then completes in software, flushed, as mlx5
+ * does, so that their users (the MAD layer, IPoIB, ib_drain_qp) see every
+ * WQE end and let go of the device before the function is reset. User
+ * QPs' rings belong to user space, whose context is disassociated instead.
+ *
+ * A kernel QP is on its CQs' lists from creation to destruction, under the
+ * CQs' locks, and on the device's list under kernel_qps_lock.
+ */
+void pib_cq_track_qp(struct pib_dev *dev, struct pib_qp *qp)
+{
+	unsigned long flags;
+
+	spin_lock_irqsave(&qp->send_cq->lock, flags);
+	list_add_tail(&qp->send_cq_node, &qp->send_cq->send_qps);
+	spin_unlock_irqrestore(&qp->send_cq->lock, flags);
+	spin_lock_irqsave(&qp->recv_cq->lock, flags);
+	list_add_tail(&qp->recv_cq_node, &qp->recv_cq->recv_qps);
+	spin_unlock_irqrestore(&qp->recv_cq->lock, flags);
+	spin_lock_irqsave(&dev->kernel_qps_lock, flags);
+	list_add_tail(&qp->dev_node, &dev->kernel_qps);
+	spin_unlock_irqrestore(&dev->kernel_qps_lock, flags);
+	qp->tracked = true;
+}
+
+void pib_cq_untrack_qp(struct pib_dev *dev, struct pib_qp *qp)
+{
+	unsigned long flags;
+
+	if (!qp->tracked)
+		return;
+	spin_lock_irqsave(&dev->kernel_qps_lock, flags);
+	list_del(&qp->dev_node);
+	spin_unlock_irqrestore(&dev->kernel_qps_lock, flags);
+	spin_lock_irqsave(&qp->send_cq->lock, flags);
+	list_del(&qp->send_cq_node);
+	spin_unlock_irqrestore(&qp->send_cq->lock, flags);
+	spin_lock_irqsave(&qp->recv_cq->lock, flags);
+	list_del(&qp->recv_cq_node);
+	spin_unlock_irqrestore(&qp->recv_cq->lock, flags);
+	qp->tracked = false;
+}
+
+static bool pib_wq_outstanding(struct pib_wq *wq)
+{
+	return READ_ONCE(wq->ci) != READ_ONCE(wq->pi);
+}
+
+/* Completes up to `num` outstanding WQEs of `wq` as flushed; the caller
+ * holds the CQ's lock. */
 static int pib_flush_wq(struct pib_qp *qp, struct pib_wq *wq, bool recv,
 			int num, struct ib_wc *wc)
 {
 	const struct pib_wqe_ctrl *ctrl;
 	int n;
 
-	for (n = 0; n < num && READ_ONCE(wq->ci) != READ_ONCE(wq->pi); n++) {
+	spin_lock(&wq->lock); /* the slots up to pi are written */
+	for (n = 0; n < num && wq->ci != wq->pi; n++) {
 		ctrl = pib_wq_slot(wq, wq->ci);
 		memset(&wc[n], 0, sizeof(wc[n]));
 		wc[n].wr_id = ctrl->wr_id;
@@ -239,36 +292,65 @@ static int pib_flush_wq(struct pib_qp *qp, struct pib_wq *wq, bool recv,
 		wc[n].port_num = qp->port;
 		WRITE_ONCE(wq->ci, wq->ci + 1);
 	}
+	spin_unlock(&wq->lock);
 	return n;
 }
 
-/*
- * A FATAL device completes nothing more (docs/prm.md §2.2). What kernel
- * QPs still have outstanding completes here instead, flushed, as mlx5
- * does, so that their users (the MAD layer, IPoIB) see every WQE end and
- * let go of the device before the function is reset. User QPs' rings
- * belong to user space, whose context is disassociated instead. The
- * caller holds the CQ's lock: a QP being destroyed waits for it
- * (pib_qp_flush_pollers()) once it is out of dev->qps.
- */
-static int pib_poll_flushed(struct pib_dev *dev, struct pib_cq *cq, int num,
-			    struct ib_wc *wc)
+static int pib_poll_flushed(struct pib_cq *cq, int num, struct ib_wc *wc)
 {
 	struct pib_qp *qp;
-	unsigned long qpn;
 	int n = 0;
 
-	xa_for_each (&dev->qps, qpn, qp) {
-		if (qp->ibqp.uobject)
-			continue;
-		if (qp->send_cq == cq)
-			n += pib_flush_wq(qp, &qp->sq, false, num - n, wc + n);
-		if (qp->recv_cq == cq && !qp->ibqp.srq)
+	list_for_each_entry (qp, &cq->send_qps, send_cq_node)
+		n += pib_flush_wq(qp, &qp->sq, false, num - n, wc + n);
+	list_for_each_entry (qp, &cq->recv_qps, recv_cq_node)
+		if (!qp->ibqp.srq)
 			n += pib_flush_wq(qp, &qp->rq, true, num - n, wc + n);
-		if (n == num)
-			break;
-	}
 	return n;
+}
+
+/* Whether pib_poll_flushed() has something to give; under the CQ's lock. */
+static bool pib_cq_flushable(struct pib_cq *cq)
+{
+	struct pib_qp *qp;
+
+	list_for_each_entry (qp, &cq->send_qps, send_cq_node)
+		if (pib_wq_outstanding(&qp->sq))
+			return true;
+	list_for_each_entry (qp, &cq->recv_qps, recv_cq_node)
+		if (!qp->ibqp.srq && pib_wq_outstanding(&qp->rq))
+			return true;
+	return false;
+}
+
+/*
+ * Makes the users of the CQs of every kernel QP with outstanding WQEs poll
+ * them. From a work item, with bottom halves off, so that a completion
+ * handler that schedules NAPI or irq_poll runs its softirq when they are
+ * back on, and never from inside a caller's post_send.
+ */
+void pib_flush_work(struct work_struct *work)
+{
+	struct pib_dev *dev = container_of(work, struct pib_dev, flush_work);
+	struct pib_qp *qp;
+	unsigned long flags;
+
+	local_bh_disable();
+	spin_lock_irqsave(&dev->kernel_qps_lock, flags);
+	list_for_each_entry (qp, &dev->kernel_qps, dev_node) {
+		if (pib_wq_outstanding(&qp->sq))
+			pib_cq_notify(qp->send_cq);
+		if (!qp->ibqp.srq && pib_wq_outstanding(&qp->rq))
+			pib_cq_notify(qp->recv_cq);
+	}
+	spin_unlock_irqrestore(&dev->kernel_qps_lock, flags);
+	local_bh_enable();
+}
+
+void pib_request_flush(struct pib_dev *dev)
+{
+	if (unlikely(test_bit(PIB_DEV_FATAL, &dev->state)))
+		queue_work(system_wq, &dev->flush_work);
 }
 
 int pib_poll_cq(struct ib_cq *ibcq, int num, struct ib_wc *wc)
@@ -285,7 +367,7 @@ int pib_poll_cq(struct ib_cq *ibcq, int num, struct ib_wc *wc)
 		cq->ci++;
 	}
 	if (unlikely(test_bit(PIB_DEV_FATAL, &dev->state)))
-		n += pib_poll_flushed(dev, cq, num - n, wc + n);
+		n += pib_poll_flushed(cq, num - n, wc + n);
 	/* Tell the device how far we got, so it can detect overruns. */
 	WRITE_ONCE(*(u32 *)cq->ci_record.va, cq->ci);
 	spin_unlock_irqrestore(&cq->lock, flags);
@@ -305,7 +387,9 @@ int pib_req_notify_cq(struct ib_cq *ibcq, enum ib_cq_notify_flags flags)
 	writeq((u64)arm << 32 | cq->cqn, dev->kdb + PIB_DB_CQ_ARM);
 	if (flags & IB_CQ_REPORT_MISSED_EVENTS) {
 		spin_lock_irqsave(&cq->lock, irqflags);
-		missed = pib_next_cqe(cq) != NULL;
+		missed = pib_next_cqe(cq) != NULL ||
+			 (test_bit(PIB_DEV_FATAL, &dev->state) &&
+			  pib_cq_flushable(cq));
 		spin_unlock_irqrestore(&cq->lock, irqflags);
 	}
 	return missed;

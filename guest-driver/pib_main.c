@@ -157,24 +157,63 @@ static void pib_init_ibdev(struct pib_dev *dev)
  * disassociated) and pib_probe() resets the function and brings it up anew.
  * May sleep (it runs in the async EQ's handler thread or a command).
  */
-/*
- * Makes every kernel CQ's user poll it: their outstanding WQEs complete,
- * flushed, from now on (pib_poll_flushed()). Under the table's lock, so
- * that a CQ being destroyed is either notified before it is out of the
- * table or not at all.
- */
-static void pib_notify_kernel_cqs(struct pib_dev *dev)
-{
-	struct pib_cq *cq;
-	unsigned long cqn;
+static struct pci_driver pib_pci_driver;
+static struct workqueue_struct *pib_recovery_wq;
 
-	xa_lock(&dev->cqs);
-	xa_for_each (&dev->cqs, cqn, cq)
-		if (!cq->ibcq.uobject)
-			pib_cq_notify(cq);
-	xa_unlock(&dev->cqs);
+/*
+ * The recovery of a function after a fatal error. It holds the PCI
+ * device, not the pib_dev, which goes away as the driver is unbound and
+ * bound again under it.
+ */
+struct pib_recovery {
+	struct work_struct work;
+	struct pci_dev *pdev;
+};
+
+static void pib_recover(struct work_struct *work)
+{
+	struct pib_recovery *r = container_of(work, struct pib_recovery, work);
+	struct pci_dev *pdev = r->pdev;
+	struct pib_dev *dev;
+	bool failed;
+
+	/* Only while the device that failed is bound: an unbind since ends
+	 * the matter, and a new binding has a new device. */
+	device_lock(&pdev->dev);
+	dev = pdev->dev.driver == &pib_pci_driver.driver ? pci_get_drvdata(pdev)
+							 : NULL;
+	failed = dev && test_bit(PIB_DEV_FATAL, &dev->state);
+	device_unlock(&pdev->dev);
+	/* pib_remove() unregisters the IB device (kernel users let go of it,
+	 * user contexts are disassociated); pib_probe() resets the function
+	 * and brings it up anew. */
+	if (failed && device_reprobe(&pdev->dev))
+		dev_err(&pdev->dev, "not bound again after a fatal error\n");
+	pci_dev_put(pdev);
+	kfree(r);
 }
 
+static void pib_schedule_recovery(struct pib_dev *dev)
+{
+	struct pib_recovery *r = kzalloc(sizeof(*r), GFP_ATOMIC);
+
+	if (!r) {
+		dev_err(&dev->pdev->dev, "no memory to recover\n");
+		return;
+	}
+	INIT_WORK(&r->work, pib_recover);
+	r->pdev = pci_dev_get(dev->pdev);
+	queue_work(pib_recovery_wq, &r->work);
+}
+
+/*
+ * After a fatal error the device does nothing until it is reset (docs/prm.md
+ * §2.2). Every user hears IB_EVENT_DEVICE_FATAL, kernel QPs' work completes
+ * flushed (pib_cq.c), then the function is unbound and bound again, which
+ * resets it, as mlx5's health recovery reloads the device. Only a device
+ * that is registered and not being removed recovers: during probe the
+ * failing commands end the probe, during removal the reset that ends it.
+ */
 void pib_enter_error_state(struct pib_dev *dev, const char *why)
 {
 	struct ib_event event = {
@@ -187,22 +226,11 @@ void pib_enter_error_state(struct pib_dev *dev, const char *why)
 		return;
 	dev_err(&dev->pdev->dev,
 		"fatal device error (%s); resetting the function\n", why);
+	queue_work(system_wq, &dev->flush_work);
+	if (!test_bit(PIB_DEV_LIVE, &dev->state))
+		return;
 	ib_dispatch_event(&event);
-	pib_notify_kernel_cqs(dev);
-	/* During probe the failing commands end the probe instead. */
-	if (test_bit(PIB_DEV_LIVE, &dev->state))
-		schedule_work(&dev->recovery_work);
-}
-
-static void pib_recover(struct work_struct *work)
-{
-	struct pib_dev *dev = container_of(work, struct pib_dev, recovery_work);
-	struct pci_dev *pdev = pci_dev_get(dev->pdev);
-
-	/* Frees dev (pib_remove): only pdev is used from here on. */
-	if (device_reprobe(&pdev->dev))
-		dev_err(&pdev->dev, "not bound again after a fatal error\n");
-	pci_dev_put(pdev);
+	pib_schedule_recovery(dev);
 }
 
 static int pib_probe(struct pci_dev *pdev, const struct pci_device_id *id)
@@ -219,7 +247,9 @@ static int pib_probe(struct pci_dev *pdev, const struct pci_device_id *id)
 	xa_init(&dev->srqs);
 	xa_init(&dev->pds);
 	xa_init(&dev->mrs);
-	INIT_WORK(&dev->recovery_work, pib_recover);
+	INIT_WORK(&dev->flush_work, pib_flush_work);
+	INIT_LIST_HEAD(&dev->kernel_qps);
+	spin_lock_init(&dev->kernel_qps_lock);
 	pci_set_drvdata(pdev, dev);
 
 	err = pci_enable_device_mem(pdev);
@@ -259,6 +289,9 @@ static int pib_probe(struct pci_dev *pdev, const struct pci_device_id *id)
 		goto eq;
 	pib_debugfs_init(dev);
 	set_bit(PIB_DEV_LIVE, &dev->state);
+	/* A fatal error while it registered is recovered now. */
+	if (test_bit(PIB_DEV_FATAL, &dev->state))
+		pib_schedule_recovery(dev);
 	dev_info(&pdev->dev,
 		 "%s: node GUID %016llx, %u port(s), firmware %u.%u.%u\n",
 		 dev_name(&dev->ibdev.dev), dev->caps.node_guid,
@@ -279,6 +312,7 @@ release:
 disable:
 	pci_disable_device(pdev);
 free_dev:
+	cancel_work_sync(&dev->flush_work);
 	ib_dealloc_device(&dev->ibdev);
 	return err;
 }
@@ -287,9 +321,7 @@ static void pib_remove(struct pci_dev *pdev)
 {
 	struct pib_dev *dev = pci_get_drvdata(pdev);
 
-	/* Unless this is the recovery itself, no recovery may follow. */
-	if (current_work() != &dev->recovery_work)
-		cancel_work_sync(&dev->recovery_work);
+	clear_bit(PIB_DEV_LIVE, &dev->state); /* no recovery from now on */
 	pib_debugfs_cleanup(dev);
 	ib_unregister_device(&dev->ibdev);
 	pib_eq_teardown(dev);
@@ -298,6 +330,7 @@ static void pib_remove(struct pci_dev *pdev)
 	pci_iounmap(pdev, dev->regs);
 	pci_release_regions(pdev);
 	pci_disable_device(pdev);
+	cancel_work_sync(&dev->flush_work); /* nothing can queue it now */
 	WARN(atomic_read(&dev->kbufs) || atomic_read(&dev->user_rings),
 	     "pib: leaked %d DMA buffers and %d pinned user rings\n",
 	     atomic_read(&dev->kbufs), atomic_read(&dev->user_rings));
@@ -322,11 +355,16 @@ static int __init pib_init(void)
 {
 	int err;
 
+	pib_recovery_wq = alloc_workqueue("pib_recovery", 0, 0);
+	if (!pib_recovery_wq)
+		return -ENOMEM;
 	/* Once, before any probe can add a device directory under it. */
 	pib_debugfs_module_init();
 	err = pci_register_driver(&pib_pci_driver);
-	if (err)
+	if (err) {
 		pib_debugfs_module_exit();
+		destroy_workqueue(pib_recovery_wq);
+	}
 	return err;
 }
 module_init(pib_init);
@@ -334,6 +372,8 @@ module_init(pib_init);
 static void __exit pib_exit(void)
 {
 	pci_unregister_driver(&pib_pci_driver);
+	/* A recovery still queued finds no device bound, and ends. */
+	destroy_workqueue(pib_recovery_wq);
 	pib_debugfs_module_exit();
 }
 module_exit(pib_exit);

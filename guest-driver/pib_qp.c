@@ -171,6 +171,7 @@ static void pib_qp_destroy(struct pib_dev *dev, struct pib_qp *qp)
 	int err = pib_cmd(dev, PIB_CMD_DESTROY_QP, qp->qpn, 0, NULL);
 
 	pib_unpublish_object(dev, &dev->qps, qp->qpn);
+	pib_cq_untrack_qp(dev, qp);
 	pib_qp_flush_pollers(qp);
 	if (err)
 		pib_destroy_failed(dev, "QP", qp->qpn, err);
@@ -247,6 +248,8 @@ int pib_create_qp(struct ib_qp *ibqp, struct ib_qp_init_attr *init,
 	qp->state = IB_QPS_RESET;
 	init->cap = qp->cap;
 	resp.qpn = qp->qpn;
+	if (!udata)
+		pib_cq_track_qp(dev, qp);
 	err = pib_publish_object(&dev->qps, qp->qpn, qp, udata, &resp,
 				 sizeof(resp));
 	if (err)
@@ -418,7 +421,6 @@ static int pib_send_opcode(enum ib_wr_opcode op)
 	}
 }
 
-/* Writes one send WQE; returns its size in 16-byte units or an error. */
 /* The control segment of a send WQE (docs/prm.md §7.2). */
 static void pib_fill_ctrl(struct pib_qp *qp, const struct ib_send_wr *wr,
 			  int opcode, struct pib_wqe_ctrl *ctrl)
@@ -512,6 +514,7 @@ static void *pib_fill_sges(const struct ib_send_wr *wr, void *seg)
 	return d;
 }
 
+/* Writes the send WQE of `wr` into slot `wqe`; 0 or an error. */
 static int pib_build_send_wqe(struct pib_qp *qp, const struct ib_send_wr *wr,
 			      void *wqe)
 {
@@ -564,9 +567,7 @@ int pib_post_send(struct ib_qp *ibqp, const struct ib_send_wr *wr,
 	wmb();
 	writeq((u64)sq->pi << 32 | qp->qpn, dev->kdb + PIB_DB_SQ);
 	spin_unlock_irqrestore(&sq->lock, flags);
-	/* A FATAL device completes them by flushing (pib_poll_flushed()). */
-	if (unlikely(test_bit(PIB_DEV_FATAL, &dev->state)))
-		pib_cq_notify(qp->send_cq);
+	pib_request_flush(dev); /* a FATAL device completes them so */
 	return err;
 }
 
@@ -621,7 +622,6 @@ int pib_post_recv(struct ib_qp *ibqp, const struct ib_recv_wr *wr,
 	wmb();
 	writeq((u64)rq->pi << 32 | qp->qpn, dev->kdb + PIB_DB_RQ);
 	spin_unlock_irqrestore(&rq->lock, flags);
-	if (unlikely(test_bit(PIB_DEV_FATAL, &dev->state)))
-		pib_cq_notify(qp->recv_cq);
+	pib_request_flush(dev);
 	return err;
 }

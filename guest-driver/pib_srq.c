@@ -27,6 +27,46 @@ static void pib_srq_destroy(struct pib_dev *dev, struct pib_srq *srq)
 		pib_ring_free(dev, &srq->ring);
 }
 
+/* The ring of a user SRQ: the shape the provider chose, checked, and its
+ * pages pinned. */
+static int pib_srq_user_ring(struct pib_dev *dev, struct pib_srq *srq,
+			     const struct ib_srq_attr *attr,
+			     struct ib_udata *udata, u32 *uar)
+{
+	struct pib_create_srq_cmd cmd;
+	int err;
+
+	if (udata->inlen < sizeof(cmd))
+		return -EINVAL;
+	err = ib_copy_from_udata(&cmd, udata, sizeof(cmd));
+	if (err)
+		return err;
+	if ((1ull << cmd.log_wqe_count) < attr->max_wr ||
+	    (1ull << cmd.log_wqe_count) > dev->caps.max_srq_wr ||
+	    cmd.log_wqe_stride < PIB_LOG_MIN_STRIDE ||
+	    cmd.log_wqe_stride > dev->caps.log_max_wqe_stride)
+		return -EINVAL;
+	srq->log_wqe_count = cmd.log_wqe_count;
+	srq->log_wqe_stride = cmd.log_wqe_stride;
+	*uar = rdma_udata_to_drv_context(udata, struct pib_ucontext, ibuc)->uar;
+	return pib_ring_user(dev, &srq->ring, cmd.buf_addr, pib_srq_size(srq));
+}
+
+/* The ring of a kernel SRQ, shaped for the attributes asked for. */
+static int pib_srq_kernel_ring(struct pib_dev *dev, struct pib_srq *srq,
+			       const struct ib_srq_attr *attr)
+{
+	size_t stride =
+		roundup_pow_of_two(sizeof(struct pib_wqe_ctrl) +
+				   attr->max_sge * sizeof(struct pib_wqe_data));
+
+	srq->log_wqe_count = order_base_2(attr->max_wr);
+	srq->log_wqe_stride = max(PIB_LOG_MIN_STRIDE, ilog2(stride));
+	if (srq->log_wqe_stride > dev->caps.log_max_wqe_stride)
+		return -EINVAL;
+	return pib_ring_kernel(dev, &srq->ring, pib_srq_size(srq));
+}
+
 int pib_create_srq(struct ib_srq *ibsrq, struct ib_srq_init_attr *init,
 		   struct ib_udata *udata)
 {
@@ -46,37 +86,8 @@ int pib_create_srq(struct ib_srq *ibsrq, struct ib_srq_init_attr *init,
 	    attr->srq_limit >= attr->max_wr)
 		return -EINVAL;
 	spin_lock_init(&srq->lock);
-	if (udata) {
-		struct pib_create_srq_cmd cmd;
-
-		if (udata->inlen < sizeof(cmd))
-			return -EINVAL;
-		err = ib_copy_from_udata(&cmd, udata, sizeof(cmd));
-		if (err)
-			return err;
-		if ((1ull << cmd.log_wqe_count) < attr->max_wr ||
-		    (1ull << cmd.log_wqe_count) > dev->caps.max_srq_wr ||
-		    cmd.log_wqe_stride < PIB_LOG_MIN_STRIDE ||
-		    cmd.log_wqe_stride > dev->caps.log_max_wqe_stride)
-			return -EINVAL;
-		srq->log_wqe_count = cmd.log_wqe_count;
-		srq->log_wqe_stride = cmd.log_wqe_stride;
-		uar = rdma_udata_to_drv_context(udata, struct pib_ucontext,
-						ibuc)
-			      ->uar;
-		err = pib_ring_user(dev, &srq->ring, cmd.buf_addr,
-				    pib_srq_size(srq));
-	} else {
-		size_t stride = roundup_pow_of_two(
-			sizeof(struct pib_wqe_ctrl) +
-			attr->max_sge * sizeof(struct pib_wqe_data));
-
-		srq->log_wqe_count = order_base_2(attr->max_wr);
-		srq->log_wqe_stride = max(PIB_LOG_MIN_STRIDE, ilog2(stride));
-		if (srq->log_wqe_stride > dev->caps.log_max_wqe_stride)
-			return -EINVAL;
-		err = pib_ring_kernel(dev, &srq->ring, pib_srq_size(srq));
-	}
+	err = udata ? pib_srq_user_ring(dev, srq, attr, udata, &uar)
+		    : pib_srq_kernel_ring(dev, srq, attr);
 	if (err)
 		return err;
 	srq->max_sge = min_t(

@@ -34,45 +34,42 @@ static int pib_wr_opcode(enum ibv_wr_opcode op)
 }
 
 /* Writes one send WQE into `wqe`; 0 or an errno. */
-static int pib_build_send_wqe(struct pib_qp *qp, const struct ibv_send_wr *wr,
-			      void *wqe)
+/* Whether a QP of `type` has operation `opcode` (IBA 10.7.2.2). */
+static bool pib_opcode_allowed(enum ibv_qp_type type, int opcode)
 {
-	enum ibv_qp_type type = qp->vqp.qp.qp_type;
-	struct pib_wqe_ctrl *ctrl = wqe;
-	char *seg = (char *)(ctrl + 1);
-	char *end = (char *)wqe + ((size_t)1 << qp->sq.log_stride);
-	int opcode = pib_wr_opcode(wr->opcode);
-	int i;
+	bool send = opcode == PIB_WR_SEND || opcode == PIB_WR_SEND_IMM;
+	bool rdma_write =
+		opcode == PIB_WR_RDMA_WRITE || opcode == PIB_WR_RDMA_WRITE_IMM;
 
-	if (opcode < 0)
-		return EOPNOTSUPP;
-	if (wr->num_sge < 0 || (uint32_t)wr->num_sge > qp->sq.max_sge)
-		return EINVAL;
-	if (type == IBV_QPT_UD && opcode != PIB_WR_SEND &&
-	    opcode != PIB_WR_SEND_IMM)
-		return EINVAL;
-	if (type == IBV_QPT_UC && opcode != PIB_WR_SEND &&
-	    opcode != PIB_WR_SEND_IMM && opcode != PIB_WR_RDMA_WRITE &&
-	    opcode != PIB_WR_RDMA_WRITE_IMM)
-		return EINVAL;
-	memset(ctrl, 0, sizeof(*ctrl));
-	pib_wqe_ctrl_init(ctrl, qp, wr->wr_id, opcode, wr->send_flags);
-	if (opcode == PIB_WR_SEND_IMM || opcode == PIB_WR_RDMA_WRITE_IMM)
-		ctrl->imm = wr->imm_data; /* already in wire order */
+	if (type == IBV_QPT_UD)
+		return send;
+	if (type == IBV_QPT_UC)
+		return send || rdma_write;
+	return true;
+}
 
-	if (type == IBV_QPT_UD) {
-		struct pib_wqe_ud *ud = (struct pib_wqe_ud *)seg;
+/*
+ * The segments between the control segment and the data: the address
+ * vector of a datagram, the remote address of an RDMA operation, and an
+ * atomic's operands. Returns where the data goes.
+ */
+static char *pib_put_remote(struct pib_qp *qp, const struct ibv_send_wr *wr,
+			    int opcode, char *seg)
+{
+	struct pib_wqe_raddr *r = (struct pib_wqe_raddr *)seg;
+	struct pib_wqe_atomic *a = (struct pib_wqe_atomic *)(r + 1);
+	struct pib_wqe_ud *ud = (struct pib_wqe_ud *)seg;
 
+	if (qp->vqp.qp.qp_type == IBV_QPT_UD) {
 		ud->av = container_of(wr->wr.ud.ah, struct pib_ah, ibv_ah)->av;
 		ud->remote_qpn = wr->wr.ud.remote_qpn;
 		ud->remote_qkey = wr->wr.ud.remote_qkey;
 		ud->reserved = 0;
-		seg += sizeof(*ud);
-	} else if (opcode == PIB_WR_ATOMIC_CMP_AND_SWP ||
-		   opcode == PIB_WR_ATOMIC_FETCH_AND_ADD) {
-		struct pib_wqe_raddr *r = (struct pib_wqe_raddr *)seg;
-		struct pib_wqe_atomic *a = (struct pib_wqe_atomic *)(r + 1);
-
+		return (char *)(ud + 1);
+	}
+	switch (opcode) {
+	case PIB_WR_ATOMIC_CMP_AND_SWP:
+	case PIB_WR_ATOMIC_FETCH_AND_ADD:
 		r->remote_addr = wr->wr.atomic.remote_addr;
 		r->rkey = wr->wr.atomic.rkey;
 		r->reserved = 0;
@@ -80,50 +77,86 @@ static int pib_build_send_wqe(struct pib_qp *qp, const struct ibv_send_wr *wr,
 				      ? wr->wr.atomic.swap
 				      : wr->wr.atomic.compare_add;
 		a->compare = wr->wr.atomic.compare_add;
-		seg = (char *)(a + 1);
-	} else if (opcode != PIB_WR_SEND && opcode != PIB_WR_SEND_IMM) {
-		struct pib_wqe_raddr *r = (struct pib_wqe_raddr *)seg;
-
+		return (char *)(a + 1);
+	case PIB_WR_SEND:
+	case PIB_WR_SEND_IMM:
+		return seg;
+	default:
 		r->remote_addr = wr->wr.rdma.remote_addr;
 		r->rkey = wr->wr.rdma.rkey;
 		r->reserved = 0;
-		seg = (char *)(r + 1);
+		return (char *)(r + 1);
 	}
+}
 
+/* The WR's data copied into the WQE; its end, or NULL if it does not fit. */
+static char *pib_put_inline(struct pib_qp *qp, const struct ibv_send_wr *wr,
+			    int opcode, char *seg, char *end)
+{
+	struct pib_wqe_inline *in = (struct pib_wqe_inline *)seg;
+	uint8_t *data = in->data;
+	uint32_t len = 0;
+	int i;
+
+	/* What a READ or an atomic fetches lands in memory: never inline. */
+	if (opcode == PIB_WR_RDMA_READ || opcode == PIB_WR_ATOMIC_CMP_AND_SWP ||
+	    opcode == PIB_WR_ATOMIC_FETCH_AND_ADD)
+		return NULL;
+	for (i = 0; i < wr->num_sge; i++)
+		len += wr->sg_list[i].length;
+	if (len > qp->max_inline_data || seg + ((4 + len + 15) & ~15u) > end)
+		return NULL;
+	for (i = 0; i < wr->num_sge; i++) {
+		memcpy(data, (void *)(uintptr_t)wr->sg_list[i].addr,
+		       wr->sg_list[i].length);
+		data += wr->sg_list[i].length;
+	}
+	in->byte_count = len | PIB_INLINE_FLAG;
+	return seg + ((4 + len + 15) & ~15u);
+}
+
+/* The WR's scatter/gather list; its end, or NULL if it does not fit. */
+static char *pib_put_sges(const struct ibv_send_wr *wr, char *seg, char *end)
+{
+	struct pib_wqe_data *d = (struct pib_wqe_data *)seg;
+	int i;
+
+	if (seg + wr->num_sge * sizeof(*d) > end)
+		return NULL;
+	for (i = 0; i < wr->num_sge; i++, d++) {
+		d->byte_count = wr->sg_list[i].length;
+		d->lkey = wr->sg_list[i].lkey;
+		d->addr = wr->sg_list[i].addr;
+	}
+	return (char *)d;
+}
+
+static int pib_build_send_wqe(struct pib_qp *qp, const struct ibv_send_wr *wr,
+			      void *wqe)
+{
+	struct pib_wqe_ctrl *ctrl = wqe;
+	char *end = (char *)wqe + ((size_t)1 << qp->sq.log_stride);
+	int opcode = pib_wr_opcode(wr->opcode);
+	char *seg;
+
+	if (opcode < 0)
+		return EOPNOTSUPP;
+	if (wr->num_sge < 0 || (uint32_t)wr->num_sge > qp->sq.max_sge ||
+	    !pib_opcode_allowed(qp->vqp.qp.qp_type, opcode))
+		return EINVAL;
+	memset(ctrl, 0, sizeof(*ctrl));
+	pib_wqe_ctrl_init(ctrl, qp, wr->wr_id, opcode, wr->send_flags);
+	if (opcode == PIB_WR_SEND_IMM || opcode == PIB_WR_RDMA_WRITE_IMM)
+		ctrl->imm = wr->imm_data; /* already in wire order */
+	seg = pib_put_remote(qp, wr, opcode, (char *)(ctrl + 1));
 	if (wr->send_flags & IBV_SEND_INLINE) {
-		struct pib_wqe_inline *in = (struct pib_wqe_inline *)seg;
-		uint8_t *data = in->data;
-		uint32_t len = 0;
-
-		if (opcode == PIB_WR_RDMA_READ ||
-		    opcode == PIB_WR_ATOMIC_CMP_AND_SWP ||
-		    opcode == PIB_WR_ATOMIC_FETCH_AND_ADD)
-			return EINVAL;
-		for (i = 0; i < wr->num_sge; i++)
-			len += wr->sg_list[i].length;
-		if (len > qp->max_inline_data ||
-		    seg + ((4 + len + 15) & ~15u) > end)
-			return EINVAL;
-		for (i = 0; i < wr->num_sge; i++) {
-			memcpy(data, (void *)(uintptr_t)wr->sg_list[i].addr,
-			       wr->sg_list[i].length);
-			data += wr->sg_list[i].length;
-		}
-		in->byte_count = len | PIB_INLINE_FLAG;
+		seg = pib_put_inline(qp, wr, opcode, seg, end);
 		ctrl->flags |= PIB_WQE_INLINE;
-		seg += (4 + len + 15) & ~15u;
 	} else {
-		struct pib_wqe_data *d = (struct pib_wqe_data *)seg;
-
-		if (seg + wr->num_sge * sizeof(*d) > end)
-			return EINVAL;
-		for (i = 0; i < wr->num_sge; i++, d++) {
-			d->byte_count = wr->sg_list[i].length;
-			d->lkey = wr->sg_list[i].lkey;
-			d->addr = wr->sg_list[i].addr;
-		}
-		seg = (char *)d;
+		seg = pib_put_sges(wr, seg, end);
 	}
+	if (!seg)
+		return EINVAL;
 	ctrl->num_ds = (seg - (char *)wqe) / 16;
 	return 0;
 }

@@ -63,6 +63,12 @@ class DataPath final : public SubnetSender, public ScheduledEngine {
     // The datagram transport (datagram.cc).
     void processDatagramSend(uint32_t qpn, QueuePair &qp);
     bool sendUd(uint32_t qpn, QueuePair &qp, const Wqe &wqe, uint32_t *length, uint8_t *status);
+    // The way in, named by who acts: the port receives a packet
+    // (portReceive), the data path delivers it to the QPs it is for
+    // (deliver, deliverMulticast, deliverConnected), and a QP takes it
+    // (receiveDatagram; the responder's onRequest, the completer's
+    // onResponse).
+    //
     // A packet that arrived on `port` (or was sent to it by one of its own
     // QPs, `senderQpn`, which never receives its own multicast copy).
     void deliver(unsigned port, const iba::Packet &packet, uint32_t senderQpn = 0);

@@ -61,8 +61,11 @@ class Device {
     EventWriter events_;
     MemoryAccess memory_;
     WqeReader wqes_;
-    Scheduler scheduler_; // drives dataPath_, which is built after it
+    // The data path sends through the scheduler, which resumes the data
+    // path's work; the data path is built first, so that the scheduler
+    // sees it as its ScheduledEngine only once it exists.
     DataPath dataPath_;
+    Scheduler scheduler_;
     PortAgents agents_;
     CommandProcessor commands_;
     RegisterFile registers_;
