@@ -34,6 +34,18 @@ def _traffic_lines(output):
     return {m["test"]: m.groupdict() for m in re.finditer(TRAFFIC_LINE, output, re.M)}
 
 
+def _switch_stalls(ctx):
+    """The switches' reports of an output that took nothing for 200 ms (its
+    packets are then discarded, which UC and UD lose): a failed transfer
+    shows whether the fabric dropped something."""
+    lines = []
+    for switch in ctx.fabric.topo.switches:
+        log = ctx.fabric.switch_log(switch.name)
+        text = log.read_text(errors="replace") if log.exists() else ""
+        lines += [f"{switch.name}: {line}" for line in text.splitlines() if "took nothing" in line]
+    return "\nswitch stalls:\n" + ("\n".join(lines[-20:]) if lines else "none") + "\n"
+
+
 def traffic(ctx, args=(), port=18800, timeout=900, expect_loss=False, client_vm="vm1",
             server_vm="vm2", server_args=()):
     """pib-traffic from client_vm to server_vm with `args` (the server's own
@@ -46,7 +58,8 @@ def traffic(ctx, args=(), port=18800, timeout=900, expect_loss=False, client_vm=
     client = ["pib-traffic", "-p", str(port), *args]
     result, server_out, rc = run_pair(ctx, server, client, port=port, timeout=timeout,
                                       server_vm=server_vm, client_vm=client_vm)
-    where = f"client:\n{result.out}{result.err}\nserver:\n{server_out}"
+    where = (f"client:\n{result.out}{result.err}\nserver:\n{server_out}"
+             + _switch_stalls(ctx))
     assert result.exitcode == 0 and rc == "0", f"client {result.exitcode}, server {rc}\n{where}"
     sent, got = _traffic_lines(result.out), _traffic_lines(server_out)
     assert sent and sent.keys() == got.keys(), where
