@@ -260,6 +260,14 @@ int pib_alloc_ucontext(struct ib_ucontext *ibuc, struct ib_udata *udata);
 void pib_dealloc_ucontext(struct ib_ucontext *ibuc);
 void pib_disassociate_ucontext(struct ib_ucontext *ibuc);
 void pib_enter_error_state(struct pib_dev *dev, const char *why);
+
+/* A user verb's command from the provider: all of it, or -EINVAL. */
+static inline int pib_udata_cmd(struct ib_udata *udata, void *cmd, size_t len)
+{
+	if (udata->inlen < len)
+		return -EINVAL;
+	return ib_copy_from_udata(cmd, udata, len);
+}
 void pib_cq_notify(struct pib_cq *cq);
 void pib_cq_track_qp(struct pib_dev *dev, struct pib_qp *qp);
 void pib_cq_untrack_qp(struct pib_dev *dev, struct pib_qp *qp);

@@ -19,9 +19,7 @@ static int pib_cq_user(struct pib_dev *dev, struct pib_cq *cq,
 	struct ib_block_iter biter;
 	int err;
 
-	if (udata->inlen < sizeof(cmd))
-		return -EINVAL;
-	err = ib_copy_from_udata(&cmd, udata, sizeof(cmd));
+	err = pib_udata_cmd(udata, &cmd, sizeof(cmd));
 	if (err)
 		return err;
 	if (cmd.log_size < 1 || (1ull << cmd.log_size) > dev->caps.max_cqe ||

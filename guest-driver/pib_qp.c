@@ -93,9 +93,7 @@ static int pib_qp_user_rings(struct pib_dev *dev, struct pib_qp *qp,
 	u8 max_log_stride = dev->caps.log_max_wqe_stride;
 	int err;
 
-	if (udata->inlen < sizeof(cmd))
-		return -EINVAL;
-	err = ib_copy_from_udata(&cmd, udata, sizeof(cmd));
+	err = pib_udata_cmd(udata, &cmd, sizeof(cmd));
 	if (err)
 		return err;
 	if ((1ull << cmd.sq_log_wqe_count) > dev->caps.max_qp_wr ||

@@ -36,9 +36,7 @@ static int pib_srq_user_ring(struct pib_dev *dev, struct pib_srq *srq,
 	struct pib_create_srq_cmd cmd;
 	int err;
 
-	if (udata->inlen < sizeof(cmd))
-		return -EINVAL;
-	err = ib_copy_from_udata(&cmd, udata, sizeof(cmd));
+	err = pib_udata_cmd(udata, &cmd, sizeof(cmd));
 	if (err)
 		return err;
 	if ((1ull << cmd.log_wqe_count) < attr->max_wr ||

@@ -18,10 +18,6 @@ namespace {
 constexpr size_t kGrhRoom = 40; // a UD receive buffer starts with room for a GRH
 constexpr uint32_t kMadSize = 256;
 
-bool isDatagram(uint8_t type) {
-    return type == PIB_QPT_UD || type == PIB_QPT_SMI || type == PIB_QPT_GSI;
-}
-
 } // namespace
 
 uint32_t DataPath::wireQpn(uint32_t qpn, const QueuePair &qp) const {
@@ -41,7 +37,7 @@ void DataPath::processSendQueue(uint32_t qpn, QueuePair &qp) {
     // WQEs posted before RTS wait there; SQD holds new ones too.
     if (state != PIB_QPS_RTS)
         return;
-    if (isDatagram(qp.ctx.type))
+    if (isDatagramType(qp.ctx.type))
         processDatagramSend(qpn, qp);
     else
         processConnectedSend(qpn, qp);
@@ -202,7 +198,7 @@ int findPkey(const PortState &p, uint16_t pkey) {
 }
 
 bool receivesDatagrams(const QueuePair &qp) {
-    return isDatagram(qp.ctx.type) &&
+    return isDatagramType(qp.ctx.type) &&
            (qp.attr.qp_state == PIB_QPS_RTR || qp.attr.qp_state == PIB_QPS_RTS ||
             qp.attr.qp_state == PIB_QPS_SQD);
 }

@@ -66,6 +66,11 @@ struct QueuePair {
     bool postponed = false;      // waits in the ready list or a port's (scheduler.cc)
 };
 
+// The datagram QP types: UD, and the special QPs QP0 and QP1.
+inline bool isDatagramType(uint8_t type) {
+    return type == PIB_QPT_UD || type == PIB_QPT_SMI || type == PIB_QPT_GSI;
+}
+
 inline bool isSpecialQp(const QueuePair &qp) {
     return qp.ctx.type == PIB_QPT_SMI || qp.ctx.type == PIB_QPT_GSI;
 }

@@ -10,10 +10,6 @@ namespace pib {
 
 namespace {
 
-bool isDatagram(uint8_t qpType) {
-    return qpType == PIB_QPT_UD || qpType == PIB_QPT_SMI || qpType == PIB_QPT_GSI;
-}
-
 bool isAtomic(uint8_t opcode) {
     return opcode == PIB_WR_ATOMIC_CMP_AND_SWP || opcode == PIB_WR_ATOMIC_FETCH_AND_ADD;
 }
@@ -24,7 +20,7 @@ bool isAtomic(uint8_t opcode) {
 // when the QP type has no such operation.
 bool WqeReader::sendLayout(uint8_t qpType, uint8_t opcode, Layout &layout) {
     const bool send = opcode == PIB_WR_SEND || opcode == PIB_WR_SEND_IMM;
-    if (isDatagram(qpType)) {
+    if (isDatagramType(qpType)) {
         layout = {.ud = true, .mayInline = true};
         return send;
     }
