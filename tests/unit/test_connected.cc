@@ -5,6 +5,7 @@
 // retransmission on the ACK timer; RNR; UC.
 #include <algorithm>
 #include <functional>
+#include <random>
 
 #include <catch2/catch.hpp>
 
@@ -557,6 +558,123 @@ TEST_CASE("UC: no ACKs, and a lost packet loses only its message", "[uc]") {
     CHECK(sameBytes(p.a, out, p.b, in + 4096, 3000));
     CHECK(p.wire.count(iba::kAcknowledge) == 0);
     CHECK(p.wire.count(iba::kTransportUc | iba::kWriteFirst) == 1);
+}
+
+namespace {
+
+// A cable that loses, duplicates and reorders packets by chance, as the
+// switch's fault injection does on a real fabric.
+struct FaultyCable {
+    Pair &p;
+    std::mt19937 rng;
+    struct Held {
+        bool fromA;
+        std::vector<uint8_t> frame;
+        int overtakers; // packets that pass it before it leaves
+    };
+    std::vector<Held> held;
+    size_t lost = 0, duplicated = 0, reordered = 0;
+
+    FaultyCable(Pair &pair, unsigned seed) : p(pair), rng(seed) {
+        p.wire.filter = [this](bool fromA, iba::Packet &k) { return pass(fromA, k); };
+    }
+    void deliver(bool fromA, const std::vector<uint8_t> &frame) {
+        Node &to = fromA ? p.b : p.a;
+        pib_core_port_receive(to.host.core, 1, frame.data(), frame.size());
+    }
+    bool pass(bool fromA, const iba::Packet &k) {
+        std::erase_if(held, [&](Held &h) {
+            return --h.overtakers <= 0 && (deliver(h.fromA, h.frame), true);
+        });
+        const unsigned roll = rng() % 100;
+        if (roll < 6)
+            return ++lost, false; // 5% loss and 1% corruption (the ICRC drops it)
+        const auto frame = wire::encode(PIB_WIRE_PACKET, iba::build(k));
+        if (roll < 7)
+            return ++duplicated, deliver(fromA, frame), true;
+        if (roll < 9) {
+            held.push_back({fromA, frame, 1 + static_cast<int>(rng() % 4)});
+            return ++reordered, false;
+        }
+        return true;
+    }
+    void releaseAll() {
+        for (auto &h : held)
+            deliver(h.fromA, h.frame);
+        held.clear();
+    }
+};
+
+// One side of ibv_rc_pingpong: every message received answers with a send.
+struct PingPonger {
+    Node &n;
+    uint64_t out, in;
+    int sent = 0, received = 0, posted = 0;
+    static constexpr uint32_t kSize = 4096;
+
+    void send() {
+        n.fill(out, kSize, static_cast<uint8_t>(posted));
+        n.postSend(static_cast<uint64_t>(++posted), {.local = out, .length = kSize});
+    }
+    // Returns false on an error completion.
+    bool reap(int iterations, Node &peer, uint64_t peerOut) {
+        for (const pib_cqe &c : n.poll()) {
+            if (c.status != PIB_WC_SUCCESS)
+                return false;
+            if (!(c.opcode & PIB_WC_RECV)) {
+                ++sent;
+                continue;
+            }
+            ++received;
+            if (!std::equal(n.host.at(in), n.host.at(in) + kSize, peer.host.at(peerOut)))
+                return false;
+            n.postRecv(0, in, kSize);
+            if (posted < iterations)
+                send();
+        }
+        return true;
+    }
+    bool done(int iterations) const { return sent == iterations && received == iterations; }
+};
+
+} // namespace
+
+TEST_CASE("RC ping-pong over a cable that loses, duplicates and reorders finishes whole",
+          "[rc][faults]") {
+    // ibv_rc_pingpong's settings (timeout 14, retry_cnt 7) and the fault
+    // mix the e2e test puts on a switch port, 40 seeds of it.
+    constexpr int kIterations = 60;
+    size_t lost = 0, duplicated = 0, reordered = 0;
+    for (unsigned seed = 1; seed <= 40; ++seed) {
+        Pair p(PIB_QPT_RC, {.timeout = 14, .retryCnt = 7});
+        FaultyCable cable(p, seed);
+        PingPonger client{p.a, p.a.host.alloc(4096), p.a.host.alloc(4096)};
+        PingPonger server{p.b, p.b.host.alloc(4096), p.b.host.alloc(4096)};
+        for (int i = 0; i < 4; ++i) {
+            p.a.postRecv(0, client.in, PingPonger::kSize);
+            p.b.postRecv(0, server.in, PingPonger::kSize);
+        }
+        client.send();
+        bool ok = true;
+        // 60 s of device time at most; a stuck QP fails the check below.
+        for (int ms = 0; ms < 60'000 && ok && !(client.done(kIterations) && server.done(kIterations));
+             ++ms) {
+            p.wire.advance(1'000'000, 1'000'000);
+            if (ms % 5 == 4)
+                cable.releaseAll(); // the link fell quiet: what was held leaves
+            ok = client.reap(kIterations, p.b, server.out) && server.reap(kIterations, p.a, client.out);
+        }
+        INFO("seed " << seed << ": client sent " << client.sent << " received " << client.received
+                     << ", server sent " << server.sent << " received " << server.received);
+        REQUIRE(ok);
+        REQUIRE(client.done(kIterations));
+        REQUIRE(server.done(kIterations));
+        lost += cable.lost, duplicated += cable.duplicated, reordered += cable.reordered;
+    }
+    // The faults happened.
+    CHECK(lost > 100);
+    CHECK(duplicated > 10);
+    CHECK(reordered > 20);
 }
 
 TEST_CASE("loopback: a QP connected to itself never uses the wire", "[rc]") {
