@@ -32,6 +32,9 @@ Options:
                         loss=P% loss-every=N burst=LEN/EVERY corrupt=P%
                         dup=P% reorder=P% window=N delay=T[+-T] flap=T/T
                         dir=in|out|both seed=N (times in ns, us, ms or s)
+  --capture N=FILE      record port N's packets, both ways, to a pcap file
+                        (Wireshark: LINKTYPE_INFINIBAND); see also the
+                        control socket's capture command
   --verbose             log every dropped packet and why
   --help                show this text
 )";
@@ -62,6 +65,7 @@ struct Options {
     bool help = false;
     std::vector<std::pair<std::string, std::string>> overrides; // --tcp, --connect*
     std::vector<std::string> faults;
+    std::vector<std::string> captures;
     std::string control;
 };
 
@@ -94,6 +98,8 @@ Options parseOptions(int argc, char **argv) {
             o.control = value();
         } else if (arg == "--fault") {
             o.faults.push_back(value());
+        } else if (arg == "--capture") {
+            o.captures.push_back(value());
         } else if (arg == "--tcp" || arg == "--connect" || arg == "--connect-tcp") {
             o.overrides.emplace_back(arg, value());
         } else {
@@ -128,6 +134,11 @@ void applyFaults(pib::fabric::Server &server, const Options &o) {
         if (!setting)
             throw std::runtime_error("--fault " + spec + ": " + error);
         server.setFault(p, *setting);
+    }
+    for (const std::string &spec : o.captures) {
+        std::string file;
+        const unsigned p = portOf(spec, o.config.ports, &file);
+        server.startCapture(p, file, 0);
     }
 }
 

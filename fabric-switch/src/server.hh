@@ -10,6 +10,7 @@
 
 #include "fault.hh"
 #include "frame.hh"
+#include "pcap.hh"
 #include "switch.hh"
 
 namespace pib::fabric {
@@ -38,6 +39,11 @@ class Server {
     // Injects faults into port `port` (see fault.hh); returns what it logs.
     std::string setFault(unsigned port, const FaultSetting &setting);
     std::string clearFault(unsigned port);
+    // Records what port `port` sends and receives to a pcap file
+    // (server_capture.cc); `limit` packets at most, 0 for no limit.
+    // Returns what it logs; throws std::runtime_error when it cannot.
+    std::string startCapture(unsigned port, const std::string &path, uint64_t limit);
+    std::string stopCapture(unsigned port);
     // Runs until stop() is called (from a signal handler) or a fatal error.
     void run();
     void stop();
@@ -88,12 +94,16 @@ class Server {
     void onControl(int fd, uint32_t events);
     std::string controlCommand(std::string_view line);
     std::string portStates() const;
+    std::string captureCommand(unsigned port, std::string_view args);
+    std::string captureStatus() const;
+    void capture(unsigned port, std::span<const uint8_t> packet);
 
     Switch &sw_;
     std::vector<PortEndpoint> endpoints_; // index = port number
     std::vector<int> listeners_;
     std::vector<std::unique_ptr<Connection>> conns_;
     std::vector<PortFaults> faults_; // index = port number
+    std::vector<std::unique_ptr<wire::PacketCapture>> captures_; // index = port number
     std::string controlPath_;
     int control_ = -1;
     std::vector<std::unique_ptr<ControlClient>> controlClients_;

@@ -5,6 +5,10 @@
 //   clear PORT           stop injecting on the port
 //   status               what is injected where, and its counters
 //   ports                each port's link and IBA port state
+//   capture PORT FILE [COUNT]
+//                        record the port's packets to a pcap file
+//   capture PORT stop    stop recording and close the file
+//   captures             the captures running, and their packet counts
 // The answer's first word is "ok" or "error:".
 #include <algorithm>
 #include <cerrno>
@@ -99,9 +103,11 @@ std::string Server::controlCommand(std::string_view line) {
         return "ok\n" + faultStatus();
     if (command == "ports")
         return "ok\n" + portStates();
-    if (command != "fault" && command != "clear")
+    if (command == "captures")
+        return "ok\n" + captureStatus();
+    if (command != "fault" && command != "clear" && command != "capture")
         return "error: unknown command '" + std::string(command) +
-               "' (fault, clear, status, ports)";
+               "' (fault, clear, status, ports, capture, captures)";
     const std::string_view portText = firstWord(&line);
     unsigned port = 0;
     const auto [end, ec] =
@@ -111,6 +117,8 @@ std::string Server::controlCommand(std::string_view line) {
         return "error: no port '" + std::string(portText) + "'";
     if (command == "clear")
         return "ok " + clearFault(port);
+    if (command == "capture")
+        return captureCommand(port, line);
     std::string error;
     const auto setting = FaultSetting::parse(line, &error);
     if (!setting)

@@ -56,6 +56,9 @@ PACKAGES = {
     "libnl-route-3-dev": None,
     # pib-traffic, the guests' checked-transfer program: SHA-256.
     "libssl-dev": None,
+    # Packet captures (libpcap writes them, tshark checks them in the tests).
+    "libpcap-dev": None,
+    "tshark": None,
     # Running guests: firmware and the management-network switch.
     "seabios": None,
     "qemu-system-data": None,
