@@ -21,6 +21,10 @@ static bool pib_hca_event_enabled(unsigned event)
         return trace_event_get_state_backends(TRACE_PIB_HCA_LINK_DISCONNECTED);
     case PIB_EVENT_LINK_UP:
         return trace_event_get_state_backends(TRACE_PIB_HCA_LINK_UP);
+    case PIB_EVENT_CAPTURE_START:
+        return trace_event_get_state_backends(TRACE_PIB_HCA_CAPTURE_START);
+    case PIB_EVENT_CAPTURE_STOP:
+        return trace_event_get_state_backends(TRACE_PIB_HCA_CAPTURE_STOP);
     case PIB_EVENT_PORT_STATE:
         return trace_event_get_state_backends(TRACE_PIB_HCA_PORT_STATE);
     case PIB_EVENT_SMA_PORT_INFO:
@@ -96,6 +100,14 @@ static void pib_hca_trace_event(unsigned event, const uint64_t *a)
         break;
     case PIB_EVENT_LINK_UP:
         trace_pib_hca_link_up((unsigned) a[0]);
+        break;
+    case PIB_EVENT_CAPTURE_START:
+        trace_pib_hca_capture_start(
+            (unsigned) a[0], (const char *) (uintptr_t) a[1], (uint64_t) a[2]);
+        break;
+    case PIB_EVENT_CAPTURE_STOP:
+        trace_pib_hca_capture_stop((unsigned) a[0],
+                                   (const char *) (uintptr_t) a[1]);
         break;
     case PIB_EVENT_PORT_STATE:
         trace_pib_hca_port_state((unsigned) a[0], (unsigned) a[1],

@@ -59,6 +59,8 @@ PACKAGES = {
     # Packet captures (libpcap writes them, tshark checks them in the tests).
     "libpcap-dev": None,
     "tshark": None,
+    # The device's state as JSON for QEMU's monitor (header-only).
+    "nlohmann-json3-dev": None,
     # Running guests: firmware and the management-network switch.
     "seabios": None,
     "qemu-system-data": None,

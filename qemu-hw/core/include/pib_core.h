@@ -162,6 +162,30 @@ void pib_core_port_writable(struct pib_core *core, unsigned port);
  */
 void pib_core_inject_fatal(struct pib_core *core, const char *reason);
 
+/*
+ * Host-side management, for QEMU's `info pib` and `pib_capture` and the
+ * x-pib-query and x-pib-capture QMP commands (docs/user-guide.md,
+ * "Inspecting a device" and "Packet capture"). Each returns 0 with its
+ * answer in *answer, or -1 with the reason there; the host frees *answer
+ * with free() (it may be NULL if memory ran out).
+ */
+
+/*
+ * The device's state, as JSON (json != 0) or as text: `what` is NULL or ""
+ * for the whole device, or "port N", "eq N", "cq N", "qp N", "srq N" or
+ * "mr KEY".
+ */
+int pib_core_inspect(struct pib_core *core, const char *what, int json, char **answer);
+
+/*
+ * Records every packet port `port` sends and receives, from the LRH to
+ * the VCRC, to a pcap file at `path` (link type 247, InfiniBand), `limit`
+ * packets at most (0: no limit). `path` NULL stops the capture and closes
+ * the file.
+ */
+int pib_core_capture(struct pib_core *core, unsigned port, const char *path, uint64_t limit,
+                     char **answer);
+
 /* Size in bytes the host must give each BAR; 0 for a BAR not implemented. */
 uint64_t pib_core_bar_size(const struct pib_core *core, int bar);
 

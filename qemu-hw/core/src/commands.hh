@@ -40,6 +40,7 @@ class CommandProcessor {
     // Back to the power-on state: every object is gone, the ports are
     // down, the data path holds nothing, INIT_HCA is needed again.
     void reset();
+    bool initialized() const { return initialized_; }
 
     const pib_dev_cap &caps() const { return caps_; }
     // The name of a command opcode ("QUERY_PORT"), "unknown" for none.

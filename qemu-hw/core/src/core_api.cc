@@ -2,6 +2,7 @@
 // The C ABI of the core. Nothing thrown below may cross into C: each entry
 // point catches everything, and the device goes FATAL as hardware whose
 // firmware failed would.
+#include <cstring>
 #include <exception>
 #include <new>
 #include <utility>
@@ -57,6 +58,21 @@ template <class Work> void enter(pib_core *core, const char *what, Work &&work) 
         guarded(core, [&] { core->device.portConnected(link.first, link.second); });
     }
     core->busy = false;
+}
+
+// Runs a management call that answers in text: 0 and the answer, or -1
+// and the reason, in a string the host frees with free(). Nothing the call
+// throws harms the device: the host gets the reason instead.
+template <class Call> int answered(char **answer, Call &&call) {
+    std::string text;
+    bool ok = false;
+    try {
+        ok = call(&text);
+    } catch (const std::exception &e) {
+        text = e.what();
+    }
+    *answer = strdup(text.c_str());
+    return ok && *answer ? 0 : -1;
 }
 
 } // namespace
@@ -130,6 +146,26 @@ void pib_core_inject_fatal(pib_core *core, const char *reason) {
 
 void pib_core_port_writable(pib_core *core, unsigned port) {
     enter(core, "port writable", [&] { core->device.portWritable(port); });
+}
+
+int pib_core_inspect(pib_core *core, const char *what, int json, char **answer) {
+    return answered(answer, [&](std::string *text) {
+        std::optional<pib::Json> state = core->device.inspect(what ? what : "", text);
+        if (!state)
+            return false;
+        *text = json ? state->dump(-1, ' ', false, pib::Json::error_handler_t::replace)
+                     : pib::inspectionText(*state);
+        return true;
+    });
+}
+
+int pib_core_capture(pib_core *core, unsigned port, const char *path, uint64_t limit,
+                     char **answer) {
+    return answered(answer, [&](std::string *text) {
+        bool ok = false;
+        enter(core, "capture", [&] { ok = core->device.capture(port, path, limit, text); });
+        return ok;
+    });
 }
 
 } // extern "C"

@@ -111,6 +111,23 @@ void Device::reset(const char *reason) {
     trace::device_reset(host_, reason);
 }
 
+bool Device::capture(unsigned port, const char *path, uint64_t limit, std::string *answer) {
+    if (port < 1 || port > links_.size()) {
+        *answer = "the device has no port " + std::to_string(port);
+        return false;
+    }
+    Link &link = *links_[port - 1];
+    if (!path) {
+        *answer = link.capture() ? "port " + std::to_string(port) + ": captured " + link.stopCapture()
+                                 : "port " + std::to_string(port) + ": no capture";
+        return true;
+    }
+    if (!link.startCapture(path, limit, answer))
+        return false;
+    *answer = "port " + std::to_string(port) + ": capturing to " + path;
+    return true;
+}
+
 uint64_t Device::barSize(int bar) const {
     switch (bar) {
     case PIB_BAR_REGS:

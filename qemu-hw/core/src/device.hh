@@ -13,6 +13,7 @@
 #include "doorbell_pages.hh"
 #include "event_writer.hh"
 #include "host.hh"
+#include "inspect.hh"
 #include "link.hh"
 #include "memory.hh"
 #include "object_tables.hh"
@@ -48,6 +49,14 @@ class Device {
     void fatal(const char *reason);
     bool isFatal() const { return fatal_; }
 
+    // Host-side management (docs/user-guide.md): the device's state, see
+    // Inspector; packet capture on a port (`path` null: stop). False with
+    // the reason in `answer` when it cannot.
+    std::optional<Json> inspect(std::string_view what, std::string *error) const {
+        return inspector_.inspect(what, error);
+    }
+    bool capture(unsigned port, const char *path, uint64_t limit, std::string *answer);
+
   private:
     // Every call from the host is one event of bounded work (scheduler.cc).
     template <class Work> auto event(Work &&work);
@@ -72,6 +81,7 @@ class Device {
     DoorbellPages doorbells_;
     std::vector<std::unique_ptr<Link>> links_; // index: port - 1
     bool fatal_ = false;
+    Inspector inspector_{{config_, objects_, ports_, links_, commands_, fatal_}};
 };
 
 } // namespace pib

@@ -43,6 +43,7 @@ void Link::receive(std::span<const uint8_t> bytes, const std::function<void(Even
                 onEvent(Event::kUp);
             }
         } else if (up_) {
+            record(frame->payload);
             onPacket(frame->payload);
         } else {
             ++framesDropped_; // packets before HELLO: the link is not up
@@ -69,7 +70,26 @@ bool Link::sendFramed(std::vector<uint8_t> &framed) {
     if (!up_ || framed.size() < wire::kHeaderSize)
         return true; // lost on a link that is down; nothing queues up
     wire::frameInPlace(framed, PIB_WIRE_PACKET);
+    record(std::span(framed).subspan(wire::kHeaderSize));
     return host_.portSend(port_, framed);
+}
+
+bool Link::startCapture(const std::string &path, uint64_t limit, std::string *error) {
+    auto capture = wire::PacketCapture::open(path, limit, error);
+    if (!capture)
+        return false;
+    capture_ = std::move(capture);
+    trace::capture_start(host_, port_, path.c_str(), limit);
+    return true;
+}
+
+std::string Link::stopCapture() {
+    if (!capture_)
+        return {};
+    std::string what = capture_->describe();
+    capture_.reset();
+    trace::capture_stop(host_, port_, what.c_str());
+    return what;
 }
 
 } // namespace pib

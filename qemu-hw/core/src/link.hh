@@ -5,10 +5,13 @@
 
 #include <cstdint>
 #include <functional>
+#include <memory>
+#include <string>
 #include <span>
 #include <vector>
 
 #include "frame.hh"
+#include "pcap.hh"
 #include "host.hh"
 
 namespace pib {
@@ -32,6 +35,14 @@ class Link {
     bool up() const { return up_; }
     uint64_t framesDropped() const { return framesDropped_; }
 
+    // Records every packet the link sends and receives to a pcap file
+    // (`limit` packets at most, 0 for no limit) until stopCapture();
+    // false with the reason in `error` when the file cannot be written.
+    bool startCapture(const std::string &path, uint64_t limit, std::string *error);
+    // What was captured ("12 packets to FILE"), empty if nothing was.
+    std::string stopCapture();
+    const wire::PacketCapture *capture() const { return capture_.get(); }
+
   private:
     const Host &host_;
     unsigned port_;
@@ -41,6 +52,12 @@ class Link {
     bool up_ = false;
     wire::FrameReader reader_;
     uint64_t framesDropped_ = 0;
+    std::unique_ptr<wire::PacketCapture> capture_;
+
+    void record(std::span<const uint8_t> packet) {
+        if (capture_)
+            capture_->record(packet);
+    }
 };
 
 } // namespace pib

@@ -49,6 +49,17 @@ inline void link_up(const Host &host, unsigned port) {
         host.event(PIB_EVENT_LINK_UP, {Host::eventArg(port)});
 }
 
+inline void capture_start(const Host &host, unsigned port, const char *path, uint64_t limit) {
+    if (host.eventEnabled(PIB_EVENT_CAPTURE_START))
+        host.event(PIB_EVENT_CAPTURE_START,
+                   {Host::eventArg(port), Host::eventArg(path), Host::eventArg(limit)});
+}
+
+inline void capture_stop(const Host &host, unsigned port, const char *result) {
+    if (host.eventEnabled(PIB_EVENT_CAPTURE_STOP))
+        host.event(PIB_EVENT_CAPTURE_STOP, {Host::eventArg(port), Host::eventArg(result)});
+}
+
 inline void port_state(const Host &host, unsigned port, unsigned state, unsigned phys_state) {
     if (host.eventEnabled(PIB_EVENT_PORT_STATE))
         host.event(PIB_EVENT_PORT_STATE,
