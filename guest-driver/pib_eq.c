@@ -57,6 +57,10 @@ static void pib_async_event(struct pib_dev *dev, const struct pib_eqe *eqe)
 		return pib_qp_event(dev, number, IB_EVENT_SQ_DRAINED);
 	case PIB_ASYNC_QP_LAST_WQE_REACHED:
 		return pib_qp_event(dev, number, IB_EVENT_QP_LAST_WQE_REACHED);
+	case PIB_ASYNC_PATH_MIG:
+		return pib_qp_event(dev, number, IB_EVENT_PATH_MIG);
+	case PIB_ASYNC_PATH_MIG_ERR:
+		return pib_qp_event(dev, number, IB_EVENT_PATH_MIG_ERR);
 	case PIB_ASYNC_CQ_ERR:
 		cq = xa_load(&dev->cqs, number);
 		if (cq && cq->ibcq.event_handler) {

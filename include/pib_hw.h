@@ -388,6 +388,8 @@ enum pib_async_event {
     PIB_ASYNC_QP_LAST_WQE_REACHED = 0x07,
     PIB_ASYNC_SRQ_LIMIT = 0x08,
     PIB_ASYNC_SRQ_ERR = 0x09,
+    PIB_ASYNC_PATH_MIG = 0x0a,     /* only injected (prm §10): no APM */
+    PIB_ASYNC_PATH_MIG_ERR = 0x0b, /* only injected (prm §10): no APM */
     PIB_ASYNC_PORT_ACTIVE = 0x10,
     PIB_ASYNC_PORT_ERR = 0x11,
     PIB_ASYNC_LID_CHANGE = 0x12,
@@ -703,6 +705,24 @@ enum pib_wc_status {
     PIB_WC_GENERAL_ERR = 21,
 };
 
+/*
+ * vendor_err of an error completion: what the device found (docs/prm.md
+ * §7.3). An injected completion (§10) carries the host's value instead.
+ */
+enum pib_vendor_err {
+    PIB_VENDOR_ERR_NONE = 0x00,          /* success */
+    PIB_VENDOR_ERR_WQE = 0x01,           /* the WQE is malformed or cannot be read */
+    PIB_VENDOR_ERR_LKEY = 0x02,          /* an L_Key does not cover its buffer */
+    PIB_VENDOR_ERR_DMA = 0x03,           /* the data cannot be read or written */
+    PIB_VENDOR_ERR_LENGTH = 0x04,        /* too long for the message or the buffer */
+    PIB_VENDOR_ERR_FLUSHED = 0x05,       /* the QP is in the error state */
+    PIB_VENDOR_ERR_RETRIES = 0x06,       /* no ACK after retry_cnt retries */
+    PIB_VENDOR_ERR_RNR_RETRIES = 0x07,   /* RNR NAKs after rnr_retry retries */
+    PIB_VENDOR_ERR_REMOTE_NAK = 0x08,    /* the responder NAKed the request */
+    PIB_VENDOR_ERR_BAD_RESPONSE = 0x09,  /* the response is not what was asked */
+    PIB_VENDOR_ERR_INTERNAL = 0x0a,      /* anything else */
+};
+
 /* cqe flags */
 #define PIB_CQE_PHASE (1u << 0) /* as PIB_EQE_PHASE */
 #define PIB_CQE_GRH (1u << 1)
@@ -719,7 +739,7 @@ struct pib_cqe {
     uint32_t src_qp; /* UD */
     uint16_t slid;
     uint16_t pkey_index;
-    uint16_t wqe_index; /* ring slot of the WQE this completes */
+    uint16_t wqe_index; /* producer count of the WQE this completes, mod 2^16 */
     uint8_t opcode;     /* pib_wc_opcode */
     uint8_t status;     /* pib_wc_status */
     uint8_t sl;

@@ -60,6 +60,7 @@ class Event:
 class GuestError:
     token: str
     cause: str
+    rule: str  # the section of docs/prm.md whose rule it breaks
 
     @property
     def ident(self) -> str:
@@ -75,7 +76,7 @@ class GuestError:
 
 
 EVENT_RE = re.compile(r'^(event|peer) (\w+)\(([^)]*)\) (".*)$')
-ERROR_RE = re.compile(r'^error ([a-z0-9-]+) "(.*)"$')
+ERROR_RE = re.compile(r'^error ([a-z0-9-]+) §([0-9.]+) "(.*)"$')
 
 
 def parse(text: str):
@@ -97,7 +98,7 @@ def parse(text: str):
                 args.append(Arg(type_, name))
             events.append(Event(section, m[1], m[2], args, m[4]))
         elif m := ERROR_RE.match(line):
-            errors.append(GuestError(m[1], m[2]))
+            errors.append(GuestError(m[1], m[3], m[2]))
         else:
             sys.exit(f"{LIST}:{number}: cannot parse: {line}")
     return events, errors
@@ -129,6 +130,12 @@ def c_header(events, errors) -> str:
     out += [f'        "{g.token}",' for g in errors]
     out += ["    };", "",
             '    return error < PIB_GUEST_ERROR_COUNT ? tokens[error] : "unknown";', "}", "",
+            "/* The section of docs/prm.md whose rule a guest error breaks. */",
+            "static inline const char *pib_guest_error_rule(unsigned error)", "{",
+            "    static const char *const rules[PIB_GUEST_ERROR_COUNT] = {"]
+    out += [f'        "prm §{g.rule}",' for g in errors]
+    out += ["    };", "",
+            '    return error < PIB_GUEST_ERROR_COUNT ? rules[error] : "prm";', "}", "",
             "#endif /* PIB_EVENTS_H */", ""]
     return "\n".join(out)
 
@@ -206,9 +213,18 @@ def dispatch(events, errors) -> str:
     return "\n".join(out)
 
 
+def anchor(rule: str) -> str:
+    """The GitHub anchor of the docs/prm.md heading numbered `rule`."""
+    for line in PRM.read_text().splitlines():
+        if re.match(rf"^#+ {re.escape(rule)}\.? ", line):
+            title = line.lstrip("#").strip().lower()
+            return re.sub(r"[^a-z0-9 _-]", "", title).replace(" ", "-")
+    sys.exit(f"{LIST}: no section {rule} in {PRM}")
+
+
 def prm_section(events, errors) -> str:
-    out = [f"<!-- {BEGIN} -->", "", "| token | cause |", "|---|---|"]
-    out += [f"| `{g.token}` | {g.cause} |" for g in errors]
+    out = [f"<!-- {BEGIN} -->", "", "| token | cause | rule |", "|---|---|---|"]
+    out += [f"| `{g.token}` | {g.cause} | [§{g.rule}](#{anchor(g.rule)}) |" for g in errors]
     out += ["", "The device's own events, each a QEMU trace event with typed arguments:", ""]
     section = None
     for e in events:

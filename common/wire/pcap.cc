@@ -69,8 +69,8 @@ bool PacketCapture::record(std::span<const uint8_t> packet) {
 }
 
 std::string PacketCapture::describe() const {
-    std::string text = std::to_string(packets_) + (packets_ == 1 ? " packet" : " packets") +
-                       " to " + path_;
+    std::string text =
+        std::to_string(packets_) + (packets_ == 1 ? " packet" : " packets") + " to " + path_;
     if (failed_)
         text += " (stopped: the file cannot be written)";
     else if (finished_)

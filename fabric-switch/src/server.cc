@@ -127,8 +127,7 @@ int tcpSocket(const std::string &address, bool listen) {
 
 Server::Server(Switch &sw, std::vector<PortEndpoint> endpoints)
     : sw_(sw), endpoints_(std::move(endpoints)), listeners_(endpoints_.size(), -1),
-      conns_(endpoints_.size()), faults_(endpoints_.size()),
-      captures_(endpoints_.size()) {}
+      conns_(endpoints_.size()), faults_(endpoints_.size()), captures_(endpoints_.size()) {}
 
 Server::~Server() {
     for (auto &c : conns_)

@@ -102,7 +102,7 @@ class Server {
     std::vector<PortEndpoint> endpoints_; // index = port number
     std::vector<int> listeners_;
     std::vector<std::unique_ptr<Connection>> conns_;
-    std::vector<PortFaults> faults_; // index = port number
+    std::vector<PortFaults> faults_;                             // index = port number
     std::vector<std::unique_ptr<wire::PacketCapture>> captures_; // index = port number
     std::string controlPath_;
     int control_ = -1;

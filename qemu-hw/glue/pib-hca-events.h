@@ -25,6 +25,16 @@ static bool pib_hca_event_enabled(unsigned event)
         return trace_event_get_state_backends(TRACE_PIB_HCA_CAPTURE_START);
     case PIB_EVENT_CAPTURE_STOP:
         return trace_event_get_state_backends(TRACE_PIB_HCA_CAPTURE_STOP);
+    case PIB_EVENT_INJECT_ARMED:
+        return trace_event_get_state_backends(TRACE_PIB_HCA_INJECT_ARMED);
+    case PIB_EVENT_INJECT_COMMAND:
+        return trace_event_get_state_backends(TRACE_PIB_HCA_INJECT_COMMAND);
+    case PIB_EVENT_INJECT_COMPLETION:
+        return trace_event_get_state_backends(TRACE_PIB_HCA_INJECT_COMPLETION);
+    case PIB_EVENT_INJECT_PACKET:
+        return trace_event_get_state_backends(TRACE_PIB_HCA_INJECT_PACKET);
+    case PIB_EVENT_INJECT_OVERRUN:
+        return trace_event_get_state_backends(TRACE_PIB_HCA_INJECT_OVERRUN);
     case PIB_EVENT_PORT_STATE:
         return trace_event_get_state_backends(TRACE_PIB_HCA_PORT_STATE);
     case PIB_EVENT_SMA_PORT_INFO:
@@ -108,6 +118,25 @@ static void pib_hca_trace_event(unsigned event, const uint64_t *a)
     case PIB_EVENT_CAPTURE_STOP:
         trace_pib_hca_capture_stop((unsigned) a[0],
                                    (const char *) (uintptr_t) a[1]);
+        break;
+    case PIB_EVENT_INJECT_ARMED:
+        trace_pib_hca_inject_armed((const char *) (uintptr_t) a[0]);
+        break;
+    case PIB_EVENT_INJECT_COMMAND:
+        trace_pib_hca_inject_command((const char *) (uintptr_t) a[0],
+                                     (unsigned) a[1], (unsigned) a[2]);
+        break;
+    case PIB_EVENT_INJECT_COMPLETION:
+        trace_pib_hca_inject_completion((unsigned) a[0], (unsigned) a[1],
+                                        (unsigned) a[2], (unsigned) a[3]);
+        break;
+    case PIB_EVENT_INJECT_PACKET:
+        trace_pib_hca_inject_packet((unsigned) a[0],
+                                    (const char *) (uintptr_t) a[1]);
+        break;
+    case PIB_EVENT_INJECT_OVERRUN:
+        trace_pib_hca_inject_overrun((const char *) (uintptr_t) a[0],
+                                     (unsigned) a[1]);
         break;
     case PIB_EVENT_PORT_STATE:
         trace_pib_hca_port_state((unsigned) a[0], (unsigned) a[1],

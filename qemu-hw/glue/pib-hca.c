@@ -27,6 +27,7 @@
 #include "pib_core.h"
 #include "pib_hw.h"
 #include "pib-hca-events.h"
+#include "pib-hca.h"
 
 #define TYPE_PIB_HCA "pib-hca"
 OBJECT_DECLARE_SIMPLE_TYPE(PibHcaState, PIB_HCA)
@@ -650,6 +651,29 @@ static void pib_hca_inject_fatal(Object *obj, const char *reason, Error **errp)
         return;
     }
     pib_core_inject_fatal(s->core, reason);
+}
+
+struct pib_core *pib_hca_find_core(const char *id, Error **errp)
+{
+    bool ambiguous = false;
+    Object *obj =
+        object_resolve_path_type(id ? id : "", TYPE_PIB_HCA, &ambiguous);
+
+    if (!obj) {
+        if (ambiguous) {
+            error_setg(errp, "there are several pib-hca devices: name one");
+        } else if (id) {
+            error_setg(errp, "no pib-hca device '%s'", id);
+        } else {
+            error_setg(errp, "there is no pib-hca device");
+        }
+        return NULL;
+    }
+    if (!PIB_HCA(obj)->core) {
+        error_setg(errp, "pib-hca: the device is not realized");
+        return NULL;
+    }
+    return PIB_HCA(obj)->core;
 }
 
 static const VMStateDescription pib_hca_vmstate = {

@@ -67,3 +67,133 @@ s.shutdown(socket.SHUT_WR)
 s.recv(1)
 print(size, digest, "%.1f" % (size / (time.monotonic() - start) / 1e6))
 """
+
+# Creates one object of each kind through the provider and holds them
+# until /tmp/hold.release appears (60 s at most), so that the host can
+# look at them meanwhile. Prints "ready KEY QPN SRQN CQN" once they exist.
+HOLD_OBJECTS_SCRIPT = r"""
+import os, time
+import pyverbs.enums as e
+from pyverbs.device import Context
+from pyverbs.pd import PD
+from pyverbs.mr import MR
+from pyverbs.cq import CQ
+from pyverbs.srq import SRQ, SrqInitAttr, SrqAttr
+from pyverbs.qp import QP, QPInitAttr, QPCap, QPAttr
+
+ctx = Context(name="pib_0")
+pd = PD(ctx)
+mr = MR(pd, 65536, e.IBV_ACCESS_LOCAL_WRITE | e.IBV_ACCESS_REMOTE_READ)
+cq = CQ(ctx, 100)
+srq = SRQ(pd, SrqInitAttr(SrqAttr(max_wr=32, max_sge=2)))
+qp = QP(pd, QPInitAttr(qp_type=e.IBV_QPT_RC, scq=cq, rcq=cq, cap=QPCap(16, 8, 2, 2)))
+qp.to_init(QPAttr(port_num=1))
+print("ready", hex(mr.lkey), qp.qp_num, flush=True)
+deadline = time.monotonic() + 60
+while not os.path.exists("/tmp/hold.release") and time.monotonic() < deadline:
+    time.sleep(0.2)
+for obj in (qp, srq, cq, mr, pd):
+    obj.close()
+ctx.close()
+"""
+
+# The guest's side of the test facilities' end-to-end test (docs/prm.md
+# §10). It works in phases; the host arms an injection (./pib inject),
+# then lets phase N run by creating /tmp/inject.N. Prints:
+#   ready UD_QPN RC_QPN        once its objects exist
+#   created-cq errno N         phase 1: a CQ whose creation the host failed
+#   created-cq ok              ... and the next one
+#   wc ID status S vendor_err V  phase 2: the UD send the host failed
+#   qp state S                 ... and the UD QP's state after it
+#   event NAME                 phases 3 and 4: each async event that came
+#   polled N                   phases 4 and 5: completions found
+INJECTION_SCRIPT = r"""
+import os, sys, time
+import pyverbs.enums as e
+from pyverbs.addr import AH, AHAttr
+from pyverbs.cq import CQ
+from pyverbs.device import Context
+from pyverbs.mr import MR
+from pyverbs.pd import PD
+from pyverbs.pyverbs_error import PyverbsRDMAError
+from pyverbs.qp import QP, QPAttr, QPCap, QPInitAttr
+from pyverbs.srq import SRQ, SrqAttr, SrqInitAttr
+from pyverbs.wr import RecvWR, SendWR, SGE
+
+NAMES = {getattr(e, n): n[len("IBV_EVENT_"):] for n in dir(e) if n.startswith("IBV_EVENT_")}
+QKEY = 0x11111111
+
+def phase(n):
+    deadline = time.monotonic() + 120
+    while not os.path.exists(f"/tmp/inject.{n}"):
+        if time.monotonic() > deadline:
+            sys.exit(f"phase {n} never came")
+        time.sleep(0.1)
+
+def ud_qp():
+    qp = QP(pd, QPInitAttr(qp_type=e.IBV_QPT_UD, scq=cq, rcq=cq, cap=QPCap(8, 8, 1, 1)))
+    attr = QPAttr(port_num=1)
+    attr.qkey = QKEY
+    qp.to_rts(attr)
+    return qp
+
+def send_to_self(qp):
+    qp.post_recv(RecvWR(wr_id=2, num_sge=1, sg=[SGE(mr.buf, 4096, mr.lkey)]))
+    wr = SendWR(wr_id=1, num_sge=1, sg=[SGE(mr.buf + 8192, 64, mr.lkey)])
+    wr.set_wr_ud(ah, qp.qp_num, QKEY)
+    qp.post_send(wr)
+
+def poll(expect, seconds=10):
+    found, deadline = [], time.monotonic() + seconds
+    while len(found) < expect and time.monotonic() < deadline:
+        n, wcs = cq.poll(num_entries=expect)
+        found += wcs[:n]
+        time.sleep(0.05)
+    return found
+
+def events(count):
+    for _ in range(count):
+        event = ctx.get_async_event()
+        print("event", NAMES.get(event.event_type, event.event_type), flush=True)
+        event.ack()
+
+ctx = Context(name="pib_0")
+pd = PD(ctx)
+mr = MR(pd, 16384, e.IBV_ACCESS_LOCAL_WRITE)
+cq = CQ(ctx, 8)
+srq = SRQ(pd, SrqInitAttr(SrqAttr(max_wr=16, max_sge=3)))
+lid = ctx.query_port(1).lid
+ah = AH(pd, attr=AHAttr(dlid=lid, port_num=1))
+ud = ud_qp()
+rc = QP(pd, QPInitAttr(qp_type=e.IBV_QPT_RC, scq=cq, rcq=cq, srq=srq, cap=QPCap(8, 0, 1, 1)))
+rc.to_init(QPAttr(port_num=1))
+print("ready", ud.qp_num, rc.qp_num, flush=True)
+
+phase(1)
+try:
+    CQ(ctx, 4)
+    print("created-cq ok")
+except PyverbsRDMAError as err:
+    print("created-cq errno", err.error_code)
+extra = CQ(ctx, 4)
+print("created-cq ok", flush=True)
+
+phase(2)
+send_to_self(ud)
+for wc in poll(2):  # the send, then the receive the error flushed
+    print("wc", wc.wr_id, "status", wc.status, "vendor_err", hex(wc.vendor_err), flush=True)
+print("qp state", ud.query(e.IBV_QP_STATE)[0].qp_state, flush=True)
+
+phase(3)
+events(7)
+
+phase(4)
+ud2 = ud_qp()
+send_to_self(ud2)
+events(1)
+print("polled", len(poll(2, seconds=2)), flush=True)
+
+phase(5)
+send_to_self(ud2)
+print("polled", len(poll(2)), flush=True)
+"""

@@ -25,6 +25,41 @@ def _icrc(packet: bytes) -> int:
     return zlib.crc32(bytes(masked)) & 0xFFFFFFFF
 
 
+def crcs_ok(packet: bytes):
+    """(ICRC right, VCRC right) of a whole packet, LRH to VCRC, with or
+    without a GRH (IBA 7.8: the ICRC sees the LRH, the GRH's traffic class,
+    flow label and hop limit, and the BTH's reserved byte as ones)."""
+    body, vcrc = packet[:-2], struct.unpack("<H", packet[-2:])[0]
+    vcrc_ok = vcrc == _crc16(body)
+    if len(body) < 8 + 12 + 4 or (body[1] & 3) not in (2, 3):
+        return False, vcrc_ok  # raw packets have no ICRC
+    masked = bytearray(body[:-4])
+    masked[0:8] = b"\xff" * 8
+    bth = 8
+    if body[1] & 3 == 3:  # a GRH
+        masked[8] |= 0x0F
+        masked[9:12] = b"\xff" * 3
+        masked[15] = 0xFF
+        bth = 48
+    masked[bth + 4] = 0xFF
+    icrc = struct.unpack("<I", body[-4:])[0]
+    return icrc == zlib.crc32(bytes(masked)) & 0xFFFFFFFF, vcrc_ok
+
+
+def read_pcap(path):
+    """(link type, [packet bytes]) of a classic pcap file."""
+    data = open(path, "rb").read()
+    magic = struct.unpack("<I", data[:4])[0]
+    endian = "<" if magic in (0xA1B2C3D4, 0xA1B23C4D) else ">"
+    linktype = struct.unpack(endian + "I", data[20:24])[0]
+    packets, at = [], 24
+    while at + 16 <= len(data):
+        caplen = struct.unpack(endian + "I", data[at + 8:at + 12])[0]
+        packets.append(data[at + 16:at + 16 + caplen])
+        at += 16 + caplen
+    return linktype, packets
+
+
 def ud_packet(dlid, slid, dest_qp, src_qp, qkey, payload: bytes, vl=0) -> bytes:
     pad = (4 - len(payload) % 4) % 4
     words = (8 + 12 + 8 + len(payload) + pad + 4) // 4

@@ -657,12 +657,13 @@ TEST_CASE("RC ping-pong over a cable that loses, duplicates and reorders finishe
         client.send();
         bool ok = true;
         // 60 s of device time at most; a stuck QP fails the check below.
-        for (int ms = 0; ms < 60'000 && ok && !(client.done(kIterations) && server.done(kIterations));
-             ++ms) {
+        for (int ms = 0;
+             ms < 60'000 && ok && !(client.done(kIterations) && server.done(kIterations)); ++ms) {
             p.wire.advance(1'000'000, 1'000'000);
             if (ms % 5 == 4)
                 cable.releaseAll(); // the link fell quiet: what was held leaves
-            ok = client.reap(kIterations, p.b, server.out) && server.reap(kIterations, p.a, client.out);
+            ok = client.reap(kIterations, p.b, server.out) &&
+                 server.reap(kIterations, p.a, client.out);
         }
         INFO("seed " << seed << ": client sent " << client.sent << " received " << client.received
                      << ", server sent " << server.sent << " received " << server.received);

@@ -156,15 +156,22 @@ TEST_CASE("bad send WQEs complete in error and flush the QP", "[datagram]") {
     Node a(PIB_QPT_SMI);
     const uint64_t out = a.host.alloc(64);
     a.postRecv(9, a.host.alloc(256), 256);
+    uint8_t vendorErr = 0;
     SECTION("an L_Key that names no MR") {
         a.postSend(3, iba::kPermissiveLid, 0, 0, out, 64);
         // Post WQE 4 with a key that names no MR: write it, then ring.
         a.postSend(4, iba::kPermissiveLid, 0, 0, out, 64, PIB_WR_SEND, 0, 0xdead00);
+        CHECK(a.cqe(1).status == PIB_WC_LOC_PROT_ERR);
+        CHECK(a.host.guestErrors("wqe-bad-key") == 1); // reported, with its rule
+        vendorErr = PIB_VENDOR_ERR_LKEY;
     }
     SECTION("a MAD larger than 256 bytes") {
         a.postSend(3, iba::kPermissiveLid, 0, 0, out, 64);
         a.postSend(4, iba::kPermissiveLid, 0, 0, a.host.alloc(512), 300);
+        CHECK(a.cqe(1).status == PIB_WC_LOC_LEN_ERR);
+        vendorErr = PIB_VENDOR_ERR_LENGTH;
     }
+    CHECK(a.cqe(1).vendor_err == vendorErr);
     CHECK(a.cqe(0).wr_id == 3);
     CHECK(a.cqe(0).status == PIB_WC_SUCCESS);
     CHECK(a.cqe(1).wr_id == 4);
@@ -172,6 +179,7 @@ TEST_CASE("bad send WQEs complete in error and flush the QP", "[datagram]") {
     // The error moved the QP to ERR and flushed the posted receive.
     CHECK(a.cqe(2).wr_id == 9);
     CHECK(a.cqe(2).status == PIB_WC_WR_FLUSH_ERR);
+    CHECK(a.cqe(2).vendor_err == PIB_VENDOR_ERR_FLUSHED);
     pib_qp_attr attr;
     a.host.commandOut(PIB_CMD_QUERY_QP, a.qpn, &attr);
     CHECK(attr.qp_state == PIB_QPS_ERR);

@@ -11,7 +11,7 @@ TEST_CASE("events carry their typed arguments and errors their token", "[events]
     host.initHca();
     host.command(PIB_CMD_QUERY_PORT, 7); // no port 7: cmd-bad-port
     REQUIRE(host.guestErrors("cmd-bad-port") == 1);
-    CHECK(host.errors.back().detail == "QUERY_PORT of port 7");
+    CHECK(host.errors.back().detail == "QUERY_PORT of port 7 (prm §4.6)"); // the rule it broke
     // The command event names the command and gives its fields as numbers.
     REQUIRE(host.traces("command") == 2);
     CHECK(host.traceLines.back().detail == "QUERY_PORT, 2, 7, 4, 0");

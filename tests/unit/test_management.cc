@@ -119,8 +119,9 @@ TEST_CASE("a capture stops by itself at its packet limit", "[management]") {
     p.wire.run();
     int linkType = 0;
     CHECK(readPcap(file.path, &linkType).size() == 3);
-    CHECK(capture(p.b, 1, nullptr).text.find("3 packets to " + file.path + " (stopped: the limit") !=
-          std::string::npos);
+    CHECK(
+        capture(p.b, 1, nullptr).text.find("3 packets to " + file.path + " (stopped: the limit") !=
+        std::string::npos);
 }
 
 TEST_CASE("a capture the host cannot start says why", "[management]") {

@@ -56,6 +56,14 @@ TEST_CASE("event queues are validated and deliver command completions", "[eq]") 
         bad.buf.mtt_index = 9999;
         CHECK(o.host.commandIn(PIB_CMD_CREATE_EQ, 0, bad).status == PIB_CMD_STATUS_BAD_PARAM);
     }
+    SECTION("a command with EVENT but no async EQ is refused, not run") {
+        const auto pds = o.host.command(PIB_CMD_ALLOC_PD);
+        REQUIRE(pds.status == PIB_CMD_STATUS_OK);
+        CHECK(o.host.command(PIB_CMD_ALLOC_PD, 0, 0, 0, PIB_CMD_CTRL_EVENT).status ==
+              PIB_CMD_STATUS_BAD_STATE);
+        CHECK(o.host.guestErrors("cmd-no-async-eq") == 1);
+        CHECK(o.host.command(PIB_CMD_ALLOC_PD).result == pds.result + 1); // none was allocated
+    }
     SECTION("a command with EVENT posts an EQE and interrupts when armed") {
         const auto eq = o.host.commandIn(PIB_CMD_CREATE_EQ, 0, ctx);
         REQUIRE(eq.status == PIB_CMD_STATUS_OK);

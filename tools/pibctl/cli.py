@@ -65,6 +65,25 @@ def _cmd_fabric_fault(args) -> int:
     return fabric.fault(args.port, args.spec)
 
 
+def _cmd_capture(args) -> int:
+    from pibctl import monitor
+
+    mode = "start" if args.start else "stop" if args.stop else "run"
+    return monitor.capture(args.target, args.write, args.count, args.seconds, mode)
+
+
+def _cmd_inspect(args) -> int:
+    from pibctl import monitor
+
+    return monitor.inspect(args.vm, args.object, args.json)
+
+
+def _cmd_inject(args) -> int:
+    from pibctl import monitor
+
+    return monitor.inject(args.vm, args.injection)
+
+
 def _cmd_exec(args) -> int:
     from pibctl import fabric
 
@@ -170,6 +189,56 @@ def build_parser() -> argparse.ArgumentParser:
     fault.add_argument("port", metavar="SWITCH:PORT")
     fault.add_argument("spec", nargs="+", metavar="SPEC", help="what to inject, or clear")
     fault.set_defaults(func=_cmd_fabric_fault)
+
+    p = sub.add_parser(
+        "capture", help="record a switch or device port's packets to a pcap file for Wireshark",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        description="Records every packet a port sends and receives, LRH to VCRC, to a pcap file "
+                    "(link type 247, InfiniBand) that Wireshark and tshark read. Runs until "
+                    "--seconds pass, --count packets were recorded, or Ctrl-C. Examples:\n"
+                    "  ./pib capture switch1:1 -w sm-sweep.pcap --seconds 10\n"
+                    "  ./pib capture vm2 --count 100\n"
+                    "  ./pib capture vm1:1 -w rc.pcap --start   (then ... --stop)\n"
+                    "See docs/user-guide.md, \"Packet capture\".")
+    p.add_argument("target", metavar="SWITCH:PORT|vmN[:PORT]",
+                   help="a switch port, or a VM's HCA port (port 1 by default)")
+    p.add_argument("-w", "--write", default="", metavar="FILE",
+                   help="the pcap file (default: TARGET.pcap here, ':' as '-')")
+    p.add_argument("--count", type=int, default=0, help="stop after N packets")
+    p.add_argument("--seconds", type=float, default=0, help="stop after S seconds")
+    mode = p.add_mutually_exclusive_group()
+    mode.add_argument("--start", action="store_true", help="start the capture and return")
+    mode.add_argument("--stop", action="store_true", help="stop a capture --start began")
+    p.set_defaults(func=_cmd_capture)
+
+    p = sub.add_parser(
+        "inspect", help="show a VM's pib-hca state: ports, queues, QPs, MRs, counters",
+        description="Shows what QEMU's `info pib` shows: the device's state, its ports and "
+                    "counters, EQs, CQs, QPs, SRQs and MRs; or one object in detail (a QP's "
+                    "PSNs, RC window and retry counters). See docs/user-guide.md, "
+                    "\"Inspecting a device\".")
+    p.add_argument("vm")
+    p.add_argument("object", nargs="*", metavar="OBJECT N",
+                   help="port N, eq N, cq N, qp N, srq N or mr KEY")
+    p.add_argument("--json", action="store_true", help="the state as JSON (QMP x-pib-query)")
+    p.set_defaults(func=_cmd_inspect)
+
+    p = sub.add_parser(
+        "inject", help="make a VM's pib-hca fail on purpose, to test a driver's error handling",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        description="Arms a test facility of the device (QMP x-pib-inject), or does it at once. "
+                    "Examples:\n"
+                    "  ./pib inject vm1 command CREATE_QP NO_RESOURCES\n"
+                    "  ./pib inject vm1 wqe 17 REM_ACCESS_ERR 0x42\n"
+                    "  ./pib inject vm1 drop 17 3        (or corrupt)\n"
+                    "  ./pib inject vm1 event port-err 1\n"
+                    "  ./pib inject vm1 stop cq 4        (then resume cq 4)\n"
+                    "  ./pib inject vm1 fatal testing recovery\n"
+                    "  ./pib inject vm1 clear\n"
+                    "See docs/prm.md §10, \"Test facilities\".")
+    p.add_argument("vm")
+    p.add_argument("injection", nargs="+", metavar="WORD", help="the injection, in words")
+    p.set_defaults(func=_cmd_inject)
 
     p = sub.add_parser("exec", help="run a command in a guest: ./pib exec VM -- CMD...")
     p.add_argument("vm")

@@ -221,6 +221,8 @@ def _switch_command(fabric: Fabric, topo: Topology, switch) -> list:
         cmd += ["--connect-tcp", f"{port}={address}"]
     for port, spec in switch.faults.items():
         cmd += ["--fault", f"{port}={','.join(spec.split())}"]
+    for port, path in switch.captures.items():
+        cmd += ["--capture", f"{port}={path}"]
     cmd += ["--control", str(control_socket(fabric, switch.name))]
     return cmd
 

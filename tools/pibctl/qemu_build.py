@@ -26,9 +26,10 @@ CONFIGURE_FLAGS = [
 ]
 
 # Version of the edits patch_tree() makes; bump it when they change.
-PATCH_LEVEL = "2"
+PATCH_LEVEL = "4"
 
 GLUE_DIR = paths.REPO / "qemu-hw" / "glue"
+GLUE_SOURCES = ["pib-hca.c", "pib-hca-monitor.c"]
 SHARED_HEADERS = [
     paths.REPO / "include" / "pib_hw.h",
     paths.REPO / "qemu-hw" / "core" / "include" / "pib_core.h",
@@ -54,12 +55,76 @@ def _replace_once(path: Path, old: str, new: str) -> None:
         raise ui.StepFailed(f"cannot patch {path}: '{old.strip()}' not found")
 
 
+HMP_INFO_ANCHOR = """    {
+        .name       = "rocker",
+"""
+HMP_INFO_PIB = """    {
+        .name       = "pib",
+        .args_type  = "args:S?",
+        .params     = "[id] [port|eq|cq|qp|srq|mr N]",
+        .help       = "show a pib-hca InfiniBand adapter's state, or one object's",
+        .cmd        = hmp_info_pib,
+    },
+
+SRST
+  ``info pib`` [*id*] [*object* *n*]
+    Show a pib-hca adapter's state, or one object's.
+ERST
+
+"""
+HMP_ANCHOR = """#if defined(TARGET_I386)
+
+    {
+        .name       = "mce",
+"""
+HMP_PIB = """    {
+        .name       = "pib_capture",
+        .args_type  = "args:S",
+        .params     = "[id] port file [count] | [id] port stop",
+        .help       = "record a pib-hca port's packets to a pcap file, or stop",
+        .cmd        = hmp_pib_capture,
+    },
+
+SRST
+``pib_capture`` [*id*] *port* *file* [*count*]
+  Record a pib-hca port's packets to a pcap file, or stop (*file* ``stop``).
+ERST
+
+    {
+        .name       = "pib_inject",
+        .args_type  = "args:S",
+        .params     = "[id] injection",
+        .help       = "arm a pib-hca test facility: command, wqe, drop, corrupt, event, stop, resume, fatal, clear",
+        .cmd        = hmp_pib_inject,
+    },
+
+SRST
+``pib_inject`` [*id*] *injection*
+  Arm a pib-hca test facility, or do it at once (docs/prm.md, Test facilities).
+ERST
+
+"""
+
+
 def patch_tree(src: Path) -> None:
     # The +ds tarball has no edk2 firmware blobs to unpack.
     _replace_once(src / "meson.build", "unpack_edk2_blobs = bzip2.found()", "unpack_edk2_blobs = false")
     _replace_once(src / "meson.build", "    'hw/misc',\n", "    'hw/misc',\n    'hw/pib',\n")
     _replace_once(src / "hw" / "meson.build", "subdir('misc')\n", "subdir('misc')\nsubdir('pib')\n")
     _replace_once(src / "hw" / "Kconfig", "source misc/Kconfig\n", "source misc/Kconfig\nsource pib/Kconfig\n")
+    # The monitor commands: QMP's x-pib-* (qemu-hw/glue/pib.json, synced
+    # into qapi/), HMP's `info pib`, pib_capture and pib_inject
+    # (pib-hca-monitor.c).
+    _replace_once(src / "qapi" / "qapi-schema.json", "{ 'include': 'uefi.json' }\n",
+                  "{ 'include': 'uefi.json' }\n{ 'include': 'pib.json' }\n")
+    _replace_once(src / "qapi" / "meson.build", "    'pci',\n    'rocker',\n", "    'pci',\n    'pib',\n    'rocker',\n")
+    _replace_once(src / "include" / "monitor" / "hmp.h", "void hmp_rocker(Monitor *mon, const QDict *qdict);\n",
+                  "void hmp_rocker(Monitor *mon, const QDict *qdict);\n"
+                  "void hmp_info_pib(Monitor *mon, const QDict *qdict);\n"
+                  "void hmp_pib_capture(Monitor *mon, const QDict *qdict);\n"
+                  "void hmp_pib_inject(Monitor *mon, const QDict *qdict);\n")
+    _replace_once(src / "hmp-commands-info.hx", HMP_INFO_ANCHOR, HMP_INFO_PIB + HMP_INFO_ANCHOR)
+    _replace_once(src / "hmp-commands.hx", HMP_ANCHOR, HMP_PIB + HMP_ANCHOR)
 
 
 def unpack(tarball: Path) -> None:
@@ -104,6 +169,7 @@ def sync_glue() -> None:
             _sync_file(f, pib / f.name)
     for h in SHARED_HEADERS:
         _sync_file(h, pib / "include" / h.name)
+    _sync_file(GLUE_DIR / "pib.json", _src() / "qapi" / "pib.json")
     if _sync_file(_full_archive(core_build.core_library()), pib / "lib" / "libpibcore.a"):
         # The core is a link_args input ninja does not track: force a relink.
         paths.qemu_binary().unlink(missing_ok=True)
@@ -137,16 +203,17 @@ def check_glue_warnings() -> None:
     """QEMU is built without -Werror, but our glue must be warning-free:
     recompile it alone with QEMU's own flags plus -Werror."""
     db = json.loads((_build() / "compile_commands.json").read_text())
-    entry = next((e for e in db if e["file"].endswith("hw/pib/pib-hca.c")), None)
-    if entry is None:
-        raise ui.StepFailed("hw/pib/pib-hca.c is not in QEMU's compile_commands.json")
-    args = shlex.split(entry["command"])
-    out = args.index("-o")
-    del args[out : out + 2]
-    args += ["-Werror", "-fsyntax-only"]
-    proc = subprocess.run(args, cwd=entry["directory"], capture_output=True, text=True)
-    if proc.returncode != 0:
-        raise ui.StepFailed(f"warnings in qemu-hw/glue/pib-hca.c:\n{proc.stderr}")
+    for name in GLUE_SOURCES:
+        entry = next((e for e in db if e["file"].endswith(f"hw/pib/{name}")), None)
+        if entry is None:
+            raise ui.StepFailed(f"hw/pib/{name} is not in QEMU's compile_commands.json")
+        args = shlex.split(entry["command"])
+        out = args.index("-o")
+        del args[out : out + 2]
+        args += ["-Werror", "-fsyntax-only"]
+        proc = subprocess.run(args, cwd=entry["directory"], capture_output=True, text=True)
+        if proc.returncode != 0:
+            raise ui.StepFailed(f"warnings in qemu-hw/glue/{name}:\n{proc.stderr}")
 
 
 def build() -> None:

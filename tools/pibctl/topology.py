@@ -11,11 +11,14 @@ line, `#` starts a comment:
     tcp-connect SWITCH:PORT HOST:PORT   # dial a switch on another host
     fault SWITCH:PORT SPEC...           # inject faults from the start (see
                                         # docs/user-guide.md, "Fault injection")
+    capture SWITCH:PORT FILE            # record the port's packets from the start
+                                        # to a pcap file ("Packet capture")
 
 Guests are named vm1..vmN (their hostnames and management addresses
 follow from N). Every switch port holds at most one cable.
 """
 
+import os
 from collections import deque
 from dataclasses import asdict, dataclass, field
 
@@ -37,6 +40,7 @@ class Switch:
     tcp_listen: dict = field(default_factory=dict)   # port -> "HOST:PORT"
     tcp_connect: dict = field(default_factory=dict)  # port -> "HOST:PORT"
     faults: dict = field(default_factory=dict)       # port -> "loss=5% dup=1% ..."
+    captures: dict = field(default_factory=dict)     # port -> absolute pcap path
 
 
 @dataclass
@@ -75,7 +79,8 @@ class Topology:
             return {int(k): v for k, v in d.items()}
         return Topology(
             switches=[Switch(s["name"], s["ports"], s["guid"], ports_of(s["tcp_listen"]),
-                             ports_of(s["tcp_connect"]), ports_of(s.get("faults", {})))
+                             ports_of(s["tcp_connect"]), ports_of(s.get("faults", {})),
+                             ports_of(s.get("captures", {})))
                       for s in data["switches"]],
             guests=[Guest(g["name"], g["index"], [tuple(c) for c in g["cables"]])
                     for g in data["guests"]],
@@ -153,10 +158,11 @@ class Topology:
         for s in self.switches:
             for port in (*s.tcp_listen, *s.tcp_connect):
                 take(s.name, port, f"TCP link of {s.name}")
-            for port in s.faults:
-                if not 1 <= port <= s.ports:
-                    raise TopologyError(f"fault on {s.name}: it has ports 1..{s.ports}, "
-                                        f"not {port}")
+            for what, ports in (("fault", s.faults), ("capture", s.captures)):
+                for port in ports:
+                    if not 1 <= port <= s.ports:
+                        raise TopologyError(f"{what} on {s.name}: it has ports 1..{s.ports}, "
+                                            f"not {port}")
         self._check_connected()
         return self
 
@@ -273,6 +279,11 @@ def parse(text: str, source: str = "topology") -> Topology:
             sw, port = _switch_port(topo, args[0], where)
             # The switch checks the words when it starts (and says which is wrong).
             sw.faults[port] = " ".join(args[1:])
+        elif kind == "capture":
+            if len(args) != 2:
+                raise TopologyError(f"{where}: capture needs SWITCH:PORT and a file")
+            sw, port = _switch_port(topo, args[0], where)
+            sw.captures[port] = os.path.abspath(args[1])
         else:
             raise TopologyError(f"{where}: unknown statement {kind!r}")
     topo.guests.sort(key=lambda g: g.index)

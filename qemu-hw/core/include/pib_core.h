@@ -163,8 +163,9 @@ void pib_core_port_writable(struct pib_core *core, unsigned port);
 void pib_core_inject_fatal(struct pib_core *core, const char *reason);
 
 /*
- * Host-side management, for QEMU's `info pib` and `pib_capture` and the
- * x-pib-query and x-pib-capture QMP commands (docs/user-guide.md,
+ * Host-side management, for QEMU's `info pib`, `pib_capture` and
+ * `pib_inject` and the x-pib-query, x-pib-capture and x-pib-inject QMP
+ * commands (docs/user-guide.md,
  * "Inspecting a device" and "Packet capture"). Each returns 0 with its
  * answer in *answer, or -1 with the reason there; the host frees *answer
  * with free() (it may be NULL if memory ran out).
@@ -185,6 +186,14 @@ int pib_core_inspect(struct pib_core *core, const char *what, int json, char **a
  */
 int pib_core_capture(struct pib_core *core, unsigned port, const char *path, uint64_t limit,
                      char **answer);
+
+/*
+ * Test facilities (docs/prm.md §10): arms an injection, or does it at once.
+ * `injection` is one line: "command OPCODE STATUS", "wqe QPN STATUS
+ * [VENDOR_ERR]", "drop QPN [COUNT]", "corrupt QPN [COUNT]", "event EVENT
+ * [NUMBER]", "stop eq|cq N", "resume eq|cq N", "fatal [REASON]" or "clear".
+ */
+int pib_core_inject(struct pib_core *core, const char *injection, char **answer);
 
 /* Size in bytes the host must give each BAR; 0 for a BAR not implemented. */
 uint64_t pib_core_bar_size(const struct pib_core *core, int bar);

@@ -14,28 +14,33 @@ enum pib_event {
     PIB_EVENT_LINK_UP = 6,
     PIB_EVENT_CAPTURE_START = 7,
     PIB_EVENT_CAPTURE_STOP = 8,
-    PIB_EVENT_PORT_STATE = 9,
-    PIB_EVENT_SMA_PORT_INFO = 10,
-    PIB_EVENT_MCAST_ATTACH = 11,
-    PIB_EVENT_PORT_QUEUE_FULL = 12,
-    PIB_EVENT_PORT_QUEUE_ROOM = 13,
-    PIB_EVENT_QP_ERROR = 14,
-    PIB_EVENT_RC_TIMEOUT = 15,
-    PIB_EVENT_RC_RETRY_EXCEEDED = 16,
-    PIB_EVENT_RC_RNR = 17,
-    PIB_EVENT_RC_SEQ_NAK = 18,
-    PIB_EVENT_RC_READ_GAP = 19,
-    PIB_EVENT_RC_DUPLICATE = 20,
-    PIB_EVENT_ERR_PORT_DROP = 21,
-    PIB_EVENT_ERR_LINK = 22,
-    PIB_EVENT_ERR_MKEY_VIOLATION = 23,
-    PIB_EVENT_ERR_MCAST_DROP = 24,
-    PIB_EVENT_ERR_RC_NO_QP = 25,
-    PIB_EVENT_ERR_RC_WRONG_PEER = 26,
-    PIB_EVENT_ERR_RC_BAD_RESPONSE_PSN = 27,
-    PIB_EVENT_ERR_RC_BAD_RESPONSE_LENGTH = 28,
-    PIB_EVENT_ERR_RC_REQUEST_REFUSED = 29,
-    PIB_EVENT_COUNT = 30
+    PIB_EVENT_INJECT_ARMED = 9,
+    PIB_EVENT_INJECT_COMMAND = 10,
+    PIB_EVENT_INJECT_COMPLETION = 11,
+    PIB_EVENT_INJECT_PACKET = 12,
+    PIB_EVENT_INJECT_OVERRUN = 13,
+    PIB_EVENT_PORT_STATE = 14,
+    PIB_EVENT_SMA_PORT_INFO = 15,
+    PIB_EVENT_MCAST_ATTACH = 16,
+    PIB_EVENT_PORT_QUEUE_FULL = 17,
+    PIB_EVENT_PORT_QUEUE_ROOM = 18,
+    PIB_EVENT_QP_ERROR = 19,
+    PIB_EVENT_RC_TIMEOUT = 20,
+    PIB_EVENT_RC_RETRY_EXCEEDED = 21,
+    PIB_EVENT_RC_RNR = 22,
+    PIB_EVENT_RC_SEQ_NAK = 23,
+    PIB_EVENT_RC_READ_GAP = 24,
+    PIB_EVENT_RC_DUPLICATE = 25,
+    PIB_EVENT_ERR_PORT_DROP = 26,
+    PIB_EVENT_ERR_LINK = 27,
+    PIB_EVENT_ERR_MKEY_VIOLATION = 28,
+    PIB_EVENT_ERR_MCAST_DROP = 29,
+    PIB_EVENT_ERR_RC_NO_QP = 30,
+    PIB_EVENT_ERR_RC_WRONG_PEER = 31,
+    PIB_EVENT_ERR_RC_BAD_RESPONSE_PSN = 32,
+    PIB_EVENT_ERR_RC_BAD_RESPONSE_LENGTH = 33,
+    PIB_EVENT_ERR_RC_REQUEST_REFUSED = 34,
+    PIB_EVENT_COUNT = 35
 };
 
 /* The guest-error tokens (pib_host_ops.guest_error), as docs/prm.md §9. */
@@ -93,6 +98,11 @@ static inline const char *pib_event_name(unsigned event) {
         "link_up",
         "capture_start",
         "capture_stop",
+        "inject_armed",
+        "inject_command",
+        "inject_completion",
+        "inject_packet",
+        "inject_overrun",
         "port_state",
         "sma_port_info",
         "mcast_attach",
@@ -122,9 +132,9 @@ static inline const char *pib_event_name(unsigned event) {
 /* An event's arguments: 's' for a string, 'i' for an integer each. */
 static inline const char *pib_event_args(unsigned event) {
     static const char *const args[PIB_EVENT_COUNT] = {
-        "siiii", "s",      "s",  "i",   "i",   "i",  "i",   "isi", "is",  "iii",
-        "iiiii", "iiiiii", "i",  "ii",  "iii", "ii", "ii",  "iii", "ii",  "iii",
-        "iis",   "is",     "is", "iii", "is",  "ii", "iii", "iii", "iii", "iis",
+        "siiii", "s",   "s",   "i",     "i",      "i",  "i",  "isi", "is",  "s",   "sii", "iiii",
+        "is",    "si",  "iii", "iiiii", "iiiiii", "i",  "ii", "iii", "ii",  "ii",  "iii", "ii",
+        "iii",   "iis", "is",  "is",    "iii",    "is", "ii", "iii", "iii", "iii", "iis",
     };
 
     return event < PIB_EVENT_COUNT ? args[event] : "";
@@ -174,6 +184,20 @@ static inline const char *pib_guest_error_token(unsigned error) {
     };
 
     return error < PIB_GUEST_ERROR_COUNT ? tokens[error] : "unknown";
+}
+
+/* The section of docs/prm.md whose rule a guest error breaks. */
+static inline const char *pib_guest_error_rule(unsigned error) {
+    static const char *const rules[PIB_GUEST_ERROR_COUNT] = {
+        "prm §1.1", "prm §1.1", "prm §2",   "prm §2",   "prm §2",   "prm §2",   "prm §2",
+        "prm §5.3", "prm §2.1", "prm §4.4", "prm §2.1", "prm §4.3", "prm §4.3", "prm §4.3",
+        "prm §3.2", "prm §4.5", "prm §4.3", "prm §4.2", "prm §6.3", "prm §6.3", "prm §4.6",
+        "prm §4.1", "prm §5.3", "prm §5.3", "prm §5.2", "prm §5.1", "prm §7.1", "prm §7.1",
+        "prm §7.1", "prm §7.1", "prm §7.1", "prm §7.1", "prm §7.1", "prm §7.2", "prm §7.2",
+        "prm §6.2", "prm §6.1", "prm §6.1", "prm §1",
+    };
+
+    return error < PIB_GUEST_ERROR_COUNT ? rules[error] : "prm";
 }
 
 #endif /* PIB_EVENTS_H */

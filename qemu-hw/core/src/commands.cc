@@ -34,7 +34,9 @@ static pib_dev_cap buildCaps(const pib_core_config &config) {
     c.vendor_part_id = PIB_PCI_DEVICE_ID;
     c.hw_version = PIB_PCI_REVISION;
     c.device_cap_flags = PIB_DEV_CAP_RC | PIB_DEV_CAP_UC | PIB_DEV_CAP_UD | PIB_DEV_CAP_SRQ |
-                         PIB_DEV_CAP_RNR_NAK_GEN | PIB_DEV_CAP_SYS_IMAGE_GUID;
+                         PIB_DEV_CAP_RNR_NAK_GEN | PIB_DEV_CAP_SYS_IMAGE_GUID |
+                         PIB_DEV_CAP_PORT_ACTIVE_EVENT | PIB_DEV_CAP_BAD_PKEY_CNTR |
+                         PIB_DEV_CAP_BAD_QKEY_CNTR;
     c.max_qp = kMaxQp;
     c.max_qp_wr = 1u << kLogMaxQpWr;
     c.max_send_sge = kMaxSge;
@@ -68,9 +70,9 @@ static pib_dev_cap buildCaps(const pib_core_config &config) {
 
 CommandProcessor::CommandProcessor(const pib_core_config &config, const Host &host,
                                    ObjectTables &objects, Ports &ports, PortAgents &agents,
-                                   DataPath &dataPath)
+                                   DataPath &dataPath, ArmedInjections &injections)
     : config_(config), host_(host), caps_(buildCaps(config)), objects_(objects), ports_(ports),
-      agents_(agents), dataPath_(dataPath) {}
+      agents_(agents), dataPath_(dataPath), injections_(injections) {}
 
 void CommandProcessor::reset() {
     initialized_ = false;
@@ -135,6 +137,13 @@ const CommandProcessor::CommandSpec *CommandProcessor::findCommand(uint16_t opco
     return nullptr;
 }
 
+std::optional<uint16_t> CommandProcessor::opcodeOf(std::string_view name) {
+    for (const CommandSpec &spec : kCommands)
+        if (name == spec.name)
+            return spec.opcode;
+    return std::nullopt;
+}
+
 const char *CommandProcessor::commandName(uint16_t opcode) {
     const CommandSpec *spec = findCommand(opcode);
     return spec ? spec->name : "unknown";
@@ -148,6 +157,11 @@ CommandOutcome CommandProcessor::execute(const Command &cmd) {
     if (!initialized_ && !spec->beforeInit)
         return fail(PIB_CMD_STATUS_BAD_STATE, err::kCmdNotInitialized,
                     "%s (0x%04x) before INIT_HCA", spec->name, cmd.opcode);
+    if (!injections_.empty())
+        if (const std::optional<uint8_t> status = injections_.takeCommand(cmd.opcode)) {
+            trace::inject_command(host_, spec->name, cmd.opcode, *status);
+            return {*status, 0};
+        }
     const CommandOutcome outcome = (this->*spec->handler)(cmd);
     trace::command(host_, spec->name, cmd.opcode, cmd.modifier, outcome.status, outcome.result);
     return outcome;

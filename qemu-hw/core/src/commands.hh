@@ -10,6 +10,7 @@
 
 #include "data_path.hh"
 #include "host.hh"
+#include "injection.hh"
 #include "object_tables.hh"
 #include "pib_core.h"
 #include "pib_hw.h"
@@ -34,13 +35,16 @@ struct CommandOutcome {
 class CommandProcessor {
   public:
     CommandProcessor(const pib_core_config &config, const Host &host, ObjectTables &objects,
-                     Ports &ports, PortAgents &agents, DataPath &dataPath);
+                     Ports &ports, PortAgents &agents, DataPath &dataPath,
+                     ArmedInjections &injections);
 
     CommandOutcome execute(const Command &cmd);
     // Back to the power-on state: every object is gone, the ports are
     // down, the data path holds nothing, INIT_HCA is needed again.
     void reset();
     bool initialized() const { return initialized_; }
+    // The opcode of the command named `name` ("CREATE_QP"), if any.
+    static std::optional<uint16_t> opcodeOf(std::string_view name);
 
     const pib_dev_cap &caps() const { return caps_; }
     // The name of a command opcode ("QUERY_PORT"), "unknown" for none.
@@ -119,6 +123,7 @@ class CommandProcessor {
     Ports &ports_;
     PortAgents &agents_;
     DataPath &dataPath_;
+    ArmedInjections &injections_;
 };
 
 } // namespace pib

@@ -104,6 +104,7 @@ CommandOutcome CommandProcessor::createQp(const Command &cmd) {
                         objects_.qps.capacity());
         qpn = *number;
     }
+    objects_.findQp(qpn)->number = qpn;
     ++pd->refs;
     ++scq->refs;
     ++rcq->refs;

@@ -89,7 +89,7 @@ void DataPath::completeHead(uint32_t qpn, QueuePair &qp, uint8_t status) {
         --r.readsInFlight;
     const bool signaled = (w.flags & PIB_WQE_SIGNALED) || (qp.ctx.flags & PIB_QP_SIGNAL_ALL);
     events_.completeSend(qpn, qp, w.index, w.wrId, completionOpcode(w.opcode), status, w.length,
-                         signaled);
+                         signaled, w.vendorErr);
     if (status != PIB_WC_SUCCESS) {
         trace::qp_error(host_, qpn, w.index, status);
         qp.attr.qp_state = PIB_QPS_ERR;

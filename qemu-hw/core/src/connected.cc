@@ -35,6 +35,8 @@ bool DataPath::addressConnected(QueuePair &qp, iba::Packet &packet) {
 // Sends a built packet (with wire::kHeaderSize bytes of headroom) of
 // connected QP `qp`.
 void DataPath::transmitConnected(QueuePair &qp, std::vector<uint8_t> framed) {
+    if (!injectedFate(qp, framed))
+        return;
     const unsigned portNumber = qp.attr.port_num;
     PortState *p = ports_.find(portNumber);
     if (iba::portAnswersTo(p->info.lid, p->info.lmc, qp.attr.av.dlid)) {

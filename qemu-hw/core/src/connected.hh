@@ -65,6 +65,7 @@ struct SendWqe {
     uint32_t received = 0;                // READ: response bytes placed so far
     bool acked = false;                   // RC: every packet acknowledged (or answered)
     uint8_t localStatus = PIB_WC_SUCCESS; // a local error completes it so
+    uint8_t vendorErr = 0;                // with this vendor_err (an injected completion)
 
     bool isAtomic() const {
         return opcode == PIB_WR_ATOMIC_CMP_AND_SWP || opcode == PIB_WR_ATOMIC_FETCH_AND_ADD;

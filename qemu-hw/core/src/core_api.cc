@@ -159,6 +159,15 @@ int pib_core_inspect(pib_core *core, const char *what, int json, char **answer) 
     });
 }
 
+int pib_core_inject(pib_core *core, const char *injection, char **answer) {
+    return answered(answer, [&](std::string *text) {
+        bool ok = false;
+        enter(core, "injection",
+              [&] { ok = core->device.inject(injection ? injection : "", text); });
+        return ok;
+    });
+}
+
 int pib_core_capture(pib_core *core, unsigned port, const char *path, uint64_t limit,
                      char **answer) {
     return answered(answer, [&](std::string *text) {

@@ -6,6 +6,7 @@
 
 #include <cinttypes>
 
+#include "crc.hh"
 #include "frame.hh"
 
 namespace pib {
@@ -153,6 +154,43 @@ void DataPath::resume(uint32_t qpn, QueuePair &qp) {
 
 void DataPath::receiveLooped(unsigned port, const iba::Packet &packet) {
     deliver(port, packet);
+}
+
+uint8_t DataPath::injectedCompletion(uint32_t qpn, uint32_t index, uint8_t *vendorErr) {
+    if (injections_.empty())
+        return PIB_WC_SUCCESS;
+    const std::optional<Injection> taken = injections_.takeWqe(qpn);
+    if (!taken)
+        return PIB_WC_SUCCESS;
+    trace::inject_completion(host_, qpn, index, taken->status, taken->vendorErr);
+    *vendorErr = taken->vendorErr;
+    return taken->status;
+}
+
+bool DataPath::injectedFate(const QueuePair &qp, std::vector<uint8_t> &framed) {
+    if (injections_.empty() || framed.size() < wire::kHeaderSize + 6)
+        return true;
+    switch (injections_.takePacket(qp.number)) {
+    case ArmedInjections::PacketFate::kSend:
+        return true;
+    case ArmedInjections::PacketFate::kDrop:
+        trace::inject_packet(host_, qp.number, "dropped");
+        scheduler_.charge(); // the same work as a packet sent
+        return false;
+    case ArmedInjections::PacketFate::kCorrupt:
+        break;
+    }
+    // A bit of the ICRC flips and the VCRC is made right again: the switch
+    // forwards the packet, and the receiver drops it as corrupt.
+    trace::inject_packet(host_, qp.number, "corrupted");
+    const size_t vcrc = framed.size() - 2;
+    framed[vcrc - 1] ^= 0x01;
+    const uint16_t crc = static_cast<uint16_t>(~iba::crc16Update(
+        0xffff,
+        std::span<const uint8_t>(framed).subspan(wire::kHeaderSize, vcrc - wire::kHeaderSize)));
+    framed[vcrc] = static_cast<uint8_t>(crc);
+    framed[vcrc + 1] = static_cast<uint8_t>(crc >> 8);
+    return true;
 }
 
 } // namespace pib

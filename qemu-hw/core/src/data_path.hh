@@ -17,6 +17,7 @@
 
 #include "event_writer.hh"
 #include "host.hh"
+#include "injection.hh"
 #include "memory.hh"
 #include "object_tables.hh"
 #include "packet.hh"
@@ -32,9 +33,10 @@ namespace pib {
 class DataPath final : public SubnetSender, public ScheduledEngine {
   public:
     DataPath(const Host &host, ObjectTables &objects, Ports &ports, EventWriter &events,
-             MemoryAccess &memory, WqeReader &wqes, Scheduler &scheduler)
+             MemoryAccess &memory, WqeReader &wqes, Scheduler &scheduler,
+             ArmedInjections &injections)
         : host_(host), objects_(objects), ports_(ports), events_(events), memory_(memory),
-          wqes_(wqes), scheduler_(scheduler) {}
+          wqes_(wqes), scheduler_(scheduler), injections_(injections) {}
 
     // A packet arrived on a port.
     void portReceive(unsigned port, std::span<const uint8_t> packet);
@@ -57,6 +59,12 @@ class DataPath final : public SubnetSender, public ScheduledEngine {
     void receiveLooped(unsigned port, const iba::Packet &packet) override;
 
   private:
+    // Test facilities (injection.hh): the status an armed injection gives
+    // send WQE `index` of QP `qpn` (PIB_WC_SUCCESS: none), and whether a
+    // packet of `qp` leaves (false: dropped; a corrupted one leaves).
+    uint8_t injectedCompletion(uint32_t qpn, uint32_t index, uint8_t *vendorErr);
+    bool injectedFate(const QueuePair &qp, std::vector<uint8_t> &framed);
+
     void processSendQueue(uint32_t qpn, QueuePair &qp);
     bool updateProducer(const char *what, uint32_t number, uint32_t &producer, uint32_t consumer,
                         uint32_t size, uint32_t value);
@@ -153,6 +161,7 @@ class DataPath final : public SubnetSender, public ScheduledEngine {
     MemoryAccess &memory_;
     WqeReader &wqes_;
     Scheduler &scheduler_;
+    ArmedInjections &injections_;
     // Lists of guest memory segments, kept for the next packet too: one
     // per data path function, as none calls another while it holds its
     // list (checkLocalBuffers, onRequest, sendReadResponses).

@@ -53,12 +53,15 @@ void DataPath::processDatagramSend(uint32_t qpn, QueuePair &qp) {
         }
         uint32_t length = 0;
         uint8_t status = wqes_.readSend(qpn, qp.ctx.type, sendRing(qp), qp.sq.consumer, wqe);
+        uint8_t vendorErr = 0;
+        if (status == PIB_WC_SUCCESS)
+            status = injectedCompletion(qpn, qp.sq.consumer, &vendorErr);
         if (status == PIB_WC_SUCCESS)
             sendUd(qpn, qp, wqe, &length, &status);
         const pib_wqe_ctrl &ctrl = wqe.ctrl;
         const bool signaled = (ctrl.flags & PIB_WQE_SIGNALED) || (qp.ctx.flags & PIB_QP_SIGNAL_ALL);
         events_.completeSend(qpn, qp, qp.sq.consumer, ctrl.wr_id, PIB_WC_SEND, status, length,
-                             signaled);
+                             signaled, vendorErr);
         ++qp.sq.consumer;
         if (status != PIB_WC_SUCCESS) {
             // IBA 10.8.3: a send error moves the QP to the error state.
@@ -95,6 +98,12 @@ bool DataPath::sendUd(uint32_t qpn, QueuePair &qp, const Wqe &wqe, uint32_t *len
         payload.assign(wqe.inlineData.begin(), wqe.inlineData.end());
     } else {
         *status = memory_.gather(qp.ctx.pdn, wqe.sges, maxLength, payload);
+        if (*status == PIB_WC_LOC_PROT_ERR)
+            host_.guestError(err::kWqeBadKey, "UD QP %u WQE %u: an L_Key does not cover its buffer",
+                             qpn, qp.sq.consumer);
+        else if (*status == PIB_WC_LOC_ACCESS_ERR)
+            host_.guestError(err::kWqeDma, "UD QP %u WQE %u: cannot read its data", qpn,
+                             qp.sq.consumer);
         if (*status != PIB_WC_SUCCESS)
             return false;
     }
@@ -133,8 +142,10 @@ bool DataPath::sendUd(uint32_t qpn, QueuePair &qp, const Wqe &wqe, uint32_t *len
     const bool open = p->info.phys_state == PIB_PHYS_LINK_UP &&
                       (smi ? p->info.state >= PIB_PORT_INIT : p->info.state == PIB_PORT_ACTIVE);
     if (open) {
-        scheduler_.send(portNumber,
-                        iba::build(packet, wire::kHeaderSize, scheduler_.packetBuffer()));
+        std::vector<uint8_t> framed =
+            iba::build(packet, wire::kHeaderSize, scheduler_.packetBuffer());
+        if (injectedFate(qp, framed))
+            scheduler_.send(portNumber, std::move(framed));
     }
     // UD is unreliable: a packet the link cannot take is lost, not an error.
     return true;

@@ -3,6 +3,7 @@
 #include "trace.hh"
 
 #include <cinttypes>
+#include <cstdio>
 #include <type_traits>
 
 #include "limits.hh"
@@ -15,10 +16,10 @@ Device::Device(const pib_core_config &config, const pib_host_ops &ops, void *opa
       events_(host_, objects_.mtt, objects_.eqs, objects_.cqs),
       memory_(host_, objects_.mtt, objects_.mrs),
       wqes_(host_, objects_.mtt, limits::kMaxInlineData),
-      dataPath_(host_, objects_, ports_, events_, memory_, wqes_, scheduler_),
+      dataPath_(host_, objects_, ports_, events_, memory_, wqes_, scheduler_, injections_),
       scheduler_(host_, objects_, ports_, dataPath_),
       agents_(config_, host_, ports_, events_, dataPath_),
-      commands_(config_, host_, objects_, ports_, agents_, dataPath_),
+      commands_(config_, host_, objects_, ports_, agents_, dataPath_, injections_),
       registers_(config_, host_, commands_, events_,
                  [this] { reset("guest wrote the reset register"); }),
       doorbells_(config_.doorbell_pages, host_, dataPath_) {
@@ -102,6 +103,7 @@ void Device::fatal(const char *reason) {
 
 void Device::reset(const char *reason) {
     fatal_ = false;
+    injections_.clear(); // as after power-on
     registers_.reset();
     commands_.reset();
     // The cables stay plugged in: links that are up come back as INIT.
@@ -118,13 +120,93 @@ bool Device::capture(unsigned port, const char *path, uint64_t limit, std::strin
     }
     Link &link = *links_[port - 1];
     if (!path) {
-        *answer = link.capture() ? "port " + std::to_string(port) + ": captured " + link.stopCapture()
-                                 : "port " + std::to_string(port) + ": no capture";
+        *answer = link.capture()
+                      ? "port " + std::to_string(port) + ": captured " + link.stopCapture()
+                      : "port " + std::to_string(port) + ": no capture";
         return true;
     }
     if (!link.startCapture(path, limit, answer))
         return false;
     *answer = "port " + std::to_string(port) + ": capturing to " + path;
+    return true;
+}
+
+bool Device::inject(std::string_view line, std::string *answer) {
+    using Kind = Injection::Kind;
+    const std::optional<Injection> in = parseInjection(line, CommandProcessor::opcodeOf, answer);
+    if (!in)
+        return false;
+    const std::string what(line.substr(std::min(line.find_first_not_of(" \t"), line.size())));
+    switch (in->kind) {
+    case Kind::kFatal:
+        fatal(in->reason.c_str());
+        *answer = "the device is FATAL: " + in->reason;
+        return true;
+    case Kind::kClear:
+        injections_.clear();
+        *answer = "nothing armed";
+        return true;
+    case Kind::kEvent:
+        return raiseEvent(*in, answer);
+    case Kind::kStop:
+    case Kind::kResume:
+        return stopOrResume(*in, answer);
+    default:
+        break;
+    }
+    if (!injections_.arm(*in)) {
+        *answer = "already " + std::to_string(ArmedInjections::kMaxArmed) + " of its kind armed";
+        return false;
+    }
+    trace::inject_armed(host_, what.c_str());
+    *answer = "armed: " + what;
+    return true;
+}
+
+// An async event about an object that exists (or a port), at once.
+bool Device::raiseEvent(const Injection &in, std::string *answer) {
+    const uint8_t e = in.status;
+    const uint32_t n = in.number;
+    const bool exists =
+        e == PIB_ASYNC_CQ_ERR                                ? objects_.cqs.find(n) != nullptr
+        : e == PIB_ASYNC_SRQ_LIMIT || e == PIB_ASYNC_SRQ_ERR ? objects_.srqs.find(n) != nullptr
+        : e >= PIB_ASYNC_QP_FATAL && e <= PIB_ASYNC_QP_LAST_WQE_REACHED
+            ? objects_.findQp(n) != nullptr
+        : e == PIB_ASYNC_PATH_MIG || e == PIB_ASYNC_PATH_MIG_ERR ? objects_.findQp(n) != nullptr
+        : e == PIB_ASYNC_DEVICE_FATAL                            ? true
+                                                                 : ports_.find(n) != nullptr;
+    if (!exists) {
+        *answer = "no object " + std::to_string(n) + " for that event";
+        return false;
+    }
+    if (e == PIB_ASYNC_DEVICE_FATAL) {
+        fatal("injected DEVICE_FATAL event");
+    } else {
+        event([&] { events_.postAsyncEvent(e, n); });
+    }
+    char text[64];
+    std::snprintf(text, sizeof(text), "raised async event 0x%02x for %u", e, n);
+    *answer = text;
+    return true;
+}
+
+bool Device::stopOrResume(const Injection &in, std::string *answer) {
+    const bool stop = in.kind == Injection::Kind::kStop;
+    bool *stopped = nullptr;
+    if (in.cq) {
+        if (CompletionQueue *cq = objects_.cqs.find(in.number))
+            stopped = &cq->stopped;
+    } else if (EventQueue *eq = objects_.eqs.find(in.number)) {
+        stopped = &eq->stopped;
+    }
+    const std::string name = std::string(in.cq ? "CQ " : "EQ ") + std::to_string(in.number);
+    if (!stopped) {
+        *answer = "no " + name;
+        return false;
+    }
+    *stopped = stop;
+    *answer = name + (stop ? " stopped: it takes no entries" : " resumed");
+    trace::inject_armed(host_, answer->c_str());
     return true;
 }
 

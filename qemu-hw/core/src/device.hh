@@ -13,6 +13,7 @@
 #include "doorbell_pages.hh"
 #include "event_writer.hh"
 #include "host.hh"
+#include "injection.hh"
 #include "inspect.hh"
 #include "link.hh"
 #include "memory.hh"
@@ -56,6 +57,8 @@ class Device {
         return inspector_.inspect(what, error);
     }
     bool capture(unsigned port, const char *path, uint64_t limit, std::string *answer);
+    // A test facility (injection.hh): arms it or does it at once.
+    bool inject(std::string_view line, std::string *answer);
 
   private:
     // Every call from the host is one event of bounded work (scheduler.cc).
@@ -67,6 +70,7 @@ class Device {
     // what it works with (in construction order).
     ObjectTables objects_;
     Ports ports_;
+    ArmedInjections injections_;
     EventWriter events_;
     MemoryAccess memory_;
     WqeReader wqes_;
@@ -81,7 +85,10 @@ class Device {
     DoorbellPages doorbells_;
     std::vector<std::unique_ptr<Link>> links_; // index: port - 1
     bool fatal_ = false;
-    Inspector inspector_{{config_, objects_, ports_, links_, commands_, fatal_}};
+    Inspector inspector_{{config_, objects_, ports_, links_, commands_, injections_, fatal_}};
+
+    bool raiseEvent(const Injection &injection, std::string *answer);
+    bool stopOrResume(const Injection &injection, std::string *answer);
 };
 
 } // namespace pib

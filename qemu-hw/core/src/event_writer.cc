@@ -34,8 +34,10 @@ void EventWriter::eqDoorbell(uint32_t eqn, uint32_t consumer, bool arm) {
 
 void EventWriter::postEqe(uint32_t eqn, EventQueue &eq, pib_eqe eqe) {
     const uint32_t size = 1u << eq.ctx.log_size;
-    if (eq.producer - eq.consumer >= size) {
-        if (!eq.overrun)
+    if (eq.stopped || eq.producer - eq.consumer >= size) {
+        if (!eq.overrun && eq.stopped)
+            trace::inject_overrun(host_, "EQ", eqn);
+        else if (!eq.overrun)
             host_.guestError(err::kEqOverrun, "EQ %u is full; events are lost", eqn);
         eq.overrun = true;
         return;
@@ -68,8 +70,13 @@ void EventWriter::postAsyncEvent(uint8_t event, uint32_t number) {
     });
 }
 
+bool EventWriter::hasAsyncEq() const {
+    bool found = false;
+    eqs_.forEach([&](uint32_t, const EventQueue &eq) { found |= (eq.ctx.flags & PIB_EQ_ASYNC) != 0; });
+    return found;
+}
+
 void EventWriter::postCommandEvent(uint16_t token, uint8_t status, uint64_t result) {
-    bool posted = false;
     eqs_.forEach([&](uint32_t eqn, EventQueue &eq) {
         if (!(eq.ctx.flags & PIB_EQ_ASYNC))
             return;
@@ -79,17 +86,49 @@ void EventWriter::postCommandEvent(uint16_t token, uint8_t status, uint64_t resu
         eqe.data.cmd.status = status;
         eqe.data.cmd.result = result;
         postEqe(eqn, eq, eqe);
-        posted = true;
     });
-    if (!posted)
-        host_.guestError(err::kCmdNoAsyncEq, "command with EVENT but no async EQ (token 0x%04x)",
-                         token);
 }
+
+namespace {
+
+// What an error completion's status says the device found (prm §7.3).
+uint8_t vendorErrOf(uint8_t status) {
+    switch (status) {
+    case PIB_WC_SUCCESS:
+        return PIB_VENDOR_ERR_NONE;
+    case PIB_WC_LOC_QP_OP_ERR:
+        return PIB_VENDOR_ERR_WQE;
+    case PIB_WC_LOC_PROT_ERR:
+        return PIB_VENDOR_ERR_LKEY;
+    case PIB_WC_LOC_ACCESS_ERR:
+        return PIB_VENDOR_ERR_DMA;
+    case PIB_WC_LOC_LEN_ERR:
+        return PIB_VENDOR_ERR_LENGTH;
+    case PIB_WC_WR_FLUSH_ERR:
+        return PIB_VENDOR_ERR_FLUSHED;
+    case PIB_WC_RETRY_EXC_ERR:
+        return PIB_VENDOR_ERR_RETRIES;
+    case PIB_WC_RNR_RETRY_EXC_ERR:
+        return PIB_VENDOR_ERR_RNR_RETRIES;
+    case PIB_WC_REM_INV_REQ_ERR:
+    case PIB_WC_REM_ACCESS_ERR:
+    case PIB_WC_REM_OP_ERR:
+        return PIB_VENDOR_ERR_REMOTE_NAK;
+    case PIB_WC_BAD_RESP_ERR:
+        return PIB_VENDOR_ERR_BAD_RESPONSE;
+    default:
+        return PIB_VENDOR_ERR_INTERNAL;
+    }
+}
+
+} // namespace
 
 void EventWriter::postCqe(uint32_t cqn, pib_cqe cqe, bool solicited) {
     CompletionQueue *cq = cqs_.find(cqn);
     if (!cq)
         return;
+    if (cqe.status != PIB_WC_SUCCESS && cqe.vendor_err == 0)
+        cqe.vendor_err = vendorErrOf(cqe.status);
     const uint32_t size = 1u << cq->ctx.log_size;
     if (cq->producer - cq->consumer >= size) {
         // Looks full: see how far the consumer really got.
@@ -97,9 +136,13 @@ void EventWriter::postCqe(uint32_t cqn, pib_cqe cqe, bool solicited) {
         if (host_.dmaRead(cq->ctx.ci_record, ci) && cq->producer - ci <= size)
             cq->consumer = ci;
     }
-    if (cq->producer - cq->consumer >= size) {
+    if (cq->stopped || cq->producer - cq->consumer >= size) {
         if (!cq->overrun) {
-            host_.guestError(err::kCqOverrun, "CQ %u overran; completions are lost", cqn);
+            // A CQ the host stopped overruns as a full one does.
+            if (cq->stopped)
+                trace::inject_overrun(host_, "CQ", cqn);
+            else
+                host_.guestError(err::kCqOverrun, "CQ %u overran; completions are lost", cqn);
             postAsyncEvent(PIB_ASYNC_CQ_ERR, cqn);
         }
         cq->overrun = true;
@@ -127,7 +170,8 @@ void EventWriter::postCqe(uint32_t cqn, pib_cqe cqe, bool solicited) {
 }
 
 void EventWriter::completeSend(uint32_t qpn, const QueuePair &qp, uint32_t index, uint64_t wrId,
-                               uint8_t opcode, uint8_t status, uint32_t length, bool signaled) {
+                               uint8_t opcode, uint8_t status, uint32_t length, bool signaled,
+                               uint8_t vendorErr) {
     // Errors always complete; successes when asked to.
     if (!signaled && status == PIB_WC_SUCCESS)
         return;
@@ -137,6 +181,7 @@ void EventWriter::completeSend(uint32_t qpn, const QueuePair &qp, uint32_t index
     cqe.qpn = qpn;
     cqe.opcode = opcode;
     cqe.status = status;
+    cqe.vendor_err = vendorErr;
     cqe.wqe_index = static_cast<uint16_t>(index);
     postCqe(qp.ctx.send_cqn, cqe, false);
 }

@@ -28,8 +28,8 @@ const char *portStateName(uint8_t state) {
 }
 
 const char *physStateName(uint8_t state) {
-    static constexpr const char *kNames[] = {"NOP",      "SLEEP", "POLLING", "DISABLED",
-                                             "TRAINING", "LINKUP"};
+    static constexpr const char *kNames[] = {"NOP",      "SLEEP",    "POLLING",
+                                             "DISABLED", "TRAINING", "LINKUP"};
     return state < std::size(kNames) ? kNames[state] : "?";
 }
 
@@ -51,7 +51,8 @@ bool splitObject(std::string_view what, std::string_view *kind, uint64_t *number
     int base = 10;
     if (digits.starts_with("0x") || digits.starts_with("0X"))
         digits.remove_prefix(2), base = 16;
-    const auto [end, ec] = std::from_chars(digits.data(), digits.data() + digits.size(), *number, base);
+    const auto [end, ec] =
+        std::from_chars(digits.data(), digits.data() + digits.size(), *number, base);
     return ec == std::errc() && end == digits.data() + digits.size() && !digits.empty();
 }
 
@@ -67,7 +68,8 @@ std::optional<Json> Inspector::inspect(std::string_view what, std::string *error
     std::string_view kind;
     uint64_t n = 0;
     if (!splitObject(what, &kind, &n)) {
-        *error = "expected OBJECT NUMBER (port, eq, cq, qp, srq, mr), got '" + std::string(what) + "'";
+        *error =
+            "expected OBJECT NUMBER (port, eq, cq, qp, srq, mr), got '" + std::string(what) + "'";
         return std::nullopt;
     }
     const ObjectTables &o = s_.objects;
@@ -82,7 +84,8 @@ std::optional<Json> Inspector::inspect(std::string_view what, std::string *error
         found = qp(static_cast<uint32_t>(n), *o.findQp(static_cast<uint32_t>(n)));
     else if (kind == "srq" && o.srqs.find(n))
         found = srq(static_cast<uint32_t>(n), *o.srqs.find(n));
-    else if (kind == "mr" && n <= UINT32_MAX && o.mrs.find(PIB_KEY_INDEX(static_cast<uint32_t>(n))) &&
+    else if (kind == "mr" && n <= UINT32_MAX &&
+             o.mrs.find(PIB_KEY_INDEX(static_cast<uint32_t>(n))) &&
              o.mrs.find(PIB_KEY_INDEX(static_cast<uint32_t>(n)))->key == n)
         found = mr(PIB_KEY_INDEX(static_cast<uint32_t>(n)), *o.mrs.find(PIB_KEY_INDEX(n)));
     if (!found)
@@ -115,6 +118,7 @@ Json Inspector::device() const {
     o.srqs.forEach([&](uint32_t n, const SharedReceiveQueue &q) { srqs.push_back(srq(n, q)); });
     Json &mrs = j["mrs"] = Json::array();
     o.mrs.forEach([&](uint32_t n, const MemoryRegion &m) { mrs.push_back(mr(n, m)); });
+    j["injections"] = s_.injections.describe();
     return j;
 }
 
@@ -132,9 +136,12 @@ Json Inspector::port(unsigned number) const {
            {"port_guid", p.info.port_guid},
            {"queue_full", p.txFull},
            {"qps_waiting", p.waiting.size()}};
-    j["counters"] = {{"xmit_packets", p.xmitPackets}, {"xmit_words", p.xmitWords},
-                     {"rcv_packets", p.rcvPackets},   {"rcv_words", p.rcvWords},
-                     {"rcv_errors", p.rcvErrors},     {"bad_pkey", p.info.bad_pkey_cntr},
+    j["counters"] = {{"xmit_packets", p.xmitPackets},
+                     {"xmit_words", p.xmitWords},
+                     {"rcv_packets", p.rcvPackets},
+                     {"rcv_words", p.rcvWords},
+                     {"rcv_errors", p.rcvErrors},
+                     {"bad_pkey", p.info.bad_pkey_cntr},
                      {"qkey_violations", p.info.qkey_viol_cntr},
                      {"frames_dropped", link.framesDropped()}};
     if (const wire::PacketCapture *c = link.capture())
@@ -148,7 +155,8 @@ Json Inspector::eq(uint32_t eqn, const EventQueue &e) const {
                 {"vector", e.ctx.msix_vector},
                 {"queue", queue(e.producer, e.consumer, 1u << e.ctx.log_size)},
                 {"armed", e.armed},
-                {"overrun", e.overrun}};
+                {"overrun", e.overrun},
+                {"stopped", e.stopped}};
 }
 
 Json Inspector::cq(uint32_t cqn, const CompletionQueue &c) const {
@@ -156,7 +164,8 @@ Json Inspector::cq(uint32_t cqn, const CompletionQueue &c) const {
                 {"eqn", c.ctx.eqn},
                 {"queue", queue(c.producer, c.consumer, 1u << c.ctx.log_size)},
                 {"armed", armName(c.arm)},
-                {"overrun", c.overrun}};
+                {"overrun", c.overrun},
+                {"stopped", c.stopped}};
 }
 
 Json Inspector::qpSummary(uint32_t qpn, const QueuePair &q) const {
@@ -185,10 +194,16 @@ Json Inspector::qp(uint32_t qpn, const QueuePair &q) const {
         j["next_psn"] = q.nextPsn;
         return j;
     }
-    j["path"] = {{"dlid", a.av.dlid},  {"dest_qpn", a.dest_qp_num},  {"mtu", mtuBytes(a.path_mtu)},
-                 {"sl", a.av.sl},      {"timeout", a.timeout},       {"retry_cnt", a.retry_cnt},
-                 {"rnr_retry", a.rnr_retry}, {"min_rnr_timer", a.min_rnr_timer},
-                 {"max_rd_atomic", a.max_rd_atomic}, {"max_dest_rd_atomic", a.max_dest_rd_atomic}};
+    j["path"] = {{"dlid", a.av.dlid},
+                 {"dest_qpn", a.dest_qp_num},
+                 {"mtu", mtuBytes(a.path_mtu)},
+                 {"sl", a.av.sl},
+                 {"timeout", a.timeout},
+                 {"retry_cnt", a.retry_cnt},
+                 {"rnr_retry", a.rnr_retry},
+                 {"min_rnr_timer", a.min_rnr_timer},
+                 {"max_rd_atomic", a.max_rd_atomic},
+                 {"max_dest_rd_atomic", a.max_dest_rd_atomic}};
     const Requester &r = q.req;
     const uint32_t mtu = mtuBytes(a.path_mtu);
     j["requester"] = {{"next_psn", r.psn},
@@ -220,12 +235,9 @@ Json Inspector::srq(uint32_t srqn, const SharedReceiveQueue &q) const {
 }
 
 Json Inspector::mr(uint32_t, const MemoryRegion &m) const {
-    return Json{{"key", m.key},
-                {"pd", m.ctx.pdn},
-                {"access", m.ctx.access},
-                {"iova", m.ctx.iova},
-                {"length", m.ctx.length},
-                {"physical", (m.ctx.flags & PIB_MR_PHYSICAL) != 0}};
+    return Json{{"key", m.key},           {"pd", m.ctx.pdn},
+                {"access", m.ctx.access}, {"iova", m.ctx.iova},
+                {"length", m.ctx.length}, {"physical", (m.ctx.flags & PIB_MR_PHYSICAL) != 0}};
 }
 
 namespace {

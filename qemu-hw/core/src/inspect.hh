@@ -13,6 +13,7 @@
 #include <nlohmann/json.hpp>
 
 #include "commands.hh"
+#include "injection.hh"
 #include "link.hh"
 #include "object_tables.hh"
 #include "ports.hh"
@@ -29,6 +30,7 @@ class Inspector {
         Ports &ports;
         const std::vector<std::unique_ptr<Link>> &links;
         const CommandProcessor &commands;
+        const ArmedInjections &injections;
         const bool &fatal;
     };
     explicit Inspector(Sources sources) : s_(sources) {}

@@ -6,13 +6,13 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
-#include <string>
 #include <span>
+#include <string>
 #include <vector>
 
 #include "frame.hh"
-#include "pcap.hh"
 #include "host.hh"
+#include "pcap.hh"
 
 namespace pib {
 

@@ -24,6 +24,7 @@ struct EventQueue : Referenced {
     uint32_t consumer = 0; // from the CI doorbell
     bool armed = false;
     bool overrun = false;
+    bool stopped = false; // by the host (injection.hh): takes no EQEs
 };
 
 struct CompletionQueue : Referenced {
@@ -32,6 +33,7 @@ struct CompletionQueue : Referenced {
     uint32_t consumer = 0; // as last read from the CI record
     uint8_t arm = 0;       // PIB_CQ_ARM_* or 0
     bool overrun = false;
+    bool stopped = false; // by the host (injection.hh): takes no CQEs
 };
 
 struct MemoryRegion {
@@ -53,6 +55,7 @@ struct WorkQueue {
 };
 
 struct QueuePair {
+    uint32_t number = 0; // the device's number for it (QP0/QP1: 2 * (port - 1) + type)
     pib_qp_context ctx{};
     pib_qp_attr attr{}; // current attributes; attr.qp_state is the state
     WorkQueue sq;

@@ -111,6 +111,15 @@ void RegisterFile::runCommand(uint32_t ctrl) {
         cmdResult_ = 0;
         return;
     }
+    if ((ctrl & PIB_CMD_CTRL_EVENT) && !events_.hasAsyncEq()) {
+        // Its completion could go nowhere: the command is refused, not run.
+        host_.guestError(err::kCmdNoAsyncEq,
+                         "command 0x%04x with EVENT but no async EQ (token 0x%04x): refused",
+                         cmd.opcode, cmdToken_ & 0xffff);
+        cmdStatus_ = PIB_CMD_STATUS_BAD_STATE;
+        cmdResult_ = 0;
+        return;
+    }
     const CommandOutcome outcome = commands_.execute(cmd);
     cmdStatus_ = outcome.status;
     cmdResult_ = outcome.result;

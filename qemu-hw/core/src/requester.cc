@@ -36,6 +36,8 @@ uint8_t DataPath::fetchSendWqe(uint32_t qpn, QueuePair &qp, uint32_t index, Send
     w.opcode = wqe.ctrl.opcode;
     w.flags = wqe.ctrl.flags;
     w.imm = wqe.ctrl.imm;
+    if (status == PIB_WC_SUCCESS)
+        status = injectedCompletion(qpn, index, &w.vendorErr);
     if (status != PIB_WC_SUCCESS)
         return status;
     w.remoteAddr = wqe.raddr.remote_addr;

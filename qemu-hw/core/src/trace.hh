@@ -60,6 +60,35 @@ inline void capture_stop(const Host &host, unsigned port, const char *result) {
         host.event(PIB_EVENT_CAPTURE_STOP, {Host::eventArg(port), Host::eventArg(result)});
 }
 
+inline void inject_armed(const Host &host, const char *injection) {
+    if (host.eventEnabled(PIB_EVENT_INJECT_ARMED))
+        host.event(PIB_EVENT_INJECT_ARMED, {Host::eventArg(injection)});
+}
+
+inline void inject_command(const Host &host, const char *name, unsigned opcode, unsigned status) {
+    if (host.eventEnabled(PIB_EVENT_INJECT_COMMAND))
+        host.event(PIB_EVENT_INJECT_COMMAND,
+                   {Host::eventArg(name), Host::eventArg(opcode), Host::eventArg(status)});
+}
+
+inline void inject_completion(const Host &host, unsigned qpn, unsigned wqe, unsigned status,
+                              unsigned vendor_err) {
+    if (host.eventEnabled(PIB_EVENT_INJECT_COMPLETION))
+        host.event(PIB_EVENT_INJECT_COMPLETION,
+                   {Host::eventArg(qpn), Host::eventArg(wqe), Host::eventArg(status),
+                    Host::eventArg(vendor_err)});
+}
+
+inline void inject_packet(const Host &host, unsigned qpn, const char *fate) {
+    if (host.eventEnabled(PIB_EVENT_INJECT_PACKET))
+        host.event(PIB_EVENT_INJECT_PACKET, {Host::eventArg(qpn), Host::eventArg(fate)});
+}
+
+inline void inject_overrun(const Host &host, const char *queue, unsigned number) {
+    if (host.eventEnabled(PIB_EVENT_INJECT_OVERRUN))
+        host.event(PIB_EVENT_INJECT_OVERRUN, {Host::eventArg(queue), Host::eventArg(number)});
+}
+
 inline void port_state(const Host &host, unsigned port, unsigned state, unsigned phys_state) {
     if (host.eventEnabled(PIB_EVENT_PORT_STATE))
         host.event(PIB_EVENT_PORT_STATE,

@@ -1,0 +1,67 @@
+// SPDX-License-Identifier: GPL-2.0-or-later
+// Test facilities (docs/prm.md §10): faults the host injects so that a
+// driver can be tested against failures that are hard to provoke. The host
+// arms them with one line of words (parseInjection); the components that
+// own each kind of event take them when it happens:
+//   command OPCODE STATUS        the next command OPCODE fails with STATUS
+//   wqe QPN STATUS [VENDOR_ERR]  QPN's next send WQE completes so
+//   drop QPN [COUNT]             QPN's next COUNT packets are lost
+//   corrupt QPN [COUNT]          ... leave with a bad ICRC
+//   event EVENT [NUMBER]         an async event, at once
+//   stop eq|cq N, resume eq|cq N the queue takes no entries meanwhile
+//   fatal [REASON]               the device goes FATAL
+//   clear                        disarms everything armed
+// Everything armed is bounded: at most kMaxArmed of each kind.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+namespace pib {
+
+struct Injection {
+    enum class Kind { kCommand, kWqe, kDrop, kCorrupt, kEvent, kStop, kResume, kFatal, kClear };
+    Kind kind = Kind::kClear;
+    uint32_t number = 0; // opcode, QPN, EQN/CQN, or the event's object
+    uint8_t status = 0;  // command or completion status; the event's type
+    uint8_t vendorErr = 0;
+    uint32_t count = 1; // packets
+    bool cq = false;    // stop/resume: a CQ, not an EQ
+    std::string reason; // fatal
+};
+
+// Parses one injection line; nullopt with the reason in `error`. Command
+// opcodes are looked up by name with `opcodeOf` (or given as numbers).
+std::optional<Injection> parseInjection(std::string_view line,
+                                        std::optional<uint16_t> (*opcodeOf)(std::string_view),
+                                        std::string *error);
+
+// What is armed and not yet taken.
+class ArmedInjections {
+  public:
+    static constexpr size_t kMaxArmed = 64;
+
+    // False when kMaxArmed of its kind are armed already.
+    bool arm(const Injection &injection);
+    void clear();
+    bool empty() const { return commands_.empty() && wqes_.empty() && packets_.empty(); }
+
+    // The status the next command `opcode` fails with, if one is armed.
+    std::optional<uint8_t> takeCommand(uint16_t opcode);
+    // The completion armed for QP `qpn`'s next send WQE.
+    std::optional<Injection> takeWqe(uint32_t qpn);
+    enum class PacketFate { kSend, kDrop, kCorrupt };
+    PacketFate takePacket(uint32_t qpn);
+
+    nlohmann::ordered_json describe() const;
+
+  private:
+    std::vector<Injection> commands_, wqes_, packets_;
+};
+
+} // namespace pib
