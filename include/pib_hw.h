@@ -710,17 +710,17 @@ enum pib_wc_status {
  * §7.3). An injected completion (§10) carries the host's value instead.
  */
 enum pib_vendor_err {
-    PIB_VENDOR_ERR_NONE = 0x00,          /* success */
-    PIB_VENDOR_ERR_WQE = 0x01,           /* the WQE is malformed or cannot be read */
-    PIB_VENDOR_ERR_LKEY = 0x02,          /* an L_Key does not cover its buffer */
-    PIB_VENDOR_ERR_DMA = 0x03,           /* the data cannot be read or written */
-    PIB_VENDOR_ERR_LENGTH = 0x04,        /* too long for the message or the buffer */
-    PIB_VENDOR_ERR_FLUSHED = 0x05,       /* the QP is in the error state */
-    PIB_VENDOR_ERR_RETRIES = 0x06,       /* no ACK after retry_cnt retries */
-    PIB_VENDOR_ERR_RNR_RETRIES = 0x07,   /* RNR NAKs after rnr_retry retries */
-    PIB_VENDOR_ERR_REMOTE_NAK = 0x08,    /* the responder NAKed the request */
-    PIB_VENDOR_ERR_BAD_RESPONSE = 0x09,  /* the response is not what was asked */
-    PIB_VENDOR_ERR_INTERNAL = 0x0a,      /* anything else */
+    PIB_VENDOR_ERR_NONE = 0x00,         /* success */
+    PIB_VENDOR_ERR_WQE = 0x01,          /* the WQE is malformed or cannot be read */
+    PIB_VENDOR_ERR_LKEY = 0x02,         /* an L_Key does not cover its buffer */
+    PIB_VENDOR_ERR_DMA = 0x03,          /* the data cannot be read or written */
+    PIB_VENDOR_ERR_LENGTH = 0x04,       /* too long for the message or the buffer */
+    PIB_VENDOR_ERR_FLUSHED = 0x05,      /* the QP is in the error state */
+    PIB_VENDOR_ERR_RETRIES = 0x06,      /* no ACK after retry_cnt retries */
+    PIB_VENDOR_ERR_RNR_RETRIES = 0x07,  /* RNR NAKs after rnr_retry retries */
+    PIB_VENDOR_ERR_REMOTE_NAK = 0x08,   /* the responder NAKed the request */
+    PIB_VENDOR_ERR_BAD_RESPONSE = 0x09, /* the response is not what was asked */
+    PIB_VENDOR_ERR_INTERNAL = 0x0a,     /* anything else */
 };
 
 /* cqe flags */

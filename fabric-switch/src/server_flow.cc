@@ -137,14 +137,24 @@ void Server::processInput(unsigned port) {
         if (!frame)
             break;
         if (frame->type == PIB_WIRE_HELLO) {
-            if (!c->helloReceived) {
-                c->helloReceived = true;
-                log("port %u: link up", port);
-                for (auto &t : sw_.linkChanged(port, true))
+            if (c->helloReceived) {
+                // The peer reset its port and trains the link again: it
+                // goes down and comes up, and the peer hears our HELLO.
+                log("port %u: the peer retrains the link", port);
+                for (auto &t : sw_.linkChanged(port, false))
                     sendPacket(t.port, t.packet);
                 if (conns_[port].get() != c)
                     return;
+                sendHello(port);
+                if (conns_[port].get() != c)
+                    return;
             }
+            c->helloReceived = true;
+            log("port %u: link up", port);
+            for (auto &t : sw_.linkChanged(port, true))
+                sendPacket(t.port, t.packet);
+            if (conns_[port].get() != c)
+                return;
             continue;
         }
         if (!c->helloReceived) // packets before HELLO: the link is not up

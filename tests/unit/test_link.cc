@@ -58,10 +58,33 @@ TEST_CASE("a port's link comes up after both HELLOs and goes down with the strea
     CHECK(info.phys_state == PIB_PHYS_LINK_UP);
     CHECK(info.state == PIB_PORT_INIT);
 
-    SECTION("a device reset keeps the cable plugged in") {
+    // A reset keeps the cable plugged in; the link trains again: HELLO
+    // goes out, the port is DOWN/Polling until the switch answers, then
+    // INIT. The same for RESET and CLOSE_HCA (prm §2.1).
+    auto expectRetrained = [&] {
+        pib::wire::FrameReader out;
+        out.feed(host.portOutput[1]);
+        const auto again = out.next(&error);
+        REQUIRE(again);
+        CHECK(again->type == PIB_WIRE_HELLO);
+        CHECK(queryPort(host).state == PIB_PORT_DOWN);
+        CHECK(queryPort(host).phys_state == PIB_PHYS_POLLING);
+        feed(host, switchHello());
+        CHECK(queryPort(host).state == PIB_PORT_INIT);
+        CHECK(queryPort(host).phys_state == PIB_PHYS_LINK_UP);
+        CHECK(host.traces("link_retrain") == 1);
+    };
+    SECTION("a device reset trains the link again") {
+        host.portOutput[1].clear();
         host.write32(PIB_BAR_REGS, PIB_REG_RESET, PIB_RESET_MAGIC);
         host.initHca();
-        CHECK(queryPort(host).state == PIB_PORT_INIT);
+        expectRetrained();
+    }
+    SECTION("CLOSE_HCA trains the link again, and INIT_HCA starts over") {
+        host.portOutput[1].clear();
+        REQUIRE(host.command(PIB_CMD_CLOSE_HCA).status == PIB_CMD_STATUS_OK);
+        REQUIRE(host.command(PIB_CMD_INIT_HCA).status == PIB_CMD_STATUS_OK);
+        expectRetrained();
     }
     SECTION("the stream closing takes the link down") {
         pib_core_port_connected(host.core, 1, 0);

@@ -70,15 +70,19 @@ static pib_dev_cap buildCaps(const pib_core_config &config) {
 
 CommandProcessor::CommandProcessor(const pib_core_config &config, const Host &host,
                                    ObjectTables &objects, Ports &ports, PortAgents &agents,
-                                   DataPath &dataPath, ArmedInjections &injections)
+                                   DataPath &dataPath, ArmedInjections &injections,
+                                   std::function<void()> portsReset)
     : config_(config), host_(host), caps_(buildCaps(config)), objects_(objects), ports_(ports),
-      agents_(agents), dataPath_(dataPath), injections_(injections) {}
+      agents_(agents), dataPath_(dataPath), injections_(injections),
+      portsReset_(std::move(portsReset)) {}
 
 void CommandProcessor::reset() {
     initialized_ = false;
     objects_.clear();
     dataPath_.reset();
     ports_.reset();
+    if (portsReset_)
+        portsReset_();
 }
 
 CommandOutcome CommandProcessor::fail(uint8_t status, unsigned error, const char *fmt, ...) {

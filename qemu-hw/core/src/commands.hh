@@ -7,6 +7,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 
 #include "data_path.hh"
 #include "host.hh"
@@ -36,7 +37,7 @@ class CommandProcessor {
   public:
     CommandProcessor(const pib_core_config &config, const Host &host, ObjectTables &objects,
                      Ports &ports, PortAgents &agents, DataPath &dataPath,
-                     ArmedInjections &injections);
+                     ArmedInjections &injections, std::function<void()> portsReset);
 
     CommandOutcome execute(const Command &cmd);
     // Back to the power-on state: every object is gone, the ports are
@@ -124,6 +125,9 @@ class CommandProcessor {
     PortAgents &agents_;
     DataPath &dataPath_;
     ArmedInjections &injections_;
+    // Called once the ports are back to their power-on state: the links
+    // that are up train again.
+    std::function<void()> portsReset_;
 };
 
 } // namespace pib

@@ -19,7 +19,8 @@ Device::Device(const pib_core_config &config, const pib_host_ops &ops, void *opa
       dataPath_(host_, objects_, ports_, events_, memory_, wqes_, scheduler_, injections_),
       scheduler_(host_, objects_, ports_, dataPath_),
       agents_(config_, host_, ports_, events_, dataPath_),
-      commands_(config_, host_, objects_, ports_, agents_, dataPath_, injections_),
+      commands_(config_, host_, objects_, ports_, agents_, dataPath_, injections_,
+                [this] { retrainLinks(); }),
       registers_(config_, host_, commands_, events_,
                  [this] { reset("guest wrote the reset register"); }),
       doorbells_(config_.doorbell_pages, host_, dataPath_) {
@@ -105,12 +106,17 @@ void Device::reset(const char *reason) {
     fatal_ = false;
     injections_.clear(); // as after power-on
     registers_.reset();
-    commands_.reset();
-    // The cables stay plugged in: links that are up come back as INIT.
-    for (size_t i = 0; i < links_.size(); ++i)
-        if (links_[i]->up())
-            agents_.linkChanged(static_cast<unsigned>(i + 1), true);
+    commands_.reset(); // the links train again (retrainLinks)
     trace::device_reset(host_, reason);
+}
+
+// The ports were reset. The cables stay plugged in, and each link that
+// was up trains again, as a real port's does: it is DOWN/Polling until
+// the peer answers the HELLO, then INIT, and the peer (a switch) tells the
+// SM that the link went down and came up.
+void Device::retrainLinks() {
+    for (auto &link : links_)
+        link->retrain();
 }
 
 bool Device::capture(unsigned port, const char *path, uint64_t limit, std::string *answer) {

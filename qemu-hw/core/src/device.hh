@@ -87,6 +87,7 @@ class Device {
     bool fatal_ = false;
     Inspector inspector_{{config_, objects_, ports_, links_, commands_, injections_, fatal_}};
 
+    void retrainLinks();
     bool raiseEvent(const Injection &injection, std::string *answer);
     bool stopOrResume(const Injection &injection, std::string *answer);
 };

@@ -72,7 +72,8 @@ void EventWriter::postAsyncEvent(uint8_t event, uint32_t number) {
 
 bool EventWriter::hasAsyncEq() const {
     bool found = false;
-    eqs_.forEach([&](uint32_t, const EventQueue &eq) { found |= (eq.ctx.flags & PIB_EQ_ASYNC) != 0; });
+    eqs_.forEach(
+        [&](uint32_t, const EventQueue &eq) { found |= (eq.ctx.flags & PIB_EQ_ASYNC) != 0; });
     return found;
 }
 

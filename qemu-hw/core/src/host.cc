@@ -23,8 +23,7 @@ void Host::vguestError(unsigned error, const char *fmt, va_list args) const {
         (ops_.guest_error_enabled && !ops_.guest_error_enabled(opaque_, error)))
         return;
     // Each detail names the rule it broke: "... (prm §4.2)".
-    const std::string detail =
-        vformat(fmt, args) + " (" + pib_guest_error_rule(error) + ")";
+    const std::string detail = vformat(fmt, args) + " (" + pib_guest_error_rule(error) + ")";
     ops_.guest_error(opaque_, error, detail.c_str());
 }
 

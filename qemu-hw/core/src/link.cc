@@ -12,19 +12,32 @@ Link::Event Link::connected(bool connected) {
     up_ = false;
     reader_.reset();
     if (connected) {
-        pib_wire_hello hello{};
-        hello.node_guid = nodeGuid_;
-        hello.port_guid = portGuid_;
-        hello.node_type = PIB_WIRE_NODE_CA;
-        hello.port = static_cast<uint8_t>(port_);
-        host_.portSend(
-            port_, wire::encode(PIB_WIRE_HELLO, std::span(reinterpret_cast<const uint8_t *>(&hello),
-                                                          sizeof(hello))));
+        sendHello();
         trace::link_connected(host_, port_);
     } else {
         trace::link_disconnected(host_, port_);
     }
     return wasUp ? Event::kDown : Event::kNone;
+}
+
+void Link::sendHello() {
+    pib_wire_hello hello{};
+    hello.node_guid = nodeGuid_;
+    hello.port_guid = portGuid_;
+    hello.node_type = PIB_WIRE_NODE_CA;
+    hello.port = static_cast<uint8_t>(port_);
+    host_.portSend(
+        port_, wire::encode(PIB_WIRE_HELLO,
+                            std::span(reinterpret_cast<const uint8_t *>(&hello), sizeof(hello))));
+}
+
+bool Link::retrain() {
+    if (!up_)
+        return false;
+    up_ = false;
+    sendHello();
+    trace::link_retrain(host_, port_);
+    return true;
 }
 
 void Link::receive(std::span<const uint8_t> bytes, const std::function<void(Event)> &onEvent,

@@ -24,6 +24,10 @@ class Link {
         : host_(host), port_(port), nodeGuid_(nodeGuid), portGuid_(portGuid) {}
 
     Event connected(bool connected);
+    // The port was reset (a device reset, CLOSE_HCA): a link that is up
+    // trains again. It sends HELLO and is down until the peer answers
+    // with its own (docs/wire.md). False when the link was not up.
+    bool retrain();
     // Feeds stream bytes. In stream order, calls onEvent when the link comes
     // up or goes down, and onPacket with each packet (valid during the call,
     // not copied).
@@ -52,6 +56,8 @@ class Link {
     bool up_ = false;
     wire::FrameReader reader_;
     uint64_t framesDropped_ = 0;
+
+    void sendHello();
     std::unique_ptr<wire::PacketCapture> capture_;
 
     void record(std::span<const uint8_t> packet) {

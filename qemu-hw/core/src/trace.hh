@@ -49,6 +49,11 @@ inline void link_up(const Host &host, unsigned port) {
         host.event(PIB_EVENT_LINK_UP, {Host::eventArg(port)});
 }
 
+inline void link_retrain(const Host &host, unsigned port) {
+    if (host.eventEnabled(PIB_EVENT_LINK_RETRAIN))
+        host.event(PIB_EVENT_LINK_RETRAIN, {Host::eventArg(port)});
+}
+
 inline void capture_start(const Host &host, unsigned port, const char *path, uint64_t limit) {
     if (host.eventEnabled(PIB_EVENT_CAPTURE_START))
         host.event(PIB_EVENT_CAPTURE_START,
