@@ -65,7 +65,7 @@
 #define PIB_IF_VERSION(major, minor) (((uint32_t)(major) << 16) | (minor))
 #define PIB_IF_VERSION_MAJOR(v) ((v) >> 16)
 #define PIB_IF_VERSION_MINOR(v) ((v)&0xffffu)
-#define PIB_IF_VERSION_CURRENT PIB_IF_VERSION(0, 6)
+#define PIB_IF_VERSION_CURRENT PIB_IF_VERSION(0, 7)
 
 /* RO: firmware version, major << 24 | minor << 16 | patch. */
 #define PIB_REG_FW_VERSION 0x008
