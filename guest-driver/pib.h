@@ -23,9 +23,17 @@
 
 enum pib_vector {
 	PIB_VEC_ASYNC = 0, /* async events and command completions */
-	PIB_VEC_COMP = 1, /* completion events */
-	PIB_NUM_VECS,
+	PIB_VEC_COMP =
+		1, /* completion events: EQ i on vector PIB_VEC_COMP + i */
 };
+
+/*
+ * Completion vectors: one per online CPU, at least 2 (consumers that
+ * spread their CQs over vectors find more than one), at most 8, and no
+ * more than the device's MSI-X vectors and EQs allow.
+ */
+#define PIB_MIN_COMP_VECS 2
+#define PIB_MAX_COMP_VECS 8
 
 /* A ring or mailbox the kernel owns: contiguous DMA memory. */
 struct pib_kbuf {
@@ -49,6 +57,7 @@ struct pib_eq {
 	u32 log_size;
 	u32 ci;
 	int irq;
+	char name[16]; /* of its interrupt: pib-comp0 ... */
 	bool created;
 };
 
@@ -75,7 +84,8 @@ struct pib_dev {
 	u64 cmd_result;
 
 	struct pib_eq async_eq;
-	struct pib_eq comp_eq;
+	struct pib_eq comp_eqs[PIB_MAX_COMP_VECS]; /* by completion vector */
+	unsigned int num_comp_eqs;
 
 	/* Objects by number, for events. */
 	struct xarray cqs;
@@ -337,6 +347,12 @@ int pib_process_mad(struct ib_device *ibdev, int flags, u32 port,
 int pib_set_node_desc(struct pib_dev *dev, const char *desc);
 int pib_modify_device(struct ib_device *ibdev, int mask,
 		      struct ib_device_modify *props);
+
+/* pib_stats.c */
+struct rdma_hw_stats *pib_alloc_hw_port_stats(struct ib_device *ibdev,
+					      u32 port_num);
+int pib_get_hw_stats(struct ib_device *ibdev, struct rdma_hw_stats *stats,
+		     u32 port, int index);
 
 /* pib_debugfs.c */
 void pib_debugfs_module_init(void);

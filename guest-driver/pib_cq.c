@@ -117,7 +117,7 @@ int pib_create_cq(struct ib_cq *ibcq, const struct ib_cq_init_attr *attr,
 	ctx.buf.mtt_index = cq->ring.mtt;
 	ctx.buf.npages = cq->ring.npages;
 	ctx.log_size = cq->log_size;
-	ctx.eqn = dev->comp_eq.eqn;
+	ctx.eqn = dev->comp_eqs[attr->comp_vector].eqn;
 	ctx.uar_page = cq->uar;
 	ctx.ci_record = ci_dma;
 	err = pib_cmd_box(dev, PIB_CMD_CREATE_CQ, 0, 0, &ctx, sizeof(ctx), NULL,

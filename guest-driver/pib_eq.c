@@ -1,8 +1,9 @@
 // SPDX-License-Identifier: GPL-2.0-only
 /*
  * Event queues and their MSI-X vectors: the async EQ (vector 0) carries
- * command completions and async events, the completion EQ (vector 1)
- * tells which CQ has new entries (docs/prm.md §5).
+ * command completions and async events; completion EQ i (vector 1 + i),
+ * one per completion vector, tells which of its CQs have new entries
+ * (docs/prm.md §5).
  */
 #include "pib.h"
 
@@ -199,30 +200,77 @@ static void pib_eq_destroy(struct pib_dev *dev, struct pib_eq *eq)
 		pib_ring_free(dev, &eq->ring);
 }
 
-int pib_eq_setup(struct pib_dev *dev)
+/* How many completion vectors: see PIB_MAX_COMP_VECS. */
+static unsigned int pib_comp_vectors_wanted(struct pib_dev *dev)
 {
+	unsigned int n = clamp_t(unsigned int, num_online_cpus(),
+				 PIB_MIN_COMP_VECS, PIB_MAX_COMP_VECS);
+
+	/* pci_alloc_irq_vectors() gives no more than the device has. */
+	return min_t(unsigned int, n, dev->caps.max_eq - 1);
+}
+
+static void pib_comp_eqs_destroy(struct pib_dev *dev, unsigned int count,
+				 bool irqs)
+{
+	while (count--) {
+		if (irqs)
+			free_irq(dev->comp_eqs[count].irq,
+				 &dev->comp_eqs[count]);
+		pib_eq_destroy(dev, &dev->comp_eqs[count]);
+	}
+}
+
+static int pib_comp_eqs_create(struct pib_dev *dev)
+{
+	unsigned int i;
 	int err;
 
-	err = pci_alloc_irq_vectors(dev->pdev, PIB_NUM_VECS, PIB_NUM_VECS,
-				    PCI_IRQ_MSIX);
-	if (err < 0)
-		return err;
+	for (i = 0; i < dev->num_comp_eqs; i++) {
+		err = pib_eq_create(dev, &dev->comp_eqs[i], PIB_VEC_COMP + i,
+				    0);
+		if (err)
+			goto fail;
+		snprintf(dev->comp_eqs[i].name, sizeof(dev->comp_eqs[i].name),
+			 "pib-comp%u", i);
+		err = request_irq(dev->comp_eqs[i].irq, pib_comp_irq, 0,
+				  dev->comp_eqs[i].name, &dev->comp_eqs[i]);
+		if (err) {
+			pib_eq_destroy(dev, &dev->comp_eqs[i]);
+			goto fail;
+		}
+	}
+	return 0;
+
+fail:
+	pib_comp_eqs_destroy(dev, i, true);
+	return err;
+}
+
+int pib_eq_setup(struct pib_dev *dev)
+{
+	unsigned int i;
+	int nvec, err;
+
+	nvec = pci_alloc_irq_vectors(dev->pdev, 1 + PIB_MIN_COMP_VECS,
+				     1 + pib_comp_vectors_wanted(dev),
+				     PCI_IRQ_MSIX);
+	if (nvec < 0)
+		return nvec;
+	dev->num_comp_eqs = nvec - 1;
 	err = pib_eq_create(dev, &dev->async_eq, PIB_VEC_ASYNC, PIB_EQ_ASYNC);
 	if (err)
 		goto free_vectors;
-	err = pib_eq_create(dev, &dev->comp_eq, PIB_VEC_COMP, 0);
-	if (err)
-		goto destroy_async;
 	err = request_threaded_irq(dev->async_eq.irq, NULL, pib_async_irq,
 				   IRQF_ONESHOT, "pib-async", &dev->async_eq);
 	if (err)
-		goto destroy_comp;
-	err = request_irq(dev->comp_eq.irq, pib_comp_irq, 0, "pib-comp",
-			  &dev->comp_eq);
+		goto destroy_async;
+	err = pib_comp_eqs_create(dev);
 	if (err)
 		goto free_async_irq;
 	pib_eq_arm(&dev->async_eq);
-	pib_eq_arm(&dev->comp_eq);
+	for (i = 0; i < dev->num_comp_eqs; i++)
+		pib_eq_arm(&dev->comp_eqs[i]);
 	/* From now on commands complete by event. */
 	mutex_lock(&dev->cmd_lock);
 	dev->cmd_events = true;
@@ -231,8 +279,6 @@ int pib_eq_setup(struct pib_dev *dev)
 
 free_async_irq:
 	free_irq(dev->async_eq.irq, &dev->async_eq);
-destroy_comp:
-	pib_eq_destroy(dev, &dev->comp_eq);
 destroy_async:
 	pib_eq_destroy(dev, &dev->async_eq);
 free_vectors:
@@ -245,9 +291,8 @@ void pib_eq_teardown(struct pib_dev *dev)
 	mutex_lock(&dev->cmd_lock);
 	dev->cmd_events = false;
 	mutex_unlock(&dev->cmd_lock);
-	free_irq(dev->comp_eq.irq, &dev->comp_eq);
+	pib_comp_eqs_destroy(dev, dev->num_comp_eqs, true);
 	free_irq(dev->async_eq.irq, &dev->async_eq);
-	pib_eq_destroy(dev, &dev->comp_eq);
 	pib_eq_destroy(dev, &dev->async_eq);
 	pci_free_irq_vectors(dev->pdev);
 }

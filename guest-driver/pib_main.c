@@ -20,6 +20,7 @@ static const struct ib_device_ops pib_dev_ops = {
 	.driver_id = RDMA_DRIVER_UNKNOWN,
 	.uverbs_abi_ver = PIB_UVERBS_ABI_VERSION,
 
+	.alloc_hw_port_stats = pib_alloc_hw_port_stats,
 	.alloc_pd = pib_alloc_pd,
 	.alloc_ucontext = pib_alloc_ucontext,
 	.attach_mcast = pib_attach_mcast,
@@ -36,6 +37,7 @@ static const struct ib_device_ops pib_dev_ops = {
 	.destroy_srq = pib_destroy_srq,
 	.detach_mcast = pib_detach_mcast,
 	.get_dev_fw_str = pib_get_dev_fw_str,
+	.get_hw_stats = pib_get_hw_stats,
 	.get_dma_mr = pib_get_dma_mr,
 	.get_port_immutable = pib_get_port_immutable,
 	.disassociate_ucontext = pib_disassociate_ucontext,
@@ -141,7 +143,7 @@ static void pib_init_ibdev(struct pib_dev *dev)
 	ibdev->dev.parent = &dev->pdev->dev;
 	ibdev->node_type = RDMA_NODE_IB_CA;
 	ibdev->phys_port_cnt = dev->caps.num_ports;
-	ibdev->num_comp_vectors = 1;
+	ibdev->num_comp_vectors = dev->num_comp_eqs;
 	ibdev->node_guid = cpu_to_be64(dev->caps.node_guid);
 	ibdev->local_dma_lkey = 0;
 	snprintf(ibdev->node_desc, sizeof(ibdev->node_desc), "%s pib_hca",

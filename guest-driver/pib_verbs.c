@@ -195,9 +195,12 @@ int pib_publish_object(struct xarray *table, u32 id, void *obj,
  */
 void pib_unpublish_object(struct pib_dev *dev, struct xarray *table, u32 id)
 {
+	unsigned int i;
+
 	xa_erase(table, id);
 	synchronize_irq(dev->async_eq.irq);
-	synchronize_irq(dev->comp_eq.irq);
+	for (i = 0; i < dev->num_comp_eqs; i++)
+		synchronize_irq(dev->comp_eqs[i].irq);
 }
 
 /*

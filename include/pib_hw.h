@@ -142,11 +142,12 @@ enum pib_cmd_opcode {
     PIB_CMD_QUERY_PORT = 0x0002,    /* MOD: port; OUT: pib_port_info */
     PIB_CMD_INIT_HCA = 0x0003,
     PIB_CMD_CLOSE_HCA = 0x0004,
-    PIB_CMD_MODIFY_PORT = 0x0005,   /* MOD: port; IN imm: set 31:0, clear 63:32 */
-    PIB_CMD_QUERY_PKEYS = 0x0006,   /* MOD: port; OUT: u16[PIB_PKEY_TABLE_LEN] */
-    PIB_CMD_QUERY_GUIDS = 0x0007,   /* MOD: port; OUT: u64[PIB_GUID_TABLE_LEN] */
-    PIB_CMD_SET_NODE_DESC = 0x0008, /* IN: char[64], the NodeDescription */
-    PIB_CMD_MAD_IFC = 0x0009,       /* MOD: port; IN, OUT: pib_mad_ifc; RESULT: 1 = reply */
+    PIB_CMD_MODIFY_PORT = 0x0005,    /* MOD: port; IN imm: set 31:0, clear 63:32 */
+    PIB_CMD_QUERY_PKEYS = 0x0006,    /* MOD: port; OUT: u16[PIB_PKEY_TABLE_LEN] */
+    PIB_CMD_QUERY_GUIDS = 0x0007,    /* MOD: port; OUT: u64[PIB_GUID_TABLE_LEN] */
+    PIB_CMD_SET_NODE_DESC = 0x0008,  /* IN: char[64], the NodeDescription */
+    PIB_CMD_MAD_IFC = 0x0009,        /* MOD: port; IN, OUT: pib_mad_ifc; RESULT: 1 = reply */
+    PIB_CMD_QUERY_COUNTERS = 0x000a, /* MOD: port; OUT: pib_port_counters */
 
     PIB_CMD_ALLOC_UAR = 0x0010,  /* RESULT: doorbell page index */
     PIB_CMD_FREE_UAR = 0x0011,   /* MOD: page index */
@@ -357,6 +358,25 @@ struct pib_mtt_write {
 struct pib_buf_desc {
     uint32_t mtt_index;
     uint32_t npages;
+};
+
+/*
+ * A port's transport counters (QUERY_COUNTERS), counted since INIT_HCA,
+ * each 64 bits, in the style of Linux's rxe. 128 bytes.
+ */
+struct pib_port_counters {
+    uint64_t packets_sent;        /* every packet the port sent */
+    uint64_t packets_received;    /* every well-formed packet it received */
+    uint64_t duplicate_requests;  /* RC responder: requests seen before */
+    uint64_t out_of_seq_requests; /* RC responder: a PSN gap (NAK sent) */
+    uint64_t rnr_naks_sent;       /* RC responder: no receive WQE */
+    uint64_t invalid_requests;    /* RC responder: requests NAKed as invalid, no access or failed */
+    uint64_t rnr_naks_received;   /* RC requester: resent after the delay asked for */
+    uint64_t seq_naks_received;   /* RC requester: resent from the gap */
+    uint64_t ack_timeouts;        /* RC requester: local ACK timeouts, resent */
+    uint64_t retry_exceeded;      /* RC requester: completed with RETRY_EXC_ERR */
+    uint64_t rnr_retry_exceeded;  /* RC requester: completed with RNR_RETRY_EXC_ERR */
+    uint64_t reserved[5];
 };
 
 /* ---- Event queues ------------------------------------------------------------ */
@@ -774,6 +794,7 @@ struct pib_cqe {
 #ifndef __cplusplus
 _Static_assert(sizeof(struct pib_dev_cap) == 184, "pib_dev_cap layout");
 _Static_assert(sizeof(struct pib_port_info) == 72, "pib_port_info layout");
+_Static_assert(sizeof(struct pib_port_counters) == 128, "pib_port_counters layout");
 _Static_assert(sizeof(struct pib_mtt_write) <= PIB_MAILBOX_SIZE, "mtt write");
 _Static_assert(sizeof(struct pib_eqe) == 32, "pib_eqe layout");
 _Static_assert(sizeof(struct pib_mcast) == 24, "pib_mcast layout");

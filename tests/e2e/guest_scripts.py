@@ -197,3 +197,40 @@ phase(5)
 send_to_self(ud2)
 print("polled", len(poll(2)), flush=True)
 """
+
+# One CQ on each completion vector, each with a completion channel: a UD
+# send to itself on each, then the channel's event. Prints
+# "vectors N" and, per vector, "vector V event" once its event came.
+VECTORS_SCRIPT = r"""
+import pyverbs.enums as e
+from pyverbs.addr import AH, AHAttr
+from pyverbs.cq import CQ, CompChannel
+from pyverbs.device import Context
+from pyverbs.mr import MR
+from pyverbs.pd import PD
+from pyverbs.qp import QP, QPAttr, QPCap, QPInitAttr
+from pyverbs.wr import RecvWR, SendWR, SGE
+
+ctx = Context(name="pib_0")
+pd = PD(ctx)
+mr = MR(pd, 8192, e.IBV_ACCESS_LOCAL_WRITE)
+ah = AH(pd, attr=AHAttr(dlid=ctx.query_port(1).lid, port_num=1))
+print("vectors", ctx.num_comp_vectors, flush=True)
+for vector in range(ctx.num_comp_vectors):
+    channel = CompChannel(ctx)
+    cq = CQ(ctx, 8, None, channel, vector)
+    qp = QP(pd, QPInitAttr(qp_type=e.IBV_QPT_UD, scq=cq, rcq=cq, cap=QPCap(4, 4, 1, 1)))
+    attr = QPAttr(port_num=1)
+    attr.qkey = 0x22222222
+    qp.to_rts(attr)
+    cq.req_notify()
+    qp.post_recv(RecvWR(wr_id=1, num_sge=1, sg=[SGE(mr.buf, 4096, mr.lkey)]))
+    wr = SendWR(wr_id=2, num_sge=1, sg=[SGE(mr.buf + 4096, 32, mr.lkey)])
+    wr.set_wr_ud(ah, qp.qp_num, 0x22222222)
+    qp.post_send(wr)
+    channel.get_cq_event(cq)
+    cq.ack_events(1)
+    print("vector", vector, "event", flush=True)
+    for obj in (qp, cq, channel):
+        obj.close()
+"""

@@ -18,7 +18,7 @@ from pibctl import monitor
 from pibctl.pairs import run_pair, tcp_listening
 from transfers import traffic
 
-from guest_scripts import HOLD_OBJECTS_SCRIPT, INJECTION_SCRIPT
+from guest_scripts import HOLD_OBJECTS_SCRIPT, INJECTION_SCRIPT, VECTORS_SCRIPT
 
 # BTH opcodes (IBA table 38) of reliable connection packets.
 RC = {0x00: "SEND First", 0x01: "SEND Middle", 0x02: "SEND Last", 0x04: "SEND Only",
@@ -319,6 +319,7 @@ def test_dropped_and_corrupted_packets_are_resent_by_rc(ctx):
         return True
 
     before = errors()
+    counters_before = {vm: _hw_counters(ctx, vm) for vm in ("vm1", "vm2")}
     argv = ["ibv_rc_pingpong", "-s", "4096", "-n", "20", "-p", "18695"]
     client, server_out, status = run_pair(ctx, ["stdbuf", "-oL", *argv], argv, port=18695,
                                           timeout=120, ready=listening_then_inject)
@@ -327,3 +328,49 @@ def test_dropped_and_corrupted_packets_are_resent_by_rc(ctx):
     assert errors() - before == 2, (before, errors())
     assert json.loads(ctx.pib("inspect", "vm2", "--json").stdout)["injections"] == []
     print(f"  ibv_rc_pingpong: 20 iterations of 4096 B done; vm1's port counted 2 receive errors")
+    # rdma statistic shows the resends the lost packets caused.
+    delta = {vm: {k: v - counters_before[vm].get(k, 0) for k, v in _hw_counters(ctx, vm).items()}
+             for vm in ("vm1", "vm2")}
+    for vm in ("vm1", "vm2"):
+        assert delta[vm]["sent_pkts"] >= 40 and delta[vm]["rcvd_pkts"] >= 40, delta
+    resent = (delta["vm1"]["ack_timeout"] + delta["vm1"]["rcvd_seq_err"] +
+              delta["vm2"]["ack_timeout"] + delta["vm2"]["rcvd_seq_err"])
+    assert resent >= 1 and delta["vm2"]["duplicate_request"] + delta["vm1"]["duplicate_request"] >= 1, delta
+    stat = ctx.run("vm1", ["rdma", "statistic", "show", "link", "pib_0/1"]).out.strip()
+    assert "sent_pkts" in stat and "ack_timeout" in stat, stat
+    print(f"  rdma statistic (vm1): {stat}")
+    print("  counters during the test: " + "; ".join(
+        f"{vm} " + " ".join(f"{k} +{v}" for k, v in sorted(d.items()) if v) for vm, d in delta.items()))
+
+
+def _interrupts(ctx, vm):
+    """{irq name: count over all CPUs} of the pib-hca's MSI-X vectors."""
+    counts = {}
+    for line in ctx.run(vm, ["cat", "/proc/interrupts"]).out.splitlines():
+        fields = line.split()
+        if fields and fields[-1].startswith("pib-"):
+            counts[fields[-1]] = sum(int(f) for f in fields[1:] if f.isdigit())
+    return counts
+
+
+def test_completion_events_come_on_the_cq_vector(ctx):
+    """Each completion vector has an EQ and an MSI-X interrupt of its own:
+    a CQ created on vector V signals through pib-compV."""
+    before = _interrupts(ctx, "vm2")
+    out = ctx.run("vm2", ["timeout", "60", "python3", "-"], stdin=VECTORS_SCRIPT.encode()).out
+    after = _interrupts(ctx, "vm2")
+    vectors = int(re.search(r"^vectors (\d+)$", out, re.M).group(1))
+    assert vectors >= 2, out
+    assert re.findall(r"^vector (\d+) event$", out, re.M) == [str(v) for v in range(vectors)], out
+    for v in range(vectors):
+        name = f"pib-comp{v}"
+        assert after.get(name, 0) > before.get(name, 0), (name, before, after)
+    print(f"  vm2: {vectors} completion vectors; a CQ on each got its event through its own "
+          "interrupt: " + ", ".join(f"pib-comp{v} +{after[f'pib-comp{v}'] - before.get(f'pib-comp{v}', 0)}"
+                                    for v in range(vectors)))
+
+
+def _hw_counters(ctx, vm):
+    out = ctx.sh(vm, "cd /sys/class/infiniband/pib_0/ports/1/hw_counters && "
+                     "for f in *; do echo $f $(cat $f); done").out
+    return {name: int(value) for name, value in (line.split() for line in out.splitlines())}

@@ -770,3 +770,53 @@ TEST_CASE("random packets from a hostile fabric never break the device", "[rc][r
     CHECK((a == PIB_QPS_RTS || a == PIB_QPS_ERR));
     CHECK((b == PIB_QPS_RTS || b == PIB_QPS_ERR));
 }
+
+TEST_CASE("QUERY_COUNTERS counts what the transport did", "[rc][counters]") {
+    Pair p;
+    const uint64_t out = p.a.host.alloc(8192), in = p.b.host.alloc(8192);
+    auto counters = [](Node &n) {
+        pib_port_counters c{};
+        REQUIRE(n.host.commandOut(PIB_CMD_QUERY_COUNTERS, 1, &c).status == PIB_CMD_STATUS_OK);
+        return c;
+    };
+    // A lost middle packet (a sequence NAK), then a lost ACK (a timeout
+    // and a duplicate), then a SEND with no receive WQE (RNR NAKs).
+    int phase = 1;
+    bool dropped = false;
+    p.wire.filter = [&](bool fromA, iba::Packet &k) {
+        if (dropped)
+            return true;
+        if ((phase == 1 && fromA && k.bth.opcode == iba::kSendMiddle) ||
+            (phase == 2 && !fromA && k.bth.opcode == iba::kAcknowledge))
+            return !(dropped = true);
+        return true;
+    };
+    p.b.postRecv(1, in, 8192);
+    p.a.postSend(1, {.local = out, .length = 5000});
+    p.wire.run();
+    REQUIRE(p.a.poll().size() == 1);
+    phase = 2, dropped = false;
+    p.b.postRecv(2, in, 8192);
+    p.a.postSend(2, {.local = out, .length = 5000});
+    p.wire.run();
+    p.wire.advance(10'000'000);
+    REQUIRE(p.a.poll().size() == 1);
+    p.a.postSend(3, {.local = out, .length = 100});
+    p.wire.run();
+    p.b.postRecv(3, in, 8192);
+    p.wire.advance(1'000'000);
+    REQUIRE(p.a.poll().size() == 1);
+
+    const pib_port_counters a = counters(p.a), b = counters(p.b);
+    CHECK(a.seq_naks_received == 1);
+    CHECK(b.out_of_seq_requests == 1);
+    CHECK(a.ack_timeouts == 1);
+    CHECK(b.duplicate_requests >= 1);
+    CHECK(b.rnr_naks_sent >= 1);
+    CHECK(a.rnr_naks_received == b.rnr_naks_sent);
+    CHECK(a.retry_exceeded == 0);
+    CHECK(b.invalid_requests == 0);
+    CHECK(a.packets_sent == p.wire.count(iba::kSendFirst) + p.wire.count(iba::kSendMiddle) +
+                                p.wire.count(iba::kSendLast) + p.wire.count(iba::kSendOnly));
+    CHECK(b.packets_received + 1 == a.packets_sent); // the middle packet was lost
+}

@@ -105,6 +105,7 @@ const CommandProcessor::CommandSpec CommandProcessor::kCommands[] = {
     {PIB_CMD_QUERY_PKEYS, "QUERY_PKEYS", false, &CommandProcessor::queryPkeys},
     {PIB_CMD_QUERY_GUIDS, "QUERY_GUIDS", false, &CommandProcessor::queryGuids},
     {PIB_CMD_SET_NODE_DESC, "SET_NODE_DESC", false, &CommandProcessor::setNodeDesc},
+    {PIB_CMD_QUERY_COUNTERS, "QUERY_COUNTERS", false, &CommandProcessor::queryCounters},
     {PIB_CMD_MAD_IFC, "MAD_IFC", false, &CommandProcessor::madIfc},
     {PIB_CMD_ALLOC_UAR, "ALLOC_UAR", false, &CommandProcessor::allocUar},
     {PIB_CMD_FREE_UAR, "FREE_UAR", false, &CommandProcessor::freeUar},
@@ -213,6 +214,20 @@ CommandOutcome CommandProcessor::modifyPort(const Command &cmd) {
     p->info.cap_mask = (p->info.cap_mask | set) & ~clear;
     if (cmd.opmod & 1)
         p->info.qkey_viol_cntr = 0;
+    return {};
+}
+
+CommandOutcome CommandProcessor::queryCounters(const Command &cmd) {
+    PortState *p = ports_.find(cmd.modifier);
+    if (!p)
+        return fail(PIB_CMD_STATUS_BAD_INDEX, err::kCmdBadPort, "QUERY_COUNTERS of port %u",
+                    cmd.modifier);
+    pib_port_counters c = p->transport;
+    c.packets_sent = p->xmitPackets;
+    c.packets_received = p->rcvPackets;
+    if (!writeMailbox(cmd, c))
+        return fail(PIB_CMD_STATUS_DMA_ERROR, err::kCmdDma,
+                    "QUERY_COUNTERS cannot write 0x%" PRIx64, cmd.out);
     return {};
 }
 

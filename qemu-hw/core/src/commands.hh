@@ -106,6 +106,7 @@ class CommandProcessor {
     CommandOutcome destroySrq(const Command &);
     CommandOutcome querySrq(const Command &);
     CommandOutcome armSrq(const Command &);
+    CommandOutcome queryCounters(const Command &);
     CommandOutcome createQp(const Command &);
     CommandOutcome checkQpRings(const pib_qp_context &ctx, bool useSrq);
     CommandOutcome destroyQp(const Command &);

@@ -178,7 +178,9 @@ bool DataPath::onAcknowledge(uint32_t qpn, QueuePair &qp, const iba::Packet &pac
 // the delay it asks for, while RNR retries last (7: for ever).
 void DataPath::onRnrNak(uint32_t qpn, QueuePair &qp, uint32_t psn, uint8_t timerCode) {
     Requester &r = qp.req;
+    count(qp, &pib_port_counters::rnr_naks_received);
     if (r.rnrRetriesLeft == 0) {
+        count(qp, &pib_port_counters::rnr_retry_exceeded);
         completeHead(qpn, qp, PIB_WC_RNR_RETRY_EXC_ERR);
         return;
     }
@@ -196,7 +198,9 @@ void DataPath::onRnrNak(uint32_t qpn, QueuePair &qp, uint32_t psn, uint8_t timer
 bool DataPath::onNak(uint32_t qpn, QueuePair &qp, uint32_t psn, uint8_t code) {
     if (code == aeth::kPsnSequence) {
         trace::rc_seq_nak(host_, qpn, psn);
+        count(qp, &pib_port_counters::seq_naks_received);
         if (qp.req.retriesLeft == 0) {
+            count(qp, &pib_port_counters::retry_exceeded);
             completeHead(qpn, qp, PIB_WC_RETRY_EXC_ERR);
             return false;
         }
@@ -313,6 +317,8 @@ void DataPath::qpTimerExpired(uint32_t qpn, QueuePair &qp) {
         return;
     if (r.retriesLeft == 0) {
         trace::rc_retry_exceeded(host_, qpn, qp.attr.retry_cnt);
+        count(qp, &pib_port_counters::ack_timeouts);
+        count(qp, &pib_port_counters::retry_exceeded);
         completeHead(qpn, qp, PIB_WC_RETRY_EXC_ERR);
         return;
     }
@@ -323,6 +329,7 @@ void DataPath::qpTimerExpired(uint32_t qpn, QueuePair &qp) {
     if (psnDiff(r.unackedPsn, from) > 0 && psnDiff(r.unackedPsn, head.lastPsn()) <= 0)
         from = r.unackedPsn;
     trace::rc_timeout(host_, qpn, from);
+    count(qp, &pib_port_counters::ack_timeouts);
     rewind(qp, from);
     processConnectedSend(qpn, qp);
     restartAckTimer(qpn, qp);

@@ -156,6 +156,11 @@ void DataPath::receiveLooped(unsigned port, const iba::Packet &packet) {
     deliver(port, packet);
 }
 
+void DataPath::count(const QueuePair &qp, uint64_t pib_port_counters::*counter) {
+    if (PortState *p = ports_.find(qp.attr.port_num))
+        ++(p->transport.*counter);
+}
+
 uint8_t DataPath::injectedCompletion(uint32_t qpn, uint32_t index, uint8_t *vendorErr) {
     if (injections_.empty())
         return PIB_WC_SUCCESS;

@@ -63,6 +63,8 @@ class DataPath final : public SubnetSender, public ScheduledEngine {
     // send WQE `index` of QP `qpn` (PIB_WC_SUCCESS: none), and whether a
     // packet of `qp` leaves (false: dropped; a corrupted one leaves).
     uint8_t injectedCompletion(uint32_t qpn, uint32_t index, uint8_t *vendorErr);
+    // Counts one transport event of `qp`'s port (QUERY_COUNTERS).
+    void count(const QueuePair &qp, uint64_t pib_port_counters::*counter);
     bool injectedFate(const QueuePair &qp, std::vector<uint8_t> &framed);
 
     void processSendQueue(uint32_t qpn, QueuePair &qp);

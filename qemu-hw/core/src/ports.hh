@@ -22,6 +22,8 @@ struct PortState {
     uint64_t rcvErrors = 0;
     uint64_t xmitPackets = 0;
     uint64_t xmitWords = 0;
+    // The transport's counters (QUERY_COUNTERS); the packet counts above.
+    pib_port_counters transport{};
     // SMA state beyond pib_port_info.
     iba::MkeyProtection mkey;
     uint64_t trapsHeldUntilNs = 0; // traps wait 4.096 us * 2^SubnetTimeout apart (IBA o14-2)

@@ -113,6 +113,7 @@ bool DataPath::remoteRange(const QueuePair &qp, uint32_t rkey, uint64_t va, uint
 void DataPath::responderError(uint32_t qpn, QueuePair &qp, uint32_t psn, uint8_t nakCode,
                               uint8_t wcStatus, const char *why) {
     trace::err_rc_request_refused(host_, qpn, psn, why);
+    count(qp, &pib_port_counters::invalid_requests);
     Responder &s = qp.resp;
     if (qp.ctx.type == PIB_QPT_RC)
         sendAck(qp, psn, syndrome(kNak, nakCode));
@@ -195,10 +196,12 @@ void DataPath::refuseRequest(uint32_t qpn, QueuePair &qp, uint32_t psn, uint8_t 
 // an RNR NAK and the requester tries again later (IBA 9.7.5.2.8); UC loses
 // the message.
 void DataPath::noReceiveWqe(uint32_t qpn, QueuePair &qp, uint32_t psn) {
-    if (qp.ctx.type == PIB_QPT_RC)
+    if (qp.ctx.type == PIB_QPT_RC) {
         acknowledge(qpn, qp, psn, syndrome(kRnrNak, qp.attr.min_rnr_timer));
-    else
+        count(qp, &pib_port_counters::rnr_naks_sent);
+    } else {
         dropUcMessage(qp, psn);
+    }
 }
 
 // A request packet passes these checks in turn, as in IBA 9.7.5.2 (and
@@ -238,8 +241,10 @@ bool DataPath::checkRequestPsn(uint32_t qpn, QueuePair &qp, const iba::Packet &p
     }
     if (rc && d > 0) {
         // IBA 9.7.5.2.2: one NAK per gap, until the expected PSN arrives.
-        if (!s.nakSent)
+        if (!s.nakSent) {
             acknowledge(qpn, qp, s.expectedPsn, syndrome(kNak, kPsnSequence));
+            count(qp, &pib_port_counters::out_of_seq_requests);
+        }
         s.nakSent = true;
         return false;
     }
@@ -553,6 +558,7 @@ void DataPath::remember(QueuePair &qp, const ReplayEntry &e) {
 // memory as it is now; a duplicate atomic gets its saved result, never a
 // second execution.
 void DataPath::duplicateRequest(uint32_t qpn, QueuePair &qp, const iba::Packet &packet) {
+    count(qp, &pib_port_counters::duplicate_requests);
     const uint8_t op = packet.bth.opcode & 0x1f;
     const uint32_t psn = packet.bth.psn;
     Responder &s = qp.resp;
