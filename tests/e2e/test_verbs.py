@@ -40,6 +40,10 @@ def test_ibv_devinfo_shows_the_device_attributes(ctx):
             m = re.search(rf"^\s*{key}:\s*(\S+)", out, re.M)
             assert m and m.group(1) == value, f"{key}: {m and m.group(1)} != {value}\n{out}"
         assert re.search(r"state:\s*PORT_ACTIVE", out), out
+        # What the device implements, it advertises (docs/prm.md §4.5).
+        for flag in ("BAD_PKEY_CNTR", "BAD_QKEY_CNTR", "PORT_ACTIVE_EVENT", "RC_RNR_NAK_GEN",
+                     "SYS_IMAGE_GUID"):
+            assert re.search(rf"^\s+{flag}$", out, re.M), f"{flag} not advertised:\n{out}"
         assert int(re.search(r"port_lid:\s*(\d+)", out).group(1)) > 0, out
         assert re.search(r"GID\[\s*0\]:\s*fe80:0000:0000:0000:" +
                          ":".join(f"{vm.node_guid + 1:016x}"[i:i + 4] for i in range(0, 16, 4)), out), out

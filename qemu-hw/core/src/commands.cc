@@ -142,6 +142,21 @@ const CommandProcessor::CommandSpec *CommandProcessor::findCommand(uint16_t opco
     return nullptr;
 }
 
+bool CommandProcessor::mailboxUsable(const Command &cmd, uint64_t addr, const char *which) const {
+    if (addr % PIB_MAILBOX_ALIGN == 0)
+        return true;
+    host_.guestError(err::kCmdDma, "%s: %s mailbox 0x%" PRIx64 " is not %u-byte aligned",
+                     commandName(cmd.opcode), which, addr, PIB_MAILBOX_ALIGN);
+    return false;
+}
+
+bool CommandProcessor::mailboxUnreachable(const Command &cmd, uint64_t addr,
+                                          const char *how) const {
+    host_.guestError(err::kCmdDma, "%s: mailbox 0x%" PRIx64 " cannot be %s",
+                     commandName(cmd.opcode), addr, how);
+    return false;
+}
+
 std::optional<uint16_t> CommandProcessor::opcodeOf(std::string_view name) {
     for (const CommandSpec &spec : kCommands)
         if (name == spec.name)
@@ -176,8 +191,7 @@ CommandOutcome CommandProcessor::execute(const Command &cmd) {
 
 CommandOutcome CommandProcessor::queryDevCap(const Command &cmd) {
     if (!writeMailbox(cmd, caps_))
-        return fail(PIB_CMD_STATUS_DMA_ERROR, err::kCmdDma, "QUERY_DEV_CAP cannot write 0x%" PRIx64,
-                    cmd.out);
+        return mailboxFailed();
     return {};
 }
 
@@ -187,8 +201,7 @@ CommandOutcome CommandProcessor::queryPort(const Command &cmd) {
         return fail(PIB_CMD_STATUS_BAD_INDEX, err::kCmdBadPort, "QUERY_PORT of port %u",
                     cmd.modifier);
     if (!writeMailbox(cmd, p->info))
-        return fail(PIB_CMD_STATUS_DMA_ERROR, err::kCmdDma, "QUERY_PORT cannot write 0x%" PRIx64,
-                    cmd.out);
+        return mailboxFailed();
     return {};
 }
 
@@ -226,8 +239,7 @@ CommandOutcome CommandProcessor::queryCounters(const Command &cmd) {
     c.packets_sent = p->xmitPackets;
     c.packets_received = p->rcvPackets;
     if (!writeMailbox(cmd, c))
-        return fail(PIB_CMD_STATUS_DMA_ERROR, err::kCmdDma,
-                    "QUERY_COUNTERS cannot write 0x%" PRIx64, cmd.out);
+        return mailboxFailed();
     return {};
 }
 
@@ -237,8 +249,7 @@ CommandOutcome CommandProcessor::queryPkeys(const Command &cmd) {
         return fail(PIB_CMD_STATUS_BAD_INDEX, err::kCmdBadPort, "QUERY_PKEYS of port %u",
                     cmd.modifier);
     if (!writeMailbox(cmd, p->pkeys))
-        return fail(PIB_CMD_STATUS_DMA_ERROR, err::kCmdDma, "QUERY_PKEYS cannot write 0x%" PRIx64,
-                    cmd.out);
+        return mailboxFailed();
     return {};
 }
 
@@ -248,16 +259,14 @@ CommandOutcome CommandProcessor::queryGuids(const Command &cmd) {
         return fail(PIB_CMD_STATUS_BAD_INDEX, err::kCmdBadPort, "QUERY_GUIDS of port %u",
                     cmd.modifier);
     if (!writeMailbox(cmd, p->guids))
-        return fail(PIB_CMD_STATUS_DMA_ERROR, err::kCmdDma, "QUERY_GUIDS cannot write 0x%" PRIx64,
-                    cmd.out);
+        return mailboxFailed();
     return {};
 }
 
 CommandOutcome CommandProcessor::setNodeDesc(const Command &cmd) {
     std::array<char, PIB_NODE_DESC_LEN> desc;
     if (!readMailbox(cmd, desc))
-        return fail(PIB_CMD_STATUS_DMA_ERROR, err::kCmdDma, "SET_NODE_DESC cannot read 0x%" PRIx64,
-                    cmd.in);
+        return mailboxFailed();
     desc.back() = 0;
     ports_.nodeDesc = desc;
     return {};
@@ -268,13 +277,11 @@ CommandOutcome CommandProcessor::madIfc(const Command &cmd) {
         return fail(PIB_CMD_STATUS_BAD_INDEX, err::kCmdBadPort, "MAD_IFC on port %u", cmd.modifier);
     pib_mad_ifc ifc;
     if (!readMailbox(cmd, ifc))
-        return fail(PIB_CMD_STATUS_DMA_ERROR, err::kCmdDma, "MAD_IFC cannot read 0x%" PRIx64,
-                    cmd.in);
+        return mailboxFailed();
     const bool reply =
         agents_.answerMad(cmd.modifier, ifc.mad, cmd.opmod & PIB_MAD_IFC_IGNORE_MKEY);
     if (reply && !writeMailbox(cmd, ifc))
-        return fail(PIB_CMD_STATUS_DMA_ERROR, err::kCmdDma, "MAD_IFC cannot write 0x%" PRIx64,
-                    cmd.out);
+        return mailboxFailed();
     return {PIB_CMD_STATUS_OK, reply ? 1u : 0u};
 }
 
@@ -346,8 +353,7 @@ CommandOutcome CommandProcessor::freeMtt(const Command &cmd) {
 CommandOutcome CommandProcessor::writeMtt(const Command &cmd) {
     pib_mtt_write in;
     if (!readMailbox(cmd, in))
-        return fail(PIB_CMD_STATUS_DMA_ERROR, err::kCmdDma, "WRITE_MTT cannot read 0x%" PRIx64,
-                    cmd.in);
+        return mailboxFailed();
     if (in.count == 0 || in.count > PIB_MTT_WRITE_MAX)
         return fail(PIB_CMD_STATUS_BAD_PARAM, err::kCmdBadParam, "WRITE_MTT of %u entries",
                     in.count);

@@ -65,15 +65,22 @@ class CommandProcessor {
     // Helpers shared by the handlers.
     CommandOutcome fail(uint8_t status, unsigned error, const char *fmt, ...)
         __attribute__((format(printf, 4, 5)));
-    // Mailboxes are 8-byte aligned guest memory (docs/prm.md §4).
+    // Mailboxes are 8-byte aligned guest memory (docs/prm.md §4.2). A
+    // mailbox that is not, or that DMA cannot reach, is reported (cmd-dma,
+    // with which rule it broke); the handler then returns mailboxFailed().
     template <class T> bool readMailbox(const Command &cmd, T &obj) {
         static_assert(sizeof(T) <= PIB_MAILBOX_SIZE);
-        return cmd.in % PIB_MAILBOX_ALIGN == 0 && host_.dmaRead(cmd.in, obj);
+        return mailboxUsable(cmd, cmd.in, "input") &&
+               (host_.dmaRead(cmd.in, obj) || mailboxUnreachable(cmd, cmd.in, "read"));
     }
     template <class T> bool writeMailbox(const Command &cmd, const T &obj) {
         static_assert(sizeof(T) <= PIB_MAILBOX_SIZE);
-        return cmd.out % PIB_MAILBOX_ALIGN == 0 && host_.dmaWrite(cmd.out, obj);
+        return mailboxUsable(cmd, cmd.out, "output") &&
+               (host_.dmaWrite(cmd.out, obj) || mailboxUnreachable(cmd, cmd.out, "written"));
     }
+    bool mailboxUsable(const Command &cmd, uint64_t addr, const char *which) const;
+    bool mailboxUnreachable(const Command &cmd, uint64_t addr, const char *how) const;
+    static CommandOutcome mailboxFailed() { return {PIB_CMD_STATUS_DMA_ERROR, 0}; }
     bool validRing(const pib_buf_desc &buf, uint64_t pages) const;
 
     // Handlers, one per opcode (commands*.cc).

@@ -11,8 +11,7 @@ namespace pib {
 CommandOutcome CommandProcessor::createMr(const Command &cmd) {
     pib_mr_context ctx;
     if (!readMailbox(cmd, ctx))
-        return fail(PIB_CMD_STATUS_DMA_ERROR, err::kCmdDma, "CREATE_MR cannot read 0x%" PRIx64,
-                    cmd.in);
+        return mailboxFailed();
     ProtectionDomain *pd = objects_.pds.find(ctx.pdn);
     if (!pd)
         return fail(PIB_CMD_STATUS_BAD_INDEX, err::kCmdBadIndex, "CREATE_MR in PD %u", ctx.pdn);
@@ -87,8 +86,7 @@ CommandOutcome CommandProcessor::queryMr(const Command &cmd) {
         return fail(PIB_CMD_STATUS_BAD_INDEX, err::kCmdBadIndex, "QUERY_MR of key 0x%x",
                     cmd.modifier);
     if (!writeMailbox(cmd, mr->ctx))
-        return fail(PIB_CMD_STATUS_DMA_ERROR, err::kCmdDma, "QUERY_MR cannot write 0x%" PRIx64,
-                    cmd.out);
+        return mailboxFailed();
     return {};
 }
 

@@ -57,8 +57,7 @@ CommandOutcome CommandProcessor::checkQpRings(const pib_qp_context &ctx, bool us
 CommandOutcome CommandProcessor::createQp(const Command &cmd) {
     pib_qp_context ctx;
     if (!readMailbox(cmd, ctx))
-        return fail(PIB_CMD_STATUS_DMA_ERROR, err::kCmdDma, "CREATE_QP cannot read 0x%" PRIx64,
-                    cmd.in);
+        return mailboxFailed();
     if (!validType(ctx.type) || ctx.flags & ~(PIB_QP_SIGNAL_ALL | PIB_QP_USE_SRQ))
         return fail(PIB_CMD_STATUS_BAD_PARAM, err::kCmdBadParam, "CREATE_QP type %u flags 0x%x",
                     ctx.type, ctx.flags);
@@ -153,8 +152,7 @@ CommandOutcome CommandProcessor::queryQp(const Command &cmd) {
     out.attr_mask = 0;
     out.cur_qp_state = out.qp_state;
     if (!writeMailbox(cmd, out))
-        return fail(PIB_CMD_STATUS_DMA_ERROR, err::kCmdDma, "QUERY_QP cannot write 0x%" PRIx64,
-                    cmd.out);
+        return mailboxFailed();
     return {};
 }
 
@@ -172,8 +170,7 @@ CommandOutcome CommandProcessor::attachOrDetachMcast(const Command &cmd) {
     const char *name = attach ? "ATTACH_MCAST" : "DETACH_MCAST";
     pib_mcast m;
     if (!readMailbox(cmd, m))
-        return fail(PIB_CMD_STATUS_DMA_ERROR, err::kCmdDma, "%s cannot read 0x%" PRIx64, name,
-                    cmd.in);
+        return mailboxFailed();
     QueuePair *qp = objects_.findQp(cmd.modifier);
     if (!qp)
         return fail(PIB_CMD_STATUS_BAD_INDEX, err::kCmdBadIndex, "%s of QP %u", name, cmd.modifier);
@@ -306,8 +303,7 @@ CommandOutcome CommandProcessor::modifyQp(const Command &cmd) {
                     cmd.modifier);
     pib_qp_attr in;
     if (!readMailbox(cmd, in))
-        return fail(PIB_CMD_STATUS_DMA_ERROR, err::kCmdDma, "MODIFY_QP cannot read 0x%" PRIx64,
-                    cmd.in);
+        return mailboxFailed();
     const uint32_t mask = in.attr_mask;
     const uint8_t cur = qp->attr.qp_state;
     const uint8_t next = mask & PIB_QP_STATE ? in.qp_state : cur;

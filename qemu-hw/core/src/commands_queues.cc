@@ -19,8 +19,7 @@ static_assert(1u << kLogCqeSize == PIB_CQE_SIZE);
 CommandOutcome CommandProcessor::createEq(const Command &cmd) {
     pib_eq_context ctx;
     if (!readMailbox(cmd, ctx))
-        return fail(PIB_CMD_STATUS_DMA_ERROR, err::kCmdDma, "CREATE_EQ cannot read 0x%" PRIx64,
-                    cmd.in);
+        return mailboxFailed();
     if (ctx.log_size < 1 || ctx.log_size > limits::kLogMaxEqe)
         return fail(PIB_CMD_STATUS_BAD_PARAM, err::kCmdBadParam, "CREATE_EQ log_size %u",
                     ctx.log_size);
@@ -69,8 +68,7 @@ CommandOutcome CommandProcessor::queryEq(const Command &cmd) {
     if (!eq)
         return fail(PIB_CMD_STATUS_BAD_INDEX, err::kCmdBadIndex, "QUERY_EQ of EQ %u", cmd.modifier);
     if (!writeMailbox(cmd, eq->ctx))
-        return fail(PIB_CMD_STATUS_DMA_ERROR, err::kCmdDma, "QUERY_EQ cannot write 0x%" PRIx64,
-                    cmd.out);
+        return mailboxFailed();
     return {};
 }
 
@@ -79,8 +77,7 @@ CommandOutcome CommandProcessor::queryEq(const Command &cmd) {
 CommandOutcome CommandProcessor::createCq(const Command &cmd) {
     pib_cq_context ctx;
     if (!readMailbox(cmd, ctx))
-        return fail(PIB_CMD_STATUS_DMA_ERROR, err::kCmdDma, "CREATE_CQ cannot read 0x%" PRIx64,
-                    cmd.in);
+        return mailboxFailed();
     if (ctx.log_size < 1 || ctx.log_size > limits::kLogMaxCqe)
         return fail(PIB_CMD_STATUS_BAD_PARAM, err::kCmdBadParam, "CREATE_CQ log_size %u",
                     ctx.log_size);
@@ -130,8 +127,7 @@ CommandOutcome CommandProcessor::queryCq(const Command &cmd) {
     if (!cq)
         return fail(PIB_CMD_STATUS_BAD_INDEX, err::kCmdBadIndex, "QUERY_CQ of CQ %u", cmd.modifier);
     if (!writeMailbox(cmd, cq->ctx))
-        return fail(PIB_CMD_STATUS_DMA_ERROR, err::kCmdDma, "QUERY_CQ cannot write 0x%" PRIx64,
-                    cmd.out);
+        return mailboxFailed();
     return {};
 }
 
@@ -140,8 +136,7 @@ CommandOutcome CommandProcessor::queryCq(const Command &cmd) {
 CommandOutcome CommandProcessor::createSrq(const Command &cmd) {
     pib_srq_context ctx;
     if (!readMailbox(cmd, ctx))
-        return fail(PIB_CMD_STATUS_DMA_ERROR, err::kCmdDma, "CREATE_SRQ cannot read 0x%" PRIx64,
-                    cmd.in);
+        return mailboxFailed();
     ProtectionDomain *pd = objects_.pds.find(ctx.pdn);
     if (!pd)
         return fail(PIB_CMD_STATUS_BAD_INDEX, err::kCmdBadIndex, "CREATE_SRQ in PD %u", ctx.pdn);
@@ -198,8 +193,7 @@ CommandOutcome CommandProcessor::querySrq(const Command &cmd) {
     pib_srq_context out = srq->ctx;
     out.wqe_count = srq->producer - srq->consumer;
     if (!writeMailbox(cmd, out))
-        return fail(PIB_CMD_STATUS_DMA_ERROR, err::kCmdDma, "QUERY_SRQ cannot write 0x%" PRIx64,
-                    cmd.out);
+        return mailboxFailed();
     return {};
 }
 
