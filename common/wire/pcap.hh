@@ -1,9 +1,13 @@
 // SPDX-License-Identifier: GPL-2.0-or-later
-// Packet capture to a pcap file that Wireshark and tshark read: link type
-// LINKTYPE_INFINIBAND (247), each record a whole packet from the LRH to
-// the VCRC, timestamped with the host's wall clock. Written through
-// libpcap; every record is flushed, so the file can be read while the
-// capture runs and nothing is lost when the process is killed.
+// Packet capture to a pcap file that Wireshark and tshark read as
+// InfiniBand: each record a whole packet from the LRH to the VCRC,
+// timestamped with the host's wall clock, behind an ERF record header of
+// type InfiniBand (link type LINKTYPE_ERF, 197, as Mellanox's ibdump
+// writes). Wireshark has no reader for LINKTYPE_INFINIBAND (247), which
+// tcpdump.org only reserves. The ERF header's interface number says the
+// direction: 0 received, 1 sent. Written through libpcap; every record is
+// flushed, so the file can be read while the capture runs and nothing is
+// lost when the process is killed.
 #pragma once
 
 #include <cstdint>
@@ -23,9 +27,10 @@ class PacketCapture {
     PacketCapture(const PacketCapture &) = delete;
     PacketCapture &operator=(const PacketCapture &) = delete;
 
+    enum class Direction : uint8_t { kReceived = 0, kSent = 1 };
     // Records one packet; false once the limit is reached (that packet and
     // any after it are not recorded) or a write failed.
-    bool record(std::span<const uint8_t> packet);
+    bool record(std::span<const uint8_t> packet, Direction direction);
     bool finished() const { return finished_; }
     uint64_t packets() const { return packets_; }
     const std::string &path() const { return path_; }

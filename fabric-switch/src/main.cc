@@ -33,8 +33,8 @@ Options:
                         dup=P% reorder=P% window=N delay=T[+-T] flap=T/T
                         dir=in|out|both seed=N (times in ns, us, ms or s)
   --capture N=FILE      record port N's packets, both ways, to a pcap file
-                        (Wireshark: LINKTYPE_INFINIBAND); see also the
-                        control socket's capture command
+                        that Wireshark reads as InfiniBand (ERF records);
+                        see also the control socket's capture command
   --verbose             log every dropped packet and why
   --help                show this text
 )";

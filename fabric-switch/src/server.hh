@@ -96,7 +96,7 @@ class Server {
     std::string portStates() const;
     std::string captureCommand(unsigned port, std::string_view args);
     std::string captureStatus() const;
-    void capture(unsigned port, std::span<const uint8_t> packet);
+    void capture(unsigned port, std::span<const uint8_t> packet, bool sent);
 
     Switch &sw_;
     std::vector<PortEndpoint> endpoints_; // index = port number

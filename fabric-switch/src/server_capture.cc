@@ -32,9 +32,11 @@ std::string Server::stopCapture(unsigned port) {
     return text;
 }
 
-void Server::capture(unsigned port, std::span<const uint8_t> packet) {
+void Server::capture(unsigned port, std::span<const uint8_t> packet, bool sent) {
     wire::PacketCapture *c = captures_[port].get();
-    if (c && !c->record(packet) && c->packets() == 0)
+    using Direction = wire::PacketCapture::Direction;
+    if (c && !c->record(packet, sent ? Direction::kSent : Direction::kReceived) &&
+        c->packets() == 0)
         captures_[port].reset(); // not even one packet could be written
 }
 

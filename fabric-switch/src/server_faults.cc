@@ -46,7 +46,7 @@ void Server::toSwitch(unsigned port, std::span<const uint8_t> packet) {
     // A packet held back by a fault is lost with the link it came over.
     if (!conns_[port] || !conns_[port]->helloReceived)
         return;
-    capture(port, packet);
+    capture(port, packet, false);
     for (auto &t : sw_.receive(port, packet))
         sendPacket(t.port, t.packet);
 }

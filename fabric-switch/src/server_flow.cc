@@ -47,7 +47,7 @@ void Server::sendFrame(unsigned port, uint8_t type, std::span<const uint8_t> pay
     if (c->queued() == 0)
         c->lastDrain = monotonicNs(); // an idle output is not a stuck one
     if (type == PIB_WIRE_PACKET)
-        capture(port, payload);
+        capture(port, payload, true);
     wire::appendFrame(c->output, type, payload);
     onWritable(port);
     c = conns_[port].get(); // a failed send drops the link

@@ -35,18 +35,34 @@ static char *pib_hca_answer(int rc, char *answer, Error **errp)
     return NULL;
 }
 
+/* The core's answer as a PibAnswer, or NULL with errp set. */
+static PibAnswer *pib_hca_message(int rc, char *answer, Error **errp)
+{
+    PibAnswer *result;
+
+    answer = pib_hca_answer(rc, answer, errp);
+    if (!answer) {
+        return NULL;
+    }
+    result = g_new0(PibAnswer, 1);
+    result->message = g_strdup(answer);
+    free(answer);
+    return result;
+}
+
 PibState *qmp_x_pib_query(const char *id, const char *object, Error **errp)
 {
     struct pib_core *core = pib_hca_find_core(id, errp);
     char *answer = NULL;
     QObject *state;
     PibState *result;
+    int rc;
 
     if (!core) {
         return NULL;
     }
-    answer = pib_hca_answer(pib_core_inspect(core, object, 1, &answer), answer,
-                            errp);
+    rc = pib_core_inspect(core, object, 1, &answer);
+    answer = pib_hca_answer(rc, answer, errp);
     if (!answer) {
         return NULL;
     }
@@ -65,21 +81,13 @@ PibAnswer *qmp_x_pib_capture(const char *id, uint32_t port, const char *file,
 {
     struct pib_core *core = pib_hca_find_core(id, errp);
     char *answer = NULL;
-    PibAnswer *result;
+    int rc;
 
     if (!core) {
         return NULL;
     }
-    answer = pib_hca_answer(
-        pib_core_capture(core, port, file, has_count ? count : 0, &answer),
-        answer, errp);
-    if (!answer) {
-        return NULL;
-    }
-    result = g_new0(PibAnswer, 1);
-    result->message = g_strdup(answer);
-    free(answer);
-    return result;
+    rc = pib_core_capture(core, port, file, has_count ? count : 0, &answer);
+    return pib_hca_message(rc, answer, errp);
 }
 
 /*
@@ -122,8 +130,9 @@ void hmp_info_pib(Monitor *mon, const QDict *qdict)
     }
     core = pib_hca_find_core(id, &err);
     if (core) {
-        answer = pib_hca_answer(pib_core_inspect(core, object, 0, &answer),
-                                answer, &err);
+        int rc = pib_core_inspect(core, object, 0, &answer);
+
+        answer = pib_hca_answer(rc, answer, &err);
     }
     if (hmp_handle_error(mon, err)) {
         return;
@@ -166,20 +175,13 @@ PibAnswer *qmp_x_pib_inject(const char *id, const char *injection, Error **errp)
 {
     struct pib_core *core = pib_hca_find_core(id, errp);
     char *answer = NULL;
-    PibAnswer *result;
+    int rc;
 
     if (!core) {
         return NULL;
     }
-    answer =
-        pib_hca_answer(pib_core_inject(core, injection, &answer), answer, errp);
-    if (!answer) {
-        return NULL;
-    }
-    result = g_new0(PibAnswer, 1);
-    result->message = g_strdup(answer);
-    free(answer);
-    return result;
+    rc = pib_core_inject(core, injection, &answer);
+    return pib_hca_message(rc, answer, errp);
 }
 
 /*

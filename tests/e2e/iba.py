@@ -46,18 +46,30 @@ def crcs_ok(packet: bytes):
     return icrc == zlib.crc32(bytes(masked)) & 0xFFFFFFFF, vcrc_ok
 
 
+ERF_HEADER = 16
+ERF_TYPE_INFINIBAND = 21
+LINKTYPE_ERF = 197
+
+
 def read_pcap(path):
-    """(link type, [packet bytes]) of a classic pcap file."""
+    """(link type, [packet bytes], [sent?]) of a classic pcap file of ERF
+    records (docs/user-guide.md, "Packet capture"): each record's ERF header
+    is checked and stripped; its interface says the direction."""
     data = open(path, "rb").read()
     magic = struct.unpack("<I", data[:4])[0]
     endian = "<" if magic in (0xA1B2C3D4, 0xA1B23C4D) else ">"
     linktype = struct.unpack(endian + "I", data[20:24])[0]
-    packets, at = [], 24
+    packets, sent, at = [], [], 24
     while at + 16 <= len(data):
         caplen = struct.unpack(endian + "I", data[at + 8:at + 12])[0]
-        packets.append(data[at + 16:at + 16 + caplen])
+        record = data[at + 16:at + 16 + caplen]
         at += 16 + caplen
-    return linktype, packets
+        assert record[8] == ERF_TYPE_INFINIBAND, f"ERF type {record[8]}"
+        rlen, _, wlen = struct.unpack(">HHH", record[10:16])
+        assert rlen == len(record) and wlen == len(record) - ERF_HEADER, (rlen, wlen, len(record))
+        packets.append(record[ERF_HEADER:])
+        sent.append(record[9] & 3 == 1)
+    return linktype, packets, sent
 
 
 def ud_packet(dlid, slid, dest_qp, src_qp, qkey, payload: bytes, vl=0) -> bytes:

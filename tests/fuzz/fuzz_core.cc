@@ -15,6 +15,7 @@
 
 #include <cstdio>
 #include <cstdlib>
+#include <string>
 
 #include "connected.hh"
 #include "connected_fixture.hh"
@@ -341,6 +342,43 @@ void command(FuzzedDataProvider &in, Target &t) {
     h.command(op, modifier, inAddr, outAddr, in.ConsumeBool() ? PIB_CMD_CTRL_EVENT : 0);
 }
 
+// The host's view of the device, in any state it is in: it must answer,
+// and the JSON must parse.
+void inspect(FuzzedDataProvider &in, FakeHost &h) {
+    static constexpr const char *kKinds[] = {"port", "eq", "cq", "qp", "srq", "mr"};
+    std::string what;
+    if (in.ConsumeBool())
+        what = std::string(kKinds[in.ConsumeIntegralInRange<size_t>(0, std::size(kKinds) - 1)]) +
+               " " + std::to_string(in.ConsumeIntegralInRange<uint32_t>(0, 300));
+    char *answer = nullptr;
+    const int rc = pib_core_inspect(h.core, what.c_str(), in.ConsumeBool(), &answer);
+    check(answer != nullptr, "an inspection gave no answer");
+    check(rc == 0 || !what.empty(), "the whole device could not be inspected");
+    std::free(answer);
+}
+
+// The host's test facilities, on the objects the target has.
+void inject(FuzzedDataProvider &in, Target &t) {
+    const std::string qp = std::to_string(t.node.qpn);
+    const std::string lines[] = {
+        "drop " + qp + " " + std::to_string(in.ConsumeIntegralInRange(1, 5)),
+        "corrupt " + qp + " " + std::to_string(in.ConsumeIntegralInRange(1, 5)),
+        "wqe " + qp + " REM_ACCESS_ERR 0x42",
+        "command " + std::to_string(in.ConsumeIntegralInRange(0, 0x50)) + " BUSY",
+        "stop cq " + std::to_string(t.node.cqn),
+        "resume cq " + std::to_string(t.node.cqn),
+        "stop eq " + std::to_string(t.node.eqn),
+        "resume eq " + std::to_string(t.node.eqn),
+        "event qp-fatal " + qp,
+        "clear",
+    };
+    char *answer = nullptr;
+    pib_core_inject(t.node.host.core,
+                    lines[in.ConsumeIntegralInRange<size_t>(0, std::size(lines) - 1)].c_str(),
+                    &answer);
+    std::free(answer);
+}
+
 void step(FuzzedDataProvider &in, Target &t) {
     FakeHost &h = t.node.host;
     switch (in.ConsumeIntegralInRange(0, 15)) {
@@ -393,17 +431,21 @@ void step(FuzzedDataProvider &in, Target &t) {
     case 14:
         h.runScheduled();
         break;
-    default: // guest RAM the input writes: WQEs, buffers, rings
-        if (in.ConsumeIntegralInRange(0, 63) == 0) {
+    default: { // guest RAM the input writes (WQEs, buffers, rings), or the host acts
+        const int pick = in.ConsumeIntegralInRange(0, 63);
+        if (pick == 0) {
             pib_core_reset(h.core);
-            break;
-        }
-        {
+        } else if (pick == 1) { // the host looks at whatever state the device is in
+            inspect(in, h);
+        } else if (pick == 2) { // and arms its test facilities
+            inject(in, t);
+        } else {
             const uint64_t at = t.data + in.ConsumeIntegralInRange<uint64_t>(0, (64 << 10) - 256);
             const auto bytes = in.ConsumeBytes<uint8_t>(in.ConsumeIntegralInRange(0, 256));
             std::copy(bytes.begin(), bytes.end(), h.at(at));
         }
         break;
+    }
     }
     check(h.mappings == 0, "the core returned with guest RAM still mapped");
     // Nothing a guest or a peer sends may break the core inside: an

@@ -33,7 +33,7 @@ TEST_CASE("unknown opcodes and mailbox faults get their status", "[cmd]") {
     const uint64_t out = host.alloc(PIB_MAILBOX_SIZE);
     CHECK(host.command(PIB_CMD_QUERY_DEV_CAP, 0, 0, out + 4).status == PIB_CMD_STATUS_DMA_ERROR);
     // The detail says which rule: the alignment, and where it is written.
-    CHECK(host.errors.back().detail.find("output mailbox 0x" ) != std::string::npos);
+    CHECK(host.errors.back().detail.find("output mailbox 0x") != std::string::npos);
     CHECK(host.errors.back().detail.find("is not 8-byte aligned (prm §4.2)") != std::string::npos);
     CHECK(host.command(PIB_CMD_QUERY_DEV_CAP, 0, 0, ~0ull - 8).status == PIB_CMD_STATUS_DMA_ERROR);
     CHECK(host.guestErrors("cmd-dma") == 3);

@@ -8,26 +8,13 @@
 
 #include <catch2/catch.hpp>
 
-#include "connected_fixture.hh"
 #include "injection.hh"
+#include "management_calls.hh"
 
 using namespace pib;
 using namespace pib::testing;
 
 namespace {
-
-struct Answer {
-    int rc;
-    std::string text;
-};
-
-Answer inject(Node &n, const std::string &line) {
-    char *text = nullptr;
-    const int rc = pib_core_inject(n.host.core, line.c_str(), &text);
-    Answer a{rc, text ? text : ""};
-    std::free(text);
-    return a;
-}
 
 std::optional<uint16_t> noNames(std::string_view) {
     return std::nullopt;
@@ -181,15 +168,11 @@ TEST_CASE("injections are bounded, listed by the inspection, and cleared", "[inj
         REQUIRE(inject(n, "drop 5").rc == 0);
     CHECK(inject(n, "drop 5").rc == -1);
     CHECK(inject(n, "wqe 5 GENERAL_ERR").rc == 0); // another kind
-    char *text = nullptr;
-    REQUIRE(pib_core_inspect(n.host.core, nullptr, 1, &text) == 0);
-    const std::string state = text;
-    std::free(text);
-    CHECK(state.find("\"wqe_of_qp\":5") != std::string::npos);
+    const Answer armed = inspect(n, nullptr, true);
+    REQUIRE(armed.rc == 0);
+    CHECK(armed.text.find("\"wqe_of_qp\":5") != std::string::npos);
     CHECK(inject(n, "clear").rc == 0);
-    REQUIRE(pib_core_inspect(n.host.core, nullptr, 1, &text) == 0);
-    CHECK(std::string(text).find("\"injections\":[]") != std::string::npos);
-    std::free(text);
+    CHECK(inspect(n, nullptr, true).text.find("\"injections\":[]") != std::string::npos);
     CHECK(inject(n, "fatal as a test").rc == 0);
     CHECK(pib_core_bar_read(n.host.core, PIB_BAR_REGS, PIB_REG_STATUS, 4) & PIB_STATUS_FATAL);
 }

@@ -11,33 +11,12 @@
 #include <nlohmann/json.hpp>
 #include <pcap/pcap.h>
 
-#include "connected_fixture.hh"
+#include "management_calls.hh"
 
 using namespace pib;
 using namespace pib::testing;
 
 namespace {
-
-struct Answer {
-    int rc;
-    std::string text;
-};
-
-Answer capture(Node &n, unsigned port, const char *path, uint64_t limit = 0) {
-    char *text = nullptr;
-    const int rc = pib_core_capture(n.host.core, port, path, limit, &text);
-    Answer a{rc, text ? text : ""};
-    std::free(text);
-    return a;
-}
-
-Answer inspect(Node &n, const char *what, bool json) {
-    char *text = nullptr;
-    const int rc = pib_core_inspect(n.host.core, what, json, &text);
-    Answer a{rc, text ? text : ""};
-    std::free(text);
-    return a;
-}
 
 nlohmann::json inspectJson(Node &n, const char *what) {
     const Answer a = inspect(n, what, true);
@@ -46,7 +25,7 @@ nlohmann::json inspectJson(Node &n, const char *what) {
 }
 
 // The records of a pcap file, and its link type.
-std::vector<std::vector<uint8_t>> readPcap(const std::string &path, int *linkType) {
+std::vector<std::vector<uint8_t>> readRecords(const std::string &path, int *linkType) {
     char error[PCAP_ERRBUF_SIZE];
     pcap_t *p = pcap_open_offline(path.c_str(), error);
     REQUIRE(p != nullptr);
@@ -61,6 +40,28 @@ std::vector<std::vector<uint8_t>> readPcap(const std::string &path, int *linkTyp
     }
     pcap_close(p);
     return records;
+}
+
+struct Captured {
+    std::vector<uint8_t> packet;
+    bool sent; // the ERF header's interface: 1 sent, 0 received
+};
+
+// The packets of a capture: pcap records of LINKTYPE_ERF, each an ERF
+// header of type InfiniBand and a packet, as Wireshark reads them.
+std::vector<Captured> readPcap(const std::string &path) {
+    int linkType = 0;
+    std::vector<Captured> packets;
+    for (const auto &r : readRecords(path, &linkType)) {
+        REQUIRE(r.size() > 16);
+        CHECK(r[8] == 21);                             // ERF type InfiniBand
+        CHECK((r[9] & ~3) == 0x04);                    // variable length, interface in bits 1:0
+        CHECK(size_t(r[10] << 8 | r[11]) == r.size()); // record length
+        CHECK(size_t(r[14] << 8 | r[15]) == r.size() - 16); // wire length
+        packets.push_back({{r.begin() + 16, r.end()}, (r[9] & 3) == 1});
+    }
+    CHECK(linkType == 197); // LINKTYPE_ERF
+    return packets;
 }
 
 struct TempFile {
@@ -89,24 +90,24 @@ TEST_CASE("a port's capture holds every packet both ways, LRH to VCRC", "[manage
     CHECK(stopped.rc == 0);
     CHECK(stopped.text.find(std::to_string(p.wire.seen.size()) + " packets") != std::string::npos);
 
-    int linkType = 0;
-    const auto records = readPcap(file.path, &linkType);
-    CHECK(linkType == 247); // LINKTYPE_INFINIBAND
+    const auto records = readPcap(file.path);
     REQUIRE(records.size() == p.wire.seen.size());
     for (size_t i = 0; i < records.size(); ++i) {
-        // Each record is the packet as it crossed the wire, CRCs included.
+        // Each record is the packet as it crossed the wire, CRCs included,
+        // and says which way it went.
         iba::ParseError error;
-        auto parsed = iba::parse(records[i], &error);
+        auto parsed = iba::parse(records[i].packet, &error);
         REQUIRE(parsed.has_value());
         CHECK(parsed->bth.opcode == p.wire.seen[i].bth.opcode);
         CHECK(parsed->bth.psn == p.wire.seen[i].bth.psn);
-        CHECK(records[i] == iba::build(p.wire.seen[i]));
+        CHECK(records[i].packet == iba::build(p.wire.seen[i]));
+        CHECK(records[i].sent == (parsed->lrh.slid == p.a.lid));
     }
     // Nothing more is recorded once stopped.
     p.b.postRecv(2, in, 8192);
     p.a.postSend(3, {.local = out, .length = 100});
     p.wire.run();
-    CHECK(readPcap(file.path, &linkType).size() == records.size());
+    CHECK(readPcap(file.path).size() == records.size());
 }
 
 TEST_CASE("a capture stops by itself at its packet limit", "[management]") {
@@ -117,8 +118,7 @@ TEST_CASE("a capture stops by itself at its packet limit", "[management]") {
     p.b.postRecv(1, in, 8192);
     p.a.postSend(1, {.local = out, .length = 8000});
     p.wire.run();
-    int linkType = 0;
-    CHECK(readPcap(file.path, &linkType).size() == 3);
+    CHECK(readPcap(file.path).size() == 3);
     CHECK(
         capture(p.b, 1, nullptr).text.find("3 packets to " + file.path + " (stopped: the limit") !=
         std::string::npos);

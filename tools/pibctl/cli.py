@@ -194,7 +194,7 @@ def build_parser() -> argparse.ArgumentParser:
         "capture", help="record a switch or device port's packets to a pcap file for Wireshark",
         formatter_class=argparse.RawDescriptionHelpFormatter,
         description="Records every packet a port sends and receives, LRH to VCRC, to a pcap file "
-                    "(link type 247, InfiniBand) that Wireshark and tshark read. Runs until "
+                    "(InfiniBand in ERF records) that Wireshark and tshark read. Runs until "
                     "--seconds pass, --count packets were recorded, or Ctrl-C. Examples:\n"
                     "  ./pib capture switch1:1 -w sm-sweep.pcap --seconds 10\n"
                     "  ./pib capture vm2 --count 100\n"

@@ -180,9 +180,9 @@ int pib_core_inspect(struct pib_core *core, const char *what, int json, char **a
 
 /*
  * Records every packet port `port` sends and receives, from the LRH to
- * the VCRC, to a pcap file at `path` (link type 247, InfiniBand), `limit`
- * packets at most (0: no limit). `path` NULL stops the capture and closes
- * the file.
+ * the VCRC, to a pcap file at `path` (LINKTYPE_ERF records of type
+ * InfiniBand, which Wireshark reads), `limit` packets at most (0: no
+ * limit). `path` NULL stops the capture and closes the file.
  */
 int pib_core_capture(struct pib_core *core, unsigned port, const char *path, uint64_t limit,
                      char **answer);

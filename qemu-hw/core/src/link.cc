@@ -56,7 +56,7 @@ void Link::receive(std::span<const uint8_t> bytes, const std::function<void(Even
                 onEvent(Event::kUp);
             }
         } else if (up_) {
-            record(frame->payload);
+            record(frame->payload, wire::PacketCapture::Direction::kReceived);
             onPacket(frame->payload);
         } else {
             ++framesDropped_; // packets before HELLO: the link is not up
@@ -83,7 +83,7 @@ bool Link::sendFramed(std::vector<uint8_t> &framed) {
     if (!up_ || framed.size() < wire::kHeaderSize)
         return true; // lost on a link that is down; nothing queues up
     wire::frameInPlace(framed, PIB_WIRE_PACKET);
-    record(std::span(framed).subspan(wire::kHeaderSize));
+    record(std::span(framed).subspan(wire::kHeaderSize), wire::PacketCapture::Direction::kSent);
     return host_.portSend(port_, framed);
 }
 

@@ -60,9 +60,9 @@ class Link {
     void sendHello();
     std::unique_ptr<wire::PacketCapture> capture_;
 
-    void record(std::span<const uint8_t> packet) {
+    void record(std::span<const uint8_t> packet, wire::PacketCapture::Direction direction) {
         if (capture_)
-            capture_->record(packet);
+            capture_->record(packet, direction);
     }
 };
 
