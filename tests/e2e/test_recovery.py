@@ -9,7 +9,7 @@ vm2 is the one that fails: vm1 runs opensm, which would lose its device."""
 import re
 import time
 
-from pibctl import fabric, qmp
+from pibctl import fabric
 from transfers import traffic
 
 VM = "vm2"
@@ -30,9 +30,8 @@ def test_a_fatal_error_is_reported_and_recovered_by_a_function_reset(ctx):
     ctx.sh(VM, "rm -f /tmp/asyncwatch.out; "
                "(timeout 60 ibv_asyncwatch -d pib_0 > /tmp/asyncwatch.out 2>&1 &)")
     time.sleep(1)
-    qmp.command(ctx.fabric.vm(VM).path / "qmp.sock", "qom-set",
-                path="/machine/peripheral/hca0", property="x-inject-fatal",
-                value="end-to-end test")
+    injected = ctx.pib("inject", VM, "fatal", "end-to-end test")
+    assert injected.returncode == 0, injected.stderr
     injected = time.monotonic()
     deadline = injected + RECOVERY_SECONDS
     while _registrations(ctx) == before:

@@ -14,7 +14,7 @@ from collections import defaultdict
 from pathlib import Path
 
 import iba
-from pibctl import monitor
+from pibctl import qmp
 from pibctl.pairs import run_pair, tcp_listening
 from transfers import traffic
 
@@ -93,12 +93,15 @@ def _check_rc_psns(rows):
 
 
 def _capture(ctx, spec, path, run):
-    target = monitor.Target(ctx.fabric, spec)
-    target.start(path, 0)
+    """Captures at `spec` while `run` runs, through ./pib capture."""
+    started = ctx.pib("capture", spec, "-w", str(path), "--start")
+    assert started.returncode == 0, started.stderr
     try:
         run()
     finally:
-        answer = target.stop()
+        stopped = ctx.pib("capture", spec, "--stop")
+    assert stopped.returncode == 0, stopped.stderr
+    answer = stopped.stdout.strip()
     print(f"  {spec}: {answer}")
     linktype, packets, _ = iba.read_pcap(path)
     assert linktype == iba.LINKTYPE_ERF, linktype
@@ -121,12 +124,8 @@ def test_captures_decode_in_tshark_as_an_sm_sweep_rc_sends_and_reads(ctx):
     # The switch port vm1 (and opensm) is cabled to, and vm2's own port.
     vm1 = ctx.fabric.vm("vm1")
     switch_spec = f"{vm1.switch}:{vm1.switch_port}"
-    target = monitor.Target(ctx.fabric, "vm2")
-    target.start(rc, 0)
-    try:
-        packets = _capture(ctx, switch_spec, sweep, sweep_and_traffic)
-    finally:
-        print(f"  vm2: {target.stop()}")
+    packets = _capture(ctx, switch_spec, sweep,
+                       lambda: _capture(ctx, "vm2", rc, sweep_and_traffic))
     _, rc_packets, sent = iba.read_pcap(rc)
     assert any(sent) and not all(sent), "vm2's capture has both directions"
 
@@ -143,9 +142,14 @@ def test_captures_decode_in_tshark_as_an_sm_sweep_rc_sends_and_reads(ctx):
     print(f"  {switch_spec}: {len(packets)} packets, {sum(1 for r in rows if r['infiniband.mad.method'])} "
           f"MADs; vm2 port 1: {len(rc_packets)} packets, RC opcodes "
           + ", ".join(RC[o] for o in sorted(seen)))
-    # What a user reads in the closing note: one RC exchange, decoded.
-    summary = _tshark(rc, "-Y", "infiniband.bth.opcode <= 0x11 && infiniband.bth.destqp > 1")
-    print("\n".join("    " + line for line in summary.splitlines()[:12]))
+    # What a user reads: one RC exchange and a READ, decoded, with PSNs.
+    for opcodes in ("infiniband.bth.opcode <= 0x04 || infiniband.bth.opcode == 0x11",
+                    "infiniband.bth.opcode >= 0x0c && infiniband.bth.opcode <= 0x11"):
+        summary = _tshark(rc, "-Y", f"({opcodes}) && infiniband.bth.destqp > 1", "-T", "fields",
+                          "-e", "frame.number", "-e", "infiniband.lrh.slid", "-e",
+                          "infiniband.lrh.dlid", "-e", "infiniband.bth.destqp", "-e",
+                          "infiniband.bth.psn", "-e", "_ws.col.Info")
+        print("\n".join("    " + line for line in summary.splitlines()[:8]))
     shutil.rmtree(where)
 
 
@@ -203,6 +207,18 @@ def test_inspection_agrees_with_the_drivers_debugfs(ctx):
         "    " + line for line in qp_text.stdout.splitlines()))
     missing = ctx.pib("inspect", "vm1", "qp", "999999")
     assert missing.returncode == 1 and "no qp 999999" in missing.stdout, missing.stdout
+    # The HMP commands, as a user types them in QEMU's monitor.
+    for line, expect in (("info pib hca0 port 1", "state ACTIVE"),
+                         ("pib_inject hca0 drop 99999 1", "armed: drop 99999 1"),
+                         ("pib_inject clear", "nothing armed"),
+                         ("pib_inject bogus", "unknown injection 'bogus'"),
+                         ("pib_capture 1 /tmp/pib-hmp.pcap 5", "capturing to /tmp/pib-hmp.pcap"),
+                         ("pib_capture hca0 1 stop", "port 1: captured")):
+        out = qmp.command(ctx.fabric.vm("vm1").path / "qmp.sock", "human-monitor-command",
+                                  **{"command-line": line})
+        assert expect in out, f"{line}: {out}"
+    Path("/tmp/pib-hmp.pcap").unlink(missing_ok=True)
+    print("  HMP: info pib, pib_inject and pib_capture answer as documented")
 
 
 # What the test facilities' test expects each injected event to become in
