@@ -9,7 +9,7 @@ import re
 import time
 
 from pibctl import fabric
-from pibctl.pairs import ipoib_up, rdma_cm_listening, run_pair
+from pibctl.pairs import device_states, ipoib_up, rdma_cm_listening, run_pair
 from transfers import bulk_tcp, traffic
 
 ONLY_ON_TWO_SWITCHES = True
@@ -56,7 +56,7 @@ def _rc_pingpong(ctx, iters, port=18600):
     client, server_out, rc = run_pair(ctx, argv, argv, port=port, timeout=180)
     assert client.exitcode == 0 and rc == "0", (
         f"client {client.exitcode}, server {rc}\nclient:\n{client.out}{client.err}\n"
-        f"server:\n{server_out}")
+        f"server:\n{server_out}" + device_states(ctx))
     m = re.search(r"(\d+) iters in ([\d.]+) seconds", client.out)
     assert m and int(m.group(1)) == iters, client.out
     return float(m.group(2))

@@ -211,7 +211,7 @@ def test_inspection_agrees_with_the_drivers_debugfs(ctx):
     for line, expect in (("info pib hca0 port 1", "state ACTIVE"),
                          ("pib_inject hca0 drop 99999 1", "armed: drop 99999 1"),
                          ("pib_inject clear", "nothing armed"),
-                         ("pib_inject bogus", "unknown injection 'bogus'"),
+                         ("pib_inject hca0 bogus", "unknown injection 'bogus'"),
                          ("pib_capture 1 /tmp/pib-hmp.pcap 5", "capturing to /tmp/pib-hmp.pcap"),
                          ("pib_capture hca0 1 stop", "port 1: captured")):
         out = qmp.command(ctx.fabric.vm("vm1").path / "qmp.sock", "human-monitor-command",

@@ -5,7 +5,7 @@ import re
 import time
 
 from guest_scripts import TCP_SINK_SCRIPT, TCP_SOURCE_SCRIPT
-from pibctl.pairs import run_pair, tcp_listening
+from pibctl.pairs import device_states, run_pair, tcp_listening
 
 
 def bulk_tcp(ctx, megabytes, port, timeout=240, source_vm="vm1", sink_vm="vm2"):
@@ -58,18 +58,18 @@ def traffic(ctx, args=(), port=18800, timeout=900, expect_loss=False, client_vm=
     client = ["pib-traffic", "-p", str(port), *args]
     result, server_out, rc = run_pair(ctx, server, client, port=port, timeout=timeout,
                                       server_vm=server_vm, client_vm=client_vm)
-    where = (f"client:\n{result.out}{result.err}\nserver:\n{server_out}"
-             + _switch_stalls(ctx))
-    assert result.exitcode == 0 and rc == "0", f"client {result.exitcode}, server {rc}\n{where}"
+    where = lambda: (f"client:\n{result.out}{result.err}\nserver:\n{server_out}"
+                     + _switch_stalls(ctx) + device_states(ctx, (client_vm, server_vm)))
+    assert result.exitcode == 0 and rc == "0", f"client {result.exitcode}, server {rc}\n{where()}"
     sent, got = _traffic_lines(result.out), _traffic_lines(server_out)
-    assert sent and sent.keys() == got.keys(), where
+    assert sent and sent.keys() == got.keys(), where()
     for name, line in sent.items():
         other = got[name]
         for field in ("messages", "bytes", "lost", "errors", "sha"):
-            assert line[field] == other[field], f"{name}: {field} differs\n{where}"
-        assert line["errors"] == "0", where
+            assert line[field] == other[field], f"{name}: {field} differs\n{where()}"
+        assert line["errors"] == "0", where()
         if not expect_loss:
-            assert line["lost"] == "0", where
+            assert line["lost"] == "0", where()
         print(f"  {name:<11} {line['qps']} QPs {int(line['messages']):5d} messages "
               f"{int(line['bytes']):11d} bytes {int(line['lost']):3d} lost, "
               f"sha256 {line['sha'][:16]}... at both ends")

@@ -106,3 +106,14 @@ def inject(vm_name: str, words: list) -> int:
     vm = fabric_mod.require().vm(vm_name)
     ui.info(_qmp(vm, "x-pib-inject", injection=" ".join(words))["message"])
     return 0
+
+
+def connected_qps(fabric, vm_name: str) -> str:
+    """A VM's RC and UC QPs in detail (`info pib qp N`, at most 16): where a
+    connection that does not finish stands, for a test's failure report."""
+    vm = fabric.vm(vm_name)
+    hmp = lambda line: _qmp(vm, "human-monitor-command", **{"command-line": line})
+    qps = [line.split()[1] for line in hmp("info pib").splitlines()
+           if "type RC" in line or "type UC" in line]
+    return f"--- {vm_name}: its RC and UC QPs ---\n" + "".join(
+        hmp(f"info pib qp {n}") for n in qps[:16])

@@ -59,6 +59,17 @@ def output_contains(text):
     return lambda ctx, vm, output: text in output()
 
 
+def device_states(ctx, vms=("vm1", "vm2")):
+    """What each VM's pib-hca says about its RC and UC QPs (`info pib`):
+    where a transfer that did not finish stands, PSNs and timers included."""
+    from pibctl import monitor
+
+    try:
+        return "\n" + "".join(monitor.connected_qps(ctx.fabric, vm) for vm in vms)
+    except Exception as e:  # a report must not hide the failure it reports
+        return f"\n(the devices could not be inspected: {e})\n"
+
+
 def run_pair(ctx, server, client, port=18515, timeout=120, server_vm="vm2", client_vm="vm1",
              address=None, ready=None):
     """Runs `server` (argv) in server_vm and, once it is ready (by default:
@@ -84,10 +95,12 @@ def run_pair(ctx, server, client, port=18515, timeout=120, server_vm="vm2", clie
         if rc:
             break
         if time.monotonic() > deadline:
-            # Where the server waits, for the failure's report: each of its
-            # threads' state and kernel stack.
+            # Where the server waits, for the failure's report: the devices'
+            # QPs (PSNs, timers: before the kill destroys them), and each of
+            # the server's threads' state and kernel stack.
+            devices = device_states(ctx, (client_vm, server_vm))
             name = shlex.quote(server[0])
-            stuck = ctx.sh(server_vm, f"for p in $(pgrep -f {name}); do for t in /proc/$p/task/*; do "
+            stuck = devices + ctx.sh(server_vm, f"for p in $(pgrep -f {name}); do for t in /proc/$p/task/*; do "
                                       f"echo \"== $t $(grep State: $t/status)\"; cat $t/stack; done; done; "
                                       f"pkill -f {name}; true", check=False).out
             return result, output() + f"\n--- the server 60 s after the client ended ---\n{stuck}", \
