@@ -70,25 +70,42 @@ print(size, digest, "%.1f" % (size / (time.monotonic() - start) / 1e6))
 
 # Creates one object of each kind through the provider and holds them
 # until /tmp/hold.release appears (60 s at most), so that the host can
-# look at them meanwhile. Prints "ready KEY QPN SRQN CQN" once they exist.
+# look at them meanwhile. The RC QP is connected to itself (PSNs from
+# 100, path MTU 1024) and has sent itself one 3000-byte message, three
+# packets. Prints "ready KEY QPN LID" once that is done.
 HOLD_OBJECTS_SCRIPT = r"""
 import os, time
 import pyverbs.enums as e
+from pyverbs.addr import AHAttr
 from pyverbs.device import Context
 from pyverbs.pd import PD
 from pyverbs.mr import MR
 from pyverbs.cq import CQ
 from pyverbs.srq import SRQ, SrqInitAttr, SrqAttr
 from pyverbs.qp import QP, QPInitAttr, QPCap, QPAttr
+from pyverbs.wr import RecvWR, SendWR, SGE
 
 ctx = Context(name="pib_0")
+lid = ctx.query_port(1).lid
 pd = PD(ctx)
 mr = MR(pd, 65536, e.IBV_ACCESS_LOCAL_WRITE | e.IBV_ACCESS_REMOTE_READ)
 cq = CQ(ctx, 100)
 srq = SRQ(pd, SrqInitAttr(SrqAttr(max_wr=32, max_sge=2)))
 qp = QP(pd, QPInitAttr(qp_type=e.IBV_QPT_RC, scq=cq, rcq=cq, cap=QPCap(16, 8, 2, 2)))
-qp.to_init(QPAttr(port_num=1))
-print("ready", hex(mr.lkey), qp.qp_num, flush=True)
+attr = QPAttr(port_num=1, path_mtu=e.IBV_MTU_1024)
+attr.qp_access_flags = e.IBV_ACCESS_LOCAL_WRITE
+attr.dest_qp_num = qp.qp_num
+attr.rq_psn = attr.sq_psn = 100
+attr.max_dest_rd_atomic = attr.max_rd_atomic = 1
+attr.min_rnr_timer, attr.timeout, attr.retry_cnt, attr.rnr_retry = 12, 14, 7, 7
+attr.ah_attr = AHAttr(dlid=lid, port_num=1)
+qp.to_rts(attr)
+qp.post_recv(RecvWR(wr_id=1, num_sge=1, sg=[SGE(mr.buf, 4096, mr.lkey)]))
+qp.post_send(SendWR(wr_id=2, num_sge=1, sg=[SGE(mr.buf + 8192, 3000, mr.lkey)]))
+done, deadline = 0, time.monotonic() + 10
+while done < 2 and time.monotonic() < deadline:
+    done += cq.poll()[0]
+print("ready", hex(mr.lkey), qp.qp_num, lid, "completions", done, flush=True)
 deadline = time.monotonic() + 60
 while not os.path.exists("/tmp/hold.release") and time.monotonic() < deadline:
     time.sleep(0.2)
