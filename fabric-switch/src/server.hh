@@ -68,6 +68,7 @@ class Server {
     void onReadable(unsigned port, uint32_t events);
     void onWritable(unsigned port);
     void processInput(unsigned port);
+    bool helloReceived(unsigned port);
     void block(unsigned port, unsigned output);
     void rewatch(unsigned port);
     void resumeInputs();

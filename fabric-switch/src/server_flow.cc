@@ -128,6 +128,39 @@ void Server::onReadable(unsigned port, uint32_t events) {
     processInput(port);
 }
 
+// A HELLO from the peer. The first brings the link up. A later one means
+// the peer reset its port and trains the link again (docs/wire.md): the
+// link goes down and comes up, and the peer hears our HELLO. A peer that
+// retrains more often than kMinRetrainNs gets the HELLO without the
+// bounce, so that it cannot flood the SM with traps. False when sending
+// dropped the link.
+bool Server::helloReceived(unsigned port) {
+    Connection *c = conns_[port].get();
+    const uint64_t now = monotonicNs();
+    const bool retrain = c->helloReceived;
+    if (retrain && now - c->lastRetrainNs < kMinRetrainNs) {
+        sendHello(port);
+        return conns_[port].get() == c;
+    }
+    auto send = [&](const std::vector<Transmit> &out) {
+        for (auto &t : out)
+            sendPacket(t.port, t.packet);
+        return conns_[port].get() == c;
+    };
+    if (retrain) {
+        log("port %u: the peer retrains the link", port);
+        c->lastRetrainNs = now;
+        if (!send(sw_.linkChanged(port, false)))
+            return false;
+        sendHello(port);
+        if (conns_[port].get() != c)
+            return false;
+    }
+    c->helloReceived = true;
+    log("port %u: link up", port);
+    return send(sw_.linkChanged(port, true));
+}
+
 // Passes on the input's frames until none is left or an output fills.
 void Server::processInput(unsigned port) {
     Connection *c = conns_[port].get();
@@ -137,23 +170,7 @@ void Server::processInput(unsigned port) {
         if (!frame)
             break;
         if (frame->type == PIB_WIRE_HELLO) {
-            if (c->helloReceived) {
-                // The peer reset its port and trains the link again: it
-                // goes down and comes up, and the peer hears our HELLO.
-                log("port %u: the peer retrains the link", port);
-                for (auto &t : sw_.linkChanged(port, false))
-                    sendPacket(t.port, t.packet);
-                if (conns_[port].get() != c)
-                    return;
-                sendHello(port);
-                if (conns_[port].get() != c)
-                    return;
-            }
-            c->helloReceived = true;
-            log("port %u: link up", port);
-            for (auto &t : sw_.linkChanged(port, true))
-                sendPacket(t.port, t.packet);
-            if (conns_[port].get() != c)
+            if (!helloReceived(port) || conns_[port].get() != c)
                 return;
             continue;
         }

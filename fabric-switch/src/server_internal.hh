@@ -22,6 +22,10 @@ int unixSocket(const std::string &path, bool listen);
 // Adds `fd` to `epoll` (or changes it) with `tag` as its event data.
 void watchTag(int epoll, int fd, uint64_t tag, bool writable);
 
+// A peer may retrain its link (send HELLO again) at most this often; a
+// faster one is answered without taking the link down and up.
+constexpr uint64_t kMinRetrainNs = 100'000'000;
+
 constexpr uint64_t kListenerTag = 1ull << 32;
 constexpr uint64_t kWakeTag = 1ull << 33;
 constexpr uint64_t kControlTag = 1ull << 34;       // the control socket's listener
@@ -33,6 +37,7 @@ struct Server::Connection {
     std::vector<uint8_t> output; // frames to send; the first `sent` bytes are gone
     size_t sent = 0;
     bool helloReceived = false;
+    uint64_t lastRetrainNs = 0; // the peer last retrained the link (a second HELLO)
     // As an input: not read while an output it filled drains.
     unsigned blockedOn = 0;
     uint64_t blockedSince = 0;

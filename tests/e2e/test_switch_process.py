@@ -122,3 +122,23 @@ def test_switches_on_other_hosts_link_over_tcp(ctx):
     finally:
         assert b.stop() == 0, b.log
         assert a.stop() == 0, a.log
+
+
+def test_a_second_hello_retrains_the_link_at_most_every_100_ms(ctx):
+    """A peer that reset its port says HELLO again (docs/wire.md): the switch
+    answers with its own and takes the link down and up; one that does so
+    again within 100 ms gets the HELLO without the bounce."""
+    sw = SwitchProcess(_tmpdir("switch-retrain"))
+    try:
+        s = sw.connect(3)
+        _node_info(s, 3)  # the link is up: SMPs pass
+        for _ in range(3):  # one retrain, then two too soon
+            s.sendall(iba.hello(0x1111, 1))
+            kind, _ = iba.read_frame(s)
+            assert kind == iba.HELLO
+        dest_qp, mad = _node_info(s, 3)  # up again
+        assert mad[3] == 0x81, mad[:8]
+    finally:
+        assert sw.stop() == 0, sw.log
+    assert sw.log.count("port 3: the peer retrains the link") == 1, sw.log
+    assert sw.log.count("port 3: link up") == 2, sw.log
