@@ -251,3 +251,66 @@ for vector in range(ctx.num_comp_vectors):
     for obj in (qp, cq, channel):
         obj.close()
 """
+
+# The guest's side of stopping a completion EQ (docs/prm.md §10): a CQ on
+# completion vector 1 with a completion channel, driven in phases as
+# INJECTION_SCRIPT is. Prints "ready"; in phase 1 (the EQ stopped) arms the
+# CQ, sends to itself and prints "polled N" for the completions found
+# without any event; in phase 2 (resumed) does the same and prints "event"
+# once the channel's event came, then "polled N".
+EQ_SCRIPT = r"""
+import os, sys, time
+import pyverbs.enums as e
+from pyverbs.addr import AH, AHAttr
+from pyverbs.cq import CQ, CompChannel
+from pyverbs.device import Context
+from pyverbs.mr import MR
+from pyverbs.pd import PD
+from pyverbs.qp import QP, QPAttr, QPCap, QPInitAttr
+from pyverbs.wr import RecvWR, SendWR, SGE
+
+def phase(n):
+    deadline = time.monotonic() + 120
+    while not os.path.exists(f"/tmp/inject.{n}"):
+        if time.monotonic() > deadline:
+            sys.exit(f"phase {n} never came")
+        time.sleep(0.1)
+
+def send_to_self():
+    qp.post_recv(RecvWR(wr_id=1, num_sge=1, sg=[SGE(mr.buf, 4096, mr.lkey)]))
+    wr = SendWR(wr_id=2, num_sge=1, sg=[SGE(mr.buf + 4096, 32, mr.lkey)])
+    wr.set_wr_ud(ah, qp.qp_num, 0x33333333)
+    qp.post_send(wr)
+
+def poll(expect):
+    found, deadline = 0, time.monotonic() + 10
+    while found < expect and time.monotonic() < deadline:
+        found += cq.poll(num_entries=expect)[0]
+        time.sleep(0.05)
+    return found
+
+ctx = Context(name="pib_0")
+pd = PD(ctx)
+mr = MR(pd, 8192, e.IBV_ACCESS_LOCAL_WRITE)
+ah = AH(pd, attr=AHAttr(dlid=ctx.query_port(1).lid, port_num=1))
+channel = CompChannel(ctx)
+cq = CQ(ctx, 8, None, channel, 1)
+qp = QP(pd, QPInitAttr(qp_type=e.IBV_QPT_UD, scq=cq, rcq=cq, cap=QPCap(4, 4, 1, 1)))
+attr = QPAttr(port_num=1)
+attr.qkey = 0x33333333
+qp.to_rts(attr)
+print("ready", flush=True)
+
+phase(1)
+cq.req_notify()
+send_to_self()
+print("polled", poll(2), flush=True)
+
+phase(2)
+cq.req_notify()
+send_to_self()
+channel.get_cq_event(cq)
+cq.ack_events(1)
+print("event", flush=True)
+print("polled", poll(2), flush=True)
+"""

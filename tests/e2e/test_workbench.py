@@ -18,7 +18,7 @@ from pibctl import qmp
 from pibctl.pairs import run_pair, tcp_listening
 from transfers import traffic
 
-from guest_scripts import HOLD_OBJECTS_SCRIPT, INJECTION_SCRIPT, VECTORS_SCRIPT
+from guest_scripts import EQ_SCRIPT, HOLD_OBJECTS_SCRIPT, INJECTION_SCRIPT, VECTORS_SCRIPT
 
 # BTH opcodes (IBA table 38) of reliable connection packets.
 RC = {0x00: "SEND First", 0x01: "SEND Middle", 0x02: "SEND Last", 0x04: "SEND Only",
@@ -234,15 +234,16 @@ INJECTED_EVENTS = {"qp-fatal RC": "QP_FATAL", "path-mig RC": "PATH_MIG", "cq-err
 
 
 class _Injections:
-    """INJECTION_SCRIPT running in a VM, driven phase by phase."""
+    """A guest script (INJECTION_SCRIPT, EQ_SCRIPT) running in a VM, driven
+    phase by phase while the host injects."""
 
-    def __init__(self, ctx, vm):
+    def __init__(self, ctx, vm, script=INJECTION_SCRIPT):
         self.ctx, self.vm = ctx, vm
         ctx.sh(vm, "rm -f /tmp/inject.* /tmp/injection.out; (timeout 300 python3 - "
-                   ">/tmp/injection.out 2>&1 <<'EOF'\n" + INJECTION_SCRIPT + "\nEOF\n"
+                   ">/tmp/injection.out 2>&1 <<'EOF'\n" + script + "\nEOF\n"
                    ") >/dev/null 2>&1 &")
         self.output = ""
-        self.wait_for(r"^ready (\d+) (\d+)$")
+        self.wait_for(r"^ready")
 
     def wait_for(self, pattern, seconds=60):
         deadline = time.monotonic() + seconds
@@ -396,3 +397,26 @@ def _hw_counters(ctx, vm):
     out = ctx.sh(vm, "cd /sys/class/infiniband/pib_0/ports/1/hw_counters && "
                      "for f in *; do echo $f $(cat $f); done").out
     return {name: int(value) for name, value in (line.split() for line in out.splitlines())}
+
+
+def test_a_stopped_completion_eq_signals_nothing_until_resumed(ctx):
+    """The EQ of completion vector 1 stopped: a CQ on that vector gets its
+    completions but no event and no interrupt, and the EQ overruns; once
+    resumed, the next completion signals as usual."""
+    vm = "vm2"
+    script = _Injections(ctx, vm, EQ_SCRIPT)
+    eqs = json.loads(ctx.pib("inspect", vm, "--json").stdout)["eqs"]
+    eqn = next(q["eqn"] for q in eqs if q["vector"] == 2)  # vector 1's EQ: MSI-X 1 + 1
+    before = _interrupts(ctx, vm)["pib-comp1"]
+    print("  " + script.inject("stop", "eq", str(eqn)))
+    script.run_phase(1)
+    assert script.wait_for(r"^polled (\d+)$").group(1) == "2", script.output
+    stopped = json.loads(ctx.pib("inspect", vm, "eq", str(eqn), "--json").stdout)
+    assert stopped["stopped"] and stopped["overrun"], stopped
+    assert _interrupts(ctx, vm)["pib-comp1"] == before
+    print("  " + script.inject("resume", "eq", str(eqn)))
+    script.run_phase(2)
+    script.wait_for(r"^event\npolled 2$")
+    assert _interrupts(ctx, vm)["pib-comp1"] > before
+    print("    guest: 2 completions and no interrupt while stopped (the EQ overran); "
+          "after resume the CQ's event came on pib-comp1")
