@@ -114,6 +114,17 @@ for obj in (qp, srq, cq, mr, pd):
 ctx.close()
 """
 
+# Waits until the host creates /tmp/inject.N (2 minutes at most): how the
+# phased scripts below let the host act between their steps.
+WAIT_FOR_PHASE = r"""
+def phase(n):
+    deadline = time.monotonic() + 120
+    while not os.path.exists(f"/tmp/inject.{n}"):
+        if time.monotonic() > deadline:
+            sys.exit(f"phase {n} never came")
+        time.sleep(0.1)
+"""
+
 # The guest's side of the test facilities' end-to-end test (docs/prm.md
 # §10). It works in phases; the host arms an injection (./pib inject),
 # then lets phase N run by creating /tmp/inject.N. Prints:
@@ -124,7 +135,7 @@ ctx.close()
 #   qp state S                 ... and the UD QP's state after it
 #   event NAME                 phases 3 and 4: each async event that came
 #   polled N                   phases 4 and 5: completions found
-INJECTION_SCRIPT = r"""
+INJECTION_SCRIPT = WAIT_FOR_PHASE + r"""
 import os, sys, time
 import pyverbs.enums as e
 from pyverbs.addr import AH, AHAttr
@@ -140,12 +151,6 @@ from pyverbs.wr import RecvWR, SendWR, SGE
 NAMES = {getattr(e, n): n[len("IBV_EVENT_"):] for n in dir(e) if n.startswith("IBV_EVENT_")}
 QKEY = 0x11111111
 
-def phase(n):
-    deadline = time.monotonic() + 120
-    while not os.path.exists(f"/tmp/inject.{n}"):
-        if time.monotonic() > deadline:
-            sys.exit(f"phase {n} never came")
-        time.sleep(0.1)
 
 def ud_qp():
     qp = QP(pd, QPInitAttr(qp_type=e.IBV_QPT_UD, scq=cq, rcq=cq, cap=QPCap(8, 8, 1, 1)))
@@ -258,7 +263,7 @@ for vector in range(ctx.num_comp_vectors):
 # CQ, sends to itself and prints "polled N" for the completions found
 # without any event; in phase 2 (resumed) does the same and prints "event"
 # once the channel's event came, then "polled N".
-EQ_SCRIPT = r"""
+EQ_SCRIPT = WAIT_FOR_PHASE + r"""
 import os, sys, time
 import pyverbs.enums as e
 from pyverbs.addr import AH, AHAttr
@@ -269,12 +274,6 @@ from pyverbs.pd import PD
 from pyverbs.qp import QP, QPAttr, QPCap, QPInitAttr
 from pyverbs.wr import RecvWR, SendWR, SGE
 
-def phase(n):
-    deadline = time.monotonic() + 120
-    while not os.path.exists(f"/tmp/inject.{n}"):
-        if time.monotonic() > deadline:
-            sys.exit(f"phase {n} never came")
-        time.sleep(0.1)
 
 def send_to_self():
     qp.post_recv(RecvWR(wr_id=1, num_sge=1, sg=[SGE(mr.buf, 4096, mr.lkey)]))
