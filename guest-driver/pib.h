@@ -207,6 +207,9 @@ struct pib_mr {
 	u32 mtt;
 	u32 npages;
 	u8 page_shift; /* of its MTT pages; 0: no MTT (physical) */
+	/* Fast registration: the page list REG_MR WQEs hand the device. */
+	struct pib_kbuf page_list;
+	u32 max_pages;
 };
 
 static inline struct pib_dev *to_pdev(struct ib_device *ibdev)
@@ -247,6 +250,7 @@ void pib_ring_free(struct pib_dev *dev, struct pib_ring *ring);
 int pib_mtt_write_umem(struct pib_dev *dev, struct ib_umem *umem,
 		       unsigned long pgsz, u32 *mtt, u32 *npages);
 void pib_mtt_free(struct pib_dev *dev, u32 mtt);
+int pib_mtt_alloc(struct pib_dev *dev, u32 count, u32 *mtt);
 
 /* pib_verbs.c */
 int pib_query_device(struct ib_device *ibdev, struct ib_device_attr *attr,
@@ -338,6 +342,10 @@ struct ib_mr *pib_get_dma_mr(struct ib_pd *ibpd, int access);
 struct ib_mr *pib_reg_user_mr(struct ib_pd *ibpd, u64 start, u64 length,
 			      u64 virt, int access, struct ib_udata *udata);
 int pib_dereg_mr(struct ib_mr *ibmr, struct ib_udata *udata);
+struct ib_mr *pib_alloc_mr(struct ib_pd *ibpd, enum ib_mr_type mr_type,
+			   u32 max_num_sg);
+int pib_map_mr_sg(struct ib_mr *ibmr, struct scatterlist *sg, int sg_nents,
+		  unsigned int *sg_offset);
 
 /* pib_mad.c */
 int pib_process_mad(struct ib_device *ibdev, int flags, u32 port,

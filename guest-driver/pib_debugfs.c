@@ -99,16 +99,16 @@ static int pib_mr_show(struct seq_file *s, void *unused)
 {
 	struct pib_dev *dev = s->private;
 	struct pib_mr *mr;
-	unsigned long key;
+	unsigned long index;
 
 	seq_puts(s, "key        pdn    access iova               length        "
 		    "     pages page_shift\n");
 	xa_lock(&dev->mrs);
-	xa_for_each (&dev->mrs, key, mr)
+	xa_for_each (&dev->mrs, index, mr)
 		seq_printf(s,
-			   "0x%08lx %-6u 0x%-4x 0x%016llx 0x%016llx %-5u %u\n",
-			   key, mr->pdn, mr->access, mr->iova, mr->length,
-			   mr->npages, mr->page_shift);
+			   "0x%08x %-6u 0x%-4x 0x%016llx 0x%016llx %-5u %u\n",
+			   READ_ONCE(mr->ibmr.lkey), mr->pdn, mr->access,
+			   mr->iova, mr->length, mr->npages, mr->page_shift);
 	xa_unlock(&dev->mrs);
 	return 0;
 }

@@ -22,6 +22,7 @@ static const struct ib_device_ops pib_dev_ops = {
 
 	.alloc_hw_port_stats = pib_alloc_hw_port_stats,
 	.alloc_pd = pib_alloc_pd,
+	.alloc_mr = pib_alloc_mr,
 	.alloc_ucontext = pib_alloc_ucontext,
 	.attach_mcast = pib_attach_mcast,
 	.create_ah = pib_create_ah,
@@ -40,6 +41,7 @@ static const struct ib_device_ops pib_dev_ops = {
 	.get_hw_stats = pib_get_hw_stats,
 	.get_dma_mr = pib_get_dma_mr,
 	.get_port_immutable = pib_get_port_immutable,
+	.map_mr_sg = pib_map_mr_sg,
 	.disassociate_ucontext = pib_disassociate_ucontext,
 	.mmap = pib_mmap,
 	.mmap_free = pib_mmap_free,

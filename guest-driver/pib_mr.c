@@ -1,5 +1,8 @@
 // SPDX-License-Identifier: GPL-2.0-only
-/* Memory regions: a DMA MR for kernel users, user MRs through the MTT. */
+/*
+ * Memory regions: a DMA MR for kernel users, user MRs through the MTT,
+ * and fast-registration MRs that REG_MR WQEs map (docs/prm.md §6.2).
+ */
 #include "pib.h"
 
 #define PIB_ACCESS_SUPPORTED                              \
@@ -32,9 +35,13 @@ static int pib_create_mr_cmd(struct pib_dev *dev, struct pib_mr *mr,
 	return 0;
 }
 
-/* Undoes what pib_reg_user_mr() did for the device to reach the pages. */
+/* Undoes what pib_reg_user_mr() or pib_alloc_mr() did for the device. */
 static void pib_mr_free_pages(struct pib_dev *dev, struct pib_mr *mr)
 {
+	if (mr->max_pages) {
+		pib_mtt_free(dev, mr->mtt);
+		pib_kbuf_free(dev, &mr->page_list);
+	}
 	if (!mr->umem)
 		return;
 	pib_mtt_free(dev, mr->mtt);
@@ -52,7 +59,7 @@ static void pib_mr_destroy(struct pib_dev *dev, struct pib_mr *mr)
 	int err = pib_cmd(dev, PIB_CMD_DESTROY_MR, key, 0, NULL);
 
 	/* debugfs walks the table under the lock xa_erase() takes. */
-	xa_erase(&dev->mrs, key);
+	xa_erase(&dev->mrs, PIB_KEY_INDEX(key));
 	if (err)
 		pib_destroy_failed(dev, "MR", key, err);
 	else
@@ -63,7 +70,9 @@ static void pib_mr_destroy(struct pib_dev *dev, struct pib_mr *mr)
 /* Makes a created MR visible to debugfs; destroys it if that fails. */
 static struct ib_mr *pib_mr_publish(struct pib_dev *dev, struct pib_mr *mr)
 {
-	int err = xa_err(xa_store(&dev->mrs, mr->ibmr.lkey, mr, GFP_KERNEL));
+	/* By index: a fast-registration MR's key changes with each REG_MR. */
+	int err = xa_err(xa_store(&dev->mrs, PIB_KEY_INDEX(mr->ibmr.lkey), mr,
+				  GFP_KERNEL));
 
 	if (err) {
 		pib_mr_destroy(dev, mr);
@@ -146,6 +155,70 @@ release:
 free:
 	kfree(mr);
 	return ERR_PTR(err);
+}
+
+/*
+ * A free fast-registration MR for kernel ULPs: ib_map_mr_sg() fills its
+ * page list and an IB_WR_REG_MR maps it (pib_qp.c).
+ */
+struct ib_mr *pib_alloc_mr(struct ib_pd *ibpd, enum ib_mr_type mr_type,
+			   u32 max_num_sg)
+{
+	struct pib_dev *dev = to_pdev(ibpd->device);
+	struct pib_mr_context ctx = {};
+	struct pib_mr *mr;
+	int err;
+
+	if (mr_type != IB_MR_TYPE_MEM_REG)
+		return ERR_PTR(-EOPNOTSUPP);
+	if (!max_num_sg || max_num_sg > dev->caps.max_fast_reg_pages)
+		return ERR_PTR(-EINVAL);
+	mr = kzalloc(sizeof(*mr), GFP_KERNEL);
+	if (!mr)
+		return ERR_PTR(-ENOMEM);
+	err = pib_kbuf_alloc(dev, &mr->page_list, max_num_sg * sizeof(u64));
+	if (err)
+		goto free;
+	err = pib_mtt_alloc(dev, max_num_sg, &mr->mtt);
+	if (err)
+		goto free_list;
+	mr->max_pages = max_num_sg;
+	ctx.pdn = to_ppd(ibpd)->pdn;
+	ctx.flags = PIB_MR_FAST_REG;
+	ctx.mtt_index = mr->mtt;
+	ctx.mtt_count = max_num_sg;
+	err = pib_create_mr_cmd(dev, mr, &ctx);
+	if (err)
+		goto free_mtt;
+	return pib_mr_publish(dev, mr);
+
+free_mtt:
+	pib_mtt_free(dev, mr->mtt);
+free_list:
+	pib_kbuf_free(dev, &mr->page_list);
+free:
+	kfree(mr);
+	return ERR_PTR(err);
+}
+
+static int pib_set_page(struct ib_mr *ibmr, u64 addr)
+{
+	struct pib_mr *mr = to_pmr(ibmr);
+	__le64 *pages = mr->page_list.va;
+
+	if (mr->npages == mr->max_pages)
+		return -ENOMEM;
+	pages[mr->npages++] = cpu_to_le64(addr);
+	return 0;
+}
+
+int pib_map_mr_sg(struct ib_mr *ibmr, struct scatterlist *sg, int sg_nents,
+		  unsigned int *sg_offset)
+{
+	struct pib_mr *mr = to_pmr(ibmr);
+
+	mr->npages = 0;
+	return ib_sg_to_pages(ibmr, sg, sg_nents, sg_offset, pib_set_page);
 }
 
 int pib_dereg_mr(struct ib_mr *ibmr, struct ib_udata *udata)

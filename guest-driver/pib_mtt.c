@@ -54,7 +54,7 @@ static void pib_mtt_add(struct pib_mtt_writer *w, u64 addr)
 		pib_mtt_flush(w);
 }
 
-static int pib_mtt_alloc(struct pib_dev *dev, u32 count, u32 *mtt)
+int pib_mtt_alloc(struct pib_dev *dev, u32 count, u32 *mtt)
 {
 	u64 first;
 	int err = pib_cmd(dev, PIB_CMD_ALLOC_MTT, 0, count, &first);

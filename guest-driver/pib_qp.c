@@ -411,9 +411,11 @@ static int pib_send_opcode(enum ib_wr_opcode op)
 	case IB_WR_ATOMIC_FETCH_AND_ADD:
 		return PIB_WR_ATOMIC_FETCH_AND_ADD;
 	case IB_WR_LOCAL_INV:
+		return PIB_WR_LOCAL_INV;
 	case IB_WR_SEND_WITH_INV:
+		return PIB_WR_SEND_INV;
 	case IB_WR_REG_MR:
-		return -EOPNOTSUPP; /* no memory management extensions */
+		return PIB_WR_REG_MR;
 	default:
 		return -EINVAL;
 	}
@@ -434,6 +436,28 @@ static void pib_fill_ctrl(struct pib_qp *qp, const struct ib_send_wr *wr,
 		ctrl->flags |= PIB_WQE_FENCE;
 	if (opcode == PIB_WR_SEND_IMM || opcode == PIB_WR_RDMA_WRITE_IMM)
 		ctrl->imm = (__force u32)wr->ex.imm_data;
+	if (opcode == PIB_WR_SEND_INV || opcode == PIB_WR_LOCAL_INV)
+		ctrl->imm = wr->ex.invalidate_rkey;
+}
+
+/*
+ * A REG_MR WQE maps the MR with the page list ib_map_mr_sg() wrote
+ * (docs/prm.md §6.2); returns where the WQE ends.
+ */
+static void *pib_fill_reg_mr(const struct ib_reg_wr *wr, void *seg)
+{
+	struct pib_mr *mr = to_pmr(wr->mr);
+	struct pib_wqe_reg_mr *r = seg;
+
+	memset(r, 0, sizeof(*r));
+	r->iova = mr->ibmr.iova;
+	r->length = mr->ibmr.length;
+	r->page_list = mr->page_list.dma;
+	r->key = wr->key;
+	r->access = wr->access & PIB_ACCESS_ALL;
+	r->page_count = mr->npages;
+	r->log_page_size = ilog2(mr->ibmr.page_size);
+	return r + 1;
 }
 
 /*
@@ -527,11 +551,19 @@ static int pib_build_send_wqe(struct pib_qp *qp, const struct ib_send_wr *wr,
 		return -EINVAL;
 	pib_fill_ctrl(qp, wr, opcode, ctrl);
 	seg = pib_fill_remote(qp, wr, opcode, ctrl + 1);
-	if (wr->send_flags & IB_SEND_INLINE) {
-		seg = pib_fill_inline(qp, wr, seg);
-		ctrl->flags |= PIB_WQE_INLINE;
-	} else {
-		seg = pib_fill_sges(wr, seg);
+	switch (opcode) {
+	case PIB_WR_REG_MR:
+		seg = pib_fill_reg_mr(reg_wr(wr), seg);
+		break;
+	case PIB_WR_LOCAL_INV:
+		break; /* the control segment alone */
+	default:
+		if (wr->send_flags & IB_SEND_INLINE) {
+			seg = pib_fill_inline(qp, wr, seg);
+			ctrl->flags |= PIB_WQE_INLINE;
+		} else {
+			seg = pib_fill_sges(wr, seg);
+		}
 	}
 	if (!seg || seg > end)
 		return -EINVAL;

@@ -65,7 +65,7 @@
 #define PIB_IF_VERSION(major, minor) (((uint32_t)(major) << 16) | (minor))
 #define PIB_IF_VERSION_MAJOR(v) ((v) >> 16)
 #define PIB_IF_VERSION_MINOR(v) ((v)&0xffffu)
-#define PIB_IF_VERSION_CURRENT PIB_IF_VERSION(0, 7)
+#define PIB_IF_VERSION_CURRENT PIB_IF_VERSION(0, 8)
 
 /* RO: firmware version, major << 24 | minor << 16 | patch. */
 #define PIB_REG_FW_VERSION 0x008
@@ -208,6 +208,9 @@ enum pib_cmd_status {
 #define PIB_DEV_CAP_SYS_IMAGE_GUID (1u << 6)
 #define PIB_DEV_CAP_BAD_PKEY_CNTR (1u << 7)
 #define PIB_DEV_CAP_BAD_QKEY_CNTR (1u << 8)
+/* fast registration (PIB_WR_REG_MR), local invalidation, send with
+ * invalidate and remote invalidation (docs/prm.md §6.2) */
+#define PIB_DEV_CAP_MEM_MGT_EXTENSIONS (1u << 9)
 
 /* atomic_cap */
 #define PIB_ATOMIC_NONE 0
@@ -253,7 +256,8 @@ struct pib_dev_cap {
     uint8_t atomic_cap;
     uint8_t log_max_wqe_stride; /* WQE slots are 2^6..2^this bytes */
     uint8_t reserved0[2];
-    uint32_t reserved1[8];
+    uint32_t max_fast_reg_pages; /* pages one PIB_WR_REG_MR may map; 0 without MEM_MGT */
+    uint32_t reserved1[7];
 };
 
 /* ---- Ports: PIB_CMD_QUERY_PORT ---------------------------------------------- */
@@ -474,6 +478,12 @@ struct pib_cq_context {
 
 /* mr flags */
 #define PIB_MR_PHYSICAL (1u << 0) /* iova is the guest physical address; no MTT */
+/*
+ * Created free for fast registration: mtt_count entries are reserved and
+ * the device writes them when a PIB_WR_REG_MR WQE maps the region; iova,
+ * length, access and log_page_size must be 0 (docs/prm.md §6.2).
+ */
+#define PIB_MR_FAST_REG (1u << 1)
 
 struct pib_mr_context {
     uint64_t iova;
@@ -489,7 +499,11 @@ struct pib_mr_context {
     uint32_t reserved1[3];
 };
 
-/* A key is (mr index << 8) | variant; lkey and rkey are the same key. */
+/*
+ * A key is (mr index << 8) | variant; lkey and rkey are the same key. A
+ * REG_MR WQE may change a fast-registration MR's variant: DESTROY_MR and
+ * QUERY_MR of such an MR compare the index only.
+ */
 #define PIB_KEY_INDEX(key) ((key) >> 8)
 
 /* ---- Shared receive queues ------------------------------------------------- */
@@ -642,8 +656,9 @@ enum pib_wqe_opcode {
     PIB_WR_RDMA_READ = 0x04,
     PIB_WR_ATOMIC_CMP_AND_SWP = 0x05,
     PIB_WR_ATOMIC_FETCH_AND_ADD = 0x06,
-    PIB_WR_LOCAL_INV = 0x07,
-    PIB_WR_SEND_INV = 0x08,
+    PIB_WR_LOCAL_INV = 0x07, /* imm: the key to invalidate */
+    PIB_WR_SEND_INV = 0x08,  /* RC; imm: the peer's R_Key to invalidate */
+    PIB_WR_REG_MR = 0x09,    /* a pib_wqe_reg_mr segment follows */
 };
 
 /* wqe flags */
@@ -679,6 +694,19 @@ struct pib_wqe_ud {
     uint64_t reserved;
 };
 
+/* Fast registration of a PIB_MR_FAST_REG region (docs/prm.md §6.2). */
+struct pib_wqe_reg_mr {
+    uint64_t iova;
+    uint64_t length;
+    uint64_t page_list; /* guest address of page_count u64 page addresses, 8-aligned */
+    uint32_t key;       /* the region's key with the variant it takes */
+    uint32_t access;    /* PIB_ACCESS_* */
+    uint32_t page_count;
+    uint8_t log_page_size; /* 12..30 */
+    uint8_t reserved0[3];
+    uint64_t reserved1;
+};
+
 struct pib_wqe_data {
     uint32_t byte_count;
     uint32_t lkey;
@@ -702,6 +730,7 @@ enum pib_wc_opcode {
     PIB_WC_COMP_SWAP = 0x03,
     PIB_WC_FETCH_ADD = 0x04,
     PIB_WC_LOCAL_INV = 0x05,
+    PIB_WC_REG_MR = 0x06,
     PIB_WC_RECV = 0x80,
     PIB_WC_RECV_RDMA_WITH_IMM = 0x81,
 };
@@ -803,6 +832,7 @@ _Static_assert(sizeof(struct pib_av) == 32, "pib_av layout");
 _Static_assert(sizeof(struct pib_mad_ifc) == 264, "pib_mad_ifc layout");
 _Static_assert(sizeof(struct pib_wqe_ctrl) == 16, "pib_wqe_ctrl layout");
 _Static_assert(sizeof(struct pib_wqe_ud) == 48, "pib_wqe_ud layout");
+_Static_assert(sizeof(struct pib_wqe_reg_mr) == 48, "pib_wqe_reg_mr layout");
 _Static_assert(sizeof(struct pib_eq_context) == 32, "pib_eq_context layout");
 _Static_assert(sizeof(struct pib_cq_context) == 48, "pib_cq_context layout");
 _Static_assert(sizeof(struct pib_mr_context) == 48, "pib_mr_context layout");

@@ -15,6 +15,7 @@ constexpr size_t kGrhSize = 40;
 constexpr size_t kBthSize = 12;
 constexpr size_t kDethSize = 8;
 constexpr size_t kImmSize = 4;
+constexpr size_t kIethSize = 4;
 constexpr size_t kIcrcSize = 4;
 constexpr size_t kVcrcSize = 2;
 constexpr size_t kMaxPayload = 4096;
@@ -55,7 +56,7 @@ uint64_t get64(const uint8_t *p) {
 size_t extensionSize(const Layout &l) {
     return (l.deth ? kDethSize : 0) + (l.reth ? kRethSize : 0) + (l.aeth ? kAethSize : 0) +
            (l.atomicEth ? kAtomicEthSize : 0) + (l.atomicAckEth ? kAtomicAckEthSize : 0) +
-           (l.imm ? kImmSize : 0);
+           (l.imm ? kImmSize : 0) + (l.ieth ? kIethSize : 0);
 }
 
 // IBA 7.8.1: the ICRC covers the packet with its variant fields (the whole
@@ -210,6 +211,8 @@ PacketWriter::PacketWriter(const Packet &p, size_t payloadLength, size_t headroo
         out.put64(p.atomicAck.value_or(0));
     if (layout.imm)
         out.put32(p.imm.value_or(0));
+    if (layout.ieth)
+        out.put32(p.ieth.value_or(0));
     payloadAt_ = static_cast<size_t>(out.at - out_.data());
     std::memset(out.at + payloadLength_, 0, pad); // the pad bytes are zeros
     if (!p.grh) {
@@ -357,6 +360,10 @@ size_t readExtensions(const uint8_t *b, size_t off, const Layout &layout, Packet
     if (layout.imm) {
         p.imm = get32(b + off);
         off += kImmSize;
+    }
+    if (layout.ieth) {
+        p.ieth = get32(b + off);
+        off += kIethSize;
     }
     return off;
 }

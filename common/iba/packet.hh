@@ -45,6 +45,8 @@ enum Opcode : uint8_t {
     kAtomicAcknowledge = 0x12,
     kCompareSwap = 0x13,
     kFetchAdd = 0x14,
+    kSendLastInv = 0x16, // RC only: the IETH names an R_Key to invalidate
+    kSendOnlyInv = 0x17,
     kTransportRc = 0x00,
     kTransportUc = 0x20,
     kTransportUd = 0x60,
@@ -61,6 +63,7 @@ struct Layout {
     bool atomicEth = false;
     bool atomicAckEth = false;
     bool imm = false;
+    bool ieth = false;    // invalidate extended transport header
     bool payload = false; // may carry data
 };
 constexpr Layout computeLayout(uint8_t opcode) {
@@ -116,6 +119,10 @@ constexpr Layout computeLayout(uint8_t opcode) {
     case kCompareSwap:
     case kFetchAdd:
         l.atomicEth = true;
+        break;
+    case kSendLastInv:
+    case kSendOnlyInv:
+        l.ieth = l.payload = true;
         break;
     default:
         l.valid = false;
@@ -201,6 +208,7 @@ struct Packet {
     std::optional<AtomicEth> atomicEth;
     std::optional<uint64_t> atomicAck; // AtomicAckETH: the original value
     std::optional<uint32_t> imm;       // immediate data (host order)
+    std::optional<uint32_t> ieth;      // the R_Key a SEND with invalidate names
     std::vector<uint8_t> payload;
     // A parsed packet's payload where it lies in the received bytes, when
     // parse() was asked not to copy it (then `payload` stays empty).

@@ -61,6 +61,10 @@ static bool pib_hca_event_enabled(unsigned event)
         return trace_event_get_state_backends(TRACE_PIB_HCA_RC_READ_GAP);
     case PIB_EVENT_RC_DUPLICATE:
         return trace_event_get_state_backends(TRACE_PIB_HCA_RC_DUPLICATE);
+    case PIB_EVENT_MR_REGISTERED:
+        return trace_event_get_state_backends(TRACE_PIB_HCA_MR_REGISTERED);
+    case PIB_EVENT_MR_INVALIDATED:
+        return trace_event_get_state_backends(TRACE_PIB_HCA_MR_INVALIDATED);
     case PIB_EVENT_ERR_PORT_DROP:
         return trace_event_get_state_backends(TRACE_PIB_HCA_ERR_PORT_DROP);
     case PIB_EVENT_ERR_LINK:
@@ -186,6 +190,15 @@ static void pib_hca_trace_event(unsigned event, const uint64_t *a)
     case PIB_EVENT_RC_DUPLICATE:
         trace_pib_hca_rc_duplicate((unsigned) a[0], (unsigned) a[1],
                                    (const char *) (uintptr_t) a[2]);
+        break;
+    case PIB_EVENT_MR_REGISTERED:
+        trace_pib_hca_mr_registered((unsigned) a[0], (unsigned) a[1],
+                                    (uint64_t) a[2], (uint64_t) a[3],
+                                    (unsigned) a[4]);
+        break;
+    case PIB_EVENT_MR_INVALIDATED:
+        trace_pib_hca_mr_invalidated((unsigned) a[0], (unsigned) a[1],
+                                     (const char *) (uintptr_t) a[2]);
         break;
     case PIB_EVENT_ERR_PORT_DROP:
         trace_pib_hca_err_port_drop((unsigned) a[0],
@@ -315,6 +328,10 @@ static bool pib_hca_guest_error_traced(unsigned error)
         return trace_event_get_state_backends(TRACE_PIB_HCA_ERR_WQE_BAD);
     case PIB_GUEST_ERROR_WQE_BAD_KEY:
         return trace_event_get_state_backends(TRACE_PIB_HCA_ERR_WQE_BAD_KEY);
+    case PIB_GUEST_ERROR_WQE_FAST_REG:
+        return trace_event_get_state_backends(TRACE_PIB_HCA_ERR_WQE_FAST_REG);
+    case PIB_GUEST_ERROR_WQE_INVALIDATE:
+        return trace_event_get_state_backends(TRACE_PIB_HCA_ERR_WQE_INVALIDATE);
     case PIB_GUEST_ERROR_CQ_OVERRUN:
         return trace_event_get_state_backends(TRACE_PIB_HCA_ERR_CQ_OVERRUN);
     case PIB_GUEST_ERROR_CQ_DMA:
@@ -436,6 +453,12 @@ static void pib_hca_trace_guest_error(unsigned error, const char *detail)
         break;
     case PIB_GUEST_ERROR_WQE_BAD_KEY:
         trace_pib_hca_err_wqe_bad_key(detail);
+        break;
+    case PIB_GUEST_ERROR_WQE_FAST_REG:
+        trace_pib_hca_err_wqe_fast_reg(detail);
+        break;
+    case PIB_GUEST_ERROR_WQE_INVALIDATE:
+        trace_pib_hca_err_wqe_invalidate(detail);
         break;
     case PIB_GUEST_ERROR_CQ_OVERRUN:
         trace_pib_hca_err_cq_overrun(detail);

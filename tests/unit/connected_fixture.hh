@@ -195,7 +195,7 @@ struct Node {
         ctrl.flags = s.flags;
         ctrl.imm = s.imm;
         uint64_t at = slot + 16;
-        if (s.opcode != PIB_WR_SEND && s.opcode != PIB_WR_SEND_IMM) {
+        if (s.opcode != PIB_WR_SEND && s.opcode != PIB_WR_SEND_IMM && s.opcode != PIB_WR_SEND_INV) {
             host.poke(at, pib_wqe_raddr{s.remote, s.rkey ? s.rkey : key, 0});
             at += 16;
         }
@@ -217,6 +217,42 @@ struct Node {
         ++sqPi;
         if (ring_)
             ring(PIB_DB_SQ, sqPi);
+    }
+
+    // A local operation's WQE: LOCAL_INV of `key`, or REG_MR of `reg`.
+    void postLocalInv(uint64_t wrId, uint32_t invalidKey, uint8_t flags = PIB_WQE_SIGNALED) {
+        postLocal(wrId, PIB_WR_LOCAL_INV, flags, invalidKey, nullptr);
+    }
+    void postRegMr(uint64_t wrId, const pib_wqe_reg_mr &reg, uint8_t flags = PIB_WQE_SIGNALED) {
+        postLocal(wrId, PIB_WR_REG_MR, flags, 0, &reg);
+    }
+    void postLocal(uint64_t wrId, uint8_t opcode, uint8_t flags, uint32_t imm,
+                   const pib_wqe_reg_mr *reg) {
+        const uint64_t slot = sqPage + (sqPi % (1u << kLogSq)) * 128;
+        pib_wqe_ctrl ctrl{};
+        ctrl.wr_id = wrId;
+        ctrl.opcode = opcode;
+        ctrl.flags = flags;
+        ctrl.imm = imm;
+        ctrl.num_ds = reg ? 4 : 1;
+        if (reg)
+            host.poke(slot + 16, *reg);
+        host.poke(slot, ctrl);
+        ring(PIB_DB_SQ, ++sqPi);
+    }
+
+    // A fast-registration MR of `pd` with room for `pages` pages (free).
+    uint32_t createFastRegMr(uint32_t pages, uint32_t inPd = UINT32_MAX) {
+        const auto mtt = host.command(PIB_CMD_ALLOC_MTT, 0, pages);
+        expect(mtt.status == PIB_CMD_STATUS_OK, "ALLOC_MTT");
+        pib_mr_context c{};
+        c.pdn = inPd == UINT32_MAX ? pd : inPd;
+        c.flags = PIB_MR_FAST_REG;
+        c.mtt_index = static_cast<uint32_t>(mtt.result);
+        c.mtt_count = pages;
+        const auto mr = host.commandIn(PIB_CMD_CREATE_MR, 0, c);
+        expect(mr.status == PIB_CMD_STATUS_OK, "CREATE_MR fast registration");
+        return static_cast<uint32_t>(mr.result);
     }
 
     // New completions since the last call.

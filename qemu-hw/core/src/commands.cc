@@ -36,7 +36,7 @@ static pib_dev_cap buildCaps(const pib_core_config &config) {
     c.device_cap_flags = PIB_DEV_CAP_RC | PIB_DEV_CAP_UC | PIB_DEV_CAP_UD | PIB_DEV_CAP_SRQ |
                          PIB_DEV_CAP_RNR_NAK_GEN | PIB_DEV_CAP_SYS_IMAGE_GUID |
                          PIB_DEV_CAP_PORT_ACTIVE_EVENT | PIB_DEV_CAP_BAD_PKEY_CNTR |
-                         PIB_DEV_CAP_BAD_QKEY_CNTR;
+                         PIB_DEV_CAP_BAD_QKEY_CNTR | PIB_DEV_CAP_MEM_MGT_EXTENSIONS;
     c.max_qp = kMaxQp;
     c.max_qp_wr = 1u << kLogMaxQpWr;
     c.max_send_sge = kMaxSge;
@@ -65,6 +65,7 @@ static pib_dev_cap buildCaps(const pib_core_config &config) {
     c.num_ports = static_cast<uint8_t>(config.num_ports);
     c.atomic_cap = PIB_ATOMIC_HCA;
     c.log_max_wqe_stride = kLogMaxWqeStride;
+    c.max_fast_reg_pages = kMaxFastRegPages;
     return c;
 }
 
@@ -360,6 +361,10 @@ CommandOutcome CommandProcessor::writeMtt(const Command &cmd) {
     if (!objects_.mtt.covers(cmd.modifier, in.count))
         return fail(PIB_CMD_STATUS_BAD_INDEX, err::kCmdBadIndex,
                     "WRITE_MTT of %u entries at %u outside an allocated range", in.count,
+                    cmd.modifier);
+    if (objects_.mtt.deviceWrites(cmd.modifier))
+        return fail(PIB_CMD_STATUS_BAD_STATE, err::kCmdBadState,
+                    "WRITE_MTT at %u: a fast-registration MR's entries, which REG_MR WQEs write",
                     cmd.modifier);
     // Entries an MR reads as large pages must stay aligned to its page
     // size, as CREATE_MR checked them: else its translations would run

@@ -107,6 +107,7 @@ class CommandProcessor {
     CommandOutcome destroyCq(const Command &);
     CommandOutcome queryCq(const Command &);
     CommandOutcome createMr(const Command &);
+    CommandOutcome createFastRegMr(const pib_mr_context &ctx, ProtectionDomain &pd);
     CommandOutcome destroyMr(const Command &);
     CommandOutcome queryMr(const Command &);
     CommandOutcome createSrq(const Command &);

@@ -15,9 +15,12 @@ CommandOutcome CommandProcessor::createMr(const Command &cmd) {
     ProtectionDomain *pd = objects_.pds.find(ctx.pdn);
     if (!pd)
         return fail(PIB_CMD_STATUS_BAD_INDEX, err::kCmdBadIndex, "CREATE_MR in PD %u", ctx.pdn);
-    if (ctx.access & ~PIB_ACCESS_ALL || ctx.flags & ~PIB_MR_PHYSICAL)
+    constexpr uint8_t kFlags = PIB_MR_PHYSICAL | PIB_MR_FAST_REG;
+    if (ctx.access & ~PIB_ACCESS_ALL || ctx.flags & ~kFlags || (ctx.flags & kFlags) == kFlags)
         return fail(PIB_CMD_STATUS_BAD_PARAM, err::kCmdBadParam, "CREATE_MR access 0x%x flags 0x%x",
                     ctx.access, ctx.flags);
+    if (ctx.flags & PIB_MR_FAST_REG)
+        return createFastRegMr(ctx, *pd);
     // IBA 10.6.3.1: remote write and atomic access need local write.
     if (ctx.access & (PIB_ACCESS_REMOTE_WRITE | PIB_ACCESS_REMOTE_ATOMIC) &&
         !(ctx.access & PIB_ACCESS_LOCAL_WRITE))
@@ -62,10 +65,36 @@ CommandOutcome CommandProcessor::createMr(const Command &cmd) {
     return {PIB_CMD_STATUS_OK, raw->key};
 }
 
-// The MR a key names, if the key's variant matches too.
+// A fast-registration MR is created free: the device fills its MTT range
+// from REG_MR WQEs (memory_keys.cc), so nothing is mapped yet.
+CommandOutcome CommandProcessor::createFastRegMr(const pib_mr_context &ctx, ProtectionDomain &pd) {
+    if (ctx.iova || ctx.length || ctx.access || ctx.log_page_size)
+        return fail(PIB_CMD_STATUS_BAD_PARAM, err::kCmdBadParam,
+                    "CREATE_MR fast registration with iova, length, access or page size");
+    if (ctx.mtt_count == 0 || ctx.mtt_count > limits::kMaxFastRegPages ||
+        !objects_.mtt.covers(ctx.mtt_index, ctx.mtt_count))
+        return fail(PIB_CMD_STATUS_BAD_PARAM, err::kCmdBadParam,
+                    "CREATE_MR fast registration of %u pages at MTT %u (1..%u allocated entries)",
+                    ctx.mtt_count, ctx.mtt_index, limits::kMaxFastRegPages);
+    auto mr = std::make_unique<MemoryRegion>();
+    MemoryRegion *raw = mr.get();
+    const auto index = objects_.mrs.insert(std::move(mr));
+    if (!index)
+        return fail(PIB_CMD_STATUS_NO_RESOURCES, err::kCmdNoResources, "all %u MRs in use",
+                    objects_.mrs.capacity());
+    raw->ctx = ctx;
+    raw->key = (*index << 8) | ctx.key_variant;
+    raw->valid = false;
+    ++pd.refs;
+    objects_.mtt.hold(ctx.mtt_index, Mtt::kMinLogPage, true);
+    return {PIB_CMD_STATUS_OK, raw->key};
+}
+
+// The MR a key names, if the key's variant matches too (a fast-registration
+// MR's variant changes with each REG_MR: its index is enough).
 static MemoryRegion *findByKey(const ObjectTable<MemoryRegion> &mrs, uint32_t key) {
     MemoryRegion *mr = mrs.find(PIB_KEY_INDEX(key));
-    return mr && mr->key == key ? mr : nullptr;
+    return mr && (mr->key == key || mr->fastReg()) ? mr : nullptr;
 }
 
 CommandOutcome CommandProcessor::destroyMr(const Command &cmd) {
@@ -74,7 +103,9 @@ CommandOutcome CommandProcessor::destroyMr(const Command &cmd) {
         return fail(PIB_CMD_STATUS_BAD_INDEX, err::kCmdBadIndex, "DESTROY_MR of key 0x%x",
                     cmd.modifier);
     --objects_.pds.find(mr->ctx.pdn)->refs;
-    if (mr->ctx.mtt_count)
+    if (mr->fastReg())
+        objects_.mtt.unhold(mr->ctx.mtt_index, Mtt::kMinLogPage, true);
+    else if (mr->ctx.mtt_count)
         objects_.mtt.unhold(mr->ctx.mtt_index, mr->ctx.log_page_size);
     objects_.mrs.erase(PIB_KEY_INDEX(cmd.modifier));
     return {};

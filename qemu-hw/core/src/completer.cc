@@ -23,6 +23,10 @@ uint8_t completionOpcode(uint8_t wr) {
         return PIB_WC_COMP_SWAP;
     case PIB_WR_ATOMIC_FETCH_AND_ADD:
         return PIB_WC_FETCH_ADD;
+    case PIB_WR_LOCAL_INV:
+        return PIB_WC_LOCAL_INV;
+    case PIB_WR_REG_MR:
+        return PIB_WC_REG_MR;
     default:
         return PIB_WC_SEND;
     }

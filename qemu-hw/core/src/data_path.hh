@@ -19,6 +19,7 @@
 #include "host.hh"
 #include "injection.hh"
 #include "memory.hh"
+#include "memory_keys.hh"
 #include "object_tables.hh"
 #include "packet.hh"
 #include "pib_core.h"
@@ -94,6 +95,7 @@ class DataPath final : public SubnetSender, public ScheduledEngine {
     uint8_t fetchSendWqe(uint32_t qpn, QueuePair &qp, uint32_t index, SendWqe &w);
     uint8_t checkLocalBuffers(uint32_t qpn, QueuePair &qp, SendWqe &w, uint64_t *length);
     void processConnectedSend(uint32_t qpn, QueuePair &qp);
+    void runLocalOperation(uint32_t qpn, QueuePair &qp, SendWqe w);
     void armAckTimerIfIdle(uint32_t qpn, QueuePair &qp);
     enum class SendProgress { kAllSent, kWindowFull, kPaused, kFailed };
     SendProgress sendRequestPackets(uint32_t qpn, QueuePair &qp, SendWqe &w);
@@ -134,6 +136,7 @@ class DataPath final : public SubnetSender, public ScheduledEngine {
     bool startWrite(uint32_t qpn, QueuePair &qp, const iba::Packet &packet);
     bool landWrite(uint32_t qpn, QueuePair &qp, const iba::Packet &packet);
     void endRequest(uint32_t qpn, QueuePair &qp, const iba::Packet &packet);
+    bool invalidateForPeer(uint32_t qpn, QueuePair &qp, const iba::Packet &packet);
     void dropUcMessage(QueuePair &qp, uint32_t psn);
     void refuseRequest(uint32_t qpn, QueuePair &qp, uint32_t psn, uint8_t nakCode, uint8_t wcStatus,
                        const char *why);
@@ -164,6 +167,7 @@ class DataPath final : public SubnetSender, public ScheduledEngine {
     WqeReader &wqes_;
     Scheduler &scheduler_;
     ArmedInjections &injections_;
+    MemoryKeys keys_{host_, objects_.mtt, objects_.mrs};
     // Lists of guest memory segments, kept for the next packet too: one
     // per data path function, as none calls another while it holds its
     // list (checkLocalBuffers, onRequest, sendReadResponses).

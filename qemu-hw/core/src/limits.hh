@@ -25,6 +25,9 @@ inline constexpr uint32_t kLogMaxWqeStride = 11;
 inline constexpr uint64_t kMaxMrSize = uint64_t{1} << 40;
 inline constexpr uint32_t kMinLogPageSize = 12;
 inline constexpr uint32_t kMaxLogPageSize = 30;
+// Pages one REG_MR WQE maps (2 MiB in 4 KiB pages): its page list is read
+// whole while the doorbell runs.
+inline constexpr uint32_t kMaxFastRegPages = 512;
 inline constexpr uint8_t kLocalCaAckDelay = 15;
 inline constexpr uint32_t kMaxMsgSize = 1u << 31;
 // Multicast: groups per device, QPs per group, attachments in all.

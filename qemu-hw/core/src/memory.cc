@@ -9,7 +9,8 @@ namespace pib {
 uint8_t MemoryAccess::translate(uint32_t key, uint32_t pdn, uint64_t addr, uint64_t len,
                                 uint32_t access, std::vector<Segment> &out) const {
     const MemoryRegion *mr = mrs_.find(PIB_KEY_INDEX(key));
-    if (!mr || mr->key != key || mr->ctx.pdn != pdn || (mr->ctx.access & access) != access)
+    if (!mr || !mr->valid || mr->key != key || mr->ctx.pdn != pdn ||
+        (mr->ctx.access & access) != access)
         return PIB_WC_LOC_PROT_ERR;
     const pib_mr_context &c = mr->ctx;
     if (len == 0)

@@ -16,7 +16,7 @@ std::optional<uint32_t> Mtt::allocate(uint32_t count) {
     }
     if (capacity_ - candidate < count)
         return std::nullopt;
-    ranges_[candidate] = Range{count, 0, {}};
+    ranges_[candidate] = Range{count, 0, 0, {}};
     if (entries_.size() < uint64_t{candidate} + count)
         entries_.resize(uint64_t{candidate} + count, 0);
     return candidate;
@@ -47,19 +47,22 @@ bool Mtt::covers(uint32_t first, uint64_t count) const {
     return range && count > 0 && first - range->first + count <= range->second.count;
 }
 
-void Mtt::hold(uint32_t first, unsigned logPageSize) {
+void Mtt::hold(uint32_t first, unsigned logPageSize, bool writes) {
     if (auto *range = rangeOf(first)) {
         Range &r = ranges_.at(range->first);
         ++r.refs;
+        r.deviceWriters += writes;
         if (logPageSize > kMinLogPage)
             r.largePages.push_back(static_cast<uint8_t>(logPageSize));
     }
 }
 
-void Mtt::unhold(uint32_t first, unsigned logPageSize) {
+void Mtt::unhold(uint32_t first, unsigned logPageSize, bool writes) {
     if (auto *range = rangeOf(first); range && range->second.refs) {
         Range &r = ranges_.at(range->first);
         --r.refs;
+        if (writes && r.deviceWriters)
+            --r.deviceWriters;
         auto it = std::find(r.largePages.begin(), r.largePages.end(), logPageSize);
         if (it != r.largePages.end())
             r.largePages.erase(it);
@@ -72,6 +75,11 @@ unsigned Mtt::logPageSizeAt(uint32_t index) const {
         return kMinLogPage;
     const auto &large = range->second.largePages;
     return *std::max_element(large.begin(), large.end());
+}
+
+bool Mtt::deviceWrites(uint32_t index) const {
+    const auto *range = rangeOf(index);
+    return range && range->second.deviceWriters > 0;
 }
 
 bool Mtt::held(uint32_t first) const {

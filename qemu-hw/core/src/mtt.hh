@@ -24,9 +24,12 @@ class Mtt {
     // An object that reads its entries as pages of 2^logPageSize bytes
     // holds the range with that size: later writes must stay aligned to it.
     static constexpr unsigned kMinLogPage = 12;
-    void hold(uint32_t first, unsigned logPageSize = kMinLogPage);
-    void unhold(uint32_t first, unsigned logPageSize = kMinLogPage);
+    // A holder that `writes` the entries itself (a fast-registration MR)
+    // keeps the guest's WRITE_MTT out of the range.
+    void hold(uint32_t first, unsigned logPageSize = kMinLogPage, bool writes = false);
+    void unhold(uint32_t first, unsigned logPageSize = kMinLogPage, bool writes = false);
     bool held(uint32_t first) const;
+    bool deviceWrites(uint32_t index) const;
     // The largest page size (log2) any holder of index's range reads it with.
     unsigned logPageSizeAt(uint32_t index) const;
 
@@ -38,6 +41,7 @@ class Mtt {
     struct Range {
         uint32_t count;
         uint32_t refs = 0;
+        uint32_t deviceWriters = 0;
         // The page sizes (log2) of holders with pages above the minimum:
         // empty for rings and most MRs, so a range stays small.
         std::vector<uint8_t> largePages;

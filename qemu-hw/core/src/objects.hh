@@ -39,6 +39,11 @@ struct CompletionQueue : Referenced {
 struct MemoryRegion {
     pib_mr_context ctx{};
     uint32_t key = 0;
+    // A fast-registration region is free (no access through any key) until
+    // a REG_MR WQE maps it, and again after an invalidation (IBA 10.6.1).
+    bool valid = true;
+
+    bool fastReg() const { return ctx.flags & PIB_MR_FAST_REG; }
 };
 
 struct SharedReceiveQueue : Referenced {

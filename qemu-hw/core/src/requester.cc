@@ -44,6 +44,12 @@ uint8_t DataPath::fetchSendWqe(uint32_t qpn, QueuePair &qp, uint32_t index, Send
     w.rkey = wqe.raddr.rkey;
     w.swapAdd = wqe.atomic.swap_add;
     w.compare = wqe.atomic.compare;
+    w.reg = wqe.reg;
+    if (w.isLocal()) {
+        w.length = 0;
+        w.packets = 0;
+        return PIB_WC_SUCCESS;
+    }
     uint64_t length = 0;
     if (wqe.isInline) {
         w.inlineData.assign(wqe.inlineData.begin(), wqe.inlineData.end());
@@ -105,6 +111,15 @@ void DataPath::processConnectedSend(uint32_t qpn, QueuePair &qp) {
            r.outstanding.size() < kMaxOutstanding) {
         SendWqe w;
         const uint8_t status = fetchSendWqe(qpn, qp, qp.sq.consumer, w);
+        if (status == PIB_WC_SUCCESS && w.isLocal()) {
+            // It acts once everything before it has completed: no
+            // resend of an earlier WQE then meets a key it invalidated.
+            if (!r.outstanding.empty())
+                break;
+            ++qp.sq.consumer;
+            runLocalOperation(qpn, qp, std::move(w));
+            continue;
+        }
         if (status == PIB_WC_SUCCESS) {
             // IBA 10.8.3.3: reads and atomics beyond max_rd_atomic, and a
             // fenced WQE behind unanswered ones, wait.
@@ -140,6 +155,18 @@ void DataPath::processConnectedSend(uint32_t qpn, QueuePair &qp) {
     armAckTimerIfIdle(qpn, qp);
 }
 
+// A REG_MR or LOCAL_INV WQE at the head of an idle send queue: it takes
+// effect now, and completes (in error, the QP with it) at once.
+void DataPath::runLocalOperation(uint32_t qpn, QueuePair &qp, SendWqe w) {
+    const uint8_t status = w.opcode == PIB_WR_REG_MR
+                               ? keys_.fastRegister(qpn, w.index, qp.ctx.pdn, w.reg)
+                               : keys_.invalidateLocal(qpn, w.index, qp.ctx.pdn, w.imm);
+    w.localStatus = status;
+    w.acked = true;
+    qp.req.outstanding.push_back(std::move(w));
+    completeInOrder(qpn, qp);
+}
+
 // The requester stops before its work is all out: a full window waits for
 // ACKs, a spent budget or a full port for the scheduler.
 void DataPath::stopSending(uint32_t qpn, QueuePair &qp, SendProgress why) {
@@ -171,6 +198,12 @@ static void requestHeaders(const SendWqe &w, uint32_t i, uint32_t mtu, uint8_t t
                      : iba::kSendMiddle;
         break;
     }
+    case PIB_WR_SEND_INV:
+        op = only    ? iba::kSendOnlyInv
+             : first ? iba::kSendFirst
+             : last  ? iba::kSendLastInv
+                     : iba::kSendMiddle;
+        break;
     case PIB_WR_RDMA_WRITE:
     case PIB_WR_RDMA_WRITE_IMM: {
         const bool imm = w.opcode == PIB_WR_RDMA_WRITE_IMM;
@@ -198,8 +231,10 @@ static void requestHeaders(const SendWqe &w, uint32_t i, uint32_t mtu, uint8_t t
     p.bth.opcode = static_cast<uint8_t>(transport | op);
     if (iba::layoutOf(p.bth.opcode).imm)
         p.imm = __builtin_bswap32(w.imm);
+    if (iba::layoutOf(p.bth.opcode).ieth)
+        p.ieth = w.imm; // the R_Key, in host order in the WQE
     if (last && (w.opcode == PIB_WR_SEND || w.opcode == PIB_WR_SEND_IMM ||
-                 w.opcode == PIB_WR_RDMA_WRITE_IMM))
+                 w.opcode == PIB_WR_SEND_INV || w.opcode == PIB_WR_RDMA_WRITE_IMM))
         p.bth.solicited = w.flags & PIB_WQE_SOLICITED;
 }
 

@@ -22,18 +22,20 @@ constexpr uint8_t kAckSyndrome = syndrome(kAck, kNoCredits);
 
 bool isFirstOrOnly(uint8_t op) {
     return op == iba::kSendFirst || op == iba::kSendOnly || op == iba::kSendOnlyImm ||
-           op == iba::kWriteFirst || op == iba::kWriteOnly || op == iba::kWriteOnlyImm;
+           op == iba::kSendOnlyInv || op == iba::kWriteFirst || op == iba::kWriteOnly ||
+           op == iba::kWriteOnlyImm;
 }
 bool isSend(uint8_t op) {
-    return op <= iba::kSendOnlyImm;
+    return op <= iba::kSendOnlyImm || op == iba::kSendLastInv || op == iba::kSendOnlyInv;
 }
 bool isWrite(uint8_t op) {
     return op >= iba::kWriteFirst && op <= iba::kWriteOnlyImm;
 }
 bool endsMessage(uint8_t op) {
     return op == iba::kSendLast || op == iba::kSendLastImm || op == iba::kSendOnly ||
-           op == iba::kSendOnlyImm || op == iba::kWriteLast || op == iba::kWriteLastImm ||
-           op == iba::kWriteOnly || op == iba::kWriteOnlyImm;
+           op == iba::kSendOnlyImm || op == iba::kSendLastInv || op == iba::kSendOnlyInv ||
+           op == iba::kWriteLast || op == iba::kWriteLastImm || op == iba::kWriteOnly ||
+           op == iba::kWriteOnlyImm;
 }
 
 } // namespace
@@ -171,6 +173,10 @@ void DataPath::completeReceive(uint32_t qpn, QueuePair &qp, const iba::Packet &p
         cqe.imm = __builtin_bswap32(*packet.imm);
         cqe.flags |= PIB_CQE_WITH_IMM;
     }
+    if (packet.ieth) {
+        cqe.imm = *packet.ieth;
+        cqe.flags |= PIB_CQE_WITH_INV;
+    }
     s.haveWqe = false;
     events_.postCqe(qp.ctx.recv_cqn, cqe, packet.bth.solicited);
 }
@@ -269,8 +275,9 @@ bool DataPath::checkRequestSequence(uint32_t qpn, QueuePair &qp, const iba::Pack
     const Responder &s = qp.resp;
     const uint8_t op = packet.bth.opcode & 0x1f;
     const bool continues = op == iba::kSendMiddle || op == iba::kSendLast ||
-                           op == iba::kSendLastImm || op == iba::kWriteMiddle ||
-                           op == iba::kWriteLast || op == iba::kWriteLastImm;
+                           op == iba::kSendLastImm || op == iba::kSendLastInv ||
+                           op == iba::kWriteMiddle || op == iba::kWriteLast ||
+                           op == iba::kWriteLastImm;
     const bool inPlace = continues ? (s.in == Responder::InMessage::kSend && isSend(op)) ||
                                          (s.in == Responder::InMessage::kWrite && isWrite(op))
                                    : s.in == Responder::InMessage::kNone;
@@ -407,6 +414,8 @@ void DataPath::endRequest(uint32_t qpn, QueuePair &qp, const iba::Packet &packet
     const uint8_t op = packet.bth.opcode & 0x1f;
     s.expectedPsn = psnAdd(packet.bth.psn, 1);
     if (endsMessage(op)) {
+        if (packet.ieth && !invalidateForPeer(qpn, qp, packet))
+            return;
         ++s.msn;
         s.in = Responder::InMessage::kNone;
         if (isSend(op))
@@ -416,6 +425,19 @@ void DataPath::endRequest(uint32_t qpn, QueuePair &qp, const iba::Packet &packet
     }
     if (qp.ctx.type == PIB_QPT_RC && packet.bth.ackReq)
         acknowledge(qpn, qp, packet.bth.psn, kAckSyndrome);
+}
+
+// A SEND with invalidate has arrived whole: the R_Key its IETH names
+// becomes free before the receive completes (IBA 9.4.1.1). A key that
+// cannot be invalidated fails the receive and the QP, and is NAKed.
+bool DataPath::invalidateForPeer(uint32_t qpn, QueuePair &qp, const iba::Packet &packet) {
+    const char *why = keys_.invalidateRemote(qp.ctx.pdn, *packet.ieth);
+    if (!why) {
+        trace::mr_invalidated(host_, qpn, *packet.ieth, "by the peer");
+        return true;
+    }
+    responderError(qpn, qp, packet.bth.psn, kInvalidRequest, PIB_WC_REM_INV_REQ_ERR, why);
+    return false;
 }
 
 // An RDMA READ request: its responses, one PSN each, are owed from now

@@ -165,6 +165,20 @@ inline void rc_duplicate(const Host &host, unsigned qpn, unsigned psn, const cha
                    {Host::eventArg(qpn), Host::eventArg(psn), Host::eventArg(outcome)});
 }
 
+inline void mr_registered(const Host &host, unsigned qpn, unsigned key, uint64_t iova,
+                          uint64_t length, unsigned access) {
+    if (host.eventEnabled(PIB_EVENT_MR_REGISTERED))
+        host.event(PIB_EVENT_MR_REGISTERED,
+                   {Host::eventArg(qpn), Host::eventArg(key), Host::eventArg(iova),
+                    Host::eventArg(length), Host::eventArg(access)});
+}
+
+inline void mr_invalidated(const Host &host, unsigned qpn, unsigned key, const char *by) {
+    if (host.eventEnabled(PIB_EVENT_MR_INVALIDATED))
+        host.event(PIB_EVENT_MR_INVALIDATED,
+                   {Host::eventArg(qpn), Host::eventArg(key), Host::eventArg(by)});
+}
+
 inline void err_port_drop(const Host &host, unsigned port, const char *reason) {
     if (host.eventEnabled(PIB_EVENT_ERR_PORT_DROP))
         host.event(PIB_EVENT_ERR_PORT_DROP, {Host::eventArg(port), Host::eventArg(reason)});
@@ -257,6 +271,8 @@ inline constexpr unsigned kDoorbellBadOffset = PIB_GUEST_ERROR_DOORBELL_BAD_OFFS
 inline constexpr unsigned kWqeDma = PIB_GUEST_ERROR_WQE_DMA;
 inline constexpr unsigned kWqeBad = PIB_GUEST_ERROR_WQE_BAD;
 inline constexpr unsigned kWqeBadKey = PIB_GUEST_ERROR_WQE_BAD_KEY;
+inline constexpr unsigned kWqeFastReg = PIB_GUEST_ERROR_WQE_FAST_REG;
+inline constexpr unsigned kWqeInvalidate = PIB_GUEST_ERROR_WQE_INVALIDATE;
 inline constexpr unsigned kCqOverrun = PIB_GUEST_ERROR_CQ_OVERRUN;
 inline constexpr unsigned kCqDma = PIB_GUEST_ERROR_CQ_DMA;
 inline constexpr unsigned kDmaReentry = PIB_GUEST_ERROR_DMA_REENTRY;

@@ -25,6 +25,15 @@ bool WqeReader::sendLayout(uint8_t qpType, uint8_t opcode, Layout &layout) {
         return send;
     }
     switch (opcode) {
+    case PIB_WR_SEND_INV: // RC only (IBA 9.4.1: there is no UC opcode for it)
+        layout = {.mayInline = true};
+        return qpType == PIB_QPT_RC;
+    case PIB_WR_LOCAL_INV:
+        layout = {.local = true};
+        return qpType == PIB_QPT_RC || qpType == PIB_QPT_UC;
+    case PIB_WR_REG_MR:
+        layout = {.reg = true, .local = true};
+        return qpType == PIB_QPT_RC || qpType == PIB_QPT_UC;
     case PIB_WR_SEND:
     case PIB_WR_SEND_IMM:
     case PIB_WR_RDMA_WRITE:
@@ -48,6 +57,7 @@ void WqeReader::clear(Wqe &out) {
     out.raddr = {};
     out.atomic = {};
     out.ud = {};
+    out.reg = {};
     out.isInline = false;
     out.inlineData = {};
     out.sges.clear();
@@ -101,8 +111,9 @@ uint8_t WqeReader::decode(uint32_t qpn, uint32_t index, const Layout &layout, Wq
     const size_t used = size_t{out.ctrl.num_ds} * 16;
     const size_t headers = sizeof(pib_wqe_ctrl) + (layout.raddr ? sizeof(pib_wqe_raddr) : 0) +
                            (layout.atomic ? sizeof(pib_wqe_atomic) : 0) +
-                           (layout.ud ? sizeof(pib_wqe_ud) : 0);
-    if (used < headers || used > raw_.size()) {
+                           (layout.ud ? sizeof(pib_wqe_ud) : 0) +
+                           (layout.reg ? sizeof(pib_wqe_reg_mr) : 0);
+    if (used < headers || used > raw_.size() || (layout.local && used != headers)) {
         host_.guestError(err::kWqeBad, "QP %u %s WQE %u: opcode %u with %u segments", qpn,
                          layout.isReceive ? "receive" : "send", index, out.ctrl.opcode,
                          out.ctrl.num_ds);
@@ -119,6 +130,10 @@ uint8_t WqeReader::decode(uint32_t qpn, uint32_t index, const Layout &layout, Wq
         take(out.atomic);
     if (layout.ud)
         take(out.ud);
+    if (layout.reg)
+        take(out.reg);
+    if (layout.local)
+        return PIB_WC_SUCCESS;
     // A receive WQE has no inline data: the flag means nothing there.
     out.isInline = !layout.isReceive && (out.ctrl.flags & PIB_WQE_INLINE);
     if (!out.isInline) {

@@ -40,6 +40,7 @@ struct Wqe {
     pib_wqe_raddr raddr{};   // RDMA and atomic operations
     pib_wqe_atomic atomic{}; // atomic operations
     pib_wqe_ud ud{};         // datagram sends
+    pib_wqe_reg_mr reg{};    // fast registration
     bool isInline = false;
     // Inline bytes: they point into the reader and last until its next read.
     std::span<const uint8_t> inlineData;
@@ -70,6 +71,8 @@ class WqeReader {
         bool raddr = false;
         bool atomic = false;
         bool ud = false;
+        bool reg = false;
+        bool local = false; // a local operation: no data segments
         bool mayInline = false;
         bool isReceive = false;
     };
