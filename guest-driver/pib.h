@@ -134,6 +134,11 @@ struct pib_pd {
 	u32 pdn;
 };
 
+/* A memory window: userspace binds it with WQEs (docs/prm.md §6.7). */
+struct pib_mw {
+	struct ib_mw ibmw;
+};
+
 struct pib_ah {
 	struct ib_ah ibah;
 	struct pib_av av;
@@ -224,6 +229,7 @@ static inline struct pib_dev *to_pdev(struct ib_device *ibdev)
 #define to_psrq(p) PIB_TO(pib_srq, ibsrq, p)
 #define to_pqp(p) PIB_TO(pib_qp, ibqp, p)
 #define to_pmr(p) PIB_TO(pib_mr, ibmr, p)
+#define to_pmw(p) PIB_TO(pib_mw, ibmw, p)
 
 /* pib_cmd.c */
 int pib_cmd_init(struct pib_dev *dev);
@@ -346,6 +352,8 @@ struct ib_mr *pib_alloc_mr(struct ib_pd *ibpd, enum ib_mr_type mr_type,
 			   u32 max_num_sg);
 int pib_map_mr_sg(struct ib_mr *ibmr, struct scatterlist *sg, int sg_nents,
 		  unsigned int *sg_offset);
+int pib_alloc_mw(struct ib_mw *ibmw, struct ib_udata *udata);
+int pib_dealloc_mw(struct ib_mw *ibmw);
 
 /* pib_mad.c */
 int pib_process_mad(struct ib_device *ibdev, int flags, u32 port,

@@ -163,6 +163,7 @@ static const enum ib_wc_opcode pib_wc_opcodes[] = {
 	[PIB_WC_FETCH_ADD] = IB_WC_FETCH_ADD,
 	[PIB_WC_LOCAL_INV] = IB_WC_LOCAL_INV,
 	[PIB_WC_REG_MR] = IB_WC_REG_MR,
+	[PIB_WC_BIND_MW] = IB_WC_BIND_MW,
 };
 
 /*

@@ -7,7 +7,7 @@
 
 #define PIB_ACCESS_SUPPORTED                              \
 	(IB_ACCESS_LOCAL_WRITE | IB_ACCESS_REMOTE_WRITE | \
-	 IB_ACCESS_REMOTE_READ | IB_ACCESS_REMOTE_ATOMIC)
+	 IB_ACCESS_REMOTE_READ | IB_ACCESS_REMOTE_ATOMIC | IB_ACCESS_MW_BIND)
 
 static u8 pib_next_key_variant(void)
 {
@@ -219,6 +219,44 @@ int pib_map_mr_sg(struct ib_mr *ibmr, struct scatterlist *sg, int sg_nents,
 
 	mr->npages = 0;
 	return ib_sg_to_pages(ibmr, sg, sg_nents, sg_offset, pib_set_page);
+}
+
+int pib_alloc_mw(struct ib_mw *ibmw, struct ib_udata *udata)
+{
+	struct pib_dev *dev = to_pdev(ibmw->device);
+	struct pib_mw_context ctx = {};
+	u64 key;
+	int err;
+
+	ctx.pdn = to_ppd(ibmw->pd)->pdn;
+	switch (ibmw->type) {
+	case IB_MW_TYPE_1:
+		ctx.type = PIB_MW_TYPE_1;
+		break;
+	case IB_MW_TYPE_2:
+		ctx.type = PIB_MW_TYPE_2;
+		break;
+	default:
+		return -EOPNOTSUPP;
+	}
+	ctx.key_variant = pib_next_key_variant();
+	err = pib_cmd_box(dev, PIB_CMD_CREATE_MW, 0, 0, &ctx, sizeof(ctx), NULL,
+			  0, &key);
+	if (err)
+		return err;
+	ibmw->rkey = key;
+	return 0;
+}
+
+/* The device finds a window by its index: binds change the variant. */
+int pib_dealloc_mw(struct ib_mw *ibmw)
+{
+	struct pib_dev *dev = to_pdev(ibmw->device);
+	int err = pib_cmd(dev, PIB_CMD_DESTROY_MW, ibmw->rkey, 0, NULL);
+
+	if (err)
+		pib_destroy_failed(dev, "MW", ibmw->rkey, err);
+	return 0; /* see pib_destroy_failed() */
 }
 
 int pib_dereg_mr(struct ib_mr *ibmr, struct ib_udata *udata)

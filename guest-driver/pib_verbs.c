@@ -38,6 +38,11 @@ int pib_query_device(struct ib_device *ibdev, struct ib_device_attr *attr,
 		attr->device_cap_flags |= IB_DEVICE_MEM_MGT_EXTENSIONS;
 		attr->max_fast_reg_page_list_len = c->max_fast_reg_pages;
 	}
+	if (c->device_cap_flags & PIB_DEV_CAP_MEM_WINDOW)
+		attr->device_cap_flags |= IB_DEVICE_MEM_WINDOW;
+	if (c->device_cap_flags & PIB_DEV_CAP_MEM_WINDOW_TYPE_2B)
+		attr->device_cap_flags |= IB_DEVICE_MEM_WINDOW_TYPE_2B;
+	attr->max_mw = c->max_mw;
 	attr->max_send_sge = c->max_send_sge;
 	attr->max_recv_sge = c->max_recv_sge;
 	attr->max_sge_rd = c->max_sge_rd;

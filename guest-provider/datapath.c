@@ -28,8 +28,14 @@ static int pib_wr_opcode(enum ibv_wr_opcode op)
 		return PIB_WR_ATOMIC_CMP_AND_SWP;
 	case IBV_WR_ATOMIC_FETCH_AND_ADD:
 		return PIB_WR_ATOMIC_FETCH_AND_ADD;
+	case IBV_WR_LOCAL_INV:
+		return PIB_WR_LOCAL_INV;
+	case IBV_WR_SEND_WITH_INV:
+		return PIB_WR_SEND_INV;
+	case IBV_WR_BIND_MW:
+		return PIB_WR_BIND_MW;
 	default:
-		return -1; /* memory windows, invalidation, TSO: not offered */
+		return -1; /* TSO, atomic write, flush: not offered */
 	}
 }
 
@@ -40,11 +46,12 @@ static bool pib_opcode_allowed(enum ibv_qp_type type, int opcode)
 	bool send = opcode == PIB_WR_SEND || opcode == PIB_WR_SEND_IMM;
 	bool rdma_write =
 		opcode == PIB_WR_RDMA_WRITE || opcode == PIB_WR_RDMA_WRITE_IMM;
+	bool local = opcode == PIB_WR_LOCAL_INV || opcode == PIB_WR_BIND_MW;
 
 	if (type == IBV_QPT_UD)
 		return send;
 	if (type == IBV_QPT_UC)
-		return send || rdma_write;
+		return send || rdma_write || local;
 	return true;
 }
 
@@ -80,6 +87,9 @@ static char *pib_put_remote(struct pib_qp *qp, const struct ibv_send_wr *wr,
 		return (char *)(a + 1);
 	case PIB_WR_SEND:
 	case PIB_WR_SEND_IMM:
+	case PIB_WR_SEND_INV:
+	case PIB_WR_LOCAL_INV:
+	case PIB_WR_BIND_MW:
 		return seg;
 	default:
 		r->remote_addr = wr->wr.rdma.remote_addr;
@@ -131,6 +141,49 @@ static char *pib_put_sges(const struct ibv_send_wr *wr, char *seg, char *end)
 	return (char *)d;
 }
 
+/*
+ * A BIND_MW WQE's segment (docs/prm.md §6.7). A window grants remote
+ * access only: local write, which the verbs allow in the flags, means
+ * nothing for it; a zero-based window is not offered.
+ */
+char *pib_put_bind(const struct ibv_mw *mw, uint32_t rkey,
+		   const struct ibv_mw_bind_info *info, char *seg)
+{
+	const unsigned int remote = IBV_ACCESS_REMOTE_READ |
+				    IBV_ACCESS_REMOTE_WRITE |
+				    IBV_ACCESS_REMOTE_ATOMIC;
+	struct pib_wqe_bind_mw *b = (struct pib_wqe_bind_mw *)seg;
+
+	if (info->mw_access_flags & ~(remote | IBV_ACCESS_LOCAL_WRITE))
+		return NULL;
+	b->addr = info->addr;
+	b->length = info->length;
+	b->mw_key = mw->rkey;
+	b->new_rkey = rkey;
+	b->mr_key = info->mr ? info->mr->lkey : 0;
+	b->access = info->mw_access_flags & remote;
+	return (char *)(b + 1);
+}
+
+/* The data of a WQE that carries any: inline or a scatter/gather list. */
+static char *pib_put_data(struct pib_qp *qp, const struct ibv_send_wr *wr,
+			  int opcode, struct pib_wqe_ctrl *ctrl, char *seg,
+			  char *end)
+{
+	switch (opcode) {
+	case PIB_WR_LOCAL_INV:
+		return seg; /* the control segment alone */
+	case PIB_WR_BIND_MW:
+		return pib_put_bind(wr->bind_mw.mw, wr->bind_mw.rkey,
+				    &wr->bind_mw.bind_info, seg);
+	}
+	if (wr->send_flags & IBV_SEND_INLINE) {
+		ctrl->flags |= PIB_WQE_INLINE;
+		return pib_put_inline(qp, wr, opcode, seg, end);
+	}
+	return pib_put_sges(wr, seg, end);
+}
+
 static int pib_build_send_wqe(struct pib_qp *qp, const struct ibv_send_wr *wr,
 			      void *wqe)
 {
@@ -148,21 +201,63 @@ static int pib_build_send_wqe(struct pib_qp *qp, const struct ibv_send_wr *wr,
 	pib_wqe_ctrl_init(ctrl, qp, wr->wr_id, opcode, wr->send_flags);
 	if (opcode == PIB_WR_SEND_IMM || opcode == PIB_WR_RDMA_WRITE_IMM)
 		ctrl->imm = wr->imm_data; /* already in wire order */
+	if (opcode == PIB_WR_SEND_INV || opcode == PIB_WR_LOCAL_INV)
+		ctrl->imm = wr->invalidate_rkey;
 	seg = pib_put_remote(qp, wr, opcode, (char *)(ctrl + 1));
-	if (wr->send_flags & IBV_SEND_INLINE) {
-		seg = pib_put_inline(qp, wr, opcode, seg, end);
-		ctrl->flags |= PIB_WQE_INLINE;
-	} else {
-		seg = pib_put_sges(wr, seg, end);
-	}
+	seg = pib_put_data(qp, wr, opcode, ctrl, seg, end);
 	if (!seg)
 		return EINVAL;
 	ctrl->num_ds = (seg - (char *)wqe) / 16;
 	return 0;
 }
 
+/*
+ * Type 1 windows are bound through ibv_bind_mw only (pib_bind_mw), as the
+ * verbs say; type 2 windows through IBV_WR_BIND_MW.
+ */
+static bool pib_bind_through_post(const struct ibv_send_wr *wr)
+{
+	return wr->opcode != IBV_WR_BIND_MW ||
+	       (wr->bind_mw.mw && wr->bind_mw.mw->type == IBV_MW_TYPE_2);
+}
+
 int pib_post_send(struct ibv_qp *ibqp, struct ibv_send_wr *wr,
 		  struct ibv_send_wr **bad_wr)
+{
+	struct ibv_send_wr *w;
+
+	for (w = wr; w; w = w->next) {
+		if (!pib_bind_through_post(w)) {
+			*bad_wr = w;
+			return EINVAL;
+		}
+	}
+	return pib_post_send_any(ibqp, wr, bad_wr);
+}
+
+/* Binds a type 1 window with a BIND_MW WQE; its new R_Key once posted. */
+int pib_bind_mw(struct ibv_qp *qp, struct ibv_mw *mw,
+		struct ibv_mw_bind *mw_bind)
+{
+	struct ibv_send_wr wr = {}, *bad;
+	int err;
+
+	if (mw->type != IBV_MW_TYPE_1 || mw->pd != qp->pd)
+		return EINVAL;
+	wr.wr_id = mw_bind->wr_id;
+	wr.opcode = IBV_WR_BIND_MW;
+	wr.send_flags = mw_bind->send_flags;
+	wr.bind_mw.mw = mw;
+	wr.bind_mw.rkey = ibv_inc_rkey(mw->rkey);
+	wr.bind_mw.bind_info = mw_bind->bind_info;
+	err = pib_post_send_any(qp, &wr, &bad);
+	if (!err)
+		mw->rkey = wr.bind_mw.rkey;
+	return err;
+}
+
+int pib_post_send_any(struct ibv_qp *ibqp, struct ibv_send_wr *wr,
+		      struct ibv_send_wr **bad_wr)
 {
 	struct pib_qp *qp = to_pqp(ibqp);
 	struct pib_wq *sq = &qp->sq;
@@ -279,6 +374,7 @@ static const enum ibv_wc_opcode pib_wc_opcodes[] = {
 	[PIB_WC_COMP_SWAP] = IBV_WC_COMP_SWAP,
 	[PIB_WC_FETCH_ADD] = IBV_WC_FETCH_ADD,
 	[PIB_WC_LOCAL_INV] = IBV_WC_LOCAL_INV,
+	[PIB_WC_BIND_MW] = IBV_WC_BIND_MW,
 };
 
 /* The WQE a CQE completes is free again. */
@@ -322,6 +418,10 @@ static void pib_cqe_to_wc(const struct pib_cqe *cqe, struct ibv_wc *wc)
 	if (cqe->flags & PIB_CQE_WITH_IMM) {
 		wc->imm_data = cqe->imm;
 		wc->wc_flags |= IBV_WC_WITH_IMM;
+	}
+	if (cqe->flags & PIB_CQE_WITH_INV) {
+		wc->invalidated_rkey = cqe->imm;
+		wc->wc_flags |= IBV_WC_WITH_INV;
 	}
 	if (cqe->flags & PIB_CQE_GRH)
 		wc->wc_flags |= IBV_WC_GRH;
@@ -443,9 +543,14 @@ static uint32_t pib_read_byte_len(struct ibv_cq_ex *cqex)
 	return pib_current(cqex)->byte_len;
 }
 
+/* Immediate data is kept in wire order; an invalidated R_Key is not. */
 static __be32 pib_read_imm_data(struct ibv_cq_ex *cqex)
 {
-	return (__be32)pib_current(cqex)->imm; /* kept in wire order */
+	const struct pib_cqe *cqe = pib_current(cqex);
+
+	if (cqe->flags & PIB_CQE_WITH_INV)
+		return htobe32(cqe->imm);
+	return (__be32)cqe->imm;
 }
 
 static uint32_t pib_read_qp_num(struct ibv_cq_ex *cqex)

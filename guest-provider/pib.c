@@ -20,7 +20,9 @@ static void pib_free_context(struct ibv_context *ibctx)
 }
 
 static const struct verbs_context_ops pib_ctx_ops = {
+	.alloc_mw = pib_alloc_mw,
 	.alloc_pd = pib_alloc_pd,
+	.bind_mw = pib_bind_mw,
 	.attach_mcast = ibv_cmd_attach_mcast,
 	.create_ah = pib_create_ah,
 	.create_cq = pib_create_cq,
@@ -28,6 +30,7 @@ static const struct verbs_context_ops pib_ctx_ops = {
 	.create_qp = pib_create_qp,
 	.create_qp_ex = pib_create_qp_ex,
 	.create_srq = pib_create_srq,
+	.dealloc_mw = pib_dealloc_mw,
 	.dealloc_pd = pib_dealloc_pd,
 	.dereg_mr = pib_dereg_mr,
 	.destroy_ah = pib_destroy_ah,

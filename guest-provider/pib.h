@@ -165,6 +165,14 @@ int pib_qp_table_add(struct pib_context *ctx, struct pib_qp *qp);
 void pib_qp_table_remove(struct pib_context *ctx, struct pib_qp *qp);
 
 /* datapath.c: posting and polling, no system call on the way */
+int pib_post_send_any(struct ibv_qp *qp, struct ibv_send_wr *wr,
+		      struct ibv_send_wr **bad_wr);
+char *pib_put_bind(const struct ibv_mw *mw, uint32_t rkey,
+		   const struct ibv_mw_bind_info *info, char *seg);
+int pib_bind_mw(struct ibv_qp *qp, struct ibv_mw *mw,
+		struct ibv_mw_bind *mw_bind);
+struct ibv_mw *pib_alloc_mw(struct ibv_pd *pd, enum ibv_mw_type type);
+int pib_dealloc_mw(struct ibv_mw *mw);
 int pib_post_send(struct ibv_qp *qp, struct ibv_send_wr *wr,
 		  struct ibv_send_wr **bad_wr);
 int pib_post_recv(struct ibv_qp *qp, struct ibv_recv_wr *wr,

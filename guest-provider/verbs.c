@@ -86,6 +86,31 @@ int pib_dereg_mr(struct verbs_mr *vmr)
 	return err;
 }
 
+struct ibv_mw *pib_alloc_mw(struct ibv_pd *pd, enum ibv_mw_type type)
+{
+	struct ib_uverbs_alloc_mw_resp resp;
+	struct ibv_alloc_mw cmd;
+	struct ibv_mw *mw = calloc(1, sizeof(*mw));
+
+	if (!mw)
+		return NULL;
+	if (ibv_cmd_alloc_mw(pd, type, mw, &cmd, sizeof(cmd), &resp,
+			     sizeof(resp))) {
+		free(mw);
+		return NULL;
+	}
+	return mw;
+}
+
+int pib_dealloc_mw(struct ibv_mw *mw)
+{
+	int err = ibv_cmd_dealloc_mw(mw);
+
+	if (!err)
+		free(mw);
+	return err;
+}
+
 /*
  * Address handles are built here, with no system call: the address vector
  * is copied into each UD work request.

@@ -64,6 +64,38 @@ static void pib_wr_send_imm(struct ibv_qp_ex *ibqp, __be32 imm)
 		qp->wr_cur->imm = (uint32_t)imm; /* wire order, as it came */
 }
 
+/* Invalidation: the key goes where immediate data would. */
+static void pib_wr_send_inv(struct ibv_qp_ex *ibqp, uint32_t invalidate_rkey)
+{
+	struct pib_qp *qp = to_pqp_ex(ibqp);
+
+	if (pib_wr_begin(qp, PIB_WR_SEND_INV, 0))
+		qp->wr_cur->imm = invalidate_rkey;
+}
+
+static void pib_wr_local_inv(struct ibv_qp_ex *ibqp, uint32_t invalidate_rkey)
+{
+	struct pib_qp *qp = to_pqp_ex(ibqp);
+
+	if (pib_wr_begin(qp, PIB_WR_LOCAL_INV, 0))
+		qp->wr_cur->imm = invalidate_rkey;
+}
+
+/* Type 2 windows only, as through ibv_post_send (type 1: ibv_bind_mw). */
+static void pib_wr_bind_mw(struct ibv_qp_ex *ibqp, struct ibv_mw *mw,
+			   uint32_t rkey,
+			   const struct ibv_mw_bind_info *bind_info)
+{
+	struct pib_qp *qp = to_pqp_ex(ibqp);
+	char *seg;
+
+	if (!qp->wr_err && (!mw || mw->type != IBV_MW_TYPE_2))
+		qp->wr_err = EINVAL;
+	seg = pib_wr_begin(qp, PIB_WR_BIND_MW, sizeof(struct pib_wqe_bind_mw));
+	if (seg && !pib_put_bind(mw, rkey, bind_info, seg))
+		qp->wr_err = EINVAL;
+}
+
 static void pib_wr_remote(struct pib_qp *qp, uint8_t opcode, uint32_t rkey,
 			  uint64_t addr, __be32 imm)
 {
@@ -251,11 +283,13 @@ uint64_t pib_qp_ex_supported_ops(enum ibv_qp_type type)
 
 	if (type == IBV_QPT_RC || type == IBV_QPT_UC)
 		ops |= IBV_QP_EX_WITH_RDMA_WRITE |
-		       IBV_QP_EX_WITH_RDMA_WRITE_WITH_IMM;
+		       IBV_QP_EX_WITH_RDMA_WRITE_WITH_IMM |
+		       IBV_QP_EX_WITH_LOCAL_INV | IBV_QP_EX_WITH_BIND_MW;
 	if (type == IBV_QPT_RC)
 		ops |= IBV_QP_EX_WITH_RDMA_READ |
 		       IBV_QP_EX_WITH_ATOMIC_CMP_AND_SWP |
-		       IBV_QP_EX_WITH_ATOMIC_FETCH_AND_ADD;
+		       IBV_QP_EX_WITH_ATOMIC_FETCH_AND_ADD |
+		       IBV_QP_EX_WITH_SEND_WITH_INV;
 	return ops;
 }
 
@@ -287,4 +321,10 @@ void pib_qp_ex_set_ops(struct pib_qp *qp, uint64_t ops)
 		q->wr_atomic_cmp_swp = pib_wr_atomic_cmp_swp;
 	if (ops & IBV_QP_EX_WITH_ATOMIC_FETCH_AND_ADD)
 		q->wr_atomic_fetch_add = pib_wr_atomic_fetch_add;
+	if (ops & IBV_QP_EX_WITH_SEND_WITH_INV)
+		q->wr_send_inv = pib_wr_send_inv;
+	if (ops & IBV_QP_EX_WITH_LOCAL_INV)
+		q->wr_local_inv = pib_wr_local_inv;
+	if (ops & IBV_QP_EX_WITH_BIND_MW)
+		q->wr_bind_mw = pib_wr_bind_mw;
 }

@@ -168,6 +168,9 @@ enum pib_cmd_opcode {
     PIB_CMD_CREATE_MR = 0x0030,  /* IN: pib_mr_context; RESULT: key */
     PIB_CMD_DESTROY_MR = 0x0031, /* MOD: key */
     PIB_CMD_QUERY_MR = 0x0032,   /* MOD: key; OUT: pib_mr_context */
+    PIB_CMD_CREATE_MW = 0x0033,  /* IN: pib_mw_context; RESULT: rkey */
+    PIB_CMD_DESTROY_MW = 0x0034, /* MOD: rkey */
+    PIB_CMD_QUERY_MW = 0x0035,   /* MOD: rkey; OUT: pib_mw_context */
 
     PIB_CMD_CREATE_SRQ = 0x0038,  /* IN: pib_srq_context; RESULT: srqn */
     PIB_CMD_DESTROY_SRQ = 0x0039, /* MOD: srqn */
@@ -211,6 +214,9 @@ enum pib_cmd_status {
 /* fast registration (PIB_WR_REG_MR), local invalidation, send with
  * invalidate and remote invalidation (docs/prm.md §6.2) */
 #define PIB_DEV_CAP_MEM_MGT_EXTENSIONS (1u << 9)
+/* memory windows of type 1 and of type 2B (docs/prm.md §6.7) */
+#define PIB_DEV_CAP_MEM_WINDOW (1u << 10)
+#define PIB_DEV_CAP_MEM_WINDOW_TYPE_2B (1u << 11)
 
 /* atomic_cap */
 #define PIB_ATOMIC_NONE 0
@@ -257,7 +263,8 @@ struct pib_dev_cap {
     uint8_t log_max_wqe_stride; /* WQE slots are 2^6..2^this bytes */
     uint8_t reserved0[2];
     uint32_t max_fast_reg_pages; /* pages one PIB_WR_REG_MR may map; 0 without MEM_MGT */
-    uint32_t reserved1[7];
+    uint32_t max_mw;             /* memory windows; 0 without MEM_WINDOW */
+    uint32_t reserved1[6];
 };
 
 /* ---- Ports: PIB_CMD_QUERY_PORT ---------------------------------------------- */
@@ -475,6 +482,8 @@ struct pib_cq_context {
 #define PIB_ACCESS_REMOTE_READ (1u << 2)
 #define PIB_ACCESS_REMOTE_ATOMIC (1u << 3)
 #define PIB_ACCESS_ALL 0xfu
+/* MRs only: memory windows may be bound to the region (docs/prm.md §6.7) */
+#define PIB_ACCESS_MW_BIND (1u << 4)
 
 /* mr flags */
 #define PIB_MR_PHYSICAL (1u << 0) /* iova is the guest physical address; no MTT */
@@ -505,6 +514,31 @@ struct pib_mr_context {
  * QUERY_MR of such an MR compare the index only.
  */
 #define PIB_KEY_INDEX(key) ((key) >> 8)
+
+/* ---- Memory windows (docs/prm.md §6.7) -------------------------------------- */
+
+enum pib_mw_type {
+    PIB_MW_TYPE_1 = 1, /* bound by any QP of its PD, reachable through any */
+    PIB_MW_TYPE_2 = 2, /* type 2B: bound to one QP, reachable through it only */
+};
+
+/*
+ * CREATE_MW reads pdn, type and key_variant; QUERY_MW reports the rest. A
+ * window's key index is max_mr + n, so it names no MR.
+ */
+struct pib_mw_context {
+    uint32_t pdn;
+    uint8_t type; /* pib_mw_type */
+    uint8_t key_variant;
+    uint8_t bound; /* QUERY: 1 while bound */
+    uint8_t reserved0;
+    uint64_t addr; /* QUERY: the bound range */
+    uint64_t length;
+    uint32_t mr_key; /* QUERY: the region it is bound to */
+    uint32_t access; /* QUERY: PIB_ACCESS_REMOTE_* */
+    uint32_t qpn;    /* QUERY: type 2, the QP it is bound to */
+    uint32_t reserved1[3];
+};
 
 /* ---- Shared receive queues ------------------------------------------------- */
 
@@ -659,6 +693,7 @@ enum pib_wqe_opcode {
     PIB_WR_LOCAL_INV = 0x07, /* imm: the key to invalidate */
     PIB_WR_SEND_INV = 0x08,  /* RC; imm: the peer's R_Key to invalidate */
     PIB_WR_REG_MR = 0x09,    /* a pib_wqe_reg_mr segment follows */
+    PIB_WR_BIND_MW = 0x0a,   /* a pib_wqe_bind_mw segment follows */
 };
 
 /* wqe flags */
@@ -707,6 +742,16 @@ struct pib_wqe_reg_mr {
     uint64_t reserved1;
 };
 
+/* Binding of a memory window (docs/prm.md §6.7). */
+struct pib_wqe_bind_mw {
+    uint64_t addr; /* the range of the region the window reaches */
+    uint64_t length;
+    uint32_t mw_key;   /* the window's current key */
+    uint32_t new_rkey; /* its key once bound: same index, any variant */
+    uint32_t mr_key;
+    uint32_t access; /* PIB_ACCESS_REMOTE_* */
+};
+
 struct pib_wqe_data {
     uint32_t byte_count;
     uint32_t lkey;
@@ -731,6 +776,7 @@ enum pib_wc_opcode {
     PIB_WC_FETCH_ADD = 0x04,
     PIB_WC_LOCAL_INV = 0x05,
     PIB_WC_REG_MR = 0x06,
+    PIB_WC_BIND_MW = 0x07,
     PIB_WC_RECV = 0x80,
     PIB_WC_RECV_RDMA_WITH_IMM = 0x81,
 };
@@ -833,6 +879,8 @@ _Static_assert(sizeof(struct pib_mad_ifc) == 264, "pib_mad_ifc layout");
 _Static_assert(sizeof(struct pib_wqe_ctrl) == 16, "pib_wqe_ctrl layout");
 _Static_assert(sizeof(struct pib_wqe_ud) == 48, "pib_wqe_ud layout");
 _Static_assert(sizeof(struct pib_wqe_reg_mr) == 48, "pib_wqe_reg_mr layout");
+_Static_assert(sizeof(struct pib_wqe_bind_mw) == 32, "pib_wqe_bind_mw layout");
+_Static_assert(sizeof(struct pib_mw_context) == 48, "pib_mw_context layout");
 _Static_assert(sizeof(struct pib_eq_context) == 32, "pib_eq_context layout");
 _Static_assert(sizeof(struct pib_cq_context) == 48, "pib_cq_context layout");
 _Static_assert(sizeof(struct pib_mr_context) == 48, "pib_mr_context layout");

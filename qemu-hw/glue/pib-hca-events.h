@@ -65,6 +65,8 @@ static bool pib_hca_event_enabled(unsigned event)
         return trace_event_get_state_backends(TRACE_PIB_HCA_MR_REGISTERED);
     case PIB_EVENT_MR_INVALIDATED:
         return trace_event_get_state_backends(TRACE_PIB_HCA_MR_INVALIDATED);
+    case PIB_EVENT_MW_BOUND:
+        return trace_event_get_state_backends(TRACE_PIB_HCA_MW_BOUND);
     case PIB_EVENT_ERR_PORT_DROP:
         return trace_event_get_state_backends(TRACE_PIB_HCA_ERR_PORT_DROP);
     case PIB_EVENT_ERR_LINK:
@@ -200,6 +202,11 @@ static void pib_hca_trace_event(unsigned event, const uint64_t *a)
         trace_pib_hca_mr_invalidated((unsigned) a[0], (unsigned) a[1],
                                      (const char *) (uintptr_t) a[2]);
         break;
+    case PIB_EVENT_MW_BOUND:
+        trace_pib_hca_mw_bound((unsigned) a[0], (unsigned) a[1],
+                               (unsigned) a[2], (uint64_t) a[3],
+                               (uint64_t) a[4], (unsigned) a[5]);
+        break;
     case PIB_EVENT_ERR_PORT_DROP:
         trace_pib_hca_err_port_drop((unsigned) a[0],
                                     (const char *) (uintptr_t) a[1]);
@@ -332,6 +339,8 @@ static bool pib_hca_guest_error_traced(unsigned error)
         return trace_event_get_state_backends(TRACE_PIB_HCA_ERR_WQE_FAST_REG);
     case PIB_GUEST_ERROR_WQE_INVALIDATE:
         return trace_event_get_state_backends(TRACE_PIB_HCA_ERR_WQE_INVALIDATE);
+    case PIB_GUEST_ERROR_WQE_BIND_MW:
+        return trace_event_get_state_backends(TRACE_PIB_HCA_ERR_WQE_BIND_MW);
     case PIB_GUEST_ERROR_CQ_OVERRUN:
         return trace_event_get_state_backends(TRACE_PIB_HCA_ERR_CQ_OVERRUN);
     case PIB_GUEST_ERROR_CQ_DMA:
@@ -459,6 +468,9 @@ static void pib_hca_trace_guest_error(unsigned error, const char *detail)
         break;
     case PIB_GUEST_ERROR_WQE_INVALIDATE:
         trace_pib_hca_err_wqe_invalidate(detail);
+        break;
+    case PIB_GUEST_ERROR_WQE_BIND_MW:
+        trace_pib_hca_err_wqe_bind_mw(detail);
         break;
     case PIB_GUEST_ERROR_CQ_OVERRUN:
         trace_pib_hca_err_cq_overrun(detail);

@@ -42,6 +42,7 @@ def test_ibv_devinfo_shows_the_device_attributes(ctx):
         assert re.search(r"state:\s*PORT_ACTIVE", out), out
         # What the device implements, it advertises (docs/prm.md §4.5).
         for flag in ("BAD_PKEY_CNTR", "BAD_QKEY_CNTR", "PORT_ACTIVE_EVENT", "RC_RNR_NAK_GEN",
+                     "MEM_WINDOW", "MEM_MGT_EXTENSIONS", "MEM_WINDOW_TYPE_2B",
                      "SYS_IMAGE_GUID"):
             assert re.search(rf"^\s+{flag}$", out, re.M), f"{flag} not advertised:\n{out}"
         assert int(re.search(r"port_lid:\s*(\d+)", out).group(1)) > 0, out
@@ -58,7 +59,7 @@ PYVERBS_SKIPS = {
     r"Ethernet link layer|skip RoCE test": "RoCE and raw Ethernet tests",
     r"All gid indices populated": "the test's own precondition",
     # Not offered by pib-hca: the capability is 0 and the verb EOPNOTSUPP.
-    r"Device memory|ODP|XRCD|memory window|MW access|Rereg MR|Parent Domain|"
+    r"Device memory|ODP|XRCD|Rereg MR|Parent Domain|"
     r"resize|Resize CQ|real time|custom mr with additional access flags|"
     r"Importing a device": "not offered",
     # Operations the device does not offer, asked for through the extended
@@ -84,7 +85,11 @@ PYVERBS_MUST_PASS = (
     "test_atomic_fetch_and_add", "test_atomic_invalid_rkey", "test_cq_events_rc",
     "test_rdmacm_sync_traffic", "test_rdmacm_async_multicast_traffic", "test_cq_events_ud",
     "test_ro_rc_traffic", "test_rc_srq_traffic", "test_qp_ex_rc_send", "test_qp_ex_rc_rdma_read",
-    "test_qp_ex_ud_send", "test_create_cq_ex")
+    "test_qp_ex_ud_send", "test_create_cq_ex",
+    # Memory windows (docs/prm.md §6.7): bound, used, invalidated.
+    "test_mw_type1", "test_invalidate_mw_type1", "test_mw_type2", "test_mw_type2_invalidate_local",
+    "test_mw_type2_invalidate_remote", "test_mw_type2_invalidate_dealloc",
+    "test_qp_ex_rc_bind_mw")
 
 
 def _pyverbs_results(out):

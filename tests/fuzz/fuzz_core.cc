@@ -45,7 +45,7 @@ void check(bool ok, const char *what) {
 struct Target {
     Node node{PIB_QPT_RC, kLid, kRamSize};
     Node::Qp rc{}, uc{}, ud{}, srqQp{}, smi{}, gsi{};
-    uint32_t srqn = 0, mttKey = 0;
+    uint32_t srqn = 0, mttKey = 0, fastRegKey = 0, windowKeys[2] = {};
     uint64_t srqPage = 0;
     uint32_t srqPi = 0;
     uint64_t data = 0;                         // 64 KiB of guest RAM the input writes
@@ -73,6 +73,14 @@ struct Target {
         gsi = node.createQp(PIB_QPT_GSI);
         toRtsDatagram(PIB_QPT_GSI);
         mttKey = createMttMr();
+        fastRegKey = node.createFastRegMr(4);
+        for (uint8_t type : {PIB_MW_TYPE_1, PIB_MW_TYPE_2}) {
+            pib_mw_context mw{};
+            mw.pdn = node.pd;
+            mw.type = type;
+            windowKeys[type - 1] =
+                static_cast<uint32_t>(h.commandIn(PIB_CMD_CREATE_MW, 0, mw).result);
+        }
         data = h.alloc(64 << 10);
         node.use(rc);
         h.portOutput[1].clear();
@@ -103,7 +111,7 @@ struct Target {
         mr.iova = kMttIova;
         mr.length = 4 * PIB_PAGE_SIZE;
         mr.pdn = node.pd;
-        mr.access = kAccessAll;
+        mr.access = kAccessAll | PIB_ACCESS_MW_BIND;
         mr.mtt_index = pages.mtt_index;
         mr.mtt_count = 4;
         mr.log_page_size = 12;
@@ -127,11 +135,14 @@ uint64_t pickAddress(FuzzedDataProvider &in, const Target &t) {
 }
 
 uint32_t pickKey(FuzzedDataProvider &in, const Target &t) {
-    switch (in.ConsumeIntegralInRange(0, 5)) {
+    switch (in.ConsumeIntegralInRange(0, 6)) {
     case 0:
         return t.mttKey;
     case 1:
         return in.ConsumeIntegral<uint32_t>();
+    case 2: // the fast-registration MR or a window, with any variant
+        return ((in.ConsumeBool() ? t.fastRegKey : t.windowKeys[in.ConsumeBool()]) & ~0xffu) |
+               in.ConsumeIntegral<uint8_t>();
     default:
         return t.node.key;
     }
@@ -167,7 +178,35 @@ void postSend(FuzzedDataProvider &in, Target &t) {
     ctrl.num_ds = in.ConsumeIntegralInRange<uint8_t>(0, 9);
     ctrl.imm = in.ConsumeIntegral<uint32_t>();
     std::memcpy(wqe.data(), &ctrl, sizeof(ctrl));
-    if (in.ConsumeBool()) { // UD: an address vector and the peer's QP
+    size_t dataAt = 32; // where data segments start
+    if (ctrl.opcode == PIB_WR_REG_MR && in.ConsumeBool()) {
+        // A plausible fast registration of the page list in the data area.
+        pib_wqe_reg_mr reg{};
+        reg.iova = pickAddress(in, t);
+        reg.length = in.ConsumeIntegralInRange<uint64_t>(0, 5 * PIB_PAGE_SIZE);
+        reg.page_list = in.ConsumeIntegralInRange(0, 7) ? t.data : pickAddress(in, t);
+        reg.key = pickKey(in, t);
+        reg.access = in.ConsumeIntegralInRange<uint32_t>(0, 16);
+        reg.page_count = in.ConsumeIntegralInRange<uint32_t>(0, 6);
+        reg.log_page_size = in.ConsumeIntegralInRange<uint8_t>(11, 13);
+        for (uint32_t i = 0; i < reg.page_count; ++i) {
+            const uint64_t page = in.ConsumeBool() ? t.data + i * PIB_PAGE_SIZE : pickAddress(in, t);
+            std::memcpy(t.node.host.at(t.data) + i * 8, &page, 8);
+        }
+        std::memcpy(wqe.data() + 16, &reg, sizeof(reg));
+        dataAt = 16 + sizeof(reg);
+    } else if (ctrl.opcode == PIB_WR_BIND_MW && in.ConsumeBool()) {
+        // A plausible bind of a window to the MTT region (which allows it).
+        pib_wqe_bind_mw bind{};
+        bind.addr = pickAddress(in, t);
+        bind.length = in.ConsumeIntegralInRange<uint64_t>(0, 5 * PIB_PAGE_SIZE);
+        bind.mw_key = pickKey(in, t);
+        bind.new_rkey = pickKey(in, t);
+        bind.mr_key = pickKey(in, t);
+        bind.access = in.ConsumeIntegralInRange<uint32_t>(0, 16);
+        std::memcpy(wqe.data() + 16, &bind, sizeof(bind));
+        dataAt = 16 + sizeof(bind);
+    } else if (in.ConsumeBool()) { // UD: an address vector and the peer's QP
         pib_wqe_ud ud{};
         ud.av.dlid = in.ConsumeBool() ? kPeerLid : in.ConsumeIntegral<uint16_t>();
         ud.av.port = 1;
@@ -179,8 +218,8 @@ void postSend(FuzzedDataProvider &in, Target &t) {
         pib_wqe_raddr r{pickAddress(in, t), pickKey(in, t), 0};
         std::memcpy(wqe.data() + 16, &r, sizeof(r));
     }
-    for (size_t at = 32; at + 16 <= 128; at += 16) {
-        if (ctrl.flags & PIB_WQE_INLINE && at == 32) {
+    for (size_t at = dataAt; at + 16 <= 128; at += 16) {
+        if (ctrl.flags & PIB_WQE_INLINE && at == dataAt) {
             const uint32_t count = in.ConsumeIntegralInRange<uint32_t>(0, 2000) | PIB_INLINE_FLAG;
             std::memcpy(wqe.data() + at, &count, 4);
             continue;
@@ -227,7 +266,8 @@ void receivePacket(FuzzedDataProvider &in, Target &t) {
         iba::kWriteLastImm,      iba::kWriteOnly,          iba::kWriteOnlyImm,
         iba::kReadRequest,       iba::kReadResponseFirst,  iba::kAcknowledge,
         iba::kReadResponseOnly,  iba::kCompareSwap,        iba::kFetchAdd,
-        iba::kAtomicAcknowledge, iba::kReadResponseMiddle, iba::kReadResponseLast};
+        iba::kAtomicAcknowledge, iba::kReadResponseMiddle, iba::kReadResponseLast,
+        iba::kSendLastInv,       iba::kSendOnlyInv};
     uint8_t op = kConnectedOps[in.ConsumeIntegralInRange<size_t>(0, std::size(kConnectedOps) - 1)];
     unsigned psnSlot = 0;
     switch (target) {
@@ -297,6 +337,8 @@ void receivePacket(FuzzedDataProvider &in, Target &t) {
         p.atomicAck = in.ConsumeIntegral<uint64_t>();
     if (l.imm)
         p.imm = in.ConsumeIntegral<uint32_t>();
+    if (l.ieth)
+        p.ieth = pickKey(in, t);
     if (l.payload) {
         const size_t len = in.ConsumeIntegralInRange<size_t>(0, 4096);
         p.payload = in.ConsumeBytes<uint8_t>(len);

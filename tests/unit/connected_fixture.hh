@@ -219,24 +219,28 @@ struct Node {
             ring(PIB_DB_SQ, sqPi);
     }
 
-    // A local operation's WQE: LOCAL_INV of `key`, or REG_MR of `reg`.
+    // A local operation's WQE: LOCAL_INV of `key`, REG_MR of `reg`, or
+    // BIND_MW of `bind`.
     void postLocalInv(uint64_t wrId, uint32_t invalidKey, uint8_t flags = PIB_WQE_SIGNALED) {
-        postLocal(wrId, PIB_WR_LOCAL_INV, flags, invalidKey, nullptr);
+        postLocal(wrId, PIB_WR_LOCAL_INV, flags, invalidKey, nullptr, 0);
     }
     void postRegMr(uint64_t wrId, const pib_wqe_reg_mr &reg, uint8_t flags = PIB_WQE_SIGNALED) {
-        postLocal(wrId, PIB_WR_REG_MR, flags, 0, &reg);
+        postLocal(wrId, PIB_WR_REG_MR, flags, 0, &reg, sizeof(reg));
     }
-    void postLocal(uint64_t wrId, uint8_t opcode, uint8_t flags, uint32_t imm,
-                   const pib_wqe_reg_mr *reg) {
+    void postBind(uint64_t wrId, const pib_wqe_bind_mw &bind, uint8_t flags = PIB_WQE_SIGNALED) {
+        postLocal(wrId, PIB_WR_BIND_MW, flags, 0, &bind, sizeof(bind));
+    }
+    void postLocal(uint64_t wrId, uint8_t opcode, uint8_t flags, uint32_t imm, const void *segment,
+                   size_t size) {
         const uint64_t slot = sqPage + (sqPi % (1u << kLogSq)) * 128;
         pib_wqe_ctrl ctrl{};
         ctrl.wr_id = wrId;
         ctrl.opcode = opcode;
         ctrl.flags = flags;
         ctrl.imm = imm;
-        ctrl.num_ds = reg ? 4 : 1;
-        if (reg)
-            host.poke(slot + 16, *reg);
+        ctrl.num_ds = static_cast<uint8_t>(1 + size / 16);
+        if (size)
+            std::memcpy(host.at(slot + 16), segment, size);
         host.poke(slot, ctrl);
         ring(PIB_DB_SQ, ++sqPi);
     }

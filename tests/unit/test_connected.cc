@@ -388,6 +388,25 @@ TEST_CASE("retry exhaustion completes in error and flushes the rest", "[rc]") {
     CHECK(p.wire.count(iba::kSendOnly) == 2 * 3);
 }
 
+TEST_CASE("WQEs posted to a QP in the error state are flushed at once, as ib_drain_qp needs",
+          "[rc]") {
+    Pair p;
+    pib_qp_attr a{};
+    a.attr_mask = PIB_QP_STATE;
+    a.qp_state = PIB_QPS_ERR;
+    p.a.modify(a);
+    const uint64_t buf = p.a.host.alloc(64);
+    p.a.postRecv(7, buf, 64); // the receive drain WR
+    p.a.postSend(8, {.local = buf, .length = 8});
+    const auto done = p.a.poll();
+    REQUIRE(done.size() == 2);
+    CHECK(done[0].wr_id == 7);
+    CHECK(done[0].opcode == PIB_WC_RECV);
+    CHECK(done[0].status == PIB_WC_WR_FLUSH_ERR);
+    CHECK(done[1].wr_id == 8);
+    CHECK(done[1].status == PIB_WC_WR_FLUSH_ERR);
+}
+
 TEST_CASE("RNR: no receive WQE, a NAK, then the retry finds one", "[rc]") {
     SECTION("a receive posted in time") {
         Pair p;

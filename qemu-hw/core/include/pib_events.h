@@ -34,16 +34,17 @@ enum pib_event {
     PIB_EVENT_RC_DUPLICATE = 26,
     PIB_EVENT_MR_REGISTERED = 27,
     PIB_EVENT_MR_INVALIDATED = 28,
-    PIB_EVENT_ERR_PORT_DROP = 29,
-    PIB_EVENT_ERR_LINK = 30,
-    PIB_EVENT_ERR_MKEY_VIOLATION = 31,
-    PIB_EVENT_ERR_MCAST_DROP = 32,
-    PIB_EVENT_ERR_RC_NO_QP = 33,
-    PIB_EVENT_ERR_RC_WRONG_PEER = 34,
-    PIB_EVENT_ERR_RC_BAD_RESPONSE_PSN = 35,
-    PIB_EVENT_ERR_RC_BAD_RESPONSE_LENGTH = 36,
-    PIB_EVENT_ERR_RC_REQUEST_REFUSED = 37,
-    PIB_EVENT_COUNT = 38
+    PIB_EVENT_MW_BOUND = 29,
+    PIB_EVENT_ERR_PORT_DROP = 30,
+    PIB_EVENT_ERR_LINK = 31,
+    PIB_EVENT_ERR_MKEY_VIOLATION = 32,
+    PIB_EVENT_ERR_MCAST_DROP = 33,
+    PIB_EVENT_ERR_RC_NO_QP = 34,
+    PIB_EVENT_ERR_RC_WRONG_PEER = 35,
+    PIB_EVENT_ERR_RC_BAD_RESPONSE_PSN = 36,
+    PIB_EVENT_ERR_RC_BAD_RESPONSE_LENGTH = 37,
+    PIB_EVENT_ERR_RC_REQUEST_REFUSED = 38,
+    PIB_EVENT_COUNT = 39
 };
 
 /* The guest-error tokens (pib_host_ops.guest_error), as docs/prm.md §9. */
@@ -86,10 +87,11 @@ enum pib_guest_error {
     PIB_GUEST_ERROR_WQE_BAD_KEY = 35,
     PIB_GUEST_ERROR_WQE_FAST_REG = 36,
     PIB_GUEST_ERROR_WQE_INVALIDATE = 37,
-    PIB_GUEST_ERROR_CQ_OVERRUN = 38,
-    PIB_GUEST_ERROR_CQ_DMA = 39,
-    PIB_GUEST_ERROR_DMA_REENTRY = 40,
-    PIB_GUEST_ERROR_COUNT = 41
+    PIB_GUEST_ERROR_WQE_BIND_MW = 38,
+    PIB_GUEST_ERROR_CQ_OVERRUN = 39,
+    PIB_GUEST_ERROR_CQ_DMA = 40,
+    PIB_GUEST_ERROR_DMA_REENTRY = 41,
+    PIB_GUEST_ERROR_COUNT = 42
 };
 
 static inline const char *pib_event_name(unsigned event) {
@@ -123,6 +125,7 @@ static inline const char *pib_event_name(unsigned event) {
         "rc_duplicate",
         "mr_registered",
         "mr_invalidated",
+        "mw_bound",
         "err_port_drop",
         "err_link",
         "err_mkey_violation",
@@ -140,10 +143,10 @@ static inline const char *pib_event_name(unsigned event) {
 /* An event's arguments: 's' for a string, 'i' for an integer each. */
 static inline const char *pib_event_args(unsigned event) {
     static const char *const args[PIB_EVENT_COUNT] = {
-        "siiii", "s",   "s",    "i",   "i",   "i",   "i",     "i",      "isi", "is",
-        "s",     "sii", "iiii", "is",  "si",  "iii", "iiiii", "iiiiii", "i",   "ii",
-        "iii",   "ii",  "ii",   "iii", "ii",  "iii", "iis",   "iiiii",  "iis", "is",
-        "is",    "iii", "is",   "ii",  "iii", "iii", "iii",   "iis",
+        "siiii", "s",   "s",    "i",   "i",  "i",   "i",     "i",      "isi", "is",
+        "s",     "sii", "iiii", "is",  "si", "iii", "iiiii", "iiiiii", "i",   "ii",
+        "iii",   "ii",  "ii",   "iii", "ii", "iii", "iis",   "iiiii",  "iis", "iiiiii",
+        "is",    "is",  "iii",  "is",  "ii", "iii", "iii",   "iii",    "iis",
     };
 
     return event < PIB_EVENT_COUNT ? args[event] : "";
@@ -189,6 +192,7 @@ static inline const char *pib_guest_error_token(unsigned error) {
         "wqe-bad-key",
         "wqe-fast-reg",
         "wqe-invalidate",
+        "wqe-bind-mw",
         "cq-overrun",
         "cq-dma",
         "dma-reentry",
@@ -205,7 +209,7 @@ static inline const char *pib_guest_error_rule(unsigned error) {
         "prm §3.2", "prm §4.5", "prm §4.3", "prm §4.2", "prm §6.3", "prm §6.3", "prm §4.6",
         "prm §4.1", "prm §5.3", "prm §5.3", "prm §5.2", "prm §5.1", "prm §7.1", "prm §7.1",
         "prm §7.1", "prm §7.1", "prm §7.1", "prm §7.1", "prm §7.1", "prm §7.2", "prm §7.2",
-        "prm §6.2", "prm §6.2", "prm §6.2", "prm §6.1", "prm §6.1", "prm §1",
+        "prm §6.2", "prm §6.2", "prm §6.2", "prm §6.7", "prm §6.1", "prm §6.1", "prm §1",
     };
 
     return error < PIB_GUEST_ERROR_COUNT ? rules[error] : "prm";

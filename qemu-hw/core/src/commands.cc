@@ -36,7 +36,8 @@ static pib_dev_cap buildCaps(const pib_core_config &config) {
     c.device_cap_flags = PIB_DEV_CAP_RC | PIB_DEV_CAP_UC | PIB_DEV_CAP_UD | PIB_DEV_CAP_SRQ |
                          PIB_DEV_CAP_RNR_NAK_GEN | PIB_DEV_CAP_SYS_IMAGE_GUID |
                          PIB_DEV_CAP_PORT_ACTIVE_EVENT | PIB_DEV_CAP_BAD_PKEY_CNTR |
-                         PIB_DEV_CAP_BAD_QKEY_CNTR | PIB_DEV_CAP_MEM_MGT_EXTENSIONS;
+                         PIB_DEV_CAP_BAD_QKEY_CNTR | PIB_DEV_CAP_MEM_MGT_EXTENSIONS |
+                         PIB_DEV_CAP_MEM_WINDOW | PIB_DEV_CAP_MEM_WINDOW_TYPE_2B;
     c.max_qp = kMaxQp;
     c.max_qp_wr = 1u << kLogMaxQpWr;
     c.max_send_sge = kMaxSge;
@@ -66,6 +67,7 @@ static pib_dev_cap buildCaps(const pib_core_config &config) {
     c.atomic_cap = PIB_ATOMIC_HCA;
     c.log_max_wqe_stride = kLogMaxWqeStride;
     c.max_fast_reg_pages = kMaxFastRegPages;
+    c.max_mw = kMaxMw;
     return c;
 }
 
@@ -124,6 +126,9 @@ const CommandProcessor::CommandSpec CommandProcessor::kCommands[] = {
     {PIB_CMD_CREATE_MR, "CREATE_MR", false, &CommandProcessor::createMr},
     {PIB_CMD_DESTROY_MR, "DESTROY_MR", false, &CommandProcessor::destroyMr},
     {PIB_CMD_QUERY_MR, "QUERY_MR", false, &CommandProcessor::queryMr},
+    {PIB_CMD_CREATE_MW, "CREATE_MW", false, &CommandProcessor::createMw},
+    {PIB_CMD_DESTROY_MW, "DESTROY_MW", false, &CommandProcessor::destroyMw},
+    {PIB_CMD_QUERY_MW, "QUERY_MW", false, &CommandProcessor::queryMw},
     {PIB_CMD_CREATE_SRQ, "CREATE_SRQ", false, &CommandProcessor::createSrq},
     {PIB_CMD_DESTROY_SRQ, "DESTROY_SRQ", false, &CommandProcessor::destroySrq},
     {PIB_CMD_QUERY_SRQ, "QUERY_SRQ", false, &CommandProcessor::querySrq},

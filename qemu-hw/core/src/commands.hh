@@ -108,6 +108,9 @@ class CommandProcessor {
     CommandOutcome queryCq(const Command &);
     CommandOutcome createMr(const Command &);
     CommandOutcome createFastRegMr(const pib_mr_context &ctx, ProtectionDomain &pd);
+    CommandOutcome createMw(const Command &);
+    CommandOutcome destroyMw(const Command &);
+    CommandOutcome queryMw(const Command &);
     CommandOutcome destroyMr(const Command &);
     CommandOutcome queryMr(const Command &);
     CommandOutcome createSrq(const Command &);

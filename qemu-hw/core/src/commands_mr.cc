@@ -4,6 +4,7 @@
 
 #include "commands.hh"
 #include "limits.hh"
+#include "memory_keys.hh"
 #include "trace.hh"
 
 namespace pib {
@@ -16,7 +17,8 @@ CommandOutcome CommandProcessor::createMr(const Command &cmd) {
     if (!pd)
         return fail(PIB_CMD_STATUS_BAD_INDEX, err::kCmdBadIndex, "CREATE_MR in PD %u", ctx.pdn);
     constexpr uint8_t kFlags = PIB_MR_PHYSICAL | PIB_MR_FAST_REG;
-    if (ctx.access & ~PIB_ACCESS_ALL || ctx.flags & ~kFlags || (ctx.flags & kFlags) == kFlags)
+    if (ctx.access & ~(PIB_ACCESS_ALL | PIB_ACCESS_MW_BIND) || ctx.flags & ~kFlags ||
+        (ctx.flags & kFlags) == kFlags)
         return fail(PIB_CMD_STATUS_BAD_PARAM, err::kCmdBadParam, "CREATE_MR access 0x%x flags 0x%x",
                     ctx.access, ctx.flags);
     if (ctx.flags & PIB_MR_FAST_REG)
@@ -102,6 +104,10 @@ CommandOutcome CommandProcessor::destroyMr(const Command &cmd) {
     if (!mr)
         return fail(PIB_CMD_STATUS_BAD_INDEX, err::kCmdBadIndex, "DESTROY_MR of key 0x%x",
                     cmd.modifier);
+    if (mr->windows)
+        return fail(PIB_CMD_STATUS_BUSY, err::kCmdBusy,
+                    "DESTROY_MR of key 0x%x: %u memory windows are bound to it", cmd.modifier,
+                    mr->windows);
     --objects_.pds.find(mr->ctx.pdn)->refs;
     if (mr->fastReg())
         objects_.mtt.unhold(mr->ctx.mtt_index, Mtt::kMinLogPage, true);
@@ -117,6 +123,56 @@ CommandOutcome CommandProcessor::queryMr(const Command &cmd) {
         return fail(PIB_CMD_STATUS_BAD_INDEX, err::kCmdBadIndex, "QUERY_MR of key 0x%x",
                     cmd.modifier);
     if (!writeMailbox(cmd, mr->ctx))
+        return mailboxFailed();
+    return {};
+}
+
+CommandOutcome CommandProcessor::createMw(const Command &cmd) {
+    pib_mw_context ctx;
+    if (!readMailbox(cmd, ctx))
+        return mailboxFailed();
+    ProtectionDomain *pd = objects_.pds.find(ctx.pdn);
+    if (!pd)
+        return fail(PIB_CMD_STATUS_BAD_INDEX, err::kCmdBadIndex, "CREATE_MW in PD %u", ctx.pdn);
+    if (ctx.type != PIB_MW_TYPE_1 && ctx.type != PIB_MW_TYPE_2)
+        return fail(PIB_CMD_STATUS_BAD_PARAM, err::kCmdBadParam, "CREATE_MW of type %u", ctx.type);
+    auto mw = std::make_unique<MemoryWindow>();
+    MemoryWindow *raw = mw.get();
+    const auto index = objects_.mws.insert(std::move(mw));
+    if (!index)
+        return fail(PIB_CMD_STATUS_NO_RESOURCES, err::kCmdNoResources, "all %u MWs in use",
+                    objects_.mws.capacity());
+    raw->ctx = {};
+    raw->ctx.pdn = ctx.pdn;
+    raw->ctx.type = ctx.type;
+    raw->ctx.key_variant = ctx.key_variant;
+    raw->key = (*index << 8) | ctx.key_variant;
+    ++pd->refs;
+    return {PIB_CMD_STATUS_OK, raw->key};
+}
+
+// A window's variant changes with each bind: its index names it.
+static MemoryWindow *findWindow(const ObjectTable<MemoryWindow> &mws, uint32_t key) {
+    return mws.find(PIB_KEY_INDEX(key));
+}
+
+CommandOutcome CommandProcessor::destroyMw(const Command &cmd) {
+    MemoryWindow *mw = findWindow(objects_.mws, cmd.modifier);
+    if (!mw)
+        return fail(PIB_CMD_STATUS_BAD_INDEX, err::kCmdBadIndex, "DESTROY_MW of key 0x%x",
+                    cmd.modifier);
+    MemoryKeys::unbind(objects_.mrs, *mw); // IBA 10.6.7.1: deallocation invalidates it
+    --objects_.pds.find(mw->ctx.pdn)->refs;
+    objects_.mws.erase(PIB_KEY_INDEX(cmd.modifier));
+    return {};
+}
+
+CommandOutcome CommandProcessor::queryMw(const Command &cmd) {
+    const MemoryWindow *mw = findWindow(objects_.mws, cmd.modifier);
+    if (!mw)
+        return fail(PIB_CMD_STATUS_BAD_INDEX, err::kCmdBadIndex, "QUERY_MW of key 0x%x",
+                    cmd.modifier);
+    if (!writeMailbox(cmd, mw->ctx))
         return mailboxFailed();
     return {};
 }

@@ -4,6 +4,7 @@
 
 #include "commands.hh"
 #include "limits.hh"
+#include "memory_keys.hh"
 #include "qp_state.hh"
 #include "ring.hh"
 #include "trace.hh"
@@ -136,6 +137,11 @@ CommandOutcome CommandProcessor::destroyQp(const Command &cmd) {
                     cmd.modifier);
     releaseQp(*qp);
     objects_.multicast.detachAll(cmd.modifier);
+    // Its type 2 windows are bound to nothing that can reach them now.
+    objects_.mws.forEach([&](uint32_t, MemoryWindow &mw) {
+        if (mw.ctx.type == PIB_MW_TYPE_2 && mw.ctx.bound && mw.ctx.qpn == cmd.modifier)
+            MemoryKeys::unbind(objects_.mrs, mw);
+    });
     dataPath_.forgetQp(cmd.modifier, *qp);
     if (cmd.modifier < objects_.specialQps.size())
         objects_.specialQps[cmd.modifier].reset();

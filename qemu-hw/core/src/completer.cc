@@ -27,6 +27,8 @@ uint8_t completionOpcode(uint8_t wr) {
         return PIB_WC_LOCAL_INV;
     case PIB_WR_REG_MR:
         return PIB_WC_REG_MR;
+    case PIB_WR_BIND_MW:
+        return PIB_WC_BIND_MW;
     default:
         return PIB_WC_SEND;
     }

@@ -56,7 +56,8 @@ struct SendWqe {
     uint32_t rkey = 0;
     uint64_t swapAdd = 0;
     uint64_t compare = 0;
-    pib_wqe_reg_mr reg{}; // REG_MR
+    pib_wqe_reg_mr reg{};   // REG_MR
+    pib_wqe_bind_mw bind{}; // BIND_MW
     std::vector<pib_wqe_data> sges;
     std::vector<uint8_t> inlineData;
     uint32_t length = 0;                  // bytes of the message
@@ -73,7 +74,9 @@ struct SendWqe {
     }
     bool isReadOrAtomic() const { return opcode == PIB_WR_RDMA_READ || isAtomic(); }
     // Done by the device itself, in send queue order: no packets.
-    bool isLocal() const { return opcode == PIB_WR_LOCAL_INV || opcode == PIB_WR_REG_MR; }
+    bool isLocal() const {
+        return opcode == PIB_WR_LOCAL_INV || opcode == PIB_WR_REG_MR || opcode == PIB_WR_BIND_MW;
+    }
     uint32_t lastPsn() const { return psnAdd(firstPsn, packets - 1); }
 };
 

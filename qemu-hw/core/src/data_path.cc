@@ -109,9 +109,10 @@ void DataPath::doorbell(uint32_t page, uint32_t offset, uint64_t value) {
         } else if (qp->ctx.flags & PIB_QP_USE_SRQ)
             host_.guestError(err::kDoorbellBadObject, "RQ doorbell of QP %u, which uses an SRQ",
                              number);
-        else
-            updateProducer("RQ of QP", number, qp->rq.producer, qp->rq.consumer,
-                           1u << qp->ctx.rq_log_wqe_count, arg);
+        else if (updateProducer("RQ of QP", number, qp->rq.producer, qp->rq.consumer,
+                                1u << qp->ctx.rq_log_wqe_count, arg) &&
+                 qp->attr.qp_state == PIB_QPS_ERR)
+            flushQp(number, *qp); // IBA 10.8.3.1: posted in the error state, flushed at once
         return;
     }
     case PIB_DB_SRQ: {

@@ -167,7 +167,7 @@ class DataPath final : public SubnetSender, public ScheduledEngine {
     WqeReader &wqes_;
     Scheduler &scheduler_;
     ArmedInjections &injections_;
-    MemoryKeys keys_{host_, objects_.mtt, objects_.mrs};
+    MemoryKeys keys_{host_, objects_.mtt, objects_.mrs, objects_.mws};
     // Lists of guest memory segments, kept for the next packet too: one
     // per data path function, as none calls another while it holds its
     // list (checkLocalBuffers, onRequest, sendReadResponses).

@@ -14,7 +14,7 @@ namespace pib {
 Device::Device(const pib_core_config &config, const pib_host_ops &ops, void *opaque)
     : config_(config), host_(ops, opaque), objects_(config_), ports_(config_),
       events_(host_, objects_.mtt, objects_.eqs, objects_.cqs),
-      memory_(host_, objects_.mtt, objects_.mrs),
+      memory_(host_, objects_.mtt, objects_.mrs, objects_.mws),
       wqes_(host_, objects_.mtt, limits::kMaxInlineData),
       dataPath_(host_, objects_, ports_, events_, memory_, wqes_, scheduler_, injections_),
       scheduler_(host_, objects_, ports_, dataPath_),

@@ -12,6 +12,7 @@ inline constexpr uint32_t kMaxSge = 32;
 inline constexpr uint32_t kMaxCq = 4096;
 inline constexpr uint32_t kLogMaxCqe = 16;
 inline constexpr uint32_t kMaxMr = 65536;
+inline constexpr uint32_t kMaxMw = 65536;
 inline constexpr uint32_t kMaxPd = 65536;
 inline constexpr uint32_t kMaxRdAtom = 16;
 inline constexpr uint32_t kMaxSrq = 4096;

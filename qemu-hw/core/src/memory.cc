@@ -12,7 +12,35 @@ uint8_t MemoryAccess::translate(uint32_t key, uint32_t pdn, uint64_t addr, uint6
     if (!mr || !mr->valid || mr->key != key || mr->ctx.pdn != pdn ||
         (mr->ctx.access & access) != access)
         return PIB_WC_LOC_PROT_ERR;
-    const pib_mr_context &c = mr->ctx;
+    return mapRegion(*mr, addr, len, out);
+}
+
+uint8_t MemoryAccess::translateRemote(uint32_t rkey, uint32_t pdn, uint32_t qpn, uint64_t addr,
+                                      uint64_t len, uint32_t access,
+                                      std::vector<Segment> &out) const {
+    const MemoryWindow *mw = mws_.find(PIB_KEY_INDEX(rkey));
+    if (!mw)
+        return translate(rkey, pdn, addr, len, access, out);
+    // IBA 10.6.7.3: the window's own rights and range, then the region's
+    // pages (its remote rights do not matter: the window grants them).
+    const pib_mw_context &w = mw->ctx;
+    if (mw->key != rkey || !w.bound || w.pdn != pdn || (w.access & access) != access ||
+        (w.type == PIB_MW_TYPE_2 && w.qpn != qpn))
+        return PIB_WC_LOC_PROT_ERR;
+    if (len == 0)
+        return PIB_WC_SUCCESS;
+    if (addr < w.addr || addr + len < addr || addr + len - w.addr > w.length)
+        return PIB_WC_LOC_PROT_ERR;
+    const MemoryRegion *mr = mrs_.find(PIB_KEY_INDEX(w.mr_key));
+    if (!mr || !mr->valid || mr->key != w.mr_key)
+        return PIB_WC_LOC_PROT_ERR;
+    return mapRegion(*mr, addr, len, out);
+}
+
+// The segments of [addr, addr + len) of `mr`, within its range.
+uint8_t MemoryAccess::mapRegion(const MemoryRegion &mr, uint64_t addr, uint64_t len,
+                                std::vector<Segment> &out) const {
+    const pib_mr_context &c = mr.ctx;
     if (len == 0)
         return PIB_WC_SUCCESS;
     if (addr < c.iova || addr + len < addr || addr + len - c.iova > c.length)

@@ -26,14 +26,19 @@ struct Segment {
 
 class MemoryAccess {
   public:
-    MemoryAccess(const Host &host, const Mtt &mtt, const ObjectTable<MemoryRegion> &mrs)
-        : host_(host), mtt_(mtt), mrs_(mrs) {}
+    MemoryAccess(const Host &host, const Mtt &mtt, const ObjectTable<MemoryRegion> &mrs,
+                 const ObjectTable<MemoryWindow> &mws)
+        : host_(host), mtt_(mtt), mrs_(mrs), mws_(mws) {}
 
     // Appends to `out` the segments that hold [addr, addr + len) of the MR
     // `key` names, if PD `pdn` may reach them with `access`. Returns
     // PIB_WC_SUCCESS, or the completion status of the violation.
     uint8_t translate(uint32_t key, uint32_t pdn, uint64_t addr, uint64_t len, uint32_t access,
                       std::vector<Segment> &out) const;
+    // The same for an R_Key, which may also name a memory window: QP
+    // `qpn` asks (a type 2 window answers only the QP it is bound to).
+    uint8_t translateRemote(uint32_t rkey, uint32_t pdn, uint32_t qpn, uint64_t addr, uint64_t len,
+                            uint32_t access, std::vector<Segment> &out) const;
     uint8_t gather(uint32_t pdn, std::span<const pib_wqe_data> sges, uint64_t maxLength,
                    std::vector<uint8_t> &out);
     uint8_t gatherInto(uint32_t pdn, std::span<const pib_wqe_data> sges, uint64_t offset,
@@ -50,7 +55,11 @@ class MemoryAccess {
 
     const Host &host_;
     const Mtt &mtt_;
+    uint8_t mapRegion(const MemoryRegion &mr, uint64_t addr, uint64_t len,
+                      std::vector<Segment> &out) const;
+
     const ObjectTable<MemoryRegion> &mrs_;
+    const ObjectTable<MemoryWindow> &mws_;
     // Lists of segments, kept for the next packet: the data path then
     // allocates no memory per packet. One per function, as neither calls
     // the other while it holds its list.

@@ -18,7 +18,7 @@ const char *MemoryKeys::checkRegistration(const MemoryRegion *mr, uint32_t pdn,
         return "the region is in another PD";
     if (mr->valid)
         return "the region is valid: it must be invalidated first";
-    if (reg.access & ~PIB_ACCESS_ALL ||
+    if (reg.access & ~(PIB_ACCESS_ALL | PIB_ACCESS_MW_BIND) ||
         (reg.access & (PIB_ACCESS_REMOTE_WRITE | PIB_ACCESS_REMOTE_ATOMIC) &&
          !(reg.access & PIB_ACCESS_LOCAL_WRITE)))
         return "access flags IBA does not allow";
@@ -75,41 +75,133 @@ uint8_t MemoryKeys::fastRegister(uint32_t qpn, uint32_t index, uint32_t pdn,
 }
 
 // The region `key` names if PD `pdn` may invalidate it: a valid
-// fast-registration region of that PD, named by its current key.
+// fast-registration region of that PD, named by its current key, that no
+// window is bound to.
 MemoryRegion *MemoryKeys::invalidatable(uint32_t pdn, uint32_t key, const char **why) const {
     MemoryRegion *mr = mrs_.find(PIB_KEY_INDEX(key));
     if (!mr || mr->key != key)
-        *why = "no region has this key";
+        *why = "no region or window has this key";
     else if (!mr->fastReg())
         *why = "the region is not a fast-registration region";
     else if (mr->ctx.pdn != pdn)
         *why = "the region is in another PD";
     else if (!mr->valid)
         *why = "the region is already free";
+    else if (mr->windows)
+        *why = "memory windows are bound to the region";
     else
         return mr;
     return nullptr;
 }
 
-uint8_t MemoryKeys::invalidateLocal(uint32_t qpn, uint32_t index, uint32_t pdn, uint32_t key) {
+// A type 2 window of the PD, bound, and named by its current key, is
+// unbound (IBA 10.6.7.2.4); nothing else is.
+const char *MemoryKeys::invalidateWindow(uint32_t pdn, uint32_t key, MemoryWindow &mw) {
+    if (mw.key != key)
+        return "no region or window has this key";
+    if (mw.ctx.type != PIB_MW_TYPE_2)
+        return "a type 1 window is not invalidated by a WQE";
+    if (mw.ctx.pdn != pdn)
+        return "the window is in another PD";
+    if (!mw.ctx.bound)
+        return "the window is already free";
+    unbind(mrs_, mw);
+    return nullptr;
+}
+
+// Invalidates the region or window `key` names for PD `pdn`: null when
+// done, else why not.
+const char *MemoryKeys::invalidate(uint32_t pdn, uint32_t key) {
+    if (MemoryWindow *mw = mws_.find(PIB_KEY_INDEX(key)))
+        return invalidateWindow(pdn, key, *mw);
     const char *why = nullptr;
     MemoryRegion *mr = invalidatable(pdn, key, &why);
-    if (!mr) {
+    if (mr)
+        mr->valid = false;
+    return why;
+}
+
+uint8_t MemoryKeys::invalidateLocal(uint32_t qpn, uint32_t index, uint32_t pdn, uint32_t key) {
+    if (const char *why = invalidate(pdn, key)) {
         host_.guestError(err::kWqeInvalidate, "QP %u WQE %u: LOCAL_INV of key 0x%x: %s", qpn, index,
                          key, why);
         return PIB_WC_LOC_PROT_ERR;
     }
-    mr->valid = false;
     trace::mr_invalidated(host_, qpn, key, "local");
     return PIB_WC_SUCCESS;
 }
 
 const char *MemoryKeys::invalidateRemote(uint32_t pdn, uint32_t rkey) {
-    const char *why = nullptr;
-    MemoryRegion *mr = invalidatable(pdn, rkey, &why);
-    if (mr)
-        mr->valid = false;
-    return why;
+    return invalidate(pdn, rkey);
+}
+
+void MemoryKeys::unbind(ObjectTable<MemoryRegion> &mrs, MemoryWindow &mw) {
+    if (!mw.ctx.bound)
+        return;
+    if (MemoryRegion *mr = mrs.find(PIB_KEY_INDEX(mw.ctx.mr_key)); mr && mr->windows)
+        --mr->windows;
+    mw.ctx.bound = 0;
+    mw.ctx.addr = mw.ctx.length = 0;
+    mw.ctx.mr_key = mw.ctx.access = mw.ctx.qpn = 0;
+}
+
+// What keeps `bind` from binding `mw` to `mr` (IBA 10.6.7.2): null when
+// nothing does. A type 1 bind of length 0 only unbinds: no region needed.
+const char *MemoryKeys::checkBind(const MemoryWindow *mw, const MemoryRegion *mr, uint32_t pdn,
+                                  const pib_wqe_bind_mw &bind) const {
+    constexpr uint32_t kRemote =
+        PIB_ACCESS_REMOTE_READ | PIB_ACCESS_REMOTE_WRITE | PIB_ACCESS_REMOTE_ATOMIC;
+    if (!mw || mw->key != bind.mw_key)
+        return "the key names no memory window";
+    if (PIB_KEY_INDEX(bind.new_rkey) != PIB_KEY_INDEX(bind.mw_key))
+        return "the new R_Key names another window";
+    if (mw->ctx.pdn != pdn)
+        return "the window is in another PD";
+    if (mw->ctx.type == PIB_MW_TYPE_2 && mw->ctx.bound)
+        return "a bound type 2 window must be invalidated before it is bound again";
+    if (bind.access & ~kRemote)
+        return "access a window cannot grant (remote read, write and atomic only)";
+    if (mw->ctx.type == PIB_MW_TYPE_1 && bind.length == 0)
+        return nullptr;
+    if (!mr || mr->key != bind.mr_key || !mr->valid)
+        return "the region's key is not valid";
+    if (mr->ctx.pdn != pdn)
+        return "the region is in another PD";
+    if (!(mr->ctx.access & PIB_ACCESS_MW_BIND))
+        return "the region does not allow windows (no MW_BIND access)";
+    if (bind.access & (PIB_ACCESS_REMOTE_WRITE | PIB_ACCESS_REMOTE_ATOMIC) &&
+        !(mr->ctx.access & PIB_ACCESS_LOCAL_WRITE))
+        return "remote write or atomic access to a region without local write";
+    const pib_mr_context &c = mr->ctx;
+    if (bind.addr < c.iova || bind.addr + bind.length < bind.addr ||
+        bind.addr + bind.length - c.iova > c.length)
+        return "the range is not within the region";
+    return nullptr;
+}
+
+uint8_t MemoryKeys::bindWindow(uint32_t qpn, uint32_t index, uint32_t pdn,
+                               const pib_wqe_bind_mw &bind) {
+    MemoryWindow *mw = mws_.find(PIB_KEY_INDEX(bind.mw_key));
+    MemoryRegion *mr = mrs_.find(PIB_KEY_INDEX(bind.mr_key));
+    if (const char *why = checkBind(mw, mr, pdn, bind)) {
+        host_.guestError(err::kWqeBindMw, "QP %u WQE %u: BIND_MW of key 0x%x: %s", qpn, index,
+                         bind.mw_key, why);
+        return PIB_WC_MW_BIND_ERR;
+    }
+    unbind(mrs_, *mw); // a type 1 window binds again in place
+    mw->key = bind.new_rkey;
+    mw->ctx.key_variant = static_cast<uint8_t>(bind.new_rkey);
+    if (bind.length || mw->ctx.type == PIB_MW_TYPE_2) {
+        ++mr->windows;
+        mw->ctx.bound = 1;
+        mw->ctx.addr = bind.addr;
+        mw->ctx.length = bind.length;
+        mw->ctx.mr_key = bind.mr_key;
+        mw->ctx.access = bind.access;
+        mw->ctx.qpn = mw->ctx.type == PIB_MW_TYPE_2 ? qpn : 0;
+    }
+    trace::mw_bound(host_, qpn, bind.new_rkey, bind.mr_key, bind.addr, bind.length, bind.access);
+    return PIB_WC_SUCCESS;
 }
 
 } // namespace pib

@@ -1,8 +1,9 @@
 // SPDX-License-Identifier: GPL-2.0-or-later
-// The base memory management extensions (IBA 10.6; docs/prm.md
-// §6.2): a fast-registration MR mapped by a REG_MR WQE, and invalidated by
-// a LOCAL_INV WQE or by a peer's SEND with invalidate. The send queue and
-// the responder call in here; nothing else changes a region's mapping.
+// The base memory management extensions (IBA 10.6; docs/prm.md §6.2,
+// §6.7): a fast-registration MR mapped by a REG_MR WQE, memory windows
+// bound by BIND_MW WQEs, and either invalidated by a LOCAL_INV WQE or by
+// a peer's SEND with invalidate. The send queue and the responder call in
+// here; nothing else changes a mapping while the device runs.
 #pragma once
 
 #include <cstdint>
@@ -18,21 +19,31 @@ namespace pib {
 
 class MemoryKeys {
   public:
-    MemoryKeys(const Host &host, Mtt &mtt, ObjectTable<MemoryRegion> &mrs)
-        : host_(host), mtt_(mtt), mrs_(mrs) {}
+    MemoryKeys(const Host &host, Mtt &mtt, ObjectTable<MemoryRegion> &mrs,
+               ObjectTable<MemoryWindow> &mws)
+        : host_(host), mtt_(mtt), mrs_(mrs), mws_(mws) {}
 
     // A REG_MR WQE (`index` of QP `qpn`, in PD `pdn`): maps the region with
     // the WQE's page list, access and key. PIB_WC_SUCCESS, or the status
     // the WQE completes with (a guest error says why).
     uint8_t fastRegister(uint32_t qpn, uint32_t index, uint32_t pdn, const pib_wqe_reg_mr &reg);
-    // A LOCAL_INV WQE: the key's region becomes free.
+    // A BIND_MW WQE of QP `qpn`: binds (type 1: or rebinds, or with length
+    // 0 unbinds) the window to a range of a region.
+    uint8_t bindWindow(uint32_t qpn, uint32_t index, uint32_t pdn, const pib_wqe_bind_mw &bind);
+    // A LOCAL_INV WQE: the key's region, or type 2 window, becomes free.
     uint8_t invalidateLocal(uint32_t qpn, uint32_t index, uint32_t pdn, uint32_t key);
     // A peer's SEND with invalidate names `rkey`: null when it was
     // invalidated, else why it could not be.
     const char *invalidateRemote(uint32_t pdn, uint32_t rkey);
+    // Leaves the window unbound (its region no longer held by it).
+    static void unbind(ObjectTable<MemoryRegion> &mrs, MemoryWindow &mw);
 
   private:
+    const char *invalidate(uint32_t pdn, uint32_t key);
+    const char *invalidateWindow(uint32_t pdn, uint32_t key, MemoryWindow &mw);
     MemoryRegion *invalidatable(uint32_t pdn, uint32_t key, const char **why) const;
+    const char *checkBind(const MemoryWindow *mw, const MemoryRegion *mr, uint32_t pdn,
+                          const pib_wqe_bind_mw &bind) const;
     const char *checkRegistration(const MemoryRegion *mr, uint32_t pdn,
                                   const pib_wqe_reg_mr &reg) const;
     bool readPageList(const pib_wqe_reg_mr &reg, const char **why);
@@ -40,6 +51,7 @@ class MemoryKeys {
     const Host &host_;
     Mtt &mtt_;
     ObjectTable<MemoryRegion> &mrs_;
+    ObjectTable<MemoryWindow> &mws_;
     std::vector<uint64_t> pages_; // the last page list read, reused
 };
 

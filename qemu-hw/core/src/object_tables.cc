@@ -7,8 +7,8 @@ namespace pib {
 
 ObjectTables::ObjectTables(const pib_core_config &config)
     : uars(config.doorbell_pages), pds(limits::kMaxPd), mtt(limits::kMaxMtt), eqs(limits::kMaxEq),
-      cqs(limits::kMaxCq), mrs(limits::kMaxMr, 1), srqs(limits::kMaxSrq),
-      qps(limits::kMaxQp, PIB_FIRST_QPN),
+      cqs(limits::kMaxCq), mrs(limits::kMaxMr, 1), mws(limits::kMaxMw, limits::kMaxMr + 1),
+      srqs(limits::kMaxSrq), qps(limits::kMaxQp, PIB_FIRST_QPN),
       multicast(
           {limits::kMaxMcastGroups, limits::kMaxMcastQpAttach, limits::kMaxTotalMcastQpAttach}) {}
 
@@ -19,6 +19,7 @@ void ObjectTables::clear() {
     eqs.clear();
     cqs.clear();
     mrs.clear();
+    mws.clear();
     srqs.clear();
     qps.clear();
     multicast.clear();

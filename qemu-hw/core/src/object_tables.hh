@@ -36,6 +36,7 @@ struct ObjectTables {
     ObjectTable<EventQueue> eqs;
     ObjectTable<CompletionQueue> cqs;
     ObjectTable<MemoryRegion> mrs;
+    ObjectTable<MemoryWindow> mws; // numbered above every MR: a key names one or the other
     ObjectTable<SharedReceiveQueue> srqs;
     ObjectTable<QueuePair> qps;
     MulticastGroups multicast;

@@ -42,8 +42,16 @@ struct MemoryRegion {
     // A fast-registration region is free (no access through any key) until
     // a REG_MR WQE maps it, and again after an invalidation (IBA 10.6.1).
     bool valid = true;
+    uint32_t windows = 0; // memory windows bound to it: it stays while any is
 
     bool fastReg() const { return ctx.flags & PIB_MR_FAST_REG; }
+};
+
+// A memory window: a range of a region, with its own R_Key and remote
+// access, bound and unbound by WQEs (IBA 10.6.7).
+struct MemoryWindow {
+    pib_mw_context ctx{}; // ctx.bound and the binding, as QUERY_MW reports them
+    uint32_t key = 0;
 };
 
 struct SharedReceiveQueue : Referenced {

@@ -45,6 +45,7 @@ uint8_t DataPath::fetchSendWqe(uint32_t qpn, QueuePair &qp, uint32_t index, Send
     w.swapAdd = wqe.atomic.swap_add;
     w.compare = wqe.atomic.compare;
     w.reg = wqe.reg;
+    w.bind = wqe.bind;
     if (w.isLocal()) {
         w.length = 0;
         w.packets = 0;
@@ -155,12 +156,16 @@ void DataPath::processConnectedSend(uint32_t qpn, QueuePair &qp) {
     armAckTimerIfIdle(qpn, qp);
 }
 
-// A REG_MR or LOCAL_INV WQE at the head of an idle send queue: it takes
-// effect now, and completes (in error, the QP with it) at once.
+// A REG_MR, BIND_MW or LOCAL_INV WQE at the head of an idle send queue:
+// it takes effect now, and completes (in error, the QP with it) at once.
 void DataPath::runLocalOperation(uint32_t qpn, QueuePair &qp, SendWqe w) {
-    const uint8_t status = w.opcode == PIB_WR_REG_MR
-                               ? keys_.fastRegister(qpn, w.index, qp.ctx.pdn, w.reg)
-                               : keys_.invalidateLocal(qpn, w.index, qp.ctx.pdn, w.imm);
+    uint8_t status = PIB_WC_SUCCESS;
+    if (w.opcode == PIB_WR_REG_MR)
+        status = keys_.fastRegister(qpn, w.index, qp.ctx.pdn, w.reg);
+    else if (w.opcode == PIB_WR_BIND_MW)
+        status = keys_.bindWindow(qpn, w.index, qp.ctx.pdn, w.bind);
+    else
+        status = keys_.invalidateLocal(qpn, w.index, qp.ctx.pdn, w.imm);
     w.localStatus = status;
     w.acked = true;
     qp.req.outstanding.push_back(std::move(w));

@@ -107,7 +107,8 @@ bool DataPath::remoteRange(const QueuePair &qp, uint32_t rkey, uint64_t va, uint
     out.clear();
     if ((qp.attr.qp_access_flags & access) != access)
         return false;
-    return memory_.translate(rkey, qp.ctx.pdn, va, len, access, out) == PIB_WC_SUCCESS;
+    return memory_.translateRemote(rkey, qp.ctx.pdn, qp.number, va, len, access, out) ==
+           PIB_WC_SUCCESS;
 }
 
 // A fatal responder error: NAK it, complete the receive WQE in use, and

@@ -179,6 +179,14 @@ inline void mr_invalidated(const Host &host, unsigned qpn, unsigned key, const c
                    {Host::eventArg(qpn), Host::eventArg(key), Host::eventArg(by)});
 }
 
+inline void mw_bound(const Host &host, unsigned qpn, unsigned rkey, unsigned mr_key, uint64_t addr,
+                     uint64_t length, unsigned access) {
+    if (host.eventEnabled(PIB_EVENT_MW_BOUND))
+        host.event(PIB_EVENT_MW_BOUND,
+                   {Host::eventArg(qpn), Host::eventArg(rkey), Host::eventArg(mr_key),
+                    Host::eventArg(addr), Host::eventArg(length), Host::eventArg(access)});
+}
+
 inline void err_port_drop(const Host &host, unsigned port, const char *reason) {
     if (host.eventEnabled(PIB_EVENT_ERR_PORT_DROP))
         host.event(PIB_EVENT_ERR_PORT_DROP, {Host::eventArg(port), Host::eventArg(reason)});
@@ -273,6 +281,7 @@ inline constexpr unsigned kWqeBad = PIB_GUEST_ERROR_WQE_BAD;
 inline constexpr unsigned kWqeBadKey = PIB_GUEST_ERROR_WQE_BAD_KEY;
 inline constexpr unsigned kWqeFastReg = PIB_GUEST_ERROR_WQE_FAST_REG;
 inline constexpr unsigned kWqeInvalidate = PIB_GUEST_ERROR_WQE_INVALIDATE;
+inline constexpr unsigned kWqeBindMw = PIB_GUEST_ERROR_WQE_BIND_MW;
 inline constexpr unsigned kCqOverrun = PIB_GUEST_ERROR_CQ_OVERRUN;
 inline constexpr unsigned kCqDma = PIB_GUEST_ERROR_CQ_DMA;
 inline constexpr unsigned kDmaReentry = PIB_GUEST_ERROR_DMA_REENTRY;

@@ -34,6 +34,9 @@ bool WqeReader::sendLayout(uint8_t qpType, uint8_t opcode, Layout &layout) {
     case PIB_WR_REG_MR:
         layout = {.reg = true, .local = true};
         return qpType == PIB_QPT_RC || qpType == PIB_QPT_UC;
+    case PIB_WR_BIND_MW:
+        layout = {.bind = true, .local = true};
+        return qpType == PIB_QPT_RC || qpType == PIB_QPT_UC;
     case PIB_WR_SEND:
     case PIB_WR_SEND_IMM:
     case PIB_WR_RDMA_WRITE:
@@ -58,6 +61,7 @@ void WqeReader::clear(Wqe &out) {
     out.atomic = {};
     out.ud = {};
     out.reg = {};
+    out.bind = {};
     out.isInline = false;
     out.inlineData = {};
     out.sges.clear();
@@ -109,10 +113,10 @@ pib_wqe_ctrl WqeReader::readControl(const WqeRing &ring, uint32_t index) {
 // inline byte count are checked before they size or index anything.
 uint8_t WqeReader::decode(uint32_t qpn, uint32_t index, const Layout &layout, Wqe &out) {
     const size_t used = size_t{out.ctrl.num_ds} * 16;
-    const size_t headers = sizeof(pib_wqe_ctrl) + (layout.raddr ? sizeof(pib_wqe_raddr) : 0) +
-                           (layout.atomic ? sizeof(pib_wqe_atomic) : 0) +
-                           (layout.ud ? sizeof(pib_wqe_ud) : 0) +
-                           (layout.reg ? sizeof(pib_wqe_reg_mr) : 0);
+    const size_t headers =
+        sizeof(pib_wqe_ctrl) + (layout.raddr ? sizeof(pib_wqe_raddr) : 0) +
+        (layout.atomic ? sizeof(pib_wqe_atomic) : 0) + (layout.ud ? sizeof(pib_wqe_ud) : 0) +
+        (layout.reg ? sizeof(pib_wqe_reg_mr) : 0) + (layout.bind ? sizeof(pib_wqe_bind_mw) : 0);
     if (used < headers || used > raw_.size() || (layout.local && used != headers)) {
         host_.guestError(err::kWqeBad, "QP %u %s WQE %u: opcode %u with %u segments", qpn,
                          layout.isReceive ? "receive" : "send", index, out.ctrl.opcode,
@@ -132,6 +136,8 @@ uint8_t WqeReader::decode(uint32_t qpn, uint32_t index, const Layout &layout, Wq
         take(out.ud);
     if (layout.reg)
         take(out.reg);
+    if (layout.bind)
+        take(out.bind);
     if (layout.local)
         return PIB_WC_SUCCESS;
     // A receive WQE has no inline data: the flag means nothing there.

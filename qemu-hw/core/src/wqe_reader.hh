@@ -41,6 +41,7 @@ struct Wqe {
     pib_wqe_atomic atomic{}; // atomic operations
     pib_wqe_ud ud{};         // datagram sends
     pib_wqe_reg_mr reg{};    // fast registration
+    pib_wqe_bind_mw bind{};  // memory window binding
     bool isInline = false;
     // Inline bytes: they point into the reader and last until its next read.
     std::span<const uint8_t> inlineData;
@@ -72,6 +73,7 @@ class WqeReader {
         bool atomic = false;
         bool ud = false;
         bool reg = false;
+        bool bind = false;
         bool local = false; // a local operation: no data segments
         bool mayInline = false;
         bool isReceive = false;
