@@ -487,6 +487,20 @@ TEST_CASE("access violations NAK and put both QPs in error", "[rc]") {
         REQUIRE(got.size() == 1);
         CHECK(got[0].status == PIB_WC_LOC_LEN_ERR);
     }
+    SECTION("a receive WQE whose L_Key does not cover it: remote operational error") {
+        p.b.host.writeRecvWqe(p.b.rqPage + (p.b.rqPi % (1u << Node::kLogRq)) * 64, 1, p.b.key + 1,
+                              remote, 100);
+        p.b.ring(PIB_DB_RQ, ++p.b.rqPi);
+        p.a.postSend(1, {.local = local, .length = 50});
+        p.wire.run();
+        auto done = p.a.poll();
+        REQUIRE(done.size() == 1);
+        CHECK(done[0].status == PIB_WC_REM_OP_ERR);
+        auto got = p.b.poll();
+        REQUIRE(got.size() == 1);
+        CHECK(got[0].status == PIB_WC_LOC_PROT_ERR);
+        CHECK(p.b.qpState() == PIB_QPS_ERR);
+    }
     SECTION("a WRITE the responder cannot DMA: remote operational error") {
         // The MR covers all of physical memory, but nothing is there.
         p.a.postSend(1,

@@ -326,9 +326,17 @@ bool DataPath::receiveSend(uint32_t qpn, QueuePair &qp, const iba::Packet &packe
     if (s.status == PIB_WC_SUCCESS && len)
         s.status = memory_.scatter(qp.ctx.pdn, s.sges, packet.data(), s.received);
     // UC completes the WQE with the error at the message's end instead.
+    // IBA 9.7.5.2: a message too long for the receive WQE is the
+    // requester's fault (Invalid Request); a receive WQE whose L_Key does
+    // not cover its buffer, or memory the device cannot reach, is the
+    // responder's (Remote Operational Error).
     if (s.status != PIB_WC_SUCCESS && qp.ctx.type == PIB_QPT_RC) {
-        responderError(qpn, qp, psn, kInvalidRequest, s.status,
-                       "the receive WQE cannot take the data");
+        if (s.status == PIB_WC_LOC_LEN_ERR)
+            responderError(qpn, qp, psn, kInvalidRequest, s.status,
+                           "the message is longer than the receive WQE");
+        else
+            responderError(qpn, qp, psn, kRemoteOperational, s.status,
+                           "the receive WQE's buffer cannot take the data");
         return false;
     }
     s.received += static_cast<uint32_t>(len);
