@@ -15,6 +15,7 @@
 #include <rdma/ib_verbs.h>
 #include <rdma/iter.h>
 
+#include "pib_compat.h"
 #include "pib_hw.h"
 #include "pib_user_abi.h"
 
@@ -308,7 +309,7 @@ void pib_av_to_ah_attr(struct pib_dev *dev, const struct pib_av *av,
 
 /* pib_cq.c */
 int pib_create_cq(struct ib_cq *ibcq, const struct ib_cq_init_attr *attr,
-		  struct uverbs_attr_bundle *attrs);
+		  struct pib_create_cq_arg *arg);
 int pib_destroy_cq(struct ib_cq *ibcq, struct ib_udata *udata);
 int pib_poll_cq(struct ib_cq *ibcq, int num, struct ib_wc *wc);
 int pib_req_notify_cq(struct ib_cq *ibcq, enum ib_cq_notify_flags flags);

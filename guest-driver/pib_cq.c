@@ -91,9 +91,9 @@ static void pib_cq_destroy(struct pib_dev *dev, struct pib_cq *cq)
 }
 
 int pib_create_cq(struct ib_cq *ibcq, const struct ib_cq_init_attr *attr,
-		  struct uverbs_attr_bundle *attrs)
+		  struct pib_create_cq_arg *arg)
 {
-	struct ib_udata *udata = attrs ? &attrs->driver_udata : NULL;
+	struct ib_udata *udata = pib_create_cq_udata(arg);
 	struct pib_dev *dev = to_pdev(ibcq->device);
 	struct pib_cq *cq = to_pcq(ibcq);
 	struct pib_cq_context ctx = {};

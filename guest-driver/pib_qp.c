@@ -296,7 +296,7 @@ int pib_modify_qp(struct ib_qp *ibqp, struct ib_qp_attr *attr, int mask,
 	    attr->qp_access_flags &
 		    ~(IB_ACCESS_REMOTE_WRITE | IB_ACCESS_REMOTE_READ |
 		      IB_ACCESS_REMOTE_ATOMIC | IB_ACCESS_LOCAL_WRITE |
-		      IB_ACCESS_FLUSH_GLOBAL | IB_ACCESS_FLUSH_PERSISTENT))
+		      PIB_IB_ACCESS_FLUSH))
 		return -EINVAL;
 	a.qp_access_flags = attr->qp_access_flags &
 			    (IB_ACCESS_REMOTE_WRITE | IB_ACCESS_REMOTE_READ |

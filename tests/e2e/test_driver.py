@@ -128,7 +128,8 @@ def test_unload_with_an_open_user_context_is_refused_or_waits_never_breaks(ctx):
     else:
         assert "in use" in said, f"modprobe -r exited {rc}: {said}"
         outcome = "refused: the module is in use"
-    ctx.sh("vm1", "pkill -f /tmp/holder.py; true")
+    # [/]: the pattern must not match this shell's own command line.
+    ctx.sh("vm1", "pkill -f '[/]tmp/holder.py'; true")
     deadline = time.monotonic() + 60
     while ctx.run("vm1", ["pgrep", "-f", "/tmp/holder.py"], check=False).exitcode == 0:
         assert time.monotonic() < deadline, "the holder did not exit"

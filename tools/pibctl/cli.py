@@ -1,6 +1,7 @@
 """Command-line interface of ./pib."""
 
 import argparse
+import os
 import sys
 
 from pibctl import ui
@@ -17,9 +18,16 @@ sockets, pids and logs in $PIB_RUN_DIR (default $PIB_CACHE/run).
 """
 
 
+def _choose_kernel(args) -> None:
+    """--kernel: every step after this (and what it starts) uses it."""
+    if args.kernel:
+        os.environ["PIB_KERNEL"] = args.kernel
+
+
 def _cmd_setup(args) -> int:
     from pibctl import setup
 
+    _choose_kernel(args)
     setup.run(skip_image=args.no_image)
     return 0
 
@@ -110,6 +118,7 @@ def _cmd_console(args) -> int:
 def _cmd_test(args) -> int:
     from pibctl import testing
 
+    _choose_kernel(args)
     return testing.run(pattern=args.k, unit=not args.e2e_only, e2e=not args.unit_only,
                        vms=args.vms, accel=args.accel)
 
@@ -144,6 +153,15 @@ def _add_fabric_options(p, vms_default=2):
                    help="tcg (default; works everywhere) or kvm (ordinary Linux hosts with /dev/kvm)")
 
 
+def _add_kernel_option(p) -> None:
+    from pibctl import sources
+
+    p.add_argument("--kernel", choices=list(sources.GUEST_KERNELS), default=None,
+                   help=f"the guests' kernel: {', '.join(f'{k} ({s})' for k, s in sources.GUEST_KERNELS.items())}; "
+                        f"default {sources.DEFAULT_KERNEL}. The image is built for it; "
+                        "the driver is also compile-checked against the others")
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="pib", description=DESCRIPTION, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -152,6 +170,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("setup", help="install host packages; build QEMU, our code and the guest image")
     p.add_argument("--no-image", action="store_true", help="skip the guest image")
+    _add_kernel_option(p)
     p.set_defaults(func=_cmd_setup)
 
     p = sub.add_parser("fabric", help="start, stop or inspect a fabric of guests")
@@ -255,6 +274,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("-k", default="", metavar="SUBSTRING", help="only end-to-end tests whose name contains it")
     p.add_argument("--unit-only", action="store_true", help="skip the end-to-end tests")
     p.add_argument("--e2e-only", action="store_true", help="skip the unit tests")
+    _add_kernel_option(p)
     _add_fabric_options(p)
     p.set_defaults(func=_cmd_test)
 

@@ -12,34 +12,88 @@ DRIVER_DIR = paths.REPO / "guest-driver"
 SHARED_HEADERS = [paths.REPO / "include" / "pib_hw.h", paths.REPO / "include" / "pib_user_abi.h"]
 
 
+
+def other_kernels():
+    """The kernels the driver must also build against, besides the one
+    the guests run (sources.GUEST_KERNELS): ./pib test compiles it for each."""
+    return [k for k in sources.GUEST_KERNELS if k != sources.selected_kernel()]
+
+
 def _headers_root(release: str) -> Path:
     return paths.cache_dir() / "kernel-headers" / release
 
 
-def fetch_headers(release: str) -> Path:
-    """Returns the kernel build directory (KDIR) for `release`."""
+def resolve_release(meta: str, suite: str) -> str:
+    """The kernel release (say 6.1.0-50-amd64) whose headers `meta` in
+    `suite` depends on."""
+    out = ui.run_quiet(["apt-cache", "depends", f"{meta}/{suite}"])
+    for line in out.splitlines():
+        name = line.split(":", 1)[-1].strip()
+        if line.strip().startswith("Depends:") and name.startswith("linux-headers-"):
+            return name.removeprefix("linux-headers-")
+    raise ui.StepFailed(f"cannot resolve {meta} in {suite}: {out.strip()}")
+
+
+def _header_packages(release: str, suite: str):
+    """linux-headers-RELEASE and the common headers and kbuild it needs
+    (their names differ between Debian's kernel series)."""
+    out = ui.run_quiet(["apt-cache", "depends", f"linux-headers-{release}/{suite}"])
+    deps = [line.split(":", 1)[1].strip() for line in out.splitlines()
+            if line.strip().startswith("Depends:")]
+    wanted = [d for d in deps if d.startswith("linux-kbuild-") or
+              (d.startswith("linux-headers-") and d.endswith("-common"))]
+    if len(wanted) != 2:
+        raise ui.StepFailed(f"linux-headers-{release} in {suite}: unexpected dependencies {deps}")
+    return [f"linux-headers-{release}", *wanted]
+
+
+def fetch_headers(release: str, suite: str = "") -> Path:
+    """Returns the kernel build directory (KDIR) for `release` of `suite`
+    (by default the selected guest kernel's)."""
+    suite = suite or sources.kernel_suite()
     root = _headers_root(release)
     kdir = root / "usr" / "src" / f"linux-headers-{release}"
-    version = release.removesuffix("-amd64")
-    packages = [f"linux-headers-{release}", f"linux-headers-{version}-common",
-                f"linux-kbuild-{version}"]
-    key = ",".join(packages)
-    if stamps.is_current("kernel-headers", key) and (kdir / "Makefile").is_file():
+    stamp = f"kernel-headers-{release}"
+    if stamps.is_current(stamp, release) and (kdir / "Makefile").is_file():
         return kdir
+    packages = _header_packages(release, suite)
     ui.detail(f"kernel headers {release}: downloading")
     if root.exists():
         shutil.rmtree(root)
     root.mkdir(parents=True)
     with tempfile.TemporaryDirectory(dir=sources.downloads()) as tmp:
-        ui.run_logged(["apt-get", "download", *[f"{p}/{sources.KERNEL_RELEASE}" for p in packages]],
+        ui.run_logged(["apt-get", "download", *[f"{p}/{suite}" for p in packages]],
                       "driver", "apt-get download", cwd=tmp)
         for deb in sorted(Path(tmp).glob("*.deb")):
             ui.run_logged(["dpkg-deb", "-x", deb, root], "driver", "unpacking headers")
     # The arch package's Makefile includes the common one by absolute path.
-    common = root / "usr" / "src" / f"linux-headers-{version}-common" / "Makefile"
-    (kdir / "Makefile").write_text(f"include {common}\n")
-    stamps.mark("kernel-headers", key)
+    common = next(p for p in packages if p.endswith("-common"))
+    (kdir / "Makefile").write_text(f"include {root / 'usr' / 'src' / common / 'Makefile'}\n")
+    stamps.mark(stamp, release)
     return kdir
+
+
+def _make(kdir: Path, build_dir: Path, what: str) -> None:
+    if build_dir.exists():
+        shutil.rmtree(build_dir)
+    shutil.copytree(DRIVER_DIR, build_dir)
+    (build_dir / "include").mkdir()
+    for h in SHARED_HEADERS:
+        shutil.copy2(h, build_dir / "include" / h.name)
+    # No pahole here: build without BTF; the module loads the same.
+    ui.run_logged(["make", "-C", kdir, f"M={build_dir}", "CONFIG_DEBUG_INFO_BTF_MODULES=",
+                   "-j2", "modules"], "driver", what)
+
+
+def compile_check(name: str) -> str:
+    """Builds pib.ko against kernel `name`'s headers (warnings are errors,
+    as in the Kbuild); returns the kernel release it built for."""
+    suite = sources.kernel_suite(name)
+    release = resolve_release("linux-headers-amd64", suite)
+    kdir = fetch_headers(release, suite)
+    _make(kdir, paths.cache_dir() / "build" / f"guest-driver-{name}",
+          f"building pib.ko for {release}")
+    return release
 
 
 def build(release: str) -> Path:
@@ -52,15 +106,7 @@ def build(release: str) -> Path:
     if stamps.is_current("guest-driver", key) and ko.is_file():
         ui.detail("guest driver: up to date")
         return ko
-    if build_dir.exists():
-        shutil.rmtree(build_dir)
-    shutil.copytree(DRIVER_DIR, build_dir)
-    (build_dir / "include").mkdir()
-    for h in SHARED_HEADERS:
-        shutil.copy2(h, build_dir / "include" / h.name)
-    # No pahole here: build without BTF; the module loads the same.
-    ui.run_logged(["make", "-C", kdir, f"M={build_dir}", "CONFIG_DEBUG_INFO_BTF_MODULES=",
-                   "-j2", "modules"], "driver", "building pib.ko")
+    _make(kdir, build_dir, "building pib.ko")
     stamps.mark("guest-driver", key)
     ui.detail(f"guest driver: {ko}")
     return ko

@@ -108,11 +108,17 @@ def _module_closure(moddir: Path, wanted):
     for path in deps:
         name = Path(path).name.split(".ko")[0].replace("-", "_")
         by_name[name] = path
+    # Built in to one kernel, a module in another (virtio_pci: 6.12, 6.1).
+    builtin = {Path(line).name.split(".ko")[0].replace("-", "_")
+               for line in (moddir / "modules.builtin").read_text().splitlines()}
     todo = []
     for name in wanted:
-        if name.replace("-", "_") not in by_name:
+        key = name.replace("-", "_")
+        if key in builtin:
+            continue
+        if key not in by_name:
             raise ui.StepFailed(f"guest/modules.txt names {name}, which this kernel does not have")
-        todo.append(by_name[name.replace("-", "_")])
+        todo.append(by_name[key])
     closure = set()
     while todo:
         path = todo.pop()
@@ -187,7 +193,8 @@ def build_overlay(provider: Path, programs) -> Path:
 
 
 def build() -> None:
-    ui.step("Guest image (trixie userspace, bookworm-backports kernel)")
+    kernel = sources.selected_kernel()
+    ui.step(f"Guest image (trixie userspace, Linux {kernel} from {sources.kernel_suite()})")
     paths.image_dir().mkdir(parents=True, exist_ok=True)
     release, kernel_root = sources.fetch_guest_kernel()
     driver = driver_build.build(release)

@@ -1,5 +1,6 @@
 """Source tarballs and the guest kernel, fetched from Debian and verified."""
 
+import os
 import shutil
 import subprocess
 import tempfile
@@ -30,8 +31,27 @@ RDMA_CORE = Tarball(
     "63ce7f2baa7242c2dbc76375dac957c420187dd27f8c5e148efc07971ee522a8",
 )
 
-KERNEL_META = "linux-image-amd64"
-KERNEL_RELEASE = "bookworm-backports"
+# The guest kernels an image can be built with (./pib setup --kernel):
+# name -> the Debian suite whose linux-image-amd64 and linux-headers-amd64
+# name it. The driver is built for the chosen one and compile-checked
+# against the others (./pib test).
+GUEST_KERNELS = {
+    "6.12": "bookworm-backports",  # the default
+    "6.1": "bookworm",  # Debian 12's own
+}
+DEFAULT_KERNEL = "6.12"
+
+
+def selected_kernel() -> str:
+    """The guest kernel chosen with --kernel (PIB_KERNEL), else the default."""
+    name = os.environ.get("PIB_KERNEL", DEFAULT_KERNEL)
+    if name not in GUEST_KERNELS:
+        raise ui.StepFailed(f"unknown guest kernel {name!r}; choose one of {', '.join(GUEST_KERNELS)}")
+    return name
+
+
+def kernel_suite(name: str = "") -> str:
+    return GUEST_KERNELS[name or selected_kernel()]
 
 
 def downloads() -> Path:
@@ -74,13 +94,15 @@ def fetch(tarball: Tarball) -> Path:
 
 
 def guest_kernel_package() -> str:
-    """The versioned image package linux-image-amd64 points at in backports."""
-    out = ui.run_quiet(["apt-cache", "depends", f"{KERNEL_META}/{KERNEL_RELEASE}"])
+    """The versioned image package linux-image-amd64 points at in the
+    selected kernel's suite."""
+    suite = kernel_suite()
+    out = ui.run_quiet(["apt-cache", "depends", f"linux-image-amd64/{suite}"])
     for line in out.splitlines():
         line = line.strip()
         if line.startswith("Depends: linux-image-"):
             return line.split(":", 1)[1].strip()
-    raise ui.StepFailed(f"cannot resolve {KERNEL_META} in {KERNEL_RELEASE}: {out.strip()}")
+    raise ui.StepFailed(f"cannot resolve linux-image-amd64 in {suite}: {out.strip()}")
 
 
 def fetch_guest_kernel() -> tuple[str, Path]:
@@ -88,12 +110,13 @@ def fetch_guest_kernel() -> tuple[str, Path]:
     package = guest_kernel_package()
     release = package.removeprefix("linux-image-")
     root = paths.cache_dir() / "kernel" / release
-    if stamps.is_current("kernel", package) and (root / "boot" / f"vmlinuz-{release}").is_file():
+    stamp = f"kernel-{release}"
+    if stamps.is_current(stamp, package) and (root / "boot" / f"vmlinuz-{release}").is_file():
         ui.detail(f"guest kernel {release}: cached")
         return release, root
     ui.detail(f"guest kernel {release}: downloading {package}")
     with tempfile.TemporaryDirectory(dir=downloads()) as tmp:
-        ui.run_logged(["apt-get", "download", f"{package}/{KERNEL_RELEASE}"], "kernel", cwd=tmp)
+        ui.run_logged(["apt-get", "download", f"{package}/{kernel_suite()}"], "kernel", cwd=tmp)
         debs = list(Path(tmp).glob("*.deb"))
         if len(debs) != 1:
             raise ui.StepFailed(f"apt-get download {package} produced {len(debs)} files")
@@ -103,5 +126,5 @@ def fetch_guest_kernel() -> tuple[str, Path]:
         ui.run_logged(["dpkg-deb", "-x", debs[0], root], "kernel", "unpacking the kernel")
     # The package leaves modules.dep to its postinst; make it here.
     ui.run_logged(["depmod", "-b", root, release], "kernel", "depmod")
-    stamps.mark("kernel", package)
+    stamps.mark(stamp, package)
     return release, root

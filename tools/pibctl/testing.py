@@ -12,7 +12,7 @@ import time
 import traceback
 from pathlib import Path
 
-from pibctl import core_build, fabric, fuzzing, paths, setup, topology, ui
+from pibctl import core_build, driver_build, fabric, fuzzing, paths, setup, topology, ui
 from pibctl.log_gate import LogGate
 
 E2E_DIR = paths.REPO / "tests" / "e2e"
@@ -287,6 +287,20 @@ def run_e2e(counts: Counts, pattern: str, vms: int, accel: str,
                       time.monotonic() - start)
 
 
+def check_other_kernels(counts: Counts) -> None:
+    """The guests run bookworm-backports' kernel; the driver must also
+    build, warning-free, against the other kernels Debian offers."""
+    for name in driver_build.other_kernels():
+        start = time.monotonic()
+        try:
+            release = driver_build.compile_check(name)
+            counts.record(f"the driver builds warning-free against Linux {name} ({release})", True,
+                          time.monotonic() - start)
+        except ui.StepFailed as e:
+            counts.record(f"the driver builds warning-free against Linux {name}", False,
+                          time.monotonic() - start, str(e))
+
+
 def run(pattern: str = "", unit: bool = True, e2e: bool = True, vms: int = 2,
         accel: str = "tcg") -> int:
     start = time.monotonic()
@@ -296,6 +310,7 @@ def run(pattern: str = "", unit: bool = True, e2e: bool = True, vms: int = 2,
     counts = Counts()
     if unit:
         run_unit_tests(counts)
+        check_other_kernels(counts)
         fuzzing.build()
         fuzzing.replay(counts)
         fuzzing.qtest(counts, accesses=200_000)

@@ -31,6 +31,8 @@ echo "$name" >/etc/hostname
 } >/etc/hosts
 
 ip link set lo up
+modprobe virtio_pci
+modprobe virtio_console
 modprobe virtio_net
 for dev in /sys/class/net/*; do
     dev=${dev##*/}
