@@ -105,12 +105,40 @@ struct ib_mr *pib_get_dma_mr(struct ib_pd *ibpd, int access)
 	return pib_mr_publish(dev, mr);
 }
 
+/* The pages of a new translation, pinned and in a fresh MTT range. */
+struct pib_mr_pages {
+	struct ib_umem *umem;
+	u32 mtt;
+	u32 npages;
+	u8 page_shift;
+};
+
+static int pib_mr_pin(struct pib_dev *dev, struct ib_pd *pd, u64 start,
+		      u64 length, u64 virt, int access, struct pib_mr_pages *p)
+{
+	unsigned long pgsz;
+	int err;
+
+	p->umem = ib_umem_get(pd->device, start, length, access);
+	if (IS_ERR(p->umem))
+		return PTR_ERR(p->umem);
+	pgsz = ib_umem_find_best_pgsz(p->umem, dev->caps.page_size_cap, virt);
+	err = pgsz ? pib_mtt_write_umem(dev, p->umem, pgsz, &p->mtt, &p->npages)
+		   : -EINVAL;
+	if (err) {
+		ib_umem_release(p->umem);
+		return err;
+	}
+	p->page_shift = order_base_2(pgsz);
+	return 0;
+}
+
 struct ib_mr *pib_reg_user_mr(struct ib_pd *ibpd, u64 start, u64 length,
 			      u64 virt, int access, struct ib_udata *udata)
 {
 	struct pib_dev *dev = to_pdev(ibpd->device);
 	struct pib_mr_context ctx = {};
-	unsigned long pgsz;
+	struct pib_mr_pages pages;
 	struct pib_mr *mr;
 	int err;
 
@@ -121,19 +149,13 @@ struct ib_mr *pib_reg_user_mr(struct ib_pd *ibpd, u64 start, u64 length,
 	mr = kzalloc(sizeof(*mr), GFP_KERNEL);
 	if (!mr)
 		return ERR_PTR(-ENOMEM);
-	mr->umem = ib_umem_get(ibpd->device, start, length, access);
-	if (IS_ERR(mr->umem)) {
-		err = PTR_ERR(mr->umem);
-		goto free;
-	}
-	pgsz = ib_umem_find_best_pgsz(mr->umem, dev->caps.page_size_cap, virt);
-	if (!pgsz) {
-		err = -EINVAL;
-		goto release;
-	}
-	err = pib_mtt_write_umem(dev, mr->umem, pgsz, &mr->mtt, &mr->npages);
+	err = pib_mr_pin(dev, ibpd, start, length, virt, access, &pages);
 	if (err)
-		goto release;
+		goto free;
+	mr->umem = pages.umem;
+	mr->mtt = pages.mtt;
+	mr->npages = pages.npages;
+	mr->page_shift = pages.page_shift;
 
 	ctx.iova = virt;
 	ctx.length = length;
@@ -141,16 +163,14 @@ struct ib_mr *pib_reg_user_mr(struct ib_pd *ibpd, u64 start, u64 length,
 	ctx.access = access & PIB_ACCESS_SUPPORTED;
 	ctx.mtt_index = mr->mtt;
 	ctx.mtt_count = mr->npages;
-	ctx.log_page_size = order_base_2(pgsz);
-	mr->page_shift = ctx.log_page_size;
+	ctx.log_page_size = mr->page_shift;
 	err = pib_create_mr_cmd(dev, mr, &ctx);
 	if (err)
-		goto free_mtt;
+		goto unpin;
 	return pib_mr_publish(dev, mr);
 
-free_mtt:
+unpin:
 	pib_mtt_free(dev, mr->mtt);
-release:
 	ib_umem_release(mr->umem);
 free:
 	kfree(mr);
@@ -257,6 +277,75 @@ int pib_dealloc_mw(struct ib_mw *ibmw)
 	if (err)
 		pib_destroy_failed(dev, "MW", ibmw->rkey, err);
 	return 0; /* see pib_destroy_failed() */
+}
+
+/*
+ * ibv_rereg_mr, in place (REREG_MR, docs/prm.md §6.2): the keys stay, as
+ * users of the old ones expect. A new translation is pinned and written
+ * first; the old one is let go only once the device has switched.
+ */
+struct ib_mr *pib_rereg_user_mr(struct ib_mr *ibmr, int flags, u64 start,
+				u64 length, u64 virt, int access,
+				struct ib_pd *pd, struct ib_udata *udata)
+{
+	struct pib_dev *dev = to_pdev(ibmr->device);
+	struct pib_mr *mr = to_pmr(ibmr);
+	struct pib_mr_pages now = {
+		.umem = mr->umem,
+		.mtt = mr->mtt,
+		.npages = mr->npages,
+		.page_shift = mr->page_shift,
+	};
+	struct pib_mr_context ctx = {};
+	int err;
+
+	if (flags & ~IB_MR_REREG_SUPPORTED || !mr->umem)
+		return ERR_PTR(-EOPNOTSUPP);
+	if (!(flags & IB_MR_REREG_PD) || !pd)
+		pd = ibmr->pd;
+	if (!(flags & IB_MR_REREG_ACCESS))
+		access = mr->access;
+	if (access & ~(PIB_ACCESS_SUPPORTED | IB_ACCESS_OPTIONAL))
+		return ERR_PTR(-EOPNOTSUPP);
+	if (flags & IB_MR_REREG_TRANS) {
+		if (!length || length > dev->caps.max_mr_size)
+			return ERR_PTR(-EINVAL);
+		err = pib_mr_pin(dev, pd, start, length, virt, access, &now);
+		if (err)
+			return ERR_PTR(err);
+	} else {
+		virt = mr->iova;
+		length = mr->length;
+	}
+	ctx.iova = virt;
+	ctx.length = length;
+	ctx.pdn = to_ppd(pd)->pdn;
+	ctx.access = access & PIB_ACCESS_SUPPORTED;
+	ctx.mtt_index = now.mtt;
+	ctx.mtt_count = now.npages;
+	ctx.log_page_size = now.page_shift;
+	err = pib_cmd_box(dev, PIB_CMD_REREG_MR, 0, ibmr->lkey, &ctx,
+			  sizeof(ctx), NULL, 0, NULL);
+	if (err) {
+		if (now.umem != mr->umem) {
+			pib_mtt_free(dev, now.mtt);
+			ib_umem_release(now.umem);
+		}
+		return ERR_PTR(err);
+	}
+	if (now.umem != mr->umem) {
+		pib_mtt_free(dev, mr->mtt);
+		ib_umem_release(mr->umem);
+	}
+	mr->umem = now.umem;
+	mr->mtt = now.mtt;
+	mr->npages = now.npages;
+	mr->page_shift = now.page_shift;
+	mr->iova = virt;
+	mr->length = length;
+	mr->access = ctx.access;
+	mr->pdn = ctx.pdn;
+	return NULL;
 }
 
 int pib_dereg_mr(struct ib_mr *ibmr, struct ib_udata *udata)

@@ -171,6 +171,7 @@ enum pib_cmd_opcode {
     PIB_CMD_CREATE_MW = 0x0033,  /* IN: pib_mw_context; RESULT: rkey */
     PIB_CMD_DESTROY_MW = 0x0034, /* MOD: rkey */
     PIB_CMD_QUERY_MW = 0x0035,   /* MOD: rkey; OUT: pib_mw_context */
+    PIB_CMD_REREG_MR = 0x0036,   /* MOD: key; IN: pib_mr_context (the key stays) */
 
     PIB_CMD_CREATE_SRQ = 0x0038,  /* IN: pib_srq_context; RESULT: srqn */
     PIB_CMD_DESTROY_SRQ = 0x0039, /* MOD: srqn */

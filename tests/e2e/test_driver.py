@@ -128,10 +128,11 @@ def test_unload_with_an_open_user_context_is_refused_or_waits_never_breaks(ctx):
     else:
         assert "in use" in said, f"modprobe -r exited {rc}: {said}"
         outcome = "refused: the module is in use"
-    # [/]: the pattern must not match this shell's own command line.
+    # [/]: the pattern must not match the command line of this shell, or of
+    # the agent's `timeout` wrapper around the command.
     ctx.sh("vm1", "pkill -f '[/]tmp/holder.py'; true")
     deadline = time.monotonic() + 60
-    while ctx.run("vm1", ["pgrep", "-f", "/tmp/holder.py"], check=False).exitcode == 0:
+    while ctx.run("vm1", ["pgrep", "-f", "[/]tmp/holder.py"], check=False).exitcode == 0:
         assert time.monotonic() < deadline, "the holder did not exit"
         time.sleep(0.5)
     while rc == "" and not ctx.run("vm1", ["cat", "/tmp/unload.rc"], check=False).out.strip():

@@ -284,3 +284,65 @@ TEST_CASE("CREATE_MW, QUERY_MW and DESTROY_MW check what they are given", "[mw]"
     CHECK(cap.device_cap_flags & PIB_DEV_CAP_MEM_WINDOW_TYPE_2B);
     CHECK(cap.max_mw == 65536);
 }
+
+TEST_CASE("REREG_MR gives a region new access, PD or pages under the same key", "[mr][rereg]") {
+    Pair p;
+    Window w(p.b, PIB_MW_TYPE_1); // a region by physical address over 16 KiB
+    const uint64_t local = p.a.host.alloc(4096);
+    pib_mr_context q{};
+    REQUIRE(p.b.host.commandOut(PIB_CMD_QUERY_MR, w.mrKey, &q).status == PIB_CMD_STATUS_OK);
+    const Node::Send write{.opcode = PIB_WR_RDMA_WRITE,
+                           .local = local,
+                           .length = 64,
+                           .remote = w.base + 8192,
+                           .rkey = w.mrKey};
+    SECTION("remote write granted, then taken away") {
+        q.access = PIB_ACCESS_LOCAL_WRITE | PIB_ACCESS_REMOTE_WRITE;
+        REQUIRE(p.b.host.commandIn(PIB_CMD_REREG_MR, w.mrKey, q).status == PIB_CMD_STATUS_OK);
+        p.a.postSend(1, write);
+        CHECK(only(p, p.a).status == PIB_WC_SUCCESS);
+        q.access = PIB_ACCESS_LOCAL_WRITE;
+        REQUIRE(p.b.host.commandIn(PIB_CMD_REREG_MR, w.mrKey, q).status == PIB_CMD_STATUS_OK);
+        p.a.postSend(2, write);
+        CHECK(only(p, p.a).status == PIB_WC_REM_ACCESS_ERR);
+    }
+    SECTION("a new range: the old one is outside it") {
+        q.access = PIB_ACCESS_LOCAL_WRITE | PIB_ACCESS_REMOTE_WRITE;
+        q.iova = w.base + 12288;
+        q.length = 4096;
+        REQUIRE(p.b.host.commandIn(PIB_CMD_REREG_MR, w.mrKey, q).status == PIB_CMD_STATUS_OK);
+        p.a.postSend(1, write);
+        CHECK(only(p, p.a).status == PIB_WC_REM_ACCESS_ERR);
+    }
+    SECTION("another PD: the QP's PD no longer reaches it, and the PDs' uses move") {
+        const auto pd = static_cast<uint32_t>(p.b.host.command(PIB_CMD_ALLOC_PD).result);
+        q.pdn = pd;
+        q.access = PIB_ACCESS_LOCAL_WRITE | PIB_ACCESS_REMOTE_WRITE;
+        REQUIRE(p.b.host.commandIn(PIB_CMD_REREG_MR, w.mrKey, q).status == PIB_CMD_STATUS_OK);
+        CHECK(p.b.host.command(PIB_CMD_DEALLOC_PD, pd).status == PIB_CMD_STATUS_BUSY);
+        p.a.postSend(1, write);
+        CHECK(only(p, p.a).status == PIB_WC_REM_ACCESS_ERR);
+        CHECK(p.b.host.command(PIB_CMD_DESTROY_MR, w.mrKey).status == PIB_CMD_STATUS_OK);
+        CHECK(p.b.host.command(PIB_CMD_DEALLOC_PD, pd).status == PIB_CMD_STATUS_OK);
+    }
+    SECTION("what it refuses") {
+        pib_mr_context bad = q;
+        bad.access = PIB_ACCESS_REMOTE_WRITE; // without local write
+        CHECK(p.b.host.commandIn(PIB_CMD_REREG_MR, w.mrKey, bad).status ==
+              PIB_CMD_STATUS_BAD_PARAM);
+        bad = q;
+        bad.pdn = 12345;
+        CHECK(p.b.host.commandIn(PIB_CMD_REREG_MR, w.mrKey, bad).status ==
+              PIB_CMD_STATUS_BAD_INDEX);
+        CHECK(p.b.host.commandIn(PIB_CMD_REREG_MR, p.b.createFastRegMr(1), q).status ==
+              PIB_CMD_STATUS_BAD_INDEX);
+        p.b.postBind(1, w.bind(0, 64));
+        REQUIRE(only(p, p.b).status == PIB_WC_SUCCESS);
+        CHECK(p.b.host.commandIn(PIB_CMD_REREG_MR, w.mrKey, q).status == PIB_CMD_STATUS_BUSY);
+        // Nothing changed: the key still reaches the region as before.
+        pib_mr_context after{};
+        REQUIRE(p.b.host.commandOut(PIB_CMD_QUERY_MR, w.mrKey, &after).status == PIB_CMD_STATUS_OK);
+        CHECK(after.access == q.access);
+        CHECK(after.pdn == q.pdn);
+    }
+}

@@ -126,6 +126,7 @@ const CommandProcessor::CommandSpec CommandProcessor::kCommands[] = {
     {PIB_CMD_CREATE_MR, "CREATE_MR", false, &CommandProcessor::createMr},
     {PIB_CMD_DESTROY_MR, "DESTROY_MR", false, &CommandProcessor::destroyMr},
     {PIB_CMD_QUERY_MR, "QUERY_MR", false, &CommandProcessor::queryMr},
+    {PIB_CMD_REREG_MR, "REREG_MR", false, &CommandProcessor::reregMr},
     {PIB_CMD_CREATE_MW, "CREATE_MW", false, &CommandProcessor::createMw},
     {PIB_CMD_DESTROY_MW, "DESTROY_MW", false, &CommandProcessor::destroyMw},
     {PIB_CMD_QUERY_MW, "QUERY_MW", false, &CommandProcessor::queryMw},

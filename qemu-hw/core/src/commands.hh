@@ -8,6 +8,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <optional>
 
 #include "data_path.hh"
 #include "host.hh"
@@ -108,6 +109,8 @@ class CommandProcessor {
     CommandOutcome queryCq(const Command &);
     CommandOutcome createMr(const Command &);
     CommandOutcome createFastRegMr(const pib_mr_context &ctx, ProtectionDomain &pd);
+    std::optional<CommandOutcome> checkMrContext(const char *name, const pib_mr_context &ctx);
+    CommandOutcome reregMr(const Command &);
     CommandOutcome createMw(const Command &);
     CommandOutcome destroyMw(const Command &);
     CommandOutcome queryMw(const Command &);

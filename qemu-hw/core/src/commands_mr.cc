@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: GPL-2.0-or-later
 // Memory regions.
 #include <cinttypes>
+#include <optional>
 
 #include "commands.hh"
 #include "limits.hh"
@@ -8,6 +9,44 @@
 #include "trace.hh"
 
 namespace pib {
+
+// The checks CREATE_MR and REREG_MR make of a registered (not fast-
+// registration) region's context: null when it is fine, else the failure.
+std::optional<CommandOutcome> CommandProcessor::checkMrContext(const char *name,
+                                                               const pib_mr_context &ctx) {
+    if (!objects_.pds.find(ctx.pdn))
+        return fail(PIB_CMD_STATUS_BAD_INDEX, err::kCmdBadIndex, "%s in PD %u", name, ctx.pdn);
+    // IBA 10.6.3.1: remote write and atomic access need local write.
+    if (ctx.access & (PIB_ACCESS_REMOTE_WRITE | PIB_ACCESS_REMOTE_ATOMIC) &&
+        !(ctx.access & PIB_ACCESS_LOCAL_WRITE))
+        return fail(PIB_CMD_STATUS_BAD_PARAM, err::kCmdBadParam,
+                    "%s remote write/atomic without local write (access 0x%x)", name, ctx.access);
+    if (ctx.flags & PIB_MR_PHYSICAL) {
+        if (ctx.mtt_count)
+            return fail(PIB_CMD_STATUS_BAD_PARAM, err::kCmdBadParam, "%s physical with MTT", name);
+        return std::nullopt;
+    }
+    const unsigned shift = ctx.log_page_size;
+    if (shift < limits::kMinLogPageSize || shift > limits::kMaxLogPageSize)
+        return fail(PIB_CMD_STATUS_BAD_PARAM, err::kCmdBadParam, "%s page size 2^%u", name, shift);
+    if (ctx.length == 0 || ctx.length > limits::kMaxMrSize || ctx.iova + ctx.length < ctx.iova)
+        return fail(PIB_CMD_STATUS_BAD_PARAM, err::kCmdBadParam,
+                    "%s of 0x%" PRIx64 " bytes at 0x%" PRIx64, name, ctx.length, ctx.iova);
+    const uint64_t pages = ((ctx.iova + ctx.length - 1) >> shift) - (ctx.iova >> shift) + 1;
+    if (pages != ctx.mtt_count || !objects_.mtt.covers(ctx.mtt_index, ctx.mtt_count))
+        return fail(PIB_CMD_STATUS_BAD_PARAM, err::kCmdBadParam,
+                    "%s needs %" PRIu64 " allocated MTT entries, got %u at %u", name, pages,
+                    ctx.mtt_count, ctx.mtt_index);
+    const uint64_t pageMask = (uint64_t{1} << shift) - 1;
+    for (uint32_t i = 0; i < ctx.mtt_count; ++i) {
+        const uint64_t entry = objects_.mtt.entry(ctx.mtt_index + i);
+        if (entry == 0 || entry & pageMask)
+            return fail(PIB_CMD_STATUS_BAD_PARAM, err::kCmdBadParam,
+                        "%s MTT entry %u (0x%" PRIx64 ") is not a 2^%u-byte page", name,
+                        ctx.mtt_index + i, entry, shift);
+    }
+    return std::nullopt;
+}
 
 CommandOutcome CommandProcessor::createMr(const Command &cmd) {
     pib_mr_context ctx;
@@ -23,36 +62,8 @@ CommandOutcome CommandProcessor::createMr(const Command &cmd) {
                     ctx.access, ctx.flags);
     if (ctx.flags & PIB_MR_FAST_REG)
         return createFastRegMr(ctx, *pd);
-    // IBA 10.6.3.1: remote write and atomic access need local write.
-    if (ctx.access & (PIB_ACCESS_REMOTE_WRITE | PIB_ACCESS_REMOTE_ATOMIC) &&
-        !(ctx.access & PIB_ACCESS_LOCAL_WRITE))
-        return fail(PIB_CMD_STATUS_BAD_PARAM, err::kCmdBadParam,
-                    "CREATE_MR remote write/atomic without local write (access 0x%x)", ctx.access);
-    if (ctx.flags & PIB_MR_PHYSICAL) {
-        if (ctx.mtt_count)
-            return fail(PIB_CMD_STATUS_BAD_PARAM, err::kCmdBadParam, "CREATE_MR physical with MTT");
-    } else {
-        const unsigned shift = ctx.log_page_size;
-        if (shift < limits::kMinLogPageSize || shift > limits::kMaxLogPageSize)
-            return fail(PIB_CMD_STATUS_BAD_PARAM, err::kCmdBadParam, "CREATE_MR page size 2^%u",
-                        shift);
-        if (ctx.length == 0 || ctx.length > limits::kMaxMrSize || ctx.iova + ctx.length < ctx.iova)
-            return fail(PIB_CMD_STATUS_BAD_PARAM, err::kCmdBadParam,
-                        "CREATE_MR of 0x%" PRIx64 " bytes at 0x%" PRIx64, ctx.length, ctx.iova);
-        const uint64_t pages = ((ctx.iova + ctx.length - 1) >> shift) - (ctx.iova >> shift) + 1;
-        if (pages != ctx.mtt_count || !objects_.mtt.covers(ctx.mtt_index, ctx.mtt_count))
-            return fail(PIB_CMD_STATUS_BAD_PARAM, err::kCmdBadParam,
-                        "CREATE_MR needs %" PRIu64 " allocated MTT entries, got %u at %u", pages,
-                        ctx.mtt_count, ctx.mtt_index);
-        const uint64_t pageMask = (uint64_t{1} << shift) - 1;
-        for (uint32_t i = 0; i < ctx.mtt_count; ++i) {
-            const uint64_t entry = objects_.mtt.entry(ctx.mtt_index + i);
-            if (entry == 0 || entry & pageMask)
-                return fail(PIB_CMD_STATUS_BAD_PARAM, err::kCmdBadParam,
-                            "CREATE_MR MTT entry %u (0x%" PRIx64 ") is not a 2^%u-byte page",
-                            ctx.mtt_index + i, entry, shift);
-        }
-    }
+    if (auto failed = checkMrContext("CREATE_MR", ctx))
+        return *failed;
     auto mr = std::make_unique<MemoryRegion>();
     MemoryRegion *raw = mr.get();
     const auto index = objects_.mrs.insert(std::move(mr));
@@ -124,6 +135,39 @@ CommandOutcome CommandProcessor::queryMr(const Command &cmd) {
                     cmd.modifier);
     if (!writeMailbox(cmd, mr->ctx))
         return mailboxFailed();
+    return {};
+}
+
+// ibv_rereg_mr in place (IBA 10.6.3.4, Reregister Memory Region): a new
+// translation, PD or access under the same key. A region that windows are
+// bound to, or a fast-registration one, is not reregistered.
+CommandOutcome CommandProcessor::reregMr(const Command &cmd) {
+    pib_mr_context ctx;
+    if (!readMailbox(cmd, ctx))
+        return mailboxFailed();
+    MemoryRegion *mr = findByKey(objects_.mrs, cmd.modifier);
+    if (!mr || mr->fastReg())
+        return fail(PIB_CMD_STATUS_BAD_INDEX, err::kCmdBadIndex,
+                    "REREG_MR of key 0x%x, which names no registered region", cmd.modifier);
+    if (mr->windows)
+        return fail(PIB_CMD_STATUS_BUSY, err::kCmdBusy,
+                    "REREG_MR of key 0x%x: %u memory windows are bound to it", cmd.modifier,
+                    mr->windows);
+    if (ctx.access & ~(PIB_ACCESS_ALL | PIB_ACCESS_MW_BIND) || ctx.flags & ~PIB_MR_PHYSICAL)
+        return fail(PIB_CMD_STATUS_BAD_PARAM, err::kCmdBadParam, "REREG_MR access 0x%x flags 0x%x",
+                    ctx.access, ctx.flags);
+    if (auto failed = checkMrContext("REREG_MR", ctx))
+        return *failed;
+    // The new translation is held before the old one is let go: they may
+    // share a range.
+    if (ctx.mtt_count)
+        objects_.mtt.hold(ctx.mtt_index, ctx.log_page_size);
+    if (mr->ctx.mtt_count)
+        objects_.mtt.unhold(mr->ctx.mtt_index, mr->ctx.log_page_size);
+    --objects_.pds.find(mr->ctx.pdn)->refs;
+    ++objects_.pds.find(ctx.pdn)->refs;
+    ctx.key_variant = mr->ctx.key_variant;
+    mr->ctx = ctx;
     return {};
 }
 
