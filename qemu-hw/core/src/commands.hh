@@ -109,6 +109,7 @@ class CommandProcessor {
     CommandOutcome queryCq(const Command &);
     CommandOutcome createMr(const Command &);
     CommandOutcome createFastRegMr(const pib_mr_context &ctx, ProtectionDomain &pd);
+    CommandOutcome insertMr(const pib_mr_context &ctx, ProtectionDomain &pd);
     std::optional<CommandOutcome> checkMrContext(const char *name, const pib_mr_context &ctx);
     CommandOutcome reregMr(const Command &);
     CommandOutcome createMw(const Command &);

@@ -64,6 +64,13 @@ CommandOutcome CommandProcessor::createMr(const Command &cmd) {
         return createFastRegMr(ctx, *pd);
     if (auto failed = checkMrContext("CREATE_MR", ctx))
         return *failed;
+    return insertMr(ctx, *pd);
+}
+
+// A new MR of `ctx` in `pd`, holding its MTT range: its key, or the
+// failure. A fast-registration MR starts free, and only the device writes
+// its range.
+CommandOutcome CommandProcessor::insertMr(const pib_mr_context &ctx, ProtectionDomain &pd) {
     auto mr = std::make_unique<MemoryRegion>();
     MemoryRegion *raw = mr.get();
     const auto index = objects_.mrs.insert(std::move(mr));
@@ -72,8 +79,11 @@ CommandOutcome CommandProcessor::createMr(const Command &cmd) {
                     objects_.mrs.capacity());
     raw->ctx = ctx;
     raw->key = (*index << 8) | ctx.key_variant;
-    ++pd->refs;
-    if (ctx.mtt_count)
+    raw->valid = !raw->fastReg();
+    ++pd.refs;
+    if (raw->fastReg())
+        objects_.mtt.hold(ctx.mtt_index, Mtt::kMinLogPage, true);
+    else if (ctx.mtt_count)
         objects_.mtt.hold(ctx.mtt_index, ctx.log_page_size);
     return {PIB_CMD_STATUS_OK, raw->key};
 }
@@ -89,18 +99,7 @@ CommandOutcome CommandProcessor::createFastRegMr(const pib_mr_context &ctx, Prot
         return fail(PIB_CMD_STATUS_BAD_PARAM, err::kCmdBadParam,
                     "CREATE_MR fast registration of %u pages at MTT %u (1..%u allocated entries)",
                     ctx.mtt_count, ctx.mtt_index, limits::kMaxFastRegPages);
-    auto mr = std::make_unique<MemoryRegion>();
-    MemoryRegion *raw = mr.get();
-    const auto index = objects_.mrs.insert(std::move(mr));
-    if (!index)
-        return fail(PIB_CMD_STATUS_NO_RESOURCES, err::kCmdNoResources, "all %u MRs in use",
-                    objects_.mrs.capacity());
-    raw->ctx = ctx;
-    raw->key = (*index << 8) | ctx.key_variant;
-    raw->valid = false;
-    ++pd.refs;
-    objects_.mtt.hold(ctx.mtt_index, Mtt::kMinLogPage, true);
-    return {PIB_CMD_STATUS_OK, raw->key};
+    return insertMr(ctx, pd);
 }
 
 // The MR a key names, if the key's variant matches too (a fast-registration
