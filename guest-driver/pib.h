@@ -354,9 +354,6 @@ struct ib_mr *pib_alloc_mr(struct ib_pd *ibpd, enum ib_mr_type mr_type,
 int pib_map_mr_sg(struct ib_mr *ibmr, struct scatterlist *sg, int sg_nents,
 		  unsigned int *sg_offset);
 int pib_alloc_mw(struct ib_mw *ibmw, struct ib_udata *udata);
-struct ib_mr *pib_rereg_user_mr(struct ib_mr *ibmr, int flags, u64 start,
-				u64 length, u64 virt, int access,
-				struct ib_pd *pd, struct ib_udata *udata);
 int pib_dealloc_mw(struct ib_mw *ibmw);
 
 /* pib_mad.c */

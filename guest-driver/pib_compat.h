@@ -28,9 +28,13 @@ pib_create_cq_udata(struct uverbs_attr_bundle *attrs)
 }
 #endif
 
-/* 6.2 added the FLUSH access flags, which a QP may be given. */
+/*
+ * 6.2 added the FLUSH access flags, which a QP may be given. Older kernels
+ * pass rdma-core's bits for them (IB_UVERBS_ACCESS_FLUSH_*) through
+ * unnamed, so they are known by value there.
+ */
 #if LINUX_VERSION_CODE < KERNEL_VERSION(6, 2, 0)
-#define PIB_IB_ACCESS_FLUSH 0
+#define PIB_IB_ACCESS_FLUSH ((1 << 8) | (1 << 9))
 #else
 #define PIB_IB_ACCESS_FLUSH \
 	(IB_ACCESS_FLUSH_GLOBAL | IB_ACCESS_FLUSH_PERSISTENT)

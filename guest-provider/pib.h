@@ -172,8 +172,6 @@ char *pib_put_bind(const struct ibv_mw *mw, uint32_t rkey,
 int pib_bind_mw(struct ibv_qp *qp, struct ibv_mw *mw,
 		struct ibv_mw_bind *mw_bind);
 struct ibv_mw *pib_alloc_mw(struct ibv_pd *pd, enum ibv_mw_type type);
-int pib_rereg_mr(struct verbs_mr *vmr, int flags, struct ibv_pd *pd, void *addr,
-		 size_t length, int access);
 int pib_dealloc_mw(struct ibv_mw *mw);
 int pib_post_send(struct ibv_qp *qp, struct ibv_send_wr *wr,
 		  struct ibv_send_wr **bad_wr);
