@@ -370,6 +370,45 @@ TEST_CASE("lost READ responses and atomic ACKs are asked for again", "[rc]") {
     CHECK(p.a.host.peek<uint64_t>(local + 6000) == 1);
 }
 
+// The switch duplicated a READ request, and the copy arrived after the
+// whole answer had left: the responder answers it again, long after the
+// requester completed that READ and, with max_rd_atomic 1, sent the next.
+// The next READ must not count the stale answer against its limit.
+TEST_CASE("a new READ behind a stale duplicate's answer is answered, not NAKed", "[rc]") {
+    constexpr uint32_t kLength = 1 << 20; // 1024 responses: several events' batches
+    Pair p(PIB_QPT_RC, {.maxRdAtomic = 1}, 8 << 20);
+    const uint64_t local = p.a.host.alloc(2 * kLength), remote = p.b.host.alloc(2 * kLength);
+    p.b.fill(remote, 2 * kLength, 9);
+    std::optional<iba::Packet> firstRequest;
+    bool duplicated = false;
+    p.wire.filter = [&](bool fromA, iba::Packet &k) {
+        if (fromA && k.bth.opcode == iba::kReadRequest && !firstRequest)
+            firstRequest = k;
+        if (!fromA && k.bth.opcode == iba::kReadResponseLast && !duplicated) {
+            duplicated = true; // the copy reaches B just after its answer left
+            const auto f = wire::encode(PIB_WIRE_PACKET, iba::build(*firstRequest));
+            pib_core_port_receive(p.b.host.core, 1, f.data(), f.size());
+        }
+        return true;
+    };
+    p.a.postSend(1,
+                 {.opcode = PIB_WR_RDMA_READ, .local = local, .length = kLength, .remote = remote});
+    p.a.postSend(2, {.opcode = PIB_WR_RDMA_READ,
+                     .local = local + kLength,
+                     .length = kLength,
+                     .remote = remote + kLength});
+    p.wire.run();
+    p.wire.advance(20'000'000);
+    REQUIRE(duplicated);
+    const auto done = p.a.poll();
+    REQUIRE(done.size() == 2);
+    CHECK(done[0].status == PIB_WC_SUCCESS);
+    CHECK(done[1].status == PIB_WC_SUCCESS);
+    CHECK(p.a.qpState() == PIB_QPS_RTS);
+    CHECK(p.b.qpState() == PIB_QPS_RTS);
+    CHECK(sameBytes(p.a, local, p.b, remote, 2 * kLength));
+}
+
 TEST_CASE("retry exhaustion completes in error and flushes the rest", "[rc]") {
     Pair p(PIB_QPT_RC, {.retryCnt = 2});
     const uint64_t out = p.a.host.alloc(64);
@@ -623,8 +662,10 @@ struct FaultyCable {
         if (roll < 6)
             return ++lost, false; // 5% loss and 1% corruption (the ICRC drops it)
         const auto frame = wire::encode(PIB_WIRE_PACKET, iba::build(k));
-        if (roll < 7)
-            return ++duplicated, deliver(fromA, frame), true;
+        if (roll < 7) { // the copy may come at once, or after a few others
+            held.push_back({fromA, frame, static_cast<int>(rng() % 6)});
+            return ++duplicated, true;
+        }
         if (roll < 9) {
             held.push_back({fromA, frame, 1 + static_cast<int>(rng() % 4)});
             return ++reordered, false;
@@ -709,6 +750,56 @@ TEST_CASE("RC ping-pong over a cable that loses, duplicates and reorders finishe
     CHECK(lost > 100);
     CHECK(duplicated > 10);
     CHECK(reordered > 20);
+}
+
+// pib-traffic's READ and atomic rounds over the same cable: duplicated
+// requests, late answers and resends from the middle of a READ, with one
+// and with four READs outstanding.
+TEST_CASE("READs and atomics over a cable that loses, duplicates and reorders finish whole",
+          "[rc][faults]") {
+    constexpr uint32_t kSizes[] = {1, 1000, 4097, 65536, 100'003};
+    constexpr uint32_t kSlot = 256 << 10;
+    size_t duplicated = 0;
+    for (unsigned seed = 1; seed <= 24; ++seed) {
+        const uint8_t outstanding = seed % 2 ? 1 : 4;
+        Pair p(PIB_QPT_RC, {.timeout = 14, .retryCnt = 7, .maxRdAtomic = outstanding}, 8 << 20);
+        FaultyCable cable(p, seed);
+        const uint64_t local = p.a.host.alloc(6 * kSlot), remote = p.b.host.alloc(6 * kSlot);
+        p.b.fill(remote, 5 * kSlot, static_cast<uint8_t>(seed));
+        p.b.host.poke<uint64_t>(remote + 5 * kSlot, 0);
+        uint64_t wrId = 0;
+        for (uint32_t i = 0; i < std::size(kSizes); ++i) {
+            p.a.postSend(++wrId, {.opcode = PIB_WR_RDMA_READ,
+                                  .local = local + i * kSlot,
+                                  .length = kSizes[i],
+                                  .remote = remote + i * kSlot});
+            p.a.postSend(++wrId, {.opcode = PIB_WR_ATOMIC_FETCH_AND_ADD,
+                                  .local = local + 5 * kSlot + 8 * i,
+                                  .length = 8,
+                                  .remote = remote + 5 * kSlot,
+                                  .swapAdd = 1});
+        }
+        std::vector<pib_cqe> done;
+        for (int ms = 0; ms < 60'000 && done.size() < wrId; ++ms) {
+            p.wire.advance(1'000'000, 1'000'000);
+            if (ms % 5 == 4)
+                cable.releaseAll();
+            for (const pib_cqe &c : p.a.poll())
+                done.push_back(c);
+        }
+        INFO("seed " << seed << ", " << int(outstanding) << " outstanding");
+        REQUIRE(done.size() == wrId);
+        for (const pib_cqe &c : done)
+            REQUIRE(c.status == PIB_WC_SUCCESS);
+        for (uint32_t i = 0; i < std::size(kSizes); ++i)
+            CHECK(sameBytes(p.a, local + i * kSlot, p.b, remote + i * kSlot, kSizes[i]));
+        // Each atomic ran once, in order: a duplicate got its saved result.
+        CHECK(p.b.host.peek<uint64_t>(remote + 5 * kSlot) == std::size(kSizes));
+        for (uint32_t i = 0; i < std::size(kSizes); ++i)
+            CHECK(p.a.host.peek<uint64_t>(local + 5 * kSlot + 8 * i) == i);
+        duplicated += cable.duplicated;
+    }
+    CHECK(duplicated > 10);
 }
 
 TEST_CASE("loopback: a QP connected to itself never uses the wire", "[rc]") {

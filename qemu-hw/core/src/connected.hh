@@ -136,9 +136,10 @@ struct ReplayEntry {
 // for `psn`.
 struct Reply {
     enum class Kind : uint8_t { kRead, kAtomic, kAck } kind = Kind::kAck;
-    ReplayEntry entry; // kRead, kAtomic
-    uint32_t next = 0; // kRead: the next response packet, 0-based
-    uint32_t psn = 0;  // kAck
+    ReplayEntry entry;  // kRead, kAtomic
+    uint32_t next = 0;  // kRead: the next response packet, 0-based
+    bool again = false; // kRead, kAtomic: the answer to a duplicate request
+    uint32_t psn = 0;   // kAck
     uint8_t syndrome = 0;
 
     bool readOrAtomic() const { return kind != Kind::kAck; }

@@ -130,6 +130,7 @@ class DataPath final : public SubnetSender, public ScheduledEngine {
     void onRequest(uint32_t qpn, QueuePair &qp, const iba::Packet &packet);
     bool checkRequestPsn(uint32_t qpn, QueuePair &qp, const iba::Packet &packet);
     bool checkRequestSequence(uint32_t qpn, QueuePair &qp, const iba::Packet &packet);
+    void dropStaleAnswers(uint32_t qpn, QueuePair &qp, uint32_t psn);
     void readOrAtomicRequest(uint32_t qpn, QueuePair &qp, const iba::Packet &packet);
     bool receiveSend(uint32_t qpn, QueuePair &qp, const iba::Packet &packet);
     bool receiveWrite(uint32_t qpn, QueuePair &qp, const iba::Packet &packet);

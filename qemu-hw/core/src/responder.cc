@@ -293,12 +293,36 @@ bool DataPath::checkRequestSequence(uint32_t qpn, QueuePair &qp, const iba::Pack
     return false;
 }
 
+// A new READ or atomic has come while the answers to duplicates of
+// earlier ones are still owed. The requester completes them in order and
+// keeps at most its max_rd_atomic outstanding, this one included, so when
+// the answers would break that limit the oldest duplicates' are stale: it
+// completed those requests (the duplicate was the fabric's copy, or its
+// original answer arrived late) and would discard the answers.
+void DataPath::dropStaleAnswers(uint32_t qpn, QueuePair &qp, uint32_t psn) {
+    auto &q = qp.resp.replies;
+    const size_t limit = std::max<size_t>(1, qp.attr.max_dest_rd_atomic);
+    while (repliesOwed(qp.resp) >= limit) {
+        auto oldest = q.end();
+        for (auto it = q.begin(); it != q.end(); ++it) {
+            if (it->again && (oldest == q.end() ||
+                              psnDiff(psn, it->entry.psn) > psnDiff(psn, oldest->entry.psn)))
+                oldest = it;
+        }
+        if (oldest == q.end())
+            return;
+        trace::rc_duplicate(host_, qpn, oldest->entry.psn, "stale answer dropped");
+        q.erase(oldest);
+    }
+}
+
 void DataPath::readOrAtomicRequest(uint32_t qpn, QueuePair &qp, const iba::Packet &packet) {
     if (qp.ctx.type != PIB_QPT_RC) // UC has neither (the layout table already refuses them)
         return;
     // A READ stays outstanding at the requester until its last response
     // arrives: one more than max_dest_rd_atomic owed means the requester
     // broke its limit (IBA 9.7.5.2.5).
+    dropStaleAnswers(qpn, qp, packet.bth.psn);
     if (repliesOwed(qp.resp) >= std::max<size_t>(1, qp.attr.max_dest_rd_atomic)) {
         responderError(qpn, qp, packet.bth.psn, kInvalidRequest, PIB_WC_REM_INV_REQ_ERR,
                        "more READ and atomic requests than max_dest_rd_atomic");
@@ -615,6 +639,7 @@ void DataPath::duplicateRequest(uint32_t qpn, QueuePair &qp, const iba::Packet &
             r.kind = e.atomic ? Reply::Kind::kAtomic : Reply::Kind::kRead;
             r.entry = e;
             r.next = static_cast<uint32_t>(psnDiff(psn, e.psn));
+            r.again = true;
             reply(qpn, qp, r);
             return;
         }
