@@ -155,6 +155,7 @@ struct pib_cq {
 	u32 ci;
 	u32 uar;
 	spinlock_t lock;
+	struct mutex resize_lock; /* user CQs: RESIZE_CQ and its ring swap */
 	/* Kernel QPs that send or receive on this CQ, under lock: a FATAL
 	 * device's flushed completions come from their queues. */
 	struct list_head send_qps;
@@ -310,6 +311,7 @@ void pib_av_to_ah_attr(struct pib_dev *dev, const struct pib_av *av,
 /* pib_cq.c */
 int pib_create_cq(struct ib_cq *ibcq, const struct ib_cq_init_attr *attr,
 		  struct pib_create_cq_arg *arg);
+int pib_resize_cq(struct ib_cq *ibcq, int cqe, struct ib_udata *udata);
 int pib_destroy_cq(struct ib_cq *ibcq, struct ib_udata *udata);
 int pib_poll_cq(struct ib_cq *ibcq, int num, struct ib_wc *wc);
 int pib_req_notify_cq(struct ib_cq *ibcq, enum ib_cq_notify_flags flags);
@@ -354,6 +356,9 @@ struct ib_mr *pib_alloc_mr(struct ib_pd *ibpd, enum ib_mr_type mr_type,
 int pib_map_mr_sg(struct ib_mr *ibmr, struct scatterlist *sg, int sg_nents,
 		  unsigned int *sg_offset);
 int pib_alloc_mw(struct ib_mw *ibmw, struct ib_udata *udata);
+struct ib_mr *pib_rereg_user_mr(struct ib_mr *ibmr, int flags, u64 start,
+				u64 length, u64 virt, int access,
+				struct ib_pd *pd, struct ib_udata *udata);
 int pib_dealloc_mw(struct ib_mw *ibmw);
 
 /* pib_mad.c */

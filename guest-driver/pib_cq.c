@@ -9,6 +9,46 @@ static size_t pib_cq_ring_size(u32 log_size)
 	return max_t(size_t, PIB_PAGE_SIZE, (size_t)PIB_CQE_SIZE << log_size);
 }
 
+/* A user CQ's memory: its ring and its CI record, pinned. */
+struct pib_cq_user_mem {
+	struct pib_ring ring;
+	struct ib_umem *ci_umem;
+	u64 ci_dma;
+};
+
+static int pib_cq_pin_user(struct pib_dev *dev, u64 buf_addr, u64 ci_addr,
+			   u32 log_size, struct pib_cq_user_mem *m)
+{
+	struct ib_block_iter biter;
+	int err;
+
+	err = pib_ring_user(dev, &m->ring, buf_addr,
+			    pib_cq_ring_size(log_size));
+	if (err)
+		return err;
+	m->ci_umem =
+		ib_umem_get(&dev->ibdev, ci_addr, 4, IB_ACCESS_LOCAL_WRITE);
+	if (IS_ERR(m->ci_umem)) {
+		err = PTR_ERR(m->ci_umem);
+		m->ci_umem = NULL;
+		pib_ring_free(dev, &m->ring);
+		return err;
+	}
+	rdma_umem_for_each_dma_block (m->ci_umem, &biter, PAGE_SIZE) {
+		m->ci_dma = rdma_block_iter_dma_address(&biter) +
+			    (ci_addr & ~PAGE_MASK);
+		break;
+	}
+	return 0;
+}
+
+static bool pib_cq_user_size_ok(struct pib_dev *dev, u32 log_size, int cqe,
+				u64 ci_addr)
+{
+	return log_size >= 1 && (1ull << log_size) <= dev->caps.max_cqe &&
+	       (1ull << log_size) >= cqe && !(ci_addr & 3);
+}
+
 static int pib_cq_user(struct pib_dev *dev, struct pib_cq *cq,
 		       const struct ib_cq_init_attr *attr,
 		       struct ib_udata *udata, u64 *ci_dma)
@@ -16,34 +56,24 @@ static int pib_cq_user(struct pib_dev *dev, struct pib_cq *cq,
 	struct pib_ucontext *uc =
 		rdma_udata_to_drv_context(udata, struct pib_ucontext, ibuc);
 	struct pib_create_cq_cmd cmd;
-	struct ib_block_iter biter;
+	struct pib_cq_user_mem m = {};
 	int err;
 
 	err = pib_udata_cmd(udata, &cmd, sizeof(cmd));
 	if (err)
 		return err;
-	if (cmd.log_size < 1 || (1ull << cmd.log_size) > dev->caps.max_cqe ||
-	    (1ull << cmd.log_size) < attr->cqe || cmd.ci_record_addr & 3)
+	if (!pib_cq_user_size_ok(dev, cmd.log_size, attr->cqe,
+				 cmd.ci_record_addr))
 		return -EINVAL;
-	cq->log_size = cmd.log_size;
-	cq->uar = uc->uar;
-	err = pib_ring_user(dev, &cq->ring, cmd.buf_addr,
-			    pib_cq_ring_size(cq->log_size));
+	err = pib_cq_pin_user(dev, cmd.buf_addr, cmd.ci_record_addr,
+			      cmd.log_size, &m);
 	if (err)
 		return err;
-	cq->ci_umem = ib_umem_get(&dev->ibdev, cmd.ci_record_addr, 4,
-				  IB_ACCESS_LOCAL_WRITE);
-	if (IS_ERR(cq->ci_umem)) {
-		err = PTR_ERR(cq->ci_umem);
-		cq->ci_umem = NULL;
-		pib_ring_free(dev, &cq->ring);
-		return err;
-	}
-	rdma_umem_for_each_dma_block (cq->ci_umem, &biter, PAGE_SIZE) {
-		*ci_dma = rdma_block_iter_dma_address(&biter) +
-			  (cmd.ci_record_addr & ~PAGE_MASK);
-		break;
-	}
+	cq->log_size = cmd.log_size;
+	cq->uar = uc->uar;
+	cq->ring = m.ring;
+	cq->ci_umem = m.ci_umem;
+	*ci_dma = m.ci_dma;
 	return 0;
 }
 
@@ -107,6 +137,7 @@ int pib_create_cq(struct ib_cq *ibcq, const struct ib_cq_init_attr *attr,
 	    attr->comp_vector >= ibcq->device->num_comp_vectors)
 		return -EINVAL;
 	spin_lock_init(&cq->lock);
+	mutex_init(&cq->resize_lock);
 	INIT_LIST_HEAD(&cq->send_qps);
 	INIT_LIST_HEAD(&cq->recv_qps);
 	err = udata ? pib_cq_user(dev, cq, attr, udata, &ci_dma)
@@ -134,6 +165,60 @@ int pib_create_cq(struct ib_cq *ibcq, const struct ib_cq_init_attr *attr,
 	if (err)
 		pib_cq_destroy(dev, cq);
 	return err;
+}
+
+/*
+ * ibv_resize_cq (RESIZE_CQ, docs/prm.md §6.1): the provider gives a new
+ * ring and CI record, and copies the CQEs the device reports unconsumed
+ * once the device has switched; the old ring is let go only then. Kernel
+ * CQs are not resized: their pollers run in interrupt context and cannot
+ * wait for a command (no kernel ULP resizes a CQ).
+ */
+int pib_resize_cq(struct ib_cq *ibcq, int cqe, struct ib_udata *udata)
+{
+	struct pib_dev *dev = to_pdev(ibcq->device);
+	struct pib_cq *cq = to_pcq(ibcq);
+	struct pib_resize_cq_resp resp = {};
+	struct pib_resize_cq_cmd cmd;
+	struct pib_cq_context ctx = {};
+	struct pib_cq_user_mem m = {};
+	u64 pending;
+	int err;
+
+	if (!udata || !(dev->caps.device_cap_flags & PIB_DEV_CAP_RESIZE_CQ))
+		return -EOPNOTSUPP;
+	err = pib_udata_cmd(udata, &cmd, sizeof(cmd));
+	if (err)
+		return err;
+	if (cqe < 1 ||
+	    !pib_cq_user_size_ok(dev, cmd.log_size, cqe, cmd.ci_record_addr))
+		return -EINVAL;
+	err = pib_cq_pin_user(dev, cmd.buf_addr, cmd.ci_record_addr,
+			      cmd.log_size, &m);
+	if (err)
+		return err;
+	ctx.buf.mtt_index = m.ring.mtt;
+	ctx.buf.npages = m.ring.npages;
+	ctx.log_size = cmd.log_size;
+	ctx.ci_record = m.ci_dma;
+	mutex_lock(&cq->resize_lock); /* one resize at a time per CQ */
+	err = pib_cmd_box(dev, PIB_CMD_RESIZE_CQ, 0, cq->cqn, &ctx, sizeof(ctx),
+			  NULL, 0, &pending);
+	if (err) {
+		mutex_unlock(&cq->resize_lock);
+		pib_ring_free(dev, &m.ring);
+		ib_umem_release(m.ci_umem);
+		return err;
+	}
+	swap(cq->ring, m.ring);
+	swap(cq->ci_umem, m.ci_umem);
+	WRITE_ONCE(cq->log_size, cmd.log_size);
+	ibcq->cqe = 1 << cmd.log_size;
+	mutex_unlock(&cq->resize_lock);
+	pib_ring_free(dev, &m.ring);
+	ib_umem_release(m.ci_umem);
+	resp.pending = pending;
+	return ib_copy_to_udata(udata, &resp, min(udata->outlen, sizeof(resp)));
 }
 
 int pib_destroy_cq(struct ib_cq *ibcq, struct ib_udata *udata)

@@ -64,7 +64,9 @@ static const struct ib_device_ops pib_dev_ops = {
 	.query_qp = pib_query_qp,
 	.query_srq = pib_query_srq,
 	.reg_user_mr = pib_reg_user_mr,
+	.rereg_user_mr = pib_rereg_user_mr,
 	.req_notify_cq = pib_req_notify_cq,
+	.resize_cq = pib_resize_cq,
 
 	INIT_RDMA_OBJ_SIZE(ib_ah, pib_ah, ibah),
 	INIT_RDMA_OBJ_SIZE(ib_cq, pib_cq, ibcq),

@@ -279,6 +279,75 @@ int pib_dealloc_mw(struct ib_mw *ibmw)
 	return 0; /* see pib_destroy_failed() */
 }
 
+/*
+ * ibv_rereg_mr, in place (REREG_MR, docs/prm.md §6.2): the keys stay, as
+ * users of the old ones expect. A new translation is pinned and written
+ * first; the old one is let go only once the device has switched.
+ */
+struct ib_mr *pib_rereg_user_mr(struct ib_mr *ibmr, int flags, u64 start,
+				u64 length, u64 virt, int access,
+				struct ib_pd *pd, struct ib_udata *udata)
+{
+	struct pib_dev *dev = to_pdev(ibmr->device);
+	struct pib_mr *mr = to_pmr(ibmr);
+	struct pib_mr_pages now = {
+		.umem = mr->umem,
+		.mtt = mr->mtt,
+		.npages = mr->npages,
+		.page_shift = mr->page_shift,
+	};
+	struct pib_mr_context ctx = {};
+	int err;
+
+	if (flags & ~IB_MR_REREG_SUPPORTED || !mr->umem)
+		return ERR_PTR(-EOPNOTSUPP);
+	if (!(flags & IB_MR_REREG_PD) || !pd)
+		pd = ibmr->pd;
+	if (!(flags & IB_MR_REREG_ACCESS))
+		access = mr->access;
+	if (access & ~(PIB_ACCESS_SUPPORTED | IB_ACCESS_OPTIONAL))
+		return ERR_PTR(-EOPNOTSUPP);
+	if (flags & IB_MR_REREG_TRANS) {
+		if (!length || length > dev->caps.max_mr_size)
+			return ERR_PTR(-EINVAL);
+		err = pib_mr_pin(dev, pd, start, length, virt, access, &now);
+		if (err)
+			return ERR_PTR(err);
+	} else {
+		virt = mr->iova;
+		length = mr->length;
+	}
+	ctx.iova = virt;
+	ctx.length = length;
+	ctx.pdn = to_ppd(pd)->pdn;
+	ctx.access = access & PIB_ACCESS_SUPPORTED;
+	ctx.mtt_index = now.mtt;
+	ctx.mtt_count = now.npages;
+	ctx.log_page_size = now.page_shift;
+	err = pib_cmd_box(dev, PIB_CMD_REREG_MR, 0, ibmr->lkey, &ctx,
+			  sizeof(ctx), NULL, 0, NULL);
+	if (err) {
+		if (now.umem != mr->umem) {
+			pib_mtt_free(dev, now.mtt);
+			ib_umem_release(now.umem);
+		}
+		return ERR_PTR(err);
+	}
+	if (now.umem != mr->umem) {
+		pib_mtt_free(dev, mr->mtt);
+		ib_umem_release(mr->umem);
+	}
+	mr->umem = now.umem;
+	mr->mtt = now.mtt;
+	mr->npages = now.npages;
+	mr->page_shift = now.page_shift;
+	mr->iova = virt;
+	mr->length = length;
+	mr->access = ctx.access;
+	mr->pdn = ctx.pdn;
+	return NULL;
+}
+
 int pib_dereg_mr(struct ib_mr *ibmr, struct ib_udata *udata)
 {
 	pib_mr_destroy(to_pdev(ibmr->device), to_pmr(ibmr));

@@ -50,7 +50,9 @@ static const struct verbs_context_ops pib_ctx_ops = {
 	.query_qp = pib_query_qp,
 	.query_srq = pib_query_srq,
 	.reg_mr = pib_reg_mr,
+	.rereg_mr = pib_rereg_mr,
 	.req_notify_cq = pib_arm_cq,
+	.resize_cq = pib_resize_cq,
 };
 
 struct pib_get_context_resp {

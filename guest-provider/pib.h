@@ -146,6 +146,7 @@ int pib_destroy_ah(struct ibv_ah *ah);
 struct ibv_cq *pib_create_cq(struct ibv_context *context, int cqe,
 			     struct ibv_comp_channel *channel, int comp_vector);
 int pib_destroy_cq(struct ibv_cq *cq);
+int pib_resize_cq(struct ibv_cq *cq, int cqe);
 struct ibv_cq_ex *pib_create_cq_ex(struct ibv_context *context,
 				   struct ibv_cq_init_attr_ex *attr);
 struct ibv_qp *pib_create_qp(struct ibv_pd *pd, struct ibv_qp_init_attr *attr);
@@ -172,6 +173,8 @@ char *pib_put_bind(const struct ibv_mw *mw, uint32_t rkey,
 int pib_bind_mw(struct ibv_qp *qp, struct ibv_mw *mw,
 		struct ibv_mw_bind *mw_bind);
 struct ibv_mw *pib_alloc_mw(struct ibv_pd *pd, enum ibv_mw_type type);
+int pib_rereg_mr(struct verbs_mr *vmr, int flags, struct ibv_pd *pd, void *addr,
+		 size_t length, int access);
 int pib_dealloc_mw(struct ibv_mw *mw);
 int pib_post_send(struct ibv_qp *qp, struct ibv_send_wr *wr,
 		  struct ibv_send_wr **bad_wr);

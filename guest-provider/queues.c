@@ -63,32 +63,44 @@ struct pib_uresp_create_cq {
 	struct pib_create_cq_resp drv;
 };
 
+/*
+ * A CQ ring of at least `cqe` entries, then a page whose first word is
+ * the CI record: for a new CQ, and for a CQ being resized.
+ */
+static int pib_cq_ring_alloc(int cqe, struct pib_buf *buf, uint32_t *log_size,
+			     volatile uint32_t **ci_record)
+{
+	size_t ring;
+	int err;
+
+	if (cqe < 1)
+		return EINVAL;
+	*log_size = pib_log2_ceil(cqe < 2 ? 2 : cqe);
+	ring = (size_t)PIB_CQE_SIZE << *log_size;
+	if (ring < PIB_PAGE_SIZE)
+		ring = PIB_PAGE_SIZE;
+	err = pib_buf_alloc(buf, ring + PIB_PAGE_SIZE);
+	if (err)
+		return err;
+	*ci_record = (volatile uint32_t *)((char *)buf->addr + ring);
+	return 0;
+}
+
 /* A CQ with its ring of at least `cqe` entries, not yet known to the kernel. */
 static struct pib_cq *pib_cq_alloc(int cqe, struct pib_create_cq_cmd *drv)
 {
 	struct pib_cq *cq;
-	size_t ring;
 	int err;
 
-	if (cqe < 1) {
-		errno = EINVAL;
-		return NULL;
-	}
 	cq = calloc(1, sizeof(*cq));
 	if (!cq)
 		return NULL;
-	cq->log_size = pib_log2_ceil(cqe < 2 ? 2 : cqe);
-	ring = (size_t)PIB_CQE_SIZE << cq->log_size;
-	if (ring < PIB_PAGE_SIZE)
-		ring = PIB_PAGE_SIZE;
-	/* The ring, then a page whose first word is the CI record. */
-	err = pib_buf_alloc(&cq->buf, ring + PIB_PAGE_SIZE);
+	err = pib_cq_ring_alloc(cqe, &cq->buf, &cq->log_size, &cq->ci_record);
 	if (err) {
 		free(cq);
 		errno = err;
 		return NULL;
 	}
-	cq->ci_record = (volatile uint32_t *)((char *)cq->buf.addr + ring);
 	pthread_spin_init(&cq->lock, PTHREAD_PROCESS_PRIVATE);
 	drv->buf_addr = (uintptr_t)cq->buf.addr;
 	drv->ci_record_addr = (uintptr_t)cq->ci_record;
@@ -176,6 +188,74 @@ int pib_destroy_cq(struct ibv_cq *ibcq)
 	if (err)
 		return err;
 	pib_cq_free(cq);
+	return 0;
+}
+
+struct pib_ucmd_resize_cq {
+	struct ibv_resize_cq ibv_cmd;
+	struct pib_resize_cq_cmd drv;
+};
+
+struct pib_uresp_resize_cq {
+	struct ib_uverbs_resize_cq_resp ibv_resp;
+	struct pib_resize_cq_resp drv;
+};
+
+/*
+ * RESIZE_CQ (docs/prm.md §6.1): the device switches to the new ring and
+ * reports how many CQEs were not yet polled; they move to the start of
+ * the new ring, first-pass phase, and polling goes on from index 0.
+ */
+int pib_resize_cq(struct ibv_cq *ibcq, int cqe)
+{
+	struct pib_cq *cq = to_pcq(ibcq);
+	struct pib_uresp_resize_cq resp = {};
+	struct pib_ucmd_resize_cq cmd = {};
+	volatile uint32_t *ci_record;
+	struct pib_buf buf, old;
+	uint32_t log_size, pending, k;
+	int err;
+
+	err = pib_cq_ring_alloc(cqe, &buf, &log_size, &ci_record);
+	if (err)
+		return err;
+	cmd.drv.buf_addr = (uintptr_t)buf.addr;
+	cmd.drv.ci_record_addr = (uintptr_t)ci_record;
+	cmd.drv.log_size = log_size;
+	pthread_spin_lock(&cq->lock);
+	*cq->ci_record = cq->ci; /* the device counts what is left from it */
+	err = ibv_cmd_resize_cq(ibcq, cqe, &cmd.ibv_cmd, sizeof(cmd),
+				&resp.ibv_resp, sizeof(resp));
+	if (err) {
+		pthread_spin_unlock(&cq->lock);
+		pib_buf_free(&buf);
+		return err;
+	}
+	/* Never more than the new ring holds; a bad count must not overrun it.
+	 */
+	pending = resp.drv.pending < 1u << log_size ? resp.drv.pending
+						    : 1u << log_size;
+	for (k = 0; k < pending; k++) {
+		struct pib_cqe *from =
+			(struct pib_cqe *)((char *)cq->buf.addr +
+					   (size_t)((cq->ci + k) &
+						    ((1u << cq->log_size) -
+						     1)) *
+						   PIB_CQE_SIZE);
+		struct pib_cqe *to =
+			(struct pib_cqe *)((char *)buf.addr +
+					   (size_t)k * PIB_CQE_SIZE);
+
+		*to = *from;
+		to->flags |= PIB_CQE_PHASE;
+	}
+	old = cq->buf;
+	cq->buf = buf;
+	cq->log_size = log_size;
+	cq->ci = 0;
+	cq->ci_record = ci_record;
+	pthread_spin_unlock(&cq->lock);
+	pib_buf_free(&old);
 	return 0;
 }
 

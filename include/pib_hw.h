@@ -65,7 +65,7 @@
 #define PIB_IF_VERSION(major, minor) (((uint32_t)(major) << 16) | (minor))
 #define PIB_IF_VERSION_MAJOR(v) ((v) >> 16)
 #define PIB_IF_VERSION_MINOR(v) ((v)&0xffffu)
-#define PIB_IF_VERSION_CURRENT PIB_IF_VERSION(0, 8)
+#define PIB_IF_VERSION_CURRENT PIB_IF_VERSION(0, 9)
 
 /* RO: firmware version, major << 24 | minor << 16 | patch. */
 #define PIB_REG_FW_VERSION 0x008
@@ -164,6 +164,8 @@ enum pib_cmd_opcode {
     PIB_CMD_CREATE_CQ = 0x0028,  /* IN: pib_cq_context; RESULT: cqn */
     PIB_CMD_DESTROY_CQ = 0x0029, /* MOD: cqn */
     PIB_CMD_QUERY_CQ = 0x002a,   /* MOD: cqn; OUT: pib_cq_context */
+    /* MOD: cqn; IN: pib_cq_context (buf, log_size, ci_record); RESULT: CQEs to move */
+    PIB_CMD_RESIZE_CQ = 0x002b,
 
     PIB_CMD_CREATE_MR = 0x0030,  /* IN: pib_mr_context; RESULT: key */
     PIB_CMD_DESTROY_MR = 0x0031, /* MOD: key */
@@ -218,6 +220,8 @@ enum pib_cmd_status {
 /* memory windows of type 1 and of type 2B (docs/prm.md §6.7) */
 #define PIB_DEV_CAP_MEM_WINDOW (1u << 10)
 #define PIB_DEV_CAP_MEM_WINDOW_TYPE_2B (1u << 11)
+/* PIB_CMD_RESIZE_CQ (docs/prm.md §6.1) */
+#define PIB_DEV_CAP_RESIZE_CQ (1u << 12)
 
 /* atomic_cap */
 #define PIB_ATOMIC_NONE 0

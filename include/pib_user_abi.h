@@ -44,6 +44,19 @@ struct pib_create_cq_resp {
     uint32_t reserved;
 };
 
+/* ibv_resize_cq: the new ring and CI record (docs/prm.md §6.1) */
+struct pib_resize_cq_cmd {
+    uint64_t buf_addr;
+    uint64_t ci_record_addr; /* a u32, 4-byte aligned */
+    uint32_t log_size;
+    uint32_t reserved;
+};
+
+struct pib_resize_cq_resp {
+    uint32_t pending; /* CQEs to copy from the old ring to slots 0 .. pending-1 */
+    uint32_t reserved;
+};
+
 struct pib_create_qp_cmd {
     uint64_t sq_buf_addr;
     uint64_t rq_buf_addr; /* 0 with an SRQ */

@@ -33,11 +33,11 @@ static pib_dev_cap buildCaps(const pib_core_config &config) {
     c.vendor_id = PIB_PCI_VENDOR_ID;
     c.vendor_part_id = PIB_PCI_DEVICE_ID;
     c.hw_version = PIB_PCI_REVISION;
-    c.device_cap_flags = PIB_DEV_CAP_RC | PIB_DEV_CAP_UC | PIB_DEV_CAP_UD | PIB_DEV_CAP_SRQ |
-                         PIB_DEV_CAP_RNR_NAK_GEN | PIB_DEV_CAP_SYS_IMAGE_GUID |
-                         PIB_DEV_CAP_PORT_ACTIVE_EVENT | PIB_DEV_CAP_BAD_PKEY_CNTR |
-                         PIB_DEV_CAP_BAD_QKEY_CNTR | PIB_DEV_CAP_MEM_MGT_EXTENSIONS |
-                         PIB_DEV_CAP_MEM_WINDOW | PIB_DEV_CAP_MEM_WINDOW_TYPE_2B;
+    c.device_cap_flags =
+        PIB_DEV_CAP_RC | PIB_DEV_CAP_UC | PIB_DEV_CAP_UD | PIB_DEV_CAP_SRQ |
+        PIB_DEV_CAP_RNR_NAK_GEN | PIB_DEV_CAP_SYS_IMAGE_GUID | PIB_DEV_CAP_PORT_ACTIVE_EVENT |
+        PIB_DEV_CAP_BAD_PKEY_CNTR | PIB_DEV_CAP_BAD_QKEY_CNTR | PIB_DEV_CAP_MEM_MGT_EXTENSIONS |
+        PIB_DEV_CAP_MEM_WINDOW | PIB_DEV_CAP_MEM_WINDOW_TYPE_2B | PIB_DEV_CAP_RESIZE_CQ;
     c.max_qp = kMaxQp;
     c.max_qp_wr = 1u << kLogMaxQpWr;
     c.max_send_sge = kMaxSge;
@@ -123,6 +123,7 @@ const CommandProcessor::CommandSpec CommandProcessor::kCommands[] = {
     {PIB_CMD_CREATE_CQ, "CREATE_CQ", false, &CommandProcessor::createCq},
     {PIB_CMD_DESTROY_CQ, "DESTROY_CQ", false, &CommandProcessor::destroyCq},
     {PIB_CMD_QUERY_CQ, "QUERY_CQ", false, &CommandProcessor::queryCq},
+    {PIB_CMD_RESIZE_CQ, "RESIZE_CQ", false, &CommandProcessor::resizeCq},
     {PIB_CMD_CREATE_MR, "CREATE_MR", false, &CommandProcessor::createMr},
     {PIB_CMD_DESTROY_MR, "DESTROY_MR", false, &CommandProcessor::destroyMr},
     {PIB_CMD_QUERY_MR, "QUERY_MR", false, &CommandProcessor::queryMr},

@@ -107,6 +107,7 @@ class CommandProcessor {
     CommandOutcome createCq(const Command &);
     CommandOutcome destroyCq(const Command &);
     CommandOutcome queryCq(const Command &);
+    CommandOutcome resizeCq(const Command &);
     CommandOutcome createMr(const Command &);
     CommandOutcome createFastRegMr(const pib_mr_context &ctx, ProtectionDomain &pd);
     CommandOutcome insertMr(const pib_mr_context &ctx, ProtectionDomain &pd);

@@ -131,6 +131,53 @@ CommandOutcome CommandProcessor::queryCq(const Command &cmd) {
     return {};
 }
 
+// ibv_resize_cq: the CQ moves to a new ring and CI record. The device
+// moves nothing itself, so the command costs the same for any size: the
+// CQEs the consumer has not taken yet (n, the result) stay in the old ring
+// for the driver to copy to slots 0 .. n-1 of the new one, and the device
+// numbers on from n, as if the new ring had been filled from its start.
+CommandOutcome CommandProcessor::resizeCq(const Command &cmd) {
+    CompletionQueue *cq = objects_.cqs.find(cmd.modifier);
+    if (!cq)
+        return fail(PIB_CMD_STATUS_BAD_INDEX, err::kCmdBadIndex, "RESIZE_CQ of CQ %u",
+                    cmd.modifier);
+    pib_cq_context ctx;
+    if (!readMailbox(cmd, ctx))
+        return mailboxFailed();
+    if (ctx.log_size < 1 || ctx.log_size > limits::kLogMaxCqe)
+        return fail(PIB_CMD_STATUS_BAD_PARAM, err::kCmdBadParam, "RESIZE_CQ log_size %u",
+                    ctx.log_size);
+    if (ctx.ci_record == 0 || ctx.ci_record % 4)
+        return fail(PIB_CMD_STATUS_BAD_PARAM, err::kCmdBadParam,
+                    "RESIZE_CQ consumer-index record at 0x%" PRIx64, ctx.ci_record);
+    if (!validRing(ctx.buf, ringPages(ctx.log_size, kLogCqeSize)))
+        return fail(PIB_CMD_STATUS_BAD_PARAM, err::kCmdBadRing,
+                    "RESIZE_CQ ring of %u pages at MTT %u (needs %" PRIu64 " allocated)",
+                    ctx.buf.npages, ctx.buf.mtt_index, ringPages(ctx.log_size, kLogCqeSize));
+    // The consumer index is the driver's word: believe it only if it is
+    // one the ring could have (at most the CQEs written are consumed).
+    uint32_t ci = 0;
+    const uint32_t oldSize = 1u << cq->ctx.log_size;
+    if (!host_.dmaRead(cq->ctx.ci_record, ci) || cq->producer - ci > oldSize)
+        return fail(PIB_CMD_STATUS_BAD_STATE, err::kCmdBadState,
+                    "RESIZE_CQ of CQ %u: its CI record (%u) is not between %u and %u", cmd.modifier,
+                    ci, cq->producer - oldSize, cq->producer);
+    const uint32_t pending = cq->producer - ci;
+    if (pending > (1u << ctx.log_size))
+        return fail(PIB_CMD_STATUS_BAD_PARAM, err::kCmdBadParam,
+                    "RESIZE_CQ of CQ %u to 2^%u CQEs: %u are not consumed", cmd.modifier,
+                    ctx.log_size, pending);
+    objects_.mtt.hold(ctx.buf.mtt_index);
+    objects_.mtt.unhold(cq->ctx.buf.mtt_index);
+    cq->ctx.buf = ctx.buf;
+    cq->ctx.log_size = ctx.log_size;
+    cq->ctx.ci_record = ctx.ci_record;
+    cq->producer = pending;
+    cq->consumer = 0;
+    cq->overrun = false;
+    return {PIB_CMD_STATUS_OK, pending};
+}
+
 // ---- shared receive queues -------------------------------------------------------
 
 CommandOutcome CommandProcessor::createSrq(const Command &cmd) {
