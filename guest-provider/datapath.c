@@ -432,20 +432,68 @@ static void pib_cqe_to_wc(const struct pib_cqe *cqe, struct ibv_wc *wc)
 	wc->pkey_index = cqe->pkey_index;
 }
 
-/* The next CQE the device has written, or NULL; the caller holds the lock. */
-static struct pib_cqe *pib_next_cqe(struct pib_cq *cq)
+static struct pib_cqe *pib_cq_slot(struct pib_cq *cq, uint32_t index)
 {
-	struct pib_cqe *cqe =
-		(struct pib_cqe *)((char *)cq->buf.addr +
-				   (size_t)(cq->ci &
-					    ((1u << cq->log_size) - 1)) *
-					   PIB_CQE_SIZE);
-	uint8_t phase = ((cq->ci >> cq->log_size) & 1) ^ 1;
+	return (struct pib_cqe *)((char *)cq->buf.addr +
+				  (size_t)(index & ((1u << cq->log_size) - 1)) *
+					  PIB_CQE_SIZE);
+}
+
+/* CQE `index` if the device has written it, or NULL; the caller holds the lock.
+ */
+static struct pib_cqe *pib_cqe_at(struct pib_cq *cq, uint32_t index)
+{
+	struct pib_cqe *cqe = pib_cq_slot(cq, index);
+	uint8_t phase = ((index >> cq->log_size) & 1) ^ 1;
 
 	if ((*(volatile uint8_t *)&cqe->flags & PIB_CQE_PHASE) != phase)
 		return NULL;
 	udma_from_device_barrier(); /* the entry only after its phase bit */
 	return cqe;
+}
+
+static struct pib_cqe *pib_next_cqe(struct pib_cq *cq)
+{
+	return pib_cqe_at(cq, cq->ci);
+}
+
+/*
+ * A QP went to RESET: its CQEs not yet polled are dropped, as if polled
+ * (an SRQ's WQEs they consumed are retired), and the others keep their
+ * order. They move towards the producer end, so the device, which writes
+ * after the last valid CQE, and the consumer still agree on every index;
+ * each slot written keeps the phase bit its index has.
+ */
+void pib_cq_clean(struct pib_cq *cq, uint32_t qpn)
+{
+	struct pib_context *ctx = to_pctx(cq->verbs_cq.cq.context);
+	uint32_t end = cq->ci, dropped = 0, k;
+
+	pthread_spin_lock(&cq->lock);
+	while (end - cq->ci < 1u << cq->log_size && pib_cqe_at(cq, end))
+		end++;
+	for (k = end - cq->ci; k-- > 0;) {
+		struct pib_cqe *cqe = pib_cq_slot(cq, cq->ci + k);
+		struct pib_cqe *to;
+		uint8_t phase;
+
+		if (cqe->qpn == qpn) {
+			pib_retire(ctx, cqe);
+			dropped++;
+			continue;
+		}
+		if (!dropped)
+			continue;
+		to = pib_cq_slot(cq, cq->ci + k + dropped);
+		phase = to->flags & PIB_CQE_PHASE;
+		*to = *cqe;
+		to->flags = (to->flags & ~PIB_CQE_PHASE) | phase;
+	}
+	if (dropped) {
+		cq->ci += dropped;
+		*cq->ci_record = cq->ci;
+	}
+	pthread_spin_unlock(&cq->lock);
 }
 
 /* Consumes a CQE: its WQE is free again. */

@@ -461,11 +461,33 @@ int pib_query_qp(struct ibv_qp *qp, struct ibv_qp_attr *attr, int attr_mask,
 				sizeof(cmd));
 }
 
-int pib_modify_qp(struct ibv_qp *qp, struct ibv_qp_attr *attr, int attr_mask)
+/*
+ * A QP back in RESET starts over, as the device's does (docs/prm.md §7):
+ * its queues count from 0, and the CQEs it left unpolled are dropped, so
+ * a flush completion of its ERROR state does not meet its next user.
+ */
+int pib_modify_qp(struct ibv_qp *ibqp, struct ibv_qp_attr *attr, int attr_mask)
 {
+	struct pib_qp *qp = to_pqp(ibqp);
 	struct ibv_modify_qp cmd;
+	int err;
 
-	return ibv_cmd_modify_qp(qp, attr, attr_mask, &cmd, sizeof(cmd));
+	err = ibv_cmd_modify_qp(ibqp, attr, attr_mask, &cmd, sizeof(cmd));
+	if (err || !(attr_mask & IBV_QP_STATE) ||
+	    attr->qp_state != IBV_QPS_RESET)
+		return err;
+	pib_cq_clean(to_pcq(ibqp->recv_cq), ibqp->qp_num);
+	if (ibqp->send_cq != ibqp->recv_cq)
+		pib_cq_clean(to_pcq(ibqp->send_cq), ibqp->qp_num);
+	pthread_spin_lock(&qp->sq.lock);
+	qp->sq.pi = 0;
+	__atomic_store_n(&qp->sq.ci, 0, __ATOMIC_RELEASE);
+	pthread_spin_unlock(&qp->sq.lock);
+	pthread_spin_lock(&qp->rq.lock);
+	qp->rq.pi = 0;
+	__atomic_store_n(&qp->rq.ci, 0, __ATOMIC_RELEASE);
+	pthread_spin_unlock(&qp->rq.lock);
+	return 0;
 }
 
 int pib_destroy_qp(struct ibv_qp *ibqp)

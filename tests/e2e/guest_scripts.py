@@ -313,3 +313,76 @@ cq.ack_events(1)
 print("event", flush=True)
 print("polled", poll(2), flush=True)
 """
+
+# ibv_resize_cq with completions waiting (docs/prm.md §6.1): an RC QP sends
+# to itself, the CQ grows while CQEs are unpolled, then shrinks; every
+# completion arrives once, in order, and every message's bytes are equal.
+RESIZE_CQ_SCRIPT = r"""
+import errno, os, time
+import pyverbs.enums as e
+from pyverbs.addr import AHAttr
+from pyverbs.cq import CQ
+from pyverbs.device import Context
+from pyverbs.mr import MR
+from pyverbs.pd import PD
+from pyverbs.pyverbs_error import PyverbsRDMAError
+from pyverbs.qp import QP, QPAttr, QPCap, QPInitAttr
+from pyverbs.wr import SGE, RecvWR, SendWR
+
+SIZE, SLOTS = 512, 64
+ctx = Context(name="pib_0")
+pd = PD(ctx)
+mr = MR(pd, 2 * SIZE * SLOTS, e.IBV_ACCESS_LOCAL_WRITE)
+cq = CQ(ctx, 8)
+qp = QP(pd, QPInitAttr(qp_type=e.IBV_QPT_RC, scq=cq, rcq=cq, cap=QPCap(SLOTS, SLOTS, 1, 1)))
+attr = QPAttr(port_num=1)
+attr.path_mtu = e.IBV_MTU_1024
+attr.dest_qp_num = qp.qp_num
+attr.ah_attr = AHAttr(port_num=1, dlid=ctx.query_port(1).lid)
+attr.timeout, attr.retry_cnt, attr.rnr_retry, attr.min_rnr_timer = 14, 7, 7, 1
+qp.to_rts(attr)
+sent, seen = {}, []
+
+def exchange(i):
+    data = os.urandom(SIZE)
+    sent[i] = data
+    mr.write(data, SIZE, i * SIZE)
+    recv_at = (SLOTS + i) * SIZE
+    qp.post_recv(RecvWR(1000 + i, 1, [SGE(mr.buf + recv_at, SIZE, mr.lkey)]))
+    qp.post_send(SendWR(i, opcode=e.IBV_WR_SEND, num_sge=1, sg=[SGE(mr.buf + i * SIZE, SIZE, mr.lkey)]))
+
+def poll(most):
+    got, deadline = [], time.monotonic() + 10
+    while len(got) < most and time.monotonic() < deadline:
+        n, wcs = cq.poll(most - len(got))
+        for wc in wcs[:n]:
+            assert wc.status == e.IBV_WC_SUCCESS, wc
+            got.append(wc.wr_id)
+    seen.extend(got)
+    return got
+
+for i in range(3):
+    exchange(i)
+print("polled before", len(poll(2)))
+cq.resize(32)
+print("grew to", cq.cqe, "with 4 waiting")
+for i in range(3, 13):
+    exchange(i)
+print("polled after", len(poll(24)))
+cq.resize(4)
+print("shrank to", cq.cqe)
+for i in range(13, 15):
+    exchange(i)
+try:
+    cq.resize(2)
+    print("too small: accepted")
+except PyverbsRDMAError as ex:
+    print("too small: refused", errno.errorcode.get(ex.error_code, ex.error_code))
+print("polled last", len(poll(4)))
+print("extra", cq.poll(1)[0])
+sends = [w for w in seen if w < 1000]
+recvs = [w - 1000 for w in seen if w >= 1000]
+print("in order", sends == list(range(15)) and recvs == list(range(15)))
+equal = all(mr.read(SIZE, (SLOTS + i) * SIZE) == sent[i] for i in range(15))
+print("bytes equal", equal)
+"""

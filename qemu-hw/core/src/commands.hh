@@ -112,6 +112,7 @@ class CommandProcessor {
     CommandOutcome createFastRegMr(const pib_mr_context &ctx, ProtectionDomain &pd);
     CommandOutcome insertMr(const pib_mr_context &ctx, ProtectionDomain &pd);
     std::optional<CommandOutcome> checkMrContext(const char *name, const pib_mr_context &ctx);
+    std::optional<CommandOutcome> checkCqRing(const char *name, const pib_cq_context &ctx);
     CommandOutcome reregMr(const Command &);
     CommandOutcome createMw(const Command &);
     CommandOutcome destroyMw(const Command &);

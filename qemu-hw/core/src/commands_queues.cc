@@ -74,13 +74,28 @@ CommandOutcome CommandProcessor::queryEq(const Command &cmd) {
 
 // ---- completion queues ---------------------------------------------------------
 
+// The ring and CI record of a CQ being created or resized.
+std::optional<CommandOutcome> CommandProcessor::checkCqRing(const char *name,
+                                                            const pib_cq_context &ctx) {
+    if (ctx.log_size < 1 || ctx.log_size > limits::kLogMaxCqe)
+        return fail(PIB_CMD_STATUS_BAD_PARAM, err::kCmdBadParam, "%s log_size %u", name,
+                    ctx.log_size);
+    if (ctx.ci_record == 0 || ctx.ci_record % 4)
+        return fail(PIB_CMD_STATUS_BAD_PARAM, err::kCmdBadParam,
+                    "%s consumer-index record at 0x%" PRIx64, name, ctx.ci_record);
+    if (!validRing(ctx.buf, ringPages(ctx.log_size, kLogCqeSize)))
+        return fail(PIB_CMD_STATUS_BAD_PARAM, err::kCmdBadRing,
+                    "%s ring of %u pages at MTT %u (needs %" PRIu64 " allocated)", name,
+                    ctx.buf.npages, ctx.buf.mtt_index, ringPages(ctx.log_size, kLogCqeSize));
+    return std::nullopt;
+}
+
 CommandOutcome CommandProcessor::createCq(const Command &cmd) {
     pib_cq_context ctx;
     if (!readMailbox(cmd, ctx))
         return mailboxFailed();
-    if (ctx.log_size < 1 || ctx.log_size > limits::kLogMaxCqe)
-        return fail(PIB_CMD_STATUS_BAD_PARAM, err::kCmdBadParam, "CREATE_CQ log_size %u",
-                    ctx.log_size);
+    if (auto failed = checkCqRing("CREATE_CQ", ctx))
+        return *failed;
     EventQueue *eq = objects_.eqs.find(ctx.eqn);
     if (!eq)
         return fail(PIB_CMD_STATUS_BAD_INDEX, err::kCmdBadIndex, "CREATE_CQ on EQ %u", ctx.eqn);
@@ -88,13 +103,6 @@ CommandOutcome CommandProcessor::createCq(const Command &cmd) {
     if (!uar)
         return fail(PIB_CMD_STATUS_BAD_INDEX, err::kCmdBadIndex, "CREATE_CQ with doorbell page %u",
                     ctx.uar_page);
-    if (ctx.ci_record == 0 || ctx.ci_record % 4)
-        return fail(PIB_CMD_STATUS_BAD_PARAM, err::kCmdBadParam,
-                    "CREATE_CQ consumer-index record at 0x%" PRIx64, ctx.ci_record);
-    if (!validRing(ctx.buf, ringPages(ctx.log_size, kLogCqeSize)))
-        return fail(PIB_CMD_STATUS_BAD_PARAM, err::kCmdBadRing,
-                    "CREATE_CQ ring of %u pages at MTT %u (needs %" PRIu64 " allocated)",
-                    ctx.buf.npages, ctx.buf.mtt_index, ringPages(ctx.log_size, kLogCqeSize));
     auto cq = std::make_unique<CompletionQueue>();
     cq->ctx = ctx;
     const auto cqn = objects_.cqs.insert(std::move(cq));
@@ -144,16 +152,8 @@ CommandOutcome CommandProcessor::resizeCq(const Command &cmd) {
     pib_cq_context ctx;
     if (!readMailbox(cmd, ctx))
         return mailboxFailed();
-    if (ctx.log_size < 1 || ctx.log_size > limits::kLogMaxCqe)
-        return fail(PIB_CMD_STATUS_BAD_PARAM, err::kCmdBadParam, "RESIZE_CQ log_size %u",
-                    ctx.log_size);
-    if (ctx.ci_record == 0 || ctx.ci_record % 4)
-        return fail(PIB_CMD_STATUS_BAD_PARAM, err::kCmdBadParam,
-                    "RESIZE_CQ consumer-index record at 0x%" PRIx64, ctx.ci_record);
-    if (!validRing(ctx.buf, ringPages(ctx.log_size, kLogCqeSize)))
-        return fail(PIB_CMD_STATUS_BAD_PARAM, err::kCmdBadRing,
-                    "RESIZE_CQ ring of %u pages at MTT %u (needs %" PRIu64 " allocated)",
-                    ctx.buf.npages, ctx.buf.mtt_index, ringPages(ctx.log_size, kLogCqeSize));
+    if (auto failed = checkCqRing("RESIZE_CQ", ctx))
+        return *failed;
     // The consumer index is the driver's word: believe it only if it is
     // one the ring could have (at most the CQEs written are consumed).
     uint32_t ci = 0;
