@@ -172,6 +172,7 @@ struct pib_srq {
 	u32 limit;
 	u32 pi; /* kernel SRQs: WQEs posted */
 	spinlock_t lock;
+	struct mutex resize_lock; /* user SRQs: RESIZE_SRQ and its ring swap */
 };
 
 /* A work queue of a QP (kernel QPs post into it; user QPs in user space). */
@@ -312,6 +313,7 @@ void pib_av_to_ah_attr(struct pib_dev *dev, const struct pib_av *av,
 int pib_create_cq(struct ib_cq *ibcq, const struct ib_cq_init_attr *attr,
 		  struct pib_create_cq_arg *arg);
 int pib_resize_cq(struct ib_cq *ibcq, int cqe, struct ib_udata *udata);
+void pib_cq_clean(struct pib_cq *cq, u32 qpn);
 int pib_destroy_cq(struct ib_cq *ibcq, struct ib_udata *udata);
 int pib_poll_cq(struct ib_cq *ibcq, int num, struct ib_wc *wc);
 int pib_req_notify_cq(struct ib_cq *ibcq, enum ib_cq_notify_flags flags);

@@ -227,17 +227,65 @@ int pib_destroy_cq(struct ib_cq *ibcq, struct ib_udata *udata)
 	return 0; /* see pib_destroy_failed() */
 }
 
-static struct pib_cqe *pib_next_cqe(struct pib_cq *cq)
+static struct pib_cqe *pib_cq_slot(struct pib_cq *cq, u32 index)
 {
-	struct pib_cqe *cqe =
-		cq->ring.kbuf.va +
-		(size_t)(cq->ci & ((1u << cq->log_size) - 1)) * PIB_CQE_SIZE;
-	u8 phase = ((cq->ci >> cq->log_size) & 1) ^ 1;
+	return cq->ring.kbuf.va +
+	       (size_t)(index & ((1u << cq->log_size) - 1)) * PIB_CQE_SIZE;
+}
+
+/* CQE `index` if the device has written it, or NULL; under the CQ's lock. */
+static struct pib_cqe *pib_cqe_at(struct pib_cq *cq, u32 index)
+{
+	struct pib_cqe *cqe = pib_cq_slot(cq, index);
+	u8 phase = ((index >> cq->log_size) & 1) ^ 1;
 
 	if ((READ_ONCE(cqe->flags) & PIB_CQE_PHASE) != phase)
 		return NULL;
 	dma_rmb(); /* read the entry only after its phase bit */
 	return cqe;
+}
+
+static struct pib_cqe *pib_next_cqe(struct pib_cq *cq)
+{
+	return pib_cqe_at(cq, cq->ci);
+}
+
+/*
+ * A kernel QP went to RESET: its CQEs not yet polled are dropped, and the
+ * others keep their order. They move towards the producer end, so the
+ * device, which writes after the last valid CQE, and the poller still
+ * agree on every index; each slot written keeps its index's phase bit.
+ */
+void pib_cq_clean(struct pib_cq *cq, u32 qpn)
+{
+	u32 end, dropped = 0, k;
+	unsigned long flags;
+
+	spin_lock_irqsave(&cq->lock, flags);
+	end = cq->ci;
+	while (end - cq->ci < 1u << cq->log_size && pib_cqe_at(cq, end))
+		end++;
+	for (k = end - cq->ci; k-- > 0;) {
+		struct pib_cqe *cqe = pib_cq_slot(cq, cq->ci + k);
+		struct pib_cqe *to;
+		u8 phase;
+
+		if (cqe->qpn == qpn) {
+			dropped++;
+			continue;
+		}
+		if (!dropped)
+			continue;
+		to = pib_cq_slot(cq, cq->ci + k + dropped);
+		phase = to->flags & PIB_CQE_PHASE;
+		*to = *cqe;
+		to->flags = (to->flags & ~PIB_CQE_PHASE) | phase;
+	}
+	if (dropped) {
+		cq->ci += dropped;
+		WRITE_ONCE(*(u32 *)cq->ci_record.va, cq->ci);
+	}
+	spin_unlock_irqrestore(&cq->lock, flags);
 }
 
 static const enum ib_wc_opcode pib_wc_opcodes[] = {

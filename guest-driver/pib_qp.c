@@ -320,6 +320,13 @@ int pib_modify_qp(struct ib_qp *ibqp, struct ib_qp_attr *attr, int mask,
 	if (mask & IB_QP_PORT)
 		qp->port = attr->port_num;
 	if (next == IB_QPS_RESET) {
+		/* A kernel QP starts over: its leftover completions (flushes
+		 * of its ERROR state) must not reach its next user. */
+		if (!ibqp->uobject) {
+			pib_cq_clean(to_pcq(ibqp->send_cq), qp->qpn);
+			if (ibqp->recv_cq != ibqp->send_cq)
+				pib_cq_clean(to_pcq(ibqp->recv_cq), qp->qpn);
+		}
 		qp->sq.pi = qp->sq.ci = 0;
 		qp->rq.pi = qp->rq.ci = 0;
 	}

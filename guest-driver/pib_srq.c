@@ -6,10 +6,15 @@
 
 #define PIB_LOG_MIN_STRIDE 6
 
-static size_t pib_srq_size(const struct pib_srq *srq)
+static size_t pib_srq_ring_size(u8 log_wqe_count, u8 log_wqe_stride)
 {
 	return max_t(size_t, PIB_PAGE_SIZE,
-		     (size_t)1 << (srq->log_wqe_count + srq->log_wqe_stride));
+		     (size_t)1 << (log_wqe_count + log_wqe_stride));
+}
+
+static size_t pib_srq_size(const struct pib_srq *srq)
+{
+	return pib_srq_ring_size(srq->log_wqe_count, srq->log_wqe_stride);
 }
 
 /*
@@ -84,6 +89,7 @@ int pib_create_srq(struct ib_srq *ibsrq, struct ib_srq_init_attr *init,
 	    attr->srq_limit >= attr->max_wr)
 		return -EINVAL;
 	spin_lock_init(&srq->lock);
+	mutex_init(&srq->resize_lock);
 	err = udata ? pib_srq_user_ring(dev, srq, attr, udata, &uar)
 		    : pib_srq_kernel_ring(dev, srq, attr);
 	if (err)
@@ -118,14 +124,64 @@ int pib_create_srq(struct ib_srq *ibsrq, struct ib_srq_init_attr *init,
 	return err;
 }
 
+/*
+ * IB_SRQ_MAX_WR (RESIZE_SRQ, docs/prm.md §6.4): the provider has copied
+ * the WQEs it has not seen completed to the new ring; the device switches
+ * and renumbers from `base`, and the old ring is let go once it has.
+ * Kernel SRQs are not resized: their driver does not track which WQEs
+ * have completed, which the device needs to be told.
+ */
+static int pib_srq_resize(struct pib_dev *dev, struct pib_srq *srq,
+			  const struct ib_srq_attr *attr,
+			  struct ib_udata *udata)
+{
+	struct pib_srq_context ctx = {};
+	struct pib_resize_srq_cmd cmd;
+	struct pib_ring ring = {};
+	int err;
+
+	if (!udata || !(dev->caps.device_cap_flags & PIB_DEV_CAP_RESIZE_SRQ))
+		return -EOPNOTSUPP;
+	err = pib_udata_cmd(udata, &cmd, sizeof(cmd));
+	if (err)
+		return err;
+	if (!attr->max_wr || cmd.log_wqe_count < 1 ||
+	    (1ull << cmd.log_wqe_count) < attr->max_wr ||
+	    (1ull << cmd.log_wqe_count) > dev->caps.max_srq_wr)
+		return -EINVAL;
+	err = pib_ring_user(
+		dev, &ring, cmd.buf_addr,
+		pib_srq_ring_size(cmd.log_wqe_count, srq->log_wqe_stride));
+	if (err)
+		return err;
+	ctx.buf.mtt_index = ring.mtt;
+	ctx.buf.npages = ring.npages;
+	ctx.log_wqe_count = cmd.log_wqe_count;
+	ctx.log_wqe_stride = srq->log_wqe_stride;
+	ctx.base = cmd.base;
+	mutex_lock(&srq->resize_lock); /* one resize at a time per SRQ */
+	err = pib_cmd_box(dev, PIB_CMD_RESIZE_SRQ, 0, srq->srqn, &ctx,
+			  sizeof(ctx), NULL, 0, NULL);
+	if (!err) {
+		swap(srq->ring, ring);
+		WRITE_ONCE(srq->log_wqe_count, cmd.log_wqe_count);
+	}
+	mutex_unlock(&srq->resize_lock);
+	pib_ring_free(dev, &ring);
+	return err;
+}
+
 int pib_modify_srq(struct ib_srq *ibsrq, struct ib_srq_attr *attr,
 		   enum ib_srq_attr_mask mask, struct ib_udata *udata)
 {
 	struct pib_srq *srq = to_psrq(ibsrq);
 	int err;
 
-	if (mask & IB_SRQ_MAX_WR)
-		return -EOPNOTSUPP; /* resizing is not offered */
+	if (mask & IB_SRQ_MAX_WR) {
+		err = pib_srq_resize(to_pdev(ibsrq->device), srq, attr, udata);
+		if (err)
+			return err;
+	}
 	if (!(mask & IB_SRQ_LIMIT))
 		return 0;
 	err = pib_cmd(to_pdev(ibsrq->device), PIB_CMD_ARM_SRQ, srq->srqn,

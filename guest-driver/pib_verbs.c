@@ -42,6 +42,8 @@ int pib_query_device(struct ib_device *ibdev, struct ib_device_attr *attr,
 		attr->device_cap_flags |= IB_DEVICE_MEM_WINDOW;
 	if (c->device_cap_flags & PIB_DEV_CAP_MEM_WINDOW_TYPE_2B)
 		attr->device_cap_flags |= IB_DEVICE_MEM_WINDOW_TYPE_2B;
+	if (c->device_cap_flags & PIB_DEV_CAP_RESIZE_SRQ)
+		attr->device_cap_flags |= IB_DEVICE_SRQ_RESIZE;
 	attr->max_mw = c->max_mw;
 	attr->max_send_sge = c->max_send_sge;
 	attr->max_recv_sge = c->max_recv_sge;

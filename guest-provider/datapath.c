@@ -457,6 +457,21 @@ static struct pib_cqe *pib_next_cqe(struct pib_cq *cq)
 	return pib_cqe_at(cq, cq->ci);
 }
 
+/* The index after the last CQE written; the caller holds the lock. */
+static uint32_t pib_cq_end(struct pib_cq *cq)
+{
+	uint32_t end = cq->ci;
+
+	while (end - cq->ci < 1u << cq->log_size && pib_cqe_at(cq, end))
+		end++;
+	return end;
+}
+
+uint32_t pib_cq_waiting(struct pib_cq *cq)
+{
+	return pib_cq_end(cq) - cq->ci;
+}
+
 /*
  * A QP went to RESET: its CQEs not yet polled are dropped, as if polled
  * (an SRQ's WQEs they consumed are retired), and the others keep their
@@ -467,11 +482,10 @@ static struct pib_cqe *pib_next_cqe(struct pib_cq *cq)
 void pib_cq_clean(struct pib_cq *cq, uint32_t qpn)
 {
 	struct pib_context *ctx = to_pctx(cq->verbs_cq.cq.context);
-	uint32_t end = cq->ci, dropped = 0, k;
+	uint32_t end, dropped = 0, k;
 
 	pthread_spin_lock(&cq->lock);
-	while (end - cq->ci < 1u << cq->log_size && pib_cqe_at(cq, end))
-		end++;
+	end = pib_cq_end(cq);
 	for (k = end - cq->ci; k-- > 0;) {
 		struct pib_cqe *cqe = pib_cq_slot(cq, cq->ci + k);
 		struct pib_cqe *to;

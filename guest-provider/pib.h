@@ -184,6 +184,7 @@ int pib_post_srq_recv(struct ibv_srq *srq, struct ibv_recv_wr *wr,
 		      struct ibv_recv_wr **bad_wr);
 int pib_poll_cq(struct ibv_cq *cq, int num, struct ibv_wc *wc);
 void pib_cq_clean(struct pib_cq *cq, uint32_t qpn);
+uint32_t pib_cq_waiting(struct pib_cq *cq);
 int pib_arm_cq(struct ibv_cq *cq, int solicited_only);
 void pib_cq_ex_set_ops(struct ibv_cq_ex *cq);
 

@@ -223,6 +223,12 @@ int pib_resize_cq(struct ibv_cq *ibcq, int cqe)
 	cmd.drv.ci_record_addr = (uintptr_t)ci_record;
 	cmd.drv.log_size = log_size;
 	pthread_spin_lock(&cq->lock);
+	/* Too small for what waits already: the device would refuse it too. */
+	if (pib_cq_waiting(cq) > 1u << log_size) {
+		pthread_spin_unlock(&cq->lock);
+		pib_buf_free(&buf);
+		return EINVAL;
+	}
 	*cq->ci_record = cq->ci; /* the device counts what is left from it */
 	err = ibv_cmd_resize_cq(ibcq, cqe, &cmd.ibv_cmd, sizeof(cmd),
 				&resp.ibv_resp, sizeof(resp));
@@ -561,11 +567,78 @@ err_free:
 	return NULL;
 }
 
+struct pib_ucmd_resize_srq {
+	struct ibv_modify_srq ibv_cmd;
+	struct pib_resize_srq_cmd drv;
+};
+
+/*
+ * IBV_SRQ_MAX_WR (RESIZE_SRQ, docs/prm.md §6.4): the WQEs not seen
+ * completed go to the start of a new ring of the same stride, then the
+ * device switches and renumbers from the oldest of them. Completions
+ * polled meanwhile still retire in order: the count they advance is
+ * rebased, not reset.
+ */
+static int pib_resize_srq(struct ibv_srq *ibsrq, struct ibv_srq_attr *attr,
+			  int attr_mask)
+{
+	struct pib_context *ctx = to_pctx(ibsrq->context);
+	struct pib_srq *srq = to_psrq(ibsrq);
+	struct pib_ucmd_resize_srq cmd = {};
+	struct pib_wq *wq = &srq->wq;
+	struct pib_wq shape = *wq;
+	struct pib_buf old;
+	uint32_t base, i;
+	int err;
+
+	if (!attr->max_wr)
+		return EINVAL;
+	err = pib_wq_shape(ctx, &shape, PIB_RECV_HDR_SIZE,
+			   wq->max_sge * sizeof(struct pib_wqe_data),
+			   attr->max_wr, wq->max_sge);
+	if (!err && shape.log_stride != wq->log_stride)
+		err = EINVAL;
+	if (!err)
+		err = pib_buf_alloc(&shape.buf, pib_wq_bytes(&shape));
+	if (err)
+		return err;
+	pthread_spin_lock(&wq->lock);
+	base = __atomic_load_n(&wq->ci, __ATOMIC_ACQUIRE);
+	if (wq->pi - base > 1u << shape.log_count) {
+		pthread_spin_unlock(&wq->lock);
+		pib_buf_free(&shape.buf);
+		return EINVAL; /* more WQEs wait than the new ring holds */
+	}
+	for (i = base; i != wq->pi; i++)
+		memcpy(pib_wq_slot(&shape, i - base), pib_wq_slot(wq, i),
+		       (size_t)1 << wq->log_stride);
+	cmd.drv.buf_addr = (uintptr_t)shape.buf.addr;
+	cmd.drv.log_wqe_count = shape.log_count;
+	cmd.drv.base = base;
+	err = ibv_cmd_modify_srq(ibsrq, attr, attr_mask, &cmd.ibv_cmd,
+				 sizeof(cmd));
+	if (err) {
+		pthread_spin_unlock(&wq->lock);
+		pib_buf_free(&shape.buf);
+		return err;
+	}
+	old = wq->buf;
+	wq->buf = shape.buf;
+	wq->log_count = shape.log_count;
+	wq->pi -= base;
+	__atomic_fetch_sub(&wq->ci, base, __ATOMIC_RELEASE);
+	pthread_spin_unlock(&wq->lock);
+	pib_buf_free(&old);
+	return 0;
+}
+
 int pib_modify_srq(struct ibv_srq *srq, struct ibv_srq_attr *attr,
 		   int attr_mask)
 {
 	struct ibv_modify_srq cmd;
 
+	if (attr_mask & IBV_SRQ_MAX_WR)
+		return pib_resize_srq(srq, attr, attr_mask);
 	return ibv_cmd_modify_srq(srq, attr, attr_mask, &cmd, sizeof(cmd));
 }
 

@@ -179,6 +179,8 @@ enum pib_cmd_opcode {
     PIB_CMD_DESTROY_SRQ = 0x0039, /* MOD: srqn */
     PIB_CMD_QUERY_SRQ = 0x003a,   /* MOD: srqn; OUT: pib_srq_context */
     PIB_CMD_ARM_SRQ = 0x003b,     /* MOD: srqn; IN imm: limit */
+    /* MOD: srqn; IN: pib_srq_context (buf, log_wqe_count, log_wqe_stride, base) */
+    PIB_CMD_RESIZE_SRQ = 0x003c,
 
     PIB_CMD_CREATE_QP = 0x0040,  /* IN: pib_qp_context; RESULT: qpn */
     PIB_CMD_DESTROY_QP = 0x0041, /* MOD: qpn */
@@ -222,6 +224,8 @@ enum pib_cmd_status {
 #define PIB_DEV_CAP_MEM_WINDOW_TYPE_2B (1u << 11)
 /* PIB_CMD_RESIZE_CQ (docs/prm.md §6.1) */
 #define PIB_DEV_CAP_RESIZE_CQ (1u << 12)
+/* PIB_CMD_RESIZE_SRQ (docs/prm.md §6.4) */
+#define PIB_DEV_CAP_RESIZE_SRQ (1u << 13)
 
 /* atomic_cap */
 #define PIB_ATOMIC_NONE 0
@@ -556,7 +560,8 @@ struct pib_srq_context {
     uint16_t reserved0;
     uint32_t limit;     /* SRQ_LIMIT fires when fewer WQEs remain; 0 = off */
     uint32_t wqe_count; /* QUERY only: WQEs posted and not consumed */
-    uint32_t reserved1[3];
+    uint32_t base;      /* RESIZE_SRQ only: the count of the WQE now in slot 0 */
+    uint32_t reserved1[2];
 };
 
 /* ---- Queue pairs ---------------------------------------------------------- */

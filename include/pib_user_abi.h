@@ -57,6 +57,14 @@ struct pib_resize_cq_resp {
     uint32_t reserved;
 };
 
+/* ibv_modify_srq(IBV_SRQ_MAX_WR): the new ring, and the producer count of
+ * the WQE copied to its slot 0 (docs/prm.md §6.4). Same stride. */
+struct pib_resize_srq_cmd {
+    uint64_t buf_addr;
+    uint32_t log_wqe_count;
+    uint32_t base;
+};
+
 struct pib_create_qp_cmd {
     uint64_t sq_buf_addr;
     uint64_t rq_buf_addr; /* 0 with an SRQ */

@@ -314,10 +314,10 @@ print("event", flush=True)
 print("polled", poll(2), flush=True)
 """
 
-# ibv_resize_cq with completions waiting (docs/prm.md §6.1): an RC QP sends
-# to itself, the CQ grows while CQEs are unpolled, then shrinks; every
-# completion arrives once, in order, and every message's bytes are equal.
-RESIZE_CQ_SCRIPT = r"""
+# The start of a pyverbs script: pib_0's context `ctx`, a PD `pd`, an MR
+# `mr` of 2 * SIZE * SLOTS bytes (messages out, then in) and
+# connect_to_itself(qp), which takes an RC QP to RTS, connected to itself.
+_SELF_CONNECTED_PRELUDE = r"""
 import errno, os, time
 import pyverbs.enums as e
 from pyverbs.addr import AHAttr
@@ -327,20 +327,30 @@ from pyverbs.mr import MR
 from pyverbs.pd import PD
 from pyverbs.pyverbs_error import PyverbsRDMAError
 from pyverbs.qp import QP, QPAttr, QPCap, QPInitAttr
+from pyverbs.srq import SRQ, SrqAttr, SrqInitAttr
 from pyverbs.wr import SGE, RecvWR, SendWR
 
 SIZE, SLOTS = 512, 64
 ctx = Context(name="pib_0")
 pd = PD(ctx)
 mr = MR(pd, 2 * SIZE * SLOTS, e.IBV_ACCESS_LOCAL_WRITE)
+
+def connect_to_itself(qp):
+    attr = QPAttr(port_num=1)
+    attr.path_mtu = e.IBV_MTU_1024
+    attr.dest_qp_num = qp.qp_num
+    attr.ah_attr = AHAttr(port_num=1, dlid=ctx.query_port(1).lid)
+    attr.timeout, attr.retry_cnt, attr.rnr_retry, attr.min_rnr_timer = 14, 7, 7, 1
+    qp.to_rts(attr)
+"""
+
+# ibv_resize_cq with completions waiting (docs/prm.md §6.1): an RC QP sends
+# to itself, the CQ grows while CQEs are unpolled, then shrinks; every
+# completion arrives once, in order, and every message's bytes are equal.
+RESIZE_CQ_SCRIPT = _SELF_CONNECTED_PRELUDE + r"""
 cq = CQ(ctx, 8)
 qp = QP(pd, QPInitAttr(qp_type=e.IBV_QPT_RC, scq=cq, rcq=cq, cap=QPCap(SLOTS, SLOTS, 1, 1)))
-attr = QPAttr(port_num=1)
-attr.path_mtu = e.IBV_MTU_1024
-attr.dest_qp_num = qp.qp_num
-attr.ah_attr = AHAttr(port_num=1, dlid=ctx.query_port(1).lid)
-attr.timeout, attr.retry_cnt, attr.rnr_retry, attr.min_rnr_timer = 14, 7, 7, 1
-qp.to_rts(attr)
+connect_to_itself(qp)
 sent, seen = {}, []
 
 def exchange(i):
@@ -385,4 +395,50 @@ recvs = [w - 1000 for w in seen if w >= 1000]
 print("in order", sends == list(range(15)) and recvs == list(range(15)))
 equal = all(mr.read(SIZE, (SLOTS + i) * SIZE) == sent[i] for i in range(15))
 print("bytes equal", equal)
+"""
+
+# ibv_modify_srq(IBV_SRQ_MAX_WR) with WQEs posted, some taken and not yet
+# polled (docs/prm.md §6.4): an RC QP on the SRQ sends to itself before and
+# after; every receive completes once, in posting order, into its buffer.
+RESIZE_SRQ_SCRIPT = _SELF_CONNECTED_PRELUDE + r"""
+cq = CQ(ctx, 128)
+srq = SRQ(pd, SrqInitAttr(SrqAttr(max_wr=4, max_sge=1)))
+qp = QP(pd, QPInitAttr(qp_type=e.IBV_QPT_RC, scq=cq, rcq=cq, srq=srq, cap=QPCap(SLOTS, 0, 1, 0)))
+connect_to_itself(qp)
+sent, recvs = {}, []
+
+def post(i):
+    srq.post_recv(RecvWR(1000 + i, 1, [SGE(mr.buf + (SLOTS + i) * SIZE, SIZE, mr.lkey)]))
+
+def send(i):
+    data = os.urandom(SIZE)
+    sent[i] = data
+    mr.write(data, SIZE, i * SIZE)
+    qp.post_send(SendWR(i, opcode=e.IBV_WR_SEND, num_sge=1, sg=[SGE(mr.buf + i * SIZE, SIZE, mr.lkey)]))
+
+def poll_recvs(most):
+    got, deadline = 0, time.monotonic() + 10
+    while got < most and time.monotonic() < deadline:
+        n, wcs = cq.poll(1)  # one at a time: stop right after the last asked for
+        for wc in wcs[:n]:
+            assert wc.status == e.IBV_WC_SUCCESS, wc
+            if wc.wr_id >= 1000:
+                recvs.append(wc.wr_id - 1000)
+                got += 1
+    return got
+
+for i in range(4):
+    post(i)
+send(0)
+send(1)
+print("polled before", poll_recvs(1))
+srq.modify(SrqAttr(max_wr=16), e.IBV_SRQ_MAX_WR)
+print("max_wr now", srq.query().max_wr)
+for i in range(4, 16):
+    post(i)
+for i in range(2, 16):
+    send(i)
+print("polled after", poll_recvs(15))
+print("in order", recvs == list(range(16)))
+print("bytes equal", all(mr.read(SIZE, (SLOTS + i) * SIZE) == sent[i] for i in range(16)))
 """

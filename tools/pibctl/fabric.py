@@ -338,12 +338,19 @@ def console_tail(vm: Vm, lines: int = 30) -> str:
     return "\n".join(text[-lines:])
 
 
-def _exit_status(pid: int) -> str:
-    """How our child QEMU ended, from its wait status (it is reaped here)."""
-    try:
-        reaped, status = os.waitpid(pid, os.WNOHANG)
-    except ChildProcessError:
-        return "exited"
+def _exit_status(pid: int, wait: float = 3.0) -> str:
+    """How our child QEMU ended, from its wait status (it is reaped here).
+    A process that is exiting has no command line yet is not reaped: it
+    gets `wait` seconds to finish dying, so a crash reads as one."""
+    deadline = time.monotonic() + wait
+    while True:
+        try:
+            reaped, status = os.waitpid(pid, os.WNOHANG)
+        except ChildProcessError:
+            return "exited"
+        if reaped or time.monotonic() > deadline:
+            break
+        time.sleep(0.1)
     if reaped == 0:
         return "is running under another command line"
     if os.WIFSIGNALED(status):
@@ -358,7 +365,20 @@ def _qemu_logs(vm: Vm) -> str:
         text = path.read_text(errors="replace")[-3000:] if path.exists() else "(missing)"
         parts.append(f"--- {path} ---\n{text}")
     parts.append(f"--- console of {vm.name} ---\n{console_tail(vm)}")
+    crashes = _host_kernel_lines(vm.pid)
+    if crashes:
+        parts.append(f"--- host kernel on pid {vm.pid} ---\n{crashes}")
     return "\n".join(parts)
+
+
+def _host_kernel_lines(pid: int) -> str:
+    """What the host kernel said about a process (a segfault's address and
+    instruction pointer), when it may be read."""
+    try:
+        out = subprocess.run(["dmesg"], capture_output=True, text=True, timeout=5).stdout
+    except (OSError, subprocess.SubprocessError):
+        return ""
+    return "\n".join(line for line in out.splitlines() if f"[{pid}]:" in line)
 
 
 def _wait_ready(fabric: Fabric, timeout: float, vms=None) -> None:

@@ -33,11 +33,12 @@ static pib_dev_cap buildCaps(const pib_core_config &config) {
     c.vendor_id = PIB_PCI_VENDOR_ID;
     c.vendor_part_id = PIB_PCI_DEVICE_ID;
     c.hw_version = PIB_PCI_REVISION;
-    c.device_cap_flags =
-        PIB_DEV_CAP_RC | PIB_DEV_CAP_UC | PIB_DEV_CAP_UD | PIB_DEV_CAP_SRQ |
-        PIB_DEV_CAP_RNR_NAK_GEN | PIB_DEV_CAP_SYS_IMAGE_GUID | PIB_DEV_CAP_PORT_ACTIVE_EVENT |
-        PIB_DEV_CAP_BAD_PKEY_CNTR | PIB_DEV_CAP_BAD_QKEY_CNTR | PIB_DEV_CAP_MEM_MGT_EXTENSIONS |
-        PIB_DEV_CAP_MEM_WINDOW | PIB_DEV_CAP_MEM_WINDOW_TYPE_2B | PIB_DEV_CAP_RESIZE_CQ;
+    c.device_cap_flags = PIB_DEV_CAP_RC | PIB_DEV_CAP_UC | PIB_DEV_CAP_UD | PIB_DEV_CAP_SRQ |
+                         PIB_DEV_CAP_RNR_NAK_GEN | PIB_DEV_CAP_SYS_IMAGE_GUID |
+                         PIB_DEV_CAP_PORT_ACTIVE_EVENT | PIB_DEV_CAP_BAD_PKEY_CNTR |
+                         PIB_DEV_CAP_BAD_QKEY_CNTR | PIB_DEV_CAP_MEM_MGT_EXTENSIONS |
+                         PIB_DEV_CAP_MEM_WINDOW | PIB_DEV_CAP_MEM_WINDOW_TYPE_2B |
+                         PIB_DEV_CAP_RESIZE_CQ | PIB_DEV_CAP_RESIZE_SRQ;
     c.max_qp = kMaxQp;
     c.max_qp_wr = 1u << kLogMaxQpWr;
     c.max_send_sge = kMaxSge;
@@ -135,6 +136,7 @@ const CommandProcessor::CommandSpec CommandProcessor::kCommands[] = {
     {PIB_CMD_DESTROY_SRQ, "DESTROY_SRQ", false, &CommandProcessor::destroySrq},
     {PIB_CMD_QUERY_SRQ, "QUERY_SRQ", false, &CommandProcessor::querySrq},
     {PIB_CMD_ARM_SRQ, "ARM_SRQ", false, &CommandProcessor::armSrq},
+    {PIB_CMD_RESIZE_SRQ, "RESIZE_SRQ", false, &CommandProcessor::resizeSrq},
     {PIB_CMD_CREATE_QP, "CREATE_QP", false, &CommandProcessor::createQp},
     {PIB_CMD_DESTROY_QP, "DESTROY_QP", false, &CommandProcessor::destroyQp},
     {PIB_CMD_MODIFY_QP, "MODIFY_QP", false, &CommandProcessor::modifyQp},

@@ -123,6 +123,7 @@ class CommandProcessor {
     CommandOutcome destroySrq(const Command &);
     CommandOutcome querySrq(const Command &);
     CommandOutcome armSrq(const Command &);
+    CommandOutcome resizeSrq(const Command &);
     CommandOutcome queryCounters(const Command &);
     CommandOutcome createQp(const Command &);
     CommandOutcome checkQpRings(const pib_qp_context &ctx, bool useSrq);

@@ -255,6 +255,51 @@ CommandOutcome CommandProcessor::armSrq(const Command &cmd) {
     return {};
 }
 
-} // namespace pib
+// ibv_modify_srq(IBV_SRQ_MAX_WR): the SRQ moves to a new ring of the same
+// stride. The driver has already copied the WQEs from count `base` (the
+// oldest it has not seen completed) to its last to slots 0 .. of the new
+// ring; the device, which may have taken some of them meanwhile from the
+// old ring, renumbers its counts from `base` and reads the new ring from
+// there on. Nothing is copied here: the command costs the same for any size.
+CommandOutcome CommandProcessor::resizeSrq(const Command &cmd) {
+    SharedReceiveQueue *srq = objects_.srqs.find(cmd.modifier);
+    if (!srq)
+        return fail(PIB_CMD_STATUS_BAD_INDEX, err::kCmdBadIndex, "RESIZE_SRQ of SRQ %u",
+                    cmd.modifier);
+    pib_srq_context ctx;
+    if (!readMailbox(cmd, ctx))
+        return mailboxFailed();
+    const unsigned stride = srq->ctx.log_wqe_stride;
+    if (ctx.log_wqe_count < 1 || ctx.log_wqe_count > limits::kLogMaxSrqWr ||
+        ctx.log_wqe_stride != stride)
+        return fail(PIB_CMD_STATUS_BAD_PARAM, err::kCmdBadParam,
+                    "RESIZE_SRQ to 2^%u WQEs of 2^%u bytes (its stride is 2^%u)", ctx.log_wqe_count,
+                    ctx.log_wqe_stride, stride);
+    const uint32_t size = 1u << ctx.log_wqe_count;
+    if (srq->ctx.limit >= size) // an armed limit stays armed: it must still fit
+        return fail(PIB_CMD_STATUS_BAD_PARAM, err::kCmdBadParam, "RESIZE_SRQ limit %u of %u WQEs",
+                    srq->ctx.limit, size);
+    if (!validRing(ctx.buf, ringPages(ctx.log_wqe_count, stride)))
+        return fail(PIB_CMD_STATUS_BAD_PARAM, err::kCmdBadRing,
+                    "RESIZE_SRQ ring of %u pages at MTT %u (needs %" PRIu64 " allocated)",
+                    ctx.buf.npages, ctx.buf.mtt_index, ringPages(ctx.log_wqe_count, stride));
+    // The base must be one of the WQEs posted and not yet taken, or the
+    // next: the device has taken every WQE before it.
+    if (srq->consumer - ctx.base > srq->producer - ctx.base)
+        return fail(PIB_CMD_STATUS_BAD_STATE, err::kCmdBadState,
+                    "RESIZE_SRQ of SRQ %u from WQE %u: %u are taken, %u posted", cmd.modifier,
+                    ctx.base, srq->consumer, srq->producer);
+    if (srq->producer - ctx.base > size)
+        return fail(PIB_CMD_STATUS_BAD_PARAM, err::kCmdBadParam,
+                    "RESIZE_SRQ of SRQ %u to %u WQEs: %u are posted from WQE %u", cmd.modifier,
+                    size, srq->producer - ctx.base, ctx.base);
+    objects_.mtt.hold(ctx.buf.mtt_index);
+    objects_.mtt.unhold(srq->ctx.buf.mtt_index);
+    srq->ctx.buf = ctx.buf;
+    srq->ctx.log_wqe_count = ctx.log_wqe_count;
+    srq->producer -= ctx.base;
+    srq->consumer -= ctx.base;
+    return {};
+}
 
-namespace pib {} // namespace pib
+} // namespace pib
