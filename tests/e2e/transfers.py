@@ -38,11 +38,7 @@ def _switch_stalls(ctx):
     """The switches' reports of an output that took nothing for 200 ms (its
     packets are then discarded, which UC and UD lose): a failed transfer
     shows whether the fabric dropped something."""
-    lines = []
-    for switch in ctx.fabric.topo.switches:
-        log = ctx.fabric.switch_log(switch.name)
-        text = log.read_text(errors="replace") if log.exists() else ""
-        lines += [f"{switch.name}: {line}" for line in text.splitlines() if "took nothing" in line]
+    lines = _stall_lines(ctx)
     return "\nswitch stalls:\n" + ("\n".join(lines[-20:]) if lines else "none") + "\n"
 
 
@@ -52,28 +48,57 @@ def traffic(ctx, args=(), port=18800, timeout=900, expect_loss=False, client_vm=
     options, such as its HCA port, in `server_args`): it must exit 0 at
     both ends, and each test's message count, byte count and SHA-256 must
     be the same at both ends (without `expect_loss`, with nothing lost).
-    Returns {test: {messages, bytes, lost, sha, ...}} and prints a line per
-    test."""
+    One exception, which the switch reports: a guest that took nothing
+    from its cable for 200 ms (a starved QEMU on a loaded host) has its
+    packets discarded meanwhile, so UC and UD, which are unreliable, may
+    lose messages then; RC still loses nothing, and what arrived is still
+    the same at both ends. Returns {test: {messages, bytes, lost, sha,
+    ...}} and prints a line per test."""
     server = ["pib-traffic", "-p", str(port), *server_args]
     client = ["pib-traffic", "-p", str(port), *args]
+    stalls_before = _stall_lines(ctx)
     result, server_out, rc = run_pair(ctx, server, client, port=port, timeout=timeout,
                                       server_vm=server_vm, client_vm=client_vm)
+    stalls = [line for line in _stall_lines(ctx) if line not in set(stalls_before)]
     where = lambda: (f"client:\n{result.out}{result.err}\nserver:\n{server_out}"
                      + _switch_stalls(ctx) + device_states(ctx, (client_vm, server_vm)))
-    assert result.exitcode == 0 and rc == "0", f"client {result.exitcode}, server {rc}\n{where()}"
     sent, got = _traffic_lines(result.out), _traffic_lines(server_out)
     assert sent and sent.keys() == got.keys(), where()
+    unreliable_lost = {name: line for name, line in sent.items()
+                       if name.startswith(("uc-", "ud-")) and line["lost"] != "0"}
+    # Without --lossy pib-traffic counts each lost UC/UD message as an error
+    # too, and exits 1: allowed only for losses the switch's discards explain.
+    excused = (stalls and not expect_loss and unreliable_lost
+               and all(line["errors"] == line["lost"] for line in unreliable_lost.values()))
+    if not excused:
+        assert result.exitcode == 0 and rc == "0", f"client {result.exitcode}, server {rc}\n{where()}"
     for name, line in sent.items():
         other = got[name]
         for field in ("messages", "bytes", "lost", "errors", "sha"):
             assert line[field] == other[field], f"{name}: {field} differs\n{where()}"
-        assert line["errors"] == "0", where()
-        if not expect_loss:
-            assert line["lost"] == "0", where()
+        if not (excused and name in unreliable_lost):
+            assert line["errors"] == "0", where()
+            if not expect_loss:
+                assert line["lost"] == "0", where()
         print(f"  {name:<11} {line['qps']} QPs {int(line['messages']):5d} messages "
               f"{int(line['bytes']):11d} bytes {int(line['lost']):3d} lost, "
               f"sha256 {line['sha'][:16]}... at both ends")
+    if excused:
+        print(f"  UC/UD lost {sum(int(l['lost']) for l in unreliable_lost.values())} messages "
+              f"while the switch discarded packets to a port that took nothing: "
+              + "; ".join(stalls))
     return sent
+
+
+def _stall_lines(ctx):
+    """Every report so far, in every switch's log, of an output that took
+    nothing for 200 ms (see _switch_stalls)."""
+    lines = []
+    for switch in ctx.fabric.topo.switches:
+        log = ctx.fabric.switch_log(switch.name)
+        text = log.read_text(errors="replace") if log.exists() else ""
+        lines += [f"{switch.name}: {line}" for line in text.splitlines() if "took nothing" in line]
+    return lines
 
 
 class BackgroundTraffic:
