@@ -131,7 +131,10 @@ int pib_create_cq(struct ib_cq *ibcq, const struct ib_cq_init_attr *attr,
 	u64 ci_dma = 0, cqn;
 	int err;
 
-	if (attr->flags)
+	/* Every CQE carries its time (docs/prm.md §7.3): asking is free. */
+	if (attr->flags & ~IB_UVERBS_CQ_FLAGS_TIMESTAMP_COMPLETION ||
+	    (attr->flags &&
+	     !(dev->caps.device_cap_flags & PIB_DEV_CAP_CQE_TIMESTAMP)))
 		return -EOPNOTSUPP;
 	if (attr->cqe < 1 || attr->cqe > dev->caps.max_cqe ||
 	    attr->comp_vector >= ibcq->device->num_comp_vectors)

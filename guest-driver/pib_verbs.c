@@ -45,6 +45,11 @@ int pib_query_device(struct ib_device *ibdev, struct ib_device_attr *attr,
 	if (c->device_cap_flags & PIB_DEV_CAP_RESIZE_SRQ)
 		attr->device_cap_flags |= IB_DEVICE_SRQ_RESIZE;
 	attr->max_mw = c->max_mw;
+	/* The core clock counts on in 64 bits: every bit is significant. */
+	if (c->device_cap_flags & PIB_DEV_CAP_CQE_TIMESTAMP) {
+		attr->hca_core_clock = c->hca_core_clock_khz;
+		attr->timestamp_mask = U64_MAX;
+	}
 	attr->max_send_sge = c->max_send_sge;
 	attr->max_recv_sge = c->max_recv_sge;
 	attr->max_sge_rd = c->max_sge_rd;

@@ -439,8 +439,7 @@ static struct pib_cqe *pib_cq_slot(struct pib_cq *cq, uint32_t index)
 					  PIB_CQE_SIZE);
 }
 
-/* CQE `index` if the device has written it, or NULL; the caller holds the lock.
- */
+/* CQE `index` if the device has written it, or NULL; under the CQ lock. */
 static struct pib_cqe *pib_cqe_at(struct pib_cq *cq, uint32_t index)
 {
 	struct pib_cqe *cqe = pib_cq_slot(cq, index);
@@ -648,6 +647,12 @@ static uint8_t pib_read_dlid_path_bits(struct ibv_cq_ex *cqex)
 	return pib_current(cqex)->dlid_path_bits;
 }
 
+/* The core clock when the device wrote the CQE (docs/prm.md §7.3). */
+static uint64_t pib_read_completion_ts(struct ibv_cq_ex *cqex)
+{
+	return pib_current(cqex)->timestamp;
+}
+
 void pib_cq_ex_set_ops(struct ibv_cq_ex *cq)
 {
 	cq->start_poll = pib_start_poll;
@@ -663,6 +668,7 @@ void pib_cq_ex_set_ops(struct ibv_cq_ex *cq)
 	cq->read_slid = pib_read_slid;
 	cq->read_sl = pib_read_sl;
 	cq->read_dlid_path_bits = pib_read_dlid_path_bits;
+	cq->read_completion_ts = pib_read_completion_ts;
 }
 
 int pib_arm_cq(struct ibv_cq *ibcq, int solicited_only)

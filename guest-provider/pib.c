@@ -5,6 +5,7 @@
 #include <string.h>
 #include <sys/mman.h>
 
+#include "compat.h"
 #include "pib.h"
 
 static void pib_free_context(struct ibv_context *ibctx)
@@ -48,6 +49,7 @@ static const struct verbs_context_ops pib_ctx_ops = {
 	.query_device_ex = pib_query_device,
 	.query_port = pib_query_port,
 	.query_qp = pib_query_qp,
+	.query_rt_values = pib_query_rt_values,
 	.query_srq = pib_query_srq,
 	.reg_mr = pib_reg_mr,
 	.rereg_mr = pib_rereg_mr,
@@ -89,7 +91,7 @@ static struct verbs_context *pib_alloc_context(struct ibv_device *ibdev,
 	if (!ctx)
 		return NULL;
 	pthread_mutex_init(&ctx->qp_table_lock, NULL);
-	if (ibv_cmd_get_context(&ctx->ibv_ctx, &cmd, sizeof(cmd),
+	if (pib_cmd_get_context(&ctx->ibv_ctx, &cmd, sizeof(cmd),
 				&resp.ibv_resp, sizeof(resp)))
 		goto err;
 	ctx->uar_page = resp.drv.uar_page;
@@ -99,8 +101,9 @@ static struct verbs_context *pib_alloc_context(struct ibv_device *ibdev,
 		errno = EPROTO;
 		goto err;
 	}
-	ctx->uar = mmap(NULL, PIB_PAGE_SIZE, PROT_WRITE, MAP_SHARED, cmd_fd,
-			resp.drv.uar_mmap_offset);
+	/* Written for doorbells, read for the core clock. */
+	ctx->uar = mmap(NULL, PIB_PAGE_SIZE, PROT_READ | PROT_WRITE, MAP_SHARED,
+			cmd_fd, resp.drv.uar_mmap_offset);
 	if (ctx->uar == MAP_FAILED) {
 		ctx->uar = NULL;
 		goto err;

@@ -112,6 +112,13 @@ static inline void pib_ring_doorbell(struct ibv_context *context,
 			htole64((uint64_t)value << 32 | number));
 }
 
+/* The core clock, as every doorbell page shows it (docs/prm.md §7.1). */
+static inline uint64_t pib_read_clock(struct ibv_context *context)
+{
+	return le64toh(
+		mmio_read64_le((char *)to_pctx(context)->uar + PIB_DB_CLOCK));
+}
+
 /* A send WQE's control segment, for both send APIs. */
 static inline void pib_wqe_ctrl_init(struct pib_wqe_ctrl *ctrl,
 				     const struct pib_qp *qp, uint64_t wr_id,
@@ -132,6 +139,8 @@ static inline void pib_wqe_ctrl_init(struct pib_wqe_ctrl *ctrl,
 int pib_query_device(struct ibv_context *context,
 		     const struct ibv_query_device_ex_input *input,
 		     struct ibv_device_attr_ex *attr, size_t attr_size);
+int pib_query_rt_values(struct ibv_context *context,
+			struct ibv_values_ex *values);
 int pib_query_port(struct ibv_context *context, uint8_t port,
 		   struct ibv_port_attr *attr);
 struct ibv_pd *pib_alloc_pd(struct ibv_context *context);

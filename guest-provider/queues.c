@@ -4,6 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "compat.h"
 #include "pib.h"
 
 #define PIB_SEND_HDR_SIZE \
@@ -156,8 +157,10 @@ struct ibv_cq_ex *pib_create_cq_ex(struct ibv_context *context,
 	struct pib_cq *cq;
 	int err;
 
-	/* Timestamps, VLANs, flow tags and parent domains are not offered. */
-	if (attr->wc_flags & ~(uint64_t)IBV_WC_STANDARD_FLAGS ||
+	/* Completion timestamps in core clock units are offered; wall-clock
+	 * ones, VLANs, flow tags and parent domains are not. */
+	if (attr->wc_flags & ~(uint64_t)(IBV_WC_STANDARD_FLAGS |
+					 IBV_WC_EX_WITH_COMPLETION_TIMESTAMP) ||
 	    attr->comp_mask & ~(uint32_t)IBV_CQ_INIT_ATTR_MASK_FLAGS ||
 	    (attr->comp_mask & IBV_CQ_INIT_ATTR_MASK_FLAGS &&
 	     attr->flags & ~(uint32_t)IBV_CREATE_CQ_ATTR_SINGLE_THREADED)) {
@@ -167,9 +170,8 @@ struct ibv_cq_ex *pib_create_cq_ex(struct ibv_context *context,
 	cq = pib_cq_alloc(attr->cqe, &cmd.drv);
 	if (!cq)
 		return NULL;
-	err = ibv_cmd_create_cq_ex(context, attr, &cq->verbs_cq, &cmd.ibv_cmd,
-				   sizeof(cmd), &resp.ibv_resp, sizeof(resp),
-				   0);
+	err = pib_cmd_create_cq_ex(context, attr, &cq->verbs_cq, &cmd.ibv_cmd,
+				   sizeof(cmd), &resp.ibv_resp, sizeof(resp));
 	if (err) {
 		pib_cq_free(cq);
 		errno = err;

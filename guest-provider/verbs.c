@@ -27,6 +27,25 @@ int pib_query_device(struct ibv_context *context,
 	return 0;
 }
 
+/*
+ * ibv_query_rt_values_ex: the core clock in nanoseconds, in raw_clock's
+ * tv_nsec as every provider gives a raw count (tv_sec 0), read from the
+ * context's doorbell page with no system call.
+ */
+int pib_query_rt_values(struct ibv_context *context,
+			struct ibv_values_ex *values)
+{
+	uint32_t comp_mask = 0;
+
+	if (values->comp_mask & IBV_VALUES_MASK_RAW_CLOCK) {
+		values->raw_clock.tv_sec = 0;
+		values->raw_clock.tv_nsec = (long)pib_read_clock(context);
+		comp_mask |= IBV_VALUES_MASK_RAW_CLOCK;
+	}
+	values->comp_mask = comp_mask;
+	return 0;
+}
+
 int pib_query_port(struct ibv_context *context, uint8_t port,
 		   struct ibv_port_attr *attr)
 {

@@ -65,7 +65,7 @@
 #define PIB_IF_VERSION(major, minor) (((uint32_t)(major) << 16) | (minor))
 #define PIB_IF_VERSION_MAJOR(v) ((v) >> 16)
 #define PIB_IF_VERSION_MINOR(v) ((v)&0xffffu)
-#define PIB_IF_VERSION_CURRENT PIB_IF_VERSION(0, 9)
+#define PIB_IF_VERSION_CURRENT PIB_IF_VERSION(0, 10)
 
 /* RO: firmware version, major << 24 | minor << 16 | patch. */
 #define PIB_REG_FW_VERSION 0x008
@@ -96,6 +96,16 @@
 #define PIB_REG_NUM_DOORBELL_PAGES 0x028
 #define PIB_REG_NUM_MSIX_VECTORS 0x02c
 #define PIB_REG_NUM_PORTS 0x030
+
+/*
+ * RO: the core clock, a free-running 64-bit count of nanoseconds
+ * (pib_dev_cap.hca_core_clock_khz) that stands still while the VM is
+ * stopped; CQEs carry its value (pib_cqe.timestamp). The two halves are
+ * separate reads: read HI, LO, then HI again, and read again if HI moved.
+ * Each doorbell page also shows it, whole, at PIB_DB_CLOCK.
+ */
+#define PIB_REG_CORE_CLOCK_LO 0x038
+#define PIB_REG_CORE_CLOCK_HI 0x03c
 
 /* ---- BAR0: command interface (docs/prm.md §4) -------------------------- */
 /*
@@ -226,6 +236,8 @@ enum pib_cmd_status {
 #define PIB_DEV_CAP_RESIZE_CQ (1u << 12)
 /* PIB_CMD_RESIZE_SRQ (docs/prm.md §6.4) */
 #define PIB_DEV_CAP_RESIZE_SRQ (1u << 13)
+/* every CQE carries the core clock at its writing (docs/prm.md §7.3) */
+#define PIB_DEV_CAP_CQE_TIMESTAMP (1u << 14)
 
 /* atomic_cap */
 #define PIB_ATOMIC_NONE 0
@@ -273,7 +285,8 @@ struct pib_dev_cap {
     uint8_t reserved0[2];
     uint32_t max_fast_reg_pages; /* pages one PIB_WR_REG_MR may map; 0 without MEM_MGT */
     uint32_t max_mw;             /* memory windows; 0 without MEM_WINDOW */
-    uint32_t reserved1[6];
+    uint32_t hca_core_clock_khz; /* core clock rate; 0 without CQE_TIMESTAMP */
+    uint32_t reserved1[5];
 };
 
 /* ---- Ports: PIB_CMD_QUERY_PORT ---------------------------------------------- */
@@ -851,7 +864,9 @@ struct pib_cqe {
     uint8_t dlid_path_bits;
     uint8_t flags;
     uint8_t vendor_err;
-    uint32_t reserved[7];
+    uint32_t reserved0;
+    uint64_t timestamp; /* core clock when the device wrote this CQE */
+    uint32_t reserved[4];
 };
 
 /* ---- BAR2 doorbell pages ---------------------------------------------------- */
@@ -866,6 +881,12 @@ struct pib_cqe {
 #define PIB_DB_CQ_ARM 0x18 /* cqn, PIB_CQ_ARM_* */
 #define PIB_CQ_ARM_NEXT 1
 #define PIB_CQ_ARM_SOLICITED 2
+/*
+ * RO: the core clock (PIB_REG_CORE_CLOCK_LO), so user space can read it
+ * through its mapped page: an aligned 64-bit read gets it whole, 32-bit
+ * reads get a half each. Every other read of a doorbell page returns 0.
+ */
+#define PIB_DB_CLOCK 0x20
 
 /* ---- Limits a device instance may be configured with -------------------- */
 

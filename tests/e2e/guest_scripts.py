@@ -397,6 +397,67 @@ equal = all(mr.read(SIZE, (SLOTS + i) * SIZE) == sent[i] for i in range(15))
 print("bytes equal", equal)
 """
 
+# Completion timestamps (docs/prm.md §2, §7.3): the device's clock read
+# from user space, and an RC QP sending to itself through an extended CQ
+# that asks for timestamps; every CQE's time lies between the clock read
+# before the first post and after the last poll, no completion is
+# stamped before its SEND was posted, and every message's bytes are equal.
+TIMESTAMP_SCRIPT = _SELF_CONNECTED_PRELUDE + r"""
+from pyverbs.cq import CQEX, CqInitAttrEx, PollCqAttr
+
+attr = ctx.query_device_ex()
+print("hca_core_clock", attr.hca_core_clock)
+print("timestamp_mask", hex(attr.completion_timestamp_mask))
+
+def clock():
+    return ctx.query_rt_values_ex()[1]
+
+t0, w0 = clock(), time.monotonic_ns()
+time.sleep(0.5)
+t1, w1 = clock(), time.monotonic_ns()
+# The core clock is QEMU's virtual clock: it runs with the guest's.
+print("clock/guest ratio", round((t1 - t0) / (w1 - w0), 1))
+
+flags = e.IBV_WC_STANDARD_FLAGS | e.IBV_WC_EX_WITH_COMPLETION_TIMESTAMP
+cq = CQEX(ctx, CqInitAttrEx(cqe=64, wc_flags=flags))
+qp = QP(pd, QPInitAttr(qp_type=e.IBV_QPT_RC, scq=cq, rcq=cq, cap=QPCap(SLOTS, SLOTS, 1, 1)))
+connect_to_itself(qp)
+N = 8
+sent, posted, stamps = {}, {}, {}
+before = clock()
+for i in range(N):
+    data = os.urandom(SIZE)
+    sent[i] = data
+    mr.write(data, SIZE, i * SIZE)
+    qp.post_recv(RecvWR(1000 + i, 1, [SGE(mr.buf + (SLOTS + i) * SIZE, SIZE, mr.lkey)]))
+    posted[i] = clock()
+    qp.post_send(SendWR(i, opcode=e.IBV_WR_SEND, num_sge=1, sg=[SGE(mr.buf + i * SIZE, SIZE, mr.lkey)]))
+    time.sleep(0.02)
+
+deadline = time.monotonic() + 10
+while len(stamps) < 2 * N and time.monotonic() < deadline:
+    if cq.start_poll(PollCqAttr()) != 0:
+        continue
+    while True:
+        assert cq.status == e.IBV_WC_SUCCESS, cq.status
+        stamps[cq.wr_id] = cq.read_timestamp()
+        if cq.poll_next() != 0:
+            break
+    cq.end_poll()
+after = clock()
+print("completions", len(stamps))
+print("within the clock reads", all(before <= t <= after for t in stamps.values()))
+print("after their post", all(min(stamps[i], stamps[1000 + i]) >= posted[i] for i in range(N)))
+print("sends in order", all(stamps[i] <= stamps[i + 1] for i in range(N - 1)))
+print("bytes equal", all(mr.read(SIZE, (SLOTS + i) * SIZE) == sent[i] for i in range(N)))
+wall = CqInitAttrEx(cqe=4, wc_flags=e.IBV_WC_EX_WITH_COMPLETION_TIMESTAMP_WALLCLOCK)
+try:
+    CQEX(ctx, wall)
+    print("wallclock: accepted")
+except PyverbsRDMAError as ex:
+    print("wallclock: refused", errno.errorcode.get(ex.error_code, ex.error_code))
+"""
+
 # ibv_modify_srq(IBV_SRQ_MAX_WR) with WQEs posted, some taken and not yet
 # polled (docs/prm.md §6.4): an RC QP on the SRQ sends to itself before and
 # after; every receive completes once, in posting order, into its buffer.

@@ -48,6 +48,26 @@ def test_rc_pingpong_with_grh(ctx):
     _pingpong(ctx, "ibv_rc_pingpong", 4096, 20, extra=["-g", "0"])
 
 
+def test_rdma_core_65_loads_its_own_provider_build(ctx):
+    """The provider built against the newest rdma-core in Debian (65, its
+    private ABI 65): that rdma-core's libibverbs loads libpib-rdmav65.so in
+    vm1 (rdma-core-65 runs its programs), and its ibv_rc_pingpong exchanges
+    checked buffers (-c) with rdma-core 56.1's in vm2."""
+    info = ctx.run("vm1", ["env", "LD_DEBUG=libs", "rdma-core-65", "ibv_devinfo", "-d", "pib_0"])
+    assert re.search(r"^hca_id:\s*pib_0$", info.out, re.M), info.out + info.err
+    assert re.search(r"state:\s*PORT_ACTIVE", info.out), info.out
+    loaded = set(re.findall(r"calling init: (\S+)", info.err))
+    assert "/opt/rdma-core-65/lib/libibverbs/libpib-rdmav65.so" in loaded, sorted(loaded)
+    assert not any("rdmav34" in lib or lib.startswith("/usr/lib/x86_64-linux-gnu/libibverbs.so")
+                   for lib in loaded), sorted(loaded)
+    argv = ["ibv_rc_pingpong", "-s", "4096", "-n", "50", "-c", "-p", "18531"]
+    client, server_out, rc = run_pair(ctx, argv, ["rdma-core-65", *argv], port=18531)
+    assert client.exitcode == 0 and rc == "0", (
+        f"client {client.exitcode}, server {rc}\nclient:\n{client.out}{client.err}\n"
+        f"server:\n{server_out}")
+    assert re.search(r"^50 iters in", client.out, re.M), client.out
+
+
 PERFTEST = [
     # (program, arguments, what the last table row must hold)
     ("ib_send_bw", ["-s", "65536", "-n", "100"], "bw"),

@@ -6,7 +6,7 @@ import re
 
 from pibctl.pairs import ipoib_up
 
-from guest_scripts import OBJECTS_SCRIPT, RESIZE_CQ_SCRIPT, RESIZE_SRQ_SCRIPT
+from guest_scripts import OBJECTS_SCRIPT, RESIZE_CQ_SCRIPT, RESIZE_SRQ_SCRIPT, TIMESTAMP_SCRIPT
 
 
 def test_ibv_devinfo_shows_the_device_attributes(ctx):
@@ -35,6 +35,9 @@ def test_ibv_devinfo_shows_the_device_attributes(ctx):
             "pkey_tbl_len": "64",
             "gid_tbl_len": "8",
             "link_layer": "InfiniBand",
+            # The core clock (docs/prm.md §2): 1 GHz, 64 bits.
+            "hca_core_clock": "1000000kHZ",
+            "completion timestamp_mask": "0xffffffffffffffff",
         }
         for key, value in expect.items():
             m = re.search(rf"^\s*{key}:\s*(\S+)", out, re.M)
@@ -54,7 +57,10 @@ def test_ibv_devinfo_shows_the_device_attributes(ctx):
 # (say, "No supported port is up") fails the test.
 PYVERBS_SKIPS = {
     # Other hardware, other link layers, other hosts' setups.
-    r"non MLX5 device|not an MLX5 device|non EFA device": "vendor-specific tests",
+    # (mlx5dv's clock information turns mlx5 timestamps into nanoseconds;
+    # pib's are nanoseconds already, docs/prm.md §2.)
+    r"non MLX5 device|not an MLX5 device|non EFA device|"
+    r"Converting timestamp to nanoseconds is not supported": "vendor-specific tests",
     r"renderD128|cuda-python|huge pages|PCI device must be passed": "needs hardware or setup a guest has not",
     r"Ethernet link layer|skip RoCE test": "RoCE and raw Ethernet tests",
     r"All gid indices populated": "the test's own precondition",
@@ -231,6 +237,23 @@ def test_resize_srq_keeps_the_waiting_receives(ctx):
     for line in ("polled before 1", "max_wr now 16", "polled after 15", "in order True",
                  "bytes equal True"):
         assert re.search(rf"^{re.escape(line)}$", out, re.M), f"{line!r} missing:\n{out}"
+
+
+def test_completion_timestamps_come_from_the_core_clock(ctx):
+    """ibv_query_rt_values_ex reads the device's clock from user space, and
+    an extended CQ that asks for timestamps gets the core clock of each
+    completion's writing (docs/prm.md §2, §7.3)."""
+    out = ctx.run("vm1", ["python3", "-"], stdin=TIMESTAMP_SCRIPT.encode()).out
+    print(out.rstrip())
+    for line in ("hca_core_clock 1000000", "timestamp_mask 0xffffffffffffffff",
+                 "completions 16", "within the clock reads True", "after their post True",
+                 "sends in order True", "bytes equal True",
+                 "wallclock: refused ENOTSUP"):  # Linux's EOPNOTSUPP, by its first name
+        assert re.search(rf"^{re.escape(line)}$", out, re.M), f"{line!r} missing:\n{out}"
+    # The clock counts nanoseconds of the VM's time: half a second of the
+    # guest's monotonic clock is half a second of the device's.
+    ratio = float(re.search(r"^clock/guest ratio (\S+)$", out, re.M).group(1))
+    assert 0.8 <= ratio <= 1.25, out
 
 
 def test_debugfs_lists_user_objects_until_destroyed(ctx):

@@ -4,10 +4,22 @@
 #include "fake_host.hh"
 #include "pib_hw.h"
 
-TEST_CASE("doorbell pages read as 0", "[doorbell]") {
+TEST_CASE("doorbell pages read as 0 but for the core clock", "[doorbell]") {
     FakeHost host;
+    host.now = 0x0000'00ab'cdef'0123ull;
     CHECK(host.read32(PIB_BAR_DOORBELL, 0) == 0);
     CHECK(host.read32(PIB_BAR_DOORBELL, 15 * PIB_PAGE_SIZE + 0xffc) == 0);
+    for (uint64_t page : {0ull, 7ull, 15ull}) {
+        const uint64_t base = page * PIB_PAGE_SIZE;
+        CHECK(pib_core_bar_read(host.core, PIB_BAR_DOORBELL, base + PIB_DB_CLOCK, 8) == host.now);
+        CHECK(host.read32(PIB_BAR_DOORBELL, base + PIB_DB_CLOCK) == 0xcdef'0123u);
+        CHECK(host.read32(PIB_BAR_DOORBELL, base + PIB_DB_CLOCK + 4) == 0xabu);
+        // Only whole halves or the whole clock: a byte of it reads as 0.
+        CHECK(pib_core_bar_read(host.core, PIB_BAR_DOORBELL, base + PIB_DB_CLOCK, 1) == 0);
+        CHECK(pib_core_bar_read(host.core, PIB_BAR_DOORBELL, base + PIB_DB_CLOCK + 4, 8) == 0);
+    }
+    host.now += 1000;
+    CHECK(pib_core_bar_read(host.core, PIB_BAR_DOORBELL, PIB_DB_CLOCK, 8) == host.now);
     CHECK(host.guestErrors() == 0);
 }
 

@@ -8,7 +8,7 @@ TEST_CASE("identification registers read their documented values", "[regs]") {
     FakeHost host;
     CHECK(host.read32(PIB_BAR_REGS, PIB_REG_ID) == PIB_ID_MAGIC);
     CHECK(host.read32(PIB_BAR_REGS, PIB_REG_ID) == 0x48424950u);
-    CHECK(host.read32(PIB_BAR_REGS, PIB_REG_IF_VERSION) == PIB_IF_VERSION(0, 9));
+    CHECK(host.read32(PIB_BAR_REGS, PIB_REG_IF_VERSION) == PIB_IF_VERSION(0, 10));
     CHECK(host.read32(PIB_BAR_REGS, PIB_REG_FW_VERSION) == PIB_FW_VERSION(0, 1, 0));
     CHECK(host.read32(PIB_BAR_REGS, PIB_REG_STATUS) == PIB_STATUS_READY);
     CHECK(host.read32(PIB_BAR_REGS, PIB_REG_NODE_GUID_LO) == 0x00001234u);
@@ -49,15 +49,29 @@ TEST_CASE("a reset register write without the magic is refused", "[regs]") {
 
 TEST_CASE("read-only registers ignore writes and report them", "[regs]") {
     FakeHost host;
-    for (uint32_t reg : {PIB_REG_ID, PIB_REG_IF_VERSION, PIB_REG_FW_VERSION, PIB_REG_STATUS,
-                         PIB_REG_NODE_GUID_LO, PIB_REG_NODE_GUID_HI, PIB_REG_NUM_DOORBELL_PAGES,
-                         PIB_REG_NUM_MSIX_VECTORS, PIB_REG_NUM_PORTS}) {
+    for (uint32_t reg :
+         {PIB_REG_ID, PIB_REG_IF_VERSION, PIB_REG_FW_VERSION, PIB_REG_STATUS, PIB_REG_NODE_GUID_LO,
+          PIB_REG_NODE_GUID_HI, PIB_REG_NUM_DOORBELL_PAGES, PIB_REG_NUM_MSIX_VECTORS,
+          PIB_REG_NUM_PORTS, PIB_REG_CORE_CLOCK_LO, PIB_REG_CORE_CLOCK_HI}) {
         const uint32_t before = host.read32(PIB_BAR_REGS, reg);
         host.write32(PIB_BAR_REGS, reg, ~before);
         CHECK(host.read32(PIB_BAR_REGS, reg) == before);
     }
-    CHECK(host.guestErrors("regs-read-only") == 9);
-    CHECK(host.guestErrors() == 9);
+    CHECK(host.guestErrors("regs-read-only") == 11);
+    CHECK(host.guestErrors() == 11);
+}
+
+TEST_CASE("the core clock registers read the device's clock in two halves", "[regs]") {
+    FakeHost host;
+    host.now = 0x0000'0012'3456'789aull;
+    CHECK(host.read32(PIB_BAR_REGS, PIB_REG_CORE_CLOCK_LO) == 0x3456'789au);
+    CHECK(host.read32(PIB_BAR_REGS, PIB_REG_CORE_CLOCK_HI) == 0x12u);
+    // It runs with the host's clock and stands still with it.
+    host.now += 0x1'0000'0000ull + 5;
+    CHECK(host.read32(PIB_BAR_REGS, PIB_REG_CORE_CLOCK_LO) == 0x3456'789fu);
+    CHECK(host.read32(PIB_BAR_REGS, PIB_REG_CORE_CLOCK_HI) == 0x13u);
+    CHECK(host.read32(PIB_BAR_REGS, PIB_REG_CORE_CLOCK_HI) == 0x13u);
+    CHECK(host.guestErrors() == 0);
 }
 
 TEST_CASE("bad register accesses are guest errors that read as 0", "[regs]") {

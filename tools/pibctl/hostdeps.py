@@ -9,8 +9,9 @@ from pibctl import ui
 SOURCES_FILE = Path("/etc/apt/sources.list.d/pib-hca.sources")
 
 # bookworm-backports for meson/pycotap (QEMU 10 needs meson >= 1.5), the
-# guest kernel and QEMU's source; trixie's source list for rdma-core 56.1.
-# Only deb-src for trixie: the host must never install trixie binaries.
+# guest kernel and QEMU's source; trixie's and sid's source lists for
+# rdma-core 56.1 and 65. Only deb-src for those: the host must never
+# install their binaries.
 SOURCES = """\
 # Written by pib-hca's ./pib setup.
 Types: deb deb-src
@@ -21,7 +22,7 @@ Signed-By: /usr/share/keyrings/debian-archive-keyring.gpg
 
 Types: deb-src
 URIs: http://deb.debian.org/debian
-Suites: trixie
+Suites: trixie sid
 Components: main
 Signed-By: /usr/share/keyrings/debian-archive-keyring.gpg
 """

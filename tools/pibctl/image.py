@@ -170,10 +170,10 @@ PROVIDER_CONFIG = "etc/libibverbs.d/pib.driver"
 PROGRAM_DIR = "usr/local/bin"
 
 
-def build_overlay(provider: Path, programs) -> Path:
+def build_overlay(provider: Path, newest_provider: Path, programs) -> Path:
     out = paths.image_dir() / "overlay.cpio.zst"
     root = GUEST / "rootfs"
-    key = stamps.hash_tree(root, stamps.hash_files([provider, *programs]))
+    key = stamps.hash_tree(root, stamps.hash_files([provider, newest_provider, *programs]))
     if stamps.is_current("image-overlay", key) and out.is_file():
         return out
     staging = paths.image_dir() / "overlay-staging"
@@ -186,6 +186,7 @@ def build_overlay(provider: Path, programs) -> Path:
     (staging / PROVIDER_CONFIG).write_text("driver pib\n")
     for program in programs:
         shutil.copy2(program, staging / PROGRAM_DIR / program.name)
+    provider_build.install_newest(staging, newest_provider)
     _pack(staging, out, "packing our guest files")
     shutil.rmtree(staging)
     stamps.mark("image-overlay", key)
@@ -199,9 +200,10 @@ def build() -> None:
     release, kernel_root = sources.fetch_guest_kernel()
     driver = driver_build.build(release)
     provider = provider_build.build()
+    newest_provider = provider_build.build(provider_build.NEWEST)
     programs = [traffic_build.build()]
     parts = [build_base(), build_modules(release, kernel_root, [driver]),
-             build_overlay(provider, programs)]
+             build_overlay(provider, newest_provider, programs)]
     initrd = paths.initrd_image()
     tmp = initrd.with_suffix(".tmp")
     with open(tmp, "wb") as out:

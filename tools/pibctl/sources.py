@@ -30,6 +30,14 @@ RDMA_CORE = Tarball(
     "rdma-core_56.1.orig.tar.gz",
     "63ce7f2baa7242c2dbc76375dac957c420187dd27f8c5e148efc07971ee522a8",
 )
+# The newest rdma-core in Debian's archives: the provider is also built
+# against it, with its own private ABI, and a guest loads that build.
+RDMA_CORE_NEWEST = Tarball(
+    "rdma-core",
+    "sid",
+    "rdma-core_65.0.orig.tar.gz",
+    "f6ba3d8b2c4aa334c5c883c1ad0772de339011123cff4fb1db32ae7a443fb7ca",
+)
 
 # The guest kernels an image can be built with (./pib setup --kernel):
 # name -> the Debian suite whose linux-image-amd64 and linux-headers-amd64

@@ -38,7 +38,7 @@ static pib_dev_cap buildCaps(const pib_core_config &config) {
                          PIB_DEV_CAP_PORT_ACTIVE_EVENT | PIB_DEV_CAP_BAD_PKEY_CNTR |
                          PIB_DEV_CAP_BAD_QKEY_CNTR | PIB_DEV_CAP_MEM_MGT_EXTENSIONS |
                          PIB_DEV_CAP_MEM_WINDOW | PIB_DEV_CAP_MEM_WINDOW_TYPE_2B |
-                         PIB_DEV_CAP_RESIZE_CQ | PIB_DEV_CAP_RESIZE_SRQ;
+                         PIB_DEV_CAP_RESIZE_CQ | PIB_DEV_CAP_RESIZE_SRQ | PIB_DEV_CAP_CQE_TIMESTAMP;
     c.max_qp = kMaxQp;
     c.max_qp_wr = 1u << kLogMaxQpWr;
     c.max_send_sge = kMaxSge;
@@ -69,6 +69,7 @@ static pib_dev_cap buildCaps(const pib_core_config &config) {
     c.log_max_wqe_stride = kLogMaxWqeStride;
     c.max_fast_reg_pages = kMaxFastRegPages;
     c.max_mw = kMaxMw;
+    c.hca_core_clock_khz = kCoreClockKhz;
     return c;
 }
 

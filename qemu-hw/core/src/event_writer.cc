@@ -153,6 +153,7 @@ void EventWriter::postCqe(uint32_t cqn, pib_cqe cqe, bool solicited) {
     const uint32_t slot = cq->producer & (size - 1);
     cqe.flags = static_cast<uint8_t>((cqe.flags & ~PIB_CQE_PHASE) |
                                      (((cq->producer >> cq->ctx.log_size) & 1) ^ 1));
+    cqe.timestamp = host_.clockNs();
     const auto addr = ringAddress(mtt_, cq->ctx.buf, uint64_t{slot} * PIB_CQE_SIZE, PIB_CQE_SIZE);
     if (!addr || !host_.dmaWrite(*addr, cqe)) {
         host_.guestError(err::kCqDma, "CQ %u: cannot write CQE %u", cqn, cq->producer);

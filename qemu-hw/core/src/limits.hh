@@ -30,6 +30,8 @@ inline constexpr uint32_t kMaxLogPageSize = 30;
 // whole while the doorbell runs.
 inline constexpr uint32_t kMaxFastRegPages = 512;
 inline constexpr uint8_t kLocalCaAckDelay = 15;
+// The core clock is the transport's clock, which counts nanoseconds: 1 GHz.
+inline constexpr uint32_t kCoreClockKhz = 1'000'000;
 inline constexpr uint32_t kMaxMsgSize = 1u << 31;
 // Multicast: groups per device, QPs per group, attachments in all.
 inline constexpr uint32_t kMaxMcastGroups = 256;

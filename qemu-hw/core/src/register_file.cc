@@ -182,6 +182,10 @@ uint64_t RegisterFile::read(uint64_t offset, unsigned size) {
         return config_.msix_vectors;
     case PIB_REG_NUM_PORTS:
         return config_.num_ports;
+    case PIB_REG_CORE_CLOCK_LO:
+        return static_cast<uint32_t>(host_.clockNs());
+    case PIB_REG_CORE_CLOCK_HI:
+        return static_cast<uint32_t>(host_.clockNs() >> 32);
     default:
         if (uint32_t value; readCommandRegister(offset, &value))
             return value;
@@ -221,6 +225,8 @@ void RegisterFile::write(uint64_t offset, uint64_t value, unsigned size) {
     case PIB_REG_NUM_DOORBELL_PAGES:
     case PIB_REG_NUM_MSIX_VECTORS:
     case PIB_REG_NUM_PORTS:
+    case PIB_REG_CORE_CLOCK_LO:
+    case PIB_REG_CORE_CLOCK_HI:
     case PIB_REG_CMD_RESULT_LO:
     case PIB_REG_CMD_RESULT_HI:
     case PIB_REG_CMD_STATUS:
