@@ -159,13 +159,15 @@ enum pib_cmd_opcode {
     PIB_CMD_MAD_IFC = 0x0009,        /* MOD: port; IN, OUT: pib_mad_ifc; RESULT: 1 = reply */
     PIB_CMD_QUERY_COUNTERS = 0x000a, /* MOD: port; OUT: pib_port_counters */
 
-    PIB_CMD_ALLOC_UAR = 0x0010,  /* RESULT: doorbell page index */
-    PIB_CMD_FREE_UAR = 0x0011,   /* MOD: page index */
-    PIB_CMD_ALLOC_PD = 0x0012,   /* RESULT: pdn */
-    PIB_CMD_DEALLOC_PD = 0x0013, /* MOD: pdn */
-    PIB_CMD_ALLOC_MTT = 0x0014,  /* IN imm: entries; RESULT: first index */
-    PIB_CMD_FREE_MTT = 0x0015,   /* MOD: first index */
-    PIB_CMD_WRITE_MTT = 0x0016,  /* MOD: index; IN: pib_mtt_write */
+    PIB_CMD_ALLOC_UAR = 0x0010,    /* RESULT: doorbell page index */
+    PIB_CMD_FREE_UAR = 0x0011,     /* MOD: page index */
+    PIB_CMD_ALLOC_PD = 0x0012,     /* RESULT: pdn */
+    PIB_CMD_DEALLOC_PD = 0x0013,   /* MOD: pdn */
+    PIB_CMD_ALLOC_MTT = 0x0014,    /* IN imm: entries; RESULT: first index */
+    PIB_CMD_FREE_MTT = 0x0015,     /* MOD: first index */
+    PIB_CMD_WRITE_MTT = 0x0016,    /* MOD: index; IN: pib_mtt_write */
+    PIB_CMD_ALLOC_XRCD = 0x0017,   /* RESULT: xrcdn */
+    PIB_CMD_DEALLOC_XRCD = 0x0018, /* MOD: xrcdn */
 
     PIB_CMD_CREATE_EQ = 0x0020,  /* IN: pib_eq_context; RESULT: eqn */
     PIB_CMD_DESTROY_EQ = 0x0021, /* MOD: eqn */
@@ -238,6 +240,8 @@ enum pib_cmd_status {
 #define PIB_DEV_CAP_RESIZE_SRQ (1u << 13)
 /* every CQE carries the core clock at its writing (docs/prm.md §7.3) */
 #define PIB_DEV_CAP_CQE_TIMESTAMP (1u << 14)
+/* XRC domains, XRC SRQs and XRC initiator and target QPs (docs/prm.md §6.8) */
+#define PIB_DEV_CAP_XRC (1u << 15)
 
 /* atomic_cap */
 #define PIB_ATOMIC_NONE 0
@@ -286,7 +290,8 @@ struct pib_dev_cap {
     uint32_t max_fast_reg_pages; /* pages one PIB_WR_REG_MR may map; 0 without MEM_MGT */
     uint32_t max_mw;             /* memory windows; 0 without MEM_WINDOW */
     uint32_t hca_core_clock_khz; /* core clock rate; 0 without CQE_TIMESTAMP */
-    uint32_t reserved1[5];
+    uint32_t max_xrcd;           /* XRC domains; 0 without XRC */
+    uint32_t reserved1[4];
 };
 
 /* ---- Ports: PIB_CMD_QUERY_PORT ---------------------------------------------- */
@@ -564,17 +569,24 @@ struct pib_mw_context {
 
 /* ---- Shared receive queues ------------------------------------------------- */
 
+enum pib_srq_type {
+    PIB_SRQT_BASIC = 0, /* used by the QPs created with it */
+    PIB_SRQT_XRC = 1,   /* in an XRC domain: named by the packets an XRC TGT QP takes */
+};
+
 struct pib_srq_context {
     struct pib_buf_desc buf;
     uint32_t pdn;
     uint32_t uar_page;
     uint8_t log_wqe_count;
     uint8_t log_wqe_stride;
-    uint16_t reserved0;
+    uint8_t type; /* pib_srq_type */
+    uint8_t reserved0;
     uint32_t limit;     /* SRQ_LIMIT fires when fewer WQEs remain; 0 = off */
     uint32_t wqe_count; /* QUERY only: WQEs posted and not consumed */
     uint32_t base;      /* RESIZE_SRQ only: the count of the WQE now in slot 0 */
-    uint32_t reserved1[2];
+    uint32_t xrcdn;     /* XRC: its XRC domain */
+    uint32_t cqn;       /* XRC: the CQ its receives complete to */
 };
 
 /* ---- Queue pairs ---------------------------------------------------------- */
@@ -585,6 +597,8 @@ enum pib_qp_type {
     PIB_QPT_RC = 2,
     PIB_QPT_UC = 3,
     PIB_QPT_UD = 4,
+    PIB_QPT_XRC_INI = 5, /* XRC initiator: sends only, to any XRC SRQ behind its peer */
+    PIB_QPT_XRC_TGT = 6, /* XRC target: receives only, into its domain's XRC SRQs */
 };
 
 /*
@@ -615,7 +629,8 @@ struct pib_qp_context {
     uint8_t sq_log_wqe_stride;
     uint8_t rq_log_wqe_count;
     uint8_t rq_log_wqe_stride;
-    uint32_t reserved1[5];
+    uint32_t xrcdn; /* XRC TGT: its XRC domain */
+    uint32_t reserved1[4];
 };
 
 /* QP states, as IBA and ib_qp_state */
@@ -734,6 +749,15 @@ struct pib_wqe_ctrl {
     uint32_t imm; /* immediate data (big-endian as on the wire) or rkey */
 };
 
+/*
+ * The second segment of every send WQE of an XRC INI QP: the XRC SRQ,
+ * behind the peer XRC TGT QP, that the message goes to (the XRCETH).
+ */
+struct pib_wqe_xrc {
+    uint32_t remote_srqn;
+    uint32_t reserved[3];
+};
+
 struct pib_wqe_raddr {
     uint64_t remote_addr;
     uint32_t rkey;
@@ -846,6 +870,7 @@ enum pib_vendor_err {
 #define PIB_CQE_GRH (1u << 1)
 #define PIB_CQE_WITH_IMM (1u << 2)
 #define PIB_CQE_WITH_INV (1u << 3)
+#define PIB_CQE_SRQ (1u << 4) /* a receive that used a WQE of SRQ `srqn` */
 
 #define PIB_CQE_SIZE 64u
 
@@ -864,7 +889,7 @@ struct pib_cqe {
     uint8_t dlid_path_bits;
     uint8_t flags;
     uint8_t vendor_err;
-    uint32_t reserved0;
+    uint32_t srqn;      /* with PIB_CQE_SRQ: the SRQ whose WQE a receive used */
     uint64_t timestamp; /* core clock when the device wrote this CQE */
     uint32_t reserved[4];
 };
@@ -909,6 +934,7 @@ _Static_assert(sizeof(struct pib_av) == 32, "pib_av layout");
 _Static_assert(sizeof(struct pib_mad_ifc) == 264, "pib_mad_ifc layout");
 _Static_assert(sizeof(struct pib_wqe_ctrl) == 16, "pib_wqe_ctrl layout");
 _Static_assert(sizeof(struct pib_wqe_ud) == 48, "pib_wqe_ud layout");
+_Static_assert(sizeof(struct pib_wqe_xrc) == 16, "pib_wqe_xrc layout");
 _Static_assert(sizeof(struct pib_wqe_reg_mr) == 48, "pib_wqe_reg_mr layout");
 _Static_assert(sizeof(struct pib_wqe_bind_mw) == 32, "pib_wqe_bind_mw layout");
 _Static_assert(sizeof(struct pib_mw_context) == 48, "pib_mw_context layout");

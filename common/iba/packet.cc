@@ -16,6 +16,7 @@ constexpr size_t kBthSize = 12;
 constexpr size_t kDethSize = 8;
 constexpr size_t kImmSize = 4;
 constexpr size_t kIethSize = 4;
+constexpr size_t kXrcethSize = 4;
 constexpr size_t kIcrcSize = 4;
 constexpr size_t kVcrcSize = 2;
 constexpr size_t kMaxPayload = 4096;
@@ -56,7 +57,7 @@ uint64_t get64(const uint8_t *p) {
 size_t extensionSize(const Layout &l) {
     return (l.deth ? kDethSize : 0) + (l.reth ? kRethSize : 0) + (l.aeth ? kAethSize : 0) +
            (l.atomicEth ? kAtomicEthSize : 0) + (l.atomicAckEth ? kAtomicAckEthSize : 0) +
-           (l.imm ? kImmSize : 0) + (l.ieth ? kIethSize : 0);
+           (l.imm ? kImmSize : 0) + (l.ieth ? kIethSize : 0) + (l.xrceth ? kXrcethSize : 0);
 }
 
 // IBA 7.8.1: the ICRC covers the packet with its variant fields (the whole
@@ -190,6 +191,8 @@ PacketWriter::PacketWriter(const Packet &p, size_t payloadLength, size_t headroo
         out.put32(d.qkey);
         out.put32(d.srcQp & 0xffffff);
     }
+    if (layout.xrceth)
+        out.put32(p.xrceth.value_or(0) & 0xffffff);
     if (layout.reth) {
         const Reth r = p.reth.value_or(Reth{});
         out.put64(r.va);
@@ -339,6 +342,10 @@ size_t readExtensions(const uint8_t *b, size_t off, const Layout &layout, Packet
     if (layout.deth) {
         p.deth = Deth{get32(b + off), get32(b + off + 4) & 0xffffff};
         off += kDethSize;
+    }
+    if (layout.xrceth) {
+        p.xrceth = get32(b + off) & 0xffffff;
+        off += kXrcethSize;
     }
     if (layout.reth) {
         p.reth = Reth{get64(b + off), get32(b + off + 8), get32(b + off + 12)};

@@ -22,7 +22,8 @@ inline constexpr uint32_t kMulticastQpn = 0xffffff; // IBA 10.5.2.4
 enum Lnh : uint8_t { kLnhRaw = 0, kLnhIp = 1, kLnhIbaLocal = 2, kLnhIbaGlobal = 3 };
 
 // BTH opcodes (IBA 9.2, table 38). The top three bits are the transport
-// (RC 000, UC 001, UD 011); UC uses the RC codes 0x00..0x0b plus 0x20.
+// (RC 000, UC 001, UD 011, XRC 101); UC uses the RC codes 0x00..0x0b plus
+// 0x20, XRC all of RC's plus 0xa0.
 enum Opcode : uint8_t {
     kSendFirst = 0x00,
     kSendMiddle = 0x01,
@@ -50,6 +51,7 @@ enum Opcode : uint8_t {
     kTransportRc = 0x00,
     kTransportUc = 0x20,
     kTransportUd = 0x60,
+    kTransportXrc = 0xa0,
     kUdSendOnly = 0x64,
     kUdSendOnlyImm = 0x65,
 };
@@ -64,6 +66,7 @@ struct Layout {
     bool atomicAckEth = false;
     bool imm = false;
     bool ieth = false;    // invalidate extended transport header
+    bool xrceth = false;  // XRC requests: the XRC SRQ they go to
     bool payload = false; // may carry data
 };
 constexpr Layout computeLayout(uint8_t opcode) {
@@ -77,8 +80,12 @@ constexpr Layout computeLayout(uint8_t opcode) {
         }
         return l;
     }
-    if (transport != kTransportRc && !(transport == kTransportUc && op <= kWriteOnlyImm))
+    if (transport != kTransportRc && transport != kTransportXrc &&
+        !(transport == kTransportUc && op <= kWriteOnlyImm))
         return l;
+    // XRC requests name their XRC SRQ; responses do not (IBA A14.4.1).
+    l.xrceth =
+        transport == kTransportXrc && !(op >= kReadResponseFirst && op <= kAtomicAcknowledge);
     l.valid = true;
     switch (op) {
     case kSendFirst:
@@ -209,6 +216,7 @@ struct Packet {
     std::optional<uint64_t> atomicAck; // AtomicAckETH: the original value
     std::optional<uint32_t> imm;       // immediate data (host order)
     std::optional<uint32_t> ieth;      // the R_Key a SEND with invalidate names
+    std::optional<uint32_t> xrceth;    // XRC requests: the XRC SRQ number (24 bits)
     std::vector<uint8_t> payload;
     // A parsed packet's payload where it lies in the received bytes, when
     // parse() was asked not to copy it (then `payload` stays empty).

@@ -44,12 +44,13 @@ void check(bool ok, const char *what) {
 // The device and the objects the set-up made, as the harness drives them.
 struct Target {
     Node node{PIB_QPT_RC, kLid, kRamSize};
-    Node::Qp rc{}, uc{}, ud{}, srqQp{}, smi{}, gsi{};
-    uint32_t srqn = 0, mttKey = 0, fastRegKey = 0, windowKeys[2] = {};
+    Node::Qp rc{}, uc{}, ud{}, srqQp{}, smi{}, gsi{}, xrcTgt{};
+    uint32_t srqn = 0, xrcSrqn = 0, mttKey = 0, fastRegKey = 0, windowKeys[2] = {};
     uint64_t srqPage = 0;
     uint32_t srqPi = 0;
     uint64_t data = 0;                         // 64 KiB of guest RAM the input writes
-    uint32_t expectedPsn[3] = {200, 200, 200}; // what the peer sends next: RC, UC, SRQ QP
+    // What the peer sends next: RC, UC, SRQ QP, XRC TGT QP.
+    uint32_t expectedPsn[4] = {200, 200, 200, 200};
     uint32_t peerPsn = 100;                    // RC: what the peer answers
 
     Target() {
@@ -61,6 +62,13 @@ struct Target {
         srqn = createSrq();
         srqQp = node.createQp(PIB_QPT_RC, srqn);
         node.connectTo(kPeerLid, kPeerQpn + 2, PIB_QPT_RC, {});
+        // An XRC TGT QP, and an XRC SRQ of its domain with WQEs posted.
+        xrcTgt = node.createQp(PIB_QPT_XRC_TGT);
+        node.connectTo(kPeerLid, kPeerQpn + 3, PIB_QPT_XRC_TGT, {});
+        Srq xrc = testing::createSrq(node, 4, XrcSrq{node.xrcd, node.cqn});
+        for (uint64_t i = 0; i < 8; ++i)
+            xrc.post(i, h.alloc(4096), 4096);
+        xrcSrqn = xrc.srqn;
         ud = node.createQp(PIB_QPT_UD);
         toRtsDatagram(PIB_QPT_UD);
         pib_mcast m{};
@@ -258,7 +266,7 @@ void receivePacket(FuzzedDataProvider &in, Target &t) {
     iba::Packet p;
     p.lrh.slid = in.ConsumeIntegralInRange(0, 7) ? kPeerLid : in.ConsumeIntegral<uint16_t>();
     p.lrh.sl = in.ConsumeIntegralInRange<uint8_t>(0, 15);
-    const unsigned target = in.ConsumeIntegralInRange(0, 5);
+    const unsigned target = in.ConsumeIntegralInRange(0, 6);
     static constexpr uint8_t kConnectedOps[] = {
         iba::kSendFirst,         iba::kSendMiddle,         iba::kSendLast,
         iba::kSendLastImm,       iba::kSendOnly,           iba::kSendOnlyImm,
@@ -279,6 +287,15 @@ void receivePacket(FuzzedDataProvider &in, Target &t) {
         p.bth.destQp = (target == 0 ? t.rc : target == 1 ? t.uc : t.srqQp).qpn;
         p.bth.opcode =
             static_cast<uint8_t>((target == 1 ? iba::kTransportUc : iba::kTransportRc) | op);
+        break;
+    case 5: // the XRC TGT QP, mostly to its domain's XRC SRQ
+        psnSlot = 3;
+        p.lrh.dlid = kLid;
+        p.bth.destQp = t.xrcTgt.qpn;
+        p.bth.opcode = static_cast<uint8_t>(iba::kTransportXrc | op);
+        p.xrceth = in.ConsumeIntegralInRange(0, 3)   ? t.xrcSrqn
+                   : in.ConsumeBool()                ? t.srqn
+                                                     : in.ConsumeIntegralInRange(0u, 0xffffffu);
         break;
     case 3: // UD, unicast or to the multicast group
         p.lrh.dlid = in.ConsumeBool() ? kLid : kMlid;

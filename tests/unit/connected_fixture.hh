@@ -27,11 +27,13 @@ inline void expect(bool ok, const char *what) {
 constexpr uint32_t kAccessAll = PIB_ACCESS_LOCAL_WRITE | PIB_ACCESS_REMOTE_WRITE |
                                 PIB_ACCESS_REMOTE_READ | PIB_ACCESS_REMOTE_ATOMIC;
 
-// One device with an ACTIVE port (LID `lid`) and one connected QP.
+// One device with an ACTIVE port (LID `lid`) and one connected QP. An XRC
+// TGT node's QP is in the node's XRC domain `xrcd`.
 struct Node {
     FakeHost host;
     uint16_t lid;
-    uint32_t uar = 0, pd = 0, eqn = 0, cqn = 0, key = 0, qpn = 0;
+    uint8_t type = 0; // of the QP the helpers act on
+    uint32_t uar = 0, pd = 0, eqn = 0, cqn = 0, key = 0, qpn = 0, xrcd = 0;
     uint64_t cqPage = 0, sqPage = 0, rqPage = 0, eqPage = 0, ciRecord = 0;
     uint32_t sqPi = 0, rqPi = 0, cqCi = 0;
     static constexpr unsigned kLogCq = 8, kLogSq = 6, kLogRq = 6;
@@ -46,6 +48,7 @@ struct Node {
         const FakeHost::Cq cq = host.createCq(eqn, uar, kLogCq, 4);
         cqn = cq.cqn, cqPage = cq.page, ciRecord = cq.ciRecord;
         key = host.createPhysicalMr(pd, kAccessAll);
+        xrcd = static_cast<uint32_t>(host.command(PIB_CMD_ALLOC_XRCD).result);
         createQp(type);
         // Train the link, then configure the port as an SM would.
         pib_core_port_connected(host.core, 1, 1);
@@ -68,21 +71,33 @@ struct Node {
         uint32_t qpn;
         uint64_t sqPage, rqPage;
         uint32_t sqPi, rqPi;
+        uint8_t type;
     };
-    // With an SRQ, the QP has no receive queue of its own.
-    Qp createQp(uint8_t type, std::optional<uint32_t> srqn = std::nullopt) {
+    // With an SRQ, the QP has no receive queue of its own; an XRC INI QP
+    // has none either, an XRC TGT QP no queue at all (objects.hh).
+    Qp createQp(uint8_t qpType, std::optional<uint32_t> srqn = std::nullopt) {
+        type = qpType;
         pib_qp_context qp{};
-        qp.type = type;
+        qp.type = qpType;
+        std::vector<uint64_t> pages;
+        sqPage = rqPage = 0;
+        if (qpType == PIB_QPT_XRC_TGT) {
+            qp.xrcdn = xrcd;
+            qpn = static_cast<uint32_t>(host.commandIn(PIB_CMD_CREATE_QP, 0, qp).result);
+            expect(qpn >= PIB_FIRST_QPN, "CREATE_QP XRC TGT");
+            sqPi = rqPi = 0;
+            return current();
+        }
         qp.pdn = pd;
         qp.send_cqn = qp.recv_cqn = cqn;
         qp.uar_page = uar;
         qp.port = 1;
         qp.sq_log_wqe_count = kLogSq;
         qp.sq_log_wqe_stride = 7;
-        std::vector<uint64_t> pages;
         qp.sq_buf = host.ring(2, &pages);
         sqPage = pages.front();
-        if (srqn) {
+        if (qpType == PIB_QPT_XRC_INI) {
+        } else if (srqn) {
             qp.flags = PIB_QP_USE_SRQ;
             qp.srqn = *srqn;
             rqPage = 0;
@@ -93,13 +108,14 @@ struct Node {
             rqPage = pages.back();
         }
         qpn = static_cast<uint32_t>(host.commandIn(PIB_CMD_CREATE_QP, 0, qp).result);
-        expect(qpn >= PIB_FIRST_QPN || type == PIB_QPT_SMI || type == PIB_QPT_GSI, "CREATE_QP");
+        expect(qpn >= PIB_FIRST_QPN || qpType == PIB_QPT_SMI || qpType == PIB_QPT_GSI, "CREATE_QP");
         sqPi = rqPi = 0;
         return current();
     }
-    Qp current() const { return {qpn, sqPage, rqPage, sqPi, rqPi}; }
+    Qp current() const { return {qpn, sqPage, rqPage, sqPi, rqPi, type}; }
     void use(const Qp &q) {
         qpn = q.qpn, sqPage = q.sqPage, rqPage = q.rqPage, sqPi = q.sqPi, rqPi = q.rqPi;
+        type = q.type;
     }
 
     void portInfoSet(const std::function<void(iba::Mad &)> &fill) {
@@ -139,7 +155,7 @@ struct Node {
         modify(a);
         a = {};
         a.attr_mask = PIB_QP_STATE | PIB_QP_AV | PIB_QP_PATH_MTU | PIB_QP_DEST_QPN | PIB_QP_RQ_PSN;
-        if (type == PIB_QPT_RC)
+        if (type == PIB_QPT_RC || type == PIB_QPT_XRC_TGT) // a responder's limits
             a.attr_mask |= PIB_QP_MAX_DEST_RD_ATOMIC | PIB_QP_MIN_RNR_TIMER;
         a.qp_state = PIB_QPS_RTR;
         a.av.dlid = peerLid;
@@ -152,9 +168,11 @@ struct Node {
         modify(a);
         a = {};
         a.attr_mask = PIB_QP_STATE | PIB_QP_SQ_PSN;
-        if (type == PIB_QPT_RC)
+        if (type == PIB_QPT_RC || type == PIB_QPT_XRC_INI) // a requester's
             a.attr_mask |=
                 PIB_QP_TIMEOUT | PIB_QP_RETRY_CNT | PIB_QP_RNR_RETRY | PIB_QP_MAX_QP_RD_ATOMIC;
+        else if (type == PIB_QPT_XRC_TGT)
+            a.attr_mask |= PIB_QP_TIMEOUT;
         a.qp_state = PIB_QPS_RTS;
         a.sq_psn = o.sqPsn;
         a.timeout = o.timeout;
@@ -184,6 +202,7 @@ struct Node {
         uint8_t flags = PIB_WQE_SIGNALED;
         uint32_t lkey = 0; // 0: the node's MR
         uint32_t rkey = 0; // 0: the node's own key (the peer's MR has the same)
+        uint32_t srqn = 0; // XRC INI: the remote XRC SRQ
     };
 
     // Writes a send WQE; rings the doorbell unless told not to.
@@ -195,6 +214,10 @@ struct Node {
         ctrl.flags = s.flags;
         ctrl.imm = s.imm;
         uint64_t at = slot + 16;
+        if (type == PIB_QPT_XRC_INI) {
+            host.poke(at, pib_wqe_xrc{s.srqn, {}});
+            at += 16;
+        }
         if (s.opcode != PIB_WR_SEND && s.opcode != PIB_WR_SEND_IMM && s.opcode != PIB_WR_SEND_INV) {
             host.poke(at, pib_wqe_raddr{s.remote, s.rkey ? s.rkey : key, 0});
             at += 16;
@@ -238,9 +261,14 @@ struct Node {
         ctrl.opcode = opcode;
         ctrl.flags = flags;
         ctrl.imm = imm;
-        ctrl.num_ds = static_cast<uint8_t>(1 + size / 16);
+        uint64_t at = slot + 16;
+        if (type == PIB_QPT_XRC_INI) {
+            host.poke(at, pib_wqe_xrc{});
+            at += 16;
+        }
+        ctrl.num_ds = static_cast<uint8_t>((at - slot + size) / 16);
         if (size)
-            std::memcpy(host.at(slot + 16), segment, size);
+            std::memcpy(host.at(at), segment, size);
         host.poke(slot, ctrl);
         ring(PIB_DB_SQ, ++sqPi);
     }
@@ -287,6 +315,61 @@ struct Node {
             host.at(addr)[i] = static_cast<uint8_t>(seed + i * 7);
     }
 };
+
+// A driver's SRQ on node `n`: its ring, the WQEs posted (pi) and seen
+// completed (ci). An XRC SRQ is in the node's XRC domain and completes to
+// CQ `cqn`.
+struct Srq {
+    static constexpr unsigned kStride = 6; // 64-byte receive WQEs: one data segment
+    Node &n;
+    uint32_t srqn = 0;
+    uint64_t page = 0;
+    unsigned log = 0;
+    uint32_t pi = 0, ci = 0;
+
+    uint64_t slot(uint32_t i) const { return page + (uint64_t{i & ((1u << log) - 1)} << kStride); }
+    void post(uint64_t wrId, uint64_t buf, uint32_t len = 1024) {
+        n.host.writeRecvWqe(slot(pi), wrId, n.key, buf, len);
+        pib_core_bar_write(n.host.core, PIB_BAR_DOORBELL,
+                           uint64_t{n.uar} * PIB_PAGE_SIZE + PIB_DB_SRQ,
+                           uint64_t{++pi} << 32 | srqn, 8);
+    }
+};
+
+// A ring of 2^log receive WQEs for an SRQ of `n`.
+inline pib_srq_context ringOf(Node &n, unsigned log, uint64_t *page) {
+    pib_srq_context c{};
+    std::vector<uint64_t> pages;
+    c.buf = n.host.ring(std::max(1u, (1u << (log + Srq::kStride)) / PIB_PAGE_SIZE), &pages);
+    c.log_wqe_count = static_cast<uint8_t>(log);
+    c.log_wqe_stride = Srq::kStride;
+    *page = pages.front();
+    return c;
+}
+
+struct XrcSrq {
+    uint32_t xrcd, cqn;
+    uint32_t pd = UINT32_MAX; // UINT32_MAX: the node's PD
+};
+
+inline Srq createSrq(Node &n, unsigned log, std::optional<XrcSrq> xrc = std::nullopt) {
+    Srq s{n};
+    pib_srq_context c = ringOf(n, log, &s.page);
+    c.pdn = n.pd;
+    c.uar_page = n.uar;
+    if (xrc) {
+        c.type = PIB_SRQT_XRC;
+        c.xrcdn = xrc->xrcd;
+        c.cqn = xrc->cqn;
+        if (xrc->pd != UINT32_MAX)
+            c.pdn = xrc->pd;
+    }
+    const auto r = n.host.commandIn(PIB_CMD_CREATE_SRQ, 0, c);
+    expect(r.status == PIB_CMD_STATUS_OK, "CREATE_SRQ");
+    s.srqn = static_cast<uint32_t>(r.result);
+    s.log = log;
+    return s;
+}
 
 // The cable between two nodes. Each packet passes the filter, which may
 // drop it (false), change it, or just look.

@@ -11,46 +11,7 @@ using namespace pib::testing;
 
 namespace {
 
-constexpr unsigned kStride = 6; // 64-byte receive WQEs: one data segment
-
-// A driver's SRQ: its ring, the WQEs posted (pi) and seen completed (ci).
-struct Srq {
-    Node &n;
-    uint32_t srqn = 0;
-    uint64_t page = 0;
-    unsigned log = 0;
-    uint32_t pi = 0, ci = 0;
-
-    uint64_t slot(uint32_t i) const { return page + (uint64_t{i & ((1u << log) - 1)} << kStride); }
-    void post(uint64_t wrId, uint64_t buf) {
-        n.host.writeRecvWqe(slot(pi), wrId, n.key, buf, 1024);
-        pib_core_bar_write(n.host.core, PIB_BAR_DOORBELL,
-                           uint64_t{n.uar} * PIB_PAGE_SIZE + PIB_DB_SRQ,
-                           uint64_t{++pi} << 32 | srqn, 8);
-    }
-};
-
-pib_srq_context ringOf(Node &n, unsigned log, uint64_t *page) {
-    pib_srq_context c{};
-    std::vector<uint64_t> pages;
-    c.buf = n.host.ring(std::max(1u, (1u << (log + kStride)) / PIB_PAGE_SIZE), &pages);
-    c.log_wqe_count = static_cast<uint8_t>(log);
-    c.log_wqe_stride = kStride;
-    *page = pages.front();
-    return c;
-}
-
-Srq createSrq(Node &n, unsigned log) {
-    Srq s{n};
-    pib_srq_context c = ringOf(n, log, &s.page);
-    c.pdn = n.pd;
-    c.uar_page = n.uar;
-    const auto r = n.host.commandIn(PIB_CMD_CREATE_SRQ, 0, c);
-    expect(r.status == PIB_CMD_STATUS_OK, "CREATE_SRQ");
-    s.srqn = static_cast<uint32_t>(r.result);
-    s.log = log;
-    return s;
-}
+constexpr unsigned kStride = Srq::kStride;
 
 } // namespace
 

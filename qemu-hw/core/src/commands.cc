@@ -33,12 +33,12 @@ static pib_dev_cap buildCaps(const pib_core_config &config) {
     c.vendor_id = PIB_PCI_VENDOR_ID;
     c.vendor_part_id = PIB_PCI_DEVICE_ID;
     c.hw_version = PIB_PCI_REVISION;
-    c.device_cap_flags = PIB_DEV_CAP_RC | PIB_DEV_CAP_UC | PIB_DEV_CAP_UD | PIB_DEV_CAP_SRQ |
-                         PIB_DEV_CAP_RNR_NAK_GEN | PIB_DEV_CAP_SYS_IMAGE_GUID |
-                         PIB_DEV_CAP_PORT_ACTIVE_EVENT | PIB_DEV_CAP_BAD_PKEY_CNTR |
-                         PIB_DEV_CAP_BAD_QKEY_CNTR | PIB_DEV_CAP_MEM_MGT_EXTENSIONS |
-                         PIB_DEV_CAP_MEM_WINDOW | PIB_DEV_CAP_MEM_WINDOW_TYPE_2B |
-                         PIB_DEV_CAP_RESIZE_CQ | PIB_DEV_CAP_RESIZE_SRQ | PIB_DEV_CAP_CQE_TIMESTAMP;
+    c.device_cap_flags =
+        PIB_DEV_CAP_RC | PIB_DEV_CAP_UC | PIB_DEV_CAP_UD | PIB_DEV_CAP_SRQ |
+        PIB_DEV_CAP_RNR_NAK_GEN | PIB_DEV_CAP_SYS_IMAGE_GUID | PIB_DEV_CAP_PORT_ACTIVE_EVENT |
+        PIB_DEV_CAP_BAD_PKEY_CNTR | PIB_DEV_CAP_BAD_QKEY_CNTR | PIB_DEV_CAP_MEM_MGT_EXTENSIONS |
+        PIB_DEV_CAP_MEM_WINDOW | PIB_DEV_CAP_MEM_WINDOW_TYPE_2B | PIB_DEV_CAP_RESIZE_CQ |
+        PIB_DEV_CAP_RESIZE_SRQ | PIB_DEV_CAP_CQE_TIMESTAMP | PIB_DEV_CAP_XRC;
     c.max_qp = kMaxQp;
     c.max_qp_wr = 1u << kLogMaxQpWr;
     c.max_send_sge = kMaxSge;
@@ -70,6 +70,7 @@ static pib_dev_cap buildCaps(const pib_core_config &config) {
     c.max_fast_reg_pages = kMaxFastRegPages;
     c.max_mw = kMaxMw;
     c.hca_core_clock_khz = kCoreClockKhz;
+    c.max_xrcd = kMaxXrcd;
     return c;
 }
 
@@ -116,6 +117,8 @@ const CommandProcessor::CommandSpec CommandProcessor::kCommands[] = {
     {PIB_CMD_FREE_UAR, "FREE_UAR", false, &CommandProcessor::freeUar},
     {PIB_CMD_ALLOC_PD, "ALLOC_PD", false, &CommandProcessor::allocPd},
     {PIB_CMD_DEALLOC_PD, "DEALLOC_PD", false, &CommandProcessor::deallocPd},
+    {PIB_CMD_ALLOC_XRCD, "ALLOC_XRCD", false, &CommandProcessor::allocXrcd},
+    {PIB_CMD_DEALLOC_XRCD, "DEALLOC_XRCD", false, &CommandProcessor::deallocXrcd},
     {PIB_CMD_ALLOC_MTT, "ALLOC_MTT", false, &CommandProcessor::allocMtt},
     {PIB_CMD_FREE_MTT, "FREE_MTT", false, &CommandProcessor::freeMtt},
     {PIB_CMD_WRITE_MTT, "WRITE_MTT", false, &CommandProcessor::writeMtt},
@@ -335,6 +338,26 @@ CommandOutcome CommandProcessor::deallocPd(const Command &cmd) {
         return fail(PIB_CMD_STATUS_BUSY, err::kCmdBusy, "DEALLOC_PD of PD %u used by %u objects",
                     cmd.modifier, pd->refs);
     objects_.pds.erase(cmd.modifier);
+    return {};
+}
+
+CommandOutcome CommandProcessor::allocXrcd(const Command &) {
+    const auto number = objects_.xrcds.insert(std::make_unique<XrcDomain>());
+    if (!number)
+        return fail(PIB_CMD_STATUS_NO_RESOURCES, err::kCmdNoResources, "all %u XRC domains in use",
+                    objects_.xrcds.capacity());
+    return {PIB_CMD_STATUS_OK, *number};
+}
+
+CommandOutcome CommandProcessor::deallocXrcd(const Command &cmd) {
+    XrcDomain *xrcd = objects_.xrcds.find(cmd.modifier);
+    if (!xrcd)
+        return fail(PIB_CMD_STATUS_BAD_INDEX, err::kCmdBadIndex, "DEALLOC_XRCD of XRCD %u",
+                    cmd.modifier);
+    if (xrcd->refs)
+        return fail(PIB_CMD_STATUS_BUSY, err::kCmdBusy,
+                    "DEALLOC_XRCD of XRCD %u used by %u SRQs and QPs", cmd.modifier, xrcd->refs);
+    objects_.xrcds.erase(cmd.modifier);
     return {};
 }
 

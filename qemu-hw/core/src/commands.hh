@@ -98,6 +98,8 @@ class CommandProcessor {
     CommandOutcome freeUar(const Command &);
     CommandOutcome allocPd(const Command &);
     CommandOutcome deallocPd(const Command &);
+    CommandOutcome allocXrcd(const Command &);
+    CommandOutcome deallocXrcd(const Command &);
     CommandOutcome allocMtt(const Command &);
     CommandOutcome freeMtt(const Command &);
     CommandOutcome writeMtt(const Command &);
@@ -127,6 +129,9 @@ class CommandProcessor {
     CommandOutcome queryCounters(const Command &);
     CommandOutcome createQp(const Command &);
     CommandOutcome checkQpRings(const pib_qp_context &ctx, bool useSrq);
+    CommandOutcome checkQpObjects(const pib_qp_context &ctx);
+    CommandOutcome checkXrcSrq(const pib_srq_context &ctx);
+    void holdQpObjects(const pib_qp_context &ctx, int delta);
     CommandOutcome destroyQp(const Command &);
     CommandOutcome modifyQp(const Command &);
     CommandOutcome queryQp(const Command &);

@@ -15,7 +15,7 @@ namespace {
 
 bool validType(uint8_t type) {
     return type == PIB_QPT_SMI || type == PIB_QPT_GSI || type == PIB_QPT_RC || type == PIB_QPT_UC ||
-           type == PIB_QPT_UD;
+           type == PIB_QPT_UD || type == PIB_QPT_XRC_INI || type == PIB_QPT_XRC_TGT;
 }
 
 bool validStride(uint8_t log_stride) {
@@ -27,61 +27,110 @@ constexpr uint8_t kMigMigrated = 0; // IBA APM state: no alternate path armed
 
 } // namespace
 
-// The SQ's and RQ's geometry, and their rings in the MTT; with an SRQ the
-// QP has no RQ at all.
+// The SQ's and RQ's geometry, and their rings in the MTT. A QP with an
+// SRQ has no RQ at all, an XRC INI QP neither, an XRC TGT QP no queue.
 CommandOutcome CommandProcessor::checkQpRings(const pib_qp_context &ctx, bool useSrq) {
-    if (ctx.sq_log_wqe_count > limits::kLogMaxQpWr || !validStride(ctx.sq_log_wqe_stride))
+    if (!hasSendQueue(ctx.type)) {
+        if (ctx.sq_buf.npages || ctx.sq_log_wqe_count || ctx.sq_log_wqe_stride)
+            return fail(PIB_CMD_STATUS_BAD_PARAM, err::kCmdBadParam,
+                        "CREATE_QP XRC TGT QP with an SQ");
+    } else if (ctx.sq_log_wqe_count > limits::kLogMaxQpWr || !validStride(ctx.sq_log_wqe_stride)) {
         return fail(PIB_CMD_STATUS_BAD_PARAM, err::kCmdBadParam,
                     "CREATE_QP SQ of 2^%u WQEs of 2^%u bytes", ctx.sq_log_wqe_count,
                     ctx.sq_log_wqe_stride);
-    if (!validRing(ctx.sq_buf, ringPages(ctx.sq_log_wqe_count, ctx.sq_log_wqe_stride)))
+    } else if (!validRing(ctx.sq_buf, ringPages(ctx.sq_log_wqe_count, ctx.sq_log_wqe_stride))) {
         return fail(PIB_CMD_STATUS_BAD_PARAM, err::kCmdBadRing,
                     "CREATE_QP SQ ring of %u pages at MTT %u", ctx.sq_buf.npages,
                     ctx.sq_buf.mtt_index);
-    if (useSrq) {
-        if (ctx.rq_buf.npages || ctx.rq_log_wqe_count || ctx.rq_log_wqe_stride)
-            return fail(PIB_CMD_STATUS_BAD_PARAM, err::kCmdBadParam,
-                        "CREATE_QP with an SRQ and an RQ");
-    } else {
-        if (ctx.rq_log_wqe_count > limits::kLogMaxQpWr || !validStride(ctx.rq_log_wqe_stride))
-            return fail(PIB_CMD_STATUS_BAD_PARAM, err::kCmdBadParam,
-                        "CREATE_QP RQ of 2^%u WQEs of 2^%u bytes", ctx.rq_log_wqe_count,
-                        ctx.rq_log_wqe_stride);
-        if (!validRing(ctx.rq_buf, ringPages(ctx.rq_log_wqe_count, ctx.rq_log_wqe_stride)))
-            return fail(PIB_CMD_STATUS_BAD_PARAM, err::kCmdBadRing,
-                        "CREATE_QP RQ ring of %u pages at MTT %u", ctx.rq_buf.npages,
-                        ctx.rq_buf.mtt_index);
     }
+    if (useSrq || !hasReceiveSide(ctx.type)) {
+        if (ctx.rq_buf.npages || ctx.rq_log_wqe_count || ctx.rq_log_wqe_stride)
+            return fail(PIB_CMD_STATUS_BAD_PARAM, err::kCmdBadParam, "CREATE_QP with %s and an RQ",
+                        useSrq ? "an SRQ" : "no receive side (XRC)");
+        return {};
+    }
+    if (ctx.rq_log_wqe_count > limits::kLogMaxQpWr || !validStride(ctx.rq_log_wqe_stride))
+        return fail(PIB_CMD_STATUS_BAD_PARAM, err::kCmdBadParam,
+                    "CREATE_QP RQ of 2^%u WQEs of 2^%u bytes", ctx.rq_log_wqe_count,
+                    ctx.rq_log_wqe_stride);
+    if (!validRing(ctx.rq_buf, ringPages(ctx.rq_log_wqe_count, ctx.rq_log_wqe_stride)))
+        return fail(PIB_CMD_STATUS_BAD_PARAM, err::kCmdBadRing,
+                    "CREATE_QP RQ ring of %u pages at MTT %u", ctx.rq_buf.npages,
+                    ctx.rq_buf.mtt_index);
     return {};
+}
+
+// The objects a QP of its type is built on must exist (objects.hh says
+// which): its PD, CQs, doorbell page, basic SRQ, or an XRC TGT QP's domain.
+CommandOutcome CommandProcessor::checkQpObjects(const pib_qp_context &ctx) {
+    const bool useSrq = ctx.flags & PIB_QP_USE_SRQ;
+    const SharedReceiveQueue *srq = useSrq ? objects_.srqs.find(ctx.srqn) : nullptr;
+    const char *missing = nullptr;
+    if (ctx.type == PIB_QPT_XRC_TGT) {
+        if (!objects_.xrcds.find(ctx.xrcdn))
+            missing = "XRCD";
+    } else if (!objects_.pds.find(ctx.pdn)) {
+        missing = "PD";
+    } else if (!objects_.cqs.find(ctx.send_cqn)) {
+        missing = "send CQ";
+    } else if (hasReceiveSide(ctx.type) && !objects_.cqs.find(ctx.recv_cqn)) {
+        missing = "receive CQ";
+    } else if (!objects_.uars.find(ctx.uar_page)) {
+        missing = "doorbell page";
+    } else if (useSrq && (!srq || srq->isXrc())) {
+        missing = "basic SRQ";
+    }
+    if (missing)
+        return fail(PIB_CMD_STATUS_BAD_INDEX, err::kCmdBadIndex,
+                    "CREATE_QP type %u with PD %u, CQs %u/%u, SRQ %s%u, doorbell page %u, XRCD "
+                    "%u: %s missing",
+                    ctx.type, ctx.pdn, ctx.send_cqn, ctx.recv_cqn, useSrq ? "" : "(none) ",
+                    ctx.srqn, ctx.uar_page, ctx.xrcdn, missing);
+    return {};
+}
+
+// Takes (+1) or gives back (-1) a QP's hold on what it is built on.
+void CommandProcessor::holdQpObjects(const pib_qp_context &ctx, int delta) {
+    const auto adjust = [delta](Referenced *o) { o->refs += static_cast<uint32_t>(delta); };
+    if (ctx.type == PIB_QPT_XRC_TGT) {
+        adjust(objects_.xrcds.find(ctx.xrcdn));
+        return;
+    }
+    adjust(objects_.pds.find(ctx.pdn));
+    adjust(objects_.cqs.find(ctx.send_cqn));
+    adjust(objects_.uars.find(ctx.uar_page));
+    const auto ring = [&](const pib_buf_desc &buf) {
+        if (delta > 0)
+            objects_.mtt.hold(buf.mtt_index);
+        else
+            objects_.mtt.unhold(buf.mtt_index);
+    };
+    ring(ctx.sq_buf);
+    if (!hasReceiveSide(ctx.type))
+        return;
+    adjust(objects_.cqs.find(ctx.recv_cqn));
+    if (ctx.flags & PIB_QP_USE_SRQ)
+        adjust(objects_.srqs.find(ctx.srqn));
+    else
+        ring(ctx.rq_buf);
 }
 
 CommandOutcome CommandProcessor::createQp(const Command &cmd) {
     pib_qp_context ctx;
     if (!readMailbox(cmd, ctx))
         return mailboxFailed();
-    if (!validType(ctx.type) || ctx.flags & ~(PIB_QP_SIGNAL_ALL | PIB_QP_USE_SRQ))
-        return fail(PIB_CMD_STATUS_BAD_PARAM, err::kCmdBadParam, "CREATE_QP type %u flags 0x%x",
-                    ctx.type, ctx.flags);
+    if (!validType(ctx.type) || ctx.flags & ~(PIB_QP_SIGNAL_ALL | PIB_QP_USE_SRQ) ||
+        (isXrcType(ctx.type) && ctx.flags & PIB_QP_USE_SRQ) ||
+        (ctx.type != PIB_QPT_XRC_TGT && ctx.xrcdn))
+        return fail(PIB_CMD_STATUS_BAD_PARAM, err::kCmdBadParam,
+                    "CREATE_QP type %u flags 0x%x XRCD %u", ctx.type, ctx.flags, ctx.xrcdn);
     const bool special = ctx.type == PIB_QPT_SMI || ctx.type == PIB_QPT_GSI;
     const bool useSrq = ctx.flags & PIB_QP_USE_SRQ;
     if (special && (useSrq || !ports_.find(ctx.port)))
         return fail(PIB_CMD_STATUS_BAD_PARAM, err::kCmdBadParam,
                     "CREATE_QP special QP on port %u%s", ctx.port, useSrq ? " with an SRQ" : "");
-    ProtectionDomain *pd = objects_.pds.find(ctx.pdn);
-    CompletionQueue *scq = objects_.cqs.find(ctx.send_cqn);
-    CompletionQueue *rcq = objects_.cqs.find(ctx.recv_cqn);
-    SharedReceiveQueue *srq = useSrq ? objects_.srqs.find(ctx.srqn) : nullptr;
-    DoorbellPage *uar = objects_.uars.find(ctx.uar_page);
-    if (!pd || !scq || !rcq || !uar || (useSrq && !srq))
-        return fail(PIB_CMD_STATUS_BAD_INDEX, err::kCmdBadIndex,
-                    "CREATE_QP with PD %u, CQs %u/%u, SRQ %s%u, doorbell page %u: %s missing",
-                    ctx.pdn, ctx.send_cqn, ctx.recv_cqn, useSrq ? "" : "(none) ", ctx.srqn,
-                    ctx.uar_page,
-                    !pd    ? "PD"
-                    : !scq ? "send CQ"
-                    : !rcq ? "receive CQ"
-                    : !uar ? "doorbell page"
-                           : "SRQ");
+    if (const CommandOutcome bad = checkQpObjects(ctx); bad.status != PIB_CMD_STATUS_OK)
+        return bad;
     if (const CommandOutcome bad = checkQpRings(ctx, useSrq); bad.status != PIB_CMD_STATUS_OK)
         return bad;
 
@@ -105,29 +154,12 @@ CommandOutcome CommandProcessor::createQp(const Command &cmd) {
         qpn = *number;
     }
     objects_.findQp(qpn)->number = qpn;
-    ++pd->refs;
-    ++scq->refs;
-    ++rcq->refs;
-    ++uar->refs;
-    if (srq)
-        ++srq->refs;
-    objects_.mtt.hold(ctx.sq_buf.mtt_index);
-    if (!useSrq)
-        objects_.mtt.hold(ctx.rq_buf.mtt_index);
+    holdQpObjects(ctx, +1);
     return {PIB_CMD_STATUS_OK, qpn};
 }
 
 void CommandProcessor::releaseQp(QueuePair &qp) {
-    const pib_qp_context &ctx = qp.ctx;
-    --objects_.pds.find(ctx.pdn)->refs;
-    --objects_.cqs.find(ctx.send_cqn)->refs;
-    --objects_.cqs.find(ctx.recv_cqn)->refs;
-    --objects_.uars.find(ctx.uar_page)->refs;
-    objects_.mtt.unhold(ctx.sq_buf.mtt_index);
-    if (ctx.flags & PIB_QP_USE_SRQ)
-        --objects_.srqs.find(ctx.srqn)->refs;
-    else
-        objects_.mtt.unhold(ctx.rq_buf.mtt_index);
+    holdQpObjects(qp.ctx, -1);
 }
 
 CommandOutcome CommandProcessor::destroyQp(const Command &cmd) {

@@ -204,6 +204,8 @@ CommandOutcome CommandProcessor::createSrq(const Command &cmd) {
                     "CREATE_SRQ ring of %u pages at MTT %u (needs %" PRIu64 " allocated)",
                     ctx.buf.npages, ctx.buf.mtt_index,
                     ringPages(ctx.log_wqe_count, ctx.log_wqe_stride));
+    if (const CommandOutcome bad = checkXrcSrq(ctx); bad.status != PIB_CMD_STATUS_OK)
+        return bad;
     auto srq = std::make_unique<SharedReceiveQueue>();
     ctx.wqe_count = 0;
     srq->ctx = ctx;
@@ -213,8 +215,30 @@ CommandOutcome CommandProcessor::createSrq(const Command &cmd) {
                     objects_.srqs.capacity());
     ++pd->refs;
     ++uar->refs;
+    if (ctx.type == PIB_SRQT_XRC) {
+        ++objects_.xrcds.find(ctx.xrcdn)->refs;
+        ++objects_.cqs.find(ctx.cqn)->refs;
+    }
     objects_.mtt.hold(ctx.buf.mtt_index);
     return {PIB_CMD_STATUS_OK, *srqn};
+}
+
+// An XRC SRQ belongs to an XRC domain and completes to a CQ of its own;
+// a basic SRQ names neither (its QPs' CQs take its completions).
+CommandOutcome CommandProcessor::checkXrcSrq(const pib_srq_context &ctx) {
+    if (ctx.type == PIB_SRQT_BASIC) {
+        if (ctx.xrcdn || ctx.cqn)
+            return fail(PIB_CMD_STATUS_BAD_PARAM, err::kCmdBadParam,
+                        "CREATE_SRQ basic SRQ with XRCD %u and CQ %u", ctx.xrcdn, ctx.cqn);
+        return {};
+    }
+    if (ctx.type != PIB_SRQT_XRC)
+        return fail(PIB_CMD_STATUS_BAD_PARAM, err::kCmdBadParam, "CREATE_SRQ of type %u", ctx.type);
+    if (!objects_.xrcds.find(ctx.xrcdn) || !objects_.cqs.find(ctx.cqn))
+        return fail(PIB_CMD_STATUS_BAD_INDEX, err::kCmdBadIndex,
+                    "CREATE_SRQ XRC SRQ in XRCD %u completing to CQ %u: %s missing", ctx.xrcdn,
+                    ctx.cqn, objects_.xrcds.find(ctx.xrcdn) ? "CQ" : "XRCD");
+    return {};
 }
 
 CommandOutcome CommandProcessor::destroySrq(const Command &cmd) {
@@ -227,6 +251,10 @@ CommandOutcome CommandProcessor::destroySrq(const Command &cmd) {
                     cmd.modifier, srq->refs);
     --objects_.pds.find(srq->ctx.pdn)->refs;
     --objects_.uars.find(srq->ctx.uar_page)->refs;
+    if (srq->isXrc()) {
+        --objects_.xrcds.find(srq->ctx.xrcdn)->refs;
+        --objects_.cqs.find(srq->ctx.cqn)->refs;
+    }
     objects_.mtt.unhold(srq->ctx.buf.mtt_index);
     objects_.srqs.erase(cmd.modifier);
     return {};

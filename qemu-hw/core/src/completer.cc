@@ -135,7 +135,7 @@ void DataPath::ackUpTo(uint32_t qpn, QueuePair &qp, uint32_t psn) {
 void DataPath::onResponse(uint32_t qpn, QueuePair &qp, const iba::Packet &packet) {
     Requester &r = qp.req;
     const uint8_t state = qp.attr.qp_state;
-    if (qp.ctx.type != PIB_QPT_RC || (state != PIB_QPS_RTS && state != PIB_QPS_SQD) ||
+    if (!isReliableRequester(qp.ctx.type) || (state != PIB_QPS_RTS && state != PIB_QPS_SQD) ||
         r.outstanding.empty())
         return; // nothing asked: a late or stray response
     const uint32_t psn = packet.bth.psn;

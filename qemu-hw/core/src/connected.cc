@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: GPL-2.0-or-later
-// What the RC and UC requester and responder share: the headers of a
+// What the RC, UC and XRC requester and responder share: the headers of a
 // connected QP's packets, the way out (the port, or straight back in when
 // the destination is this port), and the way in.
 #include <cinttypes>
@@ -56,7 +56,14 @@ void DataPath::deliverConnected(unsigned number, const iba::Packet &packet) {
     const uint32_t qpn = packet.bth.destQp;
     QueuePair *qp = qpn >= PIB_FIRST_QPN ? objects_.findQp(qpn) : nullptr;
     const uint8_t transport = packet.bth.opcode & 0xe0;
-    const uint8_t wanted = transport == iba::kTransportRc ? PIB_QPT_RC : PIB_QPT_UC;
+    const uint8_t op = packet.bth.opcode & 0x1f;
+    const bool response = transport != iba::kTransportUc && op >= iba::kReadResponseFirst &&
+                          op <= iba::kAtomicAcknowledge;
+    // XRC requests go to the target half, responses to the initiator.
+    const uint8_t wanted = transport == iba::kTransportRc ? PIB_QPT_RC
+                           : transport == iba::kTransportUc
+                               ? PIB_QPT_UC
+                               : (response ? PIB_QPT_XRC_INI : PIB_QPT_XRC_TGT);
     if (!qp || qp->ctx.type != wanted || qp->attr.port_num != number ||
         qp->attr.qp_state < PIB_QPS_RTR) {
         trace::err_rc_no_qp(host_, number, qpn);
@@ -74,9 +81,6 @@ void DataPath::deliverConnected(unsigned number, const iba::Packet &packet) {
         trace::err_rc_wrong_peer(host_, qpn, packet.lrh.slid, qp->attr.av.dlid);
         return;
     }
-    const uint8_t op = packet.bth.opcode & 0x1f;
-    const bool response = transport == iba::kTransportRc && op >= iba::kReadResponseFirst &&
-                          op <= iba::kAtomicAcknowledge;
     if (response)
         onResponse(qpn, *qp, packet);
     else

@@ -56,8 +56,9 @@ struct SendWqe {
     uint32_t rkey = 0;
     uint64_t swapAdd = 0;
     uint64_t compare = 0;
-    pib_wqe_reg_mr reg{};   // REG_MR
-    pib_wqe_bind_mw bind{}; // BIND_MW
+    pib_wqe_reg_mr reg{};    // REG_MR
+    pib_wqe_bind_mw bind{};  // BIND_MW
+    uint32_t remoteSrqn = 0; // XRC INI: the XRC SRQ its XRCETH names
     std::vector<pib_wqe_data> sges;
     std::vector<uint8_t> inlineData;
     uint32_t length = 0;                  // bytes of the message
@@ -127,6 +128,7 @@ struct ReplayEntry {
     uint64_t va = 0;
     uint32_t rkey = 0;
     uint32_t length = 0;
+    uint32_t pdn = 0;      // READ: the PD its R_Key is checked in
     uint64_t original = 0; // atomic: the value before the operation
 };
 
@@ -161,6 +163,9 @@ struct Responder {
     uint64_t writeVa = 0;
     uint32_t writeRkey = 0;
     uint32_t writeLength = 0;
+    // XRC TGT: the XRC SRQ the request in progress goes to, and its PD.
+    uint32_t xrcSrqn = 0;
+    uint32_t xrcPdn = 0;
     std::deque<ReplayEntry> replay; // at most max_dest_rd_atomic, oldest first
     // What is owed and not yet sent: at most max_dest_rd_atomic READs and
     // atomics, and one ACK (ACKs are cumulative: a later one replaces it).

@@ -96,10 +96,16 @@ void DataPath::doorbell(uint32_t page, uint32_t offset, uint64_t value) {
     case PIB_DB_SQ:
     case PIB_DB_RQ: {
         QueuePair *qp = objects_.findQp(number);
-        if (!qp || qp->ctx.uar_page != page) {
+        // An XRC TGT QP has no queue to ring (and belongs to no page); an
+        // XRC INI QP no receive queue.
+        const bool hasQueue =
+            qp && (offset == PIB_DB_SQ ? hasSendQueue(qp->ctx.type) : hasReceiveSide(qp->ctx.type));
+        if (!qp || qp->ctx.uar_page != page || !hasQueue) {
             host_.guestError(err::kDoorbellBadObject, "%s doorbell of QP %u on page %u, which %s",
                              offset == PIB_DB_SQ ? "SQ" : "RQ", number, page,
-                             qp ? "belongs to another page" : "does not exist");
+                             !qp                        ? "does not exist"
+                             : qp->ctx.uar_page != page ? "belongs to another page"
+                                                        : "has no such queue");
             return;
         }
         if (offset == PIB_DB_SQ) {

@@ -86,7 +86,8 @@ class DataPath final : public SubnetSender, public ScheduledEngine {
     void deliverMulticast(unsigned port, const iba::Packet &packet, uint32_t senderQpn);
     void receiveDatagram(unsigned port, const iba::Packet &packet, uint32_t qpn, QueuePair &qp,
                          uint16_t pkeyIndex);
-    // Takes the next receive WQE of `qp` (RQ or SRQ).
+    // Takes the next receive WQE of `qp` (RQ or SRQ; an XRC TGT QP's from
+    // the XRC SRQ its request names).
     bool takeReceiveWqe(uint32_t qpn, QueuePair &qp, Wqe &wqe, uint16_t *index, uint8_t *status);
 
     // The connected transports: requester.cc, completer.cc, responder.cc,
@@ -120,8 +121,12 @@ class DataPath final : public SubnetSender, public ScheduledEngine {
     void scheduleQpTimer(uint32_t qpn, QueuePair &qp);
     void armDeviceTimer();
     void sendAck(QueuePair &qp, uint32_t psn, uint8_t syndrome);
-    bool remoteRange(const QueuePair &qp, uint32_t rkey, uint64_t va, uint64_t len, uint32_t access,
-                     std::vector<Segment> &out);
+    bool remoteRange(const QueuePair &qp, uint32_t pdn, uint32_t rkey, uint64_t va, uint64_t len,
+                     uint32_t access, std::vector<Segment> &out);
+    uint32_t requestPd(const QueuePair &qp) const;
+    uint32_t receiveCq(const QueuePair &qp) const;
+    bool selectXrcSrq(uint32_t qpn, QueuePair &qp, const iba::Packet &packet, bool startsMessage);
+    void markSrqReceive(const QueuePair &qp, pib_cqe &cqe) const;
     void responderError(uint32_t qpn, QueuePair &qp, uint32_t psn, uint8_t nakCode,
                         uint8_t wcStatus, const char *why);
     bool claimReceiveWqe(uint32_t qpn, QueuePair &qp);

@@ -173,8 +173,10 @@ void DataPath::portReceive(unsigned number, std::span<const uint8_t> bytes) {
 // it is well formed.
 bool DataPath::takeReceiveWqe(uint32_t qpn, QueuePair &qp, Wqe &wqe, uint16_t *index,
                               uint8_t *status) {
-    if (qp.ctx.flags & PIB_QP_USE_SRQ) {
-        SharedReceiveQueue *srq = objects_.srqs.find(qp.ctx.srqn);
+    const bool xrc = qp.ctx.type == PIB_QPT_XRC_TGT;
+    if (xrc || qp.ctx.flags & PIB_QP_USE_SRQ) {
+        const uint32_t srqn = xrc ? qp.resp.xrcSrqn : qp.ctx.srqn;
+        SharedReceiveQueue *srq = objects_.srqs.find(srqn);
         if (!srq || srq->consumer == srq->producer)
             return false;
         *index = static_cast<uint16_t>(srq->consumer);
@@ -184,7 +186,7 @@ bool DataPath::takeReceiveWqe(uint32_t qpn, QueuePair &qp, Wqe &wqe, uint16_t *i
         const uint32_t left = srq->producer - srq->consumer;
         if (srq->ctx.limit && left < srq->ctx.limit) {
             srq->ctx.limit = 0; // fires once, until armed again
-            events_.postAsyncEvent(PIB_ASYNC_SRQ_LIMIT, qp.ctx.srqn);
+            events_.postAsyncEvent(PIB_ASYNC_SRQ_LIMIT, srqn);
         }
         return true;
     }
@@ -344,6 +346,7 @@ void DataPath::receiveDatagram(unsigned number, const iba::Packet &packet, uint3
         cqe.imm = __builtin_bswap32(*packet.imm);
         cqe.flags |= PIB_CQE_WITH_IMM;
     }
+    markSrqReceive(qp, cqe);
     events_.postCqe(qp.ctx.recv_cqn, cqe, packet.bth.solicited);
 }
 

@@ -18,7 +18,7 @@ const char *qpStateName(uint8_t state) {
 }
 
 const char *qpTypeName(uint8_t type) {
-    static constexpr const char *kNames[] = {"SMI", "GSI", "RC", "UC", "UD"};
+    static constexpr const char *kNames[] = {"SMI", "GSI", "RC", "UC", "UD", "XRC_INI", "XRC_TGT"};
     return type < std::size(kNames) ? kNames[type] : "?";
 }
 
@@ -179,8 +179,10 @@ Json Inspector::qpSummary(uint32_t qpn, const QueuePair &q) const {
            {"sq", queue(q.sq.producer, q.sq.consumer, 1u << q.ctx.sq_log_wqe_count)}};
     if (srq)
         j["srq"] = q.ctx.srqn;
-    else
+    else if (hasReceiveSide(q.ctx.type))
         j["rq"] = queue(q.rq.producer, q.rq.consumer, 1u << q.ctx.rq_log_wqe_count);
+    if (q.ctx.type == PIB_QPT_XRC_TGT)
+        j["xrcd"] = q.ctx.xrcdn;
     return j;
 }
 
@@ -228,10 +230,15 @@ Json Inspector::qp(uint32_t qpn, const QueuePair &q) const {
 }
 
 Json Inspector::srq(uint32_t srqn, const SharedReceiveQueue &q) const {
-    return Json{{"srqn", srqn},
-                {"pd", q.ctx.pdn},
-                {"queue", queue(q.producer, q.consumer, 1u << q.ctx.log_wqe_count)},
-                {"limit", q.ctx.limit}};
+    Json j{{"srqn", srqn},
+           {"pd", q.ctx.pdn},
+           {"queue", queue(q.producer, q.consumer, 1u << q.ctx.log_wqe_count)},
+           {"limit", q.ctx.limit}};
+    if (q.isXrc()) {
+        j["xrcd"] = q.ctx.xrcdn;
+        j["cq"] = q.ctx.cqn;
+    }
+    return j;
 }
 
 Json Inspector::mr(uint32_t, const MemoryRegion &m) const {

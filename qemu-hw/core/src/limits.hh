@@ -14,6 +14,7 @@ inline constexpr uint32_t kLogMaxCqe = 16;
 inline constexpr uint32_t kMaxMr = 65536;
 inline constexpr uint32_t kMaxMw = 65536;
 inline constexpr uint32_t kMaxPd = 65536;
+inline constexpr uint32_t kMaxXrcd = 65536;
 inline constexpr uint32_t kMaxRdAtom = 16;
 inline constexpr uint32_t kMaxSrq = 4096;
 inline constexpr uint32_t kLogMaxSrqWr = 14;

@@ -6,15 +6,17 @@
 namespace pib {
 
 ObjectTables::ObjectTables(const pib_core_config &config)
-    : uars(config.doorbell_pages), pds(limits::kMaxPd), mtt(limits::kMaxMtt), eqs(limits::kMaxEq),
-      cqs(limits::kMaxCq), mrs(limits::kMaxMr, 1), mws(limits::kMaxMw, limits::kMaxMr + 1),
-      srqs(limits::kMaxSrq), qps(limits::kMaxQp, PIB_FIRST_QPN),
+    : uars(config.doorbell_pages), pds(limits::kMaxPd), xrcds(limits::kMaxXrcd),
+      mtt(limits::kMaxMtt), eqs(limits::kMaxEq), cqs(limits::kMaxCq), mrs(limits::kMaxMr, 1),
+      mws(limits::kMaxMw, limits::kMaxMr + 1), srqs(limits::kMaxSrq),
+      qps(limits::kMaxQp, PIB_FIRST_QPN),
       multicast(
           {limits::kMaxMcastGroups, limits::kMaxMcastQpAttach, limits::kMaxTotalMcastQpAttach}) {}
 
 void ObjectTables::clear() {
     uars.clear();
     pds.clear();
+    xrcds.clear();
     mtt.clear();
     eqs.clear();
     cqs.clear();

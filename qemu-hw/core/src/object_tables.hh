@@ -32,6 +32,7 @@ struct ObjectTables {
 
     ObjectTable<DoorbellPage> uars;
     ObjectTable<ProtectionDomain> pds;
+    ObjectTable<XrcDomain> xrcds;
     Mtt mtt;
     ObjectTable<EventQueue> eqs;
     ObjectTable<CompletionQueue> cqs;

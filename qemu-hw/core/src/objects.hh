@@ -17,6 +17,8 @@ struct Referenced {
 
 struct DoorbellPage : Referenced {};
 struct ProtectionDomain : Referenced {};
+// An XRC domain: its XRC SRQs take the messages its XRC TGT QPs receive.
+struct XrcDomain : Referenced {};
 
 struct EventQueue : Referenced {
     pib_eq_context ctx{};
@@ -58,6 +60,8 @@ struct SharedReceiveQueue : Referenced {
     pib_srq_context ctx{};
     uint32_t producer = 0;
     uint32_t consumer = 0;
+
+    bool isXrc() const { return ctx.type == PIB_SRQT_XRC; }
 };
 
 // Producer and consumer counts of a work queue (from doorbells and the
@@ -85,6 +89,27 @@ struct QueuePair {
 // The datagram QP types: UD, and the special QPs QP0 and QP1.
 inline bool isDatagramType(uint8_t type) {
     return type == PIB_QPT_UD || type == PIB_QPT_SMI || type == PIB_QPT_GSI;
+}
+
+// The QP types of the reliable connected transports: RC, and XRC's two
+// halves, which are RC's requester and responder (IBA A14).
+inline bool isReliableType(uint8_t type) {
+    return type == PIB_QPT_RC || type == PIB_QPT_XRC_INI || type == PIB_QPT_XRC_TGT;
+}
+inline bool isReliableRequester(uint8_t type) {
+    return type == PIB_QPT_RC || type == PIB_QPT_XRC_INI;
+}
+inline bool isXrcType(uint8_t type) {
+    return type == PIB_QPT_XRC_INI || type == PIB_QPT_XRC_TGT;
+}
+// What a QP of each type is built on: an XRC TGT QP has no queue, PD or
+// CQ of its own (its messages go to XRC SRQs); an XRC INI QP no receive
+// side.
+inline bool hasSendQueue(uint8_t type) {
+    return type != PIB_QPT_XRC_TGT;
+}
+inline bool hasReceiveSide(uint8_t type) {
+    return !isXrcType(type);
 }
 
 inline bool isSpecialQp(const QueuePair &qp) {

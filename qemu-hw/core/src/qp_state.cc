@@ -7,7 +7,9 @@ namespace pib {
 
 namespace {
 
-enum Kind { kSpecial, kRc, kUc, kUd };
+// XRC's initiator and target are RC's two halves, with the attributes of
+// the half each has (IBA A14.7, as ib_modify_qp_is_ok has them).
+enum Kind { kSpecial, kRc, kUc, kUd, kXrcIni, kXrcTgt };
 
 Kind kindOf(uint8_t type) {
     switch (type) {
@@ -17,6 +19,10 @@ Kind kindOf(uint8_t type) {
         return kUc;
     case PIB_QPT_UD:
         return kUd;
+    case PIB_QPT_XRC_INI:
+        return kXrcIni;
+    case PIB_QPT_XRC_TGT:
+        return kXrcTgt;
     default:
         return kSpecial; // SMI and GSI
     }
@@ -34,6 +40,8 @@ TransitionRule resetToInit(Kind k) {
     switch (k) {
     case kRc:
     case kUc:
+    case kXrcIni:
+    case kXrcTgt:
         return rule(PIB_QP_PKEY_INDEX | PIB_QP_PORT | kAccess, 0);
     case kUd:
         return rule(PIB_QP_PKEY_INDEX | PIB_QP_PORT | PIB_QP_QKEY, 0);
@@ -47,6 +55,8 @@ TransitionRule initToInit(Kind k) {
     switch (k) {
     case kRc:
     case kUc:
+    case kXrcIni:
+    case kXrcTgt:
         return rule(0, PIB_QP_PKEY_INDEX | PIB_QP_PORT | kAccess);
     case kUd:
         return rule(0, PIB_QP_PKEY_INDEX | PIB_QP_PORT | PIB_QP_QKEY);
@@ -60,9 +70,11 @@ TransitionRule initToRtr(Kind k) {
     constexpr uint32_t connect = PIB_QP_AV | PIB_QP_PATH_MTU | PIB_QP_DEST_QPN | PIB_QP_RQ_PSN;
     switch (k) {
     case kRc:
+    case kXrcTgt:
         return rule(connect | PIB_QP_MAX_DEST_RD_ATOMIC | PIB_QP_MIN_RNR_TIMER,
                     PIB_QP_ALT_PATH | kAccess | PIB_QP_PKEY_INDEX);
     case kUc:
+    case kXrcIni:
         return rule(connect, PIB_QP_ALT_PATH | kAccess | PIB_QP_PKEY_INDEX);
     case kUd:
     case kSpecial:
@@ -77,6 +89,13 @@ TransitionRule rtrToRts(Kind k) {
         return rule(PIB_QP_TIMEOUT | PIB_QP_RETRY_CNT | PIB_QP_RNR_RETRY | PIB_QP_SQ_PSN |
                         PIB_QP_MAX_QP_RD_ATOMIC,
                     PIB_QP_CUR_STATE | kPath | kAccess | PIB_QP_MIN_RNR_TIMER);
+    case kXrcIni:
+        return rule(PIB_QP_TIMEOUT | PIB_QP_RETRY_CNT | PIB_QP_RNR_RETRY | PIB_QP_SQ_PSN |
+                        PIB_QP_MAX_QP_RD_ATOMIC,
+                    PIB_QP_CUR_STATE | kPath | kAccess);
+    case kXrcTgt:
+        return rule(PIB_QP_TIMEOUT | PIB_QP_SQ_PSN,
+                    PIB_QP_CUR_STATE | kPath | kAccess | PIB_QP_MIN_RNR_TIMER);
     case kUc:
         return rule(PIB_QP_SQ_PSN, PIB_QP_CUR_STATE | kPath | kAccess);
     case kUd:
@@ -90,8 +109,10 @@ TransitionRule rtrToRts(Kind k) {
 TransitionRule toRts(Kind k) {
     switch (k) {
     case kRc:
+    case kXrcTgt:
         return rule(0, PIB_QP_CUR_STATE | kPath | kAccess | PIB_QP_MIN_RNR_TIMER);
     case kUc:
+    case kXrcIni:
         return rule(0, PIB_QP_CUR_STATE | kPath | kAccess);
     case kUd:
     case kSpecial:
@@ -103,6 +124,8 @@ TransitionRule toRts(Kind k) {
 TransitionRule sqdToSqd(Kind k) {
     switch (k) {
     case kRc:
+    case kXrcIni:
+    case kXrcTgt:
         return rule(0, PIB_QP_PORT | PIB_QP_AV | PIB_QP_TIMEOUT | PIB_QP_RETRY_CNT |
                            PIB_QP_RNR_RETRY | PIB_QP_MAX_QP_RD_ATOMIC | PIB_QP_MAX_DEST_RD_ATOMIC |
                            kPath | kAccess | PIB_QP_PKEY_INDEX | PIB_QP_MIN_RNR_TIMER);
@@ -122,7 +145,9 @@ TransitionRule sqeToRts(Kind k) {
     case kUd:
     case kSpecial:
         return rule(0, PIB_QP_CUR_STATE | PIB_QP_QKEY);
-    case kRc: // an RC QP never enters SQE
+    case kRc: // a reliable QP never enters SQE
+    case kXrcIni:
+    case kXrcTgt:
         return {};
     }
     return {};

@@ -46,6 +46,7 @@ uint8_t DataPath::fetchSendWqe(uint32_t qpn, QueuePair &qp, uint32_t index, Send
     w.compare = wqe.atomic.compare;
     w.reg = wqe.reg;
     w.bind = wqe.bind;
+    w.remoteSrqn = wqe.xrc.remote_srqn;
     if (w.isLocal()) {
         w.length = 0;
         w.packets = 0;
@@ -181,7 +182,7 @@ void DataPath::stopSending(uint32_t qpn, QueuePair &qp, SendProgress why) {
 }
 
 void DataPath::armAckTimerIfIdle(uint32_t qpn, QueuePair &qp) {
-    if (qp.ctx.type == PIB_QPT_RC && !qp.req.outstanding.empty() && !qp.req.ackDeadline)
+    if (isReliableRequester(qp.ctx.type) && !qp.req.outstanding.empty() && !qp.req.ackDeadline)
         restartAckTimer(qpn, qp);
 }
 
@@ -274,7 +275,8 @@ bool DataPath::sendRequestPacket(uint32_t qpn, QueuePair &qp, SendWqe &w, iba::P
 DataPath::SendProgress DataPath::sendRequestPackets(uint32_t qpn, QueuePair &qp, SendWqe &w) {
     const uint32_t mtu = pathMtu(qp);
     const bool uc = qp.ctx.type == PIB_QPT_UC;
-    const uint8_t transport = uc ? iba::kTransportUc : iba::kTransportRc;
+    const bool xrc = qp.ctx.type == PIB_QPT_XRC_INI;
+    const uint8_t transport = uc ? iba::kTransportUc : xrc ? iba::kTransportXrc : iba::kTransportRc;
     const uint32_t window = sendWindowPackets(mtu), ackInterval = ackRequestInterval(mtu);
     while (w.sentPackets < w.packets) {
         const uint32_t i = w.sentPackets;
@@ -289,6 +291,8 @@ DataPath::SendProgress DataPath::sendRequestPackets(uint32_t qpn, QueuePair &qp,
         if (!scheduler_.mayTransmit(qp.attr.port_num))
             return SendProgress::kPaused;
         requestHeaders(w, i, mtu, transport, p);
+        if (xrc)
+            p.xrceth = w.remoteSrqn & 0xffffff;
         // RC asks for an ACK at the end of each SEND and WRITE, and every
         // ackInterval PSNs within long ones (reads and atomics are
         // answered anyway); the responder's one ACK covers every packet

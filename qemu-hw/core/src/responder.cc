@@ -40,9 +40,14 @@ bool endsMessage(uint8_t op) {
 
 } // namespace
 
+// The transport a responder answers on: XRC for an XRC TGT QP.
+static uint8_t responseTransport(const QueuePair &qp) {
+    return qp.ctx.type == PIB_QPT_XRC_TGT ? iba::kTransportXrc : iba::kTransportRc;
+}
+
 void DataPath::sendAck(QueuePair &qp, uint32_t psn, uint8_t syndrome) {
     iba::Packet p;
-    p.bth.opcode = iba::kAcknowledge;
+    p.bth.opcode = responseTransport(qp) | iba::kAcknowledge;
     p.bth.psn = psn;
     p.aeth = iba::Aeth{syndrome, qp.resp.msn};
     sendConnected(qp, p);
@@ -102,13 +107,51 @@ static size_t repliesOwed(const Responder &s) {
 
 // Translates an R_Key range for this QP: its PD, its access flags and the
 // region's (IBA 10.6.3.2). False when the responder must NAK.
-bool DataPath::remoteRange(const QueuePair &qp, uint32_t rkey, uint64_t va, uint64_t len,
-                           uint32_t access, std::vector<Segment> &out) {
+bool DataPath::remoteRange(const QueuePair &qp, uint32_t pdn, uint32_t rkey, uint64_t va,
+                           uint64_t len, uint32_t access, std::vector<Segment> &out) {
     out.clear();
     if ((qp.attr.qp_access_flags & access) != access)
         return false;
-    return memory_.translateRemote(rkey, qp.ctx.pdn, qp.number, va, len, access, out) ==
-           PIB_WC_SUCCESS;
+    return memory_.translateRemote(rkey, pdn, qp.number, va, len, access, out) == PIB_WC_SUCCESS;
+}
+
+// The PD a request's memory is checked in: the QP's, or for an XRC TGT QP
+// the PD of the XRC SRQ the request names (IBA A14.5.2).
+uint32_t DataPath::requestPd(const QueuePair &qp) const {
+    return qp.ctx.type == PIB_QPT_XRC_TGT ? qp.resp.xrcPdn : qp.ctx.pdn;
+}
+
+// Where a receive completes: the QP's receive CQ, or an XRC SRQ's own.
+uint32_t DataPath::receiveCq(const QueuePair &qp) const {
+    if (qp.ctx.type != PIB_QPT_XRC_TGT)
+        return qp.ctx.recv_cqn;
+    const SharedReceiveQueue *srq = objects_.srqs.find(qp.resp.xrcSrqn);
+    return srq ? srq->ctx.cqn : UINT32_MAX; // UINT32_MAX names no CQ
+}
+
+// An XRC request names the XRC SRQ it goes to (XRCETH): it must be one of
+// the TGT QP's domain (else a remote access error, as rxe and IBA A14.5.3
+// have it), and every packet of a message must name the same one.
+bool DataPath::selectXrcSrq(uint32_t qpn, QueuePair &qp, const iba::Packet &packet,
+                            bool startsMessage) {
+    Responder &s = qp.resp;
+    const uint32_t srqn = packet.xrceth.value_or(UINT32_MAX);
+    if (!startsMessage) {
+        if (srqn == s.xrcSrqn)
+            return true;
+        responderError(qpn, qp, packet.bth.psn, kInvalidRequest, PIB_WC_REM_INV_REQ_ERR,
+                       "an XRC message names another XRC SRQ midway");
+        return false;
+    }
+    const SharedReceiveQueue *srq = objects_.srqs.find(srqn);
+    if (!srq || !srq->isXrc() || srq->ctx.xrcdn != qp.ctx.xrcdn) {
+        responderError(qpn, qp, packet.bth.psn, kRemoteAccess, PIB_WC_REM_ACCESS_ERR,
+                       "the XRCETH names no XRC SRQ of the QP's XRC domain");
+        return false;
+    }
+    s.xrcSrqn = srqn;
+    s.xrcPdn = srq->ctx.pdn;
+    return true;
 }
 
 // A fatal responder error: NAK it, complete the receive WQE in use, and
@@ -118,7 +161,7 @@ void DataPath::responderError(uint32_t qpn, QueuePair &qp, uint32_t psn, uint8_t
     trace::err_rc_request_refused(host_, qpn, psn, why);
     count(qp, &pib_port_counters::invalid_requests);
     Responder &s = qp.resp;
-    if (qp.ctx.type == PIB_QPT_RC)
+    if (isReliableType(qp.ctx.type))
         sendAck(qp, psn, syndrome(kNak, nakCode));
     if (s.haveWqe) {
         pib_cqe cqe{};
@@ -127,7 +170,8 @@ void DataPath::responderError(uint32_t qpn, QueuePair &qp, uint32_t psn, uint8_t
         cqe.opcode = PIB_WC_RECV;
         cqe.status = wcStatus;
         cqe.wqe_index = s.wqeIndex;
-        events_.postCqe(qp.ctx.recv_cqn, cqe, false);
+        markSrqReceive(qp, cqe);
+        events_.postCqe(receiveCq(qp), cqe, false);
         s.haveWqe = false;
     }
     s.in = Responder::InMessage::kNone;
@@ -170,6 +214,7 @@ void DataPath::completeReceive(uint32_t qpn, QueuePair &qp, const iba::Packet &p
     cqe.wqe_index = s.wqeIndex;
     cqe.opcode = opcode;
     cqe.status = s.status;
+    markSrqReceive(qp, cqe);
     if (packet.imm) {
         cqe.imm = __builtin_bswap32(*packet.imm);
         cqe.flags |= PIB_CQE_WITH_IMM;
@@ -179,7 +224,19 @@ void DataPath::completeReceive(uint32_t qpn, QueuePair &qp, const iba::Packet &p
         cqe.flags |= PIB_CQE_WITH_INV;
     }
     s.haveWqe = false;
-    events_.postCqe(qp.ctx.recv_cqn, cqe, packet.bth.solicited);
+    events_.postCqe(receiveCq(qp), cqe, packet.bth.solicited);
+}
+
+// A receive that used an SRQ's WQE says which SRQ (an XRC SRQ is named by
+// the packet, not by the QP).
+void DataPath::markSrqReceive(const QueuePair &qp, pib_cqe &cqe) const {
+    if (qp.ctx.type == PIB_QPT_XRC_TGT) {
+        cqe.srqn = qp.resp.xrcSrqn;
+        cqe.flags |= PIB_CQE_SRQ;
+    } else if (qp.ctx.flags & PIB_QP_USE_SRQ) {
+        cqe.srqn = qp.ctx.srqn;
+        cqe.flags |= PIB_CQE_SRQ;
+    }
 }
 
 // UC drops a message it cannot take and waits for the next one to start
@@ -193,7 +250,7 @@ void DataPath::dropUcMessage(QueuePair &qp, uint32_t psn) {
 // the error state; UC drops the message.
 void DataPath::refuseRequest(uint32_t qpn, QueuePair &qp, uint32_t psn, uint8_t nakCode,
                              uint8_t wcStatus, const char *why) {
-    if (qp.ctx.type == PIB_QPT_RC)
+    if (isReliableType(qp.ctx.type))
         responderError(qpn, qp, psn, nakCode, wcStatus, why);
     else
         dropUcMessage(qp, psn);
@@ -203,7 +260,7 @@ void DataPath::refuseRequest(uint32_t qpn, QueuePair &qp, uint32_t psn, uint8_t 
 // an RNR NAK and the requester tries again later (IBA 9.7.5.2.8); UC loses
 // the message.
 void DataPath::noReceiveWqe(uint32_t qpn, QueuePair &qp, uint32_t psn) {
-    if (qp.ctx.type == PIB_QPT_RC) {
+    if (isReliableType(qp.ctx.type)) {
         acknowledge(qpn, qp, psn, syndrome(kRnrNak, qp.attr.min_rnr_timer));
         count(qp, &pib_port_counters::rnr_naks_sent);
     } else {
@@ -226,6 +283,9 @@ void DataPath::onRequest(uint32_t qpn, QueuePair &qp, const iba::Packet &packet)
     if (!checkRequestPsn(qpn, qp, packet) || !checkRequestSequence(qpn, qp, packet))
         return;
     const uint8_t op = packet.bth.opcode & 0x1f;
+    if (qp.ctx.type == PIB_QPT_XRC_TGT &&
+        !selectXrcSrq(qpn, qp, packet, qp.resp.in == Responder::InMessage::kNone))
+        return;
     if (op == iba::kReadRequest || op == iba::kCompareSwap || op == iba::kFetchAdd) {
         readOrAtomicRequest(qpn, qp, packet);
         return;
@@ -239,7 +299,7 @@ void DataPath::onRequest(uint32_t qpn, QueuePair &qp, const iba::Packet &packet)
 // duplicate and NAKs a gap; UC drops the message a gap cut short.
 bool DataPath::checkRequestPsn(uint32_t qpn, QueuePair &qp, const iba::Packet &packet) {
     Responder &s = qp.resp;
-    const bool rc = qp.ctx.type == PIB_QPT_RC;
+    const bool rc = isReliableType(qp.ctx.type);
     const uint32_t psn = packet.bth.psn;
     const int32_t d = psnDiff(psn, s.expectedPsn);
     if (rc && d < 0) {
@@ -317,7 +377,7 @@ void DataPath::dropStaleAnswers(uint32_t qpn, QueuePair &qp, uint32_t psn) {
 }
 
 void DataPath::readOrAtomicRequest(uint32_t qpn, QueuePair &qp, const iba::Packet &packet) {
-    if (qp.ctx.type != PIB_QPT_RC) // UC has neither (the layout table already refuses them)
+    if (!isReliableType(qp.ctx.type)) // UC has neither (the layout table already refuses them)
         return;
     // A READ stays outstanding at the requester until its last response
     // arrives: one more than max_dest_rd_atomic owed means the requester
@@ -348,13 +408,13 @@ bool DataPath::receiveSend(uint32_t qpn, QueuePair &qp, const iba::Packet &packe
     }
     const size_t len = packet.data().size();
     if (s.status == PIB_WC_SUCCESS && len)
-        s.status = memory_.scatter(qp.ctx.pdn, s.sges, packet.data(), s.received);
+        s.status = memory_.scatter(requestPd(qp), s.sges, packet.data(), s.received);
     // UC completes the WQE with the error at the message's end instead.
     // IBA 9.7.5.2: a message too long for the receive WQE is the
     // requester's fault (Invalid Request); a receive WQE whose L_Key does
     // not cover its buffer, or memory the device cannot reach, is the
     // responder's (Remote Operational Error).
-    if (s.status != PIB_WC_SUCCESS && qp.ctx.type == PIB_QPT_RC) {
+    if (s.status != PIB_WC_SUCCESS && isReliableType(qp.ctx.type)) {
         if (s.status == PIB_WC_LOC_LEN_ERR)
             responderError(qpn, qp, psn, kInvalidRequest, s.status,
                            "the message is longer than the receive WQE");
@@ -398,7 +458,8 @@ bool DataPath::startWrite(uint32_t qpn, QueuePair &qp, const iba::Packet &packet
     const iba::Reth &reth = *packet.reth;
     std::vector<Segment> whole; // its own list: it can be long, and is needed once
     if (reth.length > limits::kMaxMsgSize ||
-        !remoteRange(qp, reth.rkey, reth.va, reth.length, PIB_ACCESS_REMOTE_WRITE, whole)) {
+        !remoteRange(qp, requestPd(qp), reth.rkey, reth.va, reth.length, PIB_ACCESS_REMOTE_WRITE,
+                     whole)) {
         refuseRequest(qpn, qp, psn, kRemoteAccess, PIB_WC_REM_ACCESS_ERR,
                       "RDMA WRITE outside what the R_Key allows");
         return false;
@@ -421,7 +482,7 @@ bool DataPath::landWrite(uint32_t qpn, QueuePair &qp, const iba::Packet &packet)
     Responder &s = qp.resp;
     const uint32_t psn = packet.bth.psn;
     std::vector<Segment> &segments = writeSegments_;
-    if (!remoteRange(qp, s.writeRkey, s.writeVa + s.received, packet.data().size(),
+    if (!remoteRange(qp, requestPd(qp), s.writeRkey, s.writeVa + s.received, packet.data().size(),
                      PIB_ACCESS_REMOTE_WRITE, segments)) {
         refuseRequest(qpn, qp, psn, kRemoteAccess, PIB_WC_REM_ACCESS_ERR,
                       "RDMA WRITE to a region the R_Key no longer allows");
@@ -456,7 +517,7 @@ void DataPath::endRequest(uint32_t qpn, QueuePair &qp, const iba::Packet &packet
         else if (op == iba::kWriteLastImm || op == iba::kWriteOnlyImm)
             completeReceive(qpn, qp, packet, PIB_WC_RECV_RDMA_WITH_IMM, s.writeLength);
     }
-    if (qp.ctx.type == PIB_QPT_RC && packet.bth.ackReq)
+    if (isReliableType(qp.ctx.type) && packet.bth.ackReq)
         acknowledge(qpn, qp, packet.bth.psn, kAckSyndrome);
 }
 
@@ -464,7 +525,7 @@ void DataPath::endRequest(uint32_t qpn, QueuePair &qp, const iba::Packet &packet
 // becomes free before the receive completes (IBA 9.4.1.1). A key that
 // cannot be invalidated fails the receive and the QP, and is NAKed.
 bool DataPath::invalidateForPeer(uint32_t qpn, QueuePair &qp, const iba::Packet &packet) {
-    const char *why = keys_.invalidateRemote(qp.ctx.pdn, *packet.ieth);
+    const char *why = keys_.invalidateRemote(requestPd(qp), *packet.ieth);
     if (!why) {
         trace::mr_invalidated(host_, qpn, *packet.ieth, "by the peer");
         return true;
@@ -480,7 +541,8 @@ void DataPath::readRequest(uint32_t qpn, QueuePair &qp, const iba::Packet &packe
     const iba::Reth &reth = *packet.reth;
     std::vector<Segment> segments;
     if (reth.length > limits::kMaxMsgSize ||
-        !remoteRange(qp, reth.rkey, reth.va, reth.length, PIB_ACCESS_REMOTE_READ, segments)) {
+        !remoteRange(qp, requestPd(qp), reth.rkey, reth.va, reth.length, PIB_ACCESS_REMOTE_READ,
+                     segments)) {
         responderError(qpn, qp, packet.bth.psn, kRemoteAccess, PIB_WC_REM_ACCESS_ERR,
                        "RDMA READ outside what the R_Key allows");
         return;
@@ -490,6 +552,7 @@ void DataPath::readRequest(uint32_t qpn, QueuePair &qp, const iba::Packet &packe
     e.va = reth.va;
     e.rkey = reth.rkey;
     e.length = reth.length;
+    e.pdn = requestPd(qp);
     const uint32_t mtu = pathMtu(qp);
     e.packets = std::max<uint32_t>(1, (reth.length + mtu - 1) / mtu);
     s.expectedPsn = psnAdd(e.psn, e.packets);
@@ -511,10 +574,11 @@ bool DataPath::sendReadResponse(uint32_t qpn, QueuePair &qp, Reply &r) {
     const uint32_t offset = i * mtu;
     const uint32_t len = std::min(mtu, e.length - offset);
     p.bth.psn = psnAdd(e.psn, i);
-    p.bth.opcode = e.packets == 1       ? iba::kReadResponseOnly
-                   : i == 0             ? iba::kReadResponseFirst
-                   : i == e.packets - 1 ? iba::kReadResponseLast
-                                        : iba::kReadResponseMiddle;
+    const uint8_t op = e.packets == 1       ? iba::kReadResponseOnly
+                       : i == 0             ? iba::kReadResponseFirst
+                       : i == e.packets - 1 ? iba::kReadResponseLast
+                                            : iba::kReadResponseMiddle;
+    p.bth.opcode = responseTransport(qp) | op;
     if (iba::layoutOf(p.bth.opcode).aeth)
         p.aeth = iba::Aeth{kAckSyndrome, qp.resp.msn};
     if (!addressConnected(qp, p)) {
@@ -524,7 +588,7 @@ bool DataPath::sendReadResponse(uint32_t qpn, QueuePair &qp, Reply &r) {
     // A duplicate READ is answered from memory as it is now: the region
     // may have gone, or lost its rights, since the first time.
     std::vector<Segment> &segments = readSegments_;
-    if (!remoteRange(qp, e.rkey, e.va + offset, len, PIB_ACCESS_REMOTE_READ, segments)) {
+    if (!remoteRange(qp, e.pdn, e.rkey, e.va + offset, len, PIB_ACCESS_REMOTE_READ, segments)) {
         responderError(qpn, qp, p.bth.psn, kRemoteAccess, PIB_WC_REM_ACCESS_ERR,
                        "RDMA READ of a region the R_Key no longer allows");
         return false;
@@ -552,7 +616,7 @@ void DataPath::atomicRequest(uint32_t qpn, QueuePair &qp, const iba::Packet &pac
         return;
     }
     std::vector<Segment> segments;
-    if (!remoteRange(qp, a.rkey, a.va, 8, PIB_ACCESS_REMOTE_ATOMIC, segments)) {
+    if (!remoteRange(qp, requestPd(qp), a.rkey, a.va, 8, PIB_ACCESS_REMOTE_ATOMIC, segments)) {
         responderError(qpn, qp, psn, kRemoteAccess, PIB_WC_REM_ACCESS_ERR,
                        "atomic outside what the R_Key allows");
         return;
@@ -594,7 +658,7 @@ void DataPath::atomicRequest(uint32_t qpn, QueuePair &qp, const iba::Packet &pac
 
 void DataPath::sendAtomicAck(QueuePair &qp, const ReplayEntry &e) {
     iba::Packet p;
-    p.bth.opcode = iba::kAtomicAcknowledge;
+    p.bth.opcode = responseTransport(qp) | iba::kAtomicAcknowledge;
     p.bth.psn = e.psn;
     p.aeth = iba::Aeth{kAckSyndrome, qp.resp.msn};
     p.atomicAck = e.original;

@@ -17,41 +17,53 @@ bool isAtomic(uint8_t opcode) {
 } // namespace
 
 // The segments an opcode carries on a QP type (docs/prm.md §7.2); false
-// when the QP type has no such operation.
+// when the QP type has no such operation. An XRC INI QP has RC's
+// operations, each WQE with the XRC segment first.
 bool WqeReader::sendLayout(uint8_t qpType, uint8_t opcode, Layout &layout) {
-    const bool send = opcode == PIB_WR_SEND || opcode == PIB_WR_SEND_IMM;
     if (isDatagramType(qpType)) {
         layout = {.ud = true, .mayInline = true};
-        return send;
+        return opcode == PIB_WR_SEND || opcode == PIB_WR_SEND_IMM;
     }
+    const bool reliable = isReliableRequester(qpType);
+    const bool connected = reliable || qpType == PIB_QPT_UC;
+    bool valid = false;
     switch (opcode) {
-    case PIB_WR_SEND_INV: // RC only (IBA 9.4.1: there is no UC opcode for it)
+    case PIB_WR_SEND_INV: // reliable only (IBA 9.4.1: there is no UC opcode for it)
         layout = {.mayInline = true};
-        return qpType == PIB_QPT_RC;
+        valid = reliable;
+        break;
     case PIB_WR_LOCAL_INV:
         layout = {.local = true};
-        return qpType == PIB_QPT_RC || qpType == PIB_QPT_UC;
+        valid = connected;
+        break;
     case PIB_WR_REG_MR:
         layout = {.reg = true, .local = true};
-        return qpType == PIB_QPT_RC || qpType == PIB_QPT_UC;
+        valid = connected;
+        break;
     case PIB_WR_BIND_MW:
         layout = {.bind = true, .local = true};
-        return qpType == PIB_QPT_RC || qpType == PIB_QPT_UC;
+        valid = connected;
+        break;
     case PIB_WR_SEND:
     case PIB_WR_SEND_IMM:
     case PIB_WR_RDMA_WRITE:
     case PIB_WR_RDMA_WRITE_IMM:
-        layout = {.raddr = !send, .mayInline = true};
-        return qpType == PIB_QPT_RC || qpType == PIB_QPT_UC;
+        layout = {.raddr = opcode == PIB_WR_RDMA_WRITE || opcode == PIB_WR_RDMA_WRITE_IMM,
+                  .mayInline = true};
+        valid = connected;
+        break;
     case PIB_WR_RDMA_READ:
     case PIB_WR_ATOMIC_CMP_AND_SWP:
     case PIB_WR_ATOMIC_FETCH_AND_ADD:
         // What a READ or an atomic fetches lands in memory: never inline.
         layout = {.raddr = true, .atomic = isAtomic(opcode)};
-        return qpType == PIB_QPT_RC;
+        valid = reliable;
+        break;
     default:
         return false;
     }
+    layout.xrc = qpType == PIB_QPT_XRC_INI;
+    return valid;
 }
 
 // Forgets the last WQE `out` held, but keeps its list's memory.
@@ -62,6 +74,7 @@ void WqeReader::clear(Wqe &out) {
     out.ud = {};
     out.reg = {};
     out.bind = {};
+    out.xrc = {};
     out.isInline = false;
     out.inlineData = {};
     out.sges.clear();
@@ -114,9 +127,10 @@ pib_wqe_ctrl WqeReader::readControl(const WqeRing &ring, uint32_t index) {
 uint8_t WqeReader::decode(uint32_t qpn, uint32_t index, const Layout &layout, Wqe &out) {
     const size_t used = size_t{out.ctrl.num_ds} * 16;
     const size_t headers =
-        sizeof(pib_wqe_ctrl) + (layout.raddr ? sizeof(pib_wqe_raddr) : 0) +
-        (layout.atomic ? sizeof(pib_wqe_atomic) : 0) + (layout.ud ? sizeof(pib_wqe_ud) : 0) +
-        (layout.reg ? sizeof(pib_wqe_reg_mr) : 0) + (layout.bind ? sizeof(pib_wqe_bind_mw) : 0);
+        sizeof(pib_wqe_ctrl) + (layout.xrc ? sizeof(pib_wqe_xrc) : 0) +
+        (layout.raddr ? sizeof(pib_wqe_raddr) : 0) + (layout.atomic ? sizeof(pib_wqe_atomic) : 0) +
+        (layout.ud ? sizeof(pib_wqe_ud) : 0) + (layout.reg ? sizeof(pib_wqe_reg_mr) : 0) +
+        (layout.bind ? sizeof(pib_wqe_bind_mw) : 0);
     if (used < headers || used > raw_.size() || (layout.local && used != headers)) {
         host_.guestError(err::kWqeBad, "QP %u %s WQE %u: opcode %u with %u segments", qpn,
                          layout.isReceive ? "receive" : "send", index, out.ctrl.opcode,
@@ -128,6 +142,8 @@ uint8_t WqeReader::decode(uint32_t qpn, uint32_t index, const Layout &layout, Wq
         std::memcpy(&segment, raw_.data() + off, sizeof(segment));
         off += sizeof(segment);
     };
+    if (layout.xrc)
+        take(out.xrc);
     if (layout.raddr)
         take(out.raddr);
     if (layout.atomic)

@@ -42,6 +42,7 @@ struct Wqe {
     pib_wqe_ud ud{};         // datagram sends
     pib_wqe_reg_mr reg{};    // fast registration
     pib_wqe_bind_mw bind{};  // memory window binding
+    pib_wqe_xrc xrc{};       // XRC INI QPs: the remote XRC SRQ
     bool isInline = false;
     // Inline bytes: they point into the reader and last until its next read.
     std::span<const uint8_t> inlineData;
@@ -74,6 +75,7 @@ class WqeReader {
         bool ud = false;
         bool reg = false;
         bool bind = false;
+        bool xrc = false;   // XRC INI QPs: pib_wqe_xrc after the control segment
         bool local = false; // a local operation: no data segments
         bool mayInline = false;
         bool isReceive = false;
