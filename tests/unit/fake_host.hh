@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <cstring>
 #include <functional>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -137,6 +138,13 @@ struct FakeHost {
     // EQEs of the EQ at `eqPage`.
     std::vector<uint8_t> asyncEvents(uint64_t eqPage, unsigned entries);
     void initHca();
+    // QUERY_DEV_CAP's answer (the command must succeed).
+    pib_dev_cap caps() {
+        pib_dev_cap cap{};
+        if (commandOut(PIB_CMD_QUERY_DEV_CAP, 0, &cap).status != PIB_CMD_STATUS_OK)
+            throw std::runtime_error("QUERY_DEV_CAP failed");
+        return cap;
+    }
 
     pib_core *core = nullptr;
     std::vector<uint8_t> ram;

@@ -12,8 +12,7 @@ using namespace pib::testing;
 TEST_CASE("the device advertises a 1 GHz core clock and CQE timestamps", "[timestamp]") {
     FakeHost host;
     host.initHca();
-    pib_dev_cap cap{};
-    REQUIRE(host.commandOut(PIB_CMD_QUERY_DEV_CAP, 0, &cap).status == PIB_CMD_STATUS_OK);
+    const pib_dev_cap cap = host.caps();
     CHECK(cap.device_cap_flags & PIB_DEV_CAP_CQE_TIMESTAMP);
     CHECK(cap.hca_core_clock_khz == 1'000'000);
 }
