@@ -313,6 +313,8 @@ void pib_av_to_ah_attr(struct pib_dev *dev, const struct pib_av *av,
 int pib_create_cq(struct ib_cq *ibcq, const struct ib_cq_init_attr *attr,
 		  struct pib_create_cq_arg *arg);
 int pib_resize_cq(struct ib_cq *ibcq, int cqe, struct ib_udata *udata);
+int pib_resize_user_cq(struct ib_cq *ibcq, unsigned int cqe,
+		       struct ib_udata *udata);
 void pib_cq_clean(struct pib_cq *cq, u32 qpn);
 int pib_destroy_cq(struct ib_cq *ibcq, struct ib_udata *udata);
 int pib_poll_cq(struct ib_cq *ibcq, int num, struct ib_wc *wc);
@@ -351,7 +353,8 @@ int pib_post_srq_recv(struct ib_srq *ibsrq, const struct ib_recv_wr *wr,
 /* pib_mr.c */
 struct ib_mr *pib_get_dma_mr(struct ib_pd *ibpd, int access);
 struct ib_mr *pib_reg_user_mr(struct ib_pd *ibpd, u64 start, u64 length,
-			      u64 virt, int access, struct ib_udata *udata);
+			      u64 virt, int access, PIB_DMAH_PARAM
+			      struct ib_udata *udata);
 int pib_dereg_mr(struct ib_mr *ibmr, struct ib_udata *udata);
 struct ib_mr *pib_alloc_mr(struct ib_pd *ibpd, enum ib_mr_type mr_type,
 			   u32 max_num_sg);

@@ -40,4 +40,38 @@ pib_create_cq_udata(struct uverbs_attr_bundle *attrs)
 	(IB_ACCESS_FLUSH_GLOBAL | IB_ACCESS_FLUSH_PERSISTENT)
 #endif
 
+/*
+ * 6.17 passes reg_user_mr a DMA handle (struct ib_dmah, from alloc_dmah,
+ * which this driver does not offer: it is always NULL here).
+ */
+#if LINUX_VERSION_CODE >= KERNEL_VERSION(6, 17, 0)
+#define PIB_DMAH_PARAM struct ib_dmah *dmah,
+#define PIB_DMAH_GIVEN (dmah != NULL)
+#else
+#define PIB_DMAH_PARAM
+#define PIB_DMAH_GIVEN false
+#endif
+
+/*
+ * The 7.x series names pinning a user buffer by its address
+ * ib_umem_get_va (ib_umem_get is gone), gives user CQs their own
+ * create_user_cq entry point, and resizes them through resize_user_cq
+ * (resize_cq is gone). The newest Debian kernel, 7.3, has all three.
+ */
+#if LINUX_VERSION_CODE >= KERNEL_VERSION(7, 0, 0)
+#include <rdma/ib_umem.h>
+static inline struct ib_umem *pib_umem_get(struct ib_device *dev,
+					   unsigned long addr, size_t size,
+					   int access)
+{
+	return ib_umem_get_va(dev, addr, size, access);
+}
+#define PIB_USER_CQ_OPS                          \
+	.create_user_cq = pib_create_cq,         \
+	.resize_user_cq = pib_resize_user_cq
+#else
+#define pib_umem_get ib_umem_get
+#define PIB_USER_CQ_OPS .resize_cq = pib_resize_cq
+#endif
+
 #endif /* PIB_COMPAT_H */

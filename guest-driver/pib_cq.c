@@ -27,7 +27,7 @@ static int pib_cq_pin_user(struct pib_dev *dev, u64 buf_addr, u64 ci_addr,
 	if (err)
 		return err;
 	m->ci_umem =
-		ib_umem_get(&dev->ibdev, ci_addr, 4, IB_ACCESS_LOCAL_WRITE);
+		pib_umem_get(&dev->ibdev, ci_addr, 4, IB_ACCESS_LOCAL_WRITE);
 	if (IS_ERR(m->ci_umem)) {
 		err = PTR_ERR(m->ci_umem);
 		m->ci_umem = NULL;
@@ -177,6 +177,13 @@ int pib_create_cq(struct ib_cq *ibcq, const struct ib_cq_init_attr *attr,
  * CQs are not resized: their pollers run in interrupt context and cannot
  * wait for a command (no kernel ULP resizes a CQ).
  */
+/* resize_user_cq of the 7.x series: the same, with an unsigned count. */
+int pib_resize_user_cq(struct ib_cq *ibcq, unsigned int cqe,
+		       struct ib_udata *udata)
+{
+	return cqe > INT_MAX ? -EINVAL : pib_resize_cq(ibcq, cqe, udata);
+}
+
 int pib_resize_cq(struct ib_cq *ibcq, int cqe, struct ib_udata *udata)
 {
 	struct pib_dev *dev = to_pdev(ibcq->device);

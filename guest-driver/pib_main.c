@@ -66,7 +66,7 @@ static const struct ib_device_ops pib_dev_ops = {
 	.reg_user_mr = pib_reg_user_mr,
 	.rereg_user_mr = pib_rereg_user_mr,
 	.req_notify_cq = pib_req_notify_cq,
-	.resize_cq = pib_resize_cq,
+	PIB_USER_CQ_OPS,
 
 	INIT_RDMA_OBJ_SIZE(ib_ah, pib_ah, ibah),
 	INIT_RDMA_OBJ_SIZE(ib_cq, pib_cq, ibcq),

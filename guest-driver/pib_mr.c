@@ -119,7 +119,7 @@ static int pib_mr_pin(struct pib_dev *dev, struct ib_pd *pd, u64 start,
 	unsigned long pgsz;
 	int err;
 
-	p->umem = ib_umem_get(pd->device, start, length, access);
+	p->umem = pib_umem_get(pd->device, start, length, access);
 	if (IS_ERR(p->umem))
 		return PTR_ERR(p->umem);
 	pgsz = ib_umem_find_best_pgsz(p->umem, dev->caps.page_size_cap, virt);
@@ -134,7 +134,8 @@ static int pib_mr_pin(struct pib_dev *dev, struct ib_pd *pd, u64 start,
 }
 
 struct ib_mr *pib_reg_user_mr(struct ib_pd *ibpd, u64 start, u64 length,
-			      u64 virt, int access, struct ib_udata *udata)
+			      u64 virt, int access, PIB_DMAH_PARAM
+			      struct ib_udata *udata)
 {
 	struct pib_dev *dev = to_pdev(ibpd->device);
 	struct pib_mr_context ctx = {};
@@ -142,7 +143,8 @@ struct ib_mr *pib_reg_user_mr(struct ib_pd *ibpd, u64 start, u64 length,
 	struct pib_mr *mr;
 	int err;
 
-	if (access & ~(PIB_ACCESS_SUPPORTED | IB_ACCESS_OPTIONAL))
+	if (access & ~(PIB_ACCESS_SUPPORTED | IB_ACCESS_OPTIONAL) ||
+	    PIB_DMAH_GIVEN)
 		return ERR_PTR(-EOPNOTSUPP);
 	if (!length || length > dev->caps.max_mr_size)
 		return ERR_PTR(-EINVAL);

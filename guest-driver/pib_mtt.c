@@ -143,7 +143,7 @@ int pib_ring_user(struct pib_dev *dev, struct pib_ring *ring, u64 addr,
 	if (!addr || addr & (PIB_PAGE_SIZE - 1) || size & (PIB_PAGE_SIZE - 1))
 		return -EINVAL;
 	ring->umem =
-		ib_umem_get(&dev->ibdev, addr, size, IB_ACCESS_LOCAL_WRITE);
+		pib_umem_get(&dev->ibdev, addr, size, IB_ACCESS_LOCAL_WRITE);
 	if (IS_ERR(ring->umem)) {
 		err = PTR_ERR(ring->umem);
 		ring->umem = NULL;

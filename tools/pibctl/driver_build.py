@@ -6,17 +6,23 @@ import shutil
 import tempfile
 from pathlib import Path
 
-from pibctl import paths, sources, stamps, ui
+from pibctl import buildroot, paths, sources, stamps, ui
 
 DRIVER_DIR = paths.REPO / "guest-driver"
 SHARED_HEADERS = [paths.REPO / "include" / "pib_hw.h", paths.REPO / "include" / "pib_user_abi.h"]
 
 
 
+# The newest kernel Debian offers (trixie-backports): the driver is
+# compile-checked against it in a trixie build root (buildroot.py).
+LATEST = "latest"
+
+
 def other_kernels():
     """The kernels the driver must also build against, besides the one
-    the guests run (sources.GUEST_KERNELS): ./pib test compiles it for each."""
-    return [k for k in sources.GUEST_KERNELS if k != sources.selected_kernel()]
+    the guests run (sources.GUEST_KERNELS, and the newest Debian offers):
+    ./pib test compiles it for each."""
+    return [k for k in sources.GUEST_KERNELS if k != sources.selected_kernel()] + [LATEST]
 
 
 def _headers_root(release: str) -> Path:
@@ -73,21 +79,43 @@ def fetch_headers(release: str, suite: str = "") -> Path:
     return kdir
 
 
-def _make(kdir: Path, build_dir: Path, what: str) -> None:
+def _copy_sources(build_dir: Path) -> None:
     if build_dir.exists():
         shutil.rmtree(build_dir)
     shutil.copytree(DRIVER_DIR, build_dir)
     (build_dir / "include").mkdir()
     for h in SHARED_HEADERS:
         shutil.copy2(h, build_dir / "include" / h.name)
-    # No pahole here: build without BTF; the module loads the same.
-    ui.run_logged(["make", "-C", kdir, f"M={build_dir}", "CONFIG_DEBUG_INFO_BTF_MODULES=",
-                   "-j2", "modules"], "driver", what)
+
+
+# No pahole here: build without BTF; the module loads the same.
+def _make_argv(kdir, build_dir) -> list:
+    return ["make", "-C", kdir, f"M={build_dir}", "CONFIG_DEBUG_INFO_BTF_MODULES=", "-j2",
+            "modules"]
+
+
+def _make(kdir: Path, build_dir: Path, what: str) -> None:
+    _copy_sources(build_dir)
+    ui.run_logged(_make_argv(kdir, build_dir), "driver", what)
+
+
+def _compile_check_latest() -> str:
+    """Builds pib.ko in the trixie build root against the newest kernel's
+    headers there; returns that kernel's release."""
+    root = buildroot.ensure()
+    release = buildroot.kernel_release()
+    inside = Path("/build/guest-driver")
+    _copy_sources(root / inside.relative_to("/"))
+    buildroot.run(_make_argv(f"/usr/src/linux-headers-{release}", inside), "driver",
+                  f"building pib.ko for {release} (trixie build root)")
+    return release
 
 
 def compile_check(name: str) -> str:
     """Builds pib.ko against kernel `name`'s headers (warnings are errors,
     as in the Kbuild); returns the kernel release it built for."""
+    if name == LATEST:
+        return _compile_check_latest()
     suite = sources.kernel_suite(name)
     release = resolve_release("linux-headers-amd64", suite)
     kdir = fetch_headers(release, suite)

@@ -1,0 +1,82 @@
+"""A trixie build root (debootstrap, kept in the cache) for what a Debian 12
+host cannot build itself: the driver against the newest kernel Debian
+offers (trixie-backports), whose headers' tools are trixie binaries and
+whose compiler is trixie's gcc-14, which both need a newer glibc than
+bookworm's. Nothing of it is installed on the host."""
+
+import contextlib
+import shutil
+import subprocess
+from pathlib import Path
+
+from pibctl import paths, stamps, ui
+
+SUITE = "trixie"
+MIRROR = "http://deb.debian.org/debian"
+PACKAGES = ["gcc-14", "make", "libc6-dev"]
+# Where the newest kernel's headers come from, and the package naming them.
+BACKPORTS = "trixie-backports"
+HEADERS_META = "linux-headers-amd64"
+BACKPORTS_SOURCES = f"""\
+Types: deb
+URIs: {MIRROR}
+Suites: {BACKPORTS}
+Components: main
+Signed-By: /usr/share/keyrings/debian-archive-keyring.gpg
+"""
+
+
+def root() -> Path:
+    return paths.cache_dir() / "buildroot" / SUITE
+
+
+@contextlib.contextmanager
+def _proc_mounted(at: Path):
+    """/proc inside the root while a command runs (objtool reads it)."""
+    proc = at / "proc"
+    proc.mkdir(exist_ok=True)
+    subprocess.run(["mount", "-t", "proc", "proc", str(proc)], check=True)
+    try:
+        yield
+    finally:
+        subprocess.run(["umount", "-l", str(proc)], check=False)
+
+
+def run(argv, log_name: str, label: str) -> None:
+    """Runs argv inside the build root (as root, in a chroot)."""
+    with _proc_mounted(root()):
+        ui.run_logged(["chroot", root(), *argv], log_name, label,
+                      env={"DEBIAN_FRONTEND": "noninteractive", "PATH": "/usr/sbin:/usr/bin:/sbin:/bin"})
+
+
+def ensure() -> Path:
+    """The build root with gcc-14 and the newest kernel headers: made once
+    (about two minutes), then cached. Delete it to pick up a newer kernel."""
+    key = stamps.hash_files([], f"{SUITE}:{','.join(PACKAGES)}:{BACKPORTS}:{HEADERS_META}")
+    if stamps.is_current("buildroot", key) and kernel_release(check=False):
+        return root()
+    if root().exists():
+        shutil.rmtree(root())
+    root().parent.mkdir(parents=True, exist_ok=True)
+    ui.detail(f"build root: debootstrap {SUITE} with {', '.join(PACKAGES)} (about a minute)")
+    ui.run_logged(["debootstrap", "--variant=minbase", f"--include={','.join(PACKAGES)}", SUITE,
+                   root(), MIRROR], "buildroot", "debootstrap")
+    (root() / "etc/apt/sources.list.d/backports.sources").write_text(BACKPORTS_SOURCES)
+    ui.detail(f"build root: {HEADERS_META} from {BACKPORTS}")
+    run(["apt-get", "update", "-q"], "buildroot", "apt-get update")
+    run(["apt-get", "install", "-y", "-q", "--no-install-recommends", f"{HEADERS_META}/{BACKPORTS}"],
+        "buildroot", f"apt-get install {HEADERS_META}")
+    kernel_release()
+    stamps.mark("buildroot", key)
+    return root()
+
+
+def kernel_release(check: bool = True) -> str:
+    """The release whose headers the root holds (say 7.3.4+deb13-amd64)."""
+    found = sorted(p.name.removeprefix("linux-headers-")
+                   for p in (root() / "usr" / "src").glob("linux-headers-*-amd64"))
+    if len(found) != 1:
+        if check:
+            raise ui.StepFailed(f"the build root holds headers for {found or 'no kernel'}")
+        return ""
+    return found[0]
