@@ -353,8 +353,8 @@ int pib_post_srq_recv(struct ib_srq *ibsrq, const struct ib_recv_wr *wr,
 /* pib_mr.c */
 struct ib_mr *pib_get_dma_mr(struct ib_pd *ibpd, int access);
 struct ib_mr *pib_reg_user_mr(struct ib_pd *ibpd, u64 start, u64 length,
-			      u64 virt, int access, PIB_DMAH_PARAM
-			      struct ib_udata *udata);
+			      u64 virt, int access,
+			      PIB_DMAH_PARAM struct ib_udata *udata);
 int pib_dereg_mr(struct ib_mr *ibmr, struct ib_udata *udata);
 struct ib_mr *pib_alloc_mr(struct ib_pd *ibpd, enum ib_mr_type mr_type,
 			   u32 max_num_sg);

@@ -60,15 +60,13 @@ pib_create_cq_udata(struct uverbs_attr_bundle *attrs)
  */
 #if LINUX_VERSION_CODE >= KERNEL_VERSION(7, 0, 0)
 #include <rdma/ib_umem.h>
-static inline struct ib_umem *pib_umem_get(struct ib_device *dev,
-					   unsigned long addr, size_t size,
-					   int access)
+static inline struct ib_umem *
+pib_umem_get(struct ib_device *dev, unsigned long addr, size_t size, int access)
 {
 	return ib_umem_get_va(dev, addr, size, access);
 }
-#define PIB_USER_CQ_OPS                          \
-	.create_user_cq = pib_create_cq,         \
-	.resize_user_cq = pib_resize_user_cq
+#define PIB_USER_CQ_OPS \
+	.create_user_cq = pib_create_cq, .resize_user_cq = pib_resize_user_cq
 #else
 #define pib_umem_get ib_umem_get
 #define PIB_USER_CQ_OPS .resize_cq = pib_resize_cq

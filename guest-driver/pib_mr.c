@@ -134,8 +134,8 @@ static int pib_mr_pin(struct pib_dev *dev, struct ib_pd *pd, u64 start,
 }
 
 struct ib_mr *pib_reg_user_mr(struct ib_pd *ibpd, u64 start, u64 length,
-			      u64 virt, int access, PIB_DMAH_PARAM
-			      struct ib_udata *udata)
+			      u64 virt, int access,
+			      PIB_DMAH_PARAM struct ib_udata *udata)
 {
 	struct pib_dev *dev = to_pdev(ibpd->device);
 	struct pib_mr_context ctx = {};
