@@ -135,6 +135,12 @@ struct pib_pd {
 	u32 pdn;
 };
 
+/* An XRC domain (docs/prm.md §6.8). */
+struct pib_xrcd {
+	struct ib_xrcd ibxrcd;
+	u32 xrcdn;
+};
+
 /* A memory window: userspace binds it with WQEs (docs/prm.md §6.7). */
 struct pib_mw {
 	struct ib_mw ibmw;
@@ -227,6 +233,7 @@ static inline struct pib_dev *to_pdev(struct ib_device *ibdev)
 #define PIB_TO(type, member, ptr) container_of(ptr, struct type, member)
 #define to_puc(p) PIB_TO(pib_ucontext, ibuc, p)
 #define to_ppd(p) PIB_TO(pib_pd, ibpd, p)
+#define to_pxrcd(p) PIB_TO(pib_xrcd, ibxrcd, p)
 #define to_pah(p) PIB_TO(pib_ah, ibah, p)
 #define to_pcq(p) PIB_TO(pib_cq, ibcq, p)
 #define to_psrq(p) PIB_TO(pib_srq, ibsrq, p)
@@ -301,6 +308,8 @@ int pib_mmap(struct ib_ucontext *ibuc, struct vm_area_struct *vma);
 void pib_mmap_free(struct rdma_user_mmap_entry *entry);
 int pib_alloc_pd(struct ib_pd *ibpd, struct ib_udata *udata);
 int pib_dealloc_pd(struct ib_pd *ibpd, struct ib_udata *udata);
+int pib_alloc_xrcd(struct ib_xrcd *ibxrcd, struct ib_udata *udata);
+int pib_dealloc_xrcd(struct ib_xrcd *ibxrcd, struct ib_udata *udata);
 int pib_create_ah(struct ib_ah *ibah, struct rdma_ah_init_attr *init,
 		  struct ib_udata *udata);
 int pib_query_ah(struct ib_ah *ibah, struct rdma_ah_attr *attr);

@@ -22,6 +22,7 @@ static const struct ib_device_ops pib_dev_ops = {
 
 	.alloc_hw_port_stats = pib_alloc_hw_port_stats,
 	.alloc_pd = pib_alloc_pd,
+	.alloc_xrcd = pib_alloc_xrcd,
 	.alloc_mr = pib_alloc_mr,
 	.alloc_mw = pib_alloc_mw,
 	.alloc_ucontext = pib_alloc_ucontext,
@@ -32,6 +33,7 @@ static const struct ib_device_ops pib_dev_ops = {
 	.create_srq = pib_create_srq,
 	.dealloc_mw = pib_dealloc_mw,
 	.dealloc_pd = pib_dealloc_pd,
+	.dealloc_xrcd = pib_dealloc_xrcd,
 	.dealloc_ucontext = pib_dealloc_ucontext,
 	.dereg_mr = pib_dereg_mr,
 	.destroy_ah = pib_destroy_ah,
@@ -75,6 +77,7 @@ static const struct ib_device_ops pib_dev_ops = {
 	INIT_RDMA_OBJ_SIZE(ib_qp, pib_qp, ibqp),
 	INIT_RDMA_OBJ_SIZE(ib_srq, pib_srq, ibsrq),
 	INIT_RDMA_OBJ_SIZE(ib_ucontext, pib_ucontext, ibuc),
+	INIT_RDMA_OBJ_SIZE(ib_xrcd, pib_xrcd, ibxrcd),
 };
 
 /* Identify and reset the device (docs/prm.md §2, "Reset and initialisation").

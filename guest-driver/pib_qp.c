@@ -23,6 +23,10 @@ static u8 pib_qp_type(enum ib_qp_type type)
 		return PIB_QPT_UC;
 	case IB_QPT_UD:
 		return PIB_QPT_UD;
+	case IB_QPT_XRC_INI:
+		return PIB_QPT_XRC_INI;
+	case IB_QPT_XRC_TGT:
+		return PIB_QPT_XRC_TGT;
 	default:
 		return 0xff;
 	}
@@ -107,7 +111,7 @@ static int pib_qp_user_rings(struct pib_dev *dev, struct pib_qp *qp,
 			    pib_wq_size(&qp->sq));
 	if (err)
 		return err;
-	if (init->srq)
+	if (init->srq || qp->type == PIB_QPT_XRC_INI) /* no RQ of its own */
 		return 0;
 	if ((1ull << cmd.rq_log_wqe_count) > dev->caps.max_qp_wr ||
 	    cmd.rq_log_wqe_stride < PIB_LOG_MIN_STRIDE ||
@@ -154,10 +158,15 @@ static void pib_qp_free_rings(struct pib_dev *dev, struct pib_qp *qp)
  */
 static void pib_qp_flush_pollers(struct pib_qp *qp)
 {
-	spin_lock_irq(&qp->send_cq->lock);
-	spin_unlock_irq(&qp->send_cq->lock);
-	spin_lock_irq(&qp->recv_cq->lock);
-	spin_unlock_irq(&qp->recv_cq->lock);
+	/* An XRC INI QP has no receive CQ, an XRC TGT QP no CQ at all. */
+	if (qp->send_cq) {
+		spin_lock_irq(&qp->send_cq->lock);
+		spin_unlock_irq(&qp->send_cq->lock);
+	}
+	if (qp->recv_cq) {
+		spin_lock_irq(&qp->recv_cq->lock);
+		spin_unlock_irq(&qp->recv_cq->lock);
+	}
 }
 
 /*
@@ -175,6 +184,35 @@ static void pib_qp_destroy(struct pib_dev *dev, struct pib_qp *qp)
 		pib_destroy_failed(dev, "QP", qp->qpn, err);
 	else
 		pib_qp_free_rings(dev, qp);
+}
+
+/*
+ * An XRC TGT QP (docs/prm.md §6.8): ib_core makes it for user space
+ * without a udata; it has no queue, PD, CQ or doorbell page, only its
+ * XRC domain.
+ */
+static int pib_create_xrc_tgt(struct pib_dev *dev, struct pib_qp *qp,
+			      struct ib_qp_init_attr *init)
+{
+	struct pib_qp_context ctx = {};
+	u64 qpn;
+	int err;
+
+	ctx.type = PIB_QPT_XRC_TGT;
+	ctx.xrcdn = to_pxrcd(init->xrcd)->xrcdn;
+	err = pib_cmd_box(dev, PIB_CMD_CREATE_QP, 0, 0, &ctx, sizeof(ctx), NULL,
+			  0, &qpn);
+	if (err)
+		return err;
+	qp->qpn = qpn;
+	qp->ibqp.qp_num = qpn;
+	qp->port = 1;
+	qp->state = IB_QPS_RESET;
+	memset(&init->cap, 0, sizeof(init->cap));
+	err = pib_publish_object(&dev->qps, qp->qpn, qp, NULL, NULL, 0);
+	if (err)
+		pib_qp_destroy(dev, qp);
+	return err;
 }
 
 int pib_create_qp(struct ib_qp *ibqp, struct ib_qp_init_attr *init,
@@ -198,17 +236,25 @@ int pib_create_qp(struct ib_qp *ibqp, struct ib_qp_init_attr *init,
 	}
 	if ((qp->type == PIB_QPT_SMI || qp->type == PIB_QPT_GSI) && udata)
 		return -EINVAL;
+	/* XRC serves user space: an INI QP has its rings there. */
+	if ((qp->type == PIB_QPT_XRC_INI || qp->type == PIB_QPT_XRC_TGT) &&
+	    !(dev->caps.device_cap_flags & PIB_DEV_CAP_XRC))
+		return -EOPNOTSUPP;
+	if (qp->type == PIB_QPT_XRC_TGT)
+		return pib_create_xrc_tgt(dev, qp, init);
+	if (qp->type == PIB_QPT_XRC_INI && !udata)
+		return -EOPNOTSUPP;
 	qp->port = init->port_num ? init->port_num : 1;
 	qp->signal_all = init->sq_sig_type == IB_SIGNAL_ALL_WR;
 	qp->send_cq = to_pcq(init->send_cq);
-	qp->recv_cq = to_pcq(init->recv_cq);
+	qp->recv_cq = init->recv_cq ? to_pcq(init->recv_cq) : NULL;
 	spin_lock_init(&qp->sq.lock);
 	spin_lock_init(&qp->rq.lock);
 	err = udata ? pib_qp_user_rings(dev, qp, init, udata)
 		    : pib_qp_kernel_rings(dev, qp, init);
 	if (err)
 		return err;
-	pib_qp_fill_cap(dev, qp, init->srq);
+	pib_qp_fill_cap(dev, qp, init->srq || qp->type == PIB_QPT_XRC_INI);
 
 	ctx.sq_buf.mtt_index = qp->sq.ring.mtt;
 	ctx.sq_buf.npages = qp->sq.ring.npages;
@@ -216,7 +262,7 @@ int pib_create_qp(struct ib_qp *ibqp, struct ib_qp_init_attr *init,
 	ctx.rq_buf.npages = qp->rq.ring.npages;
 	ctx.pdn = to_ppd(ibqp->pd)->pdn;
 	ctx.send_cqn = qp->send_cq->cqn;
-	ctx.recv_cqn = qp->recv_cq->cqn;
+	ctx.recv_cqn = qp->recv_cq ? qp->recv_cq->cqn : 0; /* none: XRC INI */
 	ctx.uar_page = udata ? rdma_udata_to_drv_context(
 				       udata, struct pib_ucontext, ibuc)
 				       ->uar
@@ -322,7 +368,7 @@ int pib_modify_qp(struct ib_qp *ibqp, struct ib_qp_attr *attr, int mask,
 	if (next == IB_QPS_RESET) {
 		/* A kernel QP starts over: its leftover completions (flushes
 		 * of its ERROR state) must not reach its next user. */
-		if (!ibqp->uobject) {
+		if (qp->tracked) {
 			pib_cq_clean(to_pcq(ibqp->send_cq), qp->qpn);
 			if (ibqp->recv_cq != ibqp->send_cq)
 				pib_cq_clean(to_pcq(ibqp->recv_cq), qp->qpn);

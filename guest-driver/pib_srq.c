@@ -44,7 +44,9 @@ static int pib_srq_user_ring(struct pib_dev *dev, struct pib_srq *srq,
 	err = pib_udata_cmd(udata, &cmd, sizeof(cmd));
 	if (err)
 		return err;
-	if ((1ull << cmd.log_wqe_count) < attr->max_wr ||
+	/* An SRQ ring holds 2 WQEs at least (docs/prm.md §6.4). */
+	if (cmd.log_wqe_count < 1 ||
+	    (1ull << cmd.log_wqe_count) < attr->max_wr ||
 	    (1ull << cmd.log_wqe_count) > dev->caps.max_srq_wr ||
 	    cmd.log_wqe_stride < PIB_LOG_MIN_STRIDE ||
 	    cmd.log_wqe_stride > dev->caps.log_max_wqe_stride)
@@ -63,7 +65,8 @@ static int pib_srq_kernel_ring(struct pib_dev *dev, struct pib_srq *srq,
 		roundup_pow_of_two(sizeof(struct pib_wqe_ctrl) +
 				   attr->max_sge * sizeof(struct pib_wqe_data));
 
-	srq->log_wqe_count = order_base_2(attr->max_wr);
+	/* An SRQ ring holds 2 WQEs at least (docs/prm.md §6.4). */
+	srq->log_wqe_count = max(1, order_base_2(attr->max_wr));
 	srq->log_wqe_stride = max(PIB_LOG_MIN_STRIDE, ilog2(stride));
 	if (srq->log_wqe_stride > dev->caps.log_max_wqe_stride)
 		return -EINVAL;
@@ -82,7 +85,10 @@ int pib_create_srq(struct ib_srq *ibsrq, struct ib_srq_init_attr *init,
 	u64 srqn;
 	int err;
 
-	if (init->srq_type != IB_SRQT_BASIC)
+	/* XRC SRQs serve user space's XRC TGT QPs; no kernel ULP uses XRC. */
+	if (init->srq_type != IB_SRQT_BASIC &&
+	    (init->srq_type != IB_SRQT_XRC || !udata ||
+	     !(dev->caps.device_cap_flags & PIB_DEV_CAP_XRC)))
 		return -EOPNOTSUPP;
 	if (!attr->max_wr || attr->max_wr > dev->caps.max_srq_wr ||
 	    attr->max_sge > dev->caps.max_srq_sge ||
@@ -107,6 +113,11 @@ int pib_create_srq(struct ib_srq *ibsrq, struct ib_srq_init_attr *init,
 	ctx.log_wqe_count = srq->log_wqe_count;
 	ctx.log_wqe_stride = srq->log_wqe_stride;
 	ctx.limit = srq->limit;
+	if (init->srq_type == IB_SRQT_XRC) {
+		ctx.type = PIB_SRQT_XRC;
+		ctx.xrcdn = to_pxrcd(init->ext.xrc.xrcd)->xrcdn;
+		ctx.cqn = to_pcq(init->ext.cq)->cqn;
+	}
 	err = pib_cmd_box(dev, PIB_CMD_CREATE_SRQ, 0, 0, &ctx, sizeof(ctx),
 			  NULL, 0, &srqn);
 	if (err) {
@@ -114,6 +125,8 @@ int pib_create_srq(struct ib_srq *ibsrq, struct ib_srq_init_attr *init,
 		return err;
 	}
 	srq->srqn = srqn;
+	if (init->srq_type == IB_SRQT_XRC) /* uverbs reports it */
+		ibsrq->ext.xrc.srq_num = srqn;
 	attr->max_wr = 1u << srq->log_wqe_count;
 	attr->max_sge = srq->max_sge;
 	resp.srqn = srq->srqn;

@@ -44,6 +44,8 @@ int pib_query_device(struct ib_device *ibdev, struct ib_device_attr *attr,
 		attr->device_cap_flags |= IB_DEVICE_MEM_WINDOW_TYPE_2B;
 	if (c->device_cap_flags & PIB_DEV_CAP_RESIZE_SRQ)
 		attr->device_cap_flags |= IB_DEVICE_SRQ_RESIZE;
+	if (c->device_cap_flags & PIB_DEV_CAP_XRC)
+		attr->device_cap_flags |= IB_DEVICE_XRC;
 	attr->max_mw = c->max_mw;
 	/* The core clock counts on in 64 bits: every bit is significant. */
 	if (c->device_cap_flags & PIB_DEV_CAP_CQE_TIMESTAMP) {
@@ -361,6 +363,32 @@ int pib_alloc_pd(struct ib_pd *ibpd, struct ib_udata *udata)
 int pib_dealloc_pd(struct ib_pd *ibpd, struct ib_udata *udata)
 {
 	pib_pd_destroy(to_pdev(ibpd->device), to_ppd(ibpd)->pdn);
+	return 0; /* see pib_destroy_failed() */
+}
+
+/* ---- XRC domains (docs/prm.md §6.8) ---------------------------------------
+ */
+
+int pib_alloc_xrcd(struct ib_xrcd *ibxrcd, struct ib_udata *udata)
+{
+	u64 xrcdn;
+	int err = pib_cmd(to_pdev(ibxrcd->device), PIB_CMD_ALLOC_XRCD, 0, 0,
+			  &xrcdn);
+
+	if (err)
+		return err;
+	to_pxrcd(ibxrcd)->xrcdn = xrcdn;
+	return 0;
+}
+
+int pib_dealloc_xrcd(struct ib_xrcd *ibxrcd, struct ib_udata *udata)
+{
+	struct pib_dev *dev = to_pdev(ibxrcd->device);
+	u32 xrcdn = to_pxrcd(ibxrcd)->xrcdn;
+	int err = pib_cmd(dev, PIB_CMD_DEALLOC_XRCD, xrcdn, 0, NULL);
+
+	if (err)
+		pib_destroy_failed(dev, "XRCD", xrcdn, err);
 	return 0; /* see pib_destroy_failed() */
 }
 

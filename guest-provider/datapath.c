@@ -203,7 +203,16 @@ static int pib_build_send_wqe(struct pib_qp *qp, const struct ibv_send_wr *wr,
 		ctrl->imm = wr->imm_data; /* already in wire order */
 	if (opcode == PIB_WR_SEND_INV || opcode == PIB_WR_LOCAL_INV)
 		ctrl->imm = wr->invalidate_rkey;
-	seg = pib_put_remote(qp, wr, opcode, (char *)(ctrl + 1));
+	seg = (char *)(ctrl + 1);
+	if (qp->vqp.qp.qp_type == IBV_QPT_XRC_SEND) {
+		/* The XRC SRQ behind the peer it goes to (docs/prm.md §6.8). */
+		struct pib_wqe_xrc *x = (struct pib_wqe_xrc *)seg;
+
+		memset(x, 0, sizeof(*x));
+		x->remote_srqn = wr->qp_type.xrc.remote_srqn;
+		seg = (char *)(x + 1);
+	}
+	seg = pib_put_remote(qp, wr, opcode, seg);
 	seg = pib_put_data(qp, wr, opcode, ctrl, seg, end);
 	if (!seg)
 		return EINVAL;
@@ -264,7 +273,8 @@ int pib_post_send_any(struct ibv_qp *ibqp, struct ibv_send_wr *wr,
 	uint32_t posted;
 	int err = 0;
 
-	if (ibqp->state == IBV_QPS_RESET) { /* nothing may be posted yet */
+	/* Nothing may be posted yet; an XRC receive QP has no SQ at all. */
+	if (ibqp->state == IBV_QPS_RESET || ibqp->qp_type == IBV_QPT_XRC_RECV) {
 		*bad_wr = wr;
 		return EINVAL;
 	}
@@ -350,7 +360,10 @@ int pib_post_recv(struct ibv_qp *ibqp, struct ibv_recv_wr *wr,
 {
 	struct pib_qp *qp = to_pqp(ibqp);
 
-	if (ibqp->srq || ibqp->state == IBV_QPS_RESET) {
+	/* XRC QPs receive through XRC SRQs only. */
+	if (ibqp->srq || ibqp->state == IBV_QPS_RESET ||
+	    ibqp->qp_type == IBV_QPT_XRC_SEND ||
+	    ibqp->qp_type == IBV_QPT_XRC_RECV) {
 		*bad_wr = wr;
 		return EINVAL;
 	}
@@ -384,12 +397,20 @@ static void pib_retire(struct pib_context *ctx, const struct pib_cqe *cqe)
 		cqe->qpn < ctx->qp_table_size ? ctx->qp_table[cqe->qpn] : NULL;
 	struct pib_wq *wq;
 
+	/* The device takes receive WQEs in ring order and copies them. A
+	 * receive names the SRQ it used: an XRC SRQ's QP is not this
+	 * process's. */
+	if (cqe->opcode & 0x80 && cqe->flags & PIB_CQE_SRQ) {
+		struct pib_srq *srq = pib_srq_lookup(ctx, cqe->srqn);
+
+		if (srq)
+			__atomic_fetch_add(&srq->wq.ci, 1, __ATOMIC_RELEASE);
+		return;
+	}
 	if (!qp)
 		return;
 	if (cqe->opcode & 0x80) {
-		/* The device takes receive WQEs in ring order and copies them.
-		 */
-		wq = qp->vqp.qp.srq ? &to_psrq(qp->vqp.qp.srq)->wq : &qp->rq;
+		wq = &qp->rq;
 		__atomic_fetch_add(&wq->ci, 1, __ATOMIC_RELEASE);
 		return;
 	}

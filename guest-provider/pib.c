@@ -15,6 +15,7 @@ static void pib_free_context(struct ibv_context *ibctx)
 	if (ctx->uar)
 		munmap(ctx->uar, PIB_PAGE_SIZE);
 	free(ctx->qp_table);
+	free(ctx->srq_table);
 	pthread_mutex_destroy(&ctx->qp_table_lock);
 	verbs_uninit_context(&ctx->ibv_ctx);
 	free(ctx);
@@ -24,6 +25,7 @@ static const struct verbs_context_ops pib_ctx_ops = {
 	.alloc_mw = pib_alloc_mw,
 	.alloc_pd = pib_alloc_pd,
 	.bind_mw = pib_bind_mw,
+	.close_xrcd = pib_close_xrcd,
 	.attach_mcast = ibv_cmd_attach_mcast,
 	.create_ah = pib_create_ah,
 	.create_cq = pib_create_cq,
@@ -31,6 +33,7 @@ static const struct verbs_context_ops pib_ctx_ops = {
 	.create_qp = pib_create_qp,
 	.create_qp_ex = pib_create_qp_ex,
 	.create_srq = pib_create_srq,
+	.create_srq_ex = pib_create_srq_ex,
 	.dealloc_mw = pib_dealloc_mw,
 	.dealloc_pd = pib_dealloc_pd,
 	.dereg_mr = pib_dereg_mr,
@@ -40,8 +43,10 @@ static const struct verbs_context_ops pib_ctx_ops = {
 	.destroy_srq = pib_destroy_srq,
 	.detach_mcast = ibv_cmd_detach_mcast,
 	.free_context = pib_free_context,
+	.get_srq_num = pib_get_srq_num,
 	.modify_qp = pib_modify_qp,
 	.modify_srq = pib_modify_srq,
+	.open_xrcd = pib_open_xrcd,
 	.poll_cq = pib_poll_cq,
 	.post_recv = pib_post_recv,
 	.post_send = pib_post_send,
@@ -76,7 +81,9 @@ static int pib_read_limits(struct pib_context *ctx)
 	/* QP numbers run from PIB_FIRST_QPN, one per QP the device has. */
 	ctx->qp_table_size = PIB_FIRST_QPN + attr.orig_attr.max_qp;
 	ctx->qp_table = calloc(ctx->qp_table_size, sizeof(*ctx->qp_table));
-	return ctx->qp_table ? 0 : ENOMEM;
+	ctx->srq_table_size = attr.orig_attr.max_srq;
+	ctx->srq_table = calloc(ctx->srq_table_size, sizeof(*ctx->srq_table));
+	return ctx->qp_table && ctx->srq_table ? 0 : ENOMEM;
 }
 
 static struct verbs_context *pib_alloc_context(struct ibv_device *ibdev,

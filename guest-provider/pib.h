@@ -35,6 +35,9 @@ struct pib_context {
 	pthread_mutex_t qp_table_lock;
 	struct pib_qp **qp_table;
 	uint32_t qp_table_size;
+	/* SRQs by number, the same way (a receive CQE names its SRQ). */
+	struct pib_srq **srq_table;
+	uint32_t srq_table_size;
 };
 
 /* A ring in process memory, page-aligned, that the driver pins. */
@@ -83,6 +86,19 @@ struct pib_srq {
 	struct pib_wq wq;
 	uint32_t srqn;
 };
+
+struct pib_xrcd {
+	struct verbs_xrcd vxrcd;
+};
+
+static inline struct pib_srq *pib_srq_lookup(struct pib_context *ctx,
+					     uint32_t srqn)
+{
+	return srqn < ctx->srq_table_size
+		       ? __atomic_load_n(&ctx->srq_table[srqn],
+					 __ATOMIC_ACQUIRE)
+		       : NULL;
+}
 
 struct pib_ah {
 	struct ibv_ah ibv_ah;
@@ -167,6 +183,12 @@ int pib_modify_qp(struct ibv_qp *qp, struct ibv_qp_attr *attr, int attr_mask);
 int pib_destroy_qp(struct ibv_qp *qp);
 struct ibv_srq *pib_create_srq(struct ibv_pd *pd,
 			       struct ibv_srq_init_attr *attr);
+struct ibv_srq *pib_create_srq_ex(struct ibv_context *context,
+				  struct ibv_srq_init_attr_ex *attr);
+int pib_get_srq_num(struct ibv_srq *srq, uint32_t *srq_num);
+struct ibv_xrcd *pib_open_xrcd(struct ibv_context *context,
+			       struct ibv_xrcd_init_attr *attr);
+int pib_close_xrcd(struct ibv_xrcd *xrcd);
 int pib_modify_srq(struct ibv_srq *srq, struct ibv_srq_attr *attr,
 		   int attr_mask);
 int pib_query_srq(struct ibv_srq *srq, struct ibv_srq_attr *attr);

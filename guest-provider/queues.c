@@ -303,7 +303,7 @@ static int pib_wq_shape(struct pib_context *ctx, struct pib_wq *wq,
 
 /* Ring geometry for the capabilities asked for, as the driver expects it. */
 static int pib_qp_geometry(struct pib_context *ctx, struct pib_qp *qp,
-			   struct ibv_qp_init_attr *attr)
+			   struct ibv_qp_init_attr *attr, bool no_rq)
 {
 	struct ibv_qp_cap *cap = &attr->cap;
 	size_t inline_room = (cap->max_inline_data + 4 + 15) & ~15u;
@@ -322,11 +322,23 @@ static int pib_qp_geometry(struct pib_context *ctx, struct pib_qp *qp,
 	if (err)
 		return err;
 	qp->max_inline_data = cap->max_inline_data;
-	if (attr->srq)
+	if (no_rq)
 		return 0;
 	return pib_wq_shape(ctx, &qp->rq, PIB_RECV_HDR_SIZE,
 			    cap->max_recv_sge * sizeof(struct pib_wqe_data),
 			    cap->max_recv_wr, cap->max_recv_sge);
+}
+
+/* Sets SRQ `srqn`'s entry (NULL: removes it). */
+static int pib_srq_table_set(struct pib_context *ctx, uint32_t srqn,
+			     struct pib_srq *srq)
+{
+	if (srqn >= ctx->srq_table_size)
+		return EPROTO;
+	pthread_mutex_lock(&ctx->qp_table_lock);
+	__atomic_store_n(&ctx->srq_table[srqn], srq, __ATOMIC_RELEASE);
+	pthread_mutex_unlock(&ctx->qp_table_lock);
+	return 0;
 }
 
 int pib_qp_table_add(struct pib_context *ctx, struct pib_qp *qp)
@@ -358,13 +370,46 @@ static bool pib_qp_attr_supported(const struct ibv_qp_init_attr_ex *attr)
 	if (attr->comp_mask & IBV_QP_INIT_ATTR_SEND_OPS_FLAGS &&
 	    attr->send_ops_flags & ~pib_qp_ex_supported_ops(attr->qp_type))
 		return false;
+	/* An XRC receive QP is in an XRC domain and has nothing else. */
+	if (attr->qp_type == IBV_QPT_XRC_RECV)
+		return (attr->comp_mask & ~IBV_QP_INIT_ATTR_CREATE_FLAGS) ==
+			       IBV_QP_INIT_ATTR_XRCD &&
+		       attr->xrcd;
 	if (attr->comp_mask &
 		    ~(IBV_QP_INIT_ATTR_PD | IBV_QP_INIT_ATTR_CREATE_FLAGS |
 		      IBV_QP_INIT_ATTR_SEND_OPS_FLAGS) ||
 	    !attr->pd)
 		return false;
 	return attr->qp_type == IBV_QPT_RC || attr->qp_type == IBV_QPT_UC ||
-	       attr->qp_type == IBV_QPT_UD;
+	       attr->qp_type == IBV_QPT_UD || attr->qp_type == IBV_QPT_XRC_SEND;
+}
+
+/*
+ * An XRC receive QP (XRC TGT, docs/prm.md §6.8) is the kernel's: it has no
+ * ring here, takes no doorbell, and its receives complete on the XRC
+ * SRQs' CQs, which name the SRQ.
+ */
+static struct ibv_qp *pib_create_xrc_recv_qp(struct ibv_context *context,
+					     struct ibv_qp_init_attr_ex *attr)
+{
+	struct pib_uresp_create_qp resp = {};
+	struct pib_ucmd_create_qp cmd = {};
+	struct pib_qp *qp = calloc(1, sizeof(*qp));
+	int err;
+
+	if (!qp)
+		return NULL;
+	err = ibv_cmd_create_qp_ex(context, &qp->vqp, attr, &cmd.ibv_cmd,
+				   sizeof(cmd), &resp.ibv_resp, sizeof(resp));
+	if (err) {
+		free(qp);
+		errno = err;
+		return NULL;
+	}
+	qp->qpn = qp->vqp.qp.qp_num;
+	pthread_spin_init(&qp->sq.lock, PTHREAD_PROCESS_PRIVATE);
+	pthread_spin_init(&qp->rq.lock, PTHREAD_PROCESS_PRIVATE);
+	return &qp->vqp.qp;
 }
 
 /* Both creation verbs end here; attr->cap is filled with what was made. */
@@ -377,24 +422,30 @@ struct ibv_qp *pib_create_qp_ex(struct ibv_context *context,
 	struct ibv_qp_init_attr_ex plain;
 	struct ibv_qp_init_attr geometry;
 	struct pib_qp *qp;
+	bool no_rq;
 	int err;
 
 	if (!pib_qp_attr_supported(attr)) {
 		errno = EOPNOTSUPP;
 		return NULL;
 	}
+	if (attr->qp_type == IBV_QPT_XRC_RECV)
+		return pib_create_xrc_recv_qp(context, attr);
 	qp = calloc(1, sizeof(*qp));
 	if (!qp)
 		return NULL;
-	geometry =
-		(struct ibv_qp_init_attr){.cap = attr->cap, .srq = attr->srq};
-	err = pib_qp_geometry(ctx, qp, &geometry);
+	/* An XRC send QP has no receive side: no RQ, as with an SRQ. */
+	no_rq = attr->srq || attr->qp_type == IBV_QPT_XRC_SEND;
+	geometry = (struct ibv_qp_init_attr){.cap = attr->cap};
+	if (no_rq)
+		geometry.cap.max_recv_wr = geometry.cap.max_recv_sge = 0;
+	err = pib_qp_geometry(ctx, qp, &geometry, no_rq);
 	if (err)
 		goto err_free;
 	err = pib_buf_alloc(&qp->sq.buf, pib_wq_bytes(&qp->sq));
 	if (err)
 		goto err_free;
-	if (!attr->srq) {
+	if (!no_rq) {
 		err = pib_buf_alloc(&qp->rq.buf, pib_wq_bytes(&qp->rq));
 		if (err)
 			goto err_sq;
@@ -484,8 +535,10 @@ int pib_modify_qp(struct ibv_qp *ibqp, struct ibv_qp_attr *attr, int attr_mask)
 	if (err || !(attr_mask & IBV_QP_STATE) ||
 	    attr->qp_state != IBV_QPS_RESET)
 		return err;
-	pib_cq_clean(to_pcq(ibqp->recv_cq), ibqp->qp_num);
-	if (ibqp->send_cq != ibqp->recv_cq)
+	/* XRC QPs: a send QP has no receive CQ, a receive QP no CQ. */
+	if (ibqp->recv_cq)
+		pib_cq_clean(to_pcq(ibqp->recv_cq), ibqp->qp_num);
+	if (ibqp->send_cq && ibqp->send_cq != ibqp->recv_cq)
 		pib_cq_clean(to_pcq(ibqp->send_cq), ibqp->qp_num);
 	pthread_spin_lock(&qp->sq.lock);
 	qp->sq.pi = 0;
@@ -517,56 +570,38 @@ int pib_destroy_qp(struct ibv_qp *ibqp)
 /* ---- shared receive queues
  * ------------------------------------------------------ */
 
-struct pib_ucmd_create_srq {
-	struct ibv_create_srq ibv_cmd;
-	struct pib_create_srq_cmd drv;
-};
+/* An SRQ's ring: room for max_wr WQEs, and 2 at least (docs/prm.md §6.4). */
+static int pib_srq_ring_alloc(struct pib_context *ctx, struct pib_srq *srq,
+			      const struct ibv_srq_attr *attr)
+{
+	int err = pib_wq_shape(ctx, &srq->wq, PIB_RECV_HDR_SIZE,
+			       attr->max_sge * sizeof(struct pib_wqe_data),
+			       attr->max_wr < 2 ? 2 : attr->max_wr,
+			       attr->max_sge);
+
+	return err ? err : pib_buf_alloc(&srq->wq.buf, pib_wq_bytes(&srq->wq));
+}
 
 struct pib_uresp_create_srq {
 	struct ib_uverbs_create_srq_resp ibv_resp;
 	struct pib_create_srq_resp drv;
 };
 
+/* The classic verb: a basic SRQ, made as ibv_create_srq_ex makes one. */
 struct ibv_srq *pib_create_srq(struct ibv_pd *pd,
 			       struct ibv_srq_init_attr *attr)
 {
-	struct pib_context *ctx = to_pctx(pd->context);
-	struct pib_uresp_create_srq resp = {};
-	struct pib_ucmd_create_srq cmd = {};
-	struct pib_srq *srq;
-	int err;
+	struct ibv_srq_init_attr_ex ex = {
+		.srq_context = attr->srq_context,
+		.attr = attr->attr,
+		.comp_mask = IBV_SRQ_INIT_ATTR_PD,
+		.pd = pd,
+	};
+	struct ibv_srq *srq = pib_create_srq_ex(pd->context, &ex);
 
-	if (!attr->attr.max_wr || attr->attr.max_sge > ctx->max_recv_sge) {
-		errno = EINVAL;
-		return NULL;
-	}
-	srq = calloc(1, sizeof(*srq));
-	if (!srq)
-		return NULL;
-	err = pib_wq_shape(ctx, &srq->wq, PIB_RECV_HDR_SIZE,
-			   attr->attr.max_sge * sizeof(struct pib_wqe_data),
-			   attr->attr.max_wr, attr->attr.max_sge);
-	if (!err)
-		err = pib_buf_alloc(&srq->wq.buf, pib_wq_bytes(&srq->wq));
-	if (err)
-		goto err_free;
-	cmd.drv.buf_addr = (uintptr_t)srq->wq.buf.addr;
-	cmd.drv.log_wqe_count = srq->wq.log_count;
-	cmd.drv.log_wqe_stride = srq->wq.log_stride;
-	err = ibv_cmd_create_srq(pd, &srq->vsrq.srq, attr, &cmd.ibv_cmd,
-				 sizeof(cmd), &resp.ibv_resp, sizeof(resp));
-	if (err)
-		goto err_buf;
-	srq->srqn = resp.drv.srqn;
-	pthread_spin_init(&srq->wq.lock, PTHREAD_PROCESS_PRIVATE);
-	return &srq->vsrq.srq;
-
-err_buf:
-	pib_buf_free(&srq->wq.buf);
-err_free:
-	free(srq);
-	errno = err;
-	return NULL;
+	if (srq)
+		attr->attr = ex.attr;
+	return srq;
 }
 
 struct pib_ucmd_resize_srq {
@@ -597,7 +632,7 @@ static int pib_resize_srq(struct ibv_srq *ibsrq, struct ibv_srq_attr *attr,
 		return EINVAL;
 	err = pib_wq_shape(ctx, &shape, PIB_RECV_HDR_SIZE,
 			   wq->max_sge * sizeof(struct pib_wqe_data),
-			   attr->max_wr, wq->max_sge);
+			   attr->max_wr < 2 ? 2 : attr->max_wr, wq->max_sge);
 	if (!err && shape.log_stride != wq->log_stride)
 		err = EINVAL;
 	if (!err)
@@ -658,8 +693,114 @@ int pib_destroy_srq(struct ibv_srq *ibsrq)
 
 	if (err)
 		return err;
+	pib_srq_table_set(to_pctx(ibsrq->context), srq->srqn, NULL);
 	pthread_spin_destroy(&srq->wq.lock);
 	pib_buf_free(&srq->wq.buf);
 	free(srq);
 	return 0;
+}
+
+/* ---- XRC (docs/prm.md §6.8) ------------------------------------------------
+ */
+
+struct pib_ucmd_create_xsrq {
+	struct ibv_create_xsrq ibv_cmd;
+	struct pib_create_srq_cmd drv;
+};
+
+/*
+ * ibv_create_srq_ex: an XRC SRQ (in an XRC domain, completing to its own
+ * CQ) or a basic one. Tag matching is not offered.
+ */
+struct ibv_srq *pib_create_srq_ex(struct ibv_context *context,
+				  struct ibv_srq_init_attr_ex *attr)
+{
+	const uint32_t known = IBV_SRQ_INIT_ATTR_TYPE | IBV_SRQ_INIT_ATTR_PD |
+			       IBV_SRQ_INIT_ATTR_XRCD | IBV_SRQ_INIT_ATTR_CQ;
+	struct pib_context *ctx = to_pctx(context);
+	struct pib_uresp_create_srq resp = {};
+	struct pib_ucmd_create_xsrq cmd = {};
+	bool xrc = attr->comp_mask & IBV_SRQ_INIT_ATTR_TYPE &&
+		   attr->srq_type == IBV_SRQT_XRC;
+	struct pib_srq *srq;
+	int err;
+
+	if (attr->comp_mask & ~known ||
+	    (attr->comp_mask & IBV_SRQ_INIT_ATTR_TYPE &&
+	     attr->srq_type != IBV_SRQT_BASIC && !xrc)) {
+		errno = EOPNOTSUPP;
+		return NULL;
+	}
+	if (!(attr->comp_mask & IBV_SRQ_INIT_ATTR_PD) ||
+	    (xrc && (!(attr->comp_mask & IBV_SRQ_INIT_ATTR_XRCD) ||
+		     !(attr->comp_mask & IBV_SRQ_INIT_ATTR_CQ))) ||
+	    !attr->attr.max_wr || attr->attr.max_sge > ctx->max_recv_sge) {
+		errno = EINVAL;
+		return NULL;
+	}
+	srq = calloc(1, sizeof(*srq));
+	if (!srq)
+		return NULL;
+	err = pib_srq_ring_alloc(ctx, srq, &attr->attr);
+	if (err)
+		goto err_free;
+	cmd.drv.buf_addr = (uintptr_t)srq->wq.buf.addr;
+	cmd.drv.log_wqe_count = srq->wq.log_count;
+	cmd.drv.log_wqe_stride = srq->wq.log_stride;
+	err = ibv_cmd_create_srq_ex(context, &srq->vsrq, attr, &cmd.ibv_cmd,
+				    sizeof(cmd), &resp.ibv_resp, sizeof(resp));
+	if (err)
+		goto err_buf;
+	srq->srqn = resp.drv.srqn;
+	pthread_spin_init(&srq->wq.lock, PTHREAD_PROCESS_PRIVATE);
+	err = pib_srq_table_set(ctx, srq->srqn, srq);
+	if (err) {
+		ibv_cmd_destroy_srq(&srq->vsrq.srq);
+		goto err_buf;
+	}
+	return &srq->vsrq.srq;
+
+err_buf:
+	pib_buf_free(&srq->wq.buf);
+err_free:
+	free(srq);
+	errno = err;
+	return NULL;
+}
+
+int pib_get_srq_num(struct ibv_srq *srq, uint32_t *srq_num)
+{
+	*srq_num = to_psrq(srq)->srqn;
+	return 0;
+}
+
+struct ibv_xrcd *pib_open_xrcd(struct ibv_context *context,
+			       struct ibv_xrcd_init_attr *attr)
+{
+	struct ib_uverbs_open_xrcd_resp resp;
+	struct ibv_open_xrcd cmd;
+	struct pib_xrcd *xrcd = calloc(1, sizeof(*xrcd));
+	int err;
+
+	if (!xrcd)
+		return NULL;
+	err = ibv_cmd_open_xrcd(context, &xrcd->vxrcd, sizeof(xrcd->vxrcd),
+				attr, &cmd, sizeof(cmd), &resp, sizeof(resp));
+	if (err) {
+		free(xrcd);
+		errno = err;
+		return NULL;
+	}
+	return &xrcd->vxrcd.xrcd;
+}
+
+int pib_close_xrcd(struct ibv_xrcd *ibxrcd)
+{
+	struct pib_xrcd *xrcd =
+		container_of(ibxrcd, struct pib_xrcd, vxrcd.xrcd);
+	int err = ibv_cmd_close_xrcd(&xrcd->vxrcd);
+
+	if (!err)
+		free(xrcd);
+	return err;
 }

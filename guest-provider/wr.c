@@ -31,6 +31,7 @@ static void *pib_wr_begin(struct pib_qp *qp, uint8_t opcode, size_t segment)
 {
 	struct ibv_qp_ex *ibqp = &qp->vqp.qp_ex;
 	struct pib_wqe_ctrl *ctrl;
+	size_t xrc = 0;
 
 	if (qp->wr_err)
 		return NULL;
@@ -39,16 +40,19 @@ static void *pib_wr_begin(struct pib_qp *qp, uint8_t opcode, size_t segment)
 		qp->wr_err = ENOMEM;
 		return NULL;
 	}
-	/* UD QPs keep room for the address, which ibv_wr_set_ud_addr fills. */
+	/* UD QPs keep room for the address, which ibv_wr_set_ud_addr fills;
+	 * XRC send QPs for the XRC segment, ibv_wr_set_xrc_srqn's. */
 	if (qp->vqp.qp.qp_type == IBV_QPT_UD)
 		segment = sizeof(struct pib_wqe_ud);
+	if (qp->vqp.qp.qp_type == IBV_QPT_XRC_SEND)
+		xrc = sizeof(struct pib_wqe_xrc);
 	ctrl = pib_wq_slot(&qp->sq, qp->sq.pi);
-	memset(ctrl, 0, sizeof(*ctrl) + segment);
+	memset(ctrl, 0, sizeof(*ctrl) + xrc + segment);
 	pib_wqe_ctrl_init(ctrl, qp, ibqp->wr_id, opcode, ibqp->wr_flags);
-	ctrl->num_ds = (sizeof(*ctrl) + segment) / 16;
+	ctrl->num_ds = (sizeof(*ctrl) + xrc + segment) / 16;
 	qp->wr_cur = ctrl;
 	qp->sq.pi++;
-	return ctrl + 1;
+	return (char *)(ctrl + 1) + xrc;
 }
 
 static void pib_wr_send(struct ibv_qp_ex *ibqp)
@@ -171,6 +175,16 @@ static void pib_wr_set_ud_addr(struct ibv_qp_ex *ibqp, struct ibv_ah *ah,
 	ud->remote_qkey = remote_qkey;
 }
 
+/* The XRC SRQ behind the peer the current WQE goes to (docs/prm.md §6.8). */
+static void pib_wr_set_xrc_srqn(struct ibv_qp_ex *ibqp, uint32_t remote_srqn)
+{
+	struct pib_qp *qp = to_pqp_ex(ibqp);
+
+	if (qp->wr_err || !qp->wr_cur)
+		return;
+	((struct pib_wqe_xrc *)(qp->wr_cur + 1))->remote_srqn = remote_srqn;
+}
+
 /* Room for `bytes` more in the current WQE's slot, or an error. */
 static void *pib_wr_room(struct pib_qp *qp, size_t bytes)
 {
@@ -281,11 +295,13 @@ uint64_t pib_qp_ex_supported_ops(enum ibv_qp_type type)
 {
 	uint64_t ops = IBV_QP_EX_WITH_SEND | IBV_QP_EX_WITH_SEND_WITH_IMM;
 
-	if (type == IBV_QPT_RC || type == IBV_QPT_UC)
+	bool reliable = type == IBV_QPT_RC || type == IBV_QPT_XRC_SEND;
+
+	if (reliable || type == IBV_QPT_UC)
 		ops |= IBV_QP_EX_WITH_RDMA_WRITE |
 		       IBV_QP_EX_WITH_RDMA_WRITE_WITH_IMM |
 		       IBV_QP_EX_WITH_LOCAL_INV | IBV_QP_EX_WITH_BIND_MW;
-	if (type == IBV_QPT_RC)
+	if (reliable)
 		ops |= IBV_QP_EX_WITH_RDMA_READ |
 		       IBV_QP_EX_WITH_ATOMIC_CMP_AND_SWP |
 		       IBV_QP_EX_WITH_ATOMIC_FETCH_AND_ADD |
@@ -307,6 +323,8 @@ void pib_qp_ex_set_ops(struct pib_qp *qp, uint64_t ops)
 	q->wr_set_inline_data_list = pib_wr_set_inline_data_list;
 	if (qp->vqp.qp.qp_type == IBV_QPT_UD)
 		q->wr_set_ud_addr = pib_wr_set_ud_addr;
+	if (qp->vqp.qp.qp_type == IBV_QPT_XRC_SEND)
+		q->wr_set_xrc_srqn = pib_wr_set_xrc_srqn;
 	if (ops & IBV_QP_EX_WITH_SEND)
 		q->wr_send = pib_wr_send;
 	if (ops & IBV_QP_EX_WITH_SEND_WITH_IMM)

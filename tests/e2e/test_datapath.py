@@ -48,6 +48,22 @@ def test_rc_pingpong_with_grh(ctx):
     _pingpong(ctx, "ibv_rc_pingpong", 4096, 20, extra=["-g", "0"])
 
 
+def test_xsrq_pingpong(ctx):
+    """XRC between guests (docs/prm.md §6.8): ibv_xsrq_pingpong's client
+    in vm1 sends through XRC send QPs to the XRC SRQs of vm2's XRC domain,
+    whose receive QPs take the messages, and back; polled, then with
+    completion events, below and above the path MTU."""
+    for size, extra in ((1, []), (4096, []), (65536, ["-e"])):
+        argv = ["ibv_xsrq_pingpong", "-s", str(size), "-n", "50", "-p", "18532", *extra]
+        client, server_out, rc = run_pair(ctx, argv, argv, port=18532)
+        assert client.exitcode == 0 and rc == "0", (
+            f"{' '.join(argv)}: client {client.exitcode}, server {rc}\n"
+            f"client:\n{client.out}{client.err}\nserver:\n{server_out}")
+        assert re.search(r"^success$", client.out, re.M), client.out
+        assert re.search(r"^success$", server_out, re.M), server_out
+        print(f"ibv_xsrq_pingpong {size:>6} B x 50{' (events)' if extra else ''}: success")
+
+
 def test_rdma_core_65_loads_its_own_provider_build(ctx):
     """The provider built against the newest rdma-core in Debian (65, its
     private ABI 65): that rdma-core's libibverbs loads libpib-rdmav65.so in

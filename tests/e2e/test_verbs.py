@@ -46,7 +46,7 @@ def test_ibv_devinfo_shows_the_device_attributes(ctx):
         # What the device implements, it advertises (docs/prm.md §4.5).
         for flag in ("BAD_PKEY_CNTR", "BAD_QKEY_CNTR", "PORT_ACTIVE_EVENT", "RC_RNR_NAK_GEN",
                      "MEM_WINDOW", "MEM_MGT_EXTENSIONS", "MEM_WINDOW_TYPE_2B",
-                     "SYS_IMAGE_GUID"):
+                     "SYS_IMAGE_GUID", "XRC"):
             assert re.search(rf"^\s+{flag}$", out, re.M), f"{flag} not advertised:\n{out}"
         assert int(re.search(r"port_lid:\s*(\d+)", out).group(1)) > 0, out
         assert re.search(r"GID\[\s*0\]:\s*fe80:0000:0000:0000:" +
@@ -97,6 +97,9 @@ PYVERBS_MUST_PASS = (
     "test_mw_type1", "test_invalidate_mw_type1", "test_mw_type2", "test_mw_type2_invalidate_local",
     "test_mw_type2_invalidate_remote", "test_mw_type2_invalidate_dealloc",
     "test_qp_ex_rc_bind_mw",
+    # XRC (§6.8): domains, XRC SRQs, send and receive QPs, traffic and atomics.
+    "test_xrc_traffic_cq_ex", "test_xrc_atomic_fetch_and_add", "test_xrc_atomic_cmp_and_swap",
+    "test_qp_ex_xrc_send", "test_qp_ex_xrc_send_imm",
     # CQ resize (§6.1) and reregistration in place (§6.2).
     "test_resize_cq", "test_resize_srq", "test_mr_rereg_access", "test_mr_rereg_access_bad_flow",
     "test_mr_rereg_atomic", "test_mr_rereg_pd", "test_mr_rereg_addr")
