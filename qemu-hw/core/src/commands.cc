@@ -321,44 +321,44 @@ CommandOutcome CommandProcessor::freeUar(const Command &cmd) {
     return {};
 }
 
-CommandOutcome CommandProcessor::allocPd(const Command &) {
-    const auto number = objects_.pds.insert(std::make_unique<ProtectionDomain>());
+// PDs and XRC domains: numbers that other objects hold, nothing more.
+template <class T>
+CommandOutcome CommandProcessor::allocHeld(ObjectTable<T> &table, const char *what) {
+    const auto number = table.insert(std::make_unique<T>());
     if (!number)
-        return fail(PIB_CMD_STATUS_NO_RESOURCES, err::kCmdNoResources, "all %u PDs in use",
-                    objects_.pds.capacity());
+        return fail(PIB_CMD_STATUS_NO_RESOURCES, err::kCmdNoResources, "all %u %ss in use",
+                    table.capacity(), what);
     return {PIB_CMD_STATUS_OK, *number};
+}
+
+template <class T>
+CommandOutcome CommandProcessor::deallocHeld(ObjectTable<T> &table, const Command &cmd,
+                                             const char *what) {
+    const T *object = table.find(cmd.modifier);
+    if (!object)
+        return fail(PIB_CMD_STATUS_BAD_INDEX, err::kCmdBadIndex, "%s of %s %u",
+                    commandName(cmd.opcode), what, cmd.modifier);
+    if (object->refs)
+        return fail(PIB_CMD_STATUS_BUSY, err::kCmdBusy, "%s of %s %u used by %u objects",
+                    commandName(cmd.opcode), what, cmd.modifier, object->refs);
+    table.erase(cmd.modifier);
+    return {};
+}
+
+CommandOutcome CommandProcessor::allocPd(const Command &) {
+    return allocHeld(objects_.pds, "PD");
 }
 
 CommandOutcome CommandProcessor::deallocPd(const Command &cmd) {
-    ProtectionDomain *pd = objects_.pds.find(cmd.modifier);
-    if (!pd)
-        return fail(PIB_CMD_STATUS_BAD_INDEX, err::kCmdBadIndex, "DEALLOC_PD of PD %u",
-                    cmd.modifier);
-    if (pd->refs)
-        return fail(PIB_CMD_STATUS_BUSY, err::kCmdBusy, "DEALLOC_PD of PD %u used by %u objects",
-                    cmd.modifier, pd->refs);
-    objects_.pds.erase(cmd.modifier);
-    return {};
+    return deallocHeld(objects_.pds, cmd, "PD");
 }
 
 CommandOutcome CommandProcessor::allocXrcd(const Command &) {
-    const auto number = objects_.xrcds.insert(std::make_unique<XrcDomain>());
-    if (!number)
-        return fail(PIB_CMD_STATUS_NO_RESOURCES, err::kCmdNoResources, "all %u XRC domains in use",
-                    objects_.xrcds.capacity());
-    return {PIB_CMD_STATUS_OK, *number};
+    return allocHeld(objects_.xrcds, "XRC domain");
 }
 
 CommandOutcome CommandProcessor::deallocXrcd(const Command &cmd) {
-    XrcDomain *xrcd = objects_.xrcds.find(cmd.modifier);
-    if (!xrcd)
-        return fail(PIB_CMD_STATUS_BAD_INDEX, err::kCmdBadIndex, "DEALLOC_XRCD of XRCD %u",
-                    cmd.modifier);
-    if (xrcd->refs)
-        return fail(PIB_CMD_STATUS_BUSY, err::kCmdBusy,
-                    "DEALLOC_XRCD of XRCD %u used by %u SRQs and QPs", cmd.modifier, xrcd->refs);
-    objects_.xrcds.erase(cmd.modifier);
-    return {};
+    return deallocHeld(objects_.xrcds, cmd, "XRC domain");
 }
 
 // ---- memory translation table --------------------------------------------------

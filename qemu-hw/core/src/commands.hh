@@ -100,6 +100,9 @@ class CommandProcessor {
     CommandOutcome deallocPd(const Command &);
     CommandOutcome allocXrcd(const Command &);
     CommandOutcome deallocXrcd(const Command &);
+    template <class T> CommandOutcome allocHeld(ObjectTable<T> &table, const char *what);
+    template <class T>
+    CommandOutcome deallocHeld(ObjectTable<T> &table, const Command &cmd, const char *what);
     CommandOutcome allocMtt(const Command &);
     CommandOutcome freeMtt(const Command &);
     CommandOutcome writeMtt(const Command &);

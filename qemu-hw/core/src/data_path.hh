@@ -10,6 +10,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <set>
 #include <span>
 #include <utility>
@@ -126,6 +127,7 @@ class DataPath final : public SubnetSender, public ScheduledEngine {
     uint32_t requestPd(const QueuePair &qp) const;
     uint32_t receiveCq(const QueuePair &qp) const;
     bool selectXrcSrq(uint32_t qpn, QueuePair &qp, const iba::Packet &packet, bool startsMessage);
+    std::optional<uint32_t> receiveSrq(const QueuePair &qp) const;
     void markSrqReceive(const QueuePair &qp, pib_cqe &cqe) const;
     void responderError(uint32_t qpn, QueuePair &qp, uint32_t psn, uint8_t nakCode,
                         uint8_t wcStatus, const char *why);

@@ -173,10 +173,8 @@ void DataPath::portReceive(unsigned number, std::span<const uint8_t> bytes) {
 // it is well formed.
 bool DataPath::takeReceiveWqe(uint32_t qpn, QueuePair &qp, Wqe &wqe, uint16_t *index,
                               uint8_t *status) {
-    const bool xrc = qp.ctx.type == PIB_QPT_XRC_TGT;
-    if (xrc || qp.ctx.flags & PIB_QP_USE_SRQ) {
-        const uint32_t srqn = xrc ? qp.resp.xrcSrqn : qp.ctx.srqn;
-        SharedReceiveQueue *srq = objects_.srqs.find(srqn);
+    if (const auto srqn = receiveSrq(qp)) {
+        SharedReceiveQueue *srq = objects_.srqs.find(*srqn);
         if (!srq || srq->consumer == srq->producer)
             return false;
         *index = static_cast<uint16_t>(srq->consumer);
@@ -186,7 +184,7 @@ bool DataPath::takeReceiveWqe(uint32_t qpn, QueuePair &qp, Wqe &wqe, uint16_t *i
         const uint32_t left = srq->producer - srq->consumer;
         if (srq->ctx.limit && left < srq->ctx.limit) {
             srq->ctx.limit = 0; // fires once, until armed again
-            events_.postAsyncEvent(PIB_ASYNC_SRQ_LIMIT, srqn);
+            events_.postAsyncEvent(PIB_ASYNC_SRQ_LIMIT, *srqn);
         }
         return true;
     }

@@ -227,14 +227,20 @@ void DataPath::completeReceive(uint32_t qpn, QueuePair &qp, const iba::Packet &p
     events_.postCqe(receiveCq(qp), cqe, packet.bth.solicited);
 }
 
-// A receive that used an SRQ's WQE says which SRQ (an XRC SRQ is named by
-// the packet, not by the QP).
+// The SRQ `qp` takes receive WQEs from, if any: its own, or for an XRC TGT
+// QP the one the request in progress names.
+std::optional<uint32_t> DataPath::receiveSrq(const QueuePair &qp) const {
+    if (qp.ctx.type == PIB_QPT_XRC_TGT)
+        return qp.resp.xrcSrqn;
+    if (qp.ctx.flags & PIB_QP_USE_SRQ)
+        return qp.ctx.srqn;
+    return std::nullopt;
+}
+
+// A receive that used an SRQ's WQE says which SRQ.
 void DataPath::markSrqReceive(const QueuePair &qp, pib_cqe &cqe) const {
-    if (qp.ctx.type == PIB_QPT_XRC_TGT) {
-        cqe.srqn = qp.resp.xrcSrqn;
-        cqe.flags |= PIB_CQE_SRQ;
-    } else if (qp.ctx.flags & PIB_QP_USE_SRQ) {
-        cqe.srqn = qp.ctx.srqn;
+    if (const auto srqn = receiveSrq(qp)) {
+        cqe.srqn = *srqn;
         cqe.flags |= PIB_CQE_SRQ;
     }
 }
