@@ -26,6 +26,7 @@
 
 #include "pib_core.h"
 #include "pib_hw.h"
+#include "pib-hca-compat.h"
 #include "pib-hca-events.h"
 #include "pib-hca.h"
 
@@ -50,7 +51,7 @@ OBJECT_DECLARE_SIMPLE_TYPE(PibHcaState, PIB_HCA)
 typedef struct PibHcaPort {
     struct PibHcaState *hca;
     unsigned number; /* 1-based */
-    CharBackend chr;
+    CharFrontend chr;
     /* Bytes the stream has not taken yet: [tx_head, txq->len). */
     GByteArray *txq;
     size_t tx_head;
@@ -681,7 +682,7 @@ static const VMStateDescription pib_hca_vmstate = {
     .unmigratable = 1,
 };
 
-static void pib_hca_class_init(ObjectClass *klass, void *data)
+static void pib_hca_class_init(ObjectClass *klass, PibClassData *data)
 {
     DeviceClass *dc = DEVICE_CLASS(klass);
     PCIDeviceClass *pc = PCI_DEVICE_CLASS(klass);

@@ -42,11 +42,26 @@ def _proc_mounted(at: Path):
         subprocess.run(["umount", "-l", str(proc)], check=False)
 
 
+CHROOT_ENV = {"DEBIAN_FRONTEND": "noninteractive", "PATH": "/usr/sbin:/usr/bin:/sbin:/bin",
+              "LC_ALL": "C.UTF-8"}
+
+
+def run_in(where: Path, argv, log_name: str, label: str) -> None:
+    """Runs argv inside a debootstrapped root (as root, in a chroot)."""
+    with _proc_mounted(where):
+        ui.run_logged(["chroot", where, *argv], log_name, label, env=CHROOT_ENV)
+
+
+def output_in(where: Path, argv) -> subprocess.CompletedProcess:
+    """Runs argv inside a root; returns it finished, output captured."""
+    with _proc_mounted(where):
+        return subprocess.run(["chroot", str(where), *map(str, argv)], capture_output=True,
+                              text=True, errors="replace", env=CHROOT_ENV)
+
+
 def run(argv, log_name: str, label: str) -> None:
-    """Runs argv inside the build root (as root, in a chroot)."""
-    with _proc_mounted(root()):
-        ui.run_logged(["chroot", root(), *argv], log_name, label,
-                      env={"DEBIAN_FRONTEND": "noninteractive", "PATH": "/usr/sbin:/usr/bin:/sbin:/bin"})
+    """Runs argv inside the build root."""
+    run_in(root(), argv, log_name, label)
 
 
 def ensure() -> Path:
@@ -69,6 +84,27 @@ def ensure() -> Path:
     kernel_release()
     stamps.mark("buildroot", key)
     return root()
+
+
+def download_kernel_image(dest: Path) -> Path:
+    """Downloads the image package of the kernel whose headers the root
+    holds (trixie-backports' linux-image-RELEASE) into `dest`; returns
+    the .deb. The host's apt does not know trixie-backports; the root's does."""
+    release = kernel_release()
+    inside = Path("/build/kernel-image")
+    where = root() / inside.relative_to("/")
+    if where.exists():
+        shutil.rmtree(where)
+    where.mkdir(parents=True)
+    run(["sh", "-c", f"cd {inside} && apt-get download linux-image-{release}"], "kernel",
+        f"apt-get download linux-image-{release} (trixie build root)")
+    debs = list(where.glob("*.deb"))
+    if len(debs) != 1:
+        raise ui.StepFailed(f"apt-get download linux-image-{release} produced {len(debs)} files")
+    dest.mkdir(parents=True, exist_ok=True)
+    out = dest / debs[0].name
+    shutil.move(debs[0], out)
+    return out
 
 
 def kernel_release(check: bool = True) -> str:

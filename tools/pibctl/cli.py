@@ -25,17 +25,41 @@ def _choose_kernel(args) -> None:
 
 
 def _cmd_setup(args) -> int:
-    from pibctl import setup
+    from pibctl import qemu_build, setup
 
     _choose_kernel(args)
+    if args.qemu_src:
+        qemu_build.choose(args.qemu_src)
     setup.run(skip_image=args.no_image)
     return 0
 
 
-def _cmd_fabric_up(args) -> int:
-    from pibctl import fabric
+def _cmd_package(args) -> int:
+    from pathlib import Path
 
-    from pibctl import topology
+    from pibctl import package, setup
+
+    setup.run(skip_image=True)
+    package.build_all(Path(args.output).resolve())
+    return 0
+
+
+def _cmd_qemu_patches(args) -> int:
+    from pathlib import Path
+
+    from pibctl import qemu_patches, sources
+
+    written = qemu_patches.write_series(sources.fetch(sources.QEMU), Path(args.output))
+    for patch in written:
+        print(patch)
+    return 0
+
+
+def _cmd_fabric_up(args) -> int:
+    from pathlib import Path
+
+    from pibctl import fabric, topology
+    from pibctl.own_kernel import OwnKernel
 
     topo = None
     if args.topology:
@@ -48,9 +72,15 @@ def _cmd_fabric_up(args) -> int:
             raise ui.StepFailed(f"cannot read {args.topology}: {e.strerror}") from None
         except topology.TopologyError as e:
             raise ui.StepFailed(str(e)) from None
+    own = None
+    if args.kernel:
+        own = OwnKernel(kernel=Path(args.kernel), modules=Path(args.modules) if args.modules else None,
+                        driver=not args.no_driver)
+    elif args.modules or args.no_driver:
+        raise ui.StepFailed("--modules and --no-driver go with --kernel PATH")
     fabric.up(vms=args.vms or 2, accel=args.accel, memory=args.memory, cpus=args.cpus,
               timeout=args.timeout, trace=args.trace, sm=not args.no_sm,
-              switches=args.switches or 1, topology=topo)
+              switches=args.switches or 1, topology=topo, own=own)
     return fabric.status()
 
 
@@ -170,8 +200,25 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("setup", help="install host packages; build QEMU, our code and the guest image")
     p.add_argument("--no-image", action="store_true", help="skip the guest image")
+    p.add_argument("--qemu-src", metavar="DIR",
+                   help="build QEMU from your source tree DIR (applying ./pib qemu-patches if "
+                        "hw/pib is not there yet) and run the guests with it from now on; "
+                        "'pinned' goes back to the pinned QEMU 10.0.2")
     _add_kernel_option(p)
     p.set_defaults(func=_cmd_setup)
+
+    p = sub.add_parser("package", help="build Debian packages for your own guests: pib-hca-dkms "
+                                       "(the driver, built by DKMS) and the provider for "
+                                       "rdma-core 56.1 and 65")
+    p.add_argument("-o", "--output", default="pib-hca-packages", metavar="DIR",
+                   help="where the .deb files go (default ./pib-hca-packages)")
+    p.set_defaults(func=_cmd_package)
+
+    p = sub.add_parser("qemu-patches", help="write qemu-hw/ as a patch series against upstream "
+                                            "QEMU (git am or patch -p1 applies it)")
+    p.add_argument("-o", "--output", default="pib-hca-qemu-patches", metavar="DIR",
+                   help="where the .patch files go (default ./pib-hca-qemu-patches)")
+    p.set_defaults(func=_cmd_qemu_patches)
 
     p = sub.add_parser("fabric", help="start, stop or inspect a fabric of guests")
     fsub = p.add_subparsers(dest="action", metavar="ACTION", required=True)
@@ -189,6 +236,14 @@ def build_parser() -> argparse.ArgumentParser:
                     help="do not start opensm in vm1 (ports then stay INIT)")
     up.add_argument("--trace", default="", metavar="PATTERN",
                     help="QEMU trace events to enable, e.g. 'pib_hca_*' (written to vmN/qemu.log)")
+    up.add_argument("--kernel", metavar="BZIMAGE",
+                    help="boot this kernel (say arch/x86/boot/bzImage of your tree) instead of "
+                         "the bundled one; examples/own-kernel.config lists the options it needs")
+    up.add_argument("--modules", metavar="DIR",
+                    help="with --kernel: where `make modules_install INSTALL_MOD_PATH=DIR` put its "
+                         "modules; our driver is built against the tree they link to")
+    up.add_argument("--no-driver", action="store_true",
+                    help="with --kernel: leave our driver out, to load your own")
     up.set_defaults(func=_cmd_fabric_up)
     fsub.add_parser("down", help="stop every process fabric up started").set_defaults(func=_cmd_fabric_down)
     fsub.add_parser("status", help="show the guests, whether they answer, and injected faults"

@@ -52,7 +52,3 @@ def build() -> None:
 
 def sanitized_build_dir():
     return paths.cache_dir() / "build" / "pib-sanitize"
-
-
-def core_library():
-    return paths.core_build_dir() / "qemu-hw" / "core" / "libpibcore.a"

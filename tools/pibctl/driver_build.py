@@ -12,17 +12,10 @@ DRIVER_DIR = paths.REPO / "guest-driver"
 SHARED_HEADERS = [paths.REPO / "include" / "pib_hw.h", paths.REPO / "include" / "pib_user_abi.h"]
 
 
-
-# The newest kernel Debian offers (trixie-backports): the driver is
-# compile-checked against it in a trixie build root (buildroot.py).
-LATEST = "latest"
-
-
 def other_kernels():
     """The kernels the driver must also build against, besides the one
-    the guests run (sources.GUEST_KERNELS, and the newest Debian offers):
-    ./pib test compiles it for each."""
-    return [k for k in sources.GUEST_KERNELS if k != sources.selected_kernel()] + [LATEST]
+    the guests run (sources.GUEST_KERNELS): ./pib test compiles it for each."""
+    return [k for k in sources.GUEST_KERNELS if k != sources.selected_kernel()]
 
 
 def _headers_root(release: str) -> Path:
@@ -99,23 +92,24 @@ def _make(kdir: Path, build_dir: Path, what: str) -> None:
     ui.run_logged(_make_argv(kdir, build_dir), "driver", what)
 
 
-def _compile_check_latest() -> str:
+def _build_latest(what: str) -> Path:
     """Builds pib.ko in the trixie build root against the newest kernel's
-    headers there; returns that kernel's release."""
+    headers there; returns its path (in the root)."""
     root = buildroot.ensure()
     release = buildroot.kernel_release()
     inside = Path("/build/guest-driver")
     _copy_sources(root / inside.relative_to("/"))
     buildroot.run(_make_argv(f"/usr/src/linux-headers-{release}", inside), "driver",
-                  f"building pib.ko for {release} (trixie build root)")
-    return release
+                  f"{what} for {release} (trixie build root)")
+    return root / inside.relative_to("/") / "pib.ko"
 
 
 def compile_check(name: str) -> str:
     """Builds pib.ko against kernel `name`'s headers (warnings are errors,
     as in the Kbuild); returns the kernel release it built for."""
-    if name == LATEST:
-        return _compile_check_latest()
+    if name == sources.LATEST:
+        _build_latest("building pib.ko")
+        return buildroot.kernel_release()
     suite = sources.kernel_suite(name)
     release = resolve_release("linux-headers-amd64", suite)
     kdir = fetch_headers(release, suite)
@@ -124,9 +118,27 @@ def compile_check(name: str) -> str:
     return release
 
 
+def build_against(tree: Path, release: str) -> Path:
+    """Builds pib.ko against a kernel build tree of the user's (./pib
+    fabric up --kernel --modules); returns its path."""
+    build_dir = paths.cache_dir() / "build" / "guest-driver-own"
+    ko = build_dir / "pib.ko"
+    sources_ = [p for p in DRIVER_DIR.iterdir() if p.is_file()] + SHARED_HEADERS
+    symvers = tree / "Module.symvers"
+    key = stamps.hash_files(sources_ + ([symvers] if symvers.is_file() else []),
+                            f"{tree}:{release}")
+    if stamps.is_current("guest-driver-own", key) and ko.is_file():
+        ui.detail("guest driver for your kernel: up to date")
+        return ko
+    _make(tree, build_dir, f"building pib.ko against {tree}")
+    stamps.mark("guest-driver-own", key)
+    ui.detail(f"guest driver for your kernel: built against {tree}")
+    return ko
+
+
 def build(release: str) -> Path:
-    """Builds pib.ko for `release`; returns its path."""
-    kdir = fetch_headers(release)
+    """Builds pib.ko for `release` (the selected guest kernel's); returns
+    its path."""
     build_dir = paths.cache_dir() / "build" / "guest-driver"
     ko = build_dir / "pib.ko"
     sources_ = [p for p in DRIVER_DIR.iterdir() if p.is_file()] + SHARED_HEADERS
@@ -134,7 +146,11 @@ def build(release: str) -> Path:
     if stamps.is_current("guest-driver", key) and ko.is_file():
         ui.detail("guest driver: up to date")
         return ko
-    _make(kdir, build_dir, "building pib.ko")
+    if sources.selected_kernel() == sources.LATEST:
+        build_dir.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(_build_latest("building pib.ko"), ko)
+    else:
+        _make(fetch_headers(release), build_dir, "building pib.ko")
     stamps.mark("guest-driver", key)
     ui.detail(f"guest driver: {ko}")
     return ko

@@ -12,7 +12,8 @@ import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from pibctl import paths, qga, ui
+from pibctl import own_kernel, paths, qga, ui
+from pibctl.own_kernel import OwnKernel
 from pibctl.topology import Topology, TopologyError, chain, parse
 
 MGMT_NET = "10.77.0"  # guest-internal addresses; the host never joins this net
@@ -72,6 +73,8 @@ class Fabric:
     vms: list = field(default_factory=list)
     mgmt_switch_pid: int = 0  # the management network's vde_switch
     ib_switch_pids: dict = field(default_factory=dict)  # switch name -> pid
+    kernel: str = ""  # what the guests boot: the bundled image unless given
+    initrd: str = ""
 
     @property
     def topo(self) -> Topology:
@@ -180,7 +183,8 @@ def _qemu_command(fabric: Fabric, vm: Vm, memory: int, cpus: int, trace: str,
         "-m", str(memory), "-smp", str(cpus),
         "-nodefaults", "-no-user-config", "-display", "none", "-no-reboot",
         *paths.QEMU_FIRMWARE_ARGS,
-        "-kernel", paths.kernel_image(), "-initrd", paths.initrd_image(), "-append", append,
+        "-kernel", fabric.kernel or paths.kernel_image(),
+        "-initrd", fabric.initrd or paths.initrd_image(), "-append", append,
         "-chardev", f"socket,id=console,path={vm.console_sock},server=on,wait=off,"
         f"logfile={vm.console_log},logappend=off",
         "-serial", "chardev:console",
@@ -491,10 +495,11 @@ def restart_sm(fabric: Fabric) -> None:
 
 def up(vms: int = 2, accel: str = "tcg", memory: int = 2048, cpus: int = 1,
        timeout: float = 300, trace: str = "", sm: bool = True, switches: int = 1,
-       topology: Topology = None, kernel_args: str = "") -> Fabric:
+       topology: Topology = None, kernel_args: str = "", own: OwnKernel = None) -> Fabric:
     """Boots a fabric: the given topology, or else a chain of `switches`
     switches with `vms` guests spread over them. `kernel_args` go to each
-    guest's kernel command line."""
+    guest's kernel command line; `own` is a kernel of the user's to boot
+    instead of the bundled one."""
     _check_setup()
     existing = load()
     if existing is not None:
@@ -512,6 +517,8 @@ def up(vms: int = 2, accel: str = "tcg", memory: int = 2048, cpus: int = 1,
         shutil.rmtree(run)
     run.mkdir(parents=True)
     fabric = Fabric(run_dir=str(run), accel=accel, topology=topo.to_dict())
+    if own is not None:
+        fabric.kernel, fabric.initrd = str(own.kernel.resolve()), str(own_kernel.initrd(own))
     for guest in topo.guests:
         vm = Vm(name=guest.name, index=guest.index, dir=str(run / guest.name),
                 cables=[list(c) for c in guest.cables])

@@ -44,6 +44,9 @@ PACKAGES = {
     "flex": None,
     "bison": None,
     "xz-utils": None,
+    # The newest QEMU's +ds tarball has no prebuilt device trees: its meson
+    # wants dtc to make them (./pib test builds that QEMU too).
+    "device-tree-compiler": None,
     # Building and checking our own code.
     "g++": None,
     "catch2": None,
@@ -72,6 +75,9 @@ PACKAGES = {
     "cpio": None,
     "zstd": None,
     "kmod": None,
+    # Checking examples/libvirt: virt-xml-validate (and the xmllint it runs).
+    "libvirt-clients": None,
+    "libxml2-utils": None,
     "ca-certificates": None,
 }
 

@@ -98,8 +98,10 @@ def build_base() -> Path:
     return out
 
 
-def _module_closure(moddir: Path, wanted):
-    """Module files (relative to moddir) of `wanted` and all they depend on."""
+def _module_closure(moddir: Path, wanted, missing=None):
+    """Module files (relative to moddir) of `wanted` and all they depend on.
+    A module the kernel has neither as a module nor built in is an error,
+    or, given a `missing` list, is added to it."""
     deps = {}
     for line in (moddir / "modules.dep").read_text().splitlines():
         path, _, rest = line.partition(":")
@@ -113,11 +115,17 @@ def _module_closure(moddir: Path, wanted):
                for line in (moddir / "modules.builtin").read_text().splitlines()}
     todo = []
     for name in wanted:
-        key = name.replace("-", "_")
-        if key in builtin:
+        # "name?": a module some kernels no longer have (crc32_generic
+        # became part of the crc32 library in 6.14).
+        optional = name.endswith("?")
+        key = name.removesuffix("?").replace("-", "_")
+        if key in builtin or (optional and key not in by_name):
             continue
         if key not in by_name:
-            raise ui.StepFailed(f"guest/modules.txt names {name}, which this kernel does not have")
+            if missing is None:
+                raise ui.StepFailed(f"guest/modules.txt names {name}, which this kernel does not have")
+            missing.append(key)
+            continue
         todo.append(by_name[key])
     closure = set()
     while todo:
@@ -128,22 +136,28 @@ def _module_closure(moddir: Path, wanted):
     return sorted(closure)
 
 
-def build_modules(release: str, kernel_root: Path, extra_modules) -> Path:
+def build_modules(release: str, kernel_root: Path, extra_modules, out: Path = None,
+                  missing=None) -> Path:
     """The kernel's modules from guest/modules.txt plus ours (`extra_modules`,
-    installed under updates/), with modules.dep covering all of them."""
-    out = paths.image_dir() / f"modules-{release}.cpio.zst"
+    installed under updates/), with modules.dep covering all of them, packed
+    into `out` (by default the bundled kernel's part of the image). With a
+    `missing` list, modules the kernel lacks are listed there, not refused."""
+    out = out or paths.image_dir() / f"modules-{release}.cpio.zst"
     wanted = _list_file("modules.txt")
-    key = stamps.hash_files([Path(__file__), GUEST / "modules.txt", *extra_modules], release)
-    if stamps.is_current("image-modules", key) and out.is_file():
+    src = kernel_root / "lib" / "modules" / release
+    key = stamps.hash_files([Path(__file__), GUEST / "modules.txt", src / "modules.dep",
+                             *extra_modules], release)
+    # A kernel of the user's is packed afresh each time (a few seconds).
+    cached = missing is None
+    if cached and stamps.is_current("image-modules", key) and out.is_file():
         ui.detail(f"kernel modules {release}: cached")
         return out
-    src = kernel_root / "lib" / "modules" / release
-    staging = paths.image_dir() / "modules-staging"
+    staging = out.parent / "modules-staging"
     if staging.exists():
         shutil.rmtree(staging)
     # trixie has a merged /usr: /lib is a symlink, so modules go to usr/lib.
     dest = staging / "usr" / "lib" / "modules" / release
-    files = _module_closure(src, wanted)
+    files = _module_closure(src, wanted, missing)
     for rel in files:
         (dest / rel).parent.mkdir(parents=True, exist_ok=True)
         shutil.copy2(src / rel, dest / rel)
@@ -157,7 +171,8 @@ def build_modules(release: str, kernel_root: Path, extra_modules) -> Path:
     _pack(staging, out, "packing kernel modules")
     shutil.rmtree(staging)
     ui.detail(f"kernel modules {release}: {len(files)} modules")
-    stamps.mark("image-modules", key)
+    if cached:
+        stamps.mark("image-modules", key)
     return out
 
 
@@ -204,13 +219,22 @@ def build() -> None:
     programs = [traffic_build.build()]
     parts = [build_base(), build_modules(release, kernel_root, [driver]),
              build_overlay(provider, newest_provider, programs)]
-    initrd = paths.initrd_image()
+    concatenate(parts, paths.initrd_image())
+    shutil.copy2(kernel_root / "boot" / f"vmlinuz-{release}", paths.kernel_image())
+    size_mb = paths.initrd_image().stat().st_size / 1e6
+    ui.detail(f"kernel {release}; initramfs {size_mb:.0f} MB at {paths.initrd_image()}")
+
+
+def userspace_parts() -> list:
+    """The image's parts that do not depend on the kernel (built by setup)."""
+    return [paths.image_dir() / "base.cpio.zst", paths.image_dir() / "overlay.cpio.zst"]
+
+
+def concatenate(parts, initrd: Path) -> None:
+    """The initramfs: the kernel unpacks concatenated cpio archives in turn."""
     tmp = initrd.with_suffix(".tmp")
     with open(tmp, "wb") as out:
         for part in parts:
             with open(part, "rb") as f:
                 shutil.copyfileobj(f, out)
     tmp.rename(initrd)
-    shutil.copy2(kernel_root / "boot" / f"vmlinuz-{release}", paths.kernel_image())
-    size_mb = initrd.stat().st_size / 1e6
-    ui.detail(f"kernel {release}; initramfs {size_mb:.0f} MB at {initrd}")

@@ -26,8 +26,15 @@ def logs_dir() -> Path:
     return cache_dir() / "logs"
 
 
+def own_qemu_choice() -> Path:
+    """Names the user's QEMU tree while ./pib setup --qemu-src chose one."""
+    return cache_dir() / "qemu-own" / "source"
+
+
 def qemu_binary() -> Path:
-    return cache_dir() / "qemu" / "build" / "qemu-system-x86_64"
+    """The QEMU the guests run: the pinned build, or the user's tree's."""
+    which = "qemu-own" if own_qemu_choice().is_file() else "qemu"
+    return cache_dir() / which / "build" / "qemu-system-x86_64"
 
 
 def image_dir() -> Path:

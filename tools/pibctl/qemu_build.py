@@ -1,13 +1,14 @@
-"""QEMU 10.0.2 with the pib-hca device: unpack, patch, configure, build."""
+"""QEMU with the pib-hca device: unpack, lay hw/pib out, configure, build."""
 
-import filecmp
 import json
 import shlex
 import shutil
 import subprocess
+import tempfile
+from dataclasses import dataclass
 from pathlib import Path
 
-from pibctl import core_build, paths, sources, stamps, ui
+from pibctl import paths, qemu_patches, sources, stamps, ui
 
 CONFIGURE_FLAGS = [
     "--python=/usr/bin/python3",
@@ -25,118 +26,75 @@ CONFIGURE_FLAGS = [
     "--disable-install-blobs",
 ]
 
-# Version of the edits patch_tree() makes; bump it when they change.
-PATCH_LEVEL = "4"
+# Bump when unpacking changes (the series' edits are re-applied each build).
+PATCH_LEVEL = "5"
 
-GLUE_DIR = paths.REPO / "qemu-hw" / "glue"
 GLUE_SOURCES = ["pib-hca.c", "pib-hca-monitor.c"]
-SHARED_HEADERS = [
-    paths.REPO / "include" / "pib_hw.h",
-    paths.REPO / "qemu-hw" / "core" / "include" / "pib_core.h",
-    paths.REPO / "qemu-hw" / "core" / "include" / "pib_events.h",
-]
 
 
-def _src() -> Path:
-    return paths.cache_dir() / "qemu" / "src"
+@dataclass(frozen=True)
+class QemuTree:
+    """A QEMU source tree the device is built into, and its build."""
+    name: str  # what the cache calls it: qemu (the pinned one), qemu-newest
+    tarball: sources.Tarball = None  # None: a tree of the user's
+    user_src: Path = None
+
+    @property
+    def src(self) -> Path:
+        return self.user_src or paths.cache_dir() / self.name / "src"
+
+    @property
+    def build(self) -> Path:
+        return paths.cache_dir() / self.name / "build"
+
+    @property
+    def binary(self) -> Path:
+        return self.build / "qemu-system-x86_64"
 
 
-def _build() -> Path:
-    return paths.cache_dir() / "qemu" / "build"
+PINNED = QemuTree("qemu", sources.QEMU)
+NEWEST = QemuTree("qemu-newest", sources.QEMU_NEWEST)
+# ./pib setup --qemu-src DIR: the tree is remembered here until
+# --qemu-src pinned; paths.qemu_binary() then names its build.
+OWN_NAME = "qemu-own"
+PINNED_WORD = "pinned"
 
 
-def _replace_once(path: Path, old: str, new: str) -> None:
-    """Replaces the first `old` with `new`; a tree that has no `old` but
-    already has `new` counts as patched."""
-    text = path.read_text()
-    if old in text:
-        path.write_text(text.replace(old, new, 1))
-    elif new not in text:
-        raise ui.StepFailed(f"cannot patch {path}: '{old.strip()}' not found")
+def own_tree(src: Path) -> QemuTree:
+    return QemuTree(OWN_NAME, user_src=src.resolve())
 
 
-HMP_INFO_ANCHOR = """    {
-        .name       = "rocker",
-"""
-HMP_INFO_PIB = """    {
-        .name       = "pib",
-        .args_type  = "args:S?",
-        .params     = "[id] [port|eq|cq|qp|srq|mr N]",
-        .help       = "show a pib-hca InfiniBand adapter's state, or one object's",
-        .cmd        = hmp_info_pib,
-    },
-
-SRST
-  ``info pib`` [*id*] [*object* *n*]
-    Show a pib-hca adapter's state, or one object's.
-ERST
-
-"""
-HMP_ANCHOR = """#if defined(TARGET_I386)
-
-    {
-        .name       = "mce",
-"""
-HMP_PIB = """    {
-        .name       = "pib_capture",
-        .args_type  = "args:S",
-        .params     = "[id] port file [count] | [id] port stop",
-        .help       = "record a pib-hca port's packets to a pcap file, or stop",
-        .cmd        = hmp_pib_capture,
-    },
-
-SRST
-``pib_capture`` [*id*] *port* *file* [*count*]
-  Record a pib-hca port's packets to a pcap file, or stop (*file* ``stop``).
-ERST
-
-    {
-        .name       = "pib_inject",
-        .args_type  = "args:S",
-        .params     = "[id] injection",
-        .help       = "arm a pib-hca test facility: command, wqe, drop, corrupt, event, stop, resume, fatal, clear",
-        .cmd        = hmp_pib_inject,
-    },
-
-SRST
-``pib_inject`` [*id*] *injection*
-  Arm a pib-hca test facility, or do it at once (docs/prm.md, Test facilities).
-ERST
-
-"""
+def selected() -> QemuTree:
+    """The QEMU ./pib builds and runs: the pinned one, or the user's tree
+    that ./pib setup --qemu-src chose."""
+    chosen = paths.own_qemu_choice()
+    return own_tree(Path(chosen.read_text().strip())) if chosen.is_file() else PINNED
 
 
-def patch_tree(src: Path) -> None:
-    # The +ds tarball has no edk2 firmware blobs to unpack.
-    _replace_once(src / "meson.build", "unpack_edk2_blobs = bzip2.found()", "unpack_edk2_blobs = false")
-    _replace_once(src / "meson.build", "    'hw/misc',\n", "    'hw/misc',\n    'hw/pib',\n")
-    _replace_once(src / "hw" / "meson.build", "subdir('misc')\n", "subdir('misc')\nsubdir('pib')\n")
-    _replace_once(src / "hw" / "Kconfig", "source misc/Kconfig\n", "source misc/Kconfig\nsource pib/Kconfig\n")
-    # The monitor commands: QMP's x-pib-* (qemu-hw/glue/pib.json, synced
-    # into qapi/), HMP's `info pib`, pib_capture and pib_inject
-    # (pib-hca-monitor.c).
-    _replace_once(src / "qapi" / "qapi-schema.json", "{ 'include': 'uefi.json' }\n",
-                  "{ 'include': 'uefi.json' }\n{ 'include': 'pib.json' }\n")
-    _replace_once(src / "qapi" / "meson.build", "    'pci',\n    'rocker',\n", "    'pci',\n    'pib',\n    'rocker',\n")
-    _replace_once(src / "include" / "monitor" / "hmp.h", "void hmp_rocker(Monitor *mon, const QDict *qdict);\n",
-                  "void hmp_rocker(Monitor *mon, const QDict *qdict);\n"
-                  "void hmp_info_pib(Monitor *mon, const QDict *qdict);\n"
-                  "void hmp_pib_capture(Monitor *mon, const QDict *qdict);\n"
-                  "void hmp_pib_inject(Monitor *mon, const QDict *qdict);\n")
-    _replace_once(src / "hmp-commands-info.hx", HMP_INFO_ANCHOR, HMP_INFO_PIB + HMP_INFO_ANCHOR)
-    _replace_once(src / "hmp-commands.hx", HMP_ANCHOR, HMP_PIB + HMP_ANCHOR)
-
-
-def unpack(tarball: Path) -> None:
-    key = f"{sources.QEMU.sha256}:{PATCH_LEVEL}"
-    src = _src()
-    if stamps.is_current("qemu-src", key) and src.is_dir():
+def choose(src: str) -> None:
+    """Remembers --qemu-src (a tree, or `pinned` to go back)."""
+    chosen = paths.own_qemu_choice()
+    if src == PINNED_WORD:
+        chosen.unlink(missing_ok=True)
         return
-    ui.detail("unpacking and patching the QEMU source")
+    path = Path(src).resolve()
+    if not (path / "configure").is_file() or not (path / "hw").is_dir():
+        raise ui.StepFailed(f"--qemu-src {src}: not a QEMU source tree (no configure, no hw/)")
+    chosen.parent.mkdir(parents=True, exist_ok=True)
+    chosen.write_text(f"{path}\n")
+
+
+def unpack(tree: QemuTree) -> None:
+    tarball = sources.fetch(tree.tarball)
+    key = f"{tree.tarball.sha256}:{PATCH_LEVEL}"
+    src = tree.src
+    if stamps.is_current(f"{tree.name}-src", key) and src.is_dir():
+        return
+    ui.detail(f"unpacking the QEMU source ({tree.tarball.filename})")
     if src.exists():
         shutil.rmtree(src)
-    if _build().exists():
-        shutil.rmtree(_build())
+    if tree.build.exists():
+        shutil.rmtree(tree.build)
     src.parent.mkdir(parents=True, exist_ok=True)
     tmp = src.parent / "unpack.tmp"
     if tmp.exists():
@@ -146,63 +104,36 @@ def unpack(tarball: Path) -> None:
     (unpacked,) = list(tmp.iterdir())
     unpacked.rename(src)
     tmp.rmdir()
-    patch_tree(src)
-    (src / "hw" / "pib").mkdir(exist_ok=True)
-    stamps.mark("qemu-src", key)
+    # Debian's +ds tarballs have no edk2 firmware blobs to unpack.
+    meson = src / "meson.build"
+    meson.write_text(meson.read_text().replace("unpack_edk2_blobs = bzip2.found()",
+                                               "unpack_edk2_blobs = false"))
+    # The series a user applies (./pib qemu-patches), written against the
+    # pinned QEMU; later builds only copy in what changed since.
+    with tempfile.TemporaryDirectory() as tmp:
+        series = qemu_patches.write_series(sources.fetch(sources.QEMU), Path(tmp))
+        qemu_patches.apply_series(series, src)
+    stamps.mark(f"{tree.name}-src", key)
 
 
-def _sync_file(source: Path, target: Path) -> bool:
-    """Copies source to target if the contents differ (so ninja sees a new
-    mtime exactly when something changed). Returns True if copied."""
-    target.parent.mkdir(parents=True, exist_ok=True)
-    if target.is_file() and filecmp.cmp(source, target, shallow=False):
-        return False
-    shutil.copy2(source, target)
-    target.touch()
-    return True
-
-
-def sync_glue() -> None:
-    pib = _src() / "hw" / "pib"
-    for f in GLUE_DIR.iterdir():
-        if f.is_file():
-            _sync_file(f, pib / f.name)
-    for h in SHARED_HEADERS:
-        _sync_file(h, pib / "include" / h.name)
-    _sync_file(GLUE_DIR / "pib.json", _src() / "qapi" / "pib.json")
-    if _sync_file(_full_archive(core_build.core_library()), pib / "lib" / "libpibcore.a"):
-        # The core is a link_args input ninja does not track: force a relink.
-        paths.qemu_binary().unlink(missing_ok=True)
-
-
-def _full_archive(thin: Path) -> Path:
-    """meson makes thin archives, which only point at their objects; QEMU
-    gets a self-contained, deterministic copy instead."""
-    members = ui.run_quiet(["ar", "t", thin]).split()
-    full = _src().parent / "libpibcore.full.a"
-    full.unlink(missing_ok=True)
-    base = thin.parent
-    ui.run_quiet(["ar", "rcsD", full, *[base / m if not Path(m).is_absolute() else m for m in members]])
-    return full
-
-
-def configure() -> None:
-    key = stamps.hash_files([], " ".join(CONFIGURE_FLAGS) + PATCH_LEVEL + sources.QEMU.sha256)
-    build = _build()
-    if stamps.is_current("qemu-configure", key) and (build / "build.ninja").is_file():
+def configure(tree: QemuTree) -> None:
+    key = stamps.hash_files([], " ".join(CONFIGURE_FLAGS) + PATCH_LEVEL + str(tree.src) +
+                            (tree.tarball.sha256 if tree.tarball else ""))
+    build = tree.build
+    if stamps.is_current(f"{tree.name}-configure", key) and (build / "build.ninja").is_file():
         return
     if build.exists():
         shutil.rmtree(build)
     build.mkdir(parents=True)
     ui.detail("configuring QEMU")
-    ui.run_logged([_src() / "configure", *CONFIGURE_FLAGS], "qemu-build", "configure", cwd=build)
-    stamps.mark("qemu-configure", key)
+    ui.run_logged([tree.src / "configure", *CONFIGURE_FLAGS], "qemu-build", "configure", cwd=build)
+    stamps.mark(f"{tree.name}-configure", key)
 
 
-def check_glue_warnings() -> None:
+def check_glue_warnings(tree: QemuTree) -> None:
     """QEMU is built without -Werror, but our glue must be warning-free:
     recompile it alone with QEMU's own flags plus -Werror."""
-    db = json.loads((_build() / "compile_commands.json").read_text())
+    db = json.loads((tree.build / "compile_commands.json").read_text())
     for name in GLUE_SOURCES:
         entry = next((e for e in db if e["file"].endswith(f"hw/pib/{name}")), None)
         if entry is None:
@@ -216,16 +147,29 @@ def check_glue_warnings() -> None:
             raise ui.StepFailed(f"warnings in qemu-hw/glue/{name}:\n{proc.stderr}")
 
 
-def build() -> None:
-    ui.step("QEMU 10.0.2 with -device pib-hca")
-    tarball = sources.fetch(sources.QEMU)
-    unpack(tarball)
-    sync_glue()
-    configure()
-    ui.detail("building qemu-system-x86_64 (about 3 minutes on 2 cores when cold)")
-    ui.run_logged(["ninja", "-C", _build(), "qemu-system-x86_64"], "qemu-build", "ninja")
-    check_glue_warnings()
-    help_text = ui.run_quiet([paths.qemu_binary(), "-device", "pib-hca,help"])
+def build(tree: QemuTree = None) -> None:
+    """Builds qemu-system-x86_64 with the device: a pinned QEMU from its
+    tarball with hw/pib laid out from this checkout, or a tree of the
+    user's, with the series applied unless it was already."""
+    tree = tree or selected()
+    if tree.tarball:
+        ui.step(f"QEMU {tree.tarball.filename.split('_')[1].split('+')[0]} with -device pib-hca")
+        unpack(tree)
+        qemu_patches.sync(tree.src)
+    else:
+        ui.step(f"QEMU from {tree.src} with -device pib-hca")
+        if not (tree.src / "configure").is_file():
+            raise ui.StepFailed(f"{tree.src} is not a QEMU source tree (no configure)")
+        if not qemu_patches.is_applied(tree.src):
+            with tempfile.TemporaryDirectory() as tmp:
+                ui.detail(f"applying ./pib qemu-patches to {tree.src}")
+                series = qemu_patches.write_series(sources.fetch(sources.QEMU), Path(tmp))
+                qemu_patches.apply_series(series, tree.src)
+    configure(tree)
+    ui.detail("building qemu-system-x86_64 (about 5 minutes on 2 cores when cold)")
+    ui.run_logged(["ninja", "-C", tree.build, "qemu-system-x86_64"], "qemu-build", "ninja")
+    check_glue_warnings(tree)
+    help_text = ui.run_quiet([tree.binary, "-device", "pib-hca,help"])
     if "node-guid" not in help_text:
         raise ui.StepFailed("the built QEMU does not list pib-hca's properties")
-    ui.detail(f"{paths.qemu_binary()}")
+    ui.detail(f"{tree.binary}")

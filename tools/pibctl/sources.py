@@ -7,7 +7,7 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from pibctl import paths, stamps, ui
+from pibctl import buildroot, paths, stamps, ui
 
 
 @dataclass(frozen=True)
@@ -16,6 +16,7 @@ class Tarball:
     release: str
     filename: str
     sha256: str
+    version: str = ""  # a source version other than the release's newest
 
 
 QEMU = Tarball(
@@ -23,6 +24,16 @@ QEMU = Tarball(
     "bookworm-backports",
     "qemu_10.0.2+ds.orig.tar.xz",
     "0901da33844a331bf8b3602b9c1fbd178e60b737c8e3ade678255bd090c9b9f1",
+)
+# The newest QEMU whose source Debian's mirror serves (sid also lists
+# 11.1.x, but its tarballs are not on the mirror): ./pib test builds the
+# ./pib qemu-patches series into it too.
+QEMU_NEWEST = Tarball(
+    "qemu",
+    "sid",
+    "qemu_10.2.2+ds.orig.tar.xz",
+    "be05230fe47a6937cd29f28f562932c8125f9c93c2a82c625198f7a4aa601dfb",
+    version="1:10.2.2+ds-1",
 )
 RDMA_CORE = Tarball(
     "rdma-core",
@@ -39,6 +50,11 @@ RDMA_CORE_NEWEST = Tarball(
     "f6ba3d8b2c4aa334c5c883c1ad0772de339011123cff4fb1db32ae7a443fb7ca",
 )
 
+# The newest kernel Debian offers. Its headers' tools and its compiler
+# need trixie's glibc, so its driver is built, and its image package
+# fetched, in the trixie build root (buildroot.py).
+LATEST = "latest"
+
 # The guest kernels an image can be built with (./pib setup --kernel):
 # name -> the Debian suite whose linux-image-amd64 and linux-headers-amd64
 # name it. The driver is built for the chosen one and compile-checked
@@ -46,6 +62,7 @@ RDMA_CORE_NEWEST = Tarball(
 GUEST_KERNELS = {
     "6.12": "bookworm-backports",  # the default
     "6.1": "bookworm",  # Debian 12's own
+    LATEST: buildroot.BACKPORTS,  # 7.x
 }
 DEFAULT_KERNEL = "6.12"
 
@@ -80,7 +97,9 @@ def fetch(tarball: Tarball) -> Path:
         # the mirror; only the upstream tarball matters, so the exit status
         # is ignored and the tarball is checked by its hash instead.
         subprocess.run(
-            ["apt-get", "source", "--download-only", f"{tarball.package}/{tarball.release}"],
+            ["apt-get", "source", "--download-only",
+             f"{tarball.package}={tarball.version}" if tarball.version
+             else f"{tarball.package}/{tarball.release}"],
             cwd=tmp,
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
@@ -101,10 +120,13 @@ def fetch(tarball: Tarball) -> Path:
     return target
 
 
-def guest_kernel_package() -> str:
+def guest_kernel_package(name: str = "") -> str:
     """The versioned image package linux-image-amd64 points at in the
-    selected kernel's suite."""
-    suite = kernel_suite()
+    suite of kernel `name` (by default the selected one)."""
+    if (name or selected_kernel()) == LATEST:
+        buildroot.ensure()
+        return f"linux-image-{buildroot.kernel_release()}"
+    suite = kernel_suite(name)
     out = ui.run_quiet(["apt-cache", "depends", f"linux-image-amd64/{suite}"])
     for line in out.splitlines():
         line = line.strip()
@@ -113,9 +135,11 @@ def guest_kernel_package() -> str:
     raise ui.StepFailed(f"cannot resolve linux-image-amd64 in {suite}: {out.strip()}")
 
 
-def fetch_guest_kernel() -> tuple[str, Path]:
-    """Returns (kernel release, directory with boot/ and usr/lib/modules/)."""
-    package = guest_kernel_package()
+def fetch_guest_kernel(name: str = "") -> tuple[str, Path]:
+    """Returns (kernel release, directory with boot/ and lib/modules/) of
+    kernel `name` (by default the selected one)."""
+    name = name or selected_kernel()
+    package = guest_kernel_package(name)
     release = package.removeprefix("linux-image-")
     root = paths.cache_dir() / "kernel" / release
     stamp = f"kernel-{release}"
@@ -124,7 +148,10 @@ def fetch_guest_kernel() -> tuple[str, Path]:
         return release, root
     ui.detail(f"guest kernel {release}: downloading {package}")
     with tempfile.TemporaryDirectory(dir=downloads()) as tmp:
-        ui.run_logged(["apt-get", "download", f"{package}/{kernel_suite()}"], "kernel", cwd=tmp)
+        if name == LATEST:
+            buildroot.download_kernel_image(Path(tmp))
+        else:
+            ui.run_logged(["apt-get", "download", f"{package}/{kernel_suite(name)}"], "kernel", cwd=tmp)
         debs = list(Path(tmp).glob("*.deb"))
         if len(debs) != 1:
             raise ui.StepFailed(f"apt-get download {package} produced {len(debs)} files")

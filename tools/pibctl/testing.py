@@ -5,6 +5,7 @@ import importlib.util
 import json
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -12,8 +13,10 @@ import time
 import traceback
 from pathlib import Path
 
-from pibctl import core_build, driver_build, fabric, fuzzing, paths, setup, topology, ui
+from pibctl import (core_build, driver_build, fabric, fuzzing, paths, qemu_build, setup, sources,
+                    topology, ui)
 from pibctl.log_gate import LogGate
+from pibctl.own_kernel import OwnKernel
 
 E2E_DIR = paths.REPO / "tests" / "e2e"
 TEST_TIMEOUT = 600  # seconds a single end-to-end test may take
@@ -144,12 +147,14 @@ TWO_SWITCHES = E2E_DIR / "two-switches.topo"
 HOSTILE = E2E_DIR / "hostile.topo"
 
 
-def _load_tests(pattern: str, second_pass: bool = False, topology_file: Path = None):
+def _load_tests(pattern: str, second_pass: bool = False, topology_file: Path = None,
+                own_pass: bool = False):
     """Tests whose name contains `pattern`; in the second pass, on the
     fabric of two switches, only those of modules that ask for it
     (ALSO_ON_TWO_SWITCHES, ONLY_ON_TWO_SWITCHES). A module that names a
     topology file of tests/e2e (ONLY_ON_TOPOLOGY) runs only on a fabric of
-    its own, built from that file."""
+    its own, built from that file; one that asks for ONLY_ON_OWN_KERNEL
+    only on guests booted the way a user boots a kernel of theirs."""
     # Test modules may share helpers that live beside them.
     if str(E2E_DIR) not in sys.path:
         sys.path.insert(0, str(E2E_DIR))
@@ -160,13 +165,16 @@ def _load_tests(pattern: str, second_pass: bool = False, topology_file: Path = N
         spec.loader.exec_module(module)
         only_second = getattr(module, "ONLY_ON_TWO_SWITCHES", False)
         only_topology = getattr(module, "ONLY_ON_TOPOLOGY", None)
-        if topology_file or only_topology:
+        if own_pass or getattr(module, "ONLY_ON_OWN_KERNEL", False):
+            if not own_pass or not getattr(module, "ONLY_ON_OWN_KERNEL", False):
+                continue
+        elif topology_file or only_topology:
             if not topology_file or only_topology != topology_file.name:
                 continue
         elif second_pass != only_second and not getattr(module, "ALSO_ON_TWO_SWITCHES", False):
             continue
         suffix = (f"[{topology_file.stem}]" if topology_file
-                  else "[2 switches]" if second_pass else "")
+                  else "[2 switches]" if second_pass else "[own kernel]" if own_pass else "")
         for name in sorted(vars(module)):
             fn = getattr(module, name)
             full = f"{path.stem}::{name}"
@@ -208,17 +216,38 @@ def _check_logs(counts: Counts, gate: LogGate, module, last_test: str) -> None:
                   not problems, time.monotonic() - start, str(problems[0]) if problems else "")
 
 
+def bundled_kernel_as_users() -> OwnKernel:
+    """The default bundled kernel laid out as a user's own build would be:
+    its bzImage, and an INSTALL_MOD_PATH whose lib/modules/RELEASE holds
+    its modules and links `build` to its tree (here, its headers)."""
+    release, root = sources.fetch_guest_kernel(sources.DEFAULT_KERNEL)
+    kdir = driver_build.fetch_headers(release, sources.kernel_suite(sources.DEFAULT_KERNEL))
+    install = paths.cache_dir() / "test-own-kernel"
+    if install.exists():
+        shutil.rmtree(install)
+    moddir = install / "lib" / "modules" / release
+    moddir.mkdir(parents=True)
+    for entry in (root / "lib" / "modules" / release).iterdir():
+        if entry.name != "build":
+            (moddir / entry.name).symlink_to(entry)
+    (moddir / "build").symlink_to(kdir)
+    return OwnKernel(kernel=root / "boot" / f"vmlinuz-{release}", modules=install, driver=True)
+
+
 def run_e2e(counts: Counts, pattern: str, vms: int, accel: str,
-            second_pass: bool = False, topology_file: Path = None) -> None:
+            second_pass: bool = False, topology_file: Path = None, own_pass: bool = False) -> None:
     """Runs the end-to-end tests on one fabric: `vms` VMs on one switch, in
-    the second pass the fabric of tests/e2e/two-switches.topo, or the
-    fabric of `topology_file` for the modules that ask for it."""
-    tests = _load_tests(pattern, second_pass, topology_file)
+    the second pass the fabric of tests/e2e/two-switches.topo, the fabric
+    of `topology_file` for the modules that ask for it, or in the own pass
+    guests that boot the bundled kernel the way a user's own is booted."""
+    tests = _load_tests(pattern, second_pass, topology_file, own_pass)
     topo_file = topology_file or (TWO_SWITCHES if second_pass else None)
     topo = topology.parse(topo_file.read_text(), str(topo_file)) if topo_file else None
     if topo:
         vms = len(topo.guests)
     where = f"{vms} VMs and " + (f"{len(topo.switches)} switches" if topo else "1 switch")
+    if own_pass:
+        where += ", booted with --kernel and --modules"
     if not tests:
         ui.info(f"no end-to-end tests selected for {where}")
         return
@@ -228,8 +257,9 @@ def run_e2e(counts: Counts, pattern: str, vms: int, accel: str,
         # Guests have two vCPUs, so that the driver's code and the
         # concurrent tests (several pib-traffic threads and processes, the
         # create/destroy churn) really run on two at once.
+        own = bundled_kernel_as_users() if own_pass else None
         fab = fabric.up(vms=vms, accel=accel, topology=topo, cpus=TEST_CPUS,
-                        memory=TEST_MEMORY_MIB, kernel_args=TEST_KERNEL_ARGS)
+                        memory=TEST_MEMORY_MIB, kernel_args=TEST_KERNEL_ARGS, own=own)
     except ui.StepFailed as e:
         print(e)
         counts.record(f"fabric of {where} boots, all ports ACTIVE", False,
@@ -288,8 +318,8 @@ def run_e2e(counts: Counts, pattern: str, vms: int, accel: str,
 
 
 def check_other_kernels(counts: Counts) -> None:
-    """The guests run bookworm-backports' kernel; the driver must also
-    build, warning-free, against the other kernels Debian offers."""
+    """The driver must also build, warning-free, against the kernels
+    Debian offers that the guests do not run this time."""
     for name in driver_build.other_kernels():
         start = time.monotonic()
         try:
@@ -299,6 +329,19 @@ def check_other_kernels(counts: Counts) -> None:
         except ui.StepFailed as e:
             counts.record(f"the driver builds warning-free against Linux {name}", False,
                           time.monotonic() - start, str(e))
+
+
+def check_newest_qemu(counts: Counts) -> None:
+    """./pib qemu-patches, written against the pinned QEMU, applied to the
+    newest QEMU source in Debian's archives: it applies, the tree builds,
+    and the binary has the device."""
+    start = time.monotonic()
+    name = f"the qemu-patches series applies to QEMU {sources.QEMU_NEWEST.version} and builds"
+    try:
+        qemu_build.build(qemu_build.NEWEST)
+        counts.record(name, True, time.monotonic() - start)
+    except ui.StepFailed as e:
+        counts.record(name, False, time.monotonic() - start, str(e))
 
 
 def run(pattern: str = "", unit: bool = True, e2e: bool = True, vms: int = 2,
@@ -311,6 +354,7 @@ def run(pattern: str = "", unit: bool = True, e2e: bool = True, vms: int = 2,
     if unit:
         run_unit_tests(counts)
         check_other_kernels(counts)
+        check_newest_qemu(counts)
         fuzzing.build()
         fuzzing.replay(counts)
         fuzzing.qtest(counts, accesses=200_000)
@@ -318,6 +362,7 @@ def run(pattern: str = "", unit: bool = True, e2e: bool = True, vms: int = 2,
         run_e2e(counts, pattern, vms, accel)
         run_e2e(counts, pattern, vms, accel, second_pass=True)
         run_e2e(counts, pattern, vms, accel, topology_file=HOSTILE)
+        run_e2e(counts, pattern, 2, accel, own_pass=True)
     ui.info(f"\ntests took {time.monotonic() - start:.0f} s")
     if counts.failures:
         ui.info("failed:\n  " + "\n  ".join(counts.failures))
