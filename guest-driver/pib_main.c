@@ -367,7 +367,11 @@ static int __init pib_init(void)
 {
 	int err;
 
-	pib_recovery_wq = alloc_workqueue("pib_recovery", 0, 0);
+	/*
+	 * Recovery runs on any CPU; saying so (WQ_UNBOUND) is required since
+	 * the kernel made per-CPU workqueues an explicit choice (WQ_PERCPU).
+	 */
+	pib_recovery_wq = alloc_workqueue("pib_recovery", WQ_UNBOUND, 0);
 	if (!pib_recovery_wq)
 		return -ENOMEM;
 	/* Once, before any probe can add a device directory under it. */

@@ -86,24 +86,36 @@ def ensure() -> Path:
     return root()
 
 
-def download_kernel_image(dest: Path) -> Path:
-    """Downloads the image package of the kernel whose headers the root
-    holds (trixie-backports' linux-image-RELEASE) into `dest`; returns
-    the .deb. The host's apt does not know trixie-backports; the root's does."""
+# The packages a kernel of the newest series is split into (its image
+# package only depends on the binary, the modules and their base files).
+KERNEL_PARTS = ["linux-image", "linux-binary", "linux-modules", "linux-base"]
+
+
+def download_kernel_image(dest: Path) -> list:
+    """Downloads the kernel whose headers the root holds (trixie-backports'
+    linux-image-RELEASE and the packages it is split into) into `dest`;
+    returns the .debs. The host's apt does not know trixie-backports; the
+    root's does."""
     release = kernel_release()
     inside = Path("/build/kernel-image")
     where = root() / inside.relative_to("/")
     if where.exists():
         shutil.rmtree(where)
     where.mkdir(parents=True)
-    run(["sh", "-c", f"cd {inside} && apt-get download linux-image-{release}"], "kernel",
-        f"apt-get download linux-image-{release} (trixie build root)")
-    debs = list(where.glob("*.deb"))
-    if len(debs) != 1:
-        raise ui.StepFailed(f"apt-get download linux-image-{release} produced {len(debs)} files")
+    with _proc_mounted(root()):
+        present = [f"{part}-{release}" for part in KERNEL_PARTS
+                   if subprocess.run(["chroot", str(root()), "apt-cache", "show",
+                                      f"{part}-{release}"], capture_output=True).returncode == 0]
+    run(["sh", "-c", f"cd {inside} && apt-get download {' '.join(present)}"], "kernel",
+        f"apt-get download {', '.join(present)} (trixie build root)")
+    debs = sorted(where.glob("*.deb"))
+    if len(debs) != len(present):
+        raise ui.StepFailed(f"apt-get download {' '.join(present)} produced {len(debs)} files")
     dest.mkdir(parents=True, exist_ok=True)
-    out = dest / debs[0].name
-    shutil.move(debs[0], out)
+    out = []
+    for deb in debs:
+        out.append(dest / deb.name)
+        shutil.move(deb, out[-1])
     return out
 
 

@@ -152,14 +152,32 @@ def fetch_guest_kernel(name: str = "") -> tuple[str, Path]:
             buildroot.download_kernel_image(Path(tmp))
         else:
             ui.run_logged(["apt-get", "download", f"{package}/{kernel_suite(name)}"], "kernel", cwd=tmp)
-        debs = list(Path(tmp).glob("*.deb"))
-        if len(debs) != 1:
+        debs = sorted(Path(tmp).glob("*.deb"))
+        if not debs or (name != LATEST and len(debs) != 1):
             raise ui.StepFailed(f"apt-get download {package} produced {len(debs)} files")
         if root.exists():
             shutil.rmtree(root)
         root.mkdir(parents=True)
-        ui.run_logged(["dpkg-deb", "-x", debs[0], root], "kernel", "unpacking the kernel")
+        for deb in debs:
+            ui.run_logged(["dpkg-deb", "-x", deb, root], "kernel", "unpacking the kernel")
+    _classic_layout(root, release)
     # The package leaves modules.dep to its postinst; make it here.
     ui.run_logged(["depmod", "-b", root, release], "kernel", "depmod")
     stamps.mark(stamp, package)
     return release, root
+
+
+def _classic_layout(root: Path, release: str) -> None:
+    """Debian's 7.x kernels live in /usr/lib/modules/RELEASE, vmlinuz and
+    config included: lay them out as the older ones are (lib/modules/,
+    boot/vmlinuz-RELEASE, boot/config-RELEASE), which the rest expects."""
+    merged = root / "usr" / "lib" / "modules" / release
+    classic = root / "lib" / "modules" / release
+    if merged.is_dir() and not classic.exists():
+        classic.parent.mkdir(parents=True)
+        merged.rename(classic)
+    for name in ("vmlinuz", "config", "System.map"):
+        inside = classic / name
+        if inside.is_file():
+            (root / "boot").mkdir(exist_ok=True)
+            shutil.copy2(inside, root / "boot" / f"{name}-{release}")
