@@ -81,20 +81,29 @@ def _nvme_device(ctx):
     return "/dev/" + ours[0]
 
 
-def _nvme_roundtrip(ctx, megabytes):
-    """Random data through the namespace in 1 MiB direct I/Os (each a fast
-    registration of 256 pages), read back, compared on vm1 and against the
-    target's RAM disk; then 4 KiB blocks at scattered offsets. Returns the
-    write and read rates in MB/s."""
-    dev = _nvme_device(ctx)
-    write = ctx.sh("vm1", f"head -c {megabytes}M /dev/urandom > /tmp/nvme.in && "
-                          f"dd if=/tmp/nvme.in of={dev} bs=1M oflag=direct 2>&1", timeout=300).out
-    read = ctx.sh("vm1", f"dd if={dev} of=/tmp/nvme.out bs=1M count={megabytes} iflag=direct 2>&1",
+def _disk_roundtrip(ctx, dev, megabytes):
+    """Random data through vm1's block device `dev` (backed by vm2's RAM
+    disk) in 1 MiB direct I/Os, each fast-registered by the initiator,
+    read back, compared on vm1 and against the target's RAM disk. Returns
+    the write and read rates in MB/s."""
+    write = ctx.sh("vm1", f"head -c {megabytes}M /dev/urandom > /tmp/disk.in && "
+                          f"dd if=/tmp/disk.in of={dev} bs=1M oflag=direct 2>&1", timeout=300).out
+    read = ctx.sh("vm1", f"dd if={dev} of=/tmp/disk.out bs=1M count={megabytes} iflag=direct 2>&1",
                   timeout=300).out
-    sums = ctx.sh("vm1", "sha256sum /tmp/nvme.in /tmp/nvme.out").out.split()
+    sums = ctx.sh("vm1", "sha256sum /tmp/disk.in /tmp/disk.out").out.split()
+    ctx.sh("vm1", "rm -f /tmp/disk.in /tmp/disk.out")
     assert sums[0] == sums[2], f"read back differs from what was written\n{sums}"
     target = ctx.sh("vm2", f"head -c {megabytes}M /dev/ram0 | sha256sum").out.split()[0]
     assert target == sums[0], "the target's RAM disk differs from what vm1 wrote"
+    return _mb_per_s(write), _mb_per_s(read)
+
+
+def _nvme_roundtrip(ctx, megabytes):
+    """_disk_roundtrip through the namespace (each 1 MiB I/O a fast
+    registration of 256 pages), then 4 KiB blocks at scattered offsets.
+    Returns the write and read rates in MB/s."""
+    dev = _nvme_device(ctx)
+    rates = _disk_roundtrip(ctx, dev, megabytes)
     small = ctx.sh("vm1", f"""
         set -e
         for off in 3 517 4095 8190; do
@@ -106,8 +115,8 @@ def _nvme_roundtrip(ctx, megabytes):
         echo small-ok
     """, timeout=120).out
     assert "small-ok" in small, small
-    ctx.sh("vm1", "rm -f /tmp/nvme.in /tmp/nvme.out /tmp/blk /tmp/blk.back")
-    return _mb_per_s(write), _mb_per_s(read)
+    ctx.sh("vm1", "rm -f /tmp/blk /tmp/blk.back")
+    return rates
 
 
 class _NvmeConnected:
@@ -249,3 +258,107 @@ def test_storage_over_a_cable_that_loses_and_reorders(ctx):
     print(f"storage under {FAULTS}: NVMe-oF 8 MiB at {nvme[0]:.1f}/{nvme[1]:.1f} MB/s, NFS 2 x 4 MiB "
           f"at {nfs[0]:.1f}/{nfs[1]:.1f} MB/s (write/read), checksums equal; the switch dropped "
           f"{dropped} and reordered {reordered} packets")
+
+
+SRP_MB = 32
+CONFIGFS_TARGET = "/sys/kernel/config/target"
+
+
+def _gid_hex(ctx, vm):
+    """Port 1's GID as 32 hex digits: fe80000000000000<port GUID>."""
+    return ctx.run(vm, ["cat", "/sys/class/infiniband/pib_0/ports/1/gids/0"]).out.strip().replace(
+        ":", "")
+
+
+def _node_guid_hex(ctx, vm):
+    return ctx.run(vm, ["cat", "/sys/class/infiniband/pib_0/node_guid"]).out.strip().replace(
+        ":", "")
+
+
+def _srp_target(ctx):
+    """vm2 exports a 64 MiB RAM disk through LIO's ib_srpt on its port 1,
+    to vm1's HCA (an ACL for its initiator port ID: identifier extension
+    0, then the HCA's GUID)."""
+    wwn = "0x" + _gid_hex(ctx, "vm2")
+    initiator = "0x" + "0" * 16 + _node_guid_hex(ctx, "vm1")
+    ctx.sh("vm2", f"""
+        set -e
+        modprobe brd rd_nr=1 rd_size=65536
+        modprobe target_core_iblock
+        modprobe ib_srpt
+        mountpoint -q /sys/kernel/config || mount -t configfs configfs /sys/kernel/config
+        cd {CONFIGFS_TARGET}
+        mkdir -p core/iblock_0/ram0
+        echo udev_path=/dev/ram0 > core/iblock_0/ram0/control
+        echo 1 > core/iblock_0/ram0/enable
+        mkdir -p srpt/{wwn}/tpgt_1/lun/lun_0
+        ln -s {CONFIGFS_TARGET}/core/iblock_0/ram0 srpt/{wwn}/tpgt_1/lun/lun_0/ram0
+        mkdir -p srpt/{wwn}/tpgt_1/acls/{initiator}/lun_0
+        ln -s {CONFIGFS_TARGET}/srpt/{wwn}/tpgt_1/lun/lun_0 \\
+            srpt/{wwn}/tpgt_1/acls/{initiator}/lun_0/lun_0
+        echo 1 > srpt/{wwn}/tpgt_1/enable
+    """, timeout=120)
+    return wwn, initiator
+
+
+def _srp_target_teardown(ctx, wwn, initiator):
+    ctx.sh("vm2", f"""
+        cd {CONFIGFS_TARGET}/srpt/{wwn} 2>/dev/null || exit 0
+        echo 0 > tpgt_1/enable
+        rm -f tpgt_1/acls/{initiator}/lun_0/lun_0
+        rmdir tpgt_1/acls/{initiator}/lun_0 tpgt_1/acls/{initiator}
+        rm -f tpgt_1/lun/lun_0/ram0
+        rmdir tpgt_1/lun/lun_0 tpgt_1 && cd .. && rmdir {wwn}
+        cd {CONFIGFS_TARGET}/core && echo 0 > iblock_0/ram0/enable 2>/dev/null
+        rmdir iblock_0/ram0 iblock_0 2>/dev/null
+        modprobe -r ib_srpt target_core_iblock target_core_mod brd 2>/dev/null
+        true
+    """, check=False, timeout=120)
+
+
+def _srp_disk(ctx):
+    """The SCSI disk of vm1's SRP host: /dev/sdX."""
+    found = ctx.sh("vm1", """
+        for i in $(seq 1 100); do
+            for disk in /sys/block/sd*; do
+                [ -e "$disk/device" ] || continue
+                host=$(readlink -f "$disk/device" | grep -o 'host[0-9]*' | head -1)
+                if [ "$(cat /sys/class/scsi_host/$host/proc_name 2>/dev/null)" = ib_srp ]; then
+                    echo "/dev/${disk##*/}"; exit 0
+                fi
+            done
+            sleep 0.2
+        done
+        exit 1
+    """, timeout=60, check=False)
+    assert found.exitcode == 0, ctx.sh("vm1", "ls -l /sys/block /sys/class/scsi_host; "
+                                              "dmesg | tail -20; true").out
+    return found.out.strip()
+
+
+def test_srp(ctx):
+    """SCSI RDMA Protocol: LIO's ib_srpt exports vm2's RAM disk, vm1's
+    ib_srp logs in to it over the IB CM (the target's identifiers are its
+    HCA's node GUID, as ib_srpt makes them) and sees a SCSI disk; random
+    data written in 1 MiB direct I/Os (fast-registered by ib_srp), read
+    back, compared on vm1 and against the target's RAM disk."""
+    wwn, initiator = _srp_target(ctx)
+    target_guid = _node_guid_hex(ctx, "vm2")
+    try:
+        ctx.sh("vm1", f"""
+            set -e
+            modprobe sd_mod
+            modprobe ib_srp
+            echo id_ext={target_guid},ioc_guid={target_guid},dgid={_gid_hex(ctx, "vm2")},pkey=ffff,service_id={target_guid} \\
+                > /sys/class/infiniband_srp/srp-pib_0-1/add_target
+        """, timeout=120)
+        write, read = _disk_roundtrip(ctx, _srp_disk(ctx), SRP_MB)
+    finally:
+        ctx.sh("vm1", "for p in /sys/class/srp_remote_ports/port-*; do "
+                      "[ -e $p/delete ] && echo 1 > $p/delete; done; "
+                      "modprobe -r ib_srp; true", check=False, timeout=120)
+        _srp_target_teardown(ctx, wwn, initiator)
+    left = ctx.sh("vm1", "ls /sys/class/srp_remote_ports 2>/dev/null; true").out
+    assert "port-" not in left, left
+    print(f"SRP: {SRP_MB} MiB written at {write:.1f} MB/s, read at {read:.1f} MB/s; "
+          f"SHA-256 equal on vm1 and on the target")

@@ -2,6 +2,7 @@
 tests that need no ACTIVE port."""
 
 import ast
+import collections
 import re
 
 from pibctl.pairs import ipoib_up
@@ -195,8 +196,11 @@ def test_pyverbs_whole_suite(ctx):
     print(f"pyverbs, {len(outs)} processes at once: ran {ran}, classified {len(results)}: " +
           ", ".join(f"{k} {len(v)}" for k, v in sorted(by_outcome.items())))
     for pattern, why in PYVERBS_SKIPS.items():
-        n = sum(1 for r in skipped if re.search(pattern, str(r)))
-        print(f"  skipped {n:3d}: {why}")
+        reasons = [str(r) for r in skipped if re.search(pattern, str(r))]
+        print(f"  skipped {len(reasons):3d}: {why}")
+        if why.startswith("not offered"):  # what the device lacks, each reason once
+            for reason, n in sorted(collections.Counter(reasons).items()):
+                print(f"      {n:3d} x {reason}")
     for name, why in PYVERBS_SKIPPED_TESTS.items():
         n = sum(1 for t, (o, _) in results.items() if o == "skipped" and name in t)
         print(f"  skipped {n:3d}: {name.rstrip('.')}: {why}")
