@@ -275,17 +275,27 @@ def _node_guid_hex(ctx, vm):
         ":", "")
 
 
+def _srp_service_guid(ctx):
+    """What ib_srpt serves as: its IOC GUID, identifier extension and IB CM
+    service ID. By default ib_srpt takes the HCA's node GUID, but
+    pib-hca's are locally administered EUI-64s (first byte 0x02), a range
+    ib_cm keeps for service IDs it assigns itself (its listen fails with
+    EINVAL): the test clears that byte (hardware GUIDs from an IEEE OUI
+    start with 0x00)."""
+    return "00" + _node_guid_hex(ctx, "vm2")[2:]
+
+
 def _srp_target(ctx):
     """vm2 exports a 64 MiB RAM disk through LIO's ib_srpt on its port 1,
-    to vm1's HCA (an ACL for its initiator port ID: identifier extension
-    0, then the HCA's GUID)."""
+    to vm1's port 1 (an ACL for ib_srp's initiator port ID: identifier
+    extension 0, then the port GUID)."""
     wwn = "0x" + _gid_hex(ctx, "vm2")
-    initiator = "0x" + "0" * 16 + _node_guid_hex(ctx, "vm1")
+    initiator = "0x" + "0" * 16 + _gid_hex(ctx, "vm1")[16:]
     ctx.sh("vm2", f"""
         set -e
         modprobe brd rd_nr=1 rd_size=65536
         modprobe target_core_iblock
-        modprobe ib_srpt
+        modprobe ib_srpt srpt_service_guid=0x{_srp_service_guid(ctx)}
         mountpoint -q /sys/kernel/config || mount -t configfs configfs /sys/kernel/config
         cd {CONFIGFS_TARGET}
         mkdir -p core/iblock_0/ram0
@@ -338,12 +348,12 @@ def _srp_disk(ctx):
 
 def test_srp(ctx):
     """SCSI RDMA Protocol: LIO's ib_srpt exports vm2's RAM disk, vm1's
-    ib_srp logs in to it over the IB CM (the target's identifiers are its
-    HCA's node GUID, as ib_srpt makes them) and sees a SCSI disk; random
+    ib_srp logs in to it over the IB CM (to the service _srp_service_guid
+    names) and sees a SCSI disk; random
     data written in 1 MiB direct I/Os (fast-registered by ib_srp), read
     back, compared on vm1 and against the target's RAM disk."""
     wwn, initiator = _srp_target(ctx)
-    target_guid = _node_guid_hex(ctx, "vm2")
+    target_guid = _srp_service_guid(ctx)
     try:
         ctx.sh("vm1", f"""
             set -e

@@ -246,3 +246,22 @@ TEST_CASE("the device offers MR pages from 4 KiB to 1 GiB", "[mr]") {
     CHECK_FALSE(caps.page_size_cap & (uint64_t{1} << 31));
     CHECK_FALSE(caps.page_size_cap & ((uint64_t{1} << 12) - 1));
 }
+
+TEST_CASE("a zero-length RDMA WRITE or READ names no memory: its R_Key and VA are not checked",
+          "[mr]") {
+    // IBA C9-88. ib_srpt posts a zero-length WRITE with no key at all to
+    // learn that a connection is up; a NAK there closes every SRP login.
+    Setup s(kRemoteAll);
+    const std::vector<uint8_t> before = pagesOf(s.p.b, s.region);
+    const uint32_t noKey = 0x00bad100;
+    CHECK(s.run(PIB_WR_RDMA_WRITE, 0, 0, noKey) == PIB_WC_SUCCESS);
+    CHECK(s.run(PIB_WR_RDMA_READ, 0xdead0000, 0, noKey) == PIB_WC_SUCCESS);
+    CHECK(s.run(PIB_WR_RDMA_WRITE, kIova, 0, s.region.key) == PIB_WC_SUCCESS);
+    CHECK(s.p.a.qpState() == PIB_QPS_RTS);
+    CHECK(s.p.b.qpState() == PIB_QPS_RTS);
+    const auto events = s.p.b.asyncEvents();
+    CHECK(std::count(events.begin(), events.end(), PIB_ASYNC_QP_ACCESS_ERR) == 0);
+    CHECK(pagesOf(s.p.b, s.region) == before);
+    // One byte with the same key is checked as ever.
+    s.checkViolation(s.run(PIB_WR_RDMA_WRITE, 0, 1, noKey));
+}

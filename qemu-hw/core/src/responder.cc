@@ -112,6 +112,10 @@ bool DataPath::remoteRange(const QueuePair &qp, uint32_t pdn, uint32_t rkey, uin
     out.clear();
     if ((qp.attr.qp_access_flags & access) != access)
         return false;
+    // A zero-length RDMA WRITE or READ names no memory: its R_Key and VA
+    // are not checked (IBA C9-88).
+    if (len == 0)
+        return true;
     return memory_.translateRemote(rkey, pdn, qp.number, va, len, access, out) == PIB_WC_SUCCESS;
 }
 
