@@ -37,6 +37,16 @@ Options:
                         see also the control socket's capture command
   --verbose             log every dropped packet and why
   --help                show this text
+
+Cabling a guest: give its QEMU (one with -device pib-hca) a chardev that
+connects to a port's socket and name it as the HCA port's cable:
+  -chardev socket,id=ib1,path=DIR/port1.sock,reconnect-ms=1000
+  -device pib-hca,bus=ROOTPORT,node-guid=0x0250494200000101,port1=ib1
+With reconnect-ms the guest rides out a switch restart. Under libvirt the
+two go in the domain's <qemu:commandline>; pib-hca's
+examples/libvirt/pib-guest.xml shows one, and its
+pib-fabric-switch@.service runs a switch as a systemd service. One guest
+of the subnet runs opensm.
 )";
 
 pib::fabric::Server *g_server = nullptr;

@@ -120,14 +120,30 @@ def require() -> Fabric:
     return fabric
 
 
+def _cmdline(pid: int):
+    """pid's command line; None when there is no such process."""
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
+    except OSError:
+        return None
+
+
 def _ours(pid: int, run_dir: str) -> bool:
     """True if pid is alive and was started by us for this run directory
     (guards against killing an unrelated process that reused the pid)."""
-    try:
-        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
-    except OSError:
+    return run_dir in (_cmdline(pid) or "")
+
+
+def _running_child(pid: int) -> bool:
+    """True for a child of this process that has not ended. Its command
+    line is ours by construction, but may read empty for a moment: the
+    host kernel gives none while it cannot reach the process's memory
+    (seen under memory pressure, as one fabric's guests go and the next
+    one's come)."""
+    try:  # WNOWAIT: an ended child stays to be reaped by _exit_status
+        return os.waitid(os.P_PID, pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is None
+    except ChildProcessError:
         return False
-    return run_dir in cmdline
 
 
 def _kill(pid: int, run_dir: str, what: str) -> None:
@@ -391,7 +407,7 @@ def _wait_ready(fabric: Fabric, timeout: float, vms=None) -> None:
     last_report = start
     while pending:
         for vm in list(pending):
-            if not _ours(vm.pid, fabric.run_dir):
+            if not _running_child(vm.pid) and not _ours(vm.pid, fabric.run_dir):
                 raise ui.StepFailed(f"{vm.name}: QEMU {_exit_status(vm.pid)} during boot\n"
                                     + _qemu_logs(vm))
             if qga.ping(vm.qga_sock, timeout=2):
