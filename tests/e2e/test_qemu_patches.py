@@ -4,11 +4,12 @@ checkout builds (the QEMU the guests run was built from it: ./pib setup
 applies the same series to the pinned tarball; ./pib test also builds it
 into the newest QEMU in Debian's archives). Host-only."""
 
+import os
 import subprocess
 import tempfile
 from pathlib import Path
 
-from pibctl import qemu_patches, sources
+from pibctl import paths, qemu_build, qemu_patches, sources, ui
 
 
 def _pristine(tmp: Path, tarball: Path) -> Path:
@@ -62,3 +63,38 @@ def test_the_series_applies_with_patch_p1(ctx):
             out = _run(tree, "patch", "-p1", "--forward", "--batch", "-i", str(patch))
             assert "offset" not in out and "fuzz" not in out, out
         assert qemu_patches.is_applied(tree)
+
+
+def test_setup_qemu_src_chooses_a_tree_until_pinned(ctx):
+    """./pib setup --qemu-src: a QEMU tree is remembered and its build is
+    the QEMU the guests run, until `pinned`; what is not a QEMU tree is
+    refused. (In a cache of its own: the fabric that is up is left alone.)"""
+    saved = os.environ.get("PIB_CACHE")
+    with tempfile.TemporaryDirectory() as tmp:
+        tmp = Path(tmp)
+        os.environ["PIB_CACHE"] = str(tmp)
+        try:
+            assert qemu_build.selected() == qemu_build.PINNED
+            assert paths.qemu_binary() == tmp / "qemu/build/qemu-system-x86_64"
+            (tmp / "not-qemu").mkdir()
+            try:
+                qemu_build.choose(str(tmp / "not-qemu"))
+            except ui.StepFailed as e:
+                assert "not a QEMU source tree" in str(e), str(e)
+            else:
+                raise AssertionError("a directory without configure was taken for QEMU")
+            tree = tmp / "src" / "qemu"
+            (tree / "hw").mkdir(parents=True)
+            (tree / "configure").write_text("#!/bin/sh\n")
+            qemu_build.choose(str(tree))
+            chosen = qemu_build.selected()
+            assert chosen.src == tree and chosen.tarball is None
+            assert paths.qemu_binary() == chosen.binary == tmp / "qemu-own/build/qemu-system-x86_64"
+            qemu_build.choose(qemu_build.PINNED_WORD)
+            assert qemu_build.selected() == qemu_build.PINNED
+            assert paths.qemu_binary() == tmp / "qemu/build/qemu-system-x86_64"
+        finally:
+            if saved is None:
+                os.environ.pop("PIB_CACHE", None)
+            else:
+                os.environ["PIB_CACHE"] = saved

@@ -66,12 +66,13 @@ PYVERBS_SKIPS = {
     r"Ethernet link layer|skip RoCE test": "RoCE and raw Ethernet tests",
     r"All gid indices populated": "the test's own precondition",
     # Not offered by pib-hca: the capability is 0 and the verb EOPNOTSUPP.
-    r"Device memory|ODP|XRCD|Parent Domain|"
+    r"Device memory|ODP|Parent Domain|"
     r"real time|custom mr with additional access flags|"
     r"Importing a device|IBV_ACCESS_FLUSH_GLOBAL access flag is not supported in kernel":
         "not offered",
-    # Operations the device does not offer, asked for through the extended
-    # verbs: RDMA atomic write, completion timestamps, tag matching.
+    # What the device does not offer (docs/prm.md §8), asked for through
+    # the extended verbs: wall-clock timestamps, tag matching's CQs, RDMA
+    # atomic write's QPs.
     r"Extended QP is not supported|Extended CQ is not supported": "not offered (extended verbs)",
 }
 
