@@ -104,16 +104,26 @@ def unpack(tree: QemuTree) -> None:
     (unpacked,) = list(tmp.iterdir())
     unpacked.rename(src)
     tmp.rmdir()
-    # Debian's +ds tarballs have no edk2 firmware blobs to unpack.
-    meson = src / "meson.build"
-    meson.write_text(meson.read_text().replace("unpack_edk2_blobs = bzip2.found()",
-                                               "unpack_edk2_blobs = false"))
+    _without_edk2_blobs(src)
     # The series a user applies (./pib qemu-patches), written against the
     # pinned QEMU; later builds only copy in what changed since.
     with tempfile.TemporaryDirectory() as tmp:
         series = qemu_patches.write_series(sources.fetch(sources.QEMU), Path(tmp))
         qemu_patches.apply_series(series, src)
     stamps.mark(f"{tree.name}-src", key)
+
+
+def _without_edk2_blobs(src: Path) -> None:
+    """Debian's +ds source trees have no edk2 firmware blobs, which QEMU's
+    meson would unpack (x86_64 guests do not need them)."""
+    if (src / "pc-bios" / "edk2-aarch64-code.fd.bz2").exists():
+        return
+    meson = src / "meson.build"
+    text = meson.read_text()
+    if "unpack_edk2_blobs = bzip2.found()" in text:
+        ui.detail("no edk2 firmware blobs in the tree (a Debian +ds source): not unpacking them")
+        meson.write_text(text.replace("unpack_edk2_blobs = bzip2.found()",
+                                      "unpack_edk2_blobs = false"))
 
 
 def configure(tree: QemuTree) -> None:
@@ -160,6 +170,7 @@ def build(tree: QemuTree = None) -> None:
         ui.step(f"QEMU from {tree.src} with -device pib-hca")
         if not (tree.src / "configure").is_file():
             raise ui.StepFailed(f"{tree.src} is not a QEMU source tree (no configure)")
+        _without_edk2_blobs(tree.src)
         if not qemu_patches.is_applied(tree.src):
             with tempfile.TemporaryDirectory() as tmp:
                 ui.detail(f"applying ./pib qemu-patches to {tree.src}")
