@@ -17,7 +17,7 @@ def _pristine(tmp: Path, tarball: Path) -> Path:
     top = subprocess.run(["tar", "-tf", tarball], capture_output=True, text=True,
                          check=True).stdout.split("\n", 1)[0].split("/")[0]
     subprocess.run(["tar", "-xf", tarball, "-C", tmp,
-                    *[f"{top}/{p}" for p in qemu_patches._touched()]], check=True)
+                    *[f"{top}/{p}" for p in qemu_patches.touched()]], check=True)
     return tmp / top
 
 

@@ -4,7 +4,6 @@ import json
 import shlex
 import shutil
 import subprocess
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -107,9 +106,7 @@ def unpack(tree: QemuTree) -> None:
     _without_edk2_blobs(src)
     # The series a user applies (./pib qemu-patches), written against the
     # pinned QEMU; later builds only copy in what changed since.
-    with tempfile.TemporaryDirectory() as tmp:
-        series = qemu_patches.write_series(sources.fetch(sources.QEMU), Path(tmp))
-        qemu_patches.apply_series(series, src)
+    qemu_patches.apply_to(src, sources.fetch(sources.QEMU))
     stamps.mark(f"{tree.name}-src", key)
 
 
@@ -172,10 +169,8 @@ def build(tree: QemuTree = None) -> None:
             raise ui.StepFailed(f"{tree.src} is not a QEMU source tree (no configure)")
         _without_edk2_blobs(tree.src)
         if not qemu_patches.is_applied(tree.src):
-            with tempfile.TemporaryDirectory() as tmp:
-                ui.detail(f"applying ./pib qemu-patches to {tree.src}")
-                series = qemu_patches.write_series(sources.fetch(sources.QEMU), Path(tmp))
-                qemu_patches.apply_series(series, tree.src)
+            ui.detail(f"applying ./pib qemu-patches to {tree.src}")
+            qemu_patches.apply_to(tree.src, sources.fetch(sources.QEMU))
     configure(tree)
     ui.detail("building qemu-system-x86_64 (about 5 minutes on 2 cores when cold)")
     ui.run_logged(["ninja", "-C", tree.build, "qemu-system-x86_64"], "qemu-build", "ninja")

@@ -71,47 +71,27 @@ class Edit:
         target.write_text(old.replace(self.anchor, new))
 
 
-HMP_INFO_PIB = """    {
-        .name       = "pib",
-        .args_type  = "args:S?",
-        .params     = "[id] [port|eq|cq|qp|srq|mr N]",
-        .help       = "show a pib-hca InfiniBand adapter's state, or one object's",
-        .cmd        = hmp_info_pib,
-    },
+def _hmp_entry(name: str, args_type: str, params: str, help_: str, cmd: str, doc: str) -> str:
+    """One command of QEMU's hmp-commands*.hx tables, with its rST doc."""
+    return (f'    {{\n        .name       = "{name}",\n        .args_type  = "{args_type}",\n'
+            f'        .params     = "{params}",\n        .help       = "{help_}",\n'
+            f'        .cmd        = {cmd},\n    }},\n\nSRST\n{doc}ERST\n\n')
 
-SRST
-  ``info pib`` [*id*] [*object* *n*]
-    Show a pib-hca adapter's state, or one object's.
-ERST
 
-"""
-HMP_PIB = """    {
-        .name       = "pib_capture",
-        .args_type  = "args:S",
-        .params     = "[id] port file [count] | [id] port stop",
-        .help       = "record a pib-hca port's packets to a pcap file, or stop",
-        .cmd        = hmp_pib_capture,
-    },
-
-SRST
-``pib_capture`` [*id*] *port* *file* [*count*]
-  Record a pib-hca port's packets to a pcap file, or stop (*file* ``stop``).
-ERST
-
-    {
-        .name       = "pib_inject",
-        .args_type  = "args:S",
-        .params     = "[id] injection",
-        .help       = "arm a pib-hca test facility: command, wqe, drop, corrupt, event, stop, resume, fatal, clear",
-        .cmd        = hmp_pib_inject,
-    },
-
-SRST
-``pib_inject`` [*id*] *injection*
-  Arm a pib-hca test facility, or do it at once (docs/prm.md, Test facilities).
-ERST
-
-"""
+HMP_INFO_PIB = _hmp_entry(
+    "pib", "args:S?", "[id] [port|eq|cq|qp|srq|mr N]",
+    "show a pib-hca InfiniBand adapter's state, or one object's", "hmp_info_pib",
+    "  ``info pib`` [*id*] [*object* *n*]\n    Show a pib-hca adapter's state, or one object's.\n")
+HMP_PIB = _hmp_entry(
+    "pib_capture", "args:S", "[id] port file [count] | [id] port stop",
+    "record a pib-hca port's packets to a pcap file, or stop", "hmp_pib_capture",
+    "``pib_capture`` [*id*] *port* *file* [*count*]\n"
+    "  Record a pib-hca port's packets to a pcap file, or stop (*file* ``stop``).\n") + _hmp_entry(
+    "pib_inject", "args:S", "[id] injection",
+    "arm a pib-hca test facility: command, wqe, drop, corrupt, event, stop, resume, fatal, clear",
+    "hmp_pib_inject",
+    "``pib_inject`` [*id*] *injection*\n"
+    "  Arm a pib-hca test facility, or do it at once (docs/prm.md, Test facilities).\n")
 
 # Hooking the device in: its directory, Kconfig and trace events.
 DEVICE_EDITS = [
@@ -204,8 +184,7 @@ def _series_date() -> str:
         else "2026-01-01T00:00:00+00:00"
 
 
-def _git(tree: Path, *args) -> str:
-    date = _series_date()
+def _git(tree: Path, *args, date: str) -> str:
     env = {**os.environ, "GIT_AUTHOR_DATE": date, "GIT_COMMITTER_DATE": date}
     proc = subprocess.run(["git", "-C", str(tree), "-c", "user.name=pib-hca",
                            "-c", "user.email=pib-hca@localhost", *args],
@@ -215,7 +194,7 @@ def _git(tree: Path, *args) -> str:
     return proc.stdout
 
 
-def _touched() -> list:
+def touched() -> list:
     """QEMU's own files the edits change."""
     return sorted({e.path for e in DEVICE_EDITS + MONITOR_EDITS})
 
@@ -229,26 +208,31 @@ def write_series(tarball: Path, out: Path) -> list:
         # Only the files the series edits are needed from upstream.
         top = subprocess.run(["tar", "-tf", tarball], capture_output=True, text=True,
                              check=True).stdout.split("\n", 1)[0].split("/")[0]
-        subprocess.run(["tar", "-xf", tarball, "-C", tmp, *[f"{top}/{p}" for p in _touched()]],
+        subprocess.run(["tar", "-xf", tarball, "-C", tmp, *[f"{top}/{p}" for p in touched()]],
                        check=True)
         tree = tmp / top
-        _git(tree, "init", "-q")
-        _git(tree, "add", "-A")
-        _git(tree, "commit", "-q", "-m", f"upstream {top}")
+        date = _series_date()
+
+        def git(*args):
+            return _git(tree, *args, date=date)
+
+        git("init", "-q")
+        git("add", "-A")
+        git("commit", "-q", "-m", f"upstream {top}")
         _copy(_device_files(), tree, lambda text: text.replace(MONITOR_MESON_LINE, ""))
         for edit in DEVICE_EDITS:
             edit.apply(tree)
-        _git(tree, "add", "-A")
-        _git(tree, "commit", "-q", "-m", SUBJECT_DEVICE, "-m", BODY_DEVICE)
+        git("add", "-A")
+        git("commit", "-q", "-m", SUBJECT_DEVICE, "-m", BODY_DEVICE)
         _copy(layout(), tree)
         for edit in MONITOR_EDITS:
             edit.apply(tree)
-        _git(tree, "add", "-A")
-        _git(tree, "commit", "-q", "-m", SUBJECT_MONITOR, "-m", BODY_MONITOR)
+        git("add", "-A")
+        git("commit", "-q", "-m", SUBJECT_MONITOR, "-m", BODY_MONITOR)
         out.mkdir(parents=True, exist_ok=True)
         for old in out.glob("*.patch"):
             old.unlink()
-        _git(tree, "format-patch", "-q", "--no-signature", "-o", str(out.resolve()), "HEAD~2")
+        git("format-patch", "-q", "--no-signature", "-o", str(out.resolve()), "HEAD~2")
     series = sorted(out.glob("*.patch"))
     if len(series) != 2:
         raise ui.StepFailed(f"git format-patch wrote {len(series)} patches, not 2")
@@ -260,6 +244,12 @@ def apply_series(patches, tree: Path) -> None:
     for patch in patches:
         ui.run_logged(["patch", "-p1", "--forward", "--batch", "-i", patch, "-d", tree],
                       "qemu-patches", f"applying {Path(patch).name}")
+
+
+def apply_to(tree: Path, pinned_tarball: Path) -> None:
+    """Writes the series against the pinned QEMU and applies it to `tree`."""
+    with tempfile.TemporaryDirectory() as tmp:
+        apply_series(write_series(pinned_tarball, Path(tmp)), tree)
 
 
 def is_applied(tree: Path) -> bool:
