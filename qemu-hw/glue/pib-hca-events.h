@@ -61,6 +61,10 @@ static bool pib_hca_event_enabled(unsigned event)
         return trace_event_get_state_backends(TRACE_PIB_HCA_RC_READ_GAP);
     case PIB_EVENT_RC_DUPLICATE:
         return trace_event_get_state_backends(TRACE_PIB_HCA_RC_DUPLICATE);
+    case PIB_EVENT_RC_WORK_HELD:
+        return trace_event_get_state_backends(TRACE_PIB_HCA_RC_WORK_HELD);
+    case PIB_EVENT_XRC_MESSAGE_CUT:
+        return trace_event_get_state_backends(TRACE_PIB_HCA_XRC_MESSAGE_CUT);
     case PIB_EVENT_MR_REGISTERED:
         return trace_event_get_state_backends(TRACE_PIB_HCA_MR_REGISTERED);
     case PIB_EVENT_MR_INVALIDATED:
@@ -192,6 +196,12 @@ static void pib_hca_trace_event(unsigned event, const uint64_t *a)
     case PIB_EVENT_RC_DUPLICATE:
         trace_pib_hca_rc_duplicate((unsigned) a[0], (unsigned) a[1],
                                    (const char *) (uintptr_t) a[2]);
+        break;
+    case PIB_EVENT_RC_WORK_HELD:
+        trace_pib_hca_rc_work_held((unsigned) a[0], (uint64_t) a[1]);
+        break;
+    case PIB_EVENT_XRC_MESSAGE_CUT:
+        trace_pib_hca_xrc_message_cut((unsigned) a[0], (unsigned) a[1]);
         break;
     case PIB_EVENT_MR_REGISTERED:
         trace_pib_hca_mr_registered((unsigned) a[0], (unsigned) a[1],

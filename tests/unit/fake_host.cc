@@ -51,6 +51,8 @@ static int dmaRead(void *opaque, uint64_t addr, void *buf, uint64_t len) {
     auto *host = static_cast<FakeHost *>(opaque);
     if (host->throwOnNextDmaRead) {
         host->throwOnNextDmaRead = false;
+        if (host->throwForeign)
+            throw 42; // not a std::exception: it must not cross the C interface either
         throw std::logic_error("simulated internal error");
     }
     if (inBar0(addr)) {

@@ -179,6 +179,7 @@ struct FakeHost {
     // A bug inside the core, simulated: the next DMA read throws, as a
     // broken invariant would, in the middle of whatever the core does.
     bool throwOnNextDmaRead = false;
+    bool throwForeign = false; // ...and throws an int instead of a std::exception
     // The transport clock: tests move it by hand.
     uint64_t now = 1'000'000'000;
     uint64_t timerDeadline = UINT64_MAX;

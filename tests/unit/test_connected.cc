@@ -802,6 +802,65 @@ TEST_CASE("READs and atomics over a cable that loses, duplicates and reorders fi
     CHECK(duplicated > 10);
 }
 
+// The e2e fault mix on RC at a 4096-byte MTU with the timeouts of
+// pib-traffic's checked transfers (timeout 16, retry_cnt 7, one READ
+// outstanding): a polling client writes random data into the peer, then
+// reads other data back, 64 KiB to 4 MiB, and both must match. READs of
+// many packets were once judged, after a resend, as new and wrong
+// requests (REM_ACCESS_ERR) or ran out of retries.
+// Random bytes: a pattern that repeats would hide data placed at the
+// wrong offset.
+static void randomFill(Node &n, uint64_t addr, uint32_t len, uint32_t seed) {
+    std::mt19937 rng(seed);
+    for (uint32_t i = 0; i < len; ++i)
+        n.host.at(addr)[i] = static_cast<uint8_t>(rng());
+}
+
+TEST_CASE("long WRITEs and READs at a 4096-byte MTU over a faulty cable finish whole",
+          "[rc][faults]") {
+    constexpr uint32_t kSizes[] = {64 << 10, 1000 * 1000, 4 << 20};
+    size_t lost = 0, duplicated = 0, reordered = 0;
+    for (unsigned seed = 1; seed <= 3; ++seed) {
+        Pair p(PIB_QPT_RC, {.mtu = 5, .timeout = 16, .retryCnt = 7, .maxRdAtomic = 1}, 40 << 20);
+        FaultyCable cable(p, seed);
+        const uint64_t local = p.a.host.alloc(8 << 20), remote = p.b.host.alloc(8 << 20);
+        uint64_t wrId = 0;
+        auto finish = [&](const char *what, uint32_t size) {
+            std::vector<pib_cqe> done;
+            for (int ms = 0; ms < 120'000 && done.empty(); ++ms) {
+                p.wire.advance(1'000'000, 1'000'000);
+                if (ms % 5 == 4)
+                    cable.releaseAll();
+                for (const pib_cqe &c : p.a.poll())
+                    done.push_back(c);
+            }
+            INFO("seed " << seed << ": " << what << " of " << size << " bytes");
+            REQUIRE(done.size() == 1);
+            CHECK(done[0].wr_id == wrId);
+            REQUIRE(int(done[0].status) == PIB_WC_SUCCESS);
+        };
+        for (uint32_t size : kSizes) {
+            randomFill(p.a, local, size, seed * 31 + size);
+            p.a.postSend(
+                ++wrId,
+                {.opcode = PIB_WR_RDMA_WRITE, .local = local, .length = size, .remote = remote});
+            finish("WRITE", size);
+            CHECK(sameBytes(p.a, local, p.b, remote, size));
+            randomFill(p.b, remote + (4 << 20), size, seed * 17 + size);
+            p.a.postSend(++wrId, {.opcode = PIB_WR_RDMA_READ,
+                                  .local = local + (4 << 20),
+                                  .length = size,
+                                  .remote = remote + (4 << 20)});
+            finish("READ", size);
+            CHECK(sameBytes(p.a, local + (4 << 20), p.b, remote + (4 << 20), size));
+        }
+        lost += cable.lost, duplicated += cable.duplicated, reordered += cable.reordered;
+    }
+    CHECK(lost > 100);
+    CHECK(duplicated > 10);
+    CHECK(reordered > 20);
+}
+
 TEST_CASE("loopback: a QP connected to itself never uses the wire", "[rc]") {
     Node a(PIB_QPT_RC, 0x11);
     a.connect(a, PIB_QPT_RC, {.sqPsn = 300, .rqPsn = 300});
@@ -943,4 +1002,54 @@ TEST_CASE("QUERY_COUNTERS counts what the transport did", "[rc][counters]") {
     CHECK(a.packets_sent == p.wire.count(iba::kSendFirst) + p.wire.count(iba::kSendMiddle) +
                                 p.wire.count(iba::kSendLast) + p.wire.count(iba::kSendOnly));
     CHECK(b.packets_received + 1 == a.packets_sent); // the middle packet was lost
+}
+
+// Audit finding 2 (issue 27): a receive WQE the responder claimed from an
+// SRQ completes exactly once whatever happens to its QP. A peer that
+// starts a SEND and then has the QP fail (here: moved to the error state,
+// or straight to reset, each round) must not drain the SRQ silently.
+TEST_CASE("a receive WQE claimed by a message cut short completes, flushed, once",
+          "[rc][srq][hostile]") {
+    Node a(PIB_QPT_RC, 0x11), b(PIB_QPT_RC, 0x22);
+    Srq srq = createSrq(b, 2); // 4 WQEs
+    b.createQp(PIB_QPT_RC, srq.srqn);
+    Wire wire{a, b, {}, {}, {}, true, {}};
+    const uint64_t out = a.host.alloc(4096), in = b.host.alloc(4 * 4096);
+    for (uint32_t i = 0; i < 4; ++i)
+        srq.post(100 + i, in + i * 4096, 4096);
+    for (uint32_t round = 0; round < 4; ++round) {
+        INFO("round " << round);
+        a.connect(b, PIB_QPT_RC, {.sqPsn = 1000 * round, .rqPsn = 500});
+        b.connect(a, PIB_QPT_RC, {.sqPsn = 500, .rqPsn = 1000 * round});
+        // Only the SEND_FIRST of a three-packet SEND gets through.
+        bool first = true;
+        wire.filter = [&](bool fromA, iba::Packet &) {
+            return !fromA || std::exchange(first, false);
+        };
+        a.postSend(round, {.local = out, .length = 3000});
+        wire.run();
+        CHECK(b.poll().empty()); // the WQE is claimed, the message unfinished
+        pib_qp_attr cut{};
+        cut.attr_mask = PIB_QP_STATE;
+        cut.qp_state = round % 2 ? PIB_QPS_RESET : PIB_QPS_ERR;
+        b.modify(cut);
+        const auto got = b.poll();
+        REQUIRE(got.size() == 1);
+        CHECK(got[0].wr_id == 100 + round);
+        CHECK(got[0].status == PIB_WC_WR_FLUSH_ERR);
+        CHECK(got[0].flags & PIB_CQE_SRQ);
+        CHECK(got[0].srqn == srq.srqn);
+        // Both sides start over for the next round.
+        for (Node *n : {&a, &b}) {
+            pib_qp_attr reset{};
+            reset.attr_mask = PIB_QP_STATE;
+            reset.qp_state = PIB_QPS_RESET;
+            n->modify(reset);
+            n->poll();
+            n->sqPi = n->rqPi = 0;
+        }
+        wire.filter = {};
+        wire.run();
+    }
+    CHECK(b.poll().empty()); // once each, never twice
 }

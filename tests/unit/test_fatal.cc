@@ -9,7 +9,10 @@
 
 #include "fake_host.hh"
 #include "frame.hh"
+#include "invariant.hh"
+#include "object_table.hh"
 #include "packet.hh"
+#include "ports.hh"
 
 using namespace pib;
 
@@ -74,4 +77,38 @@ TEST_CASE("the host can inject a fatal error to test a driver's recovery", "[fat
     CHECK(host.command(PIB_CMD_ALLOC_PD).status == PIB_CMD_STATUS_BAD_STATE);
     host.write32(PIB_BAR_REGS, PIB_REG_RESET, PIB_RESET_MAGIC);
     CHECK(host.read32(PIB_BAR_REGS, PIB_REG_STATUS) == PIB_STATUS_READY);
+}
+
+// Issue 27, finding 8: the core checks its invariants, and a broken one
+// (a bug, which no input can cause) is an internal error like any other.
+TEST_CASE("a broken invariant throws, naming the condition and where it was checked", "[fatal]") {
+    try {
+        PIB_INVARIANT(1 + 1 == 3);
+        FAIL("PIB_INVARIANT let a false condition pass");
+    } catch (const InvariantBroken &e) {
+        const std::string what = e.what();
+        CHECK(what.find("1 + 1 == 3") != std::string::npos);
+        CHECK(what.find("test_fatal.cc:") != std::string::npos);
+    }
+    // Checked lookups: a port the device lacks, an object that is not there.
+    const pib_core_config config = FakeHost::defaultConfig();
+    Ports ports(config);
+    CHECK(&ports.at(1) == ports.find(1));
+    CHECK_THROWS_AS(ports.at(0), InvariantBroken);
+    CHECK_THROWS_AS(ports.at(config.num_ports + 1), InvariantBroken);
+    ObjectTable<int> table(4);
+    const auto n = table.insert(std::make_unique<int>(7));
+    REQUIRE(n);
+    CHECK(table.at(*n) == 7);
+    CHECK_THROWS_AS(table.at(*n + 1), InvariantBroken);
+}
+
+TEST_CASE("an exception of any type inside the core makes the device FATAL", "[fatal]") {
+    FakeHost host;
+    host.initHca();
+    host.throwOnNextDmaRead = host.throwForeign = true;
+    host.commandIn(PIB_CMD_CREATE_CQ, 0, pib_cq_context{});
+    CHECK_FALSE(host.throwOnNextDmaRead);
+    CHECK(host.read32(PIB_BAR_REGS, PIB_REG_STATUS) == PIB_STATUS_FATAL);
+    CHECK(host.traces("fatal") == 1);
 }

@@ -298,3 +298,85 @@ TEST_CASE("XRC objects: domains, SRQs and QPs are checked and held", "[xrc][cmd]
     CHECK(h.command(PIB_CMD_DESTROY_CQ, p.blueCq.cqn).status == PIB_CMD_STATUS_OK);
     CHECK(h.command(PIB_CMD_DEALLOC_XRCD, p.b.xrcd).status == PIB_CMD_STATUS_OK);
 }
+
+namespace {
+
+// Holds back a's request packets from the first after a SEND_FIRST on,
+// as a slow or hostile fabric may; release() delivers them to b in order.
+struct HeldTail {
+    XrcPair &p;
+    std::vector<iba::Packet> held;
+    bool holding = false;
+
+    explicit HeldTail(XrcPair &pair) : p(pair) {
+        p.wire.filter = [this](bool fromA, iba::Packet &k) {
+            if (!fromA)
+                return true;
+            if (holding) {
+                held.push_back(k);
+                return false;
+            }
+            holding = (k.bth.opcode & 0x1f) == iba::kSendFirst;
+            return true;
+        };
+    }
+    void release() {
+        p.wire.filter = {};
+        for (const iba::Packet &k : held) {
+            const auto frame = wire::encode(PIB_WIRE_PACKET, iba::build(k));
+            pib_core_port_receive(p.b.host.core, 1, frame.data(), frame.size());
+        }
+        held.clear();
+        p.wire.run();
+    }
+};
+
+} // namespace
+
+// Audit finding 1 (issue 27): a message keeps the XRC SRQ it started
+// with. The SRQ destroyed midway, a new one (another tenant's XRC SRQ
+// with its own CQ, or a basic SRQ, whose CQ field means nothing) takes
+// its number: the old WQE completes once, flushed, on the old SRQ's CQ,
+// and the rest of the message reaches neither the new SRQ nor any CQ.
+TEST_CASE("an XRC message in progress ends with its SRQ, never completing into its successor",
+          "[xrc][hostile]") {
+    for (const bool successorIsXrc : {true, false}) {
+        INFO((successorIsXrc ? "an XRC SRQ" : "a basic SRQ") << " takes the number");
+        XrcPair p;
+        HeldTail tail(p);
+        const uint64_t out = p.a.host.alloc(4096), in = p.b.host.alloc(4096);
+        p.red.post(0xbad, in, 4096);
+        p.a.fill(out, 3000, 1);
+        p.a.postSend(1, {.local = out, .length = 3000, .srqn = p.red.srqn});
+        p.wire.run();
+        REQUIRE(tail.held.size() == 2); // SEND_FIRST arrived; MIDDLE and LAST held
+        auto &h = p.b.host;
+        REQUIRE(h.command(PIB_CMD_DESTROY_SRQ, p.red.srqn).status == PIB_CMD_STATUS_OK);
+        CHECK(h.traces("xrc_message_cut") == 1);
+        // The claimed WQE completed, flushed, on red's CQ.
+        const auto flushed = p.b.poll();
+        REQUIRE(flushed.size() == 1);
+        CHECK(flushed[0].wr_id == 0xbad);
+        CHECK(flushed[0].status == PIB_WC_WR_FLUSH_ERR);
+        CHECK(flushed[0].srqn == p.red.srqn);
+
+        // Another tenant's CQ, and the SRQ that takes red's number.
+        FakeHost::Cq otherCq = h.createCq(p.b.eqn, p.b.uar, Node::kLogCq, 4);
+        Srq successor =
+            successorIsXrc ? createSrq(p.b, 4, XrcSrq{p.b.xrcd, otherCq.cqn}) : createSrq(p.b, 4);
+        REQUIRE(successor.srqn == p.red.srqn);
+        const uint64_t theirs = h.alloc(4096);
+        successor.post(0x7e4a47, theirs, 4096);
+        tail.release();
+        // Nothing completed anywhere, the new SRQ's WQE is untouched, and
+        // the TGT QP refused the rest as out of sequence.
+        CHECK(p.b.poll().empty());
+        CHECK(p.pollBlue().empty());
+        CHECK(h.peek<pib_cqe>(otherCq.page).flags == 0);
+        CHECK(std::all_of(h.at(theirs), h.at(theirs) + 4096, [](uint8_t b) { return b == 0; }));
+        CHECK(p.b.qpState() == PIB_QPS_ERR);
+        const auto sent = p.a.poll();
+        REQUIRE(sent.size() == 1);
+        CHECK(sent[0].status == PIB_WC_REM_INV_REQ_ERR);
+    }
+}

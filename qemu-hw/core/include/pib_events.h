@@ -32,19 +32,21 @@ enum pib_event {
     PIB_EVENT_RC_SEQ_NAK = 24,
     PIB_EVENT_RC_READ_GAP = 25,
     PIB_EVENT_RC_DUPLICATE = 26,
-    PIB_EVENT_MR_REGISTERED = 27,
-    PIB_EVENT_MR_INVALIDATED = 28,
-    PIB_EVENT_MW_BOUND = 29,
-    PIB_EVENT_ERR_PORT_DROP = 30,
-    PIB_EVENT_ERR_LINK = 31,
-    PIB_EVENT_ERR_MKEY_VIOLATION = 32,
-    PIB_EVENT_ERR_MCAST_DROP = 33,
-    PIB_EVENT_ERR_RC_NO_QP = 34,
-    PIB_EVENT_ERR_RC_WRONG_PEER = 35,
-    PIB_EVENT_ERR_RC_BAD_RESPONSE_PSN = 36,
-    PIB_EVENT_ERR_RC_BAD_RESPONSE_LENGTH = 37,
-    PIB_EVENT_ERR_RC_REQUEST_REFUSED = 38,
-    PIB_EVENT_COUNT = 39
+    PIB_EVENT_RC_WORK_HELD = 27,
+    PIB_EVENT_XRC_MESSAGE_CUT = 28,
+    PIB_EVENT_MR_REGISTERED = 29,
+    PIB_EVENT_MR_INVALIDATED = 30,
+    PIB_EVENT_MW_BOUND = 31,
+    PIB_EVENT_ERR_PORT_DROP = 32,
+    PIB_EVENT_ERR_LINK = 33,
+    PIB_EVENT_ERR_MKEY_VIOLATION = 34,
+    PIB_EVENT_ERR_MCAST_DROP = 35,
+    PIB_EVENT_ERR_RC_NO_QP = 36,
+    PIB_EVENT_ERR_RC_WRONG_PEER = 37,
+    PIB_EVENT_ERR_RC_BAD_RESPONSE_PSN = 38,
+    PIB_EVENT_ERR_RC_BAD_RESPONSE_LENGTH = 39,
+    PIB_EVENT_ERR_RC_REQUEST_REFUSED = 40,
+    PIB_EVENT_COUNT = 41
 };
 
 /* The guest-error tokens (pib_host_ops.guest_error), as docs/prm.md §9. */
@@ -123,6 +125,8 @@ static inline const char *pib_event_name(unsigned event) {
         "rc_seq_nak",
         "rc_read_gap",
         "rc_duplicate",
+        "rc_work_held",
+        "xrc_message_cut",
         "mr_registered",
         "mr_invalidated",
         "mw_bound",
@@ -143,10 +147,10 @@ static inline const char *pib_event_name(unsigned event) {
 /* An event's arguments: 's' for a string, 'i' for an integer each. */
 static inline const char *pib_event_args(unsigned event) {
     static const char *const args[PIB_EVENT_COUNT] = {
-        "siiii", "s",   "s",    "i",   "i",  "i",   "i",     "i",      "isi", "is",
-        "s",     "sii", "iiii", "is",  "si", "iii", "iiiii", "iiiiii", "i",   "ii",
-        "iii",   "ii",  "ii",   "iii", "ii", "iii", "iis",   "iiiii",  "iis", "iiiiii",
-        "is",    "is",  "iii",  "is",  "ii", "iii", "iii",   "iii",    "iis",
+        "siiii", "s",    "s",  "i",   "i",   "i",     "i",      "i",     "isi", "is",     "s",
+        "sii",   "iiii", "is", "si",  "iii", "iiiii", "iiiiii", "i",     "ii",  "iii",    "ii",
+        "ii",    "iii",  "ii", "iii", "iis", "ii",    "ii",     "iiiii", "iis", "iiiiii", "is",
+        "is",    "iii",  "is", "ii",  "iii", "iii",   "iii",    "iis",
     };
 
     return event < PIB_EVENT_COUNT ? args[event] : "";

@@ -118,7 +118,7 @@ CommandOutcome CommandProcessor::destroyMr(const Command &cmd) {
         return fail(PIB_CMD_STATUS_BUSY, err::kCmdBusy,
                     "DESTROY_MR of key 0x%x: %u memory windows are bound to it", cmd.modifier,
                     mr->windows);
-    --objects_.pds.find(mr->ctx.pdn)->refs;
+    --objects_.pds.at(mr->ctx.pdn).refs;
     if (mr->fastReg())
         objects_.mtt.unhold(mr->ctx.mtt_index, Mtt::kMinLogPage, true);
     else if (mr->ctx.mtt_count)
@@ -163,8 +163,8 @@ CommandOutcome CommandProcessor::reregMr(const Command &cmd) {
         objects_.mtt.hold(ctx.mtt_index, ctx.log_page_size);
     if (mr->ctx.mtt_count)
         objects_.mtt.unhold(mr->ctx.mtt_index, mr->ctx.log_page_size);
-    --objects_.pds.find(mr->ctx.pdn)->refs;
-    ++objects_.pds.find(ctx.pdn)->refs;
+    --objects_.pds.at(mr->ctx.pdn).refs;
+    ++objects_.pds.at(ctx.pdn).refs;
     ctx.key_variant = mr->ctx.key_variant;
     mr->ctx = ctx;
     return {};
@@ -205,7 +205,7 @@ CommandOutcome CommandProcessor::destroyMw(const Command &cmd) {
         return fail(PIB_CMD_STATUS_BAD_INDEX, err::kCmdBadIndex, "DESTROY_MW of key 0x%x",
                     cmd.modifier);
     MemoryKeys::unbind(objects_.mrs, *mw); // IBA 10.6.7.1: deallocation invalidates it
-    --objects_.pds.find(mw->ctx.pdn)->refs;
+    --objects_.pds.at(mw->ctx.pdn).refs;
     objects_.mws.erase(PIB_KEY_INDEX(cmd.modifier));
     return {};
 }

@@ -123,8 +123,8 @@ CommandOutcome CommandProcessor::destroyCq(const Command &cmd) {
     if (cq->refs)
         return fail(PIB_CMD_STATUS_BUSY, err::kCmdBusy, "DESTROY_CQ of CQ %u used by %u QPs",
                     cmd.modifier, cq->refs);
-    --objects_.eqs.find(cq->ctx.eqn)->refs;
-    --objects_.uars.find(cq->ctx.uar_page)->refs;
+    --objects_.eqs.at(cq->ctx.eqn).refs;
+    --objects_.uars.at(cq->ctx.uar_page).refs;
     objects_.mtt.unhold(cq->ctx.buf.mtt_index);
     objects_.cqs.erase(cmd.modifier);
     return {};
@@ -216,8 +216,8 @@ CommandOutcome CommandProcessor::createSrq(const Command &cmd) {
     ++pd->refs;
     ++uar->refs;
     if (ctx.type == PIB_SRQT_XRC) {
-        ++objects_.xrcds.find(ctx.xrcdn)->refs;
-        ++objects_.cqs.find(ctx.cqn)->refs;
+        ++objects_.xrcds.at(ctx.xrcdn).refs;
+        ++objects_.cqs.at(ctx.cqn).refs;
     }
     objects_.mtt.hold(ctx.buf.mtt_index);
     return {PIB_CMD_STATUS_OK, *srqn};
@@ -249,11 +249,13 @@ CommandOutcome CommandProcessor::destroySrq(const Command &cmd) {
     if (srq->refs)
         return fail(PIB_CMD_STATUS_BUSY, err::kCmdBusy, "DESTROY_SRQ of SRQ %u used by %u QPs",
                     cmd.modifier, srq->refs);
-    --objects_.pds.find(srq->ctx.pdn)->refs;
-    --objects_.uars.find(srq->ctx.uar_page)->refs;
+    if (srq->isXrc())
+        dataPath_.forgetXrcSrq(cmd.modifier); // XRC TGT QPs hold no reference
+    --objects_.pds.at(srq->ctx.pdn).refs;
+    --objects_.uars.at(srq->ctx.uar_page).refs;
     if (srq->isXrc()) {
-        --objects_.xrcds.find(srq->ctx.xrcdn)->refs;
-        --objects_.cqs.find(srq->ctx.cqn)->refs;
+        --objects_.xrcds.at(srq->ctx.xrcdn).refs;
+        --objects_.cqs.at(srq->ctx.cqn).refs;
     }
     objects_.mtt.unhold(srq->ctx.buf.mtt_index);
     objects_.srqs.erase(cmd.modifier);

@@ -38,8 +38,8 @@ void DataPath::transmitConnected(QueuePair &qp, std::vector<uint8_t> framed) {
     if (!injectedFate(qp, framed))
         return;
     const unsigned portNumber = qp.attr.port_num;
-    PortState *p = ports_.find(portNumber);
-    if (iba::portAnswersTo(p->info.lid, p->info.lmc, qp.attr.av.dlid)) {
+    const PortState &p = ports_.at(portNumber);
+    if (iba::portAnswersTo(p.info.lid, p.info.lmc, qp.attr.av.dlid)) {
         scheduler_.loopBack(portNumber, std::move(framed));
         return;
     }
@@ -71,10 +71,10 @@ void DataPath::deliverConnected(unsigned number, const iba::Packet &packet) {
     }
     // IBA 9.6.1: a connected QP takes packets from its peer only, with the
     // P_Key it was given.
-    PortState *p = ports_.find(number);
-    const uint16_t pkey = p->pkeys[qp->attr.pkey_index % PIB_PKEY_TABLE_LEN];
+    PortState &p = ports_.at(number);
+    const uint16_t pkey = p.pkeys[qp->attr.pkey_index % PIB_PKEY_TABLE_LEN];
     if (!iba::pkeysMatch(pkey, packet.bth.pkey)) {
-        ++p->info.bad_pkey_cntr;
+        ++p.info.bad_pkey_cntr;
         return;
     }
     if (packet.lrh.slid != qp->attr.av.dlid) {

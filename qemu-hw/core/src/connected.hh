@@ -119,6 +119,9 @@ inline uint32_t ackRequestInterval(uint32_t mtu) {
     return sendWindowPackets(mtu) / 4;
 }
 
+// No SRQ: the XRC SRQ number of an XRC TGT QP between messages.
+inline constexpr uint32_t kNoSrq = UINT32_MAX;
+
 // A READ or atomic request the responder executed, kept so a duplicate
 // of it is answered again (IBA 9.7.5.1.3).
 struct ReplayEntry {
@@ -128,8 +131,9 @@ struct ReplayEntry {
     uint64_t va = 0;
     uint32_t rkey = 0;
     uint32_t length = 0;
-    uint32_t pdn = 0;      // READ: the PD its R_Key is checked in
-    uint64_t original = 0; // atomic: the value before the operation
+    uint32_t pdn = 0;          // READ: the PD its R_Key is checked in
+    uint64_t original = 0;     // atomic: the value before the operation
+    uint32_t xrcSrqn = kNoSrq; // XRC TGT: the XRC SRQ the request named (its PD is pdn)
 };
 
 // Something the responder owes the requester. Replies leave in the order
@@ -164,7 +168,7 @@ struct Responder {
     uint32_t writeRkey = 0;
     uint32_t writeLength = 0;
     // XRC TGT: the XRC SRQ the request in progress goes to, and its PD.
-    uint32_t xrcSrqn = 0;
+    uint32_t xrcSrqn = kNoSrq;
     uint32_t xrcPdn = 0;
     std::deque<ReplayEntry> replay; // at most max_dest_rd_atomic, oldest first
     // What is owed and not yet sent: at most max_dest_rd_atomic READs and

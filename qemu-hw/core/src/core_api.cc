@@ -70,6 +70,8 @@ template <class Call> int answered(char **answer, Call &&call) {
         ok = call(&text);
     } catch (const std::exception &e) {
         text = e.what();
+    } catch (...) {
+        text = "an unknown exception";
     }
     *answer = strdup(text.c_str());
     return ok && *answer ? 0 : -1;

@@ -19,6 +19,8 @@ void DataPath::reset() {
 }
 
 void DataPath::forgetQp(uint32_t qpn, QueuePair &qp) {
+    if (receiveSrq(qp))
+        completeClaimedWqe(qpn, qp, PIB_WC_WR_FLUSH_ERR);
     if (qp.timerAt)
         timers_.erase({qp.timerAt, qpn});
 }
@@ -43,6 +45,10 @@ void DataPath::qpStateEntered(uint32_t qpn, QueuePair &qp, uint8_t cur, uint8_t 
                               uint32_t mask) {
     const pib_qp_attr &a = qp.attr;
     if (next == PIB_QPS_RESET) {
+        // Reset empties the QP's own queues without completions, but a
+        // WQE it took from an SRQ belongs to the SRQ: it completes.
+        if (receiveSrq(qp))
+            completeClaimedWqe(qpn, qp, PIB_WC_WR_FLUSH_ERR);
         qp.sq = qp.rq = WorkQueue{};
         qp.req = Requester{};
         qp.resp = Responder{};

@@ -49,8 +49,11 @@ class DataPath final : public SubnetSender, public ScheduledEngine {
     // QP `qpn` entered state `next` from `cur` by MODIFY_QP with `mask`:
     // its transport starts over, loads its PSNs, flushes or starts sending.
     void qpStateEntered(uint32_t qpn, QueuePair &qp, uint8_t cur, uint8_t next, uint32_t mask);
-    // QP `qpn` is about to be destroyed: it has no timer any more.
+    // QP `qpn` is about to be destroyed: it has no timer any more, and a
+    // receive WQE it took from an SRQ completes.
     void forgetQp(uint32_t qpn, QueuePair &qp);
+    // XRC SRQ `srqn` is about to be destroyed: no message goes on into it.
+    void forgetXrcSrq(uint32_t srqn);
     // Nothing in flight, no timer, no postponed work: the power-on state.
     void reset();
     // From SubnetSender: a MAD the port's agents send from QP0.
@@ -125,6 +128,7 @@ class DataPath final : public SubnetSender, public ScheduledEngine {
     bool remoteRange(const QueuePair &qp, uint32_t pdn, uint32_t rkey, uint64_t va, uint64_t len,
                      uint32_t access, std::vector<Segment> &out);
     uint32_t requestPd(const QueuePair &qp) const;
+    uint32_t requestSrq(const QueuePair &qp) const;
     uint32_t receiveCq(const QueuePair &qp) const;
     bool selectXrcSrq(uint32_t qpn, QueuePair &qp, const iba::Packet &packet, bool startsMessage);
     std::optional<uint32_t> receiveSrq(const QueuePair &qp) const;
@@ -132,6 +136,7 @@ class DataPath final : public SubnetSender, public ScheduledEngine {
     void responderError(uint32_t qpn, QueuePair &qp, uint32_t psn, uint8_t nakCode,
                         uint8_t wcStatus, const char *why);
     bool claimReceiveWqe(uint32_t qpn, QueuePair &qp);
+    void completeClaimedWqe(uint32_t qpn, QueuePair &qp, uint8_t status);
     void completeReceive(uint32_t qpn, QueuePair &qp, const iba::Packet &packet, uint8_t opcode,
                          uint32_t length);
     void onRequest(uint32_t qpn, QueuePair &qp, const iba::Packet &packet);

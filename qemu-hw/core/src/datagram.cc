@@ -217,7 +217,7 @@ bool receivesDatagrams(const QueuePair &qp) {
 } // namespace
 
 void DataPath::deliver(unsigned number, const iba::Packet &packet, uint32_t senderQpn) {
-    PortState *p = ports_.find(number);
+    PortState *p = &ports_.at(number);
     if ((packet.bth.opcode & 0xe0) != iba::kTransportUd) {
         if (packet.lrh.vl != 15 && iba::portAnswersTo(p->info.lid, p->info.lmc, packet.lrh.dlid) &&
             p->info.state == PIB_PORT_ACTIVE)
@@ -269,7 +269,7 @@ void DataPath::deliver(unsigned number, const iba::Packet &packet, uint32_t send
 // group its GRH names (IBA 10.5.2.4), each with its own receive WQE and
 // completion; a copy a QP of this port sent skips the sender.
 void DataPath::deliverMulticast(unsigned number, const iba::Packet &packet, uint32_t senderQpn) {
-    PortState *p = ports_.find(number);
+    PortState *p = &ports_.at(number);
     // IBA 8.3.1: multicast packets carry a GRH and go to QP 0xFFFFFF.
     if (!packet.grh || packet.bth.destQp != iba::kMulticastQpn || packet.lrh.vl == 15) {
         trace::err_mcast_drop(host_, number, packet.grh ? "QP 0xFFFFFF" : "a GRH");
@@ -300,7 +300,7 @@ void DataPath::deliverMulticast(unsigned number, const iba::Packet &packet, uint
 // Puts a datagram that passed the checks into `qp`'s next receive WQE.
 void DataPath::receiveDatagram(unsigned number, const iba::Packet &packet, uint32_t qpn,
                                QueuePair &qp, uint16_t pkeyIndex) {
-    PortState *p = ports_.find(number);
+    PortState *p = &ports_.at(number);
     const uint16_t dlid = packet.lrh.dlid;
     Wqe wqe;
     uint16_t index = 0;
@@ -352,6 +352,10 @@ void DataPath::receiveDatagram(unsigned number, const iba::Packet &packet, uint3
 // (IBA 10.8.3.3).
 void DataPath::flushQp(uint32_t qpn, QueuePair &qp) {
     qp.resp.replies.clear(); // a QP in the error state answers nothing more
+    // The receive WQE of a message cut short completes first: it is the
+    // oldest the responder took.
+    completeClaimedWqe(qpn, qp, PIB_WC_WR_FLUSH_ERR);
+    qp.resp.in = Responder::InMessage::kNone;
     // Fetched WQEs first, in order, then those never fetched.
     while (!qp.req.outstanding.empty()) {
         const SendWqe w = std::move(qp.req.outstanding.front());

@@ -123,7 +123,7 @@ Json Inspector::device() const {
 }
 
 Json Inspector::port(unsigned number) const {
-    const PortState &p = *s_.ports.find(number);
+    const PortState &p = s_.ports.at(number);
     const Link &link = *s_.links[number - 1];
     Json j{{"port", number},
            {"link", link.up() ? "up" : "down"},

@@ -9,6 +9,8 @@
 #include <set>
 #include <vector>
 
+#include "invariant.hh"
+
 namespace pib {
 
 template <class T> class ObjectTable {
@@ -38,6 +40,14 @@ template <class T> class ObjectTable {
         if (number < first_ || number - first_ >= slots_.size())
             return nullptr;
         return slots_[number - first_].get();
+    }
+
+    // Object `number`, which the caller knows exists (an object another
+    // one holds a reference to): a missing one is a bug in the core.
+    T &at(uint64_t number) const {
+        T *obj = find(number);
+        PIB_INVARIANT(obj != nullptr);
+        return *obj;
     }
 
     bool erase(uint64_t number) {

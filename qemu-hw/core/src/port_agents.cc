@@ -30,7 +30,7 @@ bool PortAgents::answerMad(unsigned number, std::span<uint8_t> bytes, bool ignor
     bool hideMkey = false;
     if (smp && !ignoreMkey && mad.baseVersion() == 1) {
         // IBA 14.2.4: every SMP, local or from the fabric, is checked.
-        PortState &p = *ports_.find(number);
+        PortState &p = ports_.at(number);
         const auto verdict = p.mkey.check(mad, host_.clockNs());
         if (verdict == iba::MkeyProtection::Verdict::kViolation) {
             trace::err_mkey_violation(host_, number, method, mad.attributeId());
@@ -63,7 +63,7 @@ bool PortAgents::answerMad(unsigned number, std::span<uint8_t> bytes, bool ignor
 // 4.096 us * 2^SubnetTimeout (IBA o14-2), and only on an ACTIVE port that
 // knows its SM. An SM behind this very port gets it through QP0.
 void PortAgents::sendTrap(unsigned number, std::vector<uint8_t> mad) {
-    PortState &p = *ports_.find(number);
+    PortState &p = ports_.at(number);
     const pib_port_info &i = p.info;
     const uint64_t now = host_.clockNs();
     if (i.state != PIB_PORT_ACTIVE || !iba::isUnicastLid(i.sm_lid) || now < p.trapsHeldUntilNs)
@@ -82,7 +82,7 @@ void PortAgents::sendTrap(unsigned number, std::vector<uint8_t> mad) {
 }
 
 uint16_t PortAgents::smaGet(unsigned number, Mad &mad, bool hideMkey) {
-    PortState &p = *ports_.find(number);
+    PortState &p = ports_.at(number);
     const uint32_t mod = mad.attributeModifier();
     switch (mad.attributeId()) {
     case iba::kAttrNodeInfo:
@@ -136,7 +136,7 @@ uint16_t PortAgents::smaGet(unsigned number, Mad &mad, bool hideMkey) {
 
 // The port's PortInfo as an SMA answers a Get.
 iba::PortInfo PortAgents::portInfo(unsigned number, bool hideMkey) {
-    const PortState &p = *ports_.find(number);
+    const PortState &p = ports_.at(number);
     const pib_port_info &i = p.info;
     iba::PortInfo info{
         .gidPrefix = i.gid_prefix,
@@ -175,7 +175,7 @@ iba::PortInfo PortAgents::portInfo(unsigned number, bool hideMkey) {
 }
 
 uint16_t PortAgents::setPortInfo(unsigned number, Mad &mad) {
-    PortState &p = *ports_.find(number);
+    PortState &p = ports_.at(number);
     pib_port_info &i = p.info;
     const iba::PortInfo set = iba::readPortInfo(mad);
     const uint16_t lid = set.lid;
@@ -234,7 +234,7 @@ uint16_t PortAgents::setPortInfo(unsigned number, Mad &mad) {
 }
 
 uint16_t PortAgents::smaSet(unsigned number, Mad &mad) {
-    PortState &p = *ports_.find(number);
+    PortState &p = ports_.at(number);
     const uint32_t mod = mad.attributeModifier();
     uint16_t status;
     switch (mad.attributeId()) {
@@ -289,7 +289,7 @@ uint16_t PortAgents::smaSet(unsigned number, Mad &mad) {
 }
 
 void PortAgents::pma(unsigned number, Mad &mad) {
-    PortState &p = *ports_.find(number);
+    PortState &p = ports_.at(number);
     const bool set = mad.method() == iba::kSet;
     uint16_t status = iba::kStatusOk;
     const unsigned portSelect = iba::pmaPortSelect(mad);

@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <deque>
 
+#include "invariant.hh"
 #include "mkey.hh"
 #include "pib_core.h"
 #include "pib_hw.h"
@@ -46,6 +47,14 @@ class Ports {
     // Port `number` (1-based), or nullptr if the device has no such port.
     PortState *find(uint32_t number) {
         return number >= 1 && number <= config_.num_ports ? &ports_[number - 1] : nullptr;
+    }
+    // Port `number`, which the caller knows the device has (a number
+    // taken from a QP the commands checked, or from the device's own
+    // loops): one it lacks is a bug in the core (invariant.hh).
+    PortState &at(uint32_t number) {
+        PortState *p = find(number);
+        PIB_INVARIANT(p != nullptr);
+        return *p;
     }
     // Every port back to its power-on state: down, polling for a peer,
     // with the default partition and its own GUID.

@@ -125,12 +125,18 @@ uint32_t DataPath::requestPd(const QueuePair &qp) const {
     return qp.ctx.type == PIB_QPT_XRC_TGT ? qp.resp.xrcPdn : qp.ctx.pdn;
 }
 
+// The XRC SRQ a request of an XRC TGT QP named; kNoSrq for other QPs.
+uint32_t DataPath::requestSrq(const QueuePair &qp) const {
+    return qp.ctx.type == PIB_QPT_XRC_TGT ? qp.resp.xrcSrqn : kNoSrq;
+}
+
 // Where a receive completes: the QP's receive CQ, or an XRC SRQ's own.
 uint32_t DataPath::receiveCq(const QueuePair &qp) const {
     if (qp.ctx.type != PIB_QPT_XRC_TGT)
         return qp.ctx.recv_cqn;
+    // A basic SRQ has no CQ of its own: its ctx.cqn means nothing.
     const SharedReceiveQueue *srq = objects_.srqs.find(qp.resp.xrcSrqn);
-    return srq ? srq->ctx.cqn : UINT32_MAX; // UINT32_MAX names no CQ
+    return srq && srq->isXrc() ? srq->ctx.cqn : UINT32_MAX; // UINT32_MAX names no CQ
 }
 
 // An XRC request names the XRC SRQ it goes to (XRCETH): it must be one of
@@ -167,23 +173,57 @@ void DataPath::responderError(uint32_t qpn, QueuePair &qp, uint32_t psn, uint8_t
     Responder &s = qp.resp;
     if (isReliableType(qp.ctx.type))
         sendAck(qp, psn, syndrome(kNak, nakCode));
-    if (s.haveWqe) {
-        pib_cqe cqe{};
-        cqe.wr_id = s.wrId;
-        cqe.qpn = qpn;
-        cqe.opcode = PIB_WC_RECV;
-        cqe.status = wcStatus;
-        cqe.wqe_index = s.wqeIndex;
-        markSrqReceive(qp, cqe);
-        events_.postCqe(receiveCq(qp), cqe, false);
-        s.haveWqe = false;
-    }
+    completeClaimedWqe(qpn, qp, wcStatus);
     s.in = Responder::InMessage::kNone;
     s.replies.clear(); // a QP in the error state answers nothing more
     qp.attr.qp_state = PIB_QPS_ERR;
     events_.postAsyncEvent(
         nakCode == kRemoteAccess ? PIB_ASYNC_QP_ACCESS_ERR : PIB_ASYNC_QP_REQ_ERR, qpn);
     flushQp(qpn, qp);
+}
+
+// The receive WQE claimed for the message in progress completes with
+// `status`, an error: when the responder fails the message, when the QP
+// leaves it (error, reset, destruction) or when its XRC SRQ goes. A WQE
+// taken from a queue completes exactly once, whatever happens to its QP:
+// one dropped silently would be lost to the SRQ for good.
+void DataPath::completeClaimedWqe(uint32_t qpn, QueuePair &qp, uint8_t status) {
+    Responder &s = qp.resp;
+    if (!s.haveWqe)
+        return;
+    pib_cqe cqe{};
+    cqe.wr_id = s.wrId;
+    cqe.qpn = qpn;
+    cqe.opcode = PIB_WC_RECV;
+    cqe.status = status;
+    cqe.wqe_index = s.wqeIndex;
+    markSrqReceive(qp, cqe);
+    events_.postCqe(receiveCq(qp), cqe, false);
+    s.haveWqe = false;
+}
+
+// XRC SRQ `srqn` is about to be destroyed. A message an XRC TGT QP
+// started into it ends here: its claimed WQE completes, flushed, on the
+// SRQ's CQ while both still exist, and the rest of the message is out of
+// sequence. What the QP owes or remembers through the SRQ (READ answers
+// checked in its PD) is forgotten. So nothing that arrives later reaches
+// the SRQ, CQ or PD that take over these numbers (IBA A14.5.3).
+void DataPath::forgetXrcSrq(uint32_t srqn) {
+    objects_.qps.forEach([&](uint32_t qpn, QueuePair &qp) {
+        if (qp.ctx.type != PIB_QPT_XRC_TGT)
+            return;
+        Responder &s = qp.resp;
+        if (s.xrcSrqn == srqn) {
+            if (s.haveWqe || s.in != Responder::InMessage::kNone)
+                trace::xrc_message_cut(host_, qpn, srqn);
+            completeClaimedWqe(qpn, qp, PIB_WC_WR_FLUSH_ERR);
+            s.in = Responder::InMessage::kNone;
+            s.xrcSrqn = kNoSrq;
+        }
+        std::erase_if(s.replies,
+                      [&](const Reply &r) { return r.readOrAtomic() && r.entry.xrcSrqn == srqn; });
+        std::erase_if(s.replay, [&](const ReplayEntry &e) { return e.xrcSrqn == srqn; });
+    });
 }
 
 // Claims the next receive WQE for an incoming message.
@@ -563,6 +603,7 @@ void DataPath::readRequest(uint32_t qpn, QueuePair &qp, const iba::Packet &packe
     e.rkey = reth.rkey;
     e.length = reth.length;
     e.pdn = requestPd(qp);
+    e.xrcSrqn = requestSrq(qp);
     const uint32_t mtu = pathMtu(qp);
     e.packets = std::max<uint32_t>(1, (reth.length + mtu - 1) / mtu);
     s.expectedPsn = psnAdd(e.psn, e.packets);
@@ -657,6 +698,7 @@ void DataPath::atomicRequest(uint32_t qpn, QueuePair &qp, const iba::Packet &pac
     e.packets = 1;
     e.atomic = true;
     e.original = original;
+    e.xrcSrqn = requestSrq(qp);
     s.expectedPsn = psnAdd(psn, 1);
     ++s.msn;
     remember(qp, e);

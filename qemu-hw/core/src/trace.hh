@@ -165,6 +165,16 @@ inline void rc_duplicate(const Host &host, unsigned qpn, unsigned psn, const cha
                    {Host::eventArg(qpn), Host::eventArg(psn), Host::eventArg(outcome)});
 }
 
+inline void rc_work_held(const Host &host, unsigned qpn, uint64_t bytes) {
+    if (host.eventEnabled(PIB_EVENT_RC_WORK_HELD))
+        host.event(PIB_EVENT_RC_WORK_HELD, {Host::eventArg(qpn), Host::eventArg(bytes)});
+}
+
+inline void xrc_message_cut(const Host &host, unsigned qpn, unsigned srqn) {
+    if (host.eventEnabled(PIB_EVENT_XRC_MESSAGE_CUT))
+        host.event(PIB_EVENT_XRC_MESSAGE_CUT, {Host::eventArg(qpn), Host::eventArg(srqn)});
+}
+
 inline void mr_registered(const Host &host, unsigned qpn, unsigned key, uint64_t iova,
                           uint64_t length, unsigned access) {
     if (host.eventEnabled(PIB_EVENT_MR_REGISTERED))
