@@ -201,6 +201,32 @@ TEST_CASE("a type 2 window answers only the QP that bound it, and is invalidated
         p.a.postSend(7, write);
         CHECK(only(p, p.a).status == PIB_WC_REM_ACCESS_ERR);
     }
+    // Audit finding 6 (issue 27): only the QP it is bound to invalidates it.
+    SECTION("LOCAL_INV through another QP of the PD fails and leaves it bound") {
+        p.b.use(b1);
+        p.b.postLocalInv(3, b.new_rkey);
+        CHECK(only(p, p.b).status == PIB_WC_LOC_PROT_ERR);
+        CHECK(p.b.host.guestErrors("wqe-invalidate") == 1);
+        CHECK(query(p.b, b.new_rkey).bound == 1);
+        p.a.postSend(3, write); // a is still on a2
+        CHECK(only(p, p.a).status == PIB_WC_SUCCESS);
+    }
+    SECTION("a SEND with invalidate through another QP of the PD fails and leaves it bound") {
+        const uint64_t in = p.b.host.alloc(64);
+        p.b.use(b1);
+        p.b.postRecv(5, in, 64);
+        const Node::Qp a2now = p.a.current();
+        p.a.use(a1);
+        p.a.postSend(6,
+                     {.opcode = PIB_WR_SEND_INV, .local = local, .length = 8, .imm = b.new_rkey});
+        p.wire.run();
+        CHECK(p.a.poll().at(0).status == PIB_WC_REM_INV_REQ_ERR);
+        CHECK(p.b.poll().at(0).status == PIB_WC_REM_INV_REQ_ERR);
+        CHECK(query(p.b, b.new_rkey).bound == 1);
+        p.a.use(a2now);
+        p.a.postSend(7, write);
+        CHECK(only(p, p.a).status == PIB_WC_SUCCESS);
+    }
     SECTION("destroying its QP unbinds it") {
         CHECK(p.b.host.command(PIB_CMD_DESTROY_QP, b2.qpn).status == PIB_CMD_STATUS_OK);
         CHECK(query(p.b, b.new_rkey).bound == 0);

@@ -95,8 +95,11 @@ MemoryRegion *MemoryKeys::invalidatable(uint32_t pdn, uint32_t key, const char *
 }
 
 // A type 2 window of the PD, bound, and named by its current key, is
-// unbound (IBA 10.6.7.2.4); nothing else is.
-const char *MemoryKeys::invalidateWindow(uint32_t pdn, uint32_t key, MemoryWindow &mw) {
+// unbound through the QP it is bound to (IBA 10.6.7.2.4); nothing else
+// is. (Any QP of the PD could otherwise free a window another QP's peer
+// was given.)
+const char *MemoryKeys::invalidateWindow(uint32_t qpn, uint32_t pdn, uint32_t key,
+                                         MemoryWindow &mw) {
     if (mw.key != key)
         return "no region or window has this key";
     if (mw.ctx.type != PIB_MW_TYPE_2)
@@ -105,15 +108,17 @@ const char *MemoryKeys::invalidateWindow(uint32_t pdn, uint32_t key, MemoryWindo
         return "the window is in another PD";
     if (!mw.ctx.bound)
         return "the window is already free";
+    if (mw.ctx.qpn != qpn)
+        return "the window is bound to another QP";
     unbind(mrs_, mw);
     return nullptr;
 }
 
 // Invalidates the region or window `key` names for PD `pdn`: null when
 // done, else why not.
-const char *MemoryKeys::invalidate(uint32_t pdn, uint32_t key) {
+const char *MemoryKeys::invalidate(uint32_t qpn, uint32_t pdn, uint32_t key) {
     if (MemoryWindow *mw = mws_.find(PIB_KEY_INDEX(key)))
-        return invalidateWindow(pdn, key, *mw);
+        return invalidateWindow(qpn, pdn, key, *mw);
     const char *why = nullptr;
     MemoryRegion *mr = invalidatable(pdn, key, &why);
     if (mr)
@@ -122,7 +127,7 @@ const char *MemoryKeys::invalidate(uint32_t pdn, uint32_t key) {
 }
 
 uint8_t MemoryKeys::invalidateLocal(uint32_t qpn, uint32_t index, uint32_t pdn, uint32_t key) {
-    if (const char *why = invalidate(pdn, key)) {
+    if (const char *why = invalidate(qpn, pdn, key)) {
         host_.guestError(err::kWqeInvalidate, "QP %u WQE %u: LOCAL_INV of key 0x%x: %s", qpn, index,
                          key, why);
         return PIB_WC_LOC_PROT_ERR;
@@ -131,8 +136,8 @@ uint8_t MemoryKeys::invalidateLocal(uint32_t qpn, uint32_t index, uint32_t pdn, 
     return PIB_WC_SUCCESS;
 }
 
-const char *MemoryKeys::invalidateRemote(uint32_t pdn, uint32_t rkey) {
-    return invalidate(pdn, rkey);
+const char *MemoryKeys::invalidateRemote(uint32_t qpn, uint32_t pdn, uint32_t rkey) {
+    return invalidate(qpn, pdn, rkey);
 }
 
 void MemoryKeys::unbind(ObjectTable<MemoryRegion> &mrs, MemoryWindow &mw) {

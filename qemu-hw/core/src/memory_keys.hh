@@ -34,13 +34,15 @@ class MemoryKeys {
     uint8_t invalidateLocal(uint32_t qpn, uint32_t index, uint32_t pdn, uint32_t key);
     // A peer's SEND with invalidate names `rkey`: null when it was
     // invalidated, else why it could not be.
-    const char *invalidateRemote(uint32_t pdn, uint32_t rkey);
+    // `qpn` is the QP it arrived on: a type 2B window is invalidated only
+    // through the QP it is bound to (IBA 10.6.7.2.4), as by LOCAL_INV.
+    const char *invalidateRemote(uint32_t qpn, uint32_t pdn, uint32_t rkey);
     // Leaves the window unbound (its region no longer held by it).
     static void unbind(ObjectTable<MemoryRegion> &mrs, MemoryWindow &mw);
 
   private:
-    const char *invalidate(uint32_t pdn, uint32_t key);
-    const char *invalidateWindow(uint32_t pdn, uint32_t key, MemoryWindow &mw);
+    const char *invalidate(uint32_t qpn, uint32_t pdn, uint32_t key);
+    const char *invalidateWindow(uint32_t qpn, uint32_t pdn, uint32_t key, MemoryWindow &mw);
     MemoryRegion *invalidatable(uint32_t pdn, uint32_t key, const char **why) const;
     const char *checkBind(const MemoryWindow *mw, const MemoryRegion *mr, uint32_t pdn,
                           const pib_wqe_bind_mw &bind) const;

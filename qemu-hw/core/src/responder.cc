@@ -575,7 +575,7 @@ void DataPath::endRequest(uint32_t qpn, QueuePair &qp, const iba::Packet &packet
 // becomes free before the receive completes (IBA 9.4.1.1). A key that
 // cannot be invalidated fails the receive and the QP, and is NAKed.
 bool DataPath::invalidateForPeer(uint32_t qpn, QueuePair &qp, const iba::Packet &packet) {
-    const char *why = keys_.invalidateRemote(requestPd(qp), *packet.ieth);
+    const char *why = keys_.invalidateRemote(qpn, requestPd(qp), *packet.ieth);
     if (!why) {
         trace::mr_invalidated(host_, qpn, *packet.ieth, "by the peer");
         return true;
