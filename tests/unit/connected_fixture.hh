@@ -37,6 +37,7 @@ struct Node {
     uint64_t cqPage = 0, sqPage = 0, rqPage = 0, eqPage = 0, ciRecord = 0;
     uint32_t sqPi = 0, rqPi = 0, cqCi = 0;
     static constexpr unsigned kLogCq = 8, kLogSq = 6, kLogRq = 6;
+    unsigned logSq = kLogSq; // of the QPs createQp() makes from now on
 
     Node(uint8_t type, uint16_t lid_, uint64_t ramSize = FakeHost::kDefaultRamSize)
         : host(FakeHost::defaultConfig(), ramSize), lid(lid_) {
@@ -92,9 +93,9 @@ struct Node {
         qp.send_cqn = qp.recv_cqn = cqn;
         qp.uar_page = uar;
         qp.port = 1;
-        qp.sq_log_wqe_count = kLogSq;
+        qp.sq_log_wqe_count = static_cast<uint8_t>(logSq);
         qp.sq_log_wqe_stride = 7;
-        qp.sq_buf = host.ring(2, &pages);
+        qp.sq_buf = host.ring(std::max(1u, (128u << logSq) / PIB_PAGE_SIZE), &pages);
         sqPage = pages.front();
         if (qpType == PIB_QPT_XRC_INI) {
         } else if (srqn) {
@@ -207,7 +208,7 @@ struct Node {
 
     // Writes a send WQE; rings the doorbell unless told not to.
     void postSend(uint64_t wrId, const Send &s, bool ring_ = true) {
-        const uint64_t slot = sqPage + (sqPi % (1u << kLogSq)) * 128;
+        const uint64_t slot = sqPage + (sqPi % (1u << logSq)) * 128;
         pib_wqe_ctrl ctrl{};
         ctrl.wr_id = wrId;
         ctrl.opcode = s.opcode;
@@ -255,7 +256,7 @@ struct Node {
     }
     void postLocal(uint64_t wrId, uint8_t opcode, uint8_t flags, uint32_t imm, const void *segment,
                    size_t size) {
-        const uint64_t slot = sqPage + (sqPi % (1u << kLogSq)) * 128;
+        const uint64_t slot = sqPage + (sqPi % (1u << logSq)) * 128;
         pib_wqe_ctrl ctrl{};
         ctrl.wr_id = wrId;
         ctrl.opcode = opcode;
@@ -270,8 +271,10 @@ struct Node {
         if (size)
             std::memcpy(host.at(at), segment, size);
         host.poke(slot, ctrl);
-        ring(PIB_DB_SQ, ++sqPi);
+        if (++sqPi, !deferDoorbell)
+            ring(PIB_DB_SQ, sqPi);
     }
+    bool deferDoorbell = false; // postLocal: the caller rings it for many WQEs
 
     // A fast-registration MR of `pd` with room for `pages` pages (free).
     uint32_t createFastRegMr(uint32_t pages, uint32_t inPd = UINT32_MAX) {

@@ -5,6 +5,7 @@
 #include <catch2/catch.hpp>
 
 #include "connected_fixture.hh"
+#include "limits.hh"
 
 using namespace pib;
 using namespace pib::testing;
@@ -298,4 +299,42 @@ TEST_CASE("a local operation waits for the WQEs before it: a resend never meets 
     CHECK(dropped >= 2); // the WRITE went twice
     for (uint32_t i = 0; i < 1000; ++i)
         REQUIRE(*p.b.host.at(remote + i) == static_cast<uint8_t>(i * 13));
+}
+
+// Audit finding 5 (issue 27): local operations are work like packets. A
+// doorbell for a thousand REG_MR and LOCAL_INV WQEs runs at most one
+// event's budget of them inside the MMIO write; the rest go on from the
+// host's bottom half (runScheduled), in order, each completing once.
+TEST_CASE("REG_MR and LOCAL_INV WQEs count against the work budget of an event",
+          "[rc][memkeys][budget]") {
+    Pair p;
+    Node &b = p.b;
+    b.logSq = 10;
+    b.createQp(PIB_QPT_RC);
+    b.connect(p.a, PIB_QPT_RC, {});
+    const Mapping m(b);
+    const uint32_t mr = b.createFastRegMr(kPages);
+    constexpr uint32_t kWqes = 1000;
+    b.deferDoorbell = true;
+    for (uint32_t i = 0; i < kWqes; i += 2) {
+        const uint32_t key = withVariant(mr, static_cast<uint8_t>(i / 2));
+        b.postRegMr(i, registration(m, key));
+        b.postLocalInv(i + 1, key);
+    }
+    b.ring(PIB_DB_SQ, b.sqPi);
+    const auto first = b.poll();
+    CHECK(first.size() <= limits::kPacketsPerEvent);
+    CHECK(!first.empty());
+    std::vector<pib_cqe> all = first;
+    for (int round = 0; round < 100 && all.size() < kWqes; ++round) {
+        b.host.runScheduled();
+        const auto more = b.poll();
+        CHECK(more.size() <= limits::kPacketsPerEvent);
+        all.insert(all.end(), more.begin(), more.end());
+    }
+    REQUIRE(all.size() == kWqes);
+    for (uint32_t i = 0; i < kWqes; ++i) {
+        CHECK(all[i].wr_id == i);
+        CHECK(all[i].status == PIB_WC_SUCCESS);
+    }
 }

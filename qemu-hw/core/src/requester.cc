@@ -111,6 +111,13 @@ void DataPath::processConnectedSend(uint32_t qpn, QueuePair &qp) {
     const unsigned maxReads = std::max<unsigned>(1, qp.attr.max_rd_atomic);
     while (qp.sq.consumer != qp.sq.producer && qp.attr.qp_state == PIB_QPS_RTS &&
            r.outstanding.size() < kMaxOutstanding) {
+        // Every WQE is work the event's budget pays for: a packet, or a
+        // local operation (a doorbell for thousands of REG_MRs must not
+        // run them all inside one MMIO write).
+        if (!scheduler_.mayTransmit(qp.attr.port_num)) {
+            stopSending(qpn, qp, SendProgress::kPaused);
+            return;
+        }
         SendWqe w;
         const uint8_t status = fetchSendWqe(qpn, qp, qp.sq.consumer, w);
         if (status == PIB_WC_SUCCESS && w.isLocal()) {
@@ -119,6 +126,7 @@ void DataPath::processConnectedSend(uint32_t qpn, QueuePair &qp) {
             if (!r.outstanding.empty())
                 break;
             ++qp.sq.consumer;
+            scheduler_.charge();
             runLocalOperation(qpn, qp, std::move(w));
             continue;
         }

@@ -64,7 +64,8 @@ class Scheduler {
     // wire, so no engine is re-entered.
     void loopBack(unsigned port, std::vector<uint8_t> &&framed);
     // A packet that reached no port (delivered within the device, or lost
-    // on a port that cannot send) costs the event's budget all the same.
+    // on a port that cannot send), or a local operation of a send queue,
+    // costs the event's budget all the same.
     void charge() { --budget_; }
     // Delivers the looped-back packets.
     void drainLoopback();
