@@ -10,6 +10,9 @@
 #include "connected.hh"
 #include "connected_fixture.hh"
 #include "limits.hh"
+#include "management_calls.hh"
+
+#include <nlohmann/json.hpp>
 
 using namespace pib;
 using namespace pib::testing;
@@ -228,4 +231,89 @@ TEST_CASE("packets lost to a port that cannot send cost the same budget", "[host
     // requester waits for ACKs that cannot come.
     CHECK(runs >= sendWindowPackets(1024) / limits::kPacketsPerEvent - 1);
     CHECK(p.a.host.portOutput[1].empty());
+}
+
+namespace {
+
+// Bytes the device says it holds for outstanding send WQEs.
+uint64_t outstandingBytes(Node &n) {
+    const Answer a = inspect(n, nullptr, true);
+    return nlohmann::json::parse(a.text).at("outstanding_wqe_bytes").get<uint64_t>();
+}
+
+} // namespace
+
+// Audit finding 4 (issue 27): QPs whose send rings alias one guest page,
+// each WQE with the most SGEs a 2 KiB stride holds, no peer and no ACK
+// timeout: every QP keeps its WQEs outstanding for ever. The device's
+// copies of them stay within its stated budget, every QP still has one,
+// and a flush gives everything back.
+TEST_CASE("outstanding WQEs of many QPs hold a bounded share of the device's memory",
+          "[rc][hostile][budget]") {
+    constexpr uint32_t kQps = 128, kLogWqes = 7, kSges = 127;
+    Node n(PIB_QPT_RC, 0x11, 32 << 20);
+    // One page with two identical WQEs of 127 one-byte SGEs, and an MTT
+    // range for each ring that maps every slot onto it.
+    const uint64_t page = n.host.alloc(PIB_PAGE_SIZE), data = n.host.alloc(PIB_PAGE_SIZE);
+    for (uint64_t half : {page, page + 2048}) {
+        for (uint32_t i = 0; i < kSges; ++i)
+            n.host.poke(half + 16 + 16 * i, pib_wqe_data{1, n.key, data + i});
+        pib_wqe_ctrl ctrl{};
+        ctrl.opcode = PIB_WR_SEND;
+        ctrl.num_ds = kSges + 1;
+        n.host.poke(half, ctrl);
+    }
+    constexpr uint32_t kRingPages = (2048u << kLogWqes) / PIB_PAGE_SIZE;
+    std::vector<uint32_t> qpns;
+    for (uint32_t q = 0; q < kQps; ++q) {
+        const auto mtt = n.host.command(PIB_CMD_ALLOC_MTT, 0, kRingPages);
+        REQUIRE(mtt.status == PIB_CMD_STATUS_OK);
+        pib_mtt_write w{};
+        w.count = kRingPages;
+        for (uint32_t i = 0; i < kRingPages; ++i)
+            w.entries[i] = page;
+        REQUIRE(n.host.commandIn(PIB_CMD_WRITE_MTT, static_cast<uint32_t>(mtt.result), w).status ==
+                PIB_CMD_STATUS_OK);
+        pib_qp_context c{};
+        c.type = PIB_QPT_RC;
+        c.pdn = n.pd;
+        c.send_cqn = c.recv_cqn = n.cqn;
+        c.uar_page = n.uar;
+        c.sq_log_wqe_count = kLogWqes;
+        c.sq_log_wqe_stride = 11;
+        c.sq_buf = {static_cast<uint32_t>(mtt.result), kRingPages};
+        c.rq_log_wqe_count = 1;
+        c.rq_log_wqe_stride = 6;
+        c.rq_buf = n.host.ring(1);
+        const auto qp = n.host.commandIn(PIB_CMD_CREATE_QP, 0, c);
+        REQUIRE(qp.status == PIB_CMD_STATUS_OK);
+        n.qpn = static_cast<uint32_t>(qp.result);
+        qpns.push_back(n.qpn);
+        n.connectTo(0x99, 0x999, PIB_QPT_RC, {.timeout = 0}); // nobody there, no timer
+        n.ring(PIB_DB_SQ, 1u << kLogWqes);
+        while (n.host.runScheduled())
+            n.host.portOutput[1].clear();
+        n.host.portOutput[1].clear();
+    }
+    const uint64_t largest = sizeof(SendWqe) + kSges * sizeof(pib_wqe_data);
+    const uint64_t held = outstandingBytes(n);
+    INFO("held " << held << " bytes");
+    CHECK(held <= limits::kOutstandingWqeBytes + kQps * largest);
+    CHECK(held >= limits::kOutstandingWqeBytes - kQps * largest); // the budget was used
+    CHECK(n.host.traces("rc_work_held") > 0);
+    // Every QP holds at least one WQE: it sent its packets.
+    const auto state = nlohmann::json::parse(inspect(n, nullptr, true).text);
+    size_t started = 0;
+    for (const auto &qp : state.at("qps"))
+        started += qp.at("type") == "RC" && qp.at("sq").at("ci").get<uint32_t>() > 0;
+    CHECK(started == kQps);
+    // The error state flushes them all, and the memory comes back.
+    pib_qp_attr err{};
+    err.attr_mask = PIB_QP_STATE;
+    err.qp_state = PIB_QPS_ERR;
+    for (uint32_t qpn : qpns) {
+        n.qpn = qpn;
+        n.modify(err);
+    }
+    CHECK(outstandingBytes(n) == 0);
 }

@@ -89,8 +89,7 @@ void DataPath::notifyIfSqDrained(uint32_t qpn, QueuePair &qp) {
 // to the error state and flushes everything after it (IBA 10.8.3.3).
 void DataPath::completeHead(uint32_t qpn, QueuePair &qp, uint8_t status) {
     Requester &r = qp.req;
-    SendWqe w = std::move(r.outstanding.front());
-    r.outstanding.pop_front();
+    SendWqe w = takeHeadWqe(qp);
     if (w.isReadOrAtomic() && w.packets && r.readsInFlight)
         --r.readsInFlight;
     const bool signaled = (w.flags & PIB_WQE_SIGNALED) || (qp.ctx.flags & PIB_QP_SIGNAL_ALL);

@@ -66,6 +66,7 @@ struct SendWqe {
     uint32_t packets = 0;                 // PSNs it uses
     uint32_t sentPackets = 0;             // of `packets`, sent (since the last rewind)
     uint32_t received = 0;                // READ: response bytes placed so far
+    uint32_t footprint = 0;               // bytes it holds of the device's budget
     bool acked = false;                   // RC: every packet acknowledged (or answered)
     uint8_t localStatus = PIB_WC_SUCCESS; // a local error completes it so
     uint8_t vendorErr = 0;                // with this vendor_err (an injected completion)
@@ -90,6 +91,7 @@ struct Requester {
     unsigned rnrRetriesLeft = 0;     // 7 = infinite
     uint64_t ackDeadline = 0;        // local ACK timeout; 0 when not armed
     uint64_t rnrDeadline = 0;        // resend after an RNR NAK; 0 when not waiting
+    uint64_t heldBytes = 0;          // the footprints of `outstanding`
 
     // Everything up to `psn` was answered: the send window moves past it.
     // True when `psn` moves the window on.

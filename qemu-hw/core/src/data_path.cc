@@ -12,6 +12,7 @@
 namespace pib {
 
 void DataPath::reset() {
+    outstanding_.reset(); // the QPs went with the objects
     timers_.clear();
     armedAt_ = Host::kNever;
     host_.armTimer(Host::kNever);
@@ -21,6 +22,7 @@ void DataPath::reset() {
 void DataPath::forgetQp(uint32_t qpn, QueuePair &qp) {
     if (receiveSrq(qp))
         completeClaimedWqe(qpn, qp, PIB_WC_WR_FLUSH_ERR);
+    releaseWqes(qp);
     if (qp.timerAt)
         timers_.erase({qp.timerAt, qpn});
 }
@@ -50,6 +52,7 @@ void DataPath::qpStateEntered(uint32_t qpn, QueuePair &qp, uint8_t cur, uint8_t 
         if (receiveSrq(qp))
             completeClaimedWqe(qpn, qp, PIB_WC_WR_FLUSH_ERR);
         qp.sq = qp.rq = WorkQueue{};
+        releaseWqes(qp);
         qp.req = Requester{};
         qp.resp = Responder{};
         qp.lastWqeReached = false;

@@ -22,6 +22,7 @@
 #include "memory.hh"
 #include "memory_keys.hh"
 #include "object_tables.hh"
+#include "outstanding_memory.hh"
 #include "packet.hh"
 #include "pib_core.h"
 #include "pib_hw.h"
@@ -36,9 +37,9 @@ class DataPath final : public SubnetSender, public ScheduledEngine {
   public:
     DataPath(const Host &host, ObjectTables &objects, Ports &ports, EventWriter &events,
              MemoryAccess &memory, WqeReader &wqes, Scheduler &scheduler,
-             ArmedInjections &injections)
+             ArmedInjections &injections, OutstandingMemory &outstanding)
         : host_(host), objects_(objects), ports_(ports), events_(events), memory_(memory),
-          wqes_(wqes), scheduler_(scheduler), injections_(injections) {}
+          wqes_(wqes), scheduler_(scheduler), injections_(injections), outstanding_(outstanding) {}
 
     // A packet arrived on a port.
     void portReceive(unsigned port, std::span<const uint8_t> packet);
@@ -101,6 +102,12 @@ class DataPath final : public SubnetSender, public ScheduledEngine {
     uint8_t checkLocalBuffers(uint32_t qpn, QueuePair &qp, SendWqe &w, uint64_t *length);
     void processConnectedSend(uint32_t qpn, QueuePair &qp);
     void runLocalOperation(uint32_t qpn, QueuePair &qp, SendWqe w);
+    // The outstanding WQEs of a QP, whose memory the device's budget
+    // counts (outstanding_memory.hh): one joins at the tail, the head
+    // leaves, or all go (reset, destruction).
+    void holdWqe(QueuePair &qp, SendWqe &&w);
+    SendWqe takeHeadWqe(QueuePair &qp);
+    void releaseWqes(QueuePair &qp);
     void armAckTimerIfIdle(uint32_t qpn, QueuePair &qp);
     enum class SendProgress { kAllSent, kWindowFull, kPaused, kFailed };
     SendProgress sendRequestPackets(uint32_t qpn, QueuePair &qp, SendWqe &w);
@@ -180,6 +187,7 @@ class DataPath final : public SubnetSender, public ScheduledEngine {
     WqeReader &wqes_;
     Scheduler &scheduler_;
     ArmedInjections &injections_;
+    OutstandingMemory &outstanding_;
     MemoryKeys keys_{host_, objects_.mtt, objects_.mrs, objects_.mws};
     // Lists of guest memory segments, kept for the next packet too: one
     // per data path function, as none calls another while it holds its

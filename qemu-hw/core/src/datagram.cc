@@ -358,8 +358,7 @@ void DataPath::flushQp(uint32_t qpn, QueuePair &qp) {
     qp.resp.in = Responder::InMessage::kNone;
     // Fetched WQEs first, in order, then those never fetched.
     while (!qp.req.outstanding.empty()) {
-        const SendWqe w = std::move(qp.req.outstanding.front());
-        qp.req.outstanding.pop_front();
+        const SendWqe w = takeHeadWqe(qp);
         events_.completeSend(qpn, qp, w.index, w.wrId, PIB_WC_SEND, PIB_WC_WR_FLUSH_ERR, 0, true);
     }
     qp.req.readsInFlight = 0;

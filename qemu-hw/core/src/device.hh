@@ -71,6 +71,7 @@ class Device {
     ObjectTables objects_;
     Ports ports_;
     ArmedInjections injections_;
+    OutstandingMemory outstanding_;
     EventWriter events_;
     MemoryAccess memory_;
     WqeReader wqes_;
@@ -85,7 +86,8 @@ class Device {
     DoorbellPages doorbells_;
     std::vector<std::unique_ptr<Link>> links_; // index: port - 1
     bool fatal_ = false;
-    Inspector inspector_{{config_, objects_, ports_, links_, commands_, injections_, fatal_}};
+    Inspector inspector_{
+        {config_, objects_, ports_, links_, commands_, injections_, outstanding_, fatal_}};
 
     void retrainLinks();
     bool raiseEvent(const Injection &injection, std::string *answer);

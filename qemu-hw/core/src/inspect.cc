@@ -118,6 +118,7 @@ Json Inspector::device() const {
     o.srqs.forEach([&](uint32_t n, const SharedReceiveQueue &q) { srqs.push_back(srq(n, q)); });
     Json &mrs = j["mrs"] = Json::array();
     o.mrs.forEach([&](uint32_t n, const MemoryRegion &m) { mrs.push_back(mr(n, m)); });
+    j["outstanding_wqe_bytes"] = s_.outstanding.held();
     j["injections"] = s_.injections.describe();
     return j;
 }

@@ -16,6 +16,7 @@
 #include "injection.hh"
 #include "link.hh"
 #include "object_tables.hh"
+#include "outstanding_memory.hh"
 #include "ports.hh"
 
 namespace pib {
@@ -31,6 +32,7 @@ class Inspector {
         const std::vector<std::unique_ptr<Link>> &links;
         const CommandProcessor &commands;
         const ArmedInjections &injections;
+        const OutstandingMemory &outstanding;
         const bool &fatal;
     };
     explicit Inspector(Sources sources) : s_(sources) {}

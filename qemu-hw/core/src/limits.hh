@@ -38,6 +38,9 @@ inline constexpr uint32_t kMaxMsgSize = 1u << 31;
 inline constexpr uint32_t kMaxMcastGroups = 256;
 inline constexpr uint32_t kMaxMcastQpAttach = 32;
 inline constexpr uint32_t kMaxTotalMcastQpAttach = 1024;
+// Bytes the device holds for fetched, uncompleted send WQEs of all
+// connected QPs beyond each QP's first (outstanding_memory.hh).
+inline constexpr uint64_t kOutstandingWqeBytes = 16 << 20;
 // Packets one event (a BAR access, a chunk of bytes from a port, the
 // timer, a bottom half) may send: at most 512 KiB of payload, some 100 us
 // of copying and checksums. More waits for the next run (scheduler.cc).

@@ -137,13 +137,19 @@ void DataPath::processConnectedSend(uint32_t qpn, QueuePair &qp) {
                 break;
             if ((w.flags & PIB_WQE_FENCE) && r.readsInFlight)
                 break;
+            // So does one the device has no memory for: a completion of
+            // this QP's outstanding WQEs brings it back.
+            if (!outstanding_.mayHold(r.heldBytes, footprint(w))) {
+                trace::rc_work_held(host_, qpn, outstanding_.held());
+                break;
+            }
         }
         ++qp.sq.consumer;
         if (status != PIB_WC_SUCCESS) {
             // Completes in error once everything before it has completed.
             w.packets = 0;
             w.localStatus = status;
-            r.outstanding.push_back(std::move(w));
+            holdWqe(qp, std::move(w));
             completeInOrder(qpn, qp);
             return;
         }
@@ -151,7 +157,7 @@ void DataPath::processConnectedSend(uint32_t qpn, QueuePair &qp) {
         r.psn = psnAdd(r.psn, w.packets);
         if (w.isReadOrAtomic())
             ++r.readsInFlight;
-        r.outstanding.push_back(std::move(w));
+        holdWqe(qp, std::move(w));
         const SendProgress progress = sendRequestPackets(qpn, qp, r.outstanding.back());
         if (progress == SendProgress::kFailed)
             return;
@@ -177,8 +183,31 @@ void DataPath::runLocalOperation(uint32_t qpn, QueuePair &qp, SendWqe w) {
         status = keys_.invalidateLocal(qpn, w.index, qp.ctx.pdn, w.imm);
     w.localStatus = status;
     w.acked = true;
-    qp.req.outstanding.push_back(std::move(w));
+    holdWqe(qp, std::move(w));
     completeInOrder(qpn, qp);
+}
+
+void DataPath::holdWqe(QueuePair &qp, SendWqe &&w) {
+    w.footprint = static_cast<uint32_t>(footprint(w));
+    qp.req.heldBytes += w.footprint;
+    outstanding_.add(w.footprint);
+    qp.req.outstanding.push_back(std::move(w));
+}
+
+SendWqe DataPath::takeHeadWqe(QueuePair &qp) {
+    PIB_INVARIANT(!qp.req.outstanding.empty());
+    SendWqe w = std::move(qp.req.outstanding.front());
+    qp.req.outstanding.pop_front();
+    PIB_INVARIANT(qp.req.heldBytes >= w.footprint);
+    qp.req.heldBytes -= w.footprint;
+    outstanding_.remove(w.footprint);
+    return w;
+}
+
+void DataPath::releaseWqes(QueuePair &qp) {
+    outstanding_.remove(qp.req.heldBytes);
+    qp.req.heldBytes = 0;
+    qp.req.outstanding.clear();
 }
 
 // The requester stops before its work is all out: a full window waits for
