@@ -167,3 +167,21 @@ def test_traffic_under_faults_rc_bit_exact_uc_ud_lose_only(ctx):
             assert line["lost"] == "0", f"{name} lost messages on RC"
     for direction in ("in", "out"):
         assert found[direction]["dropped"] > 0 and found[direction]["corrupted"] > 0, text
+
+
+def test_long_reads_and_atomics_under_faults_on_both_cables(ctx):
+    """RDMA READs of 64 KiB to 4 MiB, atomics and WRITEs between polling
+    clients (pib-traffic) on its default timeouts, with the fault mix on
+    both guests' cables, so that every packet crosses two faulty hops:
+    every byte arrives, nothing completes with RETRY_EXC or REM_ACCESS_ERR
+    (issue 27: READs once failed so)."""
+    cables = [ctx.fabric.vm(vm).cables[0] for vm in ("vm1", "vm2")]
+    for switch, port in cables:
+        fabric.fault(f"{switch}:{port}", FAULTS.split())
+    try:
+        lines = traffic(ctx, ["-t", "read,cas,fadd,write", "-q", "1", "-s", "64K,1M+3,4M",
+                              "-n", "1", "-S", "9"], port=18820)
+    finally:
+        for switch, port in cables:
+            fabric.fault(f"{switch}:{port}", ["clear"])
+    assert set(lines) == {"read", "cas", "fadd", "write"}, lines
