@@ -113,3 +113,81 @@ TEST_CASE("streams for ports the device does not have are ignored", "[link]") {
     CHECK(host.portOutput[2].empty());
     CHECK(host.guestErrors() == 0);
 }
+
+namespace {
+
+// Two devices cabled back to back, no switch: what one sends the other
+// receives, while `plugged` (a peer not listening yet loses the bytes).
+struct BackToBack {
+    FakeHost a, b;
+    bool aListens = true, bListens = true;
+
+    BackToBack() {
+        a.initHca();
+        b.initHca();
+    }
+    void move() {
+        for (int round = 0; round < 8; ++round) {
+            std::vector<uint8_t> fromA, fromB;
+            fromA.swap(a.portOutput[1]);
+            fromB.swap(b.portOutput[1]);
+            if (fromA.empty() && fromB.empty())
+                return;
+            if (bListens && !fromA.empty())
+                feed(b, fromA);
+            if (aListens && !fromB.empty())
+                feed(a, fromB);
+        }
+    }
+    void advance(uint64_t ns) {
+        a.advance(ns);
+        b.advance(ns);
+        move();
+    }
+};
+
+} // namespace
+
+// Audit finding 7 (issue 27): a device does not care what it is cabled to.
+// Its port answers a retraining HELLO as a switch port does (down, HELLO,
+// up), and a port in Polling sends its HELLO again until the peer hears it.
+TEST_CASE("back to back: a reset port trains again, and a lost HELLO is retried", "[link]") {
+    BackToBack c;
+    SECTION("the peer answers a retraining HELLO") {
+        pib_core_port_connected(c.a.core, 1, 1);
+        pib_core_port_connected(c.b.core, 1, 1);
+        c.move();
+        REQUIRE(queryPort(c.a).phys_state == PIB_PHYS_LINK_UP);
+        REQUIRE(queryPort(c.b).phys_state == PIB_PHYS_LINK_UP);
+        c.a.advance(200'000'000);
+        c.b.advance(200'000'000);
+        // a resets its port (CLOSE_HCA), which sends HELLO and polls.
+        REQUIRE(c.a.command(PIB_CMD_CLOSE_HCA).status == PIB_CMD_STATUS_OK);
+        c.a.initHca();
+        c.move();
+        CHECK(queryPort(c.a).phys_state == PIB_PHYS_LINK_UP);
+        CHECK(queryPort(c.b).phys_state == PIB_PHYS_LINK_UP);
+        CHECK(c.b.traces("link_peer_retrain") == 1);
+        // b saw its link go down and come up, as an SM would learn from a
+        // switch: its port is INIT again.
+        CHECK(queryPort(c.b).state == PIB_PORT_INIT);
+    }
+    SECTION("a port whose HELLO was lost polls until the peer hears it") {
+        c.bListens = false; // b is not cabled yet: a's HELLO goes nowhere
+        pib_core_port_connected(c.a.core, 1, 1);
+        c.move();
+        c.bListens = true;
+        pib_core_port_connected(c.b.core, 1, 1);
+        c.move(); // b's HELLO brings a up; b never heard a's
+        CHECK(queryPort(c.a).phys_state == PIB_PHYS_LINK_UP);
+        CHECK(queryPort(c.b).phys_state == PIB_PHYS_POLLING);
+        c.advance(1'100'000'000); // b retries; a answers
+        CHECK(c.b.traces("link_polling") >= 1);
+        CHECK(queryPort(c.a).phys_state == PIB_PHYS_LINK_UP);
+        CHECK(queryPort(c.b).phys_state == PIB_PHYS_LINK_UP);
+        // Up, nobody polls any more.
+        const size_t polled = c.a.traces("link_polling") + c.b.traces("link_polling");
+        c.advance(3'000'000'000);
+        CHECK(c.a.traces("link_polling") + c.b.traces("link_polling") == polled);
+    }
+}

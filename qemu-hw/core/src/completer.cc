@@ -352,7 +352,9 @@ void DataPath::scheduleQpTimer(uint32_t qpn, QueuePair &qp) {
 }
 
 void DataPath::armDeviceTimer() {
-    const uint64_t next = timers_.empty() ? Host::kNever : timers_.begin()->first;
+    uint64_t next = timers_.empty() ? Host::kNever : timers_.begin()->first;
+    if (const uint64_t other = otherDeadline_ ? otherDeadline_() : 0)
+        next = std::min(next, other);
     if (next != armedAt_) {
         armedAt_ = next;
         host_.armTimer(next);

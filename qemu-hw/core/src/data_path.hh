@@ -10,6 +10,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <set>
 #include <span>
@@ -47,6 +48,11 @@ class DataPath final : public SubnetSender, public ScheduledEngine {
     void doorbell(uint32_t page, uint32_t offset, uint64_t value);
     // The host's timer reached the deadline the data path asked for.
     void timerExpired();
+    // The device has one timer: the data path arms it for the earliest of
+    // its QPs' deadlines and `other` (the links' Polling retries, 0 for
+    // none), which rearmTimer() reads again after it changed.
+    void setOtherDeadline(std::function<uint64_t()> other) { otherDeadline_ = std::move(other); }
+    void rearmTimer() { armDeviceTimer(); }
     // QP `qpn` entered state `next` from `cur` by MODIFY_QP with `mask`:
     // its transport starts over, loads its PSNs, flushes or starts sending.
     void qpStateEntered(uint32_t qpn, QueuePair &qp, uint8_t cur, uint8_t next, uint32_t mask);
@@ -196,6 +202,7 @@ class DataPath final : public SubnetSender, public ScheduledEngine {
     // Timers of the connected QPs: (deadline, QPN), earliest first, and
     // the deadline the host's timer is set to.
     std::set<std::pair<uint64_t, uint32_t>> timers_;
+    std::function<uint64_t()> otherDeadline_;
     uint64_t armedAt_ = Host::kNever;
 };
 

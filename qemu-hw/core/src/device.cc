@@ -32,6 +32,13 @@ Device::Device(const pib_core_config &config, const pib_host_ops &ops, void *opa
     scheduler_.setTransmitter([this](unsigned port, std::vector<uint8_t> &framed) {
         return port < 1 || port > links_.size() || links_[port - 1]->sendFramed(framed);
     });
+    dataPath_.setOtherDeadline([this] {
+        uint64_t first = 0;
+        for (const auto &link : links_)
+            if (const uint64_t due = link->pollingDeadline(); due && (!first || due < first))
+                first = due;
+        return first;
+    });
 }
 
 template <class Work> auto Device::event(Work &&work) {
@@ -54,6 +61,7 @@ void Device::portConnected(unsigned port, bool connected) {
     event([&] {
         if (links_[port - 1]->connected(connected) == Link::Event::kDown && !fatal_)
             agents_.linkChanged(port, false);
+        dataPath_.rearmTimer(); // a connected link polls
     });
 }
 
@@ -71,12 +79,19 @@ void Device::portReceive(unsigned port, std::span<const uint8_t> bytes) {
                 if (!fatal_)
                     dataPath_.portReceive(port, packet);
             });
+        dataPath_.rearmTimer(); // a HELLO ends Polling
     });
 }
 
 void Device::timerExpired() {
-    if (!fatal_)
-        event([&] { dataPath_.timerExpired(); });
+    if (fatal_)
+        return;
+    event([&] {
+        const uint64_t now = host_.clockNs();
+        for (auto &link : links_)
+            link->retryHello(now);
+        dataPath_.timerExpired(); // arms the timer again, for the links too
+    });
 }
 
 void Device::run() {
@@ -118,6 +133,7 @@ void Device::reset(const char *reason) {
 void Device::retrainLinks() {
     for (auto &link : links_)
         link->retrain();
+    dataPath_.rearmTimer(); // each retraining link polls
 }
 
 bool Device::capture(unsigned port, const char *path, uint64_t limit, std::string *answer) {

@@ -10,6 +10,7 @@ Link::Event Link::connected(bool connected) {
     const bool wasUp = up_;
     connected_ = connected;
     up_ = false;
+    helloDue_ = 0;
     reader_.reset();
     if (connected) {
         sendHello();
@@ -20,7 +21,10 @@ Link::Event Link::connected(bool connected) {
     return wasUp ? Event::kDown : Event::kNone;
 }
 
+// Every HELLO we send starts (or restarts) the Polling retry clock; the
+// link coming up stops it.
 void Link::sendHello() {
+    helloDue_ = host_.clockNs() + kHelloRetryNs;
     pib_wire_hello hello{};
     hello.node_guid = nodeGuid_;
     hello.port_guid = portGuid_;
@@ -40,6 +44,37 @@ bool Link::retrain() {
     return true;
 }
 
+void Link::retryHello(uint64_t now) {
+    if (!connected_ || up_ || !helloDue_ || helloDue_ > now)
+        return;
+    trace::link_polling(host_, port_);
+    sendHello();
+}
+
+// A HELLO on a link that is up: the peer reset its port and trains the
+// link again, or polls because it never heard ours. As a switch port
+// does (docs/wire.md), the link goes down and comes up, and the peer
+// hears our HELLO; a peer that retrains faster than kMinRetrainNs gets
+// the HELLO alone, so that it cannot flood the SM with link changes.
+void Link::peerHello(const std::function<void(Event)> &onEvent) {
+    const uint64_t now = host_.clockNs();
+    if (lastBounceNs_ && now - lastBounceNs_ < kMinRetrainNs) {
+        sendHello();
+        helloDue_ = 0; // the link is up
+        return;
+    }
+    lastBounceNs_ = now;
+    trace::link_peer_retrain(host_, port_);
+    up_ = false;
+    onEvent(Event::kDown);
+    if (!connected_)
+        return; // the handler dropped the link
+    sendHello();
+    helloDue_ = 0;
+    up_ = true;
+    onEvent(Event::kUp);
+}
+
 void Link::receive(std::span<const uint8_t> bytes, const std::function<void(Event)> &onEvent,
                    const std::function<void(std::span<const uint8_t>)> &onPacket) {
     if (!connected_)
@@ -50,10 +85,15 @@ void Link::receive(std::span<const uint8_t> bytes, const std::function<void(Even
     wire::FrameReader::Error error;
     while (auto frame = reader_.nextView(&error)) {
         if (frame->type == PIB_WIRE_HELLO) {
-            if (!up_ && frame->payload.size() >= sizeof(pib_wire_hello)) {
+            if (frame->payload.size() < sizeof(pib_wire_hello)) {
+                // too short to be a HELLO: ignored
+            } else if (!up_) {
                 up_ = true;
+                helloDue_ = 0;
                 trace::link_up(host_, port_);
                 onEvent(Event::kUp);
+            } else {
+                peerHello(onEvent);
             }
         } else if (up_) {
             record(frame->payload, wire::PacketCapture::Direction::kReceived);

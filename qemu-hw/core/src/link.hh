@@ -37,6 +37,13 @@ class Link {
     // False when the host's queue for the link is full (the packet went).
     bool sendFramed(std::vector<uint8_t> &framed);
     bool up() const { return up_; }
+    // A port in Polling (connected, no HELLO from the peer yet) sends its
+    // HELLO again every kHelloRetryNs, in case the first was lost (the
+    // peer was not listening yet). pollingDeadline() is when; 0 when the
+    // link is up or unplugged. retryHello() sends it if that time came.
+    static constexpr uint64_t kHelloRetryNs = 1'000'000'000;
+    uint64_t pollingDeadline() const { return helloDue_; }
+    void retryHello(uint64_t now);
     uint64_t framesDropped() const { return framesDropped_; }
 
     // Records every packet the link sends and receives to a pcap file
@@ -56,8 +63,14 @@ class Link {
     bool up_ = false;
     wire::FrameReader reader_;
     uint64_t framesDropped_ = 0;
+    uint64_t helloDue_ = 0;     // Polling: when the HELLO goes again
+    uint64_t lastBounceNs_ = 0; // the peer last retrained an up link
+    // A peer may retrain at most this often; faster, it gets our HELLO
+    // without the link going down and up (as a switch port does).
+    static constexpr uint64_t kMinRetrainNs = 100'000'000;
 
     void sendHello();
+    void peerHello(const std::function<void(Event)> &onEvent);
     std::unique_ptr<wire::PacketCapture> capture_;
 
     void record(std::span<const uint8_t> packet, wire::PacketCapture::Direction direction) {

@@ -54,6 +54,16 @@ inline void link_retrain(const Host &host, unsigned port) {
         host.event(PIB_EVENT_LINK_RETRAIN, {Host::eventArg(port)});
 }
 
+inline void link_polling(const Host &host, unsigned port) {
+    if (host.eventEnabled(PIB_EVENT_LINK_POLLING))
+        host.event(PIB_EVENT_LINK_POLLING, {Host::eventArg(port)});
+}
+
+inline void link_peer_retrain(const Host &host, unsigned port) {
+    if (host.eventEnabled(PIB_EVENT_LINK_PEER_RETRAIN))
+        host.event(PIB_EVENT_LINK_PEER_RETRAIN, {Host::eventArg(port)});
+}
+
 inline void capture_start(const Host &host, unsigned port, const char *path, uint64_t limit) {
     if (host.eventEnabled(PIB_EVENT_CAPTURE_START))
         host.event(PIB_EVENT_CAPTURE_START,
