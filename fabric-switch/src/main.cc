@@ -25,7 +25,12 @@ Options:
   --tcp N=HOST:PORT     port N listens on TCP instead (another host's switch)
   --connect N=PATH      port N connects to a UNIX socket (another switch's port)
   --connect-tcp N=HOST:PORT
-                        port N connects over TCP; retried every second
+                        port N connects over TCP; a HOST name is resolved
+                        anew at each attempt
+                        Both dial again when the link fails or drops:
+                        after 1 s, doubling up to 30 s (from 1 s again once
+                        a link came up); an attempt not connected in 5 s
+                        is abandoned. Other ports never wait for it.
   --control PATH        take fault commands on a UNIX socket (see docs/wire.md)
   --fault N=SPEC        inject faults into port N from the start, e.g.
                         --fault 3=loss=5%,corrupt=1%,dir=in; SPEC words:

@@ -4,12 +4,15 @@
 
 #include <algorithm>
 #include <arpa/inet.h>
+#include <atomic>
 #include <cerrno>
 #include <cstdarg>
 #include <cstdio>
 #include <cstring>
 #include <fcntl.h>
 #include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <stdexcept>
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
@@ -28,7 +31,19 @@ uint64_t monotonicNs() {
     return static_cast<uint64_t>(ts.tv_sec) * 1'000'000'000 + static_cast<uint64_t>(ts.tv_nsec);
 }
 
+namespace {
+
+std::atomic<bool> logging{true};
+
+} // namespace
+
+void setLogging(bool on) {
+    logging = on;
+}
+
 void logLine(const char *text) {
+    if (!logging)
+        return;
     // Seconds since the switch started: a log read after a failed run
     // shows how long the SM took to answer a link that came back.
     static const uint64_t start = monotonicNs();
@@ -53,48 +68,12 @@ void setNonBlocking(int fd) {
     fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK);
 }
 
-std::pair<std::string, std::string> splitHostPort(const std::string &address) {
-    const auto colon = address.rfind(':');
-    if (colon == std::string::npos)
-        throw std::runtime_error("expected HOST:PORT, got " + address);
-    return {address.substr(0, colon), address.substr(colon + 1)};
-}
-
-} // namespace
-
-int unixSocket(const std::string &path, bool listen) {
-    sockaddr_un addr{};
-    addr.sun_family = AF_UNIX;
-    if (path.size() >= sizeof(addr.sun_path))
-        throw std::runtime_error("socket path too long: " + path);
-    std::memcpy(addr.sun_path, path.c_str(), path.size() + 1);
-    const int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    if (fd < 0)
-        throw std::runtime_error("socket: " + std::string(strerror(errno)));
-    if (listen) {
-        unlink(path.c_str());
-        if (bind(fd, reinterpret_cast<sockaddr *>(&addr), sizeof(addr)) < 0 ||
-            ::listen(fd, 4) < 0) {
-            const std::string err = strerror(errno);
-            close(fd);
-            throw std::runtime_error("cannot listen on " + path + ": " + err);
-        }
-    } else if (connect(fd, reinterpret_cast<sockaddr *>(&addr), sizeof(addr)) < 0) {
-        close(fd);
-        return -1;
-    }
-    setNonBlocking(fd);
-    return fd;
-}
-
-namespace {
-
-int tcpSocket(const std::string &address, bool listen) {
+int tcpListener(const std::string &address) {
     const auto [host, port] = splitHostPort(address);
     addrinfo hints{};
     hints.ai_family = AF_UNSPEC;
     hints.ai_socktype = SOCK_STREAM;
-    hints.ai_flags = listen ? AI_PASSIVE : 0;
+    hints.ai_flags = AI_PASSIVE;
     addrinfo *res = nullptr;
     if (getaddrinfo(host.empty() ? nullptr : host.c_str(), port.c_str(), &hints, &res) != 0)
         throw std::runtime_error("cannot resolve " + address);
@@ -105,34 +84,67 @@ int tcpSocket(const std::string &address, bool listen) {
             continue;
         const int one = 1;
         setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
-        const bool ok = listen ? bind(fd, ai->ai_addr, ai->ai_addrlen) == 0 && ::listen(fd, 4) == 0
-                               : connect(fd, ai->ai_addr, ai->ai_addrlen) == 0;
-        if (!ok) {
+        if (bind(fd, ai->ai_addr, ai->ai_addrlen) < 0 || ::listen(fd, 4) < 0) {
             close(fd);
             fd = -1;
         }
     }
     freeaddrinfo(res);
-    if (fd < 0 && listen)
+    if (fd < 0)
         throw std::runtime_error("cannot listen on " + address);
-    if (fd >= 0) {
-        const int one = 1;
-        setsockopt(fd, IPPROTO_TCP, 1 /* TCP_NODELAY */, &one, sizeof(one));
-        setNonBlocking(fd);
-    }
+    // Packets leave at once, not when Nagle's algorithm lets them; the
+    // connections accepted inherit the option.
+    const int one = 1;
+    setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+    setNonBlocking(fd);
     return fd;
 }
 
 } // namespace
 
+std::pair<std::string, std::string> splitHostPort(const std::string &address) {
+    const auto colon = address.rfind(':');
+    if (colon == std::string::npos)
+        throw std::runtime_error("expected HOST:PORT, got " + address);
+    return {address.substr(0, colon), address.substr(colon + 1)};
+}
+
+sockaddr_un unixAddress(const std::string &path) {
+    sockaddr_un addr{};
+    addr.sun_family = AF_UNIX;
+    if (path.size() >= sizeof(addr.sun_path))
+        throw std::runtime_error("socket path too long: " + path);
+    std::memcpy(addr.sun_path, path.c_str(), path.size() + 1);
+    return addr;
+}
+
+int unixListener(const std::string &path) {
+    const sockaddr_un addr = unixAddress(path);
+    const int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+    if (fd < 0)
+        throw std::runtime_error("socket: " + std::string(strerror(errno)));
+    unlink(path.c_str());
+    if (bind(fd, reinterpret_cast<const sockaddr *>(&addr), sizeof(addr)) < 0 ||
+        ::listen(fd, 4) < 0) {
+        const std::string err = strerror(errno);
+        close(fd);
+        throw std::runtime_error("cannot listen on " + path + ": " + err);
+    }
+    return fd;
+}
+
 Server::Server(Switch &sw, std::vector<PortEndpoint> endpoints)
-    : sw_(sw), endpoints_(std::move(endpoints)), listeners_(endpoints_.size(), -1),
-      conns_(endpoints_.size()), faults_(endpoints_.size()), captures_(endpoints_.size()) {}
+    : sw_(sw), clock_(monotonicNs), endpoints_(std::move(endpoints)), dials_(endpoints_.size()),
+      listeners_(endpoints_.size(), -1), conns_(endpoints_.size()), faults_(endpoints_.size()),
+      captures_(endpoints_.size()) {}
 
 Server::~Server() {
     for (auto &c : conns_)
         if (c && c->fd >= 0)
             close(c->fd);
+    for (const Dial &d : dials_)
+        if (d.fd >= 0)
+            close(d.fd);
     for (int fd : listeners_)
         if (fd >= 0)
             close(fd);
@@ -169,19 +181,28 @@ void Server::open() {
     ev.events = EPOLLIN;
     ev.data.u64 = kWakeTag;
     epoll_ctl(epoll_, EPOLL_CTL_ADD, wake_, &ev);
+    resolutions_ = std::make_shared<Resolutions>();
+    resolutions_->wake = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+    if (resolutions_->wake < 0)
+        throw std::runtime_error("eventfd failed");
+    watchTag(epoll_, resolutions_->wake, kResolvedTag, false);
     for (unsigned port = 1; port < endpoints_.size(); ++port) {
         const PortEndpoint &e = endpoints_[port];
         if (e.kind == PortEndpoint::Kind::kUnixListen)
-            listeners_[port] = unixSocket(e.address, true);
+            listeners_[port] = unixListener(e.address);
         else if (e.kind == PortEndpoint::Kind::kTcpListen)
-            listeners_[port] = tcpSocket(e.address, true);
-        if (listeners_[port] >= 0) {
-            setNonBlocking(listeners_[port]);
+            listeners_[port] = tcpListener(e.address);
+        else if (e.kind == PortEndpoint::Kind::kUnixConnect)
+            unixAddress(e.address); // a path too long is an error now, not at each attempt
+        else
+            splitHostPort(e.address); // as is an address without a port
+        if (listeners_[port] >= 0)
             watch(listeners_[port], port, true, false);
-        }
+        if (dials(port))
+            dials_[port].backoff = RetryBackoff(dialPolicy_.firstRetryNs, dialPolicy_.maxRetryNs);
     }
     if (!controlPath_.empty()) {
-        control_ = unixSocket(controlPath_, true);
+        control_ = unixListener(controlPath_);
         watchTag(epoll_, control_, kControlTag, false);
     }
 }
@@ -223,21 +244,6 @@ void Server::accept(unsigned port) {
     sendHello(port);
 }
 
-void Server::connectOut(unsigned port) {
-    if (conns_[port] || faults_[port].down)
-        return;
-    const PortEndpoint &e = endpoints_[port];
-    const int fd = e.kind == PortEndpoint::Kind::kUnixConnect ? unixSocket(e.address, false)
-                                                              : tcpSocket(e.address, false);
-    if (fd < 0)
-        return; // the peer is not there yet: retried every second
-    conns_[port] = std::make_unique<Connection>();
-    conns_[port]->fd = fd;
-    watch(fd, port, false, false);
-    log("port %u: connected to %s", port, e.address.c_str());
-    sendHello(port);
-}
-
 void Server::drop(unsigned port, const char *why) {
     Connection *c = conns_[port].get();
     if (!c)
@@ -245,58 +251,61 @@ void Server::drop(unsigned port, const char *why) {
     log("port %u: link down (%s)", port, why);
     epoll_ctl(epoll_, EPOLL_CTL_DEL, c->fd, nullptr);
     close(c->fd);
+    const bool linkWasUp = c->helloReceived;
     conns_[port].reset();
+    if (dials(port))
+        retryAfterDrop(port, linkWasUp);
     outputGone(port);
     for (auto &t : sw_.linkChanged(port, false))
         sendPacket(t.port, t.packet);
 }
 
 void Server::run() {
-    timespec lastRetry{};
-    int timeout = 1000;
-    for (;;) {
-        epoll_event events[32];
-        const int n = epoll_wait(epoll_, events, 32, timeout);
-        if (n < 0 && errno != EINTR)
-            throw std::runtime_error("epoll_wait: " + std::string(strerror(errno)));
-        for (int i = 0; i < n; ++i) {
-            const uint64_t tag = events[i].data.u64;
-            if (tag == kWakeTag) {
-                logFaultCounters(true);
-                return;
-            }
-            const auto port = static_cast<unsigned>(tag & 0xffffffff);
-            if (tag == kControlTag)
-                acceptControl();
-            else if (tag & kControlClientTag)
-                onControl(static_cast<int>(port), events[i].events);
-            else if (tag & kListenerTag)
-                accept(port);
-            else if (events[i].events & (EPOLLIN | EPOLLHUP | EPOLLERR))
-                onReadable(port, events[i].events);
-            if (!(tag & (kListenerTag | kControlTag | kControlClientTag)) &&
-                events[i].events & EPOLLOUT)
-                onWritable(port);
+    while (runOnce(1000)) {
+    }
+}
+
+bool Server::runOnce(int maxWaitMs) {
+    epoll_event events[32];
+    const int n = epoll_wait(epoll_, events, 32, std::min(maxWaitMs, waitMs_));
+    if (n < 0 && errno != EINTR)
+        throw std::runtime_error("epoll_wait: " + std::string(strerror(errno)));
+    for (int i = 0; i < n; ++i) {
+        if (events[i].data.u64 == kWakeTag) {
+            logFaultCounters(true);
+            return false;
         }
-        resumeInputs();
-        // Cables the SM took down, closed here rather than inside the
-        // packet handling that carried the SM's Set.
-        for (const unsigned port : sw_.takeLinkResets())
-            drop(port, "the SM set the port DOWN; the link trains again");
-        for (auto &t : sw_.repeatTraps())
-            sendPacket(t.port, t.packet);
-        timeout = std::min(serviceFaults(), serviceFlowControl());
-        timespec now;
-        clock_gettime(CLOCK_MONOTONIC, &now);
-        if (now.tv_sec != lastRetry.tv_sec) { // outgoing links retry each second
-            lastRetry = now;
-            for (unsigned port = 1; port < endpoints_.size(); ++port) {
-                const auto kind = endpoints_[port].kind;
-                if (kind == PortEndpoint::Kind::kUnixConnect ||
-                    kind == PortEndpoint::Kind::kTcpConnect)
-                    connectOut(port);
-            }
-        }
+        dispatch(events[i].data.u64, events[i].events);
+    }
+    resumeInputs();
+    // Cables the SM took down, closed here rather than inside the
+    // packet handling that carried the SM's Set.
+    for (const unsigned port : sw_.takeLinkResets())
+        drop(port, "the SM set the port DOWN; the link trains again");
+    for (auto &t : sw_.repeatTraps())
+        sendPacket(t.port, t.packet);
+    waitMs_ = std::min({serviceFaults(), serviceFlowControl(), serviceDials()});
+    return true;
+}
+
+// An event of the socket that `tag` names (see server_internal.hh).
+void Server::dispatch(uint64_t tag, uint32_t events) {
+    const auto low = static_cast<unsigned>(tag & 0xffffffff); // a port, or a control client's fd
+    if (tag == kControlTag)
+        acceptControl();
+    else if (tag & kControlClientTag)
+        onControl(static_cast<int>(low), events);
+    else if (tag == kResolvedTag)
+        onResolved();
+    else if (tag & kDialTag)
+        onDialReady(low);
+    else if (tag & kListenerTag)
+        accept(low);
+    else {
+        if (events & (EPOLLIN | EPOLLHUP | EPOLLERR))
+            onReadable(low, events);
+        if (events & EPOLLOUT)
+            onWritable(low);
     }
 }
 

@@ -4,6 +4,7 @@
 // switch), framed by the pib wire protocol, all in one epoll loop.
 #pragma once
 
+#include <cstdint>
 #include <memory>
 #include <string>
 #include <vector>
@@ -18,6 +19,9 @@ namespace pib::fabric {
 // Writes a line to the switch's log (stderr), prefixed with the program's
 // name and the seconds since it started.
 void logLine(const char *text);
+// Turns the log off or back on: the fuzzer's servers make and break
+// links by the million, and its output is for its findings.
+void setLogging(bool on);
 
 struct PortEndpoint {
     enum class Kind { kUnixListen, kTcpListen, kUnixConnect, kTcpConnect };
@@ -25,8 +29,22 @@ struct PortEndpoint {
     std::string address; // socket path, or host:port
 };
 
+// How an outgoing link (kUnixConnect, kTcpConnect) is dialled: an attempt
+// that fails is retried after a delay that doubles from `firstRetryNs` up
+// to `maxRetryNs`, and starts again from `firstRetryNs` once a link came
+// up; an attempt (resolving the name and connecting) that has not
+// connected after `attemptTimeoutNs` is abandoned, and counts as failed.
+struct DialPolicy {
+    uint64_t firstRetryNs = 1'000'000'000;
+    uint64_t maxRetryNs = 30'000'000'000;
+    uint64_t attemptTimeoutNs = 5'000'000'000;
+};
+
 class Server {
   public:
+    // A monotonic clock in nanoseconds.
+    using Clock = uint64_t (*)();
+
     Server(Switch &sw, std::vector<PortEndpoint> endpoints);
     ~Server();
     Server(const Server &) = delete;
@@ -34,6 +52,11 @@ class Server {
 
     // Listens for fault commands on a UNIX socket at `path` (see docs/wire.md).
     void setControlSocket(std::string path) { controlPath_ = std::move(path); }
+    // Before open(): how outgoing links are retried (tests shorten it).
+    void setDialPolicy(const DialPolicy &policy) { dialPolicy_ = policy; }
+    // Before open(): the clock the server's timers run on (the fuzzer's
+    // is a counter it advances, so that a run depends on its input alone).
+    void setClock(Clock clock) { clock_ = clock; }
     // Opens every endpoint; throws std::runtime_error on failure.
     void open();
     // Injects faults into port `port` (see fault.hh); returns what it logs.
@@ -46,11 +69,17 @@ class Server {
     std::string stopCapture(unsigned port);
     // Runs until stop() is called (from a signal handler) or a fatal error.
     void run();
+    // One turn of run()'s loop: waits at most `maxWaitMs` for events,
+    // handles them and the timers that are due. False once stop() was
+    // called.
+    bool runOnce(int maxWaitMs);
     void stop();
 
   private:
     struct Connection;
     struct ControlClient;
+    struct Dial;
+    struct Resolutions;
     // A port's fault injection: each direction, and link flaps.
     struct PortFaults {
         FaultInjector in, out;
@@ -59,8 +88,24 @@ class Server {
         uint64_t flaps = 0; // times the flap took the link down
         std::string logged; // the counters as last logged
     };
+    uint64_t now() const { return clock_(); }
+    void dispatch(uint64_t tag, uint32_t events);
     void accept(unsigned port);
+    // Outgoing links (server_dial.cc): resolved off the loop, connected
+    // without blocking, retried with back-off.
+    bool dials(unsigned port) const;
     void connectOut(unsigned port);
+    void startResolving(unsigned port, const std::string &host, const std::string &service);
+    void onResolved();
+    void connectNext(unsigned port, std::string error);
+    void onDialReady(unsigned port);
+    void dialed(unsigned port, int fd);
+    void dialFailed(unsigned port, const std::string &why);
+    void cancelDial(unsigned port);
+    void closeDialSocket(unsigned port);
+    void retryAfterDrop(unsigned port, bool linkWasUp);
+    int serviceDials();
+    std::string dialStatus(unsigned port) const;
     // Flow control (server_flow.cc): an input whose packets filled an
     // output stops being read until the output drains, as IBA's link-level
     // credits hold a sender back; an output that drains nothing for a while
@@ -100,7 +145,13 @@ class Server {
     void capture(unsigned port, std::span<const uint8_t> packet, bool sent);
 
     Switch &sw_;
+    Clock clock_;
+    DialPolicy dialPolicy_;
     std::vector<PortEndpoint> endpoints_; // index = port number
+    std::vector<Dial> dials_;             // index = port number; used by outgoing links
+    // Where resolver threads leave their answers (shared: a thread may
+    // outlive the server).
+    std::shared_ptr<Resolutions> resolutions_;
     std::vector<int> listeners_;
     std::vector<std::unique_ptr<Connection>> conns_;
     std::vector<PortFaults> faults_;                             // index = port number
@@ -112,7 +163,8 @@ class Server {
     unsigned congested_ = 0;       // an output the current input's packet filled
     std::vector<unsigned> resume_; // inputs whose output drained
     int epoll_ = -1;
-    int wake_ = -1; // eventfd that stop() signals
+    int wake_ = -1;  // eventfd that stop() signals
+    int waitMs_ = 0; // until the next timer is due; 0 at first, to dial at once
 };
 
 } // namespace pib::fabric

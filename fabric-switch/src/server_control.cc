@@ -126,7 +126,10 @@ std::string Server::controlCommand(std::string_view line) {
     return "ok " + setFault(port, *setting);
 }
 
-// A line per external port: "port 2: ACTIVE, link up".
+// A line per external port: "port 2: ACTIVE, link up", and for one that
+// dials its peer and has no connection, what the dialling does:
+// "port 3: DOWN, link down, dialing HOST:PORT: connecting (attempts
+// failed: 2, the last: timed out after 5000 ms)".
 // Test harnesses wait on it: a host port can be ACTIVE while the switch
 // port facing it is not yet, and data through that port is dropped.
 std::string Server::portStates() const {
@@ -134,7 +137,7 @@ std::string Server::portStates() const {
     for (unsigned n = 1; n <= sw_.config().ports; ++n) {
         const SwitchPort &p = sw_.port(n);
         s += "port " + std::to_string(n) + ": " + stateName(p.state) + ", link " +
-             (p.linkUp ? "up" : "down") + "\n";
+             (p.linkUp ? "up" : "down") + dialStatus(n) + "\n";
     }
     return s;
 }

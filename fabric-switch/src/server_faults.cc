@@ -39,7 +39,7 @@ void Server::receivePacket(unsigned port, std::span<const uint8_t> packet) {
         toSwitch(port, packet);
         return;
     }
-    in.offer(packet, monotonicNs(), inward(port));
+    in.offer(packet, now(), inward(port));
 }
 
 void Server::toSwitch(unsigned port, std::span<const uint8_t> packet) {
@@ -57,12 +57,12 @@ void Server::sendPacket(unsigned port, std::span<const uint8_t> packet) {
         sendFrame(port, PIB_WIRE_PACKET, packet);
         return;
     }
-    out.offer(packet, monotonicNs(), outward(port));
+    out.offer(packet, now(), outward(port));
 }
 
 std::string Server::setFault(unsigned port, const FaultSetting &setting) {
     PortFaults &f = faults_[port];
-    const uint64_t t = monotonicNs();
+    const uint64_t t = now();
     std::string dirs;
     if (setting.in) {
         f.in.clear(inward(port));
@@ -103,8 +103,9 @@ std::string Server::clearFault(unsigned port) {
 }
 
 // The link goes down as if its cable were pulled: the connection closes
-// and the port takes no new one until the flap is over. The peer's QEMU
-// reconnects once a second, so a link is down for at least that long.
+// and the port takes (or dials) no new one until the flap is over. The
+// peer's QEMU reconnects once a second, so a link is down for at least
+// that long.
 void Server::flap(unsigned port, bool down) {
     PortFaults &f = faults_[port];
     f.down = down;
@@ -114,19 +115,19 @@ void Server::flap(unsigned port, bool down) {
         drop(port, "fault injection: link flap");
         if (listeners_[port] >= 0)
             epoll_ctl(epoll_, EPOLL_CTL_DEL, listeners_[port], nullptr);
+        if (dials(port))
+            cancelDial(port);
     } else {
         log("port %u: link flap over: taking a cable again", port);
-        const auto kind = endpoints_[port].kind;
         if (listeners_[port] >= 0)
             watch(listeners_[port], port, true, false);
-        else if (kind == PortEndpoint::Kind::kUnixConnect ||
-                 kind == PortEndpoint::Kind::kTcpConnect)
+        else if (dials(port))
             connectOut(port);
     }
 }
 
 int Server::serviceFaults() {
-    const uint64_t t = monotonicNs();
+    const uint64_t t = now();
     for (unsigned port = 1; port < faults_.size(); ++port) {
         PortFaults &f = faults_[port];
         // Most ports hold nothing back: no delivery to set up for them.

@@ -45,7 +45,7 @@ void Server::sendFrame(unsigned port, uint8_t type, std::span<const uint8_t> pay
         return;
     }
     if (c->queued() == 0)
-        c->lastDrain = monotonicNs(); // an idle output is not a stuck one
+        c->lastDrain = now(); // an idle output is not a stuck one
     if (type == PIB_WIRE_PACKET)
         capture(port, payload, true);
     wire::appendFrame(c->output, type, payload);
@@ -73,7 +73,7 @@ void Server::onWritable(unsigned port) {
     if (!c)
         return;
     if (moved)
-        c->lastDrain = monotonicNs();
+        c->lastDrain = now();
     // What was sent is dropped all at once, not bytes moved on every send.
     if (c->sent == c->output.size()) {
         c->output.clear();
@@ -136,9 +136,9 @@ void Server::onReadable(unsigned port, uint32_t events) {
 // dropped the link.
 bool Server::helloReceived(unsigned port) {
     Connection *c = conns_[port].get();
-    const uint64_t now = monotonicNs();
+    const uint64_t nowNs = now();
     const bool retrain = c->helloReceived;
-    if (retrain && now - c->lastRetrainNs < kMinRetrainNs) {
+    if (retrain && nowNs - c->lastRetrainNs < kMinRetrainNs) {
         sendHello(port);
         return conns_[port].get() == c;
     }
@@ -149,7 +149,7 @@ bool Server::helloReceived(unsigned port) {
     };
     if (retrain) {
         log("port %u: the peer retrains the link", port);
-        c->lastRetrainNs = now;
+        c->lastRetrainNs = nowNs;
         if (!send(sw_.linkChanged(port, false)))
             return false;
         sendHello(port);
@@ -192,7 +192,7 @@ void Server::processInput(unsigned port) {
 void Server::block(unsigned port, unsigned output) {
     Connection *c = conns_[port].get();
     c->blockedOn = output;
-    c->blockedSince = monotonicNs();
+    c->blockedSince = now();
     rewatch(port);
 }
 
@@ -220,7 +220,7 @@ void Server::resumeInputs() {
 // Inputs held back longer than kStallNs by an output that took nothing
 // in that time: the output is stuck, and stops holding anyone back.
 int Server::serviceFlowControl() {
-    const uint64_t now = monotonicNs();
+    const uint64_t nowNs = now();
     int timeout = 1000;
     for (unsigned in = 1; in < conns_.size(); ++in) {
         Connection *c = conns_[in].get();
@@ -228,8 +228,9 @@ int Server::serviceFlowControl() {
             continue;
         Connection *out = conns_[c->blockedOn].get();
         const uint64_t since = std::max(c->blockedSince, out ? out->lastDrain : 0);
-        if (out && now - since < kStallNs) {
-            timeout = std::min(timeout, static_cast<int>((since + kStallNs - now) / 1'000'000) + 1);
+        if (out && nowNs - since < kStallNs) {
+            timeout =
+                std::min(timeout, static_cast<int>((since + kStallNs - nowNs) / 1'000'000) + 1);
             continue;
         }
         if (out && !out->stalled) {

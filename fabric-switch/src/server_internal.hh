@@ -2,9 +2,15 @@
 // What the server's source files share and nobody else needs.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <memory>
+#include <mutex>
 #include <string>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <unistd.h>
+#include <utility>
 #include <vector>
 
 #include "frame.hh"
@@ -16,9 +22,13 @@ namespace pib::fabric {
 // and the seconds since it started.
 void log(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 uint64_t monotonicNs();
-// A non-blocking UNIX stream socket, listening at or connected to `path`
-// (-1 when there is nothing to connect to); throws when it cannot listen.
-int unixSocket(const std::string &path, bool listen);
+// The address of the UNIX socket at `path`; throws when it is too long.
+sockaddr_un unixAddress(const std::string &path);
+// A non-blocking UNIX stream socket listening at `path`; throws when it
+// cannot listen.
+int unixListener(const std::string &path);
+// "HOST:PORT" cut at its last colon; throws when there is none.
+std::pair<std::string, std::string> splitHostPort(const std::string &address);
 // Adds `fd` to `epoll` (or changes it) with `tag` as its event data.
 void watchTag(int epoll, int fd, uint64_t tag, bool writable);
 
@@ -30,6 +40,83 @@ constexpr uint64_t kListenerTag = 1ull << 32;
 constexpr uint64_t kWakeTag = 1ull << 33;
 constexpr uint64_t kControlTag = 1ull << 34;       // the control socket's listener
 constexpr uint64_t kControlClientTag = 1ull << 35; // | the client's fd
+constexpr uint64_t kDialTag = 1ull << 36;          // | the port: its socket connecting
+constexpr uint64_t kResolvedTag = 1ull << 37;      // Resolutions::wake
+
+// The delay before each attempt of an outgoing link to connect again: it
+// doubles from `first` up to `max`, and starts from `first` again after
+// reset().
+class RetryBackoff {
+  public:
+    RetryBackoff() = default;
+    RetryBackoff(uint64_t firstNs, uint64_t maxNs)
+        : first_(firstNs), max_(std::max(firstNs, maxNs)), next_(firstNs) {}
+    // The delay before the next attempt; the one after it is twice as long.
+    uint64_t next() {
+        const uint64_t delay = next_;
+        next_ = next_ > max_ / 2 ? max_ : next_ * 2;
+        return delay;
+    }
+    void reset() { next_ = first_; }
+
+  private:
+    uint64_t first_ = 0, max_ = 0, next_ = 0;
+};
+
+// A socket address of any family.
+struct DialAddress {
+    sockaddr_storage storage{};
+    socklen_t length = 0;
+};
+
+// The addresses a host name resolved to, or why it did not.
+struct Lookup {
+    std::vector<DialAddress> addresses;
+    int status = 0; // getaddrinfo's: 0 or an EAI_ code
+    std::string error;
+};
+
+// An outgoing link while it has no connection: it waits for its next
+// attempt, or an attempt resolves the peer's name or connects to it.
+struct Server::Dial {
+    enum class Stage { kWaiting, kResolving, kConnecting };
+    Stage stage = Stage::kWaiting;
+    uint64_t nextAttemptNs = 0; // kWaiting: when the next attempt starts
+    uint64_t giveUpNs = 0;      // otherwise: when this one is abandoned
+    RetryBackoff backoff;
+    // Numbers the attempts, so that a resolver's late answer to an
+    // abandoned one is not taken for the current one's.
+    uint64_t attempt = 0;
+    std::vector<DialAddress> addresses; // tried in turn by this attempt
+    size_t nextAddress = 0;
+    int fd = -1; // kConnecting: the socket connecting
+    // Attempts that failed since the last connection, and why the last did.
+    unsigned failures = 0;
+    std::string lastError;
+};
+
+// Where resolver threads leave their answers for the loop: a thread adds
+// its answer and signals `wake`, which the loop watches. The server and
+// its threads share it, so that a thread that outlives the server still
+// has somewhere to leave its answer.
+struct Server::Resolutions {
+    struct Answer {
+        unsigned port = 0;
+        uint64_t attempt = 0;
+        Lookup found;
+    };
+    std::mutex mutex;
+    std::vector<Answer> answers;
+    int wake = -1; // an eventfd
+
+    Resolutions() = default;
+    Resolutions(const Resolutions &) = delete;
+    Resolutions &operator=(const Resolutions &) = delete;
+    ~Resolutions() {
+        if (wake >= 0)
+            close(wake);
+    }
+};
 
 struct Server::Connection {
     int fd = -1;

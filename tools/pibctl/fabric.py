@@ -230,7 +230,7 @@ def _switch_command(fabric: Fabric, topo: Topology, switch) -> list:
            "--socket-dir", str(fabric.ib_switch_dir(switch.name)), "--guid", hex(switch.guid),
            "--name", switch.name, "--verbose"]
     # Of the two switches a link joins, the one named second dials the
-    # other's socket (and retries each second until it is there).
+    # other's socket (and retries, 1 s doubling to 30 s, until it is there).
     for link in topo.links:
         if link.b == switch.name:
             cmd += ["--connect",

@@ -17,6 +17,8 @@ from pibctl import core_build, paths, ui
 TARGETS = {
     "core": "fuzz-core",      # the device core through pib_core.h and a fake host
     "switch": "fuzz-switch",  # the fabric switch's logic: frames, SMPs, PMA, forwarding
+    # the switch's server on loopback sockets: dialling, retries, link framing, HELLO
+    "switch-tcp": "fuzz-switch-tcp",
     "packet": "fuzz-packet",  # the wire framing and the IBA packet parser
 }
 INPUTS_DIR = paths.REPO / "tests" / "fuzz" / "inputs"

@@ -1,0 +1,398 @@
+// SPDX-License-Identifier: GPL-2.0-or-later
+// The switch's outgoing links (fabric-switch/src/server_dial.cc), with a
+// real server whose loop runs on a thread of its own: dialling a peer that
+// does not answer never holds up the loop that serves the other ports; an
+// attempt that hangs is abandoned and made again after a back-off; a peer
+// that comes up late, or that is known by name only, is connected. Every
+// peer is a socket of the test's own, on 127.0.0.1 or a UNIX path.
+#include <catch2/catch.hpp>
+
+#include <arpa/inet.h>
+#include <chrono>
+#include <cstdlib>
+#include <filesystem>
+#include <netinet/in.h>
+#include <optional>
+#include <poll.h>
+#include <string>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <thread>
+#include <unistd.h>
+#include <utility>
+#include <vector>
+
+#include "frame.hh"
+#include "server.hh"
+#include "server_internal.hh"
+#include "switch.hh"
+
+using namespace pib;
+using namespace pib::fabric;
+using namespace std::chrono_literals;
+using std::chrono::milliseconds;
+using std::chrono::steady_clock;
+
+namespace {
+
+// Far below the minutes a blocking connect waits out SYN retries, and
+// still far above what a loaded machine takes to schedule the loop.
+constexpr milliseconds kPromptly = 200ms;
+
+// A file descriptor, closed with its owner.
+class Fd {
+  public:
+    explicit Fd(int fd = -1) : fd_(fd) {}
+    Fd(Fd &&other) noexcept : fd_(std::exchange(other.fd_, -1)) {}
+    Fd &operator=(Fd &&other) noexcept {
+        reset(std::exchange(other.fd_, -1));
+        return *this;
+    }
+    ~Fd() { reset(); }
+    int get() const { return fd_; }
+    explicit operator bool() const { return fd_ >= 0; }
+    void reset(int fd = -1) {
+        if (fd_ >= 0)
+            close(fd_);
+        fd_ = fd;
+    }
+
+  private:
+    int fd_;
+};
+
+// Runs `f` when it goes out of scope.
+template <class F> struct AtScopeExit {
+    F f;
+    ~AtScopeExit() { f(); }
+};
+
+// A directory for the test's UNIX sockets, removed with what is in it.
+class TempDir {
+  public:
+    TempDir() {
+        char name[] = "/tmp/pib-switch-tcp-XXXXXX";
+        REQUIRE(mkdtemp(name) != nullptr);
+        path_ = name;
+    }
+    ~TempDir() { std::filesystem::remove_all(path_); }
+    std::string file(const std::string &name) const { return path_ + "/" + name; }
+
+  private:
+    std::string path_;
+};
+
+sockaddr_in loopback(uint16_t port) {
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_port = htons(port);
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    return addr;
+}
+
+// A TCP socket bound to a free port of 127.0.0.1, not listening yet: a
+// connect to it is refused.
+Fd boundTcpSocket() {
+    Fd fd(socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
+    const sockaddr_in addr = loopback(0);
+    REQUIRE(bind(fd.get(), reinterpret_cast<const sockaddr *>(&addr), sizeof(addr)) == 0);
+    return fd;
+}
+
+uint16_t portOf(const Fd &fd) {
+    sockaddr_in addr{};
+    socklen_t length = sizeof(addr);
+    REQUIRE(getsockname(fd.get(), reinterpret_cast<sockaddr *>(&addr), &length) == 0);
+    return ntohs(addr.sin_port);
+}
+
+// Whether `fd` has something to read (or hung up) within `limit`.
+bool readable(int fd, milliseconds limit) {
+    pollfd p{fd, POLLIN, 0};
+    return poll(&p, 1, static_cast<int>(limit.count())) == 1;
+}
+
+// A connection a listener takes within `limit`; none if none came.
+Fd acceptWithin(const Fd &listener, milliseconds limit) {
+    if (!readable(listener.get(), limit))
+        return Fd();
+    return Fd(accept4(listener.get(), nullptr, nullptr, SOCK_CLOEXEC));
+}
+
+// The type of the first frame `fd` receives within `limit`.
+std::optional<uint8_t> firstFrame(const Fd &fd, milliseconds limit) {
+    wire::FrameReader reader;
+    const auto deadline = steady_clock::now() + limit;
+    while (true) {
+        const auto left = std::chrono::duration_cast<milliseconds>(deadline - steady_clock::now());
+        if (left < 0ms || !readable(fd.get(), left))
+            return std::nullopt;
+        uint8_t buf[256];
+        const ssize_t n = recv(fd.get(), buf, sizeof(buf), 0);
+        if (n <= 0)
+            return std::nullopt;
+        reader.feed(std::span(buf, static_cast<size_t>(n)));
+        wire::FrameReader::Error error;
+        if (const auto frame = reader.next(&error))
+            return frame->type;
+    }
+}
+
+// Says HELLO as a switch's port 7 does: the link comes up.
+void sayHello(const Fd &fd) {
+    pib_wire_hello hello{};
+    hello.node_guid = hello.port_guid = 0x0250494253570099ull;
+    hello.node_type = PIB_WIRE_NODE_SWITCH;
+    hello.port = 7;
+    const auto frame = wire::encode(
+        PIB_WIRE_HELLO, std::span(reinterpret_cast<const uint8_t *>(&hello), sizeof(hello)));
+    REQUIRE(send(fd.get(), frame.data(), frame.size(), MSG_NOSIGNAL) ==
+            static_cast<ssize_t>(frame.size()));
+}
+
+// A TCP port of 127.0.0.1 that drops SYNs, as a host behind a firewall
+// that drops packets: its listener takes one connection into its queue
+// and never accepts it, and the kernel drops every SYN that finds the
+// queue full. A connect to it hangs.
+class SynDroppingPeer {
+  public:
+    SynDroppingPeer() : listener_(boundTcpSocket()) {
+        REQUIRE(listen(listener_.get(), 0) == 0); // a queue of one
+        filler_ = Fd(socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
+        const sockaddr_in addr = loopback(port());
+        REQUIRE(connect(filler_.get(), reinterpret_cast<const sockaddr *>(&addr), sizeof(addr)) ==
+                0);
+    }
+    uint16_t port() const { return portOf(listener_); }
+    std::string address() const { return "127.0.0.1:" + std::to_string(port()); }
+    // Whether a connect to it really hangs here (the premise of the tests).
+    bool dropsSyns() const {
+        Fd probe(socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0));
+        const sockaddr_in addr = loopback(port());
+        if (connect(probe.get(), reinterpret_cast<const sockaddr *>(&addr), sizeof(addr)) == 0 ||
+            errno != EINPROGRESS)
+            return false;
+        pollfd p{probe.get(), POLLOUT, 0};
+        return poll(&p, 1, 300) == 0;
+    }
+    // Takes the connection that filled the queue: the next SYN is answered.
+    void makeRoom() { taken_ = Fd(accept4(listener_.get(), nullptr, nullptr, SOCK_CLOEXEC)); }
+    // A connection it takes from its queue within `limit`.
+    Fd acceptWithin(milliseconds limit) { return ::acceptWithin(listener_, limit); }
+    // Goes away: a connect still waiting for it fails at its next SYN.
+    void close() {
+        filler_.reset();
+        taken_.reset();
+        listener_.reset();
+    }
+
+  private:
+    Fd listener_, filler_, taken_;
+};
+
+// A switch serving `endpoints` (index = port) on a thread of its own, as
+// pib-fabric-switch serves them on its main thread. The test talks to it
+// over its sockets only.
+class RunningSwitch {
+  public:
+    RunningSwitch(std::vector<PortEndpoint> endpoints, const std::string &control,
+                  const DialPolicy &policy = {})
+        : switch_(SwitchConfig{0x0250494253570001ull, static_cast<unsigned>(endpoints.size() - 1),
+                               "tcp test switch"}),
+          server_(switch_, std::move(endpoints)) {
+        server_.setControlSocket(control);
+        server_.setDialPolicy(policy);
+        server_.open();
+        loop_ = std::thread([this] { server_.run(); });
+    }
+    ~RunningSwitch() {
+        server_.stop();
+        loop_.join();
+    }
+
+  private:
+    Switch switch_;
+    Server server_;
+    std::thread loop_;
+};
+
+// The control socket's answer to `command`; none if it gave none within
+// `limit`.
+std::optional<std::string> askControl(const std::string &path, const std::string &command,
+                                      milliseconds limit) {
+    // Non-blocking: a switch that takes no connection must not hold the
+    // test up either.
+    Fd fd(socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0));
+    const sockaddr_un addr = unixAddress(path);
+    if (connect(fd.get(), reinterpret_cast<const sockaddr *>(&addr), sizeof(addr)) != 0)
+        return std::nullopt;
+    const std::string line = command + "\n";
+    if (send(fd.get(), line.data(), line.size(), MSG_NOSIGNAL) != static_cast<ssize_t>(line.size()))
+        return std::nullopt;
+    std::string answer;
+    const auto deadline = steady_clock::now() + limit;
+    while (true) {
+        const auto left = std::chrono::duration_cast<milliseconds>(deadline - steady_clock::now());
+        if (left < 0ms || !readable(fd.get(), left))
+            return std::nullopt;
+        char buf[1024];
+        const ssize_t n = recv(fd.get(), buf, sizeof(buf), 0);
+        if (n == 0)
+            return answer; // the switch closes after its answer
+        if (n < 0)
+            return std::nullopt;
+        answer.append(buf, static_cast<size_t>(n));
+    }
+}
+
+// Asks "ports" until the answer contains `text`; false if it never did
+// within `limit`.
+bool portsSay(const std::string &control, const std::string &text, milliseconds limit) {
+    const auto deadline = steady_clock::now() + limit;
+    while (steady_clock::now() < deadline) {
+        const auto answer = askControl(control, "ports", limit);
+        if (answer && answer->find(text) != std::string::npos)
+            return true;
+        std::this_thread::sleep_for(20ms);
+    }
+    return false;
+}
+
+// Asks "ports" for `window` and checks that every answer comes promptly
+// and that a new cable on `unixPort`'s socket hears the switch's HELLO
+// promptly too; returns the last answer.
+std::string checkTheSwitchAnswers(const std::string &control, const std::string &unixPort,
+                                  milliseconds window) {
+    std::string last;
+    const auto end = steady_clock::now() + window;
+    while (steady_clock::now() < end) {
+        const auto asked = steady_clock::now();
+        const auto answer = askControl(control, "ports", 2000ms);
+        REQUIRE(answer); // the defect: the loop sat in connect() for minutes
+        CHECK(steady_clock::now() - asked < kPromptly);
+        last = *answer;
+        std::this_thread::sleep_for(50ms);
+    }
+    Fd cable(socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
+    const sockaddr_un addr = unixAddress(unixPort);
+    REQUIRE(connect(cable.get(), reinterpret_cast<const sockaddr *>(&addr), sizeof(addr)) == 0);
+    CHECK(firstFrame(cable, kPromptly) == PIB_WIRE_HELLO);
+    return last;
+}
+
+} // namespace
+
+TEST_CASE("a TCP connect to a host that drops SYNs holds up no other port of the switch",
+          "[switch-tcp]") {
+    SynDroppingPeer peer;
+    REQUIRE(peer.dropsSyns());
+    TempDir dir;
+    const std::string control = dir.file("control.sock");
+    RunningSwitch sw({{},
+                      {PortEndpoint::Kind::kUnixListen, dir.file("port1.sock")},
+                      {PortEndpoint::Kind::kTcpConnect, peer.address()}},
+                     control);
+    // A loop stuck in connect() (the defect this guards against) comes
+    // free at the next SYN after the peer is gone: it goes first.
+    AtScopeExit peerGoesFirst{[&] { peer.close(); }};
+
+    const std::string ports = checkTheSwitchAnswers(control, dir.file("port1.sock"), 1500ms);
+    CHECK(ports.find("port 2: DOWN, link down, dialing " + peer.address() + ": connecting") !=
+          std::string::npos);
+}
+
+TEST_CASE("a UNIX peer whose backlog is full holds up no other port of the switch",
+          "[switch-tcp]") {
+    TempDir dir;
+    const std::string control = dir.file("control.sock");
+    const std::string busy = dir.file("busy.sock");
+    Fd listener(unixListener(busy));
+    REQUIRE(listen(listener.get(), 0) == 0); // a queue of one...
+    Fd filler(socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
+    const sockaddr_un addr = unixAddress(busy);
+    REQUIRE(connect(filler.get(), reinterpret_cast<const sockaddr *>(&addr), sizeof(addr)) == 0);
+    // ...that is full: a blocking connect would wait for room.
+    RunningSwitch sw({{},
+                      {PortEndpoint::Kind::kUnixListen, dir.file("port1.sock")},
+                      {PortEndpoint::Kind::kUnixConnect, busy}},
+                     control);
+    AtScopeExit peerGoesFirst{[&] {
+        filler.reset();
+        listener.reset();
+    }};
+
+    checkTheSwitchAnswers(control, dir.file("port1.sock"), 500ms);
+    CHECK(portsSay(control, "dialing " + busy + ": next attempt in", 1000ms));
+}
+
+TEST_CASE("a connect that hangs is abandoned after its time limit and made again", "[switch-tcp]") {
+    SynDroppingPeer peer;
+    REQUIRE(peer.dropsSyns());
+    TempDir dir;
+    const std::string control = dir.file("control.sock");
+    DialPolicy quick;
+    quick.firstRetryNs = 100'000'000;
+    quick.maxRetryNs = 400'000'000;
+    quick.attemptTimeoutNs = 200'000'000;
+    RunningSwitch sw({{}, {PortEndpoint::Kind::kTcpConnect, peer.address()}}, control, quick);
+    AtScopeExit peerGoesFirst{[&] { peer.close(); }};
+
+    // Attempts end at about 0.2, 0.5 and 0.9 s.
+    CHECK(portsSay(control, "attempts failed: 3, the last: timed out after 200 ms", 3000ms));
+    peer.makeRoom();
+    const Fd link = peer.acceptWithin(3000ms);
+    REQUIRE(link);
+    CHECK(firstFrame(link, 1000ms) == PIB_WIRE_HELLO);
+    sayHello(link);
+    CHECK(portsSay(control, "port 1: INIT, link up\n", 1000ms));
+}
+
+TEST_CASE("a peer that comes up late is connected by a retry and again after it hung up",
+          "[switch-tcp]") {
+    Fd peer = boundTcpSocket(); // bound but not listening: connects are refused
+    const std::string address = "127.0.0.1:" + std::to_string(portOf(peer));
+    TempDir dir;
+    const std::string control = dir.file("control.sock");
+    RunningSwitch sw({{}, {PortEndpoint::Kind::kTcpConnect, address}}, control);
+
+    REQUIRE(portsSay(control, "attempts failed: 1, the last: Connection refused", 1000ms));
+    REQUIRE(listen(peer.get(), 4) == 0);
+    {
+        const Fd link = acceptWithin(peer, 3000ms); // the retry, 1 s after the failure
+        REQUIRE(link);
+        CHECK(firstFrame(link, 1000ms) == PIB_WIRE_HELLO);
+        sayHello(link);
+        CHECK(portsSay(control, "port 1: INIT, link up\n", 1000ms));
+    } // hangs up
+    // The link had come up: the back-off starts again from 1 s.
+    const Fd again = acceptWithin(peer, 3000ms);
+    REQUIRE(again);
+    CHECK(firstFrame(again, 1000ms) == PIB_WIRE_HELLO);
+}
+
+TEST_CASE("a peer known by name is resolved off the loop and connected", "[switch-tcp]") {
+    Fd peer = boundTcpSocket();
+    REQUIRE(listen(peer.get(), 4) == 0);
+    TempDir dir;
+    const std::string control = dir.file("control.sock");
+    // localhost is 127.0.0.1 (and maybe ::1, which refuses: the switch
+    // goes on to the next address).
+    RunningSwitch sw(
+        {{}, {PortEndpoint::Kind::kTcpConnect, "localhost:" + std::to_string(portOf(peer))}},
+        control);
+
+    const Fd link = acceptWithin(peer, 3000ms);
+    REQUIRE(link);
+    CHECK(firstFrame(link, 1000ms) == PIB_WIRE_HELLO);
+}
+
+TEST_CASE("the retry delay doubles up to its limit and starts over once a link came up",
+          "[switch-tcp]") {
+    RetryBackoff backoff(1'000'000'000, 30'000'000'000);
+    std::vector<uint64_t> delays;
+    for (int i = 0; i < 7; ++i)
+        delays.push_back(backoff.next() / 1'000'000'000);
+    CHECK(delays == std::vector<uint64_t>{1, 2, 4, 8, 16, 30, 30});
+    backoff.reset();
+    CHECK(backoff.next() == 1'000'000'000);
+}
