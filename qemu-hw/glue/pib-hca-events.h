@@ -27,6 +27,8 @@ static bool pib_hca_event_enabled(unsigned event)
         return trace_event_get_state_backends(TRACE_PIB_HCA_LINK_POLLING);
     case PIB_EVENT_LINK_PEER_RETRAIN:
         return trace_event_get_state_backends(TRACE_PIB_HCA_LINK_PEER_RETRAIN);
+    case PIB_EVENT_LINK_HELLO_CROSSED:
+        return trace_event_get_state_backends(TRACE_PIB_HCA_LINK_HELLO_CROSSED);
     case PIB_EVENT_CAPTURE_START:
         return trace_event_get_state_backends(TRACE_PIB_HCA_CAPTURE_START);
     case PIB_EVENT_CAPTURE_STOP:
@@ -135,6 +137,9 @@ static void pib_hca_trace_event(unsigned event, const uint64_t *a)
         break;
     case PIB_EVENT_LINK_PEER_RETRAIN:
         trace_pib_hca_link_peer_retrain((unsigned) a[0]);
+        break;
+    case PIB_EVENT_LINK_HELLO_CROSSED:
+        trace_pib_hca_link_hello_crossed((unsigned) a[0]);
         break;
     case PIB_EVENT_CAPTURE_START:
         trace_pib_hca_capture_start(

@@ -172,6 +172,23 @@ TEST_CASE("back to back: a reset port trains again, and a lost HELLO is retried"
         // switch: its port is INIT again.
         CHECK(queryPort(c.b).state == PIB_PORT_INIT);
     }
+    SECTION("a HELLO that crossed ours is dropped: no HELLOs back and forth") {
+        pib_core_port_connected(c.a.core, 1, 1);
+        pib_core_port_connected(c.b.core, 1, 1);
+        c.move();
+        feed(c.a, switchHello()); // at once: it crossed a's own
+        CHECK(c.a.traces("link_hello_crossed") == 1);
+        CHECK(c.a.portOutput[1].empty());
+        // Later a stray HELLO bounces a once and b once, then it ends.
+        c.advance(200'000'000);
+        feed(c.a, switchHello());
+        c.move();
+        CHECK(c.a.portOutput[1].empty());
+        CHECK(c.b.portOutput[1].empty());
+        CHECK(c.a.traces("link_peer_retrain") + c.b.traces("link_peer_retrain") <= 2);
+        CHECK(queryPort(c.a).phys_state == PIB_PHYS_LINK_UP);
+        CHECK(queryPort(c.b).phys_state == PIB_PHYS_LINK_UP);
+    }
     SECTION("a port whose HELLO was lost polls until the peer hears it") {
         c.bListens = false; // b is not cabled yet: a's HELLO goes nowhere
         pib_core_port_connected(c.a.core, 1, 1);

@@ -45,7 +45,9 @@ bool Link::retrain() {
 }
 
 void Link::retryHello(uint64_t now) {
-    if (!connected_ || up_ || !helloDue_ || helloDue_ > now)
+    if (!connected_ || up_)
+        helloDue_ = 0; // nothing to poll for: the timer must not fire again
+    if (!helloDue_ || helloDue_ > now)
         return;
     trace::link_polling(host_, port_);
     sendHello();
@@ -54,16 +56,17 @@ void Link::retryHello(uint64_t now) {
 // A HELLO on a link that is up: the peer reset its port and trains the
 // link again, or polls because it never heard ours. As a switch port
 // does (docs/wire.md), the link goes down and comes up, and the peer
-// hears our HELLO; a peer that retrains faster than kMinRetrainNs gets
-// the HELLO alone, so that it cannot flood the SM with link changes.
+// hears our HELLO. Within kMinRetrainNs of the link coming up a HELLO is
+// one that crossed ours (both ends sent one at once, or the peer's
+// answer to it): it is dropped, not answered, or two ends that both
+// answer would send HELLOs back and forth for ever. A peer that really
+// polls sends its HELLO again a second later.
 void Link::peerHello(const std::function<void(Event)> &onEvent) {
     const uint64_t now = host_.clockNs();
-    if (lastBounceNs_ && now - lastBounceNs_ < kMinRetrainNs) {
-        sendHello();
-        helloDue_ = 0; // the link is up
+    if (now - upSinceNs_ < kMinRetrainNs) {
+        trace::link_hello_crossed(host_, port_);
         return;
     }
-    lastBounceNs_ = now;
     trace::link_peer_retrain(host_, port_);
     up_ = false;
     onEvent(Event::kDown);
@@ -72,6 +75,7 @@ void Link::peerHello(const std::function<void(Event)> &onEvent) {
     sendHello();
     helloDue_ = 0;
     up_ = true;
+    upSinceNs_ = now;
     onEvent(Event::kUp);
 }
 
@@ -90,6 +94,7 @@ void Link::receive(std::span<const uint8_t> bytes, const std::function<void(Even
             } else if (!up_) {
                 up_ = true;
                 helloDue_ = 0;
+                upSinceNs_ = host_.clockNs();
                 trace::link_up(host_, port_);
                 onEvent(Event::kUp);
             } else {
@@ -113,6 +118,7 @@ void Link::receive(std::span<const uint8_t> bytes, const std::function<void(Even
         const bool wasUp = up_;
         up_ = false;
         connected_ = false;
+        helloDue_ = 0;
         host_.portDisconnect(port_);
         if (wasUp)
             onEvent(Event::kDown);

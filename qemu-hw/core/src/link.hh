@@ -63,10 +63,9 @@ class Link {
     bool up_ = false;
     wire::FrameReader reader_;
     uint64_t framesDropped_ = 0;
-    uint64_t helloDue_ = 0;     // Polling: when the HELLO goes again
-    uint64_t lastBounceNs_ = 0; // the peer last retrained an up link
-    // A peer may retrain at most this often; faster, it gets our HELLO
-    // without the link going down and up (as a switch port does).
+    uint64_t helloDue_ = 0;  // Polling: when the HELLO goes again
+    uint64_t upSinceNs_ = 0; // when the link last came up
+    // A HELLO this soon after the link came up crossed ours: dropped.
     static constexpr uint64_t kMinRetrainNs = 100'000'000;
 
     void sendHello();

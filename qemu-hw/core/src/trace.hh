@@ -64,6 +64,11 @@ inline void link_peer_retrain(const Host &host, unsigned port) {
         host.event(PIB_EVENT_LINK_PEER_RETRAIN, {Host::eventArg(port)});
 }
 
+inline void link_hello_crossed(const Host &host, unsigned port) {
+    if (host.eventEnabled(PIB_EVENT_LINK_HELLO_CROSSED))
+        host.event(PIB_EVENT_LINK_HELLO_CROSSED, {Host::eventArg(port)});
+}
+
 inline void capture_start(const Host &host, unsigned port, const char *path, uint64_t limit) {
     if (host.eventEnabled(PIB_EVENT_CAPTURE_START))
         host.event(PIB_EVENT_CAPTURE_START,
