@@ -1,412 +1,571 @@
 // SPDX-License-Identifier: GPL-2.0-or-later
 // libFuzzer harness of the device core, through its C interface with the
-// unit tests' fake host. Each input starts from a device that a driver set
-// up as docs/prm.md says: an ACTIVE port, RC and UC QPs connected to a
-// peer behind LID 0x22, an RC QP on an SRQ, a UD QP in a multicast group,
-// QP0 and QP1, a physical MR and one through the MTT. The input then
-// drives it the way a hostile guest and a hostile peer would: register and
-// doorbell writes, commands with mailboxes from the input, WQEs, packets
-// from the fabric (CRC-valid and addressed to the QPs, some corrupted or
-// split across reads), raw stream bytes, timer expiries, link flaps,
-// resets, a host queue that fills up, and DMA aimed at the device's own
-// BAR0. Built with ASan and UBSan: any memory error or undefined behaviour
-// is a finding; so is a broken invariant checked below.
+// unit tests' fake host. Each input starts from a device a driver set up
+// (fuzz_core_target.hh): an attacker's QPs of every type connected to a
+// peer behind LID 0x22, and a second tenant. The input then plays that
+// peer and the attacker's user-space process: whole messages of every
+// opcode to the responders at the PSNs they expect (some spoiled),
+// answers to the requesters, WQEs of every kind, receive WQEs, local
+// memory operations, QP state changes, queue resizes, any packet, raw
+// stream bytes, timers, link flaps, a host queue that fills up, the
+// host's test facilities. The harness keeps the QPs alive: one that went
+// to the error state is flushed, reset and connected again with fresh
+// PSNs. One input in four is also the driver itself: any command,
+// register or doorbell page, resets, DMA aimed at the device's own BAR0.
+//
+// Findings: any ASan or UBSan report; an internal error that makes the
+// device FATAL; and, for a driver keeping to the rules, a broken oracle
+// (fuzz_core_ledger.hh, fuzz_core_memory.hh): a WQE with no CQE or two,
+// a CQE for no WQE or on the wrong CQ, a write to memory no MR of the
+// attacker's allows, any change to the second tenant's memory, CQ, SRQ
+// or window, and WQE copies held beyond the bound of docs/prm.md §7.4.
 #include <fuzzer/FuzzedDataProvider.h>
 
-#include <cstdio>
+#include <cinttypes>
 #include <cstdlib>
+#include <cstring>
 #include <string>
 
 #include "connected.hh"
-#include "connected_fixture.hh"
-#include "frame.hh"
+#include "fuzz_core_check.hh"
+#include "fuzz_core_peer.hh"
+#include "fuzz_core_target.hh"
 #include "limits.hh"
-#include "packet.hh"
 
 using namespace pib;
-using namespace pib::testing;
+using namespace pib::fuzz;
 
 namespace {
 
-constexpr uint16_t kLid = 0x11, kPeerLid = 0x22;
-constexpr uint32_t kPeerQpn = 0x50;
-constexpr uint16_t kMlid = 0xc001;
-constexpr uint64_t kRamSize = 512 << 10;
-constexpr uint64_t kMttIova = 0x40000000;
+constexpr int kSteps = 200;
+constexpr uint32_t kAccessAllMw = testing::kAccessAll | PIB_ACCESS_MW_BIND;
 
-void check(bool ok, const char *what) {
-    if (!ok) {
-        std::fprintf(stderr, "fuzz-core: invariant broken: %s\n", what);
-        std::abort();
-    }
+template <class E> E pickEnum(FuzzedDataProvider &in) {
+    return static_cast<E>(in.ConsumeIntegralInRange<int>(0, static_cast<int>(E::kCount) - 1));
 }
 
-// The device and the objects the set-up made, as the harness drives them.
-struct Target {
-    Node node{PIB_QPT_RC, kLid, kRamSize};
-    Node::Qp rc{}, uc{}, ud{}, srqQp{}, smi{}, gsi{}, xrcTgt{};
-    uint32_t srqn = 0, xrcSrqn = 0, mttKey = 0, fastRegKey = 0, windowKeys[2] = {};
-    uint64_t srqPage = 0;
-    uint32_t srqPi = 0;
-    uint64_t data = 0;                         // 64 KiB of guest RAM the input writes
-    // What the peer sends next: RC, UC, SRQ QP, XRC TGT QP.
-    uint32_t expectedPsn[4] = {200, 200, 200, 200};
-    uint32_t peerPsn = 100;                    // RC: what the peer answers
+// ---- the peer ---------------------------------------------------------------------
 
-    Target() {
-        FakeHost &h = node.host;
-        rc = node.current();
-        node.connectTo(kPeerLid, kPeerQpn, PIB_QPT_RC, {});
-        uc = node.createQp(PIB_QPT_UC);
-        node.connectTo(kPeerLid, kPeerQpn + 1, PIB_QPT_UC, {});
-        srqn = createSrq();
-        srqQp = node.createQp(PIB_QPT_RC, srqn);
-        node.connectTo(kPeerLid, kPeerQpn + 2, PIB_QPT_RC, {});
-        // An XRC TGT QP, and an XRC SRQ of its domain with WQEs posted.
-        xrcTgt = node.createQp(PIB_QPT_XRC_TGT);
-        node.connectTo(kPeerLid, kPeerQpn + 3, PIB_QPT_XRC_TGT, {});
-        Srq xrc = testing::createSrq(node, 4, XrcSrq{node.xrcd, node.cqn});
-        for (uint64_t i = 0; i < 8; ++i)
-            xrc.post(i, h.alloc(4096), 4096);
-        xrcSrqn = xrc.srqn;
-        ud = node.createQp(PIB_QPT_UD);
-        toRtsDatagram(PIB_QPT_UD);
-        pib_mcast m{};
-        m.gid[0] = 0xff;
-        m.gid[15] = 1;
-        m.mlid = kMlid;
-        h.commandIn(PIB_CMD_ATTACH_MCAST, ud.qpn, m);
-        smi = node.createQp(PIB_QPT_SMI);
-        toRtsDatagram(PIB_QPT_SMI);
-        gsi = node.createQp(PIB_QPT_GSI);
-        toRtsDatagram(PIB_QPT_GSI);
-        mttKey = createMttMr();
-        fastRegKey = node.createFastRegMr(4);
-        for (uint8_t type : {PIB_MW_TYPE_1, PIB_MW_TYPE_2}) {
-            pib_mw_context mw{};
-            mw.pdn = node.pd;
-            mw.type = type;
-            windowKeys[type - 1] =
-                static_cast<uint32_t>(h.commandIn(PIB_CMD_CREATE_MW, 0, mw).result);
-        }
-        data = h.alloc(64 << 10);
-        node.use(rc);
-        h.portOutput[1].clear();
-        h.clear();
-    }
+Qp &pickResponder(FuzzedDataProvider &in, Target &t) {
+    Qp *responders[] = {&t.rc, &t.uc, &t.srqQp, &t.xrcTgt};
+    return *responders[in.ConsumeIntegralInRange<size_t>(0, std::size(responders) - 1)];
+}
 
-    uint32_t createSrq() {
-        FakeHost &h = node.host;
-        std::vector<uint64_t> pages;
-        pib_srq_context srq{};
-        srq.buf = h.ring(1, &pages);
-        srqPage = pages.front();
-        srq.pdn = node.pd;
-        srq.uar_page = node.uar;
-        srq.log_wqe_count = 6;
-        srq.log_wqe_stride = 6;
-        srq.limit = 2;
-        return static_cast<uint32_t>(h.commandIn(PIB_CMD_CREATE_SRQ, 0, srq).result);
-    }
-
-    void toRtsDatagram(uint8_t type) { node.host.datagramToRts(node.qpn, type, 0x11111111); }
-
-    // Four 4 KiB pages of guest RAM through the MTT, at I/O address kMttIova.
-    uint32_t createMttMr() {
-        FakeHost &h = node.host;
-        const pib_buf_desc pages = h.ring(4);
-        pib_mr_context mr{};
-        mr.iova = kMttIova;
-        mr.length = 4 * PIB_PAGE_SIZE;
-        mr.pdn = node.pd;
-        mr.access = kAccessAll | PIB_ACCESS_MW_BIND;
-        mr.mtt_index = pages.mtt_index;
-        mr.mtt_count = 4;
-        mr.log_page_size = 12;
-        return static_cast<uint32_t>(h.commandIn(PIB_CMD_CREATE_MR, 0, mr).result);
-    }
-};
-
-// An address a WQE or packet names: mostly the data area, sometimes the
-// MTT region, the device's own BAR0, or anything at all.
-uint64_t pickAddress(FuzzedDataProvider &in, const Target &t) {
+uint32_t pickMessageLength(FuzzedDataProvider &in, const Qp &q) {
+    const uint32_t mtu = q.mtu();
     switch (in.ConsumeIntegralInRange(0, 7)) {
     case 0:
-        return FakeHost::kBar0Base + in.ConsumeIntegralInRange<uint64_t>(0, PIB_REGS_SIZE - 1);
-    case 1:
-        return kMttIova + in.ConsumeIntegralInRange<uint64_t>(0, 4 * PIB_PAGE_SIZE);
+        return 0;
+    case 1: // whole packets
+        return mtu * in.ConsumeIntegralInRange<uint32_t>(1, 4);
     case 2:
-        return in.ConsumeIntegral<uint64_t>();
+        return in.ConsumeIntegralInRange<uint32_t>(0, 16 * mtu);
     default:
-        return t.data + in.ConsumeIntegralInRange<uint64_t>(0, 64 << 10);
+        return in.ConsumeIntegralInRange<uint32_t>(0, 3 * mtu);
     }
 }
 
-uint32_t pickKey(FuzzedDataProvider &in, const Target &t) {
-    switch (in.ConsumeIntegralInRange(0, 6)) {
+// The R_Key a SEND with invalidate names: mostly one the responder's QP
+// may invalidate (the fast-registration region, a type 2 window bound to
+// it), sometimes one it may not.
+uint32_t pickKeyToInvalidate(FuzzedDataProvider &in, const Target &t) {
+    switch (in.ConsumeIntegralInRange(0, 3)) {
     case 0:
-        return t.mttKey;
+        return t.keys.windows[1].key;
     case 1:
-        return in.ConsumeIntegral<uint32_t>();
-    case 2: // the fast-registration MR or a window, with any variant
-        return ((in.ConsumeBool() ? t.fastRegKey : t.windowKeys[in.ConsumeBool()]) & ~0xffu) |
-               in.ConsumeIntegral<uint8_t>();
+        return t.pickKey(in);
     default:
-        return t.node.key;
+        return t.keys.fastReg;
     }
 }
 
-uint32_t pickLength(FuzzedDataProvider &in) {
+// The memory a WRITE, READ or atomic names: mostly what the attacker's
+// keys allow, sometimes anything.
+void pickRemoteRange(FuzzedDataProvider &in, const Target &t, Message &m) {
+    if (in.ConsumeIntegralInRange(0, 3) == 0) {
+        m.va = t.pickAddress(in);
+        m.rkey = t.pickKey(in);
+        return;
+    }
+    const bool atomic = m.op == Operation::kCompareSwap || m.op == Operation::kFetchAdd;
+    const uint64_t room = kDataSize - std::min<uint64_t>(kDataSize, atomic ? 8 : m.length);
+    m.va = t.data + in.ConsumeIntegralInRange<uint64_t>(0, room);
+    if (atomic)
+        m.va &= ~uint64_t{7};
+    m.rkey = t.keys.data;
+}
+
+// The SRQ a message to the XRC TGT QP names: mostly its domain's XRC SRQ;
+// sometimes the tenant's, a basic SRQ or any number, which it must refuse.
+uint32_t pickXrcSrq(FuzzedDataProvider &in, const Target &t) {
+    switch (in.ConsumeIntegralInRange(0, 5)) {
+    case 0:
+        return t.tenant.srqn;
+    case 1:
+        return t.srq.srqn;
+    case 2:
+        return in.ConsumeIntegralInRange(0u, 0xffffffu);
+    default:
+        return t.xrcSrq.srqn;
+    }
+}
+
+Message pickMessage(FuzzedDataProvider &in, const Target &t, const Qp &q) {
+    Message m;
+    m.op = pickEnum<Operation>(in);
+    m.length = pickMessageLength(in, q);
+    pickRemoteRange(in, t, m);
+    m.imm = in.ConsumeIntegral<uint32_t>();
+    if (m.op == Operation::kSendInv)
+        m.invalidate = pickKeyToInvalidate(in, t);
+    m.xrcSrqn = pickXrcSrq(in, t);
+    m.swapAdd = in.ConsumeIntegral<uint64_t>();
+    m.compare = in.ConsumeIntegral<uint64_t>();
+    m.fill = in.ConsumeIntegral<uint8_t>();
+    m.solicited = in.ConsumeBool();
+    return m;
+}
+
+void peerSendsMessage(FuzzedDataProvider &in, Target &t, Peer &peer) {
+    Qp &q = pickResponder(in, t);
+    if (in.ConsumeIntegralInRange(0, 7) == 0) {
+        peer.sendAgain(q, in);
+        return;
+    }
+    if (!q.rest.empty() && in.ConsumeIntegralInRange(0, 3)) {
+        peer.sendRest(q, in);
+        return;
+    }
+    const Message m = pickMessage(in, t, q);
+    // A message is often sent in two parts, so that a QP's state change,
+    // a resize or an SRQ's end comes in the middle.
+    Spoil spoil = Spoil::kNone;
     switch (in.ConsumeIntegralInRange(0, 7)) {
     case 0:
-        return in.ConsumeIntegral<uint32_t>();
+        spoil = pickEnum<Spoil>(in);
+        break;
     case 1:
-        return in.ConsumeIntegralInRange<uint32_t>(0, 1 << 20);
+        spoil = Spoil::kHoldBack;
+        break;
     default:
-        return in.ConsumeIntegralInRange<uint32_t>(0, 5000);
+        break;
+    }
+    peer.sendMessage(q, m, spoil, in);
+}
+
+void peerAnswers(FuzzedDataProvider &in, Target &t, Peer &peer) {
+    Qp *requesters[] = {&t.rc, &t.srqQp, &t.xrcIni};
+    Qp &q = *requesters[in.ConsumeIntegralInRange<size_t>(0, std::size(requesters) - 1)];
+    for (int n = in.ConsumeIntegralInRange(1, 4); n > 0; --n) {
+        const Answer how = in.ConsumeIntegralInRange(0, 7) ? Answer::kRight : pickEnum<Answer>(in);
+        peer.answer(q, how, in);
     }
 }
 
-const Node::Qp &pickQp(FuzzedDataProvider &in, const Target &t) {
-    const Node::Qp *qps[] = {&t.rc, &t.uc, &t.srqQp, &t.ud, &t.smi, &t.gsi};
+// ---- the attacker's process ------------------------------------------------------------
+
+Qp &pickQpWithSendQueue(FuzzedDataProvider &in, Target &t) {
+    Qp *qps[] = {&t.rc, &t.uc, &t.srqQp, &t.xrcIni, &t.ud, &t.smi, &t.gsi};
     return *qps[in.ConsumeIntegralInRange<size_t>(0, std::size(qps) - 1)];
 }
 
-// A send WQE of fields from the input in the QP's next slot, then (mostly)
-// the doorbell that posts it.
-void postSend(FuzzedDataProvider &in, Target &t) {
-    Node &n = t.node;
-    n.use(pickQp(in, t));
-    const uint64_t slot = n.sqPage + (n.sqPi % (1u << Node::kLogSq)) * 128;
-    std::vector<uint8_t> wqe(128, 0);
+void pickData(FuzzedDataProvider &in, const Target &t, WorkRequest &wr) {
+    if (in.ConsumeIntegralInRange(0, 5) == 0) {
+        wr.inlineData = in.ConsumeBytes<uint8_t>(in.ConsumeIntegralInRange(0, 96));
+        return;
+    }
+    for (int n = in.ConsumeIntegralInRange(1, 4); n > 0; --n)
+        wr.sges.push_back(t.pickSge(in));
+}
+
+WorkRequest connectedRequest(FuzzedDataProvider &in, const Target &t, const Qp &q) {
+    static constexpr uint8_t kReliableOps[] = {PIB_WR_SEND,
+                                               PIB_WR_SEND_IMM,
+                                               PIB_WR_SEND_INV,
+                                               PIB_WR_RDMA_WRITE,
+                                               PIB_WR_RDMA_WRITE_IMM,
+                                               PIB_WR_RDMA_READ,
+                                               PIB_WR_ATOMIC_CMP_AND_SWP,
+                                               PIB_WR_ATOMIC_FETCH_AND_ADD};
+    WorkRequest wr;
+    // UC has the first five but SEND with invalidate (IBA 9.4.1).
+    const size_t ops = q.type == PIB_QPT_UC ? 5 : std::size(kReliableOps);
+    wr.opcode = kReliableOps[in.ConsumeIntegralInRange<size_t>(0, ops - 1)];
+    if (q.type == PIB_QPT_UC && wr.opcode == PIB_WR_SEND_INV)
+        wr.opcode = PIB_WR_SEND;
+    wr.imm = wr.opcode == PIB_WR_SEND_INV ? t.pickKey(in) : in.ConsumeIntegral<uint32_t>();
+    wr.remoteSrqn = in.ConsumeIntegralInRange(0u, 0xffffffu);
+    const bool atomic =
+        wr.opcode == PIB_WR_ATOMIC_CMP_AND_SWP || wr.opcode == PIB_WR_ATOMIC_FETCH_AND_ADD;
+    if (wr.opcode >= PIB_WR_RDMA_WRITE && wr.opcode <= PIB_WR_ATOMIC_FETCH_AND_ADD)
+        wr.raddr = pib_wqe_raddr{in.ConsumeIntegral<uint64_t>(), in.ConsumeIntegral<uint32_t>(), 0};
+    if (atomic) {
+        wr.atomic = pib_wqe_atomic{in.ConsumeIntegral<uint64_t>(), in.ConsumeIntegral<uint64_t>()};
+        const auto at = in.ConsumeIntegralInRange<uint64_t>(0, kDataSize / 8 - 1) * 8;
+        wr.sges.push_back({8, t.keys.data, t.data + at});
+    } else if (wr.opcode == PIB_WR_RDMA_READ) {
+        wr.sges.push_back(t.pickSge(in)); // what a READ fetches lands in memory: never inline
+    } else {
+        pickData(in, t, wr);
+    }
+    return wr;
+}
+
+// A datagram to the peer, back to the UD QP itself, to the multicast
+// group or anywhere.
+WorkRequest datagramRequest(FuzzedDataProvider &in, const Target &t) {
+    WorkRequest wr;
+    wr.opcode = in.ConsumeBool() ? PIB_WR_SEND : PIB_WR_SEND_IMM;
+    wr.imm = in.ConsumeIntegral<uint32_t>();
+    pib_wqe_ud ud{};
+    ud.av.port = 1;
+    ud.remote_qkey = in.ConsumeBool() ? kQkey : in.ConsumeIntegral<uint32_t>();
+    switch (in.ConsumeIntegralInRange(0, 3)) {
+    case 0:
+        ud.av.dlid = kLid;
+        ud.remote_qpn = in.ConsumeBool() ? t.ud.qpn : in.ConsumeIntegralInRange(0u, 1u);
+        break;
+    case 1:
+        ud.av.dlid = kMlid;
+        ud.av.flags = PIB_AV_GRH;
+        ud.av.dgid[0] = 0xff;
+        ud.av.dgid[15] = 1;
+        ud.remote_qpn = iba::kMulticastQpn;
+        break;
+    case 2:
+        ud.av.dlid = in.ConsumeIntegral<uint16_t>();
+        ud.remote_qpn = in.ConsumeIntegral<uint32_t>();
+        break;
+    default:
+        ud.av.dlid = kPeerLid;
+        ud.remote_qpn = kPeerQpn;
+        break;
+    }
+    wr.ud = ud;
+    pickData(in, t, wr);
+    return wr;
+}
+
+// A WQE a verbs user would post. Most are signaled: a driver keeps
+// some in every ring's worth so that it learns the ring has room.
+void postWork(FuzzedDataProvider &in, Target &t) {
+    Qp &q = pickQpWithSendQueue(in, t);
+    WorkRequest wr = q.connected() ? connectedRequest(in, t, q) : datagramRequest(in, t);
+    wr.flags = in.ConsumeIntegralInRange(0, 7) ? PIB_WQE_SIGNALED : 0;
+    if (in.ConsumeIntegralInRange(0, 7) == 0)
+        wr.flags |= PIB_WQE_FENCE;
+    if (in.ConsumeBool())
+        wr.flags |= PIB_WQE_SOLICITED;
+    t.postSend(q, wr);
+}
+
+void postReceives(FuzzedDataProvider &in, Target &t) {
+    const int where = in.ConsumeIntegralInRange(0, 6);
+    for (int n = in.ConsumeIntegralInRange(1, 8); n > 0; --n) {
+        std::vector<pib_wqe_data> sges;
+        for (int s = in.ConsumeIntegralInRange(1, 3); s > 0; --s)
+            sges.push_back(t.pickSge(in));
+        switch (where) {
+        case 0:
+            t.postSrqRecv(t.srq, sges);
+            break;
+        case 1:
+            t.postSrqRecv(t.xrcSrq, sges);
+            break;
+        default: {
+            Qp *qps[] = {&t.rc, &t.uc, &t.ud, &t.smi, &t.gsi};
+            t.postRecv(*qps[where - 2], sges);
+            break;
+        }
+        }
+    }
+}
+
+// REG_MR of the fast-registration region over pages of the data area.
+// The page list names guest pages: a driver writes it, never the user.
+WorkRequest registerFastRegion(FuzzedDataProvider &in, Target &t, KeyChange &change) {
+    pib_wqe_reg_mr reg{};
+    reg.key = in.ConsumeIntegralInRange(0, 7)
+                  ? withVariant(t.keys.fastReg, in.ConsumeIntegral<uint8_t>())
+                  : t.pickKey(in);
+    reg.iova = in.ConsumeBool() ? 0x70000000 + in.ConsumeIntegralInRange<uint64_t>(0, 0x3000)
+                                : in.ConsumeIntegral<uint64_t>();
+    reg.length = in.ConsumeIntegralInRange<uint64_t>(1, 3 * PIB_PAGE_SIZE);
+    reg.log_page_size = 12;
+    const uint64_t pages = ((reg.iova + reg.length - 1) >> 12) - (reg.iova >> 12) + 1;
+    reg.page_count = static_cast<uint32_t>(pages) + (in.ConsumeIntegralInRange(0, 15) ? 0 : 1);
+    reg.access = in.ConsumeIntegralInRange(0, 3) ? kAccessAllMw : in.ConsumeIntegralInRange(0, 31);
+    reg.page_list = t.pageList;
+    for (uint32_t i = 0; i < std::min<uint32_t>(reg.page_count, 8); ++i) {
+        const uint64_t page =
+            t.data +
+            in.ConsumeIntegralInRange<uint64_t>(0, kDataSize / PIB_PAGE_SIZE - 1) * PIB_PAGE_SIZE;
+        t.memory.poke(t.pageList + i * 8, page);
+    }
+    t.keys.fastRegIova = reg.iova;
+    change = {KeyChange::Kind::kRegister, reg.key};
+    WorkRequest wr;
+    wr.opcode = PIB_WR_REG_MR;
+    wr.reg = reg;
+    return wr;
+}
+
+WorkRequest invalidateKey(FuzzedDataProvider &in, Target &t, KeyChange &change) {
+    WorkRequest wr;
+    wr.opcode = PIB_WR_LOCAL_INV;
+    wr.imm = pickKeyToInvalidate(in, t);
+    change = {KeyChange::Kind::kInvalidate, wr.imm};
+    return wr;
+}
+
+// BIND_MW of a window to a range of one of the regions that allow it.
+WorkRequest bindWindow(FuzzedDataProvider &in, Target &t, const Qp &q, KeyChange &change) {
+    const unsigned window = in.ConsumeBool();
+    struct Region {
+        uint32_t key;
+        uint64_t start, length;
+    };
+    const Region regions[] = {{t.keys.data, t.data, kDataSize},
+                              {t.keys.mtt, kMttIova, 4 * PIB_PAGE_SIZE},
+                              {t.keys.fastReg, t.keys.fastRegIova, 3 * PIB_PAGE_SIZE}};
+    const Region &r = regions[in.ConsumeIntegralInRange<size_t>(0, std::size(regions) - 1)];
+    pib_wqe_bind_mw bind{};
+    bind.mw_key = in.ConsumeIntegralInRange(0, 7) ? t.keys.windows[window].key : t.pickKey(in);
+    bind.new_rkey = withVariant(t.windowNumbers[window], in.ConsumeIntegral<uint8_t>());
+    bind.mr_key = r.key;
+    const uint64_t offset = in.ConsumeIntegralInRange<uint64_t>(0, r.length);
+    bind.addr = r.start + offset;
+    bind.length = in.ConsumeIntegralInRange<uint64_t>(0, r.length - offset + 1);
+    bind.access = in.ConsumeIntegralInRange<uint32_t>(0, 15) & ~PIB_ACCESS_LOCAL_WRITE;
+    change = {KeyChange::Kind::kBind, bind.new_rkey, window, q.qpn, window == 0 && !bind.length};
+    WorkRequest wr;
+    wr.opcode = PIB_WR_BIND_MW;
+    wr.bind = bind;
+    return wr;
+}
+
+void localOperation(FuzzedDataProvider &in, Target &t) {
+    Qp *qps[] = {&t.rc, &t.uc, &t.srqQp, &t.xrcIni};
+    Qp &q = *qps[in.ConsumeIntegralInRange<size_t>(0, std::size(qps) - 1)];
+    KeyChange change;
+    WorkRequest wr;
+    switch (in.ConsumeIntegralInRange(0, 2)) {
+    case 0:
+        wr = registerFastRegion(in, t, change);
+        break;
+    case 1:
+        wr = invalidateKey(in, t, change);
+        break;
+    default:
+        wr = bindWindow(in, t, q, change);
+        break;
+    }
+    wr.flags = PIB_WQE_SIGNALED; // the driver learns whether the key changed
+    if (const std::optional<uint64_t> wrId = t.postSend(q, wr))
+        t.keyChanges[*wrId] = change;
+}
+
+// A slot of fields from the input (the wr_id aside), for any QP.
+void postAnySend(FuzzedDataProvider &in, Target &t) {
+    Qp &q = pickQpWithSendQueue(in, t);
+    std::array<uint8_t, kSqStride> slot{};
     pib_wqe_ctrl ctrl{};
-    ctrl.wr_id = n.sqPi;
     ctrl.opcode = in.ConsumeIntegralInRange<uint8_t>(0, 12);
+    // A REG_MR names guest pages by address: only a driver may choose them.
+    if (ctrl.opcode == PIB_WR_REG_MR && !t.privileged)
+        ctrl.opcode = PIB_WR_BIND_MW;
     ctrl.flags = in.ConsumeIntegral<uint8_t>();
     ctrl.num_ds = in.ConsumeIntegralInRange<uint8_t>(0, 9);
     ctrl.imm = in.ConsumeIntegral<uint32_t>();
-    std::memcpy(wqe.data(), &ctrl, sizeof(ctrl));
+    std::memcpy(slot.data(), &ctrl, sizeof(ctrl));
     size_t dataAt = 32; // where data segments start
     if (ctrl.opcode == PIB_WR_REG_MR && in.ConsumeBool()) {
-        // A plausible fast registration of the page list in the data area.
+        // Any pages, the device's own BAR0 included.
         pib_wqe_reg_mr reg{};
-        reg.iova = pickAddress(in, t);
+        reg.iova = t.pickAddress(in);
         reg.length = in.ConsumeIntegralInRange<uint64_t>(0, 5 * PIB_PAGE_SIZE);
-        reg.page_list = in.ConsumeIntegralInRange(0, 7) ? t.data : pickAddress(in, t);
-        reg.key = pickKey(in, t);
+        reg.page_list = in.ConsumeIntegralInRange(0, 7) ? t.pageList : t.pickAddress(in);
+        reg.key = t.pickKey(in);
         reg.access = in.ConsumeIntegralInRange<uint32_t>(0, 16);
         reg.page_count = in.ConsumeIntegralInRange<uint32_t>(0, 6);
         reg.log_page_size = in.ConsumeIntegralInRange<uint8_t>(11, 13);
         for (uint32_t i = 0; i < reg.page_count; ++i) {
-            const uint64_t page = in.ConsumeBool() ? t.data + i * PIB_PAGE_SIZE : pickAddress(in, t);
-            std::memcpy(t.node.host.at(t.data) + i * 8, &page, 8);
+            const uint64_t page = in.ConsumeBool() ? t.data + i * PIB_PAGE_SIZE : t.pickAddress(in);
+            t.memory.poke(t.pageList + i * 8, page);
         }
-        std::memcpy(wqe.data() + 16, &reg, sizeof(reg));
+        std::memcpy(slot.data() + 16, &reg, sizeof(reg));
         dataAt = 16 + sizeof(reg);
     } else if (ctrl.opcode == PIB_WR_BIND_MW && in.ConsumeBool()) {
-        // A plausible bind of a window to the MTT region (which allows it).
         pib_wqe_bind_mw bind{};
-        bind.addr = pickAddress(in, t);
+        bind.addr = t.pickAddress(in);
         bind.length = in.ConsumeIntegralInRange<uint64_t>(0, 5 * PIB_PAGE_SIZE);
-        bind.mw_key = pickKey(in, t);
-        bind.new_rkey = pickKey(in, t);
-        bind.mr_key = pickKey(in, t);
+        bind.mw_key = t.pickKey(in);
+        bind.new_rkey = t.pickKey(in);
+        bind.mr_key = t.pickKey(in);
         bind.access = in.ConsumeIntegralInRange<uint32_t>(0, 16);
-        std::memcpy(wqe.data() + 16, &bind, sizeof(bind));
+        std::memcpy(slot.data() + 16, &bind, sizeof(bind));
         dataAt = 16 + sizeof(bind);
-    } else if (in.ConsumeBool()) { // UD: an address vector and the peer's QP
+    } else if (in.ConsumeBool()) { // UD: an address vector and a remote QP
         pib_wqe_ud ud{};
         ud.av.dlid = in.ConsumeBool() ? kPeerLid : in.ConsumeIntegral<uint16_t>();
         ud.av.port = 1;
         ud.av.flags = in.ConsumeBool() ? PIB_AV_GRH : 0;
         ud.remote_qpn = in.ConsumeIntegral<uint32_t>();
         ud.remote_qkey = in.ConsumeIntegral<uint32_t>();
-        std::memcpy(wqe.data() + 16, &ud, sizeof(ud));
+        std::memcpy(slot.data() + 16, &ud, sizeof(ud));
     } else { // connected: a remote address, maybe atomic operands
-        pib_wqe_raddr r{pickAddress(in, t), pickKey(in, t), 0};
-        std::memcpy(wqe.data() + 16, &r, sizeof(r));
+        const pib_wqe_raddr r{t.pickAddress(in), t.pickKey(in), 0};
+        std::memcpy(slot.data() + 16, &r, sizeof(r));
     }
-    for (size_t at = dataAt; at + 16 <= 128; at += 16) {
+    for (size_t at = dataAt; at + 16 <= slot.size(); at += 16) {
         if (ctrl.flags & PIB_WQE_INLINE && at == dataAt) {
             const uint32_t count = in.ConsumeIntegralInRange<uint32_t>(0, 2000) | PIB_INLINE_FLAG;
-            std::memcpy(wqe.data() + at, &count, 4);
+            std::memcpy(slot.data() + at, &count, 4);
             continue;
         }
-        pib_wqe_data d{pickLength(in), pickKey(in, t), pickAddress(in, t)};
-        std::memcpy(wqe.data() + at, &d, sizeof(d));
+        const pib_wqe_data d{t.pickLength(in), t.pickKey(in), t.pickAddress(in)};
+        std::memcpy(slot.data() + at, &d, sizeof(d));
     }
-    std::memcpy(n.host.at(slot), wqe.data(), wqe.size());
-    ++n.sqPi;
-    const uint32_t pi = in.ConsumeIntegralInRange(0, 15) ? n.sqPi : in.ConsumeIntegral<uint32_t>();
-    n.ring(PIB_DB_SQ, pi);
+    t.postRawSend(q, slot);
 }
 
-void postRecv(FuzzedDataProvider &in, Target &t) {
-    Node &n = t.node;
-    if (in.ConsumeBool()) { // into the SRQ
-        const uint64_t slot = t.srqPage + (t.srqPi % 64) * 64;
-        n.host.writeRecvWqe(slot, t.srqPi, pickKey(in, t), pickAddress(in, t), pickLength(in));
-        ++t.srqPi;
-        pib_core_bar_write(n.host.core, PIB_BAR_DOORBELL,
-                           uint64_t{n.uar} * PIB_PAGE_SIZE + PIB_DB_SRQ,
-                           uint64_t{t.srqPi} << 32 | t.srqn, 8);
+// A QP the peer is in the middle of a message to, if any: what happens
+// to it then is what a harness of whole messages never gets to.
+Qp *midMessage(Target &t) {
+    for (Qp *q : t.qps)
+        if (!q->rest.empty())
+            return q;
+    return nullptr;
+}
+
+// What a user's ibv_modify_qp may do to its own QP; mostly one that is
+// in the middle of a message, when there is one.
+void changeQpState(FuzzedDataProvider &in, Target &t) {
+    Qp *inMessage = midMessage(t);
+    Qp &q = inMessage && in.ConsumeIntegralInRange(0, 3)
+                ? *inMessage
+                : *t.qps[in.ConsumeIntegralInRange<size_t>(0, t.qps.size() - 1)];
+    switch (in.ConsumeIntegralInRange(0, 3)) {
+    case 0:
+        t.resetDirectly(q);
+        break;
+    case 1: { // drain the send queue, then (keep-alive) back to RTS
+        pib_qp_attr a{};
+        a.attr_mask = PIB_QP_STATE | PIB_QP_EN_SQD_ASYNC_NOTIFY;
+        a.qp_state = PIB_QPS_SQD;
+        a.en_sqd_async_notify = 1;
+        t.modifyQp(q, a);
+        break;
+    }
+    default: // a message in progress is cut: its receive WQE completes flushed
+        t.moveQp(q, PIB_QPS_ERR);
+        break;
+    }
+    q.suspect = true;
+}
+
+// ibv_resize_cq, ibv_modify_srq(IBV_SRQ_MAX_WR), or the XRC SRQ destroyed
+// and made again.
+void reshapeQueue(FuzzedDataProvider &in, Target &t) {
+    const bool small = in.ConsumeIntegralInRange(0, 7) == 0; // may overrun: the books stop
+    if (t.xrcTgt.rest.size() && in.ConsumeBool()) { // the SRQ of a message in progress goes
+        t.recreateXrcSrq();
         return;
     }
-    const Node::Qp *qps[] = {&t.rc, &t.uc, &t.ud, &t.smi, &t.gsi};
-    n.use(*qps[in.ConsumeIntegralInRange<size_t>(0, std::size(qps) - 1)]);
-    const uint64_t slot = n.rqPage + (n.rqPi % (1u << Node::kLogRq)) * 64;
-    n.host.writeRecvWqe(slot, n.rqPi, pickKey(in, t), pickAddress(in, t), pickLength(in));
-    ++n.rqPi;
-    n.ring(PIB_DB_RQ, n.rqPi);
+    switch (in.ConsumeIntegralInRange(0, 4)) {
+    case 0:
+    case 1: {
+        Cq &cq = *t.cqs[in.ConsumeIntegralInRange<size_t>(0, t.cqs.size() - 1)];
+        t.resizeCq(cq, small ? in.ConsumeIntegralInRange(1u, 5u)
+                             : in.ConsumeIntegralInRange(6u, kMaxCqLog));
+        break;
+    }
+    case 2:
+    case 3: {
+        Srq &s = in.ConsumeBool() ? t.srq : t.xrcSrq;
+        t.resizeSrq(s, small ? in.ConsumeIntegralInRange(1u, 3u)
+                             : in.ConsumeIntegralInRange(4u, kMaxSrqLog));
+        break;
+    }
+    default:
+        t.recreateXrcSrq();
+        break;
+    }
 }
 
-// A packet from the peer: valid headers for one of the QPs (or not quite),
-// built with correct CRCs, then maybe corrupted or cut across two reads.
-void receivePacket(FuzzedDataProvider &in, Target &t) {
-    iba::Packet p;
-    p.lrh.slid = in.ConsumeIntegralInRange(0, 7) ? kPeerLid : in.ConsumeIntegral<uint16_t>();
-    p.lrh.sl = in.ConsumeIntegralInRange<uint8_t>(0, 15);
-    const unsigned target = in.ConsumeIntegralInRange(0, 6);
-    static constexpr uint8_t kConnectedOps[] = {
-        iba::kSendFirst,         iba::kSendMiddle,         iba::kSendLast,
-        iba::kSendLastImm,       iba::kSendOnly,           iba::kSendOnlyImm,
-        iba::kWriteFirst,        iba::kWriteMiddle,        iba::kWriteLast,
-        iba::kWriteLastImm,      iba::kWriteOnly,          iba::kWriteOnlyImm,
-        iba::kReadRequest,       iba::kReadResponseFirst,  iba::kAcknowledge,
-        iba::kReadResponseOnly,  iba::kCompareSwap,        iba::kFetchAdd,
-        iba::kAtomicAcknowledge, iba::kReadResponseMiddle, iba::kReadResponseLast,
-        iba::kSendLastInv,       iba::kSendOnlyInv};
-    uint8_t op = kConnectedOps[in.ConsumeIntegralInRange<size_t>(0, std::size(kConnectedOps) - 1)];
-    unsigned psnSlot = 0;
-    switch (target) {
-    case 0: // RC
-    case 1: // UC
-    case 2: // RC on the SRQ
-        psnSlot = target;
-        p.lrh.dlid = kLid;
-        p.bth.destQp = (target == 0 ? t.rc : target == 1 ? t.uc : t.srqQp).qpn;
-        p.bth.opcode =
-            static_cast<uint8_t>((target == 1 ? iba::kTransportUc : iba::kTransportRc) | op);
-        break;
-    case 5: // the XRC TGT QP, mostly to its domain's XRC SRQ
-        psnSlot = 3;
-        p.lrh.dlid = kLid;
-        p.bth.destQp = t.xrcTgt.qpn;
-        p.bth.opcode = static_cast<uint8_t>(iba::kTransportXrc | op);
-        p.xrceth = in.ConsumeIntegralInRange(0, 3)   ? t.xrcSrqn
-                   : in.ConsumeBool()                ? t.srqn
-                                                     : in.ConsumeIntegralInRange(0u, 0xffffffu);
-        break;
-    case 3: // UD, unicast or to the multicast group
-        p.lrh.dlid = in.ConsumeBool() ? kLid : kMlid;
-        p.bth.destQp = p.lrh.dlid == kMlid ? iba::kMulticastQpn : t.ud.qpn;
-        p.bth.opcode = in.ConsumeBool() ? iba::kUdSendOnly : iba::kUdSendOnlyImm;
-        break;
-    case 4: // QP0 or QP1
-        p.lrh.dlid = in.ConsumeBool() ? kLid : iba::kPermissiveLid;
-        p.bth.destQp = in.ConsumeIntegralInRange(0, 1);
-        p.lrh.vl = p.bth.destQp == 0 ? 15 : 0;
-        p.bth.opcode = iba::kUdSendOnly;
-        break;
-    default: // anything
-        p.lrh.dlid = in.ConsumeIntegral<uint16_t>();
-        p.lrh.vl = in.ConsumeIntegralInRange<uint8_t>(0, 15);
-        p.bth.destQp = in.ConsumeIntegralInRange<uint32_t>(0, 0xffffff);
-        p.bth.opcode = in.ConsumeIntegral<uint8_t>();
-        break;
-    }
-    const iba::Layout layout = iba::layoutOf(p.bth.opcode);
-    if (!layout.valid)
-        p.bth.opcode = iba::kUdSendOnly; // build() needs a layout it knows
-    const iba::Layout l = iba::layoutOf(p.bth.opcode);
-    p.bth.pkey = in.ConsumeIntegralInRange(0, 7) ? 0xffff : in.ConsumeIntegral<uint16_t>();
-    p.bth.ackReq = in.ConsumeBool();
-    p.bth.solicited = in.ConsumeBool();
-    // Mostly the PSN the QP expects, sometimes near it, sometimes anything.
-    const int delta = in.ConsumeIntegralInRange(-3, 3);
-    const bool response = (p.bth.opcode & 0x1f) >= iba::kReadResponseFirst &&
-                          (p.bth.opcode & 0x1f) <= iba::kAtomicAcknowledge;
-    uint32_t &base = response ? t.peerPsn : t.expectedPsn[psnSlot];
-    p.bth.psn = in.ConsumeIntegralInRange(0, 15) ? psnAdd(base, static_cast<uint32_t>(delta))
-                                                 : in.ConsumeIntegralInRange(0u, 0xffffffu);
-    if (delta == 0)
-        base = psnAdd(base, 1);
+// A doorbell of the attacker's own page with any value, mostly naming the
+// tenant's queues: the device must refuse those. One that moves the
+// attacker's own producer counts makes the device take stale slots, so
+// the completion books stop.
+void ringAnyDoorbell(FuzzedDataProvider &in, Target &t) {
+    static constexpr uint32_t kOffsets[] = {PIB_DB_SQ, PIB_DB_RQ, PIB_DB_SRQ, PIB_DB_CQ_ARM,
+                                            PIB_DB_CLOCK};
+    const uint32_t offset = kOffsets[in.ConsumeIntegralInRange<size_t>(0, std::size(kOffsets) - 1)];
+    const uint32_t foreign[] = {t.tenant.srqn, t.tenant.cqn, t.sendCq.cqn,
+                                in.ConsumeIntegral<uint32_t>()};
+    uint32_t number = foreign[in.ConsumeIntegralInRange<size_t>(0, std::size(foreign) - 1)];
     if (in.ConsumeIntegralInRange(0, 7) == 0) {
-        iba::Grh g;
-        g.hopLimit = in.ConsumeIntegral<uint8_t>();
-        g.dgid[0] = 0xff;
-        g.dgid[15] = in.ConsumeIntegralInRange<uint8_t>(0, 2);
-        p.grh = g;
-        p.lrh.lnh = iba::kLnhIbaGlobal;
+        number = in.ConsumeBool() ? t.pickConnected(in).qpn : t.srq.srqn;
+        t.ledger.stopChecking();
     }
-    if (l.deth)
-        p.deth = iba::Deth{in.ConsumeBool() ? 0x11111111u : in.ConsumeIntegral<uint32_t>(),
-                           in.ConsumeIntegralInRange<uint32_t>(0, 0xffffff)};
-    if (l.reth)
-        p.reth = iba::Reth{pickAddress(in, t), pickKey(in, t), pickLength(in)};
-    if (l.aeth)
-        p.aeth = iba::Aeth{in.ConsumeIntegral<uint8_t>(), in.ConsumeIntegralInRange(0u, 0xffffffu)};
-    if (l.atomicEth)
-        p.atomicEth =
-            iba::AtomicEth{pickAddress(in, t), pickKey(in, t), in.ConsumeIntegral<uint64_t>(),
-                           in.ConsumeIntegral<uint64_t>()};
-    if (l.atomicAckEth)
-        p.atomicAck = in.ConsumeIntegral<uint64_t>();
-    if (l.imm)
-        p.imm = in.ConsumeIntegral<uint32_t>();
-    if (l.ieth)
-        p.ieth = pickKey(in, t);
-    if (l.payload) {
-        const size_t len = in.ConsumeIntegralInRange<size_t>(0, 4096);
-        p.payload = in.ConsumeBytes<uint8_t>(len);
-        p.payload.resize(len);
-    }
-    std::vector<uint8_t> bytes = iba::build(p);
-    if (in.ConsumeIntegralInRange(0, 15) == 0 && !bytes.empty()) // a bit flipped on the wire
-        bytes[in.ConsumeIntegralInRange<size_t>(0, bytes.size() - 1)] ^=
-            static_cast<uint8_t>(1u << in.ConsumeIntegralInRange(0, 7));
-    const std::vector<uint8_t> frame = wire::encode(PIB_WIRE_PACKET, bytes);
-    const size_t cut =
-        in.ConsumeBool() ? frame.size() : in.ConsumeIntegralInRange<size_t>(0, frame.size());
-    pib_core_port_receive(t.node.host.core, 1, frame.data(), cut);
-    pib_core_port_receive(t.node.host.core, 1, frame.data() + cut, frame.size() - cut);
+    pib_core_bar_write(t.host.core, PIB_BAR_DOORBELL, uint64_t{t.node.uar} * PIB_PAGE_SIZE + offset,
+                       uint64_t{in.ConsumeIntegral<uint32_t>()} << 32 | number,
+                       in.ConsumeIntegralInRange(0, 7) ? 8 : 4);
 }
+
+// ---- the host ------------------------------------------------------------------------
 
 void linkFlap(FuzzedDataProvider &in, Target &t) {
-    pib_core *core = t.node.host.core;
+    pib_core *core = t.host.core;
     pib_core_port_connected(core, 1, 0);
-    if (in.ConsumeBool())
+    if (in.ConsumeIntegralInRange(0, 3) == 0)
         return; // stays down for a while
     pib_core_port_connected(core, 1, 1);
     pib_wire_hello hello{};
     const auto frame = wire::encode(
         PIB_WIRE_HELLO, std::span(reinterpret_cast<const uint8_t *>(&hello), sizeof(hello)));
     pib_core_port_receive(core, 1, frame.data(), frame.size());
+    if (in.ConsumeIntegralInRange(0, 3))
+        t.activatePort(); // the subnet manager sees the port again
 }
 
-// A command whose mailbox the input writes (over a valid-looking start
-// taken from a real object's number, mostly).
-void command(FuzzedDataProvider &in, Target &t) {
-    FakeHost &h = t.node.host;
-    const uint16_t op =
-        kCommandOpcodes[in.ConsumeIntegralInRange<size_t>(0, std::size(kCommandOpcodes) - 1)];
-    const uint64_t box = t.data + (60 << 10);
-    const std::vector<uint8_t> bytes = in.ConsumeBytes<uint8_t>(in.ConsumeIntegralInRange(0, 256));
-    std::fill_n(h.at(box), 4096, 0);
-    std::copy(bytes.begin(), bytes.end(), h.at(box));
-    const uint32_t modifier = in.ConsumeBool() ? in.ConsumeIntegralInRange<uint32_t>(0, 40)
-                                               : in.ConsumeIntegral<uint32_t>();
-    const uint64_t inAddr = in.ConsumeIntegralInRange(0, 7) ? box : pickAddress(in, t);
-    const uint64_t outAddr = in.ConsumeIntegralInRange(0, 7) ? box : pickAddress(in, t);
-    h.command(op, modifier, inAddr, outAddr, in.ConsumeBool() ? PIB_CMD_CTRL_EVENT : 0);
+void hostEnvironment(FuzzedDataProvider &in, Target &t) {
+    FakeHost &h = t.host;
+    switch (in.ConsumeIntegralInRange(0, 5)) {
+    case 0: // time passes: retransmissions, RNR waits
+        h.advance(in.ConsumeIntegralInRange<uint64_t>(0, 200'000'000));
+        break;
+    case 1:
+        h.runScheduled();
+        break;
+    case 2:
+        linkFlap(in, t);
+        break;
+    case 3: // the host's queue fills, or drains
+        h.portQueueLimit =
+            in.ConsumeBool() ? SIZE_MAX : in.ConsumeIntegralInRange<size_t>(0, 65536);
+        h.portOutput[1].clear();
+        pib_core_port_writable(h.core, 1);
+        break;
+    case 4: { // raw stream bytes
+        const auto bytes = in.ConsumeBytes<uint8_t>(in.ConsumeIntegralInRange(0, 512));
+        pib_core_port_receive(h.core, 1, bytes.data(), bytes.size());
+        break;
+    }
+    default:
+        pib_core_bar_read(h.core, in.ConsumeBool() ? PIB_BAR_REGS : PIB_BAR_DOORBELL,
+                          in.ConsumeIntegralInRange(0u, 0x2000u),
+                          1u << in.ConsumeIntegralInRange(0, 3));
+        break;
+    }
 }
 
-// The host's view of the device, in any state it is in: it must answer,
-// and the JSON must parse.
+// The host's view of the device, in any state it is in: it must answer.
+// Mostly one object (the whole device costs more than most inputs).
 void inspect(FuzzedDataProvider &in, FakeHost &h) {
     static constexpr const char *kKinds[] = {"port", "eq", "cq", "qp", "srq", "mr"};
     std::string what;
-    if (in.ConsumeBool())
+    if (in.ConsumeIntegralInRange(0, 7))
         what = std::string(kKinds[in.ConsumeIntegralInRange<size_t>(0, std::size(kKinds) - 1)]) +
                " " + std::to_string(in.ConsumeIntegralInRange<uint32_t>(0, 300));
     char *answer = nullptr;
@@ -416,121 +575,325 @@ void inspect(FuzzedDataProvider &in, FakeHost &h) {
     std::free(answer);
 }
 
-// The host's test facilities, on the objects the target has.
+// The host's test facilities on the attacker's objects. Stopping a CQ or
+// an EQ loses completions on purpose: only a privileged input does it.
 void inject(FuzzedDataProvider &in, Target &t) {
-    const std::string qp = std::to_string(t.node.qpn);
+    const std::string qp = std::to_string(t.pickConnected(in).qpn);
+    const std::string cq = std::to_string(t.sendCq.cqn);
     const std::string lines[] = {
         "drop " + qp + " " + std::to_string(in.ConsumeIntegralInRange(1, 5)),
         "corrupt " + qp + " " + std::to_string(in.ConsumeIntegralInRange(1, 5)),
         "wqe " + qp + " REM_ACCESS_ERR 0x42",
         "command " + std::to_string(in.ConsumeIntegralInRange(0, 0x50)) + " BUSY",
-        "stop cq " + std::to_string(t.node.cqn),
-        "resume cq " + std::to_string(t.node.cqn),
-        "stop eq " + std::to_string(t.node.eqn),
-        "resume eq " + std::to_string(t.node.eqn),
         "event qp-fatal " + qp,
         "clear",
+        "stop cq " + cq,
+        "resume cq " + cq,
+        "stop eq " + std::to_string(t.node.eqn),
+        "resume eq " + std::to_string(t.node.eqn),
     };
+    const size_t choices = t.privileged ? std::size(lines) : 6;
     char *answer = nullptr;
-    pib_core_inject(t.node.host.core,
-                    lines[in.ConsumeIntegralInRange<size_t>(0, std::size(lines) - 1)].c_str(),
+    pib_core_inject(t.host.core, lines[in.ConsumeIntegralInRange<size_t>(0, choices - 1)].c_str(),
                     &answer);
     std::free(answer);
 }
 
-void step(FuzzedDataProvider &in, Target &t) {
-    FakeHost &h = t.node.host;
-    switch (in.ConsumeIntegralInRange(0, 15)) {
+void hostActs(FuzzedDataProvider &in, Target &t) {
+    switch (in.ConsumeIntegralInRange(0, 3)) {
     case 0:
+        inspect(in, t.host);
+        break;
     case 1:
-        postSend(in, t);
+        inject(in, t);
         break;
-    case 2:
-        postRecv(in, t);
-        break;
-    case 3:
-    case 4:
-    case 5:
-        receivePacket(in, t);
-        break;
-    case 6: { // raw stream bytes
-        const auto bytes = in.ConsumeBytes<uint8_t>(in.ConsumeIntegralInRange(0, 512));
-        pib_core_port_receive(h.core, 1, bytes.data(), bytes.size());
+    default: { // the attacker writes its data area
+        const uint64_t at = t.data + in.ConsumeIntegralInRange<uint64_t>(0, kDataSize - 256);
+        const auto bytes = in.ConsumeBytes<uint8_t>(in.ConsumeIntegralInRange(0, 256));
+        t.memory.write(at, bytes.data(), bytes.size());
         break;
     }
-    case 7:
-        command(in, t);
+    }
+}
+
+// ---- a privileged input: the driver itself -----------------------------------------------
+
+// A command whose mailbox the input writes.
+void anyCommand(FuzzedDataProvider &in, Target &t) {
+    FakeHost &h = t.host;
+    const uint16_t op =
+        kCommandOpcodes[in.ConsumeIntegralInRange<size_t>(0, std::size(kCommandOpcodes) - 1)];
+    const std::vector<uint8_t> bytes = in.ConsumeBytes<uint8_t>(in.ConsumeIntegralInRange(0, 256));
+    std::fill_n(h.at(t.mailbox), PIB_MAILBOX_SIZE, 0);
+    std::copy(bytes.begin(), bytes.end(), h.at(t.mailbox));
+    const uint32_t modifier = in.ConsumeBool() ? in.ConsumeIntegralInRange<uint32_t>(0, 40)
+                                               : in.ConsumeIntegral<uint32_t>();
+    const uint64_t inAddr = in.ConsumeIntegralInRange(0, 7) ? t.mailbox : t.pickAddress(in);
+    const uint64_t outAddr = in.ConsumeIntegralInRange(0, 7) ? t.mailbox : t.pickAddress(in);
+    h.command(op, modifier, inAddr, outAddr, in.ConsumeBool() ? PIB_CMD_CTRL_EVENT : 0);
+}
+
+void actAsDriver(FuzzedDataProvider &in, Target &t) {
+    FakeHost &h = t.host;
+    switch (in.ConsumeIntegralInRange(0, 4)) {
+    case 0:
+        anyCommand(in, t);
         break;
-    case 8: // a register
+    case 1: // a register
         pib_core_bar_write(h.core, PIB_BAR_REGS, in.ConsumeIntegralInRange(0u, PIB_REGS_SIZE + 16),
                            in.ConsumeIntegral<uint64_t>(), 1u << in.ConsumeIntegralInRange(0, 3));
         break;
-    case 9: // a doorbell, anywhere in BAR2
+    case 2: // a doorbell, anywhere in BAR2
         pib_core_bar_write(h.core, PIB_BAR_DOORBELL,
                            in.ConsumeIntegralInRange(0u, 20 * PIB_PAGE_SIZE),
                            in.ConsumeIntegral<uint64_t>(), in.ConsumeBool() ? 8 : 4);
         break;
-    case 10:
-        pib_core_bar_read(h.core, in.ConsumeBool() ? PIB_BAR_REGS : PIB_BAR_DOORBELL,
-                          in.ConsumeIntegralInRange(0u, 0x2000u),
-                          1u << in.ConsumeIntegralInRange(0, 3));
+    case 3:
+        pib_core_reset(h.core);
         break;
-    case 11: // time passes: retransmissions, RNR waits
-        h.advance(in.ConsumeIntegralInRange<uint64_t>(0, 200'000'000));
+    default: // a send queue's producer count of the input's choosing
+        pib_core_bar_write(
+            h.core, PIB_BAR_DOORBELL, uint64_t{t.node.uar} * PIB_PAGE_SIZE + PIB_DB_SQ,
+            uint64_t{in.ConsumeIntegral<uint32_t>()} << 32 | pickQpWithSendQueue(in, t).qpn, 8);
+        break;
+    }
+}
+
+void step(FuzzedDataProvider &in, Target &t, Peer &peer) {
+    switch (in.ConsumeIntegralInRange(0, 19)) {
+    case 0:
+    case 1:
+    case 2:
+    case 3:
+        peerSendsMessage(in, t, peer);
+        break;
+    case 4:
+    case 5:
+        peerAnswers(in, t, peer);
+        break;
+    case 6:
+    case 7:
+        postWork(in, t);
+        break;
+    case 8:
+        postReceives(in, t);
+        break;
+    case 9:
+        localOperation(in, t);
+        break;
+    case 10:
+        peer.sendAnyPacket(in);
+        break;
+    case 11:
+        postAnySend(in, t);
         break;
     case 12:
-        linkFlap(in, t);
+        changeQpState(in, t);
         break;
-    case 13: // the host's queue fills, or drains
-        h.portQueueLimit =
-            in.ConsumeBool() ? SIZE_MAX : in.ConsumeIntegralInRange<size_t>(0, 65536);
-        h.portOutput[1].clear();
-        pib_core_port_writable(h.core, 1);
+    case 13:
+        reshapeQueue(in, t);
         break;
     case 14:
-        h.runScheduled();
+    case 15:
+        hostEnvironment(in, t);
         break;
-    default: { // guest RAM the input writes (WQEs, buffers, rings), or the host acts
-        const int pick = in.ConsumeIntegralInRange(0, 63);
-        if (pick == 0) {
-            pib_core_reset(h.core);
-        } else if (pick == 1) { // the host looks at whatever state the device is in
-            inspect(in, h);
-        } else if (pick == 2) { // and arms its test facilities
-            inject(in, t);
-        } else {
-            const uint64_t at = t.data + in.ConsumeIntegralInRange<uint64_t>(0, (64 << 10) - 256);
-            const auto bytes = in.ConsumeBytes<uint8_t>(in.ConsumeIntegralInRange(0, 256));
-            std::copy(bytes.begin(), bytes.end(), h.at(at));
+    case 16:
+        hostActs(in, t);
+        break;
+    case 17:
+        ringAnyDoorbell(in, t);
+        break;
+    default:
+        if (t.privileged)
+            actAsDriver(in, t);
+        else
+            peerSendsMessage(in, t, peer);
+        break;
+    }
+}
+
+// ---- the bound on held WQEs ----------------------------------------------------------
+
+// What the device holds of fetched send WQEs, as `info pib` shows it.
+uint64_t heldWqeBytes(Target &t) {
+    char *answer = nullptr;
+    pib_core_inspect(t.host.core, "", 1, &answer);
+    check(answer != nullptr, "the device could not be inspected");
+    static constexpr char kKey[] = "\"outstanding_wqe_bytes\":";
+    const char *at = std::strstr(answer, kKey);
+    const uint64_t held = at ? std::strtoull(at + sizeof(kKey) - 1, nullptr, 10) : UINT64_MAX;
+    std::free(answer);
+    check(at != nullptr, "the device's inspection has no outstanding_wqe_bytes");
+    return held;
+}
+
+// docs/prm.md §7.4: the copies of fetched send WQEs stay within 16 MiB
+// plus one WQE of the largest stride per QP: the attacker's and the
+// node's own (a privileged input may have made any number, up to the
+// device's limit). With every QP in the error state, none is held at all.
+void checkHeldWqes(Target &t, bool allFlushed) {
+    const uint64_t qps = t.privileged ? limits::kMaxQp : t.qps.size() + 1;
+    const uint64_t bound =
+        limits::kOutstandingWqeBytes + qps * (sizeof(SendWqe) + (1u << limits::kLogMaxWqeStride));
+    const uint64_t held = heldWqeBytes(t);
+    if (held > bound)
+        fail("the device holds %" PRIu64 " bytes of WQE copies, above the bound of %" PRIu64
+             " for %" PRIu64 " QPs",
+             held, bound, qps);
+    if (allFlushed && held != 0)
+        fail("with every QP flushed, the device still holds %" PRIu64 " bytes of WQE copies", held);
+}
+
+// Whether the input posted send WQEs on a connected QP: only those hold
+// memory (an inspection of the whole device costs more than a short input).
+bool postedConnectedSends(const Target &t) {
+    for (Queue q : {Queue::kRcSend, Queue::kUcSend, Queue::kSrqQpSend, Queue::kXrcIniSend})
+        if (t.ledger.posted(q))
+            return true;
+    return t.privileged;
+}
+
+// ---- after each step -------------------------------------------------------------------
+
+// QPs that left RTS go back: a QP in the error state (or left in RESET,
+// INIT or RTR) is flushed, reset and connected again with fresh PSNs; one
+// in SQD resumes. Now and then the harness looks at every QP, since a lost
+// NAK or event may hide an error.
+void keepAlive(FuzzedDataProvider &in, Target &t, int stepIndex) {
+    for (Qp *q : t.qps) {
+        if (!q->suspect && stepIndex % 16 != 15)
+            continue;
+        const std::optional<uint8_t> state = t.qpState(*q);
+        if (!state || *state == PIB_QPS_RTS) {
+            q->suspect = false;
+            continue;
         }
-        break;
+        if (in.ConsumeIntegralInRange(0, 7) == 0)
+            continue; // left in that state a while
+        if (*state == PIB_QPS_SQD)
+            q->suspect = !t.moveQp(*q, PIB_QPS_RTS);
+        else
+            t.reconnect(*q, t.pickLink(in));
     }
+}
+
+// What the device said since the last look: a fatal internal error is a
+// finding; an overrun CQ lost completions on purpose.
+void readHostReports(Target &t) {
+    FakeHost &h = t.host;
+    for (const FakeHost::Report &line : h.traceLines) {
+        if (line.what == "fatal")
+            fail("an internal error made the device FATAL: %s", line.detail.c_str());
     }
+    for (const FakeHost::Report &error : h.errors)
+        if (error.what == "cq-overrun")
+            t.ledger.stopChecking();
+    h.clear();
+}
+
+void afterStep(FuzzedDataProvider &in, Target &t, Peer &peer, int stepIndex) {
+    FakeHost &h = t.host;
     check(h.mappings == 0, "the core returned with guest RAM still mapped");
+    // What one event may send: its packet budget, plus the answers it owes
+    // to a chunk of received bytes.
+    check(h.portOutput[1].size() < (8u << 20), "one event sent more than 8 MiB");
+    peer.readDeviceOutput();
+    if (in.ConsumeIntegralInRange(0, 7)) // sometimes the driver is slow to poll
+        t.pollAll();
+    readHostReports(t);
     // Nothing a guest or a peer sends may break the core inside: an
     // exception there makes the device FATAL (docs/prm.md §2.2).
-    if (pib_core_bar_read(h.core, PIB_BAR_REGS, PIB_REG_STATUS, 4) & PIB_STATUS_FATAL) {
-        for (const auto &line : h.traceLines)
-            if (line.what == "fatal")
-                std::fprintf(stderr, "fuzz-core: %s\n", line.detail.c_str());
-        check(false, "an internal error made the device FATAL");
+    check(!(pib_core_bar_read(h.core, PIB_BAR_REGS, PIB_REG_STATUS, 4) & PIB_STATUS_FATAL),
+          "the device is FATAL");
+    if (stepIndex % 50 == 49 && postedConnectedSends(t))
+        checkHeldWqes(t, false);
+    keepAlive(in, t, stepIndex);
+}
+
+// ---- at the end ------------------------------------------------------------------------
+
+// Every WQE the device consumed has its one CQE. The SRQs say how many
+// of theirs they still hold.
+void checkCompletions(Target &t) {
+    for (int q = 0; q < static_cast<int>(Queue::kCount); ++q) {
+        const auto queue = static_cast<Queue>(q);
+        uint64_t consumed = t.ledger.posted(queue);
+        if (queue == Queue::kSrq || queue == Queue::kXrcSrq) {
+            const Srq &s = queue == Queue::kSrq ? t.srq : t.xrcSrq;
+            const std::optional<uint32_t> held = t.srqWqeCount(s.srqn);
+            check(held.has_value(), "QUERY_SRQ of the attacker's SRQ failed");
+            consumed -= *held;
+        }
+        t.ledger.checkSettled(queue, consumed);
     }
-    // What one event may send: its packet budget, plus the answers it owes
-    // to a chunk of received bytes; the harness drains the port each step.
-    check(h.portOutput[1].size() < (8u << 20), "one event sent more than 8 MiB");
-    h.portOutput[1].clear();
+}
+
+// The second tenant as it was: no CQE, every SRQ WQE still posted, its
+// window bound, its memory unchanged (with everything else the device
+// may not write).
+void checkTenant(Target &t) {
+    const auto first = t.host.peek<pib_cqe>(t.tenant.cqRing);
+    check(!(first.flags & PIB_CQE_PHASE), "a CQE on the second tenant's CQ");
+    const std::optional<uint32_t> held = t.srqWqeCount(t.tenant.srqn);
+    if (!held || *held != t.tenant.srqWqes)
+        fail("the second tenant's SRQ holds %d WQEs of %u", held ? static_cast<int>(*held) : -1,
+             t.tenant.srqWqes);
+    pib_mw_context mw{};
+    check(t.commandOut(PIB_CMD_QUERY_MW, t.tenant.windowKey, &mw) && mw.bound,
+          "the second tenant's window is no longer bound");
+}
+
+void checkMemory(const Target &t) {
+    const std::optional<uint64_t> page = t.memory.firstForbiddenChange();
+    if (!page)
+        return;
+    const char *what = *page >= t.tenant.buf && *page < t.tenant.buf + kTenantBytes
+                           ? "the second tenant's buffer"
+                       : *page == t.tenant.cqRing ? "the second tenant's CQ"
+                                                  : "memory no MR of the attacker's covers";
+    fail("the device wrote guest page 0x%" PRIx64 ", %s", *page, what);
+}
+
+// The device finishes what it postponed, the QPs are flushed, and the
+// oracles look at what is left.
+void finish(Target &t, Peer &peer) {
+    FakeHost &h = t.host;
+    if (t.privileged) {
+        // Some of the postponed work (each run is one bounded event; a 2 GiB
+        // READ takes thousands, which would only slow the fuzzer down).
+        for (int runs = 0; runs < 64 && h.runScheduled(); ++runs)
+            h.portOutput[1].clear();
+        checkHeldWqes(t, false);
+        return;
+    }
+    char *answer = nullptr;
+    pib_core_inject(h.core, "clear", &answer); // no BUSY command in the way
+    std::free(answer);
+    for (Qp *q : t.qps)
+        if (!t.moveQp(*q, PIB_QPS_ERR))
+            fail("%s did not move to the error state", q->name);
+    for (int runs = 0; runs < 64 && h.runScheduled(); ++runs)
+        peer.readDeviceOutput();
+    peer.readDeviceOutput();
+    t.pollAll();
+    readHostReports(t);
+    checkCompletions(t);
+    checkTenant(t);
+    checkMemory(t);
+    if (postedConnectedSends(t))
+        checkHeldWqes(t, true);
 }
 
 } // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     FuzzedDataProvider in(data, size);
-    Target t;
-    for (int steps = 0; steps < 200 && in.remaining_bytes(); ++steps)
-        step(in, t);
-    // Some of the postponed work (each run is one bounded event; a 2 GiB
-    // READ takes thousands, which would only slow the fuzzer down).
-    for (int runs = 0; runs < 64 && t.node.host.runScheduled(); ++runs)
-        t.node.host.portOutput[1].clear();
+    Target t(in.ConsumeIntegralInRange(0, 3) == 0);
+    Peer peer(t);
+    for (int i = 0; i < kSteps && in.remaining_bytes(); ++i) {
+        step(in, t, peer);
+        afterStep(in, t, peer, i);
+    }
+    finish(t, peer);
     return 0;
 }

@@ -11,7 +11,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from pibctl import core_build, paths, ui
+from pibctl import core_build, fuzz_coverage, paths, ui
 
 # Harness name -> executable, in tests/fuzz.
 TARGETS = {
@@ -201,6 +201,19 @@ def _run_qtest(minutes: float) -> bool:
     return True
 
 
+def _report_coverage(targets) -> None:
+    """What each target's corpus reaches (fuzz_coverage.py). Not a
+    finding either way: a campaign's result stands without it."""
+    ui.step("coverage: each corpus replayed once with clang's source-based coverage")
+    try:
+        fuzz_coverage.build([TARGETS[t] for t in targets])
+        for target in targets:
+            inputs = [d for d in (corpus_dir(target), INPUTS_DIR / target) if d.is_dir()]
+            fuzz_coverage.report(target, TARGETS[target], inputs)
+    except (ui.StepFailed, subprocess.SubprocessError, OSError, ValueError) as e:
+        ui.warn(f"no coverage report: {e}")
+
+
 def run(minutes: float, targets, jobs: int = 1) -> int:
     """./pib fuzz: each harness for `minutes`, from its corpus in the cache
     (which grows) and the checked-in inputs (read only); with `jobs` > 1 in
@@ -235,6 +248,9 @@ def run(minutes: float, targets, jobs: int = 1) -> int:
             print(proc.stderr[-6000:])
             for f in found:
                 ui.detail(f"finding: {f}")
+    libfuzzer_targets = [t for t in targets if t in TARGETS]
+    if libfuzzer_targets:
+        _report_coverage(libfuzzer_targets)
     if failed:
         ui.info("findings in: " + ", ".join(failed))
         return 1
