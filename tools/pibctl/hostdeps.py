@@ -54,6 +54,8 @@ PACKAGES = {
     # The fuzzers: clang with libFuzzer and the sanitizer runtimes.
     "clang": None,
     "libclang-rt-dev": None,
+    # ./pib fuzz's coverage report: llvm-profdata, llvm-cov, llvm-cxxfilt.
+    "llvm": None,
     # Building the rdma-core provider.
     "cmake": None,
     "libnl-3-dev": None,
