@@ -173,6 +173,8 @@ def qtest(counts, accesses: int) -> None:
     """For ./pib test: random accesses to the built QEMU through qtest."""
     from pibctl import mmio_fuzz
 
+    ui.step(f"qtest: {accesses} random accesses to QEMU's pib-hca")
+
     start = time.monotonic()
     try:
         made, seconds, errors = mmio_fuzz.run(accesses, seed=int(time.time()))

@@ -37,11 +37,13 @@ class Counts:
         self.passed = 0
         self.failed = 0
         self.failures = []
+        self.seconds = []  # (seconds, name) of every check
 
     def record(self, name: str, ok: bool, seconds: float, why: str = "") -> None:
         """Counts a result. A failure's `why` (its first line) goes on the
         FAIL line and into the summary, so that a log cut short around
         either still says what failed."""
+        self.seconds.append((seconds, name))
         if ok:
             self.passed += 1
             ui.info(f"PASS  {name}  ({seconds:.1f} s)")
@@ -320,6 +322,7 @@ def run_e2e(counts: Counts, pattern: str, vms: int, accel: str,
 def check_other_kernels(counts: Counts) -> None:
     """The driver must also build, warning-free, against the kernels
     Debian offers that the guests do not run this time."""
+    ui.step("The driver against the other kernels")
     for name in driver_build.other_kernels():
         start = time.monotonic()
         try:
@@ -344,6 +347,17 @@ def check_newest_qemu(counts: Counts) -> None:
         counts.record(name, False, time.monotonic() - start, str(e))
 
 
+def print_timing(counts: Counts, slowest: int = 10) -> None:
+    """Where the time went: each step (setup's and the tests' phases), and
+    the slowest checks."""
+    ui.info("\ntime per phase:")
+    for msg, seconds in ui.step_durations():
+        ui.info(f"  {seconds:7.0f} s  {_first_line(msg, 90)}")
+    ui.info(f"the {slowest} slowest checks:")
+    for seconds, name in sorted(counts.seconds, reverse=True)[:slowest]:
+        ui.info(f"  {seconds:7.0f} s  {_first_line(name, 90)}")
+
+
 def run(pattern: str = "", unit: bool = True, e2e: bool = True, vms: int = 2,
         accel: str = "tcg") -> int:
     start = time.monotonic()
@@ -364,6 +378,7 @@ def run(pattern: str = "", unit: bool = True, e2e: bool = True, vms: int = 2,
         run_e2e(counts, pattern, vms, accel, topology_file=HOSTILE)
         run_e2e(counts, pattern, 2, accel, own_pass=True)
     ui.info(f"\ntests took {time.monotonic() - start:.0f} s")
+    print_timing(counts)
     if counts.failures:
         ui.info("failed:\n  " + "\n  ".join(counts.failures))
     ui.info(f"{counts.passed} passed, {counts.failed} failed")

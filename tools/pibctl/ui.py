@@ -18,8 +18,20 @@ def info(msg: str) -> None:
     print(msg, flush=True)
 
 
+# When each step began, for ./pib test's table of where the time went.
+_step_starts = []
+
+
 def step(msg: str) -> None:
+    _step_starts.append((msg, time.monotonic()))
     print(f"==> {msg}", flush=True)
+
+
+def step_durations() -> list:
+    """(step, seconds) for every step so far: each lasted until the next
+    began, the last one until now."""
+    ends = [t for _, t in _step_starts[1:]] + [time.monotonic()]
+    return [(msg, end - start) for (msg, start), end in zip(_step_starts, ends)]
 
 
 def detail(msg: str) -> None:
