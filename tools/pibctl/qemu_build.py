@@ -47,6 +47,11 @@ class QemuTree:
         return paths.cache_dir() / self.name / "build"
 
     @property
+    def release(self) -> str:
+        """10.0.2 of qemu_10.0.2+ds.orig.tar.xz"""
+        return self.tarball.filename.split("_")[1].split("+")[0]
+
+    @property
     def binary(self) -> Path:
         return self.build / "qemu-system-x86_64"
 
@@ -137,21 +142,68 @@ def configure(tree: QemuTree) -> None:
     stamps.mark(f"{tree.name}-configure", key)
 
 
-def check_glue_warnings(tree: QemuTree) -> None:
-    """QEMU is built without -Werror, but our glue must be warning-free:
-    recompile it alone with QEMU's own flags plus -Werror."""
+def _glue_entries(tree: QemuTree) -> list:
+    """The compile_commands.json entries of our glue's sources."""
     db = json.loads((tree.build / "compile_commands.json").read_text())
+    entries = []
     for name in GLUE_SOURCES:
         entry = next((e for e in db if e["file"].endswith(f"hw/pib/{name}")), None)
         if entry is None:
             raise ui.StepFailed(f"hw/pib/{name} is not in QEMU's compile_commands.json")
-        args = shlex.split(entry["command"])
-        out = args.index("-o")
-        del args[out : out + 2]
-        args += ["-Werror", "-fsyntax-only"]
-        proc = subprocess.run(args, cwd=entry["directory"], capture_output=True, text=True)
+        entries.append(entry)
+    return entries
+
+
+def _strict_compile(entry: dict, source: str = None) -> subprocess.CompletedProcess:
+    """The glue's compile command with -Werror, syntax only; with `source`
+    given, that C text in place of the file."""
+    args = shlex.split(entry["command"])
+    out = args.index("-o")
+    del args[out : out + 2]
+    args += ["-Werror", "-fsyntax-only"]
+    if source is not None:  # from stdin, its own includes found beside the file
+        args[args.index(entry["file"])] = "-"
+        here = (Path(entry["directory"]) / entry["file"]).parent
+        args[1:1] = ["-x", "c", "-iquote", str(here)]
+    return subprocess.run(args, cwd=entry["directory"], capture_output=True, text=True,
+                          input=source)
+
+
+def check_glue_warnings(tree: QemuTree) -> None:
+    """QEMU is built without -Werror, but our glue must be warning-free:
+    recompile it alone with QEMU's own flags plus -Werror. A function the
+    tree no longer declares is an implicit declaration, so an error."""
+    for name, entry in zip(GLUE_SOURCES, _glue_entries(tree)):
+        proc = _strict_compile(entry)
         if proc.returncode != 0:
             raise ui.StepFailed(f"warnings in qemu-hw/glue/{name}:\n{proc.stderr}")
+
+
+def check_catches_api_break(tree: QemuTree) -> None:
+    """The compile check itself can fail: the glue with a call to a QEMU
+    function that does not exist (as after an upstream rename) is refused."""
+    entry = _glue_entries(tree)[0]
+    source = (Path(entry["directory"]) / entry["file"]).read_text()
+    broken = source + "\nvoid pib_api_canary(void);\nvoid pib_api_canary(void)\n" \
+                      "{\n    pci_register_bar_renamed_upstream(NULL, 0, 0, NULL);\n}\n"
+    proc = _strict_compile(entry, broken)
+    if proc.returncode == 0 or "pci_register_bar_renamed_upstream" not in proc.stderr:
+        raise ui.StepFailed("the glue's compile check did not refuse a call to a function QEMU "
+                            "lacks for that reason:\n" + proc.stderr[-2000:])
+
+
+def build_objects(tree: QemuTree) -> None:
+    """The series applied to `tree`, configured, and only the glue's
+    objects compiled (with the headers the build generates for them) and
+    checked with -Werror: what an upstream API change would break, without
+    building a second emulator."""
+    ui.step(f"QEMU {tree.release}: the series applied, configured, hw/pib compiled")
+    unpack(tree)
+    qemu_patches.sync(tree.src)
+    configure(tree)
+    objects = [e["output"] for e in _glue_entries(tree)]
+    ui.run_logged(["ninja", "-C", tree.build, *objects], "qemu-build", "ninja (hw/pib objects)")
+    check_glue_warnings(tree)
 
 
 def build(tree: QemuTree = None) -> None:
@@ -160,7 +212,7 @@ def build(tree: QemuTree = None) -> None:
     user's, with the series applied unless it was already."""
     tree = tree or selected()
     if tree.tarball:
-        ui.step(f"QEMU {tree.tarball.filename.split('_')[1].split('+')[0]} with -device pib-hca")
+        ui.step(f"QEMU {tree.release} with -device pib-hca")
         unpack(tree)
         qemu_patches.sync(tree.src)
     else:
