@@ -25,6 +25,25 @@ CONFIGURE_FLAGS = [
     "--disable-install-blobs",
 ]
 
+# The devices of the QEMUs ./pib unpacks (configs/devices/x86_64-softmmu/
+# pib.mak, with --without-default-devices): what the fabric's guests and
+# the user guide's examples use (q35, its PCIe root ports, virtio-net over
+# vde, virtio-serial for the guest agent, ISA serial for the console, and
+# for the libvirt example a virtio disk, balloon and XHCI controller).
+# A tree of the user's (--qemu-src) keeps QEMU's default set.
+DEVICES_NAME = "pib"
+DEVICES = """\
+CONFIG_Q35=y
+CONFIG_PCIE_PORT=y
+CONFIG_VIRTIO_PCI=y
+CONFIG_VIRTIO_NET=y
+CONFIG_VIRTIO_SERIAL=y
+CONFIG_VIRTIO_BLK=y
+CONFIG_VIRTIO_BALLOON=y
+CONFIG_USB_XHCI_PCI=y
+CONFIG_PIB_HCA=y
+"""
+
 # Bump when unpacking changes (the series' edits are re-applied each build).
 PATCH_LEVEL = "5"
 
@@ -128,8 +147,20 @@ def _without_edk2_blobs(src: Path) -> None:
                                       "unpack_edk2_blobs = false"))
 
 
+def _configure_flags(tree: QemuTree) -> list:
+    """A tree ./pib unpacked gets only DEVICES (written into it here)."""
+    if not tree.tarball:
+        return CONFIGURE_FLAGS
+    devices = tree.src / "configs" / "devices" / "x86_64-softmmu" / f"{DEVICES_NAME}.mak"
+    if not devices.is_file() or devices.read_text() != DEVICES:
+        devices.write_text(DEVICES)
+    return [*CONFIGURE_FLAGS, "--without-default-devices",
+            f"--with-devices-x86_64={DEVICES_NAME}"]
+
+
 def configure(tree: QemuTree) -> None:
-    key = stamps.hash_files([], " ".join(CONFIGURE_FLAGS) + PATCH_LEVEL + str(tree.src) +
+    flags = _configure_flags(tree)
+    key = stamps.hash_files([], " ".join(flags) + DEVICES + PATCH_LEVEL + str(tree.src) +
                             (tree.tarball.sha256 if tree.tarball else ""))
     build = tree.build
     if stamps.is_current(f"{tree.name}-configure", key) and (build / "build.ninja").is_file():
@@ -138,7 +169,7 @@ def configure(tree: QemuTree) -> None:
         shutil.rmtree(build)
     build.mkdir(parents=True)
     ui.detail("configuring QEMU")
-    ui.run_logged([tree.src / "configure", *CONFIGURE_FLAGS], "qemu-build", "configure", cwd=build)
+    ui.run_logged([tree.src / "configure", *flags], "qemu-build", "configure", cwd=build)
     stamps.mark(f"{tree.name}-configure", key)
 
 
