@@ -3,6 +3,7 @@
 // sockets): every port is a peer that may send anything. The input is a
 // sequence of steps: links coming up and going down, raw stream bytes cut
 // into frames the way the server does, and packets built with valid CRCs:
+// an SM one hop away that gives the switch a LID and makes a port ACTIVE,
 // directed-route and LID-routed SMPs of every attribute and method the
 // SMA knows (and others), PMA queries, and data to unicast and multicast
 // LIDs. Whatever the switch answers must be a packet that parses, sent
@@ -15,6 +16,7 @@
 #include "frame.hh"
 #include "mad.hh"
 #include "packet.hh"
+#include "smp.hh"
 #include "switch.hh"
 
 using namespace pib;
@@ -124,6 +126,50 @@ std::vector<uint8_t> packet(FuzzedDataProvider &in) {
     return bytes;
 }
 
+// A directed-route Set(PortInfo) of the switch's port `n` from an SM
+// one hop away, as an SM configures a switch.
+std::vector<uint8_t> setPortInfo(unsigned n, const iba::PortInfo &info) {
+    std::vector<uint8_t> m(iba::kMadSize);
+    iba::Mad mad(m);
+    mad.set8(0, 1);
+    mad.set8(1, iba::kClassSmpDirected);
+    mad.set8(2, 1);
+    mad.set8(3, iba::kSet);
+    mad.set8(6, 1); // the switch is hop 1 of 1 from the SM's port
+    mad.set8(7, 1);
+    mad.set16(16, iba::kAttrPortInfo);
+    mad.set32(20, n);
+    mad.set16(32, iba::kPermissiveLid);
+    mad.set16(34, iba::kPermissiveLid);
+    mad.set8(129, 1); // initial path[1]: the SM's port
+    iba::writePortInfo(mad, info);
+    iba::Packet p;
+    p.lrh.vl = 15;
+    p.lrh.dlid = iba::kPermissiveLid;
+    p.lrh.slid = iba::kPermissiveLid;
+    p.bth.opcode = iba::kUdSendOnly;
+    p.deth = iba::Deth{0, 0};
+    p.payload = m;
+    return iba::build(p);
+}
+
+// What an SM does first: the switch gets a LID and the SM's, and the
+// port the SM is behind goes ARMED and ACTIVE; so LID-routed SMPs, PMA
+// queries, replies and traps to the SM have somewhere to go.
+void configureAsSm(FuzzedDataProvider &in, Switch &sw, unsigned port) {
+    checkOutput(sw.linkChanged(port, true));
+    iba::PortInfo info;
+    info.lid = in.ConsumeIntegralInRange<uint16_t>(1, 16);
+    info.masterSmLid = in.ConsumeIntegralInRange<uint16_t>(1, 16);
+    info.subnetTimeout = in.ConsumeIntegralInRange<uint8_t>(0, 31);
+    checkOutput(sw.receive(port, setPortInfo(0, info)));
+    for (uint8_t state : {iba::kPortStateArmed, iba::kPortStateActive}) {
+        iba::PortInfo active;
+        active.portState = state;
+        checkOutput(sw.receive(port, setPortInfo(port, active)));
+    }
+}
+
 } // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
@@ -133,7 +179,13 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     for (int steps = 0; steps < 300 && in.remaining_bytes(); ++steps) {
         // Ports 0 and kPorts + 1 do not exist: the switch must refuse them.
         const unsigned port = in.ConsumeIntegralInRange<unsigned>(0, kPorts + 1);
-        switch (in.ConsumeIntegralInRange(0, 7)) {
+        switch (in.ConsumeIntegralInRange(0, 8)) {
+        case 8: // an SM behind the port; or time passes, and traps are sent again
+            if (in.ConsumeBool())
+                configureAsSm(in, sw, port);
+            else
+                checkOutput(sw.repeatTraps());
+            break;
         case 0: // a cable plugged or pulled
             checkOutput(sw.linkChanged(port, in.ConsumeBool()));
             break;
