@@ -17,6 +17,7 @@
 #include "mad.hh"
 #include "packet.hh"
 #include "smp.hh"
+#include "smp_packets.hh"
 #include "switch.hh"
 
 using namespace pib;
@@ -129,28 +130,10 @@ std::vector<uint8_t> packet(FuzzedDataProvider &in) {
 // A directed-route Set(PortInfo) of the switch's port `n` from an SM
 // one hop away, as an SM configures a switch.
 std::vector<uint8_t> setPortInfo(unsigned n, const iba::PortInfo &info) {
-    std::vector<uint8_t> m(iba::kMadSize);
+    std::vector<uint8_t> m = testing::drSmpMad(iba::kSet, iba::kAttrPortInfo, n, {1});
     iba::Mad mad(m);
-    mad.set8(0, 1);
-    mad.set8(1, iba::kClassSmpDirected);
-    mad.set8(2, 1);
-    mad.set8(3, iba::kSet);
-    mad.set8(6, 1); // the switch is hop 1 of 1 from the SM's port
-    mad.set8(7, 1);
-    mad.set16(16, iba::kAttrPortInfo);
-    mad.set32(20, n);
-    mad.set16(32, iba::kPermissiveLid);
-    mad.set16(34, iba::kPermissiveLid);
-    mad.set8(129, 1); // initial path[1]: the SM's port
     iba::writePortInfo(mad, info);
-    iba::Packet p;
-    p.lrh.vl = 15;
-    p.lrh.dlid = iba::kPermissiveLid;
-    p.lrh.slid = iba::kPermissiveLid;
-    p.bth.opcode = iba::kUdSendOnly;
-    p.deth = iba::Deth{0, 0};
-    p.payload = m;
-    return iba::build(p);
+    return testing::drPacket(std::move(m));
 }
 
 // What an SM does first: the switch gets a LID and the SM's, and the

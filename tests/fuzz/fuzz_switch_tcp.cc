@@ -35,6 +35,7 @@
 #include "packet.hh"
 #include "server.hh"
 #include "server_internal.hh"
+#include "smp_packets.hh"
 #include "switch.hh"
 
 using namespace pib;
@@ -201,24 +202,7 @@ class DialledPeer {
 
 // A Get(NodeInfo) the switch answers itself: it sends something back.
 std::vector<uint8_t> nodeInfoQuery(uint64_t tid) {
-    std::vector<uint8_t> m(iba::kMadSize, 0);
-    iba::Mad mad(m);
-    mad.set8(0, 1);
-    mad.set8(1, iba::kClassSmpDirected);
-    mad.set8(2, 1);
-    mad.set8(3, iba::kGet);
-    mad.set64(8, tid);
-    mad.set16(16, iba::kAttrNodeInfo);
-    mad.set16(32, iba::kPermissiveLid);
-    mad.set16(34, iba::kPermissiveLid);
-    iba::Packet p;
-    p.lrh.vl = 15;
-    p.lrh.dlid = iba::kPermissiveLid;
-    p.lrh.slid = iba::kPermissiveLid;
-    p.bth.opcode = iba::kUdSendOnly;
-    p.deth = iba::Deth{0, 0};
-    p.payload = std::move(m);
-    return iba::build(p);
+    return testing::drPacket(testing::drSmpMad(iba::kGet, iba::kAttrNodeInfo, 0, {}, tid));
 }
 
 std::vector<uint8_t> hello(FuzzedDataProvider &in) {

@@ -7,11 +7,14 @@
 #include <catch2/catch.hpp>
 
 #include "mad.hh"
+#include "smp_packets.hh"
 #include "switch.hh"
 
 using namespace pib;
 using namespace pib::fabric;
 using namespace pib::iba;
+using pib::testing::drSmp;
+using pib::testing::smpMad;
 
 namespace {
 
@@ -22,39 +25,6 @@ Switch makeSwitch(unsigned ports = 8, uint64_t guid = kGuid) {
     for (unsigned p = 1; p <= ports; ++p)
         sw.linkChanged(p, true);
     return sw;
-}
-
-std::vector<uint8_t> smpMad(uint8_t cls, uint8_t method, uint16_t attr, uint32_t mod) {
-    std::vector<uint8_t> m(kMadSize, 0);
-    Mad mad(m);
-    mad.set8(0, 1);
-    mad.set8(1, cls);
-    mad.set8(2, 1);
-    mad.set8(3, method);
-    mad.set64(8, 0x1234);
-    mad.set16(16, attr);
-    mad.set32(20, mod);
-    return m;
-}
-
-// A DR SMP as the SM's HCA sends it: the hop pointer already at 1.
-std::vector<uint8_t> drSmp(uint8_t method, uint16_t attr, uint32_t mod, std::vector<uint8_t> path) {
-    auto m = smpMad(kClassSmpDirected, method, attr, mod);
-    Mad mad(m);
-    mad.set8(6, 1);
-    mad.set8(7, static_cast<uint8_t>(path.size()));
-    mad.set16(32, iba::kPermissiveLid);
-    mad.set16(34, iba::kPermissiveLid);
-    for (size_t i = 0; i < path.size(); ++i)
-        mad.set8(128 + 1 + i, path[i]);
-    iba::Packet p;
-    p.lrh.vl = 15;
-    p.lrh.dlid = iba::kPermissiveLid;
-    p.lrh.slid = iba::kPermissiveLid;
-    p.bth.opcode = iba::kUdSendOnly;
-    p.deth = iba::Deth{0, 0};
-    p.payload = m;
-    return iba::build(p);
 }
 
 std::vector<uint8_t> lidPacket(uint16_t dlid, uint32_t qp, std::vector<uint8_t> payload,

@@ -253,6 +253,7 @@ def run_e2e(counts: Counts, pattern: str, vms: int, accel: str,
     if not tests:
         ui.info(f"no end-to-end tests selected for {where}")
         return
+    ui.phase(f"end-to-end: {len(tests)} tests on {where}")
     ui.step(f"End-to-end tests ({len(tests)}) on a fabric of {where}")
     boot_start = time.monotonic()
     try:
@@ -341,29 +342,33 @@ def check_newest_qemu(counts: Counts) -> None:
     that tree's headers; and that check refuses a glue calling a function
     the tree lacks."""
     version = sources.QEMU_NEWEST.version
+    if _check(counts, f"the qemu-patches series applies to QEMU {version} and hw/pib compiles "
+              "against it", lambda: qemu_build.build_objects(qemu_build.NEWEST)):
+        _check(counts, f"that compile check fails for a glue calling a function QEMU {version} "
+               "lacks", lambda: qemu_build.check_catches_api_break(qemu_build.NEWEST))
+
+
+def _check(counts: Counts, name: str, step) -> bool:
+    """Records `step()` as a check: it passes unless it raises StepFailed."""
     start = time.monotonic()
-    name = f"the qemu-patches series applies to QEMU {version} and hw/pib compiles against it"
     try:
-        qemu_build.build_objects(qemu_build.NEWEST)
-        counts.record(name, True, time.monotonic() - start)
+        step()
     except ui.StepFailed as e:
         counts.record(name, False, time.monotonic() - start, str(e))
-        return
-    start = time.monotonic()
-    name = f"that compile check fails for a glue calling a function QEMU {version} lacks"
-    try:
-        qemu_build.check_catches_api_break(qemu_build.NEWEST)
-        counts.record(name, True, time.monotonic() - start)
-    except ui.StepFailed as e:
-        counts.record(name, False, time.monotonic() - start, str(e))
+        return False
+    counts.record(name, True, time.monotonic() - start)
+    return True
 
 
 def print_timing(counts: Counts, slowest: int = 10) -> None:
     """Where the time went: each step (setup's and the tests' phases), and
     the slowest checks."""
-    ui.info("\ntime per phase:")
-    for msg, seconds in ui.step_durations():
-        ui.info(f"  {seconds:7.0f} s  {_first_line(msg, 90)}")
+    ui.info("\ntime per phase (and its steps of 5 s or more):")
+    for name, seconds, steps in ui.phase_durations():
+        ui.info(f"  {seconds:7.0f} s  {_first_line(name, 90)}")
+        for msg, step_seconds in steps:
+            if step_seconds >= 5:
+                ui.info(f"  {step_seconds:9.0f} s  {_first_line(msg, 88)}")
     ui.info(f"the {slowest} slowest checks:")
     for seconds, name in sorted(counts.seconds, reverse=True)[:slowest]:
         ui.info(f"  {seconds:7.0f} s  {_first_line(name, 90)}")
@@ -372,14 +377,17 @@ def print_timing(counts: Counts, slowest: int = 10) -> None:
 def run(pattern: str = "", unit: bool = True, e2e: bool = True, vms: int = 2,
         accel: str = "tcg") -> int:
     start = time.monotonic()
+    ui.phase("setup")
     setup.run()
     # Tests get their own run directory: a fabric the user has up is left alone.
     os.environ["PIB_RUN_DIR"] = str(paths.cache_dir() / "test-run")
     counts = Counts()
     if unit:
+        ui.phase("unit tests and build checks")
         run_unit_tests(counts)
         check_other_kernels(counts)
         check_newest_qemu(counts)
+        ui.phase("fuzzers and qtest")
         fuzzing.build()
         fuzzing.replay(counts)
         fuzzing.qtest(counts, accesses=200_000)

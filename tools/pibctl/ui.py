@@ -18,20 +18,34 @@ def info(msg: str) -> None:
     print(msg, flush=True)
 
 
-# When each step began, for ./pib test's table of where the time went.
-_step_starts = []
+# When each phase and each step began, for ./pib test's table of where
+# the time went: (name, start, is a phase).
+_starts = []
+
+
+def phase(name: str) -> None:
+    """A part of a run that the timing table adds up (steps go inside)."""
+    _starts.append((name, time.monotonic(), True))
 
 
 def step(msg: str) -> None:
-    _step_starts.append((msg, time.monotonic()))
+    _starts.append((msg, time.monotonic(), False))
     print(f"==> {msg}", flush=True)
 
 
-def step_durations() -> list:
-    """(step, seconds) for every step so far: each lasted until the next
-    began, the last one until now."""
-    ends = [t for _, t in _step_starts[1:]] + [time.monotonic()]
-    return [(msg, end - start) for (msg, start), end in zip(_step_starts, ends)]
+def phase_durations() -> list:
+    """(phase, seconds, [(step, seconds)...]) for every phase so far: each
+    phase and step lasted until the next began, the last until now."""
+    now = time.monotonic()
+    phases = []
+    for i, (name, start, is_phase) in enumerate(_starts):
+        end = _starts[i + 1][1] if i + 1 < len(_starts) else now
+        if is_phase:
+            phases.append([name, start, []])
+        elif phases:
+            phases[-1][2].append((name, end - start))
+    ends = [p[1] for p in phases[1:]] + [now]
+    return [(name, end - start, steps) for (name, start, steps), end in zip(phases, ends)]
 
 
 def detail(msg: str) -> None:
