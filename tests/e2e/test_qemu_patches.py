@@ -9,7 +9,7 @@ import subprocess
 import tempfile
 from pathlib import Path
 
-from pibctl import paths, qemu_build, qemu_patches, sources, ui
+from pibctl import paths, qemu_build, qemu_patches, source_tree, sources, ui
 
 
 def _pristine(tmp: Path, tarball: Path) -> Path:
@@ -75,7 +75,8 @@ def test_setup_qemu_src_chooses_a_tree_until_pinned(ctx):
         os.environ["PIB_CACHE"] = str(tmp)
         try:
             assert qemu_build.selected() == qemu_build.PINNED
-            assert paths.qemu_binary() == tmp / "qemu/build/qemu-system-x86_64"
+            pinned = tmp / "trees" / source_tree.key() / "qemu-system-x86_64"
+            assert paths.qemu_binary() == pinned
             (tmp / "not-qemu").mkdir()
             try:
                 qemu_build.choose(str(tmp / "not-qemu"))
@@ -92,7 +93,7 @@ def test_setup_qemu_src_chooses_a_tree_until_pinned(ctx):
             assert paths.qemu_binary() == chosen.binary == tmp / "qemu-own/build/qemu-system-x86_64"
             qemu_build.choose(qemu_build.PINNED_WORD)
             assert qemu_build.selected() == qemu_build.PINNED
-            assert paths.qemu_binary() == tmp / "qemu/build/qemu-system-x86_64"
+            assert paths.qemu_binary() == pinned
         finally:
             if saved is None:
                 os.environ.pop("PIB_CACHE", None)

@@ -5,6 +5,7 @@
 // The command table of docs/prm.md §4.4 is the device's own, row by row.
 #include <catch2/catch.hpp>
 
+#include <cstdlib>
 #include <fstream>
 #include <map>
 #include <regex>
@@ -16,8 +17,15 @@
 
 namespace {
 
+// The source tree comes from the environment (meson test sets it), not
+// from the compile command, which then is the same for every copy of the
+// sources: ccache finds it built.
 std::string readSource(const std::string &path) {
-    std::ifstream in(std::string(PIB_SOURCE_ROOT) + "/" + path);
+    const char *root = std::getenv("PIB_SOURCE_ROOT");
+    INFO("PIB_SOURCE_ROOT names the source tree: " << (root ? root : "(unset)"));
+    REQUIRE(root != nullptr);
+    std::ifstream in(std::string(root) + "/" + path);
+    INFO(path);
     REQUIRE(in.good());
     std::stringstream text;
     text << in.rdbuf();

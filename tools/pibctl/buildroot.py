@@ -13,7 +13,12 @@ from pibctl import paths, stamps, ui
 
 SUITE = "trixie"
 MIRROR = "http://deb.debian.org/debian"
-PACKAGES = ["gcc-14", "make", "libc6-dev"]
+# One stock trixie root, made once, serves every check that needs one
+# (package_root.py installs ./pib package's packages into copies of it,
+# as a user would: DKMS, the stock kernel's headers, rdma-core); the build
+# root is a copy of it with the newest kernel's headers added.
+BASE_PACKAGES = ["gcc-14", "make", "libc6-dev", "dkms", "linux-headers-amd64", "libibverbs1",
+                 "ibverbs-utils"]
 # Where the newest kernel's headers come from, and the package naming them.
 BACKPORTS = "trixie-backports"
 HEADERS_META = "linux-headers-amd64"
@@ -28,6 +33,17 @@ Signed-By: /usr/share/keyrings/debian-archive-keyring.gpg
 
 def root() -> Path:
     return paths.cache_dir() / "buildroot" / SUITE
+
+
+def base() -> Path:
+    """The stock root: trixie with BASE_PACKAGES."""
+    return paths.cache_dir() / "buildroot" / f"{SUITE}-base"
+
+
+def copy_root(source: Path, dest: Path) -> Path:
+    """A copy of a root at `dest` (which must not exist)."""
+    subprocess.run(["cp", "-a", "--reflink=auto", str(source), str(dest)], check=True)
+    return dest
 
 
 @contextlib.contextmanager
@@ -64,21 +80,36 @@ def run(argv, log_name: str, label: str) -> None:
     run_in(root(), argv, log_name, label)
 
 
+def ensure_base() -> Path:
+    """The stock root: made once (a few minutes), then cached."""
+    key = stamps.hash_files([], f"{SUITE}:{','.join(BASE_PACKAGES)}:{BACKPORTS}")
+    if stamps.is_current("trixie-base", key) and (base() / "usr/sbin/dkms").is_file():
+        return base()
+    if base().exists():
+        shutil.rmtree(base())
+    base().parent.mkdir(parents=True, exist_ok=True)
+    ui.detail(f"trixie root: debootstrap {SUITE} with {', '.join(BASE_PACKAGES)} "
+              "(two to three minutes)")
+    ui.run_logged(["debootstrap", "--variant=minbase", f"--include={','.join(BASE_PACKAGES)}",
+                   SUITE, base(), MIRROR], "buildroot", "debootstrap")
+    (base() / "etc/apt/sources.list.d/backports.sources").write_text(BACKPORTS_SOURCES)
+    run_in(base(), ["apt-get", "update", "-q"], "buildroot", "apt-get update")
+    run_in(base(), ["apt-get", "clean"], "buildroot", "apt-get clean")
+    stamps.mark("trixie-base", key)
+    return base()
+
+
 def ensure() -> Path:
-    """The build root with gcc-14 and the newest kernel headers: made once
-    (about two minutes), then cached. Delete it to pick up a newer kernel."""
-    key = stamps.hash_files([], f"{SUITE}:{','.join(PACKAGES)}:{BACKPORTS}:{HEADERS_META}")
+    """The build root: the stock root with the newest kernel's headers
+    added, made once, then cached. Delete it to pick up a newer kernel."""
+    key = stamps.hash_files([], f"{SUITE}:{','.join(BASE_PACKAGES)}:{BACKPORTS}:{HEADERS_META}")
     if stamps.is_current("buildroot", key) and kernel_release(check=False):
         return root()
+    ensure_base()
     if root().exists():
         shutil.rmtree(root())
-    root().parent.mkdir(parents=True, exist_ok=True)
-    ui.detail(f"build root: debootstrap {SUITE} with {', '.join(PACKAGES)} (about a minute)")
-    ui.run_logged(["debootstrap", "--variant=minbase", f"--include={','.join(PACKAGES)}", SUITE,
-                   root(), MIRROR], "buildroot", "debootstrap")
-    (root() / "etc/apt/sources.list.d/backports.sources").write_text(BACKPORTS_SOURCES)
-    ui.detail(f"build root: {HEADERS_META} from {BACKPORTS}")
-    run(["apt-get", "update", "-q"], "buildroot", "apt-get update")
+    copy_root(base(), root())
+    ui.detail(f"build root: the trixie root with {HEADERS_META} from {BACKPORTS}")
     run(["apt-get", "install", "-y", "-q", "--no-install-recommends", f"{HEADERS_META}/{BACKPORTS}"],
         "buildroot", f"apt-get install {HEADERS_META}")
     kernel_release()
@@ -120,11 +151,19 @@ def download_kernel_image(dest: Path) -> list:
 
 
 def kernel_release(check: bool = True) -> str:
-    """The release whose headers the root holds (say 7.3.4+deb13-amd64)."""
-    found = sorted(p.name.removeprefix("linux-headers-")
-                   for p in (root() / "usr" / "src").glob("linux-headers-*-amd64"))
-    if len(found) != 1:
+    """The newest release whose headers the build root holds (say
+    7.3.4+deb13-amd64; it holds the stock kernel's too)."""
+    found = sorted((p.name.removeprefix("linux-headers-")
+                    for p in (root() / "usr" / "src").glob("linux-headers-*-amd64")),
+                   key=_version_key)
+    if not found:
         if check:
-            raise ui.StepFailed(f"the build root holds headers for {found or 'no kernel'}")
+            raise ui.StepFailed("the build root holds headers for no kernel")
         return ""
-    return found[0]
+    return found[-1]
+
+
+def _version_key(release: str):
+    """6.12.57+deb13-amd64 -> (6, 12, 57): orders kernel releases."""
+    numbers = release.split("+")[0].split("-")[0].split(".")
+    return tuple(int(n) if n.isdigit() else 0 for n in numbers)

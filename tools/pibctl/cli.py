@@ -4,7 +4,7 @@ import argparse
 import os
 import sys
 
-from pibctl import ui
+from pibctl import paths, ui
 
 DESCRIPTION = """\
 pib-hca: an emulated InfiniBand host channel adapter for QEMU, with a
@@ -362,6 +362,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv) -> int:
     args = build_parser().parse_args(argv)
+    # Every compiler ./pib runs keeps its ccache in the cache too.
+    os.environ.setdefault("CCACHE_DIR", str(paths.cache_dir() / "ccache"))
     try:
         return args.func(args)
     except ui.StepFailed as e:

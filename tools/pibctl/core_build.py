@@ -4,7 +4,7 @@ import json
 import shutil
 from pathlib import Path
 
-from pibctl import paths, ui
+from pibctl import paths, source_tree, ui
 
 
 def _source_of(build_dir):
@@ -17,16 +17,21 @@ def _source_of(build_dir):
 
 
 def configure_dir(build_dir, options=(), env=None) -> None:
-    """Configures a meson build directory of this checkout, once."""
-    # The cache outlives any one clone: a build directory made for another
-    # checkout would build that checkout's sources. Start it afresh.
-    if (build_dir / "build.ninja").is_file() and _source_of(build_dir) == paths.REPO.resolve():
+    """Configures a meson build directory of the copy of this checkout's
+    sources that `build_dir` belongs to (source_tree.py), once."""
+    src = source_tree.ensure()
+    if (build_dir / "build.ninja").is_file() and _source_of(build_dir) == src.resolve():
         return
-    if build_dir.exists():
+    if build_dir.exists():  # half made, or its tree was made anew
         shutil.rmtree(build_dir)
     build_dir.parent.mkdir(parents=True, exist_ok=True)
-    ui.run_logged(["meson", "setup", *options, build_dir, paths.REPO], "core-build", "meson setup",
-                  env=env)
+    ui.run_logged(["meson", "setup", *options, build_dir, src], "core-build", "meson setup",
+                  env=source_tree.ccache_env(env))
+
+
+def ninja(build_dir, targets=(), what="ninja", env=None) -> None:
+    ui.run_logged(["ninja", "-C", build_dir, *targets], "core-build", what,
+                  env=source_tree.ccache_env(env))
 
 
 _configure = configure_dir
@@ -36,7 +41,7 @@ def build() -> None:
     ui.step("pib-hca core and unit tests (meson)")
     build_dir = paths.core_build_dir()
     _configure(build_dir)
-    ui.run_logged(["ninja", "-C", build_dir], "core-build", "ninja")
+    ninja(build_dir)
     ui.detail(f"built in {build_dir}")
     # The unit tests once more under AddressSanitizer and UBSan: random
     # guest input must not reach undefined behaviour or leak.
@@ -45,10 +50,9 @@ def build() -> None:
     # (used by Catch2) when instrumenting; the plain build keeps them.
     _configure(sanitized, ["-Db_sanitize=address,undefined", "-Db_lundef=false",
                            "-Dcpp_args=-Wno-maybe-uninitialized"])
-    ui.run_logged(["ninja", "-C", sanitized, "tests/unit/core-tests"], "core-build",
-                  "ninja (sanitizers)")
+    ninja(sanitized, ["tests/unit/core-tests"], "ninja (sanitizers)")
     ui.detail(f"sanitized unit tests built in {sanitized}")
 
 
 def sanitized_build_dir():
-    return paths.cache_dir() / "build" / "pib-sanitize"
+    return source_tree.build_dir("pib-sanitize")

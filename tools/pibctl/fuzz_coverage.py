@@ -12,7 +12,7 @@ import subprocess
 import tempfile
 from pathlib import Path
 
-from pibctl import core_build, paths, ui
+from pibctl import core_build, source_tree, ui
 
 # Per target: the sources whose functions every campaign should reach.
 SOURCES = {
@@ -35,20 +35,20 @@ WATCHED = {
 
 
 def build_dir() -> Path:
-    return paths.cache_dir() / "build" / "fuzz-coverage"
+    return source_tree.build_dir("fuzz-coverage")
 
 
 def build(executables) -> None:
     """The harnesses with coverage counters and no sanitizers: a replay
     only counts."""
     flags = "-fprofile-instr-generate -fcoverage-mapping -fsanitize=fuzzer-no-link"
-    env = dict(os.environ, CC="clang", CXX="clang++")
+    env = dict(os.environ, CC="ccache clang", CXX="ccache clang++")
     core_build.configure_dir(build_dir(), [
         "-Dfuzzers=true", "-Db_lundef=false", f"-Dcpp_args={flags}", f"-Dc_args={flags}",
         "-Dcpp_link_args=-fprofile-instr-generate", "-Dc_link_args=-fprofile-instr-generate"],
         env=env)
-    ui.run_logged(["ninja", "-C", build_dir(), *[f"tests/fuzz/{exe}" for exe in executables]],
-                  "fuzz-build", "ninja (fuzzers with coverage)", env=env)
+    core_build.ninja(build_dir(), [f"tests/fuzz/{exe}" for exe in executables],
+                     "ninja (fuzzers with coverage)", env=env)
 
 
 def _llvm_tool(name: str) -> str:
@@ -105,7 +105,7 @@ def _counts(functions, wanted) -> dict:
     counts = {}
     for name, source, count in functions:
         try:
-            relative = str(source.relative_to(paths.REPO))
+            relative = str(source.relative_to(source_tree.src_dir()))
         except ValueError:
             continue
         if wanted is None or relative in wanted:

@@ -11,7 +11,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from pibctl import core_build, fuzz_coverage, paths, ui
+from pibctl import core_build, fuzz_coverage, paths, source_tree, ui
 
 # Harness name -> executable, in tests/fuzz.
 TARGETS = {
@@ -31,7 +31,7 @@ SANITIZER_ENV = {
 
 
 def build_dir() -> Path:
-    return paths.cache_dir() / "build" / "fuzz"
+    return source_tree.build_dir("fuzz")
 
 
 def corpus_dir(target: str) -> Path:
@@ -45,12 +45,12 @@ def crash_dir(target: str) -> Path:
 def build() -> None:
     ui.step("fuzzers (clang, libFuzzer, ASan, UBSan)")
     flags = "-fsanitize=fuzzer-no-link -fno-sanitize-recover=all"
-    env = dict(os.environ, CC="clang", CXX="clang++")
+    env = dict(os.environ, CC="ccache clang", CXX="ccache clang++")
     core_build.configure_dir(build_dir(), [
         "-Dfuzzers=true", "-Db_sanitize=address,undefined", "-Db_lundef=false",
         f"-Dcpp_args={flags}", f"-Dc_args={flags}"], env=env)
-    ui.run_logged(["ninja", "-C", build_dir(), *[f"tests/fuzz/{exe}" for exe in TARGETS.values()]],
-                  "fuzz-build", "ninja (fuzzers)", env=env)
+    core_build.ninja(build_dir(), [f"tests/fuzz/{exe}" for exe in TARGETS.values()],
+                     "ninja (fuzzers)", env=env)
     ui.detail(f"built in {build_dir() / 'tests' / 'fuzz'}")
 
 

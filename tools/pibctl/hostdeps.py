@@ -51,6 +51,9 @@ PACKAGES = {
     "g++": None,
     "catch2": None,
     "clang-format": None,
+    # Each content of the sources builds in a tree of its own
+    # (source_tree.py): ccache makes a new tree cost only what changed.
+    "ccache": None,
     # The fuzzers: clang with libFuzzer and the sanitizer runtimes.
     "clang": None,
     "libclang-rt-dev": None,

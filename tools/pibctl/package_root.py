@@ -1,17 +1,13 @@
 """A stock Debian root to install ./pib package's packages into, as a user
-would in a guest of theirs: trixie made with debootstrap, with DKMS, the
-stock kernel's headers and trixie's rdma-core. Kept in the cache; each
-test installs into a fresh copy of it."""
+would in a guest of theirs: the trixie root of buildroot.py, with DKMS,
+the stock kernel's headers and trixie's rdma-core. Kept in the cache;
+each test installs into a fresh copy of it."""
 
-import shutil
-import subprocess
 import urllib.request
 from pathlib import Path
 
-from pibctl import buildroot, paths, sources, stamps, ui
+from pibctl import buildroot, sources, stamps, ui
 
-SUITE = "trixie"
-PACKAGES = ["dkms", "linux-headers-amd64", "libibverbs1", "ibverbs-utils"]
 # Debian's libibverbs1 65 (sid): the newer provider build is resolved
 # against it. Pinned like the source tarballs.
 LIBIBVERBS_65 = ("pool/main/r/rdma-core/libibverbs1_65.0-1.1_amd64.deb",
@@ -19,32 +15,17 @@ LIBIBVERBS_65 = ("pool/main/r/rdma-core/libibverbs1_65.0-1.1_amd64.deb",
 
 
 def root() -> Path:
-    return paths.cache_dir() / "buildroot" / f"{SUITE}-packages"
+    """The pristine root: the stock trixie root every check shares."""
+    return buildroot.base()
 
 
 def ensure() -> Path:
-    """The pristine root: made once (a few minutes), then cached."""
-    key = stamps.hash_files([], f"{SUITE}:{','.join(PACKAGES)}")
-    if stamps.is_current("package-root", key) and (root() / "usr/sbin/dkms").is_file():
-        return root()
-    if root().exists():
-        shutil.rmtree(root())
-    root().parent.mkdir(parents=True, exist_ok=True)
-    ui.detail(f"package test root: debootstrap {SUITE}, then {', '.join(PACKAGES)}")
-    ui.run_logged(["debootstrap", "--variant=minbase", SUITE, root(), buildroot.MIRROR],
-                  "package-root", "debootstrap")
-    buildroot.run_in(root(), ["apt-get", "update", "-q"], "package-root", "apt-get update")
-    buildroot.run_in(root(), ["apt-get", "install", "-y", "-q", "--no-install-recommends",
-                              *PACKAGES], "package-root", "apt-get install")
-    buildroot.run_in(root(), ["apt-get", "clean"], "package-root", "apt-get clean")
-    stamps.mark("package-root", key)
-    return root()
+    return buildroot.ensure_base()
 
 
 def fresh_copy(dest: Path) -> Path:
     """A copy of the pristine root at `dest` (which must not exist)."""
-    subprocess.run(["cp", "-a", "--reflink=auto", str(ensure()), str(dest)], check=True)
-    return dest
+    return buildroot.copy_root(ensure(), dest)
 
 
 def kernel_release(where: Path) -> str:

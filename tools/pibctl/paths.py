@@ -32,9 +32,14 @@ def own_qemu_choice() -> Path:
 
 
 def qemu_binary() -> Path:
-    """The QEMU the guests run: the pinned build, or the user's tree's."""
-    which = "qemu-own" if own_qemu_choice().is_file() else "qemu"
-    return cache_dir() / which / "build" / "qemu-system-x86_64"
+    """The QEMU the guests run: the user's tree's build, or the pinned
+    QEMU built with this checkout's device, which its source tree keeps
+    (source_tree.py): the one QEMU build directory serves every checkout,
+    and another checkout's device never runs in place of this one's."""
+    if own_qemu_choice().is_file():
+        return cache_dir() / "qemu-own" / "build" / "qemu-system-x86_64"
+    from pibctl import source_tree
+    return source_tree.tree_dir() / "qemu-system-x86_64"
 
 
 def image_dir() -> Path:
@@ -50,7 +55,8 @@ def initrd_image() -> Path:
 
 
 def core_build_dir() -> Path:
-    return cache_dir() / "build" / "pib"
+    from pibctl import source_tree  # it needs this module's REPO and cache_dir
+    return source_tree.build_dir("pib")
 
 
 def fabric_switch_binary() -> Path:

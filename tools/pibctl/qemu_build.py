@@ -7,7 +7,7 @@ import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
-from pibctl import paths, qemu_patches, sources, stamps, ui
+from pibctl import paths, qemu_patches, source_tree, sources, stamps, ui
 
 CONFIGURE_FLAGS = [
     "--python=/usr/bin/python3",
@@ -148,17 +148,21 @@ def _without_edk2_blobs(src: Path) -> None:
 
 
 def _configure_flags(tree: QemuTree) -> list:
-    """A tree ./pib unpacked gets only DEVICES (written into it here)."""
+    """A tree ./pib unpacked gets only DEVICES (see _write_devices)."""
     if not tree.tarball:
         return CONFIGURE_FLAGS
-    devices = tree.src / "configs" / "devices" / "x86_64-softmmu" / f"{DEVICES_NAME}.mak"
-    if not devices.is_file() or devices.read_text() != DEVICES:
-        devices.write_text(DEVICES)
     return [*CONFIGURE_FLAGS, "--without-default-devices",
             f"--with-devices-x86_64={DEVICES_NAME}"]
 
 
+def _write_devices(tree: QemuTree) -> None:
+    devices = tree.src / "configs" / "devices" / "x86_64-softmmu" / f"{DEVICES_NAME}.mak"
+    if tree.tarball and (not devices.is_file() or devices.read_text() != DEVICES):
+        devices.write_text(DEVICES)
+
+
 def configure(tree: QemuTree) -> None:
+    _write_devices(tree)
     flags = _configure_flags(tree)
     key = stamps.hash_files([], " ".join(flags) + DEVICES + PATCH_LEVEL + str(tree.src) +
                             (tree.tarball.sha256 if tree.tarball else ""))
@@ -237,13 +241,26 @@ def build_objects(tree: QemuTree) -> None:
     check_glue_warnings(tree)
 
 
+def _install_key(tree: QemuTree) -> str:
+    """What a pinned QEMU binary is made of besides the checkout's sources
+    (which name the source tree it is kept in)."""
+    return stamps.hash_files([], " ".join(_configure_flags(tree)) + DEVICES + PATCH_LEVEL +
+                             tree.tarball.sha256)
+
+
 def build(tree: QemuTree = None) -> None:
     """Builds qemu-system-x86_64 with the device: a pinned QEMU from its
-    tarball with hw/pib laid out from this checkout, or a tree of the
-    user's, with the series applied unless it was already."""
+    tarball with hw/pib laid out from this checkout, kept in the
+    checkout's source tree (paths.qemu_binary), or a tree of the user's,
+    with the series applied unless it was already."""
     tree = tree or selected()
+    installed = paths.qemu_binary()
     if tree.tarball:
         ui.step(f"QEMU {tree.release} with -device pib-hca")
+        stamp = installed.with_name(installed.name + ".key")
+        if installed.is_file() and stamp.is_file() and stamp.read_text() == _install_key(tree):
+            ui.detail(f"built for these sources: {installed}")
+            return
         unpack(tree)
         qemu_patches.sync(tree.src)
     else:
@@ -261,4 +278,10 @@ def build(tree: QemuTree = None) -> None:
     help_text = ui.run_quiet([tree.binary, "-device", "pib-hca,help"])
     if "node-guid" not in help_text:
         raise ui.StepFailed("the built QEMU does not list pib-hca's properties")
-    ui.detail(f"{tree.binary}")
+    if tree.tarball:
+        source_tree.ensure()
+        tmp = installed.with_name(installed.name + ".tmp")
+        shutil.copy2(tree.binary, tmp)
+        tmp.rename(installed)
+        stamp.write_text(_install_key(tree))
+    ui.detail(f"{installed}")

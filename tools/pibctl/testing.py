@@ -13,8 +13,8 @@ import time
 import traceback
 from pathlib import Path
 
-from pibctl import (core_build, driver_build, fabric, fuzzing, paths, qemu_build, setup, sources,
-                    topology, ui)
+from pibctl import (checkout_checks, core_build, driver_build, fabric, fuzzing, paths, qemu_build,
+                    setup, sources, topology, ui)
 from pibctl.log_gate import LogGate
 from pibctl.own_kernel import OwnKernel
 
@@ -348,6 +348,17 @@ def check_newest_qemu(counts: Counts) -> None:
                "lacks", lambda: qemu_build.check_catches_api_break(qemu_build.NEWEST))
 
 
+def check_checkouts(counts: Counts) -> None:
+    """Checkouts share the cache (source_tree.py) without rebuilding or
+    disturbing each other."""
+    ui.step("Checkouts sharing the cache")
+    _check(counts, "./pib setup in a second checkout of the same content rebuilds nothing and "
+           f"takes under {checkout_checks.SECOND_SETUP_S} s",
+           checkout_checks.same_content_reuses_everything)
+    _check(counts, "a checkout of other content builds in a tree of its own, leaving this "
+           "checkout's builds alone", checkout_checks.other_content_builds_apart)
+
+
 def _check(counts: Counts, name: str, step) -> bool:
     """Records `step()` as a check: it passes unless it raises StepFailed."""
     start = time.monotonic()
@@ -385,6 +396,7 @@ def run(pattern: str = "", unit: bool = True, e2e: bool = True, vms: int = 2,
     if unit:
         ui.phase("unit tests and build checks")
         run_unit_tests(counts)
+        check_checkouts(counts)
         check_other_kernels(counts)
         check_newest_qemu(counts)
         ui.phase("fuzzers and qtest")
