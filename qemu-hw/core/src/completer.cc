@@ -271,7 +271,7 @@ void DataPath::readResponse(uint32_t qpn, QueuePair &qp, const iba::Packet &pack
     if (psn != expected) {
         if (psnDiff(psn, expected) > 0) { // a response got lost: ask again
             trace::rc_read_gap(host_, qpn, psn, expected);
-            askForReadResponses(qp, *w, expected);
+            rewind(qp, expected);
         }
         return;
     }

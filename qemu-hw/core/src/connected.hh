@@ -66,7 +66,6 @@ struct SendWqe {
     uint32_t packets = 0;                 // PSNs it uses
     uint32_t sentPackets = 0;             // of `packets`, sent (since the last rewind)
     uint32_t received = 0;                // READ: response bytes placed so far
-    uint32_t askedFrom = 0;               // READ: the PSN its last request asked from
     uint32_t footprint = 0;               // bytes it holds of the device's budget
     bool acked = false;                   // RC: every packet acknowledged (or answered)
     uint8_t localStatus = PIB_WC_SUCCESS; // a local error completes it so

@@ -121,7 +121,6 @@ class DataPath final : public SubnetSender, public ScheduledEngine {
                            uint32_t len);
     void stopSending(uint32_t qpn, QueuePair &qp, SendProgress why);
     void rewind(QueuePair &qp, uint32_t psn);
-    void askForReadResponses(QueuePair &qp, const SendWqe &w, uint32_t psn);
     uint64_t ackTimeoutNs(const QueuePair &qp) const;
     static uint64_t rnrDelayNs(uint8_t code);
     void restartAckTimer(uint32_t qpn, QueuePair &qp);

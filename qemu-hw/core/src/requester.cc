@@ -340,23 +340,9 @@ DataPath::SendProgress DataPath::sendRequestPackets(uint32_t qpn, QueuePair &qp,
         const uint32_t len = data ? std::min(mtu, w.length - offset) : 0;
         if (!sendRequestPacket(qpn, qp, w, p, offset, len))
             return SendProgress::kFailed;
-        if (w.opcode == PIB_WR_RDMA_READ)
-            w.askedFrom = p.bth.psn;
         w.sentPackets = w.isReadOrAtomic() ? w.packets : i + 1;
     }
     return SendProgress::kAllSent;
-}
-
-// A response after a gap says READ `w` is missing its responses from
-// `psn` on: it asks for them, unless its last request already asked from
-// there. Every response in flight after the gap says the same; asking
-// again for each put a READ request on the wire per response (1019 for
-// one lost response of 1024), and the responder answered them one after
-// another. A lost request is the ACK timer's to resend.
-void DataPath::askForReadResponses(QueuePair &qp, const SendWqe &w, uint32_t psn) {
-    if (w.sentPackets == w.packets && w.askedFrom == psn)
-        return;
-    rewind(qp, psn);
 }
 
 // Resends from `psn` on: every outstanding WQE from the one that holds it.
