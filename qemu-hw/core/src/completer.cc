@@ -248,6 +248,19 @@ bool DataPath::onAtomicAcknowledge(uint32_t qpn, QueuePair &qp, const iba::Packe
     return true;
 }
 
+// A response after a gap says READ `w` lacks its responses from
+// `expected` on. Every response in flight behind the lost one says the
+// same: asking at each put a READ request on the wire per response (1019
+// for one lost of 1024), which the responder answered one after another.
+// So the READ asks once per gap, and again only on news that its request
+// went unanswered: the answer it asked for started over and lost that
+// response again, or the answer in flight ended (its last response) with
+// the gap still open, the request lost or too late. Otherwise the ACK
+// timer asks.
+static bool mustAskAgain(const SendWqe &w, uint32_t expected, bool lastResponse) {
+    return w.askedFrom != expected || w.answerRestarted || lastResponse;
+}
+
 // A READ response packet: its data lands where the READ's SGEs say, in
 // order; anything out of order is dropped and asked for again.
 void DataPath::readResponse(uint32_t qpn, QueuePair &qp, const iba::Packet &packet) {
@@ -268,15 +281,18 @@ void DataPath::readResponse(uint32_t qpn, QueuePair &qp, const iba::Packet &pack
         return; // an earlier READ or atomic must be answered first
     const uint32_t mtu = pathMtu(qp);
     const uint32_t expected = psnAdd(w->firstPsn, w->received / mtu);
+    const uint8_t op = packet.bth.opcode & 0x1f;
+    const bool last = op == iba::kReadResponseLast || op == iba::kReadResponseOnly;
+    if (psnDiff(psn, w->latestResponse) < 0)
+        w->answerRestarted = true;
+    w->latestResponse = psn;
     if (psn != expected) {
-        if (psnDiff(psn, expected) > 0) { // a response got lost: ask again
+        if (psnDiff(psn, expected) > 0 && mustAskAgain(*w, expected, last)) {
             trace::rc_read_gap(host_, qpn, psn, expected);
             rewind(qp, expected);
         }
         return;
     }
-    const uint8_t op = packet.bth.opcode & 0x1f;
-    const bool last = op == iba::kReadResponseLast || op == iba::kReadResponseOnly;
     const uint32_t left = w->length - w->received;
     const size_t len = packet.data().size();
     if (len > left || (!last && len != mtu) || (last && len != left)) {

@@ -70,6 +70,12 @@ struct SendWqe {
     bool acked = false;                   // RC: every packet acknowledged (or answered)
     uint8_t localStatus = PIB_WC_SUCCESS; // a local error completes it so
     uint8_t vendorErr = 0;                // with this vendor_err (an injected completion)
+    // READ: where its last request asked the responder to answer from,
+    // the PSN of the latest response, and whether a response since that
+    // request came before the one ahead of it (the answer started over).
+    uint32_t askedFrom = 0;
+    uint32_t latestResponse = 0;
+    bool answerRestarted = false;
 
     bool isAtomic() const {
         return opcode == PIB_WR_ATOMIC_CMP_AND_SWP || opcode == PIB_WR_ATOMIC_FETCH_AND_ADD;

@@ -340,6 +340,11 @@ DataPath::SendProgress DataPath::sendRequestPackets(uint32_t qpn, QueuePair &qp,
         const uint32_t len = data ? std::min(mtu, w.length - offset) : 0;
         if (!sendRequestPacket(qpn, qp, w, p, offset, len))
             return SendProgress::kFailed;
+        if (w.opcode == PIB_WR_RDMA_READ) {
+            w.askedFrom = p.bth.psn;
+            w.latestResponse = psnAdd(p.bth.psn, 0xffffff);
+            w.answerRestarted = false;
+        }
         w.sentPackets = w.isReadOrAtomic() ? w.packets : i + 1;
     }
     return SendProgress::kAllSent;

@@ -739,13 +739,23 @@ void DataPath::duplicateRequest(uint32_t qpn, QueuePair &qp, const iba::Packet &
                 continue;
             if (e.atomic != (op != iba::kReadRequest))
                 break;
-            // One reply per READ or atomic owed at a time: a duplicate of
-            // one still being answered, or beyond what may be owed, adds
-            // no work (the requester asks again if it must).
-            const bool owed = std::any_of(s.replies.begin(), s.replies.end(), [&](const Reply &r) {
+            // One reply per READ or atomic owed at a time. A duplicate of
+            // a READ still being answered asks for responses from its PSN
+            // on: those already sent were lost, so the answer goes on from
+            // there (IBA 9.7.5.2.2: the requester asks from the first
+            // response it lacks); for one not yet sent, or an atomic, or
+            // beyond what may be owed, it adds no work.
+            const auto owed = std::find_if(s.replies.begin(), s.replies.end(), [&](const Reply &r) {
                 return r.readOrAtomic() && r.entry.psn == e.psn;
             });
-            if (owed || repliesOwed(s) >= std::max<size_t>(1, qp.attr.max_dest_rd_atomic)) {
+            const uint32_t from = static_cast<uint32_t>(psnDiff(psn, e.psn));
+            if (owed != s.replies.end() && owed->kind == Reply::Kind::kRead && from < owed->next) {
+                trace::rc_duplicate(host_, qpn, psn, "READ answered again from there");
+                owed->next = from;
+                return;
+            }
+            if (owed != s.replies.end() ||
+                repliesOwed(s) >= std::max<size_t>(1, qp.attr.max_dest_rd_atomic)) {
                 trace::rc_duplicate(host_, qpn, psn, "already being answered");
                 return;
             }
