@@ -3,6 +3,7 @@
 #include <catch2/catch.hpp>
 
 #include "fake_host.hh"
+#include "object_table.hh"
 
 namespace {
 
@@ -325,4 +326,42 @@ TEST_CASE("queue doorbells are checked against their page, object and ring", "[q
     pib_core_bar_write(f.host.core, PIB_BAR_DOORBELL, other.result * PIB_PAGE_SIZE + PIB_DB_SQ,
                        uint64_t{4} << 32 | qpn, 8);
     CHECK(f.host.guestErrors("doorbell-bad-object") == 4);
+}
+
+// Packets still on their way to a destroyed QP (a peer's resends, the
+// fabric's duplicates) must not reach the next QP created: a program that
+// connects again with the same PSNs would take them for its own. So a QP
+// number is given again only after every other one has been.
+TEST_CASE("a destroyed QP's number is the last to be given again", "[qp]") {
+    QpFixture f;
+    const auto ctx = f.context(PIB_QPT_RC);
+    const auto create = [&] {
+        const auto qp = f.host.commandIn(PIB_CMD_CREATE_QP, 0, ctx);
+        REQUIRE(qp.status == PIB_CMD_STATUS_OK);
+        return static_cast<uint32_t>(qp.result);
+    };
+    const uint32_t first = create();
+    REQUIRE(f.host.command(PIB_CMD_DESTROY_QP, first).status == PIB_CMD_STATUS_OK);
+    const uint32_t second = create();
+    CHECK(second != first);
+    REQUIRE(f.host.command(PIB_CMD_DESTROY_QP, second).status == PIB_CMD_STATUS_OK);
+    CHECK(create() != second);
+}
+
+TEST_CASE("rotating numbers wrap around to the lowest free one", "[objects]") {
+    pib::ObjectTable<int> t(4, 16, pib::Numbering::kRotating);
+    const auto add = [&] { return t.insert(std::make_unique<int>(0)); };
+    CHECK(add() == 16u);
+    CHECK(add() == 17u);
+    REQUIRE(t.erase(16));
+    CHECK(add() == 18u); // not 16: it was given last
+    REQUIRE(t.erase(17));
+    CHECK(add() == 19u);
+    CHECK(add() == 16u); // every number was given: the lowest free one
+    CHECK(add() == 17u);
+    CHECK(add() == std::nullopt); // full
+    pib::ObjectTable<int> lowest(4, 16);
+    CHECK(lowest.insert(std::make_unique<int>(0)) == 16u);
+    REQUIRE(lowest.erase(16));
+    CHECK(lowest.insert(std::make_unique<int>(0)) == 16u);
 }

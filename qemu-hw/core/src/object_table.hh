@@ -13,27 +13,32 @@
 
 namespace pib {
 
+// Which free number an insertion takes.
+enum class Numbering {
+    kLowestFree,
+    // The lowest free one above the last given, wrapping around: a
+    // destroyed object's number is the last to be given again. For QPs,
+    // so that packets still on their way to a destroyed QP (duplicates,
+    // requests a peer resends) find no successor under its number.
+    kRotating,
+};
+
 template <class T> class ObjectTable {
   public:
     // Numbers first .. first + capacity - 1.
-    explicit ObjectTable(uint32_t capacity, uint32_t first = 0)
-        : capacity_(capacity), first_(first) {}
+    explicit ObjectTable(uint32_t capacity, uint32_t first = 0,
+                         Numbering numbering = Numbering::kLowestFree)
+        : capacity_(capacity), first_(first), numbering_(numbering) {}
 
-    // Stores obj under the lowest free number; nullopt when full.
+    // Stores obj under a free number (see Numbering); nullopt when full.
     std::optional<uint32_t> insert(std::unique_ptr<T> obj) {
-        uint32_t slot;
-        if (!free_.empty()) {
-            slot = *free_.begin();
-            free_.erase(free_.begin());
-        } else if (slots_.size() < capacity_) {
-            slot = static_cast<uint32_t>(slots_.size());
-            slots_.emplace_back();
-        } else {
+        const auto slot = takeSlot();
+        if (!slot)
             return std::nullopt;
-        }
-        slots_[slot] = std::move(obj);
+        slots_[*slot] = std::move(obj);
         ++count_;
-        return first_ + slot;
+        next_ = *slot + 1;
+        return first_ + *slot;
     }
 
     T *find(uint64_t number) const {
@@ -64,6 +69,7 @@ template <class T> class ObjectTable {
         slots_.clear();
         free_.clear();
         count_ = 0;
+        next_ = 0;
     }
 
     template <class F> void forEach(F &&f) const {
@@ -76,8 +82,25 @@ template <class T> class ObjectTable {
     uint32_t capacity() const { return capacity_; }
 
   private:
+    std::optional<uint32_t> takeSlot() {
+        auto free = numbering_ == Numbering::kRotating ? free_.lower_bound(next_) : free_.begin();
+        if (free == free_.end() && slots_.size() < capacity_) {
+            slots_.emplace_back(); // a number never given yet
+            return static_cast<uint32_t>(slots_.size() - 1);
+        }
+        if (free == free_.end())
+            free = free_.begin(); // wrap around
+        if (free == free_.end())
+            return std::nullopt;
+        const uint32_t slot = *free;
+        free_.erase(free);
+        return slot;
+    }
+
     uint32_t capacity_;
     uint32_t first_;
+    Numbering numbering_;
+    uint32_t next_ = 0; // the slot after the last given
     size_t count_ = 0;
     std::vector<std::unique_ptr<T>> slots_;
     std::set<uint32_t> free_;

@@ -9,7 +9,7 @@ ObjectTables::ObjectTables(const pib_core_config &config)
     : uars(config.doorbell_pages), pds(limits::kMaxPd), xrcds(limits::kMaxXrcd),
       mtt(limits::kMaxMtt), eqs(limits::kMaxEq), cqs(limits::kMaxCq), mrs(limits::kMaxMr, 1),
       mws(limits::kMaxMw, limits::kMaxMr + 1), srqs(limits::kMaxSrq),
-      qps(limits::kMaxQp, PIB_FIRST_QPN),
+      qps(limits::kMaxQp, PIB_FIRST_QPN, Numbering::kRotating),
       multicast(
           {limits::kMaxMcastGroups, limits::kMaxMcastQpAttach, limits::kMaxTotalMcastQpAttach}) {}
 
