@@ -81,7 +81,7 @@ def other_content_builds_apart() -> None:
     if changed:
         raise ui.StepFailed("a checkout of other content changed this one's builds: "
                             + ", ".join(changed))
-    if (paths.core_build_dir().parent.parent / "src" / "qemu-hw" / "core" / "src" /
-            "ports.cc").read_text() != (paths.REPO / "qemu-hw/core/src/ports.cc").read_text():
+    ports = Path("qemu-hw/core/src/ports.cc")
+    if (source_tree.src_dir() / ports).read_text() != (paths.REPO / ports).read_text():
         raise ui.StepFailed("this checkout's source tree took the other checkout's edit")
     ui.detail(f"./pib setup in a checkout with one file edited: {took:.0f} s, in {other.name}")

@@ -161,11 +161,16 @@ def _write_devices(tree: QemuTree) -> None:
         devices.write_text(DEVICES)
 
 
+def _build_inputs(tree: QemuTree, where: str = "") -> str:
+    """What a build of `tree` (in `where`) is made of besides hw/pib's files."""
+    return " ".join(_configure_flags(tree)) + DEVICES + PATCH_LEVEL + where + \
+        (tree.tarball.sha256 if tree.tarball else "")
+
+
 def configure(tree: QemuTree) -> None:
     _write_devices(tree)
     flags = _configure_flags(tree)
-    key = stamps.hash_files([], " ".join(flags) + DEVICES + PATCH_LEVEL + str(tree.src) +
-                            (tree.tarball.sha256 if tree.tarball else ""))
+    key = stamps.hash_files([], _build_inputs(tree, str(tree.src)))
     build = tree.build
     if stamps.is_current(f"{tree.name}-configure", key) and (build / "build.ninja").is_file():
         return
@@ -244,8 +249,7 @@ def build_objects(tree: QemuTree) -> None:
 def _install_key(tree: QemuTree) -> str:
     """What a pinned QEMU binary is made of besides the checkout's sources
     (which name the source tree it is kept in)."""
-    return stamps.hash_files([], " ".join(_configure_flags(tree)) + DEVICES + PATCH_LEVEL +
-                             tree.tarball.sha256)
+    return stamps.hash_files([], _build_inputs(tree))
 
 
 def build(tree: QemuTree = None) -> None:
