@@ -315,6 +315,9 @@ void Peer::answer(Qp &q, Answer how, FuzzedDataProvider &in) {
             q.owed.push_front({Owed::Kind::kRead, psnAdd(o.psn, sent), o.length - sent * q.mtu()});
         if (how == Answer::kBadReadLength)
             packets.back().payload.resize(packets.back().payload.size() ^ 1);
+        if (how == Answer::kLostResponse && packets.size() > 1)
+            packets.erase(packets.begin() + in.ConsumeIntegralInRange<ptrdiff_t>(
+                                                0, static_cast<ptrdiff_t>(packets.size()) - 2));
     } else {
         const bool atomic = o.kind == Owed::Kind::kAtomic;
         iba::Packet p = fromPeer(q, atomic ? iba::kAtomicAcknowledge : iba::kAcknowledge, o.psn);

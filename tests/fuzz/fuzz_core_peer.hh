@@ -67,6 +67,7 @@ enum class Answer : uint8_t {
     kBadReadLength,
     kBeyondSent,
     kStale,
+    kLostResponse, // a READ response other than the last is lost on the way
     kCount
 };
 
