@@ -69,6 +69,8 @@ static bool pib_hca_event_enabled(unsigned event)
         return trace_event_get_state_backends(TRACE_PIB_HCA_RC_DUPLICATE);
     case PIB_EVENT_RC_WORK_HELD:
         return trace_event_get_state_backends(TRACE_PIB_HCA_RC_WORK_HELD);
+    case PIB_EVENT_QP_FLUSH_POSTPONED:
+        return trace_event_get_state_backends(TRACE_PIB_HCA_QP_FLUSH_POSTPONED);
     case PIB_EVENT_XRC_MESSAGE_CUT:
         return trace_event_get_state_backends(TRACE_PIB_HCA_XRC_MESSAGE_CUT);
     case PIB_EVENT_MR_REGISTERED:
@@ -214,6 +216,9 @@ static void pib_hca_trace_event(unsigned event, const uint64_t *a)
         break;
     case PIB_EVENT_RC_WORK_HELD:
         trace_pib_hca_rc_work_held((unsigned) a[0], (uint64_t) a[1]);
+        break;
+    case PIB_EVENT_QP_FLUSH_POSTPONED:
+        trace_pib_hca_qp_flush_postponed((unsigned) a[0]);
         break;
     case PIB_EVENT_XRC_MESSAGE_CUT:
         trace_pib_hca_xrc_message_cut((unsigned) a[0], (unsigned) a[1]);

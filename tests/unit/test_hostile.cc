@@ -317,3 +317,63 @@ TEST_CASE("outstanding WQEs of many QPs hold a bounded share of the device's mem
     }
     CHECK(outstandingBytes(n) == 0);
 }
+
+// Our own finding (issue 27): a QP moved to the error state flushed its
+// whole queues inside the command, 16384 CQEs written in one register
+// write. A flush is bounded like any work: one event completes at most
+// kPacketsPerEvent * kFlushesPerPacket WQEs, the rest go on from the
+// host's bottom half, in order, each once; a WQE posted during the flush
+// completes after the WQEs before it.
+TEST_CASE("a long send queue is flushed within each event's budget, in order",
+          "[rc][hostile][budget]") {
+    Node a(PIB_QPT_RC, 1);
+    constexpr unsigned kLogCq = 14;
+    const FakeHost::Cq cq =
+        a.host.createCq(a.eqn, a.uar, kLogCq, (PIB_CQE_SIZE << kLogCq) / PIB_PAGE_SIZE);
+    a.cqn = cq.cqn;
+    a.logSq = 13;
+    a.createQp(PIB_QPT_RC);
+    a.connectTo(2, PIB_FIRST_QPN, PIB_QPT_RC, {});
+    pib_qp_attr sqd{};
+    sqd.attr_mask = PIB_QP_STATE;
+    sqd.qp_state = PIB_QPS_SQD; // SQD holds new WQEs: none goes out
+    a.modify(sqd);
+    constexpr uint32_t kWqes = 8000;
+    const uint64_t buf = a.host.alloc(64);
+    for (uint32_t i = 0; i < kWqes; ++i)
+        a.postSend(i, {.local = buf, .length = 8}, false);
+    a.ring(PIB_DB_SQ, a.sqPi);
+    uint32_t seen = 0;
+    std::vector<uint64_t> order;
+    const auto take = [&] {
+        size_t got = 0;
+        for (;; ++got) {
+            const pib_cqe c =
+                a.host.peek<pib_cqe>(cq.page + (seen % (1u << kLogCq)) * PIB_CQE_SIZE);
+            if ((c.flags & PIB_CQE_PHASE) != (((seen >> kLogCq) & 1) ^ 1))
+                break;
+            CHECK(c.status == PIB_WC_WR_FLUSH_ERR);
+            order.push_back(c.wr_id);
+            ++seen;
+        }
+        a.host.poke(cq.ciRecord, seen);
+        return got;
+    };
+    pib_qp_attr err{};
+    err.attr_mask = PIB_QP_STATE;
+    err.qp_state = PIB_QPS_ERR;
+    a.modify(err);
+    constexpr size_t kPerEvent = limits::kPacketsPerEvent * limits::kFlushesPerPacket;
+    const size_t first = take();
+    CHECK(first > 0);
+    CHECK(first <= kPerEvent);
+    CHECK(a.host.traces("qp_flush_postponed") == 1);
+    a.postSend(kWqes, {.local = buf, .length = 8}); // during the flush
+    take();
+    for (int run = 0; run < 100 && a.host.runScheduled(); ++run)
+        CHECK(take() <= kPerEvent);
+    REQUIRE(order.size() == kWqes + 1);
+    for (uint32_t i = 0; i <= kWqes; ++i)
+        CHECK(order[i] == i);
+    CHECK(a.host.traces("qp_flush_postponed") >= kWqes / kPerEvent);
+}

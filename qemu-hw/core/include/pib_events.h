@@ -36,20 +36,21 @@ enum pib_event {
     PIB_EVENT_RC_READ_GAP = 28,
     PIB_EVENT_RC_DUPLICATE = 29,
     PIB_EVENT_RC_WORK_HELD = 30,
-    PIB_EVENT_XRC_MESSAGE_CUT = 31,
-    PIB_EVENT_MR_REGISTERED = 32,
-    PIB_EVENT_MR_INVALIDATED = 33,
-    PIB_EVENT_MW_BOUND = 34,
-    PIB_EVENT_ERR_PORT_DROP = 35,
-    PIB_EVENT_ERR_LINK = 36,
-    PIB_EVENT_ERR_MKEY_VIOLATION = 37,
-    PIB_EVENT_ERR_MCAST_DROP = 38,
-    PIB_EVENT_ERR_RC_NO_QP = 39,
-    PIB_EVENT_ERR_RC_WRONG_PEER = 40,
-    PIB_EVENT_ERR_RC_BAD_RESPONSE_PSN = 41,
-    PIB_EVENT_ERR_RC_BAD_RESPONSE_LENGTH = 42,
-    PIB_EVENT_ERR_RC_REQUEST_REFUSED = 43,
-    PIB_EVENT_COUNT = 44
+    PIB_EVENT_QP_FLUSH_POSTPONED = 31,
+    PIB_EVENT_XRC_MESSAGE_CUT = 32,
+    PIB_EVENT_MR_REGISTERED = 33,
+    PIB_EVENT_MR_INVALIDATED = 34,
+    PIB_EVENT_MW_BOUND = 35,
+    PIB_EVENT_ERR_PORT_DROP = 36,
+    PIB_EVENT_ERR_LINK = 37,
+    PIB_EVENT_ERR_MKEY_VIOLATION = 38,
+    PIB_EVENT_ERR_MCAST_DROP = 39,
+    PIB_EVENT_ERR_RC_NO_QP = 40,
+    PIB_EVENT_ERR_RC_WRONG_PEER = 41,
+    PIB_EVENT_ERR_RC_BAD_RESPONSE_PSN = 42,
+    PIB_EVENT_ERR_RC_BAD_RESPONSE_LENGTH = 43,
+    PIB_EVENT_ERR_RC_REQUEST_REFUSED = 44,
+    PIB_EVENT_COUNT = 45
 };
 
 /* The guest-error tokens (pib_host_ops.guest_error), as docs/prm.md §9. */
@@ -132,6 +133,7 @@ static inline const char *pib_event_name(unsigned event) {
         "rc_read_gap",
         "rc_duplicate",
         "rc_work_held",
+        "qp_flush_postponed",
         "xrc_message_cut",
         "mr_registered",
         "mr_invalidated",
@@ -153,10 +155,11 @@ static inline const char *pib_event_name(unsigned event) {
 /* An event's arguments: 's' for a string, 'i' for an integer each. */
 static inline const char *pib_event_args(unsigned event) {
     static const char *const args[PIB_EVENT_COUNT] = {
-        "siiii", "s",      "s",  "i",   "i",    "i",  "i",   "i",   "i",     "i",      "i",
-        "isi",   "is",     "s",  "sii", "iiii", "is", "si",  "iii", "iiiii", "iiiiii", "i",
-        "ii",    "iii",    "ii", "ii",  "iii",  "ii", "iii", "iis", "ii",    "ii",     "iiiii",
-        "iis",   "iiiiii", "is", "is",  "iii",  "is", "ii",  "iii", "iii",   "iii",    "iis",
+        "siiii", "s",     "s",      "i",  "i",  "i",   "i",     "i",   "i",
+        "i",     "i",     "isi",    "is", "s",  "sii", "iiii",  "is",  "si",
+        "iii",   "iiiii", "iiiiii", "i",  "ii", "iii", "ii",    "ii",  "iii",
+        "ii",    "iii",   "iis",    "ii", "i",  "ii",  "iiiii", "iis", "iiiiii",
+        "is",    "is",    "iii",    "is", "ii", "iii", "iii",   "iii", "iis",
     };
 
     return event < PIB_EVENT_COUNT ? args[event] : "";

@@ -348,23 +348,52 @@ void DataPath::receiveDatagram(unsigned number, const iba::Packet &packet, uint3
     events_.postCqe(qp.ctx.recv_cqn, cqe, packet.bth.solicited);
 }
 
+// What a flush may still do in this event: kFlushesPerPacket WQEs cost
+// one packet of the event's budget.
+class FlushBudget {
+  public:
+    explicit FlushBudget(Scheduler &scheduler) : scheduler_(scheduler) {}
+    bool take() {
+        if (taken_++ % limits::kFlushesPerPacket)
+            return true;
+        if (!scheduler_.mayWork())
+            return false;
+        scheduler_.charge();
+        return true;
+    }
+
+  private:
+    Scheduler &scheduler_;
+    uint32_t taken_ = 0;
+};
+
 // Completes every outstanding WQE of a QP in the error state as flushed
-// (IBA 10.8.3.3).
+// (IBA 10.8.3.3), as far as the event's budget goes: a long queue goes on
+// from the next run (resume() flushes a QP in the error state), in order.
 void DataPath::flushQp(uint32_t qpn, QueuePair &qp) {
     qp.resp.replies.clear(); // a QP in the error state answers nothing more
+    qp.req.ackDeadline = qp.req.rnrDeadline = 0;
+    scheduleQpTimer(qpn, qp);
     // The receive WQE of a message cut short completes first: it is the
     // oldest the responder took.
     completeClaimedWqe(qpn, qp, PIB_WC_WR_FLUSH_ERR);
     qp.resp.in = Responder::InMessage::kNone;
+    FlushBudget budget(scheduler_);
+    const auto postponed = [&] {
+        scheduler_.postpone(qpn, qp, false);
+        trace::qp_flush_postponed(host_, qpn);
+    };
     // Fetched WQEs first, in order, then those never fetched.
     while (!qp.req.outstanding.empty()) {
+        if (!budget.take())
+            return postponed();
         const SendWqe w = takeHeadWqe(qp);
         events_.completeSend(qpn, qp, w.index, w.wrId, PIB_WC_SEND, PIB_WC_WR_FLUSH_ERR, 0, true);
     }
     qp.req.readsInFlight = 0;
-    qp.req.ackDeadline = qp.req.rnrDeadline = 0;
-    scheduleQpTimer(qpn, qp);
     while (qp.sq.consumer != qp.sq.producer) {
+        if (!budget.take())
+            return postponed();
         const pib_wqe_ctrl ctrl = wqes_.readControl(sendRing(qp), qp.sq.consumer);
         events_.completeSend(qpn, qp, qp.sq.consumer, ctrl.wr_id, PIB_WC_SEND, PIB_WC_WR_FLUSH_ERR,
                              0, true);
@@ -378,6 +407,8 @@ void DataPath::flushQp(uint32_t qpn, QueuePair &qp) {
         return;
     }
     while (qp.rq.consumer != qp.rq.producer) {
+        if (!budget.take())
+            return postponed();
         const pib_wqe_ctrl ctrl = wqes_.readControl(receiveRing(qp), qp.rq.consumer);
         pib_cqe cqe{};
         cqe.wr_id = ctrl.wr_id;

@@ -45,5 +45,9 @@ inline constexpr uint64_t kOutstandingWqeBytes = 16 << 20;
 // timer, a bottom half) may send: at most 512 KiB of payload, some 100 us
 // of copying and checksums. More waits for the next run (scheduler.cc).
 inline constexpr uint32_t kPacketsPerEvent = 128;
+// WQEs a flush completes for one packet of that budget: a control
+// segment read and a CQE written are far less work than a packet, but a
+// QP in the error state with 2 x 16384 WQEs still takes 32 events.
+inline constexpr uint32_t kFlushesPerPacket = 8;
 
 } // namespace pib::limits

@@ -22,13 +22,13 @@ bool Scheduler::mayTransmit(unsigned portNumber) const {
     return budget_ > 0 && (!p || !p->txFull);
 }
 
-void Scheduler::postpone(uint32_t qpn, QueuePair &qp) {
+void Scheduler::postpone(uint32_t qpn, QueuePair &qp, bool needsPort) {
     if (qp.postponed)
         return;
     qp.postponed = true;
     const unsigned portNumber = sendPort(qp);
     PortState *p = ports_.find(portNumber);
-    if (p && p->txFull)
+    if (needsPort && p && p->txFull)
         p->waiting.push_back(qpn);
     else
         ready_.push_back(qpn);

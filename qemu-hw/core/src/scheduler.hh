@@ -54,8 +54,11 @@ class Scheduler {
 
     // Whether this event may still send a packet on `port`.
     bool mayTransmit(unsigned port) const;
-    // `qp` waits for the next run(), or for its port to have room.
-    void postpone(uint32_t qpn, QueuePair &qp);
+    // Whether this event may still do work that sends nothing.
+    bool mayWork() const { return budget_ > 0; }
+    // `qp` waits for the next run(), or for its port to have room; work
+    // that sends nothing (a flush) waits for the next run only.
+    void postpone(uint32_t qpn, QueuePair &qp, bool needsPort = true);
     // A built packet (wire::kHeaderSize bytes of headroom in front) to
     // the link of `port`, its buffer kept for a later packet.
     void send(unsigned port, std::vector<uint8_t> &&framed);

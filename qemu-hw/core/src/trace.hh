@@ -185,6 +185,11 @@ inline void rc_work_held(const Host &host, unsigned qpn, uint64_t bytes) {
         host.event(PIB_EVENT_RC_WORK_HELD, {Host::eventArg(qpn), Host::eventArg(bytes)});
 }
 
+inline void qp_flush_postponed(const Host &host, unsigned qpn) {
+    if (host.eventEnabled(PIB_EVENT_QP_FLUSH_POSTPONED))
+        host.event(PIB_EVENT_QP_FLUSH_POSTPONED, {Host::eventArg(qpn)});
+}
+
 inline void xrc_message_cut(const Host &host, unsigned qpn, unsigned srqn) {
     if (host.eventEnabled(PIB_EVENT_XRC_MESSAGE_CUT))
         host.event(PIB_EVENT_XRC_MESSAGE_CUT, {Host::eventArg(qpn), Host::eventArg(srqn)});
