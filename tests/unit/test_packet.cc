@@ -189,7 +189,7 @@ TEST_CASE("malformed packets are refused with a reason", "[packet]") {
         CHECK(parse(bytes, &error));
     }
     SECTION("truncation") {
-        bytes.resize(bytes.size() - 8);
+        bytes.erase(bytes.end() - 8, bytes.end());
         fixVcrc(bytes);
         CHECK_FALSE(parse(bytes, &error));
         CHECK(error == ParseError::kBadLength);
