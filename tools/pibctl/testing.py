@@ -9,6 +9,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import threading
 import time
 import traceback
 from pathlib import Path
@@ -236,13 +237,9 @@ def bundled_kernel_as_users() -> OwnKernel:
     return OwnKernel(kernel=root / "boot" / f"vmlinuz-{release}", modules=install, driver=True)
 
 
-def run_e2e(counts: Counts, pattern: str, vms: int, accel: str,
-            second_pass: bool = False, topology_file: Path = None, own_pass: bool = False) -> None:
-    """Runs the end-to-end tests on one fabric: `vms` VMs on one switch, in
-    the second pass the fabric of tests/e2e/two-switches.topo, the fabric
-    of `topology_file` for the modules that ask for it, or in the own pass
-    guests that boot the bundled kernel the way a user's own is booted."""
-    tests = _load_tests(pattern, second_pass, topology_file, own_pass)
+def _pass_fabric(vms: int, second_pass: bool, topology_file: Path, own_pass: bool):
+    """The topology of a pass (None: `vms` VMs on one switch), and its
+    description."""
     topo_file = topology_file or (TWO_SWITCHES if second_pass else None)
     topo = topology.parse(topo_file.read_text(), str(topo_file)) if topo_file else None
     if topo:
@@ -250,6 +247,65 @@ def run_e2e(counts: Counts, pattern: str, vms: int, accel: str,
     where = f"{vms} VMs and " + (f"{len(topo.switches)} switches" if topo else "1 switch")
     if own_pass:
         where += ", booted with --kernel and --modules"
+    return vms, topo, where
+
+
+def _boot(vms: int, accel: str, topo, own_pass: bool):
+    # Guests have two vCPUs, so that the driver's code and the concurrent
+    # tests (several pib-traffic threads and processes, the create/destroy
+    # churn) really run on two at once.
+    own = bundled_kernel_as_users() if own_pass else None
+    return fabric.up(vms=vms, accel=accel, topology=topo, cpus=TEST_CPUS,
+                     memory=TEST_MEMORY_MIB, kernel_args=TEST_KERNEL_ARGS, own=own)
+
+
+class EarlyBoot:
+    """The first pass's fabric, booted in a thread while the host-only
+    checks before it run: those that run for a fixed time (the fuzzers'
+    short runs) use one core, and the guests' boot the other."""
+
+    def __init__(self, vms: int, accel: str):
+        self.vms, self.accel = vms, accel
+        self.fabric = None
+        self.error = None
+        self.seconds = 0.0
+        self._thread = threading.Thread(target=self._run, name="boot", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        start = time.monotonic()
+        try:
+            self.fabric = _boot(self.vms, self.accel, None, False)
+        except ui.StepFailed as e:
+            self.error = e
+        except Exception as e:  # reported by the pass that waits for it
+            self.error = ui.StepFailed(f"{type(e).__name__}: {e}")
+        self.seconds = time.monotonic() - start
+
+    def abandon(self) -> None:
+        """The run ends before the pass: the fabric goes down."""
+        self._thread.join()
+        fabric.down(quiet=True)
+
+    def wait(self):
+        """The booted fabric (or the StepFailed of its boot), and how long
+        the boot took."""
+        self._thread.join()
+        if self.error:
+            raise self.error
+        return self.fabric, self.seconds
+
+
+def run_e2e(counts: Counts, pattern: str, vms: int, accel: str,
+            second_pass: bool = False, topology_file: Path = None, own_pass: bool = False,
+            early: EarlyBoot = None) -> None:
+    """Runs the end-to-end tests on one fabric: `vms` VMs on one switch, in
+    the second pass the fabric of tests/e2e/two-switches.topo, the fabric
+    of `topology_file` for the modules that ask for it, or in the own pass
+    guests that boot the bundled kernel the way a user's own is booted.
+    `early` is the first pass's fabric, booting since before the pass."""
+    tests = _load_tests(pattern, second_pass, topology_file, own_pass)
+    vms, topo, where = _pass_fabric(vms, second_pass, topology_file, own_pass)
     if not tests:
         ui.info(f"no end-to-end tests selected for {where}")
         return
@@ -257,18 +313,19 @@ def run_e2e(counts: Counts, pattern: str, vms: int, accel: str,
     ui.step(f"End-to-end tests ({len(tests)}) on a fabric of {where}")
     boot_start = time.monotonic()
     try:
-        # Guests have two vCPUs, so that the driver's code and the
-        # concurrent tests (several pib-traffic threads and processes, the
-        # create/destroy churn) really run on two at once.
-        own = bundled_kernel_as_users() if own_pass else None
-        fab = fabric.up(vms=vms, accel=accel, topology=topo, cpus=TEST_CPUS,
-                        memory=TEST_MEMORY_MIB, kernel_args=TEST_KERNEL_ARGS, own=own)
+        if early:
+            fab, boot_seconds = early.wait()
+            ui.detail(f"the fabric booted while the checks before ran ({boot_seconds:.0f} s)")
+        else:
+            fab = _boot(vms, accel, topo, own_pass)
     except ui.StepFailed as e:
         print(e)
         counts.record(f"fabric of {where} boots, all ports ACTIVE", False,
                       time.monotonic() - boot_start, str(e))
         fabric.down(quiet=True)
         return
+    if early:
+        boot_start -= boot_seconds
     gate = LogGate(fab)
     problems = gate.check()
     counts.record(f"fabric of {where} boots, all ports ACTIVE, kernel logs clean",
@@ -393,6 +450,7 @@ def run(pattern: str = "", unit: bool = True, e2e: bool = True, vms: int = 2,
     # Tests get their own run directory: a fabric the user has up is left alone.
     os.environ["PIB_RUN_DIR"] = str(paths.cache_dir() / "test-run")
     counts = Counts()
+    early = None
     if unit:
         ui.phase("unit tests and build checks")
         run_unit_tests(counts)
@@ -401,10 +459,18 @@ def run(pattern: str = "", unit: bool = True, e2e: bool = True, vms: int = 2,
         check_newest_qemu(counts)
         ui.phase("fuzzers and qtest")
         fuzzing.build()
-        fuzzing.replay(counts)
-        fuzzing.qtest(counts, accesses=200_000)
+        # The first pass's fabric boots beside the fuzzers' timed runs.
+        if e2e and _load_tests(pattern):
+            early = EarlyBoot(vms, accel)
+        try:
+            fuzzing.replay(counts)
+            fuzzing.qtest(counts, accesses=200_000)
+        except BaseException:
+            if early:
+                early.abandon()
+            raise
     if e2e:
-        run_e2e(counts, pattern, vms, accel)
+        run_e2e(counts, pattern, vms, accel, early=early)
         run_e2e(counts, pattern, vms, accel, second_pass=True)
         run_e2e(counts, pattern, vms, accel, topology_file=HOSTILE)
         run_e2e(counts, pattern, 2, accel, own_pass=True)

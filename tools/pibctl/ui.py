@@ -29,6 +29,13 @@ def phase(name: str) -> None:
 
 
 def step(msg: str) -> None:
+    """A step of the current phase; one a helper thread takes beside the
+    main thread's is shown with the thread's name and left out of the
+    timing table (its time overlaps the main thread's steps)."""
+    thread = threading.current_thread()
+    if thread is not threading.main_thread():
+        print(f"==> [{thread.name}] {msg}", flush=True)
+        return
     _starts.append((msg, time.monotonic(), False))
     print(f"==> {msg}", flush=True)
 
