@@ -4,6 +4,7 @@
 #include <catch2/catch.hpp>
 
 #include "connected_fixture.hh"
+#include "limits.hh"
 
 using namespace pib;
 using namespace pib::testing;
@@ -125,7 +126,7 @@ TEST_CASE("RESIZE_CQ refuses what a driver must not ask", "[cq]") {
     Resize r = newRing(n, 3);
     CHECK(n.host.commandIn(PIB_CMD_RESIZE_CQ, n.cqn + 7, r.ctx).status == PIB_CMD_STATUS_BAD_INDEX);
     Resize bad = r;
-    bad.ctx.log_size = 17;
+    bad.ctx.log_size = limits::kLogMaxCqe + 1;
     CHECK(n.host.commandIn(PIB_CMD_RESIZE_CQ, n.cqn, bad.ctx).status == PIB_CMD_STATUS_BAD_PARAM);
     bad = r;
     bad.ctx.ci_record = r.ciRecord + 2;
