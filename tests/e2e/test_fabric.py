@@ -1,5 +1,11 @@
 """The fabric launcher: names, management network, the exec channel."""
 
+import subprocess
+import time
+from pathlib import Path
+
+PIB = Path(__file__).resolve().parents[2] / "pib"
+
 
 def test_guests_know_their_names_and_reach_each_other(ctx):
     for vm in ctx.vms:
@@ -22,6 +28,34 @@ def test_exec_passes_stdin_and_enforces_timeout(ctx):
     assert proc.stdout.strip() == "5", proc
     proc = ctx.pib("exec", "--timeout", "2", "vm1", "--", "sleep", "30")
     assert proc.returncode == 124, proc
+
+
+def test_exec_runs_beside_a_long_command_in_the_same_guest(ctx):
+    """./pib exec holds the guest agent only per request: while one exec
+    runs for seconds, another to the same guest answers within a second,
+    as a second ssh session would (issue 29: mpirun in the foreground
+    made every other exec wait and time out)."""
+    long = subprocess.Popen([str(PIB), "exec", "vm1", "--", "sh", "-c", "sleep 8; echo long"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        time.sleep(1)  # the long one has started
+        assert long.poll() is None, "the long command ended early"
+        took = []
+        for _ in range(3):
+            start = time.monotonic()
+            proc = ctx.pib("exec", "vm1", "--", "echo", "short")
+            took.append(time.monotonic() - start)
+            assert proc.returncode == 0 and proc.stdout == "short\n", proc
+        print("./pib exec beside a running one: " + ", ".join(f"{t:.2f} s" for t in took))
+        assert long.poll() is None, "the long command ended before the short ones"
+        # Waiting for the long one would take 7 s; ./pib itself starts in some 0.3 s.
+        assert min(took) < 1.0 and max(took) < 2.5, f"execs beside a running one took {took}"
+        out, err = long.communicate(timeout=60)
+        assert long.returncode == 0 and out == "long\n", (long.returncode, out, err)
+    finally:
+        if long.poll() is None:
+            long.kill()
+            long.wait()
 
 
 def test_exec_of_unknown_vm_fails_clearly(ctx):

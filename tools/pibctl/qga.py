@@ -34,7 +34,8 @@ class Result:
 
 class Agent:
     """One connection to a guest agent. The chardev accepts one client at a
-    time, so a lock file serialises users across processes."""
+    time, so a lock file serialises users across processes: hold one for
+    a request or a few, not for a command's run (run() below)."""
 
     def __init__(self, sock_path: Path, timeout: float = 10.0):
         self.sock_path = Path(sock_path)
@@ -113,28 +114,36 @@ class Agent:
             raise AgentError(f"{command}: {reply['error'].get('desc', reply['error'])}")
         return reply.get("return")
 
-    def exec(self, argv, timeout: float = 60.0, stdin: bytes = None) -> Result:
-        """Runs argv in the guest, killing it after `timeout` seconds."""
-        wrapped = ["timeout", "-k", "5", str(int(max(1, timeout))), *argv]
-        args = {"path": wrapped[0], "arg": wrapped[1:], "capture-output": True}
-        if stdin is not None:
-            args["input-data"] = base64.b64encode(stdin).decode()
-        pid = self.call("guest-exec", args)["pid"]
-        deadline = time.monotonic() + timeout + 15
-        delay = 0.05
-        while True:
-            status = self.call("guest-exec-status", {"pid": pid})
-            if status.get("exited"):
-                return Result(
-                    exitcode=status.get("exitcode", -1),
-                    stdout=base64.b64decode(status.get("out-data", "")),
-                    stderr=base64.b64decode(status.get("err-data", "")),
-                    signal=status.get("signal", 0),
-                )
-            if time.monotonic() > deadline:
-                raise AgentError(f"{' '.join(argv)} still running after {timeout:.0f} s")
-            time.sleep(delay)
-            delay = min(delay * 1.5, 0.5)
+
+
+def run(sock_path: Path, argv, timeout: float = 60.0, stdin: bytes = None,
+        request_timeout: float = 30.0) -> Result:
+    """Runs argv in the guest, killing it after `timeout` seconds. The
+    agent is held only for each request (the start, each look at the
+    status), not while the command runs: commands in one guest run side
+    by side, as over ssh."""
+    wrapped = ["timeout", "-k", "5", str(int(max(1, timeout))), *argv]
+    args = {"path": wrapped[0], "arg": wrapped[1:], "capture-output": True}
+    if stdin is not None:
+        args["input-data"] = base64.b64encode(stdin).decode()
+    with Agent(sock_path, timeout=request_timeout) as agent:
+        pid = agent.call("guest-exec", args)["pid"]
+    deadline = time.monotonic() + timeout + 15
+    delay = 0.05
+    while True:
+        with Agent(sock_path, timeout=request_timeout) as agent:
+            status = agent.call("guest-exec-status", {"pid": pid})
+        if status.get("exited"):
+            return Result(
+                exitcode=status.get("exitcode", -1),
+                stdout=base64.b64decode(status.get("out-data", "")),
+                stderr=base64.b64decode(status.get("err-data", "")),
+                signal=status.get("signal", 0),
+            )
+        if time.monotonic() > deadline:
+            raise AgentError(f"{' '.join(argv)} still running after {timeout:.0f} s")
+        time.sleep(delay)
+        delay = min(delay * 1.5, 0.5)
 
 
 def ping(sock_path: Path, timeout: float = 3.0) -> bool:
