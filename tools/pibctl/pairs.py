@@ -70,12 +70,34 @@ def device_states(ctx, vms=("vm1", "vm2")):
         return f"\n(the devices could not be inspected: {e})\n"
 
 
+# perftest measures time in CPU cycles and learns their rate by timing
+# gettimeofday() against the cycle counter; under TCG on a loaded host the
+# two can disagree (r^2 < 0.9), and the client then exits without a report
+# after the transfer, leaving its server waiting. That is the tool's
+# calibration, not the fabric: such a pair is run again.
+PERFTEST_CALIBRATION_FAILED = "Can't produce a report"
+PAIR_ATTEMPTS = 3
+
+
 def run_pair(ctx, server, client, port=18515, timeout=120, server_vm="vm2", client_vm="vm1",
              address=None, ready=None):
     """Runs `server` (argv) in server_vm and, once it is ready (by default:
     listens on TCP `port`), `client` (argv) in client_vm with one more
     argument appended: `address`, or server_vm's name. Returns
-    (client_result, server_output, server_status)."""
+    (client_result, server_output, server_status). A perftest client that
+    could not calibrate its clock is run again, at most PAIR_ATTEMPTS times."""
+    for attempt in range(1, PAIR_ATTEMPTS + 1):
+        result, out, rc = _run_pair_once(ctx, server, client, port, timeout, server_vm,
+                                         client_vm, address, ready)
+        calibration = PERFTEST_CALIBRATION_FAILED in result.out + result.err
+        if result.exitcode == 0 or not calibration or attempt == PAIR_ATTEMPTS:
+            return result, out, rc
+        print(f"  {client[0]}: perftest could not calibrate its cycle counter "
+              f"({(result.out + result.err).strip().splitlines()[-2:]}); run again")
+    raise AssertionError("unreachable")
+
+
+def _run_pair_once(ctx, server, client, port, timeout, server_vm, client_vm, address, ready):
     tag = f"/tmp/pair-{port}"
     cmd = " ".join(shlex.quote(a) for a in server)
     ctx.sh(server_vm, f"rm -f {tag}.out {tag}.rc; (timeout {timeout} {cmd} >{tag}.out 2>&1; "
@@ -89,7 +111,9 @@ def run_pair(ctx, server, client, port=18515, timeout=120, server_vm="vm2", clie
         time.sleep(0.3)
     result = ctx.run(client_vm, ["timeout", str(timeout), *client, address or server_vm],
                      timeout=timeout + 30, check=False)
-    deadline = time.monotonic() + 60
+    # A client that failed usually leaves its server waiting for it.
+    waited = 60 if result.exitcode == 0 else 15
+    deadline = time.monotonic() + waited
     while True:
         rc = ctx.run(server_vm, ["cat", f"{tag}.rc"], check=False).out.strip()
         if rc:
@@ -103,7 +127,7 @@ def run_pair(ctx, server, client, port=18515, timeout=120, server_vm="vm2", clie
             stuck = devices + ctx.sh(server_vm, f"for p in $(pgrep -f {name}); do for t in /proc/$p/task/*; do "
                                       f"echo \"== $t $(grep State: $t/status)\"; cat $t/stack; done; done; "
                                       f"pkill -f {name}; true", check=False).out
-            return result, output() + f"\n--- the server 60 s after the client ended ---\n{stuck}", \
+            return result, output() + f"\n--- the server {waited} s after the client ended ---\n{stuck}", \
                 "timeout"
         time.sleep(0.3)
     return result, output(), rc
