@@ -491,9 +491,14 @@ bool Target::resetDirectly(Qp &q) {
 
 // ---- work queues -------------------------------------------------------------
 
+// The device works on a send queue after its doorbell write has returned,
+// from the run it schedules; the host's main loop runs it next, before
+// whatever the guest does after the write.
 void Target::doorbell(uint32_t uar, uint32_t offset, uint32_t number, uint32_t count) {
     pib_core_bar_write(host.core, PIB_BAR_DOORBELL, uint64_t{uar} * PIB_PAGE_SIZE + offset,
                        uint64_t{count} << 32 | number, 8);
+    if (offset == PIB_DB_SQ)
+        host.runScheduled();
 }
 
 std::array<uint8_t, kSqStride> encodeSendWqe(const WorkRequest &wr, bool xrc) {

@@ -118,9 +118,13 @@ void DataPath::doorbell(uint32_t page, uint32_t offset, uint64_t value) {
             return;
         }
         if (offset == PIB_DB_SQ) {
+            // The send queue is worked on after the doorbell write has
+            // returned, as on hardware: a completion never appears while the
+            // write that posted its WQE is still under way (IPoIB counts its
+            // posted sends only after ib_post_send() returns).
             if (updateProducer("SQ of QP", number, qp->sq.producer, qp->sq.consumer,
                                1u << qp->ctx.sq_log_wqe_count, arg))
-                processSendQueue(number, *qp);
+                scheduler_.postpone(number, *qp, /*needsPort*/ false);
         } else if (qp->ctx.flags & PIB_QP_USE_SRQ)
             host_.guestError(err::kDoorbellBadObject, "RQ doorbell of QP %u, which uses an SRQ",
                              number);
