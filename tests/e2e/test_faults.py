@@ -10,6 +10,7 @@ import time
 
 from pibctl import fabric
 from pibctl.pairs import device_states, ipoib_up, rdma_cm_listening, run_pair
+from mpi_runs import mpi_check
 from transfers import bulk_tcp, traffic
 
 ONLY_ON_TWO_SWITCHES = True
@@ -125,6 +126,25 @@ def test_loss_corruption_duplicates_and_reordering_are_survived_and_counted(ctx)
     _rc_pingpong(ctx, 50)
     again, text = _status(ctx, switch, port)
     assert again["in"] == after["in"] and again["out"] == after["out"], text
+
+
+def test_open_mpi_survives_the_fault_mix(ctx):
+    """Open MPI over UCX (RC) with the same faults on vm2's cable: RC
+    resends what was lost, and every byte still matches."""
+    switch, port, _ = _vm2_cable(ctx)
+    before, _ = _status(ctx, switch, port)
+    fabric.fault(f"{switch}:{port}", FAULTS.split())
+    try:
+        mpi_check(ctx, "openmpi", 2, "ucx")
+        found, text = _status(ctx, switch, port)
+    finally:
+        fabric.fault(f"{switch}:{port}", ["clear"])
+    done = {d: {name: found[d][name] - before.get(d, {}).get(name, 0) for name in COUNTERS}
+            for d in ("in", "out")}
+    print(f"{switch}:{port} {FAULTS}: " + "; ".join(
+        f"{d}: " + ", ".join(f"{n} {done[d][n]}" for n in COUNTERS) for d in ("in", "out")))
+    for d in ("in", "out"):
+        assert done[d]["dropped"] > 0 and done[d]["reordered"] > 0, f"{d}: no fault hit\n{text}"
 
 
 def test_a_flapping_link_goes_down_and_comes_back(ctx):

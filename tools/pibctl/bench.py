@@ -4,11 +4,14 @@
    device instances in one process, no QEMU, beside memcpy.
 2. The perftest set between two guests over pib-hca, and the same set over
    Soft-RoCE (rdma_rxe on the guests' management network) on the same
-   guests, with the pib/rxe ratio of each row."""
+   guests, with the pib/rxe ratio of each row.
+3. What HPC codes get on the same guests and devices: UCX's tag latency
+   and bandwidth (ucx_perftest over rc_verbs) and an MPI ping-pong (Open
+   MPI over UCX), latency at 8 B and bandwidth at 1 MiB."""
 
 import subprocess
 
-from pibctl import fabric, paths, setup, ui
+from pibctl import fabric, hpc, paths, setup, ui
 
 from pibctl.pairs import GuestShell, perftest_last_row, run_pair
 
@@ -26,6 +29,14 @@ PERFTEST = [
 ]
 ITERATIONS = {"bw": 200, "lat": 200}
 PORT = 18540
+# (what, message size, bandwidth or latency); measured by _measure_hpc.
+HPC = [
+    ("ucx tag_lat", 8, "lat"),
+    ("ucx tag_bw", 1 << 20, "bw"),
+    ("MPI ping-pong", 8, "lat"),
+    ("MPI ping-pong", 1 << 20, "bw"),
+]
+HPC_ITERATIONS = {"lat": 500, "bw": 50}
 
 
 def native() -> None:
@@ -49,6 +60,28 @@ def _measure(ctx, prog, size, kind, device, extra):
     if kind == "bw":  # bytes, iterations, peak MiB/s, average MiB/s, Mpps
         return float(row[3]), float(row[4]) * 1e6
     return float(row[4]), None  # typical latency, us
+
+
+def _measure_hpc(ctx, device):
+    """HPC's rows on `device` (pib_0 or rxe0): {(what, size): (value,
+    None)}, MB/s for bandwidth, us for latency; a failure is reported and
+    left out."""
+    found = {}
+    tls = "rc_verbs,ud_verbs:aux"
+    for what, size, kind in HPC:
+        try:
+            if what.startswith("ucx"):
+                lat, bw = hpc.ucx_perftest(ctx, tls, what.split()[1], size, HPC_ITERATIONS[kind],
+                                           device=f"{device}:1")
+                found[(what, size)] = (lat if kind == "lat" else bw, None)
+            elif (what, size) not in found:
+                pingpong = hpc.mpi_pingpong(ctx, HPC_ITERATIONS["lat"],
+                                            [f"UCX_TLS={tls}", f"UCX_NET_DEVICES={device}:1"])
+                found[(what, 8)] = (pingpong[8][0], None)
+                found[(what, 1 << 20)] = (pingpong[1 << 20][1], None)
+        except AssertionError as e:
+            ui.warn(f"{what} {size} B on {device} failed:\n{str(e)[-2000:]}")
+    return found
 
 
 def _rxe_up(ctx) -> str:
@@ -85,6 +118,10 @@ def run(vms: int = 2, accel: str = "tcg", native_only: bool = False) -> int:
             rxe = _measure(ctx, prog, size, kind, "rxe0", ["-x", gid])
             results.append((prog, size, kind, pib, rxe))
             ui.detail(f"{prog} {size} B done")
+        ui.step("UCX and MPI between vm1 and vm2: pib-hca, then Soft-RoCE")
+        pib, rxe = _measure_hpc(ctx, "pib_0"), _measure_hpc(ctx, "rxe0")
+        for what, size, kind in HPC:
+            results.append((what, size, kind, pib.get((what, size)), rxe.get((what, size))))
         _print_table(results, accel)
     finally:
         if started:
@@ -94,8 +131,8 @@ def run(vms: int = 2, accel: str = "tcg", native_only: bool = False) -> int:
 
 def _print_table(results, accel) -> None:
     print(f"\nperftest, 2 guests under {accel.upper()}; bandwidth in MiB/s, latency in us "
-          f"(typical)\n")
-    print(f"{'test':<14} {'bytes':>6} {'pib-hca':>10} {'msg/s':>9} {'rxe':>10} {'msg/s':>9} "
+          f"(typical); UCX and MPI rows: MB/s, and latency in us (average; MPI: one way)\n")
+    print(f"{'test':<14} {'bytes':>7} {'pib-hca':>10} {'msg/s':>9} {'rxe':>10} {'msg/s':>9} "
           f"{'pib/rxe':>8}")
     for prog, size, kind, pib, rxe in results:
         def cell(r):
@@ -110,6 +147,6 @@ def _print_table(results, accel) -> None:
             ratio_text = f"{ratio:7.2f}x"
         else:
             ratio_text = f"{'-':>8}"
-        print(f"{prog:<14} {size:>6} {cell(pib)} {rate(pib)} {cell(rxe)} {rate(rxe)} {ratio_text}")
+        print(f"{prog:<14} {size:>7} {cell(pib)} {rate(pib)} {cell(rxe)} {rate(rxe)} {ratio_text}")
     print("\npib/rxe: how many times better pib-hca is (bandwidth ratio; for latency, "
           "rxe's latency over pib-hca's)")

@@ -12,7 +12,7 @@ import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from pibctl import own_kernel, paths, qga, ui
+from pibctl import guest_ssh, own_kernel, paths, qga, ui
 from pibctl.own_kernel import OwnKernel
 from pibctl.topology import Topology, TopologyError, chain, parse
 
@@ -211,6 +211,7 @@ def _qemu_command(fabric: Fabric, vm: Vm, memory: int, cpus: int, trace: str,
         "-netdev", f"vde,id=mgmt,sock={run / 'mgmt.vde'}",
         "-device", f"virtio-net-pci,netdev=mgmt,mac=52:54:00:77:00:{vm.index:02x},romfile=",
         "-device", "pcie-root-port,id=ib-rp,chassis=1,slot=1",
+        *guest_ssh.qemu_args(run, vm),
     ]
     # Each HCA port is cabled to a switch port's socket; QEMU reconnects by
     # itself when the switch restarts.
@@ -541,6 +542,7 @@ def up(vms: int = 2, accel: str = "tcg", memory: int = 2048, cpus: int = 1,
         vm.path.mkdir()
         fabric.vms.append(vm)
     vms = len(fabric.vms)
+    guest_ssh.make(run, fabric.vms, _guest_names)
 
     ui.step(f"Fabric: {vms} VMs and {len(topo.switches)} IB switches under {accel.upper()} in {run}")
     try:
@@ -568,6 +570,13 @@ def up(vms: int = 2, accel: str = "tcg", memory: int = 2048, cpus: int = 1,
         down(quiet=True)
         raise
     return fabric
+
+
+def _guest_names(vm: Vm) -> list:
+    """What a guest's /etc/hosts (rc.boot) calls a VM, and its addresses."""
+    names = [vm.name, f"vm{vm.index}", f"vm{vm.index}-ib", f"{MGMT_NET}.{vm.index}",
+             f"{IPOIB_NET}.{vm.index}"]
+    return list(dict.fromkeys(names))
 
 
 def _start_qemu(fabric: Fabric, vm: Vm) -> None:

@@ -80,6 +80,8 @@ PACKAGES = {
     "cpio": None,
     "zstd": None,
     "kmod": None,
+    # The ssh keys ./pib fabric up makes for the guests (MPI's launchers).
+    "openssh-client": None,
     # Checking examples/libvirt: virt-xml-validate (and the xmllint it runs).
     "libvirt-clients": None,
     "libxml2-utils": None,

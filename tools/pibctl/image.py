@@ -14,7 +14,8 @@ import shutil
 import subprocess
 from pathlib import Path
 
-from pibctl import driver_build, paths, provider_build, sources, stamps, traffic_build, ui
+from pibctl import (driver_build, mpi_build, paths, provider_build, sources, stamps,
+                    traffic_build, ui)
 
 GUEST = paths.REPO / "guest"
 SUITE = "trixie"
@@ -37,6 +38,9 @@ TRIM = [
 KEEP_SUFFIX = "copyright"
 # Documentation that is needed: pyverbs ships its test suite there.
 KEEP_DOC = ["usr/share/doc/rdma-core"]
+# Programs for the guests are built against these (mpi_build.py).
+MPI_DEV_PACKAGES = ["libopenmpi-dev", "libmpich-dev"]
+MPI_LIBRARIES = ["libmpi.so.40", "libmpich.so.12"]
 
 
 def _list_file(name: str):
@@ -73,13 +77,58 @@ def _trim(root: Path) -> None:
                 path.unlink()
 
 
+def _leave_out(rootfs: Path) -> None:
+    """Removes what guest/leave-out.txt names: packages nothing of ours
+    uses that the wanted ones depend on, and files."""
+    names = _list_file("leave-out.txt")
+    packages = [n for n in names if not n.startswith("/")]
+    installed = subprocess.run(
+        ["chroot", rootfs, "dpkg-query", "-W", "-f", "${Package} ${Status}\n"],
+        check=True, capture_output=True, text=True).stdout
+    present = {line.split()[0] for line in installed.splitlines() if line.endswith(" installed")}
+    purge = [p for p in packages if p in present]
+    if purge:
+        ui.run_logged(["chroot", rootfs, "dpkg", "--purge", "--force-depends", *purge],
+                      "image", f"leaving out {len(purge)} packages")
+    for pattern in (n for n in names if n.startswith("/")):
+        for path in rootfs.glob(pattern.lstrip("/")):
+            path.unlink()
+
+
+def _save_mpi_sdk(rootfs: Path) -> None:
+    """What building a program for the image's two MPIs takes: the headers
+    of their -dev packages (same versions as the libraries installed) and
+    the libraries themselves to link against (mpi_build.py)."""
+    sdk = mpi_sdk_dir()
+    if sdk.exists():
+        shutil.rmtree(sdk)
+    debs = rootfs / "tmp" / "mpi-dev"
+    debs.mkdir()
+    (sdk / "root").mkdir(parents=True)
+    ui.run_logged(["chroot", rootfs, "sh", "-c", "cd /tmp/mpi-dev && apt-get download "
+                   + " ".join(MPI_DEV_PACKAGES)], "image", "the MPIs' headers (apt-get download)")
+    for deb in sorted(debs.glob("*.deb")):
+        ui.run_logged(["dpkg-deb", "-x", deb, sdk / "root"], "image", f"unpacking {deb.name}")
+    lib = rootfs / "usr/lib/x86_64-linux-gnu"
+    (sdk / "lib").mkdir()
+    for name in MPI_LIBRARIES:
+        shutil.copy2(lib / name, sdk / "lib" / name)  # follows the soname's link
+    shutil.rmtree(debs)
+
+
+def mpi_sdk_dir() -> Path:
+    return paths.image_dir() / "mpi-sdk"
+
+
 def build_base() -> Path:
     out = paths.image_dir() / "base.cpio.zst"
     packages = _list_file("packages.txt")
+    leave_out = _list_file("leave-out.txt")
     # Keyed on what goes into it, not on this file: editing the packing
     # logic elsewhere must not redo debootstrap.
-    key = stamps.hash_files([], f"{SUITE}:{','.join(packages)}:{','.join(TRIM)}:{KEEP_DOC}")
-    if stamps.is_current("image-base", key) and out.is_file():
+    key = stamps.hash_files([], f"{SUITE}:{','.join(packages)}:{','.join(TRIM)}:{KEEP_DOC}:"
+                                f"{','.join(leave_out)}:{','.join(MPI_DEV_PACKAGES)}")
+    if stamps.is_current("image-base", key) and out.is_file() and mpi_sdk_dir().is_dir():
         ui.detail("base userspace: cached")
         return out
     rootfs = paths.image_dir() / "rootfs"
@@ -91,8 +140,13 @@ def build_base() -> Path:
         "image",
         "debootstrap",
     )
+    _leave_out(rootfs)
+    _save_mpi_sdk(rootfs)
     _trim(rootfs)
+    megabytes = int(subprocess.run(["du", "-sm", rootfs], check=True, capture_output=True,
+                                   text=True).stdout.split()[0])
     _pack(rootfs, out, "packing the base userspace")
+    ui.detail(f"base userspace: {megabytes} MB unpacked, {out.stat().st_size / 1e6:.0f} MB packed")
     shutil.rmtree(rootfs)
     stamps.mark("image-base", key)
     return out
@@ -216,8 +270,9 @@ def build() -> None:
     driver = driver_build.build(release)
     provider = provider_build.build()
     newest_provider = provider_build.build(provider_build.NEWEST)
-    programs = [traffic_build.build()]
-    parts = [build_base(), build_modules(release, kernel_root, [driver]),
+    base = build_base()  # before the MPI programs: they build against its MPIs
+    programs = [traffic_build.build(), *mpi_build.build()]
+    parts = [base, build_modules(release, kernel_root, [driver]),
              build_overlay(provider, newest_provider, programs)]
     concatenate(parts, paths.initrd_image())
     shutil.copy2(kernel_root / "boot" / f"vmlinuz-{release}", paths.kernel_image())

@@ -43,6 +43,17 @@ for dev in /sys/class/net/*; do
     break
 done
 
+# ssh between the guests (MPI's launchers use it): the keys ./pib fabric up
+# made for this guest come through QEMU's fw_cfg (tools/pibctl/guest_ssh.py).
+modprobe qemu_fw_cfg 2>/dev/null
+keys=/sys/firmware/qemu_fw_cfg/by_name/opt/pib/ssh/raw
+if [ -r "$keys" ] && tar -x -C / -f "$keys"; then
+    mkdir -p /run/sshd
+    /usr/sbin/sshd
+else
+    echo "pib-guest: no ssh keys from the host (fw_cfg opt/pib/ssh); sshd not started"
+fi
+
 for m in ib_core ib_uverbs ib_umad ib_ipoib rdma_ucm pib; do
     modprobe "$m"
 done
