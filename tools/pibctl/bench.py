@@ -5,7 +5,7 @@
 2. The perftest set between two guests over pib-hca, and the same set over
    Soft-RoCE (rdma_rxe on the guests' management network) on the same
    guests, with the pib/rxe ratio of each row.
-3. What HPC codes get on the same guests and devices: UCX's tag latency
+3. What HPC codes get on the same guests over pib-hca: UCX's tag latency
    and bandwidth (ucx_perftest over rc_verbs) and an MPI ping-pong (Open
    MPI over UCX), latency at 8 B and bandwidth at 1 MiB."""
 
@@ -63,9 +63,8 @@ def _measure(ctx, prog, size, kind, device, extra):
 
 
 def _measure_hpc(ctx, device):
-    """HPC's rows on `device` (pib_0 or rxe0): {(what, size): (value,
-    None)}, MB/s for bandwidth, us for latency; a failure is reported and
-    left out."""
+    """HPC's rows on `device`: {(what, size): (value, None)}, MB/s for
+    bandwidth, us for latency; a failure is reported and left out."""
     found = {}
     tls = "rc_verbs,ud_verbs:aux"
     for what, size, kind in HPC:
@@ -88,7 +87,7 @@ def _rxe_up(ctx) -> str:
     """Soft-RoCE on each guest's management NIC; returns its GID index."""
     for vm in ("vm1", "vm2"):
         ctx.sh(vm, "modprobe rdma_rxe; dev=$(ls /sys/class/net | grep -v '^lo$' | grep -v '^ib' | head -1); "
-                   "rdma link show rxe0 >/dev/null 2>&1 || rdma link add rxe0 type rxe netdev $dev")
+                   "[ -e /sys/class/infiniband/rxe0 ] || rdma link add rxe0 type rxe netdev $dev")
     # The IPv4-mapped GID (RoCE v2) of vm1's address.
     out = ctx.sh("vm1", "for f in /sys/class/infiniband/rxe0/ports/1/gids/*; do "
                         "echo ${f##*/} $(cat $f); done", check=False).out
@@ -118,11 +117,14 @@ def run(vms: int = 2, accel: str = "tcg", native_only: bool = False) -> int:
             rxe = _measure(ctx, prog, size, kind, "rxe0", ["-x", gid])
             results.append((prog, size, kind, pib, rxe))
             ui.detail(f"{prog} {size} B done")
-        ui.step("UCX and MPI between vm1 and vm2: pib-hca, then Soft-RoCE")
-        pib, rxe = _measure_hpc(ctx, "pib_0"), _measure_hpc(ctx, "rxe0")
+        # UCX 1.18 lists no transport on Soft-RoCE's rxe0 (ucx_info -d), so
+        # these rows have no rxe figure.
+        ui.step("UCX and MPI between vm1 and vm2 over pib-hca")
+        pib = _measure_hpc(ctx, "pib_0")
         for what, size, kind in HPC:
-            results.append((what, size, kind, pib.get((what, size)), rxe.get((what, size))))
+            results.append((what, size, kind, pib.get((what, size)), None))
         _print_table(results, accel)
+        print("UCX and MPI on rxe: not measured, UCX offers no transport on rxe0")
     finally:
         if started:
             fabric.down(quiet=True)

@@ -334,7 +334,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=_cmd_test)
 
     p = sub.add_parser("bench", help="benchmark the data path: the core alone, then perftest "
-                                     "between guests over pib-hca and over Soft-RoCE")
+                                     "between guests over pib-hca and over Soft-RoCE, then "
+                                     "UCX and an MPI ping-pong over pib-hca")
     p.add_argument("--native-only", action="store_true",
                    help="only the native benchmark of the device core (no guests)")
     p.add_argument("--accel", choices=["tcg", "kvm"], default="tcg",

@@ -10,12 +10,13 @@ from pibctl.pairs import run_pair
 UCX_PORT = 18620
 
 
-def ucx_perftest(ctx, tls, test, size, iters, device="pib_0:1"):
-    """One ucx_perftest run, vm1 to vm2, with UCX_TLS=`tls` on `device`.
+def ucx_perftest(ctx, tls, test, size, iters, device="pib_0:1", extra_env=()):
+    """One ucx_perftest run, vm1 to vm2, with UCX_TLS=`tls` on `device`
+    (and `extra_env`, NAME=VALUE strings).
     Returns (latency in us, bandwidth in MB/s): the averages of its
     'Final:' row (iterations; latency median, average, overall; bandwidth
     average, overall; message rate average, overall)."""
-    env = ["env", f"UCX_TLS={tls}", f"UCX_NET_DEVICES={device}"]
+    env = ["env", f"UCX_TLS={tls}", f"UCX_NET_DEVICES={device}", *extra_env]
     # -P 0: Debian's ucx_perftest starts in MPI mode unless told.
     server = [*env, "ucx_perftest", "-P", "0", "-p", str(UCX_PORT)]
     client = [*env, "ucx_perftest", "-P", "0", "-p", str(UCX_PORT), "-t", test, "-s", str(size),
