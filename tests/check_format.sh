@@ -5,7 +5,7 @@ set -eu
 top=$(cd "$(dirname "$0")/.." && pwd)
 cd "$top"
 bad=0
-for f in $(find include common qemu-hw fabric-switch guest-driver guest-provider guest/traffic guest/mpi tests/unit tests/fuzz \
+for f in $(find include common qemu-hw fabric-switch guest-driver guest-provider guest/traffic guest/mpi guest/common tests/unit tests/fuzz \
         -name '*.c' -o -name '*.h' -o -name '*.cc' -o -name '*.hh' 2>/dev/null | sort); do
     if ! clang-format --dry-run --Werror "$f" >/dev/null 2>&1; then
         echo "not formatted: $f (run clang-format -i $f)"

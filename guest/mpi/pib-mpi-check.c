@@ -24,6 +24,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "pib_stream.h"
+
 #define MAX_SIZE (4u << 20)
 #define BCAST_SIZE (1u << 20)
 #define REDUCE_COUNT 100000
@@ -41,36 +43,10 @@ struct totals {
     uint64_t errors;
 };
 
-static uint64_t splitmix64(uint64_t *state) {
-    uint64_t z = (*state += 0x9e3779b97f4a7c15ull);
-
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
-}
-
 static uint64_t stream_key(uint64_t seed, uint64_t a, uint64_t b, uint64_t c) {
     uint64_t state = seed ^ (a << 48) ^ (b << 32) ^ c;
 
-    return splitmix64(&state);
-}
-
-/* The bytes of one message (or block): both ends derive them. */
-static void fill(uint8_t *dst, size_t len, uint64_t key) {
-    uint64_t state = key;
-
-    while (len >= 8) {
-        uint64_t v = splitmix64(&state);
-
-        memcpy(dst, &v, 8);
-        dst += 8;
-        len -= 8;
-    }
-    if (len) {
-        uint64_t v = splitmix64(&state);
-
-        memcpy(dst, &v, len);
-    }
+    return pib_stream_next(&state);
 }
 
 /* Counts the bytes of `got` that differ from the stream of `key`; reports
@@ -80,7 +56,7 @@ static uint64_t check(const char *what, int me, int from, const uint8_t *got, ui
     uint64_t bad = 0;
     size_t first = 0;
 
-    fill(want, len, key);
+    pib_stream_fill(want, len, key);
     for (size_t i = 0; i < len; i++) {
         if (got[i] != want[i] && bad++ == 0)
             first = i;
@@ -122,7 +98,7 @@ static void point_to_point(uint64_t seed, int me, int n, struct totals *t) {
             if (peer == me)
                 continue;
             memset(in[i], 0xa5, len);
-            fill(out[i], len, stream_key(seed, (uint64_t)me, (uint64_t)peer, len));
+            pib_stream_fill(out[i], len, stream_key(seed, (uint64_t)me, (uint64_t)peer, len));
             MPI_Irecv(in[i], (int)len, MPI_BYTE, peer, TAG_CHECK, MPI_COMM_WORLD, &req[2 * i]);
             MPI_Isend(out[i], (int)len, MPI_BYTE, peer, TAG_CHECK, MPI_COMM_WORLD, &req[2 * i + 1]);
             i++;
@@ -183,7 +159,7 @@ static uint64_t broadcast(uint64_t seed, int me, int n) {
     uint64_t bad;
 
     if (me == root)
-        fill(buf, BCAST_SIZE, key);
+        pib_stream_fill(buf, BCAST_SIZE, key);
     else
         memset(buf, 0xa5, BCAST_SIZE);
     MPI_Bcast(buf, BCAST_SIZE, MPI_BYTE, root, MPI_COMM_WORLD);
@@ -201,7 +177,8 @@ static uint64_t alltoall(uint64_t seed, int me, int n) {
     uint64_t bad = 0;
 
     for (int to = 0; to < n; to++)
-        fill(out + block * (size_t)to, block, stream_key(seed, 0xcc, (uint64_t)me, (uint64_t)to));
+        pib_stream_fill(out + block * (size_t)to, block,
+                        stream_key(seed, 0xcc, (uint64_t)me, (uint64_t)to));
     memset(in, 0xa5, block * (size_t)n);
     MPI_Alltoall(out, ALLTOALL_COUNT, MPI_UINT64_T, in, ALLTOALL_COUNT, MPI_UINT64_T,
                  MPI_COMM_WORLD);

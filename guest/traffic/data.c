@@ -7,41 +7,21 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "pib_stream.h"
 #include "traffic.h"
 
 #define POISON 0xa5
-
-static uint64_t splitmix64(uint64_t *state) {
-    uint64_t z = (*state += 0x9e3779b97f4a7c15ull);
-
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
-}
 
 static uint64_t round_key(const struct params *p, enum test_kind t, unsigned int qp,
                           uint32_t round) {
     uint64_t state = p->seed ^ ((uint64_t)t << 56) ^ ((uint64_t)qp << 40) ^ round;
 
-    return splitmix64(&state);
+    return pib_stream_next(&state);
 }
 
 void fill_round(uint8_t *dst, uint64_t len, const struct params *p, enum test_kind t,
                 unsigned int qp, uint32_t round) {
-    uint64_t state = round_key(p, t, qp, round);
-
-    while (len >= 8) {
-        uint64_t v = splitmix64(&state);
-
-        memcpy(dst, &v, 8);
-        dst += 8;
-        len -= 8;
-    }
-    if (len) {
-        uint64_t v = splitmix64(&state);
-
-        memcpy(dst, &v, len);
-    }
+    pib_stream_fill(dst, len, round_key(p, t, qp, round));
 }
 
 /* Operand `which` of an atomic round: 0 the start value, 1 the addend or
@@ -50,7 +30,7 @@ uint64_t round_value(const struct params *p, enum test_kind t, unsigned int qp, 
                      unsigned int which) {
     uint64_t state = round_key(p, t, qp, round) + which;
 
-    return splitmix64(&state);
+    return pib_stream_next(&state);
 }
 
 void poison(uint8_t *dst, uint64_t len) {

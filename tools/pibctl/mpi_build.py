@@ -6,7 +6,7 @@ need from a newer C library than the host's is left to the guest's."""
 
 from pathlib import Path
 
-from pibctl import image, paths, stamps, ui
+from pibctl import image, paths, stamps, traffic_build, ui
 
 SOURCE_DIR = paths.REPO / "guest" / "mpi"
 CFLAGS = ["-std=gnu11", "-O2", "-g", "-Wall", "-Wextra", "-Werror"]
@@ -27,13 +27,15 @@ def build():
     sdk = image.mpi_sdk_dir()
     sources = sorted(SOURCE_DIR.glob("*.c"))
     libraries = [sdk / "lib" / lib for _, lib in MPIS.values()]
-    key = stamps.hash_files([*sources, *libraries], " ".join(CFLAGS))
+    headers = sorted(traffic_build.COMMON_DIR.glob("*.h"))
+    key = stamps.hash_files([*sources, *headers, *libraries], " ".join(CFLAGS))
     outs = binaries()
     if stamps.is_current("mpi-programs", key) and all(out.is_file() for out in outs):
         return outs
     outs[0].parent.mkdir(parents=True, exist_ok=True)
     for (mpi, (include, lib)), out in zip(MPIS.items(), outs):
-        ui.run_logged(["gcc", *CFLAGS, f"-I{sdk / 'root' / include}", *sources,
+        ui.run_logged(["gcc", *CFLAGS, f"-I{sdk / 'root' / include}",
+                       f"-I{traffic_build.COMMON_DIR}", *sources,
                        sdk / "lib" / lib, "-Wl,--allow-shlib-undefined", "-o", out],
                       "mpi", f"gcc ({out.name})")
     stamps.mark("mpi-programs", key)

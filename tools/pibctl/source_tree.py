@@ -24,7 +24,8 @@ from pibctl import paths
 # test_docs checks, the formatting and generated-file checks).
 INPUTS = (".clang-format", "meson.build", "meson_options.txt", "README.md", "docs", "include",
           "common", "qemu-hw", "fabric-switch", "guest-driver", "guest-provider",
-          "guest/traffic", "tests/unit", "tests/bench", "tests/fuzz", "tests/check_format.sh",
+          "guest/traffic", "guest/mpi", "guest/common", "tests/unit", "tests/bench",
+          "tests/fuzz", "tests/check_format.sh",
           "tools/gen_events.py")
 # Read from the checkout at run time, never built: left out of the key.
 NOT_INPUTS = ("tests/fuzz/inputs",)
