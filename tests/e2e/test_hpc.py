@@ -12,7 +12,7 @@ import shlex
 from mpi_runs import MESSAGE_BYTES, mpi_check
 from pibctl import mpi_build
 from pibctl.hpc import ucx_perftest
-from pibctl.pairs import run_pair
+from pibctl.pairs import ipoib_up, run_pair
 
 # The packages of guest/packages.txt for this stack: nothing in them may
 # need a library guest/leave-out.txt removed.
@@ -40,6 +40,7 @@ def test_nothing_left_out_is_needed(ctx):
 
 
 def test_ssh_between_the_guests_with_the_fabric_s_keys(ctx):
+    ipoib_up(ctx)  # earlier tests may have reloaded the driver
     # known_hosts names each guest's own host key: no question, no warning.
     for src, dst in (("vm1", "vm2"), ("vm2", "vm1"), ("vm1", "vm2-ib")):
         result = ctx.run(src, ["ssh", "-o", "BatchMode=yes", dst, "hostname"], check=False)
@@ -80,6 +81,7 @@ def _fi_pingpong(ctx, endpoint, provider, mode="msg"):
 
 
 def test_fi_pingpong_over_verbs_msg_and_rxm_rdm(ctx):
+    ipoib_up(ctx)  # the verbs provider finds vm2's HCA by its IPoIB address
     for endpoint, provider, mode in (("msg", "verbs", "msg"), ("rdm", "verbs;ofi_rxm", "msg"),
                                      ("rdm", "verbs;ofi_rxm", "tagged")):
         row = _fi_pingpong(ctx, endpoint, provider, mode)
