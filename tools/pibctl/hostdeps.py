@@ -11,7 +11,10 @@ SOURCES_FILE = Path("/etc/apt/sources.list.d/pib-hca.sources")
 # bookworm-backports for meson/pycotap (QEMU 10 needs meson >= 1.5), the
 # guest kernel and QEMU's source; trixie's and sid's source lists for
 # rdma-core 56.1 and 65. Only deb-src for those: the host must never
-# install their binaries.
+# install their binaries. sid's Release file carries a Valid-Until date a
+# mirror that lags behind passes (apt-get update then fails with "Release
+# file ... is expired"); what setup takes from those lists is a source
+# tarball whose SHA-256 sources.py pins, so their age does not matter.
 SOURCES = """\
 # Written by pib-hca's ./pib setup.
 Types: deb deb-src
@@ -25,6 +28,7 @@ URIs: http://deb.debian.org/debian
 Suites: trixie sid
 Components: main
 Signed-By: /usr/share/keyrings/debian-archive-keyring.gpg
+Check-Valid-Until: no
 """
 
 # Package -> the release to take it from (None: the host's default).
