@@ -310,6 +310,7 @@ def run_e2e(counts: Counts, pattern: str, vms: int, accel: str,
         ui.info(f"no end-to-end tests selected for {where}")
         return
     ui.phase(f"end-to-end: {len(tests)} tests on {where}")
+    booting = ui.steps_taken()
     ui.step(f"End-to-end tests ({len(tests)}) on a fabric of {where}")
     boot_start = time.monotonic()
     try:
@@ -330,11 +331,13 @@ def run_e2e(counts: Counts, pattern: str, vms: int, accel: str,
     problems = gate.check()
     counts.record(f"fabric of {where} boots, all ports ACTIVE, kernel logs clean",
                   not problems, time.monotonic() - boot_start, str(problems[0]) if problems else "")
+    ui.end_steps_since(booting)  # the table shows the boot; the rest of the phase is tests
     ctx = Context(fab)
     old = signal.signal(signal.SIGALRM, _alarm)
     try:
         for index, (name, fn, module) in enumerate(tests):
             start = time.monotonic()
+            steps = ui.steps_taken()
             signal.alarm(TEST_TIMEOUT)
             why = ""
             try:
@@ -357,6 +360,7 @@ def run_e2e(counts: Counts, pattern: str, vms: int, accel: str,
                     print(fabric.console_tail(vm, 15))
             finally:
                 signal.alarm(0)
+                ui.end_steps_since(steps)
             counts.record(name, ok, time.monotonic() - start, why)
             if index + 1 == len(tests) or tests[index + 1][2] is not module:
                 _check_logs(counts, gate, module, name)

@@ -40,16 +40,30 @@ def step(msg: str) -> None:
     print(f"==> {msg}", flush=True)
 
 
+def steps_taken() -> int:
+    """How many phases and steps have begun: end_steps_since()'s mark."""
+    return len(_starts)
+
+
+def end_steps_since(mark: int) -> None:
+    """Ends a step begun since `mark` now, rather than when the next one
+    begins: a step a test takes ends with the test, and the tests after it
+    are not counted as its time."""
+    if len(_starts) > mark and _starts[-1][0] is not None:
+        _starts.append((None, time.monotonic(), False))
+
+
 def phase_durations() -> list:
     """(phase, seconds, [(step, seconds)...]) for every phase so far: each
-    phase and step lasted until the next began, the last until now."""
+    phase and step lasted until the next began (or it was ended), the last
+    until now."""
     now = time.monotonic()
     phases = []
     for i, (name, start, is_phase) in enumerate(_starts):
         end = _starts[i + 1][1] if i + 1 < len(_starts) else now
         if is_phase:
             phases.append([name, start, []])
-        elif phases:
+        elif phases and name is not None:
             phases[-1][2].append((name, end - start))
     ends = [p[1] for p in phases[1:]] + [now]
     return [(name, end - start, steps) for (name, start, steps), end in zip(phases, ends)]
