@@ -29,6 +29,7 @@ import time
 
 from pibctl import fabric
 from pibctl.pairs import tcp_listening
+from pibctl.testing import soak
 from transfers import BackgroundTraffic, ctx_file, same_at_both_ends, traffic
 
 ONLY_ON_TWO_SWITCHES = True
@@ -159,6 +160,7 @@ def _sm_answers(log, port):
     return answers
 
 
+@soak  # ./pib test --soak; the flap itself: test_faults.py
 def test_a_flapping_link_under_traffic_for_a_minute(ctx):
     switch, port = _vm2_switch(ctx)
     pid = ctx.fabric.ib_switch_pids[switch]

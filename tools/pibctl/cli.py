@@ -150,7 +150,7 @@ def _cmd_test(args) -> int:
 
     _choose_kernel(args)
     return testing.run(pattern=args.k, unit=not args.e2e_only, e2e=not args.unit_only,
-                       vms=args.vms, accel=args.accel)
+                       vms=args.vms, accel=args.accel, soaks=args.soak)
 
 
 def _cmd_bench(args) -> int:
@@ -329,6 +329,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("-k", default="", metavar="SUBSTRING", help="only end-to-end tests whose name contains it")
     p.add_argument("--unit-only", action="store_true", help="skip the end-to-end tests")
     p.add_argument("--e2e-only", action="store_true", help="skip the unit tests")
+    p.add_argument("--soak", action="store_true",
+                   help="also the soaks: end-to-end tests that run a minute or more to find "
+                        "leaks and stalls (a link flapping under traffic for a minute)")
     _add_kernel_option(p)
     _add_fabric_options(p)
     p.set_defaults(func=_cmd_test)

@@ -150,8 +150,15 @@ TWO_SWITCHES = E2E_DIR / "two-switches.topo"
 HOSTILE = E2E_DIR / "hostile.topo"
 
 
+def soak(test):
+    """Marks an end-to-end test as a soak: one that runs for a minute or
+    more to find leaks and stalls. ./pib test runs soaks only with --soak."""
+    test.soak = True
+    return test
+
+
 def _load_tests(pattern: str, second_pass: bool = False, topology_file: Path = None,
-                own_pass: bool = False):
+                own_pass: bool = False, soaks: bool = False):
     """Tests whose name contains `pattern`; in the second pass, on the
     fabric of two switches, only those of modules that ask for it
     (ALSO_ON_TWO_SWITCHES, ONLY_ON_TWO_SWITCHES). A module that names a
@@ -181,7 +188,8 @@ def _load_tests(pattern: str, second_pass: bool = False, topology_file: Path = N
         for name in sorted(vars(module)):
             fn = getattr(module, name)
             full = f"{path.stem}::{name}"
-            if name.startswith("test_") and callable(fn) and (not pattern or pattern in full):
+            if (name.startswith("test_") and callable(fn) and (not pattern or pattern in full)
+                    and (soaks or not getattr(fn, "soak", False))):
                 tests.append((full + suffix, fn, module))
     return tests
 
@@ -298,13 +306,13 @@ class EarlyBoot:
 
 def run_e2e(counts: Counts, pattern: str, vms: int, accel: str,
             second_pass: bool = False, topology_file: Path = None, own_pass: bool = False,
-            early: EarlyBoot = None) -> None:
+            early: EarlyBoot = None, soaks: bool = False) -> None:
     """Runs the end-to-end tests on one fabric: `vms` VMs on one switch, in
     the second pass the fabric of tests/e2e/two-switches.topo, the fabric
     of `topology_file` for the modules that ask for it, or in the own pass
     guests that boot the bundled kernel the way a user's own is booted.
     `early` is the first pass's fabric, booting since before the pass."""
-    tests = _load_tests(pattern, second_pass, topology_file, own_pass)
+    tests = _load_tests(pattern, second_pass, topology_file, own_pass, soaks)
     vms, topo, where = _pass_fabric(vms, second_pass, topology_file, own_pass)
     if not tests:
         ui.info(f"no end-to-end tests selected for {where}")
@@ -447,7 +455,7 @@ def print_timing(counts: Counts, slowest: int = 10) -> None:
 
 
 def run(pattern: str = "", unit: bool = True, e2e: bool = True, vms: int = 2,
-        accel: str = "tcg") -> int:
+        accel: str = "tcg", soaks: bool = False) -> int:
     start = time.monotonic()
     ui.phase("setup")
     setup.run()
@@ -464,7 +472,7 @@ def run(pattern: str = "", unit: bool = True, e2e: bool = True, vms: int = 2,
         ui.phase("fuzzers and qtest")
         fuzzing.build()
         # The first pass's fabric boots beside the fuzzers' timed runs.
-        if e2e and _load_tests(pattern):
+        if e2e and _load_tests(pattern, soaks=soaks):
             early = EarlyBoot(vms, accel)
         try:
             fuzzing.replay(counts)
@@ -474,10 +482,10 @@ def run(pattern: str = "", unit: bool = True, e2e: bool = True, vms: int = 2,
                 early.abandon()
             raise
     if e2e:
-        run_e2e(counts, pattern, vms, accel, early=early)
-        run_e2e(counts, pattern, vms, accel, second_pass=True)
-        run_e2e(counts, pattern, vms, accel, topology_file=HOSTILE)
-        run_e2e(counts, pattern, 2, accel, own_pass=True)
+        run_e2e(counts, pattern, vms, accel, early=early, soaks=soaks)
+        run_e2e(counts, pattern, vms, accel, second_pass=True, soaks=soaks)
+        run_e2e(counts, pattern, vms, accel, topology_file=HOSTILE, soaks=soaks)
+        run_e2e(counts, pattern, 2, accel, own_pass=True, soaks=soaks)
     ui.info(f"\ntests took {time.monotonic() - start:.0f} s")
     print_timing(counts)
     if counts.failures:
