@@ -118,13 +118,9 @@ void DataPath::doorbell(uint32_t page, uint32_t offset, uint64_t value) {
             return;
         }
         if (offset == PIB_DB_SQ) {
-            // The send queue is worked on after the doorbell write has
-            // returned, as on hardware: a completion never appears while the
-            // write that posted its WQE is still under way (IPoIB counts its
-            // posted sends only after ib_post_send() returns).
             if (updateProducer("SQ of QP", number, qp->sq.producer, qp->sq.consumer,
                                1u << qp->ctx.sq_log_wqe_count, arg))
-                scheduler_.postpone(number, *qp, /*needsPort*/ false);
+                ringSendQueue(number, *qp);
         } else if (qp->ctx.flags & PIB_QP_USE_SRQ)
             host_.guestError(err::kDoorbellBadObject, "RQ doorbell of QP %u, which uses an SRQ",
                              number);
@@ -165,6 +161,22 @@ void DataPath::doorbell(uint32_t page, uint32_t offset, uint64_t value) {
                          value, page, offset);
         return;
     }
+}
+
+// A send's completion never appears while the doorbell write that posted
+// it is under way, as on hardware: IPoIB counts a send as posted only after
+// ib_post_send() returns, and wakes its stopped queue by that count. Sends
+// that complete as they leave go after the write returns, from the next
+// run; RC and XRC sends go at once (the fastest way out), and complete on
+// the responder's acknowledgement, which for a looped-back packet also
+// waits for that run.
+void DataPath::ringSendQueue(uint32_t qpn, QueuePair &qp) {
+    if (completesOnLeaving(qp.ctx.type)) {
+        scheduler_.postpone(qpn, qp, /*needsPort*/ false);
+        return;
+    }
+    processSendQueue(qpn, qp);
+    scheduler_.holdLoopback();
 }
 
 void DataPath::resume(uint32_t qpn, QueuePair &qp) {

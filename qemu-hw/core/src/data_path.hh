@@ -80,6 +80,8 @@ class DataPath final : public SubnetSender, public ScheduledEngine {
     bool injectedFate(const QueuePair &qp, std::vector<uint8_t> &framed);
 
     void processSendQueue(uint32_t qpn, QueuePair &qp);
+    // A send queue's doorbell: its work now or after the write (data_path.cc).
+    void ringSendQueue(uint32_t qpn, QueuePair &qp);
     bool updateProducer(const char *what, uint32_t number, uint32_t &producer, uint32_t consumer,
                         uint32_t size, uint32_t value);
     // The datagram transport (datagram.cc).

@@ -91,6 +91,12 @@ inline bool isDatagramType(uint8_t type) {
     return type == PIB_QPT_UD || type == PIB_QPT_SMI || type == PIB_QPT_GSI;
 }
 
+// The QP types whose sends complete as they leave, with no answer from
+// the responder: the datagram types and UC.
+inline bool completesOnLeaving(uint8_t type) {
+    return isDatagramType(type) || type == PIB_QPT_UC;
+}
+
 // The QP types of the reliable connected transports: RC, and XRC's two
 // halves, which are RC's requester and responder (IBA A14).
 inline bool isReliableType(uint8_t type) {

@@ -9,10 +9,14 @@ namespace pib {
 
 void Scheduler::beginEvent() {
     budget_ = static_cast<int>(limits::kPacketsPerEvent);
+    holdLoopback_ = false;
 }
 
 void Scheduler::endEvent() {
-    drainLoopback();
+    if (holdLoopback_ && !loopback_.empty())
+        host_.schedule(); // the run's own end drains it
+    else
+        drainLoopback();
     if (!ready_.empty())
         host_.schedule();
 }

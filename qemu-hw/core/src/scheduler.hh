@@ -72,6 +72,10 @@ class Scheduler {
     void charge() { --budget_; }
     // Delivers the looped-back packets.
     void drainLoopback();
+    // This event's looped-back packets wait for the next run(): a send
+    // queue's doorbell must not see the answers to what it sent (their
+    // completions) while the write is still under way.
+    void holdLoopback() { holdLoopback_ = true; }
 
     // A buffer for the next packet, and one to reuse: the data path then
     // allocates no memory per packet.
@@ -97,6 +101,7 @@ class Scheduler {
     std::vector<std::vector<uint8_t>> spentPackets_;
     std::deque<std::pair<unsigned, std::vector<uint8_t>>> loopback_;
     bool drainingLoopback_ = false;
+    bool holdLoopback_ = false;
     // Packets the current event may still send, and the QPs whose work
     // waits for the next run().
     int budget_ = 0;
