@@ -945,37 +945,47 @@ TEST_CASE("long WRITEs and READs at a 4096-byte MTU over a faulty cable finish w
     CHECK(reordered > 10);
 }
 
+namespace {
+
+// An RC QP connected to itself, a receive posted and 2000 bytes to send.
+struct SelfConnected {
+    Node a{PIB_QPT_RC, 0x11};
+    uint64_t out = a.host.alloc(4096), in = a.host.alloc(4096);
+
+    SelfConnected() {
+        a.connect(a, PIB_QPT_RC, {.sqPsn = 300, .rqPsn = 300});
+        a.fill(out, 2000, 1);
+        a.postRecv(1, in, 4096);
+    }
+    void send() { a.postSend(2, {.local = out, .length = 2000}); }
+    bool arrived() { return std::equal(a.host.at(out), a.host.at(out) + 2000, a.host.at(in)); }
+};
+
+} // namespace
+
 TEST_CASE("loopback: a QP connected to itself never uses the wire", "[rc]") {
-    Node a(PIB_QPT_RC, 0x11);
-    a.connect(a, PIB_QPT_RC, {.sqPsn = 300, .rqPsn = 300});
-    const uint64_t out = a.host.alloc(4096), in = a.host.alloc(4096);
-    a.fill(out, 2000, 1);
-    a.postRecv(1, in, 4096);
-    a.postSend(2, {.local = out, .length = 2000});
-    auto done = a.poll();
+    SelfConnected s;
+    s.send();
+    auto done = s.a.poll();
     REQUIRE(done.size() == 2);
     CHECK(
         std::all_of(done.begin(), done.end(), [](auto &c) { return c.status == PIB_WC_SUCCESS; }));
-    CHECK(std::equal(a.host.at(out), a.host.at(out) + 2000, a.host.at(in)));
-    CHECK(a.host.portOutput[1].empty()); // nothing left the port
+    CHECK(s.arrived());
+    CHECK(s.a.host.portOutput[1].empty()); // nothing left the port
 }
 
 // A QP connected to its own port gets its ACK by the loopback: that, too,
 // waits until the doorbell write that sent the message has returned.
 TEST_CASE("a looped-back RC send completes after its doorbell write", "[rc]") {
-    Node a(PIB_QPT_RC, 0x11);
-    a.connect(a, PIB_QPT_RC, {.sqPsn = 300, .rqPsn = 300});
-    const uint64_t out = a.host.alloc(4096), in = a.host.alloc(4096);
-    a.fill(out, 2000, 1);
-    a.postRecv(1, in, 4096);
-    a.runAfterDoorbell = false;
-    a.postSend(2, {.local = out, .length = 2000});
-    CHECK(a.poll().empty());
-    CHECK(a.host.scheduled > 0);
-    REQUIRE(a.host.runScheduled());
-    auto done = a.poll();
+    SelfConnected s;
+    s.a.runAfterDoorbell = false;
+    s.send();
+    CHECK(s.a.poll().empty());
+    CHECK(s.a.host.scheduled > 0);
+    REQUIRE(s.a.host.runScheduled());
+    auto done = s.a.poll();
     REQUIRE(done.size() == 2);
-    CHECK(std::equal(a.host.at(out), a.host.at(out) + 2000, a.host.at(in)));
+    CHECK(s.arrived());
 }
 
 TEST_CASE("random packets from a hostile fabric never break the device", "[rc][robustness]") {

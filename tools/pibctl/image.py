@@ -40,7 +40,6 @@ KEEP_SUFFIX = "copyright"
 KEEP_DOC = ["usr/share/doc/rdma-core"]
 # Programs for the guests are built against these (mpi_build.py).
 MPI_DEV_PACKAGES = ["libopenmpi-dev", "libmpich-dev"]
-MPI_LIBRARIES = ["libmpi.so.40", "libmpich.so.12"]
 
 
 def _list_file(name: str):
@@ -99,7 +98,7 @@ def _save_mpi_sdk(rootfs: Path) -> None:
     """What building a program for the image's two MPIs takes: the headers
     of their -dev packages (same versions as the libraries installed) and
     the libraries themselves to link against (mpi_build.py)."""
-    sdk = mpi_sdk_dir()
+    sdk = paths.mpi_sdk_dir()
     if sdk.exists():
         shutil.rmtree(sdk)
     debs = rootfs / "tmp" / "mpi-dev"
@@ -111,13 +110,9 @@ def _save_mpi_sdk(rootfs: Path) -> None:
         ui.run_logged(["dpkg-deb", "-x", deb, sdk / "root"], "image", f"unpacking {deb.name}")
     lib = rootfs / "usr/lib/x86_64-linux-gnu"
     (sdk / "lib").mkdir()
-    for name in MPI_LIBRARIES:
+    for name in mpi_build.LIBRARIES:
         shutil.copy2(lib / name, sdk / "lib" / name)  # follows the soname's link
     shutil.rmtree(debs)
-
-
-def mpi_sdk_dir() -> Path:
-    return paths.image_dir() / "mpi-sdk"
 
 
 def build_base() -> Path:
@@ -128,7 +123,8 @@ def build_base() -> Path:
     # logic elsewhere must not redo debootstrap.
     key = stamps.hash_files([], f"{SUITE}:{','.join(packages)}:{','.join(TRIM)}:{KEEP_DOC}:"
                                 f"{','.join(leave_out)}:{','.join(MPI_DEV_PACKAGES)}")
-    if stamps.is_current("image-base", key) and out.is_file() and mpi_sdk_dir().is_dir():
+    if (stamps.is_current("image-base", key) and out.is_file()
+            and paths.mpi_sdk_dir().is_dir()):
         ui.detail("base userspace: cached")
         return out
     rootfs = paths.image_dir() / "rootfs"

@@ -1,12 +1,13 @@
 """pib-mpi-check, the guests' MPI program (guest/mpi/): built on the host
 once for each MPI of the guest image, Open MPI and MPICH, whose ABIs
 differ. The headers and libraries come from the image's own packages
-(image.mpi_sdk_dir()): the libraries are only linked against, so what they
-need from a newer C library than the host's is left to the guest's."""
+(paths.mpi_sdk_dir(), which image.py fills): the libraries are only linked
+against, so what they need from a newer C library than the host's is left
+to the guest's."""
 
 from pathlib import Path
 
-from pibctl import image, paths, stamps, traffic_build, ui
+from pibctl import paths, stamps, ui
 
 SOURCE_DIR = paths.REPO / "guest" / "mpi"
 CFLAGS = ["-std=gnu11", "-O2", "-g", "-Wall", "-Wextra", "-Werror"]
@@ -15,6 +16,7 @@ MPIS = {
     "openmpi": ("usr/lib/x86_64-linux-gnu/openmpi/include", "libmpi.so.40"),
     "mpich": ("usr/lib/x86_64-linux-gnu/mpich/include", "libmpich.so.12"),
 }
+LIBRARIES = [lib for _, lib in MPIS.values()]
 
 
 def binaries():
@@ -24,10 +26,10 @@ def binaries():
 def build():
     """Builds pib-mpi-check.openmpi and pib-mpi-check.mpich (once per
     change of the sources or of the image's MPIs); returns their paths."""
-    sdk = image.mpi_sdk_dir()
+    sdk = paths.mpi_sdk_dir()
     sources = sorted(SOURCE_DIR.glob("*.c"))
-    libraries = [sdk / "lib" / lib for _, lib in MPIS.values()]
-    headers = sorted(traffic_build.COMMON_DIR.glob("*.h"))
+    libraries = [sdk / "lib" / lib for lib in LIBRARIES]
+    headers = sorted(paths.GUEST_COMMON.glob("*.h"))
     key = stamps.hash_files([*sources, *headers, *libraries], " ".join(CFLAGS))
     outs = binaries()
     if stamps.is_current("mpi-programs", key) and all(out.is_file() for out in outs):
@@ -35,7 +37,7 @@ def build():
     outs[0].parent.mkdir(parents=True, exist_ok=True)
     for (mpi, (include, lib)), out in zip(MPIS.items(), outs):
         ui.run_logged(["gcc", *CFLAGS, f"-I{sdk / 'root' / include}",
-                       f"-I{traffic_build.COMMON_DIR}", *sources,
+                       f"-I{paths.GUEST_COMMON}", *sources,
                        sdk / "lib" / lib, "-Wl,--allow-shlib-undefined", "-o", out],
                       "mpi", f"gcc ({out.name})")
     stamps.mark("mpi-programs", key)

@@ -4,6 +4,8 @@ import os
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
+# What the guests' checking programs (pib-traffic, pib-mpi-check) share.
+GUEST_COMMON = REPO / "guest" / "common"
 
 
 def cache_dir() -> Path:
@@ -65,3 +67,8 @@ def fabric_switch_binary() -> Path:
 
 # Where Debian's seabios and qemu-system-data put QEMU's firmware.
 QEMU_FIRMWARE_ARGS = ["-L", "/usr/share/seabios", "-L", "/usr/share/qemu"]
+
+
+def mpi_sdk_dir() -> Path:
+    """The image's MPIs' headers and libraries, to build guest programs."""
+    return image_dir() / "mpi-sdk"

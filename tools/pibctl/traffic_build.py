@@ -7,7 +7,6 @@ from pathlib import Path
 from pibctl import paths, provider_build, stamps, ui
 
 SOURCE_DIR = paths.REPO / "guest" / "traffic"
-COMMON_DIR = paths.REPO / "guest" / "common"  # what the guests' checking programs share
 CFLAGS = ["-std=gnu11", "-O2", "-g", "-Wall", "-Wextra", "-Werror", "-pthread"]
 
 
@@ -19,14 +18,14 @@ def build() -> Path:
     """Builds pib-traffic (once per change of its sources); returns its path."""
     rdma = provider_build.build_dir()
     sources = sorted(SOURCE_DIR.glob("*.c"))
-    key = stamps.hash_files([*sources, *SOURCE_DIR.glob("*.h"), *COMMON_DIR.glob("*.h")],
+    key = stamps.hash_files([*sources, *SOURCE_DIR.glob("*.h"), *paths.GUEST_COMMON.glob("*.h")],
                             " ".join(CFLAGS))
     out = binary()
     if stamps.is_current("traffic", key) and out.is_file():
         return out
     out.parent.mkdir(parents=True, exist_ok=True)
-    ui.run_logged(["gcc", *CFLAGS, f"-I{rdma / 'include'}", f"-I{COMMON_DIR}", *sources, "-o", out,
-                   f"-L{rdma / 'lib'}", "-libverbs", "-lcrypto"], "traffic", "gcc (pib-traffic)")
+    ui.run_logged(["gcc", *CFLAGS, f"-I{rdma / 'include'}", f"-I{paths.GUEST_COMMON}", *sources,
+                   "-o", out, f"-L{rdma / 'lib'}", "-libverbs", "-lcrypto"], "traffic", "gcc (pib-traffic)")
     stamps.mark("traffic", key)
     ui.detail(f"pib-traffic: {out}")
     return out
