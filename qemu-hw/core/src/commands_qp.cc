@@ -174,7 +174,7 @@ CommandOutcome CommandProcessor::destroyQp(const Command &cmd) {
         if (mw.ctx.type == PIB_MW_TYPE_2 && mw.ctx.bound && mw.ctx.qpn == cmd.modifier)
             MemoryKeys::unbind(objects_.mrs, mw);
     });
-    dataPath_.forgetQp(cmd.modifier, *qp);
+    dataPath_.forgetQp(*qp);
     if (cmd.modifier < objects_.specialQps.size())
         objects_.specialQps[cmd.modifier].reset();
     else
@@ -367,7 +367,7 @@ CommandOutcome CommandProcessor::modifyQp(const Command &cmd) {
                     cmd.modifier, bad);
 
     applyQpAttrs(qp->attr, in, mask, next);
-    dataPath_.qpStateEntered(cmd.modifier, *qp, cur, next, mask);
+    dataPath_.qpStateEntered(*qp, cur, next, mask);
     return {};
 }
 

@@ -52,60 +52,60 @@ uint64_t DataPath::rnrDelayNs(uint8_t code) {
     return uint64_t{kHundredthsOfMs[code & 31]} * 10'000;
 }
 
-void DataPath::restartAckTimer(uint32_t qpn, QueuePair &qp) {
+void DataPath::restartAckTimer(QueuePair &qp) {
     const uint64_t timeout = ackTimeoutNs(qp);
     qp.req.ackDeadline = qp.req.outstanding.empty() || !timeout ? 0 : host_.clockNs() + timeout;
-    scheduleQpTimer(qpn, qp);
+    scheduleQpTimer(qp);
 }
 
 // Completes WQEs from the head while they are done: UC WQEs once sent, RC
 // ones when acknowledged (marked by ackUpTo), bad ones with their error.
-void DataPath::completeInOrder(uint32_t qpn, QueuePair &qp) {
+void DataPath::completeInOrder(QueuePair &qp) {
     Requester &r = qp.req;
     while (!r.outstanding.empty()) {
         SendWqe &w = r.outstanding.front();
         if (w.localStatus != PIB_WC_SUCCESS) {
-            completeHead(qpn, qp, w.localStatus);
+            completeHead(qp, w.localStatus);
             return;
         }
         const bool done = w.acked || (qp.ctx.type == PIB_QPT_UC && w.sentPackets == w.packets);
         if (!done)
             return;
-        completeHead(qpn, qp, PIB_WC_SUCCESS);
+        completeHead(qp, PIB_WC_SUCCESS);
     }
-    notifyIfSqDrained(qpn, qp);
+    notifyIfSqDrained(qp);
 }
 
 // Raises SQ drained for a QP in SQD that asked for it, once no send WQE
 // it started is still in flight.
-void DataPath::notifyIfSqDrained(uint32_t qpn, QueuePair &qp) {
+void DataPath::notifyIfSqDrained(QueuePair &qp) {
     if (!qp.sqDrainPending || !qp.req.outstanding.empty() || qp.attr.qp_state != PIB_QPS_SQD)
         return;
     qp.sqDrainPending = false;
-    events_.postAsyncEvent(PIB_ASYNC_SQ_DRAINED, qpn);
+    events_.postAsyncEvent(PIB_ASYNC_SQ_DRAINED, qp.number);
 }
 
 // Completes the oldest outstanding WQE. An error completion moves the QP
 // to the error state and flushes everything after it (IBA 10.8.3.3).
-void DataPath::completeHead(uint32_t qpn, QueuePair &qp, uint8_t status) {
+void DataPath::completeHead(QueuePair &qp, uint8_t status) {
     Requester &r = qp.req;
     SendWqe w = takeHeadWqe(qp);
     if (w.isReadOrAtomic() && w.packets && r.readsInFlight)
         --r.readsInFlight;
     const bool signaled = (w.flags & PIB_WQE_SIGNALED) || (qp.ctx.flags & PIB_QP_SIGNAL_ALL);
-    events_.completeSend(qpn, qp, w.index, w.wrId, completionOpcode(w.opcode), status, w.length,
-                         signaled, w.vendorErr);
+    events_.completeSend(qp.number, qp, w.index, w.wrId, completionOpcode(w.opcode), status,
+                         w.length, signaled, w.vendorErr);
     if (status != PIB_WC_SUCCESS) {
-        trace::qp_error(host_, qpn, w.index, status);
+        trace::qp_error(host_, qp.number, w.index, status);
         qp.attr.qp_state = PIB_QPS_ERR;
-        flushQp(qpn, qp);
+        flushQp(qp);
     }
 }
 
 // An ACK (or an implied one) for every PSN up to `psn`: SENDs and WRITEs
 // that end there are done. A READ or atomic the ACK passes was answered
 // by responses that got lost: it must be asked again (IBA 9.7.5.1.5).
-void DataPath::ackUpTo(uint32_t qpn, QueuePair &qp, uint32_t psn) {
+void DataPath::ackUpTo(QueuePair &qp, uint32_t psn) {
     // An ACK that moves the window on is progress, also in the middle of a
     // long message: the retry count starts over and the timer restarts.
     // (The retries are for a peer that answers nothing; otherwise any
@@ -124,14 +124,14 @@ void DataPath::ackUpTo(uint32_t qpn, QueuePair &qp, uint32_t psn) {
     }
     if (progress)
         qp.req.retriesLeft = qp.attr.retry_cnt;
-    completeInOrder(qpn, qp);
+    completeInOrder(qp);
     if (qp.attr.qp_state != PIB_QPS_ERR && progress)
-        restartAckTimer(qpn, qp);
+        restartAckTimer(qp);
 }
 
 // A response packet: believed only for a request in flight, then taken
 // by what it is. Each handler says whether the requester may send on.
-void DataPath::onResponse(uint32_t qpn, QueuePair &qp, const iba::Packet &packet) {
+void DataPath::onResponse(QueuePair &qp, const iba::Packet &packet) {
     Requester &r = qp.req;
     const uint8_t state = qp.attr.qp_state;
     if (!isReliableRequester(qp.ctx.type) || (state != PIB_QPS_RTS && state != PIB_QPS_SQD) ||
@@ -141,39 +141,39 @@ void DataPath::onResponse(uint32_t qpn, QueuePair &qp, const iba::Packet &packet
     const uint8_t op = packet.bth.opcode & 0x1f;
     // A response beyond what was sent is not ours to believe.
     if (psnDiff(psn, r.psn) >= 0) {
-        trace::err_rc_bad_response_psn(host_, qpn, psn, r.psn);
+        trace::err_rc_bad_response_psn(host_, qp.number, psn, r.psn);
         return;
     }
     bool sendOn = true;
     if (op == iba::kAcknowledge)
-        sendOn = onAcknowledge(qpn, qp, packet);
+        sendOn = onAcknowledge(qp, packet);
     else if (op == iba::kAtomicAcknowledge)
-        sendOn = onAtomicAcknowledge(qpn, qp, packet);
+        sendOn = onAtomicAcknowledge(qp, packet);
     else if (op >= iba::kReadResponseFirst && op <= iba::kReadResponseOnly)
-        readResponse(qpn, qp, packet);
+        readResponse(qp, packet);
     if (sendOn && qp.attr.qp_state == PIB_QPS_RTS)
-        processConnectedSend(qpn, qp);
+        processConnectedSend(qp);
 }
 
 // An ACK or NAK (IBA 9.7.5.1): by its AETH's syndrome.
-bool DataPath::onAcknowledge(uint32_t qpn, QueuePair &qp, const iba::Packet &packet) {
+bool DataPath::onAcknowledge(QueuePair &qp, const iba::Packet &packet) {
     const uint32_t psn = packet.bth.psn;
     const uint8_t syndrome = packet.aeth->syndrome;
     switch (syndrome >> 5) {
     case aeth::kAck:
-        ackUpTo(qpn, qp, psn);
+        ackUpTo(qp, psn);
         return true;
     case aeth::kRnrNak:
         // The NAKed PSN itself is not acknowledged: everything before it is.
-        ackUpTo(qpn, qp, psnAdd(psn, 0xffffff));
+        ackUpTo(qp, psnAdd(psn, 0xffffff));
         if (qp.attr.qp_state != PIB_QPS_ERR && !qp.req.outstanding.empty())
-            onRnrNak(qpn, qp, psn, syndrome & 0x1f);
+            onRnrNak(qp, psn, syndrome & 0x1f);
         return false;
     case aeth::kNak:
-        ackUpTo(qpn, qp, psnAdd(psn, 0xffffff));
+        ackUpTo(qp, psnAdd(psn, 0xffffff));
         if (qp.attr.qp_state == PIB_QPS_ERR || qp.req.outstanding.empty())
             return false;
-        return onNak(qpn, qp, psn, syndrome & 0x1f);
+        return onNak(qp, psn, syndrome & 0x1f);
     default:
         return false; // reserved syndrome
     }
@@ -181,12 +181,12 @@ bool DataPath::onAcknowledge(uint32_t qpn, QueuePair &qp, const iba::Packet &pac
 
 // RNR NAK: the responder had no receive WQE; send again from `psn` after
 // the delay it asks for, while RNR retries last (7: for ever).
-void DataPath::onRnrNak(uint32_t qpn, QueuePair &qp, uint32_t psn, uint8_t timerCode) {
+void DataPath::onRnrNak(QueuePair &qp, uint32_t psn, uint8_t timerCode) {
     Requester &r = qp.req;
     count(qp, &pib_port_counters::rnr_naks_received);
     if (r.rnrRetriesLeft == 0) {
         count(qp, &pib_port_counters::rnr_retry_exceeded);
-        completeHead(qpn, qp, PIB_WC_RNR_RETRY_EXC_ERR);
+        completeHead(qp, PIB_WC_RNR_RETRY_EXC_ERR);
         return;
     }
     if (r.rnrRetriesLeft != 7)
@@ -194,38 +194,37 @@ void DataPath::onRnrNak(uint32_t qpn, QueuePair &qp, uint32_t psn, uint8_t timer
     rewind(qp, psn);
     r.rnrDeadline = host_.clockNs() + rnrDelayNs(timerCode);
     r.ackDeadline = 0;
-    scheduleQpTimer(qpn, qp);
-    trace::rc_rnr(host_, qpn, psn, rnrDelayNs(timerCode));
+    scheduleQpTimer(qp);
+    trace::rc_rnr(host_, qp.number, psn, rnrDelayNs(timerCode));
 }
 
 // NAK: a PSN sequence error is resent from `psn` while retries last; the
 // others complete the WQE at the head in error. True when sending goes on.
-bool DataPath::onNak(uint32_t qpn, QueuePair &qp, uint32_t psn, uint8_t code) {
+bool DataPath::onNak(QueuePair &qp, uint32_t psn, uint8_t code) {
     if (code == aeth::kPsnSequence) {
-        trace::rc_seq_nak(host_, qpn, psn);
+        trace::rc_seq_nak(host_, qp.number, psn);
         count(qp, &pib_port_counters::seq_naks_received);
         if (qp.req.retriesLeft == 0) {
             count(qp, &pib_port_counters::retry_exceeded);
-            completeHead(qpn, qp, PIB_WC_RETRY_EXC_ERR);
+            completeHead(qp, PIB_WC_RETRY_EXC_ERR);
             return false;
         }
         --qp.req.retriesLeft;
         rewind(qp, psn);
         return true;
     }
-    completeHead(qpn, qp,
-                 code == aeth::kInvalidRequest ? PIB_WC_REM_INV_REQ_ERR
-                 : code == aeth::kRemoteAccess ? PIB_WC_REM_ACCESS_ERR
-                                               : PIB_WC_REM_OP_ERR);
+    completeHead(qp, code == aeth::kInvalidRequest ? PIB_WC_REM_INV_REQ_ERR
+                     : code == aeth::kRemoteAccess ? PIB_WC_REM_ACCESS_ERR
+                                                   : PIB_WC_REM_OP_ERR);
     return false;
 }
 
 // An atomic's answer: the original value lands in the WQE's buffer. False
 // when it was no answer to the atomic at the head.
-bool DataPath::onAtomicAcknowledge(uint32_t qpn, QueuePair &qp, const iba::Packet &packet) {
+bool DataPath::onAtomicAcknowledge(QueuePair &qp, const iba::Packet &packet) {
     Requester &r = qp.req;
     const uint32_t psn = packet.bth.psn;
-    ackUpTo(qpn, qp, psnAdd(psn, 0xffffff));
+    ackUpTo(qp, psnAdd(psn, 0xffffff));
     if (qp.attr.qp_state == PIB_QPS_ERR || r.outstanding.empty())
         return false;
     SendWqe &w = r.outstanding.front();
@@ -242,9 +241,9 @@ bool DataPath::onAtomicAcknowledge(uint32_t qpn, QueuePair &qp, const iba::Packe
     } else
         w.localStatus = status;
     r.retriesLeft = qp.attr.retry_cnt;
-    completeInOrder(qpn, qp);
+    completeInOrder(qp);
     if (qp.attr.qp_state != PIB_QPS_ERR)
-        restartAckTimer(qpn, qp);
+        restartAckTimer(qp);
     return true;
 }
 
@@ -263,7 +262,7 @@ static bool mustAskAgain(const SendWqe &w, uint32_t expected, bool lastResponse)
 
 // A READ response packet: its data lands where the READ's SGEs say, in
 // order; anything out of order is dropped and asked for again.
-void DataPath::readResponse(uint32_t qpn, QueuePair &qp, const iba::Packet &packet) {
+void DataPath::readResponse(QueuePair &qp, const iba::Packet &packet) {
     Requester &r = qp.req;
     const uint32_t psn = packet.bth.psn;
     // A response implies ACKs for every request before the READ.
@@ -276,7 +275,7 @@ void DataPath::readResponse(uint32_t qpn, QueuePair &qp, const iba::Packet &pack
     }
     if (!w || w->opcode != PIB_WR_RDMA_READ)
         return;
-    ackUpTo(qpn, qp, psnAdd(w->firstPsn, 0xffffff));
+    ackUpTo(qp, psnAdd(w->firstPsn, 0xffffff));
     if (qp.attr.qp_state == PIB_QPS_ERR || &r.outstanding.front() != w)
         return; // an earlier READ or atomic must be answered first
     const uint32_t mtu = pathMtu(qp);
@@ -288,7 +287,7 @@ void DataPath::readResponse(uint32_t qpn, QueuePair &qp, const iba::Packet &pack
     w->latestResponse = psn;
     if (psn != expected) {
         if (psnDiff(psn, expected) > 0 && mustAskAgain(*w, expected, last)) {
-            trace::rc_read_gap(host_, qpn, psn, expected);
+            trace::rc_read_gap(host_, qp.number, psn, expected);
             rewind(qp, expected);
         }
         return;
@@ -296,15 +295,15 @@ void DataPath::readResponse(uint32_t qpn, QueuePair &qp, const iba::Packet &pack
     const uint32_t left = w->length - w->received;
     const size_t len = packet.data().size();
     if (len > left || (!last && len != mtu) || (last && len != left)) {
-        trace::err_rc_bad_response_length(host_, qpn, static_cast<unsigned>(len), left);
+        trace::err_rc_bad_response_length(host_, qp.number, static_cast<unsigned>(len), left);
         w->localStatus = PIB_WC_BAD_RESP_ERR;
-        completeInOrder(qpn, qp);
+        completeInOrder(qp);
         return;
     }
     const uint8_t status = memory_.scatter(qp.ctx.pdn, w->sges, packet.data(), w->received);
     if (status != PIB_WC_SUCCESS) {
         w->localStatus = status;
-        completeInOrder(qpn, qp);
+        completeInOrder(qp);
         return;
     }
     w->received += static_cast<uint32_t>(len);
@@ -312,13 +311,13 @@ void DataPath::readResponse(uint32_t qpn, QueuePair &qp, const iba::Packet &pack
     r.retriesLeft = qp.attr.retry_cnt;
     if (last)
         w->acked = true;
-    completeInOrder(qpn, qp);
+    completeInOrder(qp);
     if (qp.attr.qp_state != PIB_QPS_ERR)
-        restartAckTimer(qpn, qp);
+        restartAckTimer(qp);
 }
 
 // The local ACK timer or an RNR wait of `qpn` ran out.
-void DataPath::qpTimerExpired(uint32_t qpn, QueuePair &qp) {
+void DataPath::qpTimerExpired(QueuePair &qp) {
     Requester &r = qp.req;
     const uint64_t now = host_.clockNs();
     if (qp.attr.qp_state != PIB_QPS_RTS && qp.attr.qp_state != PIB_QPS_SQD) {
@@ -327,8 +326,8 @@ void DataPath::qpTimerExpired(uint32_t qpn, QueuePair &qp) {
     }
     if (r.rnrDeadline && r.rnrDeadline <= now) {
         r.rnrDeadline = 0;
-        processConnectedSend(qpn, qp); // resends what the rewind marked
-        restartAckTimer(qpn, qp);
+        processConnectedSend(qp); // resends what the rewind marked
+        restartAckTimer(qp);
         return;
     }
     if (!r.ackDeadline || r.ackDeadline > now)
@@ -337,10 +336,10 @@ void DataPath::qpTimerExpired(uint32_t qpn, QueuePair &qp) {
     if (r.outstanding.empty())
         return;
     if (r.retriesLeft == 0) {
-        trace::rc_retry_exceeded(host_, qpn, qp.attr.retry_cnt);
+        trace::rc_retry_exceeded(host_, qp.number, qp.attr.retry_cnt);
         count(qp, &pib_port_counters::ack_timeouts);
         count(qp, &pib_port_counters::retry_exceeded);
-        completeHead(qpn, qp, PIB_WC_RETRY_EXC_ERR);
+        completeHead(qp, PIB_WC_RETRY_EXC_ERR);
         return;
     }
     --r.retriesLeft;
@@ -349,21 +348,21 @@ void DataPath::qpTimerExpired(uint32_t qpn, QueuePair &qp) {
     // What ACKs covered of a long head WQE need not go again.
     if (psnDiff(r.unackedPsn, from) > 0 && psnDiff(r.unackedPsn, head.lastPsn()) <= 0)
         from = r.unackedPsn;
-    trace::rc_timeout(host_, qpn, from);
+    trace::rc_timeout(host_, qp.number, from);
     count(qp, &pib_port_counters::ack_timeouts);
     rewind(qp, from);
-    processConnectedSend(qpn, qp);
-    restartAckTimer(qpn, qp);
+    processConnectedSend(qp);
+    restartAckTimer(qp);
 }
 
 // Keeps the one device timer at the earliest deadline of any QP.
-void DataPath::scheduleQpTimer(uint32_t qpn, QueuePair &qp) {
+void DataPath::scheduleQpTimer(QueuePair &qp) {
     if (qp.timerAt)
-        timers_.erase({qp.timerAt, qpn});
+        timers_.erase({qp.timerAt, qp.number});
     const uint64_t a = qp.req.ackDeadline, b = qp.req.rnrDeadline;
     qp.timerAt = a && b ? std::min(a, b) : a ? a : b;
     if (qp.timerAt)
-        timers_.insert({qp.timerAt, qpn});
+        timers_.insert({qp.timerAt, qp.number});
     armDeviceTimer();
 }
 
@@ -387,7 +386,7 @@ void DataPath::timerExpired() {
         if (!qp)
             continue;
         qp->timerAt = 0;
-        qpTimerExpired(qpn, *qp);
+        qpTimerExpired(*qp);
         scheduler_.drainLoopback();
     }
     armDeviceTimer();

@@ -82,9 +82,9 @@ void DataPath::deliverConnected(unsigned number, const iba::Packet &packet) {
         return;
     }
     if (response)
-        onResponse(qpn, *qp, packet);
+        onResponse(*qp, packet);
     else
-        onRequest(qpn, *qp, packet);
+        onRequest(*qp, packet);
 }
 
 } // namespace pib

@@ -19,12 +19,12 @@ void DataPath::reset() {
     scheduler_.reset();
 }
 
-void DataPath::forgetQp(uint32_t qpn, QueuePair &qp) {
+void DataPath::forgetQp(QueuePair &qp) {
     if (receiveSrq(qp))
-        completeClaimedWqe(qpn, qp, PIB_WC_WR_FLUSH_ERR);
+        completeClaimedWqe(qp, PIB_WC_WR_FLUSH_ERR);
     releaseWqes(qp);
     if (qp.timerAt)
-        timers_.erase({qp.timerAt, qpn});
+        timers_.erase({qp.timerAt, qp.number});
 }
 
 // A MAD the port's agents originate goes out as a packet of QP0; to an SM
@@ -43,20 +43,19 @@ void DataPath::sendSubnetPacket(unsigned number, iba::Packet &packet) {
 // What entering state `next` from `cur` does beyond the attributes: the
 // transport's state starts over, PSNs and retry counters are loaded, the
 // queues flush or start, SQ drained is reported.
-void DataPath::qpStateEntered(uint32_t qpn, QueuePair &qp, uint8_t cur, uint8_t next,
-                              uint32_t mask) {
+void DataPath::qpStateEntered(QueuePair &qp, uint8_t cur, uint8_t next, uint32_t mask) {
     const pib_qp_attr &a = qp.attr;
     if (next == PIB_QPS_RESET) {
         // Reset empties the QP's own queues without completions, but a
         // WQE it took from an SRQ belongs to the SRQ: it completes.
         if (receiveSrq(qp))
-            completeClaimedWqe(qpn, qp, PIB_WC_WR_FLUSH_ERR);
+            completeClaimedWqe(qp, PIB_WC_WR_FLUSH_ERR);
         qp.sq = qp.rq = WorkQueue{};
         releaseWqes(qp);
         qp.req = Requester{};
         qp.resp = Responder{};
         qp.lastWqeReached = false;
-        scheduleQpTimer(qpn, qp);
+        scheduleQpTimer(qp);
     }
     // The connected transports start from the PSNs given.
     if (next == PIB_QPS_RTR && cur == PIB_QPS_INIT)
@@ -68,15 +67,15 @@ void DataPath::qpStateEntered(uint32_t qpn, QueuePair &qp, uint8_t cur, uint8_t 
     if (mask & PIB_QP_RNR_RETRY)
         qp.req.rnrRetriesLeft = a.rnr_retry;
     if (next == PIB_QPS_ERR)
-        flushQp(qpn, qp);
+        flushQp(qp);
     if (next == PIB_QPS_RTS) // sends posted before RTS go now
-        processSendQueue(qpn, qp);
+        processSendQueue(qp);
     // IBA 11.6.3.2: the SQ is drained once every WQE it had started is
     // done; with none in flight, that is now; else the requester raises
     // it when the last one completes (completer.cc).
     qp.sqDrainPending = next == PIB_QPS_SQD && cur == PIB_QPS_RTS && a.en_sqd_async_notify;
     if (qp.sqDrainPending)
-        notifyIfSqDrained(qpn, qp);
+        notifyIfSqDrained(qp);
 }
 
 bool DataPath::updateProducer(const char *what, uint32_t number, uint32_t &producer,
@@ -120,14 +119,14 @@ void DataPath::doorbell(uint32_t page, uint32_t offset, uint64_t value) {
         if (offset == PIB_DB_SQ) {
             if (updateProducer("SQ of QP", number, qp->sq.producer, qp->sq.consumer,
                                1u << qp->ctx.sq_log_wqe_count, arg))
-                ringSendQueue(number, *qp);
+                ringSendQueue(*qp);
         } else if (qp->ctx.flags & PIB_QP_USE_SRQ)
             host_.guestError(err::kDoorbellBadObject, "RQ doorbell of QP %u, which uses an SRQ",
                              number);
         else if (updateProducer("RQ of QP", number, qp->rq.producer, qp->rq.consumer,
                                 1u << qp->ctx.rq_log_wqe_count, arg) &&
                  qp->attr.qp_state == PIB_QPS_ERR)
-            flushQp(number, *qp); // IBA 10.8.3.1: posted in the error state, flushed at once
+            flushQp(*qp); // IBA 10.8.3.1: posted in the error state, flushed at once
         return;
     }
     case PIB_DB_SRQ: {
@@ -170,18 +169,18 @@ void DataPath::doorbell(uint32_t page, uint32_t offset, uint64_t value) {
 // run; RC and XRC sends go at once (the fastest way out), and complete on
 // the responder's acknowledgement, which for a looped-back packet also
 // waits for that run.
-void DataPath::ringSendQueue(uint32_t qpn, QueuePair &qp) {
+void DataPath::ringSendQueue(QueuePair &qp) {
     if (completesOnLeaving(qp.ctx.type)) {
-        scheduler_.postpone(qpn, qp, /*needsPort*/ false);
+        scheduler_.postpone(qp.number, qp, /*needsPort*/ false);
         return;
     }
-    processSendQueue(qpn, qp);
+    processSendQueue(qp);
     scheduler_.holdLoopback();
 }
 
-void DataPath::resume(uint32_t qpn, QueuePair &qp) {
-    sendReplies(qpn, qp);
-    processSendQueue(qpn, qp);
+void DataPath::resume(QueuePair &qp) {
+    sendReplies(qp);
+    processSendQueue(qp);
 }
 
 void DataPath::receiveLooped(unsigned port, const iba::Packet &packet) {
@@ -193,13 +192,13 @@ void DataPath::count(const QueuePair &qp, uint64_t pib_port_counters::*counter) 
         ++(p->transport.*counter);
 }
 
-uint8_t DataPath::injectedCompletion(uint32_t qpn, uint32_t index, uint8_t *vendorErr) {
+uint8_t DataPath::injectedCompletion(const QueuePair &qp, uint32_t index, uint8_t *vendorErr) {
     if (injections_.empty())
         return PIB_WC_SUCCESS;
-    const std::optional<Injection> taken = injections_.takeWqe(qpn);
+    const std::optional<Injection> taken = injections_.takeWqe(qp.number);
     if (!taken)
         return PIB_WC_SUCCESS;
-    trace::inject_completion(host_, qpn, index, taken->status, taken->vendorErr);
+    trace::inject_completion(host_, qp.number, index, taken->status, taken->vendorErr);
     *vendorErr = taken->vendorErr;
     return taken->status;
 }

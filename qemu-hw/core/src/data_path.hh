@@ -53,12 +53,12 @@ class DataPath final : public SubnetSender, public ScheduledEngine {
     // none), which rearmTimer() reads again after it changed.
     void setOtherDeadline(std::function<uint64_t()> other) { otherDeadline_ = std::move(other); }
     void rearmTimer() { armDeviceTimer(); }
-    // QP `qpn` entered state `next` from `cur` by MODIFY_QP with `mask`:
+    // `qp` entered state `next` from `cur` by MODIFY_QP with `mask`:
     // its transport starts over, loads its PSNs, flushes or starts sending.
-    void qpStateEntered(uint32_t qpn, QueuePair &qp, uint8_t cur, uint8_t next, uint32_t mask);
-    // QP `qpn` is about to be destroyed: it has no timer any more, and a
+    void qpStateEntered(QueuePair &qp, uint8_t cur, uint8_t next, uint32_t mask);
+    // `qp` is about to be destroyed: it has no timer any more, and a
     // receive WQE it took from an SRQ completes.
-    void forgetQp(uint32_t qpn, QueuePair &qp);
+    void forgetQp(QueuePair &qp);
     // XRC SRQ `srqn` is about to be destroyed: no message goes on into it.
     void forgetXrcSrq(uint32_t srqn);
     // Nothing in flight, no timer, no postponed work: the power-on state.
@@ -67,26 +67,26 @@ class DataPath final : public SubnetSender, public ScheduledEngine {
     void sendSubnetPacket(unsigned port, iba::Packet &packet) override;
     // From ScheduledEngine: postponed work goes on, a looped-back packet
     // arrives.
-    void resume(uint32_t qpn, QueuePair &qp) override;
+    void resume(QueuePair &qp) override;
     void receiveLooped(unsigned port, const iba::Packet &packet) override;
 
   private:
     // Test facilities (injection.hh): the status an armed injection gives
-    // send WQE `index` of QP `qpn` (PIB_WC_SUCCESS: none), and whether a
+    // send WQE `index` of `qp` (PIB_WC_SUCCESS: none), and whether a
     // packet of `qp` leaves (false: dropped; a corrupted one leaves).
-    uint8_t injectedCompletion(uint32_t qpn, uint32_t index, uint8_t *vendorErr);
+    uint8_t injectedCompletion(const QueuePair &qp, uint32_t index, uint8_t *vendorErr);
     // Counts one transport event of `qp`'s port (QUERY_COUNTERS).
     void count(const QueuePair &qp, uint64_t pib_port_counters::*counter);
     bool injectedFate(const QueuePair &qp, std::vector<uint8_t> &framed);
 
-    void processSendQueue(uint32_t qpn, QueuePair &qp);
+    void processSendQueue(QueuePair &qp);
     // A send queue's doorbell: its work now or after the write (data_path.cc).
-    void ringSendQueue(uint32_t qpn, QueuePair &qp);
+    void ringSendQueue(QueuePair &qp);
     bool updateProducer(const char *what, uint32_t number, uint32_t &producer, uint32_t consumer,
                         uint32_t size, uint32_t value);
     // The datagram transport (datagram.cc).
-    void processDatagramSend(uint32_t qpn, QueuePair &qp);
-    bool sendUd(uint32_t qpn, QueuePair &qp, const Wqe &wqe, uint32_t *length, uint8_t *status);
+    void processDatagramSend(QueuePair &qp);
+    bool sendUd(QueuePair &qp, const Wqe &wqe, uint32_t *length, uint8_t *status);
     // The way in, named by who acts: the port receives a packet
     // (portReceive), the data path delivers it to the QPs it is for
     // (deliver, deliverMulticast, deliverConnected), and a QP takes it
@@ -97,47 +97,47 @@ class DataPath final : public SubnetSender, public ScheduledEngine {
     // QPs, `senderQpn`, which never receives its own multicast copy).
     void deliver(unsigned port, const iba::Packet &packet, uint32_t senderQpn = 0);
     void deliverMulticast(unsigned port, const iba::Packet &packet, uint32_t senderQpn);
-    void receiveDatagram(unsigned port, const iba::Packet &packet, uint32_t qpn, QueuePair &qp,
+    void receiveDatagram(unsigned port, const iba::Packet &packet, QueuePair &qp,
                          uint16_t pkeyIndex);
     // Takes the next receive WQE of `qp` (RQ or SRQ; an XRC TGT QP's from
     // the XRC SRQ its request names).
-    bool takeReceiveWqe(uint32_t qpn, QueuePair &qp, Wqe &wqe, uint16_t *index, uint8_t *status);
+    bool takeReceiveWqe(QueuePair &qp, Wqe &wqe, uint16_t *index, uint8_t *status);
 
     // The connected transports: requester.cc, completer.cc, responder.cc,
     // connected.cc.
     uint32_t pathMtu(const QueuePair &qp) const;
-    uint8_t fetchSendWqe(uint32_t qpn, QueuePair &qp, uint32_t index, SendWqe &w);
-    uint8_t checkLocalBuffers(uint32_t qpn, QueuePair &qp, SendWqe &w, uint64_t *length);
-    void processConnectedSend(uint32_t qpn, QueuePair &qp);
-    void runLocalOperation(uint32_t qpn, QueuePair &qp, SendWqe w);
+    uint8_t fetchSendWqe(QueuePair &qp, uint32_t index, SendWqe &w);
+    uint8_t checkLocalBuffers(QueuePair &qp, SendWqe &w, uint64_t *length);
+    void processConnectedSend(QueuePair &qp);
+    void runLocalOperation(QueuePair &qp, SendWqe w);
     // The outstanding WQEs of a QP, whose memory the device's budget
     // counts (outstanding_memory.hh): one joins at the tail, the head
     // leaves, or all go (reset, destruction).
     void holdWqe(QueuePair &qp, SendWqe &&w);
     SendWqe takeHeadWqe(QueuePair &qp);
     void releaseWqes(QueuePair &qp);
-    void armAckTimerIfIdle(uint32_t qpn, QueuePair &qp);
+    void armAckTimerIfIdle(QueuePair &qp);
     enum class SendProgress { kAllSent, kWindowFull, kPaused, kFailed };
-    SendProgress sendRequestPackets(uint32_t qpn, QueuePair &qp, SendWqe &w);
-    bool sendRequestPacket(uint32_t qpn, QueuePair &qp, SendWqe &w, iba::Packet &p, uint32_t offset,
+    SendProgress sendRequestPackets(QueuePair &qp, SendWqe &w);
+    bool sendRequestPacket(QueuePair &qp, SendWqe &w, iba::Packet &p, uint32_t offset,
                            uint32_t len);
-    void stopSending(uint32_t qpn, QueuePair &qp, SendProgress why);
+    void stopSending(QueuePair &qp, SendProgress why);
     void rewind(QueuePair &qp, uint32_t psn);
     uint64_t ackTimeoutNs(const QueuePair &qp) const;
     static uint64_t rnrDelayNs(uint8_t code);
-    void restartAckTimer(uint32_t qpn, QueuePair &qp);
-    void completeInOrder(uint32_t qpn, QueuePair &qp);
-    void completeHead(uint32_t qpn, QueuePair &qp, uint8_t status);
-    void notifyIfSqDrained(uint32_t qpn, QueuePair &qp);
-    void ackUpTo(uint32_t qpn, QueuePair &qp, uint32_t psn);
-    void onResponse(uint32_t qpn, QueuePair &qp, const iba::Packet &packet);
-    bool onAcknowledge(uint32_t qpn, QueuePair &qp, const iba::Packet &packet);
-    void onRnrNak(uint32_t qpn, QueuePair &qp, uint32_t psn, uint8_t timerCode);
-    bool onNak(uint32_t qpn, QueuePair &qp, uint32_t psn, uint8_t code);
-    bool onAtomicAcknowledge(uint32_t qpn, QueuePair &qp, const iba::Packet &packet);
-    void readResponse(uint32_t qpn, QueuePair &qp, const iba::Packet &packet);
-    void qpTimerExpired(uint32_t qpn, QueuePair &qp);
-    void scheduleQpTimer(uint32_t qpn, QueuePair &qp);
+    void restartAckTimer(QueuePair &qp);
+    void completeInOrder(QueuePair &qp);
+    void completeHead(QueuePair &qp, uint8_t status);
+    void notifyIfSqDrained(QueuePair &qp);
+    void ackUpTo(QueuePair &qp, uint32_t psn);
+    void onResponse(QueuePair &qp, const iba::Packet &packet);
+    bool onAcknowledge(QueuePair &qp, const iba::Packet &packet);
+    void onRnrNak(QueuePair &qp, uint32_t psn, uint8_t timerCode);
+    bool onNak(QueuePair &qp, uint32_t psn, uint8_t code);
+    bool onAtomicAcknowledge(QueuePair &qp, const iba::Packet &packet);
+    void readResponse(QueuePair &qp, const iba::Packet &packet);
+    void qpTimerExpired(QueuePair &qp);
+    void scheduleQpTimer(QueuePair &qp);
     void armDeviceTimer();
     void sendAck(QueuePair &qp, uint32_t psn, uint8_t syndrome);
     bool remoteRange(const QueuePair &qp, uint32_t pdn, uint32_t rkey, uint64_t va, uint64_t len,
@@ -145,47 +145,46 @@ class DataPath final : public SubnetSender, public ScheduledEngine {
     uint32_t requestPd(const QueuePair &qp) const;
     uint32_t requestSrq(const QueuePair &qp) const;
     uint32_t receiveCq(const QueuePair &qp) const;
-    bool selectXrcSrq(uint32_t qpn, QueuePair &qp, const iba::Packet &packet, bool startsMessage);
+    bool selectXrcSrq(QueuePair &qp, const iba::Packet &packet, bool startsMessage);
     std::optional<uint32_t> receiveSrq(const QueuePair &qp) const;
     void markSrqReceive(const QueuePair &qp, pib_cqe &cqe) const;
-    void responderError(uint32_t qpn, QueuePair &qp, uint32_t psn, uint8_t nakCode,
-                        uint8_t wcStatus, const char *why);
-    bool claimReceiveWqe(uint32_t qpn, QueuePair &qp);
-    void completeClaimedWqe(uint32_t qpn, QueuePair &qp, uint8_t status);
-    void completeReceive(uint32_t qpn, QueuePair &qp, const iba::Packet &packet, uint8_t opcode,
-                         uint32_t length);
-    void onRequest(uint32_t qpn, QueuePair &qp, const iba::Packet &packet);
-    bool checkRequestPsn(uint32_t qpn, QueuePair &qp, const iba::Packet &packet);
-    bool checkRequestSequence(uint32_t qpn, QueuePair &qp, const iba::Packet &packet);
-    void dropStaleAnswers(uint32_t qpn, QueuePair &qp, uint32_t psn);
-    void readOrAtomicRequest(uint32_t qpn, QueuePair &qp, const iba::Packet &packet);
-    bool receiveSend(uint32_t qpn, QueuePair &qp, const iba::Packet &packet);
-    bool receiveWrite(uint32_t qpn, QueuePair &qp, const iba::Packet &packet);
-    bool startWrite(uint32_t qpn, QueuePair &qp, const iba::Packet &packet);
-    bool landWrite(uint32_t qpn, QueuePair &qp, const iba::Packet &packet);
-    void endRequest(uint32_t qpn, QueuePair &qp, const iba::Packet &packet);
-    bool invalidateForPeer(uint32_t qpn, QueuePair &qp, const iba::Packet &packet);
+    void responderError(QueuePair &qp, uint32_t psn, uint8_t nakCode, uint8_t wcStatus,
+                        const char *why);
+    bool claimReceiveWqe(QueuePair &qp);
+    void completeClaimedWqe(QueuePair &qp, uint8_t status);
+    void completeReceive(QueuePair &qp, const iba::Packet &packet, uint8_t opcode, uint32_t length);
+    void onRequest(QueuePair &qp, const iba::Packet &packet);
+    bool checkRequestPsn(QueuePair &qp, const iba::Packet &packet);
+    bool checkRequestSequence(QueuePair &qp, const iba::Packet &packet);
+    void dropStaleAnswers(QueuePair &qp, uint32_t psn);
+    void readOrAtomicRequest(QueuePair &qp, const iba::Packet &packet);
+    bool receiveSend(QueuePair &qp, const iba::Packet &packet);
+    bool receiveWrite(QueuePair &qp, const iba::Packet &packet);
+    bool startWrite(QueuePair &qp, const iba::Packet &packet);
+    bool landWrite(QueuePair &qp, const iba::Packet &packet);
+    void endRequest(QueuePair &qp, const iba::Packet &packet);
+    bool invalidateForPeer(QueuePair &qp, const iba::Packet &packet);
     void dropUcMessage(QueuePair &qp, uint32_t psn);
-    void refuseRequest(uint32_t qpn, QueuePair &qp, uint32_t psn, uint8_t nakCode, uint8_t wcStatus,
+    void refuseRequest(QueuePair &qp, uint32_t psn, uint8_t nakCode, uint8_t wcStatus,
                        const char *why);
-    void noReceiveWqe(uint32_t qpn, QueuePair &qp, uint32_t psn);
-    void readRequest(uint32_t qpn, QueuePair &qp, const iba::Packet &packet);
-    bool sendReadResponse(uint32_t qpn, QueuePair &qp, Reply &r);
-    void atomicRequest(uint32_t qpn, QueuePair &qp, const iba::Packet &packet);
+    void noReceiveWqe(QueuePair &qp, uint32_t psn);
+    void readRequest(QueuePair &qp, const iba::Packet &packet);
+    bool sendReadResponse(QueuePair &qp, Reply &r);
+    void atomicRequest(QueuePair &qp, const iba::Packet &packet);
     void sendAtomicAck(QueuePair &qp, const ReplayEntry &e);
-    void acknowledge(uint32_t qpn, QueuePair &qp, uint32_t psn, uint8_t syndrome);
+    void acknowledge(QueuePair &qp, uint32_t psn, uint8_t syndrome);
     void remember(QueuePair &qp, const ReplayEntry &e);
-    void duplicateRequest(uint32_t qpn, QueuePair &qp, const iba::Packet &packet);
+    void duplicateRequest(QueuePair &qp, const iba::Packet &packet);
     bool addressConnected(QueuePair &qp, iba::Packet &packet);
     void transmitConnected(QueuePair &qp, std::vector<uint8_t> framed);
     void sendConnected(QueuePair &qp, iba::Packet &packet);
     void deliverConnected(unsigned port, const iba::Packet &packet);
-    void flushQp(uint32_t qpn, QueuePair &qp);
-    uint32_t wireQpn(uint32_t qpn, const QueuePair &qp) const;
+    void flushQp(QueuePair &qp);
+    uint32_t wireQpn(const QueuePair &qp) const;
 
     // Sends what the responder of `qp` still owes, as the budget allows.
-    void sendReplies(uint32_t qpn, QueuePair &qp);
-    void reply(uint32_t qpn, QueuePair &qp, const Reply &r);
+    void sendReplies(QueuePair &qp);
+    void reply(QueuePair &qp, const Reply &r);
 
     const Host &host_;
     ObjectTables &objects_;

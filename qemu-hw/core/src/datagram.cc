@@ -20,54 +20,54 @@ constexpr uint32_t kMadSize = 256;
 
 } // namespace
 
-uint32_t DataPath::wireQpn(uint32_t qpn, const QueuePair &qp) const {
+uint32_t DataPath::wireQpn(const QueuePair &qp) const {
     if (qp.ctx.type == PIB_QPT_SMI)
         return 0;
     if (qp.ctx.type == PIB_QPT_GSI)
         return 1;
-    return qpn;
+    return qp.number;
 }
 
-void DataPath::processSendQueue(uint32_t qpn, QueuePair &qp) {
+void DataPath::processSendQueue(QueuePair &qp) {
     const uint8_t state = qp.attr.qp_state;
     if (state == PIB_QPS_ERR) {
-        flushQp(qpn, qp);
+        flushQp(qp);
         return;
     }
     // WQEs posted before RTS wait there; SQD holds new ones too.
     if (state != PIB_QPS_RTS)
         return;
     if (isDatagramType(qp.ctx.type))
-        processDatagramSend(qpn, qp);
+        processDatagramSend(qp);
     else
-        processConnectedSend(qpn, qp);
+        processConnectedSend(qp);
 }
 
-void DataPath::processDatagramSend(uint32_t qpn, QueuePair &qp) {
+void DataPath::processDatagramSend(QueuePair &qp) {
     Wqe wqe;
     const unsigned portNumber = sendPort(qp);
     while (qp.sq.consumer != qp.sq.producer && qp.attr.qp_state == PIB_QPS_RTS) {
         if (!scheduler_.mayTransmit(portNumber)) {
-            scheduler_.postpone(qpn, qp);
+            scheduler_.postpone(qp.number, qp);
             return;
         }
         uint32_t length = 0;
-        uint8_t status = wqes_.readSend(qpn, qp.ctx.type, sendRing(qp), qp.sq.consumer, wqe);
+        uint8_t status = wqes_.readSend(qp.number, qp.ctx.type, sendRing(qp), qp.sq.consumer, wqe);
         uint8_t vendorErr = 0;
         if (status == PIB_WC_SUCCESS)
-            status = injectedCompletion(qpn, qp.sq.consumer, &vendorErr);
+            status = injectedCompletion(qp, qp.sq.consumer, &vendorErr);
         if (status == PIB_WC_SUCCESS)
-            sendUd(qpn, qp, wqe, &length, &status);
+            sendUd(qp, wqe, &length, &status);
         const pib_wqe_ctrl &ctrl = wqe.ctrl;
         const bool signaled = (ctrl.flags & PIB_WQE_SIGNALED) || (qp.ctx.flags & PIB_QP_SIGNAL_ALL);
-        events_.completeSend(qpn, qp, qp.sq.consumer, ctrl.wr_id, PIB_WC_SEND, status, length,
+        events_.completeSend(qp.number, qp, qp.sq.consumer, ctrl.wr_id, PIB_WC_SEND, status, length,
                              signaled, vendorErr);
         ++qp.sq.consumer;
         if (status != PIB_WC_SUCCESS) {
             // IBA 10.8.3: a send error moves the QP to the error state.
             qp.attr.qp_state = PIB_QPS_ERR;
-            events_.postAsyncEvent(PIB_ASYNC_QP_FATAL, qpn);
-            flushQp(qpn, qp);
+            events_.postAsyncEvent(PIB_ASYNC_QP_FATAL, qp.number);
+            flushQp(qp);
             return;
         }
     }
@@ -75,8 +75,7 @@ void DataPath::processDatagramSend(uint32_t qpn, QueuePair &qp) {
 
 // Builds and sends the packet of one well-formed UD WQE. Returns false
 // with *status set when its data cannot be sent.
-bool DataPath::sendUd(uint32_t qpn, QueuePair &qp, const Wqe &wqe, uint32_t *length,
-                      uint8_t *status) {
+bool DataPath::sendUd(QueuePair &qp, const Wqe &wqe, uint32_t *length, uint8_t *status) {
     const pib_wqe_ctrl &ctrl = wqe.ctrl;
     const pib_wqe_ud &ud = wqe.ud;
     const unsigned portNumber = sendPort(qp);
@@ -100,9 +99,9 @@ bool DataPath::sendUd(uint32_t qpn, QueuePair &qp, const Wqe &wqe, uint32_t *len
         *status = memory_.gather(qp.ctx.pdn, wqe.sges, maxLength, payload);
         if (*status == PIB_WC_LOC_PROT_ERR)
             host_.guestError(err::kWqeBadKey, "UD QP %u WQE %u: an L_Key does not cover its buffer",
-                             qpn, qp.sq.consumer);
+                             qp.number, qp.sq.consumer);
         else if (*status == PIB_WC_LOC_ACCESS_ERR)
-            host_.guestError(err::kWqeDma, "UD QP %u WQE %u: cannot read its data", qpn,
+            host_.guestError(err::kWqeDma, "UD QP %u WQE %u: cannot read its data", qp.number,
                              qp.sq.consumer);
         if (*status != PIB_WC_SUCCESS)
             return false;
@@ -123,7 +122,7 @@ bool DataPath::sendUd(uint32_t qpn, QueuePair &qp, const Wqe &wqe, uint32_t *len
     packet.bth.psn = qp.nextPsn++ & 0xffffff;
     // IBA 10.2.4.2: a Q_Key with the top bit set means "use the QP's own".
     const uint32_t qkey = ud.remote_qkey & 0x80000000u ? qp.attr.qkey : ud.remote_qkey;
-    packet.deth = iba::Deth{qkey, wireQpn(qpn, qp)};
+    packet.deth = iba::Deth{qkey, wireQpn(qp)};
     if (ctrl.opcode == PIB_WR_SEND_IMM)
         packet.imm = __builtin_bswap32(ctrl.imm); // stored in wire order
     packet.payload = std::move(payload);
@@ -131,7 +130,7 @@ bool DataPath::sendUd(uint32_t qpn, QueuePair &qp, const Wqe &wqe, uint32_t *len
     // A multicast packet also goes to the port's other QPs in the group:
     // the switch never sends a packet back out of the port it came in by.
     if (iba::isMulticastLid(ud.av.dlid) && p->info.state == PIB_PORT_ACTIVE)
-        deliver(portNumber, packet, qpn);
+        deliver(portNumber, packet, qp.number);
     // Packets to our own LID never leave the device.
     if (iba::portAnswersTo(p->info.lid, p->info.lmc, ud.av.dlid)) {
         scheduler_.charge();
@@ -171,14 +170,13 @@ void DataPath::portReceive(unsigned number, std::span<const uint8_t> bytes) {
 // Takes the next receive WQE of `qp` (from its SRQ, if it has one). False
 // when none is posted or it cannot be read; otherwise *status says whether
 // it is well formed.
-bool DataPath::takeReceiveWqe(uint32_t qpn, QueuePair &qp, Wqe &wqe, uint16_t *index,
-                              uint8_t *status) {
+bool DataPath::takeReceiveWqe(QueuePair &qp, Wqe &wqe, uint16_t *index, uint8_t *status) {
     if (const auto srqn = receiveSrq(qp)) {
         SharedReceiveQueue *srq = objects_.srqs.find(*srqn);
         if (!srq || srq->consumer == srq->producer)
             return false;
         *index = static_cast<uint16_t>(srq->consumer);
-        if (!wqes_.readReceive(qpn, receiveRing(*srq), srq->consumer, wqe, status))
+        if (!wqes_.readReceive(qp.number, receiveRing(*srq), srq->consumer, wqe, status))
             return false;
         ++srq->consumer;
         const uint32_t left = srq->producer - srq->consumer;
@@ -191,7 +189,7 @@ bool DataPath::takeReceiveWqe(uint32_t qpn, QueuePair &qp, Wqe &wqe, uint16_t *i
     if (qp.rq.consumer == qp.rq.producer)
         return false;
     *index = static_cast<uint16_t>(qp.rq.consumer);
-    if (!wqes_.readReceive(qpn, receiveRing(qp), qp.rq.consumer, wqe, status))
+    if (!wqes_.readReceive(qp.number, receiveRing(qp), qp.rq.consumer, wqe, status))
         return false;
     ++qp.rq.consumer;
     return true;
@@ -262,7 +260,7 @@ void DataPath::deliver(unsigned number, const iba::Packet &packet, uint32_t send
             return;
         }
     }
-    receiveDatagram(number, packet, qpn, *qp, pkeyIndex);
+    receiveDatagram(number, packet, *qp, pkeyIndex);
 }
 
 // A packet to a multicast LID goes to every QP of the port attached to the
@@ -293,24 +291,24 @@ void DataPath::deliverMulticast(unsigned number, const iba::Packet &packet, uint
             ++p->info.qkey_viol_cntr;
             continue;
         }
-        receiveDatagram(number, packet, qpn, *qp, static_cast<uint16_t>(pkeyIndex));
+        receiveDatagram(number, packet, *qp, static_cast<uint16_t>(pkeyIndex));
     }
 }
 
 // Puts a datagram that passed the checks into `qp`'s next receive WQE.
-void DataPath::receiveDatagram(unsigned number, const iba::Packet &packet, uint32_t qpn,
-                               QueuePair &qp, uint16_t pkeyIndex) {
+void DataPath::receiveDatagram(unsigned number, const iba::Packet &packet, QueuePair &qp,
+                               uint16_t pkeyIndex) {
     PortState *p = &ports_.at(number);
     const uint16_t dlid = packet.lrh.dlid;
     Wqe wqe;
     uint16_t index = 0;
     uint8_t status = PIB_WC_SUCCESS;
-    if (!takeReceiveWqe(qpn, qp, wqe, &index, &status))
+    if (!takeReceiveWqe(qp, wqe, &index, &status))
         return; // no receive posted: a datagram is simply dropped
 
     pib_cqe cqe{};
     cqe.wr_id = wqe.ctrl.wr_id;
-    cqe.qpn = qpn;
+    cqe.qpn = qp.number;
     cqe.src_qp = packet.deth->srcQp;
     cqe.slid = packet.lrh.slid;
     cqe.sl = packet.lrh.sl;
@@ -370,39 +368,40 @@ class FlushBudget {
 // Completes every outstanding WQE of a QP in the error state as flushed
 // (IBA 10.8.3.3), as far as the event's budget goes: a long queue goes on
 // from the next run (resume() flushes a QP in the error state), in order.
-void DataPath::flushQp(uint32_t qpn, QueuePair &qp) {
+void DataPath::flushQp(QueuePair &qp) {
     qp.resp.replies.clear(); // a QP in the error state answers nothing more
     qp.req.ackDeadline = qp.req.rnrDeadline = 0;
-    scheduleQpTimer(qpn, qp);
+    scheduleQpTimer(qp);
     // The receive WQE of a message cut short completes first: it is the
     // oldest the responder took.
-    completeClaimedWqe(qpn, qp, PIB_WC_WR_FLUSH_ERR);
+    completeClaimedWqe(qp, PIB_WC_WR_FLUSH_ERR);
     qp.resp.in = Responder::InMessage::kNone;
     FlushBudget budget(scheduler_);
     const auto postponed = [&] {
-        scheduler_.postpone(qpn, qp, false);
-        trace::qp_flush_postponed(host_, qpn);
+        scheduler_.postpone(qp.number, qp, false);
+        trace::qp_flush_postponed(host_, qp.number);
     };
     // Fetched WQEs first, in order, then those never fetched.
     while (!qp.req.outstanding.empty()) {
         if (!budget.take())
             return postponed();
         const SendWqe w = takeHeadWqe(qp);
-        events_.completeSend(qpn, qp, w.index, w.wrId, PIB_WC_SEND, PIB_WC_WR_FLUSH_ERR, 0, true);
+        events_.completeSend(qp.number, qp, w.index, w.wrId, PIB_WC_SEND, PIB_WC_WR_FLUSH_ERR, 0,
+                             true);
     }
     qp.req.readsInFlight = 0;
     while (qp.sq.consumer != qp.sq.producer) {
         if (!budget.take())
             return postponed();
         const pib_wqe_ctrl ctrl = wqes_.readControl(sendRing(qp), qp.sq.consumer);
-        events_.completeSend(qpn, qp, qp.sq.consumer, ctrl.wr_id, PIB_WC_SEND, PIB_WC_WR_FLUSH_ERR,
-                             0, true);
+        events_.completeSend(qp.number, qp, qp.sq.consumer, ctrl.wr_id, PIB_WC_SEND,
+                             PIB_WC_WR_FLUSH_ERR, 0, true);
         ++qp.sq.consumer;
     }
     if (qp.ctx.flags & PIB_QP_USE_SRQ) {
         // IBA 11.6.3.5: no receive WQE of the SRQ will be used for this QP.
         if (!qp.lastWqeReached)
-            events_.postAsyncEvent(PIB_ASYNC_QP_LAST_WQE_REACHED, qpn);
+            events_.postAsyncEvent(PIB_ASYNC_QP_LAST_WQE_REACHED, qp.number);
         qp.lastWqeReached = true;
         return;
     }
@@ -412,7 +411,7 @@ void DataPath::flushQp(uint32_t qpn, QueuePair &qp) {
         const pib_wqe_ctrl ctrl = wqes_.readControl(receiveRing(qp), qp.rq.consumer);
         pib_cqe cqe{};
         cqe.wr_id = ctrl.wr_id;
-        cqe.qpn = qpn;
+        cqe.qpn = qp.number;
         cqe.opcode = PIB_WC_RECV;
         cqe.status = PIB_WC_WR_FLUSH_ERR;
         cqe.wqe_index = static_cast<uint16_t>(qp.rq.consumer);

@@ -27,17 +27,17 @@ uint32_t DataPath::pathMtu(const QueuePair &qp) const {
 
 // Reads send WQE `index` into `w`. Returns PIB_WC_SUCCESS or the status
 // the WQE completes with: a bad WQE still takes its place in the queue.
-uint8_t DataPath::fetchSendWqe(uint32_t qpn, QueuePair &qp, uint32_t index, SendWqe &w) {
+uint8_t DataPath::fetchSendWqe(QueuePair &qp, uint32_t index, SendWqe &w) {
     Wqe wqe;
     wqe.sges = std::move(w.sges); // reuse its capacity
     w.index = index;
-    uint8_t status = wqes_.readSend(qpn, qp.ctx.type, sendRing(qp), index, wqe);
+    uint8_t status = wqes_.readSend(qp.number, qp.ctx.type, sendRing(qp), index, wqe);
     w.wrId = wqe.ctrl.wr_id;
     w.opcode = wqe.ctrl.opcode;
     w.flags = wqe.ctrl.flags;
     w.imm = wqe.ctrl.imm;
     if (status == PIB_WC_SUCCESS)
-        status = injectedCompletion(qpn, index, &w.vendorErr);
+        status = injectedCompletion(qp, index, &w.vendorErr);
     if (status != PIB_WC_SUCCESS)
         return status;
     w.remoteAddr = wqe.raddr.remote_addr;
@@ -58,7 +58,7 @@ uint8_t DataPath::fetchSendWqe(uint32_t qpn, QueuePair &qp, uint32_t index, Send
         length = w.inlineData.size();
     } else {
         w.sges = std::move(wqe.sges);
-        status = checkLocalBuffers(qpn, qp, w, &length);
+        status = checkLocalBuffers(qp, w, &length);
         if (status != PIB_WC_SUCCESS)
             return status;
     }
@@ -73,7 +73,7 @@ uint8_t DataPath::fetchSendWqe(uint32_t qpn, QueuePair &qp, uint32_t index, Send
 // Checks that the L_Keys of `w`'s scatter/gather list cover its buffers
 // (a READ's and an atomic's with local write access), and adds up its
 // length. Zero-length SGEs are dropped, as verbs allow.
-uint8_t DataPath::checkLocalBuffers(uint32_t qpn, QueuePair &qp, SendWqe &w, uint64_t *length) {
+uint8_t DataPath::checkLocalBuffers(QueuePair &qp, SendWqe &w, uint64_t *length) {
     std::erase_if(w.sges, [](const pib_wqe_data &s) { return s.byte_count == 0; });
     const uint32_t access = w.isReadOrAtomic() ? PIB_ACCESS_LOCAL_WRITE : 0;
     std::vector<Segment> &segments = localSegments_;
@@ -82,7 +82,7 @@ uint8_t DataPath::checkLocalBuffers(uint32_t qpn, QueuePair &qp, SendWqe &w, uin
         const uint8_t status =
             memory_.translate(s.lkey, qp.ctx.pdn, s.addr, s.byte_count, access, segments);
         if (status != PIB_WC_SUCCESS) {
-            host_.guestError(err::kWqeBadKey, "QP %u WQE %u: L_Key 0x%x at 0x%" PRIx64, qpn,
+            host_.guestError(err::kWqeBadKey, "QP %u WQE %u: L_Key 0x%x at 0x%" PRIx64, qp.number,
                              w.index, s.lkey, s.addr);
             return status;
         }
@@ -91,23 +91,23 @@ uint8_t DataPath::checkLocalBuffers(uint32_t qpn, QueuePair &qp, SendWqe &w, uin
     return PIB_WC_SUCCESS;
 }
 
-void DataPath::processConnectedSend(uint32_t qpn, QueuePair &qp) {
+void DataPath::processConnectedSend(QueuePair &qp) {
     Requester &r = qp.req;
     if (r.rnrDeadline)
         return; // an RNR NAK asked us to wait
     // Resend what a rewind asked for, then send new work.
     // Packets leave in PSN order: a full window stops everything after it.
     for (SendWqe &w : r.outstanding) {
-        const SendProgress progress = sendRequestPackets(qpn, qp, w);
+        const SendProgress progress = sendRequestPackets(qp, w);
         if (progress == SendProgress::kFailed)
             return;
         if (progress != SendProgress::kAllSent) {
-            stopSending(qpn, qp, progress);
+            stopSending(qp, progress);
             return;
         }
     }
     if (qp.ctx.type == PIB_QPT_UC) // UC WQEs whose last packets went out just now
-        completeInOrder(qpn, qp);
+        completeInOrder(qp);
     const unsigned maxReads = std::max<unsigned>(1, qp.attr.max_rd_atomic);
     while (qp.sq.consumer != qp.sq.producer && qp.attr.qp_state == PIB_QPS_RTS &&
            r.outstanding.size() < kMaxOutstanding) {
@@ -115,11 +115,11 @@ void DataPath::processConnectedSend(uint32_t qpn, QueuePair &qp) {
         // local operation (a doorbell for thousands of REG_MRs must not
         // run them all inside one MMIO write).
         if (!scheduler_.mayTransmit(qp.attr.port_num)) {
-            stopSending(qpn, qp, SendProgress::kPaused);
+            stopSending(qp, SendProgress::kPaused);
             return;
         }
         SendWqe w;
-        const uint8_t status = fetchSendWqe(qpn, qp, qp.sq.consumer, w);
+        const uint8_t status = fetchSendWqe(qp, qp.sq.consumer, w);
         if (status == PIB_WC_SUCCESS && w.isLocal()) {
             // It acts once everything before it has completed: no
             // resend of an earlier WQE then meets a key it invalidated.
@@ -127,7 +127,7 @@ void DataPath::processConnectedSend(uint32_t qpn, QueuePair &qp) {
                 break;
             ++qp.sq.consumer;
             scheduler_.charge();
-            runLocalOperation(qpn, qp, std::move(w));
+            runLocalOperation(qp, std::move(w));
             continue;
         }
         if (status == PIB_WC_SUCCESS) {
@@ -140,7 +140,7 @@ void DataPath::processConnectedSend(uint32_t qpn, QueuePair &qp) {
             // So does one the device has no memory for: a completion of
             // this QP's outstanding WQEs brings it back.
             if (!outstanding_.mayHold(r.heldBytes, footprint(w))) {
-                trace::rc_work_held(host_, qpn, outstanding_.held());
+                trace::rc_work_held(host_, qp.number, outstanding_.held());
                 break;
             }
         }
@@ -150,7 +150,7 @@ void DataPath::processConnectedSend(uint32_t qpn, QueuePair &qp) {
             w.packets = 0;
             w.localStatus = status;
             holdWqe(qp, std::move(w));
-            completeInOrder(qpn, qp);
+            completeInOrder(qp);
             return;
         }
         w.firstPsn = r.psn;
@@ -158,33 +158,33 @@ void DataPath::processConnectedSend(uint32_t qpn, QueuePair &qp) {
         if (w.isReadOrAtomic())
             ++r.readsInFlight;
         holdWqe(qp, std::move(w));
-        const SendProgress progress = sendRequestPackets(qpn, qp, r.outstanding.back());
+        const SendProgress progress = sendRequestPackets(qp, r.outstanding.back());
         if (progress == SendProgress::kFailed)
             return;
         if (progress != SendProgress::kAllSent) {
-            stopSending(qpn, qp, progress);
+            stopSending(qp, progress);
             return;
         }
         if (qp.ctx.type == PIB_QPT_UC) // unacknowledged: done once sent
-            completeInOrder(qpn, qp);
+            completeInOrder(qp);
     }
-    armAckTimerIfIdle(qpn, qp);
+    armAckTimerIfIdle(qp);
 }
 
 // A REG_MR, BIND_MW or LOCAL_INV WQE at the head of an idle send queue:
 // it takes effect now, and completes (in error, the QP with it) at once.
-void DataPath::runLocalOperation(uint32_t qpn, QueuePair &qp, SendWqe w) {
+void DataPath::runLocalOperation(QueuePair &qp, SendWqe w) {
     uint8_t status = PIB_WC_SUCCESS;
     if (w.opcode == PIB_WR_REG_MR)
-        status = keys_.fastRegister(qpn, w.index, qp.ctx.pdn, w.reg);
+        status = keys_.fastRegister(qp.number, w.index, qp.ctx.pdn, w.reg);
     else if (w.opcode == PIB_WR_BIND_MW)
-        status = keys_.bindWindow(qpn, w.index, qp.ctx.pdn, w.bind);
+        status = keys_.bindWindow(qp.number, w.index, qp.ctx.pdn, w.bind);
     else
-        status = keys_.invalidateLocal(qpn, w.index, qp.ctx.pdn, w.imm);
+        status = keys_.invalidateLocal(qp.number, w.index, qp.ctx.pdn, w.imm);
     w.localStatus = status;
     w.acked = true;
     holdWqe(qp, std::move(w));
-    completeInOrder(qpn, qp);
+    completeInOrder(qp);
 }
 
 void DataPath::holdWqe(QueuePair &qp, SendWqe &&w) {
@@ -212,15 +212,15 @@ void DataPath::releaseWqes(QueuePair &qp) {
 
 // The requester stops before its work is all out: a full window waits for
 // ACKs, a spent budget or a full port for the scheduler.
-void DataPath::stopSending(uint32_t qpn, QueuePair &qp, SendProgress why) {
+void DataPath::stopSending(QueuePair &qp, SendProgress why) {
     if (why == SendProgress::kPaused)
-        scheduler_.postpone(qpn, qp);
-    armAckTimerIfIdle(qpn, qp);
+        scheduler_.postpone(qp.number, qp);
+    armAckTimerIfIdle(qp);
 }
 
-void DataPath::armAckTimerIfIdle(uint32_t qpn, QueuePair &qp) {
+void DataPath::armAckTimerIfIdle(QueuePair &qp) {
     if (isReliableRequester(qp.ctx.type) && !qp.req.outstanding.empty() && !qp.req.ackDeadline)
-        restartAckTimer(qpn, qp);
+        restartAckTimer(qp);
 }
 
 // The opcode and extension headers of request packet `i` of `w`: its
@@ -284,8 +284,8 @@ static void requestHeaders(const SendWqe &w, uint32_t i, uint32_t mtu, uint8_t t
 // Builds request packet `p` with bytes [offset, offset + len) of `w`'s
 // data, read by DMA straight into it, and sends it. False when the data
 // cannot be read: `w` then completes in error.
-bool DataPath::sendRequestPacket(uint32_t qpn, QueuePair &qp, SendWqe &w, iba::Packet &p,
-                                 uint32_t offset, uint32_t len) {
+bool DataPath::sendRequestPacket(QueuePair &qp, SendWqe &w, iba::Packet &p, uint32_t offset,
+                                 uint32_t len) {
     if (!addressConnected(qp, p)) {
         scheduler_.charge(); // lost on a port that cannot send: the same work bound
         return true;
@@ -297,10 +297,10 @@ bool DataPath::sendRequestPacket(uint32_t qpn, QueuePair &qp, SendWqe &w, iba::P
     else if (len)
         status = memory_.gatherInto(qp.ctx.pdn, w.sges, offset, len, writer);
     if (status != PIB_WC_SUCCESS) {
-        host_.guestError(err::kWqeDma, "QP %u WQE %u: cannot read its data", qpn, w.index);
+        host_.guestError(err::kWqeDma, "QP %u WQE %u: cannot read its data", qp.number, w.index);
         w.localStatus = status;
         w.packets = w.sentPackets; // nothing more of it goes out
-        completeInOrder(qpn, qp);
+        completeInOrder(qp);
         return false;
     }
     transmitConnected(qp, std::move(writer).finish());
@@ -309,7 +309,7 @@ bool DataPath::sendRequestPacket(uint32_t qpn, QueuePair &qp, SendWqe &w, iba::P
 
 // Sends the packets of `w` not yet sent, as far as the RC send window
 // lets them go. kFailed when the QP went to the error state on the way.
-DataPath::SendProgress DataPath::sendRequestPackets(uint32_t qpn, QueuePair &qp, SendWqe &w) {
+DataPath::SendProgress DataPath::sendRequestPackets(QueuePair &qp, SendWqe &w) {
     const uint32_t mtu = pathMtu(qp);
     const bool uc = qp.ctx.type == PIB_QPT_UC;
     const bool xrc = qp.ctx.type == PIB_QPT_XRC_INI;
@@ -338,7 +338,7 @@ DataPath::SendProgress DataPath::sendRequestPackets(uint32_t qpn, QueuePair &qp,
         const bool data = iba::layoutOf(p.bth.opcode).payload && !w.isReadOrAtomic();
         const uint32_t offset = i * mtu;
         const uint32_t len = data ? std::min(mtu, w.length - offset) : 0;
-        if (!sendRequestPacket(qpn, qp, w, p, offset, len))
+        if (!sendRequestPacket(qp, w, p, offset, len))
             return SendProgress::kFailed;
         if (w.opcode == PIB_WR_RDMA_READ) {
             w.askedFrom = p.bth.psn;

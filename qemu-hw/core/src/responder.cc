@@ -54,30 +54,30 @@ void DataPath::sendAck(QueuePair &qp, uint32_t psn, uint8_t syndrome) {
 }
 
 // Queues an ACK or NAK behind whatever the responder still owes.
-void DataPath::acknowledge(uint32_t qpn, QueuePair &qp, uint32_t psn, uint8_t syndrome) {
+void DataPath::acknowledge(QueuePair &qp, uint32_t psn, uint8_t syndrome) {
     Reply r;
     r.kind = Reply::Kind::kAck;
     r.psn = psn;
     r.syndrome = syndrome;
-    reply(qpn, qp, r);
+    reply(qp, r);
 }
 
 // Replies leave in request order: a new one goes behind those still owed
 // (an ACK replaces an ACK queued last: each implies every one before it).
-void DataPath::reply(uint32_t qpn, QueuePair &qp, const Reply &r) {
+void DataPath::reply(QueuePair &qp, const Reply &r) {
     auto &q = qp.resp.replies;
     if (r.kind == Reply::Kind::kAck && !q.empty() && q.back().kind == Reply::Kind::kAck)
         q.back() = r;
     else
         q.push_back(r);
-    sendReplies(qpn, qp);
+    sendReplies(qp);
 }
 
-void DataPath::sendReplies(uint32_t qpn, QueuePair &qp) {
+void DataPath::sendReplies(QueuePair &qp) {
     auto &q = qp.resp.replies;
     while (!q.empty()) {
         if (!scheduler_.mayTransmit(qp.attr.port_num)) {
-            scheduler_.postpone(qpn, qp);
+            scheduler_.postpone(qp.number, qp);
             return;
         }
         Reply &r = q.front();
@@ -89,7 +89,7 @@ void DataPath::sendReplies(uint32_t qpn, QueuePair &qp) {
             sendAtomicAck(qp, r.entry);
             break;
         case Reply::Kind::kRead:
-            if (!sendReadResponse(qpn, qp, r))
+            if (!sendReadResponse(qp, r))
                 return; // the QP went to the error state: nothing is owed
             if (r.next < r.entry.packets)
                 continue;
@@ -142,20 +142,19 @@ uint32_t DataPath::receiveCq(const QueuePair &qp) const {
 // An XRC request names the XRC SRQ it goes to (XRCETH): it must be one of
 // the TGT QP's domain (else a remote access error, as rxe and IBA A14.5.3
 // have it), and every packet of a message must name the same one.
-bool DataPath::selectXrcSrq(uint32_t qpn, QueuePair &qp, const iba::Packet &packet,
-                            bool startsMessage) {
+bool DataPath::selectXrcSrq(QueuePair &qp, const iba::Packet &packet, bool startsMessage) {
     Responder &s = qp.resp;
     const uint32_t srqn = packet.xrceth.value_or(UINT32_MAX);
     if (!startsMessage) {
         if (srqn == s.xrcSrqn)
             return true;
-        responderError(qpn, qp, packet.bth.psn, kInvalidRequest, PIB_WC_REM_INV_REQ_ERR,
+        responderError(qp, packet.bth.psn, kInvalidRequest, PIB_WC_REM_INV_REQ_ERR,
                        "an XRC message names another XRC SRQ midway");
         return false;
     }
     const SharedReceiveQueue *srq = objects_.srqs.find(srqn);
     if (!srq || !srq->isXrc() || srq->ctx.xrcdn != qp.ctx.xrcdn) {
-        responderError(qpn, qp, packet.bth.psn, kRemoteAccess, PIB_WC_REM_ACCESS_ERR,
+        responderError(qp, packet.bth.psn, kRemoteAccess, PIB_WC_REM_ACCESS_ERR,
                        "the XRCETH names no XRC SRQ of the QP's XRC domain");
         return false;
     }
@@ -166,20 +165,20 @@ bool DataPath::selectXrcSrq(uint32_t qpn, QueuePair &qp, const iba::Packet &pack
 
 // A fatal responder error: NAK it, complete the receive WQE in use, and
 // move the QP to the error state with its async event.
-void DataPath::responderError(uint32_t qpn, QueuePair &qp, uint32_t psn, uint8_t nakCode,
-                              uint8_t wcStatus, const char *why) {
-    trace::err_rc_request_refused(host_, qpn, psn, why);
+void DataPath::responderError(QueuePair &qp, uint32_t psn, uint8_t nakCode, uint8_t wcStatus,
+                              const char *why) {
+    trace::err_rc_request_refused(host_, qp.number, psn, why);
     count(qp, &pib_port_counters::invalid_requests);
     Responder &s = qp.resp;
     if (isReliableType(qp.ctx.type))
         sendAck(qp, psn, syndrome(kNak, nakCode));
-    completeClaimedWqe(qpn, qp, wcStatus);
+    completeClaimedWqe(qp, wcStatus);
     s.in = Responder::InMessage::kNone;
     s.replies.clear(); // a QP in the error state answers nothing more
     qp.attr.qp_state = PIB_QPS_ERR;
     events_.postAsyncEvent(
-        nakCode == kRemoteAccess ? PIB_ASYNC_QP_ACCESS_ERR : PIB_ASYNC_QP_REQ_ERR, qpn);
-    flushQp(qpn, qp);
+        nakCode == kRemoteAccess ? PIB_ASYNC_QP_ACCESS_ERR : PIB_ASYNC_QP_REQ_ERR, qp.number);
+    flushQp(qp);
 }
 
 // The receive WQE claimed for the message in progress completes with
@@ -187,13 +186,13 @@ void DataPath::responderError(uint32_t qpn, QueuePair &qp, uint32_t psn, uint8_t
 // leaves it (error, reset, destruction) or when its XRC SRQ goes. A WQE
 // taken from a queue completes exactly once, whatever happens to its QP:
 // one dropped silently would be lost to the SRQ for good.
-void DataPath::completeClaimedWqe(uint32_t qpn, QueuePair &qp, uint8_t status) {
+void DataPath::completeClaimedWqe(QueuePair &qp, uint8_t status) {
     Responder &s = qp.resp;
     if (!s.haveWqe)
         return;
     pib_cqe cqe{};
     cqe.wr_id = s.wrId;
-    cqe.qpn = qpn;
+    cqe.qpn = qp.number;
     cqe.opcode = PIB_WC_RECV;
     cqe.status = status;
     cqe.wqe_index = s.wqeIndex;
@@ -216,7 +215,7 @@ void DataPath::forgetXrcSrq(uint32_t srqn) {
         if (s.xrcSrqn == srqn) {
             if (s.haveWqe || s.in != Responder::InMessage::kNone)
                 trace::xrc_message_cut(host_, qpn, srqn);
-            completeClaimedWqe(qpn, qp, PIB_WC_WR_FLUSH_ERR);
+            completeClaimedWqe(qp, PIB_WC_WR_FLUSH_ERR);
             s.in = Responder::InMessage::kNone;
             s.xrcSrqn = kNoSrq;
         }
@@ -227,7 +226,7 @@ void DataPath::forgetXrcSrq(uint32_t srqn) {
 }
 
 // Claims the next receive WQE for an incoming message.
-bool DataPath::claimReceiveWqe(uint32_t qpn, QueuePair &qp) {
+bool DataPath::claimReceiveWqe(QueuePair &qp) {
     Responder &s = qp.resp;
     if (s.haveWqe)
         return true;
@@ -235,7 +234,7 @@ bool DataPath::claimReceiveWqe(uint32_t qpn, QueuePair &qp) {
     wqe.sges = std::move(s.sges); // reuse its capacity
     uint16_t index = 0;
     uint8_t status = PIB_WC_SUCCESS;
-    if (!takeReceiveWqe(qpn, qp, wqe, &index, &status))
+    if (!takeReceiveWqe(qp, wqe, &index, &status))
         return false;
     s.wrId = wqe.ctrl.wr_id;
     s.wqeIndex = index;
@@ -245,12 +244,12 @@ bool DataPath::claimReceiveWqe(uint32_t qpn, QueuePair &qp) {
     return true;
 }
 
-void DataPath::completeReceive(uint32_t qpn, QueuePair &qp, const iba::Packet &packet,
-                               uint8_t opcode, uint32_t length) {
+void DataPath::completeReceive(QueuePair &qp, const iba::Packet &packet, uint8_t opcode,
+                               uint32_t length) {
     Responder &s = qp.resp;
     pib_cqe cqe{};
     cqe.wr_id = s.wrId;
-    cqe.qpn = qpn;
+    cqe.qpn = qp.number;
     cqe.byte_len = length;
     cqe.src_qp = qp.attr.dest_qp_num;
     cqe.slid = packet.lrh.slid;
@@ -298,10 +297,10 @@ void DataPath::dropUcMessage(QueuePair &qp, uint32_t psn) {
 
 // A request the responder cannot carry out: RC NAKs it and the QP goes to
 // the error state; UC drops the message.
-void DataPath::refuseRequest(uint32_t qpn, QueuePair &qp, uint32_t psn, uint8_t nakCode,
-                             uint8_t wcStatus, const char *why) {
+void DataPath::refuseRequest(QueuePair &qp, uint32_t psn, uint8_t nakCode, uint8_t wcStatus,
+                             const char *why) {
     if (isReliableType(qp.ctx.type))
-        responderError(qpn, qp, psn, nakCode, wcStatus, why);
+        responderError(qp, psn, nakCode, wcStatus, why);
     else
         dropUcMessage(qp, psn);
 }
@@ -309,9 +308,9 @@ void DataPath::refuseRequest(uint32_t qpn, QueuePair &qp, uint32_t psn, uint8_t 
 // A message that needs a receive WQE when none is posted: RC answers with
 // an RNR NAK and the requester tries again later (IBA 9.7.5.2.8); UC loses
 // the message.
-void DataPath::noReceiveWqe(uint32_t qpn, QueuePair &qp, uint32_t psn) {
+void DataPath::noReceiveWqe(QueuePair &qp, uint32_t psn) {
     if (isReliableType(qp.ctx.type)) {
-        acknowledge(qpn, qp, psn, syndrome(kRnrNak, qp.attr.min_rnr_timer));
+        acknowledge(qp, psn, syndrome(kRnrNak, qp.attr.min_rnr_timer));
         count(qp, &pib_port_counters::rnr_naks_sent);
     } else {
         dropUcMessage(qp, psn);
@@ -322,44 +321,44 @@ void DataPath::noReceiveWqe(uint32_t qpn, QueuePair &qp, uint32_t psn) {
 // rxe's responder): the QP's state, the PSN, the opcode's place in the
 // message and the packet's length; then the operation runs, and the
 // message ends.
-void DataPath::onRequest(uint32_t qpn, QueuePair &qp, const iba::Packet &packet) {
+void DataPath::onRequest(QueuePair &qp, const iba::Packet &packet) {
     const uint8_t state = qp.attr.qp_state;
     if (state != PIB_QPS_RTR && state != PIB_QPS_RTS && state != PIB_QPS_SQD)
         return;
     if (state == PIB_QPS_RTR && !qp.resp.established) {
         qp.resp.established = true; // IBA 11.6.3: the first packet in RTR
-        events_.postAsyncEvent(PIB_ASYNC_COMM_EST, qpn);
+        events_.postAsyncEvent(PIB_ASYNC_COMM_EST, qp.number);
     }
-    if (!checkRequestPsn(qpn, qp, packet) || !checkRequestSequence(qpn, qp, packet))
+    if (!checkRequestPsn(qp, packet) || !checkRequestSequence(qp, packet))
         return;
     const uint8_t op = packet.bth.opcode & 0x1f;
     if (qp.ctx.type == PIB_QPT_XRC_TGT &&
-        !selectXrcSrq(qpn, qp, packet, qp.resp.in == Responder::InMessage::kNone))
+        !selectXrcSrq(qp, packet, qp.resp.in == Responder::InMessage::kNone))
         return;
     if (op == iba::kReadRequest || op == iba::kCompareSwap || op == iba::kFetchAdd) {
-        readOrAtomicRequest(qpn, qp, packet);
+        readOrAtomicRequest(qp, packet);
         return;
     }
-    const bool taken = isSend(op) ? receiveSend(qpn, qp, packet) : receiveWrite(qpn, qp, packet);
+    const bool taken = isSend(op) ? receiveSend(qp, packet) : receiveWrite(qp, packet);
     if (taken)
-        endRequest(qpn, qp, packet);
+        endRequest(qp, packet);
 }
 
 // The PSN check: false when the packet went no further. RC replays a
 // duplicate and NAKs a gap; UC drops the message a gap cut short.
-bool DataPath::checkRequestPsn(uint32_t qpn, QueuePair &qp, const iba::Packet &packet) {
+bool DataPath::checkRequestPsn(QueuePair &qp, const iba::Packet &packet) {
     Responder &s = qp.resp;
     const bool rc = isReliableType(qp.ctx.type);
     const uint32_t psn = packet.bth.psn;
     const int32_t d = psnDiff(psn, s.expectedPsn);
     if (rc && d < 0) {
-        duplicateRequest(qpn, qp, packet);
+        duplicateRequest(qp, packet);
         return false;
     }
     if (rc && d > 0) {
         // IBA 9.7.5.2.2: one NAK per gap, until the expected PSN arrives.
         if (!s.nakSent) {
-            acknowledge(qpn, qp, s.expectedPsn, syndrome(kNak, kPsnSequence));
+            acknowledge(qp, s.expectedPsn, syndrome(kNak, kPsnSequence));
             count(qp, &pib_port_counters::out_of_seq_requests);
         }
         s.nakSent = true;
@@ -382,7 +381,7 @@ bool DataPath::checkRequestPsn(uint32_t qpn, QueuePair &qp, const iba::Packet &p
 
 // The opcode must continue the message in progress, or start one; a
 // first or middle packet carries exactly a path MTU, others at most one.
-bool DataPath::checkRequestSequence(uint32_t qpn, QueuePair &qp, const iba::Packet &packet) {
+bool DataPath::checkRequestSequence(QueuePair &qp, const iba::Packet &packet) {
     const Responder &s = qp.resp;
     const uint8_t op = packet.bth.opcode & 0x1f;
     const bool continues = op == iba::kSendMiddle || op == iba::kSendLast ||
@@ -398,7 +397,7 @@ bool DataPath::checkRequestSequence(uint32_t qpn, QueuePair &qp, const iba::Pack
                              op == iba::kWriteFirst || op == iba::kWriteMiddle;
     if (inPlace && (middleSized ? len == mtu : len <= mtu))
         return true;
-    refuseRequest(qpn, qp, packet.bth.psn, kInvalidRequest, PIB_WC_REM_INV_REQ_ERR,
+    refuseRequest(qp, packet.bth.psn, kInvalidRequest, PIB_WC_REM_INV_REQ_ERR,
                   "opcode out of sequence or bad length");
     return false;
 }
@@ -409,7 +408,7 @@ bool DataPath::checkRequestSequence(uint32_t qpn, QueuePair &qp, const iba::Pack
 // the answers would break that limit the oldest duplicates' are stale: it
 // completed those requests (the duplicate was the fabric's copy, or its
 // original answer arrived late) and would discard the answers.
-void DataPath::dropStaleAnswers(uint32_t qpn, QueuePair &qp, uint32_t psn) {
+void DataPath::dropStaleAnswers(QueuePair &qp, uint32_t psn) {
     auto &q = qp.resp.replies;
     const size_t limit = std::max<size_t>(1, qp.attr.max_dest_rd_atomic);
     while (repliesOwed(qp.resp) >= limit) {
@@ -421,36 +420,36 @@ void DataPath::dropStaleAnswers(uint32_t qpn, QueuePair &qp, uint32_t psn) {
         }
         if (oldest == q.end())
             return;
-        trace::rc_duplicate(host_, qpn, oldest->entry.psn, "stale answer dropped");
+        trace::rc_duplicate(host_, qp.number, oldest->entry.psn, "stale answer dropped");
         q.erase(oldest);
     }
 }
 
-void DataPath::readOrAtomicRequest(uint32_t qpn, QueuePair &qp, const iba::Packet &packet) {
+void DataPath::readOrAtomicRequest(QueuePair &qp, const iba::Packet &packet) {
     if (!isReliableType(qp.ctx.type)) // UC has neither (the layout table already refuses them)
         return;
     // A READ stays outstanding at the requester until its last response
     // arrives: one more than max_dest_rd_atomic owed means the requester
     // broke its limit (IBA 9.7.5.2.5).
-    dropStaleAnswers(qpn, qp, packet.bth.psn);
+    dropStaleAnswers(qp, packet.bth.psn);
     if (repliesOwed(qp.resp) >= std::max<size_t>(1, qp.attr.max_dest_rd_atomic)) {
-        responderError(qpn, qp, packet.bth.psn, kInvalidRequest, PIB_WC_REM_INV_REQ_ERR,
+        responderError(qp, packet.bth.psn, kInvalidRequest, PIB_WC_REM_INV_REQ_ERR,
                        "more READ and atomic requests than max_dest_rd_atomic");
         return;
     }
     if ((packet.bth.opcode & 0x1f) == iba::kReadRequest)
-        readRequest(qpn, qp, packet);
+        readRequest(qp, packet);
     else
-        atomicRequest(qpn, qp, packet);
+        atomicRequest(qp, packet);
 }
 
 // A SEND packet into the receive WQE, which the first packet claims.
-bool DataPath::receiveSend(uint32_t qpn, QueuePair &qp, const iba::Packet &packet) {
+bool DataPath::receiveSend(QueuePair &qp, const iba::Packet &packet) {
     Responder &s = qp.resp;
     const uint32_t psn = packet.bth.psn;
     if (s.in == Responder::InMessage::kNone) {
-        if (!claimReceiveWqe(qpn, qp)) {
-            noReceiveWqe(qpn, qp, psn);
+        if (!claimReceiveWqe(qp)) {
+            noReceiveWqe(qp, psn);
             return false;
         }
         s.in = Responder::InMessage::kSend;
@@ -466,10 +465,10 @@ bool DataPath::receiveSend(uint32_t qpn, QueuePair &qp, const iba::Packet &packe
     // responder's (Remote Operational Error).
     if (s.status != PIB_WC_SUCCESS && isReliableType(qp.ctx.type)) {
         if (s.status == PIB_WC_LOC_LEN_ERR)
-            responderError(qpn, qp, psn, kInvalidRequest, s.status,
+            responderError(qp, psn, kInvalidRequest, s.status,
                            "the message is longer than the receive WQE");
         else
-            responderError(qpn, qp, psn, kRemoteOperational, s.status,
+            responderError(qp, psn, kRemoteOperational, s.status,
                            "the receive WQE's buffer cannot take the data");
         return false;
     }
@@ -479,30 +478,30 @@ bool DataPath::receiveSend(uint32_t qpn, QueuePair &qp, const iba::Packet &packe
 
 // An RDMA WRITE packet: the first one's RETH is checked whole, then each
 // packet's part again as it lands.
-bool DataPath::receiveWrite(uint32_t qpn, QueuePair &qp, const iba::Packet &packet) {
+bool DataPath::receiveWrite(QueuePair &qp, const iba::Packet &packet) {
     Responder &s = qp.resp;
     const uint8_t op = packet.bth.opcode & 0x1f;
     const uint32_t psn = packet.bth.psn;
-    if (s.in == Responder::InMessage::kNone && !startWrite(qpn, qp, packet))
+    if (s.in == Responder::InMessage::kNone && !startWrite(qp, packet))
         return false;
-    if (op == iba::kWriteLastImm && !claimReceiveWqe(qpn, qp)) {
-        noReceiveWqe(qpn, qp, psn);
+    if (op == iba::kWriteLastImm && !claimReceiveWqe(qp)) {
+        noReceiveWqe(qp, psn);
         return false;
     }
     const size_t len = packet.data().size();
     if (s.received + len > s.writeLength ||
         (endsMessage(op) && s.received + len != s.writeLength)) {
-        refuseRequest(qpn, qp, psn, kInvalidRequest, PIB_WC_REM_INV_REQ_ERR,
+        refuseRequest(qp, psn, kInvalidRequest, PIB_WC_REM_INV_REQ_ERR,
                       "RDMA WRITE longer or shorter than its RETH says");
         return false;
     }
-    if (len && !landWrite(qpn, qp, packet))
+    if (len && !landWrite(qp, packet))
         return false;
     s.received += static_cast<uint32_t>(len);
     return true;
 }
 
-bool DataPath::startWrite(uint32_t qpn, QueuePair &qp, const iba::Packet &packet) {
+bool DataPath::startWrite(QueuePair &qp, const iba::Packet &packet) {
     Responder &s = qp.resp;
     const uint32_t psn = packet.bth.psn;
     const iba::Reth &reth = *packet.reth;
@@ -510,12 +509,12 @@ bool DataPath::startWrite(uint32_t qpn, QueuePair &qp, const iba::Packet &packet
     if (reth.length > limits::kMaxMsgSize ||
         !remoteRange(qp, requestPd(qp), reth.rkey, reth.va, reth.length, PIB_ACCESS_REMOTE_WRITE,
                      whole)) {
-        refuseRequest(qpn, qp, psn, kRemoteAccess, PIB_WC_REM_ACCESS_ERR,
+        refuseRequest(qp, psn, kRemoteAccess, PIB_WC_REM_ACCESS_ERR,
                       "RDMA WRITE outside what the R_Key allows");
         return false;
     }
-    if ((packet.bth.opcode & 0x1f) == iba::kWriteOnlyImm && !claimReceiveWqe(qpn, qp)) {
-        noReceiveWqe(qpn, qp, psn);
+    if ((packet.bth.opcode & 0x1f) == iba::kWriteOnlyImm && !claimReceiveWqe(qp)) {
+        noReceiveWqe(qp, psn);
         return false;
     }
     s.in = Responder::InMessage::kWrite;
@@ -528,20 +527,20 @@ bool DataPath::startWrite(uint32_t qpn, QueuePair &qp, const iba::Packet &packet
 
 // In order, packet by packet: the last byte lands last. The region may
 // have gone, or lost its rights, since the RETH.
-bool DataPath::landWrite(uint32_t qpn, QueuePair &qp, const iba::Packet &packet) {
+bool DataPath::landWrite(QueuePair &qp, const iba::Packet &packet) {
     Responder &s = qp.resp;
     const uint32_t psn = packet.bth.psn;
     std::vector<Segment> &segments = writeSegments_;
     if (!remoteRange(qp, requestPd(qp), s.writeRkey, s.writeVa + s.received, packet.data().size(),
                      PIB_ACCESS_REMOTE_WRITE, segments)) {
-        refuseRequest(qpn, qp, psn, kRemoteAccess, PIB_WC_REM_ACCESS_ERR,
+        refuseRequest(qp, psn, kRemoteAccess, PIB_WC_REM_ACCESS_ERR,
                       "RDMA WRITE to a region the R_Key no longer allows");
         return false;
     }
     size_t at = 0;
     for (const Segment &seg : segments) {
         if (!host_.dmaWrite(seg.addr, packet.data().data() + at, seg.len)) {
-            responderError(qpn, qp, psn, kRemoteOperational, PIB_WC_REM_OP_ERR,
+            responderError(qp, psn, kRemoteOperational, PIB_WC_REM_OP_ERR,
                            "RDMA WRITE to guest memory the device cannot reach");
             return false;
         }
@@ -553,47 +552,47 @@ bool DataPath::landWrite(uint32_t qpn, QueuePair &qp, const iba::Packet &packet)
 // The packet is taken: the next PSN is due, a last packet completes its
 // message (and the receive WQE a SEND or a WRITE with immediate used),
 // and RC acknowledges when asked.
-void DataPath::endRequest(uint32_t qpn, QueuePair &qp, const iba::Packet &packet) {
+void DataPath::endRequest(QueuePair &qp, const iba::Packet &packet) {
     Responder &s = qp.resp;
     const uint8_t op = packet.bth.opcode & 0x1f;
     s.expectedPsn = psnAdd(packet.bth.psn, 1);
     if (endsMessage(op)) {
-        if (packet.ieth && !invalidateForPeer(qpn, qp, packet))
+        if (packet.ieth && !invalidateForPeer(qp, packet))
             return;
         ++s.msn;
         s.in = Responder::InMessage::kNone;
         if (isSend(op))
-            completeReceive(qpn, qp, packet, PIB_WC_RECV, s.received);
+            completeReceive(qp, packet, PIB_WC_RECV, s.received);
         else if (op == iba::kWriteLastImm || op == iba::kWriteOnlyImm)
-            completeReceive(qpn, qp, packet, PIB_WC_RECV_RDMA_WITH_IMM, s.writeLength);
+            completeReceive(qp, packet, PIB_WC_RECV_RDMA_WITH_IMM, s.writeLength);
     }
     if (isReliableType(qp.ctx.type) && packet.bth.ackReq)
-        acknowledge(qpn, qp, packet.bth.psn, kAckSyndrome);
+        acknowledge(qp, packet.bth.psn, kAckSyndrome);
 }
 
 // A SEND with invalidate has arrived whole: the R_Key its IETH names
 // becomes free before the receive completes (IBA 9.4.1.1). A key that
 // cannot be invalidated fails the receive and the QP, and is NAKed.
-bool DataPath::invalidateForPeer(uint32_t qpn, QueuePair &qp, const iba::Packet &packet) {
-    const char *why = keys_.invalidateRemote(qpn, requestPd(qp), *packet.ieth);
+bool DataPath::invalidateForPeer(QueuePair &qp, const iba::Packet &packet) {
+    const char *why = keys_.invalidateRemote(qp.number, requestPd(qp), *packet.ieth);
     if (!why) {
-        trace::mr_invalidated(host_, qpn, *packet.ieth, "by the peer");
+        trace::mr_invalidated(host_, qp.number, *packet.ieth, "by the peer");
         return true;
     }
-    responderError(qpn, qp, packet.bth.psn, kInvalidRequest, PIB_WC_REM_INV_REQ_ERR, why);
+    responderError(qp, packet.bth.psn, kInvalidRequest, PIB_WC_REM_INV_REQ_ERR, why);
     return false;
 }
 
 // An RDMA READ request: its responses, one PSN each, are owed from now
 // on; they go out as the event budget and the port allow (sendReplies).
-void DataPath::readRequest(uint32_t qpn, QueuePair &qp, const iba::Packet &packet) {
+void DataPath::readRequest(QueuePair &qp, const iba::Packet &packet) {
     Responder &s = qp.resp;
     const iba::Reth &reth = *packet.reth;
     std::vector<Segment> segments;
     if (reth.length > limits::kMaxMsgSize ||
         !remoteRange(qp, requestPd(qp), reth.rkey, reth.va, reth.length, PIB_ACCESS_REMOTE_READ,
                      segments)) {
-        responderError(qpn, qp, packet.bth.psn, kRemoteAccess, PIB_WC_REM_ACCESS_ERR,
+        responderError(qp, packet.bth.psn, kRemoteAccess, PIB_WC_REM_ACCESS_ERR,
                        "RDMA READ outside what the R_Key allows");
         return;
     }
@@ -612,12 +611,12 @@ void DataPath::readRequest(uint32_t qpn, QueuePair &qp, const iba::Packet &packe
     Reply r;
     r.kind = Reply::Kind::kRead;
     r.entry = e;
-    reply(qpn, qp, r);
+    reply(qp, r);
 }
 
 // Sends response packet r.next of READ r.entry. False when the QP went to
 // the error state instead.
-bool DataPath::sendReadResponse(uint32_t qpn, QueuePair &qp, Reply &r) {
+bool DataPath::sendReadResponse(QueuePair &qp, Reply &r) {
     const ReplayEntry &e = r.entry;
     const uint32_t mtu = pathMtu(qp);
     const uint32_t i = r.next++;
@@ -640,7 +639,7 @@ bool DataPath::sendReadResponse(uint32_t qpn, QueuePair &qp, Reply &r) {
     // may have gone, or lost its rights, since the first time.
     std::vector<Segment> &segments = readSegments_;
     if (!remoteRange(qp, e.pdn, e.rkey, e.va + offset, len, PIB_ACCESS_REMOTE_READ, segments)) {
-        responderError(qpn, qp, p.bth.psn, kRemoteAccess, PIB_WC_REM_ACCESS_ERR,
+        responderError(qp, p.bth.psn, kRemoteAccess, PIB_WC_REM_ACCESS_ERR,
                        "RDMA READ of a region the R_Key no longer allows");
         return false;
     }
@@ -648,7 +647,7 @@ bool DataPath::sendReadResponse(uint32_t qpn, QueuePair &qp, Reply &r) {
     iba::PacketWriter writer(p, len, wire::kHeaderSize, scheduler_.packetBuffer());
     for (const Segment &seg : segments) {
         if (!memory_.readIntoPacket(seg, writer)) {
-            responderError(qpn, qp, p.bth.psn, kRemoteOperational, PIB_WC_REM_OP_ERR,
+            responderError(qp, p.bth.psn, kRemoteOperational, PIB_WC_REM_OP_ERR,
                            "RDMA READ of guest memory the device cannot reach");
             return false;
         }
@@ -657,18 +656,18 @@ bool DataPath::sendReadResponse(uint32_t qpn, QueuePair &qp, Reply &r) {
     return true;
 }
 
-void DataPath::atomicRequest(uint32_t qpn, QueuePair &qp, const iba::Packet &packet) {
+void DataPath::atomicRequest(QueuePair &qp, const iba::Packet &packet) {
     Responder &s = qp.resp;
     const iba::AtomicEth &a = *packet.atomicEth;
     const uint32_t psn = packet.bth.psn;
     if (a.va % 8) {
-        responderError(qpn, qp, psn, kInvalidRequest, PIB_WC_REM_INV_REQ_ERR,
+        responderError(qp, psn, kInvalidRequest, PIB_WC_REM_INV_REQ_ERR,
                        "atomic on an address not 8-byte aligned");
         return;
     }
     std::vector<Segment> segments;
     if (!remoteRange(qp, requestPd(qp), a.rkey, a.va, 8, PIB_ACCESS_REMOTE_ATOMIC, segments)) {
-        responderError(qpn, qp, psn, kRemoteAccess, PIB_WC_REM_ACCESS_ERR,
+        responderError(qp, psn, kRemoteAccess, PIB_WC_REM_ACCESS_ERR,
                        "atomic outside what the R_Key allows");
         return;
     }
@@ -677,7 +676,7 @@ void DataPath::atomicRequest(uint32_t qpn, QueuePair &qp, const iba::Packet &pac
     // every other access through the device (IBV_ATOMIC_HCA).
     uint64_t value = 0;
     if (!host_.dmaRead(segments[0].addr, value)) {
-        responderError(qpn, qp, psn, kRemoteOperational, PIB_WC_REM_OP_ERR,
+        responderError(qp, psn, kRemoteOperational, PIB_WC_REM_OP_ERR,
                        "atomic on guest memory the device cannot reach");
         return;
     }
@@ -689,7 +688,7 @@ void DataPath::atomicRequest(uint32_t qpn, QueuePair &qp, const iba::Packet &pac
         value += a.swapAdd;
     }
     if (value != original && !host_.dmaWrite(segments[0].addr, value)) {
-        responderError(qpn, qp, psn, kRemoteOperational, PIB_WC_REM_OP_ERR,
+        responderError(qp, psn, kRemoteOperational, PIB_WC_REM_OP_ERR,
                        "atomic on guest memory the device cannot reach");
         return;
     }
@@ -705,7 +704,7 @@ void DataPath::atomicRequest(uint32_t qpn, QueuePair &qp, const iba::Packet &pac
     Reply r;
     r.kind = Reply::Kind::kAtomic;
     r.entry = e;
-    reply(qpn, qp, r);
+    reply(qp, r);
 }
 
 void DataPath::sendAtomicAck(QueuePair &qp, const ReplayEntry &e) {
@@ -728,7 +727,7 @@ void DataPath::remember(QueuePair &qp, const ReplayEntry &e) {
 // ACK may have been lost); a duplicate READ is answered again from the
 // memory as it is now; a duplicate atomic gets its saved result, never a
 // second execution.
-void DataPath::duplicateRequest(uint32_t qpn, QueuePair &qp, const iba::Packet &packet) {
+void DataPath::duplicateRequest(QueuePair &qp, const iba::Packet &packet) {
     count(qp, &pib_port_counters::duplicate_requests);
     const uint8_t op = packet.bth.opcode & 0x1f;
     const uint32_t psn = packet.bth.psn;
@@ -750,29 +749,29 @@ void DataPath::duplicateRequest(uint32_t qpn, QueuePair &qp, const iba::Packet &
             });
             const uint32_t from = static_cast<uint32_t>(psnDiff(psn, e.psn));
             if (owed != s.replies.end() && owed->kind == Reply::Kind::kRead && from < owed->next) {
-                trace::rc_duplicate(host_, qpn, psn, "READ answered again from there");
+                trace::rc_duplicate(host_, qp.number, psn, "READ answered again from there");
                 owed->next = from;
                 return;
             }
             if (owed != s.replies.end() ||
                 repliesOwed(s) >= std::max<size_t>(1, qp.attr.max_dest_rd_atomic)) {
-                trace::rc_duplicate(host_, qpn, psn, "already being answered");
+                trace::rc_duplicate(host_, qp.number, psn, "already being answered");
                 return;
             }
-            trace::rc_duplicate(host_, qpn, psn,
+            trace::rc_duplicate(host_, qp.number, psn,
                                 e.atomic ? "atomic answered again" : "READ answered again");
             Reply r;
             r.kind = e.atomic ? Reply::Kind::kAtomic : Reply::Kind::kRead;
             r.entry = e;
             r.next = static_cast<uint32_t>(psnDiff(psn, e.psn));
             r.again = true;
-            reply(qpn, qp, r);
+            reply(qp, r);
             return;
         }
-        trace::rc_duplicate(host_, qpn, psn, "no longer known");
+        trace::rc_duplicate(host_, qp.number, psn, "no longer known");
         return;
     }
-    acknowledge(qpn, qp, psnAdd(s.expectedPsn, 0xffffff), kAckSyndrome);
+    acknowledge(qp, psnAdd(s.expectedPsn, 0xffffff), kAckSyndrome);
 }
 
 } // namespace pib

@@ -75,7 +75,7 @@ void Scheduler::run() {
         if (!qp || !qp->postponed)
             continue; // destroyed or reset since
         qp->postponed = false;
-        engine_.resume(qpn, *qp);
+        engine_.resume(*qp);
         drainLoopback();
     }
 }

@@ -30,7 +30,7 @@ namespace pib {
 // port. The scheduler needs nothing else of the data path.
 class ScheduledEngine {
   public:
-    virtual void resume(uint32_t qpn, QueuePair &qp) = 0;
+    virtual void resume(QueuePair &qp) = 0;
     virtual void receiveLooped(unsigned port, const iba::Packet &packet) = 0;
 
   protected:
