@@ -17,7 +17,8 @@ from pibctl import core_build, source_tree, ui
 # Per target: the sources whose functions every campaign should reach.
 SOURCES = {
     "core": [f"qemu-hw/core/src/{name}.cc" for name in
-             ("responder", "completer", "requester", "connected", "datagram", "memory_keys")],
+             ("responder", "completer", "requester", "transport", "receive_wqes", "flush",
+              "datagram", "dispatch", "memory_keys")],
     "switch": [f"fabric-switch/src/{name}.cc" for name in ("switch", "sma", "pma", "trap", "fault")],
     "switch-tcp": [f"fabric-switch/src/{name}.cc" for name in
                    ("server", "server_control", "server_dial", "server_faults", "server_flow")],
@@ -26,8 +27,8 @@ SOURCES = {
 # Per target: functions named on their own, wherever they are, because
 # they are where a harness stuck at the first checks never gets.
 WATCHED = {
-    "core": ["DataPath::completeReceive", "DataPath::invalidateForPeer",
-             "DataPath::completeClaimedWqe", "DataPath::forgetXrcSrq", "DataPath::flushQp",
+    "core": ["Responder::completeReceive", "Responder::invalidateForPeer",
+             "ReceiveWqes::completeClaimedWqe", "Responder::forgetXrcSrq", "DataPath::flushQp",
              "CommandProcessor::resizeCq", "CommandProcessor::resizeSrq",
              "MemoryKeys::bindWindow", "MemoryKeys::invalidateLocal",
              "MemoryKeys::invalidateRemote"],

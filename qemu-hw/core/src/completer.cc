@@ -5,7 +5,8 @@
 #include <cinttypes>
 #include <cstring>
 
-#include "data_path.hh"
+#include "qp_timers.hh"
+#include "requester.hh"
 #include "trace.hh"
 
 namespace pib {
@@ -38,13 +39,13 @@ uint8_t completionOpcode(uint8_t wr) {
 
 // IBA 9.7.6.1.3: the local ACK timeout is 4.096 us * 2^timeout; 0 means
 // the timer is off.
-uint64_t DataPath::ackTimeoutNs(const QueuePair &qp) const {
+uint64_t Requester::ackTimeoutNs(const QueuePair &qp) const {
     const unsigned t = std::min<unsigned>(qp.attr.timeout, 31);
     return t ? uint64_t{4096} << t : 0;
 }
 
 // IBA 9.7.5.2.8, table 45: the RNR NAK timer field in microseconds * 100.
-uint64_t DataPath::rnrDelayNs(uint8_t code) {
+uint64_t Requester::rnrDelayNs(uint8_t code) {
     static constexpr uint32_t kHundredthsOfMs[32] = {
         65536, 1,    2,    3,    4,    6,     8,     12,    16,    24,   32,
         48,    64,   96,   128,  192,  256,   384,   512,   768,   1024, 1536,
@@ -52,16 +53,16 @@ uint64_t DataPath::rnrDelayNs(uint8_t code) {
     return uint64_t{kHundredthsOfMs[code & 31]} * 10'000;
 }
 
-void DataPath::restartAckTimer(QueuePair &qp) {
+void Requester::restartAckTimer(QueuePair &qp) {
     const uint64_t timeout = ackTimeoutNs(qp);
     qp.req.ackDeadline = qp.req.outstanding.empty() || !timeout ? 0 : host_.clockNs() + timeout;
-    scheduleQpTimer(qp);
+    timers_.schedule(qp);
 }
 
 // Completes WQEs from the head while they are done: UC WQEs once sent, RC
 // ones when acknowledged (marked by ackUpTo), bad ones with their error.
-void DataPath::completeInOrder(QueuePair &qp) {
-    Requester &r = qp.req;
+void Requester::completeInOrder(QueuePair &qp) {
+    RequesterState &r = qp.req;
     while (!r.outstanding.empty()) {
         SendWqe &w = r.outstanding.front();
         if (w.localStatus != PIB_WC_SUCCESS) {
@@ -78,7 +79,7 @@ void DataPath::completeInOrder(QueuePair &qp) {
 
 // Raises SQ drained for a QP in SQD that asked for it, once no send WQE
 // it started is still in flight.
-void DataPath::notifyIfSqDrained(QueuePair &qp) {
+void Requester::notifyIfSqDrained(QueuePair &qp) {
     if (!qp.sqDrainPending || !qp.req.outstanding.empty() || qp.attr.qp_state != PIB_QPS_SQD)
         return;
     qp.sqDrainPending = false;
@@ -87,8 +88,8 @@ void DataPath::notifyIfSqDrained(QueuePair &qp) {
 
 // Completes the oldest outstanding WQE. An error completion moves the QP
 // to the error state and flushes everything after it (IBA 10.8.3.3).
-void DataPath::completeHead(QueuePair &qp, uint8_t status) {
-    Requester &r = qp.req;
+void Requester::completeHead(QueuePair &qp, uint8_t status) {
+    RequesterState &r = qp.req;
     SendWqe w = takeHeadWqe(qp);
     if (w.isReadOrAtomic() && w.packets && r.readsInFlight)
         --r.readsInFlight;
@@ -105,7 +106,7 @@ void DataPath::completeHead(QueuePair &qp, uint8_t status) {
 // An ACK (or an implied one) for every PSN up to `psn`: SENDs and WRITEs
 // that end there are done. A READ or atomic the ACK passes was answered
 // by responses that got lost: it must be asked again (IBA 9.7.5.1.5).
-void DataPath::ackUpTo(QueuePair &qp, uint32_t psn) {
+void Requester::ackUpTo(QueuePair &qp, uint32_t psn) {
     // An ACK that moves the window on is progress, also in the middle of a
     // long message: the retry count starts over and the timer restarts.
     // (The retries are for a peer that answers nothing; otherwise any
@@ -131,8 +132,8 @@ void DataPath::ackUpTo(QueuePair &qp, uint32_t psn) {
 
 // A response packet: believed only for a request in flight, then taken
 // by what it is. Each handler says whether the requester may send on.
-void DataPath::onResponse(QueuePair &qp, const iba::Packet &packet) {
-    Requester &r = qp.req;
+void Requester::onResponse(QueuePair &qp, const iba::Packet &packet) {
+    RequesterState &r = qp.req;
     const uint8_t state = qp.attr.qp_state;
     if (!isReliableRequester(qp.ctx.type) || (state != PIB_QPS_RTS && state != PIB_QPS_SQD) ||
         r.outstanding.empty())
@@ -152,11 +153,11 @@ void DataPath::onResponse(QueuePair &qp, const iba::Packet &packet) {
     else if (op >= iba::kReadResponseFirst && op <= iba::kReadResponseOnly)
         readResponse(qp, packet);
     if (sendOn && qp.attr.qp_state == PIB_QPS_RTS)
-        processConnectedSend(qp);
+        send(qp);
 }
 
 // An ACK or NAK (IBA 9.7.5.1): by its AETH's syndrome.
-bool DataPath::onAcknowledge(QueuePair &qp, const iba::Packet &packet) {
+bool Requester::onAcknowledge(QueuePair &qp, const iba::Packet &packet) {
     const uint32_t psn = packet.bth.psn;
     const uint8_t syndrome = packet.aeth->syndrome;
     switch (syndrome >> 5) {
@@ -181,8 +182,8 @@ bool DataPath::onAcknowledge(QueuePair &qp, const iba::Packet &packet) {
 
 // RNR NAK: the responder had no receive WQE; send again from `psn` after
 // the delay it asks for, while RNR retries last (7: for ever).
-void DataPath::onRnrNak(QueuePair &qp, uint32_t psn, uint8_t timerCode) {
-    Requester &r = qp.req;
+void Requester::onRnrNak(QueuePair &qp, uint32_t psn, uint8_t timerCode) {
+    RequesterState &r = qp.req;
     count(qp, &pib_port_counters::rnr_naks_received);
     if (r.rnrRetriesLeft == 0) {
         count(qp, &pib_port_counters::rnr_retry_exceeded);
@@ -194,13 +195,13 @@ void DataPath::onRnrNak(QueuePair &qp, uint32_t psn, uint8_t timerCode) {
     rewind(qp, psn);
     r.rnrDeadline = host_.clockNs() + rnrDelayNs(timerCode);
     r.ackDeadline = 0;
-    scheduleQpTimer(qp);
+    timers_.schedule(qp);
     trace::rc_rnr(host_, qp.number, psn, rnrDelayNs(timerCode));
 }
 
 // NAK: a PSN sequence error is resent from `psn` while retries last; the
 // others complete the WQE at the head in error. True when sending goes on.
-bool DataPath::onNak(QueuePair &qp, uint32_t psn, uint8_t code) {
+bool Requester::onNak(QueuePair &qp, uint32_t psn, uint8_t code) {
     if (code == aeth::kPsnSequence) {
         trace::rc_seq_nak(host_, qp.number, psn);
         count(qp, &pib_port_counters::seq_naks_received);
@@ -221,8 +222,8 @@ bool DataPath::onNak(QueuePair &qp, uint32_t psn, uint8_t code) {
 
 // An atomic's answer: the original value lands in the WQE's buffer. False
 // when it was no answer to the atomic at the head.
-bool DataPath::onAtomicAcknowledge(QueuePair &qp, const iba::Packet &packet) {
-    Requester &r = qp.req;
+bool Requester::onAtomicAcknowledge(QueuePair &qp, const iba::Packet &packet) {
+    RequesterState &r = qp.req;
     const uint32_t psn = packet.bth.psn;
     ackUpTo(qp, psnAdd(psn, 0xffffff));
     if (qp.attr.qp_state == PIB_QPS_ERR || r.outstanding.empty())
@@ -262,8 +263,8 @@ static bool mustAskAgain(const SendWqe &w, uint32_t expected, bool lastResponse)
 
 // A READ response packet: its data lands where the READ's SGEs say, in
 // order; anything out of order is dropped and asked for again.
-void DataPath::readResponse(QueuePair &qp, const iba::Packet &packet) {
-    Requester &r = qp.req;
+void Requester::readResponse(QueuePair &qp, const iba::Packet &packet) {
+    RequesterState &r = qp.req;
     const uint32_t psn = packet.bth.psn;
     // A response implies ACKs for every request before the READ.
     SendWqe *w = nullptr;
@@ -317,8 +318,8 @@ void DataPath::readResponse(QueuePair &qp, const iba::Packet &packet) {
 }
 
 // The local ACK timer or an RNR wait of `qpn` ran out.
-void DataPath::qpTimerExpired(QueuePair &qp) {
-    Requester &r = qp.req;
+void Requester::timerExpired(QueuePair &qp) {
+    RequesterState &r = qp.req;
     const uint64_t now = host_.clockNs();
     if (qp.attr.qp_state != PIB_QPS_RTS && qp.attr.qp_state != PIB_QPS_SQD) {
         r.rnrDeadline = r.ackDeadline = 0;
@@ -326,7 +327,7 @@ void DataPath::qpTimerExpired(QueuePair &qp) {
     }
     if (r.rnrDeadline && r.rnrDeadline <= now) {
         r.rnrDeadline = 0;
-        processConnectedSend(qp); // resends what the rewind marked
+        send(qp); // resends what the rewind marked
         restartAckTimer(qp);
         return;
     }
@@ -351,45 +352,8 @@ void DataPath::qpTimerExpired(QueuePair &qp) {
     trace::rc_timeout(host_, qp.number, from);
     count(qp, &pib_port_counters::ack_timeouts);
     rewind(qp, from);
-    processConnectedSend(qp);
+    send(qp);
     restartAckTimer(qp);
-}
-
-// Keeps the one device timer at the earliest deadline of any QP.
-void DataPath::scheduleQpTimer(QueuePair &qp) {
-    if (qp.timerAt)
-        timers_.erase({qp.timerAt, qp.number});
-    const uint64_t a = qp.req.ackDeadline, b = qp.req.rnrDeadline;
-    qp.timerAt = a && b ? std::min(a, b) : a ? a : b;
-    if (qp.timerAt)
-        timers_.insert({qp.timerAt, qp.number});
-    armDeviceTimer();
-}
-
-void DataPath::armDeviceTimer() {
-    uint64_t next = timers_.empty() ? Host::kNever : timers_.begin()->first;
-    if (const uint64_t other = otherDeadline_ ? otherDeadline_() : 0)
-        next = std::min(next, other);
-    if (next != armedAt_) {
-        armedAt_ = next;
-        host_.armTimer(next);
-    }
-}
-
-void DataPath::timerExpired() {
-    armedAt_ = Host::kNever;
-    const uint64_t now = host_.clockNs();
-    while (!timers_.empty() && timers_.begin()->first <= now) {
-        const uint32_t qpn = timers_.begin()->second;
-        timers_.erase(timers_.begin());
-        QueuePair *qp = objects_.findQp(qpn);
-        if (!qp)
-            continue;
-        qp->timerAt = 0;
-        qpTimerExpired(*qp);
-        scheduler_.drainLoopback();
-    }
-    armDeviceTimer();
 }
 
 } // namespace pib

@@ -88,7 +88,7 @@ struct SendWqe {
     uint32_t lastPsn() const { return psnAdd(firstPsn, packets - 1); }
 };
 
-struct Requester {
+struct RequesterState {
     std::deque<SendWqe> outstanding; // fetched, not completed; in order
     uint32_t psn = 0;                // PSN of the next new request packet
     uint32_t unackedPsn = 0;         // the oldest PSN not acknowledged: the send window's start
@@ -159,7 +159,7 @@ struct Reply {
     bool readOrAtomic() const { return kind != Kind::kAck; }
 };
 
-struct Responder {
+struct ResponderState {
     uint32_t expectedPsn = 0;
     uint32_t msn = 0;         // messages completed (AETH)
     bool nakSent = false;     // a PSN sequence error NAK awaits the expected PSN

@@ -1,43 +1,25 @@
 // SPDX-License-Identifier: GPL-2.0-or-later
 // The data path's entry points besides packets and the timer: doorbells
-// (BAR2), QP state changes, and resets.
+// (BAR2), QP state changes, destruction and resets.
 #include "data_path.hh"
-#include "trace.hh"
 
 #include <cinttypes>
 
-#include "crc.hh"
-#include "frame.hh"
+#include "trace.hh"
 
 namespace pib {
 
 void DataPath::reset() {
     outstanding_.reset(); // the QPs went with the objects
-    timers_.clear();
-    armedAt_ = Host::kNever;
-    host_.armTimer(Host::kNever);
+    timers_.reset();
     scheduler_.reset();
 }
 
 void DataPath::forgetQp(QueuePair &qp) {
-    if (receiveSrq(qp))
-        completeClaimedWqe(qp, PIB_WC_WR_FLUSH_ERR);
-    releaseWqes(qp);
-    if (qp.timerAt)
-        timers_.erase({qp.timerAt, qp.number});
-}
-
-// A MAD the port's agents originate goes out as a packet of QP0; to an SM
-// behind this very port, through its QP0.
-void DataPath::sendSubnetPacket(unsigned number, iba::Packet &packet) {
-    const PortState *p = ports_.find(number);
-    if (!p)
-        return;
-    if ((packet.lrh.dlid & iba::lidMask(p->info.lmc)) == p->info.lid) {
-        deliver(number, packet);
-        return;
-    }
-    scheduler_.send(number, iba::build(packet, wire::kHeaderSize, scheduler_.packetBuffer()));
+    if (receives_.receiveSrq(qp))
+        receives_.completeClaimedWqe(qp, PIB_WC_WR_FLUSH_ERR);
+    requester_.releaseWqes(qp);
+    timers_.forget(qp);
 }
 
 // What entering state `next` from `cur` does beyond the attributes: the
@@ -48,14 +30,14 @@ void DataPath::qpStateEntered(QueuePair &qp, uint8_t cur, uint8_t next, uint32_t
     if (next == PIB_QPS_RESET) {
         // Reset empties the QP's own queues without completions, but a
         // WQE it took from an SRQ belongs to the SRQ: it completes.
-        if (receiveSrq(qp))
-            completeClaimedWqe(qp, PIB_WC_WR_FLUSH_ERR);
+        if (receives_.receiveSrq(qp))
+            receives_.completeClaimedWqe(qp, PIB_WC_WR_FLUSH_ERR);
         qp.sq = qp.rq = WorkQueue{};
-        releaseWqes(qp);
-        qp.req = Requester{};
-        qp.resp = Responder{};
+        requester_.releaseWqes(qp);
+        qp.req = RequesterState{};
+        qp.resp = ResponderState{};
         qp.lastWqeReached = false;
-        scheduleQpTimer(qp);
+        timers_.schedule(qp);
     }
     // The connected transports start from the PSNs given.
     if (next == PIB_QPS_RTR && cur == PIB_QPS_INIT)
@@ -75,7 +57,7 @@ void DataPath::qpStateEntered(QueuePair &qp, uint8_t cur, uint8_t next, uint32_t
     // it when the last one completes (completer.cc).
     qp.sqDrainPending = next == PIB_QPS_SQD && cur == PIB_QPS_RTS && a.en_sqd_async_notify;
     if (qp.sqDrainPending)
-        notifyIfSqDrained(qp);
+        requester_.notifyIfSqDrained(qp);
 }
 
 bool DataPath::updateProducer(const char *what, uint32_t number, uint32_t &producer,
@@ -176,57 +158,6 @@ void DataPath::ringSendQueue(QueuePair &qp) {
     }
     processSendQueue(qp);
     scheduler_.holdLoopback();
-}
-
-void DataPath::resume(QueuePair &qp) {
-    sendReplies(qp);
-    processSendQueue(qp);
-}
-
-void DataPath::receiveLooped(unsigned port, const iba::Packet &packet) {
-    deliver(port, packet);
-}
-
-void DataPath::count(const QueuePair &qp, uint64_t pib_port_counters::*counter) {
-    if (PortState *p = ports_.find(qp.attr.port_num))
-        ++(p->transport.*counter);
-}
-
-uint8_t DataPath::injectedCompletion(const QueuePair &qp, uint32_t index, uint8_t *vendorErr) {
-    if (injections_.empty())
-        return PIB_WC_SUCCESS;
-    const std::optional<Injection> taken = injections_.takeWqe(qp.number);
-    if (!taken)
-        return PIB_WC_SUCCESS;
-    trace::inject_completion(host_, qp.number, index, taken->status, taken->vendorErr);
-    *vendorErr = taken->vendorErr;
-    return taken->status;
-}
-
-bool DataPath::injectedFate(const QueuePair &qp, std::vector<uint8_t> &framed) {
-    if (injections_.empty() || framed.size() < wire::kHeaderSize + 6)
-        return true;
-    switch (injections_.takePacket(qp.number)) {
-    case ArmedInjections::PacketFate::kSend:
-        return true;
-    case ArmedInjections::PacketFate::kDrop:
-        trace::inject_packet(host_, qp.number, "dropped");
-        scheduler_.charge(); // the same work as a packet sent
-        return false;
-    case ArmedInjections::PacketFate::kCorrupt:
-        break;
-    }
-    // A bit of the ICRC flips and the VCRC is made right again: the switch
-    // forwards the packet, and the receiver drops it as corrupt.
-    trace::inject_packet(host_, qp.number, "corrupted");
-    const size_t vcrc = framed.size() - 2;
-    framed[vcrc - 1] ^= 0x01;
-    const uint16_t crc = static_cast<uint16_t>(~iba::crc16Update(
-        0xffff,
-        std::span<const uint8_t>(framed).subspan(wire::kHeaderSize, vcrc - wire::kHeaderSize)));
-    framed[vcrc] = static_cast<uint8_t>(crc);
-    framed[vcrc + 1] = static_cast<uint8_t>(crc >> 8);
-    return true;
 }
 
 } // namespace pib

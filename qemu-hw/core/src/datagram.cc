@@ -6,8 +6,9 @@
 
 #include "address_vector.hh"
 #include "addressing.hh"
-#include "data_path.hh"
+#include "datagram.hh"
 #include "frame.hh"
+#include "receive_wqes.hh"
 #include "ring.hh"
 #include "trace.hh"
 
@@ -20,7 +21,7 @@ constexpr uint32_t kMadSize = 256;
 
 } // namespace
 
-uint32_t DataPath::wireQpn(const QueuePair &qp) const {
+uint32_t Datagram::wireQpn(const QueuePair &qp) const {
     if (qp.ctx.type == PIB_QPT_SMI)
         return 0;
     if (qp.ctx.type == PIB_QPT_GSI)
@@ -28,22 +29,7 @@ uint32_t DataPath::wireQpn(const QueuePair &qp) const {
     return qp.number;
 }
 
-void DataPath::processSendQueue(QueuePair &qp) {
-    const uint8_t state = qp.attr.qp_state;
-    if (state == PIB_QPS_ERR) {
-        flushQp(qp);
-        return;
-    }
-    // WQEs posted before RTS wait there; SQD holds new ones too.
-    if (state != PIB_QPS_RTS)
-        return;
-    if (isDatagramType(qp.ctx.type))
-        processDatagramSend(qp);
-    else
-        processConnectedSend(qp);
-}
-
-void DataPath::processDatagramSend(QueuePair &qp) {
+void Datagram::send(QueuePair &qp) {
     Wqe wqe;
     const unsigned portNumber = sendPort(qp);
     while (qp.sq.consumer != qp.sq.producer && qp.attr.qp_state == PIB_QPS_RTS) {
@@ -75,7 +61,7 @@ void DataPath::processDatagramSend(QueuePair &qp) {
 
 // Builds and sends the packet of one well-formed UD WQE. Returns false
 // with *status set when its data cannot be sent.
-bool DataPath::sendUd(QueuePair &qp, const Wqe &wqe, uint32_t *length, uint8_t *status) {
+bool Datagram::sendUd(QueuePair &qp, const Wqe &wqe, uint32_t *length, uint8_t *status) {
     const pib_wqe_ctrl &ctrl = wqe.ctrl;
     const pib_wqe_ud &ud = wqe.ud;
     const unsigned portNumber = sendPort(qp);
@@ -130,11 +116,11 @@ bool DataPath::sendUd(QueuePair &qp, const Wqe &wqe, uint32_t *length, uint8_t *
     // A multicast packet also goes to the port's other QPs in the group:
     // the switch never sends a packet back out of the port it came in by.
     if (iba::isMulticastLid(ud.av.dlid) && p->info.state == PIB_PORT_ACTIVE)
-        deliver(portNumber, packet, qp.number);
+        receive(portNumber, packet, qp.number);
     // Packets to our own LID never leave the device.
     if (iba::portAnswersTo(p->info.lid, p->info.lmc, ud.av.dlid)) {
         scheduler_.charge();
-        deliver(portNumber, packet);
+        receive(portNumber, packet);
         return true;
     }
     // Subnet management may use a trained link; everything else needs ACTIVE.
@@ -147,51 +133,6 @@ bool DataPath::sendUd(QueuePair &qp, const Wqe &wqe, uint32_t *length, uint8_t *
             scheduler_.send(portNumber, std::move(framed));
     }
     // UD is unreliable: a packet the link cannot take is lost, not an error.
-    return true;
-}
-
-void DataPath::portReceive(unsigned number, std::span<const uint8_t> bytes) {
-    PortState *p = ports_.find(number);
-    if (!p)
-        return;
-    iba::ParseError error;
-    // The payload stays in the link's buffer: it goes from there to guest memory.
-    const auto packet = iba::parse(bytes, &error, true, /*copyPayload=*/false);
-    if (!packet) {
-        ++p->rcvErrors;
-        trace::err_port_drop(host_, number, iba::toString(error));
-        return;
-    }
-    ++p->rcvPackets;
-    p->rcvWords += bytes.size() / 4;
-    deliver(number, *packet);
-}
-
-// Takes the next receive WQE of `qp` (from its SRQ, if it has one). False
-// when none is posted or it cannot be read; otherwise *status says whether
-// it is well formed.
-bool DataPath::takeReceiveWqe(QueuePair &qp, Wqe &wqe, uint16_t *index, uint8_t *status) {
-    if (const auto srqn = receiveSrq(qp)) {
-        SharedReceiveQueue *srq = objects_.srqs.find(*srqn);
-        if (!srq || srq->consumer == srq->producer)
-            return false;
-        *index = static_cast<uint16_t>(srq->consumer);
-        if (!wqes_.readReceive(qp.number, receiveRing(*srq), srq->consumer, wqe, status))
-            return false;
-        ++srq->consumer;
-        const uint32_t left = srq->producer - srq->consumer;
-        if (srq->ctx.limit && left < srq->ctx.limit) {
-            srq->ctx.limit = 0; // fires once, until armed again
-            events_.postAsyncEvent(PIB_ASYNC_SRQ_LIMIT, *srqn);
-        }
-        return true;
-    }
-    if (qp.rq.consumer == qp.rq.producer)
-        return false;
-    *index = static_cast<uint16_t>(qp.rq.consumer);
-    if (!wqes_.readReceive(qp.number, receiveRing(qp), qp.rq.consumer, wqe, status))
-        return false;
-    ++qp.rq.consumer;
     return true;
 }
 
@@ -214,14 +155,10 @@ bool receivesDatagrams(const QueuePair &qp) {
 
 } // namespace
 
-void DataPath::deliver(unsigned number, const iba::Packet &packet, uint32_t senderQpn) {
+// A datagram for this port: to the QP it names (QP0 and QP1 are the
+// port's own), or to the multicast group's members.
+void Datagram::receive(unsigned number, const iba::Packet &packet, uint32_t senderQpn) {
     PortState *p = &ports_.at(number);
-    if ((packet.bth.opcode & 0xe0) != iba::kTransportUd) {
-        if (packet.lrh.vl != 15 && iba::portAnswersTo(p->info.lid, p->info.lmc, packet.lrh.dlid) &&
-            p->info.state == PIB_PORT_ACTIVE)
-            deliverConnected(number, packet);
-        return;
-    }
     const uint32_t destQp = packet.bth.destQp;
     const bool vl15 = packet.lrh.vl == 15;
     // QP0 traffic travels on VL15 and nothing else does (IBA 7.6.4).
@@ -229,7 +166,7 @@ void DataPath::deliver(unsigned number, const iba::Packet &packet, uint32_t send
         return;
     const uint16_t dlid = packet.lrh.dlid;
     if (iba::isMulticastLid(dlid)) {
-        deliverMulticast(number, packet, senderQpn);
+        receiveMulticast(number, packet, senderQpn);
         return;
     }
     const bool forUs = dlid == iba::kPermissiveLid
@@ -266,7 +203,7 @@ void DataPath::deliver(unsigned number, const iba::Packet &packet, uint32_t send
 // A packet to a multicast LID goes to every QP of the port attached to the
 // group its GRH names (IBA 10.5.2.4), each with its own receive WQE and
 // completion; a copy a QP of this port sent skips the sender.
-void DataPath::deliverMulticast(unsigned number, const iba::Packet &packet, uint32_t senderQpn) {
+void Datagram::receiveMulticast(unsigned number, const iba::Packet &packet, uint32_t senderQpn) {
     PortState *p = &ports_.at(number);
     // IBA 8.3.1: multicast packets carry a GRH and go to QP 0xFFFFFF.
     if (!packet.grh || packet.bth.destQp != iba::kMulticastQpn || packet.lrh.vl == 15) {
@@ -296,14 +233,14 @@ void DataPath::deliverMulticast(unsigned number, const iba::Packet &packet, uint
 }
 
 // Puts a datagram that passed the checks into `qp`'s next receive WQE.
-void DataPath::receiveDatagram(unsigned number, const iba::Packet &packet, QueuePair &qp,
+void Datagram::receiveDatagram(unsigned number, const iba::Packet &packet, QueuePair &qp,
                                uint16_t pkeyIndex) {
     PortState *p = &ports_.at(number);
     const uint16_t dlid = packet.lrh.dlid;
     Wqe wqe;
     uint16_t index = 0;
     uint8_t status = PIB_WC_SUCCESS;
-    if (!takeReceiveWqe(qp, wqe, &index, &status))
+    if (!receives_.takeReceiveWqe(qp, wqe, &index, &status))
         return; // no receive posted: a datagram is simply dropped
 
     pib_cqe cqe{};
@@ -342,82 +279,8 @@ void DataPath::receiveDatagram(unsigned number, const iba::Packet &packet, Queue
         cqe.imm = __builtin_bswap32(*packet.imm);
         cqe.flags |= PIB_CQE_WITH_IMM;
     }
-    markSrqReceive(qp, cqe);
+    receives_.markSrqReceive(qp, cqe);
     events_.postCqe(qp.ctx.recv_cqn, cqe, packet.bth.solicited);
-}
-
-// What a flush may still do in this event: kFlushesPerPacket WQEs cost
-// one packet of the event's budget.
-class FlushBudget {
-  public:
-    explicit FlushBudget(Scheduler &scheduler) : scheduler_(scheduler) {}
-    bool take() {
-        if (taken_++ % limits::kFlushesPerPacket)
-            return true;
-        if (!scheduler_.mayWork())
-            return false;
-        scheduler_.charge();
-        return true;
-    }
-
-  private:
-    Scheduler &scheduler_;
-    uint32_t taken_ = 0;
-};
-
-// Completes every outstanding WQE of a QP in the error state as flushed
-// (IBA 10.8.3.3), as far as the event's budget goes: a long queue goes on
-// from the next run (resume() flushes a QP in the error state), in order.
-void DataPath::flushQp(QueuePair &qp) {
-    qp.resp.replies.clear(); // a QP in the error state answers nothing more
-    qp.req.ackDeadline = qp.req.rnrDeadline = 0;
-    scheduleQpTimer(qp);
-    // The receive WQE of a message cut short completes first: it is the
-    // oldest the responder took.
-    completeClaimedWqe(qp, PIB_WC_WR_FLUSH_ERR);
-    qp.resp.in = Responder::InMessage::kNone;
-    FlushBudget budget(scheduler_);
-    const auto postponed = [&] {
-        scheduler_.postpone(qp.number, qp, false);
-        trace::qp_flush_postponed(host_, qp.number);
-    };
-    // Fetched WQEs first, in order, then those never fetched.
-    while (!qp.req.outstanding.empty()) {
-        if (!budget.take())
-            return postponed();
-        const SendWqe w = takeHeadWqe(qp);
-        events_.completeSend(qp.number, qp, w.index, w.wrId, PIB_WC_SEND, PIB_WC_WR_FLUSH_ERR, 0,
-                             true);
-    }
-    qp.req.readsInFlight = 0;
-    while (qp.sq.consumer != qp.sq.producer) {
-        if (!budget.take())
-            return postponed();
-        const pib_wqe_ctrl ctrl = wqes_.readControl(sendRing(qp), qp.sq.consumer);
-        events_.completeSend(qp.number, qp, qp.sq.consumer, ctrl.wr_id, PIB_WC_SEND,
-                             PIB_WC_WR_FLUSH_ERR, 0, true);
-        ++qp.sq.consumer;
-    }
-    if (qp.ctx.flags & PIB_QP_USE_SRQ) {
-        // IBA 11.6.3.5: no receive WQE of the SRQ will be used for this QP.
-        if (!qp.lastWqeReached)
-            events_.postAsyncEvent(PIB_ASYNC_QP_LAST_WQE_REACHED, qp.number);
-        qp.lastWqeReached = true;
-        return;
-    }
-    while (qp.rq.consumer != qp.rq.producer) {
-        if (!budget.take())
-            return postponed();
-        const pib_wqe_ctrl ctrl = wqes_.readControl(receiveRing(qp), qp.rq.consumer);
-        pib_cqe cqe{};
-        cqe.wr_id = ctrl.wr_id;
-        cqe.qpn = qp.number;
-        cqe.opcode = PIB_WC_RECV;
-        cqe.status = PIB_WC_WR_FLUSH_ERR;
-        cqe.wqe_index = static_cast<uint16_t>(qp.rq.consumer);
-        ++qp.rq.consumer;
-        events_.postCqe(qp.ctx.recv_cqn, cqe, false);
-    }
 }
 
 } // namespace pib

@@ -207,7 +207,7 @@ Json Inspector::qp(uint32_t qpn, const QueuePair &q) const {
                  {"min_rnr_timer", a.min_rnr_timer},
                  {"max_rd_atomic", a.max_rd_atomic},
                  {"max_dest_rd_atomic", a.max_dest_rd_atomic}};
-    const Requester &r = q.req;
+    const RequesterState &r = q.req;
     const uint32_t mtu = mtuBytes(a.path_mtu);
     j["requester"] = {{"next_psn", r.psn},
                       {"unacked_psn", r.unackedPsn},
@@ -219,7 +219,7 @@ Json Inspector::qp(uint32_t qpn, const QueuePair &q) const {
                       {"rnr_retries_left", r.rnrRetriesLeft},
                       {"ack_timer", r.ackDeadline != 0},
                       {"rnr_wait", r.rnrDeadline != 0}};
-    const Responder &p = q.resp;
+    const ResponderState &p = q.resp;
     static constexpr const char *kIn[] = {"none", "send", "write"};
     j["responder"] = {{"expected_psn", p.expectedPsn},
                       {"msn", p.msn},

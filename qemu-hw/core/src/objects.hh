@@ -78,8 +78,8 @@ struct QueuePair {
     WorkQueue sq;
     WorkQueue rq;
     uint32_t nextPsn = 0;        // UD: the PSN of the next packet sent
-    Requester req;               // RC, UC
-    Responder resp;              // RC, UC
+    RequesterState req;          // RC, UC
+    ResponderState resp;         // RC, UC
     uint64_t timerAt = 0;        // this QP's entry in the data path's timer set
     bool lastWqeReached = false; // SRQ: the event was raised
     bool sqDrainPending = false; // SQD: SQ drained is raised once nothing is in flight

@@ -5,9 +5,9 @@
 #include <cinttypes>
 #include <cstring>
 
-#include "data_path.hh"
 #include "frame.hh"
 #include "limits.hh"
+#include "requester.hh"
 #include "ring.hh"
 #include "trace.hh"
 
@@ -21,13 +21,9 @@ constexpr size_t kMaxOutstanding = 128;
 
 } // namespace
 
-uint32_t DataPath::pathMtu(const QueuePair &qp) const {
-    return mtuBytes(qp.attr.path_mtu);
-}
-
 // Reads send WQE `index` into `w`. Returns PIB_WC_SUCCESS or the status
 // the WQE completes with: a bad WQE still takes its place in the queue.
-uint8_t DataPath::fetchSendWqe(QueuePair &qp, uint32_t index, SendWqe &w) {
+uint8_t Requester::fetchSendWqe(QueuePair &qp, uint32_t index, SendWqe &w) {
     Wqe wqe;
     wqe.sges = std::move(w.sges); // reuse its capacity
     w.index = index;
@@ -73,7 +69,7 @@ uint8_t DataPath::fetchSendWqe(QueuePair &qp, uint32_t index, SendWqe &w) {
 // Checks that the L_Keys of `w`'s scatter/gather list cover its buffers
 // (a READ's and an atomic's with local write access), and adds up its
 // length. Zero-length SGEs are dropped, as verbs allow.
-uint8_t DataPath::checkLocalBuffers(QueuePair &qp, SendWqe &w, uint64_t *length) {
+uint8_t Requester::checkLocalBuffers(QueuePair &qp, SendWqe &w, uint64_t *length) {
     std::erase_if(w.sges, [](const pib_wqe_data &s) { return s.byte_count == 0; });
     const uint32_t access = w.isReadOrAtomic() ? PIB_ACCESS_LOCAL_WRITE : 0;
     std::vector<Segment> &segments = localSegments_;
@@ -91,8 +87,8 @@ uint8_t DataPath::checkLocalBuffers(QueuePair &qp, SendWqe &w, uint64_t *length)
     return PIB_WC_SUCCESS;
 }
 
-void DataPath::processConnectedSend(QueuePair &qp) {
-    Requester &r = qp.req;
+void Requester::send(QueuePair &qp) {
+    RequesterState &r = qp.req;
     if (r.rnrDeadline)
         return; // an RNR NAK asked us to wait
     // Resend what a rewind asked for, then send new work.
@@ -173,7 +169,7 @@ void DataPath::processConnectedSend(QueuePair &qp) {
 
 // A REG_MR, BIND_MW or LOCAL_INV WQE at the head of an idle send queue:
 // it takes effect now, and completes (in error, the QP with it) at once.
-void DataPath::runLocalOperation(QueuePair &qp, SendWqe w) {
+void Requester::runLocalOperation(QueuePair &qp, SendWqe w) {
     uint8_t status = PIB_WC_SUCCESS;
     if (w.opcode == PIB_WR_REG_MR)
         status = keys_.fastRegister(qp.number, w.index, qp.ctx.pdn, w.reg);
@@ -187,14 +183,14 @@ void DataPath::runLocalOperation(QueuePair &qp, SendWqe w) {
     completeInOrder(qp);
 }
 
-void DataPath::holdWqe(QueuePair &qp, SendWqe &&w) {
+void Requester::holdWqe(QueuePair &qp, SendWqe &&w) {
     w.footprint = static_cast<uint32_t>(footprint(w));
     qp.req.heldBytes += w.footprint;
     outstanding_.add(w.footprint);
     qp.req.outstanding.push_back(std::move(w));
 }
 
-SendWqe DataPath::takeHeadWqe(QueuePair &qp) {
+SendWqe Requester::takeHeadWqe(QueuePair &qp) {
     PIB_INVARIANT(!qp.req.outstanding.empty());
     SendWqe w = std::move(qp.req.outstanding.front());
     qp.req.outstanding.pop_front();
@@ -204,7 +200,7 @@ SendWqe DataPath::takeHeadWqe(QueuePair &qp) {
     return w;
 }
 
-void DataPath::releaseWqes(QueuePair &qp) {
+void Requester::releaseWqes(QueuePair &qp) {
     outstanding_.remove(qp.req.heldBytes);
     qp.req.heldBytes = 0;
     qp.req.outstanding.clear();
@@ -212,13 +208,13 @@ void DataPath::releaseWqes(QueuePair &qp) {
 
 // The requester stops before its work is all out: a full window waits for
 // ACKs, a spent budget or a full port for the scheduler.
-void DataPath::stopSending(QueuePair &qp, SendProgress why) {
+void Requester::stopSending(QueuePair &qp, SendProgress why) {
     if (why == SendProgress::kPaused)
         scheduler_.postpone(qp.number, qp);
     armAckTimerIfIdle(qp);
 }
 
-void DataPath::armAckTimerIfIdle(QueuePair &qp) {
+void Requester::armAckTimerIfIdle(QueuePair &qp) {
     if (isReliableRequester(qp.ctx.type) && !qp.req.outstanding.empty() && !qp.req.ackDeadline)
         restartAckTimer(qp);
 }
@@ -284,8 +280,8 @@ static void requestHeaders(const SendWqe &w, uint32_t i, uint32_t mtu, uint8_t t
 // Builds request packet `p` with bytes [offset, offset + len) of `w`'s
 // data, read by DMA straight into it, and sends it. False when the data
 // cannot be read: `w` then completes in error.
-bool DataPath::sendRequestPacket(QueuePair &qp, SendWqe &w, iba::Packet &p, uint32_t offset,
-                                 uint32_t len) {
+bool Requester::sendRequestPacket(QueuePair &qp, SendWqe &w, iba::Packet &p, uint32_t offset,
+                                  uint32_t len) {
     if (!addressConnected(qp, p)) {
         scheduler_.charge(); // lost on a port that cannot send: the same work bound
         return true;
@@ -309,7 +305,7 @@ bool DataPath::sendRequestPacket(QueuePair &qp, SendWqe &w, iba::Packet &p, uint
 
 // Sends the packets of `w` not yet sent, as far as the RC send window
 // lets them go. kFailed when the QP went to the error state on the way.
-DataPath::SendProgress DataPath::sendRequestPackets(QueuePair &qp, SendWqe &w) {
+Requester::SendProgress Requester::sendRequestPackets(QueuePair &qp, SendWqe &w) {
     const uint32_t mtu = pathMtu(qp);
     const bool uc = qp.ctx.type == PIB_QPT_UC;
     const bool xrc = qp.ctx.type == PIB_QPT_XRC_INI;
@@ -351,7 +347,7 @@ DataPath::SendProgress DataPath::sendRequestPackets(QueuePair &qp, SendWqe &w) {
 }
 
 // Resends from `psn` on: every outstanding WQE from the one that holds it.
-void DataPath::rewind(QueuePair &qp, uint32_t psn) {
+void Requester::rewind(QueuePair &qp, uint32_t psn) {
     for (SendWqe &w : qp.req.outstanding) {
         const int32_t d = psnDiff(psn, w.firstPsn);
         if (d >= static_cast<int32_t>(w.packets))

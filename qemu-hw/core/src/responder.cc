@@ -7,9 +7,10 @@
 #include <cinttypes>
 #include <cstring>
 
-#include "data_path.hh"
 #include "frame.hh"
 #include "limits.hh"
+#include "receive_wqes.hh"
+#include "responder.hh"
 #include "ring.hh"
 #include "trace.hh"
 
@@ -45,7 +46,7 @@ static uint8_t responseTransport(const QueuePair &qp) {
     return qp.ctx.type == PIB_QPT_XRC_TGT ? iba::kTransportXrc : iba::kTransportRc;
 }
 
-void DataPath::sendAck(QueuePair &qp, uint32_t psn, uint8_t syndrome) {
+void Responder::sendAck(QueuePair &qp, uint32_t psn, uint8_t syndrome) {
     iba::Packet p;
     p.bth.opcode = responseTransport(qp) | iba::kAcknowledge;
     p.bth.psn = psn;
@@ -54,7 +55,7 @@ void DataPath::sendAck(QueuePair &qp, uint32_t psn, uint8_t syndrome) {
 }
 
 // Queues an ACK or NAK behind whatever the responder still owes.
-void DataPath::acknowledge(QueuePair &qp, uint32_t psn, uint8_t syndrome) {
+void Responder::acknowledge(QueuePair &qp, uint32_t psn, uint8_t syndrome) {
     Reply r;
     r.kind = Reply::Kind::kAck;
     r.psn = psn;
@@ -64,7 +65,7 @@ void DataPath::acknowledge(QueuePair &qp, uint32_t psn, uint8_t syndrome) {
 
 // Replies leave in request order: a new one goes behind those still owed
 // (an ACK replaces an ACK queued last: each implies every one before it).
-void DataPath::reply(QueuePair &qp, const Reply &r) {
+void Responder::reply(QueuePair &qp, const Reply &r) {
     auto &q = qp.resp.replies;
     if (r.kind == Reply::Kind::kAck && !q.empty() && q.back().kind == Reply::Kind::kAck)
         q.back() = r;
@@ -73,7 +74,7 @@ void DataPath::reply(QueuePair &qp, const Reply &r) {
     sendReplies(qp);
 }
 
-void DataPath::sendReplies(QueuePair &qp) {
+void Responder::sendReplies(QueuePair &qp) {
     auto &q = qp.resp.replies;
     while (!q.empty()) {
         if (!scheduler_.mayTransmit(qp.attr.port_num)) {
@@ -100,15 +101,15 @@ void DataPath::sendReplies(QueuePair &qp) {
 }
 
 // READs and atomics owed and not yet answered whole.
-static size_t repliesOwed(const Responder &s) {
+static size_t repliesOwed(const ResponderState &s) {
     return static_cast<size_t>(std::count_if(s.replies.begin(), s.replies.end(),
                                              [](const Reply &r) { return r.readOrAtomic(); }));
 }
 
 // Translates an R_Key range for this QP: its PD, its access flags and the
 // region's (IBA 10.6.3.2). False when the responder must NAK.
-bool DataPath::remoteRange(const QueuePair &qp, uint32_t pdn, uint32_t rkey, uint64_t va,
-                           uint64_t len, uint32_t access, std::vector<Segment> &out) {
+bool Responder::remoteRange(const QueuePair &qp, uint32_t pdn, uint32_t rkey, uint64_t va,
+                            uint64_t len, uint32_t access, std::vector<Segment> &out) {
     out.clear();
     if ((qp.attr.qp_access_flags & access) != access)
         return false;
@@ -121,29 +122,20 @@ bool DataPath::remoteRange(const QueuePair &qp, uint32_t pdn, uint32_t rkey, uin
 
 // The PD a request's memory is checked in: the QP's, or for an XRC TGT QP
 // the PD of the XRC SRQ the request names (IBA A14.5.2).
-uint32_t DataPath::requestPd(const QueuePair &qp) const {
+uint32_t Responder::requestPd(const QueuePair &qp) const {
     return qp.ctx.type == PIB_QPT_XRC_TGT ? qp.resp.xrcPdn : qp.ctx.pdn;
 }
 
 // The XRC SRQ a request of an XRC TGT QP named; kNoSrq for other QPs.
-uint32_t DataPath::requestSrq(const QueuePair &qp) const {
+uint32_t Responder::requestSrq(const QueuePair &qp) const {
     return qp.ctx.type == PIB_QPT_XRC_TGT ? qp.resp.xrcSrqn : kNoSrq;
-}
-
-// Where a receive completes: the QP's receive CQ, or an XRC SRQ's own.
-uint32_t DataPath::receiveCq(const QueuePair &qp) const {
-    if (qp.ctx.type != PIB_QPT_XRC_TGT)
-        return qp.ctx.recv_cqn;
-    // A basic SRQ has no CQ of its own: its ctx.cqn means nothing.
-    const SharedReceiveQueue *srq = objects_.srqs.find(qp.resp.xrcSrqn);
-    return srq && srq->isXrc() ? srq->ctx.cqn : UINT32_MAX; // UINT32_MAX names no CQ
 }
 
 // An XRC request names the XRC SRQ it goes to (XRCETH): it must be one of
 // the TGT QP's domain (else a remote access error, as rxe and IBA A14.5.3
 // have it), and every packet of a message must name the same one.
-bool DataPath::selectXrcSrq(QueuePair &qp, const iba::Packet &packet, bool startsMessage) {
-    Responder &s = qp.resp;
+bool Responder::selectXrcSrq(QueuePair &qp, const iba::Packet &packet, bool startsMessage) {
+    ResponderState &s = qp.resp;
     const uint32_t srqn = packet.xrceth.value_or(UINT32_MAX);
     if (!startsMessage) {
         if (srqn == s.xrcSrqn)
@@ -165,40 +157,20 @@ bool DataPath::selectXrcSrq(QueuePair &qp, const iba::Packet &packet, bool start
 
 // A fatal responder error: NAK it, complete the receive WQE in use, and
 // move the QP to the error state with its async event.
-void DataPath::responderError(QueuePair &qp, uint32_t psn, uint8_t nakCode, uint8_t wcStatus,
-                              const char *why) {
+void Responder::responderError(QueuePair &qp, uint32_t psn, uint8_t nakCode, uint8_t wcStatus,
+                               const char *why) {
     trace::err_rc_request_refused(host_, qp.number, psn, why);
     count(qp, &pib_port_counters::invalid_requests);
-    Responder &s = qp.resp;
+    ResponderState &s = qp.resp;
     if (isReliableType(qp.ctx.type))
         sendAck(qp, psn, syndrome(kNak, nakCode));
-    completeClaimedWqe(qp, wcStatus);
-    s.in = Responder::InMessage::kNone;
+    receives_.completeClaimedWqe(qp, wcStatus);
+    s.in = ResponderState::InMessage::kNone;
     s.replies.clear(); // a QP in the error state answers nothing more
     qp.attr.qp_state = PIB_QPS_ERR;
     events_.postAsyncEvent(
         nakCode == kRemoteAccess ? PIB_ASYNC_QP_ACCESS_ERR : PIB_ASYNC_QP_REQ_ERR, qp.number);
     flushQp(qp);
-}
-
-// The receive WQE claimed for the message in progress completes with
-// `status`, an error: when the responder fails the message, when the QP
-// leaves it (error, reset, destruction) or when its XRC SRQ goes. A WQE
-// taken from a queue completes exactly once, whatever happens to its QP:
-// one dropped silently would be lost to the SRQ for good.
-void DataPath::completeClaimedWqe(QueuePair &qp, uint8_t status) {
-    Responder &s = qp.resp;
-    if (!s.haveWqe)
-        return;
-    pib_cqe cqe{};
-    cqe.wr_id = s.wrId;
-    cqe.qpn = qp.number;
-    cqe.opcode = PIB_WC_RECV;
-    cqe.status = status;
-    cqe.wqe_index = s.wqeIndex;
-    markSrqReceive(qp, cqe);
-    events_.postCqe(receiveCq(qp), cqe, false);
-    s.haveWqe = false;
 }
 
 // XRC SRQ `srqn` is about to be destroyed. A message an XRC TGT QP
@@ -207,16 +179,16 @@ void DataPath::completeClaimedWqe(QueuePair &qp, uint8_t status) {
 // sequence. What the QP owes or remembers through the SRQ (READ answers
 // checked in its PD) is forgotten. So nothing that arrives later reaches
 // the SRQ, CQ or PD that take over these numbers (IBA A14.5.3).
-void DataPath::forgetXrcSrq(uint32_t srqn) {
+void Responder::forgetXrcSrq(uint32_t srqn) {
     objects_.qps.forEach([&](uint32_t qpn, QueuePair &qp) {
         if (qp.ctx.type != PIB_QPT_XRC_TGT)
             return;
-        Responder &s = qp.resp;
+        ResponderState &s = qp.resp;
         if (s.xrcSrqn == srqn) {
-            if (s.haveWqe || s.in != Responder::InMessage::kNone)
+            if (s.haveWqe || s.in != ResponderState::InMessage::kNone)
                 trace::xrc_message_cut(host_, qpn, srqn);
-            completeClaimedWqe(qp, PIB_WC_WR_FLUSH_ERR);
-            s.in = Responder::InMessage::kNone;
+            receives_.completeClaimedWqe(qp, PIB_WC_WR_FLUSH_ERR);
+            s.in = ResponderState::InMessage::kNone;
             s.xrcSrqn = kNoSrq;
         }
         std::erase_if(s.replies,
@@ -225,28 +197,9 @@ void DataPath::forgetXrcSrq(uint32_t srqn) {
     });
 }
 
-// Claims the next receive WQE for an incoming message.
-bool DataPath::claimReceiveWqe(QueuePair &qp) {
-    Responder &s = qp.resp;
-    if (s.haveWqe)
-        return true;
-    Wqe wqe;
-    wqe.sges = std::move(s.sges); // reuse its capacity
-    uint16_t index = 0;
-    uint8_t status = PIB_WC_SUCCESS;
-    if (!takeReceiveWqe(qp, wqe, &index, &status))
-        return false;
-    s.wrId = wqe.ctrl.wr_id;
-    s.wqeIndex = index;
-    s.status = status;
-    s.sges = std::move(wqe.sges);
-    s.haveWqe = true;
-    return true;
-}
-
-void DataPath::completeReceive(QueuePair &qp, const iba::Packet &packet, uint8_t opcode,
-                               uint32_t length) {
-    Responder &s = qp.resp;
+void Responder::completeReceive(QueuePair &qp, const iba::Packet &packet, uint8_t opcode,
+                                uint32_t length) {
+    ResponderState &s = qp.resp;
     pib_cqe cqe{};
     cqe.wr_id = s.wrId;
     cqe.qpn = qp.number;
@@ -257,7 +210,7 @@ void DataPath::completeReceive(QueuePair &qp, const iba::Packet &packet, uint8_t
     cqe.wqe_index = s.wqeIndex;
     cqe.opcode = opcode;
     cqe.status = s.status;
-    markSrqReceive(qp, cqe);
+    receives_.markSrqReceive(qp, cqe);
     if (packet.imm) {
         cqe.imm = __builtin_bswap32(*packet.imm);
         cqe.flags |= PIB_CQE_WITH_IMM;
@@ -267,38 +220,20 @@ void DataPath::completeReceive(QueuePair &qp, const iba::Packet &packet, uint8_t
         cqe.flags |= PIB_CQE_WITH_INV;
     }
     s.haveWqe = false;
-    events_.postCqe(receiveCq(qp), cqe, packet.bth.solicited);
-}
-
-// The SRQ `qp` takes receive WQEs from, if any: its own, or for an XRC TGT
-// QP the one the request in progress names.
-std::optional<uint32_t> DataPath::receiveSrq(const QueuePair &qp) const {
-    if (qp.ctx.type == PIB_QPT_XRC_TGT)
-        return qp.resp.xrcSrqn;
-    if (qp.ctx.flags & PIB_QP_USE_SRQ)
-        return qp.ctx.srqn;
-    return std::nullopt;
-}
-
-// A receive that used an SRQ's WQE says which SRQ.
-void DataPath::markSrqReceive(const QueuePair &qp, pib_cqe &cqe) const {
-    if (const auto srqn = receiveSrq(qp)) {
-        cqe.srqn = *srqn;
-        cqe.flags |= PIB_CQE_SRQ;
-    }
+    events_.postCqe(receives_.receiveCq(qp), cqe, packet.bth.solicited);
 }
 
 // UC drops a message it cannot take and waits for the next one to start
 // (IBA 9.8.3).
-void DataPath::dropUcMessage(QueuePair &qp, uint32_t psn) {
-    qp.resp.in = Responder::InMessage::kNone;
+void Responder::dropUcMessage(QueuePair &qp, uint32_t psn) {
+    qp.resp.in = ResponderState::InMessage::kNone;
     qp.resp.expectedPsn = psnAdd(psn, 1);
 }
 
 // A request the responder cannot carry out: RC NAKs it and the QP goes to
 // the error state; UC drops the message.
-void DataPath::refuseRequest(QueuePair &qp, uint32_t psn, uint8_t nakCode, uint8_t wcStatus,
-                             const char *why) {
+void Responder::refuseRequest(QueuePair &qp, uint32_t psn, uint8_t nakCode, uint8_t wcStatus,
+                              const char *why) {
     if (isReliableType(qp.ctx.type))
         responderError(qp, psn, nakCode, wcStatus, why);
     else
@@ -308,7 +243,7 @@ void DataPath::refuseRequest(QueuePair &qp, uint32_t psn, uint8_t nakCode, uint8
 // A message that needs a receive WQE when none is posted: RC answers with
 // an RNR NAK and the requester tries again later (IBA 9.7.5.2.8); UC loses
 // the message.
-void DataPath::noReceiveWqe(QueuePair &qp, uint32_t psn) {
+void Responder::noReceiveWqe(QueuePair &qp, uint32_t psn) {
     if (isReliableType(qp.ctx.type)) {
         acknowledge(qp, psn, syndrome(kRnrNak, qp.attr.min_rnr_timer));
         count(qp, &pib_port_counters::rnr_naks_sent);
@@ -321,7 +256,7 @@ void DataPath::noReceiveWqe(QueuePair &qp, uint32_t psn) {
 // rxe's responder): the QP's state, the PSN, the opcode's place in the
 // message and the packet's length; then the operation runs, and the
 // message ends.
-void DataPath::onRequest(QueuePair &qp, const iba::Packet &packet) {
+void Responder::onRequest(QueuePair &qp, const iba::Packet &packet) {
     const uint8_t state = qp.attr.qp_state;
     if (state != PIB_QPS_RTR && state != PIB_QPS_RTS && state != PIB_QPS_SQD)
         return;
@@ -333,7 +268,7 @@ void DataPath::onRequest(QueuePair &qp, const iba::Packet &packet) {
         return;
     const uint8_t op = packet.bth.opcode & 0x1f;
     if (qp.ctx.type == PIB_QPT_XRC_TGT &&
-        !selectXrcSrq(qp, packet, qp.resp.in == Responder::InMessage::kNone))
+        !selectXrcSrq(qp, packet, qp.resp.in == ResponderState::InMessage::kNone))
         return;
     if (op == iba::kReadRequest || op == iba::kCompareSwap || op == iba::kFetchAdd) {
         readOrAtomicRequest(qp, packet);
@@ -346,8 +281,8 @@ void DataPath::onRequest(QueuePair &qp, const iba::Packet &packet) {
 
 // The PSN check: false when the packet went no further. RC replays a
 // duplicate and NAKs a gap; UC drops the message a gap cut short.
-bool DataPath::checkRequestPsn(QueuePair &qp, const iba::Packet &packet) {
-    Responder &s = qp.resp;
+bool Responder::checkRequestPsn(QueuePair &qp, const iba::Packet &packet) {
+    ResponderState &s = qp.resp;
     const bool rc = isReliableType(qp.ctx.type);
     const uint32_t psn = packet.bth.psn;
     const int32_t d = psnDiff(psn, s.expectedPsn);
@@ -367,7 +302,7 @@ bool DataPath::checkRequestPsn(QueuePair &qp, const iba::Packet &packet) {
     if (!rc && d != 0) {
         // UC: packets were lost. The message in progress is dropped; a new
         // one may start here (IBA 9.8.3).
-        s.in = Responder::InMessage::kNone;
+        s.in = ResponderState::InMessage::kNone;
         s.received = 0;
         s.expectedPsn = psn;
         if (!isFirstOrOnly(packet.bth.opcode & 0x1f)) {
@@ -381,16 +316,16 @@ bool DataPath::checkRequestPsn(QueuePair &qp, const iba::Packet &packet) {
 
 // The opcode must continue the message in progress, or start one; a
 // first or middle packet carries exactly a path MTU, others at most one.
-bool DataPath::checkRequestSequence(QueuePair &qp, const iba::Packet &packet) {
-    const Responder &s = qp.resp;
+bool Responder::checkRequestSequence(QueuePair &qp, const iba::Packet &packet) {
+    const ResponderState &s = qp.resp;
     const uint8_t op = packet.bth.opcode & 0x1f;
     const bool continues = op == iba::kSendMiddle || op == iba::kSendLast ||
                            op == iba::kSendLastImm || op == iba::kSendLastInv ||
                            op == iba::kWriteMiddle || op == iba::kWriteLast ||
                            op == iba::kWriteLastImm;
-    const bool inPlace = continues ? (s.in == Responder::InMessage::kSend && isSend(op)) ||
-                                         (s.in == Responder::InMessage::kWrite && isWrite(op))
-                                   : s.in == Responder::InMessage::kNone;
+    const bool inPlace = continues ? (s.in == ResponderState::InMessage::kSend && isSend(op)) ||
+                                         (s.in == ResponderState::InMessage::kWrite && isWrite(op))
+                                   : s.in == ResponderState::InMessage::kNone;
     const uint32_t mtu = pathMtu(qp);
     const size_t len = packet.data().size();
     const bool middleSized = op == iba::kSendFirst || op == iba::kSendMiddle ||
@@ -408,7 +343,7 @@ bool DataPath::checkRequestSequence(QueuePair &qp, const iba::Packet &packet) {
 // the answers would break that limit the oldest duplicates' are stale: it
 // completed those requests (the duplicate was the fabric's copy, or its
 // original answer arrived late) and would discard the answers.
-void DataPath::dropStaleAnswers(QueuePair &qp, uint32_t psn) {
+void Responder::dropStaleAnswers(QueuePair &qp, uint32_t psn) {
     auto &q = qp.resp.replies;
     const size_t limit = std::max<size_t>(1, qp.attr.max_dest_rd_atomic);
     while (repliesOwed(qp.resp) >= limit) {
@@ -425,7 +360,7 @@ void DataPath::dropStaleAnswers(QueuePair &qp, uint32_t psn) {
     }
 }
 
-void DataPath::readOrAtomicRequest(QueuePair &qp, const iba::Packet &packet) {
+void Responder::readOrAtomicRequest(QueuePair &qp, const iba::Packet &packet) {
     if (!isReliableType(qp.ctx.type)) // UC has neither (the layout table already refuses them)
         return;
     // A READ stays outstanding at the requester until its last response
@@ -444,15 +379,15 @@ void DataPath::readOrAtomicRequest(QueuePair &qp, const iba::Packet &packet) {
 }
 
 // A SEND packet into the receive WQE, which the first packet claims.
-bool DataPath::receiveSend(QueuePair &qp, const iba::Packet &packet) {
-    Responder &s = qp.resp;
+bool Responder::receiveSend(QueuePair &qp, const iba::Packet &packet) {
+    ResponderState &s = qp.resp;
     const uint32_t psn = packet.bth.psn;
-    if (s.in == Responder::InMessage::kNone) {
-        if (!claimReceiveWqe(qp)) {
+    if (s.in == ResponderState::InMessage::kNone) {
+        if (!receives_.claimReceiveWqe(qp)) {
             noReceiveWqe(qp, psn);
             return false;
         }
-        s.in = Responder::InMessage::kSend;
+        s.in = ResponderState::InMessage::kSend;
         s.received = 0;
     }
     const size_t len = packet.data().size();
@@ -478,13 +413,13 @@ bool DataPath::receiveSend(QueuePair &qp, const iba::Packet &packet) {
 
 // An RDMA WRITE packet: the first one's RETH is checked whole, then each
 // packet's part again as it lands.
-bool DataPath::receiveWrite(QueuePair &qp, const iba::Packet &packet) {
-    Responder &s = qp.resp;
+bool Responder::receiveWrite(QueuePair &qp, const iba::Packet &packet) {
+    ResponderState &s = qp.resp;
     const uint8_t op = packet.bth.opcode & 0x1f;
     const uint32_t psn = packet.bth.psn;
-    if (s.in == Responder::InMessage::kNone && !startWrite(qp, packet))
+    if (s.in == ResponderState::InMessage::kNone && !startWrite(qp, packet))
         return false;
-    if (op == iba::kWriteLastImm && !claimReceiveWqe(qp)) {
+    if (op == iba::kWriteLastImm && !receives_.claimReceiveWqe(qp)) {
         noReceiveWqe(qp, psn);
         return false;
     }
@@ -501,8 +436,8 @@ bool DataPath::receiveWrite(QueuePair &qp, const iba::Packet &packet) {
     return true;
 }
 
-bool DataPath::startWrite(QueuePair &qp, const iba::Packet &packet) {
-    Responder &s = qp.resp;
+bool Responder::startWrite(QueuePair &qp, const iba::Packet &packet) {
+    ResponderState &s = qp.resp;
     const uint32_t psn = packet.bth.psn;
     const iba::Reth &reth = *packet.reth;
     std::vector<Segment> whole; // its own list: it can be long, and is needed once
@@ -513,11 +448,11 @@ bool DataPath::startWrite(QueuePair &qp, const iba::Packet &packet) {
                       "RDMA WRITE outside what the R_Key allows");
         return false;
     }
-    if ((packet.bth.opcode & 0x1f) == iba::kWriteOnlyImm && !claimReceiveWqe(qp)) {
+    if ((packet.bth.opcode & 0x1f) == iba::kWriteOnlyImm && !receives_.claimReceiveWqe(qp)) {
         noReceiveWqe(qp, psn);
         return false;
     }
-    s.in = Responder::InMessage::kWrite;
+    s.in = ResponderState::InMessage::kWrite;
     s.received = 0;
     s.writeVa = reth.va;
     s.writeRkey = reth.rkey;
@@ -527,8 +462,8 @@ bool DataPath::startWrite(QueuePair &qp, const iba::Packet &packet) {
 
 // In order, packet by packet: the last byte lands last. The region may
 // have gone, or lost its rights, since the RETH.
-bool DataPath::landWrite(QueuePair &qp, const iba::Packet &packet) {
-    Responder &s = qp.resp;
+bool Responder::landWrite(QueuePair &qp, const iba::Packet &packet) {
+    ResponderState &s = qp.resp;
     const uint32_t psn = packet.bth.psn;
     std::vector<Segment> &segments = writeSegments_;
     if (!remoteRange(qp, requestPd(qp), s.writeRkey, s.writeVa + s.received, packet.data().size(),
@@ -552,15 +487,15 @@ bool DataPath::landWrite(QueuePair &qp, const iba::Packet &packet) {
 // The packet is taken: the next PSN is due, a last packet completes its
 // message (and the receive WQE a SEND or a WRITE with immediate used),
 // and RC acknowledges when asked.
-void DataPath::endRequest(QueuePair &qp, const iba::Packet &packet) {
-    Responder &s = qp.resp;
+void Responder::endRequest(QueuePair &qp, const iba::Packet &packet) {
+    ResponderState &s = qp.resp;
     const uint8_t op = packet.bth.opcode & 0x1f;
     s.expectedPsn = psnAdd(packet.bth.psn, 1);
     if (endsMessage(op)) {
         if (packet.ieth && !invalidateForPeer(qp, packet))
             return;
         ++s.msn;
-        s.in = Responder::InMessage::kNone;
+        s.in = ResponderState::InMessage::kNone;
         if (isSend(op))
             completeReceive(qp, packet, PIB_WC_RECV, s.received);
         else if (op == iba::kWriteLastImm || op == iba::kWriteOnlyImm)
@@ -573,7 +508,7 @@ void DataPath::endRequest(QueuePair &qp, const iba::Packet &packet) {
 // A SEND with invalidate has arrived whole: the R_Key its IETH names
 // becomes free before the receive completes (IBA 9.4.1.1). A key that
 // cannot be invalidated fails the receive and the QP, and is NAKed.
-bool DataPath::invalidateForPeer(QueuePair &qp, const iba::Packet &packet) {
+bool Responder::invalidateForPeer(QueuePair &qp, const iba::Packet &packet) {
     const char *why = keys_.invalidateRemote(qp.number, requestPd(qp), *packet.ieth);
     if (!why) {
         trace::mr_invalidated(host_, qp.number, *packet.ieth, "by the peer");
@@ -585,8 +520,8 @@ bool DataPath::invalidateForPeer(QueuePair &qp, const iba::Packet &packet) {
 
 // An RDMA READ request: its responses, one PSN each, are owed from now
 // on; they go out as the event budget and the port allow (sendReplies).
-void DataPath::readRequest(QueuePair &qp, const iba::Packet &packet) {
-    Responder &s = qp.resp;
+void Responder::readRequest(QueuePair &qp, const iba::Packet &packet) {
+    ResponderState &s = qp.resp;
     const iba::Reth &reth = *packet.reth;
     std::vector<Segment> segments;
     if (reth.length > limits::kMaxMsgSize ||
@@ -616,7 +551,7 @@ void DataPath::readRequest(QueuePair &qp, const iba::Packet &packet) {
 
 // Sends response packet r.next of READ r.entry. False when the QP went to
 // the error state instead.
-bool DataPath::sendReadResponse(QueuePair &qp, Reply &r) {
+bool Responder::sendReadResponse(QueuePair &qp, Reply &r) {
     const ReplayEntry &e = r.entry;
     const uint32_t mtu = pathMtu(qp);
     const uint32_t i = r.next++;
@@ -656,8 +591,8 @@ bool DataPath::sendReadResponse(QueuePair &qp, Reply &r) {
     return true;
 }
 
-void DataPath::atomicRequest(QueuePair &qp, const iba::Packet &packet) {
-    Responder &s = qp.resp;
+void Responder::atomicRequest(QueuePair &qp, const iba::Packet &packet) {
+    ResponderState &s = qp.resp;
     const iba::AtomicEth &a = *packet.atomicEth;
     const uint32_t psn = packet.bth.psn;
     if (a.va % 8) {
@@ -707,7 +642,7 @@ void DataPath::atomicRequest(QueuePair &qp, const iba::Packet &packet) {
     reply(qp, r);
 }
 
-void DataPath::sendAtomicAck(QueuePair &qp, const ReplayEntry &e) {
+void Responder::sendAtomicAck(QueuePair &qp, const ReplayEntry &e) {
     iba::Packet p;
     p.bth.opcode = responseTransport(qp) | iba::kAtomicAcknowledge;
     p.bth.psn = e.psn;
@@ -716,7 +651,7 @@ void DataPath::sendAtomicAck(QueuePair &qp, const ReplayEntry &e) {
     sendConnected(qp, p);
 }
 
-void DataPath::remember(QueuePair &qp, const ReplayEntry &e) {
+void Responder::remember(QueuePair &qp, const ReplayEntry &e) {
     auto &replay = qp.resp.replay;
     replay.push_back(e);
     while (replay.size() > std::max<size_t>(1, qp.attr.max_dest_rd_atomic))
@@ -727,11 +662,11 @@ void DataPath::remember(QueuePair &qp, const ReplayEntry &e) {
 // ACK may have been lost); a duplicate READ is answered again from the
 // memory as it is now; a duplicate atomic gets its saved result, never a
 // second execution.
-void DataPath::duplicateRequest(QueuePair &qp, const iba::Packet &packet) {
+void Responder::duplicateRequest(QueuePair &qp, const iba::Packet &packet) {
     count(qp, &pib_port_counters::duplicate_requests);
     const uint8_t op = packet.bth.opcode & 0x1f;
     const uint32_t psn = packet.bth.psn;
-    Responder &s = qp.resp;
+    ResponderState &s = qp.resp;
     if (op == iba::kReadRequest || op == iba::kCompareSwap || op == iba::kFetchAdd) {
         for (const ReplayEntry &e : s.replay) {
             if (psnDiff(psn, e.psn) < 0 || psnDiff(psn, e.psn) >= static_cast<int32_t>(e.packets))

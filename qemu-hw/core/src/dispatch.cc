@@ -1,0 +1,124 @@
+// SPDX-License-Identifier: GPL-2.0-or-later
+// The data path's dispatch: a send queue's work to its QP's transport,
+// every received packet to the role it is for, the timer to the QPs whose
+// deadline passed.
+#include "data_path.hh"
+
+#include "addressing.hh"
+#include "frame.hh"
+#include "trace.hh"
+
+namespace pib {
+
+void DataPath::processSendQueue(QueuePair &qp) {
+    const uint8_t state = qp.attr.qp_state;
+    if (state == PIB_QPS_ERR) {
+        flushQp(qp);
+        return;
+    }
+    // WQEs posted before RTS wait there; SQD holds new ones too.
+    if (state != PIB_QPS_RTS)
+        return;
+    if (isDatagramType(qp.ctx.type))
+        datagram_.send(qp);
+    else
+        requester_.send(qp);
+}
+
+void DataPath::portReceive(unsigned number, std::span<const uint8_t> bytes) {
+    PortState *p = ports_.find(number);
+    if (!p)
+        return;
+    iba::ParseError error;
+    // The payload stays in the link's buffer: it goes from there to guest memory.
+    const auto packet = iba::parse(bytes, &error, true, /*copyPayload=*/false);
+    if (!packet) {
+        ++p->rcvErrors;
+        trace::err_port_drop(host_, number, iba::toString(error));
+        return;
+    }
+    ++p->rcvPackets;
+    p->rcvWords += bytes.size() / 4;
+    deliver(number, *packet);
+}
+
+// A packet goes by its transport: a datagram to the datagram transport,
+// anything else to the connected QP it names, if this port is its LID's
+// and active.
+void DataPath::deliver(unsigned number, const iba::Packet &packet, uint32_t senderQpn) {
+    if ((packet.bth.opcode & 0xe0) == iba::kTransportUd) {
+        datagram_.receive(number, packet, senderQpn);
+        return;
+    }
+    const PortState &p = ports_.at(number);
+    if (packet.lrh.vl != 15 && iba::portAnswersTo(p.info.lid, p.info.lmc, packet.lrh.dlid) &&
+        p.info.state == PIB_PORT_ACTIVE)
+        deliverConnected(number, packet);
+}
+
+// A packet for a connected QP of this port.
+void DataPath::deliverConnected(unsigned number, const iba::Packet &packet) {
+    const uint32_t qpn = packet.bth.destQp;
+    QueuePair *qp = qpn >= PIB_FIRST_QPN ? objects_.findQp(qpn) : nullptr;
+    const uint8_t transport = packet.bth.opcode & 0xe0;
+    const uint8_t op = packet.bth.opcode & 0x1f;
+    const bool response = transport != iba::kTransportUc && op >= iba::kReadResponseFirst &&
+                          op <= iba::kAtomicAcknowledge;
+    // XRC requests go to the target half, responses to the initiator.
+    const uint8_t wanted = transport == iba::kTransportRc ? PIB_QPT_RC
+                           : transport == iba::kTransportUc
+                               ? PIB_QPT_UC
+                               : (response ? PIB_QPT_XRC_INI : PIB_QPT_XRC_TGT);
+    if (!qp || qp->ctx.type != wanted || qp->attr.port_num != number ||
+        qp->attr.qp_state < PIB_QPS_RTR) {
+        trace::err_rc_no_qp(host_, number, qpn);
+        return;
+    }
+    // IBA 9.6.1: a connected QP takes packets from its peer only, with the
+    // P_Key it was given.
+    PortState &p = ports_.at(number);
+    const uint16_t pkey = p.pkeys[qp->attr.pkey_index % PIB_PKEY_TABLE_LEN];
+    if (!iba::pkeysMatch(pkey, packet.bth.pkey)) {
+        ++p.info.bad_pkey_cntr;
+        return;
+    }
+    if (packet.lrh.slid != qp->attr.av.dlid) {
+        trace::err_rc_wrong_peer(host_, qpn, packet.lrh.slid, qp->attr.av.dlid);
+        return;
+    }
+    if (response)
+        requester_.onResponse(*qp, packet);
+    else
+        responder_.onRequest(*qp, packet);
+}
+
+// A MAD the port's agents originate goes out as a packet of QP0; to an SM
+// behind this very port, through its QP0.
+void DataPath::sendSubnetPacket(unsigned number, iba::Packet &packet) {
+    const PortState *p = ports_.find(number);
+    if (!p)
+        return;
+    if ((packet.lrh.dlid & iba::lidMask(p->info.lmc)) == p->info.lid) {
+        deliver(number, packet);
+        return;
+    }
+    scheduler_.send(number, iba::build(packet, wire::kHeaderSize, scheduler_.packetBuffer()));
+}
+
+void DataPath::resume(QueuePair &qp) {
+    responder_.sendReplies(qp);
+    processSendQueue(qp);
+}
+
+void DataPath::receiveLooped(unsigned port, const iba::Packet &packet) {
+    deliver(port, packet);
+}
+
+void DataPath::timerExpired() {
+    timers_.expire([this](QueuePair &qp) {
+        requester_.timerExpired(qp);
+        scheduler_.drainLoopback();
+    });
+}
+
+} // namespace pib

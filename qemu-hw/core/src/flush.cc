@@ -1,0 +1,89 @@
+// SPDX-License-Identifier: GPL-2.0-or-later
+// A QP's error flow (IBA 10.8.3.3): everything it holds completes
+// flushed, in order, as far as each event's budget goes.
+#include "data_path.hh"
+#include "limits.hh"
+#include "ring.hh"
+#include "trace.hh"
+
+namespace pib {
+
+namespace {
+
+// What a flush may still do in this event: kFlushesPerPacket WQEs cost
+// one packet of the event's budget.
+class FlushBudget {
+  public:
+    explicit FlushBudget(Scheduler &scheduler) : scheduler_(scheduler) {}
+    bool take() {
+        if (taken_++ % limits::kFlushesPerPacket)
+            return true;
+        if (!scheduler_.mayWork())
+            return false;
+        scheduler_.charge();
+        return true;
+    }
+
+  private:
+    Scheduler &scheduler_;
+    uint32_t taken_ = 0;
+};
+
+} // namespace
+
+// Completes every outstanding WQE of a QP in the error state as flushed
+// (IBA 10.8.3.3), as far as the event's budget goes: a long queue goes on
+// from the next run (resume() flushes a QP in the error state), in order.
+void DataPath::flushQp(QueuePair &qp) {
+    qp.resp.replies.clear(); // a QP in the error state answers nothing more
+    qp.req.ackDeadline = qp.req.rnrDeadline = 0;
+    timers_.schedule(qp);
+    // The receive WQE of a message cut short completes first: it is the
+    // oldest the responder took.
+    receives_.completeClaimedWqe(qp, PIB_WC_WR_FLUSH_ERR);
+    qp.resp.in = ResponderState::InMessage::kNone;
+    FlushBudget budget(scheduler_);
+    const auto postponed = [&] {
+        scheduler_.postpone(qp.number, qp, false);
+        trace::qp_flush_postponed(host_, qp.number);
+    };
+    // Fetched WQEs first, in order, then those never fetched.
+    while (!qp.req.outstanding.empty()) {
+        if (!budget.take())
+            return postponed();
+        const SendWqe w = requester_.takeHeadWqe(qp);
+        events_.completeSend(qp.number, qp, w.index, w.wrId, PIB_WC_SEND, PIB_WC_WR_FLUSH_ERR, 0,
+                             true);
+    }
+    qp.req.readsInFlight = 0;
+    while (qp.sq.consumer != qp.sq.producer) {
+        if (!budget.take())
+            return postponed();
+        const pib_wqe_ctrl ctrl = wqes_.readControl(sendRing(qp), qp.sq.consumer);
+        events_.completeSend(qp.number, qp, qp.sq.consumer, ctrl.wr_id, PIB_WC_SEND,
+                             PIB_WC_WR_FLUSH_ERR, 0, true);
+        ++qp.sq.consumer;
+    }
+    if (qp.ctx.flags & PIB_QP_USE_SRQ) {
+        // IBA 11.6.3.5: no receive WQE of the SRQ will be used for this QP.
+        if (!qp.lastWqeReached)
+            events_.postAsyncEvent(PIB_ASYNC_QP_LAST_WQE_REACHED, qp.number);
+        qp.lastWqeReached = true;
+        return;
+    }
+    while (qp.rq.consumer != qp.rq.producer) {
+        if (!budget.take())
+            return postponed();
+        const pib_wqe_ctrl ctrl = wqes_.readControl(receiveRing(qp), qp.rq.consumer);
+        pib_cqe cqe{};
+        cqe.wr_id = ctrl.wr_id;
+        cqe.qpn = qp.number;
+        cqe.opcode = PIB_WC_RECV;
+        cqe.status = PIB_WC_WR_FLUSH_ERR;
+        cqe.wqe_index = static_cast<uint16_t>(qp.rq.consumer);
+        ++qp.rq.consumer;
+        events_.postCqe(qp.ctx.recv_cqn, cqe, false);
+    }
+}
+
+} // namespace pib

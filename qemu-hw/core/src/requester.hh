@@ -1,0 +1,64 @@
+// SPDX-License-Identifier: GPL-2.0-or-later
+// The requester of the connected transports (RC, UC, XRC INI) and its
+// completer: send WQEs fetched and cut into request packets
+// (requester.cc); ACKs, NAKs, READ responses and atomic ACKs completing
+// them in order, the local ACK timeout and RNR waits (completer.cc).
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "qp_timers.hh"
+#include "transport.hh"
+
+namespace pib {
+
+class Requester final : TransportRole {
+  public:
+    explicit Requester(const TransportParts &parts) : TransportRole(parts) {}
+
+    // Resends what a rewind asked for, then sends new work, as far as the
+    // window, the budget and the port allow.
+    void send(QueuePair &qp);
+    // A response packet for `qp` (ACK, NAK, READ response, atomic ACK).
+    void onResponse(QueuePair &qp, const iba::Packet &packet);
+    // `qp`'s ACK timer or RNR wait ran out.
+    void timerExpired(QueuePair &qp);
+    // Raises SQ drained once nothing `qp` started is in flight.
+    void notifyIfSqDrained(QueuePair &qp);
+    // The outstanding WQEs, whose memory the device's budget counts
+    // (outstanding_memory.hh): the head leaves, or all go.
+    SendWqe takeHeadWqe(QueuePair &qp);
+    void releaseWqes(QueuePair &qp);
+
+  private:
+    uint8_t fetchSendWqe(QueuePair &qp, uint32_t index, SendWqe &w);
+    uint8_t checkLocalBuffers(QueuePair &qp, SendWqe &w, uint64_t *length);
+    void runLocalOperation(QueuePair &qp, SendWqe w);
+    void holdWqe(QueuePair &qp, SendWqe &&w);
+    void armAckTimerIfIdle(QueuePair &qp);
+    enum class SendProgress { kAllSent, kWindowFull, kPaused, kFailed };
+    SendProgress sendRequestPackets(QueuePair &qp, SendWqe &w);
+    bool sendRequestPacket(QueuePair &qp, SendWqe &w, iba::Packet &p, uint32_t offset,
+                           uint32_t len);
+    void stopSending(QueuePair &qp, SendProgress why);
+    void rewind(QueuePair &qp, uint32_t psn);
+
+    // The completer (completer.cc).
+    uint64_t ackTimeoutNs(const QueuePair &qp) const;
+    static uint64_t rnrDelayNs(uint8_t code);
+    void restartAckTimer(QueuePair &qp);
+    void completeInOrder(QueuePair &qp);
+    void completeHead(QueuePair &qp, uint8_t status);
+    void ackUpTo(QueuePair &qp, uint32_t psn);
+    bool onAcknowledge(QueuePair &qp, const iba::Packet &packet);
+    void onRnrNak(QueuePair &qp, uint32_t psn, uint8_t timerCode);
+    bool onNak(QueuePair &qp, uint32_t psn, uint8_t code);
+    bool onAtomicAcknowledge(QueuePair &qp, const iba::Packet &packet);
+    void readResponse(QueuePair &qp, const iba::Packet &packet);
+
+    // The segments of a WQE's local buffers, kept for the next WQE too.
+    std::vector<Segment> localSegments_;
+};
+
+} // namespace pib

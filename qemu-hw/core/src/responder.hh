@@ -1,0 +1,68 @@
+// SPDX-License-Identifier: GPL-2.0-or-later
+// The responder of the connected transports (RC, UC, XRC TGT): request
+// packets through a pipeline of checks (IBA 9.7.5.2), then SEND, RDMA
+// WRITE, READ, atomics, duplicates and NAKs; what it owes the requester
+// goes out as the event's budget allows.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "transport.hh"
+
+namespace pib {
+
+class Responder final : TransportRole {
+  public:
+    explicit Responder(const TransportParts &parts) : TransportRole(parts) {}
+
+    // A request packet for `qp`.
+    void onRequest(QueuePair &qp, const iba::Packet &packet);
+    // Sends what `qp` still owes (READ responses, atomic ACKs, an ACK).
+    void sendReplies(QueuePair &qp);
+    // XRC SRQ `srqn` is about to be destroyed: no message goes on into it.
+    void forgetXrcSrq(uint32_t srqn);
+
+  private:
+    bool checkRequestPsn(QueuePair &qp, const iba::Packet &packet);
+    bool checkRequestSequence(QueuePair &qp, const iba::Packet &packet);
+    bool selectXrcSrq(QueuePair &qp, const iba::Packet &packet, bool startsMessage);
+    void readOrAtomicRequest(QueuePair &qp, const iba::Packet &packet);
+    void dropStaleAnswers(QueuePair &qp, uint32_t psn);
+    bool receiveSend(QueuePair &qp, const iba::Packet &packet);
+    bool receiveWrite(QueuePair &qp, const iba::Packet &packet);
+    bool startWrite(QueuePair &qp, const iba::Packet &packet);
+    bool landWrite(QueuePair &qp, const iba::Packet &packet);
+    void endRequest(QueuePair &qp, const iba::Packet &packet);
+    bool invalidateForPeer(QueuePair &qp, const iba::Packet &packet);
+    void completeReceive(QueuePair &qp, const iba::Packet &packet, uint8_t opcode, uint32_t length);
+    void readRequest(QueuePair &qp, const iba::Packet &packet);
+    void atomicRequest(QueuePair &qp, const iba::Packet &packet);
+    void duplicateRequest(QueuePair &qp, const iba::Packet &packet);
+    void remember(QueuePair &qp, const ReplayEntry &e);
+
+    // Answers and refusals.
+    void acknowledge(QueuePair &qp, uint32_t psn, uint8_t syndrome);
+    void reply(QueuePair &qp, const Reply &r);
+    void sendAck(QueuePair &qp, uint32_t psn, uint8_t syndrome);
+    bool sendReadResponse(QueuePair &qp, Reply &r);
+    void sendAtomicAck(QueuePair &qp, const ReplayEntry &e);
+    void responderError(QueuePair &qp, uint32_t psn, uint8_t nakCode, uint8_t wcStatus,
+                        const char *why);
+    void refuseRequest(QueuePair &qp, uint32_t psn, uint8_t nakCode, uint8_t wcStatus,
+                       const char *why);
+    void noReceiveWqe(QueuePair &qp, uint32_t psn);
+    void dropUcMessage(QueuePair &qp, uint32_t psn);
+
+    // Memory a request names.
+    bool remoteRange(const QueuePair &qp, uint32_t pdn, uint32_t rkey, uint64_t va, uint64_t len,
+                     uint32_t access, std::vector<Segment> &out);
+    uint32_t requestPd(const QueuePair &qp) const;
+    uint32_t requestSrq(const QueuePair &qp) const;
+
+    // Segment lists kept for the next packet too, one per function that
+    // needs one (none calls another while it holds its list).
+    std::vector<Segment> writeSegments_, readSegments_;
+};
+
+} // namespace pib

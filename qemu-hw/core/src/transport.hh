@@ -1,0 +1,102 @@
+// SPDX-License-Identifier: GPL-2.0-or-later
+// What the transport roles share. The datagram transport (datagram.*),
+// the connected requester with its completer (requester.*) and the
+// responder (responder.*) are each a TransportRole over the same parts:
+// the components they work through, and the way out of a connected QP
+// (transport.cc). The DataPath owns the parts and dispatches to the roles;
+// the roles never call one another.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "event_writer.hh"
+#include "host.hh"
+#include "injection.hh"
+#include "memory.hh"
+#include "memory_keys.hh"
+#include "object_tables.hh"
+#include "outstanding_memory.hh"
+#include "packet.hh"
+#include "pib_hw.h"
+#include "ports.hh"
+#include "scheduler.hh"
+#include "wqe_reader.hh"
+
+namespace pib {
+
+class QpTimers;
+class ReceiveWqes;
+
+// What a role asks of the data path for a whole QP: it entered the error
+// state, and everything it holds is to complete flushed (IBA 10.8.3.3;
+// flush.cc), on both its sides.
+class QpErrorFlow {
+  public:
+    virtual void flushQp(QueuePair &qp) = 0;
+
+  protected:
+    ~QpErrorFlow() = default;
+};
+
+// The components the roles work through.
+struct TransportParts {
+    const Host &host;
+    ObjectTables &objects;
+    Ports &ports;
+    EventWriter &events;
+    MemoryAccess &memory;
+    MemoryKeys &keys;
+    WqeReader &wqes;
+    Scheduler &scheduler;
+    ArmedInjections &injections;
+    OutstandingMemory &outstanding;
+    QpTimers &timers;
+    ReceiveWqes &receives;
+    QpErrorFlow &errors;
+};
+
+class TransportRole {
+  protected:
+    explicit TransportRole(const TransportParts &parts)
+        : host_(parts.host), objects_(parts.objects), ports_(parts.ports), events_(parts.events),
+          memory_(parts.memory), keys_(parts.keys), wqes_(parts.wqes), scheduler_(parts.scheduler),
+          outstanding_(parts.outstanding), timers_(parts.timers), receives_(parts.receives),
+          injections_(parts.injections), errors_(parts.errors) {}
+    ~TransportRole() = default;
+
+    // Counts one transport event of `qp`'s port (QUERY_COUNTERS).
+    void count(const QueuePair &qp, uint64_t pib_port_counters::*counter);
+    // Test facilities (injection.hh): the status an armed injection gives
+    // send WQE `index` of `qp` (PIB_WC_SUCCESS: none), and whether a
+    // packet of `qp` leaves (false: dropped; a corrupted one leaves).
+    uint8_t injectedCompletion(const QueuePair &qp, uint32_t index, uint8_t *vendorErr);
+    bool injectedFate(const QueuePair &qp, std::vector<uint8_t> &framed);
+    // `qp` entered the error state: everything it holds completes flushed.
+    void flushQp(QueuePair &qp) { errors_.flushQp(qp); }
+
+    // The way out of a connected QP: its packets' path headers, and the
+    // port (or this very port, when the peer is on it).
+    uint32_t pathMtu(const QueuePair &qp) const;
+    bool addressConnected(QueuePair &qp, iba::Packet &packet);
+    void transmitConnected(QueuePair &qp, std::vector<uint8_t> framed);
+    void sendConnected(QueuePair &qp, iba::Packet &packet);
+
+    const Host &host_;
+    ObjectTables &objects_;
+    Ports &ports_;
+    EventWriter &events_;
+    MemoryAccess &memory_;
+    MemoryKeys &keys_;
+    WqeReader &wqes_;
+    Scheduler &scheduler_;
+    OutstandingMemory &outstanding_;
+    QpTimers &timers_;
+    ReceiveWqes &receives_;
+
+  private:
+    ArmedInjections &injections_;
+    QpErrorFlow &errors_;
+};
+
+} // namespace pib
