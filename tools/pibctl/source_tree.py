@@ -26,7 +26,7 @@ INPUTS = (".clang-format", "meson.build", "meson_options.txt", "README.md", "doc
           "common", "qemu-hw", "fabric-switch", "guest-driver", "guest-provider",
           "guest/traffic", "guest/mpi", "guest/common", "tests/unit", "tests/bench",
           "tests/fuzz", "tests/check_format.sh",
-          "tools/gen_events.py")
+          "tools/gen_events.py", "tools/doc_facts.py")
 # Read from the checkout at run time, never built: left out of the key.
 NOT_INPUTS = ("tests/fuzz/inputs",)
 # Trees kept besides the current one; older ones are removed.
