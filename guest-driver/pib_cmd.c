@@ -164,10 +164,12 @@ static int pib_cmd_exec(struct pib_dev *dev, u16 opcode, u8 opmod, u32 modifier,
 			  (u64)readl(dev->regs + PIB_REG_CMD_RESULT_HI) << 32;
 	if (status == PIB_CMD_STATUS_BAD_STATE)
 		pib_dev_fatal(dev); /* the caller then sees the state */
+	/* The syndrome names the device's check (docs/prm.md section 9). */
 	if (status)
 		dev_dbg(&dev->pdev->dev,
-			"command 0x%04x modifier 0x%x: status %u\n", opcode,
-			modifier, status);
+			"command 0x%04x (0x%x): status %u syndrome 0x%08x\n",
+			opcode, modifier, status,
+			readl(dev->regs + PIB_REG_CMD_SYNDROME));
 	return pib_status_to_errno(status);
 }
 

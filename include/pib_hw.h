@@ -65,7 +65,7 @@
 #define PIB_IF_VERSION(major, minor) (((uint32_t)(major) << 16) | (minor))
 #define PIB_IF_VERSION_MAJOR(v) ((v) >> 16)
 #define PIB_IF_VERSION_MINOR(v) ((v)&0xffffu)
-#define PIB_IF_VERSION_CURRENT PIB_IF_VERSION(0, 10)
+#define PIB_IF_VERSION_CURRENT PIB_IF_VERSION(0, 11)
 
 /* RO: firmware version, major << 24 | minor << 16 | patch. */
 #define PIB_REG_FW_VERSION 0x008
@@ -111,7 +111,7 @@
 /*
  * One command runs at a time. The driver fills IN, OUT, MODIFIER and TOKEN,
  * then writes CTRL with GO set. GO reads as 1 until the command has
- * finished; then STATUS and RESULT hold its outcome. With EVENT set in the
+ * finished; then STATUS, SYNDROME and RESULT hold its outcome. With EVENT set in the
  * CTRL write the device also posts a PIB_EQE_COMMAND to the async event
  * queue when the command finishes.
  */
@@ -129,6 +129,8 @@
 #define PIB_CMD_CTRL_EVENT (1u << 30)
 #define PIB_CMD_CTRL_GO (1u << 31)
 #define PIB_REG_CMD_STATUS 0x124 /* RO: PIB_CMD_STATUS_* of the last command */
+/* RO: which check failed it (0 when it succeeded): docs/prm.md §9 */
+#define PIB_REG_CMD_SYNDROME 0x128
 
 /* Mailboxes: guest memory the device reads (IN) or writes (OUT). */
 #define PIB_MAILBOX_SIZE 4096u

@@ -5,6 +5,7 @@ list, qemu-hw/core/events.list:
 
 - qemu-hw/core/include/pib_events.h  the C enums of the host interface
 - qemu-hw/core/src/trace.hh           the core's typed emitters
+- qemu-hw/core/src/conditions.hh      its error conditions (err::Condition)
 - qemu-hw/glue/trace-events           QEMU's trace events (a marked section)
 - qemu-hw/glue/pib-hca-events.h       the glue's dispatch to them
 - docs/prm.md                         §9's tables (a marked section)
@@ -16,6 +17,7 @@ import argparse
 import re
 import subprocess
 import sys
+import zlib
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -23,6 +25,7 @@ REPO = Path(__file__).resolve().parent.parent
 LIST = REPO / "qemu-hw" / "core" / "events.list"
 HEADER = REPO / "qemu-hw" / "core" / "include" / "pib_events.h"
 EMITTERS = REPO / "qemu-hw" / "core" / "src" / "trace.hh"
+CONDITIONS = REPO / "qemu-hw" / "core" / "src" / "conditions.hh"
 TRACE_EVENTS = REPO / "qemu-hw" / "glue" / "trace-events"
 DISPATCH = REPO / "qemu-hw" / "glue" / "pib-hca-events.h"
 PRM = REPO / "docs" / "prm.md"
@@ -56,11 +59,21 @@ class Event:
         return "PIB_EVENT_" + self.name.upper()
 
 
+# The NAK codes of IBA 9.7.5.2 (table 44) a refused request may carry, as
+# connected.hh names them.
+NAKS = {"INVALID_REQUEST": "kInvalidRequest", "REMOTE_ACCESS": "kRemoteAccess",
+        "REMOTE_OPERATIONAL": "kRemoteOperational"}
+
+
 @dataclass
-class GuestError:
+class Condition:
+    kind: str  # "error": the guest's (a guest-error token); "refusal": not
     token: str
     cause: str
-    rule: str  # the section of docs/prm.md whose rule it breaks
+    rule: str  # error: the section of docs/prm.md whose rule it breaks
+    status: str = ""  # a refused command's PIB_CMD_STATUS_ name
+    nak: str = ""  # a refused request's NAK code (NAKS)
+    wc: str = ""  # and its completion status, a PIB_WC_ name
 
     @property
     def ident(self) -> str:
@@ -74,9 +87,21 @@ class GuestError:
     def constant(self) -> str:
         return "k" + "".join(w.capitalize() for w in self.token.split("-"))
 
+    @property
+    def syndrome(self) -> int:
+        return zlib.crc32(self.token.encode())
+
+    @property
+    def answer(self) -> str:
+        """What the device answers with, for docs/prm.md."""
+        parts = [f"`{self.status}`" if self.status else "",
+                 f"NAK `{self.nak}`" if self.nak else "", f"`{self.wc}`" if self.wc else ""]
+        return ", ".join(p for p in parts if p) or "—"
+
 
 EVENT_RE = re.compile(r'^(event|peer) (\w+)\(([^)]*)\) (".*)$')
-ERROR_RE = re.compile(r'^error ([a-z0-9-]+) §([0-9.]+) "(.*)"$')
+CONDITION_RE = re.compile(r'^(error|refusal) ([a-z0-9-]+)(?: §([0-9.]+))?((?: [a-z]+=[A-Z_]+)*) "(.*)"$')
+ATTRIBUTES = {"status", "nak", "wc"}
 
 
 def parse(text: str):
@@ -97,11 +122,24 @@ def parse(text: str):
                              "uint64_t or const char *")
                 args.append(Arg(type_, name))
             events.append(Event(section, m[1], m[2], args, m[4]))
-        elif m := ERROR_RE.match(line):
-            errors.append(GuestError(m[1], m[3], m[2]))
+        elif m := CONDITION_RE.match(line):
+            attrs = dict(a.split("=") for a in m[4].split())
+            if set(attrs) - ATTRIBUTES or (m[1] == "error") != bool(m[3]):
+                sys.exit(f"{LIST}:{number}: an error names its section (§N), a refusal none; "
+                         f"attributes are {', '.join(sorted(ATTRIBUTES))}")
+            if attrs.get("nak", "INVALID_REQUEST") not in NAKS:
+                sys.exit(f"{LIST}:{number}: NAK {attrs['nak']}: one of {', '.join(NAKS)}")
+            errors.append(Condition(m[1], m[2], m[5], m[3] or "", **attrs))
         else:
             sys.exit(f"{LIST}:{number}: cannot parse: {line}")
+    syndromes = [c.syndrome for c in errors]
+    if len(set(syndromes)) != len(syndromes):
+        sys.exit(f"{LIST}: two conditions have the same syndrome: rename one")
     return events, errors
+
+
+def guest_errors(conditions) -> list:
+    return [c for c in conditions if c.kind == "error"]
 
 
 def c_header(events, errors) -> str:
@@ -140,7 +178,7 @@ def c_header(events, errors) -> str:
     return "\n".join(out)
 
 
-def cpp_emitters(events, errors) -> str:
+def cpp_emitters(events, _errors) -> str:
     out = ["// SPDX-License-Identifier: GPL-2.0-or-later",
            f"// {GENERATED}",
            "// One typed function per trace event: its arguments are evaluated only",
@@ -154,9 +192,36 @@ def cpp_emitters(events, errors) -> str:
         out += [f"inline void {e.name}({params}) {{",
                 f"    if (host.eventEnabled({e.enum}))",
                 f"        host.event({e.enum}, {{{values}}});", "}", ""]
-    out += ["} // namespace pib::trace", "", "namespace pib::err {", ""]
-    out += [f"inline constexpr unsigned {g.constant} = {g.enum};" for g in errors]
-    out += ["", "} // namespace pib::err", ""]
+    out += ["} // namespace pib::trace", ""]
+    return "\n".join(out)
+
+
+def conditions_header(conditions) -> str:
+    out = ["// SPDX-License-Identifier: GPL-2.0-or-later",
+           f"// {GENERATED}",
+           "// Every condition the device refuses, with what it answers: one",
+           "// constant each, so that a refusal's command status, syndrome, NAK and",
+           "// completion status never drift apart (docs/prm.md §9).",
+           "#pragma once", "", "#include <cstdint>", "", '#include "connected.hh"',
+           '#include "pib_events.h"', '#include "pib_hw.h"', "", "namespace pib::err {", "",
+           "struct Condition {",
+           "    const char *token;",
+           "    unsigned guestError; // PIB_GUEST_ERROR_*; PIB_GUEST_ERROR_COUNT: no guest error",
+           "    uint32_t syndrome;   // CMD_SYNDROME of a command it fails",
+           "    uint8_t cmdStatus;   // PIB_CMD_STATUS_* of a command it fails",
+           "    uint8_t nak;         // aeth:: NAK code of a request it refuses",
+           "    uint8_t wcStatus;    // PIB_WC_* of that request; SUCCESS: the caller's",
+           "    const char *cause;",
+           "",
+           "    constexpr bool isGuestError() const { return guestError != PIB_GUEST_ERROR_COUNT; }",
+           "};", "", "// One line each, as the list has them.", "// clang-format off"]
+    for c in conditions:
+        fields = [f'"{c.token}"', c.enum if c.kind == "error" else "PIB_GUEST_ERROR_COUNT",
+                  f"0x{c.syndrome:08x}", f"PIB_CMD_STATUS_{c.status or 'OK'}",
+                  f"aeth::{NAKS[c.nak]}" if c.nak else "0", f"PIB_WC_{c.wc or 'SUCCESS'}",
+                  '"' + c.cause.replace('"', '\\"') + '"']
+        out.append(f"inline constexpr Condition {c.constant}{{{', '.join(fields)}}};")
+    out += ["// clang-format on", "", "} // namespace pib::err", ""]
     return "\n".join(out)
 
 
@@ -222,9 +287,17 @@ def anchor(rule: str) -> str:
     sys.exit(f"{LIST}: no section {rule} in {PRM}")
 
 
-def prm_section(events, errors) -> str:
-    out = [f"<!-- {BEGIN} -->", "", "| token | cause | rule |", "|---|---|---|"]
-    out += [f"| `{g.token}` | {g.cause} | [§{g.rule}](#{anchor(g.rule)}) |" for g in errors]
+def prm_section(events, conditions) -> str:
+    out = [f"<!-- {BEGIN} -->", "", "| token | cause | rule | answer | syndrome |",
+           "|---|---|---|---|---|"]
+    out += [f"| `{g.token}` | {g.cause} | [§{g.rule}](#{anchor(g.rule)}) | {g.answer} "
+            f"| `0x{g.syndrome:08x}` |" for g in guest_errors(conditions)]
+    out += ["", "Conditions the device refuses that are no guest error: a request a",
+            "fabric peer sent (the responder NAKs it and the receive side completes",
+            "with the status given, or the caller's own), or a command the device's",
+            "state refuses:", "", "| condition | cause | answer | syndrome |", "|---|---|---|---|"]
+    out += [f"| `{c.token}` | {c.cause} | {c.answer} | `0x{c.syndrome:08x}` |"
+            for c in conditions if c.kind == "refusal"]
     out += ["", "The device's own events, each a QEMU trace event with typed arguments:", ""]
     section = None
     for e in events:
@@ -266,17 +339,19 @@ def check_names(events, errors, trace_text: str) -> None:
         sys.exit(f"{LIST}: event names the glue or the list already uses: {', '.join(clashes)}")
 
 
-def outputs(events, errors) -> dict:
+def outputs(events, conditions) -> dict:
+    errors = guest_errors(conditions)
     trace_text = TRACE_EVENTS.read_text()
     check_names(events, errors, trace_text)
     prm_text = PRM.read_text()
     return {
         HEADER: c_header(events, errors),
         EMITTERS: cpp_emitters(events, errors),
+        CONDITIONS: conditions_header(conditions),
         DISPATCH: dispatch(events, errors),
         TRACE_EVENTS: replace_marked(trace_text, trace_events_section(events, errors),
                                      f"# {BEGIN}", f"# {END}", TRACE_EVENTS),
-        PRM: replace_marked(prm_text, prm_section(events, errors), f"<!-- {BEGIN} -->",
+        PRM: replace_marked(prm_text, prm_section(events, conditions), f"<!-- {BEGIN} -->",
                             f"<!-- {END} -->", PRM),
     }
 

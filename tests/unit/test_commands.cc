@@ -2,6 +2,7 @@
 // The command interface: device, port, UAR, PD and MTT commands.
 #include <catch2/catch.hpp>
 
+#include "conditions.hh"
 #include "fake_host.hh"
 
 TEST_CASE("before INIT_HCA only discovery commands run", "[cmd]") {
@@ -158,4 +159,32 @@ TEST_CASE("CLOSE_HCA and reset destroy every object", "[cmd]") {
     host.initHca();
     CHECK(host.command(PIB_CMD_DEALLOC_PD, static_cast<uint32_t>(pd.result)).status ==
           PIB_CMD_STATUS_BAD_INDEX);
+}
+
+TEST_CASE("CMD_SYNDROME names the check that failed the last command, and is 0 after success",
+          "[cmd]") {
+    FakeHost host;
+    const auto syndrome = [&] { return host.read32(PIB_BAR_REGS, PIB_REG_CMD_SYNDROME); };
+    CHECK(syndrome() == 0);
+    CHECK(host.command(PIB_CMD_ALLOC_PD).status == PIB_CMD_STATUS_BAD_STATE);
+    CHECK(syndrome() == pib::err::kCmdNotInitialized.syndrome);
+    host.initHca();
+    CHECK(syndrome() == 0);
+    CHECK(host.command(0x7fff).status == PIB_CMD_STATUS_BAD_OPCODE);
+    CHECK(syndrome() == pib::err::kCmdBadOpcode.syndrome);
+    CHECK(host.command(PIB_CMD_QUERY_DEV_CAP, 0, 0, 0x10).status == PIB_CMD_STATUS_DMA_ERROR);
+    CHECK(syndrome() == pib::err::kCmdDma.syndrome);
+    CHECK(host.command(PIB_CMD_QUERY_PORT, 9, 0, host.alloc(PIB_MAILBOX_SIZE)).status ==
+          PIB_CMD_STATUS_BAD_INDEX);
+    CHECK(syndrome() == pib::err::kCmdBadPort.syndrome);
+    // The same status from another check has another syndrome.
+    CHECK(host.command(PIB_CMD_DEALLOC_PD, 4000).status == PIB_CMD_STATUS_BAD_INDEX);
+    CHECK(syndrome() == pib::err::kCmdBadIndex.syndrome);
+    CHECK(pib::err::kCmdBadIndex.syndrome != pib::err::kCmdBadPort.syndrome);
+    CHECK(host.command(PIB_CMD_ALLOC_PD).status == PIB_CMD_STATUS_OK);
+    CHECK(syndrome() == 0);
+    // It is read-only.
+    host.write32(PIB_BAR_REGS, PIB_REG_CMD_SYNDROME, 1);
+    CHECK(host.guestErrors("regs-read-only") == 1);
+    CHECK(syndrome() == 0);
 }

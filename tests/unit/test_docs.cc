@@ -44,7 +44,8 @@ std::vector<std::string> versions(const std::string &text, const std::string &pa
 
 } // namespace
 
-TEST_CASE("README and docs/prm.md give the interface version of pib_hw.h", "[docs]") {
+TEST_CASE("README, docs/prm.md and the user guide give the interface version of pib_hw.h",
+          "[docs]") {
     const std::string current = std::to_string(PIB_IF_VERSION_MAJOR(PIB_IF_VERSION_CURRENT)) + "." +
                                 std::to_string(PIB_IF_VERSION_MINOR(PIB_IF_VERSION_CURRENT));
     const std::string readme = readSource("README.md");
@@ -52,7 +53,13 @@ TEST_CASE("README and docs/prm.md give the interface version of pib_hw.h", "[doc
     const auto inReadme = versions(readme, R"(interface (\d+\.\d+))");
     const auto inPrm = versions(
         prm, R"((?:interface version \*\*|What version |\()(\d+\.\d+)(?:\*\*|\)| contains| does))");
+    // `./pib package` versions its packages by the interface (package.py).
+    const auto inGuide = versions(readSource("docs/user-guide.md"),
+                                  R"((?:_|pib-hca-|interface's, `)(\d+\.\d+)(?:-1|`|\s))");
     CHECK(inReadme.size() >= 1);
+    CHECK(inGuide.size() >= 4); // the package version, the source directory, two file names
+    for (const auto &v : inGuide)
+        CHECK(v == current);
     CHECK(inPrm.size() >= 4); // title, contents, IF_VERSION register, section 8
     for (const auto &v : inReadme)
         CHECK(v == current);

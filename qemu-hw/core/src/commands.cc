@@ -91,12 +91,12 @@ void CommandProcessor::reset() {
         portsReset_();
 }
 
-CommandOutcome CommandProcessor::fail(uint8_t status, unsigned error, const char *fmt, ...) {
+CommandOutcome CommandProcessor::fail(const err::Condition &why, const char *fmt, ...) {
     va_list args;
     va_start(args, fmt);
-    host_.vguestError(error, fmt, args);
+    host_.vguestError(why, fmt, args);
     va_end(args);
-    return CommandOutcome{status, 0};
+    return CommandOutcome::failed(why);
 }
 
 // Every command the device executes (docs/prm.md §4.4): its opcode, the
@@ -186,15 +186,13 @@ const char *CommandProcessor::commandName(uint16_t opcode) {
 CommandOutcome CommandProcessor::execute(const Command &cmd) {
     const CommandSpec *spec = findCommand(cmd.opcode);
     if (!spec)
-        return fail(PIB_CMD_STATUS_BAD_OPCODE, err::kCmdBadOpcode, "unknown opcode 0x%04x",
-                    cmd.opcode);
+        return fail(err::kCmdBadOpcode, "unknown opcode 0x%04x", cmd.opcode);
     if (!initialized_ && !spec->beforeInit)
-        return fail(PIB_CMD_STATUS_BAD_STATE, err::kCmdNotInitialized,
-                    "%s (0x%04x) before INIT_HCA", spec->name, cmd.opcode);
+        return fail(err::kCmdNotInitialized, "%s (0x%04x) before INIT_HCA", spec->name, cmd.opcode);
     if (!injections_.empty())
         if (const std::optional<uint8_t> status = injections_.takeCommand(cmd.opcode)) {
             trace::inject_command(host_, spec->name, cmd.opcode, *status);
-            return {*status, 0};
+            return {*status, 0, err::kHostInjected.syndrome};
         }
     const CommandOutcome outcome = (this->*spec->handler)(cmd);
     trace::command(host_, spec->name, cmd.opcode, cmd.modifier, outcome.status, outcome.result);
@@ -212,8 +210,7 @@ CommandOutcome CommandProcessor::queryDevCap(const Command &cmd) {
 CommandOutcome CommandProcessor::queryPort(const Command &cmd) {
     PortState *p = ports_.find(cmd.modifier);
     if (!p)
-        return fail(PIB_CMD_STATUS_BAD_INDEX, err::kCmdBadPort, "QUERY_PORT of port %u",
-                    cmd.modifier);
+        return fail(err::kCmdBadPort, "QUERY_PORT of port %u", cmd.modifier);
     if (!writeMailbox(cmd, p->info))
         return mailboxFailed();
     return {};
@@ -221,7 +218,7 @@ CommandOutcome CommandProcessor::queryPort(const Command &cmd) {
 
 CommandOutcome CommandProcessor::initHca(const Command &) {
     if (initialized_)
-        return fail(PIB_CMD_STATUS_BAD_STATE, err::kCmdBadState, "INIT_HCA twice");
+        return fail(err::kCmdBadState, "INIT_HCA twice");
     initialized_ = true;
     return {};
 }
@@ -234,8 +231,7 @@ CommandOutcome CommandProcessor::closeHca(const Command &) {
 CommandOutcome CommandProcessor::modifyPort(const Command &cmd) {
     PortState *p = ports_.find(cmd.modifier);
     if (!p)
-        return fail(PIB_CMD_STATUS_BAD_INDEX, err::kCmdBadPort, "MODIFY_PORT of port %u",
-                    cmd.modifier);
+        return fail(err::kCmdBadPort, "MODIFY_PORT of port %u", cmd.modifier);
     const auto set = static_cast<uint32_t>(cmd.in);
     const auto clear = static_cast<uint32_t>(cmd.in >> 32);
     p->info.cap_mask = (p->info.cap_mask | set) & ~clear;
@@ -247,8 +243,7 @@ CommandOutcome CommandProcessor::modifyPort(const Command &cmd) {
 CommandOutcome CommandProcessor::queryCounters(const Command &cmd) {
     PortState *p = ports_.find(cmd.modifier);
     if (!p)
-        return fail(PIB_CMD_STATUS_BAD_INDEX, err::kCmdBadPort, "QUERY_COUNTERS of port %u",
-                    cmd.modifier);
+        return fail(err::kCmdBadPort, "QUERY_COUNTERS of port %u", cmd.modifier);
     pib_port_counters c = p->transport;
     c.packets_sent = p->xmitPackets;
     c.packets_received = p->rcvPackets;
@@ -260,8 +255,7 @@ CommandOutcome CommandProcessor::queryCounters(const Command &cmd) {
 CommandOutcome CommandProcessor::queryPkeys(const Command &cmd) {
     PortState *p = ports_.find(cmd.modifier);
     if (!p)
-        return fail(PIB_CMD_STATUS_BAD_INDEX, err::kCmdBadPort, "QUERY_PKEYS of port %u",
-                    cmd.modifier);
+        return fail(err::kCmdBadPort, "QUERY_PKEYS of port %u", cmd.modifier);
     if (!writeMailbox(cmd, p->pkeys))
         return mailboxFailed();
     return {};
@@ -270,8 +264,7 @@ CommandOutcome CommandProcessor::queryPkeys(const Command &cmd) {
 CommandOutcome CommandProcessor::queryGuids(const Command &cmd) {
     PortState *p = ports_.find(cmd.modifier);
     if (!p)
-        return fail(PIB_CMD_STATUS_BAD_INDEX, err::kCmdBadPort, "QUERY_GUIDS of port %u",
-                    cmd.modifier);
+        return fail(err::kCmdBadPort, "QUERY_GUIDS of port %u", cmd.modifier);
     if (!writeMailbox(cmd, p->guids))
         return mailboxFailed();
     return {};
@@ -288,7 +281,7 @@ CommandOutcome CommandProcessor::setNodeDesc(const Command &cmd) {
 
 CommandOutcome CommandProcessor::madIfc(const Command &cmd) {
     if (!ports_.find(cmd.modifier))
-        return fail(PIB_CMD_STATUS_BAD_INDEX, err::kCmdBadPort, "MAD_IFC on port %u", cmd.modifier);
+        return fail(err::kCmdBadPort, "MAD_IFC on port %u", cmd.modifier);
     pib_mad_ifc ifc;
     if (!readMailbox(cmd, ifc))
         return mailboxFailed();
@@ -304,19 +297,17 @@ CommandOutcome CommandProcessor::madIfc(const Command &cmd) {
 CommandOutcome CommandProcessor::allocUar(const Command &) {
     const auto number = objects_.uars.insert(std::make_unique<DoorbellPage>());
     if (!number)
-        return fail(PIB_CMD_STATUS_NO_RESOURCES, err::kCmdNoResources,
-                    "all %u doorbell pages in use", objects_.uars.capacity());
+        return fail(err::kCmdNoResources, "all %u doorbell pages in use", objects_.uars.capacity());
     return {PIB_CMD_STATUS_OK, *number};
 }
 
 CommandOutcome CommandProcessor::freeUar(const Command &cmd) {
     DoorbellPage *uar = objects_.uars.find(cmd.modifier);
     if (!uar)
-        return fail(PIB_CMD_STATUS_BAD_INDEX, err::kCmdBadIndex, "FREE_UAR of page %u",
-                    cmd.modifier);
+        return fail(err::kCmdBadIndex, "FREE_UAR of page %u", cmd.modifier);
     if (uar->refs)
-        return fail(PIB_CMD_STATUS_BUSY, err::kCmdBusy, "FREE_UAR of page %u used by %u queues",
-                    cmd.modifier, uar->refs);
+        return fail(err::kCmdBusy, "FREE_UAR of page %u used by %u queues", cmd.modifier,
+                    uar->refs);
     objects_.uars.erase(cmd.modifier);
     return {};
 }
@@ -326,8 +317,7 @@ template <class T>
 CommandOutcome CommandProcessor::allocHeld(ObjectTable<T> &table, const char *what) {
     const auto number = table.insert(std::make_unique<T>());
     if (!number)
-        return fail(PIB_CMD_STATUS_NO_RESOURCES, err::kCmdNoResources, "all %u %ss in use",
-                    table.capacity(), what);
+        return fail(err::kCmdNoResources, "all %u %ss in use", table.capacity(), what);
     return {PIB_CMD_STATUS_OK, *number};
 }
 
@@ -336,11 +326,10 @@ CommandOutcome CommandProcessor::deallocHeld(ObjectTable<T> &table, const Comman
                                              const char *what) {
     const T *object = table.find(cmd.modifier);
     if (!object)
-        return fail(PIB_CMD_STATUS_BAD_INDEX, err::kCmdBadIndex, "%s of %s %u",
-                    commandName(cmd.opcode), what, cmd.modifier);
+        return fail(err::kCmdBadIndex, "%s of %s %u", commandName(cmd.opcode), what, cmd.modifier);
     if (object->refs)
-        return fail(PIB_CMD_STATUS_BUSY, err::kCmdBusy, "%s of %s %u used by %u objects",
-                    commandName(cmd.opcode), what, cmd.modifier, object->refs);
+        return fail(err::kCmdBusy, "%s of %s %u used by %u objects", commandName(cmd.opcode), what,
+                    cmd.modifier, object->refs);
     table.erase(cmd.modifier);
     return {};
 }
@@ -365,22 +354,18 @@ CommandOutcome CommandProcessor::deallocXrcd(const Command &cmd) {
 
 CommandOutcome CommandProcessor::allocMtt(const Command &cmd) {
     if (cmd.in == 0 || cmd.in > limits::kMaxMtt)
-        return fail(PIB_CMD_STATUS_BAD_PARAM, err::kCmdBadParam, "ALLOC_MTT of %" PRIu64 " entries",
-                    cmd.in);
+        return fail(err::kCmdBadParam, "ALLOC_MTT of %" PRIu64 " entries", cmd.in);
     const auto first = objects_.mtt.allocate(static_cast<uint32_t>(cmd.in));
     if (!first)
-        return fail(PIB_CMD_STATUS_NO_RESOURCES, err::kCmdNoResources,
-                    "no room for %" PRIu64 " MTT entries", cmd.in);
+        return fail(err::kCmdNoResources, "no room for %" PRIu64 " MTT entries", cmd.in);
     return {PIB_CMD_STATUS_OK, *first};
 }
 
 CommandOutcome CommandProcessor::freeMtt(const Command &cmd) {
     if (objects_.mtt.held(cmd.modifier))
-        return fail(PIB_CMD_STATUS_BUSY, err::kCmdBusy, "FREE_MTT of range %u still in use",
-                    cmd.modifier);
+        return fail(err::kCmdBusy, "FREE_MTT of range %u still in use", cmd.modifier);
     if (!objects_.mtt.release(cmd.modifier))
-        return fail(PIB_CMD_STATUS_BAD_INDEX, err::kCmdBadIndex, "FREE_MTT: no range starts at %u",
-                    cmd.modifier);
+        return fail(err::kCmdBadIndex, "FREE_MTT: no range starts at %u", cmd.modifier);
     return {};
 }
 
@@ -389,14 +374,12 @@ CommandOutcome CommandProcessor::writeMtt(const Command &cmd) {
     if (!readMailbox(cmd, in))
         return mailboxFailed();
     if (in.count == 0 || in.count > PIB_MTT_WRITE_MAX)
-        return fail(PIB_CMD_STATUS_BAD_PARAM, err::kCmdBadParam, "WRITE_MTT of %u entries",
-                    in.count);
+        return fail(err::kCmdBadParam, "WRITE_MTT of %u entries", in.count);
     if (!objects_.mtt.covers(cmd.modifier, in.count))
-        return fail(PIB_CMD_STATUS_BAD_INDEX, err::kCmdBadIndex,
-                    "WRITE_MTT of %u entries at %u outside an allocated range", in.count,
-                    cmd.modifier);
+        return fail(err::kCmdBadIndex, "WRITE_MTT of %u entries at %u outside an allocated range",
+                    in.count, cmd.modifier);
     if (objects_.mtt.deviceWrites(cmd.modifier))
-        return fail(PIB_CMD_STATUS_BAD_STATE, err::kCmdBadState,
+        return fail(err::kCmdBadState,
                     "WRITE_MTT at %u: a fast-registration MR's entries, which REG_MR WQEs write",
                     cmd.modifier);
     // Entries an MR reads as large pages must stay aligned to its page
@@ -406,7 +389,7 @@ CommandOutcome CommandProcessor::writeMtt(const Command &cmd) {
     static_assert(PIB_PAGE_SIZE == 1u << Mtt::kMinLogPage);
     for (uint32_t i = 0; i < in.count; ++i) {
         if (in.entries[i] % pageSize || in.entries[i] == 0)
-            return fail(PIB_CMD_STATUS_BAD_PARAM, err::kCmdBadParam,
+            return fail(err::kCmdBadParam,
                         "WRITE_MTT entry %u: 0x%" PRIx64 " is not a %" PRIu64 "-byte page address",
                         i, in.entries[i], pageSize);
     }

@@ -32,6 +32,11 @@ struct Command {
 struct CommandOutcome {
     uint8_t status = PIB_CMD_STATUS_OK;
     uint64_t result = 0;
+    uint32_t syndrome = 0; // of the condition that failed it (conditions.hh)
+
+    static CommandOutcome failed(const err::Condition &why) {
+        return {why.cmdStatus, 0, why.syndrome};
+    }
 };
 
 class CommandProcessor {
@@ -64,8 +69,10 @@ class CommandProcessor {
     static const CommandSpec *findCommand(uint16_t opcode);
 
     // Helpers shared by the handlers.
-    CommandOutcome fail(uint8_t status, unsigned error, const char *fmt, ...)
-        __attribute__((format(printf, 4, 5)));
+    // Fails the command for guest error `why`, with its status and
+    // syndrome; the detail is printf-style.
+    CommandOutcome fail(const err::Condition &why, const char *fmt, ...)
+        __attribute__((format(printf, 3, 4)));
     // Mailboxes are 8-byte aligned guest memory (docs/prm.md §4.2). A
     // mailbox that is not, or that DMA cannot reach, is reported (cmd-dma,
     // with which rule it broke); the handler then returns mailboxFailed().
@@ -81,7 +88,7 @@ class CommandProcessor {
     }
     bool mailboxUsable(const Command &cmd, uint64_t addr, const char *which) const;
     bool mailboxUnreachable(const Command &cmd, uint64_t addr, const char *how) const;
-    static CommandOutcome mailboxFailed() { return {PIB_CMD_STATUS_DMA_ERROR, 0}; }
+    static CommandOutcome mailboxFailed() { return CommandOutcome::failed(err::kCmdDma); }
     bool validRing(const pib_buf_desc &buf, uint64_t pages) const;
 
     // Handlers, one per opcode (commands*.cc).

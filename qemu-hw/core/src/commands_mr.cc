@@ -15,33 +15,32 @@ namespace pib {
 std::optional<CommandOutcome> CommandProcessor::checkMrContext(const char *name,
                                                                const pib_mr_context &ctx) {
     if (!objects_.pds.find(ctx.pdn))
-        return fail(PIB_CMD_STATUS_BAD_INDEX, err::kCmdBadIndex, "%s in PD %u", name, ctx.pdn);
+        return fail(err::kCmdBadIndex, "%s in PD %u", name, ctx.pdn);
     // IBA 10.6.3.1: remote write and atomic access need local write.
     if (ctx.access & (PIB_ACCESS_REMOTE_WRITE | PIB_ACCESS_REMOTE_ATOMIC) &&
         !(ctx.access & PIB_ACCESS_LOCAL_WRITE))
-        return fail(PIB_CMD_STATUS_BAD_PARAM, err::kCmdBadParam,
-                    "%s remote write/atomic without local write (access 0x%x)", name, ctx.access);
+        return fail(err::kCmdBadParam, "%s remote write/atomic without local write (access 0x%x)",
+                    name, ctx.access);
     if (ctx.flags & PIB_MR_PHYSICAL) {
         if (ctx.mtt_count)
-            return fail(PIB_CMD_STATUS_BAD_PARAM, err::kCmdBadParam, "%s physical with MTT", name);
+            return fail(err::kCmdBadParam, "%s physical with MTT", name);
         return std::nullopt;
     }
     const unsigned shift = ctx.log_page_size;
     if (shift < limits::kMinLogPageSize || shift > limits::kMaxLogPageSize)
-        return fail(PIB_CMD_STATUS_BAD_PARAM, err::kCmdBadParam, "%s page size 2^%u", name, shift);
+        return fail(err::kCmdBadParam, "%s page size 2^%u", name, shift);
     if (ctx.length == 0 || ctx.length > limits::kMaxMrSize || ctx.iova + ctx.length < ctx.iova)
-        return fail(PIB_CMD_STATUS_BAD_PARAM, err::kCmdBadParam,
-                    "%s of 0x%" PRIx64 " bytes at 0x%" PRIx64, name, ctx.length, ctx.iova);
+        return fail(err::kCmdBadParam, "%s of 0x%" PRIx64 " bytes at 0x%" PRIx64, name, ctx.length,
+                    ctx.iova);
     const uint64_t pages = ((ctx.iova + ctx.length - 1) >> shift) - (ctx.iova >> shift) + 1;
     if (pages != ctx.mtt_count || !objects_.mtt.covers(ctx.mtt_index, ctx.mtt_count))
-        return fail(PIB_CMD_STATUS_BAD_PARAM, err::kCmdBadParam,
-                    "%s needs %" PRIu64 " allocated MTT entries, got %u at %u", name, pages,
-                    ctx.mtt_count, ctx.mtt_index);
+        return fail(err::kCmdBadParam, "%s needs %" PRIu64 " allocated MTT entries, got %u at %u",
+                    name, pages, ctx.mtt_count, ctx.mtt_index);
     const uint64_t pageMask = (uint64_t{1} << shift) - 1;
     for (uint32_t i = 0; i < ctx.mtt_count; ++i) {
         const uint64_t entry = objects_.mtt.entry(ctx.mtt_index + i);
         if (entry == 0 || entry & pageMask)
-            return fail(PIB_CMD_STATUS_BAD_PARAM, err::kCmdBadParam,
+            return fail(err::kCmdBadParam,
                         "%s MTT entry %u (0x%" PRIx64 ") is not a 2^%u-byte page", name,
                         ctx.mtt_index + i, entry, shift);
     }
@@ -54,12 +53,11 @@ CommandOutcome CommandProcessor::createMr(const Command &cmd) {
         return mailboxFailed();
     ProtectionDomain *pd = objects_.pds.find(ctx.pdn);
     if (!pd)
-        return fail(PIB_CMD_STATUS_BAD_INDEX, err::kCmdBadIndex, "CREATE_MR in PD %u", ctx.pdn);
+        return fail(err::kCmdBadIndex, "CREATE_MR in PD %u", ctx.pdn);
     constexpr uint8_t kFlags = PIB_MR_PHYSICAL | PIB_MR_FAST_REG;
     if (ctx.access & ~(PIB_ACCESS_ALL | PIB_ACCESS_MW_BIND) || ctx.flags & ~kFlags ||
         (ctx.flags & kFlags) == kFlags)
-        return fail(PIB_CMD_STATUS_BAD_PARAM, err::kCmdBadParam, "CREATE_MR access 0x%x flags 0x%x",
-                    ctx.access, ctx.flags);
+        return fail(err::kCmdBadParam, "CREATE_MR access 0x%x flags 0x%x", ctx.access, ctx.flags);
     if (ctx.flags & PIB_MR_FAST_REG)
         return createFastRegMr(ctx, *pd);
     if (auto failed = checkMrContext("CREATE_MR", ctx))
@@ -75,8 +73,7 @@ CommandOutcome CommandProcessor::insertMr(const pib_mr_context &ctx, ProtectionD
     MemoryRegion *raw = mr.get();
     const auto index = objects_.mrs.insert(std::move(mr));
     if (!index)
-        return fail(PIB_CMD_STATUS_NO_RESOURCES, err::kCmdNoResources, "all %u MRs in use",
-                    objects_.mrs.capacity());
+        return fail(err::kCmdNoResources, "all %u MRs in use", objects_.mrs.capacity());
     raw->ctx = ctx;
     raw->key = (*index << 8) | ctx.key_variant;
     raw->valid = !raw->fastReg();
@@ -92,11 +89,11 @@ CommandOutcome CommandProcessor::insertMr(const pib_mr_context &ctx, ProtectionD
 // from REG_MR WQEs (memory_keys.cc), so nothing is mapped yet.
 CommandOutcome CommandProcessor::createFastRegMr(const pib_mr_context &ctx, ProtectionDomain &pd) {
     if (ctx.iova || ctx.length || ctx.access || ctx.log_page_size)
-        return fail(PIB_CMD_STATUS_BAD_PARAM, err::kCmdBadParam,
+        return fail(err::kCmdBadParam,
                     "CREATE_MR fast registration with iova, length, access or page size");
     if (ctx.mtt_count == 0 || ctx.mtt_count > limits::kMaxFastRegPages ||
         !objects_.mtt.covers(ctx.mtt_index, ctx.mtt_count))
-        return fail(PIB_CMD_STATUS_BAD_PARAM, err::kCmdBadParam,
+        return fail(err::kCmdBadParam,
                     "CREATE_MR fast registration of %u pages at MTT %u (1..%u allocated entries)",
                     ctx.mtt_count, ctx.mtt_index, limits::kMaxFastRegPages);
     return insertMr(ctx, pd);
@@ -112,12 +109,10 @@ static MemoryRegion *findByKey(const ObjectTable<MemoryRegion> &mrs, uint32_t ke
 CommandOutcome CommandProcessor::destroyMr(const Command &cmd) {
     MemoryRegion *mr = findByKey(objects_.mrs, cmd.modifier);
     if (!mr)
-        return fail(PIB_CMD_STATUS_BAD_INDEX, err::kCmdBadIndex, "DESTROY_MR of key 0x%x",
-                    cmd.modifier);
+        return fail(err::kCmdBadIndex, "DESTROY_MR of key 0x%x", cmd.modifier);
     if (mr->windows)
-        return fail(PIB_CMD_STATUS_BUSY, err::kCmdBusy,
-                    "DESTROY_MR of key 0x%x: %u memory windows are bound to it", cmd.modifier,
-                    mr->windows);
+        return fail(err::kCmdBusy, "DESTROY_MR of key 0x%x: %u memory windows are bound to it",
+                    cmd.modifier, mr->windows);
     --objects_.pds.at(mr->ctx.pdn).refs;
     if (mr->fastReg())
         objects_.mtt.unhold(mr->ctx.mtt_index, Mtt::kMinLogPage, true);
@@ -130,8 +125,7 @@ CommandOutcome CommandProcessor::destroyMr(const Command &cmd) {
 CommandOutcome CommandProcessor::queryMr(const Command &cmd) {
     MemoryRegion *mr = findByKey(objects_.mrs, cmd.modifier);
     if (!mr)
-        return fail(PIB_CMD_STATUS_BAD_INDEX, err::kCmdBadIndex, "QUERY_MR of key 0x%x",
-                    cmd.modifier);
+        return fail(err::kCmdBadIndex, "QUERY_MR of key 0x%x", cmd.modifier);
     if (!writeMailbox(cmd, mr->ctx))
         return mailboxFailed();
     return {};
@@ -146,15 +140,13 @@ CommandOutcome CommandProcessor::reregMr(const Command &cmd) {
         return mailboxFailed();
     MemoryRegion *mr = findByKey(objects_.mrs, cmd.modifier);
     if (!mr || mr->fastReg())
-        return fail(PIB_CMD_STATUS_BAD_INDEX, err::kCmdBadIndex,
-                    "REREG_MR of key 0x%x, which names no registered region", cmd.modifier);
+        return fail(err::kCmdBadIndex, "REREG_MR of key 0x%x, which names no registered region",
+                    cmd.modifier);
     if (mr->windows)
-        return fail(PIB_CMD_STATUS_BUSY, err::kCmdBusy,
-                    "REREG_MR of key 0x%x: %u memory windows are bound to it", cmd.modifier,
-                    mr->windows);
+        return fail(err::kCmdBusy, "REREG_MR of key 0x%x: %u memory windows are bound to it",
+                    cmd.modifier, mr->windows);
     if (ctx.access & ~(PIB_ACCESS_ALL | PIB_ACCESS_MW_BIND) || ctx.flags & ~PIB_MR_PHYSICAL)
-        return fail(PIB_CMD_STATUS_BAD_PARAM, err::kCmdBadParam, "REREG_MR access 0x%x flags 0x%x",
-                    ctx.access, ctx.flags);
+        return fail(err::kCmdBadParam, "REREG_MR access 0x%x flags 0x%x", ctx.access, ctx.flags);
     if (auto failed = checkMrContext("REREG_MR", ctx))
         return *failed;
     // The new translation is held before the old one is let go: they may
@@ -176,15 +168,14 @@ CommandOutcome CommandProcessor::createMw(const Command &cmd) {
         return mailboxFailed();
     ProtectionDomain *pd = objects_.pds.find(ctx.pdn);
     if (!pd)
-        return fail(PIB_CMD_STATUS_BAD_INDEX, err::kCmdBadIndex, "CREATE_MW in PD %u", ctx.pdn);
+        return fail(err::kCmdBadIndex, "CREATE_MW in PD %u", ctx.pdn);
     if (ctx.type != PIB_MW_TYPE_1 && ctx.type != PIB_MW_TYPE_2)
-        return fail(PIB_CMD_STATUS_BAD_PARAM, err::kCmdBadParam, "CREATE_MW of type %u", ctx.type);
+        return fail(err::kCmdBadParam, "CREATE_MW of type %u", ctx.type);
     auto mw = std::make_unique<MemoryWindow>();
     MemoryWindow *raw = mw.get();
     const auto index = objects_.mws.insert(std::move(mw));
     if (!index)
-        return fail(PIB_CMD_STATUS_NO_RESOURCES, err::kCmdNoResources, "all %u MWs in use",
-                    objects_.mws.capacity());
+        return fail(err::kCmdNoResources, "all %u MWs in use", objects_.mws.capacity());
     raw->ctx = {};
     raw->ctx.pdn = ctx.pdn;
     raw->ctx.type = ctx.type;
@@ -202,8 +193,7 @@ static MemoryWindow *findWindow(const ObjectTable<MemoryWindow> &mws, uint32_t k
 CommandOutcome CommandProcessor::destroyMw(const Command &cmd) {
     MemoryWindow *mw = findWindow(objects_.mws, cmd.modifier);
     if (!mw)
-        return fail(PIB_CMD_STATUS_BAD_INDEX, err::kCmdBadIndex, "DESTROY_MW of key 0x%x",
-                    cmd.modifier);
+        return fail(err::kCmdBadIndex, "DESTROY_MW of key 0x%x", cmd.modifier);
     MemoryKeys::unbind(objects_.mrs, *mw); // IBA 10.6.7.1: deallocation invalidates it
     --objects_.pds.at(mw->ctx.pdn).refs;
     objects_.mws.erase(PIB_KEY_INDEX(cmd.modifier));
@@ -213,8 +203,7 @@ CommandOutcome CommandProcessor::destroyMw(const Command &cmd) {
 CommandOutcome CommandProcessor::queryMw(const Command &cmd) {
     const MemoryWindow *mw = findWindow(objects_.mws, cmd.modifier);
     if (!mw)
-        return fail(PIB_CMD_STATUS_BAD_INDEX, err::kCmdBadIndex, "QUERY_MW of key 0x%x",
-                    cmd.modifier);
+        return fail(err::kCmdBadIndex, "QUERY_MW of key 0x%x", cmd.modifier);
     if (!writeMailbox(cmd, mw->ctx))
         return mailboxFailed();
     return {};

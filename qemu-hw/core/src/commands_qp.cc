@@ -32,30 +32,25 @@ constexpr uint8_t kMigMigrated = 0; // IBA APM state: no alternate path armed
 CommandOutcome CommandProcessor::checkQpRings(const pib_qp_context &ctx, bool useSrq) {
     if (!hasSendQueue(ctx.type)) {
         if (ctx.sq_buf.npages || ctx.sq_log_wqe_count || ctx.sq_log_wqe_stride)
-            return fail(PIB_CMD_STATUS_BAD_PARAM, err::kCmdBadParam,
-                        "CREATE_QP XRC TGT QP with an SQ");
+            return fail(err::kCmdBadParam, "CREATE_QP XRC TGT QP with an SQ");
     } else if (ctx.sq_log_wqe_count > limits::kLogMaxQpWr || !validStride(ctx.sq_log_wqe_stride)) {
-        return fail(PIB_CMD_STATUS_BAD_PARAM, err::kCmdBadParam,
-                    "CREATE_QP SQ of 2^%u WQEs of 2^%u bytes", ctx.sq_log_wqe_count,
-                    ctx.sq_log_wqe_stride);
+        return fail(err::kCmdBadParam, "CREATE_QP SQ of 2^%u WQEs of 2^%u bytes",
+                    ctx.sq_log_wqe_count, ctx.sq_log_wqe_stride);
     } else if (!validRing(ctx.sq_buf, ringPages(ctx.sq_log_wqe_count, ctx.sq_log_wqe_stride))) {
-        return fail(PIB_CMD_STATUS_BAD_PARAM, err::kCmdBadRing,
-                    "CREATE_QP SQ ring of %u pages at MTT %u", ctx.sq_buf.npages,
+        return fail(err::kCmdBadRing, "CREATE_QP SQ ring of %u pages at MTT %u", ctx.sq_buf.npages,
                     ctx.sq_buf.mtt_index);
     }
     if (useSrq || !hasReceiveSide(ctx.type)) {
         if (ctx.rq_buf.npages || ctx.rq_log_wqe_count || ctx.rq_log_wqe_stride)
-            return fail(PIB_CMD_STATUS_BAD_PARAM, err::kCmdBadParam, "CREATE_QP with %s and an RQ",
+            return fail(err::kCmdBadParam, "CREATE_QP with %s and an RQ",
                         useSrq ? "an SRQ" : "no receive side (XRC)");
         return {};
     }
     if (ctx.rq_log_wqe_count > limits::kLogMaxQpWr || !validStride(ctx.rq_log_wqe_stride))
-        return fail(PIB_CMD_STATUS_BAD_PARAM, err::kCmdBadParam,
-                    "CREATE_QP RQ of 2^%u WQEs of 2^%u bytes", ctx.rq_log_wqe_count,
-                    ctx.rq_log_wqe_stride);
+        return fail(err::kCmdBadParam, "CREATE_QP RQ of 2^%u WQEs of 2^%u bytes",
+                    ctx.rq_log_wqe_count, ctx.rq_log_wqe_stride);
     if (!validRing(ctx.rq_buf, ringPages(ctx.rq_log_wqe_count, ctx.rq_log_wqe_stride)))
-        return fail(PIB_CMD_STATUS_BAD_PARAM, err::kCmdBadRing,
-                    "CREATE_QP RQ ring of %u pages at MTT %u", ctx.rq_buf.npages,
+        return fail(err::kCmdBadRing, "CREATE_QP RQ ring of %u pages at MTT %u", ctx.rq_buf.npages,
                     ctx.rq_buf.mtt_index);
     return {};
 }
@@ -81,7 +76,7 @@ CommandOutcome CommandProcessor::checkQpObjects(const pib_qp_context &ctx) {
         missing = "basic SRQ";
     }
     if (missing)
-        return fail(PIB_CMD_STATUS_BAD_INDEX, err::kCmdBadIndex,
+        return fail(err::kCmdBadIndex,
                     "CREATE_QP type %u with PD %u, CQs %u/%u, SRQ %s%u, doorbell page %u, XRCD "
                     "%u: %s missing",
                     ctx.type, ctx.pdn, ctx.send_cqn, ctx.recv_cqn, useSrq ? "" : "(none) ",
@@ -122,13 +117,13 @@ CommandOutcome CommandProcessor::createQp(const Command &cmd) {
     if (!validType(ctx.type) || ctx.flags & ~(PIB_QP_SIGNAL_ALL | PIB_QP_USE_SRQ) ||
         (isXrcType(ctx.type) && ctx.flags & PIB_QP_USE_SRQ) ||
         (ctx.type != PIB_QPT_XRC_TGT && ctx.xrcdn))
-        return fail(PIB_CMD_STATUS_BAD_PARAM, err::kCmdBadParam,
-                    "CREATE_QP type %u flags 0x%x XRCD %u", ctx.type, ctx.flags, ctx.xrcdn);
+        return fail(err::kCmdBadParam, "CREATE_QP type %u flags 0x%x XRCD %u", ctx.type, ctx.flags,
+                    ctx.xrcdn);
     const bool special = ctx.type == PIB_QPT_SMI || ctx.type == PIB_QPT_GSI;
     const bool useSrq = ctx.flags & PIB_QP_USE_SRQ;
     if (special && (useSrq || !ports_.find(ctx.port)))
-        return fail(PIB_CMD_STATUS_BAD_PARAM, err::kCmdBadParam,
-                    "CREATE_QP special QP on port %u%s", ctx.port, useSrq ? " with an SRQ" : "");
+        return fail(err::kCmdBadParam, "CREATE_QP special QP on port %u%s", ctx.port,
+                    useSrq ? " with an SRQ" : "");
     if (const CommandOutcome bad = checkQpObjects(ctx); bad.status != PIB_CMD_STATUS_OK)
         return bad;
     if (const CommandOutcome bad = checkQpRings(ctx, useSrq); bad.status != PIB_CMD_STATUS_OK)
@@ -143,14 +138,12 @@ CommandOutcome CommandProcessor::createQp(const Command &cmd) {
     if (special) {
         qpn = PIB_SPECIAL_QPN(ctx.port, ctx.type);
         if (objects_.specialQps[qpn])
-            return fail(PIB_CMD_STATUS_BAD_STATE, err::kCmdBadState,
-                        "CREATE_QP: QP%u of port %u exists", ctx.type, ctx.port);
+            return fail(err::kCmdBadState, "CREATE_QP: QP%u of port %u exists", ctx.type, ctx.port);
         objects_.specialQps[qpn] = std::move(qp);
     } else {
         const auto number = objects_.qps.insert(std::move(qp));
         if (!number)
-            return fail(PIB_CMD_STATUS_NO_RESOURCES, err::kCmdNoResources, "all %u QPs in use",
-                        objects_.qps.capacity());
+            return fail(err::kCmdNoResources, "all %u QPs in use", objects_.qps.capacity());
         qpn = *number;
     }
     objects_.findQp(qpn)->number = qpn;
@@ -165,8 +158,7 @@ void CommandProcessor::releaseQp(QueuePair &qp) {
 CommandOutcome CommandProcessor::destroyQp(const Command &cmd) {
     QueuePair *qp = objects_.findQp(cmd.modifier);
     if (!qp)
-        return fail(PIB_CMD_STATUS_BAD_INDEX, err::kCmdBadIndex, "DESTROY_QP of QP %u",
-                    cmd.modifier);
+        return fail(err::kCmdBadIndex, "DESTROY_QP of QP %u", cmd.modifier);
     releaseQp(*qp);
     objects_.multicast.detachAll(cmd.modifier);
     // Its type 2 windows are bound to nothing that can reach them now.
@@ -185,7 +177,7 @@ CommandOutcome CommandProcessor::destroyQp(const Command &cmd) {
 CommandOutcome CommandProcessor::queryQp(const Command &cmd) {
     QueuePair *qp = objects_.findQp(cmd.modifier);
     if (!qp)
-        return fail(PIB_CMD_STATUS_BAD_INDEX, err::kCmdBadIndex, "QUERY_QP of QP %u", cmd.modifier);
+        return fail(err::kCmdBadIndex, "QUERY_QP of QP %u", cmd.modifier);
     pib_qp_attr out = qp->attr;
     out.attr_mask = 0;
     out.cur_qp_state = out.qp_state;
@@ -211,27 +203,24 @@ CommandOutcome CommandProcessor::attachOrDetachMcast(const Command &cmd) {
         return mailboxFailed();
     QueuePair *qp = objects_.findQp(cmd.modifier);
     if (!qp)
-        return fail(PIB_CMD_STATUS_BAD_INDEX, err::kCmdBadIndex, "%s of QP %u", name, cmd.modifier);
+        return fail(err::kCmdBadIndex, "%s of QP %u", name, cmd.modifier);
     if (qp->ctx.type != PIB_QPT_UD || cmd.modifier < PIB_FIRST_QPN)
-        return fail(PIB_CMD_STATUS_BAD_PARAM, err::kCmdBadParam, "%s of QP %u, which is not UD",
-                    name, cmd.modifier);
+        return fail(err::kCmdBadParam, "%s of QP %u, which is not UD", name, cmd.modifier);
     if (m.gid[0] != 0xff || (attach && !iba::isMulticastLid(m.mlid)))
-        return fail(PIB_CMD_STATUS_BAD_PARAM, err::kCmdBadParam,
+        return fail(err::kCmdBadParam,
                     "%s of QP %u: GID starting 0x%02x, LID 0x%x is not a multicast group", name,
                     cmd.modifier, m.gid[0], m.mlid);
     if (qp->attr.qp_state == PIB_QPS_RESET || !ports_.find(qp->attr.port_num))
-        return fail(PIB_CMD_STATUS_BAD_STATE, err::kCmdBadState,
-                    "%s of QP %u, which has no port yet (state %u)", name, cmd.modifier,
-                    qp->attr.qp_state);
+        return fail(err::kCmdBadState, "%s of QP %u, which has no port yet (state %u)", name,
+                    cmd.modifier, qp->attr.qp_state);
     MulticastGroups::Gid gid;
     std::copy(std::begin(m.gid), std::end(m.gid), gid.begin());
     const uint8_t status =
         attach ? objects_.multicast.attach(qp->attr.port_num, gid, m.mlid, cmd.modifier)
                : objects_.multicast.detach(qp->attr.port_num, gid, cmd.modifier);
     if (status != PIB_CMD_STATUS_OK)
-        return fail(status, attach ? err::kCmdNoResources : err::kCmdBadParam, "%s of QP %u: %s",
-                    name, cmd.modifier,
-                    attach ? "a multicast limit is reached" : "it is not attached");
+        return fail(attach ? err::kCmdNoResources : err::kCmdBadParam, "%s of QP %u: %s", name,
+                    cmd.modifier, attach ? "a multicast limit is reached" : "it is not attached");
     trace::mcast_attach(host_, cmd.modifier, attach, m.mlid, qp->attr.port_num,
                         bigEndian64(gid.data()), bigEndian64(gid.data() + 8));
     return {};
@@ -337,8 +326,7 @@ static void applyQpAttrs(pib_qp_attr &a, const pib_qp_attr &in, uint32_t mask, u
 CommandOutcome CommandProcessor::modifyQp(const Command &cmd) {
     QueuePair *qp = objects_.findQp(cmd.modifier);
     if (!qp)
-        return fail(PIB_CMD_STATUS_BAD_INDEX, err::kCmdBadIndex, "MODIFY_QP of QP %u",
-                    cmd.modifier);
+        return fail(err::kCmdBadIndex, "MODIFY_QP of QP %u", cmd.modifier);
     pib_qp_attr in;
     if (!readMailbox(cmd, in))
         return mailboxFailed();
@@ -346,25 +334,21 @@ CommandOutcome CommandProcessor::modifyQp(const Command &cmd) {
     const uint8_t cur = qp->attr.qp_state;
     const uint8_t next = mask & PIB_QP_STATE ? in.qp_state : cur;
     if (mask & ~PIB_QP_ATTR_MASK_ALL || next > PIB_QPS_ERR)
-        return fail(PIB_CMD_STATUS_BAD_PARAM, err::kCmdBadParam, "MODIFY_QP %u mask 0x%x state %u",
-                    cmd.modifier, mask, next);
+        return fail(err::kCmdBadParam, "MODIFY_QP %u mask 0x%x state %u", cmd.modifier, mask, next);
     if (mask & PIB_QP_CUR_STATE && in.cur_qp_state != cur)
-        return fail(PIB_CMD_STATUS_BAD_STATE, err::kCmdBadState,
-                    "MODIFY_QP %u says current state %u, but it is %u", cmd.modifier,
-                    in.cur_qp_state, cur);
+        return fail(err::kCmdBadState, "MODIFY_QP %u says current state %u, but it is %u",
+                    cmd.modifier, in.cur_qp_state, cur);
     const TransitionRule rule = transitionRule(qp->ctx.type, cur, next);
     if (!rule.allowed)
-        return fail(PIB_CMD_STATUS_BAD_TRANSITION, err::kCmdBadTransition,
-                    "MODIFY_QP %u (type %u) from state %u to %u", cmd.modifier, qp->ctx.type, cur,
-                    next);
+        return fail(err::kCmdBadTransition, "MODIFY_QP %u (type %u) from state %u to %u",
+                    cmd.modifier, qp->ctx.type, cur, next);
     uint32_t missing, extra;
     if (!maskFitsRule(rule, mask, &missing, &extra))
-        return fail(PIB_CMD_STATUS_BAD_MASK, err::kCmdBadMask,
+        return fail(err::kCmdBadMask,
                     "MODIFY_QP %u (type %u) %u->%u: mask 0x%x lacks 0x%x, has extra 0x%x",
                     cmd.modifier, qp->ctx.type, cur, next, mask, missing, extra);
     if (const char *bad = badQpAttr(*qp, in, mask))
-        return fail(PIB_CMD_STATUS_BAD_PARAM, err::kCmdBadParam, "MODIFY_QP %u: invalid %s",
-                    cmd.modifier, bad);
+        return fail(err::kCmdBadParam, "MODIFY_QP %u: invalid %s", cmd.modifier, bad);
 
     applyQpAttrs(qp->attr, in, mask, next);
     dataPath_.qpStateEntered(*qp, cur, next, mask);

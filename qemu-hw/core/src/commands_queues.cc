@@ -21,31 +21,28 @@ CommandOutcome CommandProcessor::createEq(const Command &cmd) {
     if (!readMailbox(cmd, ctx))
         return mailboxFailed();
     if (ctx.log_size < 1 || ctx.log_size > limits::kLogMaxEqe)
-        return fail(PIB_CMD_STATUS_BAD_PARAM, err::kCmdBadParam, "CREATE_EQ log_size %u",
-                    ctx.log_size);
+        return fail(err::kCmdBadParam, "CREATE_EQ log_size %u", ctx.log_size);
     if (ctx.msix_vector >= config_.msix_vectors)
-        return fail(PIB_CMD_STATUS_BAD_PARAM, err::kCmdBadParam, "CREATE_EQ MSI-X vector %u of %u",
-                    ctx.msix_vector, config_.msix_vectors);
+        return fail(err::kCmdBadParam, "CREATE_EQ MSI-X vector %u of %u", ctx.msix_vector,
+                    config_.msix_vectors);
     if (ctx.flags & ~PIB_EQ_ASYNC)
-        return fail(PIB_CMD_STATUS_BAD_PARAM, err::kCmdBadParam, "CREATE_EQ flags 0x%x", ctx.flags);
+        return fail(err::kCmdBadParam, "CREATE_EQ flags 0x%x", ctx.flags);
     if (ctx.flags & PIB_EQ_ASYNC) {
         bool haveAsync = false;
         objects_.eqs.forEach(
             [&](uint32_t, const EventQueue &eq) { haveAsync |= eq.ctx.flags & PIB_EQ_ASYNC; });
         if (haveAsync)
-            return fail(PIB_CMD_STATUS_BAD_STATE, err::kCmdBadState,
-                        "CREATE_EQ: an async EQ exists");
+            return fail(err::kCmdBadState, "CREATE_EQ: an async EQ exists");
     }
     if (!validRing(ctx.buf, ringPages(ctx.log_size, kLogEqeSize)))
-        return fail(PIB_CMD_STATUS_BAD_PARAM, err::kCmdBadRing,
+        return fail(err::kCmdBadRing,
                     "CREATE_EQ ring of %u pages at MTT %u (needs %" PRIu64 " allocated)",
                     ctx.buf.npages, ctx.buf.mtt_index, ringPages(ctx.log_size, kLogEqeSize));
     auto eq = std::make_unique<EventQueue>();
     eq->ctx = ctx;
     const auto eqn = objects_.eqs.insert(std::move(eq));
     if (!eqn)
-        return fail(PIB_CMD_STATUS_NO_RESOURCES, err::kCmdNoResources, "all %u EQs in use",
-                    objects_.eqs.capacity());
+        return fail(err::kCmdNoResources, "all %u EQs in use", objects_.eqs.capacity());
     objects_.mtt.hold(ctx.buf.mtt_index);
     return {PIB_CMD_STATUS_OK, *eqn};
 }
@@ -53,11 +50,9 @@ CommandOutcome CommandProcessor::createEq(const Command &cmd) {
 CommandOutcome CommandProcessor::destroyEq(const Command &cmd) {
     EventQueue *eq = objects_.eqs.find(cmd.modifier);
     if (!eq)
-        return fail(PIB_CMD_STATUS_BAD_INDEX, err::kCmdBadIndex, "DESTROY_EQ of EQ %u",
-                    cmd.modifier);
+        return fail(err::kCmdBadIndex, "DESTROY_EQ of EQ %u", cmd.modifier);
     if (eq->refs)
-        return fail(PIB_CMD_STATUS_BUSY, err::kCmdBusy, "DESTROY_EQ of EQ %u used by %u CQs",
-                    cmd.modifier, eq->refs);
+        return fail(err::kCmdBusy, "DESTROY_EQ of EQ %u used by %u CQs", cmd.modifier, eq->refs);
     objects_.mtt.unhold(eq->ctx.buf.mtt_index);
     objects_.eqs.erase(cmd.modifier);
     return {};
@@ -66,7 +61,7 @@ CommandOutcome CommandProcessor::destroyEq(const Command &cmd) {
 CommandOutcome CommandProcessor::queryEq(const Command &cmd) {
     EventQueue *eq = objects_.eqs.find(cmd.modifier);
     if (!eq)
-        return fail(PIB_CMD_STATUS_BAD_INDEX, err::kCmdBadIndex, "QUERY_EQ of EQ %u", cmd.modifier);
+        return fail(err::kCmdBadIndex, "QUERY_EQ of EQ %u", cmd.modifier);
     if (!writeMailbox(cmd, eq->ctx))
         return mailboxFailed();
     return {};
@@ -78,15 +73,13 @@ CommandOutcome CommandProcessor::queryEq(const Command &cmd) {
 std::optional<CommandOutcome> CommandProcessor::checkCqRing(const char *name,
                                                             const pib_cq_context &ctx) {
     if (ctx.log_size < 1 || ctx.log_size > limits::kLogMaxCqe)
-        return fail(PIB_CMD_STATUS_BAD_PARAM, err::kCmdBadParam, "%s log_size %u", name,
-                    ctx.log_size);
+        return fail(err::kCmdBadParam, "%s log_size %u", name, ctx.log_size);
     if (ctx.ci_record == 0 || ctx.ci_record % 4)
-        return fail(PIB_CMD_STATUS_BAD_PARAM, err::kCmdBadParam,
-                    "%s consumer-index record at 0x%" PRIx64, name, ctx.ci_record);
+        return fail(err::kCmdBadParam, "%s consumer-index record at 0x%" PRIx64, name,
+                    ctx.ci_record);
     if (!validRing(ctx.buf, ringPages(ctx.log_size, kLogCqeSize)))
-        return fail(PIB_CMD_STATUS_BAD_PARAM, err::kCmdBadRing,
-                    "%s ring of %u pages at MTT %u (needs %" PRIu64 " allocated)", name,
-                    ctx.buf.npages, ctx.buf.mtt_index, ringPages(ctx.log_size, kLogCqeSize));
+        return fail(err::kCmdBadRing, "%s ring of %u pages at MTT %u (needs %" PRIu64 " allocated)",
+                    name, ctx.buf.npages, ctx.buf.mtt_index, ringPages(ctx.log_size, kLogCqeSize));
     return std::nullopt;
 }
 
@@ -98,17 +91,15 @@ CommandOutcome CommandProcessor::createCq(const Command &cmd) {
         return *failed;
     EventQueue *eq = objects_.eqs.find(ctx.eqn);
     if (!eq)
-        return fail(PIB_CMD_STATUS_BAD_INDEX, err::kCmdBadIndex, "CREATE_CQ on EQ %u", ctx.eqn);
+        return fail(err::kCmdBadIndex, "CREATE_CQ on EQ %u", ctx.eqn);
     DoorbellPage *uar = objects_.uars.find(ctx.uar_page);
     if (!uar)
-        return fail(PIB_CMD_STATUS_BAD_INDEX, err::kCmdBadIndex, "CREATE_CQ with doorbell page %u",
-                    ctx.uar_page);
+        return fail(err::kCmdBadIndex, "CREATE_CQ with doorbell page %u", ctx.uar_page);
     auto cq = std::make_unique<CompletionQueue>();
     cq->ctx = ctx;
     const auto cqn = objects_.cqs.insert(std::move(cq));
     if (!cqn)
-        return fail(PIB_CMD_STATUS_NO_RESOURCES, err::kCmdNoResources, "all %u CQs in use",
-                    objects_.cqs.capacity());
+        return fail(err::kCmdNoResources, "all %u CQs in use", objects_.cqs.capacity());
     ++eq->refs;
     ++uar->refs;
     objects_.mtt.hold(ctx.buf.mtt_index);
@@ -118,11 +109,9 @@ CommandOutcome CommandProcessor::createCq(const Command &cmd) {
 CommandOutcome CommandProcessor::destroyCq(const Command &cmd) {
     CompletionQueue *cq = objects_.cqs.find(cmd.modifier);
     if (!cq)
-        return fail(PIB_CMD_STATUS_BAD_INDEX, err::kCmdBadIndex, "DESTROY_CQ of CQ %u",
-                    cmd.modifier);
+        return fail(err::kCmdBadIndex, "DESTROY_CQ of CQ %u", cmd.modifier);
     if (cq->refs)
-        return fail(PIB_CMD_STATUS_BUSY, err::kCmdBusy, "DESTROY_CQ of CQ %u used by %u QPs",
-                    cmd.modifier, cq->refs);
+        return fail(err::kCmdBusy, "DESTROY_CQ of CQ %u used by %u QPs", cmd.modifier, cq->refs);
     --objects_.eqs.at(cq->ctx.eqn).refs;
     --objects_.uars.at(cq->ctx.uar_page).refs;
     objects_.mtt.unhold(cq->ctx.buf.mtt_index);
@@ -133,7 +122,7 @@ CommandOutcome CommandProcessor::destroyCq(const Command &cmd) {
 CommandOutcome CommandProcessor::queryCq(const Command &cmd) {
     CompletionQueue *cq = objects_.cqs.find(cmd.modifier);
     if (!cq)
-        return fail(PIB_CMD_STATUS_BAD_INDEX, err::kCmdBadIndex, "QUERY_CQ of CQ %u", cmd.modifier);
+        return fail(err::kCmdBadIndex, "QUERY_CQ of CQ %u", cmd.modifier);
     if (!writeMailbox(cmd, cq->ctx))
         return mailboxFailed();
     return {};
@@ -147,8 +136,7 @@ CommandOutcome CommandProcessor::queryCq(const Command &cmd) {
 CommandOutcome CommandProcessor::resizeCq(const Command &cmd) {
     CompletionQueue *cq = objects_.cqs.find(cmd.modifier);
     if (!cq)
-        return fail(PIB_CMD_STATUS_BAD_INDEX, err::kCmdBadIndex, "RESIZE_CQ of CQ %u",
-                    cmd.modifier);
+        return fail(err::kCmdBadIndex, "RESIZE_CQ of CQ %u", cmd.modifier);
     pib_cq_context ctx;
     if (!readMailbox(cmd, ctx))
         return mailboxFailed();
@@ -159,14 +147,13 @@ CommandOutcome CommandProcessor::resizeCq(const Command &cmd) {
     uint32_t ci = 0;
     const uint32_t oldSize = 1u << cq->ctx.log_size;
     if (!host_.dmaRead(cq->ctx.ci_record, ci) || cq->producer - ci > oldSize)
-        return fail(PIB_CMD_STATUS_BAD_STATE, err::kCmdBadState,
+        return fail(err::kCmdBadState,
                     "RESIZE_CQ of CQ %u: its CI record (%u) is not between %u and %u", cmd.modifier,
                     ci, cq->producer - oldSize, cq->producer);
     const uint32_t pending = cq->producer - ci;
     if (pending > (1u << ctx.log_size))
-        return fail(PIB_CMD_STATUS_BAD_PARAM, err::kCmdBadParam,
-                    "RESIZE_CQ of CQ %u to 2^%u CQEs: %u are not consumed", cmd.modifier,
-                    ctx.log_size, pending);
+        return fail(err::kCmdBadParam, "RESIZE_CQ of CQ %u to 2^%u CQEs: %u are not consumed",
+                    cmd.modifier, ctx.log_size, pending);
     objects_.mtt.hold(ctx.buf.mtt_index);
     objects_.mtt.unhold(cq->ctx.buf.mtt_index);
     cq->ctx.buf = ctx.buf;
@@ -186,24 +173,22 @@ CommandOutcome CommandProcessor::createSrq(const Command &cmd) {
         return mailboxFailed();
     ProtectionDomain *pd = objects_.pds.find(ctx.pdn);
     if (!pd)
-        return fail(PIB_CMD_STATUS_BAD_INDEX, err::kCmdBadIndex, "CREATE_SRQ in PD %u", ctx.pdn);
+        return fail(err::kCmdBadIndex, "CREATE_SRQ in PD %u", ctx.pdn);
     DoorbellPage *uar = objects_.uars.find(ctx.uar_page);
     if (!uar)
-        return fail(PIB_CMD_STATUS_BAD_INDEX, err::kCmdBadIndex, "CREATE_SRQ with doorbell page %u",
-                    ctx.uar_page);
+        return fail(err::kCmdBadIndex, "CREATE_SRQ with doorbell page %u", ctx.uar_page);
     if (ctx.log_wqe_count < 1 || ctx.log_wqe_count > limits::kLogMaxSrqWr ||
         ctx.log_wqe_stride < limits::kLogMinWqeStride ||
         ctx.log_wqe_stride > limits::kLogMaxWqeStride)
-        return fail(PIB_CMD_STATUS_BAD_PARAM, err::kCmdBadParam,
-                    "CREATE_SRQ of 2^%u WQEs of 2^%u bytes", ctx.log_wqe_count, ctx.log_wqe_stride);
+        return fail(err::kCmdBadParam, "CREATE_SRQ of 2^%u WQEs of 2^%u bytes", ctx.log_wqe_count,
+                    ctx.log_wqe_stride);
     if (ctx.limit >= (1u << ctx.log_wqe_count))
-        return fail(PIB_CMD_STATUS_BAD_PARAM, err::kCmdBadParam, "CREATE_SRQ limit %u of %u WQEs",
-                    ctx.limit, 1u << ctx.log_wqe_count);
+        return fail(err::kCmdBadParam, "CREATE_SRQ limit %u of %u WQEs", ctx.limit,
+                    1u << ctx.log_wqe_count);
     if (!validRing(ctx.buf, ringPages(ctx.log_wqe_count, ctx.log_wqe_stride)))
-        return fail(PIB_CMD_STATUS_BAD_PARAM, err::kCmdBadRing,
-                    "CREATE_SRQ ring of %u pages at MTT %u (needs %" PRIu64 " allocated)",
-                    ctx.buf.npages, ctx.buf.mtt_index,
-                    ringPages(ctx.log_wqe_count, ctx.log_wqe_stride));
+        return fail(
+            err::kCmdBadRing, "CREATE_SRQ ring of %u pages at MTT %u (needs %" PRIu64 " allocated)",
+            ctx.buf.npages, ctx.buf.mtt_index, ringPages(ctx.log_wqe_count, ctx.log_wqe_stride));
     if (const CommandOutcome bad = checkXrcSrq(ctx); bad.status != PIB_CMD_STATUS_OK)
         return bad;
     auto srq = std::make_unique<SharedReceiveQueue>();
@@ -211,8 +196,7 @@ CommandOutcome CommandProcessor::createSrq(const Command &cmd) {
     srq->ctx = ctx;
     const auto srqn = objects_.srqs.insert(std::move(srq));
     if (!srqn)
-        return fail(PIB_CMD_STATUS_NO_RESOURCES, err::kCmdNoResources, "all %u SRQs in use",
-                    objects_.srqs.capacity());
+        return fail(err::kCmdNoResources, "all %u SRQs in use", objects_.srqs.capacity());
     ++pd->refs;
     ++uar->refs;
     if (ctx.type == PIB_SRQT_XRC) {
@@ -228,14 +212,14 @@ CommandOutcome CommandProcessor::createSrq(const Command &cmd) {
 CommandOutcome CommandProcessor::checkXrcSrq(const pib_srq_context &ctx) {
     if (ctx.type == PIB_SRQT_BASIC) {
         if (ctx.xrcdn || ctx.cqn)
-            return fail(PIB_CMD_STATUS_BAD_PARAM, err::kCmdBadParam,
-                        "CREATE_SRQ basic SRQ with XRCD %u and CQ %u", ctx.xrcdn, ctx.cqn);
+            return fail(err::kCmdBadParam, "CREATE_SRQ basic SRQ with XRCD %u and CQ %u", ctx.xrcdn,
+                        ctx.cqn);
         return {};
     }
     if (ctx.type != PIB_SRQT_XRC)
-        return fail(PIB_CMD_STATUS_BAD_PARAM, err::kCmdBadParam, "CREATE_SRQ of type %u", ctx.type);
+        return fail(err::kCmdBadParam, "CREATE_SRQ of type %u", ctx.type);
     if (!objects_.xrcds.find(ctx.xrcdn) || !objects_.cqs.find(ctx.cqn))
-        return fail(PIB_CMD_STATUS_BAD_INDEX, err::kCmdBadIndex,
+        return fail(err::kCmdBadIndex,
                     "CREATE_SRQ XRC SRQ in XRCD %u completing to CQ %u: %s missing", ctx.xrcdn,
                     ctx.cqn, objects_.xrcds.find(ctx.xrcdn) ? "CQ" : "XRCD");
     return {};
@@ -244,11 +228,9 @@ CommandOutcome CommandProcessor::checkXrcSrq(const pib_srq_context &ctx) {
 CommandOutcome CommandProcessor::destroySrq(const Command &cmd) {
     SharedReceiveQueue *srq = objects_.srqs.find(cmd.modifier);
     if (!srq)
-        return fail(PIB_CMD_STATUS_BAD_INDEX, err::kCmdBadIndex, "DESTROY_SRQ of SRQ %u",
-                    cmd.modifier);
+        return fail(err::kCmdBadIndex, "DESTROY_SRQ of SRQ %u", cmd.modifier);
     if (srq->refs)
-        return fail(PIB_CMD_STATUS_BUSY, err::kCmdBusy, "DESTROY_SRQ of SRQ %u used by %u QPs",
-                    cmd.modifier, srq->refs);
+        return fail(err::kCmdBusy, "DESTROY_SRQ of SRQ %u used by %u QPs", cmd.modifier, srq->refs);
     if (srq->isXrc())
         dataPath_.forgetXrcSrq(cmd.modifier); // XRC TGT QPs hold no reference
     --objects_.pds.at(srq->ctx.pdn).refs;
@@ -265,8 +247,7 @@ CommandOutcome CommandProcessor::destroySrq(const Command &cmd) {
 CommandOutcome CommandProcessor::querySrq(const Command &cmd) {
     SharedReceiveQueue *srq = objects_.srqs.find(cmd.modifier);
     if (!srq)
-        return fail(PIB_CMD_STATUS_BAD_INDEX, err::kCmdBadIndex, "QUERY_SRQ of SRQ %u",
-                    cmd.modifier);
+        return fail(err::kCmdBadIndex, "QUERY_SRQ of SRQ %u", cmd.modifier);
     pib_srq_context out = srq->ctx;
     out.wqe_count = srq->producer - srq->consumer;
     if (!writeMailbox(cmd, out))
@@ -277,10 +258,10 @@ CommandOutcome CommandProcessor::querySrq(const Command &cmd) {
 CommandOutcome CommandProcessor::armSrq(const Command &cmd) {
     SharedReceiveQueue *srq = objects_.srqs.find(cmd.modifier);
     if (!srq)
-        return fail(PIB_CMD_STATUS_BAD_INDEX, err::kCmdBadIndex, "ARM_SRQ of SRQ %u", cmd.modifier);
+        return fail(err::kCmdBadIndex, "ARM_SRQ of SRQ %u", cmd.modifier);
     if (cmd.in >= (1u << srq->ctx.log_wqe_count))
-        return fail(PIB_CMD_STATUS_BAD_PARAM, err::kCmdBadParam,
-                    "ARM_SRQ limit %" PRIu64 " of %u WQEs", cmd.in, 1u << srq->ctx.log_wqe_count);
+        return fail(err::kCmdBadParam, "ARM_SRQ limit %" PRIu64 " of %u WQEs", cmd.in,
+                    1u << srq->ctx.log_wqe_count);
     srq->ctx.limit = static_cast<uint32_t>(cmd.in);
     return {};
 }
@@ -294,35 +275,30 @@ CommandOutcome CommandProcessor::armSrq(const Command &cmd) {
 CommandOutcome CommandProcessor::resizeSrq(const Command &cmd) {
     SharedReceiveQueue *srq = objects_.srqs.find(cmd.modifier);
     if (!srq)
-        return fail(PIB_CMD_STATUS_BAD_INDEX, err::kCmdBadIndex, "RESIZE_SRQ of SRQ %u",
-                    cmd.modifier);
+        return fail(err::kCmdBadIndex, "RESIZE_SRQ of SRQ %u", cmd.modifier);
     pib_srq_context ctx;
     if (!readMailbox(cmd, ctx))
         return mailboxFailed();
     const unsigned stride = srq->ctx.log_wqe_stride;
     if (ctx.log_wqe_count < 1 || ctx.log_wqe_count > limits::kLogMaxSrqWr ||
         ctx.log_wqe_stride != stride)
-        return fail(PIB_CMD_STATUS_BAD_PARAM, err::kCmdBadParam,
-                    "RESIZE_SRQ to 2^%u WQEs of 2^%u bytes (its stride is 2^%u)", ctx.log_wqe_count,
-                    ctx.log_wqe_stride, stride);
+        return fail(err::kCmdBadParam, "RESIZE_SRQ to 2^%u WQEs of 2^%u bytes (its stride is 2^%u)",
+                    ctx.log_wqe_count, ctx.log_wqe_stride, stride);
     const uint32_t size = 1u << ctx.log_wqe_count;
     if (srq->ctx.limit >= size) // an armed limit stays armed: it must still fit
-        return fail(PIB_CMD_STATUS_BAD_PARAM, err::kCmdBadParam, "RESIZE_SRQ limit %u of %u WQEs",
-                    srq->ctx.limit, size);
+        return fail(err::kCmdBadParam, "RESIZE_SRQ limit %u of %u WQEs", srq->ctx.limit, size);
     if (!validRing(ctx.buf, ringPages(ctx.log_wqe_count, stride)))
-        return fail(PIB_CMD_STATUS_BAD_PARAM, err::kCmdBadRing,
+        return fail(err::kCmdBadRing,
                     "RESIZE_SRQ ring of %u pages at MTT %u (needs %" PRIu64 " allocated)",
                     ctx.buf.npages, ctx.buf.mtt_index, ringPages(ctx.log_wqe_count, stride));
     // The base must be one of the WQEs posted and not yet taken, or the
     // next: the device has taken every WQE before it.
     if (srq->consumer - ctx.base > srq->producer - ctx.base)
-        return fail(PIB_CMD_STATUS_BAD_STATE, err::kCmdBadState,
-                    "RESIZE_SRQ of SRQ %u from WQE %u: %u are taken, %u posted", cmd.modifier,
-                    ctx.base, srq->consumer, srq->producer);
+        return fail(err::kCmdBadState, "RESIZE_SRQ of SRQ %u from WQE %u: %u are taken, %u posted",
+                    cmd.modifier, ctx.base, srq->consumer, srq->producer);
     if (srq->producer - ctx.base > size)
-        return fail(PIB_CMD_STATUS_BAD_PARAM, err::kCmdBadParam,
-                    "RESIZE_SRQ of SRQ %u to %u WQEs: %u are posted from WQE %u", cmd.modifier,
-                    size, srq->producer - ctx.base, ctx.base);
+        return fail(err::kCmdBadParam, "RESIZE_SRQ of SRQ %u to %u WQEs: %u are posted from WQE %u",
+                    cmd.modifier, size, srq->producer - ctx.base, ctx.base);
     objects_.mtt.hold(ctx.buf.mtt_index);
     objects_.mtt.unhold(srq->ctx.buf.mtt_index);
     srq->ctx.buf = ctx.buf;

@@ -3,6 +3,8 @@
 
 #include <cstdio>
 
+#include "invariant.hh"
+
 namespace pib {
 
 std::string Host::vformat(const char *fmt, va_list args) {
@@ -11,20 +13,22 @@ std::string Host::vformat(const char *fmt, va_list args) {
     return buf;
 }
 
-void Host::guestError(unsigned error, const char *fmt, ...) const {
+void Host::guestError(const err::Condition &error, const char *fmt, ...) const {
     va_list args;
     va_start(args, fmt);
     vguestError(error, fmt, args);
     va_end(args);
 }
 
-void Host::vguestError(unsigned error, const char *fmt, va_list args) const {
+void Host::vguestError(const err::Condition &error, const char *fmt, va_list args) const {
+    PIB_INVARIANT(error.isGuestError());
+    const unsigned token = error.guestError;
     if (!ops_.guest_error ||
-        (ops_.guest_error_enabled && !ops_.guest_error_enabled(opaque_, error)))
+        (ops_.guest_error_enabled && !ops_.guest_error_enabled(opaque_, token)))
         return;
     // Each detail names the rule it broke: "... (prm §4.2)".
-    const std::string detail = vformat(fmt, args) + " (" + pib_guest_error_rule(error) + ")";
-    ops_.guest_error(opaque_, error, detail.c_str());
+    const std::string detail = vformat(fmt, args) + " (" + pib_guest_error_rule(token) + ")";
+    ops_.guest_error(opaque_, token, detail.c_str());
 }
 
 } // namespace pib

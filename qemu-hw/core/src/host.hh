@@ -10,6 +10,7 @@
 #include <string>
 #include <type_traits>
 
+#include "conditions.hh"
 #include "pib_core.h"
 
 namespace pib {
@@ -23,10 +24,12 @@ class Host {
   public:
     Host(const pib_host_ops &ops, void *opaque) : ops_(ops), opaque_(opaque) {}
 
-    // Reports guest error `error` (an err:: constant of trace.hh), the
-    // detail printf-style: formatted only if the host reports it.
-    [[gnu::format(printf, 3, 4)]] void guestError(unsigned error, const char *fmt, ...) const;
-    [[gnu::format(printf, 3, 0)]] void vguestError(unsigned error, const char *fmt,
+    // Reports guest error `error` (an err:: condition of conditions.hh
+    // that is the guest's), the detail printf-style: formatted only if the
+    // host reports it.
+    [[gnu::format(printf, 3, 4)]] void guestError(const err::Condition &error, const char *fmt,
+                                                  ...) const;
+    [[gnu::format(printf, 3, 0)]] void vguestError(const err::Condition &error, const char *fmt,
                                                    va_list args) const;
     // Trace events: trace.hh's typed functions call these.
     bool eventEnabled(unsigned event) const {

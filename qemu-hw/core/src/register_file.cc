@@ -19,7 +19,7 @@ void RegisterFile::reset() {
     scratch_ = 0;
     fatal_ = false;
     cmdIn_ = cmdOut_ = cmdResult_ = 0;
-    cmdModifier_ = cmdToken_ = cmdCtrl_ = cmdStatus_ = 0;
+    cmdModifier_ = cmdToken_ = cmdCtrl_ = cmdStatus_ = cmdSyndrome_ = 0;
 }
 
 static void setLow(uint64_t &reg, uint32_t v) {
@@ -61,6 +61,9 @@ bool RegisterFile::readCommandRegister(uint64_t offset, uint32_t *value) const {
         return true;
     case PIB_REG_CMD_STATUS:
         *value = cmdStatus_;
+        return true;
+    case PIB_REG_CMD_SYNDROME:
+        *value = cmdSyndrome_;
         return true;
     default:
         return false;
@@ -107,8 +110,7 @@ void RegisterFile::runCommand(uint32_t ctrl) {
     cmd.out = cmdOut_;
     if (fatal_) {
         trace::command_refused_fatal(host_, cmd.opcode);
-        cmdStatus_ = PIB_CMD_STATUS_BAD_STATE;
-        cmdResult_ = 0;
+        finish(CommandOutcome::failed(err::kDeviceFatal));
         return;
     }
     if ((ctrl & PIB_CMD_CTRL_EVENT) && !events_.hasAsyncEq()) {
@@ -116,13 +118,11 @@ void RegisterFile::runCommand(uint32_t ctrl) {
         host_.guestError(err::kCmdNoAsyncEq,
                          "command 0x%04x with EVENT but no async EQ (token 0x%04x): refused",
                          cmd.opcode, cmdToken_ & 0xffff);
-        cmdStatus_ = PIB_CMD_STATUS_BAD_STATE;
-        cmdResult_ = 0;
+        finish(CommandOutcome::failed(err::kCmdNoAsyncEq));
         return;
     }
     const CommandOutcome outcome = commands_.execute(cmd);
-    cmdStatus_ = outcome.status;
-    cmdResult_ = outcome.result;
+    finish(outcome);
     if (ctrl & PIB_CMD_CTRL_EVENT)
         events_.postCommandEvent(static_cast<uint16_t>(cmdToken_), outcome.status, outcome.result);
 }
@@ -230,6 +230,7 @@ void RegisterFile::write(uint64_t offset, uint64_t value, unsigned size) {
     case PIB_REG_CMD_RESULT_LO:
     case PIB_REG_CMD_RESULT_HI:
     case PIB_REG_CMD_STATUS:
+    case PIB_REG_CMD_SYNDROME:
         host_.guestError(err::kRegsReadOnly,
                          "write of 0x%08" PRIx32 " to read-only register 0x%" PRIx64, value32,
                          offset);

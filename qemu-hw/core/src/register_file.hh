@@ -32,6 +32,12 @@ class RegisterFile {
     bool writeCommandRegister(uint64_t offset, uint32_t value);
     bool writeEqDoorbell(uint64_t offset, uint32_t value);
     void runCommand(uint32_t ctrl);
+    // The command registers take a command's outcome.
+    void finish(const CommandOutcome &outcome) {
+        cmdStatus_ = outcome.status;
+        cmdResult_ = outcome.result;
+        cmdSyndrome_ = outcome.syndrome;
+    }
 
     const pib_core_config &config_;
     const Host &host_;
@@ -47,6 +53,7 @@ class RegisterFile {
     uint32_t cmdToken_ = 0;
     uint32_t cmdCtrl_ = 0;
     uint32_t cmdStatus_ = 0;
+    uint32_t cmdSyndrome_ = 0;
     uint64_t cmdResult_ = 0;
 };
 

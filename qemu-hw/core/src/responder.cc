@@ -140,14 +140,12 @@ bool Responder::selectXrcSrq(QueuePair &qp, const iba::Packet &packet, bool star
     if (!startsMessage) {
         if (srqn == s.xrcSrqn)
             return true;
-        responderError(qp, packet.bth.psn, kInvalidRequest, PIB_WC_REM_INV_REQ_ERR,
-                       "an XRC message names another XRC SRQ midway");
+        responderError(qp, packet.bth.psn, err::kXrcSrqChanged);
         return false;
     }
     const SharedReceiveQueue *srq = objects_.srqs.find(srqn);
     if (!srq || !srq->isXrc() || srq->ctx.xrcdn != qp.ctx.xrcdn) {
-        responderError(qp, packet.bth.psn, kRemoteAccess, PIB_WC_REM_ACCESS_ERR,
-                       "the XRCETH names no XRC SRQ of the QP's XRC domain");
+        responderError(qp, packet.bth.psn, err::kXrcSrqForeign);
         return false;
     }
     s.xrcSrqn = srqn;
@@ -157,9 +155,11 @@ bool Responder::selectXrcSrq(QueuePair &qp, const iba::Packet &packet, bool star
 
 // A fatal responder error: NAK it, complete the receive WQE in use, and
 // move the QP to the error state with its async event.
-void Responder::responderError(QueuePair &qp, uint32_t psn, uint8_t nakCode, uint8_t wcStatus,
-                               const char *why) {
-    trace::err_rc_request_refused(host_, qp.number, psn, why);
+void Responder::responderError(QueuePair &qp, uint32_t psn, const err::Condition &why,
+                               uint8_t localStatus, const char *detail) {
+    const uint8_t nakCode = why.nak;
+    const uint8_t wcStatus = why.wcStatus != PIB_WC_SUCCESS ? why.wcStatus : localStatus;
+    trace::err_rc_request_refused(host_, qp.number, psn, detail ? detail : why.cause);
     count(qp, &pib_port_counters::invalid_requests);
     ResponderState &s = qp.resp;
     if (isReliableType(qp.ctx.type))
@@ -232,10 +232,9 @@ void Responder::dropUcMessage(QueuePair &qp, uint32_t psn) {
 
 // A request the responder cannot carry out: RC NAKs it and the QP goes to
 // the error state; UC drops the message.
-void Responder::refuseRequest(QueuePair &qp, uint32_t psn, uint8_t nakCode, uint8_t wcStatus,
-                              const char *why) {
+void Responder::refuseRequest(QueuePair &qp, uint32_t psn, const err::Condition &why) {
     if (isReliableType(qp.ctx.type))
-        responderError(qp, psn, nakCode, wcStatus, why);
+        responderError(qp, psn, why);
     else
         dropUcMessage(qp, psn);
 }
@@ -332,8 +331,7 @@ bool Responder::checkRequestSequence(QueuePair &qp, const iba::Packet &packet) {
                              op == iba::kWriteFirst || op == iba::kWriteMiddle;
     if (inPlace && (middleSized ? len == mtu : len <= mtu))
         return true;
-    refuseRequest(qp, packet.bth.psn, kInvalidRequest, PIB_WC_REM_INV_REQ_ERR,
-                  "opcode out of sequence or bad length");
+    refuseRequest(qp, packet.bth.psn, err::kRequestOutOfSequence);
     return false;
 }
 
@@ -368,8 +366,7 @@ void Responder::readOrAtomicRequest(QueuePair &qp, const iba::Packet &packet) {
     // broke its limit (IBA 9.7.5.2.5).
     dropStaleAnswers(qp, packet.bth.psn);
     if (repliesOwed(qp.resp) >= std::max<size_t>(1, qp.attr.max_dest_rd_atomic)) {
-        responderError(qp, packet.bth.psn, kInvalidRequest, PIB_WC_REM_INV_REQ_ERR,
-                       "more READ and atomic requests than max_dest_rd_atomic");
+        responderError(qp, packet.bth.psn, err::kTooManyReads);
         return;
     }
     if ((packet.bth.opcode & 0x1f) == iba::kReadRequest)
@@ -400,11 +397,9 @@ bool Responder::receiveSend(QueuePair &qp, const iba::Packet &packet) {
     // responder's (Remote Operational Error).
     if (s.status != PIB_WC_SUCCESS && isReliableType(qp.ctx.type)) {
         if (s.status == PIB_WC_LOC_LEN_ERR)
-            responderError(qp, psn, kInvalidRequest, s.status,
-                           "the message is longer than the receive WQE");
+            responderError(qp, psn, err::kSendTooLong);
         else
-            responderError(qp, psn, kRemoteOperational, s.status,
-                           "the receive WQE's buffer cannot take the data");
+            responderError(qp, psn, err::kReceiveWqeUnusable, s.status);
         return false;
     }
     s.received += static_cast<uint32_t>(len);
@@ -426,8 +421,7 @@ bool Responder::receiveWrite(QueuePair &qp, const iba::Packet &packet) {
     const size_t len = packet.data().size();
     if (s.received + len > s.writeLength ||
         (endsMessage(op) && s.received + len != s.writeLength)) {
-        refuseRequest(qp, psn, kInvalidRequest, PIB_WC_REM_INV_REQ_ERR,
-                      "RDMA WRITE longer or shorter than its RETH says");
+        refuseRequest(qp, psn, err::kWriteLength);
         return false;
     }
     if (len && !landWrite(qp, packet))
@@ -444,8 +438,7 @@ bool Responder::startWrite(QueuePair &qp, const iba::Packet &packet) {
     if (reth.length > limits::kMaxMsgSize ||
         !remoteRange(qp, requestPd(qp), reth.rkey, reth.va, reth.length, PIB_ACCESS_REMOTE_WRITE,
                      whole)) {
-        refuseRequest(qp, psn, kRemoteAccess, PIB_WC_REM_ACCESS_ERR,
-                      "RDMA WRITE outside what the R_Key allows");
+        refuseRequest(qp, psn, err::kWriteRkey);
         return false;
     }
     if ((packet.bth.opcode & 0x1f) == iba::kWriteOnlyImm && !receives_.claimReceiveWqe(qp)) {
@@ -468,15 +461,13 @@ bool Responder::landWrite(QueuePair &qp, const iba::Packet &packet) {
     std::vector<Segment> &segments = writeSegments_;
     if (!remoteRange(qp, requestPd(qp), s.writeRkey, s.writeVa + s.received, packet.data().size(),
                      PIB_ACCESS_REMOTE_WRITE, segments)) {
-        refuseRequest(qp, psn, kRemoteAccess, PIB_WC_REM_ACCESS_ERR,
-                      "RDMA WRITE to a region the R_Key no longer allows");
+        refuseRequest(qp, psn, err::kWriteRkeyGone);
         return false;
     }
     size_t at = 0;
     for (const Segment &seg : segments) {
         if (!host_.dmaWrite(seg.addr, packet.data().data() + at, seg.len)) {
-            responderError(qp, psn, kRemoteOperational, PIB_WC_REM_OP_ERR,
-                           "RDMA WRITE to guest memory the device cannot reach");
+            responderError(qp, psn, err::kWriteDma);
             return false;
         }
         at += seg.len;
@@ -514,7 +505,7 @@ bool Responder::invalidateForPeer(QueuePair &qp, const iba::Packet &packet) {
         trace::mr_invalidated(host_, qp.number, *packet.ieth, "by the peer");
         return true;
     }
-    responderError(qp, packet.bth.psn, kInvalidRequest, PIB_WC_REM_INV_REQ_ERR, why);
+    responderError(qp, packet.bth.psn, err::kInvalidate, PIB_WC_SUCCESS, why);
     return false;
 }
 
@@ -527,8 +518,7 @@ void Responder::readRequest(QueuePair &qp, const iba::Packet &packet) {
     if (reth.length > limits::kMaxMsgSize ||
         !remoteRange(qp, requestPd(qp), reth.rkey, reth.va, reth.length, PIB_ACCESS_REMOTE_READ,
                      segments)) {
-        responderError(qp, packet.bth.psn, kRemoteAccess, PIB_WC_REM_ACCESS_ERR,
-                       "RDMA READ outside what the R_Key allows");
+        responderError(qp, packet.bth.psn, err::kReadRkey);
         return;
     }
     ReplayEntry e;
@@ -574,16 +564,14 @@ bool Responder::sendReadResponse(QueuePair &qp, Reply &r) {
     // may have gone, or lost its rights, since the first time.
     std::vector<Segment> &segments = readSegments_;
     if (!remoteRange(qp, e.pdn, e.rkey, e.va + offset, len, PIB_ACCESS_REMOTE_READ, segments)) {
-        responderError(qp, p.bth.psn, kRemoteAccess, PIB_WC_REM_ACCESS_ERR,
-                       "RDMA READ of a region the R_Key no longer allows");
+        responderError(qp, p.bth.psn, err::kReadRkeyGone);
         return false;
     }
     // The data goes by DMA straight into the packet.
     iba::PacketWriter writer(p, len, wire::kHeaderSize, scheduler_.packetBuffer());
     for (const Segment &seg : segments) {
         if (!memory_.readIntoPacket(seg, writer)) {
-            responderError(qp, p.bth.psn, kRemoteOperational, PIB_WC_REM_OP_ERR,
-                           "RDMA READ of guest memory the device cannot reach");
+            responderError(qp, p.bth.psn, err::kReadDma);
             return false;
         }
     }
@@ -596,14 +584,12 @@ void Responder::atomicRequest(QueuePair &qp, const iba::Packet &packet) {
     const iba::AtomicEth &a = *packet.atomicEth;
     const uint32_t psn = packet.bth.psn;
     if (a.va % 8) {
-        responderError(qp, psn, kInvalidRequest, PIB_WC_REM_INV_REQ_ERR,
-                       "atomic on an address not 8-byte aligned");
+        responderError(qp, psn, err::kAtomicUnaligned);
         return;
     }
     std::vector<Segment> segments;
     if (!remoteRange(qp, requestPd(qp), a.rkey, a.va, 8, PIB_ACCESS_REMOTE_ATOMIC, segments)) {
-        responderError(qp, psn, kRemoteAccess, PIB_WC_REM_ACCESS_ERR,
-                       "atomic outside what the R_Key allows");
+        responderError(qp, psn, err::kAtomicRkey);
         return;
     }
     // One aligned 8-byte word never crosses a page: one segment. The
@@ -611,8 +597,7 @@ void Responder::atomicRequest(QueuePair &qp, const iba::Packet &packet) {
     // every other access through the device (IBV_ATOMIC_HCA).
     uint64_t value = 0;
     if (!host_.dmaRead(segments[0].addr, value)) {
-        responderError(qp, psn, kRemoteOperational, PIB_WC_REM_OP_ERR,
-                       "atomic on guest memory the device cannot reach");
+        responderError(qp, psn, err::kAtomicDma);
         return;
     }
     const uint64_t original = value;
@@ -623,8 +608,7 @@ void Responder::atomicRequest(QueuePair &qp, const iba::Packet &packet) {
         value += a.swapAdd;
     }
     if (value != original && !host_.dmaWrite(segments[0].addr, value)) {
-        responderError(qp, psn, kRemoteOperational, PIB_WC_REM_OP_ERR,
-                       "atomic on guest memory the device cannot reach");
+        responderError(qp, psn, err::kAtomicDma);
         return;
     }
     ReplayEntry e;

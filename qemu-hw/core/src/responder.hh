@@ -47,10 +47,13 @@ class Responder final : TransportRole {
     void sendAck(QueuePair &qp, uint32_t psn, uint8_t syndrome);
     bool sendReadResponse(QueuePair &qp, Reply &r);
     void sendAtomicAck(QueuePair &qp, const ReplayEntry &e);
-    void responderError(QueuePair &qp, uint32_t psn, uint8_t nakCode, uint8_t wcStatus,
-                        const char *why);
-    void refuseRequest(QueuePair &qp, uint32_t psn, uint8_t nakCode, uint8_t wcStatus,
-                       const char *why);
+    // A fatal responder error `why`: NAKed, the claimed receive WQE
+    // completes with its status (or, when it names none, `localStatus`),
+    // the QP goes to the error state. `detail` says more than its cause.
+    void responderError(QueuePair &qp, uint32_t psn, const err::Condition &why,
+                        uint8_t localStatus = PIB_WC_SUCCESS, const char *detail = nullptr);
+    // RC: responderError(); UC: the message is dropped.
+    void refuseRequest(QueuePair &qp, uint32_t psn, const err::Condition &why);
     void noReceiveWqe(QueuePair &qp, uint32_t psn);
     void dropUcMessage(QueuePair &qp, uint32_t psn);
 
