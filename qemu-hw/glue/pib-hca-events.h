@@ -77,6 +77,8 @@ static bool pib_hca_event_enabled(unsigned event)
         return trace_event_get_state_backends(TRACE_PIB_HCA_MR_REGISTERED);
     case PIB_EVENT_MR_INVALIDATED:
         return trace_event_get_state_backends(TRACE_PIB_HCA_MR_INVALIDATED);
+    case PIB_EVENT_MLX5_COMMAND:
+        return trace_event_get_state_backends(TRACE_PIB_HCA_MLX5_COMMAND);
     case PIB_EVENT_MW_BOUND:
         return trace_event_get_state_backends(TRACE_PIB_HCA_MW_BOUND);
     case PIB_EVENT_ERR_PORT_DROP:
@@ -232,6 +234,11 @@ static void pib_hca_trace_event(unsigned event, const uint64_t *a)
         trace_pib_hca_mr_invalidated((unsigned) a[0], (unsigned) a[1],
                                      (const char *) (uintptr_t) a[2]);
         break;
+    case PIB_EVENT_MLX5_COMMAND:
+        trace_pib_hca_mlx5_command(
+            (unsigned) a[0], (const char *) (uintptr_t) a[1], (unsigned) a[2],
+            (unsigned) a[3], (unsigned) a[4], (unsigned) a[5]);
+        break;
     case PIB_EVENT_MW_BOUND:
         trace_pib_hca_mw_bound((unsigned) a[0], (unsigned) a[1],
                                (unsigned) a[2], (uint64_t) a[3],
@@ -377,6 +384,46 @@ static bool pib_hca_guest_error_traced(unsigned error)
         return trace_event_get_state_backends(TRACE_PIB_HCA_ERR_CQ_DMA);
     case PIB_GUEST_ERROR_DMA_REENTRY:
         return trace_event_get_state_backends(TRACE_PIB_HCA_ERR_DMA_REENTRY);
+    case PIB_GUEST_ERROR_MLX5_ISEG_BAD_ACCESS:
+        return trace_event_get_state_backends(
+            TRACE_PIB_HCA_ERR_MLX5_ISEG_BAD_ACCESS);
+    case PIB_GUEST_ERROR_MLX5_ISEG_READ_ONLY:
+        return trace_event_get_state_backends(
+            TRACE_PIB_HCA_ERR_MLX5_ISEG_READ_ONLY);
+    case PIB_GUEST_ERROR_MLX5_UAR_UNALLOCATED:
+        return trace_event_get_state_backends(
+            TRACE_PIB_HCA_ERR_MLX5_UAR_UNALLOCATED);
+    case PIB_GUEST_ERROR_MLX5_CMDQ_NO_QUEUE:
+        return trace_event_get_state_backends(
+            TRACE_PIB_HCA_ERR_MLX5_CMDQ_NO_QUEUE);
+    case PIB_GUEST_ERROR_MLX5_CMDQ_NOT_OWNED:
+        return trace_event_get_state_backends(
+            TRACE_PIB_HCA_ERR_MLX5_CMDQ_NOT_OWNED);
+    case PIB_GUEST_ERROR_MLX5_CMDQ_DMA:
+        return trace_event_get_state_backends(TRACE_PIB_HCA_ERR_MLX5_CMDQ_DMA);
+    case PIB_GUEST_ERROR_MLX5_CMDQ_BAD_LAYOUT:
+        return trace_event_get_state_backends(
+            TRACE_PIB_HCA_ERR_MLX5_CMDQ_BAD_LAYOUT);
+    case PIB_GUEST_ERROR_MLX5_CMDQ_BAD_LENGTH:
+        return trace_event_get_state_backends(
+            TRACE_PIB_HCA_ERR_MLX5_CMDQ_BAD_LENGTH);
+    case PIB_GUEST_ERROR_MLX5_CMD_BAD_OPCODE:
+        return trace_event_get_state_backends(
+            TRACE_PIB_HCA_ERR_MLX5_CMD_BAD_OPCODE);
+    case PIB_GUEST_ERROR_MLX5_CMD_BAD_PARAM:
+        return trace_event_get_state_backends(
+            TRACE_PIB_HCA_ERR_MLX5_CMD_BAD_PARAM);
+    case PIB_GUEST_ERROR_MLX5_CMD_BAD_STATE:
+        return trace_event_get_state_backends(
+            TRACE_PIB_HCA_ERR_MLX5_CMD_BAD_STATE);
+    case PIB_GUEST_ERROR_MLX5_CMD_SHORT_INPUT:
+        return trace_event_get_state_backends(
+            TRACE_PIB_HCA_ERR_MLX5_CMD_SHORT_INPUT);
+    case PIB_GUEST_ERROR_MLX5_CMD_SHORT_OUTPUT:
+        return trace_event_get_state_backends(
+            TRACE_PIB_HCA_ERR_MLX5_CMD_SHORT_OUTPUT);
+    case PIB_GUEST_ERROR_MLX5_PAGES_BAD:
+        return trace_event_get_state_backends(TRACE_PIB_HCA_ERR_MLX5_PAGES_BAD);
     default:
         return false;
     }
@@ -510,6 +557,48 @@ static void pib_hca_trace_guest_error(unsigned error, const char *detail)
         break;
     case PIB_GUEST_ERROR_DMA_REENTRY:
         trace_pib_hca_err_dma_reentry(detail);
+        break;
+    case PIB_GUEST_ERROR_MLX5_ISEG_BAD_ACCESS:
+        trace_pib_hca_err_mlx5_iseg_bad_access(detail);
+        break;
+    case PIB_GUEST_ERROR_MLX5_ISEG_READ_ONLY:
+        trace_pib_hca_err_mlx5_iseg_read_only(detail);
+        break;
+    case PIB_GUEST_ERROR_MLX5_UAR_UNALLOCATED:
+        trace_pib_hca_err_mlx5_uar_unallocated(detail);
+        break;
+    case PIB_GUEST_ERROR_MLX5_CMDQ_NO_QUEUE:
+        trace_pib_hca_err_mlx5_cmdq_no_queue(detail);
+        break;
+    case PIB_GUEST_ERROR_MLX5_CMDQ_NOT_OWNED:
+        trace_pib_hca_err_mlx5_cmdq_not_owned(detail);
+        break;
+    case PIB_GUEST_ERROR_MLX5_CMDQ_DMA:
+        trace_pib_hca_err_mlx5_cmdq_dma(detail);
+        break;
+    case PIB_GUEST_ERROR_MLX5_CMDQ_BAD_LAYOUT:
+        trace_pib_hca_err_mlx5_cmdq_bad_layout(detail);
+        break;
+    case PIB_GUEST_ERROR_MLX5_CMDQ_BAD_LENGTH:
+        trace_pib_hca_err_mlx5_cmdq_bad_length(detail);
+        break;
+    case PIB_GUEST_ERROR_MLX5_CMD_BAD_OPCODE:
+        trace_pib_hca_err_mlx5_cmd_bad_opcode(detail);
+        break;
+    case PIB_GUEST_ERROR_MLX5_CMD_BAD_PARAM:
+        trace_pib_hca_err_mlx5_cmd_bad_param(detail);
+        break;
+    case PIB_GUEST_ERROR_MLX5_CMD_BAD_STATE:
+        trace_pib_hca_err_mlx5_cmd_bad_state(detail);
+        break;
+    case PIB_GUEST_ERROR_MLX5_CMD_SHORT_INPUT:
+        trace_pib_hca_err_mlx5_cmd_short_input(detail);
+        break;
+    case PIB_GUEST_ERROR_MLX5_CMD_SHORT_OUTPUT:
+        trace_pib_hca_err_mlx5_cmd_short_output(detail);
+        break;
+    case PIB_GUEST_ERROR_MLX5_PAGES_BAD:
+        trace_pib_hca_err_mlx5_pages_bad(detail);
         break;
     }
 }

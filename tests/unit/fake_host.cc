@@ -116,6 +116,7 @@ pib_core_config FakeHost::defaultConfig() {
         .doorbell_pages = 16,
         .msix_vectors = 8,
         .num_ports = 1,
+        .personality = PIB_PERSONALITY_PIB,
     };
 }
 

@@ -19,6 +19,8 @@ SOURCES = {
     "core": [f"qemu-hw/core/src/{name}.cc" for name in
              ("responder", "completer", "requester", "transport", "receive_wqes", "flush",
               "datagram", "dispatch", "memory_keys")],
+    "mlx5": [f"qemu-hw/core/src/mlx5_{name}.cc" for name in
+             ("command_queue", "commands", "front_end", "hca_caps", "init_segment", "pages")],
     "switch": [f"fabric-switch/src/{name}.cc" for name in ("switch", "sma", "pma", "trap", "fault")],
     "switch-tcp": [f"fabric-switch/src/{name}.cc" for name in
                    ("server", "server_control", "server_dial", "server_faults", "server_flow")],
@@ -32,6 +34,8 @@ WATCHED = {
              "CommandProcessor::resizeCq", "CommandProcessor::resizeSrq",
              "MemoryKeys::bindWindow", "MemoryKeys::invalidateLocal",
              "MemoryKeys::invalidateRemote"],
+    "mlx5": ["mlx5::FunctionPages::give", "mlx5::FunctionPages::take", "mlx5::HcaCaps::apply",
+             "mlx5::CommandQueue::scatter", "mlx5::Commands::accessRegister"],
 }
 
 

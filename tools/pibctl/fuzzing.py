@@ -16,6 +16,8 @@ from pibctl import core_build, fuzz_coverage, paths, source_tree, ui
 # Harness name -> executable, in tests/fuzz.
 TARGETS = {
     "core": "fuzz-core",      # the device core through pib_core.h and a fake host
+    # the ConnectX personality: its initialization segment, command queue and pages
+    "mlx5": "fuzz-mlx5",
     "switch": "fuzz-switch",  # the fabric switch's logic: frames, SMPs, PMA, forwarding
     # the switch's server on loopback sockets: dialling, retries, link framing, HELLO
     "switch-tcp": "fuzz-switch-tcp",

@@ -104,11 +104,18 @@ struct pib_host_ops {
 #define PIB_PORT_SEND_FULL 1
 
 /* Static configuration of one device instance. */
+/* The hardware interface the device presents to its driver. */
+enum pib_personality {
+    PIB_PERSONALITY_PIB = 0,  /* pib-hca's own (docs/prm.md) */
+    PIB_PERSONALITY_MLX5 = 1, /* a ConnectX function (docs/mlx5.md) */
+};
+
 struct pib_core_config {
     uint64_t node_guid;
     uint32_t doorbell_pages; /* PIB_MIN_DOORBELL_PAGES..PIB_MAX_DOORBELL_PAGES */
     uint32_t msix_vectors;   /* PIB_MIN_MSIX_VECTORS..PIB_MAX_MSIX_VECTORS */
     uint32_t num_ports;      /* PIB_MIN_PORTS..PIB_MAX_PORTS */
+    uint32_t personality;    /* enum pib_personality */
 };
 
 /*

@@ -40,17 +40,18 @@ enum pib_event {
     PIB_EVENT_XRC_MESSAGE_CUT = 32,
     PIB_EVENT_MR_REGISTERED = 33,
     PIB_EVENT_MR_INVALIDATED = 34,
-    PIB_EVENT_MW_BOUND = 35,
-    PIB_EVENT_ERR_PORT_DROP = 36,
-    PIB_EVENT_ERR_LINK = 37,
-    PIB_EVENT_ERR_MKEY_VIOLATION = 38,
-    PIB_EVENT_ERR_MCAST_DROP = 39,
-    PIB_EVENT_ERR_RC_NO_QP = 40,
-    PIB_EVENT_ERR_RC_WRONG_PEER = 41,
-    PIB_EVENT_ERR_RC_BAD_RESPONSE_PSN = 42,
-    PIB_EVENT_ERR_RC_BAD_RESPONSE_LENGTH = 43,
-    PIB_EVENT_ERR_RC_REQUEST_REFUSED = 44,
-    PIB_EVENT_COUNT = 45
+    PIB_EVENT_MLX5_COMMAND = 35,
+    PIB_EVENT_MW_BOUND = 36,
+    PIB_EVENT_ERR_PORT_DROP = 37,
+    PIB_EVENT_ERR_LINK = 38,
+    PIB_EVENT_ERR_MKEY_VIOLATION = 39,
+    PIB_EVENT_ERR_MCAST_DROP = 40,
+    PIB_EVENT_ERR_RC_NO_QP = 41,
+    PIB_EVENT_ERR_RC_WRONG_PEER = 42,
+    PIB_EVENT_ERR_RC_BAD_RESPONSE_PSN = 43,
+    PIB_EVENT_ERR_RC_BAD_RESPONSE_LENGTH = 44,
+    PIB_EVENT_ERR_RC_REQUEST_REFUSED = 45,
+    PIB_EVENT_COUNT = 46
 };
 
 /* The guest-error tokens (pib_host_ops.guest_error), as docs/prm.md §9. */
@@ -97,7 +98,21 @@ enum pib_guest_error {
     PIB_GUEST_ERROR_CQ_OVERRUN = 39,
     PIB_GUEST_ERROR_CQ_DMA = 40,
     PIB_GUEST_ERROR_DMA_REENTRY = 41,
-    PIB_GUEST_ERROR_COUNT = 42
+    PIB_GUEST_ERROR_MLX5_ISEG_BAD_ACCESS = 42,
+    PIB_GUEST_ERROR_MLX5_ISEG_READ_ONLY = 43,
+    PIB_GUEST_ERROR_MLX5_UAR_UNALLOCATED = 44,
+    PIB_GUEST_ERROR_MLX5_CMDQ_NO_QUEUE = 45,
+    PIB_GUEST_ERROR_MLX5_CMDQ_NOT_OWNED = 46,
+    PIB_GUEST_ERROR_MLX5_CMDQ_DMA = 47,
+    PIB_GUEST_ERROR_MLX5_CMDQ_BAD_LAYOUT = 48,
+    PIB_GUEST_ERROR_MLX5_CMDQ_BAD_LENGTH = 49,
+    PIB_GUEST_ERROR_MLX5_CMD_BAD_OPCODE = 50,
+    PIB_GUEST_ERROR_MLX5_CMD_BAD_PARAM = 51,
+    PIB_GUEST_ERROR_MLX5_CMD_BAD_STATE = 52,
+    PIB_GUEST_ERROR_MLX5_CMD_SHORT_INPUT = 53,
+    PIB_GUEST_ERROR_MLX5_CMD_SHORT_OUTPUT = 54,
+    PIB_GUEST_ERROR_MLX5_PAGES_BAD = 55,
+    PIB_GUEST_ERROR_COUNT = 56
 };
 
 static inline const char *pib_event_name(unsigned event) {
@@ -137,6 +152,7 @@ static inline const char *pib_event_name(unsigned event) {
         "xrc_message_cut",
         "mr_registered",
         "mr_invalidated",
+        "mlx5_command",
         "mw_bound",
         "err_port_drop",
         "err_link",
@@ -155,11 +171,11 @@ static inline const char *pib_event_name(unsigned event) {
 /* An event's arguments: 's' for a string, 'i' for an integer each. */
 static inline const char *pib_event_args(unsigned event) {
     static const char *const args[PIB_EVENT_COUNT] = {
-        "siiii", "s",     "s",      "i",  "i",  "i",   "i",     "i",   "i",
-        "i",     "i",     "isi",    "is", "s",  "sii", "iiii",  "is",  "si",
-        "iii",   "iiiii", "iiiiii", "i",  "ii", "iii", "ii",    "ii",  "iii",
-        "ii",    "iii",   "iis",    "ii", "i",  "ii",  "iiiii", "iis", "iiiiii",
-        "is",    "is",    "iii",    "is", "ii", "iii", "iii",   "iii", "iis",
+        "siiii",  "s",   "s",   "i",     "i",   "i",      "i",      "i",  "i",   "i",
+        "i",      "isi", "is",  "s",     "sii", "iiii",   "is",     "si", "iii", "iiiii",
+        "iiiiii", "i",   "ii",  "iii",   "ii",  "ii",     "iii",    "ii", "iii", "iis",
+        "ii",     "i",   "ii",  "iiiii", "iis", "isiiii", "iiiiii", "is", "is",  "iii",
+        "is",     "ii",  "iii", "iii",   "iii", "iis",
     };
 
     return event < PIB_EVENT_COUNT ? args[event] : "";
@@ -209,6 +225,20 @@ static inline const char *pib_guest_error_token(unsigned error) {
         "cq-overrun",
         "cq-dma",
         "dma-reentry",
+        "mlx5-iseg-bad-access",
+        "mlx5-iseg-read-only",
+        "mlx5-uar-unallocated",
+        "mlx5-cmdq-no-queue",
+        "mlx5-cmdq-not-owned",
+        "mlx5-cmdq-dma",
+        "mlx5-cmdq-bad-layout",
+        "mlx5-cmdq-bad-length",
+        "mlx5-cmd-bad-opcode",
+        "mlx5-cmd-bad-param",
+        "mlx5-cmd-bad-state",
+        "mlx5-cmd-short-input",
+        "mlx5-cmd-short-output",
+        "mlx5-pages-bad",
     };
 
     return error < PIB_GUEST_ERROR_COUNT ? tokens[error] : "unknown";
@@ -223,6 +253,8 @@ static inline const char *pib_guest_error_rule(unsigned error) {
         "prm §4.1", "prm §5.3", "prm §5.3", "prm §5.2", "prm §5.1", "prm §7.1", "prm §7.1",
         "prm §7.1", "prm §7.1", "prm §7.1", "prm §7.1", "prm §7.1", "prm §7.2", "prm §7.2",
         "prm §6.2", "prm §6.2", "prm §6.2", "prm §6.7", "prm §6.1", "prm §6.1", "prm §1",
+        "mlx5 §2",  "mlx5 §2",  "mlx5 §2",  "mlx5 §3",  "mlx5 §3",  "mlx5 §3",  "mlx5 §3",
+        "mlx5 §3",  "mlx5 §4",  "mlx5 §4",  "mlx5 §4",  "mlx5 §4",  "mlx5 §4",  "mlx5 §5",
     };
 
     return error < PIB_GUEST_ERROR_COUNT ? rules[error] : "prm";

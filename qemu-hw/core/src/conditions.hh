@@ -8,6 +8,7 @@
 #include <cstdint>
 
 #include "connected.hh"
+#include "mlx5_ifc.hh"
 #include "pib_events.h"
 #include "pib_hw.h"
 
@@ -20,6 +21,7 @@ struct Condition {
     uint8_t cmdStatus;   // PIB_CMD_STATUS_* of a command it fails
     uint8_t nak;         // aeth:: NAK code of a request it refuses
     uint8_t wcStatus;    // PIB_WC_* of that request; SUCCESS: the caller's
+    uint8_t mlx5Status;  // mlx5::status of a ConnectX command it fails
     const char *cause;
 
     constexpr bool isGuestError() const { return guestError != PIB_GUEST_ERROR_COUNT; }
@@ -27,67 +29,81 @@ struct Condition {
 
 // One line each, as the list has them.
 // clang-format off
-inline constexpr Condition kBarBadWidth{"bar-bad-width", PIB_GUEST_ERROR_BAR_BAD_WIDTH, 0x2ee6af89, PIB_CMD_STATUS_OK, 0, PIB_WC_SUCCESS, "access width not 1, 2, 4 or 8 bytes"};
-inline constexpr Condition kBarUnknown{"bar-unknown", PIB_GUEST_ERROR_BAR_UNKNOWN, 0xd1761536, PIB_CMD_STATUS_OK, 0, PIB_WC_SUCCESS, "access to a BAR the device does not decode"};
-inline constexpr Condition kRegsOutOfRange{"regs-out-of-range", PIB_GUEST_ERROR_REGS_OUT_OF_RANGE, 0xd78935de, PIB_CMD_STATUS_OK, 0, PIB_WC_SUCCESS, "BAR0 access beyond 4 KiB"};
-inline constexpr Condition kRegsBadSize{"regs-bad-size", PIB_GUEST_ERROR_REGS_BAD_SIZE, 0xb1bdf199, PIB_CMD_STATUS_OK, 0, PIB_WC_SUCCESS, "BAR0 access that is not 32 bits wide"};
-inline constexpr Condition kRegsUnaligned{"regs-unaligned", PIB_GUEST_ERROR_REGS_UNALIGNED, 0x47a2e41b, PIB_CMD_STATUS_OK, 0, PIB_WC_SUCCESS, "BAR0 access not aligned to 4 bytes"};
-inline constexpr Condition kRegsBadOffset{"regs-bad-offset", PIB_GUEST_ERROR_REGS_BAD_OFFSET, 0x90221888, PIB_CMD_STATUS_OK, 0, PIB_WC_SUCCESS, "BAR0 offset where no register is defined"};
-inline constexpr Condition kRegsReadOnly{"regs-read-only", PIB_GUEST_ERROR_REGS_READ_ONLY, 0x48f9161f, PIB_CMD_STATUS_OK, 0, PIB_WC_SUCCESS, "write to a read-only register"};
-inline constexpr Condition kRegsWriteOnly{"regs-write-only", PIB_GUEST_ERROR_REGS_WRITE_ONLY, 0xa19d6746, PIB_CMD_STATUS_OK, 0, PIB_WC_SUCCESS, "read of an EQ doorbell"};
-inline constexpr Condition kRegsBadReset{"regs-bad-reset", PIB_GUEST_ERROR_REGS_BAD_RESET, 0x746f613e, PIB_CMD_STATUS_OK, 0, PIB_WC_SUCCESS, "`RESET` written with a value other than the magic"};
-inline constexpr Condition kCmdBadOpcode{"cmd-bad-opcode", PIB_GUEST_ERROR_CMD_BAD_OPCODE, 0x3c64f9c1, PIB_CMD_STATUS_BAD_OPCODE, 0, PIB_WC_SUCCESS, "a command opcode the device does not know"};
-inline constexpr Condition kCmdNotInitialized{"cmd-not-initialized", PIB_GUEST_ERROR_CMD_NOT_INITIALIZED, 0x61c9252b, PIB_CMD_STATUS_BAD_STATE, 0, PIB_WC_SUCCESS, "a command other than discovery and `INIT_HCA` before `INIT_HCA`"};
-inline constexpr Condition kCmdBadState{"cmd-bad-state", PIB_GUEST_ERROR_CMD_BAD_STATE, 0x9fb0a2d1, PIB_CMD_STATUS_BAD_STATE, 0, PIB_WC_SUCCESS, "a command the device or its object is in the wrong state for"};
-inline constexpr Condition kCmdBadParam{"cmd-bad-param", PIB_GUEST_ERROR_CMD_BAD_PARAM, 0x98d90ca3, PIB_CMD_STATUS_BAD_PARAM, 0, PIB_WC_SUCCESS, "a command field out of its range"};
-inline constexpr Condition kCmdBadIndex{"cmd-bad-index", PIB_GUEST_ERROR_CMD_BAD_INDEX, 0xbc50172b, PIB_CMD_STATUS_BAD_INDEX, 0, PIB_WC_SUCCESS, "a command naming an object that does not exist"};
-inline constexpr Condition kCmdBadRing{"cmd-bad-ring", PIB_GUEST_ERROR_CMD_BAD_RING, 0xaf480e52, PIB_CMD_STATUS_BAD_PARAM, 0, PIB_WC_SUCCESS, "a ring whose pages do not match its size, or lie outside its MTT range"};
-inline constexpr Condition kCmdNoResources{"cmd-no-resources", PIB_GUEST_ERROR_CMD_NO_RESOURCES, 0x92a2c4fe, PIB_CMD_STATUS_NO_RESOURCES, 0, PIB_WC_SUCCESS, "a command that needs an object beyond a limit in `pib_dev_cap`"};
-inline constexpr Condition kCmdBusy{"cmd-busy", PIB_GUEST_ERROR_CMD_BUSY, 0x95cd8573, PIB_CMD_STATUS_BUSY, 0, PIB_WC_SUCCESS, "destroying an object another still uses"};
-inline constexpr Condition kCmdDma{"cmd-dma", PIB_GUEST_ERROR_CMD_DMA, 0x088a1434, PIB_CMD_STATUS_DMA_ERROR, 0, PIB_WC_SUCCESS, "a mailbox the device cannot read or write"};
-inline constexpr Condition kCmdBadTransition{"cmd-bad-transition", PIB_GUEST_ERROR_CMD_BAD_TRANSITION, 0x5ea3b125, PIB_CMD_STATUS_BAD_TRANSITION, 0, PIB_WC_SUCCESS, "a QP state change IBA does not allow"};
-inline constexpr Condition kCmdBadMask{"cmd-bad-mask", PIB_GUEST_ERROR_CMD_BAD_MASK, 0x5ffb3814, PIB_CMD_STATUS_BAD_MASK, 0, PIB_WC_SUCCESS, "a QP attribute mask wrong for its transition"};
-inline constexpr Condition kCmdBadPort{"cmd-bad-port", PIB_GUEST_ERROR_CMD_BAD_PORT, 0x6305a6e8, PIB_CMD_STATUS_BAD_INDEX, 0, PIB_WC_SUCCESS, "a command naming a port the device does not have"};
-inline constexpr Condition kCmdNoAsyncEq{"cmd-no-async-eq", PIB_GUEST_ERROR_CMD_NO_ASYNC_EQ, 0x4bf39246, PIB_CMD_STATUS_BAD_STATE, 0, PIB_WC_SUCCESS, "a command asking for a completion event with no async EQ"};
-inline constexpr Condition kEqDbBadIndex{"eq-db-bad-index", PIB_GUEST_ERROR_EQ_DB_BAD_INDEX, 0x505996dc, PIB_CMD_STATUS_OK, 0, PIB_WC_SUCCESS, "an EQ doorbell for no EQ"};
-inline constexpr Condition kEqDbBadCi{"eq-db-bad-ci", PIB_GUEST_ERROR_EQ_DB_BAD_CI, 0x6c0153c5, PIB_CMD_STATUS_OK, 0, PIB_WC_SUCCESS, "an EQ consumer index outside the produced range"};
-inline constexpr Condition kEqOverrun{"eq-overrun", PIB_GUEST_ERROR_EQ_OVERRUN, 0xceb9387b, PIB_CMD_STATUS_OK, 0, PIB_WC_SUCCESS, "an EQ is full: events are lost"};
-inline constexpr Condition kEqDma{"eq-dma", PIB_GUEST_ERROR_EQ_DMA, 0xda29a60e, PIB_CMD_STATUS_OK, 0, PIB_WC_SUCCESS, "an EQ ring the device cannot write"};
-inline constexpr Condition kDoorbellOutOfRange{"doorbell-out-of-range", PIB_GUEST_ERROR_DOORBELL_OUT_OF_RANGE, 0x6005a966, PIB_CMD_STATUS_OK, 0, PIB_WC_SUCCESS, "a BAR2 access beyond the doorbell pages"};
-inline constexpr Condition kDoorbellBadSize{"doorbell-bad-size", PIB_GUEST_ERROR_DOORBELL_BAD_SIZE, 0x9c54d6b7, PIB_CMD_STATUS_OK, 0, PIB_WC_SUCCESS, "a BAR2 access that is not 64 bits wide"};
-inline constexpr Condition kDoorbellUnallocated{"doorbell-unallocated", PIB_GUEST_ERROR_DOORBELL_UNALLOCATED, 0xf9a25c27, PIB_CMD_STATUS_OK, 0, PIB_WC_SUCCESS, "a doorbell on a page no context owns"};
-inline constexpr Condition kDoorbellBadObject{"doorbell-bad-object", PIB_GUEST_ERROR_DOORBELL_BAD_OBJECT, 0xcf88e81a, PIB_CMD_STATUS_OK, 0, PIB_WC_SUCCESS, "a doorbell for an object that does not exist or belongs to another page"};
-inline constexpr Condition kDoorbellBadIndex{"doorbell-bad-index", PIB_GUEST_ERROR_DOORBELL_BAD_INDEX, 0x787a5d9a, PIB_CMD_STATUS_OK, 0, PIB_WC_SUCCESS, "a producer index behind the last or more than a ring ahead"};
-inline constexpr Condition kDoorbellBadArm{"doorbell-bad-arm", PIB_GUEST_ERROR_DOORBELL_BAD_ARM, 0x67fd57c4, PIB_CMD_STATUS_OK, 0, PIB_WC_SUCCESS, "a CQ arm doorbell with an unknown arm type"};
-inline constexpr Condition kDoorbellBadOffset{"doorbell-bad-offset", PIB_GUEST_ERROR_DOORBELL_BAD_OFFSET, 0x3e2f8926, PIB_CMD_STATUS_OK, 0, PIB_WC_SUCCESS, "a doorbell at an offset where none is defined"};
-inline constexpr Condition kWqeDma{"wqe-dma", PIB_GUEST_ERROR_WQE_DMA, 0xd26f47b9, PIB_CMD_STATUS_OK, 0, PIB_WC_SUCCESS, "a WQE or its inline data the device cannot read (it completes in error)"};
-inline constexpr Condition kWqeBad{"wqe-bad", PIB_GUEST_ERROR_WQE_BAD, 0x0a3d8088, PIB_CMD_STATUS_OK, 0, PIB_WC_SUCCESS, "a malformed send or receive WQE: an opcode its QP type does not have, segments that do not fit its slot, inline data beyond `max_inline_data` (it completes in error)"};
-inline constexpr Condition kWqeBadKey{"wqe-bad-key", PIB_GUEST_ERROR_WQE_BAD_KEY, 0x4528feb0, PIB_CMD_STATUS_OK, 0, PIB_WC_SUCCESS, "a send WQE whose L_Key does not cover its buffer (it completes with `LOC_PROT_ERR`)"};
-inline constexpr Condition kWqeFastReg{"wqe-fast-reg", PIB_GUEST_ERROR_WQE_FAST_REG, 0x240bfe2e, PIB_CMD_STATUS_OK, 0, PIB_WC_SUCCESS, "a REG_MR WQE its region cannot take: not a free fast-registration region of the QP's PD, pages that do not fit it, a bad page list (it completes with `LOC_PROT_ERR`)"};
-inline constexpr Condition kWqeInvalidate{"wqe-invalidate", PIB_GUEST_ERROR_WQE_INVALIDATE, 0x5ae1843a, PIB_CMD_STATUS_OK, 0, PIB_WC_SUCCESS, "a LOCAL_INV WQE whose key is not a valid fast-registration region of the QP's PD or a type 2 window bound through that QP (it completes with `LOC_PROT_ERR`)"};
-inline constexpr Condition kWqeBindMw{"wqe-bind-mw", PIB_GUEST_ERROR_WQE_BIND_MW, 0x5ea125b6, PIB_CMD_STATUS_OK, 0, PIB_WC_SUCCESS, "a BIND_MW WQE the window or region cannot take: keys, PDs, access or range IBA 10.6.7.2 does not allow (it completes with `MW_BIND_ERR`)"};
-inline constexpr Condition kCqOverrun{"cq-overrun", PIB_GUEST_ERROR_CQ_OVERRUN, 0xc3a7483c, PIB_CMD_STATUS_OK, 0, PIB_WC_SUCCESS, "a CQ is full (CQ error event): completions are lost"};
-inline constexpr Condition kCqDma{"cq-dma", PIB_GUEST_ERROR_CQ_DMA, 0x0c704513, PIB_CMD_STATUS_OK, 0, PIB_WC_SUCCESS, "a CQ ring the device cannot write"};
-inline constexpr Condition kDmaReentry{"dma-reentry", PIB_GUEST_ERROR_DMA_REENTRY, 0x48350c70, PIB_CMD_STATUS_OK, 0, PIB_WC_SUCCESS, "a call into the device while it runs, as DMA into its own BARs would make (refused)"};
-inline constexpr Condition kDeviceFatal{"device-fatal", PIB_GUEST_ERROR_COUNT, 0xb8bf1e22, PIB_CMD_STATUS_BAD_STATE, 0, PIB_WC_SUCCESS, "the device had a fatal error: it runs no command until reset"};
-inline constexpr Condition kHostInjected{"host-injected", PIB_GUEST_ERROR_COUNT, 0x2e3032c7, PIB_CMD_STATUS_OK, 0, PIB_WC_SUCCESS, "a failure the host injected (docs/prm.md §10)"};
-inline constexpr Condition kXrcSrqChanged{"xrc-srq-changed", PIB_GUEST_ERROR_COUNT, 0x0ee82d60, PIB_CMD_STATUS_OK, aeth::kInvalidRequest, PIB_WC_REM_INV_REQ_ERR, "an XRC message names another XRC SRQ midway"};
-inline constexpr Condition kXrcSrqForeign{"xrc-srq-foreign", PIB_GUEST_ERROR_COUNT, 0x69e9feba, PIB_CMD_STATUS_OK, aeth::kRemoteAccess, PIB_WC_REM_ACCESS_ERR, "the XRCETH names no XRC SRQ of the QP's XRC domain"};
-inline constexpr Condition kRequestOutOfSequence{"request-out-of-sequence", PIB_GUEST_ERROR_COUNT, 0x632b32e8, PIB_CMD_STATUS_OK, aeth::kInvalidRequest, PIB_WC_REM_INV_REQ_ERR, "opcode out of sequence or bad length"};
-inline constexpr Condition kTooManyReads{"too-many-reads", PIB_GUEST_ERROR_COUNT, 0x7af5cb49, PIB_CMD_STATUS_OK, aeth::kInvalidRequest, PIB_WC_REM_INV_REQ_ERR, "more READ and atomic requests than max_dest_rd_atomic"};
-inline constexpr Condition kSendTooLong{"send-too-long", PIB_GUEST_ERROR_COUNT, 0x9e6fb238, PIB_CMD_STATUS_OK, aeth::kInvalidRequest, PIB_WC_LOC_LEN_ERR, "the message is longer than the receive WQE"};
-inline constexpr Condition kReceiveWqeUnusable{"receive-wqe-unusable", PIB_GUEST_ERROR_COUNT, 0x249a973a, PIB_CMD_STATUS_OK, aeth::kRemoteOperational, PIB_WC_SUCCESS, "the receive WQE cannot take the data (its L_Key, its memory, the WQE itself): it completes with that local error"};
-inline constexpr Condition kWriteLength{"write-length", PIB_GUEST_ERROR_COUNT, 0x8b2a31d7, PIB_CMD_STATUS_OK, aeth::kInvalidRequest, PIB_WC_REM_INV_REQ_ERR, "RDMA WRITE longer or shorter than its RETH says"};
-inline constexpr Condition kWriteRkey{"write-rkey", PIB_GUEST_ERROR_COUNT, 0x2b463d9c, PIB_CMD_STATUS_OK, aeth::kRemoteAccess, PIB_WC_REM_ACCESS_ERR, "RDMA WRITE outside what the R_Key allows"};
-inline constexpr Condition kWriteRkeyGone{"write-rkey-gone", PIB_GUEST_ERROR_COUNT, 0xc87f6a87, PIB_CMD_STATUS_OK, aeth::kRemoteAccess, PIB_WC_REM_ACCESS_ERR, "RDMA WRITE to a region the R_Key no longer allows"};
-inline constexpr Condition kWriteDma{"write-dma", PIB_GUEST_ERROR_COUNT, 0xb491c2b8, PIB_CMD_STATUS_OK, aeth::kRemoteOperational, PIB_WC_REM_OP_ERR, "RDMA WRITE to guest memory the device cannot reach"};
-inline constexpr Condition kInvalidate{"invalidate", PIB_GUEST_ERROR_COUNT, 0x7de9f0c7, PIB_CMD_STATUS_OK, aeth::kInvalidRequest, PIB_WC_REM_INV_REQ_ERR, "a SEND with invalidate whose R_Key cannot be invalidated"};
-inline constexpr Condition kReadRkey{"read-rkey", PIB_GUEST_ERROR_COUNT, 0x9345aa26, PIB_CMD_STATUS_OK, aeth::kRemoteAccess, PIB_WC_REM_ACCESS_ERR, "RDMA READ outside what the R_Key allows"};
-inline constexpr Condition kReadRkeyGone{"read-rkey-gone", PIB_GUEST_ERROR_COUNT, 0x9cc539c6, PIB_CMD_STATUS_OK, aeth::kRemoteAccess, PIB_WC_REM_ACCESS_ERR, "RDMA READ of a region the R_Key no longer allows"};
-inline constexpr Condition kReadDma{"read-dma", PIB_GUEST_ERROR_COUNT, 0x0aa3778f, PIB_CMD_STATUS_OK, aeth::kRemoteOperational, PIB_WC_REM_OP_ERR, "RDMA READ of guest memory the device cannot reach"};
-inline constexpr Condition kAtomicUnaligned{"atomic-unaligned", PIB_GUEST_ERROR_COUNT, 0xad27fddf, PIB_CMD_STATUS_OK, aeth::kInvalidRequest, PIB_WC_REM_INV_REQ_ERR, "atomic on an address not 8-byte aligned"};
-inline constexpr Condition kAtomicRkey{"atomic-rkey", PIB_GUEST_ERROR_COUNT, 0xd0b3a332, PIB_CMD_STATUS_OK, aeth::kRemoteAccess, PIB_WC_REM_ACCESS_ERR, "atomic outside what the R_Key allows"};
-inline constexpr Condition kAtomicDma{"atomic-dma", PIB_GUEST_ERROR_COUNT, 0x954309e7, PIB_CMD_STATUS_OK, aeth::kRemoteOperational, PIB_WC_REM_OP_ERR, "atomic on guest memory the device cannot reach"};
+inline constexpr Condition kBarBadWidth{"bar-bad-width", PIB_GUEST_ERROR_BAR_BAD_WIDTH, 0x2ee6af89, PIB_CMD_STATUS_OK, 0, PIB_WC_SUCCESS, 0, "access width not 1, 2, 4 or 8 bytes"};
+inline constexpr Condition kBarUnknown{"bar-unknown", PIB_GUEST_ERROR_BAR_UNKNOWN, 0xd1761536, PIB_CMD_STATUS_OK, 0, PIB_WC_SUCCESS, 0, "access to a BAR the device does not decode"};
+inline constexpr Condition kRegsOutOfRange{"regs-out-of-range", PIB_GUEST_ERROR_REGS_OUT_OF_RANGE, 0xd78935de, PIB_CMD_STATUS_OK, 0, PIB_WC_SUCCESS, 0, "BAR0 access beyond 4 KiB"};
+inline constexpr Condition kRegsBadSize{"regs-bad-size", PIB_GUEST_ERROR_REGS_BAD_SIZE, 0xb1bdf199, PIB_CMD_STATUS_OK, 0, PIB_WC_SUCCESS, 0, "BAR0 access that is not 32 bits wide"};
+inline constexpr Condition kRegsUnaligned{"regs-unaligned", PIB_GUEST_ERROR_REGS_UNALIGNED, 0x47a2e41b, PIB_CMD_STATUS_OK, 0, PIB_WC_SUCCESS, 0, "BAR0 access not aligned to 4 bytes"};
+inline constexpr Condition kRegsBadOffset{"regs-bad-offset", PIB_GUEST_ERROR_REGS_BAD_OFFSET, 0x90221888, PIB_CMD_STATUS_OK, 0, PIB_WC_SUCCESS, 0, "BAR0 offset where no register is defined"};
+inline constexpr Condition kRegsReadOnly{"regs-read-only", PIB_GUEST_ERROR_REGS_READ_ONLY, 0x48f9161f, PIB_CMD_STATUS_OK, 0, PIB_WC_SUCCESS, 0, "write to a read-only register"};
+inline constexpr Condition kRegsWriteOnly{"regs-write-only", PIB_GUEST_ERROR_REGS_WRITE_ONLY, 0xa19d6746, PIB_CMD_STATUS_OK, 0, PIB_WC_SUCCESS, 0, "read of an EQ doorbell"};
+inline constexpr Condition kRegsBadReset{"regs-bad-reset", PIB_GUEST_ERROR_REGS_BAD_RESET, 0x746f613e, PIB_CMD_STATUS_OK, 0, PIB_WC_SUCCESS, 0, "`RESET` written with a value other than the magic"};
+inline constexpr Condition kCmdBadOpcode{"cmd-bad-opcode", PIB_GUEST_ERROR_CMD_BAD_OPCODE, 0x3c64f9c1, PIB_CMD_STATUS_BAD_OPCODE, 0, PIB_WC_SUCCESS, 0, "a command opcode the device does not know"};
+inline constexpr Condition kCmdNotInitialized{"cmd-not-initialized", PIB_GUEST_ERROR_CMD_NOT_INITIALIZED, 0x61c9252b, PIB_CMD_STATUS_BAD_STATE, 0, PIB_WC_SUCCESS, 0, "a command other than discovery and `INIT_HCA` before `INIT_HCA`"};
+inline constexpr Condition kCmdBadState{"cmd-bad-state", PIB_GUEST_ERROR_CMD_BAD_STATE, 0x9fb0a2d1, PIB_CMD_STATUS_BAD_STATE, 0, PIB_WC_SUCCESS, 0, "a command the device or its object is in the wrong state for"};
+inline constexpr Condition kCmdBadParam{"cmd-bad-param", PIB_GUEST_ERROR_CMD_BAD_PARAM, 0x98d90ca3, PIB_CMD_STATUS_BAD_PARAM, 0, PIB_WC_SUCCESS, 0, "a command field out of its range"};
+inline constexpr Condition kCmdBadIndex{"cmd-bad-index", PIB_GUEST_ERROR_CMD_BAD_INDEX, 0xbc50172b, PIB_CMD_STATUS_BAD_INDEX, 0, PIB_WC_SUCCESS, 0, "a command naming an object that does not exist"};
+inline constexpr Condition kCmdBadRing{"cmd-bad-ring", PIB_GUEST_ERROR_CMD_BAD_RING, 0xaf480e52, PIB_CMD_STATUS_BAD_PARAM, 0, PIB_WC_SUCCESS, 0, "a ring whose pages do not match its size, or lie outside its MTT range"};
+inline constexpr Condition kCmdNoResources{"cmd-no-resources", PIB_GUEST_ERROR_CMD_NO_RESOURCES, 0x92a2c4fe, PIB_CMD_STATUS_NO_RESOURCES, 0, PIB_WC_SUCCESS, 0, "a command that needs an object beyond a limit in `pib_dev_cap`"};
+inline constexpr Condition kCmdBusy{"cmd-busy", PIB_GUEST_ERROR_CMD_BUSY, 0x95cd8573, PIB_CMD_STATUS_BUSY, 0, PIB_WC_SUCCESS, 0, "destroying an object another still uses"};
+inline constexpr Condition kCmdDma{"cmd-dma", PIB_GUEST_ERROR_CMD_DMA, 0x088a1434, PIB_CMD_STATUS_DMA_ERROR, 0, PIB_WC_SUCCESS, 0, "a mailbox the device cannot read or write"};
+inline constexpr Condition kCmdBadTransition{"cmd-bad-transition", PIB_GUEST_ERROR_CMD_BAD_TRANSITION, 0x5ea3b125, PIB_CMD_STATUS_BAD_TRANSITION, 0, PIB_WC_SUCCESS, 0, "a QP state change IBA does not allow"};
+inline constexpr Condition kCmdBadMask{"cmd-bad-mask", PIB_GUEST_ERROR_CMD_BAD_MASK, 0x5ffb3814, PIB_CMD_STATUS_BAD_MASK, 0, PIB_WC_SUCCESS, 0, "a QP attribute mask wrong for its transition"};
+inline constexpr Condition kCmdBadPort{"cmd-bad-port", PIB_GUEST_ERROR_CMD_BAD_PORT, 0x6305a6e8, PIB_CMD_STATUS_BAD_INDEX, 0, PIB_WC_SUCCESS, 0, "a command naming a port the device does not have"};
+inline constexpr Condition kCmdNoAsyncEq{"cmd-no-async-eq", PIB_GUEST_ERROR_CMD_NO_ASYNC_EQ, 0x4bf39246, PIB_CMD_STATUS_BAD_STATE, 0, PIB_WC_SUCCESS, 0, "a command asking for a completion event with no async EQ"};
+inline constexpr Condition kEqDbBadIndex{"eq-db-bad-index", PIB_GUEST_ERROR_EQ_DB_BAD_INDEX, 0x505996dc, PIB_CMD_STATUS_OK, 0, PIB_WC_SUCCESS, 0, "an EQ doorbell for no EQ"};
+inline constexpr Condition kEqDbBadCi{"eq-db-bad-ci", PIB_GUEST_ERROR_EQ_DB_BAD_CI, 0x6c0153c5, PIB_CMD_STATUS_OK, 0, PIB_WC_SUCCESS, 0, "an EQ consumer index outside the produced range"};
+inline constexpr Condition kEqOverrun{"eq-overrun", PIB_GUEST_ERROR_EQ_OVERRUN, 0xceb9387b, PIB_CMD_STATUS_OK, 0, PIB_WC_SUCCESS, 0, "an EQ is full: events are lost"};
+inline constexpr Condition kEqDma{"eq-dma", PIB_GUEST_ERROR_EQ_DMA, 0xda29a60e, PIB_CMD_STATUS_OK, 0, PIB_WC_SUCCESS, 0, "an EQ ring the device cannot write"};
+inline constexpr Condition kDoorbellOutOfRange{"doorbell-out-of-range", PIB_GUEST_ERROR_DOORBELL_OUT_OF_RANGE, 0x6005a966, PIB_CMD_STATUS_OK, 0, PIB_WC_SUCCESS, 0, "a BAR2 access beyond the doorbell pages"};
+inline constexpr Condition kDoorbellBadSize{"doorbell-bad-size", PIB_GUEST_ERROR_DOORBELL_BAD_SIZE, 0x9c54d6b7, PIB_CMD_STATUS_OK, 0, PIB_WC_SUCCESS, 0, "a BAR2 access that is not 64 bits wide"};
+inline constexpr Condition kDoorbellUnallocated{"doorbell-unallocated", PIB_GUEST_ERROR_DOORBELL_UNALLOCATED, 0xf9a25c27, PIB_CMD_STATUS_OK, 0, PIB_WC_SUCCESS, 0, "a doorbell on a page no context owns"};
+inline constexpr Condition kDoorbellBadObject{"doorbell-bad-object", PIB_GUEST_ERROR_DOORBELL_BAD_OBJECT, 0xcf88e81a, PIB_CMD_STATUS_OK, 0, PIB_WC_SUCCESS, 0, "a doorbell for an object that does not exist or belongs to another page"};
+inline constexpr Condition kDoorbellBadIndex{"doorbell-bad-index", PIB_GUEST_ERROR_DOORBELL_BAD_INDEX, 0x787a5d9a, PIB_CMD_STATUS_OK, 0, PIB_WC_SUCCESS, 0, "a producer index behind the last or more than a ring ahead"};
+inline constexpr Condition kDoorbellBadArm{"doorbell-bad-arm", PIB_GUEST_ERROR_DOORBELL_BAD_ARM, 0x67fd57c4, PIB_CMD_STATUS_OK, 0, PIB_WC_SUCCESS, 0, "a CQ arm doorbell with an unknown arm type"};
+inline constexpr Condition kDoorbellBadOffset{"doorbell-bad-offset", PIB_GUEST_ERROR_DOORBELL_BAD_OFFSET, 0x3e2f8926, PIB_CMD_STATUS_OK, 0, PIB_WC_SUCCESS, 0, "a doorbell at an offset where none is defined"};
+inline constexpr Condition kWqeDma{"wqe-dma", PIB_GUEST_ERROR_WQE_DMA, 0xd26f47b9, PIB_CMD_STATUS_OK, 0, PIB_WC_SUCCESS, 0, "a WQE or its inline data the device cannot read (it completes in error)"};
+inline constexpr Condition kWqeBad{"wqe-bad", PIB_GUEST_ERROR_WQE_BAD, 0x0a3d8088, PIB_CMD_STATUS_OK, 0, PIB_WC_SUCCESS, 0, "a malformed send or receive WQE: an opcode its QP type does not have, segments that do not fit its slot, inline data beyond `max_inline_data` (it completes in error)"};
+inline constexpr Condition kWqeBadKey{"wqe-bad-key", PIB_GUEST_ERROR_WQE_BAD_KEY, 0x4528feb0, PIB_CMD_STATUS_OK, 0, PIB_WC_SUCCESS, 0, "a send WQE whose L_Key does not cover its buffer (it completes with `LOC_PROT_ERR`)"};
+inline constexpr Condition kWqeFastReg{"wqe-fast-reg", PIB_GUEST_ERROR_WQE_FAST_REG, 0x240bfe2e, PIB_CMD_STATUS_OK, 0, PIB_WC_SUCCESS, 0, "a REG_MR WQE its region cannot take: not a free fast-registration region of the QP's PD, pages that do not fit it, a bad page list (it completes with `LOC_PROT_ERR`)"};
+inline constexpr Condition kWqeInvalidate{"wqe-invalidate", PIB_GUEST_ERROR_WQE_INVALIDATE, 0x5ae1843a, PIB_CMD_STATUS_OK, 0, PIB_WC_SUCCESS, 0, "a LOCAL_INV WQE whose key is not a valid fast-registration region of the QP's PD or a type 2 window bound through that QP (it completes with `LOC_PROT_ERR`)"};
+inline constexpr Condition kWqeBindMw{"wqe-bind-mw", PIB_GUEST_ERROR_WQE_BIND_MW, 0x5ea125b6, PIB_CMD_STATUS_OK, 0, PIB_WC_SUCCESS, 0, "a BIND_MW WQE the window or region cannot take: keys, PDs, access or range IBA 10.6.7.2 does not allow (it completes with `MW_BIND_ERR`)"};
+inline constexpr Condition kCqOverrun{"cq-overrun", PIB_GUEST_ERROR_CQ_OVERRUN, 0xc3a7483c, PIB_CMD_STATUS_OK, 0, PIB_WC_SUCCESS, 0, "a CQ is full (CQ error event): completions are lost"};
+inline constexpr Condition kCqDma{"cq-dma", PIB_GUEST_ERROR_CQ_DMA, 0x0c704513, PIB_CMD_STATUS_OK, 0, PIB_WC_SUCCESS, 0, "a CQ ring the device cannot write"};
+inline constexpr Condition kDmaReentry{"dma-reentry", PIB_GUEST_ERROR_DMA_REENTRY, 0x48350c70, PIB_CMD_STATUS_OK, 0, PIB_WC_SUCCESS, 0, "a call into the device while it runs, as DMA into its own BARs would make (refused)"};
+inline constexpr Condition kMlx5IsegBadAccess{"mlx5-iseg-bad-access", PIB_GUEST_ERROR_MLX5_ISEG_BAD_ACCESS, 0x63e37445, PIB_CMD_STATUS_OK, 0, PIB_WC_SUCCESS, 0, "an initialization segment access that is not 32 bits wide and aligned, or outside its fields"};
+inline constexpr Condition kMlx5IsegReadOnly{"mlx5-iseg-read-only", PIB_GUEST_ERROR_MLX5_ISEG_READ_ONLY, 0x568d1f34, PIB_CMD_STATUS_OK, 0, PIB_WC_SUCCESS, 0, "a write to a read-only field of the initialization segment"};
+inline constexpr Condition kMlx5UarUnallocated{"mlx5-uar-unallocated", PIB_GUEST_ERROR_MLX5_UAR_UNALLOCATED, 0x0dfcac07, PIB_CMD_STATUS_OK, 0, PIB_WC_SUCCESS, 0, "an access to a UAR page no ALLOC_UAR gave out"};
+inline constexpr Condition kMlx5CmdqNoQueue{"mlx5-cmdq-no-queue", PIB_GUEST_ERROR_MLX5_CMDQ_NO_QUEUE, 0x89c369ab, PIB_CMD_STATUS_OK, 0, PIB_WC_SUCCESS, 0, "a command doorbell before the command queue's address was written"};
+inline constexpr Condition kMlx5CmdqNotOwned{"mlx5-cmdq-not-owned", PIB_GUEST_ERROR_MLX5_CMDQ_NOT_OWNED, 0xd462cb8b, PIB_CMD_STATUS_OK, 0, PIB_WC_SUCCESS, 0, "a command doorbell for a slot the driver has not handed to the device (ownership bit clear): ignored"};
+inline constexpr Condition kMlx5CmdqDma{"mlx5-cmdq-dma", PIB_GUEST_ERROR_MLX5_CMDQ_DMA, 0xc6c41c60, PIB_CMD_STATUS_OK, 0, PIB_WC_SUCCESS, 0, "a command slot or mailbox the device cannot read or write"};
+inline constexpr Condition kMlx5CmdqBadLayout{"mlx5-cmdq-bad-layout", PIB_GUEST_ERROR_MLX5_CMDQ_BAD_LAYOUT, 0xab25b190, PIB_CMD_STATUS_OK, 0, PIB_WC_SUCCESS, 0, "a command slot of another transport type, or a mailbox chain out of order or misaligned (a delivery status)"};
+inline constexpr Condition kMlx5CmdqBadLength{"mlx5-cmdq-bad-length", PIB_GUEST_ERROR_MLX5_CMDQ_BAD_LENGTH, 0x906244c0, PIB_CMD_STATUS_OK, 0, PIB_WC_SUCCESS, 0, "a command whose input or output is longer than the device takes, or than its mailboxes (a delivery status)"};
+inline constexpr Condition kMlx5CmdBadOpcode{"mlx5-cmd-bad-opcode", PIB_GUEST_ERROR_MLX5_CMD_BAD_OPCODE, 0xed6ca7ba, PIB_CMD_STATUS_OK, 0, PIB_WC_SUCCESS, mlx5::status::kBadOpcode, "a command opcode the device does not execute"};
+inline constexpr Condition kMlx5CmdBadParam{"mlx5-cmd-bad-param", PIB_GUEST_ERROR_MLX5_CMD_BAD_PARAM, 0x2be08607, PIB_CMD_STATUS_OK, 0, PIB_WC_SUCCESS, mlx5::status::kBadParam, "a command field out of its range"};
+inline constexpr Condition kMlx5CmdBadState{"mlx5-cmd-bad-state", PIB_GUEST_ERROR_MLX5_CMD_BAD_STATE, 0x2c892875, PIB_CMD_STATUS_OK, 0, PIB_WC_SUCCESS, mlx5::status::kBadSystemState, "a command the function's state does not allow (before ENABLE_HCA, INIT_HCA)"};
+inline constexpr Condition kMlx5CmdShortInput{"mlx5-cmd-short-input", PIB_GUEST_ERROR_MLX5_CMD_SHORT_INPUT, 0x452596cf, PIB_CMD_STATUS_OK, 0, PIB_WC_SUCCESS, mlx5::status::kBadInputLength, "a command input shorter than its structure"};
+inline constexpr Condition kMlx5CmdShortOutput{"mlx5-cmd-short-output", PIB_GUEST_ERROR_MLX5_CMD_SHORT_OUTPUT, 0xdf2f816c, PIB_CMD_STATUS_OK, 0, PIB_WC_SUCCESS, mlx5::status::kBadOutputLength, "a command output shorter than its structure"};
+inline constexpr Condition kMlx5PagesBad{"mlx5-pages-bad", PIB_GUEST_ERROR_MLX5_PAGES_BAD, 0xd487ff43, PIB_CMD_STATUS_OK, 0, PIB_WC_SUCCESS, mlx5::status::kBadParam, "MANAGE_PAGES with a page that is not 4 KiB-aligned guest RAM, is given twice, or is more than the device asked for"};
+inline constexpr Condition kDeviceFatal{"device-fatal", PIB_GUEST_ERROR_COUNT, 0xb8bf1e22, PIB_CMD_STATUS_BAD_STATE, 0, PIB_WC_SUCCESS, mlx5::status::kInternal, "the device had a fatal error: it runs no command until reset"};
+inline constexpr Condition kHostInjected{"host-injected", PIB_GUEST_ERROR_COUNT, 0x2e3032c7, PIB_CMD_STATUS_OK, 0, PIB_WC_SUCCESS, 0, "a failure the host injected (docs/prm.md §10)"};
+inline constexpr Condition kXrcSrqChanged{"xrc-srq-changed", PIB_GUEST_ERROR_COUNT, 0x0ee82d60, PIB_CMD_STATUS_OK, aeth::kInvalidRequest, PIB_WC_REM_INV_REQ_ERR, 0, "an XRC message names another XRC SRQ midway"};
+inline constexpr Condition kXrcSrqForeign{"xrc-srq-foreign", PIB_GUEST_ERROR_COUNT, 0x69e9feba, PIB_CMD_STATUS_OK, aeth::kRemoteAccess, PIB_WC_REM_ACCESS_ERR, 0, "the XRCETH names no XRC SRQ of the QP's XRC domain"};
+inline constexpr Condition kRequestOutOfSequence{"request-out-of-sequence", PIB_GUEST_ERROR_COUNT, 0x632b32e8, PIB_CMD_STATUS_OK, aeth::kInvalidRequest, PIB_WC_REM_INV_REQ_ERR, 0, "opcode out of sequence or bad length"};
+inline constexpr Condition kTooManyReads{"too-many-reads", PIB_GUEST_ERROR_COUNT, 0x7af5cb49, PIB_CMD_STATUS_OK, aeth::kInvalidRequest, PIB_WC_REM_INV_REQ_ERR, 0, "more READ and atomic requests than max_dest_rd_atomic"};
+inline constexpr Condition kSendTooLong{"send-too-long", PIB_GUEST_ERROR_COUNT, 0x9e6fb238, PIB_CMD_STATUS_OK, aeth::kInvalidRequest, PIB_WC_LOC_LEN_ERR, 0, "the message is longer than the receive WQE"};
+inline constexpr Condition kReceiveWqeUnusable{"receive-wqe-unusable", PIB_GUEST_ERROR_COUNT, 0x249a973a, PIB_CMD_STATUS_OK, aeth::kRemoteOperational, PIB_WC_SUCCESS, 0, "the receive WQE cannot take the data (its L_Key, its memory, the WQE itself): it completes with that local error"};
+inline constexpr Condition kWriteLength{"write-length", PIB_GUEST_ERROR_COUNT, 0x8b2a31d7, PIB_CMD_STATUS_OK, aeth::kInvalidRequest, PIB_WC_REM_INV_REQ_ERR, 0, "RDMA WRITE longer or shorter than its RETH says"};
+inline constexpr Condition kWriteRkey{"write-rkey", PIB_GUEST_ERROR_COUNT, 0x2b463d9c, PIB_CMD_STATUS_OK, aeth::kRemoteAccess, PIB_WC_REM_ACCESS_ERR, 0, "RDMA WRITE outside what the R_Key allows"};
+inline constexpr Condition kWriteRkeyGone{"write-rkey-gone", PIB_GUEST_ERROR_COUNT, 0xc87f6a87, PIB_CMD_STATUS_OK, aeth::kRemoteAccess, PIB_WC_REM_ACCESS_ERR, 0, "RDMA WRITE to a region the R_Key no longer allows"};
+inline constexpr Condition kWriteDma{"write-dma", PIB_GUEST_ERROR_COUNT, 0xb491c2b8, PIB_CMD_STATUS_OK, aeth::kRemoteOperational, PIB_WC_REM_OP_ERR, 0, "RDMA WRITE to guest memory the device cannot reach"};
+inline constexpr Condition kInvalidate{"invalidate", PIB_GUEST_ERROR_COUNT, 0x7de9f0c7, PIB_CMD_STATUS_OK, aeth::kInvalidRequest, PIB_WC_REM_INV_REQ_ERR, 0, "a SEND with invalidate whose R_Key cannot be invalidated"};
+inline constexpr Condition kReadRkey{"read-rkey", PIB_GUEST_ERROR_COUNT, 0x9345aa26, PIB_CMD_STATUS_OK, aeth::kRemoteAccess, PIB_WC_REM_ACCESS_ERR, 0, "RDMA READ outside what the R_Key allows"};
+inline constexpr Condition kReadRkeyGone{"read-rkey-gone", PIB_GUEST_ERROR_COUNT, 0x9cc539c6, PIB_CMD_STATUS_OK, aeth::kRemoteAccess, PIB_WC_REM_ACCESS_ERR, 0, "RDMA READ of a region the R_Key no longer allows"};
+inline constexpr Condition kReadDma{"read-dma", PIB_GUEST_ERROR_COUNT, 0x0aa3778f, PIB_CMD_STATUS_OK, aeth::kRemoteOperational, PIB_WC_REM_OP_ERR, 0, "RDMA READ of guest memory the device cannot reach"};
+inline constexpr Condition kAtomicUnaligned{"atomic-unaligned", PIB_GUEST_ERROR_COUNT, 0xad27fddf, PIB_CMD_STATUS_OK, aeth::kInvalidRequest, PIB_WC_REM_INV_REQ_ERR, 0, "atomic on an address not 8-byte aligned"};
+inline constexpr Condition kAtomicRkey{"atomic-rkey", PIB_GUEST_ERROR_COUNT, 0xd0b3a332, PIB_CMD_STATUS_OK, aeth::kRemoteAccess, PIB_WC_REM_ACCESS_ERR, 0, "atomic outside what the R_Key allows"};
+inline constexpr Condition kAtomicDma{"atomic-dma", PIB_GUEST_ERROR_COUNT, 0x954309e7, PIB_CMD_STATUS_OK, aeth::kRemoteOperational, PIB_WC_REM_OP_ERR, 0, "atomic on guest memory the device cannot reach"};
 // clang-format on
 
 } // namespace pib::err

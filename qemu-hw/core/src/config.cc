@@ -15,6 +15,8 @@ const char *configError(const pib_core_config &config) {
         return "MSI-X vector count out of range";
     if (config.num_ports < PIB_MIN_PORTS || config.num_ports > PIB_MAX_PORTS)
         return "port count out of range";
+    if (config.personality != PIB_PERSONALITY_PIB && config.personality != PIB_PERSONALITY_MLX5)
+        return "unknown personality";
     return nullptr;
 }
 

@@ -7,6 +7,8 @@
 #include <type_traits>
 
 #include "limits.hh"
+#include "mlx5_front_end.hh"
+#include "pib_front_end.hh"
 #include "pib_hw.h"
 
 namespace pib {
@@ -22,9 +24,7 @@ Device::Device(const pib_core_config &config, const pib_host_ops &ops, void *opa
       agents_(config_, host_, ports_, events_, dataPath_),
       commands_(config_, host_, objects_, ports_, agents_, dataPath_, injections_,
                 [this] { retrainLinks(); }),
-      registers_(config_, host_, commands_, events_,
-                 [this] { reset("guest wrote the reset register"); }),
-      doorbells_(config_.doorbell_pages, host_, dataPath_) {
+      front_(makeFrontEnd()) {
     commands_.reset();
     for (uint32_t port = 1; port <= config_.num_ports; ++port)
         links_.push_back(
@@ -39,6 +39,13 @@ Device::Device(const pib_core_config &config, const pib_host_ops &ops, void *opa
                 first = due;
         return first;
     });
+}
+
+std::unique_ptr<FrontEnd> Device::makeFrontEnd() {
+    if (config_.personality == PIB_PERSONALITY_MLX5)
+        return std::make_unique<mlx5::Mlx5FrontEnd>(config_, host_);
+    return std::make_unique<PibFrontEnd>(config_, host_, commands_, events_, dataPath_,
+                                         [this] { reset("guest wrote the reset register"); });
 }
 
 template <class Work> auto Device::event(Work &&work) {
@@ -108,7 +115,7 @@ void Device::fatal(const char *reason) {
     if (fatal_)
         return;
     fatal_ = true;
-    registers_.setFatal();
+    front_->setFatal();
     trace::fatal(host_, reason);
     // The event is the device's last act; if its state is what broke,
     // STATUS.FATAL alone tells the driver.
@@ -121,7 +128,7 @@ void Device::fatal(const char *reason) {
 void Device::reset(const char *reason) {
     fatal_ = false;
     injections_.clear(); // as after power-on
-    registers_.reset();
+    front_->reset();
     commands_.reset(); // the links train again (retrainLinks)
     trace::device_reset(host_, reason);
 }
@@ -234,14 +241,7 @@ bool Device::stopOrResume(const Injection &in, std::string *answer) {
 }
 
 uint64_t Device::barSize(int bar) const {
-    switch (bar) {
-    case PIB_BAR_REGS:
-        return PIB_REGS_SIZE;
-    case PIB_BAR_DOORBELL:
-        return doorbells_.size();
-    default:
-        return 0;
-    }
+    return front_->barSize(bar);
 }
 
 static bool validWidth(unsigned size) {
@@ -253,36 +253,16 @@ uint64_t Device::barRead(int bar, uint64_t offset, unsigned size) {
         host_.guestError(err::kBarBadWidth, "read of %u bytes from BAR%d", size, bar);
         return 0;
     }
-    switch (bar) {
-    case PIB_BAR_REGS:
-        return registers_.read(offset, size);
-    case PIB_BAR_DOORBELL:
-        return doorbells_.read(offset, size);
-    default:
-        host_.guestError(err::kBarUnknown, "read from BAR%d, which the device does not decode",
-                         bar);
-        return 0;
-    }
+    return front_->barRead(bar, offset, size);
 }
 
+// Commands and doorbells may start work: the write is one event.
 void Device::barWrite(int bar, uint64_t offset, uint64_t value, unsigned size) {
     if (!validWidth(size)) {
         host_.guestError(err::kBarBadWidth, "write of %u bytes to BAR%d", size, bar);
         return;
     }
-    switch (bar) {
-    case PIB_BAR_REGS:
-        event([&] { registers_.write(offset, value, size); }); // commands may start sends
-        return;
-    case PIB_BAR_DOORBELL:
-        if (fatal_)
-            return;
-        event([&] { doorbells_.write(offset, value, size); });
-        return;
-    default:
-        host_.guestError(err::kBarUnknown, "write to BAR%d, which the device does not decode", bar);
-        return;
-    }
+    event([&] { front_->barWrite(bar, offset, value, size); });
 }
 
 } // namespace pib

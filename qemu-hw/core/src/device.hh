@@ -10,8 +10,8 @@
 
 #include "commands.hh"
 #include "data_path.hh"
-#include "doorbell_pages.hh"
 #include "event_writer.hh"
+#include "front_end.hh"
 #include "host.hh"
 #include "injection.hh"
 #include "inspect.hh"
@@ -21,7 +21,6 @@
 #include "pib_core.h"
 #include "port_agents.hh"
 #include "ports.hh"
-#include "register_file.hh"
 #include "scheduler.hh"
 #include "wqe_reader.hh"
 
@@ -82,13 +81,14 @@ class Device {
     Scheduler scheduler_;
     PortAgents agents_;
     CommandProcessor commands_;
-    RegisterFile registers_;
-    DoorbellPages doorbells_;
+    // The personality the driver talks to (config_.personality).
+    std::unique_ptr<FrontEnd> front_;
     std::vector<std::unique_ptr<Link>> links_; // index: port - 1
     bool fatal_ = false;
     Inspector inspector_{
         {config_, objects_, ports_, links_, commands_, injections_, outstanding_, fatal_}};
 
+    std::unique_ptr<FrontEnd> makeFrontEnd();
     void retrainLinks();
     bool raiseEvent(const Injection &injection, std::string *answer);
     bool stopOrResume(const Injection &injection, std::string *answer);

@@ -209,6 +209,14 @@ inline void mr_invalidated(const Host &host, unsigned qpn, unsigned key, const c
                    {Host::eventArg(qpn), Host::eventArg(key), Host::eventArg(by)});
 }
 
+inline void mlx5_command(const Host &host, unsigned slot, const char *name, unsigned opcode,
+                         unsigned op_mod, unsigned status, unsigned syndrome) {
+    if (host.eventEnabled(PIB_EVENT_MLX5_COMMAND))
+        host.event(PIB_EVENT_MLX5_COMMAND,
+                   {Host::eventArg(slot), Host::eventArg(name), Host::eventArg(opcode),
+                    Host::eventArg(op_mod), Host::eventArg(status), Host::eventArg(syndrome)});
+}
+
 inline void mw_bound(const Host &host, unsigned qpn, unsigned rkey, unsigned mr_key, uint64_t addr,
                      uint64_t length, unsigned access) {
     if (host.eventEnabled(PIB_EVENT_MW_BOUND))

@@ -1,0 +1,29 @@
+// SPDX-License-Identifier: GPL-2.0-or-later
+// A personality: the part of the device its driver talks to. It decodes
+// the BARs (registers, commands, doorbells) and turns what the driver
+// asks for into the shared core's objects and work; transports, ports,
+// memory protection and the fabric are the core's, whichever front end
+// drives them (docs/architecture.md).
+#pragma once
+
+#include <cstdint>
+
+namespace pib {
+
+class FrontEnd {
+  public:
+    virtual ~FrontEnd() = default;
+
+    // The size of BAR `bar` (0: the personality does not have it).
+    virtual uint64_t barSize(int bar) const = 0;
+    // An access of 1, 2, 4 or 8 bytes (the device checked the width).
+    virtual uint64_t barRead(int bar, uint64_t offset, unsigned size) = 0;
+    virtual void barWrite(int bar, uint64_t offset, uint64_t value, unsigned size) = 0;
+    // Power-on state: registers as after reset, no command in progress.
+    virtual void reset() = 0;
+    // The core had an internal error: say so the way this personality's
+    // driver looks for it, and take no more work until reset().
+    virtual void setFatal() = 0;
+};
+
+} // namespace pib

@@ -1,0 +1,263 @@
+// SPDX-License-Identifier: GPL-2.0-or-later
+#include "mlx5_commands.hh"
+
+#include <algorithm>
+#include <cstdarg>
+#include <cstring>
+#include <vector>
+
+#include "mlx5_ifc.hh"
+#include "trace.hh"
+
+namespace pib::mlx5 {
+
+namespace {
+
+// Fields of the commands' inputs and outputs (mlx5_ifc.h).
+constexpr Field kFunctionId = field(0x50, 16);         // enable/disable_hca, query/manage_pages
+constexpr Field kEmbeddedCpuFunction = field(0x40, 1); // the same
+constexpr Field kQueryPagesNumPages = field(0x60, 32);
+constexpr Field kManagePagesInEntries = field(0x60, 32);
+constexpr Field kManagePagesOutEntries = field(0x40, 32);
+constexpr uint32_t kManagePagesArray = 0x10;       // the 64-bit page addresses, in and out
+constexpr Field kCurrentIssi = field(0x50, 16);    // query_issi_out, set_issi_in
+constexpr Field kSupportedIssi = field(0x360, 32); // query_issi_out dword 0
+constexpr Field kRegisterId = field(0x50, 16);     // access_register_in
+constexpr Field kAdapterIeeeVendorId = field(0x148, 24);
+constexpr Field kAdapterVsdVendorId = field(0x170, 16);
+constexpr uint32_t kAdapterPsid = 0x100; // vsd_contd_psid, 16 bytes
+constexpr Field kTeardownState = field(0x7f, 1);
+
+constexpr uint16_t kIssi = 0; // the only one: supported_issi bit 0
+constexpr uint16_t kRegHostEndianness = 0x7004;
+constexpr uint16_t kAccessRegWrite = 0, kAccessRegRead = 1;
+constexpr uint16_t kManagePagesFail = 0, kManagePagesGive = 1, kManagePagesTake = 2;
+constexpr uint32_t kMellanoxOui = 0x0002c9;
+constexpr uint32_t kMellanoxVendorId = 0x15b3;
+constexpr char kPsid[] = "PIB0000000001"; // board_id, as ibstat shows it
+
+} // namespace
+
+// clang-format off
+const std::array<Commands::Spec, 22> Commands::kTable = {{
+    {0x100, "QUERY_HCA_CAP", 0x10, 0x10 + HcaCaps::kPageBytes, State::kEnabled, &Commands::queryHcaCap},
+    {0x101, "QUERY_ADAPTER", 0x10, 0x110, State::kEnabled, &Commands::queryAdapter},
+    {0x102, "INIT_HCA", 0x10, 0x10, State::kEnabled, &Commands::initHca},
+    {0x103, "TEARDOWN_HCA", 0x10, 0x10, State::kInitialized, &Commands::teardownHca},
+    {0x104, "ENABLE_HCA", 0x10, 0x10, State::kDisabled, &Commands::enableHca},
+    {0x105, "DISABLE_HCA", 0x10, 0x10, State::kEnabled, &Commands::disableHca},
+    {0x107, "QUERY_PAGES", 0x10, 0x10, State::kEnabled, &Commands::queryPages},
+    {0x108, "MANAGE_PAGES", 0x10, 0x10, State::kEnabled, &Commands::managePages},
+    {0x109, "SET_HCA_CAP", 0x10 + HcaCaps::kPageBytes, 0x10, State::kEnabled, &Commands::setHcaCap},
+    {0x10a, "QUERY_ISSI", 0x10, 0x70, State::kEnabled, &Commands::queryIssi},
+    {0x10b, "SET_ISSI", 0x10, 0x10, State::kEnabled, &Commands::setIssi},
+    {0x805, "ACCESS_REG", 0x10, 0x10, State::kEnabled, &Commands::accessRegister},
+    // Known by name, so that a trace names what a driver asked for.
+    {0x10d, "SET_DRIVER_VERSION", 0, 0, State::kInitialized, nullptr},
+    {0x200, "CREATE_MKEY", 0, 0, State::kInitialized, nullptr},
+    {0x203, "QUERY_SPECIAL_CONTEXTS", 0, 0, State::kInitialized, nullptr},
+    {0x301, "CREATE_EQ", 0, 0, State::kInitialized, nullptr},
+    {0x400, "CREATE_CQ", 0, 0, State::kInitialized, nullptr},
+    {0x500, "CREATE_QP", 0, 0, State::kInitialized, nullptr},
+    {0x50d, "MAD_IFC", 0, 0, State::kInitialized, nullptr},
+    {0x762, "QUERY_HCA_VPORT_CONTEXT", 0, 0, State::kInitialized, nullptr},
+    {0x800, "ALLOC_PD", 0, 0, State::kInitialized, nullptr},
+    {0x802, "ALLOC_UAR", 0, 0, State::kInitialized, nullptr},
+}};
+// clang-format on
+
+const Commands::Spec *Commands::find(uint16_t opcode) {
+    const auto it = std::find_if(kTable.begin(), kTable.end(),
+                                 [&](const Spec &s) { return s.opcode == opcode; });
+    return it == kTable.end() ? nullptr : &*it;
+}
+
+const char *Commands::name(uint16_t opcode) {
+    const Spec *spec = find(opcode);
+    return spec ? spec->name : "unknown";
+}
+
+const err::Condition *Commands::fail(const err::Condition &why, const char *fmt, ...) const {
+    va_list args;
+    va_start(args, fmt);
+    host_.vguestError(why, fmt, args);
+    va_end(args);
+    return &why;
+}
+
+void Commands::execute(unsigned slot, std::span<const uint8_t> in, std::span<uint8_t> out) {
+    const uint16_t opcode = static_cast<uint16_t>(get(in, kOpcode));
+    const Request r{in, out, static_cast<uint16_t>(get(in, kOpMod))};
+    const Spec *spec = find(opcode);
+    const err::Condition *why = admit(spec, opcode, r);
+    if (!why)
+        why = (this->*spec->handler)(r);
+    std::span<uint8_t> header = out.first(std::min<size_t>(out.size(), kHeaderBytes));
+    if (why) {
+        std::fill(out.begin(), out.end(), 0); // a failed command answers nothing else
+        set(header, kStatus, why->mlx5Status);
+        set(header, kSyndrome, why->syndrome);
+    }
+    trace::mlx5_command(host_, slot, name(opcode), opcode, r.opMod,
+                        why ? why->mlx5Status : status::kOk, why ? why->syndrome : 0);
+}
+
+// The checks every command passes before its handler runs.
+const err::Condition *Commands::admit(const Spec *spec, uint16_t opcode, const Request &r) const {
+    if (fatal_)
+        return &err::kDeviceFatal;
+    if (!spec || !spec->handler)
+        return fail(err::kMlx5CmdBadOpcode, "opcode 0x%04x (%s)", opcode, name(opcode));
+    if (state_ < spec->needs)
+        return fail(err::kMlx5CmdBadState, "%s before %s", spec->name,
+                    state_ == State::kDisabled ? "ENABLE_HCA" : "INIT_HCA");
+    if (r.in.size() < spec->inBytes)
+        return fail(err::kMlx5CmdShortInput, "%s: %zu bytes of input, %u needed", spec->name,
+                    r.in.size(), spec->inBytes);
+    if (r.out.size() < spec->outBytes)
+        return fail(err::kMlx5CmdShortOutput, "%s: %zu bytes of output, %u needed", spec->name,
+                    r.out.size(), spec->outBytes);
+    return nullptr;
+}
+
+void Commands::reset() {
+    state_ = State::kDisabled;
+    fatal_ = false;
+    caps_.reset();
+    pages_.reset();
+    hostEndianness_.fill(0);
+}
+
+// ---- The function's life ------------------------------------------------
+
+const err::Condition *Commands::enableHca(const Request &r) {
+    if (get(r.in, kFunctionId) != 0 || get(r.in, kEmbeddedCpuFunction))
+        return fail(err::kMlx5CmdBadParam, "ENABLE_HCA of function %u: this is function 0",
+                    static_cast<unsigned>(get(r.in, kFunctionId)));
+    if (state_ == State::kDisabled)
+        state_ = State::kEnabled;
+    return nullptr;
+}
+
+const err::Condition *Commands::disableHca(const Request &r) {
+    if (get(r.in, kFunctionId) != 0 || get(r.in, kEmbeddedCpuFunction))
+        return fail(err::kMlx5CmdBadParam, "DISABLE_HCA of function %u: this is function 0",
+                    static_cast<unsigned>(get(r.in, kFunctionId)));
+    if (state_ == State::kInitialized)
+        return fail(err::kMlx5CmdBadState, "DISABLE_HCA before TEARDOWN_HCA");
+    state_ = State::kDisabled;
+    return nullptr;
+}
+
+const err::Condition *Commands::initHca(const Request &) {
+    if (state_ == State::kInitialized)
+        return fail(err::kMlx5CmdBadState, "INIT_HCA twice");
+    state_ = State::kInitialized;
+    return nullptr;
+}
+
+// Graceful or forced, the function is back to where INIT_HCA found it.
+const err::Condition *Commands::teardownHca(const Request &r) {
+    state_ = State::kEnabled;
+    set(r.out, kTeardownState, 0); // a forced teardown is done
+    return nullptr;
+}
+
+const err::Condition *Commands::queryIssi(const Request &r) {
+    set(r.out, kCurrentIssi, kIssi);
+    set(r.out, kSupportedIssi, 1u << kIssi);
+    return nullptr;
+}
+
+const err::Condition *Commands::setIssi(const Request &r) {
+    if (get(r.in, kCurrentIssi) != kIssi)
+        return fail(err::kMlx5CmdBadParam, "SET_ISSI %u: the device supports ISSI %u only",
+                    static_cast<unsigned>(get(r.in, kCurrentIssi)), kIssi);
+    return nullptr;
+}
+
+// ---- Capabilities and identity -----------------------------------------
+
+const err::Condition *Commands::queryHcaCap(const Request &r) {
+    const uint16_t type = r.opMod >> 1;
+    const HcaCaps::Page *page = caps_.page(type, r.opMod & 1);
+    if (!page)
+        return fail(err::kMlx5CmdBadParam, "QUERY_HCA_CAP of capability type 0x%x", type);
+    std::copy(page->begin(), page->end(), r.out.begin() + kHeaderBytes);
+    return nullptr;
+}
+
+const err::Condition *Commands::setHcaCap(const Request &r) {
+    if (state_ == State::kInitialized)
+        return fail(err::kMlx5CmdBadState, "SET_HCA_CAP after INIT_HCA");
+    return caps_.apply(host_, r.opMod >> 1, r.in.subspan(kHeaderBytes, HcaCaps::kPageBytes));
+}
+
+const err::Condition *Commands::queryAdapter(const Request &r) {
+    set(r.out, kAdapterIeeeVendorId, kMellanoxOui);
+    set(r.out, kAdapterVsdVendorId, kMellanoxVendorId);
+    std::memcpy(r.out.data() + kAdapterPsid, kPsid, sizeof(kPsid) - 1);
+    return nullptr;
+}
+
+const err::Condition *Commands::accessRegister(const Request &r) {
+    const uint16_t id = static_cast<uint16_t>(get(r.in, kRegisterId));
+    if (id != kRegHostEndianness)
+        return fail(err::kMlx5CmdBadParam, "ACCESS_REG of register 0x%04x", id);
+    const size_t bytes = hostEndianness_.size();
+    if (r.opMod != kAccessRegWrite && r.opMod != kAccessRegRead)
+        return fail(err::kMlx5CmdBadParam, "ACCESS_REG op_mod %u", r.opMod);
+    if (r.in.size() < kHeaderBytes + bytes || r.out.size() < kHeaderBytes + bytes)
+        return fail(r.in.size() < kHeaderBytes + bytes ? err::kMlx5CmdShortInput
+                                                       : err::kMlx5CmdShortOutput,
+                    "ACCESS_REG of HOST_ENDIANNESS: its %zu bytes do not fit", bytes);
+    if (r.opMod == kAccessRegWrite)
+        std::copy_n(r.in.begin() + kHeaderBytes, bytes, hostEndianness_.begin());
+    std::copy_n(hostEndianness_.begin(), bytes, r.out.begin() + kHeaderBytes);
+    return nullptr;
+}
+
+// ---- Pages --------------------------------------------------------------
+
+const err::Condition *Commands::queryPages(const Request &r) {
+    if (r.opMod < 1 || r.opMod > 3)
+        return fail(err::kMlx5CmdBadParam, "QUERY_PAGES op_mod %u", r.opMod);
+    if (get(r.in, kFunctionId) != 0 || get(r.in, kEmbeddedCpuFunction))
+        return fail(err::kMlx5CmdBadParam, "QUERY_PAGES of function %u: this is function 0",
+                    static_cast<unsigned>(get(r.in, kFunctionId)));
+    set(r.out, kQueryPagesNumPages, pages_.wanted(static_cast<FunctionPages::Stage>(r.opMod)));
+    return nullptr;
+}
+
+const err::Condition *Commands::managePages(const Request &r) {
+    if (get(r.in, kFunctionId) != 0 || get(r.in, kEmbeddedCpuFunction))
+        return fail(err::kMlx5CmdBadParam, "MANAGE_PAGES of function %u: this is function 0",
+                    static_cast<unsigned>(get(r.in, kFunctionId)));
+    const uint64_t count = get(r.in, kManagePagesInEntries);
+    switch (r.opMod) {
+    case kManagePagesFail: // the driver had no pages for the device
+        return nullptr;
+    case kManagePagesGive: {
+        if (count > (r.in.size() - kManagePagesArray) / 8)
+            return fail(err::kMlx5CmdShortInput, "MANAGE_PAGES: %llu pages in %zu bytes",
+                        static_cast<unsigned long long>(count), r.in.size());
+        std::vector<uint64_t> pages(count);
+        for (size_t i = 0; i < count; ++i)
+            pages[i] = readBe64(r.in.data() + kManagePagesArray + 8 * i);
+        return pages_.give(pages);
+    }
+    case kManagePagesTake: {
+        const size_t room = (r.out.size() - kManagePagesArray) / 8;
+        const std::vector<uint64_t> back =
+            pages_.take(static_cast<uint32_t>(std::min<uint64_t>({count, room, UINT32_MAX})));
+        for (size_t i = 0; i < back.size(); ++i)
+            writeBe64(r.out.data() + kManagePagesArray + 8 * i, back[i]);
+        set(r.out, kManagePagesOutEntries, back.size());
+        return nullptr;
+    }
+    default:
+        return fail(err::kMlx5CmdBadParam, "MANAGE_PAGES op_mod %u", r.opMod);
+    }
+}
+
+} // namespace pib::mlx5

@@ -1,0 +1,80 @@
+// SPDX-License-Identifier: GPL-2.0-or-later
+// The ConnectX commands this device executes (docs/mlx5.md §4): a table
+// of opcodes, each with its name, the input and output it needs, the
+// function state it runs in and its handler. A handler checks its input
+// and either answers or names the condition that refuses it; the table
+// turns that into the status and syndrome of the output.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <span>
+
+#include "host.hh"
+#include "mlx5_hca_caps.hh"
+#include "mlx5_pages.hh"
+#include "pib_core.h"
+
+namespace pib::mlx5 {
+
+class Commands {
+  public:
+    Commands(const pib_core_config &config, const Host &host)
+        : host_(host), caps_(config.num_ports), pages_(host) {}
+
+    // Runs the command whose input is `in`; its output (status and
+    // syndrome included) goes to `out`.
+    void execute(unsigned slot, std::span<const uint8_t> in, std::span<uint8_t> out);
+    void reset();
+    // Refuses every command until reset().
+    void setFatal() { fatal_ = true; }
+    // The name of `opcode` ("unknown" for one the table does not have).
+    static const char *name(uint16_t opcode);
+
+  private:
+    // The function's life: ENABLE_HCA, INIT_HCA, TEARDOWN_HCA, DISABLE_HCA.
+    enum class State : uint8_t { kDisabled, kEnabled, kInitialized };
+    // What a handler is given.
+    struct Request {
+        std::span<const uint8_t> in;
+        std::span<uint8_t> out;
+        uint16_t opMod;
+    };
+    using Handler = const err::Condition *(Commands::*)(const Request &);
+    struct Spec {
+        uint16_t opcode;
+        const char *name;
+        uint32_t inBytes;  // at least this much input, header included
+        uint32_t outBytes; // and output
+        State needs;       // the least state it runs in
+        Handler handler;   // nullptr: known by name, not executed
+    };
+    static const Spec *find(uint16_t opcode);
+    static const std::array<Spec, 22> kTable;
+
+    [[gnu::format(printf, 3, 4)]] const err::Condition *fail(const err::Condition &why,
+                                                             const char *fmt, ...) const;
+    const err::Condition *admit(const Spec *spec, uint16_t opcode, const Request &r) const;
+
+    const err::Condition *queryHcaCap(const Request &r);
+    const err::Condition *setHcaCap(const Request &r);
+    const err::Condition *queryAdapter(const Request &r);
+    const err::Condition *initHca(const Request &r);
+    const err::Condition *teardownHca(const Request &r);
+    const err::Condition *enableHca(const Request &r);
+    const err::Condition *disableHca(const Request &r);
+    const err::Condition *queryPages(const Request &r);
+    const err::Condition *managePages(const Request &r);
+    const err::Condition *queryIssi(const Request &r);
+    const err::Condition *setIssi(const Request &r);
+    const err::Condition *accessRegister(const Request &r);
+
+    const Host &host_;
+    HcaCaps caps_;
+    FunctionPages pages_;
+    State state_ = State::kDisabled;
+    bool fatal_ = false;
+    std::array<uint8_t, 16> hostEndianness_{}; // the HOST_ENDIANNESS register
+};
+
+} // namespace pib::mlx5

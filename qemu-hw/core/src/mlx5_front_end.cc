@@ -1,0 +1,107 @@
+// SPDX-License-Identifier: GPL-2.0-or-later
+#include "mlx5_front_end.hh"
+
+#include <bit>
+
+#include "mlx5_ifc.hh"
+#include "pib_hw.h"
+
+namespace pib::mlx5 {
+
+Mlx5FrontEnd::Mlx5FrontEnd(const pib_core_config &config, const Host &host)
+    : host_(host),
+      bar0Size_(std::bit_ceil(uint64_t{kFirstUar + config.doorbell_pages} * kPageBytes)),
+      iseg_(host), commands_(config, host),
+      queue_(host, [this](unsigned slot, std::span<const uint8_t> in, std::span<uint8_t> out) {
+          commands_.execute(slot, in, out);
+      }) {}
+
+// BAR0 only: the MSI-X table is the host's (PIB_BAR_MSIX).
+uint64_t Mlx5FrontEnd::barSize(int bar) const {
+    return bar == PIB_BAR_REGS ? bar0Size_ : 0;
+}
+
+uint64_t Mlx5FrontEnd::barRead(int bar, uint64_t offset, unsigned size) {
+    if (bar != PIB_BAR_REGS || offset > bar0Size_ - size) {
+        host_.guestError(err::kBarUnknown,
+                         "read of BAR%d offset 0x%llx, which the device does "
+                         "not decode",
+                         bar, static_cast<unsigned long long>(offset));
+        return 0;
+    }
+    if (offset < kFirstUar * kPageBytes)
+        return readInitSegment(offset, size);
+    host_.guestError(err::kMlx5UarUnallocated, "read of UAR page %llu",
+                     static_cast<unsigned long long>(offset / kPageBytes));
+    return 0;
+}
+
+void Mlx5FrontEnd::barWrite(int bar, uint64_t offset, uint64_t value, unsigned size) {
+    if (bar != PIB_BAR_REGS || offset > bar0Size_ - size) {
+        host_.guestError(err::kBarUnknown,
+                         "write to BAR%d offset 0x%llx, which the device does "
+                         "not decode",
+                         bar, static_cast<unsigned long long>(offset));
+        return;
+    }
+    if (offset < kFirstUar * kPageBytes) {
+        writeInitSegment(offset, value, size);
+        return;
+    }
+    host_.guestError(err::kMlx5UarUnallocated, "write to UAR page %llu",
+                     static_cast<unsigned long long>(offset / kPageBytes));
+}
+
+// The segment's fields are big-endian: the driver reads them with
+// ioread32be and the health buffer's bytes one at a time. A read of any
+// width returns the bytes at its offset, as memory would.
+uint64_t Mlx5FrontEnd::readInitSegment(uint64_t offset, unsigned size) {
+    if (offset + size > iseg::kSize) {
+        host_.guestError(err::kMlx5IsegBadAccess,
+                         "read of %u bytes at 0x%llx, beyond the "
+                         "initialization segment",
+                         size, static_cast<unsigned long long>(offset));
+        return 0;
+    }
+    uint64_t value = 0;
+    for (unsigned i = 0; i < size; ++i) {
+        const uint64_t at = offset + i;
+        const uint32_t dword = iseg_.readDword(static_cast<uint32_t>(at & ~uint64_t{3}));
+        const uint8_t byte = static_cast<uint8_t>(dword >> (8 * (3 - at % 4)));
+        value |= uint64_t{byte} << (8 * i);
+    }
+    return value;
+}
+
+void Mlx5FrontEnd::writeInitSegment(uint64_t offset, uint64_t value, unsigned size) {
+    if (size != 4 || offset % 4 || offset + size > iseg::kSize) {
+        host_.guestError(err::kMlx5IsegBadAccess, "write of %u bytes at 0x%llx", size,
+                         static_cast<unsigned long long>(offset));
+        return;
+    }
+    // The bytes as the driver stored them, a big-endian dword.
+    const uint32_t dword = __builtin_bswap32(static_cast<uint32_t>(value));
+    if (const uint32_t slots = iseg_.writeDword(static_cast<uint32_t>(offset), dword))
+        ringCommands(slots);
+}
+
+void Mlx5FrontEnd::ringCommands(uint32_t slots) {
+    if (!iseg_.commandQueue()) {
+        host_.guestError(err::kMlx5CmdqNoQueue, "doorbell 0x%08x before cmdq_addr was written",
+                         slots);
+        return;
+    }
+    queue_.ring(iseg_.commandQueue(), slots);
+}
+
+void Mlx5FrontEnd::reset() {
+    iseg_.reset();
+    commands_.reset();
+}
+
+void Mlx5FrontEnd::setFatal() {
+    iseg_.setFatal();
+    commands_.setFatal();
+}
+
+} // namespace pib::mlx5

@@ -1,0 +1,42 @@
+// SPDX-License-Identifier: GPL-2.0-or-later
+// The ConnectX personality (docs/mlx5.md): BAR0 holds the initialization
+// segment and, from page 3, the UAR pages; commands go through the
+// command queue in guest memory.
+#pragma once
+
+#include "front_end.hh"
+#include "host.hh"
+#include "mlx5_command_queue.hh"
+#include "mlx5_commands.hh"
+#include "mlx5_init_segment.hh"
+#include "pib_core.h"
+
+namespace pib::mlx5 {
+
+class Mlx5FrontEnd final : public FrontEnd {
+  public:
+    // The first UAR page: the initialization segment covers pages 0 to 2.
+    static constexpr uint32_t kFirstUar = 3;
+    static constexpr uint32_t kPageBytes = 4096;
+
+    Mlx5FrontEnd(const pib_core_config &config, const Host &host);
+
+    uint64_t barSize(int bar) const override;
+    uint64_t barRead(int bar, uint64_t offset, unsigned size) override;
+    void barWrite(int bar, uint64_t offset, uint64_t value, unsigned size) override;
+    void reset() override;
+    void setFatal() override;
+
+  private:
+    uint64_t readInitSegment(uint64_t offset, unsigned size);
+    void writeInitSegment(uint64_t offset, uint64_t value, unsigned size);
+    void ringCommands(uint32_t slots);
+
+    const Host &host_;
+    uint64_t bar0Size_;
+    InitSegment iseg_;
+    Commands commands_;
+    CommandQueue queue_;
+};
+
+} // namespace pib::mlx5

@@ -1,0 +1,129 @@
+// SPDX-License-Identifier: GPL-2.0-or-later
+#include "mlx5_hca_caps.hh"
+
+#include <bit>
+
+#include "limits.hh"
+#include "mlx5_ifc.hh"
+
+namespace pib::mlx5 {
+
+namespace {
+
+// cmd_hca_cap fields (mlx5_ifc.h), by bit offset and width.
+namespace cap {
+constexpr Field kLogMaxSrqSize = field(0x080, 8);
+constexpr Field kLogMaxQpSize = field(0x088, 8);
+constexpr Field kLogMaxQp = field(0x09b, 5);
+constexpr Field kLogMaxSrq = field(0x0ab, 5);
+constexpr Field kLogMaxCqSize = field(0x0c8, 8);
+constexpr Field kLogMaxCq = field(0x0db, 5);
+constexpr Field kLogMaxEqSize = field(0x0e0, 8);
+constexpr Field kLogMaxMkey = field(0x0ea, 6);
+constexpr Field kLogMaxEq = field(0x0fc, 4);
+constexpr Field kLogMaxRaReqQp = field(0x14a, 6);
+constexpr Field kLogMaxRaResQp = field(0x15a, 6);
+constexpr Field kGidTableSize = field(0x170, 16);
+constexpr Field kPkeyTableSize = field(0x190, 16);
+constexpr Field kLocalCaAckDelay = field(0x1ab, 5);
+constexpr Field kPortType = field(0x1b6, 2);
+constexpr Field kNumPorts = field(0x1b8, 8);
+constexpr Field kLogMaxMsg = field(0x1c3, 5);
+constexpr Field kUmrModifyEntitySizeDisabled = field(0x207, 1);
+constexpr Field kCmdifChecksum = field(0x210, 2);
+constexpr Field kXrc = field(0x23c, 1);
+constexpr Field kUd = field(0x23d, 1);
+constexpr Field kUc = field(0x23e, 1);
+constexpr Field kRc = field(0x23f, 1);
+constexpr Field kLogPageSize = field(0x258, 8);
+constexpr Field kLogBfRegSize = field(0x26b, 5);
+constexpr Field kMaxWqeSizeSq = field(0x290, 16);
+constexpr Field kMaxWqeSizeRq = field(0x2b0, 16);
+constexpr Field kMaxQpMcg = field(0x2e7, 25);
+constexpr Field kLogMaxMcg = field(0x318, 8);
+constexpr Field kLogMaxPd = field(0x32b, 5);
+constexpr Field kLogMaxXrcd = field(0x33b, 5);
+constexpr Field kLogUarPageSize = field(0x490, 16);
+} // namespace cap
+
+constexpr uint32_t log2(uint32_t n) {
+    return static_cast<uint32_t>(std::bit_width(n) - 1);
+}
+
+constexpr uint32_t kPortTypeIb = 0;
+// pkey_table_size is encoded: 0 means 128 entries (the driver's choice).
+constexpr uint32_t kPkeyTable128 = 0;
+
+} // namespace
+
+void HcaCaps::reset() {
+    max_.fill(0);
+    std::span<uint8_t> m(max_);
+    // Sizes of the objects the core has (limits.hh).
+    mlx5::set(m, cap::kLogMaxQp, log2(limits::kMaxQp));
+    mlx5::set(m, cap::kLogMaxQpSize, limits::kLogMaxQpWr);
+    mlx5::set(m, cap::kLogMaxSrq, log2(limits::kMaxSrq));
+    mlx5::set(m, cap::kLogMaxSrqSize, limits::kLogMaxSrqWr);
+    mlx5::set(m, cap::kLogMaxCq, log2(limits::kMaxCq));
+    mlx5::set(m, cap::kLogMaxCqSize, limits::kLogMaxCqe);
+    mlx5::set(m, cap::kLogMaxEq, log2(limits::kMaxEq));
+    mlx5::set(m, cap::kLogMaxEqSize, limits::kLogMaxEqe);
+    mlx5::set(m, cap::kLogMaxMkey, log2(limits::kMaxMr));
+    mlx5::set(m, cap::kLogMaxPd, log2(limits::kMaxPd));
+    mlx5::set(m, cap::kLogMaxXrcd, log2(limits::kMaxXrcd));
+    mlx5::set(m, cap::kLogMaxRaReqQp, log2(limits::kMaxRdAtom));
+    mlx5::set(m, cap::kLogMaxRaResQp, log2(limits::kMaxRdAtom));
+    mlx5::set(m, cap::kLogMaxMcg, log2(limits::kMaxMcastGroups));
+    mlx5::set(m, cap::kMaxQpMcg, limits::kMaxMcastQpAttach);
+    mlx5::set(m, cap::kLogMaxMsg, log2(limits::kMaxMsgSize));
+    mlx5::set(m, cap::kLocalCaAckDelay, limits::kLocalCaAckDelay);
+    // The tables' sizes an IB driver uses come from the SMA (NodeInfo,
+    // PortInfo); these encodings are the smallest there are.
+    mlx5::set(m, cap::kGidTableSize, 0); // 8 entries
+    mlx5::set(m, cap::kPkeyTableSize, kPkeyTable128);
+    // An InfiniBand function with the core's ports and transports.
+    mlx5::set(m, cap::kPortType, kPortTypeIb);
+    mlx5::set(m, cap::kNumPorts, numPorts_);
+    mlx5::set(m, cap::kRc, 1);
+    mlx5::set(m, cap::kUc, 1);
+    mlx5::set(m, cap::kUd, 1);
+    mlx5::set(m, cap::kXrc, 1);
+    // No UMR: memory keys are made by command (docs/mlx5.md §4.2).
+    mlx5::set(m, cap::kUmrModifyEntitySizeDisabled, 1);
+    mlx5::set(m, cap::kLogPageSize, limits::kMinLogPageSize);
+    mlx5::set(m, cap::kLogBfRegSize, 9); // 512-byte doorbell registers, four per UAR
+    mlx5::set(m, cap::kMaxWqeSizeSq, 1u << limits::kLogMaxWqeStride);
+    mlx5::set(m, cap::kMaxWqeSizeRq, 1u << limits::kLogMaxWqeStride);
+    current_ = max_;
+}
+
+const HcaCaps::Page *HcaCaps::page(uint16_t type, bool current) const {
+    if (type != kGeneral)
+        return nullptr;
+    return current ? &current_ : &max_;
+}
+
+const err::Condition *HcaCaps::apply(const Host &host, uint16_t type,
+                                     std::span<const uint8_t> requested) {
+    if (type != kGeneral) {
+        host.guestError(err::kMlx5CmdBadParam, "SET_HCA_CAP of capability type 0x%x", type);
+        return &err::kMlx5CmdBadParam;
+    }
+    const uint64_t logMaxQp = get(requested, cap::kLogMaxQp);
+    const uint64_t checksum = get(requested, cap::kCmdifChecksum);
+    const uint64_t uarPage = get(requested, cap::kLogUarPageSize);
+    const uint64_t pkeys = get(requested, cap::kPkeyTableSize);
+    const char *bad = logMaxQp > get(max_, cap::kLogMaxQp) ? "log_max_qp beyond the maximum"
+                      : checksum != 0          ? "cmdif_checksum: the device checks no signatures"
+                      : uarPage != 0           ? "log_uar_page_sz: UAR pages are 4 KiB"
+                      : pkeys != kPkeyTable128 ? "pkey_table_size other than 128 entries"
+                                               : nullptr;
+    if (bad) {
+        host.guestError(err::kMlx5CmdBadParam, "SET_HCA_CAP: %s", bad);
+        return &err::kMlx5CmdBadParam;
+    }
+    mlx5::set(current_, cap::kLogMaxQp, logMaxQp);
+    return nullptr;
+}
+
+} // namespace pib::mlx5

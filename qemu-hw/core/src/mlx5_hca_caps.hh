@@ -1,0 +1,40 @@
+// SPDX-License-Identifier: GPL-2.0-or-later
+// The capabilities QUERY_HCA_CAP reports and SET_HCA_CAP adjusts
+// (docs/mlx5.md §4.2): the general page only, with the maximum the core
+// supports and the current values the driver chose. Every other type,
+// each behind a general bit this device leaves 0, is refused.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <span>
+
+#include "host.hh"
+
+namespace pib::mlx5 {
+
+class HcaCaps {
+  public:
+    static constexpr uint32_t kPageBytes = 4096;
+    static constexpr uint16_t kGeneral = 0;
+    using Page = std::array<uint8_t, kPageBytes>;
+
+    HcaCaps(uint32_t numPorts) : numPorts_(numPorts) { reset(); }
+
+    // The page of capability type `type`, the current values or the
+    // maximum; nullptr for a type the device does not have.
+    const Page *page(uint16_t type, bool current) const;
+    // SET_HCA_CAP of the general page: the fields a driver may choose are
+    // taken from `requested`, checked against the maximum. nullptr, or
+    // the condition a field breaks (nothing is changed then).
+    const err::Condition *apply(const Host &host, uint16_t type,
+                                std::span<const uint8_t> requested);
+    void reset();
+
+  private:
+    uint32_t numPorts_;
+    Page max_{};
+    Page current_{};
+};
+
+} // namespace pib::mlx5

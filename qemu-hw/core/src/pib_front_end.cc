@@ -1,0 +1,57 @@
+// SPDX-License-Identifier: GPL-2.0-or-later
+#include "pib_front_end.hh"
+
+#include "pib_hw.h"
+
+namespace pib {
+
+uint64_t PibFrontEnd::barSize(int bar) const {
+    switch (bar) {
+    case PIB_BAR_REGS:
+        return PIB_REGS_SIZE;
+    case PIB_BAR_DOORBELL:
+        return doorbells_.size();
+    default:
+        return 0;
+    }
+}
+
+uint64_t PibFrontEnd::barRead(int bar, uint64_t offset, unsigned size) {
+    switch (bar) {
+    case PIB_BAR_REGS:
+        return registers_.read(offset, size);
+    case PIB_BAR_DOORBELL:
+        return doorbells_.read(offset, size);
+    default:
+        host_.guestError(err::kBarUnknown, "read from BAR%d, which the device does not decode",
+                         bar);
+        return 0;
+    }
+}
+
+void PibFrontEnd::barWrite(int bar, uint64_t offset, uint64_t value, unsigned size) {
+    switch (bar) {
+    case PIB_BAR_REGS:
+        registers_.write(offset, value, size);
+        return;
+    case PIB_BAR_DOORBELL:
+        if (!fatal_)
+            doorbells_.write(offset, value, size);
+        return;
+    default:
+        host_.guestError(err::kBarUnknown, "write to BAR%d, which the device does not decode", bar);
+        return;
+    }
+}
+
+void PibFrontEnd::reset() {
+    fatal_ = false;
+    registers_.reset();
+}
+
+void PibFrontEnd::setFatal() {
+    fatal_ = true;
+    registers_.setFatal();
+}
+
+} // namespace pib

@@ -1,0 +1,38 @@
+// SPDX-License-Identifier: GPL-2.0-or-later
+// The pib-hca personality (docs/prm.md): BAR0's registers and command
+// interface, BAR2's doorbell pages.
+#pragma once
+
+#include <functional>
+
+#include "commands.hh"
+#include "data_path.hh"
+#include "doorbell_pages.hh"
+#include "event_writer.hh"
+#include "front_end.hh"
+#include "host.hh"
+#include "register_file.hh"
+
+namespace pib {
+
+class PibFrontEnd final : public FrontEnd {
+  public:
+    PibFrontEnd(const pib_core_config &config, const Host &host, CommandProcessor &commands,
+                EventWriter &events, DataPath &dataPath, std::function<void()> requestReset)
+        : host_(host), registers_(config, host, commands, events, std::move(requestReset)),
+          doorbells_(config.doorbell_pages, host, dataPath) {}
+
+    uint64_t barSize(int bar) const override;
+    uint64_t barRead(int bar, uint64_t offset, unsigned size) override;
+    void barWrite(int bar, uint64_t offset, uint64_t value, unsigned size) override;
+    void reset() override;
+    void setFatal() override;
+
+  private:
+    const Host &host_;
+    RegisterFile registers_;
+    DoorbellPages doorbells_;
+    bool fatal_ = false; // doorbells do nothing until reset()
+};
+
+} // namespace pib

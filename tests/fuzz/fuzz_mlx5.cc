@@ -1,0 +1,151 @@
+// SPDX-License-Identifier: GPL-2.0-or-later
+// libFuzzer harness of the ConnectX personality's ways in from a hostile
+// driver: initialization segment writes, command slots (well-formed
+// commands of every opcode the device knows, with any input, output
+// length and op_mod; slots and mailbox chains corrupted after they were
+// built), doorbells for any slots, BAR reads, resets and internal errors.
+// The device must survive all of it and keep its promises: a slot it
+// completes is the driver's again, and the pages it holds are the ones it
+// was given.
+#include <fuzzer/FuzzedDataProvider.h>
+
+#include <cstdio>
+#include <cstdlib>
+
+#include "mlx5_hca_caps.hh"
+#include "mlx5_host.hh"
+
+using namespace pib::mlx5;
+
+namespace {
+
+void check(bool ok, const char *what) {
+    if (!ok) {
+        std::fprintf(stderr, "fuzz-mlx5: invariant broken: %s\n", what);
+        std::abort();
+    }
+}
+
+// The opcodes the device executes, and a few it knows only by name.
+constexpr uint16_t kOpcodes[] = {0x100, 0x101, 0x102, 0x103, 0x104, 0x105, 0x107,
+                                 0x108, 0x109, 0x10a, 0x10b, 0x805, 0x800, 0x301};
+constexpr uint32_t kIsegOffsets[] = {iseg::kCmdqAddrHigh, iseg::kCmdqAddrLowSize,
+                                     iseg::kCmdDoorbell,  iseg::kFwRev,
+                                     iseg::kInitializing, iseg::kHealthCounter};
+
+// Pages a driver could give: the harness's few, so that RAM lasts.
+struct Pages {
+    explicit Pages(Mlx5Host &host) {
+        for (auto &page : list)
+            page = host.alloc(4096);
+    }
+    uint64_t pick(FuzzedDataProvider &in) const { return in.PickValueInArray(list); }
+    uint64_t list[12];
+};
+
+// A command's input: its header, then fields the harness fills (page
+// addresses for MANAGE_PAGES are guest pages or anything).
+std::vector<uint8_t> commandInput(FuzzedDataProvider &in, const Pages &pages) {
+    const uint16_t opcode =
+        in.ConsumeBool() ? in.PickValueInArray(kOpcodes) : in.ConsumeIntegral<uint16_t>();
+    const uint16_t opMod = in.ConsumeIntegralInRange<uint16_t>(0, 8);
+    const size_t bytes =
+        in.ConsumeBool() ? 0x10 + HcaCaps::kPageBytes : in.ConsumeIntegralInRange<size_t>(0, 0x200);
+    auto cmd = Mlx5Host::input(opcode, opMod, std::max<size_t>(bytes, 0x10));
+    cmd.resize(bytes);
+    if (opcode == 0x108 && bytes >= 0x10) { // pages: some real, some not
+        const uint32_t n = static_cast<uint32_t>((bytes - 0x10) / 8);
+        set(cmd, field(0x60, 32), in.ConsumeBool() ? n : in.ConsumeIntegral<uint32_t>());
+        for (uint32_t i = 0; i < n; ++i)
+            writeBe64(&cmd[0x10 + 8 * i],
+                      in.ConsumeBool() ? pages.pick(in) : in.ConsumeIntegral<uint64_t>());
+    } else {
+        for (size_t i = 0x10; i + 4 <= bytes && in.remaining_bytes(); i += 4)
+            writeBe32(&cmd[i], in.ConsumeIntegral<uint32_t>());
+    }
+    return cmd;
+}
+
+// The queue where the harness put it, or somewhere a write moved it.
+struct Queue {
+    bool inPlace = true;
+    void write(Mlx5Host &host, uint32_t offset, uint32_t value) {
+        host.isegWrite(offset, value);
+        if (offset == iseg::kCmdqAddrHigh)
+            highInPlace = value == static_cast<uint32_t>(host.queue >> 32);
+        if (offset == iseg::kCmdqAddrLowSize)
+            inPlace = highInPlace && (value & 0xfffff000u) == static_cast<uint32_t>(host.queue);
+    }
+    void restore(Mlx5Host &host) {
+        write(host, iseg::kCmdqAddrHigh, static_cast<uint32_t>(host.queue >> 32));
+        write(host, iseg::kCmdqAddrLowSize, static_cast<uint32_t>(host.queue));
+    }
+    bool highInPlace = true;
+};
+
+void runCommand(FuzzedDataProvider &in, Mlx5Host &host, const Pages &pages, const Queue &queue) {
+    const auto cmd = commandInput(in, pages);
+    const uint32_t outBytes = in.ConsumeBool() ? 0x10 + HcaCaps::kPageBytes
+                                               : in.ConsumeIntegralInRange<uint32_t>(0, 0x400);
+    const unsigned slot = in.ConsumeIntegralInRange<unsigned>(0, cmdq::kSlots - 1);
+    const Mlx5Host::Reply r = host.run(cmd, outBytes, slot);
+    // With the queue where it was put, a rung slot the driver owned is
+    // always handed back.
+    if (queue.inPlace)
+        check(!r.owned(), "a command slot stays the device's after its doorbell");
+}
+
+// Corrupts a byte of the queue page or of RAM near it, then rings.
+void corruptAndRing(FuzzedDataProvider &in, Mlx5Host &host) {
+    const uint64_t at = host.queue + in.ConsumeIntegralInRange<uint64_t>(0, 2 * 4096 - 1);
+    if (host.inRam(at, 1))
+        *host.at(at) = in.ConsumeIntegral<uint8_t>();
+    host.isegWrite(iseg::kCmdDoorbell, in.ConsumeIntegral<uint32_t>());
+}
+
+} // namespace
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
+    FuzzedDataProvider in(data, size);
+    Mlx5Host host;
+    host.reporting = false; // formatting every detail would be most of the work
+    const Pages pages(host);
+    Queue queue;
+    for (int step = 0; step < 64 && in.remaining_bytes(); ++step) {
+        switch (in.ConsumeIntegralInRange<int>(0, 7)) {
+        case 0:
+            queue.write(host, in.PickValueInArray(kIsegOffsets), in.ConsumeIntegral<uint32_t>());
+            break;
+        case 1:
+        case 2:
+        case 3:
+            runCommand(in, host, pages, queue);
+            break;
+        case 4:
+            corruptAndRing(in, host);
+            break;
+        case 5: {
+            const unsigned width = 1u << in.ConsumeIntegralInRange<unsigned>(0, 3);
+            pib_core_bar_read(host.core, in.ConsumeIntegralInRange<int>(0, 5),
+                              in.ConsumeIntegral<uint32_t>() % (256 << 10), width);
+            break;
+        }
+        case 6: // anywhere in BAR0 but the queue's address
+            queue.inPlace = false;
+            pib_core_bar_write(
+                host.core, PIB_BAR_REGS, in.ConsumeIntegral<uint32_t>() % (256 << 10),
+                in.ConsumeIntegral<uint64_t>(), 1u << in.ConsumeIntegralInRange<unsigned>(0, 3));
+            break;
+        default:
+            if (in.ConsumeBool())
+                pib_core_inject_fatal(host.core, "fuzz");
+            else
+                pib_core_reset(host.core);
+            queue.inPlace = false;
+            if (in.ConsumeBool())
+                queue.restore(host);
+            break;
+        }
+    }
+    return 0;
+}
