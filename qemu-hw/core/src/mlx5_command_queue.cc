@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <array>
 #include <cinttypes>
+#include <type_traits>
 
 #include "mlx5_ifc.hh"
 
@@ -53,7 +54,7 @@ bool CommandQueue::runSlot(unsigned slot, uint64_t layoutAddress) {
     std::vector<uint8_t> in(std::max(inLength, cmdq::kInlineBytes));
     std::copy_n(&layout[cmdq::kInInline], cmdq::kInlineBytes, in.begin());
     if (delivery == cmdq::kDeliveryOk &&
-        !gather(inBlocks, std::span(in).subspan(cmdq::kInlineBytes)))
+        !copyData(inBlocks, std::span(in).subspan(cmdq::kInlineBytes)))
         delivery = cmdq::kDeliveryDescriptor;
     if (delivery != cmdq::kDeliveryOk) {
         complete(layoutAddress, delivery);
@@ -64,7 +65,7 @@ bool CommandQueue::runSlot(unsigned slot, uint64_t layoutAddress) {
     execute_(slot, in, out);
     // The first 16 bytes go back in the slot, the rest to the mailboxes.
     if (!host_.dmaWrite(layoutAddress + cmdq::kOutInline, out.data(), cmdq::kInlineBytes) ||
-        !scatter(outBlocks, std::span(out).subspan(cmdq::kInlineBytes, outBeyond)))
+        !copyData(outBlocks, std::span<const uint8_t>(out).subspan(cmdq::kInlineBytes, outBeyond)))
         delivery = cmdq::kDeliveryDescriptor;
     complete(layoutAddress, delivery);
     return true;
@@ -100,24 +101,20 @@ uint8_t CommandQueue::chain(uint64_t first, uint32_t bytes, bool input,
     return cmdq::kDeliveryOk;
 }
 
-bool CommandQueue::gather(std::span<const uint64_t> blocks, std::span<uint8_t> to) {
+// The data areas of `blocks`, 512 bytes each, to or from `bytes`.
+template <class Bytes> bool CommandQueue::copyData(std::span<const uint64_t> blocks, Bytes bytes) {
+    constexpr bool toDevice = !std::is_const_v<typename Bytes::element_type>;
     for (size_t i = 0; i < blocks.size(); ++i) {
-        const auto part = to.subspan(i * cmdq::kBlockData);
+        const auto part = bytes.subspan(i * cmdq::kBlockData);
         const size_t n = std::min<size_t>(part.size(), cmdq::kBlockData);
-        if (!host_.dmaRead(blocks[i], part.data(), n)) {
-            host_.guestError(err::kMlx5CmdqDma, "input mailbox %zu at 0x%" PRIx64, i, blocks[i]);
-            return false;
-        }
-    }
-    return true;
-}
-
-bool CommandQueue::scatter(std::span<const uint64_t> blocks, std::span<const uint8_t> from) {
-    for (size_t i = 0; i < blocks.size(); ++i) {
-        const auto part = from.subspan(i * cmdq::kBlockData);
-        const size_t n = std::min<size_t>(part.size(), cmdq::kBlockData);
-        if (!host_.dmaWrite(blocks[i], part.data(), n)) {
-            host_.guestError(err::kMlx5CmdqDma, "output mailbox %zu at 0x%" PRIx64, i, blocks[i]);
+        bool ok;
+        if constexpr (toDevice)
+            ok = host_.dmaRead(blocks[i], part.data(), n);
+        else
+            ok = host_.dmaWrite(blocks[i], part.data(), n);
+        if (!ok) {
+            host_.guestError(err::kMlx5CmdqDma, "%s mailbox %zu at 0x%" PRIx64,
+                             toDevice ? "input" : "output", i, blocks[i]);
             return false;
         }
     }

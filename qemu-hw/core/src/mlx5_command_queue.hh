@@ -36,8 +36,9 @@ class CommandQueue {
     // The data areas of a mailbox chain for `bytes` bytes beyond the
     // slot's 16, checked; a delivery status when it is unusable.
     uint8_t chain(uint64_t first, uint32_t bytes, bool input, std::vector<uint64_t> *blocks);
-    bool gather(std::span<const uint64_t> blocks, std::span<uint8_t> to);
-    bool scatter(std::span<const uint64_t> blocks, std::span<const uint8_t> from);
+    // Mailbox data into `bytes` (a span of uint8_t) or out of them (of
+    // const uint8_t); false when a block is unreachable.
+    template <class Bytes> bool copyData(std::span<const uint64_t> blocks, Bytes bytes);
     void complete(uint64_t layoutAddress, uint8_t delivery);
 
     const Host &host_;

@@ -130,19 +130,26 @@ void Commands::reset() {
 
 // ---- The function's life ------------------------------------------------
 
+// Commands that name a function: this device is function 0, a PF with no
+// embedded CPU.
+const err::Condition *Commands::notThisFunction(const Request &r, const char *command) const {
+    if (get(r.in, kFunctionId) == 0 && !get(r.in, kEmbeddedCpuFunction))
+        return nullptr;
+    return fail(err::kMlx5CmdBadParam, "%s of function %u: this is function 0", command,
+                static_cast<unsigned>(get(r.in, kFunctionId)));
+}
+
 const err::Condition *Commands::enableHca(const Request &r) {
-    if (get(r.in, kFunctionId) != 0 || get(r.in, kEmbeddedCpuFunction))
-        return fail(err::kMlx5CmdBadParam, "ENABLE_HCA of function %u: this is function 0",
-                    static_cast<unsigned>(get(r.in, kFunctionId)));
+    if (const err::Condition *why = notThisFunction(r, "ENABLE_HCA"))
+        return why;
     if (state_ == State::kDisabled)
         state_ = State::kEnabled;
     return nullptr;
 }
 
 const err::Condition *Commands::disableHca(const Request &r) {
-    if (get(r.in, kFunctionId) != 0 || get(r.in, kEmbeddedCpuFunction))
-        return fail(err::kMlx5CmdBadParam, "DISABLE_HCA of function %u: this is function 0",
-                    static_cast<unsigned>(get(r.in, kFunctionId)));
+    if (const err::Condition *why = notThisFunction(r, "DISABLE_HCA"))
+        return why;
     if (state_ == State::kInitialized)
         return fail(err::kMlx5CmdBadState, "DISABLE_HCA before TEARDOWN_HCA");
     state_ = State::kDisabled;
@@ -222,17 +229,15 @@ const err::Condition *Commands::accessRegister(const Request &r) {
 const err::Condition *Commands::queryPages(const Request &r) {
     if (r.opMod < 1 || r.opMod > 3)
         return fail(err::kMlx5CmdBadParam, "QUERY_PAGES op_mod %u", r.opMod);
-    if (get(r.in, kFunctionId) != 0 || get(r.in, kEmbeddedCpuFunction))
-        return fail(err::kMlx5CmdBadParam, "QUERY_PAGES of function %u: this is function 0",
-                    static_cast<unsigned>(get(r.in, kFunctionId)));
+    if (const err::Condition *why = notThisFunction(r, "QUERY_PAGES"))
+        return why;
     set(r.out, kQueryPagesNumPages, pages_.wanted(static_cast<FunctionPages::Stage>(r.opMod)));
     return nullptr;
 }
 
 const err::Condition *Commands::managePages(const Request &r) {
-    if (get(r.in, kFunctionId) != 0 || get(r.in, kEmbeddedCpuFunction))
-        return fail(err::kMlx5CmdBadParam, "MANAGE_PAGES of function %u: this is function 0",
-                    static_cast<unsigned>(get(r.in, kFunctionId)));
+    if (const err::Condition *why = notThisFunction(r, "MANAGE_PAGES"))
+        return why;
     const uint64_t count = get(r.in, kManagePagesInEntries);
     switch (r.opMod) {
     case kManagePagesFail: // the driver had no pages for the device

@@ -55,6 +55,7 @@ class Commands {
     [[gnu::format(printf, 3, 4)]] const err::Condition *fail(const err::Condition &why,
                                                              const char *fmt, ...) const;
     const err::Condition *admit(const Spec *spec, uint16_t opcode, const Request &r) const;
+    const err::Condition *notThisFunction(const Request &r, const char *command) const;
 
     const err::Condition *queryHcaCap(const Request &r);
     const err::Condition *setHcaCap(const Request &r);

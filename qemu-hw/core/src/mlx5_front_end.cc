@@ -63,10 +63,14 @@ uint64_t Mlx5FrontEnd::readInitSegment(uint64_t offset, unsigned size) {
                          size, static_cast<unsigned long long>(offset));
         return 0;
     }
+    // Each dword the access touches is read once: reading the health
+    // counter moves it.
     uint64_t value = 0;
+    uint32_t dword = 0;
     for (unsigned i = 0; i < size; ++i) {
         const uint64_t at = offset + i;
-        const uint32_t dword = iseg_.readDword(static_cast<uint32_t>(at & ~uint64_t{3}));
+        if (i == 0 || at % 4 == 0)
+            dword = iseg_.readDword(static_cast<uint32_t>(at & ~uint64_t{3}));
         const uint8_t byte = static_cast<uint8_t>(dword >> (8 * (3 - at % 4)));
         value |= uint64_t{byte} << (8 * i);
     }
