@@ -35,7 +35,7 @@ WATCHED = {
              "MemoryKeys::bindWindow", "MemoryKeys::invalidateLocal",
              "MemoryKeys::invalidateRemote"],
     "mlx5": ["mlx5::FunctionPages::give", "mlx5::FunctionPages::take", "mlx5::HcaCaps::apply",
-             "mlx5::CommandQueue::copyData", "mlx5::Commands::accessRegister"],
+             "mlx5::CommandQueue::chain", "mlx5::Commands::accessRegister"],
 }
 
 
