@@ -2,6 +2,7 @@
 
 import argparse
 import os
+import signal
 import sys
 
 from pibctl import paths, ui
@@ -364,10 +365,17 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _interrupt(signum, frame):
+    raise KeyboardInterrupt
+
+
 def main(argv) -> int:
     args = build_parser().parse_args(argv)
     # Every compiler ./pib runs keeps its ccache in the cache too.
     os.environ.setdefault("CCACHE_DIR", str(paths.cache_dir() / "ccache"))
+    # A stopped run (CI's time limit, kill) unwinds like ^C: its fabric goes
+    # down in the finally blocks instead of being left behind.
+    signal.signal(signal.SIGTERM, _interrupt)
     try:
         return args.func(args)
     except ui.StepFailed as e:

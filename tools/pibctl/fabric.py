@@ -518,6 +518,7 @@ def up(vms: int = 2, accel: str = "tcg", memory: int = 2048, cpus: int = 1,
     guest's kernel command line; `own` is a kernel of the user's to boot
     instead of the bundled one."""
     _check_setup()
+    clear_stale()
     existing = load()
     if existing is not None:
         raise ui.StepFailed(
@@ -606,6 +607,22 @@ def restart_vm(fabric: Fabric, name: str, timeout: float = 300) -> None:
     _start_qemu(fabric, vm)
     _wait_ready(fabric, timeout, [vm])
     wait_active(fabric)
+
+
+def clear_stale() -> bool:
+    """Clears the state a fabric left when none of its processes runs any
+    more (a run killed before its fabric down, a host that rebooted), so
+    that it does not stop the next fabric up; returns whether it did. A
+    fabric with any process still running is left alone."""
+    fabric = load()
+    if fabric is None:
+        return False
+    everything = len(fabric.vms) + len(fabric.ib_switch_pids) + 1
+    if len(stopped_processes(fabric)) < everything:
+        return False
+    ui.info(f"clearing the state of a fabric in {fabric.run_dir} none of whose processes runs")
+    down(quiet=True)
+    return True
 
 
 def down(quiet: bool = False) -> None:

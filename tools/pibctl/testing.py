@@ -15,7 +15,7 @@ import traceback
 from pathlib import Path
 
 from pibctl import (checkout_checks, core_build, driver_build, fabric, fuzzing, paths, qemu_build,
-                    setup, sources, topology, ui)
+                    setup, sources, stale_state_checks, topology, ui)
 from pibctl.log_gate import LogGate
 from pibctl.own_kernel import OwnKernel
 
@@ -428,6 +428,15 @@ def check_checkouts(counts: Counts) -> None:
            "checkout's builds alone", checkout_checks.other_content_builds_apart)
 
 
+def check_stale_state(counts: Counts) -> None:
+    """A fabric's state left by a killed run does not stop the next run."""
+    ui.step("A killed run's fabric state")
+    _check(counts, "fabric up clears the state of a fabric none of whose processes runs",
+           stale_state_checks.stale_state_is_cleared)
+    _check(counts, "and leaves the state of a fabric with a running process alone",
+           stale_state_checks.running_fabric_is_kept)
+
+
 def _check(counts: Counts, name: str, step) -> bool:
     """Records `step()` as a check: it passes unless it raises StepFailed."""
     start = time.monotonic()
@@ -467,6 +476,7 @@ def run(pattern: str = "", unit: bool = True, e2e: bool = True, vms: int = 2,
         ui.phase("unit tests and build checks")
         run_unit_tests(counts)
         check_checkouts(counts)
+        check_stale_state(counts)
         check_other_kernels(counts)
         check_newest_qemu(counts)
         ui.phase("fuzzers and qtest")

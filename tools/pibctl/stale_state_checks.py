@@ -1,0 +1,65 @@
+"""A run killed before its fabric down leaves the fabric's state behind
+(CI once found one in a warm cache and could not boot its own fabric).
+These checks make such states in a scratch run directory and see that
+fabric up clears one none of whose processes runs, and leaves one with a
+running process alone."""
+
+import os
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+from pibctl import fabric, ui
+
+
+def _leftover(run_dir: Path, pid: int) -> fabric.Fabric:
+    """The state a killed run leaves: one VM, one IB switch, the
+    management switch, all with `pid`."""
+    left = fabric.Fabric(run_dir=str(run_dir), accel="tcg", mgmt_switch_pid=pid,
+                         ib_switch_pids={"switch1": pid})
+    left.vms.append(fabric.Vm(name="vm1", index=1, dir=str(run_dir / "vm1"), pid=pid))
+    left.save()
+    return left
+
+
+def _in_run_dir(check) -> None:
+    saved = os.environ.get("PIB_RUN_DIR")
+    with tempfile.TemporaryDirectory(prefix="pib-stale-") as scratch:
+        os.environ["PIB_RUN_DIR"] = scratch
+        try:
+            check(Path(scratch).resolve())
+        finally:
+            if saved is None:
+                del os.environ["PIB_RUN_DIR"]
+            else:
+                os.environ["PIB_RUN_DIR"] = saved
+
+
+def _dead_pid() -> int:
+    proc = subprocess.Popen(["true"])
+    proc.wait()
+    return proc.pid
+
+
+def stale_state_is_cleared() -> None:
+    def check(run_dir: Path):
+        _leftover(run_dir, _dead_pid())
+        if not fabric.clear_stale() or fabric.load() is not None:
+            raise ui.StepFailed(f"the state in {run_dir} of a fabric with no process was kept")
+    _in_run_dir(check)
+
+
+def running_fabric_is_kept() -> None:
+    def check(run_dir: Path):
+        # A process of this fabric: its command line names the run directory.
+        proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)",
+                                 str(run_dir)])
+        try:
+            _leftover(run_dir, proc.pid)
+            if fabric.clear_stale() or fabric.load() is None:
+                raise ui.StepFailed(f"the state in {run_dir} of a running fabric was cleared")
+        finally:
+            proc.kill()
+            proc.wait()
+    _in_run_dir(check)
