@@ -79,6 +79,16 @@ static bool pib_hca_event_enabled(unsigned event)
         return trace_event_get_state_backends(TRACE_PIB_HCA_MR_INVALIDATED);
     case PIB_EVENT_MLX5_COMMAND:
         return trace_event_get_state_backends(TRACE_PIB_HCA_MLX5_COMMAND);
+    case PIB_EVENT_MLX5_UAR:
+        return trace_event_get_state_backends(TRACE_PIB_HCA_MLX5_UAR);
+    case PIB_EVENT_MLX5_EQ_CREATE:
+        return trace_event_get_state_backends(TRACE_PIB_HCA_MLX5_EQ_CREATE);
+    case PIB_EVENT_MLX5_EQ_DESTROY:
+        return trace_event_get_state_backends(TRACE_PIB_HCA_MLX5_EQ_DESTROY);
+    case PIB_EVENT_MLX5_EQ_DOORBELL:
+        return trace_event_get_state_backends(TRACE_PIB_HCA_MLX5_EQ_DOORBELL);
+    case PIB_EVENT_MLX5_EQE:
+        return trace_event_get_state_backends(TRACE_PIB_HCA_MLX5_EQE);
     case PIB_EVENT_MW_BOUND:
         return trace_event_get_state_backends(TRACE_PIB_HCA_MW_BOUND);
     case PIB_EVENT_ERR_PORT_DROP:
@@ -238,6 +248,26 @@ static void pib_hca_trace_event(unsigned event, const uint64_t *a)
         trace_pib_hca_mlx5_command(
             (unsigned) a[0], (const char *) (uintptr_t) a[1], (unsigned) a[2],
             (unsigned) a[3], (unsigned) a[4], (unsigned) a[5]);
+        break;
+    case PIB_EVENT_MLX5_UAR:
+        trace_pib_hca_mlx5_uar((const char *) (uintptr_t) a[0],
+                               (unsigned) a[1]);
+        break;
+    case PIB_EVENT_MLX5_EQ_CREATE:
+        trace_pib_hca_mlx5_eq_create((unsigned) a[0], (unsigned) a[1],
+                                     (unsigned) a[2], (unsigned) a[3],
+                                     (uint64_t) a[4]);
+        break;
+    case PIB_EVENT_MLX5_EQ_DESTROY:
+        trace_pib_hca_mlx5_eq_destroy((unsigned) a[0]);
+        break;
+    case PIB_EVENT_MLX5_EQ_DOORBELL:
+        trace_pib_hca_mlx5_eq_doorbell((unsigned) a[0], (unsigned) a[1],
+                                       (unsigned) a[2], (unsigned) a[3]);
+        break;
+    case PIB_EVENT_MLX5_EQE:
+        trace_pib_hca_mlx5_eqe((unsigned) a[0], (unsigned) a[1],
+                               (unsigned) a[2], (unsigned) a[3]);
         break;
     case PIB_EVENT_MW_BOUND:
         trace_pib_hca_mw_bound((unsigned) a[0], (unsigned) a[1],
@@ -422,6 +452,32 @@ static bool pib_hca_guest_error_traced(unsigned error)
     case PIB_GUEST_ERROR_MLX5_CMD_SHORT_OUTPUT:
         return trace_event_get_state_backends(
             TRACE_PIB_HCA_ERR_MLX5_CMD_SHORT_OUTPUT);
+    case PIB_GUEST_ERROR_MLX5_CMD_BAD_RESOURCE:
+        return trace_event_get_state_backends(
+            TRACE_PIB_HCA_ERR_MLX5_CMD_BAD_RESOURCE);
+    case PIB_GUEST_ERROR_MLX5_CMD_NO_RESOURCES:
+        return trace_event_get_state_backends(
+            TRACE_PIB_HCA_ERR_MLX5_CMD_NO_RESOURCES);
+    case PIB_GUEST_ERROR_MLX5_UAR_IN_USE:
+        return trace_event_get_state_backends(
+            TRACE_PIB_HCA_ERR_MLX5_UAR_IN_USE);
+    case PIB_GUEST_ERROR_MLX5_UAR_BAD_DOORBELL:
+        return trace_event_get_state_backends(
+            TRACE_PIB_HCA_ERR_MLX5_UAR_BAD_DOORBELL);
+    case PIB_GUEST_ERROR_MLX5_EQ_BAD_CONTEXT:
+        return trace_event_get_state_backends(
+            TRACE_PIB_HCA_ERR_MLX5_EQ_BAD_CONTEXT);
+    case PIB_GUEST_ERROR_MLX5_EQ_BAD_PAGES:
+        return trace_event_get_state_backends(
+            TRACE_PIB_HCA_ERR_MLX5_EQ_BAD_PAGES);
+    case PIB_GUEST_ERROR_MLX5_EQ_DOORBELL:
+        return trace_event_get_state_backends(
+            TRACE_PIB_HCA_ERR_MLX5_EQ_DOORBELL);
+    case PIB_GUEST_ERROR_MLX5_EQ_OVERRUN:
+        return trace_event_get_state_backends(
+            TRACE_PIB_HCA_ERR_MLX5_EQ_OVERRUN);
+    case PIB_GUEST_ERROR_MLX5_EQ_DMA:
+        return trace_event_get_state_backends(TRACE_PIB_HCA_ERR_MLX5_EQ_DMA);
     case PIB_GUEST_ERROR_MLX5_PAGES_BAD:
         return trace_event_get_state_backends(TRACE_PIB_HCA_ERR_MLX5_PAGES_BAD);
     default:
@@ -596,6 +652,33 @@ static void pib_hca_trace_guest_error(unsigned error, const char *detail)
         break;
     case PIB_GUEST_ERROR_MLX5_CMD_SHORT_OUTPUT:
         trace_pib_hca_err_mlx5_cmd_short_output(detail);
+        break;
+    case PIB_GUEST_ERROR_MLX5_CMD_BAD_RESOURCE:
+        trace_pib_hca_err_mlx5_cmd_bad_resource(detail);
+        break;
+    case PIB_GUEST_ERROR_MLX5_CMD_NO_RESOURCES:
+        trace_pib_hca_err_mlx5_cmd_no_resources(detail);
+        break;
+    case PIB_GUEST_ERROR_MLX5_UAR_IN_USE:
+        trace_pib_hca_err_mlx5_uar_in_use(detail);
+        break;
+    case PIB_GUEST_ERROR_MLX5_UAR_BAD_DOORBELL:
+        trace_pib_hca_err_mlx5_uar_bad_doorbell(detail);
+        break;
+    case PIB_GUEST_ERROR_MLX5_EQ_BAD_CONTEXT:
+        trace_pib_hca_err_mlx5_eq_bad_context(detail);
+        break;
+    case PIB_GUEST_ERROR_MLX5_EQ_BAD_PAGES:
+        trace_pib_hca_err_mlx5_eq_bad_pages(detail);
+        break;
+    case PIB_GUEST_ERROR_MLX5_EQ_DOORBELL:
+        trace_pib_hca_err_mlx5_eq_doorbell(detail);
+        break;
+    case PIB_GUEST_ERROR_MLX5_EQ_OVERRUN:
+        trace_pib_hca_err_mlx5_eq_overrun(detail);
+        break;
+    case PIB_GUEST_ERROR_MLX5_EQ_DMA:
+        trace_pib_hca_err_mlx5_eq_dma(detail);
         break;
     case PIB_GUEST_ERROR_MLX5_PAGES_BAD:
         trace_pib_hca_err_mlx5_pages_bad(detail);

@@ -3,7 +3,8 @@
 // driver: initialization segment writes, command slots (well-formed
 // commands of every opcode the device knows, with any input, output
 // length and op_mod; slots and mailbox chains corrupted after they were
-// built), doorbells for any slots, BAR reads, resets and internal errors.
+// built), doorbells for any slots, EQs made of the harness's pages and
+// their UAR doorbells, BAR reads, resets and internal errors.
 // The device must survive all of it and keep its promises: a slot it
 // completes is the driver's again, and the pages it holds are the ones it
 // was given.
@@ -27,8 +28,8 @@ void check(bool ok, const char *what) {
 }
 
 // The opcodes the device executes, and a few it knows only by name.
-constexpr uint16_t kOpcodes[] = {0x100, 0x101, 0x102, 0x103, 0x104, 0x105, 0x107,
-                                 0x108, 0x109, 0x10a, 0x10b, 0x805, 0x800, 0x301};
+constexpr uint16_t kOpcodes[] = {0x100, 0x101, 0x102, 0x103, 0x104, 0x105, 0x107, 0x108, 0x109,
+                                 0x10a, 0x10b, 0x805, 0x800, 0x301, 0x302, 0x802, 0x803};
 constexpr uint32_t kIsegOffsets[] = {iseg::kCmdqAddrHigh, iseg::kCmdqAddrLowSize,
                                      iseg::kCmdDoorbell,  iseg::kFwRev,
                                      iseg::kInitializing, iseg::kHealthCounter};
@@ -43,6 +44,31 @@ struct Pages {
     uint64_t list[12];
 };
 
+// A CREATE_EQ that may well succeed: up to 2^7 EQEs in the harness's
+// pages (or anywhere), on one of the first UAR pages, a vector that may
+// not exist, any event types.
+std::vector<uint8_t> eqInput(FuzzedDataProvider &in, const Pages &pages) {
+    const uint32_t logSize = in.ConsumeIntegralInRange<uint32_t>(0, 7);
+    const uint32_t count = logSize > 6 ? 2 : 1;
+    auto cmd = Mlx5Host::input(0x301, 0, 0x110 + 8 * count);
+    set(cmd, field(0xe3, 5), logSize);
+    set(cmd, field(0xe8, 24), in.ConsumeIntegralInRange<uint32_t>(2, 5));
+    set(cmd, field(0x134, 12), in.ConsumeIntegralInRange<uint32_t>(0, 9));
+    writeBe64(&cmd[0x58], in.ConsumeBool() ? 1u << 0x0a : in.ConsumeIntegral<uint64_t>());
+    for (uint32_t i = 0; i < count; ++i)
+        writeBe64(&cmd[0x110 + 8 * i],
+                  in.ConsumeBool() ? pages.pick(in) : in.ConsumeIntegral<uint64_t>());
+    return cmd;
+}
+
+// An EQ doorbell on one of the first UAR pages, for one of the first EQs.
+void eqDoorbell(FuzzedDataProvider &in, Mlx5Host &host) {
+    const uint32_t uar = in.ConsumeIntegralInRange<uint32_t>(3, 5);
+    const uint32_t offset = in.ConsumeBool() ? 0x40 : 0x48;
+    const uint32_t eqn = in.ConsumeIntegralInRange<uint32_t>(0, 3);
+    host.uarWrite(uar, offset, eqn << 24 | in.ConsumeIntegralInRange<uint32_t>(0, 300));
+}
+
 // A command's input: its header, then fields the harness fills (page
 // addresses for MANAGE_PAGES are guest pages or anything).
 std::vector<uint8_t> commandInput(FuzzedDataProvider &in, const Pages &pages) {
@@ -53,6 +79,8 @@ std::vector<uint8_t> commandInput(FuzzedDataProvider &in, const Pages &pages) {
         in.ConsumeBool() ? 0x10 + HcaCaps::kPageBytes : in.ConsumeIntegralInRange<size_t>(0, 0x200);
     auto cmd = Mlx5Host::input(opcode, opMod, std::max<size_t>(bytes, 0x10));
     cmd.resize(bytes);
+    if (opcode == 0x301 && in.ConsumeBool())
+        return eqInput(in, pages);
     if (opcode == 0x108 && bytes >= 0x10) { // pages: some real, some not
         const uint32_t n = static_cast<uint32_t>((bytes - 0x10) / 8);
         set(cmd, field(0x60, 32), in.ConsumeBool() ? n : in.ConsumeIntegral<uint32_t>());
@@ -111,8 +139,12 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     host.reporting = false; // formatting every detail would be most of the work
     const Pages pages(host);
     Queue queue;
+    // Most runs start as the driver does, so that what needs an
+    // initialized function is reached.
+    if (in.ConsumeBool() && host.bringUp())
+        host.run(Mlx5Host::input(0x802), 16);
     for (int step = 0; step < 64 && in.remaining_bytes(); ++step) {
-        switch (in.ConsumeIntegralInRange<int>(0, 7)) {
+        switch (in.ConsumeIntegralInRange<int>(0, 8)) {
         case 0:
             queue.write(host, in.PickValueInArray(kIsegOffsets), in.ConsumeIntegral<uint32_t>());
             break;
@@ -136,6 +168,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
                 host.core, PIB_BAR_REGS, in.ConsumeIntegral<uint32_t>() % (256 << 10),
                 in.ConsumeIntegral<uint64_t>(), 1u << in.ConsumeIntegralInRange<unsigned>(0, 3));
             break;
+        case 7:
+            eqDoorbell(in, host);
+            break;
         default:
             if (in.ConsumeBool())
                 pib_core_inject_fatal(host.core, "fuzz");
@@ -147,5 +182,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
             break;
         }
     }
+    for (const unsigned vector : host.interrupts)
+        check(vector < Mlx5Host::mlx5Config().msix_vectors, "an interrupt on a vector not there");
     return 0;
 }

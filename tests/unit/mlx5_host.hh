@@ -4,7 +4,9 @@
 // mailbox chains, the doorbell and the polling of the ownership bit.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
+#include <stdexcept>
 #include <vector>
 
 #include "fake_host.hh"
@@ -102,6 +104,40 @@ class Mlx5Host : public FakeHost {
     // ENABLE_HCA then INIT_HCA; true when both succeed.
     bool bringUp() {
         return run(input(0x104), 16).status() == 0 && run(input(0x102), 16).status() == 0;
+    }
+
+    // UAR page `uar`'s doorbell at `offset`, as the driver writes it
+    // (a big-endian dword).
+    void uarWrite(uint32_t uar, uint32_t offset, uint32_t value) {
+        write32(PIB_BAR_REGS, uint64_t{uar} * 4096 + offset, __builtin_bswap32(value));
+    }
+
+    // ALLOC_UAR's page (the command must succeed).
+    uint32_t allocUar() {
+        const Reply r = run(input(0x802), 16);
+        if (r.status() != 0)
+            throw std::runtime_error("ALLOC_UAR failed");
+        return static_cast<uint32_t>(r.get(pib::mlx5::field(0x48, 24)));
+    }
+
+    // A CREATE_EQ input for 2^logSize EQEs in fresh contiguous 4 KiB
+    // pages (their first at *ring), taking event types `types` (of the
+    // first mask word), signalling `vector`, with its doorbell on `uar`.
+    std::vector<uint8_t> eqInput(uint32_t logSize, uint64_t types, uint32_t vector, uint32_t uar,
+                                 uint64_t *ring) {
+        using namespace pib::mlx5;
+        const uint64_t bytes = uint64_t{64} << logSize;
+        const uint64_t pages = (bytes + 4095) / 4096;
+        *ring = alloc(pages * 4096);
+        std::fill(at(*ring), at(*ring) + pages * 4096, 0x01); // owner 1, as the driver does
+        std::vector<uint8_t> in = input(0x301, 0, 0x110 + 8 * pages);
+        set(in, field(0xe3, 5), logSize);
+        set(in, field(0xe8, 24), uar);
+        set(in, field(0x134, 12), vector);
+        writeBe64(&in[0x58], types);
+        for (uint64_t i = 0; i < pages; ++i)
+            writeBe64(&in[0x110 + 8 * i], *ring + 4096 * i);
+        return in;
     }
 
     uint64_t queue = 0;

@@ -41,17 +41,22 @@ enum pib_event {
     PIB_EVENT_MR_REGISTERED = 33,
     PIB_EVENT_MR_INVALIDATED = 34,
     PIB_EVENT_MLX5_COMMAND = 35,
-    PIB_EVENT_MW_BOUND = 36,
-    PIB_EVENT_ERR_PORT_DROP = 37,
-    PIB_EVENT_ERR_LINK = 38,
-    PIB_EVENT_ERR_MKEY_VIOLATION = 39,
-    PIB_EVENT_ERR_MCAST_DROP = 40,
-    PIB_EVENT_ERR_RC_NO_QP = 41,
-    PIB_EVENT_ERR_RC_WRONG_PEER = 42,
-    PIB_EVENT_ERR_RC_BAD_RESPONSE_PSN = 43,
-    PIB_EVENT_ERR_RC_BAD_RESPONSE_LENGTH = 44,
-    PIB_EVENT_ERR_RC_REQUEST_REFUSED = 45,
-    PIB_EVENT_COUNT = 46
+    PIB_EVENT_MLX5_UAR = 36,
+    PIB_EVENT_MLX5_EQ_CREATE = 37,
+    PIB_EVENT_MLX5_EQ_DESTROY = 38,
+    PIB_EVENT_MLX5_EQ_DOORBELL = 39,
+    PIB_EVENT_MLX5_EQE = 40,
+    PIB_EVENT_MW_BOUND = 41,
+    PIB_EVENT_ERR_PORT_DROP = 42,
+    PIB_EVENT_ERR_LINK = 43,
+    PIB_EVENT_ERR_MKEY_VIOLATION = 44,
+    PIB_EVENT_ERR_MCAST_DROP = 45,
+    PIB_EVENT_ERR_RC_NO_QP = 46,
+    PIB_EVENT_ERR_RC_WRONG_PEER = 47,
+    PIB_EVENT_ERR_RC_BAD_RESPONSE_PSN = 48,
+    PIB_EVENT_ERR_RC_BAD_RESPONSE_LENGTH = 49,
+    PIB_EVENT_ERR_RC_REQUEST_REFUSED = 50,
+    PIB_EVENT_COUNT = 51
 };
 
 /* The guest-error tokens (pib_host_ops.guest_error), as docs/prm.md §9. */
@@ -111,8 +116,17 @@ enum pib_guest_error {
     PIB_GUEST_ERROR_MLX5_CMD_BAD_STATE = 52,
     PIB_GUEST_ERROR_MLX5_CMD_SHORT_INPUT = 53,
     PIB_GUEST_ERROR_MLX5_CMD_SHORT_OUTPUT = 54,
-    PIB_GUEST_ERROR_MLX5_PAGES_BAD = 55,
-    PIB_GUEST_ERROR_COUNT = 56
+    PIB_GUEST_ERROR_MLX5_CMD_BAD_RESOURCE = 55,
+    PIB_GUEST_ERROR_MLX5_CMD_NO_RESOURCES = 56,
+    PIB_GUEST_ERROR_MLX5_UAR_IN_USE = 57,
+    PIB_GUEST_ERROR_MLX5_UAR_BAD_DOORBELL = 58,
+    PIB_GUEST_ERROR_MLX5_EQ_BAD_CONTEXT = 59,
+    PIB_GUEST_ERROR_MLX5_EQ_BAD_PAGES = 60,
+    PIB_GUEST_ERROR_MLX5_EQ_DOORBELL = 61,
+    PIB_GUEST_ERROR_MLX5_EQ_OVERRUN = 62,
+    PIB_GUEST_ERROR_MLX5_EQ_DMA = 63,
+    PIB_GUEST_ERROR_MLX5_PAGES_BAD = 64,
+    PIB_GUEST_ERROR_COUNT = 65
 };
 
 static inline const char *pib_event_name(unsigned event) {
@@ -153,6 +167,11 @@ static inline const char *pib_event_name(unsigned event) {
         "mr_registered",
         "mr_invalidated",
         "mlx5_command",
+        "mlx5_uar",
+        "mlx5_eq_create",
+        "mlx5_eq_destroy",
+        "mlx5_eq_doorbell",
+        "mlx5_eqe",
         "mw_bound",
         "err_port_drop",
         "err_link",
@@ -171,11 +190,11 @@ static inline const char *pib_event_name(unsigned event) {
 /* An event's arguments: 's' for a string, 'i' for an integer each. */
 static inline const char *pib_event_args(unsigned event) {
     static const char *const args[PIB_EVENT_COUNT] = {
-        "siiii",  "s",   "s",   "i",     "i",   "i",      "i",      "i",  "i",   "i",
-        "i",      "isi", "is",  "s",     "sii", "iiii",   "is",     "si", "iii", "iiiii",
-        "iiiiii", "i",   "ii",  "iii",   "ii",  "ii",     "iii",    "ii", "iii", "iis",
-        "ii",     "i",   "ii",  "iiiii", "iis", "isiiii", "iiiiii", "is", "is",  "iii",
-        "is",     "ii",  "iii", "iii",   "iii", "iis",
+        "siiii", "s",   "s",      "i",   "i",     "i",   "i",    "i",    "i",      "i",      "i",
+        "isi",   "is",  "s",      "sii", "iiii",  "is",  "si",   "iii",  "iiiii",  "iiiiii", "i",
+        "ii",    "iii", "ii",     "ii",  "iii",   "ii",  "iii",  "iis",  "ii",     "i",      "ii",
+        "iiiii", "iis", "isiiii", "si",  "iiiii", "i",   "iiii", "iiii", "iiiiii", "is",     "is",
+        "iii",   "is",  "ii",     "iii", "iii",   "iii", "iis",
     };
 
     return event < PIB_EVENT_COUNT ? args[event] : "";
@@ -238,6 +257,15 @@ static inline const char *pib_guest_error_token(unsigned error) {
         "mlx5-cmd-bad-state",
         "mlx5-cmd-short-input",
         "mlx5-cmd-short-output",
+        "mlx5-cmd-bad-resource",
+        "mlx5-cmd-no-resources",
+        "mlx5-uar-in-use",
+        "mlx5-uar-bad-doorbell",
+        "mlx5-eq-bad-context",
+        "mlx5-eq-bad-pages",
+        "mlx5-eq-doorbell",
+        "mlx5-eq-overrun",
+        "mlx5-eq-dma",
         "mlx5-pages-bad",
     };
 
@@ -254,7 +282,9 @@ static inline const char *pib_guest_error_rule(unsigned error) {
         "prm §7.1", "prm §7.1", "prm §7.1", "prm §7.1", "prm §7.1", "prm §7.2", "prm §7.2",
         "prm §6.2", "prm §6.2", "prm §6.2", "prm §6.7", "prm §6.1", "prm §6.1", "prm §1",
         "mlx5 §2",  "mlx5 §2",  "mlx5 §2",  "mlx5 §3",  "mlx5 §3",  "mlx5 §3",  "mlx5 §3",
-        "mlx5 §3",  "mlx5 §4",  "mlx5 §4",  "mlx5 §4",  "mlx5 §4",  "mlx5 §4",  "mlx5 §5",
+        "mlx5 §3",  "mlx5 §4",  "mlx5 §4",  "mlx5 §4",  "mlx5 §4",  "mlx5 §4",  "mlx5 §4",
+        "mlx5 §4",  "mlx5 §6",  "mlx5 §6",  "mlx5 §7",  "mlx5 §7",  "mlx5 §7",  "mlx5 §7",
+        "mlx5 §7",  "mlx5 §5",
     };
 
     return error < PIB_GUEST_ERROR_COUNT ? rules[error] : "prm";

@@ -27,6 +27,8 @@ constexpr Field kAdapterIeeeVendorId = field(0x148, 24);
 constexpr Field kAdapterVsdVendorId = field(0x170, 16);
 constexpr uint32_t kAdapterPsid = 0x100; // vsd_contd_psid, 16 bytes
 constexpr Field kTeardownState = field(0x7f, 1);
+constexpr Field kUar = field(0x48, 24);     // alloc_uar_out, dealloc_uar_in
+constexpr Field kEqNumber = field(0x58, 8); // create_eq_out, destroy_eq_in
 
 constexpr uint16_t kIssi = 0; // the only one: supported_issi bit 0
 constexpr uint16_t kRegHostEndianness = 0x7004;
@@ -39,7 +41,7 @@ constexpr char kPsid[] = "PIB0000000001"; // board_id, as ibstat shows it
 } // namespace
 
 // clang-format off
-const std::array<Commands::Spec, 22> Commands::kTable = {{
+const std::array<Commands::Spec, 26> Commands::kTable = {{
     {0x100, "QUERY_HCA_CAP", 0x10, 0x10 + HcaCaps::kPageBytes, State::kEnabled, &Commands::queryHcaCap},
     {0x101, "QUERY_ADAPTER", 0x10, 0x110, State::kEnabled, &Commands::queryAdapter},
     {0x102, "INIT_HCA", 0x10, 0x10, State::kEnabled, &Commands::initHca},
@@ -52,17 +54,21 @@ const std::array<Commands::Spec, 22> Commands::kTable = {{
     {0x10a, "QUERY_ISSI", 0x10, 0x70, State::kEnabled, &Commands::queryIssi},
     {0x10b, "SET_ISSI", 0x10, 0x10, State::kEnabled, &Commands::setIssi},
     {0x805, "ACCESS_REG", 0x10, 0x10, State::kEnabled, &Commands::accessRegister},
+    {0x802, "ALLOC_UAR", 0x10, 0x10, State::kInitialized, &Commands::allocUar},
+    {0x803, "DEALLOC_UAR", 0x10, 0x10, State::kInitialized, &Commands::deallocUar},
+    {0x301, "CREATE_EQ", 0x110, 0x10, State::kInitialized, &Commands::createEq},
+    {0x302, "DESTROY_EQ", 0x10, 0x10, State::kInitialized, &Commands::destroyEq},
     // Known by name, so that a trace names what a driver asked for.
     {0x10d, "SET_DRIVER_VERSION", 0, 0, State::kInitialized, nullptr},
     {0x200, "CREATE_MKEY", 0, 0, State::kInitialized, nullptr},
     {0x203, "QUERY_SPECIAL_CONTEXTS", 0, 0, State::kInitialized, nullptr},
-    {0x301, "CREATE_EQ", 0, 0, State::kInitialized, nullptr},
     {0x400, "CREATE_CQ", 0, 0, State::kInitialized, nullptr},
     {0x500, "CREATE_QP", 0, 0, State::kInitialized, nullptr},
     {0x50d, "MAD_IFC", 0, 0, State::kInitialized, nullptr},
     {0x762, "QUERY_HCA_VPORT_CONTEXT", 0, 0, State::kInitialized, nullptr},
     {0x800, "ALLOC_PD", 0, 0, State::kInitialized, nullptr},
-    {0x802, "ALLOC_UAR", 0, 0, State::kInitialized, nullptr},
+    {0x801, "DEALLOC_PD", 0, 0, State::kInitialized, nullptr},
+    {0x80e, "ALLOC_XRCD", 0, 0, State::kInitialized, nullptr},
 }};
 // clang-format on
 
@@ -125,6 +131,8 @@ void Commands::reset() {
     fatal_ = false;
     caps_.reset();
     pages_.reset();
+    uars_.reset();
+    eqs_.reset();
     hostEndianness_.fill(0);
 }
 
@@ -166,6 +174,9 @@ const err::Condition *Commands::initHca(const Request &) {
 // Graceful or forced, the function is back to where INIT_HCA found it.
 const err::Condition *Commands::teardownHca(const Request &r) {
     state_ = State::kEnabled;
+    // What the function made since INIT_HCA goes with it.
+    eqs_.reset();
+    uars_.reset();
     set(r.out, kTeardownState, 0); // a forced teardown is done
     return nullptr;
 }
@@ -263,6 +274,44 @@ const err::Condition *Commands::managePages(const Request &r) {
     default:
         return fail(err::kMlx5CmdBadParam, "MANAGE_PAGES op_mod %u", r.opMod);
     }
+}
+
+// ---- UAR pages and EQs (§6, §7) -----------------------------------------
+
+const err::Condition *Commands::allocUar(const Request &r) {
+    const auto index = uars_.alloc();
+    if (!index)
+        return fail(err::kMlx5CmdNoResources, "ALLOC_UAR: every UAR page is given");
+    set(r.out, kUar, *index);
+    trace::mlx5_uar(host_, "given", *index);
+    return nullptr;
+}
+
+const err::Condition *Commands::deallocUar(const Request &r) {
+    const auto index = static_cast<uint32_t>(get(r.in, kUar));
+    if (!uars_.given(index))
+        return fail(err::kMlx5CmdBadResource, "DEALLOC_UAR of UAR %u, which is not given", index);
+    if (eqs_.usesUar(index))
+        return fail(err::kMlx5UarInUse, "DEALLOC_UAR of UAR %u: an EQ has its doorbell there",
+                    index);
+    uars_.free(index);
+    trace::mlx5_uar(host_, "taken back", index);
+    return nullptr;
+}
+
+const err::Condition *Commands::createEq(const Request &r) {
+    uint32_t eqn = 0;
+    if (const err::Condition *why = eqs_.create(r.in, eqn))
+        return why;
+    set(r.out, kEqNumber, eqn);
+    return nullptr;
+}
+
+const err::Condition *Commands::destroyEq(const Request &r) {
+    const auto eqn = static_cast<uint32_t>(get(r.in, kEqNumber));
+    if (!eqs_.destroy(eqn))
+        return fail(err::kMlx5CmdBadResource, "DESTROY_EQ of EQ %u, which does not exist", eqn);
+    return nullptr;
 }
 
 } // namespace pib::mlx5

@@ -11,16 +11,19 @@
 #include <span>
 
 #include "host.hh"
+#include "mlx5_event_queues.hh"
 #include "mlx5_hca_caps.hh"
 #include "mlx5_pages.hh"
+#include "mlx5_uars.hh"
 #include "pib_core.h"
 
 namespace pib::mlx5 {
 
 class Commands {
   public:
-    Commands(const pib_core_config &config, const Host &host)
-        : host_(host), caps_(config.num_ports), pages_(host) {}
+    // The UAR pages and EQs are the front end's: doorbells reach them too.
+    Commands(const pib_core_config &config, const Host &host, Uars &uars, EventQueues &eqs)
+        : host_(host), caps_(config.num_ports), pages_(host), uars_(uars), eqs_(eqs) {}
 
     // Runs the command whose input is `in`; its output (status and
     // syndrome included) goes to `out`.
@@ -50,7 +53,7 @@ class Commands {
         Handler handler;   // nullptr: known by name, not executed
     };
     static const Spec *find(uint16_t opcode);
-    static const std::array<Spec, 22> kTable;
+    static const std::array<Spec, 26> kTable;
 
     [[gnu::format(printf, 3, 4)]] const err::Condition *fail(const err::Condition &why,
                                                              const char *fmt, ...) const;
@@ -69,10 +72,16 @@ class Commands {
     const err::Condition *queryIssi(const Request &r);
     const err::Condition *setIssi(const Request &r);
     const err::Condition *accessRegister(const Request &r);
+    const err::Condition *allocUar(const Request &r);
+    const err::Condition *deallocUar(const Request &r);
+    const err::Condition *createEq(const Request &r);
+    const err::Condition *destroyEq(const Request &r);
 
     const Host &host_;
     HcaCaps caps_;
     FunctionPages pages_;
+    Uars &uars_;
+    EventQueues &eqs_;
     State state_ = State::kDisabled;
     bool fatal_ = false;
     std::array<uint8_t, 16> hostEndianness_{}; // the HOST_ENDIANNESS register

@@ -9,9 +9,10 @@
 namespace pib::mlx5 {
 
 Mlx5FrontEnd::Mlx5FrontEnd(const pib_core_config &config, const Host &host)
-    : host_(host),
-      bar0Size_(std::bit_ceil(uint64_t{kFirstUar + config.doorbell_pages} * kPageBytes)),
-      iseg_(host), commands_(config, host),
+    : host_(host), bar0Size_(std::bit_ceil(uint64_t{Uars::kFirstUar + config.doorbell_pages} *
+                                           Uars::kPageBytes)),
+      iseg_(host), uars_(config.doorbell_pages), eqs_(host, uars_, config.msix_vectors),
+      commands_(config, host, uars_, eqs_),
       queue_(host, [this](unsigned slot, std::span<const uint8_t> in, std::span<uint8_t> out) {
           commands_.execute(slot, in, out);
       }) {}
@@ -29,10 +30,12 @@ uint64_t Mlx5FrontEnd::barRead(int bar, uint64_t offset, unsigned size) {
                          bar, static_cast<unsigned long long>(offset));
         return 0;
     }
-    if (offset < kFirstUar * kPageBytes)
+    if (offset < Uars::kFirstUar * Uars::kPageBytes)
         return readInitSegment(offset, size);
-    host_.guestError(err::kMlx5UarUnallocated, "read of UAR page %llu",
-                     static_cast<unsigned long long>(offset / kPageBytes));
+    const uint64_t page = offset / Uars::kPageBytes;
+    // UAR pages hold doorbells, which are written only.
+    host_.guestError(uars_.given(page) ? err::kMlx5UarBadDoorbell : err::kMlx5UarUnallocated,
+                     "read of UAR page %llu", static_cast<unsigned long long>(page));
     return 0;
 }
 
@@ -44,12 +47,29 @@ void Mlx5FrontEnd::barWrite(int bar, uint64_t offset, uint64_t value, unsigned s
                          bar, static_cast<unsigned long long>(offset));
         return;
     }
-    if (offset < kFirstUar * kPageBytes) {
+    if (offset < Uars::kFirstUar * Uars::kPageBytes) {
         writeInitSegment(offset, value, size);
         return;
     }
-    host_.guestError(err::kMlx5UarUnallocated, "write to UAR page %llu",
-                     static_cast<unsigned long long>(offset / kPageBytes));
+    const auto page = static_cast<uint32_t>(offset / Uars::kPageBytes);
+    if (!uars_.given(page)) {
+        host_.guestError(err::kMlx5UarUnallocated, "write to UAR page %u", page);
+        return;
+    }
+    writeUar(page, static_cast<uint32_t>(offset % Uars::kPageBytes), value, size);
+}
+
+// A doorbell in UAR page `index` (docs/mlx5.md §6).
+void Mlx5FrontEnd::writeUar(uint32_t index, uint32_t offset, uint64_t value, unsigned size) {
+    const bool eq = offset == EventQueues::kDoorbellArm || offset == EventQueues::kDoorbellNoArm;
+    if (!eq || size != 4) {
+        host_.guestError(err::kMlx5UarBadDoorbell, "UAR %u: write of %u bytes at 0x%x", index, size,
+                         offset);
+        return;
+    }
+    // The driver stores the doorbell's value big-endian.
+    eqs_.doorbell(index, __builtin_bswap32(static_cast<uint32_t>(value)),
+                  offset == EventQueues::kDoorbellArm);
 }
 
 // The segment's fields are big-endian: the driver reads them with
@@ -95,7 +115,15 @@ void Mlx5FrontEnd::ringCommands(uint32_t slots) {
                          slots);
         return;
     }
-    queue_.ring(iseg_.commandQueue(), slots);
+    // Completion events go to an EQ that took them before this doorbell:
+    // the command creating the command EQ is still polled (docs/mlx5.md §7).
+    const bool events = eqs_.takes(event::kCommand);
+    const uint32_t done = queue_.ring(iseg_.commandQueue(), slots);
+    if (!events || !done)
+        return;
+    EventQueues::Data data{};
+    writeBe32(data.data(), done); // data.cmd.vector
+    eqs_.post(event::kCommand, 0, data);
 }
 
 void Mlx5FrontEnd::reset() {

@@ -1,24 +1,22 @@
 // SPDX-License-Identifier: GPL-2.0-or-later
 // The ConnectX personality (docs/mlx5.md): BAR0 holds the initialization
 // segment and, from page 3, the UAR pages; commands go through the
-// command queue in guest memory.
+// command queue in guest memory, and events come back in EQs.
 #pragma once
 
 #include "front_end.hh"
 #include "host.hh"
 #include "mlx5_command_queue.hh"
 #include "mlx5_commands.hh"
+#include "mlx5_event_queues.hh"
 #include "mlx5_init_segment.hh"
+#include "mlx5_uars.hh"
 #include "pib_core.h"
 
 namespace pib::mlx5 {
 
 class Mlx5FrontEnd final : public FrontEnd {
   public:
-    // The first UAR page: the initialization segment covers pages 0 to 2.
-    static constexpr uint32_t kFirstUar = 3;
-    static constexpr uint32_t kPageBytes = 4096;
-
     Mlx5FrontEnd(const pib_core_config &config, const Host &host);
 
     uint64_t barSize(int bar) const override;
@@ -30,11 +28,14 @@ class Mlx5FrontEnd final : public FrontEnd {
   private:
     uint64_t readInitSegment(uint64_t offset, unsigned size);
     void writeInitSegment(uint64_t offset, uint64_t value, unsigned size);
+    void writeUar(uint32_t index, uint32_t offset, uint64_t value, unsigned size);
     void ringCommands(uint32_t slots);
 
     const Host &host_;
     uint64_t bar0Size_;
     InitSegment iseg_;
+    Uars uars_;
+    EventQueues eqs_;
     Commands commands_;
     CommandQueue queue_;
 };

@@ -217,6 +217,38 @@ inline void mlx5_command(const Host &host, unsigned slot, const char *name, unsi
                     Host::eventArg(op_mod), Host::eventArg(status), Host::eventArg(syndrome)});
 }
 
+inline void mlx5_uar(const Host &host, const char *what, unsigned index) {
+    if (host.eventEnabled(PIB_EVENT_MLX5_UAR))
+        host.event(PIB_EVENT_MLX5_UAR, {Host::eventArg(what), Host::eventArg(index)});
+}
+
+inline void mlx5_eq_create(const Host &host, unsigned eqn, unsigned log_size, unsigned vector,
+                           unsigned uar, uint64_t types) {
+    if (host.eventEnabled(PIB_EVENT_MLX5_EQ_CREATE))
+        host.event(PIB_EVENT_MLX5_EQ_CREATE,
+                   {Host::eventArg(eqn), Host::eventArg(log_size), Host::eventArg(vector),
+                    Host::eventArg(uar), Host::eventArg(types)});
+}
+
+inline void mlx5_eq_destroy(const Host &host, unsigned eqn) {
+    if (host.eventEnabled(PIB_EVENT_MLX5_EQ_DESTROY))
+        host.event(PIB_EVENT_MLX5_EQ_DESTROY, {Host::eventArg(eqn)});
+}
+
+inline void mlx5_eq_doorbell(const Host &host, unsigned uar, unsigned eqn, unsigned consumer,
+                             unsigned arm) {
+    if (host.eventEnabled(PIB_EVENT_MLX5_EQ_DOORBELL))
+        host.event(PIB_EVENT_MLX5_EQ_DOORBELL, {Host::eventArg(uar), Host::eventArg(eqn),
+                                                Host::eventArg(consumer), Host::eventArg(arm)});
+}
+
+inline void mlx5_eqe(const Host &host, unsigned eqn, unsigned index, unsigned type,
+                     unsigned sub_type) {
+    if (host.eventEnabled(PIB_EVENT_MLX5_EQE))
+        host.event(PIB_EVENT_MLX5_EQE, {Host::eventArg(eqn), Host::eventArg(index),
+                                        Host::eventArg(type), Host::eventArg(sub_type)});
+}
+
 inline void mw_bound(const Host &host, unsigned qpn, unsigned rkey, unsigned mr_key, uint64_t addr,
                      uint64_t length, unsigned access) {
     if (host.eventEnabled(PIB_EVENT_MW_BOUND))

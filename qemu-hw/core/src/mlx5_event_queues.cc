@@ -1,0 +1,189 @@
+// SPDX-License-Identifier: GPL-2.0-or-later
+#include "mlx5_event_queues.hh"
+
+#include <algorithm>
+#include <cinttypes>
+
+#include "limits.hh"
+#include "mlx5_ifc.hh"
+#include "trace.hh"
+
+namespace pib::mlx5 {
+
+namespace {
+
+// create_eq_in: the EQ context (eqc) at byte 0x10, the event types, then
+// the page list (mlx5_ifc.h).
+constexpr Field kPageOffset = field(0xd4, 6);
+constexpr Field kLogEqSize = field(0xe3, 5);
+constexpr Field kUarPage = field(0xe8, 24);
+constexpr Field kIntr = field(0x134, 12);
+constexpr Field kLogPageSize = field(0x143, 5);
+constexpr uint32_t kEventBitmask = 0x58; // four big-endian 64-bit words
+constexpr uint32_t kPageList = 0x110;
+
+constexpr uint32_t kAdapterPageShift = 12; // log_page_size counts from 4 KiB
+// Pages up to 1 GiB: what a driver's buffers may be made of.
+constexpr uint32_t kMaxLogPageSize = 18;
+constexpr uint32_t kCounterMask = 0xffffff; // the doorbell's 24-bit consumer counter
+constexpr uint32_t kOwnerByte = 0x3f;
+
+} // namespace
+
+EventQueues::EventQueues(const Host &host, const Uars &uars, uint32_t vectors)
+    : host_(host), uars_(uars), vectors_(vectors), eqs_(limits::kMaxEq) {}
+
+const err::Condition *EventQueues::create(std::span<const uint8_t> in, uint32_t &eqn) {
+    if (eqs_.size() == eqs_.capacity()) {
+        host_.guestError(err::kMlx5CmdNoResources, "CREATE_EQ: all %u EQs exist", limits::kMaxEq);
+        return &err::kMlx5CmdNoResources;
+    }
+    auto eq = std::make_unique<Eq>();
+    eq->logSize = static_cast<uint32_t>(get(in, kLogEqSize));
+    eq->pageShift = kAdapterPageShift + static_cast<uint32_t>(get(in, kLogPageSize));
+    eq->uar = static_cast<uint32_t>(get(in, kUarPage));
+    eq->vector = static_cast<uint32_t>(get(in, kIntr));
+    const char *bad = eq->logSize > limits::kLogMaxEqe ? "log_eq_size beyond log_max_eq_sz"
+                      : eq->pageShift > kAdapterPageShift + kMaxLogPageSize ? "log_page_size"
+                      : get(in, kPageOffset) != 0 ? "page_offset: EQs start on a page"
+                      : eq->vector >= vectors_    ? "intr: no such MSI-X vector"
+                      : !uars_.given(eq->uar)     ? "uar_page: not given by ALLOC_UAR"
+                                                  : nullptr;
+    if (bad) {
+        host_.guestError(err::kMlx5EqBadContext, "CREATE_EQ: %s", bad);
+        return &err::kMlx5EqBadContext;
+    }
+    for (size_t i = 0; i < eq->types.size(); ++i)
+        eq->types[i] = readBe64(in.data() + kEventBitmask + 8 * i);
+    const uint64_t bytes = uint64_t{kEqeBytes} << eq->logSize;
+    const uint64_t count = std::max<uint64_t>(1, bytes >> eq->pageShift);
+    if (in.size() < kPageList + 8 * count) {
+        host_.guestError(err::kMlx5CmdShortInput,
+                         "CREATE_EQ: %zu bytes of input, %" PRIu64 " pages need %" PRIu64,
+                         in.size(), count, kPageList + 8 * count);
+        return &err::kMlx5CmdShortInput;
+    }
+    for (uint64_t i = 0; i < count; ++i)
+        eq->pages.push_back(readBe64(in.data() + kPageList + 8 * i));
+    if (const err::Condition *why = checkPages(*eq))
+        return why;
+    const Eq &made = *eq; // the table owns it from here; it has room
+    eqn = *eqs_.insert(std::move(eq));
+    trace::mlx5_eq_create(host_, eqn, made.logSize, made.vector, made.uar, made.types[0]);
+    return nullptr;
+}
+
+// Every page the ring covers is guest RAM at both ends of the part it
+// uses, aligned to its size: EQEs are only ever written there.
+const err::Condition *EventQueues::checkPages(const Eq &eq) const {
+    const uint64_t pageBytes = uint64_t{1} << eq.pageShift;
+    const uint64_t used = std::min(pageBytes, uint64_t{kEqeBytes} << eq.logSize);
+    uint8_t probe[8];
+    for (size_t i = 0; i < eq.pages.size(); ++i) {
+        const uint64_t page = eq.pages[i];
+        if (page % pageBytes == 0 && host_.dmaRead(page, probe, sizeof(probe)) &&
+            host_.dmaRead(page + used - sizeof(probe), probe, sizeof(probe)))
+            continue;
+        host_.guestError(err::kMlx5EqBadPages,
+                         "CREATE_EQ: page %zu at 0x%" PRIx64 " is not %" PRIu64
+                         "-byte aligned guest RAM",
+                         i, page, pageBytes);
+        return &err::kMlx5EqBadPages;
+    }
+    return nullptr;
+}
+
+bool EventQueues::destroy(uint32_t eqn) {
+    if (!eqs_.erase(eqn))
+        return false;
+    trace::mlx5_eq_destroy(host_, eqn);
+    return true;
+}
+
+bool EventQueues::usesUar(uint32_t uar) const {
+    bool found = false;
+    eqs_.forEach([&](uint32_t, const Eq &eq) { found |= eq.uar == uar; });
+    return found;
+}
+
+bool EventQueues::takes(uint8_t type) const {
+    bool found = false;
+    eqs_.forEach([&](uint32_t, const Eq &eq) { found |= (eq.types[type / 64] >> type % 64) & 1; });
+    return found;
+}
+
+void EventQueues::doorbell(uint32_t uar, uint32_t value, bool arm) {
+    const uint32_t eqn = value >> 24;
+    const uint32_t consumer = value & kCounterMask;
+    Eq *eq = eqs_.find(eqn);
+    trace::mlx5_eq_doorbell(host_, uar, eqn, consumer, arm);
+    if (!eq || eq->uar != uar) {
+        host_.guestError(err::kMlx5EqDoorbell, "UAR %u: doorbell of EQ %u, %s", uar, eqn,
+                         eq ? "which is on another UAR page" : "which does not exist");
+        return;
+    }
+    // The consumer moves forward, never past what the device wrote.
+    const uint32_t waiting = (eq->producer - eq->consumer) & kCounterMask;
+    if (((consumer - eq->consumer) & kCounterMask) > waiting) {
+        host_.guestError(err::kMlx5EqDoorbell, "EQ %u: consumer counter %u outside [%u, %u]", eqn,
+                         consumer, eq->consumer & kCounterMask, eq->producer & kCounterMask);
+        return;
+    }
+    eq->consumer = consumer;
+    if (!arm)
+        return;
+    eq->armed = true;
+    if (((eq->producer - eq->consumer) & kCounterMask) != 0)
+        signal(*eq); // EQEs are waiting: the interrupt comes at once
+}
+
+void EventQueues::post(uint8_t type, uint8_t subType, const Data &data) {
+    uint32_t target = 0;
+    Eq *eq = nullptr;
+    eqs_.forEach([&](uint32_t eqn, Eq &candidate) {
+        if (!eq && (candidate.types[type / 64] >> type % 64) & 1) {
+            target = eqn;
+            eq = &candidate;
+        }
+    });
+    if (eq)
+        write(target, *eq, type, subType, data);
+}
+
+void EventQueues::write(uint32_t eqn, Eq &eq, uint8_t type, uint8_t subType, const Data &data) {
+    const uint32_t size = 1u << eq.logSize;
+    if (((eq.producer - eq.consumer) & kCounterMask) >= size) {
+        if (!eq.overrun)
+            host_.guestError(err::kMlx5EqOverrun, "EQ %u is full: events are lost", eqn);
+        eq.overrun = true;
+        return;
+    }
+    eq.overrun = false;
+    const uint32_t index = eq.producer & (size - 1);
+    const uint64_t offset = uint64_t{index} * kEqeBytes;
+    const uint64_t address =
+        eq.pages[offset >> eq.pageShift] + (offset & ((uint64_t{1} << eq.pageShift) - 1));
+    std::array<uint8_t, kEqeBytes> eqe{};
+    eqe[1] = type;
+    eqe[3] = subType;
+    std::copy(data.begin(), data.end(), eqe.begin() + 0x20);
+    // The owner bit last: the driver takes the EQE as soon as it flips.
+    const uint8_t owner = (eq.producer >> eq.logSize) & 1;
+    if (!host_.dmaWrite(address, eqe.data(), kOwnerByte) ||
+        !host_.dmaWrite(address + kOwnerByte, &owner, 1)) {
+        host_.guestError(err::kMlx5EqDma, "EQ %u: EQE %u at 0x%" PRIx64 " is not writable", eqn,
+                         index, address);
+        return;
+    }
+    ++eq.producer;
+    trace::mlx5_eqe(host_, eqn, index, type, subType);
+    if (eq.armed)
+        signal(eq);
+}
+
+void EventQueues::signal(Eq &eq) {
+    eq.armed = false;
+    host_.msixNotify(eq.vector);
+}
+
+} // namespace pib::mlx5

@@ -1,0 +1,80 @@
+// SPDX-License-Identifier: GPL-2.0-or-later
+// The ConnectX event queues (docs/mlx5.md §7): rings of 64-byte EQEs in
+// the pages CREATE_EQ lists, each with the event types it takes, the
+// MSI-X vector it signals and the UAR page of its doorbell. An EQE's
+// owner bit flips on every pass of the ring, which is how the driver
+// tells new entries from old; a doorbell moves the consumer counter and
+// may arm the EQ, and an armed EQ signals its vector once for the next
+// EQE (or at once, for EQEs already waiting).
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include "host.hh"
+#include "mlx5_uars.hh"
+#include "object_table.hh"
+
+namespace pib::mlx5 {
+
+// The EQE types the device posts (device.h, MLX5_EVENT_TYPE_*).
+namespace event {
+inline constexpr uint8_t kCompletion = 0x00;
+inline constexpr uint8_t kPortChange = 0x09;
+inline constexpr uint8_t kCommand = 0x0a;
+inline constexpr uint8_t kPageRequest = 0x0b;
+} // namespace event
+
+class EventQueues {
+  public:
+    static constexpr uint32_t kEqeBytes = 64;
+    // An EQE's event data: its bytes 0x20 to 0x3b.
+    using Data = std::array<uint8_t, 28>;
+    // The doorbells in a UAR page: consumer counter and arm, or the
+    // counter alone (lib/eq.h's MLX5_EQ_DOORBEL_OFFSET and the one after).
+    static constexpr uint32_t kDoorbellArm = 0x40;
+    static constexpr uint32_t kDoorbellNoArm = 0x48;
+
+    EventQueues(const Host &host, const Uars &uars, uint32_t vectors);
+
+    // CREATE_EQ: `in` is create_eq_in with its page list. Sets `eqn` to
+    // the new EQ's number, or returns the condition that refuses it.
+    const err::Condition *create(std::span<const uint8_t> in, uint32_t &eqn);
+    // DESTROY_EQ; false when EQ `eqn` does not exist.
+    bool destroy(uint32_t eqn);
+    bool usesUar(uint32_t uar) const;
+    // A write of `value` (eq_number 31:24, consumer counter 23:0) to the
+    // EQ doorbell of UAR page `uar`; `arm` for the arming one.
+    void doorbell(uint32_t uar, uint32_t value, bool arm);
+    // Whether an EQ takes events of `type`.
+    bool takes(uint8_t type) const;
+    // An event to the lowest-numbered EQ that takes its type.
+    void post(uint8_t type, uint8_t subType, const Data &data);
+    void reset() { eqs_.clear(); }
+
+  private:
+    struct Eq {
+        uint32_t logSize;
+        uint32_t pageShift;
+        uint32_t uar;
+        uint32_t vector;
+        std::array<uint64_t, 4> types; // event_bitmask: bit n of word n / 64
+        std::vector<uint64_t> pages;
+        uint32_t producer = 0; // EQEs written
+        uint32_t consumer = 0; // and consumed, as the doorbell says (24 bits)
+        bool armed = false;
+        bool overrun = false;
+    };
+    const err::Condition *checkPages(const Eq &eq) const;
+    void write(uint32_t eqn, Eq &eq, uint8_t type, uint8_t subType, const Data &data);
+    void signal(Eq &eq);
+
+    const Host &host_;
+    const Uars &uars_;
+    const uint32_t vectors_;
+    ObjectTable<Eq> eqs_;
+};
+
+} // namespace pib::mlx5

@@ -1,0 +1,211 @@
+// SPDX-License-Identifier: GPL-2.0-or-later
+// The ConnectX personality's UAR pages and event queues (docs/mlx5.md
+// §6, §7): ALLOC_UAR, CREATE_EQ and its checks, EQEs with their owner
+// bit, the EQ doorbells and MSI-X, and command completion events.
+#include <catch2/catch.hpp>
+
+#include "conditions.hh"
+#include "mlx5_host.hh"
+
+using namespace pib::mlx5;
+
+namespace {
+
+constexpr uint16_t kDeallocUar = 0x803, kDestroyEq = 0x302, kQueryIssi = 0x10a,
+                   kTeardownHca = 0x103;
+constexpr Field kEqNumber = field(0x58, 8);
+constexpr uint64_t kCommandEvents = 1u << 0x0a;
+constexpr uint32_t kArm = 0x40, kNoArm = 0x48;
+
+// An EQE as the ring holds it.
+struct Eqe {
+    uint8_t type, subType, owner;
+    uint32_t data0; // the first data dword (data.cmd.vector)
+};
+
+Eqe eqeAt(Mlx5Host &host, uint64_t ring, uint32_t index) {
+    const uint8_t *e = host.at(ring + 64 * index);
+    return Eqe{e[1], e[3], e[0x3f], readBe32(e + 0x20)};
+}
+
+// A function brought up, with a UAR page.
+struct Function {
+    Mlx5Host host;
+    uint32_t uar = 0;
+    Function() {
+        REQUIRE(host.bringUp());
+        uar = host.allocUar();
+    }
+    // CREATE_EQ; its number (the command must succeed).
+    uint32_t createEq(uint32_t logSize, uint64_t types, uint32_t vector, uint64_t *ring) {
+        const auto r = host.run(host.eqInput(logSize, types, vector, uar, ring), 16);
+        REQUIRE(r.status() == 0);
+        return static_cast<uint32_t>(r.get(kEqNumber));
+    }
+};
+
+} // namespace
+
+TEST_CASE("mlx5: ALLOC_UAR gives BAR0 pages from 3 on, DEALLOC_UAR takes them back", "[mlx5]") {
+    Mlx5Host host;
+    // Before INIT_HCA there are none.
+    CHECK(host.run(Mlx5Host::input(0x802), 16).status() == status::kBadSystemState);
+    REQUIRE(host.bringUp());
+    CHECK(host.allocUar() == 3);
+    CHECK(host.allocUar() == 4);
+    // A page not given: neither its doorbells nor DEALLOC_UAR.
+    host.uarWrite(5, kArm, 0);
+    CHECK(host.guestErrors("mlx5-uar-unallocated") == 1);
+    auto in = Mlx5Host::input(kDeallocUar);
+    set(in, field(0x48, 24), 5);
+    auto r = host.run(in, 16);
+    CHECK(r.status() == status::kBadResource);
+    CHECK(r.syndrome() == pib::err::kMlx5CmdBadResource.syndrome);
+    set(in, field(0x48, 24), 3);
+    CHECK(host.run(in, 16).status() == 0);
+    CHECK(host.allocUar() == 3); // the lowest free again
+    // All 16 pages (the default doorbell-pages) given, the next is refused.
+    for (int i = 0; i < 14; ++i)
+        host.allocUar();
+    CHECK(host.run(Mlx5Host::input(0x802), 16).status() == status::kNoResources);
+    // A given page is written, never read.
+    host.clear();
+    CHECK(pib_core_bar_read(host.core, PIB_BAR_REGS, 3 * 4096 + kArm, 4) == 0);
+    host.uarWrite(3, 0x100, 0);
+    CHECK(host.guestErrors("mlx5-uar-bad-doorbell") == 2);
+}
+
+TEST_CASE("mlx5: CREATE_EQ checks its context and page list", "[mlx5]") {
+    Function f;
+    uint64_t ring = 0;
+    auto refused = [&](std::vector<uint8_t> in, uint8_t status, const pib::err::Condition &why) {
+        f.host.clear();
+        const auto r = f.host.run(in, 16);
+        CHECK(r.status() == status);
+        CHECK(r.syndrome() == why.syndrome);
+        CHECK(f.host.guestErrors(why.token) == 1);
+    };
+    auto in = f.host.eqInput(3, kCommandEvents, 0, f.uar, &ring);
+    auto bad = in;
+    set(bad, field(0xe3, 5), 17); // log_eq_size beyond 16
+    refused(bad, status::kBadParam, pib::err::kMlx5EqBadContext);
+    bad = in;
+    set(bad, field(0x134, 12), 8); // the fake host has 8 vectors
+    refused(bad, status::kBadParam, pib::err::kMlx5EqBadContext);
+    bad = in;
+    set(bad, field(0xe8, 24), f.uar + 1); // not given
+    refused(bad, status::kBadParam, pib::err::kMlx5EqBadContext);
+    bad = in;
+    set(bad, field(0xd4, 6), 1); // page_offset
+    refused(bad, status::kBadParam, pib::err::kMlx5EqBadContext);
+    bad = in;
+    writeBe64(&bad[0x110], ring + 64); // misaligned
+    refused(bad, status::kBadParam, pib::err::kMlx5EqBadPages);
+    bad = in;
+    writeBe64(&bad[0x110], 0x10); // not guest RAM
+    refused(bad, status::kBadParam, pib::err::kMlx5EqBadPages);
+    // 2^7 EQEs take two pages: a list of one is short.
+    auto two = f.host.eqInput(7, kCommandEvents, 0, f.uar, &ring);
+    two.resize(0x118);
+    refused(two, status::kBadInputLength, pib::err::kMlx5CmdShortInput);
+    // DESTROY_EQ of one that does not exist.
+    auto destroy = Mlx5Host::input(kDestroyEq);
+    set(destroy, kEqNumber, 3);
+    refused(destroy, status::kBadResource, pib::err::kMlx5CmdBadResource);
+    // Nothing was made: the first EQ is number 0.
+    CHECK(f.createEq(3, kCommandEvents, 0, &ring) == 0);
+}
+
+TEST_CASE("mlx5: command completions become EQEs once an EQ takes them", "[mlx5]") {
+    Function f;
+    uint64_t ring = 0;
+    // The command creating the EQ is polled: no EQE for it.
+    const uint32_t eqn = f.createEq(2, kCommandEvents, 5, &ring);
+    CHECK(eqeAt(f.host, ring, 0).owner == 1);
+    // Armed, the next completion writes an EQE and signals vector 5 once.
+    f.host.uarWrite(f.uar, kArm, eqn << 24 | 0);
+    CHECK(f.host.interrupts.empty());
+    const auto r = f.host.run(Mlx5Host::input(kQueryIssi), 0x70, 7);
+    CHECK(r.status() == 0);
+    CHECK(r.delivery() == 0);
+    Eqe e = eqeAt(f.host, ring, 0);
+    CHECK(e.type == 0x0a);
+    CHECK(e.owner == 0); // the first pass
+    CHECK(e.data0 == 1u << 7);
+    REQUIRE(f.host.interrupts.size() == 1);
+    CHECK(f.host.interrupts[0] == 5);
+    // Not armed again: the next EQE signals nothing.
+    f.host.run(Mlx5Host::input(kQueryIssi), 0x70, 2);
+    CHECK(eqeAt(f.host, ring, 1).data0 == 1u << 2);
+    CHECK(f.host.interrupts.size() == 1);
+    // Arming with an EQE unconsumed signals at once.
+    f.host.uarWrite(f.uar, kArm, eqn << 24 | 1);
+    CHECK(f.host.interrupts.size() == 2);
+    // Consumed up to 2 without arming: quiet.
+    f.host.uarWrite(f.uar, kNoArm, eqn << 24 | 2);
+    CHECK(f.host.interrupts.size() == 2);
+    CHECK(f.host.traces("mlx5_eqe") == 2);
+    CHECK(f.host.guestErrors() == 0);
+}
+
+TEST_CASE("mlx5: the owner bit flips every pass, and a full EQ loses events", "[mlx5]") {
+    Function f;
+    uint64_t ring = 0;
+    const uint32_t eqn = f.createEq(1, kCommandEvents, 0, &ring); // 2 EQEs
+    for (uint32_t i = 0; i < 6; ++i) {
+        f.host.run(Mlx5Host::input(kQueryIssi), 0x70);
+        const Eqe e = eqeAt(f.host, ring, i % 2);
+        CHECK(e.owner == ((i / 2) & 1));
+        CHECK(e.type == 0x0a);
+        f.host.uarWrite(f.uar, kNoArm, eqn << 24 | (i + 1));
+    }
+    // Two unconsumed EQEs fill it: the third event is lost, once reported.
+    f.host.clear();
+    for (int i = 0; i < 4; ++i)
+        f.host.run(Mlx5Host::input(kQueryIssi), 0x70);
+    CHECK(f.host.traces("mlx5_eqe") == 2);
+    CHECK(f.host.guestErrors("mlx5-eq-overrun") == 1);
+    // The commands themselves completed: their slots are the driver's.
+    CHECK(f.host.run(Mlx5Host::input(kQueryIssi), 0x70).owned() == false);
+}
+
+TEST_CASE("mlx5: EQ doorbells are checked", "[mlx5]") {
+    Function f;
+    uint64_t ring = 0;
+    const uint32_t eqn = f.createEq(2, kCommandEvents, 0, &ring);
+    const uint32_t other = f.host.allocUar();
+    f.host.uarWrite(other, kArm, eqn << 24); // the EQ's doorbell is on f.uar
+    f.host.uarWrite(f.uar, kArm, 9u << 24);  // no EQ 9
+    // ALLOC_UAR's completion is the one EQE: a counter of 2 is past it.
+    f.host.uarWrite(f.uar, kArm, eqn << 24 | 2);
+    CHECK(f.host.guestErrors("mlx5-eq-doorbell") == 3);
+    pib_core_bar_write(f.host.core, PIB_BAR_REGS, uint64_t{f.uar} * 4096 + kArm, 0, 8);
+    CHECK(f.host.guestErrors("mlx5-uar-bad-doorbell") == 1);
+    CHECK(f.host.interrupts.empty());
+}
+
+TEST_CASE("mlx5: a UAR with an EQ on it stays; TEARDOWN_HCA ends both", "[mlx5]") {
+    Function f;
+    uint64_t ring = 0;
+    const uint32_t eqn = f.createEq(2, kCommandEvents, 0, &ring);
+    auto dealloc = Mlx5Host::input(kDeallocUar);
+    set(dealloc, field(0x48, 24), f.uar);
+    auto r = f.host.run(dealloc, 16);
+    CHECK(r.status() == status::kBadResourceState);
+    CHECK(r.syndrome() == pib::err::kMlx5UarInUse.syndrome);
+    auto destroy = Mlx5Host::input(kDestroyEq);
+    set(destroy, kEqNumber, eqn);
+    // DESTROY_EQ of the command EQ completes polled: the EQ is gone.
+    CHECK(f.host.run(destroy, 16).status() == 0);
+    CHECK(f.host.run(dealloc, 16).status() == 0);
+    // After a teardown the function has neither.
+    f.host.allocUar();
+    f.createEq(2, kCommandEvents, 0, &ring);
+    REQUIRE(f.host.run(Mlx5Host::input(kTeardownHca), 16).status() == 0);
+    REQUIRE(f.host.run(Mlx5Host::input(0x102), 16).status() == 0);
+    f.host.clear();
+    f.host.uarWrite(f.uar, kArm, 0);
+    CHECK(f.host.guestErrors("mlx5-uar-unallocated") == 1);
+    CHECK(f.host.allocUar() == 3);
+    CHECK(f.createEq(2, kCommandEvents, 0, &ring) == 0);
+}
