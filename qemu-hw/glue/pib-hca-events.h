@@ -458,9 +458,9 @@ static bool pib_hca_guest_error_traced(unsigned error)
     case PIB_GUEST_ERROR_MLX5_CMD_NO_RESOURCES:
         return trace_event_get_state_backends(
             TRACE_PIB_HCA_ERR_MLX5_CMD_NO_RESOURCES);
-    case PIB_GUEST_ERROR_MLX5_UAR_IN_USE:
+    case PIB_GUEST_ERROR_MLX5_CMD_IN_USE:
         return trace_event_get_state_backends(
-            TRACE_PIB_HCA_ERR_MLX5_UAR_IN_USE);
+            TRACE_PIB_HCA_ERR_MLX5_CMD_IN_USE);
     case PIB_GUEST_ERROR_MLX5_UAR_BAD_DOORBELL:
         return trace_event_get_state_backends(
             TRACE_PIB_HCA_ERR_MLX5_UAR_BAD_DOORBELL);
@@ -659,8 +659,8 @@ static void pib_hca_trace_guest_error(unsigned error, const char *detail)
     case PIB_GUEST_ERROR_MLX5_CMD_NO_RESOURCES:
         trace_pib_hca_err_mlx5_cmd_no_resources(detail);
         break;
-    case PIB_GUEST_ERROR_MLX5_UAR_IN_USE:
-        trace_pib_hca_err_mlx5_uar_in_use(detail);
+    case PIB_GUEST_ERROR_MLX5_CMD_IN_USE:
+        trace_pib_hca_err_mlx5_cmd_in_use(detail);
         break;
     case PIB_GUEST_ERROR_MLX5_UAR_BAD_DOORBELL:
         trace_pib_hca_err_mlx5_uar_bad_doorbell(detail);

@@ -71,6 +71,7 @@ struct PibHcaState {
     bool run_pending;           /* the core asked for pib_core_run() */
 
     /* Properties. */
+    char *personality; /* "pib" (NULL) or "mlx5" */
     uint64_t node_guid;
     uint32_t doorbell_pages;
     uint32_t msix_vectors;
@@ -526,6 +527,34 @@ static void pib_hca_free(PibHcaState *s)
     }
 }
 
+/* The personality property's value as the core's enum; false if unknown. */
+static bool pib_hca_personality(const char *name, uint32_t *personality)
+{
+    if (!name || !strcmp(name, "pib")) {
+        *personality = PIB_PERSONALITY_PIB;
+    } else if (!strcmp(name, "mlx5")) {
+        *personality = PIB_PERSONALITY_MLX5;
+    } else {
+        return false;
+    }
+    return true;
+}
+
+/* The core's personality decides what configuration space says. */
+static void pib_hca_set_identity(PCIDevice *pdev, struct pib_core *core)
+{
+    struct pib_pci_identity id;
+
+    pib_core_pci_identity(core, &id);
+    pci_config_set_vendor_id(pdev->config, id.vendor_id);
+    pci_config_set_device_id(pdev->config, id.device_id);
+    pci_set_word(pdev->config + PCI_SUBSYSTEM_VENDOR_ID,
+                 id.subsystem_vendor_id);
+    pci_set_word(pdev->config + PCI_SUBSYSTEM_ID, id.subsystem_id);
+    pci_config_set_revision(pdev->config, id.revision);
+    pci_config_set_class(pdev->config, id.class_code);
+}
+
 static void pib_hca_realize(PCIDevice *pdev, Error **errp)
 {
     PibHcaState *s = PIB_HCA(pdev);
@@ -535,9 +564,15 @@ static void pib_hca_realize(PCIDevice *pdev, Error **errp)
         .msix_vectors = s->msix_vectors,
         .num_ports = s->ports,
     };
-    const char *invalid = pib_core_config_error(&config);
+    const char *invalid;
     unsigned i;
 
+    if (!pib_hca_personality(s->personality, &config.personality)) {
+        error_setg(errp, "pib-hca: personality '%s': pib or mlx5",
+                   s->personality);
+        return;
+    }
+    invalid = pib_core_config_error(&config);
     if (invalid) {
         error_setg(errp, "pib-hca: %s", invalid);
         return;
@@ -562,6 +597,7 @@ static void pib_hca_realize(PCIDevice *pdev, Error **errp)
         goto fail;
     }
 
+    pib_hca_set_identity(pdev, s->core);
     memory_region_init_io(&s->regs, OBJECT(s), &pib_hca_regs_ops, s,
                           "pib-hca-regs",
                           pib_core_bar_size(s->core, PIB_BAR_REGS));
@@ -569,13 +605,16 @@ static void pib_hca_realize(PCIDevice *pdev, Error **errp)
         pdev, PIB_BAR_REGS,
         PCI_BASE_ADDRESS_SPACE_MEMORY | PCI_BASE_ADDRESS_MEM_TYPE_64, &s->regs);
 
-    memory_region_init_io(&s->doorbells, OBJECT(s), &pib_hca_doorbell_ops, s,
-                          "pib-hca-doorbells",
-                          pib_core_bar_size(s->core, PIB_BAR_DOORBELL));
-    pci_register_bar(pdev, PIB_BAR_DOORBELL,
-                     PCI_BASE_ADDRESS_SPACE_MEMORY |
-                         PCI_BASE_ADDRESS_MEM_TYPE_64,
-                     &s->doorbells);
+    /* The ConnectX personality has its doorbells in BAR0's UAR pages. */
+    if (pib_core_bar_size(s->core, PIB_BAR_DOORBELL)) {
+        memory_region_init_io(&s->doorbells, OBJECT(s), &pib_hca_doorbell_ops,
+                              s, "pib-hca-doorbells",
+                              pib_core_bar_size(s->core, PIB_BAR_DOORBELL));
+        pci_register_bar(pdev, PIB_BAR_DOORBELL,
+                         PCI_BASE_ADDRESS_SPACE_MEMORY |
+                             PCI_BASE_ADDRESS_MEM_TYPE_64,
+                         &s->doorbells);
+    }
 
     if (pcie_endpoint_cap_init(pdev, PIB_HCA_PCIE_CAP_OFFSET) < 0) {
         error_setg(errp, "pib-hca: cannot add the PCI Express capability");
@@ -630,6 +669,7 @@ static void pib_hca_reset(DeviceState *dev)
 }
 
 static const Property pib_hca_properties[] = {
+    DEFINE_PROP_STRING("personality", PibHcaState, personality),
     DEFINE_PROP_UINT64("node-guid", PibHcaState, node_guid, 0),
     DEFINE_PROP_UINT32("doorbell-pages", PibHcaState, doorbell_pages, 1024),
     DEFINE_PROP_UINT32("msix-vectors", PibHcaState, msix_vectors, 16),
@@ -700,6 +740,10 @@ static void pib_hca_class_init(ObjectClass *klass, PibClassData *data)
     dc->vmsd = &pib_hca_vmstate;
     set_bit(DEVICE_CATEGORY_NETWORK, dc->categories);
     device_class_set_props(dc, pib_hca_properties);
+    object_class_property_set_description(
+        klass, "personality",
+        "the interface its driver sees: pib (pib_hw.h, the default) or mlx5 "
+        "(a ConnectX-5, docs/mlx5.md)");
     object_class_property_set_description(
         klass, "node-guid",
         "Node GUID (EUI-64); 0 derives one from the process id");

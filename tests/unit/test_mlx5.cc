@@ -14,7 +14,7 @@ namespace {
 constexpr uint16_t kQueryHcaCap = 0x100, kQueryAdapter = 0x101, kInitHca = 0x102,
                    kTeardownHca = 0x103, kEnableHca = 0x104, kDisableHca = 0x105,
                    kQueryPages = 0x107, kManagePages = 0x108, kSetHcaCap = 0x109,
-                   kQueryIssi = 0x10a, kSetIssi = 0x10b, kAccessReg = 0x805, kAllocPd = 0x800;
+                   kQueryIssi = 0x10a, kSetIssi = 0x10b, kAccessReg = 0x805, kCreateMkey = 0x200;
 constexpr uint32_t kCapOut = 0x10 + 4096;
 
 // cmd_hca_cap fields, by bit offset within the capability page.
@@ -32,6 +32,20 @@ Field inOutput(Field f) {
 }
 
 } // namespace
+
+TEST_CASE("mlx5: configuration space shows a ConnectX-5 InfiniBand controller", "[mlx5]") {
+    Mlx5Host host;
+    pib_pci_identity id{};
+    pib_core_pci_identity(host.core, &id);
+    CHECK(id.vendor_id == 0x15b3);
+    CHECK(id.device_id == 0x1017);
+    CHECK(id.class_code == 0x0207);
+    CHECK(id.subsystem_vendor_id == PIB_PCI_SUBSYSTEM_VENDOR_ID); // pib-hca's board
+    FakeHost pib;
+    pib_core_pci_identity(pib.core, &id);
+    CHECK(id.vendor_id == PIB_PCI_VENDOR_ID);
+    CHECK(id.device_id == PIB_PCI_DEVICE_ID);
+}
 
 TEST_CASE("mlx5: the initialization segment reads as mlx5_core expects", "[mlx5]") {
     Mlx5Host host;
@@ -117,11 +131,11 @@ TEST_CASE("mlx5: a function comes up as mlx5_core brings it up, polling", "[mlx5
 TEST_CASE("mlx5: commands the device does not execute are BAD_OP, named in the trace", "[mlx5]") {
     Mlx5Host host;
     REQUIRE(host.bringUp());
-    auto r = host.run(Mlx5Host::input(kAllocPd), 16);
+    auto r = host.run(Mlx5Host::input(kCreateMkey), 16);
     CHECK(r.status() == status::kBadOpcode);
     CHECK(r.syndrome() == pib::err::kMlx5CmdBadOpcode.syndrome);
     CHECK(host.guestErrors("mlx5-cmd-bad-opcode") == 1);
-    CHECK(host.errors.back().detail.find("ALLOC_PD") != std::string::npos);
+    CHECK(host.errors.back().detail.find("CREATE_MKEY") != std::string::npos);
     CHECK(host.run(Mlx5Host::input(0x7777), 16).status() == status::kBadOpcode);
     // Too short an input or output for the structure.
     CHECK(host.run(Mlx5Host::input(kQueryIssi), 0x20).status() == status::kBadOutputLength);

@@ -192,7 +192,7 @@ TEST_CASE("mlx5: a UAR with an EQ on it stays; TEARDOWN_HCA ends both", "[mlx5]"
     set(dealloc, field(0x48, 24), f.uar);
     auto r = f.host.run(dealloc, 16);
     CHECK(r.status() == status::kBadResourceState);
-    CHECK(r.syndrome() == pib::err::kMlx5UarInUse.syndrome);
+    CHECK(r.syndrome() == pib::err::kMlx5CmdInUse.syndrome);
     auto destroy = Mlx5Host::input(kDestroyEq);
     set(destroy, kEqNumber, eqn);
     // DESTROY_EQ of the command EQ completes polled: the EQ is gone.
@@ -208,4 +208,33 @@ TEST_CASE("mlx5: a UAR with an EQ on it stays; TEARDOWN_HCA ends both", "[mlx5]"
     CHECK(f.host.guestErrors("mlx5-uar-unallocated") == 1);
     CHECK(f.host.allocUar() == 3);
     CHECK(f.createEq(2, kCommandEvents, 0, &ring) == 0);
+}
+
+TEST_CASE("mlx5: PDs and XRC domains are made in the core's tables", "[mlx5]") {
+    Function f;
+    constexpr Field kHeld = field(0x48, 24);
+    auto r = f.host.run(Mlx5Host::input(0x800), 16);
+    REQUIRE(r.status() == 0);
+    const auto pd = r.get(kHeld);
+    r = f.host.run(Mlx5Host::input(0x80e), 16);
+    REQUIRE(r.status() == 0);
+    const auto xrcd = r.get(kHeld);
+    CHECK(f.host.run(Mlx5Host::input(0x80e), 16).get(kHeld) == xrcd + 1);
+    // A user context's uid: there are none.
+    auto in = Mlx5Host::input(0x800);
+    set(in, kUid, 5);
+    CHECK(f.host.run(in, 16).status() == status::kBadParam);
+    // DEALLOC_PD of one that does not exist, then of the one made.
+    auto dealloc = Mlx5Host::input(0x801);
+    set(dealloc, kHeld, pd + 7);
+    r = f.host.run(dealloc, 16);
+    CHECK(r.status() == status::kBadResource);
+    CHECK(r.syndrome() == pib::err::kMlx5CmdBadResource.syndrome);
+    set(dealloc, kHeld, pd);
+    CHECK(f.host.run(dealloc, 16).status() == 0);
+    CHECK(f.host.run(dealloc, 16).status() == status::kBadResource); // gone
+    // They are in the core's tables: after TEARDOWN_HCA, numbering starts over.
+    REQUIRE(f.host.run(Mlx5Host::input(0x103), 16).status() == 0);
+    REQUIRE(f.host.run(Mlx5Host::input(0x102), 16).status() == 0);
+    CHECK(f.host.run(Mlx5Host::input(0x80e), 16).get(kHeld) == xrcd);
 }

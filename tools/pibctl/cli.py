@@ -81,7 +81,8 @@ def _cmd_fabric_up(args) -> int:
         raise ui.StepFailed("--modules and --no-driver go with --kernel PATH")
     fabric.up(vms=args.vms or 2, accel=args.accel, memory=args.memory, cpus=args.cpus,
               timeout=args.timeout, trace=args.trace, sm=not args.no_sm,
-              switches=args.switches or 1, topology=topo, own=own)
+              switches=args.switches or 1, topology=topo, own=own,
+              mlx5=tuple(n for n in args.mlx5.split(",") if n))
     return fabric.status()
 
 
@@ -233,6 +234,9 @@ def build_parser() -> argparse.ArgumentParser:
     up.add_argument("--topology", metavar="FILE",
                     help="build the fabric a topology file describes instead "
                          "(see docs/user-guide.md and examples/)")
+    up.add_argument("--mlx5", metavar="VM[,VM...]", default="",
+                    help="give these guests a ConnectX HCA (personality=mlx5, docs/mlx5.md) "
+                         "that the kernel's mlx5_core drives; work in progress (issue 30)")
     up.add_argument("--no-sm", action="store_true",
                     help="do not start opensm in vm1 (ports then stay INIT)")
     up.add_argument("--trace", default="", metavar="PATTERN",

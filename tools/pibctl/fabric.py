@@ -29,6 +29,7 @@ class Vm:
     pid: int = 0
     cables: list = field(default_factory=list)  # [switch, port] per HCA port
     command: list = field(default_factory=list)  # how its QEMU was started
+    personality: str = "pib"  # its HCA's: pib, or mlx5 (a ConnectX)
 
     @property
     def switch(self) -> str:
@@ -215,7 +216,8 @@ def _qemu_command(fabric: Fabric, vm: Vm, memory: int, cpus: int, trace: str,
     ]
     # Each HCA port is cabled to a switch port's socket; QEMU reconnects by
     # itself when the switch restarts.
-    hca = f"pib-hca,id=hca0,bus=ib-rp,node-guid=0x{vm.node_guid:016x},ports={len(vm.cables)}"
+    hca = (f"pib-hca,id=hca0,bus=ib-rp,personality={vm.personality},"
+           f"node-guid=0x{vm.node_guid:016x},ports={len(vm.cables)}")
     for n, (switch, port) in enumerate(vm.cables, 1):
         sock = fabric.ib_switch_dir(switch) / f"port{port}.sock"
         cmd += ["-chardev", f"socket,id=ib{n},path={sock},reconnect-ms=1000"]
@@ -512,11 +514,13 @@ def restart_sm(fabric: Fabric) -> None:
 
 def up(vms: int = 2, accel: str = "tcg", memory: int = 2048, cpus: int = 1,
        timeout: float = 300, trace: str = "", sm: bool = True, switches: int = 1,
-       topology: Topology = None, kernel_args: str = "", own: OwnKernel = None) -> Fabric:
+       topology: Topology = None, kernel_args: str = "", own: OwnKernel = None,
+       mlx5: tuple = ()) -> Fabric:
     """Boots a fabric: the given topology, or else a chain of `switches`
     switches with `vms` guests spread over them. `kernel_args` go to each
     guest's kernel command line; `own` is a kernel of the user's to boot
-    instead of the bundled one."""
+    instead of the bundled one; the guests named in `mlx5` get a ConnectX
+    HCA (personality=mlx5)."""
     _check_setup()
     clear_stale()
     existing = load()
@@ -528,6 +532,11 @@ def up(vms: int = 2, accel: str = "tcg", memory: int = 2048, cpus: int = 1,
         topo = topology if topology is not None else chain(vms, switches)
     except TopologyError as e:
         raise ui.StepFailed(str(e)) from None
+    for name in mlx5:
+        guest = next((g for g in topo.guests if g.name == name), None)
+        if guest is None:
+            raise ui.StepFailed(f"--mlx5 {name}: the fabric has no VM of that name")
+        guest.personality = "mlx5"
     if accel == "kvm" and not os.access("/dev/kvm", os.R_OK | os.W_OK):
         raise ui.StepFailed("--accel kvm needs a usable /dev/kvm")
     run = paths.run_dir()
@@ -539,7 +548,7 @@ def up(vms: int = 2, accel: str = "tcg", memory: int = 2048, cpus: int = 1,
         fabric.kernel, fabric.initrd = str(own.kernel.resolve()), str(own_kernel.initrd(own))
     for guest in topo.guests:
         vm = Vm(name=guest.name, index=guest.index, dir=str(run / guest.name),
-                cables=[list(c) for c in guest.cables])
+                cables=[list(c) for c in guest.cables], personality=guest.personality)
         vm.path.mkdir()
         fabric.vms.append(vm)
     vms = len(fabric.vms)

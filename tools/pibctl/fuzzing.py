@@ -149,8 +149,8 @@ def _stats(text: str) -> dict:
 # Targets that are not libFuzzer harnesses.
 QTEST_ACCESSES = 1_000_000
 OTHER_TARGETS = {
-    "qtest": "random MMIO and configuration-space accesses to the built QEMU's pib-hca "
-             f"(at least {QTEST_ACCESSES} accesses)",
+    "qtest": "random MMIO and configuration-space accesses to the built QEMU's pib-hca, "
+             f"with each personality (at least {QTEST_ACCESSES} accesses each)",
     "fabric": "random input into a switch port and into an HCA port of a booted fabric "
               "(tests/e2e/test_hostile.py, --minutes each)",
 }
@@ -173,38 +173,46 @@ def _run_fabric(minutes: float) -> bool:
     return counts.failed == 0 and counts.passed > 0
 
 
+def _qtest_drivers():
+    """Each personality's qtest driver, by the name the checks give it."""
+    from pibctl import mmio_fuzz, mmio_fuzz_mlx5
+
+    return (("pib-hca", mmio_fuzz.run), ("pib-hca,personality=mlx5", mmio_fuzz_mlx5.run))
+
+
 def qtest(counts, accesses: int) -> None:
-    """For ./pib test: random accesses to the built QEMU through qtest."""
-    from pibctl import mmio_fuzz
-
-    ui.step(f"qtest: {accesses} random accesses to QEMU's pib-hca")
-
-    start = time.monotonic()
-    try:
-        made, seconds, errors = mmio_fuzz.run(accesses, seed=int(time.time()))
-        ok = True
-        detail = f"{made} accesses in {seconds:.0f} s, {sum(errors.values())} guest errors reported"
-    except (RuntimeError, AssertionError) as e:
-        ok, detail = False, str(e)
-        print(detail)
-    counts.record(f"qtest: random MMIO and config space to QEMU's pib-hca: {detail[:100]}", ok,
-                  time.monotonic() - start)
+    """For ./pib test: random accesses to the built QEMU through qtest,
+    `accesses` for each personality."""
+    for device, run in _qtest_drivers():
+        ui.step(f"qtest: {accesses} random accesses to QEMU's {device}")
+        start = time.monotonic()
+        try:
+            made, seconds, errors = run(accesses, seed=int(time.time()))
+            ok = True
+            detail = (f"{made} accesses in {seconds:.0f} s, {sum(errors.values())} guest errors "
+                      "reported")
+        except (RuntimeError, AssertionError) as e:
+            ok, detail = False, str(e)
+            print(detail)
+        counts.record(f"qtest: random MMIO and config space to QEMU's {device}: {detail[:100]}",
+                      ok, time.monotonic() - start)
 
 
 def _run_qtest(minutes: float) -> bool:
-    from pibctl import mmio_fuzz
-
-    ui.step(f"qtest: random accesses to {paths.qemu_binary()}")
-    try:
-        made, seconds, errors = mmio_fuzz.run(QTEST_ACCESSES, seed=int(time.time()),
-                                              minutes=minutes)
-    except (RuntimeError, AssertionError) as e:
-        print(e)
-        return False
-    ui.detail(f"qtest: {made} accesses in {seconds:.0f} s; QEMU answered every one")
-    top = sorted(errors.items(), key=lambda kv: -kv[1])
-    ui.detail("guest errors reported: " + ", ".join(f"{k} {v}" for k, v in top))
-    return True
+    """./pib fuzz qtest: QTEST_ACCESSES random accesses to each personality."""
+    ok = True
+    for device, run in _qtest_drivers():
+        ui.step(f"qtest: random accesses to {device} in {paths.qemu_binary()}")
+        try:
+            made, seconds, errors = run(QTEST_ACCESSES, seed=int(time.time()), minutes=minutes)
+        except (RuntimeError, AssertionError) as e:
+            print(e)
+            ok = False
+            continue
+        ui.detail(f"qtest: {made} accesses in {seconds:.0f} s; QEMU answered every one")
+        top = sorted(errors.items(), key=lambda kv: -kv[1])
+        ui.detail("guest errors reported: " + ", ".join(f"{k} {v}" for k, v in top))
+    return ok
 
 
 def _report_coverage(targets) -> None:

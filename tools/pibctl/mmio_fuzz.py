@@ -27,7 +27,7 @@ OPCODES = [0x0001, 0x0002, 0x0003, 0x0004, 0x0005, 0x0006, 0x0007, 0x0008, 0x000
 class Qtest:
     """qemu-system-x86_64 under -qtest stdio, with pipelined commands."""
 
-    def __init__(self):
+    def __init__(self, properties: str = f"doorbell-pages={DOORBELL_PAGES}"):
         # qtest would log every access: to /dev/null; QEMU's own stderr to a
         # file, which nothing has to keep reading.
         self.log = tempfile.TemporaryFile(mode="w+")
@@ -35,7 +35,7 @@ class Qtest:
                "-accel", "qtest", "-qtest", "stdio", "-qtest-log", "/dev/null", "-m", "256",
                "-d", "guest_errors",
                "-L", "/usr/share/seabios", "-L", "/usr/share/qemu",
-               "-device", f"pib-hca,bus=pcie.0,addr={SLOT:#x},doorbell-pages={DOORBELL_PAGES}"]
+               "-device", f"pib-hca,bus=pcie.0,addr={SLOT:#x},{properties}"]
         self.proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                      stderr=self.log, text=True, bufsize=1 << 20)
         self.pending = []
@@ -102,7 +102,7 @@ def _cfg_write(q, offset, value, size=4):
             4: f"outl {port:#x} {value & 0xFFFFFFFF:#x}"}[size])
 
 
-def _place_bars(q):
+def place_bars(q):
     for bar, base in ((0, BAR0), (2, BAR2), (4, BAR4)):
         _cfg_write(q, 0x10 + 4 * bar, base)
         _cfg_write(q, 0x14 + 4 * bar, 0)
@@ -132,13 +132,21 @@ def _command(q, rng):
     q.send(f"writel {BAR0 + 0x120:#x} {ctrl:#x}")
 
 
-def _ram(q, rng):
+def random_ram(q, rng):
     """Random guest RAM: mailboxes, rings and WQEs the device reads."""
     addr = RAM + rng.randrange(0, RAM_SIZE - 256, 8)
     words = [rng.choice([0, 1, 2, 6, 12, 64, 0x1000, rng.getrandbits(32), _address(rng) & 0xFFFFFFFF])
              for _ in range(rng.randrange(1, 32))]
     data = "".join(f"{w & 0xFFFFFFFF:08x}" for w in words)
     q.send(f"write {addr:#x} {len(data) // 2} 0x{data}")
+
+
+def random_config(q, rng):
+    """Configuration space, rarely, and the BARs put back."""
+    offset = rng.randrange(0, 0x100)
+    _cfg_write(q, offset, rng.getrandbits(32), rng.choice([1, 2, 4]))
+    if rng.random() < 0.5:
+        place_bars(q)
 
 
 def _access(q, rng):
@@ -156,16 +164,13 @@ def _access(q, rng):
         _command(q, rng)
         return
     elif r < 0.85:
-        _ram(q, rng)
+        random_ram(q, rng)
         return
     elif r < 0.88:
         q.send(f"clock_step {rng.choice([1000, 1000000, 100000000])}")
         return
-    elif r < 0.90:  # configuration space, rarely, and the BARs put back
-        offset = rng.randrange(0, 0x100)
-        _cfg_write(q, offset, rng.getrandbits(32), rng.choice([1, 2, 4]))
-        if rng.random() < 0.5:
-            _place_bars(q)
+    elif r < 0.90:
+        random_config(q, rng)
         return
     elif r < 0.91:
         q.send(f"writel {BAR0 + 0x10:#x} 0x52534554")  # reset
@@ -188,7 +193,7 @@ def run(accesses: int, seed: int = 1, minutes: float = 0):
     try:
         assert q.query(f"outl 0xcf8 {CFG:#x}") == 0
         assert q.query("inl 0xcfc") == 0x1B1B1234, "no pib-hca at the expected slot"
-        _place_bars(q)
+        place_bars(q)
         q.send(f"writel {BAR0 + 0x120:#x} {0x0003 | 1 << 31:#x}")  # INIT_HCA first, mostly
         while q.sent < accesses:
             if minutes and time.monotonic() - start > minutes * 60:
@@ -196,11 +201,15 @@ def run(accesses: int, seed: int = 1, minutes: float = 0):
             _access(q, rng)
         q.flush()
         # Still alive and answering: the node GUID register reads back.
-        _place_bars(q)
+        place_bars(q)
         q.query(f"readl {BAR0 + 0x20:#x}")
     finally:
         stderr = q.close()
+    check_stderr(stderr)
+    return q.sent, time.monotonic() - start, q.guest_errors()
+
+
+def check_stderr(stderr: str) -> None:
     for bad in ("Assertion", "core dumped", "Segmentation", "AddressSanitizer"):
         if bad in stderr:
             raise RuntimeError(f"QEMU reported {bad}:\n{stderr[-3000:]}")
-    return q.sent, time.monotonic() - start, q.guest_errors()

@@ -5,7 +5,9 @@ from a topology file (--topology FILE). The file format, one statement per
 line, `#` starts a comment:
 
     switch NAME [ports=N] [guid=0xHEX]
-    vm vmN SWITCH:PORT [SWITCH:PORT]    # HCA port 1 (and port 2)
+    vm vmN SWITCH:PORT [SWITCH:PORT] [personality=mlx5]
+                                        # HCA port 1 (and port 2); mlx5: the
+                                        # HCA is a ConnectX (docs/mlx5.md)
     link SWITCH:PORT SWITCH:PORT
     tcp-listen SWITCH:PORT HOST:PORT    # a switch on another host dials in
     tcp-connect SWITCH:PORT HOST:PORT   # dial a switch on another host
@@ -26,6 +28,7 @@ SWITCH_GUID = 0x0250494253570000  # "PIBSW"; the k-th switch gets + k
 MAX_SWITCH_PORTS = 254
 MAX_VMS = 64
 HCA_PORTS = 2
+PERSONALITIES = ("pib", "mlx5")  # pib-hca's personality property
 
 
 class TopologyError(Exception):
@@ -48,6 +51,7 @@ class Guest:
     name: str
     index: int
     cables: list = field(default_factory=list)  # [switch, port] per HCA port, from port 1
+    personality: str = "pib"  # the HCA's: pib, or mlx5 (a ConnectX)
 
 
 @dataclass
@@ -82,7 +86,8 @@ class Topology:
                              ports_of(s["tcp_connect"]), ports_of(s.get("faults", {})),
                              ports_of(s.get("captures", {})))
                       for s in data["switches"]],
-            guests=[Guest(g["name"], g["index"], [tuple(c) for c in g["cables"]])
+            guests=[Guest(g["name"], g["index"], [tuple(c) for c in g["cables"]],
+                          g.get("personality", "pib"))
                     for g in data["guests"]],
             links=[Link(**link) for link in data["links"]],
         )
@@ -260,8 +265,16 @@ def parse(text: str, source: str = "topology") -> Topology:
             name = args[0]
             if not (name.startswith("vm") and name[2:].isdigit() and int(name[2:]) > 0):
                 raise TopologyError(f"{where}: VMs are named vm1, vm2, ...; not {name!r}")
-            topo.guests.append(Guest(name, int(name[2:]),
-                                     [_cable_end(a, where) for a in args[1:]]))
+            words = [a for a in args[1:] if not a.startswith("personality=")]
+            personality = "pib"
+            for word in args[1:]:
+                if word.startswith("personality="):
+                    personality = word.split("=", 1)[1]
+            if personality not in PERSONALITIES:
+                raise TopologyError(f"{where}: personality={personality}: "
+                                    f"one of {', '.join(PERSONALITIES)}")
+            topo.guests.append(Guest(name, int(name[2:]), [_cable_end(a, where) for a in words],
+                                     personality))
         elif kind == "link":
             if len(args) != 2:
                 raise TopologyError(f"{where}: link needs two SWITCH:PORT ends")

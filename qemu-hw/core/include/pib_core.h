@@ -202,6 +202,19 @@ int pib_core_capture(struct pib_core *core, unsigned port, const char *path, uin
  */
 int pib_core_inject(struct pib_core *core, const char *injection, char **answer);
 
+/* How the function presents itself in PCI configuration space. */
+struct pib_pci_identity {
+    uint16_t vendor_id;
+    uint16_t device_id;
+    uint16_t subsystem_vendor_id;
+    uint16_t subsystem_id;
+    uint8_t revision;
+    uint16_t class_code; /* base class 15:8, subclass 7:0 */
+};
+
+/* The identity of the personality the core was created with. */
+void pib_core_pci_identity(const struct pib_core *core, struct pib_pci_identity *identity);
+
 /* Size in bytes the host must give each BAR; 0 for a BAR not implemented. */
 uint64_t pib_core_bar_size(const struct pib_core *core, int bar);
 

@@ -118,7 +118,7 @@ enum pib_guest_error {
     PIB_GUEST_ERROR_MLX5_CMD_SHORT_OUTPUT = 54,
     PIB_GUEST_ERROR_MLX5_CMD_BAD_RESOURCE = 55,
     PIB_GUEST_ERROR_MLX5_CMD_NO_RESOURCES = 56,
-    PIB_GUEST_ERROR_MLX5_UAR_IN_USE = 57,
+    PIB_GUEST_ERROR_MLX5_CMD_IN_USE = 57,
     PIB_GUEST_ERROR_MLX5_UAR_BAD_DOORBELL = 58,
     PIB_GUEST_ERROR_MLX5_EQ_BAD_CONTEXT = 59,
     PIB_GUEST_ERROR_MLX5_EQ_BAD_PAGES = 60,
@@ -259,7 +259,7 @@ static inline const char *pib_guest_error_token(unsigned error) {
         "mlx5-cmd-short-output",
         "mlx5-cmd-bad-resource",
         "mlx5-cmd-no-resources",
-        "mlx5-uar-in-use",
+        "mlx5-cmd-in-use",
         "mlx5-uar-bad-doorbell",
         "mlx5-eq-bad-context",
         "mlx5-eq-bad-pages",
@@ -283,7 +283,7 @@ static inline const char *pib_guest_error_rule(unsigned error) {
         "prm §6.2", "prm §6.2", "prm §6.2", "prm §6.7", "prm §6.1", "prm §6.1", "prm §1",
         "mlx5 §2",  "mlx5 §2",  "mlx5 §2",  "mlx5 §3",  "mlx5 §3",  "mlx5 §3",  "mlx5 §3",
         "mlx5 §3",  "mlx5 §4",  "mlx5 §4",  "mlx5 §4",  "mlx5 §4",  "mlx5 §4",  "mlx5 §4",
-        "mlx5 §4",  "mlx5 §6",  "mlx5 §6",  "mlx5 §7",  "mlx5 §7",  "mlx5 §7",  "mlx5 §7",
+        "mlx5 §4",  "mlx5 §4",  "mlx5 §6",  "mlx5 §7",  "mlx5 §7",  "mlx5 §7",  "mlx5 §7",
         "mlx5 §7",  "mlx5 §5",
     };
 

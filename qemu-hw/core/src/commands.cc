@@ -324,13 +324,16 @@ CommandOutcome CommandProcessor::allocHeld(ObjectTable<T> &table, const char *wh
 template <class T>
 CommandOutcome CommandProcessor::deallocHeld(ObjectTable<T> &table, const Command &cmd,
                                              const char *what) {
-    const T *object = table.find(cmd.modifier);
-    if (!object)
+    uint32_t refs = 0;
+    switch (release(table, cmd.modifier, &refs)) {
+    case Release::kMissing:
         return fail(err::kCmdBadIndex, "%s of %s %u", commandName(cmd.opcode), what, cmd.modifier);
-    if (object->refs)
+    case Release::kHeld:
         return fail(err::kCmdBusy, "%s of %s %u used by %u objects", commandName(cmd.opcode), what,
-                    cmd.modifier, object->refs);
-    table.erase(cmd.modifier);
+                    cmd.modifier, refs);
+    case Release::kReleased:
+        break;
+    }
     return {};
 }
 

@@ -119,6 +119,10 @@ uint64_t pib_core_bar_size(const pib_core *core, int bar) {
     return core->device.barSize(bar);
 }
 
+void pib_core_pci_identity(const pib_core *core, pib_pci_identity *identity) {
+    *identity = core->device.pciIdentity();
+}
+
 void pib_core_port_connected(pib_core *core, unsigned port, int connected) {
     if (core->busy) {
         if (core->laterLinks.size() < 2 * PIB_MAX_PORTS) // the last change of each port is enough

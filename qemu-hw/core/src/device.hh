@@ -36,6 +36,7 @@ class Device {
     uint64_t barRead(int bar, uint64_t offset, unsigned size);
     void barWrite(int bar, uint64_t offset, uint64_t value, unsigned size);
     uint64_t barSize(int bar) const;
+    pib_pci_identity pciIdentity() const { return front_->pciIdentity(); }
     void portConnected(unsigned port, bool connected);
     void portReceive(unsigned port, std::span<const uint8_t> bytes);
     void timerExpired();

@@ -8,12 +8,16 @@
 
 #include <cstdint>
 
+#include "pib_core.h"
+
 namespace pib {
 
 class FrontEnd {
   public:
     virtual ~FrontEnd() = default;
 
+    // What the function says it is in PCI configuration space.
+    virtual pib_pci_identity pciIdentity() const = 0;
     // The size of BAR `bar` (0: the personality does not have it).
     virtual uint64_t barSize(int bar) const = 0;
     // An access of 1, 2, 4 or 8 bytes (the device checked the width).

@@ -28,6 +28,7 @@ constexpr Field kAdapterVsdVendorId = field(0x170, 16);
 constexpr uint32_t kAdapterPsid = 0x100; // vsd_contd_psid, 16 bytes
 constexpr Field kTeardownState = field(0x7f, 1);
 constexpr Field kUar = field(0x48, 24);     // alloc_uar_out, dealloc_uar_in
+constexpr Field kHeld = field(0x48, 24);    // the pd or xrcd of alloc_*_out, dealloc_*_in
 constexpr Field kEqNumber = field(0x58, 8); // create_eq_out, destroy_eq_in
 
 constexpr uint16_t kIssi = 0; // the only one: supported_issi bit 0
@@ -41,7 +42,7 @@ constexpr char kPsid[] = "PIB0000000001"; // board_id, as ibstat shows it
 } // namespace
 
 // clang-format off
-const std::array<Commands::Spec, 26> Commands::kTable = {{
+const std::array<Commands::Spec, 28> Commands::kTable = {{
     {0x100, "QUERY_HCA_CAP", 0x10, 0x10 + HcaCaps::kPageBytes, State::kEnabled, &Commands::queryHcaCap},
     {0x101, "QUERY_ADAPTER", 0x10, 0x110, State::kEnabled, &Commands::queryAdapter},
     {0x102, "INIT_HCA", 0x10, 0x10, State::kEnabled, &Commands::initHca},
@@ -58,6 +59,10 @@ const std::array<Commands::Spec, 26> Commands::kTable = {{
     {0x803, "DEALLOC_UAR", 0x10, 0x10, State::kInitialized, &Commands::deallocUar},
     {0x301, "CREATE_EQ", 0x110, 0x10, State::kInitialized, &Commands::createEq},
     {0x302, "DESTROY_EQ", 0x10, 0x10, State::kInitialized, &Commands::destroyEq},
+    {0x800, "ALLOC_PD", 0x10, 0x10, State::kInitialized, &Commands::allocPd},
+    {0x801, "DEALLOC_PD", 0x10, 0x10, State::kInitialized, &Commands::deallocPd},
+    {0x80e, "ALLOC_XRCD", 0x10, 0x10, State::kInitialized, &Commands::allocXrcd},
+    {0x80f, "DEALLOC_XRCD", 0x10, 0x10, State::kInitialized, &Commands::deallocXrcd},
     // Known by name, so that a trace names what a driver asked for.
     {0x10d, "SET_DRIVER_VERSION", 0, 0, State::kInitialized, nullptr},
     {0x200, "CREATE_MKEY", 0, 0, State::kInitialized, nullptr},
@@ -66,9 +71,6 @@ const std::array<Commands::Spec, 26> Commands::kTable = {{
     {0x500, "CREATE_QP", 0, 0, State::kInitialized, nullptr},
     {0x50d, "MAD_IFC", 0, 0, State::kInitialized, nullptr},
     {0x762, "QUERY_HCA_VPORT_CONTEXT", 0, 0, State::kInitialized, nullptr},
-    {0x800, "ALLOC_PD", 0, 0, State::kInitialized, nullptr},
-    {0x801, "DEALLOC_PD", 0, 0, State::kInitialized, nullptr},
-    {0x80e, "ALLOC_XRCD", 0, 0, State::kInitialized, nullptr},
 }};
 // clang-format on
 
@@ -117,6 +119,9 @@ const err::Condition *Commands::admit(const Spec *spec, uint16_t opcode, const R
     if (state_ < spec->needs)
         return fail(err::kMlx5CmdBadState, "%s before %s", spec->name,
                     state_ == State::kDisabled ? "ENABLE_HCA" : "INIT_HCA");
+    if (get(r.in, kUid) != 0)
+        return fail(err::kMlx5CmdBadParam, "%s with uid %u: the device has no user contexts",
+                    spec->name, static_cast<unsigned>(get(r.in, kUid)));
     if (r.in.size() < spec->inBytes)
         return fail(err::kMlx5CmdShortInput, "%s: %zu bytes of input, %u needed", spec->name,
                     r.in.size(), spec->inBytes);
@@ -177,6 +182,7 @@ const err::Condition *Commands::teardownHca(const Request &r) {
     // What the function made since INIT_HCA goes with it.
     eqs_.reset();
     uars_.reset();
+    endObjects_();
     set(r.out, kTeardownState, 0); // a forced teardown is done
     return nullptr;
 }
@@ -292,7 +298,7 @@ const err::Condition *Commands::deallocUar(const Request &r) {
     if (!uars_.given(index))
         return fail(err::kMlx5CmdBadResource, "DEALLOC_UAR of UAR %u, which is not given", index);
     if (eqs_.usesUar(index))
-        return fail(err::kMlx5UarInUse, "DEALLOC_UAR of UAR %u: an EQ has its doorbell there",
+        return fail(err::kMlx5CmdInUse, "DEALLOC_UAR of UAR %u: an EQ has its doorbell there",
                     index);
     uars_.free(index);
     trace::mlx5_uar(host_, "taken back", index);
@@ -312,6 +318,52 @@ const err::Condition *Commands::destroyEq(const Request &r) {
     if (!eqs_.destroy(eqn))
         return fail(err::kMlx5CmdBadResource, "DESTROY_EQ of EQ %u, which does not exist", eqn);
     return nullptr;
+}
+
+// ---- PDs and XRC domains: numbers the core's objects hold ----------------
+
+template <class T>
+const err::Condition *Commands::allocHeld(ObjectTable<T> &table, const Request &r,
+                                          const char *what) {
+    const auto number = table.insert(std::make_unique<T>());
+    if (!number)
+        return fail(err::kMlx5CmdNoResources, "all %u %ss exist", table.capacity(), what);
+    set(r.out, kHeld, *number);
+    return nullptr;
+}
+
+template <class T>
+const err::Condition *Commands::releaseHeld(ObjectTable<T> &table, const Request &r,
+                                            const char *what) {
+    const uint64_t number = get(r.in, kHeld);
+    uint32_t refs = 0;
+    switch (release(table, number, &refs)) {
+    case Release::kMissing:
+        return fail(err::kMlx5CmdBadResource, "%s %llu does not exist", what,
+                    static_cast<unsigned long long>(number));
+    case Release::kHeld:
+        return fail(err::kMlx5CmdInUse, "%s %llu is used by %u objects", what,
+                    static_cast<unsigned long long>(number), refs);
+    case Release::kReleased:
+        break;
+    }
+    return nullptr;
+}
+
+const err::Condition *Commands::allocPd(const Request &r) {
+    return allocHeld(objects_.pds, r, "PD");
+}
+
+const err::Condition *Commands::deallocPd(const Request &r) {
+    return releaseHeld(objects_.pds, r, "PD");
+}
+
+const err::Condition *Commands::allocXrcd(const Request &r) {
+    return allocHeld(objects_.xrcds, r, "XRC domain");
+}
+
+const err::Condition *Commands::deallocXrcd(const Request &r) {
+    return releaseHeld(objects_.xrcds, r, "XRC domain");
 }
 
 } // namespace pib::mlx5

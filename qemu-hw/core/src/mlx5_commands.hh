@@ -8,6 +8,7 @@
 
 #include <array>
 #include <cstdint>
+#include <functional>
 #include <span>
 
 #include "host.hh"
@@ -15,15 +16,24 @@
 #include "mlx5_hca_caps.hh"
 #include "mlx5_pages.hh"
 #include "mlx5_uars.hh"
+#include "object_tables.hh"
 #include "pib_core.h"
 
 namespace pib::mlx5 {
 
 class Commands {
   public:
-    // The UAR pages and EQs are the front end's: doorbells reach them too.
-    Commands(const pib_core_config &config, const Host &host, Uars &uars, EventQueues &eqs)
-        : host_(host), caps_(config.num_ports), pages_(host), uars_(uars), eqs_(eqs) {}
+    // What the commands act on besides their own state: the front end's
+    // UAR pages and EQs (doorbells reach them too), and the core's objects.
+    struct Parts {
+        Uars &uars;
+        EventQueues &eqs;
+        ObjectTables &objects;
+        std::function<void()> endObjects; // every core object ends (TEARDOWN_HCA)
+    };
+    Commands(const pib_core_config &config, const Host &host, Parts parts)
+        : host_(host), caps_(config.num_ports), pages_(host), uars_(parts.uars), eqs_(parts.eqs),
+          objects_(parts.objects), endObjects_(std::move(parts.endObjects)) {}
 
     // Runs the command whose input is `in`; its output (status and
     // syndrome included) goes to `out`.
@@ -53,7 +63,7 @@ class Commands {
         Handler handler;   // nullptr: known by name, not executed
     };
     static const Spec *find(uint16_t opcode);
-    static const std::array<Spec, 26> kTable;
+    static const std::array<Spec, 28> kTable;
 
     [[gnu::format(printf, 3, 4)]] const err::Condition *fail(const err::Condition &why,
                                                              const char *fmt, ...) const;
@@ -76,12 +86,22 @@ class Commands {
     const err::Condition *deallocUar(const Request &r);
     const err::Condition *createEq(const Request &r);
     const err::Condition *destroyEq(const Request &r);
+    const err::Condition *allocPd(const Request &r);
+    const err::Condition *deallocPd(const Request &r);
+    const err::Condition *allocXrcd(const Request &r);
+    const err::Condition *deallocXrcd(const Request &r);
+    template <class T>
+    const err::Condition *allocHeld(ObjectTable<T> &table, const Request &r, const char *what);
+    template <class T>
+    const err::Condition *releaseHeld(ObjectTable<T> &table, const Request &r, const char *what);
 
     const Host &host_;
     HcaCaps caps_;
     FunctionPages pages_;
     Uars &uars_;
     EventQueues &eqs_;
+    ObjectTables &objects_;
+    std::function<void()> endObjects_;
     State state_ = State::kDisabled;
     bool fatal_ = false;
     std::array<uint8_t, 16> hostEndianness_{}; // the HOST_ENDIANNESS register

@@ -8,14 +8,27 @@
 
 namespace pib::mlx5 {
 
-Mlx5FrontEnd::Mlx5FrontEnd(const pib_core_config &config, const Host &host)
+namespace {
+constexpr uint16_t kMellanoxVendorId = 0x15b3;
+constexpr uint16_t kConnectX5 = 0x1017;
+} // namespace
+
+Mlx5FrontEnd::Mlx5FrontEnd(const pib_core_config &config, const Host &host, ObjectTables &objects,
+                           std::function<void()> endObjects)
     : host_(host), bar0Size_(std::bit_ceil(uint64_t{Uars::kFirstUar + config.doorbell_pages} *
                                            Uars::kPageBytes)),
       iseg_(host), uars_(config.doorbell_pages), eqs_(host, uars_, config.msix_vectors),
-      commands_(config, host, uars_, eqs_),
+      commands_(config, host, Commands::Parts{uars_, eqs_, objects, std::move(endObjects)}),
       queue_(host, [this](unsigned slot, std::span<const uint8_t> in, std::span<uint8_t> out) {
           commands_.execute(slot, in, out);
       }) {}
+
+// A ConnectX-5 (mlx5_core's table binds it), an InfiniBand controller; the
+// subsystem says whose board it is: pib-hca's (docs/mlx5.md §1).
+pib_pci_identity Mlx5FrontEnd::pciIdentity() const {
+    return pib_pci_identity{kMellanoxVendorId,    kConnectX5, PIB_PCI_SUBSYSTEM_VENDOR_ID,
+                            PIB_PCI_SUBSYSTEM_ID, 0,          PIB_PCI_CLASS};
+}
 
 // BAR0 only: the MSI-X table is the host's (PIB_BAR_MSIX).
 uint64_t Mlx5FrontEnd::barSize(int bar) const {

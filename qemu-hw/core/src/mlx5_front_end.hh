@@ -4,6 +4,8 @@
 // command queue in guest memory, and events come back in EQs.
 #pragma once
 
+#include <functional>
+
 #include "front_end.hh"
 #include "host.hh"
 #include "mlx5_command_queue.hh"
@@ -11,14 +13,19 @@
 #include "mlx5_event_queues.hh"
 #include "mlx5_init_segment.hh"
 #include "mlx5_uars.hh"
+#include "object_tables.hh"
 #include "pib_core.h"
 
 namespace pib::mlx5 {
 
 class Mlx5FrontEnd final : public FrontEnd {
   public:
-    Mlx5FrontEnd(const pib_core_config &config, const Host &host);
+    // The core's objects are shared with every personality; `endObjects`
+    // ends them all (TEARDOWN_HCA).
+    Mlx5FrontEnd(const pib_core_config &config, const Host &host, ObjectTables &objects,
+                 std::function<void()> endObjects);
 
+    pib_pci_identity pciIdentity() const override;
     uint64_t barSize(int bar) const override;
     uint64_t barRead(int bar, uint64_t offset, unsigned size) override;
     void barWrite(int bar, uint64_t offset, uint64_t value, unsigned size) override;

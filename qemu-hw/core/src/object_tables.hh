@@ -17,6 +17,22 @@
 
 namespace pib {
 
+// Objects other objects hold by number and nothing more (PDs, XRC
+// domains, doorbell pages), for every personality's commands.
+enum class Release { kReleased, kMissing, kHeld };
+// Takes object `number` out of `table` unless it does not exist or
+// another object holds it; *refs says how many do.
+template <class T> Release release(ObjectTable<T> &table, uint64_t number, uint32_t *refs) {
+    const T *object = table.find(number);
+    *refs = object ? object->refs : 0;
+    if (!object)
+        return Release::kMissing;
+    if (object->refs)
+        return Release::kHeld;
+    table.erase(number);
+    return Release::kReleased;
+}
+
 struct ObjectTables {
     explicit ObjectTables(const pib_core_config &config);
 

@@ -5,6 +5,11 @@
 
 namespace pib {
 
+pib_pci_identity PibFrontEnd::pciIdentity() const {
+    return pib_pci_identity{PIB_PCI_VENDOR_ID,    PIB_PCI_DEVICE_ID, PIB_PCI_SUBSYSTEM_VENDOR_ID,
+                            PIB_PCI_SUBSYSTEM_ID, PIB_PCI_REVISION,  PIB_PCI_CLASS};
+}
+
 uint64_t PibFrontEnd::barSize(int bar) const {
     switch (bar) {
     case PIB_BAR_REGS:

@@ -22,6 +22,7 @@ class PibFrontEnd final : public FrontEnd {
         : host_(host), registers_(config, host, commands, events, std::move(requestReset)),
           doorbells_(config.doorbell_pages, host, dataPath) {}
 
+    pib_pci_identity pciIdentity() const override;
     uint64_t barSize(int bar) const override;
     uint64_t barRead(int bar, uint64_t offset, unsigned size) override;
     void barWrite(int bar, uint64_t offset, uint64_t value, unsigned size) override;

@@ -54,7 +54,13 @@ else
     echo "pib-guest: no ssh keys from the host (fw_cfg opt/pib/ssh); sshd not started"
 fi
 
-for m in ib_core ib_uverbs ib_umad ib_ipoib rdma_ucm pib; do
+# The adapter's driver: pib-hca's own, or with personality=mlx5 (a
+# Mellanox vendor ID) the kernel's ConnectX drivers.
+hca=pib
+for vendor in /sys/bus/pci/devices/*/vendor; do
+    [ "$(cat "$vendor")" = 0x15b3 ] && hca="mlx5_core mlx5_ib"
+done
+for m in ib_core ib_uverbs ib_umad ib_ipoib rdma_ucm $hca; do
     modprobe "$m"
 done
 
