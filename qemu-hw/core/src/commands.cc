@@ -286,7 +286,8 @@ CommandOutcome CommandProcessor::madIfc(const Command &cmd) {
     if (!readMailbox(cmd, ifc))
         return mailboxFailed();
     const bool reply =
-        agents_.answerMad(cmd.modifier, ifc.mad, cmd.opmod & PIB_MAD_IFC_IGNORE_MKEY);
+        agents_.answerMad(cmd.modifier, ifc.mad, cmd.opmod & PIB_MAD_IFC_IGNORE_MKEY) ==
+        PortAgents::MadOutcome::kAnswered;
     if (reply && !writeMailbox(cmd, ifc))
         return mailboxFailed();
     return {PIB_CMD_STATUS_OK, reply ? 1u : 0u};

@@ -59,6 +59,8 @@ const std::array<Commands::Spec, 28> Commands::kTable = {{
     {0x803, "DEALLOC_UAR", 0x10, 0x10, State::kInitialized, &Commands::deallocUar},
     {0x301, "CREATE_EQ", 0x110, 0x10, State::kInitialized, &Commands::createEq},
     {0x302, "DESTROY_EQ", 0x10, 0x10, State::kInitialized, &Commands::destroyEq},
+    {0x50d, "MAD_IFC", 0x110, 0x110, State::kInitialized, &Commands::madIfc},
+    {0x762, "QUERY_HCA_VPORT_CONTEXT", 0x10, 0x210, State::kInitialized, &Commands::queryHcaVportContext},
     {0x800, "ALLOC_PD", 0x10, 0x10, State::kInitialized, &Commands::allocPd},
     {0x801, "DEALLOC_PD", 0x10, 0x10, State::kInitialized, &Commands::deallocPd},
     {0x80e, "ALLOC_XRCD", 0x10, 0x10, State::kInitialized, &Commands::allocXrcd},
@@ -69,8 +71,6 @@ const std::array<Commands::Spec, 28> Commands::kTable = {{
     {0x203, "QUERY_SPECIAL_CONTEXTS", 0, 0, State::kInitialized, nullptr},
     {0x400, "CREATE_CQ", 0, 0, State::kInitialized, nullptr},
     {0x500, "CREATE_QP", 0, 0, State::kInitialized, nullptr},
-    {0x50d, "MAD_IFC", 0, 0, State::kInitialized, nullptr},
-    {0x762, "QUERY_HCA_VPORT_CONTEXT", 0, 0, State::kInitialized, nullptr},
 }};
 // clang-format on
 
@@ -182,7 +182,7 @@ const err::Condition *Commands::teardownHca(const Request &r) {
     // What the function made since INIT_HCA goes with it.
     eqs_.reset();
     uars_.reset();
-    endObjects_();
+    core_.endObjects();
     set(r.out, kTeardownState, 0); // a forced teardown is done
     return nullptr;
 }
@@ -351,19 +351,19 @@ const err::Condition *Commands::releaseHeld(ObjectTable<T> &table, const Request
 }
 
 const err::Condition *Commands::allocPd(const Request &r) {
-    return allocHeld(objects_.pds, r, "PD");
+    return allocHeld(core_.objects.pds, r, "PD");
 }
 
 const err::Condition *Commands::deallocPd(const Request &r) {
-    return releaseHeld(objects_.pds, r, "PD");
+    return releaseHeld(core_.objects.pds, r, "PD");
 }
 
 const err::Condition *Commands::allocXrcd(const Request &r) {
-    return allocHeld(objects_.xrcds, r, "XRC domain");
+    return allocHeld(core_.objects.xrcds, r, "XRC domain");
 }
 
 const err::Condition *Commands::deallocXrcd(const Request &r) {
-    return releaseHeld(objects_.xrcds, r, "XRC domain");
+    return releaseHeld(core_.objects.xrcds, r, "XRC domain");
 }
 
 } // namespace pib::mlx5

@@ -18,22 +18,28 @@
 #include "mlx5_uars.hh"
 #include "object_tables.hh"
 #include "pib_core.h"
+#include "port_agents.hh"
+#include "ports.hh"
 
 namespace pib::mlx5 {
 
+// The parts of the core, shared with every personality, that ConnectX
+// commands act on.
+struct CoreParts {
+    ObjectTables &objects;
+    Ports &ports;
+    PortAgents &agents;               // the SMA and PMA, for MAD_IFC
+    std::function<void()> endObjects; // every object ends (TEARDOWN_HCA)
+};
+
 class Commands {
   public:
-    // What the commands act on besides their own state: the front end's
-    // UAR pages and EQs (doorbells reach them too), and the core's objects.
-    struct Parts {
-        Uars &uars;
-        EventQueues &eqs;
-        ObjectTables &objects;
-        std::function<void()> endObjects; // every core object ends (TEARDOWN_HCA)
-    };
-    Commands(const pib_core_config &config, const Host &host, Parts parts)
-        : host_(host), caps_(config.num_ports), pages_(host), uars_(parts.uars), eqs_(parts.eqs),
-          objects_(parts.objects), endObjects_(std::move(parts.endObjects)) {}
+    // Besides the core's parts, the front end's UAR pages and EQs, which
+    // doorbells reach too.
+    Commands(const pib_core_config &config, const Host &host, Uars &uars, EventQueues &eqs,
+             CoreParts core)
+        : config_(config), host_(host), caps_(config.num_ports), pages_(host), uars_(uars),
+          eqs_(eqs), core_(std::move(core)) {}
 
     // Runs the command whose input is `in`; its output (status and
     // syndrome included) goes to `out`.
@@ -86,6 +92,8 @@ class Commands {
     const err::Condition *deallocUar(const Request &r);
     const err::Condition *createEq(const Request &r);
     const err::Condition *destroyEq(const Request &r);
+    const err::Condition *madIfc(const Request &r);
+    const err::Condition *queryHcaVportContext(const Request &r);
     const err::Condition *allocPd(const Request &r);
     const err::Condition *deallocPd(const Request &r);
     const err::Condition *allocXrcd(const Request &r);
@@ -95,13 +103,13 @@ class Commands {
     template <class T>
     const err::Condition *releaseHeld(ObjectTable<T> &table, const Request &r, const char *what);
 
+    const pib_core_config &config_;
     const Host &host_;
     HcaCaps caps_;
     FunctionPages pages_;
     Uars &uars_;
     EventQueues &eqs_;
-    ObjectTables &objects_;
-    std::function<void()> endObjects_;
+    CoreParts core_;
     State state_ = State::kDisabled;
     bool fatal_ = false;
     std::array<uint8_t, 16> hostEndianness_{}; // the HOST_ENDIANNESS register

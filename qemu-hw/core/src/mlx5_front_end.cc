@@ -13,12 +13,11 @@ constexpr uint16_t kMellanoxVendorId = 0x15b3;
 constexpr uint16_t kConnectX5 = 0x1017;
 } // namespace
 
-Mlx5FrontEnd::Mlx5FrontEnd(const pib_core_config &config, const Host &host, ObjectTables &objects,
-                           std::function<void()> endObjects)
+Mlx5FrontEnd::Mlx5FrontEnd(const pib_core_config &config, const Host &host, CoreParts core)
     : host_(host), bar0Size_(std::bit_ceil(uint64_t{Uars::kFirstUar + config.doorbell_pages} *
                                            Uars::kPageBytes)),
       iseg_(host), uars_(config.doorbell_pages), eqs_(host, uars_, config.msix_vectors),
-      commands_(config, host, Commands::Parts{uars_, eqs_, objects, std::move(endObjects)}),
+      commands_(config, host, uars_, eqs_, std::move(core)),
       queue_(host, [this](unsigned slot, std::span<const uint8_t> in, std::span<uint8_t> out) {
           commands_.execute(slot, in, out);
       }) {}

@@ -20,10 +20,7 @@ namespace pib::mlx5 {
 
 class Mlx5FrontEnd final : public FrontEnd {
   public:
-    // The core's objects are shared with every personality; `endObjects`
-    // ends them all (TEARDOWN_HCA).
-    Mlx5FrontEnd(const pib_core_config &config, const Host &host, ObjectTables &objects,
-                 std::function<void()> endObjects);
+    Mlx5FrontEnd(const pib_core_config &config, const Host &host, CoreParts core);
 
     pib_pci_identity pciIdentity() const override;
     uint64_t barSize(int bar) const override;

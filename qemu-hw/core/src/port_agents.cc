@@ -22,7 +22,8 @@ constexpr uint32_t kVendorId = PIB_PCI_VENDOR_ID;
 
 } // namespace
 
-bool PortAgents::answerMad(unsigned number, std::span<uint8_t> bytes, bool ignoreMkey) {
+PortAgents::MadOutcome PortAgents::answerMad(unsigned number, std::span<uint8_t> bytes,
+                                             bool ignoreMkey) {
     Mad mad(bytes);
     const uint8_t cls = mad.mgmtClass();
     const uint8_t method = mad.method();
@@ -35,28 +36,28 @@ bool PortAgents::answerMad(unsigned number, std::span<uint8_t> bytes, bool ignor
         if (verdict == iba::MkeyProtection::Verdict::kViolation) {
             trace::err_mkey_violation(host_, number, method, mad.attributeId());
             sendTrap(number, iba::badMkeyTrap(mad, p.info.lid, iba::kProducerCa, ++trapTid_));
-            return false; // dropped unanswered
+            return MadOutcome::kDropped;
         }
         hideMkey = verdict == iba::MkeyProtection::Verdict::kPassHideKey;
     }
     if (mad.baseVersion() != 1 || (method != iba::kGet && method != iba::kSet))
-        return false;
+        return MadOutcome::kNotOurs;
     uint16_t status;
     if (smp) {
         status = method == iba::kGet ? smaGet(number, mad, hideMkey) : smaSet(number, mad);
         if (status == iba::kStatusBadAttribute)
-            return false; // not ours: SMInfo and the like go to the SM
+            return MadOutcome::kNotOurs; // SMInfo and the like go to the SM
         if (cls == iba::kClassSmpDirected)
             mad.setReturning(true);
     } else if (cls == iba::kClassPerfMgt) {
         pma(number, mad);
-        return true;
+        return MadOutcome::kAnswered;
     } else {
-        return false;
+        return MadOutcome::kNotOurs;
     }
     mad.setMethod(iba::kGetResp);
     mad.setStatus(status);
-    return true;
+    return MadOutcome::kAnswered;
 }
 
 // Sends trap `mad` to the SM (LID-routed, QP0 to QP0), at most one per

@@ -35,9 +35,14 @@ class PortAgents {
                SubnetSender &sender)
         : config_(config), host_(host), ports_(ports), events_(events), sender_(sender) {}
 
-    // Answers a MAD that arrived on port `port`, in place. False when the
-    // agents do not answer it (not theirs, or dropped for a bad M_Key).
-    bool answerMad(unsigned port, std::span<uint8_t> mad, bool ignoreMkey);
+    // What became of a MAD the driver handed the agents.
+    enum class MadOutcome {
+        kAnswered, // the MAD is now the response to send back
+        kNotOurs,  // no agent of the device takes it (SMInfo, other classes)
+        kDropped,  // an SMP with a bad M_Key: dropped unanswered, trap sent
+    };
+    // Answers a MAD that arrived on port `port`, in place.
+    MadOutcome answerMad(unsigned port, std::span<uint8_t> mad, bool ignoreMkey);
     // The physical link of a port came up or went down.
     void linkChanged(unsigned port, bool up);
 

@@ -1,0 +1,123 @@
+// SPDX-License-Identifier: GPL-2.0-or-later
+// The ConnectX personality's port commands (docs/mlx5.md §4.4): MAD_IFC
+// through the core's SMA and PMA, and QUERY_HCA_VPORT_CONTEXT.
+#include <catch2/catch.hpp>
+
+#include <functional>
+
+#include "conditions.hh"
+#include "mad.hh"
+#include "mlx5_host.hh"
+
+using namespace pib;
+using namespace pib::mlx5;
+
+namespace {
+
+constexpr uint16_t kMadIfc = 0x50d, kQueryVport = 0x762;
+constexpr uint16_t kIgnoreMkey = 1;
+
+struct PortFunction {
+    Mlx5Host host;
+    PortFunction() { REQUIRE(host.bringUp()); }
+
+    // MAD_IFC of a MAD of class `cls` on `port`, the header from the
+    // arguments and the rest from `fill`; the response MAD is the reply's
+    // bytes 0x10 on.
+    Mlx5Host::Reply mad(uint8_t cls, uint8_t method, uint16_t attr, uint16_t opMod,
+                        const std::function<void(iba::Mad &)> &fill = {}, unsigned port = 1) {
+        auto in = Mlx5Host::input(kMadIfc, opMod, 0x110);
+        set(in, field(0x58, 8), port);
+        iba::Mad m(std::span<uint8_t>(in).subspan(0x10, 256));
+        m.set8(0, 1); // base version
+        m.set8(1, cls);
+        m.set8(2, 1);
+        m.set8(3, method);
+        m.set16(16, attr);
+        m.set32(20, 1); // attribute modifier: port 1, where it matters
+        if (fill)
+            fill(m);
+        return host.run(in, 0x110);
+    }
+    static iba::Mad response(Mlx5Host::Reply &r) {
+        return iba::Mad(std::span<uint8_t>(r.out).subspan(0x10, 256));
+    }
+};
+
+} // namespace
+
+TEST_CASE("mlx5: MAD_IFC is answered by the core's SMA", "[mlx5]") {
+    PortFunction f;
+    auto r = f.mad(iba::kClassSmpLid, iba::kGet, iba::kAttrNodeInfo, kIgnoreMkey);
+    REQUIRE(r.status() == 0);
+    iba::Mad m = PortFunction::response(r);
+    CHECK(m.method() == iba::kGetResp);
+    CHECK(m.status() == 0);
+    CHECK(m.get64(64 + 12) == Mlx5Host::mlx5Config().node_guid); // NodeGUID
+    CHECK(m.get16(64 + 28) >= 1);                                // PartitionCap
+    // PortInfo: the port is down, its link width and speed valid.
+    r = f.mad(iba::kClassSmpLid, iba::kGet, iba::kAttrPortInfo, kIgnoreMkey);
+    REQUIRE(r.status() == 0);
+    m = PortFunction::response(r);
+    CHECK((m.get8(64 + 32) & 0xf) == PIB_PORT_DOWN);
+    CHECK(m.get8(64 + 31) != 0);
+    CHECK(f.host.guestErrors() == 0);
+}
+
+TEST_CASE("mlx5: MAD_IFC answers classes no agent takes, refuses bad ports", "[mlx5]") {
+    PortFunction f;
+    auto r = f.mad(0x09, iba::kGet, 0x10, kIgnoreMkey); // a vendor class
+    REQUIRE(r.status() == 0);
+    iba::Mad m = PortFunction::response(r);
+    CHECK(m.method() == iba::kGetResp);
+    CHECK(m.status() == iba::kStatusBadAttribute);
+    r = f.mad(iba::kClassSmpLid, iba::kGet, iba::kAttrNodeInfo, kIgnoreMkey, {}, 2);
+    CHECK(r.status() == status::kBadParam);
+    CHECK(f.host.guestErrors("mlx5-cmd-bad-param") == 1);
+}
+
+TEST_CASE("mlx5: an SMP with a bad M_Key fails MAD_IFC: nothing is sent", "[mlx5]") {
+    PortFunction f;
+    // The port's M_Key is 0x1234, protect bits 2: a Get with another key
+    // is dropped.
+    auto r = f.mad(iba::kClassSmpLid, iba::kSet, iba::kAttrPortInfo, kIgnoreMkey, [](iba::Mad &m) {
+        m.set64(64 + 0, 0x1234);
+        m.set8(64 + 34, 2 << 6);
+    });
+    REQUIRE(r.status() == 0);
+    REQUIRE(PortFunction::response(r).status() == 0);
+    r = f.mad(iba::kClassSmpLid, iba::kGet, iba::kAttrPortInfo, 0,
+              [](iba::Mad &m) { m.set64(24, 0x9999); });
+    CHECK(r.status() == status::kBadResourceState);
+    CHECK(r.syndrome() == err::kMlx5MadDropped.syndrome);
+    // With the right key it is answered.
+    r = f.mad(iba::kClassSmpLid, iba::kGet, iba::kAttrPortInfo, 0,
+              [](iba::Mad &m) { m.set64(24, 0x1234); });
+    CHECK(r.status() == 0);
+    CHECK(f.host.guestErrors() == 0); // a refusal, not the driver's error
+}
+
+TEST_CASE("mlx5: QUERY_HCA_VPORT_CONTEXT reports the port as the SMA knows it", "[mlx5]") {
+    PortFunction f;
+    // The SM gives the port LID 0x11 (it stays down: no link).
+    auto r = f.mad(iba::kClassSmpLid, iba::kSet, iba::kAttrPortInfo, kIgnoreMkey, [](iba::Mad &m) {
+        m.set16(64 + 16, 0x11);
+        m.set16(64 + 18, 0x22);
+    });
+    REQUIRE(r.status() == 0);
+    r = f.host.run(Mlx5Host::input(kQueryVport), 0x210);
+    REQUIRE(r.status() == 0);
+    CHECK(r.get(field(0x181, 1)) == 1); // has_smi
+    CHECK(r.get(field(0x198, 4)) == PIB_PORT_DOWN);
+    CHECK(r.get(field(0x380, 16)) == 0x11);
+    CHECK(r.get(field(0x3a0, 16)) == 0x22);
+    CHECK(r.get(field(0x240, 64)) == Mlx5Host::mlx5Config().node_guid);
+    CHECK(r.get(field(0x200, 64)) != 0); // the port GUID
+    // Another function's vport, or a port the function lacks.
+    auto in = Mlx5Host::input(kQueryVport);
+    set(in, field(0x40, 1), 1);
+    CHECK(f.host.run(in, 0x210).status() == status::kBadParam);
+    in = Mlx5Host::input(kQueryVport);
+    set(in, field(0x4c, 4), 2);
+    CHECK(f.host.run(in, 0x210).status() == status::kBadParam);
+}
