@@ -74,13 +74,17 @@ static pib_dev_cap buildCaps(const pib_core_config &config) {
     return c;
 }
 
+// What this personality's commands refuse with (memory_regions.hh).
+static const Refusals kRefusals{err::kCmdBadIndex, err::kCmdBadParam, err::kCmdNoResources,
+                                err::kCmdBusy};
+
 CommandProcessor::CommandProcessor(const pib_core_config &config, const Host &host,
                                    ObjectTables &objects, Ports &ports, PortAgents &agents,
                                    DataPath &dataPath, ArmedInjections &injections,
                                    std::function<void()> portsReset)
-    : config_(config), host_(host), caps_(buildCaps(config)), objects_(objects), ports_(ports),
-      agents_(agents), dataPath_(dataPath), injections_(injections),
-      portsReset_(std::move(portsReset)) {}
+    : config_(config), host_(host), caps_(buildCaps(config)), objects_(objects),
+      regions_(host, objects, kRefusals), ports_(ports), agents_(agents), dataPath_(dataPath),
+      injections_(injections), portsReset_(std::move(portsReset)) {}
 
 void CommandProcessor::reset() {
     initialized_ = false;

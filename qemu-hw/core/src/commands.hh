@@ -13,6 +13,7 @@
 #include "data_path.hh"
 #include "host.hh"
 #include "injection.hh"
+#include "memory_regions.hh"
 #include "object_tables.hh"
 #include "pib_core.h"
 #include "pib_hw.h"
@@ -121,9 +122,8 @@ class CommandProcessor {
     CommandOutcome queryCq(const Command &);
     CommandOutcome resizeCq(const Command &);
     CommandOutcome createMr(const Command &);
-    CommandOutcome createFastRegMr(const pib_mr_context &ctx, ProtectionDomain &pd);
-    CommandOutcome insertMr(const pib_mr_context &ctx, ProtectionDomain &pd);
-    std::optional<CommandOutcome> checkMrContext(const char *name, const pib_mr_context &ctx);
+    CommandOutcome createFastRegMr(const pib_mr_context &ctx);
+    CommandOutcome insertMr(const pib_mr_context &ctx);
     std::optional<CommandOutcome> checkCqRing(const char *name, const pib_cq_context &ctx);
     CommandOutcome reregMr(const Command &);
     CommandOutcome createMw(const Command &);
@@ -155,6 +155,7 @@ class CommandProcessor {
     const pib_dev_cap caps_;
     bool initialized_ = false;
     ObjectTables &objects_;
+    MemoryRegions regions_;
     Ports &ports_;
     PortAgents &agents_;
     DataPath &dataPath_;

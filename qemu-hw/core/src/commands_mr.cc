@@ -10,43 +10,6 @@
 
 namespace pib {
 
-// The checks CREATE_MR and REREG_MR make of a registered (not fast-
-// registration) region's context: null when it is fine, else the failure.
-std::optional<CommandOutcome> CommandProcessor::checkMrContext(const char *name,
-                                                               const pib_mr_context &ctx) {
-    if (!objects_.pds.find(ctx.pdn))
-        return fail(err::kCmdBadIndex, "%s in PD %u", name, ctx.pdn);
-    // IBA 10.6.3.1: remote write and atomic access need local write.
-    if (ctx.access & (PIB_ACCESS_REMOTE_WRITE | PIB_ACCESS_REMOTE_ATOMIC) &&
-        !(ctx.access & PIB_ACCESS_LOCAL_WRITE))
-        return fail(err::kCmdBadParam, "%s remote write/atomic without local write (access 0x%x)",
-                    name, ctx.access);
-    if (ctx.flags & PIB_MR_PHYSICAL) {
-        if (ctx.mtt_count)
-            return fail(err::kCmdBadParam, "%s physical with MTT", name);
-        return std::nullopt;
-    }
-    const unsigned shift = ctx.log_page_size;
-    if (shift < limits::kMinLogPageSize || shift > limits::kMaxLogPageSize)
-        return fail(err::kCmdBadParam, "%s page size 2^%u", name, shift);
-    if (ctx.length == 0 || ctx.length > limits::kMaxMrSize || ctx.iova + ctx.length < ctx.iova)
-        return fail(err::kCmdBadParam, "%s of 0x%" PRIx64 " bytes at 0x%" PRIx64, name, ctx.length,
-                    ctx.iova);
-    const uint64_t pages = ((ctx.iova + ctx.length - 1) >> shift) - (ctx.iova >> shift) + 1;
-    if (pages != ctx.mtt_count || !objects_.mtt.covers(ctx.mtt_index, ctx.mtt_count))
-        return fail(err::kCmdBadParam, "%s needs %" PRIu64 " allocated MTT entries, got %u at %u",
-                    name, pages, ctx.mtt_count, ctx.mtt_index);
-    const uint64_t pageMask = (uint64_t{1} << shift) - 1;
-    for (uint32_t i = 0; i < ctx.mtt_count; ++i) {
-        const uint64_t entry = objects_.mtt.entry(ctx.mtt_index + i);
-        if (entry == 0 || entry & pageMask)
-            return fail(err::kCmdBadParam,
-                        "%s MTT entry %u (0x%" PRIx64 ") is not a 2^%u-byte page", name,
-                        ctx.mtt_index + i, entry, shift);
-    }
-    return std::nullopt;
-}
-
 CommandOutcome CommandProcessor::createMr(const Command &cmd) {
     pib_mr_context ctx;
     if (!readMailbox(cmd, ctx))
@@ -59,35 +22,23 @@ CommandOutcome CommandProcessor::createMr(const Command &cmd) {
         (ctx.flags & kFlags) == kFlags)
         return fail(err::kCmdBadParam, "CREATE_MR access 0x%x flags 0x%x", ctx.access, ctx.flags);
     if (ctx.flags & PIB_MR_FAST_REG)
-        return createFastRegMr(ctx, *pd);
-    if (auto failed = checkMrContext("CREATE_MR", ctx))
-        return *failed;
-    return insertMr(ctx, *pd);
+        return createFastRegMr(ctx);
+    if (const err::Condition *why = regions_.check("CREATE_MR", ctx))
+        return CommandOutcome::failed(*why);
+    return insertMr(ctx);
 }
 
-// A new MR of `ctx` in `pd`, holding its MTT range: its key, or the
-// failure. A fast-registration MR starts free, and only the device writes
-// its range.
-CommandOutcome CommandProcessor::insertMr(const pib_mr_context &ctx, ProtectionDomain &pd) {
-    auto mr = std::make_unique<MemoryRegion>();
-    MemoryRegion *raw = mr.get();
-    const auto index = objects_.mrs.insert(std::move(mr));
-    if (!index)
-        return fail(err::kCmdNoResources, "all %u MRs in use", objects_.mrs.capacity());
-    raw->ctx = ctx;
-    raw->key = (*index << 8) | ctx.key_variant;
-    raw->valid = !raw->fastReg();
-    ++pd.refs;
-    if (raw->fastReg())
-        objects_.mtt.hold(ctx.mtt_index, Mtt::kMinLogPage, true);
-    else if (ctx.mtt_count)
-        objects_.mtt.hold(ctx.mtt_index, ctx.log_page_size);
-    return {PIB_CMD_STATUS_OK, raw->key};
+// A new MR of `ctx`: its key, or the failure.
+CommandOutcome CommandProcessor::insertMr(const pib_mr_context &ctx) {
+    uint32_t key = 0;
+    if (const err::Condition *why = regions_.insert(ctx, &key))
+        return CommandOutcome::failed(*why);
+    return {PIB_CMD_STATUS_OK, key};
 }
 
 // A fast-registration MR is created free: the device fills its MTT range
 // from REG_MR WQEs (memory_keys.cc), so nothing is mapped yet.
-CommandOutcome CommandProcessor::createFastRegMr(const pib_mr_context &ctx, ProtectionDomain &pd) {
+CommandOutcome CommandProcessor::createFastRegMr(const pib_mr_context &ctx) {
     if (ctx.iova || ctx.length || ctx.access || ctx.log_page_size)
         return fail(err::kCmdBadParam,
                     "CREATE_MR fast registration with iova, length, access or page size");
@@ -96,34 +47,17 @@ CommandOutcome CommandProcessor::createFastRegMr(const pib_mr_context &ctx, Prot
         return fail(err::kCmdBadParam,
                     "CREATE_MR fast registration of %u pages at MTT %u (1..%u allocated entries)",
                     ctx.mtt_count, ctx.mtt_index, limits::kMaxFastRegPages);
-    return insertMr(ctx, pd);
-}
-
-// The MR a key names, if the key's variant matches too (a fast-registration
-// MR's variant changes with each REG_MR: its index is enough).
-static MemoryRegion *findByKey(const ObjectTable<MemoryRegion> &mrs, uint32_t key) {
-    MemoryRegion *mr = mrs.find(PIB_KEY_INDEX(key));
-    return mr && (mr->key == key || mr->fastReg()) ? mr : nullptr;
+    return insertMr(ctx);
 }
 
 CommandOutcome CommandProcessor::destroyMr(const Command &cmd) {
-    MemoryRegion *mr = findByKey(objects_.mrs, cmd.modifier);
-    if (!mr)
-        return fail(err::kCmdBadIndex, "DESTROY_MR of key 0x%x", cmd.modifier);
-    if (mr->windows)
-        return fail(err::kCmdBusy, "DESTROY_MR of key 0x%x: %u memory windows are bound to it",
-                    cmd.modifier, mr->windows);
-    --objects_.pds.at(mr->ctx.pdn).refs;
-    if (mr->fastReg())
-        objects_.mtt.unhold(mr->ctx.mtt_index, Mtt::kMinLogPage, true);
-    else if (mr->ctx.mtt_count)
-        objects_.mtt.unhold(mr->ctx.mtt_index, mr->ctx.log_page_size);
-    objects_.mrs.erase(PIB_KEY_INDEX(cmd.modifier));
+    if (const err::Condition *why = regions_.destroy("DESTROY_MR", cmd.modifier))
+        return CommandOutcome::failed(*why);
     return {};
 }
 
 CommandOutcome CommandProcessor::queryMr(const Command &cmd) {
-    MemoryRegion *mr = findByKey(objects_.mrs, cmd.modifier);
+    MemoryRegion *mr = regions_.find(cmd.modifier);
     if (!mr)
         return fail(err::kCmdBadIndex, "QUERY_MR of key 0x%x", cmd.modifier);
     if (!writeMailbox(cmd, mr->ctx))
@@ -138,7 +72,7 @@ CommandOutcome CommandProcessor::reregMr(const Command &cmd) {
     pib_mr_context ctx;
     if (!readMailbox(cmd, ctx))
         return mailboxFailed();
-    MemoryRegion *mr = findByKey(objects_.mrs, cmd.modifier);
+    MemoryRegion *mr = regions_.find(cmd.modifier);
     if (!mr || mr->fastReg())
         return fail(err::kCmdBadIndex, "REREG_MR of key 0x%x, which names no registered region",
                     cmd.modifier);
@@ -147,8 +81,8 @@ CommandOutcome CommandProcessor::reregMr(const Command &cmd) {
                     cmd.modifier, mr->windows);
     if (ctx.access & ~(PIB_ACCESS_ALL | PIB_ACCESS_MW_BIND) || ctx.flags & ~PIB_MR_PHYSICAL)
         return fail(err::kCmdBadParam, "REREG_MR access 0x%x flags 0x%x", ctx.access, ctx.flags);
-    if (auto failed = checkMrContext("REREG_MR", ctx))
-        return *failed;
+    if (const err::Condition *why = regions_.check("REREG_MR", ctx))
+        return CommandOutcome::failed(*why);
     // The new translation is held before the old one is let go: they may
     // share a range.
     if (ctx.mtt_count)

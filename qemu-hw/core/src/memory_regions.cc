@@ -1,0 +1,94 @@
+// SPDX-License-Identifier: GPL-2.0-or-later
+#include "memory_regions.hh"
+
+#include <cinttypes>
+#include <cstdarg>
+
+#include "limits.hh"
+
+namespace pib {
+
+const err::Condition *MemoryRegions::fail(const err::Condition &why, const char *fmt, ...) const {
+    va_list args;
+    va_start(args, fmt);
+    host_.vguestError(why, fmt, args);
+    va_end(args);
+    return &why;
+}
+
+const err::Condition *MemoryRegions::check(const char *command, const pib_mr_context &ctx) const {
+    if (!objects_.pds.find(ctx.pdn))
+        return fail(refusals_.badIndex, "%s in PD %u", command, ctx.pdn);
+    // IBA 10.6.3.1: remote write and atomic access need local write.
+    if (ctx.access & (PIB_ACCESS_REMOTE_WRITE | PIB_ACCESS_REMOTE_ATOMIC) &&
+        !(ctx.access & PIB_ACCESS_LOCAL_WRITE))
+        return fail(refusals_.badParam, "%s remote write/atomic without local write (access 0x%x)",
+                    command, ctx.access);
+    if (ctx.flags & PIB_MR_PHYSICAL) {
+        if (ctx.mtt_count)
+            return fail(refusals_.badParam, "%s physical with MTT", command);
+        return nullptr;
+    }
+    const unsigned shift = ctx.log_page_size;
+    if (shift < limits::kMinLogPageSize || shift > limits::kMaxLogPageSize)
+        return fail(refusals_.badParam, "%s page size 2^%u", command, shift);
+    if (ctx.length == 0 || ctx.length > limits::kMaxMrSize || ctx.iova + ctx.length < ctx.iova)
+        return fail(refusals_.badParam, "%s of 0x%" PRIx64 " bytes at 0x%" PRIx64, command,
+                    ctx.length, ctx.iova);
+    const uint64_t pages = ((ctx.iova + ctx.length - 1) >> shift) - (ctx.iova >> shift) + 1;
+    if (pages != ctx.mtt_count || !objects_.mtt.covers(ctx.mtt_index, ctx.mtt_count))
+        return fail(refusals_.badParam, "%s needs %" PRIu64 " allocated MTT entries, got %u at %u",
+                    command, pages, ctx.mtt_count, ctx.mtt_index);
+    const uint64_t pageMask = (uint64_t{1} << shift) - 1;
+    for (uint32_t i = 0; i < ctx.mtt_count; ++i) {
+        const uint64_t entry = objects_.mtt.entry(ctx.mtt_index + i);
+        if (entry == 0 || entry & pageMask)
+            return fail(refusals_.badParam,
+                        "%s MTT entry %u (0x%" PRIx64 ") is not a 2^%u-byte page", command,
+                        ctx.mtt_index + i, entry, shift);
+    }
+    return nullptr;
+}
+
+// A fast-registration region starts free, and only the device writes its
+// range.
+const err::Condition *MemoryRegions::insert(const pib_mr_context &ctx, uint32_t *key) {
+    auto mr = std::make_unique<MemoryRegion>();
+    MemoryRegion *raw = mr.get();
+    const auto index = objects_.mrs.insert(std::move(mr));
+    if (!index)
+        return fail(refusals_.noResources, "all %u MRs in use", objects_.mrs.capacity());
+    raw->ctx = ctx;
+    raw->key = (*index << 8) | ctx.key_variant;
+    raw->valid = !raw->fastReg();
+    ++objects_.pds.at(ctx.pdn).refs;
+    if (raw->fastReg())
+        objects_.mtt.hold(ctx.mtt_index, Mtt::kMinLogPage, true);
+    else if (ctx.mtt_count)
+        objects_.mtt.hold(ctx.mtt_index, ctx.log_page_size);
+    *key = raw->key;
+    return nullptr;
+}
+
+const err::Condition *MemoryRegions::destroy(const char *command, uint32_t key) {
+    MemoryRegion *mr = find(key);
+    if (!mr)
+        return fail(refusals_.badIndex, "%s of key 0x%x", command, key);
+    if (mr->windows)
+        return fail(refusals_.busy, "%s of key 0x%x: %u memory windows are bound to it", command,
+                    key, mr->windows);
+    --objects_.pds.at(mr->ctx.pdn).refs;
+    if (mr->fastReg())
+        objects_.mtt.unhold(mr->ctx.mtt_index, Mtt::kMinLogPage, true);
+    else if (mr->ctx.mtt_count)
+        objects_.mtt.unhold(mr->ctx.mtt_index, mr->ctx.log_page_size);
+    objects_.mrs.erase(PIB_KEY_INDEX(key));
+    return nullptr;
+}
+
+MemoryRegion *MemoryRegions::find(uint32_t key) const {
+    MemoryRegion *mr = objects_.mrs.find(PIB_KEY_INDEX(key));
+    return mr && (mr->key == key || mr->fastReg()) ? mr : nullptr;
+}
+
+} // namespace pib

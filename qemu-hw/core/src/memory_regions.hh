@@ -1,0 +1,51 @@
+// SPDX-License-Identifier: GPL-2.0-or-later
+// The memory regions of the core's tables as every personality's commands
+// make and end them: a context is checked against the PDs and the MTT, a
+// region holds its PD and its MTT range, and a key names it. Which
+// condition a refusal is, and so what the driver reads, is the
+// personality's (Refusals).
+#pragma once
+
+#include <cstdint>
+
+#include "host.hh"
+#include "object_tables.hh"
+
+namespace pib {
+
+// The conditions a personality's commands refuse with.
+struct Refusals {
+    const err::Condition &badIndex; // an object that does not exist
+    const err::Condition &badParam; // a field out of range
+    const err::Condition &noResources;
+    const err::Condition &busy; // an object others still use
+};
+
+class MemoryRegions {
+  public:
+    MemoryRegions(const Host &host, ObjectTables &objects, const Refusals &refusals)
+        : host_(host), objects_(objects), refusals_(refusals) {}
+
+    // Checks the context of a registered region (not a fast-registration
+    // one) for `command`: its PD, access, page size, range and MTT.
+    const err::Condition *check(const char *command, const pib_mr_context &ctx) const;
+    // A new region of `ctx`, which the caller checked, holding its PD and
+    // MTT range; its key in *key.
+    const err::Condition *insert(const pib_mr_context &ctx, uint32_t *key);
+    // Ends the region `key` names, unless windows are bound to it.
+    const err::Condition *destroy(const char *command, uint32_t key);
+    // The region a key names, if the key's variant matches too (a
+    // fast-registration region's variant changes with each REG_MR: its
+    // index is enough).
+    MemoryRegion *find(uint32_t key) const;
+
+  private:
+    [[gnu::format(printf, 3, 4)]] const err::Condition *fail(const err::Condition &why,
+                                                             const char *fmt, ...) const;
+
+    const Host &host_;
+    ObjectTables &objects_;
+    const Refusals &refusals_;
+};
+
+} // namespace pib
