@@ -28,8 +28,9 @@ void check(bool ok, const char *what) {
 }
 
 // The opcodes the device executes, and a few it knows only by name.
-constexpr uint16_t kOpcodes[] = {0x100, 0x101, 0x102, 0x103, 0x104, 0x105, 0x107, 0x108, 0x109,
-                                 0x10a, 0x10b, 0x805, 0x800, 0x301, 0x302, 0x802, 0x803};
+constexpr uint16_t kOpcodes[] = {0x100, 0x101, 0x102, 0x103, 0x104, 0x105, 0x107, 0x108,
+                                 0x109, 0x10a, 0x10b, 0x200, 0x202, 0x301, 0x302, 0x50d,
+                                 0x762, 0x800, 0x801, 0x802, 0x803, 0x805, 0x80e, 0x80f};
 constexpr uint32_t kIsegOffsets[] = {iseg::kCmdqAddrHigh, iseg::kCmdqAddrLowSize,
                                      iseg::kCmdDoorbell,  iseg::kFwRev,
                                      iseg::kInitializing, iseg::kHealthCounter};

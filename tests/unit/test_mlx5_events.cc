@@ -238,3 +238,51 @@ TEST_CASE("mlx5: PDs and XRC domains are made in the core's tables", "[mlx5]") {
     REQUIRE(f.host.run(Mlx5Host::input(0x102), 16).status() == 0);
     CHECK(f.host.run(Mlx5Host::input(0x80e), 16).get(kHeld) == xrcd);
 }
+
+TEST_CASE("mlx5: CREATE_MKEY makes a physical region in the core, which holds its PD", "[mlx5]") {
+    Function f;
+    constexpr Field kHeld = field(0x48, 24);
+    const auto pd = f.host.run(Mlx5Host::input(0x800), 16).get(kHeld);
+    // As mlx5_ib_get_dma_mr asks: PA, the whole address space, local
+    // write and remote read, variant 0x5a.
+    auto mkey = Mlx5Host::input(0x200, 0, 0x110);
+    set(mkey, field(0x96, 2), 0);         // access_mode PA
+    set(mkey, field(0x94, 1), 1);         // lw
+    set(mkey, field(0x95, 1), 1);         // lr
+    set(mkey, field(0x93, 1), 1);         // rr
+    set(mkey, field(0xa0, 24), 0xffffff); // no QP
+    set(mkey, field(0xb8, 8), 0x5a);
+    set(mkey, field(0xe0, 1), 1); // length64
+    set(mkey, field(0xe8, 24), pd);
+    auto r = f.host.run(mkey, 16);
+    REQUIRE(r.status() == 0);
+    const auto index = r.get(kHeld);
+    auto dealloc = Mlx5Host::input(0x801);
+    set(dealloc, kHeld, pd);
+    r = f.host.run(dealloc, 16);
+    CHECK(r.status() == status::kBadResourceState); // the key holds it
+    CHECK(r.syndrome() == pib::err::kMlx5CmdInUse.syndrome);
+    // What the device does not do is refused.
+    auto refused = [&](Field fieldToSet, uint64_t value) {
+        auto in = mkey;
+        set(in, fieldToSet, value);
+        const auto out = f.host.run(in, 16);
+        CHECK(out.status() == status::kBadParam);
+        CHECK(out.syndrome() == pib::err::kMlx5CmdBadParam.syndrome);
+    };
+    refused(field(0x96, 2), 1);  // MTT
+    refused(field(0x81, 1), 1);  // free
+    refused(field(0x90, 1), 1);  // umr_en
+    refused(field(0xa0, 24), 7); // a QP's
+    refused(field(0x95, 1), 0);  // no local read
+    auto noPd = mkey;
+    set(noPd, field(0xe8, 24), pd + 9);
+    CHECK(f.host.run(noPd, 16).status() == status::kBadResource);
+    // DESTROY_MKEY by index; then the PD goes.
+    auto destroy = Mlx5Host::input(0x202);
+    set(destroy, kHeld, index + 1);
+    CHECK(f.host.run(destroy, 16).status() == status::kBadResource);
+    set(destroy, kHeld, index);
+    CHECK(f.host.run(destroy, 16).status() == 0);
+    CHECK(f.host.run(dealloc, 16).status() == 0);
+}

@@ -20,8 +20,8 @@ SOURCES = {
              ("responder", "completer", "requester", "transport", "receive_wqes", "flush",
               "datagram", "dispatch", "memory_keys")],
     "mlx5": [f"qemu-hw/core/src/mlx5_{name}.cc" for name in
-             ("command_queue", "commands", "event_queues", "front_end", "hca_caps", "init_segment",
-              "pages", "uars")],
+             ("command_queue", "commands", "commands_mkey", "commands_port", "event_queues",
+              "front_end", "hca_caps", "init_segment", "pages", "uars")],
     "switch": [f"fabric-switch/src/{name}.cc" for name in ("switch", "sma", "pma", "trap", "fault")],
     "switch-tcp": [f"fabric-switch/src/{name}.cc" for name in
                    ("server", "server_control", "server_dial", "server_faults", "server_flow")],
@@ -37,7 +37,8 @@ WATCHED = {
              "MemoryKeys::invalidateRemote"],
     "mlx5": ["mlx5::FunctionPages::give", "mlx5::FunctionPages::take", "mlx5::HcaCaps::apply",
              "mlx5::CommandQueue::chain", "mlx5::Commands::accessRegister",
-             "mlx5::EventQueues::doorbell", "mlx5::EventQueues::write"],
+             "mlx5::EventQueues::doorbell", "mlx5::EventQueues::write", "mlx5::Commands::madIfc",
+             "mlx5::Commands::createMkey"],
 }
 
 

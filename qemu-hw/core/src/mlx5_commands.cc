@@ -41,8 +41,12 @@ constexpr char kPsid[] = "PIB0000000001"; // board_id, as ibstat shows it
 
 } // namespace
 
+// What the commands shared with the pib personality refuse with.
+const Refusals Commands::kRefusals{err::kMlx5CmdBadResource, err::kMlx5CmdBadParam,
+                                   err::kMlx5CmdNoResources, err::kMlx5CmdInUse};
+
 // clang-format off
-const std::array<Commands::Spec, 28> Commands::kTable = {{
+const std::array<Commands::Spec, 29> Commands::kTable = {{
     {0x100, "QUERY_HCA_CAP", 0x10, 0x10 + HcaCaps::kPageBytes, State::kEnabled, &Commands::queryHcaCap},
     {0x101, "QUERY_ADAPTER", 0x10, 0x110, State::kEnabled, &Commands::queryAdapter},
     {0x102, "INIT_HCA", 0x10, 0x10, State::kEnabled, &Commands::initHca},
@@ -67,7 +71,8 @@ const std::array<Commands::Spec, 28> Commands::kTable = {{
     {0x80f, "DEALLOC_XRCD", 0x10, 0x10, State::kInitialized, &Commands::deallocXrcd},
     // Known by name, so that a trace names what a driver asked for.
     {0x10d, "SET_DRIVER_VERSION", 0, 0, State::kInitialized, nullptr},
-    {0x200, "CREATE_MKEY", 0, 0, State::kInitialized, nullptr},
+    {0x200, "CREATE_MKEY", 0x110, 0x10, State::kInitialized, &Commands::createMkey},
+    {0x202, "DESTROY_MKEY", 0x10, 0x10, State::kInitialized, &Commands::destroyMkey},
     {0x203, "QUERY_SPECIAL_CONTEXTS", 0, 0, State::kInitialized, nullptr},
     {0x400, "CREATE_CQ", 0, 0, State::kInitialized, nullptr},
     {0x500, "CREATE_QP", 0, 0, State::kInitialized, nullptr},

@@ -12,6 +12,7 @@
 #include <span>
 
 #include "host.hh"
+#include "memory_regions.hh"
 #include "mlx5_event_queues.hh"
 #include "mlx5_hca_caps.hh"
 #include "mlx5_pages.hh"
@@ -39,7 +40,7 @@ class Commands {
     Commands(const pib_core_config &config, const Host &host, Uars &uars, EventQueues &eqs,
              CoreParts core)
         : config_(config), host_(host), caps_(config.num_ports), pages_(host), uars_(uars),
-          eqs_(eqs), core_(std::move(core)) {}
+          eqs_(eqs), core_(std::move(core)), regions_(host, core_.objects, kRefusals) {}
 
     // Runs the command whose input is `in`; its output (status and
     // syndrome included) goes to `out`.
@@ -69,7 +70,7 @@ class Commands {
         Handler handler;   // nullptr: known by name, not executed
     };
     static const Spec *find(uint16_t opcode);
-    static const std::array<Spec, 28> kTable;
+    static const std::array<Spec, 29> kTable;
 
     [[gnu::format(printf, 3, 4)]] const err::Condition *fail(const err::Condition &why,
                                                              const char *fmt, ...) const;
@@ -94,6 +95,8 @@ class Commands {
     const err::Condition *destroyEq(const Request &r);
     const err::Condition *madIfc(const Request &r);
     const err::Condition *queryHcaVportContext(const Request &r);
+    const err::Condition *createMkey(const Request &r);
+    const err::Condition *destroyMkey(const Request &r);
     const err::Condition *allocPd(const Request &r);
     const err::Condition *deallocPd(const Request &r);
     const err::Condition *allocXrcd(const Request &r);
@@ -110,6 +113,8 @@ class Commands {
     Uars &uars_;
     EventQueues &eqs_;
     CoreParts core_;
+    MemoryRegions regions_;
+    static const Refusals kRefusals;
     State state_ = State::kDisabled;
     bool fatal_ = false;
     std::array<uint8_t, 16> hostEndianness_{}; // the HOST_ENDIANNESS register

@@ -1,0 +1,93 @@
+// SPDX-License-Identifier: GPL-2.0-or-later
+// The ConnectX memory key commands (docs/mlx5.md §4.5): CREATE_MKEY makes
+// a memory region in the core's tables (MemoryRegions, the same the pib
+// personality's CREATE_MR makes), whose key is the mkey; DESTROY_MKEY
+// ends it.
+#include <cinttypes>
+
+#include "mlx5_commands.hh"
+#include "mlx5_ifc.hh"
+
+namespace pib::mlx5 {
+
+namespace {
+
+// create_mkey_in: the mkey context (mkc) from byte 0x10 (mlx5_ifc.h).
+namespace mkc {
+constexpr Field kFree = field(0x81, 1);
+constexpr Field kAccessMode42 = field(0x83, 3);
+constexpr Field kUmrEnable = field(0x90, 1);
+constexpr Field kAtomic = field(0x91, 1);
+constexpr Field kRemoteWrite = field(0x92, 1);
+constexpr Field kRemoteRead = field(0x93, 1);
+constexpr Field kLocalWrite = field(0x94, 1);
+constexpr Field kLocalRead = field(0x95, 1);
+constexpr Field kAccessMode10 = field(0x96, 2);
+constexpr Field kQpn = field(0xa0, 24);
+constexpr Field kVariant = field(0xb8, 8); // mkey_7_0
+constexpr Field kLength64 = field(0xe0, 1);
+constexpr Field kPd = field(0xe8, 24);
+constexpr Field kStartAddress = field(0x100, 64);
+constexpr Field kLength = field(0x140, 64);
+} // namespace mkc
+constexpr Field kPageAccess = field(0x60, 1); // pg_access: on-demand paging
+constexpr Field kUmemValid = field(0x61, 1);  // mkey_umem_valid: DEVX memory
+constexpr Field kMkeyIndex = field(0x48, 24); // create_mkey_out, destroy_mkey_in
+
+constexpr uint32_t kAccessModePa = 0; // the address is the guest physical one
+constexpr uint32_t kNoQp = 0xffffff;  // qpn of a key no QP owns
+
+// IBA access rights of a context's bits; local read is always there.
+uint32_t accessOf(std::span<const uint8_t> in) {
+    return (get(in, mkc::kLocalWrite) ? PIB_ACCESS_LOCAL_WRITE : 0) |
+           (get(in, mkc::kRemoteWrite) ? PIB_ACCESS_REMOTE_WRITE : 0) |
+           (get(in, mkc::kRemoteRead) ? PIB_ACCESS_REMOTE_READ : 0) |
+           (get(in, mkc::kAtomic) ? PIB_ACCESS_REMOTE_ATOMIC : 0);
+}
+
+} // namespace
+
+// What the device does not do is refused before anything is made: free
+// keys and UMR (the capabilities say no UMR), keys a QP owns, on-demand
+// paging, DEVX memory, and so far any access mode but PA.
+const err::Condition *Commands::createMkey(const Request &r) {
+    const uint64_t mode = get(r.in, mkc::kAccessMode42) << 2 | get(r.in, mkc::kAccessMode10);
+    const char *unsupported = get(r.in, mkc::kFree) || get(r.in, mkc::kUmrEnable)
+                                  ? "free or UMR-enabled: the device does no UMR"
+                              : get(r.in, mkc::kQpn) != kNoQp ? "owned by a QP"
+                              : get(r.in, kPageAccess)        ? "on-demand paging"
+                              : get(r.in, kUmemValid)         ? "over a DEVX umem"
+                              : mode != kAccessModePa
+                                  ? "an access mode other than PA (docs/mlx5.md §8)"
+                              : !get(r.in, mkc::kLocalRead) ? "without local read"
+                                                            : nullptr;
+    if (unsupported)
+        return fail(err::kMlx5CmdBadParam, "CREATE_MKEY %s", unsupported);
+    pib_mr_context ctx{};
+    ctx.pdn = static_cast<uint32_t>(get(r.in, mkc::kPd));
+    ctx.access = accessOf(r.in);
+    ctx.flags = PIB_MR_PHYSICAL;
+    ctx.iova = get(r.in, mkc::kStartAddress);
+    ctx.length = get(r.in, mkc::kLength64) ? ~uint64_t{0} : get(r.in, mkc::kLength);
+    ctx.key_variant = static_cast<uint8_t>(get(r.in, mkc::kVariant));
+    if (ctx.length == 0 || ctx.iova + (ctx.length - 1) < ctx.iova)
+        return fail(err::kMlx5CmdBadParam, "CREATE_MKEY of 0x%" PRIx64 " bytes at 0x%" PRIx64,
+                    ctx.length, ctx.iova);
+    if (const err::Condition *why = regions_.check("CREATE_MKEY", ctx))
+        return why;
+    uint32_t key = 0;
+    if (const err::Condition *why = regions_.insert(ctx, &key))
+        return why;
+    set(r.out, kMkeyIndex, key >> 8);
+    return nullptr;
+}
+
+const err::Condition *Commands::destroyMkey(const Request &r) {
+    const auto index = static_cast<uint32_t>(get(r.in, kMkeyIndex));
+    const MemoryRegion *mr = core_.objects.mrs.find(index);
+    if (!mr)
+        return fail(err::kMlx5CmdBadResource, "DESTROY_MKEY of index 0x%x", index);
+    return regions_.destroy("DESTROY_MKEY", mr->key);
+}
+
+} // namespace pib::mlx5
