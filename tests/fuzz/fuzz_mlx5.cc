@@ -62,6 +62,21 @@ std::vector<uint8_t> eqInput(FuzzedDataProvider &in, const Pages &pages) {
     return cmd;
 }
 
+// A CREATE_MKEY as mlx5_ib's DMA keys are, in one of the first PDs, with
+// any access bits, length and a few fields that may be wrong.
+std::vector<uint8_t> mkeyInput(FuzzedDataProvider &in) {
+    auto cmd = Mlx5Host::input(0x200, 0, 0x110);
+    set(cmd, field(0x91, 5), in.ConsumeIntegralInRange<uint32_t>(0, 31)); // a, rw, rr, lw, lr
+    set(cmd, field(0x96, 2), in.ConsumeBool() ? 0 : 1);                   // PA, or MTT
+    set(cmd, field(0xa0, 24), in.ConsumeBool() ? 0xffffff : in.ConsumeIntegral<uint32_t>());
+    set(cmd, field(0xb8, 8), in.ConsumeIntegral<uint8_t>());
+    set(cmd, field(0xe0, 1), in.ConsumeBool());
+    set(cmd, field(0xe8, 24), in.ConsumeIntegralInRange<uint32_t>(0, 3));
+    set(cmd, field(0x100, 64), in.ConsumeBool() ? 0 : in.ConsumeIntegral<uint64_t>());
+    set(cmd, field(0x140, 64), in.ConsumeIntegral<uint64_t>());
+    return cmd;
+}
+
 // An EQ doorbell on one of the first UAR pages, for one of the first EQs.
 void eqDoorbell(FuzzedDataProvider &in, Mlx5Host &host) {
     const uint32_t uar = in.ConsumeIntegralInRange<uint32_t>(3, 5);
@@ -82,6 +97,20 @@ std::vector<uint8_t> commandInput(FuzzedDataProvider &in, const Pages &pages) {
     cmd.resize(bytes);
     if (opcode == 0x301 && in.ConsumeBool())
         return eqInput(in, pages);
+    if (opcode == 0x200 && in.ConsumeBool())
+        return mkeyInput(in);
+    if (in.ConsumeBool()) { // an object the device may have: a small number
+        if (opcode == 0x202 || opcode == 0x801 || opcode == 0x803 || opcode == 0x80f) {
+            auto cmd = Mlx5Host::input(opcode, opMod);
+            set(cmd, field(0x48, 24), in.ConsumeIntegralInRange<uint32_t>(0, 5));
+            return cmd;
+        }
+        if (opcode == 0x302) {
+            auto cmd = Mlx5Host::input(opcode, opMod);
+            set(cmd, field(0x58, 8), in.ConsumeIntegralInRange<uint32_t>(0, 3));
+            return cmd;
+        }
+    }
     if (opcode == 0x108 && bytes >= 0x10) { // pages: some real, some not
         const uint32_t n = static_cast<uint32_t>((bytes - 0x10) / 8);
         set(cmd, field(0x60, 32), in.ConsumeBool() ? n : in.ConsumeIntegral<uint32_t>());
