@@ -235,6 +235,27 @@ TEST_CASE("a send completes after its doorbell write, never during it", "[datagr
     CHECK(b.cqe(0).byte_len == 40 + 256);
 }
 
+// pyverbs' test_resize_cq posts sends and then shrinks the CQ below what
+// they complete, expecting a refusal; under TCG the command could come
+// before the main loop ran the sends, the shrink succeeded and their
+// completions overran the small ring. A command runs after the work handed
+// over before it (docs/prm.md §4.1).
+TEST_CASE("a command runs after the sends posted before it", "[datagram]") {
+    Node a(PIB_QPT_SMI), b(PIB_QPT_SMI);
+    cable(a, b);
+    const uint64_t out = a.host.alloc(256);
+    a.runAfterDoorbell = false;
+    a.postSend(0x55, iba::kPermissiveLid, 0, 0, out, 256);
+    a.postSend(0x56, iba::kPermissiveLid, 0, 0, out, 256);
+    REQUIRE_FALSE(a.cqe(0).flags & PIB_CQE_PHASE);
+    // Any command: its write first gives the send queue its turn.
+    REQUIRE(a.host.command(PIB_CMD_QUERY_DEV_CAP, 0, 0, a.host.alloc(PIB_MAILBOX_SIZE)).status ==
+            PIB_CMD_STATUS_OK);
+    CHECK(a.cqe(0).wr_id == 0x55);
+    CHECK(a.cqe(1).wr_id == 0x56);
+    CHECK(a.cqe(1).flags & PIB_CQE_PHASE);
+}
+
 // Regression (issue 13, defect 2): the gather buffer was sized from the
 // WQE's byte counts before any check, so one doorbell asked for gigabytes.
 TEST_CASE("a datagram's length is checked before it sizes anything", "[datagram]") {

@@ -198,6 +198,9 @@ CommandOutcome CommandProcessor::execute(const Command &cmd) {
             trace::inject_command(host_, spec->name, cmd.opcode, *status);
             return {*status, 0, err::kHostInjected.syndrome};
         }
+    // Sends posted before the command completed before it (docs/prm.md
+    // §4.1): a RESIZE_CQ right after them finds their CQEs.
+    dataPath_.settleBeforeCommand();
     const CommandOutcome outcome = (this->*spec->handler)(cmd);
     trace::command(host_, spec->name, cmd.opcode, cmd.modifier, outcome.status, outcome.result);
     return outcome;

@@ -61,6 +61,10 @@ class DataPath final : public SubnetSender, public ScheduledEngine, QpErrorFlow 
     void forgetXrcSrq(uint32_t srqn) { responder_.forgetXrcSrq(srqn); }
     // Nothing in flight, no timer, no postponed work: the power-on state.
     void reset();
+    // The work handed over before a command is done before it runs, as a
+    // hardware's send engine is far ahead of its firmware: the postponed
+    // send queues get their turn (within the event's budget).
+    void settleBeforeCommand() { scheduler_.run(); }
     // From SubnetSender: a MAD the port's agents send from QP0.
     void sendSubnetPacket(unsigned port, iba::Packet &packet) override;
     // From ScheduledEngine: postponed work goes on, a looped-back packet
