@@ -73,6 +73,8 @@ static bool pib_hca_event_enabled(unsigned event)
         return trace_event_get_state_backends(TRACE_PIB_HCA_QP_FLUSH_POSTPONED);
     case PIB_EVENT_XRC_MESSAGE_CUT:
         return trace_event_get_state_backends(TRACE_PIB_HCA_XRC_MESSAGE_CUT);
+    case PIB_EVENT_CQ_RESIZE_REFUSED:
+        return trace_event_get_state_backends(TRACE_PIB_HCA_CQ_RESIZE_REFUSED);
     case PIB_EVENT_MR_REGISTERED:
         return trace_event_get_state_backends(TRACE_PIB_HCA_MR_REGISTERED);
     case PIB_EVENT_MR_INVALIDATED:
@@ -234,6 +236,10 @@ static void pib_hca_trace_event(unsigned event, const uint64_t *a)
         break;
     case PIB_EVENT_XRC_MESSAGE_CUT:
         trace_pib_hca_xrc_message_cut((unsigned) a[0], (unsigned) a[1]);
+        break;
+    case PIB_EVENT_CQ_RESIZE_REFUSED:
+        trace_pib_hca_cq_resize_refused((unsigned) a[0], (unsigned) a[1],
+                                        (unsigned) a[2]);
         break;
     case PIB_EVENT_MR_REGISTERED:
         trace_pib_hca_mr_registered((unsigned) a[0], (unsigned) a[1],

@@ -38,25 +38,26 @@ enum pib_event {
     PIB_EVENT_RC_WORK_HELD = 30,
     PIB_EVENT_QP_FLUSH_POSTPONED = 31,
     PIB_EVENT_XRC_MESSAGE_CUT = 32,
-    PIB_EVENT_MR_REGISTERED = 33,
-    PIB_EVENT_MR_INVALIDATED = 34,
-    PIB_EVENT_MLX5_COMMAND = 35,
-    PIB_EVENT_MLX5_UAR = 36,
-    PIB_EVENT_MLX5_EQ_CREATE = 37,
-    PIB_EVENT_MLX5_EQ_DESTROY = 38,
-    PIB_EVENT_MLX5_EQ_DOORBELL = 39,
-    PIB_EVENT_MLX5_EQE = 40,
-    PIB_EVENT_MW_BOUND = 41,
-    PIB_EVENT_ERR_PORT_DROP = 42,
-    PIB_EVENT_ERR_LINK = 43,
-    PIB_EVENT_ERR_MKEY_VIOLATION = 44,
-    PIB_EVENT_ERR_MCAST_DROP = 45,
-    PIB_EVENT_ERR_RC_NO_QP = 46,
-    PIB_EVENT_ERR_RC_WRONG_PEER = 47,
-    PIB_EVENT_ERR_RC_BAD_RESPONSE_PSN = 48,
-    PIB_EVENT_ERR_RC_BAD_RESPONSE_LENGTH = 49,
-    PIB_EVENT_ERR_RC_REQUEST_REFUSED = 50,
-    PIB_EVENT_COUNT = 51
+    PIB_EVENT_CQ_RESIZE_REFUSED = 33,
+    PIB_EVENT_MR_REGISTERED = 34,
+    PIB_EVENT_MR_INVALIDATED = 35,
+    PIB_EVENT_MLX5_COMMAND = 36,
+    PIB_EVENT_MLX5_UAR = 37,
+    PIB_EVENT_MLX5_EQ_CREATE = 38,
+    PIB_EVENT_MLX5_EQ_DESTROY = 39,
+    PIB_EVENT_MLX5_EQ_DOORBELL = 40,
+    PIB_EVENT_MLX5_EQE = 41,
+    PIB_EVENT_MW_BOUND = 42,
+    PIB_EVENT_ERR_PORT_DROP = 43,
+    PIB_EVENT_ERR_LINK = 44,
+    PIB_EVENT_ERR_MKEY_VIOLATION = 45,
+    PIB_EVENT_ERR_MCAST_DROP = 46,
+    PIB_EVENT_ERR_RC_NO_QP = 47,
+    PIB_EVENT_ERR_RC_WRONG_PEER = 48,
+    PIB_EVENT_ERR_RC_BAD_RESPONSE_PSN = 49,
+    PIB_EVENT_ERR_RC_BAD_RESPONSE_LENGTH = 50,
+    PIB_EVENT_ERR_RC_REQUEST_REFUSED = 51,
+    PIB_EVENT_COUNT = 52
 };
 
 /* The guest-error tokens (pib_host_ops.guest_error), as docs/prm.md §9. */
@@ -164,6 +165,7 @@ static inline const char *pib_event_name(unsigned event) {
         "rc_work_held",
         "qp_flush_postponed",
         "xrc_message_cut",
+        "cq_resize_refused",
         "mr_registered",
         "mr_invalidated",
         "mlx5_command",
@@ -190,11 +192,11 @@ static inline const char *pib_event_name(unsigned event) {
 /* An event's arguments: 's' for a string, 'i' for an integer each. */
 static inline const char *pib_event_args(unsigned event) {
     static const char *const args[PIB_EVENT_COUNT] = {
-        "siiii", "s",   "s",      "i",   "i",     "i",   "i",    "i",    "i",      "i",      "i",
-        "isi",   "is",  "s",      "sii", "iiii",  "is",  "si",   "iii",  "iiiii",  "iiiiii", "i",
-        "ii",    "iii", "ii",     "ii",  "iii",   "ii",  "iii",  "iis",  "ii",     "i",      "ii",
-        "iiiii", "iis", "isiiii", "si",  "iiiii", "i",   "iiii", "iiii", "iiiiii", "is",     "is",
-        "iii",   "is",  "ii",     "iii", "iii",   "iii", "iis",
+        "siiii", "s",     "s",   "i",      "i",    "i",     "i",   "i",    "i",     "i",      "i",
+        "isi",   "is",    "s",   "sii",    "iiii", "is",    "si",  "iii",  "iiiii", "iiiiii", "i",
+        "ii",    "iii",   "ii",  "ii",     "iii",  "ii",    "iii", "iis",  "ii",    "i",      "ii",
+        "iii",   "iiiii", "iis", "isiiii", "si",   "iiiii", "i",   "iiii", "iiii",  "iiiiii", "is",
+        "is",    "iii",   "is",  "ii",     "iii",  "iii",   "iii", "iis",
     };
 
     return event < PIB_EVENT_COUNT ? args[event] : "";

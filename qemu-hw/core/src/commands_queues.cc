@@ -151,9 +151,12 @@ CommandOutcome CommandProcessor::resizeCq(const Command &cmd) {
                     "RESIZE_CQ of CQ %u: its CI record (%u) is not between %u and %u", cmd.modifier,
                     ci, cq->producer - oldSize, cq->producer);
     const uint32_t pending = cq->producer - ci;
-    if (pending > (1u << ctx.log_size))
-        return fail(err::kCmdBadParam, "RESIZE_CQ of CQ %u to 2^%u CQEs: %u are not consumed",
-                    cmd.modifier, ctx.log_size, pending);
+    if (pending > (1u << ctx.log_size)) {
+        // Some may have been written after the driver looked: a refusal,
+        // not the driver's error.
+        trace::cq_resize_refused(host_, cmd.modifier, ctx.log_size, pending);
+        return CommandOutcome::failed(err::kCqResizeUnconsumed);
+    }
     objects_.mtt.hold(ctx.buf.mtt_index);
     objects_.mtt.unhold(cq->ctx.buf.mtt_index);
     cq->ctx.buf = ctx.buf;

@@ -195,6 +195,12 @@ inline void xrc_message_cut(const Host &host, unsigned qpn, unsigned srqn) {
         host.event(PIB_EVENT_XRC_MESSAGE_CUT, {Host::eventArg(qpn), Host::eventArg(srqn)});
 }
 
+inline void cq_resize_refused(const Host &host, unsigned cqn, unsigned log_size, unsigned pending) {
+    if (host.eventEnabled(PIB_EVENT_CQ_RESIZE_REFUSED))
+        host.event(PIB_EVENT_CQ_RESIZE_REFUSED,
+                   {Host::eventArg(cqn), Host::eventArg(log_size), Host::eventArg(pending)});
+}
+
 inline void mr_registered(const Host &host, unsigned qpn, unsigned key, uint64_t iova,
                           uint64_t length, unsigned access) {
     if (host.eventEnabled(PIB_EVENT_MR_REGISTERED))
