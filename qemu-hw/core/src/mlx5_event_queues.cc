@@ -108,7 +108,7 @@ bool EventQueues::usesUar(uint32_t uar) const {
 
 bool EventQueues::takes(uint8_t type) const {
     bool found = false;
-    eqs_.forEach([&](uint32_t, const Eq &eq) { found |= (eq.types[type / 64] >> type % 64) & 1; });
+    eqs_.forEach([&](uint32_t, const Eq &eq) { found |= eq.takes(type); });
     return found;
 }
 
@@ -141,7 +141,7 @@ void EventQueues::post(uint8_t type, uint8_t subType, const Data &data) {
     uint32_t target = 0;
     Eq *eq = nullptr;
     eqs_.forEach([&](uint32_t eqn, Eq &candidate) {
-        if (!eq && (candidate.types[type / 64] >> type % 64) & 1) {
+        if (!eq && candidate.takes(type)) {
             target = eqn;
             eq = &candidate;
         }

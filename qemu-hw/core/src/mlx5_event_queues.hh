@@ -66,6 +66,8 @@ class EventQueues {
         uint32_t consumer = 0; // and consumed, as the doorbell says (24 bits)
         bool armed = false;
         bool overrun = false;
+
+        bool takes(uint8_t type) const { return (types[type / 64] >> type % 64) & 1; }
     };
     const err::Condition *checkPages(const Eq &eq) const;
     void write(uint32_t eqn, Eq &eq, uint8_t type, uint8_t subType, const Data &data);
