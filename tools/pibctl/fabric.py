@@ -129,7 +129,7 @@ def _cmdline(pid: int):
         return None
 
 
-def _ours(pid: int, run_dir: str) -> bool:
+def ours(pid: int, run_dir: str) -> bool:
     """True if pid is alive and was started by us for this run directory
     (guards against killing an unrelated process that reused the pid)."""
     return run_dir in (_cmdline(pid) or "")
@@ -148,16 +148,16 @@ def _running_child(pid: int) -> bool:
 
 
 def _kill(pid: int, run_dir: str, what: str) -> None:
-    if not pid or not _ours(pid, run_dir):
+    if not pid or not ours(pid, run_dir):
         return
     os.kill(pid, signal.SIGTERM)
     deadline = time.monotonic() + 10
-    while time.monotonic() < deadline and _ours(pid, run_dir):
+    while time.monotonic() < deadline and ours(pid, run_dir):
         time.sleep(0.1)
-    if _ours(pid, run_dir):
+    if ours(pid, run_dir):
         ui.warn(f"{what} (pid {pid}) ignored SIGTERM; killing it")
         os.kill(pid, signal.SIGKILL)
-        while _ours(pid, run_dir):
+        while ours(pid, run_dir):
             time.sleep(0.05)
 
 
@@ -322,14 +322,14 @@ def start_switch(fabric: Fabric, name: str) -> None:
 
 
 def switch_running(fabric: Fabric, name: str) -> bool:
-    return _ours(fabric.ib_switch_pids.get(name, 0), fabric.run_dir)
+    return ours(fabric.ib_switch_pids.get(name, 0), fabric.run_dir)
 
 
 def stopped_processes(fabric: Fabric) -> list:
     """The fabric's QEMUs and switches (IB and management) that no longer run."""
-    gone = [vm.name for vm in fabric.vms if not _ours(vm.pid, fabric.run_dir)]
+    gone = [vm.name for vm in fabric.vms if not ours(vm.pid, fabric.run_dir)]
     gone += [name for name in fabric.ib_switch_pids if not switch_running(fabric, name)]
-    if not _ours(fabric.mgmt_switch_pid, fabric.run_dir):
+    if not ours(fabric.mgmt_switch_pid, fabric.run_dir):
         gone.append("the management switch")
     return gone
 
@@ -410,7 +410,7 @@ def _wait_ready(fabric: Fabric, timeout: float, vms=None) -> None:
     last_report = start
     while pending:
         for vm in list(pending):
-            if not _running_child(vm.pid) and not _ours(vm.pid, fabric.run_dir):
+            if not _running_child(vm.pid) and not ours(vm.pid, fabric.run_dir):
                 raise ui.StepFailed(f"{vm.name}: QEMU {_exit_status(vm.pid)} during boot\n"
                                     + _qemu_logs(vm))
             if qga.ping(vm.qga_sock, timeout=2):
@@ -600,9 +600,9 @@ def _start_qemu(fabric: Fabric, vm: Vm) -> None:
 def kill_vm(fabric: Fabric, name: str) -> None:
     """Kills a guest's QEMU at once (SIGKILL), as a crash would."""
     vm = fabric.vm(name)
-    if _ours(vm.pid, fabric.run_dir):
+    if ours(vm.pid, fabric.run_dir):
         os.kill(vm.pid, signal.SIGKILL)
-        while _ours(vm.pid, fabric.run_dir):
+        while ours(vm.pid, fabric.run_dir):
             time.sleep(0.05)
     _reap(vm.pid)
 
@@ -658,13 +658,13 @@ def status() -> int:
         ui.info("no fabric is up")
         return 1
     ui.info(f"fabric in {fabric.run_dir} ({fabric.accel})")
-    switch = "running" if _ours(fabric.mgmt_switch_pid, fabric.run_dir) else "STOPPED"
+    switch = "running" if ours(fabric.mgmt_switch_pid, fabric.run_dir) else "STOPPED"
     ui.info(f"  management switch  pid {fabric.mgmt_switch_pid:<8} {switch}")
     healthy = switch == "running"
     topo = fabric.topo
     for switch in topo.switches:
         pid = fabric.ib_switch_pids.get(switch.name, 0)
-        state = "running" if _ours(pid, fabric.run_dir) else "STOPPED"
+        state = "running" if ours(pid, fabric.run_dir) else "STOPPED"
         healthy &= state == "running"
         ui.info(f"  {switch.name + ' (IB)':<18} pid {pid:<8} {state}  "
                 f"{switch.ports} ports, GUID {switch.guid:016x}")
@@ -687,7 +687,7 @@ def status() -> int:
                 for line in faults.splitlines():
                     ui.info(f"    fault {line}")
     for vm in fabric.vms:
-        if not _ours(vm.pid, fabric.run_dir):
+        if not ours(vm.pid, fabric.run_dir):
             state = "STOPPED"
         elif qga.ping(vm.qga_sock, timeout=2):
             state = "running, agent answering"
@@ -703,7 +703,7 @@ def status() -> int:
 def exec_in(vm_name: str, argv, timeout: float = 600, stdin: bytes = None) -> qga.Result:
     fabric = require()
     vm = fabric.vm(vm_name)
-    if not _ours(vm.pid, fabric.run_dir):
+    if not ours(vm.pid, fabric.run_dir):
         raise ui.StepFailed(f"{vm.name} is not running\n--- console ---\n{console_tail(vm)}")
     try:
         return qga.run(vm.qga_sock, argv, timeout=timeout, stdin=stdin)

@@ -8,6 +8,7 @@ import os
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 from pibctl import fabric, ui
@@ -50,12 +51,24 @@ def stale_state_is_cleared() -> None:
     _in_run_dir(check)
 
 
+def _until_cmdline_shows(pid: int, run_dir: Path) -> None:
+    """Popen returns as exec closes the error pipe, which the kernel does
+    before it has laid out the new program's arguments: for that moment
+    /proc/PID/cmdline reads empty (CI once saw it so)."""
+    deadline = time.monotonic() + 10
+    while not fabric.ours(pid, str(run_dir)):
+        if time.monotonic() > deadline:
+            raise ui.StepFailed(f"process {pid} never showed {run_dir} in its command line")
+        time.sleep(0.01)
+
+
 def running_fabric_is_kept() -> None:
     def check(run_dir: Path):
         # A process of this fabric: its command line names the run directory.
         proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)",
                                  str(run_dir)])
         try:
+            _until_cmdline_shows(proc.pid, run_dir)
             _leftover(run_dir, proc.pid)
             if fabric.clear_stale() or fabric.load() is None:
                 raise ui.StepFailed(f"the state in {run_dir} of a running fabric was cleared")
