@@ -94,8 +94,8 @@ void Requester::completeHead(QueuePair &qp, uint8_t status) {
     if (w.isReadOrAtomic() && w.packets && r.readsInFlight)
         --r.readsInFlight;
     const bool signaled = (w.flags & PIB_WQE_SIGNALED) || (qp.ctx.flags & PIB_QP_SIGNAL_ALL);
-    events_.completeSend(qp.number, qp, w.index, w.wrId, completionOpcode(w.opcode), status,
-                         w.length, signaled, w.vendorErr);
+    events_.completeSend(qp, w.index, w.wrId, completionOpcode(w.opcode), status, w.length,
+                         signaled, w.vendorErr);
     if (status != PIB_WC_SUCCESS) {
         trace::qp_error(host_, qp.number, w.index, status);
         qp.attr.qp_state = PIB_QPS_ERR;

@@ -46,8 +46,8 @@ void Datagram::send(QueuePair &qp) {
             sendUd(qp, wqe, &length, &status);
         const pib_wqe_ctrl &ctrl = wqe.ctrl;
         const bool signaled = (ctrl.flags & PIB_WQE_SIGNALED) || (qp.ctx.flags & PIB_QP_SIGNAL_ALL);
-        events_.completeSend(qp.number, qp, qp.sq.consumer, ctrl.wr_id, PIB_WC_SEND, status, length,
-                             signaled, vendorErr);
+        events_.completeSend(qp, qp.sq.consumer, ctrl.wr_id, PIB_WC_SEND, status, length, signaled,
+                             vendorErr);
         ++qp.sq.consumer;
         if (status != PIB_WC_SUCCESS) {
             // IBA 10.8.3: a send error moves the QP to the error state.
@@ -243,17 +243,17 @@ void Datagram::receiveDatagram(unsigned number, const iba::Packet &packet, Queue
     if (!receives_.takeReceiveWqe(qp, wqe, &index, &status))
         return; // no receive posted: a datagram is simply dropped
 
-    pib_cqe cqe{};
-    cqe.wr_id = wqe.ctrl.wr_id;
+    Completion cqe;
+    cqe.wrId = wqe.ctrl.wr_id;
     cqe.qpn = qp.number;
-    cqe.src_qp = packet.deth->srcQp;
+    cqe.srcQp = packet.deth->srcQp;
     cqe.slid = packet.lrh.slid;
     cqe.sl = packet.lrh.sl;
-    cqe.dlid_path_bits = iba::isMulticastLid(dlid) ? 0 : iba::pathBits(p->info.lmc, dlid);
-    cqe.pkey_index = pkeyIndex;
-    cqe.wqe_index = index;
+    cqe.dlidPathBits = iba::isMulticastLid(dlid) ? 0 : iba::pathBits(p->info.lmc, dlid);
+    cqe.pkeyIndex = pkeyIndex;
+    cqe.wqeIndex = index;
     cqe.opcode = PIB_WC_RECV;
-    cqe.byte_len = static_cast<uint32_t>(kGrhRoom + packet.data().size());
+    cqe.byteLen = static_cast<uint32_t>(kGrhRoom + packet.data().size());
     cqe.status = status;
     if (status == PIB_WC_SUCCESS) {
         if (packet.grh) {
@@ -270,16 +270,13 @@ void Datagram::receiveDatagram(unsigned number, const iba::Packet &packet, Queue
             std::memcpy(grh + 8, g.sgid.data(), 16);
             std::memcpy(grh + 24, g.dgid.data(), 16);
             cqe.status = memory_.scatter(qp.ctx.pdn, wqe.sges, grh, 0);
-            cqe.flags |= PIB_CQE_GRH;
+            cqe.grh = true;
         }
         if (cqe.status == PIB_WC_SUCCESS)
             cqe.status = memory_.scatter(qp.ctx.pdn, wqe.sges, packet.data(), kGrhRoom);
     }
-    if (packet.imm) {
-        cqe.imm = __builtin_bswap32(*packet.imm);
-        cqe.flags |= PIB_CQE_WITH_IMM;
-    }
-    receives_.markSrqReceive(qp, cqe);
+    cqe.immediate = packet.imm;
+    cqe.srqn = receives_.receiveSrq(qp);
     events_.postCqe(qp.ctx.recv_cqn, cqe, packet.bth.solicited);
 }
 

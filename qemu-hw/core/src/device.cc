@@ -15,7 +15,8 @@ namespace pib {
 
 Device::Device(const pib_core_config &config, const pib_host_ops &ops, void *opaque)
     : config_(config), host_(ops, opaque), objects_(config_), ports_(config_),
-      events_(host_, objects_.mtt, objects_.eqs, objects_.cqs),
+      pibEvents_(host_, objects_.mtt, objects_.eqs),
+      events_(host_, objects_.mtt, objects_.cqs, pibEvents_),
       memory_(host_, objects_.mtt, objects_.mrs, objects_.mws),
       wqes_(host_, objects_.mtt, limits::kMaxInlineData),
       dataPath_(host_, objects_, ports_, events_, memory_, wqes_, scheduler_, injections_,
@@ -50,7 +51,7 @@ std::unique_ptr<FrontEnd> Device::makeFrontEnd() {
                                                 objects_.clear();
                                                 dataPath_.reset();
                                             }});
-    return std::make_unique<PibFrontEnd>(config_, host_, commands_, events_, dataPath_,
+    return std::make_unique<PibFrontEnd>(config_, host_, commands_, pibEvents_, dataPath_,
                                          [this] { reset("guest wrote the reset register"); });
 }
 

@@ -19,6 +19,7 @@
 #include "memory.hh"
 #include "object_tables.hh"
 #include "pib_core.h"
+#include "pib_event_queues.hh"
 #include "port_agents.hh"
 #include "ports.hh"
 #include "scheduler.hh"
@@ -72,6 +73,7 @@ class Device {
     Ports ports_;
     ArmedInjections injections_;
     OutstandingMemory outstanding_;
+    PibEventQueues pibEvents_; // the pib personality's; a ConnectX has its own
     EventWriter events_;
     MemoryAccess memory_;
     WqeReader wqes_;

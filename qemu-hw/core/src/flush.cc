@@ -52,16 +52,15 @@ void DataPath::flushQp(QueuePair &qp) {
         if (!budget.take())
             return postponed();
         const SendWqe w = requester_.takeHeadWqe(qp);
-        events_.completeSend(qp.number, qp, w.index, w.wrId, PIB_WC_SEND, PIB_WC_WR_FLUSH_ERR, 0,
-                             true);
+        events_.completeSend(qp, w.index, w.wrId, PIB_WC_SEND, PIB_WC_WR_FLUSH_ERR, 0, true);
     }
     qp.req.readsInFlight = 0;
     while (qp.sq.consumer != qp.sq.producer) {
         if (!budget.take())
             return postponed();
         const pib_wqe_ctrl ctrl = wqes_.readControl(sendRing(qp), qp.sq.consumer);
-        events_.completeSend(qp.number, qp, qp.sq.consumer, ctrl.wr_id, PIB_WC_SEND,
-                             PIB_WC_WR_FLUSH_ERR, 0, true);
+        events_.completeSend(qp, qp.sq.consumer, ctrl.wr_id, PIB_WC_SEND, PIB_WC_WR_FLUSH_ERR, 0,
+                             true);
         ++qp.sq.consumer;
     }
     if (qp.ctx.flags & PIB_QP_USE_SRQ) {
@@ -75,12 +74,12 @@ void DataPath::flushQp(QueuePair &qp) {
         if (!budget.take())
             return postponed();
         const pib_wqe_ctrl ctrl = wqes_.readControl(receiveRing(qp), qp.rq.consumer);
-        pib_cqe cqe{};
-        cqe.wr_id = ctrl.wr_id;
+        Completion cqe;
+        cqe.wrId = ctrl.wr_id;
         cqe.qpn = qp.number;
         cqe.opcode = PIB_WC_RECV;
         cqe.status = PIB_WC_WR_FLUSH_ERR;
-        cqe.wqe_index = static_cast<uint16_t>(qp.rq.consumer);
+        cqe.wqeIndex = static_cast<uint16_t>(qp.rq.consumer);
         ++qp.rq.consumer;
         events_.postCqe(qp.ctx.recv_cqn, cqe, false);
     }

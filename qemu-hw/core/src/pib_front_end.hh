@@ -8,9 +8,9 @@
 #include "commands.hh"
 #include "data_path.hh"
 #include "doorbell_pages.hh"
-#include "event_writer.hh"
 #include "front_end.hh"
 #include "host.hh"
+#include "pib_event_queues.hh"
 #include "register_file.hh"
 
 namespace pib {
@@ -18,7 +18,7 @@ namespace pib {
 class PibFrontEnd final : public FrontEnd {
   public:
     PibFrontEnd(const pib_core_config &config, const Host &host, CommandProcessor &commands,
-                EventWriter &events, DataPath &dataPath, std::function<void()> requestReset)
+                PibEventQueues &events, DataPath &dataPath, std::function<void()> requestReset)
         : host_(host), registers_(config, host, commands, events, std::move(requestReset)),
           doorbells_(config.doorbell_pages, host, dataPath) {}
 

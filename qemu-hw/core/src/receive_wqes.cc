@@ -62,14 +62,14 @@ void ReceiveWqes::completeClaimedWqe(QueuePair &qp, uint8_t status) {
     ResponderState &s = qp.resp;
     if (!s.haveWqe)
         return;
-    pib_cqe cqe{};
-    cqe.wr_id = s.wrId;
-    cqe.qpn = qp.number;
-    cqe.opcode = PIB_WC_RECV;
-    cqe.status = status;
-    cqe.wqe_index = s.wqeIndex;
-    markSrqReceive(qp, cqe);
-    events_.postCqe(receiveCq(qp), cqe, false);
+    Completion c;
+    c.wrId = s.wrId;
+    c.qpn = qp.number;
+    c.opcode = PIB_WC_RECV;
+    c.status = status;
+    c.wqeIndex = s.wqeIndex;
+    c.srqn = receiveSrq(qp);
+    events_.postCqe(receiveCq(qp), c, false);
     s.haveWqe = false;
 }
 
@@ -81,14 +81,6 @@ std::optional<uint32_t> ReceiveWqes::receiveSrq(const QueuePair &qp) const {
     if (qp.ctx.flags & PIB_QP_USE_SRQ)
         return qp.ctx.srqn;
     return std::nullopt;
-}
-
-// A receive that used an SRQ's WQE says which SRQ.
-void ReceiveWqes::markSrqReceive(const QueuePair &qp, pib_cqe &cqe) const {
-    if (const auto srqn = receiveSrq(qp)) {
-        cqe.srqn = *srqn;
-        cqe.flags |= PIB_CQE_SRQ;
-    }
 }
 
 // Where a receive completes: the QP's receive CQ, or an XRC SRQ's own.

@@ -30,7 +30,6 @@ class ReceiveWqes {
     // The SRQ `qp` takes receive WQEs from, if any.
     std::optional<uint32_t> receiveSrq(const QueuePair &qp) const;
     // A receive that used an SRQ's WQE says which SRQ.
-    void markSrqReceive(const QueuePair &qp, pib_cqe &cqe) const;
     // Where `qp`'s receives complete.
     uint32_t receiveCq(const QueuePair &qp) const;
 

@@ -10,7 +10,7 @@
 namespace pib {
 
 RegisterFile::RegisterFile(const pib_core_config &config, const Host &host,
-                           CommandProcessor &commands, EventWriter &events,
+                           CommandProcessor &commands, PibEventQueues &events,
                            std::function<void()> requestReset)
     : config_(config), host_(host), commands_(commands), events_(events),
       requestReset_(std::move(requestReset)) {}

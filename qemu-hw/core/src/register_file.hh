@@ -6,9 +6,9 @@
 #include <functional>
 
 #include "commands.hh"
-#include "event_writer.hh"
 #include "host.hh"
 #include "pib_core.h"
+#include "pib_event_queues.hh"
 
 namespace pib {
 
@@ -16,7 +16,7 @@ class RegisterFile {
   public:
     // `requestReset` is called when the guest writes the reset register.
     RegisterFile(const pib_core_config &config, const Host &host, CommandProcessor &commands,
-                 EventWriter &events, std::function<void()> requestReset);
+                 PibEventQueues &events, std::function<void()> requestReset);
 
     uint64_t read(uint64_t offset, unsigned size);
     void write(uint64_t offset, uint64_t value, unsigned size);
@@ -42,7 +42,7 @@ class RegisterFile {
     const pib_core_config &config_;
     const Host &host_;
     CommandProcessor &commands_;
-    EventWriter &events_;
+    PibEventQueues &events_;
     std::function<void()> requestReset_;
     uint32_t scratch_ = 0;
     bool fatal_ = false;

@@ -200,27 +200,21 @@ void Responder::forgetXrcSrq(uint32_t srqn) {
 void Responder::completeReceive(QueuePair &qp, const iba::Packet &packet, uint8_t opcode,
                                 uint32_t length) {
     ResponderState &s = qp.resp;
-    pib_cqe cqe{};
-    cqe.wr_id = s.wrId;
-    cqe.qpn = qp.number;
-    cqe.byte_len = length;
-    cqe.src_qp = qp.attr.dest_qp_num;
-    cqe.slid = packet.lrh.slid;
-    cqe.sl = packet.lrh.sl;
-    cqe.wqe_index = s.wqeIndex;
-    cqe.opcode = opcode;
-    cqe.status = s.status;
-    receives_.markSrqReceive(qp, cqe);
-    if (packet.imm) {
-        cqe.imm = __builtin_bswap32(*packet.imm);
-        cqe.flags |= PIB_CQE_WITH_IMM;
-    }
-    if (packet.ieth) {
-        cqe.imm = *packet.ieth;
-        cqe.flags |= PIB_CQE_WITH_INV;
-    }
+    Completion c;
+    c.wrId = s.wrId;
+    c.qpn = qp.number;
+    c.byteLen = length;
+    c.srcQp = qp.attr.dest_qp_num;
+    c.slid = packet.lrh.slid;
+    c.sl = packet.lrh.sl;
+    c.wqeIndex = s.wqeIndex;
+    c.opcode = opcode;
+    c.status = s.status;
+    c.srqn = receives_.receiveSrq(qp);
+    c.immediate = packet.imm;
+    c.invalidate = packet.ieth;
     s.haveWqe = false;
-    events_.postCqe(receives_.receiveCq(qp), cqe, packet.bth.solicited);
+    events_.postCqe(receives_.receiveCq(qp), c, packet.bth.solicited);
 }
 
 // UC drops a message it cannot take and waits for the next one to start

@@ -1,0 +1,32 @@
+// SPDX-License-Identifier: GPL-2.0-or-later
+// What the core's EventWriter asks of a personality: how its CQEs look,
+// where its driver says how far it has read a CQ, and its event queues.
+// The CQ rings themselves (producer, overrun, arming) are the core's.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <span>
+
+#include "completion.hh"
+
+namespace pib {
+
+class EventCodec {
+  public:
+    virtual ~EventCodec() = default;
+
+    // Every CQE is 2^logCqeBytes() bytes.
+    virtual unsigned logCqeBytes() const = 0;
+    // The CQE saying `c`, for the ring's pass `pass` (producer count >>
+    // log size), which its owner or phase bit shows.
+    virtual void encodeCqe(const Completion &c, uint32_t pass, std::span<uint8_t> cqe) const = 0;
+    // The consumer count in the CQ's record at guest address `record`.
+    virtual std::optional<uint32_t> readConsumer(uint64_t record) const = 0;
+    // CQ `cqn`, which reports to EQ `eqn`, was armed and has a new CQE.
+    virtual void completionEvent(uint32_t eqn, uint32_t cqn) = 0;
+    // An async event (PIB_ASYNC_*) about object `number`.
+    virtual void asyncEvent(uint8_t event, uint32_t number) = 0;
+};
+
+} // namespace pib
