@@ -91,6 +91,12 @@ static bool pib_hca_event_enabled(unsigned event)
         return trace_event_get_state_backends(TRACE_PIB_HCA_MLX5_EQ_DOORBELL);
     case PIB_EVENT_MLX5_EQE:
         return trace_event_get_state_backends(TRACE_PIB_HCA_MLX5_EQE);
+    case PIB_EVENT_MLX5_CQ_CREATE:
+        return trace_event_get_state_backends(TRACE_PIB_HCA_MLX5_CQ_CREATE);
+    case PIB_EVENT_MLX5_CQ_DESTROY:
+        return trace_event_get_state_backends(TRACE_PIB_HCA_MLX5_CQ_DESTROY);
+    case PIB_EVENT_MLX5_CQ_ARM:
+        return trace_event_get_state_backends(TRACE_PIB_HCA_MLX5_CQ_ARM);
     case PIB_EVENT_MW_BOUND:
         return trace_event_get_state_backends(TRACE_PIB_HCA_MW_BOUND);
     case PIB_EVENT_ERR_PORT_DROP:
@@ -274,6 +280,17 @@ static void pib_hca_trace_event(unsigned event, const uint64_t *a)
     case PIB_EVENT_MLX5_EQE:
         trace_pib_hca_mlx5_eqe((unsigned) a[0], (unsigned) a[1],
                                (unsigned) a[2], (unsigned) a[3]);
+        break;
+    case PIB_EVENT_MLX5_CQ_CREATE:
+        trace_pib_hca_mlx5_cq_create((unsigned) a[0], (unsigned) a[1],
+                                     (unsigned) a[2], (unsigned) a[3]);
+        break;
+    case PIB_EVENT_MLX5_CQ_DESTROY:
+        trace_pib_hca_mlx5_cq_destroy((unsigned) a[0]);
+        break;
+    case PIB_EVENT_MLX5_CQ_ARM:
+        trace_pib_hca_mlx5_cq_arm((unsigned) a[0], (unsigned) a[1],
+                                  (unsigned) a[2], (unsigned) a[3]);
         break;
     case PIB_EVENT_MW_BOUND:
         trace_pib_hca_mw_bound((unsigned) a[0], (unsigned) a[1],
@@ -484,6 +501,15 @@ static bool pib_hca_guest_error_traced(unsigned error)
             TRACE_PIB_HCA_ERR_MLX5_EQ_OVERRUN);
     case PIB_GUEST_ERROR_MLX5_EQ_DMA:
         return trace_event_get_state_backends(TRACE_PIB_HCA_ERR_MLX5_EQ_DMA);
+    case PIB_GUEST_ERROR_MLX5_CQ_BAD_CONTEXT:
+        return trace_event_get_state_backends(
+            TRACE_PIB_HCA_ERR_MLX5_CQ_BAD_CONTEXT);
+    case PIB_GUEST_ERROR_MLX5_CQ_BAD_PAGES:
+        return trace_event_get_state_backends(
+            TRACE_PIB_HCA_ERR_MLX5_CQ_BAD_PAGES);
+    case PIB_GUEST_ERROR_MLX5_CQ_DOORBELL:
+        return trace_event_get_state_backends(
+            TRACE_PIB_HCA_ERR_MLX5_CQ_DOORBELL);
     case PIB_GUEST_ERROR_MLX5_PAGES_BAD:
         return trace_event_get_state_backends(TRACE_PIB_HCA_ERR_MLX5_PAGES_BAD);
     default:
@@ -685,6 +711,15 @@ static void pib_hca_trace_guest_error(unsigned error, const char *detail)
         break;
     case PIB_GUEST_ERROR_MLX5_EQ_DMA:
         trace_pib_hca_err_mlx5_eq_dma(detail);
+        break;
+    case PIB_GUEST_ERROR_MLX5_CQ_BAD_CONTEXT:
+        trace_pib_hca_err_mlx5_cq_bad_context(detail);
+        break;
+    case PIB_GUEST_ERROR_MLX5_CQ_BAD_PAGES:
+        trace_pib_hca_err_mlx5_cq_bad_pages(detail);
+        break;
+    case PIB_GUEST_ERROR_MLX5_CQ_DOORBELL:
+        trace_pib_hca_err_mlx5_cq_doorbell(detail);
         break;
     case PIB_GUEST_ERROR_MLX5_PAGES_BAD:
         trace_pib_hca_err_mlx5_pages_bad(detail);

@@ -142,7 +142,7 @@ static std::vector<uint8_t> takeRam(uint64_t size) {
     return std::vector<uint8_t>(size, 0);
 }
 
-FakeHost::FakeHost(const pib_core_config &config, uint64_t ramSize) : ram(takeRam(ramSize)) {
+const pib_host_ops &FakeHost::hostOps() {
     static const pib_host_ops ops = {
         .guest_error = recordGuestError,
         .guest_error_enabled =
@@ -172,7 +172,11 @@ FakeHost::FakeHost(const pib_core_config &config, uint64_t ramSize) : ram(takeRa
             },
         .schedule = [](void *opaque) { ++static_cast<FakeHost *>(opaque)->scheduled; },
     };
-    core = pib_core_new(&config, &ops, this);
+    return ops;
+}
+
+FakeHost::FakeHost(const pib_core_config &config, uint64_t ramSize) : ram(takeRam(ramSize)) {
+    core = pib_core_new(&config, &hostOps(), this);
     if (!core)
         throw std::runtime_error("pib_core_new rejected the configuration");
 }

@@ -57,6 +57,9 @@ struct FakeHost {
     FakeHost &operator=(const FakeHost &) = delete;
 
     static pib_core_config defaultConfig();
+    // The callbacks the device is given, `this` their opaque pointer: a
+    // test may build a core component on them (pib::Host).
+    static const pib_host_ops &hostOps();
 
     uint32_t read32(int bar, uint64_t offset) {
         return static_cast<uint32_t>(pib_core_bar_read(core, bar, offset, 4));

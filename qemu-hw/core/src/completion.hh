@@ -23,6 +23,7 @@ struct Completion {
     uint32_t srcQp = 0;
     uint16_t slid = 0;
     uint16_t pkeyIndex = 0;
+    uint16_t pkey = 0; // the packet's P_Key, as a ConnectX reports it for QP1
     uint8_t sl = 0;
     uint8_t dlidPathBits = 0;
     bool grh = false;                   // the buffer starts with the packet's GRH

@@ -251,6 +251,7 @@ void Datagram::receiveDatagram(unsigned number, const iba::Packet &packet, Queue
     cqe.sl = packet.lrh.sl;
     cqe.dlidPathBits = iba::isMulticastLid(dlid) ? 0 : iba::pathBits(p->info.lmc, dlid);
     cqe.pkeyIndex = pkeyIndex;
+    cqe.pkey = packet.bth.pkey;
     cqe.wqeIndex = index;
     cqe.opcode = PIB_WC_RECV;
     cqe.byteLen = static_cast<uint32_t>(kGrhRoom + packet.data().size());

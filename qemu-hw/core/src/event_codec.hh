@@ -21,8 +21,9 @@ class EventCodec {
     // The CQE saying `c`, for the ring's pass `pass` (producer count >>
     // log size), which its owner or phase bit shows.
     virtual void encodeCqe(const Completion &c, uint32_t pass, std::span<uint8_t> cqe) const = 0;
-    // The consumer count in the CQ's record at guest address `record`.
-    virtual std::optional<uint32_t> readConsumer(uint64_t record) const = 0;
+    // The consumer count in the CQ's record at guest address `record`;
+    // the device's `producer` count widens a record narrower than 32 bits.
+    virtual std::optional<uint32_t> readConsumer(uint64_t record, uint32_t producer) const = 0;
     // CQ `cqn`, which reports to EQ `eqn`, was armed and has a new CQE.
     virtual void completionEvent(uint32_t eqn, uint32_t cqn) = 0;
     // An async event (PIB_ASYNC_*) about object `number`.

@@ -18,7 +18,7 @@ bool EventWriter::full(uint32_t cqn, CompletionQueue &cq) {
     const uint32_t size = 1u << cq.ctx.log_size;
     if (cq.producer - cq.consumer >= size) {
         // Looks full: see how far the consumer really got.
-        const auto ci = codec_->readConsumer(cq.ctx.ci_record);
+        const auto ci = codec_->readConsumer(cq.ctx.ci_record, cq.producer);
         if (ci && cq.producer - *ci <= size)
             cq.consumer = *ci;
     }

@@ -27,9 +27,10 @@ constexpr Field kAdapterIeeeVendorId = field(0x148, 24);
 constexpr Field kAdapterVsdVendorId = field(0x170, 16);
 constexpr uint32_t kAdapterPsid = 0x100; // vsd_contd_psid, 16 bytes
 constexpr Field kTeardownState = field(0x7f, 1);
-constexpr Field kUar = field(0x48, 24);     // alloc_uar_out, dealloc_uar_in
-constexpr Field kHeld = field(0x48, 24);    // the pd or xrcd of alloc_*_out, dealloc_*_in
-constexpr Field kEqNumber = field(0x58, 8); // create_eq_out, destroy_eq_in
+constexpr Field kUar = field(0x48, 24);      // alloc_uar_out, dealloc_uar_in
+constexpr Field kHeld = field(0x48, 24);     // the pd or xrcd of alloc_*_out, dealloc_*_in
+constexpr Field kEqNumber = field(0x58, 8);  // create_eq_out, destroy_eq_in
+constexpr Field kCqNumber = field(0x48, 24); // create_cq_out, destroy_cq_in
 
 constexpr uint16_t kIssi = 0; // the only one: supported_issi bit 0
 constexpr uint16_t kRegHostEndianness = 0x7004;
@@ -46,7 +47,7 @@ const Refusals Commands::kRefusals{err::kMlx5CmdBadResource, err::kMlx5CmdBadPar
                                    err::kMlx5CmdNoResources, err::kMlx5CmdInUse};
 
 // clang-format off
-const std::array<Commands::Spec, 29> Commands::kTable = {{
+const std::array<Commands::Spec, 30> Commands::kTable = {{
     {0x100, "QUERY_HCA_CAP", 0x10, 0x10 + HcaCaps::kPageBytes, State::kEnabled, &Commands::queryHcaCap},
     {0x101, "QUERY_ADAPTER", 0x10, 0x110, State::kEnabled, &Commands::queryAdapter},
     {0x102, "INIT_HCA", 0x10, 0x10, State::kEnabled, &Commands::initHca},
@@ -63,6 +64,8 @@ const std::array<Commands::Spec, 29> Commands::kTable = {{
     {0x803, "DEALLOC_UAR", 0x10, 0x10, State::kInitialized, &Commands::deallocUar},
     {0x301, "CREATE_EQ", 0x110, 0x10, State::kInitialized, &Commands::createEq},
     {0x302, "DESTROY_EQ", 0x10, 0x10, State::kInitialized, &Commands::destroyEq},
+    {0x400, "CREATE_CQ", 0x110, 0x10, State::kInitialized, &Commands::createCq},
+    {0x401, "DESTROY_CQ", 0x10, 0x10, State::kInitialized, &Commands::destroyCq},
     {0x50d, "MAD_IFC", 0x110, 0x110, State::kInitialized, &Commands::madIfc},
     {0x762, "QUERY_HCA_VPORT_CONTEXT", 0x10, 0x210, State::kInitialized, &Commands::queryHcaVportContext},
     {0x800, "ALLOC_PD", 0x10, 0x10, State::kInitialized, &Commands::allocPd},
@@ -74,7 +77,6 @@ const std::array<Commands::Spec, 29> Commands::kTable = {{
     {0x200, "CREATE_MKEY", 0x110, 0x10, State::kInitialized, &Commands::createMkey},
     {0x202, "DESTROY_MKEY", 0x10, 0x10, State::kInitialized, &Commands::destroyMkey},
     {0x203, "QUERY_SPECIAL_CONTEXTS", 0, 0, State::kInitialized, nullptr},
-    {0x400, "CREATE_CQ", 0, 0, State::kInitialized, nullptr},
     {0x500, "CREATE_QP", 0, 0, State::kInitialized, nullptr},
 }};
 // clang-format on
@@ -302,9 +304,9 @@ const err::Condition *Commands::deallocUar(const Request &r) {
     const auto index = static_cast<uint32_t>(get(r.in, kUar));
     if (!uars_.given(index))
         return fail(err::kMlx5CmdBadResource, "DEALLOC_UAR of UAR %u, which is not given", index);
-    if (eqs_.usesUar(index))
-        return fail(err::kMlx5CmdInUse, "DEALLOC_UAR of UAR %u: an EQ has its doorbell there",
-                    index);
+    if (eqs_.usesUar(index) || cqs_.usesUar(index))
+        return fail(err::kMlx5CmdInUse, "DEALLOC_UAR of UAR %u: an %s has its doorbell there",
+                    index, eqs_.usesUar(index) ? "EQ" : "CQ");
     uars_.free(index);
     trace::mlx5_uar(host_, "taken back", index);
     return nullptr;
@@ -320,9 +322,23 @@ const err::Condition *Commands::createEq(const Request &r) {
 
 const err::Condition *Commands::destroyEq(const Request &r) {
     const auto eqn = static_cast<uint32_t>(get(r.in, kEqNumber));
+    if (const uint32_t cqs = eqs_.holders(eqn))
+        return fail(err::kMlx5CmdInUse, "DESTROY_EQ of EQ %u, which %u CQs report to", eqn, cqs);
     if (!eqs_.destroy(eqn))
         return fail(err::kMlx5CmdBadResource, "DESTROY_EQ of EQ %u, which does not exist", eqn);
     return nullptr;
+}
+
+const err::Condition *Commands::createCq(const Request &r) {
+    uint32_t cqn = 0;
+    if (const err::Condition *why = cqs_.create(r.in, cqn))
+        return why;
+    set(r.out, kCqNumber, cqn);
+    return nullptr;
+}
+
+const err::Condition *Commands::destroyCq(const Request &r) {
+    return cqs_.destroy(static_cast<uint32_t>(get(r.in, kCqNumber)));
 }
 
 // ---- PDs and XRC domains: numbers the core's objects hold ----------------

@@ -11,8 +11,10 @@
 #include <functional>
 #include <span>
 
+#include "event_writer.hh"
 #include "host.hh"
 #include "memory_regions.hh"
+#include "mlx5_completion_queues.hh"
 #include "mlx5_event_queues.hh"
 #include "mlx5_hca_caps.hh"
 #include "mlx5_pages.hh"
@@ -30,17 +32,18 @@ struct CoreParts {
     ObjectTables &objects;
     Ports &ports;
     PortAgents &agents;               // the SMA and PMA, for MAD_IFC
+    EventWriter &events;              // which takes the front end's CQE layout and EQs
     std::function<void()> endObjects; // every object ends (TEARDOWN_HCA)
 };
 
 class Commands {
   public:
-    // Besides the core's parts, the front end's UAR pages and EQs, which
-    // doorbells reach too.
+    // Besides the core's parts, the front end's UAR pages, EQs and CQs,
+    // which doorbells reach too.
     Commands(const pib_core_config &config, const Host &host, Uars &uars, EventQueues &eqs,
-             CoreParts core)
+             CompletionQueues &cqs, CoreParts core)
         : config_(config), host_(host), caps_(config.num_ports), pages_(host), uars_(uars),
-          eqs_(eqs), core_(std::move(core)), regions_(host, core_.objects, kRefusals) {}
+          eqs_(eqs), cqs_(cqs), core_(std::move(core)), regions_(host, core_.objects, kRefusals) {}
 
     // Runs the command whose input is `in`; its output (status and
     // syndrome included) goes to `out`.
@@ -70,7 +73,7 @@ class Commands {
         Handler handler;   // nullptr: known by name, not executed
     };
     static const Spec *find(uint16_t opcode);
-    static const std::array<Spec, 29> kTable;
+    static const std::array<Spec, 30> kTable;
 
     [[gnu::format(printf, 3, 4)]] const err::Condition *fail(const err::Condition &why,
                                                              const char *fmt, ...) const;
@@ -93,6 +96,8 @@ class Commands {
     const err::Condition *deallocUar(const Request &r);
     const err::Condition *createEq(const Request &r);
     const err::Condition *destroyEq(const Request &r);
+    const err::Condition *createCq(const Request &r);
+    const err::Condition *destroyCq(const Request &r);
     const err::Condition *madIfc(const Request &r);
     const err::Condition *queryHcaVportContext(const Request &r);
     const err::Condition *createMkey(const Request &r);
@@ -112,6 +117,7 @@ class Commands {
     FunctionPages pages_;
     Uars &uars_;
     EventQueues &eqs_;
+    CompletionQueues &cqs_;
     CoreParts core_;
     MemoryRegions regions_;
     static const Refusals kRefusals;

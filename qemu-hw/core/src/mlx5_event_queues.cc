@@ -40,11 +40,11 @@ const err::Condition *EventQueues::create(std::span<const uint8_t> in, uint32_t 
     }
     auto eq = std::make_unique<Eq>();
     eq->logSize = static_cast<uint32_t>(get(in, kLogEqSize));
-    eq->pageShift = kAdapterPageShift + static_cast<uint32_t>(get(in, kLogPageSize));
+    eq->ring.shift = kAdapterPageShift + static_cast<uint32_t>(get(in, kLogPageSize));
     eq->uar = static_cast<uint32_t>(get(in, kUarPage));
     eq->vector = static_cast<uint32_t>(get(in, kIntr));
     const char *bad = eq->logSize > limits::kLogMaxEqe ? "log_eq_size beyond log_max_eq_sz"
-                      : eq->pageShift > kAdapterPageShift + kMaxLogPageSize ? "log_page_size"
+                      : eq->ring.shift > kAdapterPageShift + kMaxLogPageSize ? "log_page_size"
                       : get(in, kPageOffset) != 0 ? "page_offset: EQs start on a page"
                       : eq->vector >= vectors_    ? "intr: no such MSI-X vector"
                       : !uars_.given(eq->uar)     ? "uar_page: not given by ALLOC_UAR"
@@ -56,40 +56,23 @@ const err::Condition *EventQueues::create(std::span<const uint8_t> in, uint32_t 
     for (size_t i = 0; i < eq->types.size(); ++i)
         eq->types[i] = readBe64(in.data() + kEventBitmask + 8 * i);
     const uint64_t bytes = uint64_t{kEqeBytes} << eq->logSize;
-    const uint64_t count = std::max<uint64_t>(1, bytes >> eq->pageShift);
-    if (in.size() < kPageList + 8 * count) {
+    const uint64_t count = PageList::countFor(bytes, eq->ring.shift);
+    if (!eq->ring.read(in, kPageList, count)) {
         host_.guestError(err::kMlx5CmdShortInput,
                          "CREATE_EQ: %zu bytes of input, %" PRIu64 " pages need %" PRIu64,
                          in.size(), count, kPageList + 8 * count);
         return &err::kMlx5CmdShortInput;
     }
-    for (uint64_t i = 0; i < count; ++i)
-        eq->pages.push_back(readBe64(in.data() + kPageList + 8 * i));
-    if (const err::Condition *why = checkPages(*eq))
-        return why;
-    const Eq &made = *eq; // the table owns it from here; it has room
-    eqn = *eqs_.insert(std::move(eq));
-    trace::mlx5_eq_create(host_, eqn, made.logSize, made.vector, made.uar, made.types[0]);
-    return nullptr;
-}
-
-// Every page the ring covers is guest RAM at both ends of the part it
-// uses, aligned to its size: EQEs are only ever written there.
-const err::Condition *EventQueues::checkPages(const Eq &eq) const {
-    const uint64_t pageBytes = uint64_t{1} << eq.pageShift;
-    const uint64_t used = std::min(pageBytes, uint64_t{kEqeBytes} << eq.logSize);
-    uint8_t probe[8];
-    for (size_t i = 0; i < eq.pages.size(); ++i) {
-        const uint64_t page = eq.pages[i];
-        if (page % pageBytes == 0 && host_.dmaRead(page, probe, sizeof(probe)) &&
-            host_.dmaRead(page + used - sizeof(probe), probe, sizeof(probe)))
-            continue;
+    if (const auto bad = eq->ring.firstBad(host_, bytes)) {
         host_.guestError(err::kMlx5EqBadPages,
                          "CREATE_EQ: page %zu at 0x%" PRIx64 " is not %" PRIu64
                          "-byte aligned guest RAM",
-                         i, page, pageBytes);
+                         *bad, eq->ring.pages[*bad], uint64_t{1} << eq->ring.shift);
         return &err::kMlx5EqBadPages;
     }
+    const Eq &made = *eq; // the table owns it from here; it has room
+    eqn = *eqs_.insert(std::move(eq));
+    trace::mlx5_eq_create(host_, eqn, made.logSize, made.vector, made.uar, made.types[0]);
     return nullptr;
 }
 
@@ -150,6 +133,11 @@ void EventQueues::post(uint8_t type, uint8_t subType, const Data &data) {
         write(target, *eq, type, subType, data);
 }
 
+void EventQueues::postTo(uint32_t eqn, uint8_t type, uint8_t subType, const Data &data) {
+    if (Eq *eq = eqs_.find(eqn))
+        write(eqn, *eq, type, subType, data);
+}
+
 void EventQueues::write(uint32_t eqn, Eq &eq, uint8_t type, uint8_t subType, const Data &data) {
     const uint32_t size = 1u << eq.logSize;
     if (((eq.producer - eq.consumer) & kCounterMask) >= size) {
@@ -161,8 +149,7 @@ void EventQueues::write(uint32_t eqn, Eq &eq, uint8_t type, uint8_t subType, con
     eq.overrun = false;
     const uint32_t index = eq.producer & (size - 1);
     const uint64_t offset = uint64_t{index} * kEqeBytes;
-    const uint64_t address =
-        eq.pages[offset >> eq.pageShift] + (offset & ((uint64_t{1} << eq.pageShift) - 1));
+    const uint64_t address = eq.ring.address(offset);
     std::array<uint8_t, kEqeBytes> eqe{};
     eqe[1] = type;
     eqe[3] = subType;

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "host.hh"
+#include "mlx5_page_list.hh"
 #include "mlx5_uars.hh"
 #include "object_table.hh"
 
@@ -44,6 +45,11 @@ class EventQueues {
     const err::Condition *create(std::span<const uint8_t> in, uint32_t &eqn);
     // DESTROY_EQ; false when EQ `eqn` does not exist.
     bool destroy(uint32_t eqn);
+    bool exists(uint32_t eqn) const { return eqs_.find(eqn) != nullptr; }
+    // CQs report to an EQ, which stays while any does.
+    void hold(uint32_t eqn) { ++eqs_.at(eqn).cqs; }
+    void unhold(uint32_t eqn) { --eqs_.at(eqn).cqs; }
+    uint32_t holders(uint32_t eqn) const { return eqs_.find(eqn) ? eqs_.at(eqn).cqs : 0; }
     bool usesUar(uint32_t uar) const;
     // A write of `value` (eq_number 31:24, consumer counter 23:0) to the
     // EQ doorbell of UAR page `uar`; `arm` for the arming one.
@@ -52,24 +58,25 @@ class EventQueues {
     bool takes(uint8_t type) const;
     // An event to the lowest-numbered EQ that takes its type.
     void post(uint8_t type, uint8_t subType, const Data &data);
+    // An event to EQ `eqn`, whatever types it takes (a CQ's completions).
+    void postTo(uint32_t eqn, uint8_t type, uint8_t subType, const Data &data);
     void reset() { eqs_.clear(); }
 
   private:
     struct Eq {
         uint32_t logSize;
-        uint32_t pageShift;
         uint32_t uar;
         uint32_t vector;
         std::array<uint64_t, 4> types; // event_bitmask: bit n of word n / 64
-        std::vector<uint64_t> pages;
+        PageList ring;
         uint32_t producer = 0; // EQEs written
         uint32_t consumer = 0; // and consumed, as the doorbell says (24 bits)
+        uint32_t cqs = 0;      // CQs reporting to it
         bool armed = false;
         bool overrun = false;
 
         bool takes(uint8_t type) const { return (types[type / 64] >> type % 64) & 1; }
     };
-    const err::Condition *checkPages(const Eq &eq) const;
     void write(uint32_t eqn, Eq &eq, uint8_t type, uint8_t subType, const Data &data);
     void signal(Eq &eq);
 

@@ -17,10 +17,12 @@ Mlx5FrontEnd::Mlx5FrontEnd(const pib_core_config &config, const Host &host, Core
     : host_(host), bar0Size_(std::bit_ceil(uint64_t{Uars::kFirstUar + config.doorbell_pages} *
                                            Uars::kPageBytes)),
       iseg_(host), uars_(config.doorbell_pages), eqs_(host, uars_, config.msix_vectors),
-      commands_(config, host, uars_, eqs_, std::move(core)),
+      cqs_(host, core.objects, uars_, eqs_), commands_(config, host, uars_, eqs_, cqs_, core),
       queue_(host, [this](unsigned slot, std::span<const uint8_t> in, std::span<uint8_t> out) {
           commands_.execute(slot, in, out);
-      }) {}
+      }) {
+    core.events.use(cqs_); // the data path's completions take this layout
+}
 
 // A ConnectX-5 (mlx5_core's table binds it), an InfiniBand controller; the
 // subsystem says whose board it is: pib-hca's (docs/mlx5.md §1).
@@ -73,6 +75,10 @@ void Mlx5FrontEnd::barWrite(int bar, uint64_t offset, uint64_t value, unsigned s
 
 // A doorbell in UAR page `index` (docs/mlx5.md §6).
 void Mlx5FrontEnd::writeUar(uint32_t index, uint32_t offset, uint64_t value, unsigned size) {
+    if (offset == CompletionQueues::kDoorbellArm && size == 8) {
+        cqs_.armDoorbell(index, value);
+        return;
+    }
     const bool eq = offset == EventQueues::kDoorbellArm || offset == EventQueues::kDoorbellNoArm;
     if (!eq || size != 4) {
         host_.guestError(err::kMlx5UarBadDoorbell, "UAR %u: write of %u bytes at 0x%x", index, size,

@@ -40,6 +40,7 @@ class Mlx5FrontEnd final : public FrontEnd {
     InitSegment iseg_;
     Uars uars_;
     EventQueues eqs_;
+    CompletionQueues cqs_;
     Commands commands_;
     CommandQueue queue_;
 };

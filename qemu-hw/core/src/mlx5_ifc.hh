@@ -32,6 +32,11 @@ inline void writeBe32(uint8_t *p, uint32_t v) {
     p[2] = static_cast<uint8_t>(v >> 8), p[3] = static_cast<uint8_t>(v);
 }
 
+inline void writeBe16(uint8_t *p, uint16_t v) {
+    p[0] = static_cast<uint8_t>(v >> 8);
+    p[1] = static_cast<uint8_t>(v);
+}
+
 inline uint64_t readBe64(const uint8_t *p) {
     return uint64_t{readBe32(p)} << 32 | readBe32(p + 4);
 }

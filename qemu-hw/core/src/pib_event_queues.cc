@@ -174,7 +174,7 @@ void PibEventQueues::encodeCqe(const Completion &c, uint32_t pass, std::span<uin
     std::memcpy(out.data(), &cqe, std::min(out.size(), sizeof(cqe)));
 }
 
-std::optional<uint32_t> PibEventQueues::readConsumer(uint64_t record) const {
+std::optional<uint32_t> PibEventQueues::readConsumer(uint64_t record, uint32_t) const {
     uint32_t ci = 0;
     if (!host_.dmaRead(record, ci))
         return std::nullopt;

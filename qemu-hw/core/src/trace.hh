@@ -255,6 +255,25 @@ inline void mlx5_eqe(const Host &host, unsigned eqn, unsigned index, unsigned ty
                                         Host::eventArg(type), Host::eventArg(sub_type)});
 }
 
+inline void mlx5_cq_create(const Host &host, unsigned cqn, unsigned log_size, unsigned eqn,
+                           unsigned uar) {
+    if (host.eventEnabled(PIB_EVENT_MLX5_CQ_CREATE))
+        host.event(PIB_EVENT_MLX5_CQ_CREATE, {Host::eventArg(cqn), Host::eventArg(log_size),
+                                              Host::eventArg(eqn), Host::eventArg(uar)});
+}
+
+inline void mlx5_cq_destroy(const Host &host, unsigned cqn) {
+    if (host.eventEnabled(PIB_EVENT_MLX5_CQ_DESTROY))
+        host.event(PIB_EVENT_MLX5_CQ_DESTROY, {Host::eventArg(cqn)});
+}
+
+inline void mlx5_cq_arm(const Host &host, unsigned uar, unsigned cqn, unsigned consumer,
+                        unsigned command) {
+    if (host.eventEnabled(PIB_EVENT_MLX5_CQ_ARM))
+        host.event(PIB_EVENT_MLX5_CQ_ARM, {Host::eventArg(uar), Host::eventArg(cqn),
+                                           Host::eventArg(consumer), Host::eventArg(command)});
+}
+
 inline void mw_bound(const Host &host, unsigned qpn, unsigned rkey, unsigned mr_key, uint64_t addr,
                      uint64_t length, unsigned access) {
     if (host.eventEnabled(PIB_EVENT_MW_BOUND))

@@ -1,0 +1,420 @@
+// SPDX-License-Identifier: GPL-2.0-or-later
+#include "mlx5_completion_queues.hh"
+
+#include <cinttypes>
+
+#include "limits.hh"
+#include "mlx5_ifc.hh"
+#include "mlx5_page_list.hh"
+#include "trace.hh"
+
+namespace pib::mlx5 {
+
+namespace {
+
+// create_cq_in: the CQ context (cqc) at byte 0x10, then the page list.
+constexpr uint32_t kContext = 0x10;
+constexpr Field kDbrUmemValid = field(8 * kContext + 0x06, 1);
+constexpr Field kApuCq = field(8 * kContext + 0x07, 1);
+constexpr Field kCqeSize = field(8 * kContext + 0x08, 3);
+constexpr Field kCollapsed = field(8 * kContext + 0x0b, 1);
+constexpr Field kBreakModeration = field(8 * kContext + 0x0d, 1);
+constexpr Field kOverrunIgnore = field(8 * kContext + 0x0e, 1);
+constexpr Field kCqeCompression = field(8 * kContext + 0x11, 1);
+constexpr Field kPageOffset = field(8 * kContext + 0x54, 6);
+constexpr Field kLogCqSize = field(8 * kContext + 0x63, 5);
+constexpr Field kUarPage = field(8 * kContext + 0x68, 24);
+constexpr Field kPeriod = field(8 * kContext + 0x84, 12);
+constexpr Field kMaxCount = field(8 * kContext + 0x90, 16);
+constexpr Field kEqn = field(8 * kContext + 0xa0, 32);
+constexpr Field kLogPageSize = field(8 * kContext + 0xc3, 5);
+constexpr Field kDbrAddr = field(8 * kContext + 0x1c0, 64);
+constexpr Field kCqUmemValid = field(0x2e0, 1);
+constexpr uint32_t kPageList = 0x110;
+
+constexpr unsigned kLogCqeBytes = 6; // cqe_sz 0: the 64-byte CQE
+constexpr uint32_t kAdapterPageShift = 12;
+constexpr uint32_t kMaxLogPageSize = 18;
+constexpr uint32_t kCounterMask = 0xffffff;
+
+// The 64-byte CQE (device.h's mlx5_cqe64 and mlx5_err_cqe).
+namespace cqe {
+constexpr uint32_t kMlPath = 0x11;
+constexpr uint32_t kSlid = 0x16;
+constexpr uint32_t kFlagsRqpn = 0x18; // GRH 29:28, SL 27:24, source QP 23:0
+constexpr uint32_t kSrqn = 0x20;
+constexpr uint32_t kImmediate = 0x24; // or the invalidated R_Key, or QP1's P_Key
+constexpr uint32_t kByteCount = 0x2c;
+constexpr uint32_t kTimestamp = 0x30;
+constexpr uint32_t kVendorSyndrome = 0x36;
+constexpr uint32_t kSyndrome = 0x37;
+constexpr uint32_t kOpcodeQpn = 0x38; // a send's WQE opcode 31:24, QP 23:0
+constexpr uint32_t kWqeCounter = 0x3c;
+constexpr uint32_t kOpOwn = 0x3f; // CQE opcode 7:4, owner bit 0
+// CQE opcodes (cq.h, MLX5_CQE_*).
+constexpr uint8_t kRequester = 0x0;
+constexpr uint8_t kReceiveWriteImm = 0x1;
+constexpr uint8_t kReceiveSend = 0x2;
+constexpr uint8_t kReceiveSendImm = 0x3;
+constexpr uint8_t kReceiveSendInv = 0x4;
+constexpr uint8_t kRequesterError = 0xd;
+constexpr uint8_t kResponderError = 0xe;
+} // namespace cqe
+
+// The WQE opcode a requester's CQE names (MLX5_OPCODE_*), from the
+// completion's: the driver turns it back into the work completion's.
+uint8_t sendOpcode(uint8_t wcOpcode) {
+    switch (wcOpcode) {
+    case PIB_WC_RDMA_WRITE:
+        return 0x08;
+    case PIB_WC_RDMA_READ:
+        return 0x10;
+    case PIB_WC_COMP_SWAP:
+        return 0x11;
+    case PIB_WC_FETCH_ADD:
+        return 0x12;
+    case PIB_WC_LOCAL_INV:
+    case PIB_WC_REG_MR:
+    case PIB_WC_BIND_MW:
+        return 0x25; // UMR: the driver's own record says which
+    default:
+        return 0x0a; // SEND
+    }
+}
+
+// The error syndrome (MLX5_CQE_SYNDROME_*) of a completion status.
+uint8_t syndromeOf(uint8_t status) {
+    switch (status) {
+    case PIB_WC_LOC_LEN_ERR:
+        return 0x01;
+    case PIB_WC_LOC_QP_OP_ERR:
+        return 0x02;
+    case PIB_WC_LOC_PROT_ERR:
+        return 0x04;
+    case PIB_WC_WR_FLUSH_ERR:
+        return 0x05;
+    case PIB_WC_MW_BIND_ERR:
+        return 0x06;
+    case PIB_WC_BAD_RESP_ERR:
+        return 0x10;
+    case PIB_WC_LOC_ACCESS_ERR:
+        return 0x11;
+    case PIB_WC_REM_INV_REQ_ERR:
+        return 0x12;
+    case PIB_WC_REM_ACCESS_ERR:
+        return 0x13;
+    case PIB_WC_REM_OP_ERR:
+        return 0x14;
+    case PIB_WC_RETRY_EXC_ERR:
+        return 0x15;
+    case PIB_WC_RNR_RETRY_EXC_ERR:
+        return 0x16;
+    default:
+        return 0x22; // remote aborted: the nearest to "something else"
+    }
+}
+
+bool isReceive(uint8_t wcOpcode) {
+    return wcOpcode == PIB_WC_RECV || wcOpcode == PIB_WC_RECV_RDMA_WITH_IMM;
+}
+
+uint8_t receiveOpcode(const Completion &c) {
+    if (c.opcode == PIB_WC_RECV_RDMA_WITH_IMM)
+        return cqe::kReceiveWriteImm;
+    if (c.immediate)
+        return cqe::kReceiveSendImm;
+    return c.invalidate ? cqe::kReceiveSendInv : cqe::kReceiveSend;
+}
+
+} // namespace
+
+const err::Condition *CompletionQueues::checkContext(std::span<const uint8_t> in) const {
+    const uint64_t logPage = get(in, kLogPageSize);
+    const auto uar = static_cast<uint32_t>(get(in, kUarPage));
+    const char *bad =
+        get(in, kCqeSize) != 0 ? "cqe_sz: only the 64-byte CQE"
+        : get(in, kCqeCompression) || get(in, kCollapsed) || get(in, kApuCq)
+            ? "CQE compression, collapsed and APU CQs are not offered"
+        : get(in, kOverrunIgnore) ? "oi: overrun is always detected"
+        : get(in, kPeriod) || get(in, kMaxCount) || get(in, kBreakModeration)
+            ? "moderation is not offered (cq_moderation 0)"
+        : get(in, kDbrUmemValid) || get(in, kCqUmemValid)    ? "user memory objects are not offered"
+        : get(in, kLogCqSize) > limits::kLogMaxCqe           ? "log_cq_size beyond log_max_cq_sz"
+        : get(in, kPageOffset) != 0                          ? "page_offset: CQs start on a page"
+        : logPage > kMaxLogPageSize                          ? "log_page_size"
+        : !uars_.given(uar)                                  ? "uar_page: not given by ALLOC_UAR"
+        : !eqs_.exists(static_cast<uint32_t>(get(in, kEqn))) ? "c_eqn: no such EQ"
+        : get(in, kDbrAddr) % 8 != 0                         ? "dbr_addr: not 8-byte aligned"
+                                                             : nullptr;
+    if (bad) {
+        host_.guestError(err::kMlx5CqBadContext, "CREATE_CQ: %s", bad);
+        return &err::kMlx5CqBadContext;
+    }
+    uint64_t record = 0;
+    if (!host_.dmaRead(get(in, kDbrAddr), record)) {
+        host_.guestError(err::kMlx5CqBadContext, "CREATE_CQ: dbr_addr 0x%" PRIx64 " is not RAM",
+                         get(in, kDbrAddr));
+        return &err::kMlx5CqBadContext;
+    }
+    return nullptr;
+}
+
+// The ring's pages go to the core's MTT in 4 KiB entries, as the core's
+// rings are read (ring.hh).
+const err::Condition *CompletionQueues::mapPages(std::span<const uint8_t> in,
+                                                 pib_buf_desc &buf) const {
+    PageList ring;
+    ring.shift = kAdapterPageShift + static_cast<uint32_t>(get(in, kLogPageSize));
+    const uint64_t bytes = uint64_t{1} << (get(in, kLogCqSize) + kLogCqeBytes);
+    const uint64_t count = PageList::countFor(bytes, ring.shift);
+    if (!ring.read(in, kPageList, count)) {
+        host_.guestError(err::kMlx5CmdShortInput,
+                         "CREATE_CQ: %zu bytes of input, %" PRIu64 " pages need %" PRIu64,
+                         in.size(), count, kPageList + 8 * count);
+        return &err::kMlx5CmdShortInput;
+    }
+    if (const auto bad = ring.firstBad(host_, bytes)) {
+        host_.guestError(err::kMlx5CqBadPages,
+                         "CREATE_CQ: page %zu at 0x%" PRIx64 " is not %" PRIu64
+                         "-byte aligned guest RAM",
+                         *bad, ring.pages[*bad], uint64_t{1} << ring.shift);
+        return &err::kMlx5CqBadPages;
+    }
+    const auto entries = static_cast<uint32_t>(PageList::countFor(bytes, kAdapterPageShift));
+    const auto first = objects_.mtt.allocate(entries);
+    if (!first) {
+        host_.guestError(err::kMlx5CmdNoResources, "CREATE_CQ: no room for %u MTT entries",
+                         entries);
+        return &err::kMlx5CmdNoResources;
+    }
+    for (uint32_t i = 0; i < entries; ++i)
+        objects_.mtt.write(*first + i, ring.address(uint64_t{i} << kAdapterPageShift));
+    buf = pib_buf_desc{*first, entries};
+    return nullptr;
+}
+
+const err::Condition *CompletionQueues::create(std::span<const uint8_t> in, uint32_t &cqn) {
+    if (objects_.cqs.size() == objects_.cqs.capacity()) {
+        host_.guestError(err::kMlx5CmdNoResources, "CREATE_CQ: all %u CQs exist",
+                         objects_.cqs.capacity());
+        return &err::kMlx5CmdNoResources;
+    }
+    auto cq = std::make_unique<CompletionQueue>();
+    if (const err::Condition *why = checkContext(in))
+        return why;
+    if (const err::Condition *why = mapPages(in, cq->ctx.buf))
+        return why;
+    cq->ctx.log_size = static_cast<uint32_t>(get(in, kLogCqSize));
+    cq->ctx.eqn = static_cast<uint32_t>(get(in, kEqn));
+    cq->ctx.uar_page = static_cast<uint32_t>(get(in, kUarPage));
+    cq->ctx.ci_record = get(in, kDbrAddr);
+    const CompletionQueue &made = *cq;
+    cqn = *objects_.cqs.insert(std::move(cq)); // there is room: checked above
+    eqs_.hold(made.ctx.eqn);
+    trace::mlx5_cq_create(host_, cqn, made.ctx.log_size, made.ctx.eqn, made.ctx.uar_page);
+    return nullptr;
+}
+
+const err::Condition *CompletionQueues::destroy(uint32_t cqn) {
+    const CompletionQueue *cq = objects_.cqs.find(cqn);
+    if (!cq) {
+        host_.guestError(err::kMlx5CmdBadResource, "DESTROY_CQ of CQ %u, which does not exist",
+                         cqn);
+        return &err::kMlx5CmdBadResource;
+    }
+    if (cq->refs) {
+        host_.guestError(err::kMlx5CmdInUse, "DESTROY_CQ of CQ %u, which %u queues use", cqn,
+                         cq->refs);
+        return &err::kMlx5CmdInUse;
+    }
+    eqs_.unhold(cq->ctx.eqn);
+    objects_.mtt.release(cq->ctx.buf.mtt_index);
+    objects_.cqs.erase(cqn);
+    trace::mlx5_cq_destroy(host_, cqn);
+    return nullptr;
+}
+
+bool CompletionQueues::usesUar(uint32_t uar) const {
+    bool found = false;
+    objects_.cqs.forEach(
+        [&](uint32_t, const CompletionQueue &cq) { found |= cq.ctx.uar_page == uar; });
+    return found;
+}
+
+// The driver writes two big-endian dwords, in this order: the arm
+// sequence number 29:28, the command 27:24 (0 next, 1 solicited) and its
+// consumer counter 23:0; then the CQ's number (mlx5_cq_arm).
+void CompletionQueues::armDoorbell(uint32_t uar, uint64_t value) {
+    const uint32_t word = __builtin_bswap32(static_cast<uint32_t>(value));
+    const uint32_t cqn = __builtin_bswap32(static_cast<uint32_t>(value >> 32)) & kCounterMask;
+    const uint32_t command = word >> 24 & 0xf;
+    const uint32_t consumer = word & kCounterMask;
+    trace::mlx5_cq_arm(host_, uar, cqn, consumer, command);
+    CompletionQueue *cq = objects_.cqs.find(cqn);
+    if (!cq || cq->ctx.uar_page != uar || command > 1) {
+        host_.guestError(err::kMlx5CqDoorbell, "UAR %u: arm of CQ %u with command %u: %s", uar, cqn,
+                         command,
+                         !cq                       ? "no such CQ"
+                         : cq->ctx.uar_page != uar ? "it is on another UAR page"
+                                                   : "no such command");
+        return;
+    }
+    const uint32_t waiting = (cq->producer - consumer) & kCounterMask;
+    if (waiting > (cq->producer - cq->consumer)) {
+        host_.guestError(err::kMlx5CqDoorbell, "UAR %u: CQ %u consumer counter %u outside [%u, %u]",
+                         uar, cqn, consumer, cq->consumer & kCounterMask,
+                         cq->producer & kCounterMask);
+        return;
+    }
+    cq->consumer = cq->producer - waiting;
+    // CQEs beyond the consumer counter make the event at once, as the
+    // next one would; an armed "next" is not weakened by a later
+    // "solicited".
+    if (waiting) {
+        cq->arm = 0;
+        completionEvent(cq->ctx.eqn, cqn);
+    } else if (cq->arm != PIB_CQ_ARM_NEXT) {
+        cq->arm = command == 0 ? PIB_CQ_ARM_NEXT : PIB_CQ_ARM_SOLICITED;
+    }
+}
+
+unsigned CompletionQueues::logCqeBytes() const {
+    return kLogCqeBytes;
+}
+
+void CompletionQueues::encodeCqe(const Completion &c, uint32_t pass, std::span<uint8_t> out) const {
+    uint8_t *p = out.data();
+    const bool receive = isReceive(c.opcode);
+    uint8_t opcode = 0;
+    if (c.status != PIB_WC_SUCCESS) {
+        opcode = receive ? cqe::kResponderError : cqe::kRequesterError;
+        p[cqe::kSyndrome] = syndromeOf(c.status);
+        p[cqe::kVendorSyndrome] = c.vendorErr;
+        writeBe32(p + cqe::kOpcodeQpn, c.qpn & kCounterMask);
+    } else if (receive) {
+        opcode = receiveOpcode(c);
+        p[cqe::kMlPath] = c.dlidPathBits;
+        writeBe16(p + cqe::kSlid, c.slid);
+        writeBe32(p + cqe::kFlagsRqpn,
+                  uint32_t{c.grh} << 28 | uint32_t{c.sl & 0xfu} << 24 | (c.srcQp & kCounterMask));
+        if (c.immediate)
+            writeBe32(p + cqe::kImmediate, *c.immediate);
+        else if (c.invalidate)
+            writeBe32(p + cqe::kImmediate, *c.invalidate);
+        else
+            writeBe32(p + cqe::kImmediate, c.pkey); // QP1 reports the P_Key itself
+        writeBe32(p + cqe::kByteCount, c.byteLen);
+        writeBe32(p + cqe::kOpcodeQpn, c.qpn & kCounterMask);
+    } else {
+        opcode = cqe::kRequester;
+        writeBe32(p + cqe::kByteCount, c.byteLen);
+        writeBe32(p + cqe::kOpcodeQpn,
+                  uint32_t{sendOpcode(c.opcode)} << 24 | (c.qpn & kCounterMask));
+    }
+    if (c.srqn)
+        writeBe32(p + cqe::kSrqn, *c.srqn & kCounterMask);
+    // An error CQE has its syndromes where the clock would be.
+    if (c.status == PIB_WC_SUCCESS)
+        writeBe64(p + cqe::kTimestamp, host_.clockNs());
+    writeBe16(p + cqe::kWqeCounter, c.wqeIndex);
+    // The owner bit: 0 on the ring's first pass, as the driver expects.
+    p[cqe::kOpOwn] = static_cast<uint8_t>(opcode << 4 | (pass & 1));
+}
+
+// The record's first big-endian dword holds the driver's consumer
+// counter, 24 bits of it.
+std::optional<uint32_t> CompletionQueues::readConsumer(uint64_t record, uint32_t producer) const {
+    uint8_t bytes[4];
+    if (!host_.dmaRead(record, bytes, sizeof(bytes)))
+        return std::nullopt;
+    const uint32_t consumer = readBe32(bytes) & kCounterMask;
+    return producer - ((producer - consumer) & kCounterMask);
+}
+
+void CompletionQueues::completionEvent(uint32_t eqn, uint32_t cqn) {
+    EventQueues::Data data{};
+    writeBe32(data.data() + 0x18, cqn); // eqe.data.comp.cqn
+    eqs_.postTo(eqn, event::kCompletion, 0, data);
+}
+
+namespace {
+
+// Async events as ConnectX reports them (device.h: MLX5_EVENT_TYPE_* and
+// the port change sub-types); kind says where the object's number goes.
+enum class Kind : uint8_t { kNone, kCq, kQp, kSrq, kPort };
+struct AsyncEvent {
+    uint8_t type;
+    uint8_t subType;
+    Kind kind;
+};
+
+AsyncEvent mlx5Event(uint8_t event) {
+    switch (event) {
+    case PIB_ASYNC_CQ_ERR:
+        return {0x04, 0, Kind::kCq};
+    case PIB_ASYNC_QP_FATAL:
+        return {0x05, 0, Kind::kQp}; // WQ_CATAS_ERROR
+    case PIB_ASYNC_QP_REQ_ERR:
+        return {0x10, 0, Kind::kQp}; // WQ_INVAL_REQ_ERROR
+    case PIB_ASYNC_QP_ACCESS_ERR:
+        return {0x11, 0, Kind::kQp}; // WQ_ACCESS_ERROR
+    case PIB_ASYNC_COMM_EST:
+        return {0x02, 0, Kind::kQp};
+    case PIB_ASYNC_SQ_DRAINED:
+        return {0x03, 0, Kind::kQp};
+    case PIB_ASYNC_QP_LAST_WQE_REACHED:
+        return {0x13, 0, Kind::kQp};
+    case PIB_ASYNC_SRQ_LIMIT:
+        return {0x14, 0, Kind::kSrq};
+    case PIB_ASYNC_SRQ_ERR:
+        return {0x12, 0, Kind::kSrq}; // SRQ_CATAS_ERROR
+    case PIB_ASYNC_PATH_MIG:
+        return {0x01, 0, Kind::kQp};
+    case PIB_ASYNC_PATH_MIG_ERR:
+        return {0x07, 0, Kind::kQp};
+    case PIB_ASYNC_PORT_ACTIVE:
+        return {event::kPortChange, 0x4, Kind::kPort};
+    case PIB_ASYNC_PORT_ERR:
+        return {event::kPortChange, 0x1, Kind::kPort};
+    // A new SM is a new LID to reach it by: mlx5_ib has no sub-type of
+    // its own for it, and both make ib_sa find the SM again.
+    case PIB_ASYNC_LID_CHANGE:
+    case PIB_ASYNC_SM_CHANGE:
+        return {event::kPortChange, 0x6, Kind::kPort};
+    case PIB_ASYNC_PKEY_CHANGE:
+        return {event::kPortChange, 0x7, Kind::kPort};
+    case PIB_ASYNC_GID_CHANGE:
+        return {event::kPortChange, 0x8, Kind::kPort};
+    case PIB_ASYNC_CLIENT_REREGISTER:
+        return {event::kPortChange, 0x9, Kind::kPort};
+    default:
+        // DEVICE_FATAL: a ConnectX says so in its health buffer (§2).
+        return {0, 0, Kind::kNone};
+    }
+}
+
+} // namespace
+
+void CompletionQueues::asyncEvent(uint8_t event, uint32_t number) {
+    const AsyncEvent e = mlx5Event(event);
+    EventQueues::Data data{};
+    switch (e.kind) {
+    case Kind::kNone:
+        return;
+    case Kind::kCq:
+        writeBe32(data.data(), number); // cq_err.cqn
+        data[0x0b] = 0x01;              // its syndrome: CQ overrun
+        break;
+    case Kind::kQp:
+    case Kind::kSrq:
+        data[0x14] = e.kind == Kind::kSrq ? 1 : 0; // qp_srq.type
+        writeBe32(data.data() + 0x18, number);     // qp_srq.qp_srq_n
+        break;
+    case Kind::kPort:
+        data[0x08] = static_cast<uint8_t>(number << 4); // port.port
+        break;
+    }
+    eqs_.post(e.type, e.subType, data);
+}
+
+} // namespace pib::mlx5

@@ -1,0 +1,36 @@
+// SPDX-License-Identifier: GPL-2.0-or-later
+// A queue's ring as a ConnectX command gives it (docs/mlx5.md §7, §8): a
+// page list (PAS) of big-endian guest addresses of 2^shift-byte pages,
+// which the device checks before it writes a byte there.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <span>
+#include <vector>
+
+#include "host.hh"
+
+namespace pib::mlx5 {
+
+struct PageList {
+    uint32_t shift = 0;          // log2 of the page size
+    std::vector<uint64_t> pages; // guest addresses
+
+    // Pages of 2^shift bytes a ring of `bytes` takes (one at least).
+    static uint64_t countFor(uint64_t bytes, uint32_t shift) {
+        const uint64_t count = bytes >> shift;
+        return count ? count : 1;
+    }
+    // The `count` entries at byte `at` of `in`; false when `in` is short.
+    bool read(std::span<const uint8_t> in, uint32_t at, uint64_t count);
+    // The first page that is not guest RAM aligned to its size across the
+    // `used` bytes of it the ring takes; nullopt when every one is.
+    std::optional<size_t> firstBad(const Host &host, uint64_t used) const;
+    // The guest address of byte `offset` of the ring.
+    uint64_t address(uint64_t offset) const {
+        return pages[offset >> shift] + (offset & ((uint64_t{1} << shift) - 1));
+    }
+};
+
+} // namespace pib::mlx5

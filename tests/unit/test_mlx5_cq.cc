@@ -1,0 +1,274 @@
+// SPDX-License-Identifier: GPL-2.0-or-later
+// The ConnectX personality's completion queues (docs/mlx5.md §8):
+// CREATE_CQ and its checks, what a CQ holds, the arm doorbell, the
+// 64-byte CQE the data path's completions become, with its owner bit and
+// overrun, and the async events as EQEs.
+#include <catch2/catch.hpp>
+
+#include <cstdlib>
+#include <string>
+
+#include "conditions.hh"
+#include "event_writer.hh"
+#include "mlx5_completion_queues.hh"
+#include "mlx5_host.hh"
+
+using namespace pib::mlx5;
+
+namespace {
+
+constexpr uint16_t kDestroyCq = 0x401, kDestroyEq = 0x302, kDeallocUar = 0x803;
+constexpr Field kEqNumber = field(0x58, 8);
+constexpr Field kCqNumber = field(0x48, 24);
+constexpr uint64_t kCqErrorEvents = 1u << 0x04, kPortEvents = 1u << 0x09;
+
+// A CREATE_CQ input for 2^logSize CQEs in fresh 4 KiB pages (the first
+// at *ring, every owner bit 1 as the driver leaves them) reporting to
+// `eqn`, armed through `uar`, with its doorbell record at *record.
+std::vector<uint8_t> cqInput(Mlx5Host &host, uint32_t logSize, uint32_t eqn, uint32_t uar,
+                             uint64_t *ring, uint64_t *record) {
+    const uint64_t pages = ((uint64_t{64} << logSize) + 4095) / 4096;
+    *ring = host.alloc(pages * 4096);
+    for (uint64_t i = 0; i < pages * 4096 / 64; ++i)
+        host.at(*ring + 64 * i)[0x3f] = 0xf1; // MLX5_CQE_INVALID, owner 1
+    *record = host.alloc(64, 64);
+    std::vector<uint8_t> in = Mlx5Host::input(0x400, 0, 0x110 + 8 * pages);
+    set(in, field(0x80 + 0x63, 5), logSize);
+    set(in, field(0x80 + 0x68, 24), uar);
+    set(in, field(0x80 + 0xa0, 32), eqn);
+    set(in, field(0x80 + 0x1c0, 64), *record);
+    for (uint64_t i = 0; i < pages; ++i)
+        writeBe64(&in[0x110 + 8 * i], *ring + 4096 * i);
+    return in;
+}
+
+// A function brought up with a UAR page and an EQ taking `types`.
+struct Function {
+    Mlx5Host host;
+    uint32_t uar = 0;
+    uint32_t eqn = 0;
+    uint64_t eqRing = 0;
+    explicit Function(uint64_t types = 0) {
+        REQUIRE(host.bringUp());
+        uar = host.allocUar();
+        const auto r = host.run(host.eqInput(3, types, 1, uar, &eqRing), 16);
+        REQUIRE(r.status() == 0);
+        eqn = static_cast<uint32_t>(r.get(kEqNumber));
+    }
+    Mlx5Host::Reply destroy(uint16_t opcode, Field f, uint32_t number) {
+        auto in = Mlx5Host::input(opcode);
+        set(in, f, number);
+        return host.run(in, 16);
+    }
+    // The arm doorbell as mlx5_cq_arm writes it: two big-endian dwords.
+    void arm(uint32_t cqn, uint32_t command, uint32_t consumer) {
+        const uint32_t word = command << 24 | consumer;
+        const uint64_t value = uint64_t{__builtin_bswap32(cqn)} << 32 | __builtin_bswap32(word);
+        pib_core_bar_write(host.core, PIB_BAR_REGS, uint64_t{uar} * 4096 + 0x20, value, 8);
+    }
+    void inject(const std::string &line) {
+        char *answer = nullptr;
+        REQUIRE(pib_core_inject(host.core, line.c_str(), &answer) == 0);
+        std::free(answer);
+    }
+    const uint8_t *eqe(uint32_t index) { return host.at(eqRing + 64 * index); }
+};
+
+} // namespace
+
+TEST_CASE("mlx5: CREATE_CQ checks its context and page list", "[mlx5]") {
+    Function f;
+    uint64_t ring = 0, record = 0;
+    auto refused = [&](std::vector<uint8_t> in, uint8_t status, const pib::err::Condition &why) {
+        f.host.clear();
+        const auto r = f.host.run(in, 16);
+        CHECK(r.status() == status);
+        CHECK(r.syndrome() == why.syndrome);
+        CHECK(f.host.guestErrors(why.token) == 1);
+    };
+    const auto in = cqInput(f.host, 2, f.eqn, f.uar, &ring, &record);
+    const std::pair<Field, uint64_t> contexts[] = {
+        {field(0x80 + 0x08, 3), 1},     // cqe_sz: 128 bytes
+        {field(0x80 + 0x11, 1), 1},     // CQE compression
+        {field(0x80 + 0x0e, 1), 1},     // oi
+        {field(0x80 + 0x84, 12), 16},   // cq_period
+        {field(0x80 + 0x63, 5), 23},    // log_cq_size beyond 22
+        {field(0x80 + 0x54, 6), 1},     // page_offset
+        {field(0x80 + 0xc3, 5), 19},    // log_page_size
+        {field(0x80 + 0x68, 24), 9},    // uar_page not given
+        {field(0x80 + 0xa0, 32), 5},    // no such EQ
+        {field(0x80 + 0x1c0, 64), 0x4}, // dbr_addr misaligned
+        {field(0x80 + 0x1c0, 64), 0x8}, // and not RAM
+        {field(0x2e0, 1), 1},           // cq_umem_valid
+    };
+    for (const auto &[where, value] : contexts) {
+        INFO("field at bit 0x" << std::hex << where.bit << " = 0x" << value);
+        auto bad = in;
+        set(bad, where, value);
+        refused(bad, status::kBadParam, pib::err::kMlx5CqBadContext);
+    }
+    auto bad = in;
+    writeBe64(&bad[0x110], ring + 64); // misaligned
+    refused(bad, status::kBadParam, pib::err::kMlx5CqBadPages);
+    bad = in;
+    writeBe64(&bad[0x110], 0x1000); // aligned, not guest RAM
+    refused(bad, status::kBadParam, pib::err::kMlx5CqBadPages);
+    // 2^7 CQEs take two pages: a list of one is short.
+    auto two = cqInput(f.host, 7, f.eqn, f.uar, &ring, &record);
+    two.resize(0x118);
+    refused(two, status::kBadInputLength, pib::err::kMlx5CmdShortInput);
+    // Nothing was made: the first CQ is number 0.
+    const auto r = f.host.run(in, 16);
+    REQUIRE(r.status() == 0);
+    CHECK(r.get(kCqNumber) == 0);
+}
+
+TEST_CASE("mlx5: a CQ holds its EQ and UAR page until DESTROY_CQ", "[mlx5]") {
+    Function f;
+    uint64_t ring = 0, record = 0;
+    const auto r = f.host.run(cqInput(f.host, 2, f.eqn, f.uar, &ring, &record), 16);
+    REQUIRE(r.status() == 0);
+    const auto cqn = static_cast<uint32_t>(r.get(kCqNumber));
+    CHECK(f.host.traces("mlx5_cq_create") == 1);
+    CHECK(f.destroy(kDestroyEq, kEqNumber, f.eqn).status() == status::kBadResourceState);
+    CHECK(f.destroy(kDeallocUar, field(0x48, 24), f.uar).status() == status::kBadResourceState);
+    CHECK(f.destroy(kDestroyCq, kCqNumber, cqn).status() == 0);
+    const auto again = f.destroy(kDestroyCq, kCqNumber, cqn);
+    CHECK(again.status() == status::kBadResource);
+    CHECK(again.syndrome() == pib::err::kMlx5CmdBadResource.syndrome);
+    CHECK(f.destroy(kDestroyEq, kEqNumber, f.eqn).status() == 0);
+    CHECK(f.destroy(kDeallocUar, field(0x48, 24), f.uar).status() == 0);
+}
+
+TEST_CASE("mlx5: async events reach the EQ that takes their type", "[mlx5]") {
+    Function f(kCqErrorEvents | kPortEvents);
+    uint64_t ring = 0, record = 0;
+    const auto r = f.host.run(cqInput(f.host, 2, f.eqn, f.uar, &ring, &record), 16);
+    REQUIRE(r.status() == 0);
+    const auto cqn = static_cast<uint32_t>(r.get(kCqNumber));
+    f.inject("event cq-err " + std::to_string(cqn));
+    f.inject("event port-active 1");
+    f.inject("event client-reregister 1");
+    CHECK(f.eqe(0)[1] == 0x04);
+    CHECK(readBe32(f.eqe(0) + 0x20) == cqn);
+    CHECK(f.eqe(0)[0x20 + 0x0b] == 1); // overrun
+    CHECK(f.eqe(1)[1] == 0x09);
+    CHECK(f.eqe(1)[3] == 0x04); // active
+    CHECK(f.eqe(1)[0x20 + 8] == 0x10);
+    CHECK(f.eqe(2)[3] == 0x09);    // client reregistration
+    CHECK(f.eqe(3)[0x3f] == 0x01); // nothing more: still the driver's
+}
+
+namespace {
+
+// A ConnectX CQ and EQ as components, with the core's EventWriter
+// filling the CQ: what the transports' completions look like to mlx5_ib.
+struct Components {
+    Mlx5Host host;
+    pib::Host bus{FakeHost::hostOps(), &host};
+    pib_core_config config = Mlx5Host::mlx5Config();
+    pib::ObjectTables objects{config};
+    Uars uars{4};
+    EventQueues eqs{bus, uars, 8};
+    CompletionQueues cqs{bus, objects, uars, eqs};
+    pib::EventWriter writer{bus, objects.mtt, objects.cqs, cqs};
+    uint32_t uar = *uars.alloc();
+    uint32_t eqn = 0, cqn = 0;
+    uint64_t eqRing = 0, cqRing = 0, record = 0;
+
+    explicit Components(uint32_t logCqSize) {
+        REQUIRE(eqs.create(host.eqInput(3, kCqErrorEvents, 2, uar, &eqRing), eqn) == nullptr);
+        REQUIRE(cqs.create(cqInput(host, logCqSize, eqn, uar, &cqRing, &record), cqn) == nullptr);
+    }
+    const uint8_t *cqe(uint32_t index) { return host.at(cqRing + 64 * index); }
+    void consumed(uint32_t count) { writeBe32(host.at(record), count & 0xffffff); }
+    void arm(uint32_t command, uint32_t consumer) {
+        const uint32_t word = command << 24 | consumer;
+        cqs.armDoorbell(uar, uint64_t{__builtin_bswap32(cqn)} << 32 | __builtin_bswap32(word));
+    }
+};
+
+pib::Completion receive() {
+    pib::Completion c;
+    c.qpn = 0x1234;
+    c.wqeIndex = 7;
+    c.opcode = PIB_WC_RECV;
+    c.byteLen = 296;
+    c.srcQp = 1;
+    c.slid = 0x11;
+    c.sl = 3;
+    c.dlidPathBits = 2;
+    c.grh = true;
+    c.pkey = 0xffff;
+    return c;
+}
+
+} // namespace
+
+TEST_CASE("mlx5: completions become 64-byte CQEs, the owner bit last", "[mlx5]") {
+    Components k(1);
+    k.writer.postCqe(k.cqn, receive(), false);
+    const uint8_t *e = k.cqe(0);
+    CHECK(e[0x3f] == 0x20); // RESP_SEND, owner 0 on the first pass
+    CHECK(readBe32(e + 0x2c) == 296);
+    CHECK(readBe32(e + 0x18) == (1u << 28 | 3u << 24 | 1));
+    CHECK(readBe32(e + 0x14) == 0x11);
+    CHECK(e[0x11] == 2);
+    CHECK(readBe32(e + 0x24) == 0xffff); // QP1 reads the P_Key here
+    CHECK(readBe32(e + 0x38) == 0x1234);
+    CHECK(readBe32(e + 0x3c) >> 16 == 7);
+
+    pib::Completion send;
+    send.qpn = 0x1234;
+    send.wqeIndex = 9;
+    send.opcode = PIB_WC_RDMA_WRITE;
+    send.status = PIB_WC_WR_FLUSH_ERR;
+    k.writer.postCqe(k.cqn, send, false);
+    e = k.cqe(1);
+    CHECK(e[0x3f] == 0xd0); // REQ_ERR
+    CHECK(e[0x37] == 0x05); // flushed
+    CHECK(readBe32(e + 0x38) == 0x1234);
+
+    // A third on a ring of two whose driver consumed none: lost, once.
+    k.host.clear();
+    k.writer.postCqe(k.cqn, receive(), false);
+    k.writer.postCqe(k.cqn, receive(), false);
+    CHECK(k.host.guestErrors("cq-overrun") == 1);
+    CHECK(k.host.at(k.eqRing)[1] == 0x04); // CQ_ERROR
+    CHECK(k.cqe(0)[0x3f] == 0x20);
+    // Consumed, the ring takes CQEs again, their owner bit now 1.
+    k.consumed(2);
+    k.writer.postCqe(k.cqn, receive(), false);
+    CHECK(k.cqe(0)[0x3f] == 0x21);
+}
+
+TEST_CASE("mlx5: an armed CQ's next CQE is a completion event on its EQ", "[mlx5]") {
+    Components k(2);
+    k.host.clear();
+    k.arm(0, 0);
+    CHECK(k.host.traces("mlx5_cq_arm") == 1);
+    CHECK(k.host.interrupts.empty());
+    // The EQ itself is armed as the driver does, so its vector signals.
+    k.eqs.doorbell(k.uar, k.eqn << 24, true);
+    k.writer.postCqe(k.cqn, receive(), false);
+    CHECK(k.host.at(k.eqRing)[1] == 0x00);
+    CHECK(readBe32(k.host.at(k.eqRing) + 0x20 + 0x18) == k.cqn);
+    CHECK(k.host.interrupts == std::vector<unsigned>{2});
+    // Disarmed: the next CQE makes no event.
+    k.writer.postCqe(k.cqn, receive(), false);
+    CHECK(k.host.at(k.eqRing + 64)[0x3f] == 0x01);
+    // Armed "solicited": an unsolicited CQE makes none, a solicited one does.
+    k.arm(1, 2);
+    k.writer.postCqe(k.cqn, receive(), false);
+    CHECK(k.host.at(k.eqRing + 64)[0x3f] == 0x01);
+    k.writer.postCqe(k.cqn, receive(), true);
+    CHECK(k.host.at(k.eqRing + 64)[1] == 0x00);
+    CHECK(k.host.at(k.eqRing + 64)[0x3f] == 0x00);
+    // Armed with a CQE beyond the consumer counter: the event comes at once.
+    k.arm(0, 3);
+    CHECK(k.host.at(k.eqRing + 128)[0x3f] == 0x00);
+    // A counter beyond the CQEs written, or another CQ, is the driver's error.
+    k.host.clear();
+    k.arm(0, 9);
+    CHECK(k.host.guestErrors("mlx5-cq-doorbell") == 1);
+}
