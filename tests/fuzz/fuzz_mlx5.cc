@@ -12,6 +12,7 @@
 
 #include <cstdio>
 #include <cstdlib>
+#include <string>
 
 #include "mlx5_hca_caps.hh"
 #include "mlx5_host.hh"
@@ -28,8 +29,8 @@ void check(bool ok, const char *what) {
 }
 
 // The opcodes the device executes, and a few it knows only by name.
-constexpr uint16_t kOpcodes[] = {0x100, 0x101, 0x102, 0x103, 0x104, 0x105, 0x107, 0x108,
-                                 0x109, 0x10a, 0x10b, 0x200, 0x202, 0x301, 0x302, 0x50d,
+constexpr uint16_t kOpcodes[] = {0x100, 0x101, 0x102, 0x103, 0x104, 0x105, 0x107, 0x108, 0x109,
+                                 0x10a, 0x10b, 0x200, 0x202, 0x301, 0x302, 0x400, 0x401, 0x50d,
                                  0x762, 0x800, 0x801, 0x802, 0x803, 0x805, 0x80e, 0x80f};
 constexpr uint32_t kIsegOffsets[] = {iseg::kCmdqAddrHigh, iseg::kCmdqAddrLowSize,
                                      iseg::kCmdDoorbell,  iseg::kFwRev,
@@ -62,6 +63,29 @@ std::vector<uint8_t> eqInput(FuzzedDataProvider &in, const Pages &pages) {
     return cmd;
 }
 
+// A CREATE_CQ that may well succeed: up to 2^7 CQEs in the harness's
+// pages (or anywhere), for one of the first EQs and UAR pages, its
+// doorbell record in a page or anywhere, now and then a field the
+// device does not offer.
+std::vector<uint8_t> cqInput(FuzzedDataProvider &in, const Pages &pages) {
+    const uint32_t logSize = in.ConsumeIntegralInRange<uint32_t>(0, 7);
+    const uint32_t count = logSize > 6 ? 2 : 1;
+    auto cmd = Mlx5Host::input(0x400, 0, 0x110 + 8 * count);
+    set(cmd, field(0x80 + 0x63, 5), logSize);
+    set(cmd, field(0x80 + 0x68, 24), in.ConsumeIntegralInRange<uint32_t>(2, 5));
+    set(cmd, field(0x80 + 0xa0, 32), in.ConsumeIntegralInRange<uint32_t>(0, 3));
+    set(cmd, field(0x80 + 0x1c0, 64),
+        in.ConsumeBool() ? pages.pick(in) + 64 * in.ConsumeIntegralInRange<uint32_t>(0, 63)
+                         : in.ConsumeIntegral<uint64_t>());
+    if (in.ConsumeBool())
+        set(cmd, field(0x80 + 8 * in.ConsumeIntegralInRange<uint32_t>(0, 3), 8),
+            in.ConsumeIntegral<uint8_t>()); // cqe_sz, cc, oi, compression...
+    for (uint32_t i = 0; i < count; ++i)
+        writeBe64(&cmd[0x110 + 8 * i],
+                  in.ConsumeBool() ? pages.pick(in) : in.ConsumeIntegral<uint64_t>());
+    return cmd;
+}
+
 // A CREATE_MKEY as mlx5_ib's DMA keys are, in one of the first PDs, with
 // any access bits, length and a few fields that may be wrong.
 std::vector<uint8_t> mkeyInput(FuzzedDataProvider &in) {
@@ -85,6 +109,33 @@ void eqDoorbell(FuzzedDataProvider &in, Mlx5Host &host) {
     host.uarWrite(uar, offset, eqn << 24 | in.ConsumeIntegralInRange<uint32_t>(0, 300));
 }
 
+// A CQ arm doorbell as mlx5_cq_arm writes it (two big-endian dwords), for
+// one of the first CQs, or any 64-bit value.
+void cqDoorbell(FuzzedDataProvider &in, Mlx5Host &host) {
+    const uint32_t uar = in.ConsumeIntegralInRange<uint32_t>(3, 5);
+    uint64_t value = in.ConsumeIntegral<uint64_t>();
+    if (in.ConsumeBool()) {
+        const uint32_t word = in.ConsumeIntegralInRange<uint32_t>(0, 3) << 28 |
+                              in.ConsumeIntegralInRange<uint32_t>(0, 2) << 24 |
+                              in.ConsumeIntegralInRange<uint32_t>(0, 300);
+        const uint32_t cqn = in.ConsumeIntegralInRange<uint32_t>(0, 3);
+        value = uint64_t{__builtin_bswap32(cqn)} << 32 | __builtin_bswap32(word);
+    }
+    pib_core_bar_write(host.core, PIB_BAR_REGS, uint64_t{uar} * 4096 + 0x20, value, 8);
+}
+
+// An async event the core raises, as the ConnectX reports it.
+void asyncEvent(FuzzedDataProvider &in, Mlx5Host &host) {
+    static const char *const kEvents[] = {
+        "cq-err",    "port-active", "port-err",          "lid-change",
+        "sm-change", "pkey-change", "client-reregister", "gid-change"};
+    const std::string line = std::string("event ") + in.PickValueInArray(kEvents) + " " +
+                             std::to_string(in.ConsumeIntegralInRange<uint32_t>(0, 3));
+    char *answer = nullptr;
+    pib_core_inject(host.core, line.c_str(), &answer);
+    std::free(answer);
+}
+
 // A command's input: its header, then fields the harness fills (page
 // addresses for MANAGE_PAGES are guest pages or anything).
 std::vector<uint8_t> commandInput(FuzzedDataProvider &in, const Pages &pages) {
@@ -99,8 +150,11 @@ std::vector<uint8_t> commandInput(FuzzedDataProvider &in, const Pages &pages) {
         return eqInput(in, pages);
     if (opcode == 0x200 && in.ConsumeBool())
         return mkeyInput(in);
+    if (opcode == 0x400 && in.ConsumeBool())
+        return cqInput(in, pages);
     if (in.ConsumeBool()) { // an object the device may have: a small number
-        if (opcode == 0x202 || opcode == 0x801 || opcode == 0x803 || opcode == 0x80f) {
+        if (opcode == 0x202 || opcode == 0x401 || opcode == 0x801 || opcode == 0x803 ||
+            opcode == 0x80f) {
             auto cmd = Mlx5Host::input(opcode, opMod);
             set(cmd, field(0x48, 24), in.ConsumeIntegralInRange<uint32_t>(0, 5));
             return cmd;
@@ -199,7 +253,12 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
                 in.ConsumeIntegral<uint64_t>(), 1u << in.ConsumeIntegralInRange<unsigned>(0, 3));
             break;
         case 7:
-            eqDoorbell(in, host);
+            if (in.ConsumeBool())
+                eqDoorbell(in, host);
+            else if (in.ConsumeBool())
+                cqDoorbell(in, host);
+            else
+                asyncEvent(in, host);
             break;
         default:
             if (in.ConsumeBool())

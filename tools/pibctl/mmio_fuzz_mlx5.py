@@ -17,8 +17,10 @@ FIRST_UAR = 3
 QUEUE = RAM  # the command queue's page
 MAILBOXES = RAM + 0x1000  # 16 blocks of 1 KiB per slot from here
 EQ_RING = RAM + 0xC0000  # after the mailboxes
+CQ_RING = RAM + 0xC1000
+CQ_RECORD = RAM + 0xC2000
 OPCODES = [0x100, 0x101, 0x102, 0x103, 0x104, 0x105, 0x107, 0x108, 0x109, 0x10a, 0x10b,
-           0x200, 0x202, 0x301, 0x302, 0x50d, 0x762, 0x800, 0x801, 0x802, 0x803, 0x805,
+           0x200, 0x202, 0x301, 0x302, 0x400, 0x401, 0x50d, 0x762, 0x800, 0x801, 0x802, 0x803, 0x805,
            0x80e, 0x80f, 0x7777]
 
 
@@ -75,6 +77,13 @@ def _bring_up(q, rng) -> None:
     eqc[0x100:0x108] = EQ_RING.to_bytes(8, "big")
     _slot(q, rng, 0, 0x301, 0, bytes(eqc), 16)
     q.send(f"writel {BAR0 + FIRST_UAR * 0x1000 + 0x40:#x} {_be32(0):#x}")  # arm EQ 0
+    cqc = bytearray(0x100)
+    cqc[0x0c] = 4  # log_cq_size 4: 16 CQEs
+    cqc[0x0d:0x10] = FIRST_UAR.to_bytes(3, "big")
+    cqc[0x14:0x18] = (0).to_bytes(4, "big")  # c_eqn: EQ 0
+    cqc[0x38:0x40] = CQ_RECORD.to_bytes(8, "big")
+    cqc[0x100:0x108] = CQ_RING.to_bytes(8, "big")
+    _slot(q, rng, 0, 0x400, 0, bytes(cqc), 16)
 
 
 def _command(q, rng) -> None:
@@ -93,6 +102,8 @@ def _uar(q, rng) -> None:
     value = rng.randrange(4) << 24 | rng.randrange(64) if size == 4 else rng.getrandbits(8 * size)
     if size == 4:
         value = _be32(value)
+    elif size == 8 and rng.random() < 0.5:  # a CQ arm: command and counter, then the CQ
+        value = _be32(rng.randrange(3) << 24 | rng.randrange(4)) | _be32(rng.randrange(3)) << 32
     q.send(f"write{op} {BAR0 + page * 0x1000 + offset:#x} {value:#x}")
 
 
