@@ -95,6 +95,10 @@ static bool pib_hca_event_enabled(unsigned event)
         return trace_event_get_state_backends(TRACE_PIB_HCA_MLX5_CQ_CREATE);
     case PIB_EVENT_MLX5_CQ_DESTROY:
         return trace_event_get_state_backends(TRACE_PIB_HCA_MLX5_CQ_DESTROY);
+    case PIB_EVENT_MLX5_SRQ_CREATE:
+        return trace_event_get_state_backends(TRACE_PIB_HCA_MLX5_SRQ_CREATE);
+    case PIB_EVENT_MLX5_SRQ_DESTROY:
+        return trace_event_get_state_backends(TRACE_PIB_HCA_MLX5_SRQ_DESTROY);
     case PIB_EVENT_MLX5_CQ_ARM:
         return trace_event_get_state_backends(TRACE_PIB_HCA_MLX5_CQ_ARM);
     case PIB_EVENT_MW_BOUND:
@@ -287,6 +291,14 @@ static void pib_hca_trace_event(unsigned event, const uint64_t *a)
         break;
     case PIB_EVENT_MLX5_CQ_DESTROY:
         trace_pib_hca_mlx5_cq_destroy((unsigned) a[0]);
+        break;
+    case PIB_EVENT_MLX5_SRQ_CREATE:
+        trace_pib_hca_mlx5_srq_create((unsigned) a[0], (unsigned) a[1],
+                                      (unsigned) a[2], (unsigned) a[3],
+                                      (unsigned) a[4]);
+        break;
+    case PIB_EVENT_MLX5_SRQ_DESTROY:
+        trace_pib_hca_mlx5_srq_destroy((unsigned) a[0]);
         break;
     case PIB_EVENT_MLX5_CQ_ARM:
         trace_pib_hca_mlx5_cq_arm((unsigned) a[0], (unsigned) a[1],
@@ -507,6 +519,12 @@ static bool pib_hca_guest_error_traced(unsigned error)
     case PIB_GUEST_ERROR_MLX5_CQ_BAD_PAGES:
         return trace_event_get_state_backends(
             TRACE_PIB_HCA_ERR_MLX5_CQ_BAD_PAGES);
+    case PIB_GUEST_ERROR_MLX5_SRQ_BAD_CONTEXT:
+        return trace_event_get_state_backends(
+            TRACE_PIB_HCA_ERR_MLX5_SRQ_BAD_CONTEXT);
+    case PIB_GUEST_ERROR_MLX5_SRQ_BAD_PAGES:
+        return trace_event_get_state_backends(
+            TRACE_PIB_HCA_ERR_MLX5_SRQ_BAD_PAGES);
     case PIB_GUEST_ERROR_MLX5_CQ_DOORBELL:
         return trace_event_get_state_backends(
             TRACE_PIB_HCA_ERR_MLX5_CQ_DOORBELL);
@@ -717,6 +735,12 @@ static void pib_hca_trace_guest_error(unsigned error, const char *detail)
         break;
     case PIB_GUEST_ERROR_MLX5_CQ_BAD_PAGES:
         trace_pib_hca_err_mlx5_cq_bad_pages(detail);
+        break;
+    case PIB_GUEST_ERROR_MLX5_SRQ_BAD_CONTEXT:
+        trace_pib_hca_err_mlx5_srq_bad_context(detail);
+        break;
+    case PIB_GUEST_ERROR_MLX5_SRQ_BAD_PAGES:
+        trace_pib_hca_err_mlx5_srq_bad_pages(detail);
         break;
     case PIB_GUEST_ERROR_MLX5_CQ_DOORBELL:
         trace_pib_hca_err_mlx5_cq_doorbell(detail);

@@ -29,9 +29,10 @@ void check(bool ok, const char *what) {
 }
 
 // The opcodes the device executes, and a few it knows only by name.
-constexpr uint16_t kOpcodes[] = {0x100, 0x101, 0x102, 0x103, 0x104, 0x105, 0x107, 0x108, 0x109,
-                                 0x10a, 0x10b, 0x200, 0x202, 0x301, 0x302, 0x400, 0x401, 0x50d,
-                                 0x762, 0x800, 0x801, 0x802, 0x803, 0x805, 0x80e, 0x80f};
+constexpr uint16_t kOpcodes[] = {0x100, 0x101, 0x102, 0x103, 0x104, 0x105, 0x107, 0x108,
+                                 0x109, 0x10a, 0x10b, 0x200, 0x202, 0x301, 0x302, 0x400,
+                                 0x401, 0x50d, 0x700, 0x701, 0x702, 0x703, 0x762, 0x800,
+                                 0x801, 0x802, 0x803, 0x805, 0x80e, 0x80f};
 constexpr uint32_t kIsegOffsets[] = {iseg::kCmdqAddrHigh, iseg::kCmdqAddrLowSize,
                                      iseg::kCmdDoorbell,  iseg::kFwRev,
                                      iseg::kInitializing, iseg::kHealthCounter};
@@ -80,6 +81,30 @@ std::vector<uint8_t> cqInput(FuzzedDataProvider &in, const Pages &pages) {
     if (in.ConsumeBool())
         set(cmd, field(0x80 + 8 * in.ConsumeIntegralInRange<uint32_t>(0, 3), 8),
             in.ConsumeIntegral<uint8_t>()); // cqe_sz, cc, oi, compression...
+    for (uint32_t i = 0; i < count; ++i)
+        writeBe64(&cmd[0x110 + 8 * i],
+                  in.ConsumeBool() ? pages.pick(in) : in.ConsumeIntegral<uint64_t>());
+    return cmd;
+}
+
+// A CREATE_SRQ as mlx5_ib's: up to 2^7 WQEs of 16 to 256 bytes in the
+// harness's pages (or anywhere), in one of the first PDs, XRC domains and
+// CQs, with any limit, its doorbell record in a page or anywhere.
+std::vector<uint8_t> srqInput(FuzzedDataProvider &in, const Pages &pages) {
+    const uint32_t logSize = in.ConsumeIntegralInRange<uint32_t>(0, 7);
+    const uint32_t logStride = in.ConsumeIntegralInRange<uint32_t>(0, 4);
+    const uint32_t log = logSize + logStride + 4;
+    const uint32_t count = log > 12 ? 1u << (log - 12) : 1;
+    auto cmd = Mlx5Host::input(0x700, 0, 0x110 + 8 * count);
+    set(cmd, field(0x80 + 0x04, 4), logSize);
+    set(cmd, field(0x80 + 0x25, 3), logStride);
+    set(cmd, field(0x80 + 0x28, 24), in.ConsumeIntegralInRange<uint32_t>(0, 3));
+    set(cmd, field(0x80 + 0x48, 24), in.ConsumeIntegralInRange<uint32_t>(0, 3));
+    set(cmd, field(0x80 + 0xc8, 24), in.ConsumeIntegralInRange<uint32_t>(0, 3));
+    set(cmd, field(0x80 + 0xe0, 16), in.ConsumeIntegralInRange<uint32_t>(0, 1u << logSize));
+    set(cmd, field(0x80 + 0x140, 64),
+        in.ConsumeBool() ? pages.pick(in) + 64 * in.ConsumeIntegralInRange<uint32_t>(0, 63)
+                         : in.ConsumeIntegral<uint64_t>());
     for (uint32_t i = 0; i < count; ++i)
         writeBe64(&cmd[0x110 + 8 * i],
                   in.ConsumeBool() ? pages.pick(in) : in.ConsumeIntegral<uint64_t>());
@@ -152,11 +177,14 @@ std::vector<uint8_t> commandInput(FuzzedDataProvider &in, const Pages &pages) {
         return mkeyInput(in);
     if (opcode == 0x400 && in.ConsumeBool())
         return cqInput(in, pages);
+    if (opcode == 0x700 && in.ConsumeBool())
+        return srqInput(in, pages);
     if (in.ConsumeBool()) { // an object the device may have: a small number
-        if (opcode == 0x202 || opcode == 0x401 || opcode == 0x801 || opcode == 0x803 ||
-            opcode == 0x80f) {
+        if (opcode == 0x202 || opcode == 0x401 || (opcode >= 0x701 && opcode <= 0x703) ||
+            opcode == 0x801 || opcode == 0x803 || opcode == 0x80f) {
             auto cmd = Mlx5Host::input(opcode, opMod);
             set(cmd, field(0x48, 24), in.ConsumeIntegralInRange<uint32_t>(0, 5));
+            set(cmd, field(0x70, 16), in.ConsumeIntegralInRange<uint32_t>(0, 9)); // ARM_RQ's lwm
             return cmd;
         }
         if (opcode == 0x302) {

@@ -26,6 +26,7 @@ constexpr Field kCapCmdifChecksum = field(0x210, 2);
 constexpr Field kCapXrc = field(0x23c, 1);
 constexpr Field kCapRc = field(0x23f, 1);
 constexpr Field kCapUmrDisabled = field(0x207, 1);
+constexpr Field kCapDeviceFrequencyKhz = field(0x4e0, 32);
 
 // A field of the capability page as the output holds it, 16 bytes in.
 Field inOutput(Field f) {
@@ -156,6 +157,7 @@ TEST_CASE("mlx5: QUERY_HCA_CAP reports an IB function, SET_HCA_CAP takes what a 
     CHECK(r.get(inOutput(kCapRc)) == 1);
     CHECK(r.get(inOutput(kCapUmrDisabled)) == 1);
     CHECK(r.get(inOutput(kCapLogMaxQp)) == 12);
+    CHECK(r.get(inOutput(kCapDeviceFrequencyKhz)) == 1000000); // the internal timer's ns
     CHECK(host.run(Mlx5Host::input(kQueryHcaCap, 3 << 1), kCapOut).status() == status::kBadParam);
 
     // The driver's SET: the current page with log_max_qp lowered.

@@ -49,18 +49,20 @@ enum pib_event {
     PIB_EVENT_MLX5_EQE = 41,
     PIB_EVENT_MLX5_CQ_CREATE = 42,
     PIB_EVENT_MLX5_CQ_DESTROY = 43,
-    PIB_EVENT_MLX5_CQ_ARM = 44,
-    PIB_EVENT_MW_BOUND = 45,
-    PIB_EVENT_ERR_PORT_DROP = 46,
-    PIB_EVENT_ERR_LINK = 47,
-    PIB_EVENT_ERR_MKEY_VIOLATION = 48,
-    PIB_EVENT_ERR_MCAST_DROP = 49,
-    PIB_EVENT_ERR_RC_NO_QP = 50,
-    PIB_EVENT_ERR_RC_WRONG_PEER = 51,
-    PIB_EVENT_ERR_RC_BAD_RESPONSE_PSN = 52,
-    PIB_EVENT_ERR_RC_BAD_RESPONSE_LENGTH = 53,
-    PIB_EVENT_ERR_RC_REQUEST_REFUSED = 54,
-    PIB_EVENT_COUNT = 55
+    PIB_EVENT_MLX5_SRQ_CREATE = 44,
+    PIB_EVENT_MLX5_SRQ_DESTROY = 45,
+    PIB_EVENT_MLX5_CQ_ARM = 46,
+    PIB_EVENT_MW_BOUND = 47,
+    PIB_EVENT_ERR_PORT_DROP = 48,
+    PIB_EVENT_ERR_LINK = 49,
+    PIB_EVENT_ERR_MKEY_VIOLATION = 50,
+    PIB_EVENT_ERR_MCAST_DROP = 51,
+    PIB_EVENT_ERR_RC_NO_QP = 52,
+    PIB_EVENT_ERR_RC_WRONG_PEER = 53,
+    PIB_EVENT_ERR_RC_BAD_RESPONSE_PSN = 54,
+    PIB_EVENT_ERR_RC_BAD_RESPONSE_LENGTH = 55,
+    PIB_EVENT_ERR_RC_REQUEST_REFUSED = 56,
+    PIB_EVENT_COUNT = 57
 };
 
 /* The guest-error tokens (pib_host_ops.guest_error), as docs/prm.md §9. */
@@ -131,9 +133,11 @@ enum pib_guest_error {
     PIB_GUEST_ERROR_MLX5_EQ_DMA = 63,
     PIB_GUEST_ERROR_MLX5_CQ_BAD_CONTEXT = 64,
     PIB_GUEST_ERROR_MLX5_CQ_BAD_PAGES = 65,
-    PIB_GUEST_ERROR_MLX5_CQ_DOORBELL = 66,
-    PIB_GUEST_ERROR_MLX5_PAGES_BAD = 67,
-    PIB_GUEST_ERROR_COUNT = 68
+    PIB_GUEST_ERROR_MLX5_SRQ_BAD_CONTEXT = 66,
+    PIB_GUEST_ERROR_MLX5_SRQ_BAD_PAGES = 67,
+    PIB_GUEST_ERROR_MLX5_CQ_DOORBELL = 68,
+    PIB_GUEST_ERROR_MLX5_PAGES_BAD = 69,
+    PIB_GUEST_ERROR_COUNT = 70
 };
 
 static inline const char *pib_event_name(unsigned event) {
@@ -182,6 +186,8 @@ static inline const char *pib_event_name(unsigned event) {
         "mlx5_eqe",
         "mlx5_cq_create",
         "mlx5_cq_destroy",
+        "mlx5_srq_create",
+        "mlx5_srq_destroy",
         "mlx5_cq_arm",
         "mw_bound",
         "err_port_drop",
@@ -201,12 +207,12 @@ static inline const char *pib_event_name(unsigned event) {
 /* An event's arguments: 's' for a string, 'i' for an integer each. */
 static inline const char *pib_event_args(unsigned event) {
     static const char *const args[PIB_EVENT_COUNT] = {
-        "siiii",  "s",    "s",    "i",   "i",     "i",      "i",      "i",  "i",     "i",
-        "i",      "isi",  "is",   "s",   "sii",   "iiii",   "is",     "si", "iii",   "iiiii",
-        "iiiiii", "i",    "ii",   "iii", "ii",    "ii",     "iii",    "ii", "iii",   "iis",
-        "ii",     "i",    "ii",   "iii", "iiiii", "iis",    "isiiii", "si", "iiiii", "i",
-        "iiii",   "iiii", "iiii", "i",   "iiii",  "iiiiii", "is",     "is", "iii",   "is",
-        "ii",     "iii",  "iii",  "iii", "iis",
+        "siiii",  "s",    "s",    "i",   "i",     "i",    "i",      "i",      "i",     "i",
+        "i",      "isi",  "is",   "s",   "sii",   "iiii", "is",     "si",     "iii",   "iiiii",
+        "iiiiii", "i",    "ii",   "iii", "ii",    "ii",   "iii",    "ii",     "iii",   "iis",
+        "ii",     "i",    "ii",   "iii", "iiiii", "iis",  "isiiii", "si",     "iiiii", "i",
+        "iiii",   "iiii", "iiii", "i",   "iiiii", "i",    "iiii",   "iiiiii", "is",    "is",
+        "iii",    "is",   "ii",   "iii", "iii",   "iii",  "iis",
     };
 
     return event < PIB_EVENT_COUNT ? args[event] : "";
@@ -280,6 +286,8 @@ static inline const char *pib_guest_error_token(unsigned error) {
         "mlx5-eq-dma",
         "mlx5-cq-bad-context",
         "mlx5-cq-bad-pages",
+        "mlx5-srq-bad-context",
+        "mlx5-srq-bad-pages",
         "mlx5-cq-doorbell",
         "mlx5-pages-bad",
     };
@@ -299,7 +307,7 @@ static inline const char *pib_guest_error_rule(unsigned error) {
         "mlx5 §2",  "mlx5 §2",  "mlx5 §2",  "mlx5 §3",  "mlx5 §3",  "mlx5 §3",  "mlx5 §3",
         "mlx5 §3",  "mlx5 §4",  "mlx5 §4",  "mlx5 §4",  "mlx5 §4",  "mlx5 §4",  "mlx5 §4",
         "mlx5 §4",  "mlx5 §4",  "mlx5 §6",  "mlx5 §7",  "mlx5 §7",  "mlx5 §7",  "mlx5 §7",
-        "mlx5 §7",  "mlx5 §8",  "mlx5 §8",  "mlx5 §8",  "mlx5 §5",
+        "mlx5 §7",  "mlx5 §8",  "mlx5 §8",  "mlx5 §9",  "mlx5 §9",  "mlx5 §8",  "mlx5 §5",
     };
 
     return error < PIB_GUEST_ERROR_COUNT ? rules[error] : "prm";

@@ -45,12 +45,15 @@ Device::Device(const pib_core_config &config, const pib_host_ops &ops, void *opa
 std::unique_ptr<FrontEnd> Device::makeFrontEnd() {
     if (config_.personality == PIB_PERSONALITY_MLX5)
         return std::make_unique<mlx5::Mlx5FrontEnd>(
-            config_, host_, mlx5::CoreParts{objects_, ports_, agents_, events_, [this] {
-                                                // TEARDOWN_HCA: the function's objects end,
-                                                // and the data path holds none of them.
-                                                objects_.clear();
-                                                dataPath_.reset();
-                                            }});
+            config_, host_,
+            mlx5::CoreParts{objects_, ports_, agents_, events_,
+                            [this](uint32_t srqn) { dataPath_.forgetXrcSrq(srqn); },
+                            [this] {
+                                // TEARDOWN_HCA: the function's objects end,
+                                // and the data path holds none of them.
+                                objects_.clear();
+                                dataPath_.reset();
+                            }});
     return std::make_unique<PibFrontEnd>(config_, host_, commands_, pibEvents_, dataPath_,
                                          [this] { reset("guest wrote the reset register"); });
 }

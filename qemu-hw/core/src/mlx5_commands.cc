@@ -27,10 +27,13 @@ constexpr Field kAdapterIeeeVendorId = field(0x148, 24);
 constexpr Field kAdapterVsdVendorId = field(0x170, 16);
 constexpr uint32_t kAdapterPsid = 0x100; // vsd_contd_psid, 16 bytes
 constexpr Field kTeardownState = field(0x7f, 1);
-constexpr Field kUar = field(0x48, 24);      // alloc_uar_out, dealloc_uar_in
-constexpr Field kHeld = field(0x48, 24);     // the pd or xrcd of alloc_*_out, dealloc_*_in
-constexpr Field kEqNumber = field(0x58, 8);  // create_eq_out, destroy_eq_in
-constexpr Field kCqNumber = field(0x48, 24); // create_cq_out, destroy_cq_in
+constexpr Field kUar = field(0x48, 24);       // alloc_uar_out, dealloc_uar_in
+constexpr Field kHeld = field(0x48, 24);      // the pd or xrcd of alloc_*_out, dealloc_*_in
+constexpr Field kEqNumber = field(0x58, 8);   // create_eq_out, destroy_eq_in
+constexpr Field kCqNumber = field(0x48, 24);  // create_cq_out, destroy_cq_in
+constexpr Field kSrqNumber = field(0x48, 24); // create_srq_out, *_srq_in, arm_rq_in
+constexpr Field kArmRqLwm = field(0x70, 16);
+constexpr uint16_t kArmRqSrq = 1; // arm_rq_in's op_mod for an SRQ
 
 constexpr uint16_t kIssi = 0; // the only one: supported_issi bit 0
 constexpr uint16_t kRegHostEndianness = 0x7004;
@@ -47,7 +50,7 @@ const Refusals Commands::kRefusals{err::kMlx5CmdBadResource, err::kMlx5CmdBadPar
                                    err::kMlx5CmdNoResources, err::kMlx5CmdInUse};
 
 // clang-format off
-const std::array<Commands::Spec, 30> Commands::kTable = {{
+const std::array<Commands::Spec, 34> Commands::kTable = {{
     {0x100, "QUERY_HCA_CAP", 0x10, 0x10 + HcaCaps::kPageBytes, State::kEnabled, &Commands::queryHcaCap},
     {0x101, "QUERY_ADAPTER", 0x10, 0x110, State::kEnabled, &Commands::queryAdapter},
     {0x102, "INIT_HCA", 0x10, 0x10, State::kEnabled, &Commands::initHca},
@@ -66,6 +69,10 @@ const std::array<Commands::Spec, 30> Commands::kTable = {{
     {0x302, "DESTROY_EQ", 0x10, 0x10, State::kInitialized, &Commands::destroyEq},
     {0x400, "CREATE_CQ", 0x110, 0x10, State::kInitialized, &Commands::createCq},
     {0x401, "DESTROY_CQ", 0x10, 0x10, State::kInitialized, &Commands::destroyCq},
+    {0x700, "CREATE_SRQ", 0x110, 0x10, State::kInitialized, &Commands::createSrq},
+    {0x701, "DESTROY_SRQ", 0x10, 0x10, State::kInitialized, &Commands::destroySrq},
+    {0x702, "QUERY_SRQ", 0x10, 0x50, State::kInitialized, &Commands::querySrq},
+    {0x703, "ARM_RQ", 0x10, 0x10, State::kInitialized, &Commands::armRq},
     {0x50d, "MAD_IFC", 0x110, 0x110, State::kInitialized, &Commands::madIfc},
     {0x762, "QUERY_HCA_VPORT_CONTEXT", 0x10, 0x210, State::kInitialized, &Commands::queryHcaVportContext},
     {0x800, "ALLOC_PD", 0x10, 0x10, State::kInitialized, &Commands::allocPd},
@@ -339,6 +346,32 @@ const err::Condition *Commands::createCq(const Request &r) {
 
 const err::Condition *Commands::destroyCq(const Request &r) {
     return cqs_.destroy(static_cast<uint32_t>(get(r.in, kCqNumber)));
+}
+
+// ---- SRQs ----------------------------------------------------------------
+
+const err::Condition *Commands::createSrq(const Request &r) {
+    uint32_t srqn = 0;
+    if (const err::Condition *why = srqs_.create(r.in, srqn))
+        return why;
+    set(r.out, kSrqNumber, srqn);
+    return nullptr;
+}
+
+const err::Condition *Commands::destroySrq(const Request &r) {
+    return srqs_.destroy(static_cast<uint32_t>(get(r.in, kSrqNumber)));
+}
+
+const err::Condition *Commands::querySrq(const Request &r) {
+    return srqs_.query(static_cast<uint32_t>(get(r.in, kSrqNumber)), r.out);
+}
+
+// ARM_RQ sets an SRQ's limit; the device has no other kind of RQ object.
+const err::Condition *Commands::armRq(const Request &r) {
+    if (r.opMod != kArmRqSrq)
+        return fail(err::kMlx5CmdBadParam, "ARM_RQ of op_mod %u: only SRQs", r.opMod);
+    return srqs_.arm(static_cast<uint32_t>(get(r.in, kSrqNumber)),
+                     static_cast<uint32_t>(get(r.in, kArmRqLwm)));
 }
 
 // ---- PDs and XRC domains: numbers the core's objects hold ----------------

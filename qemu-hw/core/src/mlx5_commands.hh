@@ -18,6 +18,7 @@
 #include "mlx5_event_queues.hh"
 #include "mlx5_hca_caps.hh"
 #include "mlx5_pages.hh"
+#include "mlx5_shared_receive_queues.hh"
 #include "mlx5_uars.hh"
 #include "object_tables.hh"
 #include "pib_core.h"
@@ -31,9 +32,10 @@ namespace pib::mlx5 {
 struct CoreParts {
     ObjectTables &objects;
     Ports &ports;
-    PortAgents &agents;               // the SMA and PMA, for MAD_IFC
-    EventWriter &events;              // which takes the front end's CQE layout and EQs
-    std::function<void()> endObjects; // every object ends (TEARDOWN_HCA)
+    PortAgents &agents;                    // the SMA and PMA, for MAD_IFC
+    EventWriter &events;                   // which takes the front end's CQE layout and EQs
+    std::function<void(uint32_t)> srqEnds; // the data path forgets an SRQ (XRC targets)
+    std::function<void()> endObjects;      // every object ends (TEARDOWN_HCA)
 };
 
 class Commands {
@@ -43,7 +45,8 @@ class Commands {
     Commands(const pib_core_config &config, const Host &host, Uars &uars, EventQueues &eqs,
              CompletionQueues &cqs, CoreParts core)
         : config_(config), host_(host), caps_(config.num_ports), pages_(host), uars_(uars),
-          eqs_(eqs), cqs_(cqs), core_(std::move(core)), regions_(host, core_.objects, kRefusals) {}
+          eqs_(eqs), cqs_(cqs), core_(std::move(core)), regions_(host, core_.objects, kRefusals),
+          srqs_(host, core_.objects, core_.srqEnds) {}
 
     // Runs the command whose input is `in`; its output (status and
     // syndrome included) goes to `out`.
@@ -73,7 +76,7 @@ class Commands {
         Handler handler;   // nullptr: known by name, not executed
     };
     static const Spec *find(uint16_t opcode);
-    static const std::array<Spec, 30> kTable;
+    static const std::array<Spec, 34> kTable;
 
     [[gnu::format(printf, 3, 4)]] const err::Condition *fail(const err::Condition &why,
                                                              const char *fmt, ...) const;
@@ -98,6 +101,10 @@ class Commands {
     const err::Condition *destroyEq(const Request &r);
     const err::Condition *createCq(const Request &r);
     const err::Condition *destroyCq(const Request &r);
+    const err::Condition *createSrq(const Request &r);
+    const err::Condition *destroySrq(const Request &r);
+    const err::Condition *querySrq(const Request &r);
+    const err::Condition *armRq(const Request &r);
     const err::Condition *madIfc(const Request &r);
     const err::Condition *queryHcaVportContext(const Request &r);
     const err::Condition *createMkey(const Request &r);
@@ -120,6 +127,7 @@ class Commands {
     CompletionQueues &cqs_;
     CoreParts core_;
     MemoryRegions regions_;
+    SharedReceiveQueues srqs_;
     static const Refusals kRefusals;
     State state_ = State::kDisabled;
     bool fatal_ = false;

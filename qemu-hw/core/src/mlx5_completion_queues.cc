@@ -159,37 +159,22 @@ const err::Condition *CompletionQueues::checkContext(std::span<const uint8_t> in
     return nullptr;
 }
 
-// The ring's pages go to the core's MTT in 4 KiB entries, as the core's
-// rings are read (ring.hh).
+// The ring's pages go to the core's MTT, where the core's EventWriter
+// finds them.
 const err::Condition *CompletionQueues::mapPages(std::span<const uint8_t> in,
                                                  pib_buf_desc &buf) const {
     PageList ring;
     ring.shift = kAdapterPageShift + static_cast<uint32_t>(get(in, kLogPageSize));
     const uint64_t bytes = uint64_t{1} << (get(in, kLogCqSize) + kLogCqeBytes);
-    const uint64_t count = PageList::countFor(bytes, ring.shift);
-    if (!ring.read(in, kPageList, count)) {
-        host_.guestError(err::kMlx5CmdShortInput,
-                         "CREATE_CQ: %zu bytes of input, %" PRIu64 " pages need %" PRIu64,
-                         in.size(), count, kPageList + 8 * count);
-        return &err::kMlx5CmdShortInput;
-    }
-    if (const auto bad = ring.firstBad(host_, bytes)) {
-        host_.guestError(err::kMlx5CqBadPages,
-                         "CREATE_CQ: page %zu at 0x%" PRIx64 " is not %" PRIu64
-                         "-byte aligned guest RAM",
-                         *bad, ring.pages[*bad], uint64_t{1} << ring.shift);
-        return &err::kMlx5CqBadPages;
-    }
-    const auto entries = static_cast<uint32_t>(PageList::countFor(bytes, kAdapterPageShift));
-    const auto first = objects_.mtt.allocate(entries);
-    if (!first) {
-        host_.guestError(err::kMlx5CmdNoResources, "CREATE_CQ: no room for %u MTT entries",
-                         entries);
+    if (const err::Condition *why =
+            ring.load(host_, in, kPageList, bytes, "CREATE_CQ", err::kMlx5CqBadPages))
+        return why;
+    const auto mapped = ring.map(objects_.mtt, bytes);
+    if (!mapped) {
+        host_.guestError(err::kMlx5CmdNoResources, "CREATE_CQ: the MTT is full");
         return &err::kMlx5CmdNoResources;
     }
-    for (uint32_t i = 0; i < entries; ++i)
-        objects_.mtt.write(*first + i, ring.address(uint64_t{i} << kAdapterPageShift));
-    buf = pib_buf_desc{*first, entries};
+    buf = *mapped;
     return nullptr;
 }
 

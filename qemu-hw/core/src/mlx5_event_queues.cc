@@ -56,20 +56,9 @@ const err::Condition *EventQueues::create(std::span<const uint8_t> in, uint32_t 
     for (size_t i = 0; i < eq->types.size(); ++i)
         eq->types[i] = readBe64(in.data() + kEventBitmask + 8 * i);
     const uint64_t bytes = uint64_t{kEqeBytes} << eq->logSize;
-    const uint64_t count = PageList::countFor(bytes, eq->ring.shift);
-    if (!eq->ring.read(in, kPageList, count)) {
-        host_.guestError(err::kMlx5CmdShortInput,
-                         "CREATE_EQ: %zu bytes of input, %" PRIu64 " pages need %" PRIu64,
-                         in.size(), count, kPageList + 8 * count);
-        return &err::kMlx5CmdShortInput;
-    }
-    if (const auto bad = eq->ring.firstBad(host_, bytes)) {
-        host_.guestError(err::kMlx5EqBadPages,
-                         "CREATE_EQ: page %zu at 0x%" PRIx64 " is not %" PRIu64
-                         "-byte aligned guest RAM",
-                         *bad, eq->ring.pages[*bad], uint64_t{1} << eq->ring.shift);
-        return &err::kMlx5EqBadPages;
-    }
+    if (const err::Condition *why =
+            eq->ring.load(host_, in, kPageList, bytes, "CREATE_EQ", err::kMlx5EqBadPages))
+        return why;
     const Eq &made = *eq; // the table owns it from here; it has room
     eqn = *eqs_.insert(std::move(eq));
     trace::mlx5_eq_create(host_, eqn, made.logSize, made.vector, made.uar, made.types[0]);

@@ -44,6 +44,8 @@ constexpr Field kLogMaxMcg = field(0x318, 8);
 constexpr Field kLogMaxPd = field(0x32b, 5);
 constexpr Field kLogMaxXrcd = field(0x33b, 5);
 constexpr Field kLogUarPageSize = field(0x490, 16);
+constexpr Field kDeviceFrequencyMhz = field(0x4c0, 32);
+constexpr Field kDeviceFrequencyKhz = field(0x4e0, 32);
 } // namespace cap
 
 constexpr uint32_t log2(uint32_t n) {
@@ -53,6 +55,7 @@ constexpr uint32_t log2(uint32_t n) {
 constexpr uint32_t kPortTypeIb = 0;
 // pkey_table_size is encoded: 0 means 128 entries (the driver's choice).
 constexpr uint32_t kPkeyTable128 = 0;
+constexpr uint32_t kClockKhz = 1000000;
 
 } // namespace
 
@@ -94,6 +97,10 @@ void HcaCaps::reset() {
     mlx5::set(m, cap::kLogBfRegSize, 9); // 512-byte doorbell registers, four per UAR
     mlx5::set(m, cap::kMaxWqeSizeSq, 1u << limits::kLogMaxWqeStride);
     mlx5::set(m, cap::kMaxWqeSizeRq, 1u << limits::kLogMaxWqeStride);
+    // The device clock (the initialization segment's internal timer, the
+    // CQEs' timestamps) counts the host's nanoseconds: 1 GHz.
+    mlx5::set(m, cap::kDeviceFrequencyMhz, kClockKhz / 1000);
+    mlx5::set(m, cap::kDeviceFrequencyKhz, kClockKhz);
     current_ = max_;
 }
 

@@ -2,6 +2,7 @@
 #include "mlx5_page_list.hh"
 
 #include <algorithm>
+#include <cinttypes>
 
 #include "mlx5_ifc.hh"
 
@@ -14,6 +15,36 @@ bool PageList::read(std::span<const uint8_t> in, uint32_t at, uint64_t count) {
     for (uint64_t i = 0; i < count; ++i)
         pages.push_back(readBe64(in.data() + at + 8 * i));
     return true;
+}
+
+const err::Condition *PageList::load(const Host &host, std::span<const uint8_t> in, uint32_t at,
+                                     uint64_t bytes, const char *command,
+                                     const err::Condition &badPages) {
+    const uint64_t count = countFor(bytes, shift);
+    if (!read(in, at, count)) {
+        host.guestError(err::kMlx5CmdShortInput,
+                        "%s: %zu bytes of input, %" PRIu64 " pages need %" PRIu64, command,
+                        in.size(), count, at + 8 * count);
+        return &err::kMlx5CmdShortInput;
+    }
+    if (const auto bad = firstBad(host, bytes)) {
+        host.guestError(badPages,
+                        "%s: page %zu at 0x%" PRIx64 " is not %" PRIu64 "-byte aligned guest RAM",
+                        command, *bad, pages[*bad], uint64_t{1} << shift);
+        return &badPages;
+    }
+    return nullptr;
+}
+
+std::optional<pib_buf_desc> PageList::map(Mtt &mtt, uint64_t bytes) const {
+    constexpr uint32_t kEntryShift = 12;
+    const auto entries = static_cast<uint32_t>(countFor(bytes, kEntryShift));
+    const auto first = mtt.allocate(entries);
+    if (!first)
+        return std::nullopt;
+    for (uint32_t i = 0; i < entries; ++i)
+        mtt.write(*first + i, address(uint64_t{i} << kEntryShift));
+    return pib_buf_desc{*first, entries};
 }
 
 // Each page is probed at both ends of the part the ring uses: a page of

@@ -9,7 +9,10 @@
 #include <span>
 #include <vector>
 
+#include "conditions.hh"
 #include "host.hh"
+#include "mtt.hh"
+#include "pib_hw.h"
 
 namespace pib::mlx5 {
 
@@ -24,6 +27,14 @@ struct PageList {
     }
     // The `count` entries at byte `at` of `in`; false when `in` is short.
     bool read(std::span<const uint8_t> in, uint32_t at, uint64_t count);
+    // The list at byte `at` of `command`'s input `in`, for a ring of
+    // `bytes`, read and checked: nullptr, or the condition refusing it
+    // (short input, or `badPages`), reported as the guest's error.
+    const err::Condition *load(const Host &host, std::span<const uint8_t> in, uint32_t at,
+                               uint64_t bytes, const char *command, const err::Condition &badPages);
+    // The first `bytes` of the ring in newly allocated 4 KiB MTT entries,
+    // as the core's rings are read (ring.hh); nullopt when the MTT is full.
+    std::optional<pib_buf_desc> map(Mtt &mtt, uint64_t bytes) const;
     // The first page that is not guest RAM aligned to its size across the
     // `used` bytes of it the ring takes; nullopt when every one is.
     std::optional<size_t> firstBad(const Host &host, uint64_t used) const;

@@ -60,6 +60,7 @@ struct SharedReceiveQueue : Referenced {
     pib_srq_context ctx{};
     uint32_t producer = 0;
     uint32_t consumer = 0;
+    uint64_t record = 0; // ConnectX: the doorbell record with the driver's WQE counter
 
     bool isXrc() const { return ctx.type == PIB_SRQT_XRC; }
 };

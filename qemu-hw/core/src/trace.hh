@@ -267,6 +267,19 @@ inline void mlx5_cq_destroy(const Host &host, unsigned cqn) {
         host.event(PIB_EVENT_MLX5_CQ_DESTROY, {Host::eventArg(cqn)});
 }
 
+inline void mlx5_srq_create(const Host &host, unsigned srqn, unsigned log_size, unsigned log_stride,
+                            unsigned pd, unsigned cqn) {
+    if (host.eventEnabled(PIB_EVENT_MLX5_SRQ_CREATE))
+        host.event(PIB_EVENT_MLX5_SRQ_CREATE,
+                   {Host::eventArg(srqn), Host::eventArg(log_size), Host::eventArg(log_stride),
+                    Host::eventArg(pd), Host::eventArg(cqn)});
+}
+
+inline void mlx5_srq_destroy(const Host &host, unsigned srqn) {
+    if (host.eventEnabled(PIB_EVENT_MLX5_SRQ_DESTROY))
+        host.event(PIB_EVENT_MLX5_SRQ_DESTROY, {Host::eventArg(srqn)});
+}
+
 inline void mlx5_cq_arm(const Host &host, unsigned uar, unsigned cqn, unsigned consumer,
                         unsigned command) {
     if (host.eventEnabled(PIB_EVENT_MLX5_CQ_ARM))

@@ -1,8 +1,9 @@
 // SPDX-License-Identifier: GPL-2.0-or-later
-// The ConnectX personality's completion queues (docs/mlx5.md §8):
-// CREATE_CQ and its checks, what a CQ holds, the arm doorbell, the
-// 64-byte CQE the data path's completions become, with its owner bit and
-// overrun, and the async events as EQEs.
+// The ConnectX personality's completion queues and SRQs (docs/mlx5.md
+// §8, §9): CREATE_CQ and its checks, what a CQ holds, the arm doorbell,
+// the 64-byte CQE the data path's completions become, with its owner bit
+// and overrun, the async events as EQEs; CREATE_SRQ and its checks, what
+// an SRQ holds, its limit.
 #include <catch2/catch.hpp>
 
 #include <cstdlib>
@@ -271,4 +272,120 @@ TEST_CASE("mlx5: an armed CQ's next CQE is a completion event on its EQ", "[mlx5
     k.host.clear();
     k.arm(0, 9);
     CHECK(k.host.guestErrors("mlx5-cq-doorbell") == 1);
+}
+
+namespace {
+
+constexpr uint16_t kAllocPd = 0x800, kDeallocPd = 0x801, kAllocXrcd = 0x80e, kDeallocXrcd = 0x80f,
+                   kCreateSrq = 0x700, kDestroySrq = 0x701, kQuerySrq = 0x702, kArmRq = 0x703;
+constexpr Field kHeld = field(0x48, 24);      // alloc_pd_out.pd, alloc_xrcd_out.xrcd
+constexpr Field kSrqNumber = field(0x48, 24); // create_srq_out, *_srq_in, arm_rq_in
+constexpr Field kLwm = field(0x80 + 0xe0, 16);
+constexpr Field kLogSrqSize = field(0x80 + 0x04, 4);
+
+// A function with a CQ, a PD and an XRC domain, for SRQs.
+struct SrqFunction : Function {
+    uint32_t cqn = 0, pd = 0, xrcd = 0;
+    SrqFunction() {
+        uint64_t ring = 0, record = 0;
+        cqn = static_cast<uint32_t>(
+            host.run(cqInput(host, 2, eqn, uar, &ring, &record), 16).get(kCqNumber));
+        pd = static_cast<uint32_t>(host.run(Mlx5Host::input(kAllocPd), 16).get(kHeld));
+        xrcd = static_cast<uint32_t>(host.run(Mlx5Host::input(kAllocXrcd), 16).get(kHeld));
+    }
+    // A CREATE_SRQ input as mlx5_ib's: 2^logSize WQEs of 32 bytes in a
+    // fresh page, its doorbell record at *record.
+    std::vector<uint8_t> srqInput(uint32_t logSize, uint64_t *record) {
+        const uint64_t ring = host.alloc(4096);
+        *record = host.alloc(64, 64);
+        auto in = Mlx5Host::input(kCreateSrq, 0, 0x118);
+        set(in, kLogSrqSize, logSize);
+        set(in, field(0x80 + 0x25, 3), 1); // 32-byte WQEs
+        set(in, field(0x80 + 0x28, 24), xrcd);
+        set(in, field(0x80 + 0x48, 24), cqn);
+        set(in, field(0x80 + 0xc8, 24), pd);
+        set(in, field(0x80 + 0x140, 64), *record);
+        writeBe64(&in[0x110], ring);
+        return in;
+    }
+    Mlx5Host::Reply srqCommand(uint16_t opcode, uint16_t opMod, uint32_t srqn, uint32_t lwm = 0) {
+        auto in = Mlx5Host::input(opcode, opMod);
+        set(in, kSrqNumber, srqn);
+        set(in, field(0x70, 16), lwm);
+        return host.run(in, opcode == kQuerySrq ? 0x50 : 16);
+    }
+};
+
+} // namespace
+
+TEST_CASE("mlx5: CREATE_SRQ checks its context and page list", "[mlx5]") {
+    SrqFunction f;
+    uint64_t record = 0;
+    const auto in = f.srqInput(3, &record);
+    auto refused = [&](std::vector<uint8_t> bad, uint8_t status, const pib::err::Condition &why) {
+        f.host.clear();
+        const auto r = f.host.run(bad, 16);
+        CHECK(r.status() == status);
+        CHECK(r.syndrome() == why.syndrome);
+        CHECK(f.host.guestErrors(why.token) == 1);
+    };
+    const std::pair<Field, uint64_t> contexts[] = {
+        {field(0x80 + 0x20, 1), 1},     // wq_signature
+        {field(0x80 + 0x21, 1), 1},     // cont_srq
+        {kLogSrqSize, 15},              // beyond 2^14 WQEs
+        {field(0x80 + 0x25, 3), 0},     // 16-byte WQEs: not even one data segment
+        {field(0x80 + 0x40, 6), 1},     // page_offset
+        {field(0x80 + 0x82, 6), 19},    // log_page_size
+        {field(0x80 + 0xc8, 24), 77},   // no such PD
+        {field(0x80 + 0x28, 24), 77},   // no such XRC domain
+        {field(0x80 + 0x48, 24), 77},   // no such CQ
+        {kLwm, 8},                      // a limit of all 8 WQEs
+        {field(0x80 + 0x140, 64), 0x4}, // dbr_addr misaligned
+        {field(0x80 + 0x140, 64), 0x8}, // and not RAM
+    };
+    for (const auto &[where, value] : contexts) {
+        INFO("field at bit 0x" << std::hex << where.bit << " = 0x" << value);
+        auto bad = in;
+        set(bad, where, value);
+        refused(bad, status::kBadParam, pib::err::kMlx5SrqBadContext);
+    }
+    auto bad = in;
+    writeBe64(&bad[0x110], 0x1000); // aligned, not guest RAM
+    refused(bad, status::kBadParam, pib::err::kMlx5SrqBadPages);
+    bad = in;
+    bad.resize(0x110);
+    refused(bad, status::kBadInputLength, pib::err::kMlx5CmdShortInput);
+    const auto r = f.host.run(in, 16);
+    REQUIRE(r.status() == 0);
+    CHECK(r.get(kSrqNumber) == 0);
+    CHECK(f.host.traces("mlx5_srq_create") == 1);
+}
+
+TEST_CASE("mlx5: an SRQ holds its PD, XRC domain and CQ; ARM_RQ sets its limit", "[mlx5]") {
+    SrqFunction f;
+    uint64_t record = 0;
+    const auto r = f.host.run(f.srqInput(3, &record), 16);
+    REQUIRE(r.status() == 0);
+    const auto srqn = static_cast<uint32_t>(r.get(kSrqNumber));
+    CHECK(f.destroy(kDestroyCq, kCqNumber, f.cqn).status() == status::kBadResourceState);
+    CHECK(f.destroy(kDeallocPd, kHeld, f.pd).status() == status::kBadResourceState);
+    CHECK(f.destroy(kDeallocXrcd, kHeld, f.xrcd).status() == status::kBadResourceState);
+
+    auto q = f.srqCommand(kQuerySrq, 0, srqn);
+    REQUIRE(q.status() == 0);
+    CHECK(q.get(kLogSrqSize) == 3);
+    CHECK(q.get(kLwm) == 0);
+    CHECK(q.get(field(0x80 + 0x140, 64)) == record);
+    CHECK(f.srqCommand(kArmRq, 1, srqn, 5).status() == 0);
+    CHECK(f.srqCommand(kQuerySrq, 0, srqn).get(kLwm) == 5);
+    CHECK(f.srqCommand(kArmRq, 1, srqn, 8).status() == status::kBadParam); // all 8
+    CHECK(f.srqCommand(kArmRq, 0, srqn, 1).status() == status::kBadParam); // an RQ
+    CHECK(f.srqCommand(kArmRq, 1, srqn + 1, 1).status() == status::kBadResource);
+
+    CHECK(f.srqCommand(kDestroySrq, 0, srqn).status() == 0);
+    CHECK(f.srqCommand(kDestroySrq, 0, srqn).status() == status::kBadResource);
+    CHECK(f.host.traces("mlx5_srq_destroy") == 1);
+    CHECK(f.destroy(kDestroyCq, kCqNumber, f.cqn).status() == 0);
+    CHECK(f.destroy(kDeallocPd, kHeld, f.pd).status() == 0);
+    CHECK(f.destroy(kDeallocXrcd, kHeld, f.xrcd).status() == 0);
 }

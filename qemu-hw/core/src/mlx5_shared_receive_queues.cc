@@ -1,0 +1,160 @@
+// SPDX-License-Identifier: GPL-2.0-or-later
+#include "mlx5_shared_receive_queues.hh"
+
+#include <cinttypes>
+
+#include "limits.hh"
+#include "mlx5_ifc.hh"
+#include "mlx5_page_list.hh"
+#include "trace.hh"
+
+namespace pib::mlx5 {
+
+namespace {
+
+// The SRQ context (srqc) at byte 0x10 of create_srq_in and query_srq_out.
+constexpr uint32_t kContext = 8 * 0x10;
+constexpr Field kLogSrqSize = field(kContext + 0x04, 4);
+constexpr Field kWqSignature = field(kContext + 0x20, 1);
+constexpr Field kContiguous = field(kContext + 0x21, 1);
+constexpr Field kReservedLkey = field(kContext + 0x23, 1);
+constexpr Field kLogRqStride = field(kContext + 0x25, 3);
+constexpr Field kXrcd = field(kContext + 0x28, 24);
+constexpr Field kPageOffset = field(kContext + 0x40, 6);
+constexpr Field kCqn = field(kContext + 0x48, 24);
+constexpr Field kLogPageSize = field(kContext + 0x82, 6);
+constexpr Field kPd = field(kContext + 0xc8, 24);
+constexpr Field kLwm = field(kContext + 0xe0, 16);
+constexpr Field kDbrAddr = field(kContext + 0x140, 64);
+constexpr uint32_t kPageList = 0x110;
+
+constexpr uint32_t kAdapterPageShift = 12;
+constexpr uint32_t kMaxLogPageSize = 18;
+// A WQE is a next segment and data segments of 16 bytes each: 32 bytes
+// at least (one data segment), 2 KiB at most (as the send WQEs).
+constexpr uint32_t kLogMinStride = 5;
+constexpr uint32_t kStrideUnitShift = 4;
+
+} // namespace
+
+const err::Condition *SharedReceiveQueues::checkContext(std::span<const uint8_t> in) const {
+    const uint64_t logStride = get(in, kLogRqStride) + kStrideUnitShift;
+    const char *bad =
+        get(in, kWqSignature) ? "wq_signature: WQE signatures are not offered"
+        : get(in, kContiguous) || get(in, kReservedLkey) ? "cont_srq and rlky are not offered"
+        : get(in, kLogSrqSize) > limits::kLogMaxSrqWr    ? "log_srq_size beyond log_max_srq_sz"
+        : logStride < kLogMinStride || logStride > limits::kLogMaxWqeStride ? "log_rq_stride"
+        : get(in, kPageOffset) != 0                  ? "page_offset: SRQs start on a page"
+        : get(in, kLogPageSize) > kMaxLogPageSize    ? "log_page_size"
+        : !objects_.pds.find(get(in, kPd))           ? "pd: no such PD"
+        : !objects_.xrcds.find(get(in, kXrcd))       ? "xrcd: no such XRC domain"
+        : !objects_.cqs.find(get(in, kCqn))          ? "cqn: no such CQ"
+        : get(in, kLwm) >> get(in, kLogSrqSize) != 0 ? "lwm: beyond the SRQ's size"
+        : get(in, kDbrAddr) % 8 != 0                 ? "dbr_addr: not 8-byte aligned"
+                                                     : nullptr;
+    if (bad) {
+        host_.guestError(err::kMlx5SrqBadContext, "CREATE_SRQ: %s", bad);
+        return &err::kMlx5SrqBadContext;
+    }
+    uint64_t record = 0;
+    if (!host_.dmaRead(get(in, kDbrAddr), record)) {
+        host_.guestError(err::kMlx5SrqBadContext, "CREATE_SRQ: dbr_addr 0x%" PRIx64 " is not RAM",
+                         get(in, kDbrAddr));
+        return &err::kMlx5SrqBadContext;
+    }
+    return nullptr;
+}
+
+const err::Condition *SharedReceiveQueues::create(std::span<const uint8_t> in, uint32_t &srqn) {
+    if (objects_.srqs.size() == objects_.srqs.capacity()) {
+        host_.guestError(err::kMlx5CmdNoResources, "CREATE_SRQ: all %u SRQs exist",
+                         objects_.srqs.capacity());
+        return &err::kMlx5CmdNoResources;
+    }
+    if (const err::Condition *why = checkContext(in))
+        return why;
+    auto srq = std::make_unique<SharedReceiveQueue>();
+    pib_srq_context &ctx = srq->ctx;
+    ctx.log_wqe_count = static_cast<uint8_t>(get(in, kLogSrqSize));
+    ctx.log_wqe_stride = static_cast<uint8_t>(get(in, kLogRqStride) + kStrideUnitShift);
+    ctx.type = PIB_SRQT_XRC;
+    ctx.pdn = static_cast<uint32_t>(get(in, kPd));
+    ctx.xrcdn = static_cast<uint32_t>(get(in, kXrcd));
+    ctx.cqn = static_cast<uint32_t>(get(in, kCqn));
+    ctx.limit = static_cast<uint32_t>(get(in, kLwm));
+    srq->record = get(in, kDbrAddr);
+    PageList ring;
+    ring.shift = kAdapterPageShift + static_cast<uint32_t>(get(in, kLogPageSize));
+    const uint64_t bytes = uint64_t{1} << (ctx.log_wqe_count + ctx.log_wqe_stride);
+    if (const err::Condition *why =
+            ring.load(host_, in, kPageList, bytes, "CREATE_SRQ", err::kMlx5SrqBadPages))
+        return why;
+    const auto mapped = ring.map(objects_.mtt, bytes);
+    if (!mapped) {
+        host_.guestError(err::kMlx5CmdNoResources, "CREATE_SRQ: the MTT is full");
+        return &err::kMlx5CmdNoResources;
+    }
+    ctx.buf = *mapped;
+    const pib_srq_context made = ctx;
+    srqn = *objects_.srqs.insert(std::move(srq)); // there is room: checked above
+    ++objects_.pds.at(made.pdn).refs;
+    ++objects_.xrcds.at(made.xrcdn).refs;
+    ++objects_.cqs.at(made.cqn).refs;
+    trace::mlx5_srq_create(host_, srqn, made.log_wqe_count, made.log_wqe_stride, made.pdn,
+                           made.cqn);
+    return nullptr;
+}
+
+const err::Condition *SharedReceiveQueues::missing(const char *command, uint32_t srqn) const {
+    host_.guestError(err::kMlx5CmdBadResource, "%s of SRQ %u, which does not exist", command, srqn);
+    return &err::kMlx5CmdBadResource;
+}
+
+const err::Condition *SharedReceiveQueues::destroy(uint32_t srqn) {
+    const SharedReceiveQueue *srq = objects_.srqs.find(srqn);
+    if (!srq)
+        return missing("DESTROY_SRQ", srqn);
+    if (srq->refs) {
+        host_.guestError(err::kMlx5CmdInUse, "DESTROY_SRQ of SRQ %u, which %u QPs use", srqn,
+                         srq->refs);
+        return &err::kMlx5CmdInUse;
+    }
+    ends_(srqn);
+    --objects_.pds.at(srq->ctx.pdn).refs;
+    --objects_.xrcds.at(srq->ctx.xrcdn).refs;
+    --objects_.cqs.at(srq->ctx.cqn).refs;
+    objects_.mtt.release(srq->ctx.buf.mtt_index);
+    objects_.srqs.erase(srqn);
+    trace::mlx5_srq_destroy(host_, srqn);
+    return nullptr;
+}
+
+const err::Condition *SharedReceiveQueues::query(uint32_t srqn, std::span<uint8_t> out) const {
+    const SharedReceiveQueue *srq = objects_.srqs.find(srqn);
+    if (!srq)
+        return missing("QUERY_SRQ", srqn);
+    const pib_srq_context &ctx = srq->ctx;
+    set(out, kLogSrqSize, ctx.log_wqe_count);
+    set(out, kLogRqStride, ctx.log_wqe_stride - kStrideUnitShift);
+    set(out, kXrcd, ctx.xrcdn);
+    set(out, kCqn, ctx.cqn);
+    set(out, kPd, ctx.pdn);
+    set(out, kLwm, ctx.limit);
+    set(out, kDbrAddr, srq->record);
+    return nullptr;
+}
+
+const err::Condition *SharedReceiveQueues::arm(uint32_t srqn, uint32_t limit) {
+    SharedReceiveQueue *srq = objects_.srqs.find(srqn);
+    if (!srq)
+        return missing("ARM_RQ", srqn);
+    if (limit >> srq->ctx.log_wqe_count) {
+        host_.guestError(err::kMlx5CmdBadParam, "ARM_RQ of SRQ %u: lwm %u beyond its %u WQEs", srqn,
+                         limit, 1u << srq->ctx.log_wqe_count);
+        return &err::kMlx5CmdBadParam;
+    }
+    srq->ctx.limit = limit;
+    return nullptr;
+}
+
+} // namespace pib::mlx5
