@@ -27,7 +27,7 @@ namespace pib {
 class DataPath final : public SubnetSender, public ScheduledEngine, QpErrorFlow {
   public:
     DataPath(const Host &host, ObjectTables &objects, Ports &ports, EventWriter &events,
-             MemoryAccess &memory, WqeReader &wqes, Scheduler &scheduler,
+             MemoryAccess &memory, WqeFormat &wqes, Scheduler &scheduler,
              ArmedInjections &injections, OutstandingMemory &outstanding)
         : host_(host), objects_(objects), ports_(ports), events_(events), wqes_(wqes),
           scheduler_(scheduler), outstanding_(outstanding),
@@ -91,7 +91,7 @@ class DataPath final : public SubnetSender, public ScheduledEngine, QpErrorFlow 
     ObjectTables &objects_;
     Ports &ports_;
     EventWriter &events_;
-    WqeReader &wqes_;
+    WqeFormat &wqes_;
     Scheduler &scheduler_;
     OutstandingMemory &outstanding_;
     MemoryKeys keys_;

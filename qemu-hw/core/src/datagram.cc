@@ -38,7 +38,7 @@ void Datagram::send(QueuePair &qp) {
             return;
         }
         uint32_t length = 0;
-        uint8_t status = wqes_.readSend(qp.number, qp.ctx.type, sendRing(qp), qp.sq.consumer, wqe);
+        uint8_t status = wqes_.readSend(qp, qp.sq.consumer, wqe);
         uint8_t vendorErr = 0;
         if (status == PIB_WC_SUCCESS)
             status = injectedCompletion(qp, qp.sq.consumer, &vendorErr);

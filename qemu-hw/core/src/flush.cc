@@ -58,9 +58,8 @@ void DataPath::flushQp(QueuePair &qp) {
     while (qp.sq.consumer != qp.sq.producer) {
         if (!budget.take())
             return postponed();
-        const pib_wqe_ctrl ctrl = wqes_.readControl(sendRing(qp), qp.sq.consumer);
-        events_.completeSend(qp, qp.sq.consumer, ctrl.wr_id, PIB_WC_SEND, PIB_WC_WR_FLUSH_ERR, 0,
-                             true);
+        events_.completeSend(qp, qp.sq.consumer, wqes_.sendWrId(qp, qp.sq.consumer), PIB_WC_SEND,
+                             PIB_WC_WR_FLUSH_ERR, 0, true);
         ++qp.sq.consumer;
     }
     if (qp.ctx.flags & PIB_QP_USE_SRQ) {
@@ -73,9 +72,8 @@ void DataPath::flushQp(QueuePair &qp) {
     while (qp.rq.consumer != qp.rq.producer) {
         if (!budget.take())
             return postponed();
-        const pib_wqe_ctrl ctrl = wqes_.readControl(receiveRing(qp), qp.rq.consumer);
         Completion cqe;
-        cqe.wrId = ctrl.wr_id;
+        cqe.wrId = wqes_.receiveWrId(qp, qp.rq.consumer);
         cqe.qpn = qp.number;
         cqe.opcode = PIB_WC_RECV;
         cqe.status = PIB_WC_WR_FLUSH_ERR;

@@ -15,7 +15,7 @@ bool ReceiveWqes::takeReceiveWqe(QueuePair &qp, Wqe &wqe, uint16_t *index, uint8
         if (!srq || srq->consumer == srq->producer)
             return false;
         *index = static_cast<uint16_t>(srq->consumer);
-        if (!wqes_.readReceive(qp.number, receiveRing(*srq), srq->consumer, wqe, status))
+        if (!wqes_.readReceive(qp, srq, srq->consumer, wqe, status))
             return false;
         ++srq->consumer;
         const uint32_t left = srq->producer - srq->consumer;
@@ -28,7 +28,7 @@ bool ReceiveWqes::takeReceiveWqe(QueuePair &qp, Wqe &wqe, uint16_t *index, uint8
     if (qp.rq.consumer == qp.rq.producer)
         return false;
     *index = static_cast<uint16_t>(qp.rq.consumer);
-    if (!wqes_.readReceive(qp.number, receiveRing(qp), qp.rq.consumer, wqe, status))
+    if (!wqes_.readReceive(qp, nullptr, qp.rq.consumer, wqe, status))
         return false;
     ++qp.rq.consumer;
     return true;

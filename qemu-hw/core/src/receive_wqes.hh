@@ -10,13 +10,13 @@
 
 #include "event_writer.hh"
 #include "object_tables.hh"
-#include "wqe_reader.hh"
+#include "wqe_format.hh"
 
 namespace pib {
 
 class ReceiveWqes {
   public:
-    ReceiveWqes(ObjectTables &objects, WqeReader &wqes, EventWriter &events)
+    ReceiveWqes(ObjectTables &objects, WqeFormat &wqes, EventWriter &events)
         : objects_(objects), wqes_(wqes), events_(events) {}
 
     // Takes the next receive WQE of `qp`. False when none is posted or it
@@ -35,7 +35,7 @@ class ReceiveWqes {
 
   private:
     ObjectTables &objects_;
-    WqeReader &wqes_;
+    WqeFormat &wqes_;
     EventWriter &events_;
 };
 

@@ -27,7 +27,7 @@ uint8_t Requester::fetchSendWqe(QueuePair &qp, uint32_t index, SendWqe &w) {
     Wqe wqe;
     wqe.sges = std::move(w.sges); // reuse its capacity
     w.index = index;
-    uint8_t status = wqes_.readSend(qp.number, qp.ctx.type, sendRing(qp), index, wqe);
+    uint8_t status = wqes_.readSend(qp, index, wqe);
     w.wrId = wqe.ctrl.wr_id;
     w.opcode = wqe.ctrl.opcode;
     w.flags = wqe.ctrl.flags;

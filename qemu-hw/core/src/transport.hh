@@ -21,7 +21,7 @@
 #include "pib_hw.h"
 #include "ports.hh"
 #include "scheduler.hh"
-#include "wqe_reader.hh"
+#include "wqe_format.hh"
 
 namespace pib {
 
@@ -47,7 +47,7 @@ struct TransportParts {
     EventWriter &events;
     MemoryAccess &memory;
     MemoryKeys &keys;
-    WqeReader &wqes;
+    WqeFormat &wqes;
     Scheduler &scheduler;
     ArmedInjections &injections;
     OutstandingMemory &outstanding;
@@ -88,7 +88,7 @@ class TransportRole {
     EventWriter &events_;
     MemoryAccess &memory_;
     MemoryKeys &keys_;
-    WqeReader &wqes_;
+    WqeFormat &wqes_;
     Scheduler &scheduler_;
     OutstandingMemory &outstanding_;
     QpTimers &timers_;

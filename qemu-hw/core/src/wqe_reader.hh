@@ -1,18 +1,19 @@
 // SPDX-License-Identifier: GPL-2.0-or-later
-// The one reader of work queue entries (docs/prm.md §7.2). Every queue's
-// WQEs, send and receive, datagram and connected, are read and checked
-// here, so the transports, the responder and the flusher agree on what a
-// well-formed WQE is and report a malformed one the same way.
+// The reader of pib-hca's work queue entries (docs/prm.md §7.2), the pib
+// personality's WqeFormat. Every queue's WQEs, send and receive, datagram
+// and connected, are read and checked here, so the transports, the
+// responder and the flusher agree on what a well-formed WQE is and report
+// a malformed one the same way.
 #pragma once
 
 #include <cstdint>
-#include <span>
 #include <vector>
 
 #include "host.hh"
 #include "mtt.hh"
 #include "objects.hh"
 #include "pib_hw.h"
+#include "wqe_format.hh"
 
 namespace pib {
 
@@ -33,23 +34,7 @@ inline WqeRing receiveRing(const SharedReceiveQueue &srq) {
     return {srq.ctx.buf, srq.ctx.log_wqe_count, srq.ctx.log_wqe_stride};
 }
 
-// A WQE as decoded: the control segment, the segments its opcode carries,
-// and its data, inline or as a scatter/gather list.
-struct Wqe {
-    pib_wqe_ctrl ctrl{};
-    pib_wqe_raddr raddr{};   // RDMA and atomic operations
-    pib_wqe_atomic atomic{}; // atomic operations
-    pib_wqe_ud ud{};         // datagram sends
-    pib_wqe_reg_mr reg{};    // fast registration
-    pib_wqe_bind_mw bind{};  // memory window binding
-    pib_wqe_xrc xrc{};       // XRC INI QPs: the remote XRC SRQ
-    bool isInline = false;
-    // Inline bytes: they point into the reader and last until its next read.
-    std::span<const uint8_t> inlineData;
-    std::vector<pib_wqe_data> sges;
-};
-
-class WqeReader {
+class WqeReader final : public WqeFormat {
   public:
     WqeReader(const Host &host, const Mtt &mtt, uint32_t maxInlineData)
         : host_(host), mtt_(mtt), maxInlineData_(maxInlineData) {}
@@ -66,6 +51,22 @@ class WqeReader {
     // Only the control segment (a flushed WQE needs its wr_id), zeros when
     // it cannot be read.
     pib_wqe_ctrl readControl(const WqeRing &ring, uint32_t index);
+
+    // The QP's rings, as its pib_qp_context and its SRQ's give them.
+    uint8_t readSend(const QueuePair &qp, uint32_t index, Wqe &out) override {
+        return readSend(qp.number, qp.ctx.type, sendRing(qp), index, out);
+    }
+    bool readReceive(const QueuePair &qp, const SharedReceiveQueue *srq, uint32_t index, Wqe &out,
+                     uint8_t *status) override {
+        return readReceive(qp.number, srq ? receiveRing(*srq) : receiveRing(qp), index, out,
+                           status);
+    }
+    uint64_t sendWrId(const QueuePair &qp, uint32_t index) override {
+        return readControl(sendRing(qp), index).wr_id;
+    }
+    uint64_t receiveWrId(const QueuePair &qp, uint32_t index) override {
+        return readControl(receiveRing(qp), index).wr_id;
+    }
 
   private:
     // Which segments follow the control segment.
