@@ -3,7 +3,7 @@
 // with overrun detection through the consumer's record and the arming
 // that turns a CQE into a completion event, and async events. How a CQE
 // and an event look is the personality's (EventCodec); the rings' life is
-// the same for both (docs/prm.md §7.3, docs/mlx5.md §9).
+// the same for both (docs/prm.md §7.3, docs/mlx5.md §8).
 #pragma once
 
 #include <cstdint>
