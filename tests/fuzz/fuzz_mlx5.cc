@@ -44,6 +44,11 @@ struct Pages {
             page = host.alloc(4096);
     }
     uint64_t pick(FuzzedDataProvider &in) const { return in.PickValueInArray(list); }
+    // A doorbell record: 64-byte aligned in one of the pages, or anywhere.
+    uint64_t record(FuzzedDataProvider &in) const {
+        return in.ConsumeBool() ? pick(in) + 64 * in.ConsumeIntegralInRange<uint32_t>(0, 63)
+                                : in.ConsumeIntegral<uint64_t>();
+    }
     uint64_t list[12];
 };
 
@@ -75,9 +80,7 @@ std::vector<uint8_t> cqInput(FuzzedDataProvider &in, const Pages &pages) {
     set(cmd, field(0x80 + 0x63, 5), logSize);
     set(cmd, field(0x80 + 0x68, 24), in.ConsumeIntegralInRange<uint32_t>(2, 5));
     set(cmd, field(0x80 + 0xa0, 32), in.ConsumeIntegralInRange<uint32_t>(0, 3));
-    set(cmd, field(0x80 + 0x1c0, 64),
-        in.ConsumeBool() ? pages.pick(in) + 64 * in.ConsumeIntegralInRange<uint32_t>(0, 63)
-                         : in.ConsumeIntegral<uint64_t>());
+    set(cmd, field(0x80 + 0x1c0, 64), pages.record(in));
     if (in.ConsumeBool())
         set(cmd, field(0x80 + 8 * in.ConsumeIntegralInRange<uint32_t>(0, 3), 8),
             in.ConsumeIntegral<uint8_t>()); // cqe_sz, cc, oi, compression...
@@ -102,9 +105,7 @@ std::vector<uint8_t> srqInput(FuzzedDataProvider &in, const Pages &pages) {
     set(cmd, field(0x80 + 0x48, 24), in.ConsumeIntegralInRange<uint32_t>(0, 3));
     set(cmd, field(0x80 + 0xc8, 24), in.ConsumeIntegralInRange<uint32_t>(0, 3));
     set(cmd, field(0x80 + 0xe0, 16), in.ConsumeIntegralInRange<uint32_t>(0, 1u << logSize));
-    set(cmd, field(0x80 + 0x140, 64),
-        in.ConsumeBool() ? pages.pick(in) + 64 * in.ConsumeIntegralInRange<uint32_t>(0, 63)
-                         : in.ConsumeIntegral<uint64_t>());
+    set(cmd, field(0x80 + 0x140, 64), pages.record(in));
     for (uint32_t i = 0; i < count; ++i)
         writeBe64(&cmd[0x110 + 8 * i],
                   in.ConsumeBool() ? pages.pick(in) : in.ConsumeIntegral<uint64_t>());

@@ -5,6 +5,7 @@
 #include <catch2/catch.hpp>
 
 #include "conditions.hh"
+#include "mlx5_checks.hh"
 #include "mlx5_host.hh"
 
 using namespace pib::mlx5;
@@ -78,13 +79,8 @@ TEST_CASE("mlx5: ALLOC_UAR gives BAR0 pages from 3 on, DEALLOC_UAR takes them ba
 TEST_CASE("mlx5: CREATE_EQ checks its context and page list", "[mlx5]") {
     Function f;
     uint64_t ring = 0;
-    auto refused = [&](std::vector<uint8_t> in, uint8_t status, const pib::err::Condition &why) {
-        f.host.clear();
-        const auto r = f.host.run(in, 16);
-        CHECK(r.status() == status);
-        CHECK(r.syndrome() == why.syndrome);
-        CHECK(f.host.guestErrors(why.token) == 1);
-    };
+    auto refused = [&](const std::vector<uint8_t> &in, uint8_t status,
+                       const pib::err::Condition &why) { checkRefused(f.host, in, status, why); };
     auto in = f.host.eqInput(3, kCommandEvents, 0, f.uar, &ring);
     auto bad = in;
     set(bad, field(0xe3, 5), 17); // log_eq_size beyond 16

@@ -11,6 +11,7 @@
 
 #include "conditions.hh"
 #include "event_writer.hh"
+#include "mlx5_checks.hh"
 #include "mlx5_completion_queues.hh"
 #include "mlx5_host.hh"
 
@@ -80,13 +81,8 @@ struct Function {
 TEST_CASE("mlx5: CREATE_CQ checks its context and page list", "[mlx5]") {
     Function f;
     uint64_t ring = 0, record = 0;
-    auto refused = [&](std::vector<uint8_t> in, uint8_t status, const pib::err::Condition &why) {
-        f.host.clear();
-        const auto r = f.host.run(in, 16);
-        CHECK(r.status() == status);
-        CHECK(r.syndrome() == why.syndrome);
-        CHECK(f.host.guestErrors(why.token) == 1);
-    };
+    auto refused = [&](const std::vector<uint8_t> &in, uint8_t status,
+                       const pib::err::Condition &why) { checkRefused(f.host, in, status, why); };
     const auto in = cqInput(f.host, 2, f.eqn, f.uar, &ring, &record);
     const std::pair<Field, uint64_t> contexts[] = {
         {field(0x80 + 0x08, 3), 1},     // cqe_sz: 128 bytes
@@ -322,13 +318,8 @@ TEST_CASE("mlx5: CREATE_SRQ checks its context and page list", "[mlx5]") {
     SrqFunction f;
     uint64_t record = 0;
     const auto in = f.srqInput(3, &record);
-    auto refused = [&](std::vector<uint8_t> bad, uint8_t status, const pib::err::Condition &why) {
-        f.host.clear();
-        const auto r = f.host.run(bad, 16);
-        CHECK(r.status() == status);
-        CHECK(r.syndrome() == why.syndrome);
-        CHECK(f.host.guestErrors(why.token) == 1);
-    };
+    auto refused = [&](const std::vector<uint8_t> &bad, uint8_t status,
+                       const pib::err::Condition &why) { checkRefused(f.host, bad, status, why); };
     const std::pair<Field, uint64_t> contexts[] = {
         {field(0x80 + 0x20, 1), 1},     // wq_signature
         {field(0x80 + 0x21, 1), 1},     // cont_srq

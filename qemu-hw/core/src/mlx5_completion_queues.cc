@@ -1,8 +1,6 @@
 // SPDX-License-Identifier: GPL-2.0-or-later
 #include "mlx5_completion_queues.hh"
 
-#include <cinttypes>
-
 #include "limits.hh"
 #include "mlx5_ifc.hh"
 #include "mlx5_page_list.hh"
@@ -33,8 +31,6 @@ constexpr Field kCqUmemValid = field(0x2e0, 1);
 constexpr uint32_t kPageList = 0x110;
 
 constexpr unsigned kLogCqeBytes = 6; // cqe_sz 0: the 64-byte CQE
-constexpr uint32_t kAdapterPageShift = 12;
-constexpr uint32_t kMaxLogPageSize = 18;
 constexpr uint32_t kCounterMask = 0xffffff;
 
 // The 64-byte CQE (device.h's mlx5_cqe64 and mlx5_err_cqe).
@@ -141,19 +137,13 @@ const err::Condition *CompletionQueues::checkContext(std::span<const uint8_t> in
         : get(in, kDbrUmemValid) || get(in, kCqUmemValid)    ? "user memory objects are not offered"
         : get(in, kLogCqSize) > limits::kLogMaxCqe           ? "log_cq_size beyond log_max_cq_sz"
         : get(in, kPageOffset) != 0                          ? "page_offset: CQs start on a page"
-        : logPage > kMaxLogPageSize                          ? "log_page_size"
+        : logPage > PageList::kMaxLogPageSize                ? "log_page_size"
         : !uars_.given(uar)                                  ? "uar_page: not given by ALLOC_UAR"
         : !eqs_.exists(static_cast<uint32_t>(get(in, kEqn))) ? "c_eqn: no such EQ"
-        : get(in, kDbrAddr) % 8 != 0                         ? "dbr_addr: not 8-byte aligned"
-                                                             : nullptr;
+        : !isDoorbellRecord(host_, get(in, kDbrAddr)) ? "dbr_addr: not 8-byte aligned guest RAM"
+                                                      : nullptr;
     if (bad) {
         host_.guestError(err::kMlx5CqBadContext, "CREATE_CQ: %s", bad);
-        return &err::kMlx5CqBadContext;
-    }
-    uint64_t record = 0;
-    if (!host_.dmaRead(get(in, kDbrAddr), record)) {
-        host_.guestError(err::kMlx5CqBadContext, "CREATE_CQ: dbr_addr 0x%" PRIx64 " is not RAM",
-                         get(in, kDbrAddr));
         return &err::kMlx5CqBadContext;
     }
     return nullptr;
@@ -164,7 +154,7 @@ const err::Condition *CompletionQueues::checkContext(std::span<const uint8_t> in
 const err::Condition *CompletionQueues::mapPages(std::span<const uint8_t> in,
                                                  pib_buf_desc &buf) const {
     PageList ring;
-    ring.shift = kAdapterPageShift + static_cast<uint32_t>(get(in, kLogPageSize));
+    ring.shift = PageList::kAdapterPageShift + static_cast<uint32_t>(get(in, kLogPageSize));
     const uint64_t bytes = uint64_t{1} << (get(in, kLogCqSize) + kLogCqeBytes);
     if (const err::Condition *why =
             ring.load(host_, in, kPageList, bytes, "CREATE_CQ", err::kMlx5CqBadPages))
@@ -184,9 +174,9 @@ const err::Condition *CompletionQueues::create(std::span<const uint8_t> in, uint
                          objects_.cqs.capacity());
         return &err::kMlx5CmdNoResources;
     }
-    auto cq = std::make_unique<CompletionQueue>();
     if (const err::Condition *why = checkContext(in))
         return why;
+    auto cq = std::make_unique<CompletionQueue>();
     if (const err::Condition *why = mapPages(in, cq->ctx.buf))
         return why;
     cq->ctx.log_size = static_cast<uint32_t>(get(in, kLogCqSize));
@@ -322,84 +312,8 @@ void CompletionQueues::completionEvent(uint32_t eqn, uint32_t cqn) {
     eqs_.postTo(eqn, event::kCompletion, 0, data);
 }
 
-namespace {
-
-// Async events as ConnectX reports them (device.h: MLX5_EVENT_TYPE_* and
-// the port change sub-types); kind says where the object's number goes.
-enum class Kind : uint8_t { kNone, kCq, kQp, kSrq, kPort };
-struct AsyncEvent {
-    uint8_t type;
-    uint8_t subType;
-    Kind kind;
-};
-
-AsyncEvent mlx5Event(uint8_t event) {
-    switch (event) {
-    case PIB_ASYNC_CQ_ERR:
-        return {0x04, 0, Kind::kCq};
-    case PIB_ASYNC_QP_FATAL:
-        return {0x05, 0, Kind::kQp}; // WQ_CATAS_ERROR
-    case PIB_ASYNC_QP_REQ_ERR:
-        return {0x10, 0, Kind::kQp}; // WQ_INVAL_REQ_ERROR
-    case PIB_ASYNC_QP_ACCESS_ERR:
-        return {0x11, 0, Kind::kQp}; // WQ_ACCESS_ERROR
-    case PIB_ASYNC_COMM_EST:
-        return {0x02, 0, Kind::kQp};
-    case PIB_ASYNC_SQ_DRAINED:
-        return {0x03, 0, Kind::kQp};
-    case PIB_ASYNC_QP_LAST_WQE_REACHED:
-        return {0x13, 0, Kind::kQp};
-    case PIB_ASYNC_SRQ_LIMIT:
-        return {0x14, 0, Kind::kSrq};
-    case PIB_ASYNC_SRQ_ERR:
-        return {0x12, 0, Kind::kSrq}; // SRQ_CATAS_ERROR
-    case PIB_ASYNC_PATH_MIG:
-        return {0x01, 0, Kind::kQp};
-    case PIB_ASYNC_PATH_MIG_ERR:
-        return {0x07, 0, Kind::kQp};
-    case PIB_ASYNC_PORT_ACTIVE:
-        return {event::kPortChange, 0x4, Kind::kPort};
-    case PIB_ASYNC_PORT_ERR:
-        return {event::kPortChange, 0x1, Kind::kPort};
-    // A new SM is a new LID to reach it by: mlx5_ib has no sub-type of
-    // its own for it, and both make ib_sa find the SM again.
-    case PIB_ASYNC_LID_CHANGE:
-    case PIB_ASYNC_SM_CHANGE:
-        return {event::kPortChange, 0x6, Kind::kPort};
-    case PIB_ASYNC_PKEY_CHANGE:
-        return {event::kPortChange, 0x7, Kind::kPort};
-    case PIB_ASYNC_GID_CHANGE:
-        return {event::kPortChange, 0x8, Kind::kPort};
-    case PIB_ASYNC_CLIENT_REREGISTER:
-        return {event::kPortChange, 0x9, Kind::kPort};
-    default:
-        // DEVICE_FATAL: a ConnectX says so in its health buffer (§2).
-        return {0, 0, Kind::kNone};
-    }
-}
-
-} // namespace
-
 void CompletionQueues::asyncEvent(uint8_t event, uint32_t number) {
-    const AsyncEvent e = mlx5Event(event);
-    EventQueues::Data data{};
-    switch (e.kind) {
-    case Kind::kNone:
-        return;
-    case Kind::kCq:
-        writeBe32(data.data(), number); // cq_err.cqn
-        data[0x0b] = 0x01;              // its syndrome: CQ overrun
-        break;
-    case Kind::kQp:
-    case Kind::kSrq:
-        data[0x14] = e.kind == Kind::kSrq ? 1 : 0; // qp_srq.type
-        writeBe32(data.data() + 0x18, number);     // qp_srq.qp_srq_n
-        break;
-    case Kind::kPort:
-        data[0x08] = static_cast<uint8_t>(number << 4); // port.port
-        break;
-    }
-    eqs_.post(e.type, e.subType, data);
+    eqs_.postAsync(event, number);
 }
 
 } // namespace pib::mlx5

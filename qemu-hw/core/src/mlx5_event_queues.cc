@@ -6,6 +6,7 @@
 
 #include "limits.hh"
 #include "mlx5_ifc.hh"
+#include "pib_hw.h"
 #include "trace.hh"
 
 namespace pib::mlx5 {
@@ -22,9 +23,6 @@ constexpr Field kLogPageSize = field(0x143, 5);
 constexpr uint32_t kEventBitmask = 0x58; // four big-endian 64-bit words
 constexpr uint32_t kPageList = 0x110;
 
-constexpr uint32_t kAdapterPageShift = 12; // log_page_size counts from 4 KiB
-// Pages up to 1 GiB: what a driver's buffers may be made of.
-constexpr uint32_t kMaxLogPageSize = 18;
 constexpr uint32_t kCounterMask = 0xffffff; // the doorbell's 24-bit consumer counter
 constexpr uint32_t kOwnerByte = 0x3f;
 
@@ -40,11 +38,12 @@ const err::Condition *EventQueues::create(std::span<const uint8_t> in, uint32_t 
     }
     auto eq = std::make_unique<Eq>();
     eq->logSize = static_cast<uint32_t>(get(in, kLogEqSize));
-    eq->ring.shift = kAdapterPageShift + static_cast<uint32_t>(get(in, kLogPageSize));
+    eq->ring.shift = PageList::kAdapterPageShift + static_cast<uint32_t>(get(in, kLogPageSize));
     eq->uar = static_cast<uint32_t>(get(in, kUarPage));
     eq->vector = static_cast<uint32_t>(get(in, kIntr));
     const char *bad = eq->logSize > limits::kLogMaxEqe ? "log_eq_size beyond log_max_eq_sz"
-                      : eq->ring.shift > kAdapterPageShift + kMaxLogPageSize ? "log_page_size"
+                      : eq->ring.shift > PageList::kAdapterPageShift + PageList::kMaxLogPageSize
+                          ? "log_page_size"
                       : get(in, kPageOffset) != 0 ? "page_offset: EQs start on a page"
                       : eq->vector >= vectors_    ? "intr: no such MSI-X vector"
                       : !uars_.given(eq->uar)     ? "uar_page: not given by ALLOC_UAR"
@@ -160,6 +159,86 @@ void EventQueues::write(uint32_t eqn, Eq &eq, uint8_t type, uint8_t subType, con
 void EventQueues::signal(Eq &eq) {
     eq.armed = false;
     host_.msixNotify(eq.vector);
+}
+
+namespace {
+
+// Async events as ConnectX reports them (device.h: MLX5_EVENT_TYPE_* and
+// the port change sub-types); kind says where the object's number goes.
+enum class Kind : uint8_t { kNone, kCq, kQp, kSrq, kPort };
+struct AsyncEvent {
+    uint8_t type;
+    uint8_t subType;
+    Kind kind;
+};
+
+AsyncEvent mlx5Event(uint8_t event) {
+    switch (event) {
+    case PIB_ASYNC_CQ_ERR:
+        return {0x04, 0, Kind::kCq};
+    case PIB_ASYNC_QP_FATAL:
+        return {0x05, 0, Kind::kQp}; // WQ_CATAS_ERROR
+    case PIB_ASYNC_QP_REQ_ERR:
+        return {0x10, 0, Kind::kQp}; // WQ_INVAL_REQ_ERROR
+    case PIB_ASYNC_QP_ACCESS_ERR:
+        return {0x11, 0, Kind::kQp}; // WQ_ACCESS_ERROR
+    case PIB_ASYNC_COMM_EST:
+        return {0x02, 0, Kind::kQp};
+    case PIB_ASYNC_SQ_DRAINED:
+        return {0x03, 0, Kind::kQp};
+    case PIB_ASYNC_QP_LAST_WQE_REACHED:
+        return {0x13, 0, Kind::kQp};
+    case PIB_ASYNC_SRQ_LIMIT:
+        return {0x14, 0, Kind::kSrq};
+    case PIB_ASYNC_SRQ_ERR:
+        return {0x12, 0, Kind::kSrq}; // SRQ_CATAS_ERROR
+    case PIB_ASYNC_PATH_MIG:
+        return {0x01, 0, Kind::kQp};
+    case PIB_ASYNC_PATH_MIG_ERR:
+        return {0x07, 0, Kind::kQp};
+    case PIB_ASYNC_PORT_ACTIVE:
+        return {event::kPortChange, 0x4, Kind::kPort};
+    case PIB_ASYNC_PORT_ERR:
+        return {event::kPortChange, 0x1, Kind::kPort};
+    // A new SM is a new LID to reach it by: mlx5_ib has no sub-type of
+    // its own for it, and both make ib_sa find the SM again.
+    case PIB_ASYNC_LID_CHANGE:
+    case PIB_ASYNC_SM_CHANGE:
+        return {event::kPortChange, 0x6, Kind::kPort};
+    case PIB_ASYNC_PKEY_CHANGE:
+        return {event::kPortChange, 0x7, Kind::kPort};
+    case PIB_ASYNC_GID_CHANGE:
+        return {event::kPortChange, 0x8, Kind::kPort};
+    case PIB_ASYNC_CLIENT_REREGISTER:
+        return {event::kPortChange, 0x9, Kind::kPort};
+    default:
+        // DEVICE_FATAL: a ConnectX says so in its health buffer (§2).
+        return {0, 0, Kind::kNone};
+    }
+}
+
+} // namespace
+
+void EventQueues::postAsync(uint8_t event, uint32_t number) {
+    const AsyncEvent e = mlx5Event(event);
+    EventQueues::Data data{};
+    switch (e.kind) {
+    case Kind::kNone:
+        return;
+    case Kind::kCq:
+        writeBe32(data.data(), number); // cq_err.cqn
+        data[0x0b] = 0x01;              // its syndrome: CQ overrun
+        break;
+    case Kind::kQp:
+    case Kind::kSrq:
+        data[0x14] = e.kind == Kind::kSrq ? 1 : 0; // qp_srq.type
+        writeBe32(data.data() + 0x18, number);     // qp_srq.qp_srq_n
+        break;
+    case Kind::kPort:
+        data[0x08] = static_cast<uint8_t>(number << 4); // port.port
+        break;
+    }
+    post(e.type, e.subType, data);
 }
 
 } // namespace pib::mlx5

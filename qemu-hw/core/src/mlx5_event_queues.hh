@@ -58,6 +58,10 @@ class EventQueues {
     bool takes(uint8_t type) const;
     // An event to the lowest-numbered EQ that takes its type.
     void post(uint8_t type, uint8_t subType, const Data &data);
+    // The core's async event (PIB_ASYNC_*) about object `number`, as
+    // ConnectX reports it: CQ_ERROR, a QP's or SRQ's event, PORT_CHANGE
+    // with its sub-type (docs/mlx5.md §8).
+    void postAsync(uint8_t event, uint32_t number);
     // An event to EQ `eqn`, whatever types it takes (a CQ's completions).
     void postTo(uint32_t eqn, uint8_t type, uint8_t subType, const Data &data);
     void reset() { eqs_.clear(); }

@@ -17,6 +17,11 @@
 namespace pib::mlx5 {
 
 struct PageList {
+    // A context's log_page_size counts from 4 KiB; pages up to 1 GiB are
+    // what a driver's buffers may be made of.
+    static constexpr uint32_t kAdapterPageShift = 12;
+    static constexpr uint32_t kMaxLogPageSize = 18;
+
     uint32_t shift = 0;          // log2 of the page size
     std::vector<uint64_t> pages; // guest addresses
 
@@ -43,5 +48,12 @@ struct PageList {
         return pages[offset >> shift] + (offset & ((uint64_t{1} << shift) - 1));
     }
 };
+
+// A doorbell record the device reads (a CQ's consumer counter, an SRQ's
+// or QP's WQE counter): 8-byte aligned guest RAM.
+inline bool isDoorbellRecord(const Host &host, uint64_t address) {
+    uint64_t record = 0;
+    return address % 8 == 0 && host.dmaRead(address, record);
+}
 
 } // namespace pib::mlx5

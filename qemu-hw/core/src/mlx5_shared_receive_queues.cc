@@ -1,8 +1,6 @@
 // SPDX-License-Identifier: GPL-2.0-or-later
 #include "mlx5_shared_receive_queues.hh"
 
-#include <cinttypes>
-
 #include "limits.hh"
 #include "mlx5_ifc.hh"
 #include "mlx5_page_list.hh"
@@ -28,8 +26,6 @@ constexpr Field kLwm = field(kContext + 0xe0, 16);
 constexpr Field kDbrAddr = field(kContext + 0x140, 64);
 constexpr uint32_t kPageList = 0x110;
 
-constexpr uint32_t kAdapterPageShift = 12;
-constexpr uint32_t kMaxLogPageSize = 18;
 // A WQE is a next segment and data segments of 16 bytes each: 32 bytes
 // at least (one data segment), 2 KiB at most (as the send WQEs).
 constexpr uint32_t kLogMinStride = 5;
@@ -44,22 +40,16 @@ const err::Condition *SharedReceiveQueues::checkContext(std::span<const uint8_t>
         : get(in, kContiguous) || get(in, kReservedLkey) ? "cont_srq and rlky are not offered"
         : get(in, kLogSrqSize) > limits::kLogMaxSrqWr    ? "log_srq_size beyond log_max_srq_sz"
         : logStride < kLogMinStride || logStride > limits::kLogMaxWqeStride ? "log_rq_stride"
-        : get(in, kPageOffset) != 0                  ? "page_offset: SRQs start on a page"
-        : get(in, kLogPageSize) > kMaxLogPageSize    ? "log_page_size"
-        : !objects_.pds.find(get(in, kPd))           ? "pd: no such PD"
-        : !objects_.xrcds.find(get(in, kXrcd))       ? "xrcd: no such XRC domain"
-        : !objects_.cqs.find(get(in, kCqn))          ? "cqn: no such CQ"
-        : get(in, kLwm) >> get(in, kLogSrqSize) != 0 ? "lwm: beyond the SRQ's size"
-        : get(in, kDbrAddr) % 8 != 0                 ? "dbr_addr: not 8-byte aligned"
-                                                     : nullptr;
+        : get(in, kPageOffset) != 0                         ? "page_offset: SRQs start on a page"
+        : get(in, kLogPageSize) > PageList::kMaxLogPageSize ? "log_page_size"
+        : !objects_.pds.find(get(in, kPd))                  ? "pd: no such PD"
+        : !objects_.xrcds.find(get(in, kXrcd))              ? "xrcd: no such XRC domain"
+        : !objects_.cqs.find(get(in, kCqn))                 ? "cqn: no such CQ"
+        : get(in, kLwm) >> get(in, kLogSrqSize) != 0        ? "lwm: beyond the SRQ's size"
+        : !isDoorbellRecord(host_, get(in, kDbrAddr)) ? "dbr_addr: not 8-byte aligned guest RAM"
+                                                      : nullptr;
     if (bad) {
         host_.guestError(err::kMlx5SrqBadContext, "CREATE_SRQ: %s", bad);
-        return &err::kMlx5SrqBadContext;
-    }
-    uint64_t record = 0;
-    if (!host_.dmaRead(get(in, kDbrAddr), record)) {
-        host_.guestError(err::kMlx5SrqBadContext, "CREATE_SRQ: dbr_addr 0x%" PRIx64 " is not RAM",
-                         get(in, kDbrAddr));
         return &err::kMlx5SrqBadContext;
     }
     return nullptr;
@@ -84,7 +74,7 @@ const err::Condition *SharedReceiveQueues::create(std::span<const uint8_t> in, u
     ctx.limit = static_cast<uint32_t>(get(in, kLwm));
     srq->record = get(in, kDbrAddr);
     PageList ring;
-    ring.shift = kAdapterPageShift + static_cast<uint32_t>(get(in, kLogPageSize));
+    ring.shift = PageList::kAdapterPageShift + static_cast<uint32_t>(get(in, kLogPageSize));
     const uint64_t bytes = uint64_t{1} << (ctx.log_wqe_count + ctx.log_wqe_stride);
     if (const err::Condition *why =
             ring.load(host_, in, kPageList, bytes, "CREATE_SRQ", err::kMlx5SrqBadPages))
