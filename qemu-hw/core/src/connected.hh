@@ -48,6 +48,7 @@ inline int32_t psnDiff(uint32_t a, uint32_t b) {
 // and is read again if a packet must be resent.
 struct SendWqe {
     uint32_t index = 0; // SQ slot count at fetch: the CQE's wqe_index
+    uint32_t slots = 1; // SQ slots it takes (wqe_format.hh)
     uint64_t wrId = 0;
     uint8_t opcode = 0; // PIB_WR_*
     uint8_t flags = 0;  // PIB_WQE_*

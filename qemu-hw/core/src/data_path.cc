@@ -73,6 +73,12 @@ bool DataPath::updateProducer(const char *what, uint32_t number, uint32_t &produ
     return true;
 }
 
+void DataPath::sendQueueProduced(QueuePair &qp, uint32_t producer) {
+    if (updateProducer("SQ of QP", qp.number, qp.sq.producer, qp.sq.consumer,
+                       1u << qp.ctx.sq_log_wqe_count, producer))
+        ringSendQueue(qp);
+}
+
 void DataPath::doorbell(uint32_t page, uint32_t offset, uint64_t value) {
     const auto number = static_cast<uint32_t>(value);
     const auto arg = static_cast<uint32_t>(value >> 32);

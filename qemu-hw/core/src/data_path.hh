@@ -42,6 +42,12 @@ class DataPath final : public SubnetSender, public ScheduledEngine, QpErrorFlow 
     void portReceive(unsigned port, std::span<const uint8_t> packet);
     // A 64-bit write to doorbell page `page` at `offset` (BAR2).
     void doorbell(uint32_t page, uint32_t offset, uint64_t value);
+    // A front end whose WQEs are not pib-hca's reads them with `format`
+    // from now on (as the device is built, before any QP exists).
+    void useWqes(WqeFormat &format) { wqes_.use(format); }
+    // The driver says `qp`'s SQ has WQEs up to slot count `producer`, by
+    // a doorbell of a front end's own: checked as a BAR2 doorbell is.
+    void sendQueueProduced(QueuePair &qp, uint32_t producer);
     // The host's timer reached the deadline the data path asked for.
     void timerExpired();
     // The device has one timer: the data path arms it for the earliest of
@@ -91,7 +97,7 @@ class DataPath final : public SubnetSender, public ScheduledEngine, QpErrorFlow 
     ObjectTables &objects_;
     Ports &ports_;
     EventWriter &events_;
-    WqeFormat &wqes_;
+    WqeFormatSlot wqes_; // what every role reads WQEs through
     Scheduler &scheduler_;
     OutstandingMemory &outstanding_;
     MemoryKeys keys_;

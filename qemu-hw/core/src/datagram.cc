@@ -48,7 +48,7 @@ void Datagram::send(QueuePair &qp) {
         const bool signaled = (ctrl.flags & PIB_WQE_SIGNALED) || (qp.ctx.flags & PIB_QP_SIGNAL_ALL);
         events_.completeSend(qp, qp.sq.consumer, ctrl.wr_id, PIB_WC_SEND, status, length, signaled,
                              vendorErr);
-        ++qp.sq.consumer;
+        qp.sq.consume(wqe.slots);
         if (status != PIB_WC_SUCCESS) {
             // IBA 10.8.3: a send error moves the QP to the error state.
             qp.attr.qp_state = PIB_QPS_ERR;

@@ -60,7 +60,7 @@ void DataPath::flushQp(QueuePair &qp) {
             return postponed();
         events_.completeSend(qp, qp.sq.consumer, wqes_.sendWrId(qp, qp.sq.consumer), PIB_WC_SEND,
                              PIB_WC_WR_FLUSH_ERR, 0, true);
-        ++qp.sq.consumer;
+        qp.sq.consume(wqes_.sendSlots(qp, qp.sq.consumer));
     }
     if (qp.ctx.flags & PIB_QP_USE_SRQ) {
         // IBA 11.6.3.5: no receive WQE of the SRQ will be used for this QP.
@@ -69,6 +69,7 @@ void DataPath::flushQp(QueuePair &qp) {
         qp.lastWqeReached = true;
         return;
     }
+    wqes_.pollReceiveProducer(qp);
     while (qp.rq.consumer != qp.rq.producer) {
         if (!budget.take())
             return postponed();

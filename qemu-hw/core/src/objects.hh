@@ -70,6 +70,13 @@ struct SharedReceiveQueue : Referenced {
 struct WorkQueue {
     uint32_t producer = 0;
     uint32_t consumer = 0;
+
+    // The consumer passes a WQE of `slots` slots; never beyond the
+    // producer, whatever a WQE the guest wrote claims.
+    void consume(uint32_t slots) {
+        const uint32_t step = slots ? slots : 1;
+        consumer += step < producer - consumer ? step : producer - consumer;
+    }
 };
 
 struct QueuePair {
@@ -85,6 +92,10 @@ struct QueuePair {
     bool lastWqeReached = false; // SRQ: the event was raised
     bool sqDrainPending = false; // SQD: SQ drained is raised once nothing is in flight
     bool postponed = false;      // waits in the ready list or a port's (scheduler.cc)
+    // ConnectX: the doorbell record (the RQ's WQE counter, then the SQ's),
+    // and where the SQ starts in the QP's one buffer, behind the RQ.
+    uint64_t record = 0;
+    uint32_t sendOffset = 0;
 };
 
 // The datagram QP types: UD, and the special QPs QP0 and QP1.

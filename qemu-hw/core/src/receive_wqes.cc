@@ -25,6 +25,7 @@ bool ReceiveWqes::takeReceiveWqe(QueuePair &qp, Wqe &wqe, uint16_t *index, uint8
         }
         return true;
     }
+    wqes_.pollReceiveProducer(qp);
     if (qp.rq.consumer == qp.rq.producer)
         return false;
     *index = static_cast<uint16_t>(qp.rq.consumer);

@@ -32,6 +32,7 @@ uint8_t Requester::fetchSendWqe(QueuePair &qp, uint32_t index, SendWqe &w) {
     w.opcode = wqe.ctrl.opcode;
     w.flags = wqe.ctrl.flags;
     w.imm = wqe.ctrl.imm;
+    w.slots = wqe.slots;
     if (status == PIB_WC_SUCCESS)
         status = injectedCompletion(qp, index, &w.vendorErr);
     if (status != PIB_WC_SUCCESS)
@@ -121,7 +122,7 @@ void Requester::send(QueuePair &qp) {
             // resend of an earlier WQE then meets a key it invalidated.
             if (!r.outstanding.empty())
                 break;
-            ++qp.sq.consumer;
+            qp.sq.consume(w.slots);
             scheduler_.charge();
             runLocalOperation(qp, std::move(w));
             continue;
@@ -140,7 +141,7 @@ void Requester::send(QueuePair &qp) {
                 break;
             }
         }
-        ++qp.sq.consumer;
+        qp.sq.consume(w.slots);
         if (status != PIB_WC_SUCCESS) {
             // Completes in error once everything before it has completed.
             w.packets = 0;

@@ -30,6 +30,9 @@ struct Wqe {
     // Inline bytes: they point into the reader and last until its next read.
     std::span<const uint8_t> inlineData;
     std::vector<pib_wqe_data> sges;
+    // Ring slots it takes, which its consumer moves past (a ConnectX send
+    // WQE takes one 64-byte basic block or more; pib-hca's, one slot).
+    uint32_t slots = 1;
 };
 
 class WqeFormat {
@@ -48,6 +51,42 @@ class WqeFormat {
     // cannot be read).
     virtual uint64_t sendWrId(const QueuePair &qp, uint32_t index) = 0;
     virtual uint64_t receiveWrId(const QueuePair &qp, uint32_t index) = 0;
+    // The slots send WQE `index` takes, as a flush passes it (1 when it
+    // cannot be read).
+    virtual uint32_t sendSlots(const QueuePair &qp, uint32_t index) = 0;
+    // Where the driver posts receive WQEs by writing a counter in memory
+    // rather than ringing a doorbell (a ConnectX's doorbell record), the
+    // counter is read here, before the queue is looked at.
+    virtual void pollReceiveProducer(QueuePair &qp) = 0;
+};
+
+// The format the data path reads WQEs in: pib-hca's, until a front end
+// with its own installs it (use()) as the device is built.
+class WqeFormatSlot final : public WqeFormat {
+  public:
+    explicit WqeFormatSlot(WqeFormat &initial) : format_(&initial) {}
+    void use(WqeFormat &format) { format_ = &format; }
+
+    uint8_t readSend(const QueuePair &qp, uint32_t index, Wqe &out) override {
+        return format_->readSend(qp, index, out);
+    }
+    bool readReceive(const QueuePair &qp, const SharedReceiveQueue *srq, uint32_t index, Wqe &out,
+                     uint8_t *status) override {
+        return format_->readReceive(qp, srq, index, out, status);
+    }
+    uint64_t sendWrId(const QueuePair &qp, uint32_t index) override {
+        return format_->sendWrId(qp, index);
+    }
+    uint64_t receiveWrId(const QueuePair &qp, uint32_t index) override {
+        return format_->receiveWrId(qp, index);
+    }
+    uint32_t sendSlots(const QueuePair &qp, uint32_t index) override {
+        return format_->sendSlots(qp, index);
+    }
+    void pollReceiveProducer(QueuePair &qp) override { format_->pollReceiveProducer(qp); }
+
+  private:
+    WqeFormat *format_;
 };
 
 } // namespace pib

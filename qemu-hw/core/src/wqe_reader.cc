@@ -78,6 +78,7 @@ void WqeReader::clear(Wqe &out) {
     out.isInline = false;
     out.inlineData = {};
     out.sges.clear();
+    out.slots = 1;
 }
 
 bool WqeReader::fetch(const WqeRing &ring, uint32_t index) {

@@ -67,6 +67,9 @@ class WqeReader final : public WqeFormat {
     uint64_t receiveWrId(const QueuePair &qp, uint32_t index) override {
         return readControl(receiveRing(qp), index).wr_id;
     }
+    // A WQE per slot; receive WQEs are posted by doorbells.
+    uint32_t sendSlots(const QueuePair &, uint32_t) override { return 1; }
+    void pollReceiveProducer(QueuePair &) override {}
 
   private:
     // Which segments follow the control segment.
