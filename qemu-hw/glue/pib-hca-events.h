@@ -99,6 +99,14 @@ static bool pib_hca_event_enabled(unsigned event)
         return trace_event_get_state_backends(TRACE_PIB_HCA_MLX5_SRQ_CREATE);
     case PIB_EVENT_MLX5_SRQ_DESTROY:
         return trace_event_get_state_backends(TRACE_PIB_HCA_MLX5_SRQ_DESTROY);
+    case PIB_EVENT_MLX5_QP_CREATE:
+        return trace_event_get_state_backends(TRACE_PIB_HCA_MLX5_QP_CREATE);
+    case PIB_EVENT_MLX5_QP_MODIFY:
+        return trace_event_get_state_backends(TRACE_PIB_HCA_MLX5_QP_MODIFY);
+    case PIB_EVENT_MLX5_QP_DESTROY:
+        return trace_event_get_state_backends(TRACE_PIB_HCA_MLX5_QP_DESTROY);
+    case PIB_EVENT_MLX5_SQ_DOORBELL:
+        return trace_event_get_state_backends(TRACE_PIB_HCA_MLX5_SQ_DOORBELL);
     case PIB_EVENT_MLX5_CQ_ARM:
         return trace_event_get_state_backends(TRACE_PIB_HCA_MLX5_CQ_ARM);
     case PIB_EVENT_MW_BOUND:
@@ -299,6 +307,23 @@ static void pib_hca_trace_event(unsigned event, const uint64_t *a)
         break;
     case PIB_EVENT_MLX5_SRQ_DESTROY:
         trace_pib_hca_mlx5_srq_destroy((unsigned) a[0]);
+        break;
+    case PIB_EVENT_MLX5_QP_CREATE:
+        trace_pib_hca_mlx5_qp_create(
+            (unsigned) a[0], (unsigned) a[1], (unsigned) a[2], (unsigned) a[3],
+            (unsigned) a[4], (unsigned) a[5], (unsigned) a[6]);
+        break;
+    case PIB_EVENT_MLX5_QP_MODIFY:
+        trace_pib_hca_mlx5_qp_modify(
+            (unsigned) a[0], (const char *) (uintptr_t) a[1], (unsigned) a[2],
+            (unsigned) a[3], (unsigned) a[4]);
+        break;
+    case PIB_EVENT_MLX5_QP_DESTROY:
+        trace_pib_hca_mlx5_qp_destroy((unsigned) a[0]);
+        break;
+    case PIB_EVENT_MLX5_SQ_DOORBELL:
+        trace_pib_hca_mlx5_sq_doorbell((unsigned) a[0], (unsigned) a[1],
+                                       (unsigned) a[2]);
         break;
     case PIB_EVENT_MLX5_CQ_ARM:
         trace_pib_hca_mlx5_cq_arm((unsigned) a[0], (unsigned) a[1],
@@ -525,6 +550,21 @@ static bool pib_hca_guest_error_traced(unsigned error)
     case PIB_GUEST_ERROR_MLX5_SRQ_BAD_PAGES:
         return trace_event_get_state_backends(
             TRACE_PIB_HCA_ERR_MLX5_SRQ_BAD_PAGES);
+    case PIB_GUEST_ERROR_MLX5_QP_BAD_CONTEXT:
+        return trace_event_get_state_backends(
+            TRACE_PIB_HCA_ERR_MLX5_QP_BAD_CONTEXT);
+    case PIB_GUEST_ERROR_MLX5_QP_BAD_PAGES:
+        return trace_event_get_state_backends(
+            TRACE_PIB_HCA_ERR_MLX5_QP_BAD_PAGES);
+    case PIB_GUEST_ERROR_MLX5_QP_BAD_STATE:
+        return trace_event_get_state_backends(
+            TRACE_PIB_HCA_ERR_MLX5_QP_BAD_STATE);
+    case PIB_GUEST_ERROR_MLX5_QP_BAD_ATTR:
+        return trace_event_get_state_backends(
+            TRACE_PIB_HCA_ERR_MLX5_QP_BAD_ATTR);
+    case PIB_GUEST_ERROR_MLX5_QP_DOORBELL:
+        return trace_event_get_state_backends(
+            TRACE_PIB_HCA_ERR_MLX5_QP_DOORBELL);
     case PIB_GUEST_ERROR_MLX5_CQ_DOORBELL:
         return trace_event_get_state_backends(
             TRACE_PIB_HCA_ERR_MLX5_CQ_DOORBELL);
@@ -741,6 +781,21 @@ static void pib_hca_trace_guest_error(unsigned error, const char *detail)
         break;
     case PIB_GUEST_ERROR_MLX5_SRQ_BAD_PAGES:
         trace_pib_hca_err_mlx5_srq_bad_pages(detail);
+        break;
+    case PIB_GUEST_ERROR_MLX5_QP_BAD_CONTEXT:
+        trace_pib_hca_err_mlx5_qp_bad_context(detail);
+        break;
+    case PIB_GUEST_ERROR_MLX5_QP_BAD_PAGES:
+        trace_pib_hca_err_mlx5_qp_bad_pages(detail);
+        break;
+    case PIB_GUEST_ERROR_MLX5_QP_BAD_STATE:
+        trace_pib_hca_err_mlx5_qp_bad_state(detail);
+        break;
+    case PIB_GUEST_ERROR_MLX5_QP_BAD_ATTR:
+        trace_pib_hca_err_mlx5_qp_bad_attr(detail);
+        break;
+    case PIB_GUEST_ERROR_MLX5_QP_DOORBELL:
+        trace_pib_hca_err_mlx5_qp_doorbell(detail);
         break;
     case PIB_GUEST_ERROR_MLX5_CQ_DOORBELL:
         trace_pib_hca_err_mlx5_cq_doorbell(detail);

@@ -51,18 +51,22 @@ enum pib_event {
     PIB_EVENT_MLX5_CQ_DESTROY = 43,
     PIB_EVENT_MLX5_SRQ_CREATE = 44,
     PIB_EVENT_MLX5_SRQ_DESTROY = 45,
-    PIB_EVENT_MLX5_CQ_ARM = 46,
-    PIB_EVENT_MW_BOUND = 47,
-    PIB_EVENT_ERR_PORT_DROP = 48,
-    PIB_EVENT_ERR_LINK = 49,
-    PIB_EVENT_ERR_MKEY_VIOLATION = 50,
-    PIB_EVENT_ERR_MCAST_DROP = 51,
-    PIB_EVENT_ERR_RC_NO_QP = 52,
-    PIB_EVENT_ERR_RC_WRONG_PEER = 53,
-    PIB_EVENT_ERR_RC_BAD_RESPONSE_PSN = 54,
-    PIB_EVENT_ERR_RC_BAD_RESPONSE_LENGTH = 55,
-    PIB_EVENT_ERR_RC_REQUEST_REFUSED = 56,
-    PIB_EVENT_COUNT = 57
+    PIB_EVENT_MLX5_QP_CREATE = 46,
+    PIB_EVENT_MLX5_QP_MODIFY = 47,
+    PIB_EVENT_MLX5_QP_DESTROY = 48,
+    PIB_EVENT_MLX5_SQ_DOORBELL = 49,
+    PIB_EVENT_MLX5_CQ_ARM = 50,
+    PIB_EVENT_MW_BOUND = 51,
+    PIB_EVENT_ERR_PORT_DROP = 52,
+    PIB_EVENT_ERR_LINK = 53,
+    PIB_EVENT_ERR_MKEY_VIOLATION = 54,
+    PIB_EVENT_ERR_MCAST_DROP = 55,
+    PIB_EVENT_ERR_RC_NO_QP = 56,
+    PIB_EVENT_ERR_RC_WRONG_PEER = 57,
+    PIB_EVENT_ERR_RC_BAD_RESPONSE_PSN = 58,
+    PIB_EVENT_ERR_RC_BAD_RESPONSE_LENGTH = 59,
+    PIB_EVENT_ERR_RC_REQUEST_REFUSED = 60,
+    PIB_EVENT_COUNT = 61
 };
 
 /* The guest-error tokens (pib_host_ops.guest_error), as docs/prm.md §9. */
@@ -135,9 +139,14 @@ enum pib_guest_error {
     PIB_GUEST_ERROR_MLX5_CQ_BAD_PAGES = 65,
     PIB_GUEST_ERROR_MLX5_SRQ_BAD_CONTEXT = 66,
     PIB_GUEST_ERROR_MLX5_SRQ_BAD_PAGES = 67,
-    PIB_GUEST_ERROR_MLX5_CQ_DOORBELL = 68,
-    PIB_GUEST_ERROR_MLX5_PAGES_BAD = 69,
-    PIB_GUEST_ERROR_COUNT = 70
+    PIB_GUEST_ERROR_MLX5_QP_BAD_CONTEXT = 68,
+    PIB_GUEST_ERROR_MLX5_QP_BAD_PAGES = 69,
+    PIB_GUEST_ERROR_MLX5_QP_BAD_STATE = 70,
+    PIB_GUEST_ERROR_MLX5_QP_BAD_ATTR = 71,
+    PIB_GUEST_ERROR_MLX5_QP_DOORBELL = 72,
+    PIB_GUEST_ERROR_MLX5_CQ_DOORBELL = 73,
+    PIB_GUEST_ERROR_MLX5_PAGES_BAD = 74,
+    PIB_GUEST_ERROR_COUNT = 75
 };
 
 static inline const char *pib_event_name(unsigned event) {
@@ -188,6 +197,10 @@ static inline const char *pib_event_name(unsigned event) {
         "mlx5_cq_destroy",
         "mlx5_srq_create",
         "mlx5_srq_destroy",
+        "mlx5_qp_create",
+        "mlx5_qp_modify",
+        "mlx5_qp_destroy",
+        "mlx5_sq_doorbell",
         "mlx5_cq_arm",
         "mw_bound",
         "err_port_drop",
@@ -207,12 +220,13 @@ static inline const char *pib_event_name(unsigned event) {
 /* An event's arguments: 's' for a string, 'i' for an integer each. */
 static inline const char *pib_event_args(unsigned event) {
     static const char *const args[PIB_EVENT_COUNT] = {
-        "siiii",  "s",    "s",    "i",   "i",     "i",    "i",      "i",      "i",     "i",
-        "i",      "isi",  "is",   "s",   "sii",   "iiii", "is",     "si",     "iii",   "iiiii",
-        "iiiiii", "i",    "ii",   "iii", "ii",    "ii",   "iii",    "ii",     "iii",   "iis",
-        "ii",     "i",    "ii",   "iii", "iiiii", "iis",  "isiiii", "si",     "iiiii", "i",
-        "iiii",   "iiii", "iiii", "i",   "iiiii", "i",    "iiii",   "iiiiii", "is",    "is",
-        "iii",    "is",   "ii",   "iii", "iii",   "iii",  "iis",
+        "siiii",  "s",       "s",      "i",   "i",    "i",    "i",      "i",     "i",
+        "i",      "i",       "isi",    "is",  "s",    "sii",  "iiii",   "is",    "si",
+        "iii",    "iiiii",   "iiiiii", "i",   "ii",   "iii",  "ii",     "ii",    "iii",
+        "ii",     "iii",     "iis",    "ii",  "i",    "ii",   "iii",    "iiiii", "iis",
+        "isiiii", "si",      "iiiii",  "i",   "iiii", "iiii", "iiii",   "i",     "iiiii",
+        "i",      "iiiiiii", "isiii",  "i",   "iii",  "iiii", "iiiiii", "is",    "is",
+        "iii",    "is",      "ii",     "iii", "iii",  "iii",  "iis",
     };
 
     return event < PIB_EVENT_COUNT ? args[event] : "";
@@ -288,6 +302,11 @@ static inline const char *pib_guest_error_token(unsigned error) {
         "mlx5-cq-bad-pages",
         "mlx5-srq-bad-context",
         "mlx5-srq-bad-pages",
+        "mlx5-qp-bad-context",
+        "mlx5-qp-bad-pages",
+        "mlx5-qp-bad-state",
+        "mlx5-qp-bad-attr",
+        "mlx5-qp-doorbell",
         "mlx5-cq-doorbell",
         "mlx5-pages-bad",
     };
@@ -307,7 +326,8 @@ static inline const char *pib_guest_error_rule(unsigned error) {
         "mlx5 §2",  "mlx5 §2",  "mlx5 §2",  "mlx5 §3",  "mlx5 §3",  "mlx5 §3",  "mlx5 §3",
         "mlx5 §3",  "mlx5 §4",  "mlx5 §4",  "mlx5 §4",  "mlx5 §4",  "mlx5 §4",  "mlx5 §4",
         "mlx5 §4",  "mlx5 §4",  "mlx5 §6",  "mlx5 §7",  "mlx5 §7",  "mlx5 §7",  "mlx5 §7",
-        "mlx5 §7",  "mlx5 §8",  "mlx5 §8",  "mlx5 §9",  "mlx5 §9",  "mlx5 §8",  "mlx5 §5",
+        "mlx5 §7",  "mlx5 §8",  "mlx5 §8",  "mlx5 §9",  "mlx5 §9",  "mlx5 §10", "mlx5 §10",
+        "mlx5 §10", "mlx5 §10", "mlx5 §10", "mlx5 §8",  "mlx5 §5",
     };
 
     return error < PIB_GUEST_ERROR_COUNT ? rules[error] : "prm";

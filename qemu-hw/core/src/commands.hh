@@ -148,7 +148,6 @@ class CommandProcessor {
     CommandOutcome attachOrDetachMcast(const Command &);
 
     void releaseQp(QueuePair &qp);
-    const char *badQpAttr(const QueuePair &qp, const pib_qp_attr &attr, uint32_t mask);
 
     const pib_core_config &config_;
     const Host &host_;

@@ -46,7 +46,7 @@ std::unique_ptr<FrontEnd> Device::makeFrontEnd() {
     if (config_.personality == PIB_PERSONALITY_MLX5)
         return std::make_unique<mlx5::Mlx5FrontEnd>(
             config_, host_,
-            mlx5::CoreParts{objects_, ports_, agents_, events_,
+            mlx5::CoreParts{objects_, ports_, agents_, events_, dataPath_,
                             [this](uint32_t srqn) { dataPath_.forgetXrcSrq(srqn); },
                             [this] {
                                 // TEARDOWN_HCA: the function's objects end,

@@ -32,6 +32,7 @@ constexpr Field kHeld = field(0x48, 24);      // the pd or xrcd of alloc_*_out, 
 constexpr Field kEqNumber = field(0x58, 8);   // create_eq_out, destroy_eq_in
 constexpr Field kCqNumber = field(0x48, 24);  // create_cq_out, destroy_cq_in
 constexpr Field kSrqNumber = field(0x48, 24); // create_srq_out, *_srq_in, arm_rq_in
+constexpr Field kQpNumber = field(0x48, 24);  // create_qp_out, destroy_qp_in, query_qp_in
 constexpr Field kArmRqLwm = field(0x70, 16);
 constexpr uint16_t kArmRqSrq = 1; // arm_rq_in's op_mod for an SRQ
 
@@ -50,7 +51,7 @@ const Refusals Commands::kRefusals{err::kMlx5CmdBadResource, err::kMlx5CmdBadPar
                                    err::kMlx5CmdNoResources, err::kMlx5CmdInUse};
 
 // clang-format off
-const std::array<Commands::Spec, 34> Commands::kTable = {{
+const std::array<Commands::Spec, 45> Commands::kTable = {{
     {0x100, "QUERY_HCA_CAP", 0x10, 0x10 + HcaCaps::kPageBytes, State::kEnabled, &Commands::queryHcaCap},
     {0x101, "QUERY_ADAPTER", 0x10, 0x110, State::kEnabled, &Commands::queryAdapter},
     {0x102, "INIT_HCA", 0x10, 0x10, State::kEnabled, &Commands::initHca},
@@ -84,7 +85,18 @@ const std::array<Commands::Spec, 34> Commands::kTable = {{
     {0x200, "CREATE_MKEY", 0x110, 0x10, State::kInitialized, &Commands::createMkey},
     {0x202, "DESTROY_MKEY", 0x10, 0x10, State::kInitialized, &Commands::destroyMkey},
     {0x203, "QUERY_SPECIAL_CONTEXTS", 0, 0, State::kInitialized, nullptr},
-    {0x500, "CREATE_QP", 0, 0, State::kInitialized, nullptr},
+    {0x500, "CREATE_QP", 0x110, 0x10, State::kInitialized, &Commands::createQp},
+    {0x501, "DESTROY_QP", 0x10, 0x10, State::kInitialized, &Commands::destroyQp},
+    {0x502, "RST2INIT_QP", 0x100, 0x10, State::kInitialized, &Commands::changeQpState},
+    {0x503, "INIT2RTR_QP", 0x100, 0x10, State::kInitialized, &Commands::changeQpState},
+    {0x504, "RTR2RTS_QP", 0x100, 0x10, State::kInitialized, &Commands::changeQpState},
+    {0x505, "RTS2RTS_QP", 0x100, 0x10, State::kInitialized, &Commands::changeQpState},
+    {0x506, "SQERR2RTS_QP", 0x100, 0x10, State::kInitialized, &Commands::changeQpState},
+    {0x507, "2ERR_QP", 0x10, 0x10, State::kInitialized, &Commands::changeQpState},
+    {0x50a, "2RST_QP", 0x10, 0x10, State::kInitialized, &Commands::changeQpState},
+    {0x50b, "QUERY_QP", 0x10, 0x100, State::kInitialized, &Commands::queryQp},
+    {0x50c, "SQD_RTS_QP", 0x100, 0x10, State::kInitialized, &Commands::changeQpState},
+    {0x50e, "INIT2INIT_QP", 0x100, 0x10, State::kInitialized, &Commands::changeQpState},
 }};
 // clang-format on
 
@@ -109,7 +121,10 @@ const err::Condition *Commands::fail(const err::Condition &why, const char *fmt,
 
 void Commands::execute(unsigned slot, std::span<const uint8_t> in, std::span<uint8_t> out) {
     const uint16_t opcode = static_cast<uint16_t>(get(in, kOpcode));
-    const Request r{in, out, static_cast<uint16_t>(get(in, kOpMod))};
+    const Request r{in, out, static_cast<uint16_t>(get(in, kOpMod)), opcode};
+    // Work the driver handed over before this command is done first, as
+    // a hardware's send engine is far ahead of its firmware.
+    core_.dataPath.settleBeforeCommand();
     const Spec *spec = find(opcode);
     const err::Condition *why = admit(spec, opcode, r);
     if (!why)
@@ -372,6 +387,28 @@ const err::Condition *Commands::armRq(const Request &r) {
         return fail(err::kMlx5CmdBadParam, "ARM_RQ of op_mod %u: only SRQs", r.opMod);
     return srqs_.arm(static_cast<uint32_t>(get(r.in, kSrqNumber)),
                      static_cast<uint32_t>(get(r.in, kArmRqLwm)));
+}
+
+// ---- QPs -------------------------------------------------------------------
+
+const err::Condition *Commands::createQp(const Request &r) {
+    uint32_t qpn = 0;
+    if (const err::Condition *why = qps_.create(r.in, qpn))
+        return why;
+    set(r.out, kQpNumber, qpn);
+    return nullptr;
+}
+
+const err::Condition *Commands::destroyQp(const Request &r) {
+    return qps_.destroy(static_cast<uint32_t>(get(r.in, kQpNumber)));
+}
+
+const err::Condition *Commands::changeQpState(const Request &r) {
+    return qps_.modify(r.opcode, r.in);
+}
+
+const err::Condition *Commands::queryQp(const Request &r) {
+    return qps_.query(static_cast<uint32_t>(get(r.in, kQpNumber)), r.out);
 }
 
 // ---- PDs and XRC domains: numbers the core's objects hold ----------------

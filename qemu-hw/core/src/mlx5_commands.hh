@@ -11,6 +11,7 @@
 #include <functional>
 #include <span>
 
+#include "data_path.hh"
 #include "event_writer.hh"
 #include "host.hh"
 #include "memory_regions.hh"
@@ -18,6 +19,7 @@
 #include "mlx5_event_queues.hh"
 #include "mlx5_hca_caps.hh"
 #include "mlx5_pages.hh"
+#include "mlx5_queue_pairs.hh"
 #include "mlx5_shared_receive_queues.hh"
 #include "mlx5_uars.hh"
 #include "object_tables.hh"
@@ -34,19 +36,20 @@ struct CoreParts {
     Ports &ports;
     PortAgents &agents;                    // the SMA and PMA, for MAD_IFC
     EventWriter &events;                   // which takes the front end's CQE layout and EQs
+    DataPath &dataPath;                    // which reads the front end's WQEs
     std::function<void(uint32_t)> srqEnds; // the data path forgets an SRQ (XRC targets)
     std::function<void()> endObjects;      // every object ends (TEARDOWN_HCA)
 };
 
 class Commands {
   public:
-    // Besides the core's parts, the front end's UAR pages, EQs and CQs,
-    // which doorbells reach too.
+    // Besides the core's parts, the front end's UAR pages, EQs, CQs and
+    // QPs, which doorbells reach too.
     Commands(const pib_core_config &config, const Host &host, Uars &uars, EventQueues &eqs,
-             CompletionQueues &cqs, CoreParts core)
+             CompletionQueues &cqs, QueuePairs &qps, CoreParts core)
         : config_(config), host_(host), caps_(config.num_ports), pages_(host), uars_(uars),
-          eqs_(eqs), cqs_(cqs), core_(std::move(core)), regions_(host, core_.objects, kRefusals),
-          srqs_(host, core_.objects, core_.srqEnds) {}
+          eqs_(eqs), cqs_(cqs), qps_(qps), core_(std::move(core)),
+          regions_(host, core_.objects, kRefusals), srqs_(host, core_.objects, core_.srqEnds) {}
 
     // Runs the command whose input is `in`; its output (status and
     // syndrome included) goes to `out`.
@@ -65,6 +68,7 @@ class Commands {
         std::span<const uint8_t> in;
         std::span<uint8_t> out;
         uint16_t opMod;
+        uint16_t opcode;
     };
     using Handler = const err::Condition *(Commands::*)(const Request &);
     struct Spec {
@@ -76,7 +80,7 @@ class Commands {
         Handler handler;   // nullptr: known by name, not executed
     };
     static const Spec *find(uint16_t opcode);
-    static const std::array<Spec, 34> kTable;
+    static const std::array<Spec, 45> kTable;
 
     [[gnu::format(printf, 3, 4)]] const err::Condition *fail(const err::Condition &why,
                                                              const char *fmt, ...) const;
@@ -105,6 +109,10 @@ class Commands {
     const err::Condition *destroySrq(const Request &r);
     const err::Condition *querySrq(const Request &r);
     const err::Condition *armRq(const Request &r);
+    const err::Condition *createQp(const Request &r);
+    const err::Condition *destroyQp(const Request &r);
+    const err::Condition *changeQpState(const Request &r);
+    const err::Condition *queryQp(const Request &r);
     const err::Condition *madIfc(const Request &r);
     const err::Condition *queryHcaVportContext(const Request &r);
     const err::Condition *createMkey(const Request &r);
@@ -125,6 +133,7 @@ class Commands {
     Uars &uars_;
     EventQueues &eqs_;
     CompletionQueues &cqs_;
+    QueuePairs &qps_;
     CoreParts core_;
     MemoryRegions regions_;
     SharedReceiveQueues srqs_;

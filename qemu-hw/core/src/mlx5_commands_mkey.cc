@@ -58,7 +58,7 @@ const err::Condition *Commands::createMkey(const Request &r) {
                               : get(r.in, kPageAccess)        ? "on-demand paging"
                               : get(r.in, kUmemValid)         ? "over a DEVX umem"
                               : mode != kAccessModePa
-                                  ? "an access mode other than PA (docs/mlx5.md §10)"
+                                  ? "an access mode other than PA (docs/mlx5.md §11)"
                               : !get(r.in, mkc::kLocalRead) ? "without local read"
                                                             : nullptr;
     if (unsupported)

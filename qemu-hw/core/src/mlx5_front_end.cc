@@ -17,7 +17,9 @@ Mlx5FrontEnd::Mlx5FrontEnd(const pib_core_config &config, const Host &host, Core
     : host_(host), bar0Size_(std::bit_ceil(uint64_t{Uars::kFirstUar + config.doorbell_pages} *
                                            Uars::kPageBytes)),
       iseg_(host), uars_(config.doorbell_pages), eqs_(host, uars_, config.msix_vectors),
-      cqs_(host, core.objects, uars_, eqs_), commands_(config, host, uars_, eqs_, cqs_, core),
+      cqs_(host, core.objects, uars_, eqs_),
+      qps_(host, core.objects, core.ports, core.dataPath, uars_),
+      commands_(config, host, uars_, eqs_, cqs_, qps_, core),
       queue_(host, [this](unsigned slot, std::span<const uint8_t> in, std::span<uint8_t> out) {
           commands_.execute(slot, in, out);
       }) {
@@ -77,6 +79,10 @@ void Mlx5FrontEnd::barWrite(int bar, uint64_t offset, uint64_t value, unsigned s
 void Mlx5FrontEnd::writeUar(uint32_t index, uint32_t offset, uint64_t value, unsigned size) {
     if (offset == CompletionQueues::kDoorbellArm && size == 8) {
         cqs_.armDoorbell(index, value);
+        return;
+    }
+    if (offset >= QueuePairs::kFirstBlueFlame && size == 8) {
+        qps_.blueFlame(index, offset, value);
         return;
     }
     const bool eq = offset == EventQueues::kDoorbellArm || offset == EventQueues::kDoorbellNoArm;

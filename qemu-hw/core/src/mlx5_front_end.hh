@@ -41,6 +41,7 @@ class Mlx5FrontEnd final : public FrontEnd {
     Uars uars_;
     EventQueues eqs_;
     CompletionQueues cqs_;
+    QueuePairs qps_;
     Commands commands_;
     CommandQueue queue_;
 };

@@ -32,6 +32,10 @@ inline void writeBe32(uint8_t *p, uint32_t v) {
     p[2] = static_cast<uint8_t>(v >> 8), p[3] = static_cast<uint8_t>(v);
 }
 
+inline uint16_t readBe16(const uint8_t *p) {
+    return static_cast<uint16_t>(p[0] << 8 | p[1]);
+}
+
 inline void writeBe16(uint8_t *p, uint16_t v) {
     p[0] = static_cast<uint8_t>(v >> 8);
     p[1] = static_cast<uint8_t>(v);

@@ -48,6 +48,9 @@ class Ports {
     PortState *find(uint32_t number) {
         return number >= 1 && number <= config_.num_ports ? &ports_[number - 1] : nullptr;
     }
+    const PortState *find(uint32_t number) const {
+        return number >= 1 && number <= config_.num_ports ? &ports_[number - 1] : nullptr;
+    }
     // Port `number`, which the caller knows the device has (a number
     // taken from a QP the commands checked, or from the device's own
     // loops): one it lacks is a bug in the core (invariant.hh).

@@ -280,6 +280,34 @@ inline void mlx5_srq_destroy(const Host &host, unsigned srqn) {
         host.event(PIB_EVENT_MLX5_SRQ_DESTROY, {Host::eventArg(srqn)});
 }
 
+inline void mlx5_qp_create(const Host &host, unsigned qpn, unsigned type, unsigned log_rq,
+                           unsigned log_rq_stride, unsigned log_sq, unsigned pd, unsigned uar) {
+    if (host.eventEnabled(PIB_EVENT_MLX5_QP_CREATE))
+        host.event(PIB_EVENT_MLX5_QP_CREATE,
+                   {Host::eventArg(qpn), Host::eventArg(type), Host::eventArg(log_rq),
+                    Host::eventArg(log_rq_stride), Host::eventArg(log_sq), Host::eventArg(pd),
+                    Host::eventArg(uar)});
+}
+
+inline void mlx5_qp_modify(const Host &host, unsigned qpn, const char *command, unsigned cur,
+                           unsigned next, unsigned mask) {
+    if (host.eventEnabled(PIB_EVENT_MLX5_QP_MODIFY))
+        host.event(PIB_EVENT_MLX5_QP_MODIFY,
+                   {Host::eventArg(qpn), Host::eventArg(command), Host::eventArg(cur),
+                    Host::eventArg(next), Host::eventArg(mask)});
+}
+
+inline void mlx5_qp_destroy(const Host &host, unsigned qpn) {
+    if (host.eventEnabled(PIB_EVENT_MLX5_QP_DESTROY))
+        host.event(PIB_EVENT_MLX5_QP_DESTROY, {Host::eventArg(qpn)});
+}
+
+inline void mlx5_sq_doorbell(const Host &host, unsigned uar, unsigned qpn, unsigned producer) {
+    if (host.eventEnabled(PIB_EVENT_MLX5_SQ_DOORBELL))
+        host.event(PIB_EVENT_MLX5_SQ_DOORBELL,
+                   {Host::eventArg(uar), Host::eventArg(qpn), Host::eventArg(producer)});
+}
+
 inline void mlx5_cq_arm(const Host &host, unsigned uar, unsigned cqn, unsigned consumer,
                         unsigned command) {
     if (host.eventEnabled(PIB_EVENT_MLX5_CQ_ARM))

@@ -1,0 +1,462 @@
+// SPDX-License-Identifier: GPL-2.0-or-later
+#include "mlx5_queue_pairs.hh"
+
+#include <algorithm>
+#include <bit>
+
+#include "limits.hh"
+#include "mlx5_ifc.hh"
+#include "mlx5_page_list.hh"
+#include "qp_lifecycle.hh"
+#include "qp_state.hh"
+#include "trace.hh"
+
+namespace pib::mlx5 {
+
+namespace {
+
+// The commands' own fields: the QP (modify, query, destroy) and the
+// optional parameters a state change sets.
+constexpr Field kQpn = field(0x48, 24);
+constexpr Field kOptParamMask = field(0x80, 32);
+
+// The QP context (qpc) at byte 0x18 of create_qp_in, of each state
+// change's input and of query_qp_out (mlx5_ifc.h).
+constexpr uint32_t kContext = 8 * 0x18;
+constexpr Field kState = field(kContext + 0x00, 4);
+constexpr Field kSt = field(kContext + 0x08, 8);
+constexpr Field kPmState = field(kContext + 0x13, 2);
+constexpr Field kWqSignature = field(kContext + 0x20, 1);
+constexpr Field kPd = field(kContext + 0x28, 24);
+constexpr Field kMtu = field(kContext + 0x40, 3);
+constexpr Field kLogMsgMax = field(kContext + 0x43, 5);
+constexpr Field kLogRqSize = field(kContext + 0x49, 4);
+constexpr Field kLogRqStride = field(kContext + 0x4d, 3);
+constexpr Field kNoSq = field(kContext + 0x50, 1);
+constexpr Field kLogSqSize = field(kContext + 0x51, 4);
+constexpr Field kUarPage = field(kContext + 0x68, 24);
+constexpr Field kLogPageSize = field(kContext + 0xa3, 5);
+constexpr Field kRemoteQpn = field(kContext + 0xa8, 24);
+// The primary address path (ads) at qpc byte 0x18.
+constexpr uint32_t kPath = kContext + 0xc0;
+constexpr Field kPkeyIndex = field(kPath + 0x10, 16);
+constexpr Field kGrh = field(kPath + 0x28, 1);
+constexpr Field kMlid = field(kPath + 0x29, 7);
+constexpr Field kRlid = field(kPath + 0x30, 16);
+constexpr Field kAckTimeout = field(kPath + 0x40, 5);
+constexpr Field kSrcAddrIndex = field(kPath + 0x48, 8);
+constexpr Field kHopLimit = field(kPath + 0x58, 8);
+constexpr Field kTclass = field(kPath + 0x64, 8);
+constexpr Field kFlowLabel = field(kPath + 0x6c, 20);
+constexpr uint32_t kRgidByte = (kPath + 0x80) / 8;
+constexpr Field kSl = field(kPath + 0x124, 4);
+constexpr Field kVhcaPort = field(kPath + 0x128, 8);
+constexpr Field kLogSraMax = field(kContext + 0x388, 3);
+constexpr Field kRetryCount = field(kContext + 0x38d, 3);
+constexpr Field kRnrRetry = field(kContext + 0x390, 3);
+constexpr Field kNextSendPsn = field(kContext + 0x3c8, 24);
+constexpr Field kCqnSnd = field(kContext + 0x3e8, 24);
+constexpr Field kLogRraMax = field(kContext + 0x488, 3);
+constexpr Field kRre = field(kContext + 0x490, 1);
+constexpr Field kRwe = field(kContext + 0x491, 1);
+constexpr Field kRae = field(kContext + 0x492, 1);
+constexpr Field kPageOffset = field(kContext + 0x494, 6);
+constexpr Field kMinRnrNak = field(kContext + 0x4a3, 5);
+constexpr Field kNextRcvPsn = field(kContext + 0x4a8, 24);
+constexpr Field kCqnRcv = field(kContext + 0x4e8, 24);
+constexpr Field kDbrAddr = field(kContext + 0x500, 64);
+constexpr Field kQkey = field(kContext + 0x540, 32);
+constexpr Field kRqType = field(kContext + 0x565, 3);
+constexpr Field kHwSqCounter = field(kContext + 0x5a0, 16);
+constexpr Field kSwSqCounter = field(kContext + 0x5b0, 16);
+constexpr Field kHwRqCounter = field(kContext + 0x5c0, 32);
+constexpr Field kSwRqCounter = field(kContext + 0x5e0, 32);
+constexpr uint32_t kPageList = 0x110;
+
+// Service types (st) and receive queue types (rq_type).
+namespace st {
+constexpr uint8_t kRc = 0x0;
+constexpr uint8_t kUc = 0x1;
+constexpr uint8_t kUd = 0x2;
+constexpr uint8_t kQp0 = 0x7;
+constexpr uint8_t kQp1 = 0x8;
+} // namespace st
+constexpr uint8_t kRegularRq = 0;
+constexpr uint8_t kZeroRq = 3;
+constexpr uint8_t kPmMigrated = 3;
+constexpr uint32_t kStrideUnitShift = 4;
+constexpr uint32_t kLogMaxRqStride = 11; // 2 KiB
+
+std::optional<uint8_t> coreType(uint64_t serviceType) {
+    switch (serviceType) {
+    case st::kRc:
+        return PIB_QPT_RC;
+    case st::kUc:
+        return PIB_QPT_UC;
+    case st::kUd:
+        return PIB_QPT_UD;
+    case st::kQp0:
+        return PIB_QPT_SMI;
+    case st::kQp1:
+        return PIB_QPT_GSI;
+    default:
+        return std::nullopt;
+    }
+}
+
+uint8_t serviceType(uint8_t coreType) {
+    switch (coreType) {
+    case PIB_QPT_UC:
+        return st::kUc;
+    case PIB_QPT_UD:
+        return st::kUd;
+    case PIB_QPT_SMI:
+        return st::kQp0;
+    case PIB_QPT_GSI:
+        return st::kQp1;
+    default:
+        return st::kRc;
+    }
+}
+
+// The ConnectX state numbers differ from IBA's for SQD and SQE.
+uint8_t connectXState(uint8_t core) {
+    switch (core) {
+    case PIB_QPS_SQE:
+        return 4;
+    case PIB_QPS_SQD:
+        return 5;
+    default:
+        return core;
+    }
+}
+
+// The optional parameters (opt_param_mask) and the attributes each sets.
+struct OptionalParameter {
+    uint32_t bits;
+    uint32_t attr;
+};
+constexpr OptionalParameter kOptional[] = {
+    {0x2 | 0x4 | 0x8, PIB_QP_ACCESS_FLAGS}, // RRE, RAE, RWE
+    {0x10, PIB_QP_PKEY_INDEX},
+    {0x20, PIB_QP_QKEY},
+    {0x40, PIB_QP_MIN_RNR_TIMER},
+    {0x80, PIB_QP_AV},
+    {0x100, PIB_QP_MAX_QP_RD_ATOMIC},
+    {0x200, PIB_QP_MAX_DEST_RD_ATOMIC},
+    {0x400, PIB_QP_PATH_MIG_STATE},
+    {0x1000, PIB_QP_RETRY_CNT},
+    {0x2000, PIB_QP_RNR_RETRY},
+    {0x4000, PIB_QP_TIMEOUT},
+    {0x10000, PIB_QP_PORT},
+};
+
+// Each state change: the state the QP must be in (none: any) and the one
+// it enters.
+struct StateChange {
+    uint16_t opcode;
+    const char *name;
+    std::optional<uint8_t> from;
+    uint8_t to;
+};
+constexpr StateChange kStateChanges[] = {
+    {0x502, "RST2INIT_QP", PIB_QPS_RESET, PIB_QPS_INIT},
+    {0x503, "INIT2RTR_QP", PIB_QPS_INIT, PIB_QPS_RTR},
+    {0x504, "RTR2RTS_QP", PIB_QPS_RTR, PIB_QPS_RTS},
+    {0x505, "RTS2RTS_QP", PIB_QPS_RTS, PIB_QPS_RTS},
+    {0x506, "SQERR2RTS_QP", PIB_QPS_SQE, PIB_QPS_RTS},
+    {0x507, "2ERR_QP", std::nullopt, PIB_QPS_ERR},
+    {0x50a, "2RST_QP", std::nullopt, PIB_QPS_RESET},
+    {0x50c, "SQD_RTS_QP", PIB_QPS_SQD, PIB_QPS_RTS},
+    {0x50e, "INIT2INIT_QP", PIB_QPS_INIT, PIB_QPS_INIT},
+};
+
+const StateChange *findChange(uint16_t opcode) {
+    for (const StateChange &c : kStateChanges)
+        if (c.opcode == opcode)
+            return &c;
+    return nullptr;
+}
+
+// The attributes a qpc carries, in the core's terms: all of them; the
+// mask says which the command sets.
+pib_qp_attr attributesOf(std::span<const uint8_t> in) {
+    pib_qp_attr a{};
+    a.qp_access_flags = static_cast<uint32_t>((get(in, kRre) ? PIB_ACCESS_REMOTE_READ : 0) |
+                                              (get(in, kRwe) ? PIB_ACCESS_REMOTE_WRITE : 0) |
+                                              (get(in, kRae) ? PIB_ACCESS_REMOTE_ATOMIC : 0));
+    a.pkey_index = static_cast<uint16_t>(get(in, kPkeyIndex));
+    a.port_num = static_cast<uint8_t>(get(in, kVhcaPort));
+    a.qkey = static_cast<uint32_t>(get(in, kQkey));
+    a.path_mtu = static_cast<uint8_t>(get(in, kMtu));
+    a.dest_qp_num = static_cast<uint32_t>(get(in, kRemoteQpn));
+    a.rq_psn = static_cast<uint32_t>(get(in, kNextRcvPsn));
+    a.sq_psn = static_cast<uint32_t>(get(in, kNextSendPsn));
+    a.timeout = static_cast<uint8_t>(get(in, kAckTimeout));
+    a.retry_cnt = static_cast<uint8_t>(get(in, kRetryCount));
+    a.rnr_retry = static_cast<uint8_t>(get(in, kRnrRetry));
+    a.min_rnr_timer = static_cast<uint8_t>(get(in, kMinRnrNak));
+    a.max_rd_atomic = static_cast<uint8_t>(1u << get(in, kLogSraMax));
+    a.max_dest_rd_atomic = static_cast<uint8_t>(1u << get(in, kLogRraMax));
+    a.path_mig_state = get(in, kPmState) == kPmMigrated ? 0 : 1;
+    pib_av &av = a.av;
+    av.dlid = static_cast<uint16_t>(get(in, kRlid));
+    av.sl = static_cast<uint8_t>(get(in, kSl));
+    av.src_path_bits = static_cast<uint8_t>(get(in, kMlid));
+    av.port = a.port_num;
+    if (get(in, kGrh)) {
+        av.flags = PIB_AV_GRH;
+        av.sgid_index = static_cast<uint8_t>(get(in, kSrcAddrIndex));
+        av.hop_limit = static_cast<uint8_t>(get(in, kHopLimit));
+        av.traffic_class = static_cast<uint8_t>(get(in, kTclass));
+        av.flow_label = static_cast<uint32_t>(get(in, kFlowLabel));
+        if (in.size() >= kRgidByte + sizeof(av.dgid))
+            std::copy_n(in.data() + kRgidByte, sizeof(av.dgid), av.dgid);
+    }
+    return a;
+}
+
+} // namespace
+
+bool QueuePairs::isStateChange(uint16_t opcode) {
+    return findChange(opcode) != nullptr;
+}
+
+// The lowest port whose QP0 or QP1 (`type`) does not exist: the driver
+// creates them port by port and names the port only when it changes the
+// QP's state, which must then be this one.
+std::optional<uint8_t> QueuePairs::freePort(uint8_t type) const {
+    for (uint8_t port = 1; ports_.find(port); ++port)
+        if (!objects_.specialQps[PIB_SPECIAL_QPN(port, type)])
+            return port;
+    return std::nullopt;
+}
+
+const err::Condition *QueuePairs::checkContext(std::span<const uint8_t> in) const {
+    const auto type = coreType(get(in, kSt));
+    const uint64_t rqType = get(in, kRqType);
+    const bool rq = rqType == kRegularRq;
+    const bool sq = !get(in, kNoSq);
+    const char *bad =
+        !type                                       ? "st: a service type the device does not offer"
+        : rqType != kRegularRq && rqType != kZeroRq ? "rq_type: QPs on SRQs are not offered yet"
+        : !rq && (get(in, kLogRqSize) || get(in, kLogRqStride)) ? "an RQ size with no RQ"
+        : !sq && get(in, kLogSqSize)                            ? "an SQ size with no_sq"
+        : !rq && !sq                                            ? "neither an RQ nor an SQ"
+        : get(in, kWqSignature)                     ? "wq_signature: WQE signatures are not offered"
+        : get(in, kPmState) != kPmMigrated          ? "pm_state: path migration is not offered"
+        : get(in, kLogRqSize) > limits::kLogMaxQpWr ? "log_rq_size beyond log_max_qp_sz"
+        : get(in, kLogSqSize) > limits::kLogMaxQpWr ? "log_sq_size beyond log_max_qp_sz"
+        : get(in, kPageOffset) != 0                 ? "page_offset: QPs start on a page"
+        : get(in, kLogPageSize) > PageList::kMaxLogPageSize ? "log_page_size"
+        : !objects_.pds.find(get(in, kPd))                  ? "pd: no such PD"
+        : !objects_.cqs.find(get(in, kCqnSnd))              ? "cqn_snd: no such CQ"
+        : !objects_.cqs.find(get(in, kCqnRcv))              ? "cqn_rcv: no such CQ"
+        : !uars_.given(get(in, kUarPage))                   ? "uar_page: not given out"
+        : !isDoorbellRecord(host_, get(in, kDbrAddr)) ? "dbr_addr: not 8-byte aligned guest RAM"
+        : (*type == PIB_QPT_SMI || *type == PIB_QPT_GSI) && !freePort(*type)
+            ? "every port has its QP0 or QP1"
+            : nullptr;
+    if (bad) {
+        host_.guestError(err::kMlx5QpBadContext, "CREATE_QP: %s", bad);
+        return &err::kMlx5QpBadContext;
+    }
+    return nullptr;
+}
+
+void QueuePairs::hold(const QueuePair &qp, int delta) {
+    const auto adjust = [delta](Referenced &o) { o.refs += static_cast<uint32_t>(delta); };
+    adjust(objects_.pds.at(qp.ctx.pdn));
+    adjust(objects_.cqs.at(qp.ctx.send_cqn));
+    adjust(objects_.cqs.at(qp.ctx.recv_cqn));
+}
+
+const err::Condition *QueuePairs::create(std::span<const uint8_t> in, uint32_t &qpn) {
+    if (const err::Condition *why = checkContext(in))
+        return why;
+    auto qp = std::make_unique<QueuePair>();
+    pib_qp_context &ctx = qp->ctx;
+    ctx.type = *coreType(get(in, kSt));
+    ctx.pdn = static_cast<uint32_t>(get(in, kPd));
+    ctx.send_cqn = static_cast<uint32_t>(get(in, kCqnSnd));
+    ctx.recv_cqn = static_cast<uint32_t>(get(in, kCqnRcv));
+    ctx.uar_page = static_cast<uint32_t>(get(in, kUarPage));
+    // A queue the QP lacks has stride 0 (mlx5_wqe_reader.cc).
+    if (get(in, kRqType) == kRegularRq) {
+        ctx.rq_log_wqe_count = static_cast<uint8_t>(get(in, kLogRqSize));
+        ctx.rq_log_wqe_stride = static_cast<uint8_t>(get(in, kLogRqStride) + kStrideUnitShift);
+    }
+    if (!get(in, kNoSq)) {
+        ctx.sq_log_wqe_count = static_cast<uint8_t>(get(in, kLogSqSize));
+        ctx.sq_log_wqe_stride = wqe::kLogBasicBlock;
+    }
+    const bool special = ctx.type == PIB_QPT_SMI || ctx.type == PIB_QPT_GSI;
+    if (special)
+        ctx.port = *freePort(ctx.type);
+    const uint64_t rqBytes =
+        ctx.rq_log_wqe_stride ? uint64_t{1} << (ctx.rq_log_wqe_count + ctx.rq_log_wqe_stride) : 0;
+    const uint64_t sqBytes =
+        ctx.sq_log_wqe_stride ? uint64_t{1} << (ctx.sq_log_wqe_count + ctx.sq_log_wqe_stride) : 0;
+    PageList ring;
+    ring.shift = PageList::kAdapterPageShift + static_cast<uint32_t>(get(in, kLogPageSize));
+    if (const err::Condition *why =
+            ring.load(host_, in, kPageList, rqBytes + sqBytes, "CREATE_QP", err::kMlx5QpBadPages))
+        return why;
+    if (!special && objects_.qps.size() == objects_.qps.capacity()) {
+        host_.guestError(err::kMlx5CmdNoResources, "CREATE_QP: all %u QPs exist",
+                         objects_.qps.capacity());
+        return &err::kMlx5CmdNoResources;
+    }
+    const auto mapped = ring.map(objects_.mtt, rqBytes + sqBytes);
+    if (!mapped) {
+        host_.guestError(err::kMlx5CmdNoResources, "CREATE_QP: the MTT is full");
+        return &err::kMlx5CmdNoResources;
+    }
+    ctx.sq_buf = ctx.rq_buf = *mapped;
+    qp->sendOffset = static_cast<uint32_t>(rqBytes);
+    qp->record = get(in, kDbrAddr);
+    qp->attr.qp_state = PIB_QPS_RESET;
+    qp->attr.port_num = special ? ctx.port : 1;
+    qp->attr.path_mtu = PIB_MTU_256;
+    QueuePair &made = *qp;
+    qpn = *insertQp(objects_, std::move(qp)); // there is room: checked above
+    hold(made, +1);
+    trace::mlx5_qp_create(host_, qpn, ctx.type, ctx.rq_log_wqe_count, ctx.rq_log_wqe_stride,
+                          ctx.sq_log_wqe_count, ctx.pdn, ctx.uar_page);
+    return nullptr;
+}
+
+const err::Condition *QueuePairs::refuse(const err::Condition &why, const char *command,
+                                         uint32_t qpn, const char *what) const {
+    host_.guestError(why, "%s of QP %u: %s", command, qpn, what);
+    return &why;
+}
+
+const err::Condition *QueuePairs::destroy(uint32_t qpn) {
+    QueuePair *qp = objects_.findQp(qpn);
+    if (!qp || !qp->record)
+        return refuse(err::kMlx5CmdBadResource, "DESTROY_QP", qpn, "no such QP");
+    hold(*qp, -1);
+    const uint32_t ring = qp->ctx.sq_buf.mtt_index;
+    endQp(objects_, dataPath_, *qp);
+    objects_.mtt.release(ring);
+    trace::mlx5_qp_destroy(host_, qpn);
+    return nullptr;
+}
+
+// A state change: the QP must be in the state the command changes from,
+// IBA must allow the change for its type (qp_state.hh), and the
+// attributes the change takes, the required ones and the optional ones
+// the command names, must be in range; then the core enters the state.
+const err::Condition *QueuePairs::modify(uint16_t opcode, std::span<const uint8_t> in) {
+    const StateChange &change = *findChange(opcode);
+    const auto qpn = static_cast<uint32_t>(get(in, kQpn));
+    QueuePair *qp = objects_.findQp(qpn);
+    if (!qp || !qp->record)
+        return refuse(err::kMlx5CmdBadResource, change.name, qpn, "no such QP");
+    const uint8_t cur = qp->attr.qp_state;
+    const TransitionRule rule = transitionRule(qp->ctx.type, cur, change.to);
+    if ((change.from && *change.from != cur) || !rule.allowed) {
+        host_.guestError(err::kMlx5QpBadState, "%s of QP %u (core type %u) in state %u",
+                         change.name, qpn, qp->ctx.type, cur);
+        return &err::kMlx5QpBadState;
+    }
+    uint32_t optional = 0;
+    const auto named = static_cast<uint32_t>(get(in, kOptParamMask));
+    for (const OptionalParameter &p : kOptional)
+        if (named & p.bits)
+            optional |= p.attr;
+    const uint32_t mask = PIB_QP_STATE | rule.required | (optional & rule.optional);
+    pib_qp_attr attrs = attributesOf(in);
+    // QP0 and QP1 belong to the port they were made for.
+    // QP0 and QP1 belong to the port they were made for: the driver names
+    // it in each change that has a context.
+    if (isSpecialQp(*qp) && change.from && attrs.port_num != qp->ctx.port)
+        return refuse(err::kMlx5QpBadAttr, change.name, qpn, "vhca_port_num is another port");
+    if (const char *bad =
+            badQpAttr(*qp, attrs, mask, ports_, {limits::kMaxRdAtom, limits::kMaxRdAtom}))
+        return refuse(err::kMlx5QpBadAttr, change.name, qpn, bad);
+    applyQpAttrs(qp->attr, attrs, mask, change.to);
+    trace::mlx5_qp_modify(host_, qpn, change.name, cur, change.to, mask);
+    dataPath_.qpStateEntered(*qp, cur, change.to, mask);
+    return nullptr;
+}
+
+const err::Condition *QueuePairs::query(uint32_t qpn, std::span<uint8_t> out) const {
+    const QueuePair *qp = objects_.findQp(qpn);
+    if (!qp || !qp->record)
+        return refuse(err::kMlx5CmdBadResource, "QUERY_QP", qpn, "no such QP");
+    const pib_qp_context &ctx = qp->ctx;
+    const pib_qp_attr &a = qp->attr;
+    set(out, kState, a.qp_state == PIB_QPS_SQD && a.sq_draining ? 7 : connectXState(a.qp_state));
+    set(out, kSt, serviceType(ctx.type));
+    set(out, kPmState, kPmMigrated);
+    set(out, kPd, ctx.pdn);
+    set(out, kMtu, a.path_mtu);
+    set(out, kLogMsgMax, std::bit_width(limits::kMaxMsgSize) - 1);
+    set(out, kLogRqSize, ctx.rq_log_wqe_count);
+    set(out, kLogRqStride, ctx.rq_log_wqe_stride ? ctx.rq_log_wqe_stride - kStrideUnitShift : 0);
+    set(out, kNoSq, ctx.sq_log_wqe_stride == 0);
+    set(out, kLogSqSize, ctx.sq_log_wqe_count);
+    set(out, kRqType, ctx.rq_log_wqe_stride ? kRegularRq : kZeroRq);
+    set(out, kUarPage, ctx.uar_page);
+    set(out, kRemoteQpn, a.dest_qp_num);
+    set(out, kPkeyIndex, a.pkey_index);
+    set(out, kVhcaPort, a.port_num);
+    set(out, kRlid, a.av.dlid);
+    set(out, kSl, a.av.sl);
+    set(out, kMlid, a.av.src_path_bits);
+    if (a.av.flags & PIB_AV_GRH) {
+        set(out, kGrh, 1);
+        set(out, kSrcAddrIndex, a.av.sgid_index);
+        set(out, kHopLimit, a.av.hop_limit);
+        set(out, kTclass, a.av.traffic_class);
+        set(out, kFlowLabel, a.av.flow_label);
+        if (out.size() >= kRgidByte + sizeof(a.av.dgid))
+            std::copy_n(a.av.dgid, sizeof(a.av.dgid), out.data() + kRgidByte);
+    }
+    set(out, kAckTimeout, a.timeout);
+    set(out, kRetryCount, a.retry_cnt);
+    set(out, kRnrRetry, a.rnr_retry);
+    set(out, kMinRnrNak, a.min_rnr_timer);
+    set(out, kLogSraMax, a.max_rd_atomic ? std::bit_width(a.max_rd_atomic - 1u) : 0);
+    set(out, kLogRraMax, a.max_dest_rd_atomic ? std::bit_width(a.max_dest_rd_atomic - 1u) : 0);
+    set(out, kRre, (a.qp_access_flags & PIB_ACCESS_REMOTE_READ) != 0);
+    set(out, kRwe, (a.qp_access_flags & PIB_ACCESS_REMOTE_WRITE) != 0);
+    set(out, kRae, (a.qp_access_flags & PIB_ACCESS_REMOTE_ATOMIC) != 0);
+    set(out, kNextSendPsn, a.sq_psn);
+    set(out, kNextRcvPsn, a.rq_psn);
+    set(out, kQkey, a.qkey);
+    set(out, kCqnSnd, ctx.send_cqn);
+    set(out, kCqnRcv, ctx.recv_cqn);
+    set(out, kDbrAddr, qp->record);
+    set(out, kHwSqCounter, qp->sq.consumer & wqe::kCounterMask);
+    set(out, kSwSqCounter, qp->sq.producer & wqe::kCounterMask);
+    set(out, kHwRqCounter, qp->rq.consumer);
+    set(out, kSwRqCounter, qp->rq.producer);
+    return nullptr;
+}
+
+void QueuePairs::blueFlame(uint32_t uar, uint32_t offset, uint64_t value) {
+    if (offset % kBlueFlameHalf)
+        return; // the rest of a WQE copied to the register: memory has it
+    // The control segment's second big-endian dword: the QP and DS count.
+    const uint32_t qpn = __builtin_bswap32(static_cast<uint32_t>(value >> 32)) >> 8;
+    QueuePair *qp = objects_.findQp(qpn);
+    const char *bad = !qp || !qp->record               ? "no such QP"
+                      : qp->ctx.sq_log_wqe_stride == 0 ? "it has no SQ"
+                      : qp->ctx.uar_page != uar        ? "it is on another UAR page"
+                                                       : nullptr;
+    if (bad) {
+        host_.guestError(err::kMlx5QpDoorbell, "UAR %u offset 0x%x: send doorbell of QP %u: %s",
+                         uar, offset, qpn, bad);
+        return;
+    }
+    const auto producer = wqes_.sendProducer(*qp);
+    if (!producer)
+        return;
+    trace::mlx5_sq_doorbell(host_, uar, qpn, *producer & wqe::kCounterMask);
+    dataPath_.sendQueueProduced(*qp, *producer);
+}
+
+} // namespace pib::mlx5

@@ -1,0 +1,310 @@
+// SPDX-License-Identifier: GPL-2.0-or-later
+#include "mlx5_wqe_reader.hh"
+
+#include <cstring>
+
+#include "mlx5_ifc.hh"
+#include "ring.hh"
+#include "trace.hh"
+
+namespace pib::mlx5 {
+
+namespace {
+
+// The send opcodes of the control segment (mlx5 PRM, "Send WQE").
+namespace opcode {
+constexpr uint8_t kSendInvalidate = 0x01;
+constexpr uint8_t kRdmaWrite = 0x08;
+constexpr uint8_t kRdmaWriteImm = 0x09;
+constexpr uint8_t kSend = 0x0a;
+constexpr uint8_t kSendImm = 0x0b;
+constexpr uint8_t kRdmaRead = 0x10;
+constexpr uint8_t kAtomicCompareSwap = 0x11;
+constexpr uint8_t kAtomicFetchAdd = 0x12;
+} // namespace opcode
+
+// The control segment: opcode and counter, QP and DS count, then the
+// completion, solicited and fence bits and the immediate (or R_Key).
+constexpr uint32_t kCtrlBytes = 16;
+constexpr uint32_t kFmCeSe = 11;
+constexpr uint8_t kCqUpdate = 0x08; // CE 2 or 3: a CQE
+constexpr uint8_t kSolicited = 0x02;
+constexpr uint32_t kFenceShift = 5;
+constexpr uint32_t kImmediate = 12;
+constexpr uint32_t kDsMask = 0x3f;
+constexpr uint32_t kSegmentBytes = 16;
+
+// The datagram segment: the address vector (struct mlx5_av, 48 bytes).
+namespace av {
+constexpr uint32_t kBytes = 48;
+constexpr uint32_t kQkey = 0;
+constexpr uint32_t kDestQp = 8;
+constexpr uint32_t kRateSl = 12;
+constexpr uint32_t kPathBits = 13;
+constexpr uint32_t kRlid = 14;
+constexpr uint32_t kTclass = 26;
+constexpr uint32_t kHopLimit = 27;
+constexpr uint32_t kGrhGidFlow = 28;
+constexpr uint32_t kRgid = 32;
+constexpr uint32_t kGrhPresent = 1u << 30;
+} // namespace av
+
+constexpr uint32_t kInlineFlag = 0x80000000;
+// The scatter list of a receive WQE ends early at a segment with this
+// key (the driver's terminate_scatter_list_mkey when the device has none).
+constexpr uint32_t kTerminateKey = 0x100;
+
+// A QP with an RQ of its own has a receive stride; one on an SRQ or with
+// no receive side has none (mlx5_queue_pairs.cc).
+bool hasReceiveQueue(const QueuePair &qp) {
+    return qp.ctx.rq_log_wqe_stride != 0;
+}
+
+pib_wqe_data dataSegment(const uint8_t *p) {
+    return {readBe32(p), readBe32(p + 4), readBe64(p + 8)};
+}
+
+} // namespace
+
+// The operations each QP type has (IBA 9.4, 11.4.1), as the core names
+// them, and the segments they carry; false when the type has none such.
+bool WqeReader::sendLayout(uint8_t qpType, uint8_t mlx5Opcode, Layout &layout) {
+    if (isDatagramType(qpType)) {
+        layout = {.opcode = mlx5Opcode == opcode::kSendImm ? uint8_t{PIB_WR_SEND_IMM}
+                                                           : uint8_t{PIB_WR_SEND},
+                  .datagram = true};
+        return mlx5Opcode == opcode::kSend || mlx5Opcode == opcode::kSendImm;
+    }
+    const bool reliable = isReliableRequester(qpType);
+    const bool connected = reliable || qpType == PIB_QPT_UC;
+    switch (mlx5Opcode) {
+    case opcode::kSend:
+        layout = {.opcode = PIB_WR_SEND};
+        return connected;
+    case opcode::kSendImm:
+        layout = {.opcode = PIB_WR_SEND_IMM};
+        return connected;
+    case opcode::kSendInvalidate:
+        layout = {.opcode = PIB_WR_SEND_INV};
+        return reliable;
+    case opcode::kRdmaWrite:
+        layout = {.opcode = PIB_WR_RDMA_WRITE, .raddr = true};
+        return connected;
+    case opcode::kRdmaWriteImm:
+        layout = {.opcode = PIB_WR_RDMA_WRITE_IMM, .raddr = true};
+        return connected;
+    case opcode::kRdmaRead:
+        layout = {.opcode = PIB_WR_RDMA_READ, .raddr = true};
+        return reliable;
+    case opcode::kAtomicCompareSwap:
+        layout = {.opcode = PIB_WR_ATOMIC_CMP_AND_SWP, .raddr = true, .atomic = true};
+        return reliable;
+    case opcode::kAtomicFetchAdd:
+        layout = {.opcode = PIB_WR_ATOMIC_FETCH_AND_ADD, .raddr = true, .atomic = true};
+        return reliable;
+    default:
+        return false;
+    }
+}
+
+void WqeReader::clear(Wqe &out) {
+    std::vector<pib_wqe_data> sges = std::move(out.sges); // keep its capacity
+    sges.clear();
+    out = Wqe{};
+    out.sges = std::move(sges);
+}
+
+bool WqeReader::fetchBlock(const QueuePair &qp, uint32_t block, uint8_t *to) const {
+    const uint32_t slot = block & ((1u << qp.ctx.sq_log_wqe_count) - 1);
+    const uint64_t offset = qp.sendOffset + (uint64_t{slot} << wqe::kLogBasicBlock);
+    const auto addr = ringAddress(mtt_, qp.ctx.sq_buf, offset, wqe::kBasicBlock);
+    return addr && host_.dmaRead(*addr, to, wqe::kBasicBlock);
+}
+
+uint32_t WqeReader::dsCount(const QueuePair &qp, uint32_t index) {
+    raw_.resize(wqe::kBasicBlock);
+    if (!fetchBlock(qp, index, raw_.data()))
+        return 0;
+    return readBe32(raw_.data() + 4) & kDsMask;
+}
+
+uint32_t WqeReader::sendSlots(const QueuePair &qp, uint32_t index) {
+    const uint32_t blocks =
+        (dsCount(qp, index) * kSegmentBytes + wqe::kBasicBlock - 1) / wqe::kBasicBlock;
+    return blocks ? blocks : 1;
+}
+
+uint8_t WqeReader::readSend(const QueuePair &qp, uint32_t index, Wqe &out) {
+    clear(out);
+    raw_.resize(wqe::kBasicBlock);
+    if (!fetchBlock(qp, index, raw_.data())) {
+        host_.guestError(err::kWqeDma, "QP %u: cannot read send WQE %u", qp.number, index);
+        return PIB_WC_LOC_QP_OP_ERR;
+    }
+    const uint32_t ds = readBe32(raw_.data() + 4) & kDsMask;
+    const uint32_t blocks = (ds * kSegmentBytes + wqe::kBasicBlock - 1) / wqe::kBasicBlock;
+    out.slots = blocks ? blocks : 1;
+    const uint32_t named = readBe32(raw_.data() + 4) >> 8;
+    const uint8_t mlx5Opcode = raw_[3];
+    Layout layout;
+    const char *bad = named != qp.number                             ? "it names another QP"
+                      : ds == 0                                      ? "no segments"
+                      : blocks > wqe::kMaxBlocks                     ? "more than 16 basic blocks"
+                      : blocks > 1u << qp.ctx.sq_log_wqe_count       ? "more blocks than its ring"
+                      : !sendLayout(qp.ctx.type, mlx5Opcode, layout) ? "an opcode its QP lacks"
+                                                                     : nullptr;
+    if (bad) {
+        host_.guestError(err::kWqeBad, "QP %u send WQE %u (opcode 0x%02x, %u segments): %s",
+                         qp.number, index, mlx5Opcode, ds, bad);
+        return PIB_WC_LOC_QP_OP_ERR;
+    }
+    raw_.resize(size_t{blocks} * wqe::kBasicBlock);
+    for (uint32_t i = 1; i < blocks; ++i)
+        if (!fetchBlock(qp, index + i, raw_.data() + size_t{i} * wqe::kBasicBlock)) {
+            host_.guestError(err::kWqeDma, "QP %u: cannot read block %u of send WQE %u", qp.number,
+                             i, index);
+            return PIB_WC_LOC_QP_OP_ERR;
+        }
+    pib_wqe_ctrl &ctrl = out.ctrl;
+    const uint8_t fmCeSe = raw_[kFmCeSe];
+    ctrl.opcode = layout.opcode;
+    ctrl.num_ds = static_cast<uint8_t>(ds);
+    ctrl.flags = static_cast<uint8_t>((fmCeSe & kCqUpdate ? PIB_WQE_SIGNALED : 0) |
+                                      (fmCeSe & kSolicited ? PIB_WQE_SOLICITED : 0) |
+                                      (fmCeSe >> kFenceShift ? PIB_WQE_FENCE : 0));
+    // The immediate stays in wire order, as the core keeps it; the R_Key
+    // a SEND with Invalidate names is a number.
+    if (layout.opcode == PIB_WR_SEND_INV)
+        ctrl.imm = readBe32(raw_.data() + kImmediate);
+    else
+        std::memcpy(&ctrl.imm, raw_.data() + kImmediate, sizeof(ctrl.imm));
+    return decodeSend(qp, index, layout, size_t{ds} * kSegmentBytes, out);
+}
+
+// The segments after the control segment, checked against the `used`
+// bytes the DS count gives before they are copied out.
+uint8_t WqeReader::decodeSend(const QueuePair &qp, uint32_t index, const Layout &layout,
+                              size_t used, Wqe &out) {
+    const size_t headers = kCtrlBytes + (layout.datagram ? av::kBytes : 0) +
+                           (layout.raddr ? kSegmentBytes : 0) + (layout.atomic ? kSegmentBytes : 0);
+    if (used < headers) {
+        host_.guestError(err::kWqeBad, "QP %u send WQE %u: %zu bytes, its segments need %zu",
+                         qp.number, index, used, headers);
+        return PIB_WC_LOC_QP_OP_ERR;
+    }
+    const uint8_t *p = raw_.data() + kCtrlBytes;
+    if (layout.datagram) {
+        pib_wqe_ud &ud = out.ud;
+        const uint32_t grh = readBe32(p + av::kGrhGidFlow);
+        ud.remote_qkey = readBe32(p + av::kQkey);
+        ud.remote_qpn = readBe32(p + av::kDestQp) & 0xffffff;
+        ud.av.sl = p[av::kRateSl] & 0xf;
+        ud.av.src_path_bits = p[av::kPathBits] & 0x7f;
+        ud.av.dlid = readBe16(p + av::kRlid);
+        if (grh & av::kGrhPresent) {
+            ud.av.flags = PIB_AV_GRH;
+            ud.av.sgid_index = static_cast<uint8_t>(grh >> 20);
+            ud.av.flow_label = grh & 0xfffff;
+            ud.av.traffic_class = p[av::kTclass];
+            ud.av.hop_limit = p[av::kHopLimit];
+            std::memcpy(ud.av.dgid, p + av::kRgid, sizeof(ud.av.dgid));
+        }
+        p += av::kBytes;
+    }
+    if (layout.raddr) {
+        out.raddr.remote_addr = readBe64(p);
+        out.raddr.rkey = readBe32(p + 8);
+        p += kSegmentBytes;
+    }
+    if (layout.atomic) {
+        out.atomic.swap_add = readBe64(p);
+        out.atomic.compare = readBe64(p + 8);
+        p += kSegmentBytes;
+    }
+    const size_t off = static_cast<size_t>(p - raw_.data());
+    const size_t left = used - off;
+    if (left >= 4 && readBe32(p) & kInlineFlag) {
+        const uint32_t count = readBe32(p) & ~kInlineFlag;
+        // What a READ or an atomic fetches lands in memory: never inline.
+        if (layout.raddr && (layout.atomic || layout.opcode == PIB_WR_RDMA_READ)) {
+            host_.guestError(err::kWqeBad, "QP %u send WQE %u: inline data on a READ or atomic",
+                             qp.number, index);
+            return PIB_WC_LOC_QP_OP_ERR;
+        }
+        if (count > left - 4 || count > maxInlineData_) {
+            host_.guestError(err::kWqeBad, "QP %u send WQE %u: %u inline bytes", qp.number, index,
+                             count);
+            return PIB_WC_LOC_LEN_ERR;
+        }
+        out.isInline = true;
+        out.ctrl.flags |= PIB_WQE_INLINE;
+        out.inlineData = std::span(raw_).subspan(off + 4, count);
+        return PIB_WC_SUCCESS;
+    }
+    for (size_t at = off; at + kSegmentBytes <= used; at += kSegmentBytes)
+        out.sges.push_back(dataSegment(raw_.data() + at));
+    return PIB_WC_SUCCESS;
+}
+
+bool WqeReader::readReceive(const QueuePair &qp, const SharedReceiveQueue *srq, uint32_t index,
+                            Wqe &out, uint8_t *status) {
+    clear(out);
+    if (srq) {
+        // CREATE_QP refuses QPs on SRQs until their WQE lists are read
+        // (docs/mlx5.md §11).
+        host_.guestError(err::kWqeBad, "QP %u: receive WQEs of SRQs are not read yet", qp.number);
+        return false;
+    }
+    if (!hasReceiveQueue(qp))
+        return false;
+    const uint32_t stride = 1u << qp.ctx.rq_log_wqe_stride;
+    const uint32_t slot = index & ((1u << qp.ctx.rq_log_wqe_count) - 1);
+    const auto addr = ringAddress(mtt_, qp.ctx.rq_buf, uint64_t{slot} * stride, stride);
+    raw_.resize(stride);
+    if (!addr || !host_.dmaRead(*addr, raw_.data(), raw_.size()))
+        return false;
+    for (size_t at = 0; at + kSegmentBytes <= raw_.size(); at += kSegmentBytes) {
+        const pib_wqe_data sge = dataSegment(raw_.data() + at);
+        if (sge.lkey == kTerminateKey)
+            break;
+        out.sges.push_back(sge);
+    }
+    out.ctrl.num_ds = static_cast<uint8_t>(out.sges.size());
+    *status = PIB_WC_SUCCESS;
+    return true;
+}
+
+// A counter of the doorbell record (big-endian, 16 bits of it) as a slot
+// count at most a ring ahead of `consumer`.
+std::optional<uint32_t> WqeReader::counterAhead(const char *what, const QueuePair &qp,
+                                                uint32_t offset, uint32_t consumer,
+                                                uint32_t size) const {
+    uint8_t bytes[4];
+    if (!host_.dmaRead(qp.record + offset, bytes, sizeof(bytes))) {
+        host_.guestError(err::kMlx5QpDoorbell, "QP %u: its doorbell record 0x%llx is unreadable",
+                         qp.number, static_cast<unsigned long long>(qp.record));
+        return std::nullopt;
+    }
+    const uint32_t ahead = (readBe32(bytes) - consumer) & wqe::kCounterMask;
+    if (ahead > size) {
+        host_.guestError(err::kMlx5QpDoorbell,
+                         "QP %u %s counter 0x%x: %u WQEs ahead of the device, the ring has %u",
+                         qp.number, what, readBe32(bytes) & wqe::kCounterMask, ahead, size);
+        return std::nullopt;
+    }
+    return consumer + ahead;
+}
+
+void WqeReader::pollReceiveProducer(QueuePair &qp) {
+    if (!hasReceiveQueue(qp))
+        return;
+    if (const auto producer =
+            counterAhead("RQ", qp, 0, qp.rq.consumer, 1u << qp.ctx.rq_log_wqe_count))
+        qp.rq.producer = *producer;
+}
+
+std::optional<uint32_t> WqeReader::sendProducer(const QueuePair &qp) const {
+    return counterAhead("SQ", qp, 4, qp.sq.consumer, 1u << qp.ctx.sq_log_wqe_count);
+}
+
+} // namespace pib::mlx5
