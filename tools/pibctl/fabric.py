@@ -32,6 +32,11 @@ class Vm:
     personality: str = "pib"  # its HCA's: pib, or mlx5 (a ConnectX)
 
     @property
+    def device(self) -> str:
+        """The name its driver gives its HCA: pib_0, or mlx5_0 for a ConnectX."""
+        return "mlx5_0" if self.personality == "mlx5" else "pib_0"
+
+    @property
     def switch(self) -> str:
         """The switch port 1 is cabled to."""
         return self.cables[0][0]
@@ -436,7 +441,7 @@ def port_states(fabric: Fabric) -> dict:
     for vm in fabric.vms:
         for n in range(1, len(vm.cables) + 1):
             try:
-                r = exec_in(vm.name, ["cat", f"/sys/class/infiniband/pib_0/ports/{n}/state"],
+                r = exec_in(vm.name, ["cat", f"/sys/class/infiniband/{vm.device}/ports/{n}/state"],
                             timeout=30)
                 states[f"{vm.name}:{n}"] = r.out.strip()
             except ui.StepFailed:

@@ -32,10 +32,12 @@ class DataPath final : public SubnetSender, public ScheduledEngine, QpErrorFlow 
         : host_(host), objects_(objects), ports_(ports), events_(events), wqes_(wqes),
           scheduler_(scheduler), outstanding_(outstanding),
           keys_(host, objects.mtt, objects.mrs, objects.mws), timers_(host, objects),
-          receives_(objects, wqes, events), parts_{host,       objects,     ports,   events,
-                                                   memory,     keys_,       wqes,    scheduler,
-                                                   injections, outstanding, timers_, receives_,
-                                                   *this},
+          // The roles read WQEs through the slot, so a front end's format
+          // reaches them all.
+          receives_(objects, wqes_, events), parts_{host,       objects,     ports,   events,
+                                                    memory,     keys_,       wqes_,   scheduler,
+                                                    injections, outstanding, timers_, receives_,
+                                                    *this},
           datagram_(parts_), requester_(parts_), responder_(parts_) {}
 
     // A packet arrived on a port.

@@ -51,7 +51,7 @@ const Refusals Commands::kRefusals{err::kMlx5CmdBadResource, err::kMlx5CmdBadPar
                                    err::kMlx5CmdNoResources, err::kMlx5CmdInUse};
 
 // clang-format off
-const std::array<Commands::Spec, 45> Commands::kTable = {{
+const std::array<Commands::Spec, 47> Commands::kTable = {{
     {0x100, "QUERY_HCA_CAP", 0x10, 0x10 + HcaCaps::kPageBytes, State::kEnabled, &Commands::queryHcaCap},
     {0x101, "QUERY_ADAPTER", 0x10, 0x110, State::kEnabled, &Commands::queryAdapter},
     {0x102, "INIT_HCA", 0x10, 0x10, State::kEnabled, &Commands::initHca},
@@ -97,6 +97,8 @@ const std::array<Commands::Spec, 45> Commands::kTable = {{
     {0x50b, "QUERY_QP", 0x10, 0x100, State::kInitialized, &Commands::queryQp},
     {0x50c, "SQD_RTS_QP", 0x100, 0x10, State::kInitialized, &Commands::changeQpState},
     {0x50e, "INIT2INIT_QP", 0x100, 0x10, State::kInitialized, &Commands::changeQpState},
+    {0x806, "ATTACH_TO_MCG", 0x20, 0x10, State::kInitialized, &Commands::attachToMcg},
+    {0x807, "DETACH_FROM_MCG", 0x20, 0x10, State::kInitialized, &Commands::detachFromMcg},
 }};
 // clang-format on
 
@@ -409,6 +411,14 @@ const err::Condition *Commands::changeQpState(const Request &r) {
 
 const err::Condition *Commands::queryQp(const Request &r) {
     return qps_.query(static_cast<uint32_t>(get(r.in, kQpNumber)), r.out);
+}
+
+const err::Condition *Commands::attachToMcg(const Request &r) {
+    return qps_.attachMulticast(true, r.in);
+}
+
+const err::Condition *Commands::detachFromMcg(const Request &r) {
+    return qps_.attachMulticast(false, r.in);
 }
 
 // ---- PDs and XRC domains: numbers the core's objects hold ----------------

@@ -80,7 +80,7 @@ class Commands {
         Handler handler;   // nullptr: known by name, not executed
     };
     static const Spec *find(uint16_t opcode);
-    static const std::array<Spec, 45> kTable;
+    static const std::array<Spec, 47> kTable;
 
     [[gnu::format(printf, 3, 4)]] const err::Condition *fail(const err::Condition &why,
                                                              const char *fmt, ...) const;
@@ -113,6 +113,8 @@ class Commands {
     const err::Condition *destroyQp(const Request &r);
     const err::Condition *changeQpState(const Request &r);
     const err::Condition *queryQp(const Request &r);
+    const err::Condition *attachToMcg(const Request &r);
+    const err::Condition *detachFromMcg(const Request &r);
     const err::Condition *madIfc(const Request &r);
     const err::Condition *queryHcaVportContext(const Request &r);
     const err::Condition *createMkey(const Request &r);

@@ -72,6 +72,7 @@ constexpr Field kSwSqCounter = field(kContext + 0x5b0, 16);
 constexpr Field kHwRqCounter = field(kContext + 0x5c0, 32);
 constexpr Field kSwRqCounter = field(kContext + 0x5e0, 32);
 constexpr uint32_t kPageList = 0x110;
+constexpr uint32_t kMulticastGidByte = 0x10; // attach_to_mcg_in, detach_from_mcg_in
 
 // Service types (st) and receive queue types (rq_type).
 namespace st {
@@ -434,6 +435,31 @@ const err::Condition *QueuePairs::query(uint32_t qpn, std::span<uint8_t> out) co
     set(out, kSwSqCounter, qp->sq.producer & wqe::kCounterMask);
     set(out, kHwRqCounter, qp->rq.consumer);
     set(out, kSwRqCounter, qp->rq.producer);
+    return nullptr;
+}
+
+const err::Condition *QueuePairs::attachMulticast(bool attach, std::span<const uint8_t> in) {
+    const char *command = attach ? "ATTACH_TO_MCG" : "DETACH_FROM_MCG";
+    const auto qpn = static_cast<uint32_t>(get(in, kQpn));
+    QueuePair *qp = objects_.findQp(qpn);
+    if (!qp || !qp->record)
+        return refuse(err::kMlx5CmdBadResource, command, qpn, "no such QP");
+    MulticastGroups::Gid gid;
+    std::copy_n(in.data() + kMulticastGidByte, gid.size(), gid.begin());
+    const char *bad = qp->ctx.type != PIB_QPT_UD           ? "it is not a UD QP"
+                      : qp->attr.qp_state == PIB_QPS_RESET ? "it has no port yet (RESET)"
+                      : gid[0] != 0xff                     ? "the GID is not a multicast GID"
+                                                           : nullptr;
+    if (bad)
+        return refuse(err::kMlx5CmdBadParam, command, qpn, bad);
+    const uint8_t status = attach ? objects_.multicast.attach(qp->attr.port_num, gid, 0, qpn)
+                                  : objects_.multicast.detach(qp->attr.port_num, gid, qpn);
+    if (status != PIB_CMD_STATUS_OK)
+        return attach
+                   ? refuse(err::kMlx5CmdNoResources, command, qpn, "a multicast limit is reached")
+                   : refuse(err::kMlx5CmdBadParam, command, qpn, "it is not attached");
+    trace::mcast_attach(host_, qpn, attach, 0, qp->attr.port_num, readBe64(gid.data()),
+                        readBe64(gid.data() + 8));
     return nullptr;
 }
 

@@ -47,6 +47,10 @@ class QueuePairs {
     // control segment, which ring its QP's SQ; elsewhere, the rest of a
     // WQE the driver copies there too (it is read from memory instead).
     void blueFlame(uint32_t uar, uint32_t offset, uint64_t value);
+    // ATTACH_TO_MCG (`attach`) or DETACH_FROM_MCG: a UD QP joins or
+    // leaves the multicast group whose GID `in` names, on its port. The
+    // device is not told the group's LID: a group is known by its GID.
+    const err::Condition *attachMulticast(bool attach, std::span<const uint8_t> in);
     // Whether `opcode` is one of the state-change commands.
     static bool isStateChange(uint16_t opcode);
 
