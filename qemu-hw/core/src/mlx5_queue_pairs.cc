@@ -86,7 +86,6 @@ constexpr uint8_t kRegularRq = 0;
 constexpr uint8_t kZeroRq = 3;
 constexpr uint8_t kPmMigrated = 3;
 constexpr uint32_t kStrideUnitShift = 4;
-constexpr uint32_t kLogMaxRqStride = 11; // 2 KiB
 
 std::optional<uint8_t> coreType(uint64_t serviceType) {
     switch (serviceType) {
