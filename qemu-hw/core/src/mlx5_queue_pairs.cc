@@ -87,36 +87,30 @@ constexpr uint8_t kZeroRq = 3;
 constexpr uint8_t kPmMigrated = 3;
 constexpr uint32_t kStrideUnitShift = 4;
 
+// Each service type and the core's QP type it is.
+struct ServiceType {
+    uint8_t st;
+    uint8_t coreType;
+};
+constexpr ServiceType kServiceTypes[] = {{st::kRc, PIB_QPT_RC},
+                                         {st::kUc, PIB_QPT_UC},
+                                         {st::kUd, PIB_QPT_UD},
+                                         {st::kQp0, PIB_QPT_SMI},
+                                         {st::kQp1, PIB_QPT_GSI}};
+
 std::optional<uint8_t> coreType(uint64_t serviceType) {
-    switch (serviceType) {
-    case st::kRc:
-        return PIB_QPT_RC;
-    case st::kUc:
-        return PIB_QPT_UC;
-    case st::kUd:
-        return PIB_QPT_UD;
-    case st::kQp0:
-        return PIB_QPT_SMI;
-    case st::kQp1:
-        return PIB_QPT_GSI;
-    default:
-        return std::nullopt;
-    }
+    for (const ServiceType &t : kServiceTypes)
+        if (t.st == serviceType)
+            return t.coreType;
+    return std::nullopt;
 }
 
+// Every QP was made from one of the table's service types.
 uint8_t serviceType(uint8_t coreType) {
-    switch (coreType) {
-    case PIB_QPT_UC:
-        return st::kUc;
-    case PIB_QPT_UD:
-        return st::kUd;
-    case PIB_QPT_SMI:
-        return st::kQp0;
-    case PIB_QPT_GSI:
-        return st::kQp1;
-    default:
-        return st::kRc;
-    }
+    for (const ServiceType &t : kServiceTypes)
+        if (t.coreType == coreType)
+            return t.st;
+    return st::kRc;
 }
 
 // The ConnectX state numbers differ from IBA's for SQD and SQE.

@@ -60,6 +60,11 @@ bool hasReceiveQueue(const QueuePair &qp) {
     return qp.ctx.rq_log_wqe_stride != 0;
 }
 
+// The basic blocks a WQE of `ds` 16-byte segments takes.
+uint32_t blocksOf(uint32_t ds) {
+    return (ds * kSegmentBytes + wqe::kBasicBlock - 1) / wqe::kBasicBlock;
+}
+
 pib_wqe_data dataSegment(const uint8_t *p) {
     return {readBe32(p), readBe32(p + 4), readBe64(p + 8)};
 }
@@ -129,8 +134,7 @@ uint32_t WqeReader::dsCount(const QueuePair &qp, uint32_t index) {
 }
 
 uint32_t WqeReader::sendSlots(const QueuePair &qp, uint32_t index) {
-    const uint32_t blocks =
-        (dsCount(qp, index) * kSegmentBytes + wqe::kBasicBlock - 1) / wqe::kBasicBlock;
+    const uint32_t blocks = blocksOf(dsCount(qp, index));
     return blocks ? blocks : 1;
 }
 
@@ -142,7 +146,7 @@ uint8_t WqeReader::readSend(const QueuePair &qp, uint32_t index, Wqe &out) {
         return PIB_WC_LOC_QP_OP_ERR;
     }
     const uint32_t ds = readBe32(raw_.data() + 4) & kDsMask;
-    const uint32_t blocks = (ds * kSegmentBytes + wqe::kBasicBlock - 1) / wqe::kBasicBlock;
+    const uint32_t blocks = blocksOf(ds);
     out.slots = blocks ? blocks : 1;
     const uint32_t named = readBe32(raw_.data() + 4) >> 8;
     const uint8_t mlx5Opcode = raw_[3];
