@@ -109,6 +109,8 @@ static bool pib_hca_event_enabled(unsigned event)
         return trace_event_get_state_backends(TRACE_PIB_HCA_MLX5_SQ_DOORBELL);
     case PIB_EVENT_MLX5_CQ_ARM:
         return trace_event_get_state_backends(TRACE_PIB_HCA_MLX5_CQ_ARM);
+    case PIB_EVENT_MLX5_ACCESS_REG:
+        return trace_event_get_state_backends(TRACE_PIB_HCA_MLX5_ACCESS_REG);
     case PIB_EVENT_MW_BOUND:
         return trace_event_get_state_backends(TRACE_PIB_HCA_MW_BOUND);
     case PIB_EVENT_ERR_PORT_DROP:
@@ -328,6 +330,9 @@ static void pib_hca_trace_event(unsigned event, const uint64_t *a)
     case PIB_EVENT_MLX5_CQ_ARM:
         trace_pib_hca_mlx5_cq_arm((unsigned) a[0], (unsigned) a[1],
                                   (unsigned) a[2], (unsigned) a[3]);
+        break;
+    case PIB_EVENT_MLX5_ACCESS_REG:
+        trace_pib_hca_mlx5_access_reg((unsigned) a[0], (unsigned) a[1]);
         break;
     case PIB_EVENT_MW_BOUND:
         trace_pib_hca_mw_bound((unsigned) a[0], (unsigned) a[1],

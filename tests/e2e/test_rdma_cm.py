@@ -67,9 +67,11 @@ PERFTEST = [("ib_send_bw", "bw"), ("ib_write_bw", "bw"), ("ib_read_lat", "lat")]
 
 
 def test_perftest_connects_with_rdma_cm(ctx):
-    for prog, kind in PERFTEST:
-        argv = [prog, "-R", "-p", "18575", "-n", "100", "-s", "65536" if kind == "bw" else "8"]
-        client, _ = _pair(ctx, argv, argv, 18575, ready=rdma_cm_listening(18575),
+    # A port per program: the last server's listening ID may outlive it
+    # for a moment, and would make the next one look ready too early.
+    for port, (prog, kind) in enumerate(PERFTEST, start=18575):
+        argv = [prog, "-R", "-p", str(port), "-n", "100", "-s", "65536" if kind == "bw" else "8"]
+        client, _ = _pair(ctx, argv, argv, port, ready=rdma_cm_listening(port),
                           address="vm2-ib")
         row = perftest_last_row(client)
         assert row, client

@@ -4,7 +4,11 @@
 // commands of every opcode the device knows, with any input, output
 // length and op_mod; slots and mailbox chains corrupted after they were
 // built), doorbells for any slots, EQs made of the harness's pages and
-// their UAR doorbells, BAR reads, resets and internal errors.
+// their UAR doorbells, BAR reads, resets and internal errors; and, in a
+// function set up with UD and RC QPs in RTS on an ACTIVE port, send WQEs
+// (well-formed or not) rung through blue-flame registers, receive WQEs
+// posted through doorbell records, state changes and QPs made and
+// destroyed, so that the WQE reader, the transports and the CQEs run.
 // The device must survive all of it and keep its promises: a slot it
 // completes is the driver's again, and the pages it holds are the ones it
 // was given.
@@ -14,10 +18,13 @@
 #include <cstdlib>
 #include <string>
 
+#include "mlx5_function.hh"
 #include "mlx5_hca_caps.hh"
 #include "mlx5_host.hh"
 
 using namespace pib::mlx5;
+using pib::testing::Mlx5Function;
+namespace qpc = pib::testing::mlx5qp;
 
 namespace {
 
@@ -29,10 +36,11 @@ void check(bool ok, const char *what) {
 }
 
 // The opcodes the device executes, and a few it knows only by name.
-constexpr uint16_t kOpcodes[] = {0x100, 0x101, 0x102, 0x103, 0x104, 0x105, 0x107, 0x108,
-                                 0x109, 0x10a, 0x10b, 0x200, 0x202, 0x301, 0x302, 0x400,
-                                 0x401, 0x50d, 0x700, 0x701, 0x702, 0x703, 0x762, 0x800,
-                                 0x801, 0x802, 0x803, 0x805, 0x80e, 0x80f};
+constexpr uint16_t kOpcodes[] = {0x100, 0x101, 0x102, 0x103, 0x104, 0x105, 0x107, 0x108, 0x109,
+                                 0x10a, 0x10b, 0x200, 0x202, 0x301, 0x302, 0x400, 0x401, 0x500,
+                                 0x501, 0x502, 0x503, 0x504, 0x505, 0x506, 0x507, 0x50a, 0x50b,
+                                 0x50c, 0x50d, 0x50e, 0x700, 0x701, 0x702, 0x703, 0x762, 0x800,
+                                 0x801, 0x802, 0x803, 0x805, 0x806, 0x807, 0x80e, 0x80f};
 constexpr uint32_t kIsegOffsets[] = {iseg::kCmdqAddrHigh, iseg::kCmdqAddrLowSize,
                                      iseg::kCmdDoorbell,  iseg::kFwRev,
                                      iseg::kInitializing, iseg::kHealthCounter};
@@ -244,6 +252,118 @@ void corruptAndRing(FuzzedDataProvider &in, Mlx5Host &host) {
     host.isegWrite(iseg::kCmdDoorbell, in.ConsumeIntegral<uint32_t>());
 }
 
+// A function with QPs in RTS on an ACTIVE port (mlx5_function.hh): two
+// UD QPs and two RC QPs connected to each other through the port's
+// loopback. The steps below post work on them, as a driver would or not.
+struct QpWorld {
+    explicit QpWorld(Mlx5Host &host) : f(host) {}
+
+    bool setUp() {
+        if (!f.setUp() || !f.activatePort())
+            return false;
+        for (const uint8_t st : {qpc::kUd, qpc::kUd, qpc::kRc, qpc::kRc}) {
+            const auto qp = f.createQp(st, 1, 3, 4);
+            if (!qp)
+                return false;
+            qps.push_back({*qp, st == qpc::kUd});
+        }
+        return f.toRts(qps[0].qp.qpn) && f.toRts(qps[1].qp.qpn) &&
+               f.toRts(qps[2].qp.qpn, {.qpn = qps[3].qp.qpn}) &&
+               f.toRts(qps[3].qp.qpn, {.qpn = qps[2].qp.qpn});
+    }
+
+    struct Entry {
+        Mlx5Function::Qp qp;
+        bool ud;
+    };
+    Entry &pick(FuzzedDataProvider &in) {
+        return qps[in.ConsumeIntegralInRange<size_t>(0, qps.size() - 1)];
+    }
+
+    // A send WQE of any opcode, segments for it or not, then maybe a
+    // corrupted byte or counter, rung at a blue-flame offset or not.
+    void send(FuzzedDataProvider &in, const Pages &pages) {
+        static constexpr uint8_t kOpcodes[] = {
+            qpc::kSend, qpc::kRdmaWrite, qpc::kRdmaRead, 0x09, 0x0b, 0x11, 0x12, 0x01, 0x00};
+        Entry &e = pick(in);
+        const Mlx5Function::Send s{
+            .opcode =
+                in.ConsumeBool() ? in.PickValueInArray(kOpcodes) : in.ConsumeIntegral<uint8_t>(),
+            .remoteQpn = in.ConsumeBool() ? qps[in.ConsumeIntegralInRange<size_t>(0, 1)].qp.qpn
+                                          : in.ConsumeIntegral<uint32_t>() & 0xffffff,
+            .addr = in.ConsumeBool() ? pages.pick(in) : in.ConsumeIntegral<uint64_t>(),
+            .length = in.ConsumeIntegralInRange<uint32_t>(0, in.ConsumeBool() ? 8192 : ~0u),
+            .remoteAddr = in.ConsumeBool() ? pages.pick(in) : in.ConsumeIntegral<uint64_t>()};
+        const bool ud = in.ConsumeBool() ? e.ud : !e.ud; // now and then the other layout
+        const uint32_t index = e.qp.sqPosted;
+        uint64_t first8 = f.writeSend(e.qp, ud, s);
+        if (in.ConsumeBool()) { // a byte of the WQE's first two blocks
+            const uint32_t at = in.ConsumeIntegralInRange<uint32_t>(0, 127);
+            const uint64_t block = (index + at / 64) % e.qp.sqBlocks;
+            f.host.at(e.qp.sqStart() + 64 * block)[at % 64] = in.ConsumeIntegral<uint8_t>();
+        }
+        if (in.ConsumeBool())
+            writeBe32(f.host.at(e.qp.record + 4), in.ConsumeIntegral<uint32_t>());
+        if (in.ConsumeBool())
+            first8 = in.ConsumeIntegral<uint64_t>();
+        const uint32_t offset = in.ConsumeBool()
+                                    ? 0x800 + 0x100 * in.ConsumeIntegralInRange<uint32_t>(0, 7)
+                                    : in.ConsumeIntegralInRange<uint32_t>(0x800, 0xff8) & ~7u;
+        f.blueFlame(first8, in.ConsumeBool() ? f.uar : in.ConsumeIntegralInRange<uint32_t>(2, 5),
+                    offset);
+    }
+
+    // A receive WQE for any buffer, or any RQ counter.
+    void receive(FuzzedDataProvider &in, const Pages &pages) {
+        Entry &e = pick(in);
+        if (!e.qp.rqSlots)
+            return;
+        const uint64_t addr = in.ConsumeBool() ? pages.pick(in) : in.ConsumeIntegral<uint64_t>();
+        f.postReceive(e.qp, addr, in.ConsumeIntegralInRange<uint32_t>(0, 8192));
+        if (in.ConsumeBool())
+            writeBe32(f.host.at(e.qp.record), in.ConsumeIntegral<uint32_t>());
+        f.host.runScheduled();
+    }
+
+    // A state change of one of the QPs, to any peer; a QP made again in
+    // place of one destroyed; the CQ's entries consumed.
+    void manage(FuzzedDataProvider &in) {
+        static constexpr uint16_t kChanges[] = {0x502, 0x503, 0x504, 0x505, 0x506,
+                                                0x507, 0x50a, 0x50c, 0x50e};
+        static constexpr uint8_t kTypes[] = {qpc::kUd, qpc::kRc, qpc::kUc, qpc::kQp0, qpc::kQp1};
+        Entry &e = pick(in);
+        switch (in.ConsumeIntegralInRange<int>(0, 3)) {
+        case 0:
+            f.change(in.PickValueInArray(kChanges), e.qp.qpn,
+                     in.ConsumeIntegralInRange<uint8_t>(0, 2),
+                     {.qpn = in.ConsumeIntegral<uint32_t>() & 0xffffff,
+                      .lid = in.ConsumeBool() ? Mlx5Function::kLid : in.ConsumeIntegral<uint16_t>(),
+                      .mtu = in.ConsumeIntegralInRange<uint8_t>(0, 7)});
+            break;
+        case 1:
+            if (f.destroy(qpc::kDestroyQp, e.qp.qpn).status() == 0) {
+                const uint8_t st = in.PickValueInArray(kTypes);
+                if (const auto qp = f.createQp(st, in.ConsumeIntegralInRange<uint32_t>(0, 3),
+                                               in.ConsumeIntegralInRange<uint32_t>(0, 5),
+                                               in.ConsumeIntegralInRange<uint32_t>(0, 5)))
+                    e = {*qp, st != qpc::kRc && st != qpc::kUc};
+            }
+            break;
+        case 2:
+            f.query(e.qp.qpn);
+            break;
+        default:
+            f.cqes(&cqNext);
+            break;
+        }
+        f.host.runScheduled();
+    }
+
+    Mlx5Function f;
+    std::vector<Entry> qps;
+    uint32_t cqNext = 0;
+};
+
 } // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
@@ -253,11 +373,23 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     const Pages pages(host);
     Queue queue;
     // Most runs start as the driver does, so that what needs an
-    // initialized function is reached.
-    if (in.ConsumeBool() && host.bringUp())
+    // initialized function is reached; some with QPs ready for work.
+    QpWorld world(host);
+    const int start = in.ConsumeIntegralInRange<int>(0, 3);
+    if (start == 1 && host.bringUp())
         host.run(Mlx5Host::input(0x802), 16);
+    const bool qps = start >= 2 && world.setUp();
     for (int step = 0; step < 64 && in.remaining_bytes(); ++step) {
-        switch (in.ConsumeIntegralInRange<int>(0, 8)) {
+        const int what = in.ConsumeIntegralInRange<int>(0, qps ? 11 : 8);
+        if (what == 9)
+            world.send(in, pages);
+        else if (what == 10)
+            world.receive(in, pages);
+        else if (what == 11)
+            world.manage(in);
+        if (what >= 9)
+            continue;
+        switch (what) {
         case 0:
             queue.write(host, in.PickValueInArray(kIsegOffsets), in.ConsumeIntegral<uint32_t>());
             break;

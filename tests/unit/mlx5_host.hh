@@ -140,5 +140,26 @@ class Mlx5Host : public FakeHost {
         return in;
     }
 
+    // A CREATE_CQ input for 2^logSize CQEs in fresh 4 KiB pages (the first
+    // at *ring, every owner bit 1 as the driver leaves them) reporting to
+    // `eqn`, armed through `uar`, with its doorbell record at *record.
+    std::vector<uint8_t> cqInput(uint32_t logSize, uint32_t eqn, uint32_t uar, uint64_t *ring,
+                                 uint64_t *record) {
+        using namespace pib::mlx5;
+        const uint64_t pages = ((uint64_t{64} << logSize) + 4095) / 4096;
+        *ring = alloc(pages * 4096);
+        for (uint64_t i = 0; i < pages * 4096 / 64; ++i)
+            at(*ring + 64 * i)[0x3f] = 0xf1; // MLX5_CQE_INVALID, owner 1
+        *record = alloc(64, 64);
+        std::vector<uint8_t> in = input(0x400, 0, 0x110 + 8 * pages);
+        set(in, field(0x80 + 0x63, 5), logSize);
+        set(in, field(0x80 + 0x68, 24), uar);
+        set(in, field(0x80 + 0xa0, 32), eqn);
+        set(in, field(0x80 + 0x1c0, 64), *record);
+        for (uint64_t i = 0; i < pages; ++i)
+            writeBe64(&in[0x110 + 8 * i], *ring + 4096 * i);
+        return in;
+    }
+
     uint64_t queue = 0;
 };

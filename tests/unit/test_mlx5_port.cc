@@ -4,6 +4,7 @@
 #include <catch2/catch.hpp>
 
 #include <functional>
+#include <string>
 
 #include "conditions.hh"
 #include "mad.hh"
@@ -55,6 +56,8 @@ TEST_CASE("mlx5: MAD_IFC is answered by the core's SMA", "[mlx5]") {
     CHECK(m.status() == 0);
     CHECK(m.get64(64 + 12) == Mlx5Host::mlx5Config().node_guid); // NodeGUID
     CHECK(m.get16(64 + 28) >= 1);                                // PartitionCap
+    CHECK(m.get16(64 + 30) == 0x1017);                           // DeviceID: a ConnectX-5
+    CHECK((m.get32(64 + 36) & 0xffffff) == 0x0002c9);            // VendorID: Mellanox's OUI
     // PortInfo: the port is down, its link width and speed valid.
     r = f.mad(iba::kClassSmpLid, iba::kGet, iba::kAttrPortInfo, kIgnoreMkey);
     REQUIRE(r.status() == 0);
@@ -62,6 +65,33 @@ TEST_CASE("mlx5: MAD_IFC is answered by the core's SMA", "[mlx5]") {
     CHECK((m.get8(64 + 32) & 0xf) == PIB_PORT_DOWN);
     CHECK(m.get8(64 + 31) != 0);
     CHECK(f.host.guestErrors() == 0);
+}
+
+TEST_CASE("mlx5: the NODE_DESC register is the SMA's NodeDescription", "[mlx5]") {
+    PortFunction f;
+    constexpr uint16_t kAccessReg = 0x805, kNodeDesc = 0x6001, kWrite = 0, kRead = 1;
+    const std::string desc = "vm2 mlx5_0";
+    auto in = Mlx5Host::input(kAccessReg, kWrite, 0x50);
+    set(in, field(0x50, 16), kNodeDesc);
+    std::copy(desc.begin(), desc.end(), in.begin() + 0x10);
+    auto r = f.host.run(in, 0x50);
+    REQUIRE(r.status() == 0);
+    CHECK(f.host.traces("mlx5_access_reg") == 1);
+    r = f.mad(iba::kClassSmpLid, iba::kGet, iba::kAttrNodeDescription, kIgnoreMkey);
+    REQUIRE(r.status() == 0);
+    const iba::Mad m = PortFunction::response(r);
+    CHECK(std::string(reinterpret_cast<const char *>(r.out.data() + 0x10 + 64)) == desc);
+    CHECK(m.status() == 0);
+    // Read back; a register of 64 bytes does not fit a short input.
+    in = Mlx5Host::input(kAccessReg, kRead, 0x50);
+    set(in, field(0x50, 16), kNodeDesc);
+    r = f.host.run(in, 0x50);
+    REQUIRE(r.status() == 0);
+    CHECK(std::string(reinterpret_cast<const char *>(r.out.data() + 0x10)) == desc);
+    in.resize(0x20);
+    f.host.clear();
+    CHECK(f.host.run(in, 0x50).status() == status::kBadInputLength);
+    CHECK(f.host.guestErrors(pib::err::kMlx5CmdShortInput.token) == 1);
 }
 
 TEST_CASE("mlx5: MAD_IFC answers classes no agent takes, refuses bad ports", "[mlx5]") {

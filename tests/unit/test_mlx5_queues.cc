@@ -24,26 +24,6 @@ constexpr Field kEqNumber = field(0x58, 8);
 constexpr Field kCqNumber = field(0x48, 24);
 constexpr uint64_t kCqErrorEvents = 1u << 0x04, kPortEvents = 1u << 0x09;
 
-// A CREATE_CQ input for 2^logSize CQEs in fresh 4 KiB pages (the first
-// at *ring, every owner bit 1 as the driver leaves them) reporting to
-// `eqn`, armed through `uar`, with its doorbell record at *record.
-std::vector<uint8_t> cqInput(Mlx5Host &host, uint32_t logSize, uint32_t eqn, uint32_t uar,
-                             uint64_t *ring, uint64_t *record) {
-    const uint64_t pages = ((uint64_t{64} << logSize) + 4095) / 4096;
-    *ring = host.alloc(pages * 4096);
-    for (uint64_t i = 0; i < pages * 4096 / 64; ++i)
-        host.at(*ring + 64 * i)[0x3f] = 0xf1; // MLX5_CQE_INVALID, owner 1
-    *record = host.alloc(64, 64);
-    std::vector<uint8_t> in = Mlx5Host::input(0x400, 0, 0x110 + 8 * pages);
-    set(in, field(0x80 + 0x63, 5), logSize);
-    set(in, field(0x80 + 0x68, 24), uar);
-    set(in, field(0x80 + 0xa0, 32), eqn);
-    set(in, field(0x80 + 0x1c0, 64), *record);
-    for (uint64_t i = 0; i < pages; ++i)
-        writeBe64(&in[0x110 + 8 * i], *ring + 4096 * i);
-    return in;
-}
-
 // A function brought up with a UAR page and an EQ taking `types`.
 struct Function {
     Mlx5Host host;
@@ -83,7 +63,7 @@ TEST_CASE("mlx5: CREATE_CQ checks its context and page list", "[mlx5]") {
     uint64_t ring = 0, record = 0;
     auto refused = [&](const std::vector<uint8_t> &in, uint8_t status,
                        const pib::err::Condition &why) { checkRefused(f.host, in, status, why); };
-    const auto in = cqInput(f.host, 2, f.eqn, f.uar, &ring, &record);
+    const auto in = f.host.cqInput(2, f.eqn, f.uar, &ring, &record);
     const std::pair<Field, uint64_t> contexts[] = {
         {field(0x80 + 0x08, 3), 1},     // cqe_sz: 128 bytes
         {field(0x80 + 0x11, 1), 1},     // CQE compression
@@ -111,7 +91,7 @@ TEST_CASE("mlx5: CREATE_CQ checks its context and page list", "[mlx5]") {
     writeBe64(&bad[0x110], 0x1000); // aligned, not guest RAM
     refused(bad, status::kBadParam, pib::err::kMlx5CqBadPages);
     // 2^7 CQEs take two pages: a list of one is short.
-    auto two = cqInput(f.host, 7, f.eqn, f.uar, &ring, &record);
+    auto two = f.host.cqInput(7, f.eqn, f.uar, &ring, &record);
     two.resize(0x118);
     refused(two, status::kBadInputLength, pib::err::kMlx5CmdShortInput);
     // Nothing was made: the first CQ is number 0.
@@ -123,7 +103,7 @@ TEST_CASE("mlx5: CREATE_CQ checks its context and page list", "[mlx5]") {
 TEST_CASE("mlx5: a CQ holds its EQ and UAR page until DESTROY_CQ", "[mlx5]") {
     Function f;
     uint64_t ring = 0, record = 0;
-    const auto r = f.host.run(cqInput(f.host, 2, f.eqn, f.uar, &ring, &record), 16);
+    const auto r = f.host.run(f.host.cqInput(2, f.eqn, f.uar, &ring, &record), 16);
     REQUIRE(r.status() == 0);
     const auto cqn = static_cast<uint32_t>(r.get(kCqNumber));
     CHECK(f.host.traces("mlx5_cq_create") == 1);
@@ -140,7 +120,7 @@ TEST_CASE("mlx5: a CQ holds its EQ and UAR page until DESTROY_CQ", "[mlx5]") {
 TEST_CASE("mlx5: async events reach the EQ that takes their type", "[mlx5]") {
     Function f(kCqErrorEvents | kPortEvents);
     uint64_t ring = 0, record = 0;
-    const auto r = f.host.run(cqInput(f.host, 2, f.eqn, f.uar, &ring, &record), 16);
+    const auto r = f.host.run(f.host.cqInput(2, f.eqn, f.uar, &ring, &record), 16);
     REQUIRE(r.status() == 0);
     const auto cqn = static_cast<uint32_t>(r.get(kCqNumber));
     f.inject("event cq-err " + std::to_string(cqn));
@@ -175,7 +155,7 @@ struct Components {
 
     explicit Components(uint32_t logCqSize) {
         REQUIRE(eqs.create(host.eqInput(3, kCqErrorEvents, 2, uar, &eqRing), eqn) == nullptr);
-        REQUIRE(cqs.create(cqInput(host, logCqSize, eqn, uar, &cqRing, &record), cqn) == nullptr);
+        REQUIRE(cqs.create(host.cqInput(logCqSize, eqn, uar, &cqRing, &record), cqn) == nullptr);
     }
     const uint8_t *cqe(uint32_t index) { return host.at(cqRing + 64 * index); }
     void consumed(uint32_t count) { writeBe32(host.at(record), count & 0xffffff); }
@@ -285,7 +265,7 @@ struct SrqFunction : Function {
     SrqFunction() {
         uint64_t ring = 0, record = 0;
         cqn = static_cast<uint32_t>(
-            host.run(cqInput(host, 2, eqn, uar, &ring, &record), 16).get(kCqNumber));
+            host.run(host.cqInput(2, eqn, uar, &ring, &record), 16).get(kCqNumber));
         pd = static_cast<uint32_t>(host.run(Mlx5Host::input(kAllocPd), 16).get(kHeld));
         xrcd = static_cast<uint32_t>(host.run(Mlx5Host::input(kAllocXrcd), 16).get(kHeld));
     }

@@ -39,7 +39,9 @@ WATCHED = {
     "mlx5": ["mlx5::FunctionPages::give", "mlx5::FunctionPages::take", "mlx5::HcaCaps::apply",
              "mlx5::CommandQueue::chain", "mlx5::Commands::accessRegister",
              "mlx5::EventQueues::doorbell", "mlx5::EventQueues::write", "mlx5::Commands::madIfc",
-             "mlx5::Commands::createMkey"],
+             "mlx5::Commands::createMkey", "mlx5::WqeReader::decodeSend",
+             "mlx5::WqeReader::readReceive", "mlx5::QueuePairs::modify",
+             "mlx5::QueuePairs::freePort"],
 }
 
 

@@ -13,9 +13,10 @@ UCX_PORT = 18620
 def ucx_perftest(ctx, tls, test, size, iters, device="pib_0:1", extra_env=()):
     """One ucx_perftest run, vm1 to vm2, with UCX_TLS=`tls` on `device`
     (and `extra_env`, NAME=VALUE strings).
-    Returns (latency in us, bandwidth in MB/s): the averages of its
+    Returns (latency in us, bandwidth in MB/s): the overall ones of its
     'Final:' row (iterations; latency median, average, overall; bandwidth
-    average, overall; message rate average, overall)."""
+    average, overall; message rate average, overall). The averages are
+    over the last reporting interval only, which may be empty: 0 or nan."""
     env = ["env", f"UCX_TLS={tls}", f"UCX_NET_DEVICES={device}", *extra_env]
     # -P 0: Debian's ucx_perftest starts in MPI mode unless told.
     server = [*env, "ucx_perftest", "-P", "0", "-p", str(UCX_PORT)]
@@ -29,7 +30,9 @@ def ucx_perftest(ctx, tls, test, size, iters, device="pib_0:1", extra_env=()):
     assert final, where
     numbers = [float(x) for x in final.group(1).split()]
     assert len(numbers) >= 8 and numbers[0] == iters, where
-    return numbers[2], numbers[4]
+    latency, bandwidth = numbers[3], numbers[5]
+    assert latency > 0 and bandwidth > 0, where  # nan fails too
+    return latency, bandwidth
 
 
 def mpi_pingpong(ctx, iters, extra_env=()):

@@ -56,17 +56,18 @@ enum pib_event {
     PIB_EVENT_MLX5_QP_DESTROY = 48,
     PIB_EVENT_MLX5_SQ_DOORBELL = 49,
     PIB_EVENT_MLX5_CQ_ARM = 50,
-    PIB_EVENT_MW_BOUND = 51,
-    PIB_EVENT_ERR_PORT_DROP = 52,
-    PIB_EVENT_ERR_LINK = 53,
-    PIB_EVENT_ERR_MKEY_VIOLATION = 54,
-    PIB_EVENT_ERR_MCAST_DROP = 55,
-    PIB_EVENT_ERR_RC_NO_QP = 56,
-    PIB_EVENT_ERR_RC_WRONG_PEER = 57,
-    PIB_EVENT_ERR_RC_BAD_RESPONSE_PSN = 58,
-    PIB_EVENT_ERR_RC_BAD_RESPONSE_LENGTH = 59,
-    PIB_EVENT_ERR_RC_REQUEST_REFUSED = 60,
-    PIB_EVENT_COUNT = 61
+    PIB_EVENT_MLX5_ACCESS_REG = 51,
+    PIB_EVENT_MW_BOUND = 52,
+    PIB_EVENT_ERR_PORT_DROP = 53,
+    PIB_EVENT_ERR_LINK = 54,
+    PIB_EVENT_ERR_MKEY_VIOLATION = 55,
+    PIB_EVENT_ERR_MCAST_DROP = 56,
+    PIB_EVENT_ERR_RC_NO_QP = 57,
+    PIB_EVENT_ERR_RC_WRONG_PEER = 58,
+    PIB_EVENT_ERR_RC_BAD_RESPONSE_PSN = 59,
+    PIB_EVENT_ERR_RC_BAD_RESPONSE_LENGTH = 60,
+    PIB_EVENT_ERR_RC_REQUEST_REFUSED = 61,
+    PIB_EVENT_COUNT = 62
 };
 
 /* The guest-error tokens (pib_host_ops.guest_error), as docs/prm.md §9. */
@@ -202,6 +203,7 @@ static inline const char *pib_event_name(unsigned event) {
         "mlx5_qp_destroy",
         "mlx5_sq_doorbell",
         "mlx5_cq_arm",
+        "mlx5_access_reg",
         "mw_bound",
         "err_port_drop",
         "err_link",
@@ -220,13 +222,13 @@ static inline const char *pib_event_name(unsigned event) {
 /* An event's arguments: 's' for a string, 'i' for an integer each. */
 static inline const char *pib_event_args(unsigned event) {
     static const char *const args[PIB_EVENT_COUNT] = {
-        "siiii",  "s",       "s",      "i",   "i",    "i",    "i",      "i",     "i",
-        "i",      "i",       "isi",    "is",  "s",    "sii",  "iiii",   "is",    "si",
-        "iii",    "iiiii",   "iiiiii", "i",   "ii",   "iii",  "ii",     "ii",    "iii",
-        "ii",     "iii",     "iis",    "ii",  "i",    "ii",   "iii",    "iiiii", "iis",
-        "isiiii", "si",      "iiiii",  "i",   "iiii", "iiii", "iiii",   "i",     "iiiii",
-        "i",      "iiiiiii", "isiii",  "i",   "iii",  "iiii", "iiiiii", "is",    "is",
-        "iii",    "is",      "ii",     "iii", "iii",  "iii",  "iis",
+        "siiii",  "s",       "s",      "i",  "i",    "i",    "i",    "i",      "i",
+        "i",      "i",       "isi",    "is", "s",    "sii",  "iiii", "is",     "si",
+        "iii",    "iiiii",   "iiiiii", "i",  "ii",   "iii",  "ii",   "ii",     "iii",
+        "ii",     "iii",     "iis",    "ii", "i",    "ii",   "iii",  "iiiii",  "iis",
+        "isiiii", "si",      "iiiii",  "i",  "iiii", "iiii", "iiii", "i",      "iiiii",
+        "i",      "iiiiiii", "isiii",  "i",  "iii",  "iiii", "ii",   "iiiiii", "is",
+        "is",     "iii",     "is",     "ii", "iii",  "iii",  "iii",  "iis",
     };
 
     return event < PIB_EVENT_COUNT ? args[event] : "";

@@ -38,10 +38,9 @@ constexpr uint16_t kArmRqSrq = 1; // arm_rq_in's op_mod for an SRQ
 
 constexpr uint16_t kIssi = 0; // the only one: supported_issi bit 0
 constexpr uint16_t kRegHostEndianness = 0x7004;
+constexpr uint16_t kRegNodeDesc = 0x6001;
 constexpr uint16_t kAccessRegWrite = 0, kAccessRegRead = 1;
 constexpr uint16_t kManagePagesFail = 0, kManagePagesGive = 1, kManagePagesTake = 2;
-constexpr uint32_t kMellanoxOui = 0x0002c9;
-constexpr uint32_t kMellanoxVendorId = 0x15b3;
 constexpr char kPsid[] = "PIB0000000001"; // board_id, as ibstat shows it
 
 } // namespace
@@ -249,26 +248,42 @@ const err::Condition *Commands::setHcaCap(const Request &r) {
 }
 
 const err::Condition *Commands::queryAdapter(const Request &r) {
-    set(r.out, kAdapterIeeeVendorId, kMellanoxOui);
-    set(r.out, kAdapterVsdVendorId, kMellanoxVendorId);
+    set(r.out, kAdapterIeeeVendorId, identity::kOui);
+    set(r.out, kAdapterVsdVendorId, identity::kPciVendorId);
     std::memcpy(r.out.data() + kAdapterPsid, kPsid, sizeof(kPsid) - 1);
     return nullptr;
 }
 
+// The registers ACCESS_REG reads and writes, by ID: the bytes the device
+// keeps for each; empty for one it does not have.
+std::span<uint8_t> Commands::registerBytes(uint16_t id) {
+    switch (id) {
+    case kRegHostEndianness:
+        return hostEndianness_;
+    case kRegNodeDesc: // what the SMA's NodeDescription reports
+        return {reinterpret_cast<uint8_t *>(core_.ports.nodeDesc.data()),
+                core_.ports.nodeDesc.size()};
+    default:
+        return {};
+    }
+}
+
 const err::Condition *Commands::accessRegister(const Request &r) {
     const uint16_t id = static_cast<uint16_t>(get(r.in, kRegisterId));
-    if (id != kRegHostEndianness)
+    const std::span<uint8_t> reg = registerBytes(id);
+    if (reg.empty())
         return fail(err::kMlx5CmdBadParam, "ACCESS_REG of register 0x%04x", id);
-    const size_t bytes = hostEndianness_.size();
     if (r.opMod != kAccessRegWrite && r.opMod != kAccessRegRead)
         return fail(err::kMlx5CmdBadParam, "ACCESS_REG op_mod %u", r.opMod);
+    const size_t bytes = reg.size();
     if (r.in.size() < kHeaderBytes + bytes || r.out.size() < kHeaderBytes + bytes)
         return fail(r.in.size() < kHeaderBytes + bytes ? err::kMlx5CmdShortInput
                                                        : err::kMlx5CmdShortOutput,
-                    "ACCESS_REG of HOST_ENDIANNESS: its %zu bytes do not fit", bytes);
+                    "ACCESS_REG of register 0x%04x: its %zu bytes do not fit", id, bytes);
     if (r.opMod == kAccessRegWrite)
-        std::copy_n(r.in.begin() + kHeaderBytes, bytes, hostEndianness_.begin());
-    std::copy_n(hostEndianness_.begin(), bytes, r.out.begin() + kHeaderBytes);
+        std::copy_n(r.in.begin() + kHeaderBytes, bytes, reg.begin());
+    std::copy_n(reg.begin(), bytes, r.out.begin() + kHeaderBytes);
+    trace::mlx5_access_reg(host_, id, r.opMod == kAccessRegWrite ? 1 : 0);
     return nullptr;
 }
 

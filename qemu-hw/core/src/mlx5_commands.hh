@@ -99,6 +99,7 @@ class Commands {
     const err::Condition *queryIssi(const Request &r);
     const err::Condition *setIssi(const Request &r);
     const err::Condition *accessRegister(const Request &r);
+    std::span<uint8_t> registerBytes(uint16_t id);
     const err::Condition *allocUar(const Request &r);
     const err::Condition *deallocUar(const Request &r);
     const err::Condition *createEq(const Request &r);

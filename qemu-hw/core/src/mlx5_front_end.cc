@@ -8,11 +8,6 @@
 
 namespace pib::mlx5 {
 
-namespace {
-constexpr uint16_t kMellanoxVendorId = 0x15b3;
-constexpr uint16_t kConnectX5 = 0x1017;
-} // namespace
-
 Mlx5FrontEnd::Mlx5FrontEnd(const pib_core_config &config, const Host &host, CoreParts core)
     : host_(host), bar0Size_(std::bit_ceil(uint64_t{Uars::kFirstUar + config.doorbell_pages} *
                                            Uars::kPageBytes)),
@@ -24,13 +19,20 @@ Mlx5FrontEnd::Mlx5FrontEnd(const pib_core_config &config, const Host &host, Core
           commands_.execute(slot, in, out);
       }) {
     core.events.use(cqs_); // the data path's completions take this layout
+    // NodeInfo names the node as a ConnectX-5's SMA does (ibv_devinfo's
+    // vendor_id, ibnetdiscover's devid).
+    core.ports.identity = {identity::kOui, identity::kConnectX5, 0};
 }
 
 // A ConnectX-5 (mlx5_core's table binds it), an InfiniBand controller; the
 // subsystem says whose board it is: pib-hca's (docs/mlx5.md §1).
 pib_pci_identity Mlx5FrontEnd::pciIdentity() const {
-    return pib_pci_identity{kMellanoxVendorId,    kConnectX5, PIB_PCI_SUBSYSTEM_VENDOR_ID,
-                            PIB_PCI_SUBSYSTEM_ID, 0,          PIB_PCI_CLASS};
+    return pib_pci_identity{identity::kPciVendorId,
+                            identity::kConnectX5,
+                            PIB_PCI_SUBSYSTEM_VENDOR_ID,
+                            PIB_PCI_SUBSYSTEM_ID,
+                            0,
+                            PIB_PCI_CLASS};
 }
 
 // BAR0 only: the MSI-X table is the host's (PIB_BAR_MSIX).

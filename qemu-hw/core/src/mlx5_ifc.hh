@@ -78,6 +78,16 @@ inline void set(std::span<uint8_t> bytes, Field f, uint64_t value) {
     writeBe32(p, (readBe32(p) & ~mask) | (static_cast<uint32_t>(value) << shift & mask));
 }
 
+// ---- Who the device says it is -----------------------------------------
+// A ConnectX-5 (mlx5_core's table binds it) of Mellanox, whose PCI vendor
+// ID, IEEE OUI (IBA NodeInfo's VendorID, QUERY_ADAPTER's) and device ID
+// these are.
+namespace identity {
+inline constexpr uint16_t kPciVendorId = 0x15b3;
+inline constexpr uint32_t kOui = 0x0002c9;
+inline constexpr uint16_t kConnectX5 = 0x1017;
+} // namespace identity
+
 // ---- The initialization segment: BAR0 from 0 (device.h, mlx5_init_seg) --
 namespace iseg {
 inline constexpr uint32_t kFwRev = 0x000;         // minor 31:16, major 15:0

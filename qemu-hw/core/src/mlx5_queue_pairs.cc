@@ -212,10 +212,6 @@ pib_qp_attr attributesOf(std::span<const uint8_t> in) {
 
 } // namespace
 
-bool QueuePairs::isStateChange(uint16_t opcode) {
-    return findChange(opcode) != nullptr;
-}
-
 // The lowest port whose QP0 or QP1 (`type`) does not exist: the driver
 // creates them port by port and names the port only when it changes the
 // QP's state, which must then be this one.
@@ -362,7 +358,6 @@ const err::Condition *QueuePairs::modify(uint16_t opcode, std::span<const uint8_
             optional |= p.attr;
     const uint32_t mask = PIB_QP_STATE | rule.required | (optional & rule.optional);
     pib_qp_attr attrs = attributesOf(in);
-    // QP0 and QP1 belong to the port they were made for.
     // QP0 and QP1 belong to the port they were made for: the driver names
     // it in each change that has a context.
     if (isSpecialQp(*qp) && change.from && attrs.port_num != qp->ctx.port)

@@ -51,8 +51,6 @@ class QueuePairs {
     // leaves the multicast group whose GID `in` names, on its port. The
     // device is not told the group's LID: a group is known by its GID.
     const err::Condition *attachMulticast(bool attach, std::span<const uint8_t> in);
-    // Whether `opcode` is one of the state-change commands.
-    static bool isStateChange(uint16_t opcode);
 
   private:
     static constexpr uint32_t kMaxInlineData = 1024 - 64; // one WQE's 16 blocks, less its headers

@@ -16,12 +16,6 @@ namespace pib {
 
 using iba::Mad;
 
-namespace {
-
-constexpr uint32_t kVendorId = PIB_PCI_VENDOR_ID;
-
-} // namespace
-
 PortAgents::MadOutcome PortAgents::answerMad(unsigned number, std::span<uint8_t> bytes,
                                              bool ignoreMkey) {
     Mad mad(bytes);
@@ -93,10 +87,10 @@ uint16_t PortAgents::smaGet(unsigned number, Mad &mad, bool hideMkey) {
                                               .nodeGuid = config_.node_guid,
                                               .portGuid = p.info.port_guid,
                                               .partitionCap = PIB_PKEY_TABLE_LEN,
-                                              .deviceId = PIB_PCI_DEVICE_ID,
-                                              .revision = PIB_PCI_REVISION,
+                                              .deviceId = ports_.identity.deviceId,
+                                              .revision = ports_.identity.revision,
                                               .localPortNum = static_cast<uint8_t>(number),
-                                              .vendorId = kVendorId});
+                                              .vendorId = ports_.identity.vendorId});
         return iba::kStatusOk;
     case iba::kAttrNodeDescription:
         iba::writeBytes(mad, {reinterpret_cast<const uint8_t *>(ports_.nodeDesc.data()),

@@ -63,8 +63,18 @@ class Ports {
     // with the default partition and its own GUID.
     void reset();
 
-    // The NodeDescription the SMA reports (SET_NODE_DESC).
+    // The NodeDescription the SMA reports (SET_NODE_DESC, or a ConnectX's
+    // NODE_DESC register).
     std::array<char, PIB_NODE_DESC_LEN> nodeDesc{};
+    // Who NodeInfo says made the node: IBA's VendorID is an IEEE OUI, the
+    // DeviceID and Revision are the vendor's. A personality that is
+    // another vendor's device says so (mlx5_front_end.cc).
+    struct NodeIdentity {
+        uint32_t vendorId = PIB_PCI_VENDOR_ID;
+        uint16_t deviceId = PIB_PCI_DEVICE_ID;
+        uint32_t revision = PIB_PCI_REVISION;
+    };
+    NodeIdentity identity;
 
   private:
     const pib_core_config &config_;

@@ -1,0 +1,308 @@
+// SPDX-License-Identifier: GPL-2.0-or-later
+// The ConnectX personality's QPs (docs/mlx5.md §10): CREATE_QP and its
+// checks, QP0 and QP1 port by port, the state-change commands under IBA's
+// rules, QUERY_QP and DESTROY_QP; then traffic as mlx5_ib makes it: send
+// WQEs of basic blocks rung through a blue-flame register, receive WQEs
+// posted through the doorbell record, and the CQEs both end in.
+#include <catch2/catch.hpp>
+
+#include <algorithm>
+#include <cstring>
+#include <random>
+
+#include "conditions.hh"
+#include "mlx5_checks.hh"
+#include "mlx5_function.hh"
+
+using namespace pib;
+using namespace pib::mlx5;
+
+namespace {
+
+using namespace pib::testing::mlx5qp;
+using pib::testing::Mlx5Function;
+constexpr uint16_t kDestroyCq = 0x401;
+constexpr uint32_t kQkeyValue = Mlx5Function::kQkeyValue;
+
+struct HostOwner {
+    Mlx5Host owned;
+};
+
+// A function set up as mlx5_ib finds it (mlx5_function.hh), each step
+// required to succeed.
+struct QpFunction : HostOwner, Mlx5Function {
+    QpFunction() : Mlx5Function(owned) { REQUIRE(setUp()); }
+    Qp createQp(uint8_t st, std::optional<uint32_t> logStride = 0, uint32_t logRq = 2,
+                uint32_t logSq = 2) {
+        const auto qp = Mlx5Function::createQp(st, logStride, logRq, logSq);
+        REQUIRE(qp);
+        return *qp;
+    }
+    uint64_t writeUdSend(Qp &qp, uint32_t remote, uint64_t addr, uint32_t length) {
+        return writeSend(qp, true, {.remoteQpn = remote, .addr = addr, .length = length});
+    }
+};
+
+} // namespace
+
+TEST_CASE("mlx5: CREATE_QP checks its context and page list", "[mlx5]") {
+    QpFunction f;
+    Mlx5Function::Qp qp;
+    const auto in = f.qpInput(kUd, 0, 2, 2, qp);
+    const std::pair<Field, uint64_t> contexts[] = {
+        {kSt, 5},                        // DCI: not a type the device offers
+        {kSt, 3},                        // XRC: not yet (docs/mlx5.md §11)
+        {kRqType, 1},                    // on an SRQ
+        {kWqSignature, 1},               // WQE signatures
+        {kPmState, 0},                   // path migration armed
+        {kLogRqSize, 15},                // beyond log_max_qp_sz
+        {kLogSqSize, 15},                // the same
+        {kPageOffset, 1},                // not at a page's start
+        {kLogPageSize, 19},              // a page beyond what the MTT maps
+        {kPd, 77},                       // no such PD
+        {kCqnSnd, 77},                   // no such CQ
+        {kCqnRcv, 77},                   // the same
+        {kUarPage, 9},                   // not given out
+        {kDbrAddr, f.host.alloc(8) + 4}, // misaligned
+        {kDbrAddr, 0x8},                 // not RAM
+    };
+    for (const auto &[where, value] : contexts) {
+        INFO("field at bit 0x" << std::hex << where.bit << " = 0x" << value);
+        auto bad = in;
+        set(bad, where, value);
+        checkRefused(f.host, bad, status::kBadParam, err::kMlx5QpBadContext);
+    }
+    auto noSq = in; // no SQ, yet a size for it
+    set(noSq, kNoSq, 1);
+    checkRefused(f.host, noSq, status::kBadParam, err::kMlx5QpBadContext);
+    auto noRq = in; // no RQ, yet a size for it
+    set(noRq, kRqType, 3);
+    checkRefused(f.host, noRq, status::kBadParam, err::kMlx5QpBadContext);
+    auto bad = in;
+    writeBe64(&bad[0x110], 0x1000); // aligned, not guest RAM
+    checkRefused(f.host, bad, status::kBadParam, err::kMlx5QpBadPages);
+    bad = in;
+    writeBe64(&bad[0x110], qp.buffer + 64); // misaligned
+    checkRefused(f.host, bad, status::kBadParam, err::kMlx5QpBadPages);
+    // 2^7 WQEs of 256 bytes take eight pages: a list of one is short.
+    Mlx5Function::Qp big;
+    auto eight = f.qpInput(kUd, 4, 7, 2, big);
+    eight.resize(0x118);
+    checkRefused(f.host, eight, status::kBadInputLength, err::kMlx5CmdShortInput);
+    // None of those made a QP or held anything.
+    CHECK(f.host.traces("mlx5_qp_create") == 0);
+    CHECK(f.destroy(kDestroyCq, f.cqn).status() == 0);
+}
+
+TEST_CASE("mlx5: QP0 and QP1 are made for the port without one, and stay on it", "[mlx5]") {
+    QpFunction f;
+    const auto qp0 = f.createQp(kQp0);
+    const auto qp1 = f.createQp(kQp1);
+    CHECK(qp0.qpn == 0);
+    CHECK(qp1.qpn == 1);
+    // The function has one port: a second QP0 or QP1 is refused.
+    Mlx5Function::Qp again;
+    checkRefused(f.host, f.qpInput(kQp0, 0, 2, 2, again), status::kBadParam,
+                 err::kMlx5QpBadContext);
+    checkRefused(f.host, f.qpInput(kQp1, 0, 2, 2, again), status::kBadParam,
+                 err::kMlx5QpBadContext);
+    // Naming another port in its first state change is the driver's error.
+    f.host.clear();
+    const auto r = f.change(kRst2Init, qp1.qpn, 2);
+    CHECK(r.status() == status::kBadParam);
+    CHECK(f.host.guestErrors(err::kMlx5QpBadAttr.token) == 1);
+    CHECK(f.change(kRst2Init, qp1.qpn).status() == 0);
+    CHECK(f.query(qp1.qpn).get(kVhcaPort) == 1);
+    // Destroyed, its port may have one again.
+    CHECK(f.destroy(kDestroyQp, qp0.qpn).status() == 0);
+    CHECK(f.createQp(kQp0).qpn == 0);
+}
+
+TEST_CASE("mlx5: state changes follow IBA's rules; QUERY_QP reports the QP", "[mlx5]") {
+    QpFunction f;
+    const auto qp = f.createQp(kUd);
+    CHECK(f.host.traces("mlx5_qp_create") == 1);
+    auto q = f.query(qp.qpn);
+    REQUIRE(q.status() == 0);
+    CHECK(q.get(kState) == 0);
+    CHECK(q.get(kSt) == kUd);
+    CHECK(q.get(kLogRqSize) == 2);
+    CHECK(q.get(kLogSqSize) == 2);
+    CHECK(q.get(kCqnSnd) == f.cqn);
+    CHECK(q.get(kDbrAddr) == qp.record);
+    // A change from a state the QP is not in, or one IBA forbids.
+    f.host.clear();
+    auto r = f.change(kRtr2Rts, qp.qpn);
+    CHECK(r.status() == status::kBadQpState);
+    CHECK(r.syndrome() == err::kMlx5QpBadState.syndrome);
+    CHECK(f.host.guestErrors(err::kMlx5QpBadState.token) == 1);
+    // A port the function lacks.
+    f.host.clear();
+    CHECK(f.change(kRst2Init, qp.qpn, 3).status() == status::kBadParam);
+    CHECK(f.host.guestErrors(err::kMlx5QpBadAttr.token) == 1);
+    // And no such QP.
+    CHECK(f.change(kRst2Init, qp.qpn + 1).status() == status::kBadResource);
+
+    REQUIRE(f.toRts(qp.qpn));
+    q = f.query(qp.qpn);
+    CHECK(q.get(kState) == 3); // RTS
+    CHECK(q.get(kQkey) == kQkeyValue);
+    CHECK(q.get(kVhcaPort) == 1);
+    CHECK(q.get(kNextSendPsn) == 0x123);
+    CHECK(f.change(kRst2Init, qp.qpn).status() == status::kBadQpState);
+    CHECK(f.change(kToErr, qp.qpn).status() == 0);
+    CHECK(f.query(qp.qpn).get(kState) == 6); // ERR
+    CHECK(f.change(kToRst, qp.qpn).status() == 0);
+    CHECK(f.query(qp.qpn).get(kState) == 0);
+    CHECK(f.host.traces("mlx5_qp_modify") == 5);
+
+    // The QP holds its CQ and PD until DESTROY_QP.
+    CHECK(f.destroy(kDestroyCq, f.cqn).status() == status::kBadResourceState);
+    CHECK(f.destroy(kDestroyQp, qp.qpn).status() == 0);
+    CHECK(f.destroy(kDestroyQp, qp.qpn).status() == status::kBadResource);
+    CHECK(f.query(qp.qpn).status() == status::kBadResource);
+    CHECK(f.destroy(kDestroyCq, f.cqn).status() == 0);
+    CHECK(f.host.guestErrors(err::kMlx5QpBadContext.token) == 0);
+}
+
+TEST_CASE("mlx5: a UD send rung through blue flame arrives, every byte, with its CQEs", "[mlx5]") {
+    QpFunction f;
+    REQUIRE(f.activatePort());
+    auto sender = f.createQp(kUd);
+    auto receiver = f.createQp(kUd, 1); // 32-byte receive WQEs: a data segment, a terminator
+    REQUIRE(f.toRts(sender.qpn));
+    REQUIRE(f.toRts(receiver.qpn));
+
+    constexpr uint32_t kGrh = 40, kBytes = 200;
+    const uint64_t source = f.host.alloc(4096), sink = f.host.alloc(4096);
+    std::mt19937 random(7);
+    std::generate_n(f.host.at(source), 4096, [&] { return static_cast<uint8_t>(random()); });
+    uint32_t next = 0;
+    for (int round = 0; round < 3; ++round) {
+        INFO("round " << round);
+        std::fill_n(f.host.at(sink), 4096, 0);
+        f.postReceive(receiver, sink, kGrh + kBytes);
+        const uint64_t first8 = f.writeUdSend(sender, receiver.qpn, source + round, kBytes);
+        // Either half of the first blue-flame register rings it.
+        f.blueFlame(first8, f.uar, 0x800 + 0x100 * (round % 2));
+        const auto done = f.cqes(&next);
+        REQUIRE(done.size() == 2);
+        const uint8_t *send = done[0][0x3f] >> 4 == 0 ? done[0] : done[1];
+        const uint8_t *recv = send == done[0] ? done[1] : done[0];
+        CHECK(send[0x3f] >> 4 == 0x0); // REQ
+        CHECK((readBe32(send + 0x38) & 0xffffff) == sender.qpn);
+        CHECK(send[0x38] == kSend);                // a requester's CQE names the WQE's opcode
+        CHECK(readBe16(send + 0x3c) == 2 * round); // the WQE's first basic block
+        CHECK(recv[0x3f] >> 4 == 0x2);             // RESP_SEND
+        CHECK(readBe32(recv + 0x38) == receiver.qpn);
+        CHECK(readBe32(recv + 0x2c) == kGrh + kBytes);
+        CHECK((readBe32(recv + 0x18) & 0xffffff) == sender.qpn);
+        CHECK(std::equal(f.host.at(source + round), f.host.at(source + round) + kBytes,
+                         f.host.at(sink + kGrh)));
+        CHECK(std::all_of(f.host.at(sink + kGrh + kBytes), f.host.at(sink + 4096),
+                          [](uint8_t b) { return b == 0; }));
+    }
+    CHECK(f.host.traces("mlx5_sq_doorbell") == 3);
+    const auto q = f.query(sender.qpn);
+    CHECK(q.get(kHwSqCounter) == 6);
+    CHECK(f.query(receiver.qpn).get(kHwRqCounter) == 3);
+    CHECK(f.host.guestErrors() == 0);
+}
+
+TEST_CASE("mlx5: send doorbells the device cannot take are the driver's errors", "[mlx5]") {
+    QpFunction f;
+    REQUIRE(f.activatePort());
+    auto sender = f.createQp(kUd);
+    REQUIRE(f.toRts(sender.qpn));
+    const uint64_t buffer = f.host.alloc(4096);
+    const uint32_t otherUar = f.host.allocUar();
+    uint32_t next = 0;
+
+    // The rest of a WQE copied into the register rings nothing.
+    f.host.clear();
+    const uint64_t first8 = f.writeUdSend(sender, sender.qpn, buffer, 8);
+    f.blueFlame(first8, f.uar, 0x808);
+    CHECK(f.cqes(&next).empty());
+    CHECK(f.host.guestErrors() == 0);
+    // Another UAR page, no such QP: nothing is sent.
+    f.blueFlame(first8, otherUar);
+    uint64_t stranger = first8;
+    reinterpret_cast<uint8_t *>(&stranger)[6] ^= 0x40; // another QP number
+    f.blueFlame(stranger, f.uar);
+    CHECK(f.host.guestErrors(err::kMlx5QpDoorbell.token) == 2);
+    CHECK(f.cqes(&next).empty());
+    // A counter more than the ring ahead: nothing is sent.
+    f.host.clear();
+    writeBe32(f.host.at(sender.record + 4), 9);
+    f.blueFlame(first8, f.uar);
+    CHECK(f.host.guestErrors(err::kMlx5QpDoorbell.token) == 1);
+    CHECK(f.cqes(&next).empty());
+    // Put right, the WQE goes (to the sender itself, which has no receive
+    // posted: the datagram is dropped, the send completes).
+    writeBe32(f.host.at(sender.record + 4), 2);
+    f.blueFlame(first8, f.uar);
+    CHECK(f.cqes(&next).size() == 1);
+}
+
+TEST_CASE("mlx5: RC QPs connected through the port move SENDs, WRITEs and READs", "[mlx5]") {
+    QpFunction f;
+    REQUIRE(f.activatePort());
+    auto a = f.createQp(kRc, 1, 3, 4);
+    auto b = f.createQp(kRc, 1, 3, 4);
+    REQUIRE(f.toRts(a.qpn, {.qpn = b.qpn}));
+    REQUIRE(f.toRts(b.qpn, {.qpn = a.qpn}));
+
+    constexpr uint32_t kBytes = 3000; // three packets of the path's 1024 bytes
+    const uint64_t mine = f.host.alloc(8192), theirs = f.host.alloc(8192);
+    std::mt19937 random(11);
+    std::generate_n(f.host.at(mine), 8192, [&] { return static_cast<uint8_t>(random()); });
+    std::generate_n(f.host.at(theirs), 8192, [&] { return static_cast<uint8_t>(random()); });
+    const auto same = [&](uint64_t x, uint64_t y, uint32_t n) {
+        return std::equal(f.host.at(x), f.host.at(x) + n, f.host.at(y));
+    };
+    uint32_t next = 0;
+    const auto completions = [&](size_t want) {
+        std::vector<const uint8_t *> got;
+        for (int poll = 0; poll < 100 && got.size() < want; ++poll) {
+            f.host.runScheduled();
+            const auto more = f.cqes(&next);
+            got.insert(got.end(), more.begin(), more.end());
+        }
+        return got;
+    };
+
+    // SEND: a's bytes land in b's receive buffer.
+    f.postReceive(b, theirs + 4096, kBytes);
+    f.blueFlame(f.writeSend(a, false, {.opcode = kSend, .addr = mine, .length = kBytes}), f.uar);
+    auto done = completions(2);
+    REQUIRE(done.size() == 2);
+    CHECK(same(mine, theirs + 4096, kBytes));
+    for (const uint8_t *cqe : done) // REQ on a's side, RESP_SEND on b's
+        CHECK(cqe[0x3f] >> 4 == ((readBe32(cqe + 0x38) & 0xffffff) == a.qpn ? 0x0 : 0x2));
+
+    // RDMA WRITE: into b's memory; only a sees a completion.
+    f.blueFlame(
+        f.writeSend(
+            a, false,
+            {.opcode = kRdmaWrite, .addr = mine + 100, .length = kBytes, .remoteAddr = theirs}),
+        f.uar);
+    done = completions(1);
+    REQUIRE(done.size() == 1);
+    CHECK(readBe32(done[0] + 0x38) == (uint32_t{kRdmaWrite} << 24 | a.qpn));
+    CHECK(done[0][0x3f] >> 4 == 0x0);
+    CHECK(same(mine + 100, theirs, kBytes));
+
+    // RDMA READ: b's bytes come back into a's buffer.
+    std::generate_n(f.host.at(theirs), kBytes, [&] { return static_cast<uint8_t>(random()); });
+    f.blueFlame(
+        f.writeSend(
+            a, false,
+            {.opcode = kRdmaRead, .addr = mine + 4096, .length = kBytes, .remoteAddr = theirs}),
+        f.uar);
+    done = completions(1);
+    REQUIRE(done.size() == 1);
+    CHECK(readBe32(done[0] + 0x38) == (uint32_t{kRdmaRead} << 24 | a.qpn));
+    CHECK(readBe32(done[0] + 0x2c) == kBytes);
+    CHECK(same(theirs, mine + 4096, kBytes));
+    CHECK(f.host.guestErrors() == 0);
+}
