@@ -332,7 +332,8 @@ static void pib_hca_trace_event(unsigned event, const uint64_t *a)
                                   (unsigned) a[2], (unsigned) a[3]);
         break;
     case PIB_EVENT_MLX5_ACCESS_REG:
-        trace_pib_hca_mlx5_access_reg((unsigned) a[0], (unsigned) a[1]);
+        trace_pib_hca_mlx5_access_reg(
+            (unsigned) a[0], (const char *) (uintptr_t) a[1], (unsigned) a[2]);
         break;
     case PIB_EVENT_MW_BOUND:
         trace_pib_hca_mw_bound((unsigned) a[0], (unsigned) a[1],

@@ -94,6 +94,26 @@ TEST_CASE("mlx5: the NODE_DESC register is the SMA's NodeDescription", "[mlx5]")
     CHECK(f.host.guestErrors(pib::err::kMlx5CmdShortInput.token) == 1);
 }
 
+TEST_CASE("mlx5: the PCAP register sets the port's CapabilityMask", "[mlx5]") {
+    PortFunction f;
+    constexpr uint16_t kAccessReg = 0x805, kPcap = 0x5001, kWrite = 0;
+    constexpr uint32_t kCmSupported = 1u << 16, kSmDisabled = 1u << 10;
+    auto in = Mlx5Host::input(kAccessReg, kWrite, 0x24);
+    set(in, field(0x50, 16), kPcap);
+    in[0x11] = 1; // local_port
+    writeBe32(&in[0x14], kCmSupported | kSmDisabled);
+    REQUIRE(f.host.run(in, 0x24).status() == 0);
+    auto r = f.mad(iba::kClassSmpLid, iba::kGet, iba::kAttrPortInfo, kIgnoreMkey);
+    REQUIRE(r.status() == 0);
+    CHECK(PortFunction::response(r).get32(64 + 20) == (kCmSupported | kSmDisabled));
+    // A port the function lacks.
+    in[0x11] = 2;
+    f.host.clear();
+    r = f.host.run(in, 0x24);
+    CHECK(r.status() == status::kBadParam);
+    CHECK(f.host.guestErrors(pib::err::kMlx5CmdBadParam.token) == 1);
+}
+
 TEST_CASE("mlx5: MAD_IFC answers classes no agent takes, refuses bad ports", "[mlx5]") {
     PortFunction f;
     auto r = f.mad(0x09, iba::kGet, 0x10, kIgnoreMkey); // a vendor class

@@ -22,7 +22,7 @@ SOURCES = {
     "mlx5": [f"qemu-hw/core/src/mlx5_{name}.cc" for name in
              ("command_queue", "commands", "commands_mkey", "commands_port", "completion_queues",
               "event_queues", "front_end", "hca_caps", "init_segment", "page_list", "pages",
-              "queue_pairs", "shared_receive_queues", "uars", "wqe_reader")],
+              "queue_pairs", "registers", "shared_receive_queues", "uars", "wqe_reader")],
     "switch": [f"fabric-switch/src/{name}.cc" for name in ("switch", "sma", "pma", "trap", "fault")],
     "switch-tcp": [f"fabric-switch/src/{name}.cc" for name in
                    ("server", "server_control", "server_dial", "server_faults", "server_flow")],

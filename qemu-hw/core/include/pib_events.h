@@ -227,7 +227,7 @@ static inline const char *pib_event_args(unsigned event) {
         "iii",    "iiiii",   "iiiiii", "i",  "ii",   "iii",  "ii",   "ii",     "iii",
         "ii",     "iii",     "iis",    "ii", "i",    "ii",   "iii",  "iiiii",  "iis",
         "isiiii", "si",      "iiiii",  "i",  "iiii", "iiii", "iiii", "i",      "iiiii",
-        "i",      "iiiiiii", "isiii",  "i",  "iii",  "iiii", "ii",   "iiiiii", "is",
+        "i",      "iiiiiii", "isiii",  "i",  "iii",  "iiii", "isi",  "iiiiii", "is",
         "is",     "iii",     "is",     "ii", "iii",  "iii",  "iii",  "iis",
     };
 

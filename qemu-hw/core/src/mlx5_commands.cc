@@ -37,8 +37,6 @@ constexpr Field kArmRqLwm = field(0x70, 16);
 constexpr uint16_t kArmRqSrq = 1; // arm_rq_in's op_mod for an SRQ
 
 constexpr uint16_t kIssi = 0; // the only one: supported_issi bit 0
-constexpr uint16_t kRegHostEndianness = 0x7004;
-constexpr uint16_t kRegNodeDesc = 0x6001;
 constexpr uint16_t kAccessRegWrite = 0, kAccessRegRead = 1;
 constexpr uint16_t kManagePagesFail = 0, kManagePagesGive = 1, kManagePagesTake = 2;
 constexpr char kPsid[] = "PIB0000000001"; // board_id, as ibstat shows it
@@ -168,7 +166,7 @@ void Commands::reset() {
     pages_.reset();
     uars_.reset();
     eqs_.reset();
-    hostEndianness_.fill(0);
+    registers_.reset();
 }
 
 // ---- The function's life ------------------------------------------------
@@ -254,36 +252,22 @@ const err::Condition *Commands::queryAdapter(const Request &r) {
     return nullptr;
 }
 
-// The registers ACCESS_REG reads and writes, by ID: the bytes the device
-// keeps for each; empty for one it does not have.
-std::span<uint8_t> Commands::registerBytes(uint16_t id) {
-    switch (id) {
-    case kRegHostEndianness:
-        return hostEndianness_;
-    case kRegNodeDesc: // what the SMA's NodeDescription reports
-        return {reinterpret_cast<uint8_t *>(core_.ports.nodeDesc.data()),
-                core_.ports.nodeDesc.size()};
-    default:
-        return {};
-    }
-}
-
 const err::Condition *Commands::accessRegister(const Request &r) {
     const uint16_t id = static_cast<uint16_t>(get(r.in, kRegisterId));
-    const std::span<uint8_t> reg = registerBytes(id);
-    if (reg.empty())
+    const uint32_t bytes = Registers::size(id);
+    if (!bytes)
         return fail(err::kMlx5CmdBadParam, "ACCESS_REG of register 0x%04x", id);
     if (r.opMod != kAccessRegWrite && r.opMod != kAccessRegRead)
         return fail(err::kMlx5CmdBadParam, "ACCESS_REG op_mod %u", r.opMod);
-    const size_t bytes = reg.size();
     if (r.in.size() < kHeaderBytes + bytes || r.out.size() < kHeaderBytes + bytes)
         return fail(r.in.size() < kHeaderBytes + bytes ? err::kMlx5CmdShortInput
                                                        : err::kMlx5CmdShortOutput,
-                    "ACCESS_REG of register 0x%04x: its %zu bytes do not fit", id, bytes);
-    if (r.opMod == kAccessRegWrite)
-        std::copy_n(r.in.begin() + kHeaderBytes, bytes, reg.begin());
-    std::copy_n(reg.begin(), bytes, r.out.begin() + kHeaderBytes);
-    trace::mlx5_access_reg(host_, id, r.opMod == kAccessRegWrite ? 1 : 0);
+                    "ACCESS_REG of %s: its %u bytes do not fit", Registers::name(id), bytes);
+    const bool write = r.opMod == kAccessRegWrite;
+    if (const char *bad = registers_.access(id, write, r.in.subspan(kHeaderBytes, bytes),
+                                            r.out.subspan(kHeaderBytes, bytes)))
+        return fail(err::kMlx5CmdBadParam, "ACCESS_REG of %s: %s", Registers::name(id), bad);
+    trace::mlx5_access_reg(host_, id, Registers::name(id), write ? 1 : 0);
     return nullptr;
 }
 

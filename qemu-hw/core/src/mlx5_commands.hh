@@ -20,6 +20,7 @@
 #include "mlx5_hca_caps.hh"
 #include "mlx5_pages.hh"
 #include "mlx5_queue_pairs.hh"
+#include "mlx5_registers.hh"
 #include "mlx5_shared_receive_queues.hh"
 #include "mlx5_uars.hh"
 #include "object_tables.hh"
@@ -49,7 +50,8 @@ class Commands {
              CompletionQueues &cqs, QueuePairs &qps, CoreParts core)
         : config_(config), host_(host), caps_(config.num_ports), pages_(host), uars_(uars),
           eqs_(eqs), cqs_(cqs), qps_(qps), core_(std::move(core)),
-          regions_(host, core_.objects, kRefusals), srqs_(host, core_.objects, core_.srqEnds) {}
+          regions_(host, core_.objects, kRefusals), srqs_(host, core_.objects, core_.srqEnds),
+          registers_(core_.ports) {}
 
     // Runs the command whose input is `in`; its output (status and
     // syndrome included) goes to `out`.
@@ -99,7 +101,6 @@ class Commands {
     const err::Condition *queryIssi(const Request &r);
     const err::Condition *setIssi(const Request &r);
     const err::Condition *accessRegister(const Request &r);
-    std::span<uint8_t> registerBytes(uint16_t id);
     const err::Condition *allocUar(const Request &r);
     const err::Condition *deallocUar(const Request &r);
     const err::Condition *createEq(const Request &r);
@@ -140,10 +141,10 @@ class Commands {
     CoreParts core_;
     MemoryRegions regions_;
     SharedReceiveQueues srqs_;
+    Registers registers_; // ACCESS_REG's
     static const Refusals kRefusals;
     State state_ = State::kDisabled;
     bool fatal_ = false;
-    std::array<uint8_t, 16> hostEndianness_{}; // the HOST_ENDIANNESS register
 };
 
 } // namespace pib::mlx5

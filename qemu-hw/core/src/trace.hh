@@ -315,9 +315,10 @@ inline void mlx5_cq_arm(const Host &host, unsigned uar, unsigned cqn, unsigned c
                                            Host::eventArg(consumer), Host::eventArg(command)});
 }
 
-inline void mlx5_access_reg(const Host &host, unsigned id, unsigned write) {
+inline void mlx5_access_reg(const Host &host, unsigned id, const char *name, unsigned write) {
     if (host.eventEnabled(PIB_EVENT_MLX5_ACCESS_REG))
-        host.event(PIB_EVENT_MLX5_ACCESS_REG, {Host::eventArg(id), Host::eventArg(write)});
+        host.event(PIB_EVENT_MLX5_ACCESS_REG,
+                   {Host::eventArg(id), Host::eventArg(name), Host::eventArg(write)});
 }
 
 inline void mw_bound(const Host &host, unsigned qpn, unsigned rkey, unsigned mr_key, uint64_t addr,
