@@ -52,7 +52,8 @@ TEST_CASE("mlx5: CREATE_QP checks its context and page list", "[mlx5]") {
     const std::pair<Field, uint64_t> contexts[] = {
         {kSt, 5},                        // DCI: not a type the device offers
         {kSt, 3},                        // XRC: not yet (docs/mlx5.md §11)
-        {kRqType, 1},                    // on an SRQ
+        {kRqType, 2},                    // a reserved receive queue type
+        {kRqType, 1},                    // on an SRQ that does not exist
         {kWqSignature, 1},               // WQE signatures
         {kPmState, 0},                   // path migration armed
         {kLogRqSize, 15},                // beyond log_max_qp_sz
@@ -305,4 +306,95 @@ TEST_CASE("mlx5: RC QPs connected through the port move SENDs, WRITEs and READs"
     CHECK(readBe32(done[0] + 0x2c) == kBytes);
     CHECK(same(theirs, mine + 4096, kBytes));
     CHECK(f.host.guestErrors() == 0);
+}
+
+namespace {
+
+// An SRQ as mlx5_ib makes one: 2^logSize WQEs of 32 bytes (the next
+// segment, a data segment) in a fresh page, linked into a free list in
+// `order` (slot after slot), its doorbell record at `record`.
+struct Srq {
+    uint32_t srqn = 0;
+    uint64_t ring = 0, record = 0;
+    uint32_t head = 0, posted = 0;
+};
+
+Srq createSrq(QpFunction &f, uint32_t logSize, const std::vector<uint16_t> &order) {
+    Srq s;
+    s.ring = f.host.alloc(4096);
+    s.record = f.host.alloc(64, 64);
+    for (size_t i = 0; i < order.size(); ++i)
+        writeBe16(f.host.at(s.ring + 32 * order[i] + 2), order[(i + 1) % order.size()]);
+    s.head = order.front();
+    const uint32_t xrcd = static_cast<uint32_t>(f.host.run(Mlx5Host::input(0x80e), 16).get(kHeld));
+    auto in = Mlx5Host::input(0x700, 0, 0x118);
+    set(in, field(0x80 + 0x04, 4), logSize);
+    set(in, field(0x80 + 0x25, 3), 1); // 32-byte WQEs
+    set(in, field(0x80 + 0x28, 24), xrcd);
+    set(in, field(0x80 + 0x48, 24), f.cqn);
+    set(in, field(0x80 + 0xc8, 24), f.pd);
+    set(in, field(0x80 + 0x140, 64), s.record);
+    writeBe64(&in[0x110], s.ring);
+    const auto r = f.host.run(in, 16);
+    REQUIRE(r.status() == 0);
+    s.srqn = static_cast<uint32_t>(r.get(kHeld));
+    return s;
+}
+
+// What mlx5_ib_post_srq_recv does: a data segment in the head WQE, the
+// head on to the next, the counter in the doorbell record.
+void postSrq(QpFunction &f, Srq &s, uint64_t addr, uint32_t length) {
+    uint8_t *wqe = f.host.at(s.ring + 32 * s.head);
+    writeBe32(wqe + 16, length);
+    writeBe32(wqe + 20, f.lkey);
+    writeBe64(wqe + 24, addr);
+    s.head = readBe16(wqe + 2);
+    writeBe32(f.host.at(s.record), ++s.posted);
+}
+
+} // namespace
+
+TEST_CASE("mlx5: a QP on an SRQ takes its WQEs in the free list's order", "[mlx5]") {
+    QpFunction f;
+    REQUIRE(f.activatePort());
+    Srq srq = createSrq(f, 3, {0, 5, 2, 7, 1, 3, 4, 6});
+    auto sender = f.createQp(kUd);
+    // rq_type 1: the SRQ's; no RQ of its own.
+    Mlx5Function::Qp receiver;
+    auto in = f.qpInput(kUd, std::nullopt, 0, 2, receiver);
+    set(in, kRqType, 1);
+    set(in, field(kQpc + 0x568, 24), srq.srqn);
+    auto r = f.host.run(in, 16);
+    REQUIRE(r.status() == 0);
+    receiver.qpn = static_cast<uint32_t>(r.get(kHeld));
+    CHECK(f.query(receiver.qpn).get(kRqType) == 1);
+    REQUIRE(f.toRts(sender.qpn));
+    REQUIRE(f.toRts(receiver.qpn));
+
+    constexpr uint32_t kGrh = 40, kBytes = 100;
+    const uint64_t source = f.host.alloc(4096), sinks = f.host.alloc(4096);
+    std::mt19937 random(5);
+    std::generate_n(f.host.at(source), 4096, [&] { return static_cast<uint8_t>(random()); });
+    for (uint32_t i = 0; i < 3; ++i)
+        postSrq(f, srq, sinks + 1024 * i, kGrh + kBytes);
+    uint32_t next = 0;
+    const uint16_t slots[] = {0, 5, 2};
+    for (uint32_t i = 0; i < 3; ++i) {
+        INFO("message " << i);
+        f.blueFlame(f.writeUdSend(sender, receiver.qpn, source + 7 * i, kBytes), f.uar);
+        const auto done = f.cqes(&next);
+        REQUIRE(done.size() == 2);
+        const uint8_t *recv = done[0][0x3f] >> 4 == 0x2 ? done[0] : done[1];
+        CHECK(recv[0x3f] >> 4 == 0x2);
+        CHECK(readBe16(recv + 0x3c) == slots[i]); // the slot the free list gave
+        CHECK(std::equal(f.host.at(source + 7 * i), f.host.at(source + 7 * i) + kBytes,
+                         f.host.at(sinks + 1024 * i + kGrh)));
+    }
+    CHECK(f.host.guestErrors() == 0);
+    // The SRQ is held until its QP goes.
+    auto destroySrq = Mlx5Host::input(0x701);
+    set(destroySrq, kHeld, srq.srqn);
+    CHECK(f.host.run(destroySrq, 16).status() == status::kBadResourceState);
+    CHECK(f.destroy(kDestroyQp, receiver.qpn).status() == 0);
+    CHECK(f.host.run(destroySrq, 16).status() == 0);
 }

@@ -148,6 +148,7 @@ class Context:
 
 TWO_SWITCHES = E2E_DIR / "two-switches.topo"
 HOSTILE = E2E_DIR / "hostile.topo"
+CONNECTX = E2E_DIR / "connectx.topo"
 
 
 def soak(test):
@@ -495,6 +496,7 @@ def run(pattern: str = "", unit: bool = True, e2e: bool = True, vms: int = 2,
         run_e2e(counts, pattern, vms, accel, early=early, soaks=soaks)
         run_e2e(counts, pattern, vms, accel, second_pass=True, soaks=soaks)
         run_e2e(counts, pattern, vms, accel, topology_file=HOSTILE, soaks=soaks)
+        run_e2e(counts, pattern, vms, accel, topology_file=CONNECTX, soaks=soaks)
         run_e2e(counts, pattern, 2, accel, own_pass=True, soaks=soaks)
     ui.info(f"\ntests took {time.monotonic() - start:.0f} s")
     print_timing(counts)

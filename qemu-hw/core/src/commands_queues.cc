@@ -197,9 +197,11 @@ CommandOutcome CommandProcessor::createSrq(const Command &cmd) {
     auto srq = std::make_unique<SharedReceiveQueue>();
     ctx.wqe_count = 0;
     srq->ctx = ctx;
+    SharedReceiveQueue &made = *srq;
     const auto srqn = objects_.srqs.insert(std::move(srq));
     if (!srqn)
         return fail(err::kCmdNoResources, "all %u SRQs in use", objects_.srqs.capacity());
+    made.number = *srqn;
     ++pd->refs;
     ++uar->refs;
     if (ctx.type == PIB_SRQT_XRC) {

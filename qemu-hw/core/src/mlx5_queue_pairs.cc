@@ -67,6 +67,7 @@ constexpr Field kCqnRcv = field(kContext + 0x4e8, 24);
 constexpr Field kDbrAddr = field(kContext + 0x500, 64);
 constexpr Field kQkey = field(kContext + 0x540, 32);
 constexpr Field kRqType = field(kContext + 0x565, 3);
+constexpr Field kSrqn = field(kContext + 0x568, 24);
 constexpr Field kHwSqCounter = field(kContext + 0x5a0, 16);
 constexpr Field kSwSqCounter = field(kContext + 0x5b0, 16);
 constexpr Field kHwRqCounter = field(kContext + 0x5c0, 32);
@@ -83,6 +84,7 @@ constexpr uint8_t kQp0 = 0x7;
 constexpr uint8_t kQp1 = 0x8;
 } // namespace st
 constexpr uint8_t kRegularRq = 0;
+constexpr uint8_t kSrqRq = 1;
 constexpr uint8_t kZeroRq = 3;
 constexpr uint8_t kPmMigrated = 3;
 constexpr uint32_t kStrideUnitShift = 4;
@@ -226,13 +228,16 @@ const err::Condition *QueuePairs::checkContext(std::span<const uint8_t> in) cons
     const auto type = coreType(get(in, kSt));
     const uint64_t rqType = get(in, kRqType);
     const bool rq = rqType == kRegularRq;
+    const bool srq = rqType == kSrqRq;
     const bool sq = !get(in, kNoSq);
     const char *bad =
-        !type                                       ? "st: a service type the device does not offer"
-        : rqType != kRegularRq && rqType != kZeroRq ? "rq_type: QPs on SRQs are not offered yet"
+        !type                              ? "st: a service type the device does not offer"
+        : !rq && !srq && rqType != kZeroRq ? "rq_type: not a regular RQ, an SRQ or none"
+        : srq && (*type == PIB_QPT_SMI || *type == PIB_QPT_GSI) ? "an SRQ for QP0 or QP1"
+        : srq && !objects_.srqs.find(get(in, kSrqn))            ? "srqn: no such SRQ"
         : !rq && (get(in, kLogRqSize) || get(in, kLogRqStride)) ? "an RQ size with no RQ"
         : !sq && get(in, kLogSqSize)                            ? "an SQ size with no_sq"
-        : !rq && !sq                                            ? "neither an RQ nor an SQ"
+        : !rq && !srq && !sq                                    ? "neither a receive side nor an SQ"
         : get(in, kWqSignature)                     ? "wq_signature: WQE signatures are not offered"
         : get(in, kPmState) != kPmMigrated          ? "pm_state: path migration is not offered"
         : get(in, kLogRqSize) > limits::kLogMaxQpWr ? "log_rq_size beyond log_max_qp_sz"
@@ -259,6 +264,8 @@ void QueuePairs::hold(const QueuePair &qp, int delta) {
     adjust(objects_.pds.at(qp.ctx.pdn));
     adjust(objects_.cqs.at(qp.ctx.send_cqn));
     adjust(objects_.cqs.at(qp.ctx.recv_cqn));
+    if (qp.ctx.flags & PIB_QP_USE_SRQ)
+        adjust(objects_.srqs.at(qp.ctx.srqn));
 }
 
 const err::Condition *QueuePairs::create(std::span<const uint8_t> in, uint32_t &qpn) {
@@ -272,7 +279,10 @@ const err::Condition *QueuePairs::create(std::span<const uint8_t> in, uint32_t &
     ctx.recv_cqn = static_cast<uint32_t>(get(in, kCqnRcv));
     ctx.uar_page = static_cast<uint32_t>(get(in, kUarPage));
     // A queue the QP lacks has stride 0 (mlx5_wqe_reader.cc).
-    if (get(in, kRqType) == kRegularRq) {
+    if (get(in, kRqType) == kSrqRq) {
+        ctx.flags |= PIB_QP_USE_SRQ;
+        ctx.srqn = static_cast<uint32_t>(get(in, kSrqn));
+    } else if (get(in, kRqType) == kRegularRq) {
         ctx.rq_log_wqe_count = static_cast<uint8_t>(get(in, kLogRqSize));
         ctx.rq_log_wqe_stride = static_cast<uint8_t>(get(in, kLogRqStride) + kStrideUnitShift);
     }
@@ -387,7 +397,12 @@ const err::Condition *QueuePairs::query(uint32_t qpn, std::span<uint8_t> out) co
     set(out, kLogRqStride, ctx.rq_log_wqe_stride ? ctx.rq_log_wqe_stride - kStrideUnitShift : 0);
     set(out, kNoSq, ctx.sq_log_wqe_stride == 0);
     set(out, kLogSqSize, ctx.sq_log_wqe_count);
-    set(out, kRqType, ctx.rq_log_wqe_stride ? kRegularRq : kZeroRq);
+    set(out, kRqType,
+        ctx.flags & PIB_QP_USE_SRQ ? kSrqRq
+        : ctx.rq_log_wqe_stride    ? kRegularRq
+                                   : kZeroRq);
+    if (ctx.flags & PIB_QP_USE_SRQ)
+        set(out, kSrqn, ctx.srqn);
     set(out, kUarPage, ctx.uar_page);
     set(out, kRemoteQpn, a.dest_qp_num);
     set(out, kPkeyIndex, a.pkey_index);

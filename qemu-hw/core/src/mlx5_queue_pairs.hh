@@ -3,8 +3,8 @@
 // made one of the core's QPs, the state-change commands turned into the
 // core's attributes and transitions (qp_state.hh, qp_lifecycle.hh),
 // QUERY_QP, DESTROY_QP, and the send doorbell of a UAR's blue-flame
-// registers. RC, UC, UD, QP0 and QP1; a QP on an SRQ is refused until SRQ
-// WQEs are read (§11).
+// registers. RC, UC, UD, QP0 and QP1, with an RQ, on an SRQ or with no
+// receive side.
 #pragma once
 
 #include <cstdint>

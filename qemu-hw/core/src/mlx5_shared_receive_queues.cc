@@ -86,7 +86,9 @@ const err::Condition *SharedReceiveQueues::create(std::span<const uint8_t> in, u
     }
     ctx.buf = *mapped;
     const pib_srq_context made = ctx;
+    SharedReceiveQueue &inserted = *srq;
     srqn = *objects_.srqs.insert(std::move(srq)); // there is room: checked above
+    inserted.number = srqn;
     ++objects_.pds.at(made.pdn).refs;
     ++objects_.xrcds.at(made.xrcdn).refs;
     ++objects_.cqs.at(made.cqn).refs;

@@ -50,6 +50,8 @@ constexpr uint32_t kGrhPresent = 1u << 30;
 } // namespace av
 
 constexpr uint32_t kInlineFlag = 0x80000000;
+// An SRQ WQE's next segment: the slot of the WQE after it in the free list.
+constexpr uint32_t kNextWqeIndex = 2;
 // The scatter list of a receive WQE ends early at a segment with this
 // key (the driver's terminate_scatter_list_mkey when the device has none).
 constexpr uint32_t kTerminateKey = 0x100;
@@ -250,15 +252,40 @@ uint8_t WqeReader::decodeSend(const QueuePair &qp, uint32_t index, const Layout 
     return PIB_WC_SUCCESS;
 }
 
-bool WqeReader::readReceive(const QueuePair &qp, const SharedReceiveQueue *srq, uint32_t index,
-                            Wqe &out, uint8_t *status) {
-    clear(out);
-    if (srq) {
-        // CREATE_QP refuses QPs on SRQs until their WQE lists are read
-        // (docs/mlx5.md §11).
-        host_.guestError(err::kWqeBad, "QP %u: receive WQEs of SRQs are not read yet", qp.number);
+void WqeReader::scatterList(size_t from, Wqe &out) const {
+    for (size_t at = from; at + kSegmentBytes <= raw_.size(); at += kSegmentBytes) {
+        const pib_wqe_data sge = dataSegment(raw_.data() + at);
+        if (sge.lkey == kTerminateKey)
+            break;
+        out.sges.push_back(sge);
+    }
+    out.ctrl.num_ds = static_cast<uint8_t>(out.sges.size());
+}
+
+// The SRQ's WQE at the head of its free list, which then moves on to the
+// slot the WQE names (the driver links each WQE it frees at the tail).
+bool WqeReader::readSrqWqe(const QueuePair &qp, SharedReceiveQueue &srq, Wqe &out) {
+    const uint32_t stride = 1u << srq.ctx.log_wqe_stride;
+    const uint32_t slot = srq.head & ((1u << srq.ctx.log_wqe_count) - 1);
+    const auto addr = ringAddress(mtt_, srq.ctx.buf, uint64_t{slot} * stride, stride);
+    raw_.resize(stride);
+    if (!addr || !host_.dmaRead(*addr, raw_.data(), raw_.size())) {
+        host_.guestError(err::kWqeDma, "QP %u: cannot read WQE %u of SRQ %u", qp.number, slot,
+                         srq.number);
         return false;
     }
+    srq.head = readBe16(raw_.data() + kNextWqeIndex);
+    out.completionIndex = static_cast<uint16_t>(slot);
+    scatterList(kSegmentBytes, out);
+    return true;
+}
+
+bool WqeReader::readReceive(const QueuePair &qp, SharedReceiveQueue *srq, uint32_t index, Wqe &out,
+                            uint8_t *status) {
+    clear(out);
+    *status = PIB_WC_SUCCESS;
+    if (srq)
+        return readSrqWqe(qp, *srq, out);
     if (!hasReceiveQueue(qp))
         return false;
     const uint32_t stride = 1u << qp.ctx.rq_log_wqe_stride;
@@ -267,33 +294,26 @@ bool WqeReader::readReceive(const QueuePair &qp, const SharedReceiveQueue *srq, 
     raw_.resize(stride);
     if (!addr || !host_.dmaRead(*addr, raw_.data(), raw_.size()))
         return false;
-    for (size_t at = 0; at + kSegmentBytes <= raw_.size(); at += kSegmentBytes) {
-        const pib_wqe_data sge = dataSegment(raw_.data() + at);
-        if (sge.lkey == kTerminateKey)
-            break;
-        out.sges.push_back(sge);
-    }
-    out.ctrl.num_ds = static_cast<uint8_t>(out.sges.size());
-    *status = PIB_WC_SUCCESS;
+    out.completionIndex = static_cast<uint16_t>(index);
+    scatterList(0, out);
     return true;
 }
 
-// A counter of the doorbell record (big-endian, 16 bits of it) as a slot
+// A counter of a doorbell record (big-endian, 16 bits of it) as a slot
 // count at most a ring ahead of `consumer`.
-std::optional<uint32_t> WqeReader::counterAhead(const char *what, const QueuePair &qp,
-                                                uint32_t offset, uint32_t consumer,
+std::optional<uint32_t> WqeReader::counterAhead(const Counter &c, uint32_t consumer,
                                                 uint32_t size) const {
     uint8_t bytes[4];
-    if (!host_.dmaRead(qp.record + offset, bytes, sizeof(bytes))) {
-        host_.guestError(err::kMlx5QpDoorbell, "QP %u: its doorbell record 0x%llx is unreadable",
-                         qp.number, static_cast<unsigned long long>(qp.record));
+    if (!host_.dmaRead(c.record + c.offset, bytes, sizeof(bytes))) {
+        host_.guestError(err::kMlx5QpDoorbell, "%s %u: its doorbell record 0x%llx is unreadable",
+                         c.what, c.owner, static_cast<unsigned long long>(c.record));
         return std::nullopt;
     }
     const uint32_t ahead = (readBe32(bytes) - consumer) & wqe::kCounterMask;
     if (ahead > size) {
         host_.guestError(err::kMlx5QpDoorbell,
-                         "QP %u %s counter 0x%x: %u WQEs ahead of the device, the ring has %u",
-                         qp.number, what, readBe32(bytes) & wqe::kCounterMask, ahead, size);
+                         "%s %u counter 0x%x: %u WQEs ahead of the device, the ring has %u", c.what,
+                         c.owner, readBe32(bytes) & wqe::kCounterMask, ahead, size);
         return std::nullopt;
     }
     return consumer + ahead;
@@ -302,13 +322,20 @@ std::optional<uint32_t> WqeReader::counterAhead(const char *what, const QueuePai
 void WqeReader::pollReceiveProducer(QueuePair &qp) {
     if (!hasReceiveQueue(qp))
         return;
-    if (const auto producer =
-            counterAhead("RQ", qp, 0, qp.rq.consumer, 1u << qp.ctx.rq_log_wqe_count))
+    if (const auto producer = counterAhead({"QP RQ", qp.number, qp.record, 0}, qp.rq.consumer,
+                                           1u << qp.ctx.rq_log_wqe_count))
         qp.rq.producer = *producer;
 }
 
+void WqeReader::pollSrqProducer(SharedReceiveQueue &srq) {
+    if (const auto producer = counterAhead({"SRQ", srq.number, srq.record, 0}, srq.consumer,
+                                           1u << srq.ctx.log_wqe_count))
+        srq.producer = *producer;
+}
+
 std::optional<uint32_t> WqeReader::sendProducer(const QueuePair &qp) const {
-    return counterAhead("SQ", qp, 4, qp.sq.consumer, 1u << qp.ctx.sq_log_wqe_count);
+    return counterAhead({"QP SQ", qp.number, qp.record, 4}, qp.sq.consumer,
+                        1u << qp.ctx.sq_log_wqe_count);
 }
 
 } // namespace pib::mlx5

@@ -1,10 +1,13 @@
 // SPDX-License-Identifier: GPL-2.0-or-later
-// The reader of ConnectX work queue entries (docs/mlx5.md §10), the
+// The reader of ConnectX work queue entries (docs/mlx5.md §9, §10), the
 // ConnectX personality's WqeFormat. A QP has one buffer: its RQ first,
 // slots of 2^log_rq_stride bytes, then its SQ, 64-byte basic blocks a
 // send WQE takes one or more of. The driver's WQE counters are in the
 // QP's doorbell record: the device reads the RQ's there whenever it looks
 // for a receive WQE, and the SQ's when a doorbell rings (mlx5_queue_pairs).
+// An SRQ's WQEs are a free list: each names the slot of the next, and the
+// device takes them in that order from slot 0; its counter is in the
+// SRQ's doorbell record.
 #pragma once
 
 #include <cstdint>
@@ -34,7 +37,7 @@ class WqeReader final : public WqeFormat {
         : host_(host), mtt_(mtt), maxInlineData_(maxInlineData) {}
 
     uint8_t readSend(const QueuePair &qp, uint32_t index, Wqe &out) override;
-    bool readReceive(const QueuePair &qp, const SharedReceiveQueue *srq, uint32_t index, Wqe &out,
+    bool readReceive(const QueuePair &qp, SharedReceiveQueue *srq, uint32_t index, Wqe &out,
                      uint8_t *status) override;
     // A ConnectX CQE names a WQE by its counter, not a work request ID:
     // the driver keeps those.
@@ -42,6 +45,7 @@ class WqeReader final : public WqeFormat {
     uint64_t receiveWrId(const QueuePair &, uint32_t) override { return 0; }
     uint32_t sendSlots(const QueuePair &qp, uint32_t index) override;
     void pollReceiveProducer(QueuePair &qp) override;
+    void pollSrqProducer(SharedReceiveQueue &srq) override;
 
     // The SQ's counter in `qp`'s doorbell record, as a slot count near
     // its consumer; nullopt when the record cannot be read or the count
@@ -65,8 +69,19 @@ class WqeReader final : public WqeFormat {
     uint32_t dsCount(const QueuePair &qp, uint32_t index);
     uint8_t decodeSend(const QueuePair &qp, uint32_t index, const Layout &layout, size_t used,
                        Wqe &out);
-    std::optional<uint32_t> counterAhead(const char *what, const QueuePair &qp, uint32_t offset,
-                                         uint32_t consumer, uint32_t size) const;
+    // A counter of the doorbell record at `record` (of `owner`, its
+    // `what`) as a slot count at most `size` ahead of `consumer`.
+    struct Counter {
+        const char *what;
+        uint32_t owner;
+        uint64_t record;
+        uint32_t offset;
+    };
+    std::optional<uint32_t> counterAhead(const Counter &c, uint32_t consumer, uint32_t size) const;
+    // A receive WQE's data segments from byte `from` of raw_, up to the
+    // terminator.
+    void scatterList(size_t from, Wqe &out) const;
+    bool readSrqWqe(const QueuePair &qp, SharedReceiveQueue &srq, Wqe &out);
 
     const Host &host_;
     const Mtt &mtt_;

@@ -57,10 +57,12 @@ struct MemoryWindow {
 };
 
 struct SharedReceiveQueue : Referenced {
+    uint32_t number = 0; // the device's number for it
     pib_srq_context ctx{};
     uint32_t producer = 0;
     uint32_t consumer = 0;
     uint64_t record = 0; // ConnectX: the doorbell record with the driver's WQE counter
+    uint32_t head = 0;   // ConnectX: the slot of the next WQE its free list gives
 
     bool isXrc() const { return ctx.type == PIB_SRQT_XRC; }
 };

@@ -12,11 +12,14 @@ namespace pib {
 bool ReceiveWqes::takeReceiveWqe(QueuePair &qp, Wqe &wqe, uint16_t *index, uint8_t *status) {
     if (const auto srqn = receiveSrq(qp)) {
         SharedReceiveQueue *srq = objects_.srqs.find(*srqn);
-        if (!srq || srq->consumer == srq->producer)
+        if (!srq)
             return false;
-        *index = static_cast<uint16_t>(srq->consumer);
+        wqes_.pollSrqProducer(*srq);
+        if (srq->consumer == srq->producer)
+            return false;
         if (!wqes_.readReceive(qp, srq, srq->consumer, wqe, status))
             return false;
+        *index = wqe.completionIndex;
         ++srq->consumer;
         const uint32_t left = srq->producer - srq->consumer;
         if (srq->ctx.limit && left < srq->ctx.limit) {
@@ -28,9 +31,9 @@ bool ReceiveWqes::takeReceiveWqe(QueuePair &qp, Wqe &wqe, uint16_t *index, uint8
     wqes_.pollReceiveProducer(qp);
     if (qp.rq.consumer == qp.rq.producer)
         return false;
-    *index = static_cast<uint16_t>(qp.rq.consumer);
     if (!wqes_.readReceive(qp, nullptr, qp.rq.consumer, wqe, status))
         return false;
+    *index = wqe.completionIndex;
     ++qp.rq.consumer;
     return true;
 }

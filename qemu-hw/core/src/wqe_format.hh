@@ -33,6 +33,9 @@ struct Wqe {
     // Ring slots it takes, which its consumer moves past (a ConnectX send
     // WQE takes one 64-byte basic block or more; pib-hca's, one slot).
     uint32_t slots = 1;
+    // The index a receive WQE's completion names: its queue's count
+    // (pib-hca), or the slot a ConnectX SRQ's free list gave it.
+    uint16_t completionIndex = 0;
 };
 
 class WqeFormat {
@@ -42,11 +45,14 @@ class WqeFormat {
     // Send WQE `index` of `qp`: PIB_WC_SUCCESS, or the status the WQE
     // completes with (it could not be read, or is malformed).
     virtual uint8_t readSend(const QueuePair &qp, uint32_t index, Wqe &out) = 0;
-    // Receive WQE `index` of `srq`, or of the QP's RQ when `srq` is null.
-    // False when it could not be read; otherwise *status is PIB_WC_SUCCESS
-    // or what a malformed WQE completes with.
-    virtual bool readReceive(const QueuePair &qp, const SharedReceiveQueue *srq, uint32_t index,
-                             Wqe &out, uint8_t *status) = 0;
+    // Receive WQE `index` (the queue's count of WQEs taken) of `srq`, or
+    // of the QP's RQ when `srq` is null, which the caller takes when this
+    // returns true: a format whose SRQ is a free list rather than a ring
+    // (a ConnectX's) follows the list here. False when it could not be
+    // read; otherwise *status is PIB_WC_SUCCESS or what a malformed WQE
+    // completes with.
+    virtual bool readReceive(const QueuePair &qp, SharedReceiveQueue *srq, uint32_t index, Wqe &out,
+                             uint8_t *status) = 0;
     // The work request ID of a WQE the QP's error flushes (0 when it
     // cannot be read).
     virtual uint64_t sendWrId(const QueuePair &qp, uint32_t index) = 0;
@@ -58,6 +64,8 @@ class WqeFormat {
     // rather than ringing a doorbell (a ConnectX's doorbell record), the
     // counter is read here, before the queue is looked at.
     virtual void pollReceiveProducer(QueuePair &qp) = 0;
+    // The same for an SRQ.
+    virtual void pollSrqProducer(SharedReceiveQueue &srq) = 0;
 };
 
 // The format the data path reads WQEs in: pib-hca's, until a front end
@@ -70,7 +78,7 @@ class WqeFormatSlot final : public WqeFormat {
     uint8_t readSend(const QueuePair &qp, uint32_t index, Wqe &out) override {
         return format_->readSend(qp, index, out);
     }
-    bool readReceive(const QueuePair &qp, const SharedReceiveQueue *srq, uint32_t index, Wqe &out,
+    bool readReceive(const QueuePair &qp, SharedReceiveQueue *srq, uint32_t index, Wqe &out,
                      uint8_t *status) override {
         return format_->readReceive(qp, srq, index, out, status);
     }
@@ -84,6 +92,7 @@ class WqeFormatSlot final : public WqeFormat {
         return format_->sendSlots(qp, index);
     }
     void pollReceiveProducer(QueuePair &qp) override { format_->pollReceiveProducer(qp); }
+    void pollSrqProducer(SharedReceiveQueue &srq) override { format_->pollSrqProducer(srq); }
 
   private:
     WqeFormat *format_;

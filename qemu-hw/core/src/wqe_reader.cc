@@ -111,6 +111,7 @@ bool WqeReader::readReceive(uint32_t qpn, const WqeRing &ring, uint32_t index, W
     if (!fetch(ring, index))
         return false;
     std::memcpy(&out.ctrl, raw_.data(), sizeof(out.ctrl));
+    out.completionIndex = static_cast<uint16_t>(index);
     *status = decode(qpn, index, Layout{.isReceive = true}, out);
     return true;
 }

@@ -56,7 +56,7 @@ class WqeReader final : public WqeFormat {
     uint8_t readSend(const QueuePair &qp, uint32_t index, Wqe &out) override {
         return readSend(qp.number, qp.ctx.type, sendRing(qp), index, out);
     }
-    bool readReceive(const QueuePair &qp, const SharedReceiveQueue *srq, uint32_t index, Wqe &out,
+    bool readReceive(const QueuePair &qp, SharedReceiveQueue *srq, uint32_t index, Wqe &out,
                      uint8_t *status) override {
         return readReceive(qp.number, srq ? receiveRing(*srq) : receiveRing(qp), index, out,
                            status);
@@ -70,6 +70,7 @@ class WqeReader final : public WqeFormat {
     // A WQE per slot; receive WQEs are posted by doorbells.
     uint32_t sendSlots(const QueuePair &, uint32_t) override { return 1; }
     void pollReceiveProducer(QueuePair &) override {}
+    void pollSrqProducer(SharedReceiveQueue &) override {}
 
   private:
     // Which segments follow the control segment.
