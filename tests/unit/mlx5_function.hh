@@ -85,6 +85,7 @@ struct Mlx5Send {
     uint64_t addr = 0;
     uint32_t length = 0;
     uint64_t remoteAddr = 0; // RDMA
+    uint32_t rkey = 0;       // RDMA: 0 for the function's own key
 };
 
 class Mlx5Function {
@@ -255,38 +256,49 @@ class Mlx5Function {
     // record; returns its first 8 bytes, what the driver writes to the
     // blue-flame register. A UD QP's WQE has a datagram segment.
     uint64_t writeSend(Qp &qp, bool ud, const Send &s) {
-        uint8_t wqe[128] = {};
-        const uint32_t index = qp.sqPosted;
-        uint8_t *seg = wqe + 16;
+        std::vector<uint8_t> wqe(16);
+        wqe[3] = s.opcode;
+        const auto grow = [&wqe](size_t bytes) {
+            wqe.resize(wqe.size() + bytes);
+            return wqe.data() + wqe.size() - bytes;
+        };
         if (ud) {
-            writeBe32(seg, kQkeyValue);
-            writeBe32(seg + 8, 0x80000000u | s.remoteQpn); // an extended UD address vector
-            writeBe16(seg + 14, kLid);
-            seg += 48;
+            uint8_t *av = grow(48);
+            writeBe32(av, kQkeyValue);
+            writeBe32(av + 8, 0x80000000u | s.remoteQpn); // an extended UD address vector
+            writeBe16(av + 14, kLid);
         }
         if (s.opcode == mlx5qp::kRdmaWrite || s.opcode == mlx5qp::kRdmaRead) {
-            writeBe64(seg, s.remoteAddr);
-            writeBe32(seg + 8, lkey);
-            seg += 16;
+            uint8_t *raddr = grow(16);
+            writeBe64(raddr, s.remoteAddr);
+            writeBe32(raddr + 8, s.rkey ? s.rkey : lkey);
         }
-        writeBe32(seg, s.length);
-        writeBe32(seg + 4, lkey);
-        writeBe64(seg + 8, s.addr);
-        seg += 16;
-        const auto ds = static_cast<uint32_t>((seg - wqe) / 16);
+        uint8_t *data = grow(16);
+        writeBe32(data, s.length);
+        writeBe32(data + 4, lkey);
+        writeBe64(data + 8, s.addr);
+        return postWqe(qp, wqe);
+    }
+    // Writes `wqe` (its control segment's opcode and key or immediate
+    // filled in; the WQE counter, QP, DS count and CQE request are added
+    // here) into `qp`'s SQ, padded to basic blocks, and the SQ counter
+    // into the doorbell record; returns the first 8 bytes.
+    uint64_t postWqe(Qp &qp, std::vector<uint8_t> wqe) {
+        const uint32_t index = qp.sqPosted;
+        const auto ds = static_cast<uint32_t>((wqe.size() + 15) / 16);
         const uint32_t blocks = (ds + 3) / 4;
+        wqe.resize(size_t{blocks} * 64);
         wqe[1] = static_cast<uint8_t>(index >> 8);
         wqe[2] = static_cast<uint8_t>(index);
-        wqe[3] = s.opcode;
-        writeBe32(wqe + 4, qp.qpn << 8 | ds);
-        wqe[11] = 0x08; // a CQE
+        writeBe32(wqe.data() + 4, qp.qpn << 8 | ds);
+        wqe[11] |= 0x08; // a CQE
         for (uint32_t block = 0; block < blocks; ++block)
             std::memcpy(host.at(qp.sqStart() + 64u * ((index + block) % qp.sqBlocks)),
-                        wqe + 64 * block, 64);
+                        wqe.data() + 64 * block, 64);
         qp.sqPosted += blocks;
         writeBe32(host.at(qp.record + 4), qp.sqPosted);
         uint64_t first8 = 0;
-        std::memcpy(&first8, wqe, sizeof(first8));
+        std::memcpy(&first8, wqe.data(), sizeof(first8));
         return first8;
     }
     // The driver's write of those 8 bytes at `offset` of UAR page `page`;

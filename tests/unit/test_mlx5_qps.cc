@@ -398,3 +398,150 @@ TEST_CASE("mlx5: a QP on an SRQ takes its WQEs in the free list's order", "[mlx5
     CHECK(f.destroy(kDestroyQp, receiver.qpn).status() == 0);
     CHECK(f.host.run(destroySrq, 16).status() == 0);
 }
+
+namespace {
+
+// CREATE_MKEY as ib_alloc_mr asks mlx5_ib: free, UMR-enabled, MTT, room
+// for `pages`. Returns the key (its variant 0x33).
+uint32_t freeKey(QpFunction &f, uint32_t pages) {
+    auto in = Mlx5Host::input(0x200, 0, 0x110);
+    set(in, field(0x81, 1), 1);         // free
+    set(in, field(0x90, 1), 1);         // umr_en
+    set(in, field(0x95, 1), 1);         // lr
+    set(in, field(0x96, 2), 1);         // MTT
+    set(in, field(0xa0, 24), 0xffffff); // no QP
+    set(in, field(0xb8, 8), 0x33);      // variant
+    set(in, field(0xe8, 24), f.pd);
+    set(in, field(0x220, 32), (pages + 1) / 2); // translation octowords
+    const auto r = f.host.run(in, 16);
+    REQUIRE(r.status() == 0);
+    return static_cast<uint32_t>(r.get(kHeld)) << 8 | 0x33;
+}
+
+// A UMR WQE as mlx5_ib's set_reg_wr writes it: key `key` over `pages`
+// (4 KiB each) from `iova` for `length` bytes, remote read and write; the
+// page list inline, or at `list` in memory (a data segment).
+std::vector<uint8_t> registration(uint32_t key, uint64_t iova, uint64_t length,
+                                  const std::vector<uint64_t> &pages, uint8_t *list = nullptr,
+                                  uint64_t listAddr = 0) {
+    std::vector<uint8_t> wqe(128);
+    wqe[3] = 0x25;
+    writeBe32(&wqe[12], key);
+    uint8_t *umr = &wqe[16];
+    umr[0] = list ? 0 : 0x80; // inline
+    writeBe16(umr + 4, static_cast<uint16_t>((pages.size() + 1) / 2));
+    writeBe64(umr + 8, (1u << 0) | (1u << 1) | (1u << 6) | (1u << 8) | (1u << 13) | (1u << 17) |
+                           (1u << 18) | (1u << 19) | (1u << 20) | (1u << 29));
+    uint8_t *mkey = &wqe[64];
+    mkey[2] =
+        (1u << 2) | (1u << 3) | (1u << 4) | (1u << 5) | (1u << 7) | 0x1; // LR LW RR RW UMR, MTT
+    writeBe32(mkey + 4, 0xffffff00u | (key & 0xff));
+    writeBe64(mkey + 16, iova);
+    writeBe64(mkey + 24, length);
+    mkey[59] = 12;
+    std::vector<uint8_t> entries(8 * pages.size());
+    for (size_t i = 0; i < pages.size(); ++i)
+        writeBe64(&entries[8 * i], pages[i] | 0x3); // read and write enabled
+    if (list) {
+        std::copy(entries.begin(), entries.end(), list);
+        wqe.resize(144);
+        writeBe32(&wqe[128], static_cast<uint32_t>((entries.size() + 63) / 64 * 64));
+        writeBe64(&wqe[136], listAddr);
+    } else {
+        wqe.insert(wqe.end(), entries.begin(), entries.end());
+    }
+    return wqe;
+}
+
+// A UMR WQE as set_linv_wr writes it: key `key` free.
+std::vector<uint8_t> invalidation(uint32_t key) {
+    std::vector<uint8_t> wqe(128);
+    wqe[3] = 0x25;
+    writeBe32(&wqe[12], key);
+    wqe[16] = 0x80;
+    writeBe64(&wqe[24], 1u << 29); // the free bit only
+    wqe[64] = 0x40;                // free
+    return wqe;
+}
+
+} // namespace
+
+TEST_CASE("mlx5: UMR WQEs register free keys for RDMA and invalidate them", "[mlx5]") {
+    QpFunction f;
+    REQUIRE(f.activatePort());
+    auto a = f.createQp(kRc, 1, 3, 4);
+    auto b = f.createQp(kRc, 1, 3, 4);
+    REQUIRE(f.toRts(a.qpn, {.qpn = b.qpn}));
+    REQUIRE(f.toRts(b.qpn, {.qpn = a.qpn}));
+    uint32_t next = 0;
+    const auto completions = [&](size_t want) {
+        std::vector<const uint8_t *> got;
+        for (int poll = 0; poll < 100 && got.size() < want; ++poll) {
+            f.host.runScheduled();
+            const auto more = f.cqes(&next);
+            got.insert(got.end(), more.begin(), more.end());
+        }
+        return got;
+    };
+    const uint64_t source = f.host.alloc(16384);
+    std::mt19937 random(3);
+    std::generate_n(f.host.at(source), 16384, [&] { return static_cast<uint8_t>(random()); });
+
+    for (const bool inlined : {true, false}) {
+        INFO((inlined ? "inline page list" : "page list in memory"));
+        // b's key over four scattered pages from an I/O virtual address.
+        const uint32_t key = freeKey(f, 8);
+        const std::vector<uint64_t> pages = {f.host.alloc(4096), f.host.alloc(8192) + 4096,
+                                             f.host.alloc(4096), f.host.alloc(4096)};
+        const uint64_t listAddr = f.host.alloc(64, 64);
+        constexpr uint64_t kIova = 0x7f0000000000, kLength = 3 * 4096 + 100;
+        const auto umr =
+            inlined ? registration(key, kIova, kLength, pages)
+                    : registration(key, kIova, kLength, pages, f.host.at(listAddr), listAddr);
+        f.blueFlame(f.postWqe(b, umr), f.uar);
+        auto done = completions(1);
+        REQUIRE(done.size() == 1);
+        CHECK(done[0][0x3f] >> 4 == 0x0);
+        CHECK(done[0][0x38] == 0x25); // UMR: the driver's own record says which
+
+        // a writes 10000 bytes at iova + 50 through the key: they land
+        // across the pages.
+        constexpr uint32_t kBytes = 10000, kAt = 50;
+        f.blueFlame(f.writeSend(a, false,
+                                {.opcode = kRdmaWrite,
+                                 .addr = source,
+                                 .length = kBytes,
+                                 .remoteAddr = kIova + kAt,
+                                 .rkey = key}),
+                    f.uar);
+        done = completions(1);
+        REQUIRE(done.size() == 1);
+        CHECK(done[0][0x3f] >> 4 == 0x0);
+        for (uint32_t off = 0; off < kBytes;) {
+            const uint64_t at = kAt + off;
+            const uint32_t n = std::min<uint32_t>(kBytes - off, 4096 - at % 4096);
+            CHECK(std::equal(f.host.at(source + off), f.host.at(source + off) + n,
+                             f.host.at(pages[at / 4096] + at % 4096)));
+            off += n;
+        }
+        CHECK(f.host.guestErrors() == 0);
+
+        // Invalidated, the key takes no more writes: a's WRITE fails with
+        // a remote access error.
+        f.blueFlame(f.postWqe(b, invalidation(key)), f.uar);
+        REQUIRE(completions(1).size() == 1);
+        if (!inlined) {
+            f.blueFlame(f.writeSend(a, false,
+                                    {.opcode = kRdmaWrite,
+                                     .addr = source,
+                                     .length = 8,
+                                     .remoteAddr = kIova,
+                                     .rkey = key}),
+                        f.uar);
+            done = completions(1);
+            REQUIRE(done.size() == 1);
+            CHECK(done[0][0x3f] >> 4 == 0xd); // REQ_ERR
+            CHECK(done[0][0x37] == 0x13);     // remote access error
+        }
+    }
+}

@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: GPL-2.0-or-later
 #include "memory_keys.hh"
 
+#include <algorithm>
 #include <cinttypes>
 
 #include "limits.hh"
@@ -35,10 +36,18 @@ const char *MemoryKeys::checkRegistration(const MemoryRegion *mr, uint32_t pdn,
     return nullptr;
 }
 
-// Reads the page list into pages_ and checks every entry is a page.
-bool MemoryKeys::readPageList(const pib_wqe_reg_mr &reg, const char **why) {
+// Reads the page list into pages_ (or takes the one the WQE gave) and
+// checks every entry is a page.
+bool MemoryKeys::readPageList(const pib_wqe_reg_mr &reg, std::span<const uint64_t> given,
+                              const char **why) {
     pages_.resize(reg.page_count); // at most kMaxFastRegPages: checkRegistration
-    if (!host_.dmaRead(reg.page_list, pages_.data(), pages_.size() * sizeof(uint64_t))) {
+    if (!given.empty()) {
+        if (given.size() != reg.page_count) {
+            *why = "the WQE's page list does not hold the pages the range spans";
+            return false;
+        }
+        std::copy(given.begin(), given.end(), pages_.begin());
+    } else if (!host_.dmaRead(reg.page_list, pages_.data(), pages_.size() * sizeof(uint64_t))) {
         *why = "the page list cannot be read";
         return false;
     }
@@ -53,10 +62,10 @@ bool MemoryKeys::readPageList(const pib_wqe_reg_mr &reg, const char **why) {
 }
 
 uint8_t MemoryKeys::fastRegister(uint32_t qpn, uint32_t index, uint32_t pdn,
-                                 const pib_wqe_reg_mr &reg) {
+                                 const pib_wqe_reg_mr &reg, std::span<const uint64_t> given) {
     MemoryRegion *mr = mrs_.find(PIB_KEY_INDEX(reg.key));
     const char *why = checkRegistration(mr, pdn, reg);
-    if (!why && readPageList(reg, &why)) {
+    if (!why && readPageList(reg, given, &why)) {
         for (uint32_t i = 0; i < reg.page_count; ++i)
             mtt_.write(mr->ctx.mtt_index + i, pages_[i]);
         mr->ctx.iova = reg.iova;

@@ -7,6 +7,7 @@
 #pragma once
 
 #include <cstdint>
+#include <span>
 #include <vector>
 
 #include "host.hh"
@@ -24,9 +25,11 @@ class MemoryKeys {
         : host_(host), mtt_(mtt), mrs_(mrs), mws_(mws) {}
 
     // A REG_MR WQE (`index` of QP `qpn`, in PD `pdn`): maps the region with
-    // the WQE's page list, access and key. PIB_WC_SUCCESS, or the status
-    // the WQE completes with (a guest error says why).
-    uint8_t fastRegister(uint32_t qpn, uint32_t index, uint32_t pdn, const pib_wqe_reg_mr &reg);
+    // the WQE's page list (`given`, or read from reg.page_list when that
+    // is empty), access and key. PIB_WC_SUCCESS, or the status the WQE
+    // completes with (a guest error says why).
+    uint8_t fastRegister(uint32_t qpn, uint32_t index, uint32_t pdn, const pib_wqe_reg_mr &reg,
+                         std::span<const uint64_t> given = {});
     // A BIND_MW WQE of QP `qpn`: binds (type 1: or rebinds, or with length
     // 0 unbinds) the window to a range of a region.
     uint8_t bindWindow(uint32_t qpn, uint32_t index, uint32_t pdn, const pib_wqe_bind_mw &bind);
@@ -48,7 +51,7 @@ class MemoryKeys {
                           const pib_wqe_bind_mw &bind) const;
     const char *checkRegistration(const MemoryRegion *mr, uint32_t pdn,
                                   const pib_wqe_reg_mr &reg) const;
-    bool readPageList(const pib_wqe_reg_mr &reg, const char **why);
+    bool readPageList(const pib_wqe_reg_mr &reg, std::span<const uint64_t> given, const char **why);
 
     const Host &host_;
     Mtt &mtt_;

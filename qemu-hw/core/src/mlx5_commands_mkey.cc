@@ -1,9 +1,14 @@
 // SPDX-License-Identifier: GPL-2.0-or-later
 // The ConnectX memory key commands (docs/mlx5.md §4.5): CREATE_MKEY makes
 // a memory region in the core's tables (MemoryRegions, the same the pib
-// personality's CREATE_MR makes), whose key is the mkey; DESTROY_MKEY
-// ends it.
+// personality's CREATE_MR makes), whose key is the mkey: a physical one
+// (PA), or a free one that UMR WQEs map and invalidate (MTT, free and
+// UMR-enabled: the core's fast-registration regions); DESTROY_MKEY ends
+// it.
 #include <cinttypes>
+#include <optional>
+
+#include "limits.hh"
 
 #include "mlx5_commands.hh"
 #include "mlx5_ifc.hh"
@@ -29,13 +34,15 @@ constexpr Field kLength64 = field(0xe0, 1);
 constexpr Field kPd = field(0xe8, 24);
 constexpr Field kStartAddress = field(0x100, 64);
 constexpr Field kLength = field(0x140, 64);
+constexpr Field kTranslationOctowords = field(0x220, 32); // of 16 bytes: two MTT entries each
 } // namespace mkc
 constexpr Field kPageAccess = field(0x60, 1); // pg_access: on-demand paging
 constexpr Field kUmemValid = field(0x61, 1);  // mkey_umem_valid: DEVX memory
 constexpr Field kMkeyIndex = field(0x48, 24); // create_mkey_out, destroy_mkey_in
 
-constexpr uint32_t kAccessModePa = 0; // the address is the guest physical one
-constexpr uint32_t kNoQp = 0xffffff;  // qpn of a key no QP owns
+constexpr uint32_t kAccessModePa = 0;  // the address is the guest physical one
+constexpr uint32_t kAccessModeMtt = 1; // pages through translation entries
+constexpr uint32_t kNoQp = 0xffffff;   // qpn of a key no QP owns
 
 // IBA access rights of a context's bits; local read is always there.
 uint32_t accessOf(std::span<const uint8_t> in) {
@@ -47,22 +54,29 @@ uint32_t accessOf(std::span<const uint8_t> in) {
 
 } // namespace
 
-// What the device does not do is refused before anything is made: free
-// keys and UMR (the capabilities say no UMR), keys a QP owns, on-demand
-// paging, DEVX memory, and so far any access mode but PA.
+// What the device does not do is refused before anything is made: keys a
+// QP owns, on-demand paging, DEVX memory, KLM and other access modes, MTT
+// keys made with their pages (user memory: issue 31), and UMR on
+// physical keys.
 const err::Condition *Commands::createMkey(const Request &r) {
     const uint64_t mode = get(r.in, mkc::kAccessMode42) << 2 | get(r.in, mkc::kAccessMode10);
-    const char *unsupported = get(r.in, mkc::kFree) || get(r.in, mkc::kUmrEnable)
-                                  ? "free or UMR-enabled: the device does no UMR"
-                              : get(r.in, mkc::kQpn) != kNoQp ? "owned by a QP"
-                              : get(r.in, kPageAccess)        ? "on-demand paging"
-                              : get(r.in, kUmemValid)         ? "over a DEVX umem"
-                              : mode != kAccessModePa
-                                  ? "an access mode other than PA (docs/mlx5.md §11)"
-                              : !get(r.in, mkc::kLocalRead) ? "without local read"
-                                                            : nullptr;
+    const bool fastReg =
+        mode == kAccessModeMtt && get(r.in, mkc::kFree) && get(r.in, mkc::kUmrEnable);
+    const char *unsupported =
+        get(r.in, mkc::kQpn) != kNoQp ? "owned by a QP"
+        : get(r.in, kPageAccess)      ? "on-demand paging"
+        : get(r.in, kUmemValid)       ? "over a DEVX umem"
+        : !fastReg && (mode != kAccessModePa || get(r.in, mkc::kFree) || get(r.in, mkc::kUmrEnable))
+            ? "other than PA, or free and UMR-enabled MTT (docs/mlx5.md §11)"
+        : !get(r.in, mkc::kLocalRead) ? "without local read"
+                                      : nullptr;
     if (unsupported)
         return fail(err::kMlx5CmdBadParam, "CREATE_MKEY %s", unsupported);
+    return fastReg ? createFreeMkey(r) : createPhysicalMkey(r);
+}
+
+// A key over guest physical memory: what mlx5_ib_get_dma_mr makes.
+const err::Condition *Commands::createPhysicalMkey(const Request &r) {
     pib_mr_context ctx{};
     ctx.pdn = static_cast<uint32_t>(get(r.in, mkc::kPd));
     ctx.access = accessOf(r.in);
@@ -82,12 +96,47 @@ const err::Condition *Commands::createMkey(const Request &r) {
     return nullptr;
 }
 
+// A free key with room for translation_octword_size * 2 pages, which UMR
+// WQEs map: what ib_alloc_mr makes (mlx5_ib's _mlx5_alloc_mkey_descs).
+// The device keeps the pages in its own MTT range.
+const err::Condition *Commands::createFreeMkey(const Request &r) {
+    const uint64_t pages = get(r.in, mkc::kTranslationOctowords) * 2;
+    if (pages == 0 || pages > limits::kMaxFastRegPages)
+        return fail(err::kMlx5CmdBadParam, "CREATE_MKEY for %" PRIu64 " pages (1..%u)", pages,
+                    limits::kMaxFastRegPages);
+    pib_mr_context ctx{};
+    ctx.pdn = static_cast<uint32_t>(get(r.in, mkc::kPd));
+    ctx.flags = PIB_MR_FAST_REG;
+    ctx.key_variant = static_cast<uint8_t>(get(r.in, mkc::kVariant));
+    if (!core_.objects.pds.find(ctx.pdn))
+        return fail(err::kMlx5CmdBadResource, "CREATE_MKEY in PD %u", ctx.pdn);
+    const auto range = core_.objects.mtt.allocate(static_cast<uint32_t>(pages));
+    if (!range)
+        return fail(err::kMlx5CmdNoResources, "CREATE_MKEY: the MTT is full");
+    ctx.mtt_index = *range;
+    ctx.mtt_count = static_cast<uint32_t>(pages);
+    uint32_t key = 0;
+    if (const err::Condition *why = regions_.insert(ctx, &key)) {
+        core_.objects.mtt.release(*range);
+        return why;
+    }
+    set(r.out, kMkeyIndex, key >> 8);
+    return nullptr;
+}
+
 const err::Condition *Commands::destroyMkey(const Request &r) {
     const auto index = static_cast<uint32_t>(get(r.in, kMkeyIndex));
     const MemoryRegion *mr = core_.objects.mrs.find(index);
     if (!mr)
         return fail(err::kMlx5CmdBadResource, "DESTROY_MKEY of index 0x%x", index);
-    return regions_.destroy("DESTROY_MKEY", mr->key);
+    // A free key's pages are the device's own range (createFreeMkey).
+    const std::optional<uint32_t> range =
+        mr->fastReg() ? std::optional(mr->ctx.mtt_index) : std::nullopt;
+    if (const err::Condition *why = regions_.destroy("DESTROY_MKEY", mr->key))
+        return why;
+    if (range)
+        core_.objects.mtt.release(*range);
+    return nullptr;
 }
 
 } // namespace pib::mlx5

@@ -4,6 +4,7 @@
 #include <cstring>
 
 #include "mlx5_ifc.hh"
+#include "mlx5_umr.hh"
 #include "ring.hh"
 #include "trace.hh"
 
@@ -21,6 +22,7 @@ constexpr uint8_t kSendImm = 0x0b;
 constexpr uint8_t kRdmaRead = 0x10;
 constexpr uint8_t kAtomicCompareSwap = 0x11;
 constexpr uint8_t kAtomicFetchAdd = 0x12;
+constexpr uint8_t kUmr = 0x25; // fast registration or invalidation (mlx5_umr.hh)
 } // namespace opcode
 
 // The control segment: opcode and counter, QP and DS count, then the
@@ -109,16 +111,22 @@ bool WqeReader::sendLayout(uint8_t qpType, uint8_t mlx5Opcode, Layout &layout) {
     case opcode::kAtomicFetchAdd:
         layout = {.opcode = PIB_WR_ATOMIC_FETCH_AND_ADD, .raddr = true, .atomic = true};
         return reliable;
+    case opcode::kUmr:
+        layout = {.opcode = PIB_WR_REG_MR, .umr = true};
+        return connected;
     default:
         return false;
     }
 }
 
 void WqeReader::clear(Wqe &out) {
-    std::vector<pib_wqe_data> sges = std::move(out.sges); // keep its capacity
+    std::vector<pib_wqe_data> sges = std::move(out.sges); // keep their capacity
+    std::vector<uint64_t> pages = std::move(out.pages);
     sges.clear();
+    pages.clear();
     out = Wqe{};
     out.sges = std::move(sges);
+    out.pages = std::move(pages);
 }
 
 bool WqeReader::fetchBlock(const QueuePair &qp, uint32_t block, uint8_t *to) const {
@@ -179,11 +187,13 @@ uint8_t WqeReader::readSend(const QueuePair &qp, uint32_t index, Wqe &out) {
                                       (fmCeSe & kSolicited ? PIB_WQE_SOLICITED : 0) |
                                       (fmCeSe >> kFenceShift ? PIB_WQE_FENCE : 0));
     // The immediate stays in wire order, as the core keeps it; the R_Key
-    // a SEND with Invalidate names is a number.
-    if (layout.opcode == PIB_WR_SEND_INV)
+    // a SEND with Invalidate names, or a UMR's key, is a number.
+    if (layout.opcode == PIB_WR_SEND_INV || layout.umr)
         ctrl.imm = readBe32(raw_.data() + kImmediate);
     else
         std::memcpy(&ctrl.imm, raw_.data() + kImmediate, sizeof(ctrl.imm));
+    if (layout.umr)
+        return umr::decode(host_, qp.number, index, raw_, size_t{ds} * kSegmentBytes, out);
     return decodeSend(qp, index, layout, size_t{ds} * kSegmentBytes, out);
 }
 

@@ -59,6 +59,7 @@ class WqeReader final : public WqeFormat {
         bool raddr = false;
         bool atomic = false;
         bool datagram = false;
+        bool umr = false; // a UMR WQE: mlx5_umr.hh
     };
     static bool sendLayout(uint8_t qpType, uint8_t mlx5Opcode, Layout &layout);
     static void clear(Wqe &out);

@@ -23,7 +23,8 @@ namespace pib {
 
 // What one outstanding WQE costs: the copy and the lists it owns.
 inline uint64_t footprint(const SendWqe &w) {
-    return sizeof(SendWqe) + w.sges.capacity() * sizeof(pib_wqe_data) + w.inlineData.capacity();
+    return sizeof(SendWqe) + w.sges.capacity() * sizeof(pib_wqe_data) + w.inlineData.capacity() +
+           w.pages.capacity() * sizeof(uint64_t);
 }
 
 class OutstandingMemory {

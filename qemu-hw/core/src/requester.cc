@@ -42,6 +42,7 @@ uint8_t Requester::fetchSendWqe(QueuePair &qp, uint32_t index, SendWqe &w) {
     w.swapAdd = wqe.atomic.swap_add;
     w.compare = wqe.atomic.compare;
     w.reg = wqe.reg;
+    w.pages = wqe.pages;
     w.bind = wqe.bind;
     w.remoteSrqn = wqe.xrc.remote_srqn;
     if (w.isLocal()) {
@@ -173,7 +174,7 @@ void Requester::send(QueuePair &qp) {
 void Requester::runLocalOperation(QueuePair &qp, SendWqe w) {
     uint8_t status = PIB_WC_SUCCESS;
     if (w.opcode == PIB_WR_REG_MR)
-        status = keys_.fastRegister(qp.number, w.index, qp.ctx.pdn, w.reg);
+        status = keys_.fastRegister(qp.number, w.index, qp.ctx.pdn, w.reg, w.pages);
     else if (w.opcode == PIB_WR_BIND_MW)
         status = keys_.bindWindow(qp.number, w.index, qp.ctx.pdn, w.bind);
     else

@@ -24,8 +24,11 @@ struct Wqe {
     pib_wqe_atomic atomic{}; // atomic operations
     pib_wqe_ud ud{};         // datagram sends
     pib_wqe_reg_mr reg{};    // fast registration
-    pib_wqe_bind_mw bind{};  // memory window binding
-    pib_wqe_xrc xrc{};       // XRC INI QPs: the remote XRC SRQ
+    // A REG_MR's page addresses when the reader took them from the WQE
+    // itself (a ConnectX UMR); empty: at reg.page_list.
+    std::vector<uint64_t> pages;
+    pib_wqe_bind_mw bind{}; // memory window binding
+    pib_wqe_xrc xrc{};      // XRC INI QPs: the remote XRC SRQ
     bool isInline = false;
     // Inline bytes: they point into the reader and last until its next read.
     std::span<const uint8_t> inlineData;

@@ -1,0 +1,143 @@
+// SPDX-License-Identifier: GPL-2.0-or-later
+#include "mlx5_umr.hh"
+
+#include "limits.hh"
+#include "mlx5_ifc.hh"
+
+namespace pib::mlx5::umr {
+
+namespace {
+
+// After the 16-byte control segment: the UMR control segment
+// (mlx5_wqe_umr_ctrl_seg, 48 bytes), the memory key segment
+// (mlx5_mkey_seg, 64 bytes), then the translation entries inline or a
+// data segment pointing at them.
+constexpr size_t kControl = 16;
+constexpr size_t kMkey = kControl + 48;
+constexpr size_t kTranslations = kMkey + 64;
+constexpr size_t kDataSegment = 16;
+
+namespace control {
+constexpr size_t kFlags = 0;
+constexpr size_t kXltOctowords = 4;
+constexpr size_t kMkeyMask = 8;
+constexpr uint8_t kInline = 0x80;
+} // namespace control
+
+// Which fields of the key the UMR sets (MLX5_MKEY_MASK_*).
+namespace mask {
+constexpr uint64_t kLength = 1u << 0;
+constexpr uint64_t kPageSize = 1u << 1;
+constexpr uint64_t kStartAddress = 1u << 6;
+constexpr uint64_t kKey = 1u << 13;
+constexpr uint64_t kFree = 1u << 29;
+constexpr uint64_t kRegistration = kLength | kPageSize | kStartAddress | kKey | kFree;
+} // namespace mask
+
+namespace mkey {
+constexpr size_t kStatus = 0;
+constexpr size_t kFlags = 2;
+constexpr size_t kVariant = 7; // the low byte of qpn_mkey7_0
+constexpr size_t kStartAddress = 16;
+constexpr size_t kLength = 24;
+constexpr size_t kLogPageSize = 59;
+constexpr uint8_t kStatusFree = 0x40;
+constexpr uint8_t kAccessModeMask = 0x3;
+constexpr uint8_t kAccessModeMtt = 0x1;
+// The access bits of the flags byte (MLX5_PERM_*).
+constexpr uint8_t kLocalWrite = 1u << 3;
+constexpr uint8_t kRemoteRead = 1u << 4;
+constexpr uint8_t kRemoteWrite = 1u << 5;
+constexpr uint8_t kAtomic = 1u << 6;
+} // namespace mkey
+
+// An MTT entry's low bits are its read and write enables, not address.
+constexpr uint64_t kMttFlags = 0x7;
+
+uint32_t accessOf(uint8_t flags) {
+    return (flags & mkey::kLocalWrite ? PIB_ACCESS_LOCAL_WRITE : 0) |
+           (flags & mkey::kRemoteRead ? PIB_ACCESS_REMOTE_READ : 0) |
+           (flags & mkey::kRemoteWrite ? PIB_ACCESS_REMOTE_WRITE : 0) |
+           (flags & mkey::kAtomic ? PIB_ACCESS_REMOTE_ATOMIC : 0);
+}
+
+// The pages [iova, iova + length) spans at 2^shift bytes a page; 0 when
+// the core's checks refuse the registration anyway.
+uint64_t pagesSpanned(uint64_t iova, uint64_t length, unsigned shift) {
+    if (shift < limits::kMinLogPageSize || shift > limits::kMaxLogPageSize || length == 0 ||
+        iova + length < iova)
+        return 0;
+    return ((iova + length - 1) >> shift) - (iova >> shift) + 1;
+}
+
+// The translation entries of a registration: inline after the key's
+// segment, or `bytes` at a guest address its data segment gives.
+const char *readTranslations(const Host &host, std::span<const uint8_t> wqe, size_t used,
+                             bool inlined, uint32_t count, std::vector<uint64_t> &pages) {
+    const size_t bytes = size_t{count} * sizeof(uint64_t);
+    std::vector<uint8_t> entries(bytes);
+    if (inlined) {
+        if (kTranslations + bytes > used)
+            return "fewer inline translation entries than the range's pages";
+        std::copy_n(wqe.begin() + kTranslations, bytes, entries.begin());
+    } else {
+        if (kTranslations + kDataSegment > used)
+            return "no data segment for the translation entries";
+        const uint8_t *data = wqe.data() + kTranslations;
+        if (readBe32(data) < bytes)
+            return "a data segment shorter than the range's translation entries";
+        if (!host.dmaRead(readBe64(data + 8), entries.data(), bytes))
+            return "translation entries the device cannot read";
+    }
+    pages.resize(count);
+    for (uint32_t i = 0; i < count; ++i)
+        pages[i] = readBe64(entries.data() + 8 * i) & ~kMttFlags;
+    return nullptr;
+}
+
+} // namespace
+
+uint8_t decode(const Host &host, uint32_t qpn, uint32_t index, std::span<const uint8_t> wqe,
+               size_t used, Wqe &out) {
+    const auto bad = [&](const err::Condition &why, const char *what, uint8_t status) {
+        host.guestError(why, "QP %u UMR WQE %u: %s", qpn, index, what);
+        return status;
+    };
+    if (used < kTranslations)
+        return bad(err::kWqeBad, "shorter than its UMR and key segments", PIB_WC_LOC_QP_OP_ERR);
+    const uint8_t *c = wqe.data() + kControl;
+    const uint8_t *k = wqe.data() + kMkey;
+    const uint64_t fields = readBe64(c + control::kMkeyMask);
+    const uint32_t key = out.ctrl.imm;
+    if (fields == mask::kFree && k[mkey::kStatus] & mkey::kStatusFree) {
+        out.ctrl.opcode = PIB_WR_LOCAL_INV;
+        return PIB_WC_SUCCESS;
+    }
+    if ((fields & mask::kRegistration) != mask::kRegistration || k[mkey::kStatus])
+        return bad(err::kWqeBad, "a UMR other than a fast registration or an invalidation",
+                   PIB_WC_LOC_QP_OP_ERR);
+    if ((k[mkey::kFlags] & mkey::kAccessModeMask) != mkey::kAccessModeMtt)
+        return bad(err::kWqeBad, "an access mode other than MTT", PIB_WC_LOC_QP_OP_ERR);
+    if ((key & 0xff) != k[mkey::kVariant])
+        return bad(err::kWqeBad, "the key segment's variant is not the key's",
+                   PIB_WC_LOC_QP_OP_ERR);
+    pib_wqe_reg_mr &reg = out.reg;
+    reg.key = key;
+    reg.access = accessOf(k[mkey::kFlags]);
+    reg.iova = readBe64(k + mkey::kStartAddress);
+    reg.length = readBe64(k + mkey::kLength);
+    reg.log_page_size = k[mkey::kLogPageSize];
+    const uint64_t pages = pagesSpanned(reg.iova, reg.length, reg.log_page_size);
+    const uint64_t given = uint64_t{readBe16(c + control::kXltOctowords)} * 2;
+    if (pages == 0 || pages > given || pages > limits::kMaxFastRegPages)
+        return bad(err::kWqeFastReg, "a range of no pages, or of more than its entries",
+                   PIB_WC_LOC_PROT_ERR);
+    reg.page_count = static_cast<uint32_t>(pages);
+    out.ctrl.opcode = PIB_WR_REG_MR;
+    if (const char *why = readTranslations(host, wqe, used, c[control::kFlags] & control::kInline,
+                                           reg.page_count, out.pages))
+        return bad(err::kWqeFastReg, why, PIB_WC_LOC_PROT_ERR);
+    return PIB_WC_SUCCESS;
+}
+
+} // namespace pib::mlx5::umr

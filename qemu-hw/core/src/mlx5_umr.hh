@@ -1,0 +1,25 @@
+// SPDX-License-Identifier: GPL-2.0-or-later
+// A ConnectX UMR WQE (opcode 0x25, docs/mlx5.md §10) as the core's memory
+// management operations: with a memory key context that maps a region,
+// a fast registration (REG_MR) whose page list is in the WQE or where its
+// data segment points; with the key's free bit set, an invalidation
+// (LOCAL_INV). Kernel consumers post both (mlx5_ib's IB_WR_REG_MR and
+// IB_WR_LOCAL_INV) for the keys CREATE_MKEY made free and UMR-enabled.
+#pragma once
+
+#include <cstdint>
+#include <span>
+
+#include "host.hh"
+#include "wqe_format.hh"
+
+namespace pib::mlx5::umr {
+
+// Decodes the segments after the control segment of `wqe` (`used` bytes
+// of it, the DS count's) into `out`, whose control segment is read:
+// ctrl.imm holds the key. Returns PIB_WC_SUCCESS or the status the WQE
+// completes with, a guest error saying why.
+uint8_t decode(const Host &host, uint32_t qpn, uint32_t index, std::span<const uint8_t> wqe,
+               size_t used, Wqe &out);
+
+} // namespace pib::mlx5::umr
