@@ -98,3 +98,68 @@ def test_ipoib_connected_mode_carries_random_data_both_ways(ctx):
         for vm in ("vm1", "vm2"):
             ctx.sh(vm, "echo datagram > /sys/class/net/ib0/mode && ip link set ib0 mtu 2044",
                    check=False)
+
+
+NQN = "nqn.2026-11.org.pib-hca:connectx"
+HOSTNQN = "nqn.2014-08.org.nvmexpress:uuid:0c4d1f52-7a3e-4b9d-8c21-5e6f7a8b9c0d"
+NVME_MB = 16
+
+
+def _nvme_target_on_vm1(ctx):
+    """vm1 (pib-hca) exports a 32 MiB RAM disk over nvmet-rdma on vm1-ib."""
+    ctx.sh("vm1", f"""
+        set -e
+        modprobe brd rd_nr=1 rd_size=32768
+        modprobe nvmet-rdma
+        mountpoint -q /sys/kernel/config || mount -t configfs configfs /sys/kernel/config
+        cd /sys/kernel/config/nvmet
+        mkdir -p subsystems/{NQN}/namespaces/1 ports/2
+        echo 1 > subsystems/{NQN}/attr_allow_any_host
+        echo /dev/ram0 > subsystems/{NQN}/namespaces/1/device_path
+        echo 1 > subsystems/{NQN}/namespaces/1/enable
+        echo rdma > ports/2/addr_trtype
+        echo ipv4 > ports/2/addr_adrfam
+        echo 10.78.0.1 > ports/2/addr_traddr
+        echo 4420 > ports/2/addr_trsvcid
+        ln -sfn /sys/kernel/config/nvmet/subsystems/{NQN} ports/2/subsystems/{NQN}
+    """)
+
+
+def _nvme_teardown(ctx):
+    ctx.sh(CX, f"nvme disconnect -n {NQN}", check=False, timeout=120)
+    ctx.sh("vm1", f"""
+        cd /sys/kernel/config/nvmet 2>/dev/null || exit 0
+        rm -f ports/2/subsystems/{NQN}
+        rmdir ports/2 2>/dev/null
+        echo 0 > subsystems/{NQN}/namespaces/1/enable 2>/dev/null
+        rmdir subsystems/{NQN}/namespaces/1 subsystems/{NQN} 2>/dev/null
+        modprobe -r nvmet-rdma nvmet brd 2>/dev/null
+        true
+    """, check=False)
+
+
+def test_nvme_over_fabrics_from_the_connectx(ctx):
+    # The ConnectX is the initiator: every I/O buffer is a free key it
+    # registers with a UMR WQE, which the target reads or writes with
+    # RDMA and which is invalidated (locally, or by SEND with invalidate).
+    ipoib_up(ctx)
+    _nvme_target_on_vm1(ctx)
+    try:
+        ctx.sh(CX, f"modprobe nvme-rdma && nvme connect -t rdma -a 10.78.0.1 -s 4420 "
+                   f"-n {NQN} --hostnqn={HOSTNQN}", timeout=120)
+        dev = ctx.sh(CX, f"for n in /sys/block/nvme*n*; do "
+                         f"[ \"$(cat $n/device/subsysnqn)\" = {NQN} ] && basename $n; done; "
+                         f"true").out.split()
+        assert len(dev) == 1, dev
+        dev = "/dev/" + dev[0]
+        ctx.sh(CX, f"head -c {NVME_MB}M /dev/urandom > /tmp/nvme.in && "
+                   f"dd if=/tmp/nvme.in of={dev} bs=1M oflag=direct status=none && "
+                   f"dd if={dev} of=/tmp/nvme.out bs=1M count={NVME_MB} iflag=direct "
+                   f"status=none", timeout=300)
+        written, read = ctx.sh(CX, "sha256sum < /tmp/nvme.in; sha256sum < /tmp/nvme.out").out.split()[::2]
+        target = ctx.sh("vm1", f"head -c {NVME_MB}M /dev/ram0 | sha256sum").out.split()[0]
+        assert written == read == target, (written, read, target)
+        print(f"NVMe-oF: {NVME_MB} MiB written from the ConnectX to vm1's RAM disk and read "
+              f"back in 1 MiB direct I/Os, SHA-256 {written[:16]}... on both guests")
+    finally:
+        _nvme_teardown(ctx)

@@ -267,7 +267,18 @@ struct QpWorld {
                 return false;
             qps.push_back({*qp, st == qpc::kUd});
         }
-        return f.toRts(qps[0].qp.qpn) && f.toRts(qps[1].qp.qpn) &&
+        // A free key for UMR WQEs to register and invalidate.
+        auto key = Mlx5Host::input(0x200, 0, 0x110);
+        set(key, field(0x81, 1), 1);         // free
+        set(key, field(0x90, 1), 1);         // umr_en
+        set(key, field(0x94, 2), 3);         // lw, lr
+        set(key, field(0x96, 2), 1);         // MTT
+        set(key, field(0xa0, 24), 0xffffff); // no QP
+        set(key, field(0xe8, 24), f.pd);
+        set(key, field(0x220, 32), 8); // 16 pages
+        const auto made = f.host.run(key, 16);
+        freeKey = static_cast<uint32_t>(made.get(qpc::kHeld)) << 8;
+        return made.status() == 0 && f.toRts(qps[0].qp.qpn) && f.toRts(qps[1].qp.qpn) &&
                f.toRts(qps[2].qp.qpn, {.qpn = qps[3].qp.qpn}) &&
                f.toRts(qps[3].qp.qpn, {.qpn = qps[2].qp.qpn});
     }
@@ -311,6 +322,40 @@ struct QpWorld {
                                     : in.ConsumeIntegralInRange<uint32_t>(0x800, 0xff8) & ~7u;
         f.blueFlame(first8, in.ConsumeBool() ? f.uar : in.ConsumeIntegralInRange<uint32_t>(2, 5),
                     offset);
+    }
+
+    // A UMR WQE shaped as mlx5_ib's fast registration or invalidation,
+    // with any of its fields wrong, on one of the QPs.
+    void umr(FuzzedDataProvider &in, const Pages &pages) {
+        Entry &e = pick(in);
+        std::vector<uint8_t> wqe(128);
+        wqe[3] = 0x25;
+        writeBe32(&wqe[12], in.ConsumeBool() ? freeKey : in.ConsumeIntegral<uint32_t>());
+        const bool invalidate = in.ConsumeBool();
+        const uint32_t count = in.ConsumeIntegralInRange<uint32_t>(0, 20);
+        wqe[16] = in.ConsumeBool() ? 0x80 : in.ConsumeIntegral<uint8_t>(); // inline, or not
+        writeBe16(&wqe[20], static_cast<uint16_t>(in.ConsumeIntegralInRange<uint32_t>(0, 12)));
+        writeBe64(&wqe[24], in.ConsumeBool() ? (invalidate ? 1u << 29 : 0x209e2143u)
+                                             : in.ConsumeIntegral<uint64_t>());
+        wqe[64] = invalidate ? 0x40 : 0;
+        wqe[66] = in.ConsumeBool() ? 0xbd : in.ConsumeIntegral<uint8_t>(); // access, MTT
+        wqe[71] = static_cast<uint8_t>(in.ConsumeBool() ? freeKey : in.ConsumeIntegral<uint8_t>());
+        writeBe64(&wqe[80], in.ConsumeIntegral<uint64_t>() & ~uint64_t{0xfff});
+        writeBe64(&wqe[88], in.ConsumeIntegralInRange<uint64_t>(0, 20 * 4096));
+        wqe[123] = in.ConsumeBool() ? 12 : in.ConsumeIntegral<uint8_t>();
+        if (wqe[16] & 0x80) {
+            for (uint32_t i = 0; i < count; ++i) {
+                wqe.resize(wqe.size() + 8);
+                writeBe64(&wqe[wqe.size() - 8], pages.pick(in) | 3);
+            }
+        } else {
+            wqe.resize(144);
+            writeBe32(&wqe[128], in.ConsumeIntegralInRange<uint32_t>(0, 256));
+            writeBe64(&wqe[136],
+                      in.ConsumeBool() ? pages.pick(in) : in.ConsumeIntegral<uint64_t>());
+        }
+        wqe.resize(std::min<size_t>(wqe.size(), 16 * 64));
+        f.blueFlame(f.postWqe(e.qp, wqe), f.uar);
     }
 
     // A receive WQE for any buffer, or any RQ counter.
@@ -362,6 +407,7 @@ struct QpWorld {
     Mlx5Function f;
     std::vector<Entry> qps;
     uint32_t cqNext = 0;
+    uint32_t freeKey = 0;
 };
 
 } // namespace
@@ -385,8 +431,10 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
             world.send(in, pages);
         else if (what == 10)
             world.receive(in, pages);
-        else if (what == 11)
+        else if (what == 11 && in.ConsumeBool())
             world.manage(in);
+        else if (what == 11)
+            world.umr(in, pages);
         if (what >= 9)
             continue;
         switch (what) {
