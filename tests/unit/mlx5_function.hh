@@ -322,6 +322,17 @@ class Mlx5Function {
         writeBe32(host.at(cqRecord), *next & 0xffffff); // the consumer counter
         return out;
     }
+    // The same, letting the host's main loop run until `want` CQEs came
+    // (bounded: fewer when they never do).
+    std::vector<const uint8_t *> completions(uint32_t *next, size_t want) {
+        std::vector<const uint8_t *> got;
+        for (int poll = 0; poll < 100 && got.size() < want; ++poll) {
+            host.runScheduled();
+            const auto more = cqes(next);
+            got.insert(got.end(), more.begin(), more.end());
+        }
+        return got;
+    }
 
     Mlx5Host &host;
     uint32_t uar = 0, eqn = 0, cqn = 0, pd = 0, lkey = 0;

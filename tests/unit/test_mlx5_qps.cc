@@ -262,15 +262,7 @@ TEST_CASE("mlx5: RC QPs connected through the port move SENDs, WRITEs and READs"
         return std::equal(f.host.at(x), f.host.at(x) + n, f.host.at(y));
     };
     uint32_t next = 0;
-    const auto completions = [&](size_t want) {
-        std::vector<const uint8_t *> got;
-        for (int poll = 0; poll < 100 && got.size() < want; ++poll) {
-            f.host.runScheduled();
-            const auto more = f.cqes(&next);
-            got.insert(got.end(), more.begin(), more.end());
-        }
-        return got;
-    };
+    const auto completions = [&](size_t want) { return f.completions(&next, want); };
 
     // SEND: a's bytes land in b's receive buffer.
     f.postReceive(b, theirs + 4096, kBytes);
@@ -474,15 +466,7 @@ TEST_CASE("mlx5: UMR WQEs register free keys for RDMA and invalidate them", "[ml
     REQUIRE(f.toRts(a.qpn, {.qpn = b.qpn}));
     REQUIRE(f.toRts(b.qpn, {.qpn = a.qpn}));
     uint32_t next = 0;
-    const auto completions = [&](size_t want) {
-        std::vector<const uint8_t *> got;
-        for (int poll = 0; poll < 100 && got.size() < want; ++poll) {
-            f.host.runScheduled();
-            const auto more = f.cqes(&next);
-            got.insert(got.end(), more.begin(), more.end());
-        }
-        return got;
-    };
+    const auto completions = [&](size_t want) { return f.completions(&next, want); };
     const uint64_t source = f.host.alloc(16384);
     std::mt19937 random(3);
     std::generate_n(f.host.at(source), 16384, [&] { return static_cast<uint8_t>(random()); });
