@@ -170,6 +170,23 @@ void asyncEvent(FuzzedDataProvider &in, Mlx5Host &host) {
     std::free(answer);
 }
 
+// ACCESS_REG of a register the device has (PCAP, NODE_DESC,
+// HOST_ENDIANNESS) or not, read or written, its data whatever comes: a
+// PCAP names port 1, 2 or another.
+std::vector<uint8_t> registerInput(FuzzedDataProvider &in) {
+    static constexpr uint16_t kRegisters[] = {0x5001, 0x6001, 0x7004};
+    auto cmd = Mlx5Host::input(0x805, in.ConsumeIntegralInRange<uint16_t>(0, 2),
+                               0x10 + in.ConsumeIntegralInRange<size_t>(0, 0x50));
+    const uint16_t id =
+        in.ConsumeBool() ? in.PickValueInArray(kRegisters) : in.ConsumeIntegral<uint16_t>();
+    set(cmd, field(0x50, 16), id);
+    for (size_t i = 0x10; i < cmd.size() && in.remaining_bytes(); ++i)
+        cmd[i] = in.ConsumeIntegral<uint8_t>();
+    if (id == 0x5001 && cmd.size() > 0x11 && in.ConsumeBool())
+        cmd[0x11] = in.ConsumeIntegralInRange<uint8_t>(1, 2); // local_port
+    return cmd;
+}
+
 // A command's input: its header, then fields the harness fills (page
 // addresses for MANAGE_PAGES are guest pages or anything).
 std::vector<uint8_t> commandInput(FuzzedDataProvider &in, const Pages &pages) {
@@ -188,6 +205,8 @@ std::vector<uint8_t> commandInput(FuzzedDataProvider &in, const Pages &pages) {
         return cqInput(in, pages);
     if (opcode == 0x700 && in.ConsumeBool())
         return srqInput(in, pages);
+    if (opcode == 0x805 && in.ConsumeBool())
+        return registerInput(in);
     if (in.ConsumeBool()) { // an object the device may have: a small number
         if (opcode == 0x202 || opcode == 0x401 || (opcode >= 0x701 && opcode <= 0x703) ||
             opcode == 0x801 || opcode == 0x803 || opcode == 0x80f) {
@@ -267,6 +286,12 @@ struct QpWorld {
                 return false;
             qps.push_back({*qp, st == qpc::kUd});
         }
+        // A fifth, UD, receiving on an SRQ whose free list is out of order.
+        srq = f.createSrq(3, {0, 5, 2, 7, 1, 3, 4, 6});
+        const auto onSrq = srq ? f.createQpOnSrq(qpc::kUd, srq->srqn) : std::nullopt;
+        if (!onSrq || !f.toRts(onSrq->qpn))
+            return false;
+        qps.push_back({*onSrq, true});
         // A free key for UMR WQEs to register and invalidate.
         auto key = Mlx5Host::input(0x200, 0, 0x110);
         set(key, field(0x81, 1), 1);         // free
@@ -300,7 +325,7 @@ struct QpWorld {
         const Mlx5Function::Send s{
             .opcode =
                 in.ConsumeBool() ? in.PickValueInArray(kOpcodes) : in.ConsumeIntegral<uint8_t>(),
-            .remoteQpn = in.ConsumeBool() ? qps[in.ConsumeIntegralInRange<size_t>(0, 1)].qp.qpn
+            .remoteQpn = in.ConsumeBool() ? qps[in.PickValueInArray(kUdPeers)].qp.qpn
                                           : in.ConsumeIntegral<uint32_t>() & 0xffffff,
             .addr = in.ConsumeBool() ? pages.pick(in) : in.ConsumeIntegral<uint64_t>(),
             .length = in.ConsumeIntegralInRange<uint32_t>(0, in.ConsumeBool() ? 8192 : ~0u),
@@ -358,15 +383,23 @@ struct QpWorld {
         f.blueFlame(f.postWqe(e.qp, wqe), f.uar);
     }
 
-    // A receive WQE for any buffer, or any RQ counter.
+    // A receive WQE for any buffer, in a QP's RQ or the SRQ, or any
+    // counter; or a free list link broken.
     void receive(FuzzedDataProvider &in, const Pages &pages) {
-        Entry &e = pick(in);
-        if (!e.qp.rqSlots)
-            return;
         const uint64_t addr = in.ConsumeBool() ? pages.pick(in) : in.ConsumeIntegral<uint64_t>();
-        f.postReceive(e.qp, addr, in.ConsumeIntegralInRange<uint32_t>(0, 8192));
-        if (in.ConsumeBool())
-            writeBe32(f.host.at(e.qp.record), in.ConsumeIntegral<uint32_t>());
+        const uint32_t length = in.ConsumeIntegralInRange<uint32_t>(0, 8192);
+        if (in.ConsumeBool()) {
+            f.postSrq(*srq, addr, length);
+            if (in.ConsumeBool())
+                writeBe32(f.host.at(srq->record), in.ConsumeIntegral<uint32_t>());
+            else if (in.ConsumeBool())
+                writeBe16(f.host.at(srq->ring + 32 * in.ConsumeIntegralInRange<uint32_t>(0, 7) + 2),
+                          in.ConsumeIntegral<uint16_t>());
+        } else if (Entry &e = pick(in); e.qp.rqSlots) {
+            f.postReceive(e.qp, addr, length);
+            if (in.ConsumeBool())
+                writeBe32(f.host.at(e.qp.record), in.ConsumeIntegral<uint32_t>());
+        }
         f.host.runScheduled();
     }
 
@@ -404,8 +437,11 @@ struct QpWorld {
         f.host.runScheduled();
     }
 
+    // Where UD sends go: the two UD QPs and the one on the SRQ.
+    static constexpr size_t kUdPeers[] = {0, 1, 4};
     Mlx5Function f;
     std::vector<Entry> qps;
+    std::optional<Mlx5Function::Srq> srq;
     uint32_t cqNext = 0;
     uint32_t freeKey = 0;
 };

@@ -55,6 +55,7 @@ constexpr Field kCqnRcv = field(kQpc + 0x4e8, 24);
 constexpr Field kDbrAddr = field(kQpc + 0x500, 64);
 constexpr Field kQkey = field(kQpc + 0x540, 32);
 constexpr Field kRqType = field(kQpc + 0x565, 3);
+constexpr Field kSrqn = field(kQpc + 0x568, 24);
 constexpr Field kHwSqCounter = field(kQpc + 0x5a0, 16);
 constexpr Field kHwRqCounter = field(kQpc + 0x5c0, 32);
 // Service types.
@@ -65,6 +66,7 @@ constexpr uint8_t kRdmaWrite = 0x08, kSend = 0x0a, kRdmaRead = 0x10;
 constexpr uint16_t kLid = 0x21;
 } // namespace mlx5qp
 
+using pib::mlx5::readBe16;
 using pib::mlx5::set;
 using pib::mlx5::writeBe16;
 using pib::mlx5::writeBe32;
@@ -197,6 +199,60 @@ class Mlx5Function {
                                uint32_t logRq = 2, uint32_t logSq = 2) {
         Qp qp;
         const auto r = host.run(qpInput(st, logStride, logRq, logSq, qp), 16);
+        if (r.status() != 0)
+            return std::nullopt;
+        qp.qpn = static_cast<uint32_t>(r.get(mlx5qp::kHeld));
+        return qp;
+    }
+
+    // An SRQ of 2^logSize 32-byte WQEs as mlx5_ib makes one, its free list
+    // linked in `order` (a permutation of the slots), and the driver's
+    // state of it.
+    struct Srq {
+        uint32_t srqn = 0;
+        uint64_t ring = 0, record = 0;
+        uint32_t head = 0, posted = 0;
+    };
+    std::optional<Srq> createSrq(uint32_t logSize, const std::vector<uint16_t> &order) {
+        Srq s;
+        s.ring = host.alloc(4096);
+        s.record = host.alloc(64, 64);
+        for (size_t i = 0; i < order.size(); ++i)
+            writeBe16(host.at(s.ring + 32 * order[i] + 2), order[(i + 1) % order.size()]);
+        s.head = order.front();
+        const auto xrcd = host.run(Mlx5Host::input(0x80e), 16); // ALLOC_XRCD
+        auto in = Mlx5Host::input(0x700, 0, 0x118);
+        using pib::mlx5::field;
+        set(in, field(0x80 + 0x04, 4), logSize);
+        set(in, field(0x80 + 0x25, 3), 1); // 32-byte WQEs
+        set(in, field(0x80 + 0x28, 24), xrcd.get(mlx5qp::kHeld));
+        set(in, field(0x80 + 0x48, 24), cqn);
+        set(in, field(0x80 + 0xc8, 24), pd);
+        set(in, field(0x80 + 0x140, 64), s.record);
+        writeBe64(&in[0x110], s.ring);
+        const auto r = host.run(in, 16);
+        if (xrcd.status() != 0 || r.status() != 0)
+            return std::nullopt;
+        s.srqn = static_cast<uint32_t>(r.get(mlx5qp::kHeld));
+        return s;
+    }
+    // What mlx5_ib_post_srq_recv does: a data segment in the head WQE, the
+    // head on to the next, the counter in the doorbell record.
+    void postSrq(Srq &s, uint64_t addr, uint32_t length) {
+        uint8_t *wqe = host.at(s.ring + 32 * s.head);
+        writeBe32(wqe + 16, length);
+        writeBe32(wqe + 20, lkey);
+        writeBe64(wqe + 24, addr);
+        s.head = readBe16(wqe + 2);
+        writeBe32(host.at(s.record), ++s.posted);
+    }
+    // A QP of service type `st` that receives on SRQ `srqn` (rq_type 1).
+    std::optional<Qp> createQpOnSrq(uint8_t st, uint32_t srqn, uint32_t logSq = 2) {
+        Qp qp;
+        auto in = qpInput(st, std::nullopt, 0, logSq, qp);
+        set(in, mlx5qp::kRqType, 1);
+        set(in, mlx5qp::kSrqn, srqn);
+        const auto r = host.run(in, 16);
         if (r.status() != 0)
             return std::nullopt;
         qp.qpn = static_cast<uint32_t>(r.get(mlx5qp::kHeld));

@@ -25,7 +25,9 @@ constexpr Field kCapNumPorts = field(0x1b8, 8);
 constexpr Field kCapCmdifChecksum = field(0x210, 2);
 constexpr Field kCapXrc = field(0x23c, 1);
 constexpr Field kCapRc = field(0x23f, 1);
-constexpr Field kCapUmrDisabled = field(0x207, 1);
+constexpr Field kCapLogMaxKlmList = field(0x11a, 6);
+constexpr Field kCapUmrEntitySizeDisabled = field(0x207, 1);
+constexpr Field kCapMcamReg = field(0x1a9, 1);
 constexpr Field kCapDeviceFrequencyKhz = field(0x4e0, 32);
 
 // A field of the capability page as the output holds it, 16 bytes in.
@@ -155,7 +157,10 @@ TEST_CASE("mlx5: QUERY_HCA_CAP reports an IB function, SET_HCA_CAP takes what a 
     CHECK(r.get(inOutput(kCapNumPorts)) == 1);
     CHECK(r.get(inOutput(kCapXrc)) == 1);
     CHECK(r.get(inOutput(kCapRc)) == 1);
-    CHECK(r.get(inOutput(kCapUmrDisabled)) == 1);
+    // UMR maps free keys (IB_WR_REG_MR) of up to 512 pages.
+    CHECK(r.get(inOutput(kCapUmrEntitySizeDisabled)) == 0);
+    CHECK(r.get(inOutput(kCapLogMaxKlmList)) == 9);
+    CHECK(r.get(inOutput(kCapMcamReg)) == 1);
     CHECK(r.get(inOutput(kCapLogMaxQp)) == 12);
     CHECK(r.get(inOutput(kCapDeviceFrequencyKhz)) == 1000000); // the internal timer's ns
     CHECK(host.run(Mlx5Host::input(kQueryHcaCap, 3 << 1), kCapOut).status() == status::kBadParam);

@@ -9,6 +9,7 @@
 #include "conditions.hh"
 #include "mad.hh"
 #include "mlx5_host.hh"
+#include "version.hh"
 
 using namespace pib;
 using namespace pib::mlx5;
@@ -111,6 +112,52 @@ TEST_CASE("mlx5: the PCAP register sets the port's CapabilityMask", "[mlx5]") {
     f.host.clear();
     r = f.host.run(in, 0x24);
     CHECK(r.status() == status::kBadParam);
+    CHECK(f.host.guestErrors(pib::err::kMlx5CmdBadParam.token) == 1);
+}
+
+TEST_CASE("mlx5: MCAM, MCQS and MCQI give devlink the firmware's version", "[mlx5]") {
+    PortFunction f;
+    constexpr uint16_t kAccessReg = 0x805, kMcqs = 0x9060, kMcqi = 0x9061, kMcam = 0x907f;
+    constexpr uint16_t kWrite = 0, kRead = 1;
+    const auto reg = [&](uint16_t id, uint16_t opMod, size_t bytes,
+                         const std::function<void(std::vector<uint8_t> &)> &fill) {
+        auto in = Mlx5Host::input(kAccessReg, opMod, 0x10 + bytes);
+        set(in, field(0x50, 16), id);
+        fill(in);
+        return f.host.run(in, static_cast<uint32_t>(0x10 + bytes));
+    };
+    // Group 0 names MCQS and MCQI, and nothing else; group 2 nothing.
+    auto r = reg(kMcam, kRead, 72, [](auto &) {});
+    REQUIRE(r.status() == 0);
+    CHECK(readBe32(r.out.data() + 0x10 + 8) == 0x3);
+    for (size_t i = 12; i < 72; ++i)
+        CHECK(r.out[0x10 + i] == 0);
+    r = reg(kMcam, kRead, 72, [](auto &in) { in[0x10 + 3] = 2; });
+    REQUIRE(r.status() == 0);
+    CHECK(r.out[0x10 + 3] == 2);
+    CHECK(readBe32(r.out.data() + 0x10 + 8) == 0);
+    // One component, the boot image, idle.
+    r = reg(kMcqs, kRead, 16, [](auto &) {});
+    REQUIRE(r.status() == 0);
+    CHECK(r.out[0x10] >> 7 == 1);                  // last_index_flag
+    CHECK(readBe16(r.out.data() + 0x10 + 6) == 1); // boot image
+    CHECK((r.out[0x10 + 11] & 0xf) == 0);          // idle
+    CHECK(reg(kMcqs, kRead, 16, [](auto &in) { in[0x10 + 3] = 1; }).status() == status::kBadParam);
+    // Its version, as the initialization segment's.
+    const auto version = [](auto &in) {
+        in[0x10 + 11] = 1;    // info_type: version
+        in[0x10 + 23] = 0x7c; // data_size: mcqi_version's 124 bytes
+    };
+    r = reg(kMcqi, kRead, 24 + 0x7c, version);
+    REQUIRE(r.status() == 0);
+    CHECK(readBe32(r.out.data() + 0x10 + 24 + 4) ==
+          (kFirmwareMajor << 24 | kFirmwareMinor << 16 | kFirmwarePatch));
+    CHECK(reg(kMcqi, kRead, 24 + 0x7c, [](auto &in) { in[0x10 + 11] = 0; }).status() ==
+          status::kBadParam);
+    CHECK(reg(kMcqi, kRead, 24 + 4, version).status() == status::kBadParam); // no room
+    // Written, they are refused.
+    f.host.clear();
+    CHECK(reg(kMcam, kWrite, 72, [](auto &) {}).status() == status::kBadParam);
     CHECK(f.host.guestErrors(pib::err::kMlx5CmdBadParam.token) == 1);
 }
 

@@ -300,65 +300,17 @@ TEST_CASE("mlx5: RC QPs connected through the port move SENDs, WRITEs and READs"
     CHECK(f.host.guestErrors() == 0);
 }
 
-namespace {
-
-// An SRQ as mlx5_ib makes one: 2^logSize WQEs of 32 bytes (the next
-// segment, a data segment) in a fresh page, linked into a free list in
-// `order` (slot after slot), its doorbell record at `record`.
-struct Srq {
-    uint32_t srqn = 0;
-    uint64_t ring = 0, record = 0;
-    uint32_t head = 0, posted = 0;
-};
-
-Srq createSrq(QpFunction &f, uint32_t logSize, const std::vector<uint16_t> &order) {
-    Srq s;
-    s.ring = f.host.alloc(4096);
-    s.record = f.host.alloc(64, 64);
-    for (size_t i = 0; i < order.size(); ++i)
-        writeBe16(f.host.at(s.ring + 32 * order[i] + 2), order[(i + 1) % order.size()]);
-    s.head = order.front();
-    const uint32_t xrcd = static_cast<uint32_t>(f.host.run(Mlx5Host::input(0x80e), 16).get(kHeld));
-    auto in = Mlx5Host::input(0x700, 0, 0x118);
-    set(in, field(0x80 + 0x04, 4), logSize);
-    set(in, field(0x80 + 0x25, 3), 1); // 32-byte WQEs
-    set(in, field(0x80 + 0x28, 24), xrcd);
-    set(in, field(0x80 + 0x48, 24), f.cqn);
-    set(in, field(0x80 + 0xc8, 24), f.pd);
-    set(in, field(0x80 + 0x140, 64), s.record);
-    writeBe64(&in[0x110], s.ring);
-    const auto r = f.host.run(in, 16);
-    REQUIRE(r.status() == 0);
-    s.srqn = static_cast<uint32_t>(r.get(kHeld));
-    return s;
-}
-
-// What mlx5_ib_post_srq_recv does: a data segment in the head WQE, the
-// head on to the next, the counter in the doorbell record.
-void postSrq(QpFunction &f, Srq &s, uint64_t addr, uint32_t length) {
-    uint8_t *wqe = f.host.at(s.ring + 32 * s.head);
-    writeBe32(wqe + 16, length);
-    writeBe32(wqe + 20, f.lkey);
-    writeBe64(wqe + 24, addr);
-    s.head = readBe16(wqe + 2);
-    writeBe32(f.host.at(s.record), ++s.posted);
-}
-
-} // namespace
-
 TEST_CASE("mlx5: a QP on an SRQ takes its WQEs in the free list's order", "[mlx5]") {
     QpFunction f;
     REQUIRE(f.activatePort());
-    Srq srq = createSrq(f, 3, {0, 5, 2, 7, 1, 3, 4, 6});
+    const auto madeSrq = f.createSrq(3, {0, 5, 2, 7, 1, 3, 4, 6});
+    REQUIRE(madeSrq);
+    auto srq = *madeSrq;
     auto sender = f.createQp(kUd);
     // rq_type 1: the SRQ's; no RQ of its own.
-    Mlx5Function::Qp receiver;
-    auto in = f.qpInput(kUd, std::nullopt, 0, 2, receiver);
-    set(in, kRqType, 1);
-    set(in, field(kQpc + 0x568, 24), srq.srqn);
-    auto r = f.host.run(in, 16);
-    REQUIRE(r.status() == 0);
-    receiver.qpn = static_cast<uint32_t>(r.get(kHeld));
+    const auto made = f.createQpOnSrq(kUd, srq.srqn);
+    REQUIRE(made);
+    const auto receiver = *made;
     CHECK(f.query(receiver.qpn).get(kRqType) == 1);
     REQUIRE(f.toRts(sender.qpn));
     REQUIRE(f.toRts(receiver.qpn));
@@ -368,7 +320,7 @@ TEST_CASE("mlx5: a QP on an SRQ takes its WQEs in the free list's order", "[mlx5
     std::mt19937 random(5);
     std::generate_n(f.host.at(source), 4096, [&] { return static_cast<uint8_t>(random()); });
     for (uint32_t i = 0; i < 3; ++i)
-        postSrq(f, srq, sinks + 1024 * i, kGrh + kBytes);
+        f.postSrq(srq, sinks + 1024 * i, kGrh + kBytes);
     uint32_t next = 0;
     const uint16_t slots[] = {0, 5, 2};
     for (uint32_t i = 0; i < 3; ++i) {
@@ -527,5 +479,71 @@ TEST_CASE("mlx5: UMR WQEs register free keys for RDMA and invalidate them", "[ml
             CHECK(done[0][0x3f] >> 4 == 0xd); // REQ_ERR
             CHECK(done[0][0x37] == 0x13);     // remote access error
         }
+    }
+}
+
+TEST_CASE("mlx5: free keys hold no memory until a UMR maps them", "[mlx5]") {
+    QpFunction f;
+    REQUIRE(f.activatePort());
+    // What mlx5_ib's MR cache makes at probe: thousands of free keys, the
+    // largest of 2^17 pages. Sixty-four of those alone are eight times
+    // the MTT; as keys that hold nothing yet, they are made.
+    std::vector<uint32_t> keys;
+    for (int i = 0; i < 64; ++i)
+        keys.push_back(freeKey(f, 1u << 17));
+    auto in = Mlx5Host::input(0x200, 0, 0x110);
+    set(in, field(0x81, 1), 1);
+    set(in, field(0x90, 1), 1);
+    set(in, field(0x95, 1), 1);
+    set(in, field(0x96, 2), 1);
+    set(in, field(0xa0, 24), 0xffffff);
+    set(in, field(0xe8, 24), f.pd);
+    set(in, field(0x220, 32), (1u << 19) + 1); // 2^20 + 2 pages: beyond any key
+    CHECK(f.host.run(in, 16).status() == 0x3); // BAD_PARAM
+
+    // One of them maps two pages, is invalidated and maps one: a READ
+    // through it reads that one.
+    auto a = f.createQp(kRc, 1, 3, 4);
+    auto b = f.createQp(kRc, 1, 3, 4);
+    REQUIRE(f.toRts(a.qpn, {.qpn = b.qpn}));
+    REQUIRE(f.toRts(b.qpn, {.qpn = a.qpn}));
+    uint32_t next = 0;
+    const uint64_t first = f.host.alloc(4096), second = f.host.alloc(4096);
+    std::fill_n(f.host.at(first), 4096, 0x11);
+    std::fill_n(f.host.at(second), 4096, 0x22);
+    f.blueFlame(f.postWqe(b, registration(keys[5], 0x10000, 8192, {first, second})), f.uar);
+    REQUIRE(f.completions(&next, 1).size() == 1);
+    f.blueFlame(f.postWqe(b, invalidation(keys[5])), f.uar);
+    REQUIRE(f.completions(&next, 1).size() == 1);
+    f.blueFlame(f.postWqe(b, registration(keys[5], 0x10000, 4096, {second})), f.uar);
+    REQUIRE(f.completions(&next, 1).size() == 1);
+    const uint64_t sink = f.host.alloc(4096);
+    f.blueFlame(f.writeSend(a, false,
+                            {.opcode = kRdmaRead,
+                             .addr = sink,
+                             .length = 4096,
+                             .remoteAddr = 0x10000,
+                             .rkey = keys[5]}),
+                f.uar);
+    auto done = f.completions(&next, 1);
+    REQUIRE(done.size() == 1);
+    CHECK(done[0][0x3f] >> 4 == 0x0);
+    CHECK(
+        std::all_of(f.host.at(sink), f.host.at(sink) + 4096, [](uint8_t b) { return b == 0x22; }));
+    // Beyond the one page it maps now, the key reaches nothing.
+    f.blueFlame(f.writeSend(a, false,
+                            {.opcode = kRdmaRead,
+                             .addr = sink,
+                             .length = 8,
+                             .remoteAddr = 0x10000 + 4096,
+                             .rkey = keys[5]}),
+                f.uar);
+    done = f.completions(&next, 1);
+    REQUIRE(done.size() == 1);
+    CHECK(done[0][0x3f] >> 4 == 0xd);
+    for (uint32_t key : keys) {
+        auto destroy = Mlx5Host::input(0x202, 0, 0x10);
+        set(destroy, kHeld, key >> 8);
+        CHECK(f.host.run(destroy, 16).status() == 0);
     }
 }

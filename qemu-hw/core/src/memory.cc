@@ -57,9 +57,10 @@ uint8_t MemoryAccess::mapRegion(const MemoryRegion &mr, uint64_t addr, uint64_t 
         const uint64_t page = offset >> shift;
         const uint64_t within = offset & (pageSize - 1);
         const uint64_t chunk = std::min(len, pageSize - within);
-        if (page >= c.mtt_count)
+        if (page >= (mr.ownsPages ? mr.ownPages.size() : c.mtt_count))
             return PIB_WC_LOC_PROT_ERR;
-        const uint64_t entry = mtt_.entry(static_cast<uint32_t>(c.mtt_index + page));
+        const uint64_t entry = mr.ownsPages ? mr.ownPages[page]
+                                            : mtt_.entry(static_cast<uint32_t>(c.mtt_index + page));
         if (!out.empty() && out.back().addr + out.back().len == entry + within)
             out.back().len += chunk; // physically contiguous: one DMA
         else

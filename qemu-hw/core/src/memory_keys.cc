@@ -29,7 +29,7 @@ const char *MemoryKeys::checkRegistration(const MemoryRegion *mr, uint32_t pdn,
     if (reg.length == 0 || reg.length > limits::kMaxMrSize || reg.iova + reg.length < reg.iova)
         return "a length of 0, beyond max_mr_size or wrapping";
     const uint64_t pages = ((reg.iova + reg.length - 1) >> shift) - (reg.iova >> shift) + 1;
-    if (reg.page_count != pages || pages > mr->ctx.mtt_count)
+    if (reg.page_count != pages || pages > mr->ctx.mtt_count || pages > limits::kMaxFastRegPages)
         return "page_count is not the pages the range spans, or more than the region reserved";
     if (reg.page_list % 8)
         return "a page list not 8-byte aligned";
@@ -61,13 +61,34 @@ bool MemoryKeys::readPageList(const pib_wqe_reg_mr &reg, std::span<const uint64_
     return true;
 }
 
+// Writes the page list read into the region's translations: its MTT
+// range, or (a key that owns its pages) its own table, resized within
+// the device's budget.
+bool MemoryKeys::storePages(MemoryRegion &mr, const char **why) {
+    if (!mr.ownsPages) {
+        for (size_t i = 0; i < pages_.size(); ++i)
+            mtt_.write(static_cast<uint32_t>(mr.ctx.mtt_index + i), pages_[i]);
+        return true;
+    }
+    const size_t held = mr.ownPages.size();
+    if (pages_.size() > held && !mtt_.takeKeyEntries(pages_.size() - held)) {
+        *why = "the device's translation memory is full";
+        return false;
+    }
+    if (pages_.size() < held)
+        mtt_.returnKeyEntries(held - pages_.size());
+    if (pages_.size() == held)
+        std::copy(pages_.begin(), pages_.end(), mr.ownPages.begin());
+    else // exactly sized: what the budget counts is what the device holds
+        mr.ownPages = std::vector<uint64_t>(pages_.begin(), pages_.end());
+    return true;
+}
+
 uint8_t MemoryKeys::fastRegister(uint32_t qpn, uint32_t index, uint32_t pdn,
                                  const pib_wqe_reg_mr &reg, std::span<const uint64_t> given) {
     MemoryRegion *mr = mrs_.find(PIB_KEY_INDEX(reg.key));
     const char *why = checkRegistration(mr, pdn, reg);
-    if (!why && readPageList(reg, given, &why)) {
-        for (uint32_t i = 0; i < reg.page_count; ++i)
-            mtt_.write(mr->ctx.mtt_index + i, pages_[i]);
+    if (!why && readPageList(reg, given, &why) && storePages(*mr, &why)) {
         mr->ctx.iova = reg.iova;
         mr->ctx.length = reg.length;
         mr->ctx.access = reg.access;

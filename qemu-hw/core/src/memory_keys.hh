@@ -52,6 +52,7 @@ class MemoryKeys {
     const char *checkRegistration(const MemoryRegion *mr, uint32_t pdn,
                                   const pib_wqe_reg_mr &reg) const;
     bool readPageList(const pib_wqe_reg_mr &reg, std::span<const uint64_t> given, const char **why);
+    bool storePages(MemoryRegion &mr, const char **why);
 
     const Host &host_;
     Mtt &mtt_;

@@ -51,8 +51,9 @@ const err::Condition *MemoryRegions::check(const char *command, const pib_mr_con
 }
 
 // A fast-registration region starts free, and only the device writes its
-// range.
-const err::Condition *MemoryRegions::insert(const pib_mr_context &ctx, uint32_t *key) {
+// range (or its own pages, which it has none of yet).
+const err::Condition *MemoryRegions::insert(const pib_mr_context &ctx, uint32_t *key,
+                                            Translations translations) {
     auto mr = std::make_unique<MemoryRegion>();
     MemoryRegion *raw = mr.get();
     const auto index = objects_.mrs.insert(std::move(mr));
@@ -61,11 +62,9 @@ const err::Condition *MemoryRegions::insert(const pib_mr_context &ctx, uint32_t 
     raw->ctx = ctx;
     raw->key = (*index << 8) | ctx.key_variant;
     raw->valid = !raw->fastReg();
+    raw->ownsPages = translations == Translations::kOwn;
     ++objects_.pds.at(ctx.pdn).refs;
-    if (raw->fastReg())
-        objects_.mtt.hold(ctx.mtt_index, Mtt::kMinLogPage, true);
-    else if (ctx.mtt_count)
-        objects_.mtt.hold(ctx.mtt_index, ctx.log_page_size);
+    holdTranslations(*raw, true);
     *key = raw->key;
     return nullptr;
 }
@@ -78,12 +77,26 @@ const err::Condition *MemoryRegions::destroy(const char *command, uint32_t key) 
         return fail(refusals_.busy, "%s of key 0x%x: %u memory windows are bound to it", command,
                     key, mr->windows);
     --objects_.pds.at(mr->ctx.pdn).refs;
-    if (mr->fastReg())
-        objects_.mtt.unhold(mr->ctx.mtt_index, Mtt::kMinLogPage, true);
-    else if (mr->ctx.mtt_count)
-        objects_.mtt.unhold(mr->ctx.mtt_index, mr->ctx.log_page_size);
+    holdTranslations(*mr, false);
     objects_.mrs.erase(PIB_KEY_INDEX(key));
     return nullptr;
+}
+
+// A region holds its MTT range while it lives: one it reads as its
+// pages, or (fast registration) one only the device writes. A region that
+// keeps its pages with it gives them back to the device's budget.
+void MemoryRegions::holdTranslations(const MemoryRegion &mr, bool hold) {
+    const pib_mr_context &ctx = mr.ctx;
+    if (mr.ownsPages) {
+        if (!hold)
+            objects_.mtt.returnKeyEntries(mr.ownPages.size());
+    } else if (mr.fastReg() || ctx.mtt_count) {
+        const unsigned logPage = mr.fastReg() ? Mtt::kMinLogPage : ctx.log_page_size;
+        if (hold)
+            objects_.mtt.hold(ctx.mtt_index, logPage, mr.fastReg());
+        else
+            objects_.mtt.unhold(ctx.mtt_index, logPage, mr.fastReg());
+    }
 }
 
 MemoryRegion *MemoryRegions::find(uint32_t key) const {

@@ -29,9 +29,13 @@ class MemoryRegions {
     // Checks the context of a registered region (not a fast-registration
     // one) for `command`: its PD, access, page size, range and MTT.
     const err::Condition *check(const char *command, const pib_mr_context &ctx) const;
+    // Where a region's translations are: in the MTT range its context
+    // names, or (a fast-registration region only) kept with it.
+    enum class Translations { kMtt, kOwn };
     // A new region of `ctx`, which the caller checked, holding its PD and
     // MTT range; its key in *key.
-    const err::Condition *insert(const pib_mr_context &ctx, uint32_t *key);
+    const err::Condition *insert(const pib_mr_context &ctx, uint32_t *key,
+                                 Translations translations = Translations::kMtt);
     // Ends the region `key` names, unless windows are bound to it.
     const err::Condition *destroy(const char *command, uint32_t key);
     // The region a key names, if the key's variant matches too (a
@@ -40,6 +44,7 @@ class MemoryRegions {
     MemoryRegion *find(uint32_t key) const;
 
   private:
+    void holdTranslations(const MemoryRegion &mr, bool hold);
     [[gnu::format(printf, 3, 4)]] const err::Condition *fail(const err::Condition &why,
                                                              const char *fmt, ...) const;
 

@@ -264,8 +264,8 @@ const err::Condition *Commands::accessRegister(const Request &r) {
                                                        : err::kMlx5CmdShortOutput,
                     "ACCESS_REG of %s: its %u bytes do not fit", Registers::name(id), bytes);
     const bool write = r.opMod == kAccessRegWrite;
-    if (const char *bad = registers_.access(id, write, r.in.subspan(kHeaderBytes, bytes),
-                                            r.out.subspan(kHeaderBytes, bytes)))
+    if (const char *bad =
+            registers_.access(id, write, r.in.subspan(kHeaderBytes), r.out.subspan(kHeaderBytes)))
         return fail(err::kMlx5CmdBadParam, "ACCESS_REG of %s: %s", Registers::name(id), bad);
     trace::mlx5_access_reg(host_, id, Registers::name(id), write ? 1 : 0);
     return nullptr;

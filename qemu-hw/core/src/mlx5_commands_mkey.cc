@@ -6,7 +6,6 @@
 // UMR-enabled: the core's fast-registration regions); DESTROY_MKEY ends
 // it.
 #include <cinttypes>
-#include <optional>
 
 #include "limits.hh"
 
@@ -97,29 +96,26 @@ const err::Condition *Commands::createPhysicalMkey(const Request &r) {
 }
 
 // A free key with room for translation_octword_size * 2 pages, which UMR
-// WQEs map: what ib_alloc_mr makes (mlx5_ib's _mlx5_alloc_mkey_descs).
-// The device keeps the pages in its own MTT range.
+// WQEs map: what ib_alloc_mr makes (mlx5_ib's _mlx5_alloc_mkey_descs),
+// and what mlx5_ib's MR cache makes by the thousand at probe, up to 2^17
+// pages each. So the key holds nothing until a UMR maps it: it keeps the
+// pages a UMR gives with itself (MemoryRegion::ownPages), at most
+// kMaxFastRegPages at a time, within the device's budget.
 const err::Condition *Commands::createFreeMkey(const Request &r) {
     const uint64_t pages = get(r.in, mkc::kTranslationOctowords) * 2;
-    if (pages == 0 || pages > limits::kMaxFastRegPages)
+    if (pages == 0 || pages > limits::kMaxMtt)
         return fail(err::kMlx5CmdBadParam, "CREATE_MKEY for %" PRIu64 " pages (1..%u)", pages,
-                    limits::kMaxFastRegPages);
+                    limits::kMaxMtt);
     pib_mr_context ctx{};
     ctx.pdn = static_cast<uint32_t>(get(r.in, mkc::kPd));
     ctx.flags = PIB_MR_FAST_REG;
     ctx.key_variant = static_cast<uint8_t>(get(r.in, mkc::kVariant));
+    ctx.mtt_count = static_cast<uint32_t>(pages);
     if (!core_.objects.pds.find(ctx.pdn))
         return fail(err::kMlx5CmdBadResource, "CREATE_MKEY in PD %u", ctx.pdn);
-    const auto range = core_.objects.mtt.allocate(static_cast<uint32_t>(pages));
-    if (!range)
-        return fail(err::kMlx5CmdNoResources, "CREATE_MKEY: the MTT is full");
-    ctx.mtt_index = *range;
-    ctx.mtt_count = static_cast<uint32_t>(pages);
     uint32_t key = 0;
-    if (const err::Condition *why = regions_.insert(ctx, &key)) {
-        core_.objects.mtt.release(*range);
+    if (const err::Condition *why = regions_.insert(ctx, &key, MemoryRegions::Translations::kOwn))
         return why;
-    }
     set(r.out, kMkeyIndex, key >> 8);
     return nullptr;
 }
@@ -129,14 +125,7 @@ const err::Condition *Commands::destroyMkey(const Request &r) {
     const MemoryRegion *mr = core_.objects.mrs.find(index);
     if (!mr)
         return fail(err::kMlx5CmdBadResource, "DESTROY_MKEY of index 0x%x", index);
-    // A free key's pages are the device's own range (createFreeMkey).
-    const std::optional<uint32_t> range =
-        mr->fastReg() ? std::optional(mr->ctx.mtt_index) : std::nullopt;
-    if (const err::Condition *why = regions_.destroy("DESTROY_MKEY", mr->key))
-        return why;
-    if (range)
-        core_.objects.mtt.release(*range);
-    return nullptr;
+    return regions_.destroy("DESTROY_MKEY", mr->key);
 }
 
 } // namespace pib::mlx5

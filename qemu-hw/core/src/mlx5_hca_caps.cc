@@ -28,8 +28,11 @@ constexpr Field kPkeyTableSize = field(0x190, 16);
 constexpr Field kLocalCaAckDelay = field(0x1ab, 5);
 constexpr Field kPortType = field(0x1b6, 2);
 constexpr Field kNumPorts = field(0x1b8, 8);
+constexpr Field kMcamReg = field(0x1a9, 1);
 constexpr Field kLogMaxMsg = field(0x1c3, 5);
-constexpr Field kUmrModifyEntitySizeDisabled = field(0x207, 1);
+constexpr Field kLogMaxKlmListSize = field(0x11a, 6);
+constexpr Field kUmrModifyAtomicDisabled = field(0x208, 1);
+constexpr Field kUmrIndirectMkeyDisabled = field(0x209, 1);
 constexpr Field kCmdifChecksum = field(0x210, 2);
 constexpr Field kXrc = field(0x23c, 1);
 constexpr Field kUd = field(0x23d, 1);
@@ -91,8 +94,17 @@ void HcaCaps::reset() {
     mlx5::set(m, cap::kUc, 1);
     mlx5::set(m, cap::kUd, 1);
     mlx5::set(m, cap::kXrc, 1);
-    // No UMR: memory keys are made by command (docs/mlx5.md §4.2).
-    mlx5::set(m, cap::kUmrModifyEntitySizeDisabled, 1);
+    // UMR maps free MTT keys, up to kMaxFastRegPages pages a WQE (the
+    // driver's max_fast_reg_page_list_len), and nothing else: no atomic
+    // access (none is advertised), no indirect (KLM) keys (docs/mlx5.md
+    // §4.5). umr_modify_entity_size_disabled stays 0: with it set, the
+    // driver has no IB_WR_REG_MR at all.
+    mlx5::set(m, cap::kLogMaxKlmListSize, log2(limits::kMaxFastRegPages));
+    mlx5::set(m, cap::kUmrModifyAtomicDisabled, 1);
+    mlx5::set(m, cap::kUmrIndirectMkeyDisabled, 1);
+    // MCAM and the registers it names: the firmware's version for devlink
+    // (mlx5_registers.cc).
+    mlx5::set(m, cap::kMcamReg, 1);
     mlx5::set(m, cap::kLogPageSize, limits::kMinLogPageSize);
     mlx5::set(m, cap::kLogBfRegSize, 9); // 512-byte doorbell registers, four per UAR
     mlx5::set(m, cap::kMaxWqeSizeSq, 1u << limits::kLogMaxWqeStride);

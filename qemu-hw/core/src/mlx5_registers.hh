@@ -1,8 +1,9 @@
 // SPDX-License-Identifier: GPL-2.0-or-later
 // The registers ACCESS_REG reads and writes (docs/mlx5.md §4.4): each
 // has an ID, a size and what a read or write of it does. The driver's
-// HOST_ENDIANNESS, the node description the SMA reports (NODE_DESC) and
-// a port's IBA CapabilityMask (PCAP).
+// HOST_ENDIANNESS, the node description the SMA reports (NODE_DESC), a
+// port's IBA CapabilityMask (PCAP), and the firmware's management
+// registers devlink reads (MCAM, MCQS, MCQI).
 #pragma once
 
 #include <array>
@@ -20,8 +21,8 @@ class Registers {
     // The size of register `id`; 0 for one the device does not have.
     static uint32_t size(uint16_t id);
     static const char *name(uint16_t id);
-    // Reads register `id` into `out` (of size(id) bytes), after writing it
-    // from `in` (as many) when `write`. `in` names the register's
+    // Reads register `id` into `out` (at least size(id) bytes), after
+    // writing it from `in` (as many) when `write`. `in` names the register's
     // instance (a port) for a read too. Returns why the device refuses
     // it (BAD_PARAM), or nullptr.
     const char *access(uint16_t id, bool write, std::span<const uint8_t> in,
@@ -30,6 +31,7 @@ class Registers {
 
   private:
     const char *portCapabilities(bool write, std::span<const uint8_t> in, std::span<uint8_t> out);
+    static const char *firmware(uint16_t id, std::span<const uint8_t> in, std::span<uint8_t> out);
 
     Ports &ports_;
     std::array<uint8_t, 16> hostEndianness_{};

@@ -87,6 +87,17 @@ bool Mtt::held(uint32_t first) const {
     return it != ranges_.end() && it->second.refs > 0;
 }
 
+bool Mtt::takeKeyEntries(uint64_t count) {
+    if (count > capacity_ - keyEntries_)
+        return false;
+    keyEntries_ += count;
+    return true;
+}
+
+void Mtt::returnKeyEntries(uint64_t count) {
+    keyEntries_ -= std::min(count, keyEntries_);
+}
+
 void Mtt::write(uint32_t index, uint64_t address) {
     if (index < entries_.size())
         entries_[index] = address;
@@ -95,6 +106,7 @@ void Mtt::write(uint32_t index, uint64_t address) {
 void Mtt::clear() {
     ranges_.clear();
     entries_.clear();
+    keyEntries_ = 0;
 }
 
 } // namespace pib

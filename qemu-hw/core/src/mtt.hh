@@ -33,6 +33,13 @@ class Mtt {
     // The largest page size (log2) any holder of index's range reads it with.
     unsigned logPageSizeAt(uint32_t index) const;
 
+    // Entries a key keeps with itself rather than in the table (a ConnectX
+    // key's translations, which the hardware holds in its ICM): they share
+    // the table's capacity as a budget of their own, so a guest mapping
+    // every key it may make still has the device hold at most that many.
+    bool takeKeyEntries(uint64_t count);
+    void returnKeyEntries(uint64_t count);
+
     void write(uint32_t index, uint64_t address);
     uint64_t entry(uint32_t index) const { return index < entries_.size() ? entries_[index] : 0; }
     void clear();
@@ -52,6 +59,7 @@ class Mtt {
     uint32_t capacity_;
     std::map<uint32_t, Range> ranges_; // first index -> range
     std::vector<uint64_t> entries_;
+    uint64_t keyEntries_ = 0;
 };
 
 } // namespace pib

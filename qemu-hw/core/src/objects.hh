@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <vector>
 
 #include "connected.hh"
 #include "pib_hw.h"
@@ -45,6 +46,11 @@ struct MemoryRegion {
     // a REG_MR WQE maps it, and again after an invalidation (IBA 10.6.1).
     bool valid = true;
     uint32_t windows = 0; // memory windows bound to it: it stays while any is
+    // A ConnectX key keeps the pages a UMR maps with itself (the hardware's
+    // ICM), not in the shared MTT: ctx.mtt_count is how many it may map,
+    // ownPages those it maps now (budgeted by Mtt::takeKeyEntries).
+    bool ownsPages = false;
+    std::vector<uint64_t> ownPages;
 
     bool fastReg() const { return ctx.flags & PIB_MR_FAST_REG; }
 };
