@@ -28,6 +28,7 @@ constexpr Field kCapRc = field(0x23f, 1);
 constexpr Field kCapLogMaxKlmList = field(0x11a, 6);
 constexpr Field kCapUmrEntitySizeDisabled = field(0x207, 1);
 constexpr Field kCapMcamReg = field(0x1a9, 1);
+constexpr Field kCapAtomic = field(0x21e, 1);
 constexpr Field kCapDeviceFrequencyKhz = field(0x4e0, 32);
 
 // A field of the capability page as the output holds it, 16 bytes in.
@@ -163,7 +164,15 @@ TEST_CASE("mlx5: QUERY_HCA_CAP reports an IB function, SET_HCA_CAP takes what a 
     CHECK(r.get(inOutput(kCapMcamReg)) == 1);
     CHECK(r.get(inOutput(kCapLogMaxQp)) == 12);
     CHECK(r.get(inOutput(kCapDeviceFrequencyKhz)) == 1000000); // the internal timer's ns
-    CHECK(host.run(Mlx5Host::input(kQueryHcaCap, 3 << 1), kCapOut).status() == status::kBadParam);
+    CHECK(r.get(inOutput(kCapAtomic)) == 1);
+    // The atomic page: compare-and-swap and fetch-and-add of 8 bytes, IBA's
+    // byte order only (no host-endian replies).
+    const auto atomics = host.run(Mlx5Host::input(kQueryHcaCap, 3 << 1), kCapOut);
+    REQUIRE(atomics.status() == 0);
+    CHECK(atomics.get(inOutput(field(0x90, 16))) == 0x3);
+    CHECK(atomics.get(inOutput(field(0xb0, 16))) == 0x8);
+    CHECK(atomics.get(inOutput(field(0x46, 1))) == 0);
+    CHECK(host.run(Mlx5Host::input(kQueryHcaCap, 2 << 1), kCapOut).status() == status::kBadParam);
 
     // The driver's SET: the current page with log_max_qp lowered.
     auto cur = host.run(Mlx5Host::input(kQueryHcaCap, 1), kCapOut);

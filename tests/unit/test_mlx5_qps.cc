@@ -56,8 +56,6 @@ TEST_CASE("mlx5: CREATE_QP checks its context and page list", "[mlx5]") {
         {kRqType, 1},                    // on an SRQ that does not exist
         {kWqSignature, 1},               // WQE signatures
         {kPmState, 0},                   // path migration armed
-        {kLogRqSize, 15},                // beyond log_max_qp_sz
-        {kLogSqSize, 15},                // the same
         {kPageOffset, 1},                // not at a page's start
         {kLogPageSize, 19},              // a page beyond what the MTT maps
         {kPd, 77},                       // no such PD

@@ -8,6 +8,10 @@ namespace pib::limits {
 
 inline constexpr uint32_t kMaxQp = 4096;
 inline constexpr uint32_t kLogMaxQpWr = 14;
+// ConnectX's log_max_qp_sz counts an SQ in 64-byte basic blocks, and
+// mlx5_ib sizes one as WRs times the blocks of its largest WQE: rpcrdma's
+// 2977 WRs of 448 bytes need 2^15, what a ConnectX-5 reports.
+inline constexpr uint32_t kLogMaxMlx5QpSize = 15;
 inline constexpr uint32_t kMaxSge = 32;
 inline constexpr uint32_t kMaxCq = 4096;
 inline constexpr uint32_t kLogMaxCqe = 22; // as ConnectX: libfabric's RxM asks for 2^18

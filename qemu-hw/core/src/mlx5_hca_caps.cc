@@ -33,6 +33,7 @@ constexpr Field kLogMaxMsg = field(0x1c3, 5);
 constexpr Field kLogMaxKlmListSize = field(0x11a, 6);
 constexpr Field kUmrModifyAtomicDisabled = field(0x208, 1);
 constexpr Field kUmrIndirectMkeyDisabled = field(0x209, 1);
+constexpr Field kAtomic = field(0x21e, 1);
 constexpr Field kCmdifChecksum = field(0x210, 2);
 constexpr Field kXrc = field(0x23c, 1);
 constexpr Field kUd = field(0x23d, 1);
@@ -51,6 +52,14 @@ constexpr Field kDeviceFrequencyMhz = field(0x4c0, 32);
 constexpr Field kDeviceFrequencyKhz = field(0x4e0, 32);
 } // namespace cap
 
+// The atomic capability page (atomic_caps in mlx5_ifc.h).
+namespace atomic {
+constexpr Field kOperations = field(0x90, 16);
+constexpr Field kSizeQp = field(0xb0, 16);
+constexpr uint32_t kCompareSwap = 1u << 0, kFetchAdd = 1u << 1;
+constexpr uint32_t kSize8Bytes = 1u << 3;
+} // namespace atomic
+
 constexpr uint32_t log2(uint32_t n) {
     return static_cast<uint32_t>(std::bit_width(n) - 1);
 }
@@ -67,7 +76,7 @@ void HcaCaps::reset() {
     std::span<uint8_t> m(max_);
     // Sizes of the objects the core has (limits.hh).
     mlx5::set(m, cap::kLogMaxQp, log2(limits::kMaxQp));
-    mlx5::set(m, cap::kLogMaxQpSize, limits::kLogMaxQpWr);
+    mlx5::set(m, cap::kLogMaxQpSize, limits::kLogMaxMlx5QpSize);
     mlx5::set(m, cap::kLogMaxSrq, log2(limits::kMaxSrq));
     mlx5::set(m, cap::kLogMaxSrqSize, limits::kLogMaxSrqWr);
     mlx5::set(m, cap::kLogMaxCq, log2(limits::kMaxCq));
@@ -94,6 +103,15 @@ void HcaCaps::reset() {
     mlx5::set(m, cap::kUc, 1);
     mlx5::set(m, cap::kUd, 1);
     mlx5::set(m, cap::kXrc, 1);
+    // IBA's 8-byte atomics, which the core's responder executes: with
+    // these, mlx5_ib takes remote atomic access on an RC QP (atomic_mode
+    // IB compatible), which the CM asks for on every connection it makes.
+    // No host-endian replies (supported_atomic_req_8B_endianness_mode_1
+    // is 0), so the driver reports atomic_cap NONE to its users.
+    mlx5::set(m, cap::kAtomic, 1);
+    atomic_.fill(0);
+    mlx5::set(atomic_, atomic::kOperations, atomic::kCompareSwap | atomic::kFetchAdd);
+    mlx5::set(atomic_, atomic::kSizeQp, atomic::kSize8Bytes);
     // UMR maps free MTT keys, up to kMaxFastRegPages pages a WQE (the
     // driver's max_fast_reg_page_list_len), and nothing else: no atomic
     // access (none is advertised), no indirect (KLM) keys (docs/mlx5.md
@@ -117,6 +135,8 @@ void HcaCaps::reset() {
 }
 
 const HcaCaps::Page *HcaCaps::page(uint16_t type, bool current) const {
+    if (type == kAtomic)
+        return &atomic_;
     if (type != kGeneral)
         return nullptr;
     return current ? &current_ : &max_;

@@ -17,6 +17,7 @@ class HcaCaps {
   public:
     static constexpr uint32_t kPageBytes = 4096;
     static constexpr uint16_t kGeneral = 0;
+    static constexpr uint16_t kAtomic = 3;
     using Page = std::array<uint8_t, kPageBytes>;
 
     HcaCaps(uint32_t numPorts) : numPorts_(numPorts) { reset(); }
@@ -35,6 +36,7 @@ class HcaCaps {
     uint32_t numPorts_;
     Page max_{};
     Page current_{};
+    Page atomic_{}; // the atomic page: nothing in it a driver sets
 };
 
 } // namespace pib::mlx5
