@@ -545,3 +545,36 @@ TEST_CASE("mlx5: free keys hold no memory until a UMR maps them", "[mlx5]") {
         CHECK(f.host.run(destroy, 16).status() == 0);
     }
 }
+
+TEST_CASE("mlx5: a receive posted to a QP in the error state is flushed unrung", "[mlx5]") {
+    // ib_drain_rq: the QP goes to the error state, a receive WQE is posted
+    // (its counter in the doorbell record; nothing rings), and the driver
+    // waits for its flushed completion.
+    QpFunction f;
+    REQUIRE(f.activatePort());
+    auto a = f.createQp(kRc, 1, 3, 4);
+    auto b = f.createQp(kRc, 1, 3, 4);
+    REQUIRE(f.toRts(a.qpn, {.qpn = b.qpn}));
+    REQUIRE(f.change(kToErr, a.qpn).status() == 0);
+    uint32_t next = 0;
+    f.host.runScheduled();
+    CHECK(f.cqes(&next).empty());
+    f.host.advance(200'000'000); // the record's reads back off: 50 ms apart at most
+    const uint64_t buffer = f.host.alloc(4096);
+    f.postReceive(a, buffer, 64);
+    CHECK(f.cqes(&next).empty()); // not before the record is read again
+    f.host.advance(50'000'000);
+    f.host.runScheduled();
+    const auto done = f.cqes(&next);
+    REQUIRE(done.size() == 1);
+    CHECK(done[0][0x3f] >> 4 == 0xe);     // a responder error CQE
+    CHECK(done[0][0x37] == 0x5);          // flushed
+    CHECK(readBe16(done[0] + 0x3c) == 0); // the WQE's slot
+    // Back to reset, the QP reads no record: nothing more is flushed.
+    REQUIRE(f.change(kToRst, a.qpn).status() == 0);
+    f.postReceive(a, buffer, 64);
+    f.host.advance(100'000'000);
+    f.host.runScheduled();
+    CHECK(f.cqes(&next).empty());
+    CHECK(f.host.guestErrors() == 0);
+}

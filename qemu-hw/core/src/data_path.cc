@@ -37,6 +37,7 @@ void DataPath::qpStateEntered(QueuePair &qp, uint8_t cur, uint8_t next, uint32_t
         qp.req = RequesterState{};
         qp.resp = ResponderState{};
         qp.lastWqeReached = false;
+        qp.recordPollAt = qp.recordPollNs = 0;
         timers_.schedule(qp);
     }
     // The connected transports start from the PSNs given.

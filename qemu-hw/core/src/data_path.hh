@@ -83,6 +83,12 @@ class DataPath final : public SubnetSender, public ScheduledEngine, QpErrorFlow 
   private:
     // From QpErrorFlow (flush.cc).
     void flushQp(QueuePair &qp) override;
+    void watchReceiveRecord(QueuePair &qp, uint64_t waitNs);
+    void receiveRecordDue(QueuePair &qp);
+    // The record's reads in the error state: 100 us after a flush, the
+    // wait doubling to at most 50 ms.
+    static constexpr uint64_t kFirstRecordPollNs = 100'000;
+    static constexpr uint64_t kMaxRecordPollNs = 50'000'000;
 
     // A send queue's doorbell: its work now or after the write.
     void ringSendQueue(QueuePair &qp);

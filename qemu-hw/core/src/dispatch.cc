@@ -116,7 +116,10 @@ void DataPath::receiveLooped(unsigned port, const iba::Packet &packet) {
 
 void DataPath::timerExpired() {
     timers_.expire([this](QueuePair &qp) {
-        requester_.timerExpired(qp);
+        if (qp.recordPollAt && qp.recordPollAt <= host_.clockNs())
+            receiveRecordDue(qp);
+        else
+            requester_.timerExpired(qp);
         scheduler_.drainLoopback();
     });
 }

@@ -1,6 +1,8 @@
 // SPDX-License-Identifier: GPL-2.0-or-later
 // A QP's error flow (IBA 10.8.3.3): everything it holds completes
 // flushed, in order, as far as each event's budget goes.
+#include <algorithm>
+
 #include "data_path.hh"
 #include "limits.hh"
 #include "ring.hh"
@@ -31,12 +33,35 @@ class FlushBudget {
 
 } // namespace
 
+// A driver that posts receives by their record alone (a ConnectX's) rings
+// nothing when it posts one to a QP in the error state, as ib_drain_rq
+// does, and waits for its flushed completion: the device reads the record
+// again, soon after the QP's last flush and then ever less often.
+void DataPath::watchReceiveRecord(QueuePair &qp, uint64_t waitNs) {
+    const bool ownRq = !(qp.ctx.flags & PIB_QP_USE_SRQ) && qp.ctx.rq_log_wqe_stride;
+    if (!wqes_.receivesPostedByRecord() || !ownRq || qp.attr.qp_state != PIB_QPS_ERR) {
+        qp.recordPollAt = qp.recordPollNs = 0;
+        return;
+    }
+    qp.recordPollNs = waitNs;
+    qp.recordPollAt = host_.clockNs() + waitNs;
+}
+
+// The wait for the record's next read ran out: flushed again, read later.
+void DataPath::receiveRecordDue(QueuePair &qp) {
+    const uint64_t next = std::min(qp.recordPollNs * 2, kMaxRecordPollNs);
+    flushQp(qp);
+    watchReceiveRecord(qp, next);
+    timers_.schedule(qp);
+}
+
 // Completes every outstanding WQE of a QP in the error state as flushed
 // (IBA 10.8.3.3), as far as the event's budget goes: a long queue goes on
 // from the next run (resume() flushes a QP in the error state), in order.
 void DataPath::flushQp(QueuePair &qp) {
     qp.resp.replies.clear(); // a QP in the error state answers nothing more
     qp.req.ackDeadline = qp.req.rnrDeadline = 0;
+    watchReceiveRecord(qp, kFirstRecordPollNs);
     timers_.schedule(qp);
     // The receive WQE of a message cut short completes first: it is the
     // oldest the responder took.

@@ -46,6 +46,7 @@ class WqeReader final : public WqeFormat {
     uint32_t sendSlots(const QueuePair &qp, uint32_t index) override;
     void pollReceiveProducer(QueuePair &qp) override;
     void pollSrqProducer(SharedReceiveQueue &srq) override;
+    bool receivesPostedByRecord() const override { return true; }
 
     // The SQ's counter in `qp`'s doorbell record, as a slot count near
     // its consumer; nullopt when the record cannot be read or the count

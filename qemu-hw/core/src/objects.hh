@@ -93,10 +93,14 @@ struct QueuePair {
     pib_qp_attr attr{}; // current attributes; attr.qp_state is the state
     WorkQueue sq;
     WorkQueue rq;
-    uint32_t nextPsn = 0;        // UD: the PSN of the next packet sent
-    RequesterState req;          // RC, UC
-    ResponderState resp;         // RC, UC
-    uint64_t timerAt = 0;        // this QP's entry in the data path's timer set
+    uint32_t nextPsn = 0; // UD: the PSN of the next packet sent
+    RequesterState req;   // RC, UC
+    ResponderState resp;  // RC, UC
+    uint64_t timerAt = 0; // this QP's entry in the data path's timer set
+    // In the error state, with receives posted by a record: when the
+    // record is read again for WQEs to flush, and the wait after that.
+    uint64_t recordPollAt = 0;
+    uint64_t recordPollNs = 0;
     bool lastWqeReached = false; // SRQ: the event was raised
     bool sqDrainPending = false; // SQD: SQ drained is raised once nothing is in flight
     bool postponed = false;      // waits in the ready list or a port's (scheduler.cc)

@@ -8,8 +8,10 @@ namespace pib {
 
 void QpTimers::schedule(QueuePair &qp) {
     forget(qp);
-    const uint64_t a = qp.req.ackDeadline, b = qp.req.rnrDeadline;
-    qp.timerAt = a && b ? std::min(a, b) : a ? a : b;
+    qp.timerAt = 0;
+    for (const uint64_t deadline : {qp.req.ackDeadline, qp.req.rnrDeadline, qp.recordPollAt})
+        if (deadline && (!qp.timerAt || deadline < qp.timerAt))
+            qp.timerAt = deadline;
     if (qp.timerAt)
         timers_.insert({qp.timerAt, qp.number});
     rearm();

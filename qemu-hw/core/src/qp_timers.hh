@@ -21,7 +21,8 @@ class QpTimers {
     // The links' next deadline (their Polling retries; 0 for none), read
     // again by rearm().
     void setOtherDeadline(std::function<uint64_t()> other) { otherDeadline_ = std::move(other); }
-    // `qp`'s entry follows the earlier of its ACK and RNR deadlines.
+    // `qp`'s entry follows the earliest of its ACK and RNR deadlines and
+    // its next read of a receive record in the error state.
     void schedule(QueuePair &qp);
     // `qp` goes: its entry with it.
     void forget(const QueuePair &qp);

@@ -69,6 +69,10 @@ class WqeFormat {
     virtual void pollReceiveProducer(QueuePair &qp) = 0;
     // The same for an SRQ.
     virtual void pollSrqProducer(SharedReceiveQueue &srq) = 0;
+    // True when receives are posted by that counter alone: nothing rings,
+    // so a QP in the error state reads it again now and then to flush
+    // what is posted there (flush.cc).
+    virtual bool receivesPostedByRecord() const = 0;
 };
 
 // The format the data path reads WQEs in: pib-hca's, until a front end
@@ -96,6 +100,7 @@ class WqeFormatSlot final : public WqeFormat {
     }
     void pollReceiveProducer(QueuePair &qp) override { format_->pollReceiveProducer(qp); }
     void pollSrqProducer(SharedReceiveQueue &srq) override { format_->pollSrqProducer(srq); }
+    bool receivesPostedByRecord() const override { return format_->receivesPostedByRecord(); }
 
   private:
     WqeFormat *format_;

@@ -71,6 +71,7 @@ class WqeReader final : public WqeFormat {
     uint32_t sendSlots(const QueuePair &, uint32_t) override { return 1; }
     void pollReceiveProducer(QueuePair &) override {}
     void pollSrqProducer(SharedReceiveQueue &) override {}
+    bool receivesPostedByRecord() const override { return false; }
 
   private:
     // Which segments follow the control segment.
