@@ -66,6 +66,7 @@ struct PibHcaState {
     MemoryRegion regs;
     MemoryRegion doorbells;
     struct pib_core *core;
+    uint8_t vsc_offset; /* the vendor-specific capability's; 0 for none */
     QEMUTimer *transport_timer; /* the core's retransmission/RNR timer */
     QEMUBH *bh;                 /* continues the core's postponed work */
     bool run_pending;           /* the core asked for pib_core_run() */
@@ -555,6 +556,56 @@ static void pib_hca_set_identity(PCIDevice *pdev, struct pib_core *core)
     pci_config_set_class(pdev->config, id.class_code);
 }
 
+/*
+ * The personality's vendor-specific capability (a ConnectX's VSC gateway):
+ * dword accesses to its registers go to the core; the rest of
+ * configuration space is QEMU's.
+ */
+static bool pib_hca_in_vsc(PibHcaState *s, uint32_t addr, int len)
+{
+    return s->vsc_offset && len == 4 && addr >= s->vsc_offset &&
+           addr + len <= s->vsc_offset + pib_core_vsc_size(s->core);
+}
+
+static uint32_t pib_hca_config_read(PCIDevice *pdev, uint32_t addr, int len)
+{
+    PibHcaState *s = PIB_HCA(pdev);
+
+    if (pib_hca_in_vsc(s, addr, len) && addr > s->vsc_offset) {
+        return pib_core_vsc_read(s->core, addr - s->vsc_offset);
+    }
+    return pci_default_read_config(pdev, addr, len);
+}
+
+static void pib_hca_config_write(PCIDevice *pdev, uint32_t addr, uint32_t val,
+                                 int len)
+{
+    PibHcaState *s = PIB_HCA(pdev);
+
+    if (pib_hca_in_vsc(s, addr, len)) {
+        pib_core_vsc_write(s->core, addr - s->vsc_offset, val);
+        return;
+    }
+    pci_default_write_config(pdev, addr, val, len);
+}
+
+static bool pib_hca_add_vsc(PibHcaState *s, Error **errp)
+{
+    uint32_t size = pib_core_vsc_size(s->core);
+    int offset;
+
+    if (!size) {
+        return true;
+    }
+    offset = pci_add_capability(PCI_DEVICE(s), PCI_CAP_ID_VNDR, 0, size, errp);
+    if (offset < 0) {
+        return false;
+    }
+    s->vsc_offset = offset;
+    PCI_DEVICE(s)->config[offset + PCI_CAP_FLAGS] = size; /* its length */
+    return true;
+}
+
 static void pib_hca_realize(PCIDevice *pdev, Error **errp)
 {
     PibHcaState *s = PIB_HCA(pdev);
@@ -621,6 +672,9 @@ static void pib_hca_realize(PCIDevice *pdev, Error **errp)
         goto fail;
     }
     if (msix_init_exclusive_bar(pdev, s->msix_vectors, PIB_BAR_MSIX, errp)) {
+        goto fail;
+    }
+    if (!pib_hca_add_vsc(s, errp)) {
         goto fail;
     }
     for (i = 0; i < s->msix_vectors; i++) {
@@ -729,6 +783,8 @@ static void pib_hca_class_init(ObjectClass *klass, PibClassData *data)
 
     pc->realize = pib_hca_realize;
     pc->exit = pib_hca_exit;
+    pc->config_read = pib_hca_config_read;
+    pc->config_write = pib_hca_config_write;
     pc->vendor_id = PIB_PCI_VENDOR_ID;
     pc->device_id = PIB_PCI_DEVICE_ID;
     pc->subsystem_vendor_id = PIB_PCI_SUBSYSTEM_VENDOR_ID;

@@ -486,6 +486,14 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
             corruptAndRing(in, host);
             break;
         case 5: {
+            if (in.ConsumeBool()) { // the vendor-specific capability, anywhere in it or not
+                const uint32_t offset = in.ConsumeIntegralInRange<uint32_t>(0, 0x20);
+                if (in.ConsumeBool())
+                    pib_core_vsc_write(host.core, offset, in.ConsumeIntegral<uint32_t>());
+                else
+                    pib_core_vsc_read(host.core, offset);
+                break;
+            }
             const unsigned width = 1u << in.ConsumeIntegralInRange<unsigned>(0, 3);
             pib_core_bar_read(host.core, in.ConsumeIntegralInRange<int>(0, 5),
                               in.ConsumeIntegral<uint32_t>() % (256 << 10), width);

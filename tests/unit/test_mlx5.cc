@@ -330,3 +330,43 @@ TEST_CASE("mlx5: after an internal error the health buffer says so and commands 
     CHECK(host.run(Mlx5Host::input(kQueryIssi), 0x70).status() == status::kBadSystemState);
     CHECK(host.bringUp());
 }
+
+TEST_CASE("mlx5: the vendor-specific capability has a semaphore and no spaces", "[mlx5]") {
+    // mlx5_vsc_gw_lock: read the counter, write it to the semaphore, read
+    // the semaphore back; the lock is taken when they are equal.
+    Mlx5Host host;
+    REQUIRE(pib_core_vsc_size(host.core) == 0x18);
+    const uint32_t mine = pib_core_vsc_read(host.core, 0x8);
+    const uint32_t theirs = pib_core_vsc_read(host.core, 0x8);
+    CHECK(mine != 0);
+    CHECK(theirs != mine);
+    CHECK(pib_core_vsc_read(host.core, 0xc) == 0);
+    pib_core_vsc_write(host.core, 0xc, mine);
+    CHECK(pib_core_vsc_read(host.core, 0xc) == mine);
+    pib_core_vsc_write(host.core, 0xc, theirs); // held: another cannot take it
+    CHECK(pib_core_vsc_read(host.core, 0xc) == mine);
+    // mlx5_vsc_gw_set_space: the space is written to CTRL; status 0 says
+    // the device has no such space (crspace 3, the semaphores 0xa).
+    for (const uint32_t space : {3u, 0xau}) {
+        pib_core_vsc_write(host.core, 0x4, space);
+        CHECK(pib_core_vsc_read(host.core, 0x4) == space);
+    }
+    // An operation anyway ends at once, failed: the flag flips, the
+    // syndrome is set.
+    pib_core_vsc_write(host.core, 0x10, 0x100);
+    CHECK(pib_core_vsc_read(host.core, 0x10) == (0x100u | 1u << 31 | 1u << 30));
+    pib_core_vsc_write(host.core, 0x10, 0x100 | 1u << 31);
+    CHECK(pib_core_vsc_read(host.core, 0x10) == (0x100u | 1u << 30));
+    CHECK(pib_core_vsc_read(host.core, 0x14) == 0);
+    pib_core_vsc_write(host.core, 0xc, 0); // freed
+    CHECK(pib_core_vsc_read(host.core, 0xc) == 0);
+    // The header, unaligned and outside offsets are nothing.
+    CHECK(pib_core_vsc_read(host.core, 0) == 0);
+    CHECK(pib_core_vsc_read(host.core, 0x9) == 0);
+    CHECK(pib_core_vsc_read(host.core, 0x18) == 0);
+    pib_core_vsc_write(host.core, 0x1000, 1);
+    // The pib personality has none.
+    FakeHost pib;
+    CHECK(pib_core_vsc_size(pib.core) == 0);
+    CHECK(pib_core_vsc_read(pib.core, 0x8) == 0);
+}

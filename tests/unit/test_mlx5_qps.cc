@@ -578,3 +578,26 @@ TEST_CASE("mlx5: a receive posted to a QP in the error state is flushed unrung",
     CHECK(f.cqes(&next).empty());
     CHECK(f.host.guestErrors() == 0);
 }
+
+TEST_CASE("mlx5: an SQ behind an RQ that ends within a page is read to its end", "[mlx5]") {
+    // ib_srp's and nvme-rdma's QPs: an RQ of 2 KiB, an SQ of 1024 basic
+    // blocks behind it, 17 pages in all; the last basic blocks of the SQ
+    // are on the 17th.
+    QpFunction f;
+    REQUIRE(f.activatePort());
+    auto sender = f.createQp(kUd, 3, 4, 10); // 16 receive WQEs of 128 bytes
+    auto receiver = f.createQp(kUd);
+    REQUIRE(f.toRts(sender.qpn));
+    REQUIRE(f.toRts(receiver.qpn));
+    const uint64_t buffer = f.host.alloc(4096);
+    uint32_t next = 0, completed = 0;
+    for (uint32_t i = 0; i < 1100; ++i) { // a UD send takes two blocks: past the ring's end
+        f.blueFlame(f.writeUdSend(sender, receiver.qpn, buffer, 8), f.uar);
+        for (const uint8_t *cqe : f.cqes(&next)) {
+            CHECK(cqe[0x3f] >> 4 == 0x0);
+            ++completed;
+        }
+    }
+    CHECK(completed == 1100);
+    CHECK(f.host.guestErrors() == 0);
+}

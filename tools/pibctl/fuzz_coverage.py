@@ -22,7 +22,8 @@ SOURCES = {
     "mlx5": [f"qemu-hw/core/src/mlx5_{name}.cc" for name in
              ("command_queue", "commands", "commands_mkey", "commands_port", "completion_queues",
               "event_queues", "front_end", "hca_caps", "init_segment", "page_list", "pages",
-              "queue_pairs", "registers", "shared_receive_queues", "uars", "wqe_reader")],
+              "queue_pairs", "registers", "shared_receive_queues", "uars", "umr", "vsc",
+              "wqe_reader")],
     "switch": [f"fabric-switch/src/{name}.cc" for name in ("switch", "sma", "pma", "trap", "fault")],
     "switch-tcp": [f"fabric-switch/src/{name}.cc" for name in
                    ("server", "server_control", "server_dial", "server_faults", "server_flow")],
@@ -41,7 +42,8 @@ WATCHED = {
              "mlx5::EventQueues::doorbell", "mlx5::EventQueues::write", "mlx5::Commands::madIfc",
              "mlx5::Commands::createMkey", "mlx5::WqeReader::decodeSend",
              "mlx5::WqeReader::readReceive", "mlx5::QueuePairs::modify",
-             "mlx5::QueuePairs::freePort"],
+             "mlx5::QueuePairs::freePort", "mlx5::Registers::firmware",
+             "mlx5::WqeReader::pollSrqProducer", "mlx5::VendorCapability::write"],
 }
 
 

@@ -218,6 +218,17 @@ void pib_core_pci_identity(const struct pib_core *core, struct pib_pci_identity 
 /* Size in bytes the host must give each BAR; 0 for a BAR not implemented. */
 uint64_t pib_core_bar_size(const struct pib_core *core, int bar);
 
+/*
+ * The personality's vendor-specific capability in PCI configuration space
+ * (a ConnectX's VSC gateway, docs/mlx5.md §2.1): its size in bytes, 0 when
+ * it has none. Reads and writes are of the dword at `offset` from its
+ * start, past its 4-byte header; any other offset reads 0 and takes no
+ * write.
+ */
+uint32_t pib_core_vsc_size(const struct pib_core *core);
+uint32_t pib_core_vsc_read(struct pib_core *core, uint32_t offset);
+void pib_core_vsc_write(struct pib_core *core, uint32_t offset, uint32_t value);
+
 #ifdef __cplusplus
 }
 #endif

@@ -119,6 +119,32 @@ uint64_t pib_core_bar_size(const pib_core *core, int bar) {
     return core->device.barSize(bar);
 }
 
+namespace {
+
+bool inVsc(const pib_core *core, uint32_t offset) {
+    return offset >= 4 && offset % 4 == 0 && offset < pib_core_vsc_size(core);
+}
+
+} // namespace
+
+uint32_t pib_core_vsc_size(const pib_core *core) {
+    return core->device.frontEnd().vendorCapabilitySize();
+}
+
+uint32_t pib_core_vsc_read(pib_core *core, uint32_t offset) {
+    uint32_t value = 0;
+    if (inVsc(core, offset))
+        enter(core, "VSC read",
+              [&] { value = core->device.frontEnd().vendorCapabilityRead(offset); });
+    return value;
+}
+
+void pib_core_vsc_write(pib_core *core, uint32_t offset, uint32_t value) {
+    if (inVsc(core, offset))
+        enter(core, "VSC write",
+              [&] { core->device.frontEnd().vendorCapabilityWrite(offset, value); });
+}
+
 void pib_core_pci_identity(const pib_core *core, pib_pci_identity *identity) {
     *identity = core->device.pciIdentity();
 }

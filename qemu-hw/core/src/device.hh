@@ -38,6 +38,8 @@ class Device {
     void barWrite(int bar, uint64_t offset, uint64_t value, unsigned size);
     uint64_t barSize(int bar) const;
     pib_pci_identity pciIdentity() const { return front_->pciIdentity(); }
+    FrontEnd &frontEnd() { return *front_; }
+    const FrontEnd &frontEnd() const { return *front_; }
     void portConnected(unsigned port, bool connected);
     void portReceive(unsigned port, std::span<const uint8_t> bytes);
     void timerExpired();

@@ -23,6 +23,12 @@ class FrontEnd {
     // An access of 1, 2, 4 or 8 bytes (the device checked the width).
     virtual uint64_t barRead(int bar, uint64_t offset, unsigned size) = 0;
     virtual void barWrite(int bar, uint64_t offset, uint64_t value, unsigned size) = 0;
+    // A vendor-specific capability in configuration space (a ConnectX's
+    // VSC gateway): its size, 0 for none; dword accesses at offsets from
+    // its start, past its header.
+    virtual uint32_t vendorCapabilitySize() const { return 0; }
+    virtual uint32_t vendorCapabilityRead(uint32_t) { return 0; }
+    virtual void vendorCapabilityWrite(uint32_t, uint32_t) {}
     // Power-on state: registers as after reset, no command in progress.
     virtual void reset() = 0;
     // The core had an internal error: say so the way this personality's

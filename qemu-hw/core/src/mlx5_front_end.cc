@@ -155,6 +155,7 @@ void Mlx5FrontEnd::ringCommands(uint32_t slots) {
 void Mlx5FrontEnd::reset() {
     iseg_.reset();
     commands_.reset();
+    vsc_.reset();
 }
 
 void Mlx5FrontEnd::setFatal() {

@@ -13,6 +13,7 @@
 #include "mlx5_event_queues.hh"
 #include "mlx5_init_segment.hh"
 #include "mlx5_uars.hh"
+#include "mlx5_vsc.hh"
 #include "object_tables.hh"
 #include "pib_core.h"
 
@@ -26,6 +27,11 @@ class Mlx5FrontEnd final : public FrontEnd {
     uint64_t barSize(int bar) const override;
     uint64_t barRead(int bar, uint64_t offset, unsigned size) override;
     void barWrite(int bar, uint64_t offset, uint64_t value, unsigned size) override;
+    uint32_t vendorCapabilitySize() const override { return VendorCapability::kSize; }
+    uint32_t vendorCapabilityRead(uint32_t offset) override { return vsc_.read(offset); }
+    void vendorCapabilityWrite(uint32_t offset, uint32_t value) override {
+        vsc_.write(offset, value);
+    }
     void reset() override;
     void setFatal() override;
 
@@ -44,6 +50,7 @@ class Mlx5FrontEnd final : public FrontEnd {
     QueuePairs qps_;
     Commands commands_;
     CommandQueue queue_;
+    VendorCapability vsc_;
 };
 
 } // namespace pib::mlx5

@@ -25,9 +25,11 @@ struct PageList {
     uint32_t shift = 0;          // log2 of the page size
     std::vector<uint64_t> pages; // guest addresses
 
-    // Pages of 2^shift bytes a ring of `bytes` takes (one at least).
+    // Pages of 2^shift bytes a ring of `bytes` takes (one at least): a
+    // QP's RQ and SQ together (2 KiB and 64 KiB, say) end within a page,
+    // which the list has too.
     static uint64_t countFor(uint64_t bytes, uint32_t shift) {
-        const uint64_t count = bytes >> shift;
+        const uint64_t count = (bytes + (uint64_t{1} << shift) - 1) >> shift;
         return count ? count : 1;
     }
     // The `count` entries at byte `at` of `in`; false when `in` is short.

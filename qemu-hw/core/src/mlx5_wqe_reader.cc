@@ -152,7 +152,11 @@ uint8_t WqeReader::readSend(const QueuePair &qp, uint32_t index, Wqe &out) {
     clear(out);
     raw_.resize(wqe::kBasicBlock);
     if (!fetchBlock(qp, index, raw_.data())) {
-        host_.guestError(err::kWqeDma, "QP %u: cannot read send WQE %u", qp.number, index);
+        host_.guestError(err::kWqeDma,
+                         "QP %u: cannot read send WQE %u (ring of 2^%u blocks at byte %u of %u "
+                         "pages)",
+                         qp.number, index, qp.ctx.sq_log_wqe_count, qp.sendOffset,
+                         qp.ctx.sq_buf.npages);
         return PIB_WC_LOC_QP_OP_ERR;
     }
     const uint32_t ds = readBe32(raw_.data() + 4) & kDsMask;
@@ -175,8 +179,11 @@ uint8_t WqeReader::readSend(const QueuePair &qp, uint32_t index, Wqe &out) {
     raw_.resize(size_t{blocks} * wqe::kBasicBlock);
     for (uint32_t i = 1; i < blocks; ++i)
         if (!fetchBlock(qp, index + i, raw_.data() + size_t{i} * wqe::kBasicBlock)) {
-            host_.guestError(err::kWqeDma, "QP %u: cannot read block %u of send WQE %u", qp.number,
-                             i, index);
+            host_.guestError(err::kWqeDma,
+                             "QP %u: cannot read block %u of send WQE %u (ring of 2^%u blocks "
+                             "at byte %u of %u pages)",
+                             qp.number, i, index, qp.ctx.sq_log_wqe_count, qp.sendOffset,
+                             qp.ctx.sq_buf.npages);
             return PIB_WC_LOC_QP_OP_ERR;
         }
     pib_wqe_ctrl &ctrl = out.ctrl;
