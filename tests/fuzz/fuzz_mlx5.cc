@@ -171,10 +171,10 @@ void asyncEvent(FuzzedDataProvider &in, Mlx5Host &host) {
 }
 
 // ACCESS_REG of a register the device has (PCAP, NODE_DESC,
-// HOST_ENDIANNESS) or not, read or written, its data whatever comes: a
-// PCAP names port 1, 2 or another.
+// HOST_ENDIANNESS, MCQS, MCQI, MCAM) or not, read or written, its data
+// whatever comes: a PCAP names port 1, 2 or another.
 std::vector<uint8_t> registerInput(FuzzedDataProvider &in) {
-    static constexpr uint16_t kRegisters[] = {0x5001, 0x6001, 0x7004};
+    static constexpr uint16_t kRegisters[] = {0x5001, 0x6001, 0x7004, 0x9060, 0x9061, 0x907f};
     auto cmd = Mlx5Host::input(0x805, in.ConsumeIntegralInRange<uint16_t>(0, 2),
                                0x10 + in.ConsumeIntegralInRange<size_t>(0, 0x50));
     const uint16_t id =
