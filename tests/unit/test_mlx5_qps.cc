@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <cstring>
 #include <random>
+#include <utility>
 
 #include "conditions.hh"
 #include "mlx5_checks.hh"
@@ -37,6 +38,13 @@ struct QpFunction : HostOwner, Mlx5Function {
         const auto qp = Mlx5Function::createQp(st, logStride, logRq, logSq);
         REQUIRE(qp);
         return *qp;
+    }
+    // Two RC QPs in RTS, each the other's peer through the port.
+    std::pair<Qp, Qp> connectedRc() {
+        Qp a = createQp(kRc, 1, 3, 4), b = createQp(kRc, 1, 3, 4);
+        REQUIRE(toRts(a.qpn, {.qpn = b.qpn}));
+        REQUIRE(toRts(b.qpn, {.qpn = a.qpn}));
+        return {a, b};
     }
     uint64_t writeUdSend(Qp &qp, uint32_t remote, uint64_t addr, uint32_t length) {
         return writeSend(qp, true, {.remoteQpn = remote, .addr = addr, .length = length});
@@ -246,10 +254,7 @@ TEST_CASE("mlx5: send doorbells the device cannot take are the driver's errors",
 TEST_CASE("mlx5: RC QPs connected through the port move SENDs, WRITEs and READs", "[mlx5]") {
     QpFunction f;
     REQUIRE(f.activatePort());
-    auto a = f.createQp(kRc, 1, 3, 4);
-    auto b = f.createQp(kRc, 1, 3, 4);
-    REQUIRE(f.toRts(a.qpn, {.qpn = b.qpn}));
-    REQUIRE(f.toRts(b.qpn, {.qpn = a.qpn}));
+    auto [a, b] = f.connectedRc();
 
     constexpr uint32_t kBytes = 3000; // three packets of the path's 1024 bytes
     const uint64_t mine = f.host.alloc(8192), theirs = f.host.alloc(8192);
@@ -411,10 +416,7 @@ std::vector<uint8_t> invalidation(uint32_t key) {
 TEST_CASE("mlx5: UMR WQEs register free keys for RDMA and invalidate them", "[mlx5]") {
     QpFunction f;
     REQUIRE(f.activatePort());
-    auto a = f.createQp(kRc, 1, 3, 4);
-    auto b = f.createQp(kRc, 1, 3, 4);
-    REQUIRE(f.toRts(a.qpn, {.qpn = b.qpn}));
-    REQUIRE(f.toRts(b.qpn, {.qpn = a.qpn}));
+    auto [a, b] = f.connectedRc();
     uint32_t next = 0;
     const auto completions = [&](size_t want) { return f.completions(&next, want); };
     const uint64_t source = f.host.alloc(16384);
@@ -501,10 +503,7 @@ TEST_CASE("mlx5: free keys hold no memory until a UMR maps them", "[mlx5]") {
 
     // One of them maps two pages, is invalidated and maps one: a READ
     // through it reads that one.
-    auto a = f.createQp(kRc, 1, 3, 4);
-    auto b = f.createQp(kRc, 1, 3, 4);
-    REQUIRE(f.toRts(a.qpn, {.qpn = b.qpn}));
-    REQUIRE(f.toRts(b.qpn, {.qpn = a.qpn}));
+    auto [a, b] = f.connectedRc();
     uint32_t next = 0;
     const uint64_t first = f.host.alloc(4096), second = f.host.alloc(4096);
     std::fill_n(f.host.at(first), 4096, 0x11);
@@ -552,9 +551,7 @@ TEST_CASE("mlx5: a receive posted to a QP in the error state is flushed unrung",
     // waits for its flushed completion.
     QpFunction f;
     REQUIRE(f.activatePort());
-    auto a = f.createQp(kRc, 1, 3, 4);
-    auto b = f.createQp(kRc, 1, 3, 4);
-    REQUIRE(f.toRts(a.qpn, {.qpn = b.qpn}));
+    auto [a, b] = f.connectedRc();
     REQUIRE(f.change(kToErr, a.qpn).status() == 0);
     uint32_t next = 0;
     f.host.runScheduled();
