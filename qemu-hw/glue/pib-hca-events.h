@@ -109,6 +109,8 @@ static bool pib_hca_event_enabled(unsigned event)
         return trace_event_get_state_backends(TRACE_PIB_HCA_MLX5_SQ_DOORBELL);
     case PIB_EVENT_MLX5_CQ_ARM:
         return trace_event_get_state_backends(TRACE_PIB_HCA_MLX5_CQ_ARM);
+    case PIB_EVENT_MLX5_UMR:
+        return trace_event_get_state_backends(TRACE_PIB_HCA_MLX5_UMR);
     case PIB_EVENT_MLX5_ACCESS_REG:
         return trace_event_get_state_backends(TRACE_PIB_HCA_MLX5_ACCESS_REG);
     case PIB_EVENT_MW_BOUND:
@@ -330,6 +332,11 @@ static void pib_hca_trace_event(unsigned event, const uint64_t *a)
     case PIB_EVENT_MLX5_CQ_ARM:
         trace_pib_hca_mlx5_cq_arm((unsigned) a[0], (unsigned) a[1],
                                   (unsigned) a[2], (unsigned) a[3]);
+        break;
+    case PIB_EVENT_MLX5_UMR:
+        trace_pib_hca_mlx5_umr((unsigned) a[0], (unsigned) a[1],
+                               (uint64_t) a[2], (unsigned) a[3],
+                               (unsigned) a[4], (unsigned) a[5]);
         break;
     case PIB_EVENT_MLX5_ACCESS_REG:
         trace_pib_hca_mlx5_access_reg(
@@ -574,6 +581,8 @@ static bool pib_hca_guest_error_traced(unsigned error)
     case PIB_GUEST_ERROR_MLX5_CQ_DOORBELL:
         return trace_event_get_state_backends(
             TRACE_PIB_HCA_ERR_MLX5_CQ_DOORBELL);
+    case PIB_GUEST_ERROR_MLX5_UMR:
+        return trace_event_get_state_backends(TRACE_PIB_HCA_ERR_MLX5_UMR);
     case PIB_GUEST_ERROR_MLX5_PAGES_BAD:
         return trace_event_get_state_backends(TRACE_PIB_HCA_ERR_MLX5_PAGES_BAD);
     default:
@@ -805,6 +814,9 @@ static void pib_hca_trace_guest_error(unsigned error, const char *detail)
         break;
     case PIB_GUEST_ERROR_MLX5_CQ_DOORBELL:
         trace_pib_hca_err_mlx5_cq_doorbell(detail);
+        break;
+    case PIB_GUEST_ERROR_MLX5_UMR:
+        trace_pib_hca_err_mlx5_umr(detail);
         break;
     case PIB_GUEST_ERROR_MLX5_PAGES_BAD:
         trace_pib_hca_err_mlx5_pages_bad(detail);

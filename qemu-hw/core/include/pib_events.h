@@ -56,18 +56,19 @@ enum pib_event {
     PIB_EVENT_MLX5_QP_DESTROY = 48,
     PIB_EVENT_MLX5_SQ_DOORBELL = 49,
     PIB_EVENT_MLX5_CQ_ARM = 50,
-    PIB_EVENT_MLX5_ACCESS_REG = 51,
-    PIB_EVENT_MW_BOUND = 52,
-    PIB_EVENT_ERR_PORT_DROP = 53,
-    PIB_EVENT_ERR_LINK = 54,
-    PIB_EVENT_ERR_MKEY_VIOLATION = 55,
-    PIB_EVENT_ERR_MCAST_DROP = 56,
-    PIB_EVENT_ERR_RC_NO_QP = 57,
-    PIB_EVENT_ERR_RC_WRONG_PEER = 58,
-    PIB_EVENT_ERR_RC_BAD_RESPONSE_PSN = 59,
-    PIB_EVENT_ERR_RC_BAD_RESPONSE_LENGTH = 60,
-    PIB_EVENT_ERR_RC_REQUEST_REFUSED = 61,
-    PIB_EVENT_COUNT = 62
+    PIB_EVENT_MLX5_UMR = 51,
+    PIB_EVENT_MLX5_ACCESS_REG = 52,
+    PIB_EVENT_MW_BOUND = 53,
+    PIB_EVENT_ERR_PORT_DROP = 54,
+    PIB_EVENT_ERR_LINK = 55,
+    PIB_EVENT_ERR_MKEY_VIOLATION = 56,
+    PIB_EVENT_ERR_MCAST_DROP = 57,
+    PIB_EVENT_ERR_RC_NO_QP = 58,
+    PIB_EVENT_ERR_RC_WRONG_PEER = 59,
+    PIB_EVENT_ERR_RC_BAD_RESPONSE_PSN = 60,
+    PIB_EVENT_ERR_RC_BAD_RESPONSE_LENGTH = 61,
+    PIB_EVENT_ERR_RC_REQUEST_REFUSED = 62,
+    PIB_EVENT_COUNT = 63
 };
 
 /* The guest-error tokens (pib_host_ops.guest_error), as docs/prm.md §9. */
@@ -146,8 +147,9 @@ enum pib_guest_error {
     PIB_GUEST_ERROR_MLX5_QP_BAD_ATTR = 71,
     PIB_GUEST_ERROR_MLX5_QP_DOORBELL = 72,
     PIB_GUEST_ERROR_MLX5_CQ_DOORBELL = 73,
-    PIB_GUEST_ERROR_MLX5_PAGES_BAD = 74,
-    PIB_GUEST_ERROR_COUNT = 75
+    PIB_GUEST_ERROR_MLX5_UMR = 74,
+    PIB_GUEST_ERROR_MLX5_PAGES_BAD = 75,
+    PIB_GUEST_ERROR_COUNT = 76
 };
 
 static inline const char *pib_event_name(unsigned event) {
@@ -203,6 +205,7 @@ static inline const char *pib_event_name(unsigned event) {
         "mlx5_qp_destroy",
         "mlx5_sq_doorbell",
         "mlx5_cq_arm",
+        "mlx5_umr",
         "mlx5_access_reg",
         "mw_bound",
         "err_port_drop",
@@ -222,13 +225,13 @@ static inline const char *pib_event_name(unsigned event) {
 /* An event's arguments: 's' for a string, 'i' for an integer each. */
 static inline const char *pib_event_args(unsigned event) {
     static const char *const args[PIB_EVENT_COUNT] = {
-        "siiii",  "s",       "s",      "i",  "i",    "i",    "i",    "i",      "i",
-        "i",      "i",       "isi",    "is", "s",    "sii",  "iiii", "is",     "si",
-        "iii",    "iiiii",   "iiiiii", "i",  "ii",   "iii",  "ii",   "ii",     "iii",
-        "ii",     "iii",     "iis",    "ii", "i",    "ii",   "iii",  "iiiii",  "iis",
-        "isiiii", "si",      "iiiii",  "i",  "iiii", "iiii", "iiii", "i",      "iiiii",
-        "i",      "iiiiiii", "isiii",  "i",  "iii",  "iiii", "isi",  "iiiiii", "is",
-        "is",     "iii",     "is",     "ii", "iii",  "iii",  "iii",  "iis",
+        "siiii",  "s",       "s",      "i",  "i",    "i",    "i",      "i",     "i",
+        "i",      "i",       "isi",    "is", "s",    "sii",  "iiii",   "is",    "si",
+        "iii",    "iiiii",   "iiiiii", "i",  "ii",   "iii",  "ii",     "ii",    "iii",
+        "ii",     "iii",     "iis",    "ii", "i",    "ii",   "iii",    "iiiii", "iis",
+        "isiiii", "si",      "iiiii",  "i",  "iiii", "iiii", "iiii",   "i",     "iiiii",
+        "i",      "iiiiiii", "isiii",  "i",  "iii",  "iiii", "iiiiii", "isi",   "iiiiii",
+        "is",     "is",      "iii",    "is", "ii",   "iii",  "iii",    "iii",   "iis",
     };
 
     return event < PIB_EVENT_COUNT ? args[event] : "";
@@ -310,6 +313,7 @@ static inline const char *pib_guest_error_token(unsigned error) {
         "mlx5-qp-bad-attr",
         "mlx5-qp-doorbell",
         "mlx5-cq-doorbell",
+        "mlx5-umr",
         "mlx5-pages-bad",
     };
 
@@ -319,17 +323,17 @@ static inline const char *pib_guest_error_token(unsigned error) {
 /* The section of docs/prm.md whose rule a guest error breaks. */
 static inline const char *pib_guest_error_rule(unsigned error) {
     static const char *const rules[PIB_GUEST_ERROR_COUNT] = {
-        "prm §1.1", "prm §1.1", "prm §2",   "prm §2",   "prm §2",   "prm §2",   "prm §2",
-        "prm §5.3", "prm §2.1", "prm §4.4", "prm §2.1", "prm §4.3", "prm §4.3", "prm §4.3",
-        "prm §3.2", "prm §4.5", "prm §4.3", "prm §4.2", "prm §6.3", "prm §6.3", "prm §4.6",
-        "prm §4.1", "prm §5.3", "prm §5.3", "prm §5.2", "prm §5.1", "prm §7.1", "prm §7.1",
-        "prm §7.1", "prm §7.1", "prm §7.1", "prm §7.1", "prm §7.1", "prm §7.2", "prm §7.2",
-        "prm §6.2", "prm §6.2", "prm §6.2", "prm §6.7", "prm §6.1", "prm §6.1", "prm §1",
-        "mlx5 §2",  "mlx5 §2",  "mlx5 §2",  "mlx5 §3",  "mlx5 §3",  "mlx5 §3",  "mlx5 §3",
-        "mlx5 §3",  "mlx5 §4",  "mlx5 §4",  "mlx5 §4",  "mlx5 §4",  "mlx5 §4",  "mlx5 §4",
-        "mlx5 §4",  "mlx5 §4",  "mlx5 §6",  "mlx5 §7",  "mlx5 §7",  "mlx5 §7",  "mlx5 §7",
-        "mlx5 §7",  "mlx5 §8",  "mlx5 §8",  "mlx5 §9",  "mlx5 §9",  "mlx5 §10", "mlx5 §10",
-        "mlx5 §10", "mlx5 §10", "mlx5 §10", "mlx5 §8",  "mlx5 §5",
+        "prm §1.1", "prm §1.1", "prm §2",   "prm §2",   "prm §2",     "prm §2",   "prm §2",
+        "prm §5.3", "prm §2.1", "prm §4.4", "prm §2.1", "prm §4.3",   "prm §4.3", "prm §4.3",
+        "prm §3.2", "prm §4.5", "prm §4.3", "prm §4.2", "prm §6.3",   "prm §6.3", "prm §4.6",
+        "prm §4.1", "prm §5.3", "prm §5.3", "prm §5.2", "prm §5.1",   "prm §7.1", "prm §7.1",
+        "prm §7.1", "prm §7.1", "prm §7.1", "prm §7.1", "prm §7.1",   "prm §7.2", "prm §7.2",
+        "prm §6.2", "prm §6.2", "prm §6.2", "prm §6.7", "prm §6.1",   "prm §6.1", "prm §1",
+        "mlx5 §2",  "mlx5 §2",  "mlx5 §2",  "mlx5 §3",  "mlx5 §3",    "mlx5 §3",  "mlx5 §3",
+        "mlx5 §3",  "mlx5 §4",  "mlx5 §4",  "mlx5 §4",  "mlx5 §4",    "mlx5 §4",  "mlx5 §4",
+        "mlx5 §4",  "mlx5 §4",  "mlx5 §6",  "mlx5 §7",  "mlx5 §7",    "mlx5 §7",  "mlx5 §7",
+        "mlx5 §7",  "mlx5 §8",  "mlx5 §8",  "mlx5 §9",  "mlx5 §9",    "mlx5 §10", "mlx5 §10",
+        "mlx5 §10", "mlx5 §10", "mlx5 §10", "mlx5 §8",  "mlx5 §10.1", "mlx5 §5",
     };
 
     return error < PIB_GUEST_ERROR_COUNT ? rules[error] : "prm";

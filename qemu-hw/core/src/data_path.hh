@@ -31,7 +31,7 @@ class DataPath final : public SubnetSender, public ScheduledEngine, QpErrorFlow 
              ArmedInjections &injections, OutstandingMemory &outstanding)
         : host_(host), objects_(objects), ports_(ports), events_(events), wqes_(wqes),
           scheduler_(scheduler), outstanding_(outstanding),
-          keys_(host, objects.mtt, objects.mrs, objects.mws), timers_(host, objects),
+          keys_(host, objects.mtt, objects.pds, objects.mrs, objects.mws), timers_(host, objects),
           // The roles read WQEs through the slot, so a front end's format
           // reaches them all.
           receives_(objects, wqes_, events), parts_{host,       objects,     ports,   events,

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "host.hh"
+#include "key_update.hh"
 #include "mtt.hh"
 #include "object_table.hh"
 #include "objects.hh"
@@ -20,9 +21,9 @@ namespace pib {
 
 class MemoryKeys {
   public:
-    MemoryKeys(const Host &host, Mtt &mtt, ObjectTable<MemoryRegion> &mrs,
-               ObjectTable<MemoryWindow> &mws)
-        : host_(host), mtt_(mtt), mrs_(mrs), mws_(mws) {}
+    MemoryKeys(const Host &host, Mtt &mtt, ObjectTable<ProtectionDomain> &pds,
+               ObjectTable<MemoryRegion> &mrs, ObjectTable<MemoryWindow> &mws)
+        : host_(host), mtt_(mtt), pds_(pds), mrs_(mrs), mws_(mws) {}
 
     // A REG_MR WQE (`index` of QP `qpn`, in PD `pdn`): maps the region with
     // the WQE's page list (`given`, or read from reg.page_list when that
@@ -40,6 +41,12 @@ class MemoryKeys {
     // `qpn` is the QP it arrived on: a type 2B window is invalidated only
     // through the QP it is bound to (IBA 10.6.7.2.4), as by LOCAL_INV.
     const char *invalidateRemote(uint32_t qpn, uint32_t pdn, uint32_t rkey);
+    // A UMR WQE of the ConnectX UMR QP `qpn`: updates the key's fields and
+    // loads `entries` into its table as `u` says (key_update.hh), for the
+    // driver's own keys in any PD. PIB_WC_SUCCESS, or the status the WQE
+    // completes with (a guest error says why), the key unchanged.
+    uint8_t update(uint32_t qpn, uint32_t index, uint32_t key, const KeyUpdate &u,
+                   std::span<const uint64_t> entries);
     // Leaves the window unbound (its region no longer held by it).
     static void unbind(ObjectTable<MemoryRegion> &mrs, MemoryWindow &mw);
 
@@ -53,9 +60,13 @@ class MemoryKeys {
                                   const pib_wqe_reg_mr &reg) const;
     bool readPageList(const pib_wqe_reg_mr &reg, std::span<const uint64_t> given, const char **why);
     bool storePages(MemoryRegion &mr, const char **why);
+    const char *checkUpdate(const MemoryRegion *mr, uint32_t key, const KeyUpdate &u,
+                            std::span<const uint64_t> entries) const;
+    bool storeEntries(MemoryRegion &mr, const KeyUpdate &u, std::span<const uint64_t> entries);
 
     const Host &host_;
     Mtt &mtt_;
+    ObjectTable<ProtectionDomain> &pds_;
     ObjectTable<MemoryRegion> &mrs_;
     ObjectTable<MemoryWindow> &mws_;
     std::vector<uint64_t> pages_; // the last page list read, reused

@@ -16,7 +16,22 @@ const err::Condition *MemoryRegions::fail(const err::Condition &why, const char 
     return &why;
 }
 
-const err::Condition *MemoryRegions::check(const char *command, const pib_mr_context &ctx) const {
+// The PD, access, page size and range of a region with translations.
+const err::Condition *MemoryRegions::checkTranslated(const char *command,
+                                                     const pib_mr_context &ctx) const {
+    if (const err::Condition *why = checkPdAndAccess(command, ctx))
+        return why;
+    const unsigned shift = ctx.log_page_size;
+    if (shift < limits::kMinLogPageSize || shift > limits::kMaxLogPageSize)
+        return fail(refusals_.badParam, "%s page size 2^%u", command, shift);
+    if (ctx.length == 0 || ctx.length > limits::kMaxMrSize || ctx.iova + ctx.length < ctx.iova)
+        return fail(refusals_.badParam, "%s of 0x%" PRIx64 " bytes at 0x%" PRIx64, command,
+                    ctx.length, ctx.iova);
+    return nullptr;
+}
+
+const err::Condition *MemoryRegions::checkPdAndAccess(const char *command,
+                                                      const pib_mr_context &ctx) const {
     if (!objects_.pds.find(ctx.pdn))
         return fail(refusals_.badIndex, "%s in PD %u", command, ctx.pdn);
     // IBA 10.6.3.1: remote write and atomic access need local write.
@@ -24,17 +39,18 @@ const err::Condition *MemoryRegions::check(const char *command, const pib_mr_con
         !(ctx.access & PIB_ACCESS_LOCAL_WRITE))
         return fail(refusals_.badParam, "%s remote write/atomic without local write (access 0x%x)",
                     command, ctx.access);
+    return nullptr;
+}
+
+const err::Condition *MemoryRegions::check(const char *command, const pib_mr_context &ctx) const {
     if (ctx.flags & PIB_MR_PHYSICAL) {
         if (ctx.mtt_count)
             return fail(refusals_.badParam, "%s physical with MTT", command);
-        return nullptr;
+        return checkPdAndAccess(command, ctx);
     }
+    if (const err::Condition *why = checkTranslated(command, ctx))
+        return why;
     const unsigned shift = ctx.log_page_size;
-    if (shift < limits::kMinLogPageSize || shift > limits::kMaxLogPageSize)
-        return fail(refusals_.badParam, "%s page size 2^%u", command, shift);
-    if (ctx.length == 0 || ctx.length > limits::kMaxMrSize || ctx.iova + ctx.length < ctx.iova)
-        return fail(refusals_.badParam, "%s of 0x%" PRIx64 " bytes at 0x%" PRIx64, command,
-                    ctx.length, ctx.iova);
     const uint64_t pages = ((ctx.iova + ctx.length - 1) >> shift) - (ctx.iova >> shift) + 1;
     if (pages != ctx.mtt_count || !objects_.mtt.covers(ctx.mtt_index, ctx.mtt_count))
         return fail(refusals_.badParam, "%s needs %" PRIu64 " allocated MTT entries, got %u at %u",
@@ -47,6 +63,34 @@ const err::Condition *MemoryRegions::check(const char *command, const pib_mr_con
                         "%s MTT entry %u (0x%" PRIx64 ") is not a 2^%u-byte page", command,
                         ctx.mtt_index + i, entry, shift);
     }
+    return nullptr;
+}
+
+const err::Condition *MemoryRegions::insertWithPages(const char *command, const pib_mr_context &ctx,
+                                                     std::vector<uint64_t> pages, uint32_t *key) {
+    if (const err::Condition *why = checkTranslated(command, ctx))
+        return why;
+    const unsigned shift = ctx.log_page_size;
+    const uint64_t spanned = ((ctx.iova + ctx.length - 1) >> shift) - (ctx.iova >> shift) + 1;
+    if (pages.size() < spanned || pages.size() > ctx.mtt_count)
+        return fail(refusals_.badParam,
+                    "%s: %zu translation entries for a range of %" PRIu64 " pages, a table of %u",
+                    command, pages.size(), spanned, ctx.mtt_count);
+    const uint64_t pageMask = (uint64_t{1} << shift) - 1;
+    for (size_t i = 0; i < spanned; ++i)
+        if (pages[i] == 0 || pages[i] & pageMask)
+            return fail(refusals_.badParam,
+                        "%s: translation entry %zu (0x%" PRIx64 ") is not a 2^%u-byte page",
+                        command, i, pages[i], shift);
+    if (!objects_.mtt.takeKeyEntries(pages.size()))
+        return fail(refusals_.noResources, "%s: the device's translation memory is full", command);
+    if (const err::Condition *why = insert(ctx, key, Translations::kOwn)) {
+        objects_.mtt.returnKeyEntries(pages.size());
+        return why;
+    }
+    MemoryRegion &mr = *objects_.mrs.find(PIB_KEY_INDEX(*key));
+    mr.ownPages = std::move(pages);
+    mr.valid = true;
     return nullptr;
 }
 

@@ -7,6 +7,7 @@
 #pragma once
 
 #include <cstdint>
+#include <vector>
 
 #include "host.hh"
 #include "object_tables.hh"
@@ -36,6 +37,12 @@ class MemoryRegions {
     // MTT range; its key in *key.
     const err::Condition *insert(const pib_mr_context &ctx, uint32_t *key,
                                  Translations translations = Translations::kMtt);
+    // A new region of `ctx` (checked here: its PD, access, page size and
+    // range) that keeps `pages`, its translation entries, with itself (a
+    // ConnectX key made with its pages): they cover the range, and are at
+    // most ctx.mtt_count, the table UMRs may fill later. In use at once.
+    const err::Condition *insertWithPages(const char *command, const pib_mr_context &ctx,
+                                          std::vector<uint64_t> pages, uint32_t *key);
     // Ends the region `key` names, unless windows are bound to it.
     const err::Condition *destroy(const char *command, uint32_t key);
     // The region a key names, if the key's variant matches too (a
@@ -44,6 +51,8 @@ class MemoryRegions {
     MemoryRegion *find(uint32_t key) const;
 
   private:
+    const err::Condition *checkPdAndAccess(const char *command, const pib_mr_context &ctx) const;
+    const err::Condition *checkTranslated(const char *command, const pib_mr_context &ctx) const;
     void holdTranslations(const MemoryRegion &mr, bool hold);
     [[gnu::format(printf, 3, 4)]] const err::Condition *fail(const err::Condition &why,
                                                              const char *fmt, ...) const;

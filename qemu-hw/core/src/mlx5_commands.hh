@@ -122,6 +122,7 @@ class Commands {
     const err::Condition *createMkey(const Request &r);
     const err::Condition *createPhysicalMkey(const Request &r);
     const err::Condition *createFreeMkey(const Request &r);
+    const err::Condition *createMttMkey(const Request &r);
     const err::Condition *destroyMkey(const Request &r);
     const err::Condition *allocPd(const Request &r);
     const err::Condition *deallocPd(const Request &r);

@@ -5,7 +5,9 @@
 // (PA), or a free one that UMR WQEs map and invalidate (MTT, free and
 // UMR-enabled: the core's fast-registration regions); DESTROY_MKEY ends
 // it.
+#include <algorithm>
 #include <cinttypes>
+#include <vector>
 
 #include "limits.hh"
 
@@ -34,7 +36,11 @@ constexpr Field kPd = field(0xe8, 24);
 constexpr Field kStartAddress = field(0x100, 64);
 constexpr Field kLength = field(0x140, 64);
 constexpr Field kTranslationOctowords = field(0x220, 32); // of 16 bytes: two MTT entries each
+constexpr Field kLogPageSize = field(0x25a, 6);
 } // namespace mkc
+constexpr Field kActualOctowords = field(0x300, 32); // translations_octword_actual_size
+constexpr size_t kEntriesByte = 0x110;               // klm_pas_mtt
+constexpr uint64_t kEntryFlags = 0x7;         // an MTT entry's enables (pg_access), not address
 constexpr Field kPageAccess = field(0x60, 1); // pg_access: on-demand paging
 constexpr Field kUmemValid = field(0x61, 1);  // mkey_umem_valid: DEVX memory
 constexpr Field kMkeyIndex = field(0x48, 24); // create_mkey_out, destroy_mkey_in
@@ -54,24 +60,26 @@ uint32_t accessOf(std::span<const uint8_t> in) {
 } // namespace
 
 // What the device does not do is refused before anything is made: keys a
-// QP owns, on-demand paging, DEVX memory, KLM and other access modes, MTT
-// keys made with their pages (user memory: issue 31), and UMR on
-// physical keys.
+// QP owns, on-demand paging, DEVX memory, KLM and other access modes, a
+// free key UMRs cannot map, and UMR on physical keys.
 const err::Condition *Commands::createMkey(const Request &r) {
     const uint64_t mode = get(r.in, mkc::kAccessMode42) << 2 | get(r.in, mkc::kAccessMode10);
-    const bool fastReg =
-        mode == kAccessModeMtt && get(r.in, mkc::kFree) && get(r.in, mkc::kUmrEnable);
-    const char *unsupported =
-        get(r.in, mkc::kQpn) != kNoQp ? "owned by a QP"
-        : get(r.in, kPageAccess)      ? "on-demand paging"
-        : get(r.in, kUmemValid)       ? "over a DEVX umem"
-        : !fastReg && (mode != kAccessModePa || get(r.in, mkc::kFree) || get(r.in, mkc::kUmrEnable))
-            ? "other than PA, or free and UMR-enabled MTT (docs/mlx5.md §11)"
-        : !get(r.in, mkc::kLocalRead) ? "without local read"
-                                      : nullptr;
+    const bool free = get(r.in, mkc::kFree), umr = get(r.in, mkc::kUmrEnable);
+    const char *unsupported = get(r.in, mkc::kQpn) != kNoQp ? "owned by a QP"
+                              : get(r.in, kPageAccess)      ? "on-demand paging"
+                              : get(r.in, kUmemValid)       ? "over a DEVX umem"
+                              : mode != kAccessModePa && mode != kAccessModeMtt
+                                  ? "of an access mode other than PA and MTT (docs/mlx5.md §11)"
+                              : mode == kAccessModePa && (free || umr)
+                                  ? "free or UMR-enabled with access mode PA"
+                              : free && !umr                ? "free, and no UMR may map it"
+                              : !get(r.in, mkc::kLocalRead) ? "without local read"
+                                                            : nullptr;
     if (unsupported)
         return fail(err::kMlx5CmdBadParam, "CREATE_MKEY %s", unsupported);
-    return fastReg ? createFreeMkey(r) : createPhysicalMkey(r);
+    if (mode == kAccessModePa)
+        return createPhysicalMkey(r);
+    return free ? createFreeMkey(r) : createMttMkey(r);
 }
 
 // A key over guest physical memory: what mlx5_ib_get_dma_mr makes.
@@ -115,6 +123,43 @@ const err::Condition *Commands::createFreeMkey(const Request &r) {
         return fail(err::kMlx5CmdBadResource, "CREATE_MKEY in PD %u", ctx.pdn);
     uint32_t key = 0;
     if (const err::Condition *why = regions_.insert(ctx, &key, MemoryRegions::Translations::kOwn))
+        return why;
+    set(r.out, kMkeyIndex, key >> 8);
+    return nullptr;
+}
+
+// A key made with its pages, translations_octword_actual_size * 2 of them
+// after the context: what mlx5_ib's reg_create makes for user memory
+// when it does not load the pages by UMR. The key keeps them with itself
+// (MemoryRegions::insertWithPages), in a table of
+// translations_octword_size * 2 entries that UMRs may rewrite if umr_en.
+const err::Condition *Commands::createMttMkey(const Request &r) {
+    const uint64_t given = get(r.in, kActualOctowords) * 2;
+    const uint64_t table = std::max(get(r.in, mkc::kTranslationOctowords) * 2, given);
+    if (given == 0 || table > limits::kMaxMtt || get(r.in, mkc::kLength64))
+        return fail(err::kMlx5CmdBadParam,
+                    "CREATE_MKEY with %" PRIu64 " translation entries in a table of %" PRIu64
+                    " (1..%u), or length64",
+                    given, table, limits::kMaxMtt);
+    if (r.in.size() < kEntriesByte + given * sizeof(uint64_t))
+        return fail(err::kMlx5CmdBadParam,
+                    "CREATE_MKEY of %zu bytes, short of its %" PRIu64 " translation entries",
+                    r.in.size(), given);
+    pib_mr_context ctx{};
+    ctx.pdn = static_cast<uint32_t>(get(r.in, mkc::kPd));
+    ctx.access = accessOf(r.in);
+    ctx.flags = get(r.in, mkc::kUmrEnable) ? PIB_MR_FAST_REG : 0;
+    ctx.iova = get(r.in, mkc::kStartAddress);
+    ctx.length = get(r.in, mkc::kLength);
+    ctx.log_page_size = static_cast<uint8_t>(get(r.in, mkc::kLogPageSize));
+    ctx.key_variant = static_cast<uint8_t>(get(r.in, mkc::kVariant));
+    ctx.mtt_count = static_cast<uint32_t>(table);
+    std::vector<uint64_t> pages(given);
+    for (size_t i = 0; i < given; ++i)
+        pages[i] = readBe64(r.in.data() + kEntriesByte + i * sizeof(uint64_t)) & ~kEntryFlags;
+    uint32_t key = 0;
+    if (const err::Condition *why =
+            regions_.insertWithPages("CREATE_MKEY", ctx, std::move(pages), &key))
         return why;
     set(r.out, kMkeyIndex, key >> 8);
     return nullptr;

@@ -30,8 +30,8 @@ constexpr Field kPortType = field(0x1b6, 2);
 constexpr Field kNumPorts = field(0x1b8, 8);
 constexpr Field kMcamReg = field(0x1a9, 1);
 constexpr Field kLogMaxMsg = field(0x1c3, 5);
+constexpr Field kUmrExtendedTranslationOffset = field(0x118, 1);
 constexpr Field kLogMaxKlmListSize = field(0x11a, 6);
-constexpr Field kUmrModifyAtomicDisabled = field(0x208, 1);
 constexpr Field kUmrIndirectMkeyDisabled = field(0x209, 1);
 constexpr Field kAtomic = field(0x21e, 1);
 constexpr Field kCmdifChecksum = field(0x210, 2);
@@ -112,13 +112,18 @@ void HcaCaps::reset() {
     atomic_.fill(0);
     mlx5::set(atomic_, atomic::kOperations, atomic::kCompareSwap | atomic::kFetchAdd);
     mlx5::set(atomic_, atomic::kSizeQp, atomic::kSize8Bytes);
-    // UMR maps free MTT keys, up to kMaxFastRegPages pages a WQE (the
-    // driver's max_fast_reg_page_list_len), and nothing else: no atomic
-    // access (none is advertised), no indirect (KLM) keys (docs/mlx5.md
-    // §4.5). umr_modify_entity_size_disabled stays 0: with it set, the
-    // driver has no IB_WR_REG_MR at all.
+    // UMR maps MTT keys, up to kMaxFastRegPages pages a fast registration
+    // (the driver's max_fast_reg_page_list_len), and no indirect (KLM)
+    // keys (docs/mlx5.md §4.5, §10.1). umr_modify_entity_size_disabled
+    // and umr_modify_atomic_disabled stay 0: with the one set, the driver
+    // has no IB_WR_REG_MR at all; with the other, it cannot load a key
+    // by UMR while it asks to set the atomic right (as it does with
+    // `atomic`).
     mlx5::set(m, cap::kLogMaxKlmListSize, log2(limits::kMaxFastRegPages));
-    mlx5::set(m, cap::kUmrModifyAtomicDisabled, 1);
+    // The UMR QP loads a key's table at any offset (xlt_offset_47_16 too,
+    // docs/mlx5.md §10.1): so the driver loads every user memory region
+    // by UMR, however large, rather than in one CREATE_MKEY.
+    mlx5::set(m, cap::kUmrExtendedTranslationOffset, 1);
     mlx5::set(m, cap::kUmrIndirectMkeyDisabled, 1);
     // MCAM and the registers it names: the firmware's version for devlink
     // (mlx5_registers.cc).

@@ -82,6 +82,7 @@ constexpr uint8_t kUc = 0x1;
 constexpr uint8_t kUd = 0x2;
 constexpr uint8_t kQp0 = 0x7;
 constexpr uint8_t kQp1 = 0x8;
+constexpr uint8_t kRegUmr = 0xc; // the driver's UMR QP (docs/mlx5.md §10.1)
 } // namespace st
 constexpr uint8_t kRegularRq = 0;
 constexpr uint8_t kSrqRq = 1;
@@ -100,7 +101,10 @@ constexpr ServiceType kServiceTypes[] = {{st::kRc, PIB_QPT_RC},
                                          {st::kQp0, PIB_QPT_SMI},
                                          {st::kQp1, PIB_QPT_GSI}};
 
+// The UMR QP is a core UC QP (QueuePair::umr).
 std::optional<uint8_t> coreType(uint64_t serviceType) {
+    if (serviceType == st::kRegUmr)
+        return PIB_QPT_UC;
     for (const ServiceType &t : kServiceTypes)
         if (t.st == serviceType)
             return t.coreType;
@@ -226,6 +230,7 @@ std::optional<uint8_t> QueuePairs::freePort(uint8_t type) const {
 
 const err::Condition *QueuePairs::checkContext(std::span<const uint8_t> in) const {
     const auto type = coreType(get(in, kSt));
+    const bool umr = get(in, kSt) == st::kRegUmr;
     const uint64_t rqType = get(in, kRqType);
     const bool rq = rqType == kRegularRq;
     const bool srq = rqType == kSrqRq;
@@ -238,13 +243,14 @@ const err::Condition *QueuePairs::checkContext(std::span<const uint8_t> in) cons
         : !rq && (get(in, kLogRqSize) || get(in, kLogRqStride)) ? "an RQ size with no RQ"
         : !sq && get(in, kLogSqSize)                            ? "an SQ size with no_sq"
         : !rq && !srq && !sq                                    ? "neither a receive side nor an SQ"
+        : umr && (srq || !sq)                                   ? "a UMR QP with an SRQ or no SQ"
         : get(in, kWqSignature)            ? "wq_signature: WQE signatures are not offered"
         : get(in, kPmState) != kPmMigrated ? "pm_state: path migration is not offered"
         : get(in, kLogRqSize) > limits::kLogMaxMlx5QpSize   ? "log_rq_size beyond log_max_qp_sz"
         : get(in, kLogSqSize) > limits::kLogMaxMlx5QpSize   ? "log_sq_size beyond log_max_qp_sz"
         : get(in, kPageOffset) != 0                         ? "page_offset: QPs start on a page"
         : get(in, kLogPageSize) > PageList::kMaxLogPageSize ? "log_page_size"
-        : !objects_.pds.find(get(in, kPd))                  ? "pd: no such PD"
+        : !umr && !objects_.pds.find(get(in, kPd))          ? "pd: no such PD"
         : !objects_.cqs.find(get(in, kCqnSnd))              ? "cqn_snd: no such CQ"
         : !objects_.cqs.find(get(in, kCqnRcv))              ? "cqn_rcv: no such CQ"
         : !uars_.given(get(in, kUarPage))                   ? "uar_page: not given out"
@@ -261,7 +267,8 @@ const err::Condition *QueuePairs::checkContext(std::span<const uint8_t> in) cons
 
 void QueuePairs::hold(const QueuePair &qp, int delta) {
     const auto adjust = [delta](Referenced &o) { o.refs += static_cast<uint32_t>(delta); };
-    adjust(objects_.pds.at(qp.ctx.pdn));
+    if (!qp.umr) // it has no PD
+        adjust(objects_.pds.at(qp.ctx.pdn));
     adjust(objects_.cqs.at(qp.ctx.send_cqn));
     adjust(objects_.cqs.at(qp.ctx.recv_cqn));
     if (qp.ctx.flags & PIB_QP_USE_SRQ)
@@ -274,7 +281,8 @@ const err::Condition *QueuePairs::create(std::span<const uint8_t> in, uint32_t &
     auto qp = std::make_unique<QueuePair>();
     pib_qp_context &ctx = qp->ctx;
     ctx.type = *coreType(get(in, kSt));
-    ctx.pdn = static_cast<uint32_t>(get(in, kPd));
+    qp->umr = get(in, kSt) == st::kRegUmr;
+    ctx.pdn = qp->umr ? 0 : static_cast<uint32_t>(get(in, kPd));
     ctx.send_cqn = static_cast<uint32_t>(get(in, kCqnSnd));
     ctx.recv_cqn = static_cast<uint32_t>(get(in, kCqnRcv));
     ctx.uar_page = static_cast<uint32_t>(get(in, kUarPage));
@@ -366,7 +374,13 @@ const err::Condition *QueuePairs::modify(uint16_t opcode, std::span<const uint8_
     for (const OptionalParameter &p : kOptional)
         if (named & p.bits)
             optional |= p.attr;
-    const uint32_t mask = PIB_QP_STATE | rule.required | (optional & rule.optional);
+    // The UMR QP takes its port and P_Key index into INIT, and nothing
+    // else: it sends no packet.
+    const uint32_t mask = qp->umr
+                              ? PIB_QP_STATE | (change.to == PIB_QPS_INIT && cur == PIB_QPS_RESET
+                                                    ? PIB_QP_PKEY_INDEX | PIB_QP_PORT
+                                                    : 0)
+                              : PIB_QP_STATE | rule.required | (optional & rule.optional);
     pib_qp_attr attrs = attributesOf(in);
     // QP0 and QP1 belong to the port they were made for: the driver names
     // it in each change that has a context.
@@ -388,7 +402,7 @@ const err::Condition *QueuePairs::query(uint32_t qpn, std::span<uint8_t> out) co
     const pib_qp_context &ctx = qp->ctx;
     const pib_qp_attr &a = qp->attr;
     set(out, kState, a.qp_state == PIB_QPS_SQD && a.sq_draining ? 7 : connectXState(a.qp_state));
-    set(out, kSt, serviceType(ctx.type));
+    set(out, kSt, qp->umr ? st::kRegUmr : serviceType(ctx.type));
     set(out, kPmState, kPmMigrated);
     set(out, kPd, ctx.pdn);
     set(out, kMtu, a.path_mtu);

@@ -20,8 +20,14 @@ constexpr size_t kDataSegment = 16;
 namespace control {
 constexpr size_t kFlags = 0;
 constexpr size_t kXltOctowords = 4;
+constexpr size_t kXltOffset = 6;
 constexpr size_t kMkeyMask = 8;
+constexpr size_t kXltOffsetHigh = 16; // xlt_offset_47_16
 constexpr uint8_t kInline = 0x80;
+constexpr uint8_t kOffsetEnable = 0x10;
+constexpr unsigned kCheckShift = 5; // 1: fail unless free, 2: fail if free
+constexpr uint8_t kCheckMask = 0x3 << kCheckShift;
+constexpr uint8_t kFlagsKnown = kInline | kOffsetEnable | kCheckMask;
 } // namespace control
 
 // Which fields of the key the UMR sets (MLX5_MKEY_MASK_*).
@@ -31,16 +37,24 @@ constexpr uint64_t kPageSize = 1u << 1;
 constexpr uint64_t kStartAddress = 1u << 6;
 constexpr uint64_t kKey = 1u << 13;
 constexpr uint64_t kFree = 1u << 29;
+constexpr uint64_t kPd = 1u << 7;
+constexpr uint64_t kRights = 0xfu << 17; // lr, lw, rr, rw
+constexpr uint64_t kAtomic = 1u << 21;
 constexpr uint64_t kRegistration = kLength | kPageSize | kStartAddress | kKey | kFree;
+constexpr uint64_t kRange = kLength | kPageSize | kStartAddress;
+constexpr uint64_t kUpdatable = kRange | kPd | kKey | kRights | kAtomic | kFree;
 } // namespace mask
 
 namespace mkey {
 constexpr size_t kStatus = 0;
 constexpr size_t kFlags = 2;
-constexpr size_t kVariant = 7; // the low byte of qpn_mkey7_0
+constexpr size_t kVariant = 7;   // the low byte of qpn_mkey7_0
+constexpr size_t kLength64 = 12; // its top bit
+constexpr size_t kPd = 12;       // the low 24 bits of the dword
 constexpr size_t kStartAddress = 16;
 constexpr size_t kLength = 24;
 constexpr size_t kLogPageSize = 59;
+constexpr uint8_t kLogPageSizeMask = 0x3f;
 constexpr uint8_t kStatusFree = 0x40;
 constexpr uint8_t kAccessModeMask = 0x3;
 constexpr uint8_t kAccessModeMtt = 0x1;
@@ -90,12 +104,73 @@ const char *readTranslations(const Host &host, std::span<const uint8_t> wqe, siz
             return "translation entries the device cannot read";
     }
     pages.resize(count);
-    for (uint32_t i = 0; i < count; ++i)
+    for (size_t i = 0; i < count; ++i)
         pages[i] = readBe64(entries.data() + 8 * i) & ~kMttFlags;
     return nullptr;
 }
 
+// The general UMR's segments as a KeyUpdate; null, or why not.
+const char *updateOf(std::span<const uint8_t> wqe, KeyUpdate &u) {
+    const uint8_t *c = wqe.data() + kControl;
+    const uint8_t *k = wqe.data() + kMkey;
+    const uint8_t flags = c[control::kFlags];
+    const uint64_t fields = readBe64(c + control::kMkeyMask);
+    const uint64_t range = fields & mask::kRange, rights = fields & mask::kRights;
+    const unsigned check = (flags & control::kCheckMask) >> control::kCheckShift;
+    if (flags & ~control::kFlagsKnown || check == 3)
+        return "control flags the device does not know";
+    if (fields & ~mask::kUpdatable)
+        return "a mask setting fields the device does not update";
+    if ((range && range != mask::kRange) || (rights && rights != mask::kRights))
+        return "a mask setting part of the range or part of the access rights";
+    if (range && k[mkey::kLength64] & 0x80)
+        return "length64: a key over all addresses";
+    u.before = check == 1   ? KeyUpdate::Before::kFree
+               : check == 2 ? KeyUpdate::Before::kInUse
+                            : KeyUpdate::Before::kAnything;
+    u.setsRange = range != 0;
+    u.setsAccess = rights != 0;
+    u.setsAtomic = fields & mask::kAtomic;
+    u.setsPd = fields & mask::kPd;
+    u.setsVariant = fields & mask::kKey;
+    u.setsFree = fields & mask::kFree;
+    u.iova = readBe64(k + mkey::kStartAddress);
+    u.length = readBe64(k + mkey::kLength);
+    u.logPageSize = k[mkey::kLogPageSize] & mkey::kLogPageSizeMask;
+    u.access = accessOf(k[mkey::kFlags]);
+    u.pdn = readBe32(k + mkey::kPd) & 0xffffff;
+    u.variant = k[mkey::kVariant];
+    u.free = k[mkey::kStatus] & mkey::kStatusFree;
+    if (flags & control::kOffsetEnable)
+        u.firstEntry = (uint64_t{readBe32(c + control::kXltOffsetHigh)} << 16 |
+                        readBe16(c + control::kXltOffset)) *
+                       2;
+    return nullptr;
+}
+
 } // namespace
+
+uint8_t decodeUpdate(const Host &host, uint32_t qpn, uint32_t index, std::span<const uint8_t> wqe,
+                     size_t used, Wqe &out) {
+    const auto bad = [&](const char *what) {
+        host.guestError(err::kWqeBad, "QP %u UMR WQE %u: %s", qpn, index, what);
+        return PIB_WC_LOC_QP_OP_ERR;
+    };
+    if (used < kTranslations)
+        return bad("shorter than its UMR and key segments");
+    KeyUpdate u;
+    if (const char *why = updateOf(wqe, u))
+        return bad(why);
+    const uint8_t *c = wqe.data() + kControl;
+    const uint32_t entries = uint32_t{readBe16(c + control::kXltOctowords)} * 2;
+    if (entries)
+        if (const char *why = readTranslations(
+                host, wqe, used, c[control::kFlags] & control::kInline, entries, out.pages))
+            return bad(why);
+    out.ctrl.opcode = PIB_WR_REG_MR;
+    out.update = u;
+    return PIB_WC_SUCCESS;
+}
 
 uint8_t decode(const Host &host, uint32_t qpn, uint32_t index, std::span<const uint8_t> wqe,
                size_t used, Wqe &out) {

@@ -22,4 +22,10 @@ namespace pib::mlx5::umr {
 uint8_t decode(const Host &host, uint32_t qpn, uint32_t index, std::span<const uint8_t> wqe,
                size_t used, Wqe &out);
 
+// The same for a WQE of the driver's UMR QP: a general key update
+// (key_update.hh, docs/mlx5.md §10.1) into out.update, its translation
+// entries into out.pages.
+uint8_t decodeUpdate(const Host &host, uint32_t qpn, uint32_t index, std::span<const uint8_t> wqe,
+                     size_t used, Wqe &out);
+
 } // namespace pib::mlx5::umr

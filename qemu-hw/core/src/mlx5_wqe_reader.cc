@@ -169,6 +169,7 @@ uint8_t WqeReader::readSend(const QueuePair &qp, uint32_t index, Wqe &out) {
                       : ds == 0                                      ? "no segments"
                       : blocks > wqe::kMaxBlocks                     ? "more than 16 basic blocks"
                       : blocks > 1u << qp.ctx.sq_log_wqe_count       ? "more blocks than its ring"
+                      : qp.umr && mlx5Opcode != opcode::kUmr         ? "not a UMR on a UMR QP"
                       : !sendLayout(qp.ctx.type, mlx5Opcode, layout) ? "an opcode its QP lacks"
                                                                      : nullptr;
     if (bad) {
@@ -199,6 +200,8 @@ uint8_t WqeReader::readSend(const QueuePair &qp, uint32_t index, Wqe &out) {
         ctrl.imm = readBe32(raw_.data() + kImmediate);
     else
         std::memcpy(&ctrl.imm, raw_.data() + kImmediate, sizeof(ctrl.imm));
+    if (layout.umr && qp.umr)
+        return umr::decodeUpdate(host_, qp.number, index, raw_, size_t{ds} * kSegmentBytes, out);
     if (layout.umr)
         return umr::decode(host_, qp.number, index, raw_, size_t{ds} * kSegmentBytes, out);
     return decodeSend(qp, index, layout, size_t{ds} * kSegmentBytes, out);

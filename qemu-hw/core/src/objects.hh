@@ -93,6 +93,9 @@ struct QueuePair {
     pib_qp_attr attr{}; // current attributes; attr.qp_state is the state
     WorkQueue sq;
     WorkQueue rq;
+    // ConnectX: the driver's UMR QP (service type 0xc), a core UC QP with no
+    // PD that takes UMR WQEs only and sends nothing (docs/mlx5.md §10.1).
+    bool umr = false;
     uint32_t nextPsn = 0; // UD: the PSN of the next packet sent
     RequesterState req;   // RC, UC
     ResponderState resp;  // RC, UC

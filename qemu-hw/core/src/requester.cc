@@ -42,7 +42,8 @@ uint8_t Requester::fetchSendWqe(QueuePair &qp, uint32_t index, SendWqe &w) {
     w.swapAdd = wqe.atomic.swap_add;
     w.compare = wqe.atomic.compare;
     w.reg = wqe.reg;
-    w.pages = wqe.pages;
+    w.pages = std::move(wqe.pages);
+    w.update = wqe.update;
     w.bind = wqe.bind;
     w.remoteSrqn = wqe.xrc.remote_srqn;
     if (w.isLocal()) {
@@ -173,7 +174,9 @@ void Requester::send(QueuePair &qp) {
 // it takes effect now, and completes (in error, the QP with it) at once.
 void Requester::runLocalOperation(QueuePair &qp, SendWqe w) {
     uint8_t status = PIB_WC_SUCCESS;
-    if (w.opcode == PIB_WR_REG_MR)
+    if (w.update)
+        status = keys_.update(qp.number, w.index, w.imm, *w.update, w.pages);
+    else if (w.opcode == PIB_WR_REG_MR)
         status = keys_.fastRegister(qp.number, w.index, qp.ctx.pdn, w.reg, w.pages);
     else if (w.opcode == PIB_WR_BIND_MW)
         status = keys_.bindWindow(qp.number, w.index, qp.ctx.pdn, w.bind);

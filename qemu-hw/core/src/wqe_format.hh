@@ -7,9 +7,11 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <span>
 #include <vector>
 
+#include "key_update.hh"
 #include "objects.hh"
 #include "pib_hw.h"
 
@@ -27,6 +29,9 @@ struct Wqe {
     // A REG_MR's page addresses when the reader took them from the WQE
     // itself (a ConnectX UMR); empty: at reg.page_list.
     std::vector<uint64_t> pages;
+    // A REG_MR that is a general key update (a ConnectX UMR QP's UMR):
+    // `pages` are its translation entries.
+    std::optional<KeyUpdate> update;
     pib_wqe_bind_mw bind{}; // memory window binding
     pib_wqe_xrc xrc{};      // XRC INI QPs: the remote XRC SRQ
     bool isInline = false;

@@ -1,0 +1,123 @@
+// SPDX-License-Identifier: GPL-2.0-or-later
+// MemoryKeys::update: a general key update (key_update.hh), checked whole
+// before any of it takes effect.
+#include <algorithm>
+
+#include "limits.hh"
+#include "memory_keys.hh"
+#include "trace.hh"
+
+namespace pib {
+
+namespace {
+
+// An MTT entry's low bits are its read and write enables, not address.
+constexpr uint64_t kEntryFlags = 0x7;
+constexpr uint64_t kMinPageMask = (uint64_t{1} << limits::kMinLogPageSize) - 1;
+
+const char *checkRange(const KeyUpdate &u) {
+    if (u.logPageSize < limits::kMinLogPageSize || u.logPageSize > limits::kMaxLogPageSize)
+        return "a page size outside 2^12..2^30";
+    if (u.length == 0 || u.length > limits::kMaxMrSize || u.iova + u.length < u.iova)
+        return "a length of 0, beyond max_mr_size or wrapping";
+    return nullptr;
+}
+
+const char *checkAccess(uint32_t access) {
+    if (access & ~PIB_ACCESS_ALL ||
+        (access & (PIB_ACCESS_REMOTE_WRITE | PIB_ACCESS_REMOTE_ATOMIC) &&
+         !(access & PIB_ACCESS_LOCAL_WRITE)))
+        return "access rights IBA does not allow";
+    return nullptr;
+}
+
+// The key's access rights once `u` sets those it sets.
+uint32_t accessAfter(const MemoryRegion &mr, const KeyUpdate &u) {
+    constexpr uint32_t kAtomic = PIB_ACCESS_REMOTE_ATOMIC;
+    const uint32_t others = u.setsAccess ? u.access & ~kAtomic : mr.ctx.access & ~kAtomic;
+    return others | ((u.setsAtomic ? u.access : mr.ctx.access) & kAtomic);
+}
+
+} // namespace
+
+// What keeps `u` and its `entries` from applying to `mr` (named by `key`):
+// null when nothing does.
+const char *MemoryKeys::checkUpdate(const MemoryRegion *mr, uint32_t key, const KeyUpdate &u,
+                                    std::span<const uint64_t> entries) const {
+    if (!mr || !mr->ownsPages || !mr->fastReg())
+        return "the key names no UMR-enabled translation key";
+    if (!u.setsVariant && mr->key != key)
+        return "the key's variant is not the region's";
+    if (u.before == KeyUpdate::Before::kFree && mr->valid)
+        return "the key is in use, and the UMR asks for a free one";
+    if (u.before == KeyUpdate::Before::kInUse && !mr->valid)
+        return "the key is free, and the UMR asks for one in use";
+    if (u.setsRange)
+        if (const char *why = checkRange(u))
+            return why;
+    if (const char *why = checkAccess(accessAfter(*mr, u)))
+        return why;
+    if (u.setsPd && !pds_.find(u.pdn))
+        return "no such PD";
+    if (u.firstEntry > mr->ctx.mtt_count || entries.size() > mr->ctx.mtt_count - u.firstEntry)
+        return "translation entries beyond the key's table";
+    for (uint64_t entry : entries)
+        if (entry & ~kEntryFlags & kMinPageMask)
+            return "a translation entry that is not a page address";
+    return nullptr;
+}
+
+// Freeing the key gives its table back to the budget; entries beyond the
+// table's end grow it, within the budget.
+bool MemoryKeys::storeEntries(MemoryRegion &mr, const KeyUpdate &u,
+                              std::span<const uint64_t> entries) {
+    if (u.setsFree && u.free) {
+        mtt_.returnKeyEntries(mr.ownPages.size());
+        mr.ownPages = {};
+    }
+    if (entries.empty())
+        return true;
+    const uint64_t end = u.firstEntry + entries.size();
+    if (end > mr.ownPages.size()) {
+        if (!mtt_.takeKeyEntries(end - mr.ownPages.size()))
+            return false;
+        mr.ownPages.resize(end);
+    }
+    for (size_t i = 0; i < entries.size(); ++i)
+        mr.ownPages[u.firstEntry + i] = entries[i] & ~kEntryFlags;
+    return true;
+}
+
+uint8_t MemoryKeys::update(uint32_t qpn, uint32_t index, uint32_t key, const KeyUpdate &u,
+                           std::span<const uint64_t> entries) {
+    MemoryRegion *mr = mrs_.find(PIB_KEY_INDEX(key));
+    const char *why = checkUpdate(mr, key, u, entries);
+    if (!why && !storeEntries(*mr, u, entries))
+        why = "the device's translation memory is full";
+    if (why) {
+        host_.guestError(err::kMlx5Umr, "QP %u UMR WQE %u of key 0x%x: %s", qpn, index, key, why);
+        return PIB_WC_LOC_PROT_ERR;
+    }
+    pib_mr_context &c = mr->ctx;
+    if (u.setsRange) {
+        c.iova = u.iova;
+        c.length = u.length;
+        c.log_page_size = u.logPageSize;
+    }
+    c.access = accessAfter(*mr, u);
+    if (u.setsPd) {
+        --pds_.at(c.pdn).refs;
+        ++pds_.at(u.pdn).refs;
+        c.pdn = u.pdn;
+    }
+    if (u.setsVariant) {
+        c.key_variant = u.variant;
+        mr->key = (PIB_KEY_INDEX(key) << 8) | u.variant;
+    }
+    if (u.setsFree)
+        mr->valid = !u.free;
+    trace::mlx5_umr(host_, qpn, mr->key, u.firstEntry, entries.size(), mr->valid, c.pdn);
+    return PIB_WC_SUCCESS;
+}
+
+} // namespace pib
