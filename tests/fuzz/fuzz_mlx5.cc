@@ -120,10 +120,13 @@ std::vector<uint8_t> srqInput(FuzzedDataProvider &in, const Pages &pages) {
     return cmd;
 }
 
-// A CREATE_MKEY as mlx5_ib's DMA keys are, in one of the first PDs, with
-// any access bits, length and a few fields that may be wrong.
-std::vector<uint8_t> mkeyInput(FuzzedDataProvider &in) {
-    auto cmd = Mlx5Host::input(0x200, 0, 0x110);
+// A CREATE_MKEY as mlx5_ib's DMA keys are, or its keys made with their
+// pages (reg_create), in one of the first PDs, with any access bits,
+// length and a few fields that may be wrong.
+std::vector<uint8_t> mkeyInput(FuzzedDataProvider &in, const Pages &pages) {
+    const uint32_t entries = in.ConsumeIntegralInRange<uint32_t>(0, 6);
+    auto cmd = Mlx5Host::input(0x200, 0, 0x110 + 8 * entries);
+    set(cmd, field(0x90, 1), in.ConsumeBool());                           // umr_en
     set(cmd, field(0x91, 5), in.ConsumeIntegralInRange<uint32_t>(0, 31)); // a, rw, rr, lw, lr
     set(cmd, field(0x96, 2), in.ConsumeBool() ? 0 : 1);                   // PA, or MTT
     set(cmd, field(0xa0, 24), in.ConsumeBool() ? 0xffffff : in.ConsumeIntegral<uint32_t>());
@@ -131,7 +134,15 @@ std::vector<uint8_t> mkeyInput(FuzzedDataProvider &in) {
     set(cmd, field(0xe0, 1), in.ConsumeBool());
     set(cmd, field(0xe8, 24), in.ConsumeIntegralInRange<uint32_t>(0, 3));
     set(cmd, field(0x100, 64), in.ConsumeBool() ? 0 : in.ConsumeIntegral<uint64_t>());
-    set(cmd, field(0x140, 64), in.ConsumeIntegral<uint64_t>());
+    set(cmd, field(0x140, 64),
+        in.ConsumeBool() ? in.ConsumeIntegralInRange<uint64_t>(1, 6 * 4096)
+                         : in.ConsumeIntegral<uint64_t>());
+    set(cmd, field(0x220, 32), in.ConsumeIntegralInRange<uint32_t>(0, 4)); // the table
+    set(cmd, field(0x25a, 6), in.ConsumeBool() ? 12 : in.ConsumeIntegral<uint8_t>());
+    set(cmd, field(0x300, 32), in.ConsumeBool() ? entries / 2 : in.ConsumeIntegral<uint32_t>());
+    for (uint32_t i = 0; i < entries; ++i)
+        writeBe64(&cmd[0x110 + 8 * i],
+                  in.ConsumeBool() ? pages.pick(in) | 3 : in.ConsumeIntegral<uint64_t>());
     return cmd;
 }
 
@@ -200,7 +211,7 @@ std::vector<uint8_t> commandInput(FuzzedDataProvider &in, const Pages &pages) {
     if (opcode == 0x301 && in.ConsumeBool())
         return eqInput(in, pages);
     if (opcode == 0x200 && in.ConsumeBool())
-        return mkeyInput(in);
+        return mkeyInput(in, pages);
     if (opcode == 0x400 && in.ConsumeBool())
         return cqInput(in, pages);
     if (opcode == 0x700 && in.ConsumeBool())
@@ -292,6 +303,11 @@ struct QpWorld {
         if (!onSrq || !f.toRts(onSrq->qpn))
             return false;
         qps.push_back({*onSrq, true});
+        // A sixth, the driver's UMR QP (docs/mlx5.md §10.1).
+        const auto umrQp = f.createQp(kRegUmr, std::nullopt, 0, 4);
+        if (!umrQp || !f.toRts(umrQp->qpn))
+            return false;
+        qps.push_back({*umrQp, false});
         // A free key for UMR WQEs to register and invalidate.
         auto key = Mlx5Host::input(0x200, 0, 0x110);
         set(key, field(0x81, 1), 1);         // free
@@ -349,22 +365,31 @@ struct QpWorld {
                     offset);
     }
 
-    // A UMR WQE shaped as mlx5_ib's fast registration or invalidation,
-    // with any of its fields wrong, on one of the QPs.
+    // A UMR WQE shaped as mlx5_ib's fast registration or invalidation, or
+    // as its UMR QP's loads, enables and revocations, with any of its
+    // fields wrong, on one of the QPs (the UMR QP most often).
     void umr(FuzzedDataProvider &in, const Pages &pages) {
-        Entry &e = pick(in);
+        // The masks mlx5_ib writes: fast registration, invalidation, a
+        // chunk of entries, enabling, revocation.
+        static constexpr uint64_t kMasks[] = {0x209e2143, 1u << 29, 0, 0x203e20c3, 0x20000080};
+        static constexpr uint8_t kFlags[] = {0x80, 0x00, 0x20, 0x30, 0x40, 0xa0, 0xc0};
+        Entry &e = in.ConsumeBool() ? qps[kUmrQp] : pick(in);
         std::vector<uint8_t> wqe(128);
         wqe[3] = 0x25;
         writeBe32(&wqe[12], in.ConsumeBool() ? freeKey : in.ConsumeIntegral<uint32_t>());
         const bool invalidate = in.ConsumeBool();
         const uint32_t count = in.ConsumeIntegralInRange<uint32_t>(0, 20);
-        wqe[16] = in.ConsumeBool() ? 0x80 : in.ConsumeIntegral<uint8_t>(); // inline, or not
+        wqe[16] = in.ConsumeBool() ? in.PickValueInArray(kFlags) : in.ConsumeIntegral<uint8_t>();
         writeBe16(&wqe[20], static_cast<uint16_t>(in.ConsumeIntegralInRange<uint32_t>(0, 12)));
-        writeBe64(&wqe[24], in.ConsumeBool() ? (invalidate ? 1u << 29 : 0x209e2143u)
-                                             : in.ConsumeIntegral<uint64_t>());
+        writeBe16(&wqe[22], static_cast<uint16_t>(in.ConsumeIntegralInRange<uint32_t>(0, 10)));
+        writeBe64(&wqe[24],
+                  in.ConsumeBool() ? in.PickValueInArray(kMasks) : in.ConsumeIntegral<uint64_t>());
+        if (in.ConsumeBool())
+            writeBe32(&wqe[32], in.ConsumeIntegral<uint32_t>()); // xlt_offset_47_16
         wqe[64] = invalidate ? 0x40 : 0;
         wqe[66] = in.ConsumeBool() ? 0xbd : in.ConsumeIntegral<uint8_t>(); // access, MTT
         wqe[71] = static_cast<uint8_t>(in.ConsumeBool() ? freeKey : in.ConsumeIntegral<uint8_t>());
+        writeBe32(&wqe[76], in.ConsumeBool() ? f.pd : in.ConsumeIntegralInRange<uint32_t>(0, 4));
         writeBe64(&wqe[80], in.ConsumeIntegral<uint64_t>() & ~uint64_t{0xfff});
         writeBe64(&wqe[88], in.ConsumeIntegralInRange<uint64_t>(0, 20 * 4096));
         wqe[123] = in.ConsumeBool() ? 12 : in.ConsumeIntegral<uint8_t>();
@@ -408,7 +433,8 @@ struct QpWorld {
     void manage(FuzzedDataProvider &in) {
         static constexpr uint16_t kChanges[] = {0x502, 0x503, 0x504, 0x505, 0x506,
                                                 0x507, 0x50a, 0x50c, 0x50e};
-        static constexpr uint8_t kTypes[] = {qpc::kUd, qpc::kRc, qpc::kUc, qpc::kQp0, qpc::kQp1};
+        static constexpr uint8_t kTypes[] = {qpc::kUd,  qpc::kRc,  qpc::kUc,
+                                             qpc::kQp0, qpc::kQp1, kRegUmr};
         Entry &e = pick(in);
         switch (in.ConsumeIntegralInRange<int>(0, 3)) {
         case 0:
@@ -439,6 +465,8 @@ struct QpWorld {
 
     // Where UD sends go: the two UD QPs and the one on the SRQ.
     static constexpr size_t kUdPeers[] = {0, 1, 4};
+    static constexpr size_t kUmrQp = 5;
+    static constexpr uint8_t kRegUmr = 0xc;
     Mlx5Function f;
     std::vector<Entry> qps;
     std::optional<Mlx5Function::Srq> srq;

@@ -56,6 +56,7 @@ constexpr Field kDbrAddr = field(kQpc + 0x500, 64);
 constexpr Field kQkey = field(kQpc + 0x540, 32);
 constexpr Field kRqType = field(kQpc + 0x565, 3);
 constexpr Field kSrqn = field(kQpc + 0x568, 24);
+constexpr Field kXrcd = field(kQpc + 0x3c8, 24);
 constexpr Field kHwSqCounter = field(kQpc + 0x5a0, 16);
 constexpr Field kHwRqCounter = field(kQpc + 0x5c0, 32);
 // Service types.
@@ -207,31 +208,33 @@ class Mlx5Function {
 
     // An SRQ of 2^logSize 32-byte WQEs as mlx5_ib makes one, its free list
     // linked in `order` (a permutation of the slots), and the driver's
-    // state of it.
+    // state of it: by CREATE_SRQ in a fresh XRC domain, or by `opcode`
+    // (CREATE_XRC_SRQ) in `xrcd`.
     struct Srq {
         uint32_t srqn = 0;
         uint64_t ring = 0, record = 0;
         uint32_t head = 0, posted = 0;
     };
-    std::optional<Srq> createSrq(uint32_t logSize, const std::vector<uint16_t> &order) {
+    std::optional<Srq> createSrq(uint32_t logSize, const std::vector<uint16_t> &order,
+                                 uint16_t opcode = 0x700, std::optional<uint32_t> xrcd = {}) {
         Srq s;
         s.ring = host.alloc(4096);
         s.record = host.alloc(64, 64);
         for (size_t i = 0; i < order.size(); ++i)
             writeBe16(host.at(s.ring + 32 * order[i] + 2), order[(i + 1) % order.size()]);
         s.head = order.front();
-        const auto xrcd = host.run(Mlx5Host::input(0x80e), 16); // ALLOC_XRCD
-        auto in = Mlx5Host::input(0x700, 0, 0x118);
+        const auto domain = host.run(Mlx5Host::input(0x80e), 16); // ALLOC_XRCD
+        auto in = Mlx5Host::input(opcode, 0, 0x118);
         using pib::mlx5::field;
         set(in, field(0x80 + 0x04, 4), logSize);
         set(in, field(0x80 + 0x25, 3), 1); // 32-byte WQEs
-        set(in, field(0x80 + 0x28, 24), xrcd.get(mlx5qp::kHeld));
+        set(in, field(0x80 + 0x28, 24), xrcd ? *xrcd : domain.get(mlx5qp::kHeld));
         set(in, field(0x80 + 0x48, 24), cqn);
         set(in, field(0x80 + 0xc8, 24), pd);
         set(in, field(0x80 + 0x140, 64), s.record);
         writeBe64(&in[0x110], s.ring);
         const auto r = host.run(in, 16);
-        if (xrcd.status() != 0 || r.status() != 0)
+        if (domain.status() != 0 || r.status() != 0)
             return std::nullopt;
         s.srqn = static_cast<uint32_t>(r.get(mlx5qp::kHeld));
         return s;

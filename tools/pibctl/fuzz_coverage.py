@@ -43,7 +43,9 @@ WATCHED = {
              "mlx5::Commands::createMkey", "mlx5::WqeReader::decodeSend",
              "mlx5::WqeReader::readReceive", "mlx5::QueuePairs::modify",
              "mlx5::QueuePairs::freePort", "mlx5::Registers::firmware",
-             "mlx5::WqeReader::pollSrqProducer", "mlx5::VendorCapability::write"],
+             "mlx5::WqeReader::pollSrqProducer", "mlx5::VendorCapability::write",
+             "mlx5::Commands::createMttMkey", "MemoryKeys::update", "MemoryKeys::storeEntries",
+             "MemoryRegions::insertWithPages"],
 }
 
 

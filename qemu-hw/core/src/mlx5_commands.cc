@@ -48,7 +48,7 @@ const Refusals Commands::kRefusals{err::kMlx5CmdBadResource, err::kMlx5CmdBadPar
                                    err::kMlx5CmdNoResources, err::kMlx5CmdInUse};
 
 // clang-format off
-const std::array<Commands::Spec, 47> Commands::kTable = {{
+const std::array<Commands::Spec, 51> Commands::kTable = {{
     {0x100, "QUERY_HCA_CAP", 0x10, 0x10 + HcaCaps::kPageBytes, State::kEnabled, &Commands::queryHcaCap},
     {0x101, "QUERY_ADAPTER", 0x10, 0x110, State::kEnabled, &Commands::queryAdapter},
     {0x102, "INIT_HCA", 0x10, 0x10, State::kEnabled, &Commands::initHca},
@@ -71,6 +71,12 @@ const std::array<Commands::Spec, 47> Commands::kTable = {{
     {0x701, "DESTROY_SRQ", 0x10, 0x10, State::kInitialized, &Commands::destroySrq},
     {0x702, "QUERY_SRQ", 0x10, 0x50, State::kInitialized, &Commands::querySrq},
     {0x703, "ARM_RQ", 0x10, 0x10, State::kInitialized, &Commands::armRq},
+    // XRC SRQs are the SRQs above (every SRQ names an XRC domain), their
+    // context the same fields at the same places (docs/mlx5.md §9).
+    {0x705, "CREATE_XRC_SRQ", 0x110, 0x10, State::kInitialized, &Commands::createSrq},
+    {0x706, "DESTROY_XRC_SRQ", 0x10, 0x10, State::kInitialized, &Commands::destroySrq},
+    {0x707, "QUERY_XRC_SRQ", 0x10, 0x50, State::kInitialized, &Commands::querySrq},
+    {0x708, "ARM_XRC_SRQ", 0x10, 0x10, State::kInitialized, &Commands::armRq},
     {0x50d, "MAD_IFC", 0x110, 0x110, State::kInitialized, &Commands::madIfc},
     {0x762, "QUERY_HCA_VPORT_CONTEXT", 0x10, 0x210, State::kInitialized, &Commands::queryHcaVportContext},
     {0x800, "ALLOC_PD", 0x10, 0x10, State::kInitialized, &Commands::allocPd},
@@ -382,7 +388,8 @@ const err::Condition *Commands::querySrq(const Request &r) {
     return srqs_.query(static_cast<uint32_t>(get(r.in, kSrqNumber)), r.out);
 }
 
-// ARM_RQ sets an SRQ's limit; the device has no other kind of RQ object.
+// ARM_RQ and ARM_XRC_SRQ set an SRQ's limit (op_mod 1 for both: an SRQ,
+// an XRC SRQ); the device has no other kind of RQ object.
 const err::Condition *Commands::armRq(const Request &r) {
     if (r.opMod != kArmRqSrq)
         return fail(err::kMlx5CmdBadParam, "ARM_RQ of op_mod %u: only SRQs", r.opMod);

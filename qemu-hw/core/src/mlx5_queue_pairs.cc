@@ -64,6 +64,7 @@ constexpr Field kPageOffset = field(kContext + 0x494, 6);
 constexpr Field kMinRnrNak = field(kContext + 0x4a3, 5);
 constexpr Field kNextRcvPsn = field(kContext + 0x4a8, 24);
 constexpr Field kCqnRcv = field(kContext + 0x4e8, 24);
+constexpr Field kXrcd = field(kContext + 0x3c8, 24);
 constexpr Field kDbrAddr = field(kContext + 0x500, 64);
 constexpr Field kQkey = field(kContext + 0x540, 32);
 constexpr Field kRqType = field(kContext + 0x565, 3);
@@ -80,6 +81,7 @@ namespace st {
 constexpr uint8_t kRc = 0x0;
 constexpr uint8_t kUc = 0x1;
 constexpr uint8_t kUd = 0x2;
+constexpr uint8_t kXrc = 0x3; // an XRC INI QP with an SQ, an XRC TGT QP without
 constexpr uint8_t kQp0 = 0x7;
 constexpr uint8_t kQp1 = 0x8;
 constexpr uint8_t kRegUmr = 0xc; // the driver's UMR QP (docs/mlx5.md §10.1)
@@ -95,16 +97,19 @@ struct ServiceType {
     uint8_t st;
     uint8_t coreType;
 };
-constexpr ServiceType kServiceTypes[] = {{st::kRc, PIB_QPT_RC},
-                                         {st::kUc, PIB_QPT_UC},
-                                         {st::kUd, PIB_QPT_UD},
-                                         {st::kQp0, PIB_QPT_SMI},
+constexpr ServiceType kServiceTypes[] = {{st::kRc, PIB_QPT_RC},       {st::kUc, PIB_QPT_UC},
+                                         {st::kUd, PIB_QPT_UD},       {st::kXrc, PIB_QPT_XRC_INI},
+                                         {st::kXrc, PIB_QPT_XRC_TGT}, {st::kQp0, PIB_QPT_SMI},
                                          {st::kQp1, PIB_QPT_GSI}};
 
-// The UMR QP is a core UC QP (QueuePair::umr).
-std::optional<uint8_t> coreType(uint64_t serviceType) {
+// The core's type of a CREATE_QP's context: the UMR QP is a core UC QP
+// (QueuePair::umr); an XRC QP without an SQ is a target.
+std::optional<uint8_t> coreType(std::span<const uint8_t> in) {
+    const uint64_t serviceType = get(in, kSt);
     if (serviceType == st::kRegUmr)
         return PIB_QPT_UC;
+    if (serviceType == st::kXrc)
+        return get(in, kNoSq) ? PIB_QPT_XRC_TGT : PIB_QPT_XRC_INI;
     for (const ServiceType &t : kServiceTypes)
         if (t.st == serviceType)
             return t.coreType;
@@ -229,7 +234,7 @@ std::optional<uint8_t> QueuePairs::freePort(uint8_t type) const {
 }
 
 const err::Condition *QueuePairs::checkContext(std::span<const uint8_t> in) const {
-    const auto type = coreType(get(in, kSt));
+    const auto type = coreType(in);
     const bool umr = get(in, kSt) == st::kRegUmr;
     const uint64_t rqType = get(in, kRqType);
     const bool rq = rqType == kRegularRq;
@@ -244,6 +249,10 @@ const err::Condition *QueuePairs::checkContext(std::span<const uint8_t> in) cons
         : !sq && get(in, kLogSqSize)                            ? "an SQ size with no_sq"
         : !rq && !srq && !sq                                    ? "neither a receive side nor an SQ"
         : umr && (srq || !sq)                                   ? "a UMR QP with an SRQ or no SQ"
+        : *type == PIB_QPT_XRC_INI && rq                        ? "an XRC INI QP with an RQ"
+        : *type == PIB_QPT_XRC_TGT && rq                        ? "an XRC TGT QP with an RQ"
+        : *type == PIB_QPT_XRC_TGT && !objects_.xrcds.find(get(in, kXrcd))
+            ? "xrcd: no such XRC domain"
         : get(in, kWqSignature)            ? "wq_signature: WQE signatures are not offered"
         : get(in, kPmState) != kPmMigrated ? "pm_state: path migration is not offered"
         : get(in, kLogRqSize) > limits::kLogMaxMlx5QpSize   ? "log_rq_size beyond log_max_qp_sz"
@@ -253,7 +262,7 @@ const err::Condition *QueuePairs::checkContext(std::span<const uint8_t> in) cons
         : !umr && !objects_.pds.find(get(in, kPd))          ? "pd: no such PD"
         : !objects_.cqs.find(get(in, kCqnSnd))              ? "cqn_snd: no such CQ"
         : !objects_.cqs.find(get(in, kCqnRcv))              ? "cqn_rcv: no such CQ"
-        : !uars_.given(get(in, kUarPage))                   ? "uar_page: not given out"
+        : *type != PIB_QPT_XRC_TGT && !uars_.given(get(in, kUarPage)) ? "uar_page: not given out"
         : !isDoorbellRecord(host_, get(in, kDbrAddr)) ? "dbr_addr: not 8-byte aligned guest RAM"
         : (*type == PIB_QPT_SMI || *type == PIB_QPT_GSI) && !freePort(*type)
             ? "every port has its QP0 or QP1"
@@ -269,6 +278,8 @@ void QueuePairs::hold(const QueuePair &qp, int delta) {
     const auto adjust = [delta](Referenced &o) { o.refs += static_cast<uint32_t>(delta); };
     if (!qp.umr) // it has no PD
         adjust(objects_.pds.at(qp.ctx.pdn));
+    if (qp.ctx.type == PIB_QPT_XRC_TGT)
+        adjust(objects_.xrcds.at(qp.ctx.xrcdn));
     adjust(objects_.cqs.at(qp.ctx.send_cqn));
     adjust(objects_.cqs.at(qp.ctx.recv_cqn));
     if (qp.ctx.flags & PIB_QP_USE_SRQ)
@@ -280,14 +291,20 @@ const err::Condition *QueuePairs::create(std::span<const uint8_t> in, uint32_t &
         return why;
     auto qp = std::make_unique<QueuePair>();
     pib_qp_context &ctx = qp->ctx;
-    ctx.type = *coreType(get(in, kSt));
+    ctx.type = *coreType(in);
     qp->umr = get(in, kSt) == st::kRegUmr;
     ctx.pdn = qp->umr ? 0 : static_cast<uint32_t>(get(in, kPd));
     ctx.send_cqn = static_cast<uint32_t>(get(in, kCqnSnd));
     ctx.recv_cqn = static_cast<uint32_t>(get(in, kCqnRcv));
     ctx.uar_page = static_cast<uint32_t>(get(in, kUarPage));
-    // A queue the QP lacks has stride 0 (mlx5_wqe_reader.cc).
-    if (get(in, kRqType) == kSrqRq) {
+    // A queue the QP lacks has stride 0 (mlx5_wqe_reader.cc). An XRC TGT
+    // QP takes its receive WQEs from the XRC SRQ each message names, an
+    // XRC INI QP receives nothing: the SRQ their context names (the
+    // driver's default one) is never used.
+    if (ctx.type == PIB_QPT_XRC_TGT) {
+        ctx.xrcdn = static_cast<uint32_t>(get(in, kXrcd));
+    } else if (ctx.type == PIB_QPT_XRC_INI) {
+    } else if (get(in, kRqType) == kSrqRq) {
         ctx.flags |= PIB_QP_USE_SRQ;
         ctx.srqn = static_cast<uint32_t>(get(in, kSrqn));
     } else if (get(in, kRqType) == kRegularRq) {
@@ -305,22 +322,17 @@ const err::Condition *QueuePairs::create(std::span<const uint8_t> in, uint32_t &
         ctx.rq_log_wqe_stride ? uint64_t{1} << (ctx.rq_log_wqe_count + ctx.rq_log_wqe_stride) : 0;
     const uint64_t sqBytes =
         ctx.sq_log_wqe_stride ? uint64_t{1} << (ctx.sq_log_wqe_count + ctx.sq_log_wqe_stride) : 0;
-    PageList ring;
-    ring.shift = PageList::kAdapterPageShift + static_cast<uint32_t>(get(in, kLogPageSize));
-    if (const err::Condition *why =
-            ring.load(host_, in, kPageList, rqBytes + sqBytes, "CREATE_QP", err::kMlx5QpBadPages))
-        return why;
     if (!special && objects_.qps.size() == objects_.qps.capacity()) {
         host_.guestError(err::kMlx5CmdNoResources, "CREATE_QP: all %u QPs exist",
                          objects_.qps.capacity());
         return &err::kMlx5CmdNoResources;
     }
-    const auto mapped = ring.map(objects_.mtt, rqBytes + sqBytes);
-    if (!mapped) {
-        host_.guestError(err::kMlx5CmdNoResources, "CREATE_QP: the MTT is full");
-        return &err::kMlx5CmdNoResources;
+    // An XRC TGT QP has no ring, and its command no page list.
+    if (rqBytes + sqBytes) {
+        if (const err::Condition *why = mapRing(in, rqBytes + sqBytes, ctx.sq_buf))
+            return why;
+        ctx.rq_buf = ctx.sq_buf;
     }
-    ctx.sq_buf = ctx.rq_buf = *mapped;
     qp->sendOffset = static_cast<uint32_t>(rqBytes);
     qp->record = get(in, kDbrAddr);
     qp->attr.qp_state = PIB_QPS_RESET;
@@ -331,6 +343,23 @@ const err::Condition *QueuePairs::create(std::span<const uint8_t> in, uint32_t &
     hold(made, +1);
     trace::mlx5_qp_create(host_, qpn, ctx.type, ctx.rq_log_wqe_count, ctx.rq_log_wqe_stride,
                           ctx.sq_log_wqe_count, ctx.pdn, ctx.uar_page);
+    return nullptr;
+}
+
+// The ring of `bytes` a CREATE_QP's page list gives, mapped in the MTT.
+const err::Condition *QueuePairs::mapRing(std::span<const uint8_t> in, uint64_t bytes,
+                                          pib_buf_desc &out) {
+    PageList ring;
+    ring.shift = PageList::kAdapterPageShift + static_cast<uint32_t>(get(in, kLogPageSize));
+    if (const err::Condition *why =
+            ring.load(host_, in, kPageList, bytes, "CREATE_QP", err::kMlx5QpBadPages))
+        return why;
+    const auto mapped = ring.map(objects_.mtt, bytes);
+    if (!mapped) {
+        host_.guestError(err::kMlx5CmdNoResources, "CREATE_QP: the MTT is full");
+        return &err::kMlx5CmdNoResources;
+    }
+    out = *mapped;
     return nullptr;
 }
 
@@ -345,9 +374,10 @@ const err::Condition *QueuePairs::destroy(uint32_t qpn) {
     if (!qp || !qp->record)
         return refuse(err::kMlx5CmdBadResource, "DESTROY_QP", qpn, "no such QP");
     hold(*qp, -1);
-    const uint32_t ring = qp->ctx.sq_buf.mtt_index;
+    const pib_buf_desc ring = qp->ctx.sq_buf;
     endQp(objects_, dataPath_, *qp);
-    objects_.mtt.release(ring);
+    if (ring.npages)
+        objects_.mtt.release(ring.mtt_index);
     trace::mlx5_qp_destroy(host_, qpn);
     return nullptr;
 }
@@ -403,6 +433,8 @@ const err::Condition *QueuePairs::query(uint32_t qpn, std::span<uint8_t> out) co
     const pib_qp_attr &a = qp->attr;
     set(out, kState, a.qp_state == PIB_QPS_SQD && a.sq_draining ? 7 : connectXState(a.qp_state));
     set(out, kSt, qp->umr ? st::kRegUmr : serviceType(ctx.type));
+    if (ctx.type == PIB_QPT_XRC_TGT)
+        set(out, kXrcd, ctx.xrcdn);
     set(out, kPmState, kPmMigrated);
     set(out, kPd, ctx.pdn);
     set(out, kMtu, a.path_mtu);

@@ -16,14 +16,17 @@ constexpr Field kLogSrqSize = field(kContext + 0x04, 4);
 constexpr Field kWqSignature = field(kContext + 0x20, 1);
 constexpr Field kContiguous = field(kContext + 0x21, 1);
 constexpr Field kReservedLkey = field(kContext + 0x23, 1);
+constexpr Field kCyclic = field(kContext + 0x24, 1); // XRC SRQs': basic_cyclic_rcv_wqe
 constexpr Field kLogRqStride = field(kContext + 0x25, 3);
 constexpr Field kXrcd = field(kContext + 0x28, 24);
 constexpr Field kPageOffset = field(kContext + 0x40, 6);
+constexpr Field kDbrUmem = field(kContext + 0x47, 1); // XRC SRQs': dbr_umem_valid
 constexpr Field kCqn = field(kContext + 0x48, 24);
 constexpr Field kLogPageSize = field(kContext + 0x82, 6);
 constexpr Field kPd = field(kContext + 0xc8, 24);
 constexpr Field kLwm = field(kContext + 0xe0, 16);
 constexpr Field kDbrAddr = field(kContext + 0x140, 64);
+constexpr Field kUmem = field(0x2e0, 1); // create_xrc_srq_in's xrc_srq_umem_valid
 constexpr uint32_t kPageList = 0x110;
 
 // A WQE is a next segment and data segments of 16 bytes each: 32 bytes
@@ -38,7 +41,9 @@ const err::Condition *SharedReceiveQueues::checkContext(std::span<const uint8_t>
     const char *bad =
         get(in, kWqSignature) ? "wq_signature: WQE signatures are not offered"
         : get(in, kContiguous) || get(in, kReservedLkey) ? "cont_srq and rlky are not offered"
-        : get(in, kLogSrqSize) > limits::kLogMaxSrqWr    ? "log_srq_size beyond log_max_srq_sz"
+        : get(in, kCyclic)                            ? "basic_cyclic_rcv_wqe: the free list only"
+        : get(in, kDbrUmem) || get(in, kUmem)         ? "DEVX memory (a umem) is not offered"
+        : get(in, kLogSrqSize) > limits::kLogMaxSrqWr ? "log_srq_size beyond log_max_srq_sz"
         : logStride < kLogMinStride || logStride > limits::kLogMaxWqeStride ? "log_rq_stride"
         : get(in, kPageOffset) != 0                         ? "page_offset: SRQs start on a page"
         : get(in, kLogPageSize) > PageList::kMaxLogPageSize ? "log_page_size"

@@ -86,6 +86,12 @@ bool WqeReader::sendLayout(uint8_t qpType, uint8_t mlx5Opcode, Layout &layout) {
     }
     const bool reliable = isReliableRequester(qpType);
     const bool connected = reliable || qpType == PIB_QPT_UC;
+    const bool found = connectedLayout(mlx5Opcode, reliable, connected, layout);
+    layout.xrc = qpType == PIB_QPT_XRC_INI;
+    return found;
+}
+
+bool WqeReader::connectedLayout(uint8_t mlx5Opcode, bool reliable, bool connected, Layout &layout) {
     switch (mlx5Opcode) {
     case opcode::kSend:
         layout = {.opcode = PIB_WR_SEND};
@@ -211,14 +217,19 @@ uint8_t WqeReader::readSend(const QueuePair &qp, uint32_t index, Wqe &out) {
 // bytes the DS count gives before they are copied out.
 uint8_t WqeReader::decodeSend(const QueuePair &qp, uint32_t index, const Layout &layout,
                               size_t used, Wqe &out) {
-    const size_t headers = kCtrlBytes + (layout.datagram ? av::kBytes : 0) +
-                           (layout.raddr ? kSegmentBytes : 0) + (layout.atomic ? kSegmentBytes : 0);
+    const size_t headers = kCtrlBytes + (layout.xrc ? kSegmentBytes : 0) +
+                           (layout.datagram ? av::kBytes : 0) + (layout.raddr ? kSegmentBytes : 0) +
+                           (layout.atomic ? kSegmentBytes : 0);
     if (used < headers) {
         host_.guestError(err::kWqeBad, "QP %u send WQE %u: %zu bytes, its segments need %zu",
                          qp.number, index, used, headers);
         return PIB_WC_LOC_QP_OP_ERR;
     }
     const uint8_t *p = raw_.data() + kCtrlBytes;
+    if (layout.xrc) {
+        out.xrc.remote_srqn = readBe32(p) & 0xffffff;
+        p += kSegmentBytes;
+    }
     if (layout.datagram) {
         pib_wqe_ud &ud = out.ud;
         const uint32_t grh = readBe32(p + av::kGrhGidFlow);

@@ -61,8 +61,10 @@ class WqeReader final : public WqeFormat {
         bool atomic = false;
         bool datagram = false;
         bool umr = false; // a UMR WQE: mlx5_umr.hh
+        bool xrc = false; // an XRC INI QP's: the XRC segment names the remote SRQ
     };
     static bool sendLayout(uint8_t qpType, uint8_t mlx5Opcode, Layout &layout);
+    static bool connectedLayout(uint8_t mlx5Opcode, bool reliable, bool connected, Layout &layout);
     static void clear(Wqe &out);
     // Basic block `block` of the SQ (counted from the ring's start).
     bool fetchBlock(const QueuePair &qp, uint32_t block, uint8_t *to) const;
