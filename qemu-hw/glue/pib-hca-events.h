@@ -335,7 +335,7 @@ static void pib_hca_trace_event(unsigned event, const uint64_t *a)
         break;
     case PIB_EVENT_MLX5_UMR:
         trace_pib_hca_mlx5_umr((unsigned) a[0], (unsigned) a[1],
-                               (uint64_t) a[2], (unsigned) a[3],
+                               (unsigned) a[2], (uint64_t) a[3],
                                (unsigned) a[4], (unsigned) a[5]);
         break;
     case PIB_EVENT_MLX5_ACCESS_REG:

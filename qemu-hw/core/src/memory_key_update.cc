@@ -116,7 +116,8 @@ uint8_t MemoryKeys::update(uint32_t qpn, uint32_t index, uint32_t key, const Key
     }
     if (u.setsFree)
         mr->valid = !u.free;
-    trace::mlx5_umr(host_, qpn, mr->key, u.firstEntry, entries.size(), mr->valid, c.pdn);
+    trace::mlx5_umr(host_, qpn, mr->key, static_cast<unsigned>(entries.size()), u.firstEntry,
+                    mr->valid, c.pdn);
     return PIB_WC_SUCCESS;
 }
 

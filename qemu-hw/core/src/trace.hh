@@ -315,12 +315,12 @@ inline void mlx5_cq_arm(const Host &host, unsigned uar, unsigned cqn, unsigned c
                                            Host::eventArg(consumer), Host::eventArg(command)});
 }
 
-inline void mlx5_umr(const Host &host, unsigned qpn, unsigned key, uint64_t first_entry,
-                     unsigned entries, unsigned in_use, unsigned pd) {
+inline void mlx5_umr(const Host &host, unsigned qpn, unsigned key, unsigned entries,
+                     uint64_t first_entry, unsigned in_use, unsigned pd) {
     if (host.eventEnabled(PIB_EVENT_MLX5_UMR))
         host.event(PIB_EVENT_MLX5_UMR,
-                   {Host::eventArg(qpn), Host::eventArg(key), Host::eventArg(first_entry),
-                    Host::eventArg(entries), Host::eventArg(in_use), Host::eventArg(pd)});
+                   {Host::eventArg(qpn), Host::eventArg(key), Host::eventArg(entries),
+                    Host::eventArg(first_entry), Host::eventArg(in_use), Host::eventArg(pd)});
 }
 
 inline void mlx5_access_reg(const Host &host, unsigned id, const char *name, unsigned write) {
