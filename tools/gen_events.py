@@ -136,6 +136,7 @@ def parse(text: str):
                              "uint64_t or const char *")
                 args.append(Arg(type_, name))
             events.append(Event(section, m[1], m[2], args, m[4]))
+            check_format(events[-1], number)
         elif m := CONDITION_RE.match(line):
             attrs = dict(a.split("=") for a in m[5].split())
             if set(attrs) - ATTRIBUTES or (m[1] == "error") != bool(m[4]):
@@ -154,6 +155,29 @@ def parse(text: str):
     if len(set(syndromes)) != len(syndromes):
         sys.exit(f"{LIST}: two conditions have the same syndrome: rename one")
     return events, errors
+
+
+# The conversions each argument type takes in a format, in QEMU's
+# trace-events syntax (a 64-bit one through its PRI macro).
+CONVERSION_RE = re.compile(r'%[-#0 +]*\d*(?:l|ll|h|hh|z)?[diuxXcsp]|%[-#0 +]*\d*"(PRI[diuxX]64)"?')
+CONVERSIONS = {"unsigned": "uxXdi", "int": "dicuxX", "uint64_t": "PRI64", "const char *": "s"}
+
+
+def check_format(event: Event, number: int) -> None:
+    """Each argument meets a conversion of its type, in order: QEMU's
+    trace backend compiles the format with -Werror=format, the core's
+    emitters do not."""
+    found = list(CONVERSION_RE.finditer(event.fmt.replace("%%", "")))
+    specs, convs = [m.group(0) for m in found], [m.group(1) for m in found]
+    if len(specs) != len(event.args):
+        sys.exit(f"{LIST}:{number}: {event.name}: {len(specs)} conversions for "
+                 f"{len(event.args)} arguments")
+    for arg, spec, pri in zip(event.args, specs, convs):
+        ok = (bool(pri) if arg.type == "uint64_t"
+              else not pri and spec[-1] in CONVERSIONS[arg.type] and "l" not in spec[1:-1])
+        if not ok:
+            sys.exit(f"{LIST}:{number}: {event.name}: argument {arg.name} ({arg.type}) meets "
+                     f"{spec}")
 
 
 def guest_errors(conditions) -> list:
