@@ -226,6 +226,25 @@ TEST_CASE("mlx5: the UMR QP loads a cached key in chunks, enables it and frees i
     CHECK(f.host.guestErrors() == 0);
 }
 
+TEST_CASE("mlx5: a key of 4 entries takes a load padded to 8", "[mlx5]") {
+    // The MR cache's smallest keys have 4 entries; the driver loads 64
+    // bytes, zeros after the region's pages.
+    UmrFunction f;
+    auto umrQp = f.umrQp();
+    auto [a, b] = f.connectedRc();
+    const uint32_t key = f.cacheKey(4);
+    auto pages = scatteredPages(f.host, 1);
+    std::fill_n(f.host.at(pages[0]), 4096, 0x5c);
+    pages.resize(8);
+    const uint64_t enable = mask::kKey | mask::kFree | mask::kRights | mask::kPd | mask::kRange;
+    CHECK(f.run(umrQp, f.umr(key, kMustBeFree, enable, false, f.pd, 4096, pages)).first == kGood);
+    const uint64_t sink = f.host.alloc(4096);
+    CHECK(f.rdma(a, kRdmaRead, sink, 4096, kIova, key).first == kGood);
+    CHECK(
+        std::all_of(f.host.at(sink), f.host.at(sink) + 4096, [](uint8_t x) { return x == 0x5c; }));
+    CHECK(f.host.guestErrors() == 0);
+}
+
 TEST_CASE("mlx5: UMRs a key cannot take fail whole, and leave it as it was", "[mlx5]") {
     UmrFunction f;
     const uint32_t key = f.cacheKey(8);
@@ -239,7 +258,7 @@ TEST_CASE("mlx5: UMRs a key cannot take fail whole, and leave it as it was", "[m
     const std::vector<Case> cases = {
         {"the key must be in use", f.umr(key, kMustBeInUse, enable, false, f.pd, 8192, pages),
          "mlx5-umr"},
-        {"entries beyond its table",
+        {"entries beyond its table (8, the block the driver pads to)",
          f.umr(key, kMustBeFree, 0, false, f.pd, 0, {pages[0], pages[1]}, 8), "mlx5-umr"},
         {"no such PD", f.umr(key, kMustBeFree, enable, false, 0xabcd, 8192, pages), "mlx5-umr"},
         {"a key that is no translation key",

@@ -13,6 +13,7 @@ namespace {
 
 // An MTT entry's low bits are its read and write enables, not address.
 constexpr uint64_t kEntryFlags = 0x7;
+constexpr uint64_t kBlockEntries = 8;
 constexpr uint64_t kMinPageMask = (uint64_t{1} << limits::kMinLogPageSize) - 1;
 
 const char *checkRange(const KeyUpdate &u) {
@@ -59,7 +60,11 @@ const char *MemoryKeys::checkUpdate(const MemoryRegion *mr, uint32_t key, const 
         return why;
     if (u.setsPd && !pds_.find(u.pdn))
         return "no such PD";
-    if (u.firstEntry > mr->ctx.mtt_count || entries.size() > mr->ctx.mtt_count - u.firstEntry)
+    // The driver pads each load to 64 bytes (MLX5_UMR_FLEX_ALIGNMENT), a
+    // key of 4 entries too: the table is whole blocks of 8 entries.
+    const uint64_t table =
+        (uint64_t{mr->ctx.mtt_count} + kBlockEntries - 1) / kBlockEntries * kBlockEntries;
+    if (u.firstEntry > table || entries.size() > table - u.firstEntry)
         return "translation entries beyond the key's table";
     for (uint64_t entry : entries)
         if (entry & ~kEntryFlags & kMinPageMask)
