@@ -156,7 +156,14 @@ class DialledPeer {
         }
         if (mode == PeerMode::kDroppingSyns) { // a queue of one, which this fills
             filler_ = Fd(socket(tcp_ ? AF_INET : AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
-            connectTo(filler_.get());
+            if (!connectTo(filler_.get())) {
+                // The loopback refused it (the switch's own dial took the
+                // one place first, or no local port was free): nothing
+                // will be accepted, as good as refusing.
+                filler_.reset();
+                listener_.reset();
+                mode_ = PeerMode::kRefusing;
+            }
         }
     }
     // A connection of the switch's from the listener's queue (the oldest).
@@ -182,7 +189,7 @@ class DialledPeer {
         const sockaddr_un addr = unixAddress(address());
         return bind(fd, reinterpret_cast<const sockaddr *>(&addr), sizeof(addr)) == 0;
     }
-    void connectTo(int fd) const {
+    bool connectTo(int fd) const {
         int rc;
         if (tcp_) {
             const sockaddr_in addr = loopback(port_);
@@ -191,7 +198,7 @@ class DialledPeer {
             const sockaddr_un addr = unixAddress(address());
             rc = connect(fd, reinterpret_cast<const sockaddr *>(&addr), sizeof(addr));
         }
-        check(rc == 0, "the filler connects");
+        return rc == 0;
     }
 
     bool tcp_;
