@@ -153,19 +153,9 @@ const err::Condition *CompletionQueues::checkContext(std::span<const uint8_t> in
 // finds them.
 const err::Condition *CompletionQueues::mapPages(std::span<const uint8_t> in,
                                                  pib_buf_desc &buf) const {
-    PageList ring;
-    ring.shift = PageList::kAdapterPageShift + static_cast<uint32_t>(get(in, kLogPageSize));
     const uint64_t bytes = uint64_t{1} << (get(in, kLogCqSize) + kLogCqeBytes);
-    if (const err::Condition *why =
-            ring.load(host_, in, kPageList, bytes, "CREATE_CQ", err::kMlx5CqBadPages))
-        return why;
-    const auto mapped = ring.map(objects_.mtt, bytes);
-    if (!mapped) {
-        host_.guestError(err::kMlx5CmdNoResources, "CREATE_CQ: the MTT is full");
-        return &err::kMlx5CmdNoResources;
-    }
-    buf = *mapped;
-    return nullptr;
+    return PageList::loadAndMap(host_, objects_.mtt, in, kPageList, get(in, kLogPageSize), bytes,
+                                "CREATE_CQ", err::kMlx5CqBadPages, &buf);
 }
 
 const err::Condition *CompletionQueues::create(std::span<const uint8_t> in, uint32_t &cqn) {

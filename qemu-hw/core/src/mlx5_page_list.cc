@@ -36,6 +36,23 @@ const err::Condition *PageList::load(const Host &host, std::span<const uint8_t> 
     return nullptr;
 }
 
+const err::Condition *PageList::loadAndMap(const Host &host, Mtt &mtt, std::span<const uint8_t> in,
+                                           uint32_t at, uint64_t logPageSize, uint64_t bytes,
+                                           const char *command, const err::Condition &badPages,
+                                           pib_buf_desc *out) {
+    PageList ring;
+    ring.shift = kAdapterPageShift + static_cast<uint32_t>(logPageSize);
+    if (const err::Condition *why = ring.load(host, in, at, bytes, command, badPages))
+        return why;
+    const auto mapped = ring.map(mtt, bytes);
+    if (!mapped) {
+        host.guestError(err::kMlx5CmdNoResources, "%s: the MTT is full", command);
+        return &err::kMlx5CmdNoResources;
+    }
+    *out = *mapped;
+    return nullptr;
+}
+
 std::optional<pib_buf_desc> PageList::map(Mtt &mtt, uint64_t bytes) const {
     constexpr uint32_t kEntryShift = 12;
     const auto entries = static_cast<uint32_t>(countFor(bytes, kEntryShift));

@@ -39,6 +39,14 @@ struct PageList {
     // (short input, or `badPages`), reported as the guest's error.
     const err::Condition *load(const Host &host, std::span<const uint8_t> in, uint32_t at,
                                uint64_t bytes, const char *command, const err::Condition &badPages);
+    // A CQ's, SRQ's or QP's ring: the list of 2^(12 + logPageSize)-byte
+    // pages at byte `at` of `command`'s input, loaded as above, then mapped
+    // in the MTT into *out; nullptr, or the condition refusing it (a full
+    // MTT: NO_RES).
+    static const err::Condition *loadAndMap(const Host &host, Mtt &mtt, std::span<const uint8_t> in,
+                                            uint32_t at, uint64_t logPageSize, uint64_t bytes,
+                                            const char *command, const err::Condition &badPages,
+                                            pib_buf_desc *out);
     // The first `bytes` of the ring in newly allocated 4 KiB MTT entries,
     // as the core's rings are read (ring.hh); nullopt when the MTT is full.
     std::optional<pib_buf_desc> map(Mtt &mtt, uint64_t bytes) const;

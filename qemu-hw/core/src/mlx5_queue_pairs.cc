@@ -329,7 +329,9 @@ const err::Condition *QueuePairs::create(std::span<const uint8_t> in, uint32_t &
     }
     // An XRC TGT QP has no ring, and its command no page list.
     if (rqBytes + sqBytes) {
-        if (const err::Condition *why = mapRing(in, rqBytes + sqBytes, ctx.sq_buf))
+        if (const err::Condition *why = PageList::loadAndMap(
+                host_, objects_.mtt, in, kPageList, get(in, kLogPageSize), rqBytes + sqBytes,
+                "CREATE_QP", err::kMlx5QpBadPages, &ctx.sq_buf))
             return why;
         ctx.rq_buf = ctx.sq_buf;
     }
@@ -343,23 +345,6 @@ const err::Condition *QueuePairs::create(std::span<const uint8_t> in, uint32_t &
     hold(made, +1);
     trace::mlx5_qp_create(host_, qpn, ctx.type, ctx.rq_log_wqe_count, ctx.rq_log_wqe_stride,
                           ctx.sq_log_wqe_count, ctx.pdn, ctx.uar_page);
-    return nullptr;
-}
-
-// The ring of `bytes` a CREATE_QP's page list gives, mapped in the MTT.
-const err::Condition *QueuePairs::mapRing(std::span<const uint8_t> in, uint64_t bytes,
-                                          pib_buf_desc &out) {
-    PageList ring;
-    ring.shift = PageList::kAdapterPageShift + static_cast<uint32_t>(get(in, kLogPageSize));
-    if (const err::Condition *why =
-            ring.load(host_, in, kPageList, bytes, "CREATE_QP", err::kMlx5QpBadPages))
-        return why;
-    const auto mapped = ring.map(objects_.mtt, bytes);
-    if (!mapped) {
-        host_.guestError(err::kMlx5CmdNoResources, "CREATE_QP: the MTT is full");
-        return &err::kMlx5CmdNoResources;
-    }
-    out = *mapped;
     return nullptr;
 }
 

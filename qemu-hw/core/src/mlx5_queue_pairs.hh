@@ -53,7 +53,6 @@ class QueuePairs {
     const err::Condition *attachMulticast(bool attach, std::span<const uint8_t> in);
 
   private:
-    const err::Condition *mapRing(std::span<const uint8_t> in, uint64_t bytes, pib_buf_desc &out);
     static constexpr uint32_t kMaxInlineData = 1024 - 64; // one WQE's 16 blocks, less its headers
 
     const err::Condition *checkContext(std::span<const uint8_t> in) const;

@@ -78,18 +78,11 @@ const err::Condition *SharedReceiveQueues::create(std::span<const uint8_t> in, u
     ctx.cqn = static_cast<uint32_t>(get(in, kCqn));
     ctx.limit = static_cast<uint32_t>(get(in, kLwm));
     srq->record = get(in, kDbrAddr);
-    PageList ring;
-    ring.shift = PageList::kAdapterPageShift + static_cast<uint32_t>(get(in, kLogPageSize));
     const uint64_t bytes = uint64_t{1} << (ctx.log_wqe_count + ctx.log_wqe_stride);
     if (const err::Condition *why =
-            ring.load(host_, in, kPageList, bytes, "CREATE_SRQ", err::kMlx5SrqBadPages))
+            PageList::loadAndMap(host_, objects_.mtt, in, kPageList, get(in, kLogPageSize), bytes,
+                                 "CREATE_SRQ", err::kMlx5SrqBadPages, &ctx.buf))
         return why;
-    const auto mapped = ring.map(objects_.mtt, bytes);
-    if (!mapped) {
-        host_.guestError(err::kMlx5CmdNoResources, "CREATE_SRQ: the MTT is full");
-        return &err::kMlx5CmdNoResources;
-    }
-    ctx.buf = *mapped;
     const pib_srq_context made = ctx;
     SharedReceiveQueue &inserted = *srq;
     srqn = *objects_.srqs.insert(std::move(srq)); // there is room: checked above
