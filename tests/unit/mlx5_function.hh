@@ -91,6 +91,12 @@ struct Mlx5Send {
     uint32_t rkey = 0;       // RDMA: 0 for the function's own key
 };
 
+// A test's own host, made before the Mlx5Function built on it (a base
+// class of the test's fixture, listed first).
+struct OwnedMlx5Host {
+    Mlx5Host owned;
+};
+
 class Mlx5Function {
   public:
     using Peer = Mlx5Peer;

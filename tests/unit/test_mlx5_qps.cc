@@ -25,13 +25,9 @@ using pib::testing::Mlx5Function;
 constexpr uint16_t kDestroyCq = 0x401;
 constexpr uint32_t kQkeyValue = Mlx5Function::kQkeyValue;
 
-struct HostOwner {
-    Mlx5Host owned;
-};
-
 // A function set up as mlx5_ib finds it (mlx5_function.hh), each step
 // required to succeed.
-struct QpFunction : HostOwner, Mlx5Function {
+struct QpFunction : pib::testing::OwnedMlx5Host, Mlx5Function {
     QpFunction() : Mlx5Function(owned) { REQUIRE(setUp()); }
     Qp createQp(uint8_t st, std::optional<uint32_t> logStride = 0, uint32_t logRq = 2,
                 uint32_t logSq = 2) {

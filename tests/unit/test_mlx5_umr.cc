@@ -34,11 +34,7 @@ constexpr uint64_t kFree = 1u << 29;
 } // namespace mask
 constexpr uint8_t kInline = 0x80, kOffset = 0x10, kMustBeFree = 1u << 5, kMustBeInUse = 2u << 5;
 
-struct HostOwner {
-    Mlx5Host owned;
-};
-
-struct UmrFunction : HostOwner, Mlx5Function {
+struct UmrFunction : pib::testing::OwnedMlx5Host, Mlx5Function {
     UmrFunction() : Mlx5Function(owned) {
         REQUIRE(setUp());
         REQUIRE(activatePort());

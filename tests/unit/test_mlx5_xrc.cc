@@ -23,11 +23,7 @@ constexpr uint8_t kXrc = 0x3;
 constexpr uint16_t kCreateXrcSrq = 0x705, kDestroyXrcSrq = 0x706, kQueryXrcSrq = 0x707,
                    kArmXrcSrq = 0x708;
 
-struct HostOwner {
-    Mlx5Host owned;
-};
-
-struct XrcFunction : HostOwner, Mlx5Function {
+struct XrcFunction : pib::testing::OwnedMlx5Host, Mlx5Function {
     XrcFunction() : Mlx5Function(owned) {
         REQUIRE(setUp());
         REQUIRE(activatePort());
