@@ -43,7 +43,7 @@ uint8_t Requester::fetchSendWqe(QueuePair &qp, uint32_t index, SendWqe &w) {
     w.compare = wqe.atomic.compare;
     w.reg = wqe.reg;
     w.pages = std::move(wqe.pages);
-    w.update = wqe.update;
+    w.update = std::move(wqe.update);
     w.bind = wqe.bind;
     w.remoteSrqn = wqe.xrc.remote_srqn;
     if (w.isLocal()) {
