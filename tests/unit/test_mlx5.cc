@@ -5,6 +5,7 @@
 #include <catch2/catch.hpp>
 
 #include "conditions.hh"
+#include "mlx5_commands.hh"
 #include "mlx5_host.hh"
 
 using namespace pib::mlx5;
@@ -142,6 +143,11 @@ TEST_CASE("mlx5: commands the device does not execute are BAD_OP, named in the t
     CHECK(host.guestErrors("mlx5-cmd-bad-opcode") == 1);
     CHECK(host.errors.back().detail.find("QUERY_SPECIAL_CONTEXTS") != std::string::npos);
     CHECK(host.run(Mlx5Host::input(0x7777), 16).status() == status::kBadOpcode);
+    // Opcode 0 is no command: the table has no empty entry that a longer
+    // std::array than its rows would leave (opcode 0, no name).
+    CHECK(std::string(Commands::name(0)) == "unknown");
+    CHECK(host.run(Mlx5Host::input(0), 16).status() == status::kBadOpcode);
+    CHECK(host.errors.back().detail.find("(unknown)") != std::string::npos);
     // Too short an input or output for the structure.
     CHECK(host.run(Mlx5Host::input(kQueryIssi), 0x20).status() == status::kBadOutputLength);
     CHECK(host.run(Mlx5Host::input(kSetHcaCap), 16).status() == status::kBadInputLength);

@@ -48,7 +48,7 @@ const Refusals Commands::kRefusals{err::kMlx5CmdBadResource, err::kMlx5CmdBadPar
                                    err::kMlx5CmdNoResources, err::kMlx5CmdInUse};
 
 // clang-format off
-const std::array<Commands::Spec, 51> Commands::kTable = {{
+const std::array<Commands::Spec, 50> Commands::kTable = {{
     {0x100, "QUERY_HCA_CAP", 0x10, 0x10 + HcaCaps::kPageBytes, State::kEnabled, &Commands::queryHcaCap},
     {0x101, "QUERY_ADAPTER", 0x10, 0x110, State::kEnabled, &Commands::queryAdapter},
     {0x102, "INIT_HCA", 0x10, 0x10, State::kEnabled, &Commands::initHca},
