@@ -9,11 +9,13 @@ RDMA and SRP run with the ConnectX as initiator and as target (the
 initiator fast-registers every I/O buffer: on the ConnectX, a UMR WQE on
 a free key). User space (libmlx5) is issue 31's."""
 
+import collections
 import re
 import secrets
 import time
+from pathlib import Path
 
-from pibctl import fabric
+from pibctl import fabric, qmp
 from pibctl.testing import soak
 from pibctl.pairs import ipoib_up
 from storage import (NfsMounted, NvmeConnected, Roles, SrpDisk, disk_roundtrip, nfs_roundtrip,
@@ -217,6 +219,65 @@ def test_mlx5_reload_loop_with_traffic_in_between(ctx):
           f"equal; after {bulk} of them {RELOAD_MIB} MiB each way, SHA-256 equal "
           f"({moving / RELOADS:.1f} s of traffic each); the kernel log said nothing troubling "
           f"({len(said)} lines)")
+
+
+COMMAND_TRACE = "pib_hca_mlx5_command"
+TRACED = re.compile(r"ConnectX command slot \d+: (\S+) \(0x([0-9a-f]{4})\) op_mod 0x[0-9a-f]+ "
+                    r"status 0x([0-9a-f]+) syndrome 0x([0-9a-f]{8})")
+COMMAND_TABLE = Path(__file__).resolve().parents[2] / "qemu-hw/core/src/mlx5_commands.cc"
+
+
+def _implemented_commands() -> dict:
+    """Opcode -> name of every command the device's table gives a handler
+    (mlx5::Commands::kTable): the code says, not a list typed here."""
+    rows = re.findall(r'\{0x([0-9a-f]+), "(\w+)", [^{}]*?, &Commands::\w+\}',
+                      COMMAND_TABLE.read_text())
+    assert len(rows) > 40, f"cannot read the command table in {COMMAND_TABLE}"
+    return {int(op, 16): name for op, name in rows}
+
+
+def _trace_commands(ctx, on: bool) -> None:
+    qmp.command(ctx.fabric.vm(CX).path / "qmp.sock", "trace-event-set-state",
+                name=COMMAND_TRACE, enable=on)
+
+
+def test_mlx5_commands_the_driver_issues_counted_from_a_trace(ctx):
+    """With the device's command trace on, mlx5_ib and mlx5_core are
+    unloaded and loaded, the port comes back ACTIVE and IPoIB up (the
+    driver's whole life: teardown, probe, the MR cache, the UMR and GSI
+    QPs, IPoIB's QPs), and a ping crosses: every command the driver issued
+    is one the device implements, and every one succeeded."""
+    log = ctx.fabric.vm(CX).qemu_log
+    start = log.stat().st_size
+    _trace_commands(ctx, True)
+    try:
+        ctx.sh(CX, "modprobe -r mlx5_ib mlx5_core && modprobe mlx5_ib && "
+                   "for i in $(seq 300); do [ -e /sys/class/infiniband/mlx5_0 ] && exit 0; "
+                   "sleep 0.1; done; exit 1", timeout=120)
+        fabric.wait_active(ctx.fabric, timeout=60)
+        ipoib_up(ctx, [CX])
+        _pattern_pings(ctx, CX, "vm1-ib", secrets.token_hex(16))
+    finally:
+        _trace_commands(ctx, False)
+    with log.open("rb") as f:
+        f.seek(start)
+        traced = [TRACED.search(line) for line in f.read().decode(errors="replace").splitlines()]
+    traced = [m for m in traced if m]
+    implemented = _implemented_commands()
+    issued = collections.Counter((int(m[2], 16), m[1]) for m in traced)
+    failed = [m[0] for m in traced if int(m[3], 16) or int(m[4], 16)]
+    assert traced, f"no {COMMAND_TRACE} line in {log}"
+    assert not failed, "\n".join(failed[:20])
+    unknown = sorted(f"{name} (0x{op:04x})" for op, name in issued if op not in implemented)
+    assert not unknown, unknown
+    assert {"ENABLE_HCA", "MANAGE_PAGES", "INIT_HCA", "TEARDOWN_HCA", "CREATE_EQ", "CREATE_MKEY",
+            "CREATE_QP", "MAD_IFC"} <= {name for _, name in issued}, issued
+    print(f"the driver issued {len(issued)} of the {len(implemented)} implemented commands, "
+          f"{sum(issued.values())} in all, none refused:")
+    for (op, name), n in sorted(issued.items()):
+        print(f"  0x{op:04x} {name:24} {n:6}")
+    print("implemented, not issued: " + ", ".join(
+        name for op, name in sorted(implemented.items()) if (op, name) not in issued))
 
 
 HEALTH_TROUBLE = ("health", "Fatal", "fatal", "syndrome", "assert", "miss count")

@@ -10,7 +10,7 @@ class QmpError(Exception):
     pass
 
 
-def command(sock_path: Path, name: str, timeout: float = 10.0, **arguments):
+def command(sock_path: Path, name: str, /, timeout: float = 10.0, **arguments):
     """Runs QMP command `name` with `arguments`; returns its "return" value.
     Raises QmpError with QEMU's description when the command fails."""
     with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
