@@ -38,6 +38,13 @@ IDLE_S = 600
 # What a kernel log must not say after the driver's unloads and loads.
 KERNEL_TROUBLE = ("WARNING", "BUG", "leak", "Oops", "timed out", "Call Trace", "mlx5_cmd_out_err",
                   "failed", "error")
+# IPoIB holds packets for a multicast group until its join completes, then
+# sends them again; when its carrier is off at that moment (a fresh ib0 has
+# it on only once it has joined the broadcast group), the qdisc is the noop
+# one, which drops them with NET_XMIT_CN (2). A race inside the guest's
+# IPoIB, seen once in 20 reloads on 6.1; the traffic after it is checked
+# byte for byte all the same.
+KERNEL_BENIGN = ("ipoib_mcast_join_finish:dev_queue_xmit failed to re-queue packet, ret:2",)
 # The ConnectX the initiator, then the target.
 BOTH_WAYS = (Roles(host=CX, target="vm1"), Roles(host="vm1", target=CX))
 
@@ -211,7 +218,8 @@ def test_mlx5_reload_loop_with_traffic_in_between(ctx):
         reloading += loaded - start
         moving += time.monotonic() - loaded
     said = ctx.run(CX, ["dmesg"]).out.splitlines()[seen:]
-    troubling = [line for line in said if any(t in line for t in KERNEL_TROUBLE)]
+    troubling = [line for line in said if any(t in line for t in KERNEL_TROUBLE)
+                 and not any(b in line for b in KERNEL_BENIGN)]
     assert not troubling, "\n".join(troubling)
     _health_is_silent(ctx, seen)
     print(f"{RELOADS} unloads and loads of mlx5_ib and mlx5_core, {reloading / RELOADS:.1f} s each "
