@@ -3,8 +3,10 @@
 // driver: initialization segment writes, command slots (well-formed
 // commands of every opcode the device knows, with any input, output
 // length and op_mod; slots and mailbox chains corrupted after they were
-// built), doorbells for any slots, EQs made of the harness's pages and
-// their UAR doorbells, BAR reads, resets and internal errors; and, in a
+// built; SET_HCA_CAP as mlx5_core writes it, in a function enabled and
+// not yet initialized), doorbells for any slots, EQs made of the
+// harness's pages and their UAR doorbells, BAR reads, resets and internal
+// errors; and, in a
 // function set up with UD and RC QPs in RTS on an ACTIVE port, send WQEs
 // (well-formed or not) rung through blue-flame registers, receive WQEs
 // posted through doorbell records, state changes and QPs made and
@@ -198,9 +200,25 @@ std::vector<uint8_t> registerInput(FuzzedDataProvider &in) {
     return cmd;
 }
 
+// A SET_HCA_CAP as mlx5_core's: the general capabilities the device
+// reports as current (QUERY_HCA_CAP), a field changed (log_max_qp, as the
+// driver lowers it, or any byte), for the general type or another.
+std::vector<uint8_t> capInput(FuzzedDataProvider &in, Mlx5Host &host) {
+    const Mlx5Host::Reply current = host.run(Mlx5Host::input(0x100, 1), 0x10 + HcaCaps::kPageBytes);
+    auto cmd = Mlx5Host::input(0x109, in.ConsumeBool() ? 0 : in.ConsumeIntegral<uint8_t>() << 1,
+                               0x10 + HcaCaps::kPageBytes);
+    std::copy(current.out.begin() + 0x10, current.out.end(), cmd.begin() + 0x10);
+    if (in.ConsumeBool())
+        set(cmd, field(0x10 + 0x09b, 5), in.ConsumeIntegralInRange<uint32_t>(0, 31)); // log_max_qp
+    else
+        cmd[0x10 + in.ConsumeIntegralInRange<size_t>(0, HcaCaps::kPageBytes - 1)] =
+            in.ConsumeIntegral<uint8_t>();
+    return cmd;
+}
+
 // A command's input: its header, then fields the harness fills (page
 // addresses for MANAGE_PAGES are guest pages or anything).
-std::vector<uint8_t> commandInput(FuzzedDataProvider &in, const Pages &pages) {
+std::vector<uint8_t> commandInput(FuzzedDataProvider &in, Mlx5Host &host, const Pages &pages) {
     const uint16_t opcode =
         in.ConsumeBool() ? in.PickValueInArray(kOpcodes) : in.ConsumeIntegral<uint16_t>();
     const uint16_t opMod = in.ConsumeIntegralInRange<uint16_t>(0, 8);
@@ -218,6 +236,8 @@ std::vector<uint8_t> commandInput(FuzzedDataProvider &in, const Pages &pages) {
         return srqInput(in, pages);
     if (opcode == 0x805 && in.ConsumeBool())
         return registerInput(in);
+    if (opcode == 0x109 && in.ConsumeBool())
+        return capInput(in, host);
     if (in.ConsumeBool()) { // an object the device may have: a small number
         if (opcode == 0x202 || opcode == 0x401 || (opcode >= 0x701 && opcode <= 0x703) ||
             opcode == 0x801 || opcode == 0x803 || opcode == 0x80f) {
@@ -263,7 +283,7 @@ struct Queue {
 };
 
 void runCommand(FuzzedDataProvider &in, Mlx5Host &host, const Pages &pages, const Queue &queue) {
-    const auto cmd = commandInput(in, pages);
+    const auto cmd = commandInput(in, host, pages);
     const uint32_t outBytes = in.ConsumeBool() ? 0x10 + HcaCaps::kPageBytes
                                                : in.ConsumeIntegralInRange<uint32_t>(0, 0x400);
     const unsigned slot = in.ConsumeIntegralInRange<unsigned>(0, cmdq::kSlots - 1);
@@ -363,6 +383,26 @@ struct QpWorld {
                                     : in.ConsumeIntegralInRange<uint32_t>(0x800, 0xff8) & ~7u;
         f.blueFlame(first8, in.ConsumeBool() ? f.uar : in.ConsumeIntegralInRange<uint32_t>(2, 5),
                     offset);
+    }
+
+    // A send as mlx5_ib posts one: SEND, RDMA WRITE or READ of up to 2 KiB
+    // of the harness's pages from a UD QP to a UD peer (the one on the SRQ
+    // among them) or from an RC QP to its peer, rung as the driver rings.
+    // Random sends seldom survive all their coin flips; this one lands,
+    // so that the responder, the receive WQEs and the SRQ's are reached.
+    void sendAsDriver(FuzzedDataProvider &in, const Pages &pages) {
+        static constexpr uint8_t kOpcodes[] = {qpc::kSend, qpc::kRdmaWrite, qpc::kRdmaRead};
+        static constexpr size_t kSenders[] = {0, 1, 2, 3};
+        Entry &e = qps[in.PickValueInArray(kSenders)];
+        const bool ud = e.ud;
+        const uint32_t peer = ud ? qps[in.PickValueInArray(kUdPeers)].qp.qpn : 0;
+        const Mlx5Function::Send s{
+            .opcode = ud ? qpc::kSend : in.PickValueInArray(kOpcodes),
+            .remoteQpn = peer,
+            .addr = pages.pick(in) + in.ConsumeIntegralInRange<uint32_t>(0, 2048),
+            .length = in.ConsumeIntegralInRange<uint32_t>(0, 2048),
+            .remoteAddr = pages.pick(in) + in.ConsumeIntegralInRange<uint32_t>(0, 2048)};
+        f.blueFlame(f.writeSend(e.qp, ud, s), f.uar);
     }
 
     // A UMR WQE shaped as mlx5_ib's fast registration or invalidation, or
@@ -483,16 +523,21 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     const Pages pages(host);
     Queue queue;
     // Most runs start as the driver does, so that what needs an
-    // initialized function is reached; some with QPs ready for work.
+    // initialized function is reached; some with QPs ready for work; some
+    // enabled only, where the driver sets capabilities and gives pages.
     QpWorld world(host);
-    const int start = in.ConsumeIntegralInRange<int>(0, 3);
+    const int start = in.ConsumeIntegralInRange<int>(0, 4);
     if (start == 1 && host.bringUp())
         host.run(Mlx5Host::input(0x802), 16);
-    const bool qps = start >= 2 && world.setUp();
+    if (start == 4)
+        host.run(Mlx5Host::input(0x104), 16); // ENABLE_HCA
+    const bool qps = (start == 2 || start == 3) && world.setUp();
     for (int step = 0; step < 64 && in.remaining_bytes(); ++step) {
         const int what = in.ConsumeIntegralInRange<int>(0, qps ? 11 : 8);
-        if (what == 9)
+        if (what == 9 && in.ConsumeBool())
             world.send(in, pages);
+        else if (what == 9)
+            world.sendAsDriver(in, pages);
         else if (what == 10)
             world.receive(in, pages);
         else if (what == 11 && in.ConsumeBool())
