@@ -299,6 +299,46 @@ TEST_CASE("mlx5: RC QPs connected through the port move SENDs, WRITEs and READs"
     CHECK(f.host.guestErrors() == 0);
 }
 
+TEST_CASE("mlx5: a ring may start inside a larger page, as mlx5_ib places a user buffer",
+          "[mlx5]") {
+    QpFunction f;
+    REQUIRE(f.activatePort());
+    auto sender = f.createQp(kUd);
+    // The receiver's RQ and SQ start 4 KiB into a 16 KiB page:
+    // log_page_size 2, page_offset 16 (64ths of the page).
+    Mlx5Function::Qp receiver;
+    auto in = f.qpInput(kUd, 0, 2, 2, receiver);
+    const uint64_t page = f.host.alloc(16384, 16384);
+    receiver.buffer = page + 4096;
+    set(in, kLogPageSize, 2);
+    set(in, kPageOffset, 16);
+    writeBe64(&in[0x110], page);
+    const auto made = f.host.run(in, 16);
+    REQUIRE(made.status() == 0);
+    receiver.qpn = static_cast<uint32_t>(made.get(kHeld));
+    REQUIRE(f.toRts(sender.qpn));
+    REQUIRE(f.toRts(receiver.qpn));
+
+    constexpr uint32_t kGrh = 40, kBytes = 100;
+    const uint64_t source = f.host.alloc(4096), sink = f.host.alloc(4096);
+    std::mt19937 random(13);
+    std::generate_n(f.host.at(source), 4096, [&] { return static_cast<uint8_t>(random()); });
+    f.postReceive(receiver, sink, kGrh + kBytes);
+    f.blueFlame(f.writeUdSend(sender, receiver.qpn, source, kBytes), f.uar);
+    uint32_t next = 0;
+    CHECK(f.cqes(&next).size() == 2);
+    CHECK(std::equal(f.host.at(source), f.host.at(source) + kBytes, f.host.at(sink + kGrh)));
+    CHECK(f.host.guestErrors() == 0);
+
+    // A start that is not on a 4 KiB boundary (64 bytes into a 4 KiB page)
+    // is refused.
+    Mlx5Function::Qp odd;
+    auto oddIn = f.qpInput(kUd, 0, 2, 2, odd);
+    set(oddIn, kPageOffset, 1);
+    CHECK(f.host.run(oddIn, 16).status() == status::kBadParam);
+    CHECK(f.host.guestErrors("mlx5-qp-bad-context") == 1);
+}
+
 TEST_CASE("mlx5: a QP on an SRQ takes its WQEs in the free list's order", "[mlx5]") {
     QpFunction f;
     REQUIRE(f.activatePort());

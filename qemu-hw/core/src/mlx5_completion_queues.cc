@@ -134,9 +134,10 @@ const err::Condition *CompletionQueues::checkContext(std::span<const uint8_t> in
         : get(in, kOverrunIgnore) ? "oi: overrun is always detected"
         : get(in, kPeriod) || get(in, kMaxCount) || get(in, kBreakModeration)
             ? "moderation is not offered (cq_moderation 0)"
-        : get(in, kDbrUmemValid) || get(in, kCqUmemValid)    ? "user memory objects are not offered"
-        : get(in, kLogCqSize) > limits::kLogMaxCqe           ? "log_cq_size beyond log_max_cq_sz"
-        : get(in, kPageOffset) != 0                          ? "page_offset: CQs start on a page"
+        : get(in, kDbrUmemValid) || get(in, kCqUmemValid) ? "user memory objects are not offered"
+        : get(in, kLogCqSize) > limits::kLogMaxCqe        ? "log_cq_size beyond log_max_cq_sz"
+        : !PageList::startsOnAdapterPage(get(in, kLogPageSize), get(in, kPageOffset))
+            ? "page_offset: the ring does not start on a 4 KiB boundary"
         : logPage > PageList::kMaxLogPageSize                ? "log_page_size"
         : !uars_.given(uar)                                  ? "uar_page: not given by ALLOC_UAR"
         : !eqs_.exists(static_cast<uint32_t>(get(in, kEqn))) ? "c_eqn: no such EQ"
@@ -154,8 +155,9 @@ const err::Condition *CompletionQueues::checkContext(std::span<const uint8_t> in
 const err::Condition *CompletionQueues::mapPages(std::span<const uint8_t> in,
                                                  pib_buf_desc &buf) const {
     const uint64_t bytes = uint64_t{1} << (get(in, kLogCqSize) + kLogCqeBytes);
-    return PageList::loadAndMap(host_, objects_.mtt, in, kPageList, get(in, kLogPageSize), bytes,
-                                "CREATE_CQ", err::kMlx5CqBadPages, &buf);
+    return PageList::loadAndMap(host_, objects_.mtt, in, kPageList,
+                                {get(in, kLogPageSize), get(in, kPageOffset), bytes}, "CREATE_CQ",
+                                err::kMlx5CqBadPages, &buf);
 }
 
 const err::Condition *CompletionQueues::create(std::span<const uint8_t> in, uint32_t &cqn) {

@@ -20,7 +20,7 @@ bool PageList::read(std::span<const uint8_t> in, uint32_t at, uint64_t count) {
 const err::Condition *PageList::load(const Host &host, std::span<const uint8_t> in, uint32_t at,
                                      uint64_t bytes, const char *command,
                                      const err::Condition &badPages) {
-    const uint64_t count = countFor(bytes, shift);
+    const uint64_t count = countFor(offset + bytes, shift);
     if (!read(in, at, count)) {
         host.guestError(err::kMlx5CmdShortInput,
                         "%s: %zu bytes of input, %" PRIu64 " pages need %" PRIu64, command,
@@ -37,14 +37,15 @@ const err::Condition *PageList::load(const Host &host, std::span<const uint8_t> 
 }
 
 const err::Condition *PageList::loadAndMap(const Host &host, Mtt &mtt, std::span<const uint8_t> in,
-                                           uint32_t at, uint64_t logPageSize, uint64_t bytes,
+                                           uint32_t at, const Placement &placed,
                                            const char *command, const err::Condition &badPages,
                                            pib_buf_desc *out) {
     PageList ring;
-    ring.shift = kAdapterPageShift + static_cast<uint32_t>(logPageSize);
-    if (const err::Condition *why = ring.load(host, in, at, bytes, command, badPages))
+    ring.shift = kAdapterPageShift + static_cast<uint32_t>(placed.logPageSize);
+    ring.offset = startOf(placed.logPageSize, placed.pageOffset);
+    if (const err::Condition *why = ring.load(host, in, at, placed.bytes, command, badPages))
         return why;
-    const auto mapped = ring.map(mtt, bytes);
+    const auto mapped = ring.map(mtt, placed.bytes);
     if (!mapped) {
         host.guestError(err::kMlx5CmdNoResources, "%s: the MTT is full", command);
         return &err::kMlx5CmdNoResources;
@@ -66,14 +67,16 @@ std::optional<pib_buf_desc> PageList::map(Mtt &mtt, uint64_t bytes) const {
 
 // Each page is probed at both ends of the part the ring uses: a page of
 // MMIO (one of the device's own BARs included) or beyond RAM fails.
-std::optional<size_t> PageList::firstBad(const Host &host, uint64_t used) const {
+std::optional<size_t> PageList::firstBad(const Host &host, uint64_t bytes) const {
     const uint64_t pageBytes = uint64_t{1} << shift;
-    used = std::min(used, pageBytes);
+    const uint64_t end = offset + bytes; // from the start of the first page
     uint8_t probe[8];
     for (size_t i = 0; i < pages.size(); ++i) {
         const uint64_t page = pages[i];
-        if (page % pageBytes || !host.dmaRead(page, probe, sizeof(probe)) ||
-            !host.dmaRead(page + used - sizeof(probe), probe, sizeof(probe)))
+        const uint64_t first = i == 0 ? offset : 0;
+        const uint64_t last = std::min(pageBytes, end - i * pageBytes) - sizeof(probe);
+        if (page % pageBytes || !host.dmaRead(page + first, probe, sizeof(probe)) ||
+            !host.dmaRead(page + last, probe, sizeof(probe)))
             return i;
     }
     return std::nullopt;

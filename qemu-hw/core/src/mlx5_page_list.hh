@@ -23,11 +23,23 @@ struct PageList {
     static constexpr uint32_t kMaxLogPageSize = 18;
 
     uint32_t shift = 0;          // log2 of the page size
+    uint64_t offset = 0;         // where in the first page the ring starts
     std::vector<uint64_t> pages; // guest addresses
 
-    // Pages of 2^shift bytes a ring of `bytes` takes (one at least): a
-    // QP's RQ and SQ together (2 KiB and 64 KiB, say) end within a page,
-    // which the list has too.
+    // A context's page_offset counts 64ths of its page: mlx5_ib quantizes
+    // where a user buffer starts in the largest page it finds the buffer
+    // in. The device takes rings that start on a 4 KiB boundary, as every
+    // page-aligned buffer (libmlx5's, the kernel's) does at any page size.
+    static uint64_t startOf(uint64_t logPageSize, uint64_t pageOffset) {
+        return pageOffset << (kAdapterPageShift + logPageSize) >> 6;
+    }
+    static bool startsOnAdapterPage(uint64_t logPageSize, uint64_t pageOffset) {
+        return startOf(logPageSize, pageOffset) % (uint64_t{1} << kAdapterPageShift) == 0;
+    }
+
+    // Pages of 2^shift bytes a ring of `bytes` takes (one at least), from
+    // the start of the first: a QP's RQ and SQ together (2 KiB and 64 KiB,
+    // say) end within a page, which the list has too.
     static uint64_t countFor(uint64_t bytes, uint32_t shift) {
         const uint64_t count = (bytes + (uint64_t{1} << shift) - 1) >> shift;
         return count ? count : 1;
@@ -39,23 +51,30 @@ struct PageList {
     // (short input, or `badPages`), reported as the guest's error.
     const err::Condition *load(const Host &host, std::span<const uint8_t> in, uint32_t at,
                                uint64_t bytes, const char *command, const err::Condition &badPages);
+    // Where a ring is, as a context gives it: log_page_size, page_offset
+    // (startsOnAdapterPage), and how long it is.
+    struct Placement {
+        uint64_t logPageSize;
+        uint64_t pageOffset;
+        uint64_t bytes;
+    };
     // A CQ's, SRQ's or QP's ring: the list of 2^(12 + logPageSize)-byte
     // pages at byte `at` of `command`'s input, loaded as above, then mapped
     // in the MTT into *out; nullptr, or the condition refusing it (a full
     // MTT: NO_RES).
     static const err::Condition *loadAndMap(const Host &host, Mtt &mtt, std::span<const uint8_t> in,
-                                            uint32_t at, uint64_t logPageSize, uint64_t bytes,
-                                            const char *command, const err::Condition &badPages,
-                                            pib_buf_desc *out);
+                                            uint32_t at, const Placement &ring, const char *command,
+                                            const err::Condition &badPages, pib_buf_desc *out);
     // The first `bytes` of the ring in newly allocated 4 KiB MTT entries,
     // as the core's rings are read (ring.hh); nullopt when the MTT is full.
     std::optional<pib_buf_desc> map(Mtt &mtt, uint64_t bytes) const;
     // The first page that is not guest RAM aligned to its size across the
-    // `used` bytes of it the ring takes; nullopt when every one is.
-    std::optional<size_t> firstBad(const Host &host, uint64_t used) const;
-    // The guest address of byte `offset` of the ring.
-    uint64_t address(uint64_t offset) const {
-        return pages[offset >> shift] + (offset & ((uint64_t{1} << shift) - 1));
+    // part of it the ring's `bytes` take; nullopt when every one is.
+    std::optional<size_t> firstBad(const Host &host, uint64_t bytes) const;
+    // The guest address of byte `at` of the ring.
+    uint64_t address(uint64_t at) const {
+        at += offset;
+        return pages[at >> shift] + (at & ((uint64_t{1} << shift) - 1));
     }
 };
 

@@ -255,13 +255,14 @@ const err::Condition *QueuePairs::checkContext(std::span<const uint8_t> in) cons
             ? "xrcd: no such XRC domain"
         : get(in, kWqSignature)            ? "wq_signature: WQE signatures are not offered"
         : get(in, kPmState) != kPmMigrated ? "pm_state: path migration is not offered"
-        : get(in, kLogRqSize) > limits::kLogMaxMlx5QpSize   ? "log_rq_size beyond log_max_qp_sz"
-        : get(in, kLogSqSize) > limits::kLogMaxMlx5QpSize   ? "log_sq_size beyond log_max_qp_sz"
-        : get(in, kPageOffset) != 0                         ? "page_offset: QPs start on a page"
-        : get(in, kLogPageSize) > PageList::kMaxLogPageSize ? "log_page_size"
-        : !umr && !objects_.pds.find(get(in, kPd))          ? "pd: no such PD"
-        : !objects_.cqs.find(get(in, kCqnSnd))              ? "cqn_snd: no such CQ"
-        : !objects_.cqs.find(get(in, kCqnRcv))              ? "cqn_rcv: no such CQ"
+        : get(in, kLogRqSize) > limits::kLogMaxMlx5QpSize ? "log_rq_size beyond log_max_qp_sz"
+        : get(in, kLogSqSize) > limits::kLogMaxMlx5QpSize ? "log_sq_size beyond log_max_qp_sz"
+        : !PageList::startsOnAdapterPage(get(in, kLogPageSize), get(in, kPageOffset))
+            ? "page_offset: the ring does not start on a 4 KiB boundary"
+        : get(in, kLogPageSize) > PageList::kMaxLogPageSize           ? "log_page_size"
+        : !umr && !objects_.pds.find(get(in, kPd))                    ? "pd: no such PD"
+        : !objects_.cqs.find(get(in, kCqnSnd))                        ? "cqn_snd: no such CQ"
+        : !objects_.cqs.find(get(in, kCqnRcv))                        ? "cqn_rcv: no such CQ"
         : *type != PIB_QPT_XRC_TGT && !uars_.given(get(in, kUarPage)) ? "uar_page: not given out"
         : !isDoorbellRecord(host_, get(in, kDbrAddr)) ? "dbr_addr: not 8-byte aligned guest RAM"
         : (*type == PIB_QPT_SMI || *type == PIB_QPT_GSI) && !freePort(*type)
@@ -330,8 +331,9 @@ const err::Condition *QueuePairs::create(std::span<const uint8_t> in, uint32_t &
     // An XRC TGT QP has no ring, and its command no page list.
     if (rqBytes + sqBytes) {
         if (const err::Condition *why = PageList::loadAndMap(
-                host_, objects_.mtt, in, kPageList, get(in, kLogPageSize), rqBytes + sqBytes,
-                "CREATE_QP", err::kMlx5QpBadPages, &ctx.sq_buf))
+                host_, objects_.mtt, in, kPageList,
+                {get(in, kLogPageSize), get(in, kPageOffset), rqBytes + sqBytes}, "CREATE_QP",
+                err::kMlx5QpBadPages, &ctx.sq_buf))
             return why;
         ctx.rq_buf = ctx.sq_buf;
     }

@@ -45,7 +45,8 @@ const err::Condition *SharedReceiveQueues::checkContext(std::span<const uint8_t>
         : get(in, kDbrUmem) || get(in, kUmem)         ? "DEVX memory (a umem) is not offered"
         : get(in, kLogSrqSize) > limits::kLogMaxSrqWr ? "log_srq_size beyond log_max_srq_sz"
         : logStride < kLogMinStride || logStride > limits::kLogMaxWqeStride ? "log_rq_stride"
-        : get(in, kPageOffset) != 0                         ? "page_offset: SRQs start on a page"
+        : !PageList::startsOnAdapterPage(get(in, kLogPageSize), get(in, kPageOffset))
+            ? "page_offset: the ring does not start on a 4 KiB boundary"
         : get(in, kLogPageSize) > PageList::kMaxLogPageSize ? "log_page_size"
         : !objects_.pds.find(get(in, kPd))                  ? "pd: no such PD"
         : !objects_.xrcds.find(get(in, kXrcd))              ? "xrcd: no such XRC domain"
@@ -80,8 +81,9 @@ const err::Condition *SharedReceiveQueues::create(std::span<const uint8_t> in, u
     srq->record = get(in, kDbrAddr);
     const uint64_t bytes = uint64_t{1} << (ctx.log_wqe_count + ctx.log_wqe_stride);
     if (const err::Condition *why =
-            PageList::loadAndMap(host_, objects_.mtt, in, kPageList, get(in, kLogPageSize), bytes,
-                                 "CREATE_SRQ", err::kMlx5SrqBadPages, &ctx.buf))
+            PageList::loadAndMap(host_, objects_.mtt, in, kPageList,
+                                 {get(in, kLogPageSize), get(in, kPageOffset), bytes}, "CREATE_SRQ",
+                                 err::kMlx5SrqBadPages, &ctx.buf))
         return why;
     const pib_srq_context made = ctx;
     SharedReceiveQueue &inserted = *srq;
