@@ -264,7 +264,8 @@ const err::Condition *QueuePairs::checkContext(std::span<const uint8_t> in) cons
         : !objects_.cqs.find(get(in, kCqnSnd))                        ? "cqn_snd: no such CQ"
         : !objects_.cqs.find(get(in, kCqnRcv))                        ? "cqn_rcv: no such CQ"
         : *type != PIB_QPT_XRC_TGT && !uars_.given(get(in, kUarPage)) ? "uar_page: not given out"
-        : !isDoorbellRecord(host_, get(in, kDbrAddr)) ? "dbr_addr: not 8-byte aligned guest RAM"
+        : *type != PIB_QPT_XRC_TGT && !isDoorbellRecord(host_, get(in, kDbrAddr))
+            ? "dbr_addr: not 8-byte aligned guest RAM"
         : (*type == PIB_QPT_SMI || *type == PIB_QPT_GSI) && !freePort(*type)
             ? "every port has its QP0 or QP1"
             : nullptr;
@@ -358,7 +359,7 @@ const err::Condition *QueuePairs::refuse(const err::Condition &why, const char *
 
 const err::Condition *QueuePairs::destroy(uint32_t qpn) {
     QueuePair *qp = objects_.findQp(qpn);
-    if (!qp || !qp->record)
+    if (!qp)
         return refuse(err::kMlx5CmdBadResource, "DESTROY_QP", qpn, "no such QP");
     hold(*qp, -1);
     const pib_buf_desc ring = qp->ctx.sq_buf;
@@ -377,7 +378,7 @@ const err::Condition *QueuePairs::modify(uint16_t opcode, std::span<const uint8_
     const StateChange &change = *findChange(opcode);
     const auto qpn = static_cast<uint32_t>(get(in, kQpn));
     QueuePair *qp = objects_.findQp(qpn);
-    if (!qp || !qp->record)
+    if (!qp)
         return refuse(err::kMlx5CmdBadResource, change.name, qpn, "no such QP");
     const uint8_t cur = qp->attr.qp_state;
     const TransitionRule rule = transitionRule(qp->ctx.type, cur, change.to);
@@ -414,7 +415,7 @@ const err::Condition *QueuePairs::modify(uint16_t opcode, std::span<const uint8_
 
 const err::Condition *QueuePairs::query(uint32_t qpn, std::span<uint8_t> out) const {
     const QueuePair *qp = objects_.findQp(qpn);
-    if (!qp || !qp->record)
+    if (!qp)
         return refuse(err::kMlx5CmdBadResource, "QUERY_QP", qpn, "no such QP");
     const pib_qp_context &ctx = qp->ctx;
     const pib_qp_attr &a = qp->attr;
@@ -478,7 +479,7 @@ const err::Condition *QueuePairs::attachMulticast(bool attach, std::span<const u
     const char *command = attach ? "ATTACH_TO_MCG" : "DETACH_FROM_MCG";
     const auto qpn = static_cast<uint32_t>(get(in, kQpn));
     QueuePair *qp = objects_.findQp(qpn);
-    if (!qp || !qp->record)
+    if (!qp)
         return refuse(err::kMlx5CmdBadResource, command, qpn, "no such QP");
     MulticastGroups::Gid gid;
     std::copy_n(in.data() + kMulticastGidByte, gid.size(), gid.begin());
@@ -505,7 +506,7 @@ void QueuePairs::blueFlame(uint32_t uar, uint32_t offset, uint64_t value) {
     // The control segment's second big-endian dword: the QP and DS count.
     const uint32_t qpn = __builtin_bswap32(static_cast<uint32_t>(value >> 32)) >> 8;
     QueuePair *qp = objects_.findQp(qpn);
-    const char *bad = !qp || !qp->record               ? "no such QP"
+    const char *bad = !qp                              ? "no such QP"
                       : qp->ctx.sq_log_wqe_stride == 0 ? "it has no SQ"
                       : qp->ctx.uar_page != uar        ? "it is on another UAR page"
                                                        : nullptr;
