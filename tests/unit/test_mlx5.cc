@@ -171,14 +171,23 @@ TEST_CASE("mlx5: QUERY_HCA_CAP reports an IB function, SET_HCA_CAP takes what a 
     CHECK(r.get(inOutput(kCapLogMaxQp)) == 12);
     CHECK(r.get(inOutput(kCapDeviceFrequencyKhz)) == 1000000); // the internal timer's ns
     CHECK(r.get(inOutput(kCapAtomic)) == 1);
-    // The atomic page: compare-and-swap and fetch-and-add of 8 bytes, IBA's
-    // byte order only (no host-endian replies).
-    const auto atomics = host.run(Mlx5Host::input(kQueryHcaCap, 3 << 1), kCapOut);
+    // The atomic page: compare-and-swap and fetch-and-add of 8 bytes, in
+    // host byte order (the mode offered, and current from the start).
+    const Field kReqEndianness = inOutput(field(0x40, 2));
+    const auto atomics = host.run(Mlx5Host::input(kQueryHcaCap, 3 << 1 | 1), kCapOut);
     REQUIRE(atomics.status() == 0);
     CHECK(atomics.get(inOutput(field(0x90, 16))) == 0x3);
     CHECK(atomics.get(inOutput(field(0xb0, 16))) == 0x8);
-    CHECK(atomics.get(inOutput(field(0x46, 1))) == 0);
+    CHECK(atomics.get(inOutput(field(0x46, 1))) == 1);
+    CHECK(atomics.get(kReqEndianness) == 1);
     CHECK(host.run(Mlx5Host::input(kQueryHcaCap, 2 << 1), kCapOut).status() == status::kBadParam);
+    // handle_hca_cap_atomic's SET: host endianness, taken; big-endian refused.
+    auto setAtomic = Mlx5Host::input(kSetHcaCap, 3 << 1, kCapOut);
+    pib::mlx5::set(setAtomic, kReqEndianness, 1);
+    CHECK(host.run(setAtomic, 16).status() == 0);
+    pib::mlx5::set(setAtomic, kReqEndianness, 0);
+    CHECK(host.run(setAtomic, 16).status() == status::kBadParam);
+    CHECK(host.guestErrors("mlx5-cmd-bad-param") == 2);
 
     // The driver's SET: the current page with log_max_qp lowered.
     auto cur = host.run(Mlx5Host::input(kQueryHcaCap, 1), kCapOut);
@@ -196,7 +205,7 @@ TEST_CASE("mlx5: QUERY_HCA_CAP reports an IB function, SET_HCA_CAP takes what a 
     pib::mlx5::set(set, inOutput(kCapLogMaxQp), 13);
     CHECK(host.run(set, 16).status() == status::kBadParam);
     CHECK(host.run(Mlx5Host::input(kQueryHcaCap, 1), kCapOut).get(inOutput(kCapLogMaxQp)) == 10);
-    CHECK(host.guestErrors("mlx5-cmd-bad-param") == 3);
+    CHECK(host.guestErrors("mlx5-cmd-bad-param") == 4);
     REQUIRE(host.run(Mlx5Host::input(kInitHca), 16).status() == 0);
     pib::mlx5::set(set, inOutput(kCapLogMaxQp), 9);
     CHECK(host.run(set, 16).status() == status::kBadSystemState);

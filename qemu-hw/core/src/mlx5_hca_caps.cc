@@ -54,6 +54,9 @@ constexpr Field kDeviceFrequencyKhz = field(0x4e0, 32);
 
 // The atomic capability page (atomic_caps in mlx5_ifc.h).
 namespace atomic {
+constexpr Field kReqEndianness = field(0x40, 2);         // atomic_req_8B_endianness_mode
+constexpr Field kHostEndiannessOffered = field(0x46, 1); // supported_..._mode_1
+constexpr uint32_t kHostEndianness = 1;
 constexpr Field kOperations = field(0x90, 16);
 constexpr Field kSizeQp = field(0xb0, 16);
 constexpr uint32_t kCompareSwap = 1u << 0, kFetchAdd = 1u << 1;
@@ -106,10 +109,14 @@ void HcaCaps::reset() {
     // IBA's 8-byte atomics, which the core's responder executes: with
     // these, mlx5_ib takes remote atomic access on an RC QP (atomic_mode
     // IB compatible), which the CM asks for on every connection it makes.
-    // No host-endian replies (supported_atomic_req_8B_endianness_mode_1
-    // is 0), so the driver reports atomic_cap NONE to its users.
+    // The core works on the 8 bytes in host order, at the responder and in
+    // the original value the requester stores: the host-endianness mode,
+    // the one the device has, so it is the current one from the start and
+    // the one a driver may set. With it mlx5_ib reports atomic_cap HCA.
     mlx5::set(m, cap::kAtomic, 1);
     atomic_.fill(0);
+    mlx5::set(atomic_, atomic::kReqEndianness, atomic::kHostEndianness);
+    mlx5::set(atomic_, atomic::kHostEndiannessOffered, 1);
     mlx5::set(atomic_, atomic::kOperations, atomic::kCompareSwap | atomic::kFetchAdd);
     mlx5::set(atomic_, atomic::kSizeQp, atomic::kSize8Bytes);
     // UMR maps MTT keys, up to kMaxFastRegPages pages a fast registration
@@ -149,6 +156,14 @@ const HcaCaps::Page *HcaCaps::page(uint16_t type, bool current) const {
 
 const err::Condition *HcaCaps::apply(const Host &host, uint16_t type,
                                      std::span<const uint8_t> requested) {
+    if (type == kAtomic) {
+        if (get(requested, atomic::kReqEndianness) == atomic::kHostEndianness)
+            return nullptr;
+        host.guestError(err::kMlx5CmdBadParam,
+                        "SET_HCA_CAP: atomic_req_8B_endianness_mode %u: only host endianness (1)",
+                        static_cast<unsigned>(get(requested, atomic::kReqEndianness)));
+        return &err::kMlx5CmdBadParam;
+    }
     if (type != kGeneral) {
         host.guestError(err::kMlx5CmdBadParam, "SET_HCA_CAP of capability type 0x%x", type);
         return &err::kMlx5CmdBadParam;
