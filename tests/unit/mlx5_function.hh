@@ -56,7 +56,7 @@ constexpr Field kDbrAddr = field(kQpc + 0x500, 64);
 constexpr Field kQkey = field(kQpc + 0x540, 32);
 constexpr Field kRqType = field(kQpc + 0x565, 3);
 constexpr Field kSrqn = field(kQpc + 0x568, 24);
-constexpr Field kXrcd = field(kQpc + 0x3c8, 24);
+constexpr Field kXrcd = field(kQpc + 0x4c8, 24);
 constexpr Field kHwSqCounter = field(kQpc + 0x5a0, 16);
 constexpr Field kHwRqCounter = field(kQpc + 0x5c0, 32);
 // Service types.
