@@ -1,0 +1,173 @@
+"""User space on the ConnectX personality (issue 31): Debian's own
+libibverbs and libmlx5, unmodified, post WQEs and poll CQEs in ConnectX's
+formats on the rings mlx5_ib maps for them, ring the UAR pages and
+BlueFlame registers of BAR0, and talk to a pib-hca guest (vm1, whose
+provider is ours) and to a second ConnectX guest (vm3). Every program
+checks its data: the pingpongs with -c (each received buffer compared
+with what its peer wrote), ibv_xsrq_pingpong's "success", rping -V,
+librdmacm's examples' "data transfers complete"."""
+
+import re
+
+from pibctl.pairs import ipoib_up, output_contains, perftest_last_row, rdma_cm_listening, run_pair
+from transfers import traffic
+
+ONLY_ON_TOPOLOGY = "connectx.topo"
+
+# (server, client): the ConnectX serving the pib-hca, the other way, and
+# two ConnectX guests.
+PAIRS = (("vm2", "vm1"), ("vm1", "vm2"), ("vm3", "vm2"))
+HCA = {"vm1": "pib", "vm2": "mlx5", "vm3": "mlx5"}
+SIZES = (1, 4096, 65536)
+
+
+def _name(server, client):
+    return f"{HCA[client]} ({client}) -> {HCA[server]} ({server})"
+
+
+def _check(argv, client, server_out, rc):
+    assert client.exitcode == 0 and rc == "0", (
+        f"{' '.join(argv)}: client {client.exitcode}, server {rc}\n"
+        f"client:\n{client.out[-3000:]}{client.err[-2000:]}\nserver:\n{server_out[-3000:]}")
+
+
+def _pingpong(ctx, prog, size, iters, server, client, extra=(), port=18600):
+    argv = [prog, "-s", str(size), "-n", str(iters), "-p", str(port), "-c", *extra]
+    result, server_out, rc = run_pair(ctx, argv, argv, port=port, server_vm=server,
+                                      client_vm=client)
+    _check(argv, result, server_out, rc)
+    m = re.search(r"(\d+) iters in ([\d.]+) seconds = ([\d.]+) usec/iter", result.out)
+    assert m and int(m.group(1)) == iters, result.out
+    return float(m.group(3))
+
+
+def _pingpongs(ctx, prog, sizes, extra=()):
+    for server, client in PAIRS:
+        times = [_pingpong(ctx, prog, size, 20, server, client, extra) for size in sizes]
+        print(f"{prog} {_name(server, client)}: " + ", ".join(
+            f"{size} B {t:.0f} us" for size, t in zip(sizes, times)) + ", every buffer checked")
+
+
+def test_rc_pingpong(ctx):
+    _pingpongs(ctx, "ibv_rc_pingpong", SIZES)
+    _pingpongs(ctx, "ibv_rc_pingpong", (4096,), extra=["-e"])
+
+
+def test_uc_pingpong(ctx):
+    _pingpongs(ctx, "ibv_uc_pingpong", SIZES)
+
+
+def test_ud_pingpong(ctx):
+    _pingpongs(ctx, "ibv_ud_pingpong", (1, 1024, 2048))
+
+
+def test_srq_pingpong(ctx):
+    _pingpongs(ctx, "ibv_srq_pingpong", SIZES)
+
+
+def test_xsrq_pingpong(ctx):
+    for server, client in PAIRS:
+        for size, extra in ((1, []), (65536, ["-e"])):
+            argv = ["ibv_xsrq_pingpong", "-s", str(size), "-n", "20", "-p", "18601", *extra]
+            result, server_out, rc = run_pair(ctx, argv, argv, port=18601, server_vm=server,
+                                              client_vm=client)
+            _check(argv, result, server_out, rc)
+            assert re.search(r"^success$", result.out, re.M), result.out
+            assert re.search(r"^success$", server_out, re.M), server_out
+        print(f"ibv_xsrq_pingpong {_name(server, client)}: 1 B and 65536 B (events), success")
+
+
+PERFTEST = [
+    ("ib_send_bw", ["-s", "65536", "-n", "100"], "bw"),
+    ("ib_write_bw", ["-s", "65536", "-n", "100"], "bw"),
+    ("ib_read_bw", ["-s", "65536", "-n", "100"], "bw"),
+    ("ib_atomic_bw", ["-n", "100"], "bw"),
+    ("ib_send_lat", ["-s", "8", "-n", "100"], "lat"),
+    ("ib_write_lat", ["-s", "8", "-n", "100"], "lat"),
+    ("ib_read_lat", ["-s", "8", "-n", "100"], "lat"),
+    ("ib_atomic_lat", ["-n", "100"], "lat"),
+]
+
+
+# perftest from a ConnectX, to the pib-hca and to the other ConnectX
+# (test_datapath.py has pib-hca to pib-hca).
+PERFTEST_PAIRS = (("vm1", "vm2"), ("vm3", "vm2"))
+
+
+def test_perftest(ctx):
+    rows = []
+    for prog, args, kind in PERFTEST:
+        cells = []
+        for server, client in PERFTEST_PAIRS:
+            argv = [prog, *args, "-p", "18602"]
+            result, server_out, rc = run_pair(ctx, argv, argv, port=18602, server_vm=server,
+                                              client_vm=client)
+            _check(argv, result, server_out, rc)
+            row = perftest_last_row(result.out)
+            assert row, result.out
+            value = float(row[3] if kind == "bw" else row[4])
+            assert value > 0, result.out
+            cells.append(value)
+        rows.append((prog, kind, cells))
+    print(f"{'':14} " + " ".join(f"{_name(s, c):>28}" for s, c in PERFTEST_PAIRS))
+    for prog, kind, cells in rows:
+        unit = "MiB/s" if kind == "bw" else "us"
+        print(f"{prog:<14} " + " ".join(f"{v:>22.2f} {unit:>5}" for v in cells))
+
+
+def test_pib_traffic_every_operation(ctx):
+    """pib-traffic (built against rdma-core, so on either provider): every
+    operation, 0 B to 1 MiB at unaligned offsets, on two QPs at once, every
+    byte checked where it lands and both ends' SHA-256 equal."""
+    for server, client in PAIRS:
+        lines = traffic(ctx, ["-q", "2", "-s", "0,1,4097,65536,1M+3", "-n", "2", "-S", "31"],
+                        port=18610, client_vm=client, server_vm=server)
+        total = sum(int(line["bytes"]) for line in lines.values())
+        print(f"pib-traffic {_name(server, client)}: {len(lines)} operations, {total} bytes, "
+              "SHA-256 equal at both ends")
+
+
+def _cm_pair(ctx, server_argv, client_argv, port, server, client, ready, address=None):
+    """The client's last argument: `address`, by default the server's IPoIB address."""
+    ipoib_up(ctx, ("vm1", "vm2", "vm3"))  # earlier tests may have reloaded a driver
+    result, server_out, rc = run_pair(ctx, server_argv, client_argv, port=port, ready=ready,
+                                      address=address or f"{server}-ib", server_vm=server,
+                                      client_vm=client)
+    _check(client_argv, result, server_out, rc)
+    return result.out, server_out
+
+
+def test_rdma_cm_rping_ucmatose_udaddy(ctx):
+    """rdma_cm over the guests' IPoIB addresses: rping -V (each side checks
+    every byte of its RDMA READ and WRITE buffers), ucmatose (RC) and
+    udaddy (UD), whose every message must arrive ('data transfers
+    complete')."""
+    for server, client in PAIRS:
+        args = ["-V", "-C", "10", "-S", "4096"]
+        out, _ = _cm_pair(ctx, ["rping", "-s", "-a", "0.0.0.0", "-p", "7180", *args],
+                          ["rping", "-c", "-p", "7180", *args, "-a"], 7180, server, client,
+                          rdma_cm_listening(7180))
+        assert "error" not in out.lower(), out
+        # ucmatose takes a port; udaddy's -p is a port space, its port 7174.
+        for prog, size, port, options in (("ucmatose", 4096, 7181, ["-p", "7181"]),
+                                          ("udaddy", 1024, 7174, [])):
+            argv = [prog, *options, "-c", "2", "-C", "10", "-S", str(size)]
+            for text in _cm_pair(ctx, argv, [*argv, "-s"], port, server, client,
+                                 rdma_cm_listening(port)):
+                assert "data transfers complete" in text and "return status 0" in text, text
+        print(f"rdma_cm {_name(server, client)}: rping -V 10 x 4096 B, ucmatose 2 x 10 x 4096 B, "
+              "udaddy 2 x 10 x 1024 B, every message arrived")
+
+
+def test_rdma_cm_mckey(ctx):
+    """A multicast group joined through the SA: the server joins and
+    waits for 10 messages, the client joins as a sender (bound to its own
+    IPoIB address) and sends them."""
+    for server, client in PAIRS:
+        args = ["-m", "239.1.2.4", "-C", "10", "-S", "1024"]
+        out, server_out = _cm_pair(ctx, ["stdbuf", "-oL", "mckey", *args, "-b", f"{server}-ib"],
+                                   ["mckey", *args, "-s", "-b"], 18580, server, client,
+                                   output_contains("joined"), address=f"{client}-ib")
+        for text in (out, server_out):
+            assert "data transfers complete" in text and "return status 0" in text, text
+        print(f"mckey {_name(server, client)}: 10 multicast messages of 1024 bytes")
