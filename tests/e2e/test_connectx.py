@@ -175,6 +175,16 @@ def test_devlink_and_ethtool_answer(ctx):
           f"ethtool -i ib0: {drvinfo.splitlines()[0]}, {drvinfo.splitlines()[2]}")
 
 
+def _reload(ctx):
+    """mlx5_ib and mlx5_core unloaded and loaded again (bounded), the port
+    ACTIVE again and IPoIB up on the new ib0."""
+    ctx.sh(CX, "modprobe -r mlx5_ib mlx5_core && modprobe mlx5_ib && "
+               "for i in $(seq 300); do [ -e /sys/class/infiniband/mlx5_0 ] && exit 0; "
+               "sleep 0.1; done; exit 1", timeout=120)
+    fabric.wait_active(ctx.fabric, timeout=60)
+    ipoib_up(ctx, [CX])
+
+
 def _pattern_pings(ctx, src, dst, pattern):
     """Three pings of 1400 bytes filled with `pattern` (16 hex bytes) from
     `src` to `dst`: ping compares every byte of each reply with what it
@@ -203,11 +213,7 @@ def test_mlx5_reload_loop_with_traffic_in_between(ctx):
     bulk = 0
     for i in range(RELOADS):
         start = time.monotonic()
-        ctx.sh(CX, "modprobe -r mlx5_ib mlx5_core && modprobe mlx5_ib && "
-                   "for i in $(seq 300); do [ -e /sys/class/infiniband/mlx5_0 ] && exit 0; "
-                   "sleep 0.1; done; exit 1", timeout=120)
-        fabric.wait_active(ctx.fabric, timeout=60)
-        ipoib_up(ctx, [CX])
+        _reload(ctx)
         loaded = time.monotonic()
         for src, dst in ((CX, "vm1-ib"), ("vm1", f"{CX}-ib")):
             _pattern_pings(ctx, src, dst, secrets.token_hex(16))
@@ -259,11 +265,7 @@ def test_mlx5_commands_the_driver_issues_counted_from_a_trace(ctx):
     start = log.stat().st_size
     _trace_commands(ctx, True)
     try:
-        ctx.sh(CX, "modprobe -r mlx5_ib mlx5_core && modprobe mlx5_ib && "
-                   "for i in $(seq 300); do [ -e /sys/class/infiniband/mlx5_0 ] && exit 0; "
-                   "sleep 0.1; done; exit 1", timeout=120)
-        fabric.wait_active(ctx.fabric, timeout=60)
-        ipoib_up(ctx, [CX])
+        _reload(ctx)
         _pattern_pings(ctx, CX, "vm1-ib", secrets.token_hex(16))
     finally:
         _trace_commands(ctx, False)

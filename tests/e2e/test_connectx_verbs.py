@@ -9,7 +9,8 @@ librdmacm's examples' "data transfers complete"."""
 
 import re
 
-from pibctl.pairs import ipoib_up, output_contains, perftest_last_row, rdma_cm_listening, run_pair
+from pibctl.pairs import (PERFTEST, ipoib_up, output_contains, perftest_last_row,
+                          rdma_cm_listening, run_pair)
 from transfers import traffic
 
 ONLY_ON_TOPOLOGY = "connectx.topo"
@@ -75,18 +76,6 @@ def test_xsrq_pingpong(ctx):
             assert re.search(r"^success$", result.out, re.M), result.out
             assert re.search(r"^success$", server_out, re.M), server_out
         print(f"ibv_xsrq_pingpong {_name(server, client)}: 1 B and 65536 B (events), success")
-
-
-PERFTEST = [
-    ("ib_send_bw", ["-s", "65536", "-n", "100"], "bw"),
-    ("ib_write_bw", ["-s", "65536", "-n", "100"], "bw"),
-    ("ib_read_bw", ["-s", "65536", "-n", "100"], "bw"),
-    ("ib_atomic_bw", ["-n", "100"], "bw"),
-    ("ib_send_lat", ["-s", "8", "-n", "100"], "lat"),
-    ("ib_write_lat", ["-s", "8", "-n", "100"], "lat"),
-    ("ib_read_lat", ["-s", "8", "-n", "100"], "lat"),
-    ("ib_atomic_lat", ["-n", "100"], "lat"),
-]
 
 
 # perftest from a ConnectX, to the pib-hca and to the other ConnectX

@@ -4,7 +4,7 @@ Each prints its numbers; the tests assert that every byte arrived."""
 
 import re
 
-from pibctl.pairs import perftest_last_row, run_pair
+from pibctl.pairs import PERFTEST, perftest_last_row, run_pair
 
 # The pingpongs use a 1024-byte path MTU by default: 4096 bytes is four
 # packets and 65536 sixty-four.
@@ -82,19 +82,6 @@ def test_rdma_core_65_loads_its_own_provider_build(ctx):
         f"client {client.exitcode}, server {rc}\nclient:\n{client.out}{client.err}\n"
         f"server:\n{server_out}")
     assert re.search(r"^50 iters in", client.out, re.M), client.out
-
-
-PERFTEST = [
-    # (program, arguments, what the last table row must hold)
-    ("ib_send_bw", ["-s", "65536", "-n", "100"], "bw"),
-    ("ib_write_bw", ["-s", "65536", "-n", "100"], "bw"),
-    ("ib_read_bw", ["-s", "65536", "-n", "100"], "bw"),
-    ("ib_atomic_bw", ["-n", "100"], "bw"),
-    ("ib_send_lat", ["-s", "8", "-n", "100"], "lat"),
-    ("ib_write_lat", ["-s", "8", "-n", "100"], "lat"),
-    ("ib_read_lat", ["-s", "8", "-n", "100"], "lat"),
-    ("ib_atomic_lat", ["-n", "100"], "lat"),
-]
 
 
 def test_perftest_between_vms(ctx):

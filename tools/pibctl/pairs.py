@@ -75,6 +75,19 @@ def device_states(ctx, vms=("vm1", "vm2")):
 # two can disagree (r^2 < 0.9), and the client then exits without a report
 # after the transfer, leaving its server waiting. That is the tool's
 # calibration, not the fabric: such a pair is run again.
+# The perftest set the end-to-end tests run between two guests: (program,
+# arguments, what the last table row must hold).
+PERFTEST = [
+    ("ib_send_bw", ["-s", "65536", "-n", "100"], "bw"),
+    ("ib_write_bw", ["-s", "65536", "-n", "100"], "bw"),
+    ("ib_read_bw", ["-s", "65536", "-n", "100"], "bw"),
+    ("ib_atomic_bw", ["-n", "100"], "bw"),
+    ("ib_send_lat", ["-s", "8", "-n", "100"], "lat"),
+    ("ib_write_lat", ["-s", "8", "-n", "100"], "lat"),
+    ("ib_read_lat", ["-s", "8", "-n", "100"], "lat"),
+    ("ib_atomic_lat", ["-n", "100"], "lat"),
+]
+
 PERFTEST_CALIBRATION_FAILED = "Can't produce a report"
 PAIR_ATTEMPTS = 3
 
