@@ -2,6 +2,7 @@
 #include "fake_host.hh"
 
 #include <algorithm>
+#include <random>
 #include <stdexcept>
 #include <string>
 
@@ -219,6 +220,13 @@ uint64_t FakeHost::alloc(uint64_t bytes, uint64_t align) {
         throw std::runtime_error("fake guest RAM exhausted");
     ramNext = addr + bytes;
     std::memset(at(addr), 0, bytes);
+    return addr;
+}
+
+uint64_t FakeHost::allocRandom(uint64_t bytes, uint32_t seed) {
+    const uint64_t addr = alloc(bytes);
+    std::mt19937 random(seed);
+    std::generate_n(at(addr), bytes, [&] { return static_cast<uint8_t>(random()); });
     return addr;
 }
 

@@ -74,6 +74,8 @@ struct FakeHost {
 
     // Guest memory.
     uint64_t alloc(uint64_t bytes, uint64_t align = PIB_PAGE_SIZE);
+    // Fresh RAM as alloc gives it, filled with bytes of std::mt19937(seed).
+    uint64_t allocRandom(uint64_t bytes, uint32_t seed);
     uint8_t *at(uint64_t addr) { return &ram[addr - kRamBase]; }
     bool inRam(uint64_t addr, uint64_t len) const {
         return addr >= kRamBase && len <= ram.size() && addr - kRamBase <= ram.size() - len;

@@ -177,9 +177,7 @@ TEST_CASE("mlx5: a UD send rung through blue flame arrives, every byte, with its
     REQUIRE(f.toRts(receiver.qpn));
 
     constexpr uint32_t kGrh = 40, kBytes = 200;
-    const uint64_t source = f.host.alloc(4096), sink = f.host.alloc(4096);
-    std::mt19937 random(7);
-    std::generate_n(f.host.at(source), 4096, [&] { return static_cast<uint8_t>(random()); });
+    const uint64_t source = f.host.allocRandom(4096, 7), sink = f.host.alloc(4096);
     uint32_t next = 0;
     for (int round = 0; round < 3; ++round) {
         INFO("round " << round);
@@ -320,9 +318,7 @@ TEST_CASE("mlx5: a ring may start inside a larger page, as mlx5_ib places a user
     REQUIRE(f.toRts(receiver.qpn));
 
     constexpr uint32_t kGrh = 40, kBytes = 100;
-    const uint64_t source = f.host.alloc(4096), sink = f.host.alloc(4096);
-    std::mt19937 random(13);
-    std::generate_n(f.host.at(source), 4096, [&] { return static_cast<uint8_t>(random()); });
+    const uint64_t source = f.host.allocRandom(4096, 13), sink = f.host.alloc(4096);
     f.postReceive(receiver, sink, kGrh + kBytes);
     f.blueFlame(f.writeUdSend(sender, receiver.qpn, source, kBytes), f.uar);
     uint32_t next = 0;
@@ -355,9 +351,7 @@ TEST_CASE("mlx5: a QP on an SRQ takes its WQEs in the free list's order", "[mlx5
     REQUIRE(f.toRts(receiver.qpn));
 
     constexpr uint32_t kGrh = 40, kBytes = 100;
-    const uint64_t source = f.host.alloc(4096), sinks = f.host.alloc(4096);
-    std::mt19937 random(5);
-    std::generate_n(f.host.at(source), 4096, [&] { return static_cast<uint8_t>(random()); });
+    const uint64_t source = f.host.allocRandom(4096, 5), sinks = f.host.alloc(4096);
     for (uint32_t i = 0; i < 3; ++i)
         f.postSrq(srq, sinks + 1024 * i, kGrh + kBytes);
     uint32_t next = 0;
@@ -455,9 +449,7 @@ TEST_CASE("mlx5: UMR WQEs register free keys for RDMA and invalidate them", "[ml
     auto [a, b] = f.connectedRc();
     uint32_t next = 0;
     const auto completions = [&](size_t want) { return f.completions(&next, want); };
-    const uint64_t source = f.host.alloc(16384);
-    std::mt19937 random(3);
-    std::generate_n(f.host.at(source), 16384, [&] { return static_cast<uint8_t>(random()); });
+    const uint64_t source = f.host.allocRandom(16384, 3);
 
     for (const bool inlined : {true, false}) {
         INFO((inlined ? "inline page list" : "page list in memory"));

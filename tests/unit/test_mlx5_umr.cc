@@ -190,9 +190,7 @@ TEST_CASE("mlx5: the UMR QP loads a cached key in chunks, enables it and frees i
     // a writes 30000 random bytes at offset 3000 of the region through the
     // key, and reads them back into another buffer.
     constexpr uint32_t kBytes = 30000, kAt = 3000;
-    const uint64_t source = f.host.alloc(kBytes), sink = f.host.alloc(kBytes);
-    std::mt19937 random(7);
-    std::generate_n(f.host.at(source), kBytes, [&] { return static_cast<uint8_t>(random()); });
+    const uint64_t source = f.host.allocRandom(kBytes, 7), sink = f.host.alloc(kBytes);
     CHECK(f.rdma(a, kRdmaWrite, source, kBytes, kIova + kAt, key).first == kGood);
     CHECK(holds(f.host, pages, kAt, f.host.at(source), kBytes));
     CHECK(f.rdma(a, kRdmaRead, sink, kBytes, kIova + kAt, key).first == kGood);
@@ -330,9 +328,7 @@ TEST_CASE("mlx5: a key made with its pages maps them at once", "[mlx5]") {
     REQUIRE(made.status() == 0);
     const uint32_t key = static_cast<uint32_t>(made.get(kHeld)) << 8 | 0x21;
     constexpr uint32_t kBytes = 2 * 4096;
-    const uint64_t source = f.host.alloc(kBytes);
-    std::mt19937 random(11);
-    std::generate_n(f.host.at(source), kBytes, [&] { return static_cast<uint8_t>(random()); });
+    const uint64_t source = f.host.allocRandom(kBytes, 11);
     CHECK(f.rdma(a, kRdmaWrite, source, kBytes, kIova + 0x300, key).first == kGood);
     CHECK(holds(f.host, pages, 0x300, f.host.at(source), kBytes));
     CHECK(f.host.guestErrors() == 0);
