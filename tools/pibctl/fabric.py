@@ -12,7 +12,7 @@ import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from pibctl import guest_ssh, own_kernel, paths, qga, ui
+from pibctl import crash_report, guest_ssh, own_kernel, paths, qga, ui
 from pibctl.own_kernel import OwnKernel
 from pibctl.topology import Topology, TopologyError, chain, parse
 
@@ -201,7 +201,7 @@ def _qemu_command(fabric: Fabric, vm: Vm, memory: int, cpus: int, trace: str,
     ).strip()
     run = Path(fabric.run_dir)
     cmd = [
-        qemu, "-name", vm.name, "-machine", "q35", *accel,
+        qemu, "-name", vm.name, "-machine", "q35,dump-guest-core=off", *accel,
         "-m", str(memory), "-smp", str(cpus),
         "-nodefaults", "-no-user-config", "-display", "none", "-no-reboot",
         *paths.QEMU_FIRMWARE_ARGS,
@@ -339,6 +339,13 @@ def stopped_processes(fabric: Fabric) -> list:
     return gone
 
 
+def ended_report(vm: Vm) -> str:
+    """How a guest's QEMU that no longer runs ended, with its logs and, for
+    a crash, its backtrace."""
+    status = _exit_status(vm.pid)
+    return f"{vm.name}: QEMU {status}\n" + _qemu_logs(vm, status)
+
+
 def stop_switch(fabric: Fabric, name: str) -> None:
     pid = fabric.ib_switch_pids.pop(name, 0)
     fabric.save()
@@ -386,8 +393,9 @@ def _exit_status(pid: int, wait: float = 3.0) -> str:
     return f"exited with status {os.WEXITSTATUS(status)}"
 
 
-def _qemu_logs(vm: Vm) -> str:
-    """The tails of everything QEMU and the guest wrote, for a failure report."""
+def _qemu_logs(vm: Vm, status: str = "") -> str:
+    """The tails of everything QEMU and the guest wrote, for a failure report,
+    and the backtrace of a QEMU whose `status` (_exit_status) is a signal."""
     parts = []
     for path in (vm.path / "qemu.stderr", vm.qemu_log):
         text = path.read_text(errors="replace")[-3000:] if path.exists() else "(missing)"
@@ -396,6 +404,11 @@ def _qemu_logs(vm: Vm) -> str:
     crashes = _host_kernel_lines(vm.pid)
     if crashes:
         parts.append(f"--- host kernel on pid {vm.pid} ---\n{crashes}")
+    # A status of "exited" may hide a crash: another Popen reaped QEMU.
+    trace = crash_report.backtrace(vm.path, vm.pid, vm.command[0],
+                                   killed=status.startswith("was killed by"))
+    if trace:
+        parts.append(f"--- backtrace of QEMU {vm.pid} ---\n{trace}")
     return "\n".join(parts)
 
 
@@ -416,8 +429,9 @@ def _wait_ready(fabric: Fabric, timeout: float, vms=None) -> None:
     while pending:
         for vm in list(pending):
             if not _running_child(vm.pid) and not ours(vm.pid, fabric.run_dir):
-                raise ui.StepFailed(f"{vm.name}: QEMU {_exit_status(vm.pid)} during boot\n"
-                                    + _qemu_logs(vm))
+                status = _exit_status(vm.pid)
+                raise ui.StepFailed(f"{vm.name}: QEMU {status} during boot\n"
+                                    + _qemu_logs(vm, status))
             if qga.ping(vm.qga_sock, timeout=2):
                 ui.detail(f"{vm.name}: up after {time.monotonic() - start:.0f} s")
                 pending.remove(vm)
@@ -594,11 +608,19 @@ def _guest_names(vm: Vm) -> list:
     return list(dict.fromkeys(names))
 
 
-def _start_qemu(fabric: Fabric, vm: Vm) -> None:
+def start_process(vm: Vm) -> None:
+    """Starts `vm.command` (its QEMU) in the guest's directory with cores
+    allowed: a crash leaves its core there for the failure report's
+    backtrace (crash_report)."""
     with open(vm.path / "qemu.stderr", "a") as err:
         proc = subprocess.Popen(vm.command, stdin=subprocess.DEVNULL, stdout=err,
-                                stderr=subprocess.STDOUT, start_new_session=True)
+                                stderr=subprocess.STDOUT, start_new_session=True, cwd=vm.path,
+                                preexec_fn=crash_report.allow_core_dumps)
     vm.pid = proc.pid
+
+
+def _start_qemu(fabric: Fabric, vm: Vm) -> None:
+    start_process(vm)
     fabric.save()
 
 

@@ -90,6 +90,8 @@ PACKAGES = {
     "libvirt-clients": None,
     "libxml2-utils": None,
     "ca-certificates": None,
+    # A crashed QEMU's backtrace in the failure report (crash_report.py).
+    "gdb": None,
 }
 
 # Minimum versions where the default release is too old.

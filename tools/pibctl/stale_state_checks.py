@@ -2,16 +2,18 @@
 (CI once found one in a warm cache and could not boot its own fabric).
 These checks make such states in a scratch run directory and see that
 fabric up clears one none of whose processes runs, and leaves one with a
-running process alone."""
+running process alone. And a QEMU that crashes leaves its backtrace in the
+failure report."""
 
 import os
+import signal
 import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 
-from pibctl import fabric, ui
+from pibctl import crash_report, fabric, ui
 
 
 def _leftover(run_dir: Path, pid: int) -> fabric.Fabric:
@@ -76,3 +78,18 @@ def running_fabric_is_kept() -> None:
             proc.kill()
             proc.wait()
     _in_run_dir(check)
+
+
+def crash_leaves_a_backtrace() -> None:
+    """A guest's QEMU that dies by a signal: the process is started as
+    fabric up starts QEMU (its own directory, cores allowed) and killed
+    with SIGSEGV; the failure report must carry its stack."""
+    with tempfile.TemporaryDirectory(prefix="pib-crash-") as scratch:
+        vm = fabric.Vm(name="vm1", index=1, dir=scratch, command=["sleep", "60"])
+        fabric.start_process(vm)
+        os.kill(vm.pid, signal.SIGSEGV)
+        report = fabric.ended_report(vm)
+        # Where cores go to a pipe (systemd-coredump), the report says so.
+        expected = "core_pattern is" if crash_report.cores_piped_away() else "#0 "
+        if "was killed by SIGSEGV" not in report or expected not in report:
+            raise ui.StepFailed(f"no backtrace in the report of a crash:\n{report[-2000:]}")

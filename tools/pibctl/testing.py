@@ -379,6 +379,9 @@ def run_e2e(counts: Counts, pattern: str, vms: int, accel: str,
         gone = fabric.stopped_processes(fab)
         if gone:
             print("no longer running before fabric down: " + ", ".join(gone))
+            for vm in fab.vms:
+                if vm.name in gone:
+                    print(fabric.ended_report(vm))
         counts.record("every QEMU and switch the fabric started still runs", not gone,
                       time.monotonic() - start, ", ".join(gone))
         start = time.monotonic()
@@ -436,6 +439,8 @@ def check_stale_state(counts: Counts) -> None:
            stale_state_checks.stale_state_is_cleared)
     _check(counts, "and leaves the state of a fabric with a running process alone",
            stale_state_checks.running_fabric_is_kept)
+    _check(counts, "a QEMU that crashes leaves its backtrace in the failure report",
+           stale_state_checks.crash_leaves_a_backtrace)
 
 
 def _check(counts: Counts, name: str, step) -> bool:

@@ -1,0 +1,69 @@
+"""A crashed QEMU's backtrace for the failure report.
+
+QEMU runs in its guest's directory with core dumps allowed and guest RAM
+left out of them (-machine dump-guest-core=off), so a core stays small.
+When QEMU dies by a signal, gdb reads the core once, the report gets every
+thread's stack, and the core is deleted. A host whose core_pattern pipes
+cores elsewhere (systemd-coredump, apport) leaves no file: the report says
+so instead of a backtrace."""
+
+import resource
+import shutil
+import subprocess
+from pathlib import Path
+
+GDB_TIMEOUT = 120  # seconds: gdb loads QEMU's symbols, then walks every thread
+
+
+def allow_core_dumps() -> None:
+    """For Popen's preexec_fn: raises the soft core limit to the hard one.
+    Never raises itself, since an exception there would fail the launch."""
+    try:
+        _, hard = resource.getrlimit(resource.RLIMIT_CORE)
+        resource.setrlimit(resource.RLIMIT_CORE, (hard, hard))
+    except (ValueError, OSError):
+        pass
+
+
+def _core_file(directory: Path, pid: int):
+    for name in (f"core.{pid}", "core"):
+        path = directory / name
+        if path.is_file():
+            return path
+    return None
+
+
+def _where_cores_go() -> str:
+    try:
+        return Path("/proc/sys/kernel/core_pattern").read_text().strip()
+    except OSError:
+        return "(unreadable)"
+
+
+def cores_piped_away() -> bool:
+    """Whether the host hands cores to a program instead of a file."""
+    return _where_cores_go().startswith("|")
+
+
+def backtrace(directory: Path, pid: int, binary: str, killed: bool) -> str:
+    """Every thread's stack from the core `pid` left in `directory`, or why
+    there is none for a process `killed` by a signal (else ""). The core is
+    removed once read."""
+    core = _core_file(directory, pid)
+    if core is None:
+        if not killed:
+            return ""
+        return f"(no core file in {directory}; core_pattern is {_where_cores_go()!r})"
+    if shutil.which("gdb") is None:
+        return f"(core in {core}; gdb is not installed to read it)"
+    # The crashed thread comes last, so that a cut keeps it.
+    cmd = ["gdb", "-batch", "-nx", "-ex", "set pagination off", "-ex", "thread apply all bt 20",
+           "-ex", "echo \\n--- the thread that crashed ---\\n", "-ex", "bt full 10",
+           binary, str(core)]
+    try:
+        out = subprocess.run(cmd, capture_output=True, text=True, errors="replace",
+                             timeout=GDB_TIMEOUT).stdout
+    except subprocess.TimeoutExpired:
+        return f"(gdb did not finish reading {core} in {GDB_TIMEOUT} s; the core is kept)"
+    core.unlink(missing_ok=True)
+    return out[-12000:]
