@@ -79,6 +79,8 @@ static bool pib_hca_event_enabled(unsigned event)
         return trace_event_get_state_backends(TRACE_PIB_HCA_MR_REGISTERED);
     case PIB_EVENT_MR_INVALIDATED:
         return trace_event_get_state_backends(TRACE_PIB_HCA_MR_INVALIDATED);
+    case PIB_EVENT_WQE_NOP:
+        return trace_event_get_state_backends(TRACE_PIB_HCA_WQE_NOP);
     case PIB_EVENT_MLX5_COMMAND:
         return trace_event_get_state_backends(TRACE_PIB_HCA_MLX5_COMMAND);
     case PIB_EVENT_MLX5_UAR:
@@ -271,6 +273,9 @@ static void pib_hca_trace_event(unsigned event, const uint64_t *a)
     case PIB_EVENT_MR_INVALIDATED:
         trace_pib_hca_mr_invalidated((unsigned) a[0], (unsigned) a[1],
                                      (const char *) (uintptr_t) a[2]);
+        break;
+    case PIB_EVENT_WQE_NOP:
+        trace_pib_hca_wqe_nop((unsigned) a[0], (unsigned) a[1]);
         break;
     case PIB_EVENT_MLX5_COMMAND:
         trace_pib_hca_mlx5_command(

@@ -79,14 +79,17 @@ std::vector<uint8_t> eqInput(FuzzedDataProvider &in, const Pages &pages) {
     return cmd;
 }
 
-// A CREATE_CQ that may well succeed: up to 2^7 CQEs in the harness's
-// pages (or anywhere), for one of the first EQs and UAR pages, its
-// doorbell record in a page or anywhere, now and then a field the
-// device does not offer.
+// A CREATE_CQ that may well succeed: up to 2^7 CQEs of 64 or 128 bytes
+// in the harness's pages (or anywhere), for one of the first EQs and UAR
+// pages, its doorbell record in a page or anywhere, now and then a field
+// the device does not offer.
 std::vector<uint8_t> cqInput(FuzzedDataProvider &in, const Pages &pages) {
     const uint32_t logSize = in.ConsumeIntegralInRange<uint32_t>(0, 7);
-    const uint32_t count = logSize > 6 ? 2 : 1;
+    const uint32_t cqeSize = in.ConsumeIntegralInRange<uint32_t>(0, 1);
+    const uint32_t log = logSize + 6 + cqeSize;
+    const uint32_t count = log > 12 ? 1u << (log - 12) : 1;
     auto cmd = Mlx5Host::input(0x400, 0, 0x110 + 8 * count);
+    set(cmd, field(0x80 + 0x08, 3), cqeSize);
     set(cmd, field(0x80 + 0x63, 5), logSize);
     set(cmd, field(0x80 + 0x68, 24), in.ConsumeIntegralInRange<uint32_t>(2, 5));
     set(cmd, field(0x80 + 0xa0, 32), in.ConsumeIntegralInRange<uint32_t>(0, 3));

@@ -143,15 +143,20 @@ class Mlx5Host : public FakeHost {
     // A CREATE_CQ input for 2^logSize CQEs in fresh 4 KiB pages (the first
     // at *ring, every owner bit 1 as the driver leaves them) reporting to
     // `eqn`, armed through `uar`, with its doorbell record at *record.
+    // A CQ of 2^logSize CQEs of 64 bytes, or 128 (`cqeSize` 1), each
+    // initialised as libmlx5 does: the 64-byte CQE (a 128-byte one's second
+    // half) invalid, owner bit 1.
     std::vector<uint8_t> cqInput(uint32_t logSize, uint32_t eqn, uint32_t uar, uint64_t *ring,
-                                 uint64_t *record) {
+                                 uint64_t *record, uint32_t cqeSize = 0) {
         using namespace pib::mlx5;
-        const uint64_t pages = ((uint64_t{64} << logSize) + 4095) / 4096;
+        const uint64_t cqeBytes = uint64_t{64} << cqeSize;
+        const uint64_t pages = ((cqeBytes << logSize) + 4095) / 4096;
         *ring = alloc(pages * 4096);
-        for (uint64_t i = 0; i < pages * 4096 / 64; ++i)
-            at(*ring + 64 * i)[0x3f] = 0xf1; // MLX5_CQE_INVALID, owner 1
+        for (uint64_t i = 0; i < pages * 4096 / cqeBytes; ++i)
+            at(*ring + cqeBytes * i + cqeBytes - 64)[0x3f] = 0xf1; // MLX5_CQE_INVALID, owner 1
         *record = alloc(64, 64);
         std::vector<uint8_t> in = input(0x400, 0, 0x110 + 8 * pages);
+        set(in, field(0x80 + 0x08, 3), cqeSize);
         set(in, field(0x80 + 0x63, 5), logSize);
         set(in, field(0x80 + 0x68, 24), uar);
         set(in, field(0x80 + 0xa0, 32), eqn);

@@ -297,6 +297,32 @@ TEST_CASE("mlx5: RC QPs connected through the port move SENDs, WRITEs and READs"
     CHECK(f.host.guestErrors() == 0);
 }
 
+TEST_CASE("mlx5: a NOP completes after the WQEs before it", "[mlx5]") {
+    QpFunction f;
+    REQUIRE(f.activatePort());
+    auto [a, b] = f.connectedRc();
+    const uint64_t mine = f.host.allocRandom(4096, 5), theirs = f.host.alloc(4096);
+    uint32_t next = 0;
+    // A WRITE and a NOP rung together: the NOP's CQE comes second, with
+    // the NOP's opcode (0) and WQE counter, once the WRITE is acknowledged.
+    f.writeSend(a, false,
+                {.opcode = kRdmaWrite, .addr = mine, .length = 4000, .remoteAddr = theirs});
+    const uint32_t nopIndex = a.sqPosted;
+    f.blueFlame(f.postWqe(a, std::vector<uint8_t>(16)), f.uar); // a control segment, opcode 0
+    const auto done = f.completions(&next, 2);
+    REQUIRE(done.size() == 2);
+    CHECK(readBe32(done[0] + 0x38) == (uint32_t{kRdmaWrite} << 24 | a.qpn));
+    CHECK(readBe32(done[1] + 0x38) == a.qpn); // NOP: WQE opcode 0
+    CHECK(readBe16(done[1] + 0x3c) == nopIndex);
+    CHECK(done[1][0x3f] >> 4 == 0x0); // a requester's CQE, no error
+    CHECK(std::equal(f.host.at(mine), f.host.at(mine) + 4000, f.host.at(theirs)));
+    // Alone, a NOP completes at once.
+    f.blueFlame(f.postWqe(a, std::vector<uint8_t>(16)), f.uar);
+    CHECK(f.completions(&next, 1).size() == 1);
+    CHECK(f.host.traces("wqe_nop") == 2);
+    CHECK(f.host.guestErrors() == 0);
+}
+
 TEST_CASE("mlx5: a ring may start inside a larger page, as mlx5_ib places a user buffer",
           "[mlx5]") {
     QpFunction f;

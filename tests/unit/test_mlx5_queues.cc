@@ -1,12 +1,14 @@
 // SPDX-License-Identifier: GPL-2.0-or-later
 // The ConnectX personality's completion queues and SRQs (docs/mlx5.md
 // §8, §9): CREATE_CQ and its checks, what a CQ holds, the arm doorbell,
-// the 64-byte CQE the data path's completions become, with its owner bit
-// and overrun, the async events as EQEs; CREATE_SRQ and its checks, what
+// the 64- and 128-byte CQEs the data path's completions become, with their
+// owner bit and overrun, the async events as EQEs; CREATE_SRQ and its checks, what
 // an SRQ holds, its limit.
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <cstdlib>
+#include <cstring>
 #include <string>
 
 #include "conditions.hh"
@@ -65,7 +67,7 @@ TEST_CASE("mlx5: CREATE_CQ checks its context and page list", "[mlx5]") {
                        const pib::err::Condition &why) { checkRefused(f.host, in, status, why); };
     const auto in = f.host.cqInput(2, f.eqn, f.uar, &ring, &record);
     const std::pair<Field, uint64_t> contexts[] = {
-        {field(0x80 + 0x08, 3), 1},     // cqe_sz: 128 bytes
+        {field(0x80 + 0x08, 3), 2},     // cqe_sz: beyond 128 bytes
         {field(0x80 + 0x11, 1), 1},     // CQE compression
         {field(0x80 + 0x0e, 1), 1},     // oi
         {field(0x80 + 0x84, 12), 16},   // cq_period
@@ -153,11 +155,17 @@ struct Components {
     uint32_t eqn = 0, cqn = 0;
     uint64_t eqRing = 0, cqRing = 0, record = 0;
 
-    explicit Components(uint32_t logCqSize) {
+    uint32_t cqeBytes;
+
+    explicit Components(uint32_t logCqSize, uint32_t cqeSize = 0) : cqeBytes(64u << cqeSize) {
         REQUIRE(eqs.create(host.eqInput(3, kCqErrorEvents, 2, uar, &eqRing), eqn) == nullptr);
-        REQUIRE(cqs.create(host.cqInput(logCqSize, eqn, uar, &cqRing, &record), cqn) == nullptr);
+        REQUIRE(cqs.create(host.cqInput(logCqSize, eqn, uar, &cqRing, &record, cqeSize), cqn) ==
+                nullptr);
     }
-    const uint8_t *cqe(uint32_t index) { return host.at(cqRing + 64 * index); }
+    // The 64-byte CQE of slot `index`: a 128-byte CQE's second half.
+    const uint8_t *cqe(uint32_t index) {
+        return host.at(cqRing + uint64_t{cqeBytes} * index + cqeBytes - 64);
+    }
     void consumed(uint32_t count) { writeBe32(host.at(record), count & 0xffffff); }
     void arm(uint32_t command, uint32_t consumer) {
         const uint32_t word = command << 24 | consumer;
@@ -217,6 +225,24 @@ TEST_CASE("mlx5: completions become 64-byte CQEs, the owner bit last", "[mlx5]")
     k.consumed(2);
     k.writer.postCqe(k.cqn, receive(), false);
     CHECK(k.cqe(0)[0x3f] == 0x21);
+}
+
+TEST_CASE("mlx5: a 128-byte CQE is the 64-byte CQE after 64 bytes the device leaves zero",
+          "[mlx5]") {
+    Components k(1, 1);
+    std::memset(k.host.at(k.cqRing), 0xa5, 64); // what scatter-to-CQE would overwrite
+    k.writer.postCqe(k.cqn, receive(), false);
+    k.writer.postCqe(k.cqn, receive(), false);
+    for (uint32_t i = 0; i < 2; ++i) {
+        INFO("CQE " << i);
+        CHECK(k.cqe(i)[0x3f] == 0x20); // RESP_SEND, owner 0
+        CHECK(readBe32(k.cqe(i) + 0x2c) == 296);
+        const uint8_t *first = k.host.at(k.cqRing + 128 * i);
+        CHECK(std::all_of(first, first + 64, [](uint8_t b) { return b == 0; }));
+    }
+    // The ring is 2 x 128 bytes: the third CQE overruns it.
+    k.writer.postCqe(k.cqn, receive(), false);
+    CHECK(k.host.guestErrors("cq-overrun") == 1);
 }
 
 TEST_CASE("mlx5: an armed CQ's next CQE is a completion event on its EQ", "[mlx5]") {

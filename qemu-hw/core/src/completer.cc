@@ -30,6 +30,8 @@ uint8_t completionOpcode(uint8_t wr) {
         return PIB_WC_REG_MR;
     case PIB_WR_BIND_MW:
         return PIB_WC_BIND_MW;
+    case kWrNop:
+        return kWcNop;
     default:
         return PIB_WC_SEND;
     }

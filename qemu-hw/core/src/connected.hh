@@ -10,6 +10,7 @@
 #include <optional>
 #include <vector>
 
+#include "core_operations.hh"
 #include "key_update.hh"
 #include "pib_hw.h"
 
@@ -88,7 +89,8 @@ struct SendWqe {
     bool isReadOrAtomic() const { return opcode == PIB_WR_RDMA_READ || isAtomic(); }
     // Done by the device itself, in send queue order: no packets.
     bool isLocal() const {
-        return opcode == PIB_WR_LOCAL_INV || opcode == PIB_WR_REG_MR || opcode == PIB_WR_BIND_MW;
+        return opcode == PIB_WR_LOCAL_INV || opcode == PIB_WR_REG_MR || opcode == PIB_WR_BIND_MW ||
+               opcode == kWrNop;
     }
     uint32_t lastPsn() const { return psnAdd(firstPsn, packets - 1); }
 };

@@ -12,12 +12,14 @@
 
 namespace pib {
 
+struct CompletionQueue;
+
 class EventCodec {
   public:
     virtual ~EventCodec() = default;
 
-    // Every CQE is 2^logCqeBytes() bytes.
-    virtual unsigned logCqeBytes() const = 0;
+    // Every CQE of `cq` is 2^logCqeBytes(cq) bytes.
+    virtual unsigned logCqeBytes(const CompletionQueue &cq) const = 0;
     // The CQE saying `c`, for the ring's pass `pass` (producer count >>
     // log size), which its owner or phase bit shows.
     virtual void encodeCqe(const Completion &c, uint32_t pass, std::span<uint8_t> cqe) const = 0;

@@ -42,7 +42,7 @@ void EventWriter::postCqe(uint32_t cqn, const Completion &c, bool solicited) {
     CompletionQueue *cq = cqs_.find(cqn);
     if (!cq || full(cqn, *cq))
         return;
-    const unsigned logBytes = codec_->logCqeBytes();
+    const unsigned logBytes = codec_->logCqeBytes(*cq);
     std::array<uint8_t, 1u << kMaxLogCqeBytes> bytes{};
     const std::span<uint8_t> cqe(bytes.data(), size_t{1} << logBytes);
     codec_->encodeCqe(c, cq->producer >> cq->ctx.log_size, cqe);

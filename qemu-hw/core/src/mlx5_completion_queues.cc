@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: GPL-2.0-or-later
 #include "mlx5_completion_queues.hh"
 
+#include "core_operations.hh"
 #include "limits.hh"
 #include "mlx5_ifc.hh"
 #include "mlx5_page_list.hh"
@@ -30,7 +31,11 @@ constexpr Field kDbrAddr = field(8 * kContext + 0x1c0, 64);
 constexpr Field kCqUmemValid = field(0x2e0, 1);
 constexpr uint32_t kPageList = 0x110;
 
-constexpr unsigned kLogCqeBytes = 6; // cqe_sz 0: the 64-byte CQE
+// cqe_sz 0: 64-byte CQEs; 1: 128-byte ones, whose second half is the
+// 64-byte CQE. The first half would hold received data scattered to the
+// CQE, which is not offered (sctr_data_cqe 0), so it stays zero.
+constexpr unsigned kLogCqeBytes = 6;
+constexpr uint8_t kMaxCqeSize = 1;
 constexpr uint32_t kCounterMask = 0xffffff;
 
 // The 64-byte CQE (device.h's mlx5_cqe64 and mlx5_err_cqe).
@@ -73,6 +78,8 @@ uint8_t sendOpcode(uint8_t wcOpcode) {
     case PIB_WC_REG_MR:
     case PIB_WC_BIND_MW:
         return 0x25; // UMR: the driver's own record says which
+    case kWcNop:
+        return 0x00;
     default:
         return 0x0a; // SEND
     }
@@ -128,7 +135,7 @@ const err::Condition *CompletionQueues::checkContext(std::span<const uint8_t> in
     const uint64_t logPage = get(in, kLogPageSize);
     const auto uar = static_cast<uint32_t>(get(in, kUarPage));
     const char *bad =
-        get(in, kCqeSize) != 0 ? "cqe_sz: only the 64-byte CQE"
+        get(in, kCqeSize) > kMaxCqeSize ? "cqe_sz: only 64- and 128-byte CQEs"
         : get(in, kCqeCompression) || get(in, kCollapsed) || get(in, kApuCq)
             ? "CQE compression, collapsed and APU CQs are not offered"
         : get(in, kOverrunIgnore) ? "oi: overrun is always detected"
@@ -154,7 +161,7 @@ const err::Condition *CompletionQueues::checkContext(std::span<const uint8_t> in
 // finds them.
 const err::Condition *CompletionQueues::mapPages(std::span<const uint8_t> in,
                                                  pib_buf_desc &buf) const {
-    const uint64_t bytes = uint64_t{1} << (get(in, kLogCqSize) + kLogCqeBytes);
+    const uint64_t bytes = uint64_t{1} << (get(in, kLogCqSize) + kLogCqeBytes + get(in, kCqeSize));
     return PageList::loadAndMap(host_, objects_.mtt, in, kPageList,
                                 {get(in, kLogPageSize), get(in, kPageOffset), bytes}, "CREATE_CQ",
                                 err::kMlx5CqBadPages, &buf);
@@ -172,6 +179,7 @@ const err::Condition *CompletionQueues::create(std::span<const uint8_t> in, uint
     if (const err::Condition *why = mapPages(in, cq->ctx.buf))
         return why;
     cq->ctx.log_size = static_cast<uint32_t>(get(in, kLogCqSize));
+    cq->cqeFormat = static_cast<uint8_t>(get(in, kCqeSize));
     cq->ctx.eqn = static_cast<uint32_t>(get(in, kEqn));
     cq->ctx.uar_page = static_cast<uint32_t>(get(in, kUarPage));
     cq->ctx.ci_record = get(in, kDbrAddr);
@@ -245,12 +253,12 @@ void CompletionQueues::armDoorbell(uint32_t uar, uint64_t value) {
     }
 }
 
-unsigned CompletionQueues::logCqeBytes() const {
-    return kLogCqeBytes;
+unsigned CompletionQueues::logCqeBytes(const CompletionQueue &cq) const {
+    return kLogCqeBytes + cq.cqeFormat;
 }
 
 void CompletionQueues::encodeCqe(const Completion &c, uint32_t pass, std::span<uint8_t> out) const {
-    uint8_t *p = out.data();
+    uint8_t *p = out.last(size_t{1} << kLogCqeBytes).data(); // a 128-byte CQE's second half
     const bool receive = isReceive(c.opcode);
     uint8_t opcode = 0;
     if (c.status != PIB_WC_SUCCESS) {

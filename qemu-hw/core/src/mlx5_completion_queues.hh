@@ -38,7 +38,7 @@ class CompletionQueues final : public EventCodec {
     // A write of `value` to the arm doorbell of UAR page `uar`.
     void armDoorbell(uint32_t uar, uint64_t value);
 
-    unsigned logCqeBytes() const override;
+    unsigned logCqeBytes(const CompletionQueue &cq) const override;
     void encodeCqe(const Completion &c, uint32_t pass, std::span<uint8_t> cqe) const override;
     std::optional<uint32_t> readConsumer(uint64_t record, uint32_t producer) const override;
     void completionEvent(uint32_t eqn, uint32_t cqn) override;

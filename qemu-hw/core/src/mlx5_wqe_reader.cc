@@ -14,6 +14,7 @@ namespace {
 
 // The send opcodes of the control segment (mlx5 PRM, "Send WQE").
 namespace opcode {
+constexpr uint8_t kNop = 0x00;
 constexpr uint8_t kSendInvalidate = 0x01;
 constexpr uint8_t kRdmaWrite = 0x08;
 constexpr uint8_t kRdmaWriteImm = 0x09;
@@ -120,6 +121,9 @@ bool WqeReader::connectedLayout(uint8_t mlx5Opcode, bool reliable, bool connecte
     case opcode::kUmr:
         layout = {.opcode = PIB_WR_REG_MR, .umr = true};
         return connected;
+    case opcode::kNop: // any segments after its control segment are not read
+        layout = {.opcode = kWrNop};
+        return connected;
     default:
         return false;
     }
@@ -206,6 +210,8 @@ uint8_t WqeReader::readSend(const QueuePair &qp, uint32_t index, Wqe &out) {
         ctrl.imm = readBe32(raw_.data() + kImmediate);
     else
         std::memcpy(&ctrl.imm, raw_.data() + kImmediate, sizeof(ctrl.imm));
+    if (layout.opcode == kWrNop)
+        return PIB_WC_SUCCESS;
     if (layout.umr && qp.umr)
         return umr::decodeUpdate(host_, qp.number, index, raw_, size_t{ds} * kSegmentBytes, out);
     if (layout.umr)

@@ -56,7 +56,7 @@ class WqeReader final : public WqeFormat {
   private:
     // Which segments follow the control segment.
     struct Layout {
-        uint8_t opcode = 0; // PIB_WR_*
+        uint8_t opcode = 0; // PIB_WR_*, or kWrNop
         bool raddr = false;
         bool atomic = false;
         bool datagram = false;

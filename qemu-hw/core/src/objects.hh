@@ -36,7 +36,8 @@ struct CompletionQueue : Referenced {
     uint32_t consumer = 0; // as last read from the CI record
     uint8_t arm = 0;       // PIB_CQ_ARM_* or 0
     bool overrun = false;
-    bool stopped = false; // by the host (injection.hh): takes no CQEs
+    bool stopped = false;  // by the host (injection.hh): takes no CQEs
+    uint8_t cqeFormat = 0; // the front end's CQE variant (ConnectX: cqe_sz)
 };
 
 struct MemoryRegion {

@@ -138,7 +138,7 @@ uint8_t vendorErrOf(uint8_t status) {
 
 } // namespace
 
-unsigned PibEventQueues::logCqeBytes() const {
+unsigned PibEventQueues::logCqeBytes(const CompletionQueue &) const {
     return std::countr_zero(PIB_CQE_SIZE);
 }
 

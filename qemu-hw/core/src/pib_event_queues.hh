@@ -28,7 +28,7 @@ class PibEventQueues final : public EventCodec {
     // The completion of a command issued with PIB_CMD_CTRL_EVENT.
     void postCommandEvent(uint16_t token, uint8_t status, uint64_t result);
 
-    unsigned logCqeBytes() const override;
+    unsigned logCqeBytes(const CompletionQueue &cq) const override;
     void encodeCqe(const Completion &c, uint32_t pass, std::span<uint8_t> cqe) const override;
     std::optional<uint32_t> readConsumer(uint64_t record, uint32_t producer) const override;
     void completionEvent(uint32_t eqn, uint32_t cqn) override;

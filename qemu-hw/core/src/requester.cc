@@ -180,6 +180,8 @@ void Requester::runLocalOperation(QueuePair &qp, SendWqe w) {
         status = keys_.fastRegister(qp.number, w.index, qp.ctx.pdn, w.reg, w.pages);
     else if (w.opcode == PIB_WR_BIND_MW)
         status = keys_.bindWindow(qp.number, w.index, qp.ctx.pdn, w.bind);
+    else if (w.opcode == kWrNop)
+        trace::wqe_nop(host_, qp.number, w.index);
     else
         status = keys_.invalidateLocal(qp.number, w.index, qp.ctx.pdn, w.imm);
     w.localStatus = status;

@@ -215,6 +215,11 @@ inline void mr_invalidated(const Host &host, unsigned qpn, unsigned key, const c
                    {Host::eventArg(qpn), Host::eventArg(key), Host::eventArg(by)});
 }
 
+inline void wqe_nop(const Host &host, unsigned qpn, unsigned index) {
+    if (host.eventEnabled(PIB_EVENT_WQE_NOP))
+        host.event(PIB_EVENT_WQE_NOP, {Host::eventArg(qpn), Host::eventArg(index)});
+}
+
 inline void mlx5_command(const Host &host, unsigned slot, const char *name, unsigned opcode,
                          unsigned op_mod, unsigned status, unsigned syndrome) {
     if (host.eventEnabled(PIB_EVENT_MLX5_COMMAND))

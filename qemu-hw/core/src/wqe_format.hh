@@ -11,6 +11,7 @@
 #include <span>
 #include <vector>
 
+#include "core_operations.hh"
 #include "key_update.hh"
 #include "objects.hh"
 #include "pib_hw.h"
