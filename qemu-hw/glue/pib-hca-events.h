@@ -97,6 +97,8 @@ static bool pib_hca_event_enabled(unsigned event)
         return trace_event_get_state_backends(TRACE_PIB_HCA_MLX5_CQ_CREATE);
     case PIB_EVENT_MLX5_CQ_DESTROY:
         return trace_event_get_state_backends(TRACE_PIB_HCA_MLX5_CQ_DESTROY);
+    case PIB_EVENT_MLX5_CQ_RESIZE:
+        return trace_event_get_state_backends(TRACE_PIB_HCA_MLX5_CQ_RESIZE);
     case PIB_EVENT_MLX5_SRQ_CREATE:
         return trace_event_get_state_backends(TRACE_PIB_HCA_MLX5_SRQ_CREATE);
     case PIB_EVENT_MLX5_SRQ_DESTROY:
@@ -308,6 +310,10 @@ static void pib_hca_trace_event(unsigned event, const uint64_t *a)
         break;
     case PIB_EVENT_MLX5_CQ_DESTROY:
         trace_pib_hca_mlx5_cq_destroy((unsigned) a[0]);
+        break;
+    case PIB_EVENT_MLX5_CQ_RESIZE:
+        trace_pib_hca_mlx5_cq_resize((unsigned) a[0], (unsigned) a[1],
+                                     (unsigned) a[2]);
         break;
     case PIB_EVENT_MLX5_SRQ_CREATE:
         trace_pib_hca_mlx5_srq_create((unsigned) a[0], (unsigned) a[1],

@@ -69,7 +69,6 @@ TEST_CASE("mlx5: CREATE_CQ checks its context and page list", "[mlx5]") {
     const std::pair<Field, uint64_t> contexts[] = {
         {field(0x80 + 0x08, 3), 2},     // cqe_sz: beyond 128 bytes
         {field(0x80 + 0x11, 1), 1},     // CQE compression
-        {field(0x80 + 0x0e, 1), 1},     // oi
         {field(0x80 + 0x84, 12), 16},   // cq_period
         {field(0x80 + 0x63, 5), 23},    // log_cq_size beyond 22
         {field(0x80 + 0x54, 6), 1},     // page_offset
@@ -243,6 +242,60 @@ TEST_CASE("mlx5: a 128-byte CQE is the 64-byte CQE after 64 bytes the device lea
     // The ring is 2 x 128 bytes: the third CQE overruns it.
     k.writer.postCqe(k.cqn, receive(), false);
     CHECK(k.host.guestErrors("cq-overrun") == 1);
+}
+
+TEST_CASE("mlx5: a CQ that ignores overrun writes on over CQEs not consumed", "[mlx5]") {
+    Mlx5Host host;
+    pib::Host bus{FakeHost::hostOps(), &host};
+    pib_core_config config = Mlx5Host::mlx5Config();
+    pib::ObjectTables objects{config};
+    Uars uars{4};
+    EventQueues eqs{bus, uars, 8};
+    CompletionQueues cqs{bus, objects, uars, eqs};
+    pib::EventWriter writer{bus, objects.mtt, objects.cqs, cqs};
+    const uint32_t uar = *uars.alloc();
+    uint32_t eqn = 0, cqn = 0;
+    uint64_t eqRing = 0, ring = 0, record = 0;
+    REQUIRE(eqs.create(host.eqInput(3, kCqErrorEvents, 2, uar, &eqRing), eqn) == nullptr);
+    auto in = host.cqInput(1, eqn, uar, &ring, &record);
+    set(in, field(0x80 + 0x0e, 1), 1); // oi
+    REQUIRE(cqs.create(in, cqn) == nullptr);
+    for (int i = 0; i < 3; ++i)
+        writer.postCqe(cqn, receive(), false);
+    // The third went over the first, on the ring's second pass; no error.
+    CHECK(host.at(ring)[0x3f] == 0x21);
+    CHECK(host.guestErrors() == 0);
+    CHECK(host.at(eqRing)[1] == 0x01); // as the driver left it: no CQ_ERROR
+}
+
+TEST_CASE("mlx5: MODIFY_CQ resizes a CQ, a resize CQE ending the old ring", "[mlx5]") {
+    Function f;
+    uint64_t ring = 0, record = 0;
+    auto r = f.host.run(f.host.cqInput(2, f.eqn, f.uar, &ring, &record), 16);
+    REQUIRE(r.status() == 0);
+    const auto cqn = static_cast<uint32_t>(r.get(kCqNumber));
+    // A resize to 2^3 CQEs of 128 bytes, as mlx5_ib_resize_cq asks.
+    uint64_t newRing = 0, unused = 0;
+    auto resize = f.host.cqInput(3, f.eqn, f.uar, &newRing, &unused, 1);
+    resize[1] = 0x03;                // MODIFY_CQ
+    set(resize, field(0x30, 16), 1); // op_mod: resize
+    set(resize, field(0x48, 24), cqn);
+    set(resize, field(0x60, 32), 7); // size, page offset and page size
+    r = f.host.run(resize, 16);
+    REQUIRE(r.status() == 0);
+    // The old ring's first slot holds the resize CQE (opcode 5, owner 0).
+    CHECK(f.host.at(ring)[0x3f] == 0x50);
+    CHECK(f.host.traces("mlx5_cq_resize") == 1);
+    // Other op_mods (moderation) and unknown CQs are refused.
+    set(resize, field(0x30, 16), 0);
+    checkRefused(f.host, resize, status::kBadParam, pib::err::kMlx5CmdBadParam);
+    set(resize, field(0x30, 16), 1);
+    set(resize, field(0x48, 24), 77);
+    checkRefused(f.host, resize, status::kBadResource, pib::err::kMlx5CmdBadResource);
+    // Only the size and page fields may change, the size among them.
+    set(resize, field(0x48, 24), cqn);
+    set(resize, field(0x60, 32), 2);
+    checkRefused(f.host, resize, status::kBadParam, pib::err::kMlx5CqBadContext);
 }
 
 TEST_CASE("mlx5: an armed CQ's next CQE is a completion event on its EQ", "[mlx5]") {

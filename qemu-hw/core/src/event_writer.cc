@@ -15,6 +15,8 @@ constexpr unsigned kMaxLogCqeBytes = 7; // the largest CQE of any personality
 // Whether CQ `cqn` has no room; on the first CQE lost, the overrun is
 // reported once (a guest error, and the async event CQ_ERR).
 bool EventWriter::full(uint32_t cqn, CompletionQueue &cq) {
+    if (cq.ignoreOverrun && !cq.stopped)
+        return false;
     const uint32_t size = 1u << cq.ctx.log_size;
     if (cq.producer - cq.consumer >= size) {
         // Looks full: see how far the consumer really got.

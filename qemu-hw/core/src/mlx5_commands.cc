@@ -48,7 +48,7 @@ const Refusals Commands::kRefusals{err::kMlx5CmdBadResource, err::kMlx5CmdBadPar
                                    err::kMlx5CmdNoResources, err::kMlx5CmdInUse};
 
 // clang-format off
-const std::array<Commands::Spec, 50> Commands::kTable = {{
+const std::array<Commands::Spec, 51> Commands::kTable = {{
     {0x100, "QUERY_HCA_CAP", 0x10, 0x10 + HcaCaps::kPageBytes, State::kEnabled, &Commands::queryHcaCap},
     {0x101, "QUERY_ADAPTER", 0x10, 0x110, State::kEnabled, &Commands::queryAdapter},
     {0x102, "INIT_HCA", 0x10, 0x10, State::kEnabled, &Commands::initHca},
@@ -67,6 +67,7 @@ const std::array<Commands::Spec, 50> Commands::kTable = {{
     {0x302, "DESTROY_EQ", 0x10, 0x10, State::kInitialized, &Commands::destroyEq},
     {0x400, "CREATE_CQ", 0x110, 0x10, State::kInitialized, &Commands::createCq},
     {0x401, "DESTROY_CQ", 0x10, 0x10, State::kInitialized, &Commands::destroyCq},
+    {0x403, "MODIFY_CQ", 0x110, 0x10, State::kInitialized, &Commands::modifyCq},
     {0x700, "CREATE_SRQ", 0x110, 0x10, State::kInitialized, &Commands::createSrq},
     {0x701, "DESTROY_SRQ", 0x10, 0x10, State::kInitialized, &Commands::destroySrq},
     {0x702, "QUERY_SRQ", 0x10, 0x50, State::kInitialized, &Commands::querySrq},
@@ -368,6 +369,14 @@ const err::Condition *Commands::createCq(const Request &r) {
 
 const err::Condition *Commands::destroyCq(const Request &r) {
     return cqs_.destroy(static_cast<uint32_t>(get(r.in, kCqNumber)));
+}
+
+// Only the resize: moderation is not offered (cq_moderation 0).
+const err::Condition *Commands::modifyCq(const Request &r) {
+    constexpr uint16_t kResize = 1; // MLX5_CQ_OPMOD_RESIZE
+    if (r.opMod != kResize)
+        return fail(err::kMlx5CmdBadParam, "MODIFY_CQ op_mod %u: only the resize (1)", r.opMod);
+    return cqs_.resize(r.in);
 }
 
 // ---- SRQs ----------------------------------------------------------------

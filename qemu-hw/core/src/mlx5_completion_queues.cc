@@ -5,7 +5,10 @@
 #include "limits.hh"
 #include "mlx5_ifc.hh"
 #include "mlx5_page_list.hh"
+#include "ring.hh"
 #include "trace.hh"
+
+#include <array>
 
 namespace pib::mlx5 {
 
@@ -30,6 +33,12 @@ constexpr Field kLogPageSize = field(8 * kContext + 0xc3, 5);
 constexpr Field kDbrAddr = field(8 * kContext + 0x1c0, 64);
 constexpr Field kCqUmemValid = field(0x2e0, 1);
 constexpr uint32_t kPageList = 0x110;
+// modify_cq_in: the CQ and what changes, then a cqc and a page list where
+// create_cq_in has them.
+constexpr Field kModifyCqn = field(0x48, 24);
+constexpr Field kFieldSelect = field(0x60, 32);
+constexpr uint32_t kSelectLogSize = 1u << 0, kSelectPageOffset = 1u << 1,
+                   kSelectPageSize = 1u << 2; // MLX5_MODIFY_CQ_MASK_*
 
 // cqe_sz 0: 64-byte CQEs; 1: 128-byte ones, whose second half is the
 // 64-byte CQE. The first half would hold received data scattered to the
@@ -58,6 +67,7 @@ constexpr uint8_t kReceiveWriteImm = 0x1;
 constexpr uint8_t kReceiveSend = 0x2;
 constexpr uint8_t kReceiveSendImm = 0x3;
 constexpr uint8_t kReceiveSendInv = 0x4;
+constexpr uint8_t kResize = 0x5; // the last CQE of a ring a resize left
 constexpr uint8_t kRequesterError = 0xd;
 constexpr uint8_t kResponderError = 0xe;
 } // namespace cqe
@@ -138,7 +148,6 @@ const err::Condition *CompletionQueues::checkContext(std::span<const uint8_t> in
         get(in, kCqeSize) > kMaxCqeSize ? "cqe_sz: only 64- and 128-byte CQEs"
         : get(in, kCqeCompression) || get(in, kCollapsed) || get(in, kApuCq)
             ? "CQE compression, collapsed and APU CQs are not offered"
-        : get(in, kOverrunIgnore) ? "oi: overrun is always detected"
         : get(in, kPeriod) || get(in, kMaxCount) || get(in, kBreakModeration)
             ? "moderation is not offered (cq_moderation 0)"
         : get(in, kDbrUmemValid) || get(in, kCqUmemValid) ? "user memory objects are not offered"
@@ -180,6 +189,7 @@ const err::Condition *CompletionQueues::create(std::span<const uint8_t> in, uint
         return why;
     cq->ctx.log_size = static_cast<uint32_t>(get(in, kLogCqSize));
     cq->cqeFormat = static_cast<uint8_t>(get(in, kCqeSize));
+    cq->ignoreOverrun = get(in, kOverrunIgnore) != 0;
     cq->ctx.eqn = static_cast<uint32_t>(get(in, kEqn));
     cq->ctx.uar_page = static_cast<uint32_t>(get(in, kUarPage));
     cq->ctx.ci_record = get(in, kDbrAddr);
@@ -207,6 +217,76 @@ const err::Condition *CompletionQueues::destroy(uint32_t cqn) {
     objects_.cqs.erase(cqn);
     trace::mlx5_cq_destroy(host_, cqn);
     return nullptr;
+}
+
+// MODIFY_CQ with op_mod 1, as mlx5_ib_resize_cq sends it: a new ring of
+// 2^log_cq_size CQEs (of cqe_sz) in a new page list. The device writes a
+// resize CQE (opcode 5) in the old ring's next slot, then goes on in the
+// new ring from the count after it; the driver copies what it had not
+// consumed, up to that CQE, into the new ring itself (libmlx5's
+// mlx5_cq_resize_copy_cqes). Both rings must have room for that.
+const err::Condition *CompletionQueues::resize(std::span<const uint8_t> in) {
+    const auto cqn = static_cast<uint32_t>(get(in, kModifyCqn));
+    CompletionQueue *cq = objects_.cqs.find(cqn);
+    if (!cq) {
+        host_.guestError(err::kMlx5CmdBadResource, "MODIFY_CQ of CQ %u, which does not exist", cqn);
+        return &err::kMlx5CmdBadResource;
+    }
+    const uint64_t select = get(in, kFieldSelect);
+    const uint64_t logSize = get(in, kLogCqSize);
+    const char *bad =
+        !(select & kSelectLogSize) ||
+                (select & ~uint64_t{kSelectLogSize | kSelectPageOffset | kSelectPageSize})
+            ? "resize_field_select: the size, and only the size and page fields, change"
+        : get(in, kCqeSize) > kMaxCqeSize ? "cqe_sz: only 64- and 128-byte CQEs"
+        : logSize > limits::kLogMaxCqe    ? "log_cq_size beyond log_max_cq_sz"
+        : !PageList::startsOnAdapterPage(get(in, kLogPageSize), get(in, kPageOffset))
+            ? "page_offset: the ring does not start on a 4 KiB boundary"
+        : get(in, kLogPageSize) > PageList::kMaxLogPageSize ? "log_page_size"
+        : get(in, kCqUmemValid)                             ? "user memory objects are not offered"
+                                                            : nullptr;
+    if (bad) {
+        host_.guestError(err::kMlx5CqBadContext, "MODIFY_CQ of CQ %u: %s", cqn, bad);
+        return &err::kMlx5CqBadContext;
+    }
+    if (const auto consumer = readConsumer(cq->ctx.ci_record, cq->producer))
+        cq->consumer = *consumer;
+    const uint32_t pending = cq->producer - cq->consumer;
+    if (pending >= (1u << cq->ctx.log_size) || pending >= (1u << logSize)) {
+        trace::cq_resize_refused(host_, cqn, static_cast<unsigned>(logSize), pending);
+        return &err::kCqResizeUnconsumed;
+    }
+    pib_buf_desc buf{};
+    if (const err::Condition *why = mapPages(in, buf))
+        return why;
+    if (!writeResizeCqe(*cq)) {
+        objects_.mtt.release(buf.mtt_index);
+        host_.guestError(err::kCqDma, "CQ %u: cannot write the resize CQE at count %u", cqn,
+                         cq->producer);
+        return &err::kMlx5CqBadPages;
+    }
+    trace::mlx5_cq_resize(host_, cqn, static_cast<unsigned>(logSize), cq->producer - 1);
+    objects_.mtt.release(cq->ctx.buf.mtt_index);
+    cq->ctx.buf = buf;
+    cq->ctx.log_size = static_cast<uint32_t>(logSize);
+    cq->cqeFormat = static_cast<uint8_t>(get(in, kCqeSize));
+    cq->overrun = false;
+    return nullptr;
+}
+
+bool CompletionQueues::writeResizeCqe(CompletionQueue &cq) {
+    const unsigned logBytes = logCqeBytes(cq);
+    std::array<uint8_t, 128> bytes{};
+    const std::span<uint8_t> slot(bytes.data(), size_t{1} << logBytes);
+    const uint32_t pass = cq.producer >> cq.ctx.log_size;
+    slot.last(64)[cqe::kOpOwn] = static_cast<uint8_t>(cqe::kResize << 4 | (pass & 1));
+    const uint32_t index = cq.producer & ((1u << cq.ctx.log_size) - 1);
+    const auto addr =
+        ringAddress(objects_.mtt, cq.ctx.buf, uint64_t{index} << logBytes, slot.size());
+    if (!addr || !host_.dmaWrite(*addr, slot.data(), slot.size()))
+        return false;
+    ++cq.producer;
+    return true;
 }
 
 bool CompletionQueues::usesUar(uint32_t uar) const {

@@ -34,6 +34,9 @@ class CompletionQueues final : public EventCodec {
     // DESTROY_CQ; the condition that refuses it (it does not exist, or a
     // QP or SRQ uses it).
     const err::Condition *destroy(uint32_t cqn);
+    // MODIFY_CQ's resize (op_mod 1): `in` is modify_cq_in with its page
+    // list; the condition that refuses it, or nullptr.
+    const err::Condition *resize(std::span<const uint8_t> in);
     bool usesUar(uint32_t uar) const;
     // A write of `value` to the arm doorbell of UAR page `uar`.
     void armDoorbell(uint32_t uar, uint64_t value);
@@ -47,6 +50,7 @@ class CompletionQueues final : public EventCodec {
   private:
     const err::Condition *checkContext(std::span<const uint8_t> in) const;
     const err::Condition *mapPages(std::span<const uint8_t> in, pib_buf_desc &buf) const;
+    bool writeResizeCqe(CompletionQueue &cq);
 
     const Host &host_;
     ObjectTables &objects_;

@@ -38,6 +38,9 @@ struct CompletionQueue : Referenced {
     bool overrun = false;
     bool stopped = false;  // by the host (injection.hh): takes no CQEs
     uint8_t cqeFormat = 0; // the front end's CQE variant (ConnectX: cqe_sz)
+    // The driver asked for no overrun detection (a ConnectX CQ's oi): the
+    // device writes on, over CQEs not consumed, and never reports CQ_ERR.
+    bool ignoreOverrun = false;
 };
 
 struct MemoryRegion {

@@ -272,6 +272,12 @@ inline void mlx5_cq_destroy(const Host &host, unsigned cqn) {
         host.event(PIB_EVENT_MLX5_CQ_DESTROY, {Host::eventArg(cqn)});
 }
 
+inline void mlx5_cq_resize(const Host &host, unsigned cqn, unsigned log_size, unsigned producer) {
+    if (host.eventEnabled(PIB_EVENT_MLX5_CQ_RESIZE))
+        host.event(PIB_EVENT_MLX5_CQ_RESIZE,
+                   {Host::eventArg(cqn), Host::eventArg(log_size), Host::eventArg(producer)});
+}
+
 inline void mlx5_srq_create(const Host &host, unsigned srqn, unsigned log_size, unsigned log_stride,
                             unsigned pd, unsigned cqn) {
     if (host.eventEnabled(PIB_EVENT_MLX5_SRQ_CREATE))
