@@ -18,31 +18,36 @@ OPENMPI_PML = {
 MESSAGE_BYTES = sum([1, 7, 64, 1000, 4096, 4097, 65536, 200000, 1 << 20, 3000001, 4 << 20])
 
 
-def _xmit_bytes(ctx, vm):
+def _xmit_bytes(ctx, vm, device):
     """Bytes vm's HCA port 1 has sent (the counter counts 4-byte words)."""
-    out = ctx.run(vm, ["cat", "/sys/class/infiniband/pib_0/ports/1/counters/port_xmit_data"]).out
+    out = ctx.run(vm, ["cat", f"/sys/class/infiniband/{device}/ports/1/counters/port_xmit_data"]).out
     return int(out) * 4
 
 
-def _command(mpi, ranks, hosts, transport, program_args):
+def _command(mpi, ranks, hosts, transport, program_args, env):
     spread = ",".join(f"{h}:{ranks // len(hosts)}" for h in hosts)
+    names, values = [kv.split("=", 1)[0] for kv in env], [kv.split("=", 1)[1] for kv in env]
     if mpi == "openmpi":
+        exported = [x for kv in env for x in ("-x", kv)]
         return ["mpirun", "-np", str(ranks), "--host", spread, *OPENMPI_PML[transport],
-                "pib-mpi-check.openmpi", *program_args]
+                *exported, "pib-mpi-check.openmpi", *program_args]
     assert transport == "ucx", "Debian's MPICH is built for UCX only (ch4:ucx)"
-    return ["mpiexec.mpich", "-n", str(ranks), "-hosts", spread,
+    exported = [x for name, value in zip(names, values) for x in ("-genv", name, value)]
+    return ["mpiexec.mpich", "-n", str(ranks), "-hosts", spread, *exported,
             "pib-mpi-check.mpich", *program_args]
 
 
-def mpi_check(ctx, mpi, ranks, transport, hosts=("vm1", "vm2"), timeout=300):
-    """Runs pib-mpi-check with `ranks` ranks spread evenly over `hosts`;
-    it must report every byte equal, and vm1's and vm2's ports must have
+def mpi_check(ctx, mpi, ranks, transport, hosts=("vm1", "vm2"), timeout=300, device="pib_0",
+              env=()):
+    """Runs pib-mpi-check with `ranks` ranks spread evenly over `hosts`
+    (whose HCA is `device`), with `env` (NAME=VALUE strings) in every
+    rank; it must report every byte equal, and each host's port must have
     sent at least what each rank sends the others. Prints its summary."""
     seed = random.getrandbits(48)
-    argv = _command(mpi, ranks, hosts, transport, ["--seed", str(seed)])
-    before = {vm: _xmit_bytes(ctx, vm) for vm in hosts}
+    argv = _command(mpi, ranks, hosts, transport, ["--seed", str(seed)], env)
+    before = {vm: _xmit_bytes(ctx, vm, device) for vm in hosts}
     result = ctx.run("vm1", ["timeout", str(timeout), *argv], timeout=timeout + 30, check=False)
-    after = {vm: _xmit_bytes(ctx, vm) for vm in hosts}
+    after = {vm: _xmit_bytes(ctx, vm, device) for vm in hosts}
     where = f"{' '.join(argv)}: exit {result.exitcode}\n{result.out}{result.err}"
     assert result.exitcode == 0, where
     assert "every byte checked, all equal" in result.out, where

@@ -1,10 +1,9 @@
 """User-space verbs through the provider: ibv_devinfo and the pyverbs
 tests that need no ACTIVE port."""
 
-import ast
-import collections
 import re
 
+import pyverbs_runs
 from pibctl.pairs import ipoib_up
 
 from guest_scripts import OBJECTS_SCRIPT, RESIZE_CQ_SCRIPT, RESIZE_SRQ_SCRIPT, TIMESTAMP_SCRIPT
@@ -77,14 +76,6 @@ PYVERBS_SKIPS = {
 }
 
 
-# unittest -v names each test "test_x (module.Class.test_x)", maybe prints
-# its docstring on the next line, and ends with " ... OUTCOME"; when the
-# test itself prints, the outcome comes alone on a later line. A skip's
-# reason is the repr() of a string, in either kind of quotes.
-_TEST_LINE = re.compile(r"^(\w+) \(([\w.]+)\)")
-_OUTCOME = re.compile(r"(?:^|\.\.\. )(ok|FAIL|ERROR|expected failure|unexpected success|"
-                      r"skipped (['\"].*['\"]))$")
-
 # pyverbs' test_atomic_invalid_lkey posts a WQE with a bad L_Key on purpose.
 GUEST_ERRORS_EXPECTED = ("wqe-bad-key",)
 
@@ -107,26 +98,6 @@ PYVERBS_MUST_PASS = (
     "test_mr_rereg_atomic", "test_mr_rereg_pd", "test_mr_rereg_addr")
 
 
-def _pyverbs_results(out):
-    """{"module.Class.test": (outcome, skip reason or None)} from unittest -v."""
-    results, current = {}, None
-    for line in out.splitlines():
-        m = _TEST_LINE.match(line)
-        if m:
-            current = m.group(2)
-        o = _OUTCOME.search(line.strip())
-        if o and current:
-            reason = o.group(2)
-            if reason is not None:
-                try:
-                    reason = ast.literal_eval(reason)
-                except (ValueError, SyntaxError):
-                    pass  # kept as printed: it must still match a known reason
-            results[current] = (o.group(1).split()[0], reason)
-            current = None
-    return results
-
-
 # Tests that skip with a reason too general to allow for all: by name.
 PYVERBS_SKIPPED_TESTS = {
     # mlx5's UDP source port asks for a RoCE v2 GID; an IB port has none,
@@ -135,93 +106,10 @@ PYVERBS_SKIPPED_TESTS = {
 }
 
 
-# The suite runs as this many processes at once, each over its share of
-# the test modules: the driver, provider and device see several contexts
-# creating, using and destroying objects concurrently. The rdmacm tests
-# all listen on TCP port 7471, so they share one process.
-PYVERBS_PROCESSES = 2
-_PYVERBS_TOGETHER = ("test_rdmacm", "test_mlx5_rdmacm")
-
-
-def _pyverbs_shards(modules):
-    """The test modules split into PYVERBS_PROCESSES lists, the rdmacm ones
-    in the first."""
-    shards = [[] for _ in range(PYVERBS_PROCESSES)]
-    shards[0] += [m for m in modules if m in _PYVERBS_TOGETHER]
-    for i, module in enumerate(m for m in modules if m not in _PYVERBS_TOGETHER):
-        shards[(i + 1) % PYVERBS_PROCESSES].append(module)
-    return shards
-
-
-def _run_pyverbs(ctx):
-    """Runs the suite in vm1 as PYVERBS_PROCESSES processes at once; returns
-    their outputs, one per process."""
-    setup = ("rm -rf /tmp/pyverbs && mkdir /tmp/pyverbs && cp -r /usr/share/doc/rdma-core/tests "
-             "/tmp/pyverbs/tests && cd /tmp/pyverbs/tests && gunzip -f *.gz && ls test_*.py")
-    modules = [name[:-3] for name in ctx.sh("vm1", setup).out.split()]
-    shards = _pyverbs_shards(modules)
-    script = "".join(
-        f"python3 run_tests.py --dev pib_0 -v {' '.join('tests.' + m for m in shard)} "
-        f">/tmp/pyverbs/{i}.out 2>&1 & " for i, shard in enumerate(shards)) + "wait"
-    ctx.sh("vm1", f"cd /tmp/pyverbs/tests && {{ {script}; }}", timeout=900, check=False)
-    return [ctx.run("vm1", ["cat", f"/tmp/pyverbs/{i}.out"]).out for i in range(len(shards))]
-
-
-def _pyverbs_totals(outs):
-    """unittest's own counts over every process: (ran, skipped, all OK)."""
-    ran = skipped = 0
-    ok = True
-    for out in outs:
-        r = re.search(r"^Ran (\d+) tests", out, re.M)
-        summary = re.search(r"^(OK|FAILED)(?: \((.*)\))?$", out, re.M)
-        assert r and summary, out[-3000:]
-        told = re.search(r"skipped=(\d+)", summary.group(2) or "")
-        ran += int(r.group(1))
-        skipped += int(told.group(1)) if told else 0
-        ok = ok and summary.group(1) == "OK"
-    return ran, skipped, ok
-
-
 def test_pyverbs_whole_suite(ctx):
     ipoib_up(ctx, ["vm1"])  # the rdmacm tests use ib0's address
-    outs = _run_pyverbs(ctx)
-    ran, told_skipped, all_ok = _pyverbs_totals(outs)
-    out = "\n".join(outs)
-    results = {}
-    for one in outs:
-        results.update(_pyverbs_results(one))
-    by_outcome = {}
-    for test, (outcome, _) in results.items():
-        by_outcome.setdefault(outcome, []).append(test)
-    skipped = [reason for outcome, reason in results.values() if outcome == "skipped"]
-    print(f"pyverbs, {len(outs)} processes at once: ran {ran}, classified {len(results)}: " +
-          ", ".join(f"{k} {len(v)}" for k, v in sorted(by_outcome.items())))
-    for pattern, why in PYVERBS_SKIPS.items():
-        reasons = [str(r) for r in skipped if re.search(pattern, str(r))]
-        print(f"  skipped {len(reasons):3d}: {why}")
-        if why.startswith("not offered"):  # what the device lacks, each reason once
-            for reason, n in sorted(collections.Counter(reasons).items()):
-                print(f"      {n:3d} x {reason}")
-    for name, why in PYVERBS_SKIPPED_TESTS.items():
-        n = sum(1 for t, (o, _) in results.items() if o == "skipped" and name in t)
-        print(f"  skipped {n:3d}: {name.rstrip('.')}: {why}")
-    # Fail closed: every test is classified, and the skips counted here
-    # are all the skips unittest counted.
-    assert len(results) == ran, (
-        f"{len(results)} of {ran} classified\n" +
-        "\n".join(line for line in out.splitlines()
-                  if _TEST_LINE.match(line) and _TEST_LINE.match(line).group(2) not in results))
-    assert len(skipped) == told_skipped, f"{len(skipped)} skips classified, unittest counted {told_skipped}"
-    unexplained = sorted(f"{test}: {reason}" for test, (outcome, reason) in results.items()
-                         if outcome == "skipped"
-                         and not any(re.search(p, str(reason)) for p in PYVERBS_SKIPS)
-                         and not any(t in test for t in PYVERBS_SKIPPED_TESTS))
-    assert not unexplained, "\n".join(unexplained)
-    assert all_ok and set(by_outcome) <= {"ok", "skipped"}, "\n".join(o[-3000:] for o in outs)
-    passed = {test.rsplit(".", 1)[1] for test in by_outcome.get("ok", [])}
-    missing = [name for name in PYVERBS_MUST_PASS if name not in passed]
-    assert not missing, f"did not pass: {missing}"
-    assert len(passed) >= 70, out[-3000:]
+    outs = pyverbs_runs.run(ctx, "vm1", "pib_0")
+    pyverbs_runs.check(outs, PYVERBS_SKIPS, PYVERBS_SKIPPED_TESTS, PYVERBS_MUST_PASS, 70)
 
 
 def test_resize_cq_moves_waiting_completions(ctx):

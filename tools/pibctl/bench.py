@@ -7,7 +7,10 @@
    guests, with the pib/rxe ratio of each row.
 3. What HPC codes get on the same guests over pib-hca: UCX's tag latency
    and bandwidth (ucx_perftest over rc_verbs) and an MPI ping-pong (Open
-   MPI over UCX), latency at 8 B and bandwidth at 1 MiB."""
+   MPI over UCX), latency at 8 B and bandwidth at 1 MiB.
+4. The ConnectX personality (bench_connectx.py), on a fabric of its own:
+   perftest from a ConnectX to a pib-hca and to another ConnectX, and
+   UCX's rc_mlx5 and ud_mlx5 beside rc_verbs on pib-hca."""
 
 import subprocess
 
@@ -45,11 +48,15 @@ def native() -> None:
     subprocess.run([str(binary)], check=True)
 
 
-def _measure(ctx, prog, size, kind, device, extra):
-    argv = [prog, "-d", device, "-n", str(ITERATIONS[kind]), "-p", str(PORT), *extra]
+def measure(ctx, prog, size, kind, device, extra, server_vm="vm2", client_vm="vm1"):
+    """One perftest row, client_vm to server_vm, on `device` (None: each
+    guest's only HCA): (MiB/s, messages/s) or (us, None); None if it failed."""
+    argv = [prog, *(["-d", device] if device else []), "-n", str(ITERATIONS[kind]),
+            "-p", str(PORT), *extra]
     if not prog.startswith("ib_atomic"):
         argv += ["-s", str(size)]
-    client, server_out, rc = run_pair(ctx, argv, argv, port=PORT, timeout=180)
+    client, server_out, rc = run_pair(ctx, argv, argv, port=PORT, timeout=180,
+                                      server_vm=server_vm, client_vm=client_vm)
     if client.exitcode != 0 or rc != "0":
         ui.warn(f"{' '.join(argv)} failed: client {client.exitcode}, server {rc}\n"
                 f"{client.out[-1500:]}{client.err[-1500:]}\n{server_out[-1500:]}")
@@ -113,8 +120,8 @@ def run(vms: int = 2, accel: str = "tcg", native_only: bool = False) -> int:
         gid = _rxe_up(ctx)
         results = []
         for prog, size, kind in PERFTEST:
-            pib = _measure(ctx, prog, size, kind, "pib_0", [])
-            rxe = _measure(ctx, prog, size, kind, "rxe0", ["-x", gid])
+            pib = measure(ctx, prog, size, kind, "pib_0", [])
+            rxe = measure(ctx, prog, size, kind, "rxe0", ["-x", gid])
             results.append((prog, size, kind, pib, rxe))
             ui.detail(f"{prog} {size} B done")
         # UCX 1.18 lists no transport on Soft-RoCE's rxe0 (ucx_info -d), so
@@ -128,6 +135,12 @@ def run(vms: int = 2, accel: str = "tcg", native_only: bool = False) -> int:
     finally:
         if started:
             fabric.down(quiet=True)
+    if not started:
+        print("\nThe ConnectX part boots a fabric of its own: not run beside a fabric that is up.")
+        return 0
+    from pibctl import bench_connectx  # it builds on this module
+
+    bench_connectx.run(accel, results)
     return 0
 
 

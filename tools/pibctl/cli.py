@@ -343,7 +343,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("bench", help="benchmark the data path: the core alone, then perftest "
                                      "between guests over pib-hca and over Soft-RoCE, then "
-                                     "UCX and an MPI ping-pong over pib-hca")
+                                     "UCX and an MPI ping-pong over pib-hca, then perftest "
+                                     "and UCX on the ConnectX personality")
     p.add_argument("--native-only", action="store_true",
                    help="only the native benchmark of the device core (no guests)")
     p.add_argument("--accel", choices=["tcg", "kvm"], default="tcg",

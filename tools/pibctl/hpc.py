@@ -10,9 +10,10 @@ from pibctl.pairs import run_pair
 UCX_PORT = 18620
 
 
-def ucx_perftest(ctx, tls, test, size, iters, device="pib_0:1", extra_env=()):
-    """One ucx_perftest run, vm1 to vm2, with UCX_TLS=`tls` on `device`
-    (and `extra_env`, NAME=VALUE strings).
+def ucx_perftest(ctx, tls, test, size, iters, device="pib_0:1", extra_env=(), server_vm="vm2",
+                 client_vm="vm1"):
+    """One ucx_perftest run, client_vm to server_vm, with UCX_TLS=`tls` on
+    `device` (and `extra_env`, NAME=VALUE strings).
     Returns (latency in us, bandwidth in MB/s): the overall ones of its
     'Final:' row (iterations; latency median, average, overall; bandwidth
     average, overall; message rate average, overall). The averages are
@@ -22,7 +23,8 @@ def ucx_perftest(ctx, tls, test, size, iters, device="pib_0:1", extra_env=()):
     server = [*env, "ucx_perftest", "-P", "0", "-p", str(UCX_PORT)]
     client = [*env, "ucx_perftest", "-P", "0", "-p", str(UCX_PORT), "-t", test, "-s", str(size),
               "-n", str(iters), "-w", "10"]
-    result, server_out, rc = run_pair(ctx, server, client, port=UCX_PORT, timeout=120)
+    result, server_out, rc = run_pair(ctx, server, client, port=UCX_PORT, timeout=120,
+                                      server_vm=server_vm, client_vm=client_vm)
     where = (f"{' '.join(client)}: client {result.exitcode}, server {rc}\n"
              f"{result.out}{result.err}\n{server_out}")
     assert result.exitcode == 0 and rc == "0", where

@@ -334,9 +334,15 @@ const err::Condition *Commands::deallocUar(const Request &r) {
     const auto index = static_cast<uint32_t>(get(r.in, kUar));
     if (!uars_.given(index))
         return fail(err::kMlx5CmdBadResource, "DEALLOC_UAR of UAR %u, which is not given", index);
-    if (eqs_.usesUar(index) || cqs_.usesUar(index))
-        return fail(err::kMlx5CmdInUse, "DEALLOC_UAR of UAR %u: an %s has its doorbell there",
-                    index, eqs_.usesUar(index) ? "EQ" : "CQ");
+    // A CQ may outlive its page: libmlx5 frees its CQ doorbell page when
+    // the context closes, before the kernel destroys the CQs an
+    // application left, and the hardware takes it. The CQ keeps the
+    // number: an arm doorbell on a page not given is refused (§6), and
+    // one on the page given out again arms it, as on a ConnectX. An EQ's
+    // page is the driver's own: that one is refused.
+    if (eqs_.usesUar(index))
+        return fail(err::kMlx5CmdInUse, "DEALLOC_UAR of UAR %u: an EQ has its doorbell there",
+                    index);
     uars_.free(index);
     trace::mlx5_uar(host_, "taken back", index);
     return nullptr;

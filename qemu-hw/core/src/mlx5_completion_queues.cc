@@ -252,7 +252,7 @@ const err::Condition *CompletionQueues::resize(std::span<const uint8_t> in) {
     if (const auto consumer = readConsumer(cq->ctx.ci_record, cq->producer))
         cq->consumer = *consumer;
     const uint32_t pending = cq->producer - cq->consumer;
-    if (pending >= (1u << cq->ctx.log_size) || pending >= (1u << logSize)) {
+    if (pending >= (1u << cq->ctx.log_size) || pending > (1u << logSize)) {
         trace::cq_resize_refused(host_, cqn, static_cast<unsigned>(logSize), pending);
         return &err::kCqResizeUnconsumed;
     }
@@ -287,13 +287,6 @@ bool CompletionQueues::writeResizeCqe(CompletionQueue &cq) {
         return false;
     ++cq.producer;
     return true;
-}
-
-bool CompletionQueues::usesUar(uint32_t uar) const {
-    bool found = false;
-    objects_.cqs.forEach(
-        [&](uint32_t, const CompletionQueue &cq) { found |= cq.ctx.uar_page == uar; });
-    return found;
 }
 
 // The driver writes two big-endian dwords, in this order: the arm

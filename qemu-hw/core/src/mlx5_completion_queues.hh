@@ -37,7 +37,6 @@ class CompletionQueues final : public EventCodec {
     // MODIFY_CQ's resize (op_mod 1): `in` is modify_cq_in with its page
     // list; the condition that refuses it, or nullptr.
     const err::Condition *resize(std::span<const uint8_t> in);
-    bool usesUar(uint32_t uar) const;
     // A write of `value` to the arm doorbell of UAR page `uar`.
     void armDoorbell(uint32_t uar, uint64_t value);
 

@@ -1,0 +1,126 @@
+"""rdma-core's pyverbs suite in a guest, for the tests: run as several
+processes at once, every test's outcome classified from unittest -v, and
+every skip matched to a reason the caller knows (a new reason fails)."""
+
+import ast
+import collections
+import re
+
+# unittest -v names each test "test_x (module.Class.test_x)", maybe prints
+# its docstring on the next line, and ends with " ... OUTCOME"; when the
+# test itself prints, the outcome comes alone on a later line. A skip's
+# reason is the repr() of a string, in either kind of quotes.
+_TEST_LINE = re.compile(r"^(\w+) \(([\w.]+)\)")
+_OUTCOME = re.compile(r"(?:^|\.\.\. )(ok|FAIL|ERROR|expected failure|unexpected success|"
+                      r"skipped (['\"].*['\"]))$")
+
+# The suite runs as this many processes at once, each over its share of
+# the test modules: the driver, provider and device see several contexts
+# creating, using and destroying objects concurrently. The rdmacm tests
+# all listen on TCP port 7471, so they share one process.
+PROCESSES = 2
+_TOGETHER = ("test_rdmacm", "test_mlx5_rdmacm")
+
+
+def results(out):
+    """{"module.Class.test": (outcome, skip reason or None)} from unittest -v."""
+    found, current = {}, None
+    for line in out.splitlines():
+        m = _TEST_LINE.match(line)
+        if m:
+            current = m.group(2)
+        o = _OUTCOME.search(line.strip())
+        if o and current:
+            reason = o.group(2)
+            if reason is not None:
+                try:
+                    reason = ast.literal_eval(reason)
+                except (ValueError, SyntaxError):
+                    pass  # kept as printed: it must still match a known reason
+            found[current] = (o.group(1).split()[0], reason)
+            current = None
+    return found
+
+
+def _shards(modules):
+    """The test modules split into PROCESSES lists, the rdmacm ones in the first."""
+    shards = [[] for _ in range(PROCESSES)]
+    shards[0] += [m for m in modules if m in _TOGETHER]
+    for i, module in enumerate(m for m in modules if m not in _TOGETHER):
+        shards[(i + 1) % PROCESSES].append(module)
+    return shards
+
+
+def run(ctx, vm, device, left_out=()):
+    """Runs the suite in `vm` on `device` as PROCESSES processes at once,
+    without the modules `left_out`; returns their outputs, one per process."""
+    setup = ("rm -rf /tmp/pyverbs && mkdir /tmp/pyverbs && cp -r /usr/share/doc/rdma-core/tests "
+             "/tmp/pyverbs/tests && cd /tmp/pyverbs/tests && gunzip -f *.gz && ls test_*.py")
+    modules = [name[:-3] for name in ctx.sh(vm, setup).out.split() if name[:-3] not in left_out]
+    shards = _shards(modules)
+    script = "".join(
+        f"python3 run_tests.py --dev {device} -v {' '.join('tests.' + m for m in shard)} "
+        f">/tmp/pyverbs/{i}.out 2>&1 & " for i, shard in enumerate(shards)) + "wait"
+    ctx.sh(vm, f"cd /tmp/pyverbs/tests && {{ {script}; }}", timeout=900, check=False)
+    return [ctx.run(vm, ["cat", f"/tmp/pyverbs/{i}.out"]).out for i in range(len(shards))]
+
+
+def _totals(outs):
+    """unittest's own counts over every process: (ran, skipped, all OK)."""
+    ran = skipped = 0
+    ok = True
+    for out in outs:
+        r = re.search(r"^Ran (\d+) tests", out, re.M)
+        summary = re.search(r"^(OK|FAILED)(?: \((.*)\))?$", out, re.M)
+        assert r and summary, out[-3000:]
+        told = re.search(r"skipped=(\d+)", summary.group(2) or "")
+        ran += int(r.group(1))
+        skipped += int(told.group(1)) if told else 0
+        ok = ok and summary.group(1) == "OK"
+    return ran, skipped, ok
+
+
+def check(outs, skips, skipped_tests, must_pass, least_passed):
+    """Asserts the suite's outputs: every test classified, every skip's
+    reason matching a pattern of `skips` ({pattern: why}) or its test
+    named in `skipped_tests` ({name part: why}), no failure, every test of
+    `must_pass` passed and at least `least_passed` in all. Prints the
+    counts, by reason. Returns the names of the tests that passed."""
+    ran, told_skipped, all_ok = _totals(outs)
+    out = "\n".join(outs)
+    found = {}
+    for one in outs:
+        found.update(results(one))
+    by_outcome = {}
+    for test, (outcome, _) in found.items():
+        by_outcome.setdefault(outcome, []).append(test)
+    skipped = [reason for outcome, reason in found.values() if outcome == "skipped"]
+    print(f"pyverbs, {len(outs)} processes at once: ran {ran}, classified {len(found)}: " +
+          ", ".join(f"{k} {len(v)}" for k, v in sorted(by_outcome.items())))
+    for pattern, why in skips.items():
+        reasons = [str(r) for r in skipped if re.search(pattern, str(r))]
+        print(f"  skipped {len(reasons):3d}: {why}")
+        if why.startswith("not offered"):  # what the device lacks, each reason once
+            for reason, n in sorted(collections.Counter(reasons).items()):
+                print(f"      {n:3d} x {reason}")
+    for name, why in skipped_tests.items():
+        n = sum(1 for t, (o, _) in found.items() if o == "skipped" and name in t)
+        print(f"  skipped {n:3d}: {name.rstrip('.')}: {why}")
+    # Fail closed: every test is classified, and the skips counted here
+    # are all the skips unittest counted.
+    assert len(found) == ran, (
+        f"{len(found)} of {ran} classified\n" +
+        "\n".join(line for line in out.splitlines()
+                  if _TEST_LINE.match(line) and _TEST_LINE.match(line).group(2) not in found))
+    assert len(skipped) == told_skipped, f"{len(skipped)} skips classified, unittest counted {told_skipped}"
+    unexplained = sorted(f"{test}: {reason}" for test, (outcome, reason) in found.items()
+                         if outcome == "skipped"
+                         and not any(re.search(p, str(reason)) for p in skips)
+                         and not any(t in test for t in skipped_tests))
+    assert not unexplained, "\n".join(unexplained)
+    assert all_ok and set(by_outcome) <= {"ok", "skipped"}, "\n".join(o[-3000:] for o in outs)
+    passed = {test.rsplit(".", 1)[1] for test in by_outcome.get("ok", [])}
+    missing = [name for name in must_pass if name not in passed]
+    assert not missing, f"did not pass: {missing}"
+    assert len(passed) >= least_passed, out[-3000:]
+    return passed
