@@ -218,7 +218,8 @@ MLX5_PYVERBS_SKIPS = {
     r"Ethernet link layer|skip RoCE test": "RoCE and raw Ethernet tests",
     r"All gid indices populated": "the test's own precondition",
     r"ODP|Device memory|real time|custom mr with additional access flags|Importing a device|"
-    r"IBV_ACCESS_FLUSH_GLOBAL|Create MW|Memory Window allocation|Tag matching|DV QP OOO|"
+    r"IBV_ACCESS_FLUSH_GLOBAL|Create MW|Memory Window allocation|memory window of type|"
+    r"Tag matching|DV QP OOO|"
     r"LAG affinity|Extended QP is not supported":
         "not offered: ODP, device memory, memory windows, tag matching, out-of-order QPs, "
         "LAG, atomic write",
