@@ -16,8 +16,8 @@ GDB_TIMEOUT = 120  # seconds: gdb loads QEMU's symbols, then walks every thread
 
 
 def allow_core_dumps() -> None:
-    """For Popen's preexec_fn: raises the soft core limit to the hard one.
-    Never raises itself, since an exception there would fail the launch."""
+    """Raises this process's soft core limit to the hard one, for the
+    processes it starts next; a host that forbids it keeps its limit."""
     try:
         _, hard = resource.getrlimit(resource.RLIMIT_CORE)
         resource.setrlimit(resource.RLIMIT_CORE, (hard, hard))

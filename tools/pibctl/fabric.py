@@ -612,10 +612,10 @@ def start_process(vm: Vm) -> None:
     """Starts `vm.command` (its QEMU) in the guest's directory with cores
     allowed: a crash leaves its core there for the failure report's
     backtrace (crash_report)."""
+    crash_report.allow_core_dumps()  # inherited: no preexec_fn, which threads make unsafe
     with open(vm.path / "qemu.stderr", "a") as err:
         proc = subprocess.Popen(vm.command, stdin=subprocess.DEVNULL, stdout=err,
-                                stderr=subprocess.STDOUT, start_new_session=True, cwd=vm.path,
-                                preexec_fn=crash_report.allow_core_dumps)
+                                stderr=subprocess.STDOUT, start_new_session=True, cwd=vm.path)
     vm.pid = proc.pid
 
 
