@@ -152,9 +152,9 @@ const err::Condition *CompletionQueues::checkContext(std::span<const uint8_t> in
             ? "moderation is not offered (cq_moderation 0)"
         : get(in, kDbrUmemValid) || get(in, kCqUmemValid) ? "user memory objects are not offered"
         : get(in, kLogCqSize) > limits::kLogMaxCqe        ? "log_cq_size beyond log_max_cq_sz"
+        : logPage > PageList::kMaxLogPageSize             ? "log_page_size"
         : !PageList::startsOnAdapterPage(get(in, kLogPageSize), get(in, kPageOffset))
             ? "page_offset: the ring does not start on a 4 KiB boundary"
-        : logPage > PageList::kMaxLogPageSize                ? "log_page_size"
         : !uars_.given(uar)                                  ? "uar_page: not given by ALLOC_UAR"
         : !eqs_.exists(static_cast<uint32_t>(get(in, kEqn))) ? "c_eqn: no such EQ"
         : !isDoorbellRecord(host_, get(in, kDbrAddr)) ? "dbr_addr: not 8-byte aligned guest RAM"
@@ -238,13 +238,13 @@ const err::Condition *CompletionQueues::resize(std::span<const uint8_t> in) {
         !(select & kSelectLogSize) ||
                 (select & ~uint64_t{kSelectLogSize | kSelectPageOffset | kSelectPageSize})
             ? "resize_field_select: the size, and only the size and page fields, change"
-        : get(in, kCqeSize) > kMaxCqeSize ? "cqe_sz: only 64- and 128-byte CQEs"
-        : logSize > limits::kLogMaxCqe    ? "log_cq_size beyond log_max_cq_sz"
+        : get(in, kCqeSize) > kMaxCqeSize                   ? "cqe_sz: only 64- and 128-byte CQEs"
+        : logSize > limits::kLogMaxCqe                      ? "log_cq_size beyond log_max_cq_sz"
+        : get(in, kLogPageSize) > PageList::kMaxLogPageSize ? "log_page_size"
         : !PageList::startsOnAdapterPage(get(in, kLogPageSize), get(in, kPageOffset))
             ? "page_offset: the ring does not start on a 4 KiB boundary"
-        : get(in, kLogPageSize) > PageList::kMaxLogPageSize ? "log_page_size"
-        : get(in, kCqUmemValid)                             ? "user memory objects are not offered"
-                                                            : nullptr;
+        : get(in, kCqUmemValid) ? "user memory objects are not offered"
+                                : nullptr;
     if (bad) {
         host_.guestError(err::kMlx5CqBadContext, "MODIFY_CQ of CQ %u: %s", cqn, bad);
         return &err::kMlx5CqBadContext;

@@ -30,6 +30,7 @@ struct PageList {
     // where a user buffer starts in the largest page it finds the buffer
     // in. The device takes rings that start on a 4 KiB boundary, as every
     // page-aligned buffer (libmlx5's, the kernel's) does at any page size.
+    // Callers check logPageSize against kMaxLogPageSize first.
     static uint64_t startOf(uint64_t logPageSize, uint64_t pageOffset) {
         return pageOffset << (kAdapterPageShift + logPageSize) >> 6;
     }

@@ -45,13 +45,13 @@ const err::Condition *SharedReceiveQueues::checkContext(std::span<const uint8_t>
         : get(in, kDbrUmem) || get(in, kUmem)         ? "DEVX memory (a umem) is not offered"
         : get(in, kLogSrqSize) > limits::kLogMaxSrqWr ? "log_srq_size beyond log_max_srq_sz"
         : logStride < kLogMinStride || logStride > limits::kLogMaxWqeStride ? "log_rq_stride"
+        : get(in, kLogPageSize) > PageList::kMaxLogPageSize                 ? "log_page_size"
         : !PageList::startsOnAdapterPage(get(in, kLogPageSize), get(in, kPageOffset))
             ? "page_offset: the ring does not start on a 4 KiB boundary"
-        : get(in, kLogPageSize) > PageList::kMaxLogPageSize ? "log_page_size"
-        : !objects_.pds.find(get(in, kPd))                  ? "pd: no such PD"
-        : !objects_.xrcds.find(get(in, kXrcd))              ? "xrcd: no such XRC domain"
-        : !objects_.cqs.find(get(in, kCqn))                 ? "cqn: no such CQ"
-        : get(in, kLwm) >> get(in, kLogSrqSize) != 0        ? "lwm: beyond the SRQ's size"
+        : !objects_.pds.find(get(in, kPd))            ? "pd: no such PD"
+        : !objects_.xrcds.find(get(in, kXrcd))        ? "xrcd: no such XRC domain"
+        : !objects_.cqs.find(get(in, kCqn))           ? "cqn: no such CQ"
+        : get(in, kLwm) >> get(in, kLogSrqSize) != 0  ? "lwm: beyond the SRQ's size"
         : !isDoorbellRecord(host_, get(in, kDbrAddr)) ? "dbr_addr: not 8-byte aligned guest RAM"
                                                       : nullptr;
     if (bad) {
