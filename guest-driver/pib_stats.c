@@ -20,12 +20,16 @@ static const struct rdma_stat_desc pib_port_stat_descs[] = {
 	{.name = "ack_timeout"},
 	{.name = "retry_exceeded_err"},
 	{.name = "retry_rnr_exceeded_err"},
+	{.name = "rx_write_requests"},
+	{.name = "rx_read_requests"},
+	{.name = "rx_atomic_requests"},
+	{.name = "implied_nak_seq_err"},
+	{.name = "out_of_buffer"},
 };
 
 #define PIB_PORT_STATS ARRAY_SIZE(pib_port_stat_descs)
 
-static_assert(PIB_PORT_STATS * sizeof(u64) <=
-	      offsetof(struct pib_port_counters, reserved));
+static_assert(PIB_PORT_STATS * sizeof(u64) == sizeof(struct pib_port_counters));
 
 struct rdma_hw_stats *pib_alloc_hw_port_stats(struct ib_device *ibdev,
 					      u32 port_num)

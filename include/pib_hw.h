@@ -416,7 +416,11 @@ struct pib_port_counters {
     uint64_t ack_timeouts;        /* RC requester: local ACK timeouts, resent */
     uint64_t retry_exceeded;      /* RC requester: completed with RETRY_EXC_ERR */
     uint64_t rnr_retry_exceeded;  /* RC requester: completed with RNR_RETRY_EXC_ERR */
-    uint64_t reserved[5];
+    uint64_t write_requests;      /* RC, UC responder: RDMA WRITE messages begun */
+    uint64_t read_requests;       /* RC responder: RDMA READ requests taken */
+    uint64_t atomic_requests;     /* RC responder: atomic requests taken */
+    uint64_t implied_naks;        /* RC requester: a later ACK, so a READ or atomic asked again */
+    uint64_t receives_dropped;    /* UC, UD: messages lost for want of a receive WQE */
 };
 
 /* ---- Event queues ------------------------------------------------------------ */

@@ -115,16 +115,36 @@ def test_perftest(ctx):
         print(f"{prog:<14} " + " ".join(f"{v:>22.2f} {unit:>5}" for v in cells))
 
 
+# The responder's Q counters (docs/mlx5.md §4.6; pib-hca's QUERY_COUNTERS
+# under the same names) and the pib-traffic tests whose messages each counts.
+RESPONDER_COUNTERS = {"rx_write_requests": ("write", "write-imm", "uc-write"),
+                      "rx_read_requests": ("read",), "rx_atomic_requests": ("cas", "fadd")}
+
+
+def _hw_counters(ctx, vm):
+    device = "pib_0" if HCA[vm] == "pib" else "mlx5_0"
+    out = ctx.sh(vm, f"cd /sys/class/infiniband/{device}/ports/1/hw_counters && "
+                     f"grep -H . {' '.join(RESPONDER_COUNTERS)}").out
+    return {name: int(value) for name, value in
+            (line.split(":", 1) for line in out.split())}
+
+
 def test_pib_traffic_every_operation(ctx):
     """pib-traffic (built against rdma-core, so on either provider): every
     operation, 0 B to 1 MiB at unaligned offsets, on two QPs at once, every
-    byte checked where it lands and both ends' SHA-256 equal."""
+    byte checked where it lands and both ends' SHA-256 equal. The server's
+    hardware counters count each WRITE, READ and atomic it took, once."""
     for server, client in PAIRS:
+        before = _hw_counters(ctx, server)
         lines = traffic(ctx, ["-q", "2", "-s", "0,1,4097,65536,1M+3", "-n", "2", "-S", "31"],
                         port=18610, client_vm=client, server_vm=server)
+        grown = {name: value - before[name] for name, value in _hw_counters(ctx, server).items()}
+        taken = {name: sum(int(lines[test]["messages"]) for test in tests if test in lines)
+                 for name, tests in RESPONDER_COUNTERS.items()}
+        assert grown == taken, f"{server}'s counters grew by {grown}; it took {taken}"
         total = sum(int(line["bytes"]) for line in lines.values())
         print(f"pib-traffic {_name(server, client)}: {len(lines)} operations, {total} bytes, "
-              "SHA-256 equal at both ends")
+              f"SHA-256 equal at both ends; {server}'s counters grew by {grown}")
 
 
 def _cm_pair(ctx, server_argv, client_argv, port, server, client, ready, address=None):

@@ -38,11 +38,11 @@ void check(bool ok, const char *what) {
 }
 
 // The opcodes the device executes, and a few it knows only by name.
-constexpr uint16_t kOpcodes[] = {0x100, 0x101, 0x102, 0x103, 0x104, 0x105, 0x107, 0x108, 0x109,
-                                 0x10a, 0x10b, 0x200, 0x202, 0x301, 0x302, 0x400, 0x401, 0x500,
-                                 0x501, 0x502, 0x503, 0x504, 0x505, 0x506, 0x507, 0x50a, 0x50b,
-                                 0x50c, 0x50d, 0x50e, 0x700, 0x701, 0x702, 0x703, 0x762, 0x800,
-                                 0x801, 0x802, 0x803, 0x805, 0x806, 0x807, 0x80e, 0x80f};
+constexpr uint16_t kOpcodes[] = {
+    0x100, 0x101, 0x102, 0x103, 0x104, 0x105, 0x107, 0x108, 0x109, 0x10a, 0x10b, 0x200,
+    0x202, 0x301, 0x302, 0x400, 0x401, 0x500, 0x501, 0x502, 0x503, 0x504, 0x505, 0x506,
+    0x507, 0x50a, 0x50b, 0x50c, 0x50d, 0x50e, 0x700, 0x701, 0x702, 0x703, 0x762, 0x800,
+    0x801, 0x802, 0x803, 0x805, 0x806, 0x807, 0x80e, 0x80f, 0x771, 0x772, 0x773};
 constexpr uint32_t kIsegOffsets[] = {iseg::kCmdqAddrHigh, iseg::kCmdqAddrLowSize,
                                      iseg::kCmdDoorbell,  iseg::kFwRev,
                                      iseg::kInitializing, iseg::kHealthCounter};
@@ -479,13 +479,15 @@ struct QpWorld {
         static constexpr uint8_t kTypes[] = {qpc::kUd,  qpc::kRc,  qpc::kUc,
                                              qpc::kQp0, qpc::kQp1, kRegUmr};
         Entry &e = pick(in);
-        switch (in.ConsumeIntegralInRange<int>(0, 3)) {
+        switch (in.ConsumeIntegralInRange<int>(0, 4)) {
         case 0:
             f.change(in.PickValueInArray(kChanges), e.qp.qpn,
                      in.ConsumeIntegralInRange<uint8_t>(0, 2),
                      {.qpn = in.ConsumeIntegral<uint32_t>() & 0xffffff,
                       .lid = in.ConsumeBool() ? Mlx5Function::kLid : in.ConsumeIntegral<uint16_t>(),
-                      .mtu = in.ConsumeIntegralInRange<uint8_t>(0, 7)});
+                      .mtu = in.ConsumeIntegralInRange<uint8_t>(0, 7),
+                      .counterSet = in.ConsumeIntegralInRange<uint32_t>(0, 3),
+                      .optional = in.ConsumeBool() ? 1u << 25 : 0});
             break;
         case 1:
             if (f.destroy(qpc::kDestroyQp, e.qp.qpn).status() == 0) {
@@ -499,11 +501,30 @@ struct QpWorld {
         case 2:
             f.query(e.qp.qpn);
             break;
+        case 3:
+            qCounter(in);
+            break;
         default:
             f.cqes(&cqNext);
             break;
         }
         f.host.runScheduled();
+    }
+
+    // A Q counter made, ended or read (and perhaps cleared), by a number
+    // the QPs' state changes may bind them to.
+    void qCounter(FuzzedDataProvider &in) {
+        static constexpr uint16_t kCommands[] = {0x771, 0x772, 0x773};
+        const uint16_t opcode = in.PickValueInArray(kCommands);
+        auto cmd = Mlx5Host::input(opcode, 0, opcode == 0x773 ? 0x20 : 0x10);
+        const uint32_t number = in.ConsumeIntegralInRange<uint32_t>(0, 3);
+        if (opcode == 0x772)
+            set(cmd, field(0x58, 8), number);
+        if (opcode == 0x773) {
+            set(cmd, field(0xf8, 8), number);
+            set(cmd, field(0xc0, 1), in.ConsumeBool());
+        }
+        f.host.run(cmd, opcode == 0x773 ? 0x100 : 0x10);
     }
 
     // Where UD sends go: the two UD QPs and the one on the SRQ.

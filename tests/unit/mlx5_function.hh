@@ -24,7 +24,8 @@ using pib::mlx5::Field;
 using pib::mlx5::field;
 // The commands.
 constexpr uint16_t kCreateQp = 0x500, kDestroyQp = 0x501, kRst2Init = 0x502, kInit2Rtr = 0x503,
-                   kRtr2Rts = 0x504, kToErr = 0x507, kToRst = 0x50a, kQueryQp = 0x50b;
+                   kRtr2Rts = 0x504, kRts2Rts = 0x505, kToErr = 0x507, kToRst = 0x50a,
+                   kQueryQp = 0x50b;
 constexpr Field kHeld = field(0x48, 24); // what an ALLOC or CREATE gives; the QP a command names
 // The QP context at byte 0x18 of create_qp_in, of the state changes'
 // inputs and of query_qp_out (mlx5_ifc.h), its fields by their bit in
@@ -40,6 +41,8 @@ constexpr Field kLogRqSize = field(kQpc + 0x49, 4);
 constexpr Field kLogRqStride = field(kQpc + 0x4d, 3);
 constexpr Field kNoSq = field(kQpc + 0x50, 1);
 constexpr Field kLogSqSize = field(kQpc + 0x51, 4);
+constexpr Field kOptParamMask = field(0x80, 32);
+constexpr Field kCounterSetId = field(kQpc + 0x60, 8);
 constexpr Field kUarPage = field(kQpc + 0x68, 24);
 constexpr Field kLogPageSize = field(kQpc + 0xa3, 5);
 constexpr Field kRemoteQpn = field(kQpc + 0xa8, 24);
@@ -78,7 +81,9 @@ using pib::mlx5::writeBe64;
 struct Mlx5Peer {
     uint32_t qpn = 0;
     uint16_t lid = mlx5qp::kLid;
-    uint8_t mtu = 3; // 1024 bytes
+    uint8_t mtu = 3;         // 1024 bytes
+    uint32_t counterSet = 0; // the Q counter it counts into (0: none)
+    uint32_t optional = 0;   // opt_param_mask
 };
 
 // What a send WQE says beyond its control segment.
@@ -283,6 +288,8 @@ class Mlx5Function {
             set(in, kMtu, peer.mtu);
             set(in, kRre, 1);
             set(in, kRwe, 1);
+            set(in, kCounterSetId, peer.counterSet);
+            set(in, kOptParamMask, peer.optional);
         }
         return host.run(in, 16);
     }

@@ -1116,6 +1116,48 @@ TEST_CASE("QUERY_COUNTERS counts what the transport did", "[rc][counters]") {
     CHECK(b.packets_received + 1 == a.packets_sent); // the middle packet was lost
 }
 
+// The responder counts the WRITEs, READs and atomics it takes; the
+// requester, the WRITE's ACK past a READ whose response was lost (an
+// implied NAK, IBA 9.7.5.1.5), after which it asks for the READ again.
+TEST_CASE("QUERY_COUNTERS counts requests taken and implied NAKs", "[rc][counters]") {
+    Pair p;
+    const uint64_t out = p.a.host.allocRandom(8192, 3), in = p.b.host.alloc(8192);
+    auto counters = [](Node &n) {
+        pib_port_counters c{};
+        REQUIRE(n.host.commandOut(PIB_CMD_QUERY_COUNTERS, 1, &c).status == PIB_CMD_STATUS_OK);
+        return c;
+    };
+    bool dropped = false;
+    p.wire.filter = [&](bool fromA, iba::Packet &k) {
+        if (!fromA && !dropped && k.bth.opcode == iba::kReadResponseOnly)
+            return !(dropped = true);
+        return true;
+    };
+    p.a.postSend(1, {.opcode = PIB_WR_RDMA_READ, .local = out + 4096, .length = 100, .remote = in});
+    p.a.postSend(2, {.opcode = PIB_WR_RDMA_WRITE, .local = out, .length = 3000, .remote = in});
+    p.wire.run();
+    p.wire.advance(1'000'000);
+    // Then an atomic, alone: an ACK of it still in flight would pass the
+    // READ asked again as well.
+    p.a.postSend(3, {.opcode = PIB_WR_ATOMIC_FETCH_AND_ADD,
+                     .local = out + 6000,
+                     .length = 8,
+                     .remote = in + 8,
+                     .swapAdd = 1});
+    p.wire.run();
+    const auto done = p.a.poll();
+    REQUIRE(done.size() == 3);
+    for (const pib_cqe &c : done)
+        CHECK(c.status == PIB_WC_SUCCESS);
+    const pib_port_counters a = counters(p.a), b = counters(p.b);
+    CHECK(b.write_requests == 1);
+    CHECK(b.read_requests == 1);      // asked again: a duplicate
+    CHECK(b.duplicate_requests == 4); // the READ, then the WRITE's three packets
+    CHECK(b.atomic_requests == 1);
+    CHECK(a.implied_naks == 1);
+    CHECK(a.ack_timeouts == 0);
+}
+
 // Audit finding 2 (issue 27): a receive WQE the responder claimed from an
 // SRQ completes exactly once whatever happens to its QP. A peer that
 // starts a SEND and then has the QP fail (here: moved to the error state,

@@ -652,3 +652,99 @@ TEST_CASE("mlx5: an SQ behind an RQ that ends within a page is read to its end",
     CHECK(completed == 1100);
     CHECK(f.host.guestErrors() == 0);
 }
+
+namespace {
+
+// Q counters (docs/mlx5.md §4.6): ALLOC_Q_COUNTER, DEALLOC_Q_COUNTER and
+// QUERY_Q_COUNTER, and some of query_q_counter_out's counters.
+constexpr uint16_t kAllocQCounter = 0x771, kDeallocQCounter = 0x772, kQueryQCounter = 0x773;
+constexpr Field kCounterSet = field(0x58, 8); // alloc_q_counter_out, dealloc_q_counter_in
+constexpr Field kRxWrites = field(0x080, 32), kRxReads = field(0x0c0, 32),
+                kOutOfBuffer = field(0x180, 32), kRnrNakRetryErr = field(0x240, 32),
+                kReqRnrRetriesExceeded = field(0x380, 32);
+
+uint32_t allocQCounter(QpFunction &f) {
+    const auto r = f.host.run(Mlx5Host::input(kAllocQCounter), 16);
+    REQUIRE(r.status() == 0);
+    return static_cast<uint32_t>(r.get(kCounterSet));
+}
+
+uint8_t deallocQCounter(QpFunction &f, uint32_t set) {
+    auto in = Mlx5Host::input(kDeallocQCounter);
+    pib::mlx5::set(in, kCounterSet, set);
+    return f.host.run(in, 16).status();
+}
+
+Mlx5Host::Reply queryQCounter(QpFunction &f, uint32_t set, bool clear = false) {
+    auto in = Mlx5Host::input(kQueryQCounter, 0, 0x20);
+    pib::mlx5::set(in, field(0xf8, 8), set);
+    pib::mlx5::set(in, field(0xc0, 1), clear);
+    return f.host.run(in, 0x100);
+}
+
+} // namespace
+
+TEST_CASE("mlx5: Q counters count what the QPs bound to them do", "[mlx5]") {
+    QpFunction f;
+    REQUIRE(f.activatePort());
+    const uint32_t one = allocQCounter(f), two = allocQCounter(f);
+    CHECK(one != 0);
+    CHECK(two != one);
+    // a counts into one, b into two, from RST2INIT on.
+    Mlx5Function::Qp a = f.createQp(kRc, 1, 3, 4), b = f.createQp(kRc, 1, 3, 4);
+    REQUIRE(f.toRts(a.qpn, {.qpn = b.qpn, .counterSet = one}));
+    REQUIRE(f.toRts(b.qpn, {.qpn = a.qpn, .counterSet = two}));
+    CHECK(f.query(a.qpn).get(kCounterSetId) == one);
+    CHECK(f.query(b.qpn).get(kCounterSetId) == two);
+    // b WRITEs twice and READs once from a: a's responder counts them.
+    const uint64_t mine = f.host.allocRandom(4096, 9), theirs = f.host.alloc(4096);
+    uint32_t next = 0;
+    for (int i = 0; i < 2; ++i)
+        f.blueFlame(
+            f.writeSend(b, false,
+                        {.opcode = kRdmaWrite, .addr = mine, .length = 1000, .remoteAddr = theirs}),
+            f.uar);
+    f.blueFlame(
+        f.writeSend(
+            b, false,
+            {.opcode = kRdmaRead, .addr = mine + 2048, .length = 500, .remoteAddr = theirs}),
+        f.uar);
+    REQUIRE(f.completions(&next, 3).size() == 3);
+    auto counts = queryQCounter(f, one);
+    REQUIRE(counts.status() == 0);
+    CHECK(counts.get(kRxWrites) == 2);
+    CHECK(counts.get(kRxReads) == 1);
+    CHECK(queryQCounter(f, two).get(kRxWrites) == 0); // b asked; it took nothing
+
+    // A set the QPs hold is not deallocated; a rebinding in RTS frees it.
+    f.host.clear();
+    CHECK(deallocQCounter(f, one) == status::kBadResourceState);
+    CHECK(f.host.guestErrors(err::kMlx5CmdInUse.token) == 1);
+    REQUIRE(f.change(kRts2Rts, a.qpn, 1, {.qpn = b.qpn, .counterSet = two, .optional = 1u << 25})
+                .status() == 0);
+    CHECK(f.query(a.qpn).get(kCounterSetId) == two);
+    CHECK(deallocQCounter(f, one) == 0);
+    CHECK(deallocQCounter(f, one) == status::kBadResource);
+    CHECK(queryQCounter(f, one).status() == status::kBadResource);
+    // Binding a QP to a set that does not exist is refused, and binds nothing.
+    Mlx5Function::Qp c = f.createQp(kRc, 1, 3, 4);
+    f.host.clear();
+    CHECK(f.change(kRst2Init, c.qpn, 1, {.counterSet = one}).status() == status::kBadParam);
+    CHECK(f.host.guestErrors(err::kMlx5QpBadAttr.token) == 1);
+    CHECK(f.query(c.qpn).get(kState) == 0); // still RESET
+
+    // A SEND that finds no receive WQE: b answers an RNR NAK, and a, with
+    // no RNR retries, completes it in error. Both now count into two.
+    f.blueFlame(f.writeSend(a, false, {.opcode = kSend, .addr = mine, .length = 64}), f.uar);
+    REQUIRE(f.completions(&next, 1).size() == 1);
+    counts = queryQCounter(f, two, true); // and clear
+    CHECK(counts.get(kOutOfBuffer) == 1);
+    CHECK(counts.get(kRnrNakRetryErr) == 1);
+    CHECK(counts.get(kReqRnrRetriesExceeded) == 1);
+    CHECK(queryQCounter(f, two).get(kOutOfBuffer) == 0); // cleared
+    // Gone with their QPs, they hold it no more.
+    CHECK(deallocQCounter(f, two) == status::kBadResourceState);
+    for (uint32_t qpn : {a.qpn, b.qpn, c.qpn})
+        CHECK(f.destroy(kDestroyQp, qpn).status() == 0);
+    CHECK(deallocQCounter(f, two) == 0);
+}

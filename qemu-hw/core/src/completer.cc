@@ -118,6 +118,7 @@ void Requester::ackUpTo(QueuePair &qp, uint32_t psn) {
         if (w.packets == 0 || psnDiff(psn, w.lastPsn()) < 0)
             break;
         if (w.isReadOrAtomic()) {
+            count(qp, &pib_port_counters::implied_naks);
             rewind(qp, psnAdd(w.firstPsn, w.received / pathMtu(qp)));
             break;
         }

@@ -240,8 +240,10 @@ void Datagram::receiveDatagram(unsigned number, const iba::Packet &packet, Queue
     Wqe wqe;
     uint16_t index = 0;
     uint8_t status = PIB_WC_SUCCESS;
-    if (!receives_.takeReceiveWqe(qp, wqe, &index, &status))
+    if (!receives_.takeReceiveWqe(qp, wqe, &index, &status)) {
+        count(qp, &pib_port_counters::receives_dropped);
         return; // no receive posted: a datagram is simply dropped
+    }
 
     Completion cqe;
     cqe.wrId = wqe.ctrl.wr_id;

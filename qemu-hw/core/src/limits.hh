@@ -20,6 +20,10 @@ inline constexpr uint32_t kMaxMw = 65536;
 inline constexpr uint32_t kMaxPd = 65536;
 inline constexpr uint32_t kMaxXrcd = 65536;
 inline constexpr uint32_t kMaxRdAtom = 16;
+// Counter sets a front end hands out (ConnectX Q counters), numbered from
+// 1: 0 names none. mlx5_ib takes one per port, and one more per counter
+// `rdma statistic` binds QPs to.
+inline constexpr uint32_t kMaxCounterSets = 64;
 inline constexpr uint32_t kMaxSrq = 4096;
 inline constexpr uint32_t kLogMaxSrqWr = 14;
 inline constexpr uint32_t kMaxInlineData = 1024;

@@ -34,6 +34,36 @@ constexpr Field kCqNumber = field(0x48, 24);  // create_cq_out, destroy_cq_in
 constexpr Field kSrqNumber = field(0x48, 24); // create_srq_out, *_srq_in, arm_rq_in
 constexpr Field kQpNumber = field(0x48, 24);  // create_qp_out, destroy_qp_in, query_qp_in
 constexpr Field kArmRqLwm = field(0x70, 16);
+constexpr Field kCounterSetId = field(0x58, 8);       // alloc_q_counter_out, dealloc_q_counter_in
+constexpr Field kQCounterOtherVport = field(0x40, 1); // query_q_counter_in
+constexpr Field kQCounterClear = field(0xc0, 1);
+constexpr Field kQueryCounterSetId = field(0xf8, 8);
+
+// query_q_counter_out's counters and the transport counters they are.
+// rx_dct_connect stays 0 (no DC); of the enhanced error counters, which
+// the device does not offer (enhanced_error_q_counters 0), the two the
+// transport counts are filled all the same.
+struct QCounter {
+    Field field;
+    uint64_t pib_port_counters::*counter;
+    uint64_t pib_port_counters::*plus = nullptr; // a second one it sums
+};
+constexpr QCounter kQCounters[] = {
+    {field(0x080, 32), &pib_port_counters::write_requests},  // rx_write_requests
+    {field(0x0c0, 32), &pib_port_counters::read_requests},   // rx_read_requests
+    {field(0x100, 32), &pib_port_counters::atomic_requests}, // rx_atomic_requests
+    // out_of_buffer: for want of a receive WQE, RC's RNR NAKs and UC's and
+    // UD's drops.
+    {field(0x180, 32), &pib_port_counters::rnr_naks_sent, &pib_port_counters::receives_dropped},
+    {field(0x1c0, 32), &pib_port_counters::out_of_seq_requests}, // out_of_sequence
+    {field(0x200, 32), &pib_port_counters::duplicate_requests},  // duplicate_request
+    {field(0x240, 32), &pib_port_counters::rnr_naks_received},   // rnr_nak_retry_err
+    {field(0x280, 32), &pib_port_counters::seq_naks_received},   // packet_seq_err
+    {field(0x2c0, 32), &pib_port_counters::implied_naks},        // implied_nak_seq_err
+    {field(0x300, 32), &pib_port_counters::ack_timeouts},        // local_ack_timeout_err
+    {field(0x380, 32), &pib_port_counters::rnr_retry_exceeded},  // req_rnr_retries_exceeded
+    {field(0x5a0, 32), &pib_port_counters::retry_exceeded},      // req_transport_retries_exceeded
+};
 constexpr uint16_t kArmRqSrq = 1; // arm_rq_in's op_mod for an SRQ
 
 constexpr uint16_t kIssi = 0; // the only one: supported_issi bit 0
@@ -48,7 +78,7 @@ const Refusals Commands::kRefusals{err::kMlx5CmdBadResource, err::kMlx5CmdBadPar
                                    err::kMlx5CmdNoResources, err::kMlx5CmdInUse};
 
 // clang-format off
-const std::array<Commands::Spec, 51> Commands::kTable = {{
+const std::array<Commands::Spec, 54> Commands::kTable = {{
     {0x100, "QUERY_HCA_CAP", 0x10, 0x10 + HcaCaps::kPageBytes, State::kEnabled, &Commands::queryHcaCap},
     {0x101, "QUERY_ADAPTER", 0x10, 0x110, State::kEnabled, &Commands::queryAdapter},
     {0x102, "INIT_HCA", 0x10, 0x10, State::kEnabled, &Commands::initHca},
@@ -101,6 +131,9 @@ const std::array<Commands::Spec, 51> Commands::kTable = {{
     {0x50b, "QUERY_QP", 0x10, 0x100, State::kInitialized, &Commands::queryQp},
     {0x50c, "SQD_RTS_QP", 0x100, 0x10, State::kInitialized, &Commands::changeQpState},
     {0x50e, "INIT2INIT_QP", 0x100, 0x10, State::kInitialized, &Commands::changeQpState},
+    {0x771, "ALLOC_Q_COUNTER", 0x10, 0x10, State::kInitialized, &Commands::allocQCounter},
+    {0x772, "DEALLOC_Q_COUNTER", 0x10, 0x10, State::kInitialized, &Commands::deallocQCounter},
+    {0x773, "QUERY_Q_COUNTER", 0x20, 0x100, State::kInitialized, &Commands::queryQCounter},
     {0x806, "ATTACH_TO_MCG", 0x20, 0x10, State::kInitialized, &Commands::attachToMcg},
     {0x807, "DETACH_FROM_MCG", 0x20, 0x10, State::kInitialized, &Commands::detachFromMcg},
 }};
@@ -445,19 +478,19 @@ const err::Condition *Commands::detachFromMcg(const Request &r) {
 // ---- PDs and XRC domains: numbers the core's objects hold ----------------
 
 template <class T>
-const err::Condition *Commands::allocHeld(ObjectTable<T> &table, const Request &r,
-                                          const char *what) {
+const err::Condition *Commands::allocHeld(ObjectTable<T> &table, const Request &r, const char *what,
+                                          Field numberField) {
     const auto number = table.insert(std::make_unique<T>());
     if (!number)
         return fail(err::kMlx5CmdNoResources, "all %u %ss exist", table.capacity(), what);
-    set(r.out, kHeld, *number);
+    set(r.out, numberField, *number);
     return nullptr;
 }
 
 template <class T>
 const err::Condition *Commands::releaseHeld(ObjectTable<T> &table, const Request &r,
-                                            const char *what) {
-    const uint64_t number = get(r.in, kHeld);
+                                            const char *what, Field numberField) {
+    const uint64_t number = get(r.in, numberField);
     uint32_t refs = 0;
     switch (release(table, number, &refs)) {
     case Release::kMissing:
@@ -473,19 +506,47 @@ const err::Condition *Commands::releaseHeld(ObjectTable<T> &table, const Request
 }
 
 const err::Condition *Commands::allocPd(const Request &r) {
-    return allocHeld(core_.objects.pds, r, "PD");
+    return allocHeld(core_.objects.pds, r, "PD", kHeld);
 }
 
 const err::Condition *Commands::deallocPd(const Request &r) {
-    return releaseHeld(core_.objects.pds, r, "PD");
+    return releaseHeld(core_.objects.pds, r, "PD", kHeld);
 }
 
 const err::Condition *Commands::allocXrcd(const Request &r) {
-    return allocHeld(core_.objects.xrcds, r, "XRC domain");
+    return allocHeld(core_.objects.xrcds, r, "XRC domain", kHeld);
 }
 
 const err::Condition *Commands::deallocXrcd(const Request &r) {
-    return releaseHeld(core_.objects.xrcds, r, "XRC domain");
+    return releaseHeld(core_.objects.xrcds, r, "XRC domain", kHeld);
+}
+
+// Q counters (docs/mlx5.md §4.6): counter sets of the core's transport
+// counters, which QPs are bound to by their context.
+const err::Condition *Commands::allocQCounter(const Request &r) {
+    return allocHeld(core_.objects.counterSets, r, "Q counter", kCounterSetId);
+}
+
+const err::Condition *Commands::deallocQCounter(const Request &r) {
+    return releaseHeld(core_.objects.counterSets, r, "Q counter", kCounterSetId);
+}
+
+const err::Condition *Commands::queryQCounter(const Request &r) {
+    if (get(r.in, kQCounterOtherVport))
+        return fail(err::kMlx5CmdBadParam, "QUERY_Q_COUNTER of another vport");
+    const auto number = static_cast<uint32_t>(get(r.in, kQueryCounterSetId));
+    CounterSet *counters = core_.objects.counterSets.find(number);
+    if (!counters)
+        return fail(err::kMlx5CmdBadResource, "QUERY_Q_COUNTER: Q counter %u does not exist",
+                    number);
+    // Each is 32 bits wide and wraps, as a ConnectX's do.
+    for (const QCounter &c : kQCounters)
+        set(r.out, c.field,
+            static_cast<uint32_t>(counters->counts.*c.counter +
+                                  (c.plus ? counters->counts.*c.plus : 0)));
+    if (get(r.in, kQCounterClear))
+        counters->counts = {};
+    return nullptr;
 }
 
 } // namespace pib::mlx5

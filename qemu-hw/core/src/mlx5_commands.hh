@@ -82,7 +82,7 @@ class Commands {
         Handler handler;   // nullptr: known by name, not executed
     };
     static const Spec *find(uint16_t opcode);
-    static const std::array<Spec, 51> kTable;
+    static const std::array<Spec, 54> kTable;
 
     [[gnu::format(printf, 3, 4)]] const err::Condition *fail(const err::Condition &why,
                                                              const char *fmt, ...) const;
@@ -129,10 +129,17 @@ class Commands {
     const err::Condition *deallocPd(const Request &r);
     const err::Condition *allocXrcd(const Request &r);
     const err::Condition *deallocXrcd(const Request &r);
+    const err::Condition *allocQCounter(const Request &r);
+    const err::Condition *deallocQCounter(const Request &r);
+    const err::Condition *queryQCounter(const Request &r);
+    // An object other objects hold by number (PD, XRC domain, Q counter),
+    // its number in `number` of the output, and of the input to release.
     template <class T>
-    const err::Condition *allocHeld(ObjectTable<T> &table, const Request &r, const char *what);
+    const err::Condition *allocHeld(ObjectTable<T> &table, const Request &r, const char *what,
+                                    Field number);
     template <class T>
-    const err::Condition *releaseHeld(ObjectTable<T> &table, const Request &r, const char *what);
+    const err::Condition *releaseHeld(ObjectTable<T> &table, const Request &r, const char *what,
+                                      Field number);
 
     const pib_core_config &config_;
     const Host &host_;

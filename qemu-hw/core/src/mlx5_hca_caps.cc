@@ -24,6 +24,10 @@ constexpr Field kLogMaxEq = field(0x0fc, 4);
 constexpr Field kLogMaxRaReqQp = field(0x14a, 6);
 constexpr Field kLogMaxRaResQp = field(0x15a, 6);
 constexpr Field kGidTableSize = field(0x170, 16);
+constexpr Field kRts2RtsQpCountersSetId = field(0x164, 1);
+constexpr Field kOutOfSeqCnt = field(0x180, 1);
+constexpr Field kRetransmissionQCounters = field(0x182, 1);
+constexpr Field kMaxQpCnt = field(0x186, 10);
 constexpr Field kPkeyTableSize = field(0x190, 16);
 constexpr Field kLocalCaAckDelay = field(0x1ab, 5);
 constexpr Field kPortType = field(0x1b6, 2);
@@ -137,6 +141,13 @@ void HcaCaps::reset() {
     // by UMR, however large, rather than in one CREATE_MKEY.
     mlx5::set(m, cap::kUmrExtendedTranslationOffset, 1);
     mlx5::set(m, cap::kUmrIndirectMkeyDisabled, 1);
+    // Q counters (docs/mlx5.md §4.6): counter sets QPs are bound to at
+    // RST2INIT and rebound in RTS, with the basic counters, out_of_sequence
+    // and the retransmission ones, which the core's transport counts.
+    mlx5::set(m, cap::kMaxQpCnt, limits::kMaxCounterSets);
+    mlx5::set(m, cap::kOutOfSeqCnt, 1);
+    mlx5::set(m, cap::kRetransmissionQCounters, 1);
+    mlx5::set(m, cap::kRts2RtsQpCountersSetId, 1);
     // MCAM and the registers it names: the firmware's version for devlink
     // (mlx5_registers.cc).
     mlx5::set(m, cap::kMcamReg, 1);

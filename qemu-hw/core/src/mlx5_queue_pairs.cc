@@ -34,6 +34,7 @@ constexpr Field kLogRqSize = field(kContext + 0x49, 4);
 constexpr Field kLogRqStride = field(kContext + 0x4d, 3);
 constexpr Field kNoSq = field(kContext + 0x50, 1);
 constexpr Field kLogSqSize = field(kContext + 0x51, 4);
+constexpr Field kCounterSetId = field(kContext + 0x60, 8);
 constexpr Field kUarPage = field(kContext + 0x68, 24);
 constexpr Field kLogPageSize = field(kContext + 0xa3, 5);
 constexpr Field kRemoteQpn = field(kContext + 0xa8, 24);
@@ -155,6 +156,7 @@ constexpr OptionalParameter kOptional[] = {
     {0x4000, PIB_QP_TIMEOUT},
     {0x10000, PIB_QP_PORT},
 };
+constexpr uint32_t kOptCounterSetId = 1u << 25; // no core attribute: the QP's counter set
 
 // Each state change: the state the QP must be in (none: any) and the one
 // it enters.
@@ -164,6 +166,7 @@ struct StateChange {
     std::optional<uint8_t> from;
     uint8_t to;
 };
+constexpr uint16_t kRst2Init = 0x502, kRts2Rts = 0x505;
 constexpr StateChange kStateChanges[] = {
     {0x502, "RST2INIT_QP", PIB_QPS_RESET, PIB_QPS_INIT},
     {0x503, "INIT2RTR_QP", PIB_QPS_INIT, PIB_QPS_RTR},
@@ -288,6 +291,23 @@ void QueuePairs::hold(const QueuePair &qp, int delta) {
         adjust(objects_.srqs.at(qp.ctx.srqn));
 }
 
+uint32_t QueuePairs::counterSetAfter(uint16_t opcode, const QueuePair &qp,
+                                     std::span<const uint8_t> in) const {
+    const bool named =
+        opcode == kRst2Init || (opcode == kRts2Rts && (get(in, kOptParamMask) & kOptCounterSetId));
+    return named ? static_cast<uint32_t>(get(in, kCounterSetId)) : qp.counterSet;
+}
+
+void QueuePairs::bindCounterSet(QueuePair &qp, uint32_t set) {
+    if (set == qp.counterSet)
+        return;
+    if (CounterSet *old = objects_.counterSets.find(qp.counterSet))
+        --old->refs;
+    if (CounterSet *next = objects_.counterSets.find(set))
+        ++next->refs;
+    qp.counterSet = set;
+}
+
 const err::Condition *QueuePairs::create(std::span<const uint8_t> in, uint32_t &qpn) {
     if (const err::Condition *why = checkContext(in))
         return why;
@@ -362,6 +382,7 @@ const err::Condition *QueuePairs::destroy(uint32_t qpn) {
     if (!qp)
         return refuse(err::kMlx5CmdBadResource, "DESTROY_QP", qpn, "no such QP");
     hold(*qp, -1);
+    bindCounterSet(*qp, 0);
     const pib_buf_desc ring = qp->ctx.sq_buf;
     endQp(objects_, dataPath_, *qp);
     if (ring.npages)
@@ -407,6 +428,10 @@ const err::Condition *QueuePairs::modify(uint16_t opcode, std::span<const uint8_
     if (const char *bad =
             badQpAttr(*qp, attrs, mask, ports_, {limits::kMaxRdAtom, limits::kMaxRdAtom}))
         return refuse(err::kMlx5QpBadAttr, change.name, qpn, bad);
+    const uint32_t set = counterSetAfter(opcode, *qp, in);
+    if (set && !objects_.counterSets.find(set))
+        return refuse(err::kMlx5QpBadAttr, change.name, qpn, "counter_set_id names no Q counter");
+    bindCounterSet(*qp, set);
     applyQpAttrs(qp->attr, attrs, mask, change.to);
     trace::mlx5_qp_modify(host_, qpn, change.name, cur, change.to, mask);
     dataPath_.qpStateEntered(*qp, cur, change.to, mask);
@@ -438,6 +463,7 @@ const err::Condition *QueuePairs::query(uint32_t qpn, std::span<uint8_t> out) co
     if (ctx.flags & PIB_QP_USE_SRQ)
         set(out, kSrqn, ctx.srqn);
     set(out, kUarPage, ctx.uar_page);
+    set(out, kCounterSetId, qp->counterSet);
     set(out, kRemoteQpn, a.dest_qp_num);
     set(out, kPkeyIndex, a.pkey_index);
     set(out, kVhcaPort, a.port_num);

@@ -60,6 +60,12 @@ class QueuePairs {
                                  const char *what) const;
     std::optional<uint8_t> freePort(uint8_t type) const;
     void hold(const QueuePair &qp, int delta);
+    // The counter set `opcode` binds `qp` to (docs/mlx5.md §4.6): the
+    // context's at RST2INIT, and at RTS2RTS when opt_param_mask names it;
+    // otherwise the one it has.
+    uint32_t counterSetAfter(uint16_t opcode, const QueuePair &qp,
+                             std::span<const uint8_t> in) const;
+    void bindCounterSet(QueuePair &qp, uint32_t set);
 
     const Host &host_;
     ObjectTables &objects_;

@@ -7,9 +7,9 @@ namespace pib {
 
 ObjectTables::ObjectTables(const pib_core_config &config)
     : uars(config.doorbell_pages), pds(limits::kMaxPd), xrcds(limits::kMaxXrcd),
-      mtt(limits::kMaxMtt), eqs(limits::kMaxEq), cqs(limits::kMaxCq), mrs(limits::kMaxMr, 1),
-      mws(limits::kMaxMw, limits::kMaxMr + 1), srqs(limits::kMaxSrq),
-      qps(limits::kMaxQp, PIB_FIRST_QPN, Numbering::kRotating),
+      counterSets(limits::kMaxCounterSets, 1), mtt(limits::kMaxMtt), eqs(limits::kMaxEq),
+      cqs(limits::kMaxCq), mrs(limits::kMaxMr, 1), mws(limits::kMaxMw, limits::kMaxMr + 1),
+      srqs(limits::kMaxSrq), qps(limits::kMaxQp, PIB_FIRST_QPN, Numbering::kRotating),
       multicast(
           {limits::kMaxMcastGroups, limits::kMaxMcastQpAttach, limits::kMaxTotalMcastQpAttach}) {}
 
@@ -17,6 +17,7 @@ void ObjectTables::clear() {
     uars.clear();
     pds.clear();
     xrcds.clear();
+    counterSets.clear();
     mtt.clear();
     eqs.clear();
     cqs.clear();

@@ -49,6 +49,7 @@ struct ObjectTables {
     ObjectTable<DoorbellPage> uars;
     ObjectTable<ProtectionDomain> pds;
     ObjectTable<XrcDomain> xrcds;
+    ObjectTable<CounterSet> counterSets;
     Mtt mtt;
     ObjectTable<EventQueue> eqs;
     ObjectTable<CompletionQueue> cqs;

@@ -18,6 +18,11 @@ struct Referenced {
 
 struct DoorbellPage : Referenced {};
 struct ProtectionDomain : Referenced {};
+// A counter set (ConnectX's Q counter): the transport counters of the QPs
+// bound to it, counted beside their port's; it is held by each of them.
+struct CounterSet : Referenced {
+    pib_port_counters counts{};
+};
 // An XRC domain: its XRC SRQs take the messages its XRC TGT QPs receive.
 struct XrcDomain : Referenced {};
 
@@ -115,6 +120,7 @@ struct QueuePair {
     // and where the SQ starts in the QP's one buffer, behind the RQ.
     uint64_t record = 0;
     uint32_t sendOffset = 0;
+    uint32_t counterSet = 0; // the counter set it counts into too (0: none)
 };
 
 // The datagram QP types: UD, and the special QPs QP0 and QP1.

@@ -241,6 +241,7 @@ void Responder::noReceiveWqe(QueuePair &qp, uint32_t psn) {
         acknowledge(qp, psn, syndrome(kRnrNak, qp.attr.min_rnr_timer));
         count(qp, &pib_port_counters::rnr_naks_sent);
     } else {
+        count(qp, &pib_port_counters::receives_dropped);
         dropUcMessage(qp, psn);
     }
 }
@@ -359,11 +360,13 @@ void Responder::readOrAtomicRequest(QueuePair &qp, const iba::Packet &packet) {
     // arrives: one more than max_dest_rd_atomic owed means the requester
     // broke its limit (IBA 9.7.5.2.5).
     dropStaleAnswers(qp, packet.bth.psn);
+    const bool read = (packet.bth.opcode & 0x1f) == iba::kReadRequest;
+    count(qp, read ? &pib_port_counters::read_requests : &pib_port_counters::atomic_requests);
     if (repliesOwed(qp.resp) >= std::max<size_t>(1, qp.attr.max_dest_rd_atomic)) {
         responderError(qp, packet.bth.psn, err::kTooManyReads);
         return;
     }
-    if ((packet.bth.opcode & 0x1f) == iba::kReadRequest)
+    if (read)
         readRequest(qp, packet);
     else
         atomicRequest(qp, packet);
@@ -429,6 +432,7 @@ bool Responder::startWrite(QueuePair &qp, const iba::Packet &packet) {
     const uint32_t psn = packet.bth.psn;
     const iba::Reth &reth = *packet.reth;
     std::vector<Segment> whole; // its own list: it can be long, and is needed once
+    count(qp, &pib_port_counters::write_requests);
     if (reth.length > limits::kMaxMsgSize ||
         !remoteRange(qp, requestPd(qp), reth.rkey, reth.va, reth.length, PIB_ACCESS_REMOTE_WRITE,
                      whole)) {

@@ -14,6 +14,8 @@ namespace pib {
 void TransportRole::count(const QueuePair &qp, uint64_t pib_port_counters::*counter) {
     if (PortState *p = ports_.find(qp.attr.port_num))
         ++(p->transport.*counter);
+    if (CounterSet *set = qp.counterSet ? objects_.counterSets.find(qp.counterSet) : nullptr)
+        ++(set->counts.*counter);
 }
 
 uint8_t TransportRole::injectedCompletion(const QueuePair &qp, uint32_t index, uint8_t *vendorErr) {

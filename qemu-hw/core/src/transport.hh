@@ -65,7 +65,8 @@ class TransportRole {
           injections_(parts.injections), errors_(parts.errors) {}
     ~TransportRole() = default;
 
-    // Counts one transport event of `qp`'s port (QUERY_COUNTERS).
+    // Counts one transport event of `qp`'s port (QUERY_COUNTERS) and of
+    // its counter set, if it has one.
     void count(const QueuePair &qp, uint64_t pib_port_counters::*counter);
     // Test facilities (injection.hh): the status an armed injection gives
     // send WQE `index` of `qp` (PIB_WC_SUCCESS: none), and whether a
