@@ -79,6 +79,20 @@ static bool pib_hca_event_enabled(unsigned event)
         return trace_event_get_state_backends(TRACE_PIB_HCA_MR_REGISTERED);
     case PIB_EVENT_MR_INVALIDATED:
         return trace_event_get_state_backends(TRACE_PIB_HCA_MR_INVALIDATED);
+    case PIB_EVENT_DOORBELL:
+        return trace_event_get_state_backends(TRACE_PIB_HCA_DOORBELL);
+    case PIB_EVENT_WQE_FETCHED:
+        return trace_event_get_state_backends(TRACE_PIB_HCA_WQE_FETCHED);
+    case PIB_EVENT_RECV_WQE_FETCHED:
+        return trace_event_get_state_backends(TRACE_PIB_HCA_RECV_WQE_FETCHED);
+    case PIB_EVENT_PACKET_SENT:
+        return trace_event_get_state_backends(TRACE_PIB_HCA_PACKET_SENT);
+    case PIB_EVENT_PACKET_RECEIVED:
+        return trace_event_get_state_backends(TRACE_PIB_HCA_PACKET_RECEIVED);
+    case PIB_EVENT_CQE_WRITTEN:
+        return trace_event_get_state_backends(TRACE_PIB_HCA_CQE_WRITTEN);
+    case PIB_EVENT_EQE_WRITTEN:
+        return trace_event_get_state_backends(TRACE_PIB_HCA_EQE_WRITTEN);
     case PIB_EVENT_WQE_NOP:
         return trace_event_get_state_backends(TRACE_PIB_HCA_WQE_NOP);
     case PIB_EVENT_MLX5_COMMAND:
@@ -115,6 +129,8 @@ static bool pib_hca_event_enabled(unsigned event)
         return trace_event_get_state_backends(TRACE_PIB_HCA_MLX5_CQ_ARM);
     case PIB_EVENT_MLX5_UMR:
         return trace_event_get_state_backends(TRACE_PIB_HCA_MLX5_UMR);
+    case PIB_EVENT_MLX5_RQ_RECORD:
+        return trace_event_get_state_backends(TRACE_PIB_HCA_MLX5_RQ_RECORD);
     case PIB_EVENT_MLX5_ACCESS_REG:
         return trace_event_get_state_backends(TRACE_PIB_HCA_MLX5_ACCESS_REG);
     case PIB_EVENT_MW_BOUND:
@@ -276,6 +292,39 @@ static void pib_hca_trace_event(unsigned event, const uint64_t *a)
         trace_pib_hca_mr_invalidated((unsigned) a[0], (unsigned) a[1],
                                      (const char *) (uintptr_t) a[2]);
         break;
+    case PIB_EVENT_DOORBELL:
+        trace_pib_hca_doorbell((unsigned) a[0], (const char *) (uintptr_t) a[1],
+                               (unsigned) a[2], (unsigned) a[3]);
+        break;
+    case PIB_EVENT_WQE_FETCHED:
+        trace_pib_hca_wqe_fetched((unsigned) a[0], (unsigned) a[1],
+                                  (unsigned) a[2], (unsigned) a[3],
+                                  (unsigned) a[4]);
+        break;
+    case PIB_EVENT_RECV_WQE_FETCHED:
+        trace_pib_hca_recv_wqe_fetched((unsigned) a[0], (unsigned) a[1],
+                                       (unsigned) a[2], (unsigned) a[3]);
+        break;
+    case PIB_EVENT_PACKET_SENT:
+        trace_pib_hca_packet_sent((unsigned) a[0], (unsigned) a[1],
+                                  (unsigned) a[2], (unsigned) a[3],
+                                  (unsigned) a[4]);
+        break;
+    case PIB_EVENT_PACKET_RECEIVED:
+        trace_pib_hca_packet_received((unsigned) a[0], (unsigned) a[1],
+                                      (unsigned) a[2], (unsigned) a[3],
+                                      (unsigned) a[4]);
+        break;
+    case PIB_EVENT_CQE_WRITTEN:
+        trace_pib_hca_cqe_written(
+            (unsigned) a[0], (unsigned) a[1], (unsigned) a[2], (unsigned) a[3],
+            (unsigned) a[4], (unsigned) a[5], (unsigned) a[6]);
+        break;
+    case PIB_EVENT_EQE_WRITTEN:
+        trace_pib_hca_eqe_written((unsigned) a[0], (unsigned) a[1],
+                                  (unsigned) a[2], (unsigned) a[3],
+                                  (unsigned) a[4]);
+        break;
     case PIB_EVENT_WQE_NOP:
         trace_pib_hca_wqe_nop((unsigned) a[0], (unsigned) a[1]);
         break;
@@ -348,6 +397,10 @@ static void pib_hca_trace_event(unsigned event, const uint64_t *a)
         trace_pib_hca_mlx5_umr((unsigned) a[0], (unsigned) a[1],
                                (unsigned) a[2], (uint64_t) a[3],
                                (unsigned) a[4], (unsigned) a[5]);
+        break;
+    case PIB_EVENT_MLX5_RQ_RECORD:
+        trace_pib_hca_mlx5_rq_record((const char *) (uintptr_t) a[0],
+                                     (unsigned) a[1], (unsigned) a[2]);
         break;
     case PIB_EVENT_MLX5_ACCESS_REG:
         trace_pib_hca_mlx5_access_reg(

@@ -11,6 +11,7 @@ ud_mlx5 run between the two ConnectX guests."""
 import re
 
 import pyverbs_runs
+from pibctl import qmp
 from pibctl.hpc import ucx_perftest
 from pibctl.pairs import (PERFTEST, ipoib_up, output_contains, perftest_last_row,
                           rdma_cm_listening, run_pair)
@@ -63,6 +64,79 @@ def _pingpongs(ctx, prog, sizes, extra=()):
 def test_rc_pingpong(ctx):
     _pingpongs(ctx, "ibv_rc_pingpong", SIZES)
     _pingpongs(ctx, "ibv_rc_pingpong", (4096,), extra=["-e"])
+
+
+# The normal path's trace events (docs/prm.md §9.1), both personalities'.
+PATH_EVENTS = ("pib_hca_doorbell", "pib_hca_wqe_fetched", "pib_hca_recv_wqe_fetched",
+               "pib_hca_packet_sent", "pib_hca_packet_received", "pib_hca_cqe_written",
+               "pib_hca_eqe_written", "pib_hca_mlx5_sq_doorbell", "pib_hca_mlx5_rq_record",
+               "pib_hca_mlx5_eqe")
+
+
+def _trace_path(ctx, vms, on):
+    for vm in vms:
+        for name in PATH_EVENTS:
+            qmp.command(ctx.fabric.vm(vm).path / "qmp.sock", "trace-event-set-state",
+                        name=name, enable=on)
+
+
+def _first_line(lines, pattern, after=-1):
+    """The index of the first line after `after` that matches `pattern`."""
+    for i in range(after + 1, len(lines)):
+        if re.search(pattern, lines[i]):
+            return i
+    raise AssertionError(f"no trace line /{pattern}/ after line {after}:\n" +
+                         "\n".join(lines[max(after, 0):][:40]))
+
+
+def _follow_send(lines, qpn, peer, doorbell):
+    """The trace of the first SEND of QP `qpn` to QP `peer`, in order: its
+    doorbell, its WQE fetched, its first packet sent, and its CQE."""
+    rung = _first_line(lines, doorbell)
+    fetched = _first_line(lines, rf"QP {qpn}: send WQE \d+ fetched: opcode 0, 2000 bytes, status 0",
+                          rung)
+    sent = _first_line(lines, rf"sent opcode 0x0[04] PSN \d+ to QP {peer},", fetched)
+    done = _first_line(lines, rf"CQE \d+ for QP {qpn} WQE \d+: opcode 0 status 0, 2000 bytes",
+                       sent)
+    return [lines[i] for i in (rung, fetched, sent, done)]
+
+
+def test_one_send_followed_in_the_trace(ctx):
+    """With the normal path's trace events on (docs/prm.md §9.1), one SEND
+    of ibv_rc_pingpong from the pib-hca (vm1) to the ConnectX (vm2) and its
+    answer are followed in each QEMU's trace: the doorbell, the WQE
+    fetched, its packet sent, received by the peer, the receive WQE it
+    took, and both CQEs."""
+    server, client = "vm2", "vm1"
+    logs = {vm: ctx.fabric.vm(vm).qemu_log for vm in (server, client)}
+    start = {vm: log.stat().st_size for vm, log in logs.items()}
+    argv = ["ibv_rc_pingpong", "-s", "2000", "-n", "1", "-p", "18620", "-c"]
+    _trace_path(ctx, logs, True)
+    try:
+        result, server_out, rc = run_pair(ctx, argv, argv, port=18620, server_vm=server,
+                                          client_vm=client)
+    finally:
+        _trace_path(ctx, logs, False)
+    _check(argv, result, server_out, rc)
+    qpns = [int(q, 16) for q in re.findall(r"(?:local|remote) address:.*QPN 0x([0-9a-f]+)",
+                                            result.out)]
+    assert len(qpns) == 2, result.out
+    mine, theirs = qpns
+    lines = {}
+    for vm, log in logs.items():
+        with log.open("rb") as f:
+            f.seek(start[vm])
+            lines[vm] = f.read().decode(errors="replace").splitlines()
+    sender = _follow_send(lines[client], mine, theirs, rf"doorbell page \d+: SQ of QP {mine}, index")
+    arrived = _first_line(lines[server], rf"received opcode 0x0[04] PSN \d+ for QP {theirs},")
+    taken = _first_line(lines[server], rf"QP {theirs}: receive WQE \d+ fetched", arrived)
+    received = _first_line(lines[server],
+                           rf"CQE \d+ for QP {theirs} WQE \d+: opcode 128 status 0, 2000 bytes",
+                           taken)
+    answer = _follow_send(lines[server], theirs, mine, rf"ConnectX UAR \d+: QP {theirs} SQ doorbell")
+    print(f"vm1 (pib-hca) QP {mine} -> vm2 (ConnectX) QP {theirs}, one SEND each way:")
+    for line in sender + [lines[server][i] for i in (arrived, taken, received)] + answer:
+        print("  " + line.strip()[-150:])
 
 
 def test_uc_pingpong(ctx):

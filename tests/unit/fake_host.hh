@@ -164,6 +164,7 @@ struct FakeHost {
     // Whether guest errors and trace events are wanted (as QEMU's log and
     // trace state say), and how often the core asked.
     bool reporting = true;
+    bool tracingPath = false; // ...the normal path's events too (fake_host.cc)
     unsigned enabledQueries = 0;
     std::vector<unsigned> interrupts;
     std::vector<uint8_t> portOutput[3]; // what each port sent, by port number

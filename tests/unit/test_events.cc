@@ -3,6 +3,11 @@
 // (qemu-hw/core/events.list), and free when nobody reads them.
 #include <catch2/catch.hpp>
 
+#include <set>
+#include <string>
+#include <vector>
+
+#include "connected_fixture.hh"
 #include "fake_host.hh"
 #include "pib_hw.h"
 
@@ -38,4 +43,50 @@ TEST_CASE("a disabled event or guest error costs one check, not its formatting",
     host.command(PIB_CMD_QUERY_PORT, 7);
     CHECK(host.guestErrors("cmd-bad-port") == 1);
     CHECK(host.traces("command") == 1);
+}
+
+// The normal path's events a host recorded, as "name: arguments".
+static std::vector<std::string> pathEvents(const FakeHost &host) {
+    static const std::set<std::string> kPath = {
+        "doorbell",        "wqe_fetched", "recv_wqe_fetched", "packet_sent",
+        "packet_received", "cqe_written", "eqe_written",      "mlx5_rq_record"};
+    std::vector<std::string> lines;
+    for (const FakeHost::Report &r : host.traceLines)
+        if (kPath.count(r.what))
+            lines.push_back(r.what + ": " + r.detail);
+    return lines;
+}
+
+TEST_CASE("one SEND is followed in the trace from its doorbell to both completions", "[events]") {
+    using namespace pib::testing;
+    Pair p; // RC, path MTU 1024; a sends from PSN 100
+    p.a.host.tracingPath = p.b.host.tracingPath = true;
+    const uint64_t out = p.a.host.alloc(2000), in = p.b.host.alloc(4096);
+    p.a.fill(out, 2000, 9);
+    p.b.postRecv(5, in, 4096);
+    p.a.postSend(6, {.opcode = PIB_WR_SEND, .local = out, .length = 2000});
+    p.wire.run();
+    REQUIRE(p.a.poll().size() == 1);
+    REQUIRE(p.b.poll().size() == 1);
+    const auto qa = std::to_string(p.a.qpn), qb = std::to_string(p.b.qpn);
+    // Packets are LRH, BTH (and AETH), payload, ICRC and VCRC: a SEND First
+    // 8 + 12 + 1024 + 6 bytes, an ACK 8 + 12 + 4 + 6.
+    const std::vector<std::string> sender = {
+        "doorbell: " + std::to_string(p.a.uar) + ", SQ of QP, " + qa + ", 1",
+        "wqe_fetched: " + qa + ", 0, " + std::to_string(PIB_WR_SEND) + ", 2000, 0",
+        "packet_sent: 1, 0, 100, " + qb + ", 1050",    // SEND First
+        "packet_sent: 1, 2, 101, " + qb + ", 1002",    // SEND Last
+        "packet_received: 1, 17, 101, " + qa + ", 30", // its ACK
+        "cqe_written: " + std::to_string(p.a.cqn) + ", 0, " + qa + ", 0, " +
+            std::to_string(PIB_WC_SEND) + ", 0, 2000"};
+    CHECK(pathEvents(p.a.host) == sender);
+    const std::vector<std::string> receiver = {
+        "doorbell: " + std::to_string(p.b.uar) + ", RQ of QP, " + qb + ", 1",
+        "packet_received: 1, 0, 100, " + qb + ", 1050", "recv_wqe_fetched: " + qb + ", 0, 0, 4096",
+        "packet_received: 1, 2, 101, " + qb + ", 1002",
+        // The receive completes before the ACK that says so leaves.
+        "cqe_written: " + std::to_string(p.b.cqn) + ", 0, " + qb + ", 0, " +
+            std::to_string(PIB_WC_RECV) + ", 0, 2000",
+        "packet_sent: 1, 17, 101, " + qa + ", 30"};
+    CHECK(pathEvents(p.b.host) == receiver);
 }

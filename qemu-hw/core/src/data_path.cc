@@ -80,9 +80,27 @@ void DataPath::sendQueueProduced(QueuePair &qp, uint32_t producer) {
         ringSendQueue(qp);
 }
 
+// What a doorbell at `offset` of its page rings, as its trace names it.
+static const char *doorbellQueue(uint32_t offset) {
+    switch (offset) {
+    case PIB_DB_SQ:
+        return "SQ of QP";
+    case PIB_DB_RQ:
+        return "RQ of QP";
+    case PIB_DB_SRQ:
+        return "SRQ";
+    case PIB_DB_CQ_ARM:
+        return "arm of CQ";
+    default:
+        return "nothing at its offset";
+    }
+}
+
 void DataPath::doorbell(uint32_t page, uint32_t offset, uint64_t value) {
     const auto number = static_cast<uint32_t>(value);
     const auto arg = static_cast<uint32_t>(value >> 32);
+    if (host_.eventEnabled(PIB_EVENT_DOORBELL))
+        trace::doorbell(host_, page, doorbellQueue(offset), number, arg);
     if (!objects_.uars.find(page)) {
         host_.guestError(err::kDoorbellUnallocated,
                          "write of 0x%" PRIx64 " to page %u offset 0x%x, which no context owns",

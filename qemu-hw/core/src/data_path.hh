@@ -29,7 +29,7 @@ class DataPath final : public SubnetSender, public ScheduledEngine, QpErrorFlow 
     DataPath(const Host &host, ObjectTables &objects, Ports &ports, EventWriter &events,
              MemoryAccess &memory, WqeFormat &wqes, Scheduler &scheduler,
              ArmedInjections &injections, OutstandingMemory &outstanding)
-        : host_(host), objects_(objects), ports_(ports), events_(events), wqes_(wqes),
+        : host_(host), objects_(objects), ports_(ports), events_(events), wqes_(host, wqes),
           scheduler_(scheduler), outstanding_(outstanding),
           keys_(host, objects.mtt, objects.pds, objects.mrs, objects.mws), timers_(host, objects),
           // The roles read WQEs through the slot, so a front end's format

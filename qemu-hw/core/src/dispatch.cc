@@ -39,6 +39,8 @@ void DataPath::portReceive(unsigned number, std::span<const uint8_t> bytes) {
     }
     ++p->rcvPackets;
     p->rcvWords += bytes.size() / 4;
+    trace::packet_received(host_, number, packet->bth.opcode, packet->bth.psn, packet->bth.destQp,
+                           static_cast<unsigned>(bytes.size()));
     deliver(number, *packet);
 }
 

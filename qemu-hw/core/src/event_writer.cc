@@ -54,6 +54,7 @@ void EventWriter::postCqe(uint32_t cqn, const Completion &c, bool solicited) {
         host_.guestError(err::kCqDma, "CQ %u: cannot write CQE %u", cqn, cq->producer);
         return;
     }
+    trace::cqe_written(host_, cqn, cq->producer, c.qpn, c.wqeIndex, c.opcode, c.status, c.byteLen);
     ++cq->producer;
     if (cq->arm == PIB_CQ_ARM_NEXT || (cq->arm == PIB_CQ_ARM_SOLICITED && solicited)) {
         cq->arm = 0;

@@ -359,15 +359,21 @@ std::optional<uint32_t> WqeReader::counterAhead(const Counter &c, uint32_t consu
 void WqeReader::pollReceiveProducer(QueuePair &qp) {
     if (!hasReceiveQueue(qp))
         return;
-    if (const auto producer = counterAhead({"QP RQ", qp.number, qp.record, 0}, qp.rq.consumer,
-                                           1u << qp.ctx.rq_log_wqe_count))
+    const auto producer = counterAhead({"QP RQ", qp.number, qp.record, 0}, qp.rq.consumer,
+                                       1u << qp.ctx.rq_log_wqe_count);
+    if (producer && *producer != qp.rq.producer) {
+        trace::mlx5_rq_record(host_, "QP", qp.number, *producer);
         qp.rq.producer = *producer;
+    }
 }
 
 void WqeReader::pollSrqProducer(SharedReceiveQueue &srq) {
-    if (const auto producer = counterAhead({"SRQ", srq.number, srq.record, 0}, srq.consumer,
-                                           1u << srq.ctx.log_wqe_count))
+    const auto producer =
+        counterAhead({"SRQ", srq.number, srq.record, 0}, srq.consumer, 1u << srq.ctx.log_wqe_count);
+    if (producer && *producer != srq.producer) {
+        trace::mlx5_rq_record(host_, "SRQ", srq.number, *producer);
         srq.producer = *producer;
+    }
 }
 
 std::optional<uint32_t> WqeReader::sendProducer(const QueuePair &qp) const {

@@ -14,6 +14,19 @@ static constexpr unsigned kLogEqeSize = 5;
 static_assert(1u << kLogEqeSize == sizeof(pib_eqe));
 static_assert(std::has_single_bit(PIB_CQE_SIZE));
 
+// What an EQE is about, as its trace names it: the CQ, the command's
+// token, or the object of an async event.
+static unsigned eqeObject(const pib_eqe &eqe) {
+    switch (eqe.type) {
+    case PIB_EQE_COMPLETION:
+        return eqe.data.comp.cqn;
+    case PIB_EQE_COMMAND:
+        return eqe.data.cmd.token;
+    default:
+        return eqe.data.async.number;
+    }
+}
+
 void PibEventQueues::eqDoorbell(uint32_t eqn, uint32_t consumer, bool arm) {
     EventQueue *eq = eqs_.find(eqn);
     if (!eq) {
@@ -56,6 +69,7 @@ void PibEventQueues::postEqe(uint32_t eqn, EventQueue &eq, pib_eqe eqe) {
         host_.guestError(err::kEqDma, "EQ %u: cannot write EQE %u", eqn, eq.producer);
         return;
     }
+    trace::eqe_written(host_, eqn, eq.producer, eqe.type, eqe.subtype, eqeObject(eqe));
     ++eq.producer;
     if (eq.armed) {
         eq.armed = false;

@@ -7,6 +7,18 @@
 
 namespace pib {
 
+// A framed packet leaving port `port`, traced with its headers; they are
+// parsed only when someone reads the event.
+static void traceSent(const Host &host, unsigned port, std::span<const uint8_t> framed) {
+    if (!host.eventEnabled(PIB_EVENT_PACKET_SENT))
+        return;
+    const auto bytes = framed.subspan(wire::kHeaderSize);
+    iba::ParseError error;
+    if (const auto packet = iba::parse(bytes, &error, false, /*copyPayload=*/false))
+        trace::packet_sent(host, port, packet->bth.opcode, packet->bth.psn, packet->bth.destQp,
+                           static_cast<unsigned>(bytes.size()));
+}
+
 void Scheduler::beginEvent() {
     budget_ = static_cast<int>(limits::kPacketsPerEvent);
     holdLoopback_ = false;
@@ -47,6 +59,7 @@ void Scheduler::transmit(unsigned portNumber, std::vector<uint8_t> &framed) {
         return;
     ++p->xmitPackets;
     p->xmitWords += (framed.size() - wire::kHeaderSize) / 4;
+    traceSent(host_, portNumber, framed);
     if (!transmit_(portNumber, framed) && !p->txFull) {
         p->txFull = true;
         trace::port_queue_full(host_, portNumber);
@@ -92,6 +105,7 @@ void Scheduler::loopBack(unsigned portNumber, std::vector<uint8_t> &&framed) {
         ++p->xmitPackets;
         p->xmitWords += (framed.size() - wire::kHeaderSize) / 4;
     }
+    traceSent(host_, portNumber, framed);
     loopback_.push_back({portNumber, std::move(framed)});
 }
 
@@ -134,8 +148,11 @@ void Scheduler::drainLoopback() {
             p->rcvWords += bytes.size() / 4;
         }
         iba::ParseError error;
-        if (auto packet = iba::parse(bytes, &error, true, /*copyPayload=*/false))
+        if (auto packet = iba::parse(bytes, &error, true, /*copyPayload=*/false)) {
+            trace::packet_received(host_, portNumber, packet->bth.opcode, packet->bth.psn,
+                                   packet->bth.destQp, static_cast<unsigned>(bytes.size()));
             engine_.receiveLooped(portNumber, *packet);
+        }
         recyclePacket(std::move(framed));
     }
 }

@@ -215,6 +215,61 @@ inline void mr_invalidated(const Host &host, unsigned qpn, unsigned key, const c
                    {Host::eventArg(qpn), Host::eventArg(key), Host::eventArg(by)});
 }
 
+inline void doorbell(const Host &host, unsigned page, const char *queue, unsigned number,
+                     unsigned index) {
+    if (host.eventEnabled(PIB_EVENT_DOORBELL))
+        host.event(PIB_EVENT_DOORBELL, {Host::eventArg(page), Host::eventArg(queue),
+                                        Host::eventArg(number), Host::eventArg(index)});
+}
+
+inline void wqe_fetched(const Host &host, unsigned qpn, unsigned index, unsigned opcode,
+                        unsigned length, unsigned status) {
+    if (host.eventEnabled(PIB_EVENT_WQE_FETCHED))
+        host.event(PIB_EVENT_WQE_FETCHED,
+                   {Host::eventArg(qpn), Host::eventArg(index), Host::eventArg(opcode),
+                    Host::eventArg(length), Host::eventArg(status)});
+}
+
+inline void recv_wqe_fetched(const Host &host, unsigned qpn, unsigned srqn, unsigned index,
+                             unsigned room) {
+    if (host.eventEnabled(PIB_EVENT_RECV_WQE_FETCHED))
+        host.event(PIB_EVENT_RECV_WQE_FETCHED, {Host::eventArg(qpn), Host::eventArg(srqn),
+                                                Host::eventArg(index), Host::eventArg(room)});
+}
+
+inline void packet_sent(const Host &host, unsigned port, unsigned opcode, unsigned psn,
+                        unsigned dest_qp, unsigned bytes) {
+    if (host.eventEnabled(PIB_EVENT_PACKET_SENT))
+        host.event(PIB_EVENT_PACKET_SENT,
+                   {Host::eventArg(port), Host::eventArg(opcode), Host::eventArg(psn),
+                    Host::eventArg(dest_qp), Host::eventArg(bytes)});
+}
+
+inline void packet_received(const Host &host, unsigned port, unsigned opcode, unsigned psn,
+                            unsigned dest_qp, unsigned bytes) {
+    if (host.eventEnabled(PIB_EVENT_PACKET_RECEIVED))
+        host.event(PIB_EVENT_PACKET_RECEIVED,
+                   {Host::eventArg(port), Host::eventArg(opcode), Host::eventArg(psn),
+                    Host::eventArg(dest_qp), Host::eventArg(bytes)});
+}
+
+inline void cqe_written(const Host &host, unsigned cqn, unsigned index, unsigned qpn, unsigned wqe,
+                        unsigned opcode, unsigned status, unsigned length) {
+    if (host.eventEnabled(PIB_EVENT_CQE_WRITTEN))
+        host.event(PIB_EVENT_CQE_WRITTEN,
+                   {Host::eventArg(cqn), Host::eventArg(index), Host::eventArg(qpn),
+                    Host::eventArg(wqe), Host::eventArg(opcode), Host::eventArg(status),
+                    Host::eventArg(length)});
+}
+
+inline void eqe_written(const Host &host, unsigned eqn, unsigned index, unsigned type,
+                        unsigned subtype, unsigned number) {
+    if (host.eventEnabled(PIB_EVENT_EQE_WRITTEN))
+        host.event(PIB_EVENT_EQE_WRITTEN,
+                   {Host::eventArg(eqn), Host::eventArg(index), Host::eventArg(type),
+                    Host::eventArg(subtype), Host::eventArg(number)});
+}
+
 inline void wqe_nop(const Host &host, unsigned qpn, unsigned index) {
     if (host.eventEnabled(PIB_EVENT_WQE_NOP))
         host.event(PIB_EVENT_WQE_NOP, {Host::eventArg(qpn), Host::eventArg(index)});
@@ -332,6 +387,13 @@ inline void mlx5_umr(const Host &host, unsigned qpn, unsigned key, unsigned entr
         host.event(PIB_EVENT_MLX5_UMR,
                    {Host::eventArg(qpn), Host::eventArg(key), Host::eventArg(entries),
                     Host::eventArg(first_entry), Host::eventArg(in_use), Host::eventArg(pd)});
+}
+
+inline void mlx5_rq_record(const Host &host, const char *queue, unsigned number,
+                           unsigned producer) {
+    if (host.eventEnabled(PIB_EVENT_MLX5_RQ_RECORD))
+        host.event(PIB_EVENT_MLX5_RQ_RECORD,
+                   {Host::eventArg(queue), Host::eventArg(number), Host::eventArg(producer)});
 }
 
 inline void mlx5_access_reg(const Host &host, unsigned id, const char *name, unsigned write) {

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "core_operations.hh"
+#include "host.hh"
 #include "key_update.hh"
 #include "objects.hh"
 #include "pib_hw.h"
@@ -81,20 +82,22 @@ class WqeFormat {
     virtual bool receivesPostedByRecord() const = 0;
 };
 
+// The bytes a WQE's data amounts to: its inline data, or what its
+// scatter/gather list names (room, for a receive).
+uint64_t dataLength(const Wqe &wqe);
+
 // The format the data path reads WQEs in: pib-hca's, until a front end
-// with its own installs it (use()) as the device is built.
+// with its own installs it (use()) as the device is built. Every WQE the
+// transports take passes here, whatever the personality, and is traced
+// here (wqe_fetched, recv_wqe_fetched).
 class WqeFormatSlot final : public WqeFormat {
   public:
-    explicit WqeFormatSlot(WqeFormat &initial) : format_(&initial) {}
+    WqeFormatSlot(const Host &host, WqeFormat &initial) : host_(host), format_(&initial) {}
     void use(WqeFormat &format) { format_ = &format; }
 
-    uint8_t readSend(const QueuePair &qp, uint32_t index, Wqe &out) override {
-        return format_->readSend(qp, index, out);
-    }
+    uint8_t readSend(const QueuePair &qp, uint32_t index, Wqe &out) override;
     bool readReceive(const QueuePair &qp, SharedReceiveQueue *srq, uint32_t index, Wqe &out,
-                     uint8_t *status) override {
-        return format_->readReceive(qp, srq, index, out, status);
-    }
+                     uint8_t *status) override;
     uint64_t sendWrId(const QueuePair &qp, uint32_t index) override {
         return format_->sendWrId(qp, index);
     }
@@ -109,6 +112,7 @@ class WqeFormatSlot final : public WqeFormat {
     bool receivesPostedByRecord() const override { return format_->receivesPostedByRecord(); }
 
   private:
+    const Host &host_;
     WqeFormat *format_;
 };
 
