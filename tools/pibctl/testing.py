@@ -14,8 +14,8 @@ import time
 import traceback
 from pathlib import Path
 
-from pibctl import (checkout_checks, core_build, driver_build, fabric, fuzzing, paths, qemu_build,
-                    setup, sources, stale_state_checks, topology, ui)
+from pibctl import (checkout_checks, core_build, driver_build, fabric, fuzzing, mlx5_layouts, paths,
+                    qemu_build, setup, sources, stale_state_checks, topology, ui)
 from pibctl.log_gate import LogGate
 from pibctl.own_kernel import OwnKernel
 
@@ -408,6 +408,26 @@ def check_other_kernels(counts: Counts) -> None:
                           time.monotonic() - start, str(e))
 
 
+def check_mlx5_layouts(counts: Counts) -> None:
+    """The ConnectX front end's field constants that say where they live
+    sit where Linux's mlx5_ifc.h puts them (mlx5_layouts.py), in the
+    headers of every kernel the cache holds."""
+    ui.step("The ConnectX layouts against mlx5_ifc.h")
+    found = mlx5_layouts.headers()
+    if not found:
+        counts.record("the ConnectX field constants match mlx5_ifc.h", False, 0,
+                      "no kernel headers with mlx5_ifc.h in the cache")
+    for header in found:
+        start = time.monotonic()
+        release = header.relative_to(paths.cache_dir() / "kernel-headers").parts[0]
+        checked, problems = mlx5_layouts.check(header)
+        if problems:
+            print("\n".join(problems))
+        counts.record(f"{checked} ConnectX field constants ({', '.join(mlx5_layouts.CHECKED)}) "
+                      f"match mlx5_ifc.h of Linux {release}", checked > 0 and not problems,
+                      time.monotonic() - start, problems[0] if problems else "")
+
+
 def check_newest_qemu(counts: Counts) -> None:
     """./pib qemu-patches, written against the pinned QEMU, applied to the
     newest QEMU source in Debian's archives: it applies, the tree
@@ -484,6 +504,7 @@ def run(pattern: str = "", unit: bool = True, e2e: bool = True, vms: int = 2,
         check_checkouts(counts)
         check_stale_state(counts)
         check_other_kernels(counts)
+        check_mlx5_layouts(counts)
         check_newest_qemu(counts)
         ui.phase("fuzzers and qtest")
         fuzzing.build()

@@ -15,20 +15,20 @@ namespace pib::mlx5 {
 namespace {
 
 // create_cq_in: the CQ context (cqc) at byte 0x10, then the page list.
-constexpr uint32_t kContext = 0x10;
+constexpr uint32_t kContext = 0x10; // ifc: create_cq_in.cq_context
 constexpr Field kDbrUmemValid = field(8 * kContext + 0x06, 1);
 constexpr Field kApuCq = field(8 * kContext + 0x07, 1);
-constexpr Field kCqeSize = field(8 * kContext + 0x08, 3);
-constexpr Field kCollapsed = field(8 * kContext + 0x0b, 1);
-constexpr Field kBreakModeration = field(8 * kContext + 0x0d, 1);
-constexpr Field kOverrunIgnore = field(8 * kContext + 0x0e, 1);
-constexpr Field kCqeCompression = field(8 * kContext + 0x11, 1);
+constexpr Field kCqeSize = field(8 * kContext + 0x08, 3);         // ifc: cqe_sz
+constexpr Field kCollapsed = field(8 * kContext + 0x0b, 1);       // ifc: cc
+constexpr Field kBreakModeration = field(8 * kContext + 0x0d, 1); // ifc: scqe_break_moderation_en
+constexpr Field kOverrunIgnore = field(8 * kContext + 0x0e, 1);   // ifc: oi
+constexpr Field kCqeCompression = field(8 * kContext + 0x11, 1);  // ifc: cqe_comp_en
 constexpr Field kPageOffset = field(8 * kContext + 0x54, 6);
 constexpr Field kLogCqSize = field(8 * kContext + 0x63, 5);
 constexpr Field kUarPage = field(8 * kContext + 0x68, 24);
-constexpr Field kPeriod = field(8 * kContext + 0x84, 12);
-constexpr Field kMaxCount = field(8 * kContext + 0x90, 16);
-constexpr Field kEqn = field(8 * kContext + 0xa0, 32);
+constexpr Field kPeriod = field(8 * kContext + 0x84, 12);   // ifc: cq_period
+constexpr Field kMaxCount = field(8 * kContext + 0x90, 16); // ifc: cq_max_count
+constexpr Field kEqn = field(8 * kContext + 0xa0, 32);      // ifc: c_eqn_or_apu_element
 constexpr Field kLogPageSize = field(8 * kContext + 0xc3, 5);
 constexpr Field kDbrAddr = field(8 * kContext + 0x1c0, 64);
 constexpr Field kCqUmemValid = field(0x2e0, 1);

@@ -22,7 +22,7 @@ constexpr Field kOptParamMask = field(0x80, 32);
 
 // The QP context (qpc) at byte 0x18 of create_qp_in, of each state
 // change's input and of query_qp_out (mlx5_ifc.h).
-constexpr uint32_t kContext = 8 * 0x18;
+constexpr uint32_t kContext = 8 * 0x18; // ifc: create_qp_in.qpc
 constexpr Field kState = field(kContext + 0x00, 4);
 constexpr Field kSt = field(kContext + 0x08, 8);
 constexpr Field kPmState = field(kContext + 0x13, 2);
@@ -39,7 +39,7 @@ constexpr Field kUarPage = field(kContext + 0x68, 24);
 constexpr Field kLogPageSize = field(kContext + 0xa3, 5);
 constexpr Field kRemoteQpn = field(kContext + 0xa8, 24);
 // The primary address path (ads) at qpc byte 0x18.
-constexpr uint32_t kPath = kContext + 0xc0;
+constexpr uint32_t kPath = kContext + 0xc0; // ifc: create_qp_in.qpc.primary_address_path
 constexpr Field kPkeyIndex = field(kPath + 0x10, 16);
 constexpr Field kGrh = field(kPath + 0x28, 1);
 constexpr Field kMlid = field(kPath + 0x29, 7);
@@ -51,7 +51,7 @@ constexpr Field kTclass = field(kPath + 0x64, 8);
 constexpr Field kFlowLabel = field(kPath + 0x6c, 20);
 constexpr uint32_t kRgidByte = (kPath + 0x80) / 8;
 constexpr Field kSl = field(kPath + 0x124, 4);
-constexpr Field kVhcaPort = field(kPath + 0x128, 8);
+constexpr Field kVhcaPort = field(kPath + 0x128, 8); // ifc: vhca_port_num
 constexpr Field kLogSraMax = field(kContext + 0x388, 3);
 constexpr Field kRetryCount = field(kContext + 0x38d, 3);
 constexpr Field kRnrRetry = field(kContext + 0x390, 3);
@@ -67,11 +67,11 @@ constexpr Field kNextRcvPsn = field(kContext + 0x4a8, 24);
 constexpr Field kCqnRcv = field(kContext + 0x4e8, 24);
 constexpr Field kXrcd = field(kContext + 0x4c8, 24);
 constexpr Field kDbrAddr = field(kContext + 0x500, 64);
-constexpr Field kQkey = field(kContext + 0x540, 32);
+constexpr Field kQkey = field(kContext + 0x540, 32); // ifc: q_key
 constexpr Field kRqType = field(kContext + 0x565, 3);
-constexpr Field kSrqn = field(kContext + 0x568, 24);
-constexpr Field kHwSqCounter = field(kContext + 0x5a0, 16);
-constexpr Field kSwSqCounter = field(kContext + 0x5b0, 16);
+constexpr Field kSrqn = field(kContext + 0x568, 24);        // ifc: srqn_rmpn_xrqn
+constexpr Field kHwSqCounter = field(kContext + 0x5a0, 16); // ifc: hw_sq_wqebb_counter
+constexpr Field kSwSqCounter = field(kContext + 0x5b0, 16); // ifc: sw_sq_wqebb_counter
 constexpr Field kHwRqCounter = field(kContext + 0x5c0, 32);
 constexpr Field kSwRqCounter = field(kContext + 0x5e0, 32);
 constexpr uint32_t kPageList = 0x110;

@@ -1,0 +1,163 @@
+"""The ConnectX personality's field constants against Linux's mlx5_ifc.h.
+
+The core names each field of a command's input or output by its bit
+offset and width (qemu-hw/core/src/mlx5_ifc.hh), typed by hand from the
+public layouts; an offset typed wrong is a bug no unit test sees, since
+the tests share the constant (an XRC QP's xrcd read from next_send_psn's
+place was one). This check reads the layouts themselves: mlx5_ifc.h of
+each kernel whose headers the cache holds is parsed into every
+structure's fields with their offsets, and each constant of the core that
+says where it lives is compared with it.
+
+A constant says where it lives through the base it is counted from: a
+line `constexpr uint32_t kContext = 8 * 0x18; // ifc: create_qp_in.qpc`
+makes every `field(kContext + ...)` of that file the field of qpc named
+after the constant (kLogRqSize: log_rq_size), unless its own line says
+`// ifc: NAME` for a field named otherwise."""
+
+import re
+from pathlib import Path
+
+from pibctl import paths
+
+# The core files whose constants are checked.
+CHECKED = ("mlx5_queue_pairs.cc", "mlx5_completion_queues.cc")
+SOURCE_DIR = paths.REPO / "qemu-hw" / "core" / "src"
+
+_STRUCT = re.compile(r"^(struct|union) mlx5_ifc_(\w+)_bits \{")
+_FIELD = re.compile(r"^\s*u8\s+(\w+)((?:\[\w*\])*)\[(0x[0-9a-fA-F]+|\d+)\];")
+_NESTED = re.compile(r"^\s*(?:struct|union) mlx5_ifc_(\w+)_bits\s+(\w+)((?:\[\w*\])*);")
+
+
+def _count(dims: str):
+    """The number of elements `[a][b]` dimensions give (a flexible [] or
+    [0]: none; None when one is a name, which only matters to the fields
+    after it)."""
+    n = 1
+    for d in re.findall(r"\[(\w*)\]", dims):
+        if d and not d[0].isdigit():
+            return None
+        n *= int(d, 0) if d else 0
+    return n
+
+
+def _step(name: str, member: str, unit: int, n) -> int:
+    if n is None:
+        raise ValueError(f"mlx5_ifc_{name}_bits.{member}: an array sized by a name")
+    return unit * n
+
+
+def parse_ifc(text: str) -> dict:
+    """{structure: (is_union, [(name, width_or_struct, count)])}."""
+    structs, current = {}, None
+    for line in text.splitlines():
+        m = _STRUCT.match(line)
+        if m:
+            current = (m.group(1) == "union", [])
+            structs[m.group(2)] = current
+            continue
+        if current is None:
+            continue
+        if line.startswith("};"):
+            current = None
+        elif m := _FIELD.match(line):
+            current[1].append((m.group(1), int(m.group(3), 0), _count(m.group(2))))
+        elif m := _NESTED.match(line):
+            current[1].append((m.group(2), m.group(1), _count(m.group(3))))
+    return structs
+
+
+class Layouts:
+    """The fields of mlx5_ifc.h's structures, by dotted path, as (bit
+    offset, width) from the start of the outermost structure."""
+
+    def __init__(self, text: str):
+        self.structs = parse_ifc(text)
+        self._sizes = {}
+
+    def size(self, name: str) -> int:
+        if name not in self._sizes:
+            is_union, members = self.structs[name]
+            sizes = [_step(name, m, w if isinstance(w, int) else self.size(w), n)
+                     for m, w, n in members]
+            self._sizes[name] = max(sizes, default=0) if is_union else sum(sizes)
+        return self._sizes[name]
+
+    def fields(self, name: str, base: int = 0, prefix: str = "") -> dict:
+        out = {}
+        is_union, members = self.structs[name]
+        offset = base
+        for member, width, n in members:
+            if isinstance(width, int):
+                out[prefix + member] = (offset, width)
+                step = _step(name, member, width, n)
+            else:
+                out.update(self.fields(width, offset, f"{prefix}{member}."))
+                step = _step(name, member, self.size(width), n)
+            if not is_union:
+                offset += step
+        return out
+
+
+_BASE = re.compile(r"constexpr uint32_t (k\w+) = ([^;]+);\s*// ifc: ([\w.]+)")
+_CONST = re.compile(r"constexpr uint32_t (k\w+) = ([^;]+);")
+_FIELD_CONST = re.compile(r"constexpr Field (k\w+) = field\(([^,]+), (\d+)\);(?:\s*// ifc: (\w+))?")
+
+
+def _snake(constant: str) -> str:
+    """kLogRqSize -> log_rq_size."""
+    return re.sub(r"(?<!^)([A-Z])", r"_\1", constant[1:]).lower()
+
+
+def _evaluate(expr: str, names: dict) -> int:
+    tokens = re.findall(r"0x[0-9a-fA-F]+|\d+|k\w+|[-+*/() ]|<<", expr)
+    if "".join(tokens) != expr:
+        raise ValueError(expr)
+    return int(eval(" ".join(str(names[t]) if t.startswith("k") else t for t in tokens), {}))
+
+
+def core_fields(source: str):
+    """The fields of a core file that name their place: [(constant, path,
+    bit, width)], each path a structure then its members."""
+    names, bases, out = {}, {}, []
+    for line in source.splitlines():
+        if m := _BASE.search(line):
+            bases[m.group(1)] = m.group(3)
+        if m := _CONST.search(line):
+            try:
+                names[m.group(1)] = _evaluate(m.group(2).strip(), names)
+            except (ValueError, KeyError):
+                pass
+        elif m := _FIELD_CONST.search(line):
+            expr = m.group(2).strip()
+            base = next((b for b in re.findall(r"k\w+", expr) if b in bases), None)
+            if not base:
+                continue
+            member = m.group(4) or _snake(m.group(1))
+            out.append((m.group(1), f"{bases[base]}.{member}", _evaluate(expr, names),
+                        int(m.group(3))))
+    return out
+
+
+def headers():
+    """The mlx5_ifc.h of each kernel whose headers the cache holds."""
+    root = paths.cache_dir() / "kernel-headers"
+    return sorted(root.glob("*/usr/src/linux-headers-*-common/include/linux/mlx5/mlx5_ifc.h"))
+
+
+def check(header: Path):
+    """(checked, problems): every named field of the CHECKED files against
+    `header`."""
+    layouts = Layouts(header.read_text(errors="replace"))
+    checked, problems = 0, []
+    for name in CHECKED:
+        for constant, path, bit, width in core_fields((SOURCE_DIR / name).read_text()):
+            struct, member = path.split(".", 1)
+            where = layouts.fields(struct).get(member)
+            checked += 1
+            if where is None:
+                problems.append(f"{name}: {constant}: no field {path}")
+            elif where != (bit, width):
+                problems.append(f"{name}: {constant} is bit 0x{bit:x}, {width} wide; {path} is "
+                                f"bit 0x{where[0]:x}, {where[1]} wide")
+    return checked, problems
