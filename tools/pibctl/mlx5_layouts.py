@@ -21,7 +21,7 @@ from pathlib import Path
 from pibctl import paths
 
 # The core files whose constants are checked.
-CHECKED = ("mlx5_queue_pairs.cc", "mlx5_completion_queues.cc")
+CHECKED = ("mlx5_queue_pairs.cc", "mlx5_completion_queues.cc", "mlx5_shared_receive_queues.cc")
 SOURCE_DIR = paths.REPO / "qemu-hw" / "core" / "src"
 
 _STRUCT = re.compile(r"^(struct|union) mlx5_ifc_(\w+)_bits \{")
@@ -153,7 +153,14 @@ def check(header: Path):
     for name in CHECKED:
         for constant, path, bit, width in core_fields((SOURCE_DIR / name).read_text()):
             struct, member = path.split(".", 1)
-            where = layouts.fields(struct).get(member)
+            fields = layouts.fields(struct)
+            where = fields.get(member)
+            # A 64-bit constant may read an address the header splits into
+            # its high and low halves (the low one short of its alignment bits).
+            low = fields.get(member[:-2] + "_l", (None, 0))
+            if width == 64 and member.endswith("_h") and where == (bit, 32) and \
+                    low[0] == bit + 32 and low[1] <= 32:
+                where = (bit, 64)
             checked += 1
             if where is None:
                 problems.append(f"{name}: {constant}: no field {path}")

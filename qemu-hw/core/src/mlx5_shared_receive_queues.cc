@@ -10,23 +10,25 @@ namespace pib::mlx5 {
 
 namespace {
 
-// The SRQ context (srqc) at byte 0x10 of create_srq_in and query_srq_out.
-constexpr uint32_t kContext = 8 * 0x10;
-constexpr Field kLogSrqSize = field(kContext + 0x04, 4);
+// The SRQ context (srqc) at byte 0x10 of create_srq_in and query_srq_out,
+// and of create_xrc_srq_in (xrc_srqc), which puts every field used here
+// where srqc does and names the XRC SRQs' own two; checked against it.
+constexpr uint32_t kContext = 8 * 0x10; // ifc: create_xrc_srq_in.xrc_srq_context_entry
+constexpr Field kLogSrqSize = field(kContext + 0x04, 4); // ifc: log_xrc_srq_size
 constexpr Field kWqSignature = field(kContext + 0x20, 1);
-constexpr Field kContiguous = field(kContext + 0x21, 1);
-constexpr Field kReservedLkey = field(kContext + 0x23, 1);
-constexpr Field kCyclic = field(kContext + 0x24, 1); // XRC SRQs': basic_cyclic_rcv_wqe
+constexpr Field kContiguous = field(kContext + 0x21, 1);   // ifc: cont_srq
+constexpr Field kReservedLkey = field(kContext + 0x23, 1); // ifc: rlky
+constexpr Field kCyclic = field(kContext + 0x24, 1);       // ifc: basic_cyclic_rcv_wqe (XRC SRQs')
 constexpr Field kLogRqStride = field(kContext + 0x25, 3);
 constexpr Field kXrcd = field(kContext + 0x28, 24);
 constexpr Field kPageOffset = field(kContext + 0x40, 6);
-constexpr Field kDbrUmem = field(kContext + 0x47, 1); // XRC SRQs': dbr_umem_valid
+constexpr Field kDbrUmem = field(kContext + 0x47, 1); // ifc: dbr_umem_valid (XRC SRQs')
 constexpr Field kCqn = field(kContext + 0x48, 24);
 constexpr Field kLogPageSize = field(kContext + 0x82, 6);
 constexpr Field kPd = field(kContext + 0xc8, 24);
 constexpr Field kLwm = field(kContext + 0xe0, 16);
-constexpr Field kDbrAddr = field(kContext + 0x140, 64);
-constexpr Field kUmem = field(0x2e0, 1); // create_xrc_srq_in's xrc_srq_umem_valid
+constexpr Field kDbrAddr = field(kContext + 0x140, 64); // ifc: db_record_addr_h
+constexpr Field kUmem = field(0x2e0, 1);                // create_xrc_srq_in's xrc_srq_umem_valid
 constexpr uint32_t kPageList = 0x110;
 
 // A WQE is a next segment and data segments of 16 bytes each: 32 bytes
