@@ -13,7 +13,9 @@ A constant says where it lives through the base it is counted from: a
 line `constexpr uint32_t kContext = 8 * 0x18; // ifc: create_qp_in.qpc`
 makes every `field(kContext + ...)` of that file the field of qpc named
 after the constant (kLogRqSize: log_rq_size), unless its own line says
-`// ifc: NAME` for a field named otherwise."""
+`// ifc: NAME` for a field named otherwise. A comment line `// ifc fields:
+cmd_hca_cap` does the same for the fields of a namespace counted from the
+structure's start."""
 
 import re
 from pathlib import Path
@@ -21,7 +23,8 @@ from pathlib import Path
 from pibctl import paths
 
 # The core files whose constants are checked.
-CHECKED = ("mlx5_queue_pairs.cc", "mlx5_completion_queues.cc", "mlx5_shared_receive_queues.cc")
+CHECKED = ("mlx5_queue_pairs.cc", "mlx5_completion_queues.cc", "mlx5_shared_receive_queues.cc",
+           "mlx5_hca_caps.cc")
 SOURCE_DIR = paths.REPO / "qemu-hw" / "core" / "src"
 
 _STRUCT = re.compile(r"^(struct|union) mlx5_ifc_(\w+)_bits \{")
@@ -99,6 +102,7 @@ class Layouts:
         return out
 
 
+_SECTION = re.compile(r"^\s*// ifc fields: ([\w.]+)")
 _BASE = re.compile(r"constexpr uint32_t (k\w+) = ([^;]+);\s*// ifc: ([\w.]+)")
 _CONST = re.compile(r"constexpr uint32_t (k\w+) = ([^;]+);")
 _FIELD_CONST = re.compile(r"constexpr Field (k\w+) = field\(([^,]+), (\d+)\);(?:\s*// ifc: (\w+))?")
@@ -120,7 +124,14 @@ def core_fields(source: str):
     """The fields of a core file that name their place: [(constant, path,
     bit, width)], each path a structure then its members."""
     names, bases, out = {}, {}, []
+    section = None  # the structure of the base-less fields that follow
+    # A declaration clang-format wrapped after its '=' is one line here.
+    source = re.sub(r"=\s*\n\s*field\(", "= field(", source)
     for line in source.splitlines():
+        if m := _SECTION.match(line):
+            section = m.group(1)
+        elif line.startswith("} // namespace"):
+            section = None
         if m := _BASE.search(line):
             bases[m.group(1)] = m.group(3)
         if m := _CONST.search(line):
@@ -131,11 +142,11 @@ def core_fields(source: str):
         elif m := _FIELD_CONST.search(line):
             expr = m.group(2).strip()
             base = next((b for b in re.findall(r"k\w+", expr) if b in bases), None)
-            if not base:
+            where = bases[base] if base else section
+            if not where:
                 continue
             member = m.group(4) or _snake(m.group(1))
-            out.append((m.group(1), f"{bases[base]}.{member}", _evaluate(expr, names),
-                        int(m.group(3))))
+            out.append((m.group(1), f"{where}.{member}", _evaluate(expr, names), int(m.group(3))))
     return out
 
 

@@ -11,20 +11,21 @@ namespace pib::mlx5 {
 namespace {
 
 // cmd_hca_cap fields (mlx5_ifc.h), by bit offset and width.
+// ifc fields: cmd_hca_cap
 namespace cap {
-constexpr Field kLogMaxSrqSize = field(0x080, 8);
-constexpr Field kLogMaxQpSize = field(0x088, 8);
+constexpr Field kLogMaxSrqSize = field(0x080, 8); // ifc: log_max_srq_sz
+constexpr Field kLogMaxQpSize = field(0x088, 8);  // ifc: log_max_qp_sz
 constexpr Field kLogMaxQp = field(0x09b, 5);
 constexpr Field kLogMaxSrq = field(0x0ab, 5);
-constexpr Field kLogMaxCqSize = field(0x0c8, 8);
+constexpr Field kLogMaxCqSize = field(0x0c8, 8); // ifc: log_max_cq_sz
 constexpr Field kLogMaxCq = field(0x0db, 5);
-constexpr Field kLogMaxEqSize = field(0x0e0, 8);
+constexpr Field kLogMaxEqSize = field(0x0e0, 8); // ifc: log_max_eq_sz
 constexpr Field kLogMaxMkey = field(0x0ea, 6);
 constexpr Field kLogMaxEq = field(0x0fc, 4);
 constexpr Field kLogMaxRaReqQp = field(0x14a, 6);
 constexpr Field kLogMaxRaResQp = field(0x15a, 6);
 constexpr Field kGidTableSize = field(0x170, 16);
-constexpr Field kRts2RtsQpCountersSetId = field(0x164, 1);
+constexpr Field kRts2RtsQpCountersSetId = field(0x169, 1); // ifc: rts2rts_qp_counters_set_id
 constexpr Field kOutOfSeqCnt = field(0x180, 1);
 constexpr Field kRetransmissionQCounters = field(0x182, 1);
 constexpr Field kMaxQpCnt = field(0x186, 10);
@@ -45,26 +46,28 @@ constexpr Field kXrc = field(0x23c, 1);
 constexpr Field kUd = field(0x23d, 1);
 constexpr Field kUc = field(0x23e, 1);
 constexpr Field kRc = field(0x23f, 1);
-constexpr Field kLogPageSize = field(0x258, 8);
+constexpr Field kLogPageSize = field(0x258, 8); // ifc: log_pg_sz
 constexpr Field kLogBfRegSize = field(0x26b, 5);
-constexpr Field kMaxWqeSizeSq = field(0x290, 16);
-constexpr Field kMaxWqeSizeRq = field(0x2b0, 16);
+constexpr Field kMaxWqeSizeSq = field(0x290, 16); // ifc: max_wqe_sz_sq
+constexpr Field kMaxWqeSizeRq = field(0x2b0, 16); // ifc: max_wqe_sz_rq
 constexpr Field kMaxQpMcg = field(0x2e7, 25);
 constexpr Field kLogMaxMcg = field(0x318, 8);
 constexpr Field kLogMaxPd = field(0x32b, 5);
 constexpr Field kLogMaxXrcd = field(0x33b, 5);
-constexpr Field kLogUarPageSize = field(0x490, 16);
+constexpr Field kLogUarPageSize = field(0x490, 16); // ifc: log_uar_page_sz
 constexpr Field kDeviceFrequencyMhz = field(0x4c0, 32);
 constexpr Field kDeviceFrequencyKhz = field(0x4e0, 32);
 } // namespace cap
 
 // The atomic capability page (atomic_caps in mlx5_ifc.h).
+// ifc fields: atomic_caps
 namespace atomic {
-constexpr Field kReqEndianness = field(0x40, 2);         // atomic_req_8B_endianness_mode
-constexpr Field kHostEndiannessOffered = field(0x46, 1); // supported_..._mode_1
+constexpr Field kReqEndianness = field(0x40, 2); // ifc: atomic_req_8B_endianness_mode
+constexpr Field kHostEndiannessOffered =
+    field(0x46, 1); // ifc: supported_atomic_req_8B_endianness_mode_1
 constexpr uint32_t kHostEndianness = 1;
-constexpr Field kOperations = field(0x90, 16);
-constexpr Field kSizeQp = field(0xb0, 16);
+constexpr Field kOperations = field(0x90, 16); // ifc: atomic_operations
+constexpr Field kSizeQp = field(0xb0, 16);     // ifc: atomic_size_qp
 constexpr uint32_t kCompareSwap = 1u << 0, kFetchAdd = 1u << 1;
 constexpr uint32_t kSize8Bytes = 1u << 3;
 } // namespace atomic
