@@ -13,9 +13,10 @@ A constant says where it lives through the base it is counted from: a
 line `constexpr uint32_t kContext = 8 * 0x18; // ifc: create_qp_in.qpc`
 makes every `field(kContext + ...)` of that file the field of qpc named
 after the constant (kLogRqSize: log_rq_size), unless its own line says
-`// ifc: NAME` for a field named otherwise. A comment line `// ifc fields:
-cmd_hca_cap` does the same for the fields of a namespace counted from the
-structure's start."""
+`// ifc: NAME` for a field named otherwise (`// ifc: create_mkey_out.mkey_index`
+for one of another structure). A comment line `// ifc fields: cmd_hca_cap`
+does the same for the fields of a namespace counted from the structure's
+start."""
 
 import re
 from pathlib import Path
@@ -24,7 +25,7 @@ from pibctl import paths
 
 # The core files whose constants are checked.
 CHECKED = ("mlx5_queue_pairs.cc", "mlx5_completion_queues.cc", "mlx5_shared_receive_queues.cc",
-           "mlx5_hca_caps.cc")
+           "mlx5_hca_caps.cc", "mlx5_commands_mkey.cc")
 SOURCE_DIR = paths.REPO / "qemu-hw" / "core" / "src"
 
 _STRUCT = re.compile(r"^(struct|union) mlx5_ifc_(\w+)_bits \{")
@@ -105,7 +106,7 @@ class Layouts:
 _SECTION = re.compile(r"^\s*// ifc fields: ([\w.]+)")
 _BASE = re.compile(r"constexpr uint32_t (k\w+) = ([^;]+);\s*// ifc: ([\w.]+)")
 _CONST = re.compile(r"constexpr uint32_t (k\w+) = ([^;]+);")
-_FIELD_CONST = re.compile(r"constexpr Field (k\w+) = field\(([^,]+), (\d+)\);(?:\s*// ifc: (\w+))?")
+_FIELD_CONST = re.compile(r"constexpr Field (k\w+) = field\(([^,]+), (\d+)\);(?:\s*// ifc: ([\w.]+))?")
 
 
 def _snake(constant: str) -> str:
@@ -143,11 +144,25 @@ def core_fields(source: str):
             expr = m.group(2).strip()
             base = next((b for b in re.findall(r"k\w+", expr) if b in bases), None)
             where = bases[base] if base else section
-            if not where:
+            if not where and "." not in (m.group(4) or ""):
                 continue
             member = m.group(4) or _snake(m.group(1))
-            out.append((m.group(1), f"{where}.{member}", _evaluate(expr, names), int(m.group(3))))
+            # A dotted name is the whole path: a field of another structure.
+            path = member if "." in member else f"{where}.{member}"
+            out.append((m.group(1), path, _evaluate(expr, names), int(m.group(3))))
     return out
+
+
+def _covers(fields: dict, bit: int, width: int, where) -> bool:
+    """Whether a constant of `width` bits at `bit` holds the field at
+    `where` and otherwise only reserved bits of this header: a kernel that
+    widened a field into its reserved neighbour (mkc's log_page_size, 5
+    bits in 6.1, 6 in 6.12) is read right by the wider constant."""
+    if not (bit <= where[0] and where[0] + where[1] <= bit + width):
+        return False
+    others = [name for name, (b, w) in fields.items()
+              if b < bit + width and bit < b + w and (b, w) != where]
+    return all(name.rsplit(".", 1)[-1].startswith("reserved") for name in others)
 
 
 def headers():
@@ -173,6 +188,8 @@ def check(header: Path):
                     low[0] == bit + 32 and low[1] <= 32:
                 where = (bit, 64)
             checked += 1
+            if where is not None and where != (bit, width) and _covers(fields, bit, width, where):
+                where = (bit, width)
             if where is None:
                 problems.append(f"{name}: {constant}: no field {path}")
             elif where != (bit, width):

@@ -19,31 +19,35 @@ namespace pib::mlx5 {
 namespace {
 
 // create_mkey_in: the mkey context (mkc) from byte 0x10 (mlx5_ifc.h).
+// ifc fields: create_mkey_in.memory_key_mkey_entry
 namespace mkc {
 constexpr Field kFree = field(0x81, 1);
-constexpr Field kAccessMode42 = field(0x83, 3);
-constexpr Field kUmrEnable = field(0x90, 1);
-constexpr Field kAtomic = field(0x91, 1);
-constexpr Field kRemoteWrite = field(0x92, 1);
-constexpr Field kRemoteRead = field(0x93, 1);
-constexpr Field kLocalWrite = field(0x94, 1);
-constexpr Field kLocalRead = field(0x95, 1);
-constexpr Field kAccessMode10 = field(0x96, 2);
+constexpr Field kAccessMode42 = field(0x83, 3); // ifc: access_mode_4_2
+constexpr Field kUmrEnable = field(0x90, 1);    // ifc: umr_en
+constexpr Field kAtomic = field(0x91, 1);       // ifc: a
+constexpr Field kRemoteWrite = field(0x92, 1);  // ifc: rw
+constexpr Field kRemoteRead = field(0x93, 1);   // ifc: rr
+constexpr Field kLocalWrite = field(0x94, 1);   // ifc: lw
+constexpr Field kLocalRead = field(0x95, 1);    // ifc: lr
+constexpr Field kAccessMode10 = field(0x96, 2); // ifc: access_mode_1_0
 constexpr Field kQpn = field(0xa0, 24);
-constexpr Field kVariant = field(0xb8, 8); // mkey_7_0
+constexpr Field kVariant = field(0xb8, 8); // ifc: mkey_7_0
 constexpr Field kLength64 = field(0xe0, 1);
 constexpr Field kPd = field(0xe8, 24);
-constexpr Field kStartAddress = field(0x100, 64);
-constexpr Field kLength = field(0x140, 64);
-constexpr Field kTranslationOctowords = field(0x220, 32); // of 16 bytes: two MTT entries each
+constexpr Field kStartAddress = field(0x100, 64); // ifc: start_addr
+constexpr Field kLength = field(0x140, 64);       // ifc: len
+// In 16-byte octowords: two MTT entries each.
+constexpr Field kTranslationOctowords = field(0x220, 32); // ifc: translations_octword_size
 constexpr Field kLogPageSize = field(0x25a, 6);
 } // namespace mkc
-constexpr Field kActualOctowords = field(0x300, 32); // translations_octword_actual_size
+// ifc fields: create_mkey_in
+constexpr Field kActualOctowords = field(0x300, 32); // ifc: translations_octword_actual_size
 constexpr size_t kEntriesByte = 0x110;               // klm_pas_mtt
 constexpr uint64_t kEntryFlags = 0x7;         // an MTT entry's enables (pg_access), not address
-constexpr Field kPageAccess = field(0x60, 1); // pg_access: on-demand paging
-constexpr Field kUmemValid = field(0x61, 1);  // mkey_umem_valid: DEVX memory
-constexpr Field kMkeyIndex = field(0x48, 24); // create_mkey_out, destroy_mkey_in
+constexpr Field kPageAccess = field(0x60, 1); // ifc: pg_access (on-demand paging)
+constexpr Field kUmemValid = field(0x61, 1);  // ifc: mkey_umem_valid (DEVX memory)
+// Where destroy_mkey_in has it too.
+constexpr Field kMkeyIndex = field(0x48, 24); // ifc: create_mkey_out.mkey_index
 
 constexpr uint32_t kAccessModePa = 0;  // the address is the guest physical one
 constexpr uint32_t kAccessModeMtt = 1; // pages through translation entries
