@@ -420,7 +420,10 @@ def check_mlx5_layouts(counts: Counts) -> None:
     for header in found:
         start = time.monotonic()
         release = header.relative_to(paths.cache_dir() / "kernel-headers").parts[0]
-        checked, problems = mlx5_layouts.check(header)
+        try:
+            checked, problems = mlx5_layouts.check(header)
+        except (ValueError, KeyError) as e:  # a header or constant it cannot read
+            checked, problems = 0, [f"{header}: {type(e).__name__}: {e}"]
         if problems:
             print("\n".join(problems))
         counts.record(f"{checked} ConnectX field constants ({', '.join(mlx5_layouts.CHECKED)}) "
