@@ -25,7 +25,8 @@ from pibctl import paths
 
 # The core files whose constants are checked.
 CHECKED = ("mlx5_queue_pairs.cc", "mlx5_completion_queues.cc", "mlx5_shared_receive_queues.cc",
-           "mlx5_hca_caps.cc", "mlx5_commands_mkey.cc")
+           "mlx5_event_queues.cc", "mlx5_hca_caps.cc", "mlx5_commands.cc", "mlx5_commands_mkey.cc",
+           "mlx5_commands_port.cc")
 SOURCE_DIR = paths.REPO / "qemu-hw" / "core" / "src"
 
 _STRUCT = re.compile(r"^(struct|union) mlx5_ifc_(\w+)_bits \{")
@@ -171,11 +172,22 @@ def headers():
     return sorted(root.glob("*/usr/src/linux-headers-*-common/include/linux/mlx5/mlx5_ifc.h"))
 
 
+def _reserved(fields: dict, member: str, bit: int, width: int) -> bool:
+    """Whether every field of `member`'s structure that the constant's bits
+    overlap is reserved in this header (a field an older kernel lacks)."""
+    inner = member.rsplit(".", 1)[0] + "." if "." in member else ""
+    others = [name for name, (b, w) in fields.items()
+              if name.startswith(inner) and b < bit + width and bit < b + w]
+    return bool(others) and all(n.rsplit(".", 1)[-1].startswith("reserved") for n in others)
+
+
 def check(header: Path):
-    """(checked, problems): every named field of the CHECKED files against
-    `header`."""
+    """(checked, problems, absent): every named field of the CHECKED files
+    against `header`; `absent` names those this header does not have but
+    keeps reserved where the constant reads (an older kernel's), which
+    another header must then have."""
     layouts = Layouts(header.read_text(errors="replace"))
-    checked, problems = 0, []
+    checked, problems, absent = 0, [], []
     for name in CHECKED:
         for constant, path, bit, width in core_fields((SOURCE_DIR / name).read_text()):
             struct, member = path.split(".", 1)
@@ -190,9 +202,11 @@ def check(header: Path):
             checked += 1
             if where is not None and where != (bit, width) and _covers(fields, bit, width, where):
                 where = (bit, width)
-            if where is None:
+            if where is None and _reserved(fields, member, bit, width):
+                absent.append(f"{name}: {constant} ({path})")
+            elif where is None:
                 problems.append(f"{name}: {constant}: no field {path}")
             elif where != (bit, width):
                 problems.append(f"{name}: {constant} is bit 0x{bit:x}, {width} wide; {path} is "
                                 f"bit 0x{where[0]:x}, {where[1]} wide")
-    return checked, problems
+    return checked, problems, absent

@@ -411,24 +411,31 @@ def check_other_kernels(counts: Counts) -> None:
 def check_mlx5_layouts(counts: Counts) -> None:
     """The ConnectX front end's field constants that say where they live
     sit where Linux's mlx5_ifc.h puts them (mlx5_layouts.py), in the
-    headers of every kernel the cache holds."""
+    headers of every kernel the cache holds; a field an older kernel's
+    header lacks must lie in its reserved bits, and some header must have
+    every one."""
     ui.step("The ConnectX layouts against mlx5_ifc.h")
     found = mlx5_layouts.headers()
-    if not found:
-        counts.record("the ConnectX field constants match mlx5_ifc.h", False, 0,
-                      "no kernel headers with mlx5_ifc.h in the cache")
+    complete = []  # the headers that name every constant's field
     for header in found:
         start = time.monotonic()
         release = header.relative_to(paths.cache_dir() / "kernel-headers").parts[0]
         try:
-            checked, problems = mlx5_layouts.check(header)
+            checked, problems, absent = mlx5_layouts.check(header)
         except (ValueError, KeyError) as e:  # a header or constant it cannot read
-            checked, problems = 0, [f"{header}: {type(e).__name__}: {e}"]
+            checked, problems, absent = 0, [f"{header}: {type(e).__name__}: {e}"], []
         if problems:
             print("\n".join(problems))
+        if not absent:
+            complete.append(release)
+        reserved = f"; {len(absent)} reserved in it ({', '.join(absent)})" if absent else ""
         counts.record(f"{checked} ConnectX field constants ({', '.join(mlx5_layouts.CHECKED)}) "
-                      f"match mlx5_ifc.h of Linux {release}", checked > 0 and not problems,
-                      time.monotonic() - start, problems[0] if problems else "")
+                      f"match mlx5_ifc.h of Linux {release}{reserved}",
+                      checked > 0 and not problems, time.monotonic() - start,
+                      problems[0] if problems else "")
+    counts.record("some kernel's mlx5_ifc.h names the field of every ConnectX constant",
+                  bool(complete), 0, "" if complete else
+                  f"no kernel header with mlx5_ifc.h in the cache has them all ({len(found)} read)")
 
 
 def check_newest_qemu(counts: Counts) -> None:

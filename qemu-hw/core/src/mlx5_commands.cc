@@ -13,31 +13,44 @@ namespace pib::mlx5 {
 
 namespace {
 
-// Fields of the commands' inputs and outputs (mlx5_ifc.h).
-constexpr Field kFunctionId = field(0x50, 16);         // enable/disable_hca, query/manage_pages
-constexpr Field kEmbeddedCpuFunction = field(0x40, 1); // the same
-constexpr Field kQueryPagesNumPages = field(0x60, 32);
-constexpr Field kManagePagesInEntries = field(0x60, 32);
-constexpr Field kManagePagesOutEntries = field(0x40, 32);
-constexpr uint32_t kManagePagesArray = 0x10;       // the 64-bit page addresses, in and out
-constexpr Field kCurrentIssi = field(0x50, 16);    // query_issi_out, set_issi_in
-constexpr Field kSupportedIssi = field(0x360, 32); // query_issi_out dword 0
-constexpr Field kRegisterId = field(0x50, 16);     // access_register_in
-constexpr Field kAdapterIeeeVendorId = field(0x148, 24);
-constexpr Field kAdapterVsdVendorId = field(0x170, 16);
-constexpr uint32_t kAdapterPsid = 0x100; // vsd_contd_psid, 16 bytes
-constexpr Field kTeardownState = field(0x7f, 1);
-constexpr Field kUar = field(0x48, 24);       // alloc_uar_out, dealloc_uar_in
-constexpr Field kHeld = field(0x48, 24);      // the pd or xrcd of alloc_*_out, dealloc_*_in
-constexpr Field kEqNumber = field(0x58, 8);   // create_eq_out, destroy_eq_in
-constexpr Field kCqNumber = field(0x48, 24);  // create_cq_out, destroy_cq_in
-constexpr Field kSrqNumber = field(0x48, 24); // create_srq_out, *_srq_in, arm_rq_in
-constexpr Field kQpNumber = field(0x48, 24);  // create_qp_out, destroy_qp_in, query_qp_in
-constexpr Field kArmRqLwm = field(0x70, 16);
-constexpr Field kCounterSetId = field(0x58, 8);       // alloc_q_counter_out, dealloc_q_counter_in
-constexpr Field kQCounterOtherVport = field(0x40, 1); // query_q_counter_in
-constexpr Field kQCounterClear = field(0xc0, 1);
-constexpr Field kQueryCounterSetId = field(0xf8, 8);
+// Fields of the commands' inputs and outputs (mlx5_ifc.h), each where its
+// `ifc:` structure has it (the commands a comment names put it there too).
+// Also disable_hca_in's, query_pages_in's and manage_pages_in's:
+constexpr Field kFunctionId = field(0x50, 16);           // ifc: enable_hca_in.function_id
+constexpr Field kEmbeddedCpuFunction = field(0x40, 1);   // ifc: enable_hca_in.embedded_cpu_function
+constexpr Field kQueryPagesNumPages = field(0x60, 32);   // ifc: query_pages_out.num_pages
+constexpr Field kManagePagesInEntries = field(0x60, 32); // ifc: manage_pages_in.input_num_entries
+constexpr Field kManagePagesOutEntries =
+    field(0x40, 32);                         // ifc: manage_pages_out.output_num_entries
+constexpr uint32_t kManagePagesArray = 0x10; // the 64-bit page addresses, in and out
+// Also set_issi_in's:
+constexpr Field kCurrentIssi = field(0x50, 16);    // ifc: query_issi_out.current_issi
+constexpr Field kSupportedIssi = field(0x360, 32); // ifc: query_issi_out.supported_issi_dw0
+constexpr Field kRegisterId = field(0x50, 16);     // ifc: access_register_in.register_id
+constexpr Field kAdapterIeeeVendorId =
+    field(0x148, 24); // ifc: query_adapter_out.query_adapter_struct.ieee_vendor_id
+constexpr Field kAdapterVsdVendorId =
+    field(0x170, 16); // ifc: query_adapter_out.query_adapter_struct.vsd_vendor_id
+constexpr uint32_t kAdapterPsid = 0x100;         // vsd_contd_psid, 16 bytes
+constexpr Field kTeardownState = field(0x7f, 1); // ifc: teardown_hca_out.state
+// Also dealloc_uar_in's:
+constexpr Field kUar = field(0x48, 24); // ifc: alloc_uar_out.uar
+// The pd or xrcd of every alloc_*_out and dealloc_*_in:
+constexpr Field kHeld = field(0x48, 24); // ifc: alloc_pd_out.pd
+// Also destroy_eq_in's:
+constexpr Field kEqNumber = field(0x58, 8); // ifc: create_eq_out.eq_number
+// Also destroy_cq_in's:
+constexpr Field kCqNumber = field(0x48, 24); // ifc: create_cq_out.cqn
+// Also the other *_srq_in's and arm_rq_in's:
+constexpr Field kSrqNumber = field(0x48, 24); // ifc: create_srq_out.srqn
+// Also destroy_qp_in's and query_qp_in's:
+constexpr Field kQpNumber = field(0x48, 24); // ifc: create_qp_out.qpn
+constexpr Field kArmRqLwm = field(0x70, 16); // ifc: arm_rq_in.lwm
+// Also dealloc_q_counter_in's:
+constexpr Field kCounterSetId = field(0x58, 8);       // ifc: alloc_q_counter_out.counter_set_id
+constexpr Field kQCounterOtherVport = field(0x40, 1); // ifc: query_q_counter_in.other_vport
+constexpr Field kQCounterClear = field(0xc0, 1);      // ifc: query_q_counter_in.clear
+constexpr Field kQueryCounterSetId = field(0xf8, 8);  // ifc: query_q_counter_in.counter_set_id
 
 // query_q_counter_out's counters and the transport counters they are.
 // rx_dct_connect stays 0 (no DC); of the enhanced error counters, which

@@ -15,15 +15,16 @@ namespace pib::mlx5 {
 namespace {
 
 // mad_ifc_in and _out (mlx5_ifc.h).
-constexpr Field kMadIfcPort = field(0x58, 8);
+constexpr Field kMadIfcPort = field(0x58, 8); // ifc: mad_ifc_in.port
 constexpr uint32_t kMadBytes = 256;
 constexpr uint32_t kMad = 0x10; // the MAD in the input, the response in the output
 constexpr uint16_t kMadIfcIgnoreMkey = 0x1;
 
 // query_hca_vport_context_in, and the context in its output.
-constexpr Field kOtherVport = field(0x40, 1);
-constexpr Field kPortNumber = field(0x4c, 4);
-constexpr Field kVportNumber = field(0x50, 16);
+constexpr Field kOtherVport = field(0x40, 1);   // ifc: query_hca_vport_context_in.other_vport
+constexpr Field kPortNumber = field(0x4c, 4);   // ifc: query_hca_vport_context_in.port_num
+constexpr Field kVportNumber = field(0x50, 16); // ifc: query_hca_vport_context_in.vport_number
+// ifc fields: query_hca_vport_context_out.hca_vport_context
 namespace vport {
 constexpr Field kHasSmi = field(0x181, 1);
 constexpr Field kPortPhysicalState = field(0x190, 4);
@@ -39,8 +40,8 @@ constexpr Field kLmc = field(0x398, 3);
 constexpr Field kSubnetTimeout = field(0x39b, 5);
 constexpr Field kSmLid = field(0x3a0, 16);
 constexpr Field kSmSl = field(0x3b0, 4);
-constexpr Field kQkeyViolations = field(0x3c0, 16);
-constexpr Field kPkeyViolations = field(0x3d0, 16);
+constexpr Field kQkeyViolations = field(0x3c0, 16); // ifc: qkey_violation_counter
+constexpr Field kPkeyViolations = field(0x3d0, 16); // ifc: pkey_violation_counter
 } // namespace vport
 
 // A counter in a 16-bit field: it stops at the top, as IBA's do.

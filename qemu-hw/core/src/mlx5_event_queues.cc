@@ -15,6 +15,7 @@ namespace {
 
 // create_eq_in: the EQ context (eqc) at byte 0x10, the event types, then
 // the page list (mlx5_ifc.h).
+// ifc fields: create_eq_in.eq_context_entry
 constexpr Field kPageOffset = field(0xd4, 6);
 constexpr Field kLogEqSize = field(0xe3, 5);
 constexpr Field kUarPage = field(0xe8, 24);
