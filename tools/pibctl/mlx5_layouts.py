@@ -79,6 +79,13 @@ class Layouts:
     def __init__(self, text: str):
         self.structs = parse_ifc(text)
         self._sizes = {}
+        self._flat = {}
+
+    def flat(self, name: str) -> dict:
+        """fields(name), made once."""
+        if name not in self._flat:
+            self._flat[name] = self.fields(name)
+        return self._flat[name]
 
     def size(self, name: str) -> int:
         if name not in self._sizes:
@@ -154,31 +161,44 @@ def core_fields(source: str):
     return out
 
 
-def _covers(fields: dict, bit: int, width: int, where) -> bool:
-    """Whether a constant of `width` bits at `bit` holds the field at
-    `where` and otherwise only reserved bits of this header: a kernel that
-    widened a field into its reserved neighbour (mkc's log_page_size, 5
-    bits in 6.1, 6 in 6.12) is read right by the wider constant."""
-    if not (bit <= where[0] and where[0] + where[1] <= bit + width):
-        return False
-    others = [name for name, (b, w) in fields.items()
-              if b < bit + width and bit < b + w and (b, w) != where]
-    return all(name.rsplit(".", 1)[-1].startswith("reserved") for name in others)
-
-
 def headers():
     """The mlx5_ifc.h of each kernel whose headers the cache holds."""
     root = paths.cache_dir() / "kernel-headers"
     return sorted(root.glob("*/usr/src/linux-headers-*-common/include/linux/mlx5/mlx5_ifc.h"))
 
 
-def _reserved(fields: dict, member: str, bit: int, width: int) -> bool:
-    """Whether every field of `member`'s structure that the constant's bits
-    overlap is reserved in this header (a field an older kernel lacks)."""
+def _only_reserved(fields: dict, member: str, bit: int, width: int) -> bool:
+    """Whether bits [bit, bit + width) of `member`'s structure hold nothing
+    but `member` itself and fields this header reserves."""
     inner = member.rsplit(".", 1)[0] + "." if "." in member else ""
-    others = [name for name, (b, w) in fields.items()
-              if name.startswith(inner) and b < bit + width and bit < b + w]
-    return bool(others) and all(n.rsplit(".", 1)[-1].startswith("reserved") for n in others)
+    overlapping = [name for name, (b, w) in fields.items()
+                   if name.startswith(inner) and b < bit + width and bit < b + w]
+    return bool(overlapping) and all(
+        name == member or name.rsplit(".", 1)[-1].startswith("reserved") for name in overlapping)
+
+
+def _place(fields: dict, member: str, bit: int, width: int):
+    """How a constant of `width` bits at `bit` meets `member` in this
+    header: "match", "absent" (the header lacks the field and reserves
+    those bits: an older kernel's), or what differs."""
+    where = fields.get(member)
+    if where == (bit, width):
+        return "match"
+    if where is None:
+        return "absent" if _only_reserved(fields, member, bit, width) else f"no field {member}"
+    # A kernel that widened a field into its reserved neighbour (mkc's
+    # log_page_size, 5 bits in 6.1, 6 in 6.12) is read right by the wider
+    # constant.
+    if bit <= where[0] and sum(where) <= bit + width and \
+            _only_reserved(fields, member, bit, width):
+        return "match"
+    # A 64-bit address the header splits into halves (the low one short of
+    # its alignment bits).
+    low = fields.get(member[:-2] + "_l")
+    if width == 64 and member.endswith("_h") and where == (bit, 32) and low and \
+            low[0] == bit + 32:
+        return "match"
+    return f"{member} is bit 0x{where[0]:x}, {where[1]} wide"
 
 
 def check(header: Path):
@@ -191,22 +211,11 @@ def check(header: Path):
     for name in CHECKED:
         for constant, path, bit, width in core_fields((SOURCE_DIR / name).read_text()):
             struct, member = path.split(".", 1)
-            fields = layouts.fields(struct)
-            where = fields.get(member)
-            # A 64-bit constant may read an address the header splits into
-            # its high and low halves (the low one short of its alignment bits).
-            low = fields.get(member[:-2] + "_l", (None, 0))
-            if width == 64 and member.endswith("_h") and where == (bit, 32) and \
-                    low[0] == bit + 32 and low[1] <= 32:
-                where = (bit, 64)
             checked += 1
-            if where is not None and where != (bit, width) and _covers(fields, bit, width, where):
-                where = (bit, width)
-            if where is None and _reserved(fields, member, bit, width):
+            place = _place(layouts.flat(struct), member, bit, width)
+            if place == "absent":
                 absent.append(f"{name}: {constant} ({path})")
-            elif where is None:
-                problems.append(f"{name}: {constant}: no field {path}")
-            elif where != (bit, width):
-                problems.append(f"{name}: {constant} is bit 0x{bit:x}, {width} wide; {path} is "
-                                f"bit 0x{where[0]:x}, {where[1]} wide")
+            elif place != "match":
+                problems.append(f"{name}: {constant} (bit 0x{bit:x}, {width} wide, in {struct}): "
+                                f"{place}")
     return checked, problems, absent

@@ -99,8 +99,7 @@ static const char *doorbellQueue(uint32_t offset) {
 void DataPath::doorbell(uint32_t page, uint32_t offset, uint64_t value) {
     const auto number = static_cast<uint32_t>(value);
     const auto arg = static_cast<uint32_t>(value >> 32);
-    if (host_.eventEnabled(PIB_EVENT_DOORBELL))
-        trace::doorbell(host_, page, doorbellQueue(offset), number, arg);
+    trace::doorbell(host_, page, doorbellQueue(offset), number, arg);
     if (!objects_.uars.find(page)) {
         host_.guestError(err::kDoorbellUnallocated,
                          "write of 0x%" PRIx64 " to page %u offset 0x%x, which no context owns",
