@@ -26,11 +26,10 @@ def allow_core_dumps() -> None:
 
 
 def _core_file(directory: Path, pid: int):
-    for name in (f"core.{pid}", "core"):
-        path = directory / name
-        if path.is_file():
-            return path
-    return None
+    """The core `pid` left in `directory`: core, core.PID, or a name
+    core_pattern made of it (core.%e.%p and the like)."""
+    cores = sorted(directory.glob("core*"), key=lambda p: (str(pid) not in p.name, p.name))
+    return next((p for p in cores if p.is_file()), None)
 
 
 def _where_cores_go() -> str:
@@ -45,6 +44,20 @@ def cores_piped_away() -> bool:
     return _where_cores_go().startswith("|")
 
 
+def why_no_core_here() -> str:
+    """Why a process we start could leave no core in its own directory
+    (a pipe or another directory in core_pattern, a hard limit of 0), or ""
+    when it will leave one."""
+    pattern = _where_cores_go()
+    if pattern.startswith("|"):
+        return f"core_pattern is {pattern!r}: cores go to that program"
+    if "/" in pattern:
+        return f"core_pattern is {pattern!r}: cores go to that directory"
+    if resource.getrlimit(resource.RLIMIT_CORE)[1] == 0:
+        return "the hard core-size limit is 0: the kernel writes no core"
+    return ""
+
+
 def backtrace(directory: Path, pid: int, binary: str, killed: bool) -> str:
     """Every thread's stack from the core `pid` left in `directory`, or why
     there is none for a process `killed` by a signal (else ""). The core is
@@ -53,7 +66,7 @@ def backtrace(directory: Path, pid: int, binary: str, killed: bool) -> str:
     if core is None:
         if not killed:
             return ""
-        return f"(no core file in {directory}; core_pattern is {_where_cores_go()!r})"
+        return f"(no core file in {directory}: {why_no_core_here() or 'the kernel wrote none'})"
     if shutil.which("gdb") is None:
         return f"(core in {core}; gdb is not installed to read it)"
     # The crashed thread comes last, so that a cut keeps it.
