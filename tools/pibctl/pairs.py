@@ -90,18 +90,22 @@ PERFTEST = [
 
 PERFTEST_CALIBRATION_FAILED = "Can't produce a report"
 PAIR_ATTEMPTS = 3
+# How often the server is looked at (a look, a cat in the guest, costs some
+# 40 ms).
+LOOK_EVERY_S = 0.1
 
 
 def run_pair(ctx, server, client, port=18515, timeout=120, server_vm="vm2", client_vm="vm1",
-             address=None, ready=None):
+             address=None, ready=None, server_grace=60):
     """Runs `server` (argv) in server_vm and, once it is ready (by default:
     listens on TCP `port`), `client` (argv) in client_vm with one more
-    argument appended: `address`, or server_vm's name. Returns
-    (client_result, server_output, server_status). A perftest client that
+    argument appended: `address`, or server_vm's name. The server gets
+    `server_grace` seconds after a client that succeeded to end too.
+    Returns (client_result, server_output, server_status). A perftest client that
     could not calibrate its clock is run again, at most PAIR_ATTEMPTS times."""
     for attempt in range(1, PAIR_ATTEMPTS + 1):
         result, out, rc = _run_pair_once(ctx, server, client, port, timeout, server_vm,
-                                         client_vm, address, ready)
+                                         client_vm, address, ready, server_grace)
         calibration = PERFTEST_CALIBRATION_FAILED in result.out + result.err
         if result.exitcode == 0 or not calibration or attempt == PAIR_ATTEMPTS:
             return result, out, rc
@@ -110,7 +114,8 @@ def run_pair(ctx, server, client, port=18515, timeout=120, server_vm="vm2", clie
     raise AssertionError("unreachable")
 
 
-def _run_pair_once(ctx, server, client, port, timeout, server_vm, client_vm, address, ready):
+def _run_pair_once(ctx, server, client, port, timeout, server_vm, client_vm, address, ready,
+                   server_grace):
     tag = f"/tmp/pair-{port}"
     cmd = " ".join(shlex.quote(a) for a in server)
     ctx.sh(server_vm, f"rm -f {tag}.out {tag}.rc; (timeout {timeout} {cmd} >{tag}.out 2>&1; "
@@ -121,11 +126,11 @@ def _run_pair_once(ctx, server, client, port, timeout, server_vm, client_vm, add
     while not ready(ctx, server_vm, output):
         if time.monotonic() > deadline:
             raise AssertionError(f"{server[0]} was not ready in 30 s:\n{output()}")
-        time.sleep(0.3)
+        time.sleep(LOOK_EVERY_S)
     result = ctx.run(client_vm, ["timeout", str(timeout), *client, address or server_vm],
                      timeout=timeout + 30, check=False)
     # A client that failed usually leaves its server waiting for it.
-    waited = 60 if result.exitcode == 0 else 15
+    waited = server_grace if result.exitcode == 0 else min(server_grace, 15)
     deadline = time.monotonic() + waited
     while True:
         rc = ctx.run(server_vm, ["cat", f"{tag}.rc"], check=False).out.strip()
@@ -142,5 +147,5 @@ def _run_pair_once(ctx, server, client, port, timeout, server_vm, client_vm, add
                                       f"pkill -f {name}; true", check=False).out
             return result, output() + f"\n--- the server {waited} s after the client ended ---\n{stuck}", \
                 "timeout"
-        time.sleep(0.3)
+        time.sleep(LOOK_EVERY_S)
     return result, output(), rc

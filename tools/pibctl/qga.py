@@ -116,34 +116,60 @@ class Agent:
 
 
 
+# A command is watched on the connection that started it for this long,
+# looked at every few milliseconds: most commands a test runs (cat, echo,
+# the diags) end within it, and a connection costs some 40 ms to open
+# (its sync waits on the guest). Longer ones release the agent, so that
+# other commands in the guest run beside them.
+HOLD_S = 0.5
+HELD_POLL_S = (0.005, 0.05)  # first and longest pause between looks, held
+FREE_POLL_S = (0.05, 0.5)  # the same once the agent is released
+
+
+def _exited(agent: Agent, pid: int):
+    """The command's Result if it has ended, else None."""
+    status = agent.call("guest-exec-status", {"pid": pid})
+    if not status.get("exited"):
+        return None
+    return Result(
+        exitcode=status.get("exitcode", -1),
+        stdout=base64.b64decode(status.get("out-data", "")),
+        stderr=base64.b64decode(status.get("err-data", "")),
+        signal=status.get("signal", 0),
+    )
+
+
 def run(sock_path: Path, argv, timeout: float = 60.0, stdin: bytes = None,
         request_timeout: float = 30.0) -> Result:
     """Runs argv in the guest, killing it after `timeout` seconds. The
-    agent is held only for each request (the start, each look at the
-    status), not while the command runs: commands in one guest run side
-    by side, as over ssh."""
+    agent is held for the start and at most HOLD_S after it, then only
+    for each look at the status: commands in one guest run side by side,
+    as over ssh."""
     wrapped = ["timeout", "-k", "5", str(int(max(1, timeout))), *argv]
     args = {"path": wrapped[0], "arg": wrapped[1:], "capture-output": True}
     if stdin is not None:
         args["input-data"] = base64.b64encode(stdin).decode()
     with Agent(sock_path, timeout=request_timeout) as agent:
         pid = agent.call("guest-exec", args)["pid"]
+        held_until = time.monotonic() + HOLD_S
+        delay, longest = HELD_POLL_S
+        while time.monotonic() < held_until:
+            time.sleep(delay)
+            delay = min(delay * 1.5, longest)
+            result = _exited(agent, pid)
+            if result:
+                return result
     deadline = time.monotonic() + timeout + 15
-    delay = 0.05
+    delay, longest = FREE_POLL_S
     while True:
         with Agent(sock_path, timeout=request_timeout) as agent:
-            status = agent.call("guest-exec-status", {"pid": pid})
-        if status.get("exited"):
-            return Result(
-                exitcode=status.get("exitcode", -1),
-                stdout=base64.b64decode(status.get("out-data", "")),
-                stderr=base64.b64decode(status.get("err-data", "")),
-                signal=status.get("signal", 0),
-            )
+            result = _exited(agent, pid)
+        if result:
+            return result
         if time.monotonic() > deadline:
             raise AgentError(f"{' '.join(argv)} still running after {timeout:.0f} s")
         time.sleep(delay)
-        delay = min(delay * 1.5, 0.5)
+        delay = min(delay * 1.5, longest)
 
 
 def ping(sock_path: Path, timeout: float = 3.0) -> bool:
