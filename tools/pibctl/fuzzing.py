@@ -3,6 +3,7 @@ ASan and UBSan in a build directory of their own, run against a corpus
 kept in the cache; and the replay of their checked-in inputs (seeds and
 one regression input per defect found) that ./pib test runs."""
 
+import concurrent.futures
 import os
 import re
 import shutil
@@ -74,30 +75,36 @@ def _env():
 def replay(counts) -> None:
     """For ./pib test: every checked-in input of each harness once, then a
     short run of each from those inputs (in a scratch corpus: nothing is
-    written into the clone)."""
+    written into the clone). Two targets at a time: each is one process,
+    and the machines have two cores."""
     ui.step("Fuzz targets: checked-in inputs, then a short run of each")
-    for target in TARGETS:
-        inputs = _inputs(target)
-        start = time.monotonic()
-        proc = subprocess.run([_binary(target), "-malloc_limit_mb=256", *inputs],
-                              capture_output=True, text=True, errors="replace", env=_env(),
-                              timeout=600)
-        ok = proc.returncode == 0 and len(inputs) > 0
-        if not ok:
-            print(proc.stderr[-6000:])
-        counts.record(f"fuzz {target}: {len(inputs)} checked-in inputs replayed", ok,
-                      time.monotonic() - start)
-        with tempfile.TemporaryDirectory() as scratch:
-            for p in inputs:
-                shutil.copy(p, scratch)
-            start = time.monotonic()
-            stats, proc = _run(target, ["-max_total_time=15", "-seed=1", scratch], quiet=True)
-            ok = proc.returncode == 0
+    with concurrent.futures.ThreadPoolExecutor(max_workers=2) as pool:
+        results = list(pool.map(_replay_target, TARGETS))
+    for checks in results:
+        for name, ok, seconds, stderr in checks:
             if not ok:
-                print(proc.stderr[-6000:])
-            counts.record(f"fuzz {target}: 15 s from the checked-in inputs, "
-                          f"{stats.get('execs', 0)} executions, no finding", ok,
-                          time.monotonic() - start)
+                print(stderr[-6000:])
+            counts.record(name, ok, seconds)
+
+
+def _replay_target(target: str):
+    """(name, ok, seconds, stderr) of one target's replay and short run."""
+    inputs = _inputs(target)
+    start = time.monotonic()
+    proc = subprocess.run([_binary(target), "-malloc_limit_mb=256", *inputs],
+                          capture_output=True, text=True, errors="replace", env=_env(),
+                          timeout=600)
+    checks = [(f"fuzz {target}: {len(inputs)} checked-in inputs replayed",
+               proc.returncode == 0 and len(inputs) > 0, time.monotonic() - start, proc.stderr)]
+    with tempfile.TemporaryDirectory() as scratch:
+        for p in inputs:
+            shutil.copy(p, scratch)
+        start = time.monotonic()
+        stats, proc = _run(target, ["-max_total_time=15", "-seed=1", scratch], quiet=True)
+        checks.append((f"fuzz {target}: 15 s from the checked-in inputs, "
+                       f"{stats.get('execs', 0)} executions, no finding", proc.returncode == 0,
+                       time.monotonic() - start, proc.stderr))
+    return checks
 
 
 def _run(target: str, args, quiet: bool):
