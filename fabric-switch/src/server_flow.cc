@@ -4,10 +4,11 @@
 // room. Here the socket is the link: when an output's queue is full, the
 // switch stops reading the input whose packet filled it, the input's
 // socket fills, and its sender (a QEMU port's transmit queue, another
-// switch) waits. Like IBA's head-of-queue lifetime, a limit keeps one
-// peer from holding the others forever: an output that takes no byte for
-// kStallNs is stalled, the inputs waiting for it go on, and packets to it
-// are discarded (PortXmitDiscards) until it drains.
+// switch) waits. IBA's head-of-queue lifetime keeps one peer from holding
+// the others forever: an output that takes no byte for its port's HOQLife
+// is stalled, the inputs waiting for it go on, and packets to it are
+// discarded (PortXmitDiscards) until it drains.
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <sys/epoll.h>
@@ -27,8 +28,21 @@ constexpr size_t kResumeOutput = 1u << 20;
 // Beyond this nothing is queued at all: packets that could not be held
 // back (delayed by a fault, or many copies of one multicast) are lost.
 constexpr size_t kMaxOutput = 16u << 20;
-// A peer that takes nothing for this long is not slow but stuck.
-constexpr uint64_t kStallNs = 200'000'000;
+// A peer that takes nothing for its port's head-of-queue lifetime,
+// 4.096 us x 2^HOQLife as the SM sets it in PortInfo, is not slow but
+// stuck. opensm gives ports to CAs 0x10 (268 ms) and links between
+// switches 0x12 (1.07 s): a link's peer switch is itself held back by its
+// slowest output, and resumes its input only once that output has drained
+// from kFullOutput to kResumeOutput. Never less than kMinStallNs (a QEMU
+// under TCG may pause that long, and the SM may not have set HOQLife yet);
+// IBA's "infinite" (20 and above) is 2^20, 4.3 s, so nothing waits for ever.
+constexpr uint64_t kMinStallNs = 200'000'000;
+constexpr uint8_t kMaxHoqLife = 20;
+
+uint64_t stallNs(uint8_t hoqLife) {
+    const uint64_t lifetime = uint64_t{4096} << std::min(hoqLife, kMaxHoqLife);
+    return std::max(kMinStallNs, lifetime);
+}
 // Bytes read from a socket but not yet framed: a peer may not make us
 // buffer more.
 constexpr size_t kMaxInput = 1u << 20;
@@ -217,8 +231,8 @@ void Server::resumeInputs() {
     }
 }
 
-// Inputs held back longer than kStallNs by an output that took nothing
-// in that time: the output is stuck, and stops holding anyone back.
+// Inputs held back longer than its stall limit by an output that took
+// nothing in that time: the output is stuck, and stops holding anyone back.
 int Server::serviceFlowControl() {
     const uint64_t nowNs = now();
     int timeout = 1000;
@@ -228,15 +242,15 @@ int Server::serviceFlowControl() {
             continue;
         Connection *out = conns_[c->blockedOn].get();
         const uint64_t since = std::max(c->blockedSince, out ? out->lastDrain : 0);
-        if (out && nowNs - since < kStallNs) {
-            timeout =
-                std::min(timeout, static_cast<int>((since + kStallNs - nowNs) / 1'000'000) + 1);
+        const uint64_t limit = stallNs(sw_.port(c->blockedOn).hoqLife);
+        if (out && nowNs - since < limit) {
+            timeout = std::min(timeout, static_cast<int>((since + limit - nowNs) / 1'000'000) + 1);
             continue;
         }
         if (out && !out->stalled) {
             out->stalled = true;
             log("port %u: took nothing for %llu ms; packets to it are discarded until it drains",
-                c->blockedOn, static_cast<unsigned long long>(kStallNs / 1'000'000));
+                c->blockedOn, static_cast<unsigned long long>(limit / 1'000'000));
         }
         outputGone(c->blockedOn);
     }

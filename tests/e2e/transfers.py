@@ -35,9 +35,10 @@ def _traffic_lines(output):
 
 
 def _switch_stalls(ctx):
-    """The switches' reports of an output that took nothing for 200 ms (its
-    packets are then discarded, which UC and UD lose): a failed transfer
-    shows whether the fabric dropped something."""
+    """The switches' reports of an output that took nothing for its
+    head-of-queue lifetime (its packets are then discarded, which UC and
+    UD lose): a failed transfer shows whether the fabric dropped
+    something."""
     lines = _stall_lines(ctx)
     return "\nswitch stalls:\n" + ("\n".join(lines[-20:]) if lines else "none") + "\n"
 
@@ -49,8 +50,8 @@ def traffic(ctx, args=(), port=18800, timeout=900, expect_loss=False, client_vm=
     both ends, and each test's message count, byte count and SHA-256 must
     be the same at both ends (without `expect_loss`, with nothing lost).
     One exception, which the switch reports: a guest that took nothing
-    from its cable for 200 ms (a starved QEMU on a loaded host) has its
-    packets discarded meanwhile, so UC and UD, which are unreliable, may
+    from its cable for its port's head-of-queue lifetime (a starved QEMU
+    on a loaded host) has its packets discarded meanwhile, so UC and UD, which are unreliable, may
     lose messages then; RC still loses nothing, and what arrived is still
     the same at both ends. Returns {test: {messages, bytes, lost, sha,
     ...}} and prints a line per test."""
@@ -92,7 +93,7 @@ def traffic(ctx, args=(), port=18800, timeout=900, expect_loss=False, client_vm=
 
 def _stall_lines(ctx):
     """Every report so far, in every switch's log, of an output that took
-    nothing for 200 ms (see _switch_stalls)."""
+    nothing for its head-of-queue lifetime (see _switch_stalls)."""
     lines = []
     for switch in ctx.fabric.topo.switches:
         log = ctx.fabric.switch_log(switch.name)
