@@ -28,21 +28,7 @@ constexpr size_t kResumeOutput = 1u << 20;
 // Beyond this nothing is queued at all: packets that could not be held
 // back (delayed by a fault, or many copies of one multicast) are lost.
 constexpr size_t kMaxOutput = 16u << 20;
-// A peer that takes nothing for its port's head-of-queue lifetime,
-// 4.096 us x 2^HOQLife as the SM sets it in PortInfo, is not slow but
-// stuck. opensm gives ports to CAs 0x10 (268 ms) and links between
-// switches 0x12 (1.07 s): a link's peer switch is itself held back by its
-// slowest output, and resumes its input only once that output has drained
-// from kFullOutput to kResumeOutput. Never less than kMinStallNs (a QEMU
-// under TCG may pause that long, and the SM may not have set HOQLife yet);
-// IBA's "infinite" (20 and above) is 2^20, 4.3 s, so nothing waits for ever.
-constexpr uint64_t kMinStallNs = 200'000'000;
-constexpr uint8_t kMaxHoqLife = 20;
 
-uint64_t stallNs(uint8_t hoqLife) {
-    const uint64_t lifetime = uint64_t{4096} << std::min(hoqLife, kMaxHoqLife);
-    return std::max(kMinStallNs, lifetime);
-}
 // Bytes read from a socket but not yet framed: a peer may not make us
 // buffer more.
 constexpr size_t kMaxInput = 1u << 20;
@@ -242,7 +228,7 @@ int Server::serviceFlowControl() {
             continue;
         Connection *out = conns_[c->blockedOn].get();
         const uint64_t since = std::max(c->blockedSince, out ? out->lastDrain : 0);
-        const uint64_t limit = stallNs(sw_.port(c->blockedOn).hoqLife);
+        const uint64_t limit = stallLimitNs(sw_.port(c->blockedOn).hoqLife);
         if (out && nowNs - since < limit) {
             timeout = std::min(timeout, static_cast<int>((since + limit - nowNs) / 1'000'000) + 1);
             continue;

@@ -32,6 +32,22 @@ std::pair<std::string, std::string> splitHostPort(const std::string &address);
 // Adds `fd` to `epoll` (or changes it) with `tag` as its event data.
 void watchTag(int epoll, int fd, uint64_t tag, bool writable);
 
+// An output whose peer takes nothing for its port's head-of-queue
+// lifetime, 4.096 us x 2^HOQLife as the SM sets it in PortInfo, is not
+// slow but stuck (server_flow.cc). opensm gives ports to CAs 0x10 (268 ms)
+// and links between switches 0x12 (1.07 s): a link's peer switch is itself
+// held back by its slowest output until that drains. Never less than
+// kMinStallNs (a QEMU under TCG may pause that long, and the SM may not have
+// set HOQLife yet); IBA's "infinite" (20 and above) is 2^20, 4.3 s, so that
+// nothing waits for ever.
+constexpr uint64_t kMinStallNs = 200'000'000;
+constexpr uint8_t kMaxHoqLife = 20;
+
+constexpr uint64_t stallLimitNs(uint8_t hoqLife) {
+    const uint64_t lifetime = uint64_t{4096} << std::min(hoqLife, kMaxHoqLife);
+    return std::max(kMinStallNs, lifetime);
+}
+
 // A peer may retrain its link (send HELLO again) at most this often; a
 // faster one is answered without taking the link down and up.
 constexpr uint64_t kMinRetrainNs = 100'000'000;

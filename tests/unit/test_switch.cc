@@ -7,6 +7,7 @@
 #include <catch2/catch.hpp>
 
 #include "mad.hh"
+#include "server_internal.hh"
 #include "smp_packets.hh"
 #include "switch.hh"
 
@@ -690,4 +691,19 @@ TEST_CASE("port 0's M_Key guards the whole switch", "[switch][mkey]") {
     answer = madOf(out[0].packet);
     CHECK(Mad(answer).method() == kGetResp);
     CHECK(Mad(answer).get8(64 + 34) >> 6 == 0);
+}
+
+TEST_CASE("an output is stuck after its port's head-of-queue lifetime, bounded both ways",
+          "[switch]") {
+    using fabric::stallLimitNs;
+    // opensm's defaults: ports to CAs, then links between switches.
+    CHECK(stallLimitNs(0x10) == 4096ull << 16); // 268 ms
+    CHECK(stallLimitNs(0x12) == 4096ull << 18); // 1.07 s
+    // Before the SM sets it (0), and short lifetimes: a TCG pause is not a
+    // stuck peer.
+    CHECK(stallLimitNs(0) == fabric::kMinStallNs);
+    CHECK(stallLimitNs(0x0e) == fabric::kMinStallNs);
+    // IBA's "infinite" (20 and above) still ends.
+    CHECK(stallLimitNs(20) == 4096ull << 20);
+    CHECK(stallLimitNs(31) == 4096ull << 20);
 }
