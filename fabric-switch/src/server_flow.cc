@@ -28,7 +28,6 @@ constexpr size_t kResumeOutput = 1u << 20;
 // Beyond this nothing is queued at all: packets that could not be held
 // back (delayed by a fault, or many copies of one multicast) are lost.
 constexpr size_t kMaxOutput = 16u << 20;
-
 // Bytes read from a socket but not yet framed: a peer may not make us
 // buffer more.
 constexpr size_t kMaxInput = 1u << 20;

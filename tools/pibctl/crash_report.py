@@ -39,11 +39,6 @@ def _where_cores_go() -> str:
         return "(unreadable)"
 
 
-def cores_piped_away() -> bool:
-    """Whether the host hands cores to a program instead of a file."""
-    return _where_cores_go().startswith("|")
-
-
 def why_no_core_here() -> str:
     """Why a process we start could leave no core in its own directory
     (a pipe or another directory in core_pattern, a hard limit of 0), or ""
