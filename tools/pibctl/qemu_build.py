@@ -47,6 +47,11 @@ CONFIG_PIB_HCA=y
 # Bump when unpacking changes (the series' edits are re-applied each build).
 PATCH_LEVEL = "5"
 
+# Upstream QEMU's fixes since the pinned release that the fabric needs
+# (each patch says what it fixes and where upstream has it). They go into
+# the pinned tree only: a newer QEMU has them, a user's tree is the user's.
+QEMU_FIXES = paths.REPO / "qemu-hw" / "qemu-fixes"
+
 GLUE_SOURCES = ["pib-hca.c", "pib-hca-monitor.c"]
 
 
@@ -107,9 +112,43 @@ def choose(src: str) -> None:
     chosen.write_text(f"{path}\n")
 
 
+def pinned_fixes(tree: QemuTree) -> list:
+    """The patches of QEMU_FIXES that `tree` gets."""
+    return sorted(QEMU_FIXES.glob("*.patch")) if tree.tarball == sources.QEMU else []
+
+
+def _apply_fixes(tree: QemuTree) -> None:
+    for patch in pinned_fixes(tree):
+        ui.run_logged(["patch", "-p1", "--forward", "--batch", "-i", patch, "-d", tree.src],
+                      "qemu-patches", f"applying qemu-hw/qemu-fixes/{patch.name}")
+
+
+def check_pinned_fixes() -> None:
+    """The pinned tree carries every patch of QEMU_FIXES (each reverses
+    cleanly), and the newest QEMU needs none of them (none applies):
+    upstream has each fix, as its patch says."""
+    if not pinned_fixes(PINNED):
+        raise ui.StepFailed(f"no patches in {QEMU_FIXES}")
+    if not (NEWEST.src / "configure").is_file():
+        raise ui.StepFailed(f"QEMU {NEWEST.release} is not unpacked in {NEWEST.src}")
+    for patch in pinned_fixes(PINNED):
+        if not _patch_applies(patch, PINNED.src, reverse=True):
+            raise ui.StepFailed(f"the pinned QEMU's tree lacks qemu-hw/qemu-fixes/{patch.name}")
+        if _patch_applies(patch, NEWEST.src, reverse=False):
+            raise ui.StepFailed(f"qemu-hw/qemu-fixes/{patch.name} still applies to QEMU "
+                                f"{NEWEST.release}: upstream does not have it")
+
+
+def _patch_applies(patch: Path, src: Path, reverse: bool) -> bool:
+    proc = subprocess.run(["patch", "-p1", "--dry-run", "--batch", "--force",
+                           *(["-R"] if reverse else []), "-i", patch, "-d", src],
+                          capture_output=True, text=True)
+    return proc.returncode == 0
+
+
 def unpack(tree: QemuTree) -> None:
     tarball = sources.fetch(tree.tarball)
-    key = f"{tree.tarball.sha256}:{PATCH_LEVEL}"
+    key = f"{tree.tarball.sha256}:{PATCH_LEVEL}:{stamps.hash_files(pinned_fixes(tree))}"
     src = tree.src
     if stamps.is_current(f"{tree.name}-src", key) and src.is_dir():
         return
@@ -131,6 +170,7 @@ def unpack(tree: QemuTree) -> None:
     # The series a user applies (./pib qemu-patches), written against the
     # pinned QEMU; later builds only copy in what changed since.
     qemu_patches.apply_to(src, sources.fetch(sources.QEMU))
+    _apply_fixes(tree)
     stamps.mark(f"{tree.name}-src", key)
 
 
@@ -164,7 +204,7 @@ def _write_devices(tree: QemuTree) -> None:
 def _build_inputs(tree: QemuTree, where: str = "") -> str:
     """What a build of `tree` (in `where`) is made of besides hw/pib's files."""
     return " ".join(_configure_flags(tree)) + DEVICES + PATCH_LEVEL + where + \
-        (tree.tarball.sha256 if tree.tarball else "")
+        (tree.tarball.sha256 if tree.tarball else "") + stamps.hash_files(pinned_fixes(tree))
 
 
 def configure(tree: QemuTree) -> None:
