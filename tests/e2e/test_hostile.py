@@ -4,7 +4,7 @@ fabric of their own, tests/e2e/hostile.topo: vm1 and vm2 on switch1, and
 vm3 with port 1 on switch1 and port 2 on switch2, whose place a test takes
 to talk to vm3's device directly.
 
-The random-input tests run for PIB_HOSTILE_SECONDS each (30 by default;
+The random-input tests run for PIB_HOSTILE_SECONDS each (10 by default;
 `./pib fuzz fabric --minutes N` runs them longer)."""
 
 import os
@@ -21,7 +21,7 @@ from pibctl.pairs import ipoib_up, run_pair
 
 ONLY_ON_TOPOLOGY = "hostile.topo"
 
-SECONDS = float(os.environ.get("PIB_HOSTILE_SECONDS", "30"))
+SECONDS = float(os.environ.get("PIB_HOSTILE_SECONDS", "10"))
 STOP_SECONDS = 30
 MAX_EXEC_SECONDS = 1.0
 RSS_GROWTH_LIMIT_KB = 64 * 1024

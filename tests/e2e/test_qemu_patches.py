@@ -13,12 +13,8 @@ from pibctl import paths, qemu_build, qemu_patches, source_tree, sources, ui
 
 
 def _pristine(tmp: Path, tarball: Path) -> Path:
-    """The upstream files the series edits, in a git tree of their own."""
-    top = subprocess.run(["tar", "-tf", tarball], capture_output=True, text=True,
-                         check=True).stdout.split("\n", 1)[0].split("/")[0]
-    subprocess.run(["tar", "-xf", tarball, "-C", tmp,
-                    *[f"{top}/{p}" for p in qemu_patches.touched()]], check=True)
-    return tmp / top
+    """The upstream files the series edits, in a tree of their own."""
+    return qemu_patches.pristine(tarball, tmp)
 
 
 def _run(tree: Path, *argv):

@@ -12,7 +12,7 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from pibctl import paths, ui
+from pibctl import paths, stamps, ui
 
 QEMU_HW = paths.REPO / "qemu-hw"
 GLUE = QEMU_HW / "glue"
@@ -199,18 +199,38 @@ def touched() -> list:
     return sorted({e.path for e in DEVICE_EDITS + MONITOR_EDITS})
 
 
+def pristine(tarball: Path, into: Path) -> Path:
+    """Upstream's copies of the files the series edits, from `tarball`,
+    in `into`/<the tarball's top directory>. Unpacking them means
+    decompressing the whole tarball, so they are kept in the cache, per
+    tarball and file list."""
+    key = stamps.hash_files([], f"{tarball.name}:{tarball.stat().st_size}:{' '.join(touched())}")
+    kept = paths.cache_dir() / "qemu-pristine" / key[:16]
+    if not kept.is_dir():
+        tmp = kept.with_name(kept.name + ".tmp")
+        shutil.rmtree(tmp, ignore_errors=True)
+        tmp.mkdir(parents=True)
+        top = subprocess.run(["tar", "-tf", tarball], capture_output=True, text=True,
+                             check=True).stdout.split("\n", 1)[0].split("/")[0]
+        subprocess.run(["tar", "-xf", tarball, "-C", tmp, *[f"{top}/{p}" for p in touched()]],
+                       check=True)
+        try:
+            tmp.rename(kept)
+        except OSError:  # another process kept them first
+            shutil.rmtree(tmp, ignore_errors=True)
+    (top,) = list(kept.iterdir())
+    shutil.copytree(top, into / top.name)
+    return into / top.name
+
+
 def write_series(tarball: Path, out: Path) -> list:
     """Writes the series against the QEMU of `tarball` into `out` (git
     format-patch files, `git am` or `patch -p1` apply them); returns them."""
     check_layout()
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)
-        # Only the files the series edits are needed from upstream.
-        top = subprocess.run(["tar", "-tf", tarball], capture_output=True, text=True,
-                             check=True).stdout.split("\n", 1)[0].split("/")[0]
-        subprocess.run(["tar", "-xf", tarball, "-C", tmp, *[f"{top}/{p}" for p in touched()]],
-                       check=True)
-        tree = tmp / top
+        tree = pristine(tarball, tmp)
+        top = tree.name
         date = _series_date()
 
         def git(*args):
