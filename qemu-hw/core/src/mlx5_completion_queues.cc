@@ -8,6 +8,7 @@
 #include "ring.hh"
 #include "trace.hh"
 
+#include <algorithm>
 #include <array>
 
 namespace pib::mlx5 {
@@ -307,14 +308,20 @@ void CompletionQueues::armDoorbell(uint32_t uar, uint64_t value) {
                                                    : "no such command");
         return;
     }
+    // mlx5_ib reads its counter for the doorbell outside the CQ's lock, so
+    // an arm that lost a race with a later one arrives with an older
+    // counter: any CQE still in the ring may be named, and the device's
+    // idea of the consumer never moves back.
     const uint32_t waiting = (cq->producer - consumer) & kCounterMask;
-    if (waiting > (cq->producer - cq->consumer)) {
+    const uint32_t inRing = std::min(cq->producer, 1u << cq->ctx.log_size);
+    if (waiting > inRing) {
         host_.guestError(err::kMlx5CqDoorbell, "UAR %u: CQ %u consumer counter %u outside [%u, %u]",
-                         uar, cqn, consumer, cq->consumer & kCounterMask,
+                         uar, cqn, consumer, (cq->producer - inRing) & kCounterMask,
                          cq->producer & kCounterMask);
         return;
     }
-    cq->consumer = cq->producer - waiting;
+    if (waiting < cq->producer - cq->consumer)
+        cq->consumer = cq->producer - waiting;
     // CQEs beyond the consumer counter make the event at once, as the
     // next one would; an armed "next" is not weakened by a later
     // "solicited".
