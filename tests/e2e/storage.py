@@ -177,6 +177,12 @@ def _nfs_server(ctx, roles):
         pidof rpcbind >/dev/null || rpcbind -w
         pidof rpc.mountd >/dev/null || rpc.mountd
         pidof nfsdcld >/dev/null || nfsdcld
+        # nfsd gives nfsdcld half a second to open the pipe it makes, so it
+        # starts once nfsdcld watches for that pipe (its inotify descriptor).
+        for i in $(seq 100); do
+            ls -l /proc/$(pidof nfsdcld)/fd 2>/dev/null | grep -q inotify && break
+            sleep 0.1
+        done
         exportfs -ra
         if [ "$(cat /proc/fs/nfsd/threads)" = 0 ]; then
             echo 10 > /proc/fs/nfsd/nfsv4leasetime

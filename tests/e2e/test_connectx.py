@@ -190,7 +190,7 @@ def _pattern_pings(ctx, src, dst, pattern):
     `src` to `dst`: ping compares every byte of each reply with what it
     sent ('wrong data byte' otherwise), and all must come back. The first
     may wait for the path (bounded)."""
-    argv = ["ping", "-c", "3", "-i", "0.2", "-W", "5", "-s", "1400", "-p", pattern, dst]
+    argv = ["ping", "-c", "3", "-i", "0.05", "-W", "5", "-s", "1400", "-p", pattern, dst]
     deadline = time.monotonic() + 30
     while True:
         out = ctx.run(src, argv, check=False)
