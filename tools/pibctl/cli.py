@@ -236,7 +236,8 @@ def build_parser() -> argparse.ArgumentParser:
                          "(see docs/user-guide.md and examples/)")
     up.add_argument("--mlx5", metavar="VM[,VM...]", default="",
                     help="give these guests a ConnectX HCA (personality=mlx5, docs/mlx5.md) "
-                         "that the kernel's mlx5_core drives; work in progress (issue 30)")
+                         "that the unmodified mlx5_core, mlx5_ib and libmlx5 drive; what it lacks: "
+                         "docs/mlx5.md §11")
     up.add_argument("--no-sm", action="store_true",
                     help="do not start opensm in vm1 (ports then stay INIT)")
     up.add_argument("--trace", default="", metavar="PATTERN",
