@@ -12,11 +12,6 @@ from pathlib import Path
 from pibctl import paths, qemu_build, qemu_patches, source_tree, sources, ui
 
 
-def _pristine(tmp: Path, tarball: Path) -> Path:
-    """The upstream files the series edits, in a tree of their own."""
-    return qemu_patches.pristine(tarball, tmp)
-
-
 def _run(tree: Path, *argv):
     proc = subprocess.run(argv, cwd=tree, capture_output=True, text=True)
     assert proc.returncode == 0, f"{' '.join(argv)}:\n{proc.stdout}{proc.stderr}"
@@ -29,7 +24,7 @@ def test_the_series_applies_with_git_am_and_holds_our_hw_pib(ctx):
         tmp = Path(tmp)
         series = qemu_patches.write_series(tarball, tmp / "series")
         assert [p.name[:5] for p in series] == ["0001-", "0002-"], series
-        tree = _pristine(tmp, tarball)
+        tree = qemu_patches.pristine(tarball, tmp)
         git = ["git", "-c", "user.name=t", "-c", "user.email=t@t"]
         _run(tree, *git, "init", "-q")
         _run(tree, *git, "add", "-A")
@@ -54,7 +49,7 @@ def test_the_series_applies_with_patch_p1(ctx):
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)
         series = qemu_patches.write_series(tarball, tmp / "series")
-        tree = _pristine(tmp, tarball)
+        tree = qemu_patches.pristine(tarball, tmp)
         for patch in series:
             out = _run(tree, "patch", "-p1", "--forward", "--batch", "-i", str(patch))
             assert "offset" not in out and "fuzz" not in out, out

@@ -117,12 +117,6 @@ def pinned_fixes(tree: QemuTree) -> list:
     return sorted(QEMU_FIXES.glob("*.patch")) if tree.tarball == sources.QEMU else []
 
 
-def _apply_fixes(tree: QemuTree) -> None:
-    for patch in pinned_fixes(tree):
-        ui.run_logged(["patch", "-p1", "--forward", "--batch", "-i", patch, "-d", tree.src],
-                      "qemu-patches", f"applying qemu-hw/qemu-fixes/{patch.name}")
-
-
 def check_pinned_fixes() -> None:
     """The pinned tree carries every patch of QEMU_FIXES (each reverses
     cleanly), and the newest QEMU needs none of them (none applies):
@@ -170,7 +164,7 @@ def unpack(tree: QemuTree) -> None:
     # The series a user applies (./pib qemu-patches), written against the
     # pinned QEMU; later builds only copy in what changed since.
     qemu_patches.apply_to(src, sources.fetch(sources.QEMU))
-    _apply_fixes(tree)
+    qemu_patches.apply_series(pinned_fixes(tree), src)
     stamps.mark(f"{tree.name}-src", key)
 
 
