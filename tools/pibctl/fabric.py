@@ -136,8 +136,9 @@ def _cmdline(pid: int):
 
 def ours(pid: int, run_dir: str) -> bool:
     """True if pid is alive and was started by us for this run directory
-    (guards against killing an unrelated process that reused the pid)."""
-    return run_dir in (_cmdline(pid) or "")
+    (guards against killing an unrelated process that reused the pid; a
+    process of $PIB_CACHE/run2 is not one of $PIB_CACHE/run's)."""
+    return os.path.join(run_dir, "") in (_cmdline(pid) or "")
 
 
 def _running_child(pid: int) -> bool:

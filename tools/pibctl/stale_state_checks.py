@@ -66,9 +66,10 @@ def _until_cmdline_shows(pid: int, run_dir: Path) -> None:
 
 def running_fabric_is_kept() -> None:
     def check(run_dir: Path):
-        # A process of this fabric: its command line names the run directory.
+        # A process of this fabric: its command line names a file in the
+        # run directory, as a QEMU's names its sockets.
         proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)",
-                                 str(run_dir)])
+                                 str(run_dir / "vm1" / "qga.sock")])
         try:
             _until_cmdline_shows(proc.pid, run_dir)
             _leftover(run_dir, proc.pid)

@@ -204,6 +204,7 @@ def _alarm(signum, frame):
 
 
 def _leftover_processes(run_dir: str):
+    inside = os.path.join(run_dir, "")  # not another run directory that starts alike
     left = []
     for proc in Path("/proc").iterdir():
         if not proc.name.isdigit() or int(proc.name) == os.getpid():
@@ -212,7 +213,7 @@ def _leftover_processes(run_dir: str):
             cmdline = (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode()
         except OSError:
             continue
-        if run_dir in cmdline:
+        if inside in cmdline:
             left.append(f"{proc.name}: {cmdline[:120]}")
     return left
 
