@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <deque>
 #include <functional>
 #include <optional>
 #include <stdexcept>
@@ -385,7 +386,9 @@ inline Srq createSrq(Node &n, unsigned log, std::optional<XrcSrq> xrc = std::nul
 struct Wire {
     Node &a, &b;
     std::function<bool(bool fromA, iba::Packet &)> filter;
-    std::vector<iba::Packet> seen; // every packet, as sent
+    // Every packet, as sent. A deque: a long faulty-cable run sees tens of
+    // thousands, and a vector copied them all at each growth.
+    std::deque<iba::Packet> seen;
     wire::FrameReader readers[2];
     bool inspect = true; // false: bytes pass unparsed (benchmarks)
     std::vector<uint8_t> spare[2];
