@@ -195,8 +195,13 @@ def _qemu_command(fabric: Fabric, vm: Vm, memory: int, cpus: int, trace: str,
         accel = ["-accel", "kvm", "-cpu", "host"]
     else:
         accel = ["-accel", "tcg", "-cpu", "max"]
+    # tsc=reliable: the guest's TSC is the host's clock (TCG) or the CPU's
+    # own (KVM), steady on every vCPU. Without it the kernel's watchdog
+    # compares it at boot with jiffies, which lag on a busy host, marks it
+    # unstable and keeps time with the ACPI PM timer instead: a port read,
+    # a BQL round trip under TCG, for every clock read.
     append = (
-        "console=ttyS0,115200 loglevel=5 panic=-1 mitigations=off rdinit=/init "
+        "console=ttyS0,115200 loglevel=5 panic=-1 mitigations=off tsc=reliable rdinit=/init "
         f"pibvm.name={vm.name} pibvm.index={vm.index} pibvm.vms={len(fabric.vms)} pibvm.net={MGMT_NET} "
         f"pibvm.ibnet={IPOIB_NET} {kernel_args}"
     ).strip()
