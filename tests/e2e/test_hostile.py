@@ -72,12 +72,15 @@ def test_a_stopped_guest_stalls_nobody(ctx):
     ipoib_up(ctx, ("vm1", "vm2", "vm3"))
     # vm1 -> vm2: an RC pingpong of 64 KiB messages that outlasts the stop
     # (ibv_rc_pingpong: timeout 14, 67 ms, and retry_cnt 7), and a stream
-    # of IPoIB datagrams that fills the switch's queue toward vm2.
-    rc_args = ["ibv_rc_pingpong", "-e", "-c", "-s", "65536", "-n", "20000", "-p", "18700"]
+    # of IPoIB datagrams that fills the switch's queue toward vm2. Its round
+    # trips take some 5 ms: 6000 of them last beyond the 5 s before the
+    # stop, and one that survives the stop ends some 25 s after it (20000
+    # made that 100 s).
+    rc_args = ["ibv_rc_pingpong", "-e", "-c", "-s", "65536", "-n", "6000", "-p", "18700"]
     ctx.sh("vm2", f"({' '.join(rc_args)} >/tmp/stop-server.out 2>&1; echo $? >/tmp/stop-server.rc)"
                   " </dev/null >/dev/null 2>&1 &")
     time.sleep(2)
-    ctx.sh("vm1", f"({' '.join(rc_args)} vm2 >/tmp/stop-client.out 2>&1;"
+    ctx.sh("vm1", f"rm -f /tmp/stop-client.rc; ({' '.join(rc_args)} vm2 >/tmp/stop-client.out 2>&1;"
                   " echo $? >/tmp/stop-client.rc) </dev/null >/dev/null 2>&1 &")
     ctx.sh("vm1", f"(ping -q -i 0.005 -s 16000 -w {STOP_SECONDS + 20} vm2-ib >/tmp/stop-ping.out"
                   " 2>&1) </dev/null >/dev/null 2>&1 &")
@@ -93,6 +96,9 @@ def test_a_stopped_guest_stalls_nobody(ctx):
     peak = dict(before)
     talks = 0
     try:
+        assert not ctx.run("vm1", ["cat", "/tmp/stop-client.rc"], check=False).out.strip(), \
+            "vm1's pingpong ended before the stop:\n" + \
+            ctx.run("vm1", ["cat", "/tmp/stop-client.out"]).out
         deadline = time.monotonic() + STOP_SECONDS
         while time.monotonic() < deadline:
             for vm in worst:
