@@ -126,7 +126,7 @@ def require() -> Fabric:
     return fabric
 
 
-def _cmdline(pid: int):
+def cmdline(pid: int):
     """pid's command line; None when there is no such process."""
     try:
         return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
@@ -138,7 +138,13 @@ def ours(pid: int, run_dir: str) -> bool:
     """True if pid is alive and was started by us for this run directory
     (guards against killing an unrelated process that reused the pid; a
     process of $PIB_CACHE/run2 is not one of $PIB_CACHE/run's)."""
-    return os.path.join(run_dir, "") in (_cmdline(pid) or "")
+    return names_run_dir(cmdline(pid) or "", run_dir)
+
+
+def names_run_dir(command_line: str, run_dir: str) -> bool:
+    """True if `command_line` names a path inside `run_dir`, as every
+    process a fabric starts does (its sockets, logs)."""
+    return os.path.join(run_dir, "") in command_line
 
 
 def _running_child(pid: int) -> bool:

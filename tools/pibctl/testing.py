@@ -91,7 +91,7 @@ class _MesonRun:
     at once; record() waits for it and counts its results."""
 
     def __init__(self, build: Path, label: str, names):
-        self.build, self.label = build, label
+        self.label = label
         self.log = build / "meson-logs" / "testlog.json"
         self.log.unlink(missing_ok=True)
         self.proc = subprocess.Popen(
@@ -221,17 +221,13 @@ def _alarm(signum, frame):
 
 
 def _leftover_processes(run_dir: str):
-    inside = os.path.join(run_dir, "")  # not another run directory that starts alike
     left = []
     for proc in Path("/proc").iterdir():
         if not proc.name.isdigit() or int(proc.name) == os.getpid():
             continue
-        try:
-            cmdline = (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode()
-        except OSError:
-            continue
-        if inside in cmdline:
-            left.append(f"{proc.name}: {cmdline[:120]}")
+        command_line = fabric.cmdline(int(proc.name)) or ""
+        if fabric.names_run_dir(command_line, run_dir):
+            left.append(f"{proc.name}: {command_line[:120]}")
     return left
 
 
