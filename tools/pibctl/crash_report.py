@@ -13,6 +13,9 @@ import subprocess
 from pathlib import Path
 
 GDB_TIMEOUT = 120  # seconds: gdb loads QEMU's symbols, then walks every thread
+# A report's words for a crash whose core the kernel did not write although
+# core_pattern and the limits allow one (some sandboxes write none).
+NO_CORE_WRITTEN = "the kernel wrote none"
 
 
 def allow_core_dumps() -> None:
@@ -25,11 +28,23 @@ def allow_core_dumps() -> None:
         pass
 
 
+def _is_core(path: Path) -> bool:
+    """An ELF file of type ET_CORE, whatever core_pattern named it."""
+    try:
+        with open(path, "rb") as f:
+            header = f.read(18)
+    except OSError:
+        return False
+    return len(header) == 18 and header[:4] == b"\x7fELF" and header[16] == 4
+
+
 def _core_file(directory: Path, pid: int):
-    """The core `pid` left in `directory`: core, core.PID, or a name
-    core_pattern made of it (core.%e.%p and the like)."""
-    cores = sorted(directory.glob("core*"), key=lambda p: (str(pid) not in p.name, p.name))
-    return next((p for p in cores if p.is_file()), None)
+    """The core `pid` left in `directory`: core, core.PID, or any name
+    core_pattern made (%e.%p.core and the like): the ELF core files there,
+    one naming `pid` first."""
+    files = sorted((p for p in directory.iterdir() if p.is_file() and not p.is_symlink()),
+                   key=lambda p: (str(pid) not in p.name, not p.name.startswith("core"), p.name))
+    return next((p for p in files if _is_core(p)), None)
 
 
 def _where_cores_go() -> str:
@@ -37,6 +52,14 @@ def _where_cores_go() -> str:
         return Path("/proc/sys/kernel/core_pattern").read_text().strip()
     except OSError:
         return "(unreadable)"
+
+
+def core_settings() -> str:
+    """What decides whether a crash leaves a core, for a report that has
+    none: core_pattern and this process's core-size limits."""
+    soft, hard = (str(n) if n != resource.RLIM_INFINITY else "unlimited"
+                  for n in resource.getrlimit(resource.RLIMIT_CORE))
+    return f"core_pattern {_where_cores_go()!r}, core-size limits {soft} (soft), {hard} (hard)"
 
 
 def why_no_core_here() -> str:
@@ -61,7 +84,8 @@ def backtrace(directory: Path, pid: int, binary: str, killed: bool) -> str:
     if core is None:
         if not killed:
             return ""
-        return f"(no core file in {directory}: {why_no_core_here() or 'the kernel wrote none'})"
+        why = why_no_core_here() or f"{NO_CORE_WRITTEN} ({core_settings()})"
+        return f"(no core file in {directory}: {why})"
     if shutil.which("gdb") is None:
         return f"(core in {core}; gdb is not installed to read it)"
     # The crashed thread comes last, so that a cut keeps it.

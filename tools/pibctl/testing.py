@@ -33,6 +33,10 @@ TEST_MEMORY_MIB = 4096
 TEST_KERNEL_ARGS = "hugepagesz=1G hugepages=1"
 
 
+# The lines of a failure's reason printed under its FAIL line (its tail).
+DETAIL_LINES = 40
+
+
 class Counts:
     def __init__(self):
         self.passed = 0
@@ -50,9 +54,12 @@ class Counts:
             ui.info(f"PASS  {name}  ({seconds:.1f} s)")
             return
         self.failed += 1
-        why = _first_line(why)
-        self.failures.append(f"{name} ({why})" if why else name)
-        ui.info(f"FAIL  {name}  ({seconds:.1f} s)" + (f": {why}" if why else ""))
+        first = _first_line(why)
+        self.failures.append(f"{name} ({first})" if first else name)
+        ui.info(f"FAIL  {name}  ({seconds:.1f} s)" + (f": {first}" if first else ""))
+        # The rest of the reason (a report's logs), so that CI's log has it.
+        for line in why.strip().splitlines()[1:][-DETAIL_LINES:]:
+            ui.info(f"      {line}")
 
 
 def _first_line(text: str, limit: int = 200) -> str:
