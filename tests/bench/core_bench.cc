@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: GPL-2.0-or-later
 // The native benchmark of the device core's data path (no QEMU, no guest):
-// RDMA WRITE and SEND between two device instances cabled back to back in
+// RDMA WRITE, SEND and READ between two device instances cabled back to back in
 // this process, from 8 B to 1 MiB, beside this machine's memcpy
 // bandwidth measured in the same run. It prints numbers; it asserts
 // nothing about them.
@@ -153,15 +153,18 @@ class Cable {
     std::vector<std::vector<uint8_t>> spare_;
 };
 
-// Gives `node` one piece that came in on `in`, then puts what it sent
-// (its answers too) on `out`. Returns whether anything came in.
+// Gives `node` one piece that came in on `in`, runs the work its core
+// postponed (as QEMU's bottom half would: the rest of a long READ
+// response), then puts what it sent (its answers too) on `out`. Returns
+// whether anything came in or ran.
 bool exchange(Node &node, Cable &in, Cable &out) {
     const std::span<const uint8_t> piece = in.take();
     if (!piece.empty())
         pib_core_port_receive(node.host.core, 1, piece.data(), piece.size());
+    const bool ran = node.host.runScheduled();
     if (!node.host.portOutput[1].empty())
         out.put(node.host.portOutput[1]);
-    return !piece.empty();
+    return !piece.empty() || ran;
 }
 
 // The same stream with b's device on a thread of its own.
@@ -221,9 +224,18 @@ Row streamTwoThreads(Pair &p, uint8_t opcode, uint32_t size, uint64_t local, uin
     return row;
 }
 
+const char *name(uint8_t opcode) {
+    return opcode == PIB_WR_SEND ? "SEND" : opcode == PIB_WR_RDMA_READ ? "RDMA READ" : "RDMA WRITE";
+}
+
+// What picks the operation on the command line.
+const char *word(uint8_t opcode) {
+    return opcode == PIB_WR_SEND ? "send" : opcode == PIB_WR_RDMA_READ ? "read" : "write";
+}
+
 } // namespace
 
-// With arguments ("write 65536" or "send 4096") it runs that row alone,
+// With arguments ("write 65536", "send 4096" or "read 8") it runs that row alone,
 // for a profiler; a third argument, 1 or 2, picks the number of threads.
 int main(int argc, char **argv) {
     const bool one = argc >= 3;
@@ -243,12 +255,13 @@ int main(int argc, char **argv) {
                 "each device on its own thread");
     std::printf("%-11s %10s | %12s %10s %11s | %12s %10s %11s\n", "operation", "bytes",
                 "messages/s", "GB/s", "% memcpy", "messages/s", "GB/s", "% memcpy");
-    for (uint8_t opcode : {uint8_t{PIB_WR_RDMA_WRITE}, uint8_t{PIB_WR_SEND}}) {
+    for (uint8_t opcode :
+         {uint8_t{PIB_WR_RDMA_WRITE}, uint8_t{PIB_WR_SEND}, uint8_t{PIB_WR_RDMA_READ}}) {
         for (uint32_t size : {8u, 64u, 512u, 4096u, 16384u, 65536u, 262144u, kMaxMessage}) {
-            if (one && (std::strcmp(argv[1], opcode == PIB_WR_SEND ? "send" : "write") ||
-                        std::strtoul(argv[2], nullptr, 0) != size))
+            if (one &&
+                (std::strcmp(argv[1], word(opcode)) || std::strtoul(argv[2], nullptr, 0) != size))
                 continue;
-            std::printf("%-11s %10u", opcode == PIB_WR_SEND ? "SEND" : "RDMA WRITE", size);
+            std::printf("%-11s %10u", name(opcode), size);
             for (auto stream : {streamOneThread, streamTwoThreads}) {
                 if (threads && (stream == streamTwoThreads) != (threads == 2)) {
                     std::printf(" | %35s", "");

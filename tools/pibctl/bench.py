@@ -1,7 +1,9 @@
 """./pib bench: how fast the data path is.
 
 1. The native benchmark of the device core (tests/bench/core-bench): two
-   device instances in one process, no QEMU, beside memcpy.
+   device instances in one process, no QEMU, beside memcpy. Then the
+   fabric benchmark (fabric_bench.py): the two devices in two processes
+   through one switch process, then two, with the share of the first.
 2. The perftest set between two guests over pib-hca, and the same set over
    Soft-RoCE (rdma_rxe on the guests' management network) on the same
    guests, with the pib/rxe ratio of each row.
@@ -14,7 +16,7 @@
 
 import subprocess
 
-from pibctl import fabric, hpc, paths, setup, ui
+from pibctl import fabric, fabric_bench, hpc, paths, setup, ui
 
 from pibctl.pairs import GuestShell, perftest_last_row, run_pair
 
@@ -42,10 +44,22 @@ HPC = [
 HPC_ITERATIONS = {"lat": 500, "bw": 50}
 
 
-def native() -> None:
+def native() -> dict:
+    """Prints core-bench's table; returns its in-process figures."""
     ui.step("Native benchmark of the device core (no QEMU)")
     binary = paths.core_build_dir() / "tests" / "bench" / "core-bench"
-    subprocess.run([str(binary)], check=True)
+    table = subprocess.run([str(binary)], check=True, capture_output=True, text=True).stdout
+    print(table, flush=True)
+    return fabric_bench.in_process(table)
+
+
+def fabric(core: dict) -> None:
+    """The devices in two processes through one switch process, then two:
+    the ceiling of the path between guests, with no guest."""
+    for switches in (1, 2):
+        ui.step(f"Fabric benchmark through {switches} switch process{'es' if switches > 1 else ''} "
+                "(no guest)")
+        print(fabric_bench.with_share(fabric_bench.run(switches), core), flush=True)
 
 
 def measure(ctx, prog, size, kind, device, extra, server_vm="vm2", client_vm="vm1"):
@@ -105,10 +119,14 @@ def _rxe_up(ctx) -> str:
     return "1"
 
 
-def run(vms: int = 2, accel: str = "tcg", native_only: bool = False) -> int:
+def run(vms: int = 2, accel: str = "tcg", native_only: bool = False,
+        fabric_only: bool = False) -> int:
     setup.run()
-    native()
+    core = native()
     if native_only:
+        return 0
+    fabric(core)
+    if fabric_only:
         return 0
     ctx = GuestShell()
     fab = fabric.load()

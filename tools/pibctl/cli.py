@@ -158,7 +158,7 @@ def _cmd_test(args) -> int:
 def _cmd_bench(args) -> int:
     from pibctl import bench
 
-    return bench.run(accel=args.accel, native_only=args.native_only)
+    return bench.run(accel=args.accel, native_only=args.native_only, fabric_only=args.fabric)
 
 
 def _cmd_fuzz(args) -> int:
@@ -348,6 +348,9 @@ def build_parser() -> argparse.ArgumentParser:
                                      "and UCX on the ConnectX personality")
     p.add_argument("--native-only", action="store_true",
                    help="only the native benchmark of the device core (no guests)")
+    p.add_argument("--fabric", action="store_true",
+                   help="only the native benchmark and the fabric benchmark: two device "
+                        "processes through one, then two switch processes (no guests)")
     p.add_argument("--accel", choices=["tcg", "kvm"], default="tcg",
                    help="tcg (default) or kvm, for the guests")
     p.set_defaults(func=_cmd_bench)

@@ -14,7 +14,8 @@ import time
 import traceback
 from pathlib import Path
 
-from pibctl import (checkout_checks, core_build, driver_build, fabric, fuzzing, mlx5_layouts, paths,
+from pibctl import (checkout_checks, core_build, driver_build, fabric, fabric_bench, fuzzing,
+                    mlx5_layouts, paths,
                     qemu_build, setup, sources, stale_state_checks, topology, ui)
 from pibctl.log_gate import LogGate
 from pibctl.own_kernel import OwnKernel
@@ -485,6 +486,15 @@ def check_checkouts(counts: Counts) -> None:
            "checkout's builds alone", checkout_checks.other_content_builds_apart)
 
 
+def check_fabric_bench(counts: Counts) -> None:
+    """The fabric benchmark runs, and the bytes of each run arrive."""
+    ui.step("The fabric benchmark (two device processes, switch processes, no guest)")
+    for switches in (1, 2):
+        _check(counts, f"fabric-bench moves RC WRITE, SEND and READ of 8 B to 1 MiB through "
+               f"{switches} switch process{'es' if switches > 1 else ''}, every byte compared",
+               lambda s=switches: fabric_bench.check(s))
+
+
 def check_stale_state(counts: Counts) -> None:
     """A fabric's state left by a killed run does not stop the next run."""
     ui.step("A killed run's fabric state")
@@ -536,6 +546,7 @@ def run(pattern: str = "", unit: bool = True, e2e: bool = True, vms: int = 2,
         run_unit_tests(counts)
         check_checkouts(counts)
         check_stale_state(counts)
+        check_fabric_bench(counts)
         check_other_kernels(counts)
         check_mlx5_layouts(counts)
         check_newest_qemu(counts)

@@ -1,0 +1,77 @@
+"""The fabric benchmark (tests/bench/fabric_bench.cc): two device cores in
+two processes, cabled through real pib-fabric-switch processes, no guest.
+./pib bench --fabric prints it beside the in-process figures of
+core-bench; ./pib test runs it briefly, for the bytes it checks."""
+
+import re
+import subprocess
+
+from pibctl import paths, ui
+
+OPERATIONS = ("RDMA WRITE", "SEND", "RDMA READ")
+SIZES = (8, 64, 512, 4096, 16384, 65536, 262144, 1 << 20)
+# ./pib test's run: every row once, a fixed number of messages each.
+CHECK_MESSAGES = 64
+TIMEOUT = 600  # seconds; the whole table takes about 30 s on 2 cores
+
+_ROW = re.compile(r"^(RDMA WRITE|SEND|RDMA READ)\s+(\d+)\s+(\d+)\s+([\d.]+)\s+\|")
+# core-bench's row: its first figures are both devices on one thread.
+_CORE_ROW = re.compile(r"^(RDMA WRITE|SEND|RDMA READ)\s+(\d+)\s+\|\s+(\d+)\s+([\d.]+)")
+
+
+def _binary():
+    return paths.core_build_dir() / "tests" / "bench" / "fabric-bench"
+
+
+def run(switches: int, extra=()) -> str:
+    """fabric-bench's table through `switches` (1 or 2) switch processes."""
+    cmd = [str(_binary()), "--switch", str(paths.fabric_switch_binary()),
+           "--switches", str(switches), *extra]
+    try:
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=TIMEOUT)
+    except subprocess.TimeoutExpired:
+        raise ui.StepFailed(f"fabric-bench through {switches} switch(es) ran over {TIMEOUT} s")
+    if proc.returncode != 0:
+        raise ui.StepFailed(f"fabric-bench through {switches} switch(es) failed "
+                            f"(exit {proc.returncode}):\n{proc.stderr[-2000:]}{proc.stdout[-2000:]}")
+    return proc.stdout
+
+
+def rows(table: str, pattern=_ROW) -> dict:
+    """{(operation, bytes): messages/s} of a table."""
+    found = {}
+    for line in table.splitlines():
+        m = pattern.match(line)
+        if m:
+            found[(m.group(1), int(m.group(2)))] = float(m.group(3))
+    return found
+
+
+def in_process(core_table: str) -> dict:
+    """{(operation, bytes): messages/s} of core-bench, both devices on one
+    thread."""
+    return rows(core_table, _CORE_ROW)
+
+
+def check(switches: int) -> None:
+    """Every row once with CHECK_MESSAGES messages: fabric-bench compares
+    the bytes at both ends of each run, and fails if they differ."""
+    table = run(switches, ["--runs", "1", "--messages", str(CHECK_MESSAGES)])
+    missing = [f"{op} {size}" for op in OPERATIONS for size in SIZES
+               if (op, size) not in rows(table)]
+    if missing:
+        raise ui.StepFailed(f"fabric-bench printed no row for {', '.join(missing)}:\n{table}")
+
+
+def with_share(table: str, core: dict) -> str:
+    """The table with each row's share of the in-process figure (of
+    messages/s, which is that of GB/s at the same size)."""
+    out = []
+    for line in table.splitlines():
+        m = _ROW.match(line)
+        if line.startswith("operation"):
+            line += "  % in-process"
+        elif m and core.get((m.group(1), int(m.group(2)))):
+            line += f"  {100 * float(m.group(3)) / core[(m.group(1), int(m.group(2)))]:11.1f}%"
+        out.append(line)
+    return "\n".join(out)
