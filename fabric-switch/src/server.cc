@@ -285,6 +285,7 @@ bool Server::runOnce(int maxWaitMs) {
     for (auto &t : sw_.repeatTraps())
         sendPacket(t.port, t.packet);
     waitMs_ = std::min({serviceFaults(), serviceFlowControl(), serviceDials()});
+    flushOutputs();
     return true;
 }
 

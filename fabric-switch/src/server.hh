@@ -121,6 +121,7 @@ class Server {
     int serviceFlowControl();
     void drop(unsigned port, const char *why);
     void sendFrame(unsigned port, uint8_t type, std::span<const uint8_t> payload);
+    void flushOutputs();
     void sendHello(unsigned port);
     void watch(int fd, unsigned port, bool listener, bool writable);
     // Packets through the port's fault injection, both ways.
@@ -160,8 +161,9 @@ class Server {
     int control_ = -1;
     std::vector<std::unique_ptr<ControlClient>> controlClients_;
     uint64_t lastFaultLog_ = 0;
-    unsigned congested_ = 0;       // an output the current input's packet filled
-    std::vector<unsigned> resume_; // inputs whose output drained
+    unsigned congested_ = 0;          // an output the current input's packet filled
+    std::vector<unsigned> resume_;    // inputs whose output drained
+    std::vector<unsigned> unflushed_; // outputs with frames not yet sent
     int epoll_ = -1;
     int wake_ = -1;  // eventfd that stop() signals
     int waitMs_ = 0; // until the next timer is due; 0 at first, to dial at once

@@ -48,10 +48,27 @@ void Server::sendFrame(unsigned port, uint8_t type, std::span<const uint8_t> pay
     if (type == PIB_WIRE_PACKET)
         capture(port, payload, true);
     wire::appendFrame(c->output, type, payload);
-    onWritable(port);
-    c = conns_[port].get(); // a failed send drops the link
-    if (c && c->queued() >= kFullOutput)
+    if (!c->unflushed) {
+        c->unflushed = true;
+        unflushed_.push_back(port);
+    }
+    if (c->queued() >= kFullOutput)
         congested_ = port;
+}
+
+// The frames each output gained in this turn of the event loop, in as few
+// send() calls as the sockets take them: the packets one read brought in
+// leave together. (A failed send drops that link here, not inside the
+// packet handling that queued the frame.)
+void Server::flushOutputs() {
+    while (!unflushed_.empty()) {
+        const unsigned port = unflushed_.back();
+        unflushed_.pop_back();
+        if (Connection *c = conns_[port].get(); c && c->unflushed) {
+            c->unflushed = false;
+            onWritable(port);
+        }
+    }
 }
 
 void Server::onWritable(unsigned port) {
@@ -96,6 +113,9 @@ void Server::rewatch(unsigned port) {
     Connection *c = conns_[port].get();
     epoll_event ev{};
     ev.events = (c->blockedOn ? 0u : EPOLLIN) | (c->queued() ? EPOLLOUT : 0u);
+    if (ev.events == c->watched)
+        return;
+    c->watched = ev.events;
     ev.data.u64 = port;
     epoll_ctl(epoll_, EPOLL_CTL_MOD, c->fd, &ev);
 }

@@ -7,6 +7,7 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <sys/epoll.h>
 #include <sys/socket.h>
 #include <sys/un.h>
 #include <unistd.h>
@@ -148,6 +149,12 @@ struct Server::Connection {
     // none for so long that packets to it are discarded until it drains.
     uint64_t lastDrain = 0;
     bool stalled = false;
+    // What epoll watches on fd now (watch() starts it at EPOLLIN): a
+    // rewatch to the same events makes no system call.
+    uint32_t watched = EPOLLIN;
+    // Frames appended since the last flush: sent once per turn of the
+    // event loop, not one send() per packet.
+    bool unflushed = false;
 
     size_t queued() const { return output.size() - sent; }
 };

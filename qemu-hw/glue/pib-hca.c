@@ -58,6 +58,7 @@ typedef struct PibHcaPort {
     guint tx_watch;        /* waiting for the stream to take more */
     bool tx_full;          /* the core was told the queue is full */
     bool writable_pending; /* tell the core from the bottom half */
+    bool tx_batched;       /* txq gained bytes in a batch not flushed yet */
 } PibHcaPort;
 
 struct PibHcaState {
@@ -70,6 +71,7 @@ struct PibHcaState {
     QEMUTimer *transport_timer; /* the core's retransmission/RNR timer */
     QEMUBH *bh;                 /* continues the core's postponed work */
     bool run_pending;           /* the core asked for pib_core_run() */
+    bool batching; /* in a core call whose packets leave in one write */
 
     /* Properties. */
     char *personality; /* "pib" (NULL) or "mlx5" */
@@ -322,7 +324,11 @@ static int pib_hca_port_send(void *opaque, unsigned number, const void *buf,
         return PIB_PORT_SEND_FULL;
     }
     g_byte_array_append(port->txq, buf, len);
-    pib_hca_port_flush(port);
+    if (s->batching) {
+        port->tx_batched = true;
+    } else {
+        pib_hca_port_flush(port);
+    }
     if (pib_hca_tx_pending(port) >= PIB_HCA_TX_FULL) {
         if (!port->tx_full) {
             trace_pib_hca_port_full(number, pib_hca_tx_pending(port));
@@ -331,6 +337,38 @@ static int pib_hca_port_send(void *opaque, unsigned number, const void *buf,
         return PIB_PORT_SEND_FULL;
     }
     return PIB_PORT_SEND_OK;
+}
+
+/*
+ * A doorbell, a received chunk, a timer or the bottom half may make the
+ * core send many packets: they are queued during the call and leave in
+ * as few writes as the stream takes after it, not one write each.
+ */
+static void pib_hca_batch_begin(PibHcaState *s)
+{
+    s->batching = true;
+}
+
+static void pib_hca_batch_end(PibHcaState *s)
+{
+    unsigned i;
+
+    s->batching = false;
+    for (i = 0; i < PIB_MAX_PORTS; i++) {
+        PibHcaPort *port = &s->port[i];
+
+        if (!port->tx_batched) {
+            continue;
+        }
+        port->tx_batched = false;
+        pib_hca_port_flush(port);
+        /* Said full during the call, and the stream took it all since. */
+        if (port->tx_full && pib_hca_tx_pending(port) <= PIB_HCA_TX_RESUME) {
+            port->tx_full = false;
+            port->writable_pending = true;
+            qemu_bh_schedule(s->bh);
+        }
+    }
 }
 
 static void pib_hca_port_disconnect(void *opaque, unsigned port)
@@ -360,7 +398,9 @@ static void pib_hca_transport_timer(void *opaque)
 {
     PibHcaState *s = opaque;
 
+    pib_hca_batch_begin(s);
     pib_core_timer_expired(s->core);
+    pib_hca_batch_end(s);
 }
 
 static void pib_hca_schedule(void *opaque)
@@ -377,6 +417,7 @@ static void pib_hca_bh(void *opaque)
     PibHcaState *s = opaque;
     unsigned i;
 
+    pib_hca_batch_begin(s);
     for (i = 0; i < PIB_MAX_PORTS; i++) {
         if (s->port[i].writable_pending) {
             s->port[i].writable_pending = false;
@@ -388,6 +429,7 @@ static void pib_hca_bh(void *opaque)
         trace_pib_hca_run();
         pib_core_run(s->core);
     }
+    pib_hca_batch_end(s);
 }
 
 static const struct pib_host_ops pib_hca_host_ops = {
@@ -416,7 +458,9 @@ static void pib_hca_port_receive(void *opaque, const uint8_t *buf, int size)
 {
     PibHcaPort *port = opaque;
 
+    pib_hca_batch_begin(port->hca);
     pib_core_port_receive(port->hca->core, port->number, buf, size);
+    pib_hca_batch_end(port->hca);
 }
 
 static void pib_hca_port_event(void *opaque, QEMUChrEvent event)
@@ -446,7 +490,9 @@ static void pib_hca_regs_write(void *opaque, hwaddr addr, uint64_t val,
     PibHcaState *s = opaque;
 
     trace_pib_hca_regs_write(addr, size, val);
+    pib_hca_batch_begin(s);
     pib_core_bar_write(s->core, PIB_BAR_REGS, addr, val, size);
+    pib_hca_batch_end(s);
 }
 
 static uint64_t pib_hca_doorbell_read(void *opaque, hwaddr addr, unsigned size)
@@ -464,7 +510,9 @@ static void pib_hca_doorbell_write(void *opaque, hwaddr addr, uint64_t val,
     PibHcaState *s = opaque;
 
     trace_pib_hca_doorbell_write(addr, size, val);
+    pib_hca_batch_begin(s);
     pib_core_bar_write(s->core, PIB_BAR_DOORBELL, addr, val, size);
+    pib_hca_batch_end(s);
 }
 
 /*
