@@ -220,6 +220,7 @@ void Server::sendHello(unsigned port) {
     hello.port_guid = sw_.config().guid;
     hello.node_type = PIB_WIRE_NODE_SWITCH;
     hello.port = static_cast<uint8_t>(port);
+    hello.flags = takesRings(port) ? PIB_WIRE_HELLO_TAKES_RINGS : 0;
     sendFrame(port, PIB_WIRE_HELLO,
               std::span(reinterpret_cast<const uint8_t *>(&hello), sizeof(hello)));
 }
@@ -251,6 +252,7 @@ void Server::drop(unsigned port, const char *why) {
     log("port %u: link down (%s)", port, why);
     epoll_ctl(epoll_, EPOLL_CTL_DEL, c->fd, nullptr);
     close(c->fd);
+    closeRings(c);
     const bool linkWasUp = c->helloReceived;
     conns_[port].reset();
     if (dials(port))
@@ -278,6 +280,7 @@ bool Server::runOnce(int maxWaitMs) {
         dispatch(events[i].data.u64, events[i].events);
     }
     resumeInputs();
+    serviceBusyRings();
     // Cables the SM took down, closed here rather than inside the
     // packet handling that carried the SM's Set.
     for (const unsigned port : sw_.takeLinkResets())
@@ -285,6 +288,8 @@ bool Server::runOnce(int maxWaitMs) {
     for (auto &t : sw_.repeatTraps())
         sendPacket(t.port, t.packet);
     waitMs_ = std::min({serviceFaults(), serviceFlowControl(), serviceDials()});
+    if (!ringsBusy_.empty())
+        waitMs_ = 0;
     flushOutputs();
     return true;
 }
@@ -298,6 +303,8 @@ void Server::dispatch(uint64_t tag, uint32_t events) {
         onControl(static_cast<int>(low), events);
     else if (tag == kResolvedTag)
         onResolved();
+    else if (tag & kRingTag)
+        onRingDoorbell(low);
     else if (tag & kDialTag)
         onDialReady(low);
     else if (tag & kListenerTag)

@@ -122,6 +122,18 @@ class Server {
     void drop(unsigned port, const char *why);
     void sendFrame(unsigned port, uint8_t type, std::span<const uint8_t> payload);
     void flushOutputs();
+    // Ring cables (server_rings.cc).
+    struct RingLink;
+    bool takesRings(unsigned port) const;
+    void keepPassedFds(unsigned port, std::vector<int> &fds);
+    std::unique_ptr<RingLink> adoptRings(std::span<const uint8_t> payload, std::vector<int> &fds,
+                                         std::string *why);
+    void ringOffer(unsigned port, std::span<const uint8_t> payload);
+    void closeRings(Connection *c);
+    void onRingDoorbell(unsigned port);
+    void processRing(unsigned port);
+    void serviceBusyRings();
+    size_t flushRing(unsigned port);
     void sendHello(unsigned port);
     void watch(int fd, unsigned port, bool listener, bool writable);
     // Packets through the port's fault injection, both ways.
@@ -164,6 +176,7 @@ class Server {
     unsigned congested_ = 0;          // an output the current input's packet filled
     std::vector<unsigned> resume_;    // inputs whose output drained
     std::vector<unsigned> unflushed_; // outputs with frames not yet sent
+    std::vector<unsigned> ringsBusy_; // rings with frames left for the next turn
     int epoll_ = -1;
     int wake_ = -1;  // eventfd that stop() signals
     int waitMs_ = 0; // until the next timer is due; 0 at first, to dial at once

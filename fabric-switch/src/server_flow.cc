@@ -47,7 +47,9 @@ void Server::sendFrame(unsigned port, uint8_t type, std::span<const uint8_t> pay
         c->lastDrain = now(); // an idle output is not a stuck one
     if (type == PIB_WIRE_PACKET)
         capture(port, payload, true);
-    wire::appendFrame(c->output, type, payload);
+    // On a ring cable packets take the ring; HELLOs and RINGS the stream.
+    wire::appendFrame(c->rings && type == PIB_WIRE_PACKET ? c->ringOutput : c->output, type,
+                      payload);
     if (!c->unflushed) {
         c->unflushed = true;
         unflushed_.push_back(port);
@@ -86,6 +88,10 @@ void Server::onWritable(unsigned port) {
         c->sent += static_cast<size_t>(n);
         moved += static_cast<size_t>(n);
     }
+    if (c && c->rings) {
+        moved += flushRing(port);
+        c = conns_[port].get(); // a broken ring drops the link
+    }
     if (!c)
         return;
     if (moved)
@@ -112,7 +118,7 @@ void Server::onWritable(unsigned port) {
 void Server::rewatch(unsigned port) {
     Connection *c = conns_[port].get();
     epoll_event ev{};
-    ev.events = (c->blockedOn ? 0u : EPOLLIN) | (c->queued() ? EPOLLOUT : 0u);
+    ev.events = (c->blockedOn ? 0u : EPOLLIN) | (c->queuedInStream() ? EPOLLOUT : 0u);
     if (ev.events == c->watched)
         return;
     c->watched = ev.events;
@@ -131,7 +137,10 @@ void Server::onReadable(unsigned port, uint32_t events) {
         return;
     }
     uint8_t buf[65536];
-    const ssize_t n = ::recv(c->fd, buf, sizeof(buf), 0);
+    std::vector<int> fds; // a ring offer's descriptors (server_rings.cc)
+    const ssize_t n = wire::receiveWithFds(c->fd, buf, &fds);
+    if (!fds.empty())
+        keepPassedFds(port, fds);
     if (n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK)) {
         drop(port, n == 0 ? "peer closed" : strerror(errno));
         return;
@@ -193,6 +202,12 @@ void Server::processInput(unsigned port) {
                 return;
             continue;
         }
+        if (frame->type == PIB_WIRE_RINGS) {
+            ringOffer(port, frame->payload);
+            if (conns_[port].get() != c)
+                return;
+            continue;
+        }
         if (!c->helloReceived) // packets before HELLO: the link is not up
             continue;
         congested_ = 0;
@@ -233,6 +248,8 @@ void Server::resumeInputs() {
         c->blockedOn = 0;
         rewatch(port);
         processInput(port); // what it had read already
+        if (conns_[port].get() == c && c->rings && !c->blockedOn)
+            processRing(port);
     }
 }
 

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "frame.hh"
+#include "ring_cable.hh"
 #include "server.hh"
 
 namespace pib::fabric {
@@ -59,6 +60,7 @@ constexpr uint64_t kControlTag = 1ull << 34;       // the control socket's liste
 constexpr uint64_t kControlClientTag = 1ull << 35; // | the client's fd
 constexpr uint64_t kDialTag = 1ull << 36;          // | the port: its socket connecting
 constexpr uint64_t kResolvedTag = 1ull << 37;      // Resolutions::wake
+constexpr uint64_t kRingTag = 1ull << 38;          // | the port: its ring cable's doorbell
 
 // The delay before each attempt of an outgoing link to connect again: it
 // doubles from `first` up to `max`, and starts from `first` again after
@@ -135,6 +137,21 @@ struct Server::Resolutions {
     }
 };
 
+// A ring cable (server_rings.cc), once the switch accepted the peer's offer.
+struct Server::RingLink {
+    explicit RingLink(std::unique_ptr<wire::RingMemory> m)
+        : memory(std::move(m)), in(memory->ctrl(0), memory->data(0), memory->ringSize()),
+          out(memory->ctrl(1), memory->data(1), memory->ringSize()) {}
+    ~RingLink();
+    RingLink(const RingLink &) = delete;
+    RingLink &operator=(const RingLink &) = delete;
+    std::unique_ptr<wire::RingMemory> memory;
+    wire::RingReader in;  // ring 0: what the peer, which offered, sends
+    wire::RingWriter out; // ring 1: what the switch sends it
+    int bellIn = -1;      // the peer rings it: frames to read, or room to write
+    int bellOut = -1;     // the switch rings the peer's
+};
+
 struct Server::Connection {
     int fd = -1;
     wire::FrameReader reader;
@@ -155,8 +172,16 @@ struct Server::Connection {
     // Frames appended since the last flush: sent once per turn of the
     // event loop, not one send() per packet.
     bool unflushed = false;
+    // Descriptors that came with the stream, for a RINGS offer.
+    std::vector<int> passedFds;
+    // A ring cable: packets go in ringOutput until the ring has room.
+    std::unique_ptr<RingLink> rings;
+    std::vector<uint8_t> ringOutput;
+    size_t ringSent = 0;
 
-    size_t queued() const { return output.size() - sent; }
+    size_t queuedInStream() const { return output.size() - sent; }
+    size_t queuedInRing() const { return ringOutput.size() - ringSent; }
+    size_t queued() const { return queuedInStream() + queuedInRing(); }
 };
 
 // A client of the control socket: it sends one line and reads the answer.

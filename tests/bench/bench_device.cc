@@ -14,11 +14,14 @@ namespace {
 // glue does, and starts no new work on it until the socket took it.
 constexpr size_t kPortQueueBytes = 1 << 20;
 constexpr int kTrainMs = 5000; // the switch answers HELLO at once
+// Frames taken from the ring per turn, about a socket read's worth.
+constexpr unsigned kRingFramesPerPump = 16;
 
 } // namespace
 
-BenchDevice::BenchDevice(uint16_t lid, const std::string &switchPort)
-    : node_(PIB_QPT_RC, lid, kRamSize), cable_(switchPort) {
+BenchDevice::BenchDevice(uint16_t lid, const std::string &switchPort, bool rings)
+    : node_(PIB_QPT_RC, lid, kRamSize), cable_(switchPort),
+      rings_(rings ? std::make_unique<RingPort>() : nullptr) {
     FakeHost &host = node_.host;
     host.portQueueLimit = kPortQueueBytes;
     // The fixture trained the link with a HELLO of its own: unplug that
@@ -27,9 +30,11 @@ BenchDevice::BenchDevice(uint16_t lid, const std::string &switchPort)
     host.portOutput[1].clear();
     pib_core_port_connected(host.core, 1, 1);
     const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(kTrainMs);
-    while (portState() != iba::kPortStateInit) {
+    while (portState() != iba::kPortStateInit || (rings_ && !rings_->up())) {
         if (std::chrono::steady_clock::now() > deadline)
-            throw std::runtime_error("the link to the switch did not train");
+            throw std::runtime_error(rings_ && !rings_->up()
+                                         ? "the switch took no ring cable"
+                                         : "the link to the switch did not train");
         pump(10);
     }
     for (uint8_t state : {iba::kPortStateArmed, iba::kPortStateActive})
@@ -57,17 +62,54 @@ void BenchDevice::advanceClock() {
 
 void BenchDevice::pump(int waitMs) {
     FakeHost &host = node_.host;
-    std::vector<uint8_t> &output = host.portOutput[1];
-    if (!host.scheduled && output.size() == sent_ && waitMs > 0)
-        waitFor(cable_.fd(), false, waitMs);
+    const bool busy = host.scheduled || host.portOutput[1].size() != sent_;
+    if (!busy && waitMs > 0 && (!ringsUp() || rings_->idle()))
+        waitFor(cable_.fd(), false, waitMs, ringsUp() ? rings_->bell() : -1);
     advanceClock();
-    for (std::span<const uint8_t> in = cable_.read(); !in.empty(); in = cable_.read())
-        pib_core_port_receive(host.core, 1, in.data(), in.size());
+    receive();
     host.runScheduled();
-    cable_.write(output, &sent_);
+    transmit();
+}
+
+// What came on the stream, then (a ring cable) what came in the ring.
+void BenchDevice::receive() {
+    pib_core *core = node_.host.core;
+    for (std::span<const uint8_t> in = cable_.read(); !in.empty(); in = cable_.read()) {
+        pib_core_port_receive(core, 1, in.data(), in.size());
+        if (rings_)
+            rings_->watchStream(in);
+    }
+    if (ringsUp())
+        rings_->receive(
+            [&](std::span<const uint8_t> frame) {
+                pib_core_port_receive(core, 1, frame.data(), frame.size());
+            },
+            kRingFramesPerPump);
+}
+
+void BenchDevice::transmit() {
+    FakeHost &host = node_.host;
+    std::vector<uint8_t> &output = host.portOutput[1];
+    if (ringsUp())
+        rings_->send(output, &sent_, [&](std::span<const uint8_t> f) { writeStream(f); });
+    else
+        cable_.write(output, &sent_);
     if (sent_ == output.size()) {
         sent_ = 0;
         host.portDrained(1); // clears it, and says so if the core was told it is full
+        if (rings_ && rings_->offerDue())
+            rings_->offer(cable_.fd()); // after all the stream had to say
+    }
+}
+
+// A HELLO on a ring cable: the stream, at once (it is rare and small).
+void BenchDevice::writeStream(std::span<const uint8_t> frame) {
+    const std::vector<uint8_t> bytes(frame.begin(), frame.end());
+    size_t offset = 0;
+    while (offset < bytes.size()) {
+        cable_.write(bytes, &offset);
+        if (offset < bytes.size())
+            waitFor(cable_.fd(), true, 10);
     }
 }
 

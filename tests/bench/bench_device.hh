@@ -7,9 +7,11 @@
 
 #include <chrono>
 #include <cstdint>
+#include <memory>
 #include <string>
 
 #include "connected_fixture.hh"
+#include "ring_port.hh"
 #include "socket_cable.hh"
 
 namespace pib::bench {
@@ -18,9 +20,10 @@ class BenchDevice {
   public:
     static constexpr uint64_t kRamSize = 32 << 20;
 
-    // An RC QP on a device whose port 1 is cabled to `switchPort`; returns
-    // once the link trained and the port is ACTIVE with `lid`.
-    BenchDevice(uint16_t lid, const std::string &switchPort);
+    // An RC QP on a device whose port 1 is cabled to `switchPort`, by a
+    // ring cable if `rings` (else the stream); returns once the link
+    // trained, the rings are up, and the port is ACTIVE with `lid`.
+    BenchDevice(uint16_t lid, const std::string &switchPort, bool rings);
 
     testing::Node &node() { return node_; }
     // Moves what there is to move; waits up to `waitMs` first when the
@@ -30,11 +33,16 @@ class BenchDevice {
   private:
     testing::Node node_;
     SocketCable cable_;
-    size_t sent_ = 0; // of the port's output, what the socket took
+    std::unique_ptr<RingPort> rings_;
+    size_t sent_ = 0; // of the port's output, what the socket or the ring took
     std::chrono::steady_clock::time_point clock_ = std::chrono::steady_clock::now();
 
     uint8_t portState();
     void advanceClock();
+    bool ringsUp() const { return rings_ && rings_->up(); }
+    void receive();
+    void transmit();
+    void writeStream(std::span<const uint8_t> frame);
 };
 
 } // namespace pib::bench

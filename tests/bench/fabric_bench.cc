@@ -52,6 +52,7 @@ struct Options {
     int runs = 3;          // each figure the median of this many runs
     double seconds = 0.3;  // each run streams this long...
     uint64_t messages = 0; // ...or exactly this many messages (a profiler's fixed count)
+    bool rings = false;    // ring cables (docs/wire.md) rather than streams
     std::string onlyOp;    // "write", "send" or "read": that operation only
     uint32_t onlySize = 0; // that size only
 };
@@ -111,8 +112,8 @@ uint64_t digest(const uint8_t *p, uint32_t len) { // FNV-1a
 
 class DeviceProcess {
   public:
-    DeviceProcess(int control, uint16_t lid, const std::string &port)
-        : control_(control), device_(lid, port), buffer_(node().host.alloc(kMaxMessage)) {}
+    DeviceProcess(int control, uint16_t lid, const std::string &port, bool rings)
+        : control_(control), device_(lid, port, rings), buffer_(node().host.alloc(kMaxMessage)) {}
 
     void serve() {
         put(control_, {.kind = Msg::kReady,
@@ -272,7 +273,8 @@ pid_t spawn(const std::vector<std::string> &args, const std::string &log) {
     return pid;
 }
 
-Child forkDevice(uint16_t lid, const std::string &port, const std::vector<Child> &others) {
+Child forkDevice(uint16_t lid, const std::string &port, bool rings,
+                 const std::vector<Child> &others) {
     int pair[2];
     if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, pair) != 0)
         throw std::runtime_error("socketpair");
@@ -282,7 +284,7 @@ Child forkDevice(uint16_t lid, const std::string &port, const std::vector<Child>
         for (const Child &c : others)
             close(c.control);
         try {
-            DeviceProcess(pair[1], lid, port).serve();
+            DeviceProcess(pair[1], lid, port, rings).serve();
             _exit(0);
         } catch (const std::exception &e) {
             std::fprintf(stderr, "fabric-bench: device of LID %u: %s\n", lid, e.what());
@@ -328,8 +330,8 @@ class Coordinator {
     void run() {
         startSwitches();
         const std::string s1 = dir_ + "/s1/port", s2 = dir_ + "/s2/port";
-        a_ = forkDevice(kLidA, s1 + "1.sock", {});
-        b_ = forkDevice(kLidB, (o_.switches == 2 ? s2 + "1.sock" : s1 + "2.sock"), {a_});
+        a_ = forkDevice(kLidA, s1 + "1.sock", o_.rings, {});
+        b_ = forkDevice(kLidB, (o_.switches == 2 ? s2 + "1.sock" : s1 + "2.sock"), o_.rings, {a_});
         const Msg readyA = get(a_.control), readyB = get(b_.control);
         programSwitches();
         Msg connectA = readyB, connectB = readyA;
@@ -393,8 +395,9 @@ class Coordinator {
 
     void printHeader() const {
         std::printf("pib-hca fabric: two device processes through %d pib-fabric-switch "
-                    "process%s, RC, MTU 4096, %u in flight\n",
-                    o_.switches, o_.switches == 2 ? "es" : "", kDepth);
+                    "process%s, %s cables, RC, MTU 4096, %u in flight\n",
+                    o_.switches, o_.switches == 2 ? "es" : "", o_.rings ? "ring" : "stream",
+                    kDepth);
         if (o_.messages)
             std::printf("(%d runs of %llu messages per row, the median run)\n", o_.runs,
                         static_cast<unsigned long long>(o_.messages));
@@ -486,7 +489,12 @@ Options parse(int argc, char **argv) {
             o.runs = std::stoi(value());
         else if (a == "--seconds")
             o.seconds = std::stod(value());
-        else if (a == "--messages")
+        else if (a == "--cable") {
+            const std::string kind = value();
+            if (kind != "ring" && kind != "stream")
+                throw std::runtime_error("--cable is ring or stream");
+            o.rings = kind == "ring";
+        } else if (a == "--messages")
             o.messages = std::stoull(value());
         else if (a == "--only") {
             o.onlyOp = value();
@@ -496,7 +504,8 @@ Options parse(int argc, char **argv) {
     }
     if (o.switchBinary.empty() || o.switches < 1 || o.switches > 2 || o.runs < 1)
         throw std::runtime_error("usage: fabric-bench --switch PIB-FABRIC-SWITCH [--switches 1|2] "
-                                 "[--runs N] [--seconds S | --messages N] [--only OP SIZE]");
+                                 "[--cable ring|stream] [--runs N] [--seconds S | --messages N] "
+                                 "[--only OP SIZE]");
     return o;
 }
 

@@ -72,9 +72,10 @@ std::span<const uint8_t> SocketCable::read() {
     throw std::runtime_error("the switch closed the cable");
 }
 
-void waitFor(int fd, bool output, int ms) {
-    pollfd p{fd, static_cast<short>(POLLIN | (output ? POLLOUT : 0)), 0};
-    poll(&p, 1, ms);
+void waitFor(int fd, bool output, int ms, int other) {
+    pollfd p[2] = {{fd, static_cast<short>(POLLIN | (output ? POLLOUT : 0)), 0},
+                   {other, POLLIN, 0}};
+    poll(p, other >= 0 ? 2 : 1, ms);
 }
 
 } // namespace pib::bench

@@ -33,7 +33,8 @@ class SocketCable {
     std::vector<uint8_t> buffer_;
 };
 
-// Waits up to `ms` for `fd` to be readable (and, if `output`, writable).
-void waitFor(int fd, bool output, int ms);
+// Waits up to `ms` for `fd` to be readable (and, if `output`, writable),
+// or `other` (if not -1) to be readable.
+void waitFor(int fd, bool output, int ms, int other = -1);
 
 } // namespace pib::bench

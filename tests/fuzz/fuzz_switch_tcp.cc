@@ -7,8 +7,11 @@
 // backlog) or listen; takes the switch's connections or cables port 3;
 // sends raw bytes, frames cut in two, HELLOs and SMPs; hangs up; advances
 // the clock past retries and time limits; flaps links and asks the
-// control socket. No byte leaves the machine: every peer is the harness's
-// own, on loopback or a UNIX path.
+// control socket. On port 3 it offers ring cables (docs/wire.md), good and
+// bad ones, then writes frames or anything at all into the shared memory,
+// sets the indices to anything and rings the switch's doorbell. No byte
+// leaves the machine: every peer is the harness's own, on loopback or a
+// UNIX path.
 //
 // Invariants: a turn of the loop never waits (nothing blocks on a peer);
 // a dialled peer that listens is connected once the longest back-off and
@@ -18,12 +21,18 @@
 
 #include <arpa/inet.h>
 #include <chrono>
+#include <cstddef>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <dirent.h>
+#include <fcntl.h>
 #include <filesystem>
+#include <memory>
 #include <netinet/in.h>
 #include <string>
+#include <sys/eventfd.h>
+#include <sys/mman.h>
 #include <sys/socket.h>
 #include <sys/un.h>
 #include <unistd.h>
@@ -33,6 +42,7 @@
 #include "frame.hh"
 #include "mad.hh"
 #include "packet.hh"
+#include "ring_cable.hh"
 #include "server.hh"
 #include "server_internal.hh"
 #include "smp_packets.hh"
@@ -249,7 +259,7 @@ class Harness {
     }
 
     void step() {
-        switch (in_.ConsumeIntegralInRange(0, 10)) {
+        switch (in_.ConsumeIntegralInRange(0, 11)) {
         case 0: {
             DialledPeer &peer = dialledPeer();
             peer.setMode(static_cast<PeerMode>(in_.ConsumeIntegralInRange(0, 2)));
@@ -276,6 +286,9 @@ class Harness {
             break;
         case 8:
             checkDialledPeersAreReached();
+            break;
+        case 9:
+            rings();
             break;
         default:
             turn();
@@ -422,6 +435,117 @@ class Harness {
                 check(false, "a dialled peer that listens was not reached");
             }
         }
+    }
+
+    // The peer's end of a ring cable on port 3.
+    struct PeerRings {
+        std::unique_ptr<wire::RingMemory> memory;
+        Fd bellToSwitch, bellFromSwitch;
+        std::unique_ptr<wire::RingWriter> writer; // ring 0
+        std::unique_ptr<wire::RingReader> reader; // ring 1
+    };
+    std::unique_ptr<PeerRings> rings_;
+
+    void rings() {
+        switch (in_.ConsumeIntegralInRange(0, 4)) {
+        case 0:
+            return offerRings();
+        case 1: // frames as a peer writes them
+            return writeFrames();
+        case 2: // anything, anywhere in the shared memory
+            return scribble();
+        case 3: // the switch's frames, taken as a peer takes them
+            return takeFrames();
+        default:
+            if (rings_)
+                ring(rings_->bellToSwitch.get());
+        }
+    }
+
+    static void ring(int fd) {
+        const uint64_t one = 1;
+        [[maybe_unused]] const ssize_t n = ::write(fd, &one, sizeof(one));
+    }
+
+    // An offer on port 3's cable: right, or wrong in one of the ways a
+    // peer can get it wrong.
+    void offerRings() {
+        const Fd &cable = cables_[kCabledPort];
+        if (!cable)
+            return;
+        std::string why;
+        auto peer = std::make_unique<PeerRings>();
+        peer->memory = wire::RingMemory::create(PIB_WIRE_RING_MIN_SIZE, &why);
+        peer->bellToSwitch = Fd(eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));
+        peer->bellFromSwitch = Fd(eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));
+        check(peer->memory != nullptr, "a ring cable's memory");
+        peer->writer = std::make_unique<wire::RingWriter>(
+            peer->memory->ctrl(0), peer->memory->data(0), PIB_WIRE_RING_MIN_SIZE);
+        peer->reader = std::make_unique<wire::RingReader>(
+            peer->memory->ctrl(1), peer->memory->data(1), PIB_WIRE_RING_MIN_SIZE);
+        pib_wire_rings offer{PIB_WIRE_RING_MIN_SIZE, 0};
+        std::vector<int> fds = {peer->memory->fd(), peer->bellToSwitch.get(),
+                                peer->bellFromSwitch.get()};
+        Fd other; // a descriptor that is not what the offer says
+        switch (in_.ConsumeIntegralInRange(0, 6)) {
+        case 0:
+            offer.ring_size = in_.ConsumeIntegral<uint32_t>();
+            break;
+        case 1:
+            offer.flags = in_.ConsumeIntegral<uint32_t>();
+            break;
+        case 2:
+            fds.pop_back();
+            break;
+        case 3: // a memfd that is not sealed, in place of the rings
+            other = Fd(memfd_create("unsealed", MFD_CLOEXEC));
+            check(ftruncate(other.get(), 1 << 20) == 0, "ftruncate");
+            fds[0] = other.get();
+            break;
+        case 4: // a file in place of a doorbell
+            other = Fd(memfd_create("not-a-doorbell", MFD_CLOEXEC));
+            fds[in_.ConsumeIntegralInRange(1, 2)] = other.get();
+            break;
+        default:
+            break;
+        }
+        const auto frame = wire::encode(
+            PIB_WIRE_RINGS, std::span(reinterpret_cast<const uint8_t *>(&offer), sizeof(offer)));
+        wire::sendWithFds(cable.get(), frame, fds);
+        rings_ = std::move(peer);
+    }
+
+    void writeFrames() {
+        if (!rings_)
+            return;
+        for (int i = in_.ConsumeIntegralInRange(1, 20); i > 0; --i)
+            rings_->writer->put(
+                wire::encode(PIB_WIRE_PACKET, nodeInfoQuery(in_.ConsumeIntegral<uint64_t>())));
+        if (rings_->writer->publish() || in_.ConsumeBool())
+            ring(rings_->bellToSwitch.get());
+    }
+
+    void scribble() {
+        if (!rings_)
+            return;
+        const size_t bytes = PIB_WIRE_RING_DATA + 2 * size_t{PIB_WIRE_RING_MIN_SIZE};
+        auto *base = reinterpret_cast<uint8_t *>(rings_->memory->ctrl(0)) -
+                     offsetof(pib_wire_ring_layout, ring);
+        const std::vector<uint8_t> junk =
+            in_.ConsumeBytes<uint8_t>(in_.ConsumeIntegralInRange(1, 64));
+        const size_t at = in_.ConsumeIntegralInRange<size_t>(0, bytes - junk.size());
+        std::memcpy(base + at, junk.data(), junk.size());
+        ring(rings_->bellToSwitch.get());
+    }
+
+    void takeFrames() {
+        if (!rings_)
+            return;
+        wire::RingReader::Error error;
+        for (int i = 0; i < 64 && rings_->reader->next(&error); ++i) {
+        }
+        if (rings_->reader->release() || in_.ConsumeBool())
+            ring(rings_->bellToSwitch.get());
     }
 
     FuzzedDataProvider &in_;

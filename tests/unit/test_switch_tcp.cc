@@ -10,11 +10,15 @@
 #include <arpa/inet.h>
 #include <chrono>
 #include <cstdlib>
+#include <cstring>
+#include <fcntl.h>
 #include <filesystem>
 #include <netinet/in.h>
 #include <optional>
 #include <poll.h>
 #include <string>
+#include <sys/eventfd.h>
+#include <sys/mman.h>
 #include <sys/socket.h>
 #include <sys/un.h>
 #include <thread>
@@ -23,8 +27,12 @@
 #include <vector>
 
 #include "frame.hh"
+#include "mad.hh"
+#include "packet.hh"
+#include "ring_cable.hh"
 #include "server.hh"
 #include "server_internal.hh"
+#include "smp_packets.hh"
 #include "switch.hh"
 
 using namespace pib;
@@ -395,4 +403,192 @@ TEST_CASE("the retry delay doubles up to its limit and starts over once a link c
     CHECK(delays == std::vector<uint64_t>{1, 2, 4, 8, 16, 30, 30});
     backoff.reset();
     CHECK(backoff.next() == 1'000'000'000);
+}
+
+// ---- ring cables (server_rings.cc, docs/wire.md) -------------------------
+
+namespace {
+
+constexpr uint32_t kRingSize = PIB_WIRE_RING_MIN_SIZE;
+
+Fd cableTo(const std::string &path) {
+    Fd fd(socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
+    const sockaddr_un addr = unixAddress(path);
+    REQUIRE(connect(fd.get(), reinterpret_cast<const sockaddr *>(&addr), sizeof(addr)) == 0);
+    return fd;
+}
+
+// The first frame of `type` that `fd` receives within `limit`.
+std::optional<wire::Frame> frameOfType(const Fd &fd, uint8_t type, milliseconds limit) {
+    wire::FrameReader reader;
+    const auto deadline = steady_clock::now() + limit;
+    while (true) {
+        wire::FrameReader::Error error;
+        while (auto frame = reader.next(&error))
+            if (frame->type == type)
+                return frame;
+        const auto left = std::chrono::duration_cast<milliseconds>(deadline - steady_clock::now());
+        if (left < 0ms || !readable(fd.get(), left))
+            return std::nullopt;
+        uint8_t buf[4096];
+        const ssize_t n = recv(fd.get(), buf, sizeof(buf), 0);
+        if (n <= 0)
+            return std::nullopt;
+        reader.feed(std::span(buf, static_cast<size_t>(n)));
+    }
+}
+
+void sendFrame(const Fd &fd, uint8_t type, std::span<const uint8_t> payload) {
+    const auto frame = wire::encode(type, payload);
+    REQUIRE(send(fd.get(), frame.data(), frame.size(), MSG_NOSIGNAL) ==
+            static_cast<ssize_t>(frame.size()));
+}
+
+// A device's end of a ring cable: the memory and both doorbells.
+struct OfferedRings {
+    std::unique_ptr<wire::RingMemory> memory;
+    Fd toSwitch{eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK)};
+    Fd fromSwitch{eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK)};
+    OfferedRings() {
+        std::string why;
+        memory = wire::RingMemory::create(kRingSize, &why);
+        REQUIRE(memory);
+    }
+};
+
+// Connects to `path` as a device does: the switch's HELLO, then ours.
+Fd deviceCable(const std::string &path) {
+    Fd cable = cableTo(path);
+    const auto hello = frameOfType(cable, PIB_WIRE_HELLO, 2000ms);
+    REQUIRE(hello);
+    pib_wire_hello theirs{};
+    std::memcpy(&theirs, hello->payload.data(), sizeof(theirs));
+    CHECK(theirs.flags & PIB_WIRE_HELLO_TAKES_RINGS);
+    pib_wire_hello ours{};
+    ours.node_guid = ours.port_guid = 0x0250494200000100ull;
+    ours.node_type = PIB_WIRE_NODE_CA;
+    ours.port = 1;
+    sendFrame(cable, PIB_WIRE_HELLO,
+              std::span(reinterpret_cast<const uint8_t *>(&ours), sizeof(ours)));
+    return cable;
+}
+
+// Offers rings with `fds`; the answer's flags.
+uint32_t offer(const Fd &cable, const std::vector<int> &fds, uint32_t ringSize = kRingSize) {
+    const pib_wire_rings rings{ringSize, 0};
+    const auto frame = wire::encode(
+        PIB_WIRE_RINGS, std::span(reinterpret_cast<const uint8_t *>(&rings), sizeof(rings)));
+    REQUIRE(wire::sendWithFds(cable.get(), frame, fds));
+    const auto answer = frameOfType(cable, PIB_WIRE_RINGS, 2000ms);
+    REQUIRE(answer);
+    REQUIRE(answer->payload.size() == sizeof(pib_wire_rings));
+    pib_wire_rings got{};
+    std::memcpy(&got, answer->payload.data(), sizeof(got));
+    return got.flags;
+}
+
+// A NodeInfo query to the switch itself (directed route, hop 1).
+std::vector<uint8_t> nodeInfoSmp() {
+    return testing::drSmp(iba::kGet, iba::kAttrNodeInfo, 0, {1});
+}
+
+bool isNodeInfoAnswer(std::span<const uint8_t> packet) {
+    iba::ParseError error;
+    auto parsed = iba::parse(packet, &error);
+    return parsed && parsed->payload.size() == iba::kMadSize && parsed->payload[3] == iba::kGetResp;
+}
+
+} // namespace
+
+TEST_CASE("a device's ring offer is accepted and packets cross the rings both ways",
+          "[switch-rings]") {
+    TempDir dir;
+    RunningSwitch sw({{}, {PortEndpoint::Kind::kUnixListen, dir.file("port1.sock")}},
+                     dir.file("control.sock"));
+    Fd cable = deviceCable(dir.file("port1.sock"));
+    OfferedRings rings;
+    REQUIRE(offer(cable, {rings.memory->fd(), rings.toSwitch.get(), rings.fromSwitch.get()}) ==
+            PIB_WIRE_RINGS_ACCEPTED);
+    wire::RingWriter out(rings.memory->ctrl(0), rings.memory->data(0), kRingSize);
+    wire::RingReader in(rings.memory->ctrl(1), rings.memory->data(1), kRingSize);
+    // Three queries: the switch sleeps on the first doorbell, and answers
+    // all three in the ring, ringing ours once we sleep.
+    REQUIRE(in.armDoorbell());
+    for (int i = 0; i < 3; ++i)
+        REQUIRE(out.put(wire::encode(PIB_WIRE_PACKET, nodeInfoSmp())));
+    if (out.publish()) {
+        const uint64_t one = 1;
+        REQUIRE(write(rings.toSwitch.get(), &one, sizeof(one)) == sizeof(one));
+    }
+    int answers = 0;
+    const auto deadline = steady_clock::now() + 2000ms;
+    while (answers < 3 && steady_clock::now() < deadline) {
+        readable(rings.fromSwitch.get(), 100ms);
+        wire::RingReader::Error error;
+        while (auto frame = in.next(&error)) {
+            CHECK(isNodeInfoAnswer(frame->payload));
+            ++answers;
+        }
+        REQUIRE(error == wire::RingReader::Error::kNone);
+        in.release();
+        in.armDoorbell();
+    }
+    CHECK(answers == 3);
+    // Nothing came on the stream: packets take the ring now.
+    CHECK_FALSE(frameOfType(cable, PIB_WIRE_PACKET, 100ms));
+}
+
+TEST_CASE("a ring offer the switch cannot trust is refused, and packets stay on the stream",
+          "[switch-rings]") {
+    TempDir dir;
+    RunningSwitch sw({{}, {PortEndpoint::Kind::kUnixListen, dir.file("port1.sock")}},
+                     dir.file("control.sock"));
+    Fd cable = deviceCable(dir.file("port1.sock"));
+    OfferedRings rings;
+    std::vector<int> fds = {rings.memory->fd(), rings.toSwitch.get(), rings.fromSwitch.get()};
+    uint32_t ringSize = kRingSize;
+    Fd other;
+    SECTION("memory not sealed against shrinking") {
+        other = Fd(memfd_create("unsealed", MFD_CLOEXEC));
+        REQUIRE(ftruncate(other.get(), PIB_WIRE_RING_DATA + 2 * kRingSize) == 0);
+        fds[0] = other.get();
+    }
+    SECTION("a doorbell that is a file") {
+        other = Fd(memfd_create("file", MFD_CLOEXEC));
+        fds[2] = other.get();
+    }
+    SECTION("two descriptors, not three") {
+        fds.pop_back();
+    }
+    SECTION("a ring size that is not the memory's") {
+        ringSize = kRingSize * 2;
+    }
+    CHECK(offer(cable, fds, ringSize) == 0);
+    const auto smp = nodeInfoSmp();
+    sendFrame(cable, PIB_WIRE_PACKET, smp);
+    const auto answer = frameOfType(cable, PIB_WIRE_PACKET, 2000ms);
+    REQUIRE(answer);
+    CHECK(isNodeInfoAnswer(answer->payload));
+}
+
+TEST_CASE("a device that breaks its ring loses its link, and nothing else", "[switch-rings]") {
+    TempDir dir;
+    RunningSwitch sw({{}, {PortEndpoint::Kind::kUnixListen, dir.file("port1.sock")}},
+                     dir.file("control.sock"));
+    Fd cable = deviceCable(dir.file("port1.sock"));
+    OfferedRings rings;
+    REQUIRE(offer(cable, {rings.memory->fd(), rings.toSwitch.get(), rings.fromSwitch.get()}) ==
+            PIB_WIRE_RINGS_ACCEPTED);
+    rings.memory->ctrl(0)->produced = kRingSize + 1; // more than the ring holds
+    const uint64_t one = 1;
+    REQUIRE(write(rings.toSwitch.get(), &one, sizeof(one)) == sizeof(one));
+    // The switch closes the cable: the stream ends.
+    REQUIRE(readable(cable.get(), 2000ms));
+    uint8_t buf[256];
+    ssize_t n;
+    while ((n = recv(cable.get(), buf, sizeof(buf), MSG_DONTWAIT)) > 0) {
+    }
+    CHECK(n == 0);
+    // The port takes a new cable.
+    Fd again = deviceCable(dir.file("port1.sock"));
 }

@@ -54,12 +54,12 @@ def native() -> dict:
 
 
 def fabric(core: dict) -> None:
-    """The devices in two processes through one switch process, then two:
-    the ceiling of the path between guests, with no guest."""
-    for switches in (1, 2):
-        ui.step(f"Fabric benchmark through {switches} switch process{'es' if switches > 1 else ''} "
-                "(no guest)")
-        print(fabric_bench.with_share(fabric_bench.run(switches), core), flush=True)
+    """The devices in two processes through one switch process on streams
+    and on ring cables, then two switch processes: the ceiling of the path
+    between guests, with no guest."""
+    for switches, cable in fabric_bench.LAYOUTS:
+        ui.step(f"Fabric benchmark through {fabric_bench.describe(switches, cable)} (no guest)")
+        print(fabric_bench.with_share(fabric_bench.run(switches, cable), core), flush=True)
 
 
 def measure(ctx, prog, size, kind, device, extra, server_vm="vm2", client_vm="vm1"):

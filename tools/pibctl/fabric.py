@@ -4,6 +4,7 @@ interface is touched)."""
 
 import json
 import os
+import re
 import shutil
 import signal
 import socket
@@ -194,6 +195,39 @@ def _reap(pid: int) -> None:
         pass
 
 
+def host_tsc_khz() -> int:
+    """The host's TSC frequency in kHz, as its kernel measured it at boot
+    ("tsc: Detected 2095.999 MHz processor"), or failing that as
+    /proc/cpuinfo gives it on a CPU whose TSC does not change with its
+    clock; 0 when neither says."""
+    try:
+        log = subprocess.run(["dmesg"], capture_output=True, text=True, timeout=5).stdout
+    except (OSError, subprocess.SubprocessError):
+        log = ""
+    m = (re.search(r"tsc: Refined TSC clocksource calibration: ([\d.]+) MHz", log)
+         or re.search(r"tsc: Detected ([\d.]+) MHz", log))
+    if not m:
+        try:
+            cpuinfo = Path("/proc/cpuinfo").read_text()
+        except OSError:
+            cpuinfo = ""
+        flags = re.search(r"^flags\s*:(.*)$", cpuinfo, re.M)
+        if flags and {"constant_tsc", "nonstop_tsc"} <= set(flags.group(1).split()):
+            m = re.search(r"^cpu MHz\s*:\s*([\d.]+)", cpuinfo, re.M)
+    return round(float(m.group(1)) * 1000) if m else 0
+
+
+def _tsc_args(accel: str) -> str:
+    """tsc_early_khz for a TCG guest, whose TSC is the host's. The kernel
+    otherwise measures the TSC against the emulated PIT at boot, and on a
+    busy host that fails ('tsc: Unable to calibrate against PIT') or comes
+    out wrong; a secondary vCPU then arms its TSC-deadline timer by the
+    wrong frequency before the refined calibration corrects it, sleeps far
+    past its tick, and the boot hangs with RCU stalls on that CPU."""
+    khz = host_tsc_khz() if accel == "tcg" else 0
+    return f"tsc_early_khz={khz} " if khz else ""
+
+
 def _qemu_command(fabric: Fabric, vm: Vm, memory: int, cpus: int, trace: str,
                   kernel_args: str = "") -> list:
     qemu = paths.qemu_binary()
@@ -208,6 +242,7 @@ def _qemu_command(fabric: Fabric, vm: Vm, memory: int, cpus: int, trace: str,
     # a BQL round trip under TCG, for every clock read.
     append = (
         "console=ttyS0,115200 loglevel=5 panic=-1 mitigations=off tsc=reliable rdinit=/init "
+        f"{_tsc_args(fabric.accel)}"
         f"pibvm.name={vm.name} pibvm.index={vm.index} pibvm.vms={len(fabric.vms)} pibvm.net={MGMT_NET} "
         f"pibvm.ibnet={IPOIB_NET} {kernel_args}"
     ).strip()

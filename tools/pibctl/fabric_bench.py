@@ -23,16 +23,26 @@ def _binary():
     return paths.core_build_dir() / "tests" / "bench" / "fabric-bench"
 
 
-def run(switches: int, extra=()) -> str:
-    """fabric-bench's table through `switches` (1 or 2) switch processes."""
+# What ./pib bench --fabric and ./pib test run: (switch processes, cable).
+LAYOUTS = ((1, "stream"), (1, "ring"), (2, "ring"))
+
+
+def describe(switches: int, cable: str) -> str:
+    return f"{switches} switch process{'es' if switches > 1 else ''}, {cable} cables"
+
+
+def run(switches: int, cable: str, extra=()) -> str:
+    """fabric-bench's table through `switches` (1 or 2) switch processes,
+    the devices cabled by `cable` ("stream" or "ring", docs/wire.md)."""
     cmd = [str(_binary()), "--switch", str(paths.fabric_switch_binary()),
-           "--switches", str(switches), *extra]
+           "--switches", str(switches), "--cable", cable, *extra]
     try:
         proc = subprocess.run(cmd, capture_output=True, text=True, timeout=TIMEOUT)
     except subprocess.TimeoutExpired:
-        raise ui.StepFailed(f"fabric-bench through {switches} switch(es) ran over {TIMEOUT} s")
+        raise ui.StepFailed(f"fabric-bench through {describe(switches, cable)} ran over "
+                            f"{TIMEOUT} s")
     if proc.returncode != 0:
-        raise ui.StepFailed(f"fabric-bench through {switches} switch(es) failed "
+        raise ui.StepFailed(f"fabric-bench through {describe(switches, cable)} failed "
                             f"(exit {proc.returncode}):\n{proc.stderr[-2000:]}{proc.stdout[-2000:]}")
     return proc.stdout
 
@@ -53,10 +63,10 @@ def in_process(core_table: str) -> dict:
     return rows(core_table, _CORE_ROW)
 
 
-def check(switches: int) -> None:
+def check(switches: int, cable: str) -> None:
     """Every row once with CHECK_MESSAGES messages: fabric-bench compares
     the bytes at both ends of each run, and fails if they differ."""
-    table = run(switches, ["--runs", "1", "--messages", str(CHECK_MESSAGES)])
+    table = run(switches, cable, ["--runs", "1", "--messages", str(CHECK_MESSAGES)])
     missing = [f"{op} {size}" for op in OPERATIONS for size in SIZES
                if (op, size) not in rows(table)]
     if missing:

@@ -26,7 +26,8 @@ SOURCES = {
               "wqe_reader")],
     "switch": [f"fabric-switch/src/{name}.cc" for name in ("switch", "sma", "pma", "trap", "fault")],
     "switch-tcp": [f"fabric-switch/src/{name}.cc" for name in
-                   ("server", "server_control", "server_dial", "server_faults", "server_flow")],
+                   ("server", "server_control", "server_dial", "server_faults", "server_flow",
+                    "server_rings")] + ["common/wire/ring_cable.cc"],
     "packet": ["common/iba/packet.cc", "common/wire/frame.cc"],
 }
 # Per target: functions named on their own, wherever they are, because

@@ -100,6 +100,8 @@ void Link::receive(std::span<const uint8_t> bytes, const std::function<void(Even
             } else {
                 peerHello(onEvent);
             }
+        } else if (frame->type != PIB_WIRE_PACKET) {
+            // RINGS: the host's business (docs/wire.md), not the port's
         } else if (up_) {
             record(frame->payload, wire::PacketCapture::Direction::kReceived);
             onPacket(frame->payload);

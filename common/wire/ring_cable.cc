@@ -1,0 +1,282 @@
+// SPDX-License-Identifier: GPL-2.0-or-later
+#include "ring_cable.hh"
+
+#include <cerrno>
+#include <cstring>
+#include <fcntl.h>
+#include <string_view>
+#include <sys/mman.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+namespace pib::wire {
+
+namespace {
+
+uint32_t load(const uint32_t *p) {
+    return __atomic_load_n(p, __ATOMIC_ACQUIRE);
+}
+void store(uint32_t *p, uint32_t v) {
+    __atomic_store_n(p, v, __ATOMIC_RELEASE);
+}
+// Between storing an index and reading the other end's doorbell request:
+// without it, both ends could miss each other and sleep for ever.
+void fullFence() {
+    __atomic_thread_fence(__ATOMIC_SEQ_CST);
+}
+
+uint32_t getLe32(const uint8_t *p) {
+    return uint32_t{p[0]} | uint32_t{p[1]} << 8 | uint32_t{p[2]} << 16 | uint32_t{p[3]} << 24;
+}
+
+size_t mappedBytes(uint32_t ringSize) {
+    return PIB_WIRE_RING_DATA + 2 * size_t{ringSize};
+}
+
+constexpr unsigned kMaxFds = 4; // a ring offer carries 3
+
+} // namespace
+
+bool RingMemory::validSize(uint32_t ringSize) {
+    return ringSize >= PIB_WIRE_RING_MIN_SIZE && ringSize <= PIB_WIRE_RING_MAX_SIZE &&
+           (ringSize & (ringSize - 1)) == 0;
+}
+
+std::unique_ptr<RingMemory> RingMemory::create(uint32_t ringSize, std::string *why) {
+    static_assert(sizeof(pib_wire_ring_layout) <= PIB_WIRE_RING_DATA);
+    if (!validSize(ringSize)) {
+        *why = "ring size out of range";
+        return nullptr;
+    }
+    const int fd = memfd_create("pib-ring", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+    const size_t bytes = mappedBytes(ringSize);
+    if (fd < 0 || ftruncate(fd, static_cast<off_t>(bytes)) != 0 ||
+        fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL) != 0) {
+        *why = std::string("memfd: ") + std::strerror(errno);
+        if (fd >= 0)
+            close(fd);
+        return nullptr;
+    }
+    void *base = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    if (base == MAP_FAILED) {
+        *why = std::string("mmap: ") + std::strerror(errno);
+        close(fd);
+        return nullptr;
+    }
+    auto *layout = static_cast<pib_wire_ring_layout *>(base);
+    layout->magic = PIB_WIRE_RING_MAGIC;
+    layout->ring_size = ringSize;
+    return std::unique_ptr<RingMemory>(
+        new RingMemory(fd, static_cast<uint8_t *>(base), bytes, ringSize));
+}
+
+std::unique_ptr<RingMemory> RingMemory::adopt(int fd, uint32_t ringSize, std::string *why) {
+    auto refuse = [&](const char *reason) -> std::unique_ptr<RingMemory> {
+        *why = reason;
+        close(fd);
+        return nullptr;
+    };
+    if (!validSize(ringSize))
+        return refuse("ring size out of range");
+    // A peer that could shrink the file would make our reads fault (SIGBUS).
+    const int seals = fcntl(fd, F_GET_SEALS);
+    if (seals < 0 || !(seals & F_SEAL_SHRINK))
+        return refuse("the memory is not a memfd sealed against shrinking");
+    struct stat st {};
+    const size_t bytes = mappedBytes(ringSize);
+    if (fstat(fd, &st) != 0 || st.st_size < 0 || static_cast<size_t>(st.st_size) < bytes)
+        return refuse("the memory is smaller than its rings");
+    void *base = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    if (base == MAP_FAILED)
+        return refuse("the memory cannot be mapped");
+    auto *layout = static_cast<const pib_wire_ring_layout *>(base);
+    // Read once: what the peer writes there later changes nothing here.
+    if (load(&layout->magic) != PIB_WIRE_RING_MAGIC || load(&layout->ring_size) != ringSize) {
+        munmap(base, bytes);
+        return refuse("the memory is not laid out as offered");
+    }
+    return std::unique_ptr<RingMemory>(
+        new RingMemory(fd, static_cast<uint8_t *>(base), bytes, ringSize));
+}
+
+RingMemory::~RingMemory() {
+    munmap(base_, bytes_);
+    close(fd_);
+}
+
+pib_wire_ring_ctrl *RingMemory::ctrl(unsigned ring) {
+    return &reinterpret_cast<pib_wire_ring_layout *>(base_)->ring[ring & 1];
+}
+
+uint8_t *RingMemory::data(unsigned ring) {
+    return base_ + PIB_WIRE_RING_DATA + size_t{ring & 1} * ringSize_;
+}
+
+// ---- producer ----------------------------------------------------------
+
+RingWriter::RingWriter(pib_wire_ring_ctrl *ctrl, uint8_t *data, uint32_t size)
+    : ctrl_(ctrl), data_(data), size_(size) {}
+
+uint32_t RingWriter::consumed() {
+    const uint32_t consumed = load(&ctrl_->consumed);
+    // The consumer cannot have taken more than was published.
+    if (static_cast<uint32_t>(published_ - consumed) > size_)
+        corrupt_ = true;
+    return consumed;
+}
+
+bool RingWriter::put(std::span<const uint8_t> frame) {
+    const uint32_t used = produced_ - consumed();
+    if (corrupt_ || frame.size() > size_ - used)
+        return false;
+    const uint32_t at = produced_ & (size_ - 1);
+    const size_t first = std::min<size_t>(frame.size(), size_ - at);
+    std::memcpy(data_ + at, frame.data(), first);
+    std::memcpy(data_, frame.data() + first, frame.size() - first);
+    produced_ += static_cast<uint32_t>(frame.size());
+    return true;
+}
+
+bool RingWriter::publish() {
+    const uint32_t before = published_;
+    if (produced_ == before)
+        return false;
+    store(&ctrl_->produced, produced_);
+    published_ = produced_;
+    fullFence();
+    return passed(load(&ctrl_->wake_consumer_at), produced_, before);
+}
+
+bool RingWriter::armRoomDoorbell() {
+    const uint32_t seen = consumed();
+    store(&ctrl_->wake_producer_at, seen);
+    fullFence();
+    return consumed() == seen;
+}
+
+// ---- consumer ----------------------------------------------------------
+
+RingReader::RingReader(pib_wire_ring_ctrl *ctrl, const uint8_t *data, uint32_t size)
+    : ctrl_(ctrl), data_(data), size_(size) {}
+
+void RingReader::copyOut(uint32_t at, uint8_t *to, uint32_t length) const {
+    const uint32_t offset = at & (size_ - 1);
+    const uint32_t first = std::min(length, size_ - offset);
+    std::memcpy(to, data_ + offset, first);
+    std::memcpy(to + first, data_, length - first);
+}
+
+std::optional<FrameReader::View> RingReader::next(Error *error) {
+    *error = Error::kNone;
+    const uint32_t available = load(&ctrl_->produced) - consumed_;
+    if (available > size_) {
+        *error = Error::kBadIndex;
+        return std::nullopt;
+    }
+    if (available == 0)
+        return std::nullopt;
+    // The producer publishes whole frames: anything less is a broken ring.
+    frame_.resize(kHeaderSize);
+    if (available < kHeaderSize) {
+        *error = Error::kBadFrame;
+        return std::nullopt;
+    }
+    copyOut(consumed_, frame_.data(), kHeaderSize);
+    const uint8_t *h = frame_.data();
+    const uint32_t length = getLe32(h + 8);
+    if (getLe32(h) != PIB_WIRE_MAGIC || h[4] != PIB_WIRE_VERSION || h[5] != PIB_WIRE_PACKET ||
+        length > kMaxPayload || available - kHeaderSize < length) {
+        *error = Error::kBadFrame;
+        return std::nullopt;
+    }
+    frame_.resize(kHeaderSize + length);
+    copyOut(consumed_ + kHeaderSize, frame_.data() + kHeaderSize, length);
+    consumed_ += kHeaderSize + length;
+    return FrameReader::View{PIB_WIRE_PACKET, std::span(frame_).subspan(kHeaderSize)};
+}
+
+std::span<const uint8_t> RingReader::lastFrame() const {
+    return frame_;
+}
+
+bool RingReader::release() {
+    const uint32_t before = released_;
+    if (consumed_ == before)
+        return false;
+    store(&ctrl_->consumed, consumed_);
+    released_ = consumed_;
+    fullFence();
+    return passed(load(&ctrl_->wake_producer_at), consumed_, before);
+}
+
+bool RingReader::armDoorbell() {
+    store(&ctrl_->wake_consumer_at, consumed_);
+    fullFence();
+    return load(&ctrl_->produced) == consumed_;
+}
+
+const char *RingReader::toString(Error error) {
+    switch (error) {
+    case Error::kNone:
+        return "no error";
+    case Error::kBadIndex:
+        return "the peer's ring index is impossible";
+    case Error::kBadFrame:
+        return "a frame in the ring is broken";
+    }
+    return "?";
+}
+
+// ---- descriptors over a UNIX socket -------------------------------------
+
+bool sendWithFds(int socket, std::span<const uint8_t> bytes, std::span<const int> fds) {
+    if (fds.size() > kMaxFds)
+        return false;
+    iovec iov{const_cast<uint8_t *>(bytes.data()), bytes.size()};
+    alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int) * kMaxFds)] = {};
+    msghdr msg{};
+    msg.msg_iov = &iov;
+    msg.msg_iovlen = 1;
+    if (!fds.empty()) {
+        msg.msg_control = control;
+        msg.msg_controllen = CMSG_SPACE(sizeof(int) * fds.size());
+        cmsghdr *c = CMSG_FIRSTHDR(&msg);
+        c->cmsg_level = SOL_SOCKET;
+        c->cmsg_type = SCM_RIGHTS;
+        c->cmsg_len = CMSG_LEN(sizeof(int) * fds.size());
+        std::memcpy(CMSG_DATA(c), fds.data(), sizeof(int) * fds.size());
+    }
+    return sendmsg(socket, &msg, MSG_NOSIGNAL) == static_cast<ssize_t>(bytes.size());
+}
+
+long receiveWithFds(int socket, std::span<uint8_t> bytes, std::vector<int> *fds) {
+    iovec iov{bytes.data(), bytes.size()};
+    alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int) * kMaxFds)];
+    msghdr msg{};
+    msg.msg_iov = &iov;
+    msg.msg_iovlen = 1;
+    msg.msg_control = control;
+    msg.msg_controllen = sizeof(control);
+    const ssize_t n = recvmsg(socket, &msg, MSG_CMSG_CLOEXEC | MSG_DONTWAIT);
+    for (cmsghdr *c = n >= 0 ? CMSG_FIRSTHDR(&msg) : nullptr; c; c = CMSG_NXTHDR(&msg, c)) {
+        if (c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_RIGHTS)
+            continue;
+        const size_t count = (c->cmsg_len - CMSG_LEN(0)) / sizeof(int);
+        for (size_t i = 0; i < count; ++i) {
+            int fd;
+            std::memcpy(&fd, CMSG_DATA(c) + i * sizeof(int), sizeof(int));
+            fds->push_back(fd);
+        }
+    }
+    return n;
+}
+
+bool isEventFd(int fd) {
+    char target[64] = {};
+    const std::string link = "/proc/self/fd/" + std::to_string(fd);
+    const ssize_t n = readlink(link.c_str(), target, sizeof(target) - 1);
+    return n > 0 && std::string_view(target, static_cast<size_t>(n)) == "anon_inode:[eventfd]";
+}
+
+} // namespace pib::wire

@@ -1,0 +1,122 @@
+// SPDX-License-Identifier: GPL-2.0-or-later
+// Ring cables (docs/wire.md): the frames of a link in two rings of shared
+// memory, one per direction, with eventfd doorbells. The memory is shared
+// with the peer, which may write anything into it at any time: a reader
+// copies each frame out before it looks at it, checks every index it
+// reads, and keeps its own positions privately.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "frame.hh"
+#include "pib_wire.h"
+
+namespace pib::wire {
+
+// The shared memory of one ring cable, mapped.
+class RingMemory {
+  public:
+    // Makes a sealed memfd with two rings of `ringSize` bytes, for an offer.
+    static std::unique_ptr<RingMemory> create(uint32_t ringSize, std::string *why);
+    // Maps a peer's memfd after checking it: sealed against shrinking,
+    // large enough, laid out for `ringSize`. Takes the descriptor.
+    static std::unique_ptr<RingMemory> adopt(int memfd, uint32_t ringSize, std::string *why);
+    ~RingMemory();
+    RingMemory(const RingMemory &) = delete;
+    RingMemory &operator=(const RingMemory &) = delete;
+
+    static bool validSize(uint32_t ringSize);
+    int fd() const { return fd_; }
+    uint32_t ringSize() const { return ringSize_; }
+    pib_wire_ring_ctrl *ctrl(unsigned ring);
+    uint8_t *data(unsigned ring);
+
+  private:
+    RingMemory(int fd, uint8_t *base, size_t bytes, uint32_t ringSize)
+        : fd_(fd), base_(base), bytes_(bytes), ringSize_(ringSize) {}
+    int fd_;
+    uint8_t *base_;
+    size_t bytes_;
+    uint32_t ringSize_;
+};
+
+// The producing end of one ring.
+class RingWriter {
+  public:
+    RingWriter(pib_wire_ring_ctrl *ctrl, uint8_t *data, uint32_t size);
+
+    // Puts a whole frame (header and payload, as on the stream) if there
+    // is room for it; false if not. False too, for good, once the peer's
+    // index is impossible (corrupt()).
+    bool put(std::span<const uint8_t> frame);
+    // Makes what was put visible. True when the consumer asked for a
+    // doorbell (its eventfd is to be written).
+    bool publish();
+    // Before the producer waits for room: asks for a doorbell once the
+    // consumer took something. False when it already did (retry now).
+    bool armRoomDoorbell();
+    bool corrupt() const { return corrupt_; }
+
+  private:
+    pib_wire_ring_ctrl *ctrl_;
+    uint8_t *data_;
+    uint32_t size_;
+    uint32_t produced_ = 0;  // this end's own count, never read back
+    uint32_t published_ = 0; // what the consumer may see
+    bool corrupt_ = false;
+
+    uint32_t consumed(); // the peer's, checked
+};
+
+// The consuming end of one ring.
+class RingReader {
+  public:
+    enum class Error { kNone, kBadIndex, kBadFrame };
+
+    RingReader(pib_wire_ring_ctrl *ctrl, const uint8_t *data, uint32_t size);
+
+    // The next whole frame, copied out of the ring: valid until the next
+    // call. Nothing when none is complete; an error when the producer
+    // broke the protocol (the link is then dropped).
+    std::optional<FrameReader::View> next(Error *error);
+    // That frame whole, header and payload, as a stream carries it.
+    std::span<const uint8_t> lastFrame() const;
+    // Gives the space of the frames read back. True when the producer
+    // asked for a doorbell (its eventfd is to be written).
+    bool release();
+    // Before the consumer sleeps: asks for a doorbell at the next frame.
+    // False when one arrived meanwhile (read again instead of sleeping).
+    bool armDoorbell();
+    static const char *toString(Error error);
+
+  private:
+    pib_wire_ring_ctrl *ctrl_;
+    const uint8_t *data_;
+    uint32_t size_;
+    uint32_t consumed_ = 0; // read so far, this end's own count
+    uint32_t released_ = 0; // what the producer was told
+    std::vector<uint8_t> frame_;
+
+    void copyOut(uint32_t at, uint8_t *to, uint32_t length) const;
+};
+
+// Whether moving an index from `before` to `after` passed `event` (the
+// virtio event index test: wake the other end).
+inline bool passed(uint32_t event, uint32_t after, uint32_t before) {
+    return static_cast<uint32_t>(after - event - 1) < static_cast<uint32_t>(after - before);
+}
+
+// SCM_RIGHTS over a UNIX socket: sends `bytes` with `fds`; receives bytes
+// and whatever descriptors came with them (closed by the caller).
+bool sendWithFds(int socket, std::span<const uint8_t> bytes, std::span<const int> fds);
+long receiveWithFds(int socket, std::span<uint8_t> bytes, std::vector<int> *fds);
+// Whether `fd` is an eventfd: a doorbell a peer passed is written to, so
+// it must not be a file or a pipe of the peer's choosing.
+bool isEventFd(int fd);
+
+} // namespace pib::wire

@@ -1,0 +1,225 @@
+// SPDX-License-Identifier: GPL-2.0-or-later
+// Ring cables (docs/wire.md): a peer on a UNIX socket port may offer two
+// rings of shared memory and two eventfd doorbells; once the switch
+// accepts, packets travel in the rings and the socket carries only HELLOs.
+// The peer may write anything into the rings at any time: each frame is
+// copied out before it is looked at (wire::RingReader), a broken ring
+// drops the link, and the work per doorbell is bounded as a socket read's.
+#include <cerrno>
+#include <cstring>
+#include <sys/epoll.h>
+#include <unistd.h>
+
+#include "server.hh"
+#include "server_internal.hh"
+
+namespace pib::fabric {
+
+namespace {
+
+// Frames taken from one ring per turn of the event loop: about one socket
+// read's worth (64 KiB) of 4 KiB packets.
+constexpr unsigned kRingFramesPerTurn = 16;
+
+void ringDoorbell(int fd) {
+    const uint64_t one = 1;
+    // A doorbell whose counter is full is ringing already.
+    [[maybe_unused]] const ssize_t n = ::write(fd, &one, sizeof(one));
+}
+
+void clearDoorbell(int fd) {
+    uint64_t count;
+    [[maybe_unused]] const ssize_t n = ::read(fd, &count, sizeof(count));
+}
+
+} // namespace
+
+Server::RingLink::~RingLink() {
+    close(bellIn);
+    close(bellOut);
+}
+
+bool Server::takesRings(unsigned port) const {
+    return endpoints_[port].kind == PortEndpoint::Kind::kUnixListen;
+}
+
+void Server::keepPassedFds(unsigned port, std::vector<int> &fds) {
+    Connection *c = conns_[port].get();
+    for (int fd : fds) {
+        // An offer carries three; more waiting means the peer sends junk.
+        if (c->passedFds.size() >= 3) {
+            close(c->passedFds.front());
+            c->passedFds.erase(c->passedFds.begin());
+        }
+        c->passedFds.push_back(fd);
+    }
+    fds.clear();
+}
+
+std::unique_ptr<Server::RingLink> Server::adoptRings(std::span<const uint8_t> payload,
+                                                     std::vector<int> &fds, std::string *why) {
+    pib_wire_rings offer{};
+    if (payload.size() != sizeof(offer)) {
+        *why = "an offer of the wrong size";
+        return nullptr;
+    }
+    std::memcpy(&offer, payload.data(), sizeof(offer));
+    if (offer.flags != 0) {
+        *why = "an offer with flags set";
+        return nullptr;
+    }
+    if (fds.size() != 3) {
+        *why = "an offer without its three descriptors";
+        return nullptr;
+    }
+    if (!wire::isEventFd(fds[1]) || !wire::isEventFd(fds[2])) {
+        *why = "a doorbell that is not an eventfd";
+        return nullptr;
+    }
+    auto memory = wire::RingMemory::adopt(fds[0], offer.ring_size, why);
+    fds[0] = -1; // adopt took it
+    if (!memory)
+        return nullptr;
+    auto rings = std::make_unique<RingLink>(std::move(memory));
+    rings->bellIn = fds[1];
+    rings->bellOut = fds[2];
+    fds.clear();
+    return rings;
+}
+
+// A RINGS frame: the peer's offer. The answer goes on the stream, after
+// whatever the stream still had to say; packets go in the ring after it.
+void Server::ringOffer(unsigned port, std::span<const uint8_t> payload) {
+    Connection *c = conns_[port].get();
+    std::vector<int> fds = std::move(c->passedFds);
+    c->passedFds.clear();
+    std::string why;
+    std::unique_ptr<RingLink> rings;
+    if (!takesRings(port))
+        why = "this port takes no rings";
+    else if (c->rings)
+        why = "the rings were set up already";
+    else
+        rings = adoptRings(payload, fds, &why);
+    for (int fd : fds)
+        if (fd >= 0)
+            close(fd);
+    pib_wire_rings answer{};
+    if (payload.size() == sizeof(answer))
+        std::memcpy(&answer, payload.data(), sizeof(answer));
+    answer.flags = rings ? PIB_WIRE_RINGS_ACCEPTED : 0;
+    sendFrame(port, PIB_WIRE_RINGS,
+              std::span(reinterpret_cast<const uint8_t *>(&answer), sizeof(answer)));
+    if (!rings) {
+        log("port %u: ring cable refused: %s; packets stay on the stream", port, why.c_str());
+        return;
+    }
+    log("port %u: ring cable of 2 x %u bytes", port, answer.ring_size);
+    watchTag(epoll_, rings->bellIn, kRingTag | port, false);
+    c->rings = std::move(rings);
+}
+
+void Server::closeRings(Connection *c) {
+    for (int fd : c->passedFds)
+        close(fd);
+    c->passedFds.clear();
+    if (c->rings)
+        epoll_ctl(epoll_, EPOLL_CTL_DEL, c->rings->bellIn, nullptr);
+    c->rings.reset();
+}
+
+void Server::onRingDoorbell(unsigned port) {
+    Connection *c = conns_[port].get();
+    if (!c || !c->rings)
+        return;
+    clearDoorbell(c->rings->bellIn);
+    // The peer rings for frames it wrote and for room it made.
+    processRing(port);
+    if (conns_[port].get() == c && c->queuedInRing())
+        onWritable(port);
+}
+
+// Passes on the ring's frames, as processInput does a stream's, until none
+// is left, an output fills or this turn's share is used.
+void Server::processRing(unsigned port) {
+    Connection *c = conns_[port].get();
+    RingLink *r = c->rings.get();
+    for (unsigned taken = 0; !c->blockedOn; ++taken) {
+        if (taken == kRingFramesPerTurn) {
+            ringsBusy_.push_back(port); // the rest next turn, after the others
+            break;
+        }
+        wire::RingReader::Error error;
+        const auto frame = r->in.next(&error);
+        if (!frame) {
+            if (error != wire::RingReader::Error::kNone) {
+                drop(port, wire::RingReader::toString(error));
+                return;
+            }
+            if (r->in.release())
+                ringDoorbell(r->bellOut);
+            if (r->in.armDoorbell())
+                return; // empty: the peer rings when it writes
+            continue;
+        }
+        if (!c->helloReceived) // packets before HELLO: the link is not up
+            continue;
+        congested_ = 0;
+        receivePacket(port, frame->payload);
+        if (conns_[port].get() != c)
+            return;
+        if (congested_)
+            block(port, congested_);
+    }
+    if (r->in.release())
+        ringDoorbell(r->bellOut);
+}
+
+void Server::serviceBusyRings() {
+    std::vector<unsigned> ports;
+    ports.swap(ringsBusy_);
+    for (unsigned port : ports)
+        if (Connection *c = conns_[port].get(); c && c->rings)
+            processRing(port);
+}
+
+// The frames waiting for the ring go in as far as there is room. Returns
+// the bytes that went; a peer whose index is impossible loses its link.
+size_t Server::flushRing(unsigned port) {
+    Connection *c = conns_[port].get();
+    RingLink *r = c->rings.get();
+    size_t moved = 0;
+    for (int attempt = 0; attempt < 2; ++attempt) {
+        while (c->ringSent < c->ringOutput.size()) {
+            const uint8_t *h = c->ringOutput.data() + c->ringSent;
+            uint32_t length;
+            std::memcpy(&length, h + 8, sizeof(length)); // our own frame
+            const size_t bytes = wire::kHeaderSize + length;
+            if (!r->out.put(std::span(h, bytes)))
+                break;
+            c->ringSent += bytes;
+            moved += bytes;
+        }
+        if (r->out.corrupt()) {
+            drop(port, "the peer's ring index is impossible");
+            return moved;
+        }
+        if (r->out.publish())
+            ringDoorbell(r->bellOut);
+        // Frames wait for room: the peer rings when it makes some, unless
+        // it made some meanwhile (then try again now).
+        if (c->ringSent == c->ringOutput.size() || r->out.armRoomDoorbell())
+            break;
+    }
+    if (c->ringSent == c->ringOutput.size()) {
+        c->ringOutput.clear();
+        c->ringSent = 0;
+    } else if (c->ringSent > c->ringOutput.size() / 2) {
+        c->ringOutput.erase(c->ringOutput.begin(),
+                            c->ringOutput.begin() + static_cast<long>(c->ringSent));
+        c->ringSent = 0;
+    }
+    return moved;
+}
+
+} // namespace pib::fabric

@@ -1,0 +1,207 @@
+// SPDX-License-Identifier: GPL-2.0-or-later
+// Ring cables (common/wire/ring_cable.*): frames through shared memory, the
+// doorbell protocol, and a peer that writes nonsense into the rings.
+#include <catch2/catch.hpp>
+
+#include <cstring>
+#include <fcntl.h>
+#include <sys/eventfd.h>
+#include <sys/mman.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "frame.hh"
+#include "ring_cable.hh"
+
+using namespace pib::wire;
+
+namespace {
+
+constexpr uint32_t kSize = PIB_WIRE_RING_MIN_SIZE;
+
+struct Cable {
+    std::unique_ptr<RingMemory> memory;
+    RingWriter writer;
+    RingReader reader;
+
+    explicit Cable(std::unique_ptr<RingMemory> m)
+        : memory(std::move(m)), writer(memory->ctrl(0), memory->data(0), kSize),
+          reader(memory->ctrl(0), memory->data(0), kSize) {}
+    static std::unique_ptr<RingMemory> make() {
+        std::string why;
+        auto m = RingMemory::create(kSize, &why);
+        REQUIRE(m);
+        return m;
+    }
+    Cable() : Cable(make()) {}
+};
+
+std::vector<uint8_t> packetFrame(size_t length, uint8_t seed) {
+    std::vector<uint8_t> payload(length);
+    for (size_t i = 0; i < length; ++i)
+        payload[i] = static_cast<uint8_t>(seed + i * 7);
+    return encode(PIB_WIRE_PACKET, payload);
+}
+
+} // namespace
+
+TEST_CASE("frames cross a ring whole and in order, around its end many times", "[ring]") {
+    Cable c;
+    size_t sent = 0, received = 0;
+    std::vector<std::vector<uint8_t>> inFlight;
+    for (unsigned round = 0; round < 200; ++round) {
+        // Odd sizes, so that frames straddle the end of the data.
+        while (true) {
+            auto frame = packetFrame(1 + (sent * 977) % PIB_WIRE_MAX_PACKET, uint8_t(sent));
+            if (!c.writer.put(frame))
+                break;
+            inFlight.push_back(std::move(frame));
+            ++sent;
+        }
+        c.writer.publish();
+        RingReader::Error error;
+        while (auto view = c.reader.next(&error)) {
+            REQUIRE(received < inFlight.size());
+            const auto &expected = inFlight[received++];
+            CHECK(std::vector<uint8_t>(c.reader.lastFrame().begin(), c.reader.lastFrame().end()) ==
+                  expected);
+            CHECK(view->payload.size() == expected.size() - kHeaderSize);
+        }
+        CHECK(error == RingReader::Error::kNone);
+        c.reader.release();
+    }
+    CHECK(received == sent);
+    CHECK(sent > 1000); // the ring (64 KiB) went round many times
+}
+
+TEST_CASE("a ring rings doorbells only when the other end asked for one", "[ring]") {
+    Cable c;
+    const auto frame = packetFrame(100, 1);
+    SECTION("the consumer sleeps: the first frame rings, the next do not") {
+        CHECK(c.reader.armDoorbell());
+        REQUIRE(c.writer.put(frame));
+        CHECK(c.writer.publish());
+        REQUIRE(c.writer.put(frame));
+        CHECK_FALSE(c.writer.publish());
+    }
+    SECTION("a consumer that is busy hears nothing") {
+        REQUIRE(c.writer.put(frame));
+        c.writer.publish();
+        RingReader::Error error;
+        REQUIRE(c.reader.next(&error));
+        c.reader.release(); // it never armed: no doorbell either way
+        REQUIRE(c.writer.put(frame));
+        CHECK_FALSE(c.writer.publish());
+    }
+    SECTION("a consumer about to sleep sees what came meanwhile") {
+        REQUIRE(c.writer.put(frame));
+        c.writer.publish();
+        CHECK_FALSE(c.reader.armDoorbell()); // a frame waits: it must not sleep
+    }
+    SECTION("a full ring: the producer hears when room comes") {
+        while (c.writer.put(frame)) {
+        }
+        c.writer.publish();
+        CHECK(c.writer.armRoomDoorbell());
+        RingReader::Error error;
+        REQUIRE(c.reader.next(&error));
+        CHECK(c.reader.release());
+        CHECK(c.writer.put(frame));
+    }
+}
+
+TEST_CASE("a peer that breaks the ring breaks only its link", "[ring]") {
+    Cable c;
+    pib_wire_ring_ctrl *ctrl = c.memory->ctrl(0);
+    RingReader::Error error;
+    SECTION("a producer index beyond the ring") {
+        ctrl->produced = kSize + 1;
+        CHECK_FALSE(c.reader.next(&error));
+        CHECK(error == RingReader::Error::kBadIndex);
+    }
+    SECTION("less than a header") {
+        ctrl->produced = 3;
+        CHECK_FALSE(c.reader.next(&error));
+        CHECK(error == RingReader::Error::kBadFrame);
+    }
+    SECTION("a frame that is not a packet, too long, or cut short") {
+        auto frame = packetFrame(64, 2);
+        SECTION("bad magic") {
+            frame[0] ^= 1;
+        }
+        SECTION("a HELLO") {
+            frame[5] = PIB_WIRE_HELLO;
+        }
+        SECTION("too long") {
+            frame[10] = 0x10;
+        }
+        SECTION("longer than what was published") {
+            frame[8] = 200;
+        }
+        std::memcpy(c.memory->data(0), frame.data(), frame.size());
+        ctrl->produced = static_cast<uint32_t>(frame.size());
+        CHECK_FALSE(c.reader.next(&error));
+        CHECK(error == RingReader::Error::kBadFrame);
+    }
+    SECTION("a consumer index beyond what was published") {
+        REQUIRE(c.writer.put(packetFrame(10, 3)));
+        c.writer.publish();
+        ctrl->consumed = 0x80000000u;
+        CHECK_FALSE(c.writer.put(packetFrame(10, 3)));
+        CHECK(c.writer.corrupt());
+    }
+}
+
+TEST_CASE("adopting a peer's memory checks it first", "[ring]") {
+    std::string why;
+    SECTION("a valid offer maps") {
+        auto offered = RingMemory::create(kSize, &why);
+        REQUIRE(offered);
+        auto adopted = RingMemory::adopt(dup(offered->fd()), kSize, &why);
+        REQUIRE(adopted);
+        adopted->ctrl(1)->produced = 42; // the same memory
+        CHECK(offered->ctrl(1)->produced == 42);
+    }
+    SECTION("a size that is not offered") {
+        auto offered = RingMemory::create(kSize, &why);
+        CHECK_FALSE(RingMemory::adopt(dup(offered->fd()), kSize * 2, &why));
+        CHECK_FALSE(RingMemory::adopt(dup(offered->fd()), kSize + 1, &why));
+    }
+    SECTION("an unsealed file, which the peer could shrink under us") {
+        const int fd = memfd_create("unsealed", MFD_CLOEXEC);
+        REQUIRE(ftruncate(fd, PIB_WIRE_RING_DATA + 2 * kSize) == 0);
+        CHECK_FALSE(RingMemory::adopt(fd, kSize, &why));
+        CHECK(why.find("sealed") != std::string::npos);
+    }
+    SECTION("a sealed file without the layout") {
+        const int fd = memfd_create("blank", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+        REQUIRE(ftruncate(fd, PIB_WIRE_RING_DATA + 2 * kSize) == 0);
+        REQUIRE(fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK) == 0);
+        CHECK_FALSE(RingMemory::adopt(fd, kSize, &why));
+    }
+    SECTION("a sealed file too small for its rings") {
+        const int fd = memfd_create("small", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+        REQUIRE(ftruncate(fd, PIB_WIRE_RING_DATA) == 0);
+        REQUIRE(fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK) == 0);
+        CHECK_FALSE(RingMemory::adopt(fd, kSize, &why));
+    }
+}
+
+TEST_CASE("descriptors cross a UNIX socket with the bytes they belong to", "[ring]") {
+    int pair[2];
+    REQUIRE(socketpair(AF_UNIX, SOCK_STREAM, 0, pair) == 0);
+    const int bell = eventfd(0, EFD_CLOEXEC);
+    int pipeFds[2];
+    REQUIRE(pipe(pipeFds) == 0);
+    const uint8_t bytes[] = {1, 2, 3};
+    const int sent[] = {bell, pipeFds[0]};
+    REQUIRE(sendWithFds(pair[0], bytes, sent));
+    uint8_t in[16];
+    std::vector<int> fds;
+    CHECK(receiveWithFds(pair[1], in, &fds) == 3);
+    REQUIRE(fds.size() == 2);
+    CHECK(isEventFd(fds[0]));
+    CHECK_FALSE(isEventFd(fds[1])); // a pipe is no doorbell
+    for (int fd : {fds[0], fds[1], bell, pipeFds[0], pipeFds[1], pair[0], pair[1]})
+        close(fd);
+}
