@@ -26,6 +26,19 @@ void fullFence() {
     __atomic_thread_fence(__ATOMIC_SEQ_CST);
 }
 
+// Stores this end's index `now` where the other end reads it (`shared`),
+// `told` being what it was told last. True when the other end asked to be
+// woken (`wakeAt`) at a point the index just passed.
+bool tell(uint32_t *shared, uint32_t *told, uint32_t now, const uint32_t *wakeAt) {
+    const uint32_t before = *told;
+    if (now == before)
+        return false;
+    store(shared, now);
+    *told = now;
+    fullFence();
+    return passed(load(wakeAt), now, before);
+}
+
 uint32_t getLe32(const uint8_t *p) {
     return uint32_t{p[0]} | uint32_t{p[1]} << 8 | uint32_t{p[2]} << 16 | uint32_t{p[3]} << 24;
 }
@@ -139,13 +152,7 @@ bool RingWriter::put(std::span<const uint8_t> frame) {
 }
 
 bool RingWriter::publish() {
-    const uint32_t before = published_;
-    if (produced_ == before)
-        return false;
-    store(&ctrl_->produced, produced_);
-    published_ = produced_;
-    fullFence();
-    return passed(load(&ctrl_->wake_consumer_at), produced_, before);
+    return tell(&ctrl_->produced, &published_, produced_, &ctrl_->wake_consumer_at);
 }
 
 bool RingWriter::armRoomDoorbell() {
@@ -201,13 +208,7 @@ std::span<const uint8_t> RingReader::lastFrame() const {
 }
 
 bool RingReader::release() {
-    const uint32_t before = released_;
-    if (consumed_ == before)
-        return false;
-    store(&ctrl_->consumed, consumed_);
-    released_ = consumed_;
-    fullFence();
-    return passed(load(&ctrl_->wake_producer_at), consumed_, before);
+    return tell(&ctrl_->consumed, &released_, consumed_, &ctrl_->wake_producer_at);
 }
 
 bool RingReader::armDoorbell() {

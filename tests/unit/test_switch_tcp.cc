@@ -127,23 +127,31 @@ Fd acceptWithin(const Fd &listener, milliseconds limit) {
     return Fd(accept4(listener.get(), nullptr, nullptr, SOCK_CLOEXEC));
 }
 
-// The type of the first frame `fd` receives within `limit`.
-std::optional<uint8_t> firstFrame(const Fd &fd, milliseconds limit) {
+// The first frame `fd` receives within `limit` whose type is `type`, or
+// of any type if `type` is 0.
+std::optional<wire::Frame> frameOfType(const Fd &fd, uint8_t type, milliseconds limit) {
     wire::FrameReader reader;
     const auto deadline = steady_clock::now() + limit;
     while (true) {
+        wire::FrameReader::Error error;
+        while (auto frame = reader.next(&error))
+            if (type == 0 || frame->type == type)
+                return frame;
         const auto left = std::chrono::duration_cast<milliseconds>(deadline - steady_clock::now());
         if (left < 0ms || !readable(fd.get(), left))
             return std::nullopt;
-        uint8_t buf[256];
+        uint8_t buf[4096];
         const ssize_t n = recv(fd.get(), buf, sizeof(buf), 0);
         if (n <= 0)
             return std::nullopt;
         reader.feed(std::span(buf, static_cast<size_t>(n)));
-        wire::FrameReader::Error error;
-        if (const auto frame = reader.next(&error))
-            return frame->type;
     }
+}
+
+// The type of the first frame `fd` receives within `limit`.
+std::optional<uint8_t> firstFrame(const Fd &fd, milliseconds limit) {
+    const auto frame = frameOfType(fd, 0, limit);
+    return frame ? std::optional<uint8_t>(frame->type) : std::nullopt;
 }
 
 // Says HELLO as a switch's port 7 does: the link comes up.
@@ -416,26 +424,6 @@ Fd cableTo(const std::string &path) {
     const sockaddr_un addr = unixAddress(path);
     REQUIRE(connect(fd.get(), reinterpret_cast<const sockaddr *>(&addr), sizeof(addr)) == 0);
     return fd;
-}
-
-// The first frame of `type` that `fd` receives within `limit`.
-std::optional<wire::Frame> frameOfType(const Fd &fd, uint8_t type, milliseconds limit) {
-    wire::FrameReader reader;
-    const auto deadline = steady_clock::now() + limit;
-    while (true) {
-        wire::FrameReader::Error error;
-        while (auto frame = reader.next(&error))
-            if (frame->type == type)
-                return frame;
-        const auto left = std::chrono::duration_cast<milliseconds>(deadline - steady_clock::now());
-        if (left < 0ms || !readable(fd.get(), left))
-            return std::nullopt;
-        uint8_t buf[4096];
-        const ssize_t n = recv(fd.get(), buf, sizeof(buf), 0);
-        if (n <= 0)
-            return std::nullopt;
-        reader.feed(std::span(buf, static_cast<size_t>(n)));
-    }
 }
 
 void sendFrame(const Fd &fd, uint8_t type, std::span<const uint8_t> payload) {
