@@ -280,4 +280,14 @@ bool isEventFd(int fd) {
     return n > 0 && std::string_view(target, static_cast<size_t>(n)) == "anon_inode:[eventfd]";
 }
 
+void ringDoorbell(int fd) {
+    const uint64_t one = 1;
+    [[maybe_unused]] const ssize_t n = ::write(fd, &one, sizeof(one));
+}
+
+void clearDoorbell(int fd) {
+    uint64_t count;
+    [[maybe_unused]] const ssize_t n = ::read(fd, &count, sizeof(count));
+}
+
 } // namespace pib::wire

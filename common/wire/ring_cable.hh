@@ -115,6 +115,11 @@ inline bool passed(uint32_t event, uint32_t after, uint32_t before) {
 // and whatever descriptors came with them (closed by the caller).
 bool sendWithFds(int socket, std::span<const uint8_t> bytes, std::span<const int> fds);
 long receiveWithFds(int socket, std::span<uint8_t> bytes, std::vector<int> *fds);
+// An eventfd doorbell: ringDoorbell wakes its reader (a counter that is
+// full is ringing already); clearDoorbell takes the rings it had, before
+// the reader looks at its ring.
+void ringDoorbell(int fd);
+void clearDoorbell(int fd);
 // Whether `fd` is an eventfd: a doorbell a peer passed is written to, so
 // it must not be a file or a pipe of the peer's choosing.
 bool isEventFd(int fd);

@@ -21,17 +21,6 @@ namespace {
 // read's worth (64 KiB) of 4 KiB packets.
 constexpr unsigned kRingFramesPerTurn = 16;
 
-void ringDoorbell(int fd) {
-    const uint64_t one = 1;
-    // A doorbell whose counter is full is ringing already.
-    [[maybe_unused]] const ssize_t n = ::write(fd, &one, sizeof(one));
-}
-
-void clearDoorbell(int fd) {
-    uint64_t count;
-    [[maybe_unused]] const ssize_t n = ::read(fd, &count, sizeof(count));
-}
-
 } // namespace
 
 Server::RingLink::~RingLink() {
@@ -132,7 +121,7 @@ void Server::onRingDoorbell(unsigned port) {
     Connection *c = conns_[port].get();
     if (!c || !c->rings)
         return;
-    clearDoorbell(c->rings->bellIn);
+    wire::clearDoorbell(c->rings->bellIn);
     // The peer rings for frames it wrote and for room it made.
     processRing(port);
     if (conns_[port].get() == c && c->queuedInRing())
@@ -157,7 +146,7 @@ void Server::processRing(unsigned port) {
                 return;
             }
             if (r->in.release())
-                ringDoorbell(r->bellOut);
+                wire::ringDoorbell(r->bellOut);
             if (r->in.armDoorbell())
                 return; // empty: the peer rings when it writes
             continue;
@@ -172,7 +161,7 @@ void Server::processRing(unsigned port) {
             block(port, congested_);
     }
     if (r->in.release())
-        ringDoorbell(r->bellOut);
+        wire::ringDoorbell(r->bellOut);
 }
 
 void Server::serviceBusyRings() {
@@ -205,7 +194,7 @@ size_t Server::flushRing(unsigned port) {
             return moved;
         }
         if (r->out.publish())
-            ringDoorbell(r->bellOut);
+            wire::ringDoorbell(r->bellOut);
         // Frames wait for room: the peer rings when it makes some, unless
         // it made some meanwhile (then try again now).
         if (c->ringSent == c->ringOutput.size() || r->out.armRoomDoorbell())

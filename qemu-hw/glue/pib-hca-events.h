@@ -29,6 +29,15 @@ static bool pib_hca_event_enabled(unsigned event)
         return trace_event_get_state_backends(TRACE_PIB_HCA_LINK_PEER_RETRAIN);
     case PIB_EVENT_LINK_HELLO_CROSSED:
         return trace_event_get_state_backends(TRACE_PIB_HCA_LINK_HELLO_CROSSED);
+    case PIB_EVENT_LINK_RINGS_OFFERED:
+        return trace_event_get_state_backends(TRACE_PIB_HCA_LINK_RINGS_OFFERED);
+    case PIB_EVENT_LINK_RINGS_NOT_OFFERED:
+        return trace_event_get_state_backends(
+            TRACE_PIB_HCA_LINK_RINGS_NOT_OFFERED);
+    case PIB_EVENT_LINK_RINGS_UP:
+        return trace_event_get_state_backends(TRACE_PIB_HCA_LINK_RINGS_UP);
+    case PIB_EVENT_LINK_RINGS_REFUSED:
+        return trace_event_get_state_backends(TRACE_PIB_HCA_LINK_RINGS_REFUSED);
     case PIB_EVENT_CAPTURE_START:
         return trace_event_get_state_backends(TRACE_PIB_HCA_CAPTURE_START);
     case PIB_EVENT_CAPTURE_STOP:
@@ -198,6 +207,19 @@ static void pib_hca_trace_event(unsigned event, const uint64_t *a)
         break;
     case PIB_EVENT_LINK_HELLO_CROSSED:
         trace_pib_hca_link_hello_crossed((unsigned) a[0]);
+        break;
+    case PIB_EVENT_LINK_RINGS_OFFERED:
+        trace_pib_hca_link_rings_offered((unsigned) a[0], (unsigned) a[1]);
+        break;
+    case PIB_EVENT_LINK_RINGS_NOT_OFFERED:
+        trace_pib_hca_link_rings_not_offered((unsigned) a[0],
+                                             (const char *) (uintptr_t) a[1]);
+        break;
+    case PIB_EVENT_LINK_RINGS_UP:
+        trace_pib_hca_link_rings_up((unsigned) a[0]);
+        break;
+    case PIB_EVENT_LINK_RINGS_REFUSED:
+        trace_pib_hca_link_rings_refused((unsigned) a[0]);
         break;
     case PIB_EVENT_CAPTURE_START:
         trace_pib_hca_capture_start(

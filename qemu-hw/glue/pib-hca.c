@@ -11,6 +11,7 @@
 
 #include "qemu/osdep.h"
 #include "qemu/log.h"
+#include "qemu/main-loop.h"
 #include "qemu/module.h"
 #include "qemu/timer.h"
 #include "qemu/units.h"
@@ -47,7 +48,11 @@ OBJECT_DECLARE_SIMPLE_TYPE(PibHcaState, PIB_HCA)
 #define PIB_HCA_TX_RESUME (256 * KiB)
 #define PIB_HCA_TX_LIMIT (4 * MiB)
 
-/* One InfiniBand port's cable: a chardev stream to a switch port. */
+/*
+ * One InfiniBand port's cable: a chardev stream to a switch port, and once
+ * the switch takes the core's offer, a ring cable in shared memory whose
+ * doorbell (an eventfd) the main loop watches (docs/wire.md).
+ */
 typedef struct PibHcaPort {
     struct PibHcaState *hca;
     unsigned number; /* 1-based */
@@ -59,6 +64,7 @@ typedef struct PibHcaPort {
     bool tx_full;          /* the core was told the queue is full */
     bool writable_pending; /* tell the core from the bottom half */
     bool tx_batched;       /* txq gained bytes in a batch not flushed yet */
+    int bell_fd;           /* a ring cable's doorbell we watch, or -1 */
 } PibHcaPort;
 
 struct PibHcaState {
@@ -79,6 +85,7 @@ struct PibHcaState {
     uint32_t doorbell_pages;
     uint32_t msix_vectors;
     uint32_t ports;
+    bool rings; /* offer ring cables to switches that take them */
     PibHcaPort port[PIB_MAX_PORTS];
 };
 
@@ -371,6 +378,64 @@ static void pib_hca_batch_end(PibHcaState *s)
     }
 }
 
+/*
+ * A ring cable's offer: its descriptors go with these bytes, so nothing
+ * may wait in the queue before them. The chardev must be a UNIX socket
+ * (one that passes descriptors).
+ */
+static int pib_hca_port_send_fds(void *opaque, unsigned number, const void *buf,
+                                 size_t len, const int *fds, size_t nfds)
+{
+    PibHcaState *s = opaque;
+    PibHcaPort *port = &s->port[number - 1];
+    int n;
+
+    if (!s->rings || !qemu_chr_fe_backend_open(&port->chr) || len > INT_MAX) {
+        return -1;
+    }
+    pib_hca_port_flush(port);
+    if (pib_hca_tx_pending(port) ||
+        qemu_chr_fe_set_msgfds(&port->chr, (int *) fds, nfds) < 0) {
+        return -1;
+    }
+    n = qemu_chr_fe_write(&port->chr, buf, len);
+    if (n <= 0) {
+        qemu_chr_fe_set_msgfds(&port->chr, NULL, 0);
+        return -1;
+    }
+    if ((size_t) n < len) { /* the descriptors went with the first part */
+        g_byte_array_append(port->txq, (const uint8_t *) buf + n, len - n);
+        pib_hca_port_flush(port);
+    }
+    trace_pib_hca_port_rings_offered(number, len);
+    return 0;
+}
+
+/* A ring cable's doorbell rang: frames to read, or room to write. */
+static void pib_hca_port_bell(void *opaque)
+{
+    PibHcaPort *port = opaque;
+
+    pib_hca_batch_begin(port->hca);
+    pib_core_port_bell(port->hca->core, port->number);
+    pib_hca_batch_end(port->hca);
+}
+
+static void pib_hca_port_watch(void *opaque, unsigned number, int fd)
+{
+    PibHcaState *s = opaque;
+    PibHcaPort *port = &s->port[number - 1];
+
+    if (port->bell_fd >= 0) {
+        qemu_set_fd_handler(port->bell_fd, NULL, NULL, NULL);
+    }
+    port->bell_fd = fd;
+    if (fd >= 0) {
+        qemu_set_fd_handler(fd, pib_hca_port_bell, NULL, port);
+    }
+    trace_pib_hca_port_watch(number, fd);
+}
+
 static void pib_hca_port_disconnect(void *opaque, unsigned port)
 {
     PibHcaState *s = opaque;
@@ -444,6 +509,8 @@ static const struct pib_host_ops pib_hca_host_ops = {
     .msix_notify = pib_hca_msix_notify,
     .port_send = pib_hca_port_send,
     .port_disconnect = pib_hca_port_disconnect,
+    .port_send_fds = pib_hca_port_send_fds,
+    .port_watch = pib_hca_port_watch,
     .clock_ns = pib_hca_clock_ns,
     .timer_arm = pib_hca_timer_arm,
     .schedule = pib_hca_schedule,
@@ -734,6 +801,7 @@ static void pib_hca_realize(PCIDevice *pdev, Error **errp)
 
         port->hca = s;
         port->number = i + 1;
+        port->bell_fd = -1;
         if (qemu_chr_fe_backend_connected(&port->chr)) {
             qemu_chr_fe_set_handlers(&port->chr, pib_hca_port_can_receive,
                                      pib_hca_port_receive, pib_hca_port_event,
@@ -776,6 +844,7 @@ static const Property pib_hca_properties[] = {
     DEFINE_PROP_UINT32("doorbell-pages", PibHcaState, doorbell_pages, 1024),
     DEFINE_PROP_UINT32("msix-vectors", PibHcaState, msix_vectors, 16),
     DEFINE_PROP_UINT32("ports", PibHcaState, ports, 1),
+    DEFINE_PROP_BOOL("rings", PibHcaState, rings, true),
     DEFINE_PROP_CHR("port1", PibHcaState, port[0].chr),
     DEFINE_PROP_CHR("port2", PibHcaState, port[1].chr),
 };

@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: GPL-2.0-or-later
 #include "socket_cable.hh"
 
+#include <algorithm>
 #include <cerrno>
 #include <chrono>
 #include <cstring>
@@ -49,10 +50,11 @@ SocketCable::~SocketCable() {
     close(fd_);
 }
 
-void SocketCable::write(const std::vector<uint8_t> &bytes, size_t *offset) {
-    while (*offset < bytes.size()) {
+void SocketCable::write(const std::vector<uint8_t> &bytes, size_t *offset, size_t end) {
+    end = std::min(end, bytes.size());
+    while (*offset < end) {
         const ssize_t n =
-            send(fd_, bytes.data() + *offset, bytes.size() - *offset, MSG_NOSIGNAL | MSG_DONTWAIT);
+            send(fd_, bytes.data() + *offset, end - *offset, MSG_NOSIGNAL | MSG_DONTWAIT);
         if (n > 0) {
             *offset += static_cast<size_t>(n);
             continue;
@@ -70,6 +72,11 @@ std::span<const uint8_t> SocketCable::read() {
     if (n < 0 && (errno == EAGAIN || errno == EINTR))
         return {};
     throw std::runtime_error("the switch closed the cable");
+}
+
+bool readable(int fd) {
+    pollfd p{fd, POLLIN, 0};
+    return poll(&p, 1, 0) == 1;
 }
 
 void waitFor(int fd, bool output, int ms, int other) {

@@ -21,9 +21,10 @@ class SocketCable {
     SocketCable &operator=(const SocketCable &) = delete;
 
     int fd() const { return fd_; }
-    // Writes what it can of `bytes[*offset..]` without blocking and moves
-    // *offset past it. Throws if the switch closed the cable.
-    void write(const std::vector<uint8_t> &bytes, size_t *offset);
+    // Writes what it can of `bytes[*offset..end)` (end: all) without
+    // blocking and moves *offset past it. Throws if the switch closed the
+    // cable.
+    void write(const std::vector<uint8_t> &bytes, size_t *offset, size_t end = SIZE_MAX);
     // Reads what has arrived (at most the buffer's size) without blocking:
     // empty if nothing did. The bytes stay valid until the next read.
     std::span<const uint8_t> read();
@@ -33,6 +34,8 @@ class SocketCable {
     std::vector<uint8_t> buffer_;
 };
 
+// Whether `fd` is readable now.
+bool readable(int fd);
 // Waits up to `ms` for `fd` to be readable (and, if `output`, writable),
 // or `other` (if not -1) to be readable.
 void waitFor(int fd, bool output, int ms, int other = -1);

@@ -536,21 +536,49 @@ void ringAnyDoorbell(FuzzedDataProvider &in, Target &t) {
 
 void linkFlap(FuzzedDataProvider &in, Target &t) {
     pib_core *core = t.host.core;
+    t.rings.reset();
+    t.ringScribbled = false;
     pib_core_port_connected(core, 1, 0);
     if (in.ConsumeIntegralInRange(0, 3) == 0)
-        return; // stays down for a while
-    pib_core_port_connected(core, 1, 1);
-    pib_wire_hello hello{};
-    const auto frame = wire::encode(
-        PIB_WIRE_HELLO, std::span(reinterpret_cast<const uint8_t *>(&hello), sizeof(hello)));
-    pib_core_port_receive(core, 1, frame.data(), frame.size());
+        return;             // stays down for a while
+    if (in.ConsumeBool()) { // a switch that takes rings: the device offers
+        t.rings = std::make_unique<testing::RingSwitch>(t.host);
+        if (in.ConsumeIntegralInRange(0, 3))
+            t.rings->answer(in.ConsumeIntegralInRange(0, 7) != 0);
+    } else {
+        t.host.passesDescriptors = false;
+        pib_core_port_connected(core, 1, 1);
+        pib_wire_hello hello{};
+        const auto frame = wire::encode(PIB_WIRE_HELLO, testing::RingSwitch::bytesOf(hello));
+        pib_core_port_receive(core, 1, frame.data(), frame.size());
+    }
     if (in.ConsumeIntegralInRange(0, 3))
         t.activatePort(); // the subnet manager sees the port again
 }
 
+// A hostile switch and the shared memory of its ring cable: any value in
+// any index or doorbell request of either ring, or a doorbell with
+// nothing behind it.
+void ringScribble(FuzzedDataProvider &in, Target &t) {
+    if (!t.ringsUp())
+        return;
+    if (in.ConsumeBool()) {
+        const unsigned ring = in.ConsumeIntegralInRange(0, 1);
+        t.ringScribbled |= ring == 0;
+        pib_wire_ring_ctrl *ctrl = t.rings->ctrl(ring);
+        uint32_t *fields[] = {&ctrl->produced, &ctrl->consumed, &ctrl->wake_consumer_at,
+                              &ctrl->wake_producer_at};
+        uint32_t &field = *fields[in.ConsumeIntegralInRange<size_t>(0, std::size(fields) - 1)];
+        field = in.ConsumeBool() ? field + in.ConsumeIntegralInRange<uint32_t>(0, 8192)
+                                 : in.ConsumeIntegral<uint32_t>();
+    }
+    t.rings->publish(true);
+    t.rings->answerBell();
+}
+
 void hostEnvironment(FuzzedDataProvider &in, Target &t) {
     FakeHost &h = t.host;
-    switch (in.ConsumeIntegralInRange(0, 5)) {
+    switch (in.ConsumeIntegralInRange(0, 6)) {
     case 0: // time passes: retransmissions, RNR waits
         h.advance(in.ConsumeIntegralInRange<uint64_t>(0, 200'000'000));
         break;
@@ -571,6 +599,9 @@ void hostEnvironment(FuzzedDataProvider &in, Target &t) {
         pib_core_port_receive(h.core, 1, bytes.data(), bytes.size());
         break;
     }
+    case 5:
+        ringScribble(in, t);
+        break;
     default:
         pib_core_bar_read(h.core, in.ConsumeBool() ? PIB_BAR_REGS : PIB_BAR_DOORBELL,
                           in.ConsumeIntegralInRange(0u, 0x2000u),

@@ -4,6 +4,7 @@
 #include <algorithm>
 
 #include "connected.hh"
+#include "fuzz_core_check.hh"
 
 namespace pib::fuzz {
 
@@ -146,6 +147,14 @@ void Peer::transmit(const iba::Packet &p, size_t cut, std::optional<size_t> flip
     if (flip && !bytes.empty()) // a bit flipped on the wire: the CRCs no longer match
         bytes[*flip % bytes.size()] ^= static_cast<uint8_t>(1u << (*flip % 8));
     const std::vector<uint8_t> frame = wire::encode(PIB_WIRE_PACKET, bytes);
+    if (t_.ringsUp()) {
+        // A full ring loses the packet, as a switch's full output would.
+        t_.rings->put(frame);
+        t_.rings->publish();
+        if (cut >= frame.size()) // else the device finds it at its next doorbell
+            t_.rings->answerBell();
+        return;
+    }
     cut = std::min(cut, frame.size());
     pib_core_port_receive(t_.host.core, 1, frame.data(), cut);
     pib_core_port_receive(t_.host.core, 1, frame.data() + cut, frame.size() - cut);
@@ -342,10 +351,22 @@ Qp *Peer::qpTalkingTo(const iba::Packet &p) {
 
 void Peer::readDeviceOutput() {
     std::vector<uint8_t> &out = t_.host.portOutput[1];
-    if (out.empty())
-        return;
     reader_.feed(out);
     out.clear();
+    if (t_.ringsUp()) { // whole frames, after what the stream carried
+        std::vector<std::vector<uint8_t>> frames;
+        try {
+            frames = t_.rings->take();
+        } catch (const std::runtime_error &) {
+            // Only the input's scribbles may break the device's ring: the
+            // switch then drops the link.
+            check(t_.ringScribbled, "the device broke its own ring");
+            t_.rings.reset();
+            pib_core_port_connected(t_.host.core, 1, 0);
+        }
+        for (const auto &frame : frames)
+            reader_.feed(frame);
+    }
     wire::FrameReader::Error error = wire::FrameReader::Error::kNone;
     while (const auto frame = reader_.next(&error)) {
         if (frame->type != PIB_WIRE_PACKET)

@@ -22,6 +22,7 @@
 #include "connected_fixture.hh"
 #include "fuzz_core_ledger.hh"
 #include "fuzz_core_memory.hh"
+#include "ring_switch.hh"
 
 namespace pib::fuzz {
 
@@ -167,6 +168,12 @@ class Target {
     const bool privileged;
     MemoryWatch memory{host};
     Ledger ledger;
+    // The switch port, when the input cabled a ring cable: the peer's
+    // packets then go through the ring, the device's come out of it, and
+    // the input may write anything into the shared memory.
+    std::unique_ptr<testing::RingSwitch> rings;
+    bool ringScribbled = false; // the input wrote into the device's ring: it may read as broken
+    bool ringsUp() const { return rings && rings->mapped() && host.watchedFd[1] >= 0; }
 
     Cq sendCq, recvCq, xrcCq;
     Srq srq, xrcSrq;

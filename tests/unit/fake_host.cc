@@ -2,9 +2,11 @@
 #include "fake_host.hh"
 
 #include <algorithm>
+#include <fcntl.h>
 #include <random>
 #include <stdexcept>
 #include <string>
+#include <unistd.h>
 
 static void recordGuestError(void *opaque, unsigned error, const char *detail) {
     static_cast<FakeHost *>(opaque)->errors.push_back({pib_guest_error_token(error), detail});
@@ -126,6 +128,26 @@ static int portSend(void *opaque, unsigned port, const void *buf, size_t len) {
     return PIB_PORT_SEND_FULL;
 }
 
+// A ring offer: its bytes join the stream; its descriptors are kept
+// (duplicated) with where in the stream they go, for a test or a host
+// program to pass on.
+static int portSendFds(void *opaque, unsigned port, const void *buf, size_t len, const int *fds,
+                       size_t nfds) {
+    auto *host = static_cast<FakeHost *>(opaque);
+    if (!host->passesDescriptors)
+        return -1;
+    FakeHost::PassedFds passed{host->portOutput[port].size(), {}};
+    for (size_t i = 0; i < nfds; ++i)
+        passed.fds.push_back(fcntl(fds[i], F_DUPFD_CLOEXEC, 0));
+    host->passedFds[port].push_back(std::move(passed));
+    portSend(opaque, port, buf, len);
+    return 0;
+}
+
+static void portWatch(void *opaque, unsigned port, int fd) {
+    static_cast<FakeHost *>(opaque)->watchedFd[port] = fd;
+}
+
 static void portDisconnect(void *opaque, unsigned port) {
     static_cast<FakeHost *>(opaque)->disconnects.push_back(port);
 }
@@ -185,6 +207,8 @@ const pib_host_ops &FakeHost::hostOps() {
         .msix_notify = msixNotify,
         .port_send = portSend,
         .port_disconnect = portDisconnect,
+        .port_send_fds = portSendFds,
+        .port_watch = portWatch,
         .clock_ns = [](void *opaque) { return static_cast<FakeHost *>(opaque)->now; },
         .timer_arm =
             [](void *opaque, uint64_t deadline) {
@@ -203,6 +227,10 @@ FakeHost::FakeHost(const pib_core_config &config, uint64_t ramSize) : ram(takeRa
 
 FakeHost::~FakeHost() {
     pib_core_free(core);
+    for (const auto &port : passedFds)
+        for (const PassedFds &passed : port)
+            for (int fd : passed.fds)
+                close(fd);
     if (ramPool().size() < 4)
         ramPool().push_back(std::move(ram));
 }

@@ -181,6 +181,17 @@ struct FakeHost {
     unsigned runs = 0; // pib_core_run calls made
     bool runScheduled();
     std::vector<unsigned> disconnects;
+    // Ring cables: whether port_send_fds takes descriptors, the
+    // descriptors each port sent (duplicates, closed with the host) and
+    // at which byte of its output, and the doorbell it asks the host to
+    // watch (-1: none).
+    bool passesDescriptors = false;
+    struct PassedFds {
+        size_t at;
+        std::vector<int> fds;
+    };
+    std::vector<PassedFds> passedFds[3];
+    int watchedFd[3] = {-1, -1, -1};
     uint64_t barDmas = 0; // DMAs that reached BAR0
     // A bug inside the core, simulated: the next DMA read throws, as a
     // broken invariant would, in the middle of whatever the core does.

@@ -82,7 +82,7 @@ def _cmd_fabric_up(args) -> int:
     fabric.up(vms=args.vms or 2, accel=args.accel, memory=args.memory, cpus=args.cpus,
               timeout=args.timeout, trace=args.trace, sm=not args.no_sm,
               switches=args.switches or 1, topology=topo, own=own,
-              mlx5=tuple(n for n in args.mlx5.split(",") if n))
+              mlx5=tuple(n for n in args.mlx5.split(",") if n), cable=args.cable)
     return fabric.status()
 
 
@@ -195,6 +195,8 @@ def _add_kernel_option(p) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from pibctl.fabric import CABLES
+
     parser = argparse.ArgumentParser(
         prog="pib", description=DESCRIPTION, formatter_class=argparse.RawDescriptionHelpFormatter
     )
@@ -229,6 +231,9 @@ def build_parser() -> argparse.ArgumentParser:
     up.add_argument("--memory", type=int, default=2048, help="MiB of RAM per guest (default 2048)")
     up.add_argument("--cpus", type=int, default=1, help="vCPUs per guest (default 1)")
     up.add_argument("--timeout", type=float, default=300, help="seconds to wait for the guests to boot")
+    up.add_argument("--cable", choices=CABLES, default="ring",
+                    help="how each HCA port reaches its switch: ring (shared memory, "
+                         "the default) or stream (the socket's byte stream)")
     up.add_argument("--switches", type=int, default=None,
                     help="IB switches, chained; VMs are spread over them (default 1)")
     up.add_argument("--topology", metavar="FILE",

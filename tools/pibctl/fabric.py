@@ -22,6 +22,10 @@ IPOIB_NET = "10.78.0"  # the guests' IPoIB interfaces (ib0): vmN-ib is IPOIB_NET
 STATE_FILE = "fabric.json"
 
 
+# How an HCA's port reaches its switch (the device's `rings` property).
+CABLES = ("ring", "stream")
+
+
 @dataclass
 class Vm:
     name: str
@@ -82,6 +86,7 @@ class Fabric:
     ib_switch_pids: dict = field(default_factory=dict)  # switch name -> pid
     kernel: str = ""  # what the guests boot: the bundled image unless given
     initrd: str = ""
+    cable: str = "ring"  # HCA to switch: "ring" (shared memory) or "stream"
 
     @property
     def topo(self) -> Topology:
@@ -269,7 +274,8 @@ def _qemu_command(fabric: Fabric, vm: Vm, memory: int, cpus: int, trace: str,
     # Each HCA port is cabled to a switch port's socket; QEMU reconnects by
     # itself when the switch restarts.
     hca = (f"pib-hca,id=hca0,bus=ib-rp,personality={vm.personality},"
-           f"node-guid=0x{vm.node_guid:016x},ports={len(vm.cables)}")
+           f"node-guid=0x{vm.node_guid:016x},ports={len(vm.cables)},"
+           f"rings={'on' if fabric.cable == 'ring' else 'off'}")
     for n, (switch, port) in enumerate(vm.cables, 1):
         sock = fabric.ib_switch_dir(switch) / f"port{port}.sock"
         cmd += ["-chardev", f"socket,id=ib{n},path={sock},reconnect-ms=1000"]
@@ -581,12 +587,15 @@ def restart_sm(fabric: Fabric) -> None:
 def up(vms: int = 2, accel: str = "tcg", memory: int = 2048, cpus: int = 1,
        timeout: float = 300, trace: str = "", sm: bool = True, switches: int = 1,
        topology: Topology = None, kernel_args: str = "", own: OwnKernel = None,
-       mlx5: tuple = ()) -> Fabric:
+       mlx5: tuple = (), cable: str = "ring") -> Fabric:
     """Boots a fabric: the given topology, or else a chain of `switches`
     switches with `vms` guests spread over them. `kernel_args` go to each
     guest's kernel command line; `own` is a kernel of the user's to boot
     instead of the bundled one; the guests named in `mlx5` get a ConnectX
-    HCA (personality=mlx5)."""
+    HCA (personality=mlx5). `cable` is how each HCA's port reaches its
+    switch: "ring" (shared memory, docs/wire.md) or "stream"."""
+    if cable not in CABLES:
+        raise ui.StepFailed(f"--cable {cable}: one of {', '.join(CABLES)}")
     _check_setup()
     clear_stale()
     existing = load()
@@ -609,7 +618,7 @@ def up(vms: int = 2, accel: str = "tcg", memory: int = 2048, cpus: int = 1,
     if run.exists():
         shutil.rmtree(run)
     run.mkdir(parents=True)
-    fabric = Fabric(run_dir=str(run), accel=accel, topology=topo.to_dict())
+    fabric = Fabric(run_dir=str(run), accel=accel, topology=topo.to_dict(), cable=cable)
     if own is not None:
         fabric.kernel, fabric.initrd = str(own.kernel.resolve()), str(own_kernel.initrd(own))
     for guest in topo.guests:
@@ -620,7 +629,8 @@ def up(vms: int = 2, accel: str = "tcg", memory: int = 2048, cpus: int = 1,
     vms = len(fabric.vms)
     guest_ssh.make(run, fabric.vms, _guest_names)
 
-    ui.step(f"Fabric: {vms} VMs and {len(topo.switches)} IB switches under {accel.upper()} in {run}")
+    ui.step(f"Fabric: {vms} VMs and {len(topo.switches)} IB switches under {accel.upper()}, "
+            f"{cable} cables, in {run}")
     try:
         # The management switch: vde_switch daemonises and writes its pid.
         subprocess.run(

@@ -281,13 +281,35 @@ def _pass_fabric(vms: int, second_pass: bool, topology_file: Path, own_pass: boo
     return vms, topo, where
 
 
-def _boot(vms: int, accel: str, topo, own_pass: bool):
+def _pass_cable(second_pass: bool) -> str:
+    """How the pass's HCAs reach their switches: the two-switch pass keeps
+    the byte stream (what TCP between hosts carries), the others use ring
+    cables, so that the end-to-end tests run on both kinds."""
+    return "stream" if second_pass else "ring"
+
+
+def _boot(vms: int, accel: str, topo, own_pass: bool, cable: str = "ring"):
     # Guests have two vCPUs, so that the driver's code and the concurrent
     # tests (several pib-traffic threads and processes, the create/destroy
     # churn) really run on two at once.
     own = bundled_kernel_as_users() if own_pass else None
     return fabric.up(vms=vms, accel=accel, topology=topo, cpus=TEST_CPUS,
-                     memory=TEST_MEMORY_MIB, kernel_args=TEST_KERNEL_ARGS, own=own)
+                     memory=TEST_MEMORY_MIB, kernel_args=TEST_KERNEL_ARGS, own=own, cable=cable)
+
+
+def cables_not_as_asked(fab) -> list:
+    """The HCA ports whose switch log does not show the kind of cable the
+    fabric asked for: a ring cable taken on every port, or none at all."""
+    wrong = []
+    for vm in fab.vms:
+        for switch, port in vm.cables:
+            log = fab.switch_log(switch)
+            text = log.read_text(errors="replace") if log.exists() else ""
+            rings = f"port {port}: ring cable of " in text
+            if rings != (fab.cable == "ring"):
+                wrong.append(f"{vm.name} on {switch} port {port}: "
+                             f"{'a ring cable' if rings else 'no ring cable'} in {log}")
+    return wrong
 
 
 class EarlyBoot:
@@ -337,6 +359,8 @@ def run_e2e(counts: Counts, pattern: str, vms: int, accel: str,
     `early` is the first pass's fabric, booting since before the pass."""
     tests = _load_tests(pattern, second_pass, topology_file, own_pass, soaks)
     vms, topo, where = _pass_fabric(vms, second_pass, topology_file, own_pass)
+    cable = _pass_cable(second_pass)
+    where += f", {cable} cables"
     if not tests:
         ui.info(f"no end-to-end tests selected for {where}")
         return
@@ -349,7 +373,7 @@ def run_e2e(counts: Counts, pattern: str, vms: int, accel: str,
             fab, boot_seconds = early.wait()
             ui.detail(f"the fabric booted while the checks before ran ({boot_seconds:.0f} s)")
         else:
-            fab = _boot(vms, accel, topo, own_pass)
+            fab = _boot(vms, accel, topo, own_pass, cable)
     except ui.StepFailed as e:
         print(e)
         counts.record(f"fabric of {where} boots, all ports ACTIVE", False,
@@ -362,6 +386,9 @@ def run_e2e(counts: Counts, pattern: str, vms: int, accel: str,
     problems = gate.check()
     counts.record(f"fabric of {where} boots, all ports ACTIVE, kernel logs clean",
                   not problems, time.monotonic() - boot_start, str(problems[0]) if problems else "")
+    wrong = cables_not_as_asked(fab)
+    counts.record(f"every HCA port of the fabric of {where} is on a {cable} cable", not wrong, 0,
+                  "\n".join(wrong))
     ui.end_steps_since(booting)  # the table shows the boot; the rest of the phase is tests
     ctx = Context(fab)
     old = signal.signal(signal.SIGALRM, _alarm)

@@ -82,6 +82,19 @@ struct pib_host_ops {
     int (*port_send)(void *opaque, unsigned port, const void *buf, size_t len);
     void (*port_disconnect)(void *opaque, unsigned port);
     /*
+     * Optional (both NULL, or both set): ring cables (docs/wire.md). When
+     * the switch takes rings, the core offers them: port_send_fds writes
+     * `buf` to the port's stream after everything queued before it, with
+     * `fds` attached in SCM_RIGHTS, and returns 0, or -1 when the stream
+     * cannot carry descriptors (the port then stays on the stream). Once
+     * the switch accepts, port_watch asks the host to call
+     * pib_core_port_bell() whenever `fd` (an eventfd) is readable; fd -1
+     * stops that. The core closes the descriptor after port_watch(-1).
+     */
+    int (*port_send_fds)(void *opaque, unsigned port, const void *buf, size_t len, const int *fds,
+                         size_t nfds);
+    void (*port_watch)(void *opaque, unsigned port, int fd);
+    /*
      * The transport's clock (retransmission and RNR timers): monotonic
      * nanoseconds that stand still while the VM is stopped. timer_arm asks
      * for one call of pib_core_timer_expired() once clock_ns reaches
@@ -162,6 +175,9 @@ void pib_core_run(struct pib_core *core);
  * again.
  */
 void pib_core_port_writable(struct pib_core *core, unsigned port);
+
+/* The descriptor given to ops->port_watch for `port` is readable. */
+void pib_core_port_bell(struct pib_core *core, unsigned port);
 
 /*
  * Test facility (docs/prm.md §10): the device goes FATAL as if an internal

@@ -180,6 +180,10 @@ void pib_core_port_writable(pib_core *core, unsigned port) {
     enter(core, "port writable", [&] { core->device.portWritable(port); });
 }
 
+void pib_core_port_bell(pib_core *core, unsigned port) {
+    enter(core, "port doorbell", [&] { core->device.portBell(port); });
+}
+
 int pib_core_inspect(pib_core *core, const char *what, int json, char **answer) {
     return answered(answer, [&](std::string *text) {
         std::optional<pib::Json> state = core->device.inspect(what ? what : "", text);

@@ -87,17 +87,33 @@ void Device::portReceive(unsigned port, std::span<const uint8_t> bytes) {
         return;
     event([&] {
         links_[port - 1]->receive(
-            bytes,
-            [&](Link::Event e) {
-                if (!fatal_)
-                    agents_.linkChanged(port, e == Link::Event::kUp);
-            },
-            [&](std::span<const uint8_t> packet) {
-                if (!fatal_)
-                    dataPath_.portReceive(port, packet);
-            });
+            bytes, [&](Link::Event e) { linkEvent(port, e); },
+            [&](std::span<const uint8_t> packet) { packetReceived(port, packet); });
         dataPath_.rearmTimer(); // a HELLO ends Polling
     });
+}
+
+// A ring cable's doorbell: packets, or room for those that waited.
+void Device::portBell(unsigned port) {
+    if (port < 1 || port > links_.size())
+        return;
+    event([&] {
+        const bool writable = links_[port - 1]->bell(
+            [&](Link::Event e) { linkEvent(port, e); },
+            [&](std::span<const uint8_t> packet) { packetReceived(port, packet); });
+        if (writable && !fatal_)
+            scheduler_.portWritable(port);
+    });
+}
+
+void Device::linkEvent(unsigned port, Link::Event e) {
+    if (!fatal_)
+        agents_.linkChanged(port, e == Link::Event::kUp);
+}
+
+void Device::packetReceived(unsigned port, std::span<const uint8_t> packet) {
+    if (!fatal_)
+        dataPath_.portReceive(port, packet);
 }
 
 void Device::timerExpired() {

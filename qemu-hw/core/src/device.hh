@@ -45,6 +45,7 @@ class Device {
     void timerExpired();
     void run();
     void portWritable(unsigned port);
+    void portBell(unsigned port);
     // An internal error (an exception or a broken invariant in the core):
     // the device stops until the driver resets it. STATUS reads FATAL,
     // the driver gets one DEVICE_FATAL event, and commands, doorbells,
@@ -95,6 +96,8 @@ class Device {
 
     std::unique_ptr<FrontEnd> makeFrontEnd();
     void retrainLinks();
+    void linkEvent(unsigned port, Link::Event e);
+    void packetReceived(unsigned port, std::span<const uint8_t> packet);
     bool raiseEvent(const Injection &injection, std::string *answer);
     bool stopOrResume(const Injection &injection, std::string *answer);
 };

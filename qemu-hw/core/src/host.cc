@@ -67,6 +67,17 @@ void Host::schedule() const {
         ops_.schedule(opaque_);
 }
 
+bool Host::portSendDescriptors(unsigned port, std::span<const uint8_t> bytes,
+                               std::span<const int> fds) const {
+    return passesDescriptors() && ops_.port_send_fds(opaque_, port, bytes.data(), bytes.size(),
+                                                     fds.data(), fds.size()) == 0;
+}
+
+void Host::portWatch(unsigned port, int fd) const {
+    if (ops_.port_watch)
+        ops_.port_watch(opaque_, port, fd);
+}
+
 void Host::portDisconnect(unsigned port) const {
     if (ops_.port_disconnect)
         ops_.port_disconnect(opaque_, port);

@@ -60,6 +60,15 @@ class Host {
     // False when the host's queue for the port is full (PIB_PORT_SEND_FULL).
     bool portSend(unsigned port, std::span<const uint8_t> bytes) const;
     void portDisconnect(unsigned port) const;
+    // Ring cables (link_rings.hh): whether the host can pass descriptors
+    // on its streams and watch doorbells; sending bytes with descriptors,
+    // after all the port's stream queued before (false when they cannot
+    // go); asking for pib_core_port_bell() while `fd` is readable (-1:
+    // no more).
+    bool passesDescriptors() const { return ops_.port_send_fds && ops_.port_watch; }
+    bool portSendDescriptors(unsigned port, std::span<const uint8_t> bytes,
+                             std::span<const int> fds) const;
+    void portWatch(unsigned port, int fd) const;
     // The transport clock, and the one timer the core asks the host for.
     uint64_t clockNs() const;
     void armTimer(uint64_t deadlineNs) const;

@@ -3,6 +3,7 @@
 #include "trace.hh"
 
 #include <cinttypes>
+#include <cstring>
 
 namespace pib {
 
@@ -12,6 +13,8 @@ Link::Event Link::connected(bool connected) {
     up_ = false;
     helloDue_ = 0;
     reader_.reset();
+    rings_.reset(); // a new cable offers its own
+    ringsOffered_ = false;
     if (connected) {
         sendHello();
         trace::link_connected(host_, port_);
@@ -88,43 +91,99 @@ void Link::receive(std::span<const uint8_t> bytes, const std::function<void(Even
     reader_.lend(bytes);
     wire::FrameReader::Error error;
     while (auto frame = reader_.nextView(&error)) {
-        if (frame->type == PIB_WIRE_HELLO) {
-            if (frame->payload.size() < sizeof(pib_wire_hello)) {
-                // too short to be a HELLO: ignored
-            } else if (!up_) {
-                up_ = true;
-                helloDue_ = 0;
-                upSinceNs_ = host_.clockNs();
-                trace::link_up(host_, port_);
-                onEvent(Event::kUp);
-            } else {
-                peerHello(onEvent);
-            }
-        } else if (frame->type != PIB_WIRE_PACKET) {
-            // RINGS: the host's business (docs/wire.md), not the port's
-        } else if (up_) {
-            record(frame->payload, wire::PacketCapture::Direction::kReceived);
-            onPacket(frame->payload);
-        } else {
-            ++framesDropped_; // packets before HELLO: the link is not up
-        }
+        if (frame->type == PIB_WIRE_HELLO)
+            helloReceived(frame->payload, onEvent);
+        else if (frame->type == PIB_WIRE_RINGS)
+            ringsAnswered(frame->payload);
+        else if (frame->type == PIB_WIRE_PACKET)
+            packetReceived(frame->payload, onPacket);
         if (!connected_) {
             reader_.reset();
             return; // a handler dropped the link
         }
     }
     reader_.keepRest();
-    if (error != wire::FrameReader::Error::kNone) {
-        // The fabric is untrusted too: a corrupt stream drops the link.
-        trace::err_link(host_, port_, wire::FrameReader::toString(error));
-        const bool wasUp = up_;
-        up_ = false;
-        connected_ = false;
+    if (error != wire::FrameReader::Error::kNone)
+        drop(wire::FrameReader::toString(error), onEvent);
+}
+
+void Link::helloReceived(std::span<const uint8_t> payload,
+                         const std::function<void(Event)> &onEvent) {
+    pib_wire_hello hello;
+    if (payload.size() < sizeof(hello))
+        return; // too short to be a HELLO: ignored
+    std::memcpy(&hello, payload.data(), sizeof(hello));
+    if (!up_) {
+        up_ = true;
         helloDue_ = 0;
-        host_.portDisconnect(port_);
-        if (wasUp)
-            onEvent(Event::kDown);
+        upSinceNs_ = host_.clockNs();
+        trace::link_up(host_, port_);
+        onEvent(Event::kUp);
+    } else {
+        peerHello(onEvent);
     }
+    if (connected_ && !ringsOffered_ && (hello.flags & PIB_WIRE_HELLO_TAKES_RINGS)) {
+        ringsOffered_ = true;
+        offerRings();
+    }
+}
+
+// Once per cable: a refused or failed offer leaves the stream as it was.
+void Link::offerRings() {
+    std::string why;
+    rings_ = LinkRings::offer(host_, port_, &why);
+    if (rings_)
+        trace::link_rings_offered(host_, port_, LinkRings::kRingSize);
+    else
+        trace::link_rings_not_offered(host_, port_, why.c_str());
+}
+
+void Link::ringsAnswered(std::span<const uint8_t> payload) {
+    if (!rings_ || rings_->up())
+        return; // no offer was made, or it was answered: ignored
+    if (rings_->answered(payload)) {
+        trace::link_rings_up(host_, port_);
+    } else {
+        trace::link_rings_refused(host_, port_);
+        rings_.reset();
+    }
+}
+
+void Link::packetReceived(std::span<const uint8_t> packet,
+                          const std::function<void(std::span<const uint8_t>)> &onPacket) {
+    if (!up_) {
+        ++framesDropped_; // packets before HELLO: the link is not up
+        return;
+    }
+    record(packet, wire::PacketCapture::Direction::kReceived);
+    onPacket(packet);
+}
+
+bool Link::bell(const std::function<void(Event)> &onEvent,
+                const std::function<void(std::span<const uint8_t>)> &onPacket) {
+    if (!connected_ || !ringsUp())
+        return false;
+    const LinkRings::Rang rang = rings_->rang([&](std::span<const uint8_t> frame) {
+        packetReceived(frame.subspan(wire::kHeaderSize), onPacket);
+        return connected_;
+    });
+    if (rang.broken)
+        drop(rang.broken, onEvent);
+    return rang.writable && connected_;
+}
+
+void Link::drop(const char *reason, const std::function<void(Event)> &onEvent) {
+    // The fabric is untrusted too: a corrupt stream or ring drops the link.
+    trace::err_link(host_, port_, reason);
+    const bool wasUp = up_;
+    up_ = false;
+    connected_ = false;
+    helloDue_ = 0;
+    reader_.reset();
+    rings_.reset();
+    host_.portDisconnect(port_);
+    if (wasUp)
+        onEvent(Event::kDown);
 }
 
 bool Link::sendFramed(std::vector<uint8_t> &framed) {
@@ -132,7 +191,12 @@ bool Link::sendFramed(std::vector<uint8_t> &framed) {
         return true; // lost on a link that is down; nothing queues up
     wire::frameInPlace(framed, PIB_WIRE_PACKET);
     record(std::span(framed).subspan(wire::kHeaderSize), wire::PacketCapture::Direction::kSent);
-    return host_.portSend(port_, framed);
+    if (!ringsUp())
+        return host_.portSend(port_, framed);
+    const LinkRings::Sent sent = rings_->send(framed);
+    if (sent == LinkRings::Sent::kLost)
+        ++framesDropped_;
+    return sent == LinkRings::Sent::kOk;
 }
 
 bool Link::startCapture(const std::string &path, uint64_t limit, std::string *error) {

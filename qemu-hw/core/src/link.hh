@@ -1,6 +1,8 @@
 // SPDX-License-Identifier: GPL-2.0-or-later
 // The physical link of one port: the byte stream to a switch port, framed
 // by the pib wire protocol (docs/wire.md). Up once both ends said HELLO.
+// A switch that takes rings gets a ring cable offered (link_rings.hh):
+// then packets travel in shared memory and the stream carries HELLOs.
 #pragma once
 
 #include <cstdint>
@@ -12,6 +14,7 @@
 
 #include "frame.hh"
 #include "host.hh"
+#include "link_rings.hh"
 #include "pcap.hh"
 
 namespace pib {
@@ -33,6 +36,12 @@ class Link {
     // not copied).
     void receive(std::span<const uint8_t> bytes, const std::function<void(Event)> &onEvent,
                  const std::function<void(std::span<const uint8_t>)> &onPacket);
+    // The ring cable's doorbell rang: delivers what came in the ring, as
+    // receive() does. True when packets that waited for room went, so
+    // that the port may start new work.
+    bool bell(const std::function<void(Event)> &onEvent,
+              const std::function<void(std::span<const uint8_t>)> &onPacket);
+    bool ringsUp() const { return rings_ && rings_->up(); }
     // Sends a packet that has wire::kHeaderSize free bytes in front.
     // False when the host's queue for the link is full (the packet went).
     bool sendFramed(std::vector<uint8_t> &framed);
@@ -69,7 +78,16 @@ class Link {
     static constexpr uint64_t kMinRetrainNs = 100'000'000;
 
     void sendHello();
+    void helloReceived(std::span<const uint8_t> payload, const std::function<void(Event)> &onEvent);
     void peerHello(const std::function<void(Event)> &onEvent);
+    void offerRings();
+    void ringsAnswered(std::span<const uint8_t> payload);
+    void packetReceived(std::span<const uint8_t> packet,
+                        const std::function<void(std::span<const uint8_t>)> &onPacket);
+    // The peer broke the wire protocol: the link drops, the host unplugs.
+    void drop(const char *reason, const std::function<void(Event)> &onEvent);
+    std::unique_ptr<LinkRings> rings_; // offered or up; none on a plain stream
+    bool ringsOffered_ = false;        // once per cable, taken or not
     std::unique_ptr<wire::PacketCapture> capture_;
 
     void record(std::span<const uint8_t> packet, wire::PacketCapture::Direction direction) {

@@ -69,6 +69,27 @@ inline void link_hello_crossed(const Host &host, unsigned port) {
         host.event(PIB_EVENT_LINK_HELLO_CROSSED, {Host::eventArg(port)});
 }
 
+inline void link_rings_offered(const Host &host, unsigned port, unsigned ring_size) {
+    if (host.eventEnabled(PIB_EVENT_LINK_RINGS_OFFERED))
+        host.event(PIB_EVENT_LINK_RINGS_OFFERED, {Host::eventArg(port), Host::eventArg(ring_size)});
+}
+
+inline void link_rings_not_offered(const Host &host, unsigned port, const char *reason) {
+    if (host.eventEnabled(PIB_EVENT_LINK_RINGS_NOT_OFFERED))
+        host.event(PIB_EVENT_LINK_RINGS_NOT_OFFERED,
+                   {Host::eventArg(port), Host::eventArg(reason)});
+}
+
+inline void link_rings_up(const Host &host, unsigned port) {
+    if (host.eventEnabled(PIB_EVENT_LINK_RINGS_UP))
+        host.event(PIB_EVENT_LINK_RINGS_UP, {Host::eventArg(port)});
+}
+
+inline void link_rings_refused(const Host &host, unsigned port) {
+    if (host.eventEnabled(PIB_EVENT_LINK_RINGS_REFUSED))
+        host.event(PIB_EVENT_LINK_RINGS_REFUSED, {Host::eventArg(port)});
+}
+
 inline void capture_start(const Host &host, unsigned port, const char *path, uint64_t limit) {
     if (host.eventEnabled(PIB_EVENT_CAPTURE_START))
         host.event(PIB_EVENT_CAPTURE_START,

@@ -1,0 +1,102 @@
+// SPDX-License-Identifier: GPL-2.0-or-later
+// The device's end of a ring cable (docs/wire.md, "Ring cables"). When the
+// switch's HELLO says it takes rings and the host can pass descriptors, the
+// link offers a memfd with two rings and two eventfd doorbells; from the
+// switch's answer on, the port's packets travel in shared memory and the
+// stream carries only HELLOs. The switch may write anything into the
+// memory at any time: frames are copied out before they are looked at and
+// every index is checked (wire::RingReader, wire::RingWriter).
+#pragma once
+
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "host.hh"
+#include "ring_cable.hh"
+
+namespace pib {
+
+class LinkRings {
+  public:
+    static constexpr uint32_t kRingSize = 1 << 20;
+    // Frames one doorbell delivers; more wait for the next turn of the
+    // host's main loop (the link rings its own doorbell to come back).
+    static constexpr unsigned kFramesPerBell = 64;
+    // Packets the ring had no room for wait here, in order. The link is
+    // "full" while any wait; beyond this many bytes the rest are lost, as
+    // on a congested link (the host's limit for a stream, pib_core.h).
+    static constexpr size_t kBacklogLimit = 4 << 20;
+
+    // Sends the offer on the port's stream; nullptr and why when the
+    // memory, the doorbells or the offer could not be made.
+    static std::unique_ptr<LinkRings> offer(const Host &host, unsigned port, std::string *why);
+    ~LinkRings();
+    LinkRings(const LinkRings &) = delete;
+    LinkRings &operator=(const LinkRings &) = delete;
+
+    // The switch's answer: true when it took the rings (the host then
+    // watches the doorbell), false when packets stay on the stream.
+    bool answered(std::span<const uint8_t> payload);
+    bool up() const { return up_; }
+
+    enum class Sent { kOk, kFull, kLost };
+    // A whole PACKET frame into the ring, or behind it in the backlog
+    // (kFull: start no new work on the port), or lost past the backlog.
+    Sent send(std::span<const uint8_t> frame);
+
+    struct Rang {
+        bool writable = false;        // the backlog went into the ring: new work may start
+        const char *broken = nullptr; // what the switch broke; the link is to drop
+    };
+    // The doorbell rang: frames to read, or room to write. Delivers at
+    // most kFramesPerBell frames (header and payload) to `deliver`, which
+    // returns false to stop (the link dropped; the rings are not freed
+    // before this returns).
+    template <class Deliver> Rang rang(Deliver &&deliver);
+
+  private:
+    LinkRings(const Host &host, unsigned port, std::unique_ptr<wire::RingMemory> memory, int bellIn,
+              int bellOut);
+    const Host &host_;
+    unsigned port_;
+    std::unique_ptr<wire::RingMemory> memory_;
+    wire::RingWriter out_; // ring 0: to the switch
+    wire::RingReader in_;  // ring 1: from it
+    int bellIn_;           // the switch rings it; the host watches it
+    int bellOut_;          // we ring the switch's
+    bool up_ = false;
+    std::deque<std::vector<uint8_t>> backlog_;
+    size_t backlogBytes_ = 0;
+
+    bool flushBacklog();
+    void finishReading(bool more);
+};
+
+template <class Deliver> LinkRings::Rang LinkRings::rang(Deliver &&deliver) {
+    Rang result;
+    if (!up_)
+        return result;
+    wire::clearDoorbell(bellIn_);
+    const bool wasFull = !backlog_.empty();
+    if (wasFull && flushBacklog())
+        result.writable = true;
+    if (out_.corrupt())
+        return {false, "the switch broke the index of the device's ring"};
+    wire::RingReader::Error error = wire::RingReader::Error::kNone;
+    unsigned frames = 0;
+    while (frames < kFramesPerBell && in_.next(&error)) {
+        ++frames;
+        if (!deliver(in_.lastFrame()))
+            return result; // the link dropped: nothing more is read
+    }
+    if (error != wire::RingReader::Error::kNone)
+        return {false, wire::RingReader::toString(error)};
+    finishReading(frames == kFramesPerBell);
+    return result;
+}
+
+} // namespace pib

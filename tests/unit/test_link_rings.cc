@@ -1,0 +1,184 @@
+// SPDX-License-Identifier: GPL-2.0-or-later
+// The device's end of a ring cable (docs/wire.md, "Ring cables"): the test
+// is the switch. It answers the offer, maps the device's memory, and moves
+// the frames of two devices' RC traffic from one's ring to the other's.
+#include <catch2/catch.hpp>
+
+#include <cstring>
+
+#include "connected_fixture.hh"
+#include "fake_host.hh"
+#include "frame.hh"
+#include "packet.hh"
+#include "ring_cable.hh"
+#include "ring_switch.hh"
+
+using pib::testing::RingSwitch;
+using pib::wire::encode;
+
+namespace {
+
+constexpr uint32_t kRingSize = RingSwitch::kRingSize;
+
+// Frames of `bytes`, as the stream carries them.
+std::vector<pib::wire::Frame> framesOf(const std::vector<uint8_t> &bytes) {
+    pib::wire::FrameReader reader;
+    reader.feed(bytes);
+    std::vector<pib::wire::Frame> frames;
+    pib::wire::FrameReader::Error error;
+    while (auto frame = reader.next(&error))
+        frames.push_back(*frame);
+    return frames;
+}
+
+FakeHost &initialized(FakeHost &host) {
+    host.initHca();
+    return host;
+}
+
+// At most `max` frames from `from`'s device into `to`'s, as a switch
+// forwards them. True when any moved.
+bool forward(RingSwitch &from, RingSwitch &to, unsigned max) {
+    const auto frames = from.take(max);
+    for (const auto &frame : frames)
+        REQUIRE(to.put(frame)); // the test's rings are never full: 1 MiB, few frames a turn
+    to.publish();
+    return !frames.empty();
+}
+
+} // namespace
+
+TEST_CASE("a switch that takes rings gets a ring cable offered, once", "[link-rings]") {
+    FakeHost host;
+    RingSwitch sw(initialized(host));
+    const auto frames = framesOf(host.portOutput[1]);
+    REQUIRE(frames.size() == 2);
+    CHECK(frames[0].type == PIB_WIRE_HELLO);
+    CHECK(frames[1].type == PIB_WIRE_RINGS);
+    pib_wire_rings offer;
+    REQUIRE(frames[1].payload.size() == sizeof(offer));
+    std::memcpy(&offer, frames[1].payload.data(), sizeof(offer));
+    CHECK(offer.ring_size == kRingSize);
+    CHECK(offer.flags == 0);
+    // The descriptors go with the offer, after the HELLO.
+    REQUIRE(host.passedFds[1].size() == 1);
+    CHECK(host.passedFds[1].front().at == pib::wire::kHeaderSize + frames[0].payload.size());
+    CHECK(pib::wire::isEventFd(host.passedFds[1].front().fds[1]));
+    CHECK(pib::wire::isEventFd(host.passedFds[1].front().fds[2]));
+    CHECK(host.traces("link_rings_offered") == 1);
+
+    // A retraining HELLO does not offer again.
+    host.now += 1'000'000'000;
+    pib_wire_hello hello{};
+    hello.flags = PIB_WIRE_HELLO_TAKES_RINGS;
+    sw.feed(encode(PIB_WIRE_HELLO, RingSwitch::bytesOf(hello)));
+    CHECK(host.passedFds[1].size() == 1);
+}
+
+TEST_CASE("on a ring cable two devices' RC traffic travels in the rings", "[link-rings]") {
+    pib::testing::Pair pair;
+    RingSwitch a(pair.a.host), b(pair.b.host);
+    REQUIRE(a.answer(true));
+    REQUIRE(b.answer(true));
+    CHECK(pair.a.host.traces("link_rings_up") == 1);
+    CHECK(pib::wire::isEventFd(pair.a.host.watchedFd[1]));
+    for (pib::testing::Node *n : {&pair.a, &pair.b})
+        for (uint8_t state : {PIB_PORT_ARMED, PIB_PORT_ACTIVE})
+            n->portInfoSet([&](pib::iba::Mad &m) {
+                m.set16(64 + 16, n->lid);
+                m.set8(64 + 32, state);
+                m.set8(64 + 36, 5 << 4);
+            });
+    pair.a.host.portOutput[1].clear();
+    pair.b.host.portOutput[1].clear();
+
+    // A switch that moves `perTurn` frames a turn: a slow one lets the
+    // device's ring fill, and its packets wait for room.
+    auto run = [&](unsigned perTurn) {
+        for (int turn = 0; turn < 200000; ++turn) {
+            bool busy = forward(a, b, perTurn);
+            busy |= forward(b, a, perTurn);
+            busy |= a.answerBell();
+            busy |= b.answerBell();
+            busy |= pair.a.host.runScheduled();
+            busy |= pair.b.host.runScheduled();
+            if (!busy)
+                return;
+        }
+        FAIL("the devices never went quiet");
+    };
+    const uint32_t length = GENERATE(64u * 1024, 3u << 20);
+    const unsigned perTurn = length > (1u << 20) ? 4 : 64;
+    const uint64_t src = pair.a.host.allocRandom(length, length);
+    const uint64_t dst = pair.b.host.alloc(length);
+    pair.a.postSend(1,
+                    {.opcode = PIB_WR_RDMA_WRITE, .local = src, .length = length, .remote = dst});
+    run(perTurn);
+    const auto done = pair.a.poll();
+    REQUIRE(done.size() == 1);
+    CHECK(done[0].status == PIB_WC_SUCCESS);
+    CHECK(std::memcmp(pair.a.host.at(src), pair.b.host.at(dst), length) == 0);
+    CHECK(pair.a.host.portOutput[1].empty()); // nothing on the stream
+    CHECK(pair.b.host.portOutput[1].empty());
+
+    // And back: a READ of what arrived.
+    const uint64_t back = pair.a.host.alloc(length);
+    pair.a.postSend(2,
+                    {.opcode = PIB_WR_RDMA_READ, .local = back, .length = length, .remote = dst});
+    run(perTurn);
+    REQUIRE(pair.a.poll().size() == 1);
+    CHECK(std::memcmp(pair.a.host.at(src), pair.a.host.at(back), length) == 0);
+}
+
+TEST_CASE("a ring cable ends with its cable or when the switch breaks it", "[link-rings]") {
+    FakeHost host;
+    RingSwitch sw(initialized(host));
+    REQUIRE(sw.answer(true));
+    REQUIRE(host.watchedFd[1] >= 0);
+    SECTION("the cable unplugged: the host stops watching the doorbell") {
+        pib_core_port_connected(host.core, 1, 0);
+        CHECK(host.watchedFd[1] == -1);
+    }
+    SECTION("a switch that says more is in the ring than it holds") {
+        sw.ctrl(1)->produced = 3 * kRingSize;
+        sw.publish(true);
+        pib_core_port_bell(host.core, 1);
+        CHECK(host.disconnects == std::vector<unsigned>{1});
+        CHECK(host.traces("err_link") == 1);
+        CHECK(host.watchedFd[1] == -1);
+    }
+    SECTION("a frame that is no PACKET") {
+        const std::vector<uint8_t> hello(sizeof(pib_wire_hello), 0);
+        REQUIRE(sw.put(encode(PIB_WIRE_HELLO, hello)));
+        sw.publish();
+        pib_core_port_bell(host.core, 1);
+        CHECK(host.disconnects == std::vector<unsigned>{1});
+    }
+    SECTION("a doorbell for a port with no rings is nothing") {
+        pib_core_port_bell(host.core, 2);
+        pib_core_port_bell(host.core, 0);
+        CHECK(host.disconnects.empty());
+    }
+}
+
+TEST_CASE("a refused ring offer leaves the packets on the stream", "[link-rings]") {
+    FakeHost host;
+    RingSwitch sw(initialized(host));
+    REQUIRE(sw.answer(false));
+    CHECK(host.traces("link_rings_refused") == 1);
+    CHECK(host.watchedFd[1] == -1);
+}
+
+TEST_CASE("a host that passes no descriptors stays on the stream", "[link-rings]") {
+    FakeHost host;
+    host.initHca();
+    pib_core_port_connected(host.core, 1, 1);
+    pib_wire_hello hello{};
+    hello.flags = PIB_WIRE_HELLO_TAKES_RINGS;
+    const auto frame = encode(PIB_WIRE_HELLO, RingSwitch::bytesOf(hello));
+    pib_core_port_receive(host.core, 1, frame.data(), frame.size());
+    CHECK(host.traces("link_rings_not_offered") == 1);
+    const auto frames = framesOf(host.portOutput[1]);
+    REQUIRE(frames.size() == 1);
+    CHECK(frames[0].type == PIB_WIRE_HELLO);
+}
