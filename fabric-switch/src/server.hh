@@ -129,6 +129,9 @@ class Server {
     std::unique_ptr<RingLink> adoptRings(std::span<const uint8_t> payload, std::vector<int> &fds,
                                          std::string *why);
     void ringOffer(unsigned port, std::span<const uint8_t> payload);
+    bool offersRings(unsigned port) const;
+    void offerRings(unsigned port);
+    void ringAnswer(unsigned port, std::span<const uint8_t> payload);
     void closeRings(Connection *c);
     void onRingDoorbell(unsigned port);
     void processRing(unsigned port);

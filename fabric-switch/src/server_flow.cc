@@ -21,6 +21,14 @@ namespace pib::fabric {
 
 namespace {
 
+bool peerTakesRings(std::span<const uint8_t> helloPayload) {
+    pib_wire_hello hello;
+    if (helloPayload.size() < sizeof(hello))
+        return false;
+    std::memcpy(&hello, helloPayload.data(), sizeof(hello));
+    return hello.flags & PIB_WIRE_HELLO_TAKES_RINGS;
+}
+
 // An output queue this full holds back the inputs that feed it...
 constexpr size_t kFullOutput = 4u << 20;
 // ...until it is down to this.
@@ -199,6 +207,10 @@ void Server::processInput(unsigned port) {
             break;
         if (frame->type == PIB_WIRE_HELLO) {
             if (!helloReceived(port) || conns_[port].get() != c)
+                return;
+            if (peerTakesRings(frame->payload))
+                offerRings(port);
+            if (conns_[port].get() != c)
                 return;
             continue;
         }

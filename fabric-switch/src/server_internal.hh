@@ -138,16 +138,20 @@ struct Server::Resolutions {
 };
 
 // A ring cable (server_rings.cc), once the switch accepted the peer's offer.
+// Ring 0 carries the offerer's frames, ring 1 the accepter's: a switch
+// port that accepted reads ring 0, one that offered (a port that dials
+// another switch's UNIX socket) reads ring 1.
 struct Server::RingLink {
-    explicit RingLink(std::unique_ptr<wire::RingMemory> m)
-        : memory(std::move(m)), in(memory->ctrl(0), memory->data(0), memory->ringSize()),
-          out(memory->ctrl(1), memory->data(1), memory->ringSize()) {}
+    RingLink(std::unique_ptr<wire::RingMemory> m, bool offered)
+        : memory(std::move(m)),
+          in(memory->ctrl(offered ? 1 : 0), memory->data(offered ? 1 : 0), memory->ringSize()),
+          out(memory->ctrl(offered ? 0 : 1), memory->data(offered ? 0 : 1), memory->ringSize()) {}
     ~RingLink();
     RingLink(const RingLink &) = delete;
     RingLink &operator=(const RingLink &) = delete;
     std::unique_ptr<wire::RingMemory> memory;
-    wire::RingReader in;  // ring 0: what the peer, which offered, sends
-    wire::RingWriter out; // ring 1: what the switch sends it
+    wire::RingReader in;  // what the peer sends
+    wire::RingWriter out; // what the switch sends it
     int bellIn = -1;      // the peer rings it: frames to read, or room to write
     int bellOut = -1;     // the switch rings the peer's
 };
@@ -176,6 +180,9 @@ struct Server::Connection {
     std::vector<int> passedFds;
     // A ring cable: packets go in ringOutput until the ring has room.
     std::unique_ptr<RingLink> rings;
+    // A port that dials: the rings it offered, until the peer answers.
+    std::unique_ptr<RingLink> offered;
+    bool ringsOffered = false; // once per connection, taken or not
     std::vector<uint8_t> ringOutput;
     size_t ringSent = 0;
 

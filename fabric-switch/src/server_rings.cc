@@ -2,12 +2,14 @@
 // Ring cables (docs/wire.md): a peer on a UNIX socket port may offer two
 // rings of shared memory and two eventfd doorbells; once the switch
 // accepts, packets travel in the rings and the socket carries only HELLOs.
+// A port that dials another switch's UNIX socket offers them itself.
 // The peer may write anything into the rings at any time: each frame is
 // copied out before it is looked at (wire::RingReader), a broken ring
 // drops the link, and the work per doorbell is bounded as a socket read's.
 #include <cerrno>
 #include <cstring>
 #include <sys/epoll.h>
+#include <sys/eventfd.h>
 #include <unistd.h>
 
 #include "server.hh"
@@ -20,6 +22,8 @@ namespace {
 // Frames taken from one ring per turn of the event loop: about one socket
 // read's worth (64 KiB) of 4 KiB packets.
 constexpr unsigned kRingFramesPerTurn = 16;
+// The rings a switch offers another: as a device's (link_rings.hh).
+constexpr uint32_t kOfferedRingSize = 1 << 20;
 
 } // namespace
 
@@ -69,17 +73,86 @@ std::unique_ptr<Server::RingLink> Server::adoptRings(std::span<const uint8_t> pa
     fds[0] = -1; // adopt took it
     if (!memory)
         return nullptr;
-    auto rings = std::make_unique<RingLink>(std::move(memory));
+    auto rings = std::make_unique<RingLink>(std::move(memory), false);
     rings->bellIn = fds[1];
     rings->bellOut = fds[2];
     fds.clear();
     return rings;
 }
 
-// A RINGS frame: the peer's offer. The answer goes on the stream, after
-// whatever the stream still had to say; packets go in the ring after it.
+bool Server::offersRings(unsigned port) const {
+    return endpoints_[port].kind == PortEndpoint::Kind::kUnixConnect;
+}
+
+// The peer's HELLO said it takes rings: a port that dials offers them,
+// once per connection. The offer's descriptors go with its frame, so it
+// goes only once the stream has sent everything queued before it.
+void Server::offerRings(unsigned port) {
+    Connection *c = conns_[port].get();
+    if (!offersRings(port) || c->ringsOffered)
+        return;
+    c->ringsOffered = true;
+    onWritable(port);
+    if (conns_[port].get() != c)
+        return;
+    std::string why;
+    auto memory = wire::RingMemory::create(kOfferedRingSize, &why);
+    const int bellIn = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+    const int bellOut = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+    auto rings = memory ? std::make_unique<RingLink>(std::move(memory), true) : nullptr;
+    if (rings) {
+        rings->bellIn = bellIn;
+        rings->bellOut = bellOut;
+    } else {
+        close(bellIn);
+        close(bellOut);
+    }
+    const pib_wire_rings offer{kOfferedRingSize, 0};
+    const std::vector<uint8_t> frame = wire::encode(
+        PIB_WIRE_RINGS, std::span(reinterpret_cast<const uint8_t *>(&offer), sizeof(offer)));
+    if (!rings)
+        why = "no ring memory: " + why;
+    else if (bellIn < 0 || bellOut < 0)
+        why = "no eventfd";
+    else if (c->queuedInStream())
+        why = "the stream is busy";
+    else if (const int fds[] = {rings->memory->fd(), bellOut, bellIn};
+             !wire::sendWithFds(c->fd, frame, fds))
+        why = std::string("the offer did not go: ") + strerror(errno);
+    if (!why.empty()) {
+        log("port %u: no ring cable offered: %s; packets stay on the stream", port, why.c_str());
+        return;
+    }
+    c->offered = std::move(rings);
+}
+
+// The answer to our offer: from it on, packets take the rings.
+void Server::ringAnswer(unsigned port, std::span<const uint8_t> payload) {
+    Connection *c = conns_[port].get();
+    std::unique_ptr<RingLink> rings = std::move(c->offered);
+    pib_wire_rings answer{};
+    if (payload.size() == sizeof(answer))
+        std::memcpy(&answer, payload.data(), sizeof(answer));
+    if (!(answer.flags & PIB_WIRE_RINGS_ACCEPTED)) {
+        log("port %u: the peer refused our ring cable; packets stay on the stream", port);
+        return;
+    }
+    log("port %u: ring cable of 2 x %u bytes (offered)", port, kOfferedRingSize);
+    watchTag(epoll_, rings->bellIn, kRingTag | port, false);
+    if (!rings->in.armDoorbell())
+        wire::ringDoorbell(rings->bellIn); // frames came already: read them next turn
+    c->rings = std::move(rings);
+}
+
+// A RINGS frame: the peer's offer, or its answer to ours. The answer goes
+// on the stream, after whatever the stream still had to say; packets go
+// in the ring after it.
 void Server::ringOffer(unsigned port, std::span<const uint8_t> payload) {
     Connection *c = conns_[port].get();
+    if (c->offered) {
+        ringAnswer(port, payload);
+        return;
+    }
     std::vector<int> fds = std::move(c->passedFds);
     c->passedFds.clear();
     std::string why;
@@ -112,6 +185,7 @@ void Server::closeRings(Connection *c) {
     for (int fd : c->passedFds)
         close(fd);
     c->passedFds.clear();
+    c->offered.reset();
     if (c->rings)
         epoll_ctl(epoll_, EPOLL_CTL_DEL, c->rings->bellIn, nullptr);
     c->rings.reset();

@@ -129,7 +129,10 @@ Fd acceptWithin(const Fd &listener, milliseconds limit) {
 
 // The first frame `fd` receives within `limit` whose type is `type`, or
 // of any type if `type` is 0.
-std::optional<wire::Frame> frameOfType(const Fd &fd, uint8_t type, milliseconds limit) {
+// The first frame of `type` (0: any) `fd` receives within `limit`; with
+// `fds`, the descriptors that came with the bytes read are kept there.
+std::optional<wire::Frame> frameOfType(const Fd &fd, uint8_t type, milliseconds limit,
+                                       std::vector<int> *fds = nullptr) {
     wire::FrameReader reader;
     const auto deadline = steady_clock::now() + limit;
     while (true) {
@@ -141,7 +144,11 @@ std::optional<wire::Frame> frameOfType(const Fd &fd, uint8_t type, milliseconds 
         if (left < 0ms || !readable(fd.get(), left))
             return std::nullopt;
         uint8_t buf[4096];
-        const ssize_t n = recv(fd.get(), buf, sizeof(buf), 0);
+        std::vector<int> passed;
+        const ssize_t n = fds ? wire::receiveWithFds(fd.get(), buf, &passed)
+                              : recv(fd.get(), buf, sizeof(buf), 0);
+        if (fds)
+            fds->insert(fds->end(), passed.begin(), passed.end());
         if (n <= 0)
             return std::nullopt;
         reader.feed(std::span(buf, static_cast<size_t>(n)));
@@ -155,8 +162,9 @@ std::optional<uint8_t> firstFrame(const Fd &fd, milliseconds limit) {
 }
 
 // Says HELLO as a switch's port 7 does: the link comes up.
-void sayHello(const Fd &fd) {
+void sayHello(const Fd &fd, uint32_t flags = 0) {
     pib_wire_hello hello{};
+    hello.flags = flags;
     hello.node_guid = hello.port_guid = 0x0250494253570099ull;
     hello.node_type = PIB_WIRE_NODE_SWITCH;
     hello.port = 7;
@@ -579,4 +587,67 @@ TEST_CASE("a device that breaks its ring loses its link, and nothing else", "[sw
     CHECK(n == 0);
     // The port takes a new cable.
     Fd again = deviceCable(dir.file("port1.sock"));
+}
+
+TEST_CASE("a switch that dials another's UNIX socket offers it a ring cable", "[switch-rings]") {
+    TempDir dir;
+    const std::string path = dir.file("peer.sock");
+    Fd listener(unixListener(path));
+    REQUIRE(listen(listener.get(), 4) == 0);
+    RunningSwitch sw({{}, {PortEndpoint::Kind::kUnixConnect, path}}, dir.file("control.sock"));
+    const Fd link = acceptWithin(listener, 3000ms);
+    REQUIRE(link);
+    const auto hello = frameOfType(link, PIB_WIRE_HELLO, 1000ms);
+    REQUIRE(hello);
+    pib_wire_hello theirs{};
+    std::memcpy(&theirs, hello->payload.data(), sizeof(theirs));
+    CHECK_FALSE(theirs.flags & PIB_WIRE_HELLO_TAKES_RINGS); // a port that dials takes none
+    sayHello(link, PIB_WIRE_HELLO_TAKES_RINGS);             // as a listening port's HELLO
+
+    std::vector<int> fds;
+    const auto offered = frameOfType(link, PIB_WIRE_RINGS, 1000ms, &fds);
+    AtScopeExit closeAll{[&] {
+        for (int fd : fds)
+            close(fd);
+    }};
+    REQUIRE(offered);
+    pib_wire_rings offer{};
+    REQUIRE(offered->payload.size() == sizeof(offer));
+    std::memcpy(&offer, offered->payload.data(), sizeof(offer));
+    CHECK(offer.flags == 0);
+    REQUIRE(fds.size() == 3);
+    CHECK(wire::isEventFd(fds[1]));
+    CHECK(wire::isEventFd(fds[2]));
+    std::string why;
+    auto memory = wire::RingMemory::adopt(dup(fds[0]), offer.ring_size, &why);
+    REQUIRE(memory);
+    const pib_wire_rings answer{offer.ring_size, PIB_WIRE_RINGS_ACCEPTED};
+    sendFrame(link, PIB_WIRE_RINGS,
+              std::span(reinterpret_cast<const uint8_t *>(&answer), sizeof(answer)));
+
+    // We accepted: our frames go in ring 1, the switch's come in ring 0.
+    wire::RingWriter out(memory->ctrl(1), memory->data(1), offer.ring_size);
+    wire::RingReader in(memory->ctrl(0), memory->data(0), offer.ring_size);
+    REQUIRE(in.armDoorbell());
+    for (int i = 0; i < 3; ++i)
+        REQUIRE(out.put(wire::encode(PIB_WIRE_PACKET, nodeInfoSmp())));
+    out.publish();
+    wire::ringDoorbell(fds[2]); // the one the accepter rings
+    int answers = 0;
+    const auto deadline = steady_clock::now() + 2000ms;
+    while (answers < 3 && steady_clock::now() < deadline) {
+        readable(fds[1], 100ms);
+        wire::clearDoorbell(fds[1]);
+        wire::RingReader::Error error;
+        while (auto frame = in.next(&error)) {
+            CHECK(isNodeInfoAnswer(frame->payload));
+            ++answers;
+        }
+        REQUIRE(error == wire::RingReader::Error::kNone);
+        if (in.release())
+            wire::ringDoorbell(fds[2]);
+        in.armDoorbell();
+    }
+    CHECK(answers == 3);
+    CHECK_FALSE(frameOfType(link, PIB_WIRE_PACKET, 100ms));
 }

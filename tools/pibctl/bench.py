@@ -10,13 +10,17 @@
 3. What HPC codes get on the same guests over pib-hca: UCX's tag latency
    and bandwidth (ucx_perftest over rc_verbs) and an MPI ping-pong (Open
    MPI over UCX), latency at 8 B and bandwidth at 1 MiB.
-4. The ConnectX personality (bench_connectx.py), on a fabric of its own:
+4. ib_write_bw and ib_write_lat again on guests whose HCAs keep their
+   packets on the stream (rings=off), for the ratio of ring cables.
+5. The ConnectX personality (bench_connectx.py), on a fabric of its own:
    perftest from a ConnectX to a pib-hca and to another ConnectX, and
-   UCX's rc_mlx5 and ud_mlx5 beside rc_verbs on pib-hca."""
+   UCX's rc_mlx5 and ud_mlx5 beside rc_verbs on pib-hca.
+6. One table of the figures with goals (bench_summary.py), with the git
+   revision."""
 
 import subprocess
 
-from pibctl import fabric, fabric_bench, hpc, paths, setup, ui
+from pibctl import bench_summary, fabric, fabric_bench, hpc, paths, setup, ui
 
 from pibctl.pairs import GuestShell, perftest_last_row, run_pair
 
@@ -44,22 +48,57 @@ HPC = [
 HPC_ITERATIONS = {"lat": 500, "bw": 50}
 
 
-def native() -> dict:
-    """Prints core-bench's table; returns its in-process figures."""
+def native() -> str:
+    """Prints core-bench's table, and returns it."""
     ui.step("Native benchmark of the device core (no QEMU)")
     binary = paths.core_build_dir() / "tests" / "bench" / "core-bench"
     table = subprocess.run([str(binary)], check=True, capture_output=True, text=True).stdout
     print(table, flush=True)
-    return fabric_bench.in_process(table)
+    return table
 
 
-def fabric(core: dict) -> None:
+def fabric(core_table: str) -> dict:
     """The devices in two processes through one switch process on streams
     and on ring cables, then two switch processes: the ceiling of the path
-    between guests, with no guest."""
+    between guests, with no guest. Returns each layout's table."""
+    core = fabric_bench.in_process(core_table)
+    tables = {}
     for switches, cable in fabric_bench.LAYOUTS:
         ui.step(f"Fabric benchmark through {fabric_bench.describe(switches, cable)} (no guest)")
-        print(fabric_bench.with_share(fabric_bench.run(switches, cable), core), flush=True)
+        tables[(switches, cable)] = fabric_bench.run(switches, cable)
+        print(fabric_bench.with_share(tables[(switches, cable)], core), flush=True)
+    return tables
+
+
+def _guest_cable_figures(ctx, results) -> dict:
+    """ib_write_bw at 64 KiB and ib_write_lat at 8 B on the fabric up
+    now: from `results` (bench's rows) when given, else measured."""
+    figures = {}
+    for prog, size, kind in (("ib_write_bw", 65536, "bw"), ("ib_write_lat", 8, "lat")):
+        if results is not None:
+            row = next((r for p, sz, _, r, _ in results if p == prog and sz == size), None)
+        else:
+            row = measure(ctx, prog, size, kind, "pib_0", [])
+        figures[kind] = row[0] if row else None
+    return figures
+
+
+def _on_stream_cables(ctx, accel) -> dict:
+    """The same two figures between two guests whose HCAs keep their
+    packets on the socket's stream: the ratio of ring cables to it."""
+    ui.step("ib_write_bw and ib_write_lat again, on stream cables (rings=off)")
+    fabric.up(vms=2, accel=accel, cable="stream")
+    try:
+        return _guest_cable_figures(ctx, None)
+    finally:
+        fabric.down(quiet=True)
+
+
+def _summary(core_table: str, fabric_tables: dict, guests: dict, accel: str, note="") -> None:
+    core = bench_summary.core_figures(core_table)
+    rows = (bench_summary.native_rows(core) + bench_summary.fabric_rows(fabric_tables, core) +
+            bench_summary.guest_rows(guests, accel))
+    print("\n" + bench_summary.render(rows, note), flush=True)
 
 
 def measure(ctx, prog, size, kind, device, extra, server_vm="vm2", client_vm="vm1"):
@@ -124,9 +163,11 @@ def run(vms: int = 2, accel: str = "tcg", native_only: bool = False,
     setup.run()
     core = native()
     if native_only:
+        _summary(core, {}, {}, accel)
         return 0
-    fabric(core)
+    tables = fabric(core)
     if fabric_only:
+        _summary(core, tables, {}, accel, "guests: not measured (--fabric)")
         return 0
     ctx = GuestShell()
     fab = fabric.load()
@@ -150,15 +191,20 @@ def run(vms: int = 2, accel: str = "tcg", native_only: bool = False,
             results.append((what, size, kind, pib.get((what, size)), None))
         _print_table(results, accel)
         print("UCX and MPI on rxe: not measured, UCX offers no transport on rxe0")
+        guests = {fab.cable if fab else "ring": _guest_cable_figures(ctx, results)}
     finally:
         if started:
             fabric.down(quiet=True)
     if not started:
-        print("\nThe ConnectX part boots a fabric of its own: not run beside a fabric that is up.")
+        print("\nThe ConnectX part and the stream cables boot fabrics of their own: "
+              "not run beside a fabric that is up.")
+        _summary(core, tables, guests, accel)
         return 0
+    guests["stream"] = _on_stream_cables(ctx, accel)
     from pibctl import bench_connectx  # it builds on this module
 
     bench_connectx.run(accel, results)
+    _summary(core, tables, guests, accel)
     return 0
 
 

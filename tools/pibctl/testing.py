@@ -298,17 +298,27 @@ def _boot(vms: int, accel: str, topo, own_pass: bool, cable: str = "ring"):
 
 
 def cables_not_as_asked(fab) -> list:
-    """The HCA ports whose switch log does not show the kind of cable the
-    fabric asked for: a ring cable taken on every port, or none at all."""
+    """The ports whose switch log does not show the kind of cable asked
+    for: each HCA's a ring cable, or none at all, as the fabric's `cable`
+    says; each link between two switches (all on this host) a ring cable
+    the dialling switch offered."""
+    def ring_in_log(switch, port, offered=False):
+        log = fab.switch_log(switch)
+        text = log.read_text(errors="replace") if log.exists() else ""
+        tail = r"[^\n]* \(offered\)" if offered else ""
+        return re.search(rf"port {port}: ring cable of {tail}", text) is not None
     wrong = []
     for vm in fab.vms:
         for switch, port in vm.cables:
-            log = fab.switch_log(switch)
-            text = log.read_text(errors="replace") if log.exists() else ""
-            rings = f"port {port}: ring cable of " in text
+            rings = ring_in_log(switch, port)
             if rings != (fab.cable == "ring"):
                 wrong.append(f"{vm.name} on {switch} port {port}: "
-                             f"{'a ring cable' if rings else 'no ring cable'} in {log}")
+                             f"{'a ring cable' if rings else 'no ring cable'} in "
+                             f"{fab.switch_log(switch)}")
+    for link in fab.topo.links:
+        if not ring_in_log(link.b, link.b_port, offered=True):
+            wrong.append(f"the link {link.a}:{link.a_port} - {link.b}:{link.b_port}: no ring "
+                         f"cable offered in {fab.switch_log(link.b)}")
     return wrong
 
 
