@@ -75,45 +75,69 @@ TEST_CASE("a switch that takes rings gets a ring cable offered, once", "[link-ri
     CHECK(host.passedFds[1].size() == 1);
 }
 
-TEST_CASE("on a ring cable two devices' RC traffic travels in the rings", "[link-rings]") {
+namespace {
+
+// Two devices with connected RC QPs, each cabled by a ring cable to the
+// test's switch, which forwards between the two.
+struct RingPair {
     pib::testing::Pair pair;
-    RingSwitch a(pair.a.host), b(pair.b.host);
-    REQUIRE(a.answer(true));
-    REQUIRE(b.answer(true));
-    CHECK(pair.a.host.traces("link_rings_up") == 1);
-    CHECK(pib::wire::isEventFd(pair.a.host.watchedFd[1]));
-    for (pib::testing::Node *n : {&pair.a, &pair.b})
+    std::unique_ptr<RingSwitch> a, b;
+
+    RingPair() {
+        plug(pair.a, &a);
+        plug(pair.b, &b);
+    }
+    // A new ring cable for node `n`, its port ACTIVE again.
+    static void plug(pib::testing::Node &n, std::unique_ptr<RingSwitch> *sw) {
+        *sw = std::make_unique<RingSwitch>(n.host);
+        REQUIRE((*sw)->answer(true));
         for (uint8_t state : {PIB_PORT_ARMED, PIB_PORT_ACTIVE})
-            n->portInfoSet([&](pib::iba::Mad &m) {
-                m.set16(64 + 16, n->lid);
+            n.portInfoSet([&](pib::iba::Mad &m) {
+                m.set16(64 + 16, n.lid);
                 m.set8(64 + 32, state);
                 m.set8(64 + 36, 5 << 4);
             });
-    pair.a.host.portOutput[1].clear();
-    pair.b.host.portOutput[1].clear();
-
-    // A switch that moves `perTurn` frames a turn: a slow one lets the
-    // device's ring fill, and its packets wait for room.
-    auto run = [&](unsigned perTurn) {
+        n.host.portOutput[1].clear();
+    }
+    // Turns of a switch that moves `perTurn` frames each way (a slow one
+    // lets a device's ring fill, and its packets wait for room) and of
+    // the devices' hosts, until all are quiet; then, `idleSteps` times,
+    // 1 ms passes (RC timers) and the turns go on.
+    void run(unsigned perTurn, int idleSteps = 0) {
         for (int turn = 0; turn < 200000; ++turn) {
-            bool busy = forward(a, b, perTurn);
-            busy |= forward(b, a, perTurn);
-            busy |= a.answerBell();
-            busy |= b.answerBell();
+            bool busy = forward(*a, *b, perTurn);
+            busy |= forward(*b, *a, perTurn);
+            busy |= a->answerBell();
+            busy |= b->answerBell();
             busy |= pair.a.host.runScheduled();
             busy |= pair.b.host.runScheduled();
+            if (!busy && idleSteps-- > 0) {
+                pair.a.host.advance(1'000'000);
+                pair.b.host.advance(1'000'000);
+                busy = true;
+            }
             if (!busy)
                 return;
         }
         FAIL("the devices never went quiet");
-    };
+    }
+};
+
+} // namespace
+
+TEST_CASE("on a ring cable two devices' RC traffic travels in the rings", "[link-rings]") {
+    RingPair r;
+    pib::testing::Pair &pair = r.pair;
+    CHECK(pair.a.host.traces("link_rings_up") == 1);
+    CHECK(pib::wire::isEventFd(pair.a.host.watchedFd[1]));
+
     const uint32_t length = GENERATE(64u * 1024, 3u << 20);
     const unsigned perTurn = length > (1u << 20) ? 4 : 64;
     const uint64_t src = pair.a.host.allocRandom(length, length);
     const uint64_t dst = pair.b.host.alloc(length);
     pair.a.postSend(1,
                     {.opcode = PIB_WR_RDMA_WRITE, .local = src, .length = length, .remote = dst});
-    run(perTurn);
+    r.run(perTurn);
     const auto done = pair.a.poll();
     REQUIRE(done.size() == 1);
     CHECK(done[0].status == PIB_WC_SUCCESS);
@@ -125,9 +149,32 @@ TEST_CASE("on a ring cable two devices' RC traffic travels in the rings", "[link
     const uint64_t back = pair.a.host.alloc(length);
     pair.a.postSend(2,
                     {.opcode = PIB_WR_RDMA_READ, .local = back, .length = length, .remote = dst});
-    run(perTurn);
+    r.run(perTurn);
     REQUIRE(pair.a.poll().size() == 1);
     CHECK(std::memcmp(pair.a.host.at(src), pair.a.host.at(back), length) == 0);
+}
+
+// Found by test_dual_port's traffic on both ports at once: the port had
+// said "full" with packets waiting for the ring, the cable was replaced,
+// and the port's work stayed held back for good.
+TEST_CASE("a ring cable pulled while packets wait for room: the port goes on with the next",
+          "[link-rings]") {
+    RingPair r;
+    pib::testing::Pair &pair = r.pair;
+    const uint32_t length = 3u << 20; // three times the ring
+    const uint64_t src = pair.a.host.allocRandom(length, 7);
+    const uint64_t dst = pair.b.host.alloc(length);
+    pair.a.postSend(1,
+                    {.opcode = PIB_WR_RDMA_WRITE, .local = src, .length = length, .remote = dst});
+    r.run(0); // the switch takes nothing: a's ring fills, its port is full
+    REQUIRE(pair.a.host.traces("port_queue_full") > 0);
+
+    RingPair::plug(pair.a, &r.a); // a new cable; what waited is lost
+    r.run(64, 100);               // RC retransmits it
+    const auto done = pair.a.poll();
+    REQUIRE(done.size() == 1);
+    CHECK(done[0].status == PIB_WC_SUCCESS);
+    CHECK(std::memcmp(pair.a.host.at(src), pair.b.host.at(dst), length) == 0);
 }
 
 TEST_CASE("a ring cable ends with its cable or when the switch breaks it", "[link-rings]") {

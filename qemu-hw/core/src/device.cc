@@ -78,6 +78,11 @@ void Device::portConnected(unsigned port, bool connected) {
     event([&] {
         if (links_[port - 1]->connected(connected) == Link::Event::kDown && !fatal_)
             agents_.linkChanged(port, false);
+        // Nothing queued survives a cable, a ring cable's backlog included:
+        // work the full queue held back goes on (on a link that is down,
+        // its packets are lost).
+        if (!fatal_)
+            scheduler_.portWritable(port);
         dataPath_.rearmTimer(); // a connected link polls
     });
 }
