@@ -273,6 +273,8 @@ size_t Server::flushRing(unsigned port) {
         // it made some meanwhile (then try again now).
         if (c->ringSent == c->ringOutput.size() || r->out.armRoomDoorbell())
             break;
+        if (attempt == 1) // room keeps coming: our own doorbell brings us back next turn
+            wire::ringDoorbell(r->bellIn);
     }
     if (c->ringSent == c->ringOutput.size()) {
         c->ringOutput.clear();
