@@ -57,7 +57,7 @@ def native() -> str:
     return table
 
 
-def fabric(core_table: str) -> dict:
+def fabric_benchmarks(core_table: str) -> dict:
     """The devices in two processes through one switch process on streams
     and on ring cables, then two switch processes: the ceiling of the path
     between guests, with no guest. Returns each layout's table."""
@@ -165,7 +165,7 @@ def run(vms: int = 2, accel: str = "tcg", native_only: bool = False,
     if native_only:
         _summary(core, {}, {}, accel)
         return 0
-    tables = fabric(core)
+    tables = fabric_benchmarks(core)
     if fabric_only:
         _summary(core, tables, {}, accel, "guests: not measured (--fabric)")
         return 0
