@@ -163,8 +163,8 @@ bool Link::bell(const std::function<void(Event)> &onEvent,
                 const std::function<void(std::span<const uint8_t>)> &onPacket) {
     if (!connected_ || !ringsUp())
         return false;
-    const LinkRings::Rang rang = rings_->rang([&](std::span<const uint8_t> frame) {
-        packetReceived(frame.subspan(wire::kHeaderSize), onPacket);
+    const LinkRings::Rang rang = rings_->rang([&](std::span<const uint8_t> packet) {
+        packetReceived(packet, onPacket);
         return connected_;
     });
     if (rang.broken)

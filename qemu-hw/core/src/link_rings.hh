@@ -53,7 +53,7 @@ class LinkRings {
         const char *broken = nullptr; // what the switch broke; the link is to drop
     };
     // The doorbell rang: frames to read, or room to write. Delivers at
-    // most kFramesPerBell frames (header and payload) to `deliver`, which
+    // most kFramesPerBell packets (each frame's payload) to `deliver`, which
     // returns false to stop (the link dropped; the rings are not freed
     // before this returns).
     template <class Deliver> Rang rang(Deliver &&deliver);
@@ -88,9 +88,12 @@ template <class Deliver> LinkRings::Rang LinkRings::rang(Deliver &&deliver) {
         return {false, "the switch broke the index of the device's ring"};
     wire::RingReader::Error error = wire::RingReader::Error::kNone;
     unsigned frames = 0;
-    while (frames < kFramesPerBell && in_.next(&error)) {
+    while (frames < kFramesPerBell) {
+        const auto frame = in_.next(&error);
+        if (!frame)
+            break;
         ++frames;
-        if (!deliver(in_.lastFrame()))
+        if (!deliver(frame->payload))
             return result; // the link dropped: nothing more is read
     }
     if (error != wire::RingReader::Error::kNone)
