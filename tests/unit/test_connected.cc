@@ -337,6 +337,41 @@ TEST_CASE("a long WRITE on a slow link: each ACK that moves the window restarts 
     CHECK(sameBytes(p.a, out, p.b, in, kLength));
 }
 
+// The local ACK timer times the wire, not the device's own queue. A QP
+// whose port is full keeps the rest of its message, and the packet that
+// asks for the ACK, in the device: a port held full for longer than the
+// timeout times the tries costs no retry (on a busy fabric under TCG it
+// once failed whole SENDs with RETRY_EXC and nothing lost).
+TEST_CASE("a SEND held back by a full port spends no retries while nothing is in flight", "[rc]") {
+    Node::Options o;
+    o.retryCnt = 1;
+    Pair p(PIB_QPT_RC, o);
+    constexpr uint32_t kLength = 256 << 10;
+    const uint64_t out = p.a.host.allocRandom(kLength, 9), in = p.b.host.alloc(kLength);
+    p.a.host.portQueueLimit = 16 << 10;
+    p.b.postRecv(1, in, kLength);
+    p.a.postSend(1, {.local = out, .length = kLength});
+    REQUIRE(p.a.host.portFull[1]);
+    // What went out arrives (none of it asks for an ACK); the port stays
+    // full.
+    std::vector<uint8_t> sent;
+    sent.swap(p.a.host.portOutput[1]);
+    pib_core_port_receive(p.b.host.core, 1, sent.data(), sent.size());
+    p.b.host.runScheduled();
+    CHECK(p.b.host.portOutput[1].empty());
+    for (int i = 0; i < 10; ++i) // 42 ms: ten timeouts, five times the tries
+        p.a.host.advance(4'200'000);
+    CHECK(p.a.host.traces("rc_timeout") == 0);
+    CHECK(p.a.poll().empty());
+    p.a.host.portQueueLimit = SIZE_MAX;
+    p.a.host.portDrained(1);
+    p.wire.run();
+    const auto done = p.a.poll();
+    REQUIRE(done.size() == 1);
+    CHECK(done[0].status == PIB_WC_SUCCESS);
+    CHECK(sameBytes(p.a, out, p.b, in, kLength));
+}
+
 TEST_CASE("lost READ responses and atomic ACKs are asked for again", "[rc]") {
     Pair p;
     const uint64_t local = p.a.host.alloc(8192), remote = p.b.host.alloc(8192);

@@ -57,7 +57,7 @@ uint64_t Requester::rnrDelayNs(uint8_t code) {
 
 void Requester::restartAckTimer(QueuePair &qp) {
     const uint64_t timeout = ackTimeoutNs(qp);
-    qp.req.ackDeadline = qp.req.outstanding.empty() || !timeout ? 0 : host_.clockNs() + timeout;
+    qp.req.ackDeadline = !timeout || !qp.req.awaitsAnswer() ? 0 : host_.clockNs() + timeout;
     timers_.schedule(qp);
 }
 
@@ -337,7 +337,11 @@ void Requester::timerExpired(QueuePair &qp) {
     if (!r.ackDeadline || r.ackDeadline > now)
         return;
     r.ackDeadline = 0;
-    if (r.outstanding.empty())
+    // The timer times the wire, not the device's own queue: with nothing
+    // unanswered out, or the rest of the work held back by a full port
+    // (whose packets would ask for the ACK), no retry is spent. Sending
+    // again starts the timer again.
+    if (!r.awaitsAnswer() || scheduler_.waitsForRoom(qp))
         return;
     if (r.retriesLeft == 0) {
         trace::rc_retry_exceeded(host_, qp.number, qp.attr.retry_cnt);

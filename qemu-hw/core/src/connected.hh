@@ -115,6 +115,20 @@ struct RequesterState {
         unackedPsn = next;
         return true;
     }
+    // Whether a request that went out is still unanswered. Only then does
+    // the local ACK timer run: it times packets on the wire (IBA
+    // 9.7.6.1.3), and work a full port holds back has not left yet.
+    bool awaitsAnswer() const {
+        for (const SendWqe &w : outstanding) {
+            if (w.packets == 0 || w.acked)
+                continue;
+            if (w.sentPackets == 0)
+                return false; // nothing from here on went out
+            if (w.isReadOrAtomic() || psnDiff(psnAdd(w.firstPsn, w.sentPackets), unackedPsn) > 0)
+                return true;
+        }
+        return false;
+    }
 };
 
 // RC requesters keep at most this much data unacknowledged per QP (in

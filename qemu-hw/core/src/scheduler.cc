@@ -38,6 +38,11 @@ bool Scheduler::mayTransmit(unsigned portNumber) const {
     return budget_ > 0 && (!p || !p->txFull);
 }
 
+bool Scheduler::waitsForRoom(const QueuePair &qp) const {
+    const PortState *p = ports_.find(sendPort(qp));
+    return qp.postponed && p && p->txFull;
+}
+
 void Scheduler::postpone(uint32_t qpn, QueuePair &qp, bool needsPort) {
     if (qp.postponed)
         return;

@@ -54,6 +54,8 @@ class Scheduler {
 
     // Whether this event may still send a packet on `port`.
     bool mayTransmit(unsigned port) const;
+    // Whether `qp` waits for its port to have room (it said full).
+    bool waitsForRoom(const QueuePair &qp) const;
     // Whether this event may still do work that sends nothing.
     bool mayWork() const { return budget_ > 0; }
     // `qp` waits for the next run(), or for its port to have room; work
