@@ -139,9 +139,14 @@ uint32_t RingWriter::consumed() {
     return consumed;
 }
 
+bool RingWriter::hasRoom(size_t bytes, uint32_t consumed) const {
+    const uint32_t used = produced_ - consumed;
+    const uint32_t limit = std::min(size_, kRingFillLimit);
+    return !corrupt_ && used <= limit && bytes <= limit - used;
+}
+
 bool RingWriter::put(std::span<const uint8_t> frame) {
-    const uint32_t used = produced_ - consumed();
-    if (corrupt_ || frame.size() > size_ - used)
+    if (!hasRoom(frame.size(), consumed()))
         return false;
     const uint32_t at = produced_ & (size_ - 1);
     const size_t first = std::min<size_t>(frame.size(), size_ - at);
@@ -155,8 +160,16 @@ bool RingWriter::publish() {
     return tell(&ctrl_->produced, &published_, produced_, &ctrl_->wake_consumer_at);
 }
 
-bool RingWriter::armRoomDoorbell() {
+uint32_t RingWriter::inFlight() const {
+    return std::min(published_ - load(&ctrl_->consumed), size_);
+}
+
+bool RingWriter::armRoomDoorbell(size_t bytes) {
+    // The consumer rings when its index passes the one stored here (see
+    // tell()); one it passed before it could see the store rings nothing.
     const uint32_t seen = consumed();
+    if (corrupt_ || hasRoom(bytes, seen))
+        return false;
     store(&ctrl_->wake_producer_at, seen);
     fullFence();
     return consumed() == seen;
@@ -209,6 +222,10 @@ std::span<const uint8_t> RingReader::lastFrame() const {
 
 bool RingReader::release() {
     return tell(&ctrl_->consumed, &released_, consumed_, &ctrl_->wake_producer_at);
+}
+
+uint32_t RingReader::waiting() const {
+    return std::min(load(&ctrl_->produced) - consumed_, size_);
 }
 
 bool RingReader::armDoorbell() {

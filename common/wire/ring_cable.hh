@@ -18,6 +18,14 @@
 
 namespace pib::wire {
 
+// A producer keeps at most this much in a ring, however large: a cable
+// holds what a real link and its switch buffer hold, not seconds' worth.
+// Every byte queued on a path delays the packets behind it, and RC's
+// local ACK timer (67 ms at timeout 14) counts that delay: at the tens of
+// MB/s guests move under TCG, megabytes waiting in each hop's ring made
+// a busy fabric time out and resend what was never lost.
+inline constexpr uint32_t kRingFillLimit = 256 << 10;
+
 // The shared memory of one ring cable, mapped.
 class RingMemory {
   public:
@@ -51,16 +59,21 @@ class RingWriter {
     RingWriter(pib_wire_ring_ctrl *ctrl, uint8_t *data, uint32_t size);
 
     // Puts a whole frame (header and payload, as on the stream) if there
-    // is room for it; false if not. False too, for good, once the peer's
+    // is room for it within kRingFillLimit; false if not. False too, for good, once the peer's
     // index is impossible (corrupt()).
     bool put(std::span<const uint8_t> frame);
     // Makes what was put visible. True when the consumer asked for a
     // doorbell (its eventfd is to be written).
     bool publish();
-    // Before the producer waits for room: asks for a doorbell once the
-    // consumer took something. False when it already did (retry now).
-    bool armRoomDoorbell();
+    // Before the producer waits for room for a frame of `bytes`: asks for
+    // a doorbell once the consumer takes more. False when there is room
+    // already (retry now): the consumer may have taken everything between
+    // the failed put() and this call, and then rings no more.
+    bool armRoomDoorbell(size_t bytes);
     bool corrupt() const { return corrupt_; }
+    // Bytes published that the consumer has not taken (as far as its
+    // index says; for diagnostics).
+    uint32_t inFlight() const;
 
   private:
     pib_wire_ring_ctrl *ctrl_;
@@ -71,6 +84,7 @@ class RingWriter {
     bool corrupt_ = false;
 
     uint32_t consumed(); // the peer's, checked
+    bool hasRoom(size_t bytes, uint32_t consumed) const;
 };
 
 // The consuming end of one ring.
@@ -92,6 +106,9 @@ class RingReader {
     // Before the consumer sleeps: asks for a doorbell at the next frame.
     // False when one arrived meanwhile (read again instead of sleeping).
     bool armDoorbell();
+    // Bytes the producer published that are not read yet (as far as its
+    // index says; for diagnostics).
+    uint32_t waiting() const;
     static const char *toString(Error error);
 
   private:

@@ -156,6 +156,7 @@ class Server {
     void onControl(int fd, uint32_t events);
     std::string controlCommand(std::string_view line);
     std::string portStates() const;
+    std::string queueStates() const;
     std::string captureCommand(unsigned port, std::string_view args);
     std::string captureStatus() const;
     void capture(unsigned port, std::span<const uint8_t> packet, bool sent);

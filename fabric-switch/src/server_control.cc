@@ -5,6 +5,7 @@
 //   clear PORT           stop injecting on the port
 //   status               what is injected where, and its counters
 //   ports                each port's link and IBA port state
+//   queues               each connected port's queues and flow control
 //   capture PORT FILE [COUNT]
 //                        record the port's packets to a pcap file
 //   capture PORT stop    stop recording and close the file
@@ -105,9 +106,11 @@ std::string Server::controlCommand(std::string_view line) {
         return "ok\n" + portStates();
     if (command == "captures")
         return "ok\n" + captureStatus();
+    if (command == "queues")
+        return "ok\n" + queueStates();
     if (command != "fault" && command != "clear" && command != "capture")
         return "error: unknown command '" + std::string(command) +
-               "' (fault, clear, status, ports, capture, captures)";
+               "' (fault, clear, status, ports, queues, capture, captures)";
     const std::string_view portText = firstWord(&line);
     unsigned port = 0;
     const auto [end, ec] =
@@ -138,6 +141,32 @@ std::string Server::portStates() const {
         const SwitchPort &p = sw_.port(n);
         s += "port " + std::to_string(n) + ": " + stateName(p.state) + ", link " +
              (p.linkUp ? "up" : "down") + dialStatus(n) + "\n";
+    }
+    return s;
+}
+
+// A line per connected port, for finding where a fabric holds packets
+// back: "port 7: queued 0 + 65536 ring, ring out 1048576 in 0, input
+// blocked on 1 for 40 ms, drained 3 ms ago, stalled".
+std::string Server::queueStates() const {
+    const uint64_t nowNs = now();
+    const auto ms = [nowNs](uint64_t since) { return std::to_string((nowNs - since) / 1'000'000); };
+    std::string s;
+    for (unsigned n = 1; n < conns_.size(); ++n) {
+        const Connection *c = conns_[n].get();
+        if (!c)
+            continue;
+        s += "port " + std::to_string(n) + ": queued " + std::to_string(c->queuedInStream());
+        if (c->rings)
+            s += " + " + std::to_string(c->queuedInRing()) + " ring, ring out " +
+                 std::to_string(c->rings->out.inFlight()) + " in " +
+                 std::to_string(c->rings->in.waiting());
+        if (c->blockedOn)
+            s += ", input blocked on " + std::to_string(c->blockedOn) + " for " +
+                 ms(c->blockedSince) + " ms";
+        if (c->queued())
+            s += ", drained " + ms(c->lastDrain) + " ms ago";
+        s += c->stalled ? ", stalled\n" : "\n";
     }
     return s;
 }

@@ -30,9 +30,12 @@ bool peerTakesRings(std::span<const uint8_t> helloPayload) {
 }
 
 // An output queue this full holds back the inputs that feed it...
-constexpr size_t kFullOutput = 4u << 20;
+// (as a QEMU port's transmit queue does: a switch buffers what a link in
+// flight holds, not more, for every queued byte delays the packets behind
+// it, and RC's ACK timer counts the delay; see wire::kRingFillLimit)
+constexpr size_t kFullOutput = 1u << 20;
 // ...until it is down to this.
-constexpr size_t kResumeOutput = 1u << 20;
+constexpr size_t kResumeOutput = 256u << 10;
 // Beyond this nothing is queued at all: packets that could not be held
 // back (delayed by a fault, or many copies of one multicast) are lost.
 constexpr size_t kMaxOutput = 16u << 20;

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <cstring>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -188,6 +189,13 @@ struct Server::Connection {
 
     size_t queuedInStream() const { return output.size() - sent; }
     size_t queuedInRing() const { return ringOutput.size() - ringSent; }
+    // The first frame waiting for the ring, header and payload (a frame
+    // the switch built: its length field is ours).
+    size_t ringHeadBytes() const {
+        uint32_t length;
+        std::memcpy(&length, ringOutput.data() + ringSent + 8, sizeof(length));
+        return wire::kHeaderSize + length;
+    }
     size_t queued() const { return queuedInStream() + queuedInRing(); }
 };
 

@@ -254,11 +254,8 @@ size_t Server::flushRing(unsigned port) {
     size_t moved = 0;
     for (int attempt = 0; attempt < 2; ++attempt) {
         while (c->ringSent < c->ringOutput.size()) {
-            const uint8_t *h = c->ringOutput.data() + c->ringSent;
-            uint32_t length;
-            std::memcpy(&length, h + 8, sizeof(length)); // our own frame
-            const size_t bytes = wire::kHeaderSize + length;
-            if (!r->out.put(std::span(h, bytes)))
+            const size_t bytes = c->ringHeadBytes();
+            if (!r->out.put(std::span(c->ringOutput.data() + c->ringSent, bytes)))
                 break;
             c->ringSent += bytes;
             moved += bytes;
@@ -271,7 +268,7 @@ size_t Server::flushRing(unsigned port) {
             wire::ringDoorbell(r->bellOut);
         // Frames wait for room: the peer rings when it makes some, unless
         // it made some meanwhile (then try again now).
-        if (c->ringSent == c->ringOutput.size() || r->out.armRoomDoorbell())
+        if (c->ringSent == c->ringOutput.size() || r->out.armRoomDoorbell(c->ringHeadBytes()))
             break;
         if (attempt == 1) // room keeps coming: our own doorbell brings us back next turn
             wire::ringDoorbell(r->bellIn);

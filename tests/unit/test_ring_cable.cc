@@ -74,6 +74,29 @@ TEST_CASE("frames cross a ring whole and in order, around its end many times", "
     CHECK(sent > 1000); // the ring (64 KiB) went round many times
 }
 
+TEST_CASE("a producer fills a large ring only to kRingFillLimit", "[ring]") {
+    constexpr uint32_t kLarge = 1 << 20;
+    std::string why;
+    auto memory = RingMemory::create(kLarge, &why);
+    REQUIRE(memory);
+    RingWriter writer(memory->ctrl(0), memory->data(0), kLarge);
+    RingReader reader(memory->ctrl(0), memory->data(0), kLarge);
+    const auto frame = packetFrame(4096, 2);
+    size_t held = 0;
+    while (writer.put(frame))
+        held += frame.size();
+    CHECK(held <= kRingFillLimit);
+    CHECK(held + frame.size() > kRingFillLimit);
+    writer.publish();
+    CHECK(reader.waiting() == held);
+    CHECK(writer.inFlight() == held);
+    RingReader::Error error;
+    REQUIRE(reader.next(&error));
+    reader.release();
+    CHECK(writer.put(frame)); // a frame taken makes room for one
+    CHECK_FALSE(writer.put(frame));
+}
+
 TEST_CASE("a ring rings doorbells only when the other end asked for one", "[ring]") {
     Cable c;
     const auto frame = packetFrame(100, 1);
@@ -102,10 +125,29 @@ TEST_CASE("a ring rings doorbells only when the other end asked for one", "[ring
         while (c.writer.put(frame)) {
         }
         c.writer.publish();
-        CHECK(c.writer.armRoomDoorbell());
+        CHECK(c.writer.armRoomDoorbell(frame.size()));
         RingReader::Error error;
         REQUIRE(c.reader.next(&error));
         CHECK(c.reader.release());
+        CHECK(c.writer.put(frame));
+    }
+    SECTION("a full ring the consumer empties before the producer asks: no sleep") {
+        RingReader::Error error;
+        REQUIRE(c.writer.put(frame)); // a first round: the producer's request is old
+        c.writer.publish();
+        REQUIRE(c.reader.next(&error));
+        c.reader.release();
+        while (c.writer.put(frame)) {
+        }
+        c.writer.publish();
+        // The consumer takes everything while the producer is between its
+        // failed put and its request: it had no request to ring for, and
+        // has nothing left to take. A producer that slept now would sleep
+        // for ever (it did, between two switches, under load).
+        while (c.reader.next(&error)) {
+        }
+        CHECK_FALSE(c.reader.release());
+        CHECK_FALSE(c.writer.armRoomDoorbell(frame.size()));
         CHECK(c.writer.put(frame));
     }
 }

@@ -534,6 +534,38 @@ TEST_CASE("a device's ring offer is accepted and packets cross the rings both wa
     CHECK_FALSE(frameOfType(cable, PIB_WIRE_PACKET, 100ms));
 }
 
+TEST_CASE("the control socket's queues show what waits in a ring its device does not read",
+          "[switch-rings]") {
+    TempDir dir;
+    RunningSwitch sw({{}, {PortEndpoint::Kind::kUnixListen, dir.file("port1.sock")}},
+                     dir.file("control.sock"));
+    Fd cable = deviceCable(dir.file("port1.sock"));
+    OfferedRings rings;
+    REQUIRE(offer(cable, {rings.memory->fd(), rings.toSwitch.get(), rings.fromSwitch.get()}) ==
+            PIB_WIRE_RINGS_ACCEPTED);
+    wire::RingWriter out(rings.memory->ctrl(0), rings.memory->data(0), kRingSize);
+    wire::RingReader in(rings.memory->ctrl(1), rings.memory->data(1), kRingSize);
+    REQUIRE(in.armDoorbell());
+    for (int i = 0; i < 3; ++i)
+        REQUIRE(out.put(wire::encode(PIB_WIRE_PACKET, nodeInfoSmp())));
+    out.publish();
+    wire::ringDoorbell(rings.toSwitch.get());
+    // Three answers wait in the ring to the device, which reads nothing.
+    REQUIRE(readable(rings.fromSwitch.get(), 2000ms));
+    std::optional<std::string> queues;
+    for (int i = 0; i < 50; ++i) {
+        queues = askControl(dir.file("control.sock"), "queues", 2000ms);
+        if (queues && in.waiting() >= 3 * (wire::kHeaderSize + 256))
+            break;
+        std::this_thread::sleep_for(20ms);
+    }
+    REQUIRE(queues);
+    INFO(*queues);
+    CHECK(queues->starts_with("ok\nport 1: queued 0 + 0 ring, ring out " +
+                              std::to_string(in.waiting()) + " in 0\n"));
+    CHECK(in.waiting() > 3 * iba::kMadSize);
+}
+
 TEST_CASE("a ring offer the switch cannot trust is refused, and packets stay on the stream",
           "[switch-rings]") {
     TempDir dir;

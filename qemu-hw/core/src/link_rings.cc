@@ -82,7 +82,7 @@ LinkRings::Sent LinkRings::send(std::span<const uint8_t> frame) {
     const bool first = backlog_.empty();
     backlog_.emplace_back(frame.begin(), frame.end());
     backlogBytes_ += frame.size();
-    if (first && !out_.armRoomDoorbell())
+    if (first && !out_.armRoomDoorbell(frame.size()))
         wire::ringDoorbell(bellIn_); // room came meanwhile: flush next turn
     return Sent::kFull;
 }
@@ -96,7 +96,7 @@ bool LinkRings::flushBacklog() {
         }
         if (out_.publish())
             wire::ringDoorbell(bellOut_);
-        if (backlog_.empty() || out_.corrupt() || out_.armRoomDoorbell())
+        if (backlog_.empty() || out_.corrupt() || out_.armRoomDoorbell(backlog_.front().size()))
             return backlog_.empty(); // done, or the switch rings once it made room
     }
     wire::ringDoorbell(bellIn_); // room keeps coming: the next turn goes on
