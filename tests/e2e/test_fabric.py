@@ -1,5 +1,6 @@
 """The fabric launcher: names, management network, the exec channel."""
 
+import re
 import subprocess
 import time
 from pathlib import Path
@@ -65,10 +66,14 @@ def test_exec_of_unknown_vm_fails_clearly(ctx):
 
 
 def test_status_lists_every_vm(ctx):
-    proc = ctx.pib("fabric", "status")
+    proc = ctx.pib("fabric", "status", "--queues")
     assert proc.returncode == 0, proc.stdout + proc.stderr
     for vm in ctx.vms:
         assert f"{vm} " in proc.stdout and "agent answering" in proc.stdout, proc.stdout
+    # Every cabled switch port answers with its queues (idle: nothing held back).
+    queues = re.findall(r"queues of port (\d+): queued (\d+)", proc.stdout)
+    assert len(queues) >= len(ctx.vms), proc.stdout
+    assert "blocked" not in proc.stdout and "stalled" not in proc.stdout, proc.stdout
 
 
 

@@ -96,7 +96,7 @@ def _cmd_fabric_down(args) -> int:
 def _cmd_fabric_status(args) -> int:
     from pibctl import fabric
 
-    return fabric.status()
+    return fabric.status(queues=args.queues)
 
 
 def _cmd_fabric_fault(args) -> int:
@@ -257,8 +257,12 @@ def build_parser() -> argparse.ArgumentParser:
                     help="with --kernel: leave our driver out, to load your own")
     up.set_defaults(func=_cmd_fabric_up)
     fsub.add_parser("down", help="stop every process fabric up started").set_defaults(func=_cmd_fabric_down)
-    fsub.add_parser("status", help="show the guests, whether they answer, and injected faults"
-                    ).set_defaults(func=_cmd_fabric_status)
+    status = fsub.add_parser("status", help="show the guests, whether they answer, and injected "
+                             "faults")
+    status.add_argument("--queues", action="store_true",
+                        help="also each switch port's queues: bytes waiting for its stream and "
+                             "rings, and which output holds its input back (docs/wire.md)")
+    status.set_defaults(func=_cmd_fabric_status)
     fault = fsub.add_parser(
         "fault", help="inject faults into a switch port, or clear them",
         formatter_class=argparse.RawDescriptionHelpFormatter,

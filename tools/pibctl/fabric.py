@@ -736,7 +736,7 @@ def down(quiet: bool = False) -> None:
         ui.info(f"fabric down ({len(fabric.vms)} VMs stopped; logs kept in {fabric.run_dir})")
 
 
-def status() -> int:
+def status(queues: bool = False) -> int:
     fabric = load()
     if fabric is None:
         ui.info("no fabric is up")
@@ -770,6 +770,13 @@ def status() -> int:
             if faults != "no faults":
                 for line in faults.splitlines():
                     ui.info(f"    fault {line}")
+        if state == "running" and queues:
+            try:
+                for line in switch_control(fabric, switch.name, "queues", timeout=5).splitlines():
+                    ui.info(f"    queues of {line}")
+            except ui.StepFailed as e:
+                ui.info(f"    {e}")
+                healthy = False
     for vm in fabric.vms:
         if not ours(vm.pid, fabric.run_dir):
             state = "STOPPED"
