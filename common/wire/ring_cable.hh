@@ -18,13 +18,13 @@
 
 namespace pib::wire {
 
-// A producer keeps at most this much in a ring, however large: a cable
-// holds what a real link and its switch buffer hold, not seconds' worth.
-// Every byte queued on a path delays the packets behind it, and RC's
-// local ACK timer (67 ms at timeout 14) counts that delay: at the tens of
-// MB/s guests move under TCG, megabytes waiting in each hop's ring made
-// a busy fabric time out and resend what was never lost.
-inline constexpr uint32_t kRingFillLimit = 256 << 10;
+// A producer keeps at most this much in a ring, however large the peer
+// made it: a cable holds about what a link in flight holds, not seconds'
+// worth. Every byte queued on a path delays the packets behind it, and
+// RC's local ACK timer (67 ms at timeout 14) counts the delay at the tens
+// to hundreds of MB/s guests move under TCG. (256 KiB cost a third of
+// ib_write_bw between two guests; 1 MiB keeps it.)
+inline constexpr uint32_t kRingFillLimit = 1 << 20;
 
 // The shared memory of one ring cable, mapped.
 class RingMemory {

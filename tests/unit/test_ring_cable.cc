@@ -75,7 +75,8 @@ TEST_CASE("frames cross a ring whole and in order, around its end many times", "
 }
 
 TEST_CASE("a producer fills a large ring only to kRingFillLimit", "[ring]") {
-    constexpr uint32_t kLarge = 1 << 20;
+    constexpr uint32_t kLarge = 4 << 20;
+    static_assert(kLarge > kRingFillLimit);
     std::string why;
     auto memory = RingMemory::create(kLarge, &why);
     REQUIRE(memory);
