@@ -59,8 +59,8 @@ class RingWriter {
     RingWriter(pib_wire_ring_ctrl *ctrl, uint8_t *data, uint32_t size);
 
     // Puts a whole frame (header and payload, as on the stream) if there
-    // is room for it within kRingFillLimit; false if not. False too, for good, once the peer's
-    // index is impossible (corrupt()).
+    // is room for it within kRingFillLimit; false if not. False too, for
+    // good, once the peer's index is impossible (corrupt()).
     bool put(std::span<const uint8_t> frame);
     // Makes what was put visible. True when the consumer asked for a
     // doorbell (its eventfd is to be written).

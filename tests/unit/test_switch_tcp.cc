@@ -494,76 +494,75 @@ bool isNodeInfoAnswer(std::span<const uint8_t> packet) {
     return parsed && parsed->payload.size() == iba::kMadSize && parsed->payload[3] == iba::kGetResp;
 }
 
+// A switch with one port, and a device on it whose ring offer it took.
+struct RingCabledDevice {
+    TempDir dir;
+    RunningSwitch sw{{{}, {PortEndpoint::Kind::kUnixListen, dir.file("port1.sock")}},
+                     dir.file("control.sock")};
+    Fd cable = deviceCable(dir.file("port1.sock"));
+    OfferedRings rings;
+    wire::RingWriter out{rings.memory->ctrl(0), rings.memory->data(0), kRingSize};
+    wire::RingReader in{rings.memory->ctrl(1), rings.memory->data(1), kRingSize};
+
+    RingCabledDevice() {
+        REQUIRE(offer(cable, {rings.memory->fd(), rings.toSwitch.get(), rings.fromSwitch.get()}) ==
+                PIB_WIRE_RINGS_ACCEPTED);
+    }
+    // `count` NodeInfo queries to the switch in our ring, after we asked
+    // for a doorbell for the answers; the switch's rung if it asked.
+    void askNodeInfo(int count) {
+        REQUIRE(in.armDoorbell());
+        for (int i = 0; i < count; ++i)
+            REQUIRE(out.put(wire::encode(PIB_WIRE_PACKET, nodeInfoSmp())));
+        if (out.publish())
+            wire::ringDoorbell(rings.toSwitch.get());
+    }
+};
+
 } // namespace
 
 TEST_CASE("a device's ring offer is accepted and packets cross the rings both ways",
           "[switch-rings]") {
-    TempDir dir;
-    RunningSwitch sw({{}, {PortEndpoint::Kind::kUnixListen, dir.file("port1.sock")}},
-                     dir.file("control.sock"));
-    Fd cable = deviceCable(dir.file("port1.sock"));
-    OfferedRings rings;
-    REQUIRE(offer(cable, {rings.memory->fd(), rings.toSwitch.get(), rings.fromSwitch.get()}) ==
-            PIB_WIRE_RINGS_ACCEPTED);
-    wire::RingWriter out(rings.memory->ctrl(0), rings.memory->data(0), kRingSize);
-    wire::RingReader in(rings.memory->ctrl(1), rings.memory->data(1), kRingSize);
+    RingCabledDevice d;
     // Three queries: the switch sleeps on the first doorbell, and answers
     // all three in the ring, ringing ours once we sleep.
-    REQUIRE(in.armDoorbell());
-    for (int i = 0; i < 3; ++i)
-        REQUIRE(out.put(wire::encode(PIB_WIRE_PACKET, nodeInfoSmp())));
-    if (out.publish()) {
-        const uint64_t one = 1;
-        REQUIRE(write(rings.toSwitch.get(), &one, sizeof(one)) == sizeof(one));
-    }
+    d.askNodeInfo(3);
     int answers = 0;
     const auto deadline = steady_clock::now() + 2000ms;
     while (answers < 3 && steady_clock::now() < deadline) {
-        readable(rings.fromSwitch.get(), 100ms);
+        readable(d.rings.fromSwitch.get(), 100ms);
         wire::RingReader::Error error;
-        while (auto frame = in.next(&error)) {
+        while (auto frame = d.in.next(&error)) {
             CHECK(isNodeInfoAnswer(frame->payload));
             ++answers;
         }
         REQUIRE(error == wire::RingReader::Error::kNone);
-        in.release();
-        in.armDoorbell();
+        d.in.release();
+        d.in.armDoorbell();
     }
     CHECK(answers == 3);
     // Nothing came on the stream: packets take the ring now.
-    CHECK_FALSE(frameOfType(cable, PIB_WIRE_PACKET, 100ms));
+    CHECK_FALSE(frameOfType(d.cable, PIB_WIRE_PACKET, 100ms));
 }
 
 TEST_CASE("the control socket's queues show what waits in a ring its device does not read",
           "[switch-rings]") {
-    TempDir dir;
-    RunningSwitch sw({{}, {PortEndpoint::Kind::kUnixListen, dir.file("port1.sock")}},
-                     dir.file("control.sock"));
-    Fd cable = deviceCable(dir.file("port1.sock"));
-    OfferedRings rings;
-    REQUIRE(offer(cable, {rings.memory->fd(), rings.toSwitch.get(), rings.fromSwitch.get()}) ==
-            PIB_WIRE_RINGS_ACCEPTED);
-    wire::RingWriter out(rings.memory->ctrl(0), rings.memory->data(0), kRingSize);
-    wire::RingReader in(rings.memory->ctrl(1), rings.memory->data(1), kRingSize);
-    REQUIRE(in.armDoorbell());
-    for (int i = 0; i < 3; ++i)
-        REQUIRE(out.put(wire::encode(PIB_WIRE_PACKET, nodeInfoSmp())));
-    out.publish();
-    wire::ringDoorbell(rings.toSwitch.get());
+    RingCabledDevice d;
+    d.askNodeInfo(3);
     // Three answers wait in the ring to the device, which reads nothing.
-    REQUIRE(readable(rings.fromSwitch.get(), 2000ms));
+    REQUIRE(readable(d.rings.fromSwitch.get(), 2000ms));
     std::optional<std::string> queues;
     for (int i = 0; i < 50; ++i) {
-        queues = askControl(dir.file("control.sock"), "queues", 2000ms);
-        if (queues && in.waiting() >= 3 * (wire::kHeaderSize + 256))
+        queues = askControl(d.dir.file("control.sock"), "queues", 2000ms);
+        if (queues && d.in.waiting() >= 3 * (wire::kHeaderSize + iba::kMadSize))
             break;
         std::this_thread::sleep_for(20ms);
     }
     REQUIRE(queues);
     INFO(*queues);
     CHECK(queues->starts_with("ok\nport 1: queued 0 + 0 ring, ring out " +
-                              std::to_string(in.waiting()) + " in 0\n"));
-    CHECK(in.waiting() > 3 * iba::kMadSize);
+                              std::to_string(d.in.waiting()) + " in 0\n"));
+    CHECK(d.in.waiting() > 3 * iba::kMadSize);
 }
 
 TEST_CASE("a ring offer the switch cannot trust is refused, and packets stay on the stream",
