@@ -322,6 +322,7 @@ void pib_av_to_ah_attr(struct pib_dev *dev, const struct pib_av *av,
 int pib_create_cq(struct ib_cq *ibcq, const struct ib_cq_init_attr *attr,
 		  struct pib_create_cq_arg *arg);
 int pib_resize_cq(struct ib_cq *ibcq, int cqe, struct ib_udata *udata);
+int pib_modify_cq(struct ib_cq *ibcq, u16 cq_count, u16 cq_period);
 int pib_resize_user_cq(struct ib_cq *ibcq, unsigned int cqe,
 		       struct ib_udata *udata);
 void pib_cq_clean(struct pib_cq *cq, u32 qpn);

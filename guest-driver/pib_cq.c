@@ -231,6 +231,25 @@ int pib_resize_cq(struct ib_cq *ibcq, int cqe, struct ib_udata *udata)
 	return ib_copy_to_udata(udata, &resp, min(udata->outlen, sizeof(resp)));
 }
 
+/*
+ * ibv_modify_cq and the kernel's adaptive moderation (rdma_dim, which
+ * ib_core runs for a kernel CQ polled from softirq or a workqueue when
+ * use_cq_dim is set): MODIFY_CQ, docs/prm.md §6.1. A period of 0 turns
+ * moderation off. May sleep: both callers run in process context.
+ */
+int pib_modify_cq(struct ib_cq *ibcq, u16 cq_count, u16 cq_period)
+{
+	struct pib_dev *dev = to_pdev(ibcq->device);
+
+	if (!(dev->caps.device_cap_flags & PIB_DEV_CAP_CQ_MODERATION))
+		return -EOPNOTSUPP;
+	if (cq_count > dev->caps.max_cq_moderation_count ||
+	    cq_period > dev->caps.max_cq_moderation_period)
+		return -EINVAL;
+	return pib_cmd(dev, PIB_CMD_MODIFY_CQ, to_pcq(ibcq)->cqn,
+		       (u64)cq_period << 16 | cq_count, NULL);
+}
+
 int pib_destroy_cq(struct ib_cq *ibcq, struct ib_udata *udata)
 {
 	pib_cq_destroy(to_pdev(ibcq->device), to_pcq(ibcq));

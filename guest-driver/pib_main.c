@@ -49,6 +49,7 @@ static const struct ib_device_ops pib_dev_ops = {
 	.disassociate_ucontext = pib_disassociate_ucontext,
 	.mmap = pib_mmap,
 	.mmap_free = pib_mmap_free,
+	.modify_cq = pib_modify_cq,
 	.modify_device = pib_modify_device,
 	.modify_port = pib_modify_port,
 	.modify_qp = pib_modify_qp,
@@ -159,6 +160,10 @@ static void pib_init_ibdev(struct pib_dev *dev)
 	snprintf(ibdev->node_desc, sizeof(ibdev->node_desc), "%s pib_hca",
 		 init_utsname()->nodename);
 	ib_set_device_ops(ibdev, &pib_dev_ops);
+	/* ib_core moderates its own CQs' events as the load goes (rdma_dim);
+	 * `rdma dev set <dev> adaptive-moderation off` stops it. */
+	ibdev->use_cq_dim =
+		!!(dev->caps.device_cap_flags & PIB_DEV_CAP_CQ_MODERATION);
 }
 
 /*

@@ -57,6 +57,12 @@ int pib_query_device(struct ib_device *ibdev, struct ib_device_attr *attr,
 	attr->max_sge_rd = c->max_sge_rd;
 	attr->max_cq = c->max_cq;
 	attr->max_cqe = c->max_cqe;
+	if (c->device_cap_flags & PIB_DEV_CAP_CQ_MODERATION) {
+		attr->cq_caps.max_cq_moderation_count =
+			c->max_cq_moderation_count;
+		attr->cq_caps.max_cq_moderation_period =
+			c->max_cq_moderation_period;
+	}
 	attr->max_mr = c->max_mr;
 	attr->max_pd = c->max_pd;
 	attr->max_qp_rd_atom = c->max_qp_rd_atom;

@@ -44,6 +44,7 @@ static const struct verbs_context_ops pib_ctx_ops = {
 	.detach_mcast = ibv_cmd_detach_mcast,
 	.free_context = pib_free_context,
 	.get_srq_num = pib_get_srq_num,
+	.modify_cq = pib_modify_cq,
 	.modify_qp = pib_modify_qp,
 	.modify_srq = pib_modify_srq,
 	.open_xrcd = pib_open_xrcd,

@@ -171,6 +171,7 @@ int pib_destroy_ah(struct ibv_ah *ah);
 struct ibv_cq *pib_create_cq(struct ibv_context *context, int cqe,
 			     struct ibv_comp_channel *channel, int comp_vector);
 int pib_destroy_cq(struct ibv_cq *cq);
+int pib_modify_cq(struct ibv_cq *ibcq, struct ibv_modify_cq_attr *attr);
 int pib_resize_cq(struct ibv_cq *cq, int cqe);
 struct ibv_cq_ex *pib_create_cq_ex(struct ibv_context *context,
 				   struct ibv_cq_init_attr_ex *attr);

@@ -193,6 +193,17 @@ int pib_destroy_cq(struct ibv_cq *ibcq)
 	return 0;
 }
 
+/*
+ * ibv_modify_cq: completion event moderation, set by the kernel's
+ * MODIFY_CQ (docs/prm.md §6.1); the driver checks the limits.
+ */
+int pib_modify_cq(struct ibv_cq *ibcq, struct ibv_modify_cq_attr *attr)
+{
+	struct ibv_modify_cq cmd = {};
+
+	return ibv_cmd_modify_cq(ibcq, attr, &cmd, sizeof(cmd));
+}
+
 struct pib_ucmd_resize_cq {
 	struct ibv_resize_cq ibv_cmd;
 	struct pib_resize_cq_cmd drv;

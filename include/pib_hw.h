@@ -65,7 +65,7 @@
 #define PIB_IF_VERSION(major, minor) (((uint32_t)(major) << 16) | (minor))
 #define PIB_IF_VERSION_MAJOR(v) ((v) >> 16)
 #define PIB_IF_VERSION_MINOR(v) ((v)&0xffffu)
-#define PIB_IF_VERSION_CURRENT PIB_IF_VERSION(0, 11)
+#define PIB_IF_VERSION_CURRENT PIB_IF_VERSION(0, 12)
 
 /* RO: firmware version, major << 24 | minor << 16 | patch. */
 #define PIB_REG_FW_VERSION 0x008
@@ -180,6 +180,8 @@ enum pib_cmd_opcode {
     PIB_CMD_QUERY_CQ = 0x002a,   /* MOD: cqn; OUT: pib_cq_context */
     /* MOD: cqn; IN: pib_cq_context (buf, log_size, ci_record); RESULT: CQEs to move */
     PIB_CMD_RESIZE_CQ = 0x002b,
+    /* MOD: cqn; IN imm: count 15:0, period in us 31:16 (docs/prm.md §6.1) */
+    PIB_CMD_MODIFY_CQ = 0x002c,
 
     PIB_CMD_CREATE_MR = 0x0030,  /* IN: pib_mr_context; RESULT: key */
     PIB_CMD_DESTROY_MR = 0x0031, /* MOD: key */
@@ -244,6 +246,8 @@ enum pib_cmd_status {
 #define PIB_DEV_CAP_CQE_TIMESTAMP (1u << 14)
 /* XRC domains, XRC SRQs and XRC initiator and target QPs (docs/prm.md §6.8) */
 #define PIB_DEV_CAP_XRC (1u << 15)
+/* completion event moderation: PIB_CMD_MODIFY_CQ (docs/prm.md §6.1) */
+#define PIB_DEV_CAP_CQ_MODERATION (1u << 16)
 
 /* atomic_cap */
 #define PIB_ATOMIC_NONE 0
@@ -293,7 +297,10 @@ struct pib_dev_cap {
     uint32_t max_mw;             /* memory windows; 0 without MEM_WINDOW */
     uint32_t hca_core_clock_khz; /* core clock rate; 0 without CQE_TIMESTAMP */
     uint32_t max_xrcd;           /* XRC domains; 0 without XRC */
-    uint32_t reserved1[4];
+    /* the largest moderation count and period (us); 0 without CQ_MODERATION */
+    uint16_t max_cq_moderation_count;
+    uint16_t max_cq_moderation_period;
+    uint32_t reserved1[3];
 };
 
 /* ---- Ports: PIB_CMD_QUERY_PORT ---------------------------------------------- */
@@ -502,7 +509,11 @@ struct pib_cq_context {
     uint32_t log_size; /* 2^log_size CQEs of PIB_CQE_SIZE bytes */
     uint32_t eqn;      /* EQ for completion events */
     uint32_t uar_page; /* doorbell page allowed to arm it */
-    uint32_t reserved0;
+    /* completion event moderation (docs/prm.md §6.1): the event of an armed
+     * CQ waits for this many CQEs or this many us after the first of them;
+     * a period of 0 turns it off */
+    uint16_t moderation_count;
+    uint16_t moderation_period;
     uint64_t ci_record; /* guest address of a u32 consumer index */
     uint32_t reserved1[4];
 };

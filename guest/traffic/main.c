@@ -32,26 +32,23 @@ static const char usage[] =
     "  -r, --retry N         RC retry count (default 7)\n"
     "  -l, --lossy           UC and UD messages may be lost (faults on the path)\n"
     "  -w, --wait S          seconds an operation may take (default 60)\n"
+    "  -e, --events C,US     wait for completions by events, on CQs whose\n"
+    "                        events ibv_modify_cq moderates to C completions\n"
+    "                        or US microseconds (0,0: events, no moderation)\n"
     "\n"
     "Prints a line per test and a total; each test's sha256 covers every byte\n"
     "that arrived, and must be the same at both ends. Exits 1 on any\n"
     "difference, error or (without --lossy) lost message.\n";
 
-static const struct option long_options[] = {{"port", required_argument, NULL, 'p'},
-                                             {"ib-dev", required_argument, NULL, 'd'},
-                                             {"ib-port", required_argument, NULL, 'i'},
-                                             {"gid-idx", required_argument, NULL, 'g'},
-                                             {"tests", required_argument, NULL, 't'},
-                                             {"sizes", required_argument, NULL, 's'},
-                                             {"qps", required_argument, NULL, 'q'},
-                                             {"iters", required_argument, NULL, 'n'},
-                                             {"seed", required_argument, NULL, 'S'},
-                                             {"timeout", required_argument, NULL, 'T'},
-                                             {"retry", required_argument, NULL, 'r'},
-                                             {"lossy", no_argument, NULL, 'l'},
-                                             {"wait", required_argument, NULL, 'w'},
-                                             {"help", no_argument, NULL, 'h'},
-                                             {NULL, 0, NULL, 0}};
+static const struct option long_options[] = {
+    {"port", required_argument, NULL, 'p'},    {"ib-dev", required_argument, NULL, 'd'},
+    {"ib-port", required_argument, NULL, 'i'}, {"gid-idx", required_argument, NULL, 'g'},
+    {"tests", required_argument, NULL, 't'},   {"sizes", required_argument, NULL, 's'},
+    {"qps", required_argument, NULL, 'q'},     {"iters", required_argument, NULL, 'n'},
+    {"seed", required_argument, NULL, 'S'},    {"timeout", required_argument, NULL, 'T'},
+    {"retry", required_argument, NULL, 'r'},   {"lossy", no_argument, NULL, 'l'},
+    {"wait", required_argument, NULL, 'w'},    {"events", required_argument, NULL, 'e'},
+    {"help", no_argument, NULL, 'h'},          {NULL, 0, NULL, 0}};
 
 /* The largest message: a 16 MiB transfer, with room to spare. */
 #define MAX_MESSAGE (64ull << 20)
@@ -124,7 +121,8 @@ static int parse_args(int argc, char **argv, struct session *s, const char **dev
     parse_sizes("0,1,7,4096,4097,65536,1M+3,16M", p);
     s->tcp_port = "18800";
     s->port = 1;
-    while ((c = getopt_long(argc, argv, "p:d:i:g:t:s:q:n:S:T:r:lw:h", long_options, NULL)) != -1) {
+    while ((c = getopt_long(argc, argv, "p:d:i:g:t:s:q:n:S:T:r:lw:e:h", long_options, NULL)) !=
+           -1) {
         switch (c) {
         case 'p':
             s->tcp_port = optarg;
@@ -169,6 +167,19 @@ static int parse_args(int argc, char **argv, struct session *s, const char **dev
         case 'w':
             p->op_timeout_s = (uint32_t)atoi(optarg);
             break;
+        case 'e': {
+            unsigned int count, period;
+
+            if (sscanf(optarg, "%u,%u", &count, &period) != 2 || count > 0xffff ||
+                period > 0xffff) {
+                fprintf(stderr, "pib-traffic: bad --events %s\n", optarg);
+                return -1;
+            }
+            p->events = 1;
+            p->moderation_count = (uint16_t)count;
+            p->moderation_period_us = (uint16_t)period;
+            break;
+        }
         default:
             fputs(usage, c == 'h' ? stdout : stderr);
             exit(c == 'h' ? 0 : 2);
@@ -190,7 +201,7 @@ static int check_params(const struct params *p) {
     }
     if (p->qps < 1 || p->qps > MAX_QPS || p->iters < 1 || p->iters > 1000 || p->nsizes < 1 ||
         p->nsizes > MAX_SIZES || p->retry > 7 || p->timeout > 31 || p->op_timeout_s < 1 ||
-        p->tests >= 1u << T_COUNT) {
+        p->tests >= 1u << T_COUNT || p->events > 1) {
         fprintf(stderr, "pib-traffic: parameters out of range\n");
         return -1;
     }
@@ -263,7 +274,7 @@ static int exchange(struct session *s, struct endpoint *eps) {
 }
 
 struct totals {
-    uint64_t messages, bytes, lost, errors;
+    uint64_t messages, bytes, lost, errors, events;
 };
 
 static void report(const struct session *s, enum test_kind t, struct endpoint *eps,
@@ -283,6 +294,7 @@ static void report(const struct session *s, enum test_kind t, struct endpoint *e
         here.bytes += eps[q].bytes;
         here.lost += eps[q].lost;
         here.errors += eps[q].errors;
+        here.events += eps[q].events;
     }
     EVP_DigestFinal_ex(all, digest, &len);
     EVP_MD_CTX_free(all);
@@ -292,12 +304,15 @@ static void report(const struct session *s, enum test_kind t, struct endpoint *e
            (unsigned long long)here.errors);
     for (i = 0; i < 32; i++)
         printf("%02x", digest[i]);
+    if (s->p.events)
+        printf(" events %llu", (unsigned long long)here.events);
     printf("\n");
     fflush(stdout);
     sum->messages += here.messages;
     sum->bytes += here.bytes;
     sum->lost += here.lost;
     sum->errors += here.errors;
+    sum->events += here.events;
 }
 
 static int run_test(struct session *s, enum test_kind t, struct totals *sum) {
@@ -361,9 +376,12 @@ int main(int argc, char **argv) {
             break;
         }
     }
-    printf("total %llu messages %llu bytes %llu lost %llu errors\n",
-           (unsigned long long)sum.messages, (unsigned long long)sum.bytes,
-           (unsigned long long)sum.lost, (unsigned long long)sum.errors);
+    printf("total %llu messages %llu bytes %llu lost %llu errors", (unsigned long long)sum.messages,
+           (unsigned long long)sum.bytes, (unsigned long long)sum.lost,
+           (unsigned long long)sum.errors);
+    if (s.p.events)
+        printf(" events %llu", (unsigned long long)sum.events);
+    printf("\n");
     ibv_dealloc_pd(s.pd);
     ibv_close_device(s.ctx);
     return sum.errors ? 1 : 0;

@@ -18,7 +18,7 @@
 #include <stdint.h>
 
 #define TRAFFIC_MAGIC 0x50494254u /* "PIBT" */
-#define TRAFFIC_VERSION 1
+#define TRAFFIC_VERSION 2
 #define MAX_SIZES 16
 #define MAX_QPS 16
 /* Offsets into the buffers vary by round, so no transfer is aligned. */
@@ -66,6 +66,11 @@ struct params {
     uint8_t lossy;              /* UC and UD may lose messages */
     uint8_t gid_index_plus_one; /* 0: no GRH */
     uint32_t op_timeout_s;
+    /* Completions by events (ibv_get_cq_event) on CQs moderated to this
+     * count and period (ibv_modify_cq); 0: busy polling. */
+    uint8_t events;
+    uint8_t reserved;
+    uint16_t moderation_count, moderation_period_us;
 };
 
 /* A QP as its peer needs to know it. */
@@ -82,6 +87,7 @@ struct endpoint {
     enum test_kind test;
     unsigned int index;
     struct ibv_cq *cq;
+    struct ibv_comp_channel *channel; /* --events */
     struct ibv_qp *qp;
     struct ibv_ah *ah; /* UD: the peer */
     struct ibv_mr *mr;
@@ -93,6 +99,7 @@ struct endpoint {
     uint32_t max_inline;
     /* Results. */
     uint64_t messages, bytes, lost, errors;
+    uint64_t events; /* completion events taken (--events) */
     EVP_MD_CTX *hash;
     uint8_t digest[32];
 };

@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: GPL-2.0-or-later
 /* A test's QP: its CQ, buffer and MR, the connection to the peer's QP, and
  * waiting for completions. */
+#include <poll.h>
 #include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -23,6 +24,23 @@ static uint32_t recv_depth(const struct params *p) {
 
     /* UC and UD may leave a receive per lost round behind. */
     return rounds < 1024 ? rounds + 1 : 1024;
+}
+
+/* --events: the CQ's events moderated as asked, then armed. */
+static int moderate(struct endpoint *e) {
+    struct ibv_modify_cq_attr attr = {
+        .attr_mask = IBV_CQ_ATTR_MODERATE,
+        .moderate = {.cq_count = e->s->p.moderation_count,
+                     .cq_period = e->s->p.moderation_period_us},
+    };
+    int err = ibv_modify_cq(e->cq, &attr);
+
+    if (err) {
+        fprintf(stderr, "pib-traffic: ibv_modify_cq(%u, %u us): %s\n", attr.moderate.cq_count,
+                attr.moderate.cq_period, strerror(err));
+        return -1;
+    }
+    return ibv_req_notify_cq(e->cq, 0);
 }
 
 int endpoint_create(struct endpoint *e) {
@@ -50,12 +68,18 @@ int endpoint_create(struct endpoint *e) {
     e->mr = ibv_reg_mr(s->pd, e->buf, e->buf_len,
                        IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ |
                            IBV_ACCESS_REMOTE_ATOMIC);
-    e->cq =
-        ibv_create_cq(s->ctx, (int)(init.cap.max_send_wr + init.cap.max_recv_wr), NULL, NULL, 0);
+    if (s->p.events && !(e->channel = ibv_create_comp_channel(s->ctx))) {
+        perror("pib-traffic: ibv_create_comp_channel");
+        return -1;
+    }
+    e->cq = ibv_create_cq(s->ctx, (int)(init.cap.max_send_wr + init.cap.max_recv_wr), NULL,
+                          e->channel, 0);
     if (!e->mr || !e->cq) {
         perror("pib-traffic: ibv_reg_mr/ibv_create_cq");
         return -1;
     }
+    if (s->p.events && moderate(e))
+        return -1;
     init.send_cq = init.recv_cq = e->cq;
     e->qp = ibv_create_qp(s->pd, &init);
     if (!e->qp) {
@@ -164,8 +188,13 @@ void endpoint_destroy(struct endpoint *e) {
         ibv_destroy_ah(e->ah);
     if (e->qp)
         ibv_destroy_qp(e->qp);
-    if (e->cq)
+    if (e->cq) {
+        /* Every event taken is acknowledged before the CQ goes. */
+        ibv_ack_cq_events(e->cq, (unsigned int)e->events);
         ibv_destroy_cq(e->cq);
+    }
+    if (e->channel)
+        ibv_destroy_comp_channel(e->channel);
     if (e->mr)
         ibv_dereg_mr(e->mr);
     if (e->hash)
@@ -181,6 +210,22 @@ static double now(void) {
     return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
 }
 
+/* --events: sleeps until the CQ's next event, then arms it again (before
+ * polling, so no completion is missed). 0, or -1 after `seconds`. */
+static int wait_event(struct endpoint *e, double deadline) {
+    struct pollfd pfd = {.fd = e->channel->fd, .events = POLLIN};
+    struct ibv_cq *cq;
+    void *cq_context;
+    const double left = deadline - now();
+
+    if (left <= 0 || poll(&pfd, 1, (int)(left * 1000) + 1) != 1)
+        return -1;
+    if (ibv_get_cq_event(e->channel, &cq, &cq_context) || cq != e->cq)
+        return -1;
+    e->events++;
+    return ibv_req_notify_cq(e->cq, 0) ? -1 : 0;
+}
+
 int wait_completion(struct endpoint *e, struct ibv_wc *wc, double seconds) {
     const double deadline = now() + seconds;
     unsigned int spins = 0;
@@ -194,6 +239,11 @@ int wait_completion(struct endpoint *e, struct ibv_wc *wc, double seconds) {
         }
         if (n == 1)
             return 0;
+        if (e->channel) {
+            if (wait_event(e, deadline))
+                return -1;
+            continue;
+        }
         if ((++spins & 1023) == 0) {
             if (now() > deadline)
                 return -1;

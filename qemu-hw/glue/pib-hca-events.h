@@ -84,6 +84,12 @@ static bool pib_hca_event_enabled(unsigned event)
         return trace_event_get_state_backends(TRACE_PIB_HCA_XRC_MESSAGE_CUT);
     case PIB_EVENT_CQ_RESIZE_REFUSED:
         return trace_event_get_state_backends(TRACE_PIB_HCA_CQ_RESIZE_REFUSED);
+    case PIB_EVENT_CQ_MODERATE:
+        return trace_event_get_state_backends(TRACE_PIB_HCA_CQ_MODERATE);
+    case PIB_EVENT_CQ_EVENT_HELD:
+        return trace_event_get_state_backends(TRACE_PIB_HCA_CQ_EVENT_HELD);
+    case PIB_EVENT_CQ_EVENT_PERIOD:
+        return trace_event_get_state_backends(TRACE_PIB_HCA_CQ_EVENT_PERIOD);
     case PIB_EVENT_MR_REGISTERED:
         return trace_event_get_state_backends(TRACE_PIB_HCA_MR_REGISTERED);
     case PIB_EVENT_MR_INVALIDATED:
@@ -304,6 +310,17 @@ static void pib_hca_trace_event(unsigned event, const uint64_t *a)
     case PIB_EVENT_CQ_RESIZE_REFUSED:
         trace_pib_hca_cq_resize_refused((unsigned) a[0], (unsigned) a[1],
                                         (unsigned) a[2]);
+        break;
+    case PIB_EVENT_CQ_MODERATE:
+        trace_pib_hca_cq_moderate((unsigned) a[0], (unsigned) a[1],
+                                  (unsigned) a[2]);
+        break;
+    case PIB_EVENT_CQ_EVENT_HELD:
+        trace_pib_hca_cq_event_held((unsigned) a[0], (unsigned) a[1],
+                                    (unsigned) a[2]);
+        break;
+    case PIB_EVENT_CQ_EVENT_PERIOD:
+        trace_pib_hca_cq_event_period((unsigned) a[0], (unsigned) a[1]);
         break;
     case PIB_EVENT_MR_REGISTERED:
         trace_pib_hca_mr_registered((unsigned) a[0], (unsigned) a[1],

@@ -4,7 +4,9 @@ tests that need no ACTIVE port."""
 import re
 
 import pyverbs_runs
-from pibctl.pairs import ipoib_up
+from pibctl import qmp
+from pibctl.pairs import ipoib_up, run_pair
+from transfers import traffic
 
 from guest_scripts import OBJECTS_SCRIPT, RESIZE_CQ_SCRIPT, RESIZE_SRQ_SCRIPT, TIMESTAMP_SCRIPT
 
@@ -38,6 +40,9 @@ def test_ibv_devinfo_shows_the_device_attributes(ctx):
             # The core clock (docs/prm.md §2): 1 GHz, 64 bits.
             "hca_core_clock": "1000000kHZ",
             "completion timestamp_mask": "0xffffffffffffffff",
+            # Completion event moderation (docs/prm.md §6.1).
+            "max_cq_count": "65535",
+            "max_cq_period": "4095",
         }
         for key, value in expect.items():
             m = re.search(rf"^\s*{key}:\s*(\S+)", out, re.M)
@@ -110,6 +115,60 @@ def test_pyverbs_whole_suite(ctx):
     ipoib_up(ctx, ["vm1"])  # the rdmacm tests use ib0's address
     outs = pyverbs_runs.run(ctx, "vm1", "pib_0")
     pyverbs_runs.check(outs, PYVERBS_SKIPS, PYVERBS_SKIPPED_TESTS, PYVERBS_MUST_PASS, 70)
+
+
+MODERATION_EVENTS = ("pib_hca_cq_moderate", "pib_hca_cq_event_held", "pib_hca_cq_event_period")
+
+
+def _trace_moderation(ctx, vms, on):
+    for vm in vms:
+        for name in MODERATION_EVENTS:
+            qmp.command(ctx.fabric.vm(vm).path / "qmp.sock", "trace-event-set-state", name=name,
+                        enable=on)
+
+
+def test_moderated_completion_events(ctx):
+    """Completions taken by events (ibv_get_cq_event) on CQs whose events
+    ibv_modify_cq moderates (docs/prm.md §6.1): every operation still
+    completes and moves every byte. Rounds wait for their completion one
+    at a time, so each event comes when the moderation period ends: an
+    event the device held and never let go would end the run in a
+    timeout. A period beyond the device's limit is refused by the driver,
+    and ib_core moderates its own CQs adaptively (rdma_dim)."""
+    logs = {vm: ctx.fabric.vm(vm).qemu_log for vm in ("vm1", "vm2")}
+    start = {vm: log.stat().st_size for vm, log in logs.items()}
+    _trace_moderation(ctx, logs, True)
+    try:
+        lines = traffic(ctx, ["-t", "send,write-imm,read,ud-send", "-q", "2", "-s",
+                              "7,4096,65536", "-n", "3", "-S", "7", "--events", "4,300", "-w",
+                              "30"], port=18860)
+    finally:
+        _trace_moderation(ctx, logs, False)
+    for name, line in lines.items():
+        assert line["events"] is not None and int(line["events"]) > 0, (name, line)
+    print("  " + ", ".join(f"{name} {line['messages']} messages, {line['events']} events"
+                           for name, line in lines.items()))
+    # Each device took the moderation of its 8 CQs, held events and let
+    # them go when the period ended (the traces of docs/prm.md §9).
+    for vm, log in logs.items():
+        with log.open("rb") as f:
+            f.seek(start[vm])
+            trace = f.read().decode(errors="replace")
+        moderated = len(re.findall(r"CQ \d+: completion events wait for 4 CQEs or 300 us", trace))
+        held = len(re.findall(r"CQ \d+: its completion event waits for 4 CQEs or 300 us", trace))
+        period = len(re.findall(r"CQ \d+: moderation period over", trace))
+        print(f"  {vm}: {moderated} CQs moderated, {held} events held, {period} let go "
+              "when their period ended")
+        assert moderated >= 8 and held >= 1 and period >= 1, trace[-3000:]
+    refused = ["pib-traffic", "-p", "18861", "-t", "send", "--events", "1,5000"]
+    result, _, _ = run_pair(ctx, refused[:3], refused, port=18861, timeout=60)
+    said = "ibv_modify_cq(1, 5000 us): Invalid argument"
+    assert result.exitcode != 0 and said in result.err + result.out, (result.out, result.err)
+    dev = ctx.run("vm1", ["rdma", "-d", "dev", "show", "pib_0"]).out
+    assert "adaptive-moderation on" in dev, dev
+    # ib_core's own CQs (the MAD agents') are polled from a workqueue: DIM runs on them.
+    cqs = ctx.run("vm1", ["rdma", "res", "show", "cq", "dev", "pib_0"]).out
+    assert re.search(r"poll-ctx WORKQUEUE adaptive-moderation on comm \[ib_core\]", cqs), cqs
 
 
 def test_resize_cq_moves_waiting_completions(ctx):

@@ -27,7 +27,7 @@ def bulk_tcp(ctx, megabytes, port, timeout=240, source_vm="vm1", sink_vm="vm2"):
 
 TRAFFIC_LINE = (r"^(?P<test>[\w-]+)\s+(?P<qps>\d+) QPs\s+(?P<messages>\d+) messages\s+"
                 r"(?P<bytes>\d+) bytes\s+(?P<lost>\d+) lost\s+(?P<errors>\d+) errors "
-                r"sha256 (?P<sha>[0-9a-f]{64})$")
+                r"sha256 (?P<sha>[0-9a-f]{64})(?: events (?P<events>\d+))?$")
 
 
 def _traffic_lines(output):

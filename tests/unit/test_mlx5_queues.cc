@@ -69,7 +69,7 @@ TEST_CASE("mlx5: CREATE_CQ checks its context and page list", "[mlx5]") {
     const std::pair<Field, uint64_t> contexts[] = {
         {field(0x80 + 0x08, 3), 2},     // cqe_sz: beyond 128 bytes
         {field(0x80 + 0x11, 1), 1},     // CQE compression
-        {field(0x80 + 0x84, 12), 16},   // cq_period
+        {field(0x80 + 0x0d, 1), 1},     // scqe_break_moderation_en
         {field(0x80 + 0x63, 5), 23},    // log_cq_size beyond 22
         {field(0x80 + 0x54, 6), 1},     // page_offset
         {field(0x80 + 0xc3, 5), 19},    // log_page_size
@@ -155,8 +155,10 @@ struct Components {
     pib::ObjectTables objects{config};
     Uars uars{4};
     EventQueues eqs{bus, uars, 8};
-    CompletionQueues cqs{bus, objects, uars, eqs};
+    // The writer takes the CQs' layout, the CQs its moderation: the writer
+    // keeps a reference to the codec, used only once both exist.
     pib::EventWriter writer{bus, objects.mtt, objects.cqs, cqs};
+    CompletionQueues cqs{bus, objects, uars, eqs, writer.moderation()};
     uint32_t uar = *uars.alloc();
     uint32_t eqn = 0, cqn = 0;
     uint64_t eqRing = 0, cqRing = 0, record = 0;
@@ -283,8 +285,8 @@ TEST_CASE("mlx5: MODIFY_CQ resizes a CQ, a resize CQE ending the old ring", "[ml
     // The old ring's first slot holds the resize CQE (opcode 5, owner 0).
     CHECK(f.host.at(ring)[0x3f] == 0x50);
     CHECK(f.host.traces("mlx5_cq_resize") == 1);
-    // Other op_mods (moderation) and unknown CQs are refused.
-    set(resize, field(0x30, 16), 0);
+    // Op_mods other than moderation (0) and resize, and unknown CQs, are refused.
+    set(resize, field(0x30, 16), 2);
     checkRefused(f.host, resize, status::kBadParam, pib::err::kMlx5CmdBadParam);
     set(resize, field(0x30, 16), 1);
     set(resize, field(0x48, 24), 77);
@@ -331,6 +333,55 @@ TEST_CASE("mlx5: an armed CQ's next CQE is a completion event on its EQ", "[mlx5
     // A counter beyond the CQEs written, or another CQ, is the driver's error.
     k.arm(0, 9);
     CHECK(k.host.guestErrors("mlx5-cq-doorbell") == 1);
+}
+
+TEST_CASE("mlx5: MODIFY_CQ's moderation holds an armed CQ's event for a count or a period",
+          "[mlx5]") {
+    Components k(2);
+    auto modify = [&](uint32_t select, uint32_t period, uint32_t count) {
+        auto m = Mlx5Host::input(0x403, 0, 0x110); // MODIFY_CQ, op_mod 0
+        set(m, field(0x48, 24), k.cqn);
+        set(m, field(0x60, 32), select); // MLX5_CQ_MODIFY_PERIOD 1, _COUNT 2
+        set(m, field(0x80 + 0x84, 12), period);
+        set(m, field(0x80 + 0x90, 16), count);
+        return k.cqs.moderate(m);
+    };
+    k.eqs.doorbell(k.uar, k.eqn << 24, true);
+    // As mlx5_core_modify_cq_moderation sends it: both fields.
+    REQUIRE(modify(3, 100, 2) == nullptr);
+    k.arm(0, 0);
+    k.writer.postCqe(k.cqn, receive(), false);
+    CHECK(k.host.interrupts.empty());
+    k.writer.postCqe(k.cqn, receive(), false);
+    CHECK(k.host.interrupts == std::vector<unsigned>{2});
+    CHECK(readBe32(k.host.at(k.eqRing) + 0x20 + 0x18) == k.cqn);
+    // Only the count changes; the period stays 100 us, from the first CQE.
+    REQUIRE(modify(2, 7, 8) == nullptr);
+    k.consumed(2);
+    k.arm(0, 2);
+    k.eqs.doorbell(k.uar, k.eqn << 24 | 1, true);
+    k.writer.postCqe(k.cqn, receive(), false);
+    k.host.now += 99'000;
+    k.writer.moderation().expire(k.host.now);
+    CHECK(k.host.interrupts.size() == 1);
+    k.host.now += 1'000;
+    k.writer.moderation().expire(k.host.now);
+    CHECK(k.host.interrupts.size() == 2);
+    // An arm naming a CQE beyond its counter makes the event at once, and
+    // the wait of the moderation ends with it.
+    k.arm(0, 3);
+    k.eqs.doorbell(k.uar, k.eqn << 24 | 2, true);
+    k.writer.postCqe(k.cqn, receive(), false); // held: 1 of 8
+    k.arm(0, 3);
+    CHECK(k.host.interrupts.size() == 3);
+    k.host.now += 200'000;
+    k.writer.moderation().expire(k.host.now);
+    CHECK(k.host.interrupts.size() == 3);
+    // Nothing, or a field beyond them, to change is the driver's error.
+    k.host.clear();
+    CHECK(modify(0, 1, 1) == &pib::err::kMlx5CqBadContext);
+    CHECK(modify(4, 1, 1) == &pib::err::kMlx5CqBadContext);
+    CHECK(k.host.guestErrors("mlx5-cq-bad-context") == 2);
 }
 
 namespace {

@@ -33,12 +33,13 @@ static pib_dev_cap buildCaps(const pib_core_config &config) {
     c.vendor_id = PIB_PCI_VENDOR_ID;
     c.vendor_part_id = PIB_PCI_DEVICE_ID;
     c.hw_version = PIB_PCI_REVISION;
-    c.device_cap_flags =
-        PIB_DEV_CAP_RC | PIB_DEV_CAP_UC | PIB_DEV_CAP_UD | PIB_DEV_CAP_SRQ |
-        PIB_DEV_CAP_RNR_NAK_GEN | PIB_DEV_CAP_SYS_IMAGE_GUID | PIB_DEV_CAP_PORT_ACTIVE_EVENT |
-        PIB_DEV_CAP_BAD_PKEY_CNTR | PIB_DEV_CAP_BAD_QKEY_CNTR | PIB_DEV_CAP_MEM_MGT_EXTENSIONS |
-        PIB_DEV_CAP_MEM_WINDOW | PIB_DEV_CAP_MEM_WINDOW_TYPE_2B | PIB_DEV_CAP_RESIZE_CQ |
-        PIB_DEV_CAP_RESIZE_SRQ | PIB_DEV_CAP_CQE_TIMESTAMP | PIB_DEV_CAP_XRC;
+    c.device_cap_flags = PIB_DEV_CAP_RC | PIB_DEV_CAP_UC | PIB_DEV_CAP_UD | PIB_DEV_CAP_SRQ |
+                         PIB_DEV_CAP_RNR_NAK_GEN | PIB_DEV_CAP_SYS_IMAGE_GUID |
+                         PIB_DEV_CAP_PORT_ACTIVE_EVENT | PIB_DEV_CAP_BAD_PKEY_CNTR |
+                         PIB_DEV_CAP_BAD_QKEY_CNTR | PIB_DEV_CAP_MEM_MGT_EXTENSIONS |
+                         PIB_DEV_CAP_MEM_WINDOW | PIB_DEV_CAP_MEM_WINDOW_TYPE_2B |
+                         PIB_DEV_CAP_RESIZE_CQ | PIB_DEV_CAP_RESIZE_SRQ |
+                         PIB_DEV_CAP_CQE_TIMESTAMP | PIB_DEV_CAP_XRC | PIB_DEV_CAP_CQ_MODERATION;
     c.max_qp = kMaxQp;
     c.max_qp_wr = 1u << kLogMaxQpWr;
     c.max_send_sge = kMaxSge;
@@ -46,6 +47,8 @@ static pib_dev_cap buildCaps(const pib_core_config &config) {
     c.max_sge_rd = kMaxSge;
     c.max_cq = kMaxCq;
     c.max_cqe = 1u << kLogMaxCqe;
+    c.max_cq_moderation_count = kMaxCqModerationCount;
+    c.max_cq_moderation_period = kMaxCqModerationPeriod;
     c.max_mr = kMaxMr;
     c.max_pd = kMaxPd;
     c.max_qp_rd_atom = kMaxRdAtom;
@@ -133,6 +136,7 @@ const CommandProcessor::CommandSpec CommandProcessor::kCommands[] = {
     {PIB_CMD_DESTROY_CQ, "DESTROY_CQ", false, &CommandProcessor::destroyCq},
     {PIB_CMD_QUERY_CQ, "QUERY_CQ", false, &CommandProcessor::queryCq},
     {PIB_CMD_RESIZE_CQ, "RESIZE_CQ", false, &CommandProcessor::resizeCq},
+    {PIB_CMD_MODIFY_CQ, "MODIFY_CQ", false, &CommandProcessor::modifyCq},
     {PIB_CMD_CREATE_MR, "CREATE_MR", false, &CommandProcessor::createMr},
     {PIB_CMD_DESTROY_MR, "DESTROY_MR", false, &CommandProcessor::destroyMr},
     {PIB_CMD_QUERY_MR, "QUERY_MR", false, &CommandProcessor::queryMr},

@@ -121,6 +121,7 @@ class CommandProcessor {
     CommandOutcome destroyCq(const Command &);
     CommandOutcome queryCq(const Command &);
     CommandOutcome resizeCq(const Command &);
+    CommandOutcome modifyCq(const Command &);
     CommandOutcome createMr(const Command &);
     CommandOutcome createFastRegMr(const pib_mr_context &ctx);
     CommandOutcome insertMr(const pib_mr_context &ctx);

@@ -89,6 +89,9 @@ CommandOutcome CommandProcessor::createCq(const Command &cmd) {
         return mailboxFailed();
     if (auto failed = checkCqRing("CREATE_CQ", ctx))
         return *failed;
+    if (ctx.moderation_period > limits::kMaxCqModerationPeriod)
+        return fail(err::kCmdBadParam, "CREATE_CQ moderation period %u us (at most %u)",
+                    ctx.moderation_period, limits::kMaxCqModerationPeriod);
     EventQueue *eq = objects_.eqs.find(ctx.eqn);
     if (!eq)
         return fail(err::kCmdBadIndex, "CREATE_CQ on EQ %u", ctx.eqn);
@@ -166,6 +169,21 @@ CommandOutcome CommandProcessor::resizeCq(const Command &cmd) {
     cq->consumer = 0;
     cq->overrun = false;
     return {PIB_CMD_STATUS_OK, pending};
+}
+
+// ibv_modify_cq and the kernel's rdma_dim: a new moderation, which an event
+// already waiting does not wait out (docs/prm.md §6.1).
+CommandOutcome CommandProcessor::modifyCq(const Command &cmd) {
+    CompletionQueue *cq = objects_.cqs.find(cmd.modifier);
+    if (!cq)
+        return fail(err::kCmdBadIndex, "MODIFY_CQ of CQ %u", cmd.modifier);
+    const auto count = static_cast<uint16_t>(cmd.in & 0xffff);
+    const auto period = static_cast<uint16_t>((cmd.in >> 16) & 0xffff);
+    if ((cmd.in >> 32) || period > limits::kMaxCqModerationPeriod)
+        return fail(err::kCmdBadParam, "MODIFY_CQ of CQ %u: 0x%" PRIx64 " (period at most %u us)",
+                    cmd.modifier, cmd.in, limits::kMaxCqModerationPeriod);
+    dataPath_.events().moderation().change(cmd.modifier, *cq, count, period);
+    return {};
 }
 
 // ---- shared receive queues -------------------------------------------------------

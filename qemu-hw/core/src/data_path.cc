@@ -9,9 +9,19 @@
 
 namespace pib {
 
+void DataPath::shareTimer() {
+    events_.moderation().setRearm([this] { timers_.rearm(); });
+    timers_.setOtherDeadline([this] {
+        const uint64_t cqs = events_.moderation().nextDeadline();
+        const uint64_t other = otherDeadline_ ? otherDeadline_() : 0;
+        return !cqs || (other && other < cqs) ? other : cqs;
+    });
+}
+
 void DataPath::reset() {
     outstanding_.reset(); // the QPs went with the objects
     timers_.reset();
+    events_.moderation().reset();
     scheduler_.reset();
 }
 

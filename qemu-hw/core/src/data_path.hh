@@ -38,7 +38,9 @@ class DataPath final : public SubnetSender, public ScheduledEngine, QpErrorFlow 
                                                     memory,     keys_,       wqes_,   scheduler,
                                                     injections, outstanding, timers_, receives_,
                                                     *this},
-          datagram_(parts_), requester_(parts_), responder_(parts_) {}
+          datagram_(parts_), requester_(parts_), responder_(parts_) {
+        shareTimer();
+    }
 
     // A packet arrived on a port.
     void portReceive(unsigned port, std::span<const uint8_t> packet);
@@ -53,11 +55,10 @@ class DataPath final : public SubnetSender, public ScheduledEngine, QpErrorFlow 
     // The host's timer reached the deadline the data path asked for.
     void timerExpired();
     // The device has one timer: the data path arms it for the earliest of
-    // its QPs' deadlines and `other` (the links' Polling retries, 0 for
-    // none), which rearmTimer() reads again after it changed.
-    void setOtherDeadline(std::function<uint64_t()> other) {
-        timers_.setOtherDeadline(std::move(other));
-    }
+    // its QPs' deadlines, the CQs' moderation and `other` (the links'
+    // Polling retries, 0 for none), which rearmTimer() reads again after
+    // it changed.
+    void setOtherDeadline(std::function<uint64_t()> other) { otherDeadline_ = std::move(other); }
     void rearmTimer() { timers_.rearm(); }
     // `qp` entered state `next` from `cur` by MODIFY_QP with `mask`: its
     // transport starts over, loads its PSNs, flushes or starts sending.
@@ -73,6 +74,8 @@ class DataPath final : public SubnetSender, public ScheduledEngine, QpErrorFlow 
     // hardware's send engine is far ahead of its firmware: the postponed
     // send queues get their turn (within the event's budget).
     void settleBeforeCommand() { scheduler_.run(); }
+    // Where completions and events go (the commands set CQ moderation).
+    EventWriter &events() { return events_; }
     // From SubnetSender: a MAD the port's agents send from QP0.
     void sendSubnetPacket(unsigned port, iba::Packet &packet) override;
     // From ScheduledEngine: postponed work goes on, a looped-back packet
@@ -81,6 +84,8 @@ class DataPath final : public SubnetSender, public ScheduledEngine, QpErrorFlow 
     void receiveLooped(unsigned port, const iba::Packet &packet) override;
 
   private:
+    // The CQs' moderation deadlines go on the QPs' host timer.
+    void shareTimer();
     // From QpErrorFlow (flush.cc).
     void flushQp(QueuePair &qp) override;
     void watchReceiveRecord(QueuePair &qp, uint64_t waitNs);
@@ -110,6 +115,7 @@ class DataPath final : public SubnetSender, public ScheduledEngine, QpErrorFlow 
     OutstandingMemory &outstanding_;
     MemoryKeys keys_;
     QpTimers timers_;
+    std::function<uint64_t()> otherDeadline_;
     ReceiveWqes receives_;
     const TransportParts parts_;
     Datagram datagram_;

@@ -56,10 +56,20 @@ void EventWriter::postCqe(uint32_t cqn, const Completion &c, bool solicited) {
     }
     trace::cqe_written(host_, cqn, cq->producer, c.qpn, c.wqeIndex, c.opcode, c.status, c.byteLen);
     ++cq->producer;
-    if (cq->arm == PIB_CQ_ARM_NEXT || (cq->arm == PIB_CQ_ARM_SOLICITED && solicited)) {
-        cq->arm = 0;
-        codec_->completionEvent(cq->ctx.eqn, cqn);
+    // A solicited event is never held back: the consumer asked to hear of
+    // that one CQE.
+    if (cq->arm == PIB_CQ_ARM_NEXT) {
+        if (!CqModeration::moderated(*cq) || !moderation_.hold(cqn, *cq))
+            fireEvent(cqn, *cq);
+    } else if (cq->arm == PIB_CQ_ARM_SOLICITED && solicited) {
+        fireEvent(cqn, *cq);
     }
+}
+
+void EventWriter::fireEvent(uint32_t cqn, CompletionQueue &cq) {
+    moderation_.release(cqn, cq);
+    cq.arm = 0;
+    codec_->completionEvent(cq.ctx.eqn, cqn);
 }
 
 void EventWriter::completeSend(const QueuePair &qp, uint32_t index, uint64_t wrId, uint8_t opcode,

@@ -9,6 +9,7 @@
 #include <cstdint>
 
 #include "completion.hh"
+#include "cq_moderation.hh"
 #include "event_codec.hh"
 #include "host.hh"
 #include "mtt.hh"
@@ -21,7 +22,9 @@ class EventWriter {
   public:
     EventWriter(const Host &host, const Mtt &mtt, ObjectTable<CompletionQueue> &cqs,
                 EventCodec &codec)
-        : host_(host), mtt_(mtt), cqs_(cqs), codec_(&codec) {}
+        : host_(host), mtt_(mtt), cqs_(cqs), codec_(&codec),
+          moderation_(host, cqs,
+                      [this](uint32_t cqn, CompletionQueue &cq) { fireEvent(cqn, cq); }) {}
 
     // The personality whose driver reads the rings (the device's front end).
     void use(EventCodec &codec) { codec_ = &codec; }
@@ -33,13 +36,18 @@ class EventWriter {
     void completeSend(const QueuePair &qp, uint32_t index, uint64_t wrId, uint8_t opcode,
                       uint8_t status, uint32_t length, bool signaled, uint8_t vendorErr = 0);
 
+    // Completion event moderation: each CQ's parameters and deadline.
+    CqModeration &moderation() { return moderation_; }
+
   private:
     bool full(uint32_t cqn, CompletionQueue &cq);
+    void fireEvent(uint32_t cqn, CompletionQueue &cq);
 
     const Host &host_;
     const Mtt &mtt_;
     ObjectTable<CompletionQueue> &cqs_;
     EventCodec *codec_;
+    CqModeration moderation_;
 };
 
 } // namespace pib

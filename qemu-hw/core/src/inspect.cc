@@ -165,6 +165,9 @@ Json Inspector::cq(uint32_t cqn, const CompletionQueue &c) const {
                 {"eqn", c.ctx.eqn},
                 {"queue", queue(c.producer, c.consumer, 1u << c.ctx.log_size)},
                 {"armed", armName(c.arm)},
+                {"moderation", Json{{"count", c.ctx.moderation_count},
+                                    {"period_us", c.ctx.moderation_period},
+                                    {"held", c.heldCqes}}},
                 {"overrun", c.overrun},
                 {"stopped", c.stopped}};
 }

@@ -15,6 +15,10 @@ inline constexpr uint32_t kLogMaxMlx5QpSize = 15;
 inline constexpr uint32_t kMaxSge = 32;
 inline constexpr uint32_t kMaxCq = 4096;
 inline constexpr uint32_t kLogMaxCqe = 22; // as ConnectX: libfabric's RxM asks for 2^18
+// Completion event moderation: a count of CQEs, a period in us (ConnectX's
+// cq_period has 12 bits).
+inline constexpr uint16_t kMaxCqModerationCount = 0xffff;
+inline constexpr uint16_t kMaxCqModerationPeriod = 4095;
 inline constexpr uint32_t kMaxMr = 65536;
 inline constexpr uint32_t kMaxMw = 65536;
 inline constexpr uint32_t kMaxPd = 65536;

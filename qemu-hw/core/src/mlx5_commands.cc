@@ -423,11 +423,14 @@ const err::Condition *Commands::destroyCq(const Request &r) {
     return cqs_.destroy(static_cast<uint32_t>(get(r.in, kCqNumber)));
 }
 
-// Only the resize: moderation is not offered (cq_moderation 0).
+// Event moderation (op_mod 0) or the resize (op_mod 1).
 const err::Condition *Commands::modifyCq(const Request &r) {
-    constexpr uint16_t kResize = 1; // MLX5_CQ_OPMOD_RESIZE
+    constexpr uint16_t kModerate = 0, kResize = 1; // MLX5_CQ_OPMOD_RESIZE
+    if (r.opMod == kModerate)
+        return cqs_.moderate(r.in);
     if (r.opMod != kResize)
-        return fail(err::kMlx5CmdBadParam, "MODIFY_CQ op_mod %u: only the resize (1)", r.opMod);
+        return fail(err::kMlx5CmdBadParam, "MODIFY_CQ op_mod %u: moderation (0) or resize (1)",
+                    r.opMod);
     return cqs_.resize(r.in);
 }
 

@@ -39,7 +39,8 @@ constexpr uint32_t kPageList = 0x110;
 constexpr Field kModifyCqn = field(0x48, 24);
 constexpr Field kFieldSelect = field(0x60, 32);
 constexpr uint32_t kSelectLogSize = 1u << 0, kSelectPageOffset = 1u << 1,
-                   kSelectPageSize = 1u << 2; // MLX5_MODIFY_CQ_MASK_*
+                   kSelectPageSize = 1u << 2;                       // MLX5_MODIFY_CQ_MASK_*
+constexpr uint32_t kSelectPeriod = 1u << 0, kSelectCount = 1u << 1; // MLX5_CQ_MODIFY_*
 
 // cqe_sz 0: 64-byte CQEs; 1: 128-byte ones, whose second half is the
 // 64-byte CQE. The first half would hold received data scattered to the
@@ -149,8 +150,7 @@ const err::Condition *CompletionQueues::checkContext(std::span<const uint8_t> in
         get(in, kCqeSize) > kMaxCqeSize ? "cqe_sz: only 64- and 128-byte CQEs"
         : get(in, kCqeCompression) || get(in, kCollapsed) || get(in, kApuCq)
             ? "CQE compression, collapsed and APU CQs are not offered"
-        : get(in, kPeriod) || get(in, kMaxCount) || get(in, kBreakModeration)
-            ? "moderation is not offered (cq_moderation 0)"
+        : get(in, kBreakModeration) ? "scqe_break_moderation_en is not offered"
         : get(in, kDbrUmemValid) || get(in, kCqUmemValid) ? "user memory objects are not offered"
         : get(in, kLogCqSize) > limits::kLogMaxCqe        ? "log_cq_size beyond log_max_cq_sz"
         : logPage > PageList::kMaxLogPageSize             ? "log_page_size"
@@ -194,6 +194,8 @@ const err::Condition *CompletionQueues::create(std::span<const uint8_t> in, uint
     cq->ctx.eqn = static_cast<uint32_t>(get(in, kEqn));
     cq->ctx.uar_page = static_cast<uint32_t>(get(in, kUarPage));
     cq->ctx.ci_record = get(in, kDbrAddr);
+    cq->ctx.moderation_count = static_cast<uint16_t>(get(in, kMaxCount));
+    cq->ctx.moderation_period = static_cast<uint16_t>(get(in, kPeriod));
     const CompletionQueue &made = *cq;
     cqn = *objects_.cqs.insert(std::move(cq)); // there is room: checked above
     eqs_.hold(made.ctx.eqn);
@@ -275,6 +277,31 @@ const err::Condition *CompletionQueues::resize(std::span<const uint8_t> in) {
     return nullptr;
 }
 
+// MODIFY_CQ with op_mod 0, as mlx5_core_modify_cq_moderation sends it
+// for mlx5_ib_modify_cq (ibv_modify_cq, rdma_dim): the event moderation of
+// the context's cq_period and cq_max_count, those the field select names.
+const err::Condition *CompletionQueues::moderate(std::span<const uint8_t> in) {
+    const auto cqn = static_cast<uint32_t>(get(in, kModifyCqn));
+    CompletionQueue *cq = objects_.cqs.find(cqn);
+    if (!cq) {
+        host_.guestError(err::kMlx5CmdBadResource, "MODIFY_CQ of CQ %u, which does not exist", cqn);
+        return &err::kMlx5CmdBadResource;
+    }
+    const uint64_t select = get(in, kFieldSelect);
+    if (!select || (select & ~uint64_t{kSelectPeriod | kSelectCount})) {
+        host_.guestError(err::kMlx5CqBadContext,
+                         "MODIFY_CQ of CQ %u: modify_field_select 0x%x: only the period and count",
+                         cqn, static_cast<unsigned>(select));
+        return &err::kMlx5CqBadContext;
+    }
+    const auto period = select & kSelectPeriod ? static_cast<uint16_t>(get(in, kPeriod))
+                                               : cq->ctx.moderation_period;
+    const auto count = select & kSelectCount ? static_cast<uint16_t>(get(in, kMaxCount))
+                                             : cq->ctx.moderation_count;
+    moderation_.change(cqn, *cq, count, period);
+    return nullptr;
+}
+
 bool CompletionQueues::writeResizeCqe(CompletionQueue &cq) {
     const unsigned logBytes = logCqeBytes(cq);
     std::array<uint8_t, 128> bytes{};
@@ -326,6 +353,7 @@ void CompletionQueues::armDoorbell(uint32_t uar, uint64_t value) {
     // next one would; an armed "next" is not weakened by a later
     // "solicited".
     if (waiting) {
+        moderation_.release(cqn, *cq);
         cq->arm = 0;
         completionEvent(cq->ctx.eqn, cqn);
     } else if (cq->arm != PIB_CQ_ARM_NEXT) {

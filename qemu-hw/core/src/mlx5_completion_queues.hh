@@ -12,6 +12,7 @@
 #include <span>
 
 #include "conditions.hh"
+#include "cq_moderation.hh"
 #include "event_codec.hh"
 #include "host.hh"
 #include "mlx5_event_queues.hh"
@@ -25,8 +26,9 @@ class CompletionQueues final : public EventCodec {
     // The arm doorbell in a UAR page (MLX5_CQ_DOORBELL): a 64-bit write.
     static constexpr uint32_t kDoorbellArm = 0x20;
 
-    CompletionQueues(const Host &host, ObjectTables &objects, const Uars &uars, EventQueues &eqs)
-        : host_(host), objects_(objects), uars_(uars), eqs_(eqs) {}
+    CompletionQueues(const Host &host, ObjectTables &objects, const Uars &uars, EventQueues &eqs,
+                     CqModeration &moderation)
+        : host_(host), objects_(objects), uars_(uars), eqs_(eqs), moderation_(moderation) {}
 
     // CREATE_CQ: `in` is create_cq_in with its page list. Sets `cqn`, or
     // returns the condition that refuses it.
@@ -37,6 +39,9 @@ class CompletionQueues final : public EventCodec {
     // MODIFY_CQ's resize (op_mod 1): `in` is modify_cq_in with its page
     // list; the condition that refuses it, or nullptr.
     const err::Condition *resize(std::span<const uint8_t> in);
+    // MODIFY_CQ's moderation (op_mod 0): `in` is modify_cq_in, whose
+    // field select names the period, the count or both.
+    const err::Condition *moderate(std::span<const uint8_t> in);
     // A write of `value` to the arm doorbell of UAR page `uar`.
     void armDoorbell(uint32_t uar, uint64_t value);
 
@@ -55,6 +60,7 @@ class CompletionQueues final : public EventCodec {
     ObjectTables &objects_;
     const Uars &uars_;
     EventQueues &eqs_;
+    CqModeration &moderation_;
 };
 
 } // namespace pib::mlx5

@@ -41,6 +41,7 @@ constexpr Field kUmrIndirectMkeyDisabled = field(0x209, 1);
 constexpr Field kAtomic = field(0x21e, 1);
 constexpr Field kCqOi = field(0x220, 1);
 constexpr Field kCqResize = field(0x221, 1);
+constexpr Field kCqModeration = field(0x222, 1);
 constexpr Field kCmdifChecksum = field(0x210, 2);
 constexpr Field kXrc = field(0x23c, 1);
 constexpr Field kUd = field(0x23d, 1);
@@ -115,9 +116,11 @@ void HcaCaps::reset() {
     mlx5::set(m, cap::kUc, 1);
     mlx5::set(m, cap::kUd, 1);
     mlx5::set(m, cap::kXrc, 1);
-    // CQs that ignore overrun, and MODIFY_CQ's resize (docs/mlx5.md §8).
+    // CQs that ignore overrun, and MODIFY_CQ's resize and event
+    // moderation (docs/mlx5.md §8).
     mlx5::set(m, cap::kCqOi, 1);
     mlx5::set(m, cap::kCqResize, 1);
+    mlx5::set(m, cap::kCqModeration, 1);
     // IBA's 8-byte atomics, which the core's responder executes: with
     // these, mlx5_ib takes remote atomic access on an RC QP (atomic_mode
     // IB compatible), which the CM asks for on every connection it makes.

@@ -46,6 +46,9 @@ struct CompletionQueue : Referenced {
     // The driver asked for no overrun detection (a ConnectX CQ's oi): the
     // device writes on, over CQEs not consumed, and never reports CQ_ERR.
     bool ignoreOverrun = false;
+    // Moderation (cq_moderation.hh): CQEs whose event waits, and until when.
+    uint32_t heldCqes = 0;
+    uint64_t eventDue = 0; // host clock ns; 0: no event waits
 };
 
 struct MemoryRegion {

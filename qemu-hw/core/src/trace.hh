@@ -222,6 +222,23 @@ inline void cq_resize_refused(const Host &host, unsigned cqn, unsigned log_size,
                    {Host::eventArg(cqn), Host::eventArg(log_size), Host::eventArg(pending)});
 }
 
+inline void cq_moderate(const Host &host, unsigned cqn, unsigned count, unsigned period_us) {
+    if (host.eventEnabled(PIB_EVENT_CQ_MODERATE))
+        host.event(PIB_EVENT_CQ_MODERATE,
+                   {Host::eventArg(cqn), Host::eventArg(count), Host::eventArg(period_us)});
+}
+
+inline void cq_event_held(const Host &host, unsigned cqn, unsigned count, unsigned period_us) {
+    if (host.eventEnabled(PIB_EVENT_CQ_EVENT_HELD))
+        host.event(PIB_EVENT_CQ_EVENT_HELD,
+                   {Host::eventArg(cqn), Host::eventArg(count), Host::eventArg(period_us)});
+}
+
+inline void cq_event_period(const Host &host, unsigned cqn, unsigned cqes) {
+    if (host.eventEnabled(PIB_EVENT_CQ_EVENT_PERIOD))
+        host.event(PIB_EVENT_CQ_EVENT_PERIOD, {Host::eventArg(cqn), Host::eventArg(cqes)});
+}
+
 inline void mr_registered(const Host &host, unsigned qpn, unsigned key, uint64_t iova,
                           uint64_t length, unsigned access) {
     if (host.eventEnabled(PIB_EVENT_MR_REGISTERED))
