@@ -473,20 +473,26 @@ void changeQpState(FuzzedDataProvider &in, Target &t) {
     q.suspect = true;
 }
 
-// ibv_resize_cq, ibv_modify_srq(IBV_SRQ_MAX_WR), or the XRC SRQ destroyed
-// and made again.
+// ibv_resize_cq, ibv_modify_cq, ibv_modify_srq(IBV_SRQ_MAX_WR), or the XRC
+// SRQ destroyed and made again.
 void reshapeQueue(FuzzedDataProvider &in, Target &t) {
     const bool small = in.ConsumeIntegralInRange(0, 7) == 0; // may overrun: the books stop
     if (t.xrcTgt.rest.size() && in.ConsumeBool()) { // the SRQ of a message in progress goes
         t.recreateXrcSrq();
         return;
     }
-    switch (in.ConsumeIntegralInRange(0, 4)) {
+    switch (in.ConsumeIntegralInRange(0, 5)) {
     case 0:
     case 1: {
         Cq &cq = *t.cqs[in.ConsumeIntegralInRange<size_t>(0, t.cqs.size() - 1)];
         t.resizeCq(cq, small ? in.ConsumeIntegralInRange(1u, 5u)
                              : in.ConsumeIntegralInRange(6u, kMaxCqLog));
+        break;
+    }
+    case 5: { // any count and period, the device's limit and beyond
+        Cq &cq = *t.cqs[in.ConsumeIntegralInRange<size_t>(0, t.cqs.size() - 1)];
+        t.moderateCq(cq, in.ConsumeIntegral<uint16_t>(),
+                     in.ConsumeIntegralInRange<uint16_t>(0, 5000));
         break;
     }
     case 2:

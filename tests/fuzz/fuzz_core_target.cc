@@ -669,6 +669,11 @@ void Target::applyKeyChange(const KeyChange &change) {
     }
 }
 
+void Target::moderateCq(Cq &cq, uint16_t count, uint16_t periodUs) {
+    command(PIB_CMD_MODIFY_CQ, cq.cqn, uint64_t{periodUs} << 16 | count, 0);
+    doorbell(node.uar, PIB_DB_CQ_ARM, cq.cqn, PIB_CQ_ARM_NEXT);
+}
+
 // ibv_resize_cq as docs/prm.md §6.1 has a driver do it, between the CQ's
 // two rings.
 bool Target::resizeCq(Cq &cq, unsigned log) {

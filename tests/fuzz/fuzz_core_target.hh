@@ -234,6 +234,9 @@ class Target {
     void poll(Cq &cq);
     void pollAll();
     bool resizeCq(Cq &cq, unsigned log);
+    // ibv_modify_cq's moderation, and the CQ armed for its next CQE, so
+    // that the input's CQEs are held and its clock lets them go.
+    void moderateCq(Cq &cq, uint16_t count, uint16_t periodUs);
     bool resizeSrq(Srq &s, unsigned log);
     bool recreateXrcSrq();
     std::optional<uint32_t> srqWqeCount(uint32_t srqn);
