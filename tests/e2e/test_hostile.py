@@ -9,6 +9,7 @@ The random-input tests run for PIB_HOSTILE_SECONDS each (10 by default;
 
 import os
 import random
+import re
 import signal
 import socket
 import struct
@@ -92,6 +93,8 @@ def test_a_stopped_guest_stalls_nobody(ctx):
     ctx.sh("vm2", "echo 1 >/sys/module/rcupdate/parameters/rcu_cpu_stall_suppress; "
                   "echo 0 >/proc/sys/kernel/watchdog")
     os.kill(vm2.pid, signal.SIGSTOP)
+    vm2_port = vm2.cables[0]  # (switch, port)
+    held_peak = {"queued": 0, "in_ring": 0, "stalled": 0}
     worst = {"vm1": 0.0, "vm3": 0.0}
     peak = dict(before)
     talks = 0
@@ -107,6 +110,8 @@ def test_a_stopped_guest_stalls_nobody(ctx):
                 _pingpong_ok(ctx, "vm3", "vm1", 18710 + talks)
                 talks += 1
             peak = {k: max(v, _rss(ctx).get(k, 0)) for k, v in peak.items()}
+            held = _held_for(ctx, vm2_port)
+            held_peak = {k: max(v, held[k]) for k, v in held_peak.items()}
             time.sleep(0.5)
     finally:
         os.kill(vm2.pid, signal.SIGCONT)
@@ -136,9 +141,38 @@ def test_a_stopped_guest_stalls_nobody(ctx):
     assert talks >= 1, "vm1 and vm3 could not talk while vm2 was stopped"
     for k in before:
         assert peak[k] - before[k] < RSS_GROWTH_LIMIT_KB, f"{k} grew by {peak[k] - before[k]} KiB"
+    # The switch's queues toward the stopped guest (its control socket's
+    # `queues`): the port was found stalled, and what the switch held for it
+    # stayed within its bounds (docs/wire.md): its queue, and what waits in
+    # the guest's cable (a ring of 1 MiB, or the socket's buffer).
+    print(f"switch queue toward vm2, peak: {held_peak['queued']} bytes queued, "
+          f"{held_peak['in_ring']} in its ring; stalled {'yes' if held_peak['stalled'] else 'no'}")
+    assert held_peak["stalled"], "the switch never found vm2's port stalled while it was stopped"
+    assert held_peak["queued"] <= QUEUE_BOUND, held_peak
+    assert held_peak["in_ring"] <= RING_BYTES, held_peak
     _pingpong_ok(ctx, "vm2", "vm1", 18720)  # vm2 is back in the fabric
     for vm in ("vm1", "vm2", "vm3"):
         _kernel_clean(ctx, vm)
+
+
+# What a switch may hold for one port (fabric-switch: reading stops at
+# kFullOutput, 1 MiB, plus what one read of each input brings), and a ring
+# cable's ring.
+QUEUE_BOUND = 2 << 20
+RING_BYTES = 1 << 20
+
+
+def _held_for(ctx, cable):
+    """What switch `cable[0]` holds for its port `cable[1]`: bytes queued
+    (for the stream or the ring), bytes in the ring, whether it is stalled."""
+    switch, port = cable
+    answer = fabric.switch_control(ctx.fabric, switch, "queues", timeout=5)
+    for line in answer.splitlines():
+        m = re.match(rf"port {port}: queued (\d+)(?: \+ (\d+) ring, ring out (\d+))?", line)
+        if m:
+            return {"queued": int(m[1]) + int(m[2] or 0), "in_ring": int(m[3] or 0),
+                    "stalled": int(line.endswith("stalled"))}
+    raise AssertionError(f"switch {switch} has no queues for port {port}:\n{answer}")
 
 
 def _garbage(rng, lids):
