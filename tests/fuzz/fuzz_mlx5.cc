@@ -40,9 +40,9 @@ void check(bool ok, const char *what) {
 // The opcodes the device executes, and a few it knows only by name.
 constexpr uint16_t kOpcodes[] = {
     0x100, 0x101, 0x102, 0x103, 0x104, 0x105, 0x107, 0x108, 0x109, 0x10a, 0x10b, 0x200,
-    0x202, 0x301, 0x302, 0x400, 0x401, 0x500, 0x501, 0x502, 0x503, 0x504, 0x505, 0x506,
-    0x507, 0x50a, 0x50b, 0x50c, 0x50d, 0x50e, 0x700, 0x701, 0x702, 0x703, 0x762, 0x800,
-    0x801, 0x802, 0x803, 0x805, 0x806, 0x807, 0x80e, 0x80f, 0x771, 0x772, 0x773};
+    0x202, 0x301, 0x302, 0x400, 0x401, 0x403, 0x500, 0x501, 0x502, 0x503, 0x504, 0x505,
+    0x506, 0x507, 0x50a, 0x50b, 0x50c, 0x50d, 0x50e, 0x700, 0x701, 0x702, 0x703, 0x762,
+    0x800, 0x801, 0x802, 0x803, 0x805, 0x806, 0x807, 0x80e, 0x80f, 0x771, 0x772, 0x773};
 constexpr uint32_t kIsegOffsets[] = {iseg::kCmdqAddrHigh, iseg::kCmdqAddrLowSize,
                                      iseg::kCmdDoorbell,  iseg::kFwRev,
                                      iseg::kInitializing, iseg::kHealthCounter};
@@ -100,6 +100,23 @@ std::vector<uint8_t> cqInput(FuzzedDataProvider &in, const Pages &pages) {
     for (uint32_t i = 0; i < count; ++i)
         writeBe64(&cmd[0x110 + 8 * i],
                   in.ConsumeBool() ? pages.pick(in) : in.ConsumeIntegral<uint64_t>());
+    return cmd;
+}
+
+// A MODIFY_CQ of one of the first CQs: its event moderation (op_mod 0),
+// the period, the count or both as the field select says, or a resize
+// (op_mod 1) to a ring as CREATE_CQ's.
+std::vector<uint8_t> modifyCqInput(FuzzedDataProvider &in, const Pages &pages) {
+    const bool resize = in.ConsumeBool();
+    auto cmd = resize ? cqInput(in, pages) : Mlx5Host::input(0x403, 0, 0x110);
+    cmd[1] = 0x03;
+    set(cmd, field(0x30, 16), resize);
+    set(cmd, field(0x48, 24), in.ConsumeIntegralInRange<uint32_t>(0, 5));
+    set(cmd, field(0x60, 32), in.ConsumeIntegralInRange<uint32_t>(0, 7));
+    if (!resize) {
+        set(cmd, field(0x80 + 0x84, 12), in.ConsumeIntegralInRange<uint32_t>(0, 0xfff));
+        set(cmd, field(0x80 + 0x90, 16), in.ConsumeIntegral<uint16_t>());
+    }
     return cmd;
 }
 
@@ -235,6 +252,8 @@ std::vector<uint8_t> commandInput(FuzzedDataProvider &in, Mlx5Host &host, const 
         return mkeyInput(in, pages);
     if (opcode == 0x400 && in.ConsumeBool())
         return cqInput(in, pages);
+    if (opcode == 0x403 && in.ConsumeBool())
+        return modifyCqInput(in, pages);
     if (opcode == 0x700 && in.ConsumeBool())
         return srqInput(in, pages);
     if (opcode == 0x805 && in.ConsumeBool())
@@ -607,8 +626,10 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
                 eqDoorbell(in, host);
             else if (in.ConsumeBool())
                 cqDoorbell(in, host);
-            else
+            else if (in.ConsumeBool())
                 asyncEvent(in, host);
+            else // time passes: moderated completion events and timers are due
+                host.advance(in.ConsumeIntegralInRange<uint64_t>(0, 10'000'000));
             break;
         default:
             if (in.ConsumeBool())

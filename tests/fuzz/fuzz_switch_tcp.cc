@@ -9,9 +9,10 @@
 // the clock past retries and time limits; flaps links and asks the
 // control socket. On port 3 it offers ring cables (docs/wire.md), good and
 // bad ones, then writes frames or anything at all into the shared memory,
-// sets the indices to anything and rings the switch's doorbell. No byte
-// leaves the machine: every peer is the harness's own, on loopback or a
-// UNIX path.
+// sets the indices to anything and rings the switch's doorbell; it may
+// flood the switch with queries whose answers fill the switch's ring, and
+// read them late or never. No byte leaves the machine: every peer is the
+// harness's own, on loopback or a UNIX path.
 //
 // Invariants: a turn of the loop never waits (nothing blocks on a peer);
 // a dialled peer that listens is connected once the longest back-off and
@@ -374,7 +375,7 @@ class Harness {
 
     std::string controlCommand() {
         const std::string port = std::to_string(in_.ConsumeIntegralInRange<unsigned>(1, kPorts));
-        switch (in_.ConsumeIntegralInRange(0, 3)) {
+        switch (in_.ConsumeIntegralInRange(0, 4)) {
         case 0:
             return "fault " + port + " flap=" + std::to_string(in_.ConsumeIntegralInRange(1, 10)) +
                    "s/" + std::to_string(in_.ConsumeIntegralInRange(10, 60)) + "s";
@@ -382,6 +383,8 @@ class Harness {
             return "clear " + port;
         case 2:
             return "status";
+        case 3: // what waits for each port, in its queue and ring
+            return "queues";
         default:
             return "ports";
         }
@@ -447,11 +450,13 @@ class Harness {
     std::unique_ptr<PeerRings> rings_;
 
     void rings() {
-        switch (in_.ConsumeIntegralInRange(0, 4)) {
+        switch (in_.ConsumeIntegralInRange(0, 5)) {
         case 0:
             return offerRings();
         case 1: // frames as a peer writes them
             return writeFrames();
+        case 5: // as many as its ring takes: the answers fill the switch's ring
+            return floodFrames();
         case 2: // anything, anywhere in the shared memory
             return scribble();
         case 3: // the switch's frames, taken as a peer takes them
@@ -467,9 +472,9 @@ class Harness {
         [[maybe_unused]] const ssize_t n = ::write(fd, &one, sizeof(one));
     }
 
-    // An offer on port 3's cable: right, or wrong in one of the ways a
-    // peer can get it wrong.
-    void offerRings() {
+    // An offer on port 3's cable: right (always when `good`), or wrong in
+    // one of the ways a peer can get it wrong.
+    void offerRings(bool good = false) {
         const Fd &cable = cables_[kCabledPort];
         if (!cable)
             return;
@@ -487,7 +492,7 @@ class Harness {
         std::vector<int> fds = {peer->memory->fd(), peer->bellToSwitch.get(),
                                 peer->bellFromSwitch.get()};
         Fd other; // a descriptor that is not what the offer says
-        switch (in_.ConsumeIntegralInRange(0, 6)) {
+        switch (good ? -1 : in_.ConsumeIntegralInRange(0, 6)) {
         case 0:
             offer.ring_size = in_.ConsumeIntegral<uint32_t>();
             break;
@@ -523,6 +528,30 @@ class Harness {
                 wire::encode(PIB_WIRE_PACKET, nodeInfoQuery(in_.ConsumeIntegral<uint64_t>())));
         if (rings_->writer->publish() || in_.ConsumeBool())
             ring(rings_->bellToSwitch.get());
+    }
+
+    // NodeInfo queries until the peer's ring is full, a few times over,
+    // the switch taking them between. Their answers fill the ring the
+    // switch writes, which the peer reads only when the input says so:
+    // the switch queues the rest and asks for room.
+    void floodFrames() {
+        const Fd &cable = cables_[kCabledPort];
+        if (!cable)
+            return;
+        if (!rings_) { // a peer that does it right: HELLO, then a good offer
+            const std::vector<uint8_t> greeting = hello(in_);
+            ::send(cable.get(), greeting.data(), greeting.size(), MSG_NOSIGNAL | MSG_DONTWAIT);
+            offerRings(true);
+            turn();
+        }
+        for (int round = 0; round < 4 && rings_; ++round) {
+            for (int i = 0; i < 1024; ++i)
+                if (!rings_->writer->put(wire::encode(PIB_WIRE_PACKET, nodeInfoQuery(i))))
+                    break;
+            rings_->writer->publish();
+            ring(rings_->bellToSwitch.get());
+            turn();
+        }
     }
 
     void scribble() {

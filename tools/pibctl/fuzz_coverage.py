@@ -18,7 +18,8 @@ from pibctl import core_build, source_tree, ui
 SOURCES = {
     "core": [f"qemu-hw/core/src/{name}.cc" for name in
              ("responder", "completer", "requester", "transport", "receive_wqes", "flush",
-              "datagram", "dispatch", "memory_keys", "link", "link_rings")],
+              "datagram", "dispatch", "memory_keys", "link", "link_rings", "cq_moderation",
+              "event_writer")],
     "mlx5": [f"qemu-hw/core/src/mlx5_{name}.cc" for name in
              ("command_queue", "commands", "commands_mkey", "commands_port", "completion_queues",
               "event_queues", "front_end", "hca_caps", "init_segment", "page_list", "pages",
