@@ -222,6 +222,14 @@ const err::Condition *CompletionQueues::destroy(uint32_t cqn) {
     return nullptr;
 }
 
+// The CQ a MODIFY_CQ names; nullptr (a guest error) if it does not exist.
+CompletionQueue *CompletionQueues::modified(uint32_t cqn) {
+    CompletionQueue *cq = objects_.cqs.find(cqn);
+    if (!cq)
+        host_.guestError(err::kMlx5CmdBadResource, "MODIFY_CQ of CQ %u, which does not exist", cqn);
+    return cq;
+}
+
 // MODIFY_CQ with op_mod 1, as mlx5_ib_resize_cq sends it: a new ring of
 // 2^log_cq_size CQEs (of cqe_sz) in a new page list. The device writes a
 // resize CQE (opcode 5) in the old ring's next slot, then goes on in the
@@ -230,11 +238,9 @@ const err::Condition *CompletionQueues::destroy(uint32_t cqn) {
 // mlx5_cq_resize_copy_cqes). Both rings must have room for that.
 const err::Condition *CompletionQueues::resize(std::span<const uint8_t> in) {
     const auto cqn = static_cast<uint32_t>(get(in, kModifyCqn));
-    CompletionQueue *cq = objects_.cqs.find(cqn);
-    if (!cq) {
-        host_.guestError(err::kMlx5CmdBadResource, "MODIFY_CQ of CQ %u, which does not exist", cqn);
+    CompletionQueue *cq = modified(cqn);
+    if (!cq)
         return &err::kMlx5CmdBadResource;
-    }
     const uint64_t select = get(in, kFieldSelect);
     const uint64_t logSize = get(in, kLogCqSize);
     const char *bad =
@@ -282,11 +288,9 @@ const err::Condition *CompletionQueues::resize(std::span<const uint8_t> in) {
 // the context's cq_period and cq_max_count, those the field select names.
 const err::Condition *CompletionQueues::moderate(std::span<const uint8_t> in) {
     const auto cqn = static_cast<uint32_t>(get(in, kModifyCqn));
-    CompletionQueue *cq = objects_.cqs.find(cqn);
-    if (!cq) {
-        host_.guestError(err::kMlx5CmdBadResource, "MODIFY_CQ of CQ %u, which does not exist", cqn);
+    CompletionQueue *cq = modified(cqn);
+    if (!cq)
         return &err::kMlx5CmdBadResource;
-    }
     const uint64_t select = get(in, kFieldSelect);
     if (!select || (select & ~uint64_t{kSelectPeriod | kSelectCount})) {
         host_.guestError(err::kMlx5CqBadContext,

@@ -54,6 +54,7 @@ class CompletionQueues final : public EventCodec {
   private:
     const err::Condition *checkContext(std::span<const uint8_t> in) const;
     const err::Condition *mapPages(std::span<const uint8_t> in, pib_buf_desc &buf) const;
+    CompletionQueue *modified(uint32_t cqn);
     bool writeResizeCqe(CompletionQueue &cq);
 
     const Host &host_;
