@@ -151,8 +151,10 @@ def _cmd_test(args) -> int:
     from pibctl import testing
 
     _choose_kernel(args)
+    passes = [p for p in args.passes.split(",") if p] if args.passes else testing.PASSES
     return testing.run(pattern=args.k, unit=not args.e2e_only, e2e=not args.unit_only,
-                       vms=args.vms, accel=args.accel, soaks=args.soak)
+                       vms=args.vms, accel=args.accel, soaks=args.soak, passes=passes,
+                       lanes=args.lanes, lane=args.lane)
 
 
 def _cmd_bench(args) -> int:
@@ -347,6 +349,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--soak", action="store_true",
                    help="also the soaks: end-to-end tests that run a minute or more to find "
                         "leaks and stalls (a link flapping under traffic for a minute)")
+    p.add_argument("--pass", dest="passes", default="", metavar="PASS[,PASS...]",
+                   help="only these end-to-end passes, each on a fabric of its own: main, "
+                        "two-switches, hostile, connectx, own-kernel (default: all)")
+    p.add_argument("--lanes", type=int, choices=[1, 2], default=2,
+                   help="fabrics tested at once (default 2: connectx and two-switches beside "
+                        "the others, each lane on a run directory of its own; 1: one after another)")
+    p.add_argument("--lane", type=int, default=1, help=argparse.SUPPRESS)  # a second lane's child
     _add_kernel_option(p)
     _add_fabric_options(p)
     p.set_defaults(func=_cmd_test)

@@ -16,7 +16,7 @@ from pathlib import Path
 
 from pibctl import (checkout_checks, core_build, driver_build, fabric, fabric_bench, fuzzing,
                     mlx5_layouts, paths,
-                    qemu_build, setup, sources, stale_state_checks, topology, ui)
+                    qemu_build, setup, sources, stale_state_checks, test_lanes, topology, ui)
 from pibctl.log_gate import LogGate
 from pibctl.own_kernel import OwnKernel
 
@@ -555,29 +555,80 @@ def _check(counts: Counts, name: str, step) -> bool:
     return True
 
 
-def print_timing(counts: Counts, slowest: int = 10) -> None:
-    """Where the time went: each step (setup's and the tests' phases), and
-    the slowest checks."""
-    ui.info("\ntime per phase (and its steps of 5 s or more):")
-    for name, seconds, steps in ui.phase_durations():
+def _print_phases(phases) -> None:
+    for name, seconds, steps in phases:
         ui.info(f"  {seconds:7.0f} s  {_first_line(name, 90)}")
         for msg, step_seconds in steps:
             if step_seconds >= 5:
                 ui.info(f"  {step_seconds:9.0f} s  {_first_line(msg, 88)}")
+
+
+def print_timing(counts: Counts, second_lane=(), slowest: int = 10) -> None:
+    """Where the time went: each step (setup's and the tests' phases), and
+    the slowest checks; `second_lane` is the phase table of the passes a
+    second lane ran beside this one's."""
+    ui.info("\ntime per phase (and its steps of 5 s or more):")
+    _print_phases(ui.phase_durations())
+    if second_lane:
+        ui.info("beside the end-to-end phases above, in the second lane:")
+        _print_phases(p for p in second_lane if p[0] != "setup")
     ui.info(f"the {slowest} slowest checks:")
     for seconds, name in sorted(counts.seconds, reverse=True)[:slowest]:
         ui.info(f"  {seconds:7.0f} s  {_first_line(name, 90)}")
 
 
+# The end-to-end passes, each on a fabric of its own, in the order one
+# lane runs them (./pib test --pass).
+PASSES = ("main", "two-switches", "hostile", "connectx", "own-kernel")
+# With two lanes, the second takes these and the first the rest: about
+# equal halves of the e2e time (main 405 s, hostile 143 s, own kernel 28 s
+# against ConnectX 298 s, two switches 225 s in a run of one lane).
+SECOND_LANE = ("connectx", "two-switches")
+
+
+def run_pass(counts: Counts, name: str, pattern: str, vms: int, accel: str,
+             early: EarlyBoot = None, soaks: bool = False) -> None:
+    """One end-to-end pass of PASSES on its fabric."""
+    if name == "main":
+        run_e2e(counts, pattern, vms, accel, early=early, soaks=soaks)
+    elif name == "two-switches":
+        run_e2e(counts, pattern, vms, accel, second_pass=True, soaks=soaks)
+    elif name == "hostile":
+        run_e2e(counts, pattern, vms, accel, topology_file=HOSTILE, soaks=soaks)
+    elif name == "connectx":
+        run_e2e(counts, pattern, vms, accel, topology_file=CONNECTX, soaks=soaks)
+    elif name == "own-kernel":
+        run_e2e(counts, pattern, 2, accel, own_pass=True, soaks=soaks)
+    else:
+        raise ui.StepFailed(f"--pass {name}: one of {', '.join(PASSES)}")
+
+
+def _split_lanes(passes, lanes: int):
+    """(the passes this process runs, those a second lane runs)."""
+    if lanes < 2:
+        return list(passes), []
+    theirs = [p for p in SECOND_LANE if p in passes]
+    return [p for p in passes if p not in theirs], theirs
+
+
 def run(pattern: str = "", unit: bool = True, e2e: bool = True, vms: int = 2,
-        accel: str = "tcg", soaks: bool = False) -> int:
+        accel: str = "tcg", soaks: bool = False, passes=PASSES, lanes: int = 2,
+        lane: int = 1) -> int:
+    """Every test; `lane` > 1 is a second lane's child (test_lanes.py):
+    its end-to-end passes only, on its own run directory, its results
+    written for the parent that started it."""
     start = time.monotonic()
+    unknown = [p for p in passes if p not in PASSES]
+    if unknown:
+        raise ui.StepFailed(f"--pass {','.join(unknown)}: each one of {', '.join(PASSES)}")
     ui.phase("setup")
-    setup.run()
+    if lane == 1:
+        setup.run()
     # Tests get their own run directory: a fabric the user has up is left alone.
-    os.environ["PIB_RUN_DIR"] = str(paths.cache_dir() / "test-run")
+    os.environ["PIB_RUN_DIR"] = str(test_lanes.run_dir(lane))
     counts = Counts()
-    early = None
+    mine, theirs = _split_lanes(passes, lanes) if e2e else ([], [])
+    early = second = None
     if unit:
         ui.phase("unit tests and build checks")
         run_unit_tests(counts)
@@ -589,24 +640,39 @@ def run(pattern: str = "", unit: bool = True, e2e: bool = True, vms: int = 2,
         check_newest_qemu(counts)
         ui.phase("fuzzers and qtest")
         fuzzing.build()
-        # The first pass's fabric boots beside the fuzzers' timed runs.
-        if e2e and _load_tests(pattern, soaks=soaks):
+        # The first pass's fabric, and the second lane's, boot beside the
+        # fuzzers' timed runs.
+        if "main" in mine and _load_tests(pattern, soaks=soaks):
             early = EarlyBoot(vms, accel)
+        if theirs:
+            second = test_lanes.SecondLane(theirs, pattern, vms, accel, soaks)
         try:
             fuzzing.replay(counts)
             fuzzing.qtest(counts, accesses=200_000)
         except BaseException:
             if early:
                 early.abandon()
+            if second:
+                second.stop()
             raise
+    second_phases = []
     if e2e:
-        run_e2e(counts, pattern, vms, accel, early=early, soaks=soaks)
-        run_e2e(counts, pattern, vms, accel, second_pass=True, soaks=soaks)
-        run_e2e(counts, pattern, vms, accel, topology_file=HOSTILE, soaks=soaks)
-        run_e2e(counts, pattern, vms, accel, topology_file=CONNECTX, soaks=soaks)
-        run_e2e(counts, pattern, 2, accel, own_pass=True, soaks=soaks)
+        if theirs and not second:
+            second = test_lanes.SecondLane(theirs, pattern, vms, accel, soaks)
+        try:
+            for name in mine:
+                run_pass(counts, name, pattern, vms, accel, early=early, soaks=soaks)
+        except BaseException:
+            if second:
+                second.stop()
+            raise
+        if second:
+            ui.phase("waiting for the second lane")
+            second_phases = second.finish(counts)
+    if lane > 1:
+        test_lanes.write_results(lane, counts, ui.phase_durations())
     ui.info(f"\ntests took {time.monotonic() - start:.0f} s")
-    print_timing(counts)
+    print_timing(counts, second_phases)
     if counts.failures:
         ui.info("failed:\n  " + "\n  ".join(counts.failures))
     ui.info(f"{counts.passed} passed, {counts.failed} failed")
