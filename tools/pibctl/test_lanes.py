@@ -75,6 +75,9 @@ class SecondLane:
             except subprocess.TimeoutExpired:
                 self.proc.kill()
                 self.proc.wait()
+                # Killed, it left its fabric up: take it down from here.
+                subprocess.run([str(paths.REPO / "pib"), "fabric", "down"], check=False,
+                               env=dict(os.environ, PIB_RUN_DIR=str(run_dir(self.LANE))))
 
     def finish(self, counts) -> list:
         """Waits for the lane (bounded), prints its log, adds its results to
