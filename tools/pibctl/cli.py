@@ -352,9 +352,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--pass", dest="passes", default="", metavar="PASS[,PASS...]",
                    help="only these end-to-end passes, each on a fabric of its own: main, "
                         "two-switches, hostile, connectx, own-kernel (default: all)")
-    p.add_argument("--lanes", type=int, choices=[1, 2], default=2,
-                   help="fabrics tested at once (default 2: connectx and two-switches beside "
-                        "the others, each lane on a run directory of its own; 1: one after another)")
+    p.add_argument("--lanes", type=int, choices=[1, 2], default=0,
+                   help="fabrics tested at once: 2 runs the connectx and two-switches passes "
+                        "beside the others, each lane on a run directory of its own; 1 runs "
+                        "the passes one after another (default: 2 on a host of 4 CPUs or more, "
+                        "else 1)")
     p.add_argument("--lane", type=int, default=1, help=argparse.SUPPRESS)  # a second lane's child
     _add_kernel_option(p)
     _add_fabric_options(p)
