@@ -483,9 +483,12 @@ def _host_kernel_lines(pid: int) -> str:
 EARLY_TIMER_STALL = "kthread timer wakeup didn't happen"
 
 
-def _stalled_in_early_boot(vm: Vm) -> bool:
+def _stalled_in_early_boot(vm: Vm, since: float) -> bool:
+    """Whether the console says so, in what was written since `since` (a
+    time.time()): the log of a guest's earlier life is not this boot's."""
     try:
-        return EARLY_TIMER_STALL in vm.console_log.read_text(errors="replace")
+        return (vm.console_log.stat().st_mtime >= since
+                and EARLY_TIMER_STALL in vm.console_log.read_text(errors="replace"))
     except OSError:
         return False
 
@@ -505,6 +508,7 @@ def _wait_ready(fabric: Fabric, timeout: float, vms=None) -> None:
     start = time.monotonic()
     pending = list(vms or fabric.vms)
     booted_again = set()
+    since = time.time()
     last_report = start
     while pending:
         for vm in list(pending):
@@ -512,7 +516,7 @@ def _wait_ready(fabric: Fabric, timeout: float, vms=None) -> None:
                 status = _exit_status(vm.pid)
                 raise ui.StepFailed(f"{vm.name}: QEMU {status} during boot\n"
                                     + _qemu_logs(vm, status))
-            if vm.name not in booted_again and _stalled_in_early_boot(vm):
+            if vm.name not in booted_again and _stalled_in_early_boot(vm, since):
                 booted_again.add(vm.name)
                 _boot_again(fabric, vm)
                 continue
