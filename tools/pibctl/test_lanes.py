@@ -2,8 +2,10 @@
 beside the first lane's.
 
 A fabric's guests spend much of a test waiting (on each other, on the
-subnet manager, on timers), so one fabric leaves about half of a 2-core
-machine idle. The second lane is a child `./pib test` with a run
+subnet manager, on timers): one fabric leaves about half of a 2-core
+machine idle, yet two starve each other's QEMUs there, so a second lane
+runs only on hosts of more CPUs (testing.LANES_MIN_CPUS). It is a child
+`./pib test` with a run
 directory of its own (its fabric's sockets, pids and logs): the two
 fabrics share nothing but the cache's images and builds, which neither
 writes. Its output goes to a log that is printed whole when it ends, so

@@ -577,9 +577,16 @@ def print_timing(counts: Counts, second_lane=(), slowest: int = 10) -> None:
         ui.info(f"  {seconds:7.0f} s  {_first_line(name, 90)}")
 
 
-# The end-to-end passes, each on a fabric of its own, in the order one
-# lane runs them (./pib test --pass).
-PASSES = ("main", "two-switches", "hostile", "connectx", "own-kernel")
+# The end-to-end passes (./pib test --pass), each on a fabric of its own,
+# in the order one lane runs them, with what run_e2e needs to know of each.
+PASS_FABRICS = {
+    "main": {},
+    "two-switches": {"second_pass": True},
+    "hostile": {"topology_file": HOSTILE},
+    "connectx": {"topology_file": CONNECTX},
+    "own-kernel": {"own_pass": True, "vms": 2},
+}
+PASSES = tuple(PASS_FABRICS)
 # With two lanes, the second takes these and the first the rest: about
 # equal halves of the e2e time (main 405 s, hostile 143 s, own kernel 28 s
 # against ConnectX 298 s, two switches 225 s in a run of one lane).
@@ -597,18 +604,9 @@ def default_lanes() -> int:
 def run_pass(counts: Counts, name: str, pattern: str, vms: int, accel: str,
              early: EarlyBoot = None, soaks: bool = False) -> None:
     """One end-to-end pass of PASSES on its fabric."""
-    if name == "main":
-        run_e2e(counts, pattern, vms, accel, early=early, soaks=soaks)
-    elif name == "two-switches":
-        run_e2e(counts, pattern, vms, accel, second_pass=True, soaks=soaks)
-    elif name == "hostile":
-        run_e2e(counts, pattern, vms, accel, topology_file=HOSTILE, soaks=soaks)
-    elif name == "connectx":
-        run_e2e(counts, pattern, vms, accel, topology_file=CONNECTX, soaks=soaks)
-    elif name == "own-kernel":
-        run_e2e(counts, pattern, 2, accel, own_pass=True, soaks=soaks)
-    else:
-        raise ui.StepFailed(f"--pass {name}: one of {', '.join(PASSES)}")
+    fabric_args = dict(PASS_FABRICS[name])
+    run_e2e(counts, pattern, fabric_args.pop("vms", vms), accel,
+            early=early if name == "main" else None, soaks=soaks, **fabric_args)
 
 
 def _split_lanes(passes, lanes: int):
