@@ -4,6 +4,7 @@ builds apart without touching this checkout's builds. ./pib test runs
 these checks on copies of this checkout."""
 
 import os
+import resource
 import shutil
 import subprocess
 import tempfile
@@ -12,7 +13,11 @@ from pathlib import Path
 
 from pibctl import paths, setup, source_tree, ui
 
-# ./pib setup in a second checkout of the same content may take this long.
+# ./pib setup in a second checkout of the same content may take this much
+# CPU time (its own and its children's): on an idle machine its wall time
+# is about the same, but ./pib test runs this check at the idle CPU
+# priority beside booting guests, where the wall time says how busy they
+# were, not how much work setup did.
 SECOND_SETUP_S = 60
 
 
@@ -32,6 +37,12 @@ def _setup(checkout: Path) -> str:
     return proc.stdout + proc.stderr
 
 
+def _children_cpu() -> float:
+    """CPU seconds of this process's children that have ended."""
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
 def _builds() -> dict:
     """This checkout's build outputs and their modification times."""
     outputs = [paths.qemu_binary(), paths.fabric_switch_binary(),
@@ -48,17 +59,17 @@ def same_content_reuses_everything() -> None:
         copy = _copy_checkout(Path(tmp) / "pib-hca")
         if source_tree.key(copy) != source_tree.key():
             raise ui.StepFailed("a copy of the checkout hashes to another source tree")
-        start = time.monotonic()
+        start, cpu_start = time.monotonic(), _children_cpu()
         out = _setup(copy)
-        took = time.monotonic() - start
+        took, cpu = time.monotonic() - start, _children_cpu() - cpu_start
     setup.link_binaries()
     changed = [str(p) for p, mtime in before.items() if p.stat().st_mtime_ns != mtime]
-    if changed or "Compiling" in out or took > SECOND_SETUP_S:
-        raise ui.StepFailed(f"./pib setup in a second checkout took {took:.0f} s "
+    if changed or "Compiling" in out or cpu > SECOND_SETUP_S:
+        raise ui.StepFailed(f"./pib setup in a second checkout took {cpu:.0f} s of CPU "
                             f"(at most {SECOND_SETUP_S}), rebuilt {changed or 'nothing'}:\n"
                             + out[-2000:])
-    ui.detail(f"./pib setup in a second checkout of the same content: {took:.1f} s, "
-              "nothing rebuilt")
+    ui.detail(f"./pib setup in a second checkout of the same content: {took:.1f} s "
+              f"({cpu:.1f} s of CPU), nothing rebuilt")
 
 
 def other_content_builds_apart() -> None:

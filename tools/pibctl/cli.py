@@ -357,7 +357,8 @@ def build_parser() -> argparse.ArgumentParser:
                         "beside the others, each lane on a run directory of its own; 1 runs "
                         "the passes one after another (default: 2 on a host of 4 CPUs or more, "
                         "else 1)")
-    p.add_argument("--lane", type=int, default=1, help=argparse.SUPPRESS)  # a second lane's child
+    # A child of ./pib test running one of its other lanes (test_lanes.py).
+    p.add_argument("--lane", default="1", help=argparse.SUPPRESS)
     _add_kernel_option(p)
     _add_fabric_options(p)
     p.set_defaults(func=_cmd_test)

@@ -1,5 +1,7 @@
 """Where things live: the checkout, the cache and the fabric run directory."""
 
+import contextlib
+import fcntl
 import os
 from pathlib import Path
 
@@ -22,6 +24,18 @@ def run_dir() -> Path:
     if env:
         return Path(env).resolve()
     return cache_dir() / "run"
+
+
+@contextlib.contextmanager
+def cache_lock(name: str):
+    """Holds the cache's lock `name` (an flock, let go if the holder dies):
+    for a build directory every checkout shares, which two ./pib runs (or
+    two lanes of ./pib test) may otherwise build in at once."""
+    locks = cache_dir() / "locks"
+    locks.mkdir(parents=True, exist_ok=True)
+    with open(locks / name, "w") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)
+        yield
 
 
 def logs_dir() -> Path:

@@ -91,8 +91,14 @@ def build_dir(rc: RdmaCore = GUEST) -> Path:
 
 def build(rc: RdmaCore = GUEST) -> Path:
     """Builds the provider (and libibverbs, which the guest programs we
-    build link against) inside rdma-core `rc`; returns the provider's path."""
+    build link against) inside rdma-core `rc`; returns the provider's path.
+    Every checkout builds in the one tree: one at a time."""
     tarball = sources.fetch(rc.tarball)
+    with paths.cache_lock(rc.cache_name):
+        return _build_locked(rc, tarball)
+
+
+def _build_locked(rc: RdmaCore, tarball: Path) -> Path:
     src = _unpack(rc, tarball)
     _sync(src)
     out = build_dir(rc)

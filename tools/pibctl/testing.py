@@ -9,13 +9,13 @@ import shutil
 import signal
 import subprocess
 import sys
-import threading
+import tempfile
 import time
 import traceback
 from pathlib import Path
 
 from pibctl import (checkout_checks, core_build, driver_build, fabric, fabric_bench, fuzzing,
-                    mlx5_layouts, paths,
+                    mlx5_layouts, package_checks, paths,
                     qemu_build, setup, sources, stale_state_checks, test_lanes, topology, ui)
 from pibctl.log_gate import LogGate
 from pibctl.own_kernel import OwnKernel
@@ -322,51 +322,13 @@ def cables_not_as_asked(fab) -> list:
     return wrong
 
 
-class EarlyBoot:
-    """The first pass's fabric, booted in a thread while the host-only
-    checks before it run: those that run for a fixed time (the fuzzers'
-    short runs) use one core, and the guests' boot the other."""
-
-    def __init__(self, vms: int, accel: str):
-        self.vms, self.accel = vms, accel
-        self.fabric = None
-        self.error = None
-        self.seconds = 0.0
-        self._thread = threading.Thread(target=self._run, name="boot", daemon=True)
-        self._thread.start()
-
-    def _run(self) -> None:
-        start = time.monotonic()
-        try:
-            self.fabric = _boot(self.vms, self.accel, None, False)
-        except ui.StepFailed as e:
-            self.error = e
-        except Exception as e:  # reported by the pass that waits for it
-            self.error = ui.StepFailed(f"{type(e).__name__}: {e}")
-        self.seconds = time.monotonic() - start
-
-    def abandon(self) -> None:
-        """The run ends before the pass: the fabric goes down."""
-        self._thread.join()
-        fabric.down(quiet=True)
-
-    def wait(self):
-        """The booted fabric (or the StepFailed of its boot), and how long
-        the boot took."""
-        self._thread.join()
-        if self.error:
-            raise self.error
-        return self.fabric, self.seconds
-
-
 def run_e2e(counts: Counts, pattern: str, vms: int, accel: str,
             second_pass: bool = False, topology_file: Path = None, own_pass: bool = False,
-            early: EarlyBoot = None, soaks: bool = False) -> None:
+            soaks: bool = False) -> None:
     """Runs the end-to-end tests on one fabric: `vms` VMs on one switch, in
     the second pass the fabric of tests/e2e/two-switches.topo, the fabric
     of `topology_file` for the modules that ask for it, or in the own pass
-    guests that boot the bundled kernel the way a user's own is booted.
-    `early` is the first pass's fabric, booting since before the pass."""
+    guests that boot the bundled kernel the way a user's own is booted."""
     tests = _load_tests(pattern, second_pass, topology_file, own_pass, soaks)
     vms, topo, where = _pass_fabric(vms, second_pass, topology_file, own_pass)
     cable = _pass_cable(second_pass)
@@ -379,19 +341,13 @@ def run_e2e(counts: Counts, pattern: str, vms: int, accel: str,
     ui.step(f"End-to-end tests ({len(tests)}) on a fabric of {where}")
     boot_start = time.monotonic()
     try:
-        if early:
-            fab, boot_seconds = early.wait()
-            ui.detail(f"the fabric booted while the checks before ran ({boot_seconds:.0f} s)")
-        else:
-            fab = _boot(vms, accel, topo, own_pass, cable)
+        fab = _boot(vms, accel, topo, own_pass, cable)
     except ui.StepFailed as e:
         print(e)
         counts.record(f"fabric of {where} boots, all ports ACTIVE", False,
                       time.monotonic() - boot_start, str(e))
         fabric.down(quiet=True)
         return
-    if early:
-        boot_start -= boot_seconds
     gate = LogGate(fab)
     problems = gate.check()
     counts.record(f"fabric of {where} boots, all ports ACTIVE, kernel logs clean",
@@ -517,7 +473,7 @@ def check_checkouts(counts: Counts) -> None:
     disturbing each other."""
     ui.step("Checkouts sharing the cache")
     _check(counts, "./pib setup in a second checkout of the same content rebuilds nothing and "
-           f"takes under {checkout_checks.SECOND_SETUP_S} s",
+           f"takes under {checkout_checks.SECOND_SETUP_S} s of CPU",
            checkout_checks.same_content_reuses_everything)
     _check(counts, "a checkout of other content builds in a tree of its own, leaving this "
            "checkout's builds alone", checkout_checks.other_content_builds_apart)
@@ -543,6 +499,22 @@ def check_stale_state(counts: Counts) -> None:
            stale_state_checks.crash_leaves_a_backtrace)
 
 
+def check_packages(counts: Counts) -> None:
+    """./pib package's packages in a stock Debian root (package_checks.py);
+    the provider package in a guest is an end-to-end test."""
+    with tempfile.TemporaryDirectory(prefix="pib-packages-") as out:
+        debs = {}
+        if not _check(counts, "./pib package makes the DKMS package and both provider packages",
+                      lambda: debs.update(package_checks.build(Path(out)))):
+            return
+        _check(counts, "apt installs the DKMS and provider packages into a fresh stock trixie "
+               "root, DKMS builds pib.ko for its kernel, the provider resolves against its "
+               "rdma-core, a purge removes the module",
+               lambda: package_checks.dkms_builds_the_driver_and_the_provider_resolves(debs))
+        _check(counts, "the rdma-core 65 provider package resolves against Debian's "
+               "libibverbs1 65", lambda: package_checks.rdma_core_65_provider_resolves(debs))
+
+
 def _check(counts: Counts, name: str, step) -> bool:
     """Records `step()` as a check: it passes unless it raises StepFailed."""
     start = time.monotonic()
@@ -563,15 +535,15 @@ def _print_phases(phases) -> None:
                 ui.info(f"  {step_seconds:9.0f} s  {_first_line(msg, 88)}")
 
 
-def print_timing(counts: Counts, second_lane=(), slowest: int = 10) -> None:
+def print_timing(counts: Counts, beside=(), slowest: int = 10) -> None:
     """Where the time went: each step (setup's and the tests' phases), and
-    the slowest checks; `second_lane` is the phase table of the passes a
-    second lane ran beside this one's."""
+    the slowest checks; `beside` is (what, phase table) of each lane that
+    ran beside this one's passes."""
     ui.info("\ntime per phase (and its steps of 5 s or more):")
     _print_phases(ui.phase_durations())
-    if second_lane:
-        ui.info("beside the end-to-end phases above, in the second lane:")
-        _print_phases(p for p in second_lane if p[0] != "setup")
+    for what, phases in beside:
+        ui.info(f"beside the end-to-end phases above, in the lane of the {what}:")
+        _print_phases(p for p in phases if p[0] != "setup")
     ui.info(f"the {slowest} slowest checks:")
     for seconds, name in sorted(counts.seconds, reverse=True)[:slowest]:
         ui.info(f"  {seconds:7.0f} s  {_first_line(name, 90)}")
@@ -602,11 +574,10 @@ def default_lanes() -> int:
 
 
 def run_pass(counts: Counts, name: str, pattern: str, vms: int, accel: str,
-             early: EarlyBoot = None, soaks: bool = False) -> None:
+             soaks: bool = False) -> None:
     """One end-to-end pass of PASSES on its fabric."""
     fabric_args = dict(PASS_FABRICS[name])
-    run_e2e(counts, pattern, fabric_args.pop("vms", vms), accel,
-            early=early if name == "main" else None, soaks=soaks, **fabric_args)
+    run_e2e(counts, pattern, fabric_args.pop("vms", vms), accel, soaks=soaks, **fabric_args)
 
 
 def _split_lanes(passes, lanes: int):
@@ -617,66 +588,71 @@ def _split_lanes(passes, lanes: int):
     return [p for p in passes if p not in theirs], theirs
 
 
+def run_host_checks(counts: Counts, bench: bool = True) -> None:
+    """Every check that needs no guest. `bench`: also the fabric
+    benchmark's, whose RC timeouts are real time (the host lane leaves it
+    to the first, which runs it at the usual priority)."""
+    ui.phase("unit tests and build checks")
+    run_unit_tests(counts)
+    check_checkouts(counts)
+    check_stale_state(counts)
+    if bench:
+        check_fabric_bench(counts)
+    check_other_kernels(counts)
+    check_mlx5_layouts(counts)
+    check_newest_qemu(counts)
+    check_packages(counts)
+    ui.phase("fuzzers and qtest")
+    fuzzing.build()
+    fuzzing.replay(counts)
+    fuzzing.qtest(counts, accesses=200_000)
+
+
 def run(pattern: str = "", unit: bool = True, e2e: bool = True, vms: int = 2,
         accel: str = "tcg", soaks: bool = False, passes=PASSES, lanes: int = 0,
-        lane: int = 1) -> int:
-    """Every test; `lane` > 1 is a second lane's child (test_lanes.py):
-    its end-to-end passes only, on its own run directory, its results
-    written for the parent that started it."""
+        lane: str = test_lanes.FIRST) -> int:
+    """Every test. With both kinds, the checks that need no guest run in
+    the host lane, beside the end-to-end passes (test_lanes.py); `lane`
+    other than the first is such a child: its results are written for the
+    parent that started it."""
     start = time.monotonic()
     unknown = [p for p in passes if p not in PASSES]
     if unknown:
         raise ui.StepFailed(f"--pass {','.join(unknown)}: each one of {', '.join(PASSES)}")
     lanes = lanes or default_lanes()
     ui.phase("setup")
-    if lane == 1:
+    if lane == test_lanes.FIRST:
         setup.run()
     # Tests get their own run directory: a fabric the user has up is left alone.
     os.environ["PIB_RUN_DIR"] = str(test_lanes.run_dir(lane))
     counts = Counts()
     mine, theirs = _split_lanes(passes, lanes) if e2e else ([], [])
-    early = second = None
-    if unit:
-        ui.phase("unit tests and build checks")
-        run_unit_tests(counts)
-        check_checkouts(counts)
-        check_stale_state(counts)
-        check_fabric_bench(counts)
-        check_other_kernels(counts)
-        check_mlx5_layouts(counts)
-        check_newest_qemu(counts)
-        ui.phase("fuzzers and qtest")
-        fuzzing.build()
-        # The first pass's fabric boots beside the fuzzers' timed runs. The
-        # second lane's waits for them: five guests booting beside two
-        # fuzzers is the load under which TCG guests hang in early boot.
-        if "main" in mine and _load_tests(pattern, soaks=soaks):
-            early = EarlyBoot(vms, accel)
-        try:
-            fuzzing.replay(counts)
-            fuzzing.qtest(counts, accesses=200_000)
-        except BaseException:
-            if early:
-                early.abandon()
-            raise
-    second_phases = []
+    others = []
+    if unit and not e2e:
+        run_host_checks(counts, bench=lane != test_lanes.HOST)
+    elif unit:
+        others.append(test_lanes.host_lane())
     if e2e:
         if theirs:
-            second = test_lanes.SecondLane(theirs, pattern, vms, accel, soaks)
+            others.append(test_lanes.second_lane(theirs, pattern, vms, accel, soaks))
         try:
+            if unit:
+                ui.phase("the fabric benchmark")
+                check_fabric_bench(counts)
             for name in mine:
-                run_pass(counts, name, pattern, vms, accel, early=early, soaks=soaks)
+                run_pass(counts, name, pattern, vms, accel, soaks=soaks)
         except BaseException:
-            if second:
-                second.stop()
+            for other in others:
+                other.stop()
             raise
-        if second:
-            ui.phase("waiting for the second lane")
-            second_phases = second.finish(counts)
-    if lane > 1:
+    beside = []
+    for other in others:
+        ui.phase(f"waiting for the lane of the {other.what}")
+        beside.append((other.what, other.finish(counts)))
+    if lane != test_lanes.FIRST:
         test_lanes.write_results(lane, counts, ui.phase_durations())
     ui.info(f"\ntests took {time.monotonic() - start:.0f} s")
-    print_timing(counts, second_phases)
+    print_timing(counts, beside)
     if counts.failures:
         ui.info("failed:\n  " + "\n  ".join(counts.failures))
     ui.info(f"{counts.passed} passed, {counts.failed} failed")
