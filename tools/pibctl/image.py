@@ -2,7 +2,7 @@
 packed as one initramfs that the guest runs from (no disk).
 
 The initramfs is three concatenated cpio archives, each cached on its own
-so that changing our files does not redo debootstrap:
+(compressed) so that changing our files does not redo debootstrap:
   base    - debootstrap of guest/packages.txt, trimmed      (slow, rare)
   modules - the guest kernel's modules from guest/modules.txt and our
             driver (per kernel and driver change)
@@ -282,10 +282,11 @@ def userspace_parts() -> list:
 
 
 def concatenate(parts, initrd: Path) -> None:
-    """The initramfs: the kernel unpacks concatenated cpio archives in turn."""
+    """The initramfs: the kernel unpacks concatenated cpio archives in turn.
+    The parts are cached compressed, the initramfs is not: under TCG, a
+    guest's kernel took 13 s of its boot to decompress and unpack the
+    compressed one (104 MB), 4.4 s to unpack this (367 MB)."""
     tmp = initrd.with_suffix(".tmp")
     with open(tmp, "wb") as out:
-        for part in parts:
-            with open(part, "rb") as f:
-                shutil.copyfileobj(f, out)
+        subprocess.run(["zstd", "-q", "-d", "-c", *map(str, parts)], stdout=out, check=True)
     tmp.rename(initrd)
