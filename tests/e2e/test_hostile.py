@@ -375,8 +375,7 @@ MKEY = 0x1234
 def _restart_sm(ctx, config=""):
     """opensm again in vm1, with `config` as its opensm.conf, and every
     port ACTIVE."""
-    ctx.sh("vm1", "for i in 1 2 3 4 5; do pidof opensm >/dev/null || break; "
-                  "kill $(pidof opensm); sleep 1; done; pidof opensm && kill -9 $(pidof opensm); true")
+    fabric.stop_sm(ctx.fabric)
     env = ""
     if config:
         ctx.run("vm1", ["bash", "-c", "cat > /tmp/sm.conf"], stdin=config.encode())

@@ -613,14 +613,23 @@ def start_sm(fabric: Fabric) -> None:
         raise ui.StepFailed(f"opensm did not start in {fabric.vms[0].name}: {result.err}")
 
 
+def stop_sm(fabric: Fabric) -> None:
+    """Stops opensm in vm1. One whose port went away may not answer
+    SIGTERM any more: it gets 1 s to end, then SIGKILL (looked at every
+    0.1 s: a second's sleep per look cost the tests 5 s each time)."""
+    result = exec_in(fabric.vms[0].name, [
+        "sh", "-c", "kill -TERM $(pidof opensm) 2>/dev/null; for i in $(seq 10); do "
+        "pidof opensm >/dev/null || exit 0; sleep 0.1; done; "
+        "kill -KILL $(pidof opensm) 2>/dev/null; for i in $(seq 100); do "
+        "pidof opensm >/dev/null || exit 0; sleep 0.1; done; exit 1"], timeout=60)
+    if result.exitcode != 0:
+        raise ui.StepFailed(f"opensm in {fabric.vms[0].name} outlived SIGKILL by 10 s")
+
+
 def restart_sm(fabric: Fabric) -> None:
     """Restarts opensm in vm1 and waits until every port is ACTIVE again:
     after a driver reload, which takes a port from the SM."""
-    first = fabric.vms[0].name
-    # An opensm whose port went away may not answer SIGTERM any more.
-    exec_in(first, ["sh", "-c", "for sig in TERM TERM TERM TERM TERM KILL; do "
-                    "pidof opensm >/dev/null || break; kill -$sig $(pidof opensm) 2>/dev/null; "
-                    "sleep 1; done"], timeout=60)
+    stop_sm(fabric)
     start_sm(fabric)
     wait_active(fabric)
 

@@ -123,7 +123,10 @@ class Agent:
 # other commands in the guest run beside them.
 HOLD_S = 0.5
 HELD_POLL_S = (0.005, 0.05)  # first and longest pause between looks, held
-FREE_POLL_S = (0.05, 0.5)  # the same once the agent is released
+# The same once the agent is released. Half the longest pause is what a
+# command that ran long loses on average before it is seen to end: at 0.5
+# s, the reload loops and the register pokes lost seconds a test.
+FREE_POLL_S = (0.05, 0.2)
 
 
 def _exited(agent: Agent, pid: int):
