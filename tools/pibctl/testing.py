@@ -344,15 +344,14 @@ def run_e2e(counts: Counts, pattern: str, vms: int, accel: str,
     try:
         fab = _boot(vms, accel, topo, own_pass, cable)
     except ui.StepFailed as e:
-        if booted:
-            booted()
         print(e)
         counts.record(f"fabric of {where} boots, all ports ACTIVE", False,
                       time.monotonic() - boot_start, str(e))
         fabric.down(quiet=True)
         return
-    if booted:
-        booted()
+    finally:
+        if booted:
+            booted()
     gate = LogGate(fab)
     problems = gate.check()
     counts.record(f"fabric of {where} boots, all ports ACTIVE, kernel logs clean",
