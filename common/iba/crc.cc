@@ -430,13 +430,33 @@ bool canFold(size_t n) {
     return (kHaveWideClmul && n >= 256) || (kHaveClmul && n >= 64);
 }
 
-// Folds `bytes` (canFold) modulo kPoly, `start` XORed into the first, into
-// one block, bit-reversed for crcOfBlock.
+// Folds n >= 16 bytes, `start` XORed into the first, one block at a time:
+// for what is too short for the four streams.
+template <uint64_t kPoly>
+[[gnu::target("pclmul,sse2")]] __m128i foldOneStream(uint64_t start, const uint8_t *&pRef,
+                                                     size_t &nRef) {
+    using K = FoldConstants<kPoly>;
+    const __m128i k16 =
+        _mm_set_epi64x(static_cast<long long>(K::by16hi), static_cast<long long>(K::by16lo));
+    const uint8_t *p = pRef;
+    size_t n = nRef;
+    __m128i a = _mm_xor_si128(load(p), _mm_cvtsi64_si128(static_cast<long long>(start)));
+    for (p += 16, n -= 16; n >= 16; p += 16, n -= 16)
+        a = _mm_xor_si128(fold(a, k16), load(p));
+    pRef = p;
+    nRef = n;
+    return a;
+}
+
+// Folds `bytes` (at least 16; canFold unless kPoly is the joint
+// polynomial) modulo kPoly, `start` XORed into the first, into one block,
+// bit-reversed for crcOfBlock.
 template <uint64_t kPoly> __m128i foldAll(uint64_t start, std::span<const uint8_t> bytes) {
     const uint8_t *p = bytes.data();
     size_t n = bytes.size();
-    __m128i v =
-        kHaveWideClmul && n >= 256 ? foldWide<kPoly>(start, p, n) : foldNarrow<kPoly>(start, p, n);
+    __m128i v = kHaveWideClmul && n >= 256 ? foldWide<kPoly>(start, p, n)
+                : n >= 64                  ? foldNarrow<kPoly>(start, p, n)
+                                           : foldOneStream<kPoly>(start, p, n);
     if (n)
         v = foldTail<kPoly>(v, p + n, n);
     return reverseBits(v);
@@ -472,8 +492,13 @@ namespace {
 bool jointUpdate(uint32_t *crc32, uint16_t *crc16, std::span<const uint8_t> bytes,
                  uint8_t crc32Flip4) {
 #if defined(__x86_64__)
-    // Below a few hundred bytes the start value costs more than it saves.
-    if (bytes.size() < 256 || !canFold(bytes.size()))
+    // From 64 bytes to a few hundred, each CRC folded on its own costs
+    // less than the joint start value. Below 64 bytes (a header-only
+    // packet, an ACK, a short SEND) the alternative is the tables, twice:
+    // one joint fold is a few dozen instructions against a few hundred.
+    const size_t n = bytes.size();
+    const bool shortJoint = kHaveClmul && n >= 16 && n < 64;
+    if (!shortJoint && (n < 256 || !canFold(n)))
         return false;
     const __m128i block =
         foldAll<kPoly48>(jointStart(*crc32, *crc16) ^ kCrc32OnlyByte4.t[crc32Flip4], bytes);

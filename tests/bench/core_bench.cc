@@ -67,6 +67,15 @@ struct Row {
     double secs = 0;
 };
 
+// How long a run of a row lasts: about kSecondsPerRow, or (a profiler's
+// fixed count, so that instructions per message compare between builds)
+// exactly this many messages.
+uint64_t fixedCount = 0;
+
+bool morePosts(Clock::time_point start, uint64_t posted) {
+    return fixedCount ? posted < fixedCount : seconds(start) < kSecondsPerRow;
+}
+
 // Streams messages of `size` bytes from a to b for about kSecondsPerRow,
 // both devices on this thread.
 Row streamOneThread(Pair &p, uint8_t opcode, uint32_t size, uint64_t local, uint64_t remote) {
@@ -96,8 +105,9 @@ Row streamOneThread(Pair &p, uint8_t opcode, uint32_t size, uint64_t local, uint
             }
     };
     const auto start = Clock::now();
-    while (seconds(start) < kSecondsPerRow) {
-        while (inFlight < kDepth && (!send || recvPosted > inFlight))
+    while (morePosts(start, row.messages + inFlight)) {
+        while (inFlight < kDepth && (!send || recvPosted > inFlight) &&
+               morePosts(start, row.messages + inFlight))
             post();
         reap();
     }
@@ -207,12 +217,13 @@ Row streamTwoThreads(Pair &p, uint8_t opcode, uint32_t size, uint64_t local, uin
     while (!receivesPosted)
         std::this_thread::yield();
     const auto start = Clock::now();
-    while (seconds(start) < kSecondsPerRow) {
+    while (morePosts(start, row.messages + inFlight)) {
         // The window refilled in bursts of a quarter of it, each on the
         // cable as one chunk (a QEMU writes what one doorbell sent in one
         // go), so that b works on one burst while a posts the next.
         unsigned burst = 0;
-        for (; inFlight < kDepth && burst < kDepth / 4; ++inFlight, ++burst)
+        for (; inFlight < kDepth && burst < kDepth / 4 && morePosts(start, row.messages + inFlight);
+             ++inFlight, ++burst)
             p.a.postSend(row.messages + inFlight,
                          {.opcode = opcode, .local = local, .length = size, .remote = remote});
         if (burst)
@@ -239,10 +250,12 @@ const char *word(uint8_t opcode) {
 } // namespace
 
 // With arguments ("write 65536", "send 4096" or "read 8") it runs that row alone,
-// for a profiler; a third argument, 1 or 2, picks the number of threads.
+// for a profiler; a third argument, 1 or 2, picks the number of threads, and
+// a fourth the number of messages each run moves (instead of a time).
 int main(int argc, char **argv) {
     const bool one = argc >= 3;
     const int threads = argc >= 4 ? std::atoi(argv[3]) : 0;
+    fixedCount = argc >= 5 ? std::strtoull(argv[4], nullptr, 0) : 0;
     const double memcpy = one ? 0 : memcpyGBps(); // a profiler's run skips it
     // The cable's and the fake hosts' buffers are reused. Without this,
     // glibc hands large freed ones back to the kernel and every reuse

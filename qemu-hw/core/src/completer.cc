@@ -92,8 +92,8 @@ void Requester::notifyIfSqDrained(QueuePair &qp) {
 // to the error state and flushes everything after it (IBA 10.8.3.3).
 void Requester::completeHead(QueuePair &qp, uint8_t status) {
     RequesterState &r = qp.req;
-    SendWqe w = takeHeadWqe(qp);
-    if (w.isReadOrAtomic() && w.packets && r.readsInFlight)
+    const FinishedWqe w = takeHeadWqe(qp);
+    if (w.readOrAtomicSent && r.readsInFlight)
         --r.readsInFlight;
     const bool signaled = (w.flags & PIB_WQE_SIGNALED) || (qp.ctx.flags & PIB_QP_SIGNAL_ALL);
     events_.completeSend(qp, w.index, w.wrId, completionOpcode(w.opcode), status, w.length,

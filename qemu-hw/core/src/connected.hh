@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <deque>
+#include <memory>
 #include <optional>
 #include <vector>
 
@@ -95,16 +96,74 @@ struct SendWqe {
     uint32_t lastPsn() const { return psnAdd(firstPsn, packets - 1); }
 };
 
+// What completing a send WQE needs of it, once it left the window.
+struct FinishedWqe {
+    uint32_t index = 0;
+    uint64_t wrId = 0;
+    uint8_t opcode = 0;
+    uint8_t flags = 0;
+    uint8_t vendorErr = 0;
+    uint32_t length = 0;
+    bool readOrAtomicSent = false; // a READ or atomic request that went out
+};
+
+// The send WQEs a requester fetched and has not completed, oldest first.
+// Each lives in an object of its own, which stays where it is while the
+// window changes (the completer keeps pointers into it) and goes back to
+// the device's pool when the WQE completes (outstanding_memory.hh).
+class OutstandingWqes {
+    using Queue = std::deque<std::unique_ptr<SendWqe>>;
+
+  public:
+    // Walks the WQEs themselves, not their owners.
+    template <class At, class Wqe> class Iterator {
+      public:
+        explicit Iterator(At at) : at_(at) {}
+        Wqe &operator*() const { return **at_; }
+        Iterator &operator++() {
+            ++at_;
+            return *this;
+        }
+        bool operator==(const Iterator &) const = default;
+
+      private:
+        At at_;
+    };
+
+    bool empty() const { return wqes_.empty(); }
+    size_t size() const { return wqes_.size(); }
+    SendWqe &front() const { return *wqes_.front(); }
+    SendWqe &back() const { return *wqes_.back(); }
+    void push(std::unique_ptr<SendWqe> w) { wqes_.push_back(std::move(w)); }
+    std::unique_ptr<SendWqe> pop() {
+        std::unique_ptr<SendWqe> w = std::move(wqes_.front());
+        wqes_.pop_front();
+        return w;
+    }
+    void clear() { wqes_.clear(); }
+    auto begin() { return Iterator<Queue::iterator, SendWqe>(wqes_.begin()); }
+    auto end() { return Iterator<Queue::iterator, SendWqe>(wqes_.end()); }
+    auto begin() const { return Iterator<Queue::const_iterator, const SendWqe>(wqes_.begin()); }
+    auto end() const { return Iterator<Queue::const_iterator, const SendWqe>(wqes_.end()); }
+
+  private:
+    Queue wqes_;
+};
+
 struct RequesterState {
-    std::deque<SendWqe> outstanding; // fetched, not completed; in order
-    uint32_t psn = 0;                // PSN of the next new request packet
-    uint32_t unackedPsn = 0;         // the oldest PSN not acknowledged: the send window's start
-    unsigned readsInFlight = 0;      // READ and atomic requests unanswered
-    unsigned retriesLeft = 0;        // for the local ACK timeout
-    unsigned rnrRetriesLeft = 0;     // 7 = infinite
-    uint64_t ackDeadline = 0;        // local ACK timeout; 0 when not armed
-    uint64_t rnrDeadline = 0;        // resend after an RNR NAK; 0 when not waiting
-    uint64_t heldBytes = 0;          // the footprints of `outstanding`
+    OutstandingWqes outstanding; // fetched, not completed; in order
+    uint32_t psn = 0;            // PSN of the next new request packet
+    uint32_t unackedPsn = 0;     // the oldest PSN not acknowledged: the send window's start
+    unsigned readsInFlight = 0;  // READ and atomic requests unanswered
+    unsigned retriesLeft = 0;    // for the local ACK timeout
+    unsigned rnrRetriesLeft = 0; // 7 = infinite
+    uint64_t ackDeadline = 0;    // local ACK timeout; 0 when not armed
+    uint64_t rnrDeadline = 0;    // resend after an RNR NAK; 0 when not waiting
+    uint64_t heldBytes = 0;      // the footprints of `outstanding`
+    // Some WQE of `outstanding` may have packets not sent: a rewind, a
+    // full window or a full port. When false, every one went out, and a
+    // doorbell need not walk them (it would, per message, the whole window).
+    bool unsentHeld = false;
 
     // Everything up to `psn` was answered: the send window moves past it.
     // True when `psn` moves the window on.

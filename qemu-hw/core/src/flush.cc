@@ -76,7 +76,7 @@ void DataPath::flushQp(QueuePair &qp) {
     while (!qp.req.outstanding.empty()) {
         if (!budget.take())
             return postponed();
-        const SendWqe w = requester_.takeHeadWqe(qp);
+        const FinishedWqe w = requester_.takeHeadWqe(qp);
         events_.completeSend(qp, w.index, w.wrId, PIB_WC_SEND, PIB_WC_WR_FLUSH_ERR, 0, true);
     }
     qp.req.readsInFlight = 0;

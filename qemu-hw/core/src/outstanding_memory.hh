@@ -14,6 +14,8 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
+#include <vector>
 
 #include "connected.hh"
 #include "invariant.hh"
@@ -44,6 +46,48 @@ class OutstandingMemory {
 
   private:
     uint64_t held_ = 0;
+};
+
+// Send WQE objects the device's QPs gave back, for their next fetches: a
+// send queue in its steady state then allocates nothing per message. It
+// keeps at most kPooled objects, each with short lists only, so what it
+// holds is small and bounded for the device (docs/prm.md §7.4).
+class SendWqePool {
+  public:
+    // An object with nothing in it.
+    std::unique_ptr<SendWqe> take() {
+        if (free_.empty())
+            return std::make_unique<SendWqe>();
+        std::unique_ptr<SendWqe> w = std::move(free_.back());
+        free_.pop_back();
+        return w;
+    }
+    void give(std::unique_ptr<SendWqe> w) {
+        if (free_.size() >= kPooled)
+            return;
+        clear(*w);
+        free_.push_back(std::move(w));
+    }
+    // Empties `w`, keeping the room of its lists while they are short.
+    static void clear(SendWqe &w) {
+        std::vector<pib_wqe_data> sges = std::move(w.sges);
+        std::vector<uint8_t> inlineData = std::move(w.inlineData);
+        w = SendWqe{};
+        if (sges.capacity() <= kKeptSges) {
+            sges.clear();
+            w.sges = std::move(sges);
+        }
+        if (inlineData.capacity() <= kKeptInlineBytes) {
+            inlineData.clear();
+            w.inlineData = std::move(inlineData);
+        }
+    }
+
+  private:
+    static constexpr size_t kPooled = 64;
+    static constexpr size_t kKeptSges = 16;
+    static constexpr size_t kKeptInlineBytes = 512;
+    std::vector<std::unique_ptr<SendWqe>> free_;
 };
 
 } // namespace pib

@@ -6,20 +6,33 @@
 
 namespace pib {
 
-void QpTimers::schedule(QueuePair &qp) {
-    forget(qp);
-    qp.timerAt = 0;
+// The earliest of `qp`'s deadlines; 0 for none.
+static uint64_t earliestDeadline(const QueuePair &qp) {
+    uint64_t due = 0;
     for (const uint64_t deadline : {qp.req.ackDeadline, qp.req.rnrDeadline, qp.recordPollAt})
-        if (deadline && (!qp.timerAt || deadline < qp.timerAt))
-            qp.timerAt = deadline;
-    if (qp.timerAt)
-        timers_.insert({qp.timerAt, qp.number});
+        if (deadline && (!due || deadline < due))
+            due = deadline;
+    return due;
+}
+
+// An entry may come earlier than the QP's deadlines (they moved later, or
+// went): expire() looks again. So the ACK timer restarted by every ACK
+// leaves the set and the host's timer as they are, and only a deadline
+// earlier than the entry moves it.
+void QpTimers::schedule(QueuePair &qp) {
+    const uint64_t due = earliestDeadline(qp);
+    if (!due || (qp.timerAt && qp.timerAt <= due))
+        return;
+    forget(qp);
+    qp.timerAt = due;
+    timers_.insert({due, qp.number});
     rearm();
 }
 
-void QpTimers::forget(const QueuePair &qp) {
+void QpTimers::forget(QueuePair &qp) {
     if (qp.timerAt)
         timers_.erase({qp.timerAt, qp.number});
+    qp.timerAt = 0;
 }
 
 void QpTimers::rearm() {
@@ -35,14 +48,25 @@ void QpTimers::rearm() {
 void QpTimers::expire(const std::function<void(QueuePair &)> &expired) {
     armedAt_ = Host::kNever;
     const uint64_t now = host_.clockNs();
+    // The entries due now, taken out first: what `expired` schedules (a
+    // deadline it did not move on) waits for the next expiry, so one call
+    // does bounded work.
+    due_.clear();
     while (!timers_.empty() && timers_.begin()->first <= now) {
-        const uint32_t qpn = timers_.begin()->second;
+        due_.push_back(timers_.begin()->second);
         timers_.erase(timers_.begin());
+    }
+    for (const uint32_t qpn : due_) {
         QueuePair *qp = objects_.findQp(qpn);
         if (!qp)
             continue;
         qp->timerAt = 0;
-        expired(*qp);
+        const uint64_t deadline = earliestDeadline(*qp);
+        if (deadline && deadline <= now)
+            expired(*qp);
+        // Whatever deadline is left, later or one `expired` did not serve.
+        if ((qp = objects_.findQp(qpn)))
+            schedule(*qp);
     }
     rearm();
 }

@@ -8,6 +8,7 @@
 #include <functional>
 #include <set>
 #include <utility>
+#include <vector>
 
 #include "host.hh"
 #include "object_tables.hh"
@@ -21,11 +22,11 @@ class QpTimers {
     // The links' next deadline (their Polling retries; 0 for none), read
     // again by rearm().
     void setOtherDeadline(std::function<uint64_t()> other) { otherDeadline_ = std::move(other); }
-    // `qp`'s entry follows the earliest of its ACK and RNR deadlines and
-    // its next read of a receive record in the error state.
+    // `qp` has an entry no later than the earliest of its ACK and RNR
+    // deadlines and its next read of a receive record in the error state.
     void schedule(QueuePair &qp);
     // `qp` goes: its entry with it.
-    void forget(const QueuePair &qp);
+    void forget(QueuePair &qp);
     // Arms the host's timer for the earliest deadline, if that changed.
     void rearm();
     // The host's timer fired: `expired` runs for each QP whose deadline
@@ -39,6 +40,7 @@ class QpTimers {
     ObjectTables &objects_;
     // (deadline, QPN), earliest first, and what the host's timer is set to.
     std::set<std::pair<uint64_t, uint32_t>> timers_;
+    std::vector<uint32_t> due_; // expire()'s QPs, kept for its next call
     std::function<uint64_t()> otherDeadline_;
     uint64_t armedAt_ = Host::kNever;
 };

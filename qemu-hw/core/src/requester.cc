@@ -94,16 +94,20 @@ void Requester::send(QueuePair &qp) {
     RequesterState &r = qp.req;
     if (r.rnrDeadline)
         return; // an RNR NAK asked us to wait
-    // Resend what a rewind asked for, then send new work.
-    // Packets leave in PSN order: a full window stops everything after it.
-    for (SendWqe &w : r.outstanding) {
-        const SendProgress progress = sendRequestPackets(qp, w);
-        if (progress == SendProgress::kFailed)
-            return;
-        if (progress != SendProgress::kAllSent) {
-            stopSending(qp, progress);
-            return;
+    // Resend what a rewind asked for, and what a full window or port held
+    // back, then send new work. Packets leave in PSN order: a full window
+    // stops everything after it.
+    if (r.unsentHeld) {
+        for (SendWqe &w : r.outstanding) {
+            const SendProgress progress = sendRequestPackets(qp, w);
+            if (progress == SendProgress::kFailed)
+                return;
+            if (progress != SendProgress::kAllSent) {
+                stopSending(qp, progress);
+                return;
+            }
         }
+        r.unsentHeld = false;
     }
     if (qp.ctx.type == PIB_QPT_UC) // UC WQEs whose last packets went out just now
         completeInOrder(qp);
@@ -117,7 +121,7 @@ void Requester::send(QueuePair &qp) {
             stopSending(qp, SendProgress::kPaused);
             return;
         }
-        SendWqe w;
+        SendWqe &w = spareWqe();
         const uint8_t status = fetchSendWqe(qp, qp.sq.consumer, w);
         if (status == PIB_WC_SUCCESS && w.isLocal()) {
             // It acts once everything before it has completed: no
@@ -126,7 +130,7 @@ void Requester::send(QueuePair &qp) {
                 break;
             qp.sq.consume(w.slots);
             scheduler_.charge();
-            runLocalOperation(qp, std::move(w));
+            runLocalOperation(qp, w);
             continue;
         }
         if (status == PIB_WC_SUCCESS) {
@@ -148,7 +152,7 @@ void Requester::send(QueuePair &qp) {
             // Completes in error once everything before it has completed.
             w.packets = 0;
             w.localStatus = status;
-            holdWqe(qp, std::move(w));
+            holdWqe(qp);
             completeInOrder(qp);
             return;
         }
@@ -156,8 +160,8 @@ void Requester::send(QueuePair &qp) {
         r.psn = psnAdd(r.psn, w.packets);
         if (w.isReadOrAtomic())
             ++r.readsInFlight;
-        holdWqe(qp, std::move(w));
-        const SendProgress progress = sendRequestPackets(qp, r.outstanding.back());
+        holdWqe(qp);
+        const SendProgress progress = sendRequestPackets(qp, w);
         if (progress == SendProgress::kFailed)
             return;
         if (progress != SendProgress::kAllSent) {
@@ -170,9 +174,10 @@ void Requester::send(QueuePair &qp) {
     armAckTimerIfIdle(qp);
 }
 
-// A REG_MR, BIND_MW or LOCAL_INV WQE at the head of an idle send queue:
-// it takes effect now, and completes (in error, the QP with it) at once.
-void Requester::runLocalOperation(QueuePair &qp, SendWqe w) {
+// A REG_MR, BIND_MW or LOCAL_INV WQE (the spare) at the head of an idle
+// send queue: it takes effect now, and completes (in error, the QP with
+// it) at once.
+void Requester::runLocalOperation(QueuePair &qp, SendWqe &w) {
     uint8_t status = PIB_WC_SUCCESS;
     if (w.update)
         status = keys_.update(qp.number, w.index, w.imm, *w.update, w.pages);
@@ -186,25 +191,44 @@ void Requester::runLocalOperation(QueuePair &qp, SendWqe w) {
         status = keys_.invalidateLocal(qp.number, w.index, qp.ctx.pdn, w.imm);
     w.localStatus = status;
     w.acked = true;
-    holdWqe(qp, std::move(w));
+    holdWqe(qp);
     completeInOrder(qp);
 }
 
-void Requester::holdWqe(QueuePair &qp, SendWqe &&w) {
+// An empty WQE object to fetch the next WQE into; it stays this
+// requester's spare until holdWqe() takes it.
+SendWqe &Requester::spareWqe() {
+    if (spare_)
+        SendWqePool::clear(*spare_);
+    else
+        spare_ = pool_.take();
+    return *spare_;
+}
+
+// The spare joins `qp`'s outstanding WQEs.
+void Requester::holdWqe(QueuePair &qp) {
+    SendWqe &w = *spare_;
     w.footprint = static_cast<uint32_t>(footprint(w));
     qp.req.heldBytes += w.footprint;
     outstanding_.add(w.footprint);
-    qp.req.outstanding.push_back(std::move(w));
+    qp.req.outstanding.push(std::move(spare_));
 }
 
-SendWqe Requester::takeHeadWqe(QueuePair &qp) {
+FinishedWqe Requester::takeHeadWqe(QueuePair &qp) {
     PIB_INVARIANT(!qp.req.outstanding.empty());
-    SendWqe w = std::move(qp.req.outstanding.front());
-    qp.req.outstanding.pop_front();
-    PIB_INVARIANT(qp.req.heldBytes >= w.footprint);
-    qp.req.heldBytes -= w.footprint;
-    outstanding_.remove(w.footprint);
-    return w;
+    std::unique_ptr<SendWqe> w = qp.req.outstanding.pop();
+    PIB_INVARIANT(qp.req.heldBytes >= w->footprint);
+    qp.req.heldBytes -= w->footprint;
+    outstanding_.remove(w->footprint);
+    const FinishedWqe done{.index = w->index,
+                           .wrId = w->wrId,
+                           .opcode = w->opcode,
+                           .flags = w->flags,
+                           .vendorErr = w->vendorErr,
+                           .length = w->length,
+                           .readOrAtomicSent = w->isReadOrAtomic() && w->packets};
+    pool_.give(std::move(w));
+    return done;
 }
 
 void Requester::releaseWqes(QueuePair &qp) {
@@ -216,6 +240,7 @@ void Requester::releaseWqes(QueuePair &qp) {
 // The requester stops before its work is all out: a full window waits for
 // ACKs, a spent budget or a full port for the scheduler.
 void Requester::stopSending(QueuePair &qp, SendProgress why) {
+    qp.req.unsentHeld = true;
     if (why == SendProgress::kPaused)
         scheduler_.postpone(qp.number, qp);
     armAckTimerIfIdle(qp);
@@ -355,6 +380,7 @@ Requester::SendProgress Requester::sendRequestPackets(QueuePair &qp, SendWqe &w)
 
 // Resends from `psn` on: every outstanding WQE from the one that holds it.
 void Requester::rewind(QueuePair &qp, uint32_t psn) {
+    qp.req.unsentHeld = true;
     for (SendWqe &w : qp.req.outstanding) {
         const int32_t d = psnDiff(psn, w.firstPsn);
         if (d >= static_cast<int32_t>(w.packets))

@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "outstanding_memory.hh"
 #include "qp_timers.hh"
 #include "transport.hh"
 
@@ -28,14 +29,15 @@ class Requester final : TransportRole {
     void notifyIfSqDrained(QueuePair &qp);
     // The outstanding WQEs, whose memory the device's budget counts
     // (outstanding_memory.hh): the head leaves, or all go.
-    SendWqe takeHeadWqe(QueuePair &qp);
+    FinishedWqe takeHeadWqe(QueuePair &qp);
     void releaseWqes(QueuePair &qp);
 
   private:
     uint8_t fetchSendWqe(QueuePair &qp, uint32_t index, SendWqe &w);
     uint8_t checkLocalBuffers(QueuePair &qp, SendWqe &w, uint64_t *length);
-    void runLocalOperation(QueuePair &qp, SendWqe w);
-    void holdWqe(QueuePair &qp, SendWqe &&w);
+    void runLocalOperation(QueuePair &qp, SendWqe &w);
+    SendWqe &spareWqe();
+    void holdWqe(QueuePair &qp);
     void armAckTimerIfIdle(QueuePair &qp);
     enum class SendProgress { kAllSent, kWindowFull, kPaused, kFailed };
     SendProgress sendRequestPackets(QueuePair &qp, SendWqe &w);
@@ -59,6 +61,8 @@ class Requester final : TransportRole {
 
     // The segments of a WQE's local buffers, kept for the next WQE too.
     std::vector<Segment> localSegments_;
+    SendWqePool pool_;
+    std::unique_ptr<SendWqe> spare_; // fetched into, not yet outstanding
 };
 
 } // namespace pib
