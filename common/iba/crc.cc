@@ -608,12 +608,7 @@ void JointCrcStream::addFolding(uint8_t *dst, const uint8_t *src, size_t n) {
 [[gnu::target("vpclmulqdq,avx2,pclmul,ssse3,sse4.1")]] void
 JointCrcStream::finishFolding(uint32_t *crc32, uint16_t *crc16) {
     if (!started_) { // fewer than 128 bytes: all of them are here
-        *crc32 = crc32_, *crc16 = crc16_;
-        const std::span<const uint8_t> bytes(pending_, pendingBytes_);
-        if (bytes.size() > 4)
-            crc32And16Update(crc32, crc16, bytes, flip_);
-        else
-            crc32And16Update(crc32, crc16, bytes);
+        finishPending(crc32, crc16);
         return;
     }
     using K = FoldConstants<kPoly48>;
@@ -636,6 +631,16 @@ JointCrcStream::finishFolding(uint32_t *crc32, uint16_t *crc16) {
 }
 #endif
 
+// The stream so far is all in pending_: both CRCs of it at once.
+void JointCrcStream::finishPending(uint32_t *crc32, uint16_t *crc16) const {
+    *crc32 = crc32_, *crc16 = crc16_;
+    const std::span<const uint8_t> bytes(pending_, pendingBytes_);
+    if (bytes.size() > 4)
+        crc32And16Update(crc32, crc16, bytes, flip_);
+    else
+        crc32And16Update(crc32, crc16, bytes);
+}
+
 void JointCrcStream::add(uint8_t *dst, const uint8_t *src, size_t n) {
     if (!n)
         return;
@@ -645,16 +650,34 @@ void JointCrcStream::add(uint8_t *dst, const uint8_t *src, size_t n) {
         return;
     }
 #endif
-    // Without the wide fold: copy, then go on with the running values;
-    // the piece that holds the stream's byte 4 takes the flip.
+    // Without the wide fold: copy, and gather the first 128 bytes (most
+    // packets' whole stream: headers and a short payload), which finish()
+    // takes in one joint pass rather than each piece twice by the tables.
     if (dst != src)
         std::memcpy(dst, src, n);
-    const std::span<const uint8_t> bytes(src, n);
-    if (seen_ <= 4 && seen_ + n > 4)
+    if (seen_ + n <= sizeof(pending_)) {
+        std::memcpy(pending_ + pendingBytes_, src, n);
+        pendingBytes_ += n;
+        seen_ += n;
+        return;
+    }
+    if (pendingBytes_) { // the stream outgrew it: on piece by piece
+        const size_t gathered = pendingBytes_;
+        pendingBytes_ = 0;
+        seen_ = 0;
+        updateRunning(std::span<const uint8_t>(pending_, gathered));
+    }
+    updateRunning(std::span<const uint8_t>(src, n));
+}
+
+// The running values go on over the next piece; the one that holds the
+// stream's byte 4 takes the flip.
+void JointCrcStream::updateRunning(std::span<const uint8_t> bytes) {
+    if (seen_ <= 4 && seen_ + bytes.size() > 4)
         updateFlippingOne(&crc32_, &crc16_, bytes, 4 - seen_, flip_);
     else
         crc32And16Update(&crc32_, &crc16_, bytes);
-    seen_ += n;
+    seen_ += bytes.size();
 }
 
 void JointCrcStream::finish(uint32_t *crc32, uint16_t *crc16) {
@@ -664,6 +687,10 @@ void JointCrcStream::finish(uint32_t *crc32, uint16_t *crc16) {
         return;
     }
 #endif
+    if (pendingBytes_ || !seen_) {
+        finishPending(crc32, crc16);
+        return;
+    }
     *crc32 = crc32_;
     *crc16 = crc16_;
 }

@@ -42,19 +42,24 @@ class JointCrcStream {
   private:
     // With 256-bit carry-less multiplication the stream folds (modulo the
     // product of the polynomials, in groups of 128 bytes); without, the
-    // running values go on piece by piece.
+    // first 128 bytes are gathered, and past them the running values go
+    // on piece by piece.
     void addFolding(uint8_t *dst, const uint8_t *src, size_t n);
     void finishFolding(uint32_t *crc32, uint16_t *crc16);
     void foldGroups(uint8_t *dst, const uint8_t *src, size_t groups);
+    void finishPending(uint32_t *crc32, uint16_t *crc16) const;
+    void updateRunning(std::span<const uint8_t> bytes);
 
     uint32_t crc32_;
     uint16_t crc16_;
     uint8_t flip_;
     bool started_ = false;
     size_t seen_ = 0; // bytes added, when not folding
+    // Folding: the bytes of a group not yet whole; else the first bytes
+    // of a stream not yet 128 long.
     size_t pendingBytes_ = 0;
     alignas(32) uint8_t accumulators_[128]; // four 256-bit streams, once started
-    alignas(32) uint8_t pending_[128];      // the bytes of a group not yet whole
+    alignas(32) uint8_t pending_[128];
 };
 
 } // namespace pib::iba

@@ -82,6 +82,7 @@ class DataPath final : public SubnetSender, public ScheduledEngine, QpErrorFlow 
     // arrives.
     void resume(QueuePair &qp) override;
     void receiveLooped(unsigned port, const iba::Packet &packet) override;
+    void sendReplies(QueuePair &qp) override { responder_.sendReplies(qp); }
 
   private:
     // The CQs' moderation deadlines go on the QPs' host timer.

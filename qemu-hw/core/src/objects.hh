@@ -119,6 +119,7 @@ struct QueuePair {
     bool lastWqeReached = false; // SRQ: the event was raised
     bool sqDrainPending = false; // SQD: SQ drained is raised once nothing is in flight
     bool postponed = false;      // waits in the ready list or a port's (scheduler.cc)
+    bool acksAtEventEnd = false; // its ACKs wait for the end of the event (scheduler.cc)
     // ConnectX: the doorbell record (the RQ's WQE counter, then the SQ's),
     // and where the SQ starts in the QP's one buffer, behind the RQ.
     uint64_t record = 0;

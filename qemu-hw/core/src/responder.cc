@@ -20,6 +20,8 @@ namespace {
 
 using namespace aeth;
 constexpr uint8_t kAckSyndrome = syndrome(kAck, kNoCredits);
+// Segment lists up to this long keep their room for the next request.
+constexpr size_t kKeptSegments = 64;
 
 bool isFirstOrOnly(uint8_t op) {
     return op == iba::kSendFirst || op == iba::kSendOnly || op == iba::kSendOnlyImm ||
@@ -65,13 +67,19 @@ void Responder::acknowledge(QueuePair &qp, uint32_t psn, uint8_t syndrome) {
 
 // Replies leave in request order: a new one goes behind those still owed
 // (an ACK replaces an ACK queued last: each implies every one before it).
+// An ACK waits for the end of the event, for the ACKs after it to replace
+// it; a READ response or an atomic's ACK goes at once, with the ACKs
+// before it.
 void Responder::reply(QueuePair &qp, const Reply &r) {
     auto &q = qp.resp.replies;
     if (r.kind == Reply::Kind::kAck && !q.empty() && q.back().kind == Reply::Kind::kAck)
         q.back() = r;
     else
         q.push_back(r);
-    sendReplies(qp);
+    if (r.kind == Reply::Kind::kAck)
+        scheduler_.acknowledgeAtEventEnd(qp);
+    else
+        sendReplies(qp);
 }
 
 void Responder::sendReplies(QueuePair &qp) {
@@ -431,11 +439,16 @@ bool Responder::startWrite(QueuePair &qp, const iba::Packet &packet) {
     ResponderState &s = qp.resp;
     const uint32_t psn = packet.bth.psn;
     const iba::Reth &reth = *packet.reth;
-    std::vector<Segment> whole; // its own list: it can be long, and is needed once
     count(qp, &pib_port_counters::write_requests);
-    if (reth.length > limits::kMaxMsgSize ||
-        !remoteRange(qp, requestPd(qp), reth.rkey, reth.va, reth.length, PIB_ACCESS_REMOTE_WRITE,
-                     whole)) {
+    std::vector<Segment> &whole = writeSegments_;
+    const bool granted = reth.length <= limits::kMaxMsgSize &&
+                         remoteRange(qp, requestPd(qp), reth.rkey, reth.va, reth.length,
+                                     PIB_ACCESS_REMOTE_WRITE, whole);
+    // The whole message's list is needed once, and can be long: a long
+    // one is not kept.
+    if (whole.capacity() > kKeptSegments)
+        std::vector<Segment>().swap(whole);
+    if (!granted) {
         refuseRequest(qp, psn, err::kWriteRkey);
         return false;
     }

@@ -25,12 +25,40 @@ void Scheduler::beginEvent() {
 }
 
 void Scheduler::endEvent() {
-    if (holdLoopback_ && !loopback_.empty())
+    sendDeferredAcks();
+    if (holdLoopback_ && !loopback_.empty()) {
         host_.schedule(); // the run's own end drains it
-    else
-        drainLoopback();
-    if (!ready_.empty())
+    } else {
+        // Requests that come back on the loopback owe ACKs, which come
+        // back too; the budget bounds the rounds (a QP out of it waits
+        // for run()).
+        do {
+            drainLoopback();
+            sendDeferredAcks();
+        } while (!loopback_.empty() && budget_ > 0);
+    }
+    if (!ready_.empty() || !loopback_.empty())
         host_.schedule();
+}
+
+void Scheduler::acknowledgeAtEventEnd(QueuePair &qp) {
+    if (qp.acksAtEventEnd)
+        return;
+    qp.acksAtEventEnd = true;
+    acksDue_.push_back(qp.number);
+}
+
+// What is owed goes as the budget and the port allow; the rest waits
+// for run() as any postponed work.
+void Scheduler::sendDeferredAcks() {
+    for (size_t i = 0; i < acksDue_.size(); ++i) { // a loopback may add to it
+        QueuePair *qp = objects_.findQp(acksDue_[i]);
+        if (!qp || !qp->acksAtEventEnd)
+            continue; // destroyed since
+        qp->acksAtEventEnd = false;
+        engine_.sendReplies(*qp);
+    }
+    acksDue_.clear();
 }
 
 bool Scheduler::mayTransmit(unsigned portNumber) const {
@@ -116,6 +144,7 @@ void Scheduler::loopBack(unsigned portNumber, std::vector<uint8_t> &&framed) {
 
 void Scheduler::reset() {
     loopback_.clear();
+    acksDue_.clear();
     ready_.clear(); // the ports' waiting lists go with the ports
 }
 

@@ -32,6 +32,8 @@ class ScheduledEngine {
   public:
     virtual void resume(QueuePair &qp) = 0;
     virtual void receiveLooped(unsigned port, const iba::Packet &packet) = 0;
+    // The responder's replies owed by `qp` go out.
+    virtual void sendReplies(QueuePair &qp) = 0;
 
   protected:
     ~ScheduledEngine() = default;
@@ -58,6 +60,11 @@ class Scheduler {
     bool waitsForRoom(const QueuePair &qp) const;
     // Whether this event may still do work that sends nothing.
     bool mayWork() const { return budget_ > 0; }
+    // `qp`'s responder owes an ACK: it goes when the event ends, so that
+    // one ACK answers every request of `qp` that the event brought
+    // (IBA 9.7.5.1.1 lets a responder coalesce them). A batch of frames
+    // from the port then costs one ACK, not one per message.
+    void acknowledgeAtEventEnd(QueuePair &qp);
     // `qp` waits for the next run(), or for its port to have room; work
     // that sends nothing (a flush) waits for the next run only.
     void postpone(uint32_t qpn, QueuePair &qp, bool needsPort = true);
@@ -94,6 +101,7 @@ class Scheduler {
 
   private:
     void transmit(unsigned port, std::vector<uint8_t> &framed);
+    void sendDeferredAcks();
 
     const Host &host_;
     const ObjectTables &objects_;
@@ -108,6 +116,7 @@ class Scheduler {
     // waits for the next run().
     int budget_ = 0;
     std::deque<uint32_t> ready_;
+    std::vector<uint32_t> acksDue_; // QPs whose ACKs go at the event's end
 };
 
 } // namespace pib
