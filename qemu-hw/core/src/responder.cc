@@ -417,8 +417,13 @@ bool Responder::receiveWrite(QueuePair &qp, const iba::Packet &packet) {
     ResponderState &s = qp.resp;
     const uint8_t op = packet.bth.opcode & 0x1f;
     const uint32_t psn = packet.bth.psn;
-    if (s.in == ResponderState::InMessage::kNone && !startWrite(qp, packet))
-        return false;
+    // A message of one packet lands where its RETH was just checked.
+    bool translated = false;
+    if (s.in == ResponderState::InMessage::kNone) {
+        if (!startWrite(qp, packet, &translated))
+            return false;
+        translated = translated && endsMessage(op);
+    }
     if (op == iba::kWriteLastImm && !receives_.claimReceiveWqe(qp)) {
         noReceiveWqe(qp, psn);
         return false;
@@ -429,13 +434,15 @@ bool Responder::receiveWrite(QueuePair &qp, const iba::Packet &packet) {
         refuseRequest(qp, psn, err::kWriteLength);
         return false;
     }
-    if (len && !landWrite(qp, packet))
+    if (len && !landWrite(qp, packet, translated))
         return false;
     s.received += static_cast<uint32_t>(len);
     return true;
 }
 
-bool Responder::startWrite(QueuePair &qp, const iba::Packet &packet) {
+// The first packet of a WRITE: its RETH is checked whole. *translated
+// says the whole message's segments are left in writeSegments_.
+bool Responder::startWrite(QueuePair &qp, const iba::Packet &packet, bool *translated) {
     ResponderState &s = qp.resp;
     const uint32_t psn = packet.bth.psn;
     const iba::Reth &reth = *packet.reth;
@@ -446,7 +453,8 @@ bool Responder::startWrite(QueuePair &qp, const iba::Packet &packet) {
                                      PIB_ACCESS_REMOTE_WRITE, whole);
     // The whole message's list is needed once, and can be long: a long
     // one is not kept.
-    if (whole.capacity() > kKeptSegments)
+    *translated = whole.capacity() <= kKeptSegments;
+    if (!*translated)
         std::vector<Segment>().swap(whole);
     if (!granted) {
         refuseRequest(qp, psn, err::kWriteRkey);
@@ -465,13 +473,14 @@ bool Responder::startWrite(QueuePair &qp, const iba::Packet &packet) {
 }
 
 // In order, packet by packet: the last byte lands last. The region may
-// have gone, or lost its rights, since the RETH.
-bool Responder::landWrite(QueuePair &qp, const iba::Packet &packet) {
+// have gone, or lost its rights, since the RETH; unless the packet is
+// the whole message and its segments were `translated` just now.
+bool Responder::landWrite(QueuePair &qp, const iba::Packet &packet, bool translated) {
     ResponderState &s = qp.resp;
     const uint32_t psn = packet.bth.psn;
     std::vector<Segment> &segments = writeSegments_;
-    if (!remoteRange(qp, requestPd(qp), s.writeRkey, s.writeVa + s.received, packet.data().size(),
-                     PIB_ACCESS_REMOTE_WRITE, segments)) {
+    if (!translated && !remoteRange(qp, requestPd(qp), s.writeRkey, s.writeVa + s.received,
+                                    packet.data().size(), PIB_ACCESS_REMOTE_WRITE, segments)) {
         refuseRequest(qp, psn, err::kWriteRkeyGone);
         return false;
     }

@@ -31,8 +31,8 @@ class Responder final : TransportRole {
     void dropStaleAnswers(QueuePair &qp, uint32_t psn);
     bool receiveSend(QueuePair &qp, const iba::Packet &packet);
     bool receiveWrite(QueuePair &qp, const iba::Packet &packet);
-    bool startWrite(QueuePair &qp, const iba::Packet &packet);
-    bool landWrite(QueuePair &qp, const iba::Packet &packet);
+    bool startWrite(QueuePair &qp, const iba::Packet &packet, bool *translated);
+    bool landWrite(QueuePair &qp, const iba::Packet &packet, bool translated);
     void endRequest(QueuePair &qp, const iba::Packet &packet);
     bool invalidateForPeer(QueuePair &qp, const iba::Packet &packet);
     void completeReceive(QueuePair &qp, const iba::Packet &packet, uint8_t opcode, uint32_t length);
