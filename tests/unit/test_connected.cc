@@ -12,6 +12,7 @@
 #include "connected.hh"
 #include "connected_fixture.hh"
 #include "fault.hh"
+#include "frame.hh"
 
 using namespace pib;
 using namespace pib::testing;
@@ -232,6 +233,60 @@ TEST_CASE("lost packets: a PSN sequence NAK resends from the gap", "[rc]") {
               return k.bth.opcode == iba::kAcknowledge && k.aeth->syndrome == 0x60;
           }) == 1);
     CHECK(p.a.host.traces("rc_seq_nak") == 1);
+}
+
+namespace {
+
+// The packets of the frames in `bytes` (a port's output).
+std::vector<std::vector<uint8_t>> packetsOf(const std::vector<uint8_t> &bytes) {
+    wire::FrameReader reader;
+    reader.feed(bytes);
+    wire::FrameReader::Error error;
+    std::vector<std::vector<uint8_t>> packets;
+    while (auto frame = reader.next(&error))
+        if (frame->type == PIB_WIRE_PACKET)
+            packets.push_back(frame->payload);
+    return packets;
+}
+
+} // namespace
+
+// The responder answers the requests of one read from the port with one
+// ACK, but a NAK is never folded into an ACK after it: a gap, then a
+// duplicate, in one read.
+TEST_CASE("coalesced ACKs never swallow a sequence NAK", "[rc]") {
+    Pair p;
+    const uint64_t out = p.a.host.alloc(64), in = p.b.host.alloc(256);
+    for (uint64_t i = 1; i <= 3; ++i)
+        p.b.postRecv(i, in + 64 * i, 64);
+    p.a.postSend(1, {.local = out, .length = 64});
+    const auto first = packetsOf(p.a.host.portOutput[1]);
+    REQUIRE(first.size() == 1);
+    p.wire.run(); // delivered and ACKed
+    REQUIRE(p.a.poll().size() == 1);
+    p.a.postSend(2, {.local = out, .length = 64});
+    p.a.postSend(3, {.local = out, .length = 64});
+    const auto next = packetsOf(p.a.host.portOutput[1]);
+    REQUIRE(next.size() == 2);
+    p.a.host.portOutput[1].clear();
+    // The third message, then the first again, in one read: a gap (the
+    // second is lost), then a duplicate.
+    std::vector<uint8_t> batch = wire::encode(PIB_WIRE_PACKET, next[1]);
+    const auto again = wire::encode(PIB_WIRE_PACKET, first[0]);
+    batch.insert(batch.end(), again.begin(), again.end());
+    p.b.host.portOutput[1].clear();
+    pib_core_port_receive(p.b.host.core, 1, batch.data(), batch.size());
+    iba::ParseError error;
+    unsigned naks = 0, acks = 0;
+    for (const auto &bytes : packetsOf(p.b.host.portOutput[1])) {
+        const auto k = iba::parse(bytes, &error);
+        REQUIRE(k);
+        REQUIRE(k->aeth);
+        naks += k->aeth->syndrome == 0x60;
+        acks += k->aeth->syndrome == 0x1f;
+    }
+    CHECK(naks == 1); // the gap's
+    CHECK(acks == 1); // the duplicate's
 }
 
 TEST_CASE("a lost ACK: the timer resends, the duplicate is ACKed again", "[rc]") {

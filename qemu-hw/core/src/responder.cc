@@ -65,14 +65,17 @@ void Responder::acknowledge(QueuePair &qp, uint32_t psn, uint8_t syndrome) {
     reply(qp, r);
 }
 
-// Replies leave in request order: a new one goes behind those still owed
-// (an ACK replaces an ACK queued last: each implies every one before it).
-// An ACK waits for the end of the event, for the ACKs after it to replace
-// it; a READ response or an atomic's ACK goes at once, with the ACKs
-// before it.
+// Replies leave in request order: a new one goes behind those still owed.
+// An ACK or NAK replaces a positive ACK queued last, which it implies
+// (the PSNs only grow); nothing replaces a NAK, which the requester must
+// hear. An ACK waits for the end of the event, for those after it to
+// replace it; a READ response or an atomic's ACK goes at once, with the
+// ACKs before it.
 void Responder::reply(QueuePair &qp, const Reply &r) {
     auto &q = qp.resp.replies;
-    if (r.kind == Reply::Kind::kAck && !q.empty() && q.back().kind == Reply::Kind::kAck)
+    const bool positive =
+        !q.empty() && q.back().kind == Reply::Kind::kAck && q.back().syndrome >> 5 == aeth::kAck;
+    if (r.kind == Reply::Kind::kAck && positive)
         q.back() = r;
     else
         q.push_back(r);
