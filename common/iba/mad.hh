@@ -135,6 +135,8 @@ struct PortCounterValues {
     uint64_t xmitDiscards = 0;
     uint64_t vl15Dropped = 0;
     uint64_t linkDowned = 0;
+    uint64_t xmitConstraintErrors = 0; // P_Key outbound enforcement
+    uint64_t rcvConstraintErrors = 0;  // P_Key inbound enforcement
 };
 
 // The PortSelect field of a PortCounters or PortCountersExtended MAD.
@@ -164,6 +166,8 @@ inline void writePortCounters(Mad &mad, const PortCounterValues &c) {
         mad.set8(d + 7, saturate<uint8_t>(c.linkDowned));
         mad.set16(d + 8, saturate<uint16_t>(c.rcvErrors));
         mad.set16(d + 14, saturate<uint16_t>(c.xmitDiscards));
+        mad.set8(d + 16, saturate<uint8_t>(c.xmitConstraintErrors));
+        mad.set8(d + 17, saturate<uint8_t>(c.rcvConstraintErrors));
         mad.set16(d + 22, saturate<uint16_t>(c.vl15Dropped));
         mad.set32(d + 24, saturate<uint32_t>(c.xmitData));
         mad.set32(d + 28, saturate<uint32_t>(c.rcvData));

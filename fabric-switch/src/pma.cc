@@ -37,7 +37,9 @@ void Switch::pma(Mad mad) {
                                     .rcvErrors = c.rcvErrors,
                                     .xmitDiscards = c.xmitDiscards,
                                     .vl15Dropped = c.vl15Dropped,
-                                    .linkDowned = c.linkDowned});
+                                    .linkDowned = c.linkDowned,
+                                    .xmitConstraintErrors = c.xmitConstraintErrors,
+                                    .rcvConstraintErrors = c.rcvConstraintErrors});
         }
     } else {
         status = kStatusBadAttribute;

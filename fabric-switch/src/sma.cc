@@ -73,6 +73,11 @@ void Switch::switchInfo(Mad &mad) const {
                                     .lifeTimeValue = lifeTime_,
                                     .portStateChange = portStateChange_,
                                     .lidsPerPort = 1,
+                                    // Every external port has a P_Key
+                                    // table of kPartitionCap entries and
+                                    // filters by it, in and out.
+                                    .partitionEnforcementCap = kPartitionCap,
+                                    .enforcementBits = kEnforceInbound | kEnforceOutbound,
                                     .multicastFdbTop = multicastFdbTop_});
 }
 
@@ -115,6 +120,7 @@ void Switch::portInfo(Mad &mad, unsigned n, unsigned in) const {
         .mtuCap = 5, // 4096
         .hoqLife = p.hoqLife,
         .operationalVls = p.operationalVls,
+        .partitionEnforcement = p.enforcement,
         .guidCap = uint8_t{mgmt},
         .subnetTimeout = mgmt ? subnetTimeout_ : uint8_t{0},
     };
@@ -162,6 +168,7 @@ uint16_t Switch::applyPortInfo(Mad &mad, unsigned n) {
     } else {
         if (mtu)
             p.neighborMtu = mtu;
+        p.enforcement = set.partitionEnforcement & (kEnforceInbound | kEnforceOutbound);
         if (newState == kPortStateDown && p.linkUp) {
             // The link goes down at both ends and trains again (the server
             // closes the cable; its peer reconnects): the peer's port must

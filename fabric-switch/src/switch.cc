@@ -46,8 +46,16 @@ std::vector<Transmit> Switch::linkChanged(unsigned port, bool up) {
     return trap128();
 }
 
+bool pkeyAdmitted(std::span<const uint16_t> table, uint16_t pkey) {
+    constexpr uint16_t kKeyBits = 0x7fff;
+    if (!(pkey & kKeyBits))
+        return false;
+    return std::any_of(table.begin(), table.end(),
+                       [&](uint16_t entry) { return (entry & kKeyBits) == (pkey & kKeyBits); });
+}
+
 void Switch::transmit(std::vector<Transmit> &out, unsigned port, std::vector<uint8_t> bytes,
-                      bool management) {
+                      bool management, uint16_t pkey) {
     SwitchPort &p = ports_[port];
     // Data needs an ACTIVE port; subnet management (VL15) only a live link.
     const bool open =
@@ -57,6 +65,13 @@ void Switch::transmit(std::vector<Transmit> &out, unsigned port, std::vector<uin
             ++p.counters.vl15Dropped;
         else
             ++p.counters.xmitDiscards;
+        return;
+    }
+    // Outbound partition enforcement (IBA 10.9.2); subnet management is
+    // exempt.
+    if (!management && (p.enforcement & kEnforceOutbound) && !pkeyAdmitted(p.pkeys, pkey)) {
+        ++p.counters.xmitConstraintErrors;
+        dropped(port, "P_Key outside the egress port's partitions, P_Key", pkey);
         return;
     }
     ++p.counters.xmitPackets;
@@ -96,6 +111,13 @@ std::vector<Transmit> Switch::receive(unsigned in, std::span<const uint8_t> byte
         dropped(in, "data on a port that is not ACTIVE, state", port.state);
         return out;
     }
+    // Inbound partition enforcement (IBA 10.9.2); QP0's SMPs are exempt.
+    if (packet->bth.destQp != 0 && (port.enforcement & kEnforceInbound) &&
+        !pkeyAdmitted(port.pkeys, packet->bth.pkey)) {
+        ++port.counters.rcvConstraintErrors;
+        dropped(in, "P_Key outside the ingress port's partitions, P_Key", packet->bth.pkey);
+        return out;
+    }
     if (packet->lrh.dlid == lid_ && lid_ != 0 && packet->bth.destQp <= 1)
         return toSwitch(in, std::move(*packet));
     return forward(in, *packet, bytes);
@@ -119,7 +141,7 @@ std::vector<Transmit> Switch::forward(unsigned in, const iba::Packet &packet,
         const auto &masks = mft_[index];
         for (unsigned port = 1; port <= config_.ports; ++port)
             if (port != in && masks[port / 16] & (1u << (port % 16)))
-                transmit(out, port, copy, management);
+                transmit(out, port, copy, management, packet.bth.pkey);
         return out;
     }
     const unsigned port = dlid < kLftCap ? lft_[dlid] : 0xff;
@@ -127,7 +149,7 @@ std::vector<Transmit> Switch::forward(unsigned in, const iba::Packet &packet,
         ++ports_[in].counters.xmitDiscards; // no route: counted at the ingress
         return out;
     }
-    transmit(out, port, std::move(copy), management);
+    transmit(out, port, std::move(copy), management, packet.bth.pkey);
     return out;
 }
 
@@ -224,7 +246,7 @@ void Switch::sendDirected(std::vector<Transmit> &out, unsigned in, iba::Packet &
     packet.lrh.vl = 15;
     packet.lrh.dlid = iba::kPermissiveLid;
     packet.lrh.slid = iba::kPermissiveLid;
-    transmit(out, port, iba::build(packet), true);
+    transmit(out, port, iba::build(packet), true, packet.bth.pkey);
 }
 
 // Hands a DR SMP over to LID routing, from this switch to `dlid`.
@@ -239,7 +261,7 @@ void Switch::sendByLid(std::vector<Transmit> &out, unsigned in, iba::Packet &pac
     packet.lrh.vl = 15;
     packet.lrh.dlid = dlid;
     packet.lrh.slid = lid_;
-    transmit(out, port, iba::build(packet), true);
+    transmit(out, port, iba::build(packet), true, packet.bth.pkey);
 }
 
 std::vector<Transmit> Switch::toSwitch(unsigned in, iba::Packet packet) {
@@ -283,7 +305,7 @@ std::vector<Transmit> Switch::reply(const iba::Packet &request, std::vector<uint
     // back the way the request came.
     const unsigned port = p.lrh.dlid < kLftCap ? lft_[p.lrh.dlid] : 0xff;
     transmit(result, port >= 1 && port <= config_.ports ? port : out, iba::build(p),
-             request.bth.destQp == 0);
+             request.bth.destQp == 0, p.bth.pkey);
     return result;
 }
 

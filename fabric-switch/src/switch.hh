@@ -36,7 +36,22 @@ struct PortCounters {
     uint64_t xmitDiscards = 0;
     uint64_t vl15Dropped = 0;
     uint32_t linkDowned = 0;
+    uint64_t xmitConstraintErrors = 0; // dropped by the egress port's partitions
+    uint64_t rcvConstraintErrors = 0;  // dropped by the ingress port's partitions
 };
+
+// PortInfo's partition enforcement bits (IBA 14.2.5.6), which SwitchInfo
+// also offers as capabilities. Raw packets are not filtered: the switch
+// forwards IBA packets only, so it offers neither FilterRaw bit.
+inline constexpr uint8_t kEnforceInbound = 1 << 3;
+inline constexpr uint8_t kEnforceOutbound = 1 << 2;
+
+// Whether a packet's P_Key names a partition the table holds: the same
+// 15-bit key. A switch does not look at the membership bit (IBA 10.9.2):
+// opensm gives the switch port a limited member's own table, so two
+// limited members are kept apart by their HCAs, not by the switch. A
+// key whose 15 bits are 0 names no partition.
+bool pkeyAdmitted(std::span<const uint16_t> table, uint16_t pkey);
 
 // "ACTIVE" for kPortStateActive; "?" for what IBA does not define.
 const char *stateName(uint8_t state);
@@ -48,9 +63,12 @@ struct SwitchPort {
     uint8_t operationalVls = 1;
     uint8_t hoqLife = 0;
     uint8_t vlHighLimit = 0;
-    std::array<uint8_t, 8> slToVl{};  // 16 four-bit entries
-    std::array<uint8_t, 64> vlArb{};  // blocks of 32 (VL, weight) pairs
-    std::array<uint16_t, 32> pkeys{}; // port 0 only is consulted
+    std::array<uint8_t, 8> slToVl{}; // 16 four-bit entries
+    std::array<uint8_t, 64> vlArb{}; // blocks of 32 (VL, weight) pairs
+    // Port 0's is the switch's own; an external port's filters what it
+    // forwards when `enforcement` says so.
+    std::array<uint16_t, 32> pkeys{};
+    uint8_t enforcement = 0; // kEnforceInbound, kEnforceOutbound
     PortCounters counters;
 };
 
@@ -130,7 +148,7 @@ class Switch {
     std::vector<Transmit> forward(unsigned in, const iba::Packet &packet,
                                   std::span<const uint8_t> bytes);
     void transmit(std::vector<Transmit> &out, unsigned port, std::vector<uint8_t> bytes,
-                  bool management);
+                  bool management, uint16_t pkey);
 
     SwitchConfig config_;
     std::vector<SwitchPort> ports_; // index 0: the switch management port

@@ -75,7 +75,7 @@ void Switch::trapToSm(std::vector<Transmit> &out, std::vector<uint8_t> mad) {
     p.bth.destQp = 0;
     p.deth = iba::Deth{0, 0};
     p.payload = std::move(mad);
-    transmit(out, port, iba::build(p), true);
+    transmit(out, port, iba::build(p), true, p.bth.pkey);
 }
 
 } // namespace pib::fabric

@@ -29,8 +29,9 @@ Switch makeSwitch(unsigned ports = 8, uint64_t guid = kGuid) {
 }
 
 std::vector<uint8_t> lidPacket(uint16_t dlid, uint32_t qp, std::vector<uint8_t> payload,
-                               uint16_t slid = 99) {
+                               uint16_t slid = 99, uint16_t pkey = 0xffff) {
     iba::Packet p;
+    p.bth.pkey = pkey;
     p.lrh.dlid = dlid;
     p.lrh.slid = slid;
     p.lrh.vl = qp == 0 ? 15 : 0;
@@ -706,4 +707,122 @@ TEST_CASE("an output is stuck after its port's head-of-queue lifetime, bounded b
     // IBA's "infinite" (20 and above) still ends.
     CHECK(stallLimitNs(20) == 4096ull << 20);
     CHECK(stallLimitNs(31) == 4096ull << 20);
+}
+
+namespace {
+
+// A field of a MAD the switch answered.
+uint16_t field16(std::vector<uint8_t> mad, size_t at) {
+    return Mad(mad).get16(at);
+}
+uint8_t field8(std::vector<uint8_t> mad, size_t at) {
+    return Mad(mad).get8(at);
+}
+
+// Ports `ports` ACTIVE, as the SM leaves them.
+void activate(Switch &sw, std::initializer_list<unsigned> ports) {
+    for (unsigned p : ports) {
+        drSet(sw, kAttrPortInfo, p, [](Mad &m) { m.set8(64 + 32, kPortStateArmed); });
+        drSet(sw, kAttrPortInfo, p, [](Mad &m) { m.set8(64 + 32, kPortStateActive); });
+    }
+}
+
+std::vector<uint8_t> setPkeys(Switch &sw, unsigned port, std::vector<uint16_t> keys) {
+    return drSet(sw, kAttrPkeyTable, port << 16, [&](Mad &m) {
+        for (size_t i = 0; i < keys.size(); ++i)
+            m.set16(64 + 2 * i, keys[i]);
+    });
+}
+
+void setEnforcement(Switch &sw, unsigned port, uint8_t bits) {
+    drSet(sw, kAttrPortInfo, port, [&](Mad &m) { m.set8(64 + 43, bits); });
+}
+
+} // namespace
+
+TEST_CASE("switch ports enforce their partitions in and out (IBA 10.9.2)", "[switch][partition]") {
+    Switch sw = makeSwitch();
+    // What opensm reads before it programs switch ports: a table of 32
+    // entries per external port, inbound and outbound enforcement, no raw
+    // filtering.
+    auto info = drGet(sw, kAttrSwitchInfo, 0);
+    CHECK(field16(info, 64 + 14) == 32);      // PartitionEnforcementCap
+    CHECK(field8(info, 64 + 16) >> 4 == 0xc); // Inbound and OutboundEnforcementCap
+
+    drSet(sw, kAttrLinearForwardingTable, 0, [](Mad &m) { m.set8(64 + 5, 2); });
+    activate(sw, {1, 2});
+    // Port 1 (ingress): full member of 0x0001 and 0x0003; port 2
+    // (egress): limited member of 0x0001, none of 0x0003.
+    CHECK(statusOf(setPkeys(sw, 1, {0xffff, 0x8001, 0x8003})) == kStatusOk);
+    CHECK(field16(setPkeys(sw, 2, {0xffff, 0x0001}), 64 + 2) == 0x0001); // read back
+    auto send = [&](uint16_t pkey, uint32_t qp = 0x99) {
+        return sw.receive(1,
+                          lidPacket(5, qp, std::vector<uint8_t>(qp ? 64 : kMadSize, 1), 99, pkey));
+    };
+    // Not enforced yet: anything goes.
+    CHECK(send(0x8002).size() == 1);
+
+    setEnforcement(sw, 1, kEnforceInbound);
+    setEnforcement(sw, 2, kEnforceOutbound | 0x3); // the FilterRaw bits are not offered
+    CHECK((field8(drGet(sw, kAttrPortInfo, 1), 64 + 43) & 0xf) == kEnforceInbound);
+    CHECK((field8(drGet(sw, kAttrPortInfo, 2), 64 + 43) & 0xf) == kEnforceOutbound);
+
+    CHECK(send(0xffff).size() == 1); // the default partition, both sides
+    CHECK(send(0x8001).size() == 1); // the partition both ports are in
+    // Membership is the end nodes' business: a limited member's packet
+    // to a limited member's port passes the switch.
+    CHECK(send(0x0001).size() == 1);
+    CHECK(sw.port(1).counters.rcvConstraintErrors == 0);
+    CHECK(sw.port(2).counters.xmitConstraintErrors == 0);
+
+    CHECK(send(0x8003).empty()); // not in the egress port's table
+    CHECK(sw.port(2).counters.xmitConstraintErrors == 1);
+    CHECK(send(0x8002).empty()); // in no table of the ingress port
+    CHECK(send(0x0000).empty()); // the invalid P_Key is a member of nothing
+    CHECK(send(0x8000).empty());
+    CHECK(sw.port(1).counters.rcvConstraintErrors == 3);
+    CHECK(sw.port(2).counters.xmitConstraintErrors == 1);
+    CHECK(send(0x8002, 0).size() == 1); // subnet management (QP0) is exempt
+
+    // The PMA reports both counters.
+    drSet(sw, kAttrPortInfo, 0, [](Mad &m) { m.set16(64 + 16, 0x10); });
+    auto counters = [&](unsigned port) {
+        auto request = smpMad(kClassPerfMgt, kGet, kAttrPortCounters, 0);
+        request[64 + 1] = static_cast<uint8_t>(port);
+        auto out = sw.receive(1, lidPacket(0x10, 1, request, 0x21));
+        REQUIRE(out.size() == 1);
+        return madOf(out[0].packet);
+    };
+    CHECK(field8(counters(1), 64 + 17) == 3); // PortRcvConstraintErrors
+    CHECK(field8(counters(2), 64 + 16) == 1); // PortXmitConstraintErrors
+
+    // Enforcement off again: the foreign key passes.
+    setEnforcement(sw, 1, 0);
+    setEnforcement(sw, 2, 0);
+    CHECK(send(0x8002).size() == 1);
+}
+
+TEST_CASE("port 0's M_Key guards the switch ports' partition tables", "[switch][partition][mkey]") {
+    Switch sw = makeSwitch();
+    // The SM (LID 1 behind port 1) gives the switch LID 2, a key, and
+    // protect bits 2: a Set needs the key.
+    drSet(sw, kAttrLinearForwardingTable, 0, [](Mad &m) { m.set8(64 + 1, 1); });
+    drSet(sw, kAttrPortInfo, 0, [](Mad &m) {
+        m.set64(64 + 0, 0xfeed);
+        m.set16(64 + 16, 2);
+        m.set16(64 + 18, 1);
+        m.set8(64 + 34, 2 << 6);
+    });
+    auto bytes = drSmp(kSet, kAttrPkeyTable, 3 << 16, {1});
+    iba::ParseError error;
+    auto p = *iba::parse(bytes, &error);
+    Mad(p.payload).set16(64, 0x8123);
+    Mad(p.payload).set64(24, 0xbad);
+    const auto out = sw.receive(1, iba::build(p));
+    REQUIRE(out.size() == 1); // the Trap 256, no answer
+    CHECK(field8(madOf(out[0].packet), 3) == kTrap);
+    CHECK(sw.port(3).pkeys[0] == 0);
+    Mad(p.payload).set64(24, 0xfeed);
+    sw.receive(1, iba::build(p));
+    CHECK(sw.port(3).pkeys[0] == 0x8123);
 }
