@@ -4,6 +4,7 @@
 
 #include "fake_host.hh"
 #include "frame.hh"
+#include "mad.hh"
 #include "packet.hh"
 
 using pib::wire::encode;
@@ -23,6 +24,23 @@ pib_port_info queryPort(FakeHost &host) {
     pib_port_info info;
     REQUIRE(host.commandOut(PIB_CMD_QUERY_PORT, 1, &info).status == PIB_CMD_STATUS_OK);
     return info;
+}
+
+// The SM configures port 1 (ARMED, then ACTIVE), as it does a trained link.
+void configurePort(FakeHost &host) {
+    for (uint8_t state : {PIB_PORT_ARMED, PIB_PORT_ACTIVE}) {
+        pib_mad_ifc response;
+        REQUIRE(host.mad(
+                        pib::iba::kClassSmpLid, pib::iba::kSet, pib::iba::kAttrPortInfo, 1,
+                        [&](pib::iba::Mad &m) {
+                            m.set16(64 + 16, 7);
+                            m.set8(64 + 32, state);
+                        },
+                        &response)
+                    .status == PIB_CMD_STATUS_OK);
+    }
+    REQUIRE(queryPort(host).state == PIB_PORT_ACTIVE);
+    host.portOutput[1].clear();
 }
 
 void feed(FakeHost &host, const std::vector<uint8_t> &bytes) {
@@ -58,9 +76,9 @@ TEST_CASE("a port's link comes up after both HELLOs and goes down with the strea
     CHECK(info.phys_state == PIB_PHYS_LINK_UP);
     CHECK(info.state == PIB_PORT_INIT);
 
-    // A reset keeps the cable plugged in; the link trains again: HELLO
-    // goes out, the port is DOWN/Polling until the switch answers, then
-    // INIT. The same for RESET and CLOSE_HCA (prm §2.1).
+    // A reset keeps the cable plugged in. A link the SM configured trains
+    // again: HELLO goes out, the port is DOWN/Polling until the switch
+    // answers, then INIT. The same for RESET and CLOSE_HCA (prm §2.1).
     auto expectRetrained = [&] {
         pib::wire::FrameReader out;
         out.feed(host.portOutput[1]);
@@ -75,16 +93,27 @@ TEST_CASE("a port's link comes up after both HELLOs and goes down with the strea
         CHECK(host.traces("link_retrain") == 1);
     };
     SECTION("a device reset trains the link again") {
-        host.portOutput[1].clear();
+        configurePort(host);
         host.write32(PIB_BAR_REGS, PIB_REG_RESET, PIB_RESET_MAGIC);
         host.initHca();
         expectRetrained();
     }
     SECTION("CLOSE_HCA trains the link again, and INIT_HCA starts over") {
-        host.portOutput[1].clear();
+        configurePort(host);
         REQUIRE(host.command(PIB_CMD_CLOSE_HCA).status == PIB_CMD_STATUS_OK);
         REQUIRE(host.command(PIB_CMD_INIT_HCA).status == PIB_CMD_STATUS_OK);
         expectRetrained();
+    }
+    // The power-on link at the driver's first reset: the SM never used
+    // it, so it stays trained and the switch sees no link go down.
+    SECTION("a reset keeps a link the SM never configured") {
+        host.portOutput[1].clear();
+        host.write32(PIB_BAR_REGS, PIB_REG_RESET, PIB_RESET_MAGIC);
+        host.initHca();
+        CHECK(host.portOutput[1].empty()); // no HELLO
+        CHECK(host.traces("link_retrain") == 0);
+        CHECK(queryPort(host).state == PIB_PORT_INIT);
+        CHECK(queryPort(host).phys_state == PIB_PHYS_LINK_UP);
     }
     SECTION("the stream closing takes the link down") {
         pib_core_port_connected(host.core, 1, 0);
@@ -161,6 +190,7 @@ TEST_CASE("back to back: a reset port trains again, and a lost HELLO is retried"
         REQUIRE(queryPort(c.b).phys_state == PIB_PHYS_LINK_UP);
         c.a.advance(200'000'000);
         c.b.advance(200'000'000);
+        configurePort(c.a);
         // a resets its port (CLOSE_HCA), which sends HELLO and polls.
         REQUIRE(c.a.command(PIB_CMD_CLOSE_HCA).status == PIB_CMD_STATUS_OK);
         c.a.initHca();

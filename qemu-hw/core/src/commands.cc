@@ -84,18 +84,22 @@ static const Refusals kRefusals{err::kCmdBadIndex, err::kCmdBadParam, err::kCmdN
 CommandProcessor::CommandProcessor(const pib_core_config &config, const Host &host,
                                    ObjectTables &objects, Ports &ports, PortAgents &agents,
                                    DataPath &dataPath, ArmedInjections &injections,
-                                   std::function<void()> portsReset)
+                                   std::function<void(const PortSet &)> portsReset)
     : config_(config), host_(host), caps_(buildCaps(config)), objects_(objects),
       regions_(host, objects, kRefusals), ports_(ports), agents_(agents), dataPath_(dataPath),
       injections_(injections), portsReset_(std::move(portsReset)) {}
 
 void CommandProcessor::reset() {
     initialized_ = false;
+    PortSet configured;
+    for (uint32_t port = 1; port <= PIB_MAX_PORTS; ++port)
+        if (const PortState *p = ports_.find(port); p && p->info.state >= PIB_PORT_ARMED)
+            configured.set(port);
     objects_.clear();
     dataPath_.reset();
     ports_.reset();
     if (portsReset_)
-        portsReset_();
+        portsReset_(configured);
 }
 
 CommandOutcome CommandProcessor::fail(const err::Condition &why, const char *fmt, ...) {

@@ -6,6 +6,7 @@
 // its transport is the data path's business, MADs the port agents'.
 #pragma once
 
+#include <bitset>
 #include <cstdint>
 #include <functional>
 #include <optional>
@@ -40,11 +41,15 @@ struct CommandOutcome {
     }
 };
 
+// Port numbers 1..PIB_MAX_PORTS.
+using PortSet = std::bitset<PIB_MAX_PORTS + 1>;
+
 class CommandProcessor {
   public:
     CommandProcessor(const pib_core_config &config, const Host &host, ObjectTables &objects,
                      Ports &ports, PortAgents &agents, DataPath &dataPath,
-                     ArmedInjections &injections, std::function<void()> portsReset);
+                     ArmedInjections &injections,
+                     std::function<void(const PortSet &configured)> portsReset);
 
     CommandOutcome execute(const Command &cmd);
     // Back to the power-on state: every object is gone, the ports are
@@ -160,9 +165,10 @@ class CommandProcessor {
     PortAgents &agents_;
     DataPath &dataPath_;
     ArmedInjections &injections_;
-    // Called once the ports are back to their power-on state: the links
-    // that are up train again.
-    std::function<void()> portsReset_;
+    // Called once the ports are back to their power-on state, with those
+    // the SM had configured (ARMED or ACTIVE) before: their links train
+    // again, the others stay up.
+    std::function<void(const PortSet &configured)> portsReset_;
 };
 
 } // namespace pib

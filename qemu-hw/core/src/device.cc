@@ -24,7 +24,7 @@ Device::Device(const pib_core_config &config, const pib_host_ops &ops, void *opa
       scheduler_(host_, objects_, ports_, dataPath_),
       agents_(config_, host_, ports_, events_, dataPath_),
       commands_(config_, host_, objects_, ports_, agents_, dataPath_, injections_,
-                [this] { retrainLinks(); }),
+                [this](const PortSet &configured) { retrainLinks(configured); }),
       front_(makeFrontEnd()) {
     commands_.reset();
     for (uint32_t port = 1; port <= config_.num_ports; ++port)
@@ -164,13 +164,22 @@ void Device::reset(const char *reason) {
     trace::device_reset(host_, reason);
 }
 
-// The ports were reset. The cables stay plugged in, and each link that
-// was up trains again, as a real port's does: it is DOWN/Polling until
-// the peer answers the HELLO, then INIT, and the peer (a switch) tells the
-// SM that the link went down and came up.
-void Device::retrainLinks() {
-    for (auto &link : links_)
-        link->retrain();
+// The ports were reset. The cables stay plugged in. A link whose port
+// the SM had configured trains again, as a real port's does when its
+// function resets: it is DOWN/Polling until the peer answers the HELLO,
+// then INIT, and the peer (a switch) tells the SM that the link went down
+// and came up. A link the SM never used (the power-on link, at the
+// driver's first reset) stays trained, as a real HCA's firmware keeps the
+// link it trained at power-on through the driver's initialisation: the
+// port is INIT again at once, and the switch counts no LinkDowned.
+void Device::retrainLinks(const PortSet &configured) {
+    for (unsigned port = 1; port <= links_.size(); ++port) {
+        Link &link = *links_[port - 1];
+        if (configured.test(port))
+            link.retrain();
+        else if (link.up())
+            agents_.linkChanged(port, true);
+    }
     dataPath_.rearmTimer(); // each retraining link polls
 }
 

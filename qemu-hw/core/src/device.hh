@@ -95,7 +95,7 @@ class Device {
         {config_, objects_, ports_, links_, commands_, injections_, outstanding_, fatal_}};
 
     std::unique_ptr<FrontEnd> makeFrontEnd();
-    void retrainLinks();
+    void retrainLinks(const PortSet &configured);
     void linkEvent(unsigned port, Link::Event e);
     void packetReceived(unsigned port, std::span<const uint8_t> packet);
     bool raiseEvent(const Injection &injection, std::string *answer);
