@@ -105,6 +105,15 @@ std::vector<Transmit> Switch::receive(unsigned in, std::span<const uint8_t> byte
     const bool smp = packet->bth.destQp == 0 && packet->payload.size() == kMadSize;
     if (smp && packet->payload[1] == kClassSmpDirected)
         return directedRoute(in, std::move(*packet), bytes);
+    // IBA 7.2: an ARMED port goes ACTIVE with the first packet that is not
+    // subnet management, which says that its neighbour is ACTIVE (the SM
+    // activates one end of a link, the data it sends the other).
+    if (!smp && port.state == kPortStateArmed) {
+        port.state = kPortStateActive;
+        event("port " + std::to_string(in) +
+              ": ACTIVE on a data packet from its neighbour "
+              "(was ARMED)");
+    }
     // Anything but subnet management needs a port the SM has made ACTIVE.
     if (!smp && port.state != kPortStateActive) {
         ++port.counters.rcvErrors;

@@ -304,6 +304,26 @@ TEST_CASE("PortInfo sets the LID and walks the port states", "[switch]") {
     CHECK(setState(77, kPortStateArmed) == kStatusBadField);
 }
 
+// What made every fresh fabric's switch count PortRcvErrors: the SM sets
+// the HCA's port ACTIVE before the switch port facing it, and the HCA's
+// first data found that port ARMED.
+TEST_CASE("an ARMED port goes ACTIVE with its neighbour's first data packet", "[switch]") {
+    Switch sw = makeSwitch();
+    drSet(sw, kAttrLinearForwardingTable, 0, [](Mad &m) { m.set8(64 + 5, 2); });
+    for (unsigned p : {1u, 2u})
+        drSet(sw, kAttrPortInfo, p, [](Mad &m) { m.set8(64 + 32, kPortStateArmed); });
+    drSet(sw, kAttrPortInfo, 2, [](Mad &m) { m.set8(64 + 32, kPortStateActive); });
+    CHECK(sw.port(1).state == kPortStateArmed);
+    // Subnet management leaves it ARMED.
+    CHECK(sw.receive(1, drSmp(kGet, kAttrNodeInfo, 0, {1})).size() == 1);
+    CHECK(sw.port(1).state == kPortStateArmed);
+    auto out = sw.receive(1, lidPacket(5, 0x99, std::vector<uint8_t>(64, 1)));
+    CHECK(sw.port(1).state == kPortStateActive);
+    REQUIRE(out.size() == 1);
+    CHECK(out[0].port == 2);
+    CHECK(sw.port(1).counters.rcvErrors == 0);
+}
+
 TEST_CASE("unknown attributes and methods get an error status", "[switch]") {
     Switch sw = makeSwitch();
     auto out = sw.receive(1, drSmp(kGet, 0x7777, 0, {1}));
