@@ -132,9 +132,12 @@ void Switch::portInfo(Mad &mad, unsigned n, unsigned in) const {
 uint16_t Switch::setPortInfo(Mad &mad, unsigned n) {
     const uint8_t before = ports_[n].state;
     const uint16_t status = applyPortInfo(mad, n);
-    if (ports_[n].state != before)
+    if (ports_[n].state != before) {
         event("port " + std::to_string(n) + ": the SM set it " + stateName(ports_[n].state) +
               " (was " + stateName(before) + ")");
+        if (n != 0)
+            portStateLeft(n, before);
+    }
     return status;
 }
 

@@ -39,7 +39,9 @@ std::vector<Transmit> Switch::linkChanged(unsigned port, bool up) {
     p.linkUp = up;
     // A new link trains to INIT; a lost one goes DOWN. Either way the SM
     // learns of it through SwitchInfo.PortStateChange.
+    const uint8_t before = p.state;
     p.state = up ? kPortStateInit : kPortStateDown;
+    portStateLeft(port, before);
     if (!up)
         ++p.counters.linkDowned;
     portStateChange_ = true;
@@ -60,6 +62,11 @@ void Switch::transmit(std::vector<Transmit> &out, unsigned port, std::vector<uin
     // Data needs an ACTIVE port; subnet management (VL15) only a live link.
     const bool open =
         p.linkUp && (management ? p.state >= kPortStateInit : p.state == kPortStateActive);
+    if (!open && !management && p.linkUp && p.state == kPortStateArmed &&
+        p.held.size() < kHeldWhileArmed) {
+        p.held.push_back({std::move(bytes), pkey});
+        return;
+    }
     if (!open) {
         if (management)
             ++p.counters.vl15Dropped;
@@ -88,7 +95,28 @@ void Switch::discarded(unsigned port, size_t bytes) {
     c.xmitData -= std::min<uint64_t>(c.xmitData, bytes / 4);
 }
 
+void Switch::portStateLeft(unsigned port, uint8_t before) {
+    SwitchPort &p = ports_[port];
+    if (before != kPortStateArmed || p.state == kPortStateArmed || p.held.empty())
+        return;
+    std::vector<SwitchPort::Held> held = std::exchange(p.held, {});
+    for (SwitchPort::Held &h : held)
+        if (p.state == kPortStateActive)
+            transmit(released_, port, std::move(h.packet), false, h.pkey);
+        else
+            ++p.counters.xmitDiscards;
+}
+
 std::vector<Transmit> Switch::receive(unsigned in, std::span<const uint8_t> bytes) {
+    std::vector<Transmit> out = receivePacket(in, bytes);
+    // What an SMP (or a data packet) just activated goes out with it.
+    out.insert(out.end(), std::make_move_iterator(released_.begin()),
+               std::make_move_iterator(released_.end()));
+    released_.clear();
+    return out;
+}
+
+std::vector<Transmit> Switch::receivePacket(unsigned in, std::span<const uint8_t> bytes) {
     std::vector<Transmit> out;
     if (in < 1 || in > config_.ports || !ports_[in].linkUp)
         return out;
@@ -110,6 +138,7 @@ std::vector<Transmit> Switch::receive(unsigned in, std::span<const uint8_t> byte
     // activates one end of a link, the data it sends the other).
     if (!smp && port.state == kPortStateArmed) {
         port.state = kPortStateActive;
+        portStateLeft(in, kPortStateArmed);
         event("port " + std::to_string(in) +
               ": ACTIVE on a data packet from its neighbour "
               "(was ARMED)");

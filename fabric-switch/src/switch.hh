@@ -70,6 +70,14 @@ struct SwitchPort {
     std::array<uint16_t, 32> pkeys{};
     uint8_t enforcement = 0; // kEnforceInbound, kEnforceOutbound
     PortCounters counters;
+    // Data for this port while it is ARMED: the SM activates the two ends
+    // of a link one after the other, and what a neighbour already ACTIVE
+    // sends through it in between waits (a few, see kHeldWhileArmed).
+    struct Held {
+        std::vector<uint8_t> packet;
+        uint16_t pkey;
+    };
+    std::vector<Held> held;
 };
 
 struct Transmit {
@@ -114,8 +122,9 @@ class Switch {
     void setClock(std::function<uint64_t()> clock) { clock_ = std::move(clock); }
     const iba::MkeyProtection &mkey() const { return mkey_; }
 
-    static constexpr unsigned kLftCap = 49152; // unicast LIDs
-    static constexpr unsigned kMftCap = 1024;  // multicast LIDs from 0xc000
+    static constexpr unsigned kLftCap = 49152;    // unicast LIDs
+    static constexpr size_t kHeldWhileArmed = 16; // packets per port
+    static constexpr unsigned kMftCap = 1024;     // multicast LIDs from 0xc000
 
   private:
     // Management.
@@ -147,6 +156,10 @@ class Switch {
     // Forwarding.
     std::vector<Transmit> forward(unsigned in, const iba::Packet &packet,
                                   std::span<const uint8_t> bytes);
+    std::vector<Transmit> receivePacket(unsigned in, std::span<const uint8_t> bytes);
+    // A port left ARMED: to ACTIVE, what it held goes out with the
+    // current call's packets; otherwise it is discarded.
+    void portStateLeft(unsigned port, uint8_t before);
     void transmit(std::vector<Transmit> &out, unsigned port, std::vector<uint8_t> bytes,
                   bool management, uint16_t pkey);
 
@@ -175,6 +188,7 @@ class Switch {
     };
     std::optional<UnrepressedTrap> unrepressed_;
     std::vector<unsigned> linkResets_;
+    std::vector<Transmit> released_; // held packets whose port went ACTIVE
     std::function<void(const std::string &)> dropLog_;
     std::function<void(const std::string &)> eventLog_;
     void event(const std::string &line) const {

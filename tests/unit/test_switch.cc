@@ -324,6 +324,42 @@ TEST_CASE("an ARMED port goes ACTIVE with its neighbour's first data packet", "[
     CHECK(sw.port(1).counters.rcvErrors == 0);
 }
 
+// The other side: the SM activated the HCA behind port 1, whose data is
+// for a neighbour behind port 2, which is still ARMED.
+TEST_CASE("data for an ARMED port waits for the SM to activate it", "[switch]") {
+    Switch sw = makeSwitch();
+    drSet(sw, kAttrLinearForwardingTable, 0, [](Mad &m) { m.set8(64 + 5, 2); });
+    for (unsigned p : {1u, 2u})
+        drSet(sw, kAttrPortInfo, p, [](Mad &m) { m.set8(64 + 32, kPortStateArmed); });
+    drSet(sw, kAttrPortInfo, 1, [](Mad &m) { m.set8(64 + 32, kPortStateActive); });
+    const auto data = lidPacket(5, 0x99, std::vector<uint8_t>(64, 1));
+    for (size_t i = 0; i < Switch::kHeldWhileArmed + 2; ++i)
+        CHECK(sw.receive(1, data).empty());
+    CHECK(sw.port(2).held.size() == Switch::kHeldWhileArmed);
+    CHECK(sw.port(2).counters.xmitDiscards == 2); // beyond what a port holds
+    // The SM's Set that activates port 2 sends them, after its answer.
+    auto out = sw.receive(1, [&] {
+        iba::ParseError error;
+        auto p = *iba::parse(drSmp(kSet, kAttrPortInfo, 2, {1}), &error);
+        Mad(p.payload).set8(64 + 32, kPortStateActive);
+        return iba::build(p);
+    }());
+    REQUIRE(out.size() == 1 + Switch::kHeldWhileArmed);
+    CHECK(out[0].port == 1); // the GetResp
+    CHECK(std::all_of(out.begin() + 1, out.end(),
+                      [&](const Transmit &t) { return t.port == 2 && t.packet == data; }));
+    CHECK(sw.port(2).counters.xmitPackets == Switch::kHeldWhileArmed);
+
+    // A port that goes down instead discards what it held.
+    drSet(sw, kAttrPortInfo, 3, [](Mad &m) { m.set8(64 + 32, kPortStateArmed); });
+    drSet(sw, kAttrLinearForwardingTable, 0, [](Mad &m) { m.set8(64 + 6, 3); });
+    CHECK(sw.receive(1, lidPacket(6, 0x99, {1, 2, 3, 4})).empty());
+    CHECK(sw.port(3).held.size() == 1);
+    sw.linkChanged(3, false);
+    CHECK(sw.port(3).held.empty());
+    CHECK(sw.port(3).counters.xmitDiscards == 1);
+}
+
 TEST_CASE("unknown attributes and methods get an error status", "[switch]") {
     Switch sw = makeSwitch();
     auto out = sw.receive(1, drSmp(kGet, 0x7777, 0, {1}));
