@@ -359,6 +359,10 @@ def run_e2e(counts: Counts, pattern: str, vms: int, accel: str,
     wrong = cables_not_as_asked(fab)
     counts.record(f"every HCA port of the fabric of {where} is on a {cable} cable", not wrong, 0,
                   "\n".join(wrong))
+    checked = time.monotonic()
+    errors = fabric_errors(fab)
+    counts.record(f"ibqueryerrors finds no port with errors on the fresh fabric of {where}",
+                  not errors, time.monotonic() - checked, errors)
     ui.end_steps_since(booting)  # the table shows the boot; the rest of the phase is tests
     ctx = Context(fab)
     old = signal.signal(signal.SIGALRM, _alarm)
@@ -551,6 +555,20 @@ def print_timing(counts: Counts, beside=(), slowest: int = 10) -> None:
     ui.info(f"the {slowest} slowest checks:")
     for seconds, name in sorted(counts.seconds, reverse=True)[:slowest]:
         ui.info(f"  {seconds:7.0f} s  {_first_line(name, 90)}")
+
+
+def fabric_errors(fab) -> str:
+    """What ibqueryerrors (in vm1, at its default thresholds) reports of
+    the fabric's ports, or "" when no port has errors beyond them: a
+    freshly booted fabric has none (docs/prm.md §2.1: the driver's first
+    reset keeps the power-on link)."""
+    result = fabric.exec_in(fab.vms[0].name, ["ibqueryerrors"], timeout=120)
+    summary = re.search(r"(\d+) ports? ha(?:ve|s) errors beyond threshold", result.out)
+    if result.exitcode == 0 and summary and summary[1] == "0":
+        checked = [line.strip("# ").strip() for line in result.out.splitlines() if "checked" in line]
+        print("ibqueryerrors: " + "; ".join(checked))
+        return ""
+    return f"ibqueryerrors exited {result.exitcode}:\n{result.out}{result.err}"
 
 
 # The end-to-end passes (./pib test --pass), each on a fabric of its own,
