@@ -1,8 +1,11 @@
-"""The subnet manager's world (issue 34), on the fabric of three guests
-on one switch (tests/e2e/connectx.topo: vm1 a pib-hca, vm2 and vm3
-ConnectX): partitions that opensm programs from a partitions.conf into
-the HCAs and into the switch ports, which enforce them; and a standby SM
-taking over when the master dies, with RC traffic running through.
+"""The subnet manager's world (issue 34): partitions that opensm programs
+from a partitions.conf into the HCAs and into the switch ports, which
+enforce them; and a standby SM taking over when the master dies, with RC
+traffic running through. On the fabric of three guests on one switch
+(tests/e2e/connectx.topo: vm1 a pib-hca, vm2 and vm3 ConnectX), and on
+the two switches of the second pass (vm1 on switch1, vm2 on switch2), where
+the packets cross the inter-switch cables and the switch that drops a
+foreign P_Key is the one behind them.
 
 Each test leaves the fabric as it found it: the usual opensm in vm1, the
 default partition only."""
@@ -15,9 +18,8 @@ from pibctl.pairs import tcp_listening
 from transfers import BackgroundTraffic, same_at_both_ends
 
 ONLY_ON_TOPOLOGY = "connectx.topo"
+ALSO_ON_TWO_SWITCHES = True
 
-VMS = ("vm1", "vm2", "vm3")
-SWITCH_PORT = {"vm1": 1, "vm2": 2, "vm3": 3}  # connectx.topo
 BLUE, GREEN, RED = 0x0001, 0x0002, 0x0003  # 15-bit keys
 PARTITIONS_CONF = "/run/pib-partitions.conf"
 SM_CONF = "/run/pib-sm-extra.conf"
@@ -26,6 +28,16 @@ SM_CONF = "/run/pib-sm-extra.conf"
 FAILOVER_CONF = "sminfo_polling_timeout 1000\npolling_retry_number 2\n"
 FAILOVER_LIMIT_S = 60
 FOREIGN_SENDS = 50
+
+
+def _vms(ctx):
+    return tuple(vm.name for vm in ctx.fabric.vms)
+
+
+def _cable(ctx, vm):
+    """The GUID of the switch vm's port 1 is cabled to, and its port."""
+    switch, port = ctx.fabric.vm(vm).cables[0]
+    return ctx.fabric.topo.switch(switch).guid, port
 
 
 def _device(ctx, vm):
@@ -66,23 +78,18 @@ def _kill_sm(ctx, vm):
 
 def _usual_sm(ctx):
     """Back to how the fabric booted: opensm in vm1 alone, with its defaults."""
-    for vm in VMS[1:]:
+    for vm in _vms(ctx)[1:]:
         _kill_sm(ctx, vm)
     fabric.stop_sm(ctx.fabric)
     fabric.start_sm(ctx.fabric)
     fabric.wait_active(ctx.fabric)
 
 
-def _switch_lid(ctx):
-    out = ctx.run("vm1", ["ibswitches"]).out
-    m = re.search(r"\blid (\d+)", out)
-    assert m, out
-    return int(m[1])
-
-
-def _constraint_errors(ctx, switch_lid, port):
-    """(PortXmitConstraintErrors, PortRcvConstraintErrors) of a switch port."""
-    out = ctx.run("vm1", ["perfquery", str(switch_lid), str(port)]).out
+def _constraint_errors(ctx, vm):
+    """(PortXmitConstraintErrors, PortRcvConstraintErrors) of the switch
+    port facing vm."""
+    guid, port = _cable(ctx, vm)
+    out = ctx.run("vm1", ["perfquery", "-G", hex(guid), str(port)]).out
     values = {k: int(v) for k, v in re.findall(r"Port(Xmit|Rcv)ConstraintErrors:\.*(\d+)", out)}
     assert values.keys() == {"Xmit", "Rcv"}, out
     return values["Xmit"], values["Rcv"]
@@ -93,7 +100,7 @@ def _child(ctx, vm, key, subnet):
     name = f"ib0.{key | 0x8000:04x}"
     ctx.sh(vm, f"[ -e /sys/class/net/{name} ] || echo {key | 0x8000:#x} > "
                f"/sys/class/net/ib0/create_child; "
-               f"ip addr replace {subnet}.{VMS.index(vm) + 1}/24 dev {name}; "
+               f"ip addr replace {subnet}.{_vms(ctx).index(vm) + 1}/24 dev {name}; "
                f"ip link set {name} up")
     return name
 
@@ -101,7 +108,7 @@ def _child(ctx, vm, key, subnet):
 def _pings(ctx, src, dst, subnet, count=3, deadline_s=20):
     """Whether `src` reaches `dst` on `subnet`: a ping that gets an
     answer within `deadline_s` (the child's broadcast join takes a moment)."""
-    address = f"{subnet}.{VMS.index(dst) + 1}"
+    address = f"{subnet}.{_vms(ctx).index(dst) + 1}"
     result = ctx.run(src, ["ping", "-c", str(count), "-w", str(deadline_s), address],
                      timeout=deadline_s + 30, check=False)
     return result.exitcode == 0
@@ -110,55 +117,60 @@ def _pings(ctx, src, dst, subnet, count=3, deadline_s=20):
 def test_the_switch_enforces_the_partitions_opensm_programs(ctx):
     """opensm, given a partitions.conf, programs the HCAs' P_Key tables
     and the switch ports facing them (PartitionEnforcementCap, inbound and
-    outbound enforcement). IPoIB on child interfaces: blue (vm1, vm2 full,
-    vm3 limited) carries pings between all three; green (vm1 full, vm2 and
-    vm3 limited) between vm1 and each, never between the two limited
-    members. A UD stream vm1 sends with red's P_Key (vm1 alone is in red)
-    to vm2 is dropped by the switch port facing vm2, which counts each
-    packet in PortXmitConstraintErrors, and never reaches vm2."""
-    guids = {vm: _port_guid(ctx, vm) for vm in VMS}
+    outbound enforcement). IPoIB on child interfaces: blue (vm1, vm2 full;
+    vm3, when there is one, limited) carries pings between all; green (vm1
+    full, the others limited) between vm1 and each, never between two
+    limited members. A UD stream vm1 sends with red's P_Key (vm1 alone is
+    in red) to vm2 is dropped by the switch port facing vm2, which counts
+    each packet in PortXmitConstraintErrors, and never reaches vm2."""
+    vms = _vms(ctx)
+    third = vms[2] if len(vms) > 2 else None
+    guids = {vm: _port_guid(ctx, vm) for vm in vms}
+    member = lambda vm, how: f"{guids[vm]}={how}"
+    blue = [member("vm1", "full"), member("vm2", "full")] + ([member(third, "limited")]
+                                                               if third else [])
+    green = [member("vm1", "full")] + [member(vm, "limited") for vm in vms[1:]]
     conf = (f"Default=0x7fff, ipoib : ALL=full ;\n"
-            f"blue={BLUE:#06x}, ipoib : {guids['vm1']}=full, {guids['vm2']}=full, "
-            f"{guids['vm3']}=limited ;\n"
-            f"green={GREEN:#06x}, ipoib : {guids['vm1']}=full, {guids['vm2']}=limited, "
-            f"{guids['vm3']}=limited ;\n"
-            f"red={RED:#06x} : {guids['vm1']}=full ;\n")
+            f"blue={BLUE:#06x}, ipoib : {', '.join(blue)} ;\n"
+            f"green={GREEN:#06x}, ipoib : {', '.join(green)} ;\n"
+            f"red={RED:#06x} : {member('vm1', 'full')} ;\n")
     ctx.sh("vm1", f"cat > {PARTITIONS_CONF} <<'EOF'\n{conf}EOF")
     want = {"vm1": {0xffff, 0x8000 | BLUE, 0x8000 | GREEN, 0x8000 | RED},
-            "vm2": {0xffff, 0x8000 | BLUE, GREEN},
-            "vm3": {0xffff, BLUE, GREEN}}
+            "vm2": {0xffff, 0x8000 | BLUE, GREEN}}
+    if third:
+        want[third] = {0xffff, BLUE, GREEN}
     try:
         fabric.stop_sm(ctx.fabric)
         _start_sm(ctx, "vm1", f"partition_config_file {PARTITIONS_CONF}\npart_enforce both\n")
         fabric.wait_active(ctx.fabric)
         deadline = time.monotonic() + 60
-        while {vm: set(_pkeys(ctx, vm)) for vm in VMS} != want:
+        while {vm: set(_pkeys(ctx, vm)) for vm in vms} != want:
             assert time.monotonic() < deadline, (
-                f"P_Key tables {({vm: sorted(map(hex, _pkeys(ctx, vm))) for vm in VMS})}, "
+                f"P_Key tables {({vm: sorted(map(hex, _pkeys(ctx, vm))) for vm in vms})}, "
                 f"want {({vm: sorted(map(hex, keys)) for vm, keys in want.items()})}")
             time.sleep(1)
-        switch = _switch_lid(ctx)
-        info = ctx.run("vm1", ["smpquery", "switchinfo", str(switch)]).out
-        assert re.search(r"PartEnforceCap:\.*32\b", info), info
-        for vm in VMS:
-            table = ctx.run("vm1", ["smpquery", "pkeys", str(switch),
-                                    str(SWITCH_PORT[vm])]).out
+        for vm in vms:
+            guid, port = _cable(ctx, vm)
+            info = ctx.run("vm1", ["smpquery", "-G", "switchinfo", hex(guid)]).out
+            assert re.search(r"PartEnforceCap:\.*32\b", info), info
+            table = ctx.run("vm1", ["smpquery", "-G", "pkeys", hex(guid), str(port)]).out
             found = {int(k, 16) for k in re.findall(r"0x[0-9a-f]{4}", table)} - {0}
-            assert found == want[vm], f"switch port {SWITCH_PORT[vm]} ({vm}): {table}"
-        print(f"P_Key tables programmed: {({vm: sorted(map(hex, want[vm])) for vm in VMS})}, "
+            assert found == want[vm], f"the switch port facing {vm}: {table}"
+        print(f"P_Key tables programmed: {({vm: sorted(map(hex, want[vm])) for vm in vms})}, "
               "the switch ports facing each the same")
 
-        for vm in VMS:
+        for vm in vms:
             _child(ctx, vm, BLUE, "10.81.0")
             _child(ctx, vm, GREEN, "10.82.0")
-        for src, dst in (("vm1", "vm2"), ("vm2", "vm3"), ("vm3", "vm1")):
+        for src, dst in zip(vms, vms[1:] + vms[:1]):
             assert _pings(ctx, src, dst, "10.81.0"), f"blue: {src} -> {dst}"
-        for src, dst in (("vm1", "vm2"), ("vm3", "vm1")):
-            assert _pings(ctx, src, dst, "10.82.0"), f"green: {src} -> {dst}"
-        assert not _pings(ctx, "vm2", "vm3", "10.82.0", count=2, deadline_s=5), (
-            "green: vm2 reached vm3, two limited members")
+        for vm in vms[1:]:
+            assert _pings(ctx, vm, "vm1", "10.82.0"), f"green: {vm} -> vm1"
+        if third:
+            assert not _pings(ctx, "vm2", third, "10.82.0", count=2, deadline_s=5), (
+                f"green: vm2 reached {third}, two limited members")
 
-        before = _constraint_errors(ctx, switch, SWITCH_PORT["vm2"])
+        before = _constraint_errors(ctx, "vm2")
         index = _pkeys(ctx, "vm1")[0x8000 | RED]
         perftest = "ib_send_bw -c UD -s 1024 -p 18930"
         ctx.sh("vm2", f"rm -f /tmp/foreign.out; (timeout 12 {perftest} -n {FOREIGN_SENDS} "
@@ -170,19 +182,20 @@ def test_the_switch_enforces_the_partitions_opensm_programs(ctx):
             time.sleep(0.3)
         client = ctx.sh("vm1", f"timeout 8 {perftest} -n {FOREIGN_SENDS} --pkey_index={index} vm2",
                         timeout=60, check=False)
-        after = _constraint_errors(ctx, switch, SWITCH_PORT["vm2"])
-        dropped = after[0] - before[0]
+        after = _constraint_errors(ctx, "vm2")
+        guid, port = _cable(ctx, "vm2")
         print(f"{FOREIGN_SENDS} UD sends with P_Key {0x8000 | RED:#06x} from vm1 to vm2: "
-              f"PortXmitConstraintErrors of switch port {SWITCH_PORT['vm2']} "
+              f"PortXmitConstraintErrors of switch {guid:#x} port {port} "
               f"{before[0]} -> {after[0]}")
-        assert dropped >= FOREIGN_SENDS, (
-            f"the switch dropped {dropped} of {FOREIGN_SENDS}:\n{client.out}{client.err}")
+        assert after[0] - before[0] >= FOREIGN_SENDS, (
+            f"the switch dropped {after[0] - before[0]} of {FOREIGN_SENDS}:\n"
+            f"{client.out}{client.err}")
         time.sleep(5)  # the server's timeout
         received = ctx.run("vm2", ["cat", "/tmp/foreign.out"], check=False).out
         assert not re.search(r"^\s*1024\s+\d+\s", received, re.M), (
             f"vm2 received the foreign packets:\n{received}")
     finally:
-        for vm in VMS:
+        for vm in vms:
             ctx.sh(vm, "for k in 0x8001 0x8002; do echo $k > /sys/class/net/ib0/delete_child; "
                        "done 2>/dev/null; true", check=False)
         ctx.sh("vm1", f"rm -f {PARTITIONS_CONF}")
@@ -191,10 +204,12 @@ def test_the_switch_enforces_the_partitions_opensm_programs(ctx):
 
 def test_a_standby_sm_takes_over_with_traffic_running(ctx):
     """opensm in vm1 (priority 15) is master, opensm in vm2 (priority 1)
-    standby. vm1's is killed while pib-traffic runs RC between vm2 and vm3;
-    vm2's becomes master (sminfo from vm3 names it) within its polling
-    time, every port stays ACTIVE, and the traffic ends with every byte
-    checked, the same at both ends."""
+    standby. vm1's is killed while pib-traffic runs RC to vm2 (from vm3,
+    or from vm1 on two VMs); vm2's becomes master (sminfo from the client
+    names it) within its polling time, every port stays ACTIVE, and the
+    traffic ends with every byte checked, the same at both ends."""
+    vms = _vms(ctx)
+    client = vms[2] if len(vms) > 2 else "vm1"
     vm2_lid = _lid(ctx, "vm2")
     traffic = None
     try:
@@ -203,12 +218,13 @@ def test_a_standby_sm_takes_over_with_traffic_running(ctx):
         fabric.wait_active(ctx.fabric)
         _start_sm(ctx, "vm2", "sm_priority 1\n" + FAILOVER_CONF)
         deadline = time.monotonic() + 60
-        while "SMINFO_STANDBY" not in ctx.run("vm3", ["sminfo", str(vm2_lid)], check=False).out:
+        while "SMINFO_STANDBY" not in ctx.run(client, ["sminfo", str(vm2_lid)],
+                                              check=False).out:
             assert time.monotonic() < deadline, ctx.run("vm2", ["tail", "/run/opensm.log"]).out
             time.sleep(1)
         traffic = BackgroundTraffic(ctx, ["-t", "send,write,read", "-q", "2",
                                           "-s", "4097,65536,1M+3", "-n", "20", "-S", "34"],
-                                    18940, client_vm="vm3", server_vm="vm2")
+                                    18940, client_vm=client, server_vm="vm2")
         time.sleep(2)
         killed = time.monotonic()
         _kill_sm(ctx, "vm1")
@@ -218,7 +234,7 @@ def test_a_standby_sm_takes_over_with_traffic_running(ctx):
                 f"no new master after {FAILOVER_LIMIT_S} s: {master}\n"
                 + ctx.run("vm2", ["tail", "-20", "/run/opensm.log"]).out)
             time.sleep(0.5)
-            master = ctx.run("vm3", ["sminfo"], check=False).out
+            master = ctx.run(client, ["sminfo"], check=False).out
         took = time.monotonic() - killed
         states = fabric.port_states(ctx.fabric)
         states.update(fabric.switch_port_states(ctx.fabric))
@@ -229,7 +245,7 @@ def test_a_standby_sm_takes_over_with_traffic_running(ctx):
         lines = same_at_both_ends(out, sout)
         print(f"vm2's opensm master {took:.1f} s after vm1's was killed ({master.strip()}); "
               f"every port ACTIVE; {sum(int(line['bytes']) for line in lines.values())} bytes "
-              "of RC traffic vm3 -> vm2 through the takeover, SHA-256 equal at both ends")
+              f"of RC traffic {client} -> vm2 through the takeover, SHA-256 equal at both ends")
     finally:
         if traffic is not None:
             traffic.wait()

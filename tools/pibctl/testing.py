@@ -205,7 +205,9 @@ def _load_tests(pattern: str, second_pass: bool = False, topology_file: Path = N
             if not own_pass or not getattr(module, "ONLY_ON_OWN_KERNEL", False):
                 continue
         elif topology_file or only_topology:
-            if not topology_file or only_topology != topology_file.name:
+            also_here = (second_pass and not topology_file
+                         and getattr(module, "ALSO_ON_TWO_SWITCHES", False))
+            if (not topology_file or only_topology != topology_file.name) and not also_here:
                 continue
         elif second_pass != only_second and not getattr(module, "ALSO_ON_TWO_SWITCHES", False):
             continue
