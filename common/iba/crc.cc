@@ -232,6 +232,22 @@ template <uint64_t kPoly> struct FoldConstants {
     return _mm_loadu_si128(reinterpret_cast<const __m128i *>(p));
 }
 
+// Folds the whole 16-byte blocks at p onto v, one at a time; p and n are
+// left at the tail of fewer than 16 bytes. The last step of every fold.
+template <uint64_t kPoly>
+[[gnu::target("pclmul,sse2")]] __m128i foldBlocks(__m128i v, const uint8_t *&pRef, size_t &nRef) {
+    using K = FoldConstants<kPoly>;
+    const __m128i k16 =
+        _mm_set_epi64x(static_cast<long long>(K::by16hi), static_cast<long long>(K::by16lo));
+    const uint8_t *p = pRef;
+    size_t n = nRef;
+    for (; n >= 16; p += 16, n -= 16)
+        v = _mm_xor_si128(fold(v, k16), load(p));
+    pRef = p;
+    nRef = n;
+    return v;
+}
+
 // Folds the data at p (n >= 64 bytes), `start` XORed into its first bytes,
 // into one block; p and n are left at the tail of fewer than 16 bytes.
 // The cursor is copied into locals and the streams are named registers:
@@ -264,11 +280,9 @@ template <uint64_t kPoly>
     a = _mm_xor_si128(fold(a, k32), c);
     b = _mm_xor_si128(fold(b, k32), d);
     a = _mm_xor_si128(fold(a, k16), b);
-    for (; n >= 16; p += 16, n -= 16)
-        a = _mm_xor_si128(fold(a, k16), load(p));
     pRef = p;
     nRef = n;
-    return a;
+    return foldBlocks<kPoly>(a, pRef, nRef);
 }
 
 // The same with 256-bit registers (VPCLMULQDQ): eight streams, 128 bytes
@@ -311,8 +325,6 @@ template <uint64_t kPoly>
 [[gnu::target("vpclmulqdq,avx2,pclmul")]] __m128i foldWide(uint64_t start, const uint8_t *&pRef,
                                                            size_t &nRef) {
     using K = FoldConstants<kPoly>;
-    const __m128i k16 =
-        _mm_set_epi64x(static_cast<long long>(K::by16hi), static_cast<long long>(K::by16lo));
     const __m256i k128 = twice(K::by128lo, K::by128hi);
     const uint8_t *p = pRef;
     size_t n = nRef;
@@ -327,12 +339,9 @@ template <uint64_t kPoly>
         c = _mm256_xor_si256(fold(c, k128), load256(p + 64));
         d = _mm256_xor_si256(fold(d, k128), load256(p + 96));
     }
-    __m128i v = foldFour<kPoly>(a, b, c, d);
-    for (; n >= 16; p += 16, n -= 16)
-        v = _mm_xor_si128(fold(v, k16), load(p));
     pRef = p;
     nRef = n;
-    return v;
+    return foldBlocks<kPoly>(foldFour<kPoly>(a, b, c, d), pRef, nRef);
 }
 
 // The tail of t (1..15) bytes after the block v, folded into it: the
@@ -433,19 +442,11 @@ bool canFold(size_t n) {
 // Folds n >= 16 bytes, `start` XORed into the first, one block at a time:
 // for what is too short for the four streams.
 template <uint64_t kPoly>
-[[gnu::target("pclmul,sse2")]] __m128i foldOneStream(uint64_t start, const uint8_t *&pRef,
-                                                     size_t &nRef) {
-    using K = FoldConstants<kPoly>;
-    const __m128i k16 =
-        _mm_set_epi64x(static_cast<long long>(K::by16hi), static_cast<long long>(K::by16lo));
-    const uint8_t *p = pRef;
-    size_t n = nRef;
-    __m128i a = _mm_xor_si128(load(p), _mm_cvtsi64_si128(static_cast<long long>(start)));
-    for (p += 16, n -= 16; n >= 16; p += 16, n -= 16)
-        a = _mm_xor_si128(fold(a, k16), load(p));
-    pRef = p;
-    nRef = n;
-    return a;
+[[gnu::target("pclmul,sse2")]] __m128i foldOneStream(uint64_t start, const uint8_t *&p, size_t &n) {
+    const __m128i first = _mm_xor_si128(load(p), _mm_cvtsi64_si128(static_cast<long long>(start)));
+    p += 16;
+    n -= 16;
+    return foldBlocks<kPoly>(first, p, n);
 }
 
 // Folds `bytes` (at least 16; canFold unless kPoly is the joint
@@ -611,15 +612,11 @@ JointCrcStream::finishFolding(uint32_t *crc32, uint16_t *crc16) {
         finishPending(crc32, crc16);
         return;
     }
-    using K = FoldConstants<kPoly48>;
-    const __m128i k16 =
-        _mm_set_epi64x(static_cast<long long>(K::by16hi), static_cast<long long>(K::by16lo));
     __m128i v = foldFour<kPoly48>(load256(accumulators_), load256(accumulators_ + 32),
                                   load256(accumulators_ + 64), load256(accumulators_ + 96));
     const uint8_t *p = pending_;
     size_t n = pendingBytes_;
-    for (; n >= 16; p += 16, n -= 16)
-        v = _mm_xor_si128(fold(v, k16), load(p));
+    v = foldBlocks<kPoly48>(v, p, n);
     if (n) { // foldTail reads the 16 bytes that end with the tail
         alignas(16) uint8_t last[16] = {};
         std::memcpy(last + 16 - n, p, n);
