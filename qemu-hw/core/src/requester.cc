@@ -98,15 +98,9 @@ void Requester::send(QueuePair &qp) {
     // back, then send new work. Packets leave in PSN order: a full window
     // stops everything after it.
     if (r.unsentHeld) {
-        for (SendWqe &w : r.outstanding) {
-            const SendProgress progress = sendRequestPackets(qp, w);
-            if (progress == SendProgress::kFailed)
+        for (SendWqe &w : r.outstanding)
+            if (!sendAll(qp, w))
                 return;
-            if (progress != SendProgress::kAllSent) {
-                stopSending(qp, progress);
-                return;
-            }
-        }
         r.unsentHeld = false;
     }
     if (qp.ctx.type == PIB_QPT_UC) // UC WQEs whose last packets went out just now
@@ -161,13 +155,8 @@ void Requester::send(QueuePair &qp) {
         if (w.isReadOrAtomic())
             ++r.readsInFlight;
         holdWqe(qp);
-        const SendProgress progress = sendRequestPackets(qp, w);
-        if (progress == SendProgress::kFailed)
+        if (!sendAll(qp, w))
             return;
-        if (progress != SendProgress::kAllSent) {
-            stopSending(qp, progress);
-            return;
-        }
         if (qp.ctx.type == PIB_QPT_UC) // unacknowledged: done once sent
             completeInOrder(qp);
     }
@@ -235,6 +224,15 @@ void Requester::releaseWqes(QueuePair &qp) {
     outstanding_.remove(qp.req.heldBytes);
     qp.req.heldBytes = 0;
     qp.req.outstanding.clear();
+}
+
+// Sends what `w` has not sent. False when the requester must stop: the QP
+// failed, or a full window, a spent budget or a full port held the rest.
+bool Requester::sendAll(QueuePair &qp, SendWqe &w) {
+    const SendProgress progress = sendRequestPackets(qp, w);
+    if (progress != SendProgress::kAllSent && progress != SendProgress::kFailed)
+        stopSending(qp, progress);
+    return progress == SendProgress::kAllSent;
 }
 
 // The requester stops before its work is all out: a full window waits for

@@ -41,6 +41,7 @@ class Requester final : TransportRole {
     void armAckTimerIfIdle(QueuePair &qp);
     enum class SendProgress { kAllSent, kWindowFull, kPaused, kFailed };
     SendProgress sendRequestPackets(QueuePair &qp, SendWqe &w);
+    bool sendAll(QueuePair &qp, SendWqe &w);
     bool sendRequestPacket(QueuePair &qp, SendWqe &w, iba::Packet &p, uint32_t offset,
                            uint32_t len);
     void stopSending(QueuePair &qp, SendProgress why);
