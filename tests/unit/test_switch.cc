@@ -304,15 +304,25 @@ TEST_CASE("PortInfo sets the LID and walks the port states", "[switch]") {
     CHECK(setState(77, kPortStateArmed) == kStatusBadField);
 }
 
+namespace {
+
+// LID 5 behind port 2; ports 1 and 2 ARMED, then `active` of them ACTIVE:
+// a link the SM is half way through activating.
+void activateOneEnd(Switch &sw, unsigned active) {
+    drSet(sw, kAttrLinearForwardingTable, 0, [](Mad &m) { m.set8(64 + 5, 2); });
+    for (unsigned p : {1u, 2u})
+        drSet(sw, kAttrPortInfo, p, [](Mad &m) { m.set8(64 + 32, kPortStateArmed); });
+    drSet(sw, kAttrPortInfo, active, [](Mad &m) { m.set8(64 + 32, kPortStateActive); });
+}
+
+} // namespace
+
 // What made every fresh fabric's switch count PortRcvErrors: the SM sets
 // the HCA's port ACTIVE before the switch port facing it, and the HCA's
 // first data found that port ARMED.
 TEST_CASE("an ARMED port goes ACTIVE with its neighbour's first data packet", "[switch]") {
     Switch sw = makeSwitch();
-    drSet(sw, kAttrLinearForwardingTable, 0, [](Mad &m) { m.set8(64 + 5, 2); });
-    for (unsigned p : {1u, 2u})
-        drSet(sw, kAttrPortInfo, p, [](Mad &m) { m.set8(64 + 32, kPortStateArmed); });
-    drSet(sw, kAttrPortInfo, 2, [](Mad &m) { m.set8(64 + 32, kPortStateActive); });
+    activateOneEnd(sw, 2);
     CHECK(sw.port(1).state == kPortStateArmed);
     // Subnet management leaves it ARMED.
     CHECK(sw.receive(1, drSmp(kGet, kAttrNodeInfo, 0, {1})).size() == 1);
@@ -328,10 +338,7 @@ TEST_CASE("an ARMED port goes ACTIVE with its neighbour's first data packet", "[
 // for a neighbour behind port 2, which is still ARMED.
 TEST_CASE("data for an ARMED port waits for the SM to activate it", "[switch]") {
     Switch sw = makeSwitch();
-    drSet(sw, kAttrLinearForwardingTable, 0, [](Mad &m) { m.set8(64 + 5, 2); });
-    for (unsigned p : {1u, 2u})
-        drSet(sw, kAttrPortInfo, p, [](Mad &m) { m.set8(64 + 32, kPortStateArmed); });
-    drSet(sw, kAttrPortInfo, 1, [](Mad &m) { m.set8(64 + 32, kPortStateActive); });
+    activateOneEnd(sw, 1);
     const auto data = lidPacket(5, 0x99, std::vector<uint8_t>(64, 1));
     for (size_t i = 0; i < Switch::kHeldWhileArmed + 2; ++i)
         CHECK(sw.receive(1, data).empty());
