@@ -144,6 +144,40 @@ inline uint8_t pmaPortSelect(const Mad &mad) {
     return mad.get8(Mad::kPmaData + 1);
 }
 
+// The counters a PortCounters Set clears (its CounterSelect, IBA 16.1.3.5),
+// in that attribute's bit order. PortCountersExtended's own CounterSelect
+// (data and packet counters only) is mapped onto the same bits.
+enum CounterSelect : uint16_t {
+    kSelLinkDowned = 1u << 2,
+    kSelRcvErrors = 1u << 3,
+    kSelXmitDiscards = 1u << 6,
+    kSelXmitConstraintErrors = 1u << 7,
+    kSelRcvConstraintErrors = 1u << 8,
+    kSelVl15Dropped = 1u << 11,
+    kSelXmitData = 1u << 12,
+    kSelRcvData = 1u << 13,
+    kSelXmitPackets = 1u << 14,
+    kSelRcvPackets = 1u << 15,
+};
+
+inline uint16_t pmaCounterSelect(const Mad &mad) {
+    const uint16_t select = mad.get16(Mad::kPmaData + 2);
+    if (mad.attributeId() == kAttrPortCounters)
+        return select;
+    uint16_t mapped = 0; // Extended: data, data, packets, packets, unicast x2
+    mapped |= (select & 1u) ? kSelXmitData : 0;
+    mapped |= (select & 2u) ? kSelRcvData : 0;
+    mapped |= (select & (4u | 16u)) ? kSelXmitPackets : 0;
+    mapped |= (select & (8u | 32u)) ? kSelRcvPackets : 0;
+    return mapped;
+}
+
+// Zeroes the counters a Set's CounterSelect names.
+template <typename T> inline void clearIfSelected(uint16_t select, uint16_t bit, T &counter) {
+    if (select & bit)
+        counter = 0;
+}
+
 // The PMA's ClassPortInfo (IBA 13.4.8.1) that the device and the switch
 // both answer: base and class version 1, PortCountersExtended supported
 // (IsExtendedWidthSupported), response time value 18 (about 1 s).

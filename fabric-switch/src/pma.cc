@@ -10,6 +10,23 @@ namespace pib::fabric {
 
 using namespace pib::iba;
 
+namespace {
+
+void clearSelected(PortCounters &c, uint16_t select) {
+    clearIfSelected(select, kSelLinkDowned, c.linkDowned);
+    clearIfSelected(select, kSelRcvErrors, c.rcvErrors);
+    clearIfSelected(select, kSelXmitDiscards, c.xmitDiscards);
+    clearIfSelected(select, kSelXmitConstraintErrors, c.xmitConstraintErrors);
+    clearIfSelected(select, kSelRcvConstraintErrors, c.rcvConstraintErrors);
+    clearIfSelected(select, kSelVl15Dropped, c.vl15Dropped);
+    clearIfSelected(select, kSelXmitData, c.xmitData);
+    clearIfSelected(select, kSelRcvData, c.rcvData);
+    clearIfSelected(select, kSelXmitPackets, c.xmitPackets);
+    clearIfSelected(select, kSelRcvPackets, c.rcvPackets);
+}
+
+} // namespace
+
 void Switch::pma(Mad mad) {
     uint16_t status = kStatusOk;
     const uint8_t method = mad.method();
@@ -28,8 +45,8 @@ void Switch::pma(Mad mad) {
             status = kStatusBadField;
         } else {
             PortCounters &c = ports_[portSelect].counters;
-            if (method == kSet) // a Set clears the counters it selects: all here
-                c = PortCounters{};
+            if (method == kSet)
+                clearSelected(c, pmaCounterSelect(mad));
             writePortCounters(mad, {.xmitData = c.xmitData,
                                     .rcvData = c.rcvData,
                                     .xmitPackets = c.xmitPackets,

@@ -18,6 +18,9 @@ ONLY_ON_TWO_SWITCHES = True
 FAULTS = "loss=5% corrupt=1% dup=1% reorder=2% seed=14"
 COUNTERS = ("packets", "dropped", "corrupted", "duplicated", "reordered")
 
+# Not judged by the runner's ibqueryerrors after the module (testing.py).
+ERRORS_ON_PURPOSE = "loss and bit errors injected on a cable count as the receiver's PortRcvErrors"
+
 
 def _vm2_cable(ctx):
     """The switch and port of vm2's cable, and the switch's GUID."""

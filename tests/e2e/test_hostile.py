@@ -28,6 +28,9 @@ MAX_EXEC_SECONDS = 1.0
 RSS_GROWTH_LIMIT_KB = 64 * 1024
 KERNEL_TROUBLE = ("BUG:", "Oops", "general protection", "Call Trace", "refcount_t")
 
+# Not judged by the runner's ibqueryerrors after the module (testing.py).
+ERRORS_ON_PURPOSE = "hostile peers send malformed and foreign packets on purpose"
+
 
 def _rss_kb(pid):
     for line in Path(f"/proc/{pid}/status").read_text().splitlines():

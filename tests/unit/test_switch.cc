@@ -859,6 +859,27 @@ TEST_CASE("switch ports enforce their partitions in and out (IBA 10.9.2)", "[swi
     CHECK(field8(counters(1), 64 + 17) == 3); // PortRcvConstraintErrors
     CHECK(field8(counters(2), 64 + 16) == 1); // PortXmitConstraintErrors
 
+    // A Set clears the counters its CounterSelect names, and only those
+    // (ibqueryerrors -k selects the error counters, not the data).
+    auto clear = [&](unsigned port, uint16_t select) {
+        auto request = smpMad(kClassPerfMgt, kSet, kAttrPortCounters, 0);
+        request[64 + 1] = static_cast<uint8_t>(port);
+        request[64 + 2] = static_cast<uint8_t>(select >> 8);
+        request[64 + 3] = static_cast<uint8_t>(select);
+        REQUIRE(sw.receive(1, lidPacket(0x10, 1, request, 0x21)).size() == 1);
+    };
+    const uint64_t rcvPackets = sw.port(1).counters.rcvPackets;
+    clear(1, kSelXmitConstraintErrors);
+    CHECK(sw.port(1).counters.rcvConstraintErrors == 3);
+    clear(1, kSelRcvConstraintErrors | kSelRcvErrors);
+    CHECK(sw.port(1).counters.rcvConstraintErrors == 0);
+    CHECK(sw.port(1).counters.rcvPackets >= rcvPackets);
+    clear(2, 0x0fff);
+    CHECK(sw.port(2).counters.xmitConstraintErrors == 0);
+    CHECK(sw.port(2).counters.xmitPackets > 0);
+    clear(2, 0xf000);
+    CHECK(sw.port(2).counters.xmitPackets == 0);
+
     // Enforcement off again: the foreign key passes.
     setEnforcement(sw, 1, 0);
     setEnforcement(sw, 2, 0);

@@ -252,6 +252,25 @@ def _check_logs(counts: Counts, gate: LogGate, module, last_test: str) -> None:
                   not problems, time.monotonic() - start, str(problems[0]) if problems else "")
 
 
+def _check_port_errors(counts: Counts, fab, module, last_test: str) -> None:
+    """ibqueryerrors after a module's last test, which then clears every
+    port's error counters so that the next module is judged on its own.
+    A module whose tests make errors on purpose (faults, outages, driver
+    reloads: a link that goes down counts in LinkDowned as on hardware)
+    says so in ERRORS_ON_PURPOSE and is not judged."""
+    start = time.monotonic()
+    stem = last_test.split("::")[0]
+    suffix = last_test[last_test.index("["):] if "[" in last_test else ""
+    errors = fabric_errors(fab, clear=True)
+    why = getattr(module, "ERRORS_ON_PURPOSE", "")
+    if why:
+        if errors:
+            print(f"{stem}: port errors expected ({why}):\n{errors}")
+        return
+    counts.record(f"{stem}: ibqueryerrors finds no port with errors after its tests{suffix}",
+                  not errors, time.monotonic() - start, errors)
+
+
 def bundled_kernel_as_users() -> OwnKernel:
     """The default bundled kernel laid out as a user's own build would be:
     its bzImage, and an INSTALL_MOD_PATH whose lib/modules/RELEASE holds
@@ -398,6 +417,7 @@ def run_e2e(counts: Counts, pattern: str, vms: int, accel: str,
             counts.record(name, ok, time.monotonic() - start, why)
             if index + 1 == len(tests) or tests[index + 1][2] is not module:
                 _check_logs(counts, gate, module, name)
+                _check_port_errors(counts, fab, module, name)
     finally:
         signal.signal(signal.SIGALRM, old)
         start = time.monotonic()
@@ -559,12 +579,14 @@ def print_timing(counts: Counts, beside=(), slowest: int = 10) -> None:
         ui.info(f"  {seconds:7.0f} s  {_first_line(name, 90)}")
 
 
-def fabric_errors(fab) -> str:
+def fabric_errors(fab, clear: bool = False) -> str:
     """What ibqueryerrors (in vm1, at its default thresholds) reports of
     the fabric's ports, or "" when no port has errors beyond them: a
     freshly booted fabric has none (docs/prm.md §2.1: the driver's first
-    reset keeps the power-on link)."""
-    result = fabric.exec_in(fab.vms[0].name, ["ibqueryerrors"], timeout=120)
+    reset keeps the power-on link). `clear` then resets every port's error
+    counters (ibqueryerrors -k: a PMA Set of PortCounters)."""
+    result = fabric.exec_in(fab.vms[0].name, ["ibqueryerrors"] + (["-k"] if clear else []),
+                            timeout=120)
     summary = re.search(r"(\d+) ports? ha(?:ve|s) errors beyond threshold", result.out)
     if result.exitcode == 0 and summary and summary[1] == "0":
         checked = [line.strip("# ").strip() for line in result.out.splitlines() if "checked" in line]

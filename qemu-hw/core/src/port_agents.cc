@@ -301,7 +301,12 @@ void PortAgents::pma(unsigned number, Mad &mad) {
             break;
         }
         if (set) {
-            p.rcvPackets = p.rcvWords = p.rcvErrors = p.xmitPackets = p.xmitWords = 0;
+            const uint16_t select = iba::pmaCounterSelect(mad);
+            iba::clearIfSelected(select, iba::kSelRcvErrors, p.rcvErrors);
+            iba::clearIfSelected(select, iba::kSelXmitData, p.xmitWords);
+            iba::clearIfSelected(select, iba::kSelRcvData, p.rcvWords);
+            iba::clearIfSelected(select, iba::kSelXmitPackets, p.xmitPackets);
+            iba::clearIfSelected(select, iba::kSelRcvPackets, p.rcvPackets);
         }
         iba::writePortCounters(mad, {.xmitData = p.xmitWords,
                                      .rcvData = p.rcvWords,
