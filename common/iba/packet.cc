@@ -151,20 +151,53 @@ const char *toString(ParseError error) {
     return "?";
 }
 
+namespace {
+
+size_t padOf(size_t payloadLength) {
+    return (4 - payloadLength % 4) % 4;
+}
+
+// LRH to ICRC: what PktLen counts.
+size_t lrhToIcrc(const Packet &p, size_t payloadLength) {
+    const Layout layout = layoutOf(p.bth.opcode);
+    const size_t payload = layout.payload ? payloadLength : 0;
+    return kLrhSize + (p.grh ? kGrhSize : 0) + kBthSize + extensionSize(layout) + payload +
+           padOf(payload) + kIcrcSize;
+}
+
+} // namespace
+
+size_t PacketWriter::framedSize(const Packet &p, size_t payloadLength, size_t headroom) {
+    return headroom + lrhToIcrc(p, payloadLength) + kVcrcSize;
+}
+
 PacketWriter::PacketWriter(const Packet &p, size_t payloadLength, size_t headroom,
                            std::vector<uint8_t> storage)
-    : out_(std::move(storage)), headroom_(headroom), grh_(p.grh.has_value()) {
-    const Layout layout = layoutOf(p.bth.opcode);
-    payloadLength_ = layout.payload ? payloadLength : 0;
-    const size_t pad = (4 - payloadLength_ % 4) % 4;
-    const size_t transport = kBthSize + extensionSize(layout) + payloadLength_ + pad + kIcrcSize;
-    const size_t total = kLrhSize + (p.grh ? kGrhSize : 0) + transport;
-    icrcAt_ = headroom + total - kIcrcSize;
+    : owned_(std::move(storage)), headroom_(headroom), grh_(p.grh.has_value()) {
     // A recycled buffer usually has this size already: nothing is zeroed
     // only to be overwritten by the payload.
-    out_.resize(headroom + total + kVcrcSize);
+    owned_.resize(framedSize(p, payloadLength, headroom));
+    out_ = owned_;
+    payloadLength_ = layoutOf(p.bth.opcode).payload ? payloadLength : 0;
+    writeHeaders(p);
+}
 
-    Cursor out{out_.data() + headroom};
+PacketWriter::PacketWriter(const Packet &p, size_t payloadLength, size_t headroom,
+                           std::span<uint8_t> place)
+    : out_(place), inPlace_(true), headroom_(headroom), grh_(p.grh.has_value()) {
+    if (place.size() != framedSize(p, payloadLength, headroom))
+        throw std::length_error("the place does not fit the packet");
+    payloadLength_ = layoutOf(p.bth.opcode).payload ? payloadLength : 0;
+    writeHeaders(p);
+}
+
+void PacketWriter::writeHeaders(const Packet &p) {
+    const Layout layout = layoutOf(p.bth.opcode);
+    const size_t pad = padOf(payloadLength_);
+    const size_t total = lrhToIcrc(p, payloadLength_);
+    const size_t transport = total - kLrhSize - (p.grh ? kGrhSize : 0);
+    icrcAt_ = headroom_ + total - kIcrcSize;
+    Cursor out{out_.data() + headroom_};
     out.put8(static_cast<uint8_t>(p.lrh.vl << 4 | (p.lrh.lver & 0xf)));
     out.put8(static_cast<uint8_t>(p.lrh.sl << 4 | (p.grh ? kLnhIbaGlobal : kLnhIbaLocal)));
     out.put16(p.lrh.dlid);
@@ -219,9 +252,9 @@ PacketWriter::PacketWriter(const Packet &p, size_t payloadLength, size_t headroo
     payloadAt_ = static_cast<size_t>(out.at - out_.data());
     std::memset(out.at + payloadLength_, 0, pad); // the pad bytes are zeros
     if (!p.grh) {
-        const FromBth c = crcsFromBth(std::span(out_).subspan(headroom, kLrhSize), 0);
+        const FromBth c = crcsFromBth(out_.subspan(headroom_, kLrhSize), 0);
         crcs_.emplace(c.icrc, c.vcrc, c.flip);
-        folded_ = headroom + kLrhSize;
+        folded_ = headroom_ + kLrhSize;
     }
 }
 
@@ -251,11 +284,11 @@ void PacketWriter::append(const uint8_t *src, size_t n) {
 }
 
 std::span<uint8_t> PacketWriter::appendRoom(size_t n) {
-    return std::span(out_).subspan(claim(n), n);
+    return out_.subspan(claim(n), n);
 }
 
 std::vector<uint8_t> PacketWriter::finish() && {
-    const std::span<uint8_t> bytes(out_);
+    const std::span<uint8_t> bytes = out_;
     BodyCrcs crcs;
     if (crcs_) {
         foldUpTo(icrcAt_);
@@ -269,7 +302,7 @@ std::vector<uint8_t> PacketWriter::finish() && {
     const uint16_t vcrc =
         static_cast<uint16_t>(~crc16Update(crcs.vcrcState, bytes.subspan(icrcAt_, kIcrcSize)));
     out.put16(__builtin_bswap16(vcrc)); // little-endian too
-    return std::move(out_);
+    return std::move(owned_);
 }
 
 std::vector<uint8_t> build(const Packet &p, size_t headroom, std::vector<uint8_t> storage) {
@@ -377,8 +410,17 @@ size_t readExtensions(const uint8_t *b, size_t off, const Layout &layout, Packet
 
 } // namespace
 
-std::optional<Packet> parse(std::span<const uint8_t> bytes, ParseError *error, bool checkIcrc,
-                            bool copyPayload) {
+static_assert(kMaxPacketBytes ==
+              kLrhSize + kGrhSize + kBthSize + 28 + kMaxPayload + 3 + kIcrcSize + kVcrcSize);
+static_assert(kMaxHeaderBytes >= kLrhSize + kGrhSize + kBthSize + 32); // XRCETH + AtomicETH
+
+namespace {
+
+// parse() and parseShared(): the headers come from `head`, the packet's
+// first bytes (all of them, or kMaxHeaderBytes at least), the payload
+// and the CRCs from `bytes`.
+std::optional<Packet> parseFrom(std::span<const uint8_t> bytes, const uint8_t *head,
+                                ParseError *error, bool checkIcrc, bool copyPayload) {
     auto fail = [&](ParseError e) -> std::optional<Packet> {
         *error = e;
         return std::nullopt;
@@ -386,33 +428,34 @@ std::optional<Packet> parse(std::span<const uint8_t> bytes, ParseError *error, b
     *error = ParseError::kNone;
     if (bytes.size() < kLrhSize + kBthSize + kIcrcSize + kVcrcSize)
         return fail(ParseError::kTooShort);
-    if (bytes.size() >
-        kLrhSize + kGrhSize + kBthSize + 28 + kMaxPayload + 3 + kIcrcSize + kVcrcSize)
+    if (bytes.size() > kMaxPacketBytes)
         return fail(ParseError::kTooLong);
     const size_t total = bytes.size() - kVcrcSize;
-    const uint16_t vcrc = static_cast<uint16_t>(bytes[total] | bytes[total + 1] << 8);
+    // The trailing CRCs, read once.
+    uint8_t tail[kIcrcSize + kVcrcSize];
+    std::memcpy(tail, bytes.data() + total - kIcrcSize, sizeof(tail));
+    const uint16_t vcrc = static_cast<uint16_t>(tail[4] | tail[5] << 8);
     // An end node checks both CRCs, in one pass when the headers the LNH
     // names fit (if they do not, parsing fails below anyway).
-    const bool grh = (bytes[1] & 3) == kLnhIbaGlobal;
+    const bool grh = (head[1] & 3) == kLnhIbaGlobal;
     std::optional<BodyCrcs> crcs;
     if (checkIcrc && total - kIcrcSize >= headerBytes(grh))
         crcs = bodyCrcs(bytes.first(total - kIcrcSize), grh);
-    const uint16_t vcrcState = crcs ? crc16Update(crcs->vcrcState, bytes.subspan(total - 4, 4))
+    const uint16_t vcrcState = crcs ? crc16Update(crcs->vcrcState, std::span(tail, kIcrcSize))
                                     : crc16Update(0xffff, bytes.first(total));
     if (vcrc != static_cast<uint16_t>(~vcrcState))
         return fail(ParseError::kBadVcrc);
 
     Packet p;
-    const uint8_t *b = bytes.data();
-    if (const ParseError e = readLrh(b, total, p); e != ParseError::kNone)
+    if (const ParseError e = readLrh(head, total, p); e != ParseError::kNone)
         return fail(e);
     size_t off = kLrhSize;
     if (p.lrh.lnh == kLnhIbaGlobal) {
-        if (const ParseError e = readGrh(b + off, total, p); e != ParseError::kNone)
+        if (const ParseError e = readGrh(head + off, total, p); e != ParseError::kNone)
             return fail(e);
         off += kGrhSize;
     }
-    if (const ParseError e = readBth(b + off, p); e != ParseError::kNone)
+    if (const ParseError e = readBth(head + off, p); e != ParseError::kNone)
         return fail(e);
     off += kBthSize;
     const Layout layout = layoutOf(p.bth.opcode);
@@ -421,18 +464,32 @@ std::optional<Packet> parse(std::span<const uint8_t> bytes, ParseError *error, b
     const size_t payloadEnd = total - kIcrcSize - p.bth.padCount;
     if (off + extensionSize(layout) + p.bth.padCount + kIcrcSize > total)
         return fail(ParseError::kTooShort);
-    off = readExtensions(b, off, layout, p);
+    off = readExtensions(head, off, layout, p);
     if (!layout.payload && payloadEnd != off)
         return fail(ParseError::kBadLength); // data where the opcode has none
     if (copyPayload)
-        p.payload.assign(b + off, b + payloadEnd);
+        p.payload.assign(bytes.data() + off, bytes.data() + payloadEnd);
     else
         p.view = bytes.subspan(off, payloadEnd - off);
-    const uint32_t icrc = uint32_t{b[total - 4]} | uint32_t{b[total - 3]} << 8 |
-                          uint32_t{b[total - 2]} << 16 | uint32_t{b[total - 1]} << 24;
+    const uint32_t icrc = uint32_t{tail[0]} | uint32_t{tail[1]} << 8 | uint32_t{tail[2]} << 16 |
+                          uint32_t{tail[3]} << 24;
     if (checkIcrc && (!crcs || p.grh.has_value() != grh || icrc != crcs->icrc))
         return fail(ParseError::kBadIcrc);
     return p;
+}
+
+} // namespace
+
+std::optional<Packet> parse(std::span<const uint8_t> bytes, ParseError *error, bool checkIcrc,
+                            bool copyPayload) {
+    return parseFrom(bytes, bytes.data(), error, checkIcrc, copyPayload);
+}
+
+std::optional<Packet> parseShared(std::span<const uint8_t> bytes, std::span<const uint8_t> head,
+                                  ParseError *error) {
+    if (head.size() < std::min(bytes.size(), kMaxHeaderBytes))
+        throw std::length_error("parseShared: the private copy of the headers is too short");
+    return parseFrom(bytes, head.data(), error, true, false);
 }
 
 } // namespace pib::iba

@@ -250,20 +250,35 @@ class PacketWriter {
     // are not): a sender that recycles its buffers allocates nothing.
     PacketWriter(const Packet &headers, size_t payloadLength, size_t headroom = 0,
                  std::vector<uint8_t> storage = {});
+    // Or in `place`, which must be framedSize() bytes: the packet is built
+    // where it is to go (a ring cable's room), and finish() returns nothing.
+    PacketWriter(const Packet &headers, size_t payloadLength, size_t headroom,
+                 std::span<uint8_t> place);
+    // The bytes a packet of these headers and payload takes, headroom too.
+    static size_t framedSize(const Packet &headers, size_t payloadLength, size_t headroom);
+    // The bytes are where out_ points: a copy would write into the original's.
+    PacketWriter(const PacketWriter &) = delete;
+    PacketWriter &operator=(const PacketWriter &) = delete;
     // The whole payload, for a caller that fills it at once.
-    std::span<uint8_t> payload() { return std::span(out_).subspan(payloadAt_, payloadLength_); }
+    std::span<uint8_t> payload() { return out_.subspan(payloadAt_, payloadLength_); }
     // Or piece by piece, in order: append() copies the bytes at src in and
     // checksums them in the same pass (a packet without a GRH); the room
     // appendRoom() gives is filled by the caller and checksummed later.
     void append(const uint8_t *src, size_t n);
     std::span<uint8_t> appendRoom(size_t n);
     std::vector<uint8_t> finish() &&;
+    // Where the packet is built in place, headroom too; empty when it is
+    // built in its own buffer.
+    std::span<uint8_t> place() const { return inPlace_ ? out_ : std::span<uint8_t>{}; }
 
   private:
     size_t claim(size_t n);
     void foldUpTo(size_t end);
+    void writeHeaders(const Packet &p);
 
-    std::vector<uint8_t> out_;
+    std::vector<uint8_t> owned_; // the buffer, unless built in place
+    std::span<uint8_t> out_;     // where the packet is built
+    bool inPlace_ = false;
     size_t headroom_;
     size_t payloadAt_;
     size_t payloadLength_;
@@ -287,5 +302,20 @@ std::vector<uint8_t> build(const Packet &packet, size_t headroom = 0,
 // which must then outlive the packet.
 std::optional<Packet> parse(std::span<const uint8_t> bytes, ParseError *error,
                             bool checkIcrc = true, bool copyPayload = true);
+
+// The longest packet, VCRC included; and the most bytes the headers of
+// any packet take (LRH, GRH, BTH, the largest extension headers), with
+// room to spare.
+inline constexpr size_t kMaxPacketBytes = 8 + 40 + 12 + 28 + 4096 + 3 + 4 + 2;
+inline constexpr size_t kMaxHeaderBytes = 128;
+
+// The same for a packet in memory a peer shares and may rewrite at any
+// moment (a ring cable): every header field is read from `head`, a
+// private copy of the packet's first bytes (kMaxHeaderBytes of them, or
+// all when it is shorter), so that no field read twice can differ; the
+// CRCs are computed over `bytes` and the payload view points into them.
+// What the peer rewrites there meanwhile is data only: its own packet.
+std::optional<Packet> parseShared(std::span<const uint8_t> bytes, std::span<const uint8_t> head,
+                                  ParseError *error);
 
 } // namespace pib::iba

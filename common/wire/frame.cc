@@ -41,7 +41,7 @@ void appendFrame(std::vector<uint8_t> &out, uint8_t type, std::span<const uint8_
         std::memcpy(out.data() + at + kHeaderSize, payload.data(), payload.size());
 }
 
-void frameInPlace(std::vector<uint8_t> &framed, uint8_t type) {
+void frameInPlace(std::span<uint8_t> framed, uint8_t type) {
     writeHeader(framed.data(), type, framed.size() - kHeaderSize);
 }
 

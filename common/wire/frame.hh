@@ -27,7 +27,7 @@ void appendFrame(std::vector<uint8_t> &out, uint8_t type, std::span<const uint8_
 inline constexpr size_t kHeaderSize = sizeof(pib_wire_header);
 // Writes the frame header into the first kHeaderSize bytes of `framed`;
 // the rest is the payload.
-void frameInPlace(std::vector<uint8_t> &framed, uint8_t type);
+void frameInPlace(std::span<uint8_t> framed, uint8_t type);
 
 class FrameReader {
   public:

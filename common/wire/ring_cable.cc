@@ -156,6 +156,17 @@ bool RingWriter::put(std::span<const uint8_t> frame) {
     return true;
 }
 
+std::span<uint8_t> RingWriter::reserve(size_t bytes) {
+    const uint32_t at = produced_ & (size_ - 1);
+    if (bytes > size_ - at || !hasRoom(bytes, consumed()))
+        return {};
+    return {data_ + at, bytes};
+}
+
+void RingWriter::commit(size_t bytes) {
+    produced_ += static_cast<uint32_t>(bytes);
+}
+
 bool RingWriter::publish() {
     return tell(&ctrl_->produced, &published_, produced_, &ctrl_->wake_consumer_at);
 }
@@ -187,7 +198,10 @@ void RingReader::copyOut(uint32_t at, uint8_t *to, uint32_t length) const {
     std::memcpy(to + first, data_, length - first);
 }
 
-std::optional<FrameReader::View> RingReader::next(Error *error) {
+// The length of the next frame's payload, its header checked (copied into
+// frame_); nothing when none is complete, or when the producer broke the
+// protocol (*error says so).
+std::optional<uint32_t> RingReader::nextLength(Error *error) {
     *error = Error::kNone;
     const uint32_t available = load(&ctrl_->produced) - consumed_;
     if (available > size_) {
@@ -210,10 +224,32 @@ std::optional<FrameReader::View> RingReader::next(Error *error) {
         *error = Error::kBadFrame;
         return std::nullopt;
     }
-    frame_.resize(kHeaderSize + length);
-    copyOut(consumed_ + kHeaderSize, frame_.data() + kHeaderSize, length);
-    consumed_ += kHeaderSize + length;
+    return length;
+}
+
+std::optional<FrameReader::View> RingReader::next(Error *error) {
+    const auto length = nextLength(error);
+    if (!length)
+        return std::nullopt;
+    frame_.resize(kHeaderSize + *length);
+    copyOut(consumed_ + kHeaderSize, frame_.data() + kHeaderSize, *length);
+    consumed_ += kHeaderSize + *length;
     return FrameReader::View{PIB_WIRE_PACKET, std::span(frame_).subspan(kHeaderSize)};
+}
+
+std::optional<RingReader::InPlace> RingReader::nextInPlace(size_t headBytes, Error *error) {
+    const auto length = nextLength(error);
+    if (!length)
+        return std::nullopt;
+    const uint32_t at = (consumed_ + kHeaderSize) & (size_ - 1);
+    if (*length <= 2 * headBytes || *length > size_ - at) { // short, or wraps: copied whole
+        const auto view = next(error);
+        return InPlace{view->payload, view->payload};
+    }
+    frame_.resize(kHeaderSize + headBytes);
+    std::memcpy(frame_.data() + kHeaderSize, data_ + at, headBytes);
+    consumed_ += kHeaderSize + *length;
+    return InPlace{std::span(data_ + at, *length), std::span(frame_).subspan(kHeaderSize)};
 }
 
 std::span<const uint8_t> RingReader::lastFrame() const {

@@ -62,6 +62,14 @@ class RingWriter {
     // is room for it within kRingFillLimit; false if not. False too, for
     // good, once the peer's index is impossible (corrupt()).
     bool put(std::span<const uint8_t> frame);
+    // Room for a frame of `bytes` built in place: contiguous (a frame
+    // that would wrap past the ring's end gets none: put() it instead) and
+    // within kRingFillLimit. The peer may write there too; what the
+    // producer writes is the peer's own business once it is published.
+    // Empty when there is none.
+    std::span<uint8_t> reserve(size_t bytes);
+    // The frame built in the room reserve() gave is in the ring.
+    void commit(size_t bytes);
     // Makes what was put visible. True when the consumer asked for a
     // doorbell (its eventfd is to be written).
     bool publish();
@@ -100,6 +108,17 @@ class RingReader {
     std::optional<FrameReader::View> next(Error *error);
     // That frame whole, header and payload, as a stream carries it.
     std::span<const uint8_t> lastFrame() const;
+    // The next frame's payload where it lies in the ring, for a consumer
+    // that reads it in place: `payload` is memory the producer may rewrite
+    // at any moment, `head` a private copy of its first `headBytes` bytes
+    // (read what decides anything from there, once). A short frame, or one
+    // that wraps past the ring's end, is copied out whole as next() does:
+    // then both are the copy. Valid until the next call or release().
+    struct InPlace {
+        std::span<const uint8_t> payload;
+        std::span<const uint8_t> head;
+    };
+    std::optional<InPlace> nextInPlace(size_t headBytes, Error *error);
     // Gives the space of the frames read back. True when the producer
     // asked for a doorbell (its eventfd is to be written).
     bool release();
@@ -120,6 +139,7 @@ class RingReader {
     std::vector<uint8_t> frame_;
 
     void copyOut(uint32_t at, uint8_t *to, uint32_t length) const;
+    std::optional<uint32_t> nextLength(Error *error);
 };
 
 // Whether moving an index from `before` to `after` passed `event` (the

@@ -6,9 +6,12 @@
 
 #include <cstring>
 
+#include <nlohmann/json.hpp>
+
 #include "connected_fixture.hh"
 #include "fake_host.hh"
 #include "frame.hh"
+#include "management_calls.hh"
 #include "packet.hh"
 #include "ring_cable.hh"
 #include "ring_switch.hh"
@@ -38,6 +41,13 @@ FakeHost &initialized(FakeHost &host) {
 
 // At most `max` frames from `from`'s device into `to`'s, as a switch
 // forwards them. True when any moved.
+// Port 1's counters, as pib_core_inspect shows them.
+nlohmann::json portCounters(pib::testing::Node &n) {
+    const auto a = pib::testing::inspect(n, nullptr, true);
+    REQUIRE(a.rc == 0);
+    return nlohmann::json::parse(a.text)["ports"][0]["counters"];
+}
+
 bool forward(RingSwitch &from, RingSwitch &to, unsigned max) {
     const auto frames = from.take(max);
     for (const auto &frame : frames)
@@ -144,6 +154,13 @@ TEST_CASE("on a ring cable two devices' RC traffic travels in the rings", "[link
     CHECK(std::memcmp(pair.a.host.at(src), pair.b.host.at(dst), length) == 0);
     CHECK(pair.a.host.portOutput[1].empty()); // nothing on the stream
     CHECK(pair.b.host.portOutput[1].empty());
+    // The WRITE's packets were built in the ring, from guest memory
+    // straight; only those that waited for room took a copy.
+    const auto sent = portCounters(pair.a);
+    if (length <= (1u << 20))
+        CHECK(sent["frames_built_in_ring"] == sent["xmit_packets"]);
+    else
+        CHECK(sent["frames_built_in_ring"] > 0);
 
     // And back: a READ of what arrived.
     const uint64_t back = pair.a.host.alloc(length);
@@ -152,6 +169,11 @@ TEST_CASE("on a ring cable two devices' RC traffic travels in the rings", "[link
     r.run(perTurn);
     REQUIRE(pair.a.poll().size() == 1);
     CHECK(std::memcmp(pair.a.host.at(src), pair.a.host.at(back), length) == 0);
+    CHECK(portCounters(pair.b)["frames_built_in_ring"] > length / 4096 / 2); // READ responses
+    // and their payloads went from the ring to memory: the WRITE's at b,
+    // the READ responses' at a.
+    CHECK(portCounters(pair.b)["frames_read_in_ring"] >= length / 4096);
+    CHECK(portCounters(pair.a)["frames_read_in_ring"] >= length / 4096);
 }
 
 // Found by test_dual_port's traffic on both ports at once: the port had

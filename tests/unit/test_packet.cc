@@ -169,6 +169,40 @@ TEST_CASE("a payload written piece by piece makes the same packet", "[packet]") 
         }
 }
 
+TEST_CASE("a packet in shared memory parses from its private head", "[packet]") {
+    for (bool grh : {false, true})
+        for (size_t payload : {0u, 100u, 4096u}) {
+            CAPTURE(grh, payload);
+            const Packet p = udPacket(payload, grh, true);
+            const auto bytes = build(p);
+            ParseError error;
+            const auto copied = parse(bytes, &error, true, false);
+            REQUIRE(copied);
+            std::vector<uint8_t> head(bytes.begin(),
+                                      bytes.begin() + std::min(bytes.size(), kMaxHeaderBytes));
+            const auto shared = parseShared(bytes, head, &error);
+            REQUIRE(shared);
+            CHECK(shared->bth.psn == copied->bth.psn);
+            CHECK(shared->deth->qkey == copied->deth->qkey);
+            CHECK(shared->imm == copied->imm);
+            CHECK(shared->view.data() == copied->view.data()); // in the shared bytes
+            CHECK(shared->view.size() == payload);
+
+            // The fields are the private copy's: a peer that rewrites the
+            // headers after the copy changes what the CRCs see, not them.
+            auto rewritten = bytes;
+            rewritten[8 + (grh ? 40 : 0) + 2] ^= 0x40; // the BTH's P_Key, after the copy
+            fixVcrc(rewritten);
+            const auto seen = parseShared(rewritten, head, &error);
+            CHECK_FALSE(seen); // the ICRC covers the P_Key
+            CHECK(error == ParseError::kBadIcrc);
+
+            // A head shorter than the headers could be is a caller's bug.
+            if (bytes.size() > kMaxHeaderBytes)
+                CHECK_THROWS(parseShared(bytes, std::span(head).first(64), &error));
+        }
+}
+
 TEST_CASE("malformed packets are refused with a reason", "[packet]") {
     auto bytes = build(udPacket(64, false, false));
     ParseError error;

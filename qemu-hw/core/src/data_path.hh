@@ -43,7 +43,10 @@ class DataPath final : public SubnetSender, public ScheduledEngine, QpErrorFlow 
     }
 
     // A packet arrived on a port.
-    void portReceive(unsigned port, std::span<const uint8_t> packet);
+    // `head`: a private copy of the packet's first bytes when `packet`
+    // lies in memory a peer shares (iba::parseShared), else empty.
+    void portReceive(unsigned port, std::span<const uint8_t> packet,
+                     std::span<const uint8_t> head = {});
     // A 64-bit write to doorbell page `page` at `offset` (BAR2).
     void doorbell(uint32_t page, uint32_t offset, uint64_t value);
     // A front end whose WQEs are not pib-hca's reads them with `format`

@@ -30,9 +30,7 @@ Device::Device(const pib_core_config &config, const pib_host_ops &ops, void *opa
     for (uint32_t port = 1; port <= config_.num_ports; ++port)
         links_.push_back(
             std::make_unique<Link>(host_, port, config_.node_guid, config_.node_guid + port));
-    scheduler_.setTransmitter([this](unsigned port, std::vector<uint8_t> &framed) {
-        return port < 1 || port > links_.size() || links_[port - 1]->sendFramed(framed);
-    });
+    scheduler_.setCables(&cables_);
     dataPath_.setOtherDeadline([this] {
         uint64_t first = 0;
         for (const auto &link : links_)
@@ -93,7 +91,9 @@ void Device::portReceive(unsigned port, std::span<const uint8_t> bytes) {
     event([&] {
         links_[port - 1]->receive(
             bytes, [&](Link::Event e) { linkEvent(port, e); },
-            [&](std::span<const uint8_t> packet) { packetReceived(port, packet); });
+            [&](std::span<const uint8_t> packet, std::span<const uint8_t> head) {
+                packetReceived(port, packet, head);
+            });
         dataPath_.rearmTimer(); // a HELLO ends Polling
     });
 }
@@ -105,7 +105,9 @@ void Device::portBell(unsigned port) {
     event([&] {
         const bool writable = links_[port - 1]->bell(
             [&](Link::Event e) { linkEvent(port, e); },
-            [&](std::span<const uint8_t> packet) { packetReceived(port, packet); });
+            [&](std::span<const uint8_t> packet, std::span<const uint8_t> head) {
+                packetReceived(port, packet, head);
+            });
         if (writable && !fatal_)
             scheduler_.portWritable(port);
     });
@@ -116,9 +118,10 @@ void Device::linkEvent(unsigned port, Link::Event e) {
         agents_.linkChanged(port, e == Link::Event::kUp);
 }
 
-void Device::packetReceived(unsigned port, std::span<const uint8_t> packet) {
+void Device::packetReceived(unsigned port, std::span<const uint8_t> packet,
+                            std::span<const uint8_t> head) {
     if (!fatal_)
-        dataPath_.portReceive(port, packet);
+        dataPath_.portReceive(port, packet, head);
 }
 
 void Device::timerExpired() {

@@ -90,6 +90,7 @@ class Device {
     // The personality the driver talks to (config_.personality).
     std::unique_ptr<FrontEnd> front_;
     std::vector<std::unique_ptr<Link>> links_; // index: port - 1
+    PortLinks cables_{links_};
     bool fatal_ = false;
     Inspector inspector_{
         {config_, objects_, ports_, links_, commands_, injections_, outstanding_, fatal_}};
@@ -97,7 +98,8 @@ class Device {
     std::unique_ptr<FrontEnd> makeFrontEnd();
     void retrainLinks(const PortSet &configured);
     void linkEvent(unsigned port, Link::Event e);
-    void packetReceived(unsigned port, std::span<const uint8_t> packet);
+    void packetReceived(unsigned port, std::span<const uint8_t> packet,
+                        std::span<const uint8_t> head);
     bool raiseEvent(const Injection &injection, std::string *answer);
     bool stopOrResume(const Injection &injection, std::string *answer);
 };

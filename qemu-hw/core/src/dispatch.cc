@@ -25,13 +25,16 @@ void DataPath::processSendQueue(QueuePair &qp) {
         requester_.send(qp);
 }
 
-void DataPath::portReceive(unsigned number, std::span<const uint8_t> bytes) {
+void DataPath::portReceive(unsigned number, std::span<const uint8_t> bytes,
+                           std::span<const uint8_t> head) {
     PortState *p = ports_.find(number);
     if (!p)
         return;
     iba::ParseError error;
-    // The payload stays in the link's buffer: it goes from there to guest memory.
-    const auto packet = iba::parse(bytes, &error, true, /*copyPayload=*/false);
+    // The payload stays in the link's buffer, or in the ring: it goes from
+    // there to guest memory.
+    const auto packet = head.empty() ? iba::parse(bytes, &error, true, /*copyPayload=*/false)
+                                     : iba::parseShared(bytes, head, &error);
     if (!packet) {
         ++p->rcvErrors;
         trace::err_port_drop(host_, number, iba::toString(error));

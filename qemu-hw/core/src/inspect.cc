@@ -144,7 +144,9 @@ Json Inspector::port(unsigned number) const {
                      {"rcv_errors", p.rcvErrors},
                      {"bad_pkey", p.info.bad_pkey_cntr},
                      {"qkey_violations", p.info.qkey_viol_cntr},
-                     {"frames_dropped", link.framesDropped()}};
+                     {"frames_dropped", link.framesDropped()},
+                     {"frames_built_in_ring", link.framesBuiltInRing()},
+                     {"frames_read_in_ring", link.framesReadInRing()}};
     if (const wire::PacketCapture *c = link.capture())
         j["capture"] = {{"file", c->path()}, {"packets", c->packets()}, {"stopped", c->finished()}};
     return j;

@@ -83,7 +83,7 @@ void Link::peerHello(const std::function<void(Event)> &onEvent) {
 }
 
 void Link::receive(std::span<const uint8_t> bytes, const std::function<void(Event)> &onEvent,
-                   const std::function<void(std::span<const uint8_t>)> &onPacket) {
+                   const PacketSink &onPacket) {
     if (!connected_)
         return;
     // Packets are read where the stream put them; only a frame cut off at
@@ -96,7 +96,7 @@ void Link::receive(std::span<const uint8_t> bytes, const std::function<void(Even
         else if (frame->type == PIB_WIRE_RINGS)
             ringsAnswered(frame->payload);
         else if (frame->type == PIB_WIRE_PACKET)
-            packetReceived(frame->payload, onPacket);
+            packetReceived(frame->payload, {}, onPacket);
         if (!connected_) {
             reader_.reset();
             return; // a handler dropped the link
@@ -149,24 +149,26 @@ void Link::ringsAnswered(std::span<const uint8_t> payload) {
     }
 }
 
-void Link::packetReceived(std::span<const uint8_t> packet,
-                          const std::function<void(std::span<const uint8_t>)> &onPacket) {
+void Link::packetReceived(std::span<const uint8_t> packet, std::span<const uint8_t> head,
+                          const PacketSink &onPacket) {
     if (!up_) {
         ++framesDropped_; // packets before HELLO: the link is not up
         return;
     }
     record(packet, wire::PacketCapture::Direction::kReceived);
-    onPacket(packet);
+    onPacket(packet, head);
 }
 
-bool Link::bell(const std::function<void(Event)> &onEvent,
-                const std::function<void(std::span<const uint8_t>)> &onPacket) {
+bool Link::bell(const std::function<void(Event)> &onEvent, const PacketSink &onPacket) {
     if (!connected_ || !ringsUp())
         return false;
-    const LinkRings::Rang rang = rings_->rang([&](std::span<const uint8_t> packet) {
-        packetReceived(packet, onPacket);
-        return connected_;
-    });
+    const LinkRings::Rang rang =
+        rings_->rang([&](std::span<const uint8_t> packet, std::span<const uint8_t> head) {
+            if (!head.empty())
+                ++readInRing_;
+            packetReceived(packet, head, onPacket);
+            return connected_;
+        });
     if (rang.broken)
         drop(rang.broken, onEvent);
     return rang.writable && connected_;
@@ -199,6 +201,18 @@ bool Link::sendFramed(std::vector<uint8_t> &framed) {
     return sent == LinkRings::Sent::kOk;
 }
 
+std::span<uint8_t> Link::room(size_t framedBytes) {
+    if (!up_ || !ringsUp() || capture_ || framedBytes < wire::kHeaderSize)
+        return {};
+    return rings_->room(framedBytes);
+}
+
+void Link::sendBuilt(std::span<uint8_t> framed) {
+    wire::frameInPlace(framed, PIB_WIRE_PACKET);
+    rings_->sendBuilt(framed.size());
+    ++builtInRing_;
+}
+
 bool Link::startCapture(const std::string &path, uint64_t limit, std::string *error) {
     auto capture = wire::PacketCapture::open(path, limit, error);
     if (!capture)
@@ -215,6 +229,20 @@ std::string Link::stopCapture() {
     capture_.reset();
     trace::capture_stop(host_, port_, what.c_str());
     return what;
+}
+
+bool PortLinks::send(unsigned port, std::vector<uint8_t> &framed) {
+    Link *link = find(port);
+    return !link || link->sendFramed(framed);
+}
+
+std::span<uint8_t> PortLinks::room(unsigned port, size_t framedBytes) {
+    Link *link = find(port);
+    return link ? link->room(framedBytes) : std::span<uint8_t>{};
+}
+
+void PortLinks::sendBuilt(unsigned port, std::span<uint8_t> framed) {
+    find(port)->sendBuilt(framed); // room() found it
 }
 
 } // namespace pib

@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "cables.hh"
 #include "frame.hh"
 #include "host.hh"
 #include "link_rings.hh"
@@ -22,6 +23,12 @@ namespace pib {
 class Link {
   public:
     enum class Event { kNone, kUp, kDown };
+    // A packet the cable delivered, valid during the call: `bytes`, and
+    // `head`, a private copy of their first bytes when they lie in memory
+    // the switch shares and may rewrite (a ring cable: iba::parseShared),
+    // else empty.
+    using PacketSink =
+        std::function<void(std::span<const uint8_t> bytes, std::span<const uint8_t> head)>;
 
     Link(const Host &host, unsigned port, uint64_t nodeGuid, uint64_t portGuid)
         : host_(host), port_(port), nodeGuid_(nodeGuid), portGuid_(portGuid) {}
@@ -35,17 +42,24 @@ class Link {
     // up or goes down, and onPacket with each packet (valid during the call,
     // not copied).
     void receive(std::span<const uint8_t> bytes, const std::function<void(Event)> &onEvent,
-                 const std::function<void(std::span<const uint8_t>)> &onPacket);
+                 const PacketSink &onPacket);
     // The ring cable's doorbell rang: delivers what came in the ring, as
     // receive() does. True when packets that waited for room went, so
     // that the port may start new work.
-    bool bell(const std::function<void(Event)> &onEvent,
-              const std::function<void(std::span<const uint8_t>)> &onPacket);
+    bool bell(const std::function<void(Event)> &onEvent, const PacketSink &onPacket);
     bool ringsUp() const { return rings_ && rings_->up(); }
     // Sends a packet that has wire::kHeaderSize free bytes in front.
     // False when the host's queue for the link is full (the packet went).
     bool sendFramed(std::vector<uint8_t> &framed);
     bool up() const { return up_; }
+    // Room of `framedBytes` (wire::kHeaderSize of them for the frame
+    // header) to build a packet in place, straight in the ring cable: when
+    // the cable is a ring with room, and no capture needs a copy. Empty
+    // otherwise (sendFramed() it). sendBuilt() then sends what was built.
+    std::span<uint8_t> room(size_t framedBytes);
+    void sendBuilt(std::span<uint8_t> framed);
+    uint64_t framesBuiltInRing() const { return builtInRing_; }
+    uint64_t framesReadInRing() const { return readInRing_; }
     // A port in Polling (connected, no HELLO from the peer yet) sends its
     // HELLO again every kHelloRetryNs, in case the first was lost (the
     // peer was not listening yet). pollingDeadline() is when; 0 when the
@@ -72,8 +86,10 @@ class Link {
     bool up_ = false;
     wire::FrameReader reader_;
     uint64_t framesDropped_ = 0;
-    uint64_t helloDue_ = 0;  // Polling: when the HELLO goes again
-    uint64_t upSinceNs_ = 0; // when the link last came up
+    uint64_t builtInRing_ = 0; // packets the device wrote straight into the ring
+    uint64_t readInRing_ = 0;  // and those whose payload it read from there
+    uint64_t helloDue_ = 0;    // Polling: when the HELLO goes again
+    uint64_t upSinceNs_ = 0;   // when the link last came up
     // A HELLO this soon after the link came up crossed ours: dropped.
     static constexpr uint64_t kMinRetrainNs = 100'000'000;
 
@@ -82,8 +98,8 @@ class Link {
     void peerHello(const std::function<void(Event)> &onEvent);
     void offerRings();
     void ringsAnswered(std::span<const uint8_t> payload);
-    void packetReceived(std::span<const uint8_t> packet,
-                        const std::function<void(std::span<const uint8_t>)> &onPacket);
+    void packetReceived(std::span<const uint8_t> packet, std::span<const uint8_t> head,
+                        const PacketSink &onPacket);
     // The peer broke the wire protocol: the link drops, the host unplugs.
     void drop(const char *reason, const std::function<void(Event)> &onEvent);
     std::unique_ptr<LinkRings> rings_; // offered or up; none on a plain stream
@@ -93,6 +109,21 @@ class Link {
     void record(std::span<const uint8_t> packet, wire::PacketCapture::Direction direction) {
         if (capture_)
             capture_->record(packet, direction);
+    }
+};
+
+// The scheduler's way to the wire: the link of each port.
+class PortLinks final : public Cables {
+  public:
+    explicit PortLinks(std::vector<std::unique_ptr<Link>> &links) : links_(links) {}
+    bool send(unsigned port, std::vector<uint8_t> &framed) override;
+    std::span<uint8_t> room(unsigned port, size_t framedBytes) override;
+    void sendBuilt(unsigned port, std::span<uint8_t> framed) override;
+
+  private:
+    std::vector<std::unique_ptr<Link>> &links_; // index: port - 1
+    Link *find(unsigned port) {
+        return port >= 1 && port <= links_.size() ? links_[port - 1].get() : nullptr;
     }
 };
 

@@ -87,6 +87,18 @@ LinkRings::Sent LinkRings::send(std::span<const uint8_t> frame) {
     return Sent::kFull;
 }
 
+std::span<uint8_t> LinkRings::room(size_t bytes) {
+    if (!up_ || !backlog_.empty())
+        return {};
+    return out_.reserve(bytes);
+}
+
+void LinkRings::sendBuilt(size_t bytes) {
+    out_.commit(bytes);
+    if (out_.publish())
+        wire::ringDoorbell(bellOut_);
+}
+
 // True when the whole backlog went into the ring.
 bool LinkRings::flushBacklog() {
     for (int attempt = 0; attempt < 2; ++attempt) {

@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "host.hh"
+#include "packet.hh"
 #include "ring_cable.hh"
 
 namespace pib {
@@ -48,6 +49,12 @@ class LinkRings {
     // (kFull: start no new work on the port), or lost past the backlog.
     Sent send(std::span<const uint8_t> frame);
 
+    // Room in the ring for a frame of `bytes` built in place (nothing
+    // waits in the backlog, the frame would not wrap), or empty; then
+    // sendBuilt() once it is built. Nothing else is sent in between.
+    std::span<uint8_t> room(size_t bytes);
+    void sendBuilt(size_t bytes);
+
     struct Rang {
         bool writable = false;        // the backlog went into the ring: new work may start
         const char *broken = nullptr; // what the switch broke; the link is to drop
@@ -55,7 +62,9 @@ class LinkRings {
     // The doorbell rang: frames to read, or room to write. Delivers at
     // most kFramesPerBell packets (each frame's payload) to `deliver`, which
     // returns false to stop (the link dropped; the rings are not freed
-    // before this returns).
+    // before this returns). A long packet is delivered where it lies in the
+    // ring, with a private copy of its headers (Link::PacketSink): its
+    // payload goes from the ring to guest memory in one copy.
     template <class Deliver> Rang rang(Deliver &&deliver);
 
   private:
@@ -89,11 +98,12 @@ template <class Deliver> LinkRings::Rang LinkRings::rang(Deliver &&deliver) {
     wire::RingReader::Error error = wire::RingReader::Error::kNone;
     unsigned frames = 0;
     while (frames < kFramesPerBell) {
-        const auto frame = in_.next(&error);
+        const auto frame = in_.nextInPlace(iba::kMaxHeaderBytes, &error);
         if (!frame)
             break;
         ++frames;
-        if (!deliver(frame->payload))
+        const bool shared = frame->payload.data() != frame->head.data();
+        if (!deliver(frame->payload, shared ? frame->head : std::span<const uint8_t>{}))
             return result; // the link dropped: nothing more is read
     }
     if (error != wire::RingReader::Error::kNone)

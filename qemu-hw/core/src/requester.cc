@@ -316,7 +316,7 @@ bool Requester::sendRequestPacket(QueuePair &qp, SendWqe &w, iba::Packet &p, uin
         scheduler_.charge(); // lost on a port that cannot send: the same work bound
         return true;
     }
-    iba::PacketWriter writer(p, len, wire::kHeaderSize, scheduler_.packetBuffer());
+    iba::PacketWriter writer = startPacket(qp, p, len);
     uint8_t status = PIB_WC_SUCCESS;
     if (!w.inlineData.empty())
         writer.append(w.inlineData.data() + offset, len);
@@ -329,7 +329,7 @@ bool Requester::sendRequestPacket(QueuePair &qp, SendWqe &w, iba::Packet &p, uin
         completeInOrder(qp);
         return false;
     }
-    transmitConnected(qp, std::move(writer).finish());
+    transmitConnected(qp, std::move(writer));
     return true;
 }
 

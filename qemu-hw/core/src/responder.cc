@@ -591,14 +591,14 @@ bool Responder::sendReadResponse(QueuePair &qp, Reply &r) {
         return false;
     }
     // The data goes by DMA straight into the packet.
-    iba::PacketWriter writer(p, len, wire::kHeaderSize, scheduler_.packetBuffer());
+    iba::PacketWriter writer = startPacket(qp, p, len);
     for (const Segment &seg : segments) {
         if (!memory_.readIntoPacket(seg, writer)) {
             responderError(qp, p.bth.psn, err::kReadDma);
             return false;
         }
     }
-    transmitConnected(qp, std::move(writer).finish());
+    transmitConnected(qp, std::move(writer));
     return true;
 }
 

@@ -88,15 +88,30 @@ void Scheduler::postpone(uint32_t qpn, QueuePair &qp, bool needsPort) {
 void Scheduler::transmit(unsigned portNumber, std::vector<uint8_t> &framed) {
     --budget_;
     PortState *p = ports_.find(portNumber);
-    if (!p || !transmit_)
+    if (!p || !cables_)
         return;
     ++p->xmitPackets;
     p->xmitWords += (framed.size() - wire::kHeaderSize) / 4;
     traceSent(host_, portNumber, framed);
-    if (!transmit_(portNumber, framed) && !p->txFull) {
+    if (!cables_->send(portNumber, framed) && !p->txFull) {
         p->txFull = true;
         trace::port_queue_full(host_, portNumber);
     }
+}
+
+std::span<uint8_t> Scheduler::roomOnCable(unsigned portNumber, size_t framedBytes) {
+    if (!cables_ || !mayTransmit(portNumber) || !ports_.find(portNumber) ||
+        host_.eventEnabled(PIB_EVENT_PACKET_SENT))
+        return {};
+    return cables_->room(portNumber, framedBytes);
+}
+
+void Scheduler::sendBuilt(unsigned portNumber, std::span<uint8_t> framed) {
+    --budget_;
+    PortState &p = *ports_.find(portNumber); // roomOnCable() found it
+    ++p.xmitPackets;
+    p.xmitWords += (framed.size() - wire::kHeaderSize) / 4;
+    cables_->sendBuilt(portNumber, framed);
 }
 
 void Scheduler::portWritable(unsigned portNumber) {

@@ -14,10 +14,11 @@
 
 #include <cstdint>
 #include <deque>
-#include <functional>
+#include <span>
 #include <utility>
 #include <vector>
 
+#include "cables.hh"
 #include "host.hh"
 #include "object_tables.hh"
 #include "packet.hh"
@@ -91,13 +92,16 @@ class Scheduler {
     std::vector<uint8_t> packetBuffer();
     void recyclePacket(std::vector<uint8_t> &&framed);
 
-    // Where packets for the wire go (the Device hands them to the link),
-    // each with wire::kHeaderSize free bytes in front for the frame header.
-    // The transmitter may change the bytes but keeps nothing: the buffer
-    // is used again for a later packet.
-    // It returns false when the port's host queue is full.
-    using Transmitter = std::function<bool(unsigned port, std::vector<uint8_t> &framed)>;
-    void setTransmitter(Transmitter transmit) { transmit_ = std::move(transmit); }
+    // Room to build a packet of `framedBytes` straight on `port`'s cable,
+    // when this event may send on the port and nobody traces the packets
+    // sent (the trace would read them back from memory the peer shares);
+    // else empty, and the packet is built in a packetBuffer(). A packet
+    // built there goes with sendBuilt(), before any other is sent.
+    std::span<uint8_t> roomOnCable(unsigned port, size_t framedBytes);
+    void sendBuilt(unsigned port, std::span<uint8_t> framed);
+
+    // Where packets for the wire go: the Device's links.
+    void setCables(Cables *cables) { cables_ = cables; }
 
   private:
     void transmit(unsigned port, std::vector<uint8_t> &framed);
@@ -107,7 +111,7 @@ class Scheduler {
     const ObjectTables &objects_;
     Ports &ports_;
     ScheduledEngine &engine_;
-    Transmitter transmit_;
+    Cables *cables_ = nullptr;
     std::vector<std::vector<uint8_t>> spentPackets_;
     std::deque<std::pair<unsigned, std::vector<uint8_t>>> loopback_;
     bool drainingLoopback_ = false;

@@ -81,7 +81,16 @@ class TransportRole {
     uint32_t pathMtu(const QueuePair &qp) const;
     bool addressConnected(QueuePair &qp, iba::Packet &packet);
     void transmitConnected(QueuePair &qp, std::vector<uint8_t> framed);
+    // A packet of `qp` with `len` payload bytes to fill: built straight
+    // on the cable when it goes out as built (no injection is armed, it
+    // does not loop back, the cable is a ring with room), else in a
+    // buffer. transmitConnected() then sends it; a packet not sent (its
+    // data could not be read) leaves nothing behind either way.
+    iba::PacketWriter startPacket(const QueuePair &qp, const iba::Packet &headers, uint32_t len);
+    void transmitConnected(QueuePair &qp, iba::PacketWriter &&packet);
     void sendConnected(QueuePair &qp, iba::Packet &packet);
+    // Whether `qp`'s packets come back in at its own port.
+    bool loopsBack(const QueuePair &qp) const;
 
     const Host &host_;
     ObjectTables &objects_;

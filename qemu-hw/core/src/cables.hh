@@ -1,0 +1,31 @@
+// SPDX-License-Identifier: GPL-2.0-or-later
+// The narrow port between the scheduler and the links: how a packet
+// leaves the device.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <vector>
+
+namespace pib {
+
+// The way to the wire, as the scheduler sees the Device's links.
+class Cables {
+  public:
+    // A built packet, with wire::kHeaderSize free bytes in front for the
+    // frame header. The cable may change the bytes but keeps nothing: the
+    // buffer is used again for a later packet. False when the port's host
+    // queue is full.
+    virtual bool send(unsigned port, std::vector<uint8_t> &framed) = 0;
+    // Room of `framedBytes` on the port's cable to build a packet in
+    // place (a ring cable's, Link::room), or empty; sendBuilt() sends what
+    // was built there, before anything else is sent.
+    virtual std::span<uint8_t> room(unsigned port, size_t framedBytes) = 0;
+    virtual void sendBuilt(unsigned port, std::span<uint8_t> framed) = 0;
+
+  protected:
+    ~Cables() = default;
+};
+
+} // namespace pib
