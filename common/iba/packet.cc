@@ -174,27 +174,30 @@ size_t PacketWriter::framedSize(const Packet &p, size_t payloadLength, size_t he
 PacketWriter::PacketWriter(const Packet &p, size_t payloadLength, size_t headroom,
                            std::vector<uint8_t> storage)
     : owned_(std::move(storage)), headroom_(headroom), grh_(p.grh.has_value()) {
+    const Layout layout = layoutOf(p.bth.opcode);
+    payloadLength_ = layout.payload ? payloadLength : 0;
+    const size_t total = lrhToIcrc(p, payloadLength_);
     // A recycled buffer usually has this size already: nothing is zeroed
     // only to be overwritten by the payload.
-    owned_.resize(framedSize(p, payloadLength, headroom));
+    owned_.resize(headroom + total + kVcrcSize);
     out_ = owned_;
-    payloadLength_ = layoutOf(p.bth.opcode).payload ? payloadLength : 0;
-    writeHeaders(p);
+    writeHeaders(p, layout, total);
 }
 
 PacketWriter::PacketWriter(const Packet &p, size_t payloadLength, size_t headroom,
                            std::span<uint8_t> place)
     : out_(place), inPlace_(true), headroom_(headroom), grh_(p.grh.has_value()) {
-    if (place.size() != framedSize(p, payloadLength, headroom))
+    const Layout layout = layoutOf(p.bth.opcode);
+    payloadLength_ = layout.payload ? payloadLength : 0;
+    const size_t total = lrhToIcrc(p, payloadLength_);
+    if (place.size() != headroom + total + kVcrcSize)
         throw std::length_error("the place does not fit the packet");
-    payloadLength_ = layoutOf(p.bth.opcode).payload ? payloadLength : 0;
-    writeHeaders(p);
+    writeHeaders(p, layout, total);
 }
 
-void PacketWriter::writeHeaders(const Packet &p) {
-    const Layout layout = layoutOf(p.bth.opcode);
+// The headers, from the LRH on; `total` is what PktLen counts.
+void PacketWriter::writeHeaders(const Packet &p, const Layout &layout, size_t total) {
     const size_t pad = padOf(payloadLength_);
-    const size_t total = lrhToIcrc(p, payloadLength_);
     const size_t transport = total - kLrhSize - (p.grh ? kGrhSize : 0);
     icrcAt_ = headroom_ + total - kIcrcSize;
     Cursor out{out_.data() + headroom_};
@@ -419,8 +422,10 @@ namespace {
 // parse() and parseShared(): the headers come from `head`, the packet's
 // first bytes (all of them, or kMaxHeaderBytes at least), the payload
 // and the CRCs from `bytes`.
-std::optional<Packet> parseFrom(std::span<const uint8_t> bytes, const uint8_t *head,
-                                ParseError *error, bool checkIcrc, bool copyPayload) {
+[[gnu::always_inline]] inline std::optional<Packet> parseFrom(std::span<const uint8_t> bytes,
+                                                              const uint8_t *head,
+                                                              ParseError *error, bool checkIcrc,
+                                                              bool copyPayload) {
     auto fail = [&](ParseError e) -> std::optional<Packet> {
         *error = e;
         return std::nullopt;

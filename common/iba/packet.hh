@@ -274,7 +274,7 @@ class PacketWriter {
   private:
     size_t claim(size_t n);
     void foldUpTo(size_t end);
-    void writeHeaders(const Packet &p);
+    void writeHeaders(const Packet &p, const Layout &layout, size_t total);
 
     std::vector<uint8_t> owned_; // the buffer, unless built in place
     std::span<uint8_t> out_;     // where the packet is built

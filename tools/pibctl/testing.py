@@ -267,8 +267,22 @@ def _check_port_errors(counts: Counts, fab, module, last_test: str) -> None:
         if errors:
             print(f"{stem}: port errors expected ({why}):\n{errors}")
         return
+    if errors:
+        errors += _stall_lines(fab)
     counts.record(f"{stem}: ibqueryerrors finds no port with errors after its tests{suffix}",
                   not errors, time.monotonic() - start, errors)
+
+
+def _stall_lines(fab) -> str:
+    """What the switches logged of outputs they found stuck (their
+    head-of-queue lifetime ran out, and packets to them were discarded):
+    the why of PortXmitDiscards."""
+    lines = []
+    for log in sorted(Path(fab.run_dir).glob("*.log")):
+        text = log.read_text(errors="replace") if log.is_file() else ""
+        lines += [f"{log.stem}: {line.strip()}" for line in text.splitlines()
+                  if "took nothing for" in line or "draining again" in line]
+    return ("\nswitch logs:\n  " + "\n  ".join(lines[-10:])) if lines else ""
 
 
 def bundled_kernel_as_users() -> OwnKernel:

@@ -18,6 +18,9 @@ class Cables {
     // buffer is used again for a later packet. False when the port's host
     // queue is full.
     virtual bool send(unsigned port, std::vector<uint8_t> &framed) = 0;
+    // Whether the port's cable takes packets built in place at all (a
+    // ring cable that nobody captures): asked first, as it is cheap.
+    virtual bool buildsInPlace(unsigned port) const = 0;
     // Room of `framedBytes` on the port's cable to build a packet in
     // place (a ring cable's, Link::room), or empty; sendBuilt() sends what
     // was built there, before anything else is sent.

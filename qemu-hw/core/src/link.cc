@@ -202,7 +202,7 @@ bool Link::sendFramed(std::vector<uint8_t> &framed) {
 }
 
 std::span<uint8_t> Link::room(size_t framedBytes) {
-    if (!up_ || !ringsUp() || capture_ || framedBytes < wire::kHeaderSize)
+    if (!buildsInPlace() || framedBytes < wire::kHeaderSize)
         return {};
     return rings_->room(framedBytes);
 }

@@ -56,6 +56,7 @@ class Link {
     // header) to build a packet in place, straight in the ring cable: when
     // the cable is a ring with room, and no capture needs a copy. Empty
     // otherwise (sendFramed() it). sendBuilt() then sends what was built.
+    bool buildsInPlace() const { return up_ && ringsUp() && !capture_; }
     std::span<uint8_t> room(size_t framedBytes);
     void sendBuilt(std::span<uint8_t> framed);
     uint64_t framesBuiltInRing() const { return builtInRing_; }
@@ -117,12 +118,16 @@ class PortLinks final : public Cables {
   public:
     explicit PortLinks(std::vector<std::unique_ptr<Link>> &links) : links_(links) {}
     bool send(unsigned port, std::vector<uint8_t> &framed) override;
+    bool buildsInPlace(unsigned port) const override {
+        const Link *link = find(port);
+        return link && link->buildsInPlace();
+    }
     std::span<uint8_t> room(unsigned port, size_t framedBytes) override;
     void sendBuilt(unsigned port, std::span<uint8_t> framed) override;
 
   private:
     std::vector<std::unique_ptr<Link>> &links_; // index: port - 1
-    Link *find(unsigned port) {
+    Link *find(unsigned port) const {
         return port >= 1 && port <= links_.size() ? links_[port - 1].get() : nullptr;
     }
 };

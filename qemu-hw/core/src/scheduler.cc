@@ -100,10 +100,14 @@ void Scheduler::transmit(unsigned portNumber, std::vector<uint8_t> &framed) {
 }
 
 std::span<uint8_t> Scheduler::roomOnCable(unsigned portNumber, size_t framedBytes) {
-    if (!cables_ || !mayTransmit(portNumber) || !ports_.find(portNumber) ||
+    if (!buildsOnCable(portNumber))
+        return {};
+    // Room asked for and not used is no harm: nothing is committed.
+    const std::span<uint8_t> room = cables_->room(portNumber, framedBytes);
+    if (room.empty() || !mayTransmit(portNumber) || !ports_.find(portNumber) ||
         host_.eventEnabled(PIB_EVENT_PACKET_SENT))
         return {};
-    return cables_->room(portNumber, framedBytes);
+    return room;
 }
 
 void Scheduler::sendBuilt(unsigned portNumber, std::span<uint8_t> framed) {

@@ -97,6 +97,9 @@ class Scheduler {
     // sent (the trace would read them back from memory the peer shares);
     // else empty, and the packet is built in a packetBuffer(). A packet
     // built there goes with sendBuilt(), before any other is sent.
+    bool buildsOnCable(unsigned port) const {
+        return cables_ && budget_ > 0 && cables_->buildsInPlace(port);
+    }
     std::span<uint8_t> roomOnCable(unsigned port, size_t framedBytes);
     void sendBuilt(unsigned port, std::span<uint8_t> framed);
 

@@ -92,28 +92,15 @@ void TransportRole::transmitConnected(QueuePair &qp, std::vector<uint8_t> framed
     scheduler_.send(portNumber, std::move(framed));
 }
 
-bool TransportRole::loopsBack(const QueuePair &qp) const {
-    const PortState &p = ports_.at(qp.attr.port_num);
-    return iba::portAnswersTo(p.info.lid, p.info.lmc, qp.attr.av.dlid);
-}
-
 iba::PacketWriter TransportRole::startPacket(const QueuePair &qp, const iba::Packet &headers,
                                              uint32_t len) {
-    if (injections_.empty() && !loopsBack(qp)) {
+    if (injections_.empty() && scheduler_.buildsOnCable(qp.attr.port_num)) {
         const size_t bytes = iba::PacketWriter::framedSize(headers, len, wire::kHeaderSize);
-        if (const auto room = scheduler_.roomOnCable(qp.attr.port_num, bytes); !room.empty())
+        if (const auto room = scheduler_.roomOnCable(qp.attr.port_num, bytes);
+            !room.empty() && !loopsBack(qp))
             return iba::PacketWriter(headers, len, wire::kHeaderSize, room);
     }
     return iba::PacketWriter(headers, len, wire::kHeaderSize, scheduler_.packetBuffer());
-}
-
-void TransportRole::transmitConnected(QueuePair &qp, iba::PacketWriter &&packet) {
-    if (const auto place = packet.place(); !place.empty()) {
-        std::move(packet).finish();
-        scheduler_.sendBuilt(qp.attr.port_num, place);
-        return;
-    }
-    transmitConnected(qp, std::move(packet).finish());
 }
 
 void TransportRole::sendConnected(QueuePair &qp, iba::Packet &packet) {

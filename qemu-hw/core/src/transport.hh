@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "addressing.hh"
 #include "event_writer.hh"
 #include "host.hh"
 #include "injection.hh"
@@ -87,10 +88,20 @@ class TransportRole {
     // buffer. transmitConnected() then sends it; a packet not sent (its
     // data could not be read) leaves nothing behind either way.
     iba::PacketWriter startPacket(const QueuePair &qp, const iba::Packet &headers, uint32_t len);
-    void transmitConnected(QueuePair &qp, iba::PacketWriter &&packet);
+    void transmitConnected(QueuePair &qp, iba::PacketWriter &&packet) {
+        if (const auto place = packet.place(); !place.empty()) {
+            std::move(packet).finish();
+            scheduler_.sendBuilt(qp.attr.port_num, place);
+            return;
+        }
+        transmitConnected(qp, std::move(packet).finish());
+    }
     void sendConnected(QueuePair &qp, iba::Packet &packet);
     // Whether `qp`'s packets come back in at its own port.
-    bool loopsBack(const QueuePair &qp) const;
+    bool loopsBack(const QueuePair &qp) const {
+        const PortState &p = ports_.at(qp.attr.port_num);
+        return iba::portAnswersTo(p.info.lid, p.info.lmc, qp.attr.av.dlid);
+    }
 
     const Host &host_;
     ObjectTables &objects_;
