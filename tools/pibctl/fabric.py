@@ -87,6 +87,9 @@ class Fabric:
     kernel: str = ""  # what the guests boot: the bundled image unless given
     initrd: str = ""
     cable: str = "ring"  # HCA to switch: "ring" (shared memory) or "stream"
+    # Guests the boot started afresh (a TCG hang, _wait_ready): their
+    # switch ports saw the cable go down once, as a power-cycled node's do.
+    booted_again: list = field(default_factory=list)
 
     @property
     def topo(self) -> Topology:
@@ -526,6 +529,12 @@ def _boot_again(fabric: Fabric, vm: Vm) -> None:
     _start_qemu(fabric, vm)
 
 
+def _record_booted_again(fabric: Fabric, vm: Vm) -> None:
+    if vm.name not in fabric.booted_again:
+        fabric.booted_again.append(vm.name)
+        fabric.save()
+
+
 def _wait_ready(fabric: Fabric, timeout: float, vms=None) -> None:
     start = time.monotonic()
     pending = list(vms or fabric.vms)
@@ -544,10 +553,12 @@ def _wait_ready(fabric: Fabric, timeout: float, vms=None) -> None:
                           f"({TCG_MAP_RACE}); booting it again")
                 booted_again.add(vm.name)
                 _start_qemu(fabric, vm)
+                _record_booted_again(fabric, vm)
                 continue
             if vm.name not in booted_again and _stalled_in_early_boot(vm, since):
                 booted_again.add(vm.name)
                 _boot_again(fabric, vm)
+                _record_booted_again(fabric, vm)
                 continue
             if qga.ping(vm.qga_sock, timeout=2):
                 ui.detail(f"{vm.name}: up after {time.monotonic() - start:.0f} s")

@@ -252,7 +252,7 @@ def _check_logs(counts: Counts, gate: LogGate, module, last_test: str) -> None:
                   not problems, time.monotonic() - start, str(problems[0]) if problems else "")
 
 
-def _check_port_errors(counts: Counts, fab, module, last_test: str) -> None:
+def _check_port_errors(counts: Counts, fab, module, last_test: str, stall_offsets: dict) -> None:
     """ibqueryerrors after a module's last test, which then clears every
     port's error counters so that the next module is judged on its own.
     A module whose tests make errors on purpose (faults, outages, driver
@@ -261,16 +261,44 @@ def _check_port_errors(counts: Counts, fab, module, last_test: str) -> None:
     start = time.monotonic()
     stem = last_test.split("::")[0]
     suffix = last_test[last_test.index("["):] if "[" in last_test else ""
+    stalled = _stalls_since(fab, stall_offsets)
     errors = fabric_errors(fab, clear=True)
     why = getattr(module, "ERRORS_ON_PURPOSE", "")
     if why:
         if errors:
             print(f"{stem}: port errors expected ({why}):\n{errors}")
         return
-    if errors:
+    # IBA's head-of-queue lifetime: a switch output whose peer took
+    # nothing for it (a QEMU that the host did not run for ~270 ms, under
+    # TCG on a loaded machine) discards what is sent to it until it drains.
+    # Discards on exactly the ports the switches logged so are shown, not
+    # failed; anything else fails.
+    if errors and _explained(errors, lambda node, port, counters: (
+            (node, port) in stalled and _DISCARDS_ONLY.fullmatch(counters))):
+        print(f"{stem}: PortXmitDiscards where a switch output stalled (its peer took nothing for "
+              f"its head-of-queue lifetime):\n{errors}{_stall_lines(fab)}")
+        errors = ""
+    elif errors:
         errors += _stall_lines(fab)
     counts.record(f"{stem}: ibqueryerrors finds no port with errors after its tests{suffix}",
                   not errors, time.monotonic() - start, errors)
+
+
+_DISCARDS_ONLY = re.compile(r"\[PortXmitDiscards == \d+\]")
+_STALL = re.compile(r"port (\d+): took nothing for")
+
+
+def _stalls_since(fab, offsets: dict) -> set:
+    """(switch, port) of each output a switch logged as stuck since the
+    last look (`offsets`: how far each log was read, updated here)."""
+    stalled = set()
+    for switch in fab.topo.switches:
+        log = fab.switch_log(switch.name)
+        text = log.read_text(errors="replace") if log.is_file() else ""
+        stalled |= {(switch.name, m[1])
+                    for m in _STALL.finditer(text, min(offsets.get(switch.name, 0), len(text)))}
+        offsets[switch.name] = len(text)
+    return stalled
 
 
 def _stall_lines(fab) -> str:
@@ -395,10 +423,12 @@ def run_e2e(counts: Counts, pattern: str, vms: int, accel: str,
     counts.record(f"every HCA port of the fabric of {where} is on a {cable} cable", not wrong, 0,
                   "\n".join(wrong))
     checked = time.monotonic()
-    errors = fabric_errors(fab)
+    errors = _fresh_fabric_errors(fab)
     counts.record(f"ibqueryerrors finds no port with errors on the fresh fabric of {where}",
                   not errors, time.monotonic() - checked, errors)
     ui.end_steps_since(booting)  # the table shows the boot; the rest of the phase is tests
+    stall_offsets = {}
+    _stalls_since(fab, stall_offsets)  # what the boot logged is not a module's
     ctx = Context(fab)
     old = signal.signal(signal.SIGALRM, _alarm)
     try:
@@ -431,7 +461,7 @@ def run_e2e(counts: Counts, pattern: str, vms: int, accel: str,
             counts.record(name, ok, time.monotonic() - start, why)
             if index + 1 == len(tests) or tests[index + 1][2] is not module:
                 _check_logs(counts, gate, module, name)
-                _check_port_errors(counts, fab, module, name)
+                _check_port_errors(counts, fab, module, name, stall_offsets)
     finally:
         signal.signal(signal.SIGALRM, old)
         start = time.monotonic()
@@ -591,6 +621,48 @@ def print_timing(counts: Counts, beside=(), slowest: int = 10) -> None:
     ui.info(f"the {slowest} slowest checks:")
     for seconds, name in sorted(counts.seconds, reverse=True)[:slowest]:
         ui.info(f"  {seconds:7.0f} s  {_first_line(name, 90)}")
+
+
+# A port's line in ibqueryerrors' report, and the node it is under.
+_ERRORS_NODE = re.compile(r'^Errors for .*"(?P<node>[^"]*)"')
+_ERRORS_PORT = re.compile(r"^\s*GUID 0x[0-9a-f]+ port (?P<port>\d+): (?P<errors>.*)$")
+
+
+def _port_errors(report: str) -> list:
+    """(node, port, its counters beyond threshold) of each port line in
+    ibqueryerrors' report; the node is its description (a switch's name)."""
+    node, found = "", []
+    for line in report.splitlines():
+        if m := _ERRORS_NODE.match(line.strip()):
+            node = m["node"]
+        elif m := _ERRORS_PORT.match(line):
+            found.append((node, m["port"], m["errors"]))
+    return found
+
+
+def _explained(report: str, why) -> bool:
+    """Whether every port ibqueryerrors names is one `why(node, port,
+    counters)` explains (and it named some)."""
+    ports = _port_errors(report)
+    return bool(ports) and all(why(*p) for p in ports)
+
+
+def _fresh_fabric_errors(fab) -> str:
+    """fabric_errors() of a fabric just booted. A guest the boot started
+    afresh (fabric.booted_again: a TCG hang) took its cable down once, and
+    its switch port counts it (LinkDownedCounter == 1), as a power-cycled
+    node's would: that and nothing else on those ports is explained; it
+    is shown, and the counters are cleared for the modules' checks."""
+    errors = fabric_errors(fab)
+    rebooted = {(switch, str(port)) for vm in fab.vms if vm.name in fab.booted_again
+                for switch, port in vm.cables}
+    if not errors or not _explained(errors, lambda node, port, counters: (
+            (node, port) in rebooted and counters == "[LinkDownedCounter == 1]")):
+        return errors
+    print(f"ibqueryerrors: the link of {', '.join(fab.booted_again)} went down once when the boot "
+          f"started it afresh; cleared:\n{errors}")
+    fabric_errors(fab, clear=True)
+    return ""
 
 
 def fabric_errors(fab, clear: bool = False) -> str:
