@@ -2,10 +2,12 @@
 // libFuzzer harness of the parsers every byte from the fabric meets first:
 // the wire framing (fed in pieces, read in place and copied) and the IBA
 // packet parser (with and without the ICRC check, copying the payload or
-// not). A packet that parses must build again into bytes that parse to
-// the same headers.
+// not, and parseShared, which reads the headers from a private copy of a
+// packet in a ring and must agree with parse). A packet that parses must
+// build again into bytes that parse to the same headers.
 #include <fuzzer/FuzzedDataProvider.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 
@@ -23,8 +25,26 @@ void check(bool ok, const char *what) {
     }
 }
 
+// parseShared on bytes nobody rewrites: the same verdict and headers as
+// parse, the payload left where it lies.
+void parseShared(std::span<const uint8_t> bytes) {
+    const std::vector<uint8_t> head(bytes.begin(),
+                                    bytes.begin() + std::min(bytes.size(), iba::kMaxHeaderBytes));
+    iba::ParseError sharedError, error;
+    const auto shared = iba::parseShared(bytes, head, &sharedError);
+    const auto p = iba::parse(bytes, &error, true, false);
+    check(shared.has_value() == p.has_value() && sharedError == error,
+          "parseShared and parse disagree");
+    if (p)
+        check(shared->bth.psn == p->bth.psn && shared->bth.opcode == p->bth.opcode &&
+                  shared->view.data() == p->view.data() && shared->view.size() == p->view.size(),
+              "parseShared read other headers or another payload");
+}
+
 void parsePacket(std::span<const uint8_t> bytes, bool checkIcrc, bool copy) {
     iba::ParseError error;
+    if (checkIcrc && !copy)
+        parseShared(bytes);
     auto p = iba::parse(bytes, &error, checkIcrc, copy);
     if (!p)
         return;
