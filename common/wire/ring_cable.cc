@@ -231,10 +231,15 @@ std::optional<FrameReader::View> RingReader::next(Error *error) {
     const auto length = nextLength(error);
     if (!length)
         return std::nullopt;
-    frame_.resize(kHeaderSize + *length);
-    copyOut(consumed_ + kHeaderSize, frame_.data() + kHeaderSize, *length);
-    consumed_ += kHeaderSize + *length;
-    return FrameReader::View{PIB_WIRE_PACKET, std::span(frame_).subspan(kHeaderSize)};
+    return FrameReader::View{PIB_WIRE_PACKET, takeWhole(*length)};
+}
+
+// The frame whose header nextLength() checked, copied out whole: its payload.
+std::span<const uint8_t> RingReader::takeWhole(uint32_t length) {
+    frame_.resize(kHeaderSize + length);
+    copyOut(consumed_ + kHeaderSize, frame_.data() + kHeaderSize, length);
+    consumed_ += kHeaderSize + length;
+    return std::span(frame_).subspan(kHeaderSize);
 }
 
 std::optional<RingReader::InPlace> RingReader::nextInPlace(size_t headBytes, Error *error) {
@@ -243,8 +248,8 @@ std::optional<RingReader::InPlace> RingReader::nextInPlace(size_t headBytes, Err
         return std::nullopt;
     const uint32_t at = (consumed_ + kHeaderSize) & (size_ - 1);
     if (*length <= 2 * headBytes || *length > size_ - at) { // short, or wraps: copied whole
-        const auto view = next(error);
-        return InPlace{view->payload, view->payload};
+        const auto whole = takeWhole(*length);
+        return InPlace{whole, whole};
     }
     frame_.resize(kHeaderSize + headBytes);
     std::memcpy(frame_.data() + kHeaderSize, data_ + at, headBytes);

@@ -140,6 +140,7 @@ class RingReader {
 
     void copyOut(uint32_t at, uint8_t *to, uint32_t length) const;
     std::optional<uint32_t> nextLength(Error *error);
+    std::span<const uint8_t> takeWhole(uint32_t length);
 };
 
 // Whether moving an index from `before` to `after` passed `event` (the

@@ -288,28 +288,30 @@ _DISCARDS_ONLY = re.compile(r"\[PortXmitDiscards == \d+\]")
 _STALL = re.compile(r"port (\d+): took nothing for")
 
 
+def _switch_logs(fab):
+    """(name, text) of each IB switch's log."""
+    for switch in fab.topo.switches:
+        log = fab.switch_log(switch.name)
+        yield switch.name, log.read_text(errors="replace") if log.is_file() else ""
+
+
 def _stalls_since(fab, offsets: dict) -> set:
     """(switch, port) of each output a switch logged as stuck since the
     last look (`offsets`: how far each log was read, updated here)."""
     stalled = set()
-    for switch in fab.topo.switches:
-        log = fab.switch_log(switch.name)
-        text = log.read_text(errors="replace") if log.is_file() else ""
-        stalled |= {(switch.name, m[1])
-                    for m in _STALL.finditer(text, min(offsets.get(switch.name, 0), len(text)))}
-        offsets[switch.name] = len(text)
+    for name, text in _switch_logs(fab):
+        stalled |= {(name, m[1])
+                    for m in _STALL.finditer(text, min(offsets.get(name, 0), len(text)))}
+        offsets[name] = len(text)
     return stalled
 
 
 def _stall_lines(fab) -> str:
     """What the switches logged of outputs they found stuck (their
-    head-of-queue lifetime ran out, and packets to them were discarded):
-    the why of PortXmitDiscards."""
-    lines = []
-    for log in sorted(Path(fab.run_dir).glob("*.log")):
-        text = log.read_text(errors="replace") if log.is_file() else ""
-        lines += [f"{log.stem}: {line.strip()}" for line in text.splitlines()
-                  if "took nothing for" in line or "draining again" in line]
+    head-of-queue lifetime ran out, and packets to them were discarded)
+    and of their draining again: the why of PortXmitDiscards."""
+    lines = [f"{name}: {line.strip()}" for name, text in _switch_logs(fab)
+             for line in text.splitlines() if _STALL.search(line) or "draining again" in line]
     return ("\nswitch logs:\n  " + "\n  ".join(lines[-10:])) if lines else ""
 
 
@@ -653,7 +655,7 @@ def _fresh_fabric_errors(fab) -> str:
     its switch port counts it (LinkDownedCounter == 1), as a power-cycled
     node's would: that and nothing else on those ports is explained; it
     is shown, and the counters are cleared for the modules' checks."""
-    errors = fabric_errors(fab)
+    errors = fabric_errors(fab, clear=True)  # reported, then cleared for the modules
     rebooted = {(switch, str(port)) for vm in fab.vms if vm.name in fab.booted_again
                 for switch, port in vm.cables}
     if not errors or not _explained(errors, lambda node, port, counters: (
@@ -661,7 +663,6 @@ def _fresh_fabric_errors(fab) -> str:
         return errors
     print(f"ibqueryerrors: the link of {', '.join(fab.booted_again)} went down once when the boot "
           f"started it afresh; cleared:\n{errors}")
-    fabric_errors(fab, clear=True)
     return ""
 
 

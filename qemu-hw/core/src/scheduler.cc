@@ -100,8 +100,6 @@ void Scheduler::transmit(unsigned portNumber, std::vector<uint8_t> &framed) {
 }
 
 std::span<uint8_t> Scheduler::roomOnCable(unsigned portNumber, size_t framedBytes) {
-    if (!buildsOnCable(portNumber))
-        return {};
     // Room asked for and not used is no harm: nothing is committed.
     const std::span<uint8_t> room = cables_->room(portNumber, framedBytes);
     if (room.empty() || !mayTransmit(portNumber) || !ports_.find(portNumber) ||

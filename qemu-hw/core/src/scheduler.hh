@@ -92,14 +92,16 @@ class Scheduler {
     std::vector<uint8_t> packetBuffer();
     void recyclePacket(std::vector<uint8_t> &&framed);
 
-    // Room to build a packet of `framedBytes` straight on `port`'s cable,
+    // Whether `port`'s cable may take a packet built in place at all.
+    bool buildsOnCable(unsigned port) const {
+        return cables_ && budget_ > 0 && cables_->buildsInPlace(port);
+    }
+    // After buildsOnCable() said yes (the caller asks it first, cheaply):
+    // room to build a packet of `framedBytes` straight on `port`'s cable,
     // when this event may send on the port and nobody traces the packets
     // sent (the trace would read them back from memory the peer shares);
     // else empty, and the packet is built in a packetBuffer(). A packet
     // built there goes with sendBuilt(), before any other is sent.
-    bool buildsOnCable(unsigned port) const {
-        return cables_ && budget_ > 0 && cables_->buildsInPlace(port);
-    }
     std::span<uint8_t> roomOnCable(unsigned port, size_t framedBytes);
     void sendBuilt(unsigned port, std::span<uint8_t> framed);
 
