@@ -176,6 +176,52 @@ TEST_CASE("on a ring cable two devices' RC traffic travels in the rings", "[link
     CHECK(portCounters(pair.a)["frames_read_in_ring"] >= length / 4096);
 }
 
+// Found on a loaded CI host: the switch process waited for a CPU for
+// half a second, both devices' requests sat unread in their rings, and
+// ibv_rc_pingpong ended in RETRY_EXC (timeout 14 x 7 retries is 0.5 s)
+// with nothing lost. An ACK timeout while the cable still holds the
+// port's packets spends no retry, for a while (kCableStallGraceNs).
+TEST_CASE("ACK timeouts while the switch takes nothing from the ring spend no retries, for a while",
+          "[link-rings]") {
+    RingPair r;
+    pib::testing::Pair &pair = r.pair;
+    constexpr uint32_t kLength = 4096;
+    const uint64_t src = pair.a.host.allocRandom(kLength, 21);
+    const uint64_t dst = pair.b.host.alloc(kLength);
+    pair.b.postRecv(1, dst, kLength);
+    pair.a.postSend(1, {.local = src, .length = kLength});
+    // 20 timeouts of 4.2 ms, five times the QP's retries: the switch ran
+    // none of that time.
+    for (int i = 0; i < 20; ++i)
+        pair.a.host.advance(4'200'000);
+    CHECK(pair.a.host.traces("rc_timeout_excused") >= 19);
+    CHECK(pair.a.host.traces("rc_timeout") == 0);
+    CHECK(pair.a.poll().empty());
+    SECTION("the switch runs again: the SEND arrives whole") {
+        r.run(64);
+        const auto done = pair.a.poll();
+        REQUIRE(done.size() == 1);
+        CHECK(done[0].status == PIB_WC_SUCCESS);
+        CHECK(std::memcmp(pair.a.host.at(src), pair.b.host.at(dst), kLength) == 0);
+    }
+    SECTION("a switch stuck beyond the grace still ends the QP in RETRY_EXC_ERR") {
+        for (int i = 0; i < 600 && pair.a.poll().empty(); ++i) // up to 2.5 s more
+            pair.a.host.advance(4'200'000);
+        CHECK(pair.a.qpState() == PIB_QPS_ERR);
+        CHECK(pair.a.host.traces("rc_retry_exceeded") == 1);
+    }
+    SECTION("packets the switch took count as sent: the peer's silence spends retries") {
+        r.b.reset(); // b's cable is pulled: what the switch takes goes nowhere
+        r.a->take();
+        for (int i = 0; i < 5 && pair.a.qpState() != PIB_QPS_ERR; ++i) {
+            pair.a.host.advance(4'200'000);
+            r.a->take(); // the resends too
+        }
+        CHECK(pair.a.qpState() == PIB_QPS_ERR);
+        CHECK(pair.a.host.traces("rc_timeout") == 3); // retry_cnt 3
+    }
+}
+
 // Found by test_dual_port's traffic on both ports at once: the port had
 // said "full" with packets waiting for the ring, the cable was replaced,
 // and the port's work stayed held back for good.

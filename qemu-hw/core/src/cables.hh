@@ -26,6 +26,10 @@ class Cables {
     // was built there, before anything else is sent.
     virtual std::span<uint8_t> room(unsigned port, size_t framedBytes) = 0;
     virtual void sendBuilt(unsigned port, std::span<uint8_t> framed) = 0;
+    // Whether packets the port sent are still on its cable, not taken by
+    // the switch yet (a ring cable's unread bytes or its backlog): the
+    // wire, not the peer, is what holds them up.
+    virtual bool holdsUntaken(unsigned port) const = 0;
 
   protected:
     ~Cables() = default;

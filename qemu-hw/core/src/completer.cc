@@ -127,7 +127,7 @@ void Requester::ackUpTo(QueuePair &qp, uint32_t psn) {
         w.acked = true;
     }
     if (progress)
-        qp.req.retriesLeft = qp.attr.retry_cnt;
+        qp.req.answered(qp.attr.retry_cnt);
     completeInOrder(qp);
     if (qp.attr.qp_state != PIB_QPS_ERR && progress)
         restartAckTimer(qp);
@@ -244,7 +244,7 @@ bool Requester::onAtomicAcknowledge(QueuePair &qp, const iba::Packet &packet) {
         r.acknowledged(psn);
     } else
         w.localStatus = status;
-    r.retriesLeft = qp.attr.retry_cnt;
+    r.answered(qp.attr.retry_cnt);
     completeInOrder(qp);
     if (qp.attr.qp_state != PIB_QPS_ERR)
         restartAckTimer(qp);
@@ -312,12 +312,32 @@ void Requester::readResponse(QueuePair &qp, const iba::Packet &packet) {
     }
     w->received += static_cast<uint32_t>(len);
     r.acknowledged(psn);
-    r.retriesLeft = qp.attr.retry_cnt;
+    r.answered(qp.attr.retry_cnt);
     if (last)
         w->acked = true;
     completeInOrder(qp);
     if (qp.attr.qp_state != PIB_QPS_ERR)
         restartAckTimer(qp);
+}
+
+// An ACK timeout while the port's ring cable still holds packets the
+// switch has not taken: the switch process did not run (a loaded host
+// can leave it waiting for a CPU for half a second), so the request may
+// not even have left, and the peer had no chance to answer. Such a
+// timeout spends no retry, for at most kCableStallGraceNs from the first
+// one since the last answer: a switch that stays stuck still ends in
+// RETRY_EXC_ERR, later. True when the timer was started again instead.
+bool Requester::cableStalled(QueuePair &qp, uint64_t now) {
+    RequesterState &r = qp.req;
+    if (!scheduler_.cableHoldsUntaken(qp))
+        return false;
+    if (!r.cableStallFrom)
+        r.cableStallFrom = now;
+    if (now - r.cableStallFrom >= kCableStallGraceNs)
+        return false;
+    trace::rc_timeout_excused(host_, qp.number, r.unackedPsn);
+    restartAckTimer(qp);
+    return true;
 }
 
 // The local ACK timer or an RNR wait of `qpn` ran out.
@@ -342,6 +362,8 @@ void Requester::timerExpired(QueuePair &qp) {
     // (whose packets would ask for the ACK), no retry is spent. Sending
     // again starts the timer again.
     if (!r.awaitsAnswer() || scheduler_.waitsForRoom(qp))
+        return;
+    if (cableStalled(qp, now))
         return;
     if (r.retriesLeft == 0) {
         trace::rc_retry_exceeded(host_, qp.number, qp.attr.retry_cnt);

@@ -158,12 +158,19 @@ struct RequesterState {
     unsigned retriesLeft = 0;    // for the local ACK timeout
     unsigned rnrRetriesLeft = 0; // 7 = infinite
     uint64_t ackDeadline = 0;    // local ACK timeout; 0 when not armed
+    uint64_t cableStallFrom = 0; // first ACK timeout the cable excused since an answer; 0: none
     uint64_t rnrDeadline = 0;    // resend after an RNR NAK; 0 when not waiting
     uint64_t heldBytes = 0;      // the footprints of `outstanding`
     // Some WQE of `outstanding` may have packets not sent: a rewind, a
     // full window or a full port. When false, every one went out, and a
     // doorbell need not walk them (it would, per message, the whole window).
     bool unsentHeld = false;
+
+    // The peer answered something new: the retries start over.
+    void answered(unsigned retryCount) {
+        retriesLeft = retryCount;
+        cableStallFrom = 0;
+    }
 
     // Everything up to `psn` was answered: the send window moves past it.
     // True when `psn` moves the window on.

@@ -59,6 +59,8 @@ class Link {
     bool buildsInPlace() const { return up_ && ringsUp() && !capture_; }
     std::span<uint8_t> room(size_t framedBytes);
     void sendBuilt(std::span<uint8_t> framed);
+    // Packets sent that the switch has not taken from the ring cable yet.
+    bool holdsUntaken() const { return ringsUp() && rings_->holdsUntaken(); }
     uint64_t framesBuiltInRing() const { return builtInRing_; }
     uint64_t framesReadInRing() const { return readInRing_; }
     // A port in Polling (connected, no HELLO from the peer yet) sends its
@@ -124,6 +126,10 @@ class PortLinks final : public Cables {
     }
     std::span<uint8_t> room(unsigned port, size_t framedBytes) override;
     void sendBuilt(unsigned port, std::span<uint8_t> framed) override;
+    bool holdsUntaken(unsigned port) const override {
+        const Link *link = find(port);
+        return link && link->holdsUntaken();
+    }
 
   private:
     std::vector<std::unique_ptr<Link>> &links_; // index: port - 1

@@ -54,6 +54,8 @@ class LinkRings {
     // sendBuilt() once it is built. Nothing else is sent in between.
     std::span<uint8_t> room(size_t bytes);
     void sendBuilt(size_t bytes);
+    // Frames the switch has not read yet: in the ring, or behind it.
+    bool holdsUntaken() const { return !backlog_.empty() || out_.inFlight() > 0; }
 
     struct Rang {
         bool writable = false;        // the backlog went into the ring: new work may start

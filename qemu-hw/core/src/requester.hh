@@ -51,6 +51,11 @@ class Requester final : TransportRole {
     uint64_t ackTimeoutNs(const QueuePair &qp) const;
     static uint64_t rnrDelayNs(uint8_t code);
     void restartAckTimer(QueuePair &qp);
+    // How long ACK timeouts may be excused while the switch has not taken
+    // the port's packets (cableStalled): a host that stalls the switch
+    // process longer than this is broken, not busy.
+    static constexpr uint64_t kCableStallGraceNs = 2'000'000'000;
+    bool cableStalled(QueuePair &qp, uint64_t now);
     void completeInOrder(QueuePair &qp);
     void completeHead(QueuePair &qp, uint8_t status);
     void ackUpTo(QueuePair &qp, uint32_t psn);

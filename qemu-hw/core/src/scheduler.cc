@@ -71,6 +71,10 @@ bool Scheduler::waitsForRoom(const QueuePair &qp) const {
     return qp.postponed && p && p->txFull;
 }
 
+bool Scheduler::cableHoldsUntaken(const QueuePair &qp) const {
+    return cables_ && cables_->holdsUntaken(sendPort(qp));
+}
+
 void Scheduler::postpone(uint32_t qpn, QueuePair &qp, bool needsPort) {
     if (qp.postponed)
         return;

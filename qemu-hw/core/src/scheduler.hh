@@ -59,6 +59,9 @@ class Scheduler {
     bool mayTransmit(unsigned port) const;
     // Whether `qp` waits for its port to have room (it said full).
     bool waitsForRoom(const QueuePair &qp) const;
+    // Whether the cable of `qp`'s port still holds packets the switch
+    // has not taken (Cables::holdsUntaken).
+    bool cableHoldsUntaken(const QueuePair &qp) const;
     // Whether this event may still do work that sends nothing.
     bool mayWork() const { return budget_ > 0; }
     // `qp`'s responder owes an ACK: it goes when the event ends, so that
