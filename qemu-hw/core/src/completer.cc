@@ -127,7 +127,7 @@ void Requester::ackUpTo(QueuePair &qp, uint32_t psn) {
         w.acked = true;
     }
     if (progress)
-        qp.req.answered(qp.attr.retry_cnt);
+        qp.req.startRetriesOver(qp.attr.retry_cnt);
     completeInOrder(qp);
     if (qp.attr.qp_state != PIB_QPS_ERR && progress)
         restartAckTimer(qp);
@@ -244,7 +244,7 @@ bool Requester::onAtomicAcknowledge(QueuePair &qp, const iba::Packet &packet) {
         r.acknowledged(psn);
     } else
         w.localStatus = status;
-    r.answered(qp.attr.retry_cnt);
+    r.startRetriesOver(qp.attr.retry_cnt);
     completeInOrder(qp);
     if (qp.attr.qp_state != PIB_QPS_ERR)
         restartAckTimer(qp);
@@ -312,7 +312,7 @@ void Requester::readResponse(QueuePair &qp, const iba::Packet &packet) {
     }
     w->received += static_cast<uint32_t>(len);
     r.acknowledged(psn);
-    r.answered(qp.attr.retry_cnt);
+    r.startRetriesOver(qp.attr.retry_cnt);
     if (last)
         w->acked = true;
     completeInOrder(qp);

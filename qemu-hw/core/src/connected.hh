@@ -166,8 +166,9 @@ struct RequesterState {
     // doorbell need not walk them (it would, per message, the whole window).
     bool unsentHeld = false;
 
-    // The peer answered something new: the retries start over.
-    void answered(unsigned retryCount) {
+    // The peer answered something new (or the QP got a new retry_cnt):
+    // the retries start over, and so does the grace a stalled cable gets.
+    void startRetriesOver(unsigned retryCount) {
         retriesLeft = retryCount;
         cableStallFrom = 0;
     }

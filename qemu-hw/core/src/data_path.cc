@@ -56,7 +56,7 @@ void DataPath::qpStateEntered(QueuePair &qp, uint8_t cur, uint8_t next, uint32_t
     if (next == PIB_QPS_RTS && cur == PIB_QPS_RTR)
         qp.req.psn = qp.req.unackedPsn = a.sq_psn;
     if (mask & PIB_QP_RETRY_CNT)
-        qp.req.answered(a.retry_cnt);
+        qp.req.startRetriesOver(a.retry_cnt);
     if (mask & PIB_QP_RNR_RETRY)
         qp.req.rnrRetriesLeft = a.rnr_retry;
     if (next == PIB_QPS_ERR)
