@@ -189,7 +189,7 @@ bool RingWriter::armRoomDoorbell(size_t bytes) {
 // ---- consumer ----------------------------------------------------------
 
 RingReader::RingReader(pib_wire_ring_ctrl *ctrl, const uint8_t *data, uint32_t size)
-    : ctrl_(ctrl), data_(data), size_(size) {}
+    : ctrl_(ctrl), data_(data), size_(size), frame_(kHeaderSize + kMaxPayload) {}
 
 void RingReader::copyOut(uint32_t at, uint8_t *to, uint32_t length) const {
     const uint32_t offset = at & (size_ - 1);
@@ -211,7 +211,7 @@ std::optional<uint32_t> RingReader::nextLength(Error *error) {
     if (available == 0)
         return std::nullopt;
     // The producer publishes whole frames: anything less is a broken ring.
-    frame_.resize(kHeaderSize);
+    frameLength_ = kHeaderSize;
     if (available < kHeaderSize) {
         *error = Error::kBadFrame;
         return std::nullopt;
@@ -236,10 +236,10 @@ std::optional<FrameReader::View> RingReader::next(Error *error) {
 
 // The frame whose header nextLength() checked, copied out whole: its payload.
 std::span<const uint8_t> RingReader::takeWhole(uint32_t length) {
-    frame_.resize(kHeaderSize + length);
+    frameLength_ = kHeaderSize + length;
     copyOut(consumed_ + kHeaderSize, frame_.data() + kHeaderSize, length);
     consumed_ += kHeaderSize + length;
-    return std::span(frame_).subspan(kHeaderSize);
+    return lastFrame().subspan(kHeaderSize);
 }
 
 std::optional<RingReader::InPlace> RingReader::nextInPlace(size_t headBytes, Error *error) {
@@ -251,14 +251,14 @@ std::optional<RingReader::InPlace> RingReader::nextInPlace(size_t headBytes, Err
         const auto whole = takeWhole(*length);
         return InPlace{whole, whole};
     }
-    frame_.resize(kHeaderSize + headBytes);
+    frameLength_ = kHeaderSize + headBytes;
     std::memcpy(frame_.data() + kHeaderSize, data_ + at, headBytes);
     consumed_ += kHeaderSize + *length;
-    return InPlace{std::span(data_ + at, *length), std::span(frame_).subspan(kHeaderSize)};
+    return InPlace{std::span(data_ + at, *length), lastFrame().subspan(kHeaderSize)};
 }
 
 std::span<const uint8_t> RingReader::lastFrame() const {
-    return frame_;
+    return std::span(frame_).first(frameLength_);
 }
 
 bool RingReader::release() {

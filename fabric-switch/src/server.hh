@@ -133,6 +133,7 @@ class Server {
     void offerRings(unsigned port);
     void ringAnswer(unsigned port, std::span<const uint8_t> payload);
     void closeRings(Connection *c);
+    static bool putInRing(RingLink &r, std::span<const uint8_t> packet);
     void onRingDoorbell(unsigned port);
     void processRing(unsigned port);
     void serviceBusyRings();

@@ -47,7 +47,10 @@ void Server::toSwitch(unsigned port, std::span<const uint8_t> packet) {
     if (!conns_[port] || !conns_[port]->helloReceived)
         return;
     capture(port, packet, false);
-    for (auto &t : sw_.receive(port, packet))
+    const auto forwarded = [this](unsigned out, std::span<const uint8_t> bytes) {
+        sendPacket(out, bytes);
+    };
+    for (auto &t : sw_.receive(port, packet, forwarded))
         sendPacket(t.port, t.packet);
 }
 

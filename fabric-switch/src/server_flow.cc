@@ -59,8 +59,14 @@ void Server::sendFrame(unsigned port, uint8_t type, std::span<const uint8_t> pay
     if (type == PIB_WIRE_PACKET)
         capture(port, payload, true);
     // On a ring cable packets take the ring; HELLOs and RINGS the stream.
-    wire::appendFrame(c->rings && type == PIB_WIRE_PACKET ? c->ringOutput : c->output, type,
-                      payload);
+    // A packet goes straight into the ring when none waits before it and
+    // it fits; flushOutputs() publishes it with the others of this turn.
+    if (c->rings && type == PIB_WIRE_PACKET) {
+        if (c->queuedInRing() || !putInRing(*c->rings, payload))
+            wire::appendFrame(c->ringOutput, type, payload);
+    } else {
+        wire::appendFrame(c->output, type, payload);
+    }
     if (!c->unflushed) {
         c->unflushed = true;
         unflushed_.push_back(port);

@@ -6,6 +6,7 @@
 // The peer may write anything into the rings at any time: each frame is
 // copied out before it is looked at (wire::RingReader), a broken ring
 // drops the link, and the work per doorbell is bounded as a socket read's.
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <sys/epoll.h>
@@ -244,6 +245,18 @@ void Server::serviceBusyRings() {
     for (unsigned port : ports)
         if (Connection *c = conns_[port].get(); c && c->rings)
             processRing(port);
+}
+
+// Writes a packet's frame into the ring's room, unpublished; false when
+// the room is short or would wrap (the frame then waits in ringOutput).
+bool Server::putInRing(RingLink &r, std::span<const uint8_t> packet) {
+    const std::span<uint8_t> room = r.out.reserve(wire::kHeaderSize + packet.size());
+    if (room.empty())
+        return false;
+    std::copy(packet.begin(), packet.end(), room.begin() + wire::kHeaderSize);
+    wire::frameInPlace(room, PIB_WIRE_PACKET);
+    r.out.commit(room.size());
+    return true;
 }
 
 // The frames waiting for the ring go in as far as there is room. Returns

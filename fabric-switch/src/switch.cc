@@ -58,32 +58,37 @@ bool pkeyAdmitted(std::span<const uint16_t> table, uint16_t pkey) {
 
 void Switch::transmit(std::vector<Transmit> &out, unsigned port, std::vector<uint8_t> bytes,
                       bool management, uint16_t pkey) {
+    if (admit(port, bytes, management, pkey))
+        out.push_back({port, std::move(bytes)});
+}
+
+bool Switch::admit(unsigned port, std::span<const uint8_t> bytes, bool management, uint16_t pkey) {
     SwitchPort &p = ports_[port];
     // Data needs an ACTIVE port; subnet management (VL15) only a live link.
     const bool open =
         p.linkUp && (management ? p.state >= kPortStateInit : p.state == kPortStateActive);
     if (!open && !management && p.linkUp && p.state == kPortStateArmed &&
         p.held.size() < kHeldWhileArmed) {
-        p.held.push_back({std::move(bytes), pkey});
-        return;
+        p.held.push_back({{bytes.begin(), bytes.end()}, pkey});
+        return false;
     }
     if (!open) {
         if (management)
             ++p.counters.vl15Dropped;
         else
             ++p.counters.xmitDiscards;
-        return;
+        return false;
     }
     // Outbound partition enforcement (IBA 10.9.2); subnet management is
     // exempt.
     if (!management && (p.enforcement & kEnforceOutbound) && !pkeyAdmitted(p.pkeys, pkey)) {
         ++p.counters.xmitConstraintErrors;
         dropped(port, "P_Key outside the egress port's partitions, P_Key", pkey);
-        return;
+        return false;
     }
     ++p.counters.xmitPackets;
     p.counters.xmitData += bytes.size() / 4;
-    out.push_back({port, std::move(bytes)});
+    return true;
 }
 
 void Switch::discarded(unsigned port, size_t bytes) {
@@ -108,7 +113,19 @@ void Switch::portStateLeft(unsigned port, uint8_t before) {
 }
 
 std::vector<Transmit> Switch::receive(unsigned in, std::span<const uint8_t> bytes) {
-    std::vector<Transmit> out = receivePacket(in, bytes);
+    std::vector<Transmit> forwarded;
+    std::vector<Transmit> built =
+        receive(in, bytes, [&](unsigned port, std::span<const uint8_t> packet) {
+            forwarded.push_back({port, {packet.begin(), packet.end()}});
+        });
+    forwarded.insert(forwarded.end(), std::make_move_iterator(built.begin()),
+                     std::make_move_iterator(built.end()));
+    return forwarded;
+}
+
+std::vector<Transmit> Switch::receive(unsigned in, std::span<const uint8_t> bytes,
+                                      const Forwarder &send) {
+    std::vector<Transmit> out = receivePacket(in, bytes, send);
     // What an SMP (or a data packet) just activated goes out with it.
     out.insert(out.end(), std::make_move_iterator(released_.begin()),
                std::make_move_iterator(released_.end()));
@@ -116,7 +133,8 @@ std::vector<Transmit> Switch::receive(unsigned in, std::span<const uint8_t> byte
     return out;
 }
 
-std::vector<Transmit> Switch::receivePacket(unsigned in, std::span<const uint8_t> bytes) {
+std::vector<Transmit> Switch::receivePacket(unsigned in, std::span<const uint8_t> bytes,
+                                            const Forwarder &send) {
     std::vector<Transmit> out;
     if (in < 1 || in > config_.ports || !ports_[in].linkUp)
         return out;
@@ -132,7 +150,7 @@ std::vector<Transmit> Switch::receivePacket(unsigned in, std::span<const uint8_t
     port.counters.rcvData += bytes.size() / 4;
     const bool smp = packet->bth.destQp == 0 && packet->payload.size() == kMadSize;
     if (smp && packet->payload[1] == kClassSmpDirected)
-        return directedRoute(in, std::move(*packet), bytes);
+        return directedRoute(in, std::move(*packet), bytes, send);
     // IBA 7.2: an ARMED port goes ACTIVE with the first packet that is not
     // subnet management, which says that its neighbour is ACTIVE (the SM
     // activates one end of a link, the data it sends the other).
@@ -158,15 +176,14 @@ std::vector<Transmit> Switch::receivePacket(unsigned in, std::span<const uint8_t
     }
     if (packet->lrh.dlid == lid_ && lid_ != 0 && packet->bth.destQp <= 1)
         return toSwitch(in, std::move(*packet));
-    return forward(in, *packet, bytes);
+    forward(in, *packet, bytes, send);
+    return out;
 }
 
-std::vector<Transmit> Switch::forward(unsigned in, const iba::Packet &packet,
-                                      std::span<const uint8_t> bytes) {
-    std::vector<Transmit> out;
+void Switch::forward(unsigned in, const iba::Packet &packet, std::span<const uint8_t> bytes,
+                     const Forwarder &send) {
     const uint16_t dlid = packet.lrh.dlid;
     const bool management = packet.bth.destQp == 0;
-    std::vector<uint8_t> copy(bytes.begin(), bytes.end());
     if (isMulticastLid(dlid)) {
         // The MFT holds the first kMftCap multicast LIDs; SwitchInfo says
         // so (MulticastFDBCap). Any LID above has no entry: no route.
@@ -174,21 +191,22 @@ std::vector<Transmit> Switch::forward(unsigned in, const iba::Packet &packet,
         if (index >= kMftCap) {
             ++ports_[in].counters.xmitDiscards;
             dropped(in, "multicast LID beyond the MFT, LID", dlid);
-            return out;
+            return;
         }
         const auto &masks = mft_[index];
         for (unsigned port = 1; port <= config_.ports; ++port)
-            if (port != in && masks[port / 16] & (1u << (port % 16)))
-                transmit(out, port, copy, management, packet.bth.pkey);
-        return out;
+            if (port != in && masks[port / 16] & (1u << (port % 16)) &&
+                admit(port, bytes, management, packet.bth.pkey))
+                send(port, bytes);
+        return;
     }
     const unsigned port = dlid < kLftCap ? lft_[dlid] : 0xff;
     if (port < 1 || port > config_.ports) {
         ++ports_[in].counters.xmitDiscards; // no route: counted at the ingress
-        return out;
+        return;
     }
-    transmit(out, port, std::move(copy), management, packet.bth.pkey);
-    return out;
+    if (admit(port, bytes, management, packet.bth.pkey))
+        send(port, bytes);
 }
 
 // IBA 14.2.2: a DR SMP travels by the port numbers in its initial path,
@@ -203,11 +221,13 @@ std::vector<Transmit> Switch::forward(unsigned in, const iba::Packet &packet,
 // + 1), and the responder sends its answer by LID back to that switch.
 // Inside the directed part the LRH carries permissive LIDs.
 std::vector<Transmit> Switch::directedRoute(unsigned in, iba::Packet packet,
-                                            std::span<const uint8_t> bytes) {
+                                            std::span<const uint8_t> bytes, const Forwarder &send) {
     const uint16_t dlid = packet.lrh.dlid;
     const bool byLid = dlid != iba::kPermissiveLid;
-    if (byLid && (lid_ == 0 || dlid != lid_))
-        return forward(in, packet, bytes); // a LID-routed part passing through
+    if (byLid && (lid_ == 0 || dlid != lid_)) {
+        forward(in, packet, bytes, send); // a LID-routed part passing through
+        return {};
+    }
     std::vector<Transmit> out;
     Mad mad(packet.payload);
     const unsigned hops = mad.hopCount();

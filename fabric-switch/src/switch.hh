@@ -85,11 +85,21 @@ struct Transmit {
     std::vector<uint8_t> packet;
 };
 
+// Where the switch passes on a packet it forwards as it came: the egress
+// port and the bytes receive() was given, valid during the call only.
+using Forwarder = std::function<void(unsigned port, std::span<const uint8_t> packet)>;
+
 class Switch {
   public:
     explicit Switch(SwitchConfig config);
 
-    // A packet arrived on external port `port`; returns what to send where.
+    // A packet arrived on external port `port`. What the switch forwards
+    // goes to `send` as it came, not copied; what it builds or releases
+    // (answers, traps, packets a port held while ARMED) is returned, to
+    // go out after those.
+    std::vector<Transmit> receive(unsigned port, std::span<const uint8_t> bytes,
+                                  const Forwarder &send);
+    // The same, with the forwarded packets copied into what it returns.
     std::vector<Transmit> receive(unsigned port, std::span<const uint8_t> bytes);
     // The link on an external port came up (both ends said HELLO) or went
     // down; returns the Trap 128 that tells the SM, once it has configured us.
@@ -129,7 +139,7 @@ class Switch {
   private:
     // Management.
     std::vector<Transmit> directedRoute(unsigned in, iba::Packet packet,
-                                        std::span<const uint8_t> bytes);
+                                        std::span<const uint8_t> bytes, const Forwarder &send);
     void stepBack(std::vector<Transmit> &out, unsigned in, iba::Packet &packet, unsigned hop);
     void sendDirected(std::vector<Transmit> &out, unsigned in, iba::Packet &packet, unsigned port);
     void sendByLid(std::vector<Transmit> &out, unsigned in, iba::Packet &packet, uint16_t dlid);
@@ -154,14 +164,18 @@ class Switch {
     std::vector<Transmit> reply(const iba::Packet &request, std::vector<uint8_t> mad, unsigned out);
 
     // Forwarding.
-    std::vector<Transmit> forward(unsigned in, const iba::Packet &packet,
-                                  std::span<const uint8_t> bytes);
-    std::vector<Transmit> receivePacket(unsigned in, std::span<const uint8_t> bytes);
+    void forward(unsigned in, const iba::Packet &packet, std::span<const uint8_t> bytes,
+                 const Forwarder &send);
+    std::vector<Transmit> receivePacket(unsigned in, std::span<const uint8_t> bytes,
+                                        const Forwarder &send);
     // A port left ARMED: to ACTIVE, what it held goes out with the
     // current call's packets; otherwise it is discarded.
     void portStateLeft(unsigned port, uint8_t before);
     void transmit(std::vector<Transmit> &out, unsigned port, std::vector<uint8_t> bytes,
                   bool management, uint16_t pkey);
+    // Whether `port` sends the packet now (counted as sent). A port still
+    // ARMED keeps a copy of a few data packets until it goes ACTIVE.
+    bool admit(unsigned port, std::span<const uint8_t> bytes, bool management, uint16_t pkey);
 
     SwitchConfig config_;
     std::vector<SwitchPort> ports_; // index 0: the switch management port

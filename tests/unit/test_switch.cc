@@ -393,6 +393,16 @@ TEST_CASE("the LFT routes unicast between ACTIVE ports", "[switch]") {
     CHECK(out[0].packet == data);
     CHECK(sw.receive(1, lidPacket(6, 0x99, {1, 2, 3, 4})).empty()); // no route
     CHECK(sw.port(2).counters.xmitPackets >= 1);
+    // Forwarding copies nothing: the server's sink sees the bytes it gave.
+    std::vector<std::pair<unsigned, const uint8_t *>> forwarded;
+    const auto built = sw.receive(1, data, [&](unsigned port, std::span<const uint8_t> packet) {
+        CHECK(packet.size() == data.size());
+        forwarded.emplace_back(port, packet.data());
+    });
+    CHECK(built.empty());
+    REQUIRE(forwarded.size() == 1);
+    CHECK(forwarded[0].first == 2);
+    CHECK(forwarded[0].second == data.data());
 }
 
 TEST_CASE("the MFT copies multicast to its ports but never back", "[switch]") {
