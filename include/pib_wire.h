@@ -25,6 +25,7 @@ enum pib_wire_type {
     PIB_WIRE_HELLO = 1,  /* first frame each side sends: pib_wire_hello */
     PIB_WIRE_PACKET = 2, /* an IBA packet, LRH .. VCRC */
     PIB_WIRE_RINGS = 3,  /* a shared-memory ring offer, or its answer */
+    PIB_WIRE_MOVING = 4, /* a device's VM moves: keep its link (no payload) */
 };
 
 struct pib_wire_header {
@@ -42,6 +43,7 @@ struct pib_wire_header {
 
 /* pib_wire_hello.flags */
 #define PIB_WIRE_HELLO_TAKES_RINGS 0x0001u /* the sender accepts a PIB_WIRE_RINGS offer */
+#define PIB_WIRE_HELLO_RESUMES 0x0002u     /* the sender continues a link it said MOVING on */
 
 struct pib_wire_hello {
     uint64_t node_guid;

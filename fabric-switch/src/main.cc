@@ -31,6 +31,9 @@ Options:
                         after 1 s, doubling up to 30 s (from 1 s again once
                         a link came up); an attempt not connected in 5 s
                         is abandoned. Other ports never wait for it.
+  --move-grace MS       how long a port whose device said MOVING (its VM
+                        migrates) keeps its link for the device to come
+                        back on a new connection (default 5000; docs/wire.md)
   --control PATH        take fault commands on a UNIX socket (see docs/wire.md)
   --fault N=SPEC        inject faults into port N from the start, e.g.
                         --fault 3=loss=5%,corrupt=1%,dir=in; SPEC words:
@@ -82,6 +85,7 @@ struct Options {
     std::vector<std::string> faults;
     std::vector<std::string> captures;
     std::string control;
+    uint64_t moveGraceMs = 5000;
 };
 
 Options parseOptions(int argc, char **argv) {
@@ -111,6 +115,11 @@ Options parseOptions(int argc, char **argv) {
             o.config.description = value();
         } else if (arg == "--control") {
             o.control = value();
+        } else if (arg == "--move-grace") {
+            const unsigned long long ms = std::stoull(value());
+            if (ms > 600'000)
+                throw std::runtime_error("--move-grace is at most 600000 ms");
+            o.moveGraceMs = ms;
         } else if (arg == "--fault") {
             o.faults.push_back(value());
         } else if (arg == "--capture") {
@@ -174,6 +183,7 @@ int main(int argc, char **argv) {
         applyFaults(server, o);
         if (!o.control.empty())
             server.setControlSocket(o.control);
+        server.setMoveGrace(o.moveGraceMs * 1'000'000);
         server.open();
         g_server = &server;
         std::signal(SIGTERM, onSignal);

@@ -136,7 +136,7 @@ int unixListener(const std::string &path) {
 Server::Server(Switch &sw, std::vector<PortEndpoint> endpoints)
     : sw_(sw), clock_(monotonicNs), endpoints_(std::move(endpoints)), dials_(endpoints_.size()),
       listeners_(endpoints_.size(), -1), conns_(endpoints_.size()), faults_(endpoints_.size()),
-      captures_(endpoints_.size()) {}
+      moves_(endpoints_.size()), captures_(endpoints_.size()) {}
 
 Server::~Server() {
     for (auto &c : conns_)
@@ -233,6 +233,10 @@ void Server::accept(unsigned port) {
         close(fd);
         return;
     }
+    if (conns_[port] && conns_[port]->moved) {
+        log("port %u: a new connection replaces the one whose device moves", port);
+        detach(port);
+    }
     if (conns_[port]) { // one cable per port
         log("port %u: refusing a second connection", port);
         close(fd);
@@ -249,17 +253,28 @@ void Server::drop(unsigned port, const char *why) {
     Connection *c = conns_[port].get();
     if (!c)
         return;
+    if (moves_[port].pending) { // the link waits for the device that moves
+        log("port %u: connection closed (%s); the link waits for the device that moves", port, why);
+        detach(port);
+        return;
+    }
     log("port %u: link down (%s)", port, why);
+    const bool linkWasUp = c->helloReceived;
+    detach(port);
+    if (dials(port))
+        retryAfterDrop(port, linkWasUp);
+    for (auto &t : sw_.linkChanged(port, false))
+        sendPacket(t.port, t.packet);
+}
+
+// Closes the port's connection; its link stays as it is.
+void Server::detach(unsigned port) {
+    Connection *c = conns_[port].get();
     epoll_ctl(epoll_, EPOLL_CTL_DEL, c->fd, nullptr);
     close(c->fd);
     closeRings(c);
-    const bool linkWasUp = c->helloReceived;
     conns_[port].reset();
-    if (dials(port))
-        retryAfterDrop(port, linkWasUp);
     outputGone(port);
-    for (auto &t : sw_.linkChanged(port, false))
-        sendPacket(t.port, t.packet);
 }
 
 void Server::run() {
@@ -287,7 +302,7 @@ bool Server::runOnce(int maxWaitMs) {
         drop(port, "the SM set the port DOWN; the link trains again");
     for (auto &t : sw_.repeatTraps())
         sendPacket(t.port, t.packet);
-    waitMs_ = std::min({serviceFaults(), serviceFlowControl(), serviceDials()});
+    waitMs_ = std::min({serviceFaults(), serviceFlowControl(), serviceDials(), serviceMoves()});
     if (!ringsBusy_.empty())
         waitMs_ = 0;
     flushOutputs();

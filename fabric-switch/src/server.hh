@@ -54,6 +54,9 @@ class Server {
     void setControlSocket(std::string path) { controlPath_ = std::move(path); }
     // Before open(): how outgoing links are retried (tests shorten it).
     void setDialPolicy(const DialPolicy &policy) { dialPolicy_ = policy; }
+    // How long a port whose device said MOVING keeps its link for the
+    // device to come back (docs/wire.md, "A device that moves").
+    void setMoveGrace(uint64_t ns) { moveGraceNs_ = ns; }
     // Before open(): the clock the server's timers run on (the fuzzer's
     // is a counter it advances, so that a run depends on its input alone).
     void setClock(Clock clock) { clock_ = clock; }
@@ -88,6 +91,14 @@ class Server {
         uint64_t flaps = 0; // times the flap took the link down
         std::string logged; // the counters as last logged
     };
+    // A port whose device said MOVING (server_moves.cc): its link stays up
+    // until the device says HELLO again with PIB_WIRE_HELLO_RESUMES.
+    struct Move {
+        bool pending = false;
+        uint64_t portGuid = 0; // the device's, from its HELLO
+        uint64_t sinceNs = 0;
+        uint64_t deadlineNs = 0;
+    };
     uint64_t now() const { return clock_(); }
     void dispatch(uint64_t tag, uint32_t events);
     void accept(unsigned port);
@@ -120,6 +131,13 @@ class Server {
     void outputGone(unsigned port);
     int serviceFlowControl();
     void drop(unsigned port, const char *why);
+    void detach(unsigned port);
+    // A device that moves (server_moves.cc).
+    void deviceMoving(unsigned port);
+    bool helloContinuesMove(unsigned port, const pib_wire_hello &hello);
+    void endMove(unsigned port, const char *why);
+    int serviceMoves();
+    std::string moveStatus(unsigned port) const;
     void sendFrame(unsigned port, uint8_t type, std::span<const uint8_t> payload);
     void flushOutputs();
     // Ring cables (server_rings.cc).
@@ -172,7 +190,9 @@ class Server {
     std::shared_ptr<Resolutions> resolutions_;
     std::vector<int> listeners_;
     std::vector<std::unique_ptr<Connection>> conns_;
-    std::vector<PortFaults> faults_;                             // index = port number
+    std::vector<PortFaults> faults_; // index = port number
+    std::vector<Move> moves_;        // index = port number
+    uint64_t moveGraceNs_ = 5'000'000'000;
     std::vector<std::unique_ptr<wire::PacketCapture>> captures_; // index = port number
     std::string controlPath_;
     int control_ = -1;

@@ -140,7 +140,7 @@ std::string Server::portStates() const {
     for (unsigned n = 1; n <= sw_.config().ports; ++n) {
         const SwitchPort &p = sw_.port(n);
         s += "port " + std::to_string(n) + ": " + stateName(p.state) + ", link " +
-             (p.linkUp ? "up" : "down") + dialStatus(n) + "\n";
+             (p.linkUp ? "up" : "down") + dialStatus(n) + moveStatus(n) + "\n";
     }
     return s;
 }

@@ -21,12 +21,11 @@ namespace pib::fabric {
 
 namespace {
 
-bool peerTakesRings(std::span<const uint8_t> helloPayload) {
-    pib_wire_hello hello;
-    if (helloPayload.size() < sizeof(hello))
-        return false;
-    std::memcpy(&hello, helloPayload.data(), sizeof(hello));
-    return hello.flags & PIB_WIRE_HELLO_TAKES_RINGS;
+// A HELLO's payload; zeros where a short one ends.
+pib_wire_hello helloOf(std::span<const uint8_t> payload) {
+    pib_wire_hello hello{};
+    std::memcpy(&hello, payload.data(), std::min(payload.size(), sizeof(hello)));
+    return hello;
 }
 
 // An output queue this full holds back the inputs that feed it...
@@ -47,6 +46,10 @@ constexpr size_t kMaxInput = 1u << 20;
 
 void Server::sendFrame(unsigned port, uint8_t type, std::span<const uint8_t> payload) {
     Connection *c = conns_[port].get();
+    if (type == PIB_WIRE_PACKET && moves_[port].pending) { // nobody takes it yet
+        sw_.discarded(port, payload.size());
+        return;
+    }
     if (!c)
         return;
     if (c->stalled || c->queued() >= kMaxOutput) {
@@ -215,12 +218,23 @@ void Server::processInput(unsigned port) {
         if (!frame)
             break;
         if (frame->type == PIB_WIRE_HELLO) {
-            if (!helloReceived(port) || conns_[port].get() != c)
+            const pib_wire_hello hello = helloOf(frame->payload);
+            const bool continued = helloContinuesMove(port, hello);
+            if (conns_[port].get() != c || (!continued && !helloReceived(port)) ||
+                conns_[port].get() != c)
                 return;
-            if (peerTakesRings(frame->payload))
+            c->peer = hello;
+            c->moved = false;
+            if (hello.flags & PIB_WIRE_HELLO_TAKES_RINGS)
                 offerRings(port);
             if (conns_[port].get() != c)
                 return;
+            continue;
+        }
+        if (c->moved) // a device that moves says nothing more but HELLO
+            continue;
+        if (frame->type == PIB_WIRE_MOVING) {
+            deviceMoving(port);
             continue;
         }
         if (frame->type == PIB_WIRE_RINGS) {

@@ -163,6 +163,8 @@ struct Server::Connection {
     std::vector<uint8_t> output; // frames to send; the first `sent` bytes are gone
     size_t sent = 0;
     bool helloReceived = false;
+    pib_wire_hello peer{};      // its last HELLO
+    bool moved = false;         // it said MOVING: only a HELLO of it is read
     uint64_t lastRetrainNs = 0; // the peer last retrained the link (a second HELLO)
     // As an input: not read while an output it filled drains.
     unsigned blockedOn = 0;

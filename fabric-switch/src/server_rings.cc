@@ -207,6 +207,8 @@ void Server::onRingDoorbell(unsigned port) {
 // is left, an output fills or this turn's share is used.
 void Server::processRing(unsigned port) {
     Connection *c = conns_[port].get();
+    if (c->moved) // a device that moves says nothing more in its ring
+        return;
     RingLink *r = c->rings.get();
     for (unsigned taken = 0; !c->blockedOn; ++taken) {
         if (taken == kRingFramesPerTurn) {

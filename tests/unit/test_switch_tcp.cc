@@ -220,12 +220,13 @@ class SynDroppingPeer {
 class RunningSwitch {
   public:
     RunningSwitch(std::vector<PortEndpoint> endpoints, const std::string &control,
-                  const DialPolicy &policy = {})
+                  const DialPolicy &policy = {}, uint64_t moveGraceNs = 5'000'000'000)
         : switch_(SwitchConfig{0x0250494253570001ull, static_cast<unsigned>(endpoints.size() - 1),
                                "tcp test switch"}),
           server_(switch_, std::move(endpoints)) {
         server_.setControlSocket(control);
         server_.setDialPolicy(policy);
+        server_.setMoveGrace(moveGraceNs);
         server_.open();
         loop_ = std::thread([this] { server_.run(); });
     }
@@ -452,20 +453,28 @@ struct OfferedRings {
     }
 };
 
+constexpr uint64_t kDeviceGuid = 0x0250494200000100ull;
+
+// Says HELLO as a device's port 1 does.
+void deviceHello(const Fd &cable, uint16_t flags = 0, uint64_t guid = kDeviceGuid) {
+    pib_wire_hello ours{};
+    ours.node_guid = ours.port_guid = guid;
+    ours.node_type = PIB_WIRE_NODE_CA;
+    ours.port = 1;
+    ours.flags = flags;
+    sendFrame(cable, PIB_WIRE_HELLO,
+              std::span(reinterpret_cast<const uint8_t *>(&ours), sizeof(ours)));
+}
+
 // Connects to `path` as a device does: the switch's HELLO, then ours.
-Fd deviceCable(const std::string &path) {
+Fd deviceCable(const std::string &path, uint16_t flags = 0, uint64_t guid = kDeviceGuid) {
     Fd cable = cableTo(path);
     const auto hello = frameOfType(cable, PIB_WIRE_HELLO, 2000ms);
     REQUIRE(hello);
     pib_wire_hello theirs{};
     std::memcpy(&theirs, hello->payload.data(), sizeof(theirs));
     CHECK(theirs.flags & PIB_WIRE_HELLO_TAKES_RINGS);
-    pib_wire_hello ours{};
-    ours.node_guid = ours.port_guid = 0x0250494200000100ull;
-    ours.node_type = PIB_WIRE_NODE_CA;
-    ours.port = 1;
-    sendFrame(cable, PIB_WIRE_HELLO,
-              std::span(reinterpret_cast<const uint8_t *>(&ours), sizeof(ours)));
+    deviceHello(cable, flags, guid);
     return cable;
 }
 
@@ -681,4 +690,121 @@ TEST_CASE("a switch that dials another's UNIX socket offers it a ring cable", "[
     }
     CHECK(answers == 3);
     CHECK_FALSE(frameOfType(link, PIB_WIRE_PACKET, 100ms));
+}
+
+namespace {
+
+// A switch with one port and a device on it whose link the SM made ARMED
+// (a state a retrained link would leave: it comes up INIT).
+struct ArmedDevice {
+    TempDir dir;
+    std::string control = dir.file("control.sock");
+    std::string port = dir.file("port1.sock");
+    RunningSwitch sw;
+    Fd cable;
+
+    explicit ArmedDevice(milliseconds grace)
+        : sw({{}, {PortEndpoint::Kind::kUnixListen, port}}, control, {},
+             static_cast<uint64_t>(grace.count()) * 1'000'000),
+          cable(deviceCable(port)) {
+        auto mad = testing::drSmpMad(iba::kSet, iba::kAttrPortInfo, 1, {1});
+        mad[64 + 32] = iba::kPortStateArmed;
+        sendFrame(cable, PIB_WIRE_PACKET, testing::drPacket(mad));
+        REQUIRE(frameOfType(cable, PIB_WIRE_PACKET, 2000ms)); // the Set's answer
+        REQUIRE(portsSay(control, "port 1: ARMED, link up", 2000ms));
+    }
+};
+
+// Whether the switch answers a NodeInfo query on `cable`.
+bool answersOn(const Fd &cable) {
+    sendFrame(cable, PIB_WIRE_PACKET, nodeInfoSmp());
+    const auto answer = frameOfType(cable, PIB_WIRE_PACKET, 2000ms);
+    return answer && isNodeInfoAnswer(answer->payload);
+}
+
+// Whether the switch closed `fd` within `limit` (what it sent meanwhile
+// is read and dropped).
+bool closedWithin(const Fd &fd, milliseconds limit) {
+    const auto deadline = steady_clock::now() + limit;
+    while (steady_clock::now() < deadline) {
+        if (!readable(fd.get(), 50ms))
+            continue;
+        uint8_t buf[4096];
+        if (recv(fd.get(), buf, sizeof(buf), 0) <= 0)
+            return true;
+    }
+    return false;
+}
+
+} // namespace
+
+TEST_CASE("a device that moves keeps its link: its new connection's HELLO resumes it",
+          "[switch-moves]") {
+    ArmedDevice d(5000ms);
+    sendFrame(d.cable, PIB_WIRE_MOVING, {});
+    REQUIRE(portsSay(d.control, "its device moves", 2000ms));
+    // The new QEMU's cable replaces the old one, which the switch closes.
+    Fd moved = cableTo(d.port);
+    REQUIRE(frameOfType(moved, PIB_WIRE_HELLO, 2000ms));
+    CHECK(closedWithin(d.cable, 2000ms));
+    CHECK(portsSay(d.control, "port 1: ARMED, link up, its device moves", 1000ms));
+    deviceHello(moved, PIB_WIRE_HELLO_RESUMES);
+    // The link went on: still ARMED (a link that trained again is INIT).
+    CHECK(portsSay(d.control, "port 1: ARMED, link up\n", 2000ms));
+    CHECK(answersOn(moved));
+}
+
+TEST_CASE("a device whose move failed resumes on its old connection", "[switch-moves]") {
+    ArmedDevice d(5000ms);
+    sendFrame(d.cable, PIB_WIRE_MOVING, {});
+    REQUIRE(portsSay(d.control, "its device moves", 2000ms));
+    // What it sends while it moves is not read; its HELLO is.
+    sendFrame(d.cable, PIB_WIRE_PACKET, nodeInfoSmp());
+    CHECK_FALSE(frameOfType(d.cable, PIB_WIRE_PACKET, 300ms));
+    deviceHello(d.cable, PIB_WIRE_HELLO_RESUMES);
+    CHECK(portsSay(d.control, "port 1: ARMED, link up\n", 2000ms));
+    CHECK(answersOn(d.cable));
+}
+
+TEST_CASE("a move that does not end with the device's HELLO takes the link down",
+          "[switch-moves]") {
+    SECTION("the grace runs out") {
+        ArmedDevice d(300ms);
+        sendFrame(d.cable, PIB_WIRE_MOVING, {});
+        d.cable.reset(); // the old QEMU is gone: the link still waits
+        CHECK(portsSay(d.control, "port 1: ARMED, link up, its device moves", 200ms));
+        CHECK(portsSay(d.control, "port 1: DOWN, link down\n", 2000ms));
+        // A device that comes later trains a new link.
+        Fd late = deviceCable(d.port, PIB_WIRE_HELLO_RESUMES);
+        CHECK(portsSay(d.control, "port 1: INIT, link up\n", 2000ms));
+    }
+    SECTION("another device takes the port") {
+        ArmedDevice d(5000ms);
+        sendFrame(d.cable, PIB_WIRE_MOVING, {});
+        REQUIRE(portsSay(d.control, "its device moves", 2000ms));
+        Fd other = deviceCable(d.port, PIB_WIRE_HELLO_RESUMES, kDeviceGuid + 1);
+        CHECK(portsSay(d.control, "port 1: INIT, link up\n", 2000ms));
+    }
+    SECTION("the device resets its port instead") {
+        ArmedDevice d(5000ms);
+        sendFrame(d.cable, PIB_WIRE_MOVING, {});
+        REQUIRE(portsSay(d.control, "its device moves", 2000ms));
+        deviceHello(d.cable); // no PIB_WIRE_HELLO_RESUMES
+        CHECK(portsSay(d.control, "port 1: INIT, link up\n", 2000ms));
+        CHECK(answersOn(d.cable));
+    }
+}
+
+TEST_CASE("a switch that says MOVING keeps no link", "[switch-moves]") {
+    TempDir dir;
+    RunningSwitch sw({{}, {PortEndpoint::Kind::kUnixListen, dir.file("port1.sock")}},
+                     dir.file("control.sock"));
+    Fd cable = cableTo(dir.file("port1.sock"));
+    REQUIRE(frameOfType(cable, PIB_WIRE_HELLO, 2000ms));
+    sayHello(cable); // a switch's port 7
+    REQUIRE(portsSay(dir.file("control.sock"), "port 1: INIT, link up", 2000ms));
+    sendFrame(cable, PIB_WIRE_MOVING, {});
+    CHECK(answersOn(cable)); // nothing changed: it is still read
+    cable.reset();
+    CHECK(portsSay(dir.file("control.sock"), "port 1: DOWN, link down", 2000ms));
 }
