@@ -39,6 +39,24 @@ class MkeyProtection {
     // The port is reset: no protection.
     void clear() { *this = MkeyProtection{}; }
 
+    // All of it, for a device's saved state; restore() refuses protect
+    // bits IBA does not define.
+    struct Saved {
+        uint64_t key;
+        uint8_t protectBits;
+        uint16_t leasePeriod;
+        uint64_t leaseEndsNs;
+        uint16_t violations;
+    };
+    Saved saved() const { return {key_, protectBits_, leasePeriod_, leaseEndsNs_, violations_}; }
+    bool restore(const Saved &s) {
+        if (s.protectBits > 3)
+            return false;
+        key_ = s.key, protectBits_ = s.protectBits, leasePeriod_ = s.leasePeriod;
+        leaseEndsNs_ = s.leaseEndsNs, violations_ = s.violations;
+        return true;
+    }
+
     uint64_t key() const { return key_; }
     uint8_t protectBits() const { return protectBits_; }
     uint16_t violations() const { return violations_; }

@@ -23,6 +23,7 @@ TARGETS = {
     # the switch's server on loopback sockets: dialling, retries, link framing, HELLO
     "switch-tcp": "fuzz-switch-tcp",
     "packet": "fuzz-packet",  # the wire framing and the IBA packet parser
+    "state": "fuzz-state",    # the device state loader (migration streams)
 }
 INPUTS_DIR = paths.REPO / "tests" / "fuzz" / "inputs"
 # An input that runs longer than this is a finding (a hang).

@@ -218,6 +218,20 @@ int pib_core_capture(struct pib_core *core, unsigned port, const char *path, uin
  */
 int pib_core_inject(struct pib_core *core, const char *injection, char **answer);
 
+/*
+ * Migration and snapshots (docs/migration.md), while the VM is stopped.
+ * pib_core_save puts the device's state in a buffer of *len bytes at
+ * *state, which the host frees with free(), and returns 0; or returns -1
+ * with the reason in *error (freed likewise), among them state this
+ * version cannot save yet. pib_core_load gives a core created with the
+ * same configuration a saved state. The bytes are untrusted input: any
+ * fault in them refuses them (-1, the reason in *error) and leaves the
+ * core as after pib_core_reset. Migration is in progress (issue 33): a
+ * device with objects refuses to save.
+ */
+int pib_core_save(struct pib_core *core, void **state, size_t *len, char **error);
+int pib_core_load(struct pib_core *core, const void *state, size_t len, char **error);
+
 /* How the function presents itself in PCI configuration space. */
 struct pib_pci_identity {
     uint16_t vendor_id;

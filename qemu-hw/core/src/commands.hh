@@ -56,6 +56,8 @@ class CommandProcessor {
     // down, the data path holds nothing, INIT_HCA is needed again.
     void reset();
     bool initialized() const { return initialized_; }
+    // INIT_HCA as a loaded device's saved state has it.
+    void restoreInitialized(bool initialized) { initialized_ = initialized; }
     // The opcode of the command named `name` ("CREATE_QP"), if any.
     static std::optional<uint16_t> opcodeOf(std::string_view name);
 

@@ -2,6 +2,7 @@
 // The C ABI of the core. Nothing thrown below may cross into C: each entry
 // point catches everything, and the device goes FATAL as hardware whose
 // firmware failed would.
+#include <cstdlib>
 #include <cstring>
 #include <exception>
 #include <new>
@@ -200,6 +201,39 @@ int pib_core_inject(pib_core *core, const char *injection, char **answer) {
         bool ok = false;
         enter(core, "injection",
               [&] { ok = core->device.inject(injection ? injection : "", text); });
+        return ok;
+    });
+}
+
+int pib_core_save(pib_core *core, void **state, size_t *len, char **error) {
+    *state = nullptr;
+    *len = 0;
+    std::vector<uint8_t> bytes;
+    const int result = answered(error, [&](std::string *text) {
+        bool ok = false;
+        enter(core, "save", [&] { ok = core->device.save(&bytes, text); });
+        if (!ok && text->empty())
+            *text = "the device refused: busy, or an internal error";
+        return ok;
+    });
+    if (result != 0)
+        return -1;
+    void *copy = std::malloc(bytes.size() ? bytes.size() : 1);
+    if (!copy)
+        return -1;
+    std::memcpy(copy, bytes.data(), bytes.size());
+    *state = copy;
+    *len = bytes.size();
+    return 0;
+}
+
+int pib_core_load(pib_core *core, const void *state, size_t len, char **error) {
+    return answered(error, [&](std::string *text) {
+        bool ok = false;
+        const std::span bytes(static_cast<const uint8_t *>(state), state ? len : 0);
+        enter(core, "load", [&] { ok = core->device.load(bytes, text); });
+        if (!ok && text->empty())
+            *text = "the device refused: busy, or an internal error";
         return ok;
     });
 }

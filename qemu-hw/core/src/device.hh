@@ -64,6 +64,15 @@ class Device {
     // A test facility (injection.hh): arms it or does it at once.
     bool inject(std::string_view line, std::string *answer);
 
+    // The device's state for migration and snapshots (device_state.cc,
+    // docs/migration.md), while the VM is stopped. save() is false with
+    // the reason in *why when the device holds state this version does
+    // not save yet. load() replaces the state of a device of the same
+    // configuration with a saved one; bytes it cannot trust are refused
+    // (false, the reason in *why) and leave the device as after reset.
+    bool save(std::vector<uint8_t> *state, std::string *why) const;
+    bool load(std::span<const uint8_t> state, std::string *why);
+
   private:
     // Every call from the host is one event of bounded work (scheduler.cc).
     template <class Work> auto event(Work &&work);
@@ -101,6 +110,8 @@ class Device {
     void packetReceived(unsigned port, std::span<const uint8_t> packet,
                         std::span<const uint8_t> head);
     bool raiseEvent(const Injection &injection, std::string *answer);
+    const char *unsaved() const;
+    void loadState(StateReader &r);
     bool stopOrResume(const Injection &injection, std::string *answer);
 };
 

@@ -9,6 +9,7 @@
 #include <cstdint>
 
 #include "pib_core.h"
+#include "state_archive.hh"
 
 namespace pib {
 
@@ -34,6 +35,12 @@ class FrontEnd {
     // The core had an internal error: say so the way this personality's
     // driver looks for it, and take no more work until reset().
     virtual void setFatal() = 0;
+    // The personality's registers in the device's saved state
+    // (docs/migration.md). A personality whose state is not saved yet
+    // says so: the device then refuses to save.
+    virtual const char *unsaved() const { return "its personality's registers"; }
+    virtual void save(StateWriter &) const {}
+    virtual void load(StateReader &r) { r.fail("this personality's state is not loaded yet"); }
 };
 
 } // namespace pib

@@ -43,6 +43,8 @@ class Mtt {
     void write(uint32_t index, uint64_t address);
     uint64_t entry(uint32_t index) const { return index < entries_.size() ? entries_[index] : 0; }
     void clear();
+    // No range allocated, no entry kept by a key.
+    bool empty() const { return ranges_.empty() && keyEntries_ == 0; }
 
   private:
     struct Range {

@@ -28,6 +28,9 @@ class PibFrontEnd final : public FrontEnd {
     void barWrite(int bar, uint64_t offset, uint64_t value, unsigned size) override;
     void reset() override;
     void setFatal() override;
+    const char *unsaved() const override { return nullptr; }
+    void save(StateWriter &w) const override { registers_.save(w); }
+    void load(StateReader &r) override { registers_.load(r); }
 
   private:
     const Host &host_;

@@ -45,6 +45,10 @@ class PortAgents {
     MadOutcome answerMad(unsigned port, std::span<uint8_t> mad, bool ignoreMkey);
     // The physical link of a port came up or went down.
     void linkChanged(unsigned port, bool up);
+    // The last trap's transaction ID, in the device's saved state: a
+    // loaded device does not reuse one the SM saw.
+    uint64_t lastTrapTid() const { return trapTid_; }
+    void restoreLastTrapTid(uint64_t tid) { trapTid_ = tid; }
 
   private:
     void sendTrap(unsigned port, std::vector<uint8_t> mad);

@@ -12,6 +12,7 @@
 #include "mkey.hh"
 #include "pib_core.h"
 #include "pib_hw.h"
+#include "state_archive.hh"
 
 namespace pib {
 
@@ -62,6 +63,12 @@ class Ports {
     // Every port back to its power-on state: down, polling for a peer,
     // with the default partition and its own GUID.
     void reset();
+    // Every port's attributes, tables and counters, and the node
+    // description, in the device's saved state. What a port's cable
+    // carries now (txFull, the QPs waiting for room) is not: a loaded
+    // device's cables are new. load() takes nothing unless all is valid.
+    void save(StateWriter &w) const;
+    void load(StateReader &r);
 
     // The NodeDescription the SMA reports (SET_NODE_DESC, or a ConnectX's
     // NODE_DESC register).

@@ -22,6 +22,38 @@ void RegisterFile::reset() {
     cmdModifier_ = cmdToken_ = cmdCtrl_ = cmdStatus_ = cmdSyndrome_ = 0;
 }
 
+// No command is ever in flight (each runs inside the write that starts
+// it): the registers are all there is.
+void RegisterFile::save(StateWriter &w) const {
+    w.beginSection(stateTag("REGS"));
+    w.u32(scratch_);
+    w.u64(cmdIn_);
+    w.u64(cmdOut_);
+    w.u32(cmdModifier_);
+    w.u32(cmdToken_);
+    w.u32(cmdCtrl_);
+    w.u32(cmdStatus_);
+    w.u32(cmdSyndrome_);
+    w.u64(cmdResult_);
+    w.endSection();
+}
+
+// What the driver reads back is whatever was saved: no value of these
+// sizes or indexes anything.
+void RegisterFile::load(StateReader &r) {
+    r.enterSection(stateTag("REGS"), "registers");
+    scratch_ = r.u32();
+    cmdIn_ = r.u64();
+    cmdOut_ = r.u64();
+    cmdModifier_ = r.u32();
+    cmdToken_ = r.u32();
+    cmdCtrl_ = r.u32();
+    cmdStatus_ = r.u32();
+    cmdSyndrome_ = r.u32();
+    cmdResult_ = r.u64();
+    r.leaveSection("registers");
+}
+
 static void setLow(uint64_t &reg, uint32_t v) {
     reg = (reg & ~uint64_t{0xffffffff}) | v;
 }

@@ -9,6 +9,7 @@
 #include "host.hh"
 #include "pib_core.h"
 #include "pib_event_queues.hh"
+#include "state_archive.hh"
 
 namespace pib {
 
@@ -21,6 +22,9 @@ class RegisterFile {
     uint64_t read(uint64_t offset, unsigned size);
     void write(uint64_t offset, uint64_t value, unsigned size);
     void reset();
+    // The command registers, in the device's saved state.
+    void save(StateWriter &w) const;
+    void load(StateReader &r);
     // After an internal error STATUS reads FATAL, not READY; commands
     // complete with BAD_STATE and EQ doorbells are ignored until reset().
     void setFatal() { fatal_ = true; }

@@ -1,0 +1,223 @@
+// SPDX-License-Identifier: GPL-2.0-or-later
+// The device's saved state (pib_core_save / pib_core_load, docs/migration.md):
+// a device an SM configured is saved and loaded into a fresh one, which
+// then answers as the first did; a state from another device, of another
+// version, cut or rewritten, is refused and leaves the device as after
+// reset; a device that holds what this version does not save yet refuses
+// to save.
+#include <catch2/catch.hpp>
+
+#include <algorithm>
+#include <array>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "fake_host.hh"
+#include "frame.hh"
+#include "mad.hh"
+
+using namespace pib;
+
+namespace {
+
+struct Saved {
+    int result;
+    std::vector<uint8_t> bytes;
+    std::string error;
+};
+
+Saved save(FakeHost &host) {
+    void *state = nullptr;
+    size_t len = 0;
+    char *error = nullptr;
+    Saved s;
+    s.result = pib_core_save(host.core, &state, &len, &error);
+    if (state)
+        s.bytes.assign(static_cast<uint8_t *>(state), static_cast<uint8_t *>(state) + len);
+    s.error = error ? error : "";
+    std::free(state);
+    std::free(error);
+    return s;
+}
+
+// pib_core_load's result; its reason in *why.
+int load(FakeHost &host, const std::vector<uint8_t> &bytes, std::string *why = nullptr) {
+    char *error = nullptr;
+    const int result = pib_core_load(host.core, bytes.data(), bytes.size(), &error);
+    if (why)
+        *why = error ? error : "";
+    std::free(error);
+    return result;
+}
+
+// Port 1 as the SM sees it through MAD_IFC.
+pib_mad_ifc getPortInfo(FakeHost &host) {
+    pib_mad_ifc response{};
+    REQUIRE(
+        host.mad(iba::kClassSmpDirected, iba::kGet, iba::kAttrPortInfo, 1, {}, &response).status ==
+        PIB_CMD_STATUS_OK);
+    return response;
+}
+
+pib_port_info queryPort(FakeHost &host) {
+    pib_port_info info{};
+    REQUIRE(host.commandOut(PIB_CMD_QUERY_PORT, 1, &info).status == PIB_CMD_STATUS_OK);
+    return info;
+}
+
+// A device whose driver ran INIT_HCA and named the node, on a cable whose
+// link came up, that an SM gave a LID, an SM LID, an M_Key with protect
+// bits, a partition and an ACTIVE port.
+struct ConfiguredDevice {
+    FakeHost host;
+    static constexpr uint64_t kMkey = 0x1122334455667788ull;
+
+    ConfiguredDevice() {
+        host.initHca();
+        std::array<char, PIB_NODE_DESC_LEN> desc{};
+        std::strcpy(desc.data(), "vm1 saved");
+        REQUIRE(host.commandIn(PIB_CMD_SET_NODE_DESC, 0, desc).status == PIB_CMD_STATUS_OK);
+        pib_core_port_connected(host.core, 1, 1);
+        pib_wire_hello hello{};
+        const auto frame = wire::encode(
+            PIB_WIRE_HELLO, std::span(reinterpret_cast<const uint8_t *>(&hello), sizeof(hello)));
+        pib_core_port_receive(host.core, 1, frame.data(), frame.size());
+        for (uint8_t state : {uint8_t{0}, uint8_t{PIB_PORT_ARMED}, uint8_t{PIB_PORT_ACTIVE}})
+            setPortInfo(state);
+        pib_mad_ifc r{};
+        REQUIRE(host.mad(
+                        iba::kClassSmpDirected, iba::kSet, iba::kAttrPkeyTable, 0,
+                        [](iba::Mad &m) {
+                            m.set64(24, kMkey); // the SMP's M_Key
+                            m.set16(64, 0xffff);
+                            m.set16(66, 0x8123);
+                        },
+                        &r)
+                    .status == PIB_CMD_STATUS_OK);
+    }
+
+    void setPortInfo(uint8_t state) {
+        pib_mad_ifc r{};
+        REQUIRE(host.mad(
+                        iba::kClassSmpDirected, iba::kSet, iba::kAttrPortInfo, 1,
+                        [&](iba::Mad &m) {
+                            m.set64(24, kMkey);      // the SMP's M_Key
+                            m.set64(64, kMkey);      // M_Key
+                            m.set16(64 + 16, 7);     // LID
+                            m.set16(64 + 18, 3);     // SM LID
+                            m.set8(64 + 32, state);  // PortState
+                            m.set8(64 + 36, 5 << 4); // NeighborMTU 4096
+                            m.set8(64 + 34, 1 << 6); // M_KeyProtectBits 1
+                        },
+                        &r)
+                    .status == PIB_CMD_STATUS_OK);
+        REQUIRE(iba::Mad(r.mad).status() == iba::kStatusOk);
+    }
+};
+
+} // namespace
+
+TEST_CASE("a device's ports and registers are saved and loaded into a fresh device",
+          "[device-state]") {
+    ConfiguredDevice a;
+    const Saved s = save(a.host);
+    REQUIRE(s.result == 0);
+    REQUIRE_FALSE(s.bytes.empty());
+
+    FakeHost b;
+    std::string why;
+    REQUIRE(load(b, s.bytes, &why) == 0);
+    CHECK(why.empty());
+    CHECK(save(b).bytes == s.bytes); // nothing lost or added on the way
+    const pib_port_info before = queryPort(a.host), after = queryPort(b);
+    CHECK(after.lid == 7);
+    CHECK(after.sm_lid == 3);
+    CHECK(after.state == PIB_PORT_ACTIVE);
+    CHECK(after.active_mtu == PIB_MTU_4096);
+    CHECK(std::memcmp(&before, &after, sizeof(before)) == 0);
+    // The SM's view: the same PortInfo (M_Key included: the SMA checks
+    // the key it was given) and the same partition and node description.
+    const pib_mad_ifc portA = getPortInfo(a.host), portB = getPortInfo(b);
+    CHECK(std::memcmp(portA.mad + 64, portB.mad + 64, 64) == 0);
+    pib_mad_ifc pkeys{};
+    REQUIRE(b.mad(
+                 iba::kClassSmpDirected, iba::kGet, iba::kAttrPkeyTable, 0,
+                 [](iba::Mad &m) { m.set64(24, ConfiguredDevice::kMkey); }, &pkeys)
+                .status == PIB_CMD_STATUS_OK);
+    CHECK(iba::Mad(pkeys.mad).get16(66) == 0x8123);
+    pib_mad_ifc desc{};
+    REQUIRE(b.mad(iba::kClassSmpLid, iba::kGet, iba::kAttrNodeDescription, 0, {}, &desc).status ==
+            PIB_CMD_STATUS_OK);
+    CHECK(std::string(reinterpret_cast<char *>(desc.mad + 64)) == "vm1 saved");
+    // INIT_HCA was done: a second one is refused, as on the first device.
+    CHECK(b.command(PIB_CMD_INIT_HCA).status == PIB_CMD_STATUS_BAD_STATE);
+}
+
+TEST_CASE("a saved state that is not this device's, or not whole, is refused", "[device-state]") {
+    ConfiguredDevice a;
+    const Saved s = save(a.host);
+    REQUIRE(s.result == 0);
+    FakeHost b;
+    const pib_port_info fresh = queryPort(b);
+    auto refused = [&](const std::vector<uint8_t> &bytes, const std::string &reason = "") {
+        std::string why;
+        CHECK(load(b, bytes, &why) == -1);
+        if (!reason.empty())
+            CHECK(why.find(reason) != std::string::npos);
+        CHECK_FALSE(why.empty());
+        const pib_port_info now = queryPort(b); // as after reset
+        CHECK(std::memcmp(&now, &fresh, sizeof(now)) == 0);
+        b.command(PIB_CMD_CLOSE_HCA);
+    };
+    SECTION("another version") {
+        auto bytes = s.bytes;
+        bytes[8] = 99; // the header's version, after its tag and length
+        refused(bytes, "version 99");
+    }
+    SECTION("another device") {
+        pib_core_config config = FakeHost::defaultConfig();
+        config.node_guid += 0x100;
+        FakeHost other(config);
+        other.initHca();
+        const Saved o = save(other);
+        REQUIRE(o.result == 0);
+        refused(o.bytes, "configured otherwise");
+    }
+    SECTION("every cut") {
+        for (size_t cut = 0; cut < s.bytes.size(); cut += 7)
+            refused(std::vector<uint8_t>(s.bytes.begin(), s.bytes.begin() + cut));
+    }
+    SECTION("bytes after the end") {
+        auto bytes = s.bytes;
+        bytes.push_back(0);
+        refused(bytes, "bytes after");
+    }
+    SECTION("a port state no port has") {
+        // Find the saved port info by its LID and SM LID (7, 3) and make
+        // its state 9.
+        auto bytes = s.bytes;
+        const pib_port_info info = queryPort(a.host);
+        const auto *raw = reinterpret_cast<const uint8_t *>(&info);
+        auto at = std::search(bytes.begin(), bytes.end(), raw, raw + sizeof(info));
+        REQUIRE(at != bytes.end());
+        pib_port_info bad = info;
+        bad.state = 9;
+        std::memcpy(&*at, &bad, sizeof(bad));
+        refused(bytes, "port state of 9");
+    }
+}
+
+TEST_CASE("a device that holds what is not saved yet refuses to save, and says what",
+          "[device-state]") {
+    FakeHost host;
+    host.initHca();
+    REQUIRE(save(host).result == 0);
+    host.command(PIB_CMD_ALLOC_PD);
+    const Saved s = save(host);
+    CHECK(s.result == -1);
+    CHECK(s.bytes.empty());
+    CHECK(s.error.find("does not save yet") != std::string::npos);
+    CHECK(s.error.find("PDs") != std::string::npos);
+}
