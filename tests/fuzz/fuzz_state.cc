@@ -23,10 +23,12 @@ void check(bool ok, const char *what) {
     }
 }
 
+// Port 1 as QUERY_PORT gives it, through one mailbox for every input (the
+// fake host's RAM would run out).
 pib_port_info queryPort(FakeHost &host) {
-    pib_port_info info{};
-    host.commandOut(PIB_CMD_QUERY_PORT, 1, &info);
-    return info;
+    static const uint64_t mailbox = host.alloc(PIB_MAILBOX_SIZE);
+    host.command(PIB_CMD_QUERY_PORT, 1, 0, mailbox);
+    return host.peek<pib_port_info>(mailbox);
 }
 
 std::vector<uint8_t> save(FakeHost &host) {
@@ -47,6 +49,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     // refused one ends with one.
     static FakeHost host;
     static const pib_port_info fresh = queryPort(host);
+    host.clear(); // the traces and reports of the inputs before
     char *error = nullptr;
     const int loaded = pib_core_load(host.core, data, size, &error);
     check(error != nullptr, "pib_core_load gave no answer");

@@ -28,8 +28,9 @@ SOURCES = {
     "switch": [f"fabric-switch/src/{name}.cc" for name in ("switch", "sma", "pma", "trap", "fault")],
     "switch-tcp": [f"fabric-switch/src/{name}.cc" for name in
                    ("server", "server_control", "server_dial", "server_faults", "server_flow",
-                    "server_rings")] + ["common/wire/ring_cable.cc"],
+                    "server_rings", "server_moves")] + ["common/wire/ring_cable.cc"],
     "packet": ["common/iba/packet.cc", "common/wire/frame.cc"],
+    "state": [f"qemu-hw/core/src/{name}.cc" for name in ("device_state", "state_archive")],
 }
 # Per target: functions named on their own, wherever they are, because
 # they are where a harness stuck at the first checks never gets.

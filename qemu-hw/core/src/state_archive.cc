@@ -125,13 +125,4 @@ void StateReader::leaveSection(const char *what) {
     ends_.pop_back();
 }
 
-uint32_t StateReader::peekTag() const {
-    if (!ok() || end_ - pos_ < 4)
-        return 0;
-    uint32_t v = 0;
-    for (unsigned i = 0; i < 4; ++i)
-        v |= uint32_t{in_[pos_ + i]} << (8 * i);
-    return v;
-}
-
 } // namespace pib

@@ -88,8 +88,6 @@ class StateReader {
     // checks that it was read to its end. Reads inside stop at its end.
     void enterSection(uint32_t tag, const char *what);
     void leaveSection(const char *what);
-    // The tag of the next section, without entering it (0 at the end).
-    uint32_t peekTag() const;
     bool atEnd() const { return pos_ == end_; }
 
     // Refuses the stream: the first reason sticks.
