@@ -221,6 +221,8 @@ void Server::sendHello(unsigned port) {
     hello.node_type = PIB_WIRE_NODE_SWITCH;
     hello.port = static_cast<uint8_t>(port);
     hello.flags = takesRings(port) ? PIB_WIRE_HELLO_TAKES_RINGS : 0;
+    if (moves_[port].pending) // it keeps a moved device's link: that device may resume it
+        hello.flags |= PIB_WIRE_HELLO_RESUMES;
     sendFrame(port, PIB_WIRE_HELLO,
               std::span(reinterpret_cast<const uint8_t *>(&hello), sizeof(hello)));
 }

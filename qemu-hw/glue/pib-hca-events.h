@@ -21,6 +21,10 @@ static bool pib_hca_event_enabled(unsigned event)
         return trace_event_get_state_backends(TRACE_PIB_HCA_LINK_DISCONNECTED);
     case PIB_EVENT_LINK_UP:
         return trace_event_get_state_backends(TRACE_PIB_HCA_LINK_UP);
+    case PIB_EVENT_LINK_MOVING:
+        return trace_event_get_state_backends(TRACE_PIB_HCA_LINK_MOVING);
+    case PIB_EVENT_LINK_RESUMED:
+        return trace_event_get_state_backends(TRACE_PIB_HCA_LINK_RESUMED);
     case PIB_EVENT_LINK_RETRAIN:
         return trace_event_get_state_backends(TRACE_PIB_HCA_LINK_RETRAIN);
     case PIB_EVENT_LINK_POLLING:
@@ -203,6 +207,12 @@ static void pib_hca_trace_event(unsigned event, const uint64_t *a)
         break;
     case PIB_EVENT_LINK_UP:
         trace_pib_hca_link_up((unsigned) a[0]);
+        break;
+    case PIB_EVENT_LINK_MOVING:
+        trace_pib_hca_link_moving((unsigned) a[0]);
+        break;
+    case PIB_EVENT_LINK_RESUMED:
+        trace_pib_hca_link_resumed((unsigned) a[0]);
         break;
     case PIB_EVENT_LINK_RETRAIN:
         trace_pib_hca_link_retrain((unsigned) a[0]);

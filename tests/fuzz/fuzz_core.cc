@@ -582,9 +582,23 @@ void ringScribble(FuzzedDataProvider &in, Target &t) {
     t.rings->answerBell();
 }
 
+// The VM stops to move and the move fails: the device's links go silent
+// (MOVING), whatever arrives meanwhile, then resume on the same cable.
+void moveThatFails(FuzzedDataProvider &in, Target &t) {
+    FakeHost &h = t.host;
+    pib_core_moving(h.core);
+    if (in.ConsumeBool())
+        h.advance(in.ConsumeIntegralInRange<uint64_t>(0, 2'000'000'000));
+    if (in.ConsumeBool()) {
+        const auto bytes = in.ConsumeBytes<uint8_t>(in.ConsumeIntegralInRange(0, 256));
+        pib_core_port_receive(h.core, 1, bytes.data(), bytes.size());
+    }
+    pib_core_move_failed(h.core);
+}
+
 void hostEnvironment(FuzzedDataProvider &in, Target &t) {
     FakeHost &h = t.host;
-    switch (in.ConsumeIntegralInRange(0, 6)) {
+    switch (in.ConsumeIntegralInRange(0, 7)) {
     case 0: // time passes: retransmissions, RNR waits
         h.advance(in.ConsumeIntegralInRange<uint64_t>(0, 200'000'000));
         break;
@@ -607,6 +621,9 @@ void hostEnvironment(FuzzedDataProvider &in, Target &t) {
     }
     case 5:
         ringScribble(in, t);
+        break;
+    case 6:
+        moveThatFails(in, t);
         break;
     default:
         pib_core_bar_read(h.core, in.ConsumeBool() ? PIB_BAR_REGS : PIB_BAR_DOORBELL,

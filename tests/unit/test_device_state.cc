@@ -221,3 +221,92 @@ TEST_CASE("a device that holds what is not saved yet refuses to save, and says w
     CHECK(s.error.find("does not save yet") != std::string::npos);
     CHECK(s.error.find("PDs") != std::string::npos);
 }
+
+namespace {
+
+// The frames port 1 sent since the last call.
+std::vector<wire::Frame> framesSent(FakeHost &host) {
+    wire::FrameReader reader;
+    reader.feed(host.portOutput[1]);
+    host.portOutput[1].clear();
+    std::vector<wire::Frame> frames;
+    wire::FrameReader::Error error;
+    while (auto frame = reader.next(&error))
+        frames.push_back(*frame);
+    return frames;
+}
+
+uint16_t helloFlags(const wire::Frame &frame) {
+    pib_wire_hello hello{};
+    REQUIRE(frame.type == PIB_WIRE_HELLO);
+    REQUIRE(frame.payload.size() == sizeof(hello));
+    std::memcpy(&hello, frame.payload.data(), sizeof(hello));
+    return hello.flags;
+}
+
+// The switch's HELLO on port 1, with `flags`.
+void switchHello(FakeHost &host, uint16_t flags) {
+    pib_wire_hello hello{};
+    hello.node_type = PIB_WIRE_NODE_SWITCH;
+    hello.flags = flags;
+    const auto frame = wire::encode(
+        PIB_WIRE_HELLO, std::span(reinterpret_cast<const uint8_t *>(&hello), sizeof(hello)));
+    pib_core_port_receive(host.core, 1, frame.data(), frame.size());
+}
+
+} // namespace
+
+TEST_CASE("a device that moves says MOVING, then nothing, and its port keeps its state",
+          "[device-moves]") {
+    ConfiguredDevice a;
+    framesSent(a.host);
+    pib_core_moving(a.host.core);
+    const auto frames = framesSent(a.host);
+    REQUIRE(frames.size() == 1);
+    CHECK(frames[0].type == PIB_WIRE_MOVING);
+    CHECK(frames[0].payload.empty());
+    CHECK(queryPort(a.host).state == PIB_PORT_ACTIVE);
+    // Silent: no polling HELLO however long it waits, no answer to the
+    // switch's, and the port stays as it was.
+    a.host.advance(3'000'000'000);
+    switchHello(a.host, 0);
+    CHECK(framesSent(a.host).empty());
+    CHECK(queryPort(a.host).state == PIB_PORT_ACTIVE);
+}
+
+TEST_CASE("a device whose move failed resumes its link on the same cable at once",
+          "[device-moves]") {
+    ConfiguredDevice a;
+    pib_core_moving(a.host.core);
+    framesSent(a.host);
+    pib_core_move_failed(a.host.core);
+    const auto frames = framesSent(a.host);
+    REQUIRE(frames.size() == 1);
+    CHECK(helloFlags(frames[0]) == PIB_WIRE_HELLO_RESUMES);
+    CHECK(queryPort(a.host).state == PIB_PORT_ACTIVE);
+    pib_core_move_failed(a.host.core); // a second call changes nothing
+    CHECK(framesSent(a.host).empty());
+}
+
+TEST_CASE("a loaded device resumes its link on its next cable, as the switch kept it",
+          "[device-moves]") {
+    ConfiguredDevice a;
+    pib_core_moving(a.host.core);
+    const Saved s = save(a.host);
+    REQUIRE(s.result == 0);
+    FakeHost b;
+    REQUIRE(load(b, s.bytes) == 0);
+    pib_core_port_connected(b.core, 1, 1);
+    const auto frames = framesSent(b);
+    REQUIRE(frames.size() == 1);
+    CHECK(helloFlags(frames[0]) == PIB_WIRE_HELLO_RESUMES);
+    SECTION("the switch kept the link") {
+        switchHello(b, PIB_WIRE_HELLO_RESUMES);
+        CHECK(queryPort(b).state == PIB_PORT_ACTIVE);
+        CHECK(queryPort(b).lid == 7);
+    }
+    SECTION("the switch did not: the link is a new one") {
+        switchHello(b, 0);
+        CHECK(queryPort(b).state == PIB_PORT_INIT);
+    }
+}

@@ -745,7 +745,12 @@ TEST_CASE("a device that moves keeps its link: its new connection's HELLO resume
     REQUIRE(portsSay(d.control, "its device moves", 2000ms));
     // The new QEMU's cable replaces the old one, which the switch closes.
     Fd moved = cableTo(d.port);
-    REQUIRE(frameOfType(moved, PIB_WIRE_HELLO, 2000ms));
+    // The switch's HELLO says it keeps a moved link on the port.
+    const auto hello = frameOfType(moved, PIB_WIRE_HELLO, 2000ms);
+    REQUIRE(hello);
+    pib_wire_hello theirs{};
+    std::memcpy(&theirs, hello->payload.data(), sizeof(theirs));
+    CHECK(theirs.flags & PIB_WIRE_HELLO_RESUMES);
     CHECK(closedWithin(d.cable, 2000ms));
     CHECK(portsSay(d.control, "port 1: ARMED, link up, its device moves", 1000ms));
     deviceHello(moved, PIB_WIRE_HELLO_RESUMES);

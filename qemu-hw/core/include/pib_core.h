@@ -231,6 +231,16 @@ int pib_core_inject(struct pib_core *core, const char *injection, char **answer)
  */
 int pib_core_save(struct pib_core *core, void **state, size_t *len, char **error);
 int pib_core_load(struct pib_core *core, const void *state, size_t len, char **error);
+/*
+ * The VM stops to move (docs/wire.md, "A device that moves"): every port
+ * whose link is up sends MOVING on its stream, and then sends and takes
+ * nothing, its port state kept. A loaded device whose saved links were up
+ * resumes them on its next cable (its HELLO says PIB_WIRE_HELLO_RESUMES),
+ * so the host connects its cables only after pib_core_load. If the move
+ * fails, pib_core_move_failed resumes the links here.
+ */
+void pib_core_moving(struct pib_core *core);
+void pib_core_move_failed(struct pib_core *core);
 
 /* How the function presents itself in PCI configuration space. */
 struct pib_pci_identity {

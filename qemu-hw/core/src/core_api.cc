@@ -238,6 +238,14 @@ int pib_core_load(pib_core *core, const void *state, size_t len, char **error) {
     });
 }
 
+void pib_core_moving(pib_core *core) {
+    enter(core, "moving", [&] { core->device.moving(); });
+}
+
+void pib_core_move_failed(pib_core *core) {
+    enter(core, "move failed", [&] { core->device.moveFailed(); });
+}
+
 int pib_core_capture(pib_core *core, unsigned port, const char *path, uint64_t limit,
                      char **answer) {
     return answered(answer, [&](std::string *text) {

@@ -114,8 +114,27 @@ void Device::portBell(unsigned port) {
 }
 
 void Device::linkEvent(unsigned port, Link::Event e) {
-    if (!fatal_)
+    // A link that resumed after its device moved is the link the port's
+    // state belongs to: nothing changes.
+    if (!fatal_ && e != Link::Event::kResumed && e != Link::Event::kNone)
         agents_.linkChanged(port, e == Link::Event::kUp);
+}
+
+void Device::moving() {
+    event([&] {
+        for (auto &link : links_)
+            link->moving();
+    });
+}
+
+void Device::moveFailed() {
+    event([&] {
+        for (unsigned port = 1; port <= links_.size(); ++port)
+            linkEvent(port, links_[port - 1]->moveFailed());
+        // Work the silent links held back goes on.
+        for (unsigned port = 1; port <= links_.size() && !fatal_; ++port)
+            scheduler_.portWritable(port);
+    });
 }
 
 void Device::packetReceived(unsigned port, std::span<const uint8_t> packet,

@@ -72,6 +72,10 @@ class Device {
     // (false, the reason in *why) and leave the device as after reset.
     bool save(std::vector<uint8_t> *state, std::string *why) const;
     bool load(std::span<const uint8_t> state, std::string *why);
+    // The VM stops to move, or runs here again after its move failed
+    // (Link::moving, docs/wire.md "A device that moves").
+    void moving();
+    void moveFailed();
 
   private:
     // Every call from the host is one event of bounded work (scheduler.cc).

@@ -18,6 +18,7 @@ constexpr uint32_t kStateVersion = 1;
 
 constexpr uint32_t kHeaderTag = stateTag("PIBD");
 constexpr uint32_t kDeviceTag = stateTag("DEV ");
+constexpr uint32_t kLinksTag = stateTag("LNKS");
 
 void saveHeader(StateWriter &w, const pib_core_config &c) {
     w.beginSection(kHeaderTag);
@@ -86,6 +87,12 @@ bool Device::save(std::vector<uint8_t> *state, std::string *why) const {
     w.u64(agents_.lastTrapTid());
     w.endSection();
     ports_.save(w);
+    // Whether each port's link was up (or moving): the loaded device
+    // resumes it on its next cable, its port state kept.
+    w.beginSection(kLinksTag);
+    for (const auto &link : links_)
+        w.boolean(link->resumable());
+    w.endSection();
     front_->save(w);
     *state = w.take();
     return true;
@@ -99,7 +106,15 @@ void Device::loadState(StateReader &r) {
     agents_.restoreLastTrapTid(r.u64());
     r.leaveSection("the device");
     ports_.load(r);
+    r.enterSection(kLinksTag, "the links");
+    std::vector<bool> resumes;
+    for (size_t i = 0; i < links_.size(); ++i)
+        resumes.push_back(r.boolean("a link that was up"));
+    r.leaveSection("the links");
     front_->load(r);
+    for (size_t i = 0; r.ok() && i < links_.size(); ++i)
+        if (resumes[i])
+            links_[i]->resumeOnNextCable();
     if (r.ok() && !r.atEnd())
         r.fail("bytes after the device's state");
     if (r.ok() && fatal) { // as it was: no second DEVICE_FATAL event

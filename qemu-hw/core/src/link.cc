@@ -4,6 +4,7 @@
 
 #include <cinttypes>
 #include <cstring>
+#include <utility>
 
 namespace pib {
 
@@ -15,8 +16,12 @@ Link::Event Link::connected(bool connected) {
     reader_.reset();
     rings_.reset(); // a new cable offers its own
     ringsOffered_ = false;
+    if (moved_) { // a moved link's cable is gone: the next cable resumes it
+        moved_ = false;
+        resumes_ = true;
+    }
     if (connected) {
-        sendHello();
+        sendHello(resumes_ ? PIB_WIRE_HELLO_RESUMES : 0);
         trace::link_connected(host_, port_);
     } else {
         trace::link_disconnected(host_, port_);
@@ -26,9 +31,10 @@ Link::Event Link::connected(bool connected) {
 
 // Every HELLO we send starts (or restarts) the Polling retry clock; the
 // link coming up stops it.
-void Link::sendHello() {
+void Link::sendHello(uint16_t flags) {
     helloDue_ = host_.clockNs() + kHelloRetryNs;
     pib_wire_hello hello{};
+    hello.flags = flags;
     hello.node_guid = nodeGuid_;
     hello.port_guid = portGuid_;
     hello.node_type = PIB_WIRE_NODE_CA;
@@ -36,6 +42,28 @@ void Link::sendHello() {
     host_.portSend(
         port_, wire::encode(PIB_WIRE_HELLO,
                             std::span(reinterpret_cast<const uint8_t *>(&hello), sizeof(hello))));
+}
+
+void Link::moving() {
+    if (!up_)
+        return;
+    host_.portSend(port_, wire::encode(PIB_WIRE_MOVING, {}));
+    up_ = false;
+    moved_ = true;
+    helloDue_ = 0;
+    trace::link_moving(host_, port_);
+}
+
+Link::Event Link::moveFailed() {
+    if (!moved_)
+        return Event::kNone;
+    moved_ = false;
+    sendHello(PIB_WIRE_HELLO_RESUMES);
+    helloDue_ = 0;
+    up_ = true;
+    upSinceNs_ = 0; // a HELLO from the switch now means it did not keep the link
+    trace::link_resumed(host_, port_);
+    return Event::kResumed;
 }
 
 bool Link::retrain() {
@@ -48,7 +76,7 @@ bool Link::retrain() {
 }
 
 void Link::retryHello(uint64_t now) {
-    if (!connected_ || up_)
+    if (!connected_ || up_ || moved_)
         helloDue_ = 0; // nothing to poll for: the timer must not fire again
     if (!helloDue_ || helloDue_ > now)
         return;
@@ -91,6 +119,8 @@ void Link::receive(std::span<const uint8_t> bytes, const std::function<void(Even
     reader_.lend(bytes);
     wire::FrameReader::Error error;
     while (auto frame = reader_.nextView(&error)) {
+        if (moved_) // the VM stopped to move: nothing reaches it
+            continue;
         if (frame->type == PIB_WIRE_HELLO)
             helloReceived(frame->payload, onEvent);
         else if (frame->type == PIB_WIRE_RINGS)
@@ -117,8 +147,16 @@ void Link::helloReceived(std::span<const uint8_t> payload,
         up_ = true;
         helloDue_ = 0;
         upSinceNs_ = host_.clockNs();
-        trace::link_up(host_, port_);
-        onEvent(Event::kUp);
+        const bool resumed = std::exchange(resumes_, false);
+        if (resumed && (hello.flags & PIB_WIRE_HELLO_RESUMES)) { // the switch kept it
+            trace::link_resumed(host_, port_);
+            onEvent(Event::kResumed);
+        } else {
+            trace::link_up(host_, port_);
+            if (resumed) // the port's saved state belonged to the link that ended
+                onEvent(Event::kDown);
+            onEvent(Event::kUp);
+        }
     } else {
         peerHello(onEvent);
     }

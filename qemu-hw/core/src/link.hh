@@ -22,7 +22,9 @@ namespace pib {
 
 class Link {
   public:
-    enum class Event { kNone, kUp, kDown };
+    // kResumed: the link is up again as it was before its device moved
+    // (moving() below); the port keeps its state.
+    enum class Event { kNone, kUp, kDown, kResumed };
     // A packet the cable delivered, valid during the call: `bytes`, and
     // `head`, a private copy of their first bytes when they lie in memory
     // the switch shares and may rewrite (a ring cable: iba::parseShared),
@@ -52,6 +54,21 @@ class Link {
     // False when the host's queue for the link is full (the packet went).
     bool sendFramed(std::vector<uint8_t> &framed);
     bool up() const { return up_; }
+    // A device that moves (docs/wire.md, "A device that moves"). moving():
+    // the VM stops to move; a link that is up says MOVING to its switch
+    // port and then sends and takes nothing, while its port keeps its
+    // state (no Event). moveFailed(): the VM runs here again; the link
+    // says HELLO with PIB_WIRE_HELLO_RESUMES and is up at once (kResumed).
+    // resumeOnNextCable(): a loaded device whose saved link was up; the
+    // next cable's HELLO resumes it, and the link comes up as it was when
+    // the switch's HELLO says it kept it (kResumed), else as a new link.
+    void moving();
+    bool moved() const { return moved_; }
+    Event moveFailed();
+    void resumeOnNextCable() { resumes_ = true; }
+    // Up, moving, or waiting for the cable that resumes it: a saved
+    // device's link that its loaded copy resumes.
+    bool resumable() const { return up_ || moved_ || resumes_; }
     // Room of `framedBytes` (wire::kHeaderSize of them for the frame
     // header) to build a packet in place, straight in the ring cable: when
     // the cable is a ring with room, and no capture needs a copy. Empty
@@ -93,10 +110,12 @@ class Link {
     uint64_t readInRing_ = 0;  // and those whose payload it read from there
     uint64_t helloDue_ = 0;    // Polling: when the HELLO goes again
     uint64_t upSinceNs_ = 0;   // when the link last came up
+    bool moved_ = false;       // said MOVING: silent until it resumes
+    bool resumes_ = false;     // the next cable's HELLO resumes the link
     // A HELLO this soon after the link came up crossed ours: dropped.
     static constexpr uint64_t kMinRetrainNs = 100'000'000;
 
-    void sendHello();
+    void sendHello(uint16_t flags = 0);
     void helloReceived(std::span<const uint8_t> payload, const std::function<void(Event)> &onEvent);
     void peerHello(const std::function<void(Event)> &onEvent);
     void offerRings();

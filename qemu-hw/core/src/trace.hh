@@ -49,6 +49,16 @@ inline void link_up(const Host &host, unsigned port) {
         host.event(PIB_EVENT_LINK_UP, {Host::eventArg(port)});
 }
 
+inline void link_moving(const Host &host, unsigned port) {
+    if (host.eventEnabled(PIB_EVENT_LINK_MOVING))
+        host.event(PIB_EVENT_LINK_MOVING, {Host::eventArg(port)});
+}
+
+inline void link_resumed(const Host &host, unsigned port) {
+    if (host.eventEnabled(PIB_EVENT_LINK_RESUMED))
+        host.event(PIB_EVENT_LINK_RESUMED, {Host::eventArg(port)});
+}
+
 inline void link_retrain(const Host &host, unsigned port) {
     if (host.eventEnabled(PIB_EVENT_LINK_RETRAIN))
         host.event(PIB_EVENT_LINK_RETRAIN, {Host::eventArg(port)});
