@@ -219,9 +219,8 @@ void Server::processInput(unsigned port) {
             break;
         if (frame->type == PIB_WIRE_HELLO) {
             const pib_wire_hello hello = helloOf(frame->payload);
-            const bool continued = helloContinuesMove(port, hello);
-            if (conns_[port].get() != c || (!continued && !helloReceived(port)) ||
-                conns_[port].get() != c)
+            if (!helloContinuesMove(port, hello) &&
+                (!helloReceived(port) || conns_[port].get() != c))
                 return;
             c->peer = hello;
             c->moved = false;

@@ -1,5 +1,6 @@
 // SPDX-License-Identifier: GPL-2.0-or-later
 #include "fake_host.hh"
+#include "frame.hh"
 
 #include <algorithm>
 #include <fcntl.h>
@@ -372,6 +373,15 @@ FakeHost::Outcome FakeHost::mad(uint8_t cls, uint8_t method, uint16_t attr, uint
     const Outcome o = command(PIB_CMD_MAD_IFC, 1, in, out);
     *response = peek<pib_mad_ifc>(out);
     return o;
+}
+
+void FakeHost::switchHello(uint16_t flags) {
+    pib_wire_hello hello{};
+    hello.node_type = PIB_WIRE_NODE_SWITCH;
+    hello.flags = flags;
+    const auto frame = pib::wire::encode(
+        PIB_WIRE_HELLO, std::span(reinterpret_cast<const uint8_t *>(&hello), sizeof(hello)));
+    pib_core_port_receive(core, 1, frame.data(), frame.size());
 }
 
 void FakeHost::initHca() {

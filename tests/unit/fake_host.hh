@@ -143,6 +143,13 @@ struct FakeHost {
     // EQEs of the EQ at `eqPage`.
     std::vector<uint8_t> asyncEvents(uint64_t eqPage, unsigned entries);
     void initHca();
+    // The switch says HELLO on port 1, with `flags` (PIB_WIRE_HELLO_*).
+    void switchHello(uint16_t flags = 0);
+    // Port 1 cabled to a switch that said HELLO: the link is up.
+    void cablePort1() {
+        pib_core_port_connected(core, 1, 1);
+        switchHello();
+    }
     // QUERY_DEV_CAP's answer (the command must succeed).
     pib_dev_cap caps() {
         pib_dev_cap cap{};

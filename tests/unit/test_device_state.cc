@@ -79,11 +79,7 @@ struct ConfiguredDevice {
         std::array<char, PIB_NODE_DESC_LEN> desc{};
         std::strcpy(desc.data(), "vm1 saved");
         REQUIRE(host.commandIn(PIB_CMD_SET_NODE_DESC, 0, desc).status == PIB_CMD_STATUS_OK);
-        pib_core_port_connected(host.core, 1, 1);
-        pib_wire_hello hello{};
-        const auto frame = wire::encode(
-            PIB_WIRE_HELLO, std::span(reinterpret_cast<const uint8_t *>(&hello), sizeof(hello)));
-        pib_core_port_receive(host.core, 1, frame.data(), frame.size());
+        host.cablePort1();
         for (uint8_t state : {uint8_t{0}, uint8_t{PIB_PORT_ARMED}, uint8_t{PIB_PORT_ACTIVE}})
             setPortInfo(state);
         pib_mad_ifc r{};
@@ -244,16 +240,6 @@ uint16_t helloFlags(const wire::Frame &frame) {
     return hello.flags;
 }
 
-// The switch's HELLO on port 1, with `flags`.
-void switchHello(FakeHost &host, uint16_t flags) {
-    pib_wire_hello hello{};
-    hello.node_type = PIB_WIRE_NODE_SWITCH;
-    hello.flags = flags;
-    const auto frame = wire::encode(
-        PIB_WIRE_HELLO, std::span(reinterpret_cast<const uint8_t *>(&hello), sizeof(hello)));
-    pib_core_port_receive(host.core, 1, frame.data(), frame.size());
-}
-
 } // namespace
 
 TEST_CASE("a device that moves says MOVING, then nothing, and its port keeps its state",
@@ -269,7 +255,7 @@ TEST_CASE("a device that moves says MOVING, then nothing, and its port keeps its
     // Silent: no polling HELLO however long it waits, no answer to the
     // switch's, and the port stays as it was.
     a.host.advance(3'000'000'000);
-    switchHello(a.host, 0);
+    a.host.switchHello();
     CHECK(framesSent(a.host).empty());
     CHECK(queryPort(a.host).state == PIB_PORT_ACTIVE);
 }
@@ -301,12 +287,12 @@ TEST_CASE("a loaded device resumes its link on its next cable, as the switch kep
     REQUIRE(frames.size() == 1);
     CHECK(helloFlags(frames[0]) == PIB_WIRE_HELLO_RESUMES);
     SECTION("the switch kept the link") {
-        switchHello(b, PIB_WIRE_HELLO_RESUMES);
+        b.switchHello(PIB_WIRE_HELLO_RESUMES);
         CHECK(queryPort(b).state == PIB_PORT_ACTIVE);
         CHECK(queryPort(b).lid == 7);
     }
     SECTION("the switch did not: the link is a new one") {
-        switchHello(b, 0);
+        b.switchHello();
         CHECK(queryPort(b).state == PIB_PORT_INIT);
     }
 }

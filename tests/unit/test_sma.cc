@@ -27,12 +27,7 @@ struct SmaFixture {
         eq.log_size = 4;
         eq.flags = PIB_EQ_ASYNC;
         REQUIRE(host.commandIn(PIB_CMD_CREATE_EQ, 0, eq).status == PIB_CMD_STATUS_OK);
-        // Cable port 1 so that it can be armed.
-        pib_core_port_connected(host.core, 1, 1);
-        pib_wire_hello hello{};
-        const auto frame = wire::encode(
-            PIB_WIRE_HELLO, std::span(reinterpret_cast<const uint8_t *>(&hello), sizeof(hello)));
-        pib_core_port_receive(host.core, 1, frame.data(), frame.size());
+        host.cablePort1(); // so that it can be armed
     }
 
     // Runs a MAD through MAD_IFC; returns {result, response}.

@@ -82,11 +82,8 @@ void loadPort(StateReader &r, PortState &p, const PortState &fresh) {
     p.info.cap_mask = info.cap_mask;
     p.info.bad_pkey_cntr = info.bad_pkey_cntr;
     p.info.qkey_viol_cntr = info.qkey_viol_cntr;
-    p.rcvPackets = r.u64();
-    p.rcvWords = r.u64();
-    p.rcvErrors = r.u64();
-    p.xmitPackets = r.u64();
-    p.xmitWords = r.u64();
+    for (uint64_t *c : {&p.rcvPackets, &p.rcvWords, &p.rcvErrors, &p.xmitPackets, &p.xmitWords})
+        *c = r.u64();
     r.record(p.transport, "transport counters");
     iba::MkeyProtection::Saved m{};
     m.key = r.u64();
