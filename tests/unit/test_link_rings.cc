@@ -205,7 +205,7 @@ TEST_CASE("ACK timeouts while the switch takes nothing from the ring spend no re
         CHECK(std::memcmp(pair.a.host.at(src), pair.b.host.at(dst), kLength) == 0);
     }
     SECTION("a switch stuck beyond the grace still ends the QP in RETRY_EXC_ERR") {
-        for (int i = 0; i < 600 && pair.a.poll().empty(); ++i) // up to 2.5 s more
+        for (int i = 0; i < 1000 && pair.a.poll().empty(); ++i) // up to 4.2 s more
             pair.a.host.advance(4'200'000);
         CHECK(pair.a.qpState() == PIB_QPS_ERR);
         CHECK(pair.a.host.traces("rc_retry_exceeded") == 1);
@@ -213,7 +213,8 @@ TEST_CASE("ACK timeouts while the switch takes nothing from the ring spend no re
     SECTION("packets the switch took count as sent: the peer's silence spends retries") {
         r.b.reset(); // b's cable is pulled: what the switch takes goes nowhere
         r.a->take();
-        for (int i = 0; i < 5 && pair.a.qpState() != PIB_QPS_ERR; ++i) {
+        // Retries 250 ms apart (Requester::kRetrySpacingNs): some 60 timeouts.
+        for (int i = 0; i < 300 && pair.a.qpState() != PIB_QPS_ERR; ++i) {
             pair.a.host.advance(4'200'000);
             r.a->take(); // the resends too
         }

@@ -248,7 +248,8 @@ def build_parser() -> argparse.ArgumentParser:
     up.add_argument("--no-sm", action="store_true",
                     help="do not start opensm in vm1 (ports then stay INIT)")
     up.add_argument("--trace", default="", metavar="PATTERN",
-                    help="QEMU trace events to enable, e.g. 'pib_hca_*' (written to vmN/qemu.log)")
+                    help="QEMU trace events to enable: patterns, comma-separated, e.g. "
+                         "'pib_hca_rc_*,pib_hca_link_*' (written to vmN/qemu.log)")
     up.add_argument("--kernel", metavar="BZIMAGE",
                     help="boot this kernel (say arch/x86/boot/bzImage of your tree) instead of "
                          "the bundled one; examples/own-kernel.config lists the options it needs")

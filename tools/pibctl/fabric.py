@@ -290,8 +290,8 @@ def _qemu_command(fabric: Fabric, vm: Vm, memory: int, cpus: int, trace: str,
         cmd += ["-chardev", f"socket,id=ib{n},path={sock},reconnect-ms=1000"]
         hca += f",port{n}=ib{n}"
     cmd += ["-device", hca, "-d", "guest_errors", "-D", vm.qemu_log]
-    if trace:
-        cmd += ["-trace", trace]
+    for pattern in filter(None, trace.split(",")):
+        cmd += ["-trace", pattern]
     return [str(c) for c in cmd]
 
 
@@ -425,6 +425,14 @@ def _check_setup() -> None:
               paths.fabric_switch_binary()):
         if not f.is_file():
             raise ui.StepFailed(f"{f} is missing; run ./pib setup first")
+
+
+def qemu_log_tail(vm: Vm, lines: int = 30) -> str:
+    try:
+        text = vm.qemu_log.read_text(errors="replace").splitlines()
+    except OSError:
+        return "(no qemu.log)"
+    return "\n".join(text[-lines:])
 
 
 def console_tail(vm: Vm, lines: int = 30) -> str:

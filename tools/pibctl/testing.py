@@ -353,13 +353,20 @@ def _pass_cable(second_pass: bool) -> str:
     return "stream" if second_pass else "ring"
 
 
+# The trace events every test fabric's QEMUs write to their qemu.log: the
+# rare ones a failed transfer is explained by (its ACK timeouts and how
+# they were counted), shown with the log's tail when a test fails.
+TEST_TRACE = "pib_hca_rc_timeout*,pib_hca_rc_retry_exceeded"
+
+
 def _boot(vms: int, accel: str, topo, own_pass: bool, cable: str = "ring"):
     # Guests have two vCPUs, so that the driver's code and the concurrent
     # tests (several pib-traffic threads and processes, the create/destroy
     # churn) really run on two at once.
     own = bundled_kernel_as_users() if own_pass else None
     return fabric.up(vms=vms, accel=accel, topology=topo, cpus=TEST_CPUS,
-                     memory=TEST_MEMORY_MIB, kernel_args=TEST_KERNEL_ARGS, own=own, cable=cable)
+                     memory=TEST_MEMORY_MIB, kernel_args=TEST_KERNEL_ARGS, own=own, cable=cable,
+                     trace=TEST_TRACE)
 
 
 def cables_not_as_asked(fab) -> list:
@@ -457,6 +464,8 @@ def run_e2e(counts: Counts, pattern: str, vms: int, accel: str,
                 for vm in fab.vms:
                     print(f"---- console of {vm.name} (last lines) ----")
                     print(fabric.console_tail(vm, 15))
+                    print(f"---- qemu.log of {vm.name} (last lines) ----")
+                    print(fabric.qemu_log_tail(vm, 15))
             finally:
                 signal.alarm(0)
                 ui.end_steps_since(steps)

@@ -340,6 +340,22 @@ bool Requester::cableStalled(QueuePair &qp, uint64_t now) {
     return true;
 }
 
+// Whether this ACK timeout spends one of the QP's retries: the first
+// since the peer last answered does, later ones only kRetrySpacingNs
+// after the last that did. The retries are for a peer that is gone; one
+// that is only slow must not exhaust them. Under TCG a guest's QEMU can
+// wait for a CPU for half a second on a loaded host, and at timeout 14
+// (67 ms, ibv_rc_pingpong's) retry_cnt 7 would be spent in that time.
+// Every timeout still resends at once: loss is recovered as fast as the
+// QP asked.
+bool Requester::spendsRetry(QueuePair &qp, uint64_t now) {
+    RequesterState &r = qp.req;
+    if (r.retrySpentAt && now - r.retrySpentAt < kRetrySpacingNs)
+        return false;
+    r.retrySpentAt = now;
+    return true;
+}
+
 // The local ACK timer or an RNR wait of `qpn` ran out.
 void Requester::timerExpired(QueuePair &qp) {
     RequesterState &r = qp.req;
@@ -365,20 +381,25 @@ void Requester::timerExpired(QueuePair &qp) {
         return;
     if (cableStalled(qp, now))
         return;
-    if (r.retriesLeft == 0) {
+    const bool spent = spendsRetry(qp, now);
+    if (spent && r.retriesLeft == 0) {
         trace::rc_retry_exceeded(host_, qp.number, qp.attr.retry_cnt);
         count(qp, &pib_port_counters::ack_timeouts);
         count(qp, &pib_port_counters::retry_exceeded);
         completeHead(qp, PIB_WC_RETRY_EXC_ERR);
         return;
     }
-    --r.retriesLeft;
     const SendWqe &head = r.outstanding.front();
     uint32_t from = psnAdd(head.firstPsn, head.received / pathMtu(qp));
     // What ACKs covered of a long head WQE need not go again.
     if (psnDiff(r.unackedPsn, from) > 0 && psnDiff(r.unackedPsn, head.lastPsn()) <= 0)
         from = r.unackedPsn;
-    trace::rc_timeout(host_, qp.number, from);
+    if (spent) {
+        --r.retriesLeft;
+        trace::rc_timeout(host_, qp.number, from);
+    } else {
+        trace::rc_timeout_unspent(host_, qp.number, from);
+    }
     count(qp, &pib_port_counters::ack_timeouts);
     rewind(qp, from);
     send(qp);

@@ -159,6 +159,7 @@ struct RequesterState {
     unsigned rnrRetriesLeft = 0; // 7 = infinite
     uint64_t ackDeadline = 0;    // local ACK timeout; 0 when not armed
     uint64_t cableStallFrom = 0; // first ACK timeout the cable excused since an answer; 0: none
+    uint64_t retrySpentAt = 0;   // when an ACK timeout last spent a retry; 0: none since an answer
     uint64_t rnrDeadline = 0;    // resend after an RNR NAK; 0 when not waiting
     uint64_t heldBytes = 0;      // the footprints of `outstanding`
     // Some WQE of `outstanding` may have packets not sent: a rewind, a
@@ -171,6 +172,7 @@ struct RequesterState {
     void startRetriesOver(unsigned retryCount) {
         retriesLeft = retryCount;
         cableStallFrom = 0;
+        retrySpentAt = 0;
     }
 
     // Everything up to `psn` was answered: the send window moves past it.

@@ -56,6 +56,10 @@ class Requester final : TransportRole {
     // process longer than this is broken, not busy.
     static constexpr uint64_t kCableStallGraceNs = 2'000'000'000;
     bool cableStalled(QueuePair &qp, uint64_t now);
+    // ACK timeouts closer together than this resend but spend no retry
+    // (spendsRetry): RETRY_EXC_ERR takes retry_cnt x this at the least.
+    static constexpr uint64_t kRetrySpacingNs = 250'000'000;
+    bool spendsRetry(QueuePair &qp, uint64_t now);
     void completeInOrder(QueuePair &qp);
     void completeHead(QueuePair &qp, uint8_t status);
     void ackUpTo(QueuePair &qp, uint32_t psn);
