@@ -11,6 +11,10 @@
 #include <array>
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <iterator>
 #include <string>
 #include <vector>
 
@@ -74,8 +78,12 @@ struct ConfiguredDevice {
     FakeHost host;
     static constexpr uint64_t kMkey = 0x1122334455667788ull;
 
-    ConfiguredDevice() {
+    // `driver` runs after INIT_HCA, before the cable: the objects a
+    // driver creates as it probes.
+    explicit ConfiguredDevice(const std::function<void(FakeHost &)> &driver = {}) {
         host.initHca();
+        if (driver)
+            driver(host);
         std::array<char, PIB_NODE_DESC_LEN> desc{};
         std::strcpy(desc.data(), "vm1 saved");
         REQUIRE(host.commandIn(PIB_CMD_SET_NODE_DESC, 0, desc).status == PIB_CMD_STATUS_OK);
@@ -210,12 +218,126 @@ TEST_CASE("a device that holds what is not saved yet refuses to save, and says w
     FakeHost host;
     host.initHca();
     REQUIRE(save(host).result == 0);
-    host.command(PIB_CMD_ALLOC_PD);
+    const uint32_t pd = static_cast<uint32_t>(host.command(PIB_CMD_ALLOC_PD).result);
+    REQUIRE(save(host).result == 0);
+    host.createPhysicalMr(pd, PIB_ACCESS_LOCAL_WRITE);
     const Saved s = save(host);
     CHECK(s.result == -1);
     CHECK(s.bytes.empty());
     CHECK(s.error.find("does not save yet") != std::string::npos);
-    CHECK(s.error.find("PDs") != std::string::npos);
+    CHECK(s.error.find("memory regions") != std::string::npos);
+}
+
+namespace {
+
+// What a migration carries beside the device's state: the guest's RAM
+// (the rings and records the objects point at) and the clock.
+void carryGuest(FakeHost &from, FakeHost &to) {
+    to.ram = from.ram;
+    to.ramNext = from.ramNext;
+    to.now = from.now;
+}
+
+} // namespace
+
+// The objects a driver creates before its QPs: each comes back under its
+// number, with its references counted again (an EQ a CQ uses cannot be
+// destroyed, nor an MTT range a ring is on), and the async EQ takes the
+// next event in the slot after the last one written before the save.
+TEST_CASE("doorbell pages, PDs, the MTT, EQs and CQs are loaded at their numbers and work",
+          "[device-state]") {
+    FakeHost::Eq async{}, comp{};
+    FakeHost::Cq cq{};
+    uint32_t uar = 0, pd = 0;
+    ConfiguredDevice a([&](FakeHost &h) {
+        uar = static_cast<uint32_t>(h.command(PIB_CMD_ALLOC_UAR).result);
+        h.command(PIB_CMD_ALLOC_PD);
+        pd = static_cast<uint32_t>(h.command(PIB_CMD_ALLOC_PD).result);
+        REQUIRE(h.command(PIB_CMD_DEALLOC_PD, 0).status == PIB_CMD_STATUS_OK); // a gap
+        async = h.createEq(4, PIB_EQ_ASYNC);
+        comp = h.createEq(4, 0, 1);
+        cq = h.createCq(comp.eqn, uar, 6);
+        pib_core_bar_write(h.core, PIB_BAR_DOORBELL, uint64_t{uar} * PIB_PAGE_SIZE + PIB_DB_CQ_ARM,
+                           uint64_t{PIB_CQ_ARM_NEXT} << 32 | cq.cqn, 8); // armed as it is saved
+    });
+    // The SM's configuration said LID, SM and P_Key changes, and ACTIVE.
+    const std::vector<uint8_t> before = a.host.asyncEvents(async.page, 16);
+    REQUIRE(before.size() >= 2);
+    REQUIRE(before.size() < 16);
+    REQUIRE(std::count(before.begin(), before.end(), PIB_ASYNC_PORT_ACTIVE) == 1);
+    const Saved s = save(a.host);
+    REQUIRE(s.result == 0);
+
+    FakeHost b;
+    carryGuest(a.host, b);
+    std::string why;
+    REQUIRE(load(b, s.bytes, &why) == 0);
+    CHECK(why.empty());
+    CHECK(save(b).bytes == s.bytes);
+    pib_cq_context cqA{}, cqB{};
+    REQUIRE(a.host.commandOut(PIB_CMD_QUERY_CQ, cq.cqn, &cqA).status == PIB_CMD_STATUS_OK);
+    REQUIRE(b.commandOut(PIB_CMD_QUERY_CQ, cq.cqn, &cqB).status == PIB_CMD_STATUS_OK);
+    CHECK(std::memcmp(&cqA, &cqB, sizeof(cqA)) == 0);
+    pib_eq_context eqB{};
+    REQUIRE(b.commandOut(PIB_CMD_QUERY_EQ, comp.eqn, &eqB).status == PIB_CMD_STATUS_OK);
+    CHECK(eqB.msix_vector == 1);
+    // The next PD takes the gap, on both devices alike.
+    CHECK(b.command(PIB_CMD_ALLOC_PD).result == a.host.command(PIB_CMD_ALLOC_PD).result);
+    CHECK(b.command(PIB_CMD_DEALLOC_PD, pd).status == PIB_CMD_STATUS_OK);
+    // References, counted again as the objects were loaded.
+    CHECK(b.command(PIB_CMD_DESTROY_EQ, comp.eqn).status == PIB_CMD_STATUS_BUSY);
+    CHECK(b.command(PIB_CMD_FREE_UAR, uar).status == PIB_CMD_STATUS_BUSY);
+    CHECK(b.command(PIB_CMD_FREE_MTT, cqB.buf.mtt_index).status == PIB_CMD_STATUS_BUSY);
+    // The link goes down: PORT_ERR, in the async EQ's slot after them.
+    pib_core_port_connected(b.core, 1, 1); // the cable the switch kept
+    b.switchHello(PIB_WIRE_HELLO_RESUMES);
+    pib_core_port_connected(b.core, 1, 0);
+    std::vector<uint8_t> after = before;
+    after.push_back(PIB_ASYNC_PORT_ERR);
+    CHECK(b.asyncEvents(async.page, 16) == after);
+    CHECK(b.command(PIB_CMD_DESTROY_CQ, cq.cqn).status == PIB_CMD_STATUS_OK);
+    CHECK(b.command(PIB_CMD_DESTROY_EQ, comp.eqn).status == PIB_CMD_STATUS_OK);
+    CHECK(b.command(PIB_CMD_FREE_MTT, cqB.buf.mtt_index).status == PIB_CMD_STATUS_OK);
+    CHECK(b.command(PIB_CMD_FREE_UAR, uar).status == PIB_CMD_STATUS_OK);
+    CHECK(b.guestErrors() == 3); // the three refused as busy, and nothing else
+    CHECK(b.guestErrors("cmd-busy") == 3);
+}
+
+// A state whose objects a guest's commands could not have made is refused
+// as the command would have been, with the command's reason.
+TEST_CASE("a saved object that its create command would refuse is refused", "[device-state]") {
+    FakeHost::Cq cq{};
+    ConfiguredDevice a([&](FakeHost &h) {
+        const auto uar = static_cast<uint32_t>(h.command(PIB_CMD_ALLOC_UAR).result);
+        cq = h.createCq(h.createEq(4, PIB_EQ_ASYNC).eqn, uar, 6);
+    });
+    const Saved s = save(a.host);
+    REQUIRE(s.result == 0);
+    pib_cq_context ctx{};
+    REQUIRE(a.host.commandOut(PIB_CMD_QUERY_CQ, cq.cqn, &ctx).status == PIB_CMD_STATUS_OK);
+    auto rewritten = [&](const std::function<void(pib_cq_context &)> &change) {
+        std::vector<uint8_t> bytes = s.bytes;
+        auto at = std::search(bytes.begin(), bytes.end(), reinterpret_cast<const uint8_t *>(&ctx),
+                              reinterpret_cast<const uint8_t *>(&ctx) + sizeof(ctx));
+        REQUIRE(at != bytes.end());
+        pib_cq_context bad = ctx;
+        change(bad);
+        std::memcpy(&*at, &bad, sizeof(bad));
+        return bytes;
+    };
+    FakeHost b;
+    const pib_port_info fresh = queryPort(b);
+    std::string why;
+    CHECK(load(b, rewritten([](pib_cq_context &c) { c.eqn = 9; }), &why) != 0);
+    CHECK(why == "CQ " + std::to_string(cq.cqn) + ": CREATE_CQ on EQ 9");
+    CHECK(load(b, rewritten([](pib_cq_context &c) { c.buf.npages = 7; }), &why) != 0);
+    CHECK(why.find("CREATE_CQ ring of 7 pages") != std::string::npos);
+    // Refused: no guest error was said, and the device is as after reset.
+    CHECK(b.guestErrors() == 0);
+    const pib_port_info now = queryPort(b);
+    CHECK(std::memcmp(&now, &fresh, sizeof(now)) == 0);
+    CHECK(b.command(PIB_CMD_QUERY_CQ, cq.cqn, 0, b.alloc(PIB_MAILBOX_SIZE)).status ==
+          PIB_CMD_STATUS_BAD_STATE); // no INIT_HCA: nothing runs
 }
 
 namespace {
@@ -294,5 +416,59 @@ TEST_CASE("a loaded device resumes its link on its next cable, as the switch kep
     SECTION("the switch did not: the link is a new one") {
         b.switchHello();
         CHECK(queryPort(b).state == PIB_PORT_INIT);
+    }
+}
+
+namespace {
+
+// The states fuzz-state starts from (tests/fuzz/inputs/state): a device an
+// SM configured, alone and with a driver's first objects.
+std::vector<std::vector<uint8_t>> fuzzSeeds() {
+    ConfiguredDevice bare;
+    ConfiguredDevice probed([](FakeHost &h) {
+        const auto uar = static_cast<uint32_t>(h.command(PIB_CMD_ALLOC_UAR).result);
+        h.command(PIB_CMD_ALLOC_PD);
+        h.command(PIB_CMD_ALLOC_XRCD);
+        h.createCq(h.createEq(4, PIB_EQ_ASYNC).eqn, uar, 6);
+        h.createCq(h.createEq(5, 0, 1).eqn, uar, 7, 2);
+    });
+    return {save(bare.host).bytes, save(probed.host).bytes};
+}
+
+std::filesystem::path seedDir() {
+    const char *root = std::getenv("PIB_SOURCE_ROOT");
+    INFO("PIB_SOURCE_ROOT names the source tree: " << (root ? root : "(unset)"));
+    REQUIRE(root != nullptr);
+    return std::filesystem::path(root) / "tests/fuzz/inputs/state";
+}
+
+std::vector<uint8_t> readFile(const std::filesystem::path &path) {
+    std::ifstream in(path, std::ios::binary);
+    return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+}
+
+} // namespace
+
+// A seed of another format version would only teach the fuzzer the
+// header's refusal: each checked-in seed is one this version writes.
+TEST_CASE("fuzz-state's seeds are the states this version saves", "[device-state]") {
+    std::vector<std::vector<uint8_t>> checkedIn;
+    for (const auto &entry : std::filesystem::directory_iterator(seedDir()))
+        checkedIn.push_back(readFile(entry.path()));
+    std::sort(checkedIn.begin(), checkedIn.end());
+    auto seeds = fuzzSeeds();
+    std::sort(seeds.begin(), seeds.end());
+    INFO("write them again: core-tests '[.write-state-seeds]' (with PIB_SOURCE_ROOT set)");
+    CHECK(checkedIn == seeds);
+}
+
+TEST_CASE("write fuzz-state's seeds", "[.write-state-seeds]") {
+    const auto dir = seedDir();
+    for (const auto &entry : std::filesystem::directory_iterator(dir))
+        std::filesystem::remove(entry.path());
+    int n = 0;
+    for (const auto &seed : fuzzSeeds()) {
+        std::ofstream out(dir / ("seed-" + std::to_string(++n)), std::ios::binary);
+        out.write(reinterpret_cast<const char *>(seed.data()), static_cast<long>(seed.size()));
     }
 }

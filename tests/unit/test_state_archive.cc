@@ -28,7 +28,9 @@ std::vector<uint8_t> sample() {
     pib_cq_context cq{};
     cq.log_size = 7;
     w.record(cq);
-    w.u32(3); // a count
+    w.u32(3); // a count of the u16s that follow
+    for (uint16_t thing : {7, 8, 9})
+        w.u16(thing);
     w.endSection();
     return w.take();
 }
@@ -48,7 +50,10 @@ StateReader readSample(std::span<const uint8_t> bytes, bool *matched) {
     pib_cq_context cq{};
     r.record(cq, "cq");
     same &= cq.log_size == 7;
-    same &= r.count(8, "things") == 3;
+    const uint32_t things = r.count(8, 2, "things");
+    same &= things == 3;
+    for (uint32_t i = 0; i < things; ++i)
+        same &= r.u16() == 7 + i;
     r.leaveSection("outer");
     *matched = same;
     return r;
@@ -129,13 +134,16 @@ TEST_CASE("state with bytes left in a section, or rewritten, is refused", "[stat
         w.u32(9);
         w.u32(9);
         w.u32(17);
+        w.u32(4); // four things of 4 bytes: more than the 0 bytes after it
         const auto bytes = w.take();
-        for (int which = 0; which < 3; ++which) {
+        for (int which = 0; which < 4; ++which) {
             StateReader r(bytes);
             for (int i = 0; i < which; ++i)
                 r.u32();
             if (which == 0)
-                CHECK(r.count(8, "things") == 0);
+                CHECK(r.count(8, 1, "things") == 0);
+            else if (which == 3)
+                CHECK(r.count(8, 4, "things") == 0);
             else if (which == 1)
                 CHECK(r.below(9, "index") == 0);
             else

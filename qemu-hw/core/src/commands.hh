@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <functional>
 #include <optional>
+#include <string>
 
 #include "data_path.hh"
 #include "host.hh"
@@ -20,6 +21,7 @@
 #include "pib_hw.h"
 #include "port_agents.hh"
 #include "ports.hh"
+#include "state_archive.hh"
 
 namespace pib {
 
@@ -58,6 +60,12 @@ class CommandProcessor {
     bool initialized() const { return initialized_; }
     // INIT_HCA as a loaded device's saved state has it.
     void restoreInitialized(bool initialized) { initialized_ = initialized; }
+    // The objects in a saved state (commands_state.cc, docs/migration.md).
+    // Each loaded object is created by the code of the command that
+    // creates it, so a state passes every check a guest's command does,
+    // and the references between objects are counted again, not loaded.
+    void saveObjects(StateWriter &w) const;
+    void loadObjects(StateReader &r);
     // The opcode of the command named `name` ("CREATE_QP"), if any.
     static std::optional<uint16_t> opcodeOf(std::string_view name);
 
@@ -122,9 +130,11 @@ class CommandProcessor {
     CommandOutcome freeMtt(const Command &);
     CommandOutcome writeMtt(const Command &);
     CommandOutcome createEq(const Command &);
+    CommandOutcome createEq(const pib_eq_context &ctx);
     CommandOutcome destroyEq(const Command &);
     CommandOutcome queryEq(const Command &);
     CommandOutcome createCq(const Command &);
+    CommandOutcome createCq(const pib_cq_context &ctx);
     CommandOutcome destroyCq(const Command &);
     CommandOutcome queryCq(const Command &);
     CommandOutcome resizeCq(const Command &);
@@ -157,6 +167,24 @@ class CommandProcessor {
 
     void releaseQp(QueuePair &qp);
 
+    // Loading a saved state (commands_state.cc). While an object is
+    // loaded, the table insertion of its create code gives it its saved
+    // number, and fail() says why it is refused into *why instead of the
+    // guest's log.
+    struct Restoring {
+        uint32_t number;
+        std::string *why;
+    };
+    std::optional<Restoring> restoring_;
+    template <class T> std::optional<uint32_t> place(ObjectTable<T> &table, std::unique_ptr<T> obj);
+    bool restore(StateReader &r, const char *what, uint32_t number,
+                 const std::function<CommandOutcome()> &create);
+    template <class T, class Load>
+    void loadTable(StateReader &r, uint32_t tag, const char *what, ObjectTable<T> &table,
+                   size_t eachAtLeast, Load &&load);
+    void loadEq(StateReader &r, uint32_t number);
+    void loadCq(StateReader &r, uint32_t number);
+
     const pib_core_config &config_;
     const Host &host_;
     const pib_dev_cap caps_;
@@ -172,5 +200,19 @@ class CommandProcessor {
     // again, the others stay up.
     std::function<void(const PortSet &configured)> portsReset_;
 };
+
+// Where a new object goes: the lowest free number (or the next, for QPs),
+// or while a saved state is loaded, the number it was saved with.
+template <class T>
+inline std::optional<uint32_t> CommandProcessor::place(ObjectTable<T> &table,
+                                                       std::unique_ptr<T> obj) {
+    if (!restoring_)
+        return table.insert(std::move(obj));
+    if (table.insertAt(restoring_->number, std::move(obj)))
+        return restoring_->number;
+    if (restoring_->why->empty())
+        *restoring_->why = "its number is taken or beyond the table";
+    return std::nullopt;
+}
 
 } // namespace pib

@@ -20,6 +20,10 @@ CommandOutcome CommandProcessor::createEq(const Command &cmd) {
     pib_eq_context ctx;
     if (!readMailbox(cmd, ctx))
         return mailboxFailed();
+    return createEq(ctx);
+}
+
+CommandOutcome CommandProcessor::createEq(const pib_eq_context &ctx) {
     if (ctx.log_size < 1 || ctx.log_size > limits::kLogMaxEqe)
         return fail(err::kCmdBadParam, "CREATE_EQ log_size %u", ctx.log_size);
     if (ctx.msix_vector >= config_.msix_vectors)
@@ -40,7 +44,7 @@ CommandOutcome CommandProcessor::createEq(const Command &cmd) {
                     ctx.buf.npages, ctx.buf.mtt_index, ringPages(ctx.log_size, kLogEqeSize));
     auto eq = std::make_unique<EventQueue>();
     eq->ctx = ctx;
-    const auto eqn = objects_.eqs.insert(std::move(eq));
+    const auto eqn = place(objects_.eqs, std::move(eq));
     if (!eqn)
         return fail(err::kCmdNoResources, "all %u EQs in use", objects_.eqs.capacity());
     objects_.mtt.hold(ctx.buf.mtt_index);
@@ -87,6 +91,10 @@ CommandOutcome CommandProcessor::createCq(const Command &cmd) {
     pib_cq_context ctx;
     if (!readMailbox(cmd, ctx))
         return mailboxFailed();
+    return createCq(ctx);
+}
+
+CommandOutcome CommandProcessor::createCq(const pib_cq_context &ctx) {
     if (auto failed = checkCqRing("CREATE_CQ", ctx))
         return *failed;
     if (ctx.moderation_period > limits::kMaxCqModerationPeriod)
@@ -100,7 +108,7 @@ CommandOutcome CommandProcessor::createCq(const Command &cmd) {
         return fail(err::kCmdBadIndex, "CREATE_CQ with doorbell page %u", ctx.uar_page);
     auto cq = std::make_unique<CompletionQueue>();
     cq->ctx = ctx;
-    const auto cqn = objects_.cqs.insert(std::move(cq));
+    const auto cqn = place(objects_.cqs, std::move(cq));
     if (!cqn)
         return fail(err::kCmdNoResources, "all %u CQs in use", objects_.cqs.capacity());
     ++eq->refs;

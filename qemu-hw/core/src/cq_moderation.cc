@@ -39,6 +39,17 @@ void CqModeration::change(uint32_t cqn, CompletionQueue &cq, uint16_t count, uin
         fire_(cqn, cq);
 }
 
+void CqModeration::restoreHeld(uint32_t cqn, CompletionQueue &cq, uint32_t held) {
+    release(cqn, cq);
+    if (!held)
+        return;
+    cq.heldCqes = held;
+    cq.eventDue = host_.clockNs() + 1;
+    due_.insert({cq.eventDue, cqn});
+    if (rearm_)
+        rearm_();
+}
+
 void CqModeration::expire(uint64_t now) {
     while (!due_.empty() && due_.begin()->first <= now) {
         const auto [due, cqn] = *due_.begin();

@@ -34,6 +34,10 @@ class CqModeration {
     // New parameters (MODIFY_CQ): an event that waits goes at once, so a
     // wait already begun is never lengthened.
     void change(uint32_t cqn, CompletionQueue &cq, uint16_t count, uint16_t periodUs);
+    // A loaded CQ whose event waited for `held` CQEs when it was saved:
+    // the event goes at the next turn of the timer (the move took longer
+    // than any period: moderation only ever delays an event).
+    void restoreHeld(uint32_t cqn, CompletionQueue &cq, uint32_t held);
     // The earliest deadline, 0 for none.
     uint64_t nextDeadline() const { return due_.empty() ? 0 : due_.begin()->first; }
     // The host's timer fired: every CQ whose deadline passed gets its event.

@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: GPL-2.0-or-later
 // The device's state for migration and snapshots (docs/migration.md): a
 // header that says which device saved it, then a section per component.
-// Saving covers what a device holds before its driver creates objects;
+// Saving covers the ports, the registers and the objects up to the CQs;
 // the rest (issue 33) follows, and until it does a device that holds
 // more refuses to save, saying what, rather than save part of itself.
 #include "device.hh"
@@ -14,7 +14,7 @@ namespace {
 
 // The format of the saved state. A stream of another version is refused:
 // the device that saved it may hold what this one cannot read.
-constexpr uint32_t kStateVersion = 1;
+constexpr uint32_t kStateVersion = 2;
 
 constexpr uint32_t kHeaderTag = stateTag("PIBD");
 constexpr uint32_t kDeviceTag = stateTag("DEV ");
@@ -58,12 +58,8 @@ const char *Device::unsaved() const {
     if (const char *what = front_->unsaved())
         return what;
     const ObjectTables &o = objects_;
-    if (o.uars.size() || o.pds.size() || o.xrcds.size() || o.counterSets.size())
-        return "doorbell pages, PDs, XRC domains or counter sets";
-    if (o.eqs.size() || o.cqs.size())
-        return "event or completion queues";
-    if (o.mrs.size() || o.mws.size() || !o.mtt.empty())
-        return "memory regions, windows or MTT entries";
+    if (o.mrs.size() || o.mws.size())
+        return "memory regions or windows";
     if (o.srqs.size() || o.qps.size() || o.multicast.groups())
         return "QPs, SRQs or multicast groups";
     for (const auto &qp : o.specialQps)
@@ -87,6 +83,7 @@ bool Device::save(std::vector<uint8_t> *state, std::string *why) const {
     w.u64(agents_.lastTrapTid());
     w.endSection();
     ports_.save(w);
+    commands_.saveObjects(w);
     // Whether each port's link was up (or moving): the loaded device
     // resumes it on its next cable, its port state kept.
     w.beginSection(kLinksTag);
@@ -106,6 +103,7 @@ void Device::loadState(StateReader &r) {
     agents_.restoreLastTrapTid(r.u64());
     r.leaveSection("the device");
     ports_.load(r);
+    commands_.loadObjects(r);
     r.enterSection(kLinksTag, "the links");
     std::vector<bool> resumes;
     for (size_t i = 0; i < links_.size(); ++i)

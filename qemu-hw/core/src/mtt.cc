@@ -3,6 +3,8 @@
 
 #include <algorithm>
 
+#include "state_archive.hh"
+
 namespace pib {
 
 std::optional<uint32_t> Mtt::allocate(uint32_t count) {
@@ -107,6 +109,47 @@ void Mtt::clear() {
     ranges_.clear();
     entries_.clear();
     keyEntries_ = 0;
+}
+
+void Mtt::save(StateWriter &w) const {
+    w.beginSection(stateTag("MTT "));
+    w.u32(static_cast<uint32_t>(ranges_.size()));
+    for (const auto &[first, range] : ranges_) {
+        w.u32(first);
+        w.u32(range.count);
+        for (uint32_t i = 0; i < range.count; ++i)
+            w.u64(entries_[first + i]);
+    }
+    w.endSection();
+}
+
+void Mtt::load(StateReader &r) {
+    clear();
+    r.enterSection(stateTag("MTT "), "the MTT");
+    const uint32_t ranges = r.count(capacity_, 8, "MTT ranges");
+    uint32_t end = 0; // of the ranges so far: each starts at or after it
+    for (uint32_t n = 0; n < ranges && r.ok(); ++n) {
+        const uint32_t first = r.u32(), count = r.u32();
+        if (r.ok() && (count == 0 || first < end || count > capacity_ - std::min(first, capacity_)))
+            r.fail("MTT range of " + std::to_string(count) + " entries at " +
+                   std::to_string(first) + " overlaps another or leaves the table");
+        if (r.ok() && count > r.left() / 8)
+            r.fail("MTT range of " + std::to_string(count) + " entries: the state ends first");
+        if (!r.ok())
+            break;
+        ranges_[first] = Range{count, 0, 0, {}};
+        entries_.resize(uint64_t{first} + count, 0);
+        for (uint32_t i = 0; i < count && r.ok(); ++i) {
+            const uint64_t address = r.u64();
+            if (address % (uint64_t{1} << kMinLogPage))
+                r.fail("MTT entry " + std::to_string(first + i) + " is not a page address");
+            entries_[first + i] = address;
+        }
+        end = first + count;
+    }
+    r.leaveSection("the MTT");
+    if (!r.ok())
+        clear();
 }
 
 } // namespace pib

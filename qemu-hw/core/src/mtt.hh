@@ -10,6 +10,9 @@
 
 namespace pib {
 
+class StateReader;
+class StateWriter;
+
 class Mtt {
   public:
     explicit Mtt(uint32_t capacity) : capacity_(capacity) {}
@@ -43,6 +46,14 @@ class Mtt {
     void write(uint32_t index, uint64_t address);
     uint64_t entry(uint32_t index) const { return index < entries_.size() ? entries_[index] : 0; }
     void clear();
+    // The ranges and their entries, for a saved state (docs/migration.md).
+    // Holds are not saved: each object that holds a range takes its hold
+    // again as it is loaded, so no count can disagree with its holders.
+    void save(StateWriter &w) const;
+    // Replaces the table with a saved one, unheld; a stream whose ranges
+    // overlap, leave the table or hold entries that are not page
+    // addresses is refused (*r fails) and leaves the table empty.
+    void load(StateReader &r);
     // No range allocated, no entry kept by a key.
     bool empty() const { return ranges_.empty() && keyEntries_ == 0; }
 

@@ -41,6 +41,28 @@ template <class T> class ObjectTable {
         return first_ + *slot;
     }
 
+    // Stores obj under `number`, as a loaded state had it: false when the
+    // number is outside the table or taken.
+    bool insertAt(uint64_t number, std::unique_ptr<T> obj) {
+        if (number < first_ || number - first_ >= capacity_)
+            return false;
+        const auto slot = static_cast<uint32_t>(number - first_);
+        while (slots_.size() <= slot) { // numbers below it become free ones
+            free_.insert(static_cast<uint32_t>(slots_.size()));
+            slots_.emplace_back();
+        }
+        if (slots_[slot])
+            return false;
+        free_.erase(slot);
+        slots_[slot] = std::move(obj);
+        ++count_;
+        return true;
+    }
+    // Where kRotating numbering goes on from, for a saved state: a loaded
+    // table gives the numbers the saved one would have given.
+    uint32_t rotation() const { return next_; }
+    void restoreRotation(uint32_t next) { next_ = next < capacity_ ? next : 0; }
+
     T *find(uint64_t number) const {
         if (number < first_ || number - first_ >= slots_.size())
             return nullptr;

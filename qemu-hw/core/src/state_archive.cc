@@ -1,6 +1,8 @@
 // SPDX-License-Identifier: GPL-2.0-or-later
 #include "state_archive.hh"
 
+#include <algorithm>
+
 namespace pib {
 
 void StateWriter::bytes(std::span<const uint8_t> b) {
@@ -56,13 +58,13 @@ bool StateReader::boolean(const char *what) {
     return v == 1;
 }
 
-uint32_t StateReader::count(uint32_t max, const char *what) {
+uint32_t StateReader::count(uint32_t max, size_t eachAtLeast, const char *what) {
     const uint32_t n = u32();
-    if (n > max) {
+    if (ok() && n > max)
         fail(std::string(what) + ": " + std::to_string(n) + ", more than " + std::to_string(max));
-        return 0;
-    }
-    return n;
+    else if (ok() && n > (end_ - pos_) / std::max<size_t>(eachAtLeast, 1))
+        fail(std::string(what) + ": " + std::to_string(n) + ", more than the section holds");
+    return ok() ? n : 0;
 }
 
 uint32_t StateReader::below(uint32_t limit, const char *what) {

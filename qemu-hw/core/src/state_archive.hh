@@ -67,8 +67,10 @@ class StateReader {
     uint32_t u32() { return static_cast<uint32_t>(little(4)); }
     uint64_t u64() { return little(8); }
     bool boolean(const char *what);
-    // A count of things that follow, refused above `max`.
-    uint32_t count(uint32_t max, const char *what);
+    // A count of things that follow, each of `eachAtLeast` bytes or more:
+    // refused above `max`, and above what the rest of the section holds,
+    // so that nothing sized by it outgrows the stream.
+    uint32_t count(uint32_t max, size_t eachAtLeast, const char *what);
     // A u32 value refused unless below `limit` (an index, a state).
     uint32_t below(uint32_t limit, const char *what);
     // Bytes as StateWriter::bytes wrote them, at most `max`.
@@ -89,6 +91,8 @@ class StateReader {
     void enterSection(uint32_t tag, const char *what);
     void leaveSection(const char *what);
     bool atEnd() const { return pos_ == end_; }
+    // Bytes left in the current section.
+    size_t left() const { return end_ - pos_; }
 
     // Refuses the stream: the first reason sticks.
     void fail(std::string why);

@@ -1,0 +1,162 @@
+// SPDX-License-Identifier: GPL-2.0-or-later
+// The objects of the command interface in a saved state (docs/migration.md):
+// a section per table, in the order the objects may refer to each other.
+// Each object is saved as what created it (its context, as the create
+// command left it or a later command changed it) and what it has done
+// since (its indices, its arm); loading creates it again by the create
+// command's own code, at its saved number, then sets those. A stream is
+// untrusted input: whatever it says passes the checks a guest's command
+// passes, and no count of references is taken from it.
+#include "commands.hh"
+
+namespace pib {
+
+namespace {
+
+constexpr uint32_t kUarsTag = stateTag("UARS");
+constexpr uint32_t kPdsTag = stateTag("PDS ");
+constexpr uint32_t kXrcdsTag = stateTag("XRCD");
+constexpr uint32_t kCounterSetsTag = stateTag("CSET");
+constexpr uint32_t kEqsTag = stateTag("EQS ");
+constexpr uint32_t kCqsTag = stateTag("CQS ");
+
+// A table's section: where its numbering goes on from, how many objects,
+// then each one's number and what `each` writes of it.
+template <class T, class Each>
+void saveTable(StateWriter &w, uint32_t tag, const ObjectTable<T> &table, Each &&each) {
+    w.beginSection(tag);
+    w.u32(table.rotation());
+    w.u32(static_cast<uint32_t>(table.size()));
+    table.forEach([&](uint32_t number, const T &object) {
+        w.u32(number);
+        each(object);
+    });
+    w.endSection();
+}
+
+void saveNothing(const Referenced &) {}
+
+} // namespace
+
+void CommandProcessor::saveObjects(StateWriter &w) const {
+    saveTable(w, kUarsTag, objects_.uars, saveNothing);
+    saveTable(w, kPdsTag, objects_.pds, saveNothing);
+    saveTable(w, kXrcdsTag, objects_.xrcds, saveNothing);
+    saveTable(w, kCounterSetsTag, objects_.counterSets,
+              [&](const CounterSet &set) { w.record(set.counts); });
+    objects_.mtt.save(w);
+    saveTable(w, kEqsTag, objects_.eqs, [&](const EventQueue &eq) {
+        w.record(eq.ctx);
+        w.u32(eq.producer);
+        w.u32(eq.consumer);
+        w.boolean(eq.armed);
+        w.boolean(eq.overrun);
+        w.boolean(eq.stopped);
+    });
+    saveTable(w, kCqsTag, objects_.cqs, [&](const CompletionQueue &cq) {
+        w.record(cq.ctx);
+        w.u32(cq.producer);
+        w.u32(cq.consumer);
+        w.u8(cq.arm);
+        w.boolean(cq.overrun);
+        w.boolean(cq.stopped);
+        w.u32(cq.eventDue ? cq.heldCqes : 0); // CQEs whose event waits
+    });
+}
+
+// Creates object `number` by `create` (a create command's code) while
+// restoring_ says where it goes; false, and the stream refused saying
+// why, when the command would have failed.
+bool CommandProcessor::restore(StateReader &r, const char *what, uint32_t number,
+                               const std::function<CommandOutcome()> &create) {
+    if (!r.ok())
+        return false;
+    std::string why;
+    restoring_ = Restoring{number, &why};
+    const CommandOutcome outcome = create();
+    restoring_.reset();
+    if (outcome.status == PIB_CMD_STATUS_OK)
+        return true;
+    r.fail(std::string(what) + " " + std::to_string(number) + ": " + why);
+    return false;
+}
+
+// A table's section as saveTable() wrote it: `load` reads each object's
+// fields after its number and creates it.
+template <class T, class Load>
+void CommandProcessor::loadTable(StateReader &r, uint32_t tag, const char *what,
+                                 ObjectTable<T> &table, size_t eachAtLeast, Load &&load) {
+    r.enterSection(tag, what);
+    const uint32_t rotation = r.u32();
+    const uint32_t count = r.count(table.capacity(), 4 + eachAtLeast, what);
+    for (uint32_t i = 0; i < count && r.ok(); ++i)
+        load(r.u32());
+    r.leaveSection(what);
+    if (r.ok())
+        table.restoreRotation(rotation);
+}
+
+void CommandProcessor::loadEq(StateReader &r, uint32_t number) {
+    pib_eq_context ctx;
+    r.record(ctx, "an EQ's context");
+    const uint32_t producer = r.u32(), consumer = r.u32();
+    const bool armed = r.boolean("an EQ's arm"), overrun = r.boolean("an EQ's overrun");
+    const bool stopped = r.boolean("an EQ stopped");
+    if (!restore(r, "EQ", number, [&] { return createEq(ctx); }))
+        return;
+    EventQueue &eq = objects_.eqs.at(number);
+    eq.producer = producer;
+    eq.consumer = consumer;
+    eq.armed = armed;
+    eq.overrun = overrun;
+    eq.stopped = stopped;
+}
+
+void CommandProcessor::loadCq(StateReader &r, uint32_t number) {
+    pib_cq_context ctx;
+    r.record(ctx, "a CQ's context");
+    const uint32_t producer = r.u32(), consumer = r.u32();
+    const uint8_t arm = r.u8();
+    const bool overrun = r.boolean("a CQ's overrun"), stopped = r.boolean("a CQ stopped");
+    const uint32_t held = r.u32();
+    if (r.ok() && arm != 0 && arm != PIB_CQ_ARM_NEXT && arm != PIB_CQ_ARM_SOLICITED)
+        r.fail("CQ " + std::to_string(number) + ": arm " + std::to_string(arm));
+    if (!restore(r, "CQ", number, [&] { return createCq(ctx); }))
+        return;
+    CompletionQueue &cq = objects_.cqs.at(number);
+    cq.producer = producer;
+    cq.consumer = consumer;
+    cq.arm = arm;
+    cq.overrun = overrun;
+    cq.stopped = stopped;
+    dataPath_.events().moderation().restoreHeld(number, cq, held);
+}
+
+void CommandProcessor::loadObjects(StateReader &r) {
+    const Command none;
+    loadTable(r, kUarsTag, "doorbell pages", objects_.uars, 0, [&](uint32_t number) {
+        restore(r, "doorbell page", number, [&] { return allocUar(none); });
+    });
+    loadTable(r, kPdsTag, "PDs", objects_.pds, 0,
+              [&](uint32_t number) { restore(r, "PD", number, [&] { return allocPd(none); }); });
+    loadTable(r, kXrcdsTag, "XRC domains", objects_.xrcds, 0, [&](uint32_t number) {
+        restore(r, "XRC domain", number, [&] { return allocXrcd(none); });
+    });
+    // Counter sets are created by the ConnectX front end's commands; a
+    // set holds nothing and needs no check.
+    loadTable(r, kCounterSetsTag, "counter sets", objects_.counterSets, sizeof(pib_port_counters),
+              [&](uint32_t number) {
+                  auto set = std::make_unique<CounterSet>();
+                  r.record(set->counts, "a counter set's counts");
+                  if (r.ok() && !objects_.counterSets.insertAt(number, std::move(set)))
+                      r.fail("counter set " + std::to_string(number) +
+                             ": its number is taken or beyond the table");
+              });
+    objects_.mtt.load(r);
+    loadTable(r, kEqsTag, "EQs", objects_.eqs, sizeof(pib_eq_context),
+              [&](uint32_t number) { loadEq(r, number); });
+    loadTable(r, kCqsTag, "CQs", objects_.cqs, sizeof(pib_cq_context),
+              [&](uint32_t number) { loadCq(r, number); });
+}
+
+} // namespace pib
