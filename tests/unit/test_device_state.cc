@@ -18,6 +18,7 @@
 #include <string>
 #include <vector>
 
+#include "connected_fixture.hh"
 #include "fake_host.hh"
 #include "frame.hh"
 #include "mad.hh"
@@ -219,13 +220,14 @@ TEST_CASE("a device that holds what is not saved yet refuses to save, and says w
     host.initHca();
     REQUIRE(save(host).result == 0);
     const uint32_t pd = static_cast<uint32_t>(host.command(PIB_CMD_ALLOC_PD).result);
-    REQUIRE(save(host).result == 0);
     host.createPhysicalMr(pd, PIB_ACCESS_LOCAL_WRITE);
-    const Saved s = save(host);
+    REQUIRE(save(host).result == 0);
+    testing::Node node(PIB_QPT_RC, 1); // a device with a QP
+    const Saved s = save(node.host);
     CHECK(s.result == -1);
     CHECK(s.bytes.empty());
     CHECK(s.error.find("does not save yet") != std::string::npos);
-    CHECK(s.error.find("memory regions") != std::string::npos);
+    CHECK(s.error.find("QPs") != std::string::npos);
 }
 
 namespace {
@@ -431,6 +433,18 @@ std::vector<std::vector<uint8_t>> fuzzSeeds() {
         h.command(PIB_CMD_ALLOC_XRCD);
         h.createCq(h.createEq(4, PIB_EQ_ASYNC).eqn, uar, 6);
         h.createCq(h.createEq(5, 0, 1).eqn, uar, 7, 2);
+        const uint32_t pd = static_cast<uint32_t>(h.command(PIB_CMD_ALLOC_PD).result);
+        h.createPhysicalMr(pd, PIB_ACCESS_LOCAL_WRITE | PIB_ACCESS_MW_BIND);
+        pib_mr_context fast{};
+        fast.pdn = pd;
+        fast.flags = PIB_MR_FAST_REG;
+        fast.mtt_index = static_cast<uint32_t>(h.command(PIB_CMD_ALLOC_MTT, 0, 4).result);
+        fast.mtt_count = 4;
+        h.commandIn(PIB_CMD_CREATE_MR, 0, fast);
+        pib_mw_context mw{};
+        mw.pdn = pd;
+        mw.type = PIB_MW_TYPE_1;
+        h.commandIn(PIB_CMD_CREATE_MW, 0, mw);
     });
     return {save(bare.host).bytes, save(probed.host).bytes};
 }

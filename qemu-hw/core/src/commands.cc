@@ -105,13 +105,7 @@ void CommandProcessor::reset() {
 CommandOutcome CommandProcessor::fail(const err::Condition &why, const char *fmt, ...) {
     va_list args;
     va_start(args, fmt);
-    if (restoring_ && restoring_->why->empty()) {
-        char text[256];
-        std::vsnprintf(text, sizeof(text), fmt, args);
-        *restoring_->why = text;
-    } else if (!restoring_) {
-        host_.vguestError(why, fmt, args);
-    }
+    host_.vguestError(why, fmt, args);
     va_end(args);
     return CommandOutcome::failed(why);
 }
@@ -317,7 +311,7 @@ CommandOutcome CommandProcessor::madIfc(const Command &cmd) {
 // ---- doorbell pages and protection domains --------------------------------------
 
 CommandOutcome CommandProcessor::allocUar(const Command &) {
-    const auto number = place(objects_.uars, std::make_unique<DoorbellPage>());
+    const auto number = objects_.uars.insert(std::make_unique<DoorbellPage>());
     if (!number)
         return fail(err::kCmdNoResources, "all %u doorbell pages in use", objects_.uars.capacity());
     return {PIB_CMD_STATUS_OK, *number};
@@ -337,7 +331,7 @@ CommandOutcome CommandProcessor::freeUar(const Command &cmd) {
 // PDs and XRC domains: numbers that other objects hold, nothing more.
 template <class T>
 CommandOutcome CommandProcessor::allocHeld(ObjectTable<T> &table, const char *what) {
-    const auto number = place(table, std::make_unique<T>());
+    const auto number = table.insert(std::make_unique<T>());
     if (!number)
         return fail(err::kCmdNoResources, "all %u %ss in use", table.capacity(), what);
     return {PIB_CMD_STATUS_OK, *number};

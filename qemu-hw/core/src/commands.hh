@@ -140,11 +140,13 @@ class CommandProcessor {
     CommandOutcome resizeCq(const Command &);
     CommandOutcome modifyCq(const Command &);
     CommandOutcome createMr(const Command &);
+    CommandOutcome createMr(const pib_mr_context &ctx);
     CommandOutcome createFastRegMr(const pib_mr_context &ctx);
     CommandOutcome insertMr(const pib_mr_context &ctx);
     std::optional<CommandOutcome> checkCqRing(const char *name, const pib_cq_context &ctx);
     CommandOutcome reregMr(const Command &);
     CommandOutcome createMw(const Command &);
+    CommandOutcome createMw(const pib_mw_context &ctx);
     CommandOutcome destroyMw(const Command &);
     CommandOutcome queryMw(const Command &);
     CommandOutcome destroyMr(const Command &);
@@ -167,23 +169,17 @@ class CommandProcessor {
 
     void releaseQp(QueuePair &qp);
 
-    // Loading a saved state (commands_state.cc). While an object is
-    // loaded, the table insertion of its create code gives it its saved
-    // number, and fail() says why it is refused into *why instead of the
-    // guest's log.
-    struct Restoring {
-        uint32_t number;
-        std::string *why;
-    };
-    std::optional<Restoring> restoring_;
-    template <class T> std::optional<uint32_t> place(ObjectTable<T> &table, std::unique_ptr<T> obj);
-    bool restore(StateReader &r, const char *what, uint32_t number,
+    // Loading a saved state (commands_state.cc).
+    template <class T>
+    bool restore(StateReader &r, const char *what, ObjectTable<T> &table, uint32_t number,
                  const std::function<CommandOutcome()> &create);
     template <class T, class Load>
     void loadTable(StateReader &r, uint32_t tag, const char *what, ObjectTable<T> &table,
                    size_t eachAtLeast, Load &&load);
     void loadEq(StateReader &r, uint32_t number);
     void loadCq(StateReader &r, uint32_t number);
+    void loadMr(StateReader &r, uint32_t number);
+    void loadMw(StateReader &r, uint32_t number);
 
     const pib_core_config &config_;
     const Host &host_;
@@ -200,19 +196,5 @@ class CommandProcessor {
     // again, the others stay up.
     std::function<void(const PortSet &configured)> portsReset_;
 };
-
-// Where a new object goes: the lowest free number (or the next, for QPs),
-// or while a saved state is loaded, the number it was saved with.
-template <class T>
-inline std::optional<uint32_t> CommandProcessor::place(ObjectTable<T> &table,
-                                                       std::unique_ptr<T> obj) {
-    if (!restoring_)
-        return table.insert(std::move(obj));
-    if (table.insertAt(restoring_->number, std::move(obj)))
-        return restoring_->number;
-    if (restoring_->why->empty())
-        *restoring_->why = "its number is taken or beyond the table";
-    return std::nullopt;
-}
 
 } // namespace pib

@@ -14,6 +14,10 @@ CommandOutcome CommandProcessor::createMr(const Command &cmd) {
     pib_mr_context ctx;
     if (!readMailbox(cmd, ctx))
         return mailboxFailed();
+    return createMr(ctx);
+}
+
+CommandOutcome CommandProcessor::createMr(const pib_mr_context &ctx) {
     ProtectionDomain *pd = objects_.pds.find(ctx.pdn);
     if (!pd)
         return fail(err::kCmdBadIndex, "CREATE_MR in PD %u", ctx.pdn);
@@ -100,6 +104,10 @@ CommandOutcome CommandProcessor::createMw(const Command &cmd) {
     pib_mw_context ctx;
     if (!readMailbox(cmd, ctx))
         return mailboxFailed();
+    return createMw(ctx);
+}
+
+CommandOutcome CommandProcessor::createMw(const pib_mw_context &ctx) {
     ProtectionDomain *pd = objects_.pds.find(ctx.pdn);
     if (!pd)
         return fail(err::kCmdBadIndex, "CREATE_MW in PD %u", ctx.pdn);

@@ -44,7 +44,7 @@ CommandOutcome CommandProcessor::createEq(const pib_eq_context &ctx) {
                     ctx.buf.npages, ctx.buf.mtt_index, ringPages(ctx.log_size, kLogEqeSize));
     auto eq = std::make_unique<EventQueue>();
     eq->ctx = ctx;
-    const auto eqn = place(objects_.eqs, std::move(eq));
+    const auto eqn = objects_.eqs.insert(std::move(eq));
     if (!eqn)
         return fail(err::kCmdNoResources, "all %u EQs in use", objects_.eqs.capacity());
     objects_.mtt.hold(ctx.buf.mtt_index);
@@ -108,7 +108,7 @@ CommandOutcome CommandProcessor::createCq(const pib_cq_context &ctx) {
         return fail(err::kCmdBadIndex, "CREATE_CQ with doorbell page %u", ctx.uar_page);
     auto cq = std::make_unique<CompletionQueue>();
     cq->ctx = ctx;
-    const auto cqn = place(objects_.cqs, std::move(cq));
+    const auto cqn = objects_.cqs.insert(std::move(cq));
     if (!cqn)
         return fail(err::kCmdNoResources, "all %u CQs in use", objects_.cqs.capacity());
     ++eq->refs;

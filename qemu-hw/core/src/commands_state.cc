@@ -9,6 +9,10 @@
 // passes, and no count of references is taken from it.
 #include "commands.hh"
 
+#include <cinttypes>
+#include <cstring>
+#include <vector>
+
 namespace pib {
 
 namespace {
@@ -19,6 +23,8 @@ constexpr uint32_t kXrcdsTag = stateTag("XRCD");
 constexpr uint32_t kCounterSetsTag = stateTag("CSET");
 constexpr uint32_t kEqsTag = stateTag("EQS ");
 constexpr uint32_t kCqsTag = stateTag("CQS ");
+constexpr uint32_t kMrsTag = stateTag("MRS ");
+constexpr uint32_t kMwsTag = stateTag("MWS ");
 
 // A table's section: where its numbering goes on from, how many objects,
 // then each one's number and what `each` writes of it.
@@ -62,19 +68,36 @@ void CommandProcessor::saveObjects(StateWriter &w) const {
         w.boolean(cq.stopped);
         w.u32(cq.eventDue ? cq.heldCqes : 0); // CQEs whose event waits
     });
+    saveTable(w, kMrsTag, objects_.mrs, [&](const MemoryRegion &mr) {
+        w.record(mr.ctx);
+        w.u32(mr.key);
+        w.boolean(mr.valid);
+    });
+    saveTable(w, kMwsTag, objects_.mws, [&](const MemoryWindow &mw) {
+        w.record(mw.ctx);
+        w.u32(mw.key);
+    });
 }
 
-// Creates object `number` by `create` (a create command's code) while
-// restoring_ says where it goes; false, and the stream refused saying
-// why, when the command would have failed.
-bool CommandProcessor::restore(StateReader &r, const char *what, uint32_t number,
-                               const std::function<CommandOutcome()> &create) {
+// Creates object `number` of `table` by `create` (a create command's
+// code); false, and the stream refused saying why, when the command would
+// have been refused.
+template <class T>
+bool CommandProcessor::restore(StateReader &r, const char *what, ObjectTable<T> &table,
+                               uint32_t number, const std::function<CommandOutcome()> &create) {
     if (!r.ok())
         return false;
+    if (!table.freeNumber(number)) {
+        r.fail(std::string(what) + " " + std::to_string(number) +
+               ": its number is taken or beyond the table");
+        return false;
+    }
     std::string why;
-    restoring_ = Restoring{number, &why};
+    table.placeNextAt(number);
+    host_.captureGuestErrors(&why);
     const CommandOutcome outcome = create();
-    restoring_.reset();
+    host_.captureGuestErrors(nullptr);
+    table.cancelPlacement(); // refused before it was stored
     if (outcome.status == PIB_CMD_STATUS_OK)
         return true;
     r.fail(std::string(what) + " " + std::to_string(number) + ": " + why);
@@ -102,7 +125,7 @@ void CommandProcessor::loadEq(StateReader &r, uint32_t number) {
     const uint32_t producer = r.u32(), consumer = r.u32();
     const bool armed = r.boolean("an EQ's arm"), overrun = r.boolean("an EQ's overrun");
     const bool stopped = r.boolean("an EQ stopped");
-    if (!restore(r, "EQ", number, [&] { return createEq(ctx); }))
+    if (!restore(r, "EQ", objects_.eqs, number, [&] { return createEq(ctx); }))
         return;
     EventQueue &eq = objects_.eqs.at(number);
     eq.producer = producer;
@@ -121,7 +144,7 @@ void CommandProcessor::loadCq(StateReader &r, uint32_t number) {
     const uint32_t held = r.u32();
     if (r.ok() && arm != 0 && arm != PIB_CQ_ARM_NEXT && arm != PIB_CQ_ARM_SOLICITED)
         r.fail("CQ " + std::to_string(number) + ": arm " + std::to_string(arm));
-    if (!restore(r, "CQ", number, [&] { return createCq(ctx); }))
+    if (!restore(r, "CQ", objects_.cqs, number, [&] { return createCq(ctx); }))
         return;
     CompletionQueue &cq = objects_.cqs.at(number);
     cq.producer = producer;
@@ -132,15 +155,100 @@ void CommandProcessor::loadCq(StateReader &r, uint32_t number) {
     dataPath_.events().moderation().restoreHeld(number, cq, held);
 }
 
+// The pages a fast-registration region's range spans (its MTT entries).
+static uint64_t pagesSpanned(const pib_mr_context &c) {
+    if (!c.length || c.log_page_size >= 64)
+        return 0;
+    return ((c.iova + c.length - 1) >> c.log_page_size) - (c.iova >> c.log_page_size) + 1;
+}
+
+// A region: created as CREATE_MR made it; a fast-registration one that a
+// REG_MR mapped is mapped again by the REG_MR's code, with the entries
+// its MTT range holds, and freed again if it was invalidated since.
+void CommandProcessor::loadMr(StateReader &r, uint32_t number) {
+    pib_mr_context ctx;
+    r.record(ctx, "an MR's context");
+    const uint32_t key = r.u32();
+    const bool valid = r.boolean("an MR's validity");
+    const bool fastReg = ctx.flags & PIB_MR_FAST_REG;
+    const bool registered = fastReg && ctx.length;
+    pib_mr_context created = ctx;
+    if (fastReg)
+        created.iova = created.length = created.access = created.log_page_size = 0;
+    auto create = [&]() -> CommandOutcome {
+        const CommandOutcome made = createMr(created);
+        if (made.status != PIB_CMD_STATUS_OK || !registered)
+            return made;
+        const uint64_t pages = pagesSpanned(ctx);
+        if (pages > ctx.mtt_count) // checked again by the registration
+            return fail(err::kCmdBadParam, "a registration of %" PRIu64 " pages", pages);
+        std::vector<uint64_t> entries(pages);
+        for (uint64_t i = 0; i < pages; ++i)
+            entries[i] = objects_.mtt.entry(static_cast<uint32_t>(ctx.mtt_index + i));
+        pib_wqe_reg_mr reg{};
+        reg.key = key;
+        reg.iova = ctx.iova;
+        reg.length = ctx.length;
+        reg.access = ctx.access;
+        reg.log_page_size = ctx.log_page_size;
+        reg.page_count = static_cast<uint32_t>(pages);
+        const uint8_t status = dataPath_.keys().fastRegister(0, 0, ctx.pdn, reg, entries);
+        return status == PIB_WC_SUCCESS ? made : CommandOutcome::failed(err::kCmdBadParam);
+    };
+    if (!restore(r, "MR", objects_.mrs, number, create))
+        return;
+    MemoryRegion &mr = objects_.mrs.at(number);
+    if (mr.key != key || std::memcmp(&mr.ctx, &ctx, sizeof(ctx)) != 0 || (!fastReg && !valid) ||
+        (valid && fastReg && !registered)) {
+        r.fail("MR " + std::to_string(number) +
+               ": its key, context or validity is not what its commands make");
+        return;
+    }
+    mr.valid = valid; // a registered region invalidated since
+}
+
+// A window: created as CREATE_MW made it, then bound again by the
+// BIND_MW's code to the region and range it was bound to.
+void CommandProcessor::loadMw(StateReader &r, uint32_t number) {
+    pib_mw_context ctx;
+    r.record(ctx, "an MW's context");
+    const uint32_t key = r.u32();
+    auto create = [&]() -> CommandOutcome {
+        pib_mw_context created{};
+        created.pdn = ctx.pdn;
+        created.type = ctx.type;
+        created.key_variant = ctx.key_variant;
+        const CommandOutcome made = createMw(created);
+        if (made.status != PIB_CMD_STATUS_OK || !ctx.bound)
+            return made;
+        pib_wqe_bind_mw bind{};
+        bind.mw_key = static_cast<uint32_t>(made.result);
+        bind.new_rkey = key;
+        bind.mr_key = ctx.mr_key;
+        bind.addr = ctx.addr;
+        bind.length = ctx.length;
+        bind.access = ctx.access;
+        const uint8_t status = dataPath_.keys().bindWindow(ctx.qpn, 0, ctx.pdn, bind);
+        return status == PIB_WC_SUCCESS ? made : CommandOutcome::failed(err::kCmdBadParam);
+    };
+    if (!restore(r, "MW", objects_.mws, number, create))
+        return;
+    const MemoryWindow &mw = objects_.mws.at(number);
+    if (mw.key != key || std::memcmp(&mw.ctx, &ctx, sizeof(ctx)) != 0)
+        r.fail("MW " + std::to_string(number) +
+               ": its key or binding is not what it was saved with");
+}
+
 void CommandProcessor::loadObjects(StateReader &r) {
     const Command none;
     loadTable(r, kUarsTag, "doorbell pages", objects_.uars, 0, [&](uint32_t number) {
-        restore(r, "doorbell page", number, [&] { return allocUar(none); });
+        restore(r, "doorbell page", objects_.uars, number, [&] { return allocUar(none); });
     });
-    loadTable(r, kPdsTag, "PDs", objects_.pds, 0,
-              [&](uint32_t number) { restore(r, "PD", number, [&] { return allocPd(none); }); });
+    loadTable(r, kPdsTag, "PDs", objects_.pds, 0, [&](uint32_t number) {
+        restore(r, "PD", objects_.pds, number, [&] { return allocPd(none); });
+    });
     loadTable(r, kXrcdsTag, "XRC domains", objects_.xrcds, 0, [&](uint32_t number) {
-        restore(r, "XRC domain", number, [&] { return allocXrcd(none); });
+        restore(r, "XRC domain", objects_.xrcds, number, [&] { return allocXrcd(none); });
     });
     // Counter sets are created by the ConnectX front end's commands; a
     // set holds nothing and needs no check.
@@ -157,6 +265,10 @@ void CommandProcessor::loadObjects(StateReader &r) {
               [&](uint32_t number) { loadEq(r, number); });
     loadTable(r, kCqsTag, "CQs", objects_.cqs, sizeof(pib_cq_context),
               [&](uint32_t number) { loadCq(r, number); });
+    loadTable(r, kMrsTag, "MRs", objects_.mrs, sizeof(pib_mr_context),
+              [&](uint32_t number) { loadMr(r, number); });
+    loadTable(r, kMwsTag, "MWs", objects_.mws, sizeof(pib_mw_context),
+              [&](uint32_t number) { loadMw(r, number); });
 }
 
 } // namespace pib

@@ -79,6 +79,9 @@ class DataPath final : public SubnetSender, public ScheduledEngine, QpErrorFlow 
     void settleBeforeCommand() { scheduler_.run(); }
     // Where completions and events go (the commands set CQ moderation).
     EventWriter &events() { return events_; }
+    // The keys' registrations and bindings (a loaded state's are made
+    // again by them).
+    MemoryKeys &keys() { return keys_; }
     // From SubnetSender: a MAD the port's agents send from QP0.
     void sendSubnetPacket(unsigned port, iba::Packet &packet) override;
     // From ScheduledEngine: postponed work goes on, a looped-back packet

@@ -58,8 +58,6 @@ const char *Device::unsaved() const {
     if (const char *what = front_->unsaved())
         return what;
     const ObjectTables &o = objects_;
-    if (o.mrs.size() || o.mws.size())
-        return "memory regions or windows";
     if (o.srqs.size() || o.qps.size() || o.multicast.groups())
         return "QPs, SRQs or multicast groups";
     for (const auto &qp : o.specialQps)

@@ -22,6 +22,11 @@ void Host::guestError(const err::Condition &error, const char *fmt, ...) const {
 
 void Host::vguestError(const err::Condition &error, const char *fmt, va_list args) const {
     PIB_INVARIANT(error.isGuestError());
+    if (captured_) {
+        if (captured_->empty())
+            *captured_ = vformat(fmt, args);
+        return;
+    }
     const unsigned token = error.guestError;
     if (!ops_.guest_error ||
         (ops_.guest_error_enabled && !ops_.guest_error_enabled(opaque_, token)))

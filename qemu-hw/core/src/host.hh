@@ -31,6 +31,11 @@ class Host {
                                                   ...) const;
     [[gnu::format(printf, 3, 0)]] void vguestError(const err::Condition &error, const char *fmt,
                                                    va_list args) const;
+    // While a saved state is loaded, its objects are created by the code
+    // of the commands that create them: what such code would report as
+    // the guest's error is the stream's, and goes to *why (the first one
+    // only) instead of the guest's log, until the capture ends.
+    void captureGuestErrors(std::string *why) const { captured_ = why; }
     // Trace events: trace.hh's typed functions call these.
     bool eventEnabled(unsigned event) const {
         return ops_.event && (!ops_.event_enabled || ops_.event_enabled(opaque_, event));
@@ -81,6 +86,7 @@ class Host {
 
     pib_host_ops ops_;
     void *opaque_;
+    mutable std::string *captured_ = nullptr;
 };
 
 } // namespace pib

@@ -7,6 +7,7 @@
 #include <memory>
 #include <optional>
 #include <set>
+#include <utility>
 #include <vector>
 
 #include "invariant.hh"
@@ -30,8 +31,12 @@ template <class T> class ObjectTable {
                          Numbering numbering = Numbering::kLowestFree)
         : capacity_(capacity), first_(first), numbering_(numbering) {}
 
-    // Stores obj under a free number (see Numbering); nullopt when full.
+    // Stores obj under a free number (see Numbering), or the one
+    // placeNextAt() named; nullopt when full (or that one is not free).
     std::optional<uint32_t> insert(std::unique_ptr<T> obj) {
+        if (const auto at = std::exchange(placeAt_, std::nullopt))
+            return insertAt(*at, std::move(obj)) ? std::optional(static_cast<uint32_t>(*at))
+                                                 : std::nullopt;
         const auto slot = takeSlot();
         if (!slot)
             return std::nullopt;
@@ -58,6 +63,14 @@ template <class T> class ObjectTable {
         ++count_;
         return true;
     }
+    // Whether `number` is in the table and free.
+    bool freeNumber(uint64_t number) const {
+        return number >= first_ && number - first_ < capacity_ && !find(number);
+    }
+    // The next insert() stores its object under `number`: a loaded
+    // state's object, created by the code that creates it.
+    void placeNextAt(uint64_t number) { placeAt_ = number; }
+    void cancelPlacement() { placeAt_.reset(); }
     // Where kRotating numbering goes on from, for a saved state: a loaded
     // table gives the numbers the saved one would have given.
     uint32_t rotation() const { return next_; }
@@ -123,6 +136,7 @@ template <class T> class ObjectTable {
     uint32_t first_;
     Numbering numbering_;
     uint32_t next_ = 0; // the slot after the last given
+    std::optional<uint64_t> placeAt_;
     size_t count_ = 0;
     std::vector<std::unique_ptr<T>> slots_;
     std::set<uint32_t> free_;
