@@ -152,20 +152,24 @@ class CommandProcessor {
     CommandOutcome destroyMr(const Command &);
     CommandOutcome queryMr(const Command &);
     CommandOutcome createSrq(const Command &);
+    CommandOutcome createSrq(pib_srq_context ctx);
     CommandOutcome destroySrq(const Command &);
     CommandOutcome querySrq(const Command &);
     CommandOutcome armSrq(const Command &);
     CommandOutcome resizeSrq(const Command &);
     CommandOutcome queryCounters(const Command &);
     CommandOutcome createQp(const Command &);
+    CommandOutcome createQp(const pib_qp_context &ctx);
     CommandOutcome checkQpRings(const pib_qp_context &ctx, bool useSrq);
     CommandOutcome checkQpObjects(const pib_qp_context &ctx);
     CommandOutcome checkXrcSrq(const pib_srq_context &ctx);
     void holdQpObjects(const pib_qp_context &ctx, int delta);
     CommandOutcome destroyQp(const Command &);
     CommandOutcome modifyQp(const Command &);
+    CommandOutcome modifyQp(QueuePair &qp, const pib_qp_attr &in);
     CommandOutcome queryQp(const Command &);
     CommandOutcome attachOrDetachMcast(const Command &);
+    CommandOutcome attachOrDetachMcast(const Command &cmd, const pib_mcast &m);
 
     void releaseQp(QueuePair &qp);
 
@@ -180,6 +184,11 @@ class CommandProcessor {
     void loadCq(StateReader &r, uint32_t number);
     void loadMr(StateReader &r, uint32_t number);
     void loadMw(StateReader &r, uint32_t number);
+    void loadSrq(StateReader &r, uint32_t number);
+    void loadQp(StateReader &r, QueuePair &qp, const pib_qp_attr &attr);
+    void loadSpecialQps(StateReader &r);
+    void loadMulticast(StateReader &r);
+    void resumeLoadedQps();
 
     const pib_core_config &config_;
     const Host &host_;

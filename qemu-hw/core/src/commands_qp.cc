@@ -111,6 +111,10 @@ CommandOutcome CommandProcessor::createQp(const Command &cmd) {
     pib_qp_context ctx;
     if (!readMailbox(cmd, ctx))
         return mailboxFailed();
+    return createQp(ctx);
+}
+
+CommandOutcome CommandProcessor::createQp(const pib_qp_context &ctx) {
     if (!validType(ctx.type) || ctx.flags & ~(PIB_QP_SIGNAL_ALL | PIB_QP_USE_SRQ) ||
         (isXrcType(ctx.type) && ctx.flags & PIB_QP_USE_SRQ) ||
         (ctx.type != PIB_QPT_XRC_TGT && ctx.xrcdn))
@@ -176,11 +180,15 @@ static uint64_t bigEndian64(const uint8_t *bytes) {
 
 // Multicast (IBA 10.5, 11.3): a UD QP with a port joins or leaves a group.
 CommandOutcome CommandProcessor::attachOrDetachMcast(const Command &cmd) {
-    const bool attach = cmd.opcode == PIB_CMD_ATTACH_MCAST;
-    const char *name = attach ? "ATTACH_MCAST" : "DETACH_MCAST";
     pib_mcast m;
     if (!readMailbox(cmd, m))
         return mailboxFailed();
+    return attachOrDetachMcast(cmd, m);
+}
+
+CommandOutcome CommandProcessor::attachOrDetachMcast(const Command &cmd, const pib_mcast &m) {
+    const bool attach = cmd.opcode == PIB_CMD_ATTACH_MCAST;
+    const char *name = attach ? "ATTACH_MCAST" : "DETACH_MCAST";
     QueuePair *qp = objects_.findQp(cmd.modifier);
     if (!qp)
         return fail(err::kCmdBadIndex, "%s of QP %u", name, cmd.modifier);
@@ -213,6 +221,12 @@ CommandOutcome CommandProcessor::modifyQp(const Command &cmd) {
     pib_qp_attr in;
     if (!readMailbox(cmd, in))
         return mailboxFailed();
+    return modifyQp(*qp, in);
+}
+
+CommandOutcome CommandProcessor::modifyQp(QueuePair &target, const pib_qp_attr &in) {
+    QueuePair *qp = &target;
+    const Command cmd{.modifier = qp->number};
     const uint32_t mask = in.attr_mask;
     const uint8_t cur = qp->attr.qp_state;
     const uint8_t next = mask & PIB_QP_STATE ? in.qp_state : cur;

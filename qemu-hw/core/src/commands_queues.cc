@@ -200,6 +200,10 @@ CommandOutcome CommandProcessor::createSrq(const Command &cmd) {
     pib_srq_context ctx;
     if (!readMailbox(cmd, ctx))
         return mailboxFailed();
+    return createSrq(ctx);
+}
+
+CommandOutcome CommandProcessor::createSrq(pib_srq_context ctx) {
     ProtectionDomain *pd = objects_.pds.find(ctx.pdn);
     if (!pd)
         return fail(err::kCmdBadIndex, "CREATE_SRQ in PD %u", ctx.pdn);

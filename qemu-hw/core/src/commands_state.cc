@@ -9,9 +9,14 @@
 // passes, and no count of references is taken from it.
 #include "commands.hh"
 
+#include <array>
+
 #include <cinttypes>
 #include <cstring>
 #include <vector>
+
+#include "qp_lifecycle.hh"
+#include "qp_state.hh"
 
 namespace pib {
 
@@ -25,6 +30,17 @@ constexpr uint32_t kEqsTag = stateTag("EQS ");
 constexpr uint32_t kCqsTag = stateTag("CQS ");
 constexpr uint32_t kMrsTag = stateTag("MRS ");
 constexpr uint32_t kMwsTag = stateTag("MWS ");
+constexpr uint32_t kSrqsTag = stateTag("SRQS");
+constexpr uint32_t kQpsTag = stateTag("QPS ");
+constexpr uint32_t kSpecialQpsTag = stateTag("QP01");
+constexpr uint32_t kMulticastTag = stateTag("MCST");
+
+// The attributes a loaded QP's are checked with (qp_lifecycle.hh's
+// badQpAttr): every one a MODIFY_QP may set, but an alternate path, which
+// the device refuses whatever its value (so never has one).
+constexpr uint32_t kCheckedAttrs =
+    PIB_QP_ATTR_MASK_ALL &
+    ~(PIB_QP_STATE | PIB_QP_CUR_STATE | PIB_QP_ALT_PATH | PIB_QP_EN_SQD_ASYNC_NOTIFY);
 
 // A table's section: where its numbering goes on from, how many objects,
 // then each one's number and what `each` writes of it.
@@ -77,6 +93,35 @@ void CommandProcessor::saveObjects(StateWriter &w) const {
         w.record(mw.ctx);
         w.u32(mw.key);
     });
+    saveTable(w, kSrqsTag, objects_.srqs, [&](const SharedReceiveQueue &srq) {
+        w.record(srq.ctx);
+        w.u32(srq.producer);
+        w.u32(srq.consumer);
+    });
+    const auto saveQp = [&](const QueuePair &qp) {
+        w.record(qp.ctx);
+        w.record(qp.attr);
+        dataPath_.saveTransport(qp, w);
+    };
+    saveTable(w, kQpsTag, objects_.qps, saveQp);
+    w.beginSection(kSpecialQpsTag);
+    for (const auto &qp : objects_.specialQps)
+        w.boolean(qp != nullptr);
+    for (const auto &qp : objects_.specialQps)
+        if (qp)
+            saveQp(*qp);
+    w.endSection();
+    w.beginSection(kMulticastTag);
+    w.u32(objects_.multicast.attachments());
+    objects_.multicast.forEach(
+        [&](unsigned port, const MulticastGroups::Gid &mgid, uint16_t mlid, uint32_t qpn) {
+            w.u32(qpn);
+            w.u8(static_cast<uint8_t>(port));
+            for (uint8_t b : mgid)
+                w.u8(b);
+            w.u16(mlid);
+        });
+    w.endSection();
 }
 
 // Creates object `number` of `table` by `create` (a create command's
@@ -239,6 +284,60 @@ void CommandProcessor::loadMw(StateReader &r, uint32_t number) {
                ": its key or binding is not what it was saved with");
 }
 
+void CommandProcessor::loadSrq(StateReader &r, uint32_t number) {
+    pib_srq_context ctx;
+    r.record(ctx, "an SRQ's context");
+    const uint32_t producer = r.u32(), consumer = r.u32();
+    if (!restore(r, "SRQ", objects_.srqs, number, [&] { return createSrq(ctx); }))
+        return;
+    SharedReceiveQueue &srq = objects_.srqs.at(number);
+    srq.ctx.wqe_count = ctx.wqe_count; // what the SRQ held when it was saved
+    const uint32_t base = ctx.base;
+    if (std::memcmp(&srq.ctx, &ctx, sizeof(ctx)) != 0 || consumer - base > producer - base ||
+        producer - base > (1u << ctx.log_wqe_count)) {
+        r.fail("SRQ " + std::to_string(number) + ": its context or indices are not an SRQ's");
+        return;
+    }
+    srq.ctx.wqe_count = 0; // as CREATE_SRQ keeps it
+    srq.producer = producer;
+    srq.consumer = consumer;
+}
+
+// A QP: created by CREATE_QP's code (in the RESET state), its saved
+// attributes checked as MODIFY_QP checks them, its transport loaded, and
+// then its state set: an ERR QP enters it by MODIFY_QP's code, which
+// flushes nothing (a QP in error has nothing left to flush) but watches
+// its receive records again; the others take theirs as saved.
+void CommandProcessor::loadQp(StateReader &r, QueuePair &qp, const pib_qp_attr &attr) {
+    const uint8_t state = attr.qp_state;
+    const auto refuse = [&](const char *why) {
+        r.fail("QP " + std::to_string(qp.number) + ": " + why);
+    };
+    if (state > PIB_QPS_ERR ||
+        (state == PIB_QPS_SQE && !transitionRule(qp.ctx.type, PIB_QPS_SQE, PIB_QPS_RTS).allowed))
+        return refuse("a state its type cannot be in");
+    if (attr.en_sqd_async_notify > 1)
+        return refuse("an SQD notification that is not a truth value");
+    if (const char *bad = badQpAttr(qp, attr, kCheckedAttrs, ports_,
+                                    {caps_.max_qp_init_rd_atom, caps_.max_qp_rd_atom}))
+        return refuse(bad);
+    pib_qp_attr loaded = attr;
+    loaded.qp_state = state == PIB_QPS_ERR ? uint8_t{PIB_QPS_RESET} : state;
+    loaded.cur_qp_state = attr.cur_qp_state;
+    loaded.attr_mask = attr.attr_mask;
+    qp.attr = loaded;
+    dataPath_.loadTransport(qp, r);
+    if (!r.ok())
+        return;
+    if (state == PIB_QPS_ERR) {
+        pib_qp_attr toError{};
+        toError.attr_mask = PIB_QP_STATE;
+        toError.qp_state = PIB_QPS_ERR;
+        modifyQp(qp, toError);
+        qp.attr = attr;
+    }
+}
+
 void CommandProcessor::loadObjects(StateReader &r) {
     const Command none;
     loadTable(r, kUarsTag, "doorbell pages", objects_.uars, 0, [&](uint32_t number) {
@@ -269,6 +368,91 @@ void CommandProcessor::loadObjects(StateReader &r) {
               [&](uint32_t number) { loadMr(r, number); });
     loadTable(r, kMwsTag, "MWs", objects_.mws, sizeof(pib_mw_context),
               [&](uint32_t number) { loadMw(r, number); });
+    loadTable(r, kSrqsTag, "SRQs", objects_.srqs, sizeof(pib_srq_context),
+              [&](uint32_t number) { loadSrq(r, number); });
+    const auto loadQpAt = [&](uint32_t number) {
+        pib_qp_context ctx;
+        r.record(ctx, "a QP's context");
+        pib_qp_attr attr;
+        r.record(attr, "a QP's attributes");
+        if (!restore(r, "QP", objects_.qps, number, [&] { return createQp(ctx); }))
+            return;
+        loadQp(r, objects_.qps.at(number), attr);
+    };
+    loadTable(r, kQpsTag, "QPs", objects_.qps, sizeof(pib_qp_context) + sizeof(pib_qp_attr),
+              loadQpAt);
+    loadSpecialQps(r);
+    loadMulticast(r);
+    if (r.ok())
+        resumeLoadedQps();
+}
+
+// QP0 and QP1 of each port: their numbers are their port's and type's.
+void CommandProcessor::loadSpecialQps(StateReader &r) {
+    r.enterSection(kSpecialQpsTag, "QP0 and QP1");
+    std::array<bool, 2 * PIB_MAX_PORTS> present{};
+    for (bool &p : present)
+        p = r.boolean("a special QP");
+    for (uint32_t qpn = 0; qpn < present.size() && r.ok(); ++qpn) {
+        if (!present[qpn])
+            continue;
+        pib_qp_context ctx;
+        r.record(ctx, "a special QP's context");
+        pib_qp_attr attr;
+        r.record(attr, "a special QP's attributes");
+        const bool special = ctx.type == PIB_QPT_SMI || ctx.type == PIB_QPT_GSI;
+        if (r.ok() && (!special || ctx.port < 1 || ctx.port > PIB_MAX_PORTS ||
+                       PIB_SPECIAL_QPN(ctx.port, ctx.type) != qpn)) {
+            r.fail("QP " + std::to_string(qpn) + ": not the special QP of that number");
+            break;
+        }
+        std::string why;
+        host_.captureGuestErrors(&why);
+        const CommandOutcome made = r.ok() ? createQp(ctx) : CommandOutcome{};
+        host_.captureGuestErrors(nullptr);
+        if (r.ok() && made.status != PIB_CMD_STATUS_OK)
+            r.fail("QP " + std::to_string(qpn) + ": " + why);
+        if (r.ok())
+            loadQp(r, *objects_.specialQps[qpn], attr);
+    }
+    r.leaveSection("QP0 and QP1");
+}
+
+// Multicast attachments, attached again by ATTACH_MCAST's code.
+void CommandProcessor::loadMulticast(StateReader &r) {
+    r.enterSection(kMulticastTag, "multicast attachments");
+    const uint32_t count = r.count(UINT32_MAX, 23, "multicast attachments");
+    for (uint32_t i = 0; i < count && r.ok(); ++i) {
+        const uint32_t qpn = r.u32();
+        const uint8_t port = r.u8();
+        pib_mcast m{};
+        for (uint8_t &b : m.gid)
+            b = r.u8();
+        m.mlid = r.u16();
+        const QueuePair *qp = objects_.findQp(qpn);
+        if (r.ok() && (!qp || qp->attr.port_num != port)) {
+            r.fail("a multicast attachment of QP " + std::to_string(qpn) + " on port " +
+                   std::to_string(port) + ", which is not its port");
+            break;
+        }
+        std::string why;
+        host_.captureGuestErrors(&why);
+        const CommandOutcome done =
+            r.ok()
+                ? attachOrDetachMcast(Command{.opcode = PIB_CMD_ATTACH_MCAST, .modifier = qpn}, m)
+                : CommandOutcome{};
+        host_.captureGuestErrors(nullptr);
+        if (r.ok() && done.status != PIB_CMD_STATUS_OK)
+            r.fail("a multicast attachment of QP " + std::to_string(qpn) + ": " + why);
+    }
+    r.leaveSection("multicast attachments");
+}
+
+void CommandProcessor::resumeLoadedQps() {
+    objects_.qps.forEach([&](uint32_t, QueuePair &qp) { dataPath_.resumeLoaded(qp); });
+    for (const auto &qp : objects_.specialQps)
+        if (qp)
+            dataPath_.resumeLoaded(*qp);
 }
 
 } // namespace pib

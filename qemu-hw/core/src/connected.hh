@@ -166,6 +166,10 @@ struct RequesterState {
     // full window or a full port. When false, every one went out, and a
     // doorbell need not walk them (it would, per message, the whole window).
     bool unsentHeld = false;
+    // A loaded QP in SQD: the send queue index up to which it had started
+    // WQEs before the save, which it fetches again and sends (and no
+    // others); any MODIFY_QP ends it.
+    std::optional<uint32_t> refetchUntil;
 
     // The peer answered something new (or the QP got a new retry_cnt):
     // the retries start over, and so does the grace a stalled cable gets.

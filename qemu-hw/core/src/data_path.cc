@@ -37,6 +37,7 @@ void DataPath::forgetQp(QueuePair &qp) {
 // queues flush or start, SQ drained is reported.
 void DataPath::qpStateEntered(QueuePair &qp, uint8_t cur, uint8_t next, uint32_t mask) {
     const pib_qp_attr &a = qp.attr;
+    qp.req.refetchUntil.reset();
     if (next == PIB_QPS_RESET) {
         // Reset empties the QP's own queues without completions, but a
         // WQE it took from an SRQ belongs to the SRQ: it completes.

@@ -20,6 +20,7 @@
 #include "receive_wqes.hh"
 #include "requester.hh"
 #include "responder.hh"
+#include "state_archive.hh"
 #include "transport.hh"
 
 namespace pib {
@@ -79,6 +80,13 @@ class DataPath final : public SubnetSender, public ScheduledEngine, QpErrorFlow 
     void settleBeforeCommand() { scheduler_.run(); }
     // Where completions and events go (the commands set CQ moderation).
     EventWriter &events() { return events_; }
+    // A QP's transport in a saved state (transport_state.cc): its queues'
+    // indices, where its requester starts again, where its responder is.
+    void saveTransport(const QueuePair &qp, StateWriter &w) const;
+    void loadTransport(QueuePair &qp, StateReader &r);
+    // A loaded QP goes on: its requester resends what it had not
+    // completed, its responder acknowledges what it took.
+    void resumeLoaded(QueuePair &qp);
     // The keys' registrations and bindings (a loaded state's are made
     // again by them).
     MemoryKeys &keys() { return keys_; }
@@ -91,6 +99,7 @@ class DataPath final : public SubnetSender, public ScheduledEngine, QpErrorFlow 
     void sendReplies(QueuePair &qp) override { responder_.sendReplies(qp); }
 
   private:
+    const char *badResponder(const QueuePair &qp, const ResponderState &s) const;
     // The CQs' moderation deadlines go on the QPs' host timer.
     void shareTimer();
     // From QpErrorFlow (flush.cc).

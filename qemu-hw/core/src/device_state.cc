@@ -57,12 +57,6 @@ void checkHeader(StateReader &r, const pib_core_config &c) {
 const char *Device::unsaved() const {
     if (const char *what = front_->unsaved())
         return what;
-    const ObjectTables &o = objects_;
-    if (o.srqs.size() || o.qps.size() || o.multicast.groups())
-        return "QPs, SRQs or multicast groups";
-    for (const auto &qp : o.specialQps)
-        if (qp)
-            return "QP0 or QP1";
     if (!injections_.empty())
         return "armed injections";
     return nullptr;

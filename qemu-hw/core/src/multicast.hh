@@ -37,6 +37,12 @@ class MulticastGroups {
     const std::vector<uint32_t> *members(unsigned port, const Gid &mgid) const;
     void clear() { groups_.clear(), attachments_ = 0; }
 
+    // Each attachment: f(port, mgid, mlid, qpn), by group.
+    template <class F> void forEach(F &&f) const {
+        for (const auto &[at, group] : groups_)
+            for (uint32_t qpn : group.qpns)
+                f(at.first, at.second, group.mlid, qpn);
+    }
     size_t groups() const { return groups_.size(); }
     uint32_t attachments() const { return attachments_; }
 

@@ -106,7 +106,7 @@ void Requester::send(QueuePair &qp) {
     if (qp.ctx.type == PIB_QPT_UC) // UC WQEs whose last packets went out just now
         completeInOrder(qp);
     const unsigned maxReads = std::max<unsigned>(1, qp.attr.max_rd_atomic);
-    while (qp.sq.consumer != qp.sq.producer && qp.attr.qp_state == PIB_QPS_RTS &&
+    while (qp.sq.consumer != qp.sq.producer && fetchesNew(qp) &&
            r.outstanding.size() < kMaxOutstanding) {
         // Every WQE is work the event's budget pays for: a packet, or a
         // local operation (a doorbell for thousands of REG_MRs must not
@@ -161,6 +161,14 @@ void Requester::send(QueuePair &qp) {
             completeInOrder(qp);
     }
     armAckTimerIfIdle(qp);
+}
+
+// Whether the requester fetches the next WQE: in RTS; in SQD only one a
+// loaded QP had started before it was saved (transport_state.cc).
+bool Requester::fetchesNew(const QueuePair &qp) {
+    const RequesterState &r = qp.req;
+    return qp.attr.qp_state == PIB_QPS_RTS ||
+           (qp.attr.qp_state == PIB_QPS_SQD && r.refetchUntil && qp.sq.consumer != *r.refetchUntil);
 }
 
 // A REG_MR, BIND_MW or LOCAL_INV WQE (the spare) at the head of an idle

@@ -45,6 +45,7 @@ class Requester final : TransportRole {
     bool sendRequestPacket(QueuePair &qp, SendWqe &w, iba::Packet &p, uint32_t offset,
                            uint32_t len);
     void stopSending(QueuePair &qp, SendProgress why);
+    static bool fetchesNew(const QueuePair &qp);
     void rewind(QueuePair &qp, uint32_t psn);
 
     // The completer (completer.cc).

@@ -65,6 +65,10 @@ void Responder::acknowledge(QueuePair &qp, uint32_t psn, uint8_t syndrome) {
     reply(qp, r);
 }
 
+void Responder::acknowledgeAll(QueuePair &qp) {
+    acknowledge(qp, psnAdd(qp.resp.expectedPsn, 0xffffff), kAckSyndrome);
+}
+
 // Replies leave in request order: a new one goes behind those still owed.
 // An ACK or NAK replaces a positive ACK queued last, which it implies
 // (the PSNs only grow); nothing replaces a NAK, which the requester must

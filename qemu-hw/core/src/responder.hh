@@ -20,6 +20,8 @@ class Responder final : TransportRole {
     void onRequest(QueuePair &qp, const iba::Packet &packet);
     // Sends what `qp` still owes (READ responses, atomic ACKs, an ACK).
     void sendReplies(QueuePair &qp);
+    // An ACK of every request taken (a loaded QP's: what it owed was lost).
+    void acknowledgeAll(QueuePair &qp);
     // XRC SRQ `srqn` is about to be destroyed: no message goes on into it.
     void forgetXrcSrq(uint32_t srqn);
 

@@ -1,0 +1,236 @@
+// SPDX-License-Identifier: GPL-2.0-or-later
+// A QP's transport in a saved state (docs/migration.md): its queues'
+// indices, where its requester starts again and where its responder is.
+//
+// What the requester sent and had not completed is not saved: its WQEs
+// are still in the send queue (the driver reuses a slot only once its
+// WQE completed), so the loaded requester fetches them again from the
+// oldest and sends them again under the same PSNs. A peer takes them as
+// duplicates: a SEND or WRITE is acknowledged again, a READ answered again
+// from memory, an atomic given its saved result, never run twice. That is
+// RC's own recovery from lost packets, and a move loses the packets on
+// the wire anyway. The responder keeps what the requests it took left
+// (its PSN, MSN, the message in progress, the READs and atomics a
+// duplicate is answered from); replies it still owed are dropped, as if
+// lost, and an ACK of everything it took goes out when it runs again.
+#include "data_path.hh"
+#include "limits.hh"
+
+namespace pib {
+
+namespace {
+
+void saveSges(StateWriter &w, const std::vector<pib_wqe_data> &sges) {
+    w.u32(static_cast<uint32_t>(sges.size()));
+    for (const pib_wqe_data &s : sges)
+        w.record(s);
+}
+
+void saveReplay(StateWriter &w, const ReplayEntry &e) {
+    w.u32(e.psn);
+    w.u32(e.packets);
+    w.boolean(e.atomic);
+    w.u64(e.va);
+    w.u32(e.rkey);
+    w.u32(e.length);
+    w.u32(e.pdn);
+    w.u64(e.original);
+    w.u32(e.xrcSrqn);
+}
+
+// Where the requester starts again: the oldest WQE it had not completed,
+// and the PSN of its first packet (the PSN of the next new one when none
+// waits).
+struct Restart {
+    uint32_t index;
+    uint32_t psn;
+};
+
+Restart restartOf(const QueuePair &qp) {
+    const RequesterState &r = qp.req;
+    Restart at{qp.sq.consumer, r.psn};
+    if (r.outstanding.empty())
+        return at;
+    at.index = r.outstanding.front().index;
+    for (const SendWqe &w : r.outstanding) {
+        if (w.packets) {
+            at.psn = w.firstPsn;
+            break;
+        }
+    }
+    return at;
+}
+
+} // namespace
+
+void DataPath::saveTransport(const QueuePair &qp, StateWriter &w) const {
+    const Restart at = restartOf(qp);
+    w.u32(qp.sq.producer);
+    w.u32(at.index);
+    // Up to where it had started WQEs (a loaded QP in SQD that has not
+    // fetched them again yet: up to where it will).
+    w.u32(qp.req.refetchUntil ? *qp.req.refetchUntil : qp.sq.consumer);
+    w.u32(qp.rq.producer);
+    w.u32(qp.rq.consumer);
+    w.u32(qp.nextPsn);
+    w.boolean(qp.lastWqeReached);
+    w.boolean(qp.sqDrainPending);
+    w.u32(at.psn);
+    const ResponderState &s = qp.resp;
+    w.u32(s.expectedPsn);
+    w.u32(s.msn);
+    w.boolean(s.established);
+    w.u8(static_cast<uint8_t>(s.in));
+    w.boolean(s.haveWqe);
+    w.u64(s.wrId);
+    w.u16(s.wqeIndex);
+    saveSges(w, s.sges);
+    w.u32(s.received);
+    w.u8(s.status);
+    w.u64(s.writeVa);
+    w.u32(s.writeRkey);
+    w.u32(s.writeLength);
+    w.u32(s.xrcSrqn);
+    w.u32(s.xrcPdn);
+    w.u32(static_cast<uint32_t>(s.replay.size()));
+    for (const ReplayEntry &e : s.replay)
+        saveReplay(w, e);
+}
+
+namespace {
+
+// A queue's producer and consumer counts: never more than a ring apart,
+// and none at all for a queue the QP does not have.
+bool validQueue(uint32_t producer, uint32_t consumer, bool has, unsigned logCount) {
+    if (!has)
+        return producer == 0 && consumer == 0;
+    return producer - consumer <= (1u << logCount);
+}
+
+bool loadReplay(StateReader &r, ReplayEntry &e) {
+    e.psn = r.u32();
+    e.packets = r.u32();
+    e.atomic = r.boolean("a replayed request's kind");
+    e.va = r.u64();
+    e.rkey = r.u32();
+    e.length = r.u32();
+    e.pdn = r.u32();
+    e.original = r.u64();
+    e.xrcSrqn = r.u32();
+    return r.ok();
+}
+
+} // namespace
+
+// What a loaded responder holds must be what its requests could have
+// left: the checks below are those the request packets passed.
+const char *DataPath::badResponder(const QueuePair &qp, const ResponderState &s) const {
+    if (s.expectedPsn > 0xffffff || s.msn > 0xffffff)
+        return "a PSN or MSN beyond 24 bits";
+    if (s.haveWqe && s.in != ResponderState::InMessage::kSend)
+        return "a receive WQE claimed outside a SEND";
+    uint64_t room = 0;
+    for (const pib_wqe_data &sge : s.sges)
+        room += sge.byte_count;
+    if (s.in == ResponderState::InMessage::kSend && s.received > room)
+        return "more of a SEND received than its receive WQE holds";
+    if (s.in == ResponderState::InMessage::kWrite && s.received > s.writeLength)
+        return "more of a WRITE received than it carries";
+    if (s.status > PIB_WC_GENERAL_ERR)
+        return "a completion status IBA does not define";
+    if (s.replay.size() > std::max<size_t>(1, qp.attr.max_dest_rd_atomic))
+        return "more READs and atomics remembered than max_dest_rd_atomic";
+    const uint32_t mtu = mtuBytes(qp.attr.path_mtu);
+    for (const ReplayEntry &e : s.replay) {
+        const uint32_t packets = e.atomic ? 1 : std::max<uint32_t>(1, (e.length + mtu - 1) / mtu);
+        if (e.psn > 0xffffff || e.packets != packets ||
+            (!e.atomic && e.length > limits::kMaxMsgSize))
+            return "a READ or atomic whose PSNs its length does not make";
+    }
+    const auto xrcSrqOk = [&](uint32_t srqn) {
+        const SharedReceiveQueue *srq = srqn == kNoSrq ? nullptr : objects_.srqs.find(srqn);
+        return srqn == kNoSrq || (srq && srq->isXrc());
+    };
+    if (!xrcSrqOk(s.xrcSrqn) ||
+        !std::all_of(s.replay.begin(), s.replay.end(),
+                     [&](const ReplayEntry &e) { return xrcSrqOk(e.xrcSrqn); }))
+        return "an XRC SRQ that is not one";
+    return nullptr;
+}
+
+void DataPath::loadTransport(QueuePair &qp, StateReader &r) {
+    const uint32_t sqProducer = r.u32(), sqConsumer = r.u32(), sqStarted = r.u32();
+    const uint32_t rqProducer = r.u32(), rqConsumer = r.u32();
+    const uint32_t nextPsn = r.u32();
+    const bool lastWqeReached = r.boolean("the last WQE reached");
+    const bool drainPending = r.boolean("SQ drained pending");
+    const uint32_t restartPsn = r.u32();
+    ResponderState s;
+    s.expectedPsn = r.u32();
+    s.msn = r.u32();
+    s.established = r.boolean("COMM_EST raised");
+    const uint8_t in = r.u8();
+    if (r.ok() && in > static_cast<uint8_t>(ResponderState::InMessage::kWrite))
+        r.fail("QP " + std::to_string(qp.number) + ": a message in progress of no kind");
+    s.in = static_cast<ResponderState::InMessage>(in);
+    s.haveWqe = r.boolean("a receive WQE claimed");
+    s.wrId = r.u64();
+    s.wqeIndex = r.u16();
+    const uint32_t sges = r.count(limits::kMaxSge, sizeof(pib_wqe_data), "SGEs");
+    s.sges.resize(sges);
+    for (pib_wqe_data &sge : s.sges)
+        r.record(sge, "an SGE");
+    s.received = r.u32();
+    s.status = r.u8();
+    s.writeVa = r.u64();
+    s.writeRkey = r.u32();
+    s.writeLength = r.u32();
+    s.xrcSrqn = r.u32();
+    s.xrcPdn = r.u32();
+    const uint32_t replays = r.count(limits::kMaxRdAtom, 41, "READs and atomics remembered");
+    s.replay.resize(replays);
+    for (ReplayEntry &e : s.replay)
+        loadReplay(r, e);
+    if (!r.ok())
+        return;
+    const pib_qp_context &c = qp.ctx;
+    const bool hasRq = hasReceiveSide(c.type) && !(c.flags & PIB_QP_USE_SRQ);
+    if (!validQueue(sqProducer, sqConsumer, hasSendQueue(c.type), c.sq_log_wqe_count) ||
+        !validQueue(rqProducer, rqConsumer, hasRq, c.rq_log_wqe_count) ||
+        sqStarted - sqConsumer > sqProducer - sqConsumer || restartPsn > 0xffffff ||
+        nextPsn > 0xffffff) {
+        r.fail("QP " + std::to_string(qp.number) + ": queue indices or PSNs out of range");
+        return;
+    }
+    if (const char *why = badResponder(qp, s)) {
+        r.fail("QP " + std::to_string(qp.number) + ": " + why);
+        return;
+    }
+    // The WQEs it had started are fetched again; in SQD, no others.
+    if (qp.attr.qp_state == PIB_QPS_SQD)
+        qp.req.refetchUntil = sqStarted;
+    qp.sq.producer = sqProducer;
+    qp.sq.consumer = sqConsumer;
+    qp.sqDrainPending = drainPending && qp.attr.qp_state == PIB_QPS_SQD;
+    qp.rq.producer = rqProducer;
+    qp.rq.consumer = rqConsumer;
+    qp.nextPsn = nextPsn;
+    qp.lastWqeReached = lastWqeReached;
+    qp.req.psn = qp.req.unackedPsn = restartPsn;
+    qp.req.startRetriesOver(qp.attr.retry_cnt);
+    qp.req.rnrRetriesLeft = qp.attr.rnr_retry;
+    qp.resp = std::move(s);
+}
+
+// The loaded QP goes on when the device runs: its requester sends again
+// what it had not completed, its responder says what it took.
+void DataPath::resumeLoaded(QueuePair &qp) {
+    const uint8_t state = qp.attr.qp_state;
+    if (isReliableType(qp.ctx.type) && qp.resp.established &&
+        (state == PIB_QPS_RTR || state == PIB_QPS_RTS || state == PIB_QPS_SQD))
+        responder_.acknowledgeAll(qp);
+    if (qp.sq.consumer != qp.sq.producer && (state == PIB_QPS_RTS || state == PIB_QPS_SQD))
+        scheduler_.postpone(qp.number, qp, /*needsPort*/ false);
+}
+
+} // namespace pib
