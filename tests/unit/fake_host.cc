@@ -220,7 +220,19 @@ const pib_host_ops &FakeHost::hostOps() {
     return ops;
 }
 
-FakeHost::FakeHost(const pib_core_config &config, uint64_t ramSize) : ram(takeRam(ramSize)) {
+FakeHost::FakeHost(const pib_core_config &config_, uint64_t ramSize)
+    : config(config_), ram(takeRam(ramSize)) {
+    core = pib_core_new(&config, &hostOps(), this);
+    if (!core)
+        throw std::runtime_error("pib_core_new rejected the configuration");
+}
+
+void FakeHost::replaceCore() {
+    pib_core_free(core);
+    timerDeadline = UINT64_MAX;
+    scheduled = 0;
+    for (int &fd : watchedFd)
+        fd = -1;
     core = pib_core_new(&config, &hostOps(), this);
     if (!core)
         throw std::runtime_error("pib_core_new rejected the configuration");

@@ -158,7 +158,13 @@ struct FakeHost {
         return cap;
     }
 
+    // The device is replaced by a new one of the same configuration, as a
+    // migration's destination has (the RAM, the clock and the records of
+    // what the old one did stay; its timer and scheduled work go).
+    void replaceCore();
+
     pib_core *core = nullptr;
+    pib_core_config config{};
     std::vector<uint8_t> ram;
     uint64_t ramNext = kRamBase;
     // Whether the device may read RAM in place (dma_map_read), how many

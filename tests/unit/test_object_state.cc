@@ -160,13 +160,13 @@ bool sameBytes(Node &x, uint64_t ax, Node &y, uint64_t ay, uint32_t len) {
 }
 
 // `n` moves: its device's state is saved, what both cables held is lost,
-// and the state is loaded into the device again (a load starts with a
-// reset: nothing of the device survives but what the state carries). The
-// switch kept the link: the new cable's HELLO says it resumes.
-void move(Pair &p, Node &n) {
+// and the state is loaded into a new device in its place, with its RAM.
+// The switch kept the link: the new cable's HELLO says it resumes.
+void move(Wire &wire, Node &n) {
     const std::vector<uint8_t> state = saved(n.host);
-    p.a.host.portOutput[1].clear();
-    p.b.host.portOutput[1].clear();
+    wire.a.host.portOutput[1].clear();
+    wire.b.host.portOutput[1].clear();
+    n.host.replaceCore();
     char *why = nullptr;
     const int loaded = pib_core_load(n.host.core, state.data(), state.size(), &why);
     INFO((why ? why : ""));
@@ -176,11 +176,11 @@ void move(Pair &p, Node &n) {
     n.host.switchHello(PIB_WIRE_HELLO_RESUMES);
 }
 
-// Every completion of `n` that came, until `count` have: all successful.
-std::vector<pib_cqe> completions(Pair &p, Node &n, size_t count) {
+// Every completion of `n` that came, until `count` have.
+std::vector<pib_cqe> completions(Wire &wire, Node &n, size_t count) {
     std::vector<pib_cqe> done;
     for (int i = 0; i < 400 && done.size() < count; ++i) { // up to 4 s of timeouts
-        p.wire.advance(10'000'000, 1'000'000);
+        wire.advance(10'000'000, 1'000'000);
         for (const pib_cqe &c : n.poll())
             done.push_back(c);
     }
@@ -237,8 +237,8 @@ TEST_CASE("RC traffic in flight completes whole when either end is saved and loa
     p.wire.filter = nullptr;
     const size_t before = p.a.poll().size();
     CHECK(before < wr); // the move comes in the middle
-    move(p, requesterMoves ? p.a : p.b);
-    const auto done = completions(p, p.a, wr - before);
+    move(p.wire, requesterMoves ? p.a : p.b);
+    const auto done = completions(p.wire, p.a, wr - before);
     REQUIRE(done.size() == wr - before);
     // What was lost on the move came again: the responder saw duplicates.
     pib_port_counters counters{};
@@ -256,4 +256,170 @@ TEST_CASE("RC traffic in flight completes whole when either end is saved and loa
     CHECK(received.size() == kEach);
     CHECK(p.a.qpState() == PIB_QPS_RTS);
     CHECK(p.b.qpState() == PIB_QPS_RTS);
+}
+
+// XRC: the target's end moves in the middle of SENDs to its two XRC SRQs;
+// each message reaches its SRQ whole.
+TEST_CASE("XRC SENDs in flight reach their XRC SRQs whole when the target moves",
+          "[object-state]") {
+    constexpr uint32_t kLength = 12 << 10;
+    XrcPair p;
+    const int crossed = GENERATE(2, 17);
+    CAPTURE(crossed);
+    std::vector<std::pair<uint64_t, uint64_t>> copies;
+    for (uint64_t id = 1; id <= 6; ++id) {
+        Srq &srq = id % 2 ? p.red : p.blue;
+        const uint64_t src = p.a.host.allocRandom(kLength, static_cast<uint32_t>(id));
+        const uint64_t dst = p.b.host.alloc(kLength);
+        srq.post(100 + id, dst, kLength);
+        p.a.postSend(id, {.local = src, .length = kLength, .srqn = srq.srqn});
+        copies.emplace_back(src, dst);
+    }
+    int passed = 0;
+    p.wire.filter = [&](bool, iba::Packet &) { return ++passed <= crossed; };
+    p.wire.run();
+    p.wire.filter = nullptr;
+    const size_t before = p.a.poll().size();
+    CHECK(before < 6);
+    move(p.wire, p.b);
+    const auto done = completions(p.wire, p.a, 6 - before);
+    REQUIRE(done.size() == 6 - before);
+    for (const pib_cqe &c : done)
+        CHECK(c.status == PIB_WC_SUCCESS);
+    for (const auto &[src, dst] : copies)
+        CHECK(sameBytes(p.a, src, p.b, dst, kLength));
+    CHECK(p.b.poll().size() + p.pollBlue().size() == 6);
+}
+
+// UC: what the move cut short is lost, as UC loses a message a gap cuts
+// (IBA 9.8.3); the QPs stay up and the messages after the move arrive
+// whole.
+TEST_CASE("UC loses the message a move cuts, and carries the next ones whole", "[object-state]") {
+    constexpr uint32_t kLength = 8 << 10;
+    Pair p(PIB_QPT_UC);
+    const bool senderMoves = GENERATE(true, false);
+    CAPTURE(senderMoves);
+    const uint64_t cut = p.a.host.allocRandom(kLength, 1), cutDst = p.b.host.alloc(kLength);
+    p.b.postRecv(1, cutDst, kLength);
+    p.a.postSend(1, {.local = cut, .length = kLength});
+    int passed = 0;
+    p.wire.filter = [&](bool, iba::Packet &) { return ++passed <= 3; }; // 3 of 8 packets
+    p.wire.run();
+    p.wire.filter = nullptr;
+    move(p.wire, senderMoves ? p.a : p.b);
+    std::vector<std::pair<uint64_t, uint64_t>> after;
+    for (uint64_t id = 2; id <= 4; ++id) {
+        const uint64_t src = p.a.host.allocRandom(kLength, static_cast<uint32_t>(id));
+        const uint64_t dst = p.b.host.alloc(kLength);
+        p.b.postRecv(id, dst, kLength);
+        p.a.postSend(id, {.local = src, .length = kLength});
+        after.emplace_back(src, dst);
+    }
+    p.wire.run();
+    p.wire.advance(10'000'000);
+    std::vector<pib_cqe> got = p.b.poll();
+    REQUIRE(got.size() == 3);
+    // The first receive WQE took the first whole message: the cut one is gone.
+    for (size_t i = 0; i < got.size(); ++i) {
+        CHECK(got[i].status == PIB_WC_SUCCESS);
+        CHECK(got[i].byte_len == kLength);
+    }
+    const uint64_t firstDst = cutDst;
+    CHECK(sameBytes(p.a, after[0].first, p.b, firstDst, kLength));
+    CHECK(sameBytes(p.a, after[1].first, p.b, after[0].second, kLength));
+    CHECK(sameBytes(p.a, after[2].first, p.b, after[1].second, kLength));
+    CHECK(p.a.qpState() == PIB_QPS_RTS);
+    CHECK(p.b.qpState() == PIB_QPS_RTS);
+}
+
+// The requester moves while it waits: for the RNR NAK's delay (no receive
+// was posted), or for the ACK of a SEND whose packets the wire lost (its
+// retransmission timer armed). Either way the SEND completes whole.
+TEST_CASE("a requester that moves during an RNR wait or with its ACK timer armed completes",
+          "[object-state]") {
+    constexpr uint32_t kLength = 4096;
+    Pair p(PIB_QPT_RC, {.rnrRetry = 7, .minRnrTimer = 20}); // RNR: 2.56 ms waits, no limit
+    const bool rnr = GENERATE(true, false);
+    CAPTURE(rnr);
+    const uint64_t src = p.a.host.allocRandom(kLength, 5), dst = p.b.host.alloc(kLength);
+    if (!rnr) {
+        p.b.postRecv(1, dst, kLength);
+        p.wire.filter = [](bool, iba::Packet &) { return false; }; // lost
+    }
+    p.a.postSend(1, {.local = src, .length = kLength});
+    p.wire.run();
+    p.wire.filter = nullptr;
+    pib_port_counters a{};
+    REQUIRE(p.a.host.commandOut(PIB_CMD_QUERY_COUNTERS, 1, &a).status == PIB_CMD_STATUS_OK);
+    if (rnr)
+        CHECK(a.rnr_naks_received == 1);
+    CHECK(p.a.poll().empty());
+    move(p.wire, p.a);
+    if (rnr)
+        p.b.postRecv(1, dst, kLength);
+    const auto done = completions(p.wire, p.a, 1);
+    REQUIRE(done.size() == 1);
+    CHECK(done[0].status == PIB_WC_SUCCESS);
+    CHECK(sameBytes(p.a, src, p.b, dst, kLength));
+    CHECK(p.b.poll().size() == 1);
+}
+
+namespace {
+
+constexpr uint32_t kQkey = 0x11111111;
+
+// A UD SEND of `len` bytes at `buf` from `n` to `to`'s QP.
+void postDatagram(Node &n, uint64_t wrId, const Node &to, uint64_t buf, uint32_t len) {
+    const uint64_t slot = n.sqPage + (n.sqPi % (1u << n.logSq)) * 128;
+    pib_wqe_ctrl ctrl{};
+    ctrl.wr_id = wrId;
+    ctrl.opcode = PIB_WR_SEND;
+    ctrl.flags = PIB_WQE_SIGNALED;
+    ctrl.num_ds = 5;
+    n.host.poke(slot, ctrl);
+    pib_wqe_ud ud{};
+    ud.av.dlid = to.lid;
+    ud.av.port = 1;
+    ud.remote_qpn = to.qpn;
+    ud.remote_qkey = kQkey;
+    n.host.poke(slot + 16, ud);
+    n.host.poke(slot + 64, pib_wqe_data{len, n.key, buf});
+    n.ring(PIB_DB_SQ, ++n.sqPi);
+}
+
+} // namespace
+
+// UD: a move loses the datagram on the wire, as UD may; the moved QP keeps
+// its number, Q_Key and port, and the datagrams after it arrive whole.
+TEST_CASE("a UD QP that moves loses what was on the wire and carries what follows",
+          "[object-state]") {
+    constexpr uint32_t kLength = 1024;
+    Node a(PIB_QPT_UD, 0x11), b(PIB_QPT_UD, 0x22);
+    Wire wire{a, b, {}, {}, {}, true, {}};
+    a.host.datagramToRts(a.qpn, PIB_QPT_UD, kQkey);
+    b.host.datagramToRts(b.qpn, PIB_QPT_UD, kQkey);
+    const bool senderMoves = GENERATE(true, false);
+    CAPTURE(senderMoves);
+    const uint64_t lost = a.host.allocRandom(kLength, 1), next = a.host.allocRandom(kLength, 2);
+    const uint64_t in = b.host.alloc(2 * (kLength + 40));
+    b.postRecv(1, in, kLength + 40); // the GRH's 40 bytes come first
+    b.postRecv(2, in + kLength + 40, kLength + 40);
+    postDatagram(a, 1, b, lost, kLength);
+    wire.filter = [](bool, iba::Packet &) { return false; };
+    wire.run();
+    wire.filter = nullptr;
+    CHECK(a.poll().size() == 1); // UD completes as it leaves
+    move(wire, senderMoves ? a : b);
+    postDatagram(a, 2, b, next, kLength);
+    wire.run();
+    const auto sent = a.poll();
+    REQUIRE(sent.size() == 1);
+    CHECK(sent[0].status == PIB_WC_SUCCESS);
+    const auto got = b.poll();
+    REQUIRE(got.size() == 1);
+    CHECK(got[0].status == PIB_WC_SUCCESS);
+    CHECK(got[0].wr_id == 1); // the first receive WQE: the lost datagram took none
+    CHECK(got[0].byte_len == kLength + 40);
+    CHECK(got[0].src_qp == a.qpn);
+    CHECK(sameBytes(a, next, b, in + 40, kLength));
 }

@@ -15,39 +15,6 @@ using namespace pib::testing;
 
 namespace {
 
-// An XRC INI QP on `a` connected to an XRC TGT QP on `b`, and two XRC SRQs
-// in b's domain: `red` completes to b's CQ, `blue` to a CQ of its own.
-struct XrcPair {
-    Node a{PIB_QPT_XRC_INI, 0x11}, b{PIB_QPT_XRC_TGT, 0x22};
-    Wire wire{a, b, {}, {}, {}, true, {}};
-    FakeHost::Cq blueCq = b.host.createCq(b.eqn, b.uar, Node::kLogCq, 4);
-    Srq red = createSrq(b, 4, XrcSrq{b.xrcd, b.cqn});
-    Srq blue = createSrq(b, 4, XrcSrq{b.xrcd, blueCq.cqn});
-
-    XrcPair() {
-        a.connect(b, PIB_QPT_XRC_INI, {});
-        Node::Options ob;
-        std::swap(ob.sqPsn, ob.rqPsn);
-        b.connect(a, PIB_QPT_XRC_TGT, ob);
-    }
-
-    // New completions on the blue SRQ's CQ.
-    std::vector<pib_cqe> pollBlue() {
-        std::vector<pib_cqe> out;
-        for (;;) {
-            const pib_cqe c =
-                b.host.peek<pib_cqe>(blueCq.page + (blueCi % (1u << Node::kLogCq)) * PIB_CQE_SIZE);
-            if ((c.flags & PIB_CQE_PHASE) != (((blueCi >> Node::kLogCq) & 1) ^ 1))
-                break;
-            out.push_back(c);
-            ++blueCi;
-        }
-        b.host.poke(blueCq.ciRecord, blueCi);
-        return out;
-    }
-    uint32_t blueCi = 0;
-};
-
 bool sameBytes(Node &x, uint64_t ax, Node &y, uint64_t ay, uint32_t len) {
     return std::equal(x.host.at(ax), x.host.at(ax) + len, y.host.at(ay));
 }
