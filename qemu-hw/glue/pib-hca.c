@@ -10,6 +10,7 @@
  */
 
 #include "qemu/osdep.h"
+#include "qemu/error-report.h"
 #include "qemu/log.h"
 #include "qemu/main-loop.h"
 #include "qemu/module.h"
@@ -22,7 +23,9 @@
 #include "hw/qdev-properties.h"
 #include "hw/qdev-properties-system.h"
 #include "chardev/char-fe.h"
+#include "migration/qemu-file-types.h"
 #include "migration/vmstate.h"
+#include "system/runstate.h"
 #include "trace.h"
 
 #include "pib_core.h"
@@ -65,7 +68,14 @@ typedef struct PibHcaPort {
     bool writable_pending; /* tell the core from the bottom half */
     bool tx_batched;       /* txq gained bytes in a batch not flushed yet */
     int bell_fd;           /* a ring cable's doorbell we watch, or -1 */
+    bool open;             /* the chardev is connected */
 } PibHcaPort;
+
+/* The core's saved state on its way through the migration stream. */
+typedef struct PibHcaSaved {
+    uint8_t *bytes;
+    uint32_t len;
+} PibHcaSaved;
 
 struct PibHcaState {
     PCIDevice parent_obj;
@@ -78,6 +88,15 @@ struct PibHcaState {
     QEMUBH *bh;                 /* continues the core's postponed work */
     bool run_pending;           /* the core asked for pib_core_run() */
     bool batching; /* in a core call whose packets leave in one write */
+    /* Migration and snapshots (docs/migration.md). */
+    PibHcaSaved saved;
+    /*
+     * A VM that waits for an incoming migration: its cables reach the core
+     * only once the loaded state says which links it resumes.
+     */
+    bool cables_held;
+    bool moving; /* pre_save told the core the VM moves */
+    VMChangeStateEntry *vm_state;
 
     /* Properties. */
     char *personality; /* "pib" (NULL) or "mlx5" */
@@ -88,6 +107,8 @@ struct PibHcaState {
     bool rings; /* offer ring cables to switches that take them */
     PibHcaPort port[PIB_MAX_PORTS];
 };
+
+static void pib_hca_vm_state(void *opaque, bool running, RunState state);
 
 static void pib_hca_guest_error(void *opaque, unsigned error,
                                 const char *detail)
@@ -518,7 +539,9 @@ static const struct pib_host_ops pib_hca_host_ops = {
 
 static int pib_hca_port_can_receive(void *opaque)
 {
-    return 64 * KiB;
+    PibHcaPort *port = opaque;
+
+    return port->hca->cables_held ? 0 : 64 * KiB;
 }
 
 static void pib_hca_port_receive(void *opaque, const uint8_t *buf, int size)
@@ -536,9 +559,30 @@ static void pib_hca_port_event(void *opaque, QEMUChrEvent event)
 
     if (event == CHR_EVENT_OPENED || event == CHR_EVENT_CLOSED) {
         trace_pib_hca_port_link(port->number, event == CHR_EVENT_OPENED);
+        port->open = event == CHR_EVENT_OPENED;
         pib_hca_port_tx_reset(port); /* nothing queued survives a cable */
-        pib_core_port_connected(port->hca->core, port->number,
-                                event == CHR_EVENT_OPENED);
+        if (!port->hca->cables_held) {
+            pib_core_port_connected(port->hca->core, port->number, port->open);
+        }
+    }
+}
+
+/* The cables held for an incoming migration reach the core now. */
+static void pib_hca_release_cables(PibHcaState *s)
+{
+    unsigned i;
+
+    if (!s->cables_held) {
+        return;
+    }
+    s->cables_held = false;
+    for (i = 0; i < s->ports; i++) {
+        PibHcaPort *port = &s->port[i];
+
+        if (port->open) {
+            pib_core_port_connected(s->core, port->number, 1);
+            qemu_chr_fe_accept_input(&port->chr);
+        }
     }
 }
 
@@ -620,6 +664,13 @@ static uint64_t pib_hca_default_guid(void)
 static void pib_hca_free(PibHcaState *s)
 {
     unsigned i;
+
+    if (s->vm_state) {
+        qemu_del_vm_change_state_handler(s->vm_state);
+        s->vm_state = NULL;
+    }
+    g_free(s->saved.bytes);
+    s->saved.bytes = NULL;
 
     pib_core_free(s->core);
     s->core = NULL;
@@ -809,6 +860,8 @@ static void pib_hca_realize(PCIDevice *pdev, Error **errp)
         }
     }
 
+    s->cables_held = runstate_check(RUN_STATE_INMIGRATE);
+    s->vm_state = qemu_add_vm_change_state_handler(pib_hca_vm_state, s);
     trace_pib_hca_realize(config.node_guid, s->doorbell_pages, s->msix_vectors,
                           s->ports);
     return;
@@ -849,7 +902,6 @@ static const Property pib_hca_properties[] = {
     DEFINE_PROP_CHR("port2", PibHcaState, port[1].chr),
 };
 
-/* The device core's state is not serialised yet: refuse to migrate. */
 /*
  * Test facility (docs/prm.md §10): `qom-set <device> x-inject-fatal REASON`
  * puts the device in the FATAL state, as an internal error would.
@@ -888,9 +940,153 @@ struct pib_core *pib_hca_find_core(const char *id, Error **errp)
     return PIB_HCA(obj)->core;
 }
 
+/*
+ * Migration and snapshots (docs/migration.md). The stream carries the PCI
+ * function (configuration space, MSI-X) and the core's own state, which
+ * the core saves when the VM has stopped and checks as untrusted input
+ * when it loads. When the VM stops to move, the core tells each switch
+ * port (MOVING) and goes quiet; if the VM runs here again (the migration
+ * failed, or a snapshot was taken), its links resume.
+ */
+
+/* The most a core's state may take in the stream (a 64 KiB QP table). */
+#define PIB_HCA_STATE_MAX (256 * MiB)
+
+static void pib_hca_vm_state(void *opaque, bool running, RunState state)
+{
+    PibHcaState *s = opaque;
+
+    if (!running) {
+        return;
+    }
+    pib_hca_release_cables(s);
+    if (s->moving) {
+        s->moving = false;
+        pib_core_move_failed(s->core);
+    }
+}
+
+static int pib_hca_pre_save(void *opaque)
+{
+    PibHcaState *s = opaque;
+    void *state = NULL;
+    size_t len = 0;
+    char *why = NULL;
+
+    if (!s->moving) {
+        s->moving = true;
+        pib_core_moving(s->core);
+    }
+    if (pib_core_save(s->core, &state, &len, &why) != 0 ||
+        len > PIB_HCA_STATE_MAX) {
+        error_report("pib-hca: the device cannot be saved: %s",
+                     why ? why : "its state is too large");
+        free(state);
+        free(why);
+        return -EINVAL;
+    }
+    g_free(s->saved.bytes);
+    s->saved.bytes = g_memdup2(state, len);
+    s->saved.len = len;
+    free(state);
+    return 0;
+}
+
+static int pib_hca_post_save(void *opaque)
+{
+    PibHcaState *s = opaque;
+
+    g_free(s->saved.bytes);
+    s->saved.bytes = NULL;
+    s->saved.len = 0;
+    return 0;
+}
+
+static int pib_hca_post_load(void *opaque, int version_id)
+{
+    PibHcaState *s = opaque;
+    char *why = NULL;
+    int loaded = pib_core_load(s->core, s->saved.bytes, s->saved.len, &why);
+
+    pib_hca_post_save(s);
+    if (loaded != 0) {
+        error_report("pib-hca: the device state is refused: %s",
+                     why ? why : "no reason given");
+        free(why);
+        return -EINVAL;
+    }
+    free(why);
+    /* A snapshot loaded into a running QEMU: its cables are new ones. */
+    if (!s->cables_held) {
+        unsigned i;
+
+        for (i = 0; i < s->ports; i++) {
+            if (s->port[i].open) {
+                pib_core_port_connected(s->core, i + 1, 1);
+            }
+        }
+    }
+    pib_hca_release_cables(s);
+    return 0;
+}
+
+/* The core's state: its length, refused above PIB_HCA_STATE_MAX, then it. */
+static int pib_hca_get_state(QEMUFile *f, void *pv, size_t size,
+                             const VMStateField *field)
+{
+    PibHcaSaved *saved = pv;
+    uint32_t len = qemu_get_be32(f);
+
+    if (len > PIB_HCA_STATE_MAX) {
+        error_report("pib-hca: a device state of %u bytes (at most %u)", len,
+                     (unsigned) PIB_HCA_STATE_MAX);
+        return -EINVAL;
+    }
+    g_free(saved->bytes);
+    saved->bytes = g_malloc(len ? len : 1);
+    saved->len = len;
+    if (qemu_get_buffer(f, saved->bytes, len) != len) {
+        return -EIO;
+    }
+    return 0;
+}
+
+static int pib_hca_put_state(QEMUFile *f, void *pv, size_t size,
+                             const VMStateField *field, JSONWriter *vmdesc)
+{
+    PibHcaSaved *saved = pv;
+
+    qemu_put_be32(f, saved->len);
+    qemu_put_buffer(f, saved->bytes, saved->len);
+    return 0;
+}
+
+static const VMStateInfo pib_hca_state_info = {
+    .name = "pib-hca-core-state",
+    .get = pib_hca_get_state,
+    .put = pib_hca_put_state,
+};
+
 static const VMStateDescription pib_hca_vmstate = {
     .name = TYPE_PIB_HCA,
-    .unmigratable = 1,
+    .version_id = 1,
+    .minimum_version_id = 1,
+    .pre_save = pib_hca_pre_save,
+    .post_save = pib_hca_post_save,
+    .post_load = pib_hca_post_load,
+    .fields =
+        (const VMStateField[]){
+            VMSTATE_PCI_DEVICE(parent_obj, PibHcaState),
+            VMSTATE_MSIX(parent_obj, PibHcaState),
+            {
+                .name = "core",
+                .info = &pib_hca_state_info,
+                .size = sizeof(PibHcaSaved),
+                .flags = VMS_SINGLE,
+                .offset = offsetof(PibHcaState, saved),
+            },
+            VMSTATE_END_OF_LIST(),
+        },
 };
 
 static void pib_hca_class_init(ObjectClass *klass, PibClassData *data)

@@ -4,6 +4,7 @@ import argparse
 import os
 import signal
 import sys
+import time
 
 from pibctl import paths, ui
 
@@ -103,6 +104,21 @@ def _cmd_fabric_fault(args) -> int:
     from pibctl import fabric
 
     return fabric.fault(args.port, args.spec)
+
+
+def _cmd_fabric_migrate(args) -> int:
+    from pibctl import fabric, migrate, ui
+
+    fab = fabric.load()
+    if fab is None:
+        raise ui.StepFailed("no fabric is up: ./pib fabric up first")
+    started = time.monotonic()
+    moved = migrate.migrate(fab, args.vm)
+    ui.info(f"{args.vm} moved to a new QEMU (pid {moved.pid}) in "
+            f"{time.monotonic() - started:.1f} s: QEMU's migration took {moved.total_ms} ms, "
+            f"of which the guest was stopped {moved.downtime_ms} ms; {moved.ram_mb:.0f} MB of "
+            f"RAM sent")
+    return 0
 
 
 def _cmd_capture(args) -> int:
@@ -281,6 +297,11 @@ def build_parser() -> argparse.ArgumentParser:
     fault.add_argument("port", metavar="SWITCH:PORT")
     fault.add_argument("spec", nargs="+", metavar="SPEC", help="what to inject, or clear")
     fault.set_defaults(func=_cmd_fabric_fault)
+    migrate = fsub.add_parser(
+        "migrate", help="live-migrate a guest to a new QEMU process on this host, its RDMA "
+                        "traffic going on (docs/migration.md)")
+    migrate.add_argument("vm", metavar="VM", help="the guest, say vm1")
+    migrate.set_defaults(func=_cmd_fabric_migrate)
 
     p = sub.add_parser(
         "capture", help="record a switch or device port's packets to a pcap file for Wireshark",

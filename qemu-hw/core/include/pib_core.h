@@ -226,8 +226,8 @@ int pib_core_inject(struct pib_core *core, const char *injection, char **answer)
  * version cannot save yet. pib_core_load gives a core created with the
  * same configuration a saved state. The bytes are untrusted input: any
  * fault in them refuses them (-1, the reason in *error) and leaves the
- * core as after pib_core_reset. Migration is in progress (issue 33): a
- * device with objects refuses to save.
+ * core as after pib_core_reset. A device of the ConnectX personality, or
+ * with armed injections, refuses to save.
  */
 int pib_core_save(struct pib_core *core, void **state, size_t *len, char **error);
 int pib_core_load(struct pib_core *core, const void *state, size_t len, char **error);
