@@ -2,11 +2,13 @@
 process on this host (./pib fabric migrate) in the middle of RC traffic
 with vm2, there and back: pib-traffic checks every byte of WRITEs, READs,
 SENDs and atomics at both ends, no QP goes to error, and the switch keeps
-vm1's link up (no LinkDowned, the port ACTIVE with its LID)."""
+vm1's link up (the port ACTIVE with its LID). A migration to a QEMU
+without a pib-hca fails, saying why, and vm1 runs on in its old QEMU,
+its traffic intact."""
 
 import time
 
-from pibctl import fabric, migrate
+from pibctl import fabric, migrate, ui
 from transfers import BackgroundTraffic, same_at_both_ends
 
 # RC timeout 16 (268 ms) x 8 tries: a move stops the guest for far less,
@@ -58,3 +60,42 @@ def test_live_migration_under_rc_traffic_there_and_back(ctx):
     # The port kept its LID: the SM saw no change.
     assert ctx.sh("vm1", f"cat /sys/class/infiniband/{ctx.fabric.vm('vm1').device}/ports/1/lid"
                   ).out.strip() == lid
+
+
+def _without_the_hca(command):
+    """A QEMU command line without vm1's pib-hca and its cables' chardevs:
+    its migration stream has a section this QEMU has no device for."""
+    out, skip = [], False
+    for i, arg in enumerate(command):
+        if skip:
+            skip = False
+            continue
+        following = command[i + 1] if i + 1 < len(command) else ""
+        if arg in ("-device", "-chardev") and (following.startswith("pib-hca")
+                                               or following.startswith("socket,id=ib")):
+            skip = True
+            continue
+        out.append(arg)
+    return out
+
+
+def test_a_migration_the_destination_refuses_leaves_the_guest_running(ctx):
+    run = BackgroundTraffic(ctx, TRAFFIC, 18901)
+    time.sleep(3)
+    pid = ctx.fabric.vm("vm1").pid
+    try:
+        migrate.migrate(ctx.fabric, "vm1", edit=_without_the_hca)
+    except ui.StepFailed as e:
+        refusal = str(e)
+    else:
+        raise AssertionError("vm1 moved into a QEMU without a pib-hca")
+    print(f"refused: {refusal}")
+    assert "failed" in refusal and "runs on in its old QEMU" in refusal, refusal
+    assert "pib-hca" in refusal, refusal  # the new QEMU names what it had no device for
+    assert ctx.fabric.vm("vm1").pid == pid and fabric.ours(pid, ctx.fabric.run_dir)
+    rc, out, src, sout = run.wait()
+    assert rc == 0 and src == 0, f"client {rc}, server {src}\n{out}\n{sout}"
+    lines = same_at_both_ends(out, sout)
+    print(f"the traffic went on: {sum(int(line['bytes']) for line in lines.values())} bytes, "
+          "every byte checked")
+    assert "ACTIVE, link up" in _port_line(ctx, "vm1"), _port_line(ctx, "vm1")

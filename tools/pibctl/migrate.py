@@ -79,10 +79,34 @@ def _stop(pid: int, run_dir: str, what: str) -> None:
     fabric._reap(pid)  # pylint: disable=protected-access
 
 
-def migrate(fab: fabric.Fabric, name: str) -> Moved:
+def _why(info: dict, stderr: Path, said_before: int) -> str:
+    """Why a migration failed: the old QEMU's reason, and the first thing
+    the new one said (which names what it could not take)."""
+    why = info.get("error-desc", info.get("status", "?"))
+    try:
+        with open(stderr, "rb") as f:
+            f.seek(said_before)
+            said = [line.strip() for line in f.read().decode(errors="replace").splitlines()
+                    if line.strip()]
+    except OSError:
+        said = []
+    return f"{why} (the new QEMU: {said[0]})" if said else why
+
+
+def _run_on(source: Path) -> None:
+    """The old QEMU runs the guest again if the migration left it stopped."""
+    try:
+        if qmp.command(source, "query-status")["status"] in ("postmigrate", "paused"):
+            qmp.command(source, "cont")
+    except qmp.QmpError:
+        pass
+
+
+def migrate(fab: fabric.Fabric, name: str, edit=None) -> Moved:
     """Moves guest `name` to a new QEMU; updates `fab` (and its saved state)
     with the new process. A failed migration leaves the guest running in
-    its old QEMU, and says why."""
+    its old QEMU, and says why. `edit`, when given, changes the new QEMU's
+    command line (a test's: one that cannot take the guest)."""
     vm = fab.vm(name)
     if not fabric.ours(vm.pid, fab.run_dir):
         raise ui.StepFailed(f"{name} is not running")
@@ -92,26 +116,35 @@ def migrate(fab: fabric.Fabric, name: str) -> Moved:
     for sock in SOCKETS:
         (vm.path / (sock + suffix)).unlink(missing_ok=True)
     crash_report.allow_core_dumps()
-    with open(vm.path / "qemu.stderr", "a") as err:
-        proc = subprocess.Popen(_incoming_command(vm, suffix, channel), stdin=subprocess.DEVNULL,
+    stderr = vm.path / "qemu.stderr"
+    said_before = stderr.stat().st_size if stderr.exists() else 0
+    with open(stderr, "a") as err:
+        command = _incoming_command(vm, suffix, channel)
+        proc = subprocess.Popen(edit(command) if edit else command, stdin=subprocess.DEVNULL,
                                 stdout=err, stderr=subprocess.STDOUT, start_new_session=True,
                                 cwd=vm.path)
     incoming_qmp = vm.path / ("qmp.sock" + suffix)
+    source = vm.path / "qmp.sock"
     try:
         _wait_status(incoming_qmp, "inmigrate", 60)
-        source = vm.path / "qmp.sock"
+        # The return path: the old QEMU hears whether the new one took the
+        # state, and runs on if it did not (without it, precopy counts as
+        # done once everything is sent).
+        qmp.command(source, "migrate-set-capabilities",
+                    capabilities=[{"capability": "return-path", "state": True}])
         qmp.command(source, "migrate-set-parameters",
                     **{"max-bandwidth": MAX_BANDWIDTH, "downtime-limit": DOWNTIME_LIMIT_MS})
         qmp.command(source, "migrate", uri=f"unix:{channel}")
         info = _wait_migrated(source)
         if info["status"] != "completed":
             raise ui.StepFailed(f"the migration of {name} failed: "
-                                f"{info.get('error-desc', info['status'])}; "
+                                f"{_why(info, stderr, said_before)}; "
                                 f"{name} runs on in its old QEMU")
         _wait_status(incoming_qmp, "running", 60)
     except BaseException as e:
         proc.kill()
         proc.wait()
+        _run_on(source)
         if isinstance(e, qmp.QmpError):
             raise ui.StepFailed(f"the migration of {name} failed: {e}; {name} runs on in its "
                                 "old QEMU") from e
