@@ -223,6 +223,11 @@ void Server::processInput(unsigned port) {
                 (!helloReceived(port) || conns_[port].get() != c))
                 return;
             c->peer = hello;
+            // A device whose move failed goes on on this connection: its
+            // ring was not read while it moved (nor its doorbell asked
+            // for again), so it is read now, from the event loop.
+            if (c->moved && c->rings)
+                ringsBusy_.push_back(port);
             c->moved = false;
             if (hello.flags & PIB_WIRE_HELLO_TAKES_RINGS)
                 offerRings(port);

@@ -90,6 +90,9 @@ def test_a_migration_the_destination_refuses_leaves_the_guest_running(ctx):
     else:
         raise AssertionError("vm1 moved into a QEMU without a pib-hca")
     print(f"refused: {refusal}")
+    # The refusal came in the middle of the traffic: what follows is the
+    # resumed link's.
+    assert run.running(), "the traffic ended before the refused migration did"
     assert "failed" in refusal and "runs on in its old QEMU" in refusal, refusal
     assert "pib-hca" in refusal, refusal  # the new QEMU names what it had no device for
     assert ctx.fabric.vm("vm1").pid == pid and fabric.ours(pid, ctx.fabric.run_dir)

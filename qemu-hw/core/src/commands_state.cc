@@ -292,9 +292,12 @@ void CommandProcessor::loadSrq(StateReader &r, uint32_t number) {
         return;
     SharedReceiveQueue &srq = objects_.srqs.at(number);
     srq.ctx.wqe_count = ctx.wqe_count; // what the SRQ held when it was saved
+    // The counts run on past the ring's size; they are never more than a
+    // ring apart, and the consumer never passes the producer (both counted
+    // from the ring's base, which RESIZE_SRQ sets).
     const uint32_t base = ctx.base;
     if (std::memcmp(&srq.ctx, &ctx, sizeof(ctx)) != 0 || consumer - base > producer - base ||
-        producer - base > (1u << ctx.log_wqe_count)) {
+        producer - consumer > (1u << ctx.log_wqe_count)) {
         r.fail("SRQ " + std::to_string(number) + ": its context or indices are not an SRQ's");
         return;
     }
