@@ -261,6 +261,19 @@ struct Node {
     void postBind(uint64_t wrId, const pib_wqe_bind_mw &bind, uint8_t flags = PIB_WQE_SIGNALED) {
         postLocal(wrId, PIB_WR_BIND_MW, flags, 0, &bind, sizeof(bind));
     }
+    // A UD SEND of `len` bytes at `buf` to the address and QP `ud` names.
+    void postDatagram(uint64_t wrId, const pib_wqe_ud &ud, uint64_t buf, uint32_t len) {
+        const uint64_t slot = sqPage + (sqPi % (1u << logSq)) * 128;
+        pib_wqe_ctrl ctrl{};
+        ctrl.wr_id = wrId;
+        ctrl.opcode = PIB_WR_SEND;
+        ctrl.flags = PIB_WQE_SIGNALED;
+        ctrl.num_ds = 5;
+        host.poke(slot, ctrl);
+        host.poke(slot + 16, ud);
+        host.poke(slot + 64, pib_wqe_data{len, key, buf});
+        ring(PIB_DB_SQ, ++sqPi);
+    }
     void postLocal(uint64_t wrId, uint8_t opcode, uint8_t flags, uint32_t imm, const void *segment,
                    size_t size) {
         const uint64_t slot = sqPage + (sqPi % (1u << logSq)) * 128;

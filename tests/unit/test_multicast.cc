@@ -39,13 +39,6 @@ void udReady(Node &n, uint32_t qkey = kQkey) {
 // told otherwise).
 void sendToGroup(Node &n, uint64_t wrId, uint64_t buf, uint32_t len, bool grh = true,
                  uint32_t qkey = kQkey) {
-    const uint64_t slot = n.sqPage + (n.sqPi % (1u << Node::kLogSq)) * 128;
-    pib_wqe_ctrl ctrl{};
-    ctrl.wr_id = wrId;
-    ctrl.opcode = PIB_WR_SEND;
-    ctrl.flags = PIB_WQE_SIGNALED;
-    ctrl.num_ds = 5;
-    n.host.poke(slot, ctrl);
     pib_wqe_ud ud{};
     ud.av.dlid = kMlid;
     ud.av.port = 1;
@@ -56,9 +49,7 @@ void sendToGroup(Node &n, uint64_t wrId, uint64_t buf, uint32_t len, bool grh = 
     }
     ud.remote_qpn = iba::kMulticastQpn;
     ud.remote_qkey = qkey;
-    n.host.poke(slot + 16, ud);
-    n.host.poke(slot + 64, pib_wqe_data{len, n.key, buf});
-    n.ring(PIB_DB_SQ, ++n.sqPi);
+    n.postDatagram(wrId, ud, buf, len);
 }
 
 std::vector<pib_cqe> receivesOf(const std::vector<pib_cqe> &cqes, uint32_t qpn) {

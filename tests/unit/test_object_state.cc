@@ -370,21 +370,12 @@ constexpr uint32_t kQkey = 0x11111111;
 
 // A UD SEND of `len` bytes at `buf` from `n` to `to`'s QP.
 void postDatagram(Node &n, uint64_t wrId, const Node &to, uint64_t buf, uint32_t len) {
-    const uint64_t slot = n.sqPage + (n.sqPi % (1u << n.logSq)) * 128;
-    pib_wqe_ctrl ctrl{};
-    ctrl.wr_id = wrId;
-    ctrl.opcode = PIB_WR_SEND;
-    ctrl.flags = PIB_WQE_SIGNALED;
-    ctrl.num_ds = 5;
-    n.host.poke(slot, ctrl);
     pib_wqe_ud ud{};
     ud.av.dlid = to.lid;
     ud.av.port = 1;
     ud.remote_qpn = to.qpn;
     ud.remote_qkey = kQkey;
-    n.host.poke(slot + 16, ud);
-    n.host.poke(slot + 64, pib_wqe_data{len, n.key, buf});
-    n.ring(PIB_DB_SQ, ++n.sqPi);
+    n.postDatagram(wrId, ud, buf, len);
 }
 
 } // namespace

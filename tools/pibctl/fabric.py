@@ -427,20 +427,20 @@ def _check_setup() -> None:
             raise ui.StepFailed(f"{f} is missing; run ./pib setup first")
 
 
-def qemu_log_tail(vm: Vm, lines: int = 30) -> str:
+def _tail(path: Path, lines: int, missing: str) -> str:
     try:
-        text = vm.qemu_log.read_text(errors="replace").splitlines()
+        text = path.read_text(errors="replace").splitlines()
     except OSError:
-        return "(no qemu.log)"
+        return missing
     return "\n".join(text[-lines:])
+
+
+def qemu_log_tail(vm: Vm, lines: int = 30) -> str:
+    return _tail(vm.qemu_log, lines, "(no qemu.log)")
 
 
 def console_tail(vm: Vm, lines: int = 30) -> str:
-    try:
-        text = vm.console_log.read_text(errors="replace").splitlines()
-    except OSError:
-        return "(no console log)"
-    return "\n".join(text[-lines:])
+    return _tail(vm.console_log, lines, "(no console log)")
 
 
 def _exit_status(pid: int, wait: float = 3.0) -> str:

@@ -324,11 +324,9 @@ void CommandProcessor::loadQp(StateReader &r, QueuePair &qp, const pib_qp_attr &
     if (const char *bad = badQpAttr(qp, attr, kCheckedAttrs, ports_,
                                     {caps_.max_qp_init_rd_atom, caps_.max_qp_rd_atom}))
         return refuse(bad);
-    pib_qp_attr loaded = attr;
-    loaded.qp_state = state == PIB_QPS_ERR ? uint8_t{PIB_QPS_RESET} : state;
-    loaded.cur_qp_state = attr.cur_qp_state;
-    loaded.attr_mask = attr.attr_mask;
-    qp.attr = loaded;
+    qp.attr = attr;
+    if (state == PIB_QPS_ERR) // entered below, by MODIFY_QP's code
+        qp.attr.qp_state = PIB_QPS_RESET;
     dataPath_.loadTransport(qp, r);
     if (!r.ok())
         return;
