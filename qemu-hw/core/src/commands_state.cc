@@ -376,6 +376,10 @@ void CommandProcessor::loadObjects(StateReader &r) {
         r.record(ctx, "a QP's context");
         pib_qp_attr attr;
         r.record(attr, "a QP's attributes");
+        // QP0 and QP1 have their own section: CREATE_QP's code would put
+        // one here outside the table.
+        if (r.ok() && (ctx.type == PIB_QPT_SMI || ctx.type == PIB_QPT_GSI))
+            r.fail("QP " + std::to_string(number) + ": a special QP among the others");
         if (!restore(r, "QP", objects_.qps, number, [&] { return createQp(ctx); }))
             return;
         loadQp(r, objects_.qps.at(number), attr);
