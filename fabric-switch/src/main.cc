@@ -34,6 +34,13 @@ Options:
   --move-grace MS       how long a port whose device said MOVING (its VM
                         migrates) keeps its link for the device to come
                         back on a new connection (default 5000; docs/wire.md)
+  --restore FILE        start with the state a switch saved (the control
+                        socket's "save FILE"; ./pib fabric snapshot): its
+                        SM's configuration, forwarding tables and
+                        counters. Each link that was up stays up until
+                        its peer resumes it (a guest or switch restored
+                        from the same snapshot), or the grace runs out
+  --restore-grace MS    how long a restored link waits (default 60000)
   --control PATH        take fault commands on a UNIX socket (see docs/wire.md)
   --fault N=SPEC        inject faults into port N from the start, e.g.
                         --fault 3=loss=5%,corrupt=1%,dir=in; SPEC words:
@@ -86,6 +93,8 @@ struct Options {
     std::vector<std::string> captures;
     std::string control;
     uint64_t moveGraceMs = 5000;
+    std::string restore;
+    uint64_t restoreGraceMs = 60000;
 };
 
 Options parseOptions(int argc, char **argv) {
@@ -120,6 +129,13 @@ Options parseOptions(int argc, char **argv) {
             if (ms > 600'000)
                 throw std::runtime_error("--move-grace is at most 600000 ms");
             o.moveGraceMs = ms;
+        } else if (arg == "--restore") {
+            o.restore = value();
+        } else if (arg == "--restore-grace") {
+            const unsigned long long ms = std::stoull(value());
+            if (ms > 600'000)
+                throw std::runtime_error("--restore-grace is at most 600000 ms");
+            o.restoreGraceMs = ms;
         } else if (arg == "--fault") {
             o.faults.push_back(value());
         } else if (arg == "--capture") {
@@ -184,6 +200,9 @@ int main(int argc, char **argv) {
         if (!o.control.empty())
             server.setControlSocket(o.control);
         server.setMoveGrace(o.moveGraceMs * 1'000'000);
+        if (!o.restore.empty())
+            server.restoreState(pib::fabric::readStateFile(o.restore),
+                                o.restoreGraceMs * 1'000'000);
         server.open();
         g_server = &server;
         std::signal(SIGTERM, onSignal);

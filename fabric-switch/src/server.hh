@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -15,6 +16,10 @@
 #include "switch.hh"
 
 namespace pib::fabric {
+
+// A state file's bytes, for Server::restoreState (bounded; throws
+// std::runtime_error when it cannot be read).
+std::vector<uint8_t> readStateFile(const std::string &path);
 
 // Writes a line to the switch's log (stderr), prefixed with the program's
 // name and the seconds since it started.
@@ -60,6 +65,13 @@ class Server {
     // Before open(): the clock the server's timers run on (the fuzzer's
     // is a counter it advances, so that a run depends on its input alone).
     void setClock(Clock clock) { clock_ = clock; }
+    // The switch's state and whom each link that is up leads to, for a
+    // fabric snapshot (server_state.cc).
+    std::vector<uint8_t> saveState() const;
+    // Before open(): takes a state saveState() wrote (throws
+    // std::runtime_error with the reason when it refuses it). Each link
+    // that was up stays up for `graceNs` for its peer to resume it.
+    void restoreState(std::span<const uint8_t> state, uint64_t graceNs);
     // Opens every endpoint; throws std::runtime_error on failure.
     void open();
     // Injects faults into port `port` (see fault.hh); returns what it logs.
@@ -177,6 +189,7 @@ class Server {
     std::string portStates() const;
     std::string queueStates() const;
     std::string captureCommand(unsigned port, std::string_view args);
+    std::string saveCommand(std::string_view path);
     std::string captureStatus() const;
     void capture(unsigned port, std::span<const uint8_t> packet, bool sent);
 

@@ -10,6 +10,7 @@
 //                        record the port's packets to a pcap file
 //   capture PORT stop    stop recording and close the file
 //   captures             the captures running, and their packet counts
+//   save FILE            write the switch's state to FILE (server_state.cc)
 // The answer's first word is "ok" or "error:".
 #include <algorithm>
 #include <cerrno>
@@ -108,9 +109,11 @@ std::string Server::controlCommand(std::string_view line) {
         return "ok\n" + captureStatus();
     if (command == "queues")
         return "ok\n" + queueStates();
+    if (command == "save")
+        return saveCommand(firstWord(&line));
     if (command != "fault" && command != "clear" && command != "capture")
         return "error: unknown command '" + std::string(command) +
-               "' (fault, clear, status, ports, queues, capture, captures)";
+               "' (fault, clear, status, ports, queues, capture, captures, save)";
     const std::string_view portText = firstWord(&line);
     unsigned port = 0;
     const auto [end, ec] =

@@ -41,7 +41,7 @@ bool Server::helloContinuesMove(unsigned port, const pib_wire_hello &hello) {
     }
     m.pending = false;
     conns_[port]->helloReceived = true;
-    log("port %u: its device is back after %" PRIu64 " ms; the link was kept", port,
+    log("port %u: its peer is back after %" PRIu64 " ms; the link was kept", port,
         (now() - m.sinceNs) / 1'000'000);
     return true;
 }

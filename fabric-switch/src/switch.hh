@@ -18,6 +18,7 @@
 #include "mkey.hh"
 #include "packet.hh"
 #include "smp.hh"
+#include "state_archive.hh"
 
 namespace pib::fabric {
 
@@ -132,11 +133,20 @@ class Switch {
     void setClock(std::function<uint64_t()> clock) { clock_ = std::move(clock); }
     const iba::MkeyProtection &mkey() const { return mkey_; }
 
+    // The switch's state for a fabric snapshot (switch_state.cc): what the
+    // SM configured and what the ports counted. load() takes only a state
+    // this switch's GUID and port count saved; one it refuses leaves the
+    // switch as it was, and `r` says why.
+    void save(StateWriter &w) const;
+    bool load(StateReader &r);
+
     static constexpr unsigned kLftCap = 49152;    // unicast LIDs
     static constexpr size_t kHeldWhileArmed = 16; // packets per port
     static constexpr unsigned kMftCap = 1024;     // multicast LIDs from 0xc000
 
   private:
+    void loadFrom(StateReader &r);
+
     // Management.
     std::vector<Transmit> directedRoute(unsigned in, iba::Packet packet,
                                         std::span<const uint8_t> bytes, const Forwarder &send);

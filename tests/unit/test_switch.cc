@@ -920,3 +920,83 @@ TEST_CASE("port 0's M_Key guards the switch ports' partition tables", "[switch][
     sw.receive(1, iba::build(p));
     CHECK(sw.port(3).pkeys[0] == 0x8123);
 }
+
+TEST_CASE("a switch's saved state loads into a new switch that forwards as it did",
+          "[switch][switch-state]") {
+    Switch sw = makeSwitch();
+    configure(sw, 7, {{5, 2}, {6, 3}});
+    activate(sw, {1, 2, 3});
+    setPkeys(sw, 2, {0xffff, 0x8001});
+    setEnforcement(sw, 2, kEnforceOutbound);
+    drSet(sw, kAttrMulticastForwardingTable, 0, [](Mad &m) { m.set16(64 + 2, 0b1110); });
+    const auto data = lidPacket(5, 0x99, std::vector<uint8_t>(100, 1));
+    REQUIRE(sw.receive(1, data).size() == 1);
+    pib::StateWriter w;
+    sw.save(w);
+    const std::vector<uint8_t> state = w.take();
+
+    Switch loaded(SwitchConfig{kGuid, 8, "test switch"});
+    pib::StateReader r(state);
+    REQUIRE(loaded.load(r));
+    CHECK(r.atEnd());
+    CHECK(loaded.lid() == 7);
+    for (unsigned p = 0; p <= 8; ++p) {
+        INFO("port " << p);
+        CHECK(loaded.port(p).state == sw.port(p).state);
+        CHECK(loaded.port(p).linkUp == sw.port(p).linkUp);
+        CHECK(loaded.port(p).pkeys == sw.port(p).pkeys);
+        CHECK(loaded.port(p).enforcement == sw.port(p).enforcement);
+        CHECK(loaded.port(p).counters.xmitPackets == sw.port(p).counters.xmitPackets);
+        CHECK(loaded.port(p).counters.rcvPackets == sw.port(p).counters.rcvPackets);
+    }
+    CHECK(loaded.lftEntry(5) == 2);
+    CHECK(loaded.lftEntry(6) == 3);
+    // It forwards by what it loaded: unicast by the LFT, multicast by the MFT.
+    auto out = loaded.receive(1, data);
+    REQUIRE(out.size() == 1);
+    CHECK(out[0].port == 2);
+    out = loaded.receive(1, lidPacket(0xc001, 0xffffff, std::vector<uint8_t>(64, 9)));
+    REQUIRE(out.size() == 2);
+    CHECK(out[0].port == 2);
+    CHECK(out[1].port == 3);
+    // Its counters went on from what it loaded.
+    CHECK(loaded.port(1).counters.rcvPackets == sw.port(1).counters.rcvPackets + 2);
+}
+
+TEST_CASE("a switch state with a value no SM could set is refused and changes nothing",
+          "[switch][switch-state]") {
+    Switch sw = makeSwitch(2);
+    configure(sw, 7, {{5, 2}});
+    pib::StateWriter w;
+    sw.save(w);
+    const std::vector<uint8_t> state = w.take();
+    // The ports section follows the SMA's: port 0's link, then its state.
+    // Find port 1's state by saving a switch whose port 1 differs.
+    Switch other = makeSwitch(2);
+    configure(other, 7, {{5, 2}});
+    activate(other, {1});
+    pib::StateWriter w2;
+    other.save(w2);
+    const std::vector<uint8_t> active = w2.take();
+    REQUIRE(active.size() == state.size());
+    size_t at = 0;
+    while (at < state.size() && state[at] == active[at])
+        ++at;
+    REQUIRE(at < state.size());
+    REQUIRE(active[at] == kPortStateActive);
+    for (uint8_t bad : {0, 5, 200}) {
+        std::vector<uint8_t> changed = state;
+        changed[at] = bad;
+        Switch fresh(SwitchConfig{kGuid, 2, "test switch"});
+        pib::StateReader r(changed);
+        CHECK_FALSE(fresh.load(r));
+        CHECK_THAT(r.error(), Catch::Contains("port 1: port state"));
+        CHECK(fresh.lid() == 0);
+    }
+    std::vector<uint8_t> downWithState = state;
+    downWithState[at - 1] = 0; // port 1's link down, its state INIT
+    Switch fresh(SwitchConfig{kGuid, 2, "test switch"});
+    pib::StateReader r(downWithState);
+    CHECK_FALSE(fresh.load(r));
+    CHECK_THAT(r.error(), Catch::Contains("without a link"));
+}

@@ -220,13 +220,16 @@ class SynDroppingPeer {
 class RunningSwitch {
   public:
     RunningSwitch(std::vector<PortEndpoint> endpoints, const std::string &control,
-                  const DialPolicy &policy = {}, uint64_t moveGraceNs = 5'000'000'000)
+                  const DialPolicy &policy = {}, uint64_t moveGraceNs = 5'000'000'000,
+                  std::span<const uint8_t> restore = {})
         : switch_(SwitchConfig{0x0250494253570001ull, static_cast<unsigned>(endpoints.size() - 1),
                                "tcp test switch"}),
           server_(switch_, std::move(endpoints)) {
         server_.setControlSocket(control);
         server_.setDialPolicy(policy);
         server_.setMoveGrace(moveGraceNs);
+        if (!restore.empty())
+            server_.restoreState(restore, moveGraceNs);
         server_.open();
         loop_ = std::thread([this] { server_.run(); });
     }
@@ -812,4 +815,92 @@ TEST_CASE("a switch that says MOVING keeps no link", "[switch-moves]") {
     CHECK(answersOn(cable)); // nothing changed: it is still read
     cable.reset();
     CHECK(portsSay(dir.file("control.sock"), "port 1: DOWN, link down", 2000ms));
+}
+
+namespace {
+
+// The state a switch saved through its control socket's "save FILE".
+std::vector<uint8_t> savedState(const std::string &control, const std::string &file) {
+    const auto answer = askControl(control, "save " + file, 2000ms);
+    REQUIRE(answer);
+    REQUIRE(answer->rfind("ok saved", 0) == 0);
+    return readStateFile(file);
+}
+
+} // namespace
+
+TEST_CASE("a switch restored from its saved state keeps each link up for its peer to resume",
+          "[switch-state]") {
+    TempDir saved;
+    std::vector<uint8_t> state;
+    {
+        ArmedDevice d(5000ms);
+        state = savedState(d.control, saved.file("switch.state"));
+    }
+    TempDir dir;
+    const std::string control = dir.file("control.sock"), port = dir.file("port1.sock");
+    const std::vector<PortEndpoint> endpoints{{}, {PortEndpoint::Kind::kUnixListen, port}};
+    SECTION("the device restored from the same snapshot resumes the link") {
+        RunningSwitch sw(endpoints, control, {}, 5'000'000'000, state);
+        // The SM's state came back: ARMED, with the link kept for the device.
+        CHECK(portsSay(control, "port 1: ARMED, link up, its device moves", 2000ms));
+        Fd cable = cableTo(port);
+        const auto hello = frameOfType(cable, PIB_WIRE_HELLO, 2000ms);
+        REQUIRE(hello);
+        pib_wire_hello theirs{};
+        std::memcpy(&theirs, hello->payload.data(), sizeof(theirs));
+        CHECK(theirs.flags & PIB_WIRE_HELLO_RESUMES);
+        deviceHello(cable, PIB_WIRE_HELLO_RESUMES);
+        CHECK(portsSay(control, "port 1: ARMED, link up\n", 2000ms));
+        CHECK(answersOn(cable));
+    }
+    SECTION("a device that boots afresh trains a new link") {
+        RunningSwitch sw(endpoints, control, {}, 5'000'000'000, state);
+        Fd cable = deviceCable(port); // no PIB_WIRE_HELLO_RESUMES
+        CHECK(portsSay(control, "port 1: INIT, link up\n", 2000ms));
+    }
+    SECTION("another device is not the one the link was kept for") {
+        RunningSwitch sw(endpoints, control, {}, 5'000'000'000, state);
+        Fd cable = deviceCable(port, PIB_WIRE_HELLO_RESUMES, kDeviceGuid + 1);
+        CHECK(portsSay(control, "port 1: INIT, link up\n", 2000ms));
+    }
+    SECTION("no device comes back within the grace") {
+        RunningSwitch sw(endpoints, control, {}, 300'000'000, state);
+        CHECK(portsSay(control, "port 1: DOWN, link down\n", 2000ms));
+    }
+}
+
+TEST_CASE("a switch refuses a state that is not its own, cut or changed", "[switch-state]") {
+    TempDir saved;
+    std::vector<uint8_t> state;
+    {
+        ArmedDevice d(5000ms);
+        state = savedState(d.control, saved.file("switch.state"));
+    }
+    TempDir dir;
+    auto refusal = [&](std::span<const uint8_t> bytes, unsigned ports = 1) -> std::string {
+        Switch sw(SwitchConfig{0x0250494253570001ull, ports, "tcp test switch"});
+        std::vector<PortEndpoint> endpoints(ports + 1);
+        for (unsigned p = 1; p <= ports; ++p)
+            endpoints[p] = {PortEndpoint::Kind::kUnixListen, dir.file("p" + std::to_string(p))};
+        Server server(sw, endpoints);
+        try {
+            server.restoreState(bytes, 1'000'000'000);
+        } catch (const std::runtime_error &e) {
+            CHECK(sw.lid() == 0); // a refused state changed nothing
+            CHECK(sw.port(1).state == iba::kPortStateDown);
+            return e.what();
+        }
+        return "";
+    };
+    CHECK(refusal(state).empty());
+    CHECK_THAT(refusal(state, 2), Catch::Contains("the state is of another switch"));
+    for (size_t cut = 0; cut < state.size(); cut += cut < 64 ? 1 : 997)
+        CHECK_FALSE(refusal(std::span(state).first(cut)).empty());
+    std::vector<uint8_t> longer = state;
+    longer.push_back(0);
+    CHECK_THAT(refusal(longer), Catch::Contains("bytes after"));
+    std::vector<uint8_t> otherVersion = state;
+    otherVersion[8] = 9; // the version, after the section's tag and length
+    CHECK_THAT(refusal(otherVersion), Catch::Contains("of version 9"));
 }

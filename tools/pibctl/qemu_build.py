@@ -29,7 +29,9 @@ CONFIGURE_FLAGS = [
 # pib.mak, with --without-default-devices): what the fabric's guests and
 # the user guide's examples use (q35, its PCIe root ports, virtio-net over
 # vde, virtio-serial for the guest agent, ISA serial for the console, and
-# for the libvirt example a virtio disk, balloon and XHCI controller).
+# for the libvirt example a virtio disk, balloon and XHCI controller), and
+# the VM generation ID, which tells a guest restored from a snapshot that
+# it is a copy, so that its kernel reseeds its random numbers.
 # A tree of the user's (--qemu-src) keeps QEMU's default set.
 DEVICES_NAME = "pib"
 DEVICES = """\
@@ -41,6 +43,7 @@ CONFIG_VIRTIO_SERIAL=y
 CONFIG_VIRTIO_BLK=y
 CONFIG_VIRTIO_BALLOON=y
 CONFIG_USB_XHCI_PCI=y
+CONFIG_ACPI_VMGENID=y
 CONFIG_PIB_HCA=y
 """
 

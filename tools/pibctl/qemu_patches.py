@@ -34,7 +34,7 @@ def layout() -> dict:
         files[f"hw/pib/include/{h.name}"] = h
     for f in sorted((CORE / "src").iterdir()):
         files[f"hw/pib/core/{f.name}"] = f
-    for part in ("iba", "wire"):
+    for part in ("iba", "state", "wire"):
         for f in sorted((COMMON / part).iterdir()):
             files[f"hw/pib/common/{part}/{f.name}"] = f
     files[f"qapi/{QAPI_SCHEMA}"] = GLUE / QAPI_SCHEMA

@@ -1,0 +1,224 @@
+// SPDX-License-Identifier: GPL-2.0-or-later
+// The switch's state for a fabric snapshot (docs/migration.md, "The
+// switch's state"): what the SM configured (the SMA's fields, every
+// port's PortInfo, P_Keys, SL-to-VL and VL arbitration tables, the LFT
+// and MFT) and what it counted. A state file is untrusted input: every
+// field is read through a StateReader and every value checked, and a
+// refused state leaves the switch as it was.
+#include <chrono>
+
+#include "state_archive.hh"
+#include "switch.hh"
+
+namespace pib::fabric {
+
+using namespace pib::iba;
+
+namespace {
+
+constexpr uint32_t kTagSwitch = stateTag("PSWI");
+constexpr uint32_t kTagSma = stateTag("SSMA");
+constexpr uint32_t kTagPorts = stateTag("SPRT");
+constexpr uint32_t kTagTables = stateTag("SFDB");
+constexpr uint32_t kStateVersion = 1;
+constexpr uint8_t kMaxMtu = 5; // 4096
+constexpr uint8_t kMaxSubnetTimeout = 31;
+constexpr uint8_t kMaxLmc = 7;
+
+void saveCounters(StateWriter &w, const PortCounters &c) {
+    for (uint64_t v :
+         {c.xmitData, c.rcvData, c.xmitPackets, c.rcvPackets, c.rcvErrors, c.xmitDiscards,
+          c.vl15Dropped, c.xmitConstraintErrors, c.rcvConstraintErrors})
+        w.u64(v);
+    w.u32(c.linkDowned);
+}
+
+void loadCounters(StateReader &r, PortCounters &c) {
+    for (uint64_t *v :
+         {&c.xmitData, &c.rcvData, &c.xmitPackets, &c.rcvPackets, &c.rcvErrors, &c.xmitDiscards,
+          &c.vl15Dropped, &c.xmitConstraintErrors, &c.rcvConstraintErrors})
+        *v = r.u64();
+    c.linkDowned = r.u32();
+}
+
+template <size_t N> void saveTable(StateWriter &w, const std::array<uint8_t, N> &t) {
+    w.bytes(t);
+}
+
+template <size_t N> void loadTable(StateReader &r, std::array<uint8_t, N> &t, const char *what) {
+    const std::vector<uint8_t> b = r.bytes(N, what);
+    if (r.ok() && b.size() != N)
+        r.fail(std::string(what) + ": " + std::to_string(b.size()) + " bytes, not " +
+               std::to_string(N));
+    if (r.ok())
+        std::copy(b.begin(), b.end(), t.begin());
+}
+
+void savePort(StateWriter &w, const SwitchPort &p) {
+    w.boolean(p.linkUp);
+    w.u8(p.state);
+    w.u8(p.neighborMtu);
+    w.u8(p.operationalVls);
+    w.u8(p.hoqLife);
+    w.u8(p.vlHighLimit);
+    saveTable(w, p.slToVl);
+    saveTable(w, p.vlArb);
+    for (uint16_t key : p.pkeys)
+        w.u16(key);
+    w.u8(p.enforcement);
+    saveCounters(w, p.counters);
+}
+
+// Port `n` as saved, checked as the SMA checks a Set(PortInfo).
+void loadPort(StateReader &r, SwitchPort &p, unsigned n) {
+    const std::string port = "port " + std::to_string(n);
+    p.linkUp = r.boolean((port + ": link up").c_str());
+    p.state = r.u8();
+    p.neighborMtu = r.u8();
+    p.operationalVls = r.u8();
+    p.hoqLife = r.u8();
+    p.vlHighLimit = r.u8();
+    loadTable(r, p.slToVl, (port + ": SL-to-VL table").c_str());
+    loadTable(r, p.vlArb, (port + ": VL arbitration table").c_str());
+    for (uint16_t &key : p.pkeys)
+        key = r.u16();
+    p.enforcement = r.u8();
+    loadCounters(r, p.counters);
+    p.held.clear(); // packets held while ARMED are not kept: the wire lost them
+    if (!r.ok())
+        return;
+    if (p.state < kPortStateDown || p.state > kPortStateActive)
+        r.fail(port + ": port state " + std::to_string(p.state));
+    else if (n != 0 && !p.linkUp && p.state != kPortStateDown)
+        r.fail(port + ": " + stateName(p.state) + " without a link");
+    else if (n == 0 && (!p.linkUp || p.state == kPortStateDown))
+        r.fail("port 0: the switch's own port is always up");
+    else if (p.neighborMtu < 1 || p.neighborMtu > kMaxMtu)
+        r.fail(port + ": neighbour MTU " + std::to_string(p.neighborMtu));
+    else if (p.operationalVls != 1)
+        r.fail(port + ": " + std::to_string(p.operationalVls) + " operational VLs");
+    else if (p.enforcement & ~(kEnforceInbound | kEnforceOutbound))
+        r.fail(port + ": partition enforcement bits " + std::to_string(p.enforcement));
+}
+
+} // namespace
+
+void Switch::save(StateWriter &w) const {
+    w.beginSection(kTagSwitch);
+    w.u32(kStateVersion);
+    w.u64(config_.guid);
+    w.u32(config_.ports);
+
+    w.beginSection(kTagSma);
+    w.u16(lid_);
+    w.u16(smLid_);
+    w.u8(lmc_);
+    w.u64(gidPrefix_);
+    w.u8(subnetTimeout_);
+    w.u16(linearFdbTop_);
+    w.u16(multicastFdbTop_);
+    w.u8(defaultPort_);
+    w.u8(lifeTime_);
+    w.boolean(portStateChange_);
+    w.u64(trapTid_);
+    const MkeyProtection::Saved m = mkey_.saved();
+    w.u64(m.key);
+    w.u8(m.protectBits);
+    w.u16(m.leasePeriod);
+    // The lease as what is left of it: the clock of the switch that loads
+    // the state is another process's.
+    const uint64_t t = now();
+    w.u64(m.leaseEndsNs == 0 ? 0
+                             : std::max<uint64_t>(m.leaseEndsNs - std::min(m.leaseEndsNs, t), 1));
+    w.u16(m.violations);
+    w.endSection();
+
+    w.beginSection(kTagPorts);
+    for (const SwitchPort &p : ports_)
+        savePort(w, p);
+    w.endSection();
+
+    w.beginSection(kTagTables);
+    w.bytes(lft_);
+    for (const auto &entry : mft_)
+        for (uint16_t mask : entry)
+            w.u16(mask);
+    w.endSection();
+    w.endSection();
+}
+
+bool Switch::load(StateReader &r) {
+    Switch loaded = *this;
+    loaded.loadFrom(r);
+    if (!r.ok())
+        return false;
+    *this = std::move(loaded);
+    return true;
+}
+
+void Switch::loadFrom(StateReader &r) {
+    r.enterSection(kTagSwitch, "the switch's state");
+    const uint32_t version = r.u32();
+    const uint64_t guid = r.u64();
+    const uint32_t ports = r.u32();
+    if (r.ok() && version != kStateVersion)
+        r.fail("the switch state is of version " + std::to_string(version) +
+               "; this switch reads version " + std::to_string(kStateVersion));
+    if (r.ok() && (guid != config_.guid || ports != config_.ports))
+        r.fail("the state is of another switch (GUID " + std::to_string(guid) + ", " +
+               std::to_string(ports) + " ports)");
+    if (!r.ok())
+        return;
+
+    r.enterSection(kTagSma, "the switch's SMA");
+    lid_ = r.u16();
+    smLid_ = r.u16();
+    lmc_ = r.u8();
+    gidPrefix_ = r.u64();
+    subnetTimeout_ = r.u8();
+    linearFdbTop_ = r.u16();
+    multicastFdbTop_ = r.u16();
+    defaultPort_ = r.u8();
+    lifeTime_ = r.u8();
+    portStateChange_ = r.boolean("PortStateChange");
+    trapTid_ = r.u64();
+    MkeyProtection::Saved m{};
+    m.key = r.u64();
+    m.protectBits = r.u8();
+    m.leasePeriod = r.u16();
+    const uint64_t leaseLeft = r.u64();
+    m.violations = r.u16();
+    m.leaseEndsNs = leaseLeft == 0 ? 0 : now() + leaseLeft;
+    r.leaveSection("the switch's SMA");
+    if (r.ok() && (lmc_ > kMaxLmc || subnetTimeout_ > kMaxSubnetTimeout))
+        r.fail("LMC " + std::to_string(lmc_) + " or subnet timeout " +
+               std::to_string(subnetTimeout_) + " out of range");
+    if (r.ok() && linearFdbTop_ >= kLftCap)
+        r.fail("LinearFDBTop " + std::to_string(linearFdbTop_) + " beyond the LFT");
+    if (r.ok() && !mkey_.restore(m))
+        r.fail("M_Key protect bits " + std::to_string(m.protectBits));
+
+    r.enterSection(kTagPorts, "the switch's ports");
+    for (unsigned n = 0; n < ports_.size() && r.ok(); ++n)
+        loadPort(r, ports_[n], n);
+    r.leaveSection("the switch's ports");
+
+    r.enterSection(kTagTables, "the forwarding tables");
+    const std::vector<uint8_t> lft = r.bytes(kLftCap, "the LFT");
+    if (r.ok() && lft.size() != kLftCap)
+        r.fail("the LFT: " + std::to_string(lft.size()) + " entries");
+    if (r.ok())
+        lft_ = lft;
+    for (auto &entry : mft_)
+        for (uint16_t &mask : entry)
+            mask = r.u16();
+    r.leaveSection("the forwarding tables");
+    r.leaveSection("the switch's state");
+    // A trap that waited for the SM's repress is not kept: the SM sweeps
+    // the subnet when it resumes, and finds what the trap said.
+    unrepressed_.reset();
+    released_.clear();
+    linkResets_.clear();
+}
+
+} // namespace pib::fabric
