@@ -100,7 +100,7 @@ def _nvmet_teardown(ctx, roles):
     """, check=False)
 
 
-def _nvme_device(ctx, roles):
+def nvme_device(ctx, roles):
     """The block device of the connected controller's namespace: with the
     kernel's native multipath, /dev/nvmeXnY (the head), not nvmeXcZnY."""
     host = roles.host
@@ -116,7 +116,7 @@ def nvme_roundtrip(ctx, roles, megabytes):
     """disk_roundtrip through the namespace (each 1 MiB I/O a fast
     registration of 256 pages), then 4 KiB blocks at scattered offsets.
     Returns the write and read rates in MB/s."""
-    dev = _nvme_device(ctx, roles)
+    dev = nvme_device(ctx, roles)
     rates = disk_roundtrip(ctx, roles, dev, megabytes)
     small = ctx.sh(roles.host, f"""
         set -e

@@ -1,24 +1,34 @@
-"""Live migration (docs/migration.md, issue 33): vm1 moves to a new QEMU
-process on this host (./pib fabric migrate) in the middle of RC traffic
-with vm2, there and back: pib-traffic checks every byte of WRITEs, READs,
-SENDs and atomics at both ends, no QP goes to error, and the switch keeps
-vm1's link up (the port ACTIVE with its LID). A migration to a QEMU
+"""Live migration (docs/migration.md, issue 33): vm1, which runs opensm,
+moves to a new QEMU process on this host (./pib fabric migrate) in the
+middle of RC traffic with vm2, there and back twice: pib-traffic checks
+every byte of WRITEs, READs, SENDs and atomics at both ends, no QP goes
+to error, the switch keeps vm1's link up (the port ACTIVE with its LID)
+and opensm stays the subnet's master. vm1 moves again while it writes to
+an NVMe-oF namespace of vm2's, and what it wrote reads back whole. A migration to a QEMU
 without a pib-hca fails, saying why, and vm1 runs on in its old QEMU,
-its traffic intact."""
+its traffic intact. A snapshot of the whole fabric taken in the middle
+of the traffic is restored (./pib fabric snapshot), and the traffic
+completes there, every byte checked; the restored guests reseeded their
+random numbers and took ssh keys of their own."""
 
+import re
+import shutil
 import time
+from pathlib import Path
 
-from pibctl import fabric, migrate, ui
+from pibctl import fabric, migrate, snapshot, ui
+from storage import NvmeConnected, Roles, nvme_device
 from transfers import BackgroundTraffic, same_at_both_ends
 
 # RC timeout 16 (268 ms) x 8 tries: a move stops the guest for far less,
 # and what it lost on the wire comes again at the first timeout.
 TRAFFIC = ["-t", "write,read,send,fadd,cas", "-s", "4096,65536", "-q", "2", "-n", "400",
            "-T", "16", "-r", "7", "-w", "120"]
-MOVES = 2  # there and back
+MOVES = 4  # there and back, twice
 # Not judged by the runner's ibqueryerrors after the module (testing.py).
-ERRORS_ON_PURPOSE = ("packets to vm1's switch port while it moves are discarded "
-                     "(PortXmitDiscards), as a move loses what is on the wire")
+ERRORS_ON_PURPOSE = ("packets to vm1's switch port while it moves, or to a restored switch "
+                     "port before its guest resumed the link, are discarded (PortXmitDiscards), "
+                     "as a move loses what is on the wire")
 COUNTERS = ("ack_timeout", "duplicate_request", "out_of_seq_request")
 
 
@@ -34,8 +44,18 @@ def _port_line(ctx, vm):
     return fabric.switch_port_states(ctx.fabric).get(f"{switch}:{port}", "?")
 
 
-def test_live_migration_under_rc_traffic_there_and_back(ctx):
+def _opensm(ctx):
+    """opensm's pid in vm1, and the SM as vm2 sees it (its LID, GUID and state)."""
+    pid = ctx.sh("vm1", "pidof opensm").out.strip()
+    sm = ctx.sh("vm2", "sminfo").out.strip()
+    found = re.search(r"sm lid (\d+) sm guid (0x[0-9a-f]+)", sm)
+    assert found and "SMINFO_MASTER" in sm, sm
+    return pid, found.group(1), found.group(2)
+
+
+def test_live_migration_under_rc_traffic_there_and_back_twice(ctx):
     before = {vm: _counters(ctx, vm) for vm in ("vm1", "vm2")}
+    sm = _opensm(ctx)
     lid = ctx.sh("vm1", f"cat /sys/class/infiniband/{ctx.fabric.vm('vm1').device}/ports/1/lid"
                  ).out.strip()
     run = BackgroundTraffic(ctx, TRAFFIC, 18900)
@@ -60,6 +80,47 @@ def test_live_migration_under_rc_traffic_there_and_back(ctx):
     # The port kept its LID: the SM saw no change.
     assert ctx.sh("vm1", f"cat /sys/class/infiniband/{ctx.fabric.vm('vm1').device}/ports/1/lid"
                   ).out.strip() == lid
+    # opensm moved with vm1 and is the same master.
+    assert _opensm(ctx) == sm, (sm, _opensm(ctx))
+
+
+NVME_MB = 48
+
+
+def test_live_migration_while_writing_to_an_nvme_of_namespace(ctx):
+    """vm1 writes the same random data over and over to vm2's namespace
+    (16 KiB direct I/Os, each a fast registration) while it moves; then
+    the namespace reads back as that data, on vm1 and in vm2's RAM disk."""
+    with NvmeConnected(ctx):
+        dev = nvme_device(ctx, Roles())
+        ctx.sh("vm1", f"head -c {NVME_MB}M /dev/urandom > /tmp/mig.in; rm -f /tmp/mig.*.done; "
+                      "echo 0 > /tmp/mig.passes")
+        ctx.sh("vm1", f"(while [ ! -e /tmp/mig.stop ]; do "
+                      f"dd if=/tmp/mig.in of={dev} bs=16k oflag=direct status=none || exit 1; "
+                      "echo $(( $(cat /tmp/mig.passes) + 1 )) > /tmp/mig.passes; done; "
+                      "echo ok > /tmp/mig.done) >/tmp/mig.log 2>&1 </dev/null &")
+        time.sleep(2)
+        passes = int(ctx.sh("vm1", "cat /tmp/mig.passes").out)
+        moved = migrate.migrate(ctx.fabric, "vm1")
+        time.sleep(2)
+        during = int(ctx.sh("vm1", "cat /tmp/mig.passes").out)
+        ctx.sh("vm1", "touch /tmp/mig.stop")
+        deadline = time.monotonic() + 120
+        while ctx.sh("vm1", "cat /tmp/mig.done 2>/dev/null; true").out.strip() != "ok":
+            assert time.monotonic() < deadline, ctx.sh("vm1", "cat /tmp/mig.log").out
+            time.sleep(0.5)
+        after = int(ctx.sh("vm1", "cat /tmp/mig.passes").out)
+        assert after > during, "the writes did not go on after the move"
+        sums = ctx.sh("vm1", f"head -c {NVME_MB}M /tmp/mig.in | sha256sum; "
+                             f"dd if={dev} bs=1M count={NVME_MB} iflag=direct status=none | "
+                             "sha256sum").out.split()
+        target = ctx.sh("vm2", f"head -c {NVME_MB}M /dev/ram0 | sha256sum").out.split()[0]
+        ctx.sh("vm1", "rm -f /tmp/mig.*")
+    assert sums[0] == sums[2] == target, (sums, target)
+    print(f"vm1 moved in {moved.total_ms} ms (downtime {moved.downtime_ms} ms) while writing "
+          f"the same {NVME_MB} MiB to vm2's namespace over and over (passes done: {passes} when "
+          f"it moved, {after} in all); the namespace reads back as written, on vm1 and in vm2's "
+          "RAM disk")
 
 
 def _without_the_hca(command):
@@ -102,3 +163,50 @@ def test_a_migration_the_destination_refuses_leaves_the_guest_running(ctx):
     print(f"the traffic went on: {sum(int(line['bytes']) for line in lines.values())} bytes, "
           "every byte checked")
     assert "ACTIVE, link up" in _port_line(ctx, "vm1"), _port_line(ctx, "vm1")
+
+
+def _host_keys(ctx):
+    """Each guest's ssh host key, as its fabric made it for it."""
+    keys = Path(ctx.fabric.run_dir) / "ssh"
+    return {vm.name: (keys / f"host-{vm.name}.pub").read_text().split()[1]
+            for vm in ctx.fabric.vms}
+
+
+def _lids(ctx):
+    return {vm.name: ctx.sh(vm.name, f"cat /sys/class/infiniband/{vm.device}/ports/1/lid"
+                            ).out.strip() for vm in ctx.fabric.vms}
+
+
+def test_a_fabric_snapshot_taken_mid_traffic_is_restored_and_the_traffic_completes(ctx):
+    keys_before, lids_before = _host_keys(ctx), _lids(ctx)
+    where = snapshot.snapshots_dir() / "test-mid-traffic"
+    run = BackgroundTraffic(ctx, TRAFFIC, 18902)
+    time.sleep(3)
+    assert run.running(), "the traffic ended before the snapshot"
+    try:
+        taken = snapshot.save(ctx.fabric, where)
+        print(f"saved in {taken.total_s:.1f} s, the guests stopped {taken.paused_ms} ms, "
+              f"{taken.mb:.0f} MB")
+        # The original runs on (its traffic past the snapshot's moment is
+        # its own); then it goes, and the snapshot comes back in its place.
+        time.sleep(2)
+        assert all(fabric.ours(vm.pid, ctx.fabric.run_dir) for vm in ctx.fabric.vms)
+        fabric.down(quiet=True)
+        restored, took = snapshot.load(where)
+        vars(ctx.fabric).update(vars(restored))  # the runner's fabric is the restored one
+    finally:
+        shutil.rmtree(where, ignore_errors=True)
+    print(f"restored in {took.total_s:.1f} s: running after {took.loaded_s:.1f} s, "
+          f"every port ACTIVE {took.active_s:.1f} s later")
+    rc, out, src, sout = run.wait()
+    assert rc == 0 and src == 0, f"client {rc}, server {src}\n{out}\n{sout}"
+    lines = same_at_both_ends(out, sout)
+    print(f"the traffic completed in the restored fabric: "
+          f"{sum(int(line['bytes']) for line in lines.values())} bytes, every byte checked")
+    assert _lids(ctx) == lids_before  # the SM saw no change
+    # The copies made anew what must be new: random seeds, ssh keys.
+    keys = _host_keys(ctx)
+    assert all(keys[vm] != keys_before[vm] for vm in keys), "the restored fabric kept its ssh keys"
+    problems = snapshot.not_unique(ctx.fabric)
+    assert not problems, "\n".join(problems)
+    ctx.sh("vm1", "ssh -o BatchMode=yes vm2 true")  # known_hosts and the key pair are new too

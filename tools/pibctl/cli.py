@@ -83,7 +83,8 @@ def _cmd_fabric_up(args) -> int:
     fabric.up(vms=args.vms or 2, accel=args.accel, memory=args.memory, cpus=args.cpus,
               timeout=args.timeout, trace=args.trace, sm=not args.no_sm,
               switches=args.switches or 1, topology=topo, own=own,
-              mlx5=tuple(n for n in args.mlx5.split(",") if n), cable=args.cable)
+              mlx5=tuple(n for n in args.mlx5.split(",") if n), cable=args.cable,
+              boot=args.boot)
     return fabric.status()
 
 
@@ -119,6 +120,39 @@ def _cmd_fabric_migrate(args) -> int:
             f"of which the guest was stopped {moved.downtime_ms} ms; {moved.ram_mb:.0f} MB of "
             f"RAM sent")
     return 0
+
+
+def _cmd_fabric_snapshot(args) -> int:
+    import shutil
+
+    from pibctl import fabric, snapshot
+
+    if args.what == "list":
+        for path in sorted(snapshot.snapshots_dir().glob("*/snapshot.json")):
+            meta = snapshot.read_meta(path.parent)
+            vms = ", ".join(v["name"] for v in meta["fabric"]["vms"])
+            ui.info(f"{path.parent.name:<16} made {meta['made']}: {vms}")
+        return 0
+    if not args.name:
+        raise ui.StepFailed(f"fabric snapshot {args.what} needs a NAME")
+    path = snapshot.path_of(args.name)
+    if args.what == "delete":
+        if not path.is_dir():
+            raise ui.StepFailed(f"no snapshot named {args.name}")
+        shutil.rmtree(path)
+        return 0
+    if args.what == "save":
+        taken = snapshot.save(fabric.require(), path)
+        ui.info(f"saved to {taken.path} in {taken.total_s:.1f} s ({taken.mb:.0f} MB); the guests "
+                f"were stopped {taken.paused_ms} ms")
+        return 0
+    if not path.is_dir():
+        raise ui.StepFailed(f"no snapshot named {args.name}")
+    fabric.down(quiet=True)
+    _, restored = snapshot.load(path)
+    ui.info(f"{args.name} restored in {restored.total_s:.1f} s: the guests ran again after "
+            f"{restored.loaded_s:.1f} s, every port ACTIVE {restored.active_s:.1f} s later")
+    return fabric.status()
 
 
 def _cmd_capture(args) -> int:
@@ -274,6 +308,9 @@ def build_parser() -> argparse.ArgumentParser:
                          "modules; our driver is built against the tree they link to")
     up.add_argument("--no-driver", action="store_true",
                     help="with --kernel: leave our driver out, to load your own")
+    up.add_argument("--boot", action="store_true",
+                    help="boot the guests even when a snapshot of this fabric from an earlier "
+                         "boot could restore it (docs/migration.md)")
     up.set_defaults(func=_cmd_fabric_up)
     fsub.add_parser("down", help="stop every process fabric up started").set_defaults(func=_cmd_fabric_down)
     status = fsub.add_parser("status", help="show the guests, whether they answer, and injected "
@@ -302,6 +339,17 @@ def build_parser() -> argparse.ArgumentParser:
                         "traffic going on (docs/migration.md)")
     migrate.add_argument("vm", metavar="VM", help="the guest, say vm1")
     migrate.set_defaults(func=_cmd_fabric_migrate)
+    snap = fsub.add_parser(
+        "snapshot", help="save the whole fabric, guests and switches, or bring a saved one back "
+                         "(docs/migration.md)",
+        description="save NAME stops every guest, saves each switch's state and each guest "
+                    "(its RAM and devices) into the cache's snapshots/NAME, and lets the guests "
+                    "run on. load NAME takes the fabric that is up down and brings NAME's up "
+                    "instead, every port ACTIVE as it was, RDMA traffic in flight going on. "
+                    "list shows the snapshots; delete NAME removes one.")
+    snap.add_argument("what", choices=("save", "load", "list", "delete"))
+    snap.add_argument("name", nargs="?", default="", metavar="NAME")
+    snap.set_defaults(func=_cmd_fabric_snapshot)
 
     p = sub.add_parser(
         "capture", help="record a switch or device port's packets to a pcap file for Wireshark",

@@ -90,6 +90,8 @@ class Fabric:
     # Guests the boot started afresh (a TCG hang, _wait_ready): their
     # switch ports saw the cable go down once, as a power-cycled node's do.
     booted_again: list = field(default_factory=list)
+    # The snapshot the fabric was restored from (snapshot.py); "" if booted.
+    restored_from: str = ""
 
     @property
     def topo(self) -> Topology:
@@ -274,6 +276,9 @@ def _qemu_command(fabric: Fabric, vm: Vm, memory: int, cpus: int, trace: str,
         "-device", "virtio-serial-pci,id=vser",
         "-chardev", f"socket,id=qga,path={vm.qga_sock},server=on,wait=off",
         "-device", "virtserialport,bus=vser.0,chardev=qga,name=org.qemu.guest_agent.0",
+        # A guest restored from a snapshot learns it is a copy, and its
+        # kernel reseeds its random numbers (snapshot.py).
+        "-device", "vmgenid",
         "-qmp", f"unix:{vm.path / 'qmp.sock'},server=on,wait=off",
         "-netdev", f"vde,id=mgmt,sock={run / 'mgmt.vde'}",
         "-device", f"virtio-net-pci,netdev=mgmt,mac=52:54:00:77:00:{vm.index:02x},romfile=",
@@ -295,7 +300,7 @@ def _qemu_command(fabric: Fabric, vm: Vm, memory: int, cpus: int, trace: str,
     return [str(c) for c in cmd]
 
 
-def _switch_command(fabric: Fabric, topo: Topology, switch) -> list:
+def _switch_command(fabric: Fabric, topo: Topology, switch, restore: Path = None) -> list:
     cmd = [str(paths.fabric_switch_binary()), "--ports", str(switch.ports),
            "--socket-dir", str(fabric.ib_switch_dir(switch.name)), "--guid", hex(switch.guid),
            "--name", switch.name, "--verbose"]
@@ -314,6 +319,8 @@ def _switch_command(fabric: Fabric, topo: Topology, switch) -> list:
     for port, path in switch.captures.items():
         cmd += ["--capture", f"{port}={path}"]
     cmd += ["--control", str(control_socket(fabric, switch.name))]
+    if restore:
+        cmd += ["--restore", str(restore)]
     return cmd
 
 
@@ -363,15 +370,17 @@ def start_ib_switches(fabric: Fabric) -> None:
         start_switch(fabric, switch.name)
 
 
-def start_switch(fabric: Fabric, name: str) -> None:
-    """Starts one switch and waits until its sockets listen."""
+def start_switch(fabric: Fabric, name: str, restore: Path = None) -> None:
+    """Starts one switch and waits until its sockets listen; with
+    `restore`, from the state a switch saved there (snapshot.py)."""
     topo = fabric.topo
     switch = topo.switch(name)
     fabric.ib_switch_dir(name).mkdir(exist_ok=True)
     log_path = fabric.switch_log(name)
     start = log_path.stat().st_size if log_path.exists() else 0
     with open(log_path, "a") as log:
-        proc = subprocess.Popen(_switch_command(fabric, topo, switch), stdin=subprocess.DEVNULL,
+        proc = subprocess.Popen(_switch_command(fabric, topo, switch, restore),
+                                stdin=subprocess.DEVNULL,
                                 stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
     fabric.ib_switch_pids[name] = proc.pid
     fabric.save()
@@ -679,13 +688,19 @@ def restart_sm(fabric: Fabric) -> None:
 def up(vms: int = 2, accel: str = "tcg", memory: int = 2048, cpus: int = 1,
        timeout: float = 300, trace: str = "", sm: bool = True, switches: int = 1,
        topology: Topology = None, kernel_args: str = "", own: OwnKernel = None,
-       mlx5: tuple = (), cable: str = "ring") -> Fabric:
+       mlx5: tuple = (), cable: str = "ring", boot: bool = False) -> Fabric:
     """Boots a fabric: the given topology, or else a chain of `switches`
     switches with `vms` guests spread over them. `kernel_args` go to each
     guest's kernel command line; `own` is a kernel of the user's to boot
     instead of the bundled one; the guests named in `mlx5` get a ConnectX
     HCA (personality=mlx5). `cable` is how each HCA's port reaches its
-    switch: "ring" (shared memory, docs/wire.md) or "stream"."""
+    switch: "ring" (shared memory, docs/wire.md) or "stream".
+
+    A fabric that was booted before is restored from the snapshot made
+    after that boot (snapshot.py), unless `boot` says to boot it. Fabrics
+    of a user's own kernel and of ConnectX guests always boot: the
+    kernel is the one under development, and the ConnectX personality's
+    state cannot be saved yet."""
     if cable not in CABLES:
         raise ui.StepFailed(f"--cable {cable}: one of {', '.join(CABLES)}")
     _check_setup()
@@ -716,25 +731,32 @@ def up(vms: int = 2, accel: str = "tcg", memory: int = 2048, cpus: int = 1,
     for guest in topo.guests:
         vm = Vm(name=guest.name, index=guest.index, dir=str(run / guest.name),
                 cables=[list(c) for c in guest.cables], personality=guest.personality)
-        vm.path.mkdir()
         fabric.vms.append(vm)
+    for vm in fabric.vms:
+        vm.command = _qemu_command(fabric, vm, memory, cpus, trace, kernel_args)
+    from pibctl import snapshot  # pylint: disable=import-outside-toplevel (it imports us)
+
+    snapshot_key = ""
+    if sm and own is None and not mlx5 and not any(v.personality == "mlx5" for v in fabric.vms):
+        snapshot_key = snapshot.cache_key(fabric)
+        if not boot:
+            restored = snapshot.restore_cached(snapshot_key)
+            if restored is not None:
+                return restored
+            if run.exists():
+                shutil.rmtree(run)
+            run.mkdir(parents=True)
+    for vm in fabric.vms:
+        vm.path.mkdir()
     vms = len(fabric.vms)
     guest_ssh.make(run, fabric.vms, _guest_names)
 
     ui.step(f"Fabric: {vms} VMs and {len(topo.switches)} IB switches under {accel.upper()}, "
             f"{cable} cables, in {run}")
     try:
-        # The management switch: vde_switch daemonises and writes its pid.
-        subprocess.run(
-            ["vde_switch", "--sock", run / "mgmt.vde", "--daemon",
-             "--pidfile", run / "vde_switch.pid", "--mgmt", run / "mgmt.vde.ctl"],
-            check=True, stdin=subprocess.DEVNULL,
-        )
-        fabric.mgmt_switch_pid = _wait_pidfile(run / "vde_switch.pid", "vde_switch")
-        fabric.save()
+        start_mgmt_switch(fabric)
         start_ib_switches(fabric)
         for vm in fabric.vms:
-            vm.command = _qemu_command(fabric, vm, memory, cpus, trace, kernel_args)
             (vm.path / "qemu.cmdline").write_text(" ".join(vm.command) + "\n")
             _start_qemu(fabric, vm)
         ui.detail("booting (about 20 s under TCG, a few with KVM)")
@@ -744,10 +766,25 @@ def up(vms: int = 2, accel: str = "tcg", memory: int = 2048, cpus: int = 1,
             start_sm(fabric)
             took = wait_active(fabric)
             ui.detail(f"all ports ACTIVE {took:.0f} s after opensm started")
+        if snapshot_key:
+            snapshot.save_cached(fabric, snapshot_key)
     except BaseException:
         down(quiet=True)
         raise
     return fabric
+
+
+def start_mgmt_switch(fabric: Fabric) -> None:
+    """The management network's switch: vde_switch daemonises and writes
+    its pid."""
+    run = Path(fabric.run_dir)
+    subprocess.run(
+        ["vde_switch", "--sock", run / "mgmt.vde", "--daemon",
+         "--pidfile", run / "vde_switch.pid", "--mgmt", run / "mgmt.vde.ctl"],
+        check=True, stdin=subprocess.DEVNULL,
+    )
+    fabric.mgmt_switch_pid = _wait_pidfile(run / "vde_switch.pid", "vde_switch")
+    fabric.save()
 
 
 def _guest_names(vm: Vm) -> list:
@@ -757,13 +794,13 @@ def _guest_names(vm: Vm) -> list:
     return list(dict.fromkeys(names))
 
 
-def start_process(vm: Vm) -> None:
-    """Starts `vm.command` (its QEMU) in the guest's directory with cores
-    allowed: a crash leaves its core there for the failure report's
-    backtrace (crash_report)."""
+def start_process(vm: Vm, extra=()) -> None:
+    """Starts `vm.command` (its QEMU) and `extra` arguments in the guest's
+    directory with cores allowed: a crash leaves its core there for the
+    failure report's backtrace (crash_report)."""
     crash_report.allow_core_dumps()  # inherited: no preexec_fn, which threads make unsafe
     with open(vm.path / "qemu.stderr", "a") as err:
-        proc = subprocess.Popen(vm.command, stdin=subprocess.DEVNULL, stdout=err,
+        proc = subprocess.Popen([*vm.command, *extra], stdin=subprocess.DEVNULL, stdout=err,
                                 stderr=subprocess.STDOUT, start_new_session=True, cwd=vm.path)
     vm.pid = proc.pid
 

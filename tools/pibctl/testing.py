@@ -16,7 +16,7 @@ from pathlib import Path
 
 from pibctl import (checkout_checks, core_build, driver_build, fabric, fabric_bench, fuzzing,
                     mlx5_layouts, package_checks, paths,
-                    qemu_build, setup, sources, stale_state_checks, test_lanes, topology, ui)
+                    qemu_build, setup, snapshot, sources, stale_state_checks, test_lanes, topology, ui)
 from pibctl.log_gate import LogGate
 from pibctl.own_kernel import OwnKernel
 
@@ -426,8 +426,15 @@ def run_e2e(counts: Counts, pattern: str, vms: int, accel: str,
             booted()
     gate = LogGate(fab)
     problems = gate.check()
-    counts.record(f"fabric of {where} boots, all ports ACTIVE, kernel logs clean",
+    came = "is restored from its snapshot" if fab.restored_from else "boots"
+    counts.record(f"fabric of {where} {came}, all ports ACTIVE, kernel logs clean",
                   not problems, time.monotonic() - boot_start, str(problems[0]) if problems else "")
+    if fab.restored_from:
+        checked = time.monotonic()
+        shared = snapshot.not_unique(fab)
+        counts.record(f"the guests of {where} restored from the fabric's snapshot reseeded their "
+                      "random numbers, took ssh keys of their own, have GIDs of their own",
+                      not shared, time.monotonic() - checked, "\n".join(shared))
     wrong = cables_not_as_asked(fab)
     counts.record(f"every HCA port of the fabric of {where} is on a {cable} cable", not wrong, 0,
                   "\n".join(wrong))
