@@ -4,15 +4,18 @@ middle of RC traffic with vm2, there and back twice: pib-traffic checks
 every byte of WRITEs, READs, SENDs and atomics at both ends, no QP goes
 to error, the switch keeps vm1's link up (the port ACTIVE with its LID)
 and opensm stays the subnet's master. vm1 moves again while it writes to
-an NVMe-oF namespace of vm2's, and what it wrote reads back whole. A migration to a QEMU
-without a pib-hca fails, saying why, and vm1 runs on in its old QEMU,
-its traffic intact. A snapshot of the whole fabric taken in the middle
+an NVMe-oF namespace of vm2's, and what it wrote reads back whole. A
+migration to a QEMU without a pib-hca, or to one whose pib-hca reads
+another state version, fails, saying why, and vm1 runs on in its old
+QEMU, its traffic intact. A snapshot of the whole fabric taken in the middle
 of the traffic is restored (./pib fabric snapshot), and the traffic
 completes there, every byte checked; the restored guests reseeded their
 random numbers and took ssh keys of their own."""
 
 import re
 import shutil
+import socket
+import threading
 import time
 from pathlib import Path
 
@@ -140,23 +143,104 @@ def _without_the_hca(command):
     return out
 
 
-def test_a_migration_the_destination_refuses_leaves_the_guest_running(ctx):
-    run = BackgroundTraffic(ctx, TRAFFIC, 18901)
-    time.sleep(3)
+class _VersionRelay:
+    """Carries a migration from the old QEMU to the new one, both ways (the
+    return path), and changes one thing on the way: the version of the
+    pib-hca's state (its PIBD section's first field, docs/migration.md),
+    as a QEMU whose device saves another version would send it. The new
+    QEMU listens on `path` + ".relayed"; the old one is given `path`."""
+
+    def __init__(self, path: Path, version: int):
+        self.path, self.version, self.changed = path, version, 0
+        self.listener = None
+
+    def edit(self, command):
+        """migrate.migrate's `edit`, called once it made way for the channel:
+        the relay listens on it, and the new QEMU behind it."""
+        Path(f"{self.path}.relayed").unlink(missing_ok=True)
+        self.listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self.listener.bind(str(self.path))
+        self.listener.listen(1)
+        self.listener.settimeout(120)
+        threading.Thread(target=self._serve, daemon=True).start()
+        return [arg.replace(f"unix:{self.path}", f"unix:{self.path}.relayed") for arg in command]
+
+    def close(self):
+        if self.listener:
+            self.listener.close()
+
+    def _serve(self):
+        try:
+            source, _ = self.listener.accept()
+        except OSError:
+            return
+        with source, socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as dest:
+            dest.connect(f"{self.path}.relayed")
+            back = threading.Thread(target=self._pump, args=(dest, source, False), daemon=True)
+            back.start()
+            self._pump(source, dest, True)
+            back.join(30)
+
+    def _pump(self, src, dst, rewrite):
+        header = re.compile(rb"PIBD.{4}\x02\x00\x00\x00", re.S)
+        held = b""  # a header may be cut between two reads: its start waits
+        try:
+            while chunk := src.recv(1 << 20):
+                data = held + chunk
+                if rewrite and not self.changed:
+                    found = header.search(data)
+                    if found:
+                        at = found.start() + 8
+                        data = data[:at] + self.version.to_bytes(4, "little") + data[at + 4:]
+                        self.changed += 1
+                    else:
+                        data, held = data[:-11], data[-11:]
+                        dst.sendall(data)
+                        continue
+                held = b""
+                dst.sendall(data)
+            dst.sendall(held)
+            dst.shutdown(socket.SHUT_WR)
+        except OSError:
+            return
+
+
+def _refused(ctx, edit):
+    """Why the migration of vm1 whose new QEMU's command line `edit`
+    changes was refused; vm1 must run on in its old QEMU."""
     pid = ctx.fabric.vm("vm1").pid
     try:
-        migrate.migrate(ctx.fabric, "vm1", edit=_without_the_hca)
+        migrate.migrate(ctx.fabric, "vm1", edit=edit)
     except ui.StepFailed as e:
         refusal = str(e)
     else:
-        raise AssertionError("vm1 moved into a QEMU without a pib-hca")
+        raise AssertionError("vm1 moved into a QEMU that should have refused it")
     print(f"refused: {refusal}")
-    # The refusal came in the middle of the traffic: what follows is the
-    # resumed link's.
-    assert run.running(), "the traffic ended before the refused migration did"
     assert "failed" in refusal and "runs on in its old QEMU" in refusal, refusal
-    assert "pib-hca" in refusal, refusal  # the new QEMU names what it had no device for
     assert ctx.fabric.vm("vm1").pid == pid and fabric.ours(pid, ctx.fabric.run_dir)
+    return refusal
+
+
+def test_migrations_the_destination_refuses_leave_the_guest_running(ctx):
+    """Two new QEMUs refuse vm1 in the middle of its traffic: one without a
+    pib-hca, and one whose pib-hca reads another state version (the
+    stream reaches it as a QEMU whose device saves version 3 would send
+    it). Each says why, and vm1 runs on in its old QEMU, its traffic
+    intact."""
+    run = BackgroundTraffic(ctx, TRAFFIC, 18901)
+    time.sleep(3)
+    refusal = _refused(ctx, _without_the_hca)
+    assert "pib-hca" in refusal, refusal  # the new QEMU names what it had no device for
+    relay = _VersionRelay(ctx.fabric.vm("vm1").path / "migration.sock", 3)
+    try:
+        refusal = _refused(ctx, relay.edit)
+    finally:
+        relay.close()
+    assert relay.changed == 1, "the relay did not find the device state's version"
+    assert "of version 3; this device reads version 2" in refusal, refusal
+    # The refusals came in the middle of the traffic: what follows is the
+    # resumed link's.
+    assert run.running(), "the traffic ended before the refused migrations did"
     rc, out, src, sout = run.wait()
     assert rc == 0 and src == 0, f"client {rc}, server {src}\n{out}\n{sout}"
     lines = same_at_both_ends(out, sout)

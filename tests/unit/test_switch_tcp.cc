@@ -904,3 +904,33 @@ TEST_CASE("a switch refuses a state that is not its own, cut or changed", "[swit
     otherVersion[8] = 9; // the version, after the section's tag and length
     CHECK_THAT(refusal(otherVersion), Catch::Contains("of version 9"));
 }
+
+// Regression (32ab2c9): a ring-cabled device whose move failed goes on on
+// its old connection, and what it put in its ring meanwhile was never
+// read: the switch had stopped reading the ring at MOVING, and the
+// device's doorbell had been rung before.
+TEST_CASE("a ring-cabled device whose move failed has its ring read again", "[switch-moves]") {
+    RingCabledDevice d;
+    sendFrame(d.cable, PIB_WIRE_MOVING, {});
+    REQUIRE(portsSay(d.dir.file("control.sock"), "its device moves", 2000ms));
+    d.askNodeInfo(2); // not read while it moves
+    REQUIRE(d.in.armDoorbell());
+    CHECK_FALSE(readable(d.rings.fromSwitch.get(), 300ms));
+    wire::RingReader::Error error;
+    CHECK_FALSE(d.in.next(&error));
+    deviceHello(d.cable, PIB_WIRE_HELLO_RESUMES); // the move failed: the same connection resumes
+    REQUIRE(portsSay(d.dir.file("control.sock"), "port 1: INIT, link up\n", 2000ms));
+    int answers = 0;
+    const auto deadline = steady_clock::now() + 2000ms;
+    while (answers < 2 && steady_clock::now() < deadline) {
+        readable(d.rings.fromSwitch.get(), 100ms);
+        while (auto frame = d.in.next(&error)) {
+            CHECK(isNodeInfoAnswer(frame->payload));
+            ++answers;
+        }
+        REQUIRE(error == wire::RingReader::Error::kNone);
+        d.in.release();
+        d.in.armDoorbell();
+    }
+    CHECK(answers == 2);
+}

@@ -364,10 +364,19 @@ def fault(spec_port: str, words) -> int:
     return 0
 
 
-def start_ib_switches(fabric: Fabric) -> None:
-    """Starts every switch of the topology."""
-    for switch in fabric.topo.switches:
-        start_switch(fabric, switch.name)
+def start_ib_switches(fabric: Fabric, restore: Path = None) -> None:
+    """Starts every switch of the topology (from the states saved in
+    `restore`, when given), each one that dials another after that one:
+    a dial that finds no socket yet is retried only a second later."""
+    topo = fabric.topo
+    left = [switch.name for switch in topo.switches]
+    while left:
+        dialled = {link.a for link in topo.links if link.b in left}
+        ready = [name for name in left if not any(link.b == name and link.a in left
+                                                  for link in topo.links)]
+        name = (ready or [n for n in left if n in dialled] or left)[0]
+        start_switch(fabric, name, restore=restore / f"{name}.state" if restore else None)
+        left.remove(name)
 
 
 def start_switch(fabric: Fabric, name: str, restore: Path = None) -> None:
@@ -734,25 +743,23 @@ def up(vms: int = 2, accel: str = "tcg", memory: int = 2048, cpus: int = 1,
         fabric.vms.append(vm)
     for vm in fabric.vms:
         vm.command = _qemu_command(fabric, vm, memory, cpus, trace, kernel_args)
+    ui.step(f"Fabric: {len(fabric.vms)} VMs and {len(topo.switches)} IB switches under "
+            f"{accel.upper()}, {cable} cables, in {run}")
     from pibctl import snapshot  # pylint: disable=import-outside-toplevel (it imports us)
 
+    # The ConnectX personality's state cannot be saved yet; a user's own
+    # kernel is the one under development, booted each time.
     snapshot_key = ""
-    if sm and own is None and not mlx5 and not any(v.personality == "mlx5" for v in fabric.vms):
+    if sm and own is None and all(v.personality == "pib" for v in fabric.vms):
         snapshot_key = snapshot.cache_key(fabric)
-        if not boot:
-            restored = snapshot.restore_cached(snapshot_key)
-            if restored is not None:
-                return restored
-            if run.exists():
-                shutil.rmtree(run)
-            run.mkdir(parents=True)
+        restored = None if boot else snapshot.restore_cached(snapshot_key)
+        if restored is not None:
+            return restored
+        shutil.rmtree(run)  # what a failed restore left
+        run.mkdir(parents=True)
     for vm in fabric.vms:
         vm.path.mkdir()
-    vms = len(fabric.vms)
     guest_ssh.make(run, fabric.vms, _guest_names)
-
-    ui.step(f"Fabric: {vms} VMs and {len(topo.switches)} IB switches under {accel.upper()}, "
-            f"{cable} cables, in {run}")
     try:
         start_mgmt_switch(fabric)
         start_ib_switches(fabric)

@@ -224,8 +224,7 @@ def load(source: Path) -> tuple:
     try:
         guest_ssh.make(run, fab.vms, fabric._guest_names)  # pylint: disable=protected-access
         fabric.start_mgmt_switch(fab)
-        for switch in fab.topo.switches:
-            fabric.start_switch(fab, switch.name, restore=source / f"{switch.name}.state")
+        fabric.start_ib_switches(fab, restore=source)
         for vm in fab.vms:
             (vm.path / "qemu.cmdline").write_text(" ".join(vm.command) + "\n")
             fabric.start_process(vm, ["-incoming", f"file:{source / (vm.name + '.state')}"])
@@ -249,14 +248,22 @@ CACHED_KEEP = 6
 
 
 def cache_key(fab: fabric.Fabric) -> str:
-    """What a fabric's snapshot depends on: every guest's command line and
-    every switch's (the run directory left out), and the files they run
-    and boot, by identity (path, size and time)."""
-    run = fab.run_dir
+    """What a fabric's snapshot depends on: its topology (which gives each
+    switch's command line), every guest's command line (the run directory
+    left out), and the contents of the QEMU, the switch, the kernel and
+    the image."""
+    # The QEMU is named by its content: each build of other sources (a
+    # changed doc or test) has a copy of its own (source_tree.py).
+    names = {fab.run_dir: "RUN", str(paths.qemu_binary()): "QEMU"}
     parts = [json.dumps(fab.topology, sort_keys=True), fab.accel, fab.cable,
              str(SNAPSHOT_VERSION)]
     for vm in fab.vms:
-        parts.append(" ".join(arg.replace(run, "RUN") for arg in vm.command))
+        command = []
+        for arg in vm.command:
+            for name, word in names.items():
+                arg = arg.replace(name, word)
+            command.append(arg)
+        parts.append(" ".join(command))
     files = [paths.qemu_binary(), paths.fabric_switch_binary(),
              Path(fab.kernel or paths.kernel_image()), Path(fab.initrd or paths.initrd_image())]
     parts += [_content_hash(f) for f in files]
