@@ -7,12 +7,15 @@
 // peer is a socket of the test's own, on 127.0.0.1 or a UNIX path.
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <arpa/inet.h>
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
 #include <fcntl.h>
 #include <filesystem>
+#include <fstream>
+#include <functional>
 #include <netinet/in.h>
 #include <optional>
 #include <poll.h>
@@ -529,6 +532,24 @@ struct RingCabledDevice {
         if (out.publish())
             wire::ringDoorbell(rings.toSwitch.get());
     }
+    // How many NodeInfo answers came in our ring within 2 s, at most
+    // `expected` (each checked to be one).
+    int takeAnswers(int expected) {
+        int answers = 0;
+        const auto deadline = steady_clock::now() + 2000ms;
+        while (answers < expected && steady_clock::now() < deadline) {
+            readable(rings.fromSwitch.get(), 100ms);
+            wire::RingReader::Error error;
+            while (auto frame = in.next(&error)) {
+                CHECK(isNodeInfoAnswer(frame->payload));
+                ++answers;
+            }
+            REQUIRE(error == wire::RingReader::Error::kNone);
+            in.release();
+            in.armDoorbell();
+        }
+        return answers;
+    }
 };
 
 } // namespace
@@ -539,20 +560,7 @@ TEST_CASE("a device's ring offer is accepted and packets cross the rings both wa
     // Three queries: the switch sleeps on the first doorbell, and answers
     // all three in the ring, ringing ours once we sleep.
     d.askNodeInfo(3);
-    int answers = 0;
-    const auto deadline = steady_clock::now() + 2000ms;
-    while (answers < 3 && steady_clock::now() < deadline) {
-        readable(d.rings.fromSwitch.get(), 100ms);
-        wire::RingReader::Error error;
-        while (auto frame = d.in.next(&error)) {
-            CHECK(isNodeInfoAnswer(frame->payload));
-            ++answers;
-        }
-        REQUIRE(error == wire::RingReader::Error::kNone);
-        d.in.release();
-        d.in.armDoorbell();
-    }
-    CHECK(answers == 3);
+    CHECK(d.takeAnswers(3) == 3);
     // Nothing came on the stream: packets take the ring now.
     CHECK_FALSE(frameOfType(d.cable, PIB_WIRE_PACKET, 100ms));
 }
@@ -920,17 +928,81 @@ TEST_CASE("a ring-cabled device whose move failed has its ring read again", "[sw
     CHECK_FALSE(d.in.next(&error));
     deviceHello(d.cable, PIB_WIRE_HELLO_RESUMES); // the move failed: the same connection resumes
     REQUIRE(portsSay(d.dir.file("control.sock"), "port 1: INIT, link up\n", 2000ms));
-    int answers = 0;
-    const auto deadline = steady_clock::now() + 2000ms;
-    while (answers < 2 && steady_clock::now() < deadline) {
-        readable(d.rings.fromSwitch.get(), 100ms);
-        while (auto frame = d.in.next(&error)) {
-            CHECK(isNodeInfoAnswer(frame->payload));
-            ++answers;
+    CHECK(d.takeAnswers(2) == 2);
+}
+
+namespace {
+
+// A Set of a switch attribute through `cable`, one hop away; returns when
+// the switch answered.
+void setThrough(const Fd &cable, uint16_t attr, uint32_t mod,
+                const std::function<void(std::vector<uint8_t> &mad)> &fill) {
+    auto mad = testing::drSmpMad(iba::kSet, attr, mod, {1});
+    fill(mad);
+    sendFrame(cable, PIB_WIRE_PACKET, testing::drPacket(mad));
+    REQUIRE(frameOfType(cable, PIB_WIRE_PACKET, 2000ms));
+}
+
+// The states fuzz-switch-state starts from: a switch of 4 ports with
+// nothing on them, and one whose SM configured it with two devices
+// cabled (a LID, routes, a multicast group, a partition, port 1 ARMED
+// and port 2 INIT), as its control socket's "save" writes them.
+std::vector<std::vector<uint8_t>> switchStateSeeds() {
+    TempDir dir;
+    std::vector<PortEndpoint> endpoints(5);
+    for (unsigned p = 1; p <= 4; ++p)
+        endpoints[p] = {PortEndpoint::Kind::kUnixListen, dir.file("port" + std::to_string(p))};
+    const std::string control = dir.file("control.sock");
+    RunningSwitch sw(endpoints, control);
+    std::vector<std::vector<uint8_t>> seeds{savedState(control, dir.file("bare.state"))};
+    Fd sm = deviceCable(dir.file("port1"));
+    Fd other = deviceCable(dir.file("port2"), 0, kDeviceGuid + 0x100);
+    REQUIRE(portsSay(control, "port 2: INIT, link up", 2000ms));
+    setThrough(sm, iba::kAttrPortInfo, 0, [](auto &m) { iba::Mad(m).set16(64 + 16, 7); });
+    setThrough(sm, iba::kAttrLinearForwardingTable, 0, [](auto &m) {
+        m[64 + 1] = 1;
+        m[64 + 2] = 2;
+    });
+    setThrough(sm, iba::kAttrMulticastForwardingTable, 0,
+               [](auto &m) { iba::Mad(m).set16(64 + 2, 0b110); });
+    setThrough(sm, iba::kAttrPkeyTable, 2 << 16, [](auto &m) {
+        iba::Mad(m).set16(64, 0xffff);
+        iba::Mad(m).set16(66, 0x8001);
+    });
+    setThrough(sm, iba::kAttrPortInfo, 1, [](auto &m) { m[64 + 32] = iba::kPortStateArmed; });
+    REQUIRE(portsSay(control, "port 1: ARMED, link up", 2000ms));
+    seeds.push_back(savedState(control, dir.file("configured.state")));
+    return seeds;
+}
+
+std::filesystem::path switchSeedDir() {
+    const char *root = std::getenv("PIB_SOURCE_ROOT");
+    INFO("PIB_SOURCE_ROOT names the source tree: " << (root ? root : "(unset)"));
+    REQUIRE(root != nullptr);
+    return std::filesystem::path(root) / "tests/fuzz/inputs/switch-state";
+}
+
+} // namespace
+
+// As fuzz-state's (test_device_state.cc): each checked-in seed is a state
+// this version writes; PIB_WRITE_STATE_SEEDS=1 writes them instead.
+TEST_CASE("fuzz-switch-state's seeds are the states this version saves", "[switch-state]") {
+    const auto dir = switchSeedDir();
+    auto seeds = switchStateSeeds();
+    if (const char *write = std::getenv("PIB_WRITE_STATE_SEEDS"); write && *write == '1') {
+        std::filesystem::create_directories(dir);
+        for (size_t n = 0; n < seeds.size(); ++n) {
+            std::ofstream out(dir / ("seed-" + std::to_string(n + 1)), std::ios::binary);
+            out.write(reinterpret_cast<const char *>(seeds[n].data()),
+                      static_cast<std::streamsize>(seeds[n].size()));
         }
-        REQUIRE(error == wire::RingReader::Error::kNone);
-        d.in.release();
-        d.in.armDoorbell();
     }
-    CHECK(answers == 2);
+    std::vector<std::vector<uint8_t>> checkedIn;
+    for (const auto &entry : std::filesystem::directory_iterator(dir))
+        if (entry.path().filename().string().starts_with("seed-"))
+            checkedIn.push_back(readStateFile(entry.path().string()));
+    std::sort(checkedIn.begin(), checkedIn.end());
+    std::sort(seeds.begin(), seeds.end());
+    INFO("write them again: PIB_WRITE_STATE_SEEDS=1 core-tests '[switch-state]'");
+    CHECK(checkedIn == seeds);
 }

@@ -30,7 +30,11 @@ SOURCES = {
                    ("server", "server_control", "server_dial", "server_faults", "server_flow",
                     "server_rings", "server_moves")] + ["common/wire/ring_cable.cc"],
     "packet": ["common/iba/packet.cc", "common/wire/frame.cc"],
-    "state": [f"qemu-hw/core/src/{name}.cc" for name in ("device_state", "commands_state", "transport_state")] + ["common/state/state_archive.cc"],
+    "state": [f"qemu-hw/core/src/{name}.cc" for name in
+              ("device_state", "commands_state", "transport_state")] +
+             ["common/state/state_archive.cc"],
+    "switch-state": [f"fabric-switch/src/{name}.cc" for name in ("switch_state", "server_state")] +
+                    ["common/state/state_archive.cc"],
 }
 # Per target: functions named on their own, wherever they are, because
 # they are where a harness stuck at the first checks never gets.

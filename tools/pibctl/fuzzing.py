@@ -24,6 +24,7 @@ TARGETS = {
     "switch-tcp": "fuzz-switch-tcp",
     "packet": "fuzz-packet",  # the wire framing and the IBA packet parser
     "state": "fuzz-state",    # the device state loader (migration streams)
+    "switch-state": "fuzz-switch-state",  # the switch's state loader (fabric snapshots)
 }
 INPUTS_DIR = paths.REPO / "tests" / "fuzz" / "inputs"
 # An input that runs longer than this is a finding (a hang).

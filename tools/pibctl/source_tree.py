@@ -25,11 +25,12 @@ from pibctl import paths
 INPUTS = (".clang-format", "meson.build", "meson_options.txt", "README.md", "docs", "include",
           "common", "qemu-hw", "fabric-switch", "guest-driver", "guest-provider",
           "guest/traffic", "guest/mpi", "guest/common", "tests/unit", "tests/bench",
-          "tests/fuzz", "tests/fuzz/inputs/state", "tests/check_format.sh",
+          "tests/fuzz", "tests/fuzz/inputs/state", "tests/fuzz/inputs/switch-state",
+          "tests/check_format.sh",
           "tools/gen_events.py", "tools/doc_facts.py")
 # Read from the checkout at run time, never built: left out of the key
-# (but fuzz-state's seeds, which a unit test compares with what the
-# device saves).
+# (but the state fuzzers' seeds, which unit tests compare with what the
+# device and the switch save).
 NOT_INPUTS = ("tests/fuzz/inputs",)
 # Trees kept besides the current one; older ones are removed.
 KEEP = 3
