@@ -70,7 +70,28 @@ def _size_mb(path: Path) -> float:
     return sum(f.stat().st_blocks * 512 for f in path.iterdir() if f.is_file()) / 1e6
 
 
-def _wait_migrated(vm: fabric.Vm, deadline: float) -> None:
+def _said_since(vm: fabric.Vm, offset: int) -> str:
+    """What the VM's QEMU said about its pib-hca after `offset` of its
+    stderr: a device that cannot be saved says why there (QEMU's own
+    error names only the device)."""
+    try:
+        with open(vm.path / "qemu.stderr", "rb") as f:
+            f.seek(offset)
+            lines = f.read().decode(errors="replace").splitlines()
+    except OSError:
+        return ""
+    said = [line.split("pib-hca: ", 1)[1] for line in lines if "pib-hca: " in line]
+    return f" ({said[0]})" if said else ""
+
+
+def _stderr_size(vm: fabric.Vm) -> int:
+    try:
+        return (vm.path / "qemu.stderr").stat().st_size
+    except OSError:
+        return 0
+
+
+def _wait_migrated(vm: fabric.Vm, deadline: float, said_before: int) -> None:
     sock = vm.path / "qmp.sock"
     while True:
         info = qmp.command(sock, "query-migrate")
@@ -79,7 +100,8 @@ def _wait_migrated(vm: fabric.Vm, deadline: float) -> None:
             return
         if status in ("failed", "cancelled"):
             raise ui.StepFailed(f"{vm.name} could not be saved: "
-                                f"{info.get('error-desc', status)}")
+                                f"{info.get('error-desc', status)}"
+                                f"{_said_since(vm, said_before)}")
         if time.monotonic() > deadline:
             qmp.command(sock, "migrate_cancel")
             raise ui.StepFailed(f"saving {vm.name} did not end in {SAVE_TIMEOUT_S} s")
@@ -97,8 +119,26 @@ def save(fab: fabric.Fabric, dest: Path, run_on: bool = True) -> Taken:
     shutil.rmtree(partial, ignore_errors=True)
     partial.mkdir(parents=True)
     start = time.monotonic()
+    try:
+        paused_ms = _take(fab, partial, run_on)
+    except BaseException:
+        shutil.rmtree(partial, ignore_errors=True)  # no half snapshot is left
+        raise
+    meta = {"version": SNAPSHOT_VERSION, "made": time.strftime("%Y-%m-%d %H:%M:%S"),
+            "qemu": str(paths.qemu_binary()), "fabric": asdict(fab)}
+    (partial / META).write_text(json.dumps(meta, indent=2) + "\n")
+    shutil.rmtree(dest, ignore_errors=True)
+    os.replace(partial, dest)
+    return Taken(path=dest, paused_ms=paused_ms, total_s=time.monotonic() - start,
+                 mb=_size_mb(dest))
+
+
+def _take(fab: fabric.Fabric, partial: Path, run_on: bool) -> int:
+    """Stops the guests, saves every switch and guest into `partial`, and
+    runs the guests on if `run_on`; returns how long they were stopped, in
+    ms (0 when they stay stopped)."""
     stopped = []
-    paused_at = 0.0
+    paused_at = time.monotonic()
     try:
         for vm in fab.vms:
             qmp.command(vm.path / "qmp.sock", "stop")
@@ -106,6 +146,7 @@ def save(fab: fabric.Fabric, dest: Path, run_on: bool = True) -> Taken:
         paused_at = time.monotonic()
         for switch in fab.topo.switches:
             fabric.switch_control(fab, switch.name, f"save {partial / (switch.name + '.state')}")
+        said_before = {vm.name: _stderr_size(vm) for vm in fab.vms}
         for vm in fab.vms:
             sock = vm.path / "qmp.sock"
             # A file takes no return path (a move to a QEMU does, migrate.py).
@@ -116,7 +157,7 @@ def save(fab: fabric.Fabric, dest: Path, run_on: bool = True) -> Taken:
             qmp.command(sock, "migrate", uri=f"file:{partial / (vm.name + '.state')}")
         deadline = time.monotonic() + SAVE_TIMEOUT_S
         for vm in fab.vms:
-            _wait_migrated(vm, deadline)
+            _wait_migrated(vm, deadline, said_before[vm.name])
     except qmp.QmpError as e:
         raise ui.StepFailed(f"the snapshot failed: {e}") from e
     finally:
@@ -126,14 +167,7 @@ def save(fab: fabric.Fabric, dest: Path, run_on: bool = True) -> Taken:
                     qmp.command(vm.path / "qmp.sock", "cont")
                 except qmp.QmpError as e:
                     ui.warn(f"{vm.name} did not run on after the snapshot: {e}")
-    paused_ms = int((time.monotonic() - paused_at) * 1000) if run_on else 0
-    meta = {"version": SNAPSHOT_VERSION, "made": time.strftime("%Y-%m-%d %H:%M:%S"),
-            "qemu": str(paths.qemu_binary()), "fabric": asdict(fab)}
-    (partial / META).write_text(json.dumps(meta, indent=2) + "\n")
-    shutil.rmtree(dest, ignore_errors=True)
-    os.replace(partial, dest)
-    return Taken(path=dest, paused_ms=paused_ms, total_s=time.monotonic() - start,
-                 mb=_size_mb(dest))
+    return int((time.monotonic() - paused_at) * 1000) if run_on else 0
 
 
 def read_meta(source: Path) -> dict:
