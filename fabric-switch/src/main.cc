@@ -97,6 +97,14 @@ struct Options {
     uint64_t restoreGraceMs = 60000;
 };
 
+// A grace period in ms, as --move-grace and --restore-grace take it.
+uint64_t graceMs(const std::string &option, const std::string &text) {
+    const unsigned long long ms = std::stoull(text);
+    if (ms > 600'000)
+        throw std::runtime_error(option + " is at most 600000 ms");
+    return ms;
+}
+
 Options parseOptions(int argc, char **argv) {
     Options o;
     o.config.guid = 0x0250494253570001ull;
@@ -125,17 +133,11 @@ Options parseOptions(int argc, char **argv) {
         } else if (arg == "--control") {
             o.control = value();
         } else if (arg == "--move-grace") {
-            const unsigned long long ms = std::stoull(value());
-            if (ms > 600'000)
-                throw std::runtime_error("--move-grace is at most 600000 ms");
-            o.moveGraceMs = ms;
+            o.moveGraceMs = graceMs(arg, value());
         } else if (arg == "--restore") {
             o.restore = value();
         } else if (arg == "--restore-grace") {
-            const unsigned long long ms = std::stoull(value());
-            if (ms > 600'000)
-                throw std::runtime_error("--restore-grace is at most 600000 ms");
-            o.restoreGraceMs = ms;
+            o.restoreGraceMs = graceMs(arg, value());
         } else if (arg == "--fault") {
             o.faults.push_back(value());
         } else if (arg == "--capture") {

@@ -5,8 +5,6 @@
 // and MFT) and what it counted. A state file is untrusted input: every
 // field is read through a StateReader and every value checked, and a
 // refused state leaves the switch as it was.
-#include <chrono>
-
 #include "state_archive.hh"
 #include "switch.hh"
 
@@ -41,10 +39,6 @@ void loadCounters(StateReader &r, PortCounters &c) {
     c.linkDowned = r.u32();
 }
 
-template <size_t N> void saveTable(StateWriter &w, const std::array<uint8_t, N> &t) {
-    w.bytes(t);
-}
-
 template <size_t N> void loadTable(StateReader &r, std::array<uint8_t, N> &t, const char *what) {
     const std::vector<uint8_t> b = r.bytes(N, what);
     if (r.ok() && b.size() != N)
@@ -61,8 +55,8 @@ void savePort(StateWriter &w, const SwitchPort &p) {
     w.u8(p.operationalVls);
     w.u8(p.hoqLife);
     w.u8(p.vlHighLimit);
-    saveTable(w, p.slToVl);
-    saveTable(w, p.vlArb);
+    w.bytes(p.slToVl);
+    w.bytes(p.vlArb);
     for (uint16_t key : p.pkeys)
         w.u16(key);
     w.u8(p.enforcement);

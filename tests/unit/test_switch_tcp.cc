@@ -472,14 +472,19 @@ void deviceHello(const Fd &cable, uint16_t flags = 0, uint64_t guid = kDeviceGui
               std::span(reinterpret_cast<const uint8_t *>(&ours), sizeof(ours)));
 }
 
-// Connects to `path` as a device does: the switch's HELLO, then ours.
-Fd deviceCable(const std::string &path, uint16_t flags = 0, uint64_t guid = kDeviceGuid) {
-    Fd cable = cableTo(path);
-    const auto hello = frameOfType(cable, PIB_WIRE_HELLO, 2000ms);
+// The flags of the HELLO the switch sends first on `cable`.
+decltype(pib_wire_hello::flags) helloFlags(const Fd &cable, milliseconds limit = 2000ms) {
+    const auto hello = frameOfType(cable, PIB_WIRE_HELLO, limit);
     REQUIRE(hello);
     pib_wire_hello theirs{};
     std::memcpy(&theirs, hello->payload.data(), sizeof(theirs));
-    CHECK(theirs.flags & PIB_WIRE_HELLO_TAKES_RINGS);
+    return theirs.flags;
+}
+
+// Connects to `path` as a device does: the switch's HELLO, then ours.
+Fd deviceCable(const std::string &path, uint16_t flags = 0, uint64_t guid = kDeviceGuid) {
+    Fd cable = cableTo(path);
+    CHECK(helloFlags(cable) & PIB_WIRE_HELLO_TAKES_RINGS);
     deviceHello(cable, flags, guid);
     return cable;
 }
@@ -648,12 +653,9 @@ TEST_CASE("a switch that dials another's UNIX socket offers it a ring cable", "[
     RunningSwitch sw({{}, {PortEndpoint::Kind::kUnixConnect, path}}, dir.file("control.sock"));
     const Fd link = acceptWithin(listener, 3000ms);
     REQUIRE(link);
-    const auto hello = frameOfType(link, PIB_WIRE_HELLO, 1000ms);
-    REQUIRE(hello);
-    pib_wire_hello theirs{};
-    std::memcpy(&theirs, hello->payload.data(), sizeof(theirs));
-    CHECK_FALSE(theirs.flags & PIB_WIRE_HELLO_TAKES_RINGS); // a port that dials takes none
-    sayHello(link, PIB_WIRE_HELLO_TAKES_RINGS);             // as a listening port's HELLO
+    CHECK_FALSE(helloFlags(link, 1000ms) &
+                PIB_WIRE_HELLO_TAKES_RINGS);    // a port that dials takes none
+    sayHello(link, PIB_WIRE_HELLO_TAKES_RINGS); // as a listening port's HELLO
 
     std::vector<int> fds;
     const auto offered = frameOfType(link, PIB_WIRE_RINGS, 1000ms, &fds);
@@ -757,11 +759,7 @@ TEST_CASE("a device that moves keeps its link: its new connection's HELLO resume
     // The new QEMU's cable replaces the old one, which the switch closes.
     Fd moved = cableTo(d.port);
     // The switch's HELLO says it keeps a moved link on the port.
-    const auto hello = frameOfType(moved, PIB_WIRE_HELLO, 2000ms);
-    REQUIRE(hello);
-    pib_wire_hello theirs{};
-    std::memcpy(&theirs, hello->payload.data(), sizeof(theirs));
-    CHECK(theirs.flags & PIB_WIRE_HELLO_RESUMES);
+    CHECK(helloFlags(moved) & PIB_WIRE_HELLO_RESUMES);
     CHECK(closedWithin(d.cable, 2000ms));
     CHECK(portsSay(d.control, "port 1: ARMED, link up, its device moves", 1000ms));
     deviceHello(moved, PIB_WIRE_HELLO_RESUMES);
@@ -853,11 +851,7 @@ TEST_CASE("a switch restored from its saved state keeps each link up for its pee
         // The SM's state came back: ARMED, with the link kept for the device.
         CHECK(portsSay(control, "port 1: ARMED, link up, its device moves", 2000ms));
         Fd cable = cableTo(port);
-        const auto hello = frameOfType(cable, PIB_WIRE_HELLO, 2000ms);
-        REQUIRE(hello);
-        pib_wire_hello theirs{};
-        std::memcpy(&theirs, hello->payload.data(), sizeof(theirs));
-        CHECK(theirs.flags & PIB_WIRE_HELLO_RESUMES);
+        CHECK(helloFlags(cable) & PIB_WIRE_HELLO_RESUMES);
         deviceHello(cable, PIB_WIRE_HELLO_RESUMES);
         CHECK(portsSay(control, "port 1: ARMED, link up\n", 2000ms));
         CHECK(answersOn(cable));

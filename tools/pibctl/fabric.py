@@ -371,10 +371,10 @@ def start_ib_switches(fabric: Fabric, restore: Path = None) -> None:
     topo = fabric.topo
     left = [switch.name for switch in topo.switches]
     while left:
-        dialled = {link.a for link in topo.links if link.b in left}
-        ready = [name for name in left if not any(link.b == name and link.a in left
-                                                  for link in topo.links)]
-        name = (ready or [n for n in left if n in dialled] or left)[0]
+        # One that dials no switch still to start (in a ring, any).
+        ready = [name for name in left
+                 if not any(link.b == name and link.a in left for link in topo.links)]
+        name = (ready or left)[0]
         start_switch(fabric, name, restore=restore / f"{name}.state" if restore else None)
         left.remove(name)
 
@@ -451,6 +451,26 @@ def _tail(path: Path, lines: int, missing: str) -> str:
     except OSError:
         return missing
     return "\n".join(text[-lines:])
+
+
+def said_since(path: Path, offset: int) -> list:
+    """The non-empty lines a process wrote to `path` after its first
+    `offset` bytes (a QEMU's stderr since a command was given)."""
+    try:
+        with open(path, "rb") as f:
+            f.seek(offset)
+            text = f.read().decode(errors="replace")
+    except OSError:
+        return []
+    return [line.strip() for line in text.splitlines() if line.strip()]
+
+
+def size_of(path: Path) -> int:
+    """`path`'s size, 0 while it does not exist: an offset for said_since."""
+    try:
+        return path.stat().st_size
+    except OSError:
+        return 0
 
 
 def qemu_log_tail(vm: Vm, lines: int = 30) -> str:

@@ -61,7 +61,7 @@ def _wait_status(sock: Path, wanted: str, timeout: float) -> None:
         time.sleep(0.1)
 
 
-def _wait_migrated(sock: Path) -> dict:
+def wait_migrated(sock: Path) -> dict:
     """query-migrate's answer once the migration ended."""
     deadline = time.monotonic() + MIGRATION_TIMEOUT_S
     while True:
@@ -83,13 +83,7 @@ def _why(info: dict, stderr: Path, said_before: int) -> str:
     """Why a migration failed: the old QEMU's reason, and the first thing
     the new one said (which names what it could not take)."""
     why = info.get("error-desc", info.get("status", "?"))
-    try:
-        with open(stderr, "rb") as f:
-            f.seek(said_before)
-            said = [line.strip() for line in f.read().decode(errors="replace").splitlines()
-                    if line.strip()]
-    except OSError:
-        said = []
+    said = fabric.said_since(stderr, said_before)
     return f"{why} (the new QEMU: {said[0]})" if said else why
 
 
@@ -117,7 +111,7 @@ def migrate(fab: fabric.Fabric, name: str, edit=None) -> Moved:
         (vm.path / (sock + suffix)).unlink(missing_ok=True)
     crash_report.allow_core_dumps()
     stderr = vm.path / "qemu.stderr"
-    said_before = stderr.stat().st_size if stderr.exists() else 0
+    said_before = fabric.size_of(stderr)
     with open(stderr, "a") as err:
         command = _incoming_command(vm, suffix, channel)
         proc = subprocess.Popen(edit(command) if edit else command, stdin=subprocess.DEVNULL,
@@ -135,7 +129,7 @@ def migrate(fab: fabric.Fabric, name: str, edit=None) -> Moved:
         qmp.command(source, "migrate-set-parameters",
                     **{"max-bandwidth": MAX_BANDWIDTH, "downtime-limit": DOWNTIME_LIMIT_MS})
         qmp.command(source, "migrate", uri=f"unix:{channel}")
-        info = _wait_migrated(source)
+        info = wait_migrated(source)
         if info["status"] != "completed":
             raise ui.StepFailed(f"the migration of {name} failed: "
                                 f"{_why(info, stderr, said_before)}; "

@@ -24,13 +24,11 @@ import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from pibctl import fabric, guest_ssh, paths, qga, qmp, ui
+from pibctl import fabric, guest_ssh, migrate, paths, qga, qmp, ui
 
 # Bump when what a snapshot holds, or how it is loaded, changes.
 SNAPSHOT_VERSION = 1
 META = "snapshot.json"
-SAVE_TIMEOUT_S = 300
-MAX_BANDWIDTH = 64 << 30  # bytes/s: as fast as the disk takes it
 LOAD_TIMEOUT_S = 120
 
 # Run in each restored guest: the new fabric's ssh keys (the fw_cfg file
@@ -70,42 +68,17 @@ def _size_mb(path: Path) -> float:
     return sum(f.stat().st_blocks * 512 for f in path.iterdir() if f.is_file()) / 1e6
 
 
-def _said_since(vm: fabric.Vm, offset: int) -> str:
-    """What the VM's QEMU said about its pib-hca after `offset` of its
-    stderr: a device that cannot be saved says why there (QEMU's own
-    error names only the device)."""
-    try:
-        with open(vm.path / "qemu.stderr", "rb") as f:
-            f.seek(offset)
-            lines = f.read().decode(errors="replace").splitlines()
-    except OSError:
-        return ""
-    said = [line.split("pib-hca: ", 1)[1] for line in lines if "pib-hca: " in line]
-    return f" ({said[0]})" if said else ""
-
-
-def _stderr_size(vm: fabric.Vm) -> int:
-    try:
-        return (vm.path / "qemu.stderr").stat().st_size
-    except OSError:
-        return 0
-
-
-def _wait_migrated(vm: fabric.Vm, deadline: float, said_before: int) -> None:
-    sock = vm.path / "qmp.sock"
-    while True:
-        info = qmp.command(sock, "query-migrate")
-        status = info.get("status")
-        if status == "completed":
-            return
-        if status in ("failed", "cancelled"):
-            raise ui.StepFailed(f"{vm.name} could not be saved: "
-                                f"{info.get('error-desc', status)}"
-                                f"{_said_since(vm, said_before)}")
-        if time.monotonic() > deadline:
-            qmp.command(sock, "migrate_cancel")
-            raise ui.StepFailed(f"saving {vm.name} did not end in {SAVE_TIMEOUT_S} s")
-        time.sleep(0.05)
+def _saved(vm: fabric.Vm, said_before: int) -> None:
+    """Waits until vm's QEMU has saved it; a device that cannot be saved
+    says why on QEMU's stderr (QEMU's own error names only the device)."""
+    info = migrate.wait_migrated(vm.path / "qmp.sock")
+    if info["status"] != "completed":
+        said = [line.split("pib-hca: ", 1)[1]
+                for line in fabric.said_since(vm.path / "qemu.stderr", said_before)
+                if "pib-hca: " in line]
+        raise ui.StepFailed(f"{vm.name} could not be saved: "
+                            f"{info.get('error-desc', info['status'])}"
+                            + (f" ({said[0]})" if said else ""))
 
 
 def save(fab: fabric.Fabric, dest: Path, run_on: bool = True) -> Taken:
@@ -146,18 +119,18 @@ def _take(fab: fabric.Fabric, partial: Path, run_on: bool) -> int:
         paused_at = time.monotonic()
         for switch in fab.topo.switches:
             fabric.switch_control(fab, switch.name, f"save {partial / (switch.name + '.state')}")
-        said_before = {vm.name: _stderr_size(vm) for vm in fab.vms}
+        said_before = {vm.name: fabric.size_of(vm.path / "qemu.stderr") for vm in fab.vms}
         for vm in fab.vms:
             sock = vm.path / "qmp.sock"
             # A file takes no return path (a move to a QEMU does, migrate.py).
             qmp.command(sock, "migrate-set-capabilities",
                         capabilities=[{"capability": "return-path", "state": False}])
             # QEMU's default limit (128 MiB/s) would make a guest's RAM take seconds.
-            qmp.command(sock, "migrate-set-parameters", **{"max-bandwidth": MAX_BANDWIDTH})
+            qmp.command(sock, "migrate-set-parameters",
+                        **{"max-bandwidth": migrate.MAX_BANDWIDTH})
             qmp.command(sock, "migrate", uri=f"file:{partial / (vm.name + '.state')}")
-        deadline = time.monotonic() + SAVE_TIMEOUT_S
         for vm in fab.vms:
-            _wait_migrated(vm, deadline, said_before[vm.name])
+            _saved(vm, said_before[vm.name])
     except qmp.QmpError as e:
         raise ui.StepFailed(f"the snapshot failed: {e}") from e
     finally:
