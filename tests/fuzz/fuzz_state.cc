@@ -2,10 +2,12 @@
 // libFuzzer harness of the device state loader (pib_core_load,
 // docs/migration.md): a migration stream is untrusted input like a packet.
 // Any bytes go to the loader of a device configured as the one that saved
-// the checked-in seeds. A state it takes must save back to the same bytes
+// the checked-in seeds: a pib-hca, or a ConnectX when the header names
+// that personality. A state it takes must save back to the same bytes
 // (it took nothing it would not carry on) and leave a device that still
 // answers its driver; one it refuses must say why and leave the device as
-// after reset. Neither may crash, hang or size anything from an unchecked
+// after reset (a ConnectX: its initialization segment as after reset).
+// Neither may crash, hang or size anything from an unchecked
 // field (ASan, UBSan and libFuzzer's malloc limit watch that).
 #include <cstdio>
 #include <cstdlib>
@@ -13,6 +15,7 @@
 #include <vector>
 
 #include "fake_host.hh"
+#include "mlx5_host.hh"
 
 namespace {
 
@@ -32,31 +35,58 @@ pib_port_info queryPort(FakeHost &host) {
 }
 
 std::vector<uint8_t> save(FakeHost &host) {
-    void *state = nullptr;
-    size_t len = 0;
-    char *why = nullptr;
-    check(pib_core_save(host.core, &state, &len, &why) == 0, "a loaded device cannot save");
-    std::vector<uint8_t> bytes(static_cast<uint8_t *>(state), static_cast<uint8_t *>(state) + len);
-    std::free(state);
-    std::free(why);
+    std::vector<uint8_t> bytes = host.saveState();
+    check(!bytes.empty(), "a loaded device cannot save");
     return bytes;
+}
+
+// The personality the state's header names (device_state.cc: the section's
+// tag and length, the version, then the personality).
+bool namesConnectX(const uint8_t *data, size_t size) {
+    constexpr size_t kAt = 12;
+    if (size < kAt + 4)
+        return false;
+    const uint32_t personality = uint32_t{data[kAt]} | uint32_t{data[kAt + 1]} << 8 |
+                                 uint32_t{data[kAt + 2]} << 16 | uint32_t{data[kAt + 3]} << 24;
+    return personality == PIB_PERSONALITY_MLX5;
+}
+
+// What a ConnectX driver reads first: the firmware revision, and where
+// its command queue is (0 after reset).
+uint64_t initSegment(FakeHost &host) {
+    return pib_core_bar_read(host.core, PIB_BAR_REGS, 0, 8) ^
+           pib_core_bar_read(host.core, PIB_BAR_REGS, 0x10, 8) << 1;
+}
+
+// The device answers its driver: pib-hca's QUERY_PORT, a ConnectX's
+// initialization segment.
+uint64_t answer(FakeHost &host, bool connectX) {
+    if (connectX)
+        return initSegment(host);
+    const pib_port_info port = queryPort(host);
+    uint64_t sum = 0;
+    for (size_t i = 0; i < sizeof(port); ++i)
+        sum = sum * 131 + reinterpret_cast<const uint8_t *>(&port)[i];
+    return sum;
 }
 
 } // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
-    // One device for every input: a load starts with a reset, and a
-    // refused one ends with one.
-    static FakeHost host;
-    static const pib_port_info fresh = queryPort(host);
+    // One device of each personality for every input: a load starts with
+    // a reset, and a refused one ends with one.
+    static FakeHost pib;
+    static Mlx5Host connectX(false);
+    static const uint64_t fresh[] = {answer(pib, false), answer(connectX, true)};
+    const bool mlx5 = namesConnectX(data, size);
+    FakeHost &host = mlx5 ? connectX : pib;
     host.clear(); // the traces and reports of the inputs before
     char *error = nullptr;
     const int loaded = pib_core_load(host.core, data, size, &error);
     check(error != nullptr, "pib_core_load gave no answer");
     if (loaded != 0) {
         check(error[0] != '\0', "a refused state without a reason");
-        const pib_port_info now = queryPort(host);
-        check(std::memcmp(&now, &fresh, sizeof(now)) == 0, "a refused state changed the port");
+        check(answer(host, mlx5) == fresh[mlx5], "a refused state left the device changed");
     } else {
         // What it took it carries on: saved again it is a state that
         // loads, and saves to the same bytes once more. (The first save
@@ -68,7 +98,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
               "a loaded device saved a state it refuses");
         std::free(why);
         check(save(host) == once, "a state saves to other bytes each time");
-        queryPort(host); // the driver is still answered
+        answer(host, mlx5); // the driver is still answered
         pib_core_reset(host.core);
     }
     std::free(error);

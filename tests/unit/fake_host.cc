@@ -3,6 +3,7 @@
 #include "frame.hh"
 
 #include <algorithm>
+#include <cstdlib>
 #include <fcntl.h>
 #include <random>
 #include <stdexcept>
@@ -236,6 +237,45 @@ void FakeHost::replaceCore() {
     core = pib_core_new(&config, &hostOps(), this);
     if (!core)
         throw std::runtime_error("pib_core_new rejected the configuration");
+}
+
+std::vector<uint8_t> FakeHost::saveState(std::string *why) {
+    void *state = nullptr;
+    size_t len = 0;
+    char *error = nullptr;
+    const int result = pib_core_save(core, &state, &len, &error);
+    if (why)
+        *why = error ? error : "";
+    std::vector<uint8_t> bytes;
+    if (result == 0)
+        bytes.assign(static_cast<uint8_t *>(state), static_cast<uint8_t *>(state) + len);
+    std::free(state);
+    std::free(error);
+    return bytes;
+}
+
+std::string FakeHost::loadState(std::span<const uint8_t> state) {
+    char *error = nullptr;
+    const int result = pib_core_load(core, state.data(), state.size(), &error);
+    std::string why = error ? error : "";
+    std::free(error);
+    return result == 0 ? "" : why.empty() ? "refused, no reason" : why;
+}
+
+std::string FakeHost::move() {
+    std::string why;
+    const std::vector<uint8_t> state = saveState(&why);
+    if (state.empty())
+        return "not saved: " + why;
+    for (auto &out : portOutput)
+        out.clear();
+    replaceCore();
+    why = loadState(state);
+    if (!why.empty())
+        return why;
+    pib_core_port_connected(core, 1, 1);
+    switchHello(PIB_WIRE_HELLO_RESUMES);
+    return "";
 }
 
 FakeHost::~FakeHost() {

@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <cstring>
 #include <functional>
+#include <span>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -162,6 +163,17 @@ struct FakeHost {
     // migration's destination has (the RAM, the clock and the records of
     // what the old one did stay; its timer and scheduled work go).
     void replaceCore();
+    // The device's state (pib_core_save); empty, its reason in *why, when
+    // it refuses to save.
+    std::vector<uint8_t> saveState(std::string *why = nullptr);
+    // pib_core_load: "" when the device took `state`, else its reason.
+    std::string loadState(std::span<const uint8_t> state);
+    // The device moves (docs/migration.md): its state is saved, what it
+    // had sent is lost, and a new device of its configuration over the
+    // same RAM is loaded with it; the switch kept its port's link, which
+    // the new cable's HELLO resumes. "" when the new device took the
+    // state, else the loader's reason.
+    std::string move();
 
     pib_core *core = nullptr;
     pib_core_config config{};

@@ -48,6 +48,9 @@ constexpr Field kLogPageSize = field(kQpc + 0xa3, 5);
 constexpr Field kRemoteQpn = field(kQpc + 0xa8, 24);
 constexpr Field kRlid = field(kQpc + 0xc0 + 0x30, 16);
 constexpr Field kVhcaPort = field(kQpc + 0xc0 + 0x128, 8);
+constexpr Field kAckTimeout = field(kQpc + 0xc0 + 0x40, 5);
+constexpr Field kRetryCount = field(kQpc + 0x38d, 3);
+constexpr Field kRnrRetry = field(kQpc + 0x390, 3);
 constexpr Field kNextSendPsn = field(kQpc + 0x3c8, 24);
 constexpr Field kCqnSnd = field(kQpc + 0x3e8, 24);
 constexpr Field kRre = field(kQpc + 0x490, 1);
@@ -84,6 +87,9 @@ struct Mlx5Peer {
     uint8_t mtu = 3;         // 1024 bytes
     uint32_t counterSet = 0; // the Q counter it counts into (0: none)
     uint32_t optional = 0;   // opt_param_mask
+    uint8_t ackTimeout = 0;  // 0: none (IBA's infinite)
+    uint8_t retries = 0;     // retry_count
+    uint8_t rnrRetries = 0;  // rnr_retry (7: for ever)
 };
 
 // What a send WQE says beyond its control segment.
@@ -290,6 +296,9 @@ class Mlx5Function {
             set(in, kRwe, 1);
             set(in, kCounterSetId, peer.counterSet);
             set(in, kOptParamMask, peer.optional);
+            set(in, kAckTimeout, peer.ackTimeout);
+            set(in, kRetryCount, peer.retries);
+            set(in, kRnrRetry, peer.rnrRetries);
         }
         return host.run(in, 16);
     }

@@ -22,6 +22,7 @@
 #include "fake_host.hh"
 #include "frame.hh"
 #include "mad.hh"
+#include "mlx5_function.hh"
 
 using namespace pib;
 
@@ -34,27 +35,18 @@ struct Saved {
 };
 
 Saved save(FakeHost &host) {
-    void *state = nullptr;
-    size_t len = 0;
-    char *error = nullptr;
     Saved s;
-    s.result = pib_core_save(host.core, &state, &len, &error);
-    if (state)
-        s.bytes.assign(static_cast<uint8_t *>(state), static_cast<uint8_t *>(state) + len);
-    s.error = error ? error : "";
-    std::free(state);
-    std::free(error);
+    s.bytes = host.saveState(&s.error);
+    s.result = s.bytes.empty() ? -1 : 0;
     return s;
 }
 
 // pib_core_load's result; its reason in *why.
 int load(FakeHost &host, const std::vector<uint8_t> &bytes, std::string *why = nullptr) {
-    char *error = nullptr;
-    const int result = pib_core_load(host.core, bytes.data(), bytes.size(), &error);
+    const std::string reason = host.loadState(bytes);
     if (why)
-        *why = error ? error : "";
-    std::free(error);
-    return result;
+        *why = reason;
+    return reason.empty() ? 0 : -1;
 }
 
 // Port 1 as the SM sees it through MAD_IFC.
@@ -427,8 +419,41 @@ TEST_CASE("a loaded device resumes its link on its next cable, as the switch kep
 
 namespace {
 
+// A ConnectX function as mlx5_ib leaves one (a UAR page, an EQ, a CQ, a
+// PD, a physical key), with an RC pair whose first SEND waits out an RNR
+// NAK, a UD QP on an SRQ, a Q counter and a free UMR-enabled key.
+std::vector<uint8_t> connectXSeed() {
+    using namespace testing::mlx5qp;
+    Mlx5Host host;
+    testing::Mlx5Function f(host);
+    REQUIRE(f.setUp());
+    REQUIRE(f.activatePort());
+    auto a = f.createQp(kRc, 1, 3, 4), b = f.createQp(kRc, 1, 3, 4);
+    REQUIRE((a && b));
+    REQUIRE(f.toRts(a->qpn, {.qpn = b->qpn, .ackTimeout = 12, .retries = 7, .rnrRetries = 7}));
+    REQUIRE(f.toRts(b->qpn, {.qpn = a->qpn, .ackTimeout = 12, .retries = 7, .rnrRetries = 7}));
+    const auto srq = f.createSrq(2, {0, 1, 2, 3});
+    REQUIRE(srq);
+    REQUIRE(f.createQpOnSrq(kUd, srq->srqn));
+    REQUIRE(host.run(Mlx5Host::input(0x771), 16).status() == 0);   // ALLOC_Q_COUNTER
+    auto key = Mlx5Host::input(0x200, 0, 0x110);                   // CREATE_MKEY
+    for (const auto &[at, value] : {std::pair{field(0x81, 1), 1u}, // free
+                                    {field(0x90, 1), 1u},          // umr_en
+                                    {field(0x95, 1), 1u},          // lr
+                                    {field(0x96, 2), 1u},          // MTT
+                                    {field(0xa0, 24), 0xffffffu},  // no QP
+                                    {field(0xe8, 24), f.pd},       // its PD
+                                    {field(0x220, 32), 4u}})       // 8 entries
+        set(key, at, value);
+    REQUIRE(host.run(key, 16).status() == 0);
+    const uint64_t data = host.allocRandom(4096, 2);
+    f.blueFlame(f.writeSend(*a, false, {.opcode = kSend, .addr = data, .length = 4096}), f.uar);
+    return save(host).bytes;
+}
+
 // The states fuzz-state starts from (tests/fuzz/inputs/state): a device an
-// SM configured, alone and with a driver's first objects.
+// SM configured, alone and with a driver's first objects; a ConnectX
+// function in the middle of its work.
 std::vector<std::vector<uint8_t>> fuzzSeeds() {
     ConfiguredDevice bare;
     ConfiguredDevice probed([](FakeHost &h) {
@@ -468,7 +493,7 @@ std::vector<std::vector<uint8_t>> fuzzSeeds() {
     pair.wire.filter = [&](bool, iba::Packet &) { return ++passed <= 40; };
     pair.wire.run();
     return {save(bare.host).bytes, save(probed.host).bytes, save(pair.a.host).bytes,
-            save(pair.b.host).bytes};
+            save(pair.b.host).bytes, connectXSeed()};
 }
 
 std::filesystem::path seedDir() {

@@ -123,6 +123,11 @@ struct UmrFunction : pib::testing::OwnedMlx5Host, Mlx5Function {
         REQUIRE(done.size() == 1);
         return {static_cast<uint8_t>(done[0][0x3f] >> 4), done[0][0x37]};
     }
+    // `bytes` random bytes WRITTEN through `key` at `at` of its range
+    // (which `pages` back) and READ back: whether both completed and the
+    // bytes came back the same.
+    bool writeAndReadBack(Qp &qp, uint32_t key, const std::vector<uint64_t> &pages, uint64_t at,
+                          uint32_t bytes);
     std::pair<uint8_t, uint8_t> rdma(Qp &qp, uint8_t opcode, uint64_t local, uint32_t length,
                                      uint64_t remote, uint32_t rkey) {
         blueFlame(writeSend(qp, false,
@@ -160,6 +165,15 @@ bool holds(Mlx5Host &host, const std::vector<uint64_t> &pages, uint64_t at, cons
     return true;
 }
 
+bool UmrFunction::writeAndReadBack(Qp &qp, uint32_t key, const std::vector<uint64_t> &pages,
+                                   uint64_t at, uint32_t bytes) {
+    const uint64_t source = host.allocRandom(bytes, 7), sink = host.alloc(bytes);
+    return rdma(qp, kRdmaWrite, source, bytes, kIova + at, key).first == kGood &&
+           holds(host, pages, at, host.at(source), bytes) &&
+           rdma(qp, kRdmaRead, sink, bytes, kIova + at, key).first == kGood &&
+           std::equal(host.at(source), host.at(source) + bytes, host.at(sink));
+}
+
 } // namespace
 
 TEST_CASE("mlx5: the UMR QP loads a cached key in chunks, enables it and frees it", "[mlx5]") {
@@ -189,12 +203,8 @@ TEST_CASE("mlx5: the UMR QP loads a cached key in chunks, enables it and frees i
 
     // a writes 30000 random bytes at offset 3000 of the region through the
     // key, and reads them back into another buffer.
-    constexpr uint32_t kBytes = 30000, kAt = 3000;
-    const uint64_t source = f.host.allocRandom(kBytes, 7), sink = f.host.alloc(kBytes);
-    CHECK(f.rdma(a, kRdmaWrite, source, kBytes, kIova + kAt, key).first == kGood);
-    CHECK(holds(f.host, pages, kAt, f.host.at(source), kBytes));
-    CHECK(f.rdma(a, kRdmaRead, sink, kBytes, kIova + kAt, key).first == kGood);
-    CHECK(std::equal(f.host.at(source), f.host.at(source) + kBytes, f.host.at(sink)));
+    CHECK(f.writeAndReadBack(a, key, pages, 3000, 30000));
+    const uint64_t source = f.host.allocRandom(8, 8), sink = f.host.alloc(4096);
     // The range ends at 20 pages, whatever the table holds.
     CHECK(f.rdma(a, kRdmaRead, sink, 8, kIova + kLength, key).first == kRequesterError);
     CHECK(f.host.guestErrors("mlx5-umr") == 0);
@@ -338,4 +348,31 @@ TEST_CASE("mlx5: a key made with its pages maps them at once", "[mlx5]") {
     CHECK(create(3 * 4096, 2, pages[0]).status() == 0x3);
     CHECK(create(2 * 4096, 4, pages[0] + 8).status() == 0x3);
     CHECK(f.host.guestErrors("mlx5-cmd-bad-param") == 2);
+}
+
+// A moved function's keys are as the UMRs left them (docs/migration.md):
+// one mapped and enabled takes RDMA over its pages, one freed since takes
+// none.
+TEST_CASE("mlx5: keys the UMR QP mapped and freed are loaded as it left them", "[mlx5-state]") {
+    UmrFunction f;
+    auto umrQp = f.umrQp();
+    auto [a, b] = f.connectedRc();
+    const auto pages = scatteredPages(f.host, 8);
+    const uint64_t enable = mask::kKey | mask::kFree | mask::kRights | mask::kPd | mask::kRange;
+    const uint32_t key = f.cacheKey(8), freed = f.cacheKey(8);
+    CHECK(f.run(umrQp, f.umr(key, kMustBeFree, enable, false, f.pd, 8 * 4096, pages)).first ==
+          kGood);
+    CHECK(f.run(umrQp, f.umr(freed, kMustBeFree, enable, false, f.pd, 4096, pages)).first == kGood);
+    CHECK(
+        f.run(umrQp, f.umr(freed, kInline, mask::kPd | mask::kFree, true, f.umrPd, 0, {})).first ==
+        kGood);
+    REQUIRE(f.host.move() == "");
+
+    CHECK(f.writeAndReadBack(a, key, pages, 1000, 20000));
+    const uint64_t source = f.host.allocRandom(8, 3);
+    auto [c, d] = f.connectedRc();
+    CHECK(f.rdma(c, kRdmaWrite, source, 8, kIova, freed).first == kRequesterError);
+    // The UMR QP goes on: the freed key is mapped again.
+    CHECK(f.run(umrQp, f.umr(freed, kMustBeFree, enable, false, f.pd, 4096, pages)).first == kGood);
+    CHECK(f.host.guestErrors("mlx5-umr") == 0);
 }

@@ -4,7 +4,6 @@
 // BIND_MW WQEs, each loaded into a fresh device as those WQEs left it.
 #include <catch2/catch.hpp>
 
-#include <cstdlib>
 #include <cstring>
 #include <string>
 #include <vector>
@@ -17,15 +16,10 @@ using namespace pib::testing;
 namespace {
 
 std::vector<uint8_t> saved(FakeHost &host) {
-    void *state = nullptr;
-    size_t len = 0;
-    char *why = nullptr;
-    const int result = pib_core_save(host.core, &state, &len, &why);
-    INFO((why ? why : ""));
-    REQUIRE(result == 0);
-    std::vector<uint8_t> bytes(static_cast<uint8_t *>(state), static_cast<uint8_t *>(state) + len);
-    std::free(state);
-    std::free(why);
+    std::string why;
+    std::vector<uint8_t> bytes = host.saveState(&why);
+    INFO(why);
+    REQUIRE(!bytes.empty());
     return bytes;
 }
 
@@ -35,11 +29,7 @@ std::string loadInto(FakeHost &to, FakeHost &from, const std::vector<uint8_t> &s
     to.ram = from.ram;
     to.ramNext = from.ramNext;
     to.now = from.now;
-    char *why = nullptr;
-    const int result = pib_core_load(to.core, state.data(), state.size(), &why);
-    std::string reason = why ? why : "";
-    std::free(why);
-    return result == 0 ? "" : reason.empty() ? "refused, no reason" : reason;
+    return to.loadState(state);
 }
 
 pib_cqe completionOf(Pair &p, Node &n) {
@@ -163,17 +153,9 @@ bool sameBytes(Node &x, uint64_t ax, Node &y, uint64_t ay, uint32_t len) {
 // and the state is loaded into a new device in its place, with its RAM.
 // The switch kept the link: the new cable's HELLO says it resumes.
 void move(Wire &wire, Node &n) {
-    const std::vector<uint8_t> state = saved(n.host);
     wire.a.host.portOutput[1].clear();
     wire.b.host.portOutput[1].clear();
-    n.host.replaceCore();
-    char *why = nullptr;
-    const int loaded = pib_core_load(n.host.core, state.data(), state.size(), &why);
-    INFO((why ? why : ""));
-    std::free(why);
-    REQUIRE(loaded == 0);
-    pib_core_port_connected(n.host.core, 1, 1);
-    n.host.switchHello(PIB_WIRE_HELLO_RESUMES);
+    REQUIRE(n.host.move() == "");
 }
 
 // Every completion of `n` that came, until `count` have.

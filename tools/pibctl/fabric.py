@@ -767,10 +767,9 @@ def up(vms: int = 2, accel: str = "tcg", memory: int = 2048, cpus: int = 1,
             f"{accel.upper()}, {cable} cables, in {run}")
     from pibctl import snapshot  # pylint: disable=import-outside-toplevel (it imports us)
 
-    # The ConnectX personality's state cannot be saved yet; a user's own
-    # kernel is the one under development, booted each time.
+    # A user's own kernel is the one under development, booted each time.
     snapshot_key = ""
-    if sm and own is None and all(v.personality == "pib" for v in fabric.vms):
+    if sm and own is None:
         snapshot_key = snapshot.cache_key(fabric)
         restored = None if boot else snapshot.restore_cached(snapshot_key)
         if restored is not None:

@@ -31,7 +31,8 @@ SOURCES = {
                     "server_rings", "server_moves")] + ["common/wire/ring_cable.cc"],
     "packet": ["common/iba/packet.cc", "common/wire/frame.cc"],
     "state": [f"qemu-hw/core/src/{name}.cc" for name in
-              ("device_state", "commands_state", "transport_state")] +
+              ("device_state", "commands_state", "transport_state", "mlx5_state",
+               "mlx5_state_queues")] +
              ["common/state/state_archive.cc"],
     "switch-state": [f"fabric-switch/src/{name}.cc" for name in ("switch_state", "server_state")] +
                     ["common/state/state_archive.cc"],

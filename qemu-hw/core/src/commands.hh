@@ -21,6 +21,7 @@
 #include "pib_hw.h"
 #include "port_agents.hh"
 #include "ports.hh"
+#include "qp_lifecycle.hh"
 #include "state_archive.hh"
 
 namespace pib {
@@ -177,18 +178,14 @@ class CommandProcessor {
     template <class T>
     bool restore(StateReader &r, const char *what, ObjectTable<T> &table, uint32_t number,
                  const std::function<CommandOutcome()> &create);
-    template <class T, class Load>
-    void loadTable(StateReader &r, uint32_t tag, const char *what, ObjectTable<T> &table,
-                   size_t eachAtLeast, Load &&load);
     void loadEq(StateReader &r, uint32_t number);
     void loadCq(StateReader &r, uint32_t number);
     void loadMr(StateReader &r, uint32_t number);
     void loadMw(StateReader &r, uint32_t number);
     void loadSrq(StateReader &r, uint32_t number);
     void loadQp(StateReader &r, QueuePair &qp, const pib_qp_attr &attr);
-    void loadSpecialQps(StateReader &r);
-    void loadMulticast(StateReader &r);
-    void resumeLoadedQps();
+    void loadSpecialQp(StateReader &r, uint32_t qpn);
+    std::string attachLoaded(const SavedAttachment &a);
 
     const pib_core_config &config_;
     const Host &host_;

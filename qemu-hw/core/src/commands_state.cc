@@ -15,8 +15,9 @@
 #include <cstring>
 #include <vector>
 
+#include "cq_state.hh"
 #include "qp_lifecycle.hh"
-#include "qp_state.hh"
+#include "state_tables.hh"
 
 namespace pib {
 
@@ -34,27 +35,6 @@ constexpr uint32_t kSrqsTag = stateTag("SRQS");
 constexpr uint32_t kQpsTag = stateTag("QPS ");
 constexpr uint32_t kSpecialQpsTag = stateTag("QP01");
 constexpr uint32_t kMulticastTag = stateTag("MCST");
-
-// The attributes a loaded QP's are checked with (qp_lifecycle.hh's
-// badQpAttr): every one a MODIFY_QP may set, but an alternate path, which
-// the device refuses whatever its value (so never has one).
-constexpr uint32_t kCheckedAttrs =
-    PIB_QP_ATTR_MASK_ALL &
-    ~(PIB_QP_STATE | PIB_QP_CUR_STATE | PIB_QP_ALT_PATH | PIB_QP_EN_SQD_ASYNC_NOTIFY);
-
-// A table's section: where its numbering goes on from, how many objects,
-// then each one's number and what `each` writes of it.
-template <class T, class Each>
-void saveTable(StateWriter &w, uint32_t tag, const ObjectTable<T> &table, Each &&each) {
-    w.beginSection(tag);
-    w.u32(table.rotation());
-    w.u32(static_cast<uint32_t>(table.size()));
-    table.forEach([&](uint32_t number, const T &object) {
-        w.u32(number);
-        each(object);
-    });
-    w.endSection();
-}
 
 void saveNothing(const Referenced &) {}
 
@@ -77,12 +57,7 @@ void CommandProcessor::saveObjects(StateWriter &w) const {
     });
     saveTable(w, kCqsTag, objects_.cqs, [&](const CompletionQueue &cq) {
         w.record(cq.ctx);
-        w.u32(cq.producer);
-        w.u32(cq.consumer);
-        w.u8(cq.arm);
-        w.boolean(cq.overrun);
-        w.boolean(cq.stopped);
-        w.u32(cq.eventDue ? cq.heldCqes : 0); // CQEs whose event waits
+        CqProgress::save(w, cq);
     });
     saveTable(w, kMrsTag, objects_.mrs, [&](const MemoryRegion &mr) {
         w.record(mr.ctx);
@@ -104,24 +79,8 @@ void CommandProcessor::saveObjects(StateWriter &w) const {
         dataPath_.saveTransport(qp, w);
     };
     saveTable(w, kQpsTag, objects_.qps, saveQp);
-    w.beginSection(kSpecialQpsTag);
-    for (const auto &qp : objects_.specialQps)
-        w.boolean(qp != nullptr);
-    for (const auto &qp : objects_.specialQps)
-        if (qp)
-            saveQp(*qp);
-    w.endSection();
-    w.beginSection(kMulticastTag);
-    w.u32(objects_.multicast.attachments());
-    objects_.multicast.forEach(
-        [&](unsigned port, const MulticastGroups::Gid &mgid, uint16_t mlid, uint32_t qpn) {
-            w.u32(qpn);
-            w.u8(static_cast<uint8_t>(port));
-            for (uint8_t b : mgid)
-                w.u8(b);
-            w.u16(mlid);
-        });
-    w.endSection();
+    saveSpecialQps(w, kSpecialQpsTag, objects_, saveQp);
+    saveMulticast(w, kMulticastTag, objects_.multicast);
 }
 
 // Creates object `number` of `table` by `create` (a create command's
@@ -130,38 +89,8 @@ void CommandProcessor::saveObjects(StateWriter &w) const {
 template <class T>
 bool CommandProcessor::restore(StateReader &r, const char *what, ObjectTable<T> &table,
                                uint32_t number, const std::function<CommandOutcome()> &create) {
-    if (!r.ok())
-        return false;
-    if (!table.freeNumber(number)) {
-        r.fail(std::string(what) + " " + std::to_string(number) +
-               ": its number is taken or beyond the table");
-        return false;
-    }
-    std::string why;
-    table.placeNextAt(number);
-    host_.captureGuestErrors(&why);
-    const CommandOutcome outcome = create();
-    host_.captureGuestErrors(nullptr);
-    table.cancelPlacement(); // refused before it was stored
-    if (outcome.status == PIB_CMD_STATUS_OK)
-        return true;
-    r.fail(std::string(what) + " " + std::to_string(number) + ": " + why);
-    return false;
-}
-
-// A table's section as saveTable() wrote it: `load` reads each object's
-// fields after its number and creates it.
-template <class T, class Load>
-void CommandProcessor::loadTable(StateReader &r, uint32_t tag, const char *what,
-                                 ObjectTable<T> &table, size_t eachAtLeast, Load &&load) {
-    r.enterSection(tag, what);
-    const uint32_t rotation = r.u32();
-    const uint32_t count = r.count(table.capacity(), 4 + eachAtLeast, what);
-    for (uint32_t i = 0; i < count && r.ok(); ++i)
-        load(r.u32());
-    r.leaveSection(what);
-    if (r.ok())
-        table.restoreRotation(rotation);
+    return restoreAt(r, host_, what, table, number,
+                     [&] { return create().status == PIB_CMD_STATUS_OK; });
 }
 
 void CommandProcessor::loadEq(StateReader &r, uint32_t number) {
@@ -183,21 +112,9 @@ void CommandProcessor::loadEq(StateReader &r, uint32_t number) {
 void CommandProcessor::loadCq(StateReader &r, uint32_t number) {
     pib_cq_context ctx;
     r.record(ctx, "a CQ's context");
-    const uint32_t producer = r.u32(), consumer = r.u32();
-    const uint8_t arm = r.u8();
-    const bool overrun = r.boolean("a CQ's overrun"), stopped = r.boolean("a CQ stopped");
-    const uint32_t held = r.u32();
-    if (r.ok() && arm != 0 && arm != PIB_CQ_ARM_NEXT && arm != PIB_CQ_ARM_SOLICITED)
-        r.fail("CQ " + std::to_string(number) + ": arm " + std::to_string(arm));
-    if (!restore(r, "CQ", objects_.cqs, number, [&] { return createCq(ctx); }))
-        return;
-    CompletionQueue &cq = objects_.cqs.at(number);
-    cq.producer = producer;
-    cq.consumer = consumer;
-    cq.arm = arm;
-    cq.overrun = overrun;
-    cq.stopped = stopped;
-    dataPath_.events().moderation().restoreHeld(number, cq, held);
+    const CqProgress progress = CqProgress::read(r, number);
+    if (restore(r, "CQ", objects_.cqs, number, [&] { return createCq(ctx); }))
+        progress.apply(objects_.cqs.at(number), number, dataPath_.events().moderation());
 }
 
 // The pages a fast-registration region's range spans (its MTT entries).
@@ -306,37 +223,8 @@ void CommandProcessor::loadSrq(StateReader &r, uint32_t number) {
     srq.consumer = consumer;
 }
 
-// A QP: created by CREATE_QP's code (in the RESET state), its saved
-// attributes checked as MODIFY_QP checks them, its transport loaded, and
-// then its state set: an ERR QP enters it by MODIFY_QP's code, which
-// flushes nothing (a QP in error has nothing left to flush) but watches
-// its receive records again; the others take theirs as saved.
 void CommandProcessor::loadQp(StateReader &r, QueuePair &qp, const pib_qp_attr &attr) {
-    const uint8_t state = attr.qp_state;
-    const auto refuse = [&](const char *why) {
-        r.fail("QP " + std::to_string(qp.number) + ": " + why);
-    };
-    if (state > PIB_QPS_ERR ||
-        (state == PIB_QPS_SQE && !transitionRule(qp.ctx.type, PIB_QPS_SQE, PIB_QPS_RTS).allowed))
-        return refuse("a state its type cannot be in");
-    if (attr.en_sqd_async_notify > 1)
-        return refuse("an SQD notification that is not a truth value");
-    if (const char *bad = badQpAttr(qp, attr, kCheckedAttrs, ports_,
-                                    {caps_.max_qp_init_rd_atom, caps_.max_qp_rd_atom}))
-        return refuse(bad);
-    qp.attr = attr;
-    if (state == PIB_QPS_ERR) // entered below, by MODIFY_QP's code
-        qp.attr.qp_state = PIB_QPS_RESET;
-    dataPath_.loadTransport(qp, r);
-    if (!r.ok())
-        return;
-    if (state == PIB_QPS_ERR) {
-        pib_qp_attr toError{};
-        toError.attr_mask = PIB_QP_STATE;
-        toError.qp_state = PIB_QPS_ERR;
-        modifyQp(qp, toError);
-        qp.attr = attr;
-    }
+    loadQpState(r, qp, attr, ports_, {caps_.max_qp_init_rd_atom, caps_.max_qp_rd_atom}, dataPath_);
 }
 
 void CommandProcessor::loadObjects(StateReader &r) {
@@ -386,78 +274,46 @@ void CommandProcessor::loadObjects(StateReader &r) {
     };
     loadTable(r, kQpsTag, "QPs", objects_.qps, sizeof(pib_qp_context) + sizeof(pib_qp_attr),
               loadQpAt);
-    loadSpecialQps(r);
-    loadMulticast(r);
+    loadSpecialQps(r, kSpecialQpsTag, [&](uint32_t qpn) { loadSpecialQp(r, qpn); });
+    loadMulticast(r, kMulticastTag, objects_,
+                  [&](const SavedAttachment &a) { return attachLoaded(a); });
     if (r.ok())
-        resumeLoadedQps();
+        resumeLoadedQps(objects_, dataPath_);
 }
 
 // QP0 and QP1 of each port: their numbers are their port's and type's.
-void CommandProcessor::loadSpecialQps(StateReader &r) {
-    r.enterSection(kSpecialQpsTag, "QP0 and QP1");
-    std::array<bool, 2 * PIB_MAX_PORTS> present{};
-    for (bool &p : present)
-        p = r.boolean("a special QP");
-    for (uint32_t qpn = 0; qpn < present.size() && r.ok(); ++qpn) {
-        if (!present[qpn])
-            continue;
-        pib_qp_context ctx;
-        r.record(ctx, "a special QP's context");
-        pib_qp_attr attr;
-        r.record(attr, "a special QP's attributes");
-        const bool special = ctx.type == PIB_QPT_SMI || ctx.type == PIB_QPT_GSI;
-        if (r.ok() && (!special || ctx.port < 1 || ctx.port > PIB_MAX_PORTS ||
-                       PIB_SPECIAL_QPN(ctx.port, ctx.type) != qpn)) {
-            r.fail("QP " + std::to_string(qpn) + ": not the special QP of that number");
-            break;
-        }
-        std::string why;
-        host_.captureGuestErrors(&why);
-        const CommandOutcome made = r.ok() ? createQp(ctx) : CommandOutcome{};
-        host_.captureGuestErrors(nullptr);
-        if (r.ok() && made.status != PIB_CMD_STATUS_OK)
-            r.fail("QP " + std::to_string(qpn) + ": " + why);
-        if (r.ok())
-            loadQp(r, *objects_.specialQps[qpn], attr);
+void CommandProcessor::loadSpecialQp(StateReader &r, uint32_t qpn) {
+    pib_qp_context ctx;
+    r.record(ctx, "a special QP's context");
+    pib_qp_attr attr;
+    r.record(attr, "a special QP's attributes");
+    const bool special = ctx.type == PIB_QPT_SMI || ctx.type == PIB_QPT_GSI;
+    if (r.ok() && (!special || ctx.port < 1 || ctx.port > PIB_MAX_PORTS ||
+                   PIB_SPECIAL_QPN(ctx.port, ctx.type) != qpn)) {
+        r.fail("QP " + std::to_string(qpn) + ": not the special QP of that number");
+        return;
     }
-    r.leaveSection("QP0 and QP1");
+    std::string why;
+    host_.captureGuestErrors(&why);
+    const CommandOutcome made = r.ok() ? createQp(ctx) : CommandOutcome{};
+    host_.captureGuestErrors(nullptr);
+    if (r.ok() && made.status != PIB_CMD_STATUS_OK)
+        r.fail("QP " + std::to_string(qpn) + ": " + why);
+    if (r.ok())
+        loadQp(r, *objects_.specialQps[qpn], attr);
 }
 
-// Multicast attachments, attached again by ATTACH_MCAST's code.
-void CommandProcessor::loadMulticast(StateReader &r) {
-    r.enterSection(kMulticastTag, "multicast attachments");
-    const uint32_t count = r.count(UINT32_MAX, 23, "multicast attachments");
-    for (uint32_t i = 0; i < count && r.ok(); ++i) {
-        const uint32_t qpn = r.u32();
-        const uint8_t port = r.u8();
-        pib_mcast m{};
-        for (uint8_t &b : m.gid)
-            b = r.u8();
-        m.mlid = r.u16();
-        const QueuePair *qp = objects_.findQp(qpn);
-        if (r.ok() && (!qp || qp->attr.port_num != port)) {
-            r.fail("a multicast attachment of QP " + std::to_string(qpn) + " on port " +
-                   std::to_string(port) + ", which is not its port");
-            break;
-        }
-        std::string why;
-        host_.captureGuestErrors(&why);
-        const CommandOutcome done =
-            r.ok()
-                ? attachOrDetachMcast(Command{.opcode = PIB_CMD_ATTACH_MCAST, .modifier = qpn}, m)
-                : CommandOutcome{};
-        host_.captureGuestErrors(nullptr);
-        if (r.ok() && done.status != PIB_CMD_STATUS_OK)
-            r.fail("a multicast attachment of QP " + std::to_string(qpn) + ": " + why);
-    }
-    r.leaveSection("multicast attachments");
-}
-
-void CommandProcessor::resumeLoadedQps() {
-    objects_.qps.forEach([&](uint32_t, QueuePair &qp) { dataPath_.resumeLoaded(qp); });
-    for (const auto &qp : objects_.specialQps)
-        if (qp)
-            dataPath_.resumeLoaded(*qp);
+// A multicast attachment, made again by ATTACH_MCAST's code.
+std::string CommandProcessor::attachLoaded(const SavedAttachment &a) {
+    pib_mcast m{};
+    std::copy(a.gid.begin(), a.gid.end(), m.gid);
+    m.mlid = a.mlid;
+    std::string why;
+    host_.captureGuestErrors(&why);
+    const CommandOutcome done =
+        attachOrDetachMcast(Command{.opcode = PIB_CMD_ATTACH_MCAST, .modifier = a.qpn}, m);
+    host_.captureGuestErrors(nullptr);
+    return done.status == PIB_CMD_STATUS_OK ? "" : why.empty() ? "refused" : why;
 }
 
 } // namespace pib

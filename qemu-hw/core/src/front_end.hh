@@ -35,12 +35,14 @@ class FrontEnd {
     // The core had an internal error: say so the way this personality's
     // driver looks for it, and take no more work until reset().
     virtual void setFatal() = 0;
-    // The personality's registers in the device's saved state
-    // (docs/migration.md). A personality whose state is not saved yet
-    // says so: the device then refuses to save.
-    virtual const char *unsaved() const { return "its personality's registers"; }
-    virtual void save(StateWriter &) const {}
-    virtual void load(StateReader &r) { r.fail("this personality's state is not loaded yet"); }
+    // The device's saved state (docs/migration.md): the objects the
+    // personality's commands made, which the core's tables hold, and then
+    // the personality's registers. Loading makes each object again by the
+    // command that made it, so that it passes that command's checks.
+    virtual void saveObjects(StateWriter &w) const = 0;
+    virtual void loadObjects(StateReader &r) = 0;
+    virtual void save(StateWriter &w) const = 0;
+    virtual void load(StateReader &r) = 0;
 };
 
 } // namespace pib

@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <functional>
 #include <span>
+#include <vector>
 
 #include "data_path.hh"
 #include "event_writer.hh"
@@ -27,6 +28,7 @@
 #include "pib_core.h"
 #include "port_agents.hh"
 #include "ports.hh"
+#include "state_archive.hh"
 
 namespace pib::mlx5 {
 
@@ -59,6 +61,13 @@ class Commands {
     void reset();
     // Refuses every command until reset().
     void setFatal() { fatal_ = true; }
+    // The device's state (mlx5_state.cc): the objects the commands made,
+    // each made again on loading by the command that made it, and the
+    // function's own (its life, capabilities, pages, registers).
+    void saveObjects(StateWriter &w) const;
+    void loadObjects(StateReader &r);
+    void save(StateWriter &w) const;
+    void load(StateReader &r);
     // The name of `opcode` ("unknown" for one the table does not have).
     static const char *name(uint16_t opcode);
 
@@ -125,6 +134,9 @@ class Commands {
     const err::Condition *createFreeMkey(const Request &r);
     const err::Condition *createMttMkey(const Request &r);
     const err::Condition *destroyMkey(const Request &r);
+    std::vector<uint8_t> mkeyInput(const MemoryRegion &mr) const;
+    void saveKeys(StateWriter &w) const;
+    void loadKey(StateReader &r, uint32_t number);
     const err::Condition *allocPd(const Request &r);
     const err::Condition *deallocPd(const Request &r);
     const err::Condition *allocXrcd(const Request &r);

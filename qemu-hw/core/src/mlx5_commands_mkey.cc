@@ -169,6 +169,46 @@ const err::Condition *Commands::createMttMkey(const Request &r) {
     return nullptr;
 }
 
+// The CREATE_MKEY input that makes `mr` as it was made (the device's
+// state): a physical key, or a key with its pages; a UMR-enabled key as
+// a free one, which the saved state then maps as the UMRs since did.
+std::vector<uint8_t> Commands::mkeyInput(const MemoryRegion &mr) const {
+    const pib_mr_context &c = mr.ctx;
+    const bool physical = c.flags & PIB_MR_PHYSICAL;
+    const bool withPages = !physical && !mr.fastReg();
+    std::vector<uint8_t> in(kEntriesByte + (withPages ? sizeof(uint64_t) * mr.ownPages.size() : 0));
+    set(in, mkc::kLocalRead, 1);
+    set(in, mkc::kQpn, kNoQp);
+    set(in, mkc::kPd, c.pdn);
+    set(in, mkc::kVariant, c.key_variant);
+    if (!physical) {
+        set(in, mkc::kAccessMode10, kAccessModeMtt);
+        set(in, mkc::kTranslationOctowords, c.mtt_count / 2);
+    }
+    if (mr.fastReg()) {
+        set(in, mkc::kFree, 1);
+        set(in, mkc::kUmrEnable, 1);
+        return in;
+    }
+    set(in, mkc::kLocalWrite, (c.access & PIB_ACCESS_LOCAL_WRITE) != 0);
+    set(in, mkc::kRemoteWrite, (c.access & PIB_ACCESS_REMOTE_WRITE) != 0);
+    set(in, mkc::kRemoteRead, (c.access & PIB_ACCESS_REMOTE_READ) != 0);
+    set(in, mkc::kAtomic, (c.access & PIB_ACCESS_REMOTE_ATOMIC) != 0);
+    set(in, mkc::kStartAddress, c.iova);
+    if (physical && c.length == ~uint64_t{0}) {
+        set(in, mkc::kLength64, 1);
+        return in;
+    }
+    set(in, mkc::kLength, c.length);
+    if (physical)
+        return in;
+    set(in, mkc::kLogPageSize, c.log_page_size);
+    set(in, kActualOctowords, mr.ownPages.size() / 2);
+    for (size_t i = 0; i < mr.ownPages.size(); ++i)
+        writeBe64(in.data() + kEntriesByte + i * sizeof(uint64_t), mr.ownPages[i]);
+    return in;
+}
+
 const err::Condition *Commands::destroyMkey(const Request &r) {
     const auto index = static_cast<uint32_t>(get(r.in, kMkeyIndex));
     const MemoryRegion *mr = core_.objects.mrs.find(index);

@@ -203,6 +203,21 @@ const err::Condition *CompletionQueues::create(std::span<const uint8_t> in, uint
     return nullptr;
 }
 
+// The CREATE_CQ input that makes `cq` as it is now, its ring the one a
+// resize may have given it (the device's state).
+std::vector<uint8_t> CompletionQueues::createInput(const CompletionQueue &cq) const {
+    std::vector<uint8_t> in = PageList::inputFor(objects_.mtt, cq.ctx.buf, kPageList);
+    set(in, kCqeSize, cq.cqeFormat);
+    set(in, kOverrunIgnore, cq.ignoreOverrun);
+    set(in, kLogCqSize, cq.ctx.log_size);
+    set(in, kUarPage, cq.ctx.uar_page);
+    set(in, kPeriod, cq.ctx.moderation_period);
+    set(in, kMaxCount, cq.ctx.moderation_count);
+    set(in, kEqn, cq.ctx.eqn);
+    set(in, kDbrAddr, cq.ctx.ci_record);
+    return in;
+}
+
 const err::Condition *CompletionQueues::destroy(uint32_t cqn) {
     const CompletionQueue *cq = objects_.cqs.find(cqn);
     if (!cq) {

@@ -10,6 +10,7 @@
 
 #include <cstdint>
 #include <span>
+#include <vector>
 
 #include "conditions.hh"
 #include "cq_moderation.hh"
@@ -18,6 +19,7 @@
 #include "mlx5_event_queues.hh"
 #include "mlx5_uars.hh"
 #include "object_tables.hh"
+#include "state_archive.hh"
 
 namespace pib::mlx5 {
 
@@ -42,6 +44,10 @@ class CompletionQueues final : public EventCodec {
     // MODIFY_CQ's moderation (op_mod 0): `in` is modify_cq_in, whose
     // field select names the period, the count or both.
     const err::Condition *moderate(std::span<const uint8_t> in);
+    // The CQs in the device's state (mlx5_state_queues.cc): each as the
+    // CREATE_CQ input that makes it as it is, then its counters and arm.
+    void save(StateWriter &w) const;
+    void load(StateReader &r);
     // A write of `value` to the arm doorbell of UAR page `uar`.
     void armDoorbell(uint32_t uar, uint64_t value);
 
@@ -52,6 +58,7 @@ class CompletionQueues final : public EventCodec {
     void asyncEvent(uint8_t event, uint32_t number) override;
 
   private:
+    std::vector<uint8_t> createInput(const CompletionQueue &cq) const;
     const err::Condition *checkContext(std::span<const uint8_t> in) const;
     const err::Condition *mapPages(std::span<const uint8_t> in, pib_buf_desc &buf) const;
     CompletionQueue *modified(uint32_t cqn);

@@ -65,6 +65,20 @@ const err::Condition *EventQueues::create(std::span<const uint8_t> in, uint32_t 
     return nullptr;
 }
 
+// The CREATE_EQ input that makes `eq` as it is (the device's state).
+std::vector<uint8_t> EventQueues::createInput(const Eq &eq) const {
+    std::vector<uint8_t> in(kPageList + sizeof(uint64_t) * eq.ring.pages.size());
+    set(in, kLogEqSize, eq.logSize);
+    set(in, kLogPageSize, eq.ring.shift - PageList::kAdapterPageShift);
+    set(in, kUarPage, eq.uar);
+    set(in, kIntr, eq.vector);
+    for (size_t i = 0; i < eq.types.size(); ++i)
+        writeBe64(in.data() + kEventBitmask + 8 * i, eq.types[i]);
+    for (size_t i = 0; i < eq.ring.pages.size(); ++i)
+        writeBe64(in.data() + kPageList + 8 * i, eq.ring.pages[i]);
+    return in;
+}
+
 bool EventQueues::destroy(uint32_t eqn) {
     if (!eqs_.erase(eqn))
         return false;

@@ -17,6 +17,7 @@
 #include "mlx5_page_list.hh"
 #include "mlx5_uars.hh"
 #include "object_table.hh"
+#include "state_archive.hh"
 
 namespace pib::mlx5 {
 
@@ -65,6 +66,10 @@ class EventQueues {
     // An event to EQ `eqn`, whatever types it takes (a CQ's completions).
     void postTo(uint32_t eqn, uint8_t type, uint8_t subType, const Data &data);
     void reset() { eqs_.clear(); }
+    // The EQs in the device's state (mlx5_state_queues.cc): each as the
+    // CREATE_EQ input that makes it as it is, then its counters and arm.
+    void save(StateWriter &w) const;
+    void load(StateReader &r);
 
   private:
     struct Eq {
@@ -81,6 +86,7 @@ class EventQueues {
 
         bool takes(uint8_t type) const { return (types[type / 64] >> type % 64) & 1; }
     };
+    std::vector<uint8_t> createInput(const Eq &eq) const;
     void write(uint32_t eqn, Eq &eq, uint8_t type, uint8_t subType, const Data &data);
     void signal(Eq &eq);
 

@@ -34,6 +34,10 @@ class Mlx5FrontEnd final : public FrontEnd {
     }
     void reset() override;
     void setFatal() override;
+    void saveObjects(StateWriter &w) const override;
+    void loadObjects(StateReader &r) override;
+    void save(StateWriter &w) const override;
+    void load(StateReader &r) override;
 
   private:
     uint64_t readInitSegment(uint64_t offset, unsigned size);

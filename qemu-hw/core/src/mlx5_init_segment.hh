@@ -7,6 +7,7 @@
 #include <cstdint>
 
 #include "host.hh"
+#include "state_archive.hh"
 
 namespace pib::mlx5 {
 
@@ -25,6 +26,10 @@ class InitSegment {
     // the health counter stops: the driver's poll finds the device dead.
     void setFatal() { fatal_ = true; }
 
+    // The command queue's address and the health counter, in the
+    // device's state (mlx5_state.cc).
+    void save(StateWriter &w) const;
+    void load(StateReader &r);
     // The command queue's guest address (0 until the driver writes it).
     uint64_t commandQueue() const { return cmdqAddress_; }
 

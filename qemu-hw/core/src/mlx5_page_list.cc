@@ -8,6 +8,13 @@
 
 namespace pib::mlx5 {
 
+std::vector<uint8_t> PageList::inputFor(const Mtt &mtt, const pib_buf_desc &buf, uint32_t at) {
+    std::vector<uint8_t> in(at + size_t{8} * buf.npages);
+    for (uint32_t i = 0; i < buf.npages; ++i)
+        writeBe64(in.data() + at + 8 * i, mtt.entry(buf.mtt_index + i));
+    return in;
+}
+
 bool PageList::read(std::span<const uint8_t> in, uint32_t at, uint64_t count) {
     if (in.size() < at || (in.size() - at) / 8 < count)
         return false;

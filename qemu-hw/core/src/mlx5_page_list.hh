@@ -69,6 +69,10 @@ struct PageList {
     // The first `bytes` of the ring in newly allocated 4 KiB MTT entries,
     // as the core's rings are read (ring.hh); nullopt when the MTT is full.
     std::optional<pib_buf_desc> map(Mtt &mtt, uint64_t bytes) const;
+    // A command's input that gives the ring `buf` maps in the MTT again,
+    // for a saved state: `at` bytes for its fields, then the list of its
+    // 4 KiB pages, as log_page_size 0 and page_offset 0 place them.
+    static std::vector<uint8_t> inputFor(const Mtt &mtt, const pib_buf_desc &buf, uint32_t at);
     // The first page that is not guest RAM aligned to its size across the
     // part of it the ring's `bytes` take; nullopt when every one is.
     std::optional<size_t> firstBad(const Host &host, uint64_t bytes) const;

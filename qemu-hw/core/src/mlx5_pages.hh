@@ -32,6 +32,7 @@ class FunctionPages {
     // MANAGE_PAGES take: up to `count` pages back, most recent first.
     std::vector<uint64_t> take(uint32_t count);
     size_t held() const { return pages_.size(); }
+    const std::vector<uint64_t> &pages() const { return pages_; }
     void reset() { pages_.clear(); }
 
   private:

@@ -325,6 +325,7 @@ const err::Condition *QueuePairs::create(std::span<const uint8_t> in, uint32_t &
     // driver's default one) is never used.
     if (ctx.type == PIB_QPT_XRC_TGT) {
         ctx.xrcdn = static_cast<uint32_t>(get(in, kXrcd));
+        ctx.srqn = static_cast<uint32_t>(get(in, kSrqn)); // kept for createInput()
     } else if (ctx.type == PIB_QPT_XRC_INI) {
     } else if (get(in, kRqType) == kSrqRq) {
         ctx.flags |= PIB_QP_USE_SRQ;
@@ -369,6 +370,38 @@ const err::Condition *QueuePairs::create(std::span<const uint8_t> in, uint32_t &
     trace::mlx5_qp_create(host_, qpn, ctx.type, ctx.rq_log_wqe_count, ctx.rq_log_wqe_stride,
                           ctx.sq_log_wqe_count, ctx.pdn, ctx.uar_page);
     return nullptr;
+}
+
+// The CREATE_QP input that makes `qp` as it is, in RESET (the device's
+// state). An XRC TGT QP names the SRQ its creation named: the command
+// needs one, which it never uses.
+std::vector<uint8_t> QueuePairs::createInput(const QueuePair &qp) const {
+    const pib_qp_context &ctx = qp.ctx;
+    std::vector<uint8_t> in = PageList::inputFor(objects_.mtt, ctx.sq_buf, kPageList);
+    set(in, kSt, qp.umr ? st::kRegUmr : serviceType(ctx.type));
+    set(in, kPmState, kPmMigrated);
+    set(in, kPd, ctx.pdn);
+    set(in, kUarPage, ctx.uar_page);
+    set(in, kCqnSnd, ctx.send_cqn);
+    set(in, kCqnRcv, ctx.recv_cqn);
+    set(in, kDbrAddr, qp.record);
+    set(in, kNoSq, ctx.sq_log_wqe_stride == 0);
+    set(in, kLogSqSize, ctx.sq_log_wqe_count);
+    if (ctx.type == PIB_QPT_XRC_TGT) {
+        set(in, kXrcd, ctx.xrcdn);
+        set(in, kRqType, kSrqRq);
+        set(in, kSrqn, ctx.srqn);
+    } else if (ctx.flags & PIB_QP_USE_SRQ) {
+        set(in, kRqType, kSrqRq);
+        set(in, kSrqn, ctx.srqn);
+    } else if (ctx.rq_log_wqe_stride) {
+        set(in, kRqType, kRegularRq);
+        set(in, kLogRqSize, ctx.rq_log_wqe_count);
+        set(in, kLogRqStride, ctx.rq_log_wqe_stride - kStrideUnitShift);
+    } else {
+        set(in, kRqType, kZeroRq);
+    }
+    return in;
 }
 
 const err::Condition *QueuePairs::refuse(const err::Condition &why, const char *command,

@@ -9,6 +9,8 @@
 
 #include <cstdint>
 #include <span>
+#include <string>
+#include <vector>
 
 #include "conditions.hh"
 #include "data_path.hh"
@@ -17,6 +19,8 @@
 #include "mlx5_wqe_reader.hh"
 #include "object_tables.hh"
 #include "ports.hh"
+#include "qp_lifecycle.hh"
+#include "state_archive.hh"
 
 namespace pib::mlx5 {
 
@@ -52,9 +56,19 @@ class QueuePairs {
     // device is not told the group's LID: a group is known by its GID.
     const err::Condition *attachMulticast(bool attach, std::span<const uint8_t> in);
 
+    // The QPs in the device's state (mlx5_state_queues.cc): each as the
+    // CREATE_QP input that makes it, then its counter set, attributes and
+    // transport; QP0 and QP1 in a section of their own.
+    void save(StateWriter &w) const;
+    void load(StateReader &r);
+
   private:
     static constexpr uint32_t kMaxInlineData = 1024 - 64; // one WQE's 16 blocks, less its headers
 
+    std::vector<uint8_t> createInput(const QueuePair &qp) const;
+    void saveQp(StateWriter &w, const QueuePair &qp) const;
+    void loadQp(StateReader &r, uint32_t qpn);
+    std::string attachLoaded(const SavedAttachment &a);
     const err::Condition *checkContext(std::span<const uint8_t> in) const;
     const err::Condition *refuse(const err::Condition &why, const char *command, uint32_t qpn,
                                  const char *what) const;

@@ -11,6 +11,7 @@
 #include <span>
 
 #include "ports.hh"
+#include "state_archive.hh"
 
 namespace pib::mlx5 {
 
@@ -28,6 +29,9 @@ class Registers {
     const char *access(uint16_t id, bool write, std::span<const uint8_t> in,
                        std::span<uint8_t> out);
     void reset() { hostEndianness_ = {}; }
+    // What the driver wrote, in the device's state (mlx5_state.cc).
+    void save(StateWriter &w) const;
+    void load(StateReader &r);
 
   private:
     const char *portCapabilities(bool write, std::span<const uint8_t> in, std::span<uint8_t> out);

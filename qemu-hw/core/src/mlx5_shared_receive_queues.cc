@@ -99,6 +99,25 @@ const err::Condition *SharedReceiveQueues::create(std::span<const uint8_t> in, u
     return nullptr;
 }
 
+// The context's fields as CREATE_SRQ takes them and QUERY_SRQ gives them.
+static void putContext(std::span<uint8_t> out, const SharedReceiveQueue &srq) {
+    const pib_srq_context &ctx = srq.ctx;
+    set(out, kLogSrqSize, ctx.log_wqe_count);
+    set(out, kLogRqStride, ctx.log_wqe_stride - kStrideUnitShift);
+    set(out, kXrcd, ctx.xrcdn);
+    set(out, kCqn, ctx.cqn);
+    set(out, kPd, ctx.pdn);
+    set(out, kLwm, ctx.limit);
+    set(out, kDbrAddr, srq.record);
+}
+
+// The CREATE_SRQ input that makes `srq` as it is (the device's state).
+std::vector<uint8_t> SharedReceiveQueues::createInput(const SharedReceiveQueue &srq) const {
+    std::vector<uint8_t> in = PageList::inputFor(objects_.mtt, srq.ctx.buf, kPageList);
+    putContext(in, srq);
+    return in;
+}
+
 const err::Condition *SharedReceiveQueues::missing(const char *command, uint32_t srqn) const {
     host_.guestError(err::kMlx5CmdBadResource, "%s of SRQ %u, which does not exist", command, srqn);
     return &err::kMlx5CmdBadResource;
@@ -127,14 +146,7 @@ const err::Condition *SharedReceiveQueues::query(uint32_t srqn, std::span<uint8_
     const SharedReceiveQueue *srq = objects_.srqs.find(srqn);
     if (!srq)
         return missing("QUERY_SRQ", srqn);
-    const pib_srq_context &ctx = srq->ctx;
-    set(out, kLogSrqSize, ctx.log_wqe_count);
-    set(out, kLogRqStride, ctx.log_wqe_stride - kStrideUnitShift);
-    set(out, kXrcd, ctx.xrcdn);
-    set(out, kCqn, ctx.cqn);
-    set(out, kPd, ctx.pdn);
-    set(out, kLwm, ctx.limit);
-    set(out, kDbrAddr, srq->record);
+    putContext(out, *srq);
     return nullptr;
 }
 

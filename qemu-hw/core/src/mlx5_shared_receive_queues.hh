@@ -10,10 +10,12 @@
 #include <cstdint>
 #include <functional>
 #include <span>
+#include <vector>
 
 #include "conditions.hh"
 #include "host.hh"
 #include "object_tables.hh"
+#include "state_archive.hh"
 
 namespace pib::mlx5 {
 
@@ -32,7 +34,13 @@ class SharedReceiveQueues {
     // ARM_RQ of an SRQ: the limit below which SRQ_RQ_LIMIT is raised.
     const err::Condition *arm(uint32_t srqn, uint32_t limit);
 
+    // The SRQs in the device's state (mlx5_state_queues.cc): each as the
+    // CREATE_SRQ input that makes it as it is, then its counters.
+    void save(StateWriter &w) const;
+    void load(StateReader &r);
+
   private:
+    std::vector<uint8_t> createInput(const SharedReceiveQueue &srq) const;
     const err::Condition *checkContext(std::span<const uint8_t> in) const;
     const err::Condition *missing(const char *command, uint32_t srqn) const;
 

@@ -9,6 +9,8 @@
 #include <optional>
 #include <vector>
 
+#include "state_archive.hh"
+
 namespace pib::mlx5 {
 
 class Uars {
@@ -27,6 +29,8 @@ class Uars {
         return index >= kFirstUar && index - kFirstUar < given_.size() && given_[index - kFirstUar];
     }
     void reset() { given_.assign(given_.size(), false); }
+    void save(StateWriter &w) const;
+    void load(StateReader &r);
 
   private:
     std::vector<bool> given_; // by index - kFirstUar

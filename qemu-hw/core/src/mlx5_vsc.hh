@@ -10,6 +10,8 @@
 
 #include <cstdint>
 
+#include "state_archive.hh"
+
 namespace pib::mlx5 {
 
 class VendorCapability {
@@ -23,6 +25,8 @@ class VendorCapability {
     uint32_t read(uint32_t offset);
     void write(uint32_t offset, uint32_t value);
     void reset() { *this = VendorCapability{}; }
+    void save(StateWriter &w) const;
+    void load(StateReader &r);
 
   private:
     uint32_t ctrl_ = 0;

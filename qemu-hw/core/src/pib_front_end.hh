@@ -19,7 +19,8 @@ class PibFrontEnd final : public FrontEnd {
   public:
     PibFrontEnd(const pib_core_config &config, const Host &host, CommandProcessor &commands,
                 PibEventQueues &events, DataPath &dataPath, std::function<void()> requestReset)
-        : host_(host), registers_(config, host, commands, events, std::move(requestReset)),
+        : host_(host), commands_(commands),
+          registers_(config, host, commands, events, std::move(requestReset)),
           doorbells_(config.doorbell_pages, host, dataPath) {}
 
     pib_pci_identity pciIdentity() const override;
@@ -28,12 +29,14 @@ class PibFrontEnd final : public FrontEnd {
     void barWrite(int bar, uint64_t offset, uint64_t value, unsigned size) override;
     void reset() override;
     void setFatal() override;
-    const char *unsaved() const override { return nullptr; }
+    void saveObjects(StateWriter &w) const override { commands_.saveObjects(w); }
+    void loadObjects(StateReader &r) override { commands_.loadObjects(r); }
     void save(StateWriter &w) const override { registers_.save(w); }
     void load(StateReader &r) override { registers_.load(r); }
 
   private:
     const Host &host_;
+    CommandProcessor &commands_;
     RegisterFile registers_;
     DoorbellPages doorbells_;
     bool fatal_ = false; // doorbells do nothing until reset()

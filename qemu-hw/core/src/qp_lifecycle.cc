@@ -2,12 +2,20 @@
 #include "qp_lifecycle.hh"
 
 #include "memory_keys.hh"
+#include "qp_state.hh"
 
 namespace pib {
 
 namespace {
 constexpr uint32_t kPsnMask = 0xffffff;
 constexpr uint8_t kMigMigrated = 0; // IBA APM state: no alternate path armed
+
+// The attributes a loaded QP's are checked with (badQpAttr): every one a
+// state change may set, but an alternate path, which the device refuses
+// whatever its value (so never has one).
+constexpr uint32_t kCheckedAttrs =
+    PIB_QP_ATTR_MASK_ALL &
+    ~(PIB_QP_STATE | PIB_QP_CUR_STATE | PIB_QP_ALT_PATH | PIB_QP_EN_SQD_ASYNC_NOTIFY);
 } // namespace
 
 // Checks the values of the attributes `mask` names; returns a description
@@ -135,6 +143,101 @@ void endQp(ObjectTables &objects, DataPath &dataPath, QueuePair &qp) {
         objects.specialQps[qpn].reset();
     else
         objects.qps.erase(qpn);
+}
+
+// The saved attributes are checked as a state change checks them, the
+// transport loaded, and then the state set: an ERR QP enters it as a
+// state change to ERR does, which flushes nothing (a QP in error has
+// nothing left to flush) but watches its receive records again; the
+// others take theirs as saved.
+void loadQpState(StateReader &r, QueuePair &qp, const pib_qp_attr &attr, const Ports &ports,
+                 const RdAtomicLimits &limits, DataPath &dataPath) {
+    const uint8_t state = attr.qp_state;
+    const auto refuse = [&](const char *why) {
+        r.fail("QP " + std::to_string(qp.number) + ": " + why);
+    };
+    if (state > PIB_QPS_ERR ||
+        (state == PIB_QPS_SQE && !transitionRule(qp.ctx.type, PIB_QPS_SQE, PIB_QPS_RTS).allowed))
+        return refuse("a state its type cannot be in");
+    if (attr.en_sqd_async_notify > 1)
+        return refuse("an SQD notification that is not a truth value");
+    if (const char *bad = badQpAttr(qp, attr, kCheckedAttrs, ports, limits))
+        return refuse(bad);
+    qp.attr = attr;
+    if (state == PIB_QPS_ERR) // entered below
+        qp.attr.qp_state = PIB_QPS_RESET;
+    dataPath.loadTransport(qp, r);
+    if (!r.ok() || state != PIB_QPS_ERR)
+        return;
+    qp.attr.qp_state = PIB_QPS_ERR;
+    dataPath.qpStateEntered(qp, PIB_QPS_RESET, PIB_QPS_ERR, PIB_QP_STATE);
+    qp.attr = attr;
+}
+
+void saveSpecialQps(StateWriter &w, uint32_t tag, const ObjectTables &objects,
+                    const std::function<void(const QueuePair &)> &each) {
+    w.beginSection(tag);
+    for (const auto &qp : objects.specialQps)
+        w.boolean(qp != nullptr);
+    for (const auto &qp : objects.specialQps)
+        if (qp)
+            each(*qp);
+    w.endSection();
+}
+
+void loadSpecialQps(StateReader &r, uint32_t tag, const std::function<void(uint32_t)> &load) {
+    r.enterSection(tag, "QP0 and QP1");
+    std::array<bool, 2 * PIB_MAX_PORTS> present{};
+    for (bool &p : present)
+        p = r.boolean("a special QP");
+    for (uint32_t qpn = 0; qpn < present.size() && r.ok(); ++qpn)
+        if (present[qpn])
+            load(qpn);
+    r.leaveSection("QP0 and QP1");
+}
+
+void saveMulticast(StateWriter &w, uint32_t tag, const MulticastGroups &groups) {
+    w.beginSection(tag);
+    w.u32(groups.attachments());
+    groups.forEach(
+        [&](unsigned port, const MulticastGroups::Gid &mgid, uint16_t mlid, uint32_t qpn) {
+            w.u32(qpn);
+            w.u8(static_cast<uint8_t>(port));
+            for (uint8_t b : mgid)
+                w.u8(b);
+            w.u16(mlid);
+        });
+    w.endSection();
+}
+
+void loadMulticast(StateReader &r, uint32_t tag, const ObjectTables &objects,
+                   const std::function<std::string(const SavedAttachment &)> &attach) {
+    r.enterSection(tag, "multicast attachments");
+    const uint32_t count = r.count(UINT32_MAX, 23, "multicast attachments");
+    for (uint32_t i = 0; i < count && r.ok(); ++i) {
+        SavedAttachment a{};
+        a.qpn = r.u32();
+        const uint8_t port = r.u8();
+        for (uint8_t &b : a.gid)
+            b = r.u8();
+        a.mlid = r.u16();
+        const QueuePair *qp = objects.findQp(a.qpn);
+        if (r.ok() && (!qp || qp->attr.port_num != port)) {
+            r.fail("a multicast attachment of QP " + std::to_string(a.qpn) + " on port " +
+                   std::to_string(port) + ", which is not its port");
+            break;
+        }
+        if (const std::string why = r.ok() ? attach(a) : ""; !why.empty())
+            r.fail("a multicast attachment of QP " + std::to_string(a.qpn) + ": " + why);
+    }
+    r.leaveSection("multicast attachments");
+}
+
+void resumeLoadedQps(const ObjectTables &objects, DataPath &dataPath) {
+    objects.qps.forEach([&](uint32_t, QueuePair &qp) { dataPath.resumeLoaded(qp); });
+    for (const auto &qp : objects.specialQps)
+        if (qp)
+            dataPath.resumeLoaded(*qp);
 }
 
 } // namespace pib

@@ -6,13 +6,16 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
+#include <string>
 
 #include "data_path.hh"
 #include "object_tables.hh"
 #include "pib_hw.h"
 #include "ports.hh"
+#include "state_archive.hh"
 
 namespace pib {
 
@@ -40,5 +43,31 @@ std::optional<uint32_t> insertQp(ObjectTables &objects, std::unique_ptr<QueuePai
 // held: it leaves its multicast groups, type 2 windows bound through it
 // are unbound, and the data path forgets it.
 void endQp(ObjectTables &objects, DataPath &dataPath, QueuePair &qp);
+// A loaded QP, just created in RESET by its personality's command, takes
+// its saved attributes `attr` (checked as a state change checks them) and
+// then its transport from `r` (*r fails when either is refused).
+void loadQpState(StateReader &r, QueuePair &qp, const pib_qp_attr &attr, const Ports &ports,
+                 const RdAtomicLimits &limits, DataPath &dataPath);
+// QP0 and QP1 in a saved state: section `tag` says whether each special
+// QP number exists, then holds what `each` writes of those that do.
+void saveSpecialQps(StateWriter &w, uint32_t tag, const ObjectTables &objects,
+                    const std::function<void(const QueuePair &)> &each);
+// That section: `load` reads and makes each one that exists, by number.
+void loadSpecialQps(StateReader &r, uint32_t tag, const std::function<void(uint32_t)> &load);
+// Multicast attachments in a saved state: their count, then each one's
+// QP, port, MGID and MLID.
+void saveMulticast(StateWriter &w, uint32_t tag, const MulticastGroups &groups);
+struct SavedAttachment {
+    uint32_t qpn;
+    MulticastGroups::Gid gid;
+    uint16_t mlid;
+};
+// That section: each attachment of a QP that exists, on its port, made
+// again by `attach` (the personality's command), which returns why it
+// refuses it or "".
+void loadMulticast(StateReader &r, uint32_t tag, const ObjectTables &objects,
+                   const std::function<std::string(const SavedAttachment &)> &attach);
+// Every loaded QP takes up its work.
+void resumeLoadedQps(const ObjectTables &objects, DataPath &dataPath);
 
 } // namespace pib
