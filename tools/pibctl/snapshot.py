@@ -172,24 +172,22 @@ def _fabric_of(meta: dict, source: Path, run: Path) -> fabric.Fabric:
 
 
 def _wait_running(fab: fabric.Fabric, deadline: float) -> None:
-    """Until every QEMU loaded its guest and runs it; a QEMU that ended
-    (a state it refused) fails with what it said."""
+    """Until every QEMU loaded its guest, then runs them all at once; a
+    QEMU that ended (a state it refused) fails with what it said. The
+    guests were stopped when they were saved, and a QEMU leaves a guest as
+    the stream says it was. None runs before every device took its state
+    and resumed the link its switch kept: a guest run earlier would send
+    to ports whose guests were still loading, and their switch ports
+    would discard it (PortXmitDiscards)."""
     pending = list(fab.vms)
     while pending:
         for vm in list(pending):
             if not fabric.ours(vm.pid, fab.run_dir):
                 raise ui.StepFailed(f"{vm.name} could not be restored: "
                                     + fabric.ended_report(vm))
-            sock = vm.path / "qmp.sock"
             try:
-                status = qmp.command(sock, "query-status")["status"]
-                # The guests were stopped when they were saved, and a QEMU
-                # leaves a guest as the stream says it was: it is run here.
-                if status == "paused" and \
-                        qmp.command(sock, "query-migrate").get("status") == "completed":
-                    qmp.command(sock, "cont")
-                    status = qmp.command(sock, "query-status")["status"]
-                if status == "running":
+                sock = vm.path / "qmp.sock"
+                if qmp.command(sock, "query-migrate").get("status") == "completed":
                     pending.remove(vm)
             except qmp.QmpError:
                 pass
@@ -197,6 +195,13 @@ def _wait_running(fab: fabric.Fabric, deadline: float) -> None:
             raise ui.StepFailed(f"{pending[0].name} was not restored in {LOAD_TIMEOUT_S} s\n"
                                 + fabric.qemu_log_tail(pending[0]))
         time.sleep(0.05)
+    while any("its device moves" in s for s in fabric.switch_port_states(fab).values()):
+        if time.monotonic() > deadline:
+            break  # the grace runs out in the switch; wait_active() says what
+        time.sleep(0.05)
+    for vm in fab.vms:
+        if qmp.command(vm.path / "qmp.sock", "query-status")["status"] == "paused":
+            qmp.command(vm.path / "qmp.sock", "cont")
 
 
 def _make_unique(fab: fabric.Fabric) -> None:
