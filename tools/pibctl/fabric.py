@@ -92,6 +92,10 @@ class Fabric:
     booted_again: list = field(default_factory=list)
     # The snapshot the fabric was restored from (snapshot.py); "" if booted.
     restored_from: str = ""
+    # Whether the fabric was saved for the next `fabric up` once it booted:
+    # the save paused the guests, and a switch discards what is sent to a
+    # port whose guest has not run again yet (PortXmitDiscards).
+    saved_after_boot: bool = False
 
     @property
     def topo(self) -> Topology:
@@ -793,7 +797,7 @@ def up(vms: int = 2, accel: str = "tcg", memory: int = 2048, cpus: int = 1,
             took = wait_active(fabric)
             ui.detail(f"all ports ACTIVE {took:.0f} s after opensm started")
         if snapshot_key:
-            snapshot.save_cached(fabric, snapshot_key)
+            fabric.saved_after_boot = snapshot.save_cached(fabric, snapshot_key)
     except BaseException:
         down(quiet=True)
         raise

@@ -332,21 +332,23 @@ def restore_cached(key: str):
     return fab
 
 
-def save_cached(fab: fabric.Fabric, key: str) -> None:
+def save_cached(fab: fabric.Fabric, key: str) -> bool:
     """Saves a fabric that just booted for the next `fabric up` to restore;
-    a fabric that cannot be saved runs on, and the next one boots too."""
+    a fabric that cannot be saved runs on, and the next one boots too.
+    Whether it was saved."""
     ui.detail("saving a snapshot of the fabric for the next fabric up to restore")
     try:
         taken = save(fab, cached(key))
     except ui.StepFailed as e:
         ui.warn(f"the fabric could not be saved for the next fabric up: {e}")
-        return
+        return False
     ui.detail(f"saved to {taken.path} in {taken.total_s:.1f} s ({taken.mb:.0f} MB; the guests "
               f"paused {taken.paused_ms} ms)")
     made = sorted((p for p in cached(key).parent.iterdir() if (p / META).is_file()),
                   key=lambda p: (p / META).stat().st_mtime, reverse=True)
     for old in made[CACHED_KEEP:]:
         shutil.rmtree(old, ignore_errors=True)
+    return True
 
 
 # What a guest's kernel says when its VM generation ID changed.
