@@ -156,7 +156,10 @@ def read_meta(source: Path) -> dict:
 
 def _fabric_of(meta: dict, source: Path, run: Path) -> fabric.Fabric:
     """The snapshot's fabric as it runs in `run`: its QEMUs' command lines
-    name the new run directory's sockets and logs."""
+    name the new run directory's sockets and logs, and the QEMU of this
+    checkout's build (the one that saved it may be gone with its build
+    tree; a device that cannot read the saved state refuses it, saying
+    why)."""
     data = dict(meta["fabric"])
     old = data["run_dir"]
     vms = []
@@ -164,7 +167,8 @@ def _fabric_of(meta: dict, source: Path, run: Path) -> fabric.Fabric:
         vm = fabric.Vm(**v)
         vm.dir = str(run / vm.name)
         vm.pid = 0
-        vm.command = [arg.replace(old, str(run)) for arg in vm.command]
+        vm.command = [str(paths.qemu_binary())] + [arg.replace(old, str(run))
+                                                    for arg in vm.command[1:]]
         vms.append(vm)
     data.update(run_dir=str(run), vms=vms, mgmt_switch_pid=0, ib_switch_pids={},
                 booted_again=[], restored_from=str(source))
@@ -321,7 +325,7 @@ def restore_cached(key: str):
     ui.detail(f"restoring the fabric from its snapshot {source} (--boot boots it instead)")
     try:
         fab, restored = load(source)
-    except ui.StepFailed as e:
+    except (ui.StepFailed, OSError) as e:
         ui.warn(f"the fabric's snapshot could not be restored; it is deleted, and the fabric "
                 f"boots: {e}")
         shutil.rmtree(source, ignore_errors=True)
