@@ -421,7 +421,8 @@ namespace {
 
 // A ConnectX function as mlx5_ib leaves one (a UAR page, an EQ, a CQ, a
 // PD, a physical key), with an RC pair whose first SEND waits out an RNR
-// NAK, a UD QP on an SRQ, a Q counter and a free UMR-enabled key.
+// NAK, a UD QP on an SRQ in a multicast group, a Q counter and a free
+// UMR-enabled key.
 std::vector<uint8_t> connectXSeed() {
     using namespace testing::mlx5qp;
     Mlx5Host host;
@@ -434,7 +435,14 @@ std::vector<uint8_t> connectXSeed() {
     REQUIRE(f.toRts(b->qpn, {.qpn = a->qpn, .ackTimeout = 12, .retries = 7, .rnrRetries = 7}));
     const auto srq = f.createSrq(2, {0, 1, 2, 3});
     REQUIRE(srq);
-    REQUIRE(f.createQpOnSrq(kUd, srq->srqn));
+    const auto onSrq = f.createQpOnSrq(kUd, srq->srqn);
+    REQUIRE(onSrq);
+    REQUIRE(f.toRts(onSrq->qpn));
+    auto attach = Mlx5Host::input(0x806, 0, 0x20); // ATTACH_TO_MCG
+    set(attach, kHeld, onSrq->qpn);
+    attach[0x10] = 0xff;
+    attach[0x1f] = 0x01;
+    REQUIRE(host.run(attach, 16).status() == 0);
     REQUIRE(host.run(Mlx5Host::input(0x771), 16).status() == 0);   // ALLOC_Q_COUNTER
     auto key = Mlx5Host::input(0x200, 0, 0x110);                   // CREATE_MKEY
     for (const auto &[at, value] : {std::pair{field(0x81, 1), 1u}, // free

@@ -158,6 +158,11 @@ const Commands::Spec *Commands::find(uint16_t opcode) {
     return it == kTable.end() ? nullptr : &*it;
 }
 
+uint32_t Commands::inputBytes(uint16_t opcode) {
+    const Spec *spec = find(opcode);
+    return spec ? spec->inBytes : 0;
+}
+
 const char *Commands::name(uint16_t opcode) {
     const Spec *spec = find(opcode);
     return spec ? spec->name : "unknown";

@@ -70,6 +70,12 @@ class Commands {
     void load(StateReader &r);
     // The name of `opcode` ("unknown" for one the table does not have).
     static const char *name(uint16_t opcode);
+    // The least input `opcode` takes, its header included (0 for one the
+    // table does not have): a saved state's create inputs are held to it.
+    static uint32_t inputBytes(uint16_t opcode);
+    // A create command's input from a saved state: refused (*r fails) when
+    // shorter than the command takes, as the command queue refuses it.
+    static std::vector<uint8_t> savedInput(StateReader &r, uint16_t opcode);
 
   private:
     // The function's life: ENABLE_HCA, INIT_HCA, TEARDOWN_HCA, DISABLE_HCA.

@@ -44,6 +44,15 @@ void saveNothing(const Referenced &) {}
 
 } // namespace
 
+std::vector<uint8_t> Commands::savedInput(StateReader &r, uint16_t opcode) {
+    const std::string what = std::string("a ") + name(opcode) + " input";
+    std::vector<uint8_t> in = r.bytes(CommandQueue::kMaxMessageBytes, what.c_str());
+    if (r.ok() && in.size() < inputBytes(opcode))
+        r.fail(what + " of " + std::to_string(in.size()) + " bytes, short of the " +
+               std::to_string(inputBytes(opcode)) + " the command takes");
+    return in;
+}
+
 // ---- the front end ---------------------------------------------------------
 
 void Mlx5FrontEnd::saveObjects(StateWriter &w) const {
@@ -235,7 +244,7 @@ void Commands::saveKeys(StateWriter &w) const {
 }
 
 void Commands::loadKey(StateReader &r, uint32_t number) {
-    const std::vector<uint8_t> in = r.bytes(CommandQueue::kMaxMessageBytes, "a CREATE_MKEY input");
+    const std::vector<uint8_t> in = savedInput(r, kCreateMkey);
     const uint32_t key = r.u32();
     const bool valid = r.boolean("a key in use");
     pib_mr_context ctx;

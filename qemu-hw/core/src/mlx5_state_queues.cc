@@ -7,7 +7,7 @@
 
 #include "cq_state.hh"
 #include "limits.hh"
-#include "mlx5_command_queue.hh"
+#include "mlx5_commands.hh"
 #include "mlx5_completion_queues.hh"
 #include "mlx5_event_queues.hh"
 #include "mlx5_ifc.hh"
@@ -33,10 +33,8 @@ constexpr Field kAttachQpn = field(0x48, 24);
 constexpr uint32_t kAttachGidByte = 0x10;
 constexpr uint32_t kAttachBytes = kAttachGidByte + 16;
 
-// A create command's input, at most what one message holds.
-std::vector<uint8_t> inputOf(StateReader &r, const char *what) {
-    return r.bytes(CommandQueue::kMaxMessageBytes, what);
-}
+// The create commands whose inputs make the objects.
+constexpr uint16_t kCreateEq = 0x301, kCreateCq = 0x400, kCreateSrq = 0x700, kCreateQp = 0x500;
 
 } // namespace
 
@@ -54,7 +52,7 @@ void EventQueues::save(StateWriter &w) const {
 
 void EventQueues::load(StateReader &r) {
     loadTable(r, kEqsTag, "EQs", eqs_, 4 + 10, [&](uint32_t number) {
-        const std::vector<uint8_t> in = inputOf(r, "a CREATE_EQ input");
+        const std::vector<uint8_t> in = Commands::savedInput(r, kCreateEq);
         const uint32_t producer = r.u32(), consumer = r.u32();
         const bool armed = r.boolean("an EQ's arm"), overrun = r.boolean("an EQ's overrun");
         uint32_t eqn = 0;
@@ -85,7 +83,7 @@ void CompletionQueues::save(StateWriter &w) const {
 
 void CompletionQueues::load(StateReader &r) {
     loadTable(r, kCqsTag, "CQs", objects_.cqs, 4 + CqProgress::kBytes, [&](uint32_t number) {
-        const std::vector<uint8_t> in = inputOf(r, "a CREATE_CQ input");
+        const std::vector<uint8_t> in = Commands::savedInput(r, kCreateCq);
         const CqProgress progress = CqProgress::read(r, number);
         uint32_t cqn = 0;
         if (restoreAt(r, host_, "CQ", objects_.cqs, number, [&] { return !create(in, cqn); }))
@@ -107,7 +105,7 @@ void SharedReceiveQueues::save(StateWriter &w) const {
 
 void SharedReceiveQueues::load(StateReader &r) {
     loadTable(r, kSrqsTag, "SRQs", objects_.srqs, 4 + 16, [&](uint32_t number) {
-        const std::vector<uint8_t> in = inputOf(r, "a CREATE_SRQ input");
+        const std::vector<uint8_t> in = Commands::savedInput(r, kCreateSrq);
         const uint32_t producer = r.u32(), consumer = r.u32(), head = r.u32();
         const uint32_t posted = r.u32();
         uint32_t srqn = 0;
@@ -148,7 +146,7 @@ void QueuePairs::save(StateWriter &w) const {
 // numbers), bound to its Q counter, then given its attributes and
 // transport.
 void QueuePairs::loadQp(StateReader &r, uint32_t qpn) {
-    const std::vector<uint8_t> in = inputOf(r, "a CREATE_QP input");
+    const std::vector<uint8_t> in = Commands::savedInput(r, kCreateQp);
     const uint32_t set = r.u32();
     pib_qp_attr attr;
     r.record(attr, "a QP's attributes");
