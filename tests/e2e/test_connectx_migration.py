@@ -10,9 +10,8 @@ kernel log)."""
 
 import time
 
-from pibctl import fabric, migrate
 from pibctl.pairs import ipoib_up
-from transfers import BackgroundTraffic, bulk_tcp, same_at_both_ends
+from transfers import BackgroundTraffic, bulk_tcp, moves_under_traffic
 
 ONLY_ON_TOPOLOGY = "connectx.topo"
 
@@ -42,24 +41,7 @@ def test_a_connectx_guest_moves_there_and_back_under_rc_traffic(ctx):
     run = BackgroundTraffic(ctx, TRAFFIC, 18930, client_vm="vm2", server_vm="vm3")
     time.sleep(3)
     assert run.running(), "the traffic ended before the first move"
-    for n in range(MOVES):
-        old = ctx.fabric.vm("vm2").pid
-        moved = migrate.migrate(ctx.fabric, "vm2")
-        assert moved.pid != old and fabric.ours(moved.pid, ctx.fabric.run_dir)
-        print(f"move {n + 1}: vm2 (ConnectX) from QEMU {old} to {moved.pid}: downtime "
-              f"{moved.downtime_ms} ms, migration {moved.total_ms} ms, {moved.ram_mb:.0f} MB of RAM")
-        switch, port = ctx.fabric.vm("vm2").cables[0]
-        line = fabric.switch_port_states(ctx.fabric).get(f"{switch}:{port}", "?")
-        assert "ACTIVE, link up" in line, line
-        time.sleep(2)
-    rc, out, src, sout = run.wait()
-    assert rc == 0 and src == 0, f"client {rc}, server {src}\n{out}\n{sout}"
-    lines = same_at_both_ends(out, sout)
-    moved_bytes = sum(int(line["bytes"]) for line in lines.values())
-    after = {vm: _counters(ctx, vm) for vm in ("vm2", "vm3")}
-    print(f"{moved_bytes} bytes in {len(lines)} kinds of transfer, every byte checked; "
-          + "; ".join(f"{vm}: " + ", ".join(f"{k} +{after[vm][k] - before[vm][k]}" for k in COUNTERS)
-                      for vm in after))
+    moves_under_traffic(ctx, run, "vm2", MOVES, lambda vm: _counters(ctx, vm), before)
     assert _lid(ctx, "vm2") == lid, "the moved port's LID changed"
     # The kernel's consumers on the moved device: IPoIB both ways.
     ipoib_up(ctx, ("vm2", "vm3"))

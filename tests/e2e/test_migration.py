@@ -21,7 +21,7 @@ from pathlib import Path
 
 from pibctl import fabric, migrate, snapshot, ui
 from storage import NvmeConnected, Roles, nvme_device
-from transfers import BackgroundTraffic, same_at_both_ends
+from transfers import BackgroundTraffic, moves_under_traffic, same_at_both_ends
 
 # RC timeout 16 (268 ms) x 8 tries: a move stops the guest for far less,
 # and what it lost on the wire comes again at the first timeout.
@@ -64,22 +64,7 @@ def test_live_migration_under_rc_traffic_there_and_back_twice(ctx):
     run = BackgroundTraffic(ctx, TRAFFIC, 18900)
     time.sleep(3)
     assert run.running(), "the traffic ended before the first move"
-    for n in range(MOVES):
-        old = ctx.fabric.vm("vm1").pid
-        moved = migrate.migrate(ctx.fabric, "vm1")
-        assert moved.pid != old and fabric.ours(moved.pid, ctx.fabric.run_dir)
-        print(f"move {n + 1}: vm1 from QEMU {old} to {moved.pid}: downtime {moved.downtime_ms} ms, "
-              f"migration {moved.total_ms} ms, {moved.ram_mb:.0f} MB of RAM")
-        assert "ACTIVE, link up" in _port_line(ctx, "vm1"), _port_line(ctx, "vm1")
-        time.sleep(2)
-    rc, out, src, sout = run.wait()
-    assert rc == 0 and src == 0, f"client {rc}, server {src}\n{out}\n{sout}"
-    lines = same_at_both_ends(out, sout)
-    moved_bytes = sum(int(line["bytes"]) for line in lines.values())
-    after = {vm: _counters(ctx, vm) for vm in ("vm1", "vm2")}
-    print(f"{moved_bytes} bytes in {len(lines)} kinds of transfer, every byte checked; "
-          + "; ".join(f"{vm}: " + ", ".join(f"{k} +{after[vm][k] - before[vm][k]}" for k in COUNTERS)
-                      for vm in after))
+    moves_under_traffic(ctx, run, "vm1", MOVES, lambda vm: _counters(ctx, vm), before)
     # The port kept its LID: the SM saw no change.
     assert ctx.sh("vm1", f"cat /sys/class/infiniband/{ctx.fabric.vm('vm1').device}/ports/1/lid"
                   ).out.strip() == lid

@@ -157,3 +157,32 @@ def same_at_both_ends(client_out, server_out):
     assert sent and sent == got, where
     assert all(line["errors"] == "0" and line["lost"] == "0" for line in sent.values()), where
     return sent
+
+
+def moves_under_traffic(ctx, run, vm, moves, counters, before):
+    """`vm` moves `moves` times to a new QEMU (./pib fabric migrate) while
+    `run` (BackgroundTraffic) goes on, its switch port ACTIVE with its link
+    up after each move; then the traffic completes with every byte checked
+    at both ends. Prints each move and how `counters(vm)` of the guests in
+    `before` (their values before the traffic) grew."""
+    from pibctl import fabric, migrate  # pylint: disable=import-outside-toplevel
+    for n in range(moves):
+        old = ctx.fabric.vm(vm).pid
+        moved = migrate.migrate(ctx.fabric, vm)
+        assert moved.pid != old and fabric.ours(moved.pid, ctx.fabric.run_dir)
+        print(f"move {n + 1}: {vm} from QEMU {old} to {moved.pid}: downtime {moved.downtime_ms} "
+              f"ms, migration {moved.total_ms} ms, {moved.ram_mb:.0f} MB of RAM")
+        switch, port = ctx.fabric.vm(vm).cables[0]
+        line = fabric.switch_port_states(ctx.fabric).get(f"{switch}:{port}", "?")
+        assert "ACTIVE, link up" in line, line
+        time.sleep(2)
+    rc, out, src, sout = run.wait()
+    assert rc == 0 and src == 0, f"client {rc}, server {src}\n{out}\n{sout}"
+    lines = same_at_both_ends(out, sout)
+    moved_bytes = sum(int(line["bytes"]) for line in lines.values())
+    after = {guest: counters(guest) for guest in before}
+    print(f"{moved_bytes} bytes in {len(lines)} kinds of transfer, every byte checked; "
+          + "; ".join(f"{guest}: " + ", ".join(f"{k} +{after[guest][k] - before[guest][k]}"
+                                               for k in after[guest])
+                      for guest in after))
+
