@@ -70,6 +70,24 @@ class Vm:
     def qemu_log(self) -> Path:
         return self.path / "qemu.log"
 
+    def set_aside_qemu_log(self, pid: int) -> Path:
+        """The log of QEMU `pid` is renamed for good (qemu.PID.log) before
+        another QEMU of this VM starts with the same -D file, which QEMU
+        truncates as it opens it: the old one goes on writing there, and
+        its last lines (traces, guest errors) stay for the log gate and
+        for failure reports."""
+        aside = self.path / f"qemu.{pid}.log"
+        if self.qemu_log.exists():
+            os.replace(self.qemu_log, aside)
+        return aside
+
+    @property
+    def qemu_logs(self) -> list:
+        """Every log this VM's QEMUs wrote, oldest first: those set aside
+        as the guest moved, then the current QEMU's."""
+        aside = sorted(self.path.glob("qemu.*.log"), key=lambda p: p.stat().st_mtime_ns)
+        return aside + [self.qemu_log]
+
     @property
     def node_guid(self) -> int:
         # Locally administered EUI-64 "02:50:49:42" ("PIB") + VM index.
@@ -478,7 +496,15 @@ def size_of(path: Path) -> int:
 
 
 def qemu_log_tail(vm: Vm, lines: int = 30) -> str:
-    return _tail(vm.qemu_log, lines, "(no qemu.log)")
+    """The current QEMU's last lines, after those of the QEMU it replaced
+    (a move) when there was one: a failure after a move is often the old
+    one's story."""
+    tail = _tail(vm.qemu_log, lines, "(no qemu.log)")
+    before = vm.qemu_logs[:-1]
+    if not before:
+        return tail
+    return (f"(the QEMU before the last move, {before[-1].name}:)\n"
+            f"{_tail(before[-1], lines, '(gone)')}\n(the current QEMU, qemu.log:)\n{tail}")
 
 
 def console_tail(vm: Vm, lines: int = 30) -> str:

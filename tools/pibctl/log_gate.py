@@ -4,9 +4,10 @@ and QEMU logged while the module ran must be clean.
 - Each guest's kernel log (dmesg, never cleared) and serial console: no
   Oops, BUG, WARNING:, general protection fault, soft lockup, hung task,
   refcount_t or Call Trace, and no error or warning line of our driver.
-- Each VM's qemu.log: no guest-error token (`pib-hca hca0: TOKEN: ...`)
-  the module did not declare in GUEST_ERRORS_EXPECTED (tests that provoke
-  errors on purpose say which).
+- Each VM's qemu.log, and those of the QEMUs it moved from: no
+  guest-error token (`pib-hca hca0: TOKEN: ...`) the module did not
+  declare in GUEST_ERRORS_EXPECTED (tests that provoke errors on purpose
+  say which).
 
 Only what was logged since the last check counts, so a hit is the
 module's own. A module may name kernel lines it causes on purpose in
@@ -35,7 +36,7 @@ class LogGate:
         self.fabric = fab
         self.kernel_lines = {}   # vm -> lines of `dmesg -x` already seen
         self.console_bytes = {}  # vm -> bytes of the console log already seen
-        self.qemu_bytes = {}     # vm -> bytes of qemu.log already seen
+        self.qemu_bytes = {}     # inode -> bytes of a QEMU log already seen
 
     def _kernel_log(self, vm):
         try:
@@ -48,6 +49,11 @@ class LogGate:
             data = path.read_bytes()
         except OSError:
             return ""
+        if key is None:  # the file's own: a log renamed keeps its offset
+            try:
+                key = path.stat().st_ino
+            except OSError:
+                return ""
         start = seen.get(key, 0)
         if start > len(data):  # the file started again
             start = 0
@@ -94,7 +100,9 @@ class LogGate:
             for line in self._drop_expected_warnings(console.splitlines(), allowed):
                 if TROUBLE.search(line) and not any(a in line for a in allowed):
                     problems.append(f"{vm.name} console: {line}")
-            qemu = self._new_text(vm.qemu_log, self.qemu_bytes, vm.name)
+            # Each QEMU's log, known by its inode: a move renames the old
+            # one's (which never goes while the fabric runs).
+            qemu = "".join(self._new_text(path, self.qemu_bytes, None) for path in vm.qemu_logs)
             for line in qemu.splitlines():
                 m = GUEST_ERROR.search(line)
                 if m and m.group(1) not in expected_tokens:

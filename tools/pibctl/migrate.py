@@ -112,6 +112,7 @@ def migrate(fab: fabric.Fabric, name: str, edit=None) -> Moved:
     crash_report.allow_core_dumps()
     stderr = vm.path / "qemu.stderr"
     said_before = fabric.size_of(stderr)
+    old_log = vm.set_aside_qemu_log(vm.pid)
     with open(stderr, "a") as err:
         command = _incoming_command(vm, suffix, channel)
         proc = subprocess.Popen(edit(command) if edit else command, stdin=subprocess.DEVNULL,
@@ -138,6 +139,8 @@ def migrate(fab: fabric.Fabric, name: str, edit=None) -> Moved:
     except BaseException as e:
         proc.kill()
         proc.wait()
+        if old_log.exists():  # the old QEMU's log is qemu.log again
+            os.replace(old_log, vm.qemu_log)
         _run_on(source)
         if isinstance(e, qmp.QmpError):
             raise ui.StepFailed(f"the migration of {name} failed: {e}; {name} runs on in its "
