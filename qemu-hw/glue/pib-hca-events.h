@@ -72,6 +72,8 @@ static bool pib_hca_event_enabled(unsigned event)
         return trace_event_get_state_backends(TRACE_PIB_HCA_RC_TIMEOUT);
     case PIB_EVENT_RC_TIMEOUT_EXCUSED:
         return trace_event_get_state_backends(TRACE_PIB_HCA_RC_TIMEOUT_EXCUSED);
+    case PIB_EVENT_RC_TIMEOUT_BEHIND:
+        return trace_event_get_state_backends(TRACE_PIB_HCA_RC_TIMEOUT_BEHIND);
     case PIB_EVENT_RC_TIMEOUT_UNSPENT:
         return trace_event_get_state_backends(TRACE_PIB_HCA_RC_TIMEOUT_UNSPENT);
     case PIB_EVENT_RC_RETRY_EXCEEDED:
@@ -297,6 +299,9 @@ static void pib_hca_trace_event(unsigned event, const uint64_t *a)
         break;
     case PIB_EVENT_RC_TIMEOUT_EXCUSED:
         trace_pib_hca_rc_timeout_excused((unsigned) a[0], (unsigned) a[1]);
+        break;
+    case PIB_EVENT_RC_TIMEOUT_BEHIND:
+        trace_pib_hca_rc_timeout_behind((unsigned) a[0], (unsigned) a[1]);
         break;
     case PIB_EVENT_RC_TIMEOUT_UNSPENT:
         trace_pib_hca_rc_timeout_unspent((unsigned) a[0], (unsigned) a[1]);

@@ -223,6 +223,42 @@ TEST_CASE("ACK timeouts while the switch takes nothing from the ring spend no re
     }
 }
 
+// Found by live migration under load: in the precopy the moving guest's
+// QEMU read its ring slowly, the switch held what the peer sent it behind
+// what already waited, and the peer's answers came 2 to 4 s late, after
+// the last retry. Packets for the device unread on its own cable make a
+// timeout spend no retry either, for a while (kCableStallGraceNs).
+TEST_CASE("ACK timeouts while the device's own ring holds unread packets spend no retries",
+          "[link-rings]") {
+    RingPair r;
+    pib::testing::Pair &pair = r.pair;
+    constexpr uint32_t kLength = 4096;
+    const uint64_t src = pair.a.host.allocRandom(kLength, 22);
+    const uint64_t dst = pair.b.host.alloc(kLength);
+    pair.b.postRecv(1, dst, kLength);
+    pair.a.postSend(1, {.local = src, .length = kLength});
+    // The switch took the SEND's packets (and lost them), and a packet for
+    // a waits in a's ring, which a's host does not read.
+    const auto sent = r.a->take();
+    REQUIRE(!sent.empty());
+    REQUIRE(r.a->put(sent[0]));
+    r.a->publish();
+    for (int i = 0; i < 20; ++i)
+        pair.a.host.advance(4'200'000);
+    CHECK(pair.a.host.traces("rc_timeout_behind") >= 19);
+    CHECK(pair.a.host.traces("rc_timeout_excused") == 0);
+    CHECK(pair.a.host.traces("rc_timeout") == 0);
+    CHECK(pair.a.poll().empty());
+    // a reads its ring: the next timeout resends, and the SEND arrives.
+    REQUIRE(r.a->answerBell());
+    r.run(64, 50);
+    CHECK(pair.a.host.traces("rc_timeout") >= 1);
+    const auto done = pair.a.poll();
+    REQUIRE(done.size() == 1);
+    CHECK(done[0].status == PIB_WC_SUCCESS);
+    CHECK(std::memcmp(pair.a.host.at(src), pair.b.host.at(dst), kLength) == 0);
+}
+
 // Found by test_dual_port's traffic on both ports at once: the port had
 // said "full" with packets waiting for the ring, the cable was replaced,
 // and the port's work stayed held back for good.

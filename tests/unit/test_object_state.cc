@@ -5,6 +5,7 @@
 #include <catch2/catch.hpp>
 
 #include <cstring>
+#include <random>
 #include <string>
 #include <vector>
 
@@ -395,4 +396,47 @@ TEST_CASE("a UD QP that moves loses what was on the wire and carries what follow
     CHECK(got[0].byte_len == kLength + 40);
     CHECK(got[0].src_qp == a.qpn);
     CHECK(sameBytes(a, next, b, in + 40, kLength));
+}
+
+// One operation at a time, as pib-traffic runs them, and a move at
+// random points, across many laps of the CQ and its pages: every
+// operation completes, in order, whatever the move cut.
+TEST_CASE("RC operations one at a time complete across hundreds of moves at random points",
+          "[object-state]") {
+    constexpr uint32_t kLength = 8 << 10;
+    Pair p(PIB_QPT_RC, {.maxRdAtomic = 1}, 8 << 20);
+    const uint64_t seed = GENERATE(1, 2, 3, 4);
+    CAPTURE(seed);
+    std::mt19937_64 rng(seed);
+    const uint64_t local = p.a.host.allocRandom(kLength, 7);
+    const uint64_t remote = p.b.host.allocRandom(kLength, 8);
+    const uint64_t counter = p.b.host.alloc(8);
+    const uint64_t old = p.a.host.alloc(8);
+    int moves = 0;
+    for (uint64_t round = 1; round <= 700; ++round) {
+        CAPTURE(round, moves);
+        static constexpr uint8_t kOps[] = {PIB_WR_RDMA_WRITE, PIB_WR_RDMA_READ,
+                                           PIB_WR_ATOMIC_FETCH_AND_ADD, PIB_WR_ATOMIC_CMP_AND_SWP};
+        const uint8_t op = kOps[round % 4];
+        const bool atomic = op == PIB_WR_ATOMIC_FETCH_AND_ADD || op == PIB_WR_ATOMIC_CMP_AND_SWP;
+        p.a.postSend(round, {.opcode = op,
+                             .local = atomic ? old : local,
+                             .length = atomic ? 8 : kLength,
+                             .remote = atomic ? counter : remote,
+                             .swapAdd = 1});
+        if (rng() % 3 == 0) {
+            int passed = 0;
+            const int crossed = static_cast<int>(rng() % 4);
+            p.wire.filter = [&](bool, iba::Packet &) { return ++passed <= crossed; };
+            p.wire.run();
+            p.wire.filter = nullptr;
+            move(p.wire, rng() % 2 ? p.a : p.b);
+            ++moves;
+        }
+        const auto done = completions(p.wire, p.a, 1);
+        REQUIRE(done.size() == 1);
+        CHECK(done[0].wr_id == round);
+        REQUIRE(done[0].status == PIB_WC_SUCCESS);
+    }
+    CHECK(p.a.qpState() == PIB_QPS_RTS);
 }

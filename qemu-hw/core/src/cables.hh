@@ -30,6 +30,10 @@ class Cables {
     // the switch yet (a ring cable's unread bytes or its backlog): the
     // wire, not the peer, is what holds them up.
     virtual bool holdsUntaken(unsigned port) const = 0;
+    // Whether packets for the port wait on its cable that the device has
+    // not read yet (a ring cable's bytes the switch published): the
+    // device's own receive queue, not the wire, holds them.
+    virtual bool holdsUnread(unsigned port) const = 0;
 
   protected:
     ~Cables() = default;

@@ -323,19 +323,28 @@ void Requester::readResponse(QueuePair &qp, const iba::Packet &packet) {
 // An ACK timeout while the port's ring cable still holds packets the
 // switch has not taken: the switch process did not run (a loaded host
 // can leave it waiting for a CPU for half a second), so the request may
-// not even have left, and the peer had no chance to answer. Such a
-// timeout spends no retry, for at most kCableStallGraceNs from the first
-// one since the last answer: a switch that stays stuck still ends in
-// RETRY_EXC_ERR, later. True when the timer was started again instead.
+// not even have left, and the peer had no chance to answer. Or while it
+// holds packets for this device that the device has not read: this
+// QEMU is behind (a migration's precopy competes with it for the CPU, and
+// the switch then holds back what the peer sends here behind what waits
+// already), and the answer may be among them. Either way the timer would
+// time the host, not the wire. Such a timeout spends no retry, for at
+// most kCableStallGraceNs from the first one since the last answer: a
+// cable that stays stuck still ends in RETRY_EXC_ERR, later. True when
+// the timer was started again instead.
 bool Requester::cableStalled(QueuePair &qp, uint64_t now) {
     RequesterState &r = qp.req;
-    if (!scheduler_.cableHoldsUntaken(qp))
+    const bool untaken = scheduler_.cableHoldsUntaken(qp);
+    if (!untaken && !scheduler_.cableHoldsUnread(qp))
         return false;
     if (!r.cableStallFrom)
         r.cableStallFrom = now;
     if (now - r.cableStallFrom >= kCableStallGraceNs)
         return false;
-    trace::rc_timeout_excused(host_, qp.number, r.unackedPsn);
+    if (untaken)
+        trace::rc_timeout_excused(host_, qp.number, r.unackedPsn);
+    else
+        trace::rc_timeout_behind(host_, qp.number, r.unackedPsn);
     restartAckTimer(qp);
     return true;
 }

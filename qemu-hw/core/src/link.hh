@@ -78,6 +78,8 @@ class Link {
     void sendBuilt(std::span<uint8_t> framed);
     // Packets sent that the switch has not taken from the ring cable yet.
     bool holdsUntaken() const { return ringsUp() && rings_->holdsUntaken(); }
+    // Packets the switch put on the ring cable that are not read yet.
+    bool holdsUnread() const { return ringsUp() && rings_->holdsUnread(); }
     uint64_t framesBuiltInRing() const { return builtInRing_; }
     uint64_t framesReadInRing() const { return readInRing_; }
     // A port in Polling (connected, no HELLO from the peer yet) sends its
@@ -148,6 +150,10 @@ class PortLinks final : public Cables {
     bool holdsUntaken(unsigned port) const override {
         const Link *link = find(port);
         return link && link->holdsUntaken();
+    }
+    bool holdsUnread(unsigned port) const override {
+        const Link *link = find(port);
+        return link && link->holdsUnread();
     }
 
   private:

@@ -56,6 +56,8 @@ class LinkRings {
     void sendBuilt(size_t bytes);
     // Frames the switch has not read yet: in the ring, or behind it.
     bool holdsUntaken() const { return !backlog_.empty() || out_.inFlight() > 0; }
+    // Frames the switch published that this end has not read yet.
+    bool holdsUnread() const { return up_ && in_.waiting() > 0; }
 
     struct Rang {
         bool writable = false;        // the backlog went into the ring: new work may start

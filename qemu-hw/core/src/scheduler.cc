@@ -75,6 +75,10 @@ bool Scheduler::cableHoldsUntaken(const QueuePair &qp) const {
     return cables_ && cables_->holdsUntaken(sendPort(qp));
 }
 
+bool Scheduler::cableHoldsUnread(const QueuePair &qp) const {
+    return cables_ && cables_->holdsUnread(sendPort(qp));
+}
+
 void Scheduler::postpone(uint32_t qpn, QueuePair &qp, bool needsPort) {
     if (qp.postponed)
         return;

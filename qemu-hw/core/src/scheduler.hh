@@ -62,6 +62,9 @@ class Scheduler {
     // Whether the cable of `qp`'s port still holds packets the switch
     // has not taken (Cables::holdsUntaken).
     bool cableHoldsUntaken(const QueuePair &qp) const;
+    // Whether packets for `qp`'s port wait on its cable unread
+    // (Cables::holdsUnread).
+    bool cableHoldsUnread(const QueuePair &qp) const;
     // Whether this event may still do work that sends nothing.
     bool mayWork() const { return budget_ > 0; }
     // `qp`'s responder owes an ACK: it goes when the event ends, so that

@@ -188,6 +188,11 @@ inline void rc_timeout_excused(const Host &host, unsigned qpn, unsigned psn) {
         host.event(PIB_EVENT_RC_TIMEOUT_EXCUSED, {Host::eventArg(qpn), Host::eventArg(psn)});
 }
 
+inline void rc_timeout_behind(const Host &host, unsigned qpn, unsigned psn) {
+    if (host.eventEnabled(PIB_EVENT_RC_TIMEOUT_BEHIND))
+        host.event(PIB_EVENT_RC_TIMEOUT_BEHIND, {Host::eventArg(qpn), Host::eventArg(psn)});
+}
+
 inline void rc_timeout_unspent(const Host &host, unsigned qpn, unsigned psn) {
     if (host.eventEnabled(PIB_EVENT_RC_TIMEOUT_UNSPENT))
         host.event(PIB_EVENT_RC_TIMEOUT_UNSPENT, {Host::eventArg(qpn), Host::eventArg(psn)});
