@@ -5,6 +5,7 @@
 #include <catch2/catch.hpp>
 
 #include <cstring>
+#include <utility>
 
 #include <nlohmann/json.hpp>
 
@@ -133,6 +134,22 @@ struct RingPair {
     }
 };
 
+// A SEND of one page from a to b, its receive posted: (source, destination).
+std::pair<uint64_t, uint64_t> postPageSend(pib::testing::Pair &pair, uint64_t seed) {
+    const uint64_t src = pair.a.host.allocRandom(4096, seed);
+    const uint64_t dst = pair.b.host.alloc(4096);
+    pair.b.postRecv(1, dst, 4096);
+    pair.a.postSend(1, {.local = src, .length = 4096});
+    return {src, dst};
+}
+
+// That SEND completed at a, and arrived whole.
+void checkPageArrived(pib::testing::Pair &pair, uint64_t src, uint64_t dst) {
+    const auto done = pair.a.poll();
+    REQUIRE(done.size() == 1);
+    CHECK(done[0].status == PIB_WC_SUCCESS);
+    CHECK(std::memcmp(pair.a.host.at(src), pair.b.host.at(dst), 4096) == 0);
+}
 } // namespace
 
 TEST_CASE("on a ring cable two devices' RC traffic travels in the rings", "[link-rings]") {
@@ -185,11 +202,7 @@ TEST_CASE("ACK timeouts while the switch takes nothing from the ring spend no re
           "[link-rings]") {
     RingPair r;
     pib::testing::Pair &pair = r.pair;
-    constexpr uint32_t kLength = 4096;
-    const uint64_t src = pair.a.host.allocRandom(kLength, 21);
-    const uint64_t dst = pair.b.host.alloc(kLength);
-    pair.b.postRecv(1, dst, kLength);
-    pair.a.postSend(1, {.local = src, .length = kLength});
+    const auto [src, dst] = postPageSend(pair, 21);
     // 20 timeouts of 4.2 ms, five times the QP's retries: the switch ran
     // none of that time.
     for (int i = 0; i < 20; ++i)
@@ -199,10 +212,7 @@ TEST_CASE("ACK timeouts while the switch takes nothing from the ring spend no re
     CHECK(pair.a.poll().empty());
     SECTION("the switch runs again: the SEND arrives whole") {
         r.run(64);
-        const auto done = pair.a.poll();
-        REQUIRE(done.size() == 1);
-        CHECK(done[0].status == PIB_WC_SUCCESS);
-        CHECK(std::memcmp(pair.a.host.at(src), pair.b.host.at(dst), kLength) == 0);
+        checkPageArrived(pair, src, dst);
     }
     SECTION("a switch stuck beyond the grace still ends the QP in RETRY_EXC_ERR") {
         for (int i = 0; i < 1000 && pair.a.poll().empty(); ++i) // up to 4.2 s more
@@ -232,11 +242,7 @@ TEST_CASE("ACK timeouts while the device's own ring holds unread packets spend n
           "[link-rings]") {
     RingPair r;
     pib::testing::Pair &pair = r.pair;
-    constexpr uint32_t kLength = 4096;
-    const uint64_t src = pair.a.host.allocRandom(kLength, 22);
-    const uint64_t dst = pair.b.host.alloc(kLength);
-    pair.b.postRecv(1, dst, kLength);
-    pair.a.postSend(1, {.local = src, .length = kLength});
+    const auto [src, dst] = postPageSend(pair, 22);
     // The switch took the SEND's packets (and lost them), and a packet for
     // a waits in a's ring, which a's host does not read.
     const auto sent = r.a->take();
@@ -253,10 +259,7 @@ TEST_CASE("ACK timeouts while the device's own ring holds unread packets spend n
     REQUIRE(r.a->answerBell());
     r.run(64, 50);
     CHECK(pair.a.host.traces("rc_timeout") >= 1);
-    const auto done = pair.a.poll();
-    REQUIRE(done.size() == 1);
-    CHECK(done[0].status == PIB_WC_SUCCESS);
-    CHECK(std::memcmp(pair.a.host.at(src), pair.b.host.at(dst), kLength) == 0);
+    checkPageArrived(pair, src, dst);
 }
 
 // Found by test_dual_port's traffic on both ports at once: the port had
