@@ -13,6 +13,10 @@ import subprocess
 from pathlib import Path
 
 GDB_TIMEOUT = 120  # seconds: gdb loads QEMU's symbols, then walks every thread
+REPORT_CHARS = 12000  # of gdb's output in a report, its end kept
+# A line of `bt full` can print a whole structure (CI's gdb printed ld.so's
+# _rtld_global, 10 KB on one line, and the cut lost every frame line).
+LINE_CHARS = 300
 # A report's words for a crash whose core the kernel did not write although
 # core_pattern and the limits allow one (some sandboxes write none).
 NO_CORE_WRITTEN = "the kernel wrote none"
@@ -98,4 +102,12 @@ def backtrace(directory: Path, pid: int, binary: str, killed: bool) -> str:
     except subprocess.TimeoutExpired:
         return f"(gdb did not finish reading {core} in {GDB_TIMEOUT} s; the core is kept)"
     core.unlink(missing_ok=True)
-    return out[-12000:]
+    return _shortened(out)[-REPORT_CHARS:]
+
+
+def _shortened(gdb_output: str) -> str:
+    """gdb's output with each line cut to LINE_CHARS, saying how much went,
+    so that the frame lines survive the report's cut."""
+    return "\n".join(line if len(line) <= LINE_CHARS
+                     else f"{line[:LINE_CHARS]}… ({len(line) - LINE_CHARS} characters cut)"
+                     for line in gdb_output.splitlines())
