@@ -69,6 +69,7 @@ typedef struct PibHcaPort {
     bool tx_batched;       /* txq gained bytes in a batch not flushed yet */
     int bell_fd;           /* a ring cable's doorbell we watch, or -1 */
     bool open;             /* the chardev is connected */
+    bool core_open;        /* what the core was last told of it */
 } PibHcaPort;
 
 /* The core's saved state on its way through the migration stream. */
@@ -95,6 +96,13 @@ struct PibHcaState {
      * only once the loaded state says which links it resumes.
      */
     bool cables_held;
+    /*
+     * The VM is stopped: the core does no work, for it would write guest
+     * memory that a migration may have sent already (TCG lets the main
+     * loop run during the final RAM pass) or that a snapshot holds. The
+     * cables are not read: what arrives waits in them.
+     */
+    bool stopped;
     bool moving; /* pre_save told the core the VM moves */
     VMChangeStateEntry *vm_state;
 
@@ -332,7 +340,11 @@ static gboolean pib_hca_port_writable(void *do_not_use, GIOCondition cond,
     if (port->tx_full && pib_hca_tx_pending(port) <= PIB_HCA_TX_RESUME) {
         port->tx_full = false;
         trace_pib_hca_port_writable(port->number, pib_hca_tx_pending(port));
-        pib_core_port_writable(port->hca->core, port->number);
+        if (port->hca->stopped) {
+            port->writable_pending = true; /* the bottom half, on resume */
+        } else {
+            pib_core_port_writable(port->hca->core, port->number);
+        }
     }
     return G_SOURCE_REMOVE;
 }
@@ -451,7 +463,7 @@ static void pib_hca_port_watch(void *opaque, unsigned number, int fd)
         qemu_set_fd_handler(port->bell_fd, NULL, NULL, NULL);
     }
     port->bell_fd = fd;
-    if (fd >= 0) {
+    if (fd >= 0 && !s->stopped) {
         qemu_set_fd_handler(fd, pib_hca_port_bell, NULL, port);
     }
     trace_pib_hca_port_watch(number, fd);
@@ -484,6 +496,11 @@ static void pib_hca_transport_timer(void *opaque)
 {
     PibHcaState *s = opaque;
 
+    if (s->stopped) { /* a virtual-clock timer: not before the VM runs */
+        timer_mod(s->transport_timer,
+                  qemu_clock_get_ns(QEMU_CLOCK_VIRTUAL) + SCALE_MS);
+        return;
+    }
     pib_hca_batch_begin(s);
     pib_core_timer_expired(s->core);
     pib_hca_batch_end(s);
@@ -503,6 +520,9 @@ static void pib_hca_bh(void *opaque)
     PibHcaState *s = opaque;
     unsigned i;
 
+    if (s->stopped) {
+        return; /* the work stays pending until the VM runs */
+    }
     pib_hca_batch_begin(s);
     for (i = 0; i < PIB_MAX_PORTS; i++) {
         if (s->port[i].writable_pending) {
@@ -537,11 +557,18 @@ static const struct pib_host_ops pib_hca_host_ops = {
     .schedule = pib_hca_schedule,
 };
 
+/* The core learns whether the port's cable is connected. */
+static void pib_hca_tell_cable(PibHcaPort *port)
+{
+    port->core_open = port->open;
+    pib_core_port_connected(port->hca->core, port->number, port->open);
+}
+
 static int pib_hca_port_can_receive(void *opaque)
 {
     PibHcaPort *port = opaque;
 
-    return port->hca->cables_held ? 0 : 64 * KiB;
+    return port->hca->cables_held || port->hca->stopped ? 0 : 64 * KiB;
 }
 
 static void pib_hca_port_receive(void *opaque, const uint8_t *buf, int size)
@@ -561,8 +588,8 @@ static void pib_hca_port_event(void *opaque, QEMUChrEvent event)
         trace_pib_hca_port_link(port->number, event == CHR_EVENT_OPENED);
         port->open = event == CHR_EVENT_OPENED;
         pib_hca_port_tx_reset(port); /* nothing queued survives a cable */
-        if (!port->hca->cables_held) {
-            pib_core_port_connected(port->hca->core, port->number, port->open);
+        if (!port->hca->cables_held && !port->hca->stopped) {
+            pib_hca_tell_cable(port);
         }
     }
 }
@@ -580,7 +607,7 @@ static void pib_hca_release_cables(PibHcaState *s)
         PibHcaPort *port = &s->port[i];
 
         if (port->open) {
-            pib_core_port_connected(s->core, port->number, 1);
+            pib_hca_tell_cable(port);
             qemu_chr_fe_accept_input(&port->chr);
         }
     }
@@ -847,6 +874,8 @@ static void pib_hca_realize(PCIDevice *pdev, Error **errp)
         msix_vector_use(pdev, i);
     }
 
+    /* Until the VM first runs, cables wait as for a stopped VM. */
+    s->stopped = !runstate_is_running();
     for (i = 0; i < PIB_MAX_PORTS; i++) {
         PibHcaPort *port = &s->port[i];
 
@@ -952,18 +981,63 @@ struct pib_core *pib_hca_find_core(const char *id, Error **errp)
 /* The most a core's state may take in the stream (a 64 KiB QP table). */
 #define PIB_HCA_STATE_MAX (256 * MiB)
 
+/* The VM stopped: the core does nothing until it runs again. */
+static void pib_hca_stop(PibHcaState *s)
+{
+    unsigned i;
+
+    s->stopped = true;
+    for (i = 0; i < s->ports; i++) {
+        if (s->port[i].bell_fd >= 0) {
+            qemu_set_fd_handler(s->port[i].bell_fd, NULL, NULL, NULL);
+        }
+    }
+}
+
+/*
+ * The VM runs: the core learns what became of its cables meanwhile, reads
+ * what waited in them and goes on with the work it had pending.
+ */
+static void pib_hca_resume(PibHcaState *s)
+{
+    bool pending = s->run_pending;
+    unsigned i;
+
+    s->stopped = false;
+    for (i = 0; i < s->ports; i++) {
+        PibHcaPort *port = &s->port[i];
+
+        if (!s->cables_held && port->open != port->core_open) {
+            pib_hca_tell_cable(port);
+        }
+        if (port->bell_fd >= 0) {
+            qemu_set_fd_handler(port->bell_fd, pib_hca_port_bell, NULL, port);
+        }
+        if (port->open) {
+            qemu_chr_fe_accept_input(&port->chr);
+        }
+        pending |= port->writable_pending;
+    }
+    if (pending) {
+        qemu_bh_schedule(s->bh);
+    }
+}
+
 static void pib_hca_vm_state(void *opaque, bool running, RunState state)
 {
     PibHcaState *s = opaque;
 
     if (!running) {
+        pib_hca_stop(s);
         return;
     }
+    s->stopped = false;
     pib_hca_release_cables(s);
     if (s->moving) {
         s->moving = false;
         pib_core_move_failed(s->core);
     }
+    pib_hca_resume(s);
 }
 
 static int pib_hca_pre_save(void *opaque)
@@ -1022,7 +1096,7 @@ static int pib_hca_post_load(void *opaque, int version_id)
 
         for (i = 0; i < s->ports; i++) {
             if (s->port[i].open) {
-                pib_core_port_connected(s->core, i + 1, 1);
+                pib_hca_tell_cable(&s->port[i]);
             }
         }
     }

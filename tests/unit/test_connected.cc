@@ -1116,6 +1116,20 @@ TEST_CASE("a looped-back RC send completes after its doorbell write", "[rc]") {
     CHECK(s.arrived());
 }
 
+// When the VM stops to move, its memory is on its way: saying MOVING must
+// not run the work that waits (a looped-back SEND and its ACK).
+TEST_CASE("a device that moves writes no guest memory, its pending work kept", "[rc]") {
+    SelfConnected s;
+    s.a.runAfterDoorbell = false;
+    s.send();
+    REQUIRE(s.a.host.scheduled > 0);
+    const std::vector<uint8_t> before = s.a.host.ram;
+    pib_core_moving(s.a.host.core);
+    const bool untouched = s.a.host.ram == before; // (not 8 MiB printed on failure)
+    CHECK(untouched);
+    CHECK(!s.a.host.saveState().empty()); // the work is in the state that moves
+}
+
 TEST_CASE("random packets from a hostile fabric never break the device", "[rc][robustness]") {
     // Well-formed packets (right CRCs) with random opcodes, PSNs, keys,
     // lengths and syndromes, at both ends of an RC pair that is also

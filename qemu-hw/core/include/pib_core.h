@@ -237,7 +237,10 @@ int pib_core_load(struct pib_core *core, const void *state, size_t len, char **e
  * nothing, its port state kept. A loaded device whose saved links were up
  * resumes them on its next cable (its HELLO says PIB_WIRE_HELLO_RESUMES),
  * so the host connects its cables only after pib_core_load. If the move
- * fails, pib_core_move_failed resumes the links here.
+ * fails, pib_core_move_failed resumes the links here. pib_core_moving does
+ * no other work and writes no guest memory: the host calls it once the VM
+ * has stopped, whose memory the migration is sending, and gives the core
+ * no other work until the VM runs.
  */
 void pib_core_moving(struct pib_core *core);
 void pib_core_move_failed(struct pib_core *core);

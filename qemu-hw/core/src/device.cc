@@ -120,11 +120,13 @@ void Device::linkEvent(unsigned port, Link::Event e) {
         agents_.linkChanged(port, e == Link::Event::kUp);
 }
 
+// Each link says MOVING, and nothing else runs: the VM has stopped and its
+// memory may be on its way already, so no work of the scheduler's (a
+// loopback's, a deferred ACK's) may write it now. The host holds all other
+// work until the VM runs (docs/migration.md).
 void Device::moving() {
-    event([&] {
-        for (auto &link : links_)
-            link->moving();
-    });
+    for (auto &link : links_)
+        link->moving();
 }
 
 void Device::moveFailed() {
