@@ -874,8 +874,12 @@ static void pib_hca_realize(PCIDevice *pdev, Error **errp)
         msix_vector_use(pdev, i);
     }
 
-    /* Until the VM first runs, cables wait as for a stopped VM. */
-    s->stopped = !runstate_is_running();
+    /*
+     * A VM that has not run yet (-S) trains its links as hardware does at
+     * power-on: no driver has given the core any of the guest's memory to
+     * write. Only a VM that stops holds the core's work back.
+     */
+    s->stopped = false;
     for (i = 0; i < PIB_MAX_PORTS; i++) {
         PibHcaPort *port = &s->port[i];
 
