@@ -55,25 +55,30 @@ def _errors(ctx, guid, port):
     return _counter(hca, "PortRcvErrors"), _counter(sw, "PortRcvErrors")
 
 
-# ibv_rc_pingpong's server learns that its last SEND arrived only from the
-# client's ACK, and the client leaves as soon as that SEND is in: if the
-# faulty cable loses that one ACK, the server's resends find no QP and its
-# last SEND (wr_id 2) ends in RETRY_EXC_ERR (12). IBA's answer, not a loss.
+# ibv_rc_pingpong's side that finishes first leaves as soon as its own
+# last SEND is acknowledged and the other's is in. If the faulty cable loses
+# its ACK of that other SEND, the resends find no QP, and the other side's
+# last SEND (wr_id 2) ends in RETRY_EXC_ERR (12): IBA's answer, not a loss.
+# Either side may be the one left behind.
 LAST_ACK_LOST = "Failed status transport retry counter exceeded (12) for wr_id 2"
 
 
 def _rc_pingpong(ctx, iters, port=18600, faulty=False):
     argv = ["ibv_rc_pingpong", "-s", "4096", "-n", str(iters), "-p", str(port)]
     client, server_out, rc = run_pair(ctx, argv, argv, port=port, timeout=180)
-    last_ack_lost = faulty and rc == "1" and LAST_ACK_LOST in server_out
-    assert client.exitcode == 0 and (rc == "0" or last_ack_lost), (
+    server_behind = faulty and rc == "1" and client.exitcode == 0 and LAST_ACK_LOST in server_out
+    client_behind = (faulty and rc == "0" and client.exitcode == 1
+                     and LAST_ACK_LOST in client.out + client.err)
+    assert (client.exitcode == 0 and rc == "0") or server_behind or client_behind, (
         f"client {client.exitcode}, server {rc}\nclient:\n{client.out}{client.err}\n"
         f"server:\n{server_out}" + device_states(ctx))
-    m = re.search(r"(\d+) iters in ([\d.]+) seconds", client.out)
-    assert m and int(m.group(1)) == iters, client.out
-    if last_ack_lost:
-        print("RC pingpong: every iteration done; the client's last ACK was lost after it "
-              "left, so the server's last SEND ended in RETRY_EXC_ERR")
+    finished = server_out if client_behind else client.out  # the side that counted them all
+    m = re.search(r"(\d+) iters in ([\d.]+) seconds", finished)
+    assert m and int(m.group(1)) == iters, finished
+    if server_behind or client_behind:
+        left, behind = ("client", "server") if server_behind else ("server", "client")
+        print(f"RC pingpong: every iteration done; the {left}'s last ACK was lost after it "
+              f"left, so the {behind}'s last SEND ended in RETRY_EXC_ERR")
     return float(m.group(2))
 
 
