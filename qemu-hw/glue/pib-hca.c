@@ -1007,7 +1007,6 @@ static void pib_hca_resume(PibHcaState *s)
     bool pending = s->run_pending;
     unsigned i;
 
-    s->stopped = false;
     for (i = 0; i < s->ports; i++) {
         PibHcaPort *port = &s->port[i];
 
