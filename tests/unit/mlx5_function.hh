@@ -51,6 +51,7 @@ constexpr Field kVhcaPort = field(kQpc + 0xc0 + 0x128, 8);
 constexpr Field kAckTimeout = field(kQpc + 0xc0 + 0x40, 5);
 constexpr Field kRetryCount = field(kQpc + 0x38d, 3);
 constexpr Field kRnrRetry = field(kQpc + 0x390, 3);
+constexpr Field kFre = field(kQpc + 0x394, 1); // fast registration enabled
 constexpr Field kNextSendPsn = field(kQpc + 0x3c8, 24);
 constexpr Field kCqnSnd = field(kQpc + 0x3e8, 24);
 constexpr Field kRre = field(kQpc + 0x490, 1);
@@ -181,9 +182,10 @@ class Mlx5Function {
         uint64_t sqStart() const { return buffer + uint64_t{rqStride} * rqSlots; }
     };
 
-    // A CREATE_QP input of service type `st` as mlx5_ib makes one: an RQ
-    // of 2^logRq WQEs of 16 << logStride bytes (none when logStride is
-    // nullopt), an SQ of 2^logSq basic blocks, in one fresh buffer.
+    // A CREATE_QP input of service type `st` as mlx5_ib makes one for the
+    // kernel (fre set: it may post UMRs): an RQ of 2^logRq WQEs of
+    // 16 << logStride bytes (none when logStride is nullopt), an SQ of
+    // 2^logSq basic blocks, in one fresh buffer.
     std::vector<uint8_t> qpInput(uint8_t st, std::optional<uint32_t> logStride, uint32_t logRq,
                                  uint32_t logSq, Qp &qp) {
         using namespace mlx5qp;
@@ -197,6 +199,7 @@ class Mlx5Function {
         auto in = Mlx5Host::input(kCreateQp, 0, 0x110 + 8 * pages);
         set(in, kSt, st);
         set(in, kPmState, 3); // migrated
+        set(in, kFre, 1);
         set(in, kPd, pd);
         if (logStride) {
             set(in, kLogRqSize, logRq);

@@ -64,8 +64,9 @@ struct SendWqe {
     pib_wqe_reg_mr reg{};            // REG_MR
     std::vector<uint64_t> pages;     // REG_MR: its page list, when the WQE held it (wqe_format.hh)
     std::optional<KeyUpdate> update; // REG_MR: a general key update (key_update.hh)
-    pib_wqe_bind_mw bind{};          // BIND_MW
-    uint32_t remoteSrqn = 0;         // XRC INI: the XRC SRQ its XRCETH names
+    std::optional<bool> remoteInvalidate; // REG_MR: a peer may free the key (wqe_format.hh)
+    pib_wqe_bind_mw bind{};               // BIND_MW
+    uint32_t remoteSrqn = 0;              // XRC INI: the XRC SRQ its XRCETH names
     std::vector<pib_wqe_data> sges;
     std::vector<uint8_t> inlineData;
     uint32_t length = 0;                  // bytes of the message

@@ -85,7 +85,8 @@ bool MemoryKeys::storePages(MemoryRegion &mr, const char **why) {
 }
 
 uint8_t MemoryKeys::fastRegister(uint32_t qpn, uint32_t index, uint32_t pdn,
-                                 const pib_wqe_reg_mr &reg, std::span<const uint64_t> given) {
+                                 const pib_wqe_reg_mr &reg, std::span<const uint64_t> given,
+                                 std::optional<bool> remoteInvalidate) {
     MemoryRegion *mr = mrs_.find(PIB_KEY_INDEX(reg.key));
     const char *why = checkRegistration(mr, pdn, reg);
     if (!why && readPageList(reg, given, &why) && storePages(*mr, &why)) {
@@ -96,6 +97,8 @@ uint8_t MemoryKeys::fastRegister(uint32_t qpn, uint32_t index, uint32_t pdn,
         mr->ctx.key_variant = static_cast<uint8_t>(reg.key);
         mr->key = reg.key;
         mr->valid = true;
+        if (remoteInvalidate)
+            mr->remoteInvalidate = *remoteInvalidate;
         trace::mr_registered(host_, qpn, reg.key, reg.iova, reg.length, reg.access);
         return PIB_WC_SUCCESS;
     }
@@ -106,8 +109,9 @@ uint8_t MemoryKeys::fastRegister(uint32_t qpn, uint32_t index, uint32_t pdn,
 
 // The region `key` names if PD `pdn` may invalidate it: a valid
 // fast-registration region of that PD, named by its current key, that no
-// window is bound to.
-MemoryRegion *MemoryKeys::invalidatable(uint32_t pdn, uint32_t key, const char **why) const {
+// window is bound to; for a peer (`remote`), one that allows that.
+MemoryRegion *MemoryKeys::invalidatable(uint32_t pdn, uint32_t key, bool remote,
+                                        const char **why) const {
     MemoryRegion *mr = mrs_.find(PIB_KEY_INDEX(key));
     if (!mr || mr->key != key)
         *why = "no region or window has this key";
@@ -119,6 +123,8 @@ MemoryRegion *MemoryKeys::invalidatable(uint32_t pdn, uint32_t key, const char *
         *why = "the region is already free";
     else if (mr->windows)
         *why = "memory windows are bound to the region";
+    else if (remote && !mr->remoteInvalidate)
+        *why = "the key does not allow remote invalidation (no en_rinval)";
     else
         return mr;
     return nullptr;
@@ -146,18 +152,18 @@ const char *MemoryKeys::invalidateWindow(uint32_t qpn, uint32_t pdn, uint32_t ke
 
 // Invalidates the region or window `key` names for PD `pdn`: null when
 // done, else why not.
-const char *MemoryKeys::invalidate(uint32_t qpn, uint32_t pdn, uint32_t key) {
+const char *MemoryKeys::invalidate(uint32_t qpn, uint32_t pdn, uint32_t key, bool remote) {
     if (MemoryWindow *mw = mws_.find(PIB_KEY_INDEX(key)))
         return invalidateWindow(qpn, pdn, key, *mw);
     const char *why = nullptr;
-    MemoryRegion *mr = invalidatable(pdn, key, &why);
+    MemoryRegion *mr = invalidatable(pdn, key, remote, &why);
     if (mr)
         mr->valid = false;
     return why;
 }
 
 uint8_t MemoryKeys::invalidateLocal(uint32_t qpn, uint32_t index, uint32_t pdn, uint32_t key) {
-    if (const char *why = invalidate(qpn, pdn, key)) {
+    if (const char *why = invalidate(qpn, pdn, key, false)) {
         host_.guestError(err::kWqeInvalidate, "QP %u WQE %u: LOCAL_INV of key 0x%x: %s", qpn, index,
                          key, why);
         return PIB_WC_LOC_PROT_ERR;
@@ -167,7 +173,7 @@ uint8_t MemoryKeys::invalidateLocal(uint32_t qpn, uint32_t index, uint32_t pdn, 
 }
 
 const char *MemoryKeys::invalidateRemote(uint32_t qpn, uint32_t pdn, uint32_t rkey) {
-    return invalidate(qpn, pdn, rkey);
+    return invalidate(qpn, pdn, rkey, true);
 }
 
 void MemoryKeys::unbind(ObjectTable<MemoryRegion> &mrs, MemoryWindow &mw) {

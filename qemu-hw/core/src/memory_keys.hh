@@ -7,6 +7,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <span>
 #include <vector>
 
@@ -29,15 +30,19 @@ class MemoryKeys {
     // the WQE's page list (`given`, or read from reg.page_list when that
     // is empty), access and key. PIB_WC_SUCCESS, or the status the WQE
     // completes with (a guest error says why).
+    // `remoteInvalidate`, when set, says whether a peer may invalidate the
+    // key from now on (a ConnectX REG_MR's en_rinval).
     uint8_t fastRegister(uint32_t qpn, uint32_t index, uint32_t pdn, const pib_wqe_reg_mr &reg,
-                         std::span<const uint64_t> given = {});
+                         std::span<const uint64_t> given = {},
+                         std::optional<bool> remoteInvalidate = std::nullopt);
     // A BIND_MW WQE of QP `qpn`: binds (type 1: or rebinds, or with length
     // 0 unbinds) the window to a range of a region.
     uint8_t bindWindow(uint32_t qpn, uint32_t index, uint32_t pdn, const pib_wqe_bind_mw &bind);
     // A LOCAL_INV WQE: the key's region, or type 2 window, becomes free.
     uint8_t invalidateLocal(uint32_t qpn, uint32_t index, uint32_t pdn, uint32_t key);
     // A peer's SEND with invalidate names `rkey`: null when it was
-    // invalidated, else why it could not be.
+    // invalidated, else why it could not be. A region is invalidated so only
+    // if it allows it (MemoryRegion::remoteInvalidate).
     // `qpn` is the QP it arrived on: a type 2B window is invalidated only
     // through the QP it is bound to (IBA 10.6.7.2.4), as by LOCAL_INV.
     const char *invalidateRemote(uint32_t qpn, uint32_t pdn, uint32_t rkey);
@@ -51,9 +56,9 @@ class MemoryKeys {
     static void unbind(ObjectTable<MemoryRegion> &mrs, MemoryWindow &mw);
 
   private:
-    const char *invalidate(uint32_t qpn, uint32_t pdn, uint32_t key);
+    const char *invalidate(uint32_t qpn, uint32_t pdn, uint32_t key, bool remote);
     const char *invalidateWindow(uint32_t qpn, uint32_t pdn, uint32_t key, MemoryWindow &mw);
-    MemoryRegion *invalidatable(uint32_t pdn, uint32_t key, const char **why) const;
+    MemoryRegion *invalidatable(uint32_t pdn, uint32_t key, bool remote, const char **why) const;
     const char *checkBind(const MemoryWindow *mw, const MemoryRegion *mr, uint32_t pdn,
                           const pib_wqe_bind_mw &bind) const;
     const char *checkRegistration(const MemoryRegion *mr, uint32_t pdn,

@@ -33,6 +33,7 @@ constexpr Field kAccessMode10 = field(0x96, 2); // ifc: access_mode_1_0
 constexpr Field kQpn = field(0xa0, 24);
 constexpr Field kVariant = field(0xb8, 8); // ifc: mkey_7_0
 constexpr Field kLength64 = field(0xe0, 1);
+constexpr Field kRemoteInvalidate = field(0xe7, 1); // ifc: en_rinval
 constexpr Field kPd = field(0xe8, 24);
 constexpr Field kStartAddress = field(0x100, 64); // ifc: start_addr
 constexpr Field kLength = field(0x140, 64);       // ifc: len
@@ -81,9 +82,13 @@ const err::Condition *Commands::createMkey(const Request &r) {
                                                             : nullptr;
     if (unsupported)
         return fail(err::kMlx5CmdBadParam, "CREATE_MKEY %s", unsupported);
-    if (mode == kAccessModePa)
-        return createPhysicalMkey(r);
-    return free ? createFreeMkey(r) : createMttMkey(r);
+    const err::Condition *why = mode == kAccessModePa ? createPhysicalMkey(r)
+                                : free                ? createFreeMkey(r)
+                                                      : createMttMkey(r);
+    if (!why) // only a key with en_rinval may a peer's SEND with Invalidate free
+        core_.objects.mrs.at(static_cast<uint32_t>(get(r.out, kMkeyIndex))).remoteInvalidate =
+            get(r.in, mkc::kRemoteInvalidate);
+    return why;
 }
 
 // A key over guest physical memory: what mlx5_ib_get_dma_mr makes.
@@ -181,6 +186,7 @@ std::vector<uint8_t> Commands::mkeyInput(const MemoryRegion &mr) const {
     set(in, mkc::kQpn, kNoQp);
     set(in, mkc::kPd, c.pdn);
     set(in, mkc::kVariant, c.key_variant);
+    set(in, mkc::kRemoteInvalidate, mr.remoteInvalidate);
     if (!physical) {
         set(in, mkc::kAccessMode10, kAccessModeMtt);
         set(in, mkc::kTranslationOctowords, c.mtt_count / 2);

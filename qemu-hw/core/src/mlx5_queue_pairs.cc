@@ -55,6 +55,7 @@ constexpr Field kVhcaPort = field(kPath + 0x128, 8); // ifc: vhca_port_num
 constexpr Field kLogSraMax = field(kContext + 0x388, 3);
 constexpr Field kRetryCount = field(kContext + 0x38d, 3);
 constexpr Field kRnrRetry = field(kContext + 0x390, 3);
+constexpr Field kFre = field(kContext + 0x394, 1); // fast registration enabled
 constexpr Field kNextSendPsn = field(kContext + 0x3c8, 24);
 constexpr Field kCqnSnd = field(kContext + 0x3e8, 24);
 constexpr Field kLogRraMax = field(kContext + 0x488, 3);
@@ -315,6 +316,7 @@ const err::Condition *QueuePairs::create(std::span<const uint8_t> in, uint32_t &
     pib_qp_context &ctx = qp->ctx;
     ctx.type = *coreType(in);
     qp->umr = get(in, kSt) == st::kRegUmr;
+    qp->fastRegEnabled = get(in, kFre);
     ctx.pdn = qp->umr ? 0 : static_cast<uint32_t>(get(in, kPd));
     ctx.send_cqn = static_cast<uint32_t>(get(in, kCqnSnd));
     ctx.recv_cqn = static_cast<uint32_t>(get(in, kCqnRcv));
@@ -380,6 +382,7 @@ std::vector<uint8_t> QueuePairs::createInput(const QueuePair &qp) const {
     std::vector<uint8_t> in = PageList::inputFor(objects_.mtt, ctx.sq_buf, kPageList);
     set(in, kSt, qp.umr ? st::kRegUmr : serviceType(ctx.type));
     set(in, kPmState, kPmMigrated);
+    set(in, kFre, qp.fastRegEnabled);
     set(in, kPd, ctx.pdn);
     set(in, kUarPage, ctx.uar_page);
     set(in, kCqnSnd, ctx.send_cqn);
@@ -482,6 +485,7 @@ const err::Condition *QueuePairs::query(uint32_t qpn, std::span<uint8_t> out) co
     if (ctx.type == PIB_QPT_XRC_TGT)
         set(out, kXrcd, ctx.xrcdn);
     set(out, kPmState, kPmMigrated);
+    set(out, kFre, qp->fastRegEnabled);
     set(out, kPd, ctx.pdn);
     set(out, kMtu, a.path_mtu);
     set(out, kLogMsgMax, std::bit_width(limits::kMaxMsgSize) - 1);

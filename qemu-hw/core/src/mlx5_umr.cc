@@ -38,7 +38,8 @@ constexpr uint64_t kStartAddress = 1u << 6;
 constexpr uint64_t kKey = 1u << 13;
 constexpr uint64_t kFree = 1u << 29;
 constexpr uint64_t kPd = 1u << 7;
-constexpr uint64_t kRights = 0xfu << 17; // lr, lw, rr, rw
+constexpr uint64_t kRemoteInvalidate = 1u << 8; // MLX5_MKEY_MASK_EN_RINVAL
+constexpr uint64_t kRights = 0xfu << 17;        // lr, lw, rr, rw
 constexpr uint64_t kAtomic = 1u << 21;
 constexpr uint64_t kRegistration = kLength | kPageSize | kStartAddress | kKey | kFree;
 constexpr uint64_t kRange = kLength | kPageSize | kStartAddress;
@@ -48,9 +49,11 @@ constexpr uint64_t kUpdatable = kRange | kPd | kKey | kRights | kAtomic | kFree;
 namespace mkey {
 constexpr size_t kStatus = 0;
 constexpr size_t kFlags = 2;
-constexpr size_t kVariant = 7;   // the low byte of qpn_mkey7_0
-constexpr size_t kLength64 = 12; // its top bit
-constexpr size_t kPd = 12;       // the low 24 bits of the dword
+constexpr size_t kVariant = 7;           // the low byte of qpn_mkey7_0
+constexpr size_t kLength64 = 12;         // its top bit
+constexpr size_t kPd = 12;               // the low 24 bits of the dword
+constexpr size_t kRemoteInvalidate = 12; // en_rinval: bit 24 of that dword
+constexpr uint8_t kRemoteInvalidateBit = 0x01;
 constexpr size_t kStartAddress = 16;
 constexpr size_t kLength = 24;
 constexpr size_t kLogPageSize = 59;
@@ -85,27 +88,25 @@ uint64_t pagesSpanned(uint64_t iova, uint64_t length, unsigned shift) {
 }
 
 // The translation entries of a registration: inline after the key's
-// segment, or `bytes` at a guest address its data segment gives.
-const char *readTranslations(const Host &host, std::span<const uint8_t> wqe, size_t used,
-                             bool inlined, uint32_t count, std::vector<uint64_t> &pages) {
+// segment, taken now; or `count` entries where its data segment points,
+// which the requester reads through the segment's L_Key (a key of the
+// QP's PD with local read, as a ConnectX reads them: never a bare guest
+// address), so that out.sges holds that one segment.
+const char *readTranslations(std::span<const uint8_t> wqe, size_t used, bool inlined,
+                             uint32_t count, Wqe &out) {
     const size_t bytes = size_t{count} * sizeof(uint64_t);
-    std::vector<uint8_t> entries(bytes);
-    if (inlined) {
-        if (kTranslations + bytes > used)
-            return "fewer inline translation entries than the range's pages";
-        std::copy_n(wqe.begin() + kTranslations, bytes, entries.begin());
-    } else {
+    if (!inlined) {
         if (kTranslations + kDataSegment > used)
             return "no data segment for the translation entries";
         const uint8_t *data = wqe.data() + kTranslations;
         if (readBe32(data) < bytes)
             return "a data segment shorter than the range's translation entries";
-        if (!host.dmaRead(readBe64(data + 8), entries.data(), bytes))
-            return "translation entries the device cannot read";
+        out.sges.push_back({static_cast<uint32_t>(bytes), readBe32(data + 4), readBe64(data + 8)});
+        return nullptr;
     }
-    pages.resize(count);
-    for (size_t i = 0; i < count; ++i)
-        pages[i] = readBe64(entries.data() + 8 * i) & ~kMttFlags;
+    if (kTranslations + bytes > used)
+        return "fewer inline translation entries than the range's pages";
+    translationEntries(wqe.subspan(kTranslations, bytes), out.pages);
     return nullptr;
 }
 
@@ -150,6 +151,12 @@ const char *updateOf(std::span<const uint8_t> wqe, KeyUpdate &u) {
 
 } // namespace
 
+void translationEntries(std::span<const uint8_t> bytes, std::vector<uint64_t> &pages) {
+    pages.resize(bytes.size() / sizeof(uint64_t));
+    for (size_t i = 0; i < pages.size(); ++i)
+        pages[i] = readBe64(bytes.data() + 8 * i) & ~kMttFlags;
+}
+
 uint8_t decodeUpdate(const Host &host, uint32_t qpn, uint32_t index, std::span<const uint8_t> wqe,
                      size_t used, Wqe &out) {
     const auto bad = [&](const char *what) {
@@ -164,8 +171,8 @@ uint8_t decodeUpdate(const Host &host, uint32_t qpn, uint32_t index, std::span<c
     const uint8_t *c = wqe.data() + kControl;
     const uint32_t entries = uint32_t{readBe16(c + control::kXltOctowords)} * 2;
     if (entries)
-        if (const char *why = readTranslations(
-                host, wqe, used, c[control::kFlags] & control::kInline, entries, out.pages))
+        if (const char *why =
+                readTranslations(wqe, used, c[control::kFlags] & control::kInline, entries, out))
             return bad(why);
     out.ctrl.opcode = PIB_WR_REG_MR;
     out.update = u;
@@ -209,8 +216,10 @@ uint8_t decode(const Host &host, uint32_t qpn, uint32_t index, std::span<const u
                    PIB_WC_LOC_PROT_ERR);
     reg.page_count = static_cast<uint32_t>(pages);
     out.ctrl.opcode = PIB_WR_REG_MR;
-    if (const char *why = readTranslations(host, wqe, used, c[control::kFlags] & control::kInline,
-                                           reg.page_count, out.pages))
+    if (fields & mask::kRemoteInvalidate) // IB_WR_REG_MR's mask: a peer may free it
+        out.remoteInvalidate = (k[mkey::kRemoteInvalidate] & mkey::kRemoteInvalidateBit) != 0;
+    if (const char *why =
+            readTranslations(wqe, used, c[control::kFlags] & control::kInline, reg.page_count, out))
         return bad(err::kWqeFastReg, why, PIB_WC_LOC_PROT_ERR);
     return PIB_WC_SUCCESS;
 }

@@ -9,6 +9,7 @@
 
 #include <cstdint>
 #include <span>
+#include <vector>
 
 #include "host.hh"
 #include "wqe_format.hh"
@@ -27,5 +28,9 @@ uint8_t decode(const Host &host, uint32_t qpn, uint32_t index, std::span<const u
 // entries into out.pages.
 uint8_t decodeUpdate(const Host &host, uint32_t qpn, uint32_t index, std::span<const uint8_t> wqe,
                      size_t used, Wqe &out);
+
+// MTT entries as the translation list holds them (big-endian, the low
+// bits the entry's enables) as page addresses.
+void translationEntries(std::span<const uint8_t> bytes, std::vector<uint64_t> &pages);
 
 } // namespace pib::mlx5::umr

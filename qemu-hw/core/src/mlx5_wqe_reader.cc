@@ -175,11 +175,13 @@ uint8_t WqeReader::readSend(const QueuePair &qp, uint32_t index, Wqe &out) {
     const uint32_t named = readBe32(raw_.data() + 4) >> 8;
     const uint8_t mlx5Opcode = raw_[3];
     Layout layout;
-    const char *bad = named != qp.number                             ? "it names another QP"
-                      : ds == 0                                      ? "no segments"
-                      : blocks > wqe::kMaxBlocks                     ? "more than 16 basic blocks"
-                      : blocks > 1u << qp.ctx.sq_log_wqe_count       ? "more blocks than its ring"
-                      : qp.umr && mlx5Opcode != opcode::kUmr         ? "not a UMR on a UMR QP"
+    const char *bad = named != qp.number                       ? "it names another QP"
+                      : ds == 0                                ? "no segments"
+                      : blocks > wqe::kMaxBlocks               ? "more than 16 basic blocks"
+                      : blocks > 1u << qp.ctx.sq_log_wqe_count ? "more blocks than its ring"
+                      : qp.umr && mlx5Opcode != opcode::kUmr   ? "not a UMR on a UMR QP"
+                      : mlx5Opcode == opcode::kUmr && !qp.fastRegEnabled
+                          ? "a UMR on a QP without fast registration enabled (fre)"
                       : !sendLayout(qp.ctx.type, mlx5Opcode, layout) ? "an opcode its QP lacks"
                                                                      : nullptr;
     if (bad) {

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "host.hh"
+#include "mlx5_umr.hh"
 #include "mtt.hh"
 #include "objects.hh"
 #include "wqe_format.hh"
@@ -47,6 +48,11 @@ class WqeReader final : public WqeFormat {
     void pollReceiveProducer(QueuePair &qp) override;
     void pollSrqProducer(SharedReceiveQueue &srq) override;
     bool receivesPostedByRecord() const override { return true; }
+    // MTT entries: big-endian page addresses with enables in the low bits.
+    void pageListEntries(std::span<const uint8_t> bytes,
+                         std::vector<uint64_t> &pages) const override {
+        umr::translationEntries(bytes, pages);
+    }
 
     // The SQ's counter in `qp`'s doorbell record, as a slot count near
     // its consumer; nullopt when the record cannot be read or the count

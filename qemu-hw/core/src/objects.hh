@@ -58,6 +58,10 @@ struct MemoryRegion {
     // a REG_MR WQE maps it, and again after an invalidation (IBA 10.6.1).
     bool valid = true;
     uint32_t windows = 0; // memory windows bound to it: it stays while any is
+    // Whether a peer's SEND with Invalidate may free it: every pib-hca
+    // fast-registration region; a ConnectX key only with en_rinval, from
+    // CREATE_MKEY or the REG_MR that mapped it (docs/mlx5.md §10).
+    bool remoteInvalidate = true;
     // A ConnectX key keeps the pages a UMR maps with itself (the hardware's
     // ICM), not in the shared MTT: ctx.mtt_count is how many it may map,
     // ownPages those it maps now (budgeted by Mtt::takeKeyEntries).
@@ -108,6 +112,10 @@ struct QueuePair {
     // ConnectX: the driver's UMR QP (service type 0xc), a core UC QP with no
     // PD that takes UMR WQEs only and sends nothing (docs/mlx5.md §10.1).
     bool umr = false;
+    // ConnectX: the context's fre (fast registration enabled), which
+    // mlx5_ib sets on the kernel's QPs only: a QP without it posts no UMR
+    // (a user process's QP cannot map or free a key; docs/mlx5.md §10).
+    bool fastRegEnabled = false;
     uint32_t nextPsn = 0; // UD: the PSN of the next packet sent
     RequesterState req;   // RC, UC
     ResponderState resp;  // RC, UC

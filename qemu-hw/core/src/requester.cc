@@ -44,11 +44,14 @@ uint8_t Requester::fetchSendWqe(QueuePair &qp, uint32_t index, SendWqe &w) {
     w.reg = wqe.reg;
     w.pages = std::move(wqe.pages);
     w.update = std::move(wqe.update);
+    w.remoteInvalidate = wqe.remoteInvalidate;
     w.bind = wqe.bind;
     w.remoteSrqn = wqe.xrc.remote_srqn;
     if (w.isLocal()) {
         w.length = 0;
         w.packets = 0;
+        if (w.opcode == PIB_WR_REG_MR && !wqe.sges.empty())
+            return readTranslationList(qp, w, wqe.sges.front());
         return PIB_WC_SUCCESS;
     }
     uint64_t length = 0;
@@ -66,6 +69,27 @@ uint8_t Requester::fetchSendWqe(QueuePair &qp, uint32_t index, SendWqe &w) {
     w.length = static_cast<uint32_t>(length);
     const uint32_t mtu = pathMtu(qp);
     w.packets = w.isAtomic() ? 1 : std::max<uint32_t>(1, (w.length + mtu - 1) / mtu);
+    return PIB_WC_SUCCESS;
+}
+
+// A ConnectX UMR's translation entries behind its data segment, read as
+// the hardware reads them: through the segment's L_Key with local read,
+// in the QP's PD (the UMR QP has none: in the key's own), never at a bare
+// guest address. A user process's key reaches only its own memory.
+uint8_t Requester::readTranslationList(const QueuePair &qp, SendWqe &w, const pib_wqe_data &list) {
+    const MemoryRegion *key = objects_.mrs.find(PIB_KEY_INDEX(list.lkey));
+    const uint32_t pdn = qp.umr && key ? key->ctx.pdn : qp.ctx.pdn;
+    std::vector<uint8_t> &bytes = translationBytes_;
+    bytes.resize(list.byte_count);
+    const uint8_t status = memory_.gatherInto(pdn, std::span(&list, 1), 0, bytes);
+    if (status != PIB_WC_SUCCESS) {
+        host_.guestError(err::kWqeBadKey,
+                         "QP %u UMR WQE %u: translation entries at 0x%" PRIx64
+                         " through L_Key 0x%x",
+                         qp.number, w.index, list.addr, list.lkey);
+        return PIB_WC_LOC_PROT_ERR;
+    }
+    wqes_.pageListEntries(bytes, w.pages);
     return PIB_WC_SUCCESS;
 }
 
@@ -179,7 +203,8 @@ void Requester::runLocalOperation(QueuePair &qp, SendWqe &w) {
     if (w.update)
         status = keys_.update(qp.number, w.index, w.imm, *w.update, w.pages);
     else if (w.opcode == PIB_WR_REG_MR)
-        status = keys_.fastRegister(qp.number, w.index, qp.ctx.pdn, w.reg, w.pages);
+        status =
+            keys_.fastRegister(qp.number, w.index, qp.ctx.pdn, w.reg, w.pages, w.remoteInvalidate);
     else if (w.opcode == PIB_WR_BIND_MW)
         status = keys_.bindWindow(qp.number, w.index, qp.ctx.pdn, w.bind);
     else if (w.opcode == kWrNop)

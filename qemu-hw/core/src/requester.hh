@@ -35,6 +35,7 @@ class Requester final : TransportRole {
   private:
     uint8_t fetchSendWqe(QueuePair &qp, uint32_t index, SendWqe &w);
     uint8_t checkLocalBuffers(QueuePair &qp, SendWqe &w, uint64_t *length);
+    uint8_t readTranslationList(const QueuePair &qp, SendWqe &w, const pib_wqe_data &list);
     void runLocalOperation(QueuePair &qp, SendWqe &w);
     SendWqe &spareWqe();
     void holdWqe(QueuePair &qp);
@@ -72,6 +73,7 @@ class Requester final : TransportRole {
 
     // The segments of a WQE's local buffers, kept for the next WQE too.
     std::vector<Segment> localSegments_;
+    std::vector<uint8_t> translationBytes_; // a UMR's translation list, read
     SendWqePool pool_;
     std::unique_ptr<SendWqe> spare_; // fetched into, not yet outstanding
 };

@@ -34,6 +34,9 @@ struct Wqe {
     // A REG_MR that is a general key update (a ConnectX UMR QP's UMR):
     // `pages` are its translation entries.
     std::optional<KeyUpdate> update;
+    // A REG_MR that says whether a peer's SEND with Invalidate may free
+    // the key (a ConnectX UMR's en_rinval); unset: as it was.
+    std::optional<bool> remoteInvalidate;
     pib_wqe_bind_mw bind{}; // memory window binding
     pib_wqe_xrc xrc{};      // XRC INI QPs: the remote XRC SRQ
     bool isInline = false;
@@ -80,6 +83,11 @@ class WqeFormat {
     // so a QP in the error state reads it again now and then to flush
     // what is posted there (flush.cc).
     virtual bool receivesPostedByRecord() const = 0;
+    // The page addresses of a REG_MR page list read as `bytes`, from
+    // where the WQE's one scatter/gather entry pointed (a ConnectX UMR's
+    // translation list, which the requester reads through its L_Key).
+    virtual void pageListEntries(std::span<const uint8_t> bytes,
+                                 std::vector<uint64_t> &pages) const = 0;
 };
 
 // The bytes a WQE's data amounts to: its inline data, or what its
@@ -110,6 +118,10 @@ class WqeFormatSlot final : public WqeFormat {
     void pollReceiveProducer(QueuePair &qp) override { format_->pollReceiveProducer(qp); }
     void pollSrqProducer(SharedReceiveQueue &srq) override { format_->pollSrqProducer(srq); }
     bool receivesPostedByRecord() const override { return format_->receivesPostedByRecord(); }
+    void pageListEntries(std::span<const uint8_t> bytes,
+                         std::vector<uint64_t> &pages) const override {
+        format_->pageListEntries(bytes, pages);
+    }
 
   private:
     const Host &host_;

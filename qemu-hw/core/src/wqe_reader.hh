@@ -7,6 +7,7 @@
 #pragma once
 
 #include <cstdint>
+#include <cstring>
 #include <vector>
 
 #include "host.hh"
@@ -72,6 +73,12 @@ class WqeReader final : public WqeFormat {
     void pollReceiveProducer(QueuePair &) override {}
     void pollSrqProducer(SharedReceiveQueue &) override {}
     bool receivesPostedByRecord() const override { return false; }
+    // pib-hca's page lists are little-endian addresses (docs/prm.md §6.2).
+    void pageListEntries(std::span<const uint8_t> bytes,
+                         std::vector<uint64_t> &pages) const override {
+        pages.resize(bytes.size() / sizeof(uint64_t));
+        std::memcpy(pages.data(), bytes.data(), pages.size() * sizeof(uint64_t));
+    }
 
   private:
     // Which segments follow the control segment.

@@ -1,0 +1,86 @@
+// SPDX-License-Identifier: GPL-2.0-or-later
+// The memory keys and UMR WQEs mlx5_ib makes for a kernel consumer's fast
+// registration (ib_alloc_mr, IB_WR_REG_MR, IB_WR_LOCAL_INV), for the unit
+// tests of the ConnectX UMR path and of what it keeps from user processes.
+#pragma once
+
+#include <algorithm>
+#include <cstdint>
+#include <vector>
+
+#include "mlx5_function.hh"
+
+namespace pib::testing::mlx5umr {
+
+using pib::mlx5::field;
+
+// CREATE_MKEY as ib_alloc_mr asks mlx5_ib: free, UMR-enabled, MTT, room
+// for `pages`, in `pdn` (the function's PD when 0). Returns the key (its
+// variant 0x33).
+inline uint32_t freeKey(Mlx5Function &f, uint32_t pages, uint32_t pdn = 0) {
+    auto in = Mlx5Host::input(0x200, 0, 0x110);
+    set(in, field(0x81, 1), 1);         // free
+    set(in, field(0x90, 1), 1);         // umr_en
+    set(in, field(0x95, 1), 1);         // lr
+    set(in, field(0x96, 2), 1);         // MTT
+    set(in, field(0xa0, 24), 0xffffff); // no QP
+    set(in, field(0xb8, 8), 0x33);      // variant
+    set(in, field(0xe8, 24), pdn ? pdn : f.pd);
+    set(in, field(0x220, 32), (pages + 1) / 2); // translation octowords
+    const auto r = f.host.run(in, 16);
+    REQUIRE(r.status() == 0);
+    return static_cast<uint32_t>(r.get(mlx5qp::kHeld)) << 8 | 0x33;
+}
+
+// A UMR WQE as mlx5_ib's set_reg_wr writes it: key `key` over `pages`
+// (4 KiB each) from `iova` for `length` bytes, remote read and write,
+// remote invalidation enabled (MLX5_MKEY_REMOTE_INVAL) unless
+// `remoteInvalidate` is false; the page list inline, or at `listAddr`
+// (whose bytes are `list`) behind a data segment with L_Key `lkey`.
+inline std::vector<uint8_t> registration(uint32_t key, uint64_t iova, uint64_t length,
+                                         const std::vector<uint64_t> &pages,
+                                         uint8_t *list = nullptr, uint64_t listAddr = 0,
+                                         uint32_t lkey = 0, bool remoteInvalidate = true) {
+    std::vector<uint8_t> wqe(128);
+    wqe[3] = 0x25;
+    writeBe32(&wqe[12], key);
+    uint8_t *umr = &wqe[16];
+    umr[0] = list ? 0 : 0x80; // inline
+    writeBe16(umr + 4, static_cast<uint16_t>((pages.size() + 1) / 2));
+    writeBe64(umr + 8, (1u << 0) | (1u << 1) | (1u << 6) | (1u << 8) | (1u << 13) | (1u << 17) |
+                           (1u << 18) | (1u << 19) | (1u << 20) | (1u << 29));
+    uint8_t *mkey = &wqe[64];
+    mkey[2] =
+        (1u << 2) | (1u << 3) | (1u << 4) | (1u << 5) | (1u << 7) | 0x1; // LR LW RR RW UMR, MTT
+    writeBe32(mkey + 4, 0xffffff00u | (key & 0xff));
+    writeBe32(mkey + 12, remoteInvalidate ? 1u << 24 : 0); // flags_pd: en_rinval
+    writeBe64(mkey + 16, iova);
+    writeBe64(mkey + 24, length);
+    mkey[59] = 12;
+    std::vector<uint8_t> entries(8 * pages.size());
+    for (size_t i = 0; i < pages.size(); ++i)
+        writeBe64(&entries[8 * i], pages[i] | 0x3); // read and write enabled
+    if (list) {
+        std::copy(entries.begin(), entries.end(), list);
+        wqe.resize(144);
+        writeBe32(&wqe[128], static_cast<uint32_t>((entries.size() + 63) / 64 * 64));
+        writeBe32(&wqe[132], lkey);
+        writeBe64(&wqe[136], listAddr);
+    } else {
+        wqe.insert(wqe.end(), entries.begin(), entries.end());
+    }
+    return wqe;
+}
+
+// A UMR WQE as set_linv_wr writes it: key `key` free.
+inline std::vector<uint8_t> invalidation(uint32_t key) {
+    std::vector<uint8_t> wqe(128);
+    wqe[3] = 0x25;
+    writeBe32(&wqe[12], key);
+    wqe[16] = 0x80;
+    writeBe64(&wqe[24], 1u << 29); // the free bit only
+    wqe[64] = 0x40;                // free
+    return wqe;
+}
+
+} // namespace pib::testing::mlx5umr
