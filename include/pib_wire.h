@@ -57,10 +57,11 @@ struct pib_wire_hello {
 /*
  * Shared-memory rings (docs/wire.md, "Ring cables"). An end that heard a
  * HELLO with PIB_WIRE_HELLO_TAKES_RINGS may send a RINGS frame whose
- * pib_wire_rings has flags 0 on a UNIX socket, with three descriptors in
- * SCM_RIGHTS: a sealed memfd laid out as pib_wire_ring_layout, the
- * eventfd the offerer rings for the accepter, and the one the accepter
- * rings for the offerer. The answer is a RINGS frame with
+ * pib_wire_rings has flags 0 on a UNIX socket, with two descriptors in
+ * SCM_RIGHTS: a sealed memfd laid out as pib_wire_ring_layout, and the
+ * accepter's end of the doorbell line, a UNIX stream socket pair whose
+ * other end the offerer keeps (each end rings the other by sending a
+ * byte; neither waits on it: MSG_DONTWAIT). The answer is a RINGS frame with
  * PIB_WIRE_RINGS_ACCEPTED (packets now travel in the rings, both ways) or
  * without it (they stay on the stream). HELLOs stay on the stream.
  */
@@ -81,7 +82,7 @@ struct pib_wire_rings {
  * header and payload as on the stream) may wrap around the data's end.
  * The producer stores `produced` after the frame's bytes; the consumer
  * stores `consumed` after copying frames out. Doorbells follow virtio's
- * event index: a producer rings the consumer's eventfd only when
+ * event index: a producer rings the consumer (its doorbell line) only when
  * `produced` passes `wake_consumer_at`, which a consumer sets to where it
  * stopped before it sleeps; likewise for room and `wake_producer_at`.
  * Each index has a cache line of its own.

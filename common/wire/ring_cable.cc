@@ -331,21 +331,45 @@ long receiveWithFds(int socket, std::span<uint8_t> bytes, std::vector<int> *fds)
     return n;
 }
 
-bool isEventFd(int fd) {
-    char target[64] = {};
-    const std::string link = "/proc/self/fd/" + std::to_string(fd);
-    const ssize_t n = readlink(link.c_str(), target, sizeof(target) - 1);
-    return n > 0 && std::string_view(target, static_cast<size_t>(n)) == "anon_inode:[eventfd]";
+// ---- the doorbell line ---------------------------------------------------
+
+bool makeDoorbellLine(int *ours, int *theirs, std::string *why) {
+    int pair[2];
+    if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0, pair) != 0) {
+        *why = std::string("socketpair: ") + std::strerror(errno);
+        return false;
+    }
+    *ours = pair[0];
+    *theirs = pair[1];
+    return true;
+}
+
+bool isDoorbellLine(int fd) {
+    struct stat st {};
+    int domain = 0, type = 0, listening = 1;
+    socklen_t len = sizeof(int);
+    sockaddr_storage peer{};
+    socklen_t peerLen = sizeof(peer);
+    return fstat(fd, &st) == 0 && S_ISSOCK(st.st_mode) &&
+           getsockopt(fd, SOL_SOCKET, SO_DOMAIN, &domain, &len) == 0 && domain == AF_UNIX &&
+           getsockopt(fd, SOL_SOCKET, SO_TYPE, &type, &len) == 0 && type == SOCK_STREAM &&
+           getsockopt(fd, SOL_SOCKET, SO_ACCEPTCONN, &listening, &len) == 0 && !listening &&
+           getpeername(fd, reinterpret_cast<sockaddr *>(&peer), &peerLen) == 0;
 }
 
 void ringDoorbell(int fd) {
-    const uint64_t one = 1;
-    [[maybe_unused]] const ssize_t n = ::write(fd, &one, sizeof(one));
+    // A line whose buffer is full rings already (EAGAIN); one the peer
+    // closed (EPIPE) is the peer's broken cable, which its reader finds.
+    const uint8_t ring = 1;
+    [[maybe_unused]] const ssize_t n = send(fd, &ring, 1, MSG_DONTWAIT | MSG_NOSIGNAL);
 }
 
-void clearDoorbell(int fd) {
-    uint64_t count;
-    [[maybe_unused]] const ssize_t n = ::read(fd, &count, sizeof(count));
+bool clearDoorbell(int fd) {
+    uint8_t rings[kDoorbellDrain];
+    const ssize_t n = recv(fd, rings, sizeof(rings), MSG_DONTWAIT);
+    if (n > 0)
+        return true;
+    return n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR);
 }
 
 } // namespace pib::wire

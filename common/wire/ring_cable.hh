@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: GPL-2.0-or-later
 // Ring cables (docs/wire.md): the frames of a link in two rings of shared
-// memory, one per direction, with eventfd doorbells. The memory is shared
+// memory, one per direction, with a doorbell line. The memory is shared
 // with the peer, which may write anything into it at any time: a reader
 // copies each frame out before it looks at it, checks every index it
 // reads, and keeps its own positions privately.
@@ -71,7 +71,7 @@ class RingWriter {
     // The frame built in the room reserve() gave is in the ring.
     void commit(size_t bytes);
     // Makes what was put visible. True when the consumer asked for a
-    // doorbell (its eventfd is to be written).
+    // doorbell (ringDoorbell).
     bool publish();
     // Before the producer waits for room for a frame of `bytes`: asks for
     // a doorbell once the consumer takes more. False when there is room
@@ -120,7 +120,7 @@ class RingReader {
     };
     std::optional<InPlace> nextInPlace(size_t headBytes, Error *error);
     // Gives the space of the frames read back. True when the producer
-    // asked for a doorbell (its eventfd is to be written).
+    // asked for a doorbell (ringDoorbell).
     bool release();
     // Before the consumer sleeps: asks for a doorbell at the next frame.
     // False when one arrived meanwhile (read again instead of sleeping).
@@ -158,13 +158,25 @@ inline bool passed(uint32_t event, uint32_t after, uint32_t before) {
 // and whatever descriptors came with them (closed by the caller).
 bool sendWithFds(int socket, std::span<const uint8_t> bytes, std::span<const int> fds);
 long receiveWithFds(int socket, std::span<uint8_t> bytes, std::vector<int> *fds);
-// An eventfd doorbell: ringDoorbell wakes its reader (a counter that is
-// full is ringing already); clearDoorbell takes the rings it had, before
-// the reader looks at its ring.
+// A ring cable's doorbell line (docs/wire.md): one end of a UNIX stream
+// socket pair the offerer makes, the other end passed in its offer. Each
+// end rings the other by sending a byte on its own end and takes the rings
+// it got by reading its own. Neither ever blocks, whatever the peer does
+// with the end it holds: every call is MSG_DONTWAIT, and the two ends of
+// a socket pair are two open file descriptions (an eventfd is one, whose
+// O_NONBLOCK a peer could clear and whose counter it could fill so that
+// our write() would wait for ever).
+bool makeDoorbellLine(int *ours, int *theirs, std::string *why);
+// Whether a descriptor a peer passed is a doorbell line: a connected
+// UNIX stream socket (not a file, a pipe or a listening socket).
+bool isDoorbellLine(int fd);
+// Wakes the other end; never blocks (a line whose buffer is full is
+// ringing already).
 void ringDoorbell(int fd);
-void clearDoorbell(int fd);
-// Whether `fd` is an eventfd: a doorbell a peer passed is written to, so
-// it must not be a file or a pipe of the peer's choosing.
-bool isEventFd(int fd);
-
+// The rings a read takes at most: a peer that rings without pause costs
+// this end one bounded read per turn of its loop, and no more.
+inline constexpr size_t kDoorbellDrain = 256;
+// Takes the rings waiting, before the reader looks at its ring. False
+// when the peer closed its end: the cable is broken.
+bool clearDoorbell(int fd);
 } // namespace pib::wire

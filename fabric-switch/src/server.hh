@@ -165,6 +165,7 @@ class Server {
     void closeRings(Connection *c);
     static bool putInRing(RingLink &r, std::span<const uint8_t> packet);
     void onRingDoorbell(unsigned port);
+    void ringTurn(unsigned port);
     void processRing(unsigned port);
     void serviceBusyRings();
     size_t flushRing(unsigned port);

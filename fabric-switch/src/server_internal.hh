@@ -153,8 +153,9 @@ struct Server::RingLink {
     std::unique_ptr<wire::RingMemory> memory;
     wire::RingReader in;  // what the peer sends
     wire::RingWriter out; // what the switch sends it
-    int bellIn = -1;      // the peer rings it: frames to read, or room to write
-    int bellOut = -1;     // the switch rings the peer's
+    // The switch's end of the doorbell line: the peer rings it (frames to
+    // read, or room to write), and the switch rings the peer through it.
+    int bell = -1;
 };
 
 struct Server::Connection {

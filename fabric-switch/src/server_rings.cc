@@ -1,16 +1,17 @@
 // SPDX-License-Identifier: GPL-2.0-or-later
 // Ring cables (docs/wire.md): a peer on a UNIX socket port may offer two
-// rings of shared memory and two eventfd doorbells; once the switch
+// rings of shared memory and a doorbell line; once the switch
 // accepts, packets travel in the rings and the socket carries only HELLOs.
 // A port that dials another switch's UNIX socket offers them itself.
 // The peer may write anything into the rings at any time: each frame is
 // copied out before it is looked at (wire::RingReader), a broken ring
 // drops the link, and the work per doorbell is bounded as a socket read's.
+// No call on the doorbell line waits (wire::ringDoorbell): the peer holds
+// the other end, and one peer must not stall the switch for every other.
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <sys/epoll.h>
-#include <sys/eventfd.h>
 #include <unistd.h>
 
 #include "server.hh"
@@ -29,8 +30,7 @@ constexpr uint32_t kOfferedRingSize = 1 << 20;
 } // namespace
 
 Server::RingLink::~RingLink() {
-    close(bellIn);
-    close(bellOut);
+    close(bell);
 }
 
 bool Server::takesRings(unsigned port) const {
@@ -40,8 +40,8 @@ bool Server::takesRings(unsigned port) const {
 void Server::keepPassedFds(unsigned port, std::vector<int> &fds) {
     Connection *c = conns_[port].get();
     for (int fd : fds) {
-        // An offer carries three; more waiting means the peer sends junk.
-        if (c->passedFds.size() >= 3) {
+        // An offer carries two; more waiting means the peer sends junk.
+        if (c->passedFds.size() >= 2) {
             close(c->passedFds.front());
             c->passedFds.erase(c->passedFds.begin());
         }
@@ -62,12 +62,12 @@ std::unique_ptr<Server::RingLink> Server::adoptRings(std::span<const uint8_t> pa
         *why = "an offer with flags set";
         return nullptr;
     }
-    if (fds.size() != 3) {
-        *why = "an offer without its three descriptors";
+    if (fds.size() != 2) {
+        *why = "an offer without its two descriptors";
         return nullptr;
     }
-    if (!wire::isEventFd(fds[1]) || !wire::isEventFd(fds[2])) {
-        *why = "a doorbell that is not an eventfd";
+    if (!wire::isDoorbellLine(fds[1])) {
+        *why = "a doorbell line that is not a connected UNIX stream socket";
         return nullptr;
     }
     auto memory = wire::RingMemory::adopt(fds[0], offer.ring_size, why);
@@ -75,8 +75,7 @@ std::unique_ptr<Server::RingLink> Server::adoptRings(std::span<const uint8_t> pa
     if (!memory)
         return nullptr;
     auto rings = std::make_unique<RingLink>(std::move(memory), false);
-    rings->bellIn = fds[1];
-    rings->bellOut = fds[2];
+    rings->bell = fds[1];
     fds.clear();
     return rings;
 }
@@ -98,28 +97,23 @@ void Server::offerRings(unsigned port) {
         return;
     std::string why;
     auto memory = wire::RingMemory::create(kOfferedRingSize, &why);
-    const int bellIn = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
-    const int bellOut = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
-    auto rings = memory ? std::make_unique<RingLink>(std::move(memory), true) : nullptr;
-    if (rings) {
-        rings->bellIn = bellIn;
-        rings->bellOut = bellOut;
-    } else {
-        close(bellIn);
-        close(bellOut);
-    }
+    int ours = -1, theirs = -1;
+    auto rings = memory && wire::makeDoorbellLine(&ours, &theirs, &why)
+                     ? std::make_unique<RingLink>(std::move(memory), true)
+                     : nullptr;
+    if (rings)
+        rings->bell = ours;
     const pib_wire_rings offer{kOfferedRingSize, 0};
     const std::vector<uint8_t> frame = wire::encode(
         PIB_WIRE_RINGS, std::span(reinterpret_cast<const uint8_t *>(&offer), sizeof(offer)));
     if (!rings)
-        why = "no ring memory: " + why;
-    else if (bellIn < 0 || bellOut < 0)
-        why = "no eventfd";
+        why = "no ring cable: " + why;
     else if (c->queuedInStream())
         why = "the stream is busy";
-    else if (const int fds[] = {rings->memory->fd(), bellOut, bellIn};
-             !wire::sendWithFds(c->fd, frame, fds))
+    else if (const int fds[] = {rings->memory->fd(), theirs}; !wire::sendWithFds(c->fd, frame, fds))
         why = std::string("the offer did not go: ") + strerror(errno);
+    if (theirs >= 0)
+        close(theirs); // only the peer holds its end from now on
     if (!why.empty()) {
         log("port %u: no ring cable offered: %s; packets stay on the stream", port, why.c_str());
         return;
@@ -139,9 +133,9 @@ void Server::ringAnswer(unsigned port, std::span<const uint8_t> payload) {
         return;
     }
     log("port %u: ring cable of 2 x %u bytes (offered)", port, kOfferedRingSize);
-    watchTag(epoll_, rings->bellIn, kRingTag | port, false);
+    watchTag(epoll_, rings->bell, kRingTag | port, false);
     if (!rings->in.armDoorbell())
-        wire::ringDoorbell(rings->bellIn); // frames came already: read them next turn
+        ringsBusy_.push_back(port); // frames came already: read them next turn
     c->rings = std::move(rings);
 }
 
@@ -178,7 +172,7 @@ void Server::ringOffer(unsigned port, std::span<const uint8_t> payload) {
         return;
     }
     log("port %u: ring cable of 2 x %u bytes", port, answer.ring_size);
-    watchTag(epoll_, rings->bellIn, kRingTag | port, false);
+    watchTag(epoll_, rings->bell, kRingTag | port, false);
     c->rings = std::move(rings);
 }
 
@@ -188,7 +182,7 @@ void Server::closeRings(Connection *c) {
     c->passedFds.clear();
     c->offered.reset();
     if (c->rings)
-        epoll_ctl(epoll_, EPOLL_CTL_DEL, c->rings->bellIn, nullptr);
+        epoll_ctl(epoll_, EPOLL_CTL_DEL, c->rings->bell, nullptr);
     c->rings.reset();
 }
 
@@ -196,8 +190,17 @@ void Server::onRingDoorbell(unsigned port) {
     Connection *c = conns_[port].get();
     if (!c || !c->rings)
         return;
-    wire::clearDoorbell(c->rings->bellIn);
-    // The peer rings for frames it wrote and for room it made.
+    if (!wire::clearDoorbell(c->rings->bell)) {
+        drop(port, "the peer closed the ring cable's doorbell line");
+        return;
+    }
+    ringTurn(port);
+}
+
+// The peer rings for frames it wrote and for room it made; a ring with
+// more than one turn's share comes back next turn (ringsBusy_).
+void Server::ringTurn(unsigned port) {
+    Connection *c = conns_[port].get();
     processRing(port);
     if (conns_[port].get() == c && c->queuedInRing())
         onWritable(port);
@@ -223,7 +226,7 @@ void Server::processRing(unsigned port) {
                 return;
             }
             if (r->in.release())
-                wire::ringDoorbell(r->bellOut);
+                wire::ringDoorbell(r->bell);
             if (r->in.armDoorbell())
                 return; // empty: the peer rings when it writes
             continue;
@@ -238,7 +241,7 @@ void Server::processRing(unsigned port) {
             block(port, congested_);
     }
     if (r->in.release())
-        wire::ringDoorbell(r->bellOut);
+        wire::ringDoorbell(r->bell);
 }
 
 void Server::serviceBusyRings() {
@@ -246,7 +249,7 @@ void Server::serviceBusyRings() {
     ports.swap(ringsBusy_);
     for (unsigned port : ports)
         if (Connection *c = conns_[port].get(); c && c->rings)
-            processRing(port);
+            ringTurn(port);
 }
 
 // Writes a packet's frame into the ring's room, unpublished; false when
@@ -280,13 +283,13 @@ size_t Server::flushRing(unsigned port) {
             return moved;
         }
         if (r->out.publish())
-            wire::ringDoorbell(r->bellOut);
+            wire::ringDoorbell(r->bell);
         // Frames wait for room: the peer rings when it makes some, unless
         // it made some meanwhile (then try again now).
         if (c->ringSent == c->ringOutput.size() || r->out.armRoomDoorbell(c->ringHeadBytes()))
             break;
-        if (attempt == 1) // room keeps coming: our own doorbell brings us back next turn
-            wire::ringDoorbell(r->bellIn);
+        if (attempt == 1) // room keeps coming: the next turn goes on
+            ringsBusy_.push_back(port);
     }
     if (c->ringSent == c->ringOutput.size()) {
         c->ringOutput.clear();

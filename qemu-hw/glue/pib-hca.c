@@ -54,7 +54,7 @@ OBJECT_DECLARE_SIMPLE_TYPE(PibHcaState, PIB_HCA)
 /*
  * One InfiniBand port's cable: a chardev stream to a switch port, and once
  * the switch takes the core's offer, a ring cable in shared memory whose
- * doorbell (an eventfd) the main loop watches (docs/wire.md).
+ * doorbell line (a socket) the main loop watches (docs/wire.md).
  */
 typedef struct PibHcaPort {
     struct PibHcaState *hca;

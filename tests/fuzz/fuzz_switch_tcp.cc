@@ -455,14 +455,18 @@ class Harness {
     // The peer's end of a ring cable on port 3.
     struct PeerRings {
         std::unique_ptr<wire::RingMemory> memory;
-        Fd bellToSwitch, bellFromSwitch;
+        // Its end of the doorbell line, and (a copy of) the switch's: a
+        // hostile peer keeps it, to change the switch's view of it.
+        Fd bell, switchEnd;
         std::unique_ptr<wire::RingWriter> writer; // ring 0
         std::unique_ptr<wire::RingReader> reader; // ring 1
     };
     std::unique_ptr<PeerRings> rings_;
 
     void rings() {
-        switch (in_.ConsumeIntegralInRange(0, 5)) {
+        switch (in_.ConsumeIntegralInRange(0, 6)) {
+        case 6: // a doorbell line that would block the switch, if it let it
+            return hostileLine();
         case 0:
             return offerRings();
         case 1: // frames as a peer writes them
@@ -475,13 +479,48 @@ class Harness {
             return takeFrames();
         default:
             if (rings_)
-                ring(rings_->bellToSwitch.get());
+                ring(rings_->bell.get());
         }
     }
 
+    // What a peer can do to the doorbell line (docs/wire.md): make the
+    // switch's end blocking (the flag is the description's, which the
+    // peer shares), fill the switch's end with rings, leave its own end
+    // unread so that the switch's rings find it full, or hang up. The
+    // switch must go on serving: a call that blocked would hang the
+    // fuzzer here, as one that spun would eat its time.
+    void hostileLine() {
+        if (!rings_)
+            return;
+        switch (in_.ConsumeIntegralInRange(0, 3)) {
+        case 0:
+            fcntl(rings_->switchEnd.get(), F_SETFL,
+                  fcntl(rings_->switchEnd.get(), F_GETFL) & ~O_NONBLOCK);
+            break;
+        case 1: {
+            const uint8_t flood[4096] = {};
+            for (int i = 0; i < 64; ++i)
+                if (::send(rings_->bell.get(), flood, sizeof(flood), MSG_DONTWAIT) <= 0)
+                    break;
+            break;
+        }
+        case 2: // its own end full: the switch's rings find no room
+            fcntl(rings_->bell.get(), F_SETFL, fcntl(rings_->bell.get(), F_GETFL) & ~O_NONBLOCK);
+            for (int i = 0; i < 4096; ++i)
+                if (::send(rings_->switchEnd.get(), "x", 1, MSG_DONTWAIT) <= 0)
+                    break;
+            break;
+        default:
+            rings_->bell = Fd();
+            rings_->switchEnd = Fd();
+            return;
+        }
+        turn();
+    }
+
     static void ring(int fd) {
-        const uint64_t one = 1;
-        [[maybe_unused]] const ssize_t n = ::write(fd, &one, sizeof(one));
+        if (fd >= 0)
+            wire::ringDoorbell(fd);
     }
 
     // An offer on port 3's cable: right (always when `good`), or wrong in
@@ -493,16 +532,17 @@ class Harness {
         std::string why;
         auto peer = std::make_unique<PeerRings>();
         peer->memory = wire::RingMemory::create(PIB_WIRE_RING_MIN_SIZE, &why);
-        peer->bellToSwitch = Fd(eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));
-        peer->bellFromSwitch = Fd(eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));
-        check(peer->memory != nullptr, "a ring cable's memory");
+        int ours = -1, theirs = -1;
+        check(peer->memory != nullptr && wire::makeDoorbellLine(&ours, &theirs, &why),
+              "a ring cable's memory and doorbell line");
+        peer->bell = Fd(ours);
+        peer->switchEnd = Fd(theirs);
         peer->writer = std::make_unique<wire::RingWriter>(
             peer->memory->ctrl(0), peer->memory->data(0), PIB_WIRE_RING_MIN_SIZE);
         peer->reader = std::make_unique<wire::RingReader>(
             peer->memory->ctrl(1), peer->memory->data(1), PIB_WIRE_RING_MIN_SIZE);
         pib_wire_rings offer{PIB_WIRE_RING_MIN_SIZE, 0};
-        std::vector<int> fds = {peer->memory->fd(), peer->bellToSwitch.get(),
-                                peer->bellFromSwitch.get()};
+        std::vector<int> fds = {peer->memory->fd(), peer->switchEnd.get()};
         Fd other; // a descriptor that is not what the offer says
         switch (good ? -1 : in_.ConsumeIntegralInRange(0, 6)) {
         case 0:
@@ -519,9 +559,13 @@ class Harness {
             check(ftruncate(other.get(), 1 << 20) == 0, "ftruncate");
             fds[0] = other.get();
             break;
-        case 4: // a file in place of a doorbell
+        case 4: // a file in place of the doorbell line
             other = Fd(memfd_create("not-a-doorbell", MFD_CLOEXEC));
-            fds[in_.ConsumeIntegralInRange(1, 2)] = other.get();
+            fds[1] = other.get();
+            break;
+        case 5: // an eventfd, whose blocking the peer would control
+            other = Fd(eventfd(0, EFD_CLOEXEC));
+            fds[1] = other.get();
             break;
         default:
             break;
@@ -539,7 +583,7 @@ class Harness {
             rings_->writer->put(
                 wire::encode(PIB_WIRE_PACKET, nodeInfoQuery(in_.ConsumeIntegral<uint64_t>())));
         if (rings_->writer->publish() || in_.ConsumeBool())
-            ring(rings_->bellToSwitch.get());
+            ring(rings_->bell.get());
     }
 
     // NodeInfo queries until the peer's ring is full, a few times over,
@@ -561,7 +605,7 @@ class Harness {
                 if (!rings_->writer->put(wire::encode(PIB_WIRE_PACKET, nodeInfoQuery(i))))
                     break;
             rings_->writer->publish();
-            ring(rings_->bellToSwitch.get());
+            ring(rings_->bell.get());
             turn();
         }
     }
@@ -581,7 +625,7 @@ class Harness {
         const size_t last = in_.ConsumeBool() ? sizeof(pib_wire_ring_layout) : bytes;
         const size_t at = in_.ConsumeIntegralInRange<size_t>(0, last - junk.size());
         std::memcpy(base + at, junk.data(), junk.size());
-        ring(rings_->bellToSwitch.get());
+        ring(rings_->bell.get());
     }
 
     void takeFrames() {
@@ -591,7 +635,7 @@ class Harness {
         for (int i = 0; i < 64 && rings_->reader->next(&error); ++i) {
         }
         if (rings_->reader->release() || in_.ConsumeBool())
-            ring(rings_->bellToSwitch.get());
+            ring(rings_->bell.get());
     }
 
     FuzzedDataProvider &in_;

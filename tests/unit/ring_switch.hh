@@ -49,7 +49,7 @@ class RingSwitch {
     // Maps the offered memory and answers: accepted, or refused. False
     // when the device made no offer.
     bool answer(bool accept) {
-        if (host_.passedFds[1].size() != 1 || host_.passedFds[1].front().fds.size() != 3)
+        if (host_.passedFds[1].size() != 1 || host_.passedFds[1].front().fds.size() != 2)
             return false;
         const std::vector<int> &fds = host_.passedFds[1].front().fds;
         std::string why;
@@ -58,7 +58,7 @@ class RingSwitch {
             throw std::runtime_error("the offered memory: " + why);
         in_ = std::make_unique<wire::RingReader>(memory_->ctrl(0), memory_->data(0), kRingSize);
         out_ = std::make_unique<wire::RingWriter>(memory_->ctrl(1), memory_->data(1), kRingSize);
-        bell_ = fds[2];
+        bell_ = fds[1];
         const pib_wire_rings answer{kRingSize, accept ? PIB_WIRE_RINGS_ACCEPTED : 0u};
         feed(wire::encode(PIB_WIRE_RINGS, bytesOf(answer)));
         return true;
@@ -106,7 +106,7 @@ class RingSwitch {
     std::unique_ptr<wire::RingMemory> memory_;
     std::unique_ptr<wire::RingReader> in_;  // ring 0: from the device
     std::unique_ptr<wire::RingWriter> out_; // ring 1: to it
-    int bell_ = -1;                         // the device's doorbell (the host owns it)
+    int bell_ = -1; // the switch's end of the doorbell line (the host's record owns it)
 };
 
 } // namespace pib::testing

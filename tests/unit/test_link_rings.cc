@@ -74,8 +74,8 @@ TEST_CASE("a switch that takes rings gets a ring cable offered, once", "[link-ri
     // The descriptors go with the offer, after the HELLO.
     REQUIRE(host.passedFds[1].size() == 1);
     CHECK(host.passedFds[1].front().at == pib::wire::kHeaderSize + frames[0].payload.size());
-    CHECK(pib::wire::isEventFd(host.passedFds[1].front().fds[1]));
-    CHECK(pib::wire::isEventFd(host.passedFds[1].front().fds[2]));
+    REQUIRE(host.passedFds[1].front().fds.size() == 2);
+    CHECK(pib::wire::isDoorbellLine(host.passedFds[1].front().fds[1]));
     CHECK(host.traces("link_rings_offered") == 1);
 
     // A retraining HELLO does not offer again.
@@ -156,7 +156,7 @@ TEST_CASE("on a ring cable two devices' RC traffic travels in the rings", "[link
     RingPair r;
     pib::testing::Pair &pair = r.pair;
     CHECK(pair.a.host.traces("link_rings_up") == 1);
-    CHECK(pib::wire::isEventFd(pair.a.host.watchedFd[1]));
+    CHECK(pib::wire::isDoorbellLine(pair.a.host.watchedFd[1]));
 
     const uint32_t length = GENERATE(64u * 1024, 3u << 20);
     const unsigned perTurn = length > (1u << 20) ? 4 : 64;

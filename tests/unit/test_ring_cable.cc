@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cstring>
 #include <fcntl.h>
+#include <poll.h>
 #include <sys/eventfd.h>
 #include <sys/mman.h>
 #include <sys/socket.h>
@@ -281,18 +282,54 @@ TEST_CASE("adopting a peer's memory checks it first", "[ring]") {
 TEST_CASE("descriptors cross a UNIX socket with the bytes they belong to", "[ring]") {
     int pair[2];
     REQUIRE(socketpair(AF_UNIX, SOCK_STREAM, 0, pair) == 0);
+    int line[2];
+    std::string why;
+    REQUIRE(makeDoorbellLine(&line[0], &line[1], &why));
     const int bell = eventfd(0, EFD_CLOEXEC);
     int pipeFds[2];
     REQUIRE(pipe(pipeFds) == 0);
     const uint8_t bytes[] = {1, 2, 3};
-    const int sent[] = {bell, pipeFds[0]};
+    const int sent[] = {line[1], pipeFds[0], bell};
     REQUIRE(sendWithFds(pair[0], bytes, sent));
     uint8_t in[16];
     std::vector<int> fds;
     CHECK(receiveWithFds(pair[1], in, &fds) == 3);
-    REQUIRE(fds.size() == 2);
-    CHECK(isEventFd(fds[0]));
-    CHECK_FALSE(isEventFd(fds[1])); // a pipe is no doorbell
-    for (int fd : {fds[0], fds[1], bell, pipeFds[0], pipeFds[1], pair[0], pair[1]})
+    REQUIRE(fds.size() == 3);
+    CHECK(isDoorbellLine(fds[0]));
+    CHECK_FALSE(isDoorbellLine(fds[1])); // a pipe is no doorbell line
+    CHECK_FALSE(isDoorbellLine(fds[2])); // nor an eventfd
+    for (int fd :
+         {fds[0], fds[1], fds[2], bell, pipeFds[0], pipeFds[1], pair[0], pair[1], line[0], line[1]})
         close(fd);
+}
+
+TEST_CASE("a doorbell line never blocks, whatever the peer does with its end", "[ring]") {
+    int ours = -1, theirs = -1;
+    std::string why;
+    REQUIRE(makeDoorbellLine(&ours, &theirs, &why));
+    // The peer makes its end blocking and never reads: we ring until its
+    // buffer is full and beyond, and return each time.
+    REQUIRE(fcntl(theirs, F_SETFL, fcntl(theirs, F_GETFL) & ~O_NONBLOCK) == 0);
+    for (int i = 0; i < 1'000'000; ++i)
+        ringDoorbell(ours);
+    // It floods ours: each clear takes a bounded share, and returns.
+    uint8_t flood[4096] = {};
+    while (send(theirs, flood, sizeof(flood), MSG_DONTWAIT) > 0) {
+    }
+    REQUIRE(fcntl(ours, F_SETFL, fcntl(ours, F_GETFL) & ~O_NONBLOCK) == 0); // as a peer's dup could
+    int clears = 0;
+    while (clears < 1'000'000) {
+        ++clears;
+        pollfd p{ours, POLLIN, 0};
+        if (poll(&p, 1, 0) != 1)
+            break;
+        REQUIRE(clearDoorbell(ours));
+    }
+    CHECK(clears > 1);
+    CHECK(clearDoorbell(ours)); // nothing there: no wait, and the line is up
+    // The peer hangs up: the line says so.
+    close(theirs);
+    CHECK_FALSE(clearDoorbell(ours));
+    ringDoorbell(ours); // and ringing a closed line neither blocks nor raises SIGPIPE
+    close(ours);
 }

@@ -19,6 +19,7 @@
 #include <netinet/in.h>
 #include <optional>
 #include <poll.h>
+#include <pthread.h>
 #include <string>
 #include <sys/eventfd.h>
 #include <sys/mman.h>
@@ -240,6 +241,14 @@ class RunningSwitch {
         server_.stop();
         loop_.join();
     }
+    // CPU seconds the switch's event loop has used.
+    double cpuSeconds() {
+        clockid_t clock;
+        timespec ts{};
+        REQUIRE(pthread_getcpuclockid(loop_.native_handle(), &clock) == 0);
+        REQUIRE(clock_gettime(clock, &ts) == 0);
+        return static_cast<double>(ts.tv_sec) + static_cast<double>(ts.tv_nsec) / 1e9;
+    }
 
   private:
     Switch switch_;
@@ -447,16 +456,22 @@ void sendFrame(const Fd &fd, uint8_t type, std::span<const uint8_t> payload) {
             static_cast<ssize_t>(frame.size()));
 }
 
-// A device's end of a ring cable: the memory and both doorbells.
+// A device's end of a ring cable: the memory and its end of the doorbell
+// line (`bell`: it rings the switch, and is readable when the switch rang),
+// and the switch's end, which the offer passes.
 struct OfferedRings {
     std::unique_ptr<wire::RingMemory> memory;
-    Fd toSwitch{eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK)};
-    Fd fromSwitch{eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK)};
+    Fd bell, switchEnd;
     OfferedRings() {
         std::string why;
         memory = wire::RingMemory::create(kRingSize, &why);
         REQUIRE(memory);
+        int ours = -1, theirs = -1;
+        REQUIRE(wire::makeDoorbellLine(&ours, &theirs, &why));
+        bell = Fd(ours);
+        switchEnd = Fd(theirs);
     }
+    std::vector<int> fds() const { return {memory->fd(), switchEnd.get()}; }
 };
 
 constexpr uint64_t kDeviceGuid = 0x0250494200000100ull;
@@ -524,10 +539,7 @@ struct RingCabledDevice {
     wire::RingWriter out{rings.memory->ctrl(0), rings.memory->data(0), kRingSize};
     wire::RingReader in{rings.memory->ctrl(1), rings.memory->data(1), kRingSize};
 
-    RingCabledDevice() {
-        REQUIRE(offer(cable, {rings.memory->fd(), rings.toSwitch.get(), rings.fromSwitch.get()}) ==
-                PIB_WIRE_RINGS_ACCEPTED);
-    }
+    RingCabledDevice() { REQUIRE(offer(cable, rings.fds()) == PIB_WIRE_RINGS_ACCEPTED); }
     // `count` NodeInfo queries to the switch in our ring, after we asked
     // for a doorbell for the answers; the switch's rung if it asked.
     void askNodeInfo(int count) {
@@ -535,7 +547,7 @@ struct RingCabledDevice {
         for (int i = 0; i < count; ++i)
             REQUIRE(out.put(wire::encode(PIB_WIRE_PACKET, nodeInfoSmp())));
         if (out.publish())
-            wire::ringDoorbell(rings.toSwitch.get());
+            wire::ringDoorbell(rings.bell.get());
     }
     // How many NodeInfo answers came in our ring within 2 s, at most
     // `expected` (each checked to be one).
@@ -543,7 +555,8 @@ struct RingCabledDevice {
         int answers = 0;
         const auto deadline = steady_clock::now() + 2000ms;
         while (answers < expected && steady_clock::now() < deadline) {
-            readable(rings.fromSwitch.get(), 100ms);
+            readable(rings.bell.get(), 100ms);
+            wire::clearDoorbell(rings.bell.get());
             wire::RingReader::Error error;
             while (auto frame = in.next(&error)) {
                 CHECK(isNodeInfoAnswer(frame->payload));
@@ -575,7 +588,7 @@ TEST_CASE("the control socket's queues show what waits in a ring its device does
     RingCabledDevice d;
     d.askNodeInfo(3);
     // Three answers wait in the ring to the device, which reads nothing.
-    REQUIRE(readable(d.rings.fromSwitch.get(), 2000ms));
+    REQUIRE(readable(d.rings.bell.get(), 2000ms));
     std::optional<std::string> queues;
     for (int i = 0; i < 50; ++i) {
         queues = askControl(d.dir.file("control.sock"), "queues", 2000ms);
@@ -597,7 +610,7 @@ TEST_CASE("a ring offer the switch cannot trust is refused, and packets stay on 
                      dir.file("control.sock"));
     Fd cable = deviceCable(dir.file("port1.sock"));
     OfferedRings rings;
-    std::vector<int> fds = {rings.memory->fd(), rings.toSwitch.get(), rings.fromSwitch.get()};
+    std::vector<int> fds = rings.fds();
     uint32_t ringSize = kRingSize;
     Fd other;
     SECTION("memory not sealed against shrinking") {
@@ -605,12 +618,24 @@ TEST_CASE("a ring offer the switch cannot trust is refused, and packets stay on 
         REQUIRE(ftruncate(other.get(), PIB_WIRE_RING_DATA + 2 * kRingSize) == 0);
         fds[0] = other.get();
     }
-    SECTION("a doorbell that is a file") {
+    SECTION("a doorbell line that is a file") {
         other = Fd(memfd_create("file", MFD_CLOEXEC));
-        fds[2] = other.get();
+        fds[1] = other.get();
     }
-    SECTION("two descriptors, not three") {
+    SECTION("a doorbell line that is an eventfd (whose blocking the peer controls)") {
+        other = Fd(eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));
+        fds[1] = other.get();
+    }
+    SECTION("a doorbell line that is a listening socket") {
+        other = Fd(unixListener(dir.file("listening.sock")));
+        REQUIRE(listen(other.get(), 1) == 0);
+        fds[1] = other.get();
+    }
+    SECTION("one descriptor, not two") {
         fds.pop_back();
+    }
+    SECTION("three descriptors, not two") {
+        fds.push_back(rings.bell.get());
     }
     SECTION("a ring size that is not the memory's") {
         ringSize = kRingSize * 2;
@@ -623,17 +648,92 @@ TEST_CASE("a ring offer the switch cannot trust is refused, and packets stay on 
     CHECK(isNodeInfoAnswer(answer->payload));
 }
 
+// Issue 57's defects 2 and 5: a ring peer holds the other end of the
+// doorbell line (and, as here, may keep the switch's end too: the flags
+// are the description's). It makes the switch's end blocking, fills the
+// peer's own end so that the switch's rings find no room, and floods the
+// switch's end with rings. The switch blocks on none of it, takes the
+// flood a bounded share a turn, and answers another port at once.
+TEST_CASE("a ring peer's doorbell line stalls the switch for no other port", "[switch-rings]") {
+    TempDir dir;
+    RunningSwitch sw({{},
+                      {PortEndpoint::Kind::kUnixListen, dir.file("port1.sock")},
+                      {PortEndpoint::Kind::kUnixListen, dir.file("port2.sock")}},
+                     dir.file("control.sock"));
+    Fd cable = deviceCable(dir.file("port1.sock"));
+    OfferedRings rings;
+    REQUIRE(offer(cable, rings.fds()) == PIB_WIRE_RINGS_ACCEPTED);
+    const int theirs = rings.switchEnd.get(), ours = rings.bell.get();
+    REQUIRE(fcntl(theirs, F_SETFL, fcntl(theirs, F_GETFL) & ~O_NONBLOCK) == 0);
+    REQUIRE(fcntl(ours, F_SETFL, fcntl(ours, F_GETFL) & ~O_NONBLOCK) == 0);
+    while (send(theirs, "x", 1, MSG_DONTWAIT) ==
+           1) { // our end full: the switch's rings find no room
+    }
+    // Queries in our ring, our doorbell asked for: the switch answers into
+    // the ring and rings a line that is full and blocking for it.
+    wire::RingWriter out{rings.memory->ctrl(0), rings.memory->data(0), kRingSize};
+    wire::RingReader in{rings.memory->ctrl(1), rings.memory->data(1), kRingSize};
+    REQUIRE(in.armDoorbell());
+    for (int i = 0; i < 8; ++i)
+        REQUIRE(out.put(wire::encode(PIB_WIRE_PACKET, nodeInfoSmp())));
+    out.publish();
+    const double cpuBefore = sw.cpuSeconds();
+    const uint8_t flood[4096] = {};
+    for (int i = 0; i < 256; ++i) // rings without end, as a semaphore-mode eventfd would
+        if (send(ours, flood, sizeof(flood), MSG_DONTWAIT) <= 0)
+            break;
+    // Another port's device is answered, and at once.
+    Fd other = deviceCable(dir.file("port2.sock"), 0, kDeviceGuid + 0x100);
+    const auto started = steady_clock::now();
+    sendFrame(other, PIB_WIRE_PACKET, nodeInfoSmp());
+    const auto answer = frameOfType(other, PIB_WIRE_PACKET, 2000ms);
+    REQUIRE(answer);
+    CHECK(isNodeInfoAnswer(answer->payload));
+    CHECK(steady_clock::now() - started < 1000ms);
+    // Our queries were answered in the ring too, despite the line.
+    int answers = 0;
+    for (auto deadline = steady_clock::now() + 2000ms;
+         answers < 8 && steady_clock::now() < deadline; std::this_thread::sleep_for(10ms)) {
+        wire::RingReader::Error error;
+        while (auto frame = in.next(&error))
+            answers += isNodeInfoAnswer(frame->payload);
+        in.release();
+    }
+    CHECK(answers == 8);
+    // The flood cost a bounded share a turn, not a spinning loop: over a
+    // quiet second the switch used a small part of it.
+    std::this_thread::sleep_for(1000ms);
+    INFO("the switch's CPU seconds since the flood: " << sw.cpuSeconds() - cpuBefore);
+    CHECK(sw.cpuSeconds() - cpuBefore < 0.5);
+}
+
+TEST_CASE("a ring peer that hangs up its doorbell line loses its link", "[switch-rings]") {
+    TempDir dir;
+    RunningSwitch sw({{}, {PortEndpoint::Kind::kUnixListen, dir.file("port1.sock")}},
+                     dir.file("control.sock"));
+    Fd cable = deviceCable(dir.file("port1.sock"));
+    OfferedRings rings;
+    REQUIRE(offer(cable, rings.fds()) == PIB_WIRE_RINGS_ACCEPTED);
+    rings.bell = Fd();
+    rings.switchEnd = Fd();
+    // The switch closes the cable: the stream ends.
+    REQUIRE(readable(cable.get(), 2000ms));
+    uint8_t buf[256];
+    ssize_t n;
+    while ((n = recv(cable.get(), buf, sizeof(buf), MSG_DONTWAIT)) > 0) {
+    }
+    CHECK(n == 0);
+}
+
 TEST_CASE("a device that breaks its ring loses its link, and nothing else", "[switch-rings]") {
     TempDir dir;
     RunningSwitch sw({{}, {PortEndpoint::Kind::kUnixListen, dir.file("port1.sock")}},
                      dir.file("control.sock"));
     Fd cable = deviceCable(dir.file("port1.sock"));
     OfferedRings rings;
-    REQUIRE(offer(cable, {rings.memory->fd(), rings.toSwitch.get(), rings.fromSwitch.get()}) ==
-            PIB_WIRE_RINGS_ACCEPTED);
+    REQUIRE(offer(cable, rings.fds()) == PIB_WIRE_RINGS_ACCEPTED);
     rings.memory->ctrl(0)->produced = kRingSize + 1; // more than the ring holds
-    const uint64_t one = 1;
-    REQUIRE(write(rings.toSwitch.get(), &one, sizeof(one)) == sizeof(one));
+    wire::ringDoorbell(rings.bell.get());
     // The switch closes the cable: the stream ends.
     REQUIRE(readable(cable.get(), 2000ms));
     uint8_t buf[256];
@@ -668,9 +768,8 @@ TEST_CASE("a switch that dials another's UNIX socket offers it a ring cable", "[
     REQUIRE(offered->payload.size() == sizeof(offer));
     std::memcpy(&offer, offered->payload.data(), sizeof(offer));
     CHECK(offer.flags == 0);
-    REQUIRE(fds.size() == 3);
-    CHECK(wire::isEventFd(fds[1]));
-    CHECK(wire::isEventFd(fds[2]));
+    REQUIRE(fds.size() == 2);
+    CHECK(wire::isDoorbellLine(fds[1]));
     std::string why;
     auto memory = wire::RingMemory::adopt(dup(fds[0]), offer.ring_size, &why);
     REQUIRE(memory);
@@ -685,7 +784,7 @@ TEST_CASE("a switch that dials another's UNIX socket offers it a ring cable", "[
     for (int i = 0; i < 3; ++i)
         REQUIRE(out.put(wire::encode(PIB_WIRE_PACKET, nodeInfoSmp())));
     out.publish();
-    wire::ringDoorbell(fds[2]); // the one the accepter rings
+    wire::ringDoorbell(fds[1]); // the accepter's end of the line
     int answers = 0;
     const auto deadline = steady_clock::now() + 2000ms;
     while (answers < 3 && steady_clock::now() < deadline) {
@@ -698,7 +797,7 @@ TEST_CASE("a switch that dials another's UNIX socket offers it a ring cable", "[
         }
         REQUIRE(error == wire::RingReader::Error::kNone);
         if (in.release())
-            wire::ringDoorbell(fds[2]);
+            wire::ringDoorbell(fds[1]);
         in.armDoorbell();
     }
     CHECK(answers == 3);
@@ -917,7 +1016,8 @@ TEST_CASE("a ring-cabled device whose move failed has its ring read again", "[sw
     REQUIRE(portsSay(d.dir.file("control.sock"), "its device moves", 2000ms));
     d.askNodeInfo(2); // not read while it moves
     REQUIRE(d.in.armDoorbell());
-    CHECK_FALSE(readable(d.rings.fromSwitch.get(), 300ms));
+    wire::clearDoorbell(d.rings.bell.get());
+    CHECK_FALSE(readable(d.rings.bell.get(), 300ms));
     wire::RingReader::Error error;
     CHECK_FALSE(d.in.next(&error));
     deviceHello(d.cable, PIB_WIRE_HELLO_RESUMES); // the move failed: the same connection resumes

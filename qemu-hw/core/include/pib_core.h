@@ -88,8 +88,10 @@ struct pib_host_ops {
      * `fds` attached in SCM_RIGHTS, and returns 0, or -1 when the stream
      * cannot carry descriptors (the port then stays on the stream). Once
      * the switch accepts, port_watch asks the host to call
-     * pib_core_port_bell() whenever `fd` (an eventfd) is readable; fd -1
-     * stops that. The core closes the descriptor after port_watch(-1).
+     * pib_core_port_bell() whenever `fd` (the core's end of the cable's
+     * doorbell line, a socket) is readable; fd -1 stops that. The core
+     * closes the descriptor after port_watch(-1). port_send_fds has passed
+     * the descriptors when it returns 0: the core closes its copies.
      */
     int (*port_send_fds)(void *opaque, unsigned port, const void *buf, size_t len, const int *fds,
                          size_t nfds);

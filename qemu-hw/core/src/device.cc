@@ -157,6 +157,11 @@ void Device::timerExpired() {
 }
 
 void Device::run() {
+    // Ring cables that asked to come back are served first, as their
+    // doorbells would have been.
+    for (unsigned port = 1; port <= links_.size(); ++port)
+        if (links_[port - 1]->wantsTurn())
+            portBell(port);
     if (!fatal_)
         event([&] { scheduler_.run(); });
 }

@@ -80,6 +80,8 @@ class Link {
     bool holdsUntaken() const { return ringsUp() && rings_->holdsUntaken(); }
     // Packets the switch put on the ring cable that are not read yet.
     bool holdsUnread() const { return ringsUp() && rings_->holdsUnread(); }
+    // Its ring cable asked for a turn of its own (LinkRings::wantsTurn).
+    bool wantsTurn() const { return ringsUp() && rings_->wantsTurn(); }
     uint64_t framesBuiltInRing() const { return builtInRing_; }
     uint64_t framesReadInRing() const { return readInRing_; }
     // A port in Polling (connected, no HELLO from the peer yet) sends its

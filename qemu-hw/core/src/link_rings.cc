@@ -3,22 +3,20 @@
 
 #include <cerrno>
 #include <cstring>
-#include <sys/eventfd.h>
 #include <unistd.h>
 
 namespace pib {
 
 LinkRings::LinkRings(const Host &host, unsigned port, std::unique_ptr<wire::RingMemory> memory,
-                     int bellIn, int bellOut)
+                     int bell)
     : host_(host), port_(port), memory_(std::move(memory)),
       out_(memory_->ctrl(0), memory_->data(0), kRingSize),
-      in_(memory_->ctrl(1), memory_->data(1), kRingSize), bellIn_(bellIn), bellOut_(bellOut) {}
+      in_(memory_->ctrl(1), memory_->data(1), kRingSize), bell_(bell) {}
 
 LinkRings::~LinkRings() {
     if (up_)
         host_.portWatch(port_, -1);
-    close(bellIn_);
-    close(bellOut_);
+    close(bell_);
 }
 
 std::unique_ptr<LinkRings> LinkRings::offer(const Host &host, unsigned port, std::string *why) {
@@ -27,26 +25,20 @@ std::unique_ptr<LinkRings> LinkRings::offer(const Host &host, unsigned port, std
         return nullptr;
     }
     auto memory = wire::RingMemory::create(kRingSize, why);
-    if (!memory)
+    int ours = -1, theirs = -1;
+    if (!memory || !wire::makeDoorbellLine(&ours, &theirs, why))
         return nullptr;
-    const int bellIn = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
-    const int bellOut = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
-    if (bellIn < 0 || bellOut < 0) {
-        *why = std::string("eventfd: ") + std::strerror(errno);
-        if (bellIn >= 0)
-            close(bellIn);
-        if (bellOut >= 0)
-            close(bellOut);
-        return nullptr;
-    }
     const int memfd = memory->fd();
-    std::unique_ptr<LinkRings> rings(new LinkRings(host, port, std::move(memory), bellIn, bellOut));
+    std::unique_ptr<LinkRings> rings(new LinkRings(host, port, std::move(memory), ours));
     const pib_wire_rings offer{kRingSize, 0};
     const std::vector<uint8_t> frame = wire::encode(
         PIB_WIRE_RINGS, std::span(reinterpret_cast<const uint8_t *>(&offer), sizeof(offer)));
-    // The memory, the doorbell we ring for the switch, the one it rings for us.
-    const int fds[] = {memfd, bellOut, bellIn};
-    if (!host.portSendDescriptors(port, frame, fds)) {
+    // The memory and the switch's end of the doorbell line, which only
+    // the switch holds from now on.
+    const int fds[] = {memfd, theirs};
+    const bool sent = host.portSendDescriptors(port, frame, fds);
+    close(theirs);
+    if (!sent) {
         *why = "the port's stream carries no descriptors";
         return nullptr;
     }
@@ -61,20 +53,20 @@ bool LinkRings::answered(std::span<const uint8_t> payload) {
     if (!(answer.flags & PIB_WIRE_RINGS_ACCEPTED))
         return false;
     up_ = true;
-    host_.portWatch(port_, bellIn_);
+    host_.portWatch(port_, bell_);
     if (!in_.armDoorbell())
-        wire::ringDoorbell(bellIn_); // frames came already: read them next turn
+        comeBack(); // frames came already: read them next turn
     return true;
 }
 
 LinkRings::Sent LinkRings::send(std::span<const uint8_t> frame) {
     if (backlog_.empty() && out_.put(frame)) {
         if (out_.publish())
-            wire::ringDoorbell(bellOut_);
+            wire::ringDoorbell(bell_);
         return Sent::kOk;
     }
     if (out_.corrupt()) {
-        wire::ringDoorbell(bellIn_); // the next turn drops the link
+        comeBack(); // the next turn drops the link
         return Sent::kLost;
     }
     if (backlogBytes_ + frame.size() > kBacklogLimit)
@@ -83,7 +75,7 @@ LinkRings::Sent LinkRings::send(std::span<const uint8_t> frame) {
     backlog_.emplace_back(frame.begin(), frame.end());
     backlogBytes_ += frame.size();
     if (first && !out_.armRoomDoorbell(frame.size()))
-        wire::ringDoorbell(bellIn_); // room came meanwhile: flush next turn
+        comeBack(); // room came meanwhile: flush next turn
     return Sent::kFull;
 }
 
@@ -96,7 +88,7 @@ std::span<uint8_t> LinkRings::room(size_t bytes) {
 void LinkRings::sendBuilt(size_t bytes) {
     out_.commit(bytes);
     if (out_.publish())
-        wire::ringDoorbell(bellOut_);
+        wire::ringDoorbell(bell_);
 }
 
 // True when the whole backlog went into the ring.
@@ -107,21 +99,29 @@ bool LinkRings::flushBacklog() {
             backlog_.pop_front();
         }
         if (out_.publish())
-            wire::ringDoorbell(bellOut_);
+            wire::ringDoorbell(bell_);
         if (backlog_.empty() || out_.corrupt() || out_.armRoomDoorbell(backlog_.front().size()))
             return backlog_.empty(); // done, or the switch rings once it made room
     }
-    wire::ringDoorbell(bellIn_); // room keeps coming: the next turn goes on
+    comeBack(); // room keeps coming: the next turn goes on
     return false;
 }
 
 // Gives the space read back, and asks for the next doorbell; a ring with
-// more frames than one doorbell delivers rings its own to come back.
+// more frames than one doorbell delivers comes back for them.
 void LinkRings::finishReading(bool more) {
     if (in_.release())
-        wire::ringDoorbell(bellOut_);
+        wire::ringDoorbell(bell_);
     if (more || !in_.armDoorbell())
-        wire::ringDoorbell(bellIn_);
+        comeBack();
+}
+
+// The host's next pib_core_run() serves this cable as its doorbell would:
+// the doorbell line rings only the other end, so a turn of our own is
+// asked for this way (the work per call stays bounded).
+void LinkRings::comeBack() {
+    wantsTurn_ = true;
+    host_.schedule();
 }
 
 } // namespace pib

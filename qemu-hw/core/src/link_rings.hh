@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: GPL-2.0-or-later
 // The device's end of a ring cable (docs/wire.md, "Ring cables"). When the
 // switch's HELLO says it takes rings and the host can pass descriptors, the
-// link offers a memfd with two rings and two eventfd doorbells; from the
+// link offers a memfd with two rings and one end of a doorbell line; from the
 // switch's answer on, the port's packets travel in shared memory and the
 // stream carries only HELLOs. The switch may write anything into the
 // memory at any time: frames are copied out before they are looked at and
@@ -25,7 +25,7 @@ class LinkRings {
   public:
     static constexpr uint32_t kRingSize = 1 << 20;
     // Frames one doorbell delivers; more wait for the next turn of the
-    // host's main loop (the link rings its own doorbell to come back).
+    // host's main loop (the link asks for a pib_core_run() to come back).
     static constexpr unsigned kFramesPerBell = 64;
     // Packets the ring had no room for wait here, in order. The link is
     // "full" while any wait; beyond this many bytes the rest are lost, as
@@ -58,6 +58,9 @@ class LinkRings {
     bool holdsUntaken() const { return !backlog_.empty() || out_.inFlight() > 0; }
     // Frames the switch published that this end has not read yet.
     bool holdsUnread() const { return up_ && in_.waiting() > 0; }
+    // It asked for a turn of its own (comeBack): the host's next
+    // pib_core_run() serves it as a doorbell would.
+    bool wantsTurn() const { return up_ && wantsTurn_; }
 
     struct Rang {
         bool writable = false;        // the backlog went into the ring: new work may start
@@ -72,28 +75,30 @@ class LinkRings {
     template <class Deliver> Rang rang(Deliver &&deliver);
 
   private:
-    LinkRings(const Host &host, unsigned port, std::unique_ptr<wire::RingMemory> memory, int bellIn,
-              int bellOut);
+    LinkRings(const Host &host, unsigned port, std::unique_ptr<wire::RingMemory> memory, int bell);
     const Host &host_;
     unsigned port_;
     std::unique_ptr<wire::RingMemory> memory_;
     wire::RingWriter out_; // ring 0: to the switch
     wire::RingReader in_;  // ring 1: from it
-    int bellIn_;           // the switch rings it; the host watches it
-    int bellOut_;          // we ring the switch's
+    int bell_;             // our end of the doorbell line; the host watches it
     bool up_ = false;
+    bool wantsTurn_ = false;
     std::deque<std::vector<uint8_t>> backlog_;
     size_t backlogBytes_ = 0;
 
     bool flushBacklog();
     void finishReading(bool more);
+    void comeBack();
 };
 
 template <class Deliver> LinkRings::Rang LinkRings::rang(Deliver &&deliver) {
     Rang result;
     if (!up_)
         return result;
-    wire::clearDoorbell(bellIn_);
+    wantsTurn_ = false;
+    if (!wire::clearDoorbell(bell_))
+        return {false, "the switch closed the ring cable's doorbell line"};
     const bool wasFull = !backlog_.empty();
     if (wasFull && flushBacklog())
         result.writable = true;
