@@ -4,6 +4,7 @@
 // BIND_MW WQEs, each loaded into a fresh device as those WQEs left it.
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <cstring>
 #include <random>
 #include <string>
@@ -439,4 +440,42 @@ TEST_CASE("RC operations one at a time complete across hundreds of moves at rand
         REQUIRE(done[0].status == PIB_WC_SUCCESS);
     }
     CHECK(p.a.qpState() == PIB_QPS_RTS);
+}
+
+// Issue 57's defect 6: a duplicate READ is answered through the PD its
+// replay entry names, so a loaded responder's entry must name the PD its
+// request was checked in. A state whose READ names another PD of the
+// device (one that holds memory the peer was never given) is refused.
+TEST_CASE("a loaded responder's READ remembered in another PD is refused", "[object-state]") {
+    Pair p(PIB_QPT_RC, {.maxRdAtomic = 4});
+    const uint32_t otherPd = static_cast<uint32_t>(p.b.host.command(PIB_CMD_ALLOC_PD).result);
+    REQUIRE(otherPd != p.b.pd);
+    constexpr uint32_t kLength = 4096;
+    const uint64_t src = p.b.host.allocRandom(kLength, 5), dst = p.a.host.alloc(kLength);
+    p.a.postSend(1, {.opcode = PIB_WR_RDMA_READ, .local = dst, .length = kLength, .remote = src});
+    REQUIRE(completionOf(p, p.a).status == PIB_WC_SUCCESS);
+    const std::vector<uint8_t> state = saved(p.b.host);
+    // The READ's replay entry: its address, R_Key and length, then its PD.
+    std::vector<uint8_t> entry(16);
+    for (int i = 0; i < 8; ++i)
+        entry[i] = static_cast<uint8_t>(src >> (8 * i));
+    for (int i = 0; i < 4; ++i) {
+        entry[8 + i] = static_cast<uint8_t>(p.b.key >> (8 * i));
+        entry[12 + i] = static_cast<uint8_t>(kLength >> (8 * i));
+    }
+    const auto at = std::search(state.begin(), state.end(), entry.begin(), entry.end());
+    REQUIRE(at != state.end());
+    const size_t pdAt = static_cast<size_t>(at - state.begin()) + entry.size();
+    uint32_t pd = 0;
+    std::memcpy(&pd, &state[pdAt], sizeof(pd));
+    REQUIRE(pd == p.b.pd);
+
+    FakeHost same;
+    CHECK(loadInto(same, p.b.host, state).empty()); // as saved, it loads
+    std::vector<uint8_t> other = state;
+    std::memcpy(&other[pdAt], &otherPd, sizeof(otherPd));
+    FakeHost fresh;
+    CHECK_THAT(
+        loadInto(fresh, p.b.host, other),
+        Catch::Contains("a READ or atomic remembered in a PD its request was not checked in"));
 }

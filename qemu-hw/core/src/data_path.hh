@@ -100,6 +100,7 @@ class DataPath final : public SubnetSender, public ScheduledEngine, QpErrorFlow 
 
   private:
     const char *badResponder(const QueuePair &qp, const ResponderState &s) const;
+    const char *badResponderPds(const QueuePair &qp, const ResponderState &s) const;
     // The CQs' moderation deadlines go on the QPs' host timer.
     void shareTimer();
     // From QpErrorFlow (flush.cc).

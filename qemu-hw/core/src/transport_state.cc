@@ -13,6 +13,9 @@
 // (its PSN, MSN, the message in progress, the READs and atomics a
 // duplicate is answered from); replies it still owed are dropped, as if
 // lost, and an ACK of everything it took goes out when it runs again.
+#include <algorithm>
+#include <optional>
+
 #include "data_path.hh"
 #include "limits.hh"
 
@@ -147,14 +150,38 @@ const char *DataPath::badResponder(const QueuePair &qp, const ResponderState &s)
             (!e.atomic && e.length > limits::kMaxMsgSize))
             return "a READ or atomic whose PSNs its length does not make";
     }
-    const auto xrcSrqOk = [&](uint32_t srqn) {
+    return badResponderPds(qp, s);
+}
+
+// The PDs a loaded responder answers in are those its requests' checks
+// chose: the QP's own, or on an XRC TGT QP the PD of the XRC SRQ of its
+// domain that the request named (Responder::selectXrcSrq). A duplicate
+// READ is answered through the entry's PD, so a wrong one would read
+// another PD's memory.
+const char *DataPath::badResponderPds(const QueuePair &qp, const ResponderState &s) const {
+    const bool xrc = qp.ctx.type == PIB_QPT_XRC_TGT;
+    // The PD a request through XRC SRQ `srqn` was checked in; nullopt
+    // when no request could have named it.
+    const auto pdThrough = [&](uint32_t srqn) -> std::optional<uint32_t> {
+        if (!xrc)
+            return srqn == kNoSrq ? std::optional(qp.ctx.pdn) : std::nullopt;
         const SharedReceiveQueue *srq = srqn == kNoSrq ? nullptr : objects_.srqs.find(srqn);
-        return srqn == kNoSrq || (srq && srq->isXrc());
+        if (!srq || !srq->isXrc() || srq->ctx.xrcdn != qp.ctx.xrcdn)
+            return std::nullopt;
+        return srq->ctx.pdn;
     };
-    if (!xrcSrqOk(s.xrcSrqn) ||
-        !std::all_of(s.replay.begin(), s.replay.end(),
-                     [&](const ReplayEntry &e) { return xrcSrqOk(e.xrcSrqn); }))
-        return "an XRC SRQ that is not one";
+    if (s.xrcSrqn != kNoSrq || xrc) {
+        const auto pd = s.xrcSrqn == kNoSrq ? std::optional<uint32_t>(0) : pdThrough(s.xrcSrqn);
+        if (!pd || (xrc && s.xrcPdn != *pd))
+            return "an XRC SRQ that is not one of the QP's domain, or not its PD";
+    } else if (s.xrcPdn != 0) {
+        return "an XRC SRQ's PD on a QP that has none";
+    }
+    for (const ReplayEntry &e : s.replay) {
+        const auto pd = pdThrough(e.xrcSrqn);
+        if (!pd || e.pdn != *pd)
+            return "a READ or atomic remembered in a PD its request was not checked in";
+    }
     return nullptr;
 }
 
