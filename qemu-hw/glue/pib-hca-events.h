@@ -82,6 +82,11 @@ static bool pib_hca_event_enabled(unsigned event)
         return trace_event_get_state_backends(TRACE_PIB_HCA_RC_RNR);
     case PIB_EVENT_RC_SEQ_NAK:
         return trace_event_get_state_backends(TRACE_PIB_HCA_RC_SEQ_NAK);
+    case PIB_EVENT_RC_RESENT_AFTER_MOVE:
+        return trace_event_get_state_backends(
+            TRACE_PIB_HCA_RC_RESENT_AFTER_MOVE);
+    case PIB_EVENT_RC_TOLD_AFTER_MOVE:
+        return trace_event_get_state_backends(TRACE_PIB_HCA_RC_TOLD_AFTER_MOVE);
     case PIB_EVENT_RC_READ_GAP:
         return trace_event_get_state_backends(TRACE_PIB_HCA_RC_READ_GAP);
     case PIB_EVENT_RC_DUPLICATE:
@@ -314,6 +319,12 @@ static void pib_hca_trace_event(unsigned event, const uint64_t *a)
         break;
     case PIB_EVENT_RC_SEQ_NAK:
         trace_pib_hca_rc_seq_nak((unsigned) a[0], (unsigned) a[1]);
+        break;
+    case PIB_EVENT_RC_RESENT_AFTER_MOVE:
+        trace_pib_hca_rc_resent_after_move((unsigned) a[0], (unsigned) a[1]);
+        break;
+    case PIB_EVENT_RC_TOLD_AFTER_MOVE:
+        trace_pib_hca_rc_told_after_move((unsigned) a[0], (unsigned) a[1]);
         break;
     case PIB_EVENT_RC_READ_GAP:
         trace_pib_hca_rc_read_gap((unsigned) a[0], (unsigned) a[1],

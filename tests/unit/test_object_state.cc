@@ -224,10 +224,16 @@ TEST_CASE("RC traffic in flight completes whole when either end is saved and loa
     move(p.wire, requesterMoves ? p.a : p.b);
     const auto done = completions(p.wire, p.a, wr - before);
     REQUIRE(done.size() == wr - before);
-    // What was lost on the move came again: the responder saw duplicates.
-    pib_port_counters counters{};
-    REQUIRE(p.b.host.commandOut(PIB_CMD_QUERY_COUNTERS, 1, &counters).status == PIB_CMD_STATUS_OK);
-    CHECK(counters.duplicate_requests > 0);
+    // What was lost on the move came again, at once: the moved requester
+    // sent again from its oldest PSN not answered (the responder saw
+    // duplicates), or the moved responder NAKed the PSN it expected.
+    pib_port_counters atA{}, atB{};
+    REQUIRE(p.a.host.commandOut(PIB_CMD_QUERY_COUNTERS, 1, &atA).status == PIB_CMD_STATUS_OK);
+    REQUIRE(p.b.host.commandOut(PIB_CMD_QUERY_COUNTERS, 1, &atB).status == PIB_CMD_STATUS_OK);
+    if (requesterMoves)
+        CHECK(atB.duplicate_requests > 0);
+    else
+        CHECK(atA.seq_naks_received > 0);
     for (const pib_cqe &c : done) {
         CAPTURE(c.wr_id);
         CHECK(c.status == PIB_WC_SUCCESS);
@@ -312,6 +318,89 @@ TEST_CASE("UC loses the message a move cuts, and carries the next ones whole", "
     CHECK(sameBytes(p.a, after[0].first, p.b, firstDst, kLength));
     CHECK(sameBytes(p.a, after[1].first, p.b, after[0].second, kLength));
     CHECK(sameBytes(p.a, after[2].first, p.b, after[1].second, kLength));
+    CHECK(p.a.qpState() == PIB_QPS_RTS);
+    CHECK(p.b.qpState() == PIB_QPS_RTS);
+}
+
+// Issue 57: a move costs a pause, not a timeout. Both ends have WRITEs,
+// READs, SENDs and atomics in flight towards each other when one of them
+// moves, and what the wire held is lost; the QPs' local ACK timeout is 30
+// (73 minutes). Everything completes with the clock standing still: the
+// moved end resends from its oldest PSN not answered as its link resumes,
+// and NAKs the PSN it expects, on which the peer resends at once.
+TEST_CASE("traffic both ways survives a move at ACK timeout 30 with the clock standing still",
+          "[object-state]") {
+    constexpr uint32_t kLength = 64 << 10;
+    Pair p(PIB_QPT_RC, {.timeout = 30, .retryCnt = 7, .maxRdAtomic = 4}, 16 << 20);
+    const bool aMoves = GENERATE(true, false);
+    const int crossed = GENERATE(5, 60);
+    CAPTURE(aMoves, crossed);
+    struct Copy {
+        Node *from, *to;
+        uint64_t src, dst;
+    };
+    std::vector<Copy> copies;
+    uint64_t wr[2] = {0, 0};
+    const uint64_t counters[2] = {p.a.host.alloc(8), p.b.host.alloc(8)};
+    int seed = 1;
+    for (int side = 0; side < 2; ++side) {
+        Node &me = side ? p.b : p.a, &peer = side ? p.a : p.b;
+        for (int i = 0; i < 2; ++i) {
+            const uint64_t sendSrc = me.host.allocRandom(kLength, ++seed);
+            const uint64_t sendDst = peer.host.alloc(kLength);
+            peer.postRecv(100 + i, sendDst, kLength);
+            me.postSend(++wr[side], {.local = sendSrc, .length = kLength});
+            copies.push_back({&me, &peer, sendSrc, sendDst});
+            const uint64_t writeSrc = me.host.allocRandom(kLength, ++seed);
+            const uint64_t writeDst = peer.host.alloc(kLength);
+            me.postSend(++wr[side], {.opcode = PIB_WR_RDMA_WRITE,
+                                     .local = writeSrc,
+                                     .length = kLength,
+                                     .remote = writeDst});
+            copies.push_back({&me, &peer, writeSrc, writeDst});
+            const uint64_t readDst = me.host.alloc(kLength);
+            const uint64_t readSrc = peer.host.allocRandom(kLength, ++seed);
+            me.postSend(++wr[side], {.opcode = PIB_WR_RDMA_READ,
+                                     .local = readDst,
+                                     .length = kLength,
+                                     .remote = readSrc});
+            copies.push_back({&peer, &me, readSrc, readDst});
+            me.postSend(++wr[side], {.opcode = PIB_WR_ATOMIC_FETCH_AND_ADD,
+                                     .local = me.host.alloc(8),
+                                     .length = 8,
+                                     .remote = counters[1 - side],
+                                     .swapAdd = 1});
+        }
+    }
+    int passed = 0;
+    p.wire.filter = [&](bool, iba::Packet &) { return ++passed <= crossed; };
+    p.wire.run();
+    p.wire.filter = nullptr;
+    size_t done[2] = {0, 0};
+    const auto collect = [&] { // the send completions that came, each a success
+        for (int side = 0; side < 2; ++side)
+            for (const pib_cqe &c : (side ? p.b : p.a).poll()) {
+                CAPTURE(side, c.wr_id);
+                CHECK(c.status == PIB_WC_SUCCESS);
+                done[side] += c.opcode < PIB_WC_RECV;
+            }
+    };
+    collect();
+    CHECK(done[0] + done[1] < wr[0] + wr[1]); // the move comes in the middle
+    const uint64_t before = p.a.host.now;
+    move(p.wire, aMoves ? p.a : p.b);
+    // No time passes: only what the resume sets off.
+    for (int round = 0; round < 50 && done[0] + done[1] < wr[0] + wr[1]; ++round) {
+        p.wire.run();
+        collect();
+    }
+    CHECK(p.a.host.now == before);
+    CHECK(done[0] == wr[0]);
+    CHECK(done[1] == wr[1]);
+    for (const Copy &c : copies)
+        CHECK(sameBytes(*c.from, c.src, *c.to, c.dst, kLength));
+    CHECK(p.a.host.peek<uint64_t>(counters[0]) == 2); // each fetch-and-add ran once
+    CHECK(p.b.host.peek<uint64_t>(counters[1]) == 2);
     CHECK(p.a.qpState() == PIB_QPS_RTS);
     CHECK(p.b.qpState() == PIB_QPS_RTS);
 }

@@ -366,6 +366,28 @@ bool Requester::spendsRetry(QueuePair &qp, uint64_t now) {
 }
 
 // The local ACK timer or an RNR wait of `qpn` ran out.
+// Where sending starts again when nothing answered: the head WQE, less
+// what ACKs covered of a long one, or a READ's responses that came.
+uint32_t Requester::resendFrom(const QueuePair &qp) const {
+    const RequesterState &r = qp.req;
+    const SendWqe &head = r.outstanding.front();
+    const uint32_t from = psnAdd(head.firstPsn, head.received / pathMtu(qp));
+    if (psnDiff(r.unackedPsn, from) > 0 && psnDiff(r.unackedPsn, head.lastPsn()) <= 0)
+        return r.unackedPsn;
+    return from;
+}
+
+void Requester::resendAfterMove(QueuePair &qp) {
+    RequesterState &r = qp.req;
+    if (!r.awaitsAnswer() || r.rnrDeadline) // an RNR wait resends when it ends
+        return;
+    const uint32_t from = resendFrom(qp);
+    trace::rc_resent_after_move(host_, qp.number, from);
+    rewind(qp, from);
+    send(qp);
+    restartAckTimer(qp);
+}
+
 void Requester::timerExpired(QueuePair &qp) {
     RequesterState &r = qp.req;
     const uint64_t now = host_.clockNs();
@@ -398,11 +420,7 @@ void Requester::timerExpired(QueuePair &qp) {
         completeHead(qp, PIB_WC_RETRY_EXC_ERR);
         return;
     }
-    const SendWqe &head = r.outstanding.front();
-    uint32_t from = psnAdd(head.firstPsn, head.received / pathMtu(qp));
-    // What ACKs covered of a long head WQE need not go again.
-    if (psnDiff(r.unackedPsn, from) > 0 && psnDiff(r.unackedPsn, head.lastPsn()) <= 0)
-        from = r.unackedPsn;
+    const uint32_t from = resendFrom(qp);
     if (spent) {
         --r.retriesLeft;
         trace::rc_timeout(host_, qp.number, from);

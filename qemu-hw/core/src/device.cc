@@ -114,9 +114,14 @@ void Device::portBell(unsigned port) {
 }
 
 void Device::linkEvent(unsigned port, Link::Event e) {
+    if (fatal_ || e == Link::Event::kNone)
+        return;
     // A link that resumed after its device moved is the link the port's
-    // state belongs to: nothing changes.
-    if (!fatal_ && e != Link::Event::kResumed && e != Link::Event::kNone)
+    // state belongs to: its state stays, and its QPs say what the move
+    // lost.
+    if (e == Link::Event::kResumed)
+        dataPath_.linkResumed(port);
+    else
         agents_.linkChanged(port, e == Link::Event::kUp);
 }
 

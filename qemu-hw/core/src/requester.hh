@@ -25,6 +25,9 @@ class Requester final : TransportRole {
     void onResponse(QueuePair &qp, const iba::Packet &packet);
     // `qp`'s ACK timer or RNR wait ran out.
     void timerExpired(QueuePair &qp);
+    // The link resumed after a move (DataPath::linkResumed): sends again
+    // from the oldest PSN not answered, spending no retry.
+    void resendAfterMove(QueuePair &qp);
     // Raises SQ drained once nothing `qp` started is in flight.
     void notifyIfSqDrained(QueuePair &qp);
     // The outstanding WQEs, whose memory the device's budget counts
@@ -48,6 +51,7 @@ class Requester final : TransportRole {
     void stopSending(QueuePair &qp, SendProgress why);
     static bool fetchesNew(const QueuePair &qp);
     void rewind(QueuePair &qp, uint32_t psn);
+    uint32_t resendFrom(const QueuePair &qp) const;
 
     // The completer (completer.cc).
     uint64_t ackTimeoutNs(const QueuePair &qp) const;

@@ -69,6 +69,22 @@ void Responder::acknowledgeAll(QueuePair &qp) {
     acknowledge(qp, psnAdd(qp.resp.expectedPsn, 0xffffff), kAckSyndrome);
 }
 
+// The ACK goes first and on its own (the NAK queued behind it would
+// replace it): a peer that lost no request but only its ACK hears it,
+// and drops the NAK as beyond what it sent. One that lost requests
+// resends from the NAK's PSN. A responder that took nothing yet only
+// NAKs (an ACK of the PSN before its first would mean nothing).
+void Responder::sayWhereAfterMove(QueuePair &qp) {
+    ResponderState &s = qp.resp;
+    if (s.established) {
+        acknowledgeAll(qp);
+        sendReplies(qp);
+    }
+    acknowledge(qp, s.expectedPsn, syndrome(kNak, kPsnSequence));
+    s.nakSent = true; // one NAK for this gap, as for any other
+    trace::rc_told_after_move(host_, qp.number, s.expectedPsn);
+}
+
 // Replies leave in request order: a new one goes behind those still owed.
 // An ACK or NAK replaces a positive ACK queued last, which it implies
 // (the PSNs only grow); nothing replaces a NAK, which the requester must

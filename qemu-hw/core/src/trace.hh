@@ -214,6 +214,16 @@ inline void rc_seq_nak(const Host &host, unsigned qpn, unsigned psn) {
         host.event(PIB_EVENT_RC_SEQ_NAK, {Host::eventArg(qpn), Host::eventArg(psn)});
 }
 
+inline void rc_resent_after_move(const Host &host, unsigned qpn, unsigned psn) {
+    if (host.eventEnabled(PIB_EVENT_RC_RESENT_AFTER_MOVE))
+        host.event(PIB_EVENT_RC_RESENT_AFTER_MOVE, {Host::eventArg(qpn), Host::eventArg(psn)});
+}
+
+inline void rc_told_after_move(const Host &host, unsigned qpn, unsigned psn) {
+    if (host.eventEnabled(PIB_EVENT_RC_TOLD_AFTER_MOVE))
+        host.event(PIB_EVENT_RC_TOLD_AFTER_MOVE, {Host::eventArg(qpn), Host::eventArg(psn)});
+}
+
 inline void rc_read_gap(const Host &host, unsigned qpn, unsigned psn, unsigned expected) {
     if (host.eventEnabled(PIB_EVENT_RC_READ_GAP))
         host.event(PIB_EVENT_RC_READ_GAP,
