@@ -1,9 +1,11 @@
 """Live migration (docs/migration.md, issue 33): vm1, which runs opensm,
 moves to a new QEMU process on this host (./pib fabric migrate) in the
-middle of RC traffic with vm2, there and back twice: pib-traffic checks
-every byte of WRITEs, READs, SENDs and atomics at both ends, no QP goes
-to error, the switch keeps vm1's link up (the port ACTIVE with its LID)
-and opensm stays the subnet's master. vm1 moves again while it writes to
+middle of RC traffic with vm2 both ways, there and back twice: pib-traffic
+checks every byte of WRITEs, READs, SENDs and atomics at both ends, at RC
+timeout 30 (73 minutes: what a move lost is resent as the link resumes,
+and no operation may take 20 s), no QP goes to error, the switch keeps
+vm1's link up (the port ACTIVE with its LID) and opensm stays the
+subnet's master. vm1 moves again while it writes to
 an NVMe-oF namespace of vm2's, and what it wrote reads back whole. A
 migration to a QEMU without a pib-hca, or to one whose pib-hca reads
 another state version, fails, saying why, and vm1 runs on in its old
@@ -27,6 +29,11 @@ from transfers import BackgroundTraffic, moves_under_traffic, same_at_both_ends
 # and what it lost on the wire comes again at the first timeout.
 TRAFFIC = ["-t", "write,read,send,fadd,cas", "-s", "4096,65536", "-q", "2", "-n", "400",
            "-T", "16", "-r", "7", "-w", "120"]
+# The moves under traffic: RC timeout 30, which IBA makes 73 minutes, so
+# only what the resumed link says makes a QP resend what a move lost
+# (docs/migration.md); an operation that waits 20 s fails the test.
+LONG_TIMEOUT = ["-t", "write,read,send,fadd,cas", "-s", "4096,65536,1M+3", "-q", "2",
+                "-n", "40", "-T", "30", "-r", "7", "-w", "20"]
 MOVES = 4  # there and back, twice
 # Not judged by the runner's ibqueryerrors after the module (testing.py).
 ERRORS_ON_PURPOSE = ("packets to vm1's switch port while it moves, or to a restored switch "
@@ -61,10 +68,12 @@ def test_live_migration_under_rc_traffic_there_and_back_twice(ctx):
     sm = _opensm(ctx)
     lid = ctx.sh("vm1", f"cat /sys/class/infiniband/{ctx.fabric.vm('vm1').device}/ports/1/lid"
                  ).out.strip()
-    run = BackgroundTraffic(ctx, TRAFFIC, 18900)
+    # Both ways: vm1 the requester of one run and the responder of the other.
+    runs = [BackgroundTraffic(ctx, LONG_TIMEOUT, 18900),
+            BackgroundTraffic(ctx, LONG_TIMEOUT, 18903, client_vm="vm2", server_vm="vm1")]
     time.sleep(3)
-    assert run.running(), "the traffic ended before the first move"
-    moves_under_traffic(ctx, run, "vm1", MOVES, lambda vm: _counters(ctx, vm), before)
+    assert all(run.running() for run in runs), "the traffic ended before the first move"
+    moves_under_traffic(ctx, runs, "vm1", MOVES, lambda vm: _counters(ctx, vm), before)
     # The port kept its LID: the SM saw no change.
     assert ctx.sh("vm1", f"cat /sys/class/infiniband/{ctx.fabric.vm('vm1').device}/ports/1/lid"
                   ).out.strip() == lid

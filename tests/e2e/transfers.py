@@ -159,12 +159,12 @@ def same_at_both_ends(client_out, server_out):
     return sent
 
 
-def moves_under_traffic(ctx, run, vm, moves, counters, before):
+def moves_under_traffic(ctx, runs, vm, moves, counters, before):
     """`vm` moves `moves` times to a new QEMU (./pib fabric migrate) while
-    `run` (BackgroundTraffic) goes on, its switch port ACTIVE with its link
-    up after each move; then the traffic completes with every byte checked
-    at both ends. Prints each move and how `counters(vm)` of the guests in
-    `before` (their values before the traffic) grew."""
+    `runs` (BackgroundTraffic, one or a list) go on, its switch port ACTIVE
+    with its link up after each move; then the traffic completes with every
+    byte checked at both ends. Prints each move and how `counters(vm)` of
+    the guests in `before` (their values before the traffic) grew."""
     from pibctl import fabric, migrate  # pylint: disable=import-outside-toplevel
     for n in range(moves):
         old = ctx.fabric.vm(vm).pid
@@ -176,12 +176,15 @@ def moves_under_traffic(ctx, run, vm, moves, counters, before):
         line = fabric.switch_port_states(ctx.fabric).get(f"{switch}:{port}", "?")
         assert "ACTIVE, link up" in line, line
         time.sleep(2)
-    rc, out, src, sout = run.wait()
-    assert rc == 0 and src == 0, f"client {rc}, server {src}\n{out}\n{sout}"
-    lines = same_at_both_ends(out, sout)
-    moved_bytes = sum(int(line["bytes"]) for line in lines.values())
+    moved_bytes, kinds = 0, 0
+    for run in runs if isinstance(runs, list) else [runs]:
+        rc, out, src, sout = run.wait()
+        assert rc == 0 and src == 0, f"client {rc}, server {src}\n{out}\n{sout}"
+        lines = same_at_both_ends(out, sout)
+        moved_bytes += sum(int(line["bytes"]) for line in lines.values())
+        kinds += len(lines)
     after = {guest: counters(guest) for guest in before}
-    print(f"{moved_bytes} bytes in {len(lines)} kinds of transfer, every byte checked; "
+    print(f"{moved_bytes} bytes in {kinds} transfers, every byte checked; "
           + "; ".join(f"{guest}: " + ", ".join(f"{k} +{after[guest][k] - before[guest][k]}"
                                                for k in after[guest])
                       for guest in after))
