@@ -71,9 +71,27 @@ def test_live_migration_under_rc_traffic_there_and_back_twice(ctx):
     # Both ways: vm1 the requester of one run and the responder of the other.
     runs = [BackgroundTraffic(ctx, LONG_TIMEOUT, 18900),
             BackgroundTraffic(ctx, LONG_TIMEOUT, 18903, client_vm="vm2", server_vm="vm1")]
+    # A command in vm1 through its guest agent, running across the first
+    # move: its status is asked of the new QEMU, whose agent moved with
+    # the guest (./pib exec).
+    across = {}
+
+    def command_across():
+        try:
+            across["result"] = fabric.exec_in("vm1", ["sh", "-c", "sleep 12; echo across the move"],
+                                              timeout=120)
+        except Exception as e:  # pylint: disable=broad-except
+            across["error"] = e
+
+    waiter = threading.Thread(target=command_across)
+    waiter.start()
     time.sleep(3)
     assert all(run.running() for run in runs), "the traffic ended before the first move"
     moves_under_traffic(ctx, runs, "vm1", MOVES, lambda vm: _counters(ctx, vm), before)
+    waiter.join(timeout=150)
+    assert "result" in across, f"the command across the move: {across.get('error', 'no answer')}"
+    assert across["result"].exitcode == 0 and across["result"].out == "across the move\n", \
+        across["result"]
     # The port kept its LID: the SM saw no change.
     assert ctx.sh("vm1", f"cat /sys/class/infiniband/{ctx.fabric.vm('vm1').device}/ports/1/lid"
                   ).out.strip() == lid

@@ -582,6 +582,21 @@ void ringScribble(FuzzedDataProvider &in, Target &t) {
     t.rings->answerBell();
 }
 
+// A hostile switch and the ring cable's doorbell line: its end made
+// blocking, the device's end flooded, or the line hung up. Whatever it
+// does, no call of the device's waits on the line (a call that did would
+// hang this harness: a timeout finding).
+void ringLine(FuzzedDataProvider &in, Target &t) {
+    if (!t.ringsUp())
+        return;
+    using Attack = testing::RingSwitch::LineAttack;
+    static constexpr Attack kAttacks[] = {Attack::kBlocking, Attack::kFlood, Attack::kHangUp};
+    t.rings->attackLine(in.PickValueInArray(kAttacks));
+    t.rings->publish(true);
+    t.rings->answerBell();
+    t.host.runScheduled();
+}
+
 // The VM stops to move and the move fails: the device's links go silent
 // (MOVING), whatever arrives meanwhile, then resume on the same cable.
 void moveThatFails(FuzzedDataProvider &in, Target &t) {
@@ -620,7 +635,10 @@ void hostEnvironment(FuzzedDataProvider &in, Target &t) {
         break;
     }
     case 5:
-        ringScribble(in, t);
+        if (in.ConsumeIntegralInRange(0, 3))
+            ringScribble(in, t);
+        else
+            ringLine(in, t);
         break;
     case 6:
         moveThatFails(in, t);

@@ -13,9 +13,13 @@
 // destroyed, so that the WQE reader, the transports and the CQEs run.
 // The device must survive all of it and keep its promises: a slot it
 // completes is the driver's again, and the pages it holds are the ones it
-// was given.
+// was given. In a sixth of the runs, two tenants (Tenants, below): a user
+// process attacks the kernel's memory and keys through its own QPs, and
+// must not reach them.
 #include <fuzzer/FuzzedDataProvider.h>
 
+#include <algorithm>
+#include <array>
 #include <cstdio>
 #include <cstdlib>
 #include <string>
@@ -23,10 +27,12 @@
 #include "mlx5_function.hh"
 #include "mlx5_hca_caps.hh"
 #include "mlx5_host.hh"
+#include "mlx5_umr_wqes.hh"
 
 using namespace pib::mlx5;
 using pib::testing::Mlx5Function;
 namespace qpc = pib::testing::mlx5qp;
+namespace mlx5umr = pib::testing::mlx5umr;
 
 namespace {
 
@@ -557,6 +563,240 @@ struct QpWorld {
     uint32_t freeKey = 0;
 };
 
+// Two tenants (issue 57), and an oracle of their isolation. The kernel,
+// whose QPs have fre, holds a secret page behind keys no peer may reach
+// (no remote rights) or free (no en_rinval): one made with its pages and
+// UMR-enabled, as mlx5_ib's reg_create makes a user region's, and one a
+// kernel QP's REG_MR mapped; its physical key is ib_core's local DMA key
+// (local rights only). A user process, in a PD of its own with its QPs
+// without fre, has two regions over its own pages that the driver's UMR
+// QP loaded into keys of its MR cache (free, UMR-enabled keys moved into
+// the process's PD: what the audit's attack starts from). It posts
+// anything on its QPs: any opcode (UMR among them), any L_Key and R_Key
+// (the kernel's too), any address, SEND with Invalidate of any key; it
+// moves its QPs to any peer, the kernel's QPs included, and posts
+// receives. The oracle, after every step: the secret page never
+// changes, its bytes never reach the process's pages, and the kernel's
+// keys stay as the kernel left them.
+struct Tenants {
+    explicit Tenants(Mlx5Host &host) : f(host) { f.dmaKeyRights = 0x3; }
+
+    bool setUp() {
+        if (!f.setUp() || !f.activatePort())
+            return false;
+        secret = f.host.allocRandom(4096, 0x5ec2e7);
+        std::copy_n(f.host.at(secret), 4096, secretBytes.begin());
+        for (uint64_t &page : own)
+            page = f.host.allocRandom(4096, 0x0c0ffee);
+        const auto kernelA = f.createQp(qpc::kRc, 1, 3, 4), kernelB = f.createQp(qpc::kRc, 1, 3, 4);
+        if (!kernelA || !kernelB || !f.toRts(kernelA->qpn, {.qpn = kernelB->qpn}) ||
+            !f.toRts(kernelB->qpn, {.qpn = kernelA->qpn}))
+            return false;
+        kernel[0] = *kernelA;
+        kernel[1] = *kernelB;
+        const auto pd = f.host.run(Mlx5Host::input(0x800), 16); // ALLOC_PD
+        if (pd.status() != 0)
+            return false;
+        userPd = static_cast<uint32_t>(pd.get(qpc::kHeld));
+        for (Mlx5Function::Qp &qp : user)
+            if (!userQp(qp))
+                return false;
+        if (!f.toRts(user[0].qpn, {.qpn = user[1].qpn}) ||
+            !f.toRts(user[1].qpn, {.qpn = user[0].qpn}))
+            return false;
+        // The process's keys over its own pages, all rights, loaded by the
+        // UMR QP; the kernel's two over the secret, local read only.
+        const auto umrQp = f.createQp(kRegUmr, std::nullopt, 0, 4);
+        if (!umrQp || !f.toRts(umrQp->qpn))
+            return false;
+        Mlx5Function::Qp loader = *umrQp;
+        for (uint32_t &key : userKeys) {
+            key = mlx5umr::freeKey(f, 2);
+            f.blueFlame(f.postWqe(loader, mlx5umr::cacheLoad(key, userPd, kUserIova, 8192,
+                                                             {own[0], own[1]})),
+                        f.uar);
+        }
+        madeKey = keyWithPages(f.pd, 0x1, secret, 1);
+        regKey = mlx5umr::freeKey(f, 1);
+        auto reg = mlx5umr::registration(regKey, kKernelIova, 4096, {secret}, nullptr, 0, 0,
+                                         /*remoteInvalidate=*/false);
+        reg[66] &= static_cast<uint8_t>(~0x38); // local read only: no lw, rr, rw
+        f.blueFlame(f.postWqe(kernel[0], reg), f.uar);
+        const auto done = f.completions(&cqNext, 3);
+        if (!userKeys[0] || !userKeys[1] || !madeKey || done.size() != 3 ||
+            std::any_of(done.begin(), done.end(), [](const uint8_t *c) { return c[0x3f] >> 4; }))
+            return false;
+        keysBefore = kernelKeys();
+        return !keysBefore.empty();
+    }
+
+    // One step of the process's, then the oracle.
+    void step(FuzzedDataProvider &in) {
+        switch (in.ConsumeIntegralInRange<int>(0, 5)) {
+        case 0:
+        case 1:
+            post(in);
+            break;
+        case 2:
+            umr(in);
+            break;
+        case 3: // to RTS again, with any peer: the other user QP, a kernel QP, any number
+            connect(in);
+            break;
+        case 4: // (the fixture's receive names the function's own key)
+            f.postReceive(user[in.ConsumeIntegralInRange<int>(0, 1)], own[in.ConsumeBool()], 4096);
+            break;
+        default:
+            f.host.advance(in.ConsumeIntegralInRange<uint64_t>(0, 100'000'000));
+            break;
+        }
+        f.host.runScheduled();
+        f.cqes(&cqNext);
+        check(std::equal(secretBytes.begin(), secretBytes.end(), f.host.at(secret)),
+              "the process changed the kernel's secret page");
+        for (uint64_t page : own)
+            check(std::search(f.host.at(page), f.host.at(page) + 4096, secretBytes.begin(),
+                              secretBytes.begin() + 64) == f.host.at(page) + 4096,
+                  "the kernel's secret reached the process's pages");
+    }
+
+    // The kernel's keys as inspection shows them: not what a step of the
+    // process's may change.
+    std::string kernelKeys() {
+        std::string all;
+        for (uint32_t key : {madeKey, regKey, f.lkey}) {
+            char *answer = nullptr;
+            const std::string what = "mr " + std::to_string(key);
+            if (pib_core_inspect(f.host.core, what.c_str(), 1, &answer) == 0 && answer)
+                all += answer;
+            std::free(answer);
+        }
+        return all;
+    }
+    void finish() { check(kernelKeys() == keysBefore, "the process changed a kernel key"); }
+
+  private:
+    static constexpr uint64_t kKernelIova = 0x7f5000000000, kUserIova = 0x7f6000000000;
+    static constexpr uint8_t kRegUmr = 0xc;
+    static constexpr uint8_t kSendInvalidate = 0x01, kUmr = 0x25;
+
+    bool userQp(Mlx5Function::Qp &qp) {
+        auto in = f.qpInput(qpc::kRc, 1, 3, 4, qp);
+        set(in, qpc::kFre, 0); // as mlx5_ib makes a process's QPs
+        set(in, qpc::kPd, userPd);
+        const auto r = f.host.run(in, 16);
+        qp.qpn = static_cast<uint32_t>(r.get(qpc::kHeld));
+        return r.status() == 0;
+    }
+    // CREATE_MKEY with its pages (MTT, not free, UMR-enabled) in `pdn`,
+    // rights `rights` (a rw rr lw lr); 0 if refused.
+    uint32_t keyWithPages(uint32_t pdn, uint32_t rights, uint64_t first, uint32_t pages) {
+        auto in = Mlx5Host::input(0x200, 0, 0x110 + 8 * 2);
+        set(in, field(0x90, 1), 1);
+        set(in, field(0x91, 5), rights);
+        set(in, field(0x96, 2), 1);
+        set(in, field(0xa0, 24), 0xffffff);
+        set(in, field(0xb8, 8), 0x42);
+        set(in, field(0xe8, 24), pdn);
+        set(in, field(0x100, 64), first);
+        set(in, field(0x140, 64), uint64_t{pages} * 4096);
+        set(in, field(0x220, 32), 1);
+        set(in, field(0x25a, 6), 12);
+        set(in, field(0x300, 32), 1);
+        for (uint32_t i = 0; i < 2; ++i)
+            writeBe64(&in[0x110 + 8 * i], i < pages ? first + 4096 * i : 0);
+        const auto r = f.host.run(in, 16);
+        return r.status() == 0 ? static_cast<uint32_t>(r.get(qpc::kHeld)) << 8 | 0x42 : 0;
+    }
+    uint32_t pickKey(FuzzedDataProvider &in) {
+        const uint32_t keys[] = {userKeys[0], userKeys[1], madeKey,
+                                 regKey,      f.lkey,      in.ConsumeIntegral<uint32_t>()};
+        return in.PickValueInArray(keys);
+    }
+    // An address: in the process's regions, the secret's guest address or
+    // the kernel's I/O address of it, or anything.
+    uint64_t pick(FuzzedDataProvider &in) {
+        const uint64_t at = in.ConsumeIntegralInRange<uint64_t>(0, 4095) / 2;
+        switch (in.ConsumeIntegralInRange<int>(0, 4)) {
+        case 0:
+        case 1:
+            return kUserIova + (in.ConsumeBool() ? 4096 : 0) + at;
+        case 2:
+            return secret + at;
+        case 3:
+            return kKernelIova + at;
+        default:
+            return in.ConsumeIntegral<uint64_t>();
+        }
+    }
+    // A send WQE of any opcode the process's libmlx5 could write, with
+    // the segments it names.
+    void post(FuzzedDataProvider &in) {
+        static constexpr uint8_t kOpcodes[] = {
+            qpc::kSend, kSendInvalidate, qpc::kRdmaWrite, 0x09, qpc::kRdmaRead, 0x11, 0x12, 0x00};
+        const uint8_t opcode =
+            in.ConsumeBool() ? in.PickValueInArray(kOpcodes) : in.ConsumeIntegral<uint8_t>();
+        std::vector<uint8_t> wqe(16);
+        wqe[3] = opcode;
+        writeBe32(&wqe[12],
+                  opcode == kSendInvalidate ? pickKey(in) : in.ConsumeIntegral<uint32_t>());
+        if (opcode == qpc::kRdmaWrite || opcode == 0x09 || opcode == qpc::kRdmaRead ||
+            opcode == 0x11 || opcode == 0x12) {
+            wqe.resize(32);
+            writeBe64(&wqe[16], pick(in));
+            writeBe32(&wqe[24], pickKey(in));
+        }
+        if (opcode == 0x11 || opcode == 0x12) {
+            wqe.resize(48);
+            writeBe64(&wqe[32], in.ConsumeIntegral<uint64_t>());
+            writeBe64(&wqe[40], in.ConsumeIntegral<uint64_t>());
+        }
+        for (int sges = in.ConsumeIntegralInRange<int>(0, 2); sges > 0; --sges) {
+            wqe.resize(wqe.size() + 16);
+            uint8_t *data = &wqe[wqe.size() - 16];
+            writeBe32(data, in.ConsumeIntegralInRange<uint32_t>(0, 8192));
+            writeBe32(data + 4, pickKey(in));
+            writeBe64(data + 8, pick(in));
+        }
+        f.blueFlame(f.postWqe(user[in.ConsumeIntegralInRange<int>(0, 1)], wqe), f.uar);
+    }
+    // A UMR as the kernel writes one: a fast registration of any key over
+    // the secret, or an invalidation of any key.
+    void umr(FuzzedDataProvider &in) {
+        const uint32_t key = pickKey(in);
+        std::vector<uint8_t> wqe;
+        if (in.ConsumeBool()) { // its list inline, or in its second page
+            const uint64_t iova = in.ConsumeBool() ? kKernelIova : kUserIova;
+            wqe = in.ConsumeBool()
+                      ? mlx5umr::registration(key, iova, 4096, {secret})
+                      : mlx5umr::registration(key, iova, 4096, {secret}, f.host.at(own[1]),
+                                              kUserIova + 4096, pickKey(in));
+        } else {
+            wqe = mlx5umr::invalidation(key);
+        }
+        if (in.ConsumeBool()) // any byte of its first two blocks
+            wqe[in.ConsumeIntegralInRange<size_t>(0, 127)] = in.ConsumeIntegral<uint8_t>();
+        wqe[3] = kUmr;
+        f.blueFlame(f.postWqe(user[in.ConsumeIntegralInRange<int>(0, 1)], wqe), f.uar);
+    }
+    void connect(FuzzedDataProvider &in) {
+        Mlx5Function::Qp &qp = user[in.ConsumeIntegralInRange<int>(0, 1)];
+        const uint32_t peers[] = {user[0].qpn, user[1].qpn, kernel[0].qpn, kernel[1].qpn,
+                                  in.ConsumeIntegral<uint32_t>() & 0xffffff};
+        f.change(qpc::kToRst, qp.qpn);
+        f.toRts(qp.qpn, {.qpn = in.PickValueInArray(peers)});
+    }
+
+    Mlx5Function f;
+    uint64_t secret = 0;
+    std::array<uint8_t, 4096> secretBytes{};
+    uint64_t own[2] = {};
+    Mlx5Function::Qp kernel[2], user[2];
+    uint32_t userPd = 0, userKeys[2] = {}, madeKey = 0, regKey = 0;
+    uint32_t cqNext = 0;
+    std::string keysBefore;
+};
+
 } // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
@@ -569,7 +809,15 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     // initialized function is reached; some with QPs ready for work; some
     // enabled only, where the driver sets capabilities and gives pages.
     QpWorld world(host);
-    const int start = in.ConsumeIntegralInRange<int>(0, 4);
+    const int start = in.ConsumeIntegralInRange<int>(0, 5);
+    if (start == 5) { // two tenants, and the oracle of their isolation
+        Tenants tenants(host);
+        check(tenants.setUp(), "the two tenants could not be set up");
+        for (int step = 0; step < 64 && in.remaining_bytes(); ++step)
+            tenants.step(in);
+        tenants.finish();
+        return 0;
+    }
     if (start == 1 && host.bringUp())
         host.run(Mlx5Host::input(0x802), 16);
     if (start == 4)

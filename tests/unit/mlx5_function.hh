@@ -135,10 +135,10 @@ class Mlx5Function {
         pd = static_cast<uint32_t>(r.get(kHeld));
         // CREATE_MKEY as mlx5_ib_get_dma_mr asks: PA, all of memory.
         auto in = Mlx5Host::input(0x200, 0, 0x110);
-        set(in, field(0x91, 5), 0x1f);      // atomic, remote write and read, local write and read
-        set(in, field(0xa0, 24), 0xffffff); // no QP
-        set(in, field(0xb8, 8), 0x5a);      // variant
-        set(in, field(0xe0, 1), 1);         // length64
+        set(in, field(0x91, 5), dmaKeyRights); // a rw rr lw lr
+        set(in, field(0xa0, 24), 0xffffff);    // no QP
+        set(in, field(0xb8, 8), 0x5a);         // variant
+        set(in, field(0xe0, 1), 1);            // length64
         set(in, field(0xe8, 24), pd);
         r = host.run(in, 16);
         lkey = static_cast<uint32_t>(r.get(kHeld)) << 8 | 0x5a;
@@ -420,6 +420,10 @@ class Mlx5Function {
 
     Mlx5Host &host;
     uint32_t uar = 0, eqn = 0, cqn = 0, pd = 0, lkey = 0;
+    // The rights of the physical key setUp() makes (the mkc's a, rw, rr,
+    // lw, lr): all, as an unsafe global rkey; 0x3 for ib_core's local DMA
+    // key, which no peer may use.
+    uint8_t dmaKeyRights = 0x1f;
     uint64_t eqRing = 0, cqRing = 0, cqRecord = 0;
 };
 

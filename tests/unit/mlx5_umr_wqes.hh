@@ -16,7 +16,7 @@ using pib::mlx5::field;
 
 // CREATE_MKEY as ib_alloc_mr asks mlx5_ib: free, UMR-enabled, MTT, room
 // for `pages`, in `pdn` (the function's PD when 0). Returns the key (its
-// variant 0x33).
+// variant 0x33), 0 if the device refused it.
 inline uint32_t freeKey(Mlx5Function &f, uint32_t pages, uint32_t pdn = 0) {
     auto in = Mlx5Host::input(0x200, 0, 0x110);
     set(in, field(0x81, 1), 1);         // free
@@ -28,8 +28,7 @@ inline uint32_t freeKey(Mlx5Function &f, uint32_t pages, uint32_t pdn = 0) {
     set(in, field(0xe8, 24), pdn ? pdn : f.pd);
     set(in, field(0x220, 32), (pages + 1) / 2); // translation octowords
     const auto r = f.host.run(in, 16);
-    REQUIRE(r.status() == 0);
-    return static_cast<uint32_t>(r.get(mlx5qp::kHeld)) << 8 | 0x33;
+    return r.status() == 0 ? static_cast<uint32_t>(r.get(mlx5qp::kHeld)) << 8 | 0x33 : 0;
 }
 
 // A UMR WQE as mlx5_ib's set_reg_wr writes it: key `key` over `pages`
@@ -68,6 +67,37 @@ inline std::vector<uint8_t> registration(uint32_t key, uint64_t iova, uint64_t l
         writeBe64(&wqe[136], listAddr);
     } else {
         wqe.insert(wqe.end(), entries.begin(), entries.end());
+    }
+    return wqe;
+}
+
+// A WQE of the driver's UMR QP as mlx5r_umr_update_mr_pas writes the
+// last of a user region's loads: free key `key` (of the MR cache) takes
+// `pages` (4 KiB each, inline) from `iova` for `length` bytes, all
+// rights, PD `pdn`, and is enabled; the key must have been free.
+inline std::vector<uint8_t> cacheLoad(uint32_t key, uint32_t pdn, uint64_t iova, uint64_t length,
+                                      const std::vector<uint64_t> &pages) {
+    std::vector<uint8_t> wqe(128);
+    wqe[3] = 0x25;
+    writeBe32(&wqe[12], key);
+    uint8_t *c = &wqe[16];
+    c[0] = 0x80 | 1u << 5; // inline; fail unless free
+    writeBe16(c + 4, static_cast<uint16_t>((pages.size() + 1) / 2));
+    // range, PD, key, the rights, free (MLX5_MKEY_MASK_*)
+    writeBe64(c + 8, (1u << 0) | (1u << 1) | (1u << 6) | (1u << 7) | (1u << 13) | (0x1fu << 17) |
+                         (1u << 29));
+    uint8_t *k = &wqe[64];
+    k[2] = (1u << 2) | (1u << 3) | (1u << 4) | (1u << 5) | (1u << 6); // lr lw rr rw a
+    writeBe32(k + 4, 0xffffff00u | (key & 0xff));
+    writeBe32(k + 12, pdn);
+    writeBe64(k + 16, iova);
+    writeBe64(k + 24, length);
+    k[59] = 12;
+    std::vector<uint64_t> entries = pages;
+    entries.resize((entries.size() + 1) / 2 * 2);
+    for (uint64_t entry : entries) {
+        wqe.resize(wqe.size() + 8);
+        writeBe64(&wqe[wqe.size() - 8], entry ? entry | 0x3 : 0);
     }
     return wqe;
 }

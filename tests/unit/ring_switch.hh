@@ -5,11 +5,13 @@
 // switch does, and moves frames through the rings.
 #pragma once
 
+#include <fcntl.h>
 #include <memory>
 #include <poll.h>
 #include <span>
 #include <stdexcept>
 #include <string>
+#include <sys/socket.h>
 #include <unistd.h>
 #include <vector>
 
@@ -89,6 +91,30 @@ class RingSwitch {
         if (in_->release())
             wire::ringDoorbell(bell_);
         return frames;
+    }
+    // What a hostile switch does to the doorbell line (docs/wire.md):
+    // makes its end blocking (the flag is the open file description's,
+    // which a peer may share), floods the device's end with rings, or
+    // hangs up (then the device drops the link at its next doorbell).
+    enum class LineAttack { kBlocking, kFlood, kHangUp };
+    void attackLine(LineAttack attack) {
+        if (bell_ < 0)
+            return;
+        switch (attack) {
+        case LineAttack::kBlocking:
+            fcntl(bell_, F_SETFL, fcntl(bell_, F_GETFL) & ~O_NONBLOCK);
+            break;
+        case LineAttack::kFlood: {
+            const uint8_t rings[4096] = {};
+            for (int i = 0; i < 64; ++i)
+                if (::send(bell_, rings, sizeof(rings), MSG_DONTWAIT) <= 0)
+                    break;
+            break;
+        }
+        case LineAttack::kHangUp: // the host's record keeps (and closes) the descriptor
+            ::shutdown(bell_, SHUT_RDWR);
+            break;
+        }
     }
     // The device's doorbell, if it rang, answered as a host's main loop
     // would. True when it had rung.

@@ -417,6 +417,7 @@ TEST_CASE("mlx5: UMR WQEs register free keys for RDMA and invalidate them", "[ml
         INFO((inlined ? "inline page list" : "page list in memory"));
         // b's key over four scattered pages from an I/O virtual address.
         const uint32_t key = freeKey(f, 8);
+        REQUIRE(key);
         const std::vector<uint64_t> pages = {f.host.alloc(4096), f.host.alloc(8192) + 4096,
                                              f.host.alloc(4096), f.host.alloc(4096)};
         const uint64_t listAddr = f.host.alloc(64, 64);
@@ -481,6 +482,7 @@ TEST_CASE("mlx5: free keys hold no memory until a UMR maps them", "[mlx5]") {
     std::vector<uint32_t> keys;
     for (int i = 0; i < 64; ++i)
         keys.push_back(freeKey(f, 1u << 17));
+    REQUIRE(keys.back());
     auto in = Mlx5Host::input(0x200, 0, 0x110);
     set(in, field(0x81, 1), 1);
     set(in, field(0x90, 1), 1);

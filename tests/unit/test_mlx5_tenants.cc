@@ -117,10 +117,12 @@ TEST_CASE("mlx5: a user process's QP (no fre) posts no UMR: it maps and frees no
     const uint64_t secret = f.host.allocRandom(4096, 7);
     std::vector<uint8_t> before(f.host.at(secret), f.host.at(secret) + 4096);
     const uint32_t kernelKey = freeKey(f, 1);
+    REQUIRE(kernelKey);
     REQUIRE(f.post(kernel, registration(kernelKey, kIova, 4096, {secret})).first == 0x0);
 
     // The process maps a free key of its PD over the secret page: refused.
     const uint32_t stolen = freeKey(f, 1);
+    REQUIRE(stolen);
     const auto mapped = f.post(user, registration(stolen, kIova, 4096, {secret}));
     CHECK(mapped.first == kRequesterError);
     CHECK(mapped.second == kLocalQpOperation);
@@ -152,6 +154,7 @@ TEST_CASE("mlx5: a UMR's translation list is read through its L_Key in the QP's 
         for (const uint32_t lkey : {foreign, uint32_t{0}, f.lkey + 0x100}) {
             INFO("L_Key 0x" << std::hex << lkey);
             const uint32_t key = freeKey(f, 1);
+            REQUIRE(key);
             auto [a, b] = f.connect(f.rcQp(true), f.rcQp(true));
             const auto r = f.post(
                 a, registration(key, kIova, 4096, {page}, f.host.at(listAddr), listAddr, lkey));
@@ -162,6 +165,7 @@ TEST_CASE("mlx5: a UMR's translation list is read through its L_Key in the QP's 
     }
     SECTION("the QP's PD's own key reads it: the key maps the page") {
         const uint32_t key = freeKey(f, 1);
+        REQUIRE(key);
         REQUIRE(f.post(peer, registration(key, kIova, 4096, {page}, f.host.at(listAddr), listAddr,
                                           f.lkey))
                     .first == 0x0);
@@ -180,6 +184,7 @@ TEST_CASE("mlx5: a peer's SEND with Invalidate frees only a key with en_rinval",
         INFO((allowed ? "mapped with en_rinval" : "mapped without en_rinval"));
         auto [a, b] = f.connect(f.rcQp(true), f.rcQp(true));
         const uint32_t key = freeKey(f, 1);
+        REQUIRE(key);
         REQUIRE(f.post(b, registration(key, kIova, 4096, {page}, nullptr, 0, 0, allowed)).first ==
                 0x0);
         f.postReceive(b, inbox, 64);

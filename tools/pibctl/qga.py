@@ -16,6 +16,12 @@ class AgentError(Exception):
     pass
 
 
+class AgentGone(AgentError):
+    """The connection to the agent broke or could not be made: the QEMU
+    went away, which a VM that moves to a new QEMU does (./pib fabric
+    migrate gives the new one the same socket path)."""
+
+
 @dataclass
 class Result:
     exitcode: int
@@ -48,9 +54,13 @@ class Agent:
             self._sock.connect(str(self.sock_path))
         except OSError as e:
             self.close()
-            raise AgentError(f"cannot connect to {self.sock_path}: {e}") from e
+            raise AgentGone(f"cannot connect to {self.sock_path}: {e}") from e
         self._buf = b""
-        self._sync()
+        try:
+            self._sync()
+        except AgentError:
+            self.close()
+            raise
 
     def close(self) -> None:
         if getattr(self, "_sock", None):
@@ -70,7 +80,12 @@ class Agent:
         msg = {"execute": command}
         if arguments is not None:
             msg["arguments"] = arguments
-        self._sock.sendall(json.dumps(msg).encode() + b"\n")
+        try:
+            self._sock.sendall(json.dumps(msg).encode() + b"\n")
+        except socket.timeout as e:
+            raise AgentError("guest agent took no request in time") from e
+        except OSError as e:
+            raise AgentGone(f"the guest agent's connection broke: {e}") from e
 
     def _recv(self, deadline: float):
         while True:
@@ -93,8 +108,10 @@ class Agent:
                 chunk = self._sock.recv(65536)
             except socket.timeout as e:
                 raise AgentError("guest agent did not answer in time") from e
+            except OSError as e:
+                raise AgentGone(f"the guest agent's connection broke: {e}") from e
             if not chunk:
-                raise AgentError("guest agent closed the connection")
+                raise AgentGone("guest agent closed the connection")
             self._buf += chunk
 
     def _sync(self) -> None:
@@ -127,6 +144,10 @@ HELD_POLL_S = (0.005, 0.05)  # first and longest pause between looks, held
 # command that ran long loses on average before it is seen to end: at 0.5
 # s, the reload loops and the register pokes lost seconds a test.
 FREE_POLL_S = (0.05, 0.2)
+# How long a command's status may be out of reach because its VM moves to
+# a new QEMU (./pib fabric migrate): the guest agent moves with the guest,
+# its commands with it, and the new QEMU answers on the same socket.
+MOVE_GRACE_S = 120
 
 
 def _exited(agent: Agent, pid: int):
@@ -153,20 +174,44 @@ def run(sock_path: Path, argv, timeout: float = 60.0, stdin: bytes = None,
     if stdin is not None:
         args["input-data"] = base64.b64encode(stdin).decode()
     with Agent(sock_path, timeout=request_timeout) as agent:
-        pid = agent.call("guest-exec", args)["pid"]
-        held_until = time.monotonic() + HOLD_S
-        delay, longest = HELD_POLL_S
-        while time.monotonic() < held_until:
-            time.sleep(delay)
-            delay = min(delay * 1.5, longest)
-            result = _exited(agent, pid)
-            if result:
-                return result
+        try:
+            pid = agent.call("guest-exec", args)["pid"]
+        except AgentGone as e:
+            raise AgentGone(f"{e}; the VM may be moving, and {' '.join(argv)} may or may not "
+                            "have started: run it again once the move is done") from e
+        try:
+            held_until = time.monotonic() + HOLD_S
+            delay, longest = HELD_POLL_S
+            while time.monotonic() < held_until:
+                time.sleep(delay)
+                delay = min(delay * 1.5, longest)
+                result = _exited(agent, pid)
+                if result:
+                    return result
+        except AgentGone:
+            pass  # the VM moves: its status is asked of the new QEMU below
+    return _wait_for_exit(sock_path, argv, pid, timeout, request_timeout)
+
+
+def _wait_for_exit(sock_path: Path, argv, pid: int, timeout: float,
+                   request_timeout: float) -> Result:
+    """Looks at command `pid`'s status until it ends, a connection a look.
+    A look that finds the agent gone (the VM moves) waits for the new QEMU,
+    up to MOVE_GRACE_S."""
     deadline = time.monotonic() + timeout + 15
     delay, longest = FREE_POLL_S
+    gone_since = None
     while True:
-        with Agent(sock_path, timeout=request_timeout) as agent:
-            result = _exited(agent, pid)
+        try:
+            with Agent(sock_path, timeout=request_timeout) as agent:
+                result = _exited(agent, pid)
+            gone_since = None
+        except AgentGone as e:
+            gone_since = gone_since or time.monotonic()
+            if time.monotonic() - gone_since > MOVE_GRACE_S:
+                raise AgentGone(f"{e}; the guest agent has been out of reach for "
+                                f"{MOVE_GRACE_S} s while {' '.join(argv)} ran") from e
+            result = None
         if result:
             return result
         if time.monotonic() > deadline:

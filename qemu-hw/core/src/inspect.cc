@@ -250,7 +250,8 @@ Json Inspector::srq(uint32_t srqn, const SharedReceiveQueue &q) const {
 Json Inspector::mr(uint32_t, const MemoryRegion &m) const {
     return Json{{"key", m.key},           {"pd", m.ctx.pdn},
                 {"access", m.ctx.access}, {"iova", m.ctx.iova},
-                {"length", m.ctx.length}, {"physical", (m.ctx.flags & PIB_MR_PHYSICAL) != 0}};
+                {"length", m.ctx.length}, {"physical", (m.ctx.flags & PIB_MR_PHYSICAL) != 0},
+                {"valid", m.valid},       {"remote_invalidate", m.fastReg() && m.remoteInvalidate}};
 }
 
 namespace {
