@@ -632,13 +632,16 @@ struct Tenants {
 
     // One step of the process's, then the oracle.
     void step(FuzzedDataProvider &in) {
-        switch (in.ConsumeIntegralInRange<int>(0, 5)) {
+        switch (in.ConsumeIntegralInRange<int>(0, 6)) {
         case 0:
         case 1:
             post(in);
             break;
         case 2:
             umr(in);
+            break;
+        case 6:
+            attackChain(in);
             break;
         case 3: // to RTS again, with any peer: the other user QP, a kernel QP, any number
             connect(in);
@@ -778,6 +781,26 @@ struct Tenants {
             wqe[in.ConsumeIntegralInRange<size_t>(0, 127)] = in.ConsumeIntegral<uint8_t>();
         wqe[3] = kUmr;
         f.blueFlame(f.postWqe(user[in.ConsumeIntegralInRange<int>(0, 1)], wqe), f.uar);
+    }
+    // The audit's attack as one step, its choices the input's: the process
+    // frees a key (one of its own, mostly), registers it over the secret,
+    // and moves data between it and its other key by a READ or a WRITE.
+    void attackChain(FuzzedDataProvider &in) {
+        const int mine = in.ConsumeIntegralInRange<int>(0, 1);
+        const uint32_t victim = in.ConsumeBool() ? userKeys[mine] : pickKey(in);
+        const uint32_t other = in.ConsumeBool() ? userKeys[1 - mine] : pickKey(in);
+        Mlx5Function::Qp &qp = user[in.ConsumeIntegralInRange<int>(0, 1)];
+        f.blueFlame(f.postWqe(qp, mlx5umr::invalidation(victim)), f.uar);
+        f.blueFlame(f.postWqe(qp, mlx5umr::registration(victim, kUserIova, 4096, {secret})), f.uar);
+        const bool read = in.ConsumeBool();
+        std::vector<uint8_t> wqe(48);
+        wqe[3] = read ? qpc::kRdmaRead : qpc::kRdmaWrite;
+        writeBe64(&wqe[16], kUserIova);
+        writeBe32(&wqe[24], read ? victim : other);
+        writeBe32(&wqe[32], 4096);
+        writeBe32(&wqe[36], read ? other : victim);
+        writeBe64(&wqe[40], kUserIova);
+        f.blueFlame(f.postWqe(qp, wqe), f.uar);
     }
     void connect(FuzzedDataProvider &in) {
         Mlx5Function::Qp &qp = user[in.ConsumeIntegralInRange<int>(0, 1)];
