@@ -81,7 +81,7 @@ def test_live_migration_under_rc_traffic_there_and_back_twice(ctx):
             across["result"] = fabric.exec_in("vm1", ["sh", "-c", "sleep 12; echo across the move"],
                                               timeout=120)
         except Exception as e:  # pylint: disable=broad-except
-            across["error"] = e
+            across["error"] = repr(e)  # not the exception: its traceback holds frames
 
     waiter = threading.Thread(target=command_across)
     waiter.start()

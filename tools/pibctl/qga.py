@@ -46,19 +46,21 @@ class Agent:
     def __init__(self, sock_path: Path, timeout: float = 10.0):
         self.sock_path = Path(sock_path)
         self.timeout = timeout
+        self._sock = None
         self._lock = open(self.sock_path.with_suffix(".lock"), "w")
         fcntl.flock(self._lock, fcntl.LOCK_EX)
-        self._sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        self._sock.settimeout(timeout)
+        # Whatever fails from here lets the lock go: an exception kept by
+        # a caller (its traceback holds this object) must not hold it.
         try:
-            self._sock.connect(str(self.sock_path))
-        except OSError as e:
-            self.close()
-            raise AgentGone(f"cannot connect to {self.sock_path}: {e}") from e
-        self._buf = b""
-        try:
+            self._sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            self._sock.settimeout(timeout)
+            try:
+                self._sock.connect(str(self.sock_path))
+            except OSError as e:
+                raise AgentGone(f"cannot connect to {self.sock_path}: {e}") from e
+            self._buf = b""
             self._sync()
-        except AgentError:
+        except BaseException:
             self.close()
             raise
 
@@ -97,9 +99,12 @@ class Agent:
                 if not line:
                     continue
                 try:
-                    return json.loads(line)
+                    reply = json.loads(line)
                 except ValueError:
                     continue
+                if isinstance(reply, dict):  # not a stray value an earlier client left
+                    return reply
+                continue
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 raise AgentError("guest agent did not answer in time")
@@ -196,8 +201,8 @@ def run(sock_path: Path, argv, timeout: float = 60.0, stdin: bytes = None,
 def _wait_for_exit(sock_path: Path, argv, pid: int, timeout: float,
                    request_timeout: float) -> Result:
     """Looks at command `pid`'s status until it ends, a connection a look.
-    A look that finds the agent gone (the VM moves) waits for the new QEMU,
-    up to MOVE_GRACE_S."""
+    A look that finds the agent gone or silent (the VM moves) waits for the
+    new QEMU, up to MOVE_GRACE_S."""
     deadline = time.monotonic() + timeout + 15
     delay, longest = FREE_POLL_S
     gone_since = None
@@ -206,7 +211,7 @@ def _wait_for_exit(sock_path: Path, argv, pid: int, timeout: float,
             with Agent(sock_path, timeout=request_timeout) as agent:
                 result = _exited(agent, pid)
             gone_since = None
-        except AgentGone as e:
+        except AgentError as e:  # gone, or not answering while its VM stops to move
             gone_since = gone_since or time.monotonic()
             if time.monotonic() - gone_since > MOVE_GRACE_S:
                 raise AgentGone(f"{e}; the guest agent has been out of reach for "
