@@ -405,6 +405,49 @@ TEST_CASE("traffic both ways survives a move at ACK timeout 30 with the clock st
     CHECK(p.b.qpState() == PIB_QPS_RTS);
 }
 
+// A move that fails and whose cable the switch did not keep: the link
+// comes back as a new one (the port DOWN, then INIT), and what was in
+// flight is lost as in a move. Once the SM makes the port ACTIVE again,
+// both ends' traffic goes on at once, at ACK timeout 30.
+TEST_CASE("a failed move whose link came back new resends once the port is ACTIVE",
+          "[object-state]") {
+    constexpr uint32_t kLength = 16 << 10;
+    Pair p(PIB_QPT_RC, {.timeout = 30, .retryCnt = 7});
+    const uint64_t aSrc = p.a.host.allocRandom(kLength, 3), bDst = p.b.host.alloc(kLength);
+    const uint64_t bSrc = p.b.host.allocRandom(kLength, 4), aDst = p.a.host.alloc(kLength);
+    p.a.postSend(1,
+                 {.opcode = PIB_WR_RDMA_WRITE, .local = aSrc, .length = kLength, .remote = bDst});
+    p.b.postSend(1,
+                 {.opcode = PIB_WR_RDMA_WRITE, .local = bSrc, .length = kLength, .remote = aDst});
+    p.wire.filter = [](bool, iba::Packet &) { return false; }; // on the wire as a's VM stopped
+    p.wire.run();
+    p.wire.filter = nullptr;
+    pib_core_moving(p.a.host.core);
+    pib_core_move_failed(p.a.host.core);
+    pib_core_port_connected(p.a.host.core, 1, 0); // the cable went, and a new one came
+    pib_core_port_connected(p.a.host.core, 1, 1);
+    p.a.host.switchHello(); // a new link: the switch kept nothing
+    p.wire.run();
+    CHECK(p.a.poll().empty()); // nothing yet: the port is not ACTIVE
+    for (uint8_t state : {PIB_PORT_ARMED, PIB_PORT_ACTIVE})
+        p.a.portInfoSet([&](iba::Mad &m) {
+            m.set16(64 + 16, p.a.lid);
+            m.set8(64 + 32, state);
+            m.set8(64 + 36, 5 << 4);
+        });
+    const uint64_t before = p.a.host.now;
+    for (int round = 0; round < 20; ++round)
+        p.wire.run();
+    CHECK(p.a.host.now == before); // no time passed: no timer resent anything
+    const auto aDone = p.a.poll(), bDone = p.b.poll();
+    REQUIRE(aDone.size() == 1);
+    REQUIRE(bDone.size() == 1);
+    CHECK(aDone[0].status == PIB_WC_SUCCESS);
+    CHECK(bDone[0].status == PIB_WC_SUCCESS);
+    CHECK(sameBytes(p.a, aSrc, p.b, bDst, kLength));
+    CHECK(sameBytes(p.b, bSrc, p.a, aDst, kLength));
+}
+
 // The requester moves while it waits: for the RNR NAK's delay (no receive
 // was posted), or for the ACK of a SEND whose packets the wire lost (its
 // retransmission timer armed). Either way the SEND completes whole.
@@ -541,7 +584,14 @@ TEST_CASE("a loaded responder's READ remembered in another PD is refused", "[obj
     REQUIRE(otherPd != p.b.pd);
     constexpr uint32_t kLength = 4096;
     const uint64_t src = p.b.host.allocRandom(kLength, 5), dst = p.a.host.alloc(kLength);
-    p.a.postSend(1, {.opcode = PIB_WR_RDMA_READ, .local = dst, .length = kLength, .remote = src});
+    // A fetch-and-add first: its remembered answer names no PD, and loads.
+    p.a.postSend(1, {.opcode = PIB_WR_ATOMIC_FETCH_AND_ADD,
+                     .local = p.a.host.alloc(8),
+                     .length = 8,
+                     .remote = p.b.host.alloc(8),
+                     .swapAdd = 1});
+    REQUIRE(completionOf(p, p.a).status == PIB_WC_SUCCESS);
+    p.a.postSend(2, {.opcode = PIB_WR_RDMA_READ, .local = dst, .length = kLength, .remote = src});
     REQUIRE(completionOf(p, p.a).status == PIB_WC_SUCCESS);
     const std::vector<uint8_t> state = saved(p.b.host);
     // The READ's replay entry: its address, R_Key and length, then its PD.

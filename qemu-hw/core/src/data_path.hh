@@ -96,6 +96,7 @@ class DataPath final : public SubnetSender, public ScheduledEngine, QpErrorFlow 
     MemoryKeys &keys() { return keys_; }
     // From SubnetSender: a MAD the port's agents send from QP0.
     void sendSubnetPacket(unsigned port, iba::Packet &packet) override;
+    void portActive(unsigned port) override;
     // From ScheduledEngine: postponed work goes on, a looped-back packet
     // arrives.
     void resume(QueuePair &qp) override;

@@ -132,6 +132,9 @@ void Device::linkEvent(unsigned port, Link::Event e) {
 void Device::moving() {
     for (auto &link : links_)
         link->moving();
+    for (unsigned port = 1; port <= links_.size(); ++port)
+        if (PortState *p = ports_.find(port))
+            p->moved = true;
 }
 
 void Device::moveFailed() {

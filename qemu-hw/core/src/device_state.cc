@@ -99,8 +99,11 @@ void Device::loadState(StateReader &r) {
     r.leaveSection("the links");
     front_->load(r);
     for (size_t i = 0; r.ok() && i < links_.size(); ++i)
-        if (resumes[i])
+        if (resumes[i]) {
             links_[i]->resumeOnNextCable();
+            if (PortState *p = ports_.find(static_cast<unsigned>(i + 1)))
+                p->moved = true;
+        }
     if (r.ok() && !r.atEnd())
         r.fail("bytes after the device's state");
     if (r.ok() && fatal) { // as it was: no second DEVICE_FATAL event

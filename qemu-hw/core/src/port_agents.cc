@@ -222,8 +222,10 @@ uint16_t PortAgents::setPortInfo(unsigned number, Mad &mad) {
         events_.postAsyncEvent(PIB_ASYNC_GID_CHANGE, number);
     if (reregister)
         events_.postAsyncEvent(PIB_ASYNC_CLIENT_REREGISTER, number);
-    if (toActive)
+    if (toActive) {
         events_.postAsyncEvent(PIB_ASYNC_PORT_ACTIVE, number);
+        sender_.portActive(number);
+    }
     trace::sma_port_info(host_, number, i.lid, i.sm_lid, i.state, i.active_mtu);
     return iba::kStatusOk;
 }

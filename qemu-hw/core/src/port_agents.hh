@@ -20,10 +20,14 @@
 namespace pib {
 
 // How the agents reach the fabric: a packet from the port's QP0 (the data
-// path sends it). The agents need nothing else of the data path.
+// path sends it); and what they tell the data path: the port is ACTIVE
+// again.
 class SubnetSender {
   public:
     virtual void sendSubnetPacket(unsigned port, iba::Packet &packet) = 0;
+    // The port became ACTIVE again: what its QPs had in flight while it
+    // was not went nowhere (DataPath::linkResumed says so at once).
+    virtual void portActive(unsigned port) = 0;
 
   protected:
     ~SubnetSender() = default;

@@ -39,6 +39,11 @@ struct PortState {
     // the port wait here until it has room (scheduler.cc).
     bool txFull = false;
     std::deque<uint32_t> waiting;
+    // Its device moved, or tried to, since the port last became ACTIVE:
+    // when the link resumes, and when the port is ACTIVE again on a new
+    // link (a failed move's cable the switch did not keep), its QPs say
+    // what was lost (DataPath::linkResumed).
+    bool moved = false;
 };
 
 class Ports {

@@ -179,7 +179,8 @@ const char *DataPath::badResponderPds(const QueuePair &qp, const ResponderState 
     }
     for (const ReplayEntry &e : s.replay) {
         const auto pd = pdThrough(e.xrcSrqn);
-        if (!pd || e.pdn != *pd)
+        // An atomic is answered from the value it saved: it names no PD.
+        if (!pd || (!e.atomic && e.pdn != *pd))
             return "a READ or atomic remembered in a PD its request was not checked in";
     }
     return nullptr;
@@ -268,6 +269,15 @@ void DataPath::resumeLoaded(QueuePair &qp) {
 // its requester sends again from the oldest PSN not answered, and its
 // responder acknowledges what it took and NAKs the next PSN (a sequence
 // error), on which the peer's requester resends from there at once.
+// A port of a device that moved (or tried) came back ACTIVE on a link the
+// switch did not keep: what was in flight is as lost as on a resumed link.
+void DataPath::portActive(unsigned port) {
+    if (PortState *p = ports_.find(port); p && p->moved) {
+        p->moved = false;
+        linkResumed(port);
+    }
+}
+
 void DataPath::linkResumed(unsigned port) {
     const auto resume = [&](QueuePair &qp) {
         const uint8_t state = qp.attr.qp_state;
