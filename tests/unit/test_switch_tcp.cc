@@ -648,6 +648,17 @@ TEST_CASE("a ring offer the switch cannot trust is refused, and packets stay on 
     CHECK(isNodeInfoAnswer(answer->payload));
 }
 
+// Whether the switch closed `cable` within 2 s: its stream ends.
+bool switchClosed(const Fd &cable) {
+    if (!readable(cable.get(), 2000ms))
+        return false;
+    uint8_t buf[256];
+    ssize_t n;
+    while ((n = recv(cable.get(), buf, sizeof(buf), MSG_DONTWAIT)) > 0) {
+    }
+    return n == 0;
+}
+
 // Issue 57's defects 2 and 5: a ring peer holds the other end of the
 // doorbell line (and, as here, may keep the switch's end too: the flags
 // are the description's). It makes the switch's end blocking, fills the
@@ -716,13 +727,7 @@ TEST_CASE("a ring peer that hangs up its doorbell line loses its link", "[switch
     REQUIRE(offer(cable, rings.fds()) == PIB_WIRE_RINGS_ACCEPTED);
     rings.bell = Fd();
     rings.switchEnd = Fd();
-    // The switch closes the cable: the stream ends.
-    REQUIRE(readable(cable.get(), 2000ms));
-    uint8_t buf[256];
-    ssize_t n;
-    while ((n = recv(cable.get(), buf, sizeof(buf), MSG_DONTWAIT)) > 0) {
-    }
-    CHECK(n == 0);
+    CHECK(switchClosed(cable));
 }
 
 TEST_CASE("a device that breaks its ring loses its link, and nothing else", "[switch-rings]") {
@@ -734,13 +739,7 @@ TEST_CASE("a device that breaks its ring loses its link, and nothing else", "[sw
     REQUIRE(offer(cable, rings.fds()) == PIB_WIRE_RINGS_ACCEPTED);
     rings.memory->ctrl(0)->produced = kRingSize + 1; // more than the ring holds
     wire::ringDoorbell(rings.bell.get());
-    // The switch closes the cable: the stream ends.
-    REQUIRE(readable(cable.get(), 2000ms));
-    uint8_t buf[256];
-    ssize_t n;
-    while ((n = recv(cable.get(), buf, sizeof(buf), MSG_DONTWAIT)) > 0) {
-    }
-    CHECK(n == 0);
+    CHECK(switchClosed(cable));
     // The port takes a new cable.
     Fd again = deviceCable(dir.file("port1.sock"));
 }
