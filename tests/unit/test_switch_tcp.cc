@@ -719,29 +719,19 @@ TEST_CASE("a ring peer's doorbell line stalls the switch for no other port", "[s
 }
 
 TEST_CASE("a ring peer that hangs up its doorbell line loses its link", "[switch-rings]") {
-    TempDir dir;
-    RunningSwitch sw({{}, {PortEndpoint::Kind::kUnixListen, dir.file("port1.sock")}},
-                     dir.file("control.sock"));
-    Fd cable = deviceCable(dir.file("port1.sock"));
-    OfferedRings rings;
-    REQUIRE(offer(cable, rings.fds()) == PIB_WIRE_RINGS_ACCEPTED);
-    rings.bell = Fd();
-    rings.switchEnd = Fd();
-    CHECK(switchClosed(cable));
+    RingCabledDevice d;
+    d.rings.bell = Fd();
+    d.rings.switchEnd = Fd();
+    CHECK(switchClosed(d.cable));
 }
 
 TEST_CASE("a device that breaks its ring loses its link, and nothing else", "[switch-rings]") {
-    TempDir dir;
-    RunningSwitch sw({{}, {PortEndpoint::Kind::kUnixListen, dir.file("port1.sock")}},
-                     dir.file("control.sock"));
-    Fd cable = deviceCable(dir.file("port1.sock"));
-    OfferedRings rings;
-    REQUIRE(offer(cable, rings.fds()) == PIB_WIRE_RINGS_ACCEPTED);
-    rings.memory->ctrl(0)->produced = kRingSize + 1; // more than the ring holds
-    wire::ringDoorbell(rings.bell.get());
-    CHECK(switchClosed(cable));
+    RingCabledDevice d;
+    d.rings.memory->ctrl(0)->produced = kRingSize + 1; // more than the ring holds
+    wire::ringDoorbell(d.rings.bell.get());
+    CHECK(switchClosed(d.cable));
     // The port takes a new cable.
-    Fd again = deviceCable(dir.file("port1.sock"));
+    Fd again = deviceCable(d.dir.file("port1.sock"));
 }
 
 TEST_CASE("a switch that dials another's UNIX socket offers it a ring cable", "[switch-rings]") {
