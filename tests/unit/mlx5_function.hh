@@ -417,6 +417,17 @@ class Mlx5Function {
         }
         return got;
     }
+    // Rings `first8` (a send WQE's, as writeSend or postWqe return it) on
+    // the function's UAR page and takes the one CQE it makes: its opcode
+    // (the top nibble of byte 0x3f) and syndrome; nothing when not exactly
+    // one came.
+    std::optional<std::pair<uint8_t, uint8_t>> completeOne(uint64_t first8, uint32_t *next) {
+        blueFlame(first8, uar);
+        const auto done = completions(next, 1);
+        if (done.size() != 1)
+            return std::nullopt;
+        return std::pair{static_cast<uint8_t>(done[0][0x3f] >> 4), done[0][0x37]};
+    }
 
     Mlx5Host &host;
     uint32_t uar = 0, eqn = 0, cqn = 0, pd = 0, lkey = 0;

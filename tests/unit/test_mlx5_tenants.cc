@@ -52,24 +52,22 @@ struct Tenants : pib::testing::OwnedMlx5Host, Mlx5Function {
     }
     // Posts `wqe` on `qp`: its CQE's opcode and syndrome.
     std::pair<uint8_t, uint8_t> post(Qp &qp, std::vector<uint8_t> wqe) {
-        blueFlame(postWqe(qp, std::move(wqe)), uar);
-        const auto done = completions(&next, 1);
-        REQUIRE(done.size() == 1);
-        return {static_cast<uint8_t>(done[0][0x3f] >> 4), done[0][0x37]};
+        const auto done = completeOne(postWqe(qp, std::move(wqe)), &next);
+        REQUIRE(done);
+        return *done;
     }
     // An RDMA READ of `length` bytes at `remote` through `rkey` into
     // `local`: whether it completed without error.
     bool read(Qp &qp, uint64_t local, uint32_t length, uint64_t remote, uint32_t rkey) {
-        blueFlame(writeSend(qp, false,
-                            {.opcode = kRdmaRead,
-                             .addr = local,
-                             .length = length,
-                             .remoteAddr = remote,
-                             .rkey = rkey}),
-                  uar);
-        const auto done = completions(&next, 1);
-        REQUIRE(done.size() == 1);
-        return done[0][0x3f] >> 4 == 0x0;
+        const auto done = completeOne(writeSend(qp, false,
+                                                {.opcode = kRdmaRead,
+                                                 .addr = local,
+                                                 .length = length,
+                                                 .remoteAddr = remote,
+                                                 .rkey = rkey}),
+                                      &next);
+        REQUIRE(done);
+        return done->first == 0x0;
     }
     // A SEND with Invalidate of `rkey` (the peer has a receive posted):
     // whether the requester's CQE and the peer's both came without error.

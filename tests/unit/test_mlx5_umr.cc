@@ -118,10 +118,9 @@ struct UmrFunction : pib::testing::OwnedMlx5Host, Mlx5Function {
     }
     // Posts `wqe` on `qp` and returns its CQE's opcode byte and syndrome.
     std::pair<uint8_t, uint8_t> run(Qp &qp, std::vector<uint8_t> wqe) {
-        blueFlame(postWqe(qp, std::move(wqe)), uar);
-        const auto done = completions(&next, 1);
-        REQUIRE(done.size() == 1);
-        return {static_cast<uint8_t>(done[0][0x3f] >> 4), done[0][0x37]};
+        const auto done = completeOne(postWqe(qp, std::move(wqe)), &next);
+        REQUIRE(done);
+        return *done;
     }
     // `bytes` random bytes WRITTEN through `key` at `at` of its range
     // (which `pages` back) and READ back: whether both completed and the
@@ -130,16 +129,15 @@ struct UmrFunction : pib::testing::OwnedMlx5Host, Mlx5Function {
                           uint32_t bytes);
     std::pair<uint8_t, uint8_t> rdma(Qp &qp, uint8_t opcode, uint64_t local, uint32_t length,
                                      uint64_t remote, uint32_t rkey) {
-        blueFlame(writeSend(qp, false,
-                            {.opcode = opcode,
-                             .addr = local,
-                             .length = length,
-                             .remoteAddr = remote,
-                             .rkey = rkey}),
-                  uar);
-        const auto done = completions(&next, 1);
-        REQUIRE(done.size() == 1);
-        return {static_cast<uint8_t>(done[0][0x3f] >> 4), done[0][0x37]};
+        const auto done = completeOne(writeSend(qp, false,
+                                                {.opcode = opcode,
+                                                 .addr = local,
+                                                 .length = length,
+                                                 .remoteAddr = remote,
+                                                 .rkey = rkey}),
+                                      &next);
+        REQUIRE(done);
+        return *done;
     }
 
     uint32_t umrPd = 0;
