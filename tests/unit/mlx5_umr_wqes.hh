@@ -71,34 +71,58 @@ inline std::vector<uint8_t> registration(uint32_t key, uint64_t iova, uint64_t l
     return wqe;
 }
 
-// A WQE of the driver's UMR QP as mlx5r_umr_update_mr_pas writes the
-// last of a user region's loads: free key `key` (of the MR cache) takes
-// `pages` (4 KiB each, inline) from `iova` for `length` bytes, all
-// rights, PD `pdn`, and is enabled; the key must have been free.
-inline std::vector<uint8_t> cacheLoad(uint32_t key, uint32_t pdn, uint64_t iova, uint64_t length,
-                                      const std::vector<uint64_t> &pages) {
+// The control, UMR control and key segments (128 bytes) of a WQE of the
+// driver's UMR QP, as mlx5r_umr_post_send writes them: `flags` (with the
+// offset flag when `offset`, in entries, is not 0), the mask `fields`,
+// `entries` translation entries to follow, and the key segment's free
+// bit, all rights, PD `pdn` and range from `iova` for `length` bytes of
+// 4 KiB pages.
+inline std::vector<uint8_t> umrQpSegments(uint32_t key, uint8_t flags, uint64_t fields, bool free,
+                                          uint32_t pdn, uint64_t iova, uint64_t length,
+                                          size_t entries, uint64_t offset = 0) {
     std::vector<uint8_t> wqe(128);
     wqe[3] = 0x25;
     writeBe32(&wqe[12], key);
     uint8_t *c = &wqe[16];
-    c[0] = 0x80 | 1u << 5; // inline; fail unless free
-    writeBe16(c + 4, static_cast<uint16_t>((pages.size() + 1) / 2));
-    // range, PD, key, the rights, free (MLX5_MKEY_MASK_*)
-    writeBe64(c + 8, (1u << 0) | (1u << 1) | (1u << 6) | (1u << 7) | (1u << 13) | (0x1fu << 17) |
-                         (1u << 29));
+    c[0] = flags | (offset ? 0x10 : 0);
+    writeBe16(c + 4, static_cast<uint16_t>(entries / 2));
+    writeBe16(c + 6, static_cast<uint16_t>(offset / 2));
+    writeBe64(c + 8, fields);
+    writeBe32(c + 16, static_cast<uint32_t>(offset / 2 >> 16));
     uint8_t *k = &wqe[64];
+    k[0] = free ? 0x40 : 0;
     k[2] = (1u << 2) | (1u << 3) | (1u << 4) | (1u << 5) | (1u << 6); // lr lw rr rw a
     writeBe32(k + 4, 0xffffff00u | (key & 0xff));
     writeBe32(k + 12, pdn);
     writeBe64(k + 16, iova);
     writeBe64(k + 24, length);
     k[59] = 12;
-    std::vector<uint64_t> entries = pages;
-    entries.resize((entries.size() + 1) / 2 * 2);
-    for (uint64_t entry : entries) {
-        wqe.resize(wqe.size() + 8);
-        writeBe64(&wqe[wqe.size() - 8], entry ? entry | 0x3 : 0);
-    }
+    return wqe;
+}
+
+// Translation entries as a UMR carries them: big-endian, read and write
+// enabled where present.
+inline std::vector<uint8_t> mttEntries(const std::vector<uint64_t> &pages) {
+    std::vector<uint8_t> bytes(8 * pages.size());
+    for (size_t i = 0; i < pages.size(); ++i)
+        writeBe64(&bytes[8 * i], pages[i] ? pages[i] | 0x3 : 0);
+    return bytes;
+}
+
+// A WQE of the driver's UMR QP as mlx5r_umr_update_mr_pas writes the
+// last of a user region's loads: free key `key` (of the MR cache) takes
+// `pages` (4 KiB each, inline) from `iova` for `length` bytes, all
+// rights, PD `pdn`, and is enabled; the key must have been free.
+inline std::vector<uint8_t> cacheLoad(uint32_t key, uint32_t pdn, uint64_t iova, uint64_t length,
+                                      std::vector<uint64_t> pages) {
+    pages.resize((pages.size() + 1) / 2 * 2);
+    // range, PD, key, the rights, free (MLX5_MKEY_MASK_*)
+    const uint64_t fields =
+        (1u << 0) | (1u << 1) | (1u << 6) | (1u << 7) | (1u << 13) | (0x1fu << 17) | (1u << 29);
+    std::vector<uint8_t> wqe = umrQpSegments(key, 0x80 | 1u << 5, // inline; fail unless free
+                                             fields, false, pdn, iova, length, pages.size());
+    const std::vector<uint8_t> entries = mttEntries(pages);
+    wqe.insert(wqe.end(), entries.begin(), entries.end());
     return wqe;
 }
 

@@ -13,6 +13,7 @@
 
 #include "mlx5_checks.hh"
 #include "mlx5_function.hh"
+#include "mlx5_umr_wqes.hh"
 
 using namespace pib;
 using namespace pib::mlx5;
@@ -20,6 +21,7 @@ using namespace pib::mlx5;
 namespace {
 
 using namespace pib::testing::mlx5qp;
+namespace mlx5umr = pib::testing::mlx5umr;
 using pib::testing::Mlx5Function;
 constexpr uint8_t kRegUmr = 0xc;
 constexpr uint64_t kIova = 0x7f1200000000;
@@ -32,7 +34,7 @@ constexpr uint64_t kKey = 1u << 13;
 constexpr uint64_t kRights = 0x1fu << 17; // lr lw rr rw a
 constexpr uint64_t kFree = 1u << 29;
 } // namespace mask
-constexpr uint8_t kInline = 0x80, kOffset = 0x10, kMustBeFree = 1u << 5, kMustBeInUse = 2u << 5;
+constexpr uint8_t kInline = 0x80, kMustBeFree = 1u << 5, kMustBeInUse = 2u << 5;
 
 struct UmrFunction : pib::testing::OwnedMlx5Host, Mlx5Function {
     UmrFunction() : Mlx5Function(owned) {
@@ -84,26 +86,9 @@ struct UmrFunction : pib::testing::OwnedMlx5Host, Mlx5Function {
     std::vector<uint8_t> umr(uint32_t key, uint8_t flags, uint64_t fields, bool free, uint32_t pdn,
                              uint64_t length, const std::vector<uint64_t> &entries,
                              uint64_t offset = 0) {
-        std::vector<uint8_t> wqe(128);
-        wqe[3] = 0x25;
-        writeBe32(&wqe[12], key);
-        uint8_t *c = &wqe[16];
-        c[0] = flags | (offset ? kOffset : 0);
-        writeBe16(c + 4, static_cast<uint16_t>(entries.size() / 2));
-        writeBe16(c + 6, static_cast<uint16_t>(offset / 2));
-        writeBe64(c + 8, fields);
-        writeBe32(c + 16, static_cast<uint32_t>(offset / 2 >> 16));
-        uint8_t *k = &wqe[64];
-        k[0] = free ? 0x40 : 0;
-        k[2] = (1u << 2) | (1u << 3) | (1u << 4) | (1u << 5) | (1u << 6); // lr lw rr rw a
-        writeBe32(k + 4, 0xffffff00u | (key & 0xff));
-        writeBe32(k + 12, pdn);
-        writeBe64(k + 16, kIova);
-        writeBe64(k + 24, length);
-        k[59] = 12;
-        std::vector<uint8_t> bytes(8 * entries.size());
-        for (size_t i = 0; i < entries.size(); ++i)
-            writeBe64(&bytes[8 * i], entries[i] ? entries[i] | 0x3 : 0); // present
+        std::vector<uint8_t> wqe = mlx5umr::umrQpSegments(key, flags, fields, free, pdn, kIova,
+                                                          length, entries.size(), offset);
+        const std::vector<uint8_t> bytes = mlx5umr::mttEntries(entries);
         if (flags & kInline) {
             wqe.insert(wqe.end(), bytes.begin(), bytes.end());
         } else if (!entries.empty()) {
