@@ -428,6 +428,20 @@ class Mlx5Function {
             return std::nullopt;
         return std::pair{static_cast<uint8_t>(done[0][0x3f] >> 4), done[0][0x37]};
     }
+    // An RDMA operation (`opcode`) of `length` bytes between `local` (the
+    // function's key) and `remote` through `rkey`, rung and completed:
+    // its CQE's opcode and syndrome (completeOne).
+    std::optional<std::pair<uint8_t, uint8_t>> rdmaOne(Qp &qp, uint8_t opcode, uint64_t local,
+                                                       uint32_t length, uint64_t remote,
+                                                       uint32_t rkey, uint32_t *next) {
+        return completeOne(writeSend(qp, false,
+                                     {.opcode = opcode,
+                                      .addr = local,
+                                      .length = length,
+                                      .remoteAddr = remote,
+                                      .rkey = rkey}),
+                           next);
+    }
 
     Mlx5Host &host;
     uint32_t uar = 0, eqn = 0, cqn = 0, pd = 0, lkey = 0;

@@ -59,13 +59,7 @@ struct Tenants : pib::testing::OwnedMlx5Host, Mlx5Function {
     // An RDMA READ of `length` bytes at `remote` through `rkey` into
     // `local`: whether it completed without error.
     bool read(Qp &qp, uint64_t local, uint32_t length, uint64_t remote, uint32_t rkey) {
-        const auto done = completeOne(writeSend(qp, false,
-                                                {.opcode = kRdmaRead,
-                                                 .addr = local,
-                                                 .length = length,
-                                                 .remoteAddr = remote,
-                                                 .rkey = rkey}),
-                                      &next);
+        const auto done = rdmaOne(qp, kRdmaRead, local, length, remote, rkey, &next);
         REQUIRE(done);
         return done->first == 0x0;
     }

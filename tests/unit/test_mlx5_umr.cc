@@ -114,13 +114,7 @@ struct UmrFunction : pib::testing::OwnedMlx5Host, Mlx5Function {
                           uint32_t bytes);
     std::pair<uint8_t, uint8_t> rdma(Qp &qp, uint8_t opcode, uint64_t local, uint32_t length,
                                      uint64_t remote, uint32_t rkey) {
-        const auto done = completeOne(writeSend(qp, false,
-                                                {.opcode = opcode,
-                                                 .addr = local,
-                                                 .length = length,
-                                                 .remoteAddr = remote,
-                                                 .rkey = rkey}),
-                                      &next);
+        const auto done = rdmaOne(qp, opcode, local, length, remote, rkey, &next);
         REQUIRE(done);
         return *done;
     }
