@@ -13,8 +13,8 @@ import re
 import pyverbs_runs
 from pibctl import qmp
 from pibctl.hpc import ucx_perftest
-from pibctl.pairs import (PERFTEST, ipoib_up, output_contains, perftest_last_row,
-                          rdma_cm_listening, run_pair)
+from pibctl.pairs import (PERFTEST, ipoib_up, output_contains, perftest, perftest_figure,
+                          perftest_shown, rdma_cm_listening, run_pair)
 from transfers import traffic
 
 ONLY_ON_TOPOLOGY = "connectx.topo"
@@ -173,20 +173,16 @@ def test_perftest(ctx):
     for prog, args, kind in PERFTEST:
         cells = []
         for server, client in PERFTEST_PAIRS:
-            argv = [prog, *args, "-p", "18602"]
+            argv = perftest(prog, *args, "-p", "18602")
             result, server_out, rc = run_pair(ctx, argv, argv, port=18602, server_vm=server,
                                               client_vm=client)
             _check(argv, result, server_out, rc)
-            row = perftest_last_row(result.out)
-            assert row, result.out
-            value = float(row[3] if kind == "bw" else row[4])
-            assert value > 0, result.out
-            cells.append(value)
+            cells.append(perftest_figure(result, kind))
         rows.append((prog, kind, cells))
     print(f"{'':14} " + " ".join(f"{_name(s, c):>28}" for s, c in PERFTEST_PAIRS))
     for prog, kind, cells in rows:
         unit = "MiB/s" if kind == "bw" else "us"
-        print(f"{prog:<14} " + " ".join(f"{v:>22.2f} {unit:>5}" for v in cells))
+        print(f"{prog:<14} " + " ".join(f"{perftest_shown(v, unit):>28}" for v in cells))
 
 
 # The responder's Q counters (docs/mlx5.md §4.6; pib-hca's QUERY_COUNTERS

@@ -4,7 +4,7 @@ Each prints its numbers; the tests assert that every byte arrived."""
 
 import re
 
-from pibctl.pairs import PERFTEST, perftest_last_row, run_pair
+from pibctl.pairs import PERFTEST, perftest, perftest_figure, perftest_shown, run_pair
 
 # The pingpongs use a 1024-byte path MTU by default: 4096 bytes is four
 # packets and 65536 sixty-four.
@@ -86,19 +86,14 @@ def test_rdma_core_65_loads_its_own_provider_build(ctx):
 
 def test_perftest_between_vms(ctx):
     for prog, args, kind in PERFTEST:
-        argv = [prog, *args, "-p", "18520"]
+        argv = perftest(prog, *args, "-p", "18520")
         client, server_out, rc = run_pair(ctx, argv, argv, port=18520)
         assert client.exitcode == 0 and rc == "0", (
             f"{' '.join(argv)}: client {client.exitcode}, server {rc}\n"
             f"client:\n{client.out}{client.err}\nserver:\n{server_out}")
-        row = perftest_last_row(client.out)
-        assert row, client.out
-        if kind == "bw":  # bytes, iterations, peak MiB/s, average MiB/s, Mpps
-            assert float(row[3]) > 0, client.out
-            print(f"{prog:<14} {row[0]:>6} B: {row[3]:>8} MiB/s average")
-        else:  # bytes, iterations, min, max, typical, average ... (usec)
-            assert float(row[4]) > 0, client.out
-            print(f"{prog:<14} {row[0]:>6} B: {row[4]:>8} us typical")
+        value = perftest_figure(client, kind)
+        what = "MiB/s average" if kind == "bw" else "us typical"
+        print(f"{prog:<14} {perftest_shown(value, what)}")
 
 
 def test_no_system_call_per_message(ctx):

@@ -4,17 +4,22 @@ over QP1, data over the provider. rping with data verification, ucmatose
 (RC), udaddy (UD), mckey (a multicast group joined through the SA) and
 perftest with -R."""
 
-from pibctl.pairs import (ipoib_up, output_contains, perftest_last_row, rdma_cm_listening,
-                          run_pair)
+from pibctl.pairs import (ipoib_up, output_contains, perftest, perftest_figure, perftest_shown,
+                          rdma_cm_listening, run_pair)
 
 
-def _pair(ctx, server, client, port, **kw):
+def _pair_result(ctx, server, client, port, **kw):
     ipoib_up(ctx)  # earlier tests may have reloaded the driver
     client_result, server_out, rc = run_pair(ctx, server, client, port=port, **kw)
     assert client_result.exitcode == 0 and rc == "0", (
         f"{' '.join(client)}: client {client_result.exitcode}, server {rc}\n"
         f"client:\n{client_result.out[-3000:]}{client_result.err[-2000:]}\n"
         f"server:\n{server_out[-3000:]}")
+    return client_result, server_out
+
+
+def _pair(ctx, server, client, port, **kw):
+    client_result, server_out = _pair_result(ctx, server, client, port, **kw)
     return client_result.out, server_out
 
 
@@ -70,11 +75,9 @@ def test_perftest_connects_with_rdma_cm(ctx):
     # A port per program: the last server's listening ID may outlive it
     # for a moment, and would make the next one look ready too early.
     for port, (prog, kind) in enumerate(PERFTEST, start=18575):
-        argv = [prog, "-R", "-p", str(port), "-n", "100", "-s", "65536" if kind == "bw" else "8"]
-        client, _ = _pair(ctx, argv, argv, port, ready=rdma_cm_listening(port),
-                          address="vm2-ib")
-        row = perftest_last_row(client)
-        assert row, client
-        value = row[3] if kind == "bw" else row[4]
-        assert float(value) > 0, client
-        print(f"{prog} -R: {value} {'MiB/s average' if kind == 'bw' else 'us typical'}")
+        argv = perftest(prog, "-R", "-p", str(port), "-n", "100",
+                        "-s", "65536" if kind == "bw" else "8")
+        client, _ = _pair_result(ctx, argv, argv, port, ready=rdma_cm_listening(port),
+                                 address="vm2-ib")
+        what = "MiB/s average" if kind == "bw" else "us typical"
+        print(f"{prog} -R: {perftest_shown(perftest_figure(client, kind), what)}")

@@ -22,7 +22,7 @@ import subprocess
 
 from pibctl import bench_summary, fabric, fabric_bench, hpc, paths, setup, ui
 
-from pibctl.pairs import GuestShell, perftest_last_row, run_pair
+from pibctl.pairs import PERFTEST_UNCALIBRATED, GuestShell, perftest, perftest_last_row, run_pair
 
 # (program, message size, what to report)
 PERFTEST = [
@@ -106,9 +106,8 @@ def measure(ctx, prog, size, kind, device, extra, server_vm="vm2", client_vm="vm
             iterations=None):
     """One perftest row, client_vm to server_vm, on `device` (None: each
     guest's only HCA): (MiB/s, messages/s) or (us, None); None if it failed."""
-    argv = [prog, *(["-d", device] if device else []),
-            "-n", str(iterations or ITERATIONS[kind]),
-            "-p", str(PORT), *extra]
+    argv = perftest(prog, *(["-d", device] if device else []),
+                    "-n", str(iterations or ITERATIONS[kind]), "-p", str(PORT), *extra)
     if not prog.startswith("ib_atomic"):
         argv += ["-s", str(size)]
     client, server_out, rc = run_pair(ctx, argv, argv, port=PORT, timeout=180,
@@ -119,6 +118,10 @@ def measure(ctx, prog, size, kind, device, extra, server_vm="vm2", client_vm="vm
         return None
     row = perftest_last_row(client.out)
     if not row:
+        return None
+    if PERFTEST_UNCALIBRATED in client.err:
+        ui.warn(f"{' '.join(argv)}: perftest could not learn its clock's rate, "
+                f"no figures: {client.err.strip()[-300:]}")
         return None
     if kind == "bw":  # bytes, iterations, peak MiB/s, average MiB/s, Mpps
         return float(row[3]), float(row[4]) * 1e6

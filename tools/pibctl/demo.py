@@ -5,7 +5,7 @@ import json
 import time
 
 from pibctl import fabric, paths, setup, ui
-from pibctl.pairs import GuestShell, ipoib_up, rdma_cm_listening, run_pair
+from pibctl.pairs import GuestShell, ipoib_up, perftest, rdma_cm_listening, run_pair
 
 
 def _show(vm: str, argv, title: str) -> str:
@@ -75,7 +75,7 @@ def run(vms: int = 2, accel: str = "tcg") -> int:
     _pair(fab, "9. RC SEND/RECV from user space: ibv_rc_pingpong, 64 KiB messages (64 packets each)",
           ["ibv_rc_pingpong", "-s", "65536", "-n", "100", "-p", "18560"], 18560)
     _pair(fab, "10. RDMA WRITE bandwidth: ib_write_bw, 64 KiB",
-          ["ib_write_bw", "-d", "pib_0", "-s", "65536", "-n", "200", "-p", "18561"], 18561)
+          perftest("ib_write_bw", "-d", "pib_0", "-s", "65536", "-n", "200", "-p", "18561"), 18561)
     if len(fab.vms) > 1:
         ipoib_up(GuestShell(), [vm.name for vm in fab.vms[:2]])
         # The first datagrams wait for ARP and the path record; IPoIB
