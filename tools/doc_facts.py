@@ -3,8 +3,11 @@
 
 The component table of docs/architecture.md ends each row with the lines
 of the files it names (qemu-hw/core/src; `x.*` and `a*.{hh,cc}` are
-globs). Without arguments this rewrites those numbers; with --check it
-fails when one is out of date (`./pib test` runs the check).
+globs). docs/migration.md names the device state's format version
+(kStateVersion in device_state.cc), in its table and in the refusals it
+quotes ("of version N; this device reads version M", M the current one).
+Without arguments this rewrites those numbers; with --check it fails
+when one is out of date (`./pib test` runs the check).
 """
 
 import argparse
@@ -16,6 +19,10 @@ ROOT = Path(__file__).resolve().parent.parent
 DOC = ROOT / "docs" / "architecture.md"
 CORE = ROOT / "qemu-hw" / "core" / "src"
 ROW = re.compile(r"^(\| [^|]+ \| )([^|]+)( \| [^|]+ \| )(\d+)( \|)$", re.M)
+MIGRATION = ROOT / "docs" / "migration.md"
+VERSION = re.compile(r"constexpr uint32_t kStateVersion = (\d+);")
+TABLE_VERSION = re.compile(r"(\| `PIBD` \| the format version \()(\d+)(\))")
+REFUSAL = re.compile(r"(of version )(\d+)(;\s+this device reads\s+version )(\d+)")
 
 
 def _expand(pattern: str) -> list:
@@ -38,18 +45,34 @@ def updated(text: str) -> str:
                    text)
 
 
+def state_version() -> int:
+    return int(VERSION.search((CORE / "device_state.cc").read_text()).group(1))
+
+
+def migration_updated(text: str) -> str:
+    """The versions in docs/migration.md: a refusal keeps how far its
+    stream's version is from the device's."""
+    version = state_version()
+    text = TABLE_VERSION.sub(lambda m: f"{m.group(1)}{version}{m.group(3)}", text)
+    return REFUSAL.sub(lambda m: f"{m.group(1)}{int(m.group(2)) - int(m.group(4)) + version}"
+                                 f"{m.group(3)}{version}", text)
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--check", action="store_true", help="fail if a fact is out of date")
     args = parser.parse_args()
-    text = DOC.read_text()
-    new = updated(text)
-    if args.check:
+    stale = []
+    for doc, update in ((DOC, updated), (MIGRATION, migration_updated)):
+        text = doc.read_text()
+        new = update(text)
         if new != text:
-            print("docs/architecture.md: the line counts are out of date; run tools/doc_facts.py")
-            return 1
-        return 0
-    DOC.write_text(new)
+            stale.append(doc.relative_to(ROOT))
+            if not args.check:
+                doc.write_text(new)
+    if args.check and stale:
+        print(f"{', '.join(map(str, stale))}: facts of the code out of date; run tools/doc_facts.py")
+        return 1
     return 0
 
 

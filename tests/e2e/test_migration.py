@@ -162,8 +162,9 @@ class _VersionRelay:
     as a QEMU whose device saves another version would send it. The new
     QEMU listens on `path` + ".relayed"; the old one is given `path`."""
 
-    def __init__(self, path: Path, version: int):
-        self.path, self.version, self.changed = path, version, 0
+    def __init__(self, path: Path, version: int, new_version: int):
+        self.path, self.version, self.changed = path, new_version, 0
+        self.header = re.compile(b"PIBD.{4}" + re.escape(version.to_bytes(4, "little")), re.S)
         self.listener = None
 
     def edit(self, command):
@@ -194,13 +195,12 @@ class _VersionRelay:
             back.join(30)
 
     def _pump(self, src, dst, rewrite):
-        header = re.compile(rb"PIBD.{4}\x02\x00\x00\x00", re.S)
         held = b""  # a header may be cut between two reads: its start waits
         try:
             while chunk := src.recv(1 << 20):
                 data = held + chunk
                 if rewrite and not self.changed:
-                    found = header.search(data)
+                    found = self.header.search(data)
                     if found:
                         at = found.start() + 8
                         data = data[:at] + self.version.to_bytes(4, "little") + data[at + 4:]
@@ -236,20 +236,21 @@ def _refused(ctx, edit):
 def test_migrations_the_destination_refuses_leave_the_guest_running(ctx):
     """Two new QEMUs refuse vm1 in the middle of its traffic: one without a
     pib-hca, and one whose pib-hca reads another state version (the
-    stream reaches it as a QEMU whose device saves version 3 would send
-    it). Each says why, and vm1 runs on in its old QEMU, its traffic
+    stream reaches it as a QEMU whose device saves the next version
+    would send it). Each says why, and vm1 runs on in its old QEMU, its traffic
     intact."""
     run = BackgroundTraffic(ctx, TRAFFIC, 18901)
     time.sleep(3)
     refusal = _refused(ctx, _without_the_hca)
     assert "pib-hca" in refusal, refusal  # the new QEMU names what it had no device for
-    relay = _VersionRelay(ctx.fabric.vm("vm1").path / "migration.sock", 3)
+    version = migrate.state_version()
+    relay = _VersionRelay(ctx.fabric.vm("vm1").path / "migration.sock", version, version + 1)
     try:
         refusal = _refused(ctx, relay.edit)
     finally:
         relay.close()
     assert relay.changed == 1, "the relay did not find the device state's version"
-    assert "of version 3; this device reads version 2" in refusal, refusal
+    assert f"of version {version + 1}; this device reads version {version}" in refusal, refusal
     # The refusals came in the middle of the traffic: what follows is the
     # resumed link's.
     assert run.running(), "the traffic ended before the refused migrations did"

@@ -574,10 +574,14 @@ struct QpWorld {
 // the process's PD: what the audit's attack starts from). It posts
 // anything on its QPs: any opcode (UMR among them), any L_Key and R_Key
 // (the kernel's too), any address, SEND with Invalidate of any key; it
-// moves its QPs to any peer, the kernel's QPs included, and posts
-// receives. The oracle, after every step: the secret page never
-// changes, its bytes never reach the process's pages, and the kernel's
-// keys stay as the kernel left them.
+// moves its QPs to any peer, the kernel's QPs included, posts receives,
+// and rings any doorbell on its own UAR page, for the kernel's QPs and
+// CQ too. Its QPs complete on a CQ of its own (on its own UAR page, its
+// events to an EQ of their own); the kernel's on the fixture's. The
+// oracle, after every step: the secret page never changes, its bytes
+// never reach the process's pages, the kernel's keys stay as the kernel
+// left them, and its CQ and EQ rings take no CQE or EQE (its QPs post
+// nothing after set-up, nothing arms its CQ).
 struct Tenants {
     explicit Tenants(Mlx5Host &host) : f(host) { f.dmaKeyRights = 0x3; }
 
@@ -598,6 +602,8 @@ struct Tenants {
         if (pd.status() != 0)
             return false;
         userPd = static_cast<uint32_t>(pd.get(qpc::kHeld));
+        if (!userQueues())
+            return false;
         for (Mlx5Function::Qp &qp : user)
             if (!userQp(qp))
                 return false;
@@ -610,6 +616,7 @@ struct Tenants {
         if (!umrQp || !f.toRts(umrQp->qpn))
             return false;
         Mlx5Function::Qp loader = *umrQp;
+        loaderQpn = loader.qpn;
         for (uint32_t &key : userKeys) {
             key = mlx5umr::freeKey(f, 2);
             f.blueFlame(f.postWqe(loader, mlx5umr::cacheLoad(key, userPd, kUserIova, 8192,
@@ -627,12 +634,13 @@ struct Tenants {
             std::any_of(done.begin(), done.end(), [](const uint8_t *c) { return c[0x3f] >> 4; }))
             return false;
         keysBefore = kernelKeys();
+        queuesBefore = kernelQueues();
         return !keysBefore.empty();
     }
 
     // One step of the process's, then the oracle.
     void step(FuzzedDataProvider &in) {
-        switch (in.ConsumeIntegralInRange<int>(0, 6)) {
+        switch (in.ConsumeIntegralInRange<int>(0, 7)) {
         case 0:
         case 1:
             post(in);
@@ -642,6 +650,9 @@ struct Tenants {
             break;
         case 6:
             attackChain(in);
+            break;
+        case 7:
+            doorbell(in);
             break;
         case 3: // to RTS again, with any peer: the other user QP, a kernel QP, any number
             connect(in);
@@ -654,7 +665,9 @@ struct Tenants {
             break;
         }
         f.host.runScheduled();
-        f.cqes(&cqNext);
+        f.cqesOf(userCqRing, userCqRecord, &userCqNext);
+        check(kernelQueues() == queuesBefore,
+              "a CQE or EQE of the process's reached the kernel's CQ or EQ");
         check(std::equal(secretBytes.begin(), secretBytes.end(), f.host.at(secret)),
               "the process changed the kernel's secret page");
         for (uint64_t page : own)
@@ -676,17 +689,41 @@ struct Tenants {
         }
         return all;
     }
+    // The kernel's CQ and EQ rings, every byte.
+    std::vector<uint8_t> kernelQueues() {
+        std::vector<uint8_t> bytes(f.host.at(f.cqRing),
+                                   f.host.at(f.cqRing) + (64u << Mlx5Function::kLogCq));
+        bytes.insert(bytes.end(), f.host.at(f.eqRing), f.host.at(f.eqRing) + (64u << kLogEq));
+        return bytes;
+    }
     void finish() { check(kernelKeys() == keysBefore, "the process changed a kernel key"); }
 
   private:
     static constexpr uint64_t kKernelIova = 0x7f5000000000, kUserIova = 0x7f6000000000;
     static constexpr uint8_t kRegUmr = 0xc;
+    static constexpr uint32_t kLogEq = 3; // the fixture's EQ: 8 EQEs
     static constexpr uint8_t kSendInvalidate = 0x01, kUmr = 0x25;
 
+    // The process's UAR page, and its CQ there, reporting to an EQ of its
+    // own (the kernel's EQ on the kernel's page, as mlx5_core makes them).
+    bool userQueues() {
+        userUar = f.host.allocUar();
+        auto r = f.host.run(f.host.eqInput(kLogEq, 0, 1, f.uar, &userEqRing), 16);
+        if (r.status() != 0)
+            return false;
+        const auto eqn = static_cast<uint32_t>(r.get(field(0x58, 8)));
+        r = f.host.run(
+            f.host.cqInput(Mlx5Function::kLogCq, eqn, userUar, &userCqRing, &userCqRecord), 16);
+        userCqn = static_cast<uint32_t>(r.get(qpc::kHeld));
+        return r.status() == 0;
+    }
     bool userQp(Mlx5Function::Qp &qp) {
         auto in = f.qpInput(qpc::kRc, 1, 3, 4, qp);
         set(in, qpc::kFre, 0); // as mlx5_ib makes a process's QPs
         set(in, qpc::kPd, userPd);
+        set(in, qpc::kUarPage, userUar);
+        set(in, qpc::kCqnSnd, userCqn);
+        set(in, qpc::kCqnRcv, userCqn);
         const auto r = f.host.run(in, 16);
         qp.qpn = static_cast<uint32_t>(r.get(qpc::kHeld));
         return r.status() == 0;
@@ -761,7 +798,7 @@ struct Tenants {
             writeBe32(data + 4, pickKey(in));
             writeBe64(data + 8, pick(in));
         }
-        f.blueFlame(f.postWqe(user[in.ConsumeIntegralInRange<int>(0, 1)], wqe), f.uar);
+        f.blueFlame(f.postWqe(user[in.ConsumeIntegralInRange<int>(0, 1)], wqe), userUar);
     }
     // A UMR as the kernel writes one: a fast registration of any key over
     // the secret, or an invalidation of any key.
@@ -780,7 +817,7 @@ struct Tenants {
         if (in.ConsumeBool()) // any byte of its first two blocks
             wqe[in.ConsumeIntegralInRange<size_t>(0, 127)] = in.ConsumeIntegral<uint8_t>();
         wqe[3] = kUmr;
-        f.blueFlame(f.postWqe(user[in.ConsumeIntegralInRange<int>(0, 1)], wqe), f.uar);
+        f.blueFlame(f.postWqe(user[in.ConsumeIntegralInRange<int>(0, 1)], wqe), userUar);
     }
     // The audit's attack as one step, its choices the input's: the process
     // frees a key (one of its own, mostly), registers it over the secret,
@@ -790,8 +827,9 @@ struct Tenants {
         const uint32_t victim = in.ConsumeBool() ? userKeys[mine] : pickKey(in);
         const uint32_t other = in.ConsumeBool() ? userKeys[1 - mine] : pickKey(in);
         Mlx5Function::Qp &qp = user[in.ConsumeIntegralInRange<int>(0, 1)];
-        f.blueFlame(f.postWqe(qp, mlx5umr::invalidation(victim)), f.uar);
-        f.blueFlame(f.postWqe(qp, mlx5umr::registration(victim, kUserIova, 4096, {secret})), f.uar);
+        f.blueFlame(f.postWqe(qp, mlx5umr::invalidation(victim)), userUar);
+        f.blueFlame(f.postWqe(qp, mlx5umr::registration(victim, kUserIova, 4096, {secret})),
+                    userUar);
         const bool read = in.ConsumeBool();
         std::vector<uint8_t> wqe(48);
         wqe[3] = read ? qpc::kRdmaRead : qpc::kRdmaWrite;
@@ -800,7 +838,32 @@ struct Tenants {
         writeBe32(&wqe[32], 4096);
         writeBe32(&wqe[36], read ? other : victim);
         writeBe64(&wqe[40], kUserIova);
-        f.blueFlame(f.postWqe(qp, wqe), f.uar);
+        f.blueFlame(f.postWqe(qp, wqe), userUar);
+    }
+    // Any doorbell on the process's own UAR page: an arm of any CQ (the
+    // kernel's has CQEs past any small counter: armed, it would signal at
+    // once), or a send doorbell of any QP, the kernel's among them, with
+    // any WQE counter.
+    void doorbell(FuzzedDataProvider &in) {
+        uint32_t first = 0, second = 0, offset = 0x20;
+        if (in.ConsumeBool()) {
+            const uint32_t cqs[] = {userCqn, f.cqn, in.ConsumeIntegral<uint32_t>() & 0xffffff};
+            first = in.ConsumeIntegralInRange<uint32_t>(0, 3) << 28 |
+                    in.ConsumeIntegralInRange<uint32_t>(0, 1) << 24 |
+                    in.ConsumeIntegralInRange<uint32_t>(0, 4);
+            second = in.PickValueInArray(cqs);
+        } else {
+            const uint32_t qps[] = {user[0].qpn,   user[1].qpn,
+                                    kernel[0].qpn, kernel[1].qpn,
+                                    loaderQpn,     in.ConsumeIntegral<uint32_t>() & 0xffffff};
+            first = in.ConsumeIntegralInRange<uint32_t>(0, 8) << 8 | in.ConsumeIntegral<uint8_t>();
+            second = in.PickValueInArray(qps) << 8 | in.ConsumeIntegralInRange<uint32_t>(1, 8);
+            offset = 0x800;
+        }
+        if (in.ConsumeBool())
+            first = in.ConsumeIntegral<uint32_t>();
+        f.blueFlame(uint64_t{__builtin_bswap32(second)} << 32 | __builtin_bswap32(first), userUar,
+                    offset);
     }
     void connect(FuzzedDataProvider &in) {
         Mlx5Function::Qp &qp = user[in.ConsumeIntegralInRange<int>(0, 1)];
@@ -815,9 +878,12 @@ struct Tenants {
     std::array<uint8_t, 4096> secretBytes{};
     uint64_t own[2] = {};
     Mlx5Function::Qp kernel[2], user[2];
-    uint32_t userPd = 0, userKeys[2] = {}, madeKey = 0, regKey = 0;
+    uint32_t userPd = 0, userKeys[2] = {}, madeKey = 0, regKey = 0, loaderQpn = 0;
     uint32_t cqNext = 0;
+    uint32_t userUar = 0, userCqn = 0, userCqNext = 0;
+    uint64_t userEqRing = 0, userCqRing = 0, userCqRecord = 0;
     std::string keysBefore;
+    std::vector<uint8_t> queuesBefore;
 };
 
 } // namespace

@@ -394,16 +394,19 @@ class Mlx5Function {
 
     // The CQEs the device has written from the driver's counter `*next`
     // on, in order; the counter moves past them.
-    std::vector<const uint8_t *> cqes(uint32_t *next) {
+    std::vector<const uint8_t *> cqes(uint32_t *next) { return cqesOf(cqRing, cqRecord, next); }
+    // The same for any CQ of 2^kLogCq 64-byte CQEs that cqInput made: its
+    // ring at `ring`, its doorbell record at `record`.
+    std::vector<const uint8_t *> cqesOf(uint64_t ring, uint64_t record, uint32_t *next) {
         std::vector<const uint8_t *> out;
         constexpr uint32_t kSize = 1u << kLogCq;
         for (;; ++*next) {
-            const uint8_t *cqe = host.at(cqRing + 64 * (*next % kSize));
+            const uint8_t *cqe = host.at(ring + 64 * (*next % kSize));
             if ((cqe[0x3f] & 1) != ((*next / kSize) & 1) || cqe[0x3f] >> 4 == 0xf)
                 break;
             out.push_back(cqe);
         }
-        writeBe32(host.at(cqRecord), *next & 0xffffff); // the consumer counter
+        writeBe32(host.at(record), *next & 0xffffff); // the consumer counter
         return out;
     }
     // The same, letting the host's main loop run until `want` CQEs came

@@ -126,6 +126,12 @@ inline std::vector<uint8_t> cacheLoad(uint32_t key, uint32_t pdn, uint64_t iova,
     return wqe;
 }
 
+// A WQE of the driver's UMR QP as mlx5r_umr_revoke_mr writes it when a
+// user region is deregistered: key `key` free, in PD `pdn` (the UMR's).
+inline std::vector<uint8_t> cacheRevoke(uint32_t key, uint32_t pdn) {
+    return umrQpSegments(key, 0x80, (1u << 7) | (1u << 29), true, pdn, 0, 0, 0); // PD, free
+}
+
 // A UMR WQE as set_linv_wr writes it: key `key` free.
 inline std::vector<uint8_t> invalidation(uint32_t key) {
     std::vector<uint8_t> wqe(128);

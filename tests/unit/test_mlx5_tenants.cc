@@ -4,9 +4,10 @@
 // with it may post a UMR, so a process can neither map a key over memory
 // that is not its own nor free another's key; a translation list behind a
 // data segment is read through its L_Key in the QP's PD, never at a bare
-// guest address; and a peer's SEND with Invalidate frees only a key made
-// or mapped with en_rinval. Each case fails on a device that lacks the
-// rule (the audit of issue 57).
+// guest address; a peer's SEND with Invalidate frees only a key made or
+// mapped with en_rinval; and a key the driver's UMR QP loaded (a user
+// region of its MR cache) is that QP's alone. Each case fails on a
+// device that lacks the rule (the audit of issue 57).
 #include <catch2/catch.hpp>
 
 #include <algorithm>
@@ -44,6 +45,13 @@ struct Tenants : pib::testing::OwnedMlx5Host, Mlx5Function {
         REQUIRE(r.status() == 0);
         qp.qpn = static_cast<uint32_t>(r.get(kHeld));
         return qp;
+    }
+    // The driver's UMR QP (service type REG_UMR, no PD), ready.
+    Qp umrQp() {
+        const auto qp = createQp(0xc, std::nullopt, 0, 4);
+        REQUIRE(qp);
+        REQUIRE(toRts(qp->qpn));
+        return *qp;
     }
     std::pair<Qp, Qp> connect(Qp a, Qp b) {
         REQUIRE(toRts(a.qpn, {.qpn = b.qpn}));
@@ -185,4 +193,37 @@ TEST_CASE("mlx5: a peer's SEND with Invalidate frees only a key with en_rinval",
         CHECK(sent == allowed);
         CHECK(f.read(c, sink, 64, kIova, key) == !allowed); // freed only if allowed
     }
+}
+
+TEST_CASE("mlx5: a key the UMR QP loaded is that QP's: no other QP's REG_MR or invalidation "
+          "touches it",
+          "[mlx5][isolation]") {
+    Tenants f;
+    auto [kernel, peer] = f.connect(f.rcQp(true), f.rcQp(true));
+    auto [reader, readerPeer] = f.connect(f.rcQp(true), f.rcQp(true));
+    Qp loader = f.umrQp();
+    // A process's region of a page, as ibv_reg_mr leaves it: a key of the
+    // MR cache that the UMR QP loaded (here into the kernel's own PD).
+    const uint64_t own = f.host.allocRandom(4096, 3);
+    const uint32_t key = freeKey(f, 2);
+    REQUIRE(key);
+    REQUIRE(f.post(loader, cacheLoad(key, f.pd, kIova, 4096, {own})).first == 0x0);
+    const uint64_t sink = f.host.alloc(4096);
+
+    SECTION("a kernel QP's invalidation leaves it in use") {
+        const auto freed = f.post(kernel, invalidation(key));
+        CHECK(freed.first == kRequesterError);
+        CHECK(freed.second == kLocalProtection);
+        CHECK(f.read(reader, sink, 4096, kIova, key));
+        CHECK(std::equal(f.host.at(own), f.host.at(own) + 4096, f.host.at(sink)));
+    }
+    SECTION("revoked by the UMR QP, a kernel QP's REG_MR does not map it over another page") {
+        REQUIRE(f.post(loader, cacheRevoke(key, f.pd)).first == 0x0);
+        const uint64_t secret = f.host.allocRandom(4096, 9);
+        const auto mapped = f.post(kernel, registration(key, kIova, 4096, {secret}));
+        CHECK(mapped.first == kRequesterError);
+        CHECK(mapped.second == kLocalProtection);
+        CHECK_FALSE(f.read(reader, sink, 64, kIova, key)); // still free
+    }
+    CHECK(f.host.guestErrors() >= 1);
 }

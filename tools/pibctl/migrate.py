@@ -7,12 +7,13 @@ pib-hca among them, whose switch port keeps the link up across the move
 it is stopped and the new one's sockets take the usual names."""
 
 import os
+import re
 import subprocess
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from pibctl import crash_report, fabric, qmp, ui
+from pibctl import crash_report, fabric, paths, qmp, ui
 
 # The sockets a VM's QEMU listens on, which the old QEMU holds during the
 # move: the new one listens beside them and takes their names after. The
@@ -25,6 +26,13 @@ SOCKETS = ("console.sock", "qga.sock", "qmp.sock")
 MAX_BANDWIDTH = 8 << 30  # bytes/s
 DOWNTIME_LIMIT_MS = 300
 MIGRATION_TIMEOUT_S = 300
+
+
+def state_version() -> int:
+    """The format version of the pib-hca state this checkout's device
+    saves and reads: kStateVersion in device_state.cc."""
+    source = (paths.REPO / "qemu-hw" / "core" / "src" / "device_state.cc").read_text()
+    return int(re.search(r"constexpr uint32_t kStateVersion = (\d+);", source).group(1))
 
 
 @dataclass

@@ -86,6 +86,7 @@ def run_unit_tests(counts: Counts) -> None:
     """Both builds' suites at once: the sanitized one is single parts of
     some 15 and 30 s, and the plain build's parts fit beside them on the
     second core."""
+    core_build.build_tests()
     ui.step("Unit tests (meson test)")
     runs = [_MesonRun(paths.core_build_dir(), "unit", []),
             _MesonRun(core_build.sanitized_build_dir(), "unit-asan-ubsan",

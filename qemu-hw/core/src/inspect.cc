@@ -251,7 +251,8 @@ Json Inspector::mr(uint32_t, const MemoryRegion &m) const {
     return Json{{"key", m.key},           {"pd", m.ctx.pdn},
                 {"access", m.ctx.access}, {"iova", m.ctx.iova},
                 {"length", m.ctx.length}, {"physical", (m.ctx.flags & PIB_MR_PHYSICAL) != 0},
-                {"valid", m.valid},       {"remote_invalidate", m.fastReg() && m.remoteInvalidate}};
+                {"valid", m.valid},       {"remote_invalidate", m.fastReg() && m.remoteInvalidate},
+                {"umr_qp", m.umrQpOwned}};
 }
 
 namespace {

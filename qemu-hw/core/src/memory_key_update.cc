@@ -121,6 +121,7 @@ uint8_t MemoryKeys::update(uint32_t qpn, uint32_t index, uint32_t key, const Key
     }
     if (u.setsFree)
         mr->valid = !u.free;
+    mr->umrQpOwned = true;
     trace::mlx5_umr(host_, qpn, mr->key, static_cast<unsigned>(entries.size()), u.firstEntry,
                     mr->valid, c.pdn);
     return PIB_WC_SUCCESS;

@@ -15,6 +15,8 @@ const char *MemoryKeys::checkRegistration(const MemoryRegion *mr, uint32_t pdn,
                                           const pib_wqe_reg_mr &reg) const {
     if (!mr || !mr->fastReg())
         return "the key names no fast-registration region";
+    if (mr->umrQpOwned)
+        return "the key is the UMR QP's (a region of the driver's MR cache)";
     if (mr->ctx.pdn != pdn)
         return "the region is in another PD";
     if (mr->valid)
@@ -117,6 +119,8 @@ MemoryRegion *MemoryKeys::invalidatable(uint32_t pdn, uint32_t key, bool remote,
         *why = "no region or window has this key";
     else if (!mr->fastReg())
         *why = "the region is not a fast-registration region";
+    else if (mr->umrQpOwned)
+        *why = "the key is the UMR QP's (a region of the driver's MR cache)";
     else if (mr->ctx.pdn != pdn)
         *why = "the region is in another PD";
     else if (!mr->valid)

@@ -234,6 +234,7 @@ void Commands::saveKeys(StateWriter &w) const {
         w.bytes(mkeyInput(mr));
         w.u32(mr.key);
         w.boolean(mr.valid);
+        w.boolean(mr.umrQpOwned);
         w.record(mr.ctx);
         const bool mapped = mr.fastReg();
         w.u32(mapped ? static_cast<uint32_t>(mr.ownPages.size()) : 0);
@@ -247,6 +248,7 @@ void Commands::loadKey(StateReader &r, uint32_t number) {
     const std::vector<uint8_t> in = savedInput(r, kCreateMkey);
     const uint32_t key = r.u32();
     const bool valid = r.boolean("a key in use");
+    const bool umrQpOwned = r.boolean("a key of the UMR QP's");
     pib_mr_context ctx;
     r.record(ctx, "a key's context");
     std::vector<uint64_t> entries(r.count(limits::kMaxMtt, 8, "a key's translations"));
@@ -277,6 +279,7 @@ void Commands::loadKey(StateReader &r, uint32_t number) {
             return;
         }
     }
+    mr.umrQpOwned = umrQpOwned; // the update above is the restore's, not the UMR QP's
     if (mr.key != key || mr.valid != valid || std::memcmp(&mr.ctx, &ctx, sizeof(ctx)) != 0 ||
         (mr.fastReg() && mr.ownPages != entries))
         r.fail("memory key " + std::to_string(number) +

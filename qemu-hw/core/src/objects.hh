@@ -62,6 +62,11 @@ struct MemoryRegion {
     // fast-registration region; a ConnectX key only with en_rinval, from
     // CREATE_MKEY or the REG_MR that mapped it (docs/mlx5.md §10).
     bool remoteInvalidate = true;
+    // Whether the driver's UMR QP loaded it (ConnectX: a user region of
+    // mlx5_ib's MR cache, docs/mlx5.md §10.1). Such a key is the UMR QP's
+    // alone: no other QP's REG_MR or invalidation may touch it, as no
+    // kernel ULP's QP has any business with a process's region.
+    bool umrQpOwned = false;
     // A ConnectX key keeps the pages a UMR maps with itself (the hardware's
     // ICM), not in the shared MTT: ctx.mtt_count is how many it may map,
     // ownPages those it maps now (budgeted by Mtt::takeKeyEntries).
