@@ -581,7 +581,7 @@ struct QpWorld {
 // oracle, after every step: the secret page never changes, its bytes
 // never reach the process's pages, the kernel's keys stay as the kernel
 // left them, and its CQ and EQ rings take no CQE or EQE (its QPs post
-// nothing after set-up, nothing arms its CQ).
+// nothing after set-up but one NOP they never ring, nothing arms its CQ).
 struct Tenants {
     explicit Tenants(Mlx5Host &host) : f(host) { f.dmaKeyRights = 0x3; }
 
@@ -633,6 +633,10 @@ struct Tenants {
         if (!userKeys[0] || !userKeys[1] || !madeKey || done.size() != 3 ||
             std::any_of(done.begin(), done.end(), [](const uint8_t *c) { return c[0x3f] >> 4; }))
             return false;
+        // A signalled NOP the kernel wrote into kernel[1]'s send queue and
+        // its doorbell record but has not rung: only a doorbell of the
+        // process's for that QP could start it.
+        f.postWqe(kernel[1], std::vector<uint8_t>(16));
         keysBefore = kernelKeys();
         queuesBefore = kernelQueues();
         return !keysBefore.empty();

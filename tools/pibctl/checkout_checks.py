@@ -11,7 +11,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from pibctl import paths, setup, source_tree, ui
+from pibctl import core_build, paths, setup, source_tree, ui
 
 # ./pib setup in a second checkout of the same content may take this much
 # CPU time (its own and its children's): on an idle machine its wall time
@@ -45,8 +45,8 @@ def _children_cpu() -> float:
 
 def _builds() -> dict:
     """This checkout's build outputs and their modification times."""
-    outputs = [paths.qemu_binary(), paths.fabric_switch_binary(),
-               paths.core_build_dir() / "tests" / "unit" / "core-tests"]
+    outputs = [paths.qemu_binary(), *(paths.core_build_dir() / target
+                                      for target in core_build.FABRIC_TARGETS)]
     missing = [str(p) for p in outputs if not p.is_file()]
     if missing:
         raise ui.StepFailed("not built: " + ", ".join(missing))

@@ -279,6 +279,11 @@ void Commands::loadKey(StateReader &r, uint32_t number) {
             return;
         }
     }
+    if (umrQpOwned && !(mr.ownsPages && mr.fastReg())) {
+        r.fail("memory key " + std::to_string(number) +
+               ": the UMR QP's, but not a key the UMR QP can load");
+        return;
+    }
     mr.umrQpOwned = umrQpOwned; // the update above is the restore's, not the UMR QP's
     if (mr.key != key || mr.valid != valid || std::memcmp(&mr.ctx, &ctx, sizeof(ctx)) != 0 ||
         (mr.fastReg() && mr.ownPages != entries))
