@@ -78,6 +78,7 @@ template <class F> struct AtScopeExit {
     F f;
     ~AtScopeExit() { f(); }
 };
+template <class F> AtScopeExit(F) -> AtScopeExit<F>; // clang 14 deduces no aggregate's arguments
 
 // A directory for the test's UNIX sockets, removed with what is in it.
 class TempDir {

@@ -12,7 +12,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from pibctl import core_build, fuzz_coverage, paths, source_tree, ui
+from pibctl import core_build, fuzz_coverage, paths, ui
 
 # Harness name -> executable, in tests/fuzz.
 TARGETS = {
@@ -39,7 +39,7 @@ SANITIZER_ENV = {
 
 
 def build_dir() -> Path:
-    return source_tree.build_dir("fuzz")
+    return core_build.sanitized_build_dir()
 
 
 def corpus_dir(target: str) -> Path:
@@ -52,13 +52,7 @@ def crash_dir(target: str) -> Path:
 
 def build() -> None:
     ui.step("fuzzers (clang, libFuzzer, ASan, UBSan)")
-    # Line tables only: what a finding's stack trace shows, built in far
-    # less time than full debug information.
-    flags = "-fsanitize=fuzzer-no-link -fno-sanitize-recover=all -gline-tables-only"
-    env = dict(os.environ, CC="ccache clang", CXX="ccache clang++")
-    core_build.configure_dir(build_dir(), [
-        "-Dfuzzers=true", "-Db_sanitize=address,undefined", "-Db_lundef=false",
-        f"-Dcpp_args={flags}", f"-Dc_args={flags}"], env=env)
+    env = core_build.configure_sanitized()
     core_build.ninja(build_dir(), [f"tests/fuzz/{exe}" for exe in TARGETS.values()],
                      "ninja (fuzzers)", env=env)
     ui.detail(f"built in {build_dir() / 'tests' / 'fuzz'}")
