@@ -31,9 +31,11 @@ CM_SUPPORTED = 1 << 16  # PortInfo CapabilityMask: IsCommunicationManagementSupp
 PAYLOAD_MIB = 8
 PORT = 18590
 STORAGE_MIB = 16
-RELOADS = 20
+# The reload loop: a few in every run, many more in the soak (--soak).
+RELOADS = 6
+SOAK_RELOADS = 40
 RELOAD_MIB = 1
-BULK_EVERY = 5
+BULK_EVERY = 3
 IDLE_S = 600
 # What a kernel log must not say after the driver's unloads and loads.
 KERNEL_TROUBLE = ("WARNING", "BUG", "leak", "Oops", "timed out", "Call Trace", "mlx5_cmd_out_err",
@@ -200,8 +202,8 @@ def _pattern_pings(ctx, src, dst, pattern):
     assert "wrong data byte" not in out.out, out.out
 
 
-def test_mlx5_reload_loop_with_traffic_in_between(ctx):
-    """RELOADS times: mlx5_ib and mlx5_core unloaded (the function torn
+def _reload_loop(ctx, reloads):
+    """`reloads` times: mlx5_ib and mlx5_core unloaded (the function torn
     down, with every object the driver made, the MR cache's thousands of
     keys among them, and the pages it gave) and loaded again; the port
     ACTIVE again, then pings of random patterns each way (every byte of
@@ -211,7 +213,7 @@ def test_mlx5_reload_loop_with_traffic_in_between(ctx):
     seen = len(ctx.run(CX, ["dmesg"]).out.splitlines())
     reloading = moving = 0.0
     bulk = 0
-    for i in range(RELOADS):
+    for i in range(reloads):
         start = time.monotonic()
         _reload(ctx)
         loaded = time.monotonic()
@@ -228,11 +230,22 @@ def test_mlx5_reload_loop_with_traffic_in_between(ctx):
                  and not any(b in line for b in KERNEL_BENIGN)]
     assert not troubling, "\n".join(troubling)
     _health_is_silent(ctx, seen)
-    print(f"{RELOADS} unloads and loads of mlx5_ib and mlx5_core, {reloading / RELOADS:.1f} s each "
+    print(f"{reloads} unloads and loads of mlx5_ib and mlx5_core, {reloading / reloads:.1f} s each "
           f"to an ACTIVE port; after each, pings of a random pattern each way, every byte "
           f"equal; after {bulk} of them {RELOAD_MIB} MiB each way, SHA-256 equal "
-          f"({moving / RELOADS:.1f} s of traffic each); the kernel log said nothing troubling "
+          f"({moving / reloads:.1f} s of traffic each); the kernel log said nothing troubling "
           f"({len(said)} lines)")
+
+
+def test_mlx5_reload_loop_with_traffic_in_between(ctx):
+    """RELOADS of _reload_loop's reloads."""
+    _reload_loop(ctx, RELOADS)
+
+
+@soak  # ./pib test --soak: the races of a driver's teardown are rare
+def test_mlx5_reload_loop_soak(ctx):
+    """SOAK_RELOADS of _reload_loop's reloads."""
+    _reload_loop(ctx, SOAK_RELOADS)
 
 
 COMMAND_TRACE = "pib_hca_mlx5_command"

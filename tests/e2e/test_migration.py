@@ -26,8 +26,11 @@ from storage import NvmeConnected, Roles, nvme_device
 from transfers import BackgroundTraffic, moves_under_traffic, same_at_both_ends
 
 # RC timeout 16 (268 ms) x 8 tries: a move stops the guest for far less,
-# and what it lost on the wire comes again at the first timeout.
-TRAFFIC = ["-t", "write,read,send,fadd,cas", "-s", "4096,65536", "-q", "2", "-n", "400",
+# and what it lost on the wire comes again at the first timeout. Some
+# 45 s of traffic under TCG beside the host lane, 25 s with the machine to
+# itself: longer than the refusals or the snapshot and its restore (some
+# 15 s).
+TRAFFIC = ["-t", "write,read,send,fadd,cas", "-s", "4096,65536", "-q", "2", "-n", "260",
            "-T", "16", "-r", "7", "-w", "120"]
 # The moves under traffic: RC timeout 30, which IBA makes 73 minutes, so
 # only what the resumed link says makes a QP resend what a move lost

@@ -83,39 +83,27 @@ def _catch2_counts(stdout: str):
 
 
 def run_unit_tests(counts: Counts) -> None:
-    """Both builds' suites at once: the sanitized one is single parts of
-    some 15 and 30 s, and the plain build's parts fit beside them on the
-    second core."""
+    """The unit tests under clang's sanitizers (two parts side by side,
+    some 25 and 35 s), and the source checks (format, generated files,
+    the docs' facts)."""
     core_build.build_tests()
     ui.step("Unit tests (meson test)")
-    runs = [_MesonRun(paths.core_build_dir(), "unit", []),
-            _MesonRun(core_build.sanitized_build_dir(), "unit-asan-ubsan",
-                      ["core", "core-faults"])]
-    for run in runs:
-        run.record(counts)
+    _meson_test(counts, core_build.sanitized_build_dir(), "unit-asan-ubsan")
 
 
-class _MesonRun:
-    """`meson test` of `names` (every test if empty) in `build`, started
-    at once; record() waits for it and counts its results."""
-
-    def __init__(self, build: Path, label: str, names):
-        self.label = label
-        self.log = build / "meson-logs" / "testlog.json"
-        self.log.unlink(missing_ok=True)
-        self.proc = subprocess.Popen(
-            ["meson", "test", "-C", build, "--print-errorlogs", "--no-rebuild", *names],
-            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, errors="replace",
-        )
-
-    def record(self, counts: Counts) -> None:
-        output, _ = self.proc.communicate()
-        if not self.log.is_file():
-            print(output)
-            counts.record(f"{self.label}: meson test (no test log written)", False, 0)
-            return
-        for line in self.log.read_text().splitlines():
-            _count_meson_test(counts, self.label, json.loads(line))
+def _meson_test(counts: Counts, build: Path, label: str) -> None:
+    """`meson test` of every test of `build`, its results counted."""
+    log = build / "meson-logs" / "testlog.json"
+    log.unlink(missing_ok=True)
+    output = subprocess.run(["meson", "test", "-C", build, "--print-errorlogs", "--no-rebuild"],
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            errors="replace").stdout
+    if not log.is_file():
+        print(output)
+        counts.record(f"{label}: meson test (no test log written)", False, 0)
+        return
+    for line in log.read_text().splitlines():
+        _count_meson_test(counts, label, json.loads(line))
 
 
 def _count_meson_test(counts: Counts, label: str, entry: dict) -> None:
