@@ -239,20 +239,6 @@ bool Link::sendFramed(std::vector<uint8_t> &framed) {
     return sent == LinkRings::Sent::kOk;
 }
 
-// A ring cable knows its indexes; a stream asks the host what its queue
-// and socket hold (only when a transport timer ran out: a system call).
-bool Link::holdsUntaken() const {
-    if (ringsUp())
-        return rings_->holdsUntaken();
-    return up_ && host_.portBacklog(port_).untaken > 0;
-}
-
-bool Link::holdsUnread() const {
-    if (ringsUp())
-        return rings_->holdsUnread();
-    return up_ && host_.portBacklog(port_).unread > 0;
-}
-
 std::span<uint8_t> Link::room(size_t framedBytes) {
     if (!buildsInPlace() || framedBytes < wire::kHeaderSize)
         return {};

@@ -76,11 +76,10 @@ class Link {
     bool buildsInPlace() const { return up_ && ringsUp() && !capture_; }
     std::span<uint8_t> room(size_t framedBytes);
     void sendBuilt(std::span<uint8_t> framed);
-    // Packets sent that the switch has not taken yet: from the ring cable,
-    // or on a stream, from the host's queue and socket (Host::portBacklog).
-    bool holdsUntaken() const;
-    // Packets the switch sent that are not read yet, from either.
-    bool holdsUnread() const;
+    // Packets sent that the switch has not taken from the ring cable yet.
+    bool holdsUntaken() const { return ringsUp() && rings_->holdsUntaken(); }
+    // Packets the switch put on the ring cable that are not read yet.
+    bool holdsUnread() const { return ringsUp() && rings_->holdsUnread(); }
     // Its ring cable asked for a turn of its own (LinkRings::wantsTurn).
     bool wantsTurn() const { return ringsUp() && rings_->wantsTurn(); }
     uint64_t framesBuiltInRing() const { return builtInRing_; }
