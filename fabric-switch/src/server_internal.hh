@@ -40,14 +40,10 @@ void watchTag(int epoll, int fd, uint64_t tag, bool writable);
 // slow but stuck (server_flow.cc). opensm gives ports to CAs 0x10 (268 ms)
 // and links between switches 0x12 (1.07 s): a link's peer switch is itself
 // held back by its slowest output until that drains. Never less than
-// kMinStallNs, and the SM may not have set HOQLife yet: a QEMU under TCG
-// on a loaded host can take nothing for longer than 268 ms and is only
-// slow. A cold ./pib test saw it: the peer of a guest in its migration's
-// precopy took nothing for 268 ms, the switch discarded a WRITE that
-// was the last its QP sent, and at RC timeout 30 (73 minutes) nothing
-// resent it. IBA's "infinite" (20 and above) is 2^20, 4.3 s, so that
+// kMinStallNs (a QEMU under TCG may pause that long, and the SM may not have
+// set HOQLife yet); IBA's "infinite" (20 and above) is 2^20, 4.3 s, so that
 // nothing waits for ever.
-constexpr uint64_t kMinStallNs = 1'000'000'000;
+constexpr uint64_t kMinStallNs = 200'000'000;
 constexpr uint8_t kMaxHoqLife = 20;
 
 constexpr uint64_t stallLimitNs(uint8_t hoqLife) {
