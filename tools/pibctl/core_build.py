@@ -63,14 +63,19 @@ def build() -> None:
     ui.detail(f"built in {build_dir}")
 
 
+UNIT_TESTS = "tests/unit/core-tests"
+# The hardware and core headers compiled as C (tests/unit/meson.build).
+C_HEADER_CHECK = "tests/unit/libc-header-check.a"
+
+
 def build_tests() -> None:
     """The unit tests, once: with clang under AddressSanitizer and UBSan
     (random guest input must not reach undefined behaviour or leak), in
     the fuzzers' build, which shares their core. GCC compiles the core
     and the switch warning-free in setup's build and in QEMU's, and the
     headers' C check here: a GCC build of the tests as well cost a cold
-    run some 400 s of its two cores' time and found nothing the
-    sanitized one does not."""
+    run some 900 s of compile jobs beside the guests and found nothing
+    the sanitized one does not."""
     ui.step("pib-hca unit tests (meson), with clang's sanitizers")
     build_dir = paths.core_build_dir()
     _configure(build_dir)
@@ -78,11 +83,6 @@ def build_tests() -> None:
     env = configure_sanitized()
     ninja(sanitized_build_dir(), [UNIT_TESTS], "ninja (sanitizers)", env=env)
     ui.detail(f"built in {sanitized_build_dir()}")
-
-
-UNIT_TESTS = "tests/unit/core-tests"
-# The hardware and core headers compiled as C (tests/unit/meson.build).
-C_HEADER_CHECK = "tests/unit/libc-header-check.a"
 
 
 def sanitized_build_dir():
