@@ -305,9 +305,11 @@ bool Server::runOnce(int maxWaitMs) {
     for (auto &t : sw_.repeatTraps())
         sendPacket(t.port, t.packet);
     waitMs_ = std::min({serviceFaults(), serviceFlowControl(), serviceDials(), serviceMoves()});
+    flushOutputs();
+    // Rings with more to do than a turn takes, found by the services or by
+    // the flush (an output the peer keeps making room in), go on at once.
     if (!ringsBusy_.empty())
         waitMs_ = 0;
-    flushOutputs();
     return true;
 }
 

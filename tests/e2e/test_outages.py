@@ -37,7 +37,7 @@ ONLY_ON_TWO_SWITCHES = True
 COVERED = ["-T", "19", "-r", "7", "-w", "120"]      # 17 s of retries
 FLAP_COVERED = ["-T", "20", "-r", "7", "-w", "120"]  # 34 s of retries
 FLAP = "flap=1s/7s"
-UNCOVERED = ["-T", "14", "-r", "1", "-w", "60"]     # 2 timeouts, 250 ms apart
+UNCOVERED = ["-T", "14", "-r", "1", "-w", "60"]     # 2 timeouts, 500 ms apart
 LONG = ["-t", "write,read,send", "-s", "1M", "-q", "2"]
 FLAP_SECONDS = int(os.environ.get("PIB_FLAP_SECONDS", "60"))
 

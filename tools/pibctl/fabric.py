@@ -507,6 +507,26 @@ def qemu_log_tail(vm: Vm, lines: int = 30) -> str:
             f"{_tail(before[-1], lines, '(gone)')}\n(the current QEMU, qemu.log:)\n{tail}")
 
 
+# The RC timer's trace events, each a different story of a QP that heard
+# nothing: a failure's report counts them before any tail is cut short.
+RC_TIMER_EVENTS = ("rc_timeout", "rc_timeout_unspent", "rc_timeout_excused",
+                   "rc_timeout_behind", "rc_retry_exceeded")
+
+
+def rc_timer_summary(vm: Vm) -> str:
+    """How often each RC timer event is in the current qemu.log."""
+    try:
+        text = vm.qemu_log.read_text(errors="replace")
+    except OSError:
+        return "(no qemu.log)"
+    words = [line.split(" ", 2)[0].removeprefix("pib_hca_") for line in text.splitlines()]
+    return ", ".join(f"{e} {words.count(e)}" for e in RC_TIMER_EVENTS)
+
+
+def switch_log_tail(fab: Fabric, name: str, lines: int = 10) -> str:
+    return _tail(fab.switch_log(name), lines, "(no log)")
+
+
 def console_tail(vm: Vm, lines: int = 30) -> str:
     return _tail(vm.console_log, lines, "(no console log)")
 

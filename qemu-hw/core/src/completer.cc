@@ -56,8 +56,11 @@ uint64_t Requester::rnrDelayNs(uint8_t code) {
 }
 
 void Requester::restartAckTimer(QueuePair &qp) {
+    RequesterState &r = qp.req;
+    if (!r.unanswered())
+        r.resending = false;
     const uint64_t timeout = ackTimeoutNs(qp);
-    qp.req.ackDeadline = !timeout || !qp.req.awaitsAnswer() ? 0 : host_.clockNs() + timeout;
+    r.ackDeadline = !timeout || !r.timerRuns() ? 0 : host_.clockNs() + timeout;
     timers_.schedule(qp);
 }
 
@@ -320,21 +323,23 @@ void Requester::readResponse(QueuePair &qp, const iba::Packet &packet) {
         restartAckTimer(qp);
 }
 
-// An ACK timeout while the port's ring cable still holds packets the
-// switch has not taken: the switch process did not run (a loaded host
-// can leave it waiting for a CPU for half a second), so the request may
-// not even have left, and the peer had no chance to answer. Or while it
-// holds packets for this device that the device has not read: this
-// QEMU is behind (a migration's precopy competes with it for the CPU, and
-// the switch then holds back what the peer sends here behind what waits
-// already), and the answer may be among them. Either way the timer would
-// time the host, not the wire. Such a timeout spends no retry, for at
-// most kCableStallGraceNs from the first one since the last answer: a
-// cable that stays stuck still ends in RETRY_EXC_ERR, later. True when
-// the timer was started again instead.
+// An ACK timeout while the QP's packets wait for room in the port's
+// queue, or the port's ring cable still holds packets the switch has not
+// taken: the switch process did not run (a loaded host can leave it
+// waiting for a CPU for seconds), so the request may not even have left,
+// and the peer had no chance to answer. Or while the cable holds packets
+// for this device that the device has not read: this QEMU is behind (a
+// migration's precopy competes with it for the CPU, and the switch then
+// holds back what the peer sends here behind what waits already), and the
+// answer may be among them. Either way the timer would time the host, not
+// the wire. Such a timeout spends no retry, for at most kCableStallGraceNs
+// from the first one since the last answer: a port or cable that stays
+// stuck still ends in RETRY_EXC_ERR, later (a QP that waited for room
+// without its timer would wait for ever). True when the timer was started
+// again instead.
 bool Requester::cableStalled(QueuePair &qp, uint64_t now) {
     RequesterState &r = qp.req;
-    const bool untaken = scheduler_.cableHoldsUntaken(qp);
+    const bool untaken = scheduler_.waitsForRoom(qp) || scheduler_.cableHoldsUntaken(qp);
     if (!untaken && !scheduler_.cableHoldsUnread(qp))
         return false;
     if (!r.cableStallFrom)
@@ -383,6 +388,7 @@ void Requester::resendAfterMove(QueuePair &qp) {
         return;
     const uint32_t from = resendFrom(qp);
     trace::rc_resent_after_move(host_, qp.number, from);
+    r.resending = true;
     rewind(qp, from);
     send(qp);
     restartAckTimer(qp);
@@ -405,12 +411,10 @@ void Requester::timerExpired(QueuePair &qp) {
         return;
     r.ackDeadline = 0;
     // The timer times the wire, not the device's own queue: with nothing
-    // unanswered out, or the rest of the work held back by a full port
-    // (whose packets would ask for the ACK), no retry is spent. Sending
-    // again starts the timer again.
-    if (!r.awaitsAnswer() || scheduler_.waitsForRoom(qp))
-        return;
-    if (cableStalled(qp, now))
+    // unanswered out no retry is spent (sending again starts the timer
+    // again), nor, for a while, with the work held back by a full port
+    // or a cable the switch does not empty.
+    if (!r.timerRuns() || cableStalled(qp, now))
         return;
     const bool spent = spendsRetry(qp, now);
     if (spent && r.retriesLeft == 0) {
@@ -428,6 +432,7 @@ void Requester::timerExpired(QueuePair &qp) {
         trace::rc_timeout_unspent(host_, qp.number, from);
     }
     count(qp, &pib_port_counters::ack_timeouts);
+    r.resending = true;
     rewind(qp, from);
     send(qp);
     restartAckTimer(qp);

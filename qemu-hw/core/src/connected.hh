@@ -162,7 +162,12 @@ struct RequesterState {
     uint64_t cableStallFrom = 0; // first ACK timeout the cable excused since an answer; 0: none
     uint64_t retrySpentAt = 0;   // when an ACK timeout last spent a retry; 0: none since an answer
     uint64_t rnrDeadline = 0;    // resend after an RNR NAK; 0 when not waiting
-    uint64_t heldBytes = 0;      // the footprints of `outstanding`
+    // An ACK timeout rewound requests that had gone out, and they are not
+    // all answered: the timer runs on even while a full port holds their
+    // resends back (timerRuns), or a port that never empties again would
+    // hold the QP for ever.
+    bool resending = false;
+    uint64_t heldBytes = 0; // the footprints of `outstanding`
     // Some WQE of `outstanding` may have packets not sent: a rewind, a
     // full window or a full port. When false, every one went out, and a
     // doorbell need not walk them (it would, per message, the whole window).
@@ -203,6 +208,15 @@ struct RequesterState {
         }
         return false;
     }
+    // Whether some work is not answered yet, sent or not.
+    bool unanswered() const {
+        for (const SendWqe &w : outstanding)
+            if (w.packets != 0 && !w.acked)
+                return true;
+        return false;
+    }
+    // Whether the local ACK timer runs.
+    bool timerRuns() const { return awaitsAnswer() || (resending && unanswered()); }
 };
 
 // RC requesters keep at most this much data unacknowledged per QP (in

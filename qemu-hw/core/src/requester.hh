@@ -64,7 +64,7 @@ class Requester final : TransportRole {
     bool cableStalled(QueuePair &qp, uint64_t now);
     // ACK timeouts closer together than this resend but spend no retry
     // (spendsRetry): RETRY_EXC_ERR takes retry_cnt x this at the least.
-    static constexpr uint64_t kRetrySpacingNs = 250'000'000;
+    static constexpr uint64_t kRetrySpacingNs = 500'000'000;
     bool spendsRetry(QueuePair &qp, uint64_t now);
     void completeInOrder(QueuePair &qp);
     void completeHead(QueuePair &qp, uint8_t status);
