@@ -153,6 +153,7 @@ bool RingWriter::put(std::span<const uint8_t> frame) {
     std::memcpy(data_ + at, frame.data(), first);
     std::memcpy(data_, frame.data() + first, frame.size() - first);
     produced_ += static_cast<uint32_t>(frame.size());
+    total_ += frame.size();
     return true;
 }
 
@@ -165,6 +166,7 @@ std::span<uint8_t> RingWriter::reserve(size_t bytes) {
 
 void RingWriter::commit(size_t bytes) {
     produced_ += static_cast<uint32_t>(bytes);
+    total_ += bytes;
 }
 
 bool RingWriter::publish() {
@@ -239,6 +241,7 @@ std::span<const uint8_t> RingReader::takeWhole(uint32_t length) {
     frameLength_ = kHeaderSize + length;
     copyOut(consumed_ + kHeaderSize, frame_.data() + kHeaderSize, length);
     consumed_ += kHeaderSize + length;
+    total_ += kHeaderSize + length;
     return lastFrame().subspan(kHeaderSize);
 }
 
@@ -254,6 +257,7 @@ std::optional<RingReader::InPlace> RingReader::nextInPlace(size_t headBytes, Err
     frameLength_ = kHeaderSize + headBytes;
     std::memcpy(frame_.data() + kHeaderSize, data_ + at, headBytes);
     consumed_ += kHeaderSize + *length;
+    total_ += kHeaderSize + *length;
     return InPlace{std::span(data_ + at, *length), lastFrame().subspan(kHeaderSize)};
 }
 

@@ -80,8 +80,10 @@ class RingWriter {
     bool armRoomDoorbell(size_t bytes);
     bool corrupt() const { return corrupt_; }
     // Bytes published that the consumer has not taken (as far as its
-    // index says; for diagnostics).
+    // index says).
     uint32_t inFlight() const;
+    // Bytes put in the ring since it was made (an index that does not wrap).
+    uint64_t total() const { return total_; }
 
   private:
     pib_wire_ring_ctrl *ctrl_;
@@ -89,6 +91,7 @@ class RingWriter {
     uint32_t size_;
     uint32_t produced_ = 0;  // this end's own count, never read back
     uint32_t published_ = 0; // what the consumer may see
+    uint64_t total_ = 0;
     bool corrupt_ = false;
 
     uint32_t consumed(); // the peer's, checked
@@ -126,8 +129,10 @@ class RingReader {
     // False when one arrived meanwhile (read again instead of sleeping).
     bool armDoorbell();
     // Bytes the producer published that are not read yet (as far as its
-    // index says; for diagnostics).
+    // index says).
     uint32_t waiting() const;
+    // Bytes read from the ring since it was made (an index that does not wrap).
+    uint64_t total() const { return total_; }
     static const char *toString(Error error);
 
   private:
@@ -136,6 +141,7 @@ class RingReader {
     uint32_t size_;
     uint32_t consumed_ = 0; // read so far, this end's own count
     uint32_t released_ = 0; // what the producer was told
+    uint64_t total_ = 0;
     // The last frame copied out: frame_'s first frameLength_ bytes. It
     // has room for the largest frame from the start: resizing it to each
     // frame's length zero-filled each frame longer than the one before,

@@ -460,9 +460,9 @@ def run_e2e(counts: Counts, pattern: str, vms: int, accel: str,
                 for vm in fab.vms:
                     print(f"---- RC timer events in qemu.log of {vm.name}: "
                           f"{fabric.rc_timer_summary(vm)}")
-                for name in fab.ib_switch_pids:
-                    print(f"---- log of {name} (last lines) ----")
-                    print(fabric.switch_log_tail(fab, name))
+                for switch in fab.ib_switch_pids:
+                    print(f"---- log of {switch} (last lines) ----")
+                    print(fabric.switch_log_tail(fab, switch))
                 for vm in fab.vms:
                     print(f"---- console of {vm.name} (last lines) ----")
                     print(fabric.console_tail(vm, 15))

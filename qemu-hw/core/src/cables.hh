@@ -10,6 +10,15 @@
 
 namespace pib {
 
+// Positions on a port's cable, in bytes from the cable's start: past
+// everything the port sent on it so far, and past everything the switch
+// had put on it for the port. A cable that cannot tell (a stream: the
+// socket's buffers are the kernel's) gives zeros, all taken and read.
+struct CableMarks {
+    uint64_t sent = 0;
+    uint64_t arrived = 0;
+};
+
 // The way to the wire, as the scheduler sees the Device's links.
 class Cables {
   public:
@@ -26,14 +35,14 @@ class Cables {
     // was built there, before anything else is sent.
     virtual std::span<uint8_t> room(unsigned port, size_t framedBytes) = 0;
     virtual void sendBuilt(unsigned port, std::span<uint8_t> framed) = 0;
-    // Whether packets the port sent are still on its cable, not taken by
-    // the switch yet (a ring cable's unread bytes or its backlog): the
-    // wire, not the peer, is what holds them up.
-    virtual bool holdsUntaken(unsigned port) const = 0;
-    // Whether packets for the port wait on its cable that the device has
-    // not read yet (a ring cable's bytes the switch published): the
-    // device's own receive queue, not the wire, holds them.
-    virtual bool holdsUnread(unsigned port) const = 0;
+    // Where the port's cable stands now (CableMarks). takenUpTo(): the
+    // switch took everything the port had sent by `mark` (else the wire,
+    // not the peer, holds those packets up). readUpTo(): the device read
+    // everything that had arrived by `mark` (else its own receive, not the
+    // wire, holds those up).
+    virtual CableMarks marks(unsigned port) const = 0;
+    virtual bool takenUpTo(unsigned port, uint64_t mark) const = 0;
+    virtual bool readUpTo(unsigned port, uint64_t mark) const = 0;
 
   protected:
     ~Cables() = default;

@@ -56,6 +56,13 @@ uint64_t Requester::rnrDelayNs(uint8_t code) {
 }
 
 void Requester::restartAckTimer(QueuePair &qp) {
+    rearmAckTimer(qp);
+    if (qp.req.ackDeadline)
+        qp.req.sentMark = scheduler_.cableMarks(qp).sent;
+}
+
+// The timer runs again, still timing what was sent by its mark.
+void Requester::rearmAckTimer(QueuePair &qp) {
     RequesterState &r = qp.req;
     if (!r.unanswered())
         r.resending = false;
@@ -324,23 +331,29 @@ void Requester::readResponse(QueuePair &qp, const iba::Packet &packet) {
 }
 
 // An ACK timeout while the QP's packets wait for room in the port's
-// queue, or the port's ring cable still holds packets the switch has not
-// taken: the switch process did not run (a loaded host can leave it
-// waiting for a CPU for seconds), so the request may not even have left,
-// and the peer had no chance to answer. Or while the cable holds packets
-// for this device that the device has not read: this QEMU is behind (a
-// migration's precopy competes with it for the CPU, and the switch then
-// holds back what the peer sends here behind what waits already), and the
-// answer may be among them. Either way the timer would time the host, not
-// the wire. Such a timeout spends no retry, for at most kCableStallGraceNs
-// from the first one since the last answer: a port or cable that stays
-// stuck still ends in RETRY_EXC_ERR, later (a QP that waited for room
-// without its timer would wait for ever). True when the timer was started
-// again instead.
+// queue, or the switch has not yet taken from the port's ring cable what
+// the QP had sent when its timer started: the switch process did not run
+// (a loaded host can leave it waiting for a CPU for seconds), so the
+// request may not even have left, and the peer had no chance to answer.
+// Or while the device has not read what the switch had put on the cable
+// for it at the last timeout (or, at the first, what waits there now):
+// this QEMU is behind (a migration's precopy competes with it for the
+// CPU, and the switch then holds back what the peer sends here behind
+// what waits already), and the answer may be among it. Either way the
+// timer would time the host, not the wire. Such a timeout spends no retry
+// and resends nothing, for at most kCableStallGraceNs from the first one
+// since the last answer: a port or cable that stays stuck still ends in
+// RETRY_EXC_ERR, later (a QP that waited for room without its timer would
+// wait for ever). The marks make it a test of progress, not of a level:
+// on a busy cable that moves, a packet the fabric lost is resent at the
+// QP's own timeout. True when the timer was started again instead.
 bool Requester::cableStalled(QueuePair &qp, uint64_t now) {
     RequesterState &r = qp.req;
-    const bool untaken = scheduler_.waitsForRoom(qp) || scheduler_.cableHoldsUntaken(qp);
-    if (!untaken && !scheduler_.cableHoldsUnread(qp))
+    const bool untaken = scheduler_.waitsForRoom(qp) || !scheduler_.cableTakenUpTo(qp, r.sentMark);
+    const uint64_t arrived = scheduler_.cableMarks(qp).arrived;
+    const bool behind = !scheduler_.cableReadUpTo(qp, r.arrivedMark.value_or(arrived));
+    r.arrivedMark = arrived;
+    if (!untaken && !behind)
         return false;
     if (!r.cableStallFrom)
         r.cableStallFrom = now;
@@ -350,7 +363,7 @@ bool Requester::cableStalled(QueuePair &qp, uint64_t now) {
         trace::rc_timeout_excused(host_, qp.number, r.unackedPsn);
     else
         trace::rc_timeout_behind(host_, qp.number, r.unackedPsn);
-    restartAckTimer(qp);
+    rearmAckTimer(qp); // what was sent since is not what this timer waits for
     return true;
 }
 

@@ -162,6 +162,11 @@ struct RequesterState {
     uint64_t cableStallFrom = 0; // first ACK timeout the cable excused since an answer; 0: none
     uint64_t retrySpentAt = 0;   // when an ACK timeout last spent a retry; 0: none since an answer
     uint64_t rnrDeadline = 0;    // resend after an RNR NAK; 0 when not waiting
+    // Where the port's cable stood (CableMarks): what the port had sent
+    // when the ACK timer started, and what had arrived for it at the last
+    // ACK timeout since an answer (Requester::cableStalled).
+    uint64_t sentMark = 0;
+    std::optional<uint64_t> arrivedMark;
     // An ACK timeout rewound requests that had gone out, and they are not
     // all answered: the timer runs on even while a full port holds their
     // resends back (timerRuns), or a port that never empties again would
@@ -183,6 +188,7 @@ struct RequesterState {
         retriesLeft = retryCount;
         cableStallFrom = 0;
         retrySpentAt = 0;
+        arrivedMark.reset();
     }
 
     // Everything up to `psn` was answered: the send window moves past it.

@@ -76,10 +76,13 @@ class Link {
     bool buildsInPlace() const { return up_ && ringsUp() && !capture_; }
     std::span<uint8_t> room(size_t framedBytes);
     void sendBuilt(std::span<uint8_t> framed);
-    // Packets sent that the switch has not taken from the ring cable yet.
-    bool holdsUntaken() const { return ringsUp() && rings_->holdsUntaken(); }
-    // Packets the switch put on the ring cable that are not read yet.
-    bool holdsUnread() const { return ringsUp() && rings_->holdsUnread(); }
+    // Positions on the ring cable (Cables::marks): a link without one
+    // has them all taken and read.
+    CableMarks marks() const {
+        return ringsUp() ? CableMarks{rings_->sentMark(), rings_->arrivedMark()} : CableMarks{};
+    }
+    bool takenUpTo(uint64_t mark) const { return !ringsUp() || rings_->takenUpTo(mark); }
+    bool readUpTo(uint64_t mark) const { return !ringsUp() || rings_->readUpTo(mark); }
     // Its ring cable asked for a turn of its own (LinkRings::wantsTurn).
     bool wantsTurn() const { return ringsUp() && rings_->wantsTurn(); }
     uint64_t framesBuiltInRing() const { return builtInRing_; }
@@ -149,13 +152,17 @@ class PortLinks final : public Cables {
     }
     std::span<uint8_t> room(unsigned port, size_t framedBytes) override;
     void sendBuilt(unsigned port, std::span<uint8_t> framed) override;
-    bool holdsUntaken(unsigned port) const override {
+    CableMarks marks(unsigned port) const override {
         const Link *link = find(port);
-        return link && link->holdsUntaken();
+        return link ? link->marks() : CableMarks{};
     }
-    bool holdsUnread(unsigned port) const override {
+    bool takenUpTo(unsigned port, uint64_t mark) const override {
         const Link *link = find(port);
-        return link && link->holdsUnread();
+        return !link || link->takenUpTo(mark);
+    }
+    bool readUpTo(unsigned port, uint64_t mark) const override {
+        const Link *link = find(port);
+        return !link || link->readUpTo(mark);
     }
 
   private:

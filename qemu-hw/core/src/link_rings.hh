@@ -54,10 +54,13 @@ class LinkRings {
     // sendBuilt() once it is built. Nothing else is sent in between.
     std::span<uint8_t> room(size_t bytes);
     void sendBuilt(size_t bytes);
-    // Frames the switch has not read yet: in the ring, or behind it.
-    bool holdsUntaken() const { return !backlog_.empty() || out_.inFlight() > 0; }
-    // Frames the switch published that this end has not read yet.
-    bool holdsUnread() const { return up_ && in_.waiting() > 0; }
+    // Positions on the cable, counted in bytes from its start (Cables):
+    // past everything sent (in the ring, taken or not, or behind it), and
+    // past everything the switch published to this end.
+    uint64_t sentMark() const { return out_.total() + backlogBytes_; }
+    bool takenUpTo(uint64_t mark) const { return out_.total() - out_.inFlight() >= mark; }
+    uint64_t arrivedMark() const { return in_.total() + in_.waiting(); }
+    bool readUpTo(uint64_t mark) const { return in_.total() >= mark; }
     // It asked for a turn of its own (comeBack): the host's next
     // pib_core_run() serves it as a doorbell would.
     bool wantsTurn() const { return up_ && wantsTurn_; }

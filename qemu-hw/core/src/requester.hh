@@ -57,6 +57,9 @@ class Requester final : TransportRole {
     uint64_t ackTimeoutNs(const QueuePair &qp) const;
     static uint64_t rnrDelayNs(uint8_t code);
     void restartAckTimer(QueuePair &qp);
+    // restartAckTimer() times what the port sent by now; rearmAckTimer()
+    // starts the timer again for what it timed already.
+    void rearmAckTimer(QueuePair &qp);
     // How long ACK timeouts may be excused while the switch has not taken
     // the port's packets (cableStalled): a host that stalls the switch
     // process longer than this is broken, not busy.

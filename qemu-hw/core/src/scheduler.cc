@@ -71,12 +71,16 @@ bool Scheduler::waitsForRoom(const QueuePair &qp) const {
     return qp.postponed && p && p->txFull;
 }
 
-bool Scheduler::cableHoldsUntaken(const QueuePair &qp) const {
-    return cables_ && cables_->holdsUntaken(sendPort(qp));
+CableMarks Scheduler::cableMarks(const QueuePair &qp) const {
+    return cables_ ? cables_->marks(sendPort(qp)) : CableMarks{};
 }
 
-bool Scheduler::cableHoldsUnread(const QueuePair &qp) const {
-    return cables_ && cables_->holdsUnread(sendPort(qp));
+bool Scheduler::cableTakenUpTo(const QueuePair &qp, uint64_t mark) const {
+    return !cables_ || cables_->takenUpTo(sendPort(qp), mark);
+}
+
+bool Scheduler::cableReadUpTo(const QueuePair &qp, uint64_t mark) const {
+    return !cables_ || cables_->readUpTo(sendPort(qp), mark);
 }
 
 void Scheduler::postpone(uint32_t qpn, QueuePair &qp, bool needsPort) {

@@ -59,12 +59,11 @@ class Scheduler {
     bool mayTransmit(unsigned port) const;
     // Whether `qp` waits for its port to have room (it said full).
     bool waitsForRoom(const QueuePair &qp) const;
-    // Whether the cable of `qp`'s port still holds packets the switch
-    // has not taken (Cables::holdsUntaken).
-    bool cableHoldsUntaken(const QueuePair &qp) const;
-    // Whether packets for `qp`'s port wait on its cable unread
-    // (Cables::holdsUnread).
-    bool cableHoldsUnread(const QueuePair &qp) const;
+    // Where the cable of `qp`'s port stands, and whether the switch took
+    // and the device read up to a mark of it (Cables::marks).
+    CableMarks cableMarks(const QueuePair &qp) const;
+    bool cableTakenUpTo(const QueuePair &qp, uint64_t mark) const;
+    bool cableReadUpTo(const QueuePair &qp, uint64_t mark) const;
     // Whether this event may still do work that sends nothing.
     bool mayWork() const { return budget_ > 0; }
     // `qp`'s responder owes an ACK: it goes when the event ends, so that
