@@ -10,6 +10,8 @@
  */
 
 #include "qemu/osdep.h"
+#include <sys/ioctl.h>
+#include <linux/sockios.h>
 #include "qemu/error-report.h"
 #include "qemu/log.h"
 #include "qemu/main-loop.h"
@@ -23,6 +25,7 @@
 #include "hw/qdev-properties.h"
 #include "hw/qdev-properties-system.h"
 #include "chardev/char-fe.h"
+#include "chardev/char-socket.h"
 #include "migration/qemu-file-types.h"
 #include "migration/vmstate.h"
 #include "system/runstate.h"
@@ -469,6 +472,47 @@ static void pib_hca_port_watch(void *opaque, unsigned number, int fd)
     trace_pib_hca_port_watch(number, fd);
 }
 
+/* The socket under port's chardev, or -1 when it is no socket or closed. */
+static int pib_hca_port_socket(PibHcaPort *port)
+{
+    Chardev *chr = qemu_chr_fe_get_driver(&port->chr);
+    SocketChardev *sock;
+
+    if (!chr || !object_dynamic_cast(OBJECT(chr), TYPE_CHARDEV_SOCKET)) {
+        return -1;
+    }
+    sock = SOCKET_CHARDEV(chr);
+    return sock->sioc ? sock->sioc->fd : -1;
+}
+
+/*
+ * What the port's stream still carries: our queue and the socket's send
+ * queue (a UNIX socket's counts what the switch has not read), and the
+ * socket's receive queue. Asked only when a transport timer ran out, so
+ * that a switch or a QEMU waiting for a CPU does not cost RC its retries.
+ */
+static void pib_hca_port_backlog(void *opaque, unsigned number,
+                                 uint64_t *untaken, uint64_t *unread)
+{
+    PibHcaState *s = opaque;
+    PibHcaPort *port = &s->port[number - 1];
+    int fd = pib_hca_port_socket(port);
+    int out = 0, in = 0;
+
+    *untaken = pib_hca_tx_pending(port);
+    *unread = 0;
+    if (fd < 0) {
+        return;
+    }
+    if (ioctl(fd, SIOCOUTQ, &out) == 0 && out > 0) {
+        *untaken += out;
+    }
+    if (ioctl(fd, SIOCINQ, &in) == 0 && in > 0) {
+        *unread = in;
+    }
+    trace_pib_hca_port_backlog(number, *untaken, *unread);
+}
+
 static void pib_hca_port_disconnect(void *opaque, unsigned port)
 {
     PibHcaState *s = opaque;
@@ -552,6 +596,7 @@ static const struct pib_host_ops pib_hca_host_ops = {
     .port_disconnect = pib_hca_port_disconnect,
     .port_send_fds = pib_hca_port_send_fds,
     .port_watch = pib_hca_port_watch,
+    .port_backlog = pib_hca_port_backlog,
     .clock_ns = pib_hca_clock_ns,
     .timer_arm = pib_hca_timer_arm,
     .schedule = pib_hca_schedule,

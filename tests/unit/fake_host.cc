@@ -150,6 +150,14 @@ static void portWatch(void *opaque, unsigned port, int fd) {
     static_cast<FakeHost *>(opaque)->watchedFd[port] = fd;
 }
 
+// A stream's backlog, as a host with sockets reports it: what the port
+// sent that the test's cable has not taken, and what the test says waits.
+static void portBacklog(void *opaque, unsigned port, uint64_t *untaken, uint64_t *unread) {
+    const auto *host = static_cast<FakeHost *>(opaque);
+    *untaken = host->reportsBacklog ? host->portOutput[port].size() : 0;
+    *unread = host->reportsBacklog ? host->portUnread[port] : 0;
+}
+
 static void portDisconnect(void *opaque, unsigned port) {
     static_cast<FakeHost *>(opaque)->disconnects.push_back(port);
 }
@@ -211,6 +219,7 @@ const pib_host_ops &FakeHost::hostOps() {
         .port_disconnect = portDisconnect,
         .port_send_fds = portSendFds,
         .port_watch = portWatch,
+        .port_backlog = portBacklog,
         .clock_ns = [](void *opaque) { return static_cast<FakeHost *>(opaque)->now; },
         .timer_arm =
             [](void *opaque, uint64_t deadline) {

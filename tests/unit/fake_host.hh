@@ -217,6 +217,11 @@ struct FakeHost {
     };
     std::vector<PassedFds> passedFds[3];
     int watchedFd[3] = {-1, -1, -1};
+    // Streams: whether port_backlog answers (else 0 and 0, as a host that
+    // cannot tell), then with a port's output as untaken and portUnread as
+    // what its socket holds unread.
+    bool reportsBacklog = false;
+    size_t portUnread[3] = {};
     uint64_t barDmas = 0; // DMAs that reached BAR0
     // A bug inside the core, simulated: the next DMA read throws, as a
     // broken invariant would, in the middle of whatever the core does.

@@ -2,10 +2,12 @@
 // The port's link to a switch: HELLO, link state, bad streams.
 #include <catch2/catch.hpp>
 
+#include "connected_fixture.hh"
 #include "fake_host.hh"
 #include "frame.hh"
 #include "mad.hh"
 #include "packet.hh"
+#include "page_send.hh"
 
 using pib::wire::encode;
 
@@ -236,5 +238,60 @@ TEST_CASE("back to back: a reset port trains again, and a lost HELLO is retried"
         const size_t polled = c.a.traces("link_polling") + c.b.traces("link_polling");
         c.advance(3'000'000'000);
         CHECK(c.a.traces("link_polling") + c.b.traces("link_polling") == polled);
+    }
+}
+
+// The ring cables' excuse (test_link_rings.cc), on a stream: a switch
+// process waiting for a CPU leaves the port's packets in the device's
+// socket, or a QEMU that is behind leaves the peer's answer in its own.
+// The host says what the stream holds (pib_host_ops.port_backlog), the
+// link counts what it gave and got: a timeout then spends no retry, for a
+// while (kCableStallGraceNs).
+TEST_CASE("ACK timeouts while a stream holds the port's packets spend no retries", "[link]") {
+    using pib::testing::checkPageArrived;
+    pib::testing::Pair pair;
+    pair.a.host.reportsBacklog = true;
+    const auto [src, dst] = pib::testing::postPageSend(pair, 23);
+    auto timeouts = [&](int n) {
+        for (int i = 0; i < n; ++i) // 4.2 ms each, five times the QP's retries
+            pair.a.host.advance(4'200'000);
+    };
+    SECTION("the switch read nothing: the SEND waits in a's queue") {
+        REQUIRE(!pair.a.host.portOutput[1].empty());
+        timeouts(20);
+        CHECK(pair.a.host.traces("rc_timeout_excused") >= 19);
+        CHECK(pair.a.host.traces("rc_timeout") == 0);
+        CHECK(pair.a.poll().empty());
+        pair.wire.run(); // the switch runs again
+        checkPageArrived(pair, src, dst);
+    }
+    SECTION("b's answer waits unread in a's socket") {
+        REQUIRE(pair.wire.move(pair.a, pair.b, 0));
+        REQUIRE(!pair.b.host.portOutput[1].empty()); // the ACK, not moved to a
+        pair.a.host.portUnread[1] = pair.b.host.portOutput[1].size();
+        timeouts(20);
+        CHECK(pair.a.host.traces("rc_timeout_behind") >= 19);
+        CHECK(pair.a.host.traces("rc_timeout") == 0);
+        pair.a.host.portUnread[1] = 0;
+        pair.wire.run(); // a reads its socket
+        checkPageArrived(pair, src, dst);
+    }
+    SECTION("the switch took the SEND, its answer was lost, more waits behind: resent at once") {
+        REQUIRE(pair.wire.move(pair.a, pair.b, 0));
+        pair.b.host.portOutput[1].clear(); // the fabric lost b's answer
+        const uint64_t src2 = pair.a.host.allocRandom(64, 24), dst2 = pair.b.host.alloc(64);
+        pair.b.postRecv(2, dst2, 64);
+        pair.a.postSend(2, {.local = src2, .length = 64});
+        REQUIRE(!pair.a.host.portOutput[1].empty());
+        timeouts(1);
+        CHECK(pair.a.host.traces("rc_timeout_excused") == 0);
+        CHECK(pair.a.host.traces("rc_timeout") == 1);
+    }
+    SECTION("a host that cannot tell: the timeouts spend retries") {
+        pair.a.host.reportsBacklog = false;
+        for (int i = 0; i < 600 && pair.a.qpState() != PIB_QPS_ERR; ++i)
+            pair.a.host.advance(4'200'000);
+        CHECK(pair.a.qpState() == PIB_QPS_ERR);
+        CHECK(pair.a.host.traces("rc_timeout_excused") == 0);
     }
 }

@@ -14,9 +14,12 @@
 #include "frame.hh"
 #include "management_calls.hh"
 #include "packet.hh"
+#include "page_send.hh"
 #include "ring_cable.hh"
 #include "ring_switch.hh"
 
+using pib::testing::checkPageArrived;
+using pib::testing::postPageSend;
 using pib::testing::RingSwitch;
 using pib::wire::encode;
 
@@ -134,22 +137,6 @@ struct RingPair {
     }
 };
 
-// A SEND of one page from a to b, its receive posted: (source, destination).
-std::pair<uint64_t, uint64_t> postPageSend(pib::testing::Pair &pair, uint64_t seed) {
-    const uint64_t src = pair.a.host.allocRandom(4096, seed);
-    const uint64_t dst = pair.b.host.alloc(4096);
-    pair.b.postRecv(1, dst, 4096);
-    pair.a.postSend(1, {.local = src, .length = 4096});
-    return {src, dst};
-}
-
-// That SEND completed at a, and arrived whole.
-void checkPageArrived(pib::testing::Pair &pair, uint64_t src, uint64_t dst) {
-    const auto done = pair.a.poll();
-    REQUIRE(done.size() == 1);
-    CHECK(done[0].status == PIB_WC_SUCCESS);
-    CHECK(std::memcmp(pair.a.host.at(src), pair.b.host.at(dst), 4096) == 0);
-}
 } // namespace
 
 TEST_CASE("on a ring cable two devices' RC traffic travels in the rings", "[link-rings]") {

@@ -97,6 +97,15 @@ struct pib_host_ops {
                          size_t nfds);
     void (*port_watch)(void *opaque, unsigned port, int fd);
     /*
+     * Optional: what port `port`'s stream still carries (docs/wire.md,
+     * "Stalls"). *untaken: bytes the core gave port_send that the switch
+     * has not read yet (the host's queue, and the socket's send queue);
+     * *unread: bytes the switch wrote that the host has not given the core
+     * yet (the socket's receive queue). Both 0 when unknown. The core asks
+     * only when a transport timer runs out, never per packet.
+     */
+    void (*port_backlog)(void *opaque, unsigned port, uint64_t *untaken, uint64_t *unread);
+    /*
      * The transport's clock (retransmission and RNR timers): monotonic
      * nanoseconds that stand still while the VM is stopped. timer_arm asks
      * for one call of pib_core_timer_expired() once clock_ns reaches

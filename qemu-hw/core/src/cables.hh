@@ -10,15 +10,6 @@
 
 namespace pib {
 
-// Positions on a port's cable, in bytes from the cable's start: past
-// everything the port sent on it so far, and past everything the switch
-// had put on it for the port. A cable that cannot tell (a stream: the
-// socket's buffers are the kernel's) gives zeros, all taken and read.
-struct CableMarks {
-    uint64_t sent = 0;
-    uint64_t arrived = 0;
-};
-
 // The way to the wire, as the scheduler sees the Device's links.
 class Cables {
   public:
@@ -35,13 +26,18 @@ class Cables {
     // was built there, before anything else is sent.
     virtual std::span<uint8_t> room(unsigned port, size_t framedBytes) = 0;
     virtual void sendBuilt(unsigned port, std::span<uint8_t> framed) = 0;
-    // Where the port's cable stands now (CableMarks). takenUpTo(): the
-    // switch took everything the port had sent by `mark` (else the wire,
-    // not the peer, holds those packets up). readUpTo(): the device read
-    // everything that had arrived by `mark` (else its own receive, not the
-    // wire, holds those up).
-    virtual CableMarks marks(unsigned port) const = 0;
+    // Positions on the port's cable, in bytes from its start (the ACK
+    // timer's, Requester::cableStalled). sentMark(): past everything the
+    // port sent on it so far; takenUpTo(): the switch took everything
+    // before `mark` (else the wire, not the peer, holds those packets
+    // up). arrivedMark(): past everything the switch had put on it for
+    // the port; readUpTo(): the device read everything before `mark` (else
+    // its own receive, not the wire, holds those up). sentMark() is asked
+    // whenever the timer starts, so it is cheap; the others only when it
+    // runs out. A cable that cannot tell has everything taken and read.
+    virtual uint64_t sentMark(unsigned port) const = 0;
     virtual bool takenUpTo(unsigned port, uint64_t mark) const = 0;
+    virtual uint64_t arrivedMark(unsigned port) const = 0;
     virtual bool readUpTo(unsigned port, uint64_t mark) const = 0;
 
   protected:

@@ -58,7 +58,7 @@ uint64_t Requester::rnrDelayNs(uint8_t code) {
 void Requester::restartAckTimer(QueuePair &qp) {
     rearmAckTimer(qp);
     if (qp.req.ackDeadline)
-        qp.req.sentMark = scheduler_.cableMarks(qp).sent;
+        qp.req.sentMark = scheduler_.cableSentMark(qp);
 }
 
 // The timer runs again, still timing what was sent by its mark.
@@ -350,7 +350,7 @@ void Requester::readResponse(QueuePair &qp, const iba::Packet &packet) {
 bool Requester::cableStalled(QueuePair &qp, uint64_t now) {
     RequesterState &r = qp.req;
     const bool untaken = scheduler_.waitsForRoom(qp) || !scheduler_.cableTakenUpTo(qp, r.sentMark);
-    const uint64_t arrived = scheduler_.cableMarks(qp).arrived;
+    const uint64_t arrived = scheduler_.cableArrivedMark(qp);
     const bool behind = !scheduler_.cableReadUpTo(qp, r.arrivedMark.value_or(arrived));
     r.arrivedMark = arrived;
     if (!untaken && !behind)

@@ -162,7 +162,7 @@ struct RequesterState {
     uint64_t cableStallFrom = 0; // first ACK timeout the cable excused since an answer; 0: none
     uint64_t retrySpentAt = 0;   // when an ACK timeout last spent a retry; 0: none since an answer
     uint64_t rnrDeadline = 0;    // resend after an RNR NAK; 0 when not waiting
-    // Where the port's cable stood (CableMarks): what the port had sent
+    // Where the port's cable stood (Cables::sentMark): what the port had sent
     // when the ACK timer started, and what had arrived for it at the last
     // ACK timeout since an answer (Requester::cableStalled).
     uint64_t sentMark = 0;

@@ -83,6 +83,13 @@ void Host::portWatch(unsigned port, int fd) const {
         ops_.port_watch(opaque_, port, fd);
 }
 
+Host::StreamBacklog Host::portBacklog(unsigned port) const {
+    StreamBacklog backlog;
+    if (ops_.port_backlog)
+        ops_.port_backlog(opaque_, port, &backlog.untaken, &backlog.unread);
+    return backlog;
+}
+
 void Host::portDisconnect(unsigned port) const {
     if (ops_.port_disconnect)
         ops_.port_disconnect(opaque_, port);

@@ -74,6 +74,13 @@ class Host {
     bool portSendDescriptors(unsigned port, std::span<const uint8_t> bytes,
                              std::span<const int> fds) const;
     void portWatch(unsigned port, int fd) const;
+    // What a stream cable still carries each way (pib_host_ops.port_backlog):
+    // bytes the switch has not taken, and bytes not yet given the core.
+    struct StreamBacklog {
+        uint64_t untaken = 0;
+        uint64_t unread = 0;
+    };
+    StreamBacklog portBacklog(unsigned port) const;
     // The transport clock, and the one timer the core asks the host for.
     uint64_t clockNs() const;
     void armTimer(uint64_t deadlineNs) const;

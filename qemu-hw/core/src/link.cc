@@ -2,6 +2,7 @@
 #include "link.hh"
 #include "trace.hh"
 
+#include <algorithm>
 #include <cinttypes>
 #include <cstring>
 #include <utility>
@@ -13,6 +14,7 @@ Link::Event Link::connected(bool connected) {
     connected_ = connected;
     up_ = false;
     helloDue_ = 0;
+    streamSent_ = streamReceived_ = 0; // a new stream
     reader_.reset();
     rings_.reset(); // a new cable offers its own
     ringsOffered_ = false;
@@ -39,15 +41,19 @@ void Link::sendHello(uint16_t flags) {
     hello.port_guid = portGuid_;
     hello.node_type = PIB_WIRE_NODE_CA;
     hello.port = static_cast<uint8_t>(port_);
-    host_.portSend(
-        port_, wire::encode(PIB_WIRE_HELLO,
-                            std::span(reinterpret_cast<const uint8_t *>(&hello), sizeof(hello))));
+    sendOnStream(wire::encode(PIB_WIRE_HELLO,
+                              std::span(reinterpret_cast<const uint8_t *>(&hello), sizeof(hello))));
+}
+
+bool Link::sendOnStream(std::span<const uint8_t> bytes) {
+    streamSent_ += bytes.size();
+    return host_.portSend(port_, bytes);
 }
 
 void Link::moving() {
     if (!up_)
         return;
-    host_.portSend(port_, wire::encode(PIB_WIRE_MOVING, {}));
+    sendOnStream(wire::encode(PIB_WIRE_MOVING, {}));
     up_ = false;
     moved_ = true;
     helloDue_ = 0;
@@ -114,6 +120,7 @@ void Link::receive(std::span<const uint8_t> bytes, const std::function<void(Even
                    const PacketSink &onPacket) {
     if (!connected_)
         return;
+    streamReceived_ += bytes.size();
     // Packets are read where the stream put them; only a frame cut off at
     // the end of `bytes` is copied, to wait for the rest.
     reader_.lend(bytes);
@@ -232,11 +239,32 @@ bool Link::sendFramed(std::vector<uint8_t> &framed) {
     wire::frameInPlace(framed, PIB_WIRE_PACKET);
     record(std::span(framed).subspan(wire::kHeaderSize), wire::PacketCapture::Direction::kSent);
     if (!ringsUp())
-        return host_.portSend(port_, framed);
+        return sendOnStream(framed);
     const LinkRings::Sent sent = rings_->send(framed);
     if (sent == LinkRings::Sent::kLost)
         ++framesDropped_;
     return sent == LinkRings::Sent::kOk;
+}
+
+// A stream's bytes in the host's queue or its socket: those the switch
+// has not taken, and those not given to the core yet. Only counted once
+// the host says (pib_host_ops.port_backlog); one that cannot tell has
+// everything taken and read.
+bool Link::takenUpTo(uint64_t mark) const {
+    if (ringsUp())
+        return rings_->takenUpTo(mark);
+    const uint64_t untaken = host_.portBacklog(port_).untaken;
+    return streamSent_ - std::min(untaken, streamSent_) >= mark;
+}
+
+uint64_t Link::arrivedMark() const {
+    if (ringsUp())
+        return rings_->arrivedMark();
+    return streamReceived_ + host_.portBacklog(port_).unread;
+}
+
+bool Link::readUpTo(uint64_t mark) const {
+    return ringsUp() ? rings_->readUpTo(mark) : streamReceived_ >= mark;
 }
 
 std::span<uint8_t> Link::room(size_t framedBytes) {

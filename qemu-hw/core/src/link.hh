@@ -76,13 +76,13 @@ class Link {
     bool buildsInPlace() const { return up_ && ringsUp() && !capture_; }
     std::span<uint8_t> room(size_t framedBytes);
     void sendBuilt(std::span<uint8_t> framed);
-    // Positions on the ring cable (Cables::marks): a link without one
-    // has them all taken and read.
-    CableMarks marks() const {
-        return ringsUp() ? CableMarks{rings_->sentMark(), rings_->arrivedMark()} : CableMarks{};
-    }
-    bool takenUpTo(uint64_t mark) const { return !ringsUp() || rings_->takenUpTo(mark); }
-    bool readUpTo(uint64_t mark) const { return !ringsUp() || rings_->readUpTo(mark); }
+    // Positions on the cable (Cables::sentMark): a ring cable reads its
+    // own indexes; a stream counts what it gave and got, and asks the host
+    // what its queue and socket still hold (a system call).
+    uint64_t sentMark() const { return ringsUp() ? rings_->sentMark() : streamSent_; }
+    bool takenUpTo(uint64_t mark) const;
+    uint64_t arrivedMark() const;
+    bool readUpTo(uint64_t mark) const;
     // Its ring cable asked for a turn of its own (LinkRings::wantsTurn).
     bool wantsTurn() const { return ringsUp() && rings_->wantsTurn(); }
     uint64_t framesBuiltInRing() const { return builtInRing_; }
@@ -117,12 +117,17 @@ class Link {
     uint64_t readInRing_ = 0;  // and those whose payload it read from there
     uint64_t helloDue_ = 0;    // Polling: when the HELLO goes again
     uint64_t upSinceNs_ = 0;   // when the link last came up
-    bool moved_ = false;       // said MOVING: silent until it resumes
-    bool resumes_ = false;     // the next cable's HELLO resumes the link
+    // Bytes given to the stream and got from it since it connected (a
+    // stream's marks; a ring cable counts its own).
+    uint64_t streamSent_ = 0;
+    uint64_t streamReceived_ = 0;
+    bool moved_ = false;   // said MOVING: silent until it resumes
+    bool resumes_ = false; // the next cable's HELLO resumes the link
     // A HELLO this soon after the link came up crossed ours: dropped.
     static constexpr uint64_t kMinRetrainNs = 100'000'000;
 
     void sendHello(uint16_t flags = 0);
+    bool sendOnStream(std::span<const uint8_t> bytes);
     void helloReceived(std::span<const uint8_t> payload, const std::function<void(Event)> &onEvent);
     void peerHello(const std::function<void(Event)> &onEvent);
     void offerRings();
@@ -152,13 +157,17 @@ class PortLinks final : public Cables {
     }
     std::span<uint8_t> room(unsigned port, size_t framedBytes) override;
     void sendBuilt(unsigned port, std::span<uint8_t> framed) override;
-    CableMarks marks(unsigned port) const override {
+    uint64_t sentMark(unsigned port) const override {
         const Link *link = find(port);
-        return link ? link->marks() : CableMarks{};
+        return link ? link->sentMark() : 0;
     }
     bool takenUpTo(unsigned port, uint64_t mark) const override {
         const Link *link = find(port);
         return !link || link->takenUpTo(mark);
+    }
+    uint64_t arrivedMark(unsigned port) const override {
+        const Link *link = find(port);
+        return link ? link->arrivedMark() : 0;
     }
     bool readUpTo(unsigned port, uint64_t mark) const override {
         const Link *link = find(port);

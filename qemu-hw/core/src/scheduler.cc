@@ -71,8 +71,12 @@ bool Scheduler::waitsForRoom(const QueuePair &qp) const {
     return qp.postponed && p && p->txFull;
 }
 
-CableMarks Scheduler::cableMarks(const QueuePair &qp) const {
-    return cables_ ? cables_->marks(sendPort(qp)) : CableMarks{};
+uint64_t Scheduler::cableSentMark(const QueuePair &qp) const {
+    return cables_ ? cables_->sentMark(sendPort(qp)) : 0;
+}
+
+uint64_t Scheduler::cableArrivedMark(const QueuePair &qp) const {
+    return cables_ ? cables_->arrivedMark(sendPort(qp)) : 0;
 }
 
 bool Scheduler::cableTakenUpTo(const QueuePair &qp, uint64_t mark) const {

@@ -60,9 +60,10 @@ class Scheduler {
     // Whether `qp` waits for its port to have room (it said full).
     bool waitsForRoom(const QueuePair &qp) const;
     // Where the cable of `qp`'s port stands, and whether the switch took
-    // and the device read up to a mark of it (Cables::marks).
-    CableMarks cableMarks(const QueuePair &qp) const;
+    // and the device read up to a mark of it (Cables::sentMark).
+    uint64_t cableSentMark(const QueuePair &qp) const;
     bool cableTakenUpTo(const QueuePair &qp, uint64_t mark) const;
+    uint64_t cableArrivedMark(const QueuePair &qp) const;
     bool cableReadUpTo(const QueuePair &qp, uint64_t mark) const;
     // Whether this event may still do work that sends nothing.
     bool mayWork() const { return budget_ > 0; }
