@@ -213,6 +213,97 @@ TEST_CASE("mlx5: a UD send rung through blue flame arrives, every byte, with its
     CHECK(f.host.guestErrors() == 0);
 }
 
+// Found by UCX's ud_mlx5 dying in its wireup (ud_ep.c: a connection
+// request that was not one): UCX resends a control packet as its 8-byte
+// header inline and the rest behind a data segment, in one WQE; the device
+// read the inline bytes and dropped the data segments, so the receiver got
+// a bare header. The message is the inline bytes, then what the data
+// segments gather, on UD and on RC alike.
+TEST_CASE("mlx5: a send WQE's inline header and the data segments behind it go as one message",
+          "[mlx5]") {
+    QpFunction f;
+    REQUIRE(f.activatePort());
+    const uint64_t source = f.host.allocRandom(8192, 9), sink = f.host.alloc(8192);
+    const uint8_t header[12] = {0xc1, 0xc2, 0xc3, 0xc4, 0xc5, 0xc6,
+                                0xc7, 0xc8, 0xc9, 0xca, 0xcb, 0xcc};
+    // Control segment, [address vector,] an inline segment of `inlined`
+    // header bytes padded to 16, then a data segment per (offset, length).
+    const auto wqe = [&](uint32_t remoteQpn, uint32_t inlined,
+                         std::vector<std::pair<uint32_t, uint32_t>> pieces) {
+        std::vector<uint8_t> w(16);
+        w[3] = kSend;
+        if (remoteQpn) {
+            w.resize(w.size() + 48);
+            uint8_t *av = w.data() + 16;
+            writeBe32(av, kQkeyValue);
+            writeBe32(av + 8, 0x80000000u | remoteQpn);
+            writeBe16(av + 14, kLid);
+        }
+        const size_t at = w.size();
+        w.resize(at + (4 + inlined + 15) / 16 * 16);
+        writeBe32(w.data() + at, 0x80000000u | inlined);
+        std::copy_n(header, inlined, w.data() + at + 4);
+        for (const auto &[offset, length] : pieces) {
+            const size_t d = w.size();
+            w.resize(d + 16);
+            writeBe32(w.data() + d, length);
+            writeBe32(w.data() + d + 4, f.lkey);
+            writeBe64(w.data() + d + 8, source + offset);
+        }
+        return w;
+    };
+    // What the receiver must hold: the header's bytes, then the pieces'.
+    const auto expected = [&](uint32_t inlined, std::vector<std::pair<uint32_t, uint32_t>> pieces) {
+        std::vector<uint8_t> bytes(header, header + inlined);
+        for (const auto &[offset, length] : pieces)
+            bytes.insert(bytes.end(), f.host.at(source + offset),
+                         f.host.at(source + offset) + length);
+        return bytes;
+    };
+    uint32_t next = 0;
+    SECTION("UD: an 8-byte header and 100 bytes behind it") {
+        auto sender = f.createQp(kUd), receiver = f.createQp(kUd, 1);
+        REQUIRE(f.toRts(sender.qpn));
+        REQUIRE(f.toRts(receiver.qpn));
+        constexpr uint32_t kGrh = 40;
+        f.postReceive(receiver, sink, 4096);
+        f.blueFlame(f.postWqe(sender, wqe(receiver.qpn, 8, {{300, 100}})), f.uar);
+        const auto done = f.cqes(&next);
+        REQUIRE(done.size() == 2);
+        const uint8_t *recv = done[0][0x3f] >> 4 == 0x2 ? done[0] : done[1];
+        CHECK(readBe32(recv + 0x2c) == kGrh + 108);
+        const auto want = expected(8, {{300, 100}});
+        CHECK(std::equal(want.begin(), want.end(), f.host.at(sink + kGrh)));
+    }
+    SECTION("RC: a 12-byte header and two pieces of 3000 bytes, over several packets") {
+        auto [a, b] = f.connectedRc();
+        f.postReceive(b, sink, 8192);
+        const std::vector<std::pair<uint32_t, uint32_t>> pieces = {{0, 1500}, {4000, 1500}};
+        f.blueFlame(f.postWqe(a, wqe(0, 12, pieces)), f.uar);
+        const auto done = f.completions(&next, 2);
+        REQUIRE(done.size() == 2);
+        const uint8_t *recv = done[0][0x3f] >> 4 == 0x2 ? done[0] : done[1];
+        CHECK(readBe32(recv + 0x2c) == 3012);
+        const auto want = expected(12, pieces);
+        CHECK(std::equal(want.begin(), want.end(), f.host.at(sink)));
+    }
+    SECTION("inline data after a data segment is refused, not read as a pointer") {
+        auto [a, b] = f.connectedRc();
+        f.postReceive(b, sink, 8192);
+        std::vector<uint8_t> w = wqe(0, 0, {{0, 64}});
+        w.erase(w.begin() + 16, w.begin() + 32); // the empty inline segment
+        const size_t at = w.size();
+        w.resize(at + 16);
+        writeBe32(w.data() + at, 0x80000000u | 4);
+        f.blueFlame(f.postWqe(a, w), f.uar);
+        const auto done = f.completions(&next, 1);
+        REQUIRE(done.size() == 1);
+        CHECK(done[0][0x3f] >> 4 == 0xd); // REQ_ERR
+        CHECK(f.host.guestErrors() == 1);
+    }
+    CHECK(f.host.guestErrors() <= 1);
+}
+
 TEST_CASE("mlx5: send doorbells the device cannot take are the driver's errors", "[mlx5]") {
     QpFunction f;
     REQUIRE(f.activatePort());

@@ -75,14 +75,15 @@ bool Datagram::sendUd(QueuePair &qp, const Wqe &wqe, uint32_t *length, uint8_t *
     // anything (the guest controls every byte_count).
     const uint32_t maxLength = smi ? kMadSize : mtuBytes(p->info.active_mtu);
     std::vector<uint8_t> payload;
-    if (wqe.isInline) {
+    if (wqe.isInline) { // a prefix, perhaps followed by data segments
         if (wqe.inlineData.size() > maxLength) {
             *status = PIB_WC_LOC_LEN_ERR;
             return false;
         }
         payload.assign(wqe.inlineData.begin(), wqe.inlineData.end());
-    } else {
-        *status = memory_.gather(qp.ctx.pdn, wqe.sges, maxLength, payload);
+    }
+    if (!wqe.sges.empty()) {
+        *status = memory_.gather(qp.ctx.pdn, wqe.sges, maxLength - payload.size(), payload);
         if (*status == PIB_WC_LOC_PROT_ERR)
             host_.guestError(err::kWqeBadKey, "UD QP %u WQE %u: an L_Key does not cover its buffer",
                              qp.number, qp.sq.consumer);

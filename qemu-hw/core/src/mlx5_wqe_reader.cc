@@ -284,10 +284,27 @@ uint8_t WqeReader::decodeSend(const QueuePair &qp, uint32_t index, const Layout 
         out.isInline = true;
         out.ctrl.flags |= PIB_WQE_INLINE;
         out.inlineData = std::span(raw_).subspan(off + 4, count);
-        return PIB_WC_SUCCESS;
+        // Data segments may follow, from the next 16-byte boundary.
+        return dataSegments(qp, index,
+                            off + (4 + count + kSegmentBytes - 1) / kSegmentBytes * kSegmentBytes,
+                            used, out);
     }
-    for (size_t at = off; at + kSegmentBytes <= used; at += kSegmentBytes)
+    return dataSegments(qp, index, off, used, out);
+}
+
+// The pointer data segments of a send WQE from byte `from` to `used`. An
+// inline segment among them (mixed after a pointer, or a second one) is
+// refused, not read as a pointer: the core carries one inline prefix.
+uint8_t WqeReader::dataSegments(const QueuePair &qp, uint32_t index, size_t from, size_t used,
+                                Wqe &out) const {
+    for (size_t at = from; at + kSegmentBytes <= used; at += kSegmentBytes) {
+        if (readBe32(raw_.data() + at) & kInlineFlag) {
+            host_.guestError(err::kWqeBad, "QP %u send WQE %u: inline data after a data segment",
+                             qp.number, index);
+            return PIB_WC_LOC_QP_OP_ERR;
+        }
         out.sges.push_back(dataSegment(raw_.data() + at));
+    }
     return PIB_WC_SUCCESS;
 }
 

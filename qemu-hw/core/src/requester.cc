@@ -55,15 +55,14 @@ uint8_t Requester::fetchSendWqe(QueuePair &qp, uint32_t index, SendWqe &w) {
         return PIB_WC_SUCCESS;
     }
     uint64_t length = 0;
-    if (wqe.isInline) {
+    if (wqe.isInline) { // a prefix, perhaps followed by data segments
         w.inlineData.assign(wqe.inlineData.begin(), wqe.inlineData.end());
         length = w.inlineData.size();
-    } else {
-        w.sges = std::move(wqe.sges);
-        status = checkLocalBuffers(qp, w, &length);
-        if (status != PIB_WC_SUCCESS)
-            return status;
     }
+    w.sges = std::move(wqe.sges);
+    status = checkLocalBuffers(qp, w, &length);
+    if (status != PIB_WC_SUCCESS)
+        return status;
     if (length > limits::kMaxMsgSize || (w.isAtomic() && length != 8))
         return PIB_WC_LOC_LEN_ERR;
     w.length = static_cast<uint32_t>(length);
@@ -351,10 +350,14 @@ bool Requester::sendRequestPacket(QueuePair &qp, SendWqe &w, iba::Packet &p, uin
     }
     iba::PacketWriter writer = startPacket(qp, p, len);
     uint8_t status = PIB_WC_SUCCESS;
-    if (!w.inlineData.empty())
-        writer.append(w.inlineData.data() + offset, len);
-    else if (len)
-        status = memory_.gatherInto(qp.ctx.pdn, w.sges, offset, len, writer);
+    // The inline prefix first, then what the data segments gather.
+    const uint32_t inlineBytes = static_cast<uint32_t>(w.inlineData.size());
+    const uint32_t fromInline = offset < inlineBytes ? std::min(len, inlineBytes - offset) : 0;
+    if (fromInline)
+        writer.append(w.inlineData.data() + offset, fromInline);
+    if (len > fromInline)
+        status = memory_.gatherInto(qp.ctx.pdn, w.sges, offset + fromInline - inlineBytes,
+                                    len - fromInline, writer);
     if (status != PIB_WC_SUCCESS) {
         host_.guestError(err::kWqeDma, "QP %u WQE %u: cannot read its data", qp.number, w.index);
         w.localStatus = status;

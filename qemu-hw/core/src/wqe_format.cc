@@ -6,9 +6,7 @@
 namespace pib {
 
 uint64_t dataLength(const Wqe &wqe) {
-    if (wqe.isInline)
-        return wqe.inlineData.size();
-    uint64_t length = 0;
+    uint64_t length = wqe.isInline ? wqe.inlineData.size() : 0;
     for (const pib_wqe_data &sge : wqe.sges)
         length += sge.byte_count;
     return length;

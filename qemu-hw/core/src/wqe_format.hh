@@ -41,6 +41,9 @@ struct Wqe {
     pib_wqe_xrc xrc{};      // XRC INI QPs: the remote XRC SRQ
     bool isInline = false;
     // Inline bytes: they point into the reader and last until its next read.
+    // A ConnectX send WQE may follow them with data segments (UCX puts its
+    // header inline and the payload behind pointers): the message is the
+    // inline bytes, then what `sges` gather.
     std::span<const uint8_t> inlineData;
     std::vector<pib_wqe_data> sges;
     // Ring slots it takes, which its consumer moves past (a ConnectX send
