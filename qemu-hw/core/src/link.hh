@@ -10,6 +10,7 @@
 #include <memory>
 #include <span>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "cables.hh"
@@ -157,27 +158,27 @@ class PortLinks final : public Cables {
     }
     std::span<uint8_t> room(unsigned port, size_t framedBytes) override;
     void sendBuilt(unsigned port, std::span<uint8_t> framed) override;
-    uint64_t sentMark(unsigned port) const override {
-        const Link *link = find(port);
-        return link ? link->sentMark() : 0;
-    }
+    // A port without a link has sent nothing and has nothing to read.
+    uint64_t sentMark(unsigned port) const override { return ask(port, &Link::sentMark, 0); }
     bool takenUpTo(unsigned port, uint64_t mark) const override {
-        const Link *link = find(port);
-        return !link || link->takenUpTo(mark);
+        return ask(port, &Link::takenUpTo, true, mark);
     }
-    uint64_t arrivedMark(unsigned port) const override {
-        const Link *link = find(port);
-        return link ? link->arrivedMark() : 0;
-    }
+    uint64_t arrivedMark(unsigned port) const override { return ask(port, &Link::arrivedMark, 0); }
     bool readUpTo(unsigned port, uint64_t mark) const override {
-        const Link *link = find(port);
-        return !link || link->readUpTo(mark);
+        return ask(port, &Link::readUpTo, true, mark);
     }
 
   private:
     std::vector<std::unique_ptr<Link>> &links_; // index: port - 1
     Link *find(unsigned port) const {
         return port >= 1 && port <= links_.size() ? links_[port - 1].get() : nullptr;
+    }
+    // `question` of the port's link, or `none` for a port without one.
+    template <class R, class... Args>
+    R ask(unsigned port, R (Link::*question)(Args...) const, std::type_identity_t<R> none,
+          std::type_identity_t<Args>... args) const {
+        const Link *link = find(port);
+        return link ? (link->*question)(args...) : none;
     }
 };
 
