@@ -217,6 +217,7 @@ static int pib_hca_dma_write(void *opaque, uint64_t addr, const void *buf,
     if (!pib_hca_dma_is_ram(PCI_DEVICE(s), addr, len, true)) {
         return pib_hca_dma_refused(s, addr, len, true);
     }
+    /* Ordered after every earlier write, as pib_core.h asks (dma_barrier). */
     r = pci_dma_write(PCI_DEVICE(s), addr, buf, len);
     trace_pib_hca_dma_write(addr, len, r);
     return r == MEMTX_OK ? 0 : -1;

@@ -98,6 +98,8 @@ static int dmaWrite(void *opaque, uint64_t addr, const void *buf, uint64_t len) 
     if (!host->inRam(addr, len))
         return -1;
     std::memcpy(host->at(addr), buf, len);
+    if (host->recordingDmaWrites)
+        host->dmaWrites.push_back({addr, len});
     return 0;
 }
 
@@ -295,6 +297,23 @@ FakeHost::~FakeHost() {
                 close(fd);
     if (ramPool().size() < 4)
         ramPool().push_back(std::move(ram));
+}
+
+bool FakeHost::ownerWrittenLast(uint64_t entry, uint64_t size, uint64_t ownerByte) const {
+    const uint64_t owner = entry + ownerByte;
+    bool ownerWritten = false;
+    for (const DmaWrite &w : dmaWrites) {
+        if (w.addr >= entry + size || w.addr + w.len <= entry)
+            continue; // not into this entry
+        if (ownerWritten)
+            return false; // the entry changed after its owner byte
+        if (w.addr <= owner && owner < w.addr + w.len) {
+            if (w.len != 1)
+                return false; // the owner byte in one write with others
+            ownerWritten = true;
+        }
+    }
+    return ownerWritten;
 }
 
 size_t FakeHost::guestErrors(const std::string &what) const {

@@ -184,6 +184,16 @@ struct FakeHost {
     bool mapping = true;
     int mappings = 0;
     uint64_t mapped = 0;
+    // Every DMA write into RAM while recordingDmaWrites, in order.
+    bool recordingDmaWrites = false;
+    struct DmaWrite {
+        uint64_t addr, len;
+    };
+    std::vector<DmaWrite> dmaWrites;
+    // Whether the ring entry [entry, entry + size) got its byte `ownerByte`
+    // in a write of its own after every other write into it, as a driver
+    // polling the owner or phase bit needs.
+    bool ownerWrittenLast(uint64_t entry, uint64_t size, uint64_t ownerByte) const;
     std::vector<Report> errors;
     std::vector<Report> traceLines;
     // Whether guest errors and trace events are wanted (as QEMU's log and

@@ -90,3 +90,31 @@ TEST_CASE("one SEND is followed in the trace from its doorbell to both completio
         "packet_sent: 1, 17, 101, " + qa + ", 30"};
     CHECK(pathEvents(p.b.host) == receiver);
 }
+
+// The driver takes a CQE or an EQE once its phase bit says so: the device
+// writes every other byte first, and the byte with the phase bit alone,
+// last (docs/prm.md §7.3).
+TEST_CASE("a CQE's and an EQE's phase byte lands last, in a write of its own", "[events]") {
+    using namespace pib::testing;
+    Pair p;
+    pib_core_bar_write(p.b.host.core, PIB_BAR_DOORBELL,
+                       uint64_t{p.b.uar} * PIB_PAGE_SIZE + PIB_DB_CQ_ARM,
+                       uint64_t{PIB_CQ_ARM_NEXT} << 32 | p.b.cqn, 8);
+    const uint64_t out = p.a.host.alloc(100), in = p.b.host.alloc(100);
+    p.b.postRecv(1, in, 100);
+    p.b.host.recordingDmaWrites = true;
+    p.a.postSend(1, {.opcode = PIB_WR_SEND, .local = out, .length = 100});
+    p.wire.run();
+    REQUIRE(p.b.poll().size() == 1);
+    CHECK(p.b.host.ownerWrittenLast(p.b.cqPage, PIB_CQE_SIZE, offsetof(pib_cqe, flags)));
+    size_t events = 0;
+    for (uint64_t i = 0; i < 64; ++i) {
+        const uint64_t slot = p.b.eqPage + i * sizeof(pib_eqe);
+        const auto eqe = p.b.host.peek<pib_eqe>(slot);
+        if ((eqe.flags & PIB_EQE_PHASE) && eqe.type == PIB_EQE_COMPLETION) {
+            ++events;
+            CHECK(p.b.host.ownerWrittenLast(slot, sizeof(pib_eqe), offsetof(pib_eqe, flags)));
+        }
+    }
+    CHECK(events == 1);
+}

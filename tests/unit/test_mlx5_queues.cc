@@ -257,6 +257,25 @@ TEST_CASE("mlx5: a 128-byte CQE is the 64-byte CQE after 64 bytes the device lea
     CHECK(k.host.guestErrors("cq-overrun") == 1);
 }
 
+// mlx5_ib takes a CQE or an EQE once its owner bit says so: the device
+// writes every other byte first, and the owner byte alone, last.
+TEST_CASE("mlx5: a CQE's and an EQE's owner byte lands last, in a write of its own", "[mlx5]") {
+    for (const uint32_t cqeSize : {0u, 1u}) {
+        INFO((64u << cqeSize) << "-byte CQEs");
+        Components k(2, cqeSize);
+        k.arm(0, 0);
+        k.eqs.doorbell(k.uar, k.eqn << 24, true);
+        k.host.recordingDmaWrites = true;
+        k.writer.postCqe(k.cqn, receive(), false); // and a completion EQE
+        k.writer.postCqe(k.cqn, receive(), false);
+        for (uint32_t i = 0; i < 2; ++i)
+            CHECK(k.host.ownerWrittenLast(k.cqRing + uint64_t{k.cqeBytes} * i, k.cqeBytes,
+                                          k.cqeBytes - 1));
+        CHECK(k.host.at(k.eqRing)[1] == 0x00); // the completion event
+        CHECK(k.host.ownerWrittenLast(k.eqRing, 64, 0x3f));
+    }
+}
+
 TEST_CASE("mlx5: a CQ that ignores overrun writes on over CQEs not consumed", "[mlx5]") {
     Components k(1, 0, true);
     for (int i = 0; i < 3; ++i)

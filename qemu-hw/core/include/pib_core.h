@@ -52,7 +52,10 @@ struct pib_host_ops {
     int (*event_enabled)(void *opaque, unsigned event);
     /*
      * Bus-master DMA to and from guest memory. Return 0 on success, nonzero
-     * when any part of [addr, addr + len) is not accessible.
+     * when any part of [addr, addr + len) is not accessible. Writes must
+     * reach guest memory in the order they are made (a CPU that sees one
+     * sees every earlier one): the core writes a CQE's or an EQE's owner
+     * byte after the rest of it.
      */
     int (*dma_read)(void *opaque, uint64_t addr, void *buf, uint64_t len);
     int (*dma_write)(void *opaque, uint64_t addr, const void *buf, uint64_t len);

@@ -23,6 +23,9 @@ class EventCodec {
     // The CQE saying `c`, for the ring's pass `pass` (producer count >>
     // log size), which its owner or phase bit shows.
     virtual void encodeCqe(const Completion &c, uint32_t pass, std::span<uint8_t> cqe) const = 0;
+    // The byte of a CQE of `cq` that holds its owner or phase bit: the
+    // device writes it last.
+    virtual size_t cqeOwnerByte(const CompletionQueue &cq) const = 0;
     // The consumer count in the CQ's record at guest address `record`;
     // the device's `producer` count widens a record narrower than 32 bits.
     virtual std::optional<uint32_t> readConsumer(uint64_t record, uint32_t producer) const = 0;

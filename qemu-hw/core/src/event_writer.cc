@@ -50,7 +50,7 @@ void EventWriter::postCqe(uint32_t cqn, const Completion &c, bool solicited) {
     codec_->encodeCqe(c, cq->producer >> cq->ctx.log_size, cqe);
     const uint32_t slot = cq->producer & ((1u << cq->ctx.log_size) - 1);
     const auto addr = ringAddress(mtt_, cq->ctx.buf, uint64_t{slot} << logBytes, cqe.size());
-    if (!addr || !host_.dmaWrite(*addr, cqe.data(), cqe.size())) {
+    if (!addr || !host_.dmaWriteOwnerLast(*addr, cqe, codec_->cqeOwnerByte(*cq))) {
         host_.guestError(err::kCqDma, "CQ %u: cannot write CQE %u", cqn, cq->producer);
         return;
     }

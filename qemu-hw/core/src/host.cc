@@ -52,6 +52,15 @@ bool Host::dmaWrite(uint64_t addr, const void *buf, uint64_t len) const {
     return ops_.dma_write && ops_.dma_write(opaque_, addr, buf, len) == 0;
 }
 
+bool Host::dmaWriteOwnerLast(uint64_t addr, std::span<const uint8_t> entry,
+                             size_t ownerByte) const {
+    const std::span<const uint8_t> before = entry.first(ownerByte);
+    const std::span<const uint8_t> after = entry.subspan(ownerByte + 1);
+    return (before.empty() || dmaWrite(addr, before.data(), before.size())) &&
+           (after.empty() || dmaWrite(addr + ownerByte + 1, after.data(), after.size())) &&
+           dmaWrite(addr + ownerByte, &entry[ownerByte], 1);
+}
+
 const uint8_t *Host::mapForRead(uint64_t addr, uint64_t len) const {
     if (addr + len < addr || !ops_.dma_map_read || !ops_.dma_unmap_read)
         return nullptr;

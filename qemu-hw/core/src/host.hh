@@ -49,6 +49,12 @@ class Host {
     // DMA; false when the guest address range is not accessible.
     bool dmaRead(uint64_t addr, void *buf, uint64_t len) const;
     bool dmaWrite(uint64_t addr, const void *buf, uint64_t len) const;
+    // A ring entry (CQE, EQE) whose owner or phase bit is in byte
+    // `ownerByte`: every other byte first, then that byte alone. A driver
+    // polling the bit never sees it flip before the rest of the entry,
+    // since the host lands DMA writes in the order they are made
+    // (pib_host_ops.dma_write); one write would leave the order to memcpy.
+    bool dmaWriteOwnerLast(uint64_t addr, std::span<const uint8_t> entry, size_t ownerByte) const;
     template <class T> bool dmaRead(uint64_t addr, T &obj) const {
         static_assert(std::is_trivially_copyable_v<T>);
         return dmaRead(addr, &obj, sizeof(obj));

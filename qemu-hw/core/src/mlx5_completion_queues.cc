@@ -330,7 +330,7 @@ bool CompletionQueues::writeResizeCqe(CompletionQueue &cq) {
     const uint32_t index = cq.producer & ((1u << cq.ctx.log_size) - 1);
     const auto addr =
         ringAddress(objects_.mtt, cq.ctx.buf, uint64_t{index} << logBytes, slot.size());
-    if (!addr || !host_.dmaWrite(*addr, slot.data(), slot.size()))
+    if (!addr || !host_.dmaWriteOwnerLast(*addr, slot, cqeOwnerByte(cq)))
         return false;
     ++cq.producer;
     return true;
@@ -382,6 +382,11 @@ void CompletionQueues::armDoorbell(uint32_t uar, uint64_t value) {
 
 unsigned CompletionQueues::logCqeBytes(const CompletionQueue &cq) const {
     return kLogCqeBytes + cq.cqeFormat;
+}
+
+// op_own ends the CQE (a 128-byte CQE's second half is the 64-byte one).
+size_t CompletionQueues::cqeOwnerByte(const CompletionQueue &cq) const {
+    return (size_t{1} << logCqeBytes(cq)) - 64 + cqe::kOpOwn;
 }
 
 void CompletionQueues::encodeCqe(const Completion &c, uint32_t pass, std::span<uint8_t> out) const {

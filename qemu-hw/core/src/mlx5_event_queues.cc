@@ -157,10 +157,8 @@ void EventQueues::write(uint32_t eqn, Eq &eq, uint8_t type, uint8_t subType, con
     eqe[1] = type;
     eqe[3] = subType;
     std::copy(data.begin(), data.end(), eqe.begin() + 0x20);
-    // The owner bit last: the driver takes the EQE as soon as it flips.
-    const uint8_t owner = (eq.producer >> eq.logSize) & 1;
-    if (!host_.dmaWrite(address, eqe.data(), kOwnerByte) ||
-        !host_.dmaWrite(address + kOwnerByte, &owner, 1)) {
+    eqe[kOwnerByte] = (eq.producer >> eq.logSize) & 1;
+    if (!host_.dmaWriteOwnerLast(address, eqe, kOwnerByte)) {
         host_.guestError(err::kMlx5EqDma, "EQ %u: EQE %u at 0x%" PRIx64 " is not writable", eqn,
                          index, address);
         return;

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <bit>
+#include <cstddef>
 #include <cstring>
 
 #include "ring.hh"
@@ -65,7 +66,8 @@ void PibEventQueues::postEqe(uint32_t eqn, EventQueue &eq, pib_eqe eqe) {
     eqe.flags = static_cast<uint8_t>((eqe.flags & ~PIB_EQE_PHASE) |
                                      (((eq.producer >> eq.ctx.log_size) & 1) ^ 1));
     const auto addr = ringAddress(mtt_, eq.ctx.buf, uint64_t{slot} << kLogEqeSize, sizeof(eqe));
-    if (!addr || !host_.dmaWrite(*addr, eqe)) {
+    const auto *bytes = reinterpret_cast<const uint8_t *>(&eqe);
+    if (!addr || !host_.dmaWriteOwnerLast(*addr, {bytes, sizeof(eqe)}, offsetof(pib_eqe, flags))) {
         host_.guestError(err::kEqDma, "EQ %u: cannot write EQE %u", eqn, eq.producer);
         return;
     }
@@ -154,6 +156,10 @@ uint8_t vendorErrOf(uint8_t status) {
 
 unsigned PibEventQueues::logCqeBytes(const CompletionQueue &) const {
     return std::countr_zero(PIB_CQE_SIZE);
+}
+
+size_t PibEventQueues::cqeOwnerByte(const CompletionQueue &) const {
+    return offsetof(pib_cqe, flags);
 }
 
 void PibEventQueues::encodeCqe(const Completion &c, uint32_t pass, std::span<uint8_t> out) const {

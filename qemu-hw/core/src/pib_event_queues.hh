@@ -30,6 +30,7 @@ class PibEventQueues final : public EventCodec {
 
     unsigned logCqeBytes(const CompletionQueue &cq) const override;
     void encodeCqe(const Completion &c, uint32_t pass, std::span<uint8_t> cqe) const override;
+    size_t cqeOwnerByte(const CompletionQueue &cq) const override;
     std::optional<uint32_t> readConsumer(uint64_t record, uint32_t producer) const override;
     void completionEvent(uint32_t eqn, uint32_t cqn) override;
     void asyncEvent(uint8_t event, uint32_t number) override;
