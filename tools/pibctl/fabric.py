@@ -588,22 +588,6 @@ def _host_kernel_lines(pid: int) -> str:
 EARLY_TIMER_STALL = "kthread timer wakeup didn't happen"
 
 
-# What QEMU 10.0 and 10.2 (TCG) abort with when a vCPU's MMIO access, its
-# TLB filled from the memory map before another vCPU's PCI configuration
-# write changed it, indexes the new map before its TLB is flushed: the
-# sections are looked up in the current map (qemu-hw/qemu-fixes/0001),
-# the index is the old map's. Seen once, a guest setting up virtio during
-# boot; a QEMU race that no device of ours takes part in.
-TCG_MAP_RACE = "iotlb_to_section: Assertion"
-
-
-def _died_of_the_tcg_map_race(vm: Vm) -> bool:
-    try:
-        return TCG_MAP_RACE in (vm.path / "qemu.stderr").read_text(errors="replace")
-    except OSError:
-        return False
-
-
 def _stalled_in_early_boot(vm: Vm, since: float) -> bool:
     """Whether the console says so, in what was written since `since` (a
     time.time()): the log of a guest's earlier life is not this boot's."""
@@ -641,16 +625,8 @@ def _wait_ready(fabric: Fabric, timeout: float, vms=None) -> None:
         for vm in list(pending):
             if not _running_child(vm.pid) and not ours(vm.pid, fabric.run_dir):
                 status = _exit_status(vm.pid)
-                report = f"{vm.name}: QEMU {status} during boot\n" + _qemu_logs(vm, status)
-                if vm.name in booted_again or not _died_of_the_tcg_map_race(vm):
-                    raise ui.StepFailed(report)
-                # Shown whole, then booted again once.
-                ui.detail(f"{report}\n{vm.name}: that is QEMU's TCG map race "
-                          f"({TCG_MAP_RACE}); booting it again")
-                booted_again.add(vm.name)
-                _start_qemu(fabric, vm)
-                _record_booted_again(fabric, vm)
-                continue
+                raise ui.StepFailed(f"{vm.name}: QEMU {status} during boot\n" +
+                                    _qemu_logs(vm, status))
             if vm.name not in booted_again and _stalled_in_early_boot(vm, since):
                 booted_again.add(vm.name)
                 _boot_again(fabric, vm)

@@ -120,20 +120,41 @@ def pinned_fixes(tree: QemuTree) -> list:
     return sorted(QEMU_FIXES.glob("*.patch")) if tree.tarball == sources.QEMU else []
 
 
-def check_pinned_fixes() -> None:
+def upstream_status(patch: Path) -> str:
+    """The first word of the patch's `Upstream-Status:` line: Backport (a
+    fix upstream made after the pinned release) or Pending (ours, not in
+    upstream yet)."""
+    for line in patch.read_text().splitlines():
+        if line.startswith("Upstream-Status:"):
+            return line.split()[1] if len(line.split()) > 1 else ""
+        if line.startswith("--- "):
+            break
+    return ""
+
+
+def check_pinned_fixes() -> str:
     """The pinned tree carries every patch of QEMU_FIXES (each reverses
-    cleanly), and the newest QEMU needs none of them (none applies):
-    upstream has each fix, as its patch says."""
+    cleanly); each says its upstream status, and the newest QEMU needs no
+    backport (none applies): upstream has each, as its patch says. What
+    the check saw is returned."""
     if not pinned_fixes(PINNED):
         raise ui.StepFailed(f"no patches in {QEMU_FIXES}")
     if not (NEWEST.src / "configure").is_file():
         raise ui.StepFailed(f"QEMU {NEWEST.release} is not unpacked in {NEWEST.src}")
+    seen = {"Backport": [], "Pending": []}
     for patch in pinned_fixes(PINNED):
+        status = upstream_status(patch)
+        if status not in seen:
+            raise ui.StepFailed(f"qemu-hw/qemu-fixes/{patch.name}: its Upstream-Status is "
+                                f"'{status}', not Backport or Pending")
         if not _patch_applies(patch, PINNED.src, reverse=True):
             raise ui.StepFailed(f"the pinned QEMU's tree lacks qemu-hw/qemu-fixes/{patch.name}")
-        if _patch_applies(patch, NEWEST.src, reverse=False):
+        if status == "Backport" and _patch_applies(patch, NEWEST.src, reverse=False):
             raise ui.StepFailed(f"qemu-hw/qemu-fixes/{patch.name} still applies to QEMU "
                                 f"{NEWEST.release}: upstream does not have it")
+        seen[status].append(patch.name[:4])
+    return (f"backports {', '.join(seen['Backport']) or 'none'}, pending upstream "
+            f"{', '.join(seen['Pending']) or 'none'}")
 
 
 def _patch_applies(patch: Path, src: Path, reverse: bool) -> bool:
