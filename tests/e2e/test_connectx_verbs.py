@@ -6,11 +6,12 @@ provider is ours) and to a second ConnectX guest (vm3). Every program
 checks its data: the pingpongs with -c (each received buffer compared
 with what its peer wrote), ibv_xsrq_pingpong's "success", rping -V,
 librdmacm's examples' "data transfers complete". UCX's rc_mlx5 and
-ud_mlx5 run between the two ConnectX guests."""
+ud_mlx5 run between the two ConnectX guests, and MPICH over them."""
 
 import re
 
 import pyverbs_runs
+from mpi_runs import mpi_check
 from pibctl import qmp
 from pibctl.hpc import ucx_perftest
 from pibctl.pairs import (PERFTEST, ipoib_up, output_contains, perftest, perftest_figure,
@@ -280,10 +281,7 @@ def test_ucx_over_rc_mlx5_and_ud_mlx5(ctx):
     """UCX's accelerated transports, which write ConnectX WQEs and read
     its CQEs themselves, between the two ConnectX guests: ucx_perftest's
     tag latency and bandwidth over each. dc_mlx5 is not listed: the
-    device offers no DC (docs/mlx5.md). (MPICH over rc_mlx5 with
-    ud_mlx5:aux passed twice and once died in UCX's UD wireup on an
-    unexpected control packet: it is out of the test until that is
-    understood, issue 31.)"""
+    device offers no DC (docs/mlx5.md)."""
     for vm in ("vm2", "vm3"):
         listed = _ucx_transports(ctx, vm, "mlx5_0:1")
         assert {"rc_mlx5", "ud_mlx5", "rc_verbs", "ud_verbs"} <= set(listed), listed
@@ -295,6 +293,18 @@ def test_ucx_over_rc_mlx5_and_ud_mlx5(ctx):
                                               server_vm="vm3", client_vm="vm2")
             shown = f"{latency:.1f} us" if test.endswith("lat") else f"{bandwidth:.1f} MB/s"
             print(f"ucx_perftest {tls.split(',')[0]:<8} {test:<8} {size:>8} B: {shown}")
+
+
+def test_mpich_over_rc_mlx5_with_ud_mlx5_aux(ctx):
+    """MPICH over UCX between the two ConnectX guests, with UCX's
+    accelerated RC for the data and UD for its wireup (ud_mlx5:aux), on 2
+    and 4 ranks, every byte checked. UCX sends its UD control packets with
+    an inline header followed by data segments in one WQE: the device once
+    dropped the data segments, and the wireup died on a packet without its
+    body (ud_ep.c's CREQ assertion)."""
+    env = ("UCX_TLS=rc_mlx5,ud_mlx5:aux", "UCX_NET_DEVICES=mlx5_0:1")
+    for ranks in (2, 4):
+        mpi_check(ctx, "mpich", ranks, "ucx", hosts=("vm2", "vm3"), device="mlx5_0", env=env)
 
 
 # Why pyverbs tests may skip on mlx5_0 (vm2), and nothing else: a new
