@@ -10,8 +10,11 @@ The initramfs is three concatenated cpio archives, each cached on its own
             build for the guest (every change)
 """
 
+import os
 import shutil
 import subprocess
+import sys
+import time
 from pathlib import Path
 
 from pibctl import (driver_build, mpi_build, paths, provider_build, sources, stamps,
@@ -115,16 +118,68 @@ def _save_mpi_sdk(rootfs: Path) -> None:
     shutil.rmtree(debs)
 
 
+def _base_key() -> str:
+    # Keyed on what goes into it, not on this file: editing the packing
+    # logic elsewhere must not redo debootstrap.
+    return stamps.hash_files([], f"{SUITE}:{','.join(_list_file('packages.txt'))}:"
+                                 f"{','.join(TRIM)}:{KEEP_DOC}:"
+                                 f"{','.join(_list_file('leave-out.txt'))}:"
+                                 f"{','.join(MPI_DEV_PACKAGES)}")
+
+
+def _base_cached(out: Path) -> bool:
+    return (stamps.is_current("image-base", _base_key()) and out.is_file()
+            and paths.mpi_sdk_dir().is_dir())
+
+
+class BaseBeside:
+    """build_base() in a process of its own, started before setup's
+    compiles: debootstrap mostly waits on the network, the compiles on the
+    CPU, so a cold setup overlaps them. build() waits for it."""
+
+    def __init__(self):
+        self.output = paths.logs_dir() / "image-base.out"
+        self.output.parent.mkdir(parents=True, exist_ok=True)
+        self.started = time.time()
+        with open(self.output, "w") as out:
+            self.proc = subprocess.Popen(
+                [sys.executable, "-c", "from pibctl import image; image.build_base()"],
+                stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                env={**os.environ, "PYTHONPATH": str(paths.REPO / "tools")})
+
+    @staticmethod
+    def start():
+        """A BaseBeside, or None when the base is cached."""
+        return None if _base_cached(paths.image_dir() / "base.cpio.zst") else BaseBeside()
+
+    def wait(self) -> Path:
+        """The base it built."""
+        if self.proc.poll() is None:
+            ui.detail("base userspace: waiting for the debootstrap started beside the compiles")
+        rc = self.proc.wait()
+        if rc != 0:
+            tail = "\n".join(self.output.read_text(errors="replace").splitlines()[-20:])
+            raise ui.StepFailed(f"the base userspace, built beside the compiles, failed "
+                                f"(exit {rc}; {self.output}):\n{tail}")
+        out = paths.image_dir() / "base.cpio.zst"
+        if not _base_cached(out):
+            raise ui.StepFailed(f"the base userspace built beside the compiles is not in {out}")
+        took = self.output.stat().st_mtime - self.started  # its last line's time
+        ui.detail(f"base userspace: built beside the compiles in {took:.0f} s")
+        return out
+
+    def stop(self) -> None:
+        """Ends it if it still runs (setup failed before build())."""
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            self.proc.wait()
+
+
 def build_base() -> Path:
     out = paths.image_dir() / "base.cpio.zst"
     packages = _list_file("packages.txt")
-    leave_out = _list_file("leave-out.txt")
-    # Keyed on what goes into it, not on this file: editing the packing
-    # logic elsewhere must not redo debootstrap.
-    key = stamps.hash_files([], f"{SUITE}:{','.join(packages)}:{','.join(TRIM)}:{KEEP_DOC}:"
-                                f"{','.join(leave_out)}:{','.join(MPI_DEV_PACKAGES)}")
-    if (stamps.is_current("image-base", key) and out.is_file()
-            and paths.mpi_sdk_dir().is_dir()):
+    key = _base_key()
+    if _base_cached(out):
         ui.detail("base userspace: cached")
         return out
     rootfs = paths.image_dir() / "rootfs"
@@ -258,7 +313,7 @@ def build_overlay(provider: Path, newest_provider: Path, programs) -> Path:
     return out
 
 
-def build() -> None:
+def build(beside: BaseBeside = None) -> None:
     kernel = sources.selected_kernel()
     ui.step(f"Guest image (trixie userspace, Linux {kernel} from {sources.kernel_suite()})")
     paths.image_dir().mkdir(parents=True, exist_ok=True)
@@ -266,7 +321,8 @@ def build() -> None:
     driver = driver_build.build(release)
     provider = provider_build.build()
     newest_provider = provider_build.build(provider_build.NEWEST)
-    base = build_base()  # before the MPI programs: they build against its MPIs
+    # Before the MPI programs: they build against its MPIs.
+    base = beside.wait() if beside else build_base()
     programs = [traffic_build.build(), *mpi_build.build()]
     parts = [base, build_modules(release, kernel_root, [driver]),
              build_overlay(provider, newest_provider, programs)]

@@ -8,11 +8,16 @@ from pibctl import core_build, hostdeps, image, paths, qemu_build, ui
 def run(skip_image: bool = False) -> None:
     start = time.monotonic()
     hostdeps.ensure()
-    core_build.build()
-    qemu_build.build()
-    link_binaries()
-    if not skip_image:
-        image.build()
+    beside = None if skip_image else image.BaseBeside.start()
+    try:
+        core_build.build()
+        qemu_build.build()
+        link_binaries()
+        if not skip_image:
+            image.build(beside)
+    finally:
+        if beside:
+            beside.stop()
     ui.info(f"setup complete in {time.monotonic() - start:.0f} s")
 
 
