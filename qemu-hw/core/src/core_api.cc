@@ -9,6 +9,8 @@
 #include <utility>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
 #include "config.hh"
 #include "device.hh"
 #include "pib_core.h"

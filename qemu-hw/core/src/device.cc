@@ -6,6 +6,8 @@
 #include <cstdio>
 #include <type_traits>
 
+#include <nlohmann/json.hpp>
+
 #include "limits.hh"
 #include "mlx5_front_end.hh"
 #include "pib_front_end.hh"
@@ -236,6 +238,10 @@ bool Device::capture(unsigned port, const char *path, uint64_t limit, std::strin
         return false;
     *answer = "port " + std::to_string(port) + ": capturing to " + path;
     return true;
+}
+
+std::optional<Json> Device::inspect(std::string_view what, std::string *error) const {
+    return inspector_.inspect(what, error);
 }
 
 bool Device::inject(std::string_view line, std::string *answer) {

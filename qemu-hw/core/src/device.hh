@@ -57,9 +57,7 @@ class Device {
     // Host-side management (docs/user-guide.md): the device's state, see
     // Inspector; packet capture on a port (`path` null: stop). False with
     // the reason in `answer` when it cannot.
-    std::optional<Json> inspect(std::string_view what, std::string *error) const {
-        return inspector_.inspect(what, error);
-    }
+    std::optional<Json> inspect(std::string_view what, std::string *error) const;
     bool capture(unsigned port, const char *path, uint64_t limit, std::string *answer);
     // A test facility (injection.hh): arms it or does it at once.
     bool inject(std::string_view line, std::string *answer);

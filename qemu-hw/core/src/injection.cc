@@ -4,6 +4,8 @@
 #include <algorithm>
 #include <charconv>
 
+#include <nlohmann/json.hpp>
+
 #include "pib_hw.h"
 
 namespace pib {

@@ -20,7 +20,9 @@
 #include <string_view>
 #include <vector>
 
-#include <nlohmann/json.hpp>
+// Only the declarations: the whole of nlohmann/json.hpp costs each file
+// that includes this one a second or two of compile time.
+#include <nlohmann/json_fwd.hpp>
 
 namespace pib {
 

@@ -6,6 +6,8 @@
 #include <cinttypes>
 #include <cstdio>
 
+#include <nlohmann/json.hpp>
+
 #include "connected.hh"
 
 namespace pib {
