@@ -204,7 +204,7 @@ def _cmd_test(args) -> int:
     passes = [p for p in args.passes.split(",") if p] if args.passes else testing.PASSES
     return testing.run(pattern=args.k, unit=not args.e2e_only, e2e=not args.unit_only,
                        vms=args.vms, accel=args.accel, soaks=args.soak, passes=passes,
-                       lanes=args.lanes, lane=args.lane)
+                       lanes=args.lanes, lane=args.lane, trace=args.trace)
 
 
 def _cmd_bench(args) -> int:
@@ -427,6 +427,10 @@ def build_parser() -> argparse.ArgumentParser:
                         "beside the others, each lane on a run directory of its own; 1 runs "
                         "the passes one after another (default: 2 on a host of 4 CPUs or more, "
                         "else 1)")
+    p.add_argument("--trace", default="", metavar="PATTERN[,PATTERN...]",
+                   help="more of QEMU's trace events (as -trace takes them: pib_hca_cqe_written, "
+                        "pib_hca_rc_*) in the qemu.log of every test fabric's guests, beside the "
+                        "RC timer's events they always have, to see what led to a failure")
     # A child of ./pib test running one of its other lanes (test_lanes.py).
     p.add_argument("--lane", default="1", help=argparse.SUPPRESS)
     _add_kernel_option(p)

@@ -346,6 +346,9 @@ def _pass_cable(second_pass: bool) -> str:
 # rare ones a failed transfer is explained by (its ACK timeouts and how
 # they were counted), shown with the log's tail when a test fails.
 TEST_TRACE = "pib_hca_rc_timeout*,pib_hca_rc_retry_exceeded"
+# More of them, from ./pib test --trace; in the environment, so that the
+# other lanes' processes have them too.
+MORE_TRACE = "PIB_TEST_TRACE"
 
 
 def _boot(vms: int, accel: str, topo, own_pass: bool, cable: str = "ring"):
@@ -355,7 +358,7 @@ def _boot(vms: int, accel: str, topo, own_pass: bool, cable: str = "ring"):
     own = bundled_kernel_as_users() if own_pass else None
     return fabric.up(vms=vms, accel=accel, topology=topo, cpus=TEST_CPUS,
                      memory=TEST_MEMORY_MIB, kernel_args=TEST_KERNEL_ARGS, own=own, cable=cable,
-                     trace=TEST_TRACE)
+                     trace=",".join(filter(None, [TEST_TRACE, os.environ.get(MORE_TRACE, "")])))
 
 
 def cables_not_as_asked(fab) -> list:
@@ -762,7 +765,7 @@ def run_host_checks(counts: Counts, bench: bool = True) -> None:
 
 def run(pattern: str = "", unit: bool = True, e2e: bool = True, vms: int = 2,
         accel: str = "tcg", soaks: bool = False, passes=PASSES, lanes: int = 0,
-        lane: str = test_lanes.FIRST) -> int:
+        lane: str = test_lanes.FIRST, trace: str = "") -> int:
     """Every test. With both kinds, the checks that need no guest run in
     the host lane, beside the end-to-end passes (test_lanes.py); `lane`
     other than the first is such a child: its results are written for the
@@ -777,6 +780,8 @@ def run(pattern: str = "", unit: bool = True, e2e: bool = True, vms: int = 2,
         setup.run()
     # Tests get their own run directory: a fabric the user has up is left alone.
     os.environ["PIB_RUN_DIR"] = str(test_lanes.run_dir(lane))
+    if trace:
+        os.environ[MORE_TRACE] = trace
     counts = Counts()
     mine, theirs = _split_lanes(passes, lanes) if e2e else ([], [])
     others = []
