@@ -405,6 +405,56 @@ TEST_CASE("traffic both ways survives a move at ACK timeout 30 with the clock st
     CHECK(p.b.qpState() == PIB_QPS_RTS);
 }
 
+// The responder took the whole request, then its answer was lost as its VM
+// stopped to move (the switch discards what reaches a moving port). Both
+// QPs were in RTS before any packet came, as when both ends connect first,
+// so the responder never raised COMM_EST. Once it resumes, its ACK of
+// what it took, or the implied NAK that ACK is for a READ or atomic, makes
+// the requester complete without waiting out its ACK timeout (30: 73
+// minutes), and the atomic runs once.
+TEST_CASE("a responder that moves after taking all has its requester complete at once",
+          "[object-state]") {
+    constexpr uint32_t kLength = 16 << 10;
+    Pair p(PIB_QPT_RC, {.timeout = 30, .retryCnt = 7, .maxRdAtomic = 4});
+    const uint8_t op = GENERATE(as<uint8_t>{}, PIB_WR_SEND, PIB_WR_RDMA_WRITE, PIB_WR_RDMA_READ,
+                                PIB_WR_ATOMIC_FETCH_AND_ADD);
+    CAPTURE(op);
+    const bool atomic = op == PIB_WR_ATOMIC_FETCH_AND_ADD;
+    const uint64_t aBuf =
+        op == PIB_WR_RDMA_READ ? p.a.host.alloc(kLength) : p.a.host.allocRandom(kLength, 11);
+    const uint64_t bBuf =
+        op == PIB_WR_RDMA_READ ? p.b.host.allocRandom(kLength, 12) : p.b.host.alloc(kLength);
+    if (op == PIB_WR_SEND)
+        p.b.postRecv(1, bBuf, kLength);
+    p.a.postSend(1, {.opcode = op,
+                     .local = aBuf,
+                     .length = atomic ? 8 : kLength,
+                     .remote = bBuf,
+                     .swapAdd = 5});
+    p.wire.filter = [](bool fromA, iba::Packet &) { return fromA; }; // b's answers are lost
+    p.wire.run();
+    p.wire.filter = nullptr;
+    CHECK(p.a.poll().empty());
+    const uint64_t before = p.a.host.now;
+    move(p.wire, p.b);
+    std::vector<pib_cqe> done;
+    for (int round = 0; round < 20 && done.empty(); ++round) { // no time passes
+        p.wire.run();
+        done = p.a.poll();
+    }
+    CHECK(p.a.host.now == before);
+    REQUIRE(done.size() == 1);
+    CHECK(done[0].status == PIB_WC_SUCCESS);
+    if (atomic) {
+        CHECK(p.b.host.peek<uint64_t>(bBuf) == 5); // added once
+        CHECK(p.a.host.peek<uint64_t>(aBuf) == 0); // the value it found
+    } else if (op == PIB_WR_RDMA_READ) {
+        CHECK(sameBytes(p.b, bBuf, p.a, aBuf, kLength));
+    } else {
+        CHECK(sameBytes(p.a, aBuf, p.b, bBuf, kLength));
+    }
+}
+
 // A move that fails and whose cable the switch did not keep: the link
 // comes back as a new one (the port DOWN, then INIT), and what was in
 // flight is lost as in a move. Once the SM makes the port ACTIVE again,

@@ -65,21 +65,31 @@ void Responder::acknowledge(QueuePair &qp, uint32_t psn, uint8_t syndrome) {
     reply(qp, r);
 }
 
+// Whether the responder took a request since its QP came to RTR: its
+// expected PSN moved on, or a message completed (each wraps only after
+// 2^24). Not COMM_EST, which a QP in RTS before its first request never
+// raises: pib-traffic's, rdma_cm's.
+static bool tookRequests(const QueuePair &qp) {
+    return qp.resp.expectedPsn != qp.attr.rq_psn || qp.resp.msn != 0;
+}
+
+// A responder that took nothing yet says nothing: an ACK of the PSN
+// before its first would mean nothing.
 void Responder::acknowledgeAll(QueuePair &qp) {
-    acknowledge(qp, psnAdd(qp.resp.expectedPsn, 0xffffff), kAckSyndrome);
+    if (tookRequests(qp))
+        acknowledge(qp, psnAdd(qp.resp.expectedPsn, 0xffffff), kAckSyndrome);
 }
 
 // The ACK goes first and on its own (the NAK queued behind it would
 // replace it): a peer that lost no request but only its ACK hears it,
-// and drops the NAK as beyond what it sent. One that lost requests
-// resends from the NAK's PSN. A responder that took nothing yet only
-// NAKs (an ACK of the PSN before its first would mean nothing).
+// and drops the NAK as beyond what it sent. For a READ or an atomic
+// whose answer was lost, that ACK is an implied NAK: the peer asks
+// again, and the answer comes from the replay. One that lost requests
+// resends from the NAK's PSN.
 void Responder::sayWhereAfterMove(QueuePair &qp) {
     ResponderState &s = qp.resp;
-    if (s.established) {
-        acknowledgeAll(qp);
-        sendReplies(qp);
-    }
+    acknowledgeAll(qp);
+    sendReplies(qp);
     acknowledge(qp, s.expectedPsn, syndrome(kNak, kPsnSequence));
     s.nakSent = true; // one NAK for this gap, as for any other
     trace::rc_told_after_move(host_, qp.number, s.expectedPsn);

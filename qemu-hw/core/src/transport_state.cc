@@ -254,7 +254,7 @@ void DataPath::loadTransport(QueuePair &qp, StateReader &r) {
 // what it had not completed, its responder says what it took.
 void DataPath::resumeLoaded(QueuePair &qp) {
     const uint8_t state = qp.attr.qp_state;
-    if (isReliableType(qp.ctx.type) && qp.resp.established &&
+    if (isReliableType(qp.ctx.type) && qp.ctx.type != PIB_QPT_XRC_INI &&
         (state == PIB_QPS_RTR || state == PIB_QPS_RTS || state == PIB_QPS_SQD))
         responder_.acknowledgeAll(qp);
     if (qp.sq.consumer != qp.sq.producer && (state == PIB_QPS_RTS || state == PIB_QPS_SQD))
