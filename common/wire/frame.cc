@@ -13,10 +13,6 @@ void putLe32(uint8_t *p, uint32_t v) {
         p[i] = static_cast<uint8_t>(v >> (8 * i));
 }
 
-uint32_t getLe32(const uint8_t *p) {
-    return uint32_t{p[0]} | uint32_t{p[1]} << 8 | uint32_t{p[2]} << 16 | uint32_t{p[3]} << 24;
-}
-
 void writeHeader(uint8_t *h, uint8_t type, size_t payloadLength) {
     std::memset(h, 0, kHeaderSize);
     putLe32(h, PIB_WIRE_MAGIC);

@@ -25,6 +25,10 @@ void appendFrame(std::vector<uint8_t> &out, uint8_t type, std::span<const uint8_
 // Bytes a sender leaves free in front of a payload so that it can be
 // framed in place (frameInPlace), without a copy.
 inline constexpr size_t kHeaderSize = sizeof(pib_wire_header);
+// A little-endian 32-bit field of a frame header (magic, length).
+inline uint32_t getLe32(const uint8_t *p) {
+    return uint32_t{p[0]} | uint32_t{p[1]} << 8 | uint32_t{p[2]} << 16 | uint32_t{p[3]} << 24;
+}
 // Writes the frame header into the first kHeaderSize bytes of `framed`;
 // the rest is the payload.
 void frameInPlace(std::span<uint8_t> framed, uint8_t type);

@@ -39,10 +39,6 @@ bool tell(uint32_t *shared, uint32_t *told, uint32_t now, const uint32_t *wakeAt
     return passed(load(wakeAt), now, before);
 }
 
-uint32_t getLe32(const uint8_t *p) {
-    return uint32_t{p[0]} | uint32_t{p[1]} << 8 | uint32_t{p[2]} << 16 | uint32_t{p[3]} << 24;
-}
-
 size_t mappedBytes(uint32_t ringSize) {
     return PIB_WIRE_RING_DATA + 2 * size_t{ringSize};
 }

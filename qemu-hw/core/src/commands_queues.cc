@@ -4,14 +4,13 @@
 
 #include "commands.hh"
 #include "limits.hh"
+#include "pib_event_queues.hh"
 #include "ring.hh"
 #include "trace.hh"
 
 namespace pib {
 
-static constexpr unsigned kLogEqeSize = 5;
 static constexpr unsigned kLogCqeSize = 6;
-static_assert(1u << kLogEqeSize == sizeof(pib_eqe));
 static_assert(1u << kLogCqeSize == PIB_CQE_SIZE);
 
 // ---- event queues ------------------------------------------------------------

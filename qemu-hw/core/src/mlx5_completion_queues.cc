@@ -16,24 +16,24 @@ namespace pib::mlx5 {
 namespace {
 
 // create_cq_in: the CQ context (cqc) at byte 0x10, then the page list.
-constexpr uint32_t kContext = 0x10; // ifc: create_cq_in.cq_context
-constexpr Field kDbrUmemValid = field(8 * kContext + 0x06, 1);
-constexpr Field kApuCq = field(8 * kContext + 0x07, 1);
-constexpr Field kCqeSize = field(8 * kContext + 0x08, 3);         // ifc: cqe_sz
-constexpr Field kCollapsed = field(8 * kContext + 0x0b, 1);       // ifc: cc
-constexpr Field kBreakModeration = field(8 * kContext + 0x0d, 1); // ifc: scqe_break_moderation_en
-constexpr Field kOverrunIgnore = field(8 * kContext + 0x0e, 1);   // ifc: oi
-constexpr Field kCqeCompression = field(8 * kContext + 0x11, 1);  // ifc: cqe_comp_en
-constexpr Field kPageOffset = field(8 * kContext + 0x54, 6);
-constexpr Field kLogCqSize = field(8 * kContext + 0x63, 5);
-constexpr Field kUarPage = field(8 * kContext + 0x68, 24);
-constexpr Field kPeriod = field(8 * kContext + 0x84, 12);   // ifc: cq_period
-constexpr Field kMaxCount = field(8 * kContext + 0x90, 16); // ifc: cq_max_count
-constexpr Field kEqn = field(8 * kContext + 0xa0, 32);      // ifc: c_eqn_or_apu_element
-constexpr Field kLogPageSize = field(8 * kContext + 0xc3, 5);
-constexpr Field kDbrAddr = field(8 * kContext + 0x1c0, 64);
+constexpr uint32_t kCqc = 0x10; // ifc: create_cq_in.cq_context
+constexpr Field kDbrUmemValid = field(8 * kCqc + 0x06, 1);
+constexpr Field kApuCq = field(8 * kCqc + 0x07, 1);
+constexpr Field kCqeSize = field(8 * kCqc + 0x08, 3);         // ifc: cqe_sz
+constexpr Field kCollapsed = field(8 * kCqc + 0x0b, 1);       // ifc: cc
+constexpr Field kBreakModeration = field(8 * kCqc + 0x0d, 1); // ifc: scqe_break_moderation_en
+constexpr Field kOverrunIgnore = field(8 * kCqc + 0x0e, 1);   // ifc: oi
+constexpr Field kCqeCompression = field(8 * kCqc + 0x11, 1);  // ifc: cqe_comp_en
+constexpr Field kCqcPageOffset = field(8 * kCqc + 0x54, 6);
+constexpr Field kLogCqSize = field(8 * kCqc + 0x63, 5);
+constexpr Field kCqcUarPage = field(8 * kCqc + 0x68, 24);
+constexpr Field kPeriod = field(8 * kCqc + 0x84, 12);   // ifc: cq_period
+constexpr Field kMaxCount = field(8 * kCqc + 0x90, 16); // ifc: cq_max_count
+constexpr Field kEqn = field(8 * kCqc + 0xa0, 32);      // ifc: c_eqn_or_apu_element
+constexpr Field kCqcLogPageSize = field(8 * kCqc + 0xc3, 5);
+constexpr Field kCqcDbrAddr = field(8 * kCqc + 0x1c0, 64);
 constexpr Field kCqUmemValid = field(0x2e0, 1);
-constexpr uint32_t kPageList = 0x110;
+constexpr uint32_t kCqPageList = 0x110;
 // modify_cq_in: the CQ and what changes, then a cqc and a page list where
 // create_cq_in has them.
 constexpr Field kModifyCqn = field(0x48, 24);
@@ -47,7 +47,6 @@ constexpr uint32_t kSelectPeriod = 1u << 0, kSelectCount = 1u << 1; // MLX5_CQ_M
 // CQE, which is not offered (sctr_data_cqe 0), so it stays zero.
 constexpr unsigned kLogCqeBytes = 6;
 constexpr uint8_t kMaxCqeSize = 1;
-constexpr uint32_t kCounterMask = 0xffffff;
 
 // The 64-byte CQE (device.h's mlx5_cqe64 and mlx5_err_cqe).
 namespace cqe {
@@ -144,8 +143,8 @@ uint8_t receiveOpcode(const Completion &c) {
 } // namespace
 
 const err::Condition *CompletionQueues::checkContext(std::span<const uint8_t> in) const {
-    const uint64_t logPage = get(in, kLogPageSize);
-    const auto uar = static_cast<uint32_t>(get(in, kUarPage));
+    const uint64_t logPage = get(in, kCqcLogPageSize);
+    const auto uar = static_cast<uint32_t>(get(in, kCqcUarPage));
     const char *bad =
         get(in, kCqeSize) > kMaxCqeSize ? "cqe_sz: only 64- and 128-byte CQEs"
         : get(in, kCqeCompression) || get(in, kCollapsed) || get(in, kApuCq)
@@ -154,12 +153,12 @@ const err::Condition *CompletionQueues::checkContext(std::span<const uint8_t> in
         : get(in, kDbrUmemValid) || get(in, kCqUmemValid) ? "user memory objects are not offered"
         : get(in, kLogCqSize) > limits::kLogMaxCqe        ? "log_cq_size beyond log_max_cq_sz"
         : logPage > PageList::kMaxLogPageSize             ? "log_page_size"
-        : !PageList::startsOnAdapterPage(get(in, kLogPageSize), get(in, kPageOffset))
+        : !PageList::startsOnAdapterPage(get(in, kCqcLogPageSize), get(in, kCqcPageOffset))
             ? "page_offset: the ring does not start on a 4 KiB boundary"
         : !uars_.given(uar)                                  ? "uar_page: not given by ALLOC_UAR"
         : !eqs_.exists(static_cast<uint32_t>(get(in, kEqn))) ? "c_eqn: no such EQ"
-        : !isDoorbellRecord(host_, get(in, kDbrAddr)) ? "dbr_addr: not 8-byte aligned guest RAM"
-                                                      : nullptr;
+        : !isDoorbellRecord(host_, get(in, kCqcDbrAddr)) ? "dbr_addr: not 8-byte aligned guest RAM"
+                                                         : nullptr;
     if (bad) {
         host_.guestError(err::kMlx5CqBadContext, "CREATE_CQ: %s", bad);
         return &err::kMlx5CqBadContext;
@@ -172,9 +171,9 @@ const err::Condition *CompletionQueues::checkContext(std::span<const uint8_t> in
 const err::Condition *CompletionQueues::mapPages(std::span<const uint8_t> in,
                                                  pib_buf_desc &buf) const {
     const uint64_t bytes = uint64_t{1} << (get(in, kLogCqSize) + kLogCqeBytes + get(in, kCqeSize));
-    return PageList::loadAndMap(host_, objects_.mtt, in, kPageList,
-                                {get(in, kLogPageSize), get(in, kPageOffset), bytes}, "CREATE_CQ",
-                                err::kMlx5CqBadPages, &buf);
+    return PageList::loadAndMap(host_, objects_.mtt, in, kCqPageList,
+                                {get(in, kCqcLogPageSize), get(in, kCqcPageOffset), bytes},
+                                "CREATE_CQ", err::kMlx5CqBadPages, &buf);
 }
 
 const err::Condition *CompletionQueues::create(std::span<const uint8_t> in, uint32_t &cqn) {
@@ -192,8 +191,8 @@ const err::Condition *CompletionQueues::create(std::span<const uint8_t> in, uint
     cq->cqeFormat = static_cast<uint8_t>(get(in, kCqeSize));
     cq->ignoreOverrun = get(in, kOverrunIgnore) != 0;
     cq->ctx.eqn = static_cast<uint32_t>(get(in, kEqn));
-    cq->ctx.uar_page = static_cast<uint32_t>(get(in, kUarPage));
-    cq->ctx.ci_record = get(in, kDbrAddr);
+    cq->ctx.uar_page = static_cast<uint32_t>(get(in, kCqcUarPage));
+    cq->ctx.ci_record = get(in, kCqcDbrAddr);
     cq->ctx.moderation_count = static_cast<uint16_t>(get(in, kMaxCount));
     cq->ctx.moderation_period = static_cast<uint16_t>(get(in, kPeriod));
     const CompletionQueue &made = *cq;
@@ -206,15 +205,15 @@ const err::Condition *CompletionQueues::create(std::span<const uint8_t> in, uint
 // The CREATE_CQ input that makes `cq` as it is now, its ring the one a
 // resize may have given it (the device's state).
 std::vector<uint8_t> CompletionQueues::createInput(const CompletionQueue &cq) const {
-    std::vector<uint8_t> in = PageList::inputFor(objects_.mtt, cq.ctx.buf, kPageList);
+    std::vector<uint8_t> in = PageList::inputFor(objects_.mtt, cq.ctx.buf, kCqPageList);
     set(in, kCqeSize, cq.cqeFormat);
     set(in, kOverrunIgnore, cq.ignoreOverrun);
     set(in, kLogCqSize, cq.ctx.log_size);
-    set(in, kUarPage, cq.ctx.uar_page);
+    set(in, kCqcUarPage, cq.ctx.uar_page);
     set(in, kPeriod, cq.ctx.moderation_period);
     set(in, kMaxCount, cq.ctx.moderation_count);
     set(in, kEqn, cq.ctx.eqn);
-    set(in, kDbrAddr, cq.ctx.ci_record);
+    set(in, kCqcDbrAddr, cq.ctx.ci_record);
     return in;
 }
 
@@ -262,10 +261,10 @@ const err::Condition *CompletionQueues::resize(std::span<const uint8_t> in) {
         !(select & kSelectLogSize) ||
                 (select & ~uint64_t{kSelectLogSize | kSelectPageOffset | kSelectPageSize})
             ? "resize_field_select: the size, and only the size and page fields, change"
-        : get(in, kCqeSize) > kMaxCqeSize                   ? "cqe_sz: only 64- and 128-byte CQEs"
-        : logSize > limits::kLogMaxCqe                      ? "log_cq_size beyond log_max_cq_sz"
-        : get(in, kLogPageSize) > PageList::kMaxLogPageSize ? "log_page_size"
-        : !PageList::startsOnAdapterPage(get(in, kLogPageSize), get(in, kPageOffset))
+        : get(in, kCqeSize) > kMaxCqeSize ? "cqe_sz: only 64- and 128-byte CQEs"
+        : logSize > limits::kLogMaxCqe    ? "log_cq_size beyond log_max_cq_sz"
+        : get(in, kCqcLogPageSize) > PageList::kMaxLogPageSize ? "log_page_size"
+        : !PageList::startsOnAdapterPage(get(in, kCqcLogPageSize), get(in, kCqcPageOffset))
             ? "page_offset: the ring does not start on a 4 KiB boundary"
         : get(in, kCqUmemValid) ? "user memory objects are not offered"
                                 : nullptr;
@@ -341,9 +340,9 @@ bool CompletionQueues::writeResizeCqe(CompletionQueue &cq) {
 // consumer counter 23:0; then the CQ's number (mlx5_cq_arm).
 void CompletionQueues::armDoorbell(uint32_t uar, uint64_t value) {
     const uint32_t word = __builtin_bswap32(static_cast<uint32_t>(value));
-    const uint32_t cqn = __builtin_bswap32(static_cast<uint32_t>(value >> 32)) & kCounterMask;
+    const uint32_t cqn = __builtin_bswap32(static_cast<uint32_t>(value >> 32)) & kMask24;
     const uint32_t command = word >> 24 & 0xf;
-    const uint32_t consumer = word & kCounterMask;
+    const uint32_t consumer = word & kMask24;
     trace::mlx5_cq_arm(host_, uar, cqn, consumer, command);
     CompletionQueue *cq = objects_.cqs.find(cqn);
     if (!cq || cq->ctx.uar_page != uar || command > 1) {
@@ -358,12 +357,12 @@ void CompletionQueues::armDoorbell(uint32_t uar, uint64_t value) {
     // an arm that lost a race with a later one arrives with an older
     // counter: any CQE still in the ring may be named, and the device's
     // idea of the consumer never moves back.
-    const uint32_t waiting = (cq->producer - consumer) & kCounterMask;
+    const uint32_t waiting = (cq->producer - consumer) & kMask24;
     const uint32_t inRing = std::min(cq->producer, 1u << cq->ctx.log_size);
     if (waiting > inRing) {
         host_.guestError(err::kMlx5CqDoorbell, "UAR %u: CQ %u consumer counter %u outside [%u, %u]",
-                         uar, cqn, consumer, (cq->producer - inRing) & kCounterMask,
-                         cq->producer & kCounterMask);
+                         uar, cqn, consumer, (cq->producer - inRing) & kMask24,
+                         cq->producer & kMask24);
         return;
     }
     if (waiting < cq->producer - cq->consumer)
@@ -397,13 +396,13 @@ void CompletionQueues::encodeCqe(const Completion &c, uint32_t pass, std::span<u
         opcode = receive ? cqe::kResponderError : cqe::kRequesterError;
         p[cqe::kSyndrome] = syndromeOf(c.status);
         p[cqe::kVendorSyndrome] = c.vendorErr;
-        writeBe32(p + cqe::kOpcodeQpn, c.qpn & kCounterMask);
+        writeBe32(p + cqe::kOpcodeQpn, c.qpn & kMask24);
     } else if (receive) {
         opcode = receiveOpcode(c);
         p[cqe::kMlPath] = c.dlidPathBits;
         writeBe16(p + cqe::kSlid, c.slid);
         writeBe32(p + cqe::kFlagsRqpn,
-                  uint32_t{c.grh} << 28 | uint32_t{c.sl & 0xfu} << 24 | (c.srcQp & kCounterMask));
+                  uint32_t{c.grh} << 28 | uint32_t{c.sl & 0xfu} << 24 | (c.srcQp & kMask24));
         if (c.immediate)
             writeBe32(p + cqe::kImmediate, *c.immediate);
         else if (c.invalidate)
@@ -411,15 +410,14 @@ void CompletionQueues::encodeCqe(const Completion &c, uint32_t pass, std::span<u
         else
             writeBe32(p + cqe::kImmediate, c.pkey); // QP1 reports the P_Key itself
         writeBe32(p + cqe::kByteCount, c.byteLen);
-        writeBe32(p + cqe::kOpcodeQpn, c.qpn & kCounterMask);
+        writeBe32(p + cqe::kOpcodeQpn, c.qpn & kMask24);
     } else {
         opcode = cqe::kRequester;
         writeBe32(p + cqe::kByteCount, c.byteLen);
-        writeBe32(p + cqe::kOpcodeQpn,
-                  uint32_t{sendOpcode(c.opcode)} << 24 | (c.qpn & kCounterMask));
+        writeBe32(p + cqe::kOpcodeQpn, uint32_t{sendOpcode(c.opcode)} << 24 | (c.qpn & kMask24));
     }
     if (c.srqn)
-        writeBe32(p + cqe::kSrqn, *c.srqn & kCounterMask);
+        writeBe32(p + cqe::kSrqn, *c.srqn & kMask24);
     // An error CQE has its syndromes where the clock would be.
     if (c.status == PIB_WC_SUCCESS)
         writeBe64(p + cqe::kTimestamp, host_.clockNs());
@@ -434,8 +432,8 @@ std::optional<uint32_t> CompletionQueues::readConsumer(uint64_t record, uint32_t
     uint8_t bytes[4];
     if (!host_.dmaRead(record, bytes, sizeof(bytes)))
         return std::nullopt;
-    const uint32_t consumer = readBe32(bytes) & kCounterMask;
-    return producer - ((producer - consumer) & kCounterMask);
+    const uint32_t consumer = readBe32(bytes) & kMask24;
+    return producer - ((producer - consumer) & kMask24);
 }
 
 void CompletionQueues::completionEvent(uint32_t eqn, uint32_t cqn) {

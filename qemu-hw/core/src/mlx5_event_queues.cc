@@ -16,15 +16,14 @@ namespace {
 // create_eq_in: the EQ context (eqc) at byte 0x10, the event types, then
 // the page list (mlx5_ifc.h).
 // ifc fields: create_eq_in.eq_context_entry
-constexpr Field kPageOffset = field(0xd4, 6);
+constexpr Field kEqcPageOffset = field(0xd4, 6);
 constexpr Field kLogEqSize = field(0xe3, 5);
-constexpr Field kUarPage = field(0xe8, 24);
+constexpr Field kEqcUarPage = field(0xe8, 24);
 constexpr Field kIntr = field(0x134, 12);
-constexpr Field kLogPageSize = field(0x143, 5);
+constexpr Field kEqcLogPageSize = field(0x143, 5);
 constexpr uint32_t kEventBitmask = 0x58; // four big-endian 64-bit words
-constexpr uint32_t kPageList = 0x110;
+constexpr uint32_t kEqPageList = 0x110;
 
-constexpr uint32_t kCounterMask = 0xffffff; // the doorbell's 24-bit consumer counter
 constexpr uint32_t kOwnerByte = 0x3f;
 
 } // namespace
@@ -39,16 +38,16 @@ const err::Condition *EventQueues::create(std::span<const uint8_t> in, uint32_t 
     }
     auto eq = std::make_unique<Eq>();
     eq->logSize = static_cast<uint32_t>(get(in, kLogEqSize));
-    eq->ring.shift = PageList::kAdapterPageShift + static_cast<uint32_t>(get(in, kLogPageSize));
-    eq->uar = static_cast<uint32_t>(get(in, kUarPage));
+    eq->ring.shift = PageList::kAdapterPageShift + static_cast<uint32_t>(get(in, kEqcLogPageSize));
+    eq->uar = static_cast<uint32_t>(get(in, kEqcUarPage));
     eq->vector = static_cast<uint32_t>(get(in, kIntr));
     const char *bad = eq->logSize > limits::kLogMaxEqe ? "log_eq_size beyond log_max_eq_sz"
                       : eq->ring.shift > PageList::kAdapterPageShift + PageList::kMaxLogPageSize
                           ? "log_page_size"
-                      : get(in, kPageOffset) != 0 ? "page_offset: EQs start on a page"
-                      : eq->vector >= vectors_    ? "intr: no such MSI-X vector"
-                      : !uars_.given(eq->uar)     ? "uar_page: not given by ALLOC_UAR"
-                                                  : nullptr;
+                      : get(in, kEqcPageOffset) != 0 ? "page_offset: EQs start on a page"
+                      : eq->vector >= vectors_       ? "intr: no such MSI-X vector"
+                      : !uars_.given(eq->uar)        ? "uar_page: not given by ALLOC_UAR"
+                                                     : nullptr;
     if (bad) {
         host_.guestError(err::kMlx5EqBadContext, "CREATE_EQ: %s", bad);
         return &err::kMlx5EqBadContext;
@@ -57,7 +56,7 @@ const err::Condition *EventQueues::create(std::span<const uint8_t> in, uint32_t 
         eq->types[i] = readBe64(in.data() + kEventBitmask + 8 * i);
     const uint64_t bytes = uint64_t{kEqeBytes} << eq->logSize;
     if (const err::Condition *why =
-            eq->ring.load(host_, in, kPageList, bytes, "CREATE_EQ", err::kMlx5EqBadPages))
+            eq->ring.load(host_, in, kEqPageList, bytes, "CREATE_EQ", err::kMlx5EqBadPages))
         return why;
     const Eq &made = *eq; // the table owns it from here; it has room
     eqn = *eqs_.insert(std::move(eq));
@@ -67,15 +66,15 @@ const err::Condition *EventQueues::create(std::span<const uint8_t> in, uint32_t 
 
 // The CREATE_EQ input that makes `eq` as it is (the device's state).
 std::vector<uint8_t> EventQueues::createInput(const Eq &eq) const {
-    std::vector<uint8_t> in(kPageList + sizeof(uint64_t) * eq.ring.pages.size());
+    std::vector<uint8_t> in(kEqPageList + sizeof(uint64_t) * eq.ring.pages.size());
     set(in, kLogEqSize, eq.logSize);
-    set(in, kLogPageSize, eq.ring.shift - PageList::kAdapterPageShift);
-    set(in, kUarPage, eq.uar);
+    set(in, kEqcLogPageSize, eq.ring.shift - PageList::kAdapterPageShift);
+    set(in, kEqcUarPage, eq.uar);
     set(in, kIntr, eq.vector);
     for (size_t i = 0; i < eq.types.size(); ++i)
         writeBe64(in.data() + kEventBitmask + 8 * i, eq.types[i]);
     for (size_t i = 0; i < eq.ring.pages.size(); ++i)
-        writeBe64(in.data() + kPageList + 8 * i, eq.ring.pages[i]);
+        writeBe64(in.data() + kEqPageList + 8 * i, eq.ring.pages[i]);
     return in;
 }
 
@@ -100,7 +99,7 @@ bool EventQueues::takes(uint8_t type) const {
 
 void EventQueues::doorbell(uint32_t uar, uint32_t value, bool arm) {
     const uint32_t eqn = value >> 24;
-    const uint32_t consumer = value & kCounterMask;
+    const uint32_t consumer = value & kMask24;
     Eq *eq = eqs_.find(eqn);
     trace::mlx5_eq_doorbell(host_, uar, eqn, consumer, arm);
     if (!eq || eq->uar != uar) {
@@ -109,17 +108,17 @@ void EventQueues::doorbell(uint32_t uar, uint32_t value, bool arm) {
         return;
     }
     // The consumer moves forward, never past what the device wrote.
-    const uint32_t waiting = (eq->producer - eq->consumer) & kCounterMask;
-    if (((consumer - eq->consumer) & kCounterMask) > waiting) {
+    const uint32_t waiting = (eq->producer - eq->consumer) & kMask24;
+    if (((consumer - eq->consumer) & kMask24) > waiting) {
         host_.guestError(err::kMlx5EqDoorbell, "EQ %u: consumer counter %u outside [%u, %u]", eqn,
-                         consumer, eq->consumer & kCounterMask, eq->producer & kCounterMask);
+                         consumer, eq->consumer & kMask24, eq->producer & kMask24);
         return;
     }
     eq->consumer = consumer;
     if (!arm)
         return;
     eq->armed = true;
-    if (((eq->producer - eq->consumer) & kCounterMask) != 0)
+    if (((eq->producer - eq->consumer) & kMask24) != 0)
         signal(*eq); // EQEs are waiting: the interrupt comes at once
 }
 
@@ -143,7 +142,7 @@ void EventQueues::postTo(uint32_t eqn, uint8_t type, uint8_t subType, const Data
 
 void EventQueues::write(uint32_t eqn, Eq &eq, uint8_t type, uint8_t subType, const Data &data) {
     const uint32_t size = 1u << eq.logSize;
-    if (((eq.producer - eq.consumer) & kCounterMask) >= size) {
+    if (((eq.producer - eq.consumer) & kMask24) >= size) {
         if (!eq.overrun)
             host_.guestError(err::kMlx5EqOverrun, "EQ %u is full: events are lost", eqn);
         eq.overrun = true;

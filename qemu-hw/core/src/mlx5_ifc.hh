@@ -78,6 +78,12 @@ inline void set(std::span<uint8_t> bytes, Field f, uint64_t value) {
     writeBe32(p, (readBe32(p) & ~mask) | (static_cast<uint32_t>(value) << shift & mask));
 }
 
+// Queue numbers (QPN, CQN, SRQN) and the consumer counters of the EQ and
+// CQ doorbells are 24 bits.
+inline constexpr uint32_t kMask24 = 0xffffff;
+// log_wq_stride and log_rq_stride count from 16-byte units.
+inline constexpr uint32_t kStrideUnitShift = 4;
+
 // ---- Who the device says it is -----------------------------------------
 // A ConnectX-5 (mlx5_core's table binds it) of Mellanox, whose PCI vendor
 // ID, IEEE OUI (IBA NodeInfo's VendorID, QUERY_ADAPTER's) and device ID

@@ -22,24 +22,24 @@ constexpr Field kOptParamMask = field(0x80, 32);
 
 // The QP context (qpc) at byte 0x18 of create_qp_in, of each state
 // change's input and of query_qp_out (mlx5_ifc.h).
-constexpr uint32_t kContext = 8 * 0x18; // ifc: create_qp_in.qpc
-constexpr Field kState = field(kContext + 0x00, 4);
-constexpr Field kSt = field(kContext + 0x08, 8);
-constexpr Field kPmState = field(kContext + 0x13, 2);
-constexpr Field kWqSignature = field(kContext + 0x20, 1);
-constexpr Field kPd = field(kContext + 0x28, 24);
-constexpr Field kMtu = field(kContext + 0x40, 3);
-constexpr Field kLogMsgMax = field(kContext + 0x43, 5);
-constexpr Field kLogRqSize = field(kContext + 0x49, 4);
-constexpr Field kLogRqStride = field(kContext + 0x4d, 3);
-constexpr Field kNoSq = field(kContext + 0x50, 1);
-constexpr Field kLogSqSize = field(kContext + 0x51, 4);
-constexpr Field kCounterSetId = field(kContext + 0x60, 8);
-constexpr Field kUarPage = field(kContext + 0x68, 24);
-constexpr Field kLogPageSize = field(kContext + 0xa3, 5);
-constexpr Field kRemoteQpn = field(kContext + 0xa8, 24);
+constexpr uint32_t kQpc = 8 * 0x18; // ifc: create_qp_in.qpc
+constexpr Field kState = field(kQpc + 0x00, 4);
+constexpr Field kSt = field(kQpc + 0x08, 8);
+constexpr Field kPmState = field(kQpc + 0x13, 2);
+constexpr Field kQpcWqSignature = field(kQpc + 0x20, 1);
+constexpr Field kQpcPd = field(kQpc + 0x28, 24);
+constexpr Field kMtu = field(kQpc + 0x40, 3);
+constexpr Field kLogMsgMax = field(kQpc + 0x43, 5);
+constexpr Field kLogRqSize = field(kQpc + 0x49, 4);
+constexpr Field kQpcLogRqStride = field(kQpc + 0x4d, 3);
+constexpr Field kNoSq = field(kQpc + 0x50, 1);
+constexpr Field kLogSqSize = field(kQpc + 0x51, 4);
+constexpr Field kQpcCounterSetId = field(kQpc + 0x60, 8);
+constexpr Field kQpcUarPage = field(kQpc + 0x68, 24);
+constexpr Field kQpcLogPageSize = field(kQpc + 0xa3, 5);
+constexpr Field kRemoteQpn = field(kQpc + 0xa8, 24);
 // The primary address path (ads) at qpc byte 0x18.
-constexpr uint32_t kPath = kContext + 0xc0; // ifc: create_qp_in.qpc.primary_address_path
+constexpr uint32_t kPath = kQpc + 0xc0; // ifc: create_qp_in.qpc.primary_address_path
 constexpr Field kPkeyIndex = field(kPath + 0x10, 16);
 constexpr Field kGrh = field(kPath + 0x28, 1);
 constexpr Field kMlid = field(kPath + 0x29, 7);
@@ -52,30 +52,30 @@ constexpr Field kFlowLabel = field(kPath + 0x6c, 20);
 constexpr uint32_t kRgidByte = (kPath + 0x80) / 8;
 constexpr Field kSl = field(kPath + 0x124, 4);
 constexpr Field kVhcaPort = field(kPath + 0x128, 8); // ifc: vhca_port_num
-constexpr Field kLogSraMax = field(kContext + 0x388, 3);
-constexpr Field kRetryCount = field(kContext + 0x38d, 3);
-constexpr Field kRnrRetry = field(kContext + 0x390, 3);
-constexpr Field kFre = field(kContext + 0x394, 1); // fast registration enabled
-constexpr Field kNextSendPsn = field(kContext + 0x3c8, 24);
-constexpr Field kCqnSnd = field(kContext + 0x3e8, 24);
-constexpr Field kLogRraMax = field(kContext + 0x488, 3);
-constexpr Field kRre = field(kContext + 0x490, 1);
-constexpr Field kRwe = field(kContext + 0x491, 1);
-constexpr Field kRae = field(kContext + 0x492, 1);
-constexpr Field kPageOffset = field(kContext + 0x494, 6);
-constexpr Field kMinRnrNak = field(kContext + 0x4a3, 5);
-constexpr Field kNextRcvPsn = field(kContext + 0x4a8, 24);
-constexpr Field kCqnRcv = field(kContext + 0x4e8, 24);
-constexpr Field kXrcd = field(kContext + 0x4c8, 24);
-constexpr Field kDbrAddr = field(kContext + 0x500, 64);
-constexpr Field kQkey = field(kContext + 0x540, 32); // ifc: q_key
-constexpr Field kRqType = field(kContext + 0x565, 3);
-constexpr Field kSrqn = field(kContext + 0x568, 24);        // ifc: srqn_rmpn_xrqn
-constexpr Field kHwSqCounter = field(kContext + 0x5a0, 16); // ifc: hw_sq_wqebb_counter
-constexpr Field kSwSqCounter = field(kContext + 0x5b0, 16); // ifc: sw_sq_wqebb_counter
-constexpr Field kHwRqCounter = field(kContext + 0x5c0, 32);
-constexpr Field kSwRqCounter = field(kContext + 0x5e0, 32);
-constexpr uint32_t kPageList = 0x110;
+constexpr Field kLogSraMax = field(kQpc + 0x388, 3);
+constexpr Field kRetryCount = field(kQpc + 0x38d, 3);
+constexpr Field kRnrRetry = field(kQpc + 0x390, 3);
+constexpr Field kFre = field(kQpc + 0x394, 1); // fast registration enabled
+constexpr Field kNextSendPsn = field(kQpc + 0x3c8, 24);
+constexpr Field kCqnSnd = field(kQpc + 0x3e8, 24);
+constexpr Field kLogRraMax = field(kQpc + 0x488, 3);
+constexpr Field kRre = field(kQpc + 0x490, 1);
+constexpr Field kRwe = field(kQpc + 0x491, 1);
+constexpr Field kRae = field(kQpc + 0x492, 1);
+constexpr Field kQpcPageOffset = field(kQpc + 0x494, 6);
+constexpr Field kMinRnrNak = field(kQpc + 0x4a3, 5);
+constexpr Field kNextRcvPsn = field(kQpc + 0x4a8, 24);
+constexpr Field kCqnRcv = field(kQpc + 0x4e8, 24);
+constexpr Field kQpcXrcd = field(kQpc + 0x4c8, 24);
+constexpr Field kQpcDbrAddr = field(kQpc + 0x500, 64);
+constexpr Field kQkey = field(kQpc + 0x540, 32); // ifc: q_key
+constexpr Field kRqType = field(kQpc + 0x565, 3);
+constexpr Field kSrqn = field(kQpc + 0x568, 24);        // ifc: srqn_rmpn_xrqn
+constexpr Field kHwSqCounter = field(kQpc + 0x5a0, 16); // ifc: hw_sq_wqebb_counter
+constexpr Field kSwSqCounter = field(kQpc + 0x5b0, 16); // ifc: sw_sq_wqebb_counter
+constexpr Field kHwRqCounter = field(kQpc + 0x5c0, 32);
+constexpr Field kSwRqCounter = field(kQpc + 0x5e0, 32);
+constexpr uint32_t kQpPageList = 0x110;
 constexpr uint32_t kMulticastGidByte = 0x10; // attach_to_mcg_in, detach_from_mcg_in
 
 // Service types (st) and receive queue types (rq_type).
@@ -92,7 +92,6 @@ constexpr uint8_t kRegularRq = 0;
 constexpr uint8_t kSrqRq = 1;
 constexpr uint8_t kZeroRq = 3;
 constexpr uint8_t kPmMigrated = 3;
-constexpr uint32_t kStrideUnitShift = 4;
 
 // Each service type and the core's QP type it is.
 struct ServiceType {
@@ -247,28 +246,28 @@ const err::Condition *QueuePairs::checkContext(std::span<const uint8_t> in) cons
     const char *bad =
         !type                              ? "st: a service type the device does not offer"
         : !rq && !srq && rqType != kZeroRq ? "rq_type: not a regular RQ, an SRQ or none"
-        : srq && (*type == PIB_QPT_SMI || *type == PIB_QPT_GSI) ? "an SRQ for QP0 or QP1"
-        : srq && !objects_.srqs.find(get(in, kSrqn))            ? "srqn: no such SRQ"
-        : !rq && (get(in, kLogRqSize) || get(in, kLogRqStride)) ? "an RQ size with no RQ"
-        : !sq && get(in, kLogSqSize)                            ? "an SQ size with no_sq"
-        : !rq && !srq && !sq                                    ? "neither a receive side nor an SQ"
-        : umr && (srq || !sq)                                   ? "a UMR QP with an SRQ or no SQ"
-        : *type == PIB_QPT_XRC_INI && rq                        ? "an XRC INI QP with an RQ"
-        : *type == PIB_QPT_XRC_TGT && rq                        ? "an XRC TGT QP with an RQ"
-        : *type == PIB_QPT_XRC_TGT && !objects_.xrcds.find(get(in, kXrcd))
+        : srq && (*type == PIB_QPT_SMI || *type == PIB_QPT_GSI)    ? "an SRQ for QP0 or QP1"
+        : srq && !objects_.srqs.find(get(in, kSrqn))               ? "srqn: no such SRQ"
+        : !rq && (get(in, kLogRqSize) || get(in, kQpcLogRqStride)) ? "an RQ size with no RQ"
+        : !sq && get(in, kLogSqSize)                               ? "an SQ size with no_sq"
+        : !rq && !srq && !sq             ? "neither a receive side nor an SQ"
+        : umr && (srq || !sq)            ? "a UMR QP with an SRQ or no SQ"
+        : *type == PIB_QPT_XRC_INI && rq ? "an XRC INI QP with an RQ"
+        : *type == PIB_QPT_XRC_TGT && rq ? "an XRC TGT QP with an RQ"
+        : *type == PIB_QPT_XRC_TGT && !objects_.xrcds.find(get(in, kQpcXrcd))
             ? "xrcd: no such XRC domain"
-        : get(in, kWqSignature)            ? "wq_signature: WQE signatures are not offered"
+        : get(in, kQpcWqSignature)         ? "wq_signature: WQE signatures are not offered"
         : get(in, kPmState) != kPmMigrated ? "pm_state: path migration is not offered"
-        : get(in, kLogRqSize) > limits::kLogMaxMlx5QpSize   ? "log_rq_size beyond log_max_qp_sz"
-        : get(in, kLogSqSize) > limits::kLogMaxMlx5QpSize   ? "log_sq_size beyond log_max_qp_sz"
-        : get(in, kLogPageSize) > PageList::kMaxLogPageSize ? "log_page_size"
-        : !PageList::startsOnAdapterPage(get(in, kLogPageSize), get(in, kPageOffset))
+        : get(in, kLogRqSize) > limits::kLogMaxMlx5QpSize      ? "log_rq_size beyond log_max_qp_sz"
+        : get(in, kLogSqSize) > limits::kLogMaxMlx5QpSize      ? "log_sq_size beyond log_max_qp_sz"
+        : get(in, kQpcLogPageSize) > PageList::kMaxLogPageSize ? "log_page_size"
+        : !PageList::startsOnAdapterPage(get(in, kQpcLogPageSize), get(in, kQpcPageOffset))
             ? "page_offset: the ring does not start on a 4 KiB boundary"
-        : !umr && !objects_.pds.find(get(in, kPd))                    ? "pd: no such PD"
-        : !objects_.cqs.find(get(in, kCqnSnd))                        ? "cqn_snd: no such CQ"
-        : !objects_.cqs.find(get(in, kCqnRcv))                        ? "cqn_rcv: no such CQ"
-        : *type != PIB_QPT_XRC_TGT && !uars_.given(get(in, kUarPage)) ? "uar_page: not given out"
-        : *type != PIB_QPT_XRC_TGT && !isDoorbellRecord(host_, get(in, kDbrAddr))
+        : !umr && !objects_.pds.find(get(in, kQpcPd))                    ? "pd: no such PD"
+        : !objects_.cqs.find(get(in, kCqnSnd))                           ? "cqn_snd: no such CQ"
+        : !objects_.cqs.find(get(in, kCqnRcv))                           ? "cqn_rcv: no such CQ"
+        : *type != PIB_QPT_XRC_TGT && !uars_.given(get(in, kQpcUarPage)) ? "uar_page: not given out"
+        : *type != PIB_QPT_XRC_TGT && !isDoorbellRecord(host_, get(in, kQpcDbrAddr))
             ? "dbr_addr: not 8-byte aligned guest RAM"
         : (*type == PIB_QPT_SMI || *type == PIB_QPT_GSI) && !freePort(*type)
             ? "every port has its QP0 or QP1"
@@ -296,7 +295,7 @@ uint32_t QueuePairs::counterSetAfter(uint16_t opcode, const QueuePair &qp,
                                      std::span<const uint8_t> in) const {
     const bool named =
         opcode == kRst2Init || (opcode == kRts2Rts && (get(in, kOptParamMask) & kOptCounterSetId));
-    return named ? static_cast<uint32_t>(get(in, kCounterSetId)) : qp.counterSet;
+    return named ? static_cast<uint32_t>(get(in, kQpcCounterSetId)) : qp.counterSet;
 }
 
 void QueuePairs::bindCounterSet(QueuePair &qp, uint32_t set) {
@@ -317,16 +316,16 @@ const err::Condition *QueuePairs::create(std::span<const uint8_t> in, uint32_t &
     ctx.type = *coreType(in);
     qp->umr = get(in, kSt) == st::kRegUmr;
     qp->fastRegEnabled = get(in, kFre);
-    ctx.pdn = qp->umr ? 0 : static_cast<uint32_t>(get(in, kPd));
+    ctx.pdn = qp->umr ? 0 : static_cast<uint32_t>(get(in, kQpcPd));
     ctx.send_cqn = static_cast<uint32_t>(get(in, kCqnSnd));
     ctx.recv_cqn = static_cast<uint32_t>(get(in, kCqnRcv));
-    ctx.uar_page = static_cast<uint32_t>(get(in, kUarPage));
+    ctx.uar_page = static_cast<uint32_t>(get(in, kQpcUarPage));
     // A queue the QP lacks has stride 0 (mlx5_wqe_reader.cc). An XRC TGT
     // QP takes its receive WQEs from the XRC SRQ each message names, an
     // XRC INI QP receives nothing: the SRQ their context names (the
     // driver's default one) is never used.
     if (ctx.type == PIB_QPT_XRC_TGT) {
-        ctx.xrcdn = static_cast<uint32_t>(get(in, kXrcd));
+        ctx.xrcdn = static_cast<uint32_t>(get(in, kQpcXrcd));
         ctx.srqn = static_cast<uint32_t>(get(in, kSrqn)); // kept for createInput()
     } else if (ctx.type == PIB_QPT_XRC_INI) {
     } else if (get(in, kRqType) == kSrqRq) {
@@ -334,7 +333,7 @@ const err::Condition *QueuePairs::create(std::span<const uint8_t> in, uint32_t &
         ctx.srqn = static_cast<uint32_t>(get(in, kSrqn));
     } else if (get(in, kRqType) == kRegularRq) {
         ctx.rq_log_wqe_count = static_cast<uint8_t>(get(in, kLogRqSize));
-        ctx.rq_log_wqe_stride = static_cast<uint8_t>(get(in, kLogRqStride) + kStrideUnitShift);
+        ctx.rq_log_wqe_stride = static_cast<uint8_t>(get(in, kQpcLogRqStride) + kStrideUnitShift);
     }
     if (!get(in, kNoSq)) {
         ctx.sq_log_wqe_count = static_cast<uint8_t>(get(in, kLogSqSize));
@@ -355,14 +354,14 @@ const err::Condition *QueuePairs::create(std::span<const uint8_t> in, uint32_t &
     // An XRC TGT QP has no ring, and its command no page list.
     if (rqBytes + sqBytes) {
         if (const err::Condition *why = PageList::loadAndMap(
-                host_, objects_.mtt, in, kPageList,
-                {get(in, kLogPageSize), get(in, kPageOffset), rqBytes + sqBytes}, "CREATE_QP",
+                host_, objects_.mtt, in, kQpPageList,
+                {get(in, kQpcLogPageSize), get(in, kQpcPageOffset), rqBytes + sqBytes}, "CREATE_QP",
                 err::kMlx5QpBadPages, &ctx.sq_buf))
             return why;
         ctx.rq_buf = ctx.sq_buf;
     }
     qp->sendOffset = static_cast<uint32_t>(rqBytes);
-    qp->record = get(in, kDbrAddr);
+    qp->record = get(in, kQpcDbrAddr);
     qp->attr.qp_state = PIB_QPS_RESET;
     qp->attr.port_num = special ? ctx.port : 1;
     qp->attr.path_mtu = PIB_MTU_256;
@@ -379,19 +378,19 @@ const err::Condition *QueuePairs::create(std::span<const uint8_t> in, uint32_t &
 // needs one, which it never uses.
 std::vector<uint8_t> QueuePairs::createInput(const QueuePair &qp) const {
     const pib_qp_context &ctx = qp.ctx;
-    std::vector<uint8_t> in = PageList::inputFor(objects_.mtt, ctx.sq_buf, kPageList);
+    std::vector<uint8_t> in = PageList::inputFor(objects_.mtt, ctx.sq_buf, kQpPageList);
     set(in, kSt, qp.umr ? st::kRegUmr : serviceType(ctx.type));
     set(in, kPmState, kPmMigrated);
     set(in, kFre, qp.fastRegEnabled);
-    set(in, kPd, ctx.pdn);
-    set(in, kUarPage, ctx.uar_page);
+    set(in, kQpcPd, ctx.pdn);
+    set(in, kQpcUarPage, ctx.uar_page);
     set(in, kCqnSnd, ctx.send_cqn);
     set(in, kCqnRcv, ctx.recv_cqn);
-    set(in, kDbrAddr, qp.record);
+    set(in, kQpcDbrAddr, qp.record);
     set(in, kNoSq, ctx.sq_log_wqe_stride == 0);
     set(in, kLogSqSize, ctx.sq_log_wqe_count);
     if (ctx.type == PIB_QPT_XRC_TGT) {
-        set(in, kXrcd, ctx.xrcdn);
+        set(in, kQpcXrcd, ctx.xrcdn);
         set(in, kRqType, kSrqRq);
         set(in, kSrqn, ctx.srqn);
     } else if (ctx.flags & PIB_QP_USE_SRQ) {
@@ -400,7 +399,7 @@ std::vector<uint8_t> QueuePairs::createInput(const QueuePair &qp) const {
     } else if (ctx.rq_log_wqe_stride) {
         set(in, kRqType, kRegularRq);
         set(in, kLogRqSize, ctx.rq_log_wqe_count);
-        set(in, kLogRqStride, ctx.rq_log_wqe_stride - kStrideUnitShift);
+        set(in, kQpcLogRqStride, ctx.rq_log_wqe_stride - kStrideUnitShift);
     } else {
         set(in, kRqType, kZeroRq);
     }
@@ -483,14 +482,14 @@ const err::Condition *QueuePairs::query(uint32_t qpn, std::span<uint8_t> out) co
     set(out, kState, a.qp_state == PIB_QPS_SQD && a.sq_draining ? 7 : connectXState(a.qp_state));
     set(out, kSt, qp->umr ? st::kRegUmr : serviceType(ctx.type));
     if (ctx.type == PIB_QPT_XRC_TGT)
-        set(out, kXrcd, ctx.xrcdn);
+        set(out, kQpcXrcd, ctx.xrcdn);
     set(out, kPmState, kPmMigrated);
     set(out, kFre, qp->fastRegEnabled);
-    set(out, kPd, ctx.pdn);
+    set(out, kQpcPd, ctx.pdn);
     set(out, kMtu, a.path_mtu);
     set(out, kLogMsgMax, std::bit_width(limits::kMaxMsgSize) - 1);
     set(out, kLogRqSize, ctx.rq_log_wqe_count);
-    set(out, kLogRqStride, ctx.rq_log_wqe_stride ? ctx.rq_log_wqe_stride - kStrideUnitShift : 0);
+    set(out, kQpcLogRqStride, ctx.rq_log_wqe_stride ? ctx.rq_log_wqe_stride - kStrideUnitShift : 0);
     set(out, kNoSq, ctx.sq_log_wqe_stride == 0);
     set(out, kLogSqSize, ctx.sq_log_wqe_count);
     set(out, kRqType,
@@ -499,8 +498,8 @@ const err::Condition *QueuePairs::query(uint32_t qpn, std::span<uint8_t> out) co
                                    : kZeroRq);
     if (ctx.flags & PIB_QP_USE_SRQ)
         set(out, kSrqn, ctx.srqn);
-    set(out, kUarPage, ctx.uar_page);
-    set(out, kCounterSetId, qp->counterSet);
+    set(out, kQpcUarPage, ctx.uar_page);
+    set(out, kQpcCounterSetId, qp->counterSet);
     set(out, kRemoteQpn, a.dest_qp_num);
     set(out, kPkeyIndex, a.pkey_index);
     set(out, kVhcaPort, a.port_num);
@@ -530,7 +529,7 @@ const err::Condition *QueuePairs::query(uint32_t qpn, std::span<uint8_t> out) co
     set(out, kQkey, a.qkey);
     set(out, kCqnSnd, ctx.send_cqn);
     set(out, kCqnRcv, ctx.recv_cqn);
-    set(out, kDbrAddr, qp->record);
+    set(out, kQpcDbrAddr, qp->record);
     set(out, kHwSqCounter, qp->sq.consumer & wqe::kCounterMask);
     set(out, kSwSqCounter, qp->sq.producer & wqe::kCounterMask);
     set(out, kHwRqCounter, qp->rq.consumer);

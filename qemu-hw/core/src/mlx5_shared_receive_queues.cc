@@ -13,49 +13,48 @@ namespace {
 // The SRQ context (srqc) at byte 0x10 of create_srq_in and query_srq_out,
 // and of create_xrc_srq_in (xrc_srqc), which puts every field used here
 // where srqc does and names the XRC SRQs' own two; checked against it.
-constexpr uint32_t kContext = 8 * 0x10; // ifc: create_xrc_srq_in.xrc_srq_context_entry
-constexpr Field kLogSrqSize = field(kContext + 0x04, 4); // ifc: log_xrc_srq_size
-constexpr Field kWqSignature = field(kContext + 0x20, 1);
-constexpr Field kContiguous = field(kContext + 0x21, 1);   // ifc: cont_srq
-constexpr Field kReservedLkey = field(kContext + 0x23, 1); // ifc: rlky
-constexpr Field kCyclic = field(kContext + 0x24, 1);       // ifc: basic_cyclic_rcv_wqe (XRC SRQs')
-constexpr Field kLogRqStride = field(kContext + 0x25, 3);
-constexpr Field kXrcd = field(kContext + 0x28, 24);
-constexpr Field kPageOffset = field(kContext + 0x40, 6);
-constexpr Field kDbrUmem = field(kContext + 0x47, 1); // ifc: dbr_umem_valid (XRC SRQs')
-constexpr Field kCqn = field(kContext + 0x48, 24);
-constexpr Field kLogPageSize = field(kContext + 0x82, 6);
-constexpr Field kPd = field(kContext + 0xc8, 24);
-constexpr Field kLwm = field(kContext + 0xe0, 16);
-constexpr Field kDbrAddr = field(kContext + 0x140, 64); // ifc: db_record_addr_h
-constexpr Field kUmem = field(0x2e0, 1);                // create_xrc_srq_in's xrc_srq_umem_valid
-constexpr uint32_t kPageList = 0x110;
+constexpr uint32_t kSrqc = 8 * 0x10; // ifc: create_xrc_srq_in.xrc_srq_context_entry
+constexpr Field kLogSrqSize = field(kSrqc + 0x04, 4); // ifc: log_xrc_srq_size
+constexpr Field kSrqcWqSignature = field(kSrqc + 0x20, 1);
+constexpr Field kContiguous = field(kSrqc + 0x21, 1);   // ifc: cont_srq
+constexpr Field kReservedLkey = field(kSrqc + 0x23, 1); // ifc: rlky
+constexpr Field kCyclic = field(kSrqc + 0x24, 1);       // ifc: basic_cyclic_rcv_wqe (XRC SRQs')
+constexpr Field kSrqcLogRqStride = field(kSrqc + 0x25, 3);
+constexpr Field kSrqcXrcd = field(kSrqc + 0x28, 24);
+constexpr Field kSrqcPageOffset = field(kSrqc + 0x40, 6);
+constexpr Field kDbrUmem = field(kSrqc + 0x47, 1); // ifc: dbr_umem_valid (XRC SRQs')
+constexpr Field kCqn = field(kSrqc + 0x48, 24);
+constexpr Field kSrqcLogPageSize = field(kSrqc + 0x82, 6);
+constexpr Field kSrqcPd = field(kSrqc + 0xc8, 24);
+constexpr Field kLwm = field(kSrqc + 0xe0, 16);
+constexpr Field kSrqcDbrAddr = field(kSrqc + 0x140, 64); // ifc: db_record_addr_h
+constexpr Field kUmem = field(0x2e0, 1);                 // create_xrc_srq_in's xrc_srq_umem_valid
+constexpr uint32_t kSrqPageList = 0x110;
 
 // A WQE is a next segment and data segments of 16 bytes each: 32 bytes
 // at least (one data segment), 2 KiB at most (as the send WQEs).
 constexpr uint32_t kLogMinStride = 5;
-constexpr uint32_t kStrideUnitShift = 4;
 
 } // namespace
 
 const err::Condition *SharedReceiveQueues::checkContext(std::span<const uint8_t> in) const {
-    const uint64_t logStride = get(in, kLogRqStride) + kStrideUnitShift;
+    const uint64_t logStride = get(in, kSrqcLogRqStride) + kStrideUnitShift;
     const char *bad =
-        get(in, kWqSignature) ? "wq_signature: WQE signatures are not offered"
+        get(in, kSrqcWqSignature) ? "wq_signature: WQE signatures are not offered"
         : get(in, kContiguous) || get(in, kReservedLkey) ? "cont_srq and rlky are not offered"
         : get(in, kCyclic)                            ? "basic_cyclic_rcv_wqe: the free list only"
         : get(in, kDbrUmem) || get(in, kUmem)         ? "DEVX memory (a umem) is not offered"
         : get(in, kLogSrqSize) > limits::kLogMaxSrqWr ? "log_srq_size beyond log_max_srq_sz"
         : logStride < kLogMinStride || logStride > limits::kLogMaxWqeStride ? "log_rq_stride"
-        : get(in, kLogPageSize) > PageList::kMaxLogPageSize                 ? "log_page_size"
-        : !PageList::startsOnAdapterPage(get(in, kLogPageSize), get(in, kPageOffset))
+        : get(in, kSrqcLogPageSize) > PageList::kMaxLogPageSize             ? "log_page_size"
+        : !PageList::startsOnAdapterPage(get(in, kSrqcLogPageSize), get(in, kSrqcPageOffset))
             ? "page_offset: the ring does not start on a 4 KiB boundary"
-        : !objects_.pds.find(get(in, kPd))            ? "pd: no such PD"
-        : !objects_.xrcds.find(get(in, kXrcd))        ? "xrcd: no such XRC domain"
-        : !objects_.cqs.find(get(in, kCqn))           ? "cqn: no such CQ"
-        : get(in, kLwm) >> get(in, kLogSrqSize) != 0  ? "lwm: beyond the SRQ's size"
-        : !isDoorbellRecord(host_, get(in, kDbrAddr)) ? "dbr_addr: not 8-byte aligned guest RAM"
-                                                      : nullptr;
+        : !objects_.pds.find(get(in, kSrqcPd))            ? "pd: no such PD"
+        : !objects_.xrcds.find(get(in, kSrqcXrcd))        ? "xrcd: no such XRC domain"
+        : !objects_.cqs.find(get(in, kCqn))               ? "cqn: no such CQ"
+        : get(in, kLwm) >> get(in, kLogSrqSize) != 0      ? "lwm: beyond the SRQ's size"
+        : !isDoorbellRecord(host_, get(in, kSrqcDbrAddr)) ? "dbr_addr: not 8-byte aligned guest RAM"
+                                                          : nullptr;
     if (bad) {
         host_.guestError(err::kMlx5SrqBadContext, "CREATE_SRQ: %s", bad);
         return &err::kMlx5SrqBadContext;
@@ -74,18 +73,18 @@ const err::Condition *SharedReceiveQueues::create(std::span<const uint8_t> in, u
     auto srq = std::make_unique<SharedReceiveQueue>();
     pib_srq_context &ctx = srq->ctx;
     ctx.log_wqe_count = static_cast<uint8_t>(get(in, kLogSrqSize));
-    ctx.log_wqe_stride = static_cast<uint8_t>(get(in, kLogRqStride) + kStrideUnitShift);
+    ctx.log_wqe_stride = static_cast<uint8_t>(get(in, kSrqcLogRqStride) + kStrideUnitShift);
     ctx.type = PIB_SRQT_XRC;
-    ctx.pdn = static_cast<uint32_t>(get(in, kPd));
-    ctx.xrcdn = static_cast<uint32_t>(get(in, kXrcd));
+    ctx.pdn = static_cast<uint32_t>(get(in, kSrqcPd));
+    ctx.xrcdn = static_cast<uint32_t>(get(in, kSrqcXrcd));
     ctx.cqn = static_cast<uint32_t>(get(in, kCqn));
     ctx.limit = static_cast<uint32_t>(get(in, kLwm));
-    srq->record = get(in, kDbrAddr);
+    srq->record = get(in, kSrqcDbrAddr);
     const uint64_t bytes = uint64_t{1} << (ctx.log_wqe_count + ctx.log_wqe_stride);
     if (const err::Condition *why =
-            PageList::loadAndMap(host_, objects_.mtt, in, kPageList,
-                                 {get(in, kLogPageSize), get(in, kPageOffset), bytes}, "CREATE_SRQ",
-                                 err::kMlx5SrqBadPages, &ctx.buf))
+            PageList::loadAndMap(host_, objects_.mtt, in, kSrqPageList,
+                                 {get(in, kSrqcLogPageSize), get(in, kSrqcPageOffset), bytes},
+                                 "CREATE_SRQ", err::kMlx5SrqBadPages, &ctx.buf))
         return why;
     const pib_srq_context made = ctx;
     SharedReceiveQueue &inserted = *srq;
@@ -103,17 +102,17 @@ const err::Condition *SharedReceiveQueues::create(std::span<const uint8_t> in, u
 static void putContext(std::span<uint8_t> out, const SharedReceiveQueue &srq) {
     const pib_srq_context &ctx = srq.ctx;
     set(out, kLogSrqSize, ctx.log_wqe_count);
-    set(out, kLogRqStride, ctx.log_wqe_stride - kStrideUnitShift);
-    set(out, kXrcd, ctx.xrcdn);
+    set(out, kSrqcLogRqStride, ctx.log_wqe_stride - kStrideUnitShift);
+    set(out, kSrqcXrcd, ctx.xrcdn);
     set(out, kCqn, ctx.cqn);
-    set(out, kPd, ctx.pdn);
+    set(out, kSrqcPd, ctx.pdn);
     set(out, kLwm, ctx.limit);
-    set(out, kDbrAddr, srq.record);
+    set(out, kSrqcDbrAddr, srq.record);
 }
 
 // The CREATE_SRQ input that makes `srq` as it is (the device's state).
 std::vector<uint8_t> SharedReceiveQueues::createInput(const SharedReceiveQueue &srq) const {
-    std::vector<uint8_t> in = PageList::inputFor(objects_.mtt, srq.ctx.buf, kPageList);
+    std::vector<uint8_t> in = PageList::inputFor(objects_.mtt, srq.ctx.buf, kSrqPageList);
     putContext(in, srq);
     return in;
 }

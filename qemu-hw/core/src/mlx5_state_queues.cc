@@ -27,7 +27,6 @@ constexpr uint32_t kQpsTag = stateTag("M5QP");
 constexpr uint32_t kSpecialQpsTag = stateTag("M5Q1");
 constexpr uint32_t kMulticastTag = stateTag("M5MC");
 
-constexpr uint32_t kCounterMask = 0xffffff; // a doorbell's consumer counter
 // attach_to_mcg_in: the QP, and the group's GID at byte 0x10.
 constexpr Field kAttachQpn = field(0x48, 24);
 constexpr uint32_t kAttachGidByte = 0x10;
@@ -60,8 +59,7 @@ void EventQueues::load(StateReader &r) {
             return;
         Eq &eq = eqs_.at(number);
         // The consumer never passes what the device wrote (doorbell()).
-        if (consumer > kCounterMask ||
-            ((producer - consumer) & kCounterMask) > (uint32_t{1} << eq.logSize)) {
+        if (consumer > kMask24 || ((producer - consumer) & kMask24) > (uint32_t{1} << eq.logSize)) {
             r.fail("EQ " + std::to_string(number) + ": its counters are not an EQ's");
             return;
         }
@@ -190,7 +188,7 @@ void QueuePairs::load(StateReader &r) {
 // no LID: a group is known by its GID).
 std::string QueuePairs::attachLoaded(const SavedAttachment &a) {
     std::vector<uint8_t> in(kAttachBytes);
-    mlx5::set(in, kAttachQpn, a.qpn & kCounterMask);
+    mlx5::set(in, kAttachQpn, a.qpn & kMask24);
     std::copy(a.gid.begin(), a.gid.end(), in.begin() + kAttachGidByte);
     std::string why;
     host_.captureGuestErrors(&why);

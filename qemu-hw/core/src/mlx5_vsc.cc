@@ -13,7 +13,7 @@ constexpr uint32_t kSpaceMask = 0xffff;
 // flips the flag when it is done, and sets the syndrome (bit 30) when it
 // failed.
 constexpr uint32_t kFlag = 1u << 31;
-constexpr uint32_t kSyndrome = 1u << 30;
+constexpr uint32_t kVscSyndrome = 1u << 30;
 constexpr uint32_t kAddressMask = (1u << 30) - 1;
 
 } // namespace
@@ -49,7 +49,7 @@ void VendorCapability::write(uint32_t offset, uint32_t value) {
         break;
     case kAddress:
         // Any operation ends at once, failed: the space is not there.
-        address_ = (value & kAddressMask) | (~value & kFlag) | kSyndrome;
+        address_ = (value & kAddressMask) | (~value & kFlag) | kVscSyndrome;
         break;
     default: // the counter is read-only; data goes nowhere
         break;

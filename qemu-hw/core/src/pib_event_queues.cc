@@ -11,8 +11,6 @@
 
 namespace pib {
 
-static constexpr unsigned kLogEqeSize = 5;
-static_assert(1u << kLogEqeSize == sizeof(pib_eqe));
 static_assert(std::has_single_bit(PIB_CQE_SIZE));
 
 // What an EQE is about, as its trace names it: the CQ, the command's

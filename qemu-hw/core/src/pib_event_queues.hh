@@ -15,6 +15,10 @@
 
 namespace pib {
 
+// An EQE is 32 bytes.
+inline constexpr unsigned kLogEqeSize = 5;
+static_assert(1u << kLogEqeSize == sizeof(pib_eqe));
+
 class PibEventQueues final : public EventCodec {
   public:
     PibEventQueues(const Host &host, const Mtt &mtt, ObjectTable<EventQueue> &eqs)
