@@ -46,13 +46,13 @@ def ninja(build_dir, targets=(), what="ninja", env=None) -> None:
 _configure = configure_dir
 
 
-# ./pib's builds compile the core, the switch and the code they share as
-# unity files of UNITY_SIZE sources each: the files share most of their
-# headers, and this halves their compile time (a cold ./pib test is bound
-# by its two cores). A build of your own (meson setup) compiles each file
-# alone, and so checks that each includes what it uses.
+# ./pib's builds compile the core and the code it shares with the switch
+# as unity files of UNITY_SIZE sources each (meson_options.txt): the files
+# share most of their headers, and this halves their compile time (a cold
+# ./pib test is bound by its two cores). A build of your own (meson setup)
+# compiles each file alone, and so checks that each includes what it uses.
 UNITY_SIZE = 8
-UNITY = ["-Dunity=on", f"-Dunity_size={UNITY_SIZE}"]
+UNITY = [f"-Dunity_files={UNITY_SIZE}"]
 
 
 # What a fabric needs of our build: the switch, and the benchmarks (./pib

@@ -12,7 +12,8 @@ says where it lives is compared with it.
 A constant says where it lives through the base it is counted from: a
 line `constexpr uint32_t kContext = 8 * 0x18; // ifc: create_qp_in.qpc`
 makes every `field(kContext + ...)` of that file the field of qpc named
-after the constant (kLogRqSize: log_rq_size), unless its own line says
+after the constant (kLogRqSize: log_rq_size), less the base's name if it
+begins with it (base kQpc, kQpcPd: pd), unless its own line says
 `// ifc: NAME` for a field named otherwise (`// ifc: create_mkey_out.mkey_index`
 for one of another structure). A comment line `// ifc fields: cmd_hca_cap`
 does the same for the fields of a namespace counted from the structure's
@@ -154,7 +155,10 @@ def core_fields(source: str):
             where = bases[base] if base else section
             if not where and "." not in (m.group(4) or ""):
                 continue
-            member = m.group(4) or _snake(m.group(1))
+            name = m.group(1)
+            if base and name.startswith(base) and name[len(base):len(base) + 1].isupper():
+                name = "k" + name[len(base):]
+            member = m.group(4) or _snake(name)
             # A dotted name is the whole path: a field of another structure.
             path = member if "." in member else f"{where}.{member}"
             out.append((m.group(1), path, _evaluate(expr, names), int(m.group(3))))

@@ -16,12 +16,12 @@ namespace {
 // create_eq_in: the EQ context (eqc) at byte 0x10, the event types, then
 // the page list (mlx5_ifc.h).
 // ifc fields: create_eq_in.eq_context_entry
-constexpr Field kEqcPageOffset = field(0xd4, 6);
+constexpr Field kEqcPageOffset = field(0xd4, 6); // ifc: page_offset
 constexpr Field kLogEqSize = field(0xe3, 5);
-constexpr Field kEqcUarPage = field(0xe8, 24);
+constexpr Field kEqcUarPage = field(0xe8, 24); // ifc: uar_page
 constexpr Field kIntr = field(0x134, 12);
-constexpr Field kEqcLogPageSize = field(0x143, 5);
-constexpr uint32_t kEventBitmask = 0x58; // four big-endian 64-bit words
+constexpr Field kEqcLogPageSize = field(0x143, 5); // ifc: log_page_size
+constexpr uint32_t kEventBitmask = 0x58;           // four big-endian 64-bit words
 constexpr uint32_t kEqPageList = 0x110;
 
 constexpr uint32_t kOwnerByte = 0x3f;
