@@ -28,16 +28,24 @@ inline Answer capture(Node &n, unsigned port, const char *path, uint64_t limit =
     return answered(rc, text);
 }
 
-inline Answer inspect(Node &n, const char *what, bool json) {
+inline Answer inspect(pib_core *core, const char *what, bool json) {
     char *text = nullptr;
-    const int rc = pib_core_inspect(n.host.core, what, json, &text);
+    const int rc = pib_core_inspect(core, what, json, &text);
+    return answered(rc, text);
+}
+
+inline Answer inspect(Node &n, const char *what, bool json) {
+    return inspect(n.host.core, what, json);
+}
+
+inline Answer inject(pib_core *core, const std::string &line) {
+    char *text = nullptr;
+    const int rc = pib_core_inject(core, line.c_str(), &text);
     return answered(rc, text);
 }
 
 inline Answer inject(Node &n, const std::string &line) {
-    char *text = nullptr;
-    const int rc = pib_core_inject(n.host.core, line.c_str(), &text);
-    return answered(rc, text);
+    return inject(n.host.core, line);
 }
 
 } // namespace pib::testing

@@ -4,11 +4,16 @@
 // bit, the EQ doorbells and MSI-X, and command completion events.
 #include <catch2/catch.hpp>
 
+#include <nlohmann/json.hpp>
+
 #include "conditions.hh"
+#include "management_calls.hh"
 #include "mlx5_checks.hh"
 #include "mlx5_host.hh"
 
 using namespace pib::mlx5;
+using pib::testing::inject;
+using pib::testing::inspect;
 
 namespace {
 
@@ -204,6 +209,67 @@ TEST_CASE("mlx5: a UAR with an EQ on it stays; TEARDOWN_HCA ends both", "[mlx5]"
     CHECK(f.host.guestErrors("mlx5-uar-unallocated") == 1);
     CHECK(f.host.allocUar() == 3);
     CHECK(f.createEq(2, kCommandEvents, 0, &ring) == 0);
+}
+
+// What the host's tools see of the device: inspect's JSON of `what`.
+static nlohmann::json inspected(Mlx5Host &host, const char *what = "") {
+    const auto a = inspect(host.core, what, true);
+    REQUIRE(a.rc == 0);
+    return nlohmann::json::parse(a.text);
+}
+
+TEST_CASE("mlx5: a function after INIT_HCA inspects as running, after TEARDOWN_HCA as not",
+          "[mlx5][management]") {
+    Mlx5Host host;
+    CHECK(inspected(host)["state"] == "not initialised");
+    REQUIRE(host.bringUp());
+    CHECK(inspected(host)["state"] == "running");
+    REQUIRE(host.run(Mlx5Host::input(kTeardownHca), 16).status() == 0);
+    CHECK(inspected(host)["state"] == "not initialised");
+}
+
+TEST_CASE("mlx5: an EQ can be stopped and resumed by injection, and inspect lists it",
+          "[mlx5][management][injection]") {
+    Function f;
+    uint64_t ring = 0;
+    const uint32_t eqn = f.createEq(2, kCommandEvents, 5, &ring);
+    const std::string eq = "eq " + std::to_string(eqn);
+    auto listed = inspected(f.host)["eqs"];
+    REQUIRE(listed.size() == 1);
+    CHECK(listed[0]["eqn"] == eqn);
+    CHECK(listed[0]["vector"] == 5);
+    CHECK(listed[0]["queue"]["size"] == 4);
+    CHECK(listed[0]["async"] == true); // it takes command completions, not CQs'
+    CHECK(inspected(f.host)["objects"]["eqs"] == 1);
+    CHECK(inject(f.host.core, "stop eq 9").text == "no EQ 9");
+    const auto stopped = inject(f.host.core, "stop " + eq);
+    CHECK(stopped.rc == 0);
+    CHECK(stopped.text == "EQ " + std::to_string(eqn) + " stopped: it takes no entries");
+    CHECK(inspected(f.host, eq.c_str())["stopped"] == true);
+    // A stopped EQ is not saved: the device says why it cannot save.
+    std::string why;
+    CHECK(f.host.saveState(&why).empty());
+    CHECK(why.find("a stopped EQ") != std::string::npos);
+    // The next command's completion is lost as to a full EQ, without a
+    // guest error: the guest did nothing wrong.
+    f.host.uarWrite(f.uar, kArm, eqn << 24);
+    f.host.clear();
+    f.host.run(Mlx5Host::input(kQueryIssi), 0x70, 7);
+    CHECK(f.host.traces("mlx5_eqe") == 0);
+    CHECK(f.host.traces("inject_overrun") == 1);
+    CHECK(f.host.interrupts.empty());
+    CHECK(f.host.guestErrors() == 0);
+    CHECK(inspected(f.host, eq.c_str())["overrun"] == true);
+    CHECK(inject(f.host.core, "resume " + eq).rc == 0);
+    f.host.run(Mlx5Host::input(kQueryIssi), 0x70, 2);
+    CHECK(f.host.traces("mlx5_eqe") == 1);
+    CHECK(eqeAt(f.host, ring, 0).data0 == 1u << 2);
+    CHECK(f.host.interrupts.size() == 1);
+    const auto after = inspected(f.host, eq.c_str());
+    CHECK(after["stopped"] == false);
+    CHECK(after["overrun"] == false);
+    CHECK(after["queue"]["pi"] == 1);
+    CHECK_FALSE(f.host.saveState().empty());
 }
 
 TEST_CASE("mlx5: PDs and XRC domains are made in the core's tables", "[mlx5]") {

@@ -155,10 +155,11 @@ struct Components {
     pib::ObjectTables objects{config};
     Uars uars{4};
     EventQueues eqs{bus, uars, 8};
-    // The writer takes the CQs' layout, the CQs its moderation: the writer
-    // keeps a reference to the codec, used only once both exist.
+    // The writer takes the CQs' layout; the CQs arm and moderate through
+    // the writer: each keeps a reference to the other, used only once both
+    // exist.
     pib::EventWriter writer{bus, objects.mtt, objects.cqs, cqs};
-    CompletionQueues cqs{bus, objects, uars, eqs, writer.moderation()};
+    CompletionQueues cqs{bus, objects, uars, eqs, writer};
     uint32_t uar = *uars.alloc();
     uint32_t eqn = 0, cqn = 0;
     uint64_t eqRing = 0, cqRing = 0, record = 0;

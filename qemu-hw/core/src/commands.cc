@@ -81,26 +81,10 @@ static pib_dev_cap buildCaps(const pib_core_config &config) {
 static const Refusals kRefusals{err::kCmdBadIndex, err::kCmdBadParam, err::kCmdNoResources,
                                 err::kCmdBusy};
 
-CommandProcessor::CommandProcessor(const pib_core_config &config, const Host &host,
-                                   ObjectTables &objects, Ports &ports, PortAgents &agents,
-                                   DataPath &dataPath, ArmedInjections &injections,
-                                   std::function<void(const PortSet &)> portsReset)
-    : config_(config), host_(host), caps_(buildCaps(config)), objects_(objects),
-      regions_(host, objects, kRefusals), ports_(ports), agents_(agents), dataPath_(dataPath),
-      injections_(injections), portsReset_(std::move(portsReset)) {}
-
-void CommandProcessor::reset() {
-    initialized_ = false;
-    PortSet configured;
-    for (uint32_t port = 1; port <= PIB_MAX_PORTS; ++port)
-        if (const PortState *p = ports_.find(port); p && p->info.state >= PIB_PORT_ARMED)
-            configured.set(port);
-    objects_.clear();
-    dataPath_.reset();
-    ports_.reset();
-    if (portsReset_)
-        portsReset_(configured);
-}
+CommandProcessor::CommandProcessor(const pib_core_config &config, const Host &host, CoreParts core)
+    : config_(config), host_(host), caps_(buildCaps(config)), objects_(core.objects),
+      regions_(host, core.objects, kRefusals), ports_(core.ports), agents_(core.agents),
+      dataPath_(core.dataPath), injections_(core.injections), core_(std::move(core)) {}
 
 CommandOutcome CommandProcessor::fail(const err::Condition &why, const char *fmt, ...) {
     va_list args;
@@ -238,8 +222,12 @@ CommandOutcome CommandProcessor::initHca(const Command &) {
     return {};
 }
 
+// The function's objects end and its ports go back to power-on, as on
+// a device reset.
 CommandOutcome CommandProcessor::closeHca(const Command &) {
-    reset();
+    initialized_ = false;
+    core_.endObjects();
+    core_.resetPorts();
     return {};
 }
 

@@ -6,12 +6,12 @@
 // its transport is the data path's business, MADs the port agents'.
 #pragma once
 
-#include <bitset>
 #include <cstdint>
 #include <functional>
 #include <optional>
 #include <string>
 
+#include "core_parts.hh"
 #include "data_path.hh"
 #include "host.hh"
 #include "injection.hh"
@@ -44,20 +44,13 @@ struct CommandOutcome {
     }
 };
 
-// Port numbers 1..PIB_MAX_PORTS.
-using PortSet = std::bitset<PIB_MAX_PORTS + 1>;
-
 class CommandProcessor {
   public:
-    CommandProcessor(const pib_core_config &config, const Host &host, ObjectTables &objects,
-                     Ports &ports, PortAgents &agents, DataPath &dataPath,
-                     ArmedInjections &injections,
-                     std::function<void(const PortSet &configured)> portsReset);
+    CommandProcessor(const pib_core_config &config, const Host &host, CoreParts core);
 
     CommandOutcome execute(const Command &cmd);
-    // Back to the power-on state: every object is gone, the ports are
-    // down, the data path holds nothing, INIT_HCA is needed again.
-    void reset();
+    // INIT_HCA is needed again (the device resets the core's parts).
+    void reset() { initialized_ = false; }
     bool initialized() const { return initialized_; }
     // INIT_HCA as a loaded device's saved state has it.
     void restoreInitialized(bool initialized) { initialized_ = initialized; }
@@ -197,10 +190,7 @@ class CommandProcessor {
     PortAgents &agents_;
     DataPath &dataPath_;
     ArmedInjections &injections_;
-    // Called once the ports are back to their power-on state, with those
-    // the SM had configured (ARMED or ACTIVE) before: their links train
-    // again, the others stay up.
-    std::function<void(const PortSet &configured)> portsReset_;
+    CoreParts core_; // for CLOSE_HCA's device-wide steps
 };
 
 } // namespace pib

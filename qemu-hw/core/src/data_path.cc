@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: GPL-2.0-or-later
-// The data path's entry points besides packets and the timer: doorbells
-// (BAR2), QP state changes, destruction and resets.
+// The data path's entry points besides packets and the timer: the
+// producer indices of the front ends' doorbells, QP state changes,
+// destruction and resets.
 #include "data_path.hh"
 
 #include <cinttypes>
@@ -85,98 +86,22 @@ bool DataPath::updateProducer(const char *what, uint32_t number, uint32_t &produ
     return true;
 }
 
-void DataPath::sendQueueProduced(QueuePair &qp, uint32_t producer) {
+void DataPath::sendProduced(QueuePair &qp, uint32_t producer) {
     if (updateProducer("SQ of QP", qp.number, qp.sq.producer, qp.sq.consumer,
                        1u << qp.ctx.sq_log_wqe_count, producer))
         ringSendQueue(qp);
 }
 
-// What a doorbell at `offset` of its page rings, as its trace names it.
-static const char *doorbellQueue(uint32_t offset) {
-    switch (offset) {
-    case PIB_DB_SQ:
-        return "SQ of QP";
-    case PIB_DB_RQ:
-        return "RQ of QP";
-    case PIB_DB_SRQ:
-        return "SRQ";
-    case PIB_DB_CQ_ARM:
-        return "arm of CQ";
-    default:
-        return "nothing at its offset";
-    }
+void DataPath::receiveProduced(QueuePair &qp, uint32_t producer) {
+    if (updateProducer("RQ of QP", qp.number, qp.rq.producer, qp.rq.consumer,
+                       1u << qp.ctx.rq_log_wqe_count, producer) &&
+        qp.attr.qp_state == PIB_QPS_ERR)
+        flushQp(qp); // IBA 10.8.3.1: posted in the error state, flushed at once
 }
 
-void DataPath::doorbell(uint32_t page, uint32_t offset, uint64_t value) {
-    const auto number = static_cast<uint32_t>(value);
-    const auto arg = static_cast<uint32_t>(value >> 32);
-    trace::doorbell(host_, page, doorbellQueue(offset), number, arg);
-    if (!objects_.uars.find(page)) {
-        host_.guestError(err::kDoorbellUnallocated,
-                         "write of 0x%" PRIx64 " to page %u offset 0x%x, which no context owns",
-                         value, page, offset);
-        return;
-    }
-    switch (offset) {
-    case PIB_DB_SQ:
-    case PIB_DB_RQ: {
-        QueuePair *qp = objects_.findQp(number);
-        // An XRC TGT QP has no queue to ring (and belongs to no page); an
-        // XRC INI QP no receive queue.
-        const bool hasQueue =
-            qp && (offset == PIB_DB_SQ ? hasSendQueue(qp->ctx.type) : hasReceiveSide(qp->ctx.type));
-        if (!qp || qp->ctx.uar_page != page || !hasQueue) {
-            host_.guestError(err::kDoorbellBadObject, "%s doorbell of QP %u on page %u, which %s",
-                             offset == PIB_DB_SQ ? "SQ" : "RQ", number, page,
-                             !qp                        ? "does not exist"
-                             : qp->ctx.uar_page != page ? "belongs to another page"
-                                                        : "has no such queue");
-            return;
-        }
-        if (offset == PIB_DB_SQ) {
-            if (updateProducer("SQ of QP", number, qp->sq.producer, qp->sq.consumer,
-                               1u << qp->ctx.sq_log_wqe_count, arg))
-                ringSendQueue(*qp);
-        } else if (qp->ctx.flags & PIB_QP_USE_SRQ)
-            host_.guestError(err::kDoorbellBadObject, "RQ doorbell of QP %u, which uses an SRQ",
-                             number);
-        else if (updateProducer("RQ of QP", number, qp->rq.producer, qp->rq.consumer,
-                                1u << qp->ctx.rq_log_wqe_count, arg) &&
-                 qp->attr.qp_state == PIB_QPS_ERR)
-            flushQp(*qp); // IBA 10.8.3.1: posted in the error state, flushed at once
-        return;
-    }
-    case PIB_DB_SRQ: {
-        SharedReceiveQueue *srq = objects_.srqs.find(number);
-        if (!srq || srq->ctx.uar_page != page) {
-            host_.guestError(err::kDoorbellBadObject, "doorbell of SRQ %u on page %u", number,
-                             page);
-            return;
-        }
-        updateProducer("SRQ", number, srq->producer, srq->consumer, 1u << srq->ctx.log_wqe_count,
-                       arg);
-        return;
-    }
-    case PIB_DB_CQ_ARM: {
-        CompletionQueue *cq = objects_.cqs.find(number);
-        if (!cq || cq->ctx.uar_page != page) {
-            host_.guestError(err::kDoorbellBadObject, "arm of CQ %u on page %u", number, page);
-            return;
-        }
-        if (arg != PIB_CQ_ARM_NEXT && arg != PIB_CQ_ARM_SOLICITED) {
-            host_.guestError(err::kDoorbellBadArm, "arm of CQ %u with 0x%x", number, arg);
-            return;
-        }
-        // An armed "next" is not weakened by a later "solicited" arm.
-        if (cq->arm != PIB_CQ_ARM_NEXT)
-            cq->arm = static_cast<uint8_t>(arg);
-        return;
-    }
-    default:
-        host_.guestError(err::kDoorbellBadOffset, "write of 0x%" PRIx64 " to page %u offset 0x%x",
-                         value, page, offset);
-        return;
-    }
+void DataPath::srqProduced(SharedReceiveQueue &srq, uint32_t producer) {
+    updateProducer("SRQ", srq.number, srq.producer, srq.consumer, 1u << srq.ctx.log_wqe_count,
+                   producer);
 }
 
 // A send's completion never appears while the doorbell write that posted

@@ -3,11 +3,11 @@
 // transport roles and dispatches to them (dispatch.cc): the datagram
 // transport (datagram.*), the connected requester with its completer
 // (requester.*) and the responder (responder.*), which share only the
-// parts of transport.hh. Here are the ways in: BAR2 doorbells and what a
-// QP state change means for the transport (data_path.cc), received
-// packets and the timer (dispatch.cc), and a QP's error flow (flush.cc).
-// The objects it works on are created and destroyed by the command
-// processor.
+// parts of transport.hh. Here are the ways in: the producer indices and
+// CQ arms a front end decoded from its doorbells, and what a QP state
+// change means for the transport (data_path.cc), received packets and the
+// timer (dispatch.cc), and a QP's error flow (flush.cc). The objects it
+// works on are created and destroyed by a front end's commands.
 #pragma once
 
 #include <cstdint>
@@ -48,14 +48,24 @@ class DataPath final : public SubnetSender, public ScheduledEngine, QpErrorFlow 
     // lies in memory a peer shares (iba::parseShared), else empty.
     void portReceive(unsigned port, std::span<const uint8_t> packet,
                      std::span<const uint8_t> head = {});
-    // A 64-bit write to doorbell page `page` at `offset` (BAR2).
-    void doorbell(uint32_t page, uint32_t offset, uint64_t value);
     // A front end whose WQEs are not pib-hca's reads them with `format`
     // from now on (as the device is built, before any QP exists).
     void useWqes(WqeFormat &format) { wqes_.use(format); }
-    // The driver says `qp`'s SQ has WQEs up to slot count `producer`, by
-    // a doorbell of a front end's own: checked as a BAR2 doorbell is.
-    void sendQueueProduced(QueuePair &qp, uint32_t producer);
+    // The driver posted WQEs up to slot count `producer`: a front end
+    // decoded its doorbell and checked the queue is that doorbell's to
+    // ring. The index is checked here for both personalities (forward
+    // only, never more than a ring ahead: doorbell-bad-index), then the
+    // work starts. ConnectX's receive producers are doorbell records its
+    // WqeFormat reads, so only pib-hca calls the last two.
+    void sendProduced(QueuePair &qp, uint32_t producer);
+    void receiveProduced(QueuePair &qp, uint32_t producer); // in ERR: flushed at once
+    void srqProduced(SharedReceiveQueue &srq, uint32_t producer);
+    // CQ `cqn` is armed for its next completion or next solicited one
+    // (PIB_CQ_ARM_*); `pending`: CQEs wait past the driver's consumer, so
+    // the event goes at once.
+    void armCq(uint32_t cqn, CompletionQueue &cq, uint8_t kind, bool pending = false) {
+        events_.arm(cqn, cq, kind, pending);
+    }
     // The host's timer reached the deadline the data path asked for.
     void timerExpired();
     // The device has one timer: the data path arms it for the earliest of

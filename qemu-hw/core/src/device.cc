@@ -24,11 +24,9 @@ Device::Device(const pib_core_config &config, const pib_host_ops &ops, void *opa
       dataPath_(host_, objects_, ports_, events_, memory_, wqes_, scheduler_, injections_,
                 outstanding_),
       scheduler_(host_, objects_, ports_, dataPath_),
-      agents_(config_, host_, ports_, events_, dataPath_),
-      commands_(config_, host_, objects_, ports_, agents_, dataPath_, injections_,
-                [this](const PortSet &configured) { retrainLinks(configured); }),
+      agents_(config_, host_, ports_, events_, dataPath_), commands_(config_, host_, coreParts()),
       front_(makeFrontEnd()) {
-    commands_.reset();
+    resetCore();
     for (uint32_t port = 1; port <= config_.num_ports; ++port)
         links_.push_back(
             std::make_unique<Link>(host_, port, config_.node_guid, config_.node_guid + port));
@@ -42,19 +40,24 @@ Device::Device(const pib_core_config &config, const pib_host_ops &ops, void *opa
     });
 }
 
+// What either personality's commands act on; its steps are the device's
+// one reset path (resetCore).
+CoreParts Device::coreParts() {
+    return CoreParts{objects_,
+                     ports_,
+                     agents_,
+                     events_,
+                     dataPath_,
+                     injections_,
+                     [this](uint32_t srqn) { dataPath_.forgetXrcSrq(srqn); },
+                     [this] { endObjects(); },
+                     [this] { resetPorts(); }};
+}
+
 std::unique_ptr<FrontEnd> Device::makeFrontEnd() {
     if (config_.personality == PIB_PERSONALITY_MLX5)
-        return std::make_unique<mlx5::Mlx5FrontEnd>(
-            config_, host_,
-            mlx5::CoreParts{objects_, ports_, agents_, events_, dataPath_,
-                            [this](uint32_t srqn) { dataPath_.forgetXrcSrq(srqn); },
-                            [this] {
-                                // TEARDOWN_HCA: the function's objects end,
-                                // and the data path holds none of them.
-                                objects_.clear();
-                                dataPath_.reset();
-                            }});
-    return std::make_unique<PibFrontEnd>(config_, host_, commands_, pibEvents_, dataPath_,
+        return std::make_unique<mlx5::Mlx5FrontEnd>(config_, host_, coreParts());
+    return std::make_unique<PibFrontEnd>(config_, host_, commands_, pibEvents_, objects_, dataPath_,
                                          [this] { reset("guest wrote the reset register"); });
 }
 
@@ -199,11 +202,31 @@ void Device::reset(const char *reason) {
     fatal_ = false;
     injections_.clear(); // as after power-on
     front_->reset();
-    commands_.reset(); // the links train again (retrainLinks)
+    resetCore();
     trace::device_reset(host_, reason);
 }
 
-// The ports were reset. The cables stay plugged in. A link whose port
+void Device::resetCore() {
+    endObjects();
+    resetPorts();
+}
+
+void Device::endObjects() {
+    objects_.clear();
+    dataPath_.reset();
+}
+
+void Device::resetPorts() {
+    PortSet configured;
+    for (uint32_t port = 1; port <= PIB_MAX_PORTS; ++port)
+        if (const PortState *p = ports_.find(port); p && p->info.state >= PIB_PORT_ARMED)
+            configured.set(port);
+    ports_.reset();
+    retrainLinks(configured);
+}
+
+// The ports were reset, with those the SM had configured (ARMED or
+// ACTIVE) in `configured`. The cables stay plugged in. A link whose port
 // the SM had configured trains again, as a real port's does when its
 // function resets: it is DOWN/Polling until the peer answers the HELLO,
 // then INIT, and the peer (a switch) tells the SM that the link went down
@@ -305,19 +328,18 @@ bool Device::raiseEvent(const Injection &in, std::string *answer) {
 
 bool Device::stopOrResume(const Injection &in, std::string *answer) {
     const bool stop = in.kind == Injection::Kind::kStop;
-    bool *stopped = nullptr;
-    if (in.cq) {
-        if (CompletionQueue *cq = objects_.cqs.find(in.number))
-            stopped = &cq->stopped;
-    } else if (EventQueue *eq = objects_.eqs.find(in.number)) {
-        stopped = &eq->stopped;
+    bool found = false;
+    if (!in.cq) {
+        found = front_->stopEq(in.number, stop);
+    } else if (CompletionQueue *cq = objects_.cqs.find(in.number)) {
+        cq->stopped = stop;
+        found = true;
     }
     const std::string name = std::string(in.cq ? "CQ " : "EQ ") + std::to_string(in.number);
-    if (!stopped) {
+    if (!found) {
         *answer = "no " + name;
         return false;
     }
-    *stopped = stop;
     *answer = name + (stop ? " stopped: it takes no entries" : " resumed");
     trace::inject_armed(host_, answer->c_str());
     return true;

@@ -3,12 +3,14 @@
 // host's calls routed to the one that owns each (docs/architecture.md).
 #pragma once
 
+#include <bitset>
 #include <cstdint>
 #include <memory>
 #include <span>
 #include <vector>
 
 #include "commands.hh"
+#include "core_parts.hh"
 #include "data_path.hh"
 #include "event_writer.hh"
 #include "front_end.hh"
@@ -104,9 +106,19 @@ class Device {
     PortLinks cables_{links_};
     bool fatal_ = false;
     Inspector inspector_{
-        {config_, objects_, ports_, links_, commands_, injections_, outstanding_, fatal_}};
+        {config_, objects_, ports_, links_, *front_, injections_, outstanding_, fatal_}};
 
+    CoreParts coreParts();
     std::unique_ptr<FrontEnd> makeFrontEnd();
+    // The one reset path of both personalities' core parts (a device
+    // reset, CLOSE_HCA, TEARDOWN_HCA's objects): every object ends, and
+    // the data path holds none; the ports go back to power-on, and the
+    // links of those the SM had configured train again.
+    void resetCore();
+    void endObjects();
+    void resetPorts();
+    // Port numbers 1..PIB_MAX_PORTS.
+    using PortSet = std::bitset<PIB_MAX_PORTS + 1>;
     void retrainLinks(const PortSet &configured);
     void linkEvent(unsigned port, Link::Event e);
     void packetReceived(unsigned port, std::span<const uint8_t> packet,

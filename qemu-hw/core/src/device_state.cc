@@ -55,7 +55,7 @@ void checkHeader(StateReader &r, const pib_core_config &c) {
 const char *Device::unsaved() const {
     if (!injections_.empty())
         return "armed injections";
-    return nullptr;
+    return front_->unsaved();
 }
 
 bool Device::save(std::vector<uint8_t> *state, std::string *why) const {

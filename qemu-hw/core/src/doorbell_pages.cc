@@ -8,6 +8,22 @@
 
 namespace pib {
 
+// What a doorbell at `offset` of its page rings, as its trace names it.
+static const char *queueAt(uint32_t offset) {
+    switch (offset) {
+    case PIB_DB_SQ:
+        return "SQ of QP";
+    case PIB_DB_RQ:
+        return "RQ of QP";
+    case PIB_DB_SRQ:
+        return "SRQ";
+    case PIB_DB_CQ_ARM:
+        return "arm of CQ";
+    default:
+        return "nothing at its offset";
+    }
+}
+
 uint64_t DoorbellPages::size() const {
     return uint64_t{pages_} * PIB_PAGE_SIZE;
 }
@@ -43,8 +59,79 @@ void DoorbellPages::write(uint64_t offset, uint64_t value, unsigned size) {
                          size, offset);
         return;
     }
-    dataPath_.doorbell(static_cast<uint32_t>(offset / PIB_PAGE_SIZE),
-                       static_cast<uint32_t>(offset % PIB_PAGE_SIZE), value);
+    const auto page = static_cast<uint32_t>(offset / PIB_PAGE_SIZE);
+    const auto inPage = static_cast<uint32_t>(offset % PIB_PAGE_SIZE);
+    const auto number = static_cast<uint32_t>(value);
+    const auto arg = static_cast<uint32_t>(value >> 32);
+    trace::doorbell(host_, page, queueAt(inPage), number, arg);
+    if (!objects_.uars.find(page)) {
+        host_.guestError(err::kDoorbellUnallocated,
+                         "write of 0x%" PRIx64 " to page %u offset 0x%x, which no context owns",
+                         value, page, inPage);
+        return;
+    }
+    if (inPage != PIB_DB_SQ && inPage != PIB_DB_RQ && inPage != PIB_DB_SRQ &&
+        inPage != PIB_DB_CQ_ARM) {
+        host_.guestError(err::kDoorbellBadOffset, "write of 0x%" PRIx64 " to page %u offset 0x%x",
+                         value, page, inPage);
+        return;
+    }
+    ring(page, inPage, number, arg);
+}
+
+void DoorbellPages::ring(uint32_t page, uint32_t offset, uint32_t number, uint32_t arg) {
+    if (offset == PIB_DB_SRQ)
+        ringSrq(page, number, arg);
+    else if (offset == PIB_DB_CQ_ARM)
+        armCq(page, number, arg);
+    else
+        ringQp(page, offset, number, arg);
+}
+
+void DoorbellPages::ringQp(uint32_t page, uint32_t offset, uint32_t number, uint32_t arg) {
+    QueuePair *qp = objects_.findQp(number);
+    // An XRC TGT QP has no queue to ring (and belongs to no page); an XRC
+    // INI QP no receive queue.
+    const bool send = offset == PIB_DB_SQ;
+    const bool hasQueue = qp && (send ? hasSendQueue(qp->ctx.type) : hasReceiveSide(qp->ctx.type));
+    if (!qp || qp->ctx.uar_page != page || !hasQueue) {
+        host_.guestError(err::kDoorbellBadObject, "%s doorbell of QP %u on page %u, which %s",
+                         send ? "SQ" : "RQ", number, page,
+                         !qp                        ? "does not exist"
+                         : qp->ctx.uar_page != page ? "belongs to another page"
+                                                    : "has no such queue");
+        return;
+    }
+    if (send)
+        dataPath_.sendProduced(*qp, arg);
+    else if (qp->ctx.flags & PIB_QP_USE_SRQ)
+        host_.guestError(err::kDoorbellBadObject, "RQ doorbell of QP %u, which uses an SRQ",
+                         number);
+    else
+        dataPath_.receiveProduced(*qp, arg);
+}
+
+void DoorbellPages::ringSrq(uint32_t page, uint32_t number, uint32_t arg) {
+    SharedReceiveQueue *srq = objects_.srqs.find(number);
+    if (!srq || srq->ctx.uar_page != page) {
+        host_.guestError(err::kDoorbellBadObject, "doorbell of SRQ %u on page %u", number, page);
+        return;
+    }
+    dataPath_.srqProduced(*srq, arg);
+}
+
+void DoorbellPages::armCq(uint32_t page, uint32_t number, uint32_t arg) {
+    CompletionQueue *cq = objects_.cqs.find(number);
+    if (!cq || cq->ctx.uar_page != page) {
+        host_.guestError(err::kDoorbellBadObject, "arm of CQ %u on page %u", number, page);
+        return;
+    }
+    if (arg != PIB_CQ_ARM_NEXT && arg != PIB_CQ_ARM_SOLICITED) {
+        host_.guestError(err::kDoorbellBadArm, "arm of CQ %u with 0x%x", number, arg);
+        return;
+    }
+    // pib-hca's consumer is in the CQ's record: the arm never fires at once.
+    dataPath_.armCq(number, *cq, static_cast<uint8_t>(arg));
 }
 
 } // namespace pib

@@ -66,6 +66,13 @@ void EventWriter::postCqe(uint32_t cqn, const Completion &c, bool solicited) {
     }
 }
 
+void EventWriter::arm(uint32_t cqn, CompletionQueue &cq, uint8_t kind, bool pending) {
+    if (pending)
+        fireEvent(cqn, cq);
+    else if (cq.arm != PIB_CQ_ARM_NEXT)
+        cq.arm = kind;
+}
+
 void EventWriter::fireEvent(uint32_t cqn, CompletionQueue &cq) {
     moderation_.release(cqn, cq);
     cq.arm = 0;

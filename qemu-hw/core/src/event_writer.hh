@@ -36,6 +36,13 @@ class EventWriter {
     void completeSend(const QueuePair &qp, uint32_t index, uint64_t wrId, uint8_t opcode,
                       uint8_t status, uint32_t length, bool signaled, uint8_t vendorErr = 0);
 
+    // CQ `cqn` is armed for its next completion, or its next solicited
+    // one (PIB_CQ_ARM_*), by either personality's doorbell. `pending`:
+    // CQEs wait past the driver's consumer (a ConnectX arm says which it
+    // read), so the event goes at once, as the next CQE's would. An armed
+    // "next" is not weakened by a later "solicited".
+    void arm(uint32_t cqn, CompletionQueue &cq, uint8_t kind, bool pending);
+
     // Completion event moderation: each CQ's parameters and deadline.
     CqModeration &moderation() { return moderation_; }
 

@@ -7,11 +7,27 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
+#include <optional>
 
 #include "pib_core.h"
 #include "state_archive.hh"
 
 namespace pib {
+
+// An event queue as the host's tools show it and stop it (`inspect`,
+// `inject stop eq N`), whichever personality's it is.
+struct EqView {
+    uint32_t eqn = 0;
+    uint32_t vector = 0;   // the MSI-X vector it signals
+    uint32_t size = 0;     // EQEs in its ring
+    uint32_t producer = 0; // EQEs written since it was made
+    uint32_t consumer = 0; // EQEs consumed, as the driver's doorbell says
+    bool async = false;    // it takes events besides completions
+    bool armed = false;
+    bool overrun = false;
+    bool stopped = false; // by the host: it takes no EQEs (they overrun)
+};
 
 class FrontEnd {
   public:
@@ -30,6 +46,26 @@ class FrontEnd {
     virtual uint32_t vendorCapabilitySize() const { return 0; }
     virtual uint32_t vendorCapabilityRead(uint32_t) { return 0; }
     virtual void vendorCapabilityWrite(uint32_t, uint32_t) {}
+    // Whether the driver brought the function up (INIT_HCA) and has not
+    // taken it down since.
+    virtual bool initialized() const = 0;
+    // The function's EQs, lowest number first.
+    virtual void forEachEq(const std::function<void(const EqView &)> &each) const = 0;
+    std::optional<EqView> findEq(uint32_t eqn) const {
+        std::optional<EqView> found;
+        forEachEq([&](const EqView &eq) {
+            if (eq.eqn == eqn)
+                found = eq;
+        });
+        return found;
+    }
+    // The host stops EQ `eqn` (its events are lost, as if it were full)
+    // or lets it take EQEs again; false when there is no such EQ.
+    virtual bool stopEq(uint32_t eqn, bool stop) = 0;
+    // What the personality holds that a saved state cannot carry, or
+    // nullptr (the device refuses to save then).
+    virtual const char *unsaved() const { return nullptr; }
+
     // Power-on state: registers as after reset, no command in progress.
     virtual void reset() = 0;
     // The core had an internal error: say so the way this personality's

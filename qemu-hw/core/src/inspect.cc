@@ -78,8 +78,8 @@ std::optional<Json> Inspector::inspect(std::string_view what, std::string *error
     std::optional<Json> found;
     if (kind == "port" && n >= 1 && n <= s_.config.num_ports)
         found = port(static_cast<unsigned>(n));
-    else if (kind == "eq" && o.eqs.find(n))
-        found = eq(static_cast<uint32_t>(n), *o.eqs.find(n));
+    else if (kind == "eq" && n <= UINT32_MAX && s_.front.findEq(static_cast<uint32_t>(n)))
+        found = eq(*s_.front.findEq(static_cast<uint32_t>(n)));
     else if (kind == "cq" && o.cqs.find(n))
         found = cq(static_cast<uint32_t>(n), *o.cqs.find(n));
     else if (kind == "qp" && n <= UINT32_MAX && o.findQp(static_cast<uint32_t>(n)))
@@ -98,17 +98,18 @@ std::optional<Json> Inspector::inspect(std::string_view what, std::string *error
 Json Inspector::device() const {
     const ObjectTables &o = s_.objects;
     Json j;
-    j["state"] = s_.fatal ? "fatal" : s_.commands.initialized() ? "running" : "not initialised";
+    j["state"] = s_.fatal ? "fatal" : s_.front.initialized() ? "running" : "not initialised";
     j["node_guid"] = s_.config.node_guid;
     Json &ports = j["ports"] = Json::array();
     for (unsigned p = 1; p <= s_.config.num_ports; ++p)
         ports.push_back(port(p));
+    Json eqs = Json::array();
+    s_.front.forEachEq([&](const EqView &e) { eqs.push_back(eq(e)); });
     j["objects"] = {{"uars", o.uars.size()}, {"pds", o.pds.size()},
-                    {"eqs", o.eqs.size()},   {"cqs", o.cqs.size()},
+                    {"eqs", eqs.size()},     {"cqs", o.cqs.size()},
                     {"qps", o.qps.size()},   {"srqs", o.srqs.size()},
                     {"mrs", o.mrs.size()},   {"mcast_groups", o.multicast.groups()}};
-    Json &eqs = j["eqs"] = Json::array();
-    o.eqs.forEach([&](uint32_t n, const EventQueue &e) { eqs.push_back(eq(n, e)); });
+    j["eqs"] = std::move(eqs);
     Json &cqs = j["cqs"] = Json::array();
     o.cqs.forEach([&](uint32_t n, const CompletionQueue &c) { cqs.push_back(cq(n, c)); });
     Json &qps = j["qps"] = Json::array();
@@ -154,13 +155,10 @@ Json Inspector::port(unsigned number) const {
     return j;
 }
 
-Json Inspector::eq(uint32_t eqn, const EventQueue &e) const {
-    return Json{{"eqn", eqn},
-                {"async", (e.ctx.flags & PIB_EQ_ASYNC) != 0},
-                {"vector", e.ctx.msix_vector},
-                {"queue", queue(e.producer, e.consumer, 1u << e.ctx.log_size)},
-                {"armed", e.armed},
-                {"overrun", e.overrun},
+Json Inspector::eq(const EqView &e) const {
+    return Json{{"eqn", e.eqn},        {"async", e.async},
+                {"vector", e.vector},  {"queue", queue(e.producer, e.consumer, e.size)},
+                {"armed", e.armed},    {"overrun", e.overrun},
                 {"stopped", e.stopped}};
 }
 

@@ -14,7 +14,7 @@
 // that includes this one a second or two of compile time.
 #include <nlohmann/json_fwd.hpp>
 
-#include "commands.hh"
+#include "front_end.hh"
 #include "injection.hh"
 #include "link.hh"
 #include "object_tables.hh"
@@ -32,7 +32,7 @@ class Inspector {
         const ObjectTables &objects;
         Ports &ports;
         const std::vector<std::unique_ptr<Link>> &links;
-        const CommandProcessor &commands;
+        const FrontEnd &front;
         const ArmedInjections &injections;
         const OutstandingMemory &outstanding;
         const bool &fatal;
@@ -48,7 +48,7 @@ class Inspector {
   private:
     Json device() const;
     Json port(unsigned number) const;
-    Json eq(uint32_t eqn, const EventQueue &eq) const;
+    Json eq(const EqView &eq) const;
     Json cq(uint32_t cqn, const CompletionQueue &cq) const;
     Json qpSummary(uint32_t qpn, const QueuePair &qp) const;
     Json qp(uint32_t qpn, const QueuePair &qp) const;

@@ -12,6 +12,7 @@
 #include <span>
 #include <vector>
 
+#include "core_parts.hh"
 #include "data_path.hh"
 #include "event_writer.hh"
 #include "host.hh"
@@ -31,18 +32,6 @@
 #include "state_archive.hh"
 
 namespace pib::mlx5 {
-
-// The parts of the core, shared with every personality, that ConnectX
-// commands act on.
-struct CoreParts {
-    ObjectTables &objects;
-    Ports &ports;
-    PortAgents &agents;                    // the SMA and PMA, for MAD_IFC
-    EventWriter &events;                   // which takes the front end's CQE layout and EQs
-    DataPath &dataPath;                    // which reads the front end's WQEs
-    std::function<void(uint32_t)> srqEnds; // the data path forgets an SRQ (XRC targets)
-    std::function<void()> endObjects;      // every object ends (TEARDOWN_HCA)
-};
 
 class Commands {
   public:
@@ -76,6 +65,8 @@ class Commands {
     // A create command's input from a saved state: refused (*r fails) when
     // shorter than the command takes, as the command queue refuses it.
     static std::vector<uint8_t> savedInput(StateReader &r, uint16_t opcode);
+    // INIT_HCA ran, and no TEARDOWN_HCA since.
+    bool initialized() const { return state_ == State::kInitialized; }
 
   private:
     // The function's life: ENABLE_HCA, INIT_HCA, TEARDOWN_HCA, DISABLE_HCA.

@@ -316,7 +316,7 @@ const err::Condition *CompletionQueues::moderate(std::span<const uint8_t> in) {
                                                : cq->ctx.moderation_period;
     const auto count = select & kSelectCount ? static_cast<uint16_t>(get(in, kMaxCount))
                                              : cq->ctx.moderation_count;
-    moderation_.change(cqn, *cq, count, period);
+    events_.moderation().change(cqn, *cq, count, period);
     return nullptr;
 }
 
@@ -367,16 +367,8 @@ void CompletionQueues::armDoorbell(uint32_t uar, uint64_t value) {
     }
     if (waiting < cq->producer - cq->consumer)
         cq->consumer = cq->producer - waiting;
-    // CQEs beyond the consumer counter make the event at once, as the
-    // next one would; an armed "next" is not weakened by a later
-    // "solicited".
-    if (waiting) {
-        moderation_.release(cqn, *cq);
-        cq->arm = 0;
-        completionEvent(cq->ctx.eqn, cqn);
-    } else if (cq->arm != PIB_CQ_ARM_NEXT) {
-        cq->arm = command == 0 ? PIB_CQ_ARM_NEXT : PIB_CQ_ARM_SOLICITED;
-    }
+    // CQEs beyond the consumer counter make the event at once.
+    events_.arm(cqn, *cq, command == 0 ? PIB_CQ_ARM_NEXT : PIB_CQ_ARM_SOLICITED, waiting != 0);
 }
 
 unsigned CompletionQueues::logCqeBytes(const CompletionQueue &cq) const {

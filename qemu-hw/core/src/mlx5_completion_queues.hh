@@ -13,8 +13,8 @@
 #include <vector>
 
 #include "conditions.hh"
-#include "cq_moderation.hh"
 #include "event_codec.hh"
+#include "event_writer.hh"
 #include "host.hh"
 #include "mlx5_event_queues.hh"
 #include "mlx5_uars.hh"
@@ -29,8 +29,8 @@ class CompletionQueues final : public EventCodec {
     static constexpr uint32_t kDoorbellArm = 0x20;
 
     CompletionQueues(const Host &host, ObjectTables &objects, const Uars &uars, EventQueues &eqs,
-                     CqModeration &moderation)
-        : host_(host), objects_(objects), uars_(uars), eqs_(eqs), moderation_(moderation) {}
+                     EventWriter &events)
+        : host_(host), objects_(objects), uars_(uars), eqs_(eqs), events_(events) {}
 
     // CREATE_CQ: `in` is create_cq_in with its page list. Sets `cqn`, or
     // returns the condition that refuses it.
@@ -69,7 +69,7 @@ class CompletionQueues final : public EventCodec {
     ObjectTables &objects_;
     const Uars &uars_;
     EventQueues &eqs_;
-    CqModeration &moderation_;
+    EventWriter &events_; // the core's: CQ rings, arms and moderation
 };
 
 } // namespace pib::mlx5

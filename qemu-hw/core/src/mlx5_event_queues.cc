@@ -142,8 +142,10 @@ void EventQueues::postTo(uint32_t eqn, uint8_t type, uint8_t subType, const Data
 
 void EventQueues::write(uint32_t eqn, Eq &eq, uint8_t type, uint8_t subType, const Data &data) {
     const uint32_t size = 1u << eq.logSize;
-    if (((eq.producer - eq.consumer) & kMask24) >= size) {
-        if (!eq.overrun)
+    if (eq.stopped || ((eq.producer - eq.consumer) & kMask24) >= size) {
+        if (!eq.overrun && eq.stopped)
+            trace::inject_overrun(host_, "EQ", eqn);
+        else if (!eq.overrun)
             host_.guestError(err::kMlx5EqOverrun, "EQ %u is full: events are lost", eqn);
         eq.overrun = true;
         return;
@@ -166,6 +168,38 @@ void EventQueues::write(uint32_t eqn, Eq &eq, uint8_t type, uint8_t subType, con
     trace::mlx5_eqe(host_, eqn, index, type, subType);
     if (eq.armed)
         signal(eq);
+}
+
+void EventQueues::forEachView(const std::function<void(const EqView &)> &each) const {
+    eqs_.forEach([&](uint32_t eqn, const Eq &eq) {
+        // The driver's counter is 24 bits; the view counts as the
+        // producer does.
+        const uint32_t consumer = eq.producer - ((eq.producer - eq.consumer) & kMask24);
+        const bool async = (eq.types[0] & ~uint64_t{1} << event::kCompletion) || eq.types[1] ||
+                           eq.types[2] || eq.types[3];
+        each(EqView{.eqn = eqn,
+                    .vector = eq.vector,
+                    .size = 1u << eq.logSize,
+                    .producer = eq.producer,
+                    .consumer = consumer,
+                    .async = async,
+                    .armed = eq.armed,
+                    .overrun = eq.overrun,
+                    .stopped = eq.stopped});
+    });
+}
+
+bool EventQueues::stop(uint32_t eqn, bool stop) {
+    Eq *eq = eqs_.find(eqn);
+    if (eq)
+        eq->stopped = stop;
+    return eq != nullptr;
+}
+
+bool EventQueues::anyStopped() const {
+    bool any = false;
+    eqs_.forEach([&](uint32_t, const Eq &eq) { any |= eq.stopped; });
+    return any;
 }
 
 void EventQueues::signal(Eq &eq) {

@@ -13,6 +13,7 @@
 #include <span>
 #include <vector>
 
+#include "front_end.hh"
 #include "host.hh"
 #include "mlx5_page_list.hh"
 #include "mlx5_uars.hh"
@@ -66,6 +67,12 @@ class EventQueues {
     // An event to EQ `eqn`, whatever types it takes (a CQ's completions).
     void postTo(uint32_t eqn, uint8_t type, uint8_t subType, const Data &data);
     void reset() { eqs_.clear(); }
+    // The EQs as the host's tools see them; the host stops one or lets
+    // it go on (false: no such EQ). A stopped EQ is not saved: its
+    // device refuses to save.
+    void forEachView(const std::function<void(const EqView &)> &each) const;
+    bool stop(uint32_t eqn, bool stop);
+    bool anyStopped() const;
     // The EQs in the device's state (mlx5_state_queues.cc): each as the
     // CREATE_EQ input that makes it as it is, then its counters and arm.
     void save(StateWriter &w) const;
@@ -83,6 +90,7 @@ class EventQueues {
         uint32_t cqs = 0;      // CQs reporting to it
         bool armed = false;
         bool overrun = false;
+        bool stopped = false; // by the host: takes no EQEs
 
         bool takes(uint8_t type) const { return (types[type / 64] >> type % 64) & 1; }
     };

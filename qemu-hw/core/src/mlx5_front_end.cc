@@ -12,7 +12,7 @@ Mlx5FrontEnd::Mlx5FrontEnd(const pib_core_config &config, const Host &host, Core
     : host_(host), bar0Size_(std::bit_ceil(uint64_t{Uars::kFirstUar + config.doorbell_pages} *
                                            Uars::kPageBytes)),
       iseg_(host), uars_(config.doorbell_pages), eqs_(host, uars_, config.msix_vectors),
-      cqs_(host, core.objects, uars_, eqs_, core.events.moderation()),
+      cqs_(host, core.objects, uars_, eqs_, core.events),
       qps_(host, core.objects, core.ports, core.dataPath, uars_),
       commands_(config, host, uars_, eqs_, cqs_, qps_, core),
       queue_(host, [this](unsigned slot, std::span<const uint8_t> in, std::span<uint8_t> out) {

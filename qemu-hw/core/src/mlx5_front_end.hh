@@ -32,6 +32,12 @@ class Mlx5FrontEnd final : public FrontEnd {
     void vendorCapabilityWrite(uint32_t offset, uint32_t value) override {
         vsc_.write(offset, value);
     }
+    bool initialized() const override { return commands_.initialized(); }
+    void forEachEq(const std::function<void(const EqView &)> &each) const override {
+        eqs_.forEachView(each);
+    }
+    bool stopEq(uint32_t eqn, bool stop) override { return eqs_.stop(eqn, stop); }
+    const char *unsaved() const override { return eqs_.anyStopped() ? "a stopped EQ" : nullptr; }
     void reset() override;
     void setFatal() override;
     void saveObjects(StateWriter &w) const override;

@@ -581,7 +581,7 @@ void QueuePairs::blueFlame(uint32_t uar, uint32_t offset, uint64_t value) {
     if (!producer)
         return;
     trace::mlx5_sq_doorbell(host_, uar, qpn, *producer & wqe::kCounterMask);
-    dataPath_.sendQueueProduced(*qp, *producer);
+    dataPath_.sendProduced(*qp, *producer);
 }
 
 } // namespace pib::mlx5

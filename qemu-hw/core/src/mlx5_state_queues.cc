@@ -85,7 +85,7 @@ void CompletionQueues::load(StateReader &r) {
         const CqProgress progress = CqProgress::read(r, number);
         uint32_t cqn = 0;
         if (restoreAt(r, host_, "CQ", objects_.cqs, number, [&] { return !create(in, cqn); }))
-            progress.apply(objects_.cqs.at(number), number, moderation_);
+            progress.apply(objects_.cqs.at(number), number, events_.moderation());
     });
 }
 

@@ -49,9 +49,31 @@ void PibFrontEnd::barWrite(int bar, uint64_t offset, uint64_t value, unsigned si
     }
 }
 
+void PibFrontEnd::forEachEq(const std::function<void(const EqView &)> &each) const {
+    objects_.eqs.forEach([&](uint32_t eqn, const EventQueue &eq) {
+        each(EqView{.eqn = eqn,
+                    .vector = eq.ctx.msix_vector,
+                    .size = 1u << eq.ctx.log_size,
+                    .producer = eq.producer,
+                    .consumer = eq.consumer,
+                    .async = (eq.ctx.flags & PIB_EQ_ASYNC) != 0,
+                    .armed = eq.armed,
+                    .overrun = eq.overrun,
+                    .stopped = eq.stopped});
+    });
+}
+
+bool PibFrontEnd::stopEq(uint32_t eqn, bool stop) {
+    EventQueue *eq = objects_.eqs.find(eqn);
+    if (eq)
+        eq->stopped = stop;
+    return eq != nullptr;
+}
+
 void PibFrontEnd::reset() {
     fatal_ = false;
     registers_.reset();
+    commands_.reset();
 }
 
 void PibFrontEnd::setFatal() {

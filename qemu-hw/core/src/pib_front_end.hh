@@ -18,15 +18,19 @@ namespace pib {
 class PibFrontEnd final : public FrontEnd {
   public:
     PibFrontEnd(const pib_core_config &config, const Host &host, CommandProcessor &commands,
-                PibEventQueues &events, DataPath &dataPath, std::function<void()> requestReset)
-        : host_(host), commands_(commands),
+                PibEventQueues &events, ObjectTables &objects, DataPath &dataPath,
+                std::function<void()> requestReset)
+        : host_(host), objects_(objects), commands_(commands),
           registers_(config, host, commands, events, std::move(requestReset)),
-          doorbells_(config.doorbell_pages, host, dataPath) {}
+          doorbells_(config.doorbell_pages, host, objects, dataPath) {}
 
     pib_pci_identity pciIdentity() const override;
     uint64_t barSize(int bar) const override;
     uint64_t barRead(int bar, uint64_t offset, unsigned size) override;
     void barWrite(int bar, uint64_t offset, uint64_t value, unsigned size) override;
+    bool initialized() const override { return commands_.initialized(); }
+    void forEachEq(const std::function<void(const EqView &)> &each) const override;
+    bool stopEq(uint32_t eqn, bool stop) override;
     void reset() override;
     void setFatal() override;
     void saveObjects(StateWriter &w) const override { commands_.saveObjects(w); }
@@ -36,6 +40,7 @@ class PibFrontEnd final : public FrontEnd {
 
   private:
     const Host &host_;
+    ObjectTables &objects_;
     CommandProcessor &commands_;
     RegisterFile registers_;
     DoorbellPages doorbells_;
