@@ -340,7 +340,7 @@ def build(tree: QemuTree = None) -> None:
             ui.detail(f"applying ./pib qemu-patches to {tree.src}")
             qemu_patches.apply_to(tree.src, sources.fetch(sources.QEMU))
     configure(tree)
-    ui.detail("building qemu-system-x86_64 (about 5 minutes on 2 cores when cold)")
+    ui.detail("building qemu-system-x86_64 (about 3 minutes on 2 cores when cold)")
     ui.run_logged(["ninja", "-C", tree.build, "qemu-system-x86_64"], "qemu-build", "ninja")
     check_glue_warnings(tree)
     help_text = ui.run_quiet([tree.binary, "-device", "pib-hca,help"])

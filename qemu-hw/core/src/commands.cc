@@ -83,8 +83,7 @@ static const Refusals kRefusals{err::kCmdBadIndex, err::kCmdBadParam, err::kCmdN
 
 CommandProcessor::CommandProcessor(const pib_core_config &config, const Host &host, CoreParts core)
     : config_(config), host_(host), caps_(buildCaps(config)), objects_(core.objects),
-      regions_(host, core.objects, kRefusals), ports_(core.ports), agents_(core.agents),
-      dataPath_(core.dataPath), injections_(core.injections), core_(std::move(core)) {}
+      regions_(host, core.objects, kRefusals), core_(std::move(core)) {}
 
 CommandOutcome CommandProcessor::fail(const err::Condition &why, const char *fmt, ...) {
     va_list args;
@@ -185,14 +184,14 @@ CommandOutcome CommandProcessor::execute(const Command &cmd) {
         return fail(err::kCmdBadOpcode, "unknown opcode 0x%04x", cmd.opcode);
     if (!initialized_ && !spec->beforeInit)
         return fail(err::kCmdNotInitialized, "%s (0x%04x) before INIT_HCA", spec->name, cmd.opcode);
-    if (!injections_.empty())
-        if (const std::optional<uint8_t> status = injections_.takeCommand(cmd.opcode)) {
+    if (!core_.injections.empty())
+        if (const std::optional<uint8_t> status = core_.injections.takeCommand(cmd.opcode)) {
             trace::inject_command(host_, spec->name, cmd.opcode, *status);
             return {*status, 0, err::kHostInjected.syndrome};
         }
     // Sends posted before the command completed before it (docs/prm.md
     // §4.1): a RESIZE_CQ right after them finds their CQEs.
-    dataPath_.settleBeforeCommand();
+    core_.dataPath.settleBeforeCommand();
     const CommandOutcome outcome = (this->*spec->handler)(cmd);
     trace::command(host_, spec->name, cmd.opcode, cmd.modifier, outcome.status, outcome.result);
     return outcome;
@@ -207,7 +206,7 @@ CommandOutcome CommandProcessor::queryDevCap(const Command &cmd) {
 }
 
 CommandOutcome CommandProcessor::queryPort(const Command &cmd) {
-    PortState *p = ports_.find(cmd.modifier);
+    PortState *p = core_.ports.find(cmd.modifier);
     if (!p)
         return fail(err::kCmdBadPort, "QUERY_PORT of port %u", cmd.modifier);
     if (!writeMailbox(cmd, p->info))
@@ -232,7 +231,7 @@ CommandOutcome CommandProcessor::closeHca(const Command &) {
 }
 
 CommandOutcome CommandProcessor::modifyPort(const Command &cmd) {
-    PortState *p = ports_.find(cmd.modifier);
+    PortState *p = core_.ports.find(cmd.modifier);
     if (!p)
         return fail(err::kCmdBadPort, "MODIFY_PORT of port %u", cmd.modifier);
     const auto set = static_cast<uint32_t>(cmd.in);
@@ -244,7 +243,7 @@ CommandOutcome CommandProcessor::modifyPort(const Command &cmd) {
 }
 
 CommandOutcome CommandProcessor::queryCounters(const Command &cmd) {
-    PortState *p = ports_.find(cmd.modifier);
+    PortState *p = core_.ports.find(cmd.modifier);
     if (!p)
         return fail(err::kCmdBadPort, "QUERY_COUNTERS of port %u", cmd.modifier);
     pib_port_counters c = p->transport;
@@ -256,7 +255,7 @@ CommandOutcome CommandProcessor::queryCounters(const Command &cmd) {
 }
 
 CommandOutcome CommandProcessor::queryPkeys(const Command &cmd) {
-    PortState *p = ports_.find(cmd.modifier);
+    PortState *p = core_.ports.find(cmd.modifier);
     if (!p)
         return fail(err::kCmdBadPort, "QUERY_PKEYS of port %u", cmd.modifier);
     if (!writeMailbox(cmd, p->pkeys))
@@ -265,7 +264,7 @@ CommandOutcome CommandProcessor::queryPkeys(const Command &cmd) {
 }
 
 CommandOutcome CommandProcessor::queryGuids(const Command &cmd) {
-    PortState *p = ports_.find(cmd.modifier);
+    PortState *p = core_.ports.find(cmd.modifier);
     if (!p)
         return fail(err::kCmdBadPort, "QUERY_GUIDS of port %u", cmd.modifier);
     if (!writeMailbox(cmd, p->guids))
@@ -278,18 +277,18 @@ CommandOutcome CommandProcessor::setNodeDesc(const Command &cmd) {
     if (!readMailbox(cmd, desc))
         return mailboxFailed();
     desc.back() = 0;
-    ports_.nodeDesc = desc;
+    core_.ports.nodeDesc = desc;
     return {};
 }
 
 CommandOutcome CommandProcessor::madIfc(const Command &cmd) {
-    if (!ports_.find(cmd.modifier))
+    if (!core_.ports.find(cmd.modifier))
         return fail(err::kCmdBadPort, "MAD_IFC on port %u", cmd.modifier);
     pib_mad_ifc ifc;
     if (!readMailbox(cmd, ifc))
         return mailboxFailed();
     const bool reply =
-        agents_.answerMad(cmd.modifier, ifc.mad, cmd.opmod & PIB_MAD_IFC_IGNORE_MKEY) ==
+        core_.agents.answerMad(cmd.modifier, ifc.mad, cmd.opmod & PIB_MAD_IFC_IGNORE_MKEY) ==
         PortAgents::MadOutcome::kAnswered;
     if (reply && !writeMailbox(cmd, ifc))
         return mailboxFailed();

@@ -184,13 +184,9 @@ class CommandProcessor {
     const Host &host_;
     const pib_dev_cap caps_;
     bool initialized_ = false;
-    ObjectTables &objects_;
+    ObjectTables &objects_; // core_.objects, which every command works on
     MemoryRegions regions_;
-    Ports &ports_;
-    PortAgents &agents_;
-    DataPath &dataPath_;
-    ArmedInjections &injections_;
-    CoreParts core_; // for CLOSE_HCA's device-wide steps
+    CoreParts core_; // the shared core's parts, and CLOSE_HCA's device-wide steps
 };
 
 } // namespace pib

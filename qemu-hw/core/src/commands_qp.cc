@@ -122,7 +122,7 @@ CommandOutcome CommandProcessor::createQp(const pib_qp_context &ctx) {
                     ctx.xrcdn);
     const bool special = ctx.type == PIB_QPT_SMI || ctx.type == PIB_QPT_GSI;
     const bool useSrq = ctx.flags & PIB_QP_USE_SRQ;
-    if (special && (useSrq || !ports_.find(ctx.port)))
+    if (special && (useSrq || !core_.ports.find(ctx.port)))
         return fail(err::kCmdBadParam, "CREATE_QP special QP on port %u%s", ctx.port,
                     useSrq ? " with an SRQ" : "");
     if (const CommandOutcome bad = checkQpObjects(ctx); bad.status != PIB_CMD_STATUS_OK)
@@ -154,7 +154,7 @@ CommandOutcome CommandProcessor::destroyQp(const Command &cmd) {
     if (!qp)
         return fail(err::kCmdBadIndex, "DESTROY_QP of QP %u", cmd.modifier);
     releaseQp(*qp);
-    endQp(objects_, dataPath_, *qp);
+    endQp(objects_, core_.dataPath, *qp);
     return {};
 }
 
@@ -198,7 +198,7 @@ CommandOutcome CommandProcessor::attachOrDetachMcast(const Command &cmd, const p
         return fail(err::kCmdBadParam,
                     "%s of QP %u: GID starting 0x%02x, LID 0x%x is not a multicast group", name,
                     cmd.modifier, m.gid[0], m.mlid);
-    if (qp->attr.qp_state == PIB_QPS_RESET || !ports_.find(qp->attr.port_num))
+    if (qp->attr.qp_state == PIB_QPS_RESET || !core_.ports.find(qp->attr.port_num))
         return fail(err::kCmdBadState, "%s of QP %u, which has no port yet (state %u)", name,
                     cmd.modifier, qp->attr.qp_state);
     MulticastGroups::Gid gid;
@@ -244,12 +244,12 @@ CommandOutcome CommandProcessor::modifyQp(QueuePair &target, const pib_qp_attr &
         return fail(err::kCmdBadMask,
                     "MODIFY_QP %u (type %u) %u->%u: mask 0x%x lacks 0x%x, has extra 0x%x",
                     cmd.modifier, qp->ctx.type, cur, next, mask, missing, extra);
-    if (const char *bad =
-            badQpAttr(*qp, in, mask, ports_, {caps_.max_qp_init_rd_atom, caps_.max_qp_rd_atom}))
+    if (const char *bad = badQpAttr(*qp, in, mask, core_.ports,
+                                    {caps_.max_qp_init_rd_atom, caps_.max_qp_rd_atom}))
         return fail(err::kCmdBadParam, "MODIFY_QP %u: invalid %s", cmd.modifier, bad);
 
     applyQpAttrs(qp->attr, in, mask, next);
-    dataPath_.qpStateEntered(*qp, cur, next, mask);
+    core_.dataPath.qpStateEntered(*qp, cur, next, mask);
     return {};
 }
 

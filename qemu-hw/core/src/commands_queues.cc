@@ -189,7 +189,7 @@ CommandOutcome CommandProcessor::modifyCq(const Command &cmd) {
     if ((cmd.in >> 32) || period > limits::kMaxCqModerationPeriod)
         return fail(err::kCmdBadParam, "MODIFY_CQ of CQ %u: 0x%" PRIx64 " (period at most %u us)",
                     cmd.modifier, cmd.in, limits::kMaxCqModerationPeriod);
-    dataPath_.events().moderation().change(cmd.modifier, *cq, count, period);
+    core_.dataPath.events().moderation().change(cmd.modifier, *cq, count, period);
     return {};
 }
 
@@ -266,7 +266,7 @@ CommandOutcome CommandProcessor::destroySrq(const Command &cmd) {
     if (srq->refs)
         return fail(err::kCmdBusy, "DESTROY_SRQ of SRQ %u used by %u QPs", cmd.modifier, srq->refs);
     if (srq->isXrc())
-        dataPath_.forgetXrcSrq(cmd.modifier); // XRC TGT QPs hold no reference
+        core_.dataPath.forgetXrcSrq(cmd.modifier); // XRC TGT QPs hold no reference
     --objects_.pds.at(srq->ctx.pdn).refs;
     --objects_.uars.at(srq->ctx.uar_page).refs;
     if (srq->isXrc()) {

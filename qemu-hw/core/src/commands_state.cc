@@ -76,7 +76,7 @@ void CommandProcessor::saveObjects(StateWriter &w) const {
     const auto saveQp = [&](const QueuePair &qp) {
         w.record(qp.ctx);
         w.record(qp.attr);
-        dataPath_.saveTransport(qp, w);
+        core_.dataPath.saveTransport(qp, w);
     };
     saveTable(w, kQpsTag, objects_.qps, saveQp);
     saveSpecialQps(w, kSpecialQpsTag, objects_, saveQp);
@@ -114,7 +114,7 @@ void CommandProcessor::loadCq(StateReader &r, uint32_t number) {
     r.record(ctx, "a CQ's context");
     const CqProgress progress = CqProgress::read(r, number);
     if (restore(r, "CQ", objects_.cqs, number, [&] { return createCq(ctx); }))
-        progress.apply(objects_.cqs.at(number), number, dataPath_.events().moderation());
+        progress.apply(objects_.cqs.at(number), number, core_.dataPath.events().moderation());
 }
 
 // The pages a fast-registration region's range spans (its MTT entries).
@@ -154,7 +154,7 @@ void CommandProcessor::loadMr(StateReader &r, uint32_t number) {
         reg.access = ctx.access;
         reg.log_page_size = ctx.log_page_size;
         reg.page_count = static_cast<uint32_t>(pages);
-        const uint8_t status = dataPath_.keys().fastRegister(0, 0, ctx.pdn, reg, entries);
+        const uint8_t status = core_.dataPath.keys().fastRegister(0, 0, ctx.pdn, reg, entries);
         return status == PIB_WC_SUCCESS ? made : CommandOutcome::failed(err::kCmdBadParam);
     };
     if (!restore(r, "MR", objects_.mrs, number, create))
@@ -190,7 +190,7 @@ void CommandProcessor::loadMw(StateReader &r, uint32_t number) {
         bind.addr = ctx.addr;
         bind.length = ctx.length;
         bind.access = ctx.access;
-        const uint8_t status = dataPath_.keys().bindWindow(ctx.qpn, 0, ctx.pdn, bind);
+        const uint8_t status = core_.dataPath.keys().bindWindow(ctx.qpn, 0, ctx.pdn, bind);
         return status == PIB_WC_SUCCESS ? made : CommandOutcome::failed(err::kCmdBadParam);
     };
     if (!restore(r, "MW", objects_.mws, number, create))
@@ -224,7 +224,8 @@ void CommandProcessor::loadSrq(StateReader &r, uint32_t number) {
 }
 
 void CommandProcessor::loadQp(StateReader &r, QueuePair &qp, const pib_qp_attr &attr) {
-    loadQpState(r, qp, attr, ports_, {caps_.max_qp_init_rd_atom, caps_.max_qp_rd_atom}, dataPath_);
+    loadQpState(r, qp, attr, core_.ports, {caps_.max_qp_init_rd_atom, caps_.max_qp_rd_atom},
+                core_.dataPath);
 }
 
 void CommandProcessor::loadObjects(StateReader &r) {
@@ -278,7 +279,7 @@ void CommandProcessor::loadObjects(StateReader &r) {
     loadMulticast(r, kMulticastTag, objects_,
                   [&](const SavedAttachment &a) { return attachLoaded(a); });
     if (r.ok())
-        resumeLoadedQps(objects_, dataPath_);
+        resumeLoadedQps(objects_, core_.dataPath);
 }
 
 // QP0 and QP1 of each port: their numbers are their port's and type's.

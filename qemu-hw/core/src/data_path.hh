@@ -28,9 +28,9 @@ namespace pib {
 class DataPath final : public SubnetSender, public ScheduledEngine, QpErrorFlow {
   public:
     DataPath(const Host &host, ObjectTables &objects, Ports &ports, EventWriter &events,
-             MemoryAccess &memory, WqeFormat &wqes, Scheduler &scheduler,
-             ArmedInjections &injections, OutstandingMemory &outstanding)
-        : host_(host), objects_(objects), ports_(ports), events_(events), wqes_(host, wqes),
+             MemoryAccess &memory, Scheduler &scheduler, ArmedInjections &injections,
+             OutstandingMemory &outstanding)
+        : host_(host), objects_(objects), ports_(ports), events_(events), wqes_(host),
           scheduler_(scheduler), outstanding_(outstanding),
           keys_(host, objects.mtt, objects.pds, objects.mrs, objects.mws), timers_(host, objects),
           // The roles read WQEs through the slot, so a front end's format
@@ -48,8 +48,8 @@ class DataPath final : public SubnetSender, public ScheduledEngine, QpErrorFlow 
     // lies in memory a peer shares (iba::parseShared), else empty.
     void portReceive(unsigned port, std::span<const uint8_t> packet,
                      std::span<const uint8_t> head = {});
-    // A front end whose WQEs are not pib-hca's reads them with `format`
-    // from now on (as the device is built, before any QP exists).
+    // The front end's WQEs are read with `format` (installed as the
+    // device is built, before any QP exists).
     void useWqes(WqeFormat &format) { wqes_.use(format); }
     // The driver posted WQEs up to slot count `producer`: a front end
     // decoded its doorbell and checked the queue is that doorbell's to

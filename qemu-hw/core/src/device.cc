@@ -8,7 +8,6 @@
 
 #include <nlohmann/json.hpp>
 
-#include "limits.hh"
 #include "mlx5_front_end.hh"
 #include "pib_front_end.hh"
 #include "pib_hw.h"
@@ -17,15 +16,11 @@ namespace pib {
 
 Device::Device(const pib_core_config &config, const pib_host_ops &ops, void *opaque)
     : config_(config), host_(ops, opaque), objects_(config_), ports_(config_),
-      pibEvents_(host_, objects_.mtt, objects_.eqs),
-      events_(host_, objects_.mtt, objects_.cqs, pibEvents_),
+      events_(host_, objects_.mtt, objects_.cqs),
       memory_(host_, objects_.mtt, objects_.mrs, objects_.mws),
-      wqes_(host_, objects_.mtt, limits::kMaxInlineData),
-      dataPath_(host_, objects_, ports_, events_, memory_, wqes_, scheduler_, injections_,
-                outstanding_),
+      dataPath_(host_, objects_, ports_, events_, memory_, scheduler_, injections_, outstanding_),
       scheduler_(host_, objects_, ports_, dataPath_),
-      agents_(config_, host_, ports_, events_, dataPath_), commands_(config_, host_, coreParts()),
-      front_(makeFrontEnd()) {
+      agents_(config_, host_, ports_, events_, dataPath_), front_(makeFrontEnd()) {
     resetCore();
     for (uint32_t port = 1; port <= config_.num_ports; ++port)
         links_.push_back(
@@ -57,7 +52,7 @@ CoreParts Device::coreParts() {
 std::unique_ptr<FrontEnd> Device::makeFrontEnd() {
     if (config_.personality == PIB_PERSONALITY_MLX5)
         return std::make_unique<mlx5::Mlx5FrontEnd>(config_, host_, coreParts());
-    return std::make_unique<PibFrontEnd>(config_, host_, commands_, pibEvents_, objects_, dataPath_,
+    return std::make_unique<PibFrontEnd>(config_, host_, coreParts(),
                                          [this] { reset("guest wrote the reset register"); });
 }
 

@@ -9,7 +9,6 @@
 #include <span>
 #include <vector>
 
-#include "commands.hh"
 #include "core_parts.hh"
 #include "data_path.hh"
 #include "event_writer.hh"
@@ -21,11 +20,9 @@
 #include "memory.hh"
 #include "object_tables.hh"
 #include "pib_core.h"
-#include "pib_event_queues.hh"
 #include "port_agents.hh"
 #include "ports.hh"
 #include "scheduler.hh"
-#include "wqe_reader.hh"
 
 namespace pib {
 
@@ -89,17 +86,14 @@ class Device {
     Ports ports_;
     ArmedInjections injections_;
     OutstandingMemory outstanding_;
-    PibEventQueues pibEvents_; // the pib personality's; a ConnectX has its own
     EventWriter events_;
     MemoryAccess memory_;
-    WqeReader wqes_;
     // The data path sends through the scheduler, which resumes the data
     // path's work; the data path is built first, so that the scheduler
     // sees it as its ScheduledEngine only once it exists.
     DataPath dataPath_;
     Scheduler scheduler_;
     PortAgents agents_;
-    CommandProcessor commands_;
     // The personality the driver talks to (config_.personality).
     std::unique_ptr<FrontEnd> front_;
     std::vector<std::unique_ptr<Link>> links_; // index: port - 1

@@ -67,7 +67,7 @@ bool Device::save(std::vector<uint8_t> *state, std::string *why) const {
     saveHeader(w, config_);
     w.beginSection(kDeviceTag);
     w.boolean(fatal_);
-    w.boolean(commands_.initialized());
+    front_->saveFunction(w);
     w.u64(agents_.lastTrapTid());
     w.endSection();
     ports_.save(w);
@@ -87,7 +87,7 @@ void Device::loadState(StateReader &r) {
     checkHeader(r, config_);
     r.enterSection(kDeviceTag, "the device");
     const bool fatal = r.boolean("FATAL");
-    commands_.restoreInitialized(r.boolean("INIT_HCA done"));
+    front_->loadFunction(r);
     agents_.restoreLastTrapTid(r.u64());
     r.leaveSection("the device");
     ports_.load(r);

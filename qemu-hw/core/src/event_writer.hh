@@ -20,11 +20,17 @@ namespace pib {
 
 class EventWriter {
   public:
-    EventWriter(const Host &host, const Mtt &mtt, ObjectTable<CompletionQueue> &cqs,
-                EventCodec &codec)
-        : host_(host), mtt_(mtt), cqs_(cqs), codec_(&codec),
+    // The device's: its front end installs its codec (use()) as the
+    // device is built, before any CQ exists.
+    EventWriter(const Host &host, const Mtt &mtt, ObjectTable<CompletionQueue> &cqs)
+        : host_(host), mtt_(mtt), cqs_(cqs),
           moderation_(host, cqs,
                       [this](uint32_t cqn, CompletionQueue &cq) { fireEvent(cqn, cq); }) {}
+    EventWriter(const Host &host, const Mtt &mtt, ObjectTable<CompletionQueue> &cqs,
+                EventCodec &codec)
+        : EventWriter(host, mtt, cqs) {
+        use(codec);
+    }
 
     // The personality whose driver reads the rings (the device's front end).
     void use(EventCodec &codec) { codec_ = &codec; }
@@ -53,7 +59,7 @@ class EventWriter {
     const Host &host_;
     const Mtt &mtt_;
     ObjectTable<CompletionQueue> &cqs_;
-    EventCodec *codec_;
+    EventCodec *codec_ = nullptr;
     CqModeration moderation_;
 };
 

@@ -71,10 +71,15 @@ class FrontEnd {
     // The core had an internal error: say so the way this personality's
     // driver looks for it, and take no more work until reset().
     virtual void setFatal() = 0;
-    // The device's saved state (docs/migration.md): the objects the
-    // personality's commands made, which the core's tables hold, and then
-    // the personality's registers. Loading makes each object again by the
-    // command that made it, so that it passes that command's checks.
+    // The device's saved state (docs/migration.md). The device section
+    // holds one flag of the function's: pib-hca's INIT_HCA (a ConnectX
+    // keeps its function's state with its commands, and writes false).
+    virtual void saveFunction(StateWriter &w) const = 0;
+    virtual void loadFunction(StateReader &r) = 0;
+    // Then come the objects the personality's commands made, which the
+    // core's tables hold, and then the personality's registers. Loading
+    // makes each object again by the command that made it, so that it
+    // passes that command's checks.
     virtual void saveObjects(StateWriter &w) const = 0;
     virtual void loadObjects(StateReader &r) = 0;
     virtual void save(StateWriter &w) const = 0;

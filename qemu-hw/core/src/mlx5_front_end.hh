@@ -40,6 +40,10 @@ class Mlx5FrontEnd final : public FrontEnd {
     const char *unsaved() const override { return eqs_.anyStopped() ? "a stopped EQ" : nullptr; }
     void reset() override;
     void setFatal() override;
+    // The device section's INIT_HCA flag is pib-hca's: ConnectX saves
+    // its function's state with its commands (mlx5_state.cc).
+    void saveFunction(StateWriter &w) const override { w.boolean(false); }
+    void loadFunction(StateReader &r) override { r.boolean("INIT_HCA done"); }
     void saveObjects(StateWriter &w) const override;
     void loadObjects(StateReader &r) override;
     void save(StateWriter &w) const override;

@@ -1,9 +1,21 @@
 // SPDX-License-Identifier: GPL-2.0-or-later
 #include "pib_front_end.hh"
 
+#include "limits.hh"
 #include "pib_hw.h"
 
 namespace pib {
+
+PibFrontEnd::PibFrontEnd(const pib_core_config &config, const Host &host, const CoreParts &core,
+                         std::function<void()> requestReset)
+    : host_(host), objects_(core.objects), events_(host, core.objects.mtt, core.objects.eqs),
+      wqes_(host, core.objects.mtt, limits::kMaxInlineData), commands_(config, host, core),
+      registers_(config, host, commands_, events_, std::move(requestReset)),
+      doorbells_(config.doorbell_pages, host, core.objects, core.dataPath) {
+    // The data path's completions, events and WQEs take this layout.
+    core.events.use(events_);
+    core.dataPath.useWqes(wqes_);
+}
 
 pib_pci_identity PibFrontEnd::pciIdentity() const {
     return pib_pci_identity{PIB_PCI_VENDOR_ID,    PIB_PCI_DEVICE_ID, PIB_PCI_SUBSYSTEM_VENDOR_ID,

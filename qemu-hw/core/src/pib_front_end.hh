@@ -1,28 +1,29 @@
 // SPDX-License-Identifier: GPL-2.0-or-later
 // The pib-hca personality (docs/prm.md): BAR0's registers and command
-// interface, BAR2's doorbell pages.
+// interface, BAR2's doorbell pages. It owns its parts as the ConnectX
+// front end owns its own: the command processor, the EQs and their EQE
+// and CQE layouts (the core's EventCodec), the WQE reader (the core's
+// WqeFormat), and installs the last two into the core it is given.
 #pragma once
 
 #include <functional>
 
 #include "commands.hh"
-#include "data_path.hh"
+#include "core_parts.hh"
 #include "doorbell_pages.hh"
 #include "front_end.hh"
 #include "host.hh"
 #include "pib_event_queues.hh"
 #include "register_file.hh"
+#include "wqe_reader.hh"
 
 namespace pib {
 
 class PibFrontEnd final : public FrontEnd {
   public:
-    PibFrontEnd(const pib_core_config &config, const Host &host, CommandProcessor &commands,
-                PibEventQueues &events, ObjectTables &objects, DataPath &dataPath,
-                std::function<void()> requestReset)
-        : host_(host), objects_(objects), commands_(commands),
-          registers_(config, host, commands, events, std::move(requestReset)),
-          doorbells_(config.doorbell_pages, host, objects, dataPath) {}
+    // `requestReset` is the device's reset, which the reset register asks for.
+    PibFrontEnd(const pib_core_config &config, const Host &host, const CoreParts &core,
+                std::function<void()> requestReset);
 
     pib_pci_identity pciIdentity() const override;
     uint64_t barSize(int bar) const override;
@@ -33,6 +34,10 @@ class PibFrontEnd final : public FrontEnd {
     bool stopEq(uint32_t eqn, bool stop) override;
     void reset() override;
     void setFatal() override;
+    void saveFunction(StateWriter &w) const override { w.boolean(commands_.initialized()); }
+    void loadFunction(StateReader &r) override {
+        commands_.restoreInitialized(r.boolean("INIT_HCA done"));
+    }
     void saveObjects(StateWriter &w) const override { commands_.saveObjects(w); }
     void loadObjects(StateReader &r) override { commands_.loadObjects(r); }
     void save(StateWriter &w) const override { registers_.save(w); }
@@ -41,7 +46,9 @@ class PibFrontEnd final : public FrontEnd {
   private:
     const Host &host_;
     ObjectTables &objects_;
-    CommandProcessor &commands_;
+    PibEventQueues events_;
+    WqeReader wqes_;
+    CommandProcessor commands_;
     RegisterFile registers_;
     DoorbellPages doorbells_;
     bool fatal_ = false; // doorbells do nothing until reset()

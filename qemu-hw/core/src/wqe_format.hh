@@ -97,13 +97,13 @@ class WqeFormat {
 // scatter/gather list names (room, for a receive).
 uint64_t dataLength(const Wqe &wqe);
 
-// The format the data path reads WQEs in: pib-hca's, until a front end
-// with its own installs it (use()) as the device is built. Every WQE the
-// transports take passes here, whatever the personality, and is traced
-// here (wqe_fetched, recv_wqe_fetched).
+// The format the data path reads WQEs in: the front end's, which it
+// installs (use()) as the device is built, before any QP exists. Every
+// WQE the transports take passes here, whatever the personality, and is
+// traced here (wqe_fetched, recv_wqe_fetched).
 class WqeFormatSlot final : public WqeFormat {
   public:
-    WqeFormatSlot(const Host &host, WqeFormat &initial) : host_(host), format_(&initial) {}
+    explicit WqeFormatSlot(const Host &host) : host_(host) {}
     void use(WqeFormat &format) { format_ = &format; }
 
     uint8_t readSend(const QueuePair &qp, uint32_t index, Wqe &out) override;
@@ -128,7 +128,7 @@ class WqeFormatSlot final : public WqeFormat {
 
   private:
     const Host &host_;
-    WqeFormat *format_;
+    WqeFormat *format_ = nullptr;
 };
 
 } // namespace pib
