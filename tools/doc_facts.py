@@ -3,7 +3,7 @@
 
 The component table of docs/architecture.md ends each row with the lines
 of the files it names (qemu-hw/core/src; `x.*` and `a*.{hh,cc}` are
-globs). docs/migration.md names the device state's format version
+globs), and every file of the core is in exactly one row. docs/migration.md names the device state's format version
 (kStateVersion in device_state.cc), in its table and in the refusals it
 quotes ("of version N; this device reads version M", M the current one).
 Without arguments this rewrites those numbers; with --check it fails
@@ -42,6 +42,18 @@ def lines_of(files_cell: str) -> int:
     return sum(len(f.read_text().splitlines()) for f in files)
 
 
+def unplaced(text: str) -> list:
+    """The core's files in no row of the component table, or in two."""
+    rows = {}
+    for m in ROW.finditer(text):
+        for name in re.findall(r"`([^`]+)`", m.group(2)):
+            for f in _expand(name):
+                rows.setdefault(f, set()).add(m.group(1).strip("| "))
+    files = sorted(f for f in CORE.rglob("*") if f.suffix in (".cc", ".hh"))
+    return [f"{f.relative_to(CORE)} is in " + (" and ".join(sorted(rows[f])) if f in rows else "no row")
+            for f in files if len(rows.get(f, ())) != 1]
+
+
 def updated(text: str) -> str:
     return ROW.sub(lambda m: f"{m.group(1)}{m.group(2)}{m.group(3)}{lines_of(m.group(2))}{m.group(5)}",
                    text)
@@ -68,6 +80,11 @@ def main() -> int:
             stale.append(doc.relative_to(ROOT))
             if not args.check:
                 doc.write_text(new)
+    misplaced = unplaced(DOC.read_text())
+    for problem in misplaced:
+        print(f"docs/architecture.md's component table: {problem}")
+    if misplaced:
+        return 1
     if args.check and stale:
         print(f"{', '.join(map(str, stale))}: facts of the code out of date; run tools/doc_facts.py")
         return 1

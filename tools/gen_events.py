@@ -66,7 +66,7 @@ NAKS = {"INVALID_REQUEST": "kInvalidRequest", "REMOTE_ACCESS": "kRemoteAccess",
         "REMOTE_OPERATIONAL": "kRemoteOperational"}
 
 # The ConnectX personality's command statuses (Linux's MLX5_CMD_STAT_*,
-# mlx5::status in qemu-hw/core/src/mlx5_ifc.hh).
+# mlx5::status in qemu-hw/core/src/mlx5/mlx5_ifc.hh).
 MLX5_STATUSES = {"INT_ERR": "kInternal", "BAD_OP": "kBadOpcode", "BAD_PARAM": "kBadParam",
                  "BAD_SYS_STATE": "kBadSystemState", "BAD_RES": "kBadResource",
                  "RES_BUSY": "kResourceBusy", "LIM": "kLimit",
@@ -245,7 +245,7 @@ def conditions_header(conditions) -> str:
            "// constant each, so that a refusal's command status, syndrome, NAK and",
            "// completion status never drift apart (docs/prm.md §9).",
            "#pragma once", "", "#include <cstdint>", "", '#include "connected.hh"',
-           "#include \"mlx5_ifc.hh\"", '#include "pib_events.h"', '#include "pib_hw.h"', "",
+           "#include \"mlx5/mlx5_ifc.hh\"", '#include "pib_events.h"', '#include "pib_hw.h"', "",
            "namespace pib::err {", "",
            "struct Condition {",
            "    const char *token;",

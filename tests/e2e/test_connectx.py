@@ -251,7 +251,7 @@ def test_mlx5_reload_loop_soak(ctx):
 COMMAND_TRACE = "pib_hca_mlx5_command"
 TRACED = re.compile(r"ConnectX command slot \d+: (\S+) \(0x([0-9a-f]{4})\) op_mod 0x[0-9a-f]+ "
                     r"status 0x([0-9a-f]+) syndrome 0x([0-9a-f]{8})")
-COMMAND_TABLE = Path(__file__).resolve().parents[2] / "qemu-hw/core/src/mlx5_commands.cc"
+COMMAND_TABLE = Path(__file__).resolve().parents[2] / "qemu-hw/core/src/mlx5/mlx5_commands.cc"
 
 
 def _implemented_commands() -> dict:

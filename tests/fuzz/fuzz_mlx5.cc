@@ -24,8 +24,8 @@
 #include <cstdlib>
 #include <string>
 
+#include "mlx5/mlx5_hca_caps.hh"
 #include "mlx5_function.hh"
-#include "mlx5_hca_caps.hh"
 #include "mlx5_host.hh"
 #include "mlx5_umr_wqes.hh"
 

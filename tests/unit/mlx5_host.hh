@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "fake_host.hh"
-#include "mlx5_ifc.hh"
+#include "mlx5/mlx5_ifc.hh"
 
 class Mlx5Host : public FakeHost {
   public:

@@ -12,7 +12,7 @@
 #include <sstream>
 #include <string>
 
-#include "commands.hh"
+#include "pib/pib_commands.hh"
 #include "pib_hw.h"
 
 namespace {

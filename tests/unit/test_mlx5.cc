@@ -5,7 +5,7 @@
 #include <catch2/catch.hpp>
 
 #include "conditions.hh"
-#include "mlx5_commands.hh"
+#include "mlx5/mlx5_commands.hh"
 #include "mlx5_host.hh"
 
 using namespace pib::mlx5;

@@ -13,8 +13,8 @@
 
 #include "conditions.hh"
 #include "event_writer.hh"
+#include "mlx5/mlx5_completion_queues.hh"
 #include "mlx5_checks.hh"
-#include "mlx5_completion_queues.hh"
 #include "mlx5_host.hh"
 
 using namespace pib::mlx5;

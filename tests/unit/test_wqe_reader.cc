@@ -8,7 +8,7 @@
 
 #include "host.hh"
 #include "mtt.hh"
-#include "wqe_reader.hh"
+#include "pib/pib_wqe_reader.hh"
 
 namespace {
 

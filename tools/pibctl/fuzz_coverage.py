@@ -20,7 +20,7 @@ SOURCES = {
              ("responder", "completer", "requester", "transport", "receive_wqes", "flush",
               "datagram", "dispatch", "memory_keys", "link", "link_rings", "cq_moderation",
               "event_writer")],
-    "mlx5": [f"qemu-hw/core/src/mlx5_{name}.cc" for name in
+    "mlx5": [f"qemu-hw/core/src/mlx5/mlx5_{name}.cc" for name in
              ("command_queue", "commands", "commands_mkey", "commands_port", "completion_queues",
               "event_queues", "front_end", "hca_caps", "init_segment", "page_list", "pages",
               "queue_pairs", "registers", "shared_receive_queues", "uars", "umr", "vsc",
@@ -31,8 +31,8 @@ SOURCES = {
                     "server_rings", "server_moves")] + ["common/wire/ring_cable.cc"],
     "packet": ["common/iba/packet.cc", "common/wire/frame.cc"],
     "state": [f"qemu-hw/core/src/{name}.cc" for name in
-              ("device_state", "commands_state", "transport_state", "mlx5_state",
-               "mlx5_state_queues")] +
+              ("device_state", "pib/pib_state", "transport_state", "mlx5/mlx5_state",
+               "mlx5/mlx5_state_queues")] +
              ["common/state/state_archive.cc"],
     "switch-state": [f"fabric-switch/src/{name}.cc" for name in ("switch_state", "server_state")] +
                     ["common/state/state_archive.cc"],

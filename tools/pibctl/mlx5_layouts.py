@@ -1,7 +1,7 @@
 """The ConnectX personality's field constants against Linux's mlx5_ifc.h.
 
 The core names each field of a command's input or output by its bit
-offset and width (qemu-hw/core/src/mlx5_ifc.hh), typed by hand from the
+offset and width (qemu-hw/core/src/mlx5/mlx5_ifc.hh), typed by hand from the
 public layouts; an offset typed wrong is a bug no unit test sees, since
 the tests share the constant (an XRC QP's xrcd read from next_send_psn's
 place was one). This check reads the layouts themselves: mlx5_ifc.h of
@@ -28,7 +28,7 @@ from pibctl import paths
 CHECKED = ("mlx5_queue_pairs.cc", "mlx5_completion_queues.cc", "mlx5_shared_receive_queues.cc",
            "mlx5_event_queues.cc", "mlx5_hca_caps.cc", "mlx5_commands.cc", "mlx5_commands_mkey.cc",
            "mlx5_commands_port.cc")
-SOURCE_DIR = paths.REPO / "qemu-hw" / "core" / "src"
+SOURCE_DIR = paths.REPO / "qemu-hw" / "core" / "src" / "mlx5"
 
 _STRUCT = re.compile(r"^(struct|union) mlx5_ifc_(\w+)_bits \{")
 _FIELD = re.compile(r"^\s*u8\s+(\w+)((?:\[\w*\])*)\[(0x[0-9a-fA-F]+|\d+)\];")

@@ -32,8 +32,9 @@ def layout() -> dict:
     shared = [paths.REPO / "include" / name for name in ("pib_hw.h", "pib_wire.h")]
     for h in [*shared, *sorted((CORE / "include").glob("*.h"))]:
         files[f"hw/pib/include/{h.name}"] = h
-    for f in sorted((CORE / "src").iterdir()):
-        files[f"hw/pib/core/{f.name}"] = f
+    for f in sorted((CORE / "src").rglob("*")):
+        if f.is_file():  # the shared core, and the personalities' folders pib/ and mlx5/
+            files[f"hw/pib/core/{f.relative_to(CORE / 'src')}"] = f
     for part in ("iba", "state", "wire"):
         for f in sorted((COMMON / part).iterdir()):
             files[f"hw/pib/common/{part}/{f.name}"] = f
@@ -44,7 +45,8 @@ def layout() -> dict:
 def check_layout() -> None:
     """hw/pib/meson.build must compile exactly the core's and common's
     sources: the two builds of the core may not drift apart."""
-    listed = set(re.findall(r"'((?:core|common/\w+)/\w+\.cc)'", (GLUE / "meson.build").read_text()))
+    listed = set(re.findall(r"'((?:core(?:/\w+)?|common/\w+)/\w+\.cc)'",
+                            (GLUE / "meson.build").read_text()))
     present = {path.removeprefix("hw/pib/") for path in layout() if path.endswith(".cc")}
     if listed != present:
         raise ui.StepFailed("qemu-hw/glue/meson.build and the core's sources differ: "

@@ -27,7 +27,8 @@ INPUTS = (".clang-format", "meson.build", "meson_options.txt", "README.md", "doc
           "guest/traffic", "guest/mpi", "guest/common", "tests/unit", "tests/bench",
           "tests/fuzz", "tests/fuzz/inputs/state", "tests/fuzz/inputs/switch-state",
           "tests/check_format.sh",
-          "tools/gen_events.py", "tools/doc_facts.py", "tools/unity_sources.py")
+          "tools/gen_events.py", "tools/doc_facts.py", "tools/unity_sources.py",
+          "tools/personality_includes.py")
 # Read from the checkout at run time, never built: left out of the key
 # (but the state fuzzers' seeds, which unit tests compare with what the
 # device and the switch save).

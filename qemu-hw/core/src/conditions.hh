@@ -8,7 +8,7 @@
 #include <cstdint>
 
 #include "connected.hh"
-#include "mlx5_ifc.hh"
+#include "mlx5/mlx5_ifc.hh"
 #include "pib_events.h"
 #include "pib_hw.h"
 

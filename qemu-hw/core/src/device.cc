@@ -8,8 +8,8 @@
 
 #include <nlohmann/json.hpp>
 
-#include "mlx5_front_end.hh"
-#include "pib_front_end.hh"
+#include "mlx5/mlx5_front_end.hh"
+#include "pib/pib_front_end.hh"
 #include "pib_hw.h"
 
 namespace pib {

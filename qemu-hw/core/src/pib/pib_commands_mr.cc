@@ -3,9 +3,9 @@
 #include <cinttypes>
 #include <optional>
 
-#include "commands.hh"
 #include "limits.hh"
 #include "memory_keys.hh"
+#include "pib_commands.hh"
 #include "trace.hh"
 
 namespace pib {

@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: GPL-2.0-or-later
-#include "doorbell_pages.hh"
+#include "pib_doorbell_pages.hh"
 #include "trace.hh"
 
 #include <cinttypes>

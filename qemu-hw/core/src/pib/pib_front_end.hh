@@ -8,14 +8,14 @@
 
 #include <functional>
 
-#include "commands.hh"
 #include "core_parts.hh"
-#include "doorbell_pages.hh"
 #include "front_end.hh"
 #include "host.hh"
+#include "pib_commands.hh"
+#include "pib_doorbell_pages.hh"
 #include "pib_event_queues.hh"
-#include "register_file.hh"
-#include "wqe_reader.hh"
+#include "pib_register_file.hh"
+#include "pib_wqe_reader.hh"
 
 namespace pib {
 

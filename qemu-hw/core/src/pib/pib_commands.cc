@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: GPL-2.0-or-later
 // The command table and its dispatch; device, port, doorbell page, PD
 // and MTT commands.
-#include "commands.hh"
+#include "pib_commands.hh"
 #include "trace.hh"
 
 #include <cinttypes>

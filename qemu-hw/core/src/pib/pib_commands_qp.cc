@@ -2,8 +2,8 @@
 // Queue pairs: creation, the state machine of MODIFY_QP, query, destroy.
 #include <cinttypes>
 
-#include "commands.hh"
 #include "limits.hh"
+#include "pib_commands.hh"
 #include "qp_lifecycle.hh"
 #include "qp_state.hh"
 #include "ring.hh"

@@ -7,7 +7,7 @@
 // command's own code, at its saved number, then sets those. A stream is
 // untrusted input: whatever it says passes the checks a guest's command
 // passes, and no count of references is taken from it.
-#include "commands.hh"
+#include "pib_commands.hh"
 
 #include <array>
 

@@ -54,7 +54,7 @@ class CommandProcessor {
     bool initialized() const { return initialized_; }
     // INIT_HCA as a loaded device's saved state has it.
     void restoreInitialized(bool initialized) { initialized_ = initialized; }
-    // The objects in a saved state (commands_state.cc, docs/migration.md).
+    // The objects in a saved state (pib_state.cc, docs/migration.md).
     // Each loaded object is created by the code of the command that
     // creates it, so a state passes every check a guest's command does,
     // and the references between objects are counted again, not loaded.
@@ -167,7 +167,7 @@ class CommandProcessor {
 
     void releaseQp(QueuePair &qp);
 
-    // Loading a saved state (commands_state.cc).
+    // Loading a saved state (pib_state.cc).
     template <class T>
     bool restore(StateReader &r, const char *what, ObjectTable<T> &table, uint32_t number,
                  const std::function<CommandOutcome()> &create);

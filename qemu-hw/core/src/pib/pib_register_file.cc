@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: GPL-2.0-or-later
-#include "register_file.hh"
+#include "pib_register_file.hh"
 #include "trace.hh"
 
 #include <cinttypes>

@@ -5,8 +5,8 @@
 #include <cstdint>
 #include <functional>
 
-#include "commands.hh"
 #include "host.hh"
+#include "pib_commands.hh"
 #include "pib_core.h"
 #include "pib_event_queues.hh"
 #include "state_archive.hh"

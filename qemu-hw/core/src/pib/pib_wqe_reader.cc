@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: GPL-2.0-or-later
-#include "wqe_reader.hh"
+#include "pib_wqe_reader.hh"
 #include "trace.hh"
 
 #include <cstring>
