@@ -6,8 +6,10 @@ of the files it names (qemu-hw/core/src; `x.*` and `a*.{hh,cc}` are
 globs), and every file of the core is in exactly one row. docs/migration.md names the device state's format version
 (kStateVersion in device_state.cc), in its table and in the refusals it
 quotes ("of version N; this device reads version M", M the current one).
-Without arguments this rewrites those numbers; with --check it fails
-when one is out of date (`./pib test` runs the check).
+README.md's `docs/` row links every document in docs/, and only those.
+Without arguments this rewrites the numbers; with --check it fails when
+one is out of date (`./pib test` runs the check). A file in no row, or a
+document the README does not link, fails either way.
 """
 
 import argparse
@@ -50,8 +52,22 @@ def unplaced(text: str) -> list:
             for f in _expand(name):
                 rows.setdefault(f, set()).add(m.group(1).strip("| "))
     files = sorted(f for f in CORE.rglob("*") if f.suffix in (".cc", ".hh"))
-    return [f"{f.relative_to(CORE)} is in " + (" and ".join(sorted(rows[f])) if f in rows else "no row")
+    return [f"docs/architecture.md's component table: {f.relative_to(CORE)} is in "
+            + (" and ".join(sorted(rows[f])) if f in rows else "no row")
             for f in files if len(rows.get(f, ())) != 1]
+
+
+README = ROOT / "README.md"
+
+
+def unlinked_docs(readme: str) -> list:
+    """docs/*.md that README.md's `docs/` row does not link, and links to
+    documents that do not exist."""
+    row = next((line for line in readme.splitlines() if line.startswith("| `docs/` |")), "")
+    linked = set(re.findall(r"\]\(docs/([\w.-]+\.md)\)", row))
+    present = {f.name for f in (ROOT / "docs").glob("*.md")}
+    return ([f"README.md's docs/ row does not link docs/{name}" for name in sorted(present - linked)]
+            + [f"README.md links docs/{name}, which does not exist" for name in sorted(linked - present)])
 
 
 def updated(text: str) -> str:
@@ -80,9 +96,9 @@ def main() -> int:
             stale.append(doc.relative_to(ROOT))
             if not args.check:
                 doc.write_text(new)
-    misplaced = unplaced(DOC.read_text())
+    misplaced = unplaced(DOC.read_text()) + unlinked_docs(README.read_text())
     for problem in misplaced:
-        print(f"docs/architecture.md's component table: {problem}")
+        print(problem)
     if misplaced:
         return 1
     if args.check and stale:
