@@ -135,8 +135,6 @@ static bool pib_hca_event_enabled(unsigned event)
         return trace_event_get_state_backends(TRACE_PIB_HCA_MLX5_EQ_DESTROY);
     case PIB_EVENT_MLX5_EQ_DOORBELL:
         return trace_event_get_state_backends(TRACE_PIB_HCA_MLX5_EQ_DOORBELL);
-    case PIB_EVENT_MLX5_EQE:
-        return trace_event_get_state_backends(TRACE_PIB_HCA_MLX5_EQE);
     case PIB_EVENT_MLX5_CQ_CREATE:
         return trace_event_get_state_backends(TRACE_PIB_HCA_MLX5_CQ_CREATE);
     case PIB_EVENT_MLX5_CQ_DESTROY:
@@ -423,10 +421,6 @@ static void pib_hca_trace_event(unsigned event, const uint64_t *a)
     case PIB_EVENT_MLX5_EQ_DOORBELL:
         trace_pib_hca_mlx5_eq_doorbell((unsigned) a[0], (unsigned) a[1],
                                        (unsigned) a[2], (unsigned) a[3]);
-        break;
-    case PIB_EVENT_MLX5_EQE:
-        trace_pib_hca_mlx5_eqe((unsigned) a[0], (unsigned) a[1],
-                               (unsigned) a[2], (unsigned) a[3]);
         break;
     case PIB_EVENT_MLX5_CQ_CREATE:
         trace_pib_hca_mlx5_cq_create((unsigned) a[0], (unsigned) a[1],

@@ -70,8 +70,7 @@ def test_rc_pingpong(ctx):
 # The normal path's trace events (docs/prm.md §9.1), both personalities'.
 PATH_EVENTS = ("pib_hca_doorbell", "pib_hca_wqe_fetched", "pib_hca_recv_wqe_fetched",
                "pib_hca_packet_sent", "pib_hca_packet_received", "pib_hca_cqe_written",
-               "pib_hca_eqe_written", "pib_hca_mlx5_sq_doorbell", "pib_hca_mlx5_rq_record",
-               "pib_hca_mlx5_eqe")
+               "pib_hca_eqe_written", "pib_hca_mlx5_sq_doorbell", "pib_hca_mlx5_rq_record")
 
 
 def _trace_path(ctx, vms, on):

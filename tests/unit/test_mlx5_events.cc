@@ -34,11 +34,13 @@ Eqe eqeAt(Mlx5Host &host, uint64_t ring, uint32_t index) {
     return Eqe{e[1], e[3], e[0x3f], readBe32(e + 0x20)};
 }
 
-// A function brought up, with a UAR page.
+// A function brought up, with a UAR page; its EQEs are traced
+// (eqe_written is one of the normal path's events).
 struct Function {
     Mlx5Host host;
     uint32_t uar = 0;
     Function() {
+        host.tracingPath = true;
         REQUIRE(host.bringUp());
         uar = host.allocUar();
     }
@@ -145,7 +147,7 @@ TEST_CASE("mlx5: command completions become EQEs once an EQ takes them", "[mlx5]
     // Consumed up to 2 without arming: quiet.
     f.host.uarWrite(f.uar, kNoArm, eqn << 24 | 2);
     CHECK(f.host.interrupts.size() == 2);
-    CHECK(f.host.traces("mlx5_eqe") == 2);
+    CHECK(f.host.traces("eqe_written") == 2);
     CHECK(f.host.guestErrors() == 0);
 }
 
@@ -164,7 +166,7 @@ TEST_CASE("mlx5: the owner bit flips every pass, and a full EQ loses events", "[
     f.host.clear();
     for (int i = 0; i < 4; ++i)
         f.host.run(Mlx5Host::input(kQueryIssi), 0x70);
-    CHECK(f.host.traces("mlx5_eqe") == 2);
+    CHECK(f.host.traces("eqe_written") == 2);
     CHECK(f.host.guestErrors("mlx5-eq-overrun") == 1);
     // The commands themselves completed: their slots are the driver's.
     CHECK(f.host.run(Mlx5Host::input(kQueryIssi), 0x70).owned() == false);
@@ -255,14 +257,14 @@ TEST_CASE("mlx5: an EQ can be stopped and resumed by injection, and inspect list
     f.host.uarWrite(f.uar, kArm, eqn << 24);
     f.host.clear();
     f.host.run(Mlx5Host::input(kQueryIssi), 0x70, 7);
-    CHECK(f.host.traces("mlx5_eqe") == 0);
+    CHECK(f.host.traces("eqe_written") == 0);
     CHECK(f.host.traces("inject_overrun") == 1);
     CHECK(f.host.interrupts.empty());
     CHECK(f.host.guestErrors() == 0);
     CHECK(inspected(f.host, eq.c_str())["overrun"] == true);
     CHECK(inject(f.host.core, "resume " + eq).rc == 0);
     f.host.run(Mlx5Host::input(kQueryIssi), 0x70, 2);
-    CHECK(f.host.traces("mlx5_eqe") == 1);
+    CHECK(f.host.traces("eqe_written") == 1);
     CHECK(eqeAt(f.host, ring, 0).data0 == 1u << 2);
     CHECK(f.host.interrupts.size() == 1);
     const auto after = inspected(f.host, eq.c_str());

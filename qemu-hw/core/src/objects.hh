@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "connected.hh"
+#include "eq_ring.hh"
 #include "pib_hw.h"
 
 namespace pib {
@@ -26,13 +27,9 @@ struct CounterSet : Referenced {
 // An XRC domain: its XRC SRQs take the messages its XRC TGT QPs receive.
 struct XrcDomain : Referenced {};
 
-struct EventQueue : Referenced {
+// pib-hca's EQ: its context, and the ring every personality's EQ has.
+struct EventQueue : Referenced, EqRing {
     pib_eq_context ctx{};
-    uint32_t producer = 0; // EQEs written since creation
-    uint32_t consumer = 0; // from the CI doorbell
-    bool armed = false;
-    bool overrun = false;
-    bool stopped = false; // by the host (injection.hh): takes no EQEs
 };
 
 struct CompletionQueue : Referenced {

@@ -381,13 +381,6 @@ inline void mlx5_eq_doorbell(const Host &host, unsigned uar, unsigned eqn, unsig
                                                 Host::eventArg(consumer), Host::eventArg(arm)});
 }
 
-inline void mlx5_eqe(const Host &host, unsigned eqn, unsigned index, unsigned type,
-                     unsigned sub_type) {
-    if (host.eventEnabled(PIB_EVENT_MLX5_EQE))
-        host.event(PIB_EVENT_MLX5_EQE, {Host::eventArg(eqn), Host::eventArg(index),
-                                        Host::eventArg(type), Host::eventArg(sub_type)});
-}
-
 inline void mlx5_cq_create(const Host &host, unsigned cqn, unsigned log_size, unsigned eqn,
                            unsigned uar) {
     if (host.eventEnabled(PIB_EVENT_MLX5_CQ_CREATE))

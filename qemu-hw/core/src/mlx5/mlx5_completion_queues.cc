@@ -431,7 +431,7 @@ std::optional<uint32_t> CompletionQueues::readConsumer(uint64_t record, uint32_t
 void CompletionQueues::completionEvent(uint32_t eqn, uint32_t cqn) {
     EventQueues::Data data{};
     writeBe32(data.data() + 0x18, cqn); // eqe.data.comp.cqn
-    eqs_.postTo(eqn, event::kCompletion, 0, data);
+    eqs_.postTo(eqn, event::kCompletion, 0, data, cqn);
 }
 
 void CompletionQueues::asyncEvent(uint8_t event, uint32_t number) {

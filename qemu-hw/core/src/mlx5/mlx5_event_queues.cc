@@ -28,8 +28,12 @@ constexpr uint32_t kOwnerByte = 0x3f;
 
 } // namespace
 
+// mlx5_ib's consumer counter for an EQ is 24 bits (eq_update_ci).
+static const EqEngine::Rules kRules{err::kMlx5EqOverrun, err::kMlx5EqDma, err::kMlx5EqDoorbell,
+                                    kMask24};
+
 EventQueues::EventQueues(const Host &host, const Uars &uars, uint32_t vectors)
-    : host_(host), uars_(uars), vectors_(vectors), eqs_(limits::kMaxEq) {}
+    : host_(host), uars_(uars), vectors_(vectors), eqs_(limits::kMaxEq), engine_(host, kRules) {}
 
 const err::Condition *EventQueues::create(std::span<const uint8_t> in, uint32_t &eqn) {
     if (eqs_.size() == eqs_.capacity()) {
@@ -107,22 +111,10 @@ void EventQueues::doorbell(uint32_t uar, uint32_t value, bool arm) {
                          eq ? "which is on another UAR page" : "which does not exist");
         return;
     }
-    // The consumer moves forward, never past what the device wrote.
-    const uint32_t waiting = (eq->producer - eq->consumer) & kMask24;
-    if (((consumer - eq->consumer) & kMask24) > waiting) {
-        host_.guestError(err::kMlx5EqDoorbell, "EQ %u: consumer counter %u outside [%u, %u]", eqn,
-                         consumer, eq->consumer & kMask24, eq->producer & kMask24);
-        return;
-    }
-    eq->consumer = consumer;
-    if (!arm)
-        return;
-    eq->armed = true;
-    if (((eq->producer - eq->consumer) & kMask24) != 0)
-        signal(*eq); // EQEs are waiting: the interrupt comes at once
+    engine_.doorbell(eqn, *eq, eq->vector, consumer, arm);
 }
 
-void EventQueues::post(uint8_t type, uint8_t subType, const Data &data) {
+void EventQueues::post(uint8_t type, uint8_t subType, const Data &data, uint32_t about) {
     uint32_t target = 0;
     Eq *eq = nullptr;
     eqs_.forEach([&](uint32_t eqn, Eq &candidate) {
@@ -132,42 +124,28 @@ void EventQueues::post(uint8_t type, uint8_t subType, const Data &data) {
         }
     });
     if (eq)
-        write(target, *eq, type, subType, data);
+        write(target, *eq, type, subType, data, about);
 }
 
-void EventQueues::postTo(uint32_t eqn, uint8_t type, uint8_t subType, const Data &data) {
+void EventQueues::postTo(uint32_t eqn, uint8_t type, uint8_t subType, const Data &data,
+                         uint32_t about) {
     if (Eq *eq = eqs_.find(eqn))
-        write(eqn, *eq, type, subType, data);
+        write(eqn, *eq, type, subType, data, about);
 }
 
-void EventQueues::write(uint32_t eqn, Eq &eq, uint8_t type, uint8_t subType, const Data &data) {
-    const uint32_t size = 1u << eq.logSize;
-    if (eq.stopped || ((eq.producer - eq.consumer) & kMask24) >= size) {
-        if (!eq.overrun && eq.stopped)
-            trace::inject_overrun(host_, "EQ", eqn);
-        else if (!eq.overrun)
-            host_.guestError(err::kMlx5EqOverrun, "EQ %u is full: events are lost", eqn);
-        eq.overrun = true;
+void EventQueues::write(uint32_t eqn, Eq &eq, uint8_t type, uint8_t subType, const Data &data,
+                        uint32_t about) {
+    if (!engine_.hasRoom(eqn, eq, eq.logSize))
         return;
-    }
-    eq.overrun = false;
-    const uint32_t index = eq.producer & (size - 1);
-    const uint64_t offset = uint64_t{index} * kEqeBytes;
-    const uint64_t address = eq.ring.address(offset);
+    const uint32_t index = eq.producer & ((1u << eq.logSize) - 1);
     std::array<uint8_t, kEqeBytes> eqe{};
     eqe[1] = type;
     eqe[3] = subType;
     std::copy(data.begin(), data.end(), eqe.begin() + 0x20);
+    // The owner bit is 0 on the ring's first pass, and flips on each.
     eqe[kOwnerByte] = (eq.producer >> eq.logSize) & 1;
-    if (!host_.dmaWriteOwnerLast(address, eqe, kOwnerByte)) {
-        host_.guestError(err::kMlx5EqDma, "EQ %u: EQE %u at 0x%" PRIx64 " is not writable", eqn,
-                         index, address);
-        return;
-    }
-    ++eq.producer;
-    trace::mlx5_eqe(host_, eqn, index, type, subType);
-    if (eq.armed)
-        signal(eq);
+    engine_.write(eqn, eq, eq.vector, eq.ring.address(uint64_t{index} * kEqeBytes), eqe, kOwnerByte,
+                  {type, subType, about});
 }
 
 void EventQueues::forEachView(const std::function<void(const EqView &)> &each) const {
@@ -200,11 +178,6 @@ bool EventQueues::anyStopped() const {
     bool any = false;
     eqs_.forEach([&](uint32_t, const Eq &eq) { any |= eq.stopped; });
     return any;
-}
-
-void EventQueues::signal(Eq &eq) {
-    eq.armed = false;
-    host_.msixNotify(eq.vector);
 }
 
 namespace {
@@ -284,7 +257,7 @@ void EventQueues::postAsync(uint8_t event, uint32_t number) {
         data[0x08] = static_cast<uint8_t>(number << 4); // port.port
         break;
     }
-    post(e.type, e.subType, data);
+    post(e.type, e.subType, data, number);
 }
 
 } // namespace pib::mlx5

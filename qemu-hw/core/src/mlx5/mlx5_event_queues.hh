@@ -13,6 +13,7 @@
 #include <span>
 #include <vector>
 
+#include "eq_engine.hh"
 #include "front_end.hh"
 #include "host.hh"
 #include "mlx5_page_list.hh"
@@ -58,14 +59,15 @@ class EventQueues {
     void doorbell(uint32_t uar, uint32_t value, bool arm);
     // Whether an EQ takes events of `type`.
     bool takes(uint8_t type) const;
-    // An event to the lowest-numbered EQ that takes its type.
-    void post(uint8_t type, uint8_t subType, const Data &data);
+    // An event to the lowest-numbered EQ that takes its type; `about` is
+    // the object it is about, as its trace names it.
+    void post(uint8_t type, uint8_t subType, const Data &data, uint32_t about);
     // The core's async event (PIB_ASYNC_*) about object `number`, as
     // ConnectX reports it: CQ_ERROR, a QP's or SRQ's event, PORT_CHANGE
     // with its sub-type (docs/mlx5.md §8).
     void postAsync(uint8_t event, uint32_t number);
     // An event to EQ `eqn`, whatever types it takes (a CQ's completions).
-    void postTo(uint32_t eqn, uint8_t type, uint8_t subType, const Data &data);
+    void postTo(uint32_t eqn, uint8_t type, uint8_t subType, const Data &data, uint32_t about);
     void reset() { eqs_.clear(); }
     // The EQs as the host's tools see them; the host stops one or lets
     // it go on (false: no such EQ). A stopped EQ is not saved: its
@@ -79,29 +81,25 @@ class EventQueues {
     void load(StateReader &r);
 
   private:
-    struct Eq {
+    struct Eq : EqRing {
         uint32_t logSize;
         uint32_t uar;
         uint32_t vector;
         std::array<uint64_t, 4> types; // event_bitmask: bit n of word n / 64
         PageList ring;
-        uint32_t producer = 0; // EQEs written
-        uint32_t consumer = 0; // and consumed, as the doorbell says (24 bits)
-        uint32_t cqs = 0;      // CQs reporting to it
-        bool armed = false;
-        bool overrun = false;
-        bool stopped = false; // by the host: takes no EQEs
+        uint32_t cqs = 0; // CQs reporting to it
 
         bool takes(uint8_t type) const { return (types[type / 64] >> type % 64) & 1; }
     };
     std::vector<uint8_t> createInput(const Eq &eq) const;
-    void write(uint32_t eqn, Eq &eq, uint8_t type, uint8_t subType, const Data &data);
-    void signal(Eq &eq);
+    void write(uint32_t eqn, Eq &eq, uint8_t type, uint8_t subType, const Data &data,
+               uint32_t about);
 
     const Host &host_;
     const Uars &uars_;
     const uint32_t vectors_;
     ObjectTable<Eq> eqs_;
+    EqEngine engine_; // the rings, as pib-hca's EQs run them too
 };
 
 } // namespace pib::mlx5

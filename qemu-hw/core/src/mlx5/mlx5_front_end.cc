@@ -149,7 +149,7 @@ void Mlx5FrontEnd::ringCommands(uint32_t slots) {
         return;
     EventQueues::Data data{};
     writeBe32(data.data(), done); // data.cmd.vector
-    eqs_.post(event::kCommand, 0, data);
+    eqs_.post(event::kCommand, 0, data, done);
 }
 
 void Mlx5FrontEnd::reset() {

@@ -26,55 +26,32 @@ static unsigned eqeObject(const pib_eqe &eqe) {
     }
 }
 
+// pib-hca's driver writes the EQ's whole 32-bit consumer count.
+static const EqEngine::Rules kRules{err::kEqOverrun, err::kEqDma, err::kEqDbBadCi, 0xffffffff};
+
+PibEventQueues::PibEventQueues(const Host &host, const Mtt &mtt, ObjectTable<EventQueue> &eqs)
+    : host_(host), mtt_(mtt), eqs_(eqs), engine_(host, kRules) {}
+
 void PibEventQueues::eqDoorbell(uint32_t eqn, uint32_t consumer, bool arm) {
     EventQueue *eq = eqs_.find(eqn);
     if (!eq) {
         host_.guestError(err::kEqDbBadIndex, "doorbell of EQ %u, which does not exist", eqn);
         return;
     }
-    // The consumer may only move forward, and never past the producer.
-    if (consumer - eq->consumer > eq->producer - eq->consumer) {
-        host_.guestError(err::kEqDbBadCi, "EQ %u consumer index %u outside [%u, %u]", eqn, consumer,
-                         eq->consumer, eq->producer);
-        return;
-    }
-    eq->consumer = consumer;
-    if (arm) {
-        eq->armed = true;
-        // Events already waiting signal at once, as a level would.
-        if (eq->producer != eq->consumer) {
-            eq->armed = false;
-            host_.msixNotify(eq->ctx.msix_vector);
-        }
-    }
+    engine_.doorbell(eqn, *eq, eq->ctx.msix_vector, consumer, arm);
 }
 
 void PibEventQueues::postEqe(uint32_t eqn, EventQueue &eq, pib_eqe eqe) {
-    const uint32_t size = 1u << eq.ctx.log_size;
-    if (eq.stopped || eq.producer - eq.consumer >= size) {
-        if (!eq.overrun && eq.stopped)
-            trace::inject_overrun(host_, "EQ", eqn);
-        else if (!eq.overrun)
-            host_.guestError(err::kEqOverrun, "EQ %u is full; events are lost", eqn);
-        eq.overrun = true;
+    if (!engine_.hasRoom(eqn, eq, eq.ctx.log_size))
         return;
-    }
-    eq.overrun = false;
-    const uint32_t slot = eq.producer & (size - 1);
+    const uint32_t slot = eq.producer & ((1u << eq.ctx.log_size) - 1);
+    // The phase bit is 1 on the ring's first pass, and flips on each.
     eqe.flags = static_cast<uint8_t>((eqe.flags & ~PIB_EQE_PHASE) |
                                      (((eq.producer >> eq.ctx.log_size) & 1) ^ 1));
     const auto addr = ringAddress(mtt_, eq.ctx.buf, uint64_t{slot} << kLogEqeSize, sizeof(eqe));
     const auto *bytes = reinterpret_cast<const uint8_t *>(&eqe);
-    if (!addr || !host_.dmaWriteOwnerLast(*addr, {bytes, sizeof(eqe)}, offsetof(pib_eqe, flags))) {
-        host_.guestError(err::kEqDma, "EQ %u: cannot write EQE %u", eqn, eq.producer);
-        return;
-    }
-    trace::eqe_written(host_, eqn, eq.producer, eqe.type, eqe.subtype, eqeObject(eqe));
-    ++eq.producer;
-    if (eq.armed) {
-        eq.armed = false;
-        host_.msixNotify(eq.ctx.msix_vector);
-    }
+    engine_.write(eqn, eq, eq.ctx.msix_vector, addr, {bytes, sizeof(eqe)}, offsetof(pib_eqe, flags),
+                  {eqe.type, eqe.subtype, eqeObject(eqe)});
 }
 
 void PibEventQueues::asyncEvent(uint8_t event, uint32_t number) {

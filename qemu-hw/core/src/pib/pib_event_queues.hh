@@ -6,6 +6,7 @@
 
 #include <cstdint>
 
+#include "eq_engine.hh"
 #include "event_codec.hh"
 #include "host.hh"
 #include "mtt.hh"
@@ -21,8 +22,7 @@ static_assert(1u << kLogEqeSize == sizeof(pib_eqe));
 
 class PibEventQueues final : public EventCodec {
   public:
-    PibEventQueues(const Host &host, const Mtt &mtt, ObjectTable<EventQueue> &eqs)
-        : host_(host), mtt_(mtt), eqs_(eqs) {}
+    PibEventQueues(const Host &host, const Mtt &mtt, ObjectTable<EventQueue> &eqs);
 
     // An EQ doorbell in BAR0: the driver consumed EQEs up to `consumer`,
     // and arms the EQ's interrupt if `arm`.
@@ -45,6 +45,7 @@ class PibEventQueues final : public EventCodec {
     const Host &host_;
     const Mtt &mtt_;
     ObjectTable<EventQueue> &eqs_;
+    EqEngine engine_; // the rings, as ConnectX's EQs run them too
 };
 
 } // namespace pib
