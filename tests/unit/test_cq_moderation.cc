@@ -122,6 +122,7 @@ TEST_CASE("moderation holds back no solicited event, and a new one frees what wa
     armNext(p.b, PIB_CQ_ARM_SOLICITED);
     sendMessages(p, 1, PIB_WQE_SIGNALED | PIB_WQE_SOLICITED);
     CHECK(completionEvents(p.b) == 1);
+    CHECK(p.b.poll().size() == 1); // consumed: the next arm waits
 
     armNext(p.b);
     sendMessages(p, 2);
@@ -133,7 +134,9 @@ TEST_CASE("moderation holds back no solicited event, and a new one frees what wa
     p.b.host.advance(2'000'000);
     CHECK(completionEvents(p.b) == 2);
     // And now every armed CQE makes its event at once.
+    CHECK(p.b.poll().size() == 2);
     armNext(p.b);
+    CHECK(completionEvents(p.b) == 2);
     sendMessages(p, 1);
     CHECK(completionEvents(p.b) == 3);
 }
@@ -154,4 +157,23 @@ TEST_CASE("a CQ destroyed while its event waits leaves no deadline behind", "[cq
     h.advance(2'000'000);
     CHECK(completionEvents(p.b) == 0);
     CHECK(h.guestErrors() == 0);
+}
+
+TEST_CASE("an arm of a CQ holding CQEs its driver has not consumed makes the event at once",
+          "[cq][events]") {
+    Pair p;
+    // B's CQ takes a CQE while disarmed: no event.
+    sendMessages(p, 1);
+    CHECK(completionEvents(p.b) == 0);
+    // IPoIB's way: arm without polling first. The CQE waits past the
+    // consumer record, so the event comes at once, as a ConnectX's does.
+    armNext(p.b);
+    CHECK(completionEvents(p.b) == 1);
+    // Consumed, the next arm waits for the next CQE.
+    p.b.host.poke<uint32_t>(p.b.ciRecord, 1);
+    armNext(p.b);
+    CHECK(completionEvents(p.b) == 1);
+    sendMessages(p, 1);
+    CHECK(completionEvents(p.b) == 2);
+    CHECK(p.b.host.guestErrors() == 0);
 }

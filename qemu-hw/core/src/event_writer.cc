@@ -73,6 +73,11 @@ void EventWriter::arm(uint32_t cqn, CompletionQueue &cq, uint8_t kind, bool pend
         cq.arm = kind;
 }
 
+bool EventWriter::unconsumed(const CompletionQueue &cq) const {
+    const auto ci = codec_->readConsumer(cq.ctx.ci_record, cq.producer);
+    return ci && *ci != cq.producer;
+}
+
 void EventWriter::fireEvent(uint32_t cqn, CompletionQueue &cq) {
     moderation_.release(cqn, cq);
     cq.arm = 0;

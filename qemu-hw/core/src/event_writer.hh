@@ -48,6 +48,10 @@ class EventWriter {
     // read), so the event goes at once, as the next CQE's would. An armed
     // "next" is not weakened by a later "solicited".
     void arm(uint32_t cqn, CompletionQueue &cq, uint8_t kind, bool pending);
+    // Whether CQ `cq` holds CQEs its driver has not consumed, as the
+    // consumer record the personality reads says (false when the record
+    // cannot be read).
+    bool unconsumed(const CompletionQueue &cq) const;
 
     // Completion event moderation: each CQ's parameters and deadline.
     CqModeration &moderation() { return moderation_; }

@@ -130,8 +130,12 @@ void DoorbellPages::armCq(uint32_t page, uint32_t number, uint32_t arg) {
         host_.guestError(err::kDoorbellBadArm, "arm of CQ %u with 0x%x", number, arg);
         return;
     }
-    // pib-hca's consumer is in the CQ's record: the arm never fires at once.
-    dataPath_.armCq(number, *cq, static_cast<uint8_t>(arg));
+    // CQEs the CQ's record says the driver has not consumed make the event
+    // at once, as a ConnectX's arm does: IPoIB arms the send CQ of its
+    // stopped queue, ignores what IB_CQ_REPORT_MISSED_EVENTS answers, and
+    // waits for that event to wake the queue (a 10 s NETDEV WATCHDOG when
+    // the CQEs came before the arm).
+    dataPath_.armCq(number, *cq, static_cast<uint8_t>(arg), dataPath_.events().unconsumed(*cq));
 }
 
 } // namespace pib
