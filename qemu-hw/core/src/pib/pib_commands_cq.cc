@@ -5,7 +5,6 @@
 
 #include "limits.hh"
 #include "pib_commands.hh"
-#include "pib_event_queues.hh"
 #include "ring.hh"
 #include "trace.hh"
 

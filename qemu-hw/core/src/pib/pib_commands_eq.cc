@@ -6,7 +6,6 @@
 #include "pib_commands.hh"
 #include "pib_event_queues.hh"
 #include "ring.hh"
-#include "trace.hh"
 
 namespace pib {
 

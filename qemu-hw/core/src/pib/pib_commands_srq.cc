@@ -5,9 +5,7 @@
 
 #include "limits.hh"
 #include "pib_commands.hh"
-#include "pib_event_queues.hh"
 #include "ring.hh"
-#include "trace.hh"
 
 namespace pib {
 
