@@ -17,6 +17,7 @@
 #include "frame.hh"
 #include "mad.hh"
 #include "packet.hh"
+#include "smp.hh"
 
 namespace pib::testing {
 
@@ -59,11 +60,7 @@ struct Node {
             PIB_WIRE_HELLO, std::span(reinterpret_cast<const uint8_t *>(&hello), sizeof(hello)));
         pib_core_port_receive(host.core, 1, frame.data(), frame.size());
         for (uint8_t state : {PIB_PORT_ARMED, PIB_PORT_ACTIVE})
-            portInfoSet([&](iba::Mad &m) {
-                m.set16(64 + 16, lid);
-                m.set8(64 + 32, state);
-                m.set8(64 + 36, 5 << 4); // NeighborMTU 4096
-            });
+            setPortState(state);
         host.portOutput[1].clear();
     }
 
@@ -126,6 +123,14 @@ struct Node {
             host.mad(iba::kClassSmpLid, iba::kSet, iba::kAttrPortInfo, 1, fill, &response).status ==
                 PIB_CMD_STATUS_OK,
             "MAD_IFC");
+    }
+
+    // The PortInfo Set an SM sends to take the port to `state`: this
+    // node's LID, NeighborMTU 4096.
+    void setPortState(uint8_t state) {
+        portInfoSet([&](iba::Mad &m) {
+            iba::writePortInfo(m, {.lid = lid, .portState = state, .neighborMtu = PIB_MTU_4096});
+        });
     }
 
     void modify(pib_qp_attr a) {

@@ -16,6 +16,7 @@
 #include "frame.hh"
 #include "mad.hh"
 #include "mlx5_host.hh"
+#include "smp.hh"
 
 namespace pib::testing {
 
@@ -163,9 +164,7 @@ class Mlx5Function {
             m.set8(3, iba::kSet);
             m.set16(16, iba::kAttrPortInfo);
             m.set32(20, 1);
-            m.set16(64 + 16, kLid);
-            m.set8(64 + 32, state);
-            m.set8(64 + 36, 5 << 4); // NeighborMTU 4096
+            iba::writePortInfo(m, {.lid = kLid, .portState = state, .neighborMtu = PIB_MTU_4096});
             if (host.run(in, 0x110).status() != 0)
                 return false;
         }

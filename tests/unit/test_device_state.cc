@@ -23,6 +23,7 @@
 #include "frame.hh"
 #include "mad.hh"
 #include "mlx5_function.hh"
+#include "smp.hh"
 
 using namespace pib;
 
@@ -88,8 +89,8 @@ struct ConfiguredDevice {
                         iba::kClassSmpDirected, iba::kSet, iba::kAttrPkeyTable, 0,
                         [](iba::Mad &m) {
                             m.set64(24, kMkey); // the SMP's M_Key
-                            m.set16(64, 0xffff);
-                            m.set16(66, 0x8123);
+                            const uint16_t pkeys[] = {0xffff, 0x8123};
+                            iba::writeBlock16(m, pkeys);
                         },
                         &r)
                     .status == PIB_CMD_STATUS_OK);
@@ -100,13 +101,13 @@ struct ConfiguredDevice {
         REQUIRE(host.mad(
                         iba::kClassSmpDirected, iba::kSet, iba::kAttrPortInfo, 1,
                         [&](iba::Mad &m) {
-                            m.set64(24, kMkey);      // the SMP's M_Key
-                            m.set64(64, kMkey);      // M_Key
-                            m.set16(64 + 16, 7);     // LID
-                            m.set16(64 + 18, 3);     // SM LID
-                            m.set8(64 + 32, state);  // PortState
-                            m.set8(64 + 36, 5 << 4); // NeighborMTU 4096
-                            m.set8(64 + 34, 1 << 6); // M_KeyProtectBits 1
+                            m.set64(24, kMkey); // the SMP's M_Key
+                            iba::writePortInfo(m, {.mkey = kMkey,
+                                                   .lid = 7,
+                                                   .masterSmLid = 3,
+                                                   .portState = state,
+                                                   .mkeyProtectBits = 1,
+                                                   .neighborMtu = PIB_MTU_4096});
                         },
                         &r)
                     .status == PIB_CMD_STATUS_OK);
@@ -143,7 +144,9 @@ TEST_CASE("a device's ports and registers are saved and loaded into a fresh devi
                  iba::kClassSmpDirected, iba::kGet, iba::kAttrPkeyTable, 0,
                  [](iba::Mad &m) { m.set64(24, ConfiguredDevice::kMkey); }, &pkeys)
                 .status == PIB_CMD_STATUS_OK);
-    CHECK(iba::Mad(pkeys.mad).get16(66) == 0x8123);
+    std::array<uint16_t, iba::kPkeysPerBlock> table{};
+    iba::readBlock16(iba::Mad(pkeys.mad), table);
+    CHECK(table[1] == 0x8123);
     pib_mad_ifc desc{};
     REQUIRE(b.mad(iba::kClassSmpLid, iba::kGet, iba::kAttrNodeDescription, 0, {}, &desc).status ==
             PIB_CMD_STATUS_OK);

@@ -218,8 +218,8 @@ TEST_CASE("packets lost to a port that cannot send cost the same budget", "[host
     constexpr uint32_t kLength = 8 << 20;
     Pair p(PIB_QPT_RC, {}, 24 << 20);
     p.a.portInfoSet([](iba::Mad &m) {
-        m.set16(64 + 16, 0x11);
-        m.set8(64 + 32, PIB_PORT_DOWN); // retrains to INIT: nothing may go out
+        // DOWN retrains to INIT: nothing may go out.
+        iba::writePortInfo(m, {.lid = 0x11, .portState = PIB_PORT_DOWN});
     });
     const uint64_t local = p.a.host.alloc(kLength);
     p.a.runAfterDoorbell = false; // the doorbell's own event, then each run

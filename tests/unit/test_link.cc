@@ -8,6 +8,7 @@
 #include "mad.hh"
 #include "packet.hh"
 #include "page_send.hh"
+#include "smp.hh"
 
 using pib::wire::encode;
 
@@ -35,8 +36,7 @@ void configurePort(FakeHost &host) {
         REQUIRE(host.mad(
                         pib::iba::kClassSmpLid, pib::iba::kSet, pib::iba::kAttrPortInfo, 1,
                         [&](pib::iba::Mad &m) {
-                            m.set16(64 + 16, 7);
-                            m.set8(64 + 32, state);
+                            pib::iba::writePortInfo(m, {.lid = 7, .portState = state});
                         },
                         &response)
                     .status == PIB_CMD_STATUS_OK);

@@ -106,11 +106,7 @@ struct RingPair {
         *sw = std::make_unique<RingSwitch>(n.host);
         REQUIRE((*sw)->answer(true));
         for (uint8_t state : {PIB_PORT_ARMED, PIB_PORT_ACTIVE})
-            n.portInfoSet([&](pib::iba::Mad &m) {
-                m.set16(64 + 16, n.lid);
-                m.set8(64 + 32, state);
-                m.set8(64 + 36, 5 << 4);
-            });
+            n.setPortState(state);
         n.host.portOutput[1].clear();
     }
     // Turns of a switch that moves `perTurn` frames each way (a slow one

@@ -9,6 +9,7 @@
 #include "conditions.hh"
 #include "mad.hh"
 #include "mlx5_host.hh"
+#include "smp.hh"
 #include "version.hh"
 
 using namespace pib;
@@ -55,16 +56,17 @@ TEST_CASE("mlx5: MAD_IFC is answered by the core's SMA", "[mlx5]") {
     iba::Mad m = PortFunction::response(r);
     CHECK(m.method() == iba::kGetResp);
     CHECK(m.status() == 0);
-    CHECK(m.get64(64 + 12) == Mlx5Host::mlx5Config().node_guid); // NodeGUID
-    CHECK(m.get16(64 + 28) >= 1);                                // PartitionCap
-    CHECK(m.get16(64 + 30) == 0x1017);                           // DeviceID: a ConnectX-5
-    CHECK((m.get32(64 + 36) & 0xffffff) == 0x0002c9);            // VendorID: Mellanox's OUI
+    const iba::NodeInfo node = iba::readNodeInfo(m);
+    CHECK(node.nodeGuid == Mlx5Host::mlx5Config().node_guid);
+    CHECK(node.partitionCap >= 1);
+    CHECK(node.deviceId == 0x1017);   // a ConnectX-5
+    CHECK(node.vendorId == 0x0002c9); // Mellanox's OUI
     // PortInfo: the port is down, its link width and speed valid.
     r = f.mad(iba::kClassSmpLid, iba::kGet, iba::kAttrPortInfo, kIgnoreMkey);
     REQUIRE(r.status() == 0);
-    m = PortFunction::response(r);
-    CHECK((m.get8(64 + 32) & 0xf) == PIB_PORT_DOWN);
-    CHECK(m.get8(64 + 31) != 0);
+    const iba::PortInfo port = iba::readPortInfo(PortFunction::response(r));
+    CHECK(port.portState == PIB_PORT_DOWN);
+    CHECK(port.linkWidthActive != 0);
     CHECK(f.host.guestErrors() == 0);
 }
 
@@ -106,7 +108,8 @@ TEST_CASE("mlx5: the PCAP register sets the port's CapabilityMask", "[mlx5]") {
     REQUIRE(f.host.run(in, 0x24).status() == 0);
     auto r = f.mad(iba::kClassSmpLid, iba::kGet, iba::kAttrPortInfo, kIgnoreMkey);
     REQUIRE(r.status() == 0);
-    CHECK(PortFunction::response(r).get32(64 + 20) == (kCmSupported | kSmDisabled));
+    CHECK(iba::readPortInfo(PortFunction::response(r)).capabilityMask ==
+          (kCmSupported | kSmDisabled));
     // A port the function lacks.
     in[0x11] = 2;
     f.host.clear();
@@ -178,8 +181,7 @@ TEST_CASE("mlx5: an SMP with a bad M_Key fails MAD_IFC: nothing is sent", "[mlx5
     // The port's M_Key is 0x1234, protect bits 2: a Get with another key
     // is dropped.
     auto r = f.mad(iba::kClassSmpLid, iba::kSet, iba::kAttrPortInfo, kIgnoreMkey, [](iba::Mad &m) {
-        m.set64(64 + 0, 0x1234);
-        m.set8(64 + 34, 2 << 6);
+        iba::writePortInfo(m, {.mkey = 0x1234, .mkeyProtectBits = 2});
     });
     REQUIRE(r.status() == 0);
     REQUIRE(PortFunction::response(r).status() == 0);
@@ -197,10 +199,8 @@ TEST_CASE("mlx5: an SMP with a bad M_Key fails MAD_IFC: nothing is sent", "[mlx5
 TEST_CASE("mlx5: QUERY_HCA_VPORT_CONTEXT reports the port as the SMA knows it", "[mlx5]") {
     PortFunction f;
     // The SM gives the port LID 0x11 (it stays down: no link).
-    auto r = f.mad(iba::kClassSmpLid, iba::kSet, iba::kAttrPortInfo, kIgnoreMkey, [](iba::Mad &m) {
-        m.set16(64 + 16, 0x11);
-        m.set16(64 + 18, 0x22);
-    });
+    auto r = f.mad(iba::kClassSmpLid, iba::kSet, iba::kAttrPortInfo, kIgnoreMkey,
+                   [](iba::Mad &m) { iba::writePortInfo(m, {.lid = 0x11, .masterSmLid = 0x22}); });
     REQUIRE(r.status() == 0);
     r = f.host.run(Mlx5Host::input(kQueryVport), 0x210);
     REQUIRE(r.status() == 0);

@@ -480,11 +480,7 @@ TEST_CASE("a failed move whose link came back new resends once the port is ACTIV
     p.wire.run();
     CHECK(p.a.poll().empty()); // nothing yet: the port is not ACTIVE
     for (uint8_t state : {PIB_PORT_ARMED, PIB_PORT_ACTIVE})
-        p.a.portInfoSet([&](iba::Mad &m) {
-            m.set16(64 + 16, p.a.lid);
-            m.set8(64 + 32, state);
-            m.set8(64 + 36, 5 << 4);
-        });
+        p.a.setPortState(state);
     const uint64_t before = p.a.host.now;
     for (int round = 0; round < 20; ++round)
         p.wire.run();

@@ -2,6 +2,7 @@
 // The HCA's SMA and PMA behind MAD_IFC.
 #include <catch2/catch.hpp>
 
+#include <array>
 #include <cstring>
 
 #include "fake_host.hh"
@@ -9,6 +10,7 @@
 #include "mad.hh"
 #include "mkey.hh"
 #include "packet.hh"
+#include "smp.hh"
 
 using namespace pib;
 
@@ -42,8 +44,12 @@ struct SmaFixture {
     std::vector<uint8_t> asyncEvents() { return host.asyncEvents(eqPage, 16); }
 };
 
+iba::PortInfo portInfo(pib_mad_ifc &r) {
+    return iba::readPortInfo(iba::Mad(r.mad));
+}
+
 uint8_t portState(pib_mad_ifc &r) {
-    return iba::Mad(r.mad).get8(64 + 32) & 0xf;
+    return portInfo(r).portState;
 }
 
 } // namespace
@@ -58,10 +64,11 @@ TEST_CASE("the SMA answers NodeInfo and NodeDescription", "[sma]") {
     iba::Mad m(r.mad);
     CHECK(m.method() == iba::kGetResp);
     CHECK(m.returning());
-    CHECK(m.get8(64 + 2) == 1);
-    CHECK(m.get64(64 + 12) == FakeHost::defaultConfig().node_guid);
-    CHECK(m.get64(64 + 20) == FakeHost::defaultConfig().node_guid + 1);
-    CHECK(m.get8(64 + 36) == 1);
+    const iba::NodeInfo node = iba::readNodeInfo(m);
+    CHECK(node.nodeType == iba::kNodeTypeCa);
+    CHECK(node.nodeGuid == FakeHost::defaultConfig().node_guid);
+    CHECK(node.portGuid == FakeHost::defaultConfig().node_guid + 1);
+    CHECK(node.localPortNum == 1);
     auto nd = f.mad(iba::kClassSmpLid, iba::kGet, iba::kAttrNodeDescription, 0).second;
     CHECK(std::string(reinterpret_cast<char *>(nd.mad + 64)) == "vm1 pib_hca");
 }
@@ -70,15 +77,14 @@ TEST_CASE("PortInfo Sets configure the port and raise events", "[sma]") {
     SmaFixture f;
     auto set = [&](uint16_t lid, uint8_t state) {
         return f.mad(iba::kClassSmpDirected, iba::kSet, iba::kAttrPortInfo, 1, [&](iba::Mad &m) {
-            m.set16(64 + 16, lid);
-            m.set16(64 + 18, 1);
-            m.set8(64 + 32, state);
-            m.set8(64 + 36, 4 << 4); // NeighborMTU 2048
+            // NeighborMTU 4: 2048 bytes.
+            iba::writePortInfo(
+                m, {.lid = lid, .masterSmLid = 1, .portState = state, .neighborMtu = 4});
         });
     };
     auto [result, r] = set(5, 0);
     CHECK(iba::Mad(r.mad).status() == iba::kStatusOk);
-    CHECK(iba::Mad(r.mad).get16(64 + 16) == 5);
+    CHECK(portInfo(r).lid == 5);
     CHECK(portState(r) == PIB_PORT_INIT);
     r = set(5, PIB_PORT_ACTIVE).second; // must pass through ARMED
     CHECK(iba::Mad(r.mad).status() == iba::kStatusBadField);
@@ -101,19 +107,23 @@ TEST_CASE("PortInfo Sets configure the port and raise events", "[sma]") {
 TEST_CASE("P_Key and GUID tables are settable, except the port GUID", "[sma]") {
     SmaFixture f;
     auto r = f.mad(iba::kClassSmpLid, iba::kSet, iba::kAttrPkeyTable, 0, [](iba::Mad &m) {
-                  m.set16(64, 0xffff);
-                  m.set16(66, 0x8001);
+                  const uint16_t block[] = {0xffff, 0x8001};
+                  iba::writeBlock16(m, block);
               }).second;
-    CHECK(iba::Mad(r.mad).get16(66) == 0x8001);
+    std::array<uint16_t, iba::kPkeysPerBlock> pkeyBlock{};
+    iba::readBlock16(iba::Mad(r.mad), pkeyBlock);
+    CHECK(pkeyBlock[1] == 0x8001);
     uint16_t pkeys[PIB_PKEY_TABLE_LEN];
     f.host.commandOut(PIB_CMD_QUERY_PKEYS, 1, &pkeys);
     CHECK(pkeys[1] == 0x8001);
     r = f.mad(iba::kClassSmpLid, iba::kSet, iba::kAttrGuidInfo, 0, [](iba::Mad &m) {
-             m.set64(64, 0x1234);
-             m.set64(72, 0x5678);
+             const uint64_t block[] = {0x1234, 0x5678};
+             iba::writeBlock64(m, block);
          }).second;
-    CHECK(iba::Mad(r.mad).get64(64) == FakeHost::defaultConfig().node_guid + 1);
-    CHECK(iba::Mad(r.mad).get64(72) == 0x5678);
+    std::array<uint64_t, iba::kGuidsPerBlock> guids{};
+    iba::readBlock64(iba::Mad(r.mad), guids);
+    CHECK(guids[0] == FakeHost::defaultConfig().node_guid + 1);
+    CHECK(guids[1] == 0x5678);
     auto bad = f.mad(iba::kClassSmpLid, iba::kGet, iba::kAttrPkeyTable, 5).second;
     CHECK(iba::Mad(bad.mad).status() == iba::kStatusBadField);
 }
@@ -127,15 +137,17 @@ TEST_CASE("MADs the device does not own are left to the kernel", "[sma]") {
 
 TEST_CASE("the PMA reports the port's counters", "[sma]") {
     SmaFixture f;
+    constexpr size_t kPortSelect = iba::Mad::kPmaData + 1;
     auto r = f.mad(iba::kClassPerfMgt, iba::kGet, iba::kAttrPortCounters, 0,
-                   [](iba::Mad &m) { m.set8(64 + 1, 1); });
+                   [](iba::Mad &m) { m.set8(kPortSelect, 1); });
     CHECK(r.first == 1);
     CHECK(iba::Mad(r.second.mad).status() == iba::kStatusOk);
     r = f.mad(iba::kClassPerfMgt, iba::kGet, iba::kAttrPortCounters, 0,
-              [](iba::Mad &m) { m.set8(64 + 1, 9); });
+              [](iba::Mad &m) { m.set8(kPortSelect, 9); });
     CHECK(iba::Mad(r.second.mad).status() == iba::kStatusBadField);
     r = f.mad(iba::kClassPerfMgt, iba::kGet, iba::kAttrClassPortInfo, 0);
-    CHECK(iba::Mad(r.second.mad).get16(64 + 2) & (1u << 9));
+    // ClassPortInfo's CapabilityMask: IsExtendedWidthSupported.
+    CHECK(iba::Mad(r.second.mad).get16(iba::Mad::kPmaData + 2) & (1u << 9));
 }
 
 namespace {
@@ -151,7 +163,7 @@ std::vector<iba::Packet> badMkeyTraps(FakeHost &host) {
         auto p = iba::parse(frame->payload, &perr);
         if (p && p->payload.size() == iba::kMadSize) {
             iba::Mad m(p->payload);
-            if (m.method() == iba::kTrap && m.get16(64 + 4) == iba::kTrapBadMkey)
+            if (m.method() == iba::kTrap && m.get16(iba::Mad::kSmpData + 4) == iba::kTrapBadMkey)
                 traps.push_back(*p);
         }
     }
@@ -173,17 +185,15 @@ TEST_CASE("M_Key guards the SMA: protect bits, violations, Trap 256, the lease",
     // An SM (LID 0x22) brings the port up as LID 0x11 and protects it.
     for (uint8_t state : {PIB_PORT_ARMED, PIB_PORT_ACTIVE})
         REQUIRE(smp(iba::kSet, 0, [&](iba::Mad &m) {
-                    m.set16(64 + 16, 0x11);
-                    m.set16(64 + 18, 0x22);
-                    m.set8(64 + 32, state);
+                    iba::writePortInfo(m, {.lid = 0x11, .masterSmLid = 0x22, .portState = state});
                 }).first == 1);
     auto protect = [&](uint64_t oldKey, uint8_t bits, uint16_t lease) {
         return smp(iba::kSet, oldKey, [&](iba::Mad &m) {
-            m.set64(64 + 0, kKey);
-            m.set16(64 + 16, 0x11);
-            m.set16(64 + 18, 0x22);
-            m.set16(64 + 26, lease);
-            m.set8(64 + 34, static_cast<uint8_t>(bits << 6));
+            iba::writePortInfo(m, {.mkey = kKey,
+                                   .lid = 0x11,
+                                   .masterSmLid = 0x22,
+                                   .mkeyLeasePeriod = lease,
+                                   .mkeyProtectBits = bits});
         });
     };
     REQUIRE(protect(0, 2, 1).first == 1);
@@ -197,22 +207,24 @@ TEST_CASE("M_Key guards the SMA: protect bits, violations, Trap 256, the lease",
         CHECK(traps[0].lrh.slid == 0x11);
         CHECK(traps[0].lrh.vl == 15);
         iba::Mad trap(const_cast<std::vector<uint8_t> &>(traps[0].payload));
-        CHECK(trap.get64(24) == 0);        // a trap's own M_Key
-        CHECK(trap.get8(64) == 0x82);      // generic, security
-        CHECK(trap.get16(64 + 6) == 0x11); // IssuerLID
-        CHECK(trap.get8(64 + 16) == iba::kGet);
-        CHECK(trap.get16(64 + 18) == iba::kAttrPortInfo);
-        CHECK(trap.get64(64 + 24) == 0x9999); // the bad key
+        CHECK(trap.get64(24) == 0); // a trap's own M_Key
+        constexpr size_t kNotice = iba::Mad::kSmpData;
+        CHECK(trap.get8(kNotice) == 0x82);      // generic, security
+        CHECK(trap.get16(kNotice + 6) == 0x11); // IssuerLID
+        CHECK(trap.get8(kNotice + 16) == iba::kGet);
+        CHECK(trap.get16(kNotice + 18) == iba::kAttrPortInfo);
+        CHECK(trap.get64(kNotice + 24) == 0x9999); // the bad key
         auto [result, r] = smp(iba::kGet, kKey);
         REQUIRE(result == 1);
-        CHECK(iba::Mad(r.mad).get64(64) == kKey);
-        CHECK(iba::Mad(r.mad).get16(64 + 44) == 1); // M_KeyViolations
-        CHECK(iba::Mad(r.mad).get8(64 + 34) >> 6 == 2);
+        CHECK(portInfo(r).mkey == kKey);
+        CHECK(portInfo(r).mkeyViolations == 1);
+        CHECK(portInfo(r).mkeyProtectBits == 2);
     }
     SECTION("a Set with the wrong key changes nothing") {
-        CHECK(smp(iba::kSet, 0, [](iba::Mad &m) { m.set16(64 + 16, 0x77); }).first == 0);
+        const auto newLid = [](iba::Mad &m) { iba::writePortInfo(m, {.lid = 0x77}); };
+        CHECK(smp(iba::kSet, 0, newLid).first == 0);
         pib_mad_ifc r = smp(iba::kGet, kKey).second;
-        CHECK(iba::Mad(r.mad).get16(64 + 16) == 0x11);
+        CHECK(portInfo(r).lid == 0x11);
     }
     SECTION("the driver's own MADs skip the check") {
         const uint64_t in = f.host.alloc(PIB_MAILBOX_SIZE), out = f.host.alloc(PIB_MAILBOX_SIZE);
@@ -231,8 +243,8 @@ TEST_CASE("M_Key guards the SMA: protect bits, violations, Trap 256, the lease",
         REQUIRE(protect(kKey, 1, 0).first == 1);
         auto [result, r] = smp(iba::kGet, 0);
         REQUIRE(result == 1);
-        CHECK(iba::Mad(r.mad).get64(64) == 0);
-        CHECK(iba::Mad(r.mad).get16(64 + 16) == 0x11);
+        CHECK(portInfo(r).mkey == 0);
+        CHECK(portInfo(r).lid == 0x11);
     }
     SECTION("when the lease runs out the protection falls to 0") {
         CHECK(smp(iba::kSet, 0x5555).first == 0); // starts the 1 s lease
@@ -241,9 +253,9 @@ TEST_CASE("M_Key guards the SMA: protect bits, violations, Trap 256, the lease",
         f.host.advance(600'000'000);
         auto [result, r] = smp(iba::kGet, 0x5555);
         REQUIRE(result == 1);
-        CHECK(iba::Mad(r.mad).get64(64) == kKey); // an SM that lost the key can read it
-        CHECK(iba::Mad(r.mad).get8(64 + 34) >> 6 == 0);
-        CHECK(iba::Mad(r.mad).get16(64 + 44) == 2);
+        CHECK(portInfo(r).mkey == kKey); // an SM that lost the key can read it
+        CHECK(portInfo(r).mkeyProtectBits == 0);
+        CHECK(portInfo(r).mkeyViolations == 2);
         // Traps go at most every 4.096 us * 2^SubnetTimeout: here, each.
         CHECK(badMkeyTraps(f.host).size() == 2);
     }

@@ -2,12 +2,14 @@
 // The fabric switch's logic: SMA attributes, directed-route forwarding,
 // LFT/MFT forwarding, the PMA and untrusted input.
 #include <algorithm>
+#include <array>
 #include <string>
 
 #include <catch2/catch.hpp>
 
 #include "mad.hh"
 #include "server_internal.hh"
+#include "smp.hh"
 #include "smp_packets.hh"
 #include "switch.hh"
 
@@ -72,6 +74,46 @@ std::vector<uint8_t> drGet(Switch &sw, uint16_t attr, uint32_t mod) {
     return madOf(out[0].packet);
 }
 
+// A PortInfo Set's fill: `info` as the whole attribute.
+std::function<void(Mad &)> portInfo(const PortInfo &info) {
+    return [info](Mad &m) { writePortInfo(m, info); };
+}
+
+// A PortInfo Set's fill that asks for `state` and changes nothing else.
+std::function<void(Mad &)> portState(uint8_t state) {
+    return portInfo({.portState = state});
+}
+
+PortInfo portInfoOf(std::vector<uint8_t> mad) {
+    return readPortInfo(Mad(mad));
+}
+
+SwitchInfo switchInfoOf(std::vector<uint8_t> mad) {
+    return readSwitchInfo(Mad(mad));
+}
+
+// Sets LFT block 0 (DLIDs 0 to 63): the port `routes` gives each DLID,
+// port 0 for the DLIDs it does not name.
+void setRoutes(Switch &sw, const std::vector<std::pair<uint16_t, uint8_t>> &routes) {
+    std::array<uint8_t, Mad::kSmpDataSize> block{};
+    for (auto [dlid, port] : routes)
+        block.at(dlid) = port;
+    drSet(sw, kAttrLinearForwardingTable, 0, [&](Mad &m) { writeBytes(m, block); });
+}
+
+// Sets MFT block 0, position 0 (MLIDs 0xc000 to 0xc01f, ports 0 to 15):
+// the ports of `mlid`, none for the other MLIDs.
+void setMulticastPorts(Switch &sw, uint16_t mlid, uint16_t ports) {
+    std::array<uint16_t, kMftEntriesPerBlock> masks{};
+    masks.at(mlid - 0xc000) = ports;
+    drSet(sw, kAttrMulticastForwardingTable, 0, [&](Mad &m) { writeBlock16(m, masks); });
+}
+
+// The SM's SwitchInfo Set that clears PortStateChange (by writing 1).
+void clearPortStateChange(Switch &sw) {
+    drSet(sw, kAttrSwitchInfo, 0, [](Mad &m) { writeSwitchInfo(m, {.portStateChange = true}); });
+}
+
 } // namespace
 
 TEST_CASE("the SMA answers NodeInfo through a one-hop directed route", "[switch]") {
@@ -86,11 +128,12 @@ TEST_CASE("the SMA answers NodeInfo through a one-hop directed route", "[switch]
     CHECK(mad.returning());
     CHECK(mad.hopPointer() == 1);
     CHECK(mad.get64(8) == 0x1234); // transaction ID kept
-    CHECK(mad.get8(64 + 2) == 2);  // a switch
-    CHECK(mad.get8(64 + 3) == 8);
-    CHECK(mad.get64(64 + 12) == kGuid);
-    CHECK(mad.get64(64 + 20) == kGuid);
-    CHECK(mad.get8(64 + 36) == 3); // local port: the ingress
+    const NodeInfo node = readNodeInfo(mad);
+    CHECK(node.nodeType == kNodeTypeSwitch);
+    CHECK(node.numPorts == 8);
+    CHECK(node.nodeGuid == kGuid);
+    CHECK(node.portGuid == kGuid);
+    CHECK(node.localPortNum == 3); // the ingress
 }
 
 TEST_CASE("directed routes cross a chain of switches and come back", "[switch]") {
@@ -109,8 +152,8 @@ TEST_CASE("directed routes cross a chain of switches and come back", "[switch]")
     auto m = madOf(back[0].packet);
     Mad mad(m);
     CHECK(mad.hopPointer() == 1); // what the SM's HCA expects
-    CHECK(mad.get64(64 + 12) == kGuid + 1);
-    CHECK(mad.get8(64 + 36) == 2);
+    CHECK(readNodeInfo(mad).nodeGuid == kGuid + 1);
+    CHECK(readNodeInfo(mad).localPortNum == 2);
     CHECK(mad.returnPath(1) == 3);
     CHECK(mad.returnPath(2) == 2);
 }
@@ -119,11 +162,8 @@ namespace {
 
 // Gives a switch its LID and unicast routes (all in LFT block 0).
 void configure(Switch &sw, uint16_t lid, std::vector<std::pair<uint16_t, uint8_t>> routes) {
-    drSet(sw, kAttrPortInfo, 0, [&](Mad &m) { m.set16(64 + 16, lid); });
-    drSet(sw, kAttrLinearForwardingTable, 0, [&](Mad &m) {
-        for (auto [dlid, port] : routes)
-            m.set8(64 + dlid, port);
-    });
+    drSet(sw, kAttrPortInfo, 0, portInfo({.lid = lid}));
+    setRoutes(sw, routes);
 }
 
 // Rewrites a DR SMP's DR LIDs, hop pointer and LRH LIDs.
@@ -179,7 +219,7 @@ TEST_CASE("directed routes with LID-routed parts (IBA 14.2.2)", "[switch]") {
         Mad mad(r.payload);
         CHECK(mad.returning());
         CHECK(mad.hopPointer() == 0);
-        CHECK(mad.get64(64 + 12) == kGuid + 1);
+        CHECK(readNodeInfo(mad).nodeGuid == kGuid + 1);
     }
     SECTION("a LID-routed tail to a CA: a hands it to LID routing, the answer comes back by LID") {
         auto request = drSmp(kGet, kAttrNodeInfo, 0, {3});
@@ -233,8 +273,9 @@ TEST_CASE("directed routes with LID-routed parts (IBA 14.2.2)", "[switch]") {
         Mad mad(r.payload);
         CHECK(mad.method() == kGetResp);
         CHECK(mad.hopPointer() == 1);
-        CHECK(mad.get64(64 + 12) == kGuid + 1);
-        CHECK(mad.get8(64 + 36) == 2); // b's local port: where the LID-routed tail came in
+        CHECK(readNodeInfo(mad).nodeGuid == kGuid + 1);
+        // b's local port: where the LID-routed tail came in.
+        CHECK(readNodeInfo(mad).localPortNum == 2);
     }
     SECTION("inconsistent hop pointers and missing routes are dropped and counted") {
         // By LID, outgoing, in the middle of the directed part.
@@ -283,17 +324,16 @@ TEST_CASE("bad directed routes are dropped and counted", "[switch]") {
 
 TEST_CASE("PortInfo sets the LID and walks the port states", "[switch]") {
     Switch sw = makeSwitch();
-    auto r = drSet(sw, kAttrPortInfo, 0, [](Mad &m) { m.set16(64 + 16, 0x42); });
+    auto r = drSet(sw, kAttrPortInfo, 0, portInfo({.lid = 0x42}));
     CHECK(Mad(r).status() == kStatusOk);
-    CHECK(Mad(r).get16(64 + 16) == 0x42);
+    CHECK(portInfoOf(r).lid == 0x42);
     CHECK(sw.lid() == 0x42);
     // LocalPortNum is the port the SMP came in by, whichever port it asks about.
     auto info = drSet(sw, kAttrPortInfo, 5, [](Mad &) {});
-    CHECK(Mad(info).get8(64 + 28) == 1);
+    CHECK(portInfoOf(info).localPortNum == 1);
 
     auto setState = [&](unsigned port, uint8_t state) {
-        auto resp = drSet(sw, kAttrPortInfo, port, [&](Mad &m) { m.set8(64 + 32, state); });
-        return Mad(resp).status();
+        return statusOf(drSet(sw, kAttrPortInfo, port, portState(state)));
     };
     CHECK(sw.port(4).state == kPortStateInit);
     CHECK(setState(4, kPortStateActive) == kStatusBadField); // INIT -> ACTIVE skips ARMED
@@ -309,10 +349,10 @@ namespace {
 // LID 5 behind port 2; ports 1 and 2 ARMED, then `active` of them ACTIVE:
 // a link the SM is half way through activating.
 void activateOneEnd(Switch &sw, unsigned active) {
-    drSet(sw, kAttrLinearForwardingTable, 0, [](Mad &m) { m.set8(64 + 5, 2); });
+    setRoutes(sw, {{5, 2}});
     for (unsigned p : {1u, 2u})
-        drSet(sw, kAttrPortInfo, p, [](Mad &m) { m.set8(64 + 32, kPortStateArmed); });
-    drSet(sw, kAttrPortInfo, active, [](Mad &m) { m.set8(64 + 32, kPortStateActive); });
+        drSet(sw, kAttrPortInfo, p, portState(kPortStateArmed));
+    drSet(sw, kAttrPortInfo, active, portState(kPortStateActive));
 }
 
 } // namespace
@@ -348,7 +388,8 @@ TEST_CASE("data for an ARMED port waits for the SM to activate it", "[switch]") 
     auto out = sw.receive(1, [&] {
         iba::ParseError error;
         auto p = *iba::parse(drSmp(kSet, kAttrPortInfo, 2, {1}), &error);
-        Mad(p.payload).set8(64 + 32, kPortStateActive);
+        Mad smp(p.payload);
+        writePortInfo(smp, {.portState = kPortStateActive});
         return iba::build(p);
     }());
     REQUIRE(out.size() == 1 + Switch::kHeldWhileArmed);
@@ -358,8 +399,8 @@ TEST_CASE("data for an ARMED port waits for the SM to activate it", "[switch]") 
     CHECK(sw.port(2).counters.xmitPackets == Switch::kHeldWhileArmed);
 
     // A port that goes down instead discards what it held.
-    drSet(sw, kAttrPortInfo, 3, [](Mad &m) { m.set8(64 + 32, kPortStateArmed); });
-    drSet(sw, kAttrLinearForwardingTable, 0, [](Mad &m) { m.set8(64 + 6, 3); });
+    drSet(sw, kAttrPortInfo, 3, portState(kPortStateArmed));
+    setRoutes(sw, {{6, 3}});
     CHECK(sw.receive(1, lidPacket(6, 0x99, {1, 2, 3, 4})).empty());
     CHECK(sw.port(3).held.size() == 1);
     sw.linkChanged(3, false);
@@ -379,13 +420,13 @@ TEST_CASE("unknown attributes and methods get an error status", "[switch]") {
 
 TEST_CASE("the LFT routes unicast between ACTIVE ports", "[switch]") {
     Switch sw = makeSwitch();
-    drSet(sw, kAttrLinearForwardingTable, 0, [](Mad &m) { m.set8(64 + 5, 2); });
+    setRoutes(sw, {{5, 2}});
     CHECK(sw.lftEntry(5) == 2);
     auto data = lidPacket(5, 0x99, std::vector<uint8_t>(100, 1));
     CHECK(sw.receive(1, data).empty()); // ports not ACTIVE yet
     for (unsigned p : {1u, 2u}) {
-        drSet(sw, kAttrPortInfo, p, [](Mad &m) { m.set8(64 + 32, kPortStateArmed); });
-        drSet(sw, kAttrPortInfo, p, [](Mad &m) { m.set8(64 + 32, kPortStateActive); });
+        drSet(sw, kAttrPortInfo, p, portState(kPortStateArmed));
+        drSet(sw, kAttrPortInfo, p, portState(kPortStateActive));
     }
     auto out = sw.receive(1, data);
     REQUIRE(out.size() == 1);
@@ -408,11 +449,10 @@ TEST_CASE("the LFT routes unicast between ACTIVE ports", "[switch]") {
 TEST_CASE("the MFT copies multicast to its ports but never back", "[switch]") {
     Switch sw = makeSwitch();
     for (unsigned p = 1; p <= 4; ++p) {
-        drSet(sw, kAttrPortInfo, p, [](Mad &m) { m.set8(64 + 32, kPortStateArmed); });
-        drSet(sw, kAttrPortInfo, p, [](Mad &m) { m.set8(64 + 32, kPortStateActive); });
+        drSet(sw, kAttrPortInfo, p, portState(kPortStateArmed));
+        drSet(sw, kAttrPortInfo, p, portState(kPortStateActive));
     }
-    // MLID 0xc001: ports 1, 2 and 3 (position 0 covers ports 0..15).
-    drSet(sw, kAttrMulticastForwardingTable, 0, [](Mad &m) { m.set16(64 + 2, 0b1110); });
+    setMulticastPorts(sw, 0xc001, 0b1110); // ports 1, 2 and 3
     auto out = sw.receive(1, lidPacket(0xc001, 0xffffff, std::vector<uint8_t>(64, 9)));
     REQUIRE(out.size() == 2);
     CHECK(out[0].port == 2);
@@ -428,8 +468,8 @@ TEST_CASE("multicast LIDs beyond the MFT are dropped, not indexed", "[switch]") 
     CHECK(sw.receive(1, lidPacket(0xd000, 0, std::vector<uint8_t>(kMadSize, 0))).empty());
     CHECK(sw.port(1).counters.xmitDiscards == 1);
     for (unsigned p = 1; p <= 2; ++p) {
-        drSet(sw, kAttrPortInfo, p, [](Mad &m) { m.set8(64 + 32, kPortStateArmed); });
-        drSet(sw, kAttrPortInfo, p, [](Mad &m) { m.set8(64 + 32, kPortStateActive); });
+        drSet(sw, kAttrPortInfo, p, portState(kPortStateArmed));
+        drSet(sw, kAttrPortInfo, p, portState(kPortStateActive));
     }
     for (uint32_t dlid = 0xc000 + Switch::kMftCap; dlid < 0xffff; dlid += 97) {
         CHECK(
@@ -443,18 +483,18 @@ TEST_CASE("multicast LIDs beyond the MFT are dropped, not indexed", "[switch]") 
 
 TEST_CASE("the PMA counts traffic in IBA units", "[switch]") {
     Switch sw = makeSwitch();
-    drSet(sw, kAttrPortInfo, 0, [](Mad &m) { m.set16(64 + 16, 0x10); });
-    drSet(sw, kAttrPortInfo, 1, [](Mad &m) { m.set8(64 + 32, kPortStateArmed); });
-    drSet(sw, kAttrPortInfo, 1, [](Mad &m) { m.set8(64 + 32, kPortStateActive); });
+    drSet(sw, kAttrPortInfo, 0, portInfo({.lid = 0x10}));
+    drSet(sw, kAttrPortInfo, 1, portState(kPortStateArmed));
+    drSet(sw, kAttrPortInfo, 1, portState(kPortStateActive));
     auto request = smpMad(kClassPerfMgt, kGet, kAttrPortCounters, 0);
-    request[64 + 1] = 1; // port select
+    request[Mad::kPmaData + 1] = 1; // PortSelect
     auto out = sw.receive(1, lidPacket(0x10, 1, request, 0x21));
     REQUIRE(out.size() == 1);
     auto m = madOf(out[0].packet);
     Mad mad(m);
     CHECK(mad.status() == kStatusOk);
-    CHECK(mad.get32(64 + 36) == sw.port(1).counters.rcvPackets); // PortRcvPkts
-    CHECK(mad.get32(64 + 28) == sw.port(1).counters.rcvData);
+    CHECK(mad.get32(Mad::kPmaData + 36) == sw.port(1).counters.rcvPackets); // PortRcvPkts
+    CHECK(mad.get32(Mad::kPmaData + 28) == sw.port(1).counters.rcvData);    // PortRcvData
     CHECK(sw.port(1).counters.rcvData > 0);
     iba::ParseError error;
     auto reply = iba::parse(out[0].packet, &error);
@@ -465,12 +505,12 @@ TEST_CASE("the PMA counts traffic in IBA units", "[switch]") {
 
 TEST_CASE("link changes set PortStateChange until the SM clears it", "[switch]") {
     Switch sw = makeSwitch();
-    drSet(sw, kAttrSwitchInfo, 0, [](Mad &m) { m.set8(64 + 11, 0x04); });
+    clearPortStateChange(sw);
     CHECK_FALSE(sw.portStateChange());
     sw.linkChanged(6, false);
     CHECK(sw.port(6).state == kPortStateDown);
     CHECK(sw.portStateChange());
-    drSet(sw, kAttrSwitchInfo, 0, [](Mad &m) { m.set8(64 + 11, 0x04); });
+    clearPortStateChange(sw);
     CHECK_FALSE(sw.portStateChange());
 }
 
@@ -478,20 +518,20 @@ TEST_CASE("the SM setting a port DOWN takes its link down to train again", "[swi
     Switch sw = makeSwitch();
     std::vector<std::string> events;
     sw.setEventLogger([&](const std::string &line) { events.push_back(line); });
-    drSet(sw, kAttrPortInfo, 6, [](Mad &m) { m.set8(64 + 32, kPortStateArmed); });
-    drSet(sw, kAttrPortInfo, 6, [](Mad &m) { m.set8(64 + 32, kPortStateActive); });
+    drSet(sw, kAttrPortInfo, 6, portState(kPortStateArmed));
+    drSet(sw, kAttrPortInfo, 6, portState(kPortStateActive));
     CHECK(sw.takeLinkResets().empty());
-    drSet(sw, kAttrSwitchInfo, 0, [](Mad &m) { m.set8(64 + 11, 0x04); });
+    clearPortStateChange(sw);
 
-    auto m = drSet(sw, kAttrPortInfo, 6, [](Mad &m) { m.set8(64 + 32, kPortStateDown); });
+    auto m = drSet(sw, kAttrPortInfo, 6, portState(kPortStateDown));
     CHECK(Mad(m).status() == kStatusOk);
     // DOWN, not INIT at once: the peer's end must see the link go too.
     CHECK(sw.port(6).state == kPortStateDown);
-    drSet(sw, kAttrPortInfo, 6, [](Mad &m) { m.set8(64 + 32, kPortStateDown); });
+    drSet(sw, kAttrPortInfo, 6, portState(kPortStateDown));
     CHECK(sw.takeLinkResets() == std::vector<unsigned>{6}); // once, however often set
     CHECK(sw.takeLinkResets().empty());
     // Until the cable is closed nothing but DOWN may be set.
-    m = drSet(sw, kAttrPortInfo, 6, [](Mad &m) { m.set8(64 + 32, kPortStateArmed); });
+    m = drSet(sw, kAttrPortInfo, 6, portState(kPortStateArmed));
     CHECK(Mad(m).status() == kStatusBadField);
     // The server closes it, the peer comes back: INIT, and the SM hears.
     sw.linkChanged(6, false);
@@ -519,13 +559,17 @@ TEST_CASE("garbage from a port is counted, never forwarded", "[switch]") {
 
 TEST_CASE("every SMA table reads back what a Set wrote", "[switch]") {
     Switch sw = makeSwitch();
-    auto pattern = [](Mad &m, size_t bytes, uint8_t seed) {
+    auto pattern = [](size_t bytes, uint8_t seed) {
+        std::vector<uint8_t> data(bytes);
         for (size_t i = 0; i < bytes; ++i)
-            m.set8(64 + i, static_cast<uint8_t>(seed + i));
+            data[i] = static_cast<uint8_t>(seed + i);
+        return data;
     };
-    auto same = [](const std::vector<uint8_t> &a, const std::vector<uint8_t> &b, size_t bytes) {
-        return std::equal(a.begin() + 64, a.begin() + 64 + static_cast<long>(bytes),
-                          b.begin() + 64);
+    // The first `bytes` bytes of a MAD's attribute.
+    auto dataOf = [](std::vector<uint8_t> mad, size_t bytes) {
+        std::vector<uint8_t> data(bytes);
+        readBytes(Mad(mad), data);
+        return data;
     };
     struct Table {
         const char *name;
@@ -544,15 +588,13 @@ TEST_CASE("every SMA table reads back what a Set wrote", "[switch]") {
     };
     for (const Table &t : tables) {
         INFO(t.name);
-        auto set = drSet(sw, t.attr, t.mod, [&](Mad &m) { pattern(m, t.bytes, 0x30); });
+        const std::vector<uint8_t> expected = pattern(t.bytes, 0x30);
+        auto set = drSet(sw, t.attr, t.mod, [&](Mad &m) { writeBytes(m, expected); });
         CHECK(statusOf(set) == kStatusOk);
         auto get = drGet(sw, t.attr, t.mod);
         CHECK(statusOf(get) == kStatusOk);
-        std::vector<uint8_t> expected(kMadSize, 0);
-        Mad e(expected);
-        pattern(e, t.bytes, 0x30);
-        CHECK(same(get, expected, t.bytes));
-        CHECK(same(set, expected, t.bytes)); // a Set answers with the new value
+        CHECK(dataOf(get, t.bytes) == expected);
+        CHECK(dataOf(set, t.bytes) == expected); // a Set answers with the new value
     }
     // The LFT block landed where the forwarding uses it.
     CHECK(sw.lftEntry(5 * 64 + 2) == 0x32);
@@ -561,28 +603,31 @@ TEST_CASE("every SMA table reads back what a Set wrote", "[switch]") {
 TEST_CASE("SwitchInfo, GUIDInfo and NodeDescription describe the switch", "[switch]") {
     Switch sw = makeSwitch();
     auto set = drSet(sw, kAttrSwitchInfo, 0, [](Mad &m) {
-        m.set16(64 + 6, 0x40);      // LinearFDBTop
-        m.set8(64 + 8, 3);          // DefaultPort
-        m.set8(64 + 11, 0x11 << 3); // LifeTimeValue
-        m.set16(64 + 17, 0xc003);   // MulticastFDBTop
+        writeSwitchInfo(m, {.linearFdbTop = 0x40,
+                            .defaultPort = 3,
+                            .lifeTimeValue = 0x11,
+                            .multicastFdbTop = 0xc003});
     });
     CHECK(statusOf(set) == kStatusOk);
-    Mad info(set);
-    CHECK(info.get16(64 + 0) == Switch::kLftCap);
-    CHECK(info.get16(64 + 4) == Switch::kMftCap);
-    CHECK(info.get16(64 + 6) == 0x40);
-    CHECK(info.get8(64 + 8) == 3);
-    CHECK(info.get8(64 + 11) >> 3 == 0x11);
-    CHECK(info.get16(64 + 17) == 0xc003);
+    const SwitchInfo info = switchInfoOf(set);
+    CHECK(info.linearFdbCap == Switch::kLftCap);
+    CHECK(info.multicastFdbCap == Switch::kMftCap);
+    CHECK(info.linearFdbTop == 0x40);
+    CHECK(info.defaultPort == 3);
+    CHECK(info.lifeTimeValue == 0x11);
+    CHECK(info.multicastFdbTop == 0xc003);
 
     // A LinearFDBTop beyond the table is clamped, not trusted.
-    auto huge = drSet(sw, kAttrSwitchInfo, 0, [](Mad &m) { m.set16(64 + 6, 0xffff); });
-    CHECK(Mad(huge).get16(64 + 6) == Switch::kLftCap - 1);
+    auto huge =
+        drSet(sw, kAttrSwitchInfo, 0, [](Mad &m) { writeSwitchInfo(m, {.linearFdbTop = 0xffff}); });
+    CHECK(switchInfoOf(huge).linearFdbTop == Switch::kLftCap - 1);
 
     auto guid = drGet(sw, kAttrGuidInfo, 0);
     CHECK(statusOf(guid) == kStatusOk);
-    CHECK(Mad(guid).get64(64) == kGuid);
-    CHECK(Mad(guid).get64(72) == 0);
+    std::array<uint64_t, kGuidsPerBlock> guids{};
+    readBlock64(Mad(guid), guids);
+    CHECK(guids[0] == kGuid);
+    CHECK(guids[1] == 0);
 
     auto desc = drGet(sw, kAttrNodeDescription, 0);
     CHECK(statusOf(desc) == kStatusOk);
@@ -608,21 +653,23 @@ TEST_CASE("out-of-range ports and blocks are refused and change nothing", "[swit
         {"MFT position 1 on an 8-port switch", kAttrMulticastForwardingTable, 1u << 28},
         {"GUIDInfo block 1", kAttrGuidInfo, 1},
     };
+    std::array<uint8_t, Mad::kSmpDataSize> stray{};
+    stray[5] = 0x77; // in LFT block 0: DLID 5's port
     for (const Bad &b : bad) {
         INFO(b.name);
         CHECK(statusOf(drGet(sw, b.attr, b.mod)) == kStatusBadField);
         if (b.attr != kAttrGuidInfo) // GUIDInfo is read-only here
-            CHECK(statusOf(drSet(sw, b.attr, b.mod, [](Mad &m) { m.set8(64 + 5, 0x77); })) ==
+            CHECK(statusOf(drSet(sw, b.attr, b.mod, [&](Mad &m) { writeBytes(m, stray); })) ==
                   kStatusBadField);
     }
     // A PortInfo Set with a bad field leaves every field as it was.
-    auto before = drGet(sw, kAttrPortInfo, 2);
-    auto r = drSet(sw, kAttrPortInfo, 2, [](Mad &m) {
-        m.set8(64 + 36, 7 << 4); // NeighborMTU 7 does not exist
-        m.set8(64 + 42, 0x13);   // HOQLife: would change if applied
-    });
+    const PortInfo before = portInfoOf(drGet(sw, kAttrPortInfo, 2));
+    // NeighborMTU 7 does not exist; HOQLife would change if applied.
+    auto r = drSet(sw, kAttrPortInfo, 2, portInfo({.neighborMtu = 7, .hoqLife = 0x13}));
     CHECK(statusOf(r) == kStatusBadField);
-    CHECK(drGet(sw, kAttrPortInfo, 2)[64 + 42] == before[64 + 42]);
+    const PortInfo after = portInfoOf(drGet(sw, kAttrPortInfo, 2));
+    CHECK(after.vlStallCount == before.vlStallCount); // HOQLife's byte
+    CHECK(after.hoqLife == before.hoqLife);
     CHECK(sw.lftEntry(5) == 0xff); // no stray write reached the LFT
 }
 
@@ -639,11 +686,8 @@ TEST_CASE("every truncation of a valid SMP is counted, never forwarded", "[switc
 TEST_CASE("a link change sends Trap 128 to the SM once it configured the switch", "[switch]") {
     Switch sw = makeSwitch();
     CHECK(sw.linkChanged(7, false).empty()); // no LID, no SM yet: nobody to tell
-    drSet(sw, kAttrPortInfo, 0, [](Mad &m) {
-        m.set16(64 + 16, 0x10); // our LID
-        m.set16(64 + 18, 0x20); // the SM's
-    });
-    drSet(sw, kAttrLinearForwardingTable, 0, [](Mad &m) { m.set8(64 + 0x20, 2); });
+    drSet(sw, kAttrPortInfo, 0, portInfo({.lid = 0x10, .masterSmLid = 0x20}));
+    setRoutes(sw, {{0x20, 2}});
 
     auto out = sw.linkChanged(7, true);
     REQUIRE(out.size() == 1);
@@ -659,9 +703,10 @@ TEST_CASE("a link change sends Trap 128 to the SM once it configured the switch"
     CHECK(trap.mgmtClass() == kClassSmpLid);
     CHECK(trap.method() == kTrap);
     CHECK(trap.attributeId() == 0x0002); // Notice
-    CHECK(trap.get8(64) == 0x81);        // generic, urgent
-    CHECK(trap.get16(64 + 4) == 128);    // link state changed
-    CHECK(trap.get16(64 + 6) == 0x10);   // issuer
+    constexpr size_t kNotice = Mad::kSmpData;
+    CHECK(trap.get8(kNotice) == 0x81);      // generic, urgent
+    CHECK(trap.get16(kNotice + 4) == 128);  // link state changed
+    CHECK(trap.get16(kNotice + 6) == 0x10); // issuer
     CHECK(sw.portStateChange());
 
     // The SM's TrapRepress is consumed silently, not answered.
@@ -677,12 +722,9 @@ TEST_CASE("Trap 128 is repeated until the SM represses it", "[switch]") {
     Switch sw = makeSwitch();
     uint64_t now = 1'000'000'000;
     sw.setClock([&] { return now; });
-    drSet(sw, kAttrPortInfo, 0, [](Mad &m) {
-        m.set16(64 + 16, 0x10);
-        m.set16(64 + 18, 0x20);
-        m.set8(64 + 51, 18); // SubnetTimeOut: 4.096 us x 2^18 = 1.07 s
-    });
-    drSet(sw, kAttrLinearForwardingTable, 0, [](Mad &m) { m.set8(64 + 0x20, 2); });
+    // SubnetTimeOut: 4.096 us x 2^18 = 1.07 s.
+    drSet(sw, kAttrPortInfo, 0, portInfo({.lid = 0x10, .masterSmLid = 0x20, .subnetTimeout = 18}));
+    setRoutes(sw, {{0x20, 2}});
     iba::ParseError error;
     const auto tidOf = [&](const Transmit &t) {
         return Mad(iba::parse(t.packet, &error)->payload).get64(8);
@@ -728,14 +770,13 @@ TEST_CASE("port 0's M_Key guards the whole switch", "[switch][mkey]") {
     constexpr uint64_t kKey = 0xfeed;
     // The SM (LID 1 behind port 1) gives the switch LID 2 and a key,
     // protect bits 2, a lease of 1 s.
-    drSet(sw, kAttrLinearForwardingTable, 0, [](Mad &m) { m.set8(64 + 1, 1); });
-    drSet(sw, kAttrPortInfo, 0, [](Mad &m) {
-        m.set64(64 + 0, kKey);
-        m.set16(64 + 16, 2);
-        m.set16(64 + 18, 1);
-        m.set16(64 + 26, 1);
-        m.set8(64 + 34, 2 << 6);
-    });
+    setRoutes(sw, {{1, 1}});
+    drSet(sw, kAttrPortInfo, 0,
+          portInfo({.mkey = kKey,
+                    .lid = 2,
+                    .masterSmLid = 1,
+                    .mkeyLeasePeriod = 1,
+                    .mkeyProtectBits = 2}));
     auto smp = [&](uint8_t method, uint64_t key, uint16_t attr = kAttrPortInfo) {
         auto bytes = drSmp(method, attr, 0, {1});
         iba::ParseError error;
@@ -747,16 +788,17 @@ TEST_CASE("port 0's M_Key guards the whole switch", "[switch][mkey]") {
     REQUIRE(out.size() == 1); // no GetResp: the Trap 256 alone
     std::vector<uint8_t> trap = madOf(out[0].packet);
     CHECK(Mad(trap).method() == kTrap);
-    CHECK(Mad(trap).get16(64 + 4) == iba::kTrapBadMkey);
-    CHECK(Mad(trap).get8(64 + 33) & 0x80); // it came by directed route
+    constexpr size_t kNotice = Mad::kSmpData;
+    CHECK(Mad(trap).get16(kNotice + 4) == iba::kTrapBadMkey);
+    CHECK(Mad(trap).get8(kNotice + 33) & 0x80); // it came by directed route
     CHECK(sw.mkey().violations() == 1);
     CHECK(smp(kSet, 0x1, kAttrSwitchInfo).size() == 1); // a Set: trapped too
     out = smp(kGet, kKey);
     REQUIRE(out.size() == 1);
     auto answer = madOf(out[0].packet);
     CHECK(Mad(answer).method() == kGetResp);
-    CHECK(Mad(answer).get64(64) == kKey);
-    CHECK(Mad(answer).get16(64 + 44) == 2);
+    CHECK(portInfoOf(answer).mkey == kKey);
+    CHECK(portInfoOf(answer).mkeyViolations == 2);
     // A violation starts the lease; 1 s later the protection is gone.
     CHECK(smp(kGet, 0).size() == 1);
     now += 1'500'000'000;
@@ -764,7 +806,7 @@ TEST_CASE("port 0's M_Key guards the whole switch", "[switch][mkey]") {
     REQUIRE(out.size() == 1);
     answer = madOf(out[0].packet);
     CHECK(Mad(answer).method() == kGetResp);
-    CHECK(Mad(answer).get8(64 + 34) >> 6 == 0);
+    CHECK(portInfoOf(answer).mkeyProtectBits == 0);
 }
 
 TEST_CASE("an output is stuck after its port's head-of-queue lifetime, bounded both ways",
@@ -785,9 +827,6 @@ TEST_CASE("an output is stuck after its port's head-of-queue lifetime, bounded b
 namespace {
 
 // A field of a MAD the switch answered.
-uint16_t field16(std::vector<uint8_t> mad, size_t at) {
-    return Mad(mad).get16(at);
-}
 uint8_t field8(std::vector<uint8_t> mad, size_t at) {
     return Mad(mad).get8(at);
 }
@@ -795,20 +834,23 @@ uint8_t field8(std::vector<uint8_t> mad, size_t at) {
 // Ports `ports` ACTIVE, as the SM leaves them.
 void activate(Switch &sw, std::initializer_list<unsigned> ports) {
     for (unsigned p : ports) {
-        drSet(sw, kAttrPortInfo, p, [](Mad &m) { m.set8(64 + 32, kPortStateArmed); });
-        drSet(sw, kAttrPortInfo, p, [](Mad &m) { m.set8(64 + 32, kPortStateActive); });
+        drSet(sw, kAttrPortInfo, p, portState(kPortStateArmed));
+        drSet(sw, kAttrPortInfo, p, portState(kPortStateActive));
     }
 }
 
 std::vector<uint8_t> setPkeys(Switch &sw, unsigned port, std::vector<uint16_t> keys) {
-    return drSet(sw, kAttrPkeyTable, port << 16, [&](Mad &m) {
-        for (size_t i = 0; i < keys.size(); ++i)
-            m.set16(64 + 2 * i, keys[i]);
-    });
+    return drSet(sw, kAttrPkeyTable, port << 16, [&](Mad &m) { writeBlock16(m, keys); });
+}
+
+std::array<uint16_t, kPkeysPerBlock> pkeysOf(std::vector<uint8_t> mad) {
+    std::array<uint16_t, kPkeysPerBlock> keys{};
+    readBlock16(Mad(mad), keys);
+    return keys;
 }
 
 void setEnforcement(Switch &sw, unsigned port, uint8_t bits) {
-    drSet(sw, kAttrPortInfo, port, [&](Mad &m) { m.set8(64 + 43, bits); });
+    drSet(sw, kAttrPortInfo, port, portInfo({.partitionEnforcement = bits}));
 }
 
 } // namespace
@@ -819,15 +861,15 @@ TEST_CASE("switch ports enforce their partitions in and out (IBA 10.9.2)", "[swi
     // entries per external port, inbound and outbound enforcement, no raw
     // filtering.
     auto info = drGet(sw, kAttrSwitchInfo, 0);
-    CHECK(field16(info, 64 + 14) == 32);      // PartitionEnforcementCap
-    CHECK(field8(info, 64 + 16) >> 4 == 0xc); // Inbound and OutboundEnforcementCap
+    CHECK(switchInfoOf(info).partitionEnforcementCap == 32);
+    CHECK(switchInfoOf(info).enforcementBits == 0xc); // Inbound and OutboundEnforcementCap
 
-    drSet(sw, kAttrLinearForwardingTable, 0, [](Mad &m) { m.set8(64 + 5, 2); });
+    setRoutes(sw, {{5, 2}});
     activate(sw, {1, 2});
     // Port 1 (ingress): full member of 0x0001 and 0x0003; port 2
     // (egress): limited member of 0x0001, none of 0x0003.
     CHECK(statusOf(setPkeys(sw, 1, {0xffff, 0x8001, 0x8003})) == kStatusOk);
-    CHECK(field16(setPkeys(sw, 2, {0xffff, 0x0001}), 64 + 2) == 0x0001); // read back
+    CHECK(pkeysOf(setPkeys(sw, 2, {0xffff, 0x0001}))[1] == 0x0001); // read back
     auto send = [&](uint16_t pkey, uint32_t qp = 0x99) {
         return sw.receive(1,
                           lidPacket(5, qp, std::vector<uint8_t>(qp ? 64 : kMadSize, 1), 99, pkey));
@@ -837,8 +879,8 @@ TEST_CASE("switch ports enforce their partitions in and out (IBA 10.9.2)", "[swi
 
     setEnforcement(sw, 1, kEnforceInbound);
     setEnforcement(sw, 2, kEnforceOutbound | 0x3); // the FilterRaw bits are not offered
-    CHECK((field8(drGet(sw, kAttrPortInfo, 1), 64 + 43) & 0xf) == kEnforceInbound);
-    CHECK((field8(drGet(sw, kAttrPortInfo, 2), 64 + 43) & 0xf) == kEnforceOutbound);
+    CHECK(portInfoOf(drGet(sw, kAttrPortInfo, 1)).partitionEnforcement == kEnforceInbound);
+    CHECK(portInfoOf(drGet(sw, kAttrPortInfo, 2)).partitionEnforcement == kEnforceOutbound);
 
     CHECK(send(0xffff).size() == 1); // the default partition, both sides
     CHECK(send(0x8001).size() == 1); // the partition both ports are in
@@ -858,24 +900,24 @@ TEST_CASE("switch ports enforce their partitions in and out (IBA 10.9.2)", "[swi
     CHECK(send(0x8002, 0).size() == 1); // subnet management (QP0) is exempt
 
     // The PMA reports both counters.
-    drSet(sw, kAttrPortInfo, 0, [](Mad &m) { m.set16(64 + 16, 0x10); });
+    drSet(sw, kAttrPortInfo, 0, portInfo({.lid = 0x10}));
     auto counters = [&](unsigned port) {
         auto request = smpMad(kClassPerfMgt, kGet, kAttrPortCounters, 0);
-        request[64 + 1] = static_cast<uint8_t>(port);
+        request[Mad::kPmaData + 1] = static_cast<uint8_t>(port); // PortSelect
         auto out = sw.receive(1, lidPacket(0x10, 1, request, 0x21));
         REQUIRE(out.size() == 1);
         return madOf(out[0].packet);
     };
-    CHECK(field8(counters(1), 64 + 17) == 3); // PortRcvConstraintErrors
-    CHECK(field8(counters(2), 64 + 16) == 1); // PortXmitConstraintErrors
+    CHECK(field8(counters(1), Mad::kPmaData + 17) == 3); // PortRcvConstraintErrors
+    CHECK(field8(counters(2), Mad::kPmaData + 16) == 1); // PortXmitConstraintErrors
 
     // A Set clears the counters its CounterSelect names, and only those
     // (ibqueryerrors -k selects the error counters, not the data).
     auto clear = [&](unsigned port, uint16_t select) {
         auto request = smpMad(kClassPerfMgt, kSet, kAttrPortCounters, 0);
-        request[64 + 1] = static_cast<uint8_t>(port);
-        request[64 + 2] = static_cast<uint8_t>(select >> 8);
-        request[64 + 3] = static_cast<uint8_t>(select);
+        Mad pma(request);
+        pma.set8(Mad::kPmaData + 1, static_cast<uint8_t>(port)); // PortSelect
+        pma.set16(Mad::kPmaData + 2, select);                    // CounterSelect
         REQUIRE(sw.receive(1, lidPacket(0x10, 1, request, 0x21)).size() == 1);
     };
     const uint64_t rcvPackets = sw.port(1).counters.rcvPackets;
@@ -900,18 +942,16 @@ TEST_CASE("port 0's M_Key guards the switch ports' partition tables", "[switch][
     Switch sw = makeSwitch();
     // The SM (LID 1 behind port 1) gives the switch LID 2, a key, and
     // protect bits 2: a Set needs the key.
-    drSet(sw, kAttrLinearForwardingTable, 0, [](Mad &m) { m.set8(64 + 1, 1); });
-    drSet(sw, kAttrPortInfo, 0, [](Mad &m) {
-        m.set64(64 + 0, 0xfeed);
-        m.set16(64 + 16, 2);
-        m.set16(64 + 18, 1);
-        m.set8(64 + 34, 2 << 6);
-    });
+    setRoutes(sw, {{1, 1}});
+    drSet(sw, kAttrPortInfo, 0,
+          portInfo({.mkey = 0xfeed, .lid = 2, .masterSmLid = 1, .mkeyProtectBits = 2}));
     auto bytes = drSmp(kSet, kAttrPkeyTable, 3 << 16, {1});
     iba::ParseError error;
     auto p = *iba::parse(bytes, &error);
-    Mad(p.payload).set16(64, 0x8123);
-    Mad(p.payload).set64(24, 0xbad);
+    Mad smp(p.payload);
+    const uint16_t pkeys[] = {0x8123};
+    writeBlock16(smp, pkeys);
+    smp.set64(24, 0xbad);
     const auto out = sw.receive(1, iba::build(p));
     REQUIRE(out.size() == 1); // the Trap 256, no answer
     CHECK(field8(madOf(out[0].packet), 3) == kTrap);
@@ -928,7 +968,7 @@ TEST_CASE("a switch's saved state loads into a new switch that forwards as it di
     activate(sw, {1, 2, 3});
     setPkeys(sw, 2, {0xffff, 0x8001});
     setEnforcement(sw, 2, kEnforceOutbound);
-    drSet(sw, kAttrMulticastForwardingTable, 0, [](Mad &m) { m.set16(64 + 2, 0b1110); });
+    setMulticastPorts(sw, 0xc001, 0b1110);
     const auto data = lidPacket(5, 0x99, std::vector<uint8_t>(100, 1));
     REQUIRE(sw.receive(1, data).size() == 1);
     pib::StateWriter w;

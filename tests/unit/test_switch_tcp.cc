@@ -36,6 +36,7 @@
 #include "ring_cable.hh"
 #include "server.hh"
 #include "server_internal.hh"
+#include "smp.hh"
 #include "smp_packets.hh"
 #include "switch.hh"
 
@@ -810,7 +811,8 @@ struct ArmedDevice {
              static_cast<uint64_t>(grace.count()) * 1'000'000),
           cable(deviceCable(port)) {
         auto mad = testing::drSmpMad(iba::kSet, iba::kAttrPortInfo, 1, {1});
-        mad[64 + 32] = iba::kPortStateArmed;
+        iba::Mad smp(mad);
+        iba::writePortInfo(smp, {.portState = iba::kPortStateArmed});
         sendFrame(cable, PIB_WIRE_PACKET, testing::drPacket(mad));
         REQUIRE(frameOfType(cable, PIB_WIRE_PACKET, 2000ms)); // the Set's answer
         REQUIRE(portsSay(control, "port 1: ARMED, link up", 2000ms));
@@ -1020,9 +1022,10 @@ namespace {
 // A Set of a switch attribute through `cable`, one hop away; returns when
 // the switch answered.
 void setThrough(const Fd &cable, uint16_t attr, uint32_t mod,
-                const std::function<void(std::vector<uint8_t> &mad)> &fill) {
+                const std::function<void(iba::Mad &)> &fill) {
     auto mad = testing::drSmpMad(iba::kSet, attr, mod, {1});
-    fill(mad);
+    iba::Mad smp(mad);
+    fill(smp);
     sendFrame(cable, PIB_WIRE_PACKET, testing::drPacket(mad));
     REQUIRE(frameOfType(cable, PIB_WIRE_PACKET, 2000ms));
 }
@@ -1042,18 +1045,21 @@ std::vector<std::vector<uint8_t>> switchStateSeeds() {
     Fd sm = deviceCable(dir.file("port1"));
     Fd other = deviceCable(dir.file("port2"), 0, kDeviceGuid + 0x100);
     REQUIRE(portsSay(control, "port 2: INIT, link up", 2000ms));
-    setThrough(sm, iba::kAttrPortInfo, 0, [](auto &m) { iba::Mad(m).set16(64 + 16, 7); });
-    setThrough(sm, iba::kAttrLinearForwardingTable, 0, [](auto &m) {
-        m[64 + 1] = 1;
-        m[64 + 2] = 2;
+    setThrough(sm, iba::kAttrPortInfo, 0, [](iba::Mad &m) { iba::writePortInfo(m, {.lid = 7}); });
+    setThrough(sm, iba::kAttrLinearForwardingTable, 0, [](iba::Mad &m) {
+        const uint8_t ports[] = {0, 1, 2}; // LID 1 to port 1, LID 2 to port 2
+        iba::writeBytes(m, ports);
     });
-    setThrough(sm, iba::kAttrMulticastForwardingTable, 0,
-               [](auto &m) { iba::Mad(m).set16(64 + 2, 0b110); });
-    setThrough(sm, iba::kAttrPkeyTable, 2 << 16, [](auto &m) {
-        iba::Mad(m).set16(64, 0xffff);
-        iba::Mad(m).set16(66, 0x8001);
+    setThrough(sm, iba::kAttrMulticastForwardingTable, 0, [](iba::Mad &m) {
+        const uint16_t masks[] = {0, 0b110}; // MLID 0xc001: ports 1 and 2
+        iba::writeBlock16(m, masks);
     });
-    setThrough(sm, iba::kAttrPortInfo, 1, [](auto &m) { m[64 + 32] = iba::kPortStateArmed; });
+    setThrough(sm, iba::kAttrPkeyTable, 2 << 16, [](iba::Mad &m) {
+        const uint16_t pkeys[] = {0xffff, 0x8001};
+        iba::writeBlock16(m, pkeys);
+    });
+    setThrough(sm, iba::kAttrPortInfo, 1,
+               [](iba::Mad &m) { iba::writePortInfo(m, {.portState = iba::kPortStateArmed}); });
     REQUIRE(portsSay(control, "port 1: ARMED, link up", 2000ms));
     seeds.push_back(savedState(control, dir.file("configured.state")));
     return seeds;
