@@ -16,9 +16,8 @@ using namespace pib::testing;
 
 namespace {
 
-std::optional<uint16_t> noNames(std::string_view) {
-    return std::nullopt;
-}
+// No command names and no status names: opcodes and statuses by number.
+const CommandWords noNames{};
 
 } // namespace
 

@@ -230,6 +230,35 @@ TEST_CASE("mlx5: a function after INIT_HCA inspects as running, after TEARDOWN_H
     CHECK(inspected(host)["state"] == "not initialised");
 }
 
+TEST_CASE("mlx5: inspect counts the UAR pages the driver holds", "[mlx5][management]") {
+    Mlx5Host host;
+    REQUIRE(host.bringUp());
+    CHECK(inspected(host)["objects"]["uars"] == 0);
+    host.allocUar();
+    host.allocUar();
+    CHECK(inspected(host)["objects"]["uars"] == 2);
+}
+
+TEST_CASE("mlx5: an injected command failure answers a ConnectX status, once",
+          "[mlx5][management][injection]") {
+    Mlx5Host host;
+    REQUIRE(host.bringUp());
+    // ConnectX's names (MLX5_CMD_STAT_*), not pib-hca's.
+    CHECK(inject(host.core, "command ALLOC_PD NO_RESOURCES").rc != 0);
+    CHECK(inject(host.core, "command ALLOC_PDX NO_RES_ERR").rc != 0);
+    REQUIRE(inject(host.core, "command ALLOC_PD NO_RES_ERR").rc == 0);
+    CHECK(host.allocUar() == 3); // another command is not touched
+    constexpr uint16_t kAllocPd = 0x800;
+    const auto failed = host.run(Mlx5Host::input(kAllocPd), 16);
+    CHECK(failed.status() == status::kNoResources);
+    CHECK(failed.syndrome() == pib::err::kHostInjected.syndrome);
+    CHECK(host.traces("inject_command") == 1);
+    CHECK(host.run(Mlx5Host::input(kAllocPd), 16).status() == status::kOk);
+    // By number, as for pib-hca.
+    REQUIRE(inject(host.core, "command 0x800 0x3").rc == 0);
+    CHECK(host.run(Mlx5Host::input(kAllocPd), 16).status() == status::kBadParam);
+}
+
 TEST_CASE("mlx5: an EQ can be stopped and resumed by injection, and inspect lists it",
           "[mlx5][management][injection]") {
     Function f;

@@ -264,7 +264,7 @@ std::optional<Json> Device::inspect(std::string_view what, std::string *error) c
 
 bool Device::inject(std::string_view line, std::string *answer) {
     using Kind = Injection::Kind;
-    const std::optional<Injection> in = parseInjection(line, CommandProcessor::opcodeOf, answer);
+    const std::optional<Injection> in = parseInjection(line, front_->commandWords(), answer);
     if (!in)
         return false;
     const std::string what(line.substr(std::min(line.find_first_not_of(" \t"), line.size())));

@@ -6,10 +6,12 @@
 // drives them (docs/architecture.md).
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <functional>
 #include <optional>
 
+#include "injection.hh"
 #include "pib_core.h"
 #include "state_archive.hh"
 
@@ -62,6 +64,11 @@ class FrontEnd {
     // The host stops EQ `eqn` (its events are lost, as if it were full)
     // or lets it take EQEs again; false when there is no such EQ.
     virtual bool stopEq(uint32_t eqn, bool stop) = 0;
+    // The doorbell pages (UARs) the driver holds.
+    virtual size_t doorbellPages() const = 0;
+    // What `inject command OPCODE STATUS` names on this personality: its
+    // commands and its command statuses.
+    virtual CommandWords commandWords() const = 0;
     // What the personality holds that a saved state cannot carry, or
     // nullptr (the device refuses to save then).
     virtual const char *unsaved() const { return nullptr; }

@@ -12,22 +12,7 @@ namespace pib {
 
 namespace {
 
-struct Name {
-    const char *name;
-    uint8_t value;
-};
-
-constexpr Name kCommandStatuses[] = {
-    {"BAD_OPCODE", PIB_CMD_STATUS_BAD_OPCODE},
-    {"BAD_STATE", PIB_CMD_STATUS_BAD_STATE},
-    {"BAD_PARAM", PIB_CMD_STATUS_BAD_PARAM},
-    {"BAD_INDEX", PIB_CMD_STATUS_BAD_INDEX},
-    {"NO_RESOURCES", PIB_CMD_STATUS_NO_RESOURCES},
-    {"BUSY", PIB_CMD_STATUS_BUSY},
-    {"DMA_ERROR", PIB_CMD_STATUS_DMA_ERROR},
-    {"BAD_TRANSITION", PIB_CMD_STATUS_BAD_TRANSITION},
-    {"BAD_MASK", PIB_CMD_STATUS_BAD_MASK},
-};
+using Name = InjectionName;
 
 constexpr Name kCompletionStatuses[] = {
     {"LOC_LEN_ERR", PIB_WC_LOC_LEN_ERR},
@@ -91,7 +76,7 @@ std::optional<uint64_t> number(std::string_view word, uint64_t max) {
     return value;
 }
 
-template <size_t N> std::optional<uint8_t> named(std::string_view word, const Name (&names)[N]) {
+std::optional<uint8_t> named(std::string_view word, std::span<const Name> names) {
     for (const Name &n : names)
         if (word == n.name)
             return n.value;
@@ -100,11 +85,21 @@ template <size_t N> std::optional<uint8_t> named(std::string_view word, const Na
     return std::nullopt;
 }
 
-template <size_t N> std::string choices(const Name (&names)[N]) {
+std::string choices(std::span<const Name> names) {
     std::string s;
     for (const Name &n : names)
         s += (s.empty() ? "" : ", ") + std::string(n.name);
     return s;
+}
+
+// A command's opcode: by its name on the personality, or a number.
+std::optional<uint16_t> commandOpcode(std::string_view word, const CommandWords &commands) {
+    if (commands.opcodeOf)
+        if (const std::optional<uint16_t> named = commands.opcodeOf(word))
+            return named;
+    if (const auto n = number(word, 0xffff))
+        return static_cast<uint16_t>(*n);
+    return std::nullopt;
 }
 
 class Parser {
@@ -141,8 +136,7 @@ std::optional<Injection> parsePacketFault(Parser &p, Injection in, std::string_v
 
 } // namespace
 
-std::optional<Injection> parseInjection(std::string_view line,
-                                        std::optional<uint16_t> (*opcodeOf)(std::string_view),
+std::optional<Injection> parseInjection(std::string_view line, const CommandWords &commands,
                                         std::string *error) {
     using Kind = Injection::Kind;
     Parser p(line, error);
@@ -151,15 +145,12 @@ std::optional<Injection> parseInjection(std::string_view line,
     if (what == "command") {
         in.kind = Kind::kCommand;
         const std::string_view op = p.word();
-        auto opcode = opcodeOf(op);
-        if (!opcode)
-            if (auto n = number(op, 0xffff))
-                opcode = static_cast<uint16_t>(*n);
-        const auto status = named(p.word(), kCommandStatuses);
-        if (!opcode || !status || *status == PIB_CMD_STATUS_OK)
+        const std::optional<uint16_t> opcode = commandOpcode(op, commands);
+        const auto status = named(p.word(), commands.statuses);
+        if (!opcode || !status || *status == 0)
             return p.fail<Injection>("command OPCODE STATUS: OPCODE a command's name or number, "
                                      "STATUS one of " +
-                                     choices(kCommandStatuses) + " or a number");
+                                     choices(commands.statuses) + " or a number");
         in.number = *opcode;
         in.status = *status;
     } else if (what == "wqe") {

@@ -16,6 +16,7 @@
 
 #include <cstdint>
 #include <optional>
+#include <span>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -37,10 +38,23 @@ struct Injection {
     std::string reason; // fatal
 };
 
-// Parses one injection line; nullopt with the reason in `error`. Command
-// opcodes are looked up by name with `opcodeOf` (or given as numbers).
-std::optional<Injection> parseInjection(std::string_view line,
-                                        std::optional<uint16_t> (*opcodeOf)(std::string_view),
+// A number an injection line may give by name.
+struct InjectionName {
+    const char *name;
+    uint8_t value;
+};
+
+// What `command OPCODE STATUS` names, which is the personality's: its
+// commands (by name, from `opcodeOf`) and its command statuses (0 is
+// success in both, and is refused).
+struct CommandWords {
+    std::optional<uint16_t> (*opcodeOf)(std::string_view name) = nullptr;
+    std::span<const InjectionName> statuses;
+};
+
+// Parses one injection line; nullopt with the reason in `error`. Opcodes
+// and statuses may also be given as numbers.
+std::optional<Injection> parseInjection(std::string_view line, const CommandWords &commands,
                                         std::string *error);
 
 // What is armed and not yet taken.

@@ -105,10 +105,14 @@ Json Inspector::device() const {
         ports.push_back(port(p));
     Json eqs = Json::array();
     s_.front.forEachEq([&](const EqView &e) { eqs.push_back(eq(e)); });
-    j["objects"] = {{"uars", o.uars.size()}, {"pds", o.pds.size()},
-                    {"eqs", eqs.size()},     {"cqs", o.cqs.size()},
-                    {"qps", o.qps.size()},   {"srqs", o.srqs.size()},
-                    {"mrs", o.mrs.size()},   {"mcast_groups", o.multicast.groups()}};
+    j["objects"] = {{"uars", s_.front.doorbellPages()},
+                    {"pds", o.pds.size()},
+                    {"eqs", eqs.size()},
+                    {"cqs", o.cqs.size()},
+                    {"qps", o.qps.size()},
+                    {"srqs", o.srqs.size()},
+                    {"mrs", o.mrs.size()},
+                    {"mcast_groups", o.multicast.groups()}};
     j["eqs"] = std::move(eqs);
     Json &cqs = j["cqs"] = Json::array();
     o.cqs.forEach([&](uint32_t n, const CompletionQueue &c) { cqs.push_back(cq(n, c)); });

@@ -168,6 +168,38 @@ const char *Commands::name(uint16_t opcode) {
     return spec ? spec->name : "unknown";
 }
 
+std::optional<uint16_t> Commands::opcodeOf(std::string_view name) {
+    const auto it =
+        std::find_if(kTable.begin(), kTable.end(), [&](const Spec &s) { return name == s.name; });
+    return it == kTable.end() ? std::nullopt : std::optional<uint16_t>(it->opcode);
+}
+
+namespace {
+
+// The statuses `inject command` takes by name: MLX5_CMD_STAT_* without
+// their prefix, as the kernel's device.h names them.
+constexpr InjectionName kMlx5StatusNames[] = {
+    {"INT_ERR", status::kInternal},
+    {"BAD_OP_ERR", status::kBadOpcode},
+    {"BAD_PARAM_ERR", status::kBadParam},
+    {"BAD_SYS_STATE_ERR", status::kBadSystemState},
+    {"BAD_RES_ERR", status::kBadResource},
+    {"RES_BUSY", status::kResourceBusy},
+    {"LIM_ERR", status::kLimit},
+    {"BAD_RES_STATE_ERR", status::kBadResourceState},
+    {"IX_ERR", status::kBadIndex},
+    {"NO_RES_ERR", status::kNoResources},
+    {"BAD_QP_STATE_ERR", status::kBadQpState},
+    {"BAD_INP_LEN_ERR", status::kBadInputLength},
+    {"BAD_OUTP_LEN_ERR", status::kBadOutputLength},
+};
+
+} // namespace
+
+CommandWords Commands::commandWords() {
+    return {opcodeOf, kMlx5StatusNames};
+}
+
 const err::Condition *Commands::fail(const err::Condition &why, const char *fmt, ...) const {
     va_list args;
     va_start(args, fmt);
@@ -184,16 +216,27 @@ void Commands::execute(unsigned slot, std::span<const uint8_t> in, std::span<uin
     core_.dataPath.settleBeforeCommand();
     const Spec *spec = find(opcode);
     const err::Condition *why = admit(spec, opcode, r);
+    if (!why && !core_.injections.empty())
+        if (const std::optional<uint8_t> injected = core_.injections.takeCommand(opcode)) {
+            trace::inject_command(host_, spec->name, opcode, *injected);
+            answerFailed(slot, r, *injected, err::kHostInjected.syndrome);
+            return;
+        }
     if (!why)
         why = (this->*spec->handler)(r);
-    std::span<uint8_t> header = out.first(std::min<size_t>(out.size(), kHeaderBytes));
-    if (why) {
-        std::fill(out.begin(), out.end(), 0); // a failed command answers nothing else
-        set(header, kStatus, why->mlx5Status);
-        set(header, kSyndrome, why->syndrome);
-    }
-    trace::mlx5_command(host_, slot, name(opcode), opcode, r.opMod,
-                        why ? why->mlx5Status : status::kOk, why ? why->syndrome : 0);
+    if (why)
+        answerFailed(slot, r, why->mlx5Status, why->syndrome);
+    else
+        trace::mlx5_command(host_, slot, name(opcode), opcode, r.opMod, status::kOk, 0);
+}
+
+// A failed command answers its status and syndrome, and nothing else.
+void Commands::answerFailed(unsigned slot, const Request &r, uint8_t status, uint32_t syndrome) {
+    std::fill(r.out.begin(), r.out.end(), 0);
+    std::span<uint8_t> header = r.out.first(std::min<size_t>(r.out.size(), kHeaderBytes));
+    set(header, kStatus, status);
+    set(header, kSyndrome, syndrome);
+    trace::mlx5_command(host_, slot, name(r.opcode), r.opcode, r.opMod, status, syndrome);
 }
 
 // The checks every command passes before its handler runs.

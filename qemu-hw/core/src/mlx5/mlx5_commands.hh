@@ -9,13 +9,16 @@
 #include <array>
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <span>
+#include <string_view>
 #include <vector>
 
 #include "core_parts.hh"
 #include "data_path.hh"
 #include "event_writer.hh"
 #include "host.hh"
+#include "injection.hh"
 #include "memory_regions.hh"
 #include "mlx5_completion_queues.hh"
 #include "mlx5_event_queues.hh"
@@ -59,6 +62,11 @@ class Commands {
     void load(StateReader &r);
     // The name of `opcode` ("unknown" for one the table does not have).
     static const char *name(uint16_t opcode);
+    // The opcode of the command named `name` ("CREATE_CQ"), if the table
+    // has it.
+    static std::optional<uint16_t> opcodeOf(std::string_view name);
+    // What `inject command` names: these commands and MLX5_CMD_STAT_*.
+    static CommandWords commandWords();
     // The least input `opcode` takes, its header included (0 for one the
     // table does not have): a saved state's create inputs are held to it.
     static uint32_t inputBytes(uint16_t opcode);
@@ -93,6 +101,7 @@ class Commands {
     [[gnu::format(printf, 3, 4)]] const err::Condition *fail(const err::Condition &why,
                                                              const char *fmt, ...) const;
     const err::Condition *admit(const Spec *spec, uint16_t opcode, const Request &r) const;
+    void answerFailed(unsigned slot, const Request &r, uint8_t status, uint32_t syndrome);
     const err::Condition *notThisFunction(const Request &r, const char *command) const;
 
     const err::Condition *queryHcaCap(const Request &r);

@@ -5,6 +5,8 @@
 // one not given out is the driver's error.
 #pragma once
 
+#include <algorithm>
+#include <cstddef>
 #include <cstdint>
 #include <optional>
 #include <vector>
@@ -27,6 +29,10 @@ class Uars {
     bool free(uint32_t index);
     bool given(uint64_t index) const {
         return index >= kFirstUar && index - kFirstUar < given_.size() && given_[index - kFirstUar];
+    }
+    // How many pages are given out.
+    size_t given() const {
+        return static_cast<size_t>(std::count(given_.begin(), given_.end(), true));
     }
     void reset() { given_.assign(given_.size(), false); }
     void save(StateWriter &w) const;

@@ -173,6 +173,28 @@ std::optional<uint16_t> CommandProcessor::opcodeOf(std::string_view name) {
     return std::nullopt;
 }
 
+namespace {
+
+// The statuses `inject command` takes by name: PIB_CMD_STATUS_* without
+// their prefix.
+constexpr InjectionName kPibStatusNames[] = {
+    {"BAD_OPCODE", PIB_CMD_STATUS_BAD_OPCODE},
+    {"BAD_STATE", PIB_CMD_STATUS_BAD_STATE},
+    {"BAD_PARAM", PIB_CMD_STATUS_BAD_PARAM},
+    {"BAD_INDEX", PIB_CMD_STATUS_BAD_INDEX},
+    {"NO_RESOURCES", PIB_CMD_STATUS_NO_RESOURCES},
+    {"BUSY", PIB_CMD_STATUS_BUSY},
+    {"DMA_ERROR", PIB_CMD_STATUS_DMA_ERROR},
+    {"BAD_TRANSITION", PIB_CMD_STATUS_BAD_TRANSITION},
+    {"BAD_MASK", PIB_CMD_STATUS_BAD_MASK},
+};
+
+} // namespace
+
+CommandWords CommandProcessor::commandWords() {
+    return {opcodeOf, kPibStatusNames};
+}
+
 const char *CommandProcessor::commandName(uint16_t opcode) {
     const CommandSpec *spec = findCommand(opcode);
     return spec ? spec->name : "unknown";

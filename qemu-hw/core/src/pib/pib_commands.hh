@@ -62,6 +62,8 @@ class CommandProcessor {
     void loadObjects(StateReader &r);
     // The opcode of the command named `name` ("CREATE_QP"), if any.
     static std::optional<uint16_t> opcodeOf(std::string_view name);
+    // What `inject command` names: these commands and PIB_CMD_STATUS_*.
+    static CommandWords commandWords();
 
     const pib_dev_cap &caps() const { return caps_; }
     // The name of a command opcode ("QUERY_PORT"), "unknown" for none.

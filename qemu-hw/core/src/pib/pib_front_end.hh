@@ -32,6 +32,8 @@ class PibFrontEnd final : public FrontEnd {
     bool initialized() const override { return commands_.initialized(); }
     void forEachEq(const std::function<void(const EqView &)> &each) const override;
     bool stopEq(uint32_t eqn, bool stop) override;
+    size_t doorbellPages() const override { return objects_.uars.size(); }
+    CommandWords commandWords() const override { return CommandProcessor::commandWords(); }
     void reset() override;
     void setFatal() override;
     void saveFunction(StateWriter &w) const override { w.boolean(commands_.initialized()); }
