@@ -7,6 +7,9 @@ globs), and every file of the core is in exactly one row. docs/migration.md name
 (kStateVersion in device_state.cc), in its table and in the refusals it
 quotes ("of version N; this device reads version M", M the current one).
 README.md's `docs/` row links every document in docs/, and only those.
+README.md's Status section gives the hardware interface's version
+(pib_hw.h's PIB_IF_VERSION_CURRENT, as docs/prm.md does), and every
+`./pib ...` it names is a command with options that ./pib takes.
 Without arguments this rewrites the numbers; with --check it fails when
 one is out of date (`./pib test` runs the check). A file in no row, or a
 document the README does not link, fails either way.
@@ -58,6 +61,59 @@ def unplaced(text: str) -> list:
 
 
 README = ROOT / "README.md"
+HW = ROOT / "include" / "pib_hw.h"
+PRM = ROOT / "docs" / "prm.md"
+README_VERSION = re.compile(r"(\(interface )(\d+\.\d+)(,)")
+PRM_VERSION = re.compile(r"(interface version \*\*)(\d+\.\d+)(\*\*)")
+
+
+def interface_version() -> str:
+    m = re.search(r"#define PIB_IF_VERSION_CURRENT PIB_IF_VERSION\((\d+), (\d+)\)",
+                  HW.read_text())
+    return f"{m[1]}.{m[2]}"
+
+
+def versions_updated(text: str) -> str:
+    """The interface version where README.md and docs/prm.md give it."""
+    for pattern in (README_VERSION, PRM_VERSION):
+        text = pattern.sub(lambda m: m[1] + interface_version() + m[3], text, count=1)
+    return text
+
+
+def status_section(text: str) -> str:
+    start = text.index("\n## Status\n")
+    return text[start:text.index("\n## ", start + 1)]
+
+
+def unknown_commands(text: str) -> list:
+    """The `./pib ...` of README.md's Status section that ./pib does not
+    take: a command or an option it has not."""
+    from pibctl import cli
+
+    return [f"README.md's Status names `./pib {words}`: {why}"
+            for words in re.findall(r"`\./pib ([^`]+)`", status_section(text))
+            if (why := _refusal(cli.build_parser(), words.split()))]
+
+
+def _refusal(parser, words: list) -> str:
+    """Why ./pib refuses the command `words` ("" if it takes it): a
+    command, an option or a choice (`save|load`: each) it has not. Other
+    words are values, and what follows `--` is not ./pib's."""
+    positionals = iter(a for a in parser._actions if not a.option_strings)
+    for word in words[:words.index("--")] if "--" in words else words:
+        if word.startswith("-"):
+            if word.split("=")[0] not in parser._option_string_actions:
+                return f"{word} is not an option of {parser.prog}"
+            continue
+        action = next(positionals, None)
+        unknown = [w for w in word.split("|") if action and action.choices
+                   and w not in action.choices]
+        if unknown:
+            return f"{parser.prog} takes no {unknown[0]}"
+        if isinstance(action, argparse._SubParsersAction):
+            parser = action.choices[word.split("|")[0]]
+            positionals = iter(a for a in parser._actions if not a.option_strings)
+    return ""
 
 
 def unlinked_docs(readme: str) -> list:
@@ -89,14 +145,16 @@ def main() -> int:
     parser.add_argument("--check", action="store_true", help="fail if a fact is out of date")
     args = parser.parse_args()
     stale = []
-    for doc, update in ((DOC, updated), (MIGRATION, migration_updated)):
+    for doc, update in ((DOC, updated), (MIGRATION, migration_updated),
+                        (README, versions_updated), (PRM, versions_updated)):
         text = doc.read_text()
         new = update(text)
         if new != text:
             stale.append(doc.relative_to(ROOT))
             if not args.check:
                 doc.write_text(new)
-    misplaced = unplaced(DOC.read_text()) + unlinked_docs(README.read_text())
+    misplaced = (unplaced(DOC.read_text()) + unlinked_docs(README.read_text())
+                 + unknown_commands(README.read_text()))
     for problem in misplaced:
         print(problem)
     if misplaced:

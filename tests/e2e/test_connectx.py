@@ -15,14 +15,15 @@ import secrets
 import time
 from pathlib import Path
 
+import pytest
+
 from pibctl import fabric, qmp
-from pibctl.testing import soak
 from pibctl.pairs import ipoib_up
 from storage import (NfsMounted, NvmeConnected, Roles, SrpDisk, disk_roundtrip, nfs_roundtrip,
                      nvme_roundtrip)
 from transfers import bulk_tcp
 
-ONLY_ON_TOPOLOGY = "connectx.topo"
+pytestmark = pytest.mark.topology("connectx.topo")
 
 CX = "vm2"
 DEVICE = "/sys/class/infiniband/mlx5_0"
@@ -127,7 +128,6 @@ def test_ipoib_connected_mode_carries_random_data_both_ways(ctx):
         for vm in ("vm1", "vm2"):
             ctx.sh(vm, "echo datagram > /sys/class/net/ib0/mode && ip link set ib0 mtu 2044",
                    check=False)
-
 
 
 def _hca(vm):
@@ -242,7 +242,7 @@ def test_mlx5_reload_loop_with_traffic_in_between(ctx):
     _reload_loop(ctx, RELOADS)
 
 
-@soak  # ./pib test --soak: the races of a driver's teardown are rare
+@pytest.mark.soak  # ./pib test --soak: the races of a driver's teardown are rare
 def test_mlx5_reload_loop_soak(ctx):
     """SOAK_RELOADS of _reload_loop's reloads."""
     _reload_loop(ctx, SOAK_RELOADS)
@@ -340,7 +340,7 @@ def test_mlx5_health_poll_silent_since_boot(ctx):
           f"after {uptime:.0f} s up; the kernel log has no health message")
 
 
-@soak  # ./pib test --soak: ten idle minutes
+@pytest.mark.soak  # ./pib test --soak: ten idle minutes
 def test_mlx5_idle_ten_minutes_health_poll_silent(ctx):
     """The ConnectX guest left idle for IDLE_S: some 300 health polls, none
     of which complains, and the port still ACTIVE afterwards."""

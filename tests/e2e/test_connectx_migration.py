@@ -12,10 +12,16 @@ log)."""
 
 import time
 
+import pytest
+
 from pibctl.pairs import ipoib_up
 from transfers import BackgroundTraffic, bulk_tcp, moves_under_traffic
 
-ONLY_ON_TOPOLOGY = "connectx.topo"
+pytestmark = [
+    pytest.mark.topology("connectx.topo"),
+    pytest.mark.errors_on_purpose("packets to vm2's switch port while it moves are discarded "
+                                  "(PortXmitDiscards), as a move loses what is on the wire"),
+]
 
 # RC timeout 30, which IBA makes 73 minutes: only what the resumed link
 # says makes a QP resend what a move lost (docs/migration.md); an
@@ -23,8 +29,6 @@ ONLY_ON_TOPOLOGY = "connectx.topo"
 TRAFFIC = ["-t", "write,read,send,fadd,cas", "-s", "4096,65536,1M+3", "-q", "2",
            "-n", "30", "-T", "30", "-r", "7", "-w", "20"]
 MOVES = 2  # there and back
-ERRORS_ON_PURPOSE = ("packets to vm2's switch port while it moves are discarded "
-                     "(PortXmitDiscards), as a move loses what is on the wire")
 COUNTERS = ("local_ack_timeout_err", "duplicate_request", "out_of_sequence")
 
 

@@ -10,6 +10,8 @@ ud_mlx5 run between the two ConnectX guests, and MPICH over them."""
 
 import re
 
+import pytest
+
 import pyverbs_runs
 from mpi_runs import mpi_check
 from pibctl import qmp
@@ -18,15 +20,16 @@ from pibctl.pairs import (PERFTEST, ipoib_up, output_contains, perftest, perftes
                           perftest_shown, rdma_cm_listening, run_pair)
 from transfers import traffic
 
-ONLY_ON_TOPOLOGY = "connectx.topo"
-
 # pyverbs's test_atomic_invalid_lkey posts a WQE with a bad L_Key on
 # purpose, and its test_resize_cq asks for a ring smaller than the CQEs
 # waiting in it, which the device refuses (docs/mlx5.md §8) and mlx5_core
 # logs.
-GUEST_ERRORS_EXPECTED = ("wqe-bad-key",)
-KERNEL_LOG_EXPECTED = ("MODIFY_CQ(0x403) op_mod(0x1) failed, status bad parameter(0x3), "
-                       "syndrome (0x50bd34e9)",)
+pytestmark = [
+    pytest.mark.topology("connectx.topo"),
+    pytest.mark.guest_errors_expected("wqe-bad-key"),
+    pytest.mark.kernel_log_expected("MODIFY_CQ(0x403) op_mod(0x1) failed, status bad parameter(0x3), "
+                                    "syndrome (0x50bd34e9)"),
+]
 
 # (server, client): the ConnectX serving the pib-hca, the other way, and
 # two ConnectX guests.

@@ -5,15 +5,19 @@ import json
 import re
 from pathlib import Path
 
+import pytest
+
 PCI_ID = "1234:1b1b"
 
 
 # Bad register accesses test_bad_accesses_are_logged_as_guest_errors makes
 # on purpose (and the reset test's bad reset value): the log gate expects them.
-GUEST_ERRORS_EXPECTED = ("regs-bad-size", "regs-read-only", "regs-bad-offset", "regs-bad-reset")
-# Not judged by the runner's ibqueryerrors after the module (testing.py).
-ERRORS_ON_PURPOSE = ("the device is reset with its link ACTIVE: LinkDownedCounter, and what the "
-                     "switch had for the port meanwhile is discarded")
+pytestmark = [
+    pytest.mark.guest_errors_expected("regs-bad-size", "regs-read-only", "regs-bad-offset",
+                                      "regs-bad-reset"),
+    pytest.mark.errors_on_purpose("the device is reset with its link ACTIVE: LinkDownedCounter, "
+                                  "and what the switch had for the port meanwhile is discarded"),
+]
 
 
 def test_lspci_shows_class_ids_bars_and_msix(ctx):

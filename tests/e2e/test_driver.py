@@ -2,12 +2,14 @@
 
 import time
 
+import pytest
+
 from guest_scripts import OBJECTS_SCRIPT
 from pibctl.pairs import ipoib_up
 from transfers import traffic
 
-# Not judged by the runner's ibqueryerrors after the module (testing.py).
-ERRORS_ON_PURPOSE = "50 driver reloads: each takes an ACTIVE link down (LinkDownedCounter)"
+pytestmark = pytest.mark.errors_on_purpose(
+    "50 driver reloads: each takes an ACTIVE link down (LinkDownedCounter)")
 
 
 def _sysfs(ctx, vm, path):

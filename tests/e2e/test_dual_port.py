@@ -3,9 +3,11 @@ switch2 (tests/e2e/hostile.topo). pib-traffic runs over each port in
 turn to a guest on the other side, then over both at once; every byte is
 checked at both ends."""
 
+import pytest
+
 from transfers import BackgroundTraffic, same_at_both_ends, traffic
 
-ONLY_ON_TOPOLOGY = "hostile.topo"
+pytestmark = pytest.mark.topology("hostile.topo")
 
 ARGS = ["-q", "2", "-s", "0,4097,65536,1M+3", "-n", "2"]
 PEERS = ((1, "vm1"), (2, "vm2"))  # vm3's port, and the guest it sends to

@@ -8,18 +8,21 @@ what vm2 sent). A flapping link goes down and comes back ACTIVE."""
 import re
 import time
 
+import pytest
+
 from pibctl import fabric
 from pibctl.pairs import device_states, ipoib_up, rdma_cm_listening, run_pair
 from mpi_runs import mpi_check
 from transfers import bulk_tcp, traffic
 
-ONLY_ON_TWO_SWITCHES = True
+pytestmark = [
+    pytest.mark.only_two_switches,
+    pytest.mark.errors_on_purpose("loss and bit errors injected on a cable count as the "
+                                  "receiver's PortRcvErrors"),
+]
 
 FAULTS = "loss=5% corrupt=1% dup=1% reorder=2% seed=14"
 COUNTERS = ("packets", "dropped", "corrupted", "duplicated", "reordered")
-
-# Not judged by the runner's ibqueryerrors after the module (testing.py).
-ERRORS_ON_PURPOSE = "loss and bit errors injected on a cable count as the receiver's PortRcvErrors"
 
 
 def _vm2_cable(ctx):

@@ -12,24 +12,25 @@ import random
 import re
 import signal
 import socket
-import struct
 import time
 from pathlib import Path
+
+import pytest
 
 import iba
 from pibctl import fabric
 from pibctl.pairs import ipoib_up, run_pair
 
-ONLY_ON_TOPOLOGY = "hostile.topo"
+pytestmark = [
+    pytest.mark.topology("hostile.topo"),
+    pytest.mark.errors_on_purpose("hostile peers send malformed and foreign packets on purpose"),
+]
 
 SECONDS = float(os.environ.get("PIB_HOSTILE_SECONDS", "10"))
 STOP_SECONDS = 30
 MAX_EXEC_SECONDS = 1.0
 RSS_GROWTH_LIMIT_KB = 64 * 1024
 KERNEL_TROUBLE = ("BUG:", "Oops", "general protection", "Call Trace", "refcount_t")
-
-# Not judged by the runner's ibqueryerrors after the module (testing.py).
-ERRORS_ON_PURPOSE = "hostile peers send malformed and foreign packets on purpose"
 
 
 def _rss_kb(pid):

@@ -7,10 +7,12 @@ SHA-256 is compared on both ends, in datagram and in connected mode."""
 import re
 import time
 
+import pytest
+
 from pibctl.pairs import ipoib_up
 from transfers import bulk_tcp
 
-ALSO_ON_TWO_SWITCHES = True  # the broadcast group then spans two switches
+pytestmark = pytest.mark.also_two_switches  # the broadcast group then spans two switches
 
 BROADCAST_MGID = "ff12:401b:ffff:0:0:0:ffff:ffff"  # IPoIB's, default P_Key
 BULK_MB = 16

@@ -2,10 +2,11 @@
 infiniband-diags see it (IBA chapters 14 and 16)."""
 
 import re
-import time
+
+import pytest
 
 # test_management also runs on the fabric of tests/e2e/two-switches.topo.
-ALSO_ON_TWO_SWITCHES = True
+pytestmark = pytest.mark.also_two_switches
 
 
 def _lid(ctx, vm):

@@ -21,9 +21,15 @@ import threading
 import time
 from pathlib import Path
 
+import pytest
+
 from pibctl import fabric, migrate, snapshot, ui
 from storage import NvmeConnected, Roles, nvme_device
 from transfers import BackgroundTraffic, moves_under_traffic, same_at_both_ends
+
+pytestmark = pytest.mark.errors_on_purpose(
+    "packets to vm1's switch port while it moves, or to a restored switch port before its guest "
+    "resumed the link, are discarded (PortXmitDiscards), as a move loses what is on the wire")
 
 # RC timeout 16 (268 ms) x 8 tries: a move stops the guest for far less,
 # and what it lost on the wire comes again at the first timeout. Some
@@ -38,10 +44,6 @@ TRAFFIC = ["-t", "write,read,send,fadd,cas", "-s", "4096,65536", "-q", "2", "-n"
 LONG_TIMEOUT = ["-t", "write,read,send,fadd,cas", "-s", "4096,65536,1M+3", "-q", "2",
                 "-n", "40", "-T", "30", "-r", "7", "-w", "20"]
 MOVES = 4  # there and back, twice
-# Not judged by the runner's ibqueryerrors after the module (testing.py).
-ERRORS_ON_PURPOSE = ("packets to vm1's switch port while it moves, or to a restored switch "
-                     "port before its guest resumed the link, are discarded (PortXmitDiscards), "
-                     "as a move loses what is on the wire")
 COUNTERS = ("ack_timeout", "duplicate_request", "out_of_seq_request")
 
 

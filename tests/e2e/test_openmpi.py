@@ -2,9 +2,11 @@
 RDM endpoints on verbs (mtl ofi), on 2 ranks and on 4, on one switch and
 across two. What the user guide's mpirun does: test_hpc.py."""
 
+import pytest
+
 from mpi_runs import mpi_check
 
-ALSO_ON_TWO_SWITCHES = True  # the ranks' traffic then crosses the inter-switch link
+pytestmark = pytest.mark.also_two_switches  # the ranks' traffic then crosses the inter-switch link
 
 
 def test_openmpi_over_ucx_on_2_and_4_ranks(ctx):

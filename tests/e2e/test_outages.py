@@ -27,12 +27,17 @@ import os
 import re
 import time
 
+import pytest
+
 from pibctl import fabric
 from pibctl.pairs import tcp_listening
-from pibctl.testing import soak
 from transfers import BackgroundTraffic, ctx_file, same_at_both_ends, traffic
 
-ONLY_ON_TWO_SWITCHES = True
+pytestmark = [
+    pytest.mark.only_two_switches,
+    pytest.mark.errors_on_purpose("cables unplugged and switches killed on purpose count in "
+                                  "LinkDownedCounter"),
+]
 
 COVERED = ["-T", "19", "-r", "7", "-w", "120"]      # 17 s of retries
 FLAP_COVERED = ["-T", "20", "-r", "7", "-w", "120"]  # 34 s of retries
@@ -40,9 +45,6 @@ FLAP = "flap=1s/7s"
 UNCOVERED = ["-T", "14", "-r", "1", "-w", "60"]     # 2 timeouts, 500 ms apart
 LONG = ["-t", "write,read,send", "-s", "1M", "-q", "2"]
 FLAP_SECONDS = int(os.environ.get("PIB_FLAP_SECONDS", "60"))
-
-# Not judged by the runner's ibqueryerrors after the module (testing.py).
-ERRORS_ON_PURPOSE = "cables unplugged and switches killed on purpose count in LinkDownedCounter"
 
 
 def _vm2_switch(ctx):
@@ -163,7 +165,7 @@ def _sm_answers(log, port):
     return answers
 
 
-@soak  # ./pib test --soak; the flap itself: test_faults.py
+@pytest.mark.soak  # ./pib test --soak; the flap itself: test_faults.py
 def test_a_flapping_link_under_traffic_for_a_minute(ctx):
     switch, port = _vm2_switch(ctx)
     pid = ctx.fabric.ib_switch_pids[switch]

@@ -8,11 +8,13 @@ import subprocess
 import tempfile
 from pathlib import Path
 
+import pytest
+
 from pibctl import own_kernel, paths
 from pibctl.own_kernel import OwnKernel
 from pibctl.pairs import run_pair
 
-ONLY_ON_OWN_KERNEL = True
+pytestmark = pytest.mark.own_kernel
 
 
 def _given(ctx) -> OwnKernel:

@@ -316,7 +316,7 @@ def test_bad_keys_are_refused_on_a_1_gib_page_too(ctx):
     """The same in a 1 GiB huge page, the largest page the device offers
     (page_size_cap): the driver maps the region with one 1 GiB MTT entry,
     and a wrong bound would let an access reach anywhere in that GiB. Test
-    guests reserve the page at boot (testing.TEST_KERNEL_ARGS)."""
+    guests reserve the page at boot (e2e_pass.TEST_KERNEL_ARGS)."""
     free = ctx.run("vm2", ["cat", GIGANTIC_FREE], check=False).out.strip()
     assert free == "1", f"vm2 has no free 1 GiB page (free_hugepages {free!r}): booted without " \
                         "hugepagesz=1G hugepages=1?"

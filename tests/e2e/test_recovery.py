@@ -9,17 +9,19 @@ vm2 is the one that fails: vm1 runs opensm, which would lose its device."""
 import re
 import time
 
+import pytest
+
 from pibctl import fabric
 from transfers import traffic
 
-VM = "vm2"
-KERNEL_LOG_EXPECTED = (
-    "fatal device error (the device reports it); resetting the function",
-)
-RECOVERY_SECONDS = 60
+pytestmark = [
+    pytest.mark.kernel_log_expected(
+        "fatal device error (the device reports it); resetting the function"),
+    pytest.mark.errors_on_purpose("a fatal device error takes the link down (LinkDownedCounter)"),
+]
 
-# Not judged by the runner's ibqueryerrors after the module (testing.py).
-ERRORS_ON_PURPOSE = "a fatal device error takes the link down (LinkDownedCounter)"
+VM = "vm2"
+RECOVERY_SECONDS = 60
 
 
 def _registrations(ctx):

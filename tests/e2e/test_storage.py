@@ -9,6 +9,8 @@ the fabric and compared by SHA-256 at both ends."""
 
 import re
 
+import pytest
+
 from pibctl import fabric
 from storage import (NfsMounted, NvmeConnected, Roles, SrpDisk, disk_roundtrip,
                      nfs_roundtrip, nvme_roundtrip)
@@ -18,10 +20,9 @@ from storage import (NfsMounted, NvmeConnected, Roles, SrpDisk, disk_roundtrip,
 # workqueue when a connection closes, which the workqueue code warns about
 # (a WQ_MEM_RECLAIM worker waiting on one that is not). It is the NFS
 # client's, not the HCA's, and newer kernels do not do it.
-KERNEL_LOG_EXPECTED = (
+pytestmark = pytest.mark.kernel_log_expected(
     "WQ_MEM_RECLAIM xprtiod:xprt_autoclose [sunrpc] is flushing "
-    "!WQ_MEM_RECLAIM events_highpri:rpcrdma_mr_refresh_worker [rpcrdma]",
-)
+    "!WQ_MEM_RECLAIM events_highpri:rpcrdma_mr_refresh_worker [rpcrdma]")
 
 NVME_MB = 32
 NFS_FILES = 4

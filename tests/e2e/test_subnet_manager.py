@@ -13,12 +13,18 @@ default partition only."""
 import re
 import time
 
+import pytest
+
 from pibctl import fabric
 from pibctl.pairs import tcp_listening
 from transfers import BackgroundTraffic, same_at_both_ends
 
-ONLY_ON_TOPOLOGY = "connectx.topo"
-ALSO_ON_TWO_SWITCHES = True
+pytestmark = [
+    pytest.mark.topology("connectx.topo"),
+    pytest.mark.also_two_switches,
+    pytest.mark.errors_on_purpose("foreign P_Keys sent on purpose count in the constraint "
+                                  "counters"),
+]
 
 BLUE, GREEN, RED = 0x0001, 0x0002, 0x0003  # 15-bit keys
 PARTITIONS_CONF = "/run/pib-partitions.conf"
@@ -28,9 +34,6 @@ SM_CONF = "/run/pib-sm-extra.conf"
 FAILOVER_CONF = "sminfo_polling_timeout 1000\npolling_retry_number 2\n"
 FAILOVER_LIMIT_S = 60
 FOREIGN_SENDS = 50
-
-# Not judged by the runner's ibqueryerrors after the module (testing.py).
-ERRORS_ON_PURPOSE = "foreign P_Keys sent on purpose count in the constraint counters"
 
 
 def _vms(ctx):

@@ -5,9 +5,11 @@ WRITE; UD SEND), 0 B to 16 MiB at unaligned offsets, on four QPs at once,
 each with its own thread. Every byte is checked where it arrives, the
 bytes around it must be untouched, and both ends' SHA-256 must agree."""
 
+import pytest
+
 from transfers import BackgroundTraffic, same_at_both_ends, traffic
 
-ALSO_ON_TWO_SWITCHES = True
+pytestmark = pytest.mark.also_two_switches
 
 
 def test_every_operation_moves_every_byte(ctx):

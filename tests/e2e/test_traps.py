@@ -5,11 +5,14 @@ periodic sweep. Needs a second switch whose links can go away."""
 import re
 import time
 
+import pytest
+
 from pibctl import fabric
 
-ONLY_ON_TWO_SWITCHES = True
-# Not judged by the runner's ibqueryerrors after the module (testing.py).
-ERRORS_ON_PURPOSE = "a switch is stopped: the links to it go down (LinkDownedCounter)"
+pytestmark = [
+    pytest.mark.only_two_switches,
+    pytest.mark.errors_on_purpose("a switch is stopped: the links to it go down (LinkDownedCounter)"),
+]
 
 
 def _trap_count(ctx, lid):

@@ -3,6 +3,8 @@ tests that need no ACTIVE port."""
 
 import re
 
+import pytest
+
 import pyverbs_runs
 from pibctl import qmp
 from pibctl.pairs import ipoib_up, run_pair
@@ -82,7 +84,7 @@ PYVERBS_SKIPS = {
 
 
 # pyverbs' test_atomic_invalid_lkey posts a WQE with a bad L_Key on purpose.
-GUEST_ERRORS_EXPECTED = ("wqe-bad-key",)
+pytestmark = pytest.mark.guest_errors_expected("wqe-bad-key")
 
 # Tests that must pass on pib_0, by their exact names: the traffic tests
 # (RC, UD, SRQ, atomics, CQ events, rdma_cm) run, not skip.

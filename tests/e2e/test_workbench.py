@@ -13,6 +13,8 @@ import time
 from collections import defaultdict
 from pathlib import Path
 
+import pytest
+
 import iba
 from pibctl import qmp
 from pibctl.pairs import run_pair, tcp_listening
@@ -20,8 +22,8 @@ from transfers import traffic
 
 from guest_scripts import EQ_SCRIPT, HOLD_OBJECTS_SCRIPT, INJECTION_SCRIPT, VECTORS_SCRIPT
 
-# Not judged by the runner's ibqueryerrors after the module (testing.py).
-ERRORS_ON_PURPOSE = "packets corrupted on purpose count in the receiver's PortRcvErrors"
+pytestmark = pytest.mark.errors_on_purpose(
+    "packets corrupted on purpose count in the receiver's PortRcvErrors")
 
 # BTH opcodes (IBA table 38) of reliable connection packets.
 RC = {0x00: "SEND First", 0x01: "SEND Middle", 0x02: "SEND Last", 0x04: "SEND Only",
@@ -353,7 +355,7 @@ def test_dropped_and_corrupted_packets_are_resent_by_rc(ctx):
     print("  " + "; ".join(armed))
     assert errors() - before == 2, (before, errors())
     assert json.loads(ctx.pib("inspect", "vm2", "--json").stdout)["injections"] == []
-    print(f"  ibv_rc_pingpong: 20 iterations of 4096 B done; vm1's port counted 2 receive errors")
+    print("  ibv_rc_pingpong: 20 iterations of 4096 B done; vm1's port counted 2 receive errors")
     # rdma statistic shows the resends the lost packets caused.
     delta = {vm: {k: v - counters_before[vm].get(k, 0) for k, v in _hw_counters(ctx, vm).items()}
              for vm in ("vm1", "vm2")}

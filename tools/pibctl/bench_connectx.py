@@ -69,7 +69,7 @@ def _print(perftest, ucx, pib, accel) -> None:
         own = pib.get((prog, size))
         values = [own[0] if own else None] + [c[0] if c else None for c in cells]
         print(f"{prog:<14} {size:>7} " + " ".join(_cell(v) for v in values))
-    print(f"\nUCX between two guests: MB/s, and latency in us (average)\n")
+    print("\nUCX between two guests: MB/s, and latency in us (average)\n")
     print(f"{'test':<14} {'bytes':>7} {'rc_verbs pib':>14} " +
           " ".join(f"{name + ' mlx5':>14}" for name, _ in UCX_TRANSPORTS))
     for (test, size), values in ucx.items():

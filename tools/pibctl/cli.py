@@ -202,9 +202,11 @@ def _cmd_test(args) -> int:
 
     _choose_kernel(args)
     passes = [p for p in args.passes.split(",") if p] if args.passes else testing.PASSES
-    return testing.run(pattern=args.k, unit=not args.e2e_only, e2e=not args.unit_only,
-                       vms=args.vms, accel=args.accel, soaks=args.soak, passes=passes,
-                       lanes=args.lanes, lane=args.lane, trace=args.trace)
+    chosen = testing.Selection(keyword=args.k, markers=args.m, last_failed=args.lf,
+                               soaks=args.soak)
+    return testing.run(chosen, unit=not args.e2e_only, e2e=not args.unit_only, vms=args.vms,
+                       accel=args.accel, passes=passes, lanes=args.lanes, lane=args.lane,
+                       trace=args.trace)
 
 
 def _cmd_bench(args) -> int:
@@ -390,6 +392,8 @@ def build_parser() -> argparse.ArgumentParser:
         description="Arms a test facility of the device (QMP x-pib-inject), or does it at once. "
                     "Examples:\n"
                     "  ./pib inject vm1 command CREATE_QP NO_RESOURCES\n"
+                    "  ./pib inject vm2 command CREATE_CQ NO_RES_ERR   (a ConnectX: its names, "
+                    "docs/mlx5.md §4)\n"
                     "  ./pib inject vm1 wqe 17 REM_ACCESS_ERR 0x42\n"
                     "  ./pib inject vm1 drop 17 3        (or corrupt)\n"
                     "  ./pib inject vm1 event port-err 1\n"
@@ -413,7 +417,15 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=_cmd_console)
 
     p = sub.add_parser("test", help="set up if needed, then run every unit and end-to-end test")
-    p.add_argument("-k", default="", metavar="SUBSTRING", help="only end-to-end tests whose name contains it")
+    p.add_argument("-k", default="", metavar="EXPRESSION",
+                   help="only end-to-end tests whose names match, as pytest -k takes it: a "
+                        "substring, or substrings joined by and, or, not ('ipoib and not cm')")
+    p.add_argument("-m", default="", metavar="EXPRESSION",
+                   help="only end-to-end tests whose markers match, as pytest -m takes it "
+                        "(tests/e2e/pytest.ini lists them: 'not errors_on_purpose')")
+    p.add_argument("--lf", action="store_true",
+                   help="only the end-to-end tests that failed in each pass's last run "
+                        "(pytest --lf); a pass with none runs nothing")
     p.add_argument("--unit-only", action="store_true", help="skip the end-to-end tests")
     p.add_argument("--e2e-only", action="store_true", help="skip the unit tests")
     p.add_argument("--soak", action="store_true",

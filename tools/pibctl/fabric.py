@@ -15,7 +15,7 @@ from pathlib import Path
 
 from pibctl import crash_report, guest_ssh, own_kernel, paths, qga, ui
 from pibctl.own_kernel import OwnKernel
-from pibctl.topology import Topology, TopologyError, chain, parse
+from pibctl.topology import Topology, TopologyError, chain
 
 MGMT_NET = "10.77.0"  # guest-internal addresses; the host never joins this net
 IPOIB_NET = "10.78.0"  # the guests' IPoIB interfaces (ib0): vmN-ib is IPOIB_NET.N

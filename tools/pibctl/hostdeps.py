@@ -92,6 +92,12 @@ PACKAGES = {
     "ca-certificates": None,
     # A crashed QEMU's backtrace in the failure report (crash_report.py).
     "gdb": None,
+    # The end-to-end suite's runner (tests/e2e/conftest.py), and its limit
+    # on each test's time (pytest.ini).
+    "python3-pytest": None,
+    "python3-pytest-timeout": None,
+    # Our Python's lint (testing.check_python).
+    "python3-pyflakes": None,
 }
 
 # Minimum versions where the default release is too old.

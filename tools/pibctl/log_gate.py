@@ -6,12 +6,12 @@ and QEMU logged while the module ran must be clean.
   refcount_t or Call Trace, and no error or warning line of our driver.
 - Each VM's qemu.log, and those of the QEMUs it moved from: no
   guest-error token (`pib-hca hca0: TOKEN: ...`) the module did not
-  declare in GUEST_ERRORS_EXPECTED (tests that provoke errors on purpose
+  mark with guest_errors_expected (tests that provoke errors on purpose
   say which).
 
 Only what was logged since the last check counts, so a hit is the
 module's own. A module may name kernel lines it causes on purpose in
-KERNEL_LOG_EXPECTED (substrings). A substring that names a whole warning
+kernel_log_expected (substrings). A substring that names a whole warning
 ("------------[ cut here ]" to its "---[ end trace") allows that warning,
 Call Trace included: for known bugs of a guest kernel that a test trips
 over, which the module names with the kernel and the reason."""

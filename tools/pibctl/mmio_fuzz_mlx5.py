@@ -9,7 +9,7 @@ import random
 import time
 
 from pibctl import mmio_fuzz
-from pibctl.mmio_fuzz import BAR0, BAR4, RAM, RAM_SIZE, Qtest
+from pibctl.mmio_fuzz import BAR0, BAR4, RAM, Qtest
 
 DOORBELL_PAGES = 16
 ISEG_SIZE = 0x2010

@@ -5,8 +5,6 @@ differ. The headers and libraries come from the image's own packages
 against, so what they need from a newer C library than the host's is left
 to the guest's."""
 
-from pathlib import Path
-
 from pibctl import paths, stamps, ui
 
 SOURCE_DIR = paths.REPO / "guest" / "mpi"

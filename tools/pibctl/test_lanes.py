@@ -127,12 +127,9 @@ def host_lane() -> Lane:
     return Lane(HOST, "checks that need no guest", ["--unit-only"], idle=True)
 
 
-def second_lane(passes, pattern: str, vms: int, accel: str, soaks: bool) -> Lane:
-    """The end-to-end passes `passes` on a fabric of their own."""
+def second_lane(passes, chosen, vms: int, accel: str) -> Lane:
+    """The end-to-end passes `passes` on a fabric of their own, with the
+    tests `chosen` (testing.Selection)."""
     args = ["--e2e-only", "--lanes", "1", "--pass", ",".join(passes),
-            "--vms", str(vms), "--accel", accel]
-    if pattern:
-        args += ["-k", pattern]
-    if soaks:
-        args.append("--soak")
+            "--vms", str(vms), "--accel", accel, *chosen.options()]
     return Lane(SECOND, f"passes {', '.join(passes)}", args)
