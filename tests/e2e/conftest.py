@@ -50,11 +50,13 @@ def _run(config) -> e2e_pass.PassRun:
 
 
 def pytest_collection_modifyitems(config, items):
-    """Only the pass's tests, and soaks only when asked for. Tests run in
-    the order of their modules' file names, and in a module by name: the
-    order the suite has always had, which its tests were written in."""
+    """Only the pass's tests, and soaks only when asked for: by
+    --pib-soak, or by a -m expression that names the marker (-m soak runs
+    only them). Tests run in the order of their modules' file names, and
+    in a module by name: the order the suite has always had, which its
+    tests were written in."""
     run = _run(config)
-    soaks = config.getoption("pib_soak")
+    soaks = config.getoption("pib_soak") or "soak" in config.getoption("markexpr")
     chosen = [i for i in items
               if run.which.selects(i) and (soaks or not i.get_closest_marker("soak"))]
     dropped = [i for i in items if i not in chosen]
