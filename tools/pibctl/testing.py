@@ -13,7 +13,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from pibctl import (checkout_checks, core_build, driver_build, e2e_pass, e2e_report, fabric_bench, fuzzing,
+from pibctl import (checkout_checks, core_build, driver_build, e2e_pass, fabric_bench, fuzzing,
                     mlx5_layouts, package_checks, paths, qemu_build, setup, sources,
                     stale_state_checks, test_lanes, ui)
 
@@ -320,7 +320,10 @@ def run_pass(counts: Counts, name: str, chosen: Selection, vms: int, accel: str,
     JUnit XML goes beside the lanes' logs. `booted` is called once the
     fabric's boot has ended, however it ended; `timeout` replaces
     pytest.ini's seconds per test."""
-    import pytest  # a host package (hostdeps.py): there once setup has run
+    # pytest is a host package (hostdeps.py): there once setup has run.
+    import pytest
+
+    from pibctl import e2e_report
 
     which = e2e_pass.PASSES[name]
     run = e2e_pass.PassRun(which, vms, accel, record=counts.record, booted=booted)
