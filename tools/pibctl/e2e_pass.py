@@ -18,6 +18,7 @@ as an error of the test it ran after."""
 import os
 import re
 import shutil
+import subprocess
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -142,8 +143,6 @@ class Context:
 
     def pib(self, *args, timeout: float = 300, stdin: str = None):
         """Runs this checkout's ./pib with the test's environment."""
-        import subprocess
-
         return subprocess.run(
             [str(paths.REPO / "pib"), *args], capture_output=True, text=True,
             timeout=timeout, errors="replace", input=stdin,
