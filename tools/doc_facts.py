@@ -90,9 +90,10 @@ def unknown_commands(text: str) -> list:
     take: a command or an option it has not."""
     from pibctl import cli
 
+    parser = cli.build_parser()
     return [f"README.md's Status names `./pib {words}`: {why}"
             for words in re.findall(r"`\./pib ([^`]+)`", status_section(text))
-            if (why := _refusal(cli.build_parser(), words.split()))]
+            if (why := _refusal(parser, words.split()))]
 
 
 def _refusal(parser, words: list) -> str:

@@ -120,18 +120,19 @@ class Selection:
     soaks: bool = False
 
     def pytest_args(self) -> list:
-        args = ["-k", self.keyword] if self.keyword else []
-        args += ["-m", self.markers] if self.markers else []
         # A pass that failed nothing last time runs nothing (and boots nothing).
-        args += ["--lf", "--lfnf=none"] if self.last_failed else []
-        return args + (["--pib-soak"] if self.soaks else [])
+        args = ["--lf", "--lfnf=none"] if self.last_failed else []
+        return self._expressions() + args + (["--pib-soak"] if self.soaks else [])
 
     def options(self) -> list:
         """The same for a child ./pib test (test_lanes.py)."""
-        args = ["-k", self.keyword] if self.keyword else []
-        args += ["-m", self.markers] if self.markers else []
-        args += ["--lf"] if self.last_failed else []
-        return args + (["--soak"] if self.soaks else [])
+        args = ["--lf"] if self.last_failed else []
+        return self._expressions() + args + (["--soak"] if self.soaks else [])
+
+    def _expressions(self) -> list:
+        """-k and -m, which ./pib test and pytest spell alike."""
+        return ((["-k", self.keyword] if self.keyword else [])
+                + (["-m", self.markers] if self.markers else []))
 
 
 def _forget_e2e_modules() -> None:

@@ -37,7 +37,7 @@ class Mlx5FrontEnd final : public FrontEnd {
         eqs_.forEachView(each);
     }
     bool stopEq(uint32_t eqn, bool stop) override { return eqs_.stop(eqn, stop); }
-    size_t doorbellPages() const override { return uars_.given(); }
+    size_t doorbellPages() const override { return uars_.givenCount(); }
     CommandWords commandWords() const override { return Commands::commandWords(); }
     const char *unsaved() const override { return eqs_.anyStopped() ? "a stopped EQ" : nullptr; }
     void reset() override;

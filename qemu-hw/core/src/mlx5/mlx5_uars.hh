@@ -31,7 +31,7 @@ class Uars {
         return index >= kFirstUar && index - kFirstUar < given_.size() && given_[index - kFirstUar];
     }
     // How many pages are given out.
-    size_t given() const {
+    size_t givenCount() const {
         return static_cast<size_t>(std::count(given_.begin(), given_.end(), true));
     }
     void reset() { given_.assign(given_.size(), false); }
