@@ -26,6 +26,10 @@ enum pib_wire_type {
     PIB_WIRE_PACKET = 2, /* an IBA packet, LRH .. VCRC */
     PIB_WIRE_RINGS = 3,  /* a shared-memory ring offer, or its answer */
     PIB_WIRE_MOVING = 4, /* a device's VM moves: keep its link (no payload) */
+    /* the switch discarded packets to this port, which took nothing for its
+     * head-of-queue lifetime (no payload; only to an end whose HELLO set
+     * PIB_WIRE_HELLO_TAKES_DISCARDS) */
+    PIB_WIRE_DISCARDED = 5,
 };
 
 struct pib_wire_header {
@@ -42,8 +46,9 @@ struct pib_wire_header {
 #define PIB_WIRE_NODE_SWITCH 2
 
 /* pib_wire_hello.flags */
-#define PIB_WIRE_HELLO_TAKES_RINGS 0x0001u /* the sender accepts a PIB_WIRE_RINGS offer */
-#define PIB_WIRE_HELLO_RESUMES 0x0002u     /* the sender continues a link it said MOVING on */
+#define PIB_WIRE_HELLO_TAKES_RINGS 0x0001u    /* the sender accepts a PIB_WIRE_RINGS offer */
+#define PIB_WIRE_HELLO_RESUMES 0x0002u        /* the sender continues a link it said MOVING on */
+#define PIB_WIRE_HELLO_TAKES_DISCARDS 0x0004u /* the sender takes PIB_WIRE_DISCARDED */
 
 struct pib_wire_hello {
     uint64_t node_guid;

@@ -114,8 +114,7 @@ std::optional<FrameReader::View> FrameReader::nextView(Error *error) {
         return fail(Error::kBadMagic);
     if (h[4] != PIB_WIRE_VERSION)
         return fail(Error::kBadVersion);
-    if (h[5] != PIB_WIRE_HELLO && h[5] != PIB_WIRE_PACKET && h[5] != PIB_WIRE_RINGS &&
-        h[5] != PIB_WIRE_MOVING)
+    if (h[5] < PIB_WIRE_HELLO || h[5] > PIB_WIRE_DISCARDED)
         return fail(Error::kBadType);
     const uint32_t length = getLe32(h + 8);
     if (length > kMaxPayload)

@@ -142,6 +142,7 @@ class Server {
     void resumeInputs();
     void outputGone(unsigned port);
     int serviceFlowControl();
+    void tellDiscarded(unsigned port);
     void drop(unsigned port, const char *why);
     void detach(unsigned port);
     // A device that moves (server_moves.cc).

@@ -53,8 +53,10 @@ void Server::sendFrame(unsigned port, uint8_t type, std::span<const uint8_t> pay
     if (!c)
         return;
     if (c->stalled || c->queued() >= kMaxOutput) {
-        if (type == PIB_WIRE_PACKET)
+        if (type == PIB_WIRE_PACKET) {
             sw_.discarded(port, payload.size());
+            c->discarded = true;
+        }
         return;
     }
     if (c->queued() == 0)
@@ -129,8 +131,25 @@ void Server::onWritable(unsigned port) {
             log("port %u: draining again; packets to it pass again", port);
         c->stalled = false;
         outputGone(port); // not gone, but no longer in anyone's way
+        if (c->discarded)
+            tellDiscarded(port);
     }
     rewatch(port);
+}
+
+// The port drains again after the switch discarded packets to it: a peer
+// that takes it hears so (PIB_WIRE_DISCARDED), and its RC QPs resend at
+// once what they had in flight, and NAK what they expect, instead of
+// waiting for ACK timers that may be minutes long (docs/wire.md, "Stalls").
+// A stall is the host's doing (a QEMU not run for HOQLife), not the
+// fabric's; faults injected on purpose are not told.
+void Server::tellDiscarded(unsigned port) {
+    Connection *c = conns_[port].get();
+    c->discarded = false;
+    if (!(c->peer.flags & PIB_WIRE_HELLO_TAKES_DISCARDS))
+        return;
+    log("port %u: told its peer that packets to it were discarded", port);
+    sendFrame(port, PIB_WIRE_DISCARDED, {});
 }
 
 // What epoll should tell of a connection: its input unless held back, its
@@ -241,6 +260,8 @@ void Server::processInput(unsigned port) {
             deviceMoving(port);
             continue;
         }
+        if (frame->type == PIB_WIRE_DISCARDED) // a switch's word, meaningless to one
+            continue;
         if (frame->type == PIB_WIRE_RINGS) {
             ringOffer(port, frame->payload);
             if (conns_[port].get() != c)

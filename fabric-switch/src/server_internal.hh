@@ -174,6 +174,9 @@ struct Server::Connection {
     // none for so long that packets to it are discarded until it drains.
     uint64_t lastDrain = 0;
     bool stalled = false;
+    // Packets to it were discarded since it last drained (a stall, or a
+    // queue at kMaxOutput): a peer that takes PIB_WIRE_DISCARDED hears so.
+    bool discarded = false;
     // What epoll watches on fd now (watch() starts it at EPOLLIN): a
     // rewatch to the same events makes no system call.
     uint32_t watched = EPOLLIN;

@@ -25,6 +25,11 @@ static bool pib_hca_event_enabled(unsigned event)
         return trace_event_get_state_backends(TRACE_PIB_HCA_LINK_MOVING);
     case PIB_EVENT_LINK_RESUMED:
         return trace_event_get_state_backends(TRACE_PIB_HCA_LINK_RESUMED);
+    case PIB_EVENT_LINK_DISCARDS_TOLD:
+        return trace_event_get_state_backends(TRACE_PIB_HCA_LINK_DISCARDS_TOLD);
+    case PIB_EVENT_LINK_DISCARDS_TOO_OFTEN:
+        return trace_event_get_state_backends(
+            TRACE_PIB_HCA_LINK_DISCARDS_TOO_OFTEN);
     case PIB_EVENT_LINK_RETRAIN:
         return trace_event_get_state_backends(TRACE_PIB_HCA_LINK_RETRAIN);
     case PIB_EVENT_LINK_POLLING:
@@ -82,11 +87,11 @@ static bool pib_hca_event_enabled(unsigned event)
         return trace_event_get_state_backends(TRACE_PIB_HCA_RC_RNR);
     case PIB_EVENT_RC_SEQ_NAK:
         return trace_event_get_state_backends(TRACE_PIB_HCA_RC_SEQ_NAK);
-    case PIB_EVENT_RC_RESENT_AFTER_MOVE:
+    case PIB_EVENT_RC_RESENT_AFTER_LOSS:
         return trace_event_get_state_backends(
-            TRACE_PIB_HCA_RC_RESENT_AFTER_MOVE);
-    case PIB_EVENT_RC_TOLD_AFTER_MOVE:
-        return trace_event_get_state_backends(TRACE_PIB_HCA_RC_TOLD_AFTER_MOVE);
+            TRACE_PIB_HCA_RC_RESENT_AFTER_LOSS);
+    case PIB_EVENT_RC_TOLD_AFTER_LOSS:
+        return trace_event_get_state_backends(TRACE_PIB_HCA_RC_TOLD_AFTER_LOSS);
     case PIB_EVENT_RC_READ_GAP:
         return trace_event_get_state_backends(TRACE_PIB_HCA_RC_READ_GAP);
     case PIB_EVENT_RC_DUPLICATE:
@@ -221,6 +226,12 @@ static void pib_hca_trace_event(unsigned event, const uint64_t *a)
     case PIB_EVENT_LINK_RESUMED:
         trace_pib_hca_link_resumed((unsigned) a[0]);
         break;
+    case PIB_EVENT_LINK_DISCARDS_TOLD:
+        trace_pib_hca_link_discards_told((unsigned) a[0]);
+        break;
+    case PIB_EVENT_LINK_DISCARDS_TOO_OFTEN:
+        trace_pib_hca_link_discards_too_often((unsigned) a[0]);
+        break;
     case PIB_EVENT_LINK_RETRAIN:
         trace_pib_hca_link_retrain((unsigned) a[0]);
         break;
@@ -318,11 +329,11 @@ static void pib_hca_trace_event(unsigned event, const uint64_t *a)
     case PIB_EVENT_RC_SEQ_NAK:
         trace_pib_hca_rc_seq_nak((unsigned) a[0], (unsigned) a[1]);
         break;
-    case PIB_EVENT_RC_RESENT_AFTER_MOVE:
-        trace_pib_hca_rc_resent_after_move((unsigned) a[0], (unsigned) a[1]);
+    case PIB_EVENT_RC_RESENT_AFTER_LOSS:
+        trace_pib_hca_rc_resent_after_loss((unsigned) a[0], (unsigned) a[1]);
         break;
-    case PIB_EVENT_RC_TOLD_AFTER_MOVE:
-        trace_pib_hca_rc_told_after_move((unsigned) a[0], (unsigned) a[1]);
+    case PIB_EVENT_RC_TOLD_AFTER_LOSS:
+        trace_pib_hca_rc_told_after_loss((unsigned) a[0], (unsigned) a[1]);
         break;
     case PIB_EVENT_RC_READ_GAP:
         trace_pib_hca_rc_read_gap((unsigned) a[0], (unsigned) a[1],

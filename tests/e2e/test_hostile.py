@@ -20,6 +20,7 @@ import pytest
 import iba
 from pibctl import fabric
 from pibctl.pairs import ipoib_up, run_pair
+from transfers import BackgroundTraffic, same_at_both_ends
 
 pytestmark = [
     pytest.mark.topology("hostile.topo"),
@@ -158,6 +159,67 @@ def test_a_stopped_guest_stalls_nobody(ctx):
     _pingpong_ok(ctx, "vm2", "vm1", 18720)  # vm2 is back in the fabric
     for vm in ("vm1", "vm2", "vm3"):
         _kernel_clean(ctx, vm)
+
+
+# RC timeout 30, which IBA makes 73 minutes: only the switch's word that it
+# discarded packets (docs/wire.md, "Stalls") lets a QP resend in time; an
+# operation that waits 20 s fails.
+PAUSE_TRAFFIC = ["-t", "write,read,send,fadd,cas", "-s", "4096,65536,1M+3", "-q", "2",
+                 "-n", "20", "-T", "30", "-r", "7", "-w", "20"]
+# READs of 64 MiB, each one round, mostly in flight: while the guest that
+# asked is stopped, its peer's responses fill the switch's output to it,
+# and the rest, the READ's last packets, are discarded (a loss no later
+# packet reveals: the round waits for them).
+PAUSE_READS = ["-t", "read", "-s", "64M", "-q", "1", "-n", "6", "-T", "30", "-r", "7",
+               "-w", "20"]
+PAUSE_SECONDS = 3
+
+
+def _told_lines(ctx, port):
+    log = ctx.fabric.switch_log("switch1").read_text(errors="replace")
+    return [line for line in log.splitlines()
+            if f"port {port}: told its peer that packets to it were discarded" in line]
+
+
+def test_a_guest_the_host_does_not_run_costs_rc_a_pause_not_a_timeout(ctx):
+    """vm2's QEMU is stopped for 3 s under RC traffic both ways at timeout
+    30 (vm2 READs 64 MiB from vm1) and a flood of IPoIB datagrams from vm1:
+    the switch finds vm2's output stalled and discards what goes to it, and
+    when vm2 drains again it says so (DISCARDED, docs/wire.md "Stalls");
+    vm2's device hears it, and its RC QPs resend and say what they expect,
+    so that whatever of theirs or their peers' was discarded goes again at
+    once. Every operation completes within 20 s, every byte checked at both
+    ends (found in CI: a QEMU not run for 268 ms cost a QP 73 minutes)."""
+    fab = ctx.fabric
+    ipoib_up(ctx, ("vm1", "vm2"))
+    _, port = fab.vm("vm2").cables[0]
+    told_before = len(_told_lines(ctx, port))
+    runs = [BackgroundTraffic(ctx, PAUSE_TRAFFIC, 18740, client_vm="vm1", server_vm="vm2"),
+            BackgroundTraffic(ctx, PAUSE_READS, 18742, client_vm="vm2", server_vm="vm1")]
+    time.sleep(2)
+    assert all(run.running() for run in runs), "the traffic ended before the pause"
+    ctx.sh("vm1", f"(ping -q -i 0.005 -s 16000 -w {PAUSE_SECONDS + 3} vm2-ib >/dev/null 2>&1) "
+                  "</dev/null >/dev/null 2>&1 &")
+    time.sleep(1)
+    vm2 = fab.vm("vm2")
+    os.kill(vm2.pid, signal.SIGSTOP)
+    try:
+        time.sleep(PAUSE_SECONDS)
+    finally:
+        os.kill(vm2.pid, signal.SIGCONT)
+    moved = 0
+    for run in runs:
+        rc, out, src, sout = run.wait()
+        assert rc == 0 and src == 0, \
+            f"{run.client_vm} to {run.server_vm}: client {rc}, server {src}\n{out}\n{sout}"
+        moved += sum(int(line["bytes"]) for line in same_at_both_ends(out, sout).values())
+    told = _told_lines(ctx, port)[told_before:]
+    print(f"{moved} bytes in RC traffic both ways, every byte checked; the switch: "
+          + ("; ".join(line.split("] ", 1)[-1] for line in told) or "nothing told"))
+    assert told, (f"the switch never found vm2's port {port} stalled in a pause of "
+                  f"{PAUSE_SECONDS} s: the test proved nothing")
+    heard = vm2.qemu_log.read_text(errors="replace").count("pib_hca_link_discards_told")
+    assert heard >= 1, "vm2's device did not hear the switch (no pib_hca_link_discards_told)"
 
 
 # What a switch may hold for one port (fabric-switch: reading stops at

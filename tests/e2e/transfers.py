@@ -180,7 +180,8 @@ def moves_under_traffic(ctx, runs, vm, moves, counters, before):
     for run in runs if isinstance(runs, list) else [runs]:
         rc, out, src, sout = run.wait()
         assert rc == 0 and src == 0, \
-            f"{run.client_vm} to {run.server_vm}: client {rc}, server {src}\n{out}\n{sout}"
+            f"{run.client_vm} to {run.server_vm}: client {rc}, server {src}\n{out}\n{sout}" \
+            + _switch_stalls(ctx)
         lines = same_at_both_ends(out, sout)
         moved_bytes += sum(int(line["bytes"]) for line in lines.values())
         kinds += len(lines)

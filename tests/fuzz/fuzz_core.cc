@@ -611,9 +611,22 @@ void moveThatFails(FuzzedDataProvider &in, Target &t) {
     pib_core_move_failed(h.core);
 }
 
+// The switch says it discarded packets to the port (docs/wire.md,
+// "Stalls"), once or in a flood, as time passes or not: the port's RC QPs
+// resend and say what they expect, at most once per 100 ms.
+void switchDiscarded(FuzzedDataProvider &in, Target &t) {
+    const auto frame = wire::encode(PIB_WIRE_DISCARDED, {});
+    const int times = in.ConsumeIntegralInRange(1, 4);
+    for (int i = 0; i < times; ++i) {
+        pib_core_port_receive(t.host.core, 1, frame.data(), frame.size());
+        if (in.ConsumeBool())
+            t.host.advance(in.ConsumeIntegralInRange<uint64_t>(0, 150'000'000));
+    }
+}
+
 void hostEnvironment(FuzzedDataProvider &in, Target &t) {
     FakeHost &h = t.host;
-    switch (in.ConsumeIntegralInRange(0, 7)) {
+    switch (in.ConsumeIntegralInRange(0, 8)) {
     case 0: // time passes: retransmissions, RNR waits
         h.advance(in.ConsumeIntegralInRange<uint64_t>(0, 200'000'000));
         break;
@@ -642,6 +655,9 @@ void hostEnvironment(FuzzedDataProvider &in, Target &t) {
         break;
     case 6:
         moveThatFails(in, t);
+        break;
+    case 7:
+        switchDiscarded(in, t);
         break;
     default:
         pib_core_bar_read(h.core, in.ConsumeBool() ? PIB_BAR_REGS : PIB_BAR_DOORBELL,

@@ -229,6 +229,7 @@ std::vector<uint8_t> hello(FuzzedDataProvider &in) {
     h.node_guid = h.port_guid = in.ConsumeIntegral<uint64_t>();
     h.node_type = in.ConsumeBool() ? PIB_WIRE_NODE_SWITCH : PIB_WIRE_NODE_CA;
     h.port = in.ConsumeIntegral<uint8_t>();
+    h.flags = in.ConsumeBool() ? PIB_WIRE_HELLO_TAKES_DISCARDS : 0; // then stalls are told
     return wire::encode(PIB_WIRE_HELLO,
                         std::span(reinterpret_cast<const uint8_t *>(&h), sizeof(h)));
 }

@@ -138,7 +138,7 @@ static int portSend(void *opaque, unsigned port, const void *buf, size_t len) {
 static int portSendFds(void *opaque, unsigned port, const void *buf, size_t len, const int *fds,
                        size_t nfds) {
     auto *host = static_cast<FakeHost *>(opaque);
-    if (!host->passesDescriptors)
+    if (!host->passesDescriptors || host->portOutput[port].size() > host->descriptorsBehindAtMost)
         return -1;
     FakeHost::PassedFds passed{host->portOutput[port].size(), {}};
     for (size_t i = 0; i < nfds; ++i)

@@ -221,6 +221,9 @@ struct FakeHost {
     // at which byte of its output, and the doorbell it asks the host to
     // watch (-1: none).
     bool passesDescriptors = false;
+    // ...and only while the port's output holds at most this much, as
+    // QEMU's glue passes them only with nothing queued before them.
+    size_t descriptorsBehindAtMost = SIZE_MAX;
     struct PassedFds {
         size_t at;
         std::vector<int> fds;

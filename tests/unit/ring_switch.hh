@@ -26,8 +26,9 @@ class RingSwitch {
     static constexpr uint32_t kRingSize = 1 << 20; // the device's (LinkRings::kRingSize)
 
     // Plugs a cable into port 1 (pulling the one there), says HELLO with
-    // rings taken: the device offers them.
-    explicit RingSwitch(FakeHost &host) : host_(host) {
+    // rings taken (and `helloFlags`, such as PIB_WIRE_HELLO_RESUMES for a
+    // device that moved): the device offers them.
+    explicit RingSwitch(FakeHost &host, uint16_t helloFlags = 0) : host_(host) {
         host_.passesDescriptors = true;
         for (const FakeHost::PassedFds &old : host_.passedFds[1]) // earlier cables' offers
             for (int fd : old.fds)
@@ -38,7 +39,7 @@ class RingSwitch {
         pib_core_port_connected(host_.core, 1, 1);
         pib_wire_hello hello{};
         hello.node_type = PIB_WIRE_NODE_SWITCH;
-        hello.flags = PIB_WIRE_HELLO_TAKES_RINGS;
+        hello.flags = PIB_WIRE_HELLO_TAKES_RINGS | helloFlags;
         feed(wire::encode(PIB_WIRE_HELLO, bytesOf(hello)));
     }
 

@@ -391,7 +391,7 @@ TEST_CASE("a device whose move failed resumes its link on the same cable at once
     pib_core_move_failed(a.host.core);
     const auto frames = framesSent(a.host);
     REQUIRE(frames.size() == 1);
-    CHECK(helloFlags(frames[0]) == PIB_WIRE_HELLO_RESUMES);
+    CHECK(helloFlags(frames[0]) == (PIB_WIRE_HELLO_RESUMES | PIB_WIRE_HELLO_TAKES_DISCARDS));
     CHECK(queryPort(a.host).state == PIB_PORT_ACTIVE);
     pib_core_move_failed(a.host.core); // a second call changes nothing
     CHECK(framesSent(a.host).empty());
@@ -408,7 +408,7 @@ TEST_CASE("a loaded device resumes its link on its next cable, as the switch kep
     pib_core_port_connected(b.core, 1, 1);
     const auto frames = framesSent(b);
     REQUIRE(frames.size() == 1);
-    CHECK(helloFlags(frames[0]) == PIB_WIRE_HELLO_RESUMES);
+    CHECK(helloFlags(frames[0]) == (PIB_WIRE_HELLO_RESUMES | PIB_WIRE_HELLO_TAKES_DISCARDS));
     SECTION("the switch kept the link") {
         b.switchHello(PIB_WIRE_HELLO_RESUMES);
         CHECK(queryPort(b).state == PIB_PORT_ACTIVE);

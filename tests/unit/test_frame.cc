@@ -81,7 +81,7 @@ TEST_CASE("malformed frames stop the stream", "[wire]") {
         expected = FrameReader::Error::kBadVersion;
     }
     SECTION("type") {
-        frame[5] = 77;
+        frame[5] = GENERATE(uint8_t{0}, uint8_t{PIB_WIRE_DISCARDED + 1}, uint8_t{77});
         expected = FrameReader::Error::kBadType;
     }
     SECTION("length") {

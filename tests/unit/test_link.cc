@@ -68,7 +68,13 @@ TEST_CASE("a port's link comes up after both HELLOs and goes down with the strea
     CHECK(h.node_guid == FakeHost::defaultConfig().node_guid);
     CHECK(h.port_guid == FakeHost::defaultConfig().node_guid + 1);
     CHECK(h.node_type == PIB_WIRE_NODE_CA);
-    CHECK(queryPort(host).state == PIB_PORT_DOWN); // connected, not yet up
+    CHECK(h.flags == PIB_WIRE_HELLO_TAKES_DISCARDS); // a new link, and it hears DISCARDED
+    CHECK(queryPort(host).state == PIB_PORT_DOWN);   // connected, not yet up
+    // DISCARDED before the link is up is nothing to it.
+    const auto early = encode(PIB_WIRE_DISCARDED, {});
+    pib_core_port_receive(host.core, 1, early.data(), early.size());
+    CHECK(host.traces("link_discards_told") == 0);
+    CHECK(host.disconnects.empty());
 
     // The switch's HELLO may come in pieces.
     const auto reply = switchHello();

@@ -96,6 +96,10 @@ namespace {
 struct RingPair {
     pib::testing::Pair pair;
     std::unique_ptr<RingSwitch> a, b;
+    // Whether the switch also forwards the packets a device put on its
+    // stream (before its rings were up), and how many it did.
+    bool forwardsStreams = false;
+    size_t streamed = 0;
 
     RingPair() {
         plug(pair.a, &a);
@@ -117,6 +121,10 @@ struct RingPair {
         for (int turn = 0; turn < 200000; ++turn) {
             bool busy = forward(*a, *b, perTurn);
             busy |= forward(*b, *a, perTurn);
+            if (forwardsStreams) {
+                busy |= forwardStream(pair.a, *b);
+                busy |= forwardStream(pair.b, *a);
+            }
             busy |= a->answerBell();
             busy |= b->answerBell();
             busy |= pair.a.host.runScheduled();
@@ -130,6 +138,22 @@ struct RingPair {
                 return;
         }
         FAIL("the devices never went quiet");
+    }
+    // The packets `from` put on its stream, into `to`'s device's ring.
+    bool forwardStream(pib::testing::Node &from, RingSwitch &to) {
+        std::vector<uint8_t> bytes;
+        bytes.swap(from.host.portOutput[1]);
+        bool any = false;
+        for (const auto &frame : framesOf(bytes)) {
+            if (frame.type != PIB_WIRE_PACKET)
+                continue;
+            REQUIRE(to.put(encode(PIB_WIRE_PACKET, frame.payload)));
+            any = true;
+            ++streamed;
+        }
+        if (any)
+            to.publish();
+        return any;
     }
 };
 
@@ -348,4 +372,48 @@ TEST_CASE("a host that passes no descriptors stays on the stream", "[link-rings]
     const auto frames = framesOf(host.portOutput[1]);
     REQUIRE(frames.size() == 1);
     CHECK(frames[0].type == PIB_WIRE_HELLO);
+}
+
+// Found in CI: a ConnectX guest that moved under RC traffic came back on
+// the stream, not on a ring cable. Its QPs resent what the move lost as
+// the link resumed, before the ring offer, and QEMU's glue passes the
+// offer's descriptors only with nothing queued before them. The offer
+// now goes first.
+TEST_CASE("a device that moves with packets in flight comes back on a ring cable", "[link-rings]") {
+    RingPair r;
+    pib::testing::Pair &pair = r.pair;
+    constexpr uint32_t kLength = 1 << 20;
+    const uint64_t src = pair.a.host.allocRandom(kLength, 31);
+    const uint64_t dst = pair.b.host.alloc(kLength);
+    pair.a.postSend(1,
+                    {.opcode = PIB_WR_RDMA_WRITE, .local = src, .length = kLength, .remote = dst});
+    pair.a.host.runScheduled();
+    CHECK(!r.a->take().empty()); // the switch took them; the move loses them
+
+    std::string why;
+    const std::vector<uint8_t> state = pair.a.host.saveState(&why);
+    REQUIRE(why.empty());
+    pair.a.host.replaceCore();
+    REQUIRE(pair.a.host.loadState(state).empty());
+    // Its first cable is refused (the switch still holds the old QEMU's):
+    // the loaded QPs send meanwhile, into a link that is not up.
+    pib_core_port_connected(pair.a.host.core, 1, 1);
+    while (pair.a.host.runScheduled()) {
+    }
+    pair.a.host.descriptorsBehindAtMost = 4096; // its HELLO, not its resends
+    const size_t upBefore = pair.a.host.traces("link_rings_up");
+    r.a = std::make_unique<RingSwitch>(pair.a.host, PIB_WIRE_HELLO_RESUMES);
+    CHECK(pair.a.host.traces("link_resumed") >= 1);
+    CHECK(pair.a.host.traces("link_rings_not_offered") == 0);
+    REQUIRE(r.a->answer(true));
+    CHECK(pair.a.host.traces("link_rings_up") == upBefore + 1);
+
+    // What it resent before the answer took the stream; the rest, the ring.
+    r.forwardsStreams = true;
+    r.run(64, 5);
+    const auto done = pair.a.poll();
+    REQUIRE(done.size() == 1);
+    CHECK(done[0].status == PIB_WC_SUCCESS);
+    CHECK(std::memcmp(pair.a.host.at(src), pair.b.host.at(dst), kLength) == 0);
+    CHECK(portCounters(pair.a)["frames_built_in_ring"] > 0);
 }

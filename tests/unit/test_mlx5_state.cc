@@ -169,7 +169,7 @@ TEST_CASE("mlx5: a loaded function's objects are as they were saved, and work", 
     const uint64_t states[] = {stateOf(a.qpn), stateOf(b.qpn), stateOf(onSrq->qpn)};
     REQUIRE(f.host.move() == "");
     // As saved, but for the port's counters: its link resumed, and its
-    // RC QPs said where they were (DataPath::linkResumed).
+    // RC QPs said where they were (DataPath::resendWhatWasLost).
     CHECK(withoutSection(f.host.saveState(), "PRTS") == withoutSection(saved, "PRTS"));
     CHECK(stateOf(a.qpn) == states[0]);
     CHECK(stateOf(b.qpn) == states[1]);

@@ -455,6 +455,84 @@ TEST_CASE("a responder that moves after taking all has its requester complete at
     }
 }
 
+namespace {
+
+// The switch says it discarded packets to `n`'s port (PIB_WIRE_DISCARDED).
+void tellDiscarded(Node &n) {
+    const auto frame = wire::encode(PIB_WIRE_DISCARDED, {});
+    pib_core_port_receive(n.host.core, 1, frame.data(), frame.size());
+}
+
+} // namespace
+
+// Found in CI: a QEMU the host did not run for 268 ms had the switch
+// discard what was sent to it (its head-of-queue lifetime ran out), and at
+// ACK timeout 30 its peer, or itself, waited for 73 minutes. The switch
+// says DISCARDED once the port drains again; then each RC QP of the port
+// says what it is missing, as after a move, and no time needs to pass.
+TEST_CASE("a port the switch discarded packets to has its RC traffic go on at once",
+          "[object-state]") {
+    constexpr uint32_t kLength = 16 << 10;
+    Pair p(PIB_QPT_RC, {.timeout = 30, .retryCnt = 7, .maxRdAtomic = 4});
+    const uint8_t op = GENERATE(as<uint8_t>{}, PIB_WR_SEND, PIB_WR_RDMA_WRITE, PIB_WR_RDMA_READ,
+                                PIB_WR_ATOMIC_FETCH_AND_ADD);
+    const bool requesterStalled = GENERATE(true, false);
+    CAPTURE(op, requesterStalled);
+    const bool atomic = op == PIB_WR_ATOMIC_FETCH_AND_ADD;
+    const uint64_t aBuf =
+        op == PIB_WR_RDMA_READ ? p.a.host.alloc(kLength) : p.a.host.allocRandom(kLength, 21);
+    const uint64_t bBuf =
+        op == PIB_WR_RDMA_READ ? p.b.host.allocRandom(kLength, 22) : p.b.host.alloc(kLength);
+    if (op == PIB_WR_SEND)
+        p.b.postRecv(1, bBuf, kLength);
+    if (!requesterStalled) { // b took a WRITE first: a responder that took
+        // nothing since RTR says nothing (docs/migration.md)
+        const uint64_t first = p.b.host.alloc(8);
+        p.a.postSend(9, {.opcode = PIB_WR_RDMA_WRITE,
+                         .local = p.a.host.allocRandom(8, 23),
+                         .length = 8,
+                         .remote = first});
+        p.wire.run();
+        REQUIRE(p.a.poll().size() == 1);
+    }
+    p.a.postSend(1, {.opcode = op,
+                     .local = aBuf,
+                     .length = atomic ? 8 : kLength,
+                     .remote = bBuf,
+                     .swapAdd = 5});
+    // The switch discards what goes to the stalled port: b's answers to a,
+    // or a's requests to b.
+    p.wire.filter = [&](bool fromA, iba::Packet &) { return requesterStalled == fromA; };
+    p.wire.advance(1'000'000'000, 10'000'000); // a second: no ACK timer of 73 minutes fires
+    p.wire.filter = nullptr;
+    CHECK(p.a.poll().empty());
+    Node &told = requesterStalled ? p.a : p.b;
+    const uint64_t before = p.a.host.now;
+    tellDiscarded(told);
+    CHECK(told.host.traces("link_discards_told") == 1);
+    std::vector<pib_cqe> done;
+    for (int round = 0; round < 20 && done.empty(); ++round) { // no time passes
+        p.wire.run();
+        done = p.a.poll();
+    }
+    CHECK(p.a.host.now == before);
+    REQUIRE(done.size() == 1);
+    CHECK(done[0].status == PIB_WC_SUCCESS);
+    if (atomic) {
+        CHECK(p.b.host.peek<uint64_t>(bBuf) == 5); // added once
+        CHECK(p.a.host.peek<uint64_t>(aBuf) == 0); // the value it found
+    } else if (op == PIB_WR_RDMA_READ) {
+        CHECK(sameBytes(p.b, bBuf, p.a, aBuf, kLength));
+    } else {
+        CHECK(sameBytes(p.a, aBuf, p.b, bBuf, kLength));
+    }
+    // A switch that says it again at once is not heard: each word costs a
+    // pass over the port's QPs.
+    tellDiscarded(told);
+    CHECK(told.host.traces("link_discards_told") == 1);
+    CHECK(told.host.traces("link_discards_too_often") == 1);
+}
+
 // A move that fails and whose cable the switch did not keep: the link
 // comes back as a new one (the port DOWN, then INIT), and what was in
 // flight is lost as in a move. Once the SM makes the port ACTIVE again,

@@ -1096,3 +1096,57 @@ TEST_CASE("fuzz-switch-state's seeds are the states this version saves", "[switc
     INFO("write them again: PIB_WRITE_STATE_SEEDS=1 core-tests '[switch-state]'");
     CHECK(checkedIn == seeds);
 }
+
+namespace {
+
+// Queries the switch's SMA from `cable` for `window` and reads none of the
+// answers: they fill the switch's output toward the cable until it stops
+// reading the cable's input, finds the output stalled (it took nothing
+// for its head-of-queue lifetime) and goes on, discarding the answers.
+void queryWithoutReading(const Fd &cable, milliseconds window) {
+    const auto query = wire::encode(PIB_WIRE_PACKET, nodeInfoSmp());
+    std::vector<uint8_t> pending;
+    const auto end = steady_clock::now() + window;
+    while (steady_clock::now() < end) {
+        if (pending.size() < query.size())
+            pending.insert(pending.end(), query.begin(), query.end());
+        const ssize_t n =
+            send(cable.get(), pending.data(), pending.size(), MSG_NOSIGNAL | MSG_DONTWAIT);
+        if (n > 0)
+            pending.erase(pending.begin(), pending.begin() + n);
+        else
+            std::this_thread::sleep_for(5ms); // the switch reads no more of it, for now
+    }
+}
+
+} // namespace
+
+// Found in CI: at RC timeout 30, a QEMU the host did not run for 268 ms had
+// the switch discard an ACK to it, and its QP waited for a timer of 73
+// minutes. A port the switch discarded packets to is told so when it
+// drains again, if its HELLO said it takes PIB_WIRE_DISCARDED (the device
+// then resends what it had in flight, docs/wire.md "Stalls").
+TEST_CASE("a port that drains after the switch discarded packets to it is told so",
+          "[switch-flow]") {
+    TempDir dir;
+    const std::string control = dir.file("control.sock"), port = dir.file("port1.sock");
+    RunningSwitch sw({{}, {PortEndpoint::Kind::kUnixListen, port}}, control);
+    const bool takes = GENERATE(true, false);
+    CAPTURE(takes);
+    Fd cable = deviceCable(port, takes ? PIB_WIRE_HELLO_TAKES_DISCARDS : 0);
+    REQUIRE(portsSay(control, "port 1: INIT, link up", 2000ms));
+    queryWithoutReading(cable, 1500ms);
+    const auto queues = askControl(control, "queues", 2000ms);
+    REQUIRE(queues);
+    CHECK(queues->find("port 1: queued") != std::string::npos);
+    CHECK(queues->find(", stalled") != std::string::npos);
+    // The cable is read again: the answers that were kept, then the word.
+    const auto told = frameOfType(cable, PIB_WIRE_DISCARDED, takes ? 3000ms : 1500ms);
+    CHECK(told.has_value() == takes);
+    if (told)
+        CHECK(told->payload.empty());
+    const auto after = askControl(control, "queues", 2000ms);
+    REQUIRE(after);
+    CHECK(after->find(", stalled") == std::string::npos);
+    CHECK(answersOn(cable)); // and the port goes on as before
+}

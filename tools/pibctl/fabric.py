@@ -508,9 +508,11 @@ def qemu_log_tail(vm: Vm, lines: int = 30) -> str:
 
 
 # The RC timer's trace events, each a different story of a QP that heard
-# nothing: a failure's report counts them before any tail is cut short.
+# nothing, and what a lost link made QPs say: a failure's report counts
+# them before any tail is cut short.
 RC_TIMER_EVENTS = ("rc_timeout", "rc_timeout_unspent", "rc_timeout_excused",
-                   "rc_timeout_behind", "rc_retry_exceeded")
+                   "rc_timeout_behind", "rc_retry_exceeded", "rc_resent_after_loss",
+                   "rc_told_after_loss", "link_discards_told")
 
 
 def rc_timer_summary(vm: Vm) -> str:

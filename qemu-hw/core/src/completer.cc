@@ -395,12 +395,12 @@ uint32_t Requester::resendFrom(const QueuePair &qp) const {
     return from;
 }
 
-void Requester::resendAfterMove(QueuePair &qp) {
+void Requester::resendAfterLoss(QueuePair &qp) {
     RequesterState &r = qp.req;
     if (!r.awaitsAnswer() || r.rnrDeadline) // an RNR wait resends when it ends
         return;
     const uint32_t from = resendFrom(qp);
-    trace::rc_resent_after_move(host_, qp.number, from);
+    trace::rc_resent_after_loss(host_, qp.number, from);
     r.resending = true;
     rewind(qp, from);
     send(qp);

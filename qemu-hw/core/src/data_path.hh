@@ -97,10 +97,11 @@ class DataPath final : public SubnetSender, public ScheduledEngine, QpErrorFlow 
     // A loaded QP goes on: its requester resends what it had not
     // completed, its responder acknowledges what it took.
     void resumeLoaded(QueuePair &qp);
-    // Port `port`'s link is up again as it was before its device moved
-    // (or the move failed): each reliable QP on it says at once what it
+    // Port `port`'s link lost what was in flight: it is up again as it
+    // was before its device moved (or the move failed), or the switch
+    // discarded packets to it. Each reliable QP on it says at once what it
     // is missing, whatever its ACK timeout (transport_state.cc).
-    void linkResumed(unsigned port);
+    void resendWhatWasLost(unsigned port);
     // The keys' registrations and bindings (a loaded state's are made
     // again by them).
     MemoryKeys &keys() { return keys_; }

@@ -118,9 +118,9 @@ void Device::linkEvent(unsigned port, Link::Event e) {
         return;
     // A link that resumed after its device moved is the link the port's
     // state belongs to: its state stays, and its QPs say what the move
-    // lost.
-    if (e == Link::Event::kResumed)
-        dataPath_.linkResumed(port);
+    // lost; so they do when the switch says it discarded packets to us.
+    if (e == Link::Event::kResumed || e == Link::Event::kLost)
+        dataPath_.resendWhatWasLost(port);
     else
         agents_.linkChanged(port, e == Link::Event::kUp);
 }

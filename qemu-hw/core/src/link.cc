@@ -36,7 +36,7 @@ Link::Event Link::connected(bool connected) {
 void Link::sendHello(uint16_t flags) {
     helloDue_ = host_.clockNs() + kHelloRetryNs;
     pib_wire_hello hello{};
-    hello.flags = flags;
+    hello.flags = flags | PIB_WIRE_HELLO_TAKES_DISCARDS;
     hello.node_guid = nodeGuid_;
     hello.port_guid = portGuid_;
     hello.node_type = PIB_WIRE_NODE_CA;
@@ -134,6 +134,8 @@ void Link::receive(std::span<const uint8_t> bytes, const std::function<void(Even
             ringsAnswered(frame->payload);
         else if (frame->type == PIB_WIRE_PACKET)
             packetReceived(frame->payload, {}, onPacket);
+        else if (frame->type == PIB_WIRE_DISCARDED)
+            discardsTold(onEvent);
         if (!connected_) {
             reader_.reset();
             return; // a handler dropped the link
@@ -150,6 +152,14 @@ void Link::helloReceived(std::span<const uint8_t> payload,
     if (payload.size() < sizeof(hello))
         return; // too short to be a HELLO: ignored
     std::memcpy(&hello, payload.data(), sizeof(hello));
+    // The offer goes before the link's events: a port that resumes after
+    // its device moved resends at once what the move lost, and a host
+    // passes the offer's descriptors only with nothing queued before them
+    // (a stream full of resends would keep the port off its ring).
+    if (connected_ && !ringsOffered_ && (hello.flags & PIB_WIRE_HELLO_TAKES_RINGS)) {
+        ringsOffered_ = true;
+        offerRings();
+    }
     if (!up_) {
         up_ = true;
         helloDue_ = 0;
@@ -167,10 +177,22 @@ void Link::helloReceived(std::span<const uint8_t> payload,
     } else {
         peerHello(onEvent);
     }
-    if (connected_ && !ringsOffered_ && (hello.flags & PIB_WIRE_HELLO_TAKES_RINGS)) {
-        ringsOffered_ = true;
-        offerRings();
+}
+
+// The switch discarded packets to the port: its output to us took nothing
+// for its head-of-queue lifetime (a QEMU the host did not run). What
+// either end had in flight is handled as after a move (kLost).
+void Link::discardsTold(const std::function<void(Event)> &onEvent) {
+    if (!up_)
+        return; // a link that comes up starts afresh anyway
+    const uint64_t now = host_.clockNs();
+    if (discardsToldNs_ && now - discardsToldNs_ < kMinDiscardsToldNs) {
+        trace::link_discards_too_often(host_, port_);
+        return;
     }
+    discardsToldNs_ = now;
+    trace::link_discards_told(host_, port_);
+    onEvent(Event::kLost);
 }
 
 // Once per cable: a refused or failed offer leaves the stream as it was.

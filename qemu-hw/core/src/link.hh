@@ -24,8 +24,10 @@ namespace pib {
 class Link {
   public:
     // kResumed: the link is up again as it was before its device moved
-    // (moving() below); the port keeps its state.
-    enum class Event { kNone, kUp, kDown, kResumed };
+    // (moving() below); the port keeps its state. kLost: the switch says
+    // it discarded packets to the port (PIB_WIRE_DISCARDED): what was in
+    // flight either way may be gone, as after a move.
+    enum class Event { kNone, kUp, kDown, kResumed, kLost };
     // A packet the cable delivered, valid during the call: `bytes`, and
     // `head`, a private copy of their first bytes when they lie in memory
     // the switch shares and may rewrite (a ring cable: iba::parseShared),
@@ -126,8 +128,14 @@ class Link {
     bool resumes_ = false; // the next cable's HELLO resumes the link
     // A HELLO this soon after the link came up crossed ours: dropped.
     static constexpr uint64_t kMinRetrainNs = 100'000'000;
+    // A switch stalls an output for 200 ms at least before it discards:
+    // a DISCARDED sooner after the last one is a peer's flood, ignored (each
+    // one costs a pass over the port's QPs).
+    static constexpr uint64_t kMinDiscardsToldNs = 100'000'000;
+    uint64_t discardsToldNs_ = 0; // when the last one was taken
 
     void sendHello(uint16_t flags = 0);
+    void discardsTold(const std::function<void(Event)> &onEvent);
     bool sendOnStream(std::span<const uint8_t> bytes);
     void helloReceived(std::span<const uint8_t> payload, const std::function<void(Event)> &onEvent);
     void peerHello(const std::function<void(Event)> &onEvent);

@@ -26,7 +26,7 @@ class SubnetSender {
   public:
     virtual void sendSubnetPacket(unsigned port, iba::Packet &packet) = 0;
     // The port became ACTIVE again: what its QPs had in flight while it
-    // was not went nowhere (DataPath::linkResumed says so at once).
+    // was not went nowhere (DataPath::resendWhatWasLost says so at once).
     virtual void portActive(unsigned port) = 0;
 
   protected:

@@ -42,7 +42,7 @@ struct PortState {
     // Its device moved, or tried to, since the port last became ACTIVE:
     // when the link resumes, and when the port is ACTIVE again on a new
     // link (a failed move's cable the switch did not keep), its QPs say
-    // what was lost (DataPath::linkResumed).
+    // what was lost (DataPath::resendWhatWasLost).
     bool moved = false;
 };
 

@@ -25,9 +25,10 @@ class Requester final : TransportRole {
     void onResponse(QueuePair &qp, const iba::Packet &packet);
     // `qp`'s ACK timer or RNR wait ran out.
     void timerExpired(QueuePair &qp);
-    // The link resumed after a move (DataPath::linkResumed): sends again
+    // The link lost what was in flight, a move or the switch's discards
+    // (DataPath::resendWhatWasLost): sends again
     // from the oldest PSN not answered, spending no retry.
-    void resendAfterMove(QueuePair &qp);
+    void resendAfterLoss(QueuePair &qp);
     // Raises SQ drained once nothing `qp` started is in flight.
     void notifyIfSqDrained(QueuePair &qp);
     // The outstanding WQEs, whose memory the device's budget counts

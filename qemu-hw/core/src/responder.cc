@@ -86,13 +86,13 @@ void Responder::acknowledgeAll(QueuePair &qp) {
 // whose answer was lost, that ACK is an implied NAK: the peer asks
 // again, and the answer comes from the replay. One that lost requests
 // resends from the NAK's PSN.
-void Responder::sayWhereAfterMove(QueuePair &qp) {
+void Responder::sayWhereAfterLoss(QueuePair &qp) {
     ResponderState &s = qp.resp;
     acknowledgeAll(qp);
     sendReplies(qp);
     acknowledge(qp, s.expectedPsn, syndrome(kNak, kPsnSequence));
     s.nakSent = true; // one NAK for this gap, as for any other
-    trace::rc_told_after_move(host_, qp.number, s.expectedPsn);
+    trace::rc_told_after_loss(host_, qp.number, s.expectedPsn);
 }
 
 // Replies leave in request order: a new one goes behind those still owed.

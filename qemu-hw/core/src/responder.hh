@@ -22,9 +22,10 @@ class Responder final : TransportRole {
     void sendReplies(QueuePair &qp);
     // An ACK of every request taken (a loaded QP's: what it owed was lost).
     void acknowledgeAll(QueuePair &qp);
-    // The link resumed after a move (DataPath::linkResumed): an ACK of
+    // The link lost what was in flight, a move or the switch's discards
+    // (DataPath::resendWhatWasLost): an ACK of
     // what it took, then a sequence error NAK of the next PSN.
-    void sayWhereAfterMove(QueuePair &qp);
+    void sayWhereAfterLoss(QueuePair &qp);
     // XRC SRQ `srqn` is about to be destroyed: no message goes on into it.
     void forgetXrcSrq(uint32_t srqn);
 

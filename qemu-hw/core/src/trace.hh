@@ -59,6 +59,16 @@ inline void link_resumed(const Host &host, unsigned port) {
         host.event(PIB_EVENT_LINK_RESUMED, {Host::eventArg(port)});
 }
 
+inline void link_discards_told(const Host &host, unsigned port) {
+    if (host.eventEnabled(PIB_EVENT_LINK_DISCARDS_TOLD))
+        host.event(PIB_EVENT_LINK_DISCARDS_TOLD, {Host::eventArg(port)});
+}
+
+inline void link_discards_too_often(const Host &host, unsigned port) {
+    if (host.eventEnabled(PIB_EVENT_LINK_DISCARDS_TOO_OFTEN))
+        host.event(PIB_EVENT_LINK_DISCARDS_TOO_OFTEN, {Host::eventArg(port)});
+}
+
 inline void link_retrain(const Host &host, unsigned port) {
     if (host.eventEnabled(PIB_EVENT_LINK_RETRAIN))
         host.event(PIB_EVENT_LINK_RETRAIN, {Host::eventArg(port)});
@@ -214,14 +224,14 @@ inline void rc_seq_nak(const Host &host, unsigned qpn, unsigned psn) {
         host.event(PIB_EVENT_RC_SEQ_NAK, {Host::eventArg(qpn), Host::eventArg(psn)});
 }
 
-inline void rc_resent_after_move(const Host &host, unsigned qpn, unsigned psn) {
-    if (host.eventEnabled(PIB_EVENT_RC_RESENT_AFTER_MOVE))
-        host.event(PIB_EVENT_RC_RESENT_AFTER_MOVE, {Host::eventArg(qpn), Host::eventArg(psn)});
+inline void rc_resent_after_loss(const Host &host, unsigned qpn, unsigned psn) {
+    if (host.eventEnabled(PIB_EVENT_RC_RESENT_AFTER_LOSS))
+        host.event(PIB_EVENT_RC_RESENT_AFTER_LOSS, {Host::eventArg(qpn), Host::eventArg(psn)});
 }
 
-inline void rc_told_after_move(const Host &host, unsigned qpn, unsigned psn) {
-    if (host.eventEnabled(PIB_EVENT_RC_TOLD_AFTER_MOVE))
-        host.event(PIB_EVENT_RC_TOLD_AFTER_MOVE, {Host::eventArg(qpn), Host::eventArg(psn)});
+inline void rc_told_after_loss(const Host &host, unsigned qpn, unsigned psn) {
+    if (host.eventEnabled(PIB_EVENT_RC_TOLD_AFTER_LOSS))
+        host.event(PIB_EVENT_RC_TOLD_AFTER_LOSS, {Host::eventArg(qpn), Host::eventArg(psn)});
 }
 
 inline void rc_read_gap(const Host &host, unsigned qpn, unsigned psn, unsigned expected) {

@@ -263,9 +263,10 @@ void DataPath::resumeLoaded(QueuePair &qp) {
 
 // What either end had in flight when this device moved is lost: the
 // switch discards what reaches a port whose device moves, and what this
-// device sent before its link resumed went nowhere. A requester would
-// find out at its local ACK timeout, which IBA lets be 73 minutes. So
-// each reliable QP of the port that resumed says it now, in IBA's terms:
+// device sent before its link resumed went nowhere. So is what the switch
+// discarded when its output to the port stalled (PIB_WIRE_DISCARDED). A
+// requester would find out at its local ACK timeout, which IBA lets be
+// 73 minutes. So each reliable QP of the port says it now, in IBA's terms:
 // its requester sends again from the oldest PSN not answered, and its
 // responder acknowledges what it took and NAKs the next PSN (a sequence
 // error), on which the peer's requester resends from there at once.
@@ -274,20 +275,20 @@ void DataPath::resumeLoaded(QueuePair &qp) {
 void DataPath::portActive(unsigned port) {
     if (PortState *p = ports_.find(port); p && p->moved) {
         p->moved = false;
-        linkResumed(port);
+        resendWhatWasLost(port);
     }
 }
 
-void DataPath::linkResumed(unsigned port) {
+void DataPath::resendWhatWasLost(unsigned port) {
     const auto resume = [&](QueuePair &qp) {
         const uint8_t state = qp.attr.qp_state;
         if (!isReliableType(qp.ctx.type) || qp.attr.port_num != port)
             return;
         if (qp.ctx.type != PIB_QPT_XRC_INI &&
             (state == PIB_QPS_RTR || state == PIB_QPS_RTS || state == PIB_QPS_SQD))
-            responder_.sayWhereAfterMove(qp);
+            responder_.sayWhereAfterLoss(qp);
         if (isReliableRequester(qp.ctx.type) && (state == PIB_QPS_RTS || state == PIB_QPS_SQD))
-            requester_.resendAfterMove(qp);
+            requester_.resendAfterLoss(qp);
     };
     objects_.qps.forEach([&](uint32_t, QueuePair &qp) { resume(qp); });
 }
