@@ -533,6 +533,70 @@ TEST_CASE("a port the switch discarded packets to has its RC traffic go on at on
     CHECK(told.host.traces("link_discards_too_often") == 1);
 }
 
+// Found in CI: after a move, a responder's ACK of all it took waited (the
+// port's budget for the event was spent by another QP's resends), and the
+// NAK queued behind it replaced it. The peer had lost only that ACK: it
+// dropped the NAK (its PSN is the next it would send) and its WRITE waited
+// for an ACK timer of 73 minutes. b's first QP resends more than an
+// event's budget; its second took a's WRITE, whose ACK was lost.
+TEST_CASE("a responder's ACK after a move goes even when other QPs' resends spent the budget",
+          "[object-state]") {
+    const Node::Options o{.timeout = 30, .retryCnt = 7, .maxRdAtomic = 4};
+    Pair p(PIB_QPT_RC, o, 16 << 20);
+    const Node::Qp b1 = p.b.current();
+    const Node::Qp a2 = p.a.createQp(PIB_QPT_RC), b2 = p.b.createQp(PIB_QPT_RC);
+    p.a.connectTo(p.b.lid, b2.qpn, PIB_QPT_RC, o);
+    Node::Options ob = o;
+    std::swap(ob.sqPsn, ob.rqPsn);
+    p.b.connectTo(p.a.lid, a2.qpn, PIB_QPT_RC, ob);
+    constexpr uint32_t kBig = 512 << 10; // 512 packets of 1 KiB: beyond one event's budget
+    const uint64_t bigSrc = p.b.host.allocRandom(kBig, 41), bigDst = p.a.host.alloc(kBig);
+    p.b.use(b1);
+    p.b.postSend(1,
+                 {.opcode = PIB_WR_RDMA_WRITE, .local = bigSrc, .length = kBig, .remote = bigDst});
+    const uint64_t smallSrc = p.a.host.allocRandom(8, 42), smallDst = p.b.host.alloc(8);
+    p.a.use(a2);
+    p.a.postSend(2,
+                 {.opcode = PIB_WR_RDMA_WRITE, .local = smallSrc, .length = 8, .remote = smallDst});
+    p.wire.filter = [](bool fromA, iba::Packet &) { return fromA; }; // all b sends is lost
+    p.wire.run();
+    p.wire.filter = nullptr;
+    CHECK(p.a.poll().empty());
+    CHECK(sameBytes(p.a, smallSrc, p.b, smallDst, 8)); // b took a's WRITE
+    // b moves; its first cable is refused (the switch still holds the old
+    // QEMU's), and its loaded QPs send meanwhile into a link not up.
+    std::string why;
+    const std::vector<uint8_t> state = p.b.host.saveState(&why);
+    REQUIRE(why.empty());
+    p.a.host.portOutput[1].clear();
+    p.b.host.replaceCore();
+    REQUIRE(p.b.host.loadState(state).empty());
+    pib_core_port_connected(p.b.host.core, 1, 1);
+    while (p.b.host.runScheduled()) {
+    }
+    p.b.host.portOutput[1].clear();
+    p.b.host.switchHello(PIB_WIRE_HELLO_RESUMES);
+    CHECK(p.b.host.traces("link_resumed") == 1);
+    const uint64_t before = p.a.host.now;
+    std::vector<pib_cqe> done;
+    for (int round = 0; round < 20 && done.size() < 1; ++round) { // no time passes
+        p.wire.run();
+        for (const pib_cqe &c : p.a.poll())
+            done.push_back(c);
+    }
+    CHECK(p.a.host.now == before);
+    REQUIRE(done.size() == 1);
+    CHECK(done[0].wr_id == 2);
+    CHECK(done[0].status == PIB_WC_SUCCESS);
+    CHECK(p.a.host.traces("err_rc_bad_response_psn") <= 1); // the NAK, dropped
+    p.b.use(b1);
+    p.wire.run();
+    const auto bigDone = p.b.poll();
+    REQUIRE(bigDone.size() == 1);
+    CHECK(bigDone[0].status == PIB_WC_SUCCESS);
+    CHECK(sameBytes(p.b, bigSrc, p.a, bigDst, kBig));
+}
+
 // A move that fails and whose cable the switch did not keep: the link
 // comes back as a new one (the port DOWN, then INIT), and what was in
 // flight is lost as in a move. Once the SM makes the port ACTIVE again,

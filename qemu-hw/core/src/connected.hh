@@ -270,6 +270,9 @@ struct Reply {
     bool again = false; // kRead, kAtomic: the answer to a duplicate request
     uint32_t psn = 0;   // kAck
     uint8_t syndrome = 0;
+    // kAck: goes on its own, whatever is queued behind it (a positive ACK
+    // is otherwise replaced by the ACK or NAK after it, which implies it).
+    bool alone = false;
 
     bool readOrAtomic() const { return kind != Kind::kAck; }
 };
