@@ -20,7 +20,7 @@
 
 import subprocess
 
-from pibctl import bench_summary, fabric, fabric_bench, hpc, paths, setup, ui
+from pibctl import bench_summary, core_build, fabric, fabric_bench, hpc, paths, setup, ui
 
 from pibctl.pairs import PERFTEST_UNCALIBRATED, GuestShell, perftest, perftest_last_row, run_pair
 
@@ -167,6 +167,7 @@ def _rxe_up(ctx) -> str:
 def run(vms: int = 2, accel: str = "tcg", native_only: bool = False,
         fabric_only: bool = False) -> int:
     setup.run()
+    core_build.build_benches()
     core = native()
     if native_only:
         _summary(core, {}, {}, accel)

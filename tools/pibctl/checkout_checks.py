@@ -46,7 +46,7 @@ def _children_cpu() -> float:
 def _builds() -> dict:
     """This checkout's build outputs and their modification times."""
     outputs = [paths.qemu_binary(), *(paths.core_build_dir() / target
-                                      for target in core_build.FABRIC_TARGETS)]
+                                      for target in core_build.SWITCH_TARGETS)]
     missing = [str(p) for p in outputs if not p.is_file()]
     if missing:
         raise ui.StepFailed("not built: " + ", ".join(missing))
