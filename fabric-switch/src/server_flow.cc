@@ -55,7 +55,7 @@ void Server::sendFrame(unsigned port, uint8_t type, std::span<const uint8_t> pay
     if (c->stalled || c->queued() >= kMaxOutput) {
         if (type == PIB_WIRE_PACKET) {
             sw_.discarded(port, payload.size());
-            c->discarded = true;
+            c->discarded |= c->stalled;
         }
         return;
     }

@@ -174,8 +174,10 @@ struct Server::Connection {
     // none for so long that packets to it are discarded until it drains.
     uint64_t lastDrain = 0;
     bool stalled = false;
-    // Packets to it were discarded since it last drained (a stall, or a
-    // queue at kMaxOutput): a peer that takes PIB_WIRE_DISCARDED hears so.
+    // Packets to it were discarded while it was stalled: once it drains, a
+    // peer that takes PIB_WIRE_DISCARDED hears so. (A queue at kMaxOutput
+    // that was not stalled lost what a fault held back or multicast copied;
+    // it is not told.)
     bool discarded = false;
     // What epoll watches on fd now (watch() starts it at EPOLLIN): a
     // rewatch to the same events makes no system call.

@@ -10,7 +10,10 @@
 #include <string>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
 #include "connected_fixture.hh"
+#include "management_calls.hh"
 
 using namespace pib;
 using namespace pib::testing;
@@ -531,6 +534,38 @@ TEST_CASE("a port the switch discarded packets to has its RC traffic go on at on
     tellDiscarded(told);
     CHECK(told.host.traces("link_discards_told") == 1);
     CHECK(told.host.traces("link_discards_too_often") == 1);
+}
+
+// The review's finding: a switch that reads nothing from the port (its
+// queue stays full) and says DISCARDED every 100 ms must not make each
+// RC responder queue another ACK and NAK each time: what it owes is said
+// once while it waits.
+TEST_CASE("a switch that says DISCARDED again and again while it reads nothing grows no queue",
+          "[object-state]") {
+    Pair p(PIB_QPT_RC, {.timeout = 30, .retryCnt = 7, .maxRdAtomic = 4});
+    const uint64_t src = p.a.host.allocRandom(64, 51), dst = p.b.host.alloc(64);
+    p.a.postSend(1, {.opcode = PIB_WR_RDMA_WRITE, .local = src, .length = 64, .remote = dst});
+    p.wire.filter = [](bool fromA, iba::Packet &) { return fromA; }; // b's ACK is lost
+    p.wire.run();
+    p.wire.filter = nullptr;
+    p.b.host.portQueueLimit = 0; // from now on b's queue is full: nothing more goes
+    const auto owed = [&] {
+        const auto a = inspect(p.b, ("qp " + std::to_string(p.b.qpn)).c_str(), true);
+        REQUIRE(a.rc == 0);
+        return nlohmann::json::parse(a.text)["responder"]["replies_owed"].get<size_t>();
+    };
+    for (int i = 0; i < 50; ++i) {
+        tellDiscarded(p.b);
+        p.b.host.advance(150'000'000);
+    }
+    CHECK(p.b.host.traces("link_discards_told") == 50);
+    CHECK(owed() <= 2);
+    // The switch reads again: the ACK and the NAK go, a's WRITE completes.
+    p.b.host.portQueueLimit = SIZE_MAX;
+    p.wire.run();
+    const auto done = p.a.poll();
+    REQUIRE(done.size() == 1);
+    CHECK(done[0].status == PIB_WC_SUCCESS);
 }
 
 // Found in CI: after a move, a responder's ACK of all it took waited (the

@@ -227,9 +227,14 @@ def check_python(counts: Counts) -> None:
                   time.monotonic() - start, report)
 
 
-def check_fabric_bench(counts: Counts) -> None:
-    """The fabric benchmark runs, and the bytes of each run arrive."""
-    core_build.build_benches()
+BENCHES_BUILD = "core-bench and fabric-bench build warning-free"
+
+
+def check_fabric_bench(counts: Counts, build: bool = True) -> None:
+    """The fabric benchmark runs, and the bytes of each run arrive. `build`:
+    builds it first (else the host lane did)."""
+    if build and not _check(counts, BENCHES_BUILD, core_build.build_benches):
+        return
     ui.step("The fabric benchmark (two device processes, switch processes, no guest)")
     for switches, cable in fabric_bench.LAYOUTS:
         _check(counts, "fabric-bench moves RC WRITE, SEND and READ of 8 B to 1 MiB through "
@@ -366,7 +371,7 @@ def run_host_checks(counts: Counts, bench: bool = True) -> None:
     ui.phase("unit tests and build checks")
     run_unit_tests(counts)
     if not bench:
-        core_build.build_benches()
+        _check(counts, BENCHES_BUILD, core_build.build_benches)
     check_python(counts)
     check_checkouts(counts)
     check_stale_state(counts)
@@ -433,7 +438,7 @@ def run(chosen: Selection = Selection(), unit: bool = True, e2e: bool = True, vm
     if unit and e2e and lane == test_lanes.FIRST:
         # Built by the host lane; run here, with no guest beside it.
         ui.phase("the fabric benchmark")
-        check_fabric_bench(counts)
+        check_fabric_bench(counts, build=False)
     if lane != test_lanes.FIRST:
         test_lanes.write_results(lane, counts, ui.phase_durations())
     ui.info(f"\ntests took {time.monotonic() - start:.0f} s")

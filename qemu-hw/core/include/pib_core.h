@@ -90,8 +90,9 @@ struct pib_host_ops {
      * `buf` to the port's stream after everything queued before it, with
      * `fds` attached in SCM_RIGHTS, and returns 0, or -1 when the stream
      * cannot carry descriptors (the port then stays on the stream); a host
-     * may refuse when bytes still wait in its queue (the core offers before
-     * it sends anything but its HELLO). Once
+     * may refuse when bytes still wait in its queue (the core offers as the
+     * switch's first HELLO arrives, before the link's events send
+     * anything). Once
      * the switch accepts, port_watch asks the host to call
      * pib_core_port_bell() whenever `fd` (the core's end of the cable's
      * doorbell line, a socket) is readable; fd -1 stops that. The core

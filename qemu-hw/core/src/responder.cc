@@ -87,9 +87,16 @@ void Responder::acknowledgeAll(QueuePair &qp) {
 // NAK took its place, and the peer's WRITE waited for its ACK timer). For
 // a READ or an atomic whose answer was lost, that ACK is an implied NAK:
 // the peer asks again, and the answer comes from the replay. One that
-// lost requests resends from the NAK's PSN.
+// lost requests resends from the NAK's PSN. Said once while it waits: a
+// port that cannot send (a switch that reads nothing and says DISCARDED
+// again and again) queues no more than the first pair.
 void Responder::sayWhereAfterLoss(QueuePair &qp) {
     ResponderState &s = qp.resp;
+    const uint8_t nak = syndrome(kNak, kPsnSequence);
+    const auto &q = s.replies;
+    if (!q.empty() && q.back().kind == Reply::Kind::kAck && q.back().syndrome == nak &&
+        q.back().psn == s.expectedPsn)
+        return; // said already, and still waiting to go
     if (tookRequests(qp)) {
         Reply ack;
         ack.psn = psnAdd(s.expectedPsn, 0xffffff);
@@ -98,7 +105,7 @@ void Responder::sayWhereAfterLoss(QueuePair &qp) {
         reply(qp, ack);
     }
     sendReplies(qp);
-    acknowledge(qp, s.expectedPsn, syndrome(kNak, kPsnSequence));
+    acknowledge(qp, s.expectedPsn, nak);
     s.nakSent = true; // one NAK for this gap, as for any other
     trace::rc_told_after_loss(host_, qp.number, s.expectedPsn);
 }
