@@ -163,6 +163,35 @@ void move(Wire &wire, Node &n) {
     REQUIRE(n.host.move() == "");
 }
 
+// One operation of a's, from aBuf to bBuf (or back, for a READ), that
+// the tests below have lost in flight. An atomic adds 5 to what was 0.
+struct LostOp {
+    uint8_t opcode;
+    uint64_t aBuf, bBuf;
+    uint32_t length;
+};
+
+// `op` completes, with no time passing since `before`, and its bytes (or
+// its atomic's values) are where they belong.
+void checkDoneAtOnce(Pair &p, const LostOp &op, uint64_t before) {
+    std::vector<pib_cqe> done;
+    for (int round = 0; round < 20 && done.empty(); ++round) {
+        p.wire.run();
+        done = p.a.poll();
+    }
+    CHECK(p.a.host.now == before);
+    REQUIRE(done.size() == 1);
+    CHECK(done[0].status == PIB_WC_SUCCESS);
+    if (op.opcode == PIB_WR_ATOMIC_FETCH_AND_ADD) {
+        CHECK(p.b.host.peek<uint64_t>(op.bBuf) == 5); // added once
+        CHECK(p.a.host.peek<uint64_t>(op.aBuf) == 0); // the value it found
+    } else if (op.opcode == PIB_WR_RDMA_READ) {
+        CHECK(sameBytes(p.b, op.bBuf, p.a, op.aBuf, op.length));
+    } else {
+        CHECK(sameBytes(p.a, op.aBuf, p.b, op.bBuf, op.length));
+    }
+}
+
 // Every completion of `n` that came, until `count` have.
 std::vector<pib_cqe> completions(Wire &wire, Node &n, size_t count) {
     std::vector<pib_cqe> done;
@@ -440,22 +469,7 @@ TEST_CASE("a responder that moves after taking all has its requester complete at
     CHECK(p.a.poll().empty());
     const uint64_t before = p.a.host.now;
     move(p.wire, p.b);
-    std::vector<pib_cqe> done;
-    for (int round = 0; round < 20 && done.empty(); ++round) { // no time passes
-        p.wire.run();
-        done = p.a.poll();
-    }
-    CHECK(p.a.host.now == before);
-    REQUIRE(done.size() == 1);
-    CHECK(done[0].status == PIB_WC_SUCCESS);
-    if (atomic) {
-        CHECK(p.b.host.peek<uint64_t>(bBuf) == 5); // added once
-        CHECK(p.a.host.peek<uint64_t>(aBuf) == 0); // the value it found
-    } else if (op == PIB_WR_RDMA_READ) {
-        CHECK(sameBytes(p.b, bBuf, p.a, aBuf, kLength));
-    } else {
-        CHECK(sameBytes(p.a, aBuf, p.b, bBuf, kLength));
-    }
+    checkDoneAtOnce(p, {op, aBuf, bBuf, kLength}, before);
 }
 
 namespace {
@@ -513,22 +527,7 @@ TEST_CASE("a port the switch discarded packets to has its RC traffic go on at on
     const uint64_t before = p.a.host.now;
     tellDiscarded(told);
     CHECK(told.host.traces("link_discards_told") == 1);
-    std::vector<pib_cqe> done;
-    for (int round = 0; round < 20 && done.empty(); ++round) { // no time passes
-        p.wire.run();
-        done = p.a.poll();
-    }
-    CHECK(p.a.host.now == before);
-    REQUIRE(done.size() == 1);
-    CHECK(done[0].status == PIB_WC_SUCCESS);
-    if (atomic) {
-        CHECK(p.b.host.peek<uint64_t>(bBuf) == 5); // added once
-        CHECK(p.a.host.peek<uint64_t>(aBuf) == 0); // the value it found
-    } else if (op == PIB_WR_RDMA_READ) {
-        CHECK(sameBytes(p.b, bBuf, p.a, aBuf, kLength));
-    } else {
-        CHECK(sameBytes(p.a, aBuf, p.b, bBuf, kLength));
-    }
+    checkDoneAtOnce(p, {op, aBuf, bBuf, kLength}, before);
     // A switch that says it again at once is not heard: each word costs a
     // pass over the port's QPs.
     tellDiscarded(told);
