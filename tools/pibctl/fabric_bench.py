@@ -34,6 +34,8 @@ def describe(switches: int, cable: str) -> str:
 def run(switches: int, cable: str, extra=()) -> str:
     """fabric-bench's table through `switches` (1 or 2) switch processes,
     the devices cabled by `cable` ("stream" or "ring", docs/wire.md)."""
+    if not _binary().is_file():  # the host lane's build failed, or built another tree
+        raise ui.StepFailed(f"fabric-bench is not built: {_binary()}")
     cmd = [str(_binary()), "--switch", str(paths.fabric_switch_binary()),
            "--switches", str(switches), "--cable", cable, *extra]
     try:
