@@ -200,7 +200,7 @@ def qtest(counts, accesses: int) -> None:
             ok = True
             detail = (f"{made} accesses in {seconds:.0f} s, {sum(errors.values())} guest errors "
                       "reported")
-        except (RuntimeError, AssertionError) as e:
+        except (RuntimeError, AssertionError, OSError) as e:  # OSError: no QEMU to start
             ok, detail = False, str(e)
             print(detail)
         counts.record(f"qtest: random MMIO and config space to QEMU's {device}: {detail[:100]}",
