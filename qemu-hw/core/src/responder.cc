@@ -57,11 +57,12 @@ void Responder::sendAck(QueuePair &qp, uint32_t psn, uint8_t syndrome) {
 }
 
 // Queues an ACK or NAK behind whatever the responder still owes.
-void Responder::acknowledge(QueuePair &qp, uint32_t psn, uint8_t syndrome) {
+void Responder::acknowledge(QueuePair &qp, uint32_t psn, uint8_t syndrome, bool alone) {
     Reply r;
     r.kind = Reply::Kind::kAck;
     r.psn = psn;
     r.syndrome = syndrome;
+    r.alone = alone;
     reply(qp, r);
 }
 
@@ -75,9 +76,9 @@ static bool tookRequests(const QueuePair &qp) {
 
 // A responder that took nothing yet says nothing: an ACK of the PSN
 // before its first would mean nothing.
-void Responder::acknowledgeAll(QueuePair &qp) {
+void Responder::acknowledgeAll(QueuePair &qp, bool alone) {
     if (tookRequests(qp))
-        acknowledge(qp, psnAdd(qp.resp.expectedPsn, 0xffffff), kAckSyndrome);
+        acknowledge(qp, psnAdd(qp.resp.expectedPsn, 0xffffff), kAckSyndrome, alone);
 }
 
 // The ACK goes first and on its own: a peer that lost no request but only
@@ -97,13 +98,7 @@ void Responder::sayWhereAfterLoss(QueuePair &qp) {
     if (!q.empty() && q.back().kind == Reply::Kind::kAck && q.back().syndrome == nak &&
         q.back().psn == s.expectedPsn)
         return; // said already, and still waiting to go
-    if (tookRequests(qp)) {
-        Reply ack;
-        ack.psn = psnAdd(s.expectedPsn, 0xffffff);
-        ack.syndrome = kAckSyndrome;
-        ack.alone = true;
-        reply(qp, ack);
-    }
+    acknowledgeAll(qp, /*alone*/ true);
     sendReplies(qp);
     acknowledge(qp, s.expectedPsn, nak);
     s.nakSent = true; // one NAK for this gap, as for any other

@@ -20,8 +20,9 @@ class Responder final : TransportRole {
     void onRequest(QueuePair &qp, const iba::Packet &packet);
     // Sends what `qp` still owes (READ responses, atomic ACKs, an ACK).
     void sendReplies(QueuePair &qp);
-    // An ACK of every request taken (a loaded QP's: what it owed was lost).
-    void acknowledgeAll(QueuePair &qp);
+    // An ACK of every request taken (a loaded QP's: what it owed was lost);
+    // `alone`: one nothing queued behind it replaces (Reply::alone).
+    void acknowledgeAll(QueuePair &qp, bool alone = false);
     // The link lost what was in flight, a move or the switch's discards
     // (DataPath::resendWhatWasLost): an ACK of
     // what it took, then a sequence error NAK of the next PSN.
@@ -48,7 +49,7 @@ class Responder final : TransportRole {
     void remember(QueuePair &qp, const ReplayEntry &e);
 
     // Answers and refusals.
-    void acknowledge(QueuePair &qp, uint32_t psn, uint8_t syndrome);
+    void acknowledge(QueuePair &qp, uint32_t psn, uint8_t syndrome, bool alone = false);
     void reply(QueuePair &qp, const Reply &r);
     void sendAck(QueuePair &qp, uint32_t psn, uint8_t syndrome);
     bool sendReadResponse(QueuePair &qp, Reply &r);
