@@ -3,6 +3,7 @@
 #include <getopt.h>
 #include <openssl/evp.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -36,20 +37,61 @@ static const char usage[] =
     "  -e, --events C,US     wait for completions by events, on CQs whose\n"
     "                        events ibv_modify_cq moderates to C completions\n"
     "                        or US microseconds (0,0: events, no moderation)\n"
+    "  -P, --parallel        the tests at once (default: one after the other)\n"
     "\n"
     "Prints a line per test and a total; each test's sha256 covers every byte\n"
     "that arrived, and must be the same at both ends. Exits 1 on any\n"
-    "difference, error or (without --lossy) lost message.\n";
+    "difference, error or (without --lossy) lost message.\n"
+    "\n"
+    "SIGUSR1 to the client ends the traffic early: the test under way ends\n"
+    "after its rounds in progress, once it has moved each size, and each test\n"
+    "after it moves each size once.\n";
 
 static const struct option long_options[] = {
-    {"port", required_argument, NULL, 'p'},    {"ib-dev", required_argument, NULL, 'd'},
-    {"ib-port", required_argument, NULL, 'i'}, {"gid-idx", required_argument, NULL, 'g'},
-    {"tests", required_argument, NULL, 't'},   {"sizes", required_argument, NULL, 's'},
-    {"qps", required_argument, NULL, 'q'},     {"iters", required_argument, NULL, 'n'},
-    {"seed", required_argument, NULL, 'S'},    {"timeout", required_argument, NULL, 'T'},
-    {"retry", required_argument, NULL, 'r'},   {"lossy", no_argument, NULL, 'l'},
-    {"wait", required_argument, NULL, 'w'},    {"events", required_argument, NULL, 'e'},
-    {"help", no_argument, NULL, 'h'},          {NULL, 0, NULL, 0}};
+    {"port", required_argument, NULL, 'p'},
+    {"ib-dev", required_argument, NULL, 'd'},
+    {"ib-port", required_argument, NULL, 'i'},
+    {"gid-idx", required_argument, NULL, 'g'},
+    {"tests", required_argument, NULL, 't'},
+    {"sizes", required_argument, NULL, 's'},
+    {"qps", required_argument, NULL, 'q'},
+    {"iters", required_argument, NULL, 'n'},
+    {"seed", required_argument, NULL, 'S'},
+    {"timeout", required_argument, NULL, 'T'},
+    {"retry", required_argument, NULL, 'r'},
+    {"lossy", no_argument, NULL, 'l'},
+    {"wait", required_argument, NULL, 'w'},
+    {"events", required_argument, NULL, 'e'},
+    {"parallel", no_argument, NULL, 'P'},
+    {"help", no_argument, NULL, 'h'},
+    {NULL, 0, NULL, 0},
+};
+
+atomic_bool traffic_stop_asked;
+
+static void *wait_for_stop(void *arg) {
+    const sigset_t *stop = arg;
+    int sig;
+
+    if (!sigwait(stop, &sig))
+        atomic_store(&traffic_stop_asked, true);
+    return NULL;
+}
+
+/* SIGUSR1 is taken by a thread of its own, blocked in every other: a
+ * handler would interrupt the others' socket calls, which SO_RCVTIMEO
+ * keeps from being restarted. */
+static int take_stop_signal(void) {
+    static sigset_t stop;
+    pthread_t waiter;
+
+    sigemptyset(&stop);
+    sigaddset(&stop, SIGUSR1);
+    if (pthread_sigmask(SIG_BLOCK, &stop, NULL) ||
+        pthread_create(&waiter, NULL, wait_for_stop, &stop))
+        return -1;
+    return pthread_detach(waiter);
+}
 
 /* The largest message: a 16 MiB transfer, with room to spare. */
 #define MAX_MESSAGE (64ull << 20)
@@ -122,7 +164,7 @@ static int parse_args(int argc, char **argv, struct session *s, const char **dev
     parse_sizes("0,1,7,4096,4097,65536,1M+3,16M", p);
     s->tcp_port = "18800";
     s->port = 1;
-    while ((c = getopt_long(argc, argv, "p:d:i:g:t:s:q:n:S:T:r:lw:e:h", long_options, NULL)) !=
+    while ((c = getopt_long(argc, argv, "p:d:i:g:t:s:q:n:S:T:r:lw:e:Ph", long_options, NULL)) !=
            -1) {
         switch (c) {
         case 'p':
@@ -168,6 +210,9 @@ static int parse_args(int argc, char **argv, struct session *s, const char **dev
         case 'w':
             p->op_timeout_s = (uint32_t)atoi(optarg);
             break;
+        case 'P':
+            p->parallel = 1;
+            break;
         case 'e': {
             unsigned int count, period;
 
@@ -202,7 +247,7 @@ static int check_params(const struct params *p) {
     }
     if (p->qps < 1 || p->qps > MAX_QPS || p->iters < 1 || p->iters > 1000 || p->nsizes < 1 ||
         p->nsizes > MAX_SIZES || p->retry > 7 || p->timeout > 31 || p->op_timeout_s < 1 ||
-        p->tests >= 1u << T_COUNT || p->events > 1) {
+        p->tests >= 1u << T_COUNT || p->events > 1 || p->parallel > 1) {
         fprintf(stderr, "pib-traffic: parameters out of range\n");
         return -1;
     }
@@ -316,42 +361,80 @@ static void report(const struct session *s, enum test_kind t, struct endpoint *e
     sum->events += here.events;
 }
 
-static int run_test(struct session *s, enum test_kind t, struct totals *sum) {
+/* A test on its QPs: set up, then its threads running until it ends. */
+struct test_run {
+    enum test_kind test;
     struct endpoint eps[MAX_QPS];
     pthread_t threads[MAX_QPS];
-    uint32_t q, started = 0;
-    int err = 0;
+    uint32_t started;
+    int err;
+};
 
-    memset(eps, 0, sizeof(eps));
+/* Sets the test's QPs up with the peer's and starts a thread on each. */
+static void start_test(struct session *s, struct test_run *run) {
+    struct endpoint *eps = run->eps;
+    uint32_t q;
+
     for (q = 0; q < s->p.qps; q++) {
-        eps[q] = (struct endpoint){.s = s, .test = t, .index = q, .sync = -1};
-        err = err || endpoint_create(&eps[q]);
+        eps[q] = (struct endpoint){.s = s, .test = run->test, .index = q, .sync = -1};
+        run->err = run->err || endpoint_create(&eps[q]);
     }
-    err = err || exchange(s, eps);
-    for (q = 0; q < s->p.qps && !err; q++)
-        err = endpoint_connect(&eps[q]);
-    err = err || open_sync_channels(s, eps);
-    for (q = 0; q < s->p.qps && !err; q++, started++)
-        err = pthread_create(&threads[q], NULL, s->server ? server_thread : client_thread, &eps[q]);
-    for (q = 0; q < started; q++)
-        pthread_join(threads[q], NULL);
-    if (!err)
-        report(s, t, eps, sum);
+    run->err = run->err || exchange(s, eps);
+    for (q = 0; q < s->p.qps && !run->err; q++)
+        run->err = endpoint_connect(&eps[q]);
+    run->err = run->err || open_sync_channels(s, eps);
+    for (q = 0; q < s->p.qps && !run->err; q++, run->started++)
+        run->err = pthread_create(&run->threads[q], NULL, s->server ? server_thread : client_thread,
+                                  &eps[q]);
+}
+
+/* Waits for the test's threads, reports it and takes its QPs down. */
+static int finish_test(struct session *s, struct test_run *run, struct totals *sum) {
+    uint32_t q;
+
+    for (q = 0; q < run->started; q++)
+        pthread_join(run->threads[q], NULL);
+    if (!run->err)
+        report(s, run->test, run->eps, sum);
     for (q = 0; q < s->p.qps; q++) {
-        if (eps[q].sync >= 0)
-            close(eps[q].sync);
-        endpoint_destroy(&eps[q]);
+        if (run->eps[q].sync >= 0)
+            close(run->eps[q].sync);
+        endpoint_destroy(&run->eps[q]);
     }
-    if (err)
-        fprintf(stderr, "pib-traffic: %s: could not set up its QPs\n", tests[t].name);
-    return err;
+    if (run->err)
+        fprintf(stderr, "pib-traffic: %s: could not set up its QPs\n", tests[run->test].name);
+    return run->err;
+}
+
+/* The tests asked for, one after the other or (--parallel) all at once;
+ * returns how many could not be set up. */
+static int run_tests(struct session *s, struct totals *sum) {
+    struct test_run *runs = calloc(T_COUNT, sizeof(*runs));
+    int t, count = 0, started = 0, failed = 0;
+
+    if (!runs)
+        return 1;
+    for (t = 0; t < T_COUNT; t++)
+        if (s->p.tests & (1u << t))
+            runs[count++].test = (enum test_kind)t;
+    for (t = 0; t < count && !failed; t++) {
+        start_test(s, &runs[t]);
+        started++;
+        /* The peer is gone or out of step: the other tests cannot run. */
+        if (runs[t].err || !s->p.parallel)
+            failed += finish_test(s, &runs[t], sum) != 0;
+    }
+    for (t = 0; s->p.parallel && t < started; t++)
+        if (!runs[t].err)
+            failed += finish_test(s, &runs[t], sum) != 0;
+    free(runs);
+    return failed;
 }
 
 int main(int argc, char **argv) {
     struct session s = {0};
     const char *dev = NULL;
     struct totals sum = {0};
-    int t;
 
     if (parse_args(argc, argv, &s, &dev))
         return 2;
@@ -361,6 +444,8 @@ int main(int argc, char **argv) {
             recv_all(s.control, &s.p, sizeof(s.p)) || check_params(&s.p))
             return 1;
     } else {
+        if (take_stop_signal())
+            return 1;
         s.control = net_connect(s.peer, s.tcp_port);
         if (s.control < 0 || send_all(s.control, &s.p, sizeof(s.p)))
             return 1;
@@ -368,15 +453,7 @@ int main(int argc, char **argv) {
     net_set_timeout(s.control, s.p.op_timeout_s + 30);
     if (open_device(&s, dev))
         return 1;
-    for (t = 0; t < T_COUNT; t++) {
-        if (!(s.p.tests & (1u << t)))
-            continue;
-        if (run_test(&s, (enum test_kind)t, &sum)) {
-            /* The peer is gone or out of step: the other tests cannot run. */
-            sum.errors++;
-            break;
-        }
-    }
+    sum.errors += run_tests(&s, &sum);
     printf("total %llu messages %llu bytes %llu lost %llu errors", (unsigned long long)sum.messages,
            (unsigned long long)sum.bytes, (unsigned long long)sum.lost,
            (unsigned long long)sum.errors);

@@ -50,8 +50,16 @@ uint32_t round_count(const struct params *p) {
     return p->nsizes * p->iters;
 }
 
+/* The sizes take turns, so that a client stopped early (SIGUSR1) has
+ * moved every size once it has done as many rounds as there are sizes. */
 uint64_t round_size(const struct params *p, uint32_t round) {
-    return p->sizes[round / p->iters];
+    return p->sizes[round % p->nsizes];
+}
+
+/* Whether the client goes on to round `round`: until the last, or once
+ * asked to stop, until each size has been moved once. */
+static bool client_goes_on(const struct params *p, uint32_t round) {
+    return round < round_count(p) && (!atomic_load(&traffic_stop_asked) || round < p->nsizes);
 }
 
 static bool atomic(enum test_kind t) {
@@ -226,7 +234,7 @@ void *client_thread(void *arg) {
     struct endpoint *e = arg;
     uint32_t round;
 
-    for (round = 0; round < round_count(&e->s->p); round++) {
+    for (round = 0; client_goes_on(&e->s->p, round); round++) {
         if (!test_takes_size(e, round_size(&e->s->p, round)))
             continue;
         if (client_round(e, round)) {

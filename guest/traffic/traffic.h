@@ -14,6 +14,7 @@
 
 #include <infiniband/verbs.h>
 #include <openssl/evp.h>
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stdint.h>
 
@@ -52,6 +53,10 @@ struct test_def {
 
 extern const struct test_def tests[T_COUNT];
 
+/* Set when the client is asked to stop early (SIGUSR1): each test then
+ * ends after its rounds in progress, once every size has been moved. */
+extern atomic_bool traffic_stop_asked;
+
 /* What the client asks for; sent to the server at the start. */
 struct params {
     uint32_t magic, version;
@@ -69,7 +74,7 @@ struct params {
     /* Completions by events (ibv_get_cq_event) on CQs moderated to this
      * count and period (ibv_modify_cq); 0: busy polling. */
     uint8_t events;
-    uint8_t reserved;
+    uint8_t parallel; /* the tests run at once, not one after the other */
     uint16_t moderation_count, moderation_period_us;
 };
 

@@ -25,9 +25,10 @@ pytestmark = [
 
 # RC timeout 30, which IBA makes 73 minutes: only what the resumed link
 # says makes a QP resend what a move lost (docs/migration.md); an
-# operation that waits 20 s fails the test.
+# operation that waits 20 s fails the test. Every operation at once (-P),
+# until asked to stop after the moves.
 TRAFFIC = ["-t", "write,read,send,fadd,cas", "-s", "4096,65536,1M+3", "-q", "2",
-           "-n", "30", "-T", "30", "-r", "7", "-w", "20"]
+           "-n", "1000", "-P", "-T", "30", "-r", "7", "-w", "20"]
 MOVES = 2  # there and back
 COUNTERS = ("local_ack_timeout_err", "duplicate_request", "out_of_sequence")
 

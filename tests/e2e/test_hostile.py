@@ -165,7 +165,7 @@ def test_a_stopped_guest_stalls_nobody(ctx):
 # discarded packets (docs/wire.md, "Stalls") lets a QP resend in time; an
 # operation that waits 20 s fails.
 PAUSE_TRAFFIC = ["-t", "write,read,send,fadd,cas", "-s", "4096,65536,1M+3", "-q", "2",
-                 "-n", "20", "-T", "30", "-r", "7", "-w", "20"]
+                 "-n", "1000", "-P", "-T", "30", "-r", "7", "-w", "20"]
 # READs of 64 MiB, each one round, mostly in flight: while the guest that
 # asked is stopped, its peer's responses fill the switch's output to it,
 # and the rest, the READ's last packets, are discarded (a loss no later
@@ -214,6 +214,8 @@ def test_a_guest_the_host_does_not_run_costs_rc_a_pause_not_a_timeout(ctx):
         time.sleep(PAUSE_SECONDS)
     finally:
         os.kill(vm2.pid, signal.SIGCONT)
+    time.sleep(2)  # what the resumed guest carries before the traffic ends
+    runs[0].stop()
     moved = 0
     for run in runs:
         rc, out, src, sout = run.wait()

@@ -32,17 +32,17 @@ pytestmark = pytest.mark.errors_on_purpose(
     "resumed the link, are discarded (PortXmitDiscards), as a move loses what is on the wire")
 
 # RC timeout 16 (268 ms) x 8 tries: a move stops the guest for far less,
-# and what it lost on the wire comes again at the first timeout. Some
-# 45 s of traffic under TCG beside the host lane, 25 s with the machine to
-# itself: longer than the refusals or the snapshot and its restore (some
-# 15 s).
-TRAFFIC = ["-t", "write,read,send,fadd,cas", "-s", "4096,65536", "-q", "2", "-n", "260",
-           "-T", "16", "-r", "7", "-w", "120"]
+# and what it lost on the wire comes again at the first timeout. Every
+# operation at once (-P), on until the test asks it to stop (SIGUSR1,
+# BackgroundTraffic.stop) when what it does to the fabric is done; -n
+# only bounds it.
+TRAFFIC = ["-t", "write,read,send,fadd,cas", "-s", "4096,65536", "-q", "2", "-n", "1000",
+           "-P", "-T", "16", "-r", "7", "-w", "120"]
 # The moves under traffic: RC timeout 30, which IBA makes 73 minutes, so
 # only what the resumed link says makes a QP resend what a move lost
 # (docs/migration.md); an operation that waits 20 s fails the test.
 LONG_TIMEOUT = ["-t", "write,read,send,fadd,cas", "-s", "4096,65536,1M+3", "-q", "2",
-                "-n", "40", "-T", "30", "-r", "7", "-w", "20"]
+                "-n", "1000", "-P", "-T", "30", "-r", "7", "-w", "20"]
 MOVES = 4  # there and back, twice
 COUNTERS = ("ack_timeout", "duplicate_request", "out_of_seq_request")
 
@@ -259,6 +259,8 @@ def test_migrations_the_destination_refuses_leave_the_guest_running(ctx):
     # The refusals came in the middle of the traffic: what follows is the
     # resumed link's.
     assert run.running(), "the traffic ended before the refused migrations did"
+    time.sleep(2)
+    run.stop()
     rc, out, src, sout = run.wait()
     assert rc == 0 and src == 0, f"client {rc}, server {src}\n{out}\n{sout}"
     lines = same_at_both_ends(out, sout)
@@ -300,6 +302,8 @@ def test_a_fabric_snapshot_taken_mid_traffic_is_restored_and_the_traffic_complet
         shutil.rmtree(where, ignore_errors=True)
     print(f"restored in {took.total_s:.1f} s: running after {took.loaded_s:.1f} s, "
           f"every port ACTIVE {took.active_s:.1f} s later")
+    time.sleep(2)  # what the restored fabric carries before it ends
+    run.stop()
     rc, out, src, sout = run.wait()
     assert rc == 0 and src == 0, f"client {rc}, server {src}\n{out}\n{sout}"
     lines = same_at_both_ends(out, sout)

@@ -120,11 +120,24 @@ class BackgroundTraffic:
             assert time.monotonic() < deadline, "pib-traffic's server did not listen in 30 s"
             time.sleep(0.3)
         client = " ".join(["pib-traffic", "-p", str(port), *args, server_vm])
-        ctx.sh(client_vm, f"rm -f {self.tag}.*; (timeout {timeout} {client} >{self.tag}.out 2>&1; "
+        ctx.sh(client_vm, f"rm -f {self.tag}.*; (timeout {timeout} sh -c 'echo $$ >{self.tag}.pid; "
+                          f"exec {client}' >{self.tag}.out 2>&1; "
                           f"echo $? >{self.tag}.rc) </dev/null >/dev/null 2>&1 &")
 
     def running(self):
         return ctx_file(self.ctx, self.client_vm, f"{self.tag}.rc") is None
+
+    def stop(self):
+        """Asks the client to end early (SIGUSR1): the test under way ends
+        once each size has been moved, and each test after it moves each
+        size once. Sent once the client takes it: SIGUSR1 (0x200) blocked
+        in its /proc/PID/status, which pib-traffic does first thing."""
+        script = (f"for i in $(seq 100); do pid=$(cat {self.tag}.pid 2>/dev/null) && "
+                  "grep -q '^SigBlk:.*[2367abef]..$' /proc/$pid/status && exec kill -USR1 $pid; "
+                  "sleep 0.1; done; exit 1")
+        result = self.ctx.sh(self.client_vm, script, check=False)
+        assert result.exitcode == 0 or not self.running(), \
+            f"pib-traffic in {self.client_vm} could not be asked to stop: {result}"
 
     def wait(self, server=True):
         """(client exit status, client output, server exit status or None,
@@ -162,8 +175,8 @@ def same_at_both_ends(client_out, server_out):
 def moves_under_traffic(ctx, runs, vm, moves, counters, before):
     """`vm` moves `moves` times to a new QEMU (./pib fabric migrate) while
     `runs` (BackgroundTraffic, one or a list) go on, its switch port ACTIVE
-    with its link up after each move; then the traffic completes with every
-    byte checked at both ends. Prints each move and how `counters(vm)` of
+    with its link up after each move; then the traffic is asked to stop
+    and completes with every byte checked at both ends. Prints each move and how `counters(vm)` of
     the guests in `before` (their values before the traffic) grew."""
     from pibctl import fabric, migrate  # pylint: disable=import-outside-toplevel
     for n in range(moves):
@@ -176,8 +189,12 @@ def moves_under_traffic(ctx, runs, vm, moves, counters, before):
         line = fabric.switch_port_states(ctx.fabric).get(f"{switch}:{port}", "?")
         assert "ACTIVE, link up" in line, line
         time.sleep(2)
+    runs = runs if isinstance(runs, list) else [runs]
+    spanned = [run.running() for run in runs]  # before they were asked to stop
+    for run in runs:
+        run.stop()
     moved_bytes, kinds = 0, 0
-    for run in runs if isinstance(runs, list) else [runs]:
+    for run in runs:
         rc, out, src, sout = run.wait()
         assert rc == 0 and src == 0, \
             f"{run.client_vm} to {run.server_vm}: client {rc}, server {src}\n{out}\n{sout}" \
@@ -185,6 +202,7 @@ def moves_under_traffic(ctx, runs, vm, moves, counters, before):
         lines = same_at_both_ends(out, sout)
         moved_bytes += sum(int(line["bytes"]) for line in lines.values())
         kinds += len(lines)
+    assert all(spanned), "the traffic ended before the moves did"
     after = {guest: counters(guest) for guest in before}
     print(f"{moved_bytes} bytes in {kinds} transfers, every byte checked; "
           + "; ".join(f"{guest}: " + ", ".join(f"{k} +{after[guest][k] - before[guest][k]}"
