@@ -96,6 +96,8 @@ static bool pib_hca_event_enabled(unsigned event)
         return trace_event_get_state_backends(TRACE_PIB_HCA_RC_READ_GAP);
     case PIB_EVENT_RC_DUPLICATE:
         return trace_event_get_state_backends(TRACE_PIB_HCA_RC_DUPLICATE);
+    case PIB_EVENT_RC_STALE_NAK:
+        return trace_event_get_state_backends(TRACE_PIB_HCA_RC_STALE_NAK);
     case PIB_EVENT_RC_WORK_HELD:
         return trace_event_get_state_backends(TRACE_PIB_HCA_RC_WORK_HELD);
     case PIB_EVENT_QP_FLUSH_POSTPONED:
@@ -342,6 +344,10 @@ static void pib_hca_trace_event(unsigned event, const uint64_t *a)
     case PIB_EVENT_RC_DUPLICATE:
         trace_pib_hca_rc_duplicate((unsigned) a[0], (unsigned) a[1],
                                    (const char *) (uintptr_t) a[2]);
+        break;
+    case PIB_EVENT_RC_STALE_NAK:
+        trace_pib_hca_rc_stale_nak((unsigned) a[0], (unsigned) a[1],
+                                   (unsigned) a[2]);
         break;
     case PIB_EVENT_RC_WORK_HELD:
         trace_pib_hca_rc_work_held((unsigned) a[0], (uint64_t) a[1]);

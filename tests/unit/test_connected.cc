@@ -529,6 +529,86 @@ TEST_CASE("a new READ behind a stale duplicate's answer is answered, not NAKed",
     CHECK(sameBytes(p.a, local, p.b, remote, 2 * kLength));
 }
 
+// Found by the lossy storage test: the switch reordered nvmet's duplicate
+// READ request past the SEND that followed the READ's completion, and the
+// NVMe host, which had invalidated the region on that SEND, NAKed the
+// late copy: both QPs failed, and the host reconnected (80 s for 8 MiB).
+TEST_CASE("a READ's late duplicate after its region went is not answered, and fails nothing",
+          "[rc]") {
+    Pair p;
+    const uint64_t local = p.a.host.alloc(8192), remote = p.b.host.alloc(8192);
+    p.b.fill(remote, 6000, 4);
+    std::optional<iba::Packet> request;
+    p.wire.filter = [&](bool fromA, iba::Packet &k) {
+        if (fromA && k.bth.opcode == iba::kReadRequest && !request)
+            request = k;
+        return true;
+    };
+    p.a.postSend(1, {.opcode = PIB_WR_RDMA_READ, .local = local, .length = 6000, .remote = remote});
+    // What A sends once it has the data (a zero-length WRITE names no memory).
+    p.a.postSend(2, {.opcode = PIB_WR_RDMA_WRITE, .local = local, .length = 0, .remote = remote});
+    p.wire.run();
+    REQUIRE(request);
+    REQUIRE(p.a.poll().size() == 2);
+    REQUIRE(p.b.host.command(PIB_CMD_DESTROY_MR, p.b.key).status == PIB_CMD_STATUS_OK);
+    const size_t sent = p.wire.seen.size();
+    const auto f = wire::encode(PIB_WIRE_PACKET, iba::build(*request));
+    pib_core_port_receive(p.b.host.core, 1, f.data(), f.size());
+    p.wire.run();
+    CHECK(p.wire.seen.size() == sent);           // neither an answer nor a NAK
+    CHECK(p.b.host.traces("rc_duplicate") == 2); // answered again, then not
+    CHECK(p.b.host.traces("err_rc_request_refused") == 0);
+    CHECK(p.b.qpState() == PIB_QPS_RTS);
+    const auto events = p.b.asyncEvents();
+    CHECK(std::count(events.begin(), events.end(), PIB_ASYNC_QP_ACCESS_ERR) == 0);
+    // The connection goes on.
+    p.a.postSend(3, {.opcode = PIB_WR_RDMA_WRITE, .local = local, .length = 0, .remote = remote});
+    p.wire.run();
+    const auto done = p.a.poll();
+    REQUIRE(done.size() == 1);
+    CHECK(done[0].status == PIB_WC_SUCCESS);
+}
+
+// The other half: a NAK for a request done (a late copy's, from a
+// responder that refuses it) must not fail what the requester does now.
+TEST_CASE("a NAK of a PSN acknowledged already is dropped", "[rc]") {
+    Pair p;
+    const uint64_t local = p.a.host.alloc(8192), remote = p.b.host.alloc(8192);
+    p.b.fill(remote, 6000, 6);
+    std::optional<iba::Packet> last;
+    p.wire.filter = [&](bool fromA, iba::Packet &k) {
+        if (!fromA && k.bth.opcode == iba::kReadResponseLast)
+            last = k;
+        return true;
+    };
+    p.a.postSend(1, {.opcode = PIB_WR_RDMA_READ, .local = local, .length = 6000, .remote = remote});
+    p.wire.run();
+    REQUIRE(last);
+    REQUIRE(p.a.poll().size() == 1);
+    // A WRITE in flight (its ACK held back) when the stale NAK comes.
+    p.wire.filter = [](bool fromA, iba::Packet &) { return fromA; };
+    p.a.postSend(2, {.opcode = PIB_WR_RDMA_WRITE, .local = local, .length = 100, .remote = remote});
+    p.wire.run();
+    iba::Packet nak = *last;
+    nak.bth.opcode = iba::kAcknowledge;
+    nak.aeth = iba::Aeth{0x62, nak.aeth->msn}; // NAK: remote access error
+    nak.payload.clear();
+    nak.view = {};
+    const auto f = wire::encode(PIB_WIRE_PACKET, iba::build(nak));
+    pib_core_port_receive(p.a.host.core, 1, f.data(), f.size());
+    p.wire.run();
+    CHECK(p.a.host.traces("rc_stale_nak") == 1);
+    CHECK(p.a.qpState() == PIB_QPS_RTS);
+    CHECK(p.a.poll().empty());
+    // The WRITE's ACK, lost, comes with the timer's resend.
+    p.wire.filter = nullptr;
+    p.wire.advance(20'000'000);
+    const auto done = p.a.poll();
+    REQUIRE(done.size() == 1);
+    CHECK(done[0].status == PIB_WC_SUCCESS);
+    CHECK(sameBytes(p.a, local, p.b, remote, 100));
+}
+
 TEST_CASE("retry exhaustion completes in error and flushes the rest", "[rc]") {
     Pair p(PIB_QPT_RC, {.retryCnt = 2});
     const uint64_t out = p.a.host.alloc(64);

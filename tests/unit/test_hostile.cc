@@ -43,7 +43,10 @@ TEST_CASE("DMA into the device's own BAR cannot re-enter it", "[hostile]") {
 }
 
 // Defect 4: a duplicate READ was answered from a buffer never filled once
-// the R_Key no longer allowed it; the requester took it as the data.
+// the R_Key no longer allowed it; the requester took it as the data. The
+// READ is still the last request B took, so A lacks the data: a NAK (a
+// late duplicate of one followed by others is not answered at all:
+// test_connected.cc).
 TEST_CASE("a duplicate READ of memory no longer readable is refused", "[hostile]") {
     Pair p;
     const uint64_t local = p.a.host.alloc(4096), remote = p.b.host.alloc(4096);

@@ -178,12 +178,16 @@ bool Requester::onAcknowledge(QueuePair &qp, const iba::Packet &packet) {
         ackUpTo(qp, psn);
         return true;
     case aeth::kRnrNak:
+        if (staleNak(qp, psn))
+            return false;
         // The NAKed PSN itself is not acknowledged: everything before it is.
         ackUpTo(qp, psnAdd(psn, 0xffffff));
         if (qp.attr.qp_state != PIB_QPS_ERR && !qp.req.outstanding.empty())
             onRnrNak(qp, psn, syndrome & 0x1f);
         return false;
     case aeth::kNak:
+        if (staleNak(qp, psn))
+            return false;
         ackUpTo(qp, psnAdd(psn, 0xffffff));
         if (qp.attr.qp_state == PIB_QPS_ERR || qp.req.outstanding.empty())
             return false;
@@ -191,6 +195,17 @@ bool Requester::onAcknowledge(QueuePair &qp, const iba::Packet &packet) {
     default:
         return false; // reserved syndrome
     }
+}
+
+// A NAK of a PSN acknowledged already answers a duplicate the fabric
+// delayed past what followed it: the request it names was done, and the
+// WQEs in flight now are not its. Like any response older than the oldest
+// request outstanding, it is a duplicate, and dropped.
+bool Requester::staleNak(const QueuePair &qp, uint32_t psn) {
+    if (psnDiff(psn, qp.req.unackedPsn) >= 0)
+        return false;
+    trace::rc_stale_nak(host_, qp.number, psn, qp.req.unackedPsn);
+    return true;
 }
 
 // RNR NAK: the responder had no receive WQE; send again from `psn` after

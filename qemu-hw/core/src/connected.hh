@@ -268,7 +268,10 @@ struct Reply {
     ReplayEntry entry;  // kRead, kAtomic
     uint32_t next = 0;  // kRead: the next response packet, 0-based
     bool again = false; // kRead, kAtomic: the answer to a duplicate request
-    uint32_t psn = 0;   // kAck
+    // kRead: the response packets before this one went once already (all
+    // of them for a duplicate's answer whose first was over).
+    uint32_t answered = 0;
+    uint32_t psn = 0; // kAck
     uint8_t syndrome = 0;
     // kAck: goes on its own, whatever is queued behind it (a positive ACK
     // is otherwise replaced by the ACK or NAK after it, which implies it).

@@ -74,6 +74,7 @@ class Requester final : TransportRole {
     void completeHead(QueuePair &qp, uint8_t status);
     void ackUpTo(QueuePair &qp, uint32_t psn);
     bool onAcknowledge(QueuePair &qp, const iba::Packet &packet);
+    bool staleNak(const QueuePair &qp, uint32_t psn);
     void onRnrNak(QueuePair &qp, uint32_t psn, uint8_t timerCode);
     bool onNak(QueuePair &qp, uint32_t psn, uint8_t code);
     bool onAtomicAcknowledge(QueuePair &qp, const iba::Packet &packet);

@@ -602,6 +602,19 @@ void Responder::readRequest(QueuePair &qp, const iba::Packet &packet) {
     reply(qp, r);
 }
 
+// Whether response packet `i` of `r`, whose region has lost its rights
+// since, answers a stale duplicate: the packet went once already, and the
+// requester has sent requests after the READ, which this side took. Such
+// a duplicate was mostly delayed by the fabric past what followed it: the
+// SEND that told this side to invalidate (an NVMe-oF host's region), which
+// the requester sent once it had the data. A duplicate of a READ that is
+// still the last request taken is the requester asking for data it lacks:
+// that is NAKed.
+static bool staleAnswer(const QueuePair &qp, const Reply &r, uint32_t i) {
+    const ReplayEntry &e = r.entry;
+    return i < r.answered && psnDiff(qp.resp.expectedPsn, psnAdd(e.psn, e.packets)) > 0;
+}
+
 // Sends response packet r.next of READ r.entry. False when the QP went to
 // the error state instead.
 bool Responder::sendReadResponse(QueuePair &qp, Reply &r) {
@@ -627,6 +640,8 @@ bool Responder::sendReadResponse(QueuePair &qp, Reply &r) {
     // may have gone, or lost its rights, since the first time.
     std::vector<Segment> &segments = readSegments_;
     if (!remoteRange(qp, e.pdn, e.rkey, e.va + offset, len, PIB_ACCESS_REMOTE_READ, segments)) {
+        if (staleAnswer(qp, r, i))
+            return endStaleAnswer(qp, r, p.bth.psn);
         responderError(qp, p.bth.psn, err::kReadRkeyGone);
         return false;
     }
@@ -639,6 +654,19 @@ bool Responder::sendReadResponse(QueuePair &qp, Reply &r) {
         }
     }
     transmitConnected(qp, std::move(writer));
+    r.answered = std::max(r.answered, r.next);
+    return true;
+}
+
+// A stale duplicate's answer ends, unsent (the memory may be someone
+// else's now), and the QP goes on: NAKing it would fail a connection
+// whose every request succeeded. A requester that did lack the data gets
+// no more of it, and ends in its retries.
+bool Responder::endStaleAnswer(QueuePair &qp, Reply &r, uint32_t psn) {
+    trace::rc_duplicate(host_, qp.number, psn,
+                        "its READ's region no longer allows it, and later requests came: "
+                        "not answered again");
+    r.next = r.entry.packets;
     return true;
 }
 
@@ -747,6 +775,7 @@ void Responder::duplicateRequest(QueuePair &qp, const iba::Packet &packet) {
             r.entry = e;
             r.next = static_cast<uint32_t>(psnDiff(psn, e.psn));
             r.again = true;
+            r.answered = e.packets;
             reply(qp, r);
             return;
         }

@@ -53,6 +53,7 @@ class Responder final : TransportRole {
     void reply(QueuePair &qp, const Reply &r);
     void sendAck(QueuePair &qp, uint32_t psn, uint8_t syndrome);
     bool sendReadResponse(QueuePair &qp, Reply &r);
+    bool endStaleAnswer(QueuePair &qp, Reply &r, uint32_t psn);
     void sendAtomicAck(QueuePair &qp, const ReplayEntry &e);
     // A fatal responder error `why`: NAKed, the claimed receive WQE
     // completes with its status (or, when it names none, `localStatus`),

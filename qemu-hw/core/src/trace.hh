@@ -246,6 +246,12 @@ inline void rc_duplicate(const Host &host, unsigned qpn, unsigned psn, const cha
                    {Host::eventArg(qpn), Host::eventArg(psn), Host::eventArg(outcome)});
 }
 
+inline void rc_stale_nak(const Host &host, unsigned qpn, unsigned psn, unsigned unacked) {
+    if (host.eventEnabled(PIB_EVENT_RC_STALE_NAK))
+        host.event(PIB_EVENT_RC_STALE_NAK,
+                   {Host::eventArg(qpn), Host::eventArg(psn), Host::eventArg(unacked)});
+}
+
 inline void rc_work_held(const Host &host, unsigned qpn, uint64_t bytes) {
     if (host.eventEnabled(PIB_EVENT_RC_WORK_HELD))
         host.event(PIB_EVENT_RC_WORK_HELD, {Host::eventArg(qpn), Host::eventArg(bytes)});
