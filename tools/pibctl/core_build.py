@@ -57,15 +57,16 @@ UNITY = [f"-Dunity_files={UNITY_SIZE}"]
 
 # What a fabric needs of our build: the switch.
 SWITCH_TARGETS = ["fabric-switch/pib-fabric-switch"]
-# The benchmarks (./pib bench's, and the fabric benchmark ./pib test
-# runs): each compiles the whole core, which QEMU's build compiles again.
+# The benchmarks: ./pib bench's, in setup's build (the core optimised and
+# compiled once more for them), and those ./pib test checks, in the unit
+# tests' sanitized build, whose core they share.
 BENCH_TARGETS = ["tests/bench/fabric-bench", "tests/bench/core-bench"]
 
 
 def build() -> None:
     """What `./pib setup` builds: the switch. The benchmarks and the unit
-    tests are built where they run (build_benches, build_tests): in ./pib
-    test's host lane, beside the guests, off a cold run's critical path."""
+    tests are built where they run (build_benches, build_checked_benches,
+    build_tests): in ./pib test's host lane, beside the guests, off a cold run's critical path."""
     ui.step("pib-hca switch (meson)")
     build_dir = paths.core_build_dir()
     _configure(build_dir, UNITY)
@@ -74,11 +75,23 @@ def build() -> None:
 
 
 def build_benches() -> None:
-    """core-bench and fabric-bench, in setup's build directory."""
+    """core-bench and fabric-bench optimised, in setup's build directory:
+    ./pib bench's."""
     ui.step("pib-hca benchmarks (meson)")
     build_dir = paths.core_build_dir()
     _configure(build_dir, UNITY)
     ninja(build_dir, BENCH_TARGETS, what="ninja (benchmarks)")
+
+
+def build_checked_benches() -> None:
+    """core-bench and fabric-bench under the sanitizers, in the unit
+    tests' build: what ./pib test compiles and runs (the fabric
+    benchmark's bytes checked, its figures not kept). Only their own
+    sources compile: an optimised build cost a cold run's host lane a
+    third compile of the core, some 150 s beside the guests."""
+    ui.step("pib-hca benchmarks (meson), with clang's sanitizers")
+    ninja(sanitized_build_dir(), BENCH_TARGETS, "ninja (benchmarks, sanitizers)",
+          env=configure_sanitized())
 
 
 UNIT_TESTS = "tests/unit/core-tests"

@@ -1,7 +1,8 @@
 """The fabric benchmark (tests/bench/fabric_bench.cc): two device cores in
 two processes, cabled through real pib-fabric-switch processes, no guest.
 ./pib bench --fabric prints it beside the in-process figures of
-core-bench; ./pib test runs it briefly, for the bytes it checks."""
+core-bench; ./pib test runs it briefly under the sanitizers, for the
+bytes it checks."""
 
 import re
 import subprocess
@@ -19,8 +20,9 @@ _ROW = re.compile(r"^(RDMA WRITE|SEND|RDMA READ)\s+(\d+)\s+(\d+)\s+([\d.]+)\s+\|
 _CORE_ROW = re.compile(r"^(RDMA WRITE|SEND|RDMA READ)\s+(\d+)\s+\|\s+(\d+)\s+([\d.]+)")
 
 
-def _binary():
-    return paths.core_build_dir() / "tests" / "bench" / "fabric-bench"
+def _binary(build_dir=None):
+    """fabric-bench in `build_dir`, by default setup's (./pib bench's)."""
+    return (build_dir or paths.core_build_dir()) / "tests" / "bench" / "fabric-bench"
 
 
 # What ./pib bench --fabric and ./pib test run: (switch processes, cable).
@@ -31,12 +33,13 @@ def describe(switches: int, cable: str) -> str:
     return f"{switches} switch process{'es' if switches > 1 else ''}, {cable} cables"
 
 
-def run(switches: int, cable: str, extra=()) -> str:
+def run(switches: int, cable: str, extra=(), build_dir=None) -> str:
     """fabric-bench's table through `switches` (1 or 2) switch processes,
     the devices cabled by `cable` ("stream" or "ring", docs/wire.md)."""
-    if not _binary().is_file():  # the host lane's build failed, or built another tree
-        raise ui.StepFailed(f"fabric-bench is not built: {_binary()}")
-    cmd = [str(_binary()), "--switch", str(paths.fabric_switch_binary()),
+    binary = _binary(build_dir)
+    if not binary.is_file():  # the host lane's build failed, or built another tree
+        raise ui.StepFailed(f"fabric-bench is not built: {binary}")
+    cmd = [str(binary), "--switch", str(paths.fabric_switch_binary()),
            "--switches", str(switches), "--cable", cable, *extra]
     try:
         proc = subprocess.run(cmd, capture_output=True, text=True, timeout=TIMEOUT)
@@ -65,10 +68,11 @@ def in_process(core_table: str) -> dict:
     return rows(core_table, _CORE_ROW)
 
 
-def check(switches: int, cable: str) -> None:
-    """Every row once with CHECK_MESSAGES messages: fabric-bench compares
-    the bytes at both ends of each run, and fails if they differ."""
-    table = run(switches, cable, ["--runs", "1", "--messages", str(CHECK_MESSAGES)])
+def check(switches: int, cable: str, build_dir) -> None:
+    """Every row once with CHECK_MESSAGES messages, by the fabric-bench of
+    `build_dir`: it compares the bytes at both ends of each run, and fails
+    if they differ."""
+    table = run(switches, cable, ["--runs", "1", "--messages", str(CHECK_MESSAGES)], build_dir)
     missing = [f"{op} {size}" for op in OPERATIONS for size in SIZES
                if (op, size) not in rows(table)]
     if missing:

@@ -15,10 +15,10 @@ machine idle. Two lanes use that time:
 
 Each is a child `./pib test --lane NAME` with a run directory of its own
 (a fabric's sockets, pids and logs): lanes share nothing but the cache's
-images and builds, which only the host lane writes (the benchmarks and
-the headers' C check, in setup's build; the sanitized build is its own). A lane's output goes to a
-log that is printed whole when it ends, so that each lane reads as one
-story; its counts and timings join the run's.
+images and builds, which only the host lane writes (the headers' C
+check in setup's build, and the sanitized build, its own). A lane's
+output goes to a log that is printed whole when it ends, so that each
+lane reads as one story; its counts and timings join the run's.
 """
 
 import json

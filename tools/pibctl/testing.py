@@ -227,19 +227,20 @@ def check_python(counts: Counts) -> None:
                   time.monotonic() - start, report)
 
 
-BENCHES_BUILD = "core-bench and fabric-bench build warning-free"
+BENCHES_BUILD = "core-bench and fabric-bench build warning-free under the sanitizers"
 
 
 def check_fabric_bench(counts: Counts, build: bool = True) -> None:
     """The fabric benchmark runs, and the bytes of each run arrive. `build`:
     builds it first (else the host lane did)."""
-    if build and not _check(counts, BENCHES_BUILD, core_build.build_benches):
+    if build and not _check(counts, BENCHES_BUILD, core_build.build_checked_benches):
         return
     ui.step("The fabric benchmark (two device processes, switch processes, no guest)")
     for switches, cable in fabric_bench.LAYOUTS:
         _check(counts, "fabric-bench moves RC WRITE, SEND and READ of 8 B to 1 MiB through "
                f"{fabric_bench.describe(switches, cable)}, every byte compared",
-               lambda s=switches, c=cable: fabric_bench.check(s, c))
+               lambda s=switches, c=cable: fabric_bench.check(
+                   s, c, core_build.sanitized_build_dir()))
 
 
 def check_stale_state(counts: Counts) -> None:
@@ -371,7 +372,7 @@ def run_host_checks(counts: Counts, bench: bool = True) -> None:
     ui.phase("unit tests and build checks")
     run_unit_tests(counts)
     if not bench:
-        _check(counts, BENCHES_BUILD, core_build.build_benches)
+        _check(counts, BENCHES_BUILD, core_build.build_checked_benches)
     check_python(counts)
     check_checkouts(counts)
     check_stale_state(counts)
