@@ -531,6 +531,16 @@ int pib_query_qp(struct ibv_qp *qp, struct ibv_qp_attr *attr, int attr_mask,
 				sizeof(cmd));
 }
 
+/* Drops the CQEs `ibqp` left unpolled in its CQs. */
+static void pib_qp_clean_cqs(struct ibv_qp *ibqp)
+{
+	/* XRC QPs: a send QP has no receive CQ, a receive QP no CQ. */
+	if (ibqp->recv_cq)
+		pib_cq_clean(to_pcq(ibqp->recv_cq), ibqp->qp_num);
+	if (ibqp->send_cq && ibqp->send_cq != ibqp->recv_cq)
+		pib_cq_clean(to_pcq(ibqp->send_cq), ibqp->qp_num);
+}
+
 /*
  * A QP back in RESET starts over, as the device's does (docs/prm.md §7):
  * its queues count from 0, and the CQEs it left unpolled are dropped, so
@@ -546,11 +556,7 @@ int pib_modify_qp(struct ibv_qp *ibqp, struct ibv_qp_attr *attr, int attr_mask)
 	if (err || !(attr_mask & IBV_QP_STATE) ||
 	    attr->qp_state != IBV_QPS_RESET)
 		return err;
-	/* XRC QPs: a send QP has no receive CQ, a receive QP no CQ. */
-	if (ibqp->recv_cq)
-		pib_cq_clean(to_pcq(ibqp->recv_cq), ibqp->qp_num);
-	if (ibqp->send_cq && ibqp->send_cq != ibqp->recv_cq)
-		pib_cq_clean(to_pcq(ibqp->send_cq), ibqp->qp_num);
+	pib_qp_clean_cqs(ibqp);
 	pthread_spin_lock(&qp->sq.lock);
 	qp->sq.pi = 0;
 	__atomic_store_n(&qp->sq.ci, 0, __ATOMIC_RELEASE);
@@ -562,6 +568,12 @@ int pib_modify_qp(struct ibv_qp *ibqp, struct ibv_qp_attr *attr, int attr_mask)
 	return 0;
 }
 
+/*
+ * Once the device has let the QP go, the CQEs it left unpolled go too, as
+ * mlx5's and mlx4's providers drop them: a consumer that polls after the
+ * destroy (libfabric's RxM flushes its CQ once a connection's endpoint is
+ * closed) would otherwise take a completion for memory it has freed.
+ */
 int pib_destroy_qp(struct ibv_qp *ibqp)
 {
 	struct pib_qp *qp = to_pqp(ibqp);
@@ -569,6 +581,7 @@ int pib_destroy_qp(struct ibv_qp *ibqp)
 
 	if (err)
 		return err;
+	pib_qp_clean_cqs(ibqp);
 	pib_qp_table_remove(to_pctx(ibqp->context), qp);
 	pthread_spin_destroy(&qp->sq.lock);
 	pthread_spin_destroy(&qp->rq.lock);

@@ -397,6 +397,43 @@ equal = all(mr.read(SIZE, (SLOTS + i) * SIZE) == sent[i] for i in range(15))
 print("bytes equal", equal)
 """
 
+# ibv_destroy_qp with completions not yet polled: two RC QPs, each sending
+# to itself, share one CQ; the first is destroyed while its completions
+# and the second's wait, and the CQ then yields the second's alone, in
+# order (what mlx5's provider does, and libfabric's RxM counts on).
+DESTROY_QP_SCRIPT = _SELF_CONNECTED_PRELUDE + r"""
+cq = CQ(ctx, 64)
+qps = [QP(pd, QPInitAttr(qp_type=e.IBV_QPT_RC, scq=cq, rcq=cq, cap=QPCap(8, 8, 1, 1)))
+       for _ in range(2)]
+for qp in qps:
+    connect_to_itself(qp)
+for n, qp in enumerate(qps):
+    for i in range(4):
+        slot = n * 8 + i
+        qp.post_recv(RecvWR(1000 + slot, 1, [SGE(mr.buf + (SLOTS + slot) * SIZE, SIZE, mr.lkey)]))
+        qp.post_send(SendWR(slot, opcode=e.IBV_WR_SEND, num_sge=1,
+                            sg=[SGE(mr.buf + slot * SIZE, SIZE, mr.lkey)]))
+time.sleep(2)  # every completion written, none polled
+gone, kept = qps[0].qp_num, qps[1].qp_num
+qps[0].close()
+got = []
+deadline = time.monotonic() + 10
+while len(got) < 8 and time.monotonic() < deadline:
+    n, wcs = cq.poll(16)
+    got += [(wc.qp_num, wc.wr_id, wc.status) for wc in wcs[:n]]
+    if not n:
+        time.sleep(0.1)
+time.sleep(0.5)
+n, wcs = cq.poll(16)
+got += [(wc.qp_num, wc.wr_id, wc.status) for wc in wcs[:n]]
+print("polled", len(got))
+print("of the destroyed QP", sum(1 for q, _, _ in got if q == gone))
+sends = [w for q, w, _ in got if q == kept and w < 1000]
+recvs = [w - 1000 for q, w, _ in got if q == kept and w >= 1000]
+print("the other's in order", sends == [8, 9, 10, 11] and recvs == [8, 9, 10, 11])
+print("all successful", all(s == e.IBV_WC_SUCCESS for _, _, s in got))
+"""
+
 # Completion timestamps (docs/prm.md §2, §7.3): the device's clock read
 # from user space, and an RC QP sending to itself through an extended CQ
 # that asks for timestamps; every CQE's time lies between the clock read

@@ -10,7 +10,8 @@ from pibctl import qmp
 from pibctl.pairs import ipoib_up, run_pair
 from transfers import traffic
 
-from guest_scripts import OBJECTS_SCRIPT, RESIZE_CQ_SCRIPT, RESIZE_SRQ_SCRIPT, TIMESTAMP_SCRIPT
+from guest_scripts import (DESTROY_QP_SCRIPT, OBJECTS_SCRIPT, RESIZE_CQ_SCRIPT, RESIZE_SRQ_SCRIPT,
+                           TIMESTAMP_SCRIPT)
 
 
 def test_ibv_devinfo_shows_the_device_attributes(ctx):
@@ -182,6 +183,19 @@ def test_resize_cq_moves_waiting_completions(ctx):
     for line in ("polled before 2", "grew to 32 with 4 waiting", "polled after 24", "shrank to 4",
                  "too small: refused EINVAL", "polled last 4", "extra 0", "in order True",
                  "bytes equal True"):
+        assert re.search(rf"^{re.escape(line)}$", out, re.M), f"{line!r} missing:\n{out}"
+
+
+def test_a_destroyed_qp_leaves_no_completion_behind(ctx):
+    """ibv_destroy_qp drops the completions the QP left unpolled in a CQ it
+    shares, and keeps the other QP's, in order, as mlx5's provider does
+    (found by fi_pingpong: libfabric's RxM flushes its CQ after closing a
+    connection, and took a receive completion into an endpoint it had
+    freed)."""
+    out = ctx.run("vm1", ["python3", "-"], stdin=DESTROY_QP_SCRIPT.encode()).out
+    print(out.rstrip())
+    for line in ("polled 8", "of the destroyed QP 0", "the other's in order True",
+                 "all successful True"):
         assert re.search(rf"^{re.escape(line)}$", out, re.M), f"{line!r} missing:\n{out}"
 
 
