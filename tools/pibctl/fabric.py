@@ -529,8 +529,26 @@ def switch_log_tail(fab: Fabric, name: str, lines: int = 10) -> str:
     return _tail(fab.switch_log(name), lines, "(no log)")
 
 
+# Where a guest kernel's report of its own failure begins: a report shows
+# the console from there, whose first lines say what the kernel hit (a
+# cold run's guest died in boot with only its register dump in the tail).
+OOPS_STARTS = ("------------[ cut here ]------------", "BUG:", "Oops:", "general protection fault",
+               "invalid opcode:", "int3:", "Kernel panic")
+OOPS_LINES = 80
+
+
 def console_tail(vm: Vm, lines: int = 30) -> str:
-    return _tail(vm.console_log, lines, "(no console log)")
+    """The console's last `lines`, and before them the first OOPS_LINES of
+    a kernel failure report that begins earlier."""
+    try:
+        text = vm.console_log.read_text(errors="replace").splitlines()
+    except OSError:
+        return "(no console log)"
+    start = next((i for i, line in enumerate(text) if any(s in line for s in OOPS_STARTS)), None)
+    if start is None or start >= len(text) - lines:
+        return "\n".join(text[-lines:])
+    report = text[start:min(start + OOPS_LINES, len(text) - lines)]
+    return "\n".join([*report, "[...]", *text[-lines:]])
 
 
 def _exit_status(pid: int, wait: float = 3.0) -> str:
