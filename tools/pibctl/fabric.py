@@ -467,12 +467,17 @@ def _check_setup() -> None:
             raise ui.StepFailed(f"{f} is missing; run ./pib setup first")
 
 
-def _tail(path: Path, lines: int, missing: str) -> str:
+def _lines(path: Path):
+    """A log's lines, or None when it cannot be read."""
     try:
-        text = path.read_text(errors="replace").splitlines()
+        return path.read_text(errors="replace").splitlines()
     except OSError:
-        return missing
-    return "\n".join(text[-lines:])
+        return None
+
+
+def _tail(path: Path, lines: int, missing: str) -> str:
+    text = _lines(path)
+    return missing if text is None else "\n".join(text[-lines:])
 
 
 def said_since(path: Path, offset: int) -> list:
@@ -540,9 +545,8 @@ OOPS_LINES = 80
 def console_tail(vm: Vm, lines: int = 30) -> str:
     """The console's last `lines`, and before them the first OOPS_LINES of
     a kernel failure report that begins earlier."""
-    try:
-        text = vm.console_log.read_text(errors="replace").splitlines()
-    except OSError:
+    text = _lines(vm.console_log)
+    if text is None:
         return "(no console log)"
     start = next((i for i, line in enumerate(text) if any(s in line for s in OOPS_STARTS)), None)
     if start is None or start >= len(text) - lines:
