@@ -57,10 +57,11 @@ def _cmd_qemu_patches(args) -> int:
     return 0
 
 
-def _cmd_fabric_up(args) -> int:
+def _fabric_up_kwargs(args) -> dict:
+    """fabric.up's arguments from the options _add_fabric_up_options adds."""
     from pathlib import Path
 
-    from pibctl import fabric, topology
+    from pibctl import topology
     from pibctl.own_kernel import OwnKernel
 
     topo = None
@@ -80,11 +81,17 @@ def _cmd_fabric_up(args) -> int:
                         driver=not args.no_driver)
     elif args.modules or args.no_driver:
         raise ui.StepFailed("--modules and --no-driver go with --kernel PATH")
-    fabric.up(vms=args.vms or 2, accel=args.accel, memory=args.memory, cpus=args.cpus,
-              timeout=args.timeout, trace=args.trace, sm=not args.no_sm,
-              switches=args.switches or 1, topology=topo, own=own,
-              mlx5=tuple(n for n in args.mlx5.split(",") if n), cable=args.cable,
-              boot=args.boot)
+    return dict(vms=args.vms or 2, accel=args.accel, memory=args.memory, cpus=args.cpus,
+                timeout=args.timeout, trace=args.trace, sm=not args.no_sm,
+                switches=args.switches or 1, topology=topo, own=own,
+                mlx5=tuple(n for n in args.mlx5.split(",") if n), cable=args.cable,
+                boot=args.boot, share_dir=args.share or (topo.share if topo else ""))
+
+
+def _cmd_fabric_up(args) -> int:
+    from pibctl import fabric
+
+    fabric.up(**_fabric_up_kwargs(args))
     return fabric.status()
 
 
@@ -191,6 +198,27 @@ def _cmd_exec(args) -> int:
     return result.exitcode
 
 
+def _cmd_run(args) -> int:
+    from pathlib import Path
+
+    from pibctl import ci_run
+
+    argv = args.argv[1:] if args.argv[:1] == ["--"] else args.argv
+    if not argv:
+        raise ui.StepFailed("usage: ./pib run [OPTIONS] -- COMMAND [ARG...]")
+    commands = [ci_run.GuestCommand(args.vm, argv, args.vm)]
+    for vm, script in args.also:
+        if vm in (c.vm for c in commands):
+            raise ui.StepFailed(f"--also {vm}: {vm} already runs a command")
+        commands.append(ci_run.GuestCommand(vm, ["sh", "-c", script], vm))
+    outcome = ci_run.run(_fabric_up_kwargs(args), commands, Path(args.logs).resolve(),
+                         timeout=args.command_timeout, ignore_logs=args.ignore_logs)
+    print(ci_run.summary(outcome), flush=True)
+    if args.junit:
+        ci_run.write_junit(outcome, Path(args.junit))
+    return ci_run.exit_status(outcome)
+
+
 def _cmd_console(args) -> int:
     from pibctl import console
 
@@ -248,9 +276,48 @@ def _add_kernel_option(p) -> None:
                         "the driver is also compile-checked against the others")
 
 
-def build_parser() -> argparse.ArgumentParser:
+def _add_fabric_up_options(p) -> None:
+    """What `fabric up` and `run` take to say which fabric to bring up."""
     from pibctl.fabric import CABLES
 
+    _add_fabric_options(p, vms_default=None)
+    p.add_argument("--memory", type=int, default=2048, help="MiB of RAM per guest (default 2048)")
+    p.add_argument("--cpus", type=int, default=1, help="vCPUs per guest (default 1)")
+    p.add_argument("--timeout", type=float, default=300, help="seconds to wait for the guests to boot")
+    p.add_argument("--cable", choices=CABLES, default="ring",
+                   help="how each HCA port reaches its switch: ring (shared memory, "
+                        "the default) or stream (the socket's byte stream)")
+    p.add_argument("--switches", type=int, default=None,
+                   help="IB switches, chained; VMs are spread over them (default 1)")
+    p.add_argument("--topology", metavar="FILE",
+                   help="build the fabric a topology file describes instead "
+                        "(see docs/user-guide.md and examples/)")
+    p.add_argument("--mlx5", metavar="VM[,VM...]", default="",
+                   help="give these guests a ConnectX HCA (personality=mlx5, docs/mlx5.md) "
+                        "that the unmodified mlx5_core, mlx5_ib and libmlx5 drive; what it lacks: "
+                        "docs/mlx5.md §11")
+    p.add_argument("--no-sm", action="store_true",
+                   help="do not start opensm in vm1 (ports then stay INIT)")
+    p.add_argument("--trace", default="", metavar="PATTERN",
+                   help="QEMU trace events to enable: patterns, comma-separated, e.g. "
+                        "'pib_hca_rc_*,pib_hca_link_*' (written to vmN/qemu.log)")
+    p.add_argument("--kernel", metavar="BZIMAGE",
+                   help="boot this kernel (say arch/x86/boot/bzImage of your tree) instead of "
+                        "the bundled one; examples/own-kernel.config lists the options it needs")
+    p.add_argument("--modules", metavar="DIR",
+                   help="with --kernel: where `make modules_install INSTALL_MOD_PATH=DIR` put its "
+                        "modules; our driver is built against the tree they link to")
+    p.add_argument("--no-driver", action="store_true",
+                   help="with --kernel: leave our driver out, to load your own")
+    p.add_argument("--share", default="", metavar="DIR",
+                   help="a host directory every guest mounts at the same path, read-write "
+                        "(virtio-9p; a fabric that shares one cannot migrate or be saved)")
+    p.add_argument("--boot", action="store_true",
+                   help="boot the guests even when a snapshot of this fabric from an earlier "
+                        "boot could restore it (docs/migration.md)")
+
+
+def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="pib", description=DESCRIPTION, formatter_class=argparse.RawDescriptionHelpFormatter
     )
@@ -281,38 +348,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("fabric", help="start, stop or inspect a fabric of guests")
     fsub = p.add_subparsers(dest="action", metavar="ACTION", required=True)
     up = fsub.add_parser("up", help="boot guests vm1..vmN in the background")
-    _add_fabric_options(up, vms_default=None)
-    up.add_argument("--memory", type=int, default=2048, help="MiB of RAM per guest (default 2048)")
-    up.add_argument("--cpus", type=int, default=1, help="vCPUs per guest (default 1)")
-    up.add_argument("--timeout", type=float, default=300, help="seconds to wait for the guests to boot")
-    up.add_argument("--cable", choices=CABLES, default="ring",
-                    help="how each HCA port reaches its switch: ring (shared memory, "
-                         "the default) or stream (the socket's byte stream)")
-    up.add_argument("--switches", type=int, default=None,
-                    help="IB switches, chained; VMs are spread over them (default 1)")
-    up.add_argument("--topology", metavar="FILE",
-                    help="build the fabric a topology file describes instead "
-                         "(see docs/user-guide.md and examples/)")
-    up.add_argument("--mlx5", metavar="VM[,VM...]", default="",
-                    help="give these guests a ConnectX HCA (personality=mlx5, docs/mlx5.md) "
-                         "that the unmodified mlx5_core, mlx5_ib and libmlx5 drive; what it lacks: "
-                         "docs/mlx5.md §11")
-    up.add_argument("--no-sm", action="store_true",
-                    help="do not start opensm in vm1 (ports then stay INIT)")
-    up.add_argument("--trace", default="", metavar="PATTERN",
-                    help="QEMU trace events to enable: patterns, comma-separated, e.g. "
-                         "'pib_hca_rc_*,pib_hca_link_*' (written to vmN/qemu.log)")
-    up.add_argument("--kernel", metavar="BZIMAGE",
-                    help="boot this kernel (say arch/x86/boot/bzImage of your tree) instead of "
-                         "the bundled one; examples/own-kernel.config lists the options it needs")
-    up.add_argument("--modules", metavar="DIR",
-                    help="with --kernel: where `make modules_install INSTALL_MOD_PATH=DIR` put its "
-                         "modules; our driver is built against the tree they link to")
-    up.add_argument("--no-driver", action="store_true",
-                    help="with --kernel: leave our driver out, to load your own")
-    up.add_argument("--boot", action="store_true",
-                    help="boot the guests even when a snapshot of this fabric from an earlier "
-                         "boot could restore it (docs/migration.md)")
+    _add_fabric_up_options(up)
     up.set_defaults(func=_cmd_fabric_up)
     fsub.add_parser("down", help="stop every process fabric up started").set_defaults(func=_cmd_fabric_down)
     status = fsub.add_parser("status", help="show the guests, whether they answer, and injected "
@@ -411,6 +447,31 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--stdin", action="store_true", help="pass this command's stdin to the guest command")
     p.add_argument("argv", nargs=argparse.REMAINDER)
     p.set_defaults(func=_cmd_exec)
+
+    p = sub.add_parser(
+        "run", help="for CI: bring a fabric up, run a command in a guest, keep the logs, take the "
+        "fabric down, exit with the command's status: ./pib run [OPTIONS] -- COMMAND",
+        description="Brings a fabric up (restored from its snapshot when it has one), runs "
+        "COMMAND in a guest and shows its output as it comes, keeps each guest's kernel log and "
+        "console and each QEMU's and switch's log in --logs, takes the fabric down, and exits "
+        "with COMMAND's status. A run whose command passed fails (status 1) when a guest kernel "
+        "logged a warning or an Oops, or a device a guest error or FATAL, while it ran; 125 "
+        "when the fabric did not come up. With --share DIR, COMMAND runs in DIR.")
+    _add_fabric_up_options(p)
+    p.add_argument("--vm", default="vm1", help="the guest COMMAND runs in (default vm1)")
+    p.add_argument("--also", nargs=2, action="append", default=[], metavar=("VM", "SHELL_COMMAND"),
+                   help="also run SHELL_COMMAND (sh -c) in VM, beside COMMAND; repeatable. "
+                        "Each line of output then starts with its guest's name")
+    p.add_argument("--command-timeout", type=float, default=3600, metavar="SECONDS",
+                   help="kill the commands after this long (default 3600)")
+    p.add_argument("--logs", default="pib-run-logs", metavar="DIR",
+                   help="where the logs go, replaced each run (default ./pib-run-logs)")
+    p.add_argument("--junit", default="", metavar="FILE",
+                   help="also write a JUnit report: a test case per command, and one for the logs")
+    p.add_argument("--ignore-logs", action="store_true",
+                   help="pass on the commands' status alone, whatever the logs say")
+    p.add_argument("argv", nargs=argparse.REMAINDER)
+    p.set_defaults(func=_cmd_run)
 
     p = sub.add_parser("console", help="attach to a guest's serial console (Ctrl-] leaves)")
     p.add_argument("vm")

@@ -114,6 +114,11 @@ class Fabric:
     # the save paused the guests, and a switch discards what is sent to a
     # port whose guest has not run again yet (PortXmitDiscards).
     saved_after_boot: bool = False
+    # The host directory every guest has at the same path (share.py); ""
+    # if none. Not in the command lines a snapshot is keyed on. Mounted
+    # once the fabric is up (and any snapshot of it taken).
+    share: str = ""
+    share_mounted: bool = False
 
     @property
     def topo(self) -> Topology:
@@ -262,6 +267,8 @@ def _tsc_args(accel: str) -> str:
 
 def _qemu_command(fabric: Fabric, vm: Vm, memory: int, cpus: int, trace: str,
                   kernel_args: str = "") -> list:
+    from pibctl import share  # pylint: disable=import-outside-toplevel (it imports us)
+
     qemu = paths.qemu_binary()
     if fabric.accel == "kvm":
         accel = ["-accel", "kvm", "-cpu", "host"]
@@ -305,6 +312,7 @@ def _qemu_command(fabric: Fabric, vm: Vm, memory: int, cpus: int, trace: str,
         "-netdev", f"vde,id=mgmt,sock={run / 'mgmt.vde'}",
         "-device", f"virtio-net-pci,netdev=mgmt,mac=52:54:00:77:00:{vm.index:02x},romfile=",
         "-device", "pcie-root-port,id=ib-rp,chassis=1,slot=1",
+        *share.qemu_port_args(),
         *guest_ssh.qemu_args(run, vm),
     ]
     # Each HCA port is cabled to a switch port's socket; QEMU reconnects by
@@ -767,21 +775,25 @@ def restart_sm(fabric: Fabric) -> None:
 def up(vms: int = 2, accel: str = "tcg", memory: int = 2048, cpus: int = 1,
        timeout: float = 300, trace: str = "", sm: bool = True, switches: int = 1,
        topology: Topology = None, kernel_args: str = "", own: OwnKernel = None,
-       mlx5: tuple = (), cable: str = "ring", boot: bool = False) -> Fabric:
+       mlx5: tuple = (), cable: str = "ring", boot: bool = False, share_dir: str = "") -> Fabric:
     """Boots a fabric: the given topology, or else a chain of `switches`
     switches with `vms` guests spread over them. `kernel_args` go to each
     guest's kernel command line; `own` is a kernel of the user's to boot
     instead of the bundled one; the guests named in `mlx5` get a ConnectX
     HCA (personality=mlx5). `cable` is how each HCA's port reaches its
-    switch: "ring" (shared memory, docs/wire.md) or "stream".
+    switch: "ring" (shared memory, docs/wire.md) or "stream". `share_dir`
+    is a host directory every guest mounts at the same path (share.py).
 
     A fabric that was booted before is restored from the snapshot made
     after that boot (snapshot.py), unless `boot` says to boot it. Fabrics
     of a user's own kernel and of ConnectX guests always boot: the
     kernel is the one under development, and the ConnectX personality's
     state cannot be saved yet."""
+    from pibctl import share, snapshot  # pylint: disable=import-outside-toplevel (they import us)
+
     if cable not in CABLES:
         raise ui.StepFailed(f"--cable {cable}: one of {', '.join(CABLES)}")
+    share_dir = share.checked_dir(share_dir) if share_dir else ""
     _check_setup()
     clear_stale()
     existing = load()
@@ -804,7 +816,8 @@ def up(vms: int = 2, accel: str = "tcg", memory: int = 2048, cpus: int = 1,
     if run.exists():
         shutil.rmtree(run)
     run.mkdir(parents=True)
-    fabric = Fabric(run_dir=str(run), accel=accel, topology=topo.to_dict(), cable=cable)
+    fabric = Fabric(run_dir=str(run), accel=accel, topology=topo.to_dict(), cable=cable,
+                    share=share_dir)
     if own is not None:
         fabric.kernel, fabric.initrd = str(own.kernel.resolve()), str(own_kernel.initrd(own))
     for guest in topo.guests:
@@ -815,14 +828,13 @@ def up(vms: int = 2, accel: str = "tcg", memory: int = 2048, cpus: int = 1,
         vm.command = _qemu_command(fabric, vm, memory, cpus, trace, kernel_args)
     ui.step(f"Fabric: {len(fabric.vms)} VMs and {len(topo.switches)} IB switches under "
             f"{accel.upper()}, {cable} cables, in {run}")
-    from pibctl import snapshot  # pylint: disable=import-outside-toplevel (it imports us)
-
     # A user's own kernel is the one under development, booted each time.
     snapshot_key = ""
     if sm and own is None:
         snapshot_key = snapshot.cache_key(fabric)
-        restored = None if boot else snapshot.restore_cached(snapshot_key)
+        restored = None if boot else snapshot.restore_cached(snapshot_key, share_dir)
         if restored is not None:
+            _attach_share(restored)
             return restored
         shutil.rmtree(run)  # what a failed restore left
         run.mkdir(parents=True)
@@ -847,7 +859,25 @@ def up(vms: int = 2, accel: str = "tcg", memory: int = 2048, cpus: int = 1,
     except BaseException:
         down(quiet=True)
         raise
+    _attach_share(fabric)
     return fabric
+
+
+def _attach_share(fabric: Fabric, vms=None) -> None:
+    """Mounts the fabric's share in `vms` (every guest by default), after
+    any snapshot was taken: QEMU cannot save a guest with it mounted."""
+    from pibctl import share  # pylint: disable=import-outside-toplevel (it imports us)
+
+    if not fabric.share:
+        return
+    try:
+        took = share.attach(fabric, vms)
+    except BaseException:
+        if vms is None:
+            down(quiet=True)
+        raise
+    ui.detail(f"{fabric.share} mounted in {'every guest' if vms is None else ', '.join(v.name for v in vms)} "
+              f"in {took:.1f} s")
 
 
 def start_mgmt_switch(fabric: Fabric) -> None:
@@ -882,7 +912,9 @@ def start_process(vm: Vm, extra=()) -> None:
 
 
 def _start_qemu(fabric: Fabric, vm: Vm) -> None:
-    start_process(vm)
+    from pibctl import share  # pylint: disable=import-outside-toplevel (it imports us)
+
+    start_process(vm, share.qemu_backend_args(fabric.share))
     fabric.save()
 
 
@@ -905,6 +937,7 @@ def restart_vm(fabric: Fabric, name: str, timeout: float = 300) -> None:
     _start_qemu(fabric, vm)
     _wait_ready(fabric, timeout, [vm])
     wait_active(fabric)
+    _attach_share(fabric, [vm])
 
 
 def clear_stale() -> bool:

@@ -7,7 +7,8 @@ and QEMU logged while the module ran must be clean.
 - Each VM's qemu.log, and those of the QEMUs it moved from: no
   guest-error token (`pib-hca hca0: TOKEN: ...`) the module did not
   mark with guest_errors_expected (tests that provoke errors on purpose
-  say which).
+  say which), and none of the trace events the gate was given (./pib
+  run gives pib_hca_fatal).
 
 Only what was logged since the last check counts, so a hit is the
 module's own. A module may name kernel lines it causes on purpose in
@@ -32,8 +33,12 @@ GUEST_ERROR = re.compile(r"pib-hca \S+: ([a-z0-9][a-z0-9-]*): ")
 
 
 class LogGate:
-    def __init__(self, fab: fabric.Fabric):
+    def __init__(self, fab: fabric.Fabric, trace_events=()):
+        """`trace_events`: QEMU trace events that count as trouble when
+        qemu.log shows them (the caller enables them)."""
         self.fabric = fab
+        self.trace_events = re.compile(
+            r"\b(" + "|".join(map(re.escape, trace_events)) + r") ") if trace_events else None
         self.kernel_lines = {}   # vm -> lines of `dmesg -x` already seen
         self.console_bytes = {}  # vm -> bytes of the console log already seen
         self.qemu_bytes = {}     # inode -> bytes of a QEMU log already seen
@@ -105,7 +110,8 @@ class LogGate:
             qemu = "".join(self._new_text(path, self.qemu_bytes, None) for path in vm.qemu_logs)
             for line in qemu.splitlines():
                 m = GUEST_ERROR.search(line)
-                if m and m.group(1) not in expected_tokens:
+                traced = self.trace_events and self.trace_events.search(line)
+                if (m and m.group(1) not in expected_tokens) or traced:
                     problems.append(f"{vm.name} qemu.log: {line}")
         if problems:
             print("---- logged while the module ran ----\n" + "\n".join(problems[:40]))

@@ -13,7 +13,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from pibctl import crash_report, fabric, paths, qmp, ui
+from pibctl import crash_report, fabric, paths, qmp, share, ui
 
 # The sockets a VM's QEMU listens on, which the old QEMU holds during the
 # move: the new one listens beside them and takes their names after. The
@@ -112,6 +112,7 @@ def migrate(fab: fabric.Fabric, name: str, edit=None) -> Moved:
     vm = fab.vm(name)
     if not fabric.ours(vm.pid, fab.run_dir):
         raise ui.StepFailed(f"{name} is not running")
+    share.refuse_while_shared(fab, f"fabric migrate {name}")
     channel = vm.path / "migration.sock"
     channel.unlink(missing_ok=True)
     suffix = f".from-{vm.pid}"

@@ -26,6 +26,10 @@ CONFIGURE_FLAGS = [
     "--enable-slirp",
     "--enable-vde",
     "--enable-pixman",
+    # virtio-9p, for ./pib fabric up --share (docs/user-guide.md): QEMU's
+    # meson gates it on extended attributes, which glibc provides.
+    "--enable-attr",
+    "--enable-virtfs",
     "--enable-trace-backends=log",
     "--disable-download",
     "--disable-install-blobs",
@@ -37,7 +41,8 @@ CONFIGURE_FLAGS = [
 # vde, virtio-serial for the guest agent, ISA serial for the console, and
 # for the libvirt example a virtio disk, balloon and XHCI controller), and
 # the VM generation ID, which tells a guest restored from a snapshot that
-# it is a copy, so that its kernel reseeds its random numbers.
+# it is a copy, so that its kernel reseeds its random numbers, and
+# virtio-9p, which shares a host directory with the guests (--share).
 # A tree of the user's (--qemu-src) keeps QEMU's default set.
 DEVICES_NAME = "pib"
 DEVICES = """\
@@ -50,6 +55,7 @@ CONFIG_VIRTIO_BLK=y
 CONFIG_VIRTIO_BALLOON=y
 CONFIG_USB_XHCI_PCI=y
 CONFIG_ACPI_VMGENID=y
+CONFIG_VIRTIO_9P=y
 CONFIG_PIB_HCA=y
 """
 

@@ -234,3 +234,52 @@ def ping(sock_path: Path, timeout: float = 3.0) -> bool:
         return True
     except (AgentError, OSError):
         return False
+
+
+def start(sock_path: Path, argv, request_timeout: float = 30.0) -> int:
+    """Starts argv in the guest without capturing its output (it writes
+    where argv says); returns its pid for status()."""
+    with Agent(sock_path, timeout=request_timeout) as agent:
+        return agent.call("guest-exec", {"path": argv[0], "arg": list(argv[1:])})["pid"]
+
+
+def status(sock_path: Path, pid: int, request_timeout: float = 30.0):
+    """The Result of command `pid` (started by start()) once it ended, else
+    None. Its stdout and stderr are empty: start() did not capture them."""
+    with Agent(sock_path, timeout=request_timeout) as agent:
+        return _exited(agent, pid)
+
+
+# What a GuestFile reads at most per request, and per read().
+READ_CHUNK = 64 * 1024
+READ_MOST = 16 * READ_CHUNK
+
+
+class GuestFile:
+    """A file in the guest, read as it grows (a command's output that is
+    shown as it comes). The agent keeps the file open between
+    connections: each read() connects, takes what is new, and lets go."""
+
+    def __init__(self, sock_path: Path, path: str, request_timeout: float = 30.0):
+        self.sock_path = sock_path
+        self.request_timeout = request_timeout
+        with Agent(sock_path, timeout=request_timeout) as agent:
+            self.handle = agent.call("guest-file-open", {"path": path, "mode": "r"})
+
+    def read(self) -> bytes:
+        """What the file gained since the last read, up to READ_MOST."""
+        data = b""
+        with Agent(self.sock_path, timeout=self.request_timeout) as agent:
+            while len(data) < READ_MOST:
+                got = agent.call("guest-file-read", {"handle": self.handle, "count": READ_CHUNK})
+                data += base64.b64decode(got.get("buf-b64", ""))
+                if got.get("count", 0) < READ_CHUNK:
+                    break
+        return data
+
+    def close(self) -> None:
+        try:
+            with Agent(self.sock_path, timeout=self.request_timeout) as agent:
+                agent.call("guest-file-close", {"handle": self.handle})
+        except AgentError:
+            pass  # the guest went: so did its handle

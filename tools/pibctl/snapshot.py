@@ -24,7 +24,7 @@ import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from pibctl import fabric, guest_ssh, migrate, paths, qga, qmp, ui
+from pibctl import fabric, guest_ssh, migrate, paths, qga, qmp, share, ui
 
 # Bump when what a snapshot holds, or how it is loaded, changes.
 SNAPSHOT_VERSION = 1
@@ -85,6 +85,7 @@ def save(fab: fabric.Fabric, dest: Path, run_on: bool = True) -> Taken:
     """Saves the running fabric `fab` to the directory `dest` (replaced
     whole once the snapshot is complete). The guests run on after, unless
     `run_on` is False."""
+    share.refuse_while_shared(fab, "fabric snapshot save")
     gone = fabric.stopped_processes(fab)
     if gone:
         raise ui.StepFailed(f"not running: {', '.join(gone)}; a snapshot needs the whole fabric")
@@ -222,9 +223,11 @@ def _make_unique(fab: fabric.Fabric) -> None:
                                 f"{result.err}")
 
 
-def load(source: Path) -> tuple:
+def load(source: Path, share_dir: str = "") -> tuple:
     """Brings up the fabric of the snapshot in `source` (no fabric may be
-    up); returns it and how long each part took."""
+    up); returns it and how long each part took. Its QEMUs get
+    `share_dir` as their share's backend (share.py), which the caller
+    then attaches."""
     meta = read_meta(source)
     fabric.clear_stale()
     if fabric.load() is not None:
@@ -234,6 +237,7 @@ def load(source: Path) -> tuple:
         shutil.rmtree(run)
     run.mkdir(parents=True)
     fab = _fabric_of(meta, source, run)
+    fab.share = share_dir
     for vm in fab.vms:
         vm.path.mkdir()
     start = time.monotonic()
@@ -243,7 +247,8 @@ def load(source: Path) -> tuple:
         fabric.start_ib_switches(fab, restore=source)
         for vm in fab.vms:
             (vm.path / "qemu.cmdline").write_text(" ".join(vm.command) + "\n")
-            fabric.start_process(vm, ["-incoming", f"file:{source / (vm.name + '.state')}"])
+            fabric.start_process(vm, [*share.qemu_backend_args(share_dir),
+                                      "-incoming", f"file:{source / (vm.name + '.state')}"])
             fab.save()
         _wait_running(fab, time.monotonic() + LOAD_TIMEOUT_S)
         loaded = time.monotonic() - start
@@ -315,16 +320,16 @@ def cached(key: str) -> Path:
     return snapshots_dir() / "fabric-up" / key
 
 
-def restore_cached(key: str):
-    """The fabric of cached snapshot `key` brought up; None when there is
-    none, or it could not be restored (then it is deleted, and the fabric
-    boots)."""
+def restore_cached(key: str, share_dir: str = ""):
+    """The fabric of cached snapshot `key` brought up (its QEMUs ready
+    for `share_dir`, see load); None when there is none, or it could not
+    be restored (then it is deleted, and the fabric boots)."""
     source = cached(key)
     if not (source / META).is_file():
         return None
     ui.detail(f"restoring the fabric from its snapshot {source} (--boot boots it instead)")
     try:
-        fab, restored = load(source)
+        fab, restored = load(source, share_dir)
     except (ui.StepFailed, OSError) as e:
         ui.warn(f"the fabric's snapshot could not be restored; it is deleted, and the fabric "
                 f"boots: {e}")

@@ -15,6 +15,8 @@ line, `#` starts a comment:
                                         # docs/user-guide.md, "Fault injection")
     capture SWITCH:PORT FILE            # record the port's packets from the start
                                         # to a pcap file ("Packet capture")
+    share DIR                           # a host directory every guest has at
+                                        # the same path ("RDMA in your CI")
 
 Guests are named vm1..vmN (their hostnames and management addresses
 follow from N). Every switch port holds at most one cable.
@@ -67,6 +69,9 @@ class Topology:
     switches: list = field(default_factory=list)
     guests: list = field(default_factory=list)
     links: list = field(default_factory=list)
+    # The `share` statement's directory; the fabric keeps it, not the
+    # topology it saves (a snapshot does not depend on it).
+    share: str = field(default="", compare=False)
 
     def switch(self, name: str) -> Switch:
         for s in self.switches:
@@ -75,7 +80,9 @@ class Topology:
         raise KeyError(name)
 
     def to_dict(self) -> dict:
-        return asdict(self)
+        data = asdict(self)
+        del data["share"]
+        return data
 
     @staticmethod
     def from_dict(data: dict) -> "Topology":
@@ -297,6 +304,10 @@ def parse(text: str, source: str = "topology") -> Topology:
                 raise TopologyError(f"{where}: capture needs SWITCH:PORT and a file")
             sw, port = _switch_port(topo, args[0], where)
             sw.captures[port] = os.path.abspath(args[1])
+        elif kind == "share":
+            if len(args) != 1:
+                raise TopologyError(f"{where}: share needs one directory")
+            topo.share = os.path.abspath(args[0])
         else:
             raise TopologyError(f"{where}: unknown statement {kind!r}")
     topo.guests.sort(key=lambda g: g.index)
