@@ -7,13 +7,15 @@ first run saved."""
 
 import os
 import re
+import shlex
 import shutil
 import subprocess
 import xml.etree.ElementTree as ET
 
 import pytest
+import yaml
 
-from pibctl import paths, traffic_build
+from pibctl import cli, container, paths, traffic_build
 
 from transfers import TRAFFIC_LINE
 
@@ -34,12 +36,14 @@ vm1.traffic:
 SERVER = f"./pib-traffic -p {PORT} > vm2.traffic"
 
 
-def _pib_run(tmp_path, *args, timeout=900):
-    """./pib run in a run directory of its own; returns (status, output)."""
+def _pib_run(tmp_path, *args, timeout=900, launcher=None):
+    """./pib run in a run directory of its own (or as `launcher`, the
+    container's entry point, runs it); returns (status, output)."""
     env = dict(os.environ, PIB_RUN_DIR=str(tmp_path / "run"))
-    done = subprocess.run([str(paths.REPO / "pib"), "run", "--logs", str(tmp_path / "logs"),
-                           *args], capture_output=True, text=True, errors="replace",
-                          timeout=timeout, env=env)
+    launcher = launcher or [str(paths.REPO / "pib")]
+    done = subprocess.run([*launcher, "run", "--logs", str(tmp_path / "logs"), *args],
+                          capture_output=True, text=True, errors="replace", timeout=timeout,
+                          env=env)
     output = done.stdout + done.stderr
     print(output[-3000:])
     return done.returncode, output
@@ -64,10 +68,10 @@ def _traffic(path):
     return {m["test"]: m.groupdict() for m in re.finditer(TRAFFIC_LINE, path.read_text(), re.M)}
 
 
-def _check_make_run(tmp_path, extra=()):
+def _check_make_run(tmp_path, extra=(), launcher=None):
     tree = _project(tmp_path)
     status, output = _pib_run(tmp_path, "--share", str(tree), "--also", "vm2", SERVER, *extra,
-                              "--", "make", "-C", str(tree), "check")
+                              "--", "make", "-C", str(tree), "check", launcher=launcher)
     assert status == 0, output
     assert "data.bin: OK" in output, output
     assert (tree / "from-vm1").read_text() == "written-by-vm1\n"
@@ -86,6 +90,23 @@ def _check_make_run(tmp_path, extra=()):
 
 def test_pib_run_make_check_in_a_shared_tree_moves_data_between_guests(tmp_path):
     _check_make_run(tmp_path)
+
+
+def test_pib_run_in_the_container_image_under_podman(tmp_path):
+    """./pib container's image, run as a CI host would run it, with the
+    host's snapshots mounted in: it restores the fabric the runs above
+    saved, in a cache of its own."""
+    built = subprocess.run([str(paths.REPO / "pib"), "container"], capture_output=True,
+                           text=True, errors="replace", timeout=1200)
+    assert built.returncode == 0, built.stdout[-3000:] + built.stderr
+    tag = built.stdout.split()[-1]
+    assert tag.startswith(container.NAME + ":"), built.stdout[-500:]
+    launcher = ["podman", "run", "--rm", *container.podman_run_options(),
+                "-v", f"{tmp_path}:{tmp_path}",
+                "-v", f"{paths.cache_dir() / 'snapshots'}:{container.CACHE}/snapshots", tag]
+    output = _check_make_run(tmp_path, launcher=launcher)
+    assert f"in {container.CACHE}/run" in output and "restoring the fabric from its snapshot" \
+        in output, output
 
 
 def test_pib_run_make_check_on_connectx_guests(tmp_path):
@@ -160,3 +181,28 @@ def test_pib_run_fails_a_passing_command_when_a_device_goes_fatal(tmp_path):
     print(output)
     assert status == 1, output
     assert re.search(r"vm2 qemu.log: .*pib_hca_fatal .*a test of ./pib run", output), output
+
+
+def _pib_run_argv(command: str) -> list:
+    """The ./pib arguments of a `pib run` in an example's shell line."""
+    words = shlex.split(command.replace("\n", " "))
+    for i, word in enumerate(words):
+        if word.endswith(("/pib", "pib-hca:latest")) and words[i + 1:i + 2] == ["run"]:
+            return words[i + 1:]
+    raise AssertionError(f"no ./pib run in {command!r}")
+
+
+def test_the_ci_examples_are_valid_and_run_what_pib_run_takes(ctx):
+    examples = paths.REPO / "examples" / "ci"
+    github = yaml.safe_load((examples / "github-actions.yml").read_text())
+    steps = github["jobs"]["rdma"]["steps"]
+    gitlab = yaml.safe_load((examples / "gitlab-ci.yml").read_text())
+    lines = [s["run"] for s in steps if "pib-hca:latest" in s.get("run", "") and " run " in s["run"]]
+    lines += [line for line in gitlab["rdma-tests"]["script"] if "/opt/pib-hca/pib run" in line]
+    assert len(lines) == 2, lines
+    parser = cli.build_parser()
+    for line in lines:
+        args = parser.parse_args(_pib_run_argv(line))
+        assert args.func.__name__ == "_cmd_run" and args.share and args.junit, line
+        assert args.argv[1:] == ["make", "-C", args.share, "check"], line
+    assert "--device /dev/kvm" in lines[0], "the GitHub runner's KVM is passed in"

@@ -16,7 +16,7 @@ import xml.etree.ElementTree as ET
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from pibctl import fabric, qga, qmp, ui
+from pibctl import fabric, paths, qga, qmp, ui
 from pibctl.log_gate import LogGate
 
 # Exit statuses of ./pib run's own (the command's are passed through).
@@ -149,6 +149,14 @@ def _keep_logs(fab: fabric.Fabric, logs: Path) -> None:
         _copy(fab.switch_log(name), logs / f"{name}.log")
 
 
+def _keep_left_logs(logs: Path) -> None:
+    """What a fabric that did not come up left in the run directory: its
+    guests' consoles, its QEMUs' logs and stderr, its switches' logs."""
+    run = paths.run_dir()
+    for path in sorted([*run.glob("**/*.log"), *run.glob("**/qemu.stderr")]):
+        _copy(path, logs / "-".join(path.relative_to(run).parts))
+
+
 def _copy(src: Path, dest: Path) -> None:
     try:
         shutil.copyfile(src, dest)
@@ -171,6 +179,7 @@ def run(up_args: dict, commands: list, logs: Path, timeout: float = 3600,
         fab = fabric.up(**up_args)
     except ui.StepFailed as e:
         outcome.fabric_error = str(e)
+        _keep_left_logs(logs)
         return outcome
     try:
         _watch_fatal(fab)

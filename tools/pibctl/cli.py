@@ -57,6 +57,12 @@ def _cmd_qemu_patches(args) -> int:
     return 0
 
 
+def _accel(asked: str) -> str:
+    if asked == "auto":
+        return "kvm" if os.access("/dev/kvm", os.R_OK | os.W_OK) else "tcg"
+    return asked
+
+
 def _fabric_up_kwargs(args) -> dict:
     """fabric.up's arguments from the options _add_fabric_up_options adds."""
     from pathlib import Path
@@ -81,7 +87,7 @@ def _fabric_up_kwargs(args) -> dict:
                         driver=not args.no_driver)
     elif args.modules or args.no_driver:
         raise ui.StepFailed("--modules and --no-driver go with --kernel PATH")
-    return dict(vms=args.vms or 2, accel=args.accel, memory=args.memory, cpus=args.cpus,
+    return dict(vms=args.vms or 2, accel=_accel(args.accel), memory=args.memory, cpus=args.cpus,
                 timeout=args.timeout, trace=args.trace, sm=not args.no_sm,
                 switches=args.switches or 1, topology=topo, own=own,
                 mlx5=tuple(n for n in args.mlx5.split(",") if n), cable=args.cable,
@@ -219,6 +225,16 @@ def _cmd_run(args) -> int:
     return ci_run.exit_status(outcome)
 
 
+def _cmd_container(args) -> int:
+    from pathlib import Path
+
+    from pibctl import container
+
+    tag = container.build(Path(args.output).resolve() if args.output else None)
+    print(tag)
+    return 0
+
+
 def _cmd_console(args) -> int:
     from pibctl import console
 
@@ -233,7 +249,7 @@ def _cmd_test(args) -> int:
     chosen = testing.Selection(keyword=args.k, markers=args.m, last_failed=args.lf,
                                soaks=args.soak)
     return testing.run(chosen, unit=not args.e2e_only, e2e=not args.unit_only, vms=args.vms,
-                       accel=args.accel, passes=passes, lanes=args.lanes, lane=args.lane,
+                       accel=_accel(args.accel), passes=passes, lanes=args.lanes, lane=args.lane,
                        trace=args.trace)
 
 
@@ -257,14 +273,16 @@ def _cmd_fuzz(args) -> int:
 def _cmd_demo(args) -> int:
     from pibctl import demo
 
-    return demo.run(vms=args.vms, accel=args.accel)
+    return demo.run(vms=args.vms, accel=_accel(args.accel))
 
 
 def _add_fabric_options(p, vms_default=2):
     p.add_argument("--vms", type=int, default=vms_default,
                    help=f"number of guests (default {vms_default or 2})")
-    p.add_argument("--accel", choices=["tcg", "kvm"], default="tcg",
-                   help="tcg (default; works everywhere) or kvm (ordinary Linux hosts with /dev/kvm)")
+    p.add_argument("--accel", choices=["tcg", "kvm", "auto"],
+                   default=os.environ.get("PIB_ACCEL", "tcg"),
+                   help="tcg (works everywhere), kvm (ordinary Linux hosts with /dev/kvm) or auto "
+                        "(kvm when /dev/kvm is usable, else tcg); default $PIB_ACCEL or tcg")
 
 
 def _add_kernel_option(p) -> None:
@@ -472,6 +490,19 @@ def build_parser() -> argparse.ArgumentParser:
                    help="pass on the commands' status alone, whatever the logs say")
     p.add_argument("argv", nargs=argparse.REMAINDER)
     p.set_defaults(func=_cmd_run)
+
+    p = sub.add_parser(
+        "container", help="build a container image of pib-hca set up (Debian's packages only), "
+        "for ./pib run on CI hosts of any Linux with podman or docker",
+        description="Sets up as ./pib setup does, then builds the image localhost/pib-hca "
+        "(tagged with the sources' hash and latest) with podman: debootstrap's bookworm, "
+        "what running a fabric takes, this checkout, its QEMU, switch and guest image. "
+        "./pib is its entry point: podman run --rm -v \"$PWD:$PWD\" localhost/pib-hca run "
+        "--share \"$PWD\" -- make -C \"$PWD\" check. With /dev/kvm passed in "
+        "(--device /dev/kvm) the guests run under KVM, else TCG.")
+    p.add_argument("-o", "--output", default="", metavar="FILE",
+                   help="also save the image to FILE, an archive podman load and docker load take")
+    p.set_defaults(func=_cmd_container)
 
     p = sub.add_parser("console", help="attach to a guest's serial console (Ctrl-] leaves)")
     p.add_argument("vm")

@@ -98,6 +98,8 @@ PACKAGES = {
     "python3-pytest-timeout": None,
     # Our Python's lint (testing.check_python).
     "python3-pyflakes": None,
+    # Reading the CI examples (examples/ci/*.yml) in their test.
+    "python3-yaml": None,
 }
 
 # Minimum versions where the default release is too old.
@@ -129,11 +131,22 @@ def _write_sources() -> bool:
 
 def ensure() -> None:
     ui.step("Host packages")
+    _install(PACKAGES)
+
+
+def ensure_also(packages: dict, why: str) -> None:
+    """Installs `packages` (as PACKAGES) that one command needs beyond
+    what setup installs."""
+    ui.detail(f"host packages for {why}")
+    _install(packages)
+
+
+def _install(packages: dict) -> None:
     if os.geteuid() != 0:
-        raise ui.StepFailed("./pib setup installs Debian packages and must run as root")
+        raise ui.StepFailed("./pib installs Debian packages and must run as root")
     changed_sources = _write_sources()
     missing = []
-    for pkg, release in PACKAGES.items():
+    for pkg, release in packages.items():
         version = _installed_version(pkg)
         if version is None or not _version_ok(pkg, version):
             missing.append(f"{pkg}/{release}" if release else pkg)

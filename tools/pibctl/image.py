@@ -61,7 +61,9 @@ def _pack(root: Path, out: Path, label: str) -> None:
     tmp.rename(out)
 
 
-def _trim(root: Path) -> None:
+def trim(root: Path) -> None:
+    """Removes what a root filesystem need not carry (TRIM), but the
+    packages' copyright files."""
     keep = [root / k for k in KEEP_DOC]
     for rel in TRIM:
         target = root / rel
@@ -193,7 +195,7 @@ def build_base() -> Path:
     )
     _leave_out(rootfs)
     _save_mpi_sdk(rootfs)
-    _trim(rootfs)
+    trim(rootfs)
     megabytes = int(subprocess.run(["du", "-sm", rootfs], check=True, capture_output=True,
                                    text=True).stdout.split()[0])
     _pack(rootfs, out, "packing the base userspace")

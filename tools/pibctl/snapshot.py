@@ -99,7 +99,8 @@ def save(fab: fabric.Fabric, dest: Path, run_on: bool = True) -> Taken:
         shutil.rmtree(partial, ignore_errors=True)  # no half snapshot is left
         raise
     meta = {"version": SNAPSHOT_VERSION, "made": time.strftime("%Y-%m-%d %H:%M:%S"),
-            "qemu": str(paths.qemu_binary()), "fabric": asdict(fab)}
+            "qemu": str(paths.qemu_binary()), "cache": str(paths.cache_dir()),
+            "fabric": asdict(fab)}
     (partial / META).write_text(json.dumps(meta, indent=2) + "\n")
     shutil.rmtree(dest, ignore_errors=True)
     os.replace(partial, dest)
@@ -162,18 +163,25 @@ def _fabric_of(meta: dict, source: Path, run: Path) -> fabric.Fabric:
     tree; a device that cannot read the saved state refuses it, saying
     why)."""
     data = dict(meta["fabric"])
-    old = data["run_dir"]
+    # The run directory first: it may be inside the cache.
+    moved = {data["run_dir"]: str(run), meta.get("cache", ""): str(paths.cache_dir())}
     vms = []
     for v in data.pop("vms"):
         vm = fabric.Vm(**v)
         vm.dir = str(run / vm.name)
         vm.pid = 0
-        vm.command = [str(paths.qemu_binary())] + [arg.replace(old, str(run))
-                                                    for arg in vm.command[1:]]
+        vm.command = [str(paths.qemu_binary())] + [_moved(arg, moved) for arg in vm.command[1:]]
         vms.append(vm)
     data.update(run_dir=str(run), vms=vms, mgmt_switch_pid=0, ib_switch_pids={},
                 booted_again=[], restored_from=str(source))
     return fabric.Fabric(**data)
+
+
+def _moved(arg: str, moved: dict) -> str:
+    for old, new in moved.items():
+        if old:
+            arg = arg.replace(old, new)
+    return arg
 
 
 def _wait_running(fab: fabric.Fabric, deadline: float) -> None:
@@ -271,11 +279,13 @@ CACHED_KEEP = 6
 def cache_key(fab: fabric.Fabric) -> str:
     """What a fabric's snapshot depends on: its topology (which gives each
     switch's command line), every guest's command line (the run directory
-    left out), and the contents of the QEMU, the switch, the kernel and
-    the image."""
+    and the cache's place left out), and the contents of the QEMU, the
+    switch, the kernel and the image."""
     # The QEMU is named by its content: each build of other sources (a
-    # changed doc or test) has a copy of its own (source_tree.py).
-    names = {fab.run_dir: "RUN", str(paths.qemu_binary()): "QEMU"}
+    # changed doc or test) has a copy of its own (source_tree.py). The
+    # cache is named by its role: the same fabric in another cache (a
+    # container's, with the host's snapshots mounted in) restores too.
+    names = {fab.run_dir: "RUN", str(paths.qemu_binary()): "QEMU", str(paths.cache_dir()): "CACHE"}
     parts = [json.dumps(fab.topology, sort_keys=True), fab.accel, fab.cable,
              str(SNAPSHOT_VERSION)]
     for vm in fab.vms:
