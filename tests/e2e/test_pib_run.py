@@ -115,6 +115,14 @@ def test_pib_run_make_check_on_connectx_guests(tmp_path):
         assert "mlx5_core" in (tmp_path / "logs" / f"{vm}.dmesg").read_text()
 
 
+def test_pib_run_stops_a_command_beside_that_outlives_the_main_one(tmp_path):
+    status, output = _pib_run(tmp_path, "--grace", "2", "--also", "vm2", "echo serving; sleep 600",
+                              "--", "true")
+    assert status == 143, output
+    assert "vm2| serving" in output and "still runs 2 s after the main command ended" in output
+    assert "pib run: vm2 (sh -c 'echo serving; sleep 600') killed by signal 15" in output, output
+
+
 def test_pib_run_passes_on_the_command_status_and_writes_junit(tmp_path):
     junit = tmp_path / "run.xml"
     status, output = _pib_run(tmp_path, "--junit", str(junit), "--", "sh", "-c",

@@ -23,8 +23,11 @@ from pibctl.log_gate import LogGate
 FABRIC_FAILED = 125  # the fabric did not come up: the command never ran
 LOGS_FAILED = 1  # the command passed, but the logs show trouble
 OUTPUT_DIR = "/run/pib-run"  # in the guest: each command's output
-POLL_S = (0.1, 1.0)
-FATAL_EVENT = "pib_hca_fatal"  # events.list: the device stops until reset  # first and longest pause between looks at the commands
+POLL_S = (0.1, 1.0)  # first and longest pause between looks at the commands
+FATAL_EVENT = "pib_hca_fatal"  # events.list: the device stops until reset
+# How long the --also commands may run on once COMMAND has ended (--grace);
+# then they are stopped (SIGTERM), and count as failed.
+ALSO_GRACE_S = 30
 
 
 @dataclass
@@ -55,11 +58,15 @@ class Outcome:
     logs: Path = None
 
 
+def _guest_output(command: GuestCommand) -> str:
+    return f"{OUTPUT_DIR}/{command.label}.out"
+
+
 def _guest_argv(command: GuestCommand, workdir: str, timeout: float) -> list:
     """The command as the guest agent runs it: in `workdir`, its output
     (stdout and stderr, as a terminal interleaves them) to a file the
     host reads as it grows, killed after `timeout` seconds."""
-    out = f"{OUTPUT_DIR}/{command.label}.out"
+    out = _guest_output(command)
     script = (f'cd {shlex.quote(workdir)} || exit 125; export HOME=/root; '
               f'exec timeout -k 10 {int(timeout)} "$@" >> {out} 2>&1')
     return ["/bin/sh", "-c", script, "pib-run", *command.argv]
@@ -67,7 +74,7 @@ def _guest_argv(command: GuestCommand, workdir: str, timeout: float) -> list:
 
 def _start(fab: fabric.Fabric, command: GuestCommand, workdir: str, timeout: float) -> None:
     vm = fab.vm(command.vm)
-    out = f"{OUTPUT_DIR}/{command.label}.out"
+    out = _guest_output(command)
     made = fabric.exec_in(vm.name, ["sh", "-c", f"mkdir -p {OUTPUT_DIR} && : > {out}"], timeout=30)
     if made.exitcode != 0:
         raise ui.StepFailed(f"{vm.name}: cannot make {out}: {made.err.strip()}")
@@ -90,14 +97,23 @@ def _show(command: GuestCommand, data: bytes, prefixed: bool) -> None:
     sys.stdout.flush()
 
 
-def _follow(fab: fabric.Fabric, commands: list, timeout: float) -> None:
-    """Shows the commands' output until every one has ended."""
+def _follow(fab: fabric.Fabric, commands: list, timeout: float, grace: float) -> None:
+    """Shows the commands' output until every one has ended: the first,
+    COMMAND, and the others once they end or are stopped `grace` seconds
+    after it."""
     prefixed = len(commands) > 1
     started = time.monotonic()
     deadline = started + timeout + 60  # timeout -k in the guest ends them first
     delay, longest = POLL_S
     running = list(commands)
+    stop_at = None
     while running:
+        if stop_at is None and commands[0] not in running:
+            stop_at = time.monotonic() + grace
+        if stop_at is not None and time.monotonic() > stop_at:
+            for command in running:
+                _stop(command, grace)
+            stop_at = deadline  # stopped once
         for command in list(running):
             vm = fab.vm(command.vm)
             result = qga.status(vm.qga_sock, command.pid)
@@ -119,6 +135,14 @@ def _follow(fab: fabric.Fabric, commands: list, timeout: float) -> None:
                                 f"{timeout:.0f} s after it started; its guest does not answer")
         time.sleep(delay)
         delay = min(delay * 1.5, longest)
+
+
+def _stop(command: GuestCommand, grace: float) -> None:
+    """Sends SIGTERM to a command still running: timeout(1), which the
+    agent started, passes it on to the command, then ends by it too (status 143)."""
+    ui.warn(f"{command.label}: {shlex.join(command.argv)} still runs {grace:.0f} s after the "
+            "main command ended; stopping it (SIGTERM)")
+    fabric.exec_in(command.vm, ["kill", "-TERM", str(command.pid)], timeout=30)
 
 
 def _watch_fatal(fab: fabric.Fabric) -> None:
@@ -165,7 +189,7 @@ def _copy(src: Path, dest: Path) -> None:
 
 
 def run(up_args: dict, commands: list, logs: Path, timeout: float = 3600,
-        ignore_logs: bool = False) -> Outcome:
+        ignore_logs: bool = False, grace: float = ALSO_GRACE_S) -> Outcome:
     """Brings a fabric up with `up_args` (fabric.up's), runs `commands`
     (GuestCommand, all at once) in its guests, keeps the logs in `logs`,
     and takes the fabric down."""
@@ -189,7 +213,7 @@ def run(up_args: dict, commands: list, logs: Path, timeout: float = 3600,
         ui.step(f"Running {' and '.join(f'{c.label}: {shlex.join(c.argv)}' for c in commands)}")
         for command in commands:
             _start(fab, command, workdir, timeout)
-        _follow(fab, commands, timeout)
+        _follow(fab, commands, timeout, grace)
         if not ignore_logs:
             outcome.log_problems += gate.check()
         else:

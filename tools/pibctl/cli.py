@@ -15,8 +15,13 @@ fabric of guests to run real InfiniBand software on.
   ./pib demo    set everything up, boot the default fabric, show what works
   ./pib test    set everything up and run every test
 
+For a CI job: ./pib run --share DIR -- COMMAND runs COMMAND on a fabric
+that sees DIR, and exits with its status; ./pib container packs pib-hca
+into an image for hosts of any Linux (docs/user-guide.md, "RDMA in your CI").
+
 Caches live in $PIB_CACHE (default ~/.cache/pib-hca); the running fabric's
-sockets, pids and logs in $PIB_RUN_DIR (default $PIB_CACHE/run).
+sockets, pids and logs in $PIB_RUN_DIR (default $PIB_CACHE/run). --accel
+defaults to $PIB_ACCEL, or tcg.
 """
 
 
@@ -218,7 +223,8 @@ def _cmd_run(args) -> int:
             raise ui.StepFailed(f"--also {vm}: {vm} already runs a command")
         commands.append(ci_run.GuestCommand(vm, ["sh", "-c", script], vm))
     outcome = ci_run.run(_fabric_up_kwargs(args), commands, Path(args.logs).resolve(),
-                         timeout=args.command_timeout, ignore_logs=args.ignore_logs)
+                         timeout=args.command_timeout, ignore_logs=args.ignore_logs,
+                         grace=args.grace)
     print(ci_run.summary(outcome), flush=True)
     if args.junit:
         ci_run.write_junit(outcome, Path(args.junit))
@@ -480,6 +486,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--also", nargs=2, action="append", default=[], metavar=("VM", "SHELL_COMMAND"),
                    help="also run SHELL_COMMAND (sh -c) in VM, beside COMMAND; repeatable. "
                         "Each line of output then starts with its guest's name")
+    p.add_argument("--grace", type=float, default=30, metavar="SECONDS",
+                   help="how long the --also commands may run on once COMMAND has ended; then "
+                        "they are stopped (SIGTERM: status 143) and fail the run (default 30)")
     p.add_argument("--command-timeout", type=float, default=3600, metavar="SECONDS",
                    help="kill the commands after this long (default 3600)")
     p.add_argument("--logs", default="pib-run-logs", metavar="DIR",
