@@ -2,17 +2,11 @@
 processes at once, every test's outcome classified from unittest -v, and
 every skip matched to a reason the caller knows (a new reason fails)."""
 
-import ast
 import collections
 import re
 
-# unittest -v names each test "test_x (module.Class.test_x)", maybe prints
-# its docstring on the next line, and ends with " ... OUTCOME"; when the
-# test itself prints, the outcome comes alone on a later line. A skip's
-# reason is the repr() of a string, in either kind of quotes.
-_TEST_LINE = re.compile(r"^(\w+) \(([\w.]+)\)")
-_OUTCOME = re.compile(r"(?:^|\.\.\. )(ok|FAIL|ERROR|expected failure|unexpected success|"
-                      r"skipped (['\"].*['\"]))$")
+from pibctl import unittest_output
+from pibctl.unittest_output import TEST_LINE
 
 # The suite runs as this many processes at once, each over its share of
 # the test modules: the driver, provider and device see several contexts
@@ -20,26 +14,6 @@ _OUTCOME = re.compile(r"(?:^|\.\.\. )(ok|FAIL|ERROR|expected failure|unexpected 
 # all listen on TCP port 7471, so they share one process.
 PROCESSES = 2
 _TOGETHER = ("test_rdmacm", "test_mlx5_rdmacm")
-
-
-def results(out):
-    """{"module.Class.test": (outcome, skip reason or None)} from unittest -v."""
-    found, current = {}, None
-    for line in out.splitlines():
-        m = _TEST_LINE.match(line)
-        if m:
-            current = m.group(2)
-        o = _OUTCOME.search(line.strip())
-        if o and current:
-            reason = o.group(2)
-            if reason is not None:
-                try:
-                    reason = ast.literal_eval(reason)
-                except (ValueError, SyntaxError):
-                    pass  # kept as printed: it must still match a known reason
-            found[current] = (o.group(1).split()[0], reason)
-            current = None
-    return found
 
 
 def _shards(modules):
@@ -86,13 +60,9 @@ def _totals(outs):
     ran = skipped = 0
     ok = True
     for out in outs:
-        r = re.search(r"^Ran (\d+) tests", out, re.M)
-        summary = re.search(r"^(OK|FAILED)(?: \((.*)\))?$", out, re.M)
-        assert r and summary, out[-3000:]
-        told = re.search(r"skipped=(\d+)", summary.group(2) or "")
-        ran += int(r.group(1))
-        skipped += int(told.group(1)) if told else 0
-        ok = ok and summary.group(1) == "OK"
+        told = unittest_output.totals(out)
+        assert told, out[-3000:]
+        ran, skipped, ok = ran + told[0], skipped + told[1], ok and told[2]
     return ran, skipped, ok
 
 
@@ -106,7 +76,7 @@ def check(outs, skips, skipped_tests, must_pass, least_passed):
     out = "\n".join(outs)
     found = {}
     for one in outs:
-        found.update(results(one))
+        found.update(unittest_output.results(one))
     by_outcome = {}
     for test, (outcome, _) in found.items():
         by_outcome.setdefault(outcome, []).append(test)
@@ -127,7 +97,7 @@ def check(outs, skips, skipped_tests, must_pass, least_passed):
     assert len(found) == ran, (
         f"{len(found)} of {ran} classified\n" +
         "\n".join(line for line in out.splitlines()
-                  if _TEST_LINE.match(line) and _TEST_LINE.match(line).group(2) not in found))
+                  if TEST_LINE.match(line) and TEST_LINE.match(line).group(2) not in found))
     assert len(skipped) == told_skipped, f"{len(skipped)} skips classified, unittest counted {told_skipped}"
     unexplained = sorted(f"{test}: {reason}" for test, (outcome, reason) in found.items()
                          if outcome == "skipped"

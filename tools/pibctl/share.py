@@ -17,6 +17,7 @@ once the fabric is up the virtio-9p device is hot-added to that port and
 the guest mounts it."""
 
 import os
+import shlex
 import time
 
 from pibctl import fabric, qmp, ui
@@ -59,8 +60,8 @@ def qemu_backend_args(directory: str) -> list:
     serves the share (what it cannot chown, it leaves)."""
     if not directory:
         return []
-    return ["-fsdev", f"local,id={FSDEV_ID},path={directory},security_model=none,"
-            "multidevs=remap"]
+    path = directory.replace(",", ",,")  # QEMU's option syntax
+    return ["-fsdev", f"local,id={FSDEV_ID},path={path},security_model=none,multidevs=remap"]
 
 
 def refuse_while_shared(fab: fabric.Fabric, what: str) -> None:
@@ -94,7 +95,7 @@ def attach(fab: fabric.Fabric, vms=None) -> float:
 
 
 def _mount_script(directory: str) -> str:
-    quoted = _quote(directory)
+    quoted = shlex.quote(directory)
     return (
         f"for i in $(seq {ATTACH_TIMEOUT_S * 10}); do "
         f"grep -qsx {MOUNT_TAG} /sys/bus/virtio/drivers/9pnet_virtio/*/mount_tag && break; "
@@ -103,10 +104,6 @@ def _mount_script(directory: str) -> str:
         f"{{ echo 'the share device did not appear in {ATTACH_TIMEOUT_S} s'; exit 1; }}; "
         f"mkdir -p {quoted} && mount -t 9p -o {MOUNT_OPTIONS} {MOUNT_TAG} {quoted}"
     )
-
-
-def _quote(text: str) -> str:
-    return "'" + text.replace("'", "'\\''") + "'"
 
 
 def _guest(vm: fabric.Vm, script: str, timeout: float = 30) -> None:

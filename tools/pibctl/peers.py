@@ -1,0 +1,214 @@
+"""./pib test --peers: other projects' own test suites, run as their
+maintainers run them, between guests, on pib-hca, on the ConnectX
+personality, and on Soft-RoCE (rdma_rxe over the guests' Ethernet) in
+the same guests for comparison; each suite several times, and the
+table of what they gave written into docs/peers.md.
+
+The suites so far:
+- opensm's osmtest: the inventory (-f c), then every validation (-f a)
+  and the multicast flow (-f m, which -f a does not reach in Debian's
+  build), on fabrics of one, two and four switches;
+- rdma-core's tests (run_tests.py, the pyverbs suite) on each device,
+  in one process, as `run_tests.py --dev DEV -v` runs them.
+"""
+
+import collections
+import json
+import time
+from dataclasses import dataclass, field
+
+from pibctl import fabric, paths, ui, unittest_output
+
+RESULTS = paths.REPO / "docs" / "peers-results.json"
+DOC = paths.REPO / "docs" / "peers.md"
+TABLE_START = "<!-- peers table: written by ./pib test --peers from docs/peers-results.json -->"
+TABLE_END = "<!-- end of the peers table -->"
+
+
+@dataclass
+class Result:
+    """One run of one suite on one device."""
+    passed: list = field(default_factory=list)  # test names
+    failed: list = field(default_factory=list)
+    skipped: dict = field(default_factory=dict)  # test name -> reason
+    error: str = ""  # the suite did not reach its end: why
+
+
+@dataclass(frozen=True)
+class Device:
+    name: str  # as the table calls it
+    mlx5: bool = False  # the guests' HCAs are ConnectX functions
+    rxe: bool = False  # Soft-RoCE over eth0, beside the guests' pib-hca
+
+    def up_args(self, switches: int) -> dict:
+        return dict(vms=2, switches=switches, mlx5=("vm1", "vm2") if self.mlx5 else ())
+
+    def prepare(self, fab) -> str:
+        """The verbs device the suites use in each guest."""
+        if not self.rxe:
+            return "mlx5_0" if self.mlx5 else "pib_0"
+        for vm in fab.vms:
+            _sh(vm.name, "modprobe rdma_rxe && { rdma link show rxe0 >/dev/null 2>&1 || "
+                "rdma link add rxe0 type rxe netdev eth0; }")
+        return "rxe0"
+
+
+DEVICES = (Device("pib-hca"), Device("ConnectX", mlx5=True), Device("Soft-RoCE", rxe=True))
+
+
+def _sh(vm: str, script: str, timeout: float = 900):
+    result = fabric.exec_in(vm, ["sh", "-c", script], timeout=timeout)
+    if result.exitcode != 0:
+        raise ui.StepFailed(f"{vm}: {script}: exited {result.exitcode}\n{result.out}{result.err}")
+    return result
+
+
+def osmtest(fab, device: str) -> Result:
+    """osmtest's flows, from vm2 (opensm runs in vm1): each a test."""
+    result = Result()
+    flows = (("c", "Create Inventory"), ("a", "All Validations"), ("m", "Multicast"))
+    for flag, name in flows:
+        out = fabric.exec_in("vm2", ["sh", "-c", f"cd /tmp && osmtest -f {flag} -i osmtest.dat"],
+                             timeout=600)
+        verdict = f'OSMTEST: TEST "{name}" PASS'
+        (result.passed if verdict in out.out and out.exitcode == 0 else result.failed).append(name)
+    return result
+
+
+def rdma_core_tests(fab, device: str) -> Result:
+    """rdma-core's tests from the guest's python3-pyverbs, in vm1."""
+    script = ("rm -rf /tmp/peers-pyverbs && mkdir /tmp/peers-pyverbs && "
+              "cp -r /usr/share/doc/rdma-core/tests /tmp/peers-pyverbs/tests && "
+              "cd /tmp/peers-pyverbs/tests && gunzip -f *.gz && "
+              f"python3 run_tests.py --dev {device} -v 2>&1")
+    out = fabric.exec_in("vm1", ["sh", "-c", script], timeout=1800)
+    result = Result()
+    for test, (outcome, reason) in unittest_output.results(out.out).items():
+        if outcome == "ok":
+            result.passed.append(test)
+        elif outcome == "skipped":
+            result.skipped[test] = str(reason)
+        else:
+            result.failed.append(test)
+    if unittest_output.totals(out.out) is None:
+        result.error = (f"run_tests.py ended before its summary (exit {out.exitcode}): "
+                        + out.out.strip().splitlines()[-1][:200] if out.out.strip() else "")
+    return result
+
+
+@dataclass(frozen=True)
+class Suite:
+    name: str
+    run: object  # (fabric, device) -> Result
+    switches: tuple = (1,)  # the fabrics it runs on
+    ib_only: bool = False  # needs an InfiniBand subnet (not Soft-RoCE)
+
+
+SUITES = (
+    Suite("osmtest", osmtest, switches=(1, 2, 4), ib_only=True),
+    Suite("rdma-core tests", rdma_core_tests),
+)
+
+
+def campaign(runs: int, suites=SUITES, devices=DEVICES) -> dict:
+    """Runs each suite `runs` times on each device; returns
+    {suite: {device: [Result as dict, ...]}} (and keeps it in RESULTS)."""
+    table = collections.defaultdict(dict)
+    for device in devices:
+        for switches in sorted({s for suite in suites for s in suite.switches}):
+            chosen = [s for s in suites if switches in s.switches and not (s.ib_only and device.rxe)]
+            if not chosen:
+                continue
+            ui.step(f"Peers' suites on {device.name}, {switches} switch(es): "
+                    f"{', '.join(s.name for s in chosen)}, {runs} runs each")
+            fab = fabric.up(**device.up_args(switches))
+            try:
+                verbs = device.prepare(fab)
+                for suite in chosen:
+                    key = suite.name if len(suite.switches) == 1 else \
+                        f"{suite.name}, {switches} switch{'es' if switches > 1 else ''}"
+                    done = table[key].setdefault(device.name, [])
+                    for n in range(runs):
+                        start = time.monotonic()
+                        result = suite.run(fab, verbs)
+                        done.append(summary(result))
+                        ui.detail(f"{key} on {device.name}, run {n + 1}: {len(result.passed)} "
+                                  f"passed, {len(result.failed)} failed, {len(result.skipped)} "
+                                  f"skipped{', ' + result.error if result.error else ''} "
+                                  f"({time.monotonic() - start:.0f} s)")
+            finally:
+                fabric.down(quiet=True)
+    return dict(table)
+
+
+def summary(result: Result) -> dict:
+    """What the results file keeps of a run: the counts, the failed tests
+    by name, the skips by reason."""
+    return {"passed": len(result.passed), "failed": sorted(result.failed),
+            "skipped": dict(collections.Counter(result.skipped.values()).most_common()),
+            "error": result.error}
+
+
+def _row(suite: str, device: str, runs: list) -> str:
+    """A table row: the counts of the last run, how many runs failed, and
+    which tests flaked (failed in some runs that ran to their end, not in
+    others)."""
+    last = runs[-1]
+    failed_runs = sum(1 for r in runs if r["failed"] or r["error"])
+    whole = [set(r["failed"]) for r in runs if not r["error"]]
+    flaky = sorted(set().union(*whole) - set.intersection(*whole)) if whole else []
+    reasons = collections.Counter(last["skipped"])
+    why = "; ".join(f"{n} x {_cell(reason)}" for reason, n in reasons.most_common(3))
+    more = f" (+{len(reasons) - 3} more reasons)" if len(reasons) > 3 else ""
+    crashed = sum(1 for r in runs if r["error"])
+    return (f"| {suite} | {device} | {len(runs)} | {last['passed']} | {len(last['failed'])} "
+            f"| {sum(reasons.values())}{': ' + why + more if why else ''} "
+            f"| {failed_runs} of {len(runs)}{f' ({crashed} died before the end)' if crashed else ''} "
+            f"| {', '.join(flaky[:5]) or '-'} |")
+
+
+def _cell(text: str, limit: int = 60) -> str:
+    """`text` as a table cell: one line, no column bar, at most `limit`."""
+    text = " ".join(text.split()).replace("|", "/")
+    return text if len(text) <= limit else text[:limit - 3] + "..."
+
+
+def render(table: dict) -> str:
+    lines = [TABLE_START, "",
+             "| suite | device | runs | passed | failed | skipped (top reasons) | runs that failed "
+             "| flaky tests |", "|---|---|---|---|---|---|---|---|"]
+    order = [d.name for d in DEVICES]
+    for suite in sorted(table):
+        for device in sorted(table[suite], key=order.index):
+            lines.append(_row(suite, device, table[suite][device]))
+    lines += ["", TABLE_END]
+    return "\n".join(lines)
+
+
+def write_doc(table: dict) -> None:
+    RESULTS.write_text(json.dumps(table, indent=1, sort_keys=True) + "\n")
+    text = DOC.read_text()
+    start, end = text.index(TABLE_START), text.index(TABLE_END) + len(TABLE_END)
+    DOC.write_text(text[:start] + render(table) + text[end:])
+
+
+def doc_is_current() -> str:
+    """'' when docs/peers.md shows what docs/peers-results.json holds;
+    else what differs."""
+    table = json.loads(RESULTS.read_text())
+    text = DOC.read_text()
+    start, end = text.index(TABLE_START), text.index(TABLE_END) + len(TABLE_END)
+    return "" if text[start:end] == render(table) else \
+        "docs/peers.md's table is not the rendering of docs/peers-results.json"
+
+
+def run(runs: int) -> int:
+    table = campaign(runs)
+    write_doc(table)
+    print(render(table))
+    failed = [f"{suite} on {device}" for suite, by in table.items() for device, rs in by.items()
+              if device != "Soft-RoCE" and any(r["failed"] or r["error"] for r in rs)]
+    if failed:
+        print("failed on pib-hca or ConnectX (a defect of ours until shown otherwise): "
+              + ", ".join(failed))
+    return 1 if failed else 0
