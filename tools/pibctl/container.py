@@ -145,6 +145,9 @@ def build(output: Path = None) -> str:
     """Builds the image (setting up first, as ./pib setup does), unless
     one of the same content is there; returns its name. `output`: also
     saved there as an archive `podman load` and `docker load` take."""
+    if paths.own_qemu_choice().is_file():
+        raise ui.StepFailed("./pib container packs the pinned QEMU, and ./pib setup --qemu-src "
+                            "chose a tree of yours: ./pib setup --qemu-src pinned first")
     setup.run()
     ui.step("Container image")
     hostdeps.ensure_also(HOST_PACKAGES, "the container image")
