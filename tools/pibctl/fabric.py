@@ -876,8 +876,8 @@ def _attach_share(fabric: Fabric, vms=None) -> None:
         if vms is None:
             down(quiet=True)
         raise
-    ui.detail(f"{fabric.share} mounted in {'every guest' if vms is None else ', '.join(v.name for v in vms)} "
-              f"in {took:.1f} s")
+    where = "every guest" if vms is None else ", ".join(v.name for v in vms)
+    ui.detail(f"{fabric.share} mounted in {where} in {took:.1f} s")
 
 
 def start_mgmt_switch(fabric: Fabric) -> None:
@@ -1027,6 +1027,16 @@ def status(queues: bool = False) -> int:
         ui.info(f"  {vm.name:<18} pid {vm.pid:<8} {state}  node GUID {vm.node_guid:016x}, "
                 f"{cables}")
     return 0 if healthy else 1
+
+
+def sh_in(vm_name: str, script: str, timeout: float = 600) -> qga.Result:
+    """Runs `script` with sh in a guest; StepFailed, with its output, when
+    it fails."""
+    result = exec_in(vm_name, ["sh", "-c", script], timeout=timeout)
+    if result.exitcode != 0:
+        raise ui.StepFailed(f"{vm_name}: {script}\nexited {result.exitcode}: "
+                            f"{(result.out + result.err).strip()}")
+    return result
 
 
 def exec_in(vm_name: str, argv, timeout: float = 600, stdin: bytes = None) -> qga.Result:

@@ -48,19 +48,12 @@ class Device:
         if not self.rxe:
             return "mlx5_0" if self.mlx5 else "pib_0"
         for vm in fab.vms:
-            _sh(vm.name, "modprobe rdma_rxe && { rdma link show rxe0 >/dev/null 2>&1 || "
-                "rdma link add rxe0 type rxe netdev eth0; }")
+            fabric.sh_in(vm.name, "modprobe rdma_rxe && { rdma link show rxe0 >/dev/null 2>&1 || "
+                         "rdma link add rxe0 type rxe netdev eth0; }")
         return "rxe0"
 
 
 DEVICES = (Device("pib-hca"), Device("ConnectX", mlx5=True), Device("Soft-RoCE", rxe=True))
-
-
-def _sh(vm: str, script: str, timeout: float = 900):
-    result = fabric.exec_in(vm, ["sh", "-c", script], timeout=timeout)
-    if result.exitcode != 0:
-        raise ui.StepFailed(f"{vm}: {script}: exited {result.exitcode}\n{result.out}{result.err}")
-    return result
 
 
 def osmtest(fab, device: str) -> Result:
@@ -185,10 +178,15 @@ def render(table: dict) -> str:
     return "\n".join(lines)
 
 
+def _table_span(text: str) -> tuple:
+    """Where docs/peers.md's table starts and ends, its markers included."""
+    return text.index(TABLE_START), text.index(TABLE_END) + len(TABLE_END)
+
+
 def write_doc(table: dict) -> None:
     RESULTS.write_text(json.dumps(table, indent=1, sort_keys=True) + "\n")
     text = DOC.read_text()
-    start, end = text.index(TABLE_START), text.index(TABLE_END) + len(TABLE_END)
+    start, end = _table_span(text)
     DOC.write_text(text[:start] + render(table) + text[end:])
 
 
@@ -197,7 +195,7 @@ def doc_is_current() -> str:
     else what differs."""
     table = json.loads(RESULTS.read_text())
     text = DOC.read_text()
-    start, end = text.index(TABLE_START), text.index(TABLE_END) + len(TABLE_END)
+    start, end = _table_span(text)
     return "" if text[start:end] == render(table) else \
         "docs/peers.md's table is not the rendering of docs/peers-results.json"
 

@@ -81,7 +81,7 @@ def attach(fab: fabric.Fabric, vms=None) -> float:
     for vm in vms:
         # The guest has no udev to load the transport's module when the
         # device appears; load it first, and the device binds at once.
-        _guest(vm, "modprobe -a 9pnet_virtio 9p")
+        fabric.sh_in(vm.name, "modprobe -a 9pnet_virtio 9p", timeout=30)
         try:
             qmp.command(vm.path / "qmp.sock", "device_add", driver="virtio-9p-pci",
                         id=FSDEV_ID, fsdev=FSDEV_ID, mount_tag=MOUNT_TAG, bus=QEMU_PORT)
@@ -90,7 +90,7 @@ def attach(fab: fabric.Fabric, vms=None) -> float:
     fab.share_mounted = True  # from the first device added: QEMU refuses to save it
     fab.save()
     for vm in vms:
-        _guest(vm, _mount_script(fab.share), timeout=ATTACH_TIMEOUT_S + 10)
+        fabric.sh_in(vm.name, _mount_script(fab.share), timeout=ATTACH_TIMEOUT_S + 10)
     return time.monotonic() - start
 
 
@@ -105,10 +105,4 @@ def _mount_script(directory: str) -> str:
         f"mkdir -p {quoted} && mount -t 9p -o {MOUNT_OPTIONS} {MOUNT_TAG} {quoted}"
     )
 
-
-def _guest(vm: fabric.Vm, script: str, timeout: float = 30) -> None:
-    result = fabric.exec_in(vm.name, ["sh", "-c", script], timeout=timeout)
-    if result.exitcode != 0:
-        raise ui.StepFailed(f"{vm.name}: {script}\nexited {result.exitcode}: "
-                            f"{(result.out + result.err).strip()}")
 

@@ -170,15 +170,17 @@ def _fabric_of(meta: dict, source: Path, run: Path) -> fabric.Fabric:
         vm = fabric.Vm(**v)
         vm.dir = str(run / vm.name)
         vm.pid = 0
-        vm.command = [str(paths.qemu_binary())] + [_moved(arg, moved) for arg in vm.command[1:]]
+        vm.command = [str(paths.qemu_binary())] + [_renamed(arg, moved) for arg in vm.command[1:]]
         vms.append(vm)
     data.update(run_dir=str(run), vms=vms, mgmt_switch_pid=0, ib_switch_pids={},
                 booted_again=[], restored_from=str(source))
     return fabric.Fabric(**data)
 
 
-def _moved(arg: str, moved: dict) -> str:
-    for old, new in moved.items():
+def _renamed(arg: str, names: dict) -> str:
+    """`arg` with each of `names`' paths replaced by its new name, in
+    order (a path inside another comes first)."""
+    for old, new in names.items():
         if old:
             arg = arg.replace(old, new)
     return arg
@@ -289,12 +291,7 @@ def cache_key(fab: fabric.Fabric) -> str:
     parts = [json.dumps(fab.topology, sort_keys=True), fab.accel, fab.cable,
              str(SNAPSHOT_VERSION)]
     for vm in fab.vms:
-        command = []
-        for arg in vm.command:
-            for name, word in names.items():
-                arg = arg.replace(name, word)
-            command.append(arg)
-        parts.append(" ".join(command))
+        parts.append(" ".join(_renamed(arg, names) for arg in vm.command))
     files = [paths.qemu_binary(), paths.fabric_switch_binary(),
              Path(fab.kernel or paths.kernel_image()), Path(fab.initrd or paths.initrd_image())]
     parts += [_content_hash(f) for f in files]
