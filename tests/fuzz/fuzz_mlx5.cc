@@ -401,8 +401,7 @@ struct QpWorld {
         uint64_t first8 = f.writeSend(e.qp, ud, s);
         if (in.ConsumeBool()) { // a byte of the WQE's first two blocks
             const uint32_t at = in.ConsumeIntegralInRange<uint32_t>(0, 127);
-            const uint64_t block = (index + at / 64) % e.qp.sqBlocks;
-            f.host.at(e.qp.sqStart() + 64 * block)[at % 64] = in.ConsumeIntegral<uint8_t>();
+            f.host.at(e.qp.sqByte(index + at / 64))[at % 64] = in.ConsumeIntegral<uint8_t>();
         }
         if (in.ConsumeBool())
             writeBe32(f.host.at(e.qp.record + 4), in.ConsumeIntegral<uint32_t>());

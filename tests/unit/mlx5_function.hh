@@ -178,7 +178,20 @@ class Mlx5Function {
         uint64_t buffer = 0, record = 0;
         uint32_t rqStride = 0, rqSlots = 0, sqBlocks = 0;
         uint32_t rqPosted = 0, sqPosted = 0;
-        uint64_t sqStart() const { return buffer + uint64_t{rqStride} * rqSlots; }
+        // A ring given as 4 KiB pages that need not be contiguous, starting
+        // `start` bytes into the first; else the ring is `buffer` onwards.
+        std::vector<uint64_t> pages;
+        uint64_t start = 0;
+        // The guest address of byte `at` of the ring.
+        uint64_t address(uint64_t at) const {
+            if (pages.empty())
+                return buffer + at;
+            at += start;
+            return pages.at(at / 4096) + at % 4096;
+        }
+        uint64_t sqByte(uint32_t block) const {
+            return address(uint64_t{rqStride} * rqSlots + 64u * (block % sqBlocks));
+        }
     };
 
     // A CREATE_QP input of service type `st` as mlx5_ib makes one for the
@@ -326,7 +339,7 @@ class Mlx5Function {
     // A receive WQE of one data segment for `length` bytes at `addr`, the
     // RQ counter in the doorbell record (what mlx5_ib_post_recv does).
     void postReceive(Qp &qp, uint64_t addr, uint32_t length) {
-        uint8_t *wqe = host.at(qp.buffer + uint64_t{qp.rqStride} * (qp.rqPosted % qp.rqSlots));
+        uint8_t *wqe = host.at(qp.address(uint64_t{qp.rqStride} * (qp.rqPosted % qp.rqSlots)));
         writeBe32(wqe, length);
         writeBe32(wqe + 4, lkey);
         writeBe64(wqe + 8, addr);
@@ -376,8 +389,7 @@ class Mlx5Function {
         writeBe32(wqe.data() + 4, qp.qpn << 8 | ds);
         wqe[11] |= 0x08; // a CQE
         for (uint32_t block = 0; block < blocks; ++block)
-            std::memcpy(host.at(qp.sqStart() + 64u * ((index + block) % qp.sqBlocks)),
-                        wqe.data() + 64 * block, 64);
+            std::memcpy(host.at(qp.sqByte(index + block)), wqe.data() + 64 * block, 64);
         qp.sqPosted += blocks;
         writeBe32(host.at(qp.record + 4), qp.sqPosted);
         uint64_t first8 = 0;

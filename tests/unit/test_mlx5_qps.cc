@@ -63,7 +63,6 @@ TEST_CASE("mlx5: CREATE_QP checks its context and page list", "[mlx5]") {
         {kRqType, 1},                    // on an SRQ that does not exist
         {kWqSignature, 1},               // WQE signatures
         {kPmState, 0},                   // path migration armed
-        {kPageOffset, 1},                // not at a page's start
         {kLogPageSize, 19},              // a page beyond what the MTT maps
         {kPd, 77},                       // no such PD
         {kCqnSnd, 77},                   // no such CQ
@@ -446,13 +445,76 @@ TEST_CASE("mlx5: a ring may start inside a larger page, as mlx5_ib places a user
     CHECK(std::equal(f.host.at(source), f.host.at(source) + kBytes, f.host.at(sink + kGrh)));
     CHECK(f.host.guestErrors() == 0);
 
-    // A start that is not on a 4 KiB boundary (64 bytes into a 4 KiB page)
-    // is refused.
+    // A start that is not a multiple of the RQ's stride (64 bytes into a
+    // 4 KiB page, 128-byte receive WQEs) is refused.
     Mlx5Function::Qp odd;
-    auto oddIn = f.qpInput(kUd, 0, 2, 2, odd);
+    auto oddIn = f.qpInput(kUd, 3, 2, 2, odd);
     set(oddIn, kPageOffset, 1);
     CHECK(f.host.run(oddIn, 16).status() == status::kBadParam);
     CHECK(f.host.guestErrors("mlx5-qp-bad-context") == 1);
+}
+
+// A QP of `st` whose ring (4 receive WQEs of `16 << logStride` bytes, 16
+// send blocks) starts `start` bytes into the first of two 4 KiB pages that
+// are not neighbours in guest memory, as a parent domain's allocator puts
+// one (rdma-core's test_parent_domain): log_page_size 0, page_offset in
+// 64-byte units.
+static Mlx5Function::Qp createOffsetQp(QpFunction &f, uint8_t st, uint32_t logStride,
+                                       uint32_t start) {
+    Mlx5Function::Qp qp;
+    auto in = f.qpInput(st, logStride, 2, 4, qp);
+    in.resize(0x110 + 16);
+    const uint64_t first = f.host.alloc(4096, 4096);
+    f.host.alloc(4096, 4096); // a page between the two
+    qp.pages = {first, f.host.alloc(4096, 4096)};
+    qp.start = start;
+    writeBe64(&in[0x110], qp.pages[0]);
+    writeBe64(&in[0x118], qp.pages[1]);
+    set(in, kPageOffset, start / 64);
+    const auto made = f.host.run(in, 16);
+    REQUIRE(made.status() == 0);
+    qp.qpn = static_cast<uint32_t>(made.get(kHeld));
+    return qp;
+}
+
+TEST_CASE("mlx5: a QP's ring may start at any multiple of its RQ's stride and cross 4 KiB pages",
+          "[mlx5]") {
+    QpFunction f;
+    REQUIRE(f.activatePort());
+    // RQ 4 x 64 bytes from 3840: its last WQE ends the first page, the SQ
+    // (16 blocks) is all in the second.
+    auto sender = createOffsetQp(f, kRc, 2, 4096 - 256);
+    // RQ 4 x 16 bytes from 3968: the SQ's first block ends the first page.
+    auto receiver = createOffsetQp(f, kRc, 0, 4096 - 128);
+    REQUIRE(f.toRts(sender.qpn, {.qpn = receiver.qpn}));
+    REQUIRE(f.toRts(receiver.qpn, {.qpn = sender.qpn}));
+
+    const uint64_t source = f.host.allocRandom(8192, 29), sink = f.host.alloc(8192);
+    uint32_t next = 0;
+    // 40 rounds: both RQs and SQs wrap, and the function moves half-way
+    // (a saved state gives each ring's start as page_offset again).
+    for (uint32_t round = 0; round < 40; ++round) {
+        if (round == 20)
+            REQUIRE(f.host.move() == "");
+        const uint32_t bytes = 100 + 200 * round;
+        std::memset(f.host.at(sink), 0, 8192);
+        f.postReceive(receiver, sink, 8192);
+        f.blueFlame(f.writeSend(sender, false, {.opcode = kSend, .addr = source, .length = bytes}),
+                    f.uar);
+        REQUIRE(f.completions(&next, 2).size() == 2);
+        CHECK(std::equal(f.host.at(source), f.host.at(source) + bytes, f.host.at(sink)));
+        std::memset(f.host.at(sink), 0, 8192);
+        f.blueFlame(f.writeSend(receiver, false,
+                                {.opcode = kRdmaWrite,
+                                 .addr = source + 8192 - bytes,
+                                 .length = bytes,
+                                 .remoteAddr = sink}),
+                    f.uar);
+        REQUIRE(f.completions(&next, 1).size() == 1);
+        CHECK(std::equal(f.host.at(source + 8192 - bytes), f.host.at(source) + 8192,
+                         f.host.at(sink)));
+    }
+    CHECK(f.host.guestErrors() == 0);
 }
 
 TEST_CASE("mlx5: a QP on an SRQ takes its WQEs in the free list's order", "[mlx5]") {

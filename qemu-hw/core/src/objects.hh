@@ -131,8 +131,11 @@ struct QueuePair {
     bool postponed = false;      // waits in the ready list or a port's (scheduler.cc)
     bool acksAtEventEnd = false; // its ACKs wait for the end of the event (scheduler.cc)
     // ConnectX: the doorbell record (the RQ's WQE counter, then the SQ's),
-    // and where the SQ starts in the QP's one buffer, behind the RQ.
+    // where the QP's one buffer starts in its first MTT entry (a multiple
+    // of 64 bytes and of the RQ's stride), and where the SQ starts in the
+    // buffer, behind the RQ.
     uint64_t record = 0;
+    uint32_t ringStart = 0;
     uint32_t sendOffset = 0;
     uint32_t counterSet = 0; // the counter set it counts into too (0: none)
 };

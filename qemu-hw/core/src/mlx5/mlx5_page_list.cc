@@ -46,7 +46,7 @@ const err::Condition *PageList::load(const Host &host, std::span<const uint8_t> 
 const err::Condition *PageList::loadAndMap(const Host &host, Mtt &mtt, std::span<const uint8_t> in,
                                            uint32_t at, const Placement &placed,
                                            const char *command, const err::Condition &badPages,
-                                           pib_buf_desc *out) {
+                                           pib_buf_desc *out, uint32_t *start) {
     PageList ring;
     ring.shift = kAdapterPageShift + static_cast<uint32_t>(placed.logPageSize);
     ring.offset = startOf(placed.logPageSize, placed.pageOffset);
@@ -58,17 +58,20 @@ const err::Condition *PageList::loadAndMap(const Host &host, Mtt &mtt, std::span
         return &err::kMlx5CmdNoResources;
     }
     *out = *mapped;
+    if (start)
+        *start = static_cast<uint32_t>(ring.lead());
     return nullptr;
 }
 
 std::optional<pib_buf_desc> PageList::map(Mtt &mtt, uint64_t bytes) const {
     constexpr uint32_t kEntryShift = 12;
-    const auto entries = static_cast<uint32_t>(countFor(bytes, kEntryShift));
+    const auto entries = static_cast<uint32_t>(countFor(lead() + bytes, kEntryShift));
     const auto first = mtt.allocate(entries);
     if (!first)
         return std::nullopt;
+    const uint64_t granule = offset - lead(); // from the first page's start
     for (uint32_t i = 0; i < entries; ++i)
-        mtt.write(*first + i, address(uint64_t{i} << kEntryShift));
+        mtt.write(*first + i, fromFirstPage(granule + (uint64_t{i} << kEntryShift)));
     return pib_buf_desc{*first, entries};
 }
 

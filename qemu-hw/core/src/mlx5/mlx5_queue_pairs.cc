@@ -117,6 +117,18 @@ std::optional<uint8_t> coreType(std::span<const uint8_t> in) {
     return std::nullopt;
 }
 
+// What a QP's ring must start on: its receive WQEs, each read whole
+// from one 4 KiB granule (ring.hh), are aligned to their stride, and send
+// WQEs to their 64-byte blocks (a page's 64th is a multiple of 64 bytes).
+uint64_t ringAlignment(std::span<const uint8_t> in) {
+    return get(in, kRqType) == kRegularRq
+               ? uint64_t{1} << (get(in, kQpcLogRqStride) + kStrideUnitShift)
+               : 1;
+}
+
+// A ring's start in a 4 KiB page in page_offset's units (64ths of it).
+constexpr uint32_t kPageOffsetUnitShift = PageList::kAdapterPageShift - 6;
+
 // Every QP was made from one of the table's service types.
 uint8_t serviceType(uint8_t coreType) {
     for (const ServiceType &t : kServiceTypes)
@@ -261,8 +273,8 @@ const err::Condition *QueuePairs::checkContext(std::span<const uint8_t> in) cons
         : get(in, kLogRqSize) > limits::kLogMaxMlx5QpSize      ? "log_rq_size beyond log_max_qp_sz"
         : get(in, kLogSqSize) > limits::kLogMaxMlx5QpSize      ? "log_sq_size beyond log_max_qp_sz"
         : get(in, kQpcLogPageSize) > PageList::kMaxLogPageSize ? "log_page_size"
-        : !PageList::startsOnAdapterPage(get(in, kQpcLogPageSize), get(in, kQpcPageOffset))
-            ? "page_offset: the ring does not start on a 4 KiB boundary"
+        : !PageList::startsOn(get(in, kQpcLogPageSize), get(in, kQpcPageOffset), ringAlignment(in))
+            ? "page_offset: the ring does not start on a multiple of the RQ's stride"
         : !umr && !objects_.pds.find(get(in, kQpcPd))                    ? "pd: no such PD"
         : !objects_.cqs.find(get(in, kCqnSnd))                           ? "cqn_snd: no such CQ"
         : !objects_.cqs.find(get(in, kCqnRcv))                           ? "cqn_rcv: no such CQ"
@@ -356,7 +368,7 @@ const err::Condition *QueuePairs::create(std::span<const uint8_t> in, uint32_t &
         if (const err::Condition *why = PageList::loadAndMap(
                 host_, objects_.mtt, in, kQpPageList,
                 {get(in, kQpcLogPageSize), get(in, kQpcPageOffset), rqBytes + sqBytes}, "CREATE_QP",
-                err::kMlx5QpBadPages, &ctx.sq_buf))
+                err::kMlx5QpBadPages, &ctx.sq_buf, &qp->ringStart))
             return why;
         ctx.rq_buf = ctx.sq_buf;
     }
@@ -387,6 +399,7 @@ std::vector<uint8_t> QueuePairs::createInput(const QueuePair &qp) const {
     set(in, kCqnSnd, ctx.send_cqn);
     set(in, kCqnRcv, ctx.recv_cqn);
     set(in, kQpcDbrAddr, qp.record);
+    set(in, kQpcPageOffset, qp.ringStart >> kPageOffsetUnitShift);
     set(in, kNoSq, ctx.sq_log_wqe_stride == 0);
     set(in, kLogSqSize, ctx.sq_log_wqe_count);
     if (ctx.type == PIB_QPT_XRC_TGT) {

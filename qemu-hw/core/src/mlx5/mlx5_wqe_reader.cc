@@ -141,7 +141,7 @@ void WqeReader::clear(Wqe &out) {
 
 bool WqeReader::fetchBlock(const QueuePair &qp, uint32_t block, uint8_t *to) const {
     const uint32_t slot = block & ((1u << qp.ctx.sq_log_wqe_count) - 1);
-    const uint64_t offset = qp.sendOffset + (uint64_t{slot} << wqe::kLogBasicBlock);
+    const uint64_t offset = qp.ringStart + qp.sendOffset + (uint64_t{slot} << wqe::kLogBasicBlock);
     const auto addr = ringAddress(mtt_, qp.ctx.sq_buf, offset, wqe::kBasicBlock);
     return addr && host_.dmaRead(*addr, to, wqe::kBasicBlock);
 }
@@ -346,7 +346,8 @@ bool WqeReader::readReceive(const QueuePair &qp, SharedReceiveQueue *srq, uint32
         return false;
     const uint32_t stride = 1u << qp.ctx.rq_log_wqe_stride;
     const uint32_t slot = index & ((1u << qp.ctx.rq_log_wqe_count) - 1);
-    const auto addr = ringAddress(mtt_, qp.ctx.rq_buf, uint64_t{slot} * stride, stride);
+    const auto addr =
+        ringAddress(mtt_, qp.ctx.rq_buf, qp.ringStart + uint64_t{slot} * stride, stride);
     raw_.resize(stride);
     if (!addr || !host_.dmaRead(*addr, raw_.data(), raw_.size()))
         return false;
