@@ -87,6 +87,9 @@ static bool pib_hca_event_enabled(unsigned event)
         return trace_event_get_state_backends(TRACE_PIB_HCA_RC_RNR);
     case PIB_EVENT_RC_SEQ_NAK:
         return trace_event_get_state_backends(TRACE_PIB_HCA_RC_SEQ_NAK);
+    case PIB_EVENT_RC_SEQ_NAK_BEHIND_RNR:
+        return trace_event_get_state_backends(
+            TRACE_PIB_HCA_RC_SEQ_NAK_BEHIND_RNR);
     case PIB_EVENT_RC_RESENT_AFTER_LOSS:
         return trace_event_get_state_backends(
             TRACE_PIB_HCA_RC_RESENT_AFTER_LOSS);
@@ -330,6 +333,9 @@ static void pib_hca_trace_event(unsigned event, const uint64_t *a)
         break;
     case PIB_EVENT_RC_SEQ_NAK:
         trace_pib_hca_rc_seq_nak((unsigned) a[0], (unsigned) a[1]);
+        break;
+    case PIB_EVENT_RC_SEQ_NAK_BEHIND_RNR:
+        trace_pib_hca_rc_seq_nak_behind_rnr((unsigned) a[0], (unsigned) a[1]);
         break;
     case PIB_EVENT_RC_RESENT_AFTER_LOSS:
         trace_pib_hca_rc_resent_after_loss((unsigned) a[0], (unsigned) a[1]);

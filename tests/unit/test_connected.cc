@@ -720,6 +720,29 @@ TEST_CASE("RNR: no receive WQE, a NAK, then the retry finds one", "[rc]") {
         p.wire.advance(200'000);
         REQUIRE(p.a.poll().size() == 1);
     }
+    SECTION("the SENDs behind a refused one spend no retry, however long the wait") {
+        // The responder NAKs the first SEND behind the refused one as out
+        // of sequence, every RNR wait: with retry_cnt 1 that would end the
+        // connection in two waits (fabtests' fi_flood).
+        Pair p(PIB_QPT_RC, {.retryCnt = 1, .rnrRetry = 7});
+        const uint64_t out = p.a.host.allocRandom(4 * 64, 3), in = p.b.host.alloc(4 * 64);
+        for (uint32_t i = 0; i < 4; ++i)
+            p.a.postSend(i, {.local = out + 64 * i, .length = 64});
+        p.wire.advance(5'000'000);
+        CHECK(p.a.poll().empty());
+        CHECK(p.a.qpState() == PIB_QPS_RTS);
+        CHECK(p.a.host.traces("rc_seq_nak_behind_rnr") > 20);
+        CHECK(p.a.host.traces("rc_seq_nak") == 0);
+        for (uint32_t i = 0; i < 4; ++i)
+            p.b.postRecv(i, in + 64 * i, 64);
+        p.wire.advance(200'000);
+        const auto sent = p.a.poll();
+        REQUIRE(sent.size() == 4);
+        for (const auto &wc : sent)
+            CHECK(wc.status == PIB_WC_SUCCESS);
+        CHECK(p.b.poll().size() == 4);
+        CHECK(std::equal(p.a.host.at(out), p.a.host.at(out) + 4 * 64, p.b.host.at(in)));
+    }
 }
 
 TEST_CASE("access violations NAK and put both QPs in error", "[rc]") {

@@ -221,6 +221,7 @@ void Requester::onRnrNak(QueuePair &qp, uint32_t psn, uint8_t timerCode) {
     if (r.rnrRetriesLeft != 7)
         --r.rnrRetriesLeft;
     rewind(qp, psn);
+    r.rnrNakedPsn = psn;
     r.rnrDeadline = host_.clockNs() + rnrDelayNs(timerCode);
     r.ackDeadline = 0;
     timers_.schedule(qp);
@@ -229,7 +230,17 @@ void Requester::onRnrNak(QueuePair &qp, uint32_t psn, uint8_t timerCode) {
 
 // NAK: a PSN sequence error is resent from `psn` while retries last; the
 // others complete the WQE at the head in error. True when sending goes on.
+// The requests sent behind one an RNR NAK refused are out of sequence at
+// the responder, which NAKs the first of them naming the refused PSN: the
+// RNR wait resends from there already, so that NAK tells of no loss and
+// spends no retry. Else a receiver slow to post its WQEs would cost a
+// retry every RNR wait, and the QP its connection in a few milliseconds
+// (fabtests' fi_flood), though rnr_retry 7 waits for ever.
 bool Requester::onNak(QueuePair &qp, uint32_t psn, uint8_t code) {
+    if (code == aeth::kPsnSequence && qp.req.rnrNakedPsn == psn) {
+        trace::rc_seq_nak_behind_rnr(host_, qp.number, psn);
+        return false;
+    }
     if (code == aeth::kPsnSequence) {
         trace::rc_seq_nak(host_, qp.number, psn);
         count(qp, &pib_port_counters::seq_naks_received);

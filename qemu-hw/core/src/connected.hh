@@ -162,6 +162,9 @@ struct RequesterState {
     uint64_t cableStallFrom = 0; // first ACK timeout the cable excused since an answer; 0: none
     uint64_t retrySpentAt = 0;   // when an ACK timeout last spent a retry; 0: none since an answer
     uint64_t rnrDeadline = 0;    // resend after an RNR NAK; 0 when not waiting
+    // The PSN the last RNR NAK refused, until the peer answers something
+    // new: the requests sent behind it draw a sequence NAK naming it.
+    std::optional<uint32_t> rnrNakedPsn;
     // Where the port's cable stood (Cables::sentMark): what the port had sent
     // when the ACK timer started, and what had arrived for it at the last
     // ACK timeout since an answer (Requester::cableStalled).
@@ -189,6 +192,7 @@ struct RequesterState {
         cableStallFrom = 0;
         retrySpentAt = 0;
         arrivedMark.reset();
+        rnrNakedPsn.reset();
     }
 
     // Everything up to `psn` was answered: the send window moves past it.

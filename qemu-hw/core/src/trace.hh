@@ -224,6 +224,11 @@ inline void rc_seq_nak(const Host &host, unsigned qpn, unsigned psn) {
         host.event(PIB_EVENT_RC_SEQ_NAK, {Host::eventArg(qpn), Host::eventArg(psn)});
 }
 
+inline void rc_seq_nak_behind_rnr(const Host &host, unsigned qpn, unsigned psn) {
+    if (host.eventEnabled(PIB_EVENT_RC_SEQ_NAK_BEHIND_RNR))
+        host.event(PIB_EVENT_RC_SEQ_NAK_BEHIND_RNR, {Host::eventArg(qpn), Host::eventArg(psn)});
+}
+
 inline void rc_resent_after_loss(const Host &host, unsigned qpn, unsigned psn) {
     if (host.eventEnabled(PIB_EVENT_RC_RESENT_AFTER_LOSS))
         host.event(PIB_EVENT_RC_RESENT_AFTER_LOSS, {Host::eventArg(qpn), Host::eventArg(psn)});
