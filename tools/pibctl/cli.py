@@ -255,7 +255,7 @@ def _cmd_test(args) -> int:
         from pibctl import peers, setup
 
         setup.run()
-        return peers.run(args.runs)
+        return peers.run(args.runs, [n.strip() for n in args.suites.split(",") if n.strip()])
     passes = [p for p in args.passes.split(",") if p] if args.passes else testing.PASSES
     chosen = testing.Selection(keyword=args.k, markers=args.m, last_failed=args.lf,
                                soaks=args.soak)
@@ -535,11 +535,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--unit-only", action="store_true", help="skip the end-to-end tests")
     p.add_argument("--e2e-only", action="store_true", help="skip the unit tests")
     p.add_argument("--peers", action="store_true",
-                   help="instead: other projects' own test suites (osmtest, rdma-core's tests) "
-                        "on pib-hca, ConnectX and Soft-RoCE guests, --runs times each; writes "
-                        "their table into docs/peers.md")
+                   help="instead: other projects' own test suites (osmtest, rdma-core's tests, "
+                        "fabtests, UCX's gtest) on pib-hca, ConnectX and Soft-RoCE guests, --runs "
+                        "times each; writes their table into docs/peers.md")
     p.add_argument("--runs", type=int, default=10, metavar="N",
                    help="with --peers: runs of each suite on each device (default 10)")
+    p.add_argument("--suites", default="", metavar="SUITE[,SUITE...]",
+                   help="with --peers: only these suites ('osmtest', 'rdma-core tests', "
+                        "'fabtests', 'UCX gtest'); the table keeps the others' last results")
     p.add_argument("--soak", action="store_true",
                    help="also the soaks: end-to-end tests that run a minute or more to find "
                         "leaks and stalls (a link flapping under traffic for a minute)")

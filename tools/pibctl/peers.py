@@ -4,12 +4,19 @@ personality, and on Soft-RoCE (rdma_rxe over the guests' Ethernet) in
 the same guests for comparison; each suite several times, and the
 table of what they gave written into docs/peers.md.
 
-The suites so far:
+The suites:
 - opensm's osmtest: the inventory (-f c), then every validation (-f a)
   and the multicast flow (-f m, which -f a does not reach in Debian's
   build), on fabrics of one, two and four switches;
 - rdma-core's tests (run_tests.py, the pyverbs suite) on each device,
-  in one process, as `run_tests.py --dev DEV -v` runs them.
+  in one process, as `run_tests.py --dev DEV -v` runs them;
+- libfabric's fabtests (runfabtests.sh's quick set) over the verbs
+  provider, its MSG endpoints and its RDM ones through ofi_rxm, server in
+  vm1 and client in vm2;
+- UCX's gtest: the uct tests of rc_verbs, ud_verbs, rc_mlx5 and ud_mlx5,
+  and the ucp tests over rc and ud (verbs and mlx5), in vm1.
+The last two are built once into the cache (peers_build.py), which the
+guests mount at the same path (share.py).
 """
 
 import collections
@@ -17,7 +24,7 @@ import json
 import time
 from dataclasses import dataclass, field
 
-from pibctl import fabric, paths, ui, unittest_output
+from pibctl import fabric, paths, peers_build, peers_output, ui, unittest_output
 
 RESULTS = paths.REPO / "docs" / "peers-results.json"
 DOC = paths.REPO / "docs" / "peers.md"
@@ -40,23 +47,37 @@ class Device:
     mlx5: bool = False  # the guests' HCAs are ConnectX functions
     rxe: bool = False  # Soft-RoCE over eth0, beside the guests' pib-hca
 
-    def up_args(self, switches: int) -> dict:
-        return dict(vms=2, switches=switches, mlx5=("vm1", "vm2") if self.mlx5 else ())
+    def up_args(self, switches: int, share: bool) -> dict:
+        """A fabric of two guests; with the peers' builds shared, guests of
+        4 GiB: fabtests' fi_cq_test opens as many CQs as the device has
+        (4096), through ofi_rxm 1.5 GB of them, which 2 GiB cannot hold."""
+        return dict(vms=2, switches=switches, mlx5=("vm1", "vm2") if self.mlx5 else (),
+                    memory=4096 if share else 2048,
+                    share_dir=str(peers_build.peers_dir()) if share else "")
 
-    def prepare(self, fab) -> str:
+    @property
+    def verbs(self) -> str:
         """The verbs device the suites use in each guest."""
-        if not self.rxe:
-            return "mlx5_0" if self.mlx5 else "pib_0"
+        return "rxe0" if self.rxe else "mlx5_0" if self.mlx5 else "pib_0"
+
+    def prepare(self, fab) -> None:
+        """The device ready in every guest: IPoIB up on an InfiniBand one
+        (rdma_cm resolves its addresses), Soft-RoCE made on eth0."""
         for vm in fab.vms:
             fabric.sh_in(vm.name, "modprobe rdma_rxe && { rdma link show rxe0 >/dev/null 2>&1 || "
-                         "rdma link add rxe0 type rxe netdev eth0; }")
-        return "rxe0"
+                         "rdma link add rxe0 type rxe netdev eth0; }" if self.rxe else
+                         "pib-ipoib-up")
+
+    def address(self, vm: str) -> str:
+        """Where rdma_cm reaches `vm` on this device: IPoIB, or the
+        Ethernet Soft-RoCE runs over."""
+        return f"{fabric.MGMT_NET if self.rxe else fabric.IPOIB_NET}.{vm.removeprefix('vm')}"
 
 
 DEVICES = (Device("pib-hca"), Device("ConnectX", mlx5=True), Device("Soft-RoCE", rxe=True))
 
 
-def osmtest(fab, device: str) -> Result:
+def osmtest(fab, device: "Device") -> Result:
     """osmtest's flows, from vm2 (opensm runs in vm1): each a test."""
     result = Result()
     flows = (("c", "Create Inventory"), ("a", "All Validations"), ("m", "Multicast"))
@@ -68,12 +89,12 @@ def osmtest(fab, device: str) -> Result:
     return result
 
 
-def rdma_core_tests(fab, device: str) -> Result:
+def rdma_core_tests(fab, device: "Device") -> Result:
     """rdma-core's tests from the guest's python3-pyverbs, in vm1."""
     script = ("rm -rf /tmp/peers-pyverbs && mkdir /tmp/peers-pyverbs && "
               "cp -r /usr/share/doc/rdma-core/tests /tmp/peers-pyverbs/tests && "
               "cd /tmp/peers-pyverbs/tests && gunzip -f *.gz && "
-              f"python3 run_tests.py --dev {device} -v 2>&1")
+              f"python3 run_tests.py --dev {device.verbs} -v 2>&1")
     out = fabric.exec_in("vm1", ["sh", "-c", script], timeout=1800)
     result = Result()
     for test, (outcome, reason) in unittest_output.results(out.out).items():
@@ -89,24 +110,107 @@ def rdma_core_tests(fab, device: str) -> Result:
     return result
 
 
+# runfabtests.sh's providers: verbs' MSG endpoints, and RDM ones through
+# ofi_rxm (what MPI and most libfabric users take over verbs).
+FABTESTS_PROVIDERS = ("verbs", "verbs;ofi_rxm")
+
+
+def fabtests(fab, device: "Device") -> Result:
+    """runfabtests.sh's quick set (unit, functional, short) for each
+    provider, server vm1 and client vm2 (started over ssh, as the script
+    does), from share/fabtests so that its providers' exclude lists
+    apply."""
+    prefix = peers_build.fabtests()
+    result = Result()
+    for provider in FABTESTS_PROVIDERS:
+        script = (f"cd {prefix}/share/fabtests && {prefix}/bin/runfabtests.sh -vv -T 120 "
+                  f"-p {prefix}/bin -s {device.address('vm1')} -c {device.address('vm2')} "
+                  f"'{provider}' vm1 vm2 2>&1")
+        out = fabric.exec_in("vm1", ["sh", "-c", script], timeout=3600)
+        outcomes, why, ended = peers_output.fabtests(out.out)
+        for test, outcome in outcomes.items():
+            name = f"{provider}: {test}"
+            if outcome == "Pass":
+                result.passed.append(name)
+            elif outcome == "Fail":
+                result.failed.append(name)
+            else:
+                result.skipped[name] = why[test]
+        if not ended:
+            result.error += f"runfabtests.sh '{provider}' ended before its summary " \
+                            f"(exit {out.exitcode}). "
+    return result
+
+
+# UCX's gtest: its uct tests are instantiated by transport, its ucp tests
+# by transport set (rc and ud: verbs; rcx and udx: mlx5's accelerated).
+# Every uct test of the four transports runs; of ucp's 2,600 tests a set,
+# only its classes of tag matching (eager and rendezvous), RMA, atomics,
+# memory mapping, active messages with rendezvous and streams: the whole
+# of it takes hours a run under TCG.
+UCX_UCT_TRANSPORTS = ("rc_verbs", "ud_verbs", "rc_mlx5", "ud_mlx5")
+UCX_UCP_SETS = ("rc", "ud", "rcx", "udx")
+UCX_UCP_CLASSES = ("test_ucp_tag_match", "test_ucp_tag_match_rndv", "test_ucp_rma",
+                   "test_ucp_atomic32", "test_ucp_atomic64", "test_ucp_mmap",
+                   "test_ucp_am_nbx_rndv", "test_ucp_stream")
+UCX_GTEST_FILTER = ":".join([f"{t}/*" for t in UCX_UCT_TRANSPORTS] +
+                            [f"{s}/{c}.*" for s in UCX_UCP_SETS for c in UCX_UCP_CLASSES])
+# As test/gtest's `make test` runs it, but for errors: a backtrace and
+# on, not the default freeze, which would hold the run until its timeout.
+UCX_GTEST_ENV = "UCX_HANDLE_ERRORS=bt UCX_LOG_LEVEL=warn UCX_LOG_PRINT_ENABLE=y"
+
+
+def ucx_gtest(fab, device: "Device") -> Result:
+    """UCX's gtest in vm1 over the device's verbs and mlx5 transports."""
+    build = peers_build.ucx_gtest()
+    # ucp takes the device it is told; uct's tests run on every device a
+    # guest has (Soft-RoCE's guests have pib_0 too), and count on this one.
+    script = (f"cd {build}/test/gtest && {UCX_GTEST_ENV} UCX_NET_DEVICES={device.verbs}:1 "
+              f"stdbuf -e0 -o0 ./gtest '--gtest_filter={UCX_GTEST_FILTER}' 2>&1")
+    out = fabric.exec_in("vm1", ["sh", "-c", script], timeout=4 * 3600)
+    outcomes, why, ended = peers_output.gtest(out.out, device.verbs)
+    result = Result()
+    for test, outcome in outcomes.items():
+        if outcome == "ok":
+            result.passed.append(test)
+        elif outcome == "skipped":
+            result.skipped[test] = why[test]
+        else:
+            result.failed.append(test)
+    if not ended:
+        last = out.out.strip().splitlines()[-1][:200] if out.out.strip() else ""
+        result.error = f"gtest ended before its summary (exit {out.exitcode}): {last}"
+    return result
+
+
 @dataclass(frozen=True)
 class Suite:
     name: str
     run: object  # (fabric, device) -> Result
     switches: tuple = (1,)  # the fabrics it runs on
     ib_only: bool = False  # needs an InfiniBand subnet (not Soft-RoCE)
+    build: object = None  # what it needs built first (peers_build.py)
 
 
 SUITES = (
     Suite("osmtest", osmtest, switches=(1, 2, 4), ib_only=True),
     Suite("rdma-core tests", rdma_core_tests),
+    Suite("fabtests", fabtests, build=peers_build.fabtests),
+    Suite("UCX gtest", ucx_gtest, build=peers_build.ucx_gtest),
 )
 
 
-def campaign(runs: int, suites=SUITES, devices=DEVICES) -> dict:
+def campaign(runs: int, suites=SUITES, devices=DEVICES, keep=None) -> dict:
     """Runs each suite `runs` times on each device; returns
-    {suite: {device: [Result as dict, ...]}} (and keeps it in RESULTS)."""
-    table = collections.defaultdict(dict)
+    {suite: {device: [Result as dict, ...]}}, written to RESULTS and the
+    docs after every fabric (a campaign cut short keeps what it ran),
+    over `keep`'s results for the suites it does not run."""
+    for suite in suites:
+        if suite.build:
+            suite.build()
+    table = collections.defaultdict(dict, {k: dict(v) for k, v in (keep or {}).items()})
+    for key in [k for k in table if _suite_of(k) in {s.name for s in suites}]:
+        del table[key]
     for device in devices:
         for switches in sorted({s for suite in suites for s in suite.switches}):
             chosen = [s for s in suites if switches in s.switches and not (s.ib_only and device.rxe)]
@@ -114,16 +218,16 @@ def campaign(runs: int, suites=SUITES, devices=DEVICES) -> dict:
                 continue
             ui.step(f"Peers' suites on {device.name}, {switches} switch(es): "
                     f"{', '.join(s.name for s in chosen)}, {runs} runs each")
-            fab = fabric.up(**device.up_args(switches))
+            fab = fabric.up(**device.up_args(switches, share=any(s.build for s in chosen)))
             try:
-                verbs = device.prepare(fab)
+                device.prepare(fab)
                 for suite in chosen:
                     key = suite.name if len(suite.switches) == 1 else \
                         f"{suite.name}, {switches} switch{'es' if switches > 1 else ''}"
                     done = table[key].setdefault(device.name, [])
                     for n in range(runs):
                         start = time.monotonic()
-                        result = suite.run(fab, verbs)
+                        result = suite.run(fab, device)
                         done.append(summary(result))
                         ui.detail(f"{key} on {device.name}, run {n + 1}: {len(result.passed)} "
                                   f"passed, {len(result.failed)} failed, {len(result.skipped)} "
@@ -131,7 +235,13 @@ def campaign(runs: int, suites=SUITES, devices=DEVICES) -> dict:
                                   f"({time.monotonic() - start:.0f} s)")
             finally:
                 fabric.down(quiet=True)
+            write_doc(dict(table))
     return dict(table)
+
+
+def _suite_of(key: str) -> str:
+    """The suite a results key names ("osmtest, 2 switches": osmtest)."""
+    return key.split(",", 1)[0]
 
 
 def summary(result: Result) -> dict:
@@ -200,9 +310,15 @@ def doc_is_current() -> str:
         "docs/peers.md's table is not the rendering of docs/peers-results.json"
 
 
-def run(runs: int) -> int:
-    table = campaign(runs)
-    write_doc(table)
+def run(runs: int, names=()) -> int:
+    """The campaign of the suites `names` (all by default); the results of
+    the others stay as the last campaign left them."""
+    unknown = set(names) - {s.name for s in SUITES}
+    if unknown:
+        raise ui.StepFailed(f"no such suite: {', '.join(sorted(unknown))}; the suites are "
+                            f"{', '.join(s.name for s in SUITES)}")
+    chosen = tuple(s for s in SUITES if not names or s.name in names)
+    table = campaign(runs, chosen, keep=json.loads(RESULTS.read_text()) if RESULTS.is_file() else {})
     print(render(table))
     failed = [f"{suite} on {device}" for suite, by in table.items() for device, rs in by.items()
               if device != "Soft-RoCE" and any(r["failed"] or r["error"] for r in rs)]

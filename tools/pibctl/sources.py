@@ -4,10 +4,13 @@ import os
 import shutil
 import subprocess
 import tempfile
+import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 
 from pibctl import buildroot, paths, stamps, ui
+
+MIRROR = "http://deb.debian.org/debian"
 
 
 @dataclass(frozen=True)
@@ -17,6 +20,9 @@ class Tarball:
     filename: str
     sha256: str
     version: str = ""  # a source version other than the release's newest
+    # Fetched from the mirror's pool by name (no deb-src line names its
+    # release: bookworm's sources are not in ./pib setup's list).
+    from_pool: bool = False
 
 
 QEMU = Tarball(
@@ -48,6 +54,31 @@ RDMA_CORE_NEWEST = Tarball(
     "sid",
     "rdma-core_65.0.orig.tar.gz",
     "f6ba3d8b2c4aa334c5c883c1ad0772de339011123cff4fb1db32ae7a443fb7ca",
+)
+
+# The peers' suites (peers_build.py). libfabric's source carries fabtests;
+# it is the version the guests' libfabric1 is. The UCX whose source is on
+# the mirror with its tests is bookworm's (trixie's 1.18.1+ds is not), and
+# Debian's packaging is needed to configure it (undo-upstream.patch).
+LIBFABRIC = Tarball(
+    "libfabric",
+    "trixie",
+    "libfabric_2.1.0.orig.tar.xz",
+    "1a66369772d5bb151737214af1c478993e969cf298e8f9ed369e7a2ab8d8c6df",
+)
+UCX = Tarball(
+    "ucx",
+    "bookworm",
+    "ucx_1.13.1.orig.tar.xz",
+    "1a88e09ca1b406c046a469c2ae271d2c330050b5664c0bcd9890e26c6ef09f3c",
+    from_pool=True,
+)
+UCX_DEBIAN = Tarball(
+    "ucx",
+    "bookworm",
+    "ucx_1.13.1-1.debian.tar.xz",
+    "e0a407539b44d3aa81e3f11fc43a3ad512550944a59227e2105317446fd2e0ff",
+    from_pool=True,
 )
 
 # The newest kernel Debian offers. Its headers' tools and its compiler
@@ -91,6 +122,8 @@ def fetch(tarball: Tarball) -> Path:
     if target.is_file() and stamps.sha256_file(target) == tarball.sha256:
         ui.detail(f"{tarball.filename}: cached, SHA-256 verified")
         return target
+    if tarball.from_pool:
+        return _fetch_from_pool(tarball, target)
     ui.detail(f"{tarball.filename}: downloading with apt-get source")
     with tempfile.TemporaryDirectory(dir=downloads()) as tmp:
         # The .dsc and .debian.tar.xz of these versions are not always on
@@ -117,6 +150,26 @@ def fetch(tarball: Tarball) -> Path:
             )
         shutil.move(got, target)
     ui.detail(f"{tarball.filename}: SHA-256 verified")
+    return target
+
+
+def _fetch_from_pool(tarball: Tarball, target: Path) -> Path:
+    """`tarball` from the mirror's pool, verified by its pinned hash."""
+    prefix = tarball.package[:4] if tarball.package.startswith("lib") else tarball.package[0]
+    url = f"{MIRROR}/pool/main/{prefix}/{tarball.package}/{tarball.filename}"
+    ui.detail(f"{tarball.filename}: downloading {url}")
+    partial = target.with_suffix(".part")
+    try:
+        with urllib.request.urlopen(url, timeout=60) as got, open(partial, "wb") as out:
+            shutil.copyfileobj(got, out)
+    except OSError as e:
+        raise ui.StepFailed(f"{url}: {e}") from None
+    digest = stamps.sha256_file(partial)
+    if digest != tarball.sha256:
+        partial.unlink()
+        raise ui.StepFailed(
+            f"{tarball.filename}: SHA-256 {digest} does not match the pinned {tarball.sha256}")
+    partial.rename(target)
     return target
 
 
