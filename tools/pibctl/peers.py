@@ -320,9 +320,26 @@ def run(runs: int, names=()) -> int:
     chosen = tuple(s for s in SUITES if not names or s.name in names)
     table = campaign(runs, chosen, keep=json.loads(RESULTS.read_text()) if RESULTS.is_file() else {})
     print(render(table))
-    failed = [f"{suite} on {device}" for suite, by in table.items() for device, rs in by.items()
-              if device != "Soft-RoCE" and any(r["failed"] or r["error"] for r in rs)]
-    if failed:
-        print("failed on pib-hca or ConnectX (a defect of ours until shown otherwise): "
-              + ", ".join(failed))
-    return 1 if failed else 0
+    ours, everywhere = verdict(table)
+    for test in everywhere:
+        print(f"fails on Soft-RoCE too (the suite's or the stack's own): {test}")
+    for test in ours:
+        print(f"failed on pib-hca or ConnectX (a defect of ours until shown otherwise): {test}")
+    return 1 if ours else 0
+
+
+def verdict(table: dict) -> tuple:
+    """(what failed on pib-hca or ConnectX and not on Soft-RoCE, what
+    failed on Soft-RoCE as well), each as "suite: test on device" lines; a
+    run that died counts as a failure of ours."""
+    ours, everywhere = [], []
+    for suite, by in sorted(table.items()):
+        theirs = {t for r in by.get("Soft-RoCE", []) for t in r["failed"]}
+        for device, runs in by.items():
+            if device == "Soft-RoCE":
+                continue
+            failed = sorted({t for r in runs for t in r["failed"]})
+            ours += [f"{suite}: {t} on {device}" for t in failed if t not in theirs]
+            everywhere += [f"{suite}: {t} on {device}" for t in failed if t in theirs]
+            ours += [f"{suite}: a run died ({r['error']}) on {device}" for r in runs if r["error"]]
+    return ours, everywhere
