@@ -153,8 +153,20 @@ UCX_UCP_SETS = ("rc", "ud", "rcx", "udx")
 UCX_UCP_CLASSES = ("test_ucp_tag_match", "test_ucp_tag_match_rndv", "test_ucp_rma",
                    "test_ucp_atomic32", "test_ucp_atomic64", "test_ucp_mmap",
                    "test_ucp_am_nbx_rndv", "test_ucp_stream")
+# Left out, each with why (the suite's own defects):
+UCX_GTEST_LEFT_OUT = {
+    # ud_verbs' am_short_iov takes min(QP's send SGEs - 1, 8) iovs behind
+    # its header SGE, into an array of 8 (ud_verbs.c): on a QP that holds 9
+    # or more SGEs, as pib-hca's and Soft-RoCE's report when the inline
+    # size UCX asks for gives the WQE that room, it writes past the array
+    # over its own work request, and the process dies in ibv_post_send.
+    "ud_verbs/uct_p2p_am_test.*": "UCX 1.13's ud_verbs overruns its own SGE array",
+    "ud_verbs/uct_p2p_am_misc.am_max_short_iov_multi/*": "the same",
+    "ud_verbs/test_uct_stats.am_short_iov/*": "the same",
+}
 UCX_GTEST_FILTER = ":".join([f"{t}/*" for t in UCX_UCT_TRANSPORTS] +
-                            [f"{s}/{c}.*" for s in UCX_UCP_SETS for c in UCX_UCP_CLASSES])
+                            [f"{s}/{c}.*" for s in UCX_UCP_SETS for c in UCX_UCP_CLASSES]) + \
+    "-" + ":".join(UCX_GTEST_LEFT_OUT)
 # As test/gtest's `make test` runs it, but for errors: a backtrace and
 # on, not the default freeze, which would hold the run until its timeout.
 UCX_GTEST_ENV = "UCX_HANDLE_ERRORS=bt UCX_LOG_LEVEL=warn UCX_LOG_PRINT_ENABLE=y"
@@ -204,13 +216,14 @@ def campaign(runs: int, suites=SUITES, devices=DEVICES, keep=None) -> dict:
     """Runs each suite `runs` times on each device; returns
     {suite: {device: [Result as dict, ...]}}, written to RESULTS and the
     docs after every fabric (a campaign cut short keeps what it ran),
-    over `keep`'s results for the suites it does not run."""
+    over `keep`'s results for the suites and devices it does not run."""
     for suite in suites:
         if suite.build:
             suite.build()
     table = collections.defaultdict(dict, {k: dict(v) for k, v in (keep or {}).items()})
     for key in [k for k in table if _suite_of(k) in {s.name for s in suites}]:
-        del table[key]
+        for device in devices:
+            table[key].pop(device.name, None)
     for device in devices:
         for switches in sorted({s for suite in suites for s in suite.switches}):
             chosen = [s for s in suites if switches in s.switches and not (s.ib_only and device.rxe)]

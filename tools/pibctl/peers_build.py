@@ -22,7 +22,7 @@ from pibctl import buildroot, hostdeps, paths, sources, stamps, ui
 FABTESTS_ROOT_PACKAGES = ["g++", "make", "autoconf", "automake", "libtool", "pkg-config",
                           "libfabric-dev"]
 # What building UCX takes on the host (Debian 12).
-UCX_HOST_PACKAGES = {p: None for p in ("autoconf", "automake", "libtool", "g++", "make",
+UCX_HOST_PACKAGES = {p: None for p in ("autoconf", "automake", "libtool", "patch", "g++", "make",
                                        "pkg-config", "libibverbs-dev", "librdmacm-dev",
                                        "libnuma-dev")}
 UCX_CONFIGURE = ["--enable-gtest", "--with-verbs", "--with-rdmacm", "--with-mlx5-dv",
