@@ -14,7 +14,7 @@ The suites:
   provider, its MSG endpoints and its RDM ones through ofi_rxm, server in
   vm1 and client in vm2;
 - UCX's gtest: the uct tests of rc_verbs, ud_verbs, rc_mlx5 and ud_mlx5,
-  and the ucp tests over rc and ud (verbs and mlx5), in vm1.
+  and a share of the ucp tests over rc, ud, rcx and udx, in vm1.
 The last two are built once into the cache (peers_build.py), which the
 guests mount at the same path (share.py).
 """
