@@ -87,3 +87,12 @@ def test_gtest_output_is_read_test_by_test():
     other = GTEST_OUTPUT.replace("pib_0:1>", "rxe0:1>", 1)
     assert set(peers_output.gtest(other, "pib_0")[0]) == {
         "rc_verbs/uct_p2p_rma_test.put_short/0", "rc_verbs/test_rc_flow_control.general/0"}
+
+
+def test_a_campaign_of_some_suites_and_devices_keeps_the_others_results():
+    results = {"osmtest, 2 switches": {"pib-hca": [1], "ConnectX": [2]},
+               "fabtests": {"pib-hca": [3], "Soft-RoCE": [4]}}
+    osmtest = [s for s in peers.SUITES if s.name == "osmtest"]
+    assert peers.kept(results, osmtest, peers.DEVICES[:1]) == {
+        "osmtest, 2 switches": {"ConnectX": [2]}, "fabtests": {"pib-hca": [3], "Soft-RoCE": [4]}}
+    assert peers.kept(results, peers.SUITES, peers.DEVICES) == {}

@@ -220,10 +220,7 @@ def campaign(runs: int, suites=SUITES, devices=DEVICES, keep=None) -> dict:
     for suite in suites:
         if suite.build:
             suite.build()
-    table = collections.defaultdict(dict, {k: dict(v) for k, v in (keep or {}).items()})
-    for key in [k for k in table if _suite_of(k) in {s.name for s in suites}]:
-        for device in devices:
-            table[key].pop(device.name, None)
+    table = collections.defaultdict(dict, kept(keep or {}, suites, devices))
     for device in devices:
         for switches in sorted({s for suite in suites for s in suite.switches}):
             chosen = [s for s in suites if switches in s.switches and not (s.ib_only and device.rxe)]
@@ -250,6 +247,14 @@ def campaign(runs: int, suites=SUITES, devices=DEVICES, keep=None) -> dict:
                 fabric.down(quiet=True)
             write_doc(dict(table))
     return dict(table)
+
+
+def kept(results: dict, suites, devices) -> dict:
+    """`results` less what a campaign of `suites` on `devices` replaces."""
+    names, runs = {s.name for s in suites}, {d.name for d in devices}
+    kept_ = {key: {d: r for d, r in by.items() if _suite_of(key) not in names or d not in runs}
+             for key, by in results.items()}
+    return {key: by for key, by in kept_.items() if by}
 
 
 def _suite_of(key: str) -> str:
