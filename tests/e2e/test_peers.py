@@ -4,6 +4,8 @@ pass's fabric (rdma-core's tests run in test_verbs and
 test_connectx_verbs), and the table in docs/peers.md being what the
 last campaign wrote."""
 
+import json
+
 from pibctl import peers, peers_output
 
 
@@ -96,3 +98,12 @@ def test_a_campaign_of_some_suites_and_devices_keeps_the_others_results():
     assert peers.kept(results, osmtest, peers.DEVICES[:1]) == {
         "osmtest, 2 switches": {"ConnectX": [2]}, "fabtests": {"pib-hca": [3], "Soft-RoCE": [4]}}
     assert peers.kept(results, peers.SUITES, peers.DEVICES) == {}
+
+
+def test_the_table_is_the_same_from_a_campaign_and_from_its_file():
+    run = {"passed": 1, "failed": [], "error": "",
+           "skipped": {"b: not offered": 2, "a: not offered": 2, "c": 1}}
+    row = peers.render({"fabtests": {"pib-hca": [run]}})
+    assert "2 x a: not offered; 2 x b: not offered; 1 x c" in row
+    again = json.loads(json.dumps({"fabtests": {"pib-hca": [run]}}, sort_keys=True))
+    assert peers.render(again) == row

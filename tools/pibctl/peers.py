@@ -279,7 +279,10 @@ def _row(suite: str, device: str, runs: list) -> str:
     whole = [set(r["failed"]) for r in runs if not r["error"]]
     flaky = sorted(set().union(*whole) - set.intersection(*whole)) if whole else []
     reasons = collections.Counter(last["skipped"])
-    why = "; ".join(f"{n} x {_cell(reason)}" for reason, n in reasons.most_common(3))
+    # The commonest first, ties by name: the same table from a campaign's
+    # results as from the file they were written to (sorted keys).
+    top = sorted(reasons.items(), key=lambda kv: (-kv[1], kv[0]))[:3]
+    why = "; ".join(f"{n} x {_cell(reason)}" for reason, n in top)
     more = f" (+{len(reasons) - 3} more reasons)" if len(reasons) > 3 else ""
     crashed = sum(1 for r in runs if r["error"])
     return (f"| {suite} | {device} | {len(runs)} | {last['passed']} | {len(last['failed'])} "
