@@ -49,6 +49,7 @@ constexpr size_t kRethSize = 16;
 constexpr size_t kAethSize = 4;
 constexpr size_t kAtomicEthSize = 28;
 constexpr size_t kAtomicAckEthSize = 8;
+constexpr size_t kDcethSize = 12;
 
 uint64_t get64(const uint8_t *p) {
     return uint64_t{get32(p)} << 32 | get32(p + 4);
@@ -57,7 +58,8 @@ uint64_t get64(const uint8_t *p) {
 size_t extensionSize(const Layout &l) {
     return (l.deth ? kDethSize : 0) + (l.reth ? kRethSize : 0) + (l.aeth ? kAethSize : 0) +
            (l.atomicEth ? kAtomicEthSize : 0) + (l.atomicAckEth ? kAtomicAckEthSize : 0) +
-           (l.imm ? kImmSize : 0) + (l.ieth ? kIethSize : 0) + (l.xrceth ? kXrcethSize : 0);
+           (l.imm ? kImmSize : 0) + (l.ieth ? kIethSize : 0) + (l.xrceth ? kXrcethSize : 0) +
+           (l.dceth ? kDcethSize : 0);
 }
 
 // IBA 7.8.1: the ICRC covers the packet with its variant fields (the whole
@@ -229,6 +231,11 @@ void PacketWriter::writeHeaders(const Packet &p, const Layout &layout, size_t to
     }
     if (layout.xrceth)
         out.put32(p.xrceth.value_or(0) & 0xffffff);
+    if (layout.dceth) {
+        const Dceth d = p.dceth.value_or(Dceth{});
+        out.put64(d.key);
+        out.put32(uint32_t{d.flags} << 24 | (d.dci & 0xffffff));
+    }
     if (layout.reth) {
         const Reth r = p.reth.value_or(Reth{});
         out.put64(r.va);
@@ -382,6 +389,11 @@ size_t readExtensions(const uint8_t *b, size_t off, const Layout &layout, Packet
     if (layout.xrceth) {
         p.xrceth = get32(b + off) & 0xffffff;
         off += kXrcethSize;
+    }
+    if (layout.dceth) {
+        const uint32_t word = get32(b + off + 8);
+        p.dceth = Dceth{get64(b + off), word & 0xffffff, static_cast<uint8_t>(word >> 24)};
+        off += kDcethSize;
     }
     if (layout.reth) {
         p.reth = Reth{get64(b + off), get32(b + off + 8), get32(b + off + 12)};

@@ -23,7 +23,10 @@ enum Lnh : uint8_t { kLnhRaw = 0, kLnhIp = 1, kLnhIbaLocal = 2, kLnhIbaGlobal = 
 
 // BTH opcodes (IBA 9.2, table 38). The top three bits are the transport
 // (RC 000, UC 001, UD 011, XRC 101); UC uses the RC codes 0x00..0x0b plus
-// 0x20, XRC all of RC's plus 0xa0.
+// 0x20, XRC all of RC's plus 0xa0. DC, the ConnectX personality's
+// Dynamically Connected transport, takes the first of the
+// manufacturer-specific prefixes (110): RC's codes plus 0xc0, and one of
+// its own, DISCONNECT (docs/wire.md §6).
 enum Opcode : uint8_t {
     kSendFirst = 0x00,
     kSendMiddle = 0x01,
@@ -52,6 +55,8 @@ enum Opcode : uint8_t {
     kTransportUc = 0x20,
     kTransportUd = 0x60,
     kTransportXrc = 0xa0,
+    kTransportDc = 0xc0,
+    kDcDisconnect = 0xd8, // a DCI leaves its DCT: DCETH only, no PSN, never answered
     kUdSendOnly = 0x64,
     kUdSendOnlyImm = 0x65,
 };
@@ -67,6 +72,7 @@ struct Layout {
     bool imm = false;
     bool ieth = false;    // invalidate extended transport header
     bool xrceth = false;  // XRC requests: the XRC SRQ they go to
+    bool dceth = false;   // DC requests: the DC access key and the DCI
     bool payload = false; // may carry data
 };
 constexpr Layout computeLayout(uint8_t opcode) {
@@ -80,12 +86,18 @@ constexpr Layout computeLayout(uint8_t opcode) {
         }
         return l;
     }
-    if (transport != kTransportRc && transport != kTransportXrc &&
+    if (opcode == kDcDisconnect) {
+        l.valid = l.dceth = true;
+        return l;
+    }
+    if (transport != kTransportRc && transport != kTransportXrc && transport != kTransportDc &&
         !(transport == kTransportUc && op <= kWriteOnlyImm))
         return l;
-    // XRC requests name their XRC SRQ; responses do not (IBA A14.4.1).
-    l.xrceth =
-        transport == kTransportXrc && !(op >= kReadResponseFirst && op <= kAtomicAcknowledge);
+    // XRC requests name their XRC SRQ, DC requests their key and DCI;
+    // responses neither (IBA A14.4.1).
+    const bool response = op >= kReadResponseFirst && op <= kAtomicAcknowledge;
+    l.xrceth = transport == kTransportXrc && !response;
+    l.dceth = transport == kTransportDc && !response;
     l.valid = true;
     switch (op) {
     case kSendFirst:
@@ -185,6 +197,15 @@ struct Deth {
     uint32_t srcQp = 0;
 };
 
+// DC extended transport header (docs/wire.md §6): the DCT's access key,
+// the DCI that sends, and whether the packet opens its connection.
+struct Dceth {
+    static constexpr uint8_t kConnect = 0x80; // the connection's first PSN
+    uint64_t key = 0;
+    uint32_t dci = 0; // 24 bits
+    uint8_t flags = 0;
+};
+
 // RDMA extended transport header: the remote buffer of a WRITE or READ.
 struct Reth {
     uint64_t va = 0;
@@ -217,6 +238,7 @@ struct Packet {
     std::optional<uint32_t> imm;       // immediate data (host order)
     std::optional<uint32_t> ieth;      // the R_Key a SEND with invalidate names
     std::optional<uint32_t> xrceth;    // XRC requests: the XRC SRQ number (24 bits)
+    std::optional<Dceth> dceth;        // DC requests
     std::vector<uint8_t> payload;
     // A parsed packet's payload where it lies in the received bytes, when
     // parse() was asked not to copy it (then `payload` stays empty).

@@ -105,6 +105,14 @@ static bool pib_hca_event_enabled(unsigned event)
         return trace_event_get_state_backends(TRACE_PIB_HCA_RC_WORK_HELD);
     case PIB_EVENT_QP_FLUSH_POSTPONED:
         return trace_event_get_state_backends(TRACE_PIB_HCA_QP_FLUSH_POSTPONED);
+    case PIB_EVENT_DC_CONNECT:
+        return trace_event_get_state_backends(TRACE_PIB_HCA_DC_CONNECT);
+    case PIB_EVENT_DC_DISCONNECT:
+        return trace_event_get_state_backends(TRACE_PIB_HCA_DC_DISCONNECT);
+    case PIB_EVENT_DC_OPENED:
+        return trace_event_get_state_backends(TRACE_PIB_HCA_DC_OPENED);
+    case PIB_EVENT_DC_CLOSED:
+        return trace_event_get_state_backends(TRACE_PIB_HCA_DC_CLOSED);
     case PIB_EVENT_XRC_MESSAGE_CUT:
         return trace_event_get_state_backends(TRACE_PIB_HCA_XRC_MESSAGE_CUT);
     case PIB_EVENT_CQ_RESIZE_REFUSED:
@@ -185,6 +193,8 @@ static bool pib_hca_event_enabled(unsigned event)
         return trace_event_get_state_backends(TRACE_PIB_HCA_ERR_RC_NO_QP);
     case PIB_EVENT_ERR_RC_WRONG_PEER:
         return trace_event_get_state_backends(TRACE_PIB_HCA_ERR_RC_WRONG_PEER);
+    case PIB_EVENT_ERR_DC_DROPPED:
+        return trace_event_get_state_backends(TRACE_PIB_HCA_ERR_DC_DROPPED);
     case PIB_EVENT_ERR_RC_BAD_RESPONSE_PSN:
         return trace_event_get_state_backends(
             TRACE_PIB_HCA_ERR_RC_BAD_RESPONSE_PSN);
@@ -361,6 +371,23 @@ static void pib_hca_trace_event(unsigned event, const uint64_t *a)
     case PIB_EVENT_QP_FLUSH_POSTPONED:
         trace_pib_hca_qp_flush_postponed((unsigned) a[0]);
         break;
+    case PIB_EVENT_DC_CONNECT:
+        trace_pib_hca_dc_connect((unsigned) a[0], (unsigned) a[1],
+                                 (unsigned) a[2], (unsigned) a[3]);
+        break;
+    case PIB_EVENT_DC_DISCONNECT:
+        trace_pib_hca_dc_disconnect((unsigned) a[0], (unsigned) a[1],
+                                    (const char *) (uintptr_t) a[2]);
+        break;
+    case PIB_EVENT_DC_OPENED:
+        trace_pib_hca_dc_opened((unsigned) a[0], (unsigned) a[1],
+                                (unsigned) a[2], (unsigned) a[3],
+                                (unsigned) a[4]);
+        break;
+    case PIB_EVENT_DC_CLOSED:
+        trace_pib_hca_dc_closed((unsigned) a[0], (unsigned) a[1],
+                                (const char *) (uintptr_t) a[2]);
+        break;
     case PIB_EVENT_XRC_MESSAGE_CUT:
         trace_pib_hca_xrc_message_cut((unsigned) a[0], (unsigned) a[1]);
         break;
@@ -525,6 +552,11 @@ static void pib_hca_trace_event(unsigned event, const uint64_t *a)
     case PIB_EVENT_ERR_RC_WRONG_PEER:
         trace_pib_hca_err_rc_wrong_peer((unsigned) a[0], (unsigned) a[1],
                                         (unsigned) a[2]);
+        break;
+    case PIB_EVENT_ERR_DC_DROPPED:
+        trace_pib_hca_err_dc_dropped((unsigned) a[0], (unsigned) a[1],
+                                     (unsigned) a[2],
+                                     (const char *) (uintptr_t) a[3]);
         break;
     case PIB_EVENT_ERR_RC_BAD_RESPONSE_PSN:
         trace_pib_hca_err_rc_bad_response_psn((unsigned) a[0], (unsigned) a[1],

@@ -47,6 +47,13 @@ inline int32_t psnDiff(uint32_t a, uint32_t b) {
     return static_cast<int32_t>((a - b) << 8) >> 8;
 }
 
+// Where a DCI's WQE goes: the DCT's path, number and access key.
+struct DcAddress {
+    pib_av av{};
+    uint32_t dct = 0;
+    uint64_t key = 0;
+};
+
 // A send WQE the requester has fetched, kept until it completes. The
 // device copies what it needs from the WQE; the data stays in guest memory
 // and is read again if a packet must be resent.
@@ -67,6 +74,7 @@ struct SendWqe {
     std::optional<bool> remoteInvalidate; // REG_MR: a peer may free the key (wqe_format.hh)
     pib_wqe_bind_mw bind{};               // BIND_MW
     uint32_t remoteSrqn = 0;              // XRC INI: the XRC SRQ its XRCETH names
+    DcAddress dc;                         // DCI: the DCT it goes to
     std::vector<pib_wqe_data> sges;
     std::vector<uint8_t> inlineData;
     uint32_t length = 0;                  // bytes of the message

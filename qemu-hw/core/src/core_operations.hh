@@ -1,9 +1,11 @@
 // SPDX-License-Identifier: GPL-2.0-or-later
-// Operations of the core that pib-hca's interface does not name, beside
-// pib_hw.h's PIB_WR_* and PIB_WC_* and out of their ranges: a ConnectX
-// NOP, which does nothing and completes in send queue order (UCX asks for
-// a CQE with one). Only a front end's WQE reader makes them, never from a
-// value a guest wrote in a pib-hca WQE, which the pib reader checks.
+// Operations and QP types of the core that pib-hca's interface does not
+// name, beside pib_hw.h's PIB_WR_*, PIB_WC_* and PIB_QPT_* and out of their
+// ranges: a ConnectX NOP, which does nothing and completes in send queue
+// order (UCX asks for a CQE with one), and the two ends of ConnectX's
+// Dynamically Connected transport (docs/mlx5.md §15). Only a front end
+// makes them, never from a value a guest wrote in a pib-hca WQE or
+// context, which pib-hca's commands and reader check.
 #pragma once
 
 #include <cstdint>
@@ -12,5 +14,12 @@ namespace pib {
 
 constexpr uint8_t kWrNop = 0xf0; // beside PIB_WR_*
 constexpr uint8_t kWcNop = 0x70; // beside PIB_WC_*: a NOP's completion
+
+// Beside PIB_QPT_*: a DC initiator sends to any DCT its WQEs name, one
+// at a time, with RC's reliability; a DC target takes requests from any
+// DCI that knows its key, each through a connection of its own
+// (dc_targets.hh), into its SRQ.
+constexpr uint8_t kQptDci = 0x10;
+constexpr uint8_t kQptDct = 0x11;
 
 } // namespace pib

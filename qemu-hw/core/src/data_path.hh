@@ -80,6 +80,10 @@ class DataPath final : public SubnetSender, public ScheduledEngine, QpErrorFlow 
     // `qp` is about to be destroyed: it has no timer any more, and a
     // receive WQE it took from an SRQ completes.
     void forgetQp(QueuePair &qp);
+    // DCT `dct` is drained or destroyed: its connections close
+    // (dc_targets.cc), and how many it has.
+    void closeDcConnections(uint32_t dct, const char *why);
+    size_t dcConnectionsOf(uint32_t dct) const;
     // XRC SRQ `srqn` is about to be destroyed: no message goes on into it.
     void forgetXrcSrq(uint32_t srqn) { responder_.forgetXrcSrq(srqn); }
     // Nothing in flight, no timer, no postponed work: the power-on state.
@@ -138,6 +142,12 @@ class DataPath final : public SubnetSender, public ScheduledEngine, QpErrorFlow 
     // `senderQpn`, goes to the role it is for.
     void deliver(unsigned port, const iba::Packet &packet, uint32_t senderQpn = 0);
     void deliverConnected(unsigned port, const iba::Packet &packet);
+    // DC's targets (dc_targets.cc).
+    void deliverToDct(unsigned port, QueuePair &dct, const iba::Packet &packet);
+    QueuePair *dcConnection(QueuePair &dct, const DcPeer &peer, const iba::Packet &packet);
+    QueuePair *openDcConnection(QueuePair &dct, const DcPeer &peer, const iba::Packet &packet);
+    bool closeIdlestDcConnection();
+    void closeDcConnection(const DcPeer &peer, const char *why);
 
     const Host &host_;
     ObjectTables &objects_;

@@ -61,6 +61,22 @@ void DataPath::deliver(unsigned number, const iba::Packet &packet, uint32_t send
         deliverConnected(number, packet);
 }
 
+// The QP type a connected packet is for: XRC requests go to the target
+// half, responses to the initiator; DC requests to a DCT, responses to a
+// DCI.
+static uint8_t wantedType(uint8_t transport, bool response) {
+    switch (transport) {
+    case iba::kTransportRc:
+        return PIB_QPT_RC;
+    case iba::kTransportUc:
+        return PIB_QPT_UC;
+    case iba::kTransportXrc:
+        return response ? PIB_QPT_XRC_INI : PIB_QPT_XRC_TGT;
+    default:
+        return response ? kQptDci : kQptDct;
+    }
+}
+
 // A packet for a connected QP of this port.
 void DataPath::deliverConnected(unsigned number, const iba::Packet &packet) {
     const uint32_t qpn = packet.bth.destQp;
@@ -69,22 +85,21 @@ void DataPath::deliverConnected(unsigned number, const iba::Packet &packet) {
     const uint8_t op = packet.bth.opcode & 0x1f;
     const bool response = transport != iba::kTransportUc && op >= iba::kReadResponseFirst &&
                           op <= iba::kAtomicAcknowledge;
-    // XRC requests go to the target half, responses to the initiator.
-    const uint8_t wanted = transport == iba::kTransportRc ? PIB_QPT_RC
-                           : transport == iba::kTransportUc
-                               ? PIB_QPT_UC
-                               : (response ? PIB_QPT_XRC_INI : PIB_QPT_XRC_TGT);
-    if (!qp || qp->ctx.type != wanted || qp->attr.port_num != number ||
+    if (!qp || qp->ctx.type != wantedType(transport, response) || qp->attr.port_num != number ||
         qp->attr.qp_state < PIB_QPS_RTR) {
         trace::err_rc_no_qp(host_, number, qpn);
         return;
     }
     // IBA 9.6.1: a connected QP takes packets from its peer only, with the
-    // P_Key it was given.
+    // P_Key it was given. A DCT takes them from any DCI (dc_targets.cc).
     PortState &p = ports_.at(number);
     const uint16_t pkey = p.pkeys[qp->attr.pkey_index % PIB_PKEY_TABLE_LEN];
     if (!iba::pkeysMatch(pkey, packet.bth.pkey)) {
         ++p.info.bad_pkey_cntr;
+        return;
+    }
+    if (qp->ctx.type == kQptDct) {
+        deliverToDct(number, *qp, packet);
         return;
     }
     if (packet.lrh.slid != qp->attr.av.dlid) {

@@ -13,6 +13,11 @@ inline constexpr uint32_t kLogMaxQpWr = 14;
 // 2977 WRs of 448 bytes need 2^15, what a ConnectX-5 reports.
 inline constexpr uint32_t kLogMaxMlx5QpSize = 15;
 inline constexpr uint32_t kMaxSge = 32;
+// DC connections (dc_targets.hh) of all DCTs: what a DCT keeps of each
+// DCI that reaches it. A full table takes a new DCI in place of the one
+// idle longest, if that one is idle kDcIdleNs or more.
+inline constexpr uint32_t kMaxDcConnections = 1024;
+inline constexpr uint64_t kDcIdleNs = 1'000'000'000;
 inline constexpr uint32_t kMaxCq = 4096;
 inline constexpr uint32_t kLogMaxCqe = 22; // as ConnectX: libfabric's RxM asks for 2^18
 // Completion event moderation: a count of CQEs, a period in us (ConnectX's

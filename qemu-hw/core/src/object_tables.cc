@@ -10,6 +10,7 @@ ObjectTables::ObjectTables(const pib_core_config &config)
       counterSets(limits::kMaxCounterSets, 1), mtt(limits::kMaxMtt), eqs(limits::kMaxEq),
       cqs(limits::kMaxCq), mrs(limits::kMaxMr, 1), mws(limits::kMaxMw, limits::kMaxMr + 1),
       srqs(limits::kMaxSrq), qps(limits::kMaxQp, PIB_FIRST_QPN, Numbering::kRotating),
+      dcConnections(limits::kMaxDcConnections),
       multicast(
           {limits::kMaxMcastGroups, limits::kMaxMcastQpAttach, limits::kMaxTotalMcastQpAttach}) {}
 
@@ -25,6 +26,8 @@ void ObjectTables::clear() {
     mws.clear();
     srqs.clear();
     qps.clear();
+    dcConnections.table.clear();
+    dcConnections.byPeer.clear();
     multicast.clear();
     for (auto &qp : specialQps)
         qp.reset();

@@ -5,7 +5,9 @@
 #pragma once
 
 #include <array>
+#include <compare>
 #include <cstdint>
+#include <map>
 #include <memory>
 
 #include "mtt.hh"
@@ -33,6 +35,26 @@ template <class T> Release release(ObjectTable<T> &table, uint64_t number, uint3
     return Release::kReleased;
 }
 
+// Where a DC connection's requests come from: the DCI behind a port's
+// LID, to one DCT (dc_targets.hh).
+struct DcPeer {
+    uint32_t dct = 0;
+    uint32_t dci = 0;
+    uint16_t slid = 0;
+    uint8_t port = 0;
+    auto operator<=>(const DcPeer &) const = default;
+};
+
+// The DCTs' connections: hidden RC responders, numbered beyond the 24
+// bits a packet or a guest's command can name, found by their peer.
+struct DcConnections {
+    static constexpr uint32_t kFirstNumber = 1u << 24;
+    explicit DcConnections(uint32_t capacity)
+        : table(capacity, kFirstNumber, Numbering::kRotating) {}
+    ObjectTable<QueuePair> table;
+    std::map<DcPeer, uint32_t> byPeer;
+};
+
 struct ObjectTables {
     explicit ObjectTables(const pib_core_config &config);
 
@@ -42,6 +64,12 @@ struct ObjectTables {
         if (qpn < specialQps.size())
             return specialQps[qpn].get();
         return qps.find(qpn);
+    }
+    // The same, or a DC connection: for the data path's own lists (the
+    // scheduler's, the timers'), which hold both by number. Never for a
+    // number a guest gave.
+    QueuePair *findTransportQp(uint32_t qpn) const {
+        return qpn >= DcConnections::kFirstNumber ? dcConnections.table.find(qpn) : findQp(qpn);
     }
     // Every object gone, as after power-on.
     void clear();
@@ -57,6 +85,7 @@ struct ObjectTables {
     ObjectTable<MemoryWindow> mws; // numbered above every MR: a key names one or the other
     ObjectTable<SharedReceiveQueue> srqs;
     ObjectTable<QueuePair> qps;
+    DcConnections dcConnections;
     MulticastGroups multicast;
     // QP0 and QP1 of each port: numbers 2 * (port - 1) + type.
     std::array<std::unique_ptr<QueuePair>, 2 * PIB_MAX_PORTS> specialQps{};

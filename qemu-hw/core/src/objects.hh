@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "connected.hh"
+#include "core_operations.hh"
 #include "eq_ring.hh"
 #include "pib_hw.h"
 
@@ -105,6 +106,20 @@ struct WorkQueue {
     }
 };
 
+// What the DC transport adds to a QP (docs/mlx5.md §15). A DCI: the DCT
+// it is connected to now (its attr.av and dest_qp_num are that DCT's
+// path and number), the key, and the PSN that opened the connection. A
+// DCT: its key. A DC connection, the hidden RC responder a DCT opens for
+// each DCI that reaches it (dc_targets.hh): its DCT, and when it last
+// took a request.
+struct DcLink {
+    uint64_t key = 0;
+    uint32_t connectPsn = 0; // DCI
+    bool connected = false;  // DCI
+    uint32_t dct = 0;        // connection: its DCT's number
+    uint64_t lastActive = 0; // connection: host clock ns
+};
+
 struct QueuePair {
     uint32_t number = 0; // the device's number for it (QP0/QP1: 2 * (port - 1) + type)
     pib_qp_context ctx{};
@@ -138,6 +153,7 @@ struct QueuePair {
     uint32_t ringStart = 0;
     uint32_t sendOffset = 0;
     uint32_t counterSet = 0; // the counter set it counts into too (0: none)
+    DcLink dc;               // DCI, DCT and DC connections only
 };
 
 // The datagram QP types: UD, and the special QPs QP0 and QP1.
@@ -157,7 +173,7 @@ inline bool isReliableType(uint8_t type) {
     return type == PIB_QPT_RC || type == PIB_QPT_XRC_INI || type == PIB_QPT_XRC_TGT;
 }
 inline bool isReliableRequester(uint8_t type) {
-    return type == PIB_QPT_RC || type == PIB_QPT_XRC_INI;
+    return type == PIB_QPT_RC || type == PIB_QPT_XRC_INI || type == kQptDci;
 }
 inline bool isXrcType(uint8_t type) {
     return type == PIB_QPT_XRC_INI || type == PIB_QPT_XRC_TGT;
@@ -165,11 +181,21 @@ inline bool isXrcType(uint8_t type) {
 // What a QP of each type is built on: an XRC TGT QP has no queue, PD or
 // CQ of its own (its messages go to XRC SRQs); an XRC INI QP no receive
 // side.
+// A DCI sends only; a DCT has no queue either (its connections take
+// WQEs from its SRQ).
 inline bool hasSendQueue(uint8_t type) {
-    return type != PIB_QPT_XRC_TGT;
+    return type != PIB_QPT_XRC_TGT && type != kQptDct;
 }
 inline bool hasReceiveSide(uint8_t type) {
-    return !isXrcType(type);
+    return !isXrcType(type) && type != kQptDci && type != kQptDct;
+}
+// The hidden RC responder of a DCT, for one DCI.
+inline bool isDcConnection(const QueuePair &qp) {
+    return qp.dc.dct != 0;
+}
+// The number a completion or event of `qp` names: a DC connection's DCT.
+inline uint32_t reportedQpn(const QueuePair &qp) {
+    return isDcConnection(qp) ? qp.dc.dct : qp.number;
 }
 
 inline bool isSpecialQp(const QueuePair &qp) {

@@ -57,7 +57,7 @@ void QpTimers::expire(const std::function<void(QueuePair &)> &expired) {
         timers_.erase(timers_.begin());
     }
     for (const uint32_t qpn : due_) {
-        QueuePair *qp = objects_.findQp(qpn);
+        QueuePair *qp = objects_.findTransportQp(qpn);
         if (!qp)
             continue;
         qp->timerAt = 0;
@@ -65,7 +65,7 @@ void QpTimers::expire(const std::function<void(QueuePair &)> &expired) {
         if (deadline && deadline <= now)
             expired(*qp);
         // Whatever deadline is left, later or one `expired` did not serve.
-        if ((qp = objects_.findQp(qpn)))
+        if ((qp = objects_.findTransportQp(qpn)))
             schedule(*qp);
     }
     rearm();

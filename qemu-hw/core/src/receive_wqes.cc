@@ -68,7 +68,7 @@ void ReceiveWqes::completeClaimedWqe(QueuePair &qp, uint8_t status) {
         return;
     Completion c;
     c.wrId = s.wrId;
-    c.qpn = qp.number;
+    c.qpn = reportedQpn(qp);
     c.opcode = PIB_WC_RECV;
     c.status = status;
     c.wqeIndex = s.wqeIndex;

@@ -47,6 +47,7 @@ uint8_t Requester::fetchSendWqe(QueuePair &qp, uint32_t index, SendWqe &w) {
     w.remoteInvalidate = wqe.remoteInvalidate;
     w.bind = wqe.bind;
     w.remoteSrqn = wqe.xrc.remote_srqn;
+    w.dc = DcAddress{wqe.ud.av, wqe.ud.remote_qpn & 0xffffff, wqe.dcKey};
     if (w.isLocal()) {
         w.length = 0;
         w.packets = 0;
@@ -150,6 +151,13 @@ void Requester::send(QueuePair &qp) {
             runLocalOperation(qp, w);
             continue;
         }
+        if (status == PIB_WC_SUCCESS && qp.ctx.type == kQptDci && !reachesDct(qp, w.dc)) {
+            // A DCI serves one DCT at a time: a WQE for another waits
+            // until everything before it is answered.
+            if (!r.outstanding.empty())
+                break;
+            connectDci(qp, w.dc);
+        }
         if (status == PIB_WC_SUCCESS) {
             // IBA 10.8.3.3: reads and atomics beyond max_rd_atomic, and a
             // fenced WQE behind unanswered ones, wait.
@@ -184,6 +192,48 @@ void Requester::send(QueuePair &qp) {
             completeInOrder(qp);
     }
     armAckTimerIfIdle(qp);
+    // A DCI with nothing more to send and nothing unanswered leaves its DCT.
+    if (qp.ctx.type == kQptDci && r.outstanding.empty() && qp.sq.consumer == qp.sq.producer)
+        disconnectDci(qp, "its work is done");
+}
+
+// Whether `qp`, a DCI, is connected to the DCT at `to`, by the same path.
+bool Requester::reachesDct(const QueuePair &qp, const DcAddress &to) {
+    const pib_av &a = qp.attr.av, &b = to.av;
+    return qp.dc.connected && qp.attr.dest_qp_num == to.dct && qp.dc.key == to.key &&
+           a.dlid == b.dlid && a.sl == b.sl && a.src_path_bits == b.src_path_bits &&
+           (a.flags & PIB_AV_GRH) == (b.flags & PIB_AV_GRH) &&
+           (!(a.flags & PIB_AV_GRH) ||
+            (a.sgid_index == b.sgid_index && std::memcmp(a.dgid, b.dgid, sizeof a.dgid) == 0));
+}
+
+// DCI `qp`, with nothing unanswered, connects to the DCT at `to`: its
+// next request packet says CONNECT (as does every resend of it).
+void Requester::connectDci(QueuePair &qp, const DcAddress &to) {
+    disconnectDci(qp, "it goes to another DCT");
+    qp.attr.av = to.av;
+    qp.attr.dest_qp_num = to.dct;
+    qp.dc.key = to.key;
+    qp.dc.connectPsn = qp.req.psn;
+    qp.dc.connected = true;
+    trace::dc_connect(host_, qp.number, to.dct, to.av.dlid, qp.req.psn);
+}
+
+// DCI `qp` leaves the DCT it is connected to, if any, with a DISCONNECT
+// that frees its connection there. Nothing answers it; if it is lost (or
+// the port is full), the DCT's table takes the place back when it needs it.
+void Requester::disconnectDci(QueuePair &qp, const char *why) {
+    if (!qp.dc.connected)
+        return;
+    qp.dc.connected = false;
+    trace::dc_disconnect(host_, qp.number, qp.attr.dest_qp_num, why);
+    if (!scheduler_.mayTransmit(qp.attr.port_num))
+        return;
+    iba::Packet p;
+    p.bth.opcode = iba::kDcDisconnect;
+    p.bth.psn = qp.req.psn;
+    p.dceth = iba::Dceth{qp.dc.key, qp.number, 0};
+    sendConnected(qp, p);
 }
 
 // Whether the requester fetches the next WQE: in RTS; in SQD only one a
@@ -374,8 +424,11 @@ bool Requester::sendRequestPacket(QueuePair &qp, SendWqe &w, iba::Packet &p, uin
 Requester::SendProgress Requester::sendRequestPackets(QueuePair &qp, SendWqe &w) {
     const uint32_t mtu = pathMtu(qp);
     const bool uc = qp.ctx.type == PIB_QPT_UC;
-    const bool xrc = qp.ctx.type == PIB_QPT_XRC_INI;
-    const uint8_t transport = uc ? iba::kTransportUc : xrc ? iba::kTransportXrc : iba::kTransportRc;
+    const bool xrc = qp.ctx.type == PIB_QPT_XRC_INI, dc = qp.ctx.type == kQptDci;
+    const uint8_t transport = uc    ? iba::kTransportUc
+                              : xrc ? iba::kTransportXrc
+                              : dc  ? iba::kTransportDc
+                                    : iba::kTransportRc;
     const uint32_t window = sendWindowPackets(mtu), ackInterval = ackRequestInterval(mtu);
     while (w.sentPackets < w.packets) {
         const uint32_t i = w.sentPackets;
@@ -392,6 +445,9 @@ Requester::SendProgress Requester::sendRequestPackets(QueuePair &qp, SendWqe &w)
         requestHeaders(w, i, mtu, transport, p);
         if (xrc)
             p.xrceth = w.remoteSrqn & 0xffffff;
+        if (dc)
+            p.dceth = iba::Dceth{qp.dc.key, qp.number,
+                                 p.bth.psn == qp.dc.connectPsn ? iba::Dceth::kConnect : uint8_t{0}};
         // RC asks for an ACK at the end of each SEND and WRITE, and every
         // ackInterval PSNs within long ones (reads and atomics are
         // answered anyway); the responder's one ACK covers every packet

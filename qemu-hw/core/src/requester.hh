@@ -51,6 +51,10 @@ class Requester final : TransportRole {
                            uint32_t len);
     void stopSending(QueuePair &qp, SendProgress why);
     static bool fetchesNew(const QueuePair &qp);
+    // DCIs (docs/mlx5.md §15).
+    static bool reachesDct(const QueuePair &qp, const DcAddress &to);
+    void connectDci(QueuePair &qp, const DcAddress &to);
+    void disconnectDci(QueuePair &qp, const char *why);
     void rewind(QueuePair &qp, uint32_t psn);
     uint32_t resendFrom(const QueuePair &qp) const;
 

@@ -43,9 +43,12 @@ bool endsMessage(uint8_t op) {
 
 } // namespace
 
-// The transport a responder answers on: XRC for an XRC TGT QP.
+// The transport a responder answers on: XRC for an XRC TGT QP, DC for a
+// DCT's connection.
 static uint8_t responseTransport(const QueuePair &qp) {
-    return qp.ctx.type == PIB_QPT_XRC_TGT ? iba::kTransportXrc : iba::kTransportRc;
+    return qp.ctx.type == PIB_QPT_XRC_TGT ? iba::kTransportXrc
+           : isDcConnection(qp)           ? iba::kTransportDc
+                                          : iba::kTransportRc;
 }
 
 void Responder::sendAck(QueuePair &qp, uint32_t psn, uint8_t syndrome) {
@@ -219,6 +222,10 @@ void Responder::responderError(QueuePair &qp, uint32_t psn, const err::Condition
     s.in = ResponderState::InMessage::kNone;
     s.replies.clear(); // a QP in the error state answers nothing more
     qp.attr.qp_state = PIB_QPS_ERR;
+    // A DCT goes on: only this DCI's connection failed, and it holds
+    // nothing more to flush. The DCI's next CONNECT replaces it.
+    if (isDcConnection(qp))
+        return;
     events_.postAsyncEvent(
         nakCode == kRemoteAccess ? PIB_ASYNC_QP_ACCESS_ERR : PIB_ASYNC_QP_REQ_ERR, qp.number);
     flushQp(qp);
@@ -253,7 +260,7 @@ void Responder::completeReceive(QueuePair &qp, const iba::Packet &packet, uint8_
     ResponderState &s = qp.resp;
     Completion c;
     c.wrId = s.wrId;
-    c.qpn = qp.number;
+    c.qpn = reportedQpn(qp);
     c.byteLen = length;
     c.srcQp = qp.attr.dest_qp_num;
     c.slid = packet.lrh.slid;

@@ -52,7 +52,7 @@ void Scheduler::acknowledgeAtEventEnd(QueuePair &qp) {
 // for run() as any postponed work.
 void Scheduler::sendDeferredAcks() {
     for (size_t i = 0; i < acksDue_.size(); ++i) { // a loopback may add to it
-        QueuePair *qp = objects_.findQp(acksDue_[i]);
+        QueuePair *qp = objects_.findTransportQp(acksDue_[i]);
         if (!qp || !qp->acksAtEventEnd)
             continue; // destroyed since
         qp->acksAtEventEnd = false;
@@ -150,7 +150,7 @@ void Scheduler::run() {
     for (size_t turns = ready_.size(); turns && budget_ > 0 && !ready_.empty(); --turns) {
         const uint32_t qpn = ready_.front();
         ready_.pop_front();
-        QueuePair *qp = objects_.findQp(qpn);
+        QueuePair *qp = objects_.findTransportQp(qpn);
         if (!qp || !qp->postponed)
             continue; // destroyed or reset since
         qp->postponed = false;

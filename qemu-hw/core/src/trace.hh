@@ -267,6 +267,32 @@ inline void qp_flush_postponed(const Host &host, unsigned qpn) {
         host.event(PIB_EVENT_QP_FLUSH_POSTPONED, {Host::eventArg(qpn)});
 }
 
+inline void dc_connect(const Host &host, unsigned dci, unsigned dct, unsigned dlid, unsigned psn) {
+    if (host.eventEnabled(PIB_EVENT_DC_CONNECT))
+        host.event(PIB_EVENT_DC_CONNECT, {Host::eventArg(dci), Host::eventArg(dct),
+                                          Host::eventArg(dlid), Host::eventArg(psn)});
+}
+
+inline void dc_disconnect(const Host &host, unsigned dci, unsigned dct, const char *why) {
+    if (host.eventEnabled(PIB_EVENT_DC_DISCONNECT))
+        host.event(PIB_EVENT_DC_DISCONNECT,
+                   {Host::eventArg(dci), Host::eventArg(dct), Host::eventArg(why)});
+}
+
+inline void dc_opened(const Host &host, unsigned dct, unsigned connection, unsigned dci,
+                      unsigned slid, unsigned psn) {
+    if (host.eventEnabled(PIB_EVENT_DC_OPENED))
+        host.event(PIB_EVENT_DC_OPENED,
+                   {Host::eventArg(dct), Host::eventArg(connection), Host::eventArg(dci),
+                    Host::eventArg(slid), Host::eventArg(psn)});
+}
+
+inline void dc_closed(const Host &host, unsigned dct, unsigned connection, const char *why) {
+    if (host.eventEnabled(PIB_EVENT_DC_CLOSED))
+        host.event(PIB_EVENT_DC_CLOSED,
+                   {Host::eventArg(dct), Host::eventArg(connection), Host::eventArg(why)});
+}
+
 inline void xrc_message_cut(const Host &host, unsigned qpn, unsigned srqn) {
     if (host.eventEnabled(PIB_EVENT_XRC_MESSAGE_CUT))
         host.event(PIB_EVENT_XRC_MESSAGE_CUT, {Host::eventArg(qpn), Host::eventArg(srqn)});
@@ -528,6 +554,13 @@ inline void err_rc_wrong_peer(const Host &host, unsigned qpn, unsigned slid, uns
     if (host.eventEnabled(PIB_EVENT_ERR_RC_WRONG_PEER))
         host.event(PIB_EVENT_ERR_RC_WRONG_PEER,
                    {Host::eventArg(qpn), Host::eventArg(slid), Host::eventArg(dlid)});
+}
+
+inline void err_dc_dropped(const Host &host, unsigned dct, unsigned dci, unsigned slid,
+                           const char *why) {
+    if (host.eventEnabled(PIB_EVENT_ERR_DC_DROPPED))
+        host.event(PIB_EVENT_ERR_DC_DROPPED, {Host::eventArg(dct), Host::eventArg(dci),
+                                              Host::eventArg(slid), Host::eventArg(why)});
 }
 
 inline void err_rc_bad_response_psn(const Host &host, unsigned qpn, unsigned psn, unsigned next) {

@@ -26,7 +26,8 @@ struct Wqe {
     pib_wqe_ctrl ctrl{};
     pib_wqe_raddr raddr{};   // RDMA and atomic operations
     pib_wqe_atomic atomic{}; // atomic operations
-    pib_wqe_ud ud{};         // datagram sends
+    pib_wqe_ud ud{};         // datagram sends; a DCI's: the DCT's path and number
+    uint64_t dcKey = 0;      // a DCI's sends: the DCT's access key
     pib_wqe_reg_mr reg{};    // fast registration
     // A REG_MR's page addresses when the reader took them from the WQE
     // itself (a ConnectX UMR); empty: at reg.page_list.
