@@ -163,6 +163,12 @@ static bool pib_hca_event_enabled(unsigned event)
         return trace_event_get_state_backends(TRACE_PIB_HCA_MLX5_SRQ_CREATE);
     case PIB_EVENT_MLX5_SRQ_DESTROY:
         return trace_event_get_state_backends(TRACE_PIB_HCA_MLX5_SRQ_DESTROY);
+    case PIB_EVENT_MLX5_DCT_CREATE:
+        return trace_event_get_state_backends(TRACE_PIB_HCA_MLX5_DCT_CREATE);
+    case PIB_EVENT_MLX5_DCT_DRAIN:
+        return trace_event_get_state_backends(TRACE_PIB_HCA_MLX5_DCT_DRAIN);
+    case PIB_EVENT_MLX5_DCT_DESTROY:
+        return trace_event_get_state_backends(TRACE_PIB_HCA_MLX5_DCT_DESTROY);
     case PIB_EVENT_MLX5_QP_CREATE:
         return trace_event_get_state_backends(TRACE_PIB_HCA_MLX5_QP_CREATE);
     case PIB_EVENT_MLX5_QP_MODIFY:
@@ -491,6 +497,17 @@ static void pib_hca_trace_event(unsigned event, const uint64_t *a)
     case PIB_EVENT_MLX5_SRQ_DESTROY:
         trace_pib_hca_mlx5_srq_destroy((unsigned) a[0]);
         break;
+    case PIB_EVENT_MLX5_DCT_CREATE:
+        trace_pib_hca_mlx5_dct_create((unsigned) a[0], (unsigned) a[1],
+                                      (unsigned) a[2], (unsigned) a[3],
+                                      (unsigned) a[4]);
+        break;
+    case PIB_EVENT_MLX5_DCT_DRAIN:
+        trace_pib_hca_mlx5_dct_drain((unsigned) a[0]);
+        break;
+    case PIB_EVENT_MLX5_DCT_DESTROY:
+        trace_pib_hca_mlx5_dct_destroy((unsigned) a[0]);
+        break;
     case PIB_EVENT_MLX5_QP_CREATE:
         trace_pib_hca_mlx5_qp_create(
             (unsigned) a[0], (unsigned) a[1], (unsigned) a[2], (unsigned) a[3],
@@ -760,6 +777,9 @@ static bool pib_hca_guest_error_traced(unsigned error)
     case PIB_GUEST_ERROR_MLX5_QP_BAD_STATE:
         return trace_event_get_state_backends(
             TRACE_PIB_HCA_ERR_MLX5_QP_BAD_STATE);
+    case PIB_GUEST_ERROR_MLX5_DCT_BAD_CONTEXT:
+        return trace_event_get_state_backends(
+            TRACE_PIB_HCA_ERR_MLX5_DCT_BAD_CONTEXT);
     case PIB_GUEST_ERROR_MLX5_QP_BAD_ATTR:
         return trace_event_get_state_backends(
             TRACE_PIB_HCA_ERR_MLX5_QP_BAD_ATTR);
@@ -993,6 +1013,9 @@ static void pib_hca_trace_guest_error(unsigned error, const char *detail)
         break;
     case PIB_GUEST_ERROR_MLX5_QP_BAD_STATE:
         trace_pib_hca_err_mlx5_qp_bad_state(detail);
+        break;
+    case PIB_GUEST_ERROR_MLX5_DCT_BAD_CONTEXT:
+        trace_pib_hca_err_mlx5_dct_bad_context(detail);
         break;
     case PIB_GUEST_ERROR_MLX5_QP_BAD_ATTR:
         trace_pib_hca_err_mlx5_qp_bad_attr(detail);

@@ -294,6 +294,57 @@ class Mlx5Function {
         return qp;
     }
 
+    // DC (docs/mlx5.md §15). CREATE_DCT as mlx5_ib sends it at RTR, on
+    // SRQ `srqn` with access key `key`: every remote access, 8-byte
+    // atomics, MTU 1024, port 1.
+    std::vector<uint8_t> dctInput(uint32_t srqn, uint64_t key) {
+        using pib::mlx5::field;
+        constexpr uint32_t kDctc = 0x80;
+        auto in = Mlx5Host::input(0x710, 0, 0x80);
+        set(in, field(kDctc + 0x48, 24), cqn);
+        set(in, field(kDctc + 0x68, 4), 1); // atomic_mode: IB's
+        set(in, field(kDctc + 0x6c, 3), 7); // rre rwe rae
+        set(in, field(kDctc + 0x93, 5), 12);
+        set(in, field(kDctc + 0xa8, 24), srqn);
+        set(in, field(kDctc + 0xc8, 24), pd);
+        set(in, field(kDctc + 0x100, 64), key);
+        set(in, field(kDctc + 0x145, 3), 3);
+        set(in, field(kDctc + 0x148, 8), 1);
+        return in;
+    }
+    // A DCI as mlx5_ib's create_dci makes it: rq_type SRQ (the driver's
+    // own `srqn`, which a DCI never uses), an SQ of 2^logSq blocks.
+    std::optional<Qp> createDci(uint32_t srqn, uint32_t logSq = 5) {
+        return createQpOnSrq(0x5, srqn, logSq);
+    }
+    // A DCI's send WQE: the datagram segment with the DCT's key and
+    // number, then RDMA's (`s.remoteAddr`, the function's key) or an
+    // atomic's segments (fetch-and-add of `add`) and one data segment.
+    uint64_t writeDcSend(Qp &qp, uint32_t dctn, uint64_t key, const Send &s, uint64_t add = 0) {
+        constexpr uint8_t kFetchAdd = 0x12;
+        std::vector<uint8_t> wqe(16 + 48);
+        wqe[3] = s.opcode;
+        writeBe64(&wqe[16], key);
+        writeBe32(&wqe[24], 0x80000000u | dctn); // an extended address vector
+        writeBe16(&wqe[30], kLid);
+        const auto grow = [&wqe](size_t bytes) {
+            wqe.resize(wqe.size() + bytes);
+            return wqe.data() + wqe.size() - bytes;
+        };
+        if (s.opcode != mlx5qp::kSend) {
+            uint8_t *raddr = grow(16);
+            writeBe64(raddr, s.remoteAddr);
+            writeBe32(raddr + 8, s.rkey ? s.rkey : lkey);
+        }
+        if (s.opcode == kFetchAdd)
+            writeBe64(grow(16), add);
+        uint8_t *data = grow(16);
+        writeBe32(data, s.length);
+        writeBe32(data + 4, lkey);
+        writeBe64(data + 8, s.addr);
+        return postWqe(qp, wqe);
+    }
+
     Mlx5Host::Reply change(uint16_t opcode, uint32_t qpn, uint8_t port = 1, const Peer &peer = {}) {
         using namespace mlx5qp;
         const bool context = opcode != kToErr && opcode != kToRst;

@@ -459,6 +459,15 @@ std::vector<uint8_t> connectXSeed() {
     REQUIRE(host.run(key, 16).status() == 0);
     const uint64_t data = host.allocRandom(4096, 2);
     f.blueFlame(f.writeSend(*a, false, {.opcode = kSend, .addr = data, .length = 4096}), f.uar);
+    // A DCT with a DCI's connection open: its SEND waits on an RNR NAK.
+    const auto dct = host.run(f.dctInput(srq->srqn, 0x1ee7a330), 16);
+    REQUIRE(dct.status() == 0);
+    auto dci = f.createDci(srq->srqn);
+    REQUIRE(dci);
+    REQUIRE(f.toRts(dci->qpn, {.ackTimeout = 12, .retries = 7, .rnrRetries = 7}));
+    f.blueFlame(f.writeDcSend(*dci, static_cast<uint32_t>(dct.get(kHeld)), 0x1ee7a330,
+                              {.opcode = kSend, .addr = data, .length = 4096}),
+                f.uar);
     return save(host).bytes;
 }
 

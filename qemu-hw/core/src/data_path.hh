@@ -84,6 +84,9 @@ class DataPath final : public SubnetSender, public ScheduledEngine, QpErrorFlow 
     // (dc_targets.cc), and how many it has.
     void closeDcConnections(uint32_t dct, const char *why);
     size_t dcConnectionsOf(uint32_t dct) const;
+    // Its connections in a saved state, after the DCT (dc_targets.cc).
+    void saveDcConnections(uint32_t dct, StateWriter &w) const;
+    void loadDcConnections(QueuePair &dct, StateReader &r);
     // XRC SRQ `srqn` is about to be destroyed: no message goes on into it.
     void forgetXrcSrq(uint32_t srqn) { responder_.forgetXrcSrq(srqn); }
     // Nothing in flight, no timer, no postponed work: the power-on state.
@@ -146,6 +149,8 @@ class DataPath final : public SubnetSender, public ScheduledEngine, QpErrorFlow 
     void deliverToDct(unsigned port, QueuePair &dct, const iba::Packet &packet);
     QueuePair *dcConnection(QueuePair &dct, const DcPeer &peer, const iba::Packet &packet);
     QueuePair *openDcConnection(QueuePair &dct, const DcPeer &peer, const iba::Packet &packet);
+    QueuePair *addDcConnection(QueuePair &dct, const DcPeer &peer, const pib_av &path,
+                               uint32_t psn);
     bool closeIdlestDcConnection();
     void closeDcConnection(const DcPeer &peer, const char *why);
 

@@ -18,7 +18,12 @@ namespace pib {
 void DataPath::deliverToDct(unsigned port, QueuePair &dct, const iba::Packet &packet) {
     const iba::Dceth &h = *packet.dceth; // every DC request has one (iba::Layout)
     const DcPeer peer{dct.number, h.dci, packet.lrh.slid, static_cast<uint8_t>(port)};
+    if (dct.attr.qp_state != PIB_QPS_RTR) {
+        trace::err_dc_dropped(host_, dct.number, h.dci, packet.lrh.slid, "its DCT was drained");
+        return;
+    }
     if (h.key != dct.dc.key) {
+        ++dct.dc.keyViolations;
         trace::err_dc_dropped(host_, dct.number, h.dci, packet.lrh.slid, "wrong DC access key");
         if (PortState *p = ports_.find(port))
             ++p->transport.invalid_requests;
@@ -36,16 +41,17 @@ void DataPath::deliverToDct(unsigned port, QueuePair &dct, const iba::Packet &pa
 }
 
 // The connection `packet` goes to: the one `peer` has, or one its CONNECT
-// opens. A CONNECT at or beyond the PSN the connection expects comes from
-// a DCI that left (its DISCONNECT lost) and came back: it starts over. One
-// before it is a resent first packet, a duplicate like any other.
+// opens. A CONNECT beyond the PSN the connection expects comes from a DCI
+// that left (its DISCONNECT lost) and sent elsewhere since: it starts
+// over. One at that PSN or before it is in sequence, or a duplicate (a
+// DCI's resends say CONNECT too), and goes to the connection as it is.
 QueuePair *DataPath::dcConnection(QueuePair &dct, const DcPeer &peer, const iba::Packet &packet) {
     DcConnections &dc = objects_.dcConnections;
     const bool connect = packet.dceth->flags & iba::Dceth::kConnect;
     if (const auto it = dc.byPeer.find(peer); it != dc.byPeer.end()) {
         QueuePair &c = *dc.table.find(it->second);
         const bool failed = c.attr.qp_state != PIB_QPS_RTS;
-        if (!connect || (!failed && psnDiff(packet.bth.psn, c.resp.expectedPsn) < 0)) {
+        if (!connect || (!failed && psnDiff(packet.bth.psn, c.resp.expectedPsn) <= 0)) {
             if (!failed)
                 return &c;
             trace::err_dc_dropped(host_, dct.number, peer.dci, peer.slid,
@@ -85,8 +91,7 @@ static pib_av replyPath(const PortState &p, const iba::Packet &packet) {
     return av;
 }
 
-// A new connection of `dct` for `peer`, expecting `packet`'s PSN: an RC
-// responder in RTS with the DCT's SRQ, CQ, PD, access and path MTU.
+// A new connection of `dct` for `peer`, expecting `packet`'s PSN.
 QueuePair *DataPath::openDcConnection(QueuePair &dct, const DcPeer &peer,
                                       const iba::Packet &packet) {
     DcConnections &dc = objects_.dcConnections;
@@ -95,6 +100,18 @@ QueuePair *DataPath::openDcConnection(QueuePair &dct, const DcPeer &peer,
                               "every DC connection of the device is busy");
         return nullptr;
     }
+    QueuePair *c =
+        addDcConnection(dct, peer, replyPath(ports_.at(peer.port), packet), packet.bth.psn);
+    if (c)
+        trace::dc_opened(host_, dct.number, c->number, peer.dci, peer.slid, packet.bth.psn);
+    return c;
+}
+
+// A connection of `dct` for `peer`, answering by `path`, expecting `psn`:
+// an RC responder in RTS with the DCT's SRQ, CQ, PD, access, path MTU
+// and Q counter. nullptr when the table is full.
+QueuePair *DataPath::addDcConnection(QueuePair &dct, const DcPeer &peer, const pib_av &path,
+                                     uint32_t psn) {
     auto made = std::make_unique<QueuePair>();
     QueuePair &c = *made;
     c.ctx.type = PIB_QPT_RC;
@@ -104,18 +121,20 @@ QueuePair *DataPath::openDcConnection(QueuePair &dct, const DcPeer &peer,
     c.ctx.recv_cqn = c.ctx.send_cqn = dct.ctx.recv_cqn;
     c.attr = dct.attr;
     c.attr.qp_state = PIB_QPS_RTS;
-    c.attr.rq_psn = packet.bth.psn;
+    c.attr.rq_psn = psn;
     c.attr.dest_qp_num = peer.dci;
-    c.attr.av = replyPath(ports_.at(peer.port), packet);
-    c.resp.expectedPsn = packet.bth.psn;
+    c.attr.av = path;
+    c.resp.expectedPsn = psn;
     c.resp.established = true; // a DCT raises no COMM_EST
     c.dc.dct = dct.number;
+    c.dc.lastActive = host_.clockNs();
+    c.counterSet = dct.counterSet; // the DCT holds it, and outlives its connections
+    DcConnections &dc = objects_.dcConnections;
     const std::optional<uint32_t> number = dc.table.insert(std::move(made));
     if (!number)
-        return nullptr; // the room made above
+        return nullptr;
     c.number = *number;
     dc.byPeer[peer] = c.number;
-    trace::dc_opened(host_, dct.number, c.number, peer.dci, peer.slid, packet.bth.psn);
     return &c;
 }
 
@@ -168,6 +187,54 @@ size_t DataPath::dcConnectionsOf(uint32_t dct) const {
     for (const auto &entry : objects_.dcConnections.byPeer)
         n += entry.first.dct == dct;
     return n;
+}
+
+// Each connection: its peer, its reply path and PSN at opening, then its
+// responder (transport_state.cc).
+void DataPath::saveDcConnections(uint32_t dct, StateWriter &w) const {
+    const DcConnections &dc = objects_.dcConnections;
+    w.u32(static_cast<uint32_t>(dcConnectionsOf(dct)));
+    for (const auto &[peer, number] : dc.byPeer) {
+        if (peer.dct != dct)
+            continue;
+        const QueuePair &c = *dc.table.find(number);
+        w.u32(peer.dci);
+        w.u16(peer.slid);
+        w.u8(peer.port);
+        w.record(c.attr.av);
+        w.u32(c.attr.rq_psn);
+        w.boolean(c.attr.qp_state == PIB_QPS_RTS);
+        saveTransport(c, w);
+    }
+}
+
+// What saveDcConnections() wrote, each connection checked as a packet
+// that opens one is, and its responder as any loaded QP's.
+void DataPath::loadDcConnections(QueuePair &dct, StateReader &r) {
+    DcConnections &dc = objects_.dcConnections;
+    const uint32_t count = r.count(dc.table.capacity() - dc.table.size(),
+                                   4 + 2 + 1 + sizeof(pib_av) + 4 + 1, "DC connections");
+    for (uint32_t i = 0; i < count && r.ok(); ++i) {
+        DcPeer peer{dct.number, r.u32(), 0, 0};
+        peer.slid = r.u16();
+        peer.port = r.u8();
+        pib_av path;
+        r.record(path, "a DC connection's path");
+        const uint32_t psn = r.u32();
+        const bool healthy = r.boolean("a DC connection in RTS");
+        if (!r.ok())
+            return;
+        if (peer.dci > 0xffffff || psn > 0xffffff || peer.port != dct.attr.port_num ||
+            dc.byPeer.contains(peer)) {
+            r.fail("DCT " + std::to_string(dct.number) +
+                   ": a DC connection of no DCI, another port, or twice");
+            return;
+        }
+        QueuePair &c = *addDcConnection(dct, peer, path, psn); // room: counted above
+        if (!healthy)
+            c.attr.qp_state = PIB_QPS_ERR;
+        loadTransport(c, r);
+    }
 }
 
 } // namespace pib

@@ -114,10 +114,11 @@ struct WorkQueue {
 // took a request.
 struct DcLink {
     uint64_t key = 0;
-    uint32_t connectPsn = 0; // DCI
-    bool connected = false;  // DCI
-    uint32_t dct = 0;        // connection: its DCT's number
-    uint64_t lastActive = 0; // connection: host clock ns
+    uint32_t connectPsn = 0;    // DCI
+    bool connected = false;     // DCI
+    uint32_t dct = 0;           // connection: its DCT's number
+    uint64_t lastActive = 0;    // connection: host clock ns
+    uint32_t keyViolations = 0; // DCT: requests with another key, dropped
 };
 
 struct QueuePair {

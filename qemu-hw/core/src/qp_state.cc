@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: GPL-2.0-or-later
 #include "qp_state.hh"
 
+#include "core_operations.hh"
 #include "pib_hw.h"
 
 namespace pib {
@@ -8,8 +9,10 @@ namespace pib {
 namespace {
 
 // XRC's initiator and target are RC's two halves, with the attributes of
-// the half each has (IBA A14.7, as ib_modify_qp_is_ok has them).
-enum Kind { kSpecial, kRc, kUc, kUd, kXrcIni, kXrcTgt };
+// the half each has (IBA A14.7, as ib_modify_qp_is_ok has them). A DCI
+// is a requester whose path and peer each WQE gives (docs/mlx5.md §15):
+// it takes a port, a path MTU and RC's requester attributes.
+enum Kind { kSpecial, kRc, kUc, kUd, kXrcIni, kXrcTgt, kDci };
 
 Kind kindOf(uint8_t type) {
     switch (type) {
@@ -23,6 +26,8 @@ Kind kindOf(uint8_t type) {
         return kXrcIni;
     case PIB_QPT_XRC_TGT:
         return kXrcTgt;
+    case kQptDci:
+        return kDci;
     default:
         return kSpecial; // SMI and GSI
     }
@@ -47,6 +52,8 @@ TransitionRule resetToInit(Kind k) {
         return rule(PIB_QP_PKEY_INDEX | PIB_QP_PORT | PIB_QP_QKEY, 0);
     case kSpecial:
         return rule(PIB_QP_PKEY_INDEX | PIB_QP_QKEY, 0);
+    case kDci:
+        return rule(PIB_QP_PKEY_INDEX | PIB_QP_PORT, 0);
     }
     return {};
 }
@@ -62,6 +69,8 @@ TransitionRule initToInit(Kind k) {
         return rule(0, PIB_QP_PKEY_INDEX | PIB_QP_PORT | PIB_QP_QKEY);
     case kSpecial:
         return rule(0, PIB_QP_PKEY_INDEX | PIB_QP_QKEY);
+    case kDci:
+        return rule(0, PIB_QP_PKEY_INDEX | PIB_QP_PORT);
     }
     return {};
 }
@@ -79,6 +88,8 @@ TransitionRule initToRtr(Kind k) {
     case kUd:
     case kSpecial:
         return rule(0, PIB_QP_PKEY_INDEX | PIB_QP_QKEY);
+    case kDci:
+        return rule(PIB_QP_PATH_MTU, PIB_QP_PKEY_INDEX);
     }
     return {};
 }
@@ -93,6 +104,10 @@ TransitionRule rtrToRts(Kind k) {
         return rule(PIB_QP_TIMEOUT | PIB_QP_RETRY_CNT | PIB_QP_RNR_RETRY | PIB_QP_SQ_PSN |
                         PIB_QP_MAX_QP_RD_ATOMIC,
                     PIB_QP_CUR_STATE | kPath | kAccess);
+    case kDci:
+        return rule(PIB_QP_TIMEOUT | PIB_QP_RETRY_CNT | PIB_QP_RNR_RETRY | PIB_QP_SQ_PSN |
+                        PIB_QP_MAX_QP_RD_ATOMIC,
+                    PIB_QP_CUR_STATE);
     case kXrcTgt:
         return rule(PIB_QP_TIMEOUT | PIB_QP_SQ_PSN,
                     PIB_QP_CUR_STATE | kPath | kAccess | PIB_QP_MIN_RNR_TIMER);
@@ -117,6 +132,8 @@ TransitionRule toRts(Kind k) {
     case kUd:
     case kSpecial:
         return rule(0, PIB_QP_CUR_STATE | PIB_QP_QKEY);
+    case kDci:
+        return rule(0, PIB_QP_CUR_STATE);
     }
     return {};
 }
@@ -134,6 +151,9 @@ TransitionRule sqdToSqd(Kind k) {
     case kUd:
     case kSpecial:
         return rule(0, PIB_QP_PKEY_INDEX | PIB_QP_QKEY);
+    case kDci:
+        return rule(0, PIB_QP_TIMEOUT | PIB_QP_RETRY_CNT | PIB_QP_RNR_RETRY |
+                           PIB_QP_MAX_QP_RD_ATOMIC | PIB_QP_PKEY_INDEX);
     }
     return {};
 }
@@ -148,6 +168,7 @@ TransitionRule sqeToRts(Kind k) {
     case kRc: // a reliable QP never enters SQE
     case kXrcIni:
     case kXrcTgt:
+    case kDci:
         return {};
     }
     return {};

@@ -471,6 +471,11 @@ Requester::SendProgress Requester::sendRequestPackets(QueuePair &qp, SendWqe &w)
 // Resends from `psn` on: every outstanding WQE from the one that holds it.
 void Requester::rewind(QueuePair &qp, uint32_t psn) {
     qp.req.unsentHeld = true;
+    // A DCI's resend says CONNECT: a DCT that lost the connection (its
+    // table took the place, or a move lost it) opens it again there, and
+    // one that has it takes the packet as in sequence or a duplicate.
+    if (qp.ctx.type == kQptDci && qp.dc.connected)
+        qp.dc.connectPsn = psn;
     for (SendWqe &w : qp.req.outstanding) {
         const int32_t d = psnDiff(psn, w.firstPsn);
         if (d >= static_cast<int32_t>(w.packets))

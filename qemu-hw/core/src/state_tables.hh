@@ -28,6 +28,25 @@ void saveTable(StateWriter &w, uint32_t tag, const ObjectTable<T> &table, Each &
     w.endSection();
 }
 
+// The same, of the objects `keep` takes (a table another section shares:
+// the QPs' with ConnectX's DCTs).
+template <class T, class Keep, class Each>
+void saveTableWhere(StateWriter &w, uint32_t tag, const ObjectTable<T> &table, Keep &&keep,
+                    Each &&each) {
+    uint32_t count = 0;
+    table.forEach([&](uint32_t, const T &object) { count += keep(object) ? 1 : 0; });
+    w.beginSection(tag);
+    w.u32(table.rotation());
+    w.u32(count);
+    table.forEach([&](uint32_t number, const T &object) {
+        if (!keep(object))
+            return;
+        w.u32(number);
+        each(object);
+    });
+    w.endSection();
+}
+
 // A table's section as saveTable() wrote it: `load` reads each object's
 // fields (`eachAtLeast` bytes or more) after its number and makes it.
 template <class T, class Load>

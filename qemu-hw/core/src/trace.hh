@@ -459,6 +459,24 @@ inline void mlx5_srq_destroy(const Host &host, unsigned srqn) {
         host.event(PIB_EVENT_MLX5_SRQ_DESTROY, {Host::eventArg(srqn)});
 }
 
+inline void mlx5_dct_create(const Host &host, unsigned dctn, unsigned srqn, unsigned cqn,
+                            unsigned pdn, unsigned port) {
+    if (host.eventEnabled(PIB_EVENT_MLX5_DCT_CREATE))
+        host.event(PIB_EVENT_MLX5_DCT_CREATE,
+                   {Host::eventArg(dctn), Host::eventArg(srqn), Host::eventArg(cqn),
+                    Host::eventArg(pdn), Host::eventArg(port)});
+}
+
+inline void mlx5_dct_drain(const Host &host, unsigned dctn) {
+    if (host.eventEnabled(PIB_EVENT_MLX5_DCT_DRAIN))
+        host.event(PIB_EVENT_MLX5_DCT_DRAIN, {Host::eventArg(dctn)});
+}
+
+inline void mlx5_dct_destroy(const Host &host, unsigned dctn) {
+    if (host.eventEnabled(PIB_EVENT_MLX5_DCT_DESTROY))
+        host.event(PIB_EVENT_MLX5_DCT_DESTROY, {Host::eventArg(dctn)});
+}
+
 inline void mlx5_qp_create(const Host &host, unsigned qpn, unsigned type, unsigned log_rq,
                            unsigned log_rq_stride, unsigned log_sq, unsigned pd, unsigned uar) {
     if (host.eventEnabled(PIB_EVENT_MLX5_QP_CREATE))

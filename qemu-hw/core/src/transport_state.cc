@@ -282,15 +282,16 @@ void DataPath::portActive(unsigned port) {
 void DataPath::resendWhatWasLost(unsigned port) {
     const auto resume = [&](QueuePair &qp) {
         const uint8_t state = qp.attr.qp_state;
-        if (!isReliableType(qp.ctx.type) || qp.attr.port_num != port)
+        if ((!isReliableType(qp.ctx.type) && qp.ctx.type != kQptDci) || qp.attr.port_num != port)
             return;
-        if (qp.ctx.type != PIB_QPT_XRC_INI &&
+        if (isReliableType(qp.ctx.type) && qp.ctx.type != PIB_QPT_XRC_INI &&
             (state == PIB_QPS_RTR || state == PIB_QPS_RTS || state == PIB_QPS_SQD))
             responder_.sayWhereAfterLoss(qp);
         if (isReliableRequester(qp.ctx.type) && (state == PIB_QPS_RTS || state == PIB_QPS_SQD))
             requester_.resendAfterLoss(qp);
     };
     objects_.qps.forEach([&](uint32_t, QueuePair &qp) { resume(qp); });
+    objects_.dcConnections.table.forEach([&](uint32_t, QueuePair &qp) { resume(qp); });
 }
 
 } // namespace pib

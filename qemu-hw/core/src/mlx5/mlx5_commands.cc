@@ -91,7 +91,7 @@ const Refusals Commands::kRefusals{err::kMlx5CmdBadResource, err::kMlx5CmdBadPar
                                    err::kMlx5CmdNoResources, err::kMlx5CmdInUse};
 
 // clang-format off
-const std::array<Commands::Spec, 54> Commands::kTable = {{
+const std::array<Commands::Spec, 58> Commands::kTable = {{
     {0x100, "QUERY_HCA_CAP", 0x10, 0x10 + HcaCaps::kPageBytes, State::kEnabled, &Commands::queryHcaCap},
     {0x101, "QUERY_ADAPTER", 0x10, 0x110, State::kEnabled, &Commands::queryAdapter},
     {0x102, "INIT_HCA", 0x10, 0x10, State::kEnabled, &Commands::initHca},
@@ -144,6 +144,10 @@ const std::array<Commands::Spec, 54> Commands::kTable = {{
     {0x50b, "QUERY_QP", 0x10, 0x100, State::kInitialized, &Commands::queryQp},
     {0x50c, "SQD_RTS_QP", 0x100, 0x10, State::kInitialized, &Commands::changeQpState},
     {0x50e, "INIT2INIT_QP", 0x100, 0x10, State::kInitialized, &Commands::changeQpState},
+    {0x710, "CREATE_DCT", 0x80, 0x10, State::kInitialized, &Commands::createDct},
+    {0x711, "DESTROY_DCT", 0x10, 0x10, State::kInitialized, &Commands::destroyDct},
+    {0x712, "DRAIN_DCT", 0x10, 0x10, State::kInitialized, &Commands::drainDct},
+    {0x713, "QUERY_DCT", 0x10, 0x80, State::kInitialized, &Commands::queryDct},
     {0x771, "ALLOC_Q_COUNTER", 0x10, 0x10, State::kInitialized, &Commands::allocQCounter},
     {0x772, "DEALLOC_Q_COUNTER", 0x10, 0x10, State::kInitialized, &Commands::deallocQCounter},
     {0x773, "QUERY_Q_COUNTER", 0x20, 0x100, State::kInitialized, &Commands::queryQCounter},
@@ -267,6 +271,7 @@ void Commands::reset() {
     pages_.reset();
     uars_.reset();
     eqs_.reset();
+    dcts_.reset();
     registers_.reset();
 }
 
@@ -311,6 +316,7 @@ const err::Condition *Commands::teardownHca(const Request &r) {
     // What the function made since INIT_HCA goes with it.
     eqs_.reset();
     uars_.reset();
+    dcts_.reset();
     core_.endObjects();
     set(r.out, kTeardownState, 0); // a forced teardown is done
     return nullptr;
@@ -490,6 +496,30 @@ const err::Condition *Commands::createSrq(const Request &r) {
         return why;
     set(r.out, kSrqNumber, srqn);
     return nullptr;
+}
+
+// The DC targets (mlx5_dc_targets.hh): create_dct_out and the other
+// commands' inputs name one at the same place.
+constexpr Field kDctNumber = field(0x48, 24);
+
+const err::Condition *Commands::createDct(const Request &r) {
+    uint32_t dctn = 0;
+    if (const err::Condition *why = dcts_.create(r.in, dctn))
+        return why;
+    set(r.out, kDctNumber, dctn);
+    return nullptr;
+}
+
+const err::Condition *Commands::destroyDct(const Request &r) {
+    return dcts_.destroy(static_cast<uint32_t>(get(r.in, kDctNumber)));
+}
+
+const err::Condition *Commands::drainDct(const Request &r) {
+    return dcts_.drain(static_cast<uint32_t>(get(r.in, kDctNumber)));
+}
+
+const err::Condition *Commands::queryDct(const Request &r) {
+    return dcts_.query(static_cast<uint32_t>(get(r.in, kDctNumber)), r.out);
 }
 
 const err::Condition *Commands::destroySrq(const Request &r) {

@@ -21,6 +21,7 @@
 #include "injection.hh"
 #include "memory_regions.hh"
 #include "mlx5_completion_queues.hh"
+#include "mlx5_dc_targets.hh"
 #include "mlx5_event_queues.hh"
 #include "mlx5_hca_caps.hh"
 #include "mlx5_pages.hh"
@@ -45,7 +46,7 @@ class Commands {
         : config_(config), host_(host), caps_(config.num_ports), pages_(host), uars_(uars),
           eqs_(eqs), cqs_(cqs), qps_(qps), core_(std::move(core)),
           regions_(host, core_.objects, kRefusals), srqs_(host, core_.objects, core_.srqEnds),
-          registers_(core_.ports) {}
+          dcts_(host, core_.objects, core_.ports, core_.dataPath, eqs), registers_(core_.ports) {}
 
     // Runs the command whose input is `in`; its output (status and
     // syndrome included) goes to `out`.
@@ -96,7 +97,7 @@ class Commands {
         Handler handler;   // nullptr: known by name, not executed
     };
     static const Spec *find(uint16_t opcode);
-    static const std::array<Spec, 54> kTable;
+    static const std::array<Spec, 58> kTable;
 
     [[gnu::format(printf, 3, 4)]] const err::Condition *fail(const err::Condition &why,
                                                              const char *fmt, ...) const;
@@ -131,6 +132,10 @@ class Commands {
     const err::Condition *destroyQp(const Request &r);
     const err::Condition *changeQpState(const Request &r);
     const err::Condition *queryQp(const Request &r);
+    const err::Condition *createDct(const Request &r);
+    const err::Condition *destroyDct(const Request &r);
+    const err::Condition *drainDct(const Request &r);
+    const err::Condition *queryDct(const Request &r);
     const err::Condition *attachToMcg(const Request &r);
     const err::Condition *detachFromMcg(const Request &r);
     const err::Condition *madIfc(const Request &r);
@@ -170,6 +175,7 @@ class Commands {
     CoreParts core_;
     MemoryRegions regions_;
     SharedReceiveQueues srqs_;
+    DcTargets dcts_;
     Registers registers_; // ACCESS_REG's
     static const Refusals kRefusals;
     State state_ = State::kDisabled;

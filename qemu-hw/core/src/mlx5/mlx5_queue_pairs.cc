@@ -84,6 +84,7 @@ constexpr uint8_t kRc = 0x0;
 constexpr uint8_t kUc = 0x1;
 constexpr uint8_t kUd = 0x2;
 constexpr uint8_t kXrc = 0x3; // an XRC INI QP with an SQ, an XRC TGT QP without
+constexpr uint8_t kDci = 0x5; // a DC initiator (docs/mlx5.md §15)
 constexpr uint8_t kQp0 = 0x7;
 constexpr uint8_t kQp1 = 0x8;
 constexpr uint8_t kRegUmr = 0xc; // the driver's UMR QP (docs/mlx5.md §10.1)
@@ -101,7 +102,7 @@ struct ServiceType {
 constexpr ServiceType kServiceTypes[] = {{st::kRc, PIB_QPT_RC},       {st::kUc, PIB_QPT_UC},
                                          {st::kUd, PIB_QPT_UD},       {st::kXrc, PIB_QPT_XRC_INI},
                                          {st::kXrc, PIB_QPT_XRC_TGT}, {st::kQp0, PIB_QPT_SMI},
-                                         {st::kQp1, PIB_QPT_GSI}};
+                                         {st::kQp1, PIB_QPT_GSI},     {st::kDci, kQptDci}};
 
 // The core's type of a CREATE_QP's context: the UMR QP is a core UC QP
 // (QueuePair::umr); an XRC QP without an SQ is a target.
@@ -262,10 +263,11 @@ const err::Condition *QueuePairs::checkContext(std::span<const uint8_t> in) cons
         : srq && !objects_.srqs.find(get(in, kSrqn))               ? "srqn: no such SRQ"
         : !rq && (get(in, kLogRqSize) || get(in, kQpcLogRqStride)) ? "an RQ size with no RQ"
         : !sq && get(in, kLogSqSize)                               ? "an SQ size with no_sq"
-        : !rq && !srq && !sq             ? "neither a receive side nor an SQ"
-        : umr && (srq || !sq)            ? "a UMR QP with an SRQ or no SQ"
-        : *type == PIB_QPT_XRC_INI && rq ? "an XRC INI QP with an RQ"
-        : *type == PIB_QPT_XRC_TGT && rq ? "an XRC TGT QP with an RQ"
+        : !rq && !srq && !sq              ? "neither a receive side nor an SQ"
+        : umr && (srq || !sq)             ? "a UMR QP with an SRQ or no SQ"
+        : *type == PIB_QPT_XRC_INI && rq  ? "an XRC INI QP with an RQ"
+        : *type == PIB_QPT_XRC_TGT && rq  ? "an XRC TGT QP with an RQ"
+        : *type == kQptDci && (rq || !sq) ? "a DCI with an RQ or no SQ"
         : *type == PIB_QPT_XRC_TGT && !objects_.xrcds.find(get(in, kQpcXrcd))
             ? "xrcd: no such XRC domain"
         : get(in, kQpcWqSignature)         ? "wq_signature: WQE signatures are not offered"
@@ -334,12 +336,12 @@ const err::Condition *QueuePairs::create(std::span<const uint8_t> in, uint32_t &
     ctx.uar_page = static_cast<uint32_t>(get(in, kQpcUarPage));
     // A queue the QP lacks has stride 0 (mlx5_wqe_reader.cc). An XRC TGT
     // QP takes its receive WQEs from the XRC SRQ each message names, an
-    // XRC INI QP receives nothing: the SRQ their context names (the
-    // driver's default one) is never used.
+    // XRC INI QP or a DCI receives nothing: the SRQ their context names
+    // (the driver's default one) is never used.
     if (ctx.type == PIB_QPT_XRC_TGT) {
         ctx.xrcdn = static_cast<uint32_t>(get(in, kQpcXrcd));
         ctx.srqn = static_cast<uint32_t>(get(in, kSrqn)); // kept for createInput()
-    } else if (ctx.type == PIB_QPT_XRC_INI) {
+    } else if (ctx.type == PIB_QPT_XRC_INI || ctx.type == kQptDci) {
     } else if (get(in, kRqType) == kSrqRq) {
         ctx.flags |= PIB_QP_USE_SRQ;
         ctx.srqn = static_cast<uint32_t>(get(in, kSrqn));

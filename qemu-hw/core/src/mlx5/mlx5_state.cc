@@ -206,6 +206,7 @@ void Commands::saveObjects(StateWriter &w) const {
     saveKeys(w);
     srqs_.save(w);
     qps_.save(w);
+    dcts_.save(w);
 }
 
 void Commands::loadObjects(StateReader &r) {
@@ -224,6 +225,7 @@ void Commands::loadObjects(StateReader &r) {
               [&](uint32_t number) { loadKey(r, number); });
     srqs_.load(r);
     qps_.load(r);
+    dcts_.load(r);
 }
 
 // A key: its CREATE_MKEY input, then what it is now. A UMR-enabled one is

@@ -134,7 +134,11 @@ void QueuePairs::saveQp(StateWriter &w, const QueuePair &qp) const {
 }
 
 void QueuePairs::save(StateWriter &w) const {
-    saveTable(w, kQpsTag, objects_.qps, [&](const QueuePair &qp) { saveQp(w, qp); });
+    // The DCTs, numbered among the QPs, have a section of their own
+    // (mlx5_dc_targets.cc).
+    saveTableWhere(
+        w, kQpsTag, objects_.qps, [](const QueuePair &qp) { return qp.ctx.type != kQptDct; },
+        [&](const QueuePair &qp) { saveQp(w, qp); });
     saveSpecialQps(w, kSpecialQpsTag, objects_, [&](const QueuePair &qp) { saveQp(w, qp); });
     saveMulticast(w, kMulticastTag, objects_.multicast);
 }

@@ -89,6 +89,9 @@ bool WqeReader::sendLayout(uint8_t qpType, uint8_t mlx5Opcode, Layout &layout) {
     const bool connected = reliable || qpType == PIB_QPT_UC;
     const bool found = connectedLayout(mlx5Opcode, reliable, connected, layout);
     layout.xrc = qpType == PIB_QPT_XRC_INI;
+    // A DCI's WQEs that send carry the DCT's address, as UD's do.
+    layout.datagram =
+        qpType == kQptDci && layout.opcode != PIB_WR_REG_MR && layout.opcode != kWrNop;
     return found;
 }
 
@@ -242,6 +245,7 @@ uint8_t WqeReader::decodeSend(const QueuePair &qp, uint32_t index, const Layout 
         pib_wqe_ud &ud = out.ud;
         const uint32_t grh = readBe32(p + av::kGrhGidFlow);
         ud.remote_qkey = readBe32(p + av::kQkey);
+        out.dcKey = readBe64(p + av::kQkey); // a DCI's: the key field is the DC access key
         ud.remote_qpn = readBe32(p + av::kDestQp) & 0xffffff;
         ud.av.sl = p[av::kRateSl] & 0xf;
         ud.av.src_path_bits = p[av::kPathBits] & 0x7f;
