@@ -47,10 +47,10 @@ void check(bool ok, const char *what) {
 
 // The opcodes the device executes, and a few it knows only by name.
 constexpr uint16_t kOpcodes[] = {
-    0x100, 0x101, 0x102, 0x103, 0x104, 0x105, 0x107, 0x108, 0x109, 0x10a, 0x10b, 0x200,
-    0x202, 0x301, 0x302, 0x400, 0x401, 0x403, 0x500, 0x501, 0x502, 0x503, 0x504, 0x505,
-    0x506, 0x507, 0x50a, 0x50b, 0x50c, 0x50d, 0x50e, 0x700, 0x701, 0x702, 0x703, 0x762,
-    0x800, 0x801, 0x802, 0x803, 0x805, 0x806, 0x807, 0x80e, 0x80f, 0x771, 0x772, 0x773};
+    0x100, 0x101, 0x102, 0x103, 0x104, 0x105, 0x107, 0x108, 0x109, 0x10a, 0x10b, 0x200, 0x202,
+    0x301, 0x302, 0x400, 0x401, 0x403, 0x500, 0x501, 0x502, 0x503, 0x504, 0x505, 0x506, 0x507,
+    0x50a, 0x50b, 0x50c, 0x50d, 0x50e, 0x700, 0x701, 0x702, 0x703, 0x762, 0x800, 0x801, 0x802,
+    0x803, 0x805, 0x806, 0x807, 0x80e, 0x80f, 0x771, 0x772, 0x773, 0x710, 0x711, 0x712, 0x713};
 constexpr uint32_t kIsegOffsets[] = {iseg::kCmdqAddrHigh, iseg::kCmdqAddrLowSize,
                                      iseg::kCmdDoorbell,  iseg::kFwRev,
                                      iseg::kInitializing, iseg::kHealthCounter};
@@ -369,8 +369,15 @@ struct QpWorld {
         set(key, field(0x220, 32), 8); // 16 pages
         const auto made = f.host.run(key, 16);
         freeKey = static_cast<uint32_t>(made.get(qpc::kHeld)) << 8;
-        return made.status() == 0 && f.toRts(qps[0].qp.qpn) && f.toRts(qps[1].qp.qpn) &&
-               f.toRts(qps[2].qp.qpn, {.qpn = qps[3].qp.qpn}) &&
+        // A seventh, a DCI, and a DCT on the SRQ (docs/mlx5.md §15).
+        const auto dci = f.createDci(srq->srqn);
+        if (!dci || !f.toRts(dci->qpn, {.ackTimeout = 10, .retries = 3, .rnrRetries = 3}))
+            return false;
+        qps.push_back({*dci, false});
+        const auto dct = f.host.run(f.dctInput(srq->srqn, kDcKey), 16);
+        dctn = static_cast<uint32_t>(dct.get(qpc::kHeld));
+        return dct.status() == 0 && made.status() == 0 && f.toRts(qps[0].qp.qpn) &&
+               f.toRts(qps[1].qp.qpn) && f.toRts(qps[2].qp.qpn, {.qpn = qps[3].qp.qpn}) &&
                f.toRts(qps[3].qp.qpn, {.qpn = qps[2].qp.qpn});
     }
 
@@ -432,6 +439,38 @@ struct QpWorld {
             .length = in.ConsumeIntegralInRange<uint32_t>(0, 2048),
             .remoteAddr = pages.pick(in) + in.ConsumeIntegralInRange<uint32_t>(0, 2048)};
         f.blueFlame(f.writeSend(e.qp, ud, s), f.uar);
+    }
+
+    // DC: a DCI's send as libmlx5 writes one, to the DCT with its key or
+    // not, or to any number, of any of DC's operations (from a QP of any
+    // type now and then); or the DCT drained, destroyed and made again
+    // (by a key of its own or another's), or queried.
+    void dc(FuzzedDataProvider &in, const Pages &pages) {
+        static constexpr uint8_t kOpcodes[] = {
+            qpc::kSend, qpc::kRdmaWrite, qpc::kRdmaRead, 0x09, 0x0b, 0x11, 0x12, 0x01};
+        if (in.ConsumeBool()) {
+            Entry &e = in.ConsumeIntegralInRange<int>(0, 7) ? qps[kDci] : pick(in);
+            const uint32_t to = in.ConsumeBool() ? dctn : in.ConsumeIntegral<uint32_t>() & 0xffffff;
+            const uint64_t key = in.ConsumeBool() ? kDcKey : in.ConsumeIntegral<uint64_t>();
+            const Mlx5Function::Send s{
+                .opcode = in.PickValueInArray(kOpcodes),
+                .addr = pages.pick(in) + in.ConsumeIntegralInRange<uint32_t>(0, 2048),
+                .length = in.ConsumeIntegralInRange<uint32_t>(0, in.ConsumeBool() ? 2048 : 9000),
+                .remoteAddr = pages.pick(in) + in.ConsumeIntegralInRange<uint32_t>(0, 2048)};
+            f.blueFlame(f.writeDcSend(e.qp, to, key, s, in.ConsumeIntegral<uint64_t>()), f.uar);
+            return;
+        }
+        static constexpr uint16_t kCommands[] = {0x711, 0x712, 0x713};
+        const uint16_t opcode = in.PickValueInArray(kCommands);
+        auto cmd = Mlx5Host::input(opcode);
+        set(cmd, qpc::kHeld, in.ConsumeBool() ? dctn : in.ConsumeIntegralInRange<uint32_t>(0, 64));
+        const auto r = f.host.run(cmd, opcode == 0x713 ? 0x80 : 0x10);
+        if (opcode == 0x711 && r.status() == 0) {
+            const uint64_t key = in.ConsumeBool() ? kDcKey : in.ConsumeIntegral<uint64_t>();
+            const auto made = f.host.run(f.dctInput(srq->srqn, key), 16);
+            if (made.status() == 0)
+                dctn = static_cast<uint32_t>(made.get(qpc::kHeld));
+        }
     }
 
     // A UMR WQE shaped as mlx5_ib's fast registration or invalidation, or
@@ -556,7 +595,10 @@ struct QpWorld {
     // Where UD sends go: the two UD QPs and the one on the SRQ.
     static constexpr size_t kUdPeers[] = {0, 1, 4};
     static constexpr size_t kUmrQp = 5;
+    static constexpr size_t kDci = 6;
     static constexpr uint8_t kRegUmr = 0xc;
+    static constexpr uint64_t kDcKey = 0x1ee7a330;
+    uint32_t dctn = 0;
     Mlx5Function f;
     std::vector<Entry> qps;
     std::optional<Mlx5Function::Srq> srq;
@@ -957,8 +999,10 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
             world.receive(in, pages);
         else if (what == 11 && in.ConsumeBool())
             world.manage(in);
-        else if (what == 11)
+        else if (what == 11 && in.ConsumeBool())
             world.umr(in, pages);
+        else if (what == 11)
+            world.dc(in, pages);
         if (what >= 9)
             continue;
         switch (what) {

@@ -13,6 +13,7 @@
 
 #include "mlx5_checks.hh"
 #include "mlx5_function.hh"
+#include "packet.hh"
 
 using namespace pib;
 using namespace pib::mlx5;
@@ -245,4 +246,48 @@ TEST_CASE("mlx5: DC traffic waiting when the function moves completes whole", "[
     // one); B's opened after the SEND completed.
     CHECK(f.host.traces("dc_opened") == 2);
     CHECK(f.host.guestErrors() == 0);
+}
+
+// A hostile peer's DCIs CONNECT to a DCT by the thousand: the device keeps
+// at most kMaxDcConnections, drops the rest while every one is busy, and
+// takes new ones in place of those idle a second; the function's own DCI
+// still reaches the DCT.
+TEST_CASE("mlx5: a DCT's connections are bounded, and idle ones give their place", "[mlx5][dc]") {
+    DcFunction f;
+    const uint32_t a = f.dct(kKeyA);
+    constexpr uint32_t kMax = 1024, kMore = 40;
+    const auto connect = [&](uint32_t dci) {
+        iba::Packet p;
+        p.lrh.dlid = Mlx5Function::kLid;
+        p.lrh.slid = 0x50;
+        p.bth.opcode = static_cast<uint8_t>(iba::kTransportDc | iba::kSendOnly);
+        p.bth.destQp = a;
+        p.bth.psn = dci;
+        p.dceth = iba::Dceth{kKeyA, dci, iba::Dceth::kConnect};
+        p.payload.assign(8, 0x5a);
+        const auto frame = wire::encode(PIB_WIRE_PACKET, iba::build(p));
+        pib_core_port_receive(f.host.core, 1, frame.data(), frame.size());
+        f.host.runScheduled();
+        f.host.portOutput[1].clear(); // its RNR NAKs: the SRQ is empty
+    };
+    for (uint32_t dci = 1; dci <= kMax + kMore; ++dci)
+        connect(dci);
+    CHECK(f.host.traces("dc_opened") == kMax);
+    CHECK(f.host.traces("err_dc_dropped") == kMore);
+    f.host.advance(1'500'000'000);
+    for (uint32_t dci = 5000; dci < 5000 + kMore; ++dci)
+        connect(dci);
+    CHECK(f.host.traces("dc_opened") == kMax + kMore);
+    CHECK(f.host.traces("dc_closed") == kMore);
+
+    // The function's own DCI: its CONNECT takes the place of an idle one.
+    f.host.advance(1'500'000'000);
+    auto qp = f.dci();
+    const uint64_t source = f.host.allocRandom(4096, 7), sink = f.host.alloc(4096);
+    f.postSrq(f.srq, sink, 4096);
+    uint32_t next = 0;
+    f.blueFlame(f.dcSend(qp, a, kKeyA, {.opcode = kSend, .addr = source, .length = 4096}), f.uar);
+    const auto done = f.completions(&next, 2);
+    REQUIRE(done.size() == 2);
+    CHECK(std::equal(f.host.at(source), f.host.at(source) + 4096, f.host.at(sink)));
 }

@@ -23,6 +23,7 @@ import collections
 import json
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from pibctl import fabric, paths, peers_build, peers_output, ui, unittest_output
 
@@ -39,6 +40,7 @@ class Result:
     failed: list = field(default_factory=list)
     skipped: dict = field(default_factory=dict)  # test name -> reason
     error: str = ""  # the suite did not reach its end: why
+    output: str = ""  # what the suite printed, kept (runs_kept()) when a run failed
 
 
 @dataclass(frozen=True)
@@ -86,6 +88,7 @@ def osmtest(fab, device: "Device") -> Result:
                              timeout=600)
         verdict = f'OSMTEST: TEST "{name}" PASS'
         (result.passed if verdict in out.out and out.exitcode == 0 else result.failed).append(name)
+        result.output += out.out
     return result
 
 
@@ -96,7 +99,7 @@ def rdma_core_tests(fab, device: "Device") -> Result:
               "cd /tmp/peers-pyverbs/tests && gunzip -f *.gz && "
               f"python3 run_tests.py --dev {device.verbs} -v 2>&1")
     out = fabric.exec_in("vm1", ["sh", "-c", script], timeout=1800)
-    result = Result()
+    result = Result(output=out.out)
     for test, (outcome, reason) in unittest_output.results(out.out).items():
         if outcome == "ok":
             result.passed.append(test)
@@ -128,6 +131,7 @@ def fabtests(fab, device: "Device") -> Result:
                   f"'{provider}' vm1 vm2 2>&1")
         out = fabric.exec_in("vm1", ["sh", "-c", script], timeout=3600)
         outcomes, why, ended = peers_output.fabtests(out.out)
+        result.output += out.out
         for test, outcome in outcomes.items():
             name = f"{provider}: {test}"
             if outcome == "Pass":
@@ -181,7 +185,7 @@ def ucx_gtest(fab, device: "Device") -> Result:
               f"stdbuf -e0 -o0 ./gtest '--gtest_filter={UCX_GTEST_FILTER}' 2>&1")
     out = fabric.exec_in("vm1", ["sh", "-c", script], timeout=4 * 3600)
     outcomes, why, ended = peers_output.gtest(out.out, device.verbs)
-    result = Result()
+    result = Result(output=out.out)
     for test, outcome in outcomes.items():
         if outcome == "ok":
             result.passed.append(test)
@@ -242,11 +246,29 @@ def campaign(runs: int, suites=SUITES, devices=DEVICES, keep=None) -> dict:
                         ui.detail(f"{key} on {device.name}, run {n + 1}: {len(result.passed)} "
                                   f"passed, {len(result.failed)} failed, {len(result.skipped)} "
                                   f"skipped{', ' + result.error if result.error else ''} "
-                                  f"({time.monotonic() - start:.0f} s)")
+                                  f"({time.monotonic() - start:.0f} s){keep_output(key, device, result)}")
             finally:
                 fabric.down(quiet=True)
             write_doc(dict(table))
     return dict(table)
+
+
+# Where a campaign keeps what a failed run printed, to find out why:
+# failed-runs/ beside the peers' builds, in the cache.
+def runs_kept() -> Path:
+    return paths.cache_dir() / "peers" / "failed-runs"
+
+
+def keep_output(key: str, device: "Device", result: Result) -> str:
+    """Keeps `result`'s output if it failed; what the run's line says of
+    it ("" when it passed)."""
+    if not (result.failed or result.error):
+        return ""
+    runs_kept().mkdir(parents=True, exist_ok=True)
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    path = runs_kept() / f"{key.replace(' ', '_').replace(',', '')}-{device.name}-{stamp}.log"
+    path.write_text(result.output)
+    return f"; its output: {path}"
 
 
 def kept(results: dict, suites, devices) -> dict:

@@ -17,6 +17,7 @@ namespace {
 
 // The DCT context (dctc, mlx5_ifc.h), its fields by their bit in the
 // context itself.
+namespace dctc {
 constexpr Field kState = field(0x04, 4);
 constexpr Field kCqn = field(0x48, 24);
 constexpr Field kCounterSetId = field(0x60, 8);
@@ -33,9 +34,7 @@ constexpr Field kPort = field(0x148, 8);
 constexpr Field kPkeyIndex = field(0x150, 16);
 constexpr Field kMyAddrIndex = field(0x168, 8);
 constexpr Field kKeyViolations = field(0x180, 32); // ifc: dc_access_key_violation_count
-
-// The DCT a command names (destroy_dct_in, drain_dct_in, query_dct_in).
-constexpr Field kDctn = field(0x48, 24);
+} // namespace dctc
 
 // dctc.state as QUERY_DCT reports it.
 constexpr uint8_t kActive = 0;
@@ -59,17 +58,18 @@ std::span<const uint8_t> contextOf(std::span<const uint8_t> in) {
 } // namespace
 
 const err::Condition *DcTargets::checkContext(std::span<const uint8_t> c) const {
-    const uint64_t mtu = get(c, kMtu), port = get(c, kPort), set = get(c, kCounterSetId);
-    const uint64_t atomicMode = get(c, kAtomicMode);
+    const uint64_t mtu = get(c, dctc::kMtu), port = get(c, dctc::kPort),
+                   set = get(c, dctc::kCounterSetId);
+    const uint64_t atomicMode = get(c, dctc::kAtomicMode);
     const char *bad =
-        !objects_.pds.find(get(c, kPd))              ? "pd: no such PD"
-        : !objects_.cqs.find(get(c, kCqn))           ? "cqn: no such CQ"
-        : !objects_.srqs.find(get(c, kSrqn))         ? "srqn_xrqn: no such SRQ"
-        : !ports_.find(static_cast<unsigned>(port))  ? "port: no such port"
-        : get(c, kPkeyIndex) >= PIB_PKEY_TABLE_LEN   ? "pkey_index beyond the P_Key table"
-        : get(c, kMyAddrIndex) >= PIB_GUID_TABLE_LEN ? "my_addr_index beyond the GID table"
-        : mtu < PIB_MTU_256 || mtu > PIB_MTU_4096    ? "mtu: not 256 to 4096 bytes"
-        : get(c, kRae) && atomicMode != kAtomicModeIb && atomicMode != kAtomicMode8B
+        !objects_.pds.find(get(c, dctc::kPd))              ? "pd: no such PD"
+        : !objects_.cqs.find(get(c, dctc::kCqn))           ? "cqn: no such CQ"
+        : !objects_.srqs.find(get(c, dctc::kSrqn))         ? "srqn_xrqn: no such SRQ"
+        : !ports_.find(static_cast<unsigned>(port))        ? "port: no such port"
+        : get(c, dctc::kPkeyIndex) >= PIB_PKEY_TABLE_LEN   ? "pkey_index beyond the P_Key table"
+        : get(c, dctc::kMyAddrIndex) >= PIB_GUID_TABLE_LEN ? "my_addr_index beyond the GID table"
+        : mtu < PIB_MTU_256 || mtu > PIB_MTU_4096          ? "mtu: not 256 to 4096 bytes"
+        : get(c, dctc::kRae) && atomicMode != kAtomicModeIb && atomicMode != kAtomicMode8B
             ? "atomic_mode: atomics larger than 8 bytes are not offered"
         : set && !objects_.counterSets.find(set) ? "counter_set_id names no Q counter"
                                                  : nullptr;
@@ -102,27 +102,27 @@ const err::Condition *DcTargets::create(std::span<const uint8_t> in, uint32_t &d
     QueuePair &dct = *made;
     dct.ctx.type = kQptDct;
     dct.ctx.flags = PIB_QP_USE_SRQ;
-    dct.ctx.pdn = static_cast<uint32_t>(get(c, kPd));
-    dct.ctx.srqn = static_cast<uint32_t>(get(c, kSrqn));
-    dct.ctx.recv_cqn = dct.ctx.send_cqn = static_cast<uint32_t>(get(c, kCqn));
+    dct.ctx.pdn = static_cast<uint32_t>(get(c, dctc::kPd));
+    dct.ctx.srqn = static_cast<uint32_t>(get(c, dctc::kSrqn));
+    dct.ctx.recv_cqn = dct.ctx.send_cqn = static_cast<uint32_t>(get(c, dctc::kCqn));
     pib_qp_attr &a = dct.attr;
     a.qp_state = PIB_QPS_RTR; // it takes requests from now on
-    a.port_num = static_cast<uint8_t>(get(c, kPort));
-    a.pkey_index = static_cast<uint16_t>(get(c, kPkeyIndex));
-    a.path_mtu = static_cast<uint8_t>(get(c, kMtu));
-    a.min_rnr_timer = static_cast<uint8_t>(get(c, kMinRnrNak));
+    a.port_num = static_cast<uint8_t>(get(c, dctc::kPort));
+    a.pkey_index = static_cast<uint16_t>(get(c, dctc::kPkeyIndex));
+    a.path_mtu = static_cast<uint8_t>(get(c, dctc::kMtu));
+    a.min_rnr_timer = static_cast<uint8_t>(get(c, dctc::kMinRnrNak));
     a.max_dest_rd_atomic = limits::kMaxRdAtom; // log_max_ra_req_dc
-    a.qp_access_flags = static_cast<uint32_t>((get(c, kRre) ? PIB_ACCESS_REMOTE_READ : 0) |
-                                              (get(c, kRwe) ? PIB_ACCESS_REMOTE_WRITE : 0) |
-                                              (get(c, kRae) ? PIB_ACCESS_REMOTE_ATOMIC : 0));
-    dct.counterSet = static_cast<uint32_t>(get(c, kCounterSetId));
-    dct.dc.key = get(c, kAccessKey);
+    a.qp_access_flags = static_cast<uint32_t>((get(c, dctc::kRre) ? PIB_ACCESS_REMOTE_READ : 0) |
+                                              (get(c, dctc::kRwe) ? PIB_ACCESS_REMOTE_WRITE : 0) |
+                                              (get(c, dctc::kRae) ? PIB_ACCESS_REMOTE_ATOMIC : 0));
+    dct.counterSet = static_cast<uint32_t>(get(c, dctc::kCounterSetId));
+    dct.dc.key = get(c, dctc::kAccessKey);
     dctn = *insertQp(objects_, std::move(made)); // there is room: checked above
     hold(dct, +1);
     Context &kept = contexts_[dctn];
     std::copy(c.begin(), c.end(), kept.begin());
-    set(kept, kState, kActive);
-    set(kept, kKeyViolations, 0);
+    set(kept, dctc::kState, kActive);
+    set(kept, dctc::kKeyViolations, 0);
     trace::mlx5_dct_create(host_, dctn, dct.ctx.srqn, dct.ctx.recv_cqn, dct.ctx.pdn, a.port_num);
     return nullptr;
 }
@@ -172,8 +172,8 @@ const err::Condition *DcTargets::query(uint32_t dctn, std::span<uint8_t> out) co
     const std::span<uint8_t> c = out.subspan(kContextByte, kContextBytes);
     const Context &kept = contexts_.at(dctn);
     std::copy(kept.begin(), kept.end(), c.begin());
-    set(c, kState, dct->attr.qp_state == PIB_QPS_RTR ? kActive : kDrained);
-    set(c, kKeyViolations, dct->dc.keyViolations);
+    set(c, dctc::kState, dct->attr.qp_state == PIB_QPS_RTR ? kActive : kDrained);
+    set(c, dctc::kKeyViolations, dct->dc.keyViolations);
     return nullptr;
 }
 
