@@ -17,12 +17,14 @@ _TOGETHER = ("test_rdmacm", "test_mlx5_rdmacm")
 
 
 def _shards(modules):
-    """The test modules split into PROCESSES lists, the rdmacm ones in the first."""
+    """The test modules split into at most PROCESSES lists, the rdmacm
+    ones in the first."""
     shards = [[] for _ in range(PROCESSES)]
     shards[0] += [m for m in modules if m in _TOGETHER]
     for i, module in enumerate(m for m in modules if m not in _TOGETHER):
         shards[(i + 1) % PROCESSES].append(module)
-    return shards
+    # An empty one would run the whole suite (run_tests.py names no test).
+    return [shard for shard in shards if shard]
 
 
 # run_tests.py with Python's cyclic garbage collector off, leaving by
@@ -39,13 +41,15 @@ _WITHOUT_GC = ("python3 -c 'import gc, os, runpy, sys; gc.disable(); "
                "os._exit(e.code if isinstance(e.code, int) else 1)'")
 
 
-def run(ctx, vm, device, left_out=(), without_gc=False):
+def run(ctx, vm, device, left_out=(), without_gc=False, only=()):
     """Runs the suite in `vm` on `device` as PROCESSES processes at once,
-    without the modules `left_out` (and, `without_gc`, without Python's
-    cyclic garbage collector); returns their outputs, one per process."""
+    without the modules `left_out` (or of the modules `only` these), and,
+    `without_gc`, without Python's cyclic garbage collector; returns their
+    outputs, one per process."""
     setup = ("rm -rf /tmp/pyverbs && mkdir /tmp/pyverbs && cp -r /usr/share/doc/rdma-core/tests "
              "/tmp/pyverbs/tests && cd /tmp/pyverbs/tests && gunzip -f *.gz && ls test_*.py")
-    modules = [name[:-3] for name in ctx.sh(vm, setup).out.split() if name[:-3] not in left_out]
+    modules = [name[:-3] for name in ctx.sh(vm, setup).out.split()
+               if name[:-3] not in left_out and (not only or name[:-3] in only)]
     shards = _shards(modules)
     python = _WITHOUT_GC if without_gc else "python3 run_tests.py"
     script = "".join(

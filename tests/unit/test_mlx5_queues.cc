@@ -355,6 +355,25 @@ TEST_CASE("mlx5: an armed CQ's next CQE is a completion event on its EQ", "[mlx5
     CHECK(k.host.guestErrors("mlx5-cq-doorbell") == 1);
 }
 
+// libmlx5 arms with its own consumer counter, which stays at 0 while the
+// application polls the CQ itself (UCX's mlx5 transports): however far
+// back it is, the arm takes, and the event goes at once, as the hardware
+// sees CQEs beyond it.
+TEST_CASE("mlx5: an arm with a counter a ring or more back takes, its event at once", "[mlx5]") {
+    Components k(2); // 4 CQEs
+    for (uint32_t n = 1; n <= 10; ++n) {
+        k.writer.postCqe(k.cqn, receive(), false);
+        k.consumed(n); // the application's own polling, by the record
+    }
+    k.eqs.doorbell(k.uar, k.eqn << 24, true);
+    k.host.clear();
+    k.arm(0, 0);
+    CHECK(k.host.guestErrors("mlx5-cq-doorbell") == 0);
+    CHECK(k.host.at(k.eqRing)[1] == 0x00); // a completion event
+    CHECK(readBe32(k.host.at(k.eqRing) + 0x20 + 0x18) == k.cqn);
+    CHECK(k.host.interrupts == std::vector<unsigned>{2});
+}
+
 TEST_CASE("mlx5: MODIFY_CQ's moderation holds an armed CQ's event for a count or a period",
           "[mlx5]") {
     Components k(2);

@@ -1,7 +1,7 @@
 """./pib bench's ConnectX part: a fabric of a pib-hca guest (vm1) and two
 ConnectX guests (vm2, vm3). perftest from a ConnectX to the pib-hca and to
 the other ConnectX, beside pib-hca to pib-hca from the first part; UCX's
-tag latency and bandwidth over rc_mlx5 and ud_mlx5 between the ConnectX
+tag latency and bandwidth over rc_mlx5, ud_mlx5 and dc_mlx5 between the ConnectX
 guests, beside rc_verbs between the pib-hca guests."""
 
 from pibctl import fabric, hpc, ui
@@ -11,7 +11,8 @@ from pibctl.pairs import GuestShell
 # (column, server, client): who serves whom, as perftest runs.
 PAIRS = (("mlx5 -> pib", "vm1", "vm2"), ("mlx5 -> mlx5", "vm3", "vm2"))
 UCX = (("tag_lat", 8, "lat"), ("tag_bw", 1 << 20, "bw"))
-UCX_TRANSPORTS = (("rc_mlx5", "rc_mlx5,ud_mlx5:aux"), ("ud_mlx5", "ud_mlx5"))
+UCX_TRANSPORTS = (("rc_mlx5", "rc_mlx5,ud_mlx5:aux"), ("ud_mlx5", "ud_mlx5"),
+                  ("dc_mlx5", "dc_mlx5"))
 
 
 def _perftest(ctx):

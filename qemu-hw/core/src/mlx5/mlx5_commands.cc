@@ -53,7 +53,7 @@ constexpr Field kQCounterClear = field(0xc0, 1);      // ifc: query_q_counter_in
 constexpr Field kQueryCounterSetId = field(0xf8, 8);  // ifc: query_q_counter_in.counter_set_id
 
 // query_q_counter_out's counters and the transport counters they are.
-// rx_dct_connect stays 0 (no DC); of the enhanced error counters, which
+// rx_dct_connect is not counted (0); of the enhanced error counters, which
 // the device does not offer (enhanced_error_q_counters 0), the two the
 // transport counts are filled all the same.
 struct QCounter {

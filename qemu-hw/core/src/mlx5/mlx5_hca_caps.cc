@@ -22,6 +22,8 @@ constexpr Field kLogMaxCq = field(0x0db, 5);
 constexpr Field kLogMaxEqSize = field(0x0e0, 8); // ifc: log_max_eq_sz
 constexpr Field kLogMaxMkey = field(0x0ea, 6);
 constexpr Field kLogMaxEq = field(0x0fc, 4);
+constexpr Field kLogMaxRaReqDc = field(0x12a, 6);
+constexpr Field kLogMaxRaResDc = field(0x13a, 6);
 constexpr Field kLogMaxRaReqQp = field(0x14a, 6);
 constexpr Field kLogMaxRaResQp = field(0x15a, 6);
 constexpr Field kGidTableSize = field(0x170, 16);
@@ -38,6 +40,7 @@ constexpr Field kLogMaxMsg = field(0x1c3, 5);
 constexpr Field kUmrExtendedTranslationOffset = field(0x118, 1);
 constexpr Field kLogMaxKlmListSize = field(0x11a, 6);
 constexpr Field kUmrIndirectMkeyDisabled = field(0x209, 1);
+constexpr Field kDct = field(0x21a, 1);
 constexpr Field kAtomic = field(0x21e, 1);
 constexpr Field kCqOi = field(0x220, 1);
 constexpr Field kCqResize = field(0x221, 1);
@@ -69,6 +72,7 @@ constexpr Field kHostEndiannessOffered =
 constexpr uint32_t kHostEndianness = 1;
 constexpr Field kOperations = field(0x90, 16); // ifc: atomic_operations
 constexpr Field kSizeQp = field(0xb0, 16);     // ifc: atomic_size_qp
+constexpr Field kSizeDc = field(0xd0, 16);     // ifc: atomic_size_dc
 constexpr uint32_t kCompareSwap = 1u << 0, kFetchAdd = 1u << 1;
 constexpr uint32_t kSize8Bytes = 1u << 3;
 } // namespace atomic
@@ -116,6 +120,11 @@ void HcaCaps::reset() {
     mlx5::set(m, cap::kUc, 1);
     mlx5::set(m, cap::kUd, 1);
     mlx5::set(m, cap::kXrc, 1);
+    // DC (docs/mlx5.md §15): DCIs and DCTs, with RC's READ and atomic
+    // depths.
+    mlx5::set(m, cap::kDct, 1);
+    mlx5::set(m, cap::kLogMaxRaReqDc, log2(limits::kMaxRdAtom));
+    mlx5::set(m, cap::kLogMaxRaResDc, log2(limits::kMaxRdAtom));
     // CQs that ignore overrun, and MODIFY_CQ's resize and event
     // moderation (docs/mlx5.md §8).
     mlx5::set(m, cap::kCqOi, 1);
@@ -134,6 +143,7 @@ void HcaCaps::reset() {
     mlx5::set(atomic_, atomic::kHostEndiannessOffered, 1);
     mlx5::set(atomic_, atomic::kOperations, atomic::kCompareSwap | atomic::kFetchAdd);
     mlx5::set(atomic_, atomic::kSizeQp, atomic::kSize8Bytes);
+    mlx5::set(atomic_, atomic::kSizeDc, atomic::kSize8Bytes);
     // UMR maps MTT keys, up to kMaxFastRegPages pages a fast registration
     // (the driver's max_fast_reg_page_list_len), and no indirect (KLM)
     // keys (docs/mlx5.md §4.5, §10.1). umr_modify_entity_size_disabled
