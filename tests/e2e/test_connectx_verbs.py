@@ -310,6 +310,17 @@ def test_mpich_over_rc_mlx5_with_ud_mlx5_aux(ctx):
         mpi_check(ctx, "mpich", ranks, "ucx", hosts=("vm2", "vm3"), device="mlx5_0", env=env)
 
 
+def test_openmpi_over_dc_mlx5_on_three_guests(ctx):
+    """Open MPI over UCX's DC alone (UCX_TLS=dc_mlx5, its wireup too) on
+    the three ConnectX guests, 3 and 6 ranks, every byte checked: each
+    rank reaches the others through its DCIs, each guest's DCT takes the
+    requests of every peer's (docs/mlx5.md §15)."""
+    env = ("UCX_TLS=dc_mlx5,self,sm", "UCX_NET_DEVICES=mlx5_0:1")
+    for ranks in (3, 6):
+        mpi_check(ctx, "openmpi", ranks, "ucx", hosts=("vm2", "vm3", "vm4"), device="mlx5_0",
+                  env=env)
+
+
 # Why pyverbs tests may skip on mlx5_0 (vm2), and nothing else: a new
 # reason fails the test. What the device does not offer is listed in
 # docs/mlx5.md §11; each reason here says which.
