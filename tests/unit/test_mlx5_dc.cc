@@ -23,7 +23,7 @@ namespace {
 using namespace pib::testing::mlx5qp;
 using pib::testing::Mlx5Function;
 constexpr uint8_t kDci = 0x5;
-constexpr uint16_t kCreateDct = 0x710, kDestroyDct = 0x711, kDrainDct = 0x712, kQueryDct = 0x713;
+constexpr uint16_t kDestroyDct = 0x711, kDrainDct = 0x712, kQueryDct = 0x713;
 constexpr uint8_t kFetchAdd = 0x12;
 constexpr uint32_t kDctc = 0x80; // the context's bit in create_dct_in and query_dct_out
 constexpr uint64_t kKeyA = 0x1ee7a330, kKeyB = 0xbadc0de;
