@@ -49,7 +49,7 @@ constexpr size_t kRethSize = 16;
 constexpr size_t kAethSize = 4;
 constexpr size_t kAtomicEthSize = 28;
 constexpr size_t kAtomicAckEthSize = 8;
-constexpr size_t kDcethSize = 12;
+constexpr size_t kDcethSize = 16;
 
 uint64_t get64(const uint8_t *p) {
     return uint64_t{get32(p)} << 32 | get32(p + 4);
@@ -235,6 +235,7 @@ void PacketWriter::writeHeaders(const Packet &p, const Layout &layout, size_t to
         const Dceth d = p.dceth.value_or(Dceth{});
         out.put64(d.key);
         out.put32(uint32_t{d.flags} << 24 | (d.dci & 0xffffff));
+        out.put32(d.serial);
     }
     if (layout.reth) {
         const Reth r = p.reth.value_or(Reth{});
@@ -392,7 +393,8 @@ size_t readExtensions(const uint8_t *b, size_t off, const Layout &layout, Packet
     }
     if (layout.dceth) {
         const uint32_t word = get32(b + off + 8);
-        p.dceth = Dceth{get64(b + off), word & 0xffffff, static_cast<uint8_t>(word >> 24)};
+        p.dceth = Dceth{get64(b + off), word & 0xffffff, static_cast<uint8_t>(word >> 24),
+                        get32(b + off + 12)};
         off += kDcethSize;
     }
     if (layout.reth) {

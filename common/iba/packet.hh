@@ -56,7 +56,7 @@ enum Opcode : uint8_t {
     kTransportUd = 0x60,
     kTransportXrc = 0xa0,
     kTransportDc = 0xc0,
-    kDcDisconnect = 0xd8, // a DCI leaves its DCT: DCETH only, no PSN, never answered
+    kDcDisconnect = 0xd8, // a DCI leaves its DCT: DCETH only, never answered
     kUdSendOnly = 0x64,
     kUdSendOnlyImm = 0x65,
 };
@@ -197,13 +197,17 @@ struct Deth {
     uint32_t srcQp = 0;
 };
 
-// DC extended transport header (docs/wire.md §6): the DCT's access key,
-// the DCI that sends, and whether the packet opens its connection.
+// DC extended transport header (docs/mlx5.md §15.3): the DCT's access
+// key, the DCI that sends, whether the packet opens its connection, and
+// which connection of the DCI's it belongs to (a serial the DCI's device
+// gives each one: a DCI that was reset, or made anew under the same
+// number, is told from its former self whatever its PSNs).
 struct Dceth {
     static constexpr uint8_t kConnect = 0x80; // the connection's first PSN
     uint64_t key = 0;
     uint32_t dci = 0; // 24 bits
     uint8_t flags = 0;
+    uint32_t serial = 0;
 };
 
 // RDMA extended transport header: the remote buffer of a WRITE or READ.

@@ -291,3 +291,43 @@ TEST_CASE("mlx5: a DCT's connections are bounded, and idle ones give their place
     REQUIRE(done.size() == 2);
     CHECK(std::equal(f.host.at(source), f.host.at(source) + 4096, f.host.at(sink)));
 }
+
+// UCX resets a DCI that failed and takes it to RTS again, from the same
+// SQ PSN. The DCT may still hold its old connection (the DCI failed
+// before its DISCONNECT), expecting a later PSN: the new connection's
+// serial tells it apart, and its SEND is delivered, not taken for a
+// duplicate of the old connection's.
+TEST_CASE("mlx5: a DCI reset and connected again from the same PSN opens a new connection",
+          "[mlx5][dc]") {
+    DcFunction f;
+    const uint32_t a = f.dct(kKeyA);
+    auto qp = f.dci();
+    const uint64_t first = f.host.allocRandom(4096, 41), second = f.host.allocRandom(4096, 42);
+    const uint64_t sinkFirst = f.host.alloc(4096), sinkSecond = f.host.alloc(4096);
+    f.postSrq(f.srq, sinkFirst, 4096);
+    uint32_t next = 0;
+    // The first SEND lands; the second finds no receive WQE and waits on
+    // RNR NAKs: the DCI stays connected, the DCT's connection expects the
+    // second's PSN.
+    f.dcSend(qp, a, kKeyA, {.opcode = kSend, .addr = first, .length = 4096});
+    f.blueFlame(f.dcSend(qp, a, kKeyA, {.opcode = kSend, .addr = first, .length = 4096}), f.uar);
+    REQUIRE(f.completions(&next, 2).size() == 2);
+    CHECK(std::equal(f.host.at(first), f.host.at(first) + 4096, f.host.at(sinkFirst)));
+    // The DCI fails, then is reset and made ready again, its SQ PSN as before.
+    REQUIRE(f.change(kToErr, qp.qpn).status() == 0);
+    const auto flushed = f.completions(&next, 1);
+    REQUIRE(flushed.size() == 1);
+    CHECK(flushed[0][0x3f] >> 4 == 0xd);
+    REQUIRE(f.change(kToRst, qp.qpn).status() == 0);
+    qp.sqPosted = 0;
+    writeBe32(f.host.at(qp.record + 4), 0);
+    REQUIRE(f.toRts(qp.qpn, {.ackTimeout = 14, .retries = 2, .rnrRetries = 7}));
+    f.postSrq(f.srq, sinkSecond, 4096);
+    f.blueFlame(f.dcSend(qp, a, kKeyA, {.opcode = kSend, .addr = second, .length = 4096}), f.uar);
+    const auto done = f.completions(&next, 2);
+    REQUIRE(done.size() == 2);
+    for (const uint8_t *c : done)
+        CHECK(c[0x3f] >> 4 != 0xd);
+    CHECK(std::equal(f.host.at(second), f.host.at(second) + 4096, f.host.at(sinkSecond)));
+    CHECK(f.host.traces("dc_opened") == 2);
+}

@@ -48,6 +48,8 @@ void DataPath::qpStateEntered(QueuePair &qp, uint8_t cur, uint8_t next, uint32_t
         requester_.releaseWqes(qp);
         qp.req = RequesterState{};
         qp.resp = ResponderState{};
+        if (qp.ctx.type == kQptDci) // connected to nothing; its next connection a new serial
+            qp.dc = DcLink{};
         qp.lastWqeReached = false;
         qp.recordPollAt = qp.recordPollNs = 0;
         timers_.schedule(qp);

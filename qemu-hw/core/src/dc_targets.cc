@@ -30,7 +30,12 @@ void DataPath::deliverToDct(unsigned port, QueuePair &dct, const iba::Packet &pa
         return;
     }
     if (packet.bth.opcode == iba::kDcDisconnect) {
-        closeDcConnection(peer, "the DCI disconnected");
+        // Only the connection it names: a late one of an earlier
+        // connection must not close the DCI's new one.
+        const auto it = objects_.dcConnections.byPeer.find(peer);
+        if (it != objects_.dcConnections.byPeer.end() &&
+            objects_.dcConnections.table.find(it->second)->dc.serial == h.serial)
+            closeDcConnection(peer, "the DCI disconnected");
         return;
     }
     QueuePair *c = dcConnection(dct, peer, packet);
@@ -41,21 +46,32 @@ void DataPath::deliverToDct(unsigned port, QueuePair &dct, const iba::Packet &pa
 }
 
 // The connection `packet` goes to: the one `peer` has, or one its CONNECT
-// opens. A CONNECT beyond the PSN the connection expects comes from a DCI
-// that left (its DISCONNECT lost) and sent elsewhere since: it starts
-// over. One at that PSN or before it is in sequence, or a duplicate (a
-// DCI's resends say CONNECT too), and goes to the connection as it is.
+// opens. The DCETH's serial names the DCI's connection: a packet of
+// another one is of an earlier connection of the DCI (late, or the DCI
+// was reset or made anew since) and its CONNECT starts over, or a
+// packet of a connection the DCT no longer has. Of the same connection,
+// a CONNECT beyond the PSN expected comes from a DCI that left (its
+// DISCONNECT lost) and sent elsewhere since, and starts over too; one at
+// that PSN or before it is in sequence, or a duplicate (a DCI's resends
+// say CONNECT too), and goes to the connection as it is.
 QueuePair *DataPath::dcConnection(QueuePair &dct, const DcPeer &peer, const iba::Packet &packet) {
     DcConnections &dc = objects_.dcConnections;
-    const bool connect = packet.dceth->flags & iba::Dceth::kConnect;
+    const iba::Dceth &h = *packet.dceth;
+    const bool connect = h.flags & iba::Dceth::kConnect;
     if (const auto it = dc.byPeer.find(peer); it != dc.byPeer.end()) {
         QueuePair &c = *dc.table.find(it->second);
+        const bool same = c.dc.serial == h.serial;
         const bool failed = c.attr.qp_state != PIB_QPS_RTS;
-        if (!connect || (!failed && psnDiff(packet.bth.psn, c.resp.expectedPsn) <= 0)) {
+        if (same && (!connect || (!failed && psnDiff(packet.bth.psn, c.resp.expectedPsn) <= 0))) {
             if (!failed)
                 return &c;
             trace::err_dc_dropped(host_, dct.number, peer.dci, peer.slid,
                                   "its connection failed; the DCI must connect again");
+            return nullptr;
+        }
+        if (!connect) {
+            trace::err_dc_dropped(host_, dct.number, peer.dci, peer.slid,
+                                  "of a connection of the DCI's that the DCT no longer has");
             return nullptr;
         }
         closeDcConnection(peer, "the DCI connected again");
@@ -102,8 +118,10 @@ QueuePair *DataPath::openDcConnection(QueuePair &dct, const DcPeer &peer,
     }
     QueuePair *c =
         addDcConnection(dct, peer, replyPath(ports_.at(peer.port), packet), packet.bth.psn);
-    if (c)
+    if (c) {
+        c->dc.serial = packet.dceth->serial;
         trace::dc_opened(host_, dct.number, c->number, peer.dci, peer.slid, packet.bth.psn);
+    }
     return c;
 }
 

@@ -28,6 +28,7 @@ void ObjectTables::clear() {
     qps.clear();
     dcConnections.table.clear();
     dcConnections.byPeer.clear();
+    dcConnections.nextSerial = 1;
     multicast.clear();
     for (auto &qp : specialQps)
         qp.reset();

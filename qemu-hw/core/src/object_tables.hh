@@ -53,6 +53,14 @@ struct DcConnections {
         : table(capacity, kFirstNumber, Numbering::kRotating) {}
     ObjectTable<QueuePair> table;
     std::map<DcPeer, uint32_t> byPeer;
+    // The serial the device's DCIs give their next connection (never 0).
+    uint32_t nextSerial = 1;
+    uint32_t takeSerial() {
+        const uint32_t serial = nextSerial++;
+        if (nextSerial == 0)
+            nextSerial = 1;
+        return serial;
+    }
 };
 
 struct ObjectTables {

@@ -216,6 +216,7 @@ void Requester::connectDci(QueuePair &qp, const DcAddress &to) {
     qp.dc.key = to.key;
     qp.dc.connectPsn = qp.req.psn;
     qp.dc.connected = true;
+    qp.dc.serial = objects_.dcConnections.takeSerial();
     trace::dc_connect(host_, qp.number, to.dct, to.av.dlid, qp.req.psn);
 }
 
@@ -232,7 +233,7 @@ void Requester::disconnectDci(QueuePair &qp, const char *why) {
     iba::Packet p;
     p.bth.opcode = iba::kDcDisconnect;
     p.bth.psn = qp.req.psn;
-    p.dceth = iba::Dceth{qp.dc.key, qp.number, 0};
+    p.dceth = iba::Dceth{qp.dc.key, qp.number, 0, qp.dc.serial};
     sendConnected(qp, p);
 }
 
@@ -447,7 +448,8 @@ Requester::SendProgress Requester::sendRequestPackets(QueuePair &qp, SendWqe &w)
             p.xrceth = w.remoteSrqn & 0xffffff;
         if (dc)
             p.dceth = iba::Dceth{qp.dc.key, qp.number,
-                                 p.bth.psn == qp.dc.connectPsn ? iba::Dceth::kConnect : uint8_t{0}};
+                                 p.bth.psn == qp.dc.connectPsn ? iba::Dceth::kConnect : uint8_t{0},
+                                 qp.dc.serial};
         // RC asks for an ACK at the end of each SEND and WRITE, and every
         // ackInterval PSNs within long ones (reads and atomics are
         // answered anyway); the responder's one ACK covers every packet

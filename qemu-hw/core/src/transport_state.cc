@@ -98,6 +98,11 @@ void DataPath::saveTransport(const QueuePair &qp, StateWriter &w) const {
     w.u32(static_cast<uint32_t>(s.replay.size()));
     for (const ReplayEntry &e : s.replay)
         saveReplay(w, e);
+    // DC: a DCI's connection of the moment, a DC connection's opener.
+    w.u64(qp.dc.key);
+    w.u32(qp.dc.connectPsn);
+    w.boolean(qp.dc.connected);
+    w.u32(qp.dc.serial);
 }
 
 namespace {
@@ -219,8 +224,16 @@ void DataPath::loadTransport(QueuePair &qp, StateReader &r) {
     s.replay.resize(replays);
     for (ReplayEntry &e : s.replay)
         loadReplay(r, e);
+    const uint64_t dcKey = r.u64();
+    const uint32_t connectPsn = r.u32();
+    const bool connected = r.boolean("a DCI connected");
+    const uint32_t serial = r.u32();
     if (!r.ok())
         return;
+    if (connected && (qp.ctx.type != kQptDci || connectPsn > 0xffffff)) {
+        r.fail("QP " + std::to_string(qp.number) + ": a DC connection of a QP that is no DCI");
+        return;
+    }
     const pib_qp_context &c = qp.ctx;
     const bool hasRq = hasReceiveSide(c.type) && !(c.flags & PIB_QP_USE_SRQ);
     if (!validQueue(sqProducer, sqConsumer, hasSendQueue(c.type), c.sq_log_wqe_count) ||
@@ -248,6 +261,12 @@ void DataPath::loadTransport(QueuePair &qp, StateReader &r) {
     qp.req.startRetriesOver(qp.attr.retry_cnt);
     qp.req.rnrRetriesLeft = qp.attr.rnr_retry;
     qp.resp = std::move(s);
+    if (qp.ctx.type == kQptDci || isDcConnection(qp)) {
+        qp.dc.key = dcKey;
+        qp.dc.connectPsn = connectPsn;
+        qp.dc.connected = connected;
+        qp.dc.serial = serial;
+    }
 }
 
 // The loaded QP goes on when the device runs: its requester sends again

@@ -179,6 +179,7 @@ const err::Condition *DcTargets::query(uint32_t dctn, std::span<uint8_t> out) co
 
 void DcTargets::save(StateWriter &w) const {
     w.beginSection(kDctsTag);
+    w.u32(objects_.dcConnections.nextSerial);
     w.u32(static_cast<uint32_t>(contexts_.size()));
     for (const auto &[dctn, context] : contexts_) {
         const QueuePair &dct = *find(dctn);
@@ -197,6 +198,10 @@ void DcTargets::save(StateWriter &w) const {
 // if it was (no event: the driver heard it before the save).
 void DcTargets::load(StateReader &r) {
     r.enterSection(kDctsTag, "DCTs");
+    const uint32_t nextSerial = r.u32();
+    if (r.ok() && nextSerial == 0)
+        r.fail("DCTs: the next DC connection serial is 0");
+    objects_.dcConnections.nextSerial = nextSerial;
     const uint32_t count =
         r.count(objects_.qps.capacity(), 4 + Commands::inputBytes(kCreateDct) + 1 + 4, "DCTs");
     for (uint32_t i = 0; i < count && r.ok(); ++i) {
