@@ -9,6 +9,7 @@ written, read back over the fabric and compared by SHA-256 at both ends.
 """
 
 import re
+import time
 from dataclasses import dataclass
 
 from pibctl import fabric
@@ -100,14 +101,26 @@ def _nvmet_teardown(ctx, roles):
     """, check=False)
 
 
+NAMESPACE_SECONDS = 60
+
+
 def nvme_device(ctx, roles):
     """The block device of the connected controller's namespace: with the
-    kernel's native multipath, /dev/nvmeXnY (the head), not nvmeXcZnY."""
+    kernel's native multipath, /dev/nvmeXnY (the head), not nvmeXcZnY.
+    `nvme connect` returns once the controller is live; the kernel scans
+    its namespaces afterwards (nvme_scan_work), so the head may appear a
+    moment later: wait for it, bounded."""
     host = roles.host
-    heads = [n for n in ctx.run(host, ["ls", "/sys/block"]).out.split()
-             if re.fullmatch(r"nvme\d+n\d+", n)]
-    ours = [n for n in heads
-            if ctx.run(host, ["cat", f"/sys/block/{n}/device/subsysnqn"]).out.strip() == NQN]
+    deadline = time.monotonic() + NAMESPACE_SECONDS
+    while True:
+        heads = [n for n in ctx.run(host, ["ls", "/sys/block"]).out.split()
+                 if re.fullmatch(r"nvme\d+n\d+", n)]
+        ours = [n for n in heads
+                if ctx.sh(host, f"cat /sys/block/{n}/device/subsysnqn 2>/dev/null; true"
+                          ).out.strip() == NQN]
+        if ours or time.monotonic() > deadline:
+            break
+        time.sleep(0.5)
     assert len(ours) == 1, ctx.sh(host, "ls -l /sys/block /sys/class/nvme*; nvme list; true").out
     return "/dev/" + ours[0]
 
