@@ -160,7 +160,7 @@ struct Components {
     // exist.
     pib::EventWriter writer{bus, objects.mtt, objects.cqs, cqs};
     CompletionQueues cqs{bus, objects, uars, eqs, writer};
-    uint32_t uar = *uars.alloc();
+    uint32_t uar = *uars.alloc(0);
     uint32_t eqn = 0, cqn = 0;
     uint64_t eqRing = 0, cqRing = 0, record = 0;
 

@@ -33,6 +33,9 @@ inline constexpr uint32_t kMaxRdAtom = 16;
 // 1: 0 names none. mlx5_ib takes one per port, and one more per counter
 // `rdma statistic` binds QPs to.
 inline constexpr uint32_t kMaxCounterSets = 64;
+// ConnectX user contexts (uids 1 to this, docs/mlx5.md §16): mlx5_ib makes
+// one for every process that opens the device.
+inline constexpr uint32_t kMaxUserContexts = 256;
 inline constexpr uint32_t kMaxSrq = 4096;
 inline constexpr uint32_t kLogMaxSrqWr = 14;
 inline constexpr uint32_t kMaxInlineData = 1024;

@@ -12,10 +12,15 @@
 
 namespace pib {
 
+// The user context that made an object (ConnectX's uid, docs/mlx5.md
+// §16): 0 for the kernel's, and every pib-hca object's.
+using Owner = uint16_t;
+
 // Objects that others point at count their users; a referenced object
 // cannot be destroyed (PIB_CMD_STATUS_BUSY).
 struct Referenced {
     uint32_t refs = 0;
+    Owner owner = 0;
 };
 
 struct DoorbellPage : Referenced {};
@@ -52,6 +57,7 @@ struct CompletionQueue : Referenced {
 struct MemoryRegion {
     pib_mr_context ctx{};
     uint32_t key = 0;
+    Owner owner = 0;
     // A fast-registration region is free (no access through any key) until
     // a REG_MR WQE maps it, and again after an invalidation (IBA 10.6.1).
     bool valid = true;
@@ -88,6 +94,7 @@ struct SharedReceiveQueue : Referenced {
     uint32_t consumer = 0;
     uint64_t record = 0; // ConnectX: the doorbell record with the driver's WQE counter
     uint32_t head = 0;   // ConnectX: the slot of the next WQE its free list gives
+    bool basic = false;  // ConnectX: made by CREATE_SRQ, not CREATE_XRC_SRQ
 
     bool isXrc() const { return ctx.type == PIB_SRQT_XRC; }
 };
@@ -126,6 +133,7 @@ struct QueuePair {
     uint32_t number = 0; // the device's number for it (QP0/QP1: 2 * (port - 1) + type)
     pib_qp_context ctx{};
     pib_qp_attr attr{}; // current attributes; attr.qp_state is the state
+    Owner owner = 0;
     WorkQueue sq;
     WorkQueue rq;
     // ConnectX: the driver's UMR QP (service type 0xc), a core UC QP with no

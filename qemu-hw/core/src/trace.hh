@@ -408,6 +408,11 @@ inline void mlx5_uar(const Host &host, const char *what, unsigned index) {
         host.event(PIB_EVENT_MLX5_UAR, {Host::eventArg(what), Host::eventArg(index)});
 }
 
+inline void mlx5_uctx(const Host &host, const char *what, unsigned uid) {
+    if (host.eventEnabled(PIB_EVENT_MLX5_UCTX))
+        host.event(PIB_EVENT_MLX5_UCTX, {Host::eventArg(what), Host::eventArg(uid)});
+}
+
 inline void mlx5_eq_create(const Host &host, unsigned eqn, unsigned log_size, unsigned vector,
                            unsigned uar, uint64_t types) {
     if (host.eventEnabled(PIB_EVENT_MLX5_EQ_CREATE))

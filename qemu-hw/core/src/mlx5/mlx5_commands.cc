@@ -91,7 +91,7 @@ const Refusals Commands::kRefusals{err::kMlx5CmdBadResource, err::kMlx5CmdBadPar
                                    err::kMlx5CmdNoResources, err::kMlx5CmdInUse};
 
 // clang-format off
-const std::array<Commands::Spec, 58> Commands::kTable = {{
+const std::array<Commands::Spec, 60> Commands::kTable = {{
     {0x100, "QUERY_HCA_CAP", 0x10, 0x10 + HcaCaps::kPageBytes, State::kEnabled, &Commands::queryHcaCap},
     {0x101, "QUERY_ADAPTER", 0x10, 0x110, State::kEnabled, &Commands::queryAdapter},
     {0x102, "INIT_HCA", 0x10, 0x10, State::kEnabled, &Commands::initHca},
@@ -153,6 +153,8 @@ const std::array<Commands::Spec, 58> Commands::kTable = {{
     {0x773, "QUERY_Q_COUNTER", 0x20, 0x100, State::kInitialized, &Commands::queryQCounter},
     {0x806, "ATTACH_TO_MCG", 0x20, 0x10, State::kInitialized, &Commands::attachToMcg},
     {0x807, "DETACH_FROM_MCG", 0x20, 0x10, State::kInitialized, &Commands::detachFromMcg},
+    {0xa04, "CREATE_UCTX", 0x40, 0x10, State::kInitialized, &Commands::createUctx},
+    {0xa06, "DESTROY_UCTX", 0x10, 0x10, State::kInitialized, &Commands::destroyUctx},
 }};
 // clang-format on
 
@@ -252,16 +254,13 @@ const err::Condition *Commands::admit(const Spec *spec, uint16_t opcode, const R
     if (state_ < spec->needs)
         return fail(err::kMlx5CmdBadState, "%s before %s", spec->name,
                     state_ == State::kDisabled ? "ENABLE_HCA" : "INIT_HCA");
-    if (get(r.in, kUid) != 0)
-        return fail(err::kMlx5CmdBadParam, "%s with uid %u: the device has no user contexts",
-                    spec->name, static_cast<unsigned>(get(r.in, kUid)));
     if (r.in.size() < spec->inBytes)
         return fail(err::kMlx5CmdShortInput, "%s: %zu bytes of input, %u needed", spec->name,
                     r.in.size(), spec->inBytes);
     if (r.out.size() < spec->outBytes)
         return fail(err::kMlx5CmdShortOutput, "%s: %zu bytes of output, %u needed", spec->name,
                     r.out.size(), spec->outBytes);
-    return nullptr;
+    return admitCaller(*spec, r);
 }
 
 void Commands::reset() {
@@ -273,6 +272,7 @@ void Commands::reset() {
     eqs_.reset();
     dcts_.reset();
     registers_.reset();
+    uctxs_.reset();
 }
 
 // ---- The function's life ------------------------------------------------
@@ -317,6 +317,7 @@ const err::Condition *Commands::teardownHca(const Request &r) {
     eqs_.reset();
     uars_.reset();
     dcts_.reset();
+    uctxs_.reset();
     core_.endObjects();
     set(r.out, kTeardownState, 0); // a forced teardown is done
     return nullptr;
@@ -422,7 +423,7 @@ const err::Condition *Commands::managePages(const Request &r) {
 // ---- UAR pages and EQs (§6, §7) -----------------------------------------
 
 const err::Condition *Commands::allocUar(const Request &r) {
-    const auto index = uars_.alloc();
+    const auto index = uars_.alloc(static_cast<Owner>(get(r.in, kUid)));
     if (!index)
         return fail(err::kMlx5CmdNoResources, "ALLOC_UAR: every UAR page is given");
     set(r.out, kUar, *index);
@@ -574,7 +575,9 @@ const err::Condition *Commands::detachFromMcg(const Request &r) {
 template <class T>
 const err::Condition *Commands::allocHeld(ObjectTable<T> &table, const Request &r, const char *what,
                                           Field numberField) {
-    const auto number = table.insert(std::make_unique<T>());
+    auto object = std::make_unique<T>();
+    object->owner = static_cast<Owner>(get(r.in, kUid));
+    const auto number = table.insert(std::move(object));
     if (!number)
         return fail(err::kMlx5CmdNoResources, "all %u %ss exist", table.capacity(), what);
     set(r.out, numberField, *number);

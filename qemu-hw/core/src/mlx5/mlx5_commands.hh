@@ -19,6 +19,7 @@
 #include "event_writer.hh"
 #include "host.hh"
 #include "injection.hh"
+#include "limits.hh"
 #include "memory_regions.hh"
 #include "mlx5_completion_queues.hh"
 #include "mlx5_dc_targets.hh"
@@ -29,6 +30,7 @@
 #include "mlx5_registers.hh"
 #include "mlx5_shared_receive_queues.hh"
 #include "mlx5_uars.hh"
+#include "mlx5_user_contexts.hh"
 #include "object_tables.hh"
 #include "pib_core.h"
 #include "port_agents.hh"
@@ -97,13 +99,20 @@ class Commands {
         Handler handler;   // nullptr: known by name, not executed
     };
     static const Spec *find(uint16_t opcode);
-    static const std::array<Spec, 58> kTable;
+    static const std::array<Spec, 60> kTable;
 
     [[gnu::format(printf, 3, 4)]] const err::Condition *fail(const err::Condition &why,
                                                              const char *fmt, ...) const;
     const err::Condition *admit(const Spec *spec, uint16_t opcode, const Request &r) const;
     void answerFailed(unsigned slot, const Request &r, uint8_t status, uint32_t syndrome);
     const err::Condition *notThisFunction(const Request &r, const char *command) const;
+    // User contexts (mlx5_commands_uctx.cc): whether the command's uid may
+    // issue it, and may touch the object it names.
+    const err::Condition *admitCaller(const Spec &spec, const Request &r) const;
+    std::optional<Owner> ownerOf(uint8_t kind, uint64_t number) const;
+    uint32_t objectsOf(Owner uid) const;
+    const err::Condition *createUctx(const Request &r);
+    const err::Condition *destroyUctx(const Request &r);
 
     const err::Condition *queryHcaCap(const Request &r);
     const err::Condition *setHcaCap(const Request &r);
@@ -141,12 +150,14 @@ class Commands {
     const err::Condition *madIfc(const Request &r);
     const err::Condition *queryHcaVportContext(const Request &r);
     const err::Condition *createMkey(const Request &r);
+    const err::Condition *checkKeyOwners(const Request &r) const;
     const err::Condition *createPhysicalMkey(const Request &r);
     const err::Condition *createFreeMkey(const Request &r);
     const err::Condition *createMttMkey(const Request &r);
     const err::Condition *destroyMkey(const Request &r);
     std::vector<uint8_t> mkeyInput(const MemoryRegion &mr) const;
     void saveKeys(StateWriter &w) const;
+    void checkLoadedOwners(StateReader &r) const;
     void loadKey(StateReader &r, uint32_t number);
     const err::Condition *allocPd(const Request &r);
     const err::Condition *deallocPd(const Request &r);
@@ -177,6 +188,7 @@ class Commands {
     SharedReceiveQueues srqs_;
     DcTargets dcts_;
     Registers registers_; // ACCESS_REG's
+    UserContexts uctxs_{limits::kMaxUserContexts};
     static const Refusals kRefusals;
     State state_ = State::kDisabled;
     bool fatal_ = false;

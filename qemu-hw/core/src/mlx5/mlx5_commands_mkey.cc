@@ -82,13 +82,39 @@ const err::Condition *Commands::createMkey(const Request &r) {
                                                             : nullptr;
     if (unsupported)
         return fail(err::kMlx5CmdBadParam, "CREATE_MKEY %s", unsupported);
+    if (const err::Condition *why = checkKeyOwners(r))
+        return why;
     const err::Condition *why = mode == kAccessModePa ? createPhysicalMkey(r)
                                 : free                ? createFreeMkey(r)
                                                       : createMttMkey(r);
-    if (!why) // only a key with en_rinval may a peer's SEND with Invalidate free
-        core_.objects.mrs.at(static_cast<uint32_t>(get(r.out, kMkeyIndex))).remoteInvalidate =
-            get(r.in, mkc::kRemoteInvalidate);
-    return why;
+    if (why)
+        return why;
+    MemoryRegion &made = core_.objects.mrs.at(static_cast<uint32_t>(get(r.out, kMkeyIndex)));
+    // Only a key with en_rinval may a peer's SEND with Invalidate free.
+    made.remoteInvalidate = get(r.in, mkc::kRemoteInvalidate);
+    made.owner = static_cast<Owner>(get(r.in, kUid));
+    return nullptr;
+}
+
+// mlx5_ib makes every key as the kernel (uid 0), a process's too: a user
+// context's key is DEVX's, in a PD of its own, over its own memory. A key
+// over guest physical memory, or a free one only UMRs fill, is the
+// kernel's.
+const err::Condition *Commands::checkKeyOwners(const Request &r) const {
+    const auto caller = static_cast<Owner>(get(r.in, kUid));
+    if (caller == uid::kKernel)
+        return nullptr;
+    const uint64_t mode = get(r.in, mkc::kAccessMode42) << 2 | get(r.in, mkc::kAccessMode10);
+    if (mode == kAccessModePa || get(r.in, mkc::kFree))
+        return fail(err::kMlx5CmdBadUid, "CREATE_MKEY with uid %u: a %s key is the kernel's",
+                    caller, mode == kAccessModePa ? "physical" : "free");
+    const uint64_t pd = get(r.in, mkc::kPd);
+    if (const ProtectionDomain *owned = core_.objects.pds.find(pd);
+        owned && !controls(caller, owned->owner))
+        return fail(err::kMlx5CmdForeignObject,
+                    "CREATE_MKEY with uid %u: PD %llu is user context %u's", caller,
+                    static_cast<unsigned long long>(pd), owned->owner);
+    return nullptr;
 }
 
 // A key over guest physical memory: what mlx5_ib_get_dma_mr makes.
@@ -182,6 +208,7 @@ std::vector<uint8_t> Commands::mkeyInput(const MemoryRegion &mr) const {
     const bool physical = c.flags & PIB_MR_PHYSICAL;
     const bool withPages = !physical && !mr.fastReg();
     std::vector<uint8_t> in(kEntriesByte + (withPages ? sizeof(uint64_t) * mr.ownPages.size() : 0));
+    set(in, kUid, mr.owner);
     set(in, mkc::kLocalRead, 1);
     set(in, mkc::kQpn, kNoQp);
     set(in, mkc::kPd, c.pdn);

@@ -5,6 +5,7 @@
 #include "limits.hh"
 #include "mlx5_ifc.hh"
 #include "mlx5_page_list.hh"
+#include "mlx5_user_contexts.hh"
 #include "ring.hh"
 #include "trace.hh"
 
@@ -184,7 +185,12 @@ const err::Condition *CompletionQueues::create(std::span<const uint8_t> in, uint
     }
     if (const err::Condition *why = checkContext(in))
         return why;
+    const auto caller = static_cast<Owner>(get(in, kUid));
+    const uint64_t uar = get(in, kCqcUarPage);
+    if (!mayShare(caller, uars_.owner(uar)))
+        return refuseForeign(host_, "CREATE_CQ", "UAR page", uar, uars_.owner(uar), caller);
     auto cq = std::make_unique<CompletionQueue>();
+    cq->owner = caller;
     if (const err::Condition *why = mapPages(in, cq->ctx.buf))
         return why;
     cq->ctx.log_size = static_cast<uint32_t>(get(in, kLogCqSize));
@@ -206,6 +212,7 @@ const err::Condition *CompletionQueues::create(std::span<const uint8_t> in, uint
 // resize may have given it (the device's state).
 std::vector<uint8_t> CompletionQueues::createInput(const CompletionQueue &cq) const {
     std::vector<uint8_t> in = PageList::inputFor(objects_.mtt, cq.ctx.buf, kCqPageList);
+    set(in, kUid, cq.owner);
     set(in, kCqeSize, cq.cqeFormat);
     set(in, kOverrunIgnore, cq.ignoreOverrun);
     set(in, kLogCqSize, cq.ctx.log_size);

@@ -7,6 +7,7 @@
 #include "limits.hh"
 #include "mlx5_commands.hh"
 #include "mlx5_ifc.hh"
+#include "mlx5_user_contexts.hh"
 #include "qp_lifecycle.hh"
 #include "state_tables.hh"
 #include "trace.hh"
@@ -80,6 +81,23 @@ const err::Condition *DcTargets::checkContext(std::span<const uint8_t> c) const 
     return nullptr;
 }
 
+// A user context's DCT builds on its own PD, CQ and SRQ; its Q counter may
+// be the kernel's.
+const err::Condition *DcTargets::checkOwners(std::span<const uint8_t> c, Owner caller) const {
+    const uint64_t pd = get(c, dctc::kPd), cq = get(c, dctc::kCqn), srq = get(c, dctc::kSrqn),
+                   set = get(c, dctc::kCounterSetId);
+    if (!controls(caller, ownerIn(objects_.pds, pd)))
+        return refuseForeign(host_, "CREATE_DCT", "PD", pd, ownerIn(objects_.pds, pd), caller);
+    if (!controls(caller, ownerIn(objects_.cqs, cq)))
+        return refuseForeign(host_, "CREATE_DCT", "CQ", cq, ownerIn(objects_.cqs, cq), caller);
+    if (!controls(caller, ownerIn(objects_.srqs, srq)))
+        return refuseForeign(host_, "CREATE_DCT", "SRQ", srq, ownerIn(objects_.srqs, srq), caller);
+    if (set && !mayShare(caller, ownerIn(objects_.counterSets, set)))
+        return refuseForeign(host_, "CREATE_DCT", "Q counter", set,
+                             ownerIn(objects_.counterSets, set), caller);
+    return nullptr;
+}
+
 void DcTargets::hold(const QueuePair &dct, int delta) {
     const auto adjust = [delta](Referenced &o) { o.refs += static_cast<uint32_t>(delta); };
     adjust(objects_.pds.at(dct.ctx.pdn));
@@ -93,6 +111,9 @@ const err::Condition *DcTargets::create(std::span<const uint8_t> in, uint32_t &d
     const std::span<const uint8_t> c = contextOf(in);
     if (const err::Condition *why = checkContext(c))
         return why;
+    const auto caller = static_cast<Owner>(get(in, kUid));
+    if (const err::Condition *why = checkOwners(c, caller))
+        return why;
     if (objects_.qps.size() == objects_.qps.capacity()) {
         host_.guestError(err::kMlx5CmdNoResources, "CREATE_DCT: all %u QPs and DCTs exist",
                          objects_.qps.capacity());
@@ -100,6 +121,7 @@ const err::Condition *DcTargets::create(std::span<const uint8_t> in, uint32_t &d
     }
     auto made = std::make_unique<QueuePair>();
     QueuePair &dct = *made;
+    dct.owner = caller;
     dct.ctx.type = kQptDct;
     dct.ctx.flags = PIB_QP_USE_SRQ;
     dct.ctx.pdn = static_cast<uint32_t>(get(c, dctc::kPd));
@@ -185,6 +207,7 @@ void DcTargets::save(StateWriter &w) const {
         const QueuePair &dct = *find(dctn);
         std::vector<uint8_t> in(Commands::inputBytes(kCreateDct));
         std::copy(context.begin(), context.end(), in.begin() + kContextByte);
+        set(in, kUid, dct.owner);
         w.u32(dctn);
         w.bytes(in);
         w.u8(dct.attr.qp_state == PIB_QPS_RTR ? kActive : kDrained);

@@ -50,6 +50,7 @@ class DcTargets {
   private:
     using Context = std::array<uint8_t, kContextBytes>;
     const err::Condition *checkContext(std::span<const uint8_t> dctc) const;
+    const err::Condition *checkOwners(std::span<const uint8_t> dctc, Owner caller) const;
     QueuePair *find(uint32_t dctn) const;
     const err::Condition *missing(const char *command, uint32_t dctn) const;
     void hold(const QueuePair &dct, int delta);

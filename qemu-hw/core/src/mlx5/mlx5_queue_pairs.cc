@@ -7,6 +7,7 @@
 #include "limits.hh"
 #include "mlx5_ifc.hh"
 #include "mlx5_page_list.hh"
+#include "mlx5_user_contexts.hh"
 #include "qp_lifecycle.hh"
 #include "qp_state.hh"
 #include "trace.hh"
@@ -322,10 +323,57 @@ void QueuePairs::bindCounterSet(QueuePair &qp, uint32_t set) {
     qp.counterSet = set;
 }
 
+// A user context's QP builds on its own PD, CQs and SRQ, except the
+// kernel's placeholders mlx5_ib names where nothing is received (the
+// receive CQ and SRQ of a QP with no receive side); its UAR page is its
+// own or the kernel's. QP0, QP1, the UMR QP and fast registration are the
+// kernel's alone.
+const err::Condition *QueuePairs::checkOwners(std::span<const uint8_t> in) const {
+    const auto caller = static_cast<Owner>(get(in, kUid));
+    if (caller == uid::kKernel)
+        return nullptr;
+    const auto type = *coreType(in);
+    const bool umr = get(in, kSt) == st::kRegUmr;
+    if (umr || get(in, kFre) || type == PIB_QPT_SMI || type == PIB_QPT_GSI) {
+        host_.guestError(err::kMlx5CmdBadUid, "CREATE_QP with uid %u: %s is the kernel's", caller,
+                         umr             ? "the UMR QP"
+                         : get(in, kFre) ? "fast registration"
+                                         : "QP0 or QP1");
+        return &err::kMlx5CmdBadUid;
+    }
+    const bool receives = hasReceiveSide(type);
+    const struct {
+        const char *what;
+        uint64_t number;
+        Owner owner;
+        bool shared; // may be the kernel's or the shared uid's
+        bool named;  // the QP uses it
+    } uses[] = {
+        {"PD", get(in, kQpcPd), ownerIn(objects_.pds, get(in, kQpcPd)), false,
+         type != PIB_QPT_XRC_TGT},
+        {"send CQ", get(in, kCqnSnd), ownerIn(objects_.cqs, get(in, kCqnSnd)), false,
+         hasSendQueue(type)},
+        {"receive CQ", get(in, kCqnRcv), ownerIn(objects_.cqs, get(in, kCqnRcv)), !receives, true},
+        {"SRQ", get(in, kSrqn), ownerIn(objects_.srqs, get(in, kSrqn)), !receives,
+         get(in, kRqType) == kSrqRq},
+        {"XRC domain", get(in, kQpcXrcd), ownerIn(objects_.xrcds, get(in, kQpcXrcd)), true,
+         type == PIB_QPT_XRC_TGT},
+        {"UAR page", get(in, kQpcUarPage), uars_.owner(get(in, kQpcUarPage)), true,
+         type != PIB_QPT_XRC_TGT},
+    };
+    for (const auto &u : uses)
+        if (u.named && !(u.shared ? mayShare(caller, u.owner) : controls(caller, u.owner)))
+            return refuseForeign(host_, "CREATE_QP", u.what, u.number, u.owner, caller);
+    return nullptr;
+}
+
 const err::Condition *QueuePairs::create(std::span<const uint8_t> in, uint32_t &qpn) {
     if (const err::Condition *why = checkContext(in))
         return why;
+    if (const err::Condition *why = checkOwners(in))
+        return why;
     auto qp = std::make_unique<QueuePair>();
+    qp->owner = static_cast<Owner>(get(in, kUid));
     pib_qp_context &ctx = qp->ctx;
     ctx.type = *coreType(in);
     qp->umr = get(in, kSt) == st::kRegUmr;
@@ -393,6 +441,7 @@ const err::Condition *QueuePairs::create(std::span<const uint8_t> in, uint32_t &
 std::vector<uint8_t> QueuePairs::createInput(const QueuePair &qp) const {
     const pib_qp_context &ctx = qp.ctx;
     std::vector<uint8_t> in = PageList::inputFor(objects_.mtt, ctx.sq_buf, kQpPageList);
+    set(in, kUid, qp.owner);
     set(in, kSt, qp.umr ? st::kRegUmr : serviceType(ctx.type));
     set(in, kPmState, kPmMigrated);
     set(in, kFre, qp.fastRegEnabled);
@@ -481,6 +530,9 @@ const err::Condition *QueuePairs::modify(uint16_t opcode, std::span<const uint8_
     const uint32_t set = counterSetAfter(opcode, *qp, in);
     if (set && !objects_.counterSets.find(set))
         return refuse(err::kMlx5QpBadAttr, change.name, qpn, "counter_set_id names no Q counter");
+    if (set && !mayShare(qp->owner, objects_.counterSets.at(set).owner))
+        return refuseForeign(host_, change.name, "Q counter", set,
+                             objects_.counterSets.at(set).owner, qp->owner);
     bindCounterSet(*qp, set);
     applyQpAttrs(qp->attr, attrs, mask, change.to);
     trace::mlx5_qp_modify(host_, qpn, change.name, cur, change.to, mask);

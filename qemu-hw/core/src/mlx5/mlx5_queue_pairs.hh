@@ -70,6 +70,7 @@ class QueuePairs {
     void loadQp(StateReader &r, uint32_t qpn);
     std::string attachLoaded(const SavedAttachment &a);
     const err::Condition *checkContext(std::span<const uint8_t> in) const;
+    const err::Condition *checkOwners(std::span<const uint8_t> in) const;
     const err::Condition *refuse(const err::Condition &why, const char *command, uint32_t qpn,
                                  const char *what) const;
     std::optional<uint8_t> freePort(uint8_t type) const;

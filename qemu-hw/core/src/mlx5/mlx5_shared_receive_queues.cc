@@ -4,6 +4,7 @@
 #include "limits.hh"
 #include "mlx5_ifc.hh"
 #include "mlx5_page_list.hh"
+#include "mlx5_user_contexts.hh"
 #include "trace.hh"
 
 namespace pib::mlx5 {
@@ -34,6 +35,7 @@ constexpr uint32_t kSrqPageList = 0x110;
 // A WQE is a next segment and data segments of 16 bytes each: 32 bytes
 // at least (one data segment), 2 KiB at most (as the send WQEs).
 constexpr uint32_t kLogMinStride = 5;
+constexpr uint16_t kCreateBasicSrq = 0x700, kCreateXrcSrq = 0x705;
 
 } // namespace
 
@@ -62,6 +64,25 @@ const err::Condition *SharedReceiveQueues::checkContext(std::span<const uint8_t>
     return nullptr;
 }
 
+// A user context's SRQ builds on its own PD and CQ. mlx5_ib gives a basic
+// SRQ (CREATE_SRQ; its completions go to its QPs' CQs) the kernel's XRC
+// domain and, without a CQ of the process's, the kernel's placeholder CQ.
+const err::Condition *SharedReceiveQueues::checkOwners(std::span<const uint8_t> in) const {
+    const auto caller = static_cast<Owner>(get(in, kUid));
+    const bool basic = get(in, kOpcode) == kCreateBasicSrq;
+    const char *command = basic ? "CREATE_SRQ" : "CREATE_XRC_SRQ";
+    const uint64_t pd = get(in, kSrqcPd), xrcd = get(in, kSrqcXrcd), cq = get(in, kCqn);
+    const Owner pdOwner = objects_.pds.at(pd).owner, xrcdOwner = objects_.xrcds.at(xrcd).owner,
+                cqOwner = objects_.cqs.at(cq).owner;
+    if (!controls(caller, pdOwner))
+        return refuseForeign(host_, command, "PD", pd, pdOwner, caller);
+    if (!mayShare(caller, xrcdOwner))
+        return refuseForeign(host_, command, "XRC domain", xrcd, xrcdOwner, caller);
+    if (!(basic ? mayShare(caller, cqOwner) : controls(caller, cqOwner)))
+        return refuseForeign(host_, command, "CQ", cq, cqOwner, caller);
+    return nullptr;
+}
+
 const err::Condition *SharedReceiveQueues::create(std::span<const uint8_t> in, uint32_t &srqn) {
     if (objects_.srqs.size() == objects_.srqs.capacity()) {
         host_.guestError(err::kMlx5CmdNoResources, "CREATE_SRQ: all %u SRQs exist",
@@ -70,7 +91,11 @@ const err::Condition *SharedReceiveQueues::create(std::span<const uint8_t> in, u
     }
     if (const err::Condition *why = checkContext(in))
         return why;
+    if (const err::Condition *why = checkOwners(in))
+        return why;
     auto srq = std::make_unique<SharedReceiveQueue>();
+    srq->owner = static_cast<Owner>(get(in, kUid));
+    srq->basic = get(in, kOpcode) == kCreateBasicSrq;
     pib_srq_context &ctx = srq->ctx;
     ctx.log_wqe_count = static_cast<uint8_t>(get(in, kLogSrqSize));
     ctx.log_wqe_stride = static_cast<uint8_t>(get(in, kSrqcLogRqStride) + kStrideUnitShift);
@@ -113,6 +138,8 @@ static void putContext(std::span<uint8_t> out, const SharedReceiveQueue &srq) {
 // The CREATE_SRQ input that makes `srq` as it is (the device's state).
 std::vector<uint8_t> SharedReceiveQueues::createInput(const SharedReceiveQueue &srq) const {
     std::vector<uint8_t> in = PageList::inputFor(objects_.mtt, srq.ctx.buf, kSrqPageList);
+    set(in, kOpcode, srq.basic ? kCreateBasicSrq : kCreateXrcSrq);
+    set(in, kUid, srq.owner);
     putContext(in, srq);
     return in;
 }

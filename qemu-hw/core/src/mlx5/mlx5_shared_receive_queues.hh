@@ -42,6 +42,7 @@ class SharedReceiveQueues {
   private:
     std::vector<uint8_t> createInput(const SharedReceiveQueue &srq) const;
     const err::Condition *checkContext(std::span<const uint8_t> in) const;
+    const err::Condition *checkOwners(std::span<const uint8_t> in) const;
     const err::Condition *missing(const char *command, uint32_t srqn) const;
 
     const Host &host_;

@@ -30,17 +30,18 @@ constexpr uint32_t kKeysTag = stateTag("M5MK");
 constexpr uint16_t kCreateMkey = 0x200;
 constexpr uint32_t kKeyOutputBytes = 0x10;
 
-// An object that others hold by number and that holds nothing itself.
+// An object that others hold by number and that holds nothing itself:
+// its owner.
 template <class T>
 void loadHeld(StateReader &r, uint32_t tag, const char *what, ObjectTable<T> &table) {
-    loadTable(r, tag, what, table, 0, [&](uint32_t number) {
-        if (r.ok() && !table.insertAt(number, std::make_unique<T>()))
+    loadTable(r, tag, what, table, 2, [&](uint32_t number) {
+        auto object = std::make_unique<T>();
+        object->owner = r.u16();
+        if (r.ok() && !table.insertAt(number, std::move(object)))
             r.fail(std::string(what) + " " + std::to_string(number) +
                    ": its number is taken or beyond the table");
     });
 }
-
-void saveNothing(const Referenced &) {}
 
 } // namespace
 
@@ -124,8 +125,10 @@ void VendorCapability::load(StateReader &r) {
 void Uars::save(StateWriter &w) const {
     w.beginSection(kUarsTag);
     w.u32(static_cast<uint32_t>(given_.size()));
-    for (bool g : given_)
-        w.boolean(g);
+    for (size_t i = 0; i < given_.size(); ++i) {
+        w.boolean(given_[i]);
+        w.u16(owners_[i]);
+    }
     w.endSection();
 }
 
@@ -133,8 +136,10 @@ void Uars::load(StateReader &r) {
     r.enterSection(kUarsTag, "the UAR pages");
     if (r.u32() != given_.size() && r.ok())
         r.fail("the UAR pages: another count of pages than this device's");
-    for (size_t i = 0; i < given_.size() && r.ok(); ++i)
+    for (size_t i = 0; i < given_.size() && r.ok(); ++i) {
         given_[i] = r.boolean("a UAR page given");
+        owners_[i] = r.u16();
+    }
     r.leaveSection("the UAR pages");
 }
 
@@ -198,10 +203,14 @@ void Commands::load(StateReader &r) {
 // In the order they hold each other: PDs, XRC domains and Q counters; CQs
 // (on the EQs); memory keys (in PDs); SRQs (on CQs); QPs (on all of them).
 void Commands::saveObjects(StateWriter &w) const {
-    saveTable(w, kPdsTag, core_.objects.pds, saveNothing);
-    saveTable(w, kXrcdsTag, core_.objects.xrcds, saveNothing);
-    saveTable(w, kQCountersTag, core_.objects.counterSets,
-              [&](const CounterSet &set) { w.record(set.counts); });
+    uctxs_.save(w);
+    const auto saveOwner = [&](const Referenced &object) { w.u16(object.owner); };
+    saveTable(w, kPdsTag, core_.objects.pds, saveOwner);
+    saveTable(w, kXrcdsTag, core_.objects.xrcds, saveOwner);
+    saveTable(w, kQCountersTag, core_.objects.counterSets, [&](const CounterSet &set) {
+        saveOwner(set);
+        w.record(set.counts);
+    });
     cqs_.save(w);
     saveKeys(w);
     srqs_.save(w);
@@ -210,11 +219,13 @@ void Commands::saveObjects(StateWriter &w) const {
 }
 
 void Commands::loadObjects(StateReader &r) {
+    uctxs_.load(r);
     loadHeld(r, kPdsTag, "PDs", core_.objects.pds);
     loadHeld(r, kXrcdsTag, "XRC domains", core_.objects.xrcds);
-    loadTable(r, kQCountersTag, "Q counters", core_.objects.counterSets, sizeof(pib_port_counters),
-              [&](uint32_t number) {
+    loadTable(r, kQCountersTag, "Q counters", core_.objects.counterSets,
+              2 + sizeof(pib_port_counters), [&](uint32_t number) {
                   auto set = std::make_unique<CounterSet>();
+                  set->owner = r.u16();
                   r.record(set->counts, "a Q counter's counts");
                   if (r.ok() && !core_.objects.counterSets.insertAt(number, std::move(set)))
                       r.fail("Q counter " + std::to_string(number) +
@@ -226,6 +237,39 @@ void Commands::loadObjects(StateReader &r) {
     srqs_.load(r);
     qps_.load(r);
     dcts_.load(r);
+    checkLoadedOwners(r);
+}
+
+// Every object belongs to the kernel, the shared uid or a user context
+// the state has; a QP's Q counter is one its context may use.
+void Commands::checkLoadedOwners(StateReader &r) const {
+    if (!r.ok())
+        return;
+    const auto owned = [&](const char *what, uint64_t number, Owner owner) {
+        if (r.ok() && !uctxs_.admits(owner))
+            r.fail(std::string(what) + " " + std::to_string(number) + ": uid " +
+                   std::to_string(owner) + ", which is no user context");
+    };
+    const auto each = [&](const char *what, const auto &table) {
+        table.forEach([&](uint32_t number, const auto &o) { owned(what, number, o.owner); });
+    };
+    const ObjectTables &o = core_.objects;
+    each("PD", o.pds);
+    each("XRC domain", o.xrcds);
+    each("Q counter", o.counterSets);
+    each("CQ", o.cqs);
+    each("SRQ", o.srqs);
+    each("QP", o.qps);
+    each("memory key", o.mrs);
+    for (uint32_t index = Uars::kFirstUar; index < uars_.limit(); ++index)
+        if (uars_.given(index))
+            owned("UAR page", index, uars_.owner(index));
+    o.qps.forEach([&](uint32_t number, const QueuePair &qp) {
+        const CounterSet *set = o.counterSets.find(qp.counterSet);
+        if (r.ok() && set && !mayShare(qp.owner, set->owner))
+            r.fail("QP " + std::to_string(number) + ": Q counter " + std::to_string(qp.counterSet) +
+                   " is another user context's");
+    });
 }
 
 // A key: its CREATE_MKEY input, then what it is now. A UMR-enabled one is

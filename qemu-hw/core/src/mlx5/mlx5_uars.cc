@@ -5,11 +5,12 @@
 
 namespace pib::mlx5 {
 
-std::optional<uint32_t> Uars::alloc() {
+std::optional<uint32_t> Uars::alloc(Owner owner) {
     const auto it = std::find(given_.begin(), given_.end(), false);
     if (it == given_.end())
         return std::nullopt;
     *it = true;
+    owners_[it - given_.begin()] = owner;
     return kFirstUar + static_cast<uint32_t>(it - given_.begin());
 }
 

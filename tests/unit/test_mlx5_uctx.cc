@@ -1,0 +1,254 @@
+// SPDX-License-Identifier: GPL-2.0-or-later
+// ConnectX user contexts (docs/mlx5.md §16): two processes' contexts, A
+// and B, beside the kernel. Each object belongs to the uid that made it;
+// B's commands can neither change, destroy nor query A's, nor build on
+// them; what the kernel keeps (MADs, EQs, QP0, fast registration,
+// physical keys) no context may ask for; and a context ends only when its
+// objects have. Each case fails on a device that takes the uid as it
+// comes.
+#include <catch2/catch.hpp>
+
+#include "conditions.hh"
+#include "mlx5_function.hh"
+
+using namespace pib;
+using namespace pib::mlx5;
+
+namespace {
+
+using namespace pib::testing::mlx5qp;
+using pib::testing::Mlx5Function;
+using Qp = Mlx5Function::Qp;
+
+constexpr uint16_t kCreateUctx = 0xa04, kDestroyUctx = 0xa06;
+constexpr uint16_t kAllocPd = 0x800, kDeallocPd = 0x801, kAllocUar = 0x802, kAllocXrcd = 0x80e;
+constexpr uint16_t kAllocQCounter = 0x771, kQueryQCounter = 0x773, kMadIfc = 0x50d;
+constexpr uint16_t kCreateMkey = 0x200;
+constexpr Field kUctxUid = field(0x50, 16);   // create_uctx_out.uid, destroy_uctx_in.uid
+constexpr Field kCounter = field(0x58, 8);    // alloc_q_counter_out.counter_set_id
+constexpr Field kQueried = field(0xf8, 8);    // query_q_counter_in.counter_set_id
+constexpr Field kQueryClear = field(0xc0, 1); // query_q_counter_in.clear
+constexpr uint16_t kShared = 0xffff;
+
+uint8_t statusOf(const err::Condition &c) {
+    return c.mlx5Status;
+}
+
+struct Contexts : pib::testing::OwnedMlx5Host, Mlx5Function {
+    Contexts() : Mlx5Function(owned) {
+        REQUIRE(setUp());
+        kernel = {pd, cqn, uar};
+    }
+    // What one context made: its PD, CQ and UAR page.
+    struct Made {
+        uint32_t pd = 0, cq = 0, uar = 0;
+    };
+
+    Mlx5Host::Reply as(uint16_t uid, std::vector<uint8_t> in, uint32_t outBytes = 16) {
+        set(in, kUid, uid);
+        return host.run(in, outBytes);
+    }
+    uint16_t newContext() {
+        const auto r = host.run(Mlx5Host::input(kCreateUctx, 0, 0x40), 16);
+        REQUIRE(r.status() == 0);
+        return static_cast<uint16_t>(r.get(kUctxUid));
+    }
+    Mlx5Host::Reply endContext(uint16_t uid) {
+        auto in = Mlx5Host::input(kDestroyUctx);
+        set(in, kUctxUid, uid);
+        return host.run(in, 16);
+    }
+    uint32_t held(uint16_t uid, uint16_t opcode) {
+        const auto r = as(uid, Mlx5Host::input(opcode));
+        REQUIRE(r.status() == 0);
+        return static_cast<uint32_t>(r.get(kHeld));
+    }
+    // A PD, a UAR page and a CQ on the kernel's EQ, all of `uid`.
+    Made objectsOf(uint16_t uid) {
+        Made m;
+        m.pd = held(uid, kAllocPd);
+        m.uar = held(uid, kAllocUar);
+        uint64_t ring = 0, record = 0;
+        const auto r = as(uid, host.cqInput(kLogCq, eqn, m.uar, &ring, &record));
+        REQUIRE(r.status() == 0);
+        m.cq = static_cast<uint32_t>(r.get(kHeld));
+        return m;
+    }
+    // CREATE_QP as mlx5_ib makes a process's: no fre, on `m`'s objects.
+    Mlx5Host::Reply qp(uint16_t uid, const Made &m, Qp &made) {
+        const Made saved{pd, cqn, uar};
+        pd = m.pd, cqn = m.cq, uar = m.uar;
+        auto in = qpInput(kRc, 0, 2, 2, made);
+        pd = saved.pd, cqn = saved.cq, uar = saved.uar;
+        set(in, kFre, 0);
+        const auto r = as(uid, in);
+        made.qpn = static_cast<uint32_t>(r.get(kHeld));
+        return r;
+    }
+    // CREATE_MKEY of one page (access mode MTT) in `pdn`.
+    Mlx5Host::Reply mttKey(uint16_t uid, uint32_t pdn, bool physical = false) {
+        auto in = Mlx5Host::input(kCreateMkey, 0, 0x120);
+        set(in, field(0x95, 1), 1);                // lr
+        set(in, field(0x96, 2), physical ? 0 : 1); // access mode PA or MTT
+        set(in, field(0xa0, 24), 0xffffff);        // no QP
+        set(in, field(0xe8, 24), pdn);
+        set(in, field(0x100, 64), 0x10000);             // start_addr
+        set(in, field(0x140, 64), physical ? 0 : 8192); // len
+        set(in, field(0xe0, 1), physical ? 1 : 0);      // length64
+        set(in, field(0x220, 32), 1);                   // translations_octword_size
+        set(in, field(0x25a, 6), 12);                   // 4 KiB pages
+        set(in, field(0x300, 32), 1);                   // two entries given
+        writeBe64(&in[0x110], host.alloc(4096));
+        writeBe64(&in[0x118], host.alloc(4096));
+        return as(uid, in);
+    }
+    Made kernel;
+};
+
+} // namespace
+
+TEST_CASE("mlx5: user contexts: uids, the kernel's commands, and a context ends only when its "
+          "objects have",
+          "[mlx5][uctx]") {
+    Contexts f;
+    const uint16_t a = f.newContext(), b = f.newContext();
+    CHECK(a == 1);
+    CHECK(b == 2);
+
+    // A uid no context has, and the kernel's commands from a context.
+    CHECK(f.as(7, Mlx5Host::input(kAllocPd)).status() == statusOf(err::kMlx5CmdBadUid));
+    CHECK(f.as(b, Mlx5Host::input(kMadIfc, 1, 0x110), 0x110).status() ==
+          statusOf(err::kMlx5CmdBadUid));
+    uint64_t ring = 0;
+    CHECK(f.as(b, f.host.eqInput(3, 0, 1, f.uar, &ring)).status() == statusOf(err::kMlx5CmdBadUid));
+    CHECK(f.as(kShared, f.host.eqInput(3, 0, 2, f.uar, &ring)).status() == 0);
+    CHECK(f.as(a, Mlx5Host::input(kCreateUctx, 0, 0x40)).status() == statusOf(err::kMlx5CmdBadUid));
+
+    const uint32_t pdA = f.held(a, kAllocPd);
+    const auto refused = f.endContext(a);
+    CHECK(refused.status() == statusOf(err::kMlx5UctxInUse));
+    CHECK(refused.syndrome() == err::kMlx5UctxInUse.syndrome);
+    // B may not free A's PD; A may, then A's context ends, and its uid
+    // is none until CREATE_UCTX gives it again.
+    auto dealloc = Mlx5Host::input(kDeallocPd);
+    set(dealloc, kHeld, pdA);
+    CHECK(f.as(b, dealloc).status() == statusOf(err::kMlx5CmdForeignObject));
+    CHECK(f.as(a, dealloc).status() == 0);
+    CHECK(f.endContext(a).status() == 0);
+    CHECK(f.endContext(a).status() == statusOf(err::kMlx5CmdBadResource));
+    CHECK(f.as(a, Mlx5Host::input(kAllocPd)).status() == statusOf(err::kMlx5CmdBadUid));
+    CHECK(f.newContext() == a);
+    CHECK(f.host.guestErrors() > 0);
+}
+
+TEST_CASE("mlx5: user contexts: a process's objects build only on its own, and another's "
+          "commands cannot touch them",
+          "[mlx5][uctx]") {
+    Contexts f;
+    const uint16_t a = f.newContext(), b = f.newContext();
+    const Contexts::Made ma = f.objectsOf(a), mb = f.objectsOf(b);
+
+    // B's CQ on A's UAR page; QPs on another's PD or CQ.
+    uint64_t ring = 0, record = 0;
+    CHECK(f.as(b, f.host.cqInput(2, f.eqn, ma.uar, &ring, &record)).status() ==
+          statusOf(err::kMlx5CmdForeignObject));
+    Qp qp;
+    CHECK(f.qp(b, {ma.pd, mb.cq, mb.uar}, qp).status() == statusOf(err::kMlx5CmdForeignObject));
+    CHECK(f.qp(b, {mb.pd, ma.cq, mb.uar}, qp).status() == statusOf(err::kMlx5CmdForeignObject));
+    // The kernel's PD is no process's either: its keys are the kernel's.
+    CHECK(f.qp(b, {f.kernel.pd, mb.cq, mb.uar}, qp).status() ==
+          statusOf(err::kMlx5CmdForeignObject));
+    // Fast registration is the kernel's.
+    Qp withFre;
+    auto fre = f.qpInput(kRc, 0, 2, 2, withFre);
+    CHECK(f.as(b, fre).status() == statusOf(err::kMlx5CmdBadUid));
+
+    Qp qpA;
+    REQUIRE(f.qp(a, ma, qpA).status() == 0);
+    // B can neither change, query nor destroy A's QP; the kernel can.
+    auto query = Mlx5Host::input(kQueryQp);
+    set(query, kHeld, qpA.qpn);
+    CHECK(f.as(b, query, 0x100).status() == statusOf(err::kMlx5CmdForeignObject));
+    CHECK(f.as(a, query, 0x100).status() == 0);
+    CHECK(f.as(0, query, 0x100).status() == 0);
+    auto toErr = Mlx5Host::input(kToErr);
+    set(toErr, kHeld, qpA.qpn);
+    CHECK(f.as(b, toErr).status() == statusOf(err::kMlx5CmdForeignObject));
+    auto destroy = Mlx5Host::input(kDestroyQp);
+    set(destroy, kHeld, qpA.qpn);
+    CHECK(f.as(b, destroy).status() == statusOf(err::kMlx5CmdForeignObject));
+    CHECK(f.query(qpA.qpn).get(kState) == 0); // still in RESET: B changed nothing
+
+    // Keys: B's in A's PD, and a physical one, are refused; one in its own
+    // PD is made.
+    CHECK(f.mttKey(b, ma.pd).status() == statusOf(err::kMlx5CmdForeignObject));
+    CHECK(f.mttKey(b, mb.pd, true).status() == statusOf(err::kMlx5CmdBadUid));
+    const auto keyB = f.mttKey(b, mb.pd);
+    REQUIRE(keyB.status() == 0);
+    auto destroyKey = Mlx5Host::input(0x202);
+    set(destroyKey, kHeld, keyB.get(kHeld));
+    CHECK(f.as(a, destroyKey).status() == statusOf(err::kMlx5CmdForeignObject));
+    CHECK(f.as(b, destroyKey).status() == 0);
+
+    // A basic SRQ of A's may name the kernel's XRC domain and placeholder
+    // CQ; an XRC SRQ's CQ takes completions, so it must be A's.
+    const std::vector<uint16_t> order{0, 1, 2, 3};
+    const auto srqInput = [&](uint16_t opcode, uint32_t cq, uint32_t xrcd) {
+        auto s = Mlx5Host::input(opcode, 0, 0x118);
+        set(s, field(0x80 + 0x04, 4), 2);
+        set(s, field(0x80 + 0x25, 3), 1);
+        set(s, field(0x80 + 0x28, 24), xrcd);
+        set(s, field(0x80 + 0x48, 24), cq);
+        set(s, field(0x80 + 0xc8, 24), ma.pd);
+        set(s, field(0x80 + 0x140, 64), f.host.alloc(64, 64));
+        writeBe64(&s[0x110], f.host.alloc(4096));
+        return s;
+    };
+    const uint32_t kernelXrcd = f.held(0, kAllocXrcd);
+    const auto basic = f.as(a, srqInput(0x700, f.kernel.cq, kernelXrcd));
+    CHECK(basic.status() == 0);
+    CHECK(f.as(a, srqInput(0x705, f.kernel.cq, kernelXrcd)).status() ==
+          statusOf(err::kMlx5CmdForeignObject));
+    CHECK(f.as(b, srqInput(0x700, mb.cq, kernelXrcd)).status() ==
+          statusOf(err::kMlx5CmdForeignObject)); // A's PD
+    // B's DCT on A's SRQ.
+    auto dct = f.dctInput(static_cast<uint32_t>(basic.get(kHeld)), 7);
+    set(dct, field(0x80 + 0xc8, 24), mb.pd);
+    set(dct, field(0x80 + 0x48, 24), mb.cq);
+    CHECK(f.as(b, dct).status() == statusOf(err::kMlx5CmdForeignObject));
+
+    // Q counters: the kernel's shared one any context reads and binds;
+    // clearing it is the kernel's; B's is B's alone.
+    const auto shared = f.as(kShared, Mlx5Host::input(kAllocQCounter));
+    REQUIRE(shared.status() == 0);
+    const auto counterB = f.as(b, Mlx5Host::input(kAllocQCounter));
+    REQUIRE(counterB.status() == 0);
+    auto read = Mlx5Host::input(kQueryQCounter, 0, 0x20);
+    set(read, kQueried, shared.get(kCounter));
+    CHECK(f.as(a, read, 0x100).status() == 0);
+    set(read, kQueryClear, 1);
+    CHECK(f.as(a, read, 0x100).status() == statusOf(err::kMlx5CmdForeignObject));
+    CHECK(f.change(kRst2Init, qpA.qpn, 1,
+                   {.counterSet = static_cast<uint32_t>(counterB.get(kCounter))})
+              .status() == statusOf(err::kMlx5CmdForeignObject));
+    CHECK(
+        f.change(kRst2Init, qpA.qpn, 1, {.counterSet = static_cast<uint32_t>(shared.get(kCounter))})
+            .status() == 0);
+}
+
+TEST_CASE("mlx5: user contexts and their objects' uids survive a saved state", "[mlx5][uctx]") {
+    Contexts f;
+    const uint16_t a = f.newContext(), b = f.newContext();
+    const Contexts::Made ma = f.objectsOf(a);
+    Qp qpA;
+    REQUIRE(f.qp(a, ma, qpA).status() == 0);
+    REQUIRE(f.host.move() == "");
+    auto destroy = Mlx5Host::input(kDestroyQp);
+    set(destroy, kHeld, qpA.qpn);
+    CHECK(f.as(b, destroy).status() == statusOf(err::kMlx5CmdForeignObject));
+    CHECK(f.endContext(a).status() == statusOf(err::kMlx5UctxInUse));
+    CHECK(f.as(a, destroy).status() == 0);
+    // B's context, which owned nothing, ended and came back with the state.
+    CHECK(f.endContext(b).status() == 0);
+    CHECK(f.as(b, Mlx5Host::input(kAllocPd)).status() == statusOf(err::kMlx5CmdBadUid));
+}
