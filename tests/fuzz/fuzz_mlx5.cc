@@ -13,9 +13,11 @@
 // destroyed, so that the WQE reader, the transports and the CQEs run.
 // The device must survive all of it and keep its promises: a slot it
 // completes is the driver's again, and the pages it holds are the ones it
-// was given. In a sixth of the runs, two tenants (Tenants, below): a user
-// process attacks the kernel's memory and keys through its own QPs, and
-// must not reach them.
+// was given. In a seventh of the runs, two tenants (Tenants, below): a
+// user process attacks the kernel's memory and keys through its own QPs,
+// and must not reach them; in another seventh, two user contexts
+// (fuzz_mlx5_contexts.hh): one process's commands attack the other's
+// objects, and must not touch them.
 #include <fuzzer/FuzzedDataProvider.h>
 
 #include <algorithm>
@@ -26,6 +28,7 @@
 #include <string>
 #include <unordered_set>
 
+#include "fuzz_mlx5_contexts.hh"
 #include "mlx5/mlx5_hca_caps.hh"
 #include "mlx5_function.hh"
 #include "mlx5_host.hh"
@@ -46,11 +49,12 @@ void check(bool ok, const char *what) {
 }
 
 // The opcodes the device executes, and a few it knows only by name.
-constexpr uint16_t kOpcodes[] = {
-    0x100, 0x101, 0x102, 0x103, 0x104, 0x105, 0x107, 0x108, 0x109, 0x10a, 0x10b, 0x200, 0x202,
-    0x301, 0x302, 0x400, 0x401, 0x403, 0x500, 0x501, 0x502, 0x503, 0x504, 0x505, 0x506, 0x507,
-    0x50a, 0x50b, 0x50c, 0x50d, 0x50e, 0x700, 0x701, 0x702, 0x703, 0x762, 0x800, 0x801, 0x802,
-    0x803, 0x805, 0x806, 0x807, 0x80e, 0x80f, 0x771, 0x772, 0x773, 0x710, 0x711, 0x712, 0x713};
+constexpr uint16_t kOpcodes[] = {0x100, 0x101, 0x102, 0x103, 0x104, 0x105, 0x107, 0x108, 0x109,
+                                 0x10a, 0x10b, 0x200, 0x202, 0x301, 0x302, 0x400, 0x401, 0x403,
+                                 0x500, 0x501, 0x502, 0x503, 0x504, 0x505, 0x506, 0x507, 0x50a,
+                                 0x50b, 0x50c, 0x50d, 0x50e, 0x700, 0x701, 0x702, 0x703, 0x762,
+                                 0x800, 0x801, 0x802, 0x803, 0x805, 0x806, 0x807, 0x80e, 0x80f,
+                                 0x771, 0x772, 0x773, 0x710, 0x711, 0x712, 0x713, 0xa04, 0xa06};
 constexpr uint32_t kIsegOffsets[] = {iseg::kCmdqAddrHigh, iseg::kCmdqAddrLowSize,
                                      iseg::kCmdDoorbell,  iseg::kFwRev,
                                      iseg::kInitializing, iseg::kHealthCounter};
@@ -975,7 +979,14 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     // initialized function is reached; some with QPs ready for work; some
     // enabled only, where the driver sets capabilities and gives pages.
     QpWorld world(host);
-    const int start = in.ConsumeIntegralInRange<int>(0, 5);
+    const int start = in.ConsumeIntegralInRange<int>(0, 6);
+    if (start == 6) { // two user contexts, and the oracle of their isolation
+        pib::fuzzing::UserContextsFuzz contexts(host);
+        check(contexts.setUp(), "the two user contexts could not be set up");
+        for (int step = 0; step < 64 && in.remaining_bytes(); ++step)
+            contexts.step(in);
+        return 0;
+    }
     if (start == 5) { // two tenants, and the oracle of their isolation
         Tenants tenants(host);
         check(tenants.setUp(), "the two tenants could not be set up");

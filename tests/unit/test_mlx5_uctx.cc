@@ -8,6 +8,9 @@
 // comes.
 #include <catch2/catch.hpp>
 
+#include <cstdlib>
+#include <string>
+
 #include "conditions.hh"
 #include "mlx5_function.hh"
 
@@ -165,6 +168,12 @@ TEST_CASE("mlx5: user contexts: a process's objects build only on its own, and a
 
     Qp qpA;
     REQUIRE(f.qp(a, ma, qpA).status() == 0);
+    // The host's inspection says whose it is.
+    char *answer = nullptr;
+    REQUIRE(pib_core_inspect(f.host.core, ("qp " + std::to_string(qpA.qpn)).c_str(), 1, &answer) ==
+            0);
+    CHECK(std::string(answer).find("\"uid\":1") != std::string::npos);
+    std::free(answer);
     // B can neither change, query nor destroy A's QP; the kernel can.
     auto query = Mlx5Host::input(kQueryQp);
     set(query, kHeld, qpA.qpn);

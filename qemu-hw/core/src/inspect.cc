@@ -166,16 +166,25 @@ Json Inspector::eq(const EqView &e) const {
                 {"stopped", e.stopped}};
 }
 
+// A ConnectX user context's object says whose it is (docs/mlx5.md §16);
+// the kernel's and every pib-hca object say nothing.
+static void withOwner(Json &j, Owner owner) {
+    if (owner)
+        j["uid"] = owner;
+}
+
 Json Inspector::cq(uint32_t cqn, const CompletionQueue &c) const {
-    return Json{{"cqn", cqn},
-                {"eqn", c.ctx.eqn},
-                {"queue", queue(c.producer, c.consumer, 1u << c.ctx.log_size)},
-                {"armed", armName(c.arm)},
-                {"moderation", Json{{"count", c.ctx.moderation_count},
-                                    {"period_us", c.ctx.moderation_period},
-                                    {"held", c.heldCqes}}},
-                {"overrun", c.overrun},
-                {"stopped", c.stopped}};
+    Json j{{"cqn", cqn},
+           {"eqn", c.ctx.eqn},
+           {"queue", queue(c.producer, c.consumer, 1u << c.ctx.log_size)},
+           {"armed", armName(c.arm)},
+           {"moderation", Json{{"count", c.ctx.moderation_count},
+                               {"period_us", c.ctx.moderation_period},
+                               {"held", c.heldCqes}}},
+           {"overrun", c.overrun},
+           {"stopped", c.stopped}};
+    withOwner(j, c.owner);
+    return j;
 }
 
 Json Inspector::qpSummary(uint32_t qpn, const QueuePair &q) const {
@@ -193,6 +202,7 @@ Json Inspector::qpSummary(uint32_t qpn, const QueuePair &q) const {
         j["rq"] = queue(q.rq.producer, q.rq.consumer, 1u << q.ctx.rq_log_wqe_count);
     if (q.ctx.type == PIB_QPT_XRC_TGT)
         j["xrcd"] = q.ctx.xrcdn;
+    withOwner(j, q.owner);
     return j;
 }
 
@@ -248,15 +258,18 @@ Json Inspector::srq(uint32_t srqn, const SharedReceiveQueue &q) const {
         j["xrcd"] = q.ctx.xrcdn;
         j["cq"] = q.ctx.cqn;
     }
+    withOwner(j, q.owner);
     return j;
 }
 
 Json Inspector::mr(uint32_t, const MemoryRegion &m) const {
-    return Json{{"key", m.key},           {"pd", m.ctx.pdn},
-                {"access", m.ctx.access}, {"iova", m.ctx.iova},
-                {"length", m.ctx.length}, {"physical", (m.ctx.flags & PIB_MR_PHYSICAL) != 0},
-                {"valid", m.valid},       {"remote_invalidate", m.fastReg() && m.remoteInvalidate},
-                {"umr_qp", m.umrQpOwned}};
+    Json j{{"key", m.key},           {"pd", m.ctx.pdn},
+           {"access", m.ctx.access}, {"iova", m.ctx.iova},
+           {"length", m.ctx.length}, {"physical", (m.ctx.flags & PIB_MR_PHYSICAL) != 0},
+           {"valid", m.valid},       {"remote_invalidate", m.fastReg() && m.remoteInvalidate},
+           {"umr_qp", m.umrQpOwned}};
+    withOwner(j, m.owner);
+    return j;
 }
 
 namespace {
