@@ -149,6 +149,8 @@ static bool pib_hca_event_enabled(unsigned event)
         return trace_event_get_state_backends(TRACE_PIB_HCA_MLX5_UAR);
     case PIB_EVENT_MLX5_UCTX:
         return trace_event_get_state_backends(TRACE_PIB_HCA_MLX5_UCTX);
+    case PIB_EVENT_MLX5_UMEM:
+        return trace_event_get_state_backends(TRACE_PIB_HCA_MLX5_UMEM);
     case PIB_EVENT_MLX5_EQ_CREATE:
         return trace_event_get_state_backends(TRACE_PIB_HCA_MLX5_EQ_CREATE);
     case PIB_EVENT_MLX5_EQ_DESTROY:
@@ -472,6 +474,11 @@ static void pib_hca_trace_event(unsigned event, const uint64_t *a)
         trace_pib_hca_mlx5_uctx((const char *) (uintptr_t) a[0],
                                 (unsigned) a[1]);
         break;
+    case PIB_EVENT_MLX5_UMEM:
+        trace_pib_hca_mlx5_umem((const char *) (uintptr_t) a[0],
+                                (unsigned) a[1], (unsigned) a[2],
+                                (unsigned) a[3], (unsigned) a[4]);
+        break;
     case PIB_EVENT_MLX5_EQ_CREATE:
         trace_pib_hca_mlx5_eq_create((unsigned) a[0], (unsigned) a[1],
                                      (unsigned) a[2], (unsigned) a[3],
@@ -748,6 +755,8 @@ static bool pib_hca_guest_error_traced(unsigned error)
     case PIB_GUEST_ERROR_MLX5_CMD_FOREIGN_OBJECT:
         return trace_event_get_state_backends(
             TRACE_PIB_HCA_ERR_MLX5_CMD_FOREIGN_OBJECT);
+    case PIB_GUEST_ERROR_MLX5_UMEM_BAD:
+        return trace_event_get_state_backends(TRACE_PIB_HCA_ERR_MLX5_UMEM_BAD);
     case PIB_GUEST_ERROR_MLX5_UCTX_IN_USE:
         return trace_event_get_state_backends(
             TRACE_PIB_HCA_ERR_MLX5_UCTX_IN_USE);
@@ -992,6 +1001,9 @@ static void pib_hca_trace_guest_error(unsigned error, const char *detail)
         break;
     case PIB_GUEST_ERROR_MLX5_CMD_FOREIGN_OBJECT:
         trace_pib_hca_err_mlx5_cmd_foreign_object(detail);
+        break;
+    case PIB_GUEST_ERROR_MLX5_UMEM_BAD:
+        trace_pib_hca_err_mlx5_umem_bad(detail);
         break;
     case PIB_GUEST_ERROR_MLX5_UCTX_IN_USE:
         trace_pib_hca_err_mlx5_uctx_in_use(detail);

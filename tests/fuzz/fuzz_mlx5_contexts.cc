@@ -6,6 +6,8 @@
 #include <optional>
 #include <string>
 
+#include "conditions.hh"
+
 namespace pib::fuzzing {
 
 using namespace pib::mlx5;
@@ -38,6 +40,7 @@ constexpr Named kNamed[] = {
     {0x505, 'q'}, {0x506, 'q'}, {0x507, 'q'}, {0x50a, 'q'}, {0x50b, 'q'}, {0x50c, 'q'},
     {0x50e, 'q'}, {0x711, 'q'}, {0x712, 'q'}, {0x713, 'q'}, {0x806, 'q'}, {0x807, 'q'},
     {0x202, 'k'}, {0x801, 'p'}, {0x803, 'u'}, {0x80f, 'x'}, {0x772, 'n'}, {0x773, 'n'},
+    {0xa0a, 'm'},
 };
 // The kernel's commands, which no context may issue.
 constexpr uint16_t kKernels[] = {0x102, 0x103, 0x105, 0x107, 0x108,       0x109,       0x10b,
@@ -91,6 +94,21 @@ std::vector<uint8_t> UserContextsFuzz::keyInput(uint32_t pd) {
     return k;
 }
 
+// CREATE_UMEM of two fresh pages, as mlx5_ib registers a pinned buffer;
+// bent by `in` (when given) to any page, count, size or rights.
+std::vector<uint8_t> UserContextsFuzz::umemInput(FuzzedDataProvider *in) {
+    auto u = Mlx5Host::input(0xa08, 0, 0x40);
+    set(u, field(0x140, 64), 2); // num_of_mtt
+    writeBe64(&u[0x30], f_.host.alloc(4096, 4096) | 0x3);
+    writeBe64(&u[0x38], f_.host.alloc(4096, 4096) | 0x3);
+    if (in && in->ConsumeBool())
+        writeBe64(&u[0x30 + 8 * in->ConsumeIntegralInRange<int>(0, 1)],
+                  in->ConsumeIntegral<uint64_t>());
+    if (in && in->ConsumeBool())
+        set(u, field(0x11b, 5), in->ConsumeIntegralInRange<int>(0, 31)); // log_page_size
+    return u;
+}
+
 // A process's objects as mlx5_ib makes them (its keys as DEVX does):
 // PD, UAR page, CQ on the kernel's EQ, a basic SRQ in the kernel's XRC
 // domain, an RC QP, a DCT and a key, all under `uid`.
@@ -113,7 +131,7 @@ bool UserContextsFuzz::makeObjects(uint16_t uid, Objects &o) {
     f_.pd = kernel[0], f_.cqn = kernel[1], f_.uar = kernel[2];
     set(qpIn, qpc::kFre, 0);
     if (!held(as(uid, qpIn), o.qp) || !held(as(uid, dctIn), o.dct) ||
-        !held(as(uid, keyInput(o.pd)), o.key))
+        !held(as(uid, keyInput(o.pd)), o.key) || !held(as(uid, umemInput(nullptr)), o.umem))
         return false;
     return true;
 }
@@ -165,6 +183,9 @@ uint32_t UserContextsFuzz::pick(FuzzedDataProvider &in, char kind) {
         break;
     case 'n':
         pool = {sharedCounter_, 0};
+        break;
+    case 'm':
+        pool = {objA_.umem, objB_.umem};
         break;
     default:
         pool = {f_.eqn};
@@ -242,6 +263,10 @@ std::vector<uint8_t> UserContextsFuzz::command(FuzzedDataProvider &in, char &mad
         return c;
     }
     default:
+        if (in.ConsumeBool()) {
+            made = 'm';
+            return umemInput(&in);
+        }
         return Mlx5Host::input(in.PickValueInArray({0x800, 0x802, 0x771, 0x80e}));
     }
 }
@@ -278,6 +303,10 @@ std::string UserContextsFuzz::snapshotOfA() {
 void UserContextsFuzz::checkMadeByB() {
     std::vector<Made> live;
     for (const Made &m : madeByB_) {
+        if (m.kind == 'm') { // no inspection: B's commands end it or not
+            live.push_back(m);
+            continue;
+        }
         const char *what = m.kind == 'q'   ? "qp "
                            : m.kind == 's' ? "srq "
                            : m.kind == 'k' ? "mr "
@@ -317,6 +346,10 @@ void UserContextsFuzz::step(FuzzedDataProvider &in) {
     auto end = Mlx5Host::input(kDestroyUctx);
     set(end, kUctxUid, a_);
     check(f_.host.run(end, 16).status() != 0, "A's context ended while its objects exist");
+    auto umem = Mlx5Host::input(0xa0a);
+    set(umem, qpc::kHeld, objA_.umem);
+    check(as(b_, umem).syndrome() == err::kMlx5CmdForeignObject.syndrome,
+          "A's UMEM is gone, or B may end it");
     checkMadeByB();
 }
 

@@ -24,8 +24,8 @@ using pib::testing::Mlx5Function;
 // after every command: A's objects are as A left them (the kernel's
 // QUERY_QP, QUERY_SRQ and QUERY_DCT of them, and the host's inspection
 // of its CQ and key, byte for byte), A's context cannot end while they
-// exist, and every object B made builds only on B's (its PD, CQs, SRQ,
-// as inspection shows them) and says uid B.
+// exist, nor its UMEM, and every object B made builds only on B's (its
+// PD, CQs, SRQ, as inspection shows them) and says uid B.
 class UserContextsFuzz {
   public:
     explicit UserContextsFuzz(Mlx5Host &host) : f_(host) {}
@@ -34,7 +34,7 @@ class UserContextsFuzz {
 
   private:
     struct Objects {
-        uint32_t pd = 0, uar = 0, cq = 0, srq = 0, qp = 0, dct = 0, key = 0;
+        uint32_t pd = 0, uar = 0, cq = 0, srq = 0, qp = 0, dct = 0, key = 0, umem = 0;
     };
     struct Made {
         char kind; // 'q' QP or DCT, 's' SRQ, 'k' memory key, 'c' CQ
@@ -45,6 +45,7 @@ class UserContextsFuzz {
     bool makeObjects(uint16_t uid, Objects &o);
     std::vector<uint8_t> srqInput(uint16_t opcode, uint32_t pd, uint32_t cq, uint32_t xrcd);
     std::vector<uint8_t> keyInput(uint32_t pd);
+    std::vector<uint8_t> umemInput(FuzzedDataProvider *in);
     uint32_t pick(FuzzedDataProvider &in, char kind);
     std::vector<uint8_t> command(FuzzedDataProvider &in, char &made);
     std::string snapshotOfA();

@@ -261,3 +261,58 @@ TEST_CASE("mlx5: user contexts and their objects' uids survive a saved state", "
     CHECK(f.endContext(b).status() == 0);
     CHECK(f.as(b, Mlx5Host::input(kAllocPd)).status() == statusOf(err::kMlx5CmdBadUid));
 }
+
+namespace {
+
+constexpr uint16_t kCreateUmem = 0xa08, kDestroyUmem = 0xa0a;
+
+// CREATE_UMEM of `pages` (guest addresses of 4 KiB pages) with read and
+// write rights, as mlx5_ib registers a process's pinned buffer.
+std::vector<uint8_t> umemInput(const std::vector<uint64_t> &pages, uint32_t offset = 0) {
+    auto in = Mlx5Host::input(kCreateUmem, 0, 0x30 + 8 * pages.size());
+    set(in, field(0x120, 32), offset);       // page_offset
+    set(in, field(0x140, 64), pages.size()); // num_of_mtt
+    for (size_t i = 0; i < pages.size(); ++i)
+        writeBe64(&in[0x30 + 8 * i], pages[i] | 0x3); // wr_en, rd_en
+    return in;
+}
+
+} // namespace
+
+TEST_CASE("mlx5: UMEMs: a process's pinned pages, its own to end, only guest RAM", "[mlx5][uctx]") {
+    Contexts f;
+    const uint16_t a = f.newContext(), b = f.newContext();
+    const std::vector<uint64_t> pages{f.host.alloc(4096, 4096), f.host.alloc(4096, 4096)};
+    const auto made = f.as(a, umemInput(pages, 128));
+    REQUIRE(made.status() == 0);
+    const auto id = static_cast<uint32_t>(made.get(kHeld));
+    CHECK(id >= 1);
+
+    // What is no process's pinned memory is refused.
+    const auto refusedAs = [&](std::vector<uint8_t> in) {
+        const auto r = f.as(a, std::move(in));
+        return r.status() == statusOf(err::kMlx5UmemBad) &&
+               r.syndrome() == err::kMlx5UmemBad.syndrome;
+    };
+    CHECK(refusedAs(umemInput({pages[0] + 512}))); // not page-aligned
+    CHECK(refusedAs(umemInput({0xfffffffff000}))); // not guest RAM
+    CHECK(refusedAs(umemInput({pages[0]}, 4096))); // offset beyond the page
+    CHECK(refusedAs(umemInput({})));               // no page
+    auto ats = umemInput(pages);
+    set(ats, field(0x100, 1), 1);
+    CHECK(refusedAs(ats));
+    auto mixed = umemInput(pages);
+    mixed[0x30 + 7] = 0x1; // the first page read-only, the second writable
+    CHECK(refusedAs(mixed));
+
+    // A's to end, not B's; A's context ends only after it; and a moved
+    // function keeps it, and whose it is.
+    REQUIRE(f.host.move() == "");
+    auto end = Mlx5Host::input(kDestroyUmem);
+    set(end, kHeld, id);
+    CHECK(f.as(b, end).status() == statusOf(err::kMlx5CmdForeignObject));
+    CHECK(f.endContext(a).status() == statusOf(err::kMlx5UctxInUse));
+    CHECK(f.as(a, end).status() == 0);
+    CHECK(f.as(a, end).status() == statusOf(err::kMlx5CmdBadResource));
+    CHECK(f.endContext(a).status() == 0);
+}

@@ -413,6 +413,14 @@ inline void mlx5_uctx(const Host &host, const char *what, unsigned uid) {
         host.event(PIB_EVENT_MLX5_UCTX, {Host::eventArg(what), Host::eventArg(uid)});
 }
 
+inline void mlx5_umem(const Host &host, const char *what, unsigned id, unsigned pages,
+                      unsigned shift, unsigned uid) {
+    if (host.eventEnabled(PIB_EVENT_MLX5_UMEM))
+        host.event(PIB_EVENT_MLX5_UMEM,
+                   {Host::eventArg(what), Host::eventArg(id), Host::eventArg(pages),
+                    Host::eventArg(shift), Host::eventArg(uid)});
+}
+
 inline void mlx5_eq_create(const Host &host, unsigned eqn, unsigned log_size, unsigned vector,
                            unsigned uar, uint64_t types) {
     if (host.eventEnabled(PIB_EVENT_MLX5_EQ_CREATE))

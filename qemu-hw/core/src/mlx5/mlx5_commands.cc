@@ -91,7 +91,7 @@ const Refusals Commands::kRefusals{err::kMlx5CmdBadResource, err::kMlx5CmdBadPar
                                    err::kMlx5CmdNoResources, err::kMlx5CmdInUse};
 
 // clang-format off
-const std::array<Commands::Spec, 60> Commands::kTable = {{
+const std::array<Commands::Spec, 62> Commands::kTable = {{
     {0x100, "QUERY_HCA_CAP", 0x10, 0x10 + HcaCaps::kPageBytes, State::kEnabled, &Commands::queryHcaCap},
     {0x101, "QUERY_ADAPTER", 0x10, 0x110, State::kEnabled, &Commands::queryAdapter},
     {0x102, "INIT_HCA", 0x10, 0x10, State::kEnabled, &Commands::initHca},
@@ -155,6 +155,8 @@ const std::array<Commands::Spec, 60> Commands::kTable = {{
     {0x807, "DETACH_FROM_MCG", 0x20, 0x10, State::kInitialized, &Commands::detachFromMcg},
     {0xa04, "CREATE_UCTX", 0x40, 0x10, State::kInitialized, &Commands::createUctx},
     {0xa06, "DESTROY_UCTX", 0x10, 0x10, State::kInitialized, &Commands::destroyUctx},
+    {0xa08, "CREATE_UMEM", 0x30, 0x10, State::kInitialized, &Commands::createUmem},
+    {0xa0a, "DESTROY_UMEM", 0x10, 0x10, State::kInitialized, &Commands::destroyUmem},
 }};
 // clang-format on
 
@@ -273,6 +275,7 @@ void Commands::reset() {
     dcts_.reset();
     registers_.reset();
     uctxs_.reset();
+    umems_.reset();
 }
 
 // ---- The function's life ------------------------------------------------
@@ -318,6 +321,7 @@ const err::Condition *Commands::teardownHca(const Request &r) {
     uars_.reset();
     dcts_.reset();
     uctxs_.reset();
+    umems_.reset();
     core_.endObjects();
     set(r.out, kTeardownState, 0); // a forced teardown is done
     return nullptr;

@@ -31,6 +31,7 @@
 #include "mlx5_shared_receive_queues.hh"
 #include "mlx5_uars.hh"
 #include "mlx5_user_contexts.hh"
+#include "mlx5_user_memories.hh"
 #include "object_tables.hh"
 #include "pib_core.h"
 #include "port_agents.hh"
@@ -99,7 +100,7 @@ class Commands {
         Handler handler;   // nullptr: known by name, not executed
     };
     static const Spec *find(uint16_t opcode);
-    static const std::array<Spec, 60> kTable;
+    static const std::array<Spec, 62> kTable;
 
     [[gnu::format(printf, 3, 4)]] const err::Condition *fail(const err::Condition &why,
                                                              const char *fmt, ...) const;
@@ -113,6 +114,8 @@ class Commands {
     uint32_t objectsOf(Owner uid) const;
     const err::Condition *createUctx(const Request &r);
     const err::Condition *destroyUctx(const Request &r);
+    const err::Condition *createUmem(const Request &r);
+    const err::Condition *destroyUmem(const Request &r);
 
     const err::Condition *queryHcaCap(const Request &r);
     const err::Condition *setHcaCap(const Request &r);
@@ -189,6 +192,7 @@ class Commands {
     DcTargets dcts_;
     Registers registers_; // ACCESS_REG's
     UserContexts uctxs_{limits::kMaxUserContexts};
+    UserMemories umems_{host_};
     static const Refusals kRefusals;
     State state_ = State::kDisabled;
     bool fatal_ = false;

@@ -18,7 +18,7 @@ namespace uctx_gate {
 constexpr Field kUctxUid = field(0x50, 16); // ifc: destroy_uctx_in.uid, create_uctx_out.uid
 
 // The tables a command's object is in.
-enum class Kind : uint8_t { kUar, kPd, kXrcd, kQCounter, kCq, kSrq, kQp, kMkey };
+enum class Kind : uint8_t { kUar, kPd, kXrcd, kQCounter, kCq, kSrq, kQp, kMkey, kUmem };
 using K = Kind;
 
 // Where the commands that act on one object name it: most at the
@@ -48,7 +48,8 @@ constexpr Named kNamed[] = {
     {0x202, K::kMkey},                                 // DESTROY_MKEY
     {0x801, K::kPd},  {0x80f, K::kXrcd},                  // DEALLOC_PD, DEALLOC_XRCD
     {0x772, K::kQCounter, kDeallocCounter},            // DEALLOC_Q_COUNTER
-    {0x773, K::kQCounter, kQueryCounter},              // QUERY_Q_COUNTER
+    {0x773, K::kQCounter, kQueryCounter},
+    {0xa0a, K::kUmem},              // QUERY_Q_COUNTER
 };
 // clang-format on
 
@@ -114,6 +115,8 @@ std::optional<Owner> Commands::ownerOf(uint8_t kind, uint64_t number) const {
         return of(o.srqs);
     case K::kQp:
         return of(o.qps);
+    case K::kUmem:
+        return of(umems_.table());
     case K::kMkey:
         break;
     }
@@ -135,6 +138,7 @@ uint32_t Commands::objectsOf(Owner uid) const {
     add(o.srqs);
     add(o.qps);
     add(o.mrs);
+    add(umems_.table());
     for (uint32_t index = Uars::kFirstUar; index < uars_.limit(); ++index)
         count += uars_.given(index) && uars_.owner(index) == uid;
     return count;
@@ -162,6 +166,20 @@ const err::Condition *Commands::destroyUctx(const Request &r) {
     uctxs_.destroy(uid);
     trace::mlx5_uctx(host_, "ended", uid);
     return nullptr;
+}
+
+// UMEMs (mlx5_user_memories.hh): create_umem_out and destroy_umem_in
+// name one at the same place.
+const err::Condition *Commands::createUmem(const Request &r) {
+    uint32_t id = 0;
+    if (const err::Condition *why = umems_.create(r.in, &id))
+        return why;
+    set(r.out, uctx_gate::kObject, id);
+    return nullptr;
+}
+
+const err::Condition *Commands::destroyUmem(const Request &r) {
+    return umems_.destroy(static_cast<uint32_t>(get(r.in, uctx_gate::kObject)));
 }
 
 } // namespace pib::mlx5

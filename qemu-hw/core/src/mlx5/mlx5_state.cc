@@ -204,6 +204,7 @@ void Commands::load(StateReader &r) {
 // (on the EQs); memory keys (in PDs); SRQs (on CQs); QPs (on all of them).
 void Commands::saveObjects(StateWriter &w) const {
     uctxs_.save(w);
+    umems_.save(w);
     const auto saveOwner = [&](const Referenced &object) { w.u16(object.owner); };
     saveTable(w, kPdsTag, core_.objects.pds, saveOwner);
     saveTable(w, kXrcdsTag, core_.objects.xrcds, saveOwner);
@@ -220,6 +221,7 @@ void Commands::saveObjects(StateWriter &w) const {
 
 void Commands::loadObjects(StateReader &r) {
     uctxs_.load(r);
+    umems_.load(r);
     loadHeld(r, kPdsTag, "PDs", core_.objects.pds);
     loadHeld(r, kXrcdsTag, "XRC domains", core_.objects.xrcds);
     loadTable(r, kQCountersTag, "Q counters", core_.objects.counterSets,
@@ -261,6 +263,7 @@ void Commands::checkLoadedOwners(StateReader &r) const {
     each("SRQ", o.srqs);
     each("QP", o.qps);
     each("memory key", o.mrs);
+    each("UMEM", umems_.table());
     for (uint32_t index = Uars::kFirstUar; index < uars_.limit(); ++index)
         if (uars_.given(index))
             owned("UAR page", index, uars_.owner(index));
