@@ -207,7 +207,16 @@ std::vector<uint8_t> UserContextsFuzz::command(FuzzedDataProvider &in, char &mad
     case 0: {
         uint64_t ring = 0, record = 0;
         made = 'c';
-        return f_.host.cqInput(2, pick(in, 'e'), pick(in, 'u'), &ring, &record);
+        auto c = f_.host.cqInput(2, pick(in, 'e'), pick(in, 'u'), &ring, &record);
+        if (in.ConsumeBool()) { // as DEVX makes it: ring and record in UMEMs
+            set(c, field(0x2e0, 1), 1);
+            set(c, field(0x2c0, 32), pick(in, 'm'));
+            set(c, field(0x280, 64), in.ConsumeIntegralInRange<uint64_t>(0, 8192));
+            set(c, field(0x86, 1), 1);
+            set(c, field(0xa0, 32), pick(in, 'm'));
+            set(c, field(0x240, 64), in.ConsumeIntegralInRange<uint64_t>(0, 8192));
+        }
+        return c;
     }
     case 1: {
         Mlx5Function::Qp qp;
@@ -219,7 +228,15 @@ std::vector<uint8_t> UserContextsFuzz::command(FuzzedDataProvider &in, char &mad
         set(q, qpc::kUarPage, pick(in, 'u'));
         set(q, qpc::kRqType, in.ConsumeIntegralInRange<int>(0, 3));
         set(q, qpc::kSrqn, pick(in, 's'));
-        set(q, field(0x80 + 0x4c8, 24), pick(in, 'x')); // xrcd
+        set(q, field(0xc0 + 0x4c8, 24), pick(in, 'x')); // xrcd
+        if (in.ConsumeBool()) { // as DEVX makes it: ring and record in UMEMs
+            set(q, field(0x860, 1), 1);
+            set(q, field(0x840, 32), pick(in, 'm'));
+            set(q, field(0x800, 64), in.ConsumeIntegralInRange<uint64_t>(0, 8192));
+            set(q, field(0x743, 1), 1);
+            set(q, field(0x7e0, 32), pick(in, 'm'));
+            set(q, qpc::kDbrAddr, in.ConsumeIntegralInRange<uint64_t>(0, 8192));
+        }
         made = 'q';
         return q;
     }

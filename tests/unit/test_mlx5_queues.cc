@@ -77,7 +77,6 @@ TEST_CASE("mlx5: CREATE_CQ checks its context and page list", "[mlx5]") {
         {field(0x80 + 0xa0, 32), 5},    // no such EQ
         {field(0x80 + 0x1c0, 64), 0x4}, // dbr_addr misaligned
         {field(0x80 + 0x1c0, 64), 0x8}, // and not RAM
-        {field(0x2e0, 1), 1},           // cq_umem_valid
     };
     for (const auto &[where, value] : contexts) {
         INFO("field at bit 0x" << std::hex << where.bit << " = 0x" << value);
@@ -86,6 +85,9 @@ TEST_CASE("mlx5: CREATE_CQ checks its context and page list", "[mlx5]") {
         refused(bad, status::kBadParam, pib::err::kMlx5CqBadContext);
     }
     auto bad = in;
+    set(bad, field(0x2e0, 1), 1); // cq_umem_valid, and UMEM 0 is none
+    refused(bad, status::kBadResource, pib::err::kMlx5CmdBadResource);
+    bad = in;
     writeBe64(&bad[0x110], ring + 64); // misaligned
     refused(bad, status::kBadParam, pib::err::kMlx5CqBadPages);
     bad = in;

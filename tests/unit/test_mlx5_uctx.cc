@@ -316,3 +316,99 @@ TEST_CASE("mlx5: UMEMs: a process's pinned pages, its own to end, only guest RAM
     CHECK(f.as(a, end).status() == statusOf(err::kMlx5CmdBadResource));
     CHECK(f.endContext(a).status() == 0);
 }
+
+TEST_CASE("mlx5: a DEVX process's CQ and QPs live in its UMEM: a SEND arrives whole, and the "
+          "UMEM stays until they end",
+          "[mlx5][uctx]") {
+    Contexts f;
+    REQUIRE(f.activatePort());
+    const uint16_t a = f.newContext(), b = f.newContext();
+    const Contexts::Made ma = f.objectsOf(a);
+    // One UMEM of 16 pages: the CQ's ring at 0, the QPs' at 0x1000 and
+    // 0x2000, the doorbell records at 0x3000 on.
+    const uint64_t buffer = f.host.alloc(16 * 4096, 4096);
+    std::vector<uint64_t> pages;
+    for (uint64_t i = 0; i < 16; ++i)
+        pages.push_back(buffer + 4096 * i);
+    const auto umem = f.as(a, umemInput(pages));
+    REQUIRE(umem.status() == 0);
+    const auto id = static_cast<uint32_t>(umem.get(kHeld));
+    for (uint32_t i = 0; i < 16; ++i)
+        f.host.at(buffer + 64 * i)[0x3f] = 0xf1; // CQEs invalid, owner 1
+
+    // CREATE_CQ as DEVX sends it: no page list, the ring and record in the UMEM.
+    auto cq = Mlx5Host::input(0x400, 0, 0x110);
+    set(cq, field(0x80 + 0x63, 5), 4); // 16 CQEs
+    set(cq, field(0x80 + 0x68, 24), ma.uar);
+    set(cq, field(0x80 + 0xa0, 32), f.eqn);
+    set(cq, field(0x80 + 0x06, 1), 1);   // dbr_umem_valid
+    set(cq, field(0x80 + 0x20, 32), id); // dbr_umem_id
+    set(cq, field(0x80 + 0x1c0, 64), 0x3000);
+    set(cq, field(0x2e0, 1), 1);                                         // cq_umem_valid
+    set(cq, field(0x2c0, 32), id);                                       // cq_umem_id
+    CHECK(f.as(b, cq).status() == statusOf(err::kMlx5CmdForeignObject)); // A's UMEM
+    const auto madeCq = f.as(a, cq);
+    REQUIRE(madeCq.status() == 0);
+    const auto cqn = static_cast<uint32_t>(madeCq.get(kHeld));
+
+    // Two RC QPs, their rings and records in the UMEM too.
+    Qp qps[2];
+    for (int i = 0; i < 2; ++i) {
+        auto in = f.qpInput(kRc, 0, 2, 2, qps[i]);
+        in.resize(0x110); // no page list
+        set(in, kFre, 0);
+        set(in, kPd, ma.pd);
+        set(in, kUarPage, ma.uar);
+        set(in, kCqnSnd, cqn);
+        set(in, kCqnRcv, cqn);
+        set(in, field(0x860, 1), 1); // wq_umem_valid
+        set(in, field(0x840, 32), id);
+        set(in, field(0x800, 64), 0x1000 * (i + 1));
+        set(in, field(0xc0 + 0x683, 1), 1); // dbr_umem_valid
+        set(in, field(0xc0 + 0x720, 32), id);
+        set(in, kDbrAddr, 0x3040 + 0x40 * i);
+        qps[i].buffer = buffer + 0x1000 * (i + 1);
+        qps[i].record = buffer + 0x3040 + 0x40 * i;
+        const auto r = f.as(a, in);
+        REQUIRE(r.status() == 0);
+        qps[i].qpn = static_cast<uint32_t>(r.get(kHeld));
+    }
+    REQUIRE(f.toRts(qps[0].qpn, {.qpn = qps[1].qpn}));
+    REQUIRE(f.toRts(qps[1].qpn, {.qpn = qps[0].qpn}));
+
+    // A key in A's PD over all of memory (the kernel's, as mlx5_ib makes
+    // a process's), and random data from one QP to the other.
+    auto key = Mlx5Host::input(0x200, 0, 0x110);
+    set(key, field(0x91, 5), 0x1f);
+    set(key, field(0xa0, 24), 0xffffff);
+    set(key, field(0xe0, 1), 1);
+    set(key, field(0xe8, 24), ma.pd);
+    const auto madeKey = f.host.run(key, 16);
+    REQUIRE(madeKey.status() == 0);
+    f.lkey = static_cast<uint32_t>(madeKey.get(kHeld)) << 8;
+    const uint64_t source = f.host.allocRandom(4096, 0xda7a), sink = f.host.alloc(4096);
+    f.postReceive(qps[1], sink, 4096);
+    f.blueFlame(f.writeSend(qps[0], false, {.opcode = kSend, .addr = source, .length = 3000}),
+                ma.uar);
+    uint32_t next = 0;
+    const auto done = f.cqesOf(buffer, buffer + 0x3000, &next);
+    CHECK(done.size() == 2);
+    CHECK(std::equal(f.host.at(source), f.host.at(source) + 3000, f.host.at(sink)));
+
+    // The UMEM stays while they use it, across a move too.
+    auto end = Mlx5Host::input(kDestroyUmem);
+    set(end, kHeld, id);
+    CHECK(f.as(a, end).status() == statusOf(err::kMlx5CmdInUse));
+    REQUIRE(f.host.move() == "");
+    CHECK(f.as(a, end).status() == statusOf(err::kMlx5CmdInUse));
+    for (const Qp &qp : qps) {
+        auto destroy = Mlx5Host::input(kDestroyQp);
+        set(destroy, kHeld, qp.qpn);
+        CHECK(f.as(a, destroy).status() == 0);
+    }
+    CHECK(f.as(a, end).status() == statusOf(err::kMlx5CmdInUse)); // the CQ's still
+    auto destroyCq = Mlx5Host::input(0x401);
+    set(destroyCq, kHeld, cqn);
+    CHECK(f.as(a, destroyCq).status() == 0);
+    CHECK(f.as(a, end).status() == 0);
+}

@@ -24,7 +24,8 @@ SOURCES = {
              ("command_queue", "commands", "commands_mkey", "commands_port", "completion_queues",
               "event_queues", "front_end", "hca_caps", "init_segment", "page_list", "pages",
               "queue_pairs", "registers", "shared_receive_queues", "uars", "umr", "vsc",
-              "wqe_reader", "dc_targets", "user_contexts", "commands_uctx", "user_memories")] + ["qemu-hw/core/src/dc_targets.cc"],
+              "wqe_reader", "dc_targets", "user_contexts", "commands_uctx", "user_memories",
+                       "commands_umem")] + ["qemu-hw/core/src/dc_targets.cc"],
     "switch": [f"fabric-switch/src/{name}.cc" for name in ("switch", "sma", "pma", "trap", "fault")],
     "switch-tcp": [f"fabric-switch/src/{name}.cc" for name in
                    ("server", "server_control", "server_dial", "server_faults", "server_flow",

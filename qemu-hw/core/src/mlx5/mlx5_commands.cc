@@ -470,16 +470,26 @@ const err::Condition *Commands::destroyEq(const Request &r) {
     return nullptr;
 }
 
+// A DEVX CQ's ring and record may be in UMEMs (mlx5_commands_umem.cc).
 const err::Condition *Commands::createCq(const Request &r) {
-    uint32_t cqn = 0;
-    if (const err::Condition *why = cqs_.create(r.in, cqn))
+    std::vector<uint8_t> placed;
+    UmemHold held;
+    if (const err::Condition *why = placeInUmems(r, kCqUmemFields, &placed, &held))
         return why;
+    uint32_t cqn = 0;
+    if (const err::Condition *why = cqs_.create(placed, cqn))
+        return why;
+    umems_.hold('c', cqn, held);
     set(r.out, kCqNumber, cqn);
     return nullptr;
 }
 
 const err::Condition *Commands::destroyCq(const Request &r) {
-    return cqs_.destroy(static_cast<uint32_t>(get(r.in, kCqNumber)));
+    const auto cqn = static_cast<uint32_t>(get(r.in, kCqNumber));
+    const err::Condition *why = cqs_.destroy(cqn);
+    if (!why)
+        umems_.release('c', cqn);
+    return why;
 }
 
 // Event moderation (op_mod 0) or the resize (op_mod 1).
@@ -546,16 +556,26 @@ const err::Condition *Commands::armRq(const Request &r) {
 
 // ---- QPs -------------------------------------------------------------------
 
+// A DEVX QP's ring and record may be in UMEMs (mlx5_commands_umem.cc).
 const err::Condition *Commands::createQp(const Request &r) {
-    uint32_t qpn = 0;
-    if (const err::Condition *why = qps_.create(r.in, qpn))
+    std::vector<uint8_t> placed;
+    UmemHold held;
+    if (const err::Condition *why = placeInUmems(r, kQpUmemFields, &placed, &held))
         return why;
+    uint32_t qpn = 0;
+    if (const err::Condition *why = qps_.create(placed, qpn))
+        return why;
+    umems_.hold('q', qpn, held);
     set(r.out, kQpNumber, qpn);
     return nullptr;
 }
 
 const err::Condition *Commands::destroyQp(const Request &r) {
-    return qps_.destroy(static_cast<uint32_t>(get(r.in, kQpNumber)));
+    const auto qpn = static_cast<uint32_t>(get(r.in, kQpNumber));
+    const err::Condition *why = qps_.destroy(qpn);
+    if (!why)
+        umems_.release('q', qpn);
+    return why;
 }
 
 const err::Condition *Commands::changeQpState(const Request &r) {

@@ -116,6 +116,18 @@ class Commands {
     const err::Condition *destroyUctx(const Request &r);
     const err::Condition *createUmem(const Request &r);
     const err::Condition *destroyUmem(const Request &r);
+    // Rings and doorbell records in UMEMs (mlx5_commands_umem.cc): where
+    // a create command's input names them.
+    struct UmemFields {
+        Field ringValid, ringId, ringOffset;
+        Field recordValid, recordId, record; // record: the offset in its UMEM
+        Field logPageSize, pageOffset;       // the ring's, as the page list places it
+    };
+    static const UmemFields kCqUmemFields, kQpUmemFields;
+    const err::Condition *usableUmem(const Request &r, Field id, const char *what,
+                                     const UserMemory **umem) const;
+    const err::Condition *placeInUmems(const Request &r, const UmemFields &f,
+                                       std::vector<uint8_t> *placed, UmemHold *held) const;
 
     const err::Condition *queryHcaCap(const Request &r);
     const err::Condition *setHcaCap(const Request &r);

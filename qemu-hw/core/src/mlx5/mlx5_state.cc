@@ -267,6 +267,17 @@ void Commands::checkLoadedOwners(StateReader &r) const {
     for (uint32_t index = Uars::kFirstUar; index < uars_.limit(); ++index)
         if (uars_.given(index))
             owned("UAR page", index, uars_.owner(index));
+    // An object on UMEMs exists, and they are its context's.
+    umems_.forEachHolder([&](char kind, uint32_t number, const UmemHold &held) {
+        const CompletionQueue *cq = kind == 'c' ? o.cqs.find(number) : nullptr;
+        const QueuePair *qp = kind == 'q' ? o.qps.find(number) : nullptr;
+        const Owner owner = cq ? cq->owner : qp ? qp->owner : 0;
+        for (uint32_t id : {held.ring, held.record})
+            if (r.ok() && (!(cq || qp) || (id && !controls(owner, umems_.find(id)->owner))))
+                r.fail(std::string(kind == 'c' ? "CQ " : "QP ") + std::to_string(number) +
+                       ": on UMEM " + std::to_string(id) +
+                       ", but no such object, or another user context's UMEM");
+    });
     o.qps.forEach([&](uint32_t number, const QueuePair &qp) {
         const CounterSet *set = o.counterSets.find(qp.counterSet);
         if (r.ok() && set && !mayShare(qp.owner, set->owner))

@@ -23,6 +23,7 @@ constexpr uint32_t kEntries = 0x30;             // the mtt entries, 8 bytes each
 constexpr uint64_t kWrite = 0x2, kRead = 0x1;   // an entry's wr_en and rd_en
 constexpr uint64_t kEntryFlags = 0xff;          // below the address (ptag: bits 63:8)
 constexpr uint32_t kTag = stateTag("M5UM");
+constexpr uint32_t kHoldersTag = stateTag("M5UH");
 } // namespace umem
 
 const err::Condition *UserMemories::refuse(const err::Condition &why, const char *fmt, ...) const {
@@ -95,8 +96,28 @@ const err::Condition *UserMemories::destroy(uint32_t id) {
     return nullptr;
 }
 
+void UserMemories::hold(char kind, uint32_t number, const UmemHold &held) {
+    if (!held.ring && !held.record)
+        return;
+    for (uint32_t id : {held.ring, held.record})
+        if (UserMemory *m = table_.find(id))
+            ++m->refs;
+    holders_[{kind, number}] = held;
+}
+
+void UserMemories::release(char kind, uint32_t number) {
+    const auto it = holders_.find({kind, number});
+    if (it == holders_.end())
+        return;
+    for (uint32_t id : {it->second.ring, it->second.record})
+        if (UserMemory *m = table_.find(id))
+            --m->refs;
+    holders_.erase(it);
+}
+
 void UserMemories::reset() {
     table_.clear();
+    holders_.clear();
     pages_ = 0;
 }
 
@@ -114,6 +135,15 @@ std::vector<uint8_t> UserMemories::createInput(const UserMemory &m) const {
 
 void UserMemories::save(StateWriter &w) const {
     saveTable(w, umem::kTag, table_, [&](const UserMemory &m) { w.bytes(createInput(m)); });
+    w.beginSection(umem::kHoldersTag);
+    w.u32(static_cast<uint32_t>(holders_.size()));
+    for (const auto &[object, held] : holders_) {
+        w.u8(static_cast<uint8_t>(object.first));
+        w.u32(object.second);
+        w.u32(held.ring);
+        w.u32(held.record);
+    }
+    w.endSection();
 }
 
 void UserMemories::load(StateReader &r) {
@@ -124,6 +154,21 @@ void UserMemories::load(StateReader &r) {
         uint32_t made = 0;
         restoreAt(r, host_, "UMEM", table_, id, [&] { return r.ok() && !create(in, &made); });
     });
+    r.enterSection(umem::kHoldersTag, "the UMEMs' holders");
+    const uint32_t count = r.count(kMaxUmems * 2, 13, "UMEM holders");
+    for (uint32_t i = 0; i < count && r.ok(); ++i) {
+        const char kind = static_cast<char>(r.u8());
+        const uint32_t number = r.u32();
+        const UmemHold held{r.u32(), r.u32()};
+        const bool known = (kind == 'c' || kind == 'q') && !holders_.contains({kind, number});
+        const auto exists = [&](uint32_t id) { return id == 0 || table_.find(id); };
+        if (r.ok() &&
+            (!known || !exists(held.ring) || !exists(held.record) || (!held.ring && !held.record)))
+            r.fail("a UMEM holder that is no object's, or of UMEMs that do not exist");
+        else if (r.ok())
+            hold(kind, number, held);
+    }
+    r.leaveSection("the UMEMs' holders");
 }
 
 } // namespace pib::mlx5

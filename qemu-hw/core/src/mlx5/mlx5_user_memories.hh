@@ -8,8 +8,10 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <optional>
 #include <span>
+#include <utility>
 #include <vector>
 
 #include "conditions.hh"
@@ -29,10 +31,18 @@ struct UserMemory : Referenced {
     // Bytes from the buffer's start to the end of its last page.
     uint64_t bytes() const { return (uint64_t{pages.size()} << shift) - offset; }
     // The guest address of byte `at` of the buffer (at < bytes()).
-    uint64_t address(uint64_t at) const {
-        const uint64_t from = offset + at;
+    uint64_t address(uint64_t at) const { return pageAddress(offset + at); }
+    // The guest address of byte `from` of its pages, counted from the
+    // start of the first (from < pages.size() << shift).
+    uint64_t pageAddress(uint64_t from) const {
         return pages[from >> shift] + (from & ((uint64_t{1} << shift) - 1));
     }
+};
+
+// The UMEMs an object's ring and doorbell record are in (0: none).
+struct UmemHold {
+    uint32_t ring = 0;
+    uint32_t record = 0;
 };
 
 class UserMemories {
@@ -48,10 +58,20 @@ class UserMemories {
     // DESTROY_UMEM of `id`: refused while an object holds it.
     const err::Condition *destroy(uint32_t id);
     UserMemory *find(uint64_t id) const { return table_.find(id); }
+    // Object `number` of `kind` ('c' CQ, 'q' QP) is built on `held`, which
+    // exist; release() when it ends.
+    void hold(char kind, uint32_t number, const UmemHold &held);
+    void release(char kind, uint32_t number);
+    // Each object that holds a UMEM: its kind, number and what it holds.
+    template <class F> void forEachHolder(F &&f) const {
+        for (const auto &[object, held] : holders_)
+            f(object.first, object.second, held);
+    }
     const ObjectTable<UserMemory> &table() const { return table_; }
     void reset();
-    // Each UMEM as the CREATE_UMEM input that makes it; loaded through
-    // create() at its id, before the objects that hold them.
+    // Each UMEM as the CREATE_UMEM input that makes it, loaded through
+    // create() at its id, before the objects that hold them; then which
+    // objects hold which (Commands::checkLoadedOwners checks they exist).
     void save(StateWriter &w) const;
     void load(StateReader &r);
 
@@ -63,6 +83,7 @@ class UserMemories {
     const Host &host_;
     ObjectTable<UserMemory> table_{kMaxUmems, 1};
     uint64_t pages_ = 0; // of all UMEMs
+    std::map<std::pair<char, uint32_t>, UmemHold> holders_;
 };
 
 } // namespace pib::mlx5
