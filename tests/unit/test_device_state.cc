@@ -424,8 +424,9 @@ namespace {
 
 // A ConnectX function as mlx5_ib leaves one (a UAR page, an EQ, a CQ, a
 // PD, a physical key), with an RC pair whose first SEND waits out an RNR
-// NAK, a UD QP on an SRQ in a multicast group, a Q counter and a free
-// UMR-enabled key.
+// NAK, a UD QP on an SRQ in a multicast group, a Q counter, a free
+// UMR-enabled key, a DCI's connection to a DCT, and a process's user
+// context with a CQ in its UMEM.
 std::vector<uint8_t> connectXSeed() {
     using namespace testing::mlx5qp;
     Mlx5Host host;
@@ -468,6 +469,35 @@ std::vector<uint8_t> connectXSeed() {
     f.blueFlame(f.writeDcSend(*dci, static_cast<uint32_t>(dct.get(kHeld)), 0x1ee7a330,
                               {.opcode = kSend, .addr = data, .length = 4096}),
                 f.uar);
+    // A process's user context with a PD and a UMEM, and a CQ in the
+    // UMEM as DEVX makes one (docs/mlx5.md §16).
+    const auto uctx = host.run(Mlx5Host::input(0xa04, 0, 0x40), 16);
+    REQUIRE(uctx.status() == 0);
+    const auto uid = static_cast<uint32_t>(uctx.get(field(0x50, 16)));
+    auto pd = Mlx5Host::input(0x800);
+    set(pd, pib::mlx5::kUid, uid);
+    REQUIRE(host.run(pd, 16).status() == 0);
+    const uint64_t pages = host.alloc(8192, 4096);
+    auto umem = Mlx5Host::input(0xa08, 0, 0x40);
+    set(umem, pib::mlx5::kUid, uid);
+    set(umem, field(0x140, 64), 2u);
+    pib::mlx5::writeBe64(&umem[0x30], pages | 0x3);
+    pib::mlx5::writeBe64(&umem[0x38], (pages + 4096) | 0x3);
+    const auto registered = host.run(umem, 16);
+    REQUIRE(registered.status() == 0);
+    const auto id = static_cast<uint32_t>(registered.get(kHeld));
+    auto cq = Mlx5Host::input(0x400, 0, 0x110);
+    for (const auto &[at, value] : {std::pair{pib::mlx5::kUid, uid},
+                                    {field(0x80 + 0x63, 5), 4u},     // 16 CQEs
+                                    {field(0x80 + 0x68, 24), f.uar}, // the kernel's page
+                                    {field(0x80 + 0xa0, 32), f.eqn},
+                                    {field(0x80 + 0x06, 1), 1u},        // dbr_umem_valid
+                                    {field(0x80 + 0x20, 32), id},       // dbr_umem_id
+                                    {field(0x80 + 0x1c0, 64), 0x1000u}, // its offset
+                                    {field(0x2e0, 1), 1u},              // cq_umem_valid
+                                    {field(0x2c0, 32), id}})            // cq_umem_id
+        set(cq, at, value);
+    REQUIRE(host.run(cq, 16).status() == 0);
     return save(host).bytes;
 }
 
