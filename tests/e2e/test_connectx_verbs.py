@@ -14,7 +14,7 @@ import pytest
 
 import pyverbs_runs
 from mpi_runs import mpi_check
-from pibctl import qmp, unittest_output
+from pibctl import qmp
 from pibctl.hpc import ucx_perftest
 from pibctl.pairs import (PERFTEST, ipoib_up, output_contains, perftest, perftest_figure,
                           perftest_shown, rdma_cm_listening, run_pair)
@@ -342,6 +342,8 @@ MLX5_PYVERBS_SKIPS = {
         "not offered: DEVX and what needs it (DMA memcpy, UAR and VAR objects, scheduling, "
         "reserved QP numbers, steering; the DevX tests also want scapy)",
     r"Create Mkey is not supported": "not offered: indirect and signature keys",
+    r"DCI caps is not supported|Mapping AH to QP is not supported":
+        "not offered: DCI streams, mapping an AH to a DC QP",
     r"SRQ resize is not supported|UD QP with(out)? extended attrs":
         "what libmlx5 refuses itself: SRQ resize, UD QPs without extended attributes",
 }
@@ -352,9 +354,8 @@ MLX5_PYVERBS_SKIPPED_TESTS = {
     # skipped.
     "test_rdmacm_async_traffic_dc_external_qp": "not offered: reserved QP numbers (DEVX)",
 }
-# Left out of the run, each with why: see docs/mlx5.md §13. test_mlx5_dc
-# runs on its own (test_pyverbs_dc_on_mlx5).
-MLX5_PYVERBS_LEFT_OUT = ("test_mlx5_dc",)
+# Left out of the run, each with why (docs/mlx5.md §13): none.
+MLX5_PYVERBS_LEFT_OUT = ()
 MLX5_PYVERBS_MUST_PASS = (
     # mlx5dv's CQs: 64- and 128-byte CQEs (docs/mlx5.md §8), with traffic.
     "test_dv_cq_cqe_size_128", "test_dv_cq_cqe_size_64", "test_dv_cq_traffic",
@@ -365,31 +366,12 @@ MLX5_PYVERBS_MUST_PASS = (
     "test_qp_ex_ud_send", "test_xrc_traffic_cq_ex", "test_rdmacm_sync_traffic",
     # Parent domains whose allocator puts a QP's rings at a 64-byte
     # multiple inside a page (docs/mlx5.md §10, §13).
-    "test_mem_align_rc_traffic", "test_mem_align_ud_traffic", "test_mem_align_srq_excq_rc_traffic")
-
-
-def test_pyverbs_dc_on_mlx5(ctx):
-    """pyverbs' DC tests (test_mlx5_dc) on mlx5_0, alone: a DCT and two
-    DCIs on each side, SENDs into the DCT's SRQ and RDMA WRITEs through
-    it, both ways, every buffer compared. test_dc_atomic posts as many
-    fetch-and-adds as libmlx5's max_dc_rd_atom, which libmlx5 reads
-    through DEVX only: the device offers no DEVX yet, so it reads 0 and
-    the test stops on an empty list (docs/mlx5.md §15)."""
-    outs = pyverbs_runs.run(ctx, "vm2", "mlx5_0", only=MLX5_PYVERBS_LEFT_OUT, without_gc=True)
-    found = unittest_output.results(outs[0])
-    outcome = {test.rsplit(".", 1)[1]: (o, str(why)) for test, (o, why) in found.items()}
-    assert outcome.get("test_dc_send", ("",))[0] == "ok", outs[0][-3000:]
-    assert outcome.get("test_dc_rdma_write", ("",))[0] == "ok", outs[0][-3000:]
-    assert outcome.get("test_dc_atomic", ("",))[0] == "ERROR", outs[0][-3000:]
-    assert "IndexError: list index out of range" in outs[0], outs[0][-3000:]
-    skipped = {name: why for name, (o, why) in outcome.items() if o == "skipped"}
-    # DCI streams, ODP and mapping an AH to a QP need what the device does
-    # not offer yet (docs/mlx5.md §11).
-    assert set(skipped) == {"test_dc_ah_to_qp_mapping", "test_dc_rdma_write_stream",
-                            "test_dc_send_stream_bad_flow", "test_dc_send_stream_bad_flow_qp",
-                            "test_odp_dc_traffic"}, outcome
-    for name, (o, why) in sorted(outcome.items()):
-        print(f"{name}: {o}{': ' + why if why and why != 'None' else ''}")
+    "test_mem_align_rc_traffic", "test_mem_align_ud_traffic", "test_mem_align_srq_excq_rc_traffic",
+    # DC (docs/mlx5.md §15): a DCT and two DCIs on each side, SENDs into
+    # the DCT's SRQ, RDMA WRITEs and as many fetch-and-adds as libmlx5's
+    # max_dc_rd_atom, which it reads through DEVX (§16), every buffer
+    # compared.
+    "test_dc_send", "test_dc_rdma_write", "test_dc_atomic")
 
 
 def test_pyverbs_on_mlx5(ctx):

@@ -58,6 +58,7 @@ constexpr Field kMaxQpMcg = field(0x2e7, 25);
 constexpr Field kLogMaxMcg = field(0x318, 8);
 constexpr Field kLogMaxPd = field(0x32b, 5);
 constexpr Field kLogMaxXrcd = field(0x33b, 5);
+constexpr Field kLogMaxUctx = field(0x463, 5);
 constexpr Field kLogUarPageSize = field(0x490, 16); // ifc: log_uar_page_sz
 constexpr Field kDeviceFrequencyMhz = field(0x4c0, 32);
 constexpr Field kDeviceFrequencyKhz = field(0x4e0, 32);
@@ -102,6 +103,9 @@ void HcaCaps::reset() {
     mlx5::set(m, cap::kLogMaxEqSize, limits::kLogMaxEqe);
     mlx5::set(m, cap::kLogMaxMkey, log2(limits::kMaxMr));
     mlx5::set(m, cap::kLogMaxPd, log2(limits::kMaxPd));
+    // DEVX (docs/mlx5.md §16): mlx5_ib makes a user context for every
+    // process that opens the device.
+    mlx5::set(m, cap::kLogMaxUctx, log2(limits::kMaxUserContexts));
     mlx5::set(m, cap::kLogMaxXrcd, log2(limits::kMaxXrcd));
     mlx5::set(m, cap::kLogMaxRaReqQp, log2(limits::kMaxRdAtom));
     mlx5::set(m, cap::kLogMaxRaResQp, log2(limits::kMaxRdAtom));
@@ -178,12 +182,16 @@ void HcaCaps::reset() {
     current_ = max_;
 }
 
+// Every other type the PRM names is a page of zeros: none of its
+// features is offered (a DEVX process asks for any; the kernel asks for
+// those a general bit says are there, and none is).
 const HcaCaps::Page *HcaCaps::page(uint16_t type, bool current) const {
+    static const Page kNone{};
     if (type == kAtomic)
         return &atomic_;
-    if (type != kGeneral)
-        return nullptr;
-    return current ? &current_ : &max_;
+    if (type == kGeneral)
+        return current ? &current_ : &max_;
+    return type < kTypes ? &kNone : nullptr;
 }
 
 const err::Condition *HcaCaps::apply(const Host &host, uint16_t type,

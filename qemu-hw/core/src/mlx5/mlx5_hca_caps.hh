@@ -1,8 +1,9 @@
 // SPDX-License-Identifier: GPL-2.0-or-later
 // The capabilities QUERY_HCA_CAP reports and SET_HCA_CAP adjusts
-// (docs/mlx5.md §4.2): the general page only, with the maximum the core
-// supports and the current values the driver chose. Every other type,
-// each behind a general bit this device leaves 0, is refused.
+// (docs/mlx5.md §4.2): the general page, with the maximum the core
+// supports and the current values the driver chose, and the atomic page;
+// every other type the PRM names reads as zeros, and SET_HCA_CAP of one
+// is refused.
 #pragma once
 
 #include <array>
@@ -18,12 +19,13 @@ class HcaCaps {
     static constexpr uint32_t kPageBytes = 4096;
     static constexpr uint16_t kGeneral = 0;
     static constexpr uint16_t kAtomic = 3;
+    static constexpr uint16_t kTypes = 0x40; // the capability types the PRM names are below
     using Page = std::array<uint8_t, kPageBytes>;
 
     HcaCaps(uint32_t numPorts) : numPorts_(numPorts) { reset(); }
 
     // The page of capability type `type`, the current values or the
-    // maximum; nullptr for a type the device does not have.
+    // maximum; nullptr for a type beyond those the PRM names.
     const Page *page(uint16_t type, bool current) const;
     // SET_HCA_CAP of the general page: the fields a driver may choose are
     // taken from `requested`, checked against the maximum. nullptr, or
