@@ -749,6 +749,9 @@ static bool pib_hca_guest_error_traced(unsigned error)
     case PIB_GUEST_ERROR_MLX5_CMD_NO_RESOURCES:
         return trace_event_get_state_backends(
             TRACE_PIB_HCA_ERR_MLX5_CMD_NO_RESOURCES);
+    case PIB_GUEST_ERROR_MLX5_MKEY_NOT_OFFERED:
+        return trace_event_get_state_backends(
+            TRACE_PIB_HCA_ERR_MLX5_MKEY_NOT_OFFERED);
     case PIB_GUEST_ERROR_MLX5_CMD_BAD_UID:
         return trace_event_get_state_backends(
             TRACE_PIB_HCA_ERR_MLX5_CMD_BAD_UID);
@@ -995,6 +998,9 @@ static void pib_hca_trace_guest_error(unsigned error, const char *detail)
         break;
     case PIB_GUEST_ERROR_MLX5_CMD_NO_RESOURCES:
         trace_pib_hca_err_mlx5_cmd_no_resources(detail);
+        break;
+    case PIB_GUEST_ERROR_MLX5_MKEY_NOT_OFFERED:
+        trace_pib_hca_err_mlx5_mkey_not_offered(detail);
         break;
     case PIB_GUEST_ERROR_MLX5_CMD_BAD_UID:
         trace_pib_hca_err_mlx5_cmd_bad_uid(detail);

@@ -356,18 +356,19 @@ TEST_CASE("mlx5: CREATE_MKEY makes a physical region in the core, which holds it
     CHECK(r.status() == status::kBadResourceState); // the key holds it
     CHECK(r.syndrome() == pib::err::kMlx5CmdInUse.syndrome);
     // What the device does not do is refused.
-    auto refused = [&](Field fieldToSet, uint64_t value) {
+    auto refused = [&](Field fieldToSet, uint64_t value,
+                       const pib::err::Condition &why = pib::err::kMlx5MkeyNotOffered) {
         auto in = mkey;
         set(in, fieldToSet, value);
         const auto out = f.host.run(in, 16);
         CHECK(out.status() == status::kBadParam);
-        CHECK(out.syndrome() == pib::err::kMlx5CmdBadParam.syndrome);
+        CHECK(out.syndrome() == why.syndrome);
     };
-    refused(field(0x96, 2), 1);  // MTT
-    refused(field(0x81, 1), 1);  // free
-    refused(field(0x90, 1), 1);  // umr_en
-    refused(field(0xa0, 24), 7); // a QP's
-    refused(field(0x95, 1), 0);  // no local read
+    refused(field(0x96, 2), 1, pib::err::kMlx5CmdBadParam); // MTT, and no translation
+    refused(field(0x81, 1), 1);                             // free
+    refused(field(0x90, 1), 1);                             // umr_en
+    refused(field(0xa0, 24), 7);                            // a QP's
+    refused(field(0x95, 1), 0);                             // no local read
     auto noPd = mkey;
     set(noPd, field(0xe8, 24), pd + 9);
     CHECK(f.host.run(noPd, 16).status() == status::kBadResource);

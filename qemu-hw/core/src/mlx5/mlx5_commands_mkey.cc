@@ -81,7 +81,7 @@ const err::Condition *Commands::createMkey(const Request &r) {
                               : !get(r.in, mkc::kLocalRead) ? "without local read"
                                                             : nullptr;
     if (unsupported)
-        return fail(err::kMlx5CmdBadParam, "CREATE_MKEY %s", unsupported);
+        return fail(err::kMlx5MkeyNotOffered, "CREATE_MKEY %s", unsupported);
     if (const err::Condition *why = checkKeyOwners(r))
         return why;
     const err::Condition *why = mode == kAccessModePa ? createPhysicalMkey(r)
