@@ -92,7 +92,7 @@ const Refusals Commands::kRefusals{err::kMlx5CmdBadResource, err::kMlx5CmdBadPar
 
 // clang-format off
 const std::array<Commands::Spec, 62> Commands::kTable = {{
-    {0x100, "QUERY_HCA_CAP", 0x10, 0x10 + HcaCaps::kPageBytes, State::kEnabled, &Commands::queryHcaCap},
+    {0x100, "QUERY_HCA_CAP", 0x10, 0x10, State::kEnabled, &Commands::queryHcaCap},
     {0x101, "QUERY_ADAPTER", 0x10, 0x110, State::kEnabled, &Commands::queryAdapter},
     {0x102, "INIT_HCA", 0x10, 0x10, State::kEnabled, &Commands::initHca},
     {0x103, "TEARDOWN_HCA", 0x10, 0x10, State::kInitialized, &Commands::teardownHca},
@@ -347,7 +347,10 @@ const err::Condition *Commands::queryHcaCap(const Request &r) {
     const HcaCaps::Page *page = caps_.page(type, r.opMod & 1);
     if (!page)
         return fail(err::kMlx5CmdBadParam, "QUERY_HCA_CAP of capability type 0x%x", type);
-    std::copy(page->begin(), page->end(), r.out.begin() + kHeaderBytes);
+    // As much of the page as the output holds: a DEVX process may ask
+    // for the part its own layout has (pyverbs' general page is 2 KiB).
+    const size_t room = std::min(r.out.size() - kHeaderBytes, page->size());
+    std::copy_n(page->begin(), room, r.out.begin() + kHeaderBytes);
     return nullptr;
 }
 
