@@ -48,6 +48,11 @@ constexpr uint16_t kKernels[] = {0x102, 0x103, 0x105, 0x107, 0x108,       0x109,
 // What a QP may be: RC, UC, UD, XRC, DCI, QP0, QP1, the UMR QP.
 constexpr uint8_t kServiceTypes[] = {0x0, 0x1, 0x2, 0x3, 0x5, 0x7, 0x8, 0xc};
 
+constexpr UmemFields kCqInUmems{{field(0x2e0, 1), field(0x2c0, 32), field(0x280, 64),
+                                 field(0x86, 1), field(0xa0, 32), field(0x240, 64)}};
+constexpr UmemFields kQpInUmems{{field(0x860, 1), field(0x840, 32), field(0x800, 64),
+                                 field(0x743, 1), field(0x7e0, 32), qpc::kDbrAddr}};
+
 // The number after "name": in an inspection's JSON; nullopt if none.
 std::optional<uint64_t> member(const std::string &json, const char *name) {
     const std::string key = std::string("\"") + name + "\":";
@@ -156,6 +161,19 @@ bool UserContextsFuzz::setUp() {
     return true;
 }
 
+// Now and then, as DEVX makes a CQ or QP: its ring and record in UMEMs
+// (any of A's, B's or any id), at any offset of two pages.
+void UserContextsFuzz::placeInUmems(FuzzedDataProvider &in, std::vector<uint8_t> &cmd,
+                                    const UmemFields &f) {
+    if (!in.ConsumeBool())
+        return;
+    for (int i = 0; i < 6; i += 3) {
+        set(cmd, f.fields[i], 1);
+        set(cmd, f.fields[i + 1], pick(in, 'm'));
+        set(cmd, f.fields[i + 2], in.ConsumeIntegralInRange<uint64_t>(0, 8192));
+    }
+}
+
 // A number for an object of `kind`: A's, B's, the kernel's, or any.
 uint32_t UserContextsFuzz::pick(FuzzedDataProvider &in, char kind) {
     std::vector<uint32_t> pool;
@@ -208,14 +226,7 @@ std::vector<uint8_t> UserContextsFuzz::command(FuzzedDataProvider &in, char &mad
         uint64_t ring = 0, record = 0;
         made = 'c';
         auto c = f_.host.cqInput(2, pick(in, 'e'), pick(in, 'u'), &ring, &record);
-        if (in.ConsumeBool()) { // as DEVX makes it: ring and record in UMEMs
-            set(c, field(0x2e0, 1), 1);
-            set(c, field(0x2c0, 32), pick(in, 'm'));
-            set(c, field(0x280, 64), in.ConsumeIntegralInRange<uint64_t>(0, 8192));
-            set(c, field(0x86, 1), 1);
-            set(c, field(0xa0, 32), pick(in, 'm'));
-            set(c, field(0x240, 64), in.ConsumeIntegralInRange<uint64_t>(0, 8192));
-        }
+        placeInUmems(in, c, kCqInUmems);
         return c;
     }
     case 1: {
@@ -229,14 +240,7 @@ std::vector<uint8_t> UserContextsFuzz::command(FuzzedDataProvider &in, char &mad
         set(q, qpc::kRqType, in.ConsumeIntegralInRange<int>(0, 3));
         set(q, qpc::kSrqn, pick(in, 's'));
         set(q, field(0xc0 + 0x4c8, 24), pick(in, 'x')); // xrcd
-        if (in.ConsumeBool()) { // as DEVX makes it: ring and record in UMEMs
-            set(q, field(0x860, 1), 1);
-            set(q, field(0x840, 32), pick(in, 'm'));
-            set(q, field(0x800, 64), in.ConsumeIntegralInRange<uint64_t>(0, 8192));
-            set(q, field(0x743, 1), 1);
-            set(q, field(0x7e0, 32), pick(in, 'm'));
-            set(q, qpc::kDbrAddr, in.ConsumeIntegralInRange<uint64_t>(0, 8192));
-        }
+        placeInUmems(in, q, kQpInUmems);
         made = 'q';
         return q;
     }

@@ -16,6 +16,13 @@ namespace pib::fuzzing {
 
 using pib::testing::Mlx5Function;
 
+// Where a DEVX create names the UMEMs of its ring and doorbell record:
+// valid bit, UMEM id, offset, for the ring then the record
+// (docs/mlx5.md §16.2).
+struct UmemFields {
+    mlx5::Field fields[6];
+};
+
 // Victim A's objects are made as mlx5_ib makes a process's; the
 // attacker, B, issues any command of the object interface: creates on
 // objects it picks among A's, its own, the kernel's or any number, and
@@ -47,6 +54,7 @@ class UserContextsFuzz {
     std::vector<uint8_t> keyInput(uint32_t pd);
     std::vector<uint8_t> umemInput(FuzzedDataProvider *in);
     uint32_t pick(FuzzedDataProvider &in, char kind);
+    void placeInUmems(FuzzedDataProvider &in, std::vector<uint8_t> &cmd, const UmemFields &f);
     std::vector<uint8_t> command(FuzzedDataProvider &in, char &made);
     std::string snapshotOfA();
     std::string inspect(const std::string &what);

@@ -111,6 +111,8 @@ class Commands {
     // issue it, and may touch the object it names.
     const err::Condition *admitCaller(const Spec &spec, const Request &r) const;
     std::optional<Owner> ownerOf(uint8_t kind, uint64_t number) const;
+    void forEachOwned(
+        const std::function<void(const char *what, uint64_t number, Owner owner)> &f) const;
     uint32_t objectsOf(Owner uid) const;
     const err::Condition *createUctx(const Request &r);
     const err::Condition *destroyUctx(const Request &r);

@@ -36,20 +36,20 @@ struct Named {
 };
 // clang-format off
 constexpr Named kNamed[] = {
-    {0x803, K::kUar},                                  // DEALLOC_UAR
-    {0x401, K::kCq},  {0x403, K::kCq},                    // DESTROY_CQ, MODIFY_CQ
+    {0x803, K::kUar},                                        // DEALLOC_UAR
+    {0x401, K::kCq},  {0x403, K::kCq},                       // DESTROY_CQ, MODIFY_CQ
     {0x701, K::kSrq}, {0x702, K::kSrq}, {0x703, K::kSrq},    // DESTROY_, QUERY_SRQ, ARM_RQ
     {0x706, K::kSrq}, {0x707, K::kSrq}, {0x708, K::kSrq},    // the XRC SRQs'
-    {0x501, K::kQp},  {0x502, K::kQp},  {0x503, K::kQp},  {0x504, K::kQp}, {0x505, K::kQp},
-    {0x506, K::kQp},  {0x507, K::kQp},  {0x50a, K::kQp},  {0x50b, K::kQp}, {0x50c, K::kQp},
-    {0x50e, K::kQp},                                   // DESTROY_QP, state changes, QUERY_QP
+    {0x501, K::kQp},  {0x502, K::kQp},  {0x503, K::kQp},  {0x504, K::kQp},
+    {0x505, K::kQp},  {0x506, K::kQp},  {0x507, K::kQp},  {0x50a, K::kQp},
+    {0x50b, K::kQp},  {0x50c, K::kQp},  {0x50e, K::kQp},     // DESTROY_QP, state changes, QUERY_QP
     {0x711, K::kQp},  {0x712, K::kQp},  {0x713, K::kQp},     // DESTROY_, DRAIN_, QUERY_DCT
-    {0x806, K::kQp},  {0x807, K::kQp},                    // ATTACH_TO_MCG, DETACH_FROM_MCG
-    {0x202, K::kMkey},                                 // DESTROY_MKEY
-    {0x801, K::kPd},  {0x80f, K::kXrcd},                  // DEALLOC_PD, DEALLOC_XRCD
-    {0x772, K::kQCounter, kDeallocCounter},            // DEALLOC_Q_COUNTER
-    {0x773, K::kQCounter, kQueryCounter},
-    {0xa0a, K::kUmem},              // QUERY_Q_COUNTER
+    {0x806, K::kQp},  {0x807, K::kQp},                       // ATTACH_TO_MCG, DETACH_FROM_MCG
+    {0x202, K::kMkey},                                       // DESTROY_MKEY
+    {0x801, K::kPd},  {0x80f, K::kXrcd},                     // DEALLOC_PD, DEALLOC_XRCD
+    {0x772, K::kQCounter, kDeallocCounter},                  // DEALLOC_Q_COUNTER
+    {0x773, K::kQCounter, kQueryCounter},                    // QUERY_Q_COUNTER
+    {0xa0a, K::kUmem},                                       // DESTROY_UMEM
 };
 // clang-format on
 
@@ -123,24 +123,31 @@ std::optional<Owner> Commands::ownerOf(uint8_t kind, uint64_t number) const {
     return of(o.mrs);
 }
 
-// Bounded by the tables' sizes; a command the kernel issues once per
-// process.
-uint32_t Commands::objectsOf(Owner uid) const {
-    uint32_t count = 0;
-    const auto add = [&](const auto &table) {
-        table.forEach([&](uint32_t, const auto &object) { count += object.owner == uid; });
+// Every object that has an owner: what it is, its number, its owner.
+// Bounded by the tables' sizes: DESTROY_UCTX (once per process) and a
+// state's loading walk it.
+void Commands::forEachOwned(
+    const std::function<void(const char *what, uint64_t number, Owner owner)> &f) const {
+    const auto each = [&](const char *what, const auto &table) {
+        table.forEach([&](uint32_t number, const auto &object) { f(what, number, object.owner); });
     };
     const ObjectTables &o = core_.objects;
-    add(o.pds);
-    add(o.xrcds);
-    add(o.counterSets);
-    add(o.cqs);
-    add(o.srqs);
-    add(o.qps);
-    add(o.mrs);
-    add(umems_.table());
+    each("PD", o.pds);
+    each("XRC domain", o.xrcds);
+    each("Q counter", o.counterSets);
+    each("CQ", o.cqs);
+    each("SRQ", o.srqs);
+    each("QP", o.qps);
+    each("memory key", o.mrs);
+    each("UMEM", umems_.table());
     for (uint32_t index = Uars::kFirstUar; index < uars_.limit(); ++index)
-        count += uars_.given(index) && uars_.owner(index) == uid;
+        if (uars_.given(index))
+            f("UAR page", index, uars_.owner(index));
+}
+
+uint32_t Commands::objectsOf(Owner uid) const {
+    uint32_t count = 0;
+    forEachOwned([&](const char *, uint64_t, Owner owner) { count += owner == uid; });
     return count;
 }
 

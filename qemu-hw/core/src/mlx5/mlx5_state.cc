@@ -247,26 +247,12 @@ void Commands::loadObjects(StateReader &r) {
 void Commands::checkLoadedOwners(StateReader &r) const {
     if (!r.ok())
         return;
-    const auto owned = [&](const char *what, uint64_t number, Owner owner) {
+    forEachOwned([&](const char *what, uint64_t number, Owner owner) {
         if (r.ok() && !uctxs_.admits(owner))
             r.fail(std::string(what) + " " + std::to_string(number) + ": uid " +
                    std::to_string(owner) + ", which is no user context");
-    };
-    const auto each = [&](const char *what, const auto &table) {
-        table.forEach([&](uint32_t number, const auto &o) { owned(what, number, o.owner); });
-    };
+    });
     const ObjectTables &o = core_.objects;
-    each("PD", o.pds);
-    each("XRC domain", o.xrcds);
-    each("Q counter", o.counterSets);
-    each("CQ", o.cqs);
-    each("SRQ", o.srqs);
-    each("QP", o.qps);
-    each("memory key", o.mrs);
-    each("UMEM", umems_.table());
-    for (uint32_t index = Uars::kFirstUar; index < uars_.limit(); ++index)
-        if (uars_.given(index))
-            owned("UAR page", index, uars_.owner(index));
     // An object on UMEMs exists, and they are its context's.
     umems_.forEachHolder([&](char kind, uint32_t number, const UmemHold &held) {
         const CompletionQueue *cq = kind == 'c' ? o.cqs.find(number) : nullptr;
