@@ -151,6 +151,9 @@ static bool pib_hca_event_enabled(unsigned event)
         return trace_event_get_state_backends(TRACE_PIB_HCA_MLX5_UCTX);
     case PIB_EVENT_MLX5_UMEM:
         return trace_event_get_state_backends(TRACE_PIB_HCA_MLX5_UMEM);
+    case PIB_EVENT_MLX5_GENERAL_OBJECT:
+        return trace_event_get_state_backends(
+            TRACE_PIB_HCA_MLX5_GENERAL_OBJECT);
     case PIB_EVENT_MLX5_EQ_CREATE:
         return trace_event_get_state_backends(TRACE_PIB_HCA_MLX5_EQ_CREATE);
     case PIB_EVENT_MLX5_EQ_DESTROY:
@@ -479,6 +482,11 @@ static void pib_hca_trace_event(unsigned event, const uint64_t *a)
                                 (unsigned) a[1], (unsigned) a[2],
                                 (unsigned) a[3], (unsigned) a[4]);
         break;
+    case PIB_EVENT_MLX5_GENERAL_OBJECT:
+        trace_pib_hca_mlx5_general_object((const char *) (uintptr_t) a[0],
+                                          (unsigned) a[1], (unsigned) a[2],
+                                          (unsigned) a[3]);
+        break;
     case PIB_EVENT_MLX5_EQ_CREATE:
         trace_pib_hca_mlx5_eq_create((unsigned) a[0], (unsigned) a[1],
                                      (unsigned) a[2], (unsigned) a[3],
@@ -760,6 +768,9 @@ static bool pib_hca_guest_error_traced(unsigned error)
             TRACE_PIB_HCA_ERR_MLX5_CMD_FOREIGN_OBJECT);
     case PIB_GUEST_ERROR_MLX5_UMEM_BAD:
         return trace_event_get_state_backends(TRACE_PIB_HCA_ERR_MLX5_UMEM_BAD);
+    case PIB_GUEST_ERROR_MLX5_GENERAL_OBJECT_BAD:
+        return trace_event_get_state_backends(
+            TRACE_PIB_HCA_ERR_MLX5_GENERAL_OBJECT_BAD);
     case PIB_GUEST_ERROR_MLX5_UCTX_IN_USE:
         return trace_event_get_state_backends(
             TRACE_PIB_HCA_ERR_MLX5_UCTX_IN_USE);
@@ -1010,6 +1021,9 @@ static void pib_hca_trace_guest_error(unsigned error, const char *detail)
         break;
     case PIB_GUEST_ERROR_MLX5_UMEM_BAD:
         trace_pib_hca_err_mlx5_umem_bad(detail);
+        break;
+    case PIB_GUEST_ERROR_MLX5_GENERAL_OBJECT_BAD:
+        trace_pib_hca_err_mlx5_general_object_bad(detail);
         break;
     case PIB_GUEST_ERROR_MLX5_UCTX_IN_USE:
         trace_pib_hca_err_mlx5_uctx_in_use(detail);

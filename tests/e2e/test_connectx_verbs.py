@@ -339,9 +339,9 @@ MLX5_PYVERBS_SKIPS = {
         "LAG, atomic write",
     r"CQE 128B compression|CQE 128B padding": "not offered: CQE compression and padding",
     r"DevX|DEVX|Mlx5DV QP is not supported|UAR allocation|VAR allocation|schedule elements|"
-    r"reserved QP number|Packet pacing|NIC flow table|general HCA CAPs 2":
-        "not offered: what DEVX does not have yet (DMA memcpy, VAR objects, scheduling, packet "
-        "pacing, reserved QP numbers, flow steering, the second general capability page)",
+    r"Packet pacing|NIC flow table|send_dbr_mode_no_dbr":
+        "not offered: what DEVX does not have yet (DMA memcpy, write-combining UAR objects, VAR "
+        "objects, scheduling, packet pacing, flow steering, doorbell-less send queues)",
     r"Create Mkey is not supported": "not offered: indirect and signature keys",
     r"DCI caps is not supported|Mapping AH to QP is not supported":
         "not offered: DCI streams, mapping an AH to a DC QP",
@@ -350,10 +350,6 @@ MLX5_PYVERBS_SKIPS = {
 }
 MLX5_PYVERBS_SKIPPED_TESTS = {
     "test_mlx5_udp_sport.": "RoCE v2 only",
-    # Its passive side's second connection asks for a reserved QP number
-    # (a DEVX object), and the active side says only that the other
-    # skipped.
-    "test_rdmacm_async_traffic_dc_external_qp": "not offered: reserved QP numbers (DEVX)",
 }
 # Left out of the run, each with why (docs/mlx5.md §13): test_mlx5_mkey's
 # indirect and signature keys, which the device does not offer (§11):
@@ -379,7 +375,11 @@ MLX5_PYVERBS_MUST_PASS = (
     "test_dc_send", "test_dc_rdma_write", "test_dc_atomic",
     # DEVX (§16): a CQ and two RC QPs made by DEVX commands in UMEMs, taken
     # to RTS by DEVX's modify, SEND with immediate between them.
-    "test_devx_rc_qp_send_imm_traffic")
+    "test_devx_rc_qp_send_imm_traffic",
+    # DEVX's general objects (§16.3): 1,000 reserved QP numbers taken and
+    # given back, with the bad flows; and rdma_cm connections whose
+    # passive side names its DCT by a reserved number.
+    "test_reservered_qpn", "test_rdmacm_async_traffic_dc_external_qp")
 
 
 def test_pyverbs_on_mlx5(ctx):

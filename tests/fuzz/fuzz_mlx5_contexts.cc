@@ -45,6 +45,12 @@ constexpr Named kNamed[] = {
 // The kernel's commands, which no context may issue.
 constexpr uint16_t kKernels[] = {0x102, 0x103, 0x105, 0x107, 0x108,       0x109,       0x10b,
                                  0x301, 0x302, 0x50d, 0x805, kCreateUctx, kDestroyUctx};
+// General objects: the type offered (reserved QP numbers), named by type
+// and id (general_obj_in_cmd_hdr), the id the one create gives.
+constexpr uint16_t kCreateGeneral = 0xa00, kDestroyGeneral = 0xa03, kReservedQpn = 0x2c;
+constexpr uint16_t kGeneralNamed[] = {0xa01, 0xa02, kDestroyGeneral};
+constexpr Field kGeneralType = field(0x30, 16), kGeneralId = field(0x40, 32);
+constexpr Field kGeneralLogRange = field(0x63, 5);
 // What a QP may be: RC, UC, UD, XRC, DCI, QP0, QP1, the UMR QP.
 constexpr uint8_t kServiceTypes[] = {0x0, 0x1, 0x2, 0x3, 0x5, 0x7, 0x8, 0xc};
 
@@ -114,6 +120,16 @@ std::vector<uint8_t> UserContextsFuzz::umemInput(FuzzedDataProvider *in) {
     return u;
 }
 
+// A general object command as rdma-core's reserved QPN allocator sends
+// one: ranges of 2^3 numbers.
+std::vector<uint8_t> UserContextsFuzz::generalInput(uint16_t opcode, uint16_t type, uint32_t id) {
+    auto g = Mlx5Host::input(opcode, 0, 0x20);
+    set(g, kGeneralType, type);
+    set(g, kGeneralId, id);
+    set(g, kGeneralLogRange, 3);
+    return g;
+}
+
 // A process's objects as mlx5_ib makes them (its keys as DEVX does):
 // PD, UAR page, CQ on the kernel's EQ, a basic SRQ in the kernel's XRC
 // domain, an RC QP, a DCT and a key, all under `uid`.
@@ -138,7 +154,9 @@ bool UserContextsFuzz::makeObjects(uint16_t uid, Objects &o) {
     if (!held(as(uid, qpIn), o.qp) || !held(as(uid, dctIn), o.dct) ||
         !held(as(uid, keyInput(o.pd)), o.key) || !held(as(uid, umemInput(nullptr)), o.umem))
         return false;
-    return true;
+    const auto range = as(uid, generalInput(kCreateGeneral, kReservedQpn, 0));
+    o.range = static_cast<uint32_t>(range.get(kGeneralId));
+    return range.status() == 0;
 }
 
 bool UserContextsFuzz::setUp() {
@@ -205,6 +223,9 @@ uint32_t UserContextsFuzz::pick(FuzzedDataProvider &in, char kind) {
     case 'm':
         pool = {objA_.umem, objB_.umem};
         break;
+    case 'g':
+        pool = {objA_.range, objB_.range};
+        break;
     default:
         pool = {f_.eqn};
         break;
@@ -221,7 +242,7 @@ uint32_t UserContextsFuzz::pick(FuzzedDataProvider &in, char kind) {
 // object it would make.
 std::vector<uint8_t> UserContextsFuzz::command(FuzzedDataProvider &in, char &made) {
     made = 0;
-    switch (in.ConsumeIntegralInRange<int>(0, 7)) {
+    switch (in.ConsumeIntegralInRange<int>(0, 8)) {
     case 0: {
         uint64_t ring = 0, record = 0;
         made = 'c';
@@ -283,6 +304,16 @@ std::vector<uint8_t> UserContextsFuzz::command(FuzzedDataProvider &in, char &mad
         set(c, kUctxUid, in.ConsumeBool() ? a_ : in.ConsumeIntegral<uint16_t>());
         return c;
     }
+    case 7: {
+        const bool create = in.ConsumeBool();
+        auto g = generalInput(create ? kCreateGeneral : in.PickValueInArray(kGeneralNamed),
+                              in.ConsumeBool() ? kReservedQpn : in.ConsumeIntegral<uint16_t>(),
+                              pick(in, 'g'));
+        if (in.ConsumeBool())
+            set(g, kGeneralLogRange, in.ConsumeIntegralInRange<int>(0, 31));
+        made = create ? 'g' : 0;
+        return g;
+    }
     default:
         if (in.ConsumeBool()) {
             made = 'm';
@@ -324,7 +355,7 @@ std::string UserContextsFuzz::snapshotOfA() {
 void UserContextsFuzz::checkMadeByB() {
     std::vector<Made> live;
     for (const Made &m : madeByB_) {
-        if (m.kind == 'm') { // no inspection: B's commands end it or not
+        if (m.kind == 'm' || m.kind == 'g') { // no inspection: B's commands end it or not
             live.push_back(m);
             continue;
         }
@@ -361,7 +392,8 @@ void UserContextsFuzz::step(FuzzedDataProvider &in) {
         cmd[in.ConsumeIntegralInRange<size_t>(4, cmd.size() - 1)] = in.ConsumeIntegral<uint8_t>();
     const auto r = as(uid, cmd, kOutBytes);
     if (r.status() == 0 && made && madeByB_.size() < 64)
-        madeByB_.push_back({made, static_cast<uint32_t>(r.get(qpc::kHeld))});
+        madeByB_.push_back(
+            {made, static_cast<uint32_t>(r.get(made == 'g' ? kGeneralId : qpc::kHeld))});
     check(uid == b_ || r.status() != 0, "a command with a uid no context has succeeded");
     check(snapshotOfA() == before_, "a command of B's changed one of A's objects");
     auto end = Mlx5Host::input(kDestroyUctx);
@@ -371,6 +403,10 @@ void UserContextsFuzz::step(FuzzedDataProvider &in) {
     set(umem, qpc::kHeld, objA_.umem);
     check(as(b_, umem).syndrome() == err::kMlx5CmdForeignObject.syndrome,
           "A's UMEM is gone, or B may end it");
+    check(as(b_, generalInput(kDestroyGeneral, kReservedQpn, objA_.range)).syndrome() ==
+                  err::kMlx5CmdForeignObject.syndrome &&
+              as(0, generalInput(0xa02, kReservedQpn, objA_.range)).status() == 0,
+          "A's reserved QP numbers are gone, or B may end them");
     checkMadeByB();
 }
 

@@ -31,8 +31,8 @@ struct UmemFields {
 // after every command: A's objects are as A left them (the kernel's
 // QUERY_QP, QUERY_SRQ and QUERY_DCT of them, and the host's inspection
 // of its CQ and key, byte for byte), A's context cannot end while they
-// exist, nor its UMEM, and every object B made builds only on B's (its
-// PD, CQs, SRQ, as inspection shows them) and says uid B.
+// exist, nor its UMEM or its range of reserved QP numbers, and every object B made builds only on
+// B's (its PD, CQs, SRQ, as inspection shows them) and says uid B.
 class UserContextsFuzz {
   public:
     explicit UserContextsFuzz(Mlx5Host &host) : f_(host) {}
@@ -42,9 +42,11 @@ class UserContextsFuzz {
   private:
     struct Objects {
         uint32_t pd = 0, uar = 0, cq = 0, srq = 0, qp = 0, dct = 0, key = 0, umem = 0;
+        uint32_t range = 0; // of reserved QP numbers: a general object
     };
     struct Made {
-        char kind; // 'q' QP or DCT, 's' SRQ, 'k' memory key, 'c' CQ
+        char kind; // 'q' QP or DCT, 's' SRQ, 'k' memory key, 'c' CQ, 'm' UMEM,
+                   // 'g' general object
         uint32_t number;
     };
 
@@ -53,6 +55,7 @@ class UserContextsFuzz {
     std::vector<uint8_t> srqInput(uint16_t opcode, uint32_t pd, uint32_t cq, uint32_t xrcd);
     std::vector<uint8_t> keyInput(uint32_t pd);
     std::vector<uint8_t> umemInput(FuzzedDataProvider *in);
+    static std::vector<uint8_t> generalInput(uint16_t opcode, uint16_t type, uint32_t id);
     uint32_t pick(FuzzedDataProvider &in, char kind);
     void placeInUmems(FuzzedDataProvider &in, std::vector<uint8_t> &cmd, const UmemFields &f);
     std::vector<uint8_t> command(FuzzedDataProvider &in, char &made);

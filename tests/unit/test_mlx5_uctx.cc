@@ -412,3 +412,100 @@ TEST_CASE("mlx5: a DEVX process's CQ and QPs live in its UMEM: a SEND arrives wh
     CHECK(f.as(a, destroyCq).status() == 0);
     CHECK(f.as(a, end).status() == 0);
 }
+
+namespace {
+
+constexpr uint16_t kCreateObject = 0xa00, kModifyObject = 0xa01, kQueryObject = 0xa02,
+                   kDestroyObject = 0xa03, kQueryHcaCap = 0x100;
+constexpr uint16_t kReservedQpn = 0x2c;
+constexpr Field kObjectType = field(0x30, 16); // general_obj_in_cmd_hdr.obj_type
+constexpr Field kObjectId = field(0x40, 32);   // general_obj_in_cmd_hdr.obj_id, and out's
+constexpr Field kLogRange = field(0x63, 5);    // general_obj_in_cmd_hdr.log_obj_range
+
+// As rdma-core sends one: the header, then the object's own 16 bytes
+// (`bytes` 0x10: the header alone, which needs no mailbox).
+std::vector<uint8_t> objectInput(uint16_t opcode, uint16_t type, uint32_t id = 0,
+                                 uint32_t logRange = 0, size_t bytes = 0x20) {
+    auto in = Mlx5Host::input(opcode, 0, bytes);
+    set(in, kObjectType, type);
+    set(in, kObjectId, id);
+    set(in, kLogRange, logRange);
+    return in;
+}
+
+} // namespace
+
+TEST_CASE("mlx5: DEVX general objects: ranges of reserved QP numbers, a process's own, of the "
+          "granularity the second general page names",
+          "[mlx5][uctx]") {
+    Contexts f;
+    const uint16_t a = f.newContext(), b = f.newContext();
+
+    // The general page offers the type and the second page; that page
+    // names the ranges' size (cmd_hca_cap's hca_cap_2 and general_obj_types,
+    // cmd_hca_cap_2's log_reserved_qpn_granularity, 0x10 bytes into the
+    // output).
+    const auto general = f.as(a, Mlx5Host::input(kQueryHcaCap, 1), 0x1010);
+    REQUIRE(general.status() == 0);
+    CHECK(general.get(field(0x80 + 0x20, 1)) == 1);
+    CHECK(general.get(field(0x80 + 0x400, 64)) == uint64_t{1} << kReservedQpn);
+    const auto second = f.as(a, Mlx5Host::input(kQueryHcaCap, 0x20 << 1 | 1), 0x1010);
+    REQUIRE(second.status() == 0);
+    const auto logRange = static_cast<uint32_t>(second.get(field(0x80 + 0x93, 5)));
+    REQUIRE(logRange == 3);
+
+    // Two of A's ranges: apart, aligned, beyond every QP's number.
+    const auto made = [&](uint16_t uid) {
+        const auto r = f.as(uid, objectInput(kCreateObject, kReservedQpn, 0, logRange));
+        REQUIRE(r.status() == 0);
+        return static_cast<uint32_t>(r.get(kObjectId));
+    };
+    const uint32_t first = made(a), next = made(a);
+    CHECK(first != next);
+    CHECK((first & 7) == 0);
+    CHECK((next & 7) == 0);
+    CHECK(first >= 0x400000);
+    CHECK(next < 1u << 24);
+    Qp qpA;
+    REQUIRE(f.qp(a, f.objectsOf(a), qpA).status() == 0);
+    CHECK((qpA.qpn < std::min(first, next)));
+
+    // Types not offered, and ranges of another size.
+    const auto refused = [&](std::vector<uint8_t> in, const err::Condition &why) {
+        const auto r = f.as(a, std::move(in));
+        return r.status() == statusOf(why) && r.syndrome() == why.syndrome;
+    };
+    CHECK(refused(objectInput(kCreateObject, 0x13, 0, logRange), err::kMlx5GeneralObjectBad));
+    CHECK(refused(objectInput(kCreateObject, kReservedQpn, 0, 4), err::kMlx5GeneralObjectBad));
+    CHECK(refused(objectInput(kQueryObject, 0x13, first), err::kMlx5GeneralObjectBad));
+    CHECK(refused(objectInput(kModifyObject, kReservedQpn, first), err::kMlx5GeneralObjectBad));
+    CHECK(refused(objectInput(kDestroyObject, kReservedQpn, first + 1), err::kMlx5CmdBadResource));
+
+    // B can neither query nor end A's; A's context ends only after them,
+    // and a moved function keeps them and whose they are.
+    CHECK(f.as(b, objectInput(kQueryObject, kReservedQpn, first)).status() ==
+          statusOf(err::kMlx5CmdForeignObject));
+    CHECK(f.as(b, objectInput(kDestroyObject, kReservedQpn, first)).status() ==
+          statusOf(err::kMlx5CmdForeignObject));
+    CHECK(f.as(a, objectInput(kQueryObject, kReservedQpn, first)).status() == 0);
+    auto destroyQp = Mlx5Host::input(kDestroyQp);
+    set(destroyQp, kHeld, qpA.qpn);
+    REQUIRE(f.as(a, destroyQp).status() == 0);
+    REQUIRE(f.host.move() == "");
+    CHECK(f.as(b, objectInput(kDestroyObject, kReservedQpn, next)).status() ==
+          statusOf(err::kMlx5CmdForeignObject));
+    for (const uint32_t id : {first, next}) {
+        CHECK(f.as(a, objectInput(kDestroyObject, kReservedQpn, id)).status() == 0);
+        CHECK(f.as(a, objectInput(kDestroyObject, kReservedQpn, id)).status() ==
+              statusOf(err::kMlx5CmdBadResource));
+    }
+
+    // The ranges are bounded: a process that takes them all gets NO_RES.
+    uint32_t count = 0;
+    while (count <= 8192 &&
+           f.as(b, objectInput(kCreateObject, kReservedQpn, 0, logRange, 0x10)).status() == 0)
+        ++count;
+    CHECK(count == 8192);
+    CHECK(f.as(a, objectInput(kCreateObject, kReservedQpn, 0, logRange)).status() ==
+          statusOf(err::kMlx5CmdNoResources));
+}

@@ -25,7 +25,7 @@ SOURCES = {
               "event_queues", "front_end", "hca_caps", "init_segment", "page_list", "pages",
               "queue_pairs", "registers", "shared_receive_queues", "uars", "umr", "vsc",
               "wqe_reader", "dc_targets", "user_contexts", "commands_uctx", "user_memories",
-                       "commands_umem")] + ["qemu-hw/core/src/dc_targets.cc"],
+              "commands_umem", "general_objects")] + ["qemu-hw/core/src/dc_targets.cc"],
     "switch": [f"fabric-switch/src/{name}.cc" for name in ("switch", "sma", "pma", "trap", "fault")],
     "switch-tcp": [f"fabric-switch/src/{name}.cc" for name in
                    ("server", "server_control", "server_dial", "server_faults", "server_flow",
@@ -34,7 +34,8 @@ SOURCES = {
     "state": [f"qemu-hw/core/src/{name}.cc" for name in
               ("device_state", "pib/pib_state", "transport_state", "mlx5/mlx5_state",
                "mlx5/mlx5_state_queues", "mlx5/mlx5_dc_targets", "dc_targets",
-               "mlx5/mlx5_user_contexts", "mlx5/mlx5_user_memories")] +
+               "mlx5/mlx5_user_contexts", "mlx5/mlx5_user_memories",
+               "mlx5/mlx5_general_objects")] +
              ["common/state/state_archive.cc"],
     "switch-state": [f"fabric-switch/src/{name}.cc" for name in ("switch_state", "server_state")] +
                     ["common/state/state_archive.cc"],

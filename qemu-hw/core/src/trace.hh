@@ -421,6 +421,13 @@ inline void mlx5_umem(const Host &host, const char *what, unsigned id, unsigned 
                     Host::eventArg(shift), Host::eventArg(uid)});
 }
 
+inline void mlx5_general_object(const Host &host, const char *what, unsigned type, unsigned id,
+                                unsigned uid) {
+    if (host.eventEnabled(PIB_EVENT_MLX5_GENERAL_OBJECT))
+        host.event(PIB_EVENT_MLX5_GENERAL_OBJECT, {Host::eventArg(what), Host::eventArg(type),
+                                                   Host::eventArg(id), Host::eventArg(uid)});
+}
+
 inline void mlx5_eq_create(const Host &host, unsigned eqn, unsigned log_size, unsigned vector,
                            unsigned uar, uint64_t types) {
     if (host.eventEnabled(PIB_EVENT_MLX5_EQ_CREATE))

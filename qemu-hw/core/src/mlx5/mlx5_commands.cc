@@ -91,7 +91,7 @@ const Refusals Commands::kRefusals{err::kMlx5CmdBadResource, err::kMlx5CmdBadPar
                                    err::kMlx5CmdNoResources, err::kMlx5CmdInUse};
 
 // clang-format off
-const std::array<Commands::Spec, 62> Commands::kTable = {{
+const std::array<Commands::Spec, 66> Commands::kTable = {{
     {0x100, "QUERY_HCA_CAP", 0x10, 0x10, State::kEnabled, &Commands::queryHcaCap},
     {0x101, "QUERY_ADAPTER", 0x10, 0x110, State::kEnabled, &Commands::queryAdapter},
     {0x102, "INIT_HCA", 0x10, 0x10, State::kEnabled, &Commands::initHca},
@@ -157,6 +157,10 @@ const std::array<Commands::Spec, 62> Commands::kTable = {{
     {0xa06, "DESTROY_UCTX", 0x10, 0x10, State::kInitialized, &Commands::destroyUctx},
     {0xa08, "CREATE_UMEM", 0x30, 0x10, State::kInitialized, &Commands::createUmem},
     {0xa0a, "DESTROY_UMEM", 0x10, 0x10, State::kInitialized, &Commands::destroyUmem},
+    {0xa00, "CREATE_GENERAL_OBJECT", 0x10, 0x10, State::kInitialized, &Commands::createGeneralObject},
+    {0xa01, "MODIFY_GENERAL_OBJECT", 0x10, 0x10, State::kInitialized, &Commands::modifyGeneralObject},
+    {0xa02, "QUERY_GENERAL_OBJECT", 0x10, 0x10, State::kInitialized, &Commands::queryGeneralObject},
+    {0xa03, "DESTROY_GENERAL_OBJECT", 0x10, 0x10, State::kInitialized, &Commands::destroyGeneralObject},
 }};
 // clang-format on
 
@@ -276,6 +280,7 @@ void Commands::reset() {
     registers_.reset();
     uctxs_.reset();
     umems_.reset();
+    generalObjects_.reset();
 }
 
 // ---- The function's life ------------------------------------------------
@@ -322,6 +327,7 @@ const err::Condition *Commands::teardownHca(const Request &r) {
     dcts_.reset();
     uctxs_.reset();
     umems_.reset();
+    generalObjects_.reset();
     core_.endObjects();
     set(r.out, kTeardownState, 0); // a forced teardown is done
     return nullptr;

@@ -24,6 +24,7 @@
 #include "mlx5_completion_queues.hh"
 #include "mlx5_dc_targets.hh"
 #include "mlx5_event_queues.hh"
+#include "mlx5_general_objects.hh"
 #include "mlx5_hca_caps.hh"
 #include "mlx5_pages.hh"
 #include "mlx5_queue_pairs.hh"
@@ -100,7 +101,7 @@ class Commands {
         Handler handler;   // nullptr: known by name, not executed
     };
     static const Spec *find(uint16_t opcode);
-    static const std::array<Spec, 62> kTable;
+    static const std::array<Spec, 66> kTable;
 
     [[gnu::format(printf, 3, 4)]] const err::Condition *fail(const err::Condition &why,
                                                              const char *fmt, ...) const;
@@ -118,6 +119,10 @@ class Commands {
     const err::Condition *destroyUctx(const Request &r);
     const err::Condition *createUmem(const Request &r);
     const err::Condition *destroyUmem(const Request &r);
+    const err::Condition *createGeneralObject(const Request &r);
+    const err::Condition *modifyGeneralObject(const Request &r);
+    const err::Condition *queryGeneralObject(const Request &r);
+    const err::Condition *destroyGeneralObject(const Request &r);
     // Rings and doorbell records in UMEMs (mlx5_commands_umem.cc): where
     // a create command's input names them.
     struct UmemFields {
@@ -207,6 +212,7 @@ class Commands {
     Registers registers_; // ACCESS_REG's
     UserContexts uctxs_{limits::kMaxUserContexts};
     UserMemories umems_{host_};
+    GeneralObjects generalObjects_{host_};
     static const Refusals kRefusals;
     State state_ = State::kDisabled;
     bool fatal_ = false;

@@ -18,7 +18,7 @@ namespace uctx_gate {
 constexpr Field kUctxUid = field(0x50, 16); // ifc: destroy_uctx_in.uid, create_uctx_out.uid
 
 // The tables a command's object is in.
-enum class Kind : uint8_t { kUar, kPd, kXrcd, kQCounter, kCq, kSrq, kQp, kMkey, kUmem };
+enum class Kind : uint8_t { kUar, kPd, kXrcd, kQCounter, kCq, kSrq, kQp, kMkey, kUmem, kGeneral };
 using K = Kind;
 
 // Where the commands that act on one object name it: most at the
@@ -28,6 +28,13 @@ constexpr Field kDeallocCounter = field(0x58, 8);    // ifc: dealloc_q_counter_i
 constexpr Field kQueryCounter = field(0xf8, 8);      // ifc: query_q_counter_in.counter_set_id
 constexpr Field kQueryCounterClear = field(0xc0, 1); // ifc: query_q_counter_in.clear
 constexpr uint16_t kRegisterWrite = 0;
+// A general object is named by its type and id; create's output the id.
+constexpr Field kGeneralType = field(0x30, 16); // ifc: general_obj_in_cmd_hdr.obj_type
+constexpr Field kGeneralId = field(0x40, 32);   // ifc: general_obj_in_cmd_hdr.obj_id
+// The two as the one number ownerOf() takes for a general object.
+uint64_t generalObject(std::span<const uint8_t> in) {
+    return get(in, kGeneralType) << 32 | get(in, kGeneralId);
+}
 
 struct Named {
     uint16_t opcode;
@@ -50,6 +57,8 @@ constexpr Named kNamed[] = {
     {0x772, K::kQCounter, kDeallocCounter},                  // DEALLOC_Q_COUNTER
     {0x773, K::kQCounter, kQueryCounter},                    // QUERY_Q_COUNTER
     {0xa0a, K::kUmem},                                       // DESTROY_UMEM
+    {0xa01, K::kGeneral, kGeneralId}, {0xa02, K::kGeneral, kGeneralId},
+    {0xa03, K::kGeneral, kGeneralId},                        // MODIFY_, QUERY_, DESTROY_GENERAL_OBJECT
 };
 // clang-format on
 
@@ -82,7 +91,8 @@ const err::Condition *Commands::admitCaller(const Spec &spec, const Request &r) 
                                     [&](const gate::Named &n) { return n.opcode == r.opcode; });
     if (named == std::end(gate::kNamed))
         return nullptr;
-    const uint64_t number = get(r.in, named->field);
+    const uint64_t number =
+        named->kind == gate::K::kGeneral ? gate::generalObject(r.in) : get(r.in, named->field);
     const std::optional<Owner> owner = ownerOf(static_cast<uint8_t>(named->kind), number);
     // One that does not exist is the handler's to refuse.
     const bool readsShared =
@@ -90,7 +100,7 @@ const err::Condition *Commands::admitCaller(const Spec &spec, const Request &r) 
     if (!owner || controls(caller, *owner) || (readsShared && mayShare(caller, *owner)))
         return nullptr;
     return fail(err::kMlx5CmdForeignObject, "%s of %llu, user context %u's, with uid %u", spec.name,
-                static_cast<unsigned long long>(number), *owner, caller);
+                static_cast<unsigned long long>(get(r.in, named->field)), *owner, caller);
 }
 
 std::optional<Owner> Commands::ownerOf(uint8_t kind, uint64_t number) const {
@@ -117,6 +127,9 @@ std::optional<Owner> Commands::ownerOf(uint8_t kind, uint64_t number) const {
         return of(o.qps);
     case K::kUmem:
         return of(umems_.table());
+    case K::kGeneral:
+        return generalObjects_.ownerOf(static_cast<uint16_t>(number >> 32),
+                                       static_cast<uint32_t>(number));
     case K::kMkey:
         break;
     }
@@ -140,6 +153,7 @@ void Commands::forEachOwned(
     each("QP", o.qps);
     each("memory key", o.mrs);
     each("UMEM", umems_.table());
+    generalObjects_.forEach(f);
     for (uint32_t index = Uars::kFirstUar; index < uars_.limit(); ++index)
         if (uars_.given(index))
             f("UAR page", index, uars_.owner(index));
@@ -187,6 +201,37 @@ const err::Condition *Commands::createUmem(const Request &r) {
 
 const err::Condition *Commands::destroyUmem(const Request &r) {
     return umems_.destroy(static_cast<uint32_t>(get(r.in, uctx_gate::kObject)));
+}
+
+// General objects (mlx5_general_objects.hh): the one type offered,
+// reserved QP numbers, has nothing to modify and nothing to show but the
+// header.
+const err::Condition *Commands::createGeneralObject(const Request &r) {
+    uint32_t id = 0;
+    if (const err::Condition *why = generalObjects_.create(r.in, &id))
+        return why;
+    set(r.out, uctx_gate::kGeneralId, id); // ifc: general_obj_out_cmd_hdr.obj_id
+    return nullptr;
+}
+
+const err::Condition *Commands::modifyGeneralObject(const Request &r) {
+    const auto type = static_cast<uint16_t>(get(r.in, uctx_gate::kGeneralType));
+    const auto id = static_cast<uint32_t>(get(r.in, uctx_gate::kGeneralId));
+    if (const err::Condition *why = generalObjects_.check("MODIFY_GENERAL_OBJECT", type, id))
+        return why;
+    return fail(err::kMlx5GeneralObjectBad,
+                "MODIFY_GENERAL_OBJECT of reserved QP numbers 0x%x: nothing in them changes", id);
+}
+
+const err::Condition *Commands::queryGeneralObject(const Request &r) {
+    return generalObjects_.check("QUERY_GENERAL_OBJECT",
+                                 static_cast<uint16_t>(get(r.in, uctx_gate::kGeneralType)),
+                                 static_cast<uint32_t>(get(r.in, uctx_gate::kGeneralId)));
+}
+
+const err::Condition *Commands::destroyGeneralObject(const Request &r) {
+    return generalObjects_.destroy(static_cast<uint16_t>(get(r.in, uctx_gate::kGeneralType)),
+                                   static_cast<uint32_t>(get(r.in, uctx_gate::kGeneralId)));
 }
 
 } // namespace pib::mlx5

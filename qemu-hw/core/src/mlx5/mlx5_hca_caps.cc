@@ -4,6 +4,7 @@
 #include <bit>
 
 #include "limits.hh"
+#include "mlx5_general_objects.hh"
 #include "mlx5_ifc.hh"
 
 namespace pib::mlx5 {
@@ -13,6 +14,7 @@ namespace {
 // cmd_hca_cap fields (mlx5_ifc.h), by bit offset and width.
 // ifc fields: cmd_hca_cap
 namespace cap {
+constexpr Field kHcaCap2 = field(0x020, 1);       // ifc: hca_cap_2
 constexpr Field kLogMaxSrqSize = field(0x080, 8); // ifc: log_max_srq_sz
 constexpr Field kLogMaxQpSize = field(0x088, 8);  // ifc: log_max_qp_sz
 constexpr Field kLogMaxQp = field(0x09b, 5);
@@ -59,6 +61,7 @@ constexpr Field kLogMaxMcg = field(0x318, 8);
 constexpr Field kLogMaxPd = field(0x32b, 5);
 constexpr Field kLogMaxXrcd = field(0x33b, 5);
 constexpr Field kLogMaxUctx = field(0x463, 5);
+constexpr Field kGeneralObjTypes = field(0x400, 64);
 constexpr Field kLogUarPageSize = field(0x490, 16); // ifc: log_uar_page_sz
 constexpr Field kDeviceFrequencyMhz = field(0x4c0, 32);
 constexpr Field kDeviceFrequencyKhz = field(0x4e0, 32);
@@ -77,6 +80,12 @@ constexpr Field kSizeDc = field(0xd0, 16);     // ifc: atomic_size_dc
 constexpr uint32_t kCompareSwap = 1u << 0, kFetchAdd = 1u << 1;
 constexpr uint32_t kSize8Bytes = 1u << 3;
 } // namespace atomic
+
+// The second general page (cmd_hca_cap_2). Its one field the device sets
+// is in rdma-core's mlx5_ifc.h; Linux's keeps those bits reserved.
+namespace cap2 {
+constexpr Field kLogReservedQpnGranularity = field(0x93, 5);
+} // namespace cap2
 
 constexpr uint32_t log2(uint32_t n) {
     return static_cast<uint32_t>(std::bit_width(n) - 1);
@@ -106,6 +115,12 @@ void HcaCaps::reset() {
     // DEVX (docs/mlx5.md §16): mlx5_ib makes a user context for every
     // process that opens the device.
     mlx5::set(m, cap::kLogMaxUctx, log2(limits::kMaxUserContexts));
+    // DEVX's general objects (§16.3): ranges of reserved QP numbers, of
+    // the size the second general page names.
+    mlx5::set(m, cap::kGeneralObjTypes, GeneralObjects::kTypesOffered);
+    mlx5::set(m, cap::kHcaCap2, 1);
+    general2_.fill(0);
+    mlx5::set(general2_, cap2::kLogReservedQpnGranularity, GeneralObjects::kLogQpnsPerRange);
     mlx5::set(m, cap::kLogMaxXrcd, log2(limits::kMaxXrcd));
     mlx5::set(m, cap::kLogMaxRaReqQp, log2(limits::kMaxRdAtom));
     mlx5::set(m, cap::kLogMaxRaResQp, log2(limits::kMaxRdAtom));
@@ -189,6 +204,8 @@ const HcaCaps::Page *HcaCaps::page(uint16_t type, bool current) const {
     static const Page kNone{};
     if (type == kAtomic)
         return &atomic_;
+    if (type == kGeneral2)
+        return &general2_;
     if (type == kGeneral)
         return current ? &current_ : &max_;
     return type < kTypes ? &kNone : nullptr;

@@ -1,9 +1,9 @@
 // SPDX-License-Identifier: GPL-2.0-or-later
 // The capabilities QUERY_HCA_CAP reports and SET_HCA_CAP adjusts
 // (docs/mlx5.md §4.2): the general page, with the maximum the core
-// supports and the current values the driver chose, and the atomic page;
-// every other type the PRM names reads as zeros, and SET_HCA_CAP of one
-// is refused.
+// supports and the current values the driver chose, the atomic page and
+// the second general page; every other type the PRM names reads as zeros,
+// and SET_HCA_CAP of one is refused.
 #pragma once
 
 #include <array>
@@ -19,6 +19,7 @@ class HcaCaps {
     static constexpr uint32_t kPageBytes = 4096;
     static constexpr uint16_t kGeneral = 0;
     static constexpr uint16_t kAtomic = 3;
+    static constexpr uint16_t kGeneral2 = 0x20;
     static constexpr uint16_t kTypes = 0x40; // the capability types the PRM names are below
     using Page = std::array<uint8_t, kPageBytes>;
 
@@ -38,7 +39,8 @@ class HcaCaps {
     uint32_t numPorts_;
     Page max_{};
     Page current_{};
-    Page atomic_{}; // the atomic page: nothing in it a driver sets
+    Page atomic_{};   // the atomic page: nothing in it a driver sets
+    Page general2_{}; // the second general page: nothing a driver sets
 };
 
 } // namespace pib::mlx5

@@ -205,6 +205,7 @@ void Commands::load(StateReader &r) {
 void Commands::saveObjects(StateWriter &w) const {
     uctxs_.save(w);
     umems_.save(w);
+    generalObjects_.save(w);
     const auto saveOwner = [&](const Referenced &object) { w.u16(object.owner); };
     saveTable(w, kPdsTag, core_.objects.pds, saveOwner);
     saveTable(w, kXrcdsTag, core_.objects.xrcds, saveOwner);
@@ -222,6 +223,7 @@ void Commands::saveObjects(StateWriter &w) const {
 void Commands::loadObjects(StateReader &r) {
     uctxs_.load(r);
     umems_.load(r);
+    generalObjects_.load(r);
     loadHeld(r, kPdsTag, "PDs", core_.objects.pds);
     loadHeld(r, kXrcdsTag, "XRC domains", core_.objects.xrcds);
     loadTable(r, kQCountersTag, "Q counters", core_.objects.counterSets,

@@ -1,0 +1,104 @@
+// SPDX-License-Identifier: GPL-2.0-or-later
+#include "mlx5_general_objects.hh"
+
+#include <cstdarg>
+#include <string>
+
+#include "mlx5_ifc.hh"
+#include "state_tables.hh"
+#include "trace.hh"
+
+namespace pib::mlx5 {
+
+// Named, not anonymous: the QEMU build compiles the core as one unit.
+namespace gobj {
+constexpr Field kType = field(0x30, 16);    // ifc: general_obj_in_cmd_hdr.obj_type
+constexpr Field kLogRange = field(0x63, 5); // ifc: general_obj_in_cmd_hdr.log_obj_range
+constexpr uint32_t kTag = stateTag("M5GO");
+} // namespace gobj
+
+const err::Condition *GeneralObjects::refuse(const err::Condition &why, const char *fmt,
+                                             ...) const {
+    va_list args;
+    va_start(args, fmt);
+    host_.vguestError(why, fmt, args);
+    va_end(args);
+    return &why;
+}
+
+std::optional<uint32_t> GeneralObjects::indexOf(uint32_t id) {
+    const uint32_t mask = (1u << kLogQpnsPerRange) - 1;
+    if (id < kFirstReservedQpn || (id & mask))
+        return std::nullopt;
+    return (id - kFirstReservedQpn) >> kLogQpnsPerRange;
+}
+
+const ReservedQpnRange *GeneralObjects::find(uint16_t type, uint32_t id) const {
+    const std::optional<uint32_t> index = indexOf(id);
+    return type == kReservedQpn && index ? ranges_.find(*index) : nullptr;
+}
+
+std::optional<Owner> GeneralObjects::ownerOf(uint16_t type, uint32_t id) const {
+    const ReservedQpnRange *range = find(type, id);
+    return range ? std::optional<Owner>(range->owner) : std::nullopt;
+}
+
+const err::Condition *GeneralObjects::create(std::span<const uint8_t> in, uint32_t *id) {
+    const auto type = static_cast<uint16_t>(get(in, gobj::kType));
+    const uint64_t logRange = get(in, gobj::kLogRange);
+    if (type != kReservedQpn)
+        return refuse(err::kMlx5GeneralObjectBad,
+                      "CREATE_GENERAL_OBJECT of type 0x%x, which is not offered", type);
+    if (logRange != kLogQpnsPerRange)
+        return refuse(err::kMlx5GeneralObjectBad,
+                      "CREATE_GENERAL_OBJECT of 2^%u reserved QP numbers: ranges are 2^%u",
+                      static_cast<unsigned>(logRange), kLogQpnsPerRange);
+    auto range = std::make_unique<ReservedQpnRange>();
+    range->owner = static_cast<Owner>(get(in, kUid));
+    const Owner owner = range->owner;
+    const std::optional<uint32_t> index = ranges_.insert(std::move(range));
+    if (!index)
+        return refuse(err::kMlx5CmdNoResources,
+                      "CREATE_GENERAL_OBJECT: all %u ranges of reserved QP numbers are taken",
+                      kMaxRanges);
+    *id = firstQpn(*index);
+    trace::mlx5_general_object(host_, "made", type, *id, owner);
+    return nullptr;
+}
+
+const err::Condition *GeneralObjects::check(const char *command, uint16_t type, uint32_t id) const {
+    if (type != kReservedQpn)
+        return refuse(err::kMlx5GeneralObjectBad, "%s of type 0x%x, which is not offered", command,
+                      type);
+    if (!find(type, id))
+        return refuse(err::kMlx5CmdBadResource, "%s of reserved QP numbers 0x%x: no such range",
+                      command, id);
+    return nullptr;
+}
+
+const err::Condition *GeneralObjects::destroy(uint16_t type, uint32_t id) {
+    if (const err::Condition *why = check("DESTROY_GENERAL_OBJECT", type, id))
+        return why;
+    const Owner owner = find(type, id)->owner;
+    ranges_.erase(*indexOf(id));
+    trace::mlx5_general_object(host_, "ended", type, id, owner);
+    return nullptr;
+}
+
+// Each range's owner under its index; the type is the only one there is.
+void GeneralObjects::save(StateWriter &w) const {
+    saveTable(w, gobj::kTag, ranges_, [&](const ReservedQpnRange &range) { w.u16(range.owner); });
+}
+
+void GeneralObjects::load(StateReader &r) {
+    reset();
+    loadTable(r, gobj::kTag, "reserved QPN ranges", ranges_, 2, [&](uint32_t index) {
+        auto range = std::make_unique<ReservedQpnRange>();
+        range->owner = r.u16();
+        if (r.ok() && !ranges_.insertAt(index, std::move(range)))
+            r.fail("reserved QPN range " + std::to_string(index) +
+                   ": its number is taken or beyond the table");
+    });
+}
+
+} // namespace pib::mlx5

@@ -1,0 +1,71 @@
+// SPDX-License-Identifier: GPL-2.0-or-later
+// ConnectX general objects (docs/mlx5.md §16.3): the objects DEVX makes
+// with CREATE_GENERAL_OBJECT, named by type and id. The device offers one
+// type, a range of reserved QP numbers (RESERVED_QPN): numbers no QP will
+// ever have, which a process hands to its peers as its own names for
+// connections (rdma_cm's qp_num for a DCT behind it). The ranges are
+// numbered apart from every QP, so reserving one takes nothing from the
+// QPs' table, and a packet to a reserved number finds no QP.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <span>
+
+#include "conditions.hh"
+#include "host.hh"
+#include "object_table.hh"
+#include "objects.hh"
+#include "state_archive.hh"
+
+namespace pib::mlx5 {
+
+struct ReservedQpnRange : Referenced {};
+
+class GeneralObjects {
+  public:
+    static constexpr uint16_t kReservedQpn = 0x2c; // ifc: MLX5_OBJ_TYPE_RESERVED_QPN
+    // The general_obj_types bits of the types offered.
+    static constexpr uint64_t kTypesOffered = uint64_t{1} << kReservedQpn;
+    // Each range is 2^kLogQpnsPerRange numbers (cmd_hca_cap_2's
+    // log_reserved_qpn_granularity), the ranges one after another from
+    // kFirstReservedQpn: beyond the QPs' numbers, within the 24 bits a
+    // packet and a CM message carry.
+    static constexpr uint32_t kLogQpnsPerRange = 3;
+    static constexpr uint32_t kMaxRanges = 8192;
+    static constexpr uint32_t kFirstReservedQpn = 0x400000;
+
+    explicit GeneralObjects(const Host &host) : host_(host) {}
+
+    // CREATE_GENERAL_OBJECT: `in` is its input; the object's id into *id.
+    const err::Condition *create(std::span<const uint8_t> in, uint32_t *id);
+    // DESTROY_GENERAL_OBJECT, and QUERY_ and MODIFY_ (`command` names it)
+    // of object `id` of `type`.
+    const err::Condition *destroy(uint16_t type, uint32_t id);
+    const err::Condition *check(const char *command, uint16_t type, uint32_t id) const;
+    // The owner of object `id` of `type`; nullopt if there is none.
+    std::optional<Owner> ownerOf(uint16_t type, uint32_t id) const;
+    template <class F> void forEach(F &&f) const {
+        ranges_.forEach([&](uint32_t index, const ReservedQpnRange &range) {
+            f("reserved QPN range", firstQpn(index), range.owner);
+        });
+    }
+    void reset() { ranges_.clear(); }
+    void save(StateWriter &w) const;
+    void load(StateReader &r);
+
+  private:
+    static uint32_t firstQpn(uint32_t index) {
+        return kFirstReservedQpn + (index << kLogQpnsPerRange);
+    }
+    // The range `id` is the first number of; nullopt for any other id.
+    static std::optional<uint32_t> indexOf(uint32_t id);
+    const ReservedQpnRange *find(uint16_t type, uint32_t id) const;
+    const err::Condition *refuse(const err::Condition &why, const char *fmt, ...) const
+        __attribute__((format(printf, 3, 4)));
+
+    const Host &host_;
+    ObjectTable<ReservedQpnRange> ranges_{kMaxRanges};
+};
+
+} // namespace pib::mlx5
