@@ -9,6 +9,7 @@ librdmacm's examples' "data transfers complete". UCX's rc_mlx5 and
 ud_mlx5 run between the two ConnectX guests, and MPICH over them."""
 
 import re
+from pathlib import Path
 
 import pytest
 
@@ -391,3 +392,22 @@ def test_pyverbs_on_mlx5(ctx):
     pyverbs_runs.check(outs, MLX5_PYVERBS_SKIPS, MLX5_PYVERBS_SKIPPED_TESTS,
                        MLX5_PYVERBS_MUST_PASS, 100)
     print(f"left out: {', '.join(MLX5_PYVERBS_LEFT_OUT)} (docs/mlx5.md §13)")
+
+
+def test_devx_event_and_command_channels(ctx):
+    """DEVX's event and command channels (docs/mlx5.md §16.4), which no
+    pyverbs test drives: a process makes a PD, a CQ and an RC QP by DEVX
+    commands alone, in one UMEM; two event channels, one with the event's
+    data and one without, deliver the CQ's completion event of a NOP
+    (the EQE naming the CQ), and QUERY_CQ and QUERY_QP through an
+    asynchronous command channel answer what the CQ and QP are
+    (devx_channels.py)."""
+    script = (Path(__file__).parent / "devx_channels.py").read_bytes()
+    out = ctx.run("vm2", ["python3", "-"], stdin=script, timeout=120).out
+    print(out)
+    for line in (r"event channel: completion event of CQ \d+ with its EQE",
+                 r"event channel without data: the cookie alone",
+                 r"CQ \d+: the NOP's completion, QP \d+, WQE 0",
+                 r"command channel: QUERY_CQ \(2\^3 CQEs on EQ \d+\) and QUERY_QP \(RTS, PD \d+\) "
+                 r"answered", r"^PASS$"):
+        assert re.search(line, out, re.M), f"no line like {line!r} in:\n{out}"

@@ -509,3 +509,40 @@ TEST_CASE("mlx5: DEVX general objects: ranges of reserved QP numbers, a process'
     CHECK(f.as(a, objectInput(kCreateObject, kReservedQpn, 0, logRange)).status() ==
           statusOf(err::kMlx5CmdNoResources));
 }
+
+TEST_CASE("mlx5: QUERY_CQ, QUERY_QP and QUERY_SRQ show a process its objects, but the kernel "
+          "alone their doorbell records' guest physical addresses",
+          "[mlx5][uctx]") {
+    Contexts f;
+    const uint16_t a = f.newContext(), b = f.newContext();
+    const Contexts::Made ma = f.objectsOf(a);
+    Qp qpA;
+    REQUIRE(f.qp(a, ma, qpA).status() == 0);
+    constexpr Field kCqcLogSize = field(0x80 + 0x63, 5), kCqcEqn = field(0x80 + 0xa0, 32);
+    constexpr Field kCqcRecord = field(0x80 + 0x1c0, 64), kQpState = field(0xc0, 4);
+    constexpr Field kQpcRecord = field(0xc0 + 0x500, 64), kQpcPd = field(0xc0 + 0x28, 24);
+    constexpr uint16_t kQueryCq = 0x402;
+
+    auto queryCq = Mlx5Host::input(kQueryCq);
+    set(queryCq, kHeld, ma.cq);
+    const auto mine = f.as(a, queryCq, 0x110);
+    REQUIRE(mine.status() == 0);
+    CHECK(mine.get(kCqcLogSize) == Mlx5Function::kLogCq);
+    CHECK(mine.get(kCqcEqn) == f.eqn);
+    CHECK(mine.get(kCqcRecord) == 0);
+    const auto kernels = f.as(0, queryCq, 0x110);
+    REQUIRE(kernels.status() == 0);
+    CHECK(kernels.get(kCqcRecord) != 0);
+    CHECK(f.as(b, queryCq, 0x110).status() == statusOf(err::kMlx5CmdForeignObject));
+    set(queryCq, kHeld, 0xfffff);
+    CHECK(f.as(0, queryCq, 0x110).status() == statusOf(err::kMlx5CmdBadResource));
+
+    auto queryQp = Mlx5Host::input(kQueryQp);
+    set(queryQp, kHeld, qpA.qpn);
+    const auto qp = f.as(a, queryQp, 0x100);
+    REQUIRE(qp.status() == 0);
+    CHECK(qp.get(kQpState) == 0); // RESET
+    CHECK(qp.get(kQpcPd) == ma.pd);
+    CHECK(qp.get(kQpcRecord) == 0);
+    CHECK(f.as(0, queryQp, 0x100).get(kQpcRecord) == qpA.record);
+}

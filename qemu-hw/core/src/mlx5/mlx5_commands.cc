@@ -91,7 +91,7 @@ const Refusals Commands::kRefusals{err::kMlx5CmdBadResource, err::kMlx5CmdBadPar
                                    err::kMlx5CmdNoResources, err::kMlx5CmdInUse};
 
 // clang-format off
-const std::array<Commands::Spec, 66> Commands::kTable = {{
+const std::array<Commands::Spec, 67> Commands::kTable = {{
     {0x100, "QUERY_HCA_CAP", 0x10, 0x10, State::kEnabled, &Commands::queryHcaCap},
     {0x101, "QUERY_ADAPTER", 0x10, 0x110, State::kEnabled, &Commands::queryAdapter},
     {0x102, "INIT_HCA", 0x10, 0x10, State::kEnabled, &Commands::initHca},
@@ -110,6 +110,7 @@ const std::array<Commands::Spec, 66> Commands::kTable = {{
     {0x302, "DESTROY_EQ", 0x10, 0x10, State::kInitialized, &Commands::destroyEq},
     {0x400, "CREATE_CQ", 0x110, 0x10, State::kInitialized, &Commands::createCq},
     {0x401, "DESTROY_CQ", 0x10, 0x10, State::kInitialized, &Commands::destroyCq},
+    {0x402, "QUERY_CQ", 0x10, 0x50, State::kInitialized, &Commands::queryCq},
     {0x403, "MODIFY_CQ", 0x110, 0x10, State::kInitialized, &Commands::modifyCq},
     {0x700, "CREATE_SRQ", 0x110, 0x10, State::kInitialized, &Commands::createSrq},
     {0x701, "DESTROY_SRQ", 0x10, 0x10, State::kInitialized, &Commands::destroySrq},
@@ -501,6 +502,11 @@ const err::Condition *Commands::destroyCq(const Request &r) {
     return why;
 }
 
+const err::Condition *Commands::queryCq(const Request &r) {
+    return cqs_.query(static_cast<uint32_t>(get(r.in, kCqNumber)), r.out,
+                      get(r.in, kUid) == uid::kKernel);
+}
+
 // Event moderation (op_mod 0) or the resize (op_mod 1).
 const err::Condition *Commands::modifyCq(const Request &r) {
     constexpr uint16_t kModerate = 0, kResize = 1; // MLX5_CQ_OPMOD_RESIZE
@@ -551,7 +557,8 @@ const err::Condition *Commands::destroySrq(const Request &r) {
 }
 
 const err::Condition *Commands::querySrq(const Request &r) {
-    return srqs_.query(static_cast<uint32_t>(get(r.in, kSrqNumber)), r.out);
+    return srqs_.query(static_cast<uint32_t>(get(r.in, kSrqNumber)), r.out,
+                       get(r.in, kUid) == uid::kKernel);
 }
 
 // ARM_RQ and ARM_XRC_SRQ set an SRQ's limit (op_mod 1 for both: an SRQ,
@@ -592,7 +599,8 @@ const err::Condition *Commands::changeQpState(const Request &r) {
 }
 
 const err::Condition *Commands::queryQp(const Request &r) {
-    return qps_.query(static_cast<uint32_t>(get(r.in, kQpNumber)), r.out);
+    return qps_.query(static_cast<uint32_t>(get(r.in, kQpNumber)), r.out,
+                      get(r.in, kUid) == uid::kKernel);
 }
 
 const err::Condition *Commands::attachToMcg(const Request &r) {

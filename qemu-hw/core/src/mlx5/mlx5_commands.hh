@@ -101,7 +101,7 @@ class Commands {
         Handler handler;   // nullptr: known by name, not executed
     };
     static const Spec *find(uint16_t opcode);
-    static const std::array<Spec, 66> kTable;
+    static const std::array<Spec, 67> kTable;
 
     [[gnu::format(printf, 3, 4)]] const err::Condition *fail(const err::Condition &why,
                                                              const char *fmt, ...) const;
@@ -154,6 +154,7 @@ class Commands {
     const err::Condition *destroyEq(const Request &r);
     const err::Condition *createCq(const Request &r);
     const err::Condition *destroyCq(const Request &r);
+    const err::Condition *queryCq(const Request &r);
     const err::Condition *modifyCq(const Request &r);
     const err::Condition *createSrq(const Request &r);
     const err::Condition *destroySrq(const Request &r);

@@ -44,7 +44,7 @@ struct Named {
 // clang-format off
 constexpr Named kNamed[] = {
     {0x803, K::kUar},                                        // DEALLOC_UAR
-    {0x401, K::kCq},  {0x403, K::kCq},                       // DESTROY_CQ, MODIFY_CQ
+    {0x401, K::kCq},  {0x402, K::kCq},  {0x403, K::kCq},     // DESTROY_, QUERY_, MODIFY_CQ
     {0x701, K::kSrq}, {0x702, K::kSrq}, {0x703, K::kSrq},    // DESTROY_, QUERY_SRQ, ARM_RQ
     {0x706, K::kSrq}, {0x707, K::kSrq}, {0x708, K::kSrq},    // the XRC SRQs'
     {0x501, K::kQp},  {0x502, K::kQp},  {0x503, K::kQp},  {0x504, K::kQp},

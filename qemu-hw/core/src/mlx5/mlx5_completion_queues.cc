@@ -18,6 +18,7 @@ namespace {
 
 // create_cq_in: the CQ context (cqc) at byte 0x10, then the page list.
 constexpr uint32_t kCqc = 0x10; // ifc: create_cq_in.cq_context
+constexpr size_t kCqcBytes = 0x40;
 constexpr Field kDbrUmemValid = field(8 * kCqc + 0x06, 1);
 constexpr Field kApuCq = field(8 * kCqc + 0x07, 1);
 constexpr Field kCqeSize = field(8 * kCqc + 0x08, 3);         // ifc: cqe_sz
@@ -33,6 +34,8 @@ constexpr Field kMaxCount = field(8 * kCqc + 0x90, 16); // ifc: cq_max_count
 constexpr Field kEqn = field(8 * kCqc + 0xa0, 32);      // ifc: c_eqn_or_apu_element
 constexpr Field kCqcLogPageSize = field(8 * kCqc + 0xc3, 5);
 constexpr Field kCqcDbrAddr = field(8 * kCqc + 0x1c0, 64);
+constexpr Field kConsumerCounter = field(8 * kCqc + 0x148, 24);
+constexpr Field kProducerCounter = field(8 * kCqc + 0x168, 24);
 constexpr Field kCqUmemValid = field(0x2e0, 1);
 constexpr uint32_t kCqPageList = 0x110;
 // modify_cq_in: the CQ and what changes, then a cqc and a page list where
@@ -222,6 +225,25 @@ std::vector<uint8_t> CompletionQueues::createInput(const CompletionQueue &cq) co
     set(in, kEqn, cq.ctx.eqn);
     set(in, kCqcDbrAddr, cq.ctx.ci_record);
     return in;
+}
+
+// query_cq_out's context is where create_cq_in's is.
+const err::Condition *CompletionQueues::query(uint32_t cqn, std::span<uint8_t> out,
+                                              bool addresses) const {
+    const CompletionQueue *cq = objects_.cqs.find(cqn);
+    if (!cq) {
+        host_.guestError(err::kMlx5CmdBadResource, "QUERY_CQ of CQ %u, which does not exist", cqn);
+        return &err::kMlx5CmdBadResource;
+    }
+    const std::vector<uint8_t> in = createInput(*cq);
+    const size_t end = std::min(out.size(), kCqc + kCqcBytes);
+    if (end > kCqc)
+        std::copy(in.begin() + kCqc, in.begin() + static_cast<ptrdiff_t>(end), out.begin() + kCqc);
+    if (!addresses)
+        set(out, kCqcDbrAddr, 0);
+    set(out, kConsumerCounter, cq->consumer & kMask24);
+    set(out, kProducerCounter, cq->producer & kMask24);
+    return nullptr;
 }
 
 const err::Condition *CompletionQueues::destroy(uint32_t cqn) {

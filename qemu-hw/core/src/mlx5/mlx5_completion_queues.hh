@@ -38,6 +38,10 @@ class CompletionQueues final : public EventCodec {
     // DESTROY_CQ; the condition that refuses it (it does not exist, or a
     // QP or SRQ uses it).
     const err::Condition *destroy(uint32_t cqn);
+    // QUERY_CQ: the context as CREATE_CQ gave it, with the counters now;
+    // the doorbell record's address only for the kernel (`addresses`),
+    // since a process's is a guest physical address.
+    const err::Condition *query(uint32_t cqn, std::span<uint8_t> out, bool addresses) const;
     // MODIFY_CQ's resize (op_mod 1): `in` is modify_cq_in with its page
     // list; the condition that refuses it, or nullptr.
     const err::Condition *resize(std::span<const uint8_t> in);

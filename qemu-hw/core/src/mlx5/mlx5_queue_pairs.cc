@@ -540,7 +540,8 @@ const err::Condition *QueuePairs::modify(uint16_t opcode, std::span<const uint8_
     return nullptr;
 }
 
-const err::Condition *QueuePairs::query(uint32_t qpn, std::span<uint8_t> out) const {
+const err::Condition *QueuePairs::query(uint32_t qpn, std::span<uint8_t> out,
+                                        bool addresses) const {
     const QueuePair *qp = objects_.findQp(qpn);
     if (!qp)
         return refuse(err::kMlx5CmdBadResource, "QUERY_QP", qpn, "no such QP");
@@ -596,7 +597,7 @@ const err::Condition *QueuePairs::query(uint32_t qpn, std::span<uint8_t> out) co
     set(out, kQkey, a.qkey);
     set(out, kCqnSnd, ctx.send_cqn);
     set(out, kCqnRcv, ctx.recv_cqn);
-    set(out, kQpcDbrAddr, qp->record);
+    set(out, kQpcDbrAddr, addresses ? qp->record : 0);
     set(out, kHwSqCounter, qp->sq.consumer & wqe::kCounterMask);
     set(out, kSwSqCounter, qp->sq.producer & wqe::kCounterMask);
     set(out, kHwRqCounter, qp->rq.consumer);

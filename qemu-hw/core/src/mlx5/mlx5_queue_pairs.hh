@@ -45,7 +45,9 @@ class QueuePairs {
     // input `in` names the QP.
     const err::Condition *modify(uint16_t opcode, std::span<const uint8_t> in);
     // QUERY_QP: the context into query_qp_out `out`.
-    const err::Condition *query(uint32_t qpn, std::span<uint8_t> out) const;
+    // (`addresses`: the doorbell record's, which only the kernel sees: a
+    // process's is a guest physical address.)
+    const err::Condition *query(uint32_t qpn, std::span<uint8_t> out, bool addresses) const;
     // A write of 8 bytes at `offset` of UAR page `uar` in its blue-flame
     // registers: at the start of a half, the first 8 bytes of a send WQE's
     // control segment, which ring its QP's SQ; elsewhere, the rest of a

@@ -168,11 +168,14 @@ const err::Condition *SharedReceiveQueues::destroy(uint32_t srqn) {
     return nullptr;
 }
 
-const err::Condition *SharedReceiveQueues::query(uint32_t srqn, std::span<uint8_t> out) const {
+const err::Condition *SharedReceiveQueues::query(uint32_t srqn, std::span<uint8_t> out,
+                                                 bool addresses) const {
     const SharedReceiveQueue *srq = objects_.srqs.find(srqn);
     if (!srq)
         return missing("QUERY_SRQ", srqn);
     putContext(out, *srq);
+    if (!addresses)
+        set(out, kSrqcDbrAddr, 0);
     return nullptr;
 }
 

@@ -30,7 +30,8 @@ class SharedReceiveQueues {
     const err::Condition *create(std::span<const uint8_t> in, uint32_t &srqn);
     const err::Condition *destroy(uint32_t srqn);
     // QUERY_SRQ: the context into query_srq_out `out`.
-    const err::Condition *query(uint32_t srqn, std::span<uint8_t> out) const;
+    // (`addresses`: the doorbell record's, the kernel's alone to see.)
+    const err::Condition *query(uint32_t srqn, std::span<uint8_t> out, bool addresses) const;
     // ARM_RQ of an SRQ: the limit below which SRQ_RQ_LIMIT is raised.
     const err::Condition *arm(uint32_t srqn, uint32_t limit);
 
