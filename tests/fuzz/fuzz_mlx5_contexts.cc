@@ -282,6 +282,13 @@ std::vector<uint8_t> UserContextsFuzz::command(FuzzedDataProvider &in, char &mad
         set(k, field(0x96, 2), in.ConsumeIntegralInRange<int>(0, 1)); // PA or MTT
         set(k, field(0x81, 1), in.ConsumeBool());                     // free
         set(k, field(0x90, 1), in.ConsumeBool());                     // umr_en
+        if (in.ConsumeBool()) { // over a UMEM, as DEVX makes a key
+            set(k, field(0x61, 1), 1);
+            set(k, field(0x320, 32), pick(in, 'm'));
+            set(k, field(0x340, 64), in.ConsumeIntegralInRange<uint64_t>(0, 0x2100));
+            set(k, field(0x100, 64), in.ConsumeIntegral<uint64_t>()); // start_addr
+            set(k, field(0x140, 64), in.ConsumeIntegralInRange<uint64_t>(0, 0x2100));
+        }
         made = 'k';
         return k;
     }

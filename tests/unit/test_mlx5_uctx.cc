@@ -395,6 +395,80 @@ TEST_CASE("mlx5: a DEVX process's CQ and QPs live in its UMEM: a SEND arrives wh
     CHECK(done.size() == 2);
     CHECK(std::equal(f.host.at(source), f.host.at(source) + 3000, f.host.at(sink)));
 
+    // A key over a second UMEM (two pages, the buffer 256 bytes into the
+    // first), as DEVX makes one: the next SEND lands in those pages.
+    const uint64_t sinkPages = f.host.alloc(2 * 4096, 4096);
+    const auto sinkUmem = f.as(a, umemInput({sinkPages, sinkPages + 4096}, 256));
+    REQUIRE(sinkUmem.status() == 0);
+    const auto sinkId = static_cast<uint32_t>(sinkUmem.get(kHeld));
+    constexpr uint64_t kVa = 0x7f0000000100; // where the process has the buffer
+    const auto umemKey = [&](uint32_t umemId, uint64_t va, uint64_t length, bool write) {
+        auto k = Mlx5Host::input(0x200, 0, 0x110);
+        set(k, field(0x61, 1), 1); // mkey_umem_valid
+        set(k, field(0x320, 32), umemId);
+        set(k, field(0x340, 64), 0); // from the buffer's first byte
+        set(k, field(0x94, 1), write);
+        set(k, field(0x95, 1), 1); // lr
+        set(k, field(0x96, 2), 1); // MTT
+        set(k, field(0xa0, 24), 0xffffff);
+        set(k, field(0xe8, 24), ma.pd);
+        set(k, field(0x100, 64), va);
+        set(k, field(0x140, 64), length);
+        return k;
+    };
+    const auto refusedKey = [&](uint16_t uid, std::vector<uint8_t> in, const err::Condition &why) {
+        const auto r = f.as(uid, std::move(in));
+        return r.status() == statusOf(why) && r.syndrome() == why.syndrome;
+    };
+    CHECK(refusedKey(b, umemKey(sinkId, kVa, 4096, true), err::kMlx5CmdForeignObject));
+    CHECK(refusedKey(a, umemKey(sinkId, kVa + 8, 4096, true), err::kMlx5UmemBad)); // not in place
+    CHECK(refusedKey(a, umemKey(sinkId, kVa, 2 * 4096, true), err::kMlx5UmemBad)); // beyond it
+    CHECK(refusedKey(a, umemKey(0xbad, kVa, 4096, true), err::kMlx5CmdBadResource));
+    auto freeKey = umemKey(sinkId, kVa, 4096, true);
+    set(freeKey, field(0x81, 1), 1);
+    CHECK(refusedKey(a, freeKey, err::kMlx5MkeyNotOffered));
+    const auto readOnly = f.as(a, [&] {
+        auto in = umemInput({f.host.alloc(4096, 4096)});
+        in[0x30 + 7] = 0x1; // rd_en alone
+        return in;
+    }());
+    REQUIRE(readOnly.status() == 0);
+    const auto readOnlyId = static_cast<uint32_t>(readOnly.get(kHeld));
+    CHECK(refusedKey(a, umemKey(readOnlyId, kVa, 1024, true), err::kMlx5UmemBad));
+    CHECK(refusedKey(
+        a,
+        [&] { // a CQ ring the device would write in it
+            auto in = cq;
+            set(in, field(0x2c0, 32), readOnlyId);
+            set(in, field(0x80 + 0x20, 32), readOnlyId);
+            set(in, field(0x80 + 0x1c0, 64), 0);
+            return in;
+        }(),
+        err::kMlx5UmemBad));
+    const auto madeUmemKey = f.as(a, umemKey(sinkId, kVa, 4000, true));
+    REQUIRE(madeUmemKey.status() == 0);
+    const uint32_t sinkKey = static_cast<uint32_t>(madeUmemKey.get(kHeld)) << 8;
+    const uint32_t kernelKey = f.lkey;
+    f.lkey = sinkKey;
+    f.postReceive(qps[1], kVa + 100, 3000);
+    f.lkey = kernelKey;
+    f.blueFlame(f.writeSend(qps[0], false, {.opcode = kSend, .addr = source + 1, .length = 3000}),
+                ma.uar);
+    CHECK(f.cqesOf(buffer, buffer + 0x3000, &next).size() == 2);
+    CHECK(std::equal(f.host.at(source + 1), f.host.at(source + 1) + 3000,
+                     f.host.at(sinkPages + 256 + 100)));
+    // The key holds its UMEM, across a move too; DESTROY_MKEY lets it go.
+    auto endSink = Mlx5Host::input(kDestroyUmem);
+    set(endSink, kHeld, sinkId);
+    CHECK(f.as(a, endSink).status() == statusOf(err::kMlx5CmdInUse));
+    REQUIRE(f.host.move() == "");
+    CHECK(f.as(a, endSink).status() == statusOf(err::kMlx5CmdInUse));
+    auto destroyKey = Mlx5Host::input(0x202);
+    set(destroyKey, kHeld, sinkKey >> 8);
+    CHECK(f.as(b, destroyKey).status() == statusOf(err::kMlx5CmdForeignObject));
+    CHECK(f.as(a, destroyKey).status() == 0);
+    CHECK(f.as(a, endSink).status() == 0);
+
     // The UMEM stays while they use it, across a move too.
     auto end = Mlx5Host::input(kDestroyUmem);
     set(end, kHeld, id);

@@ -129,12 +129,17 @@ class Commands {
         Field ringValid, ringId, ringOffset;
         Field recordValid, recordId, record; // record: the offset in its UMEM
         Field logPageSize, pageOffset;       // the ring's, as the page list places it
+        bool deviceWritesRing;               // a CQ's: its UMEM must be writable
     };
     static const UmemFields kCqUmemFields, kQpUmemFields;
     const err::Condition *usableUmem(const Request &r, Field id, const char *what,
                                      const UserMemory **umem) const;
     const err::Condition *placeInUmems(const Request &r, const UmemFields &f,
                                        std::vector<uint8_t> *placed, UmemHold *held) const;
+    // A key over a UMEM (mlx5_commands_umem.cc): made as a key with its
+    // pages, the UMEM's, which it holds.
+    const err::Condition *createUmemMkey(const Request &r);
+    const err::Condition *placeKeyInUmem(const Request &r, std::vector<uint8_t> *placed) const;
 
     const err::Condition *queryHcaCap(const Request &r);
     const err::Condition *setHcaCap(const Request &r);

@@ -13,6 +13,7 @@
 
 #include "mlx5_commands.hh"
 #include "mlx5_ifc.hh"
+#include "mlx5_page_list.hh"
 
 namespace pib::mlx5 {
 
@@ -47,6 +48,11 @@ constexpr size_t kEntriesByte = 0x110;               // klm_pas_mtt
 constexpr uint64_t kEntryFlags = 0x7;         // an MTT entry's enables (pg_access), not address
 constexpr Field kPageAccess = field(0x60, 1); // ifc: pg_access (on-demand paging)
 constexpr Field kUmemValid = field(0x61, 1);  // ifc: mkey_umem_valid (DEVX memory)
+// Where the PRM (and UCX's and DPDK's copies of its layouts) has them;
+// Linux's mlx5_ifc.h keeps these bits reserved.
+constexpr Field kUmemId = field(0x320, 32);     // mkey_umem_id
+constexpr Field kUmemOffset = field(0x340, 64); // mkey_umem_offset
+constexpr uint64_t kUmemGranule = uint64_t{1} << PageList::kAdapterPageShift;
 // Where destroy_mkey_in has it too.
 constexpr Field kMkeyIndex = field(0x48, 24); // ifc: create_mkey_out.mkey_index
 
@@ -65,14 +71,15 @@ uint32_t accessOf(std::span<const uint8_t> in) {
 } // namespace
 
 // What the device does not do is refused before anything is made: keys a
-// QP owns, on-demand paging, DEVX memory, KLM and other access modes, a
+// QP owns, on-demand paging, KLM and other access modes, a
 // free key UMRs cannot map, and UMR on physical keys.
 const err::Condition *Commands::createMkey(const Request &r) {
+    if (get(r.in, kUmemValid))
+        return createUmemMkey(r);
     const uint64_t mode = get(r.in, mkc::kAccessMode42) << 2 | get(r.in, mkc::kAccessMode10);
     const bool free = get(r.in, mkc::kFree), umr = get(r.in, mkc::kUmrEnable);
     const char *unsupported = get(r.in, mkc::kQpn) != kNoQp ? "owned by a QP"
                               : get(r.in, kPageAccess)      ? "on-demand paging"
-                              : get(r.in, kUmemValid)       ? "over a DEVX umem"
                               : mode != kAccessModePa && mode != kAccessModeMtt
                                   ? "of an access mode other than PA and MTT (docs/mlx5.md §11)"
                               : mode == kAccessModePa && (free || umr)
@@ -242,12 +249,75 @@ std::vector<uint8_t> Commands::mkeyInput(const MemoryRegion &mr) const {
     return in;
 }
 
+// A key over a UMEM: an MTT key whose start_addr is byte mkey_umem_offset
+// of the UMEM's buffer, over len bytes of it, translated by the UMEM's own
+// pages, 4 KiB at a time (so start_addr lies where that byte lies in its
+// page). Only what a process may make: MTT, neither free nor UMR-enabled,
+// writable only over a writable UMEM.
+const err::Condition *Commands::placeKeyInUmem(const Request &r,
+                                               std::vector<uint8_t> *placed) const {
+    const uint64_t mode = get(r.in, mkc::kAccessMode42) << 2 | get(r.in, mkc::kAccessMode10);
+    if (mode != kAccessModeMtt || get(r.in, mkc::kFree) || get(r.in, mkc::kUmrEnable) ||
+        get(r.in, mkc::kLength64))
+        return fail(err::kMlx5MkeyNotOffered,
+                    "CREATE_MKEY over a UMEM: access mode %" PRIu64 ", free, UMR-enabled or "
+                    "length64 (an MTT key over its pages alone)",
+                    mode);
+    const UserMemory *m = nullptr;
+    if (const err::Condition *why = usableUmem(r, kUmemId, "the key's", &m))
+        return why;
+    const auto id = static_cast<uint32_t>(get(r.in, kUmemId));
+    const uint64_t at = get(r.in, kUmemOffset), length = get(r.in, mkc::kLength);
+    const uint64_t from = m->offset + at, lead = from % kUmemGranule;
+    if (at >= m->bytes() || length == 0 || length > m->bytes() - at ||
+        get(r.in, mkc::kStartAddress) % kUmemGranule != lead)
+        return fail(err::kMlx5UmemBad,
+                    "CREATE_MKEY of %" PRIu64 " bytes from %" PRIu64 " of UMEM %u (%" PRIu64
+                    " bytes), or a start_addr not where that byte is in its page",
+                    length, at, id, m->bytes());
+    const bool writes =
+        get(r.in, mkc::kLocalWrite) || get(r.in, mkc::kRemoteWrite) || get(r.in, mkc::kAtomic);
+    if (writes && !m->writable)
+        return fail(err::kMlx5UmemBad, "CREATE_MKEY with write rights over UMEM %u, read-only", id);
+    // An even count of entries, in as many octowords (the last page twice
+    // if need be).
+    const uint64_t pages = (lead + length + kUmemGranule - 1) / kUmemGranule;
+    const uint64_t entries = pages + pages % 2;
+    if (entries > limits::kMaxMtt)
+        return fail(err::kMlx5CmdBadParam, "CREATE_MKEY over %" PRIu64 " pages of UMEM %u (%u)",
+                    pages, id, limits::kMaxMtt);
+    placed->assign(r.in.begin(), r.in.begin() + std::min<size_t>(r.in.size(), kEntriesByte));
+    placed->resize(kEntriesByte + 8 * entries);
+    for (uint64_t i = 0; i < entries; ++i)
+        writeBe64(placed->data() + kEntriesByte + 8 * i,
+                  m->pageAddress(from - lead + std::min(i, pages - 1) * kUmemGranule));
+    set(*placed, kUmemValid, 0);
+    set(*placed, mkc::kLogPageSize, PageList::kAdapterPageShift);
+    set(*placed, mkc::kTranslationOctowords, entries / 2);
+    set(*placed, kActualOctowords, entries / 2);
+    return nullptr;
+}
+
+const err::Condition *Commands::createUmemMkey(const Request &r) {
+    std::vector<uint8_t> placed;
+    if (const err::Condition *why = placeKeyInUmem(r, &placed))
+        return why;
+    if (const err::Condition *why = createMkey({placed, r.out, r.opMod, r.opcode}))
+        return why;
+    const auto index = static_cast<uint32_t>(get(r.out, kMkeyIndex));
+    umems_.hold('k', index, {static_cast<uint32_t>(get(r.in, kUmemId)), 0});
+    return nullptr;
+}
+
 const err::Condition *Commands::destroyMkey(const Request &r) {
     const auto index = static_cast<uint32_t>(get(r.in, kMkeyIndex));
     const MemoryRegion *mr = core_.objects.mrs.find(index);
     if (!mr)
         return fail(err::kMlx5CmdBadResource, "DESTROY_MKEY of index 0x%x", index);
-    return regions_.destroy("DESTROY_MKEY", mr->key);
+    const err::Condition *why = regions_.destroy("DESTROY_MKEY", mr->key);
+    if (!why)
+        umems_.release('k', index);
+    return why;
 }
 
 } // namespace pib::mlx5

@@ -46,13 +46,13 @@ constexpr uint64_t kMaxRingPages = 512 + 8192 + 1;
 } // namespace umem_place
 
 const Commands::UmemFields Commands::kCqUmemFields{
-    umem_place::kCqRingValid,   umem_place::kCqRingId,    umem_place::kCqRingOffset,
-    umem_place::kCqRecordValid, umem_place::kCqRecordId,  umem_place::kCqRecord,
-    umem_place::kCqLogPageSize, umem_place::kCqPageOffset};
+    umem_place::kCqRingValid,   umem_place::kCqRingId,     umem_place::kCqRingOffset,
+    umem_place::kCqRecordValid, umem_place::kCqRecordId,   umem_place::kCqRecord,
+    umem_place::kCqLogPageSize, umem_place::kCqPageOffset, true};
 const Commands::UmemFields Commands::kQpUmemFields{
-    umem_place::kQpRingValid,   umem_place::kQpRingId,    umem_place::kQpRingOffset,
-    umem_place::kQpRecordValid, umem_place::kQpRecordId,  umem_place::kQpRecord,
-    umem_place::kQpLogPageSize, umem_place::kQpPageOffset};
+    umem_place::kQpRingValid,   umem_place::kQpRingId,     umem_place::kQpRingOffset,
+    umem_place::kQpRecordValid, umem_place::kQpRecordId,   umem_place::kQpRecord,
+    umem_place::kQpLogPageSize, umem_place::kQpPageOffset, false};
 
 // UMEM `id` of the command's input, which its uid may use.
 const err::Condition *Commands::usableUmem(const Request &r, Field id, const char *what,
@@ -99,6 +99,11 @@ const err::Condition *Commands::placeInUmems(const Request &r, const UmemFields 
         if (at >= m->bytes() || lead % 64)
             return fail(err::kMlx5UmemBad, "%s: a ring at %" PRIu64 " of UMEM %u", name(r.opcode),
                         at, held->ring);
+        // The device writes a CQ's entries: never into pages the kernel
+        // pinned for reading only (a read-only file's, say).
+        if (f.deviceWritesRing && !m->writable)
+            return fail(err::kMlx5UmemBad, "%s: a ring in UMEM %u, which is not writable",
+                        name(r.opcode), held->ring);
         // Its 4 KiB pages from the one it starts in to the UMEM's end (the
         // command's code takes those its ring needs, and refuses a ring
         // longer than they are).

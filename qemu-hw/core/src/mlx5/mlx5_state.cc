@@ -259,11 +259,15 @@ void Commands::checkLoadedOwners(StateReader &r) const {
     umems_.forEachHolder([&](char kind, uint32_t number, const UmemHold &held) {
         const CompletionQueue *cq = kind == 'c' ? o.cqs.find(number) : nullptr;
         const QueuePair *qp = kind == 'q' ? o.qps.find(number) : nullptr;
-        const Owner owner = cq ? cq->owner : qp ? qp->owner : 0;
+        const MemoryRegion *key = kind == 'k' ? o.mrs.find(number) : nullptr;
+        const bool exists = cq || qp || key;
+        const Owner owner = cq ? cq->owner : qp ? qp->owner : key ? key->owner : 0;
         for (uint32_t id : {held.ring, held.record})
-            if (r.ok() && (!(cq || qp) || (id && !controls(owner, umems_.find(id)->owner))))
-                r.fail(std::string(kind == 'c' ? "CQ " : "QP ") + std::to_string(number) +
-                       ": on UMEM " + std::to_string(id) +
+            if (r.ok() && (!exists || (id && !controls(owner, umems_.find(id)->owner))))
+                r.fail(std::string(kind == 'c'   ? "CQ "
+                                   : kind == 'q' ? "QP "
+                                                 : "memory key ") +
+                       std::to_string(number) + ": on UMEM " + std::to_string(id) +
                        ", but no such object, or another user context's UMEM");
     });
     o.qps.forEach([&](uint32_t number, const QueuePair &qp) {

@@ -160,7 +160,8 @@ void UserMemories::load(StateReader &r) {
         const char kind = static_cast<char>(r.u8());
         const uint32_t number = r.u32();
         const UmemHold held{r.u32(), r.u32()};
-        const bool known = (kind == 'c' || kind == 'q') && !holders_.contains({kind, number});
+        const bool known =
+            (kind == 'c' || kind == 'q' || kind == 'k') && !holders_.contains({kind, number});
         const auto exists = [&](uint32_t id) { return id == 0 || table_.find(id); };
         if (r.ok() &&
             (!known || !exists(held.ring) || !exists(held.record) || (!held.ring && !held.record)))

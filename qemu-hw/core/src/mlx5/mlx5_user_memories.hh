@@ -58,8 +58,8 @@ class UserMemories {
     // DESTROY_UMEM of `id`: refused while an object holds it.
     const err::Condition *destroy(uint32_t id);
     UserMemory *find(uint64_t id) const { return table_.find(id); }
-    // Object `number` of `kind` ('c' CQ, 'q' QP) is built on `held`, which
-    // exist; release() when it ends.
+    // Object `number` of `kind` ('c' CQ, 'q' QP, 'k' memory key by index)
+    // is built on `held`, which exist; release() when it ends.
     void hold(char kind, uint32_t number, const UmemHold &held);
     void release(char kind, uint32_t number);
     // Each object that holds a UMEM: its kind, number and what it holds.
