@@ -90,9 +90,8 @@ def check(outs, skips, skipped_tests, must_pass, least_passed):
     for pattern, why in skips.items():
         reasons = [str(r) for r in skipped if re.search(pattern, str(r))]
         print(f"  skipped {len(reasons):3d}: {why}")
-        if why.startswith("not offered"):  # what the device lacks, each reason once
-            for reason, n in sorted(collections.Counter(reasons).items()):
-                print(f"      {n:3d} x {reason}")
+        for reason, n in sorted(collections.Counter(reasons).items()):  # each reason once
+            print(f"      {n:3d} x {reason}")
     for name, why in skipped_tests.items():
         n = sum(1 for t, (o, _) in found.items() if o == "skipped" and name in t)
         print(f"  skipped {n:3d}: {name.rstrip('.')}: {why}")
