@@ -143,6 +143,8 @@ static bool pib_hca_event_enabled(unsigned event)
         return trace_event_get_state_backends(TRACE_PIB_HCA_EQE_WRITTEN);
     case PIB_EVENT_WQE_NOP:
         return trace_event_get_state_backends(TRACE_PIB_HCA_WQE_NOP);
+    case PIB_EVENT_WQE_DMA_COPY:
+        return trace_event_get_state_backends(TRACE_PIB_HCA_WQE_DMA_COPY);
     case PIB_EVENT_MLX5_COMMAND:
         return trace_event_get_state_backends(TRACE_PIB_HCA_MLX5_COMMAND);
     case PIB_EVENT_MLX5_UAR:
@@ -463,6 +465,10 @@ static void pib_hca_trace_event(unsigned event, const uint64_t *a)
         break;
     case PIB_EVENT_WQE_NOP:
         trace_pib_hca_wqe_nop((unsigned) a[0], (unsigned) a[1]);
+        break;
+    case PIB_EVENT_WQE_DMA_COPY:
+        trace_pib_hca_wqe_dma_copy((unsigned) a[0], (unsigned) a[1],
+                                   (unsigned) a[2], (unsigned) a[3]);
         break;
     case PIB_EVENT_MLX5_COMMAND:
         trace_pib_hca_mlx5_command(

@@ -851,6 +851,18 @@ struct Tenants {
     // A send WQE of any opcode the process's libmlx5 could write, with
     // the segments it names.
     void post(FuzzedDataProvider &in) {
+        if (in.ConsumeIntegralInRange<int>(0, 7) == 0) { // a DMA copy (MMO)
+            std::vector<uint8_t> wqe(64);
+            wqe[0] = in.ConsumeBool() ? 0x1 : in.ConsumeIntegral<uint8_t>();
+            wqe[3] = 0x2f;
+            for (const size_t at : {32, 48}) {
+                writeBe32(&wqe[at], in.ConsumeIntegralInRange<uint32_t>(0, 8192));
+                writeBe32(&wqe[at + 4], pickKey(in));
+                writeBe64(&wqe[at + 8], pick(in));
+            }
+            f.blueFlame(f.postWqe(user[in.ConsumeIntegralInRange<int>(0, 1)], wqe), userUar);
+            return;
+        }
         static constexpr uint8_t kOpcodes[] = {
             qpc::kSend, kSendInvalidate, qpc::kRdmaWrite, 0x09, qpc::kRdmaRead, 0x11, 0x12, 0x00};
         const uint8_t opcode =
@@ -948,8 +960,19 @@ struct Tenants {
         Mlx5Function::Qp &qp = user[in.ConsumeIntegralInRange<int>(0, 1)];
         const uint32_t peers[] = {user[0].qpn, user[1].qpn, kernel[0].qpn, kernel[1].qpn,
                                   in.ConsumeIntegral<uint32_t>() & 0xffffff};
+        const Mlx5Function::Peer peer{.qpn = in.PickValueInArray(peers)};
         f.change(qpc::kToRst, qp.qpn);
-        f.toRts(qp.qpn, {.qpn = in.PickValueInArray(peers)});
+        f.change(qpc::kRst2Init, qp.qpn, 1, peer);
+        if (in.ConsumeBool()) { // DMA copies on, as libmlx5's qp_enable_mmo asks
+            auto ext = Mlx5Host::input(0x50e, 0, 0x1d0);
+            set(ext, qpc::kHeld, qp.qpn);
+            set(ext, field(0x40, 1), 1);
+            set(ext, field(0x840, 64), uint64_t{1} << 3);
+            set(ext, field(0x882, 1), 1);
+            f.host.run(ext, 16);
+        }
+        f.change(qpc::kInit2Rtr, qp.qpn, 1, peer);
+        f.change(qpc::kRtr2Rts, qp.qpn, 1, peer);
     }
 
     Mlx5Function f;

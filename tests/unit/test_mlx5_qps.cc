@@ -839,3 +839,103 @@ TEST_CASE("mlx5: Q counters count what the QPs bound to them do", "[mlx5]") {
         CHECK(f.destroy(kDestroyQp, qpn).status() == 0);
     CHECK(deallocQCounter(f, two) == 0);
 }
+
+namespace {
+
+// INIT2INIT with the QP context extension, as libmlx5's qp_enable_mmo
+// sends it (rdma-core's mlx5_ifc.h layout): DMA copies on.
+Mlx5Host::Reply enableDmaCopies(QpFunction &f, uint32_t qpn) {
+    auto in = Mlx5Host::input(0x50e, 0, 0x1d0);
+    set(in, kHeld, qpn);
+    set(in, field(0x40, 1), 1);                  // qpc_ext
+    set(in, field(0x840, 64), uint64_t{1} << 3); // opt_param_mask_95_32: MMO
+    set(in, field(0x882, 1), 1);                 // qpc_data_ext.mmo
+    return f.host.run(in, 16);
+}
+
+// A DMA copy WQE (MMO, opcode modifier 1): control, metadata, source and
+// destination segments.
+std::vector<uint8_t> dmaCopy(uint32_t srcKey, uint64_t src, uint32_t dstKey, uint64_t dst,
+                             uint32_t length) {
+    std::vector<uint8_t> wqe(64);
+    wqe[0] = 0x1;  // MLX5_OPC_MOD_MMO_DMA
+    wqe[3] = 0x2f; // MLX5_OPCODE_MMO
+    writeBe32(&wqe[32], length);
+    writeBe32(&wqe[36], srcKey);
+    writeBe64(&wqe[40], src);
+    writeBe32(&wqe[48], length);
+    writeBe32(&wqe[52], dstKey);
+    writeBe64(&wqe[56], dst);
+    return wqe;
+}
+
+} // namespace
+
+TEST_CASE("mlx5: DMA copies (MMO) move a buffer between local keys, once INIT2INIT enabled them, "
+          "and only where the keys allow",
+          "[mlx5]") {
+    QpFunction f;
+    REQUIRE(f.activatePort());
+    // The capability libmlx5 reads: dma_mmo_qp, and the largest copy.
+    const auto caps = f.host.run(Mlx5Host::input(0x100, 1), 0x1010);
+    CHECK(caps.get(field(0x80 + 0x748, 1)) == 1);
+    CHECK(caps.get(field(0x80 + 0x6b, 5)) == 20);
+
+    Mlx5Function::Qp a = f.createQp(kRc, 1, 3, 4), b = f.createQp(kRc, 1, 3, 4);
+    REQUIRE(f.change(kRst2Init, a.qpn).status() == 0);
+    REQUIRE(enableDmaCopies(f, a.qpn).status() == 0);
+    REQUIRE(f.change(kInit2Rtr, a.qpn, 1, {.qpn = b.qpn}).status() == 0);
+    REQUIRE(f.change(kRtr2Rts, a.qpn, 1, {.qpn = b.qpn}).status() == 0);
+    REQUIRE(f.toRts(b.qpn, {.qpn = a.qpn}));
+    // Only INIT2INIT takes the extension, and an RC QP's.
+    CHECK(enableDmaCopies(f, b.qpn).status() != 0);
+
+    uint32_t next = 0;
+    const uint64_t source = f.host.allocRandom(8192, 0xc0b1), sink = f.host.alloc(8192);
+    f.blueFlame(f.postWqe(a, dmaCopy(f.lkey, source + 3, f.lkey, sink + 5, 6000)), f.uar);
+    auto done = f.completions(&next, 1);
+    REQUIRE(done.size() == 1);
+    CHECK(done[0][0x3f] >> 4 == 0x0);                                  // a requester's CQE
+    CHECK(readBe32(done[0] + 0x38) == (uint32_t{0x2f} << 24 | a.qpn)); // the MMO's
+    CHECK(std::equal(f.host.at(source + 3), f.host.at(source + 3) + 6000, f.host.at(sink + 5)));
+    CHECK(f.host.traces("wqe_dma_copy") == 1);
+
+    // A destination key without local write: a local protection error
+    // (syndrome 0x4), the QP in error, nothing written.
+    auto key = Mlx5Host::input(0x200, 0, 0x110);
+    set(key, field(0x95, 1), 1); // lr only
+    set(key, field(0xa0, 24), 0xffffff);
+    set(key, field(0xe0, 1), 1); // length64, access mode PA
+    set(key, field(0xe8, 24), f.pd);
+    const auto readOnly = f.host.run(key, 16);
+    REQUIRE(readOnly.status() == 0);
+    const uint32_t readOnlyKey = static_cast<uint32_t>(readOnly.get(kHeld)) << 8;
+    const uint64_t untouched = f.host.alloc(4096);
+    f.blueFlame(f.postWqe(a, dmaCopy(f.lkey, source, readOnlyKey, untouched, 100)), f.uar);
+    done = f.completions(&next, 1);
+    REQUIRE(done.size() == 1);
+    CHECK(done[0][0x3f] >> 4 == 0xd); // an error CQE
+    CHECK(done[0][0x37] == 0x04);     // local protection
+    CHECK(std::all_of(f.host.at(untouched), f.host.at(untouched) + 100,
+                      [](uint8_t byte) { return byte == 0; }));
+
+    // Beyond 2^20 bytes, a length error.
+    Mlx5Function::Qp d = f.createQp(kRc, 1, 3, 4);
+    REQUIRE(f.change(kRst2Init, d.qpn).status() == 0);
+    REQUIRE(enableDmaCopies(f, d.qpn).status() == 0);
+    REQUIRE(f.change(kInit2Rtr, d.qpn, 1, {.qpn = b.qpn}).status() == 0);
+    REQUIRE(f.change(kRtr2Rts, d.qpn, 1, {.qpn = b.qpn}).status() == 0);
+    f.blueFlame(f.postWqe(d, dmaCopy(f.lkey, source, f.lkey, sink, (1u << 20) + 1)), f.uar);
+    done = f.completions(&next, 1);
+    REQUIRE(done.size() == 1);
+    CHECK(done[0][0x37] == 0x01); // local length
+
+    // On a QP that did not enable them, a DMA copy is an operation error.
+    Mlx5Function::Qp c = f.createQp(kRc, 1, 3, 4);
+    REQUIRE(f.toRts(c.qpn, {.qpn = b.qpn}));
+    f.blueFlame(f.postWqe(c, dmaCopy(f.lkey, source, f.lkey, sink, 100)), f.uar);
+    done = f.completions(&next, 1);
+    REQUIRE(done.size() == 1);
+    CHECK(done[0][0x37] == 0x02); // local QP operation
+    CHECK(f.host.guestErrors() > 0);
+}

@@ -32,6 +32,8 @@ uint8_t completionOpcode(uint8_t wr) {
         return PIB_WC_BIND_MW;
     case kWrNop:
         return kWcNop;
+    case kWrDmaCopy:
+        return kWcDmaCopy;
     default:
         return PIB_WC_SEND;
     }

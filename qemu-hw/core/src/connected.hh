@@ -100,7 +100,7 @@ struct SendWqe {
     // Done by the device itself, in send queue order: no packets.
     bool isLocal() const {
         return opcode == PIB_WR_LOCAL_INV || opcode == PIB_WR_REG_MR || opcode == PIB_WR_BIND_MW ||
-               opcode == kWrNop;
+               opcode == kWrNop || opcode == kWrDmaCopy;
     }
     uint32_t lastPsn() const { return psnAdd(firstPsn, packets - 1); }
 };

@@ -54,6 +54,9 @@ inline constexpr uint8_t kLocalCaAckDelay = 15;
 // The core clock is the transport's clock, which counts nanoseconds: 1 GHz.
 inline constexpr uint32_t kCoreClockKhz = 1'000'000;
 inline constexpr uint32_t kMaxMsgSize = 1u << 31;
+// The most one DMA copy WQE (ConnectX's MMO) moves: it runs whole while
+// the doorbell or the scheduler's turn runs.
+inline constexpr uint32_t kMaxDmaCopy = 1u << 20;
 // Multicast: groups per device, QPs per group, attachments in all.
 inline constexpr uint32_t kMaxMcastGroups = 256;
 inline constexpr uint32_t kMaxMcastQpAttach = 32;

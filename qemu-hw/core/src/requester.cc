@@ -51,6 +51,8 @@ uint8_t Requester::fetchSendWqe(QueuePair &qp, uint32_t index, SendWqe &w) {
     if (w.isLocal()) {
         w.length = 0;
         w.packets = 0;
+        if (w.opcode == kWrDmaCopy)
+            w.sges = std::move(wqe.sges);
         if (w.opcode == PIB_WR_REG_MR && !wqe.sges.empty())
             return readTranslationList(qp, w, wqe.sges.front());
         return PIB_WC_SUCCESS;
@@ -259,12 +261,30 @@ void Requester::runLocalOperation(QueuePair &qp, SendWqe &w) {
         status = keys_.bindWindow(qp.number, w.index, qp.ctx.pdn, w.bind);
     else if (w.opcode == kWrNop)
         trace::wqe_nop(host_, qp.number, w.index);
+    else if (w.opcode == kWrDmaCopy)
+        status = copyLocal(qp, w);
     else
         status = keys_.invalidateLocal(qp.number, w.index, qp.ctx.pdn, w.imm);
     w.localStatus = status;
     w.acked = true;
     holdWqe(qp);
     completeInOrder(qp);
+}
+
+// A DMA copy: the first data segment's bytes into the second's, both
+// through local keys of the QP's PD (the destination's with local write),
+// of one length up to kMaxDmaCopy.
+uint8_t Requester::copyLocal(const QueuePair &qp, SendWqe &w) {
+    if (w.sges.size() != 2 || w.sges[0].byte_count != w.sges[1].byte_count ||
+        w.sges[0].byte_count == 0 || w.sges[0].byte_count > limits::kMaxDmaCopy)
+        return PIB_WC_LOC_LEN_ERR;
+    copyBuffer_.resize(w.sges[0].byte_count);
+    uint8_t status = memory_.gatherInto(qp.ctx.pdn, std::span(w.sges).first(1), 0, copyBuffer_);
+    if (status == PIB_WC_SUCCESS)
+        status = memory_.scatter(qp.ctx.pdn, std::span(w.sges).subspan(1), copyBuffer_, 0);
+    w.length = status == PIB_WC_SUCCESS ? w.sges[0].byte_count : 0;
+    trace::wqe_dma_copy(host_, qp.number, w.index, w.sges[0].byte_count, status);
+    return status;
 }
 
 // An empty WQE object to fetch the next WQE into; it stays this

@@ -41,6 +41,7 @@ class Requester final : TransportRole {
     uint8_t checkLocalBuffers(QueuePair &qp, SendWqe &w, uint64_t *length);
     uint8_t readTranslationList(const QueuePair &qp, SendWqe &w, const pib_wqe_data &list);
     void runLocalOperation(QueuePair &qp, SendWqe &w);
+    uint8_t copyLocal(const QueuePair &qp, SendWqe &w);
     SendWqe &spareWqe();
     void holdWqe(QueuePair &qp);
     void armAckTimerIfIdle(QueuePair &qp);
@@ -87,6 +88,7 @@ class Requester final : TransportRole {
     // The segments of a WQE's local buffers, kept for the next WQE too.
     std::vector<Segment> localSegments_;
     std::vector<uint8_t> translationBytes_; // a UMR's translation list, read
+    std::vector<uint8_t> copyBuffer_;       // a DMA copy's bytes on their way
     SendWqePool pool_;
     std::unique_ptr<SendWqe> spare_; // fetched into, not yet outstanding
 };

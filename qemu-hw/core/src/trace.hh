@@ -395,6 +395,13 @@ inline void wqe_nop(const Host &host, unsigned qpn, unsigned index) {
         host.event(PIB_EVENT_WQE_NOP, {Host::eventArg(qpn), Host::eventArg(index)});
 }
 
+inline void wqe_dma_copy(const Host &host, unsigned qpn, unsigned index, unsigned bytes,
+                         unsigned status) {
+    if (host.eventEnabled(PIB_EVENT_WQE_DMA_COPY))
+        host.event(PIB_EVENT_WQE_DMA_COPY, {Host::eventArg(qpn), Host::eventArg(index),
+                                            Host::eventArg(bytes), Host::eventArg(status)});
+}
+
 inline void mlx5_command(const Host &host, unsigned slot, const char *name, unsigned opcode,
                          unsigned op_mod, unsigned status, unsigned syndrome) {
     if (host.eventEnabled(PIB_EVENT_MLX5_COMMAND))

@@ -95,6 +95,8 @@ uint8_t sendOpcode(uint8_t wcOpcode) {
         return 0x25; // UMR: the driver's own record says which
     case kWcNop:
         return 0x00;
+    case kWcDmaCopy:
+        return 0x2f; // MMO
     default:
         return 0x0a; // SEND
     }

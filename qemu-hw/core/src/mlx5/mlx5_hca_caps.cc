@@ -83,6 +83,13 @@ constexpr uint32_t kSize8Bytes = 1u << 3;
 
 // The second general page (cmd_hca_cap_2). Its one field the device sets
 // is in rdma-core's mlx5_ifc.h; Linux's keeps those bits reserved.
+// DMA copies, general page fields rdma-core's mlx5_ifc.h names and
+// Linux's keeps reserved.
+namespace mmo {
+constexpr Field kLogMaxSize = field(0x06b, 5); // log_dma_mmo_max_size
+constexpr Field kOnQp = field(0x748, 1);       // dma_mmo_qp
+} // namespace mmo
+
 namespace cap2 {
 constexpr Field kLogReservedQpnGranularity = field(0x93, 5);
 } // namespace cap2
@@ -176,6 +183,10 @@ void HcaCaps::reset() {
     // by UMR, however large, rather than in one CREATE_MKEY.
     mlx5::set(m, cap::kUmrExtendedTranslationOffset, 1);
     mlx5::set(m, cap::kUmrIndirectMkeyDisabled, 1);
+    // DMA copies on RC QPs (docs/mlx5.md §10.3), up to kMaxDmaCopy bytes
+    // a WQE: libmlx5's mlx5dv_wr_memcpy.
+    mlx5::set(m, mmo::kOnQp, 1);
+    mlx5::set(m, mmo::kLogMaxSize, log2(limits::kMaxDmaCopy));
     // Q counters (docs/mlx5.md §4.6): counter sets QPs are bound to at
     // RST2INIT and rebound in RTS, with the basic counters, out_of_sequence
     // and the retransmission ones, which the core's transport counts.

@@ -20,6 +20,15 @@ namespace {
 // optional parameters a state change sets.
 constexpr Field kQpn = field(0x48, 24);
 constexpr Field kOptParamMask = field(0x80, 32);
+// INIT2INIT's QP context extension, where rdma-core's mlx5_ifc.h has it
+// (Linux's keeps these bits reserved): DMA copies on or off
+// (qpc_ext's mmo, named by opt_param_mask_95_32's
+// MLX5_QPC_OPT_MASK_32_INIT2INIT_MMO).
+constexpr Field kQpcExtension = field(0x40, 1);       // init2init_qp_in.qpc_ext
+constexpr Field kOptParamMaskHigh = field(0x840, 64); // opt_param_mask_95_32
+constexpr Field kDmaCopyEnable = field(0x882, 1);     // qpc_data_ext.mmo
+constexpr uint64_t kOptDmaCopy = 1u << 3;
+constexpr uint16_t kInit2Init = 0x50e;
 
 // The QP context (qpc) at byte 0x18 of create_qp_in, of each state
 // change's input and of query_qp_out (mlx5_ifc.h).
@@ -527,6 +536,11 @@ const err::Condition *QueuePairs::modify(uint16_t opcode, std::span<const uint8_
     if (const char *bad =
             badQpAttr(*qp, attrs, mask, ports_, {limits::kMaxRdAtom, limits::kMaxRdAtom}))
         return refuse(err::kMlx5QpBadAttr, change.name, qpn, bad);
+    const bool extended = get(in, kQpcExtension);
+    if (extended && (opcode != kInit2Init || qp->ctx.type != PIB_QPT_RC ||
+                     get(in, kOptParamMaskHigh) & ~kOptDmaCopy))
+        return refuse(err::kMlx5QpBadAttr, change.name, qpn,
+                      "qpc_ext: only INIT2INIT's DMA copies (mmo), on an RC QP");
     const uint32_t set = counterSetAfter(opcode, *qp, in);
     if (set && !objects_.counterSets.find(set))
         return refuse(err::kMlx5QpBadAttr, change.name, qpn, "counter_set_id names no Q counter");
@@ -534,6 +548,8 @@ const err::Condition *QueuePairs::modify(uint16_t opcode, std::span<const uint8_
         return refuseForeign(host_, change.name, "Q counter", set,
                              objects_.counterSets.at(set).owner, qp->owner);
     bindCounterSet(*qp, set);
+    if (extended && get(in, kOptParamMaskHigh) & kOptDmaCopy)
+        qp->dmaCopy = get(in, kDmaCopyEnable);
     applyQpAttrs(qp->attr, attrs, mask, change.to);
     trace::mlx5_qp_modify(host_, qpn, change.name, cur, change.to, mask);
     dataPath_.qpStateEntered(*qp, cur, change.to, mask);

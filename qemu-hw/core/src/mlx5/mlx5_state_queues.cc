@@ -129,6 +129,7 @@ void SharedReceiveQueues::load(StateReader &r) {
 void QueuePairs::saveQp(StateWriter &w, const QueuePair &qp) const {
     w.bytes(createInput(qp));
     w.u32(qp.counterSet);
+    w.u8(qp.dmaCopy);
     w.record(qp.attr);
     dataPath_.saveTransport(qp, w);
 }
@@ -150,6 +151,7 @@ void QueuePairs::save(StateWriter &w) const {
 void QueuePairs::loadQp(StateReader &r, uint32_t qpn) {
     const std::vector<uint8_t> in = Commands::savedInput(r, kCreateQp);
     const uint32_t set = r.u32();
+    const uint8_t dmaCopy = r.u8();
     pib_qp_attr attr;
     r.record(attr, "a QP's attributes");
     uint32_t made = 0;
@@ -174,13 +176,18 @@ void QueuePairs::loadQp(StateReader &r, uint32_t qpn) {
                " does not exist");
         return;
     }
+    if (dmaCopy > 1 || (dmaCopy && qp.ctx.type != PIB_QPT_RC)) {
+        r.fail("QP " + std::to_string(qpn) + ": DMA copies on a QP other than RC");
+        return;
+    }
+    qp.dmaCopy = dmaCopy;
     bindCounterSet(qp, set);
     loadQpState(r, qp, attr, ports_, {limits::kMaxRdAtom, limits::kMaxRdAtom}, dataPath_);
 }
 
 void QueuePairs::load(StateReader &r) {
     const auto load = [&](uint32_t qpn) { loadQp(r, qpn); };
-    loadTable(r, kQpsTag, "QPs", objects_.qps, 4 + 4 + sizeof(pib_qp_attr), load);
+    loadTable(r, kQpsTag, "QPs", objects_.qps, 4 + 4 + 1 + sizeof(pib_qp_attr), load);
     loadSpecialQps(r, kSpecialQpsTag, load);
     loadMulticast(r, kMulticastTag, objects_,
                   [&](const SavedAttachment &a) { return attachLoaded(a); });

@@ -24,6 +24,7 @@ constexpr uint8_t kRdmaRead = 0x10;
 constexpr uint8_t kAtomicCompareSwap = 0x11;
 constexpr uint8_t kAtomicFetchAdd = 0x12;
 constexpr uint8_t kUmr = 0x25; // fast registration or invalidation (mlx5_umr.hh)
+constexpr uint8_t kMmo = 0x2f; // with opcode modifier kMmoDma: a DMA copy
 } // namespace opcode
 
 // The control segment: opcode and counter, QP and DS count, then the
@@ -36,6 +37,11 @@ constexpr uint32_t kFenceShift = 5;
 constexpr uint32_t kImmediate = 12;
 constexpr uint32_t kDsMask = 0x3f;
 constexpr uint32_t kSegmentBytes = 16;
+// A DMA copy (MMO): the control segment's opcode modifier (its first
+// byte), then a metadata segment the copy does not use, the source's data
+// segment and the destination's.
+constexpr uint8_t kMmoDma = 0x1;
+constexpr uint32_t kMmoSource = 32, kMmoDestination = 48, kMmoBytes = 64;
 
 // The datagram segment: the address vector (struct mlx5_av, 48 bytes).
 namespace av {
@@ -124,6 +130,9 @@ bool WqeReader::connectedLayout(uint8_t mlx5Opcode, bool reliable, bool connecte
     case opcode::kUmr:
         layout = {.opcode = PIB_WR_REG_MR, .umr = true};
         return connected;
+    case opcode::kMmo:
+        layout = {.opcode = kWrDmaCopy};
+        return reliable;
     case opcode::kNop: // any segments after its control segment are not read
         layout = {.opcode = kWrNop};
         return connected;
@@ -185,6 +194,8 @@ uint8_t WqeReader::readSend(const QueuePair &qp, uint32_t index, Wqe &out) {
                       : qp.umr && mlx5Opcode != opcode::kUmr   ? "not a UMR on a UMR QP"
                       : mlx5Opcode == opcode::kUmr && !qp.fastRegEnabled
                           ? "a UMR on a QP without fast registration enabled (fre)"
+                      : mlx5Opcode == opcode::kMmo && (!qp.dmaCopy || raw_[0] != kMmoDma)
+                          ? "an MMO other than a DMA copy, or on a QP without DMA copies (mmo)"
                       : !sendLayout(qp.ctx.type, mlx5Opcode, layout) ? "an opcode its QP lacks"
                                                                      : nullptr;
     if (bad) {
@@ -217,6 +228,8 @@ uint8_t WqeReader::readSend(const QueuePair &qp, uint32_t index, Wqe &out) {
         std::memcpy(&ctrl.imm, raw_.data() + kImmediate, sizeof(ctrl.imm));
     if (layout.opcode == kWrNop)
         return PIB_WC_SUCCESS;
+    if (layout.opcode == kWrDmaCopy)
+        return decodeDmaCopy(qp, index, size_t{ds} * kSegmentBytes, out);
     if (layout.umr && qp.umr)
         return umr::decodeUpdate(host_, qp.number, index, raw_, size_t{ds} * kSegmentBytes, out);
     if (layout.umr)
@@ -294,6 +307,18 @@ uint8_t WqeReader::decodeSend(const QueuePair &qp, uint32_t index, const Layout 
                             used, out);
     }
     return dataSegments(qp, index, off, used, out);
+}
+
+// A DMA copy's source and destination data segments.
+uint8_t WqeReader::decodeDmaCopy(const QueuePair &qp, uint32_t index, size_t used, Wqe &out) const {
+    if (used != kMmoBytes) {
+        host_.guestError(err::kWqeBad, "QP %u send WQE %u: a DMA copy of %zu bytes, not %u",
+                         qp.number, index, used, kMmoBytes);
+        return PIB_WC_LOC_QP_OP_ERR;
+    }
+    out.sges.push_back(dataSegment(raw_.data() + kMmoSource));
+    out.sges.push_back(dataSegment(raw_.data() + kMmoDestination));
+    return PIB_WC_SUCCESS;
 }
 
 // The pointer data segments of a send WQE from byte `from` to `used`. An

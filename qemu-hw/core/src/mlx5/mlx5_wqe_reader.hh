@@ -91,6 +91,7 @@ class WqeReader final : public WqeFormat {
     // A receive WQE's data segments from byte `from` of raw_, up to the
     // terminator.
     void scatterList(size_t from, Wqe &out) const;
+    uint8_t decodeDmaCopy(const QueuePair &qp, uint32_t index, size_t used, Wqe &out) const;
     uint8_t dataSegments(const QueuePair &qp, uint32_t index, size_t from, size_t used,
                          Wqe &out) const;
     bool readSrqWqe(const QueuePair &qp, SharedReceiveQueue &srq, Wqe &out);
