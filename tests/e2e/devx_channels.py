@@ -73,6 +73,9 @@ def errno_text():
 
 # Commands as mlx5_ifc.h lays them out: big-endian fields by bit offset.
 def put(buf, bit, width, value):
+    if width == 64:
+        struct.pack_into(">Q", buf, bit // 8, value)
+        return
     word = bit // 32
     shift = 32 - width - bit % 32
     mask = ((1 << width) - 1) << shift
@@ -80,19 +83,17 @@ def put(buf, bit, width, value):
     struct.pack_into(">I", buf, word * 4, (old & ~mask) | ((value << shift) & mask))
 
 
-def put64(buf, bit, value):
-    struct.pack_into(">Q", buf, bit // 8, value)
-
-
 def take(buf, bit, width):
     word = struct.unpack_from(">I", buf, (bit // 32) * 4)[0]
     return (word >> (32 - width - bit % 32)) & ((1 << width) - 1)
 
 
-def command(opcode, size, op_mod=0):
+def command(opcode, size, fields=()):
+    """A command's input: its opcode, then each (bit, width, value)."""
     buf = bytearray(size)
     put(buf, 0, 16, opcode)
-    put(buf, 0x30, 16, op_mod)
+    for bit, width, value in fields:
+        put(buf, bit, width, value)
     return buf
 
 
@@ -175,46 +176,40 @@ def main():
         fail(f"mlx5dv_devx_umem_reg: {errno_text()}")
     umem = ctypes.cast(umem_p, ctypes.POINTER(Handle)).contents.value
 
-    cmd = command(0x400, 0x110)
-    put(cmd, CQC + 0x6, 1, 1)  # dbr_umem_valid
-    put(cmd, CQC + 0x63, 5, LOG_CQ)
-    put(cmd, CQC + 0x68, 24, uar.page_id)
-    put(cmd, CQC + 0xa0, 32, eqn.value)
-    put(cmd, CQC + 0x20, 32, umem)  # dbr_umem_id
-    put64(cmd, CQC + 0x1c0, CQ_DBR)
-    put(cmd, 0x2e0, 1, 1)  # cq_umem_valid
-    put(cmd, 0x2c0, 32, umem)
-    put64(cmd, 0x280, CQ_AT)
-    cq, out = create(cmd, 16, "CREATE_CQ")
+    cq, out = create(command(0x400, 0x110, [
+        (CQC + 0x6, 1, 1),  # dbr_umem_valid
+        (CQC + 0x63, 5, LOG_CQ),
+        (CQC + 0x68, 24, uar.page_id),
+        (CQC + 0xa0, 32, eqn.value),
+        (CQC + 0x20, 32, umem),  # dbr_umem_id
+        (CQC + 0x1c0, 64, CQ_DBR),
+        (0x2e0, 1, 1),  # cq_umem_valid, cq_umem_id, cq_umem_offset
+        (0x2c0, 32, umem),
+        (0x280, 64, CQ_AT)]), 16, "CREATE_CQ")
     cqn = take(out, 0x48, 24)
 
-    cmd = command(0x500, 0x110)
-    put(cmd, QPC + 0x8, 8, 0)  # st RC
-    put(cmd, QPC + 0x13, 2, 3)  # pm_state migrated
-    put(cmd, QPC + 0x28, 24, pdn)
-    put(cmd, QPC + 0x49, 4, LOG_RQ)
-    put(cmd, QPC + 0x4d, 3, 0)  # 16-byte receive WQEs
-    put(cmd, QPC + 0x51, 4, LOG_SQ)
-    put(cmd, QPC + 0x58, 2, 1)  # ts_format: the default
-    put(cmd, QPC + 0x68, 24, uar.page_id)
-    put(cmd, QPC + 0x3e8, 24, cqn)  # cqn_snd
-    put(cmd, QPC + 0x4e8, 24, cqn)  # cqn_rcv
-    put(cmd, QPC + 0x683, 1, 1)  # dbr_umem_valid
-    put(cmd, QPC + 0x720, 32, umem)  # dbr_umem_id
-    put64(cmd, QPC + 0x500, QP_DBR)
-    put(cmd, 0x860, 1, 1)  # wq_umem_valid
-    put(cmd, 0x840, 32, umem)
-    put64(cmd, 0x800, QP_AT)
-    qp, out = create(cmd, 16, "CREATE_QP")
+    qp, out = create(command(0x500, 0x110, [
+        (QPC + 0x8, 8, 0),  # st RC
+        (QPC + 0x13, 2, 3),  # pm_state migrated
+        (QPC + 0x28, 24, pdn),
+        (QPC + 0x49, 4, LOG_RQ),
+        (QPC + 0x4d, 3, 0),  # 16-byte receive WQEs
+        (QPC + 0x51, 4, LOG_SQ),
+        (QPC + 0x58, 2, 1),  # ts_format: the default
+        (QPC + 0x68, 24, uar.page_id),
+        (QPC + 0x3e8, 24, cqn),  # cqn_snd
+        (QPC + 0x4e8, 24, cqn),  # cqn_rcv
+        (QPC + 0x683, 1, 1),  # dbr_umem_valid
+        (QPC + 0x720, 32, umem),  # dbr_umem_id
+        (QPC + 0x500, 64, QP_DBR),
+        (0x860, 1, 1),  # wq_umem_valid, wq_umem_id, wq_umem_offset
+        (0x840, 32, umem),
+        (0x800, 64, QP_AT)]), 16, "CREATE_QP")
     qpn = take(out, 0x48, 24)
 
     def change(opcode, what, fields):
-        cmd = command(opcode, 0x110)
-        put(cmd, 0x48, 24, qpn)
-        put(cmd, QPC + ADS + 0x128, 8, 1)  # vhca_port_num
-        for bit, width, value in fields:
-            put(cmd, QPC + bit, width, value)
-        modify(qp, cmd, what)
+        modify(qp, command(opcode, 0x110, [(0x48, 24, qpn), (QPC + ADS + 0x128, 8, 1)] +
+                           [(QPC + bit, width, value) for bit, width, value in fields]), what)
 
     change(0x502, "RST2INIT_QP", [])
     change(0x503, "INIT2RTR_QP", [(0x40, 3, 3), (0x43, 5, 20), (0xa8, 24, qpn),
@@ -276,8 +271,7 @@ def main():
         fail(f"mlx5dv_devx_create_cmd_comp: {errno_text()}")
     queries = {0x11: (cq, 0x402, cqn, 0x110), 0x22: (qp, 0x50b, qpn, 0x100)}  # QUERY_CQ, _QP
     for wr_id, (obj, opcode, number, outlen) in queries.items():
-        cmd = command(opcode, 16)
-        put(cmd, 0x48, 24, number)
+        cmd = command(opcode, 16, [(0x48, 24, number)])
         if dv.mlx5dv_devx_obj_query_async(obj, cbuf(cmd), len(cmd), outlen, wr_id, comp):
             fail(f"mlx5dv_devx_obj_query_async(0x{opcode:x}): {errno_text()}")
     fd = ctypes.cast(comp, ctypes.POINTER(Handle)).contents.value
