@@ -42,17 +42,18 @@ constexpr Field kLength = field(0x140, 64);       // ifc: len
 constexpr Field kTranslationOctowords = field(0x220, 32); // ifc: translations_octword_size
 constexpr Field kLogPageSize = field(0x25a, 6);
 } // namespace mkc
+// create_mkey_in's UMEM fields, where the PRM (and UCX's and DPDK's
+// copies of its layouts) has them; Linux's mlx5_ifc.h keeps these bits
+// reserved, so they are outside the checked fields below.
+constexpr Field kUmemId = field(0x320, 32);     // mkey_umem_id
+constexpr Field kUmemOffset = field(0x340, 64); // mkey_umem_offset
+constexpr uint64_t kUmemGranule = uint64_t{1} << PageList::kAdapterPageShift;
 // ifc fields: create_mkey_in
 constexpr Field kActualOctowords = field(0x300, 32); // ifc: translations_octword_actual_size
 constexpr size_t kEntriesByte = 0x110;               // klm_pas_mtt
 constexpr uint64_t kEntryFlags = 0x7;         // an MTT entry's enables (pg_access), not address
 constexpr Field kPageAccess = field(0x60, 1); // ifc: pg_access (on-demand paging)
 constexpr Field kUmemValid = field(0x61, 1);  // ifc: mkey_umem_valid (DEVX memory)
-// Where the PRM (and UCX's and DPDK's copies of its layouts) has them;
-// Linux's mlx5_ifc.h keeps these bits reserved.
-constexpr Field kUmemId = field(0x320, 32);     // mkey_umem_id
-constexpr Field kUmemOffset = field(0x340, 64); // mkey_umem_offset
-constexpr uint64_t kUmemGranule = uint64_t{1} << PageList::kAdapterPageShift;
 // Where destroy_mkey_in has it too.
 constexpr Field kMkeyIndex = field(0x48, 24); // ifc: create_mkey_out.mkey_index
 

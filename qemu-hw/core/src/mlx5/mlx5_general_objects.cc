@@ -12,8 +12,10 @@ namespace pib::mlx5 {
 
 // Named, not anonymous: the QEMU build compiles the core as one unit.
 namespace gobj {
-constexpr Field kType = field(0x30, 16);    // ifc: general_obj_in_cmd_hdr.obj_type
-constexpr Field kLogRange = field(0x63, 5); // ifc: general_obj_in_cmd_hdr.log_obj_range
+constexpr Field kType = field(0x30, 16); // ifc: general_obj_in_cmd_hdr.obj_type
+// op_param.create.log_obj_range: a member of a union, which the layout
+// check (tools/pibctl/mlx5_layouts.py) does not read.
+constexpr Field kLogRange = field(0x63, 5);
 constexpr uint32_t kTag = stateTag("M5GO");
 } // namespace gobj
 
