@@ -176,16 +176,17 @@ def main():
         fail(f"mlx5dv_devx_umem_reg: {errno_text()}")
     umem = ctypes.cast(umem_p, ctypes.POINTER(Handle)).contents.value
 
+    def in_umem(valid, ident, offset, at):
+        """The fields that put a ring or record at byte `at` of the UMEM."""
+        return [(valid, 1, 1), (ident, 32, umem), (offset, 64, at)]
+
     cq, out = create(command(0x400, 0x110, [
-        (CQC + 0x6, 1, 1),  # dbr_umem_valid
         (CQC + 0x63, 5, LOG_CQ),
         (CQC + 0x68, 24, uar.page_id),
         (CQC + 0xa0, 32, eqn.value),
-        (CQC + 0x20, 32, umem),  # dbr_umem_id
-        (CQC + 0x1c0, 64, CQ_DBR),
-        (0x2e0, 1, 1),  # cq_umem_valid, cq_umem_id, cq_umem_offset
-        (0x2c0, 32, umem),
-        (0x280, 64, CQ_AT)]), 16, "CREATE_CQ")
+        # dbr_umem_valid, dbr_umem_id, dbr_addr; cq_umem_valid, _id, _offset
+        *in_umem(CQC + 0x6, CQC + 0x20, CQC + 0x1c0, CQ_DBR),
+        *in_umem(0x2e0, 0x2c0, 0x280, CQ_AT)]), 16, "CREATE_CQ")
     cqn = take(out, 0x48, 24)
 
     qp, out = create(command(0x500, 0x110, [
@@ -199,12 +200,9 @@ def main():
         (QPC + 0x68, 24, uar.page_id),
         (QPC + 0x3e8, 24, cqn),  # cqn_snd
         (QPC + 0x4e8, 24, cqn),  # cqn_rcv
-        (QPC + 0x683, 1, 1),  # dbr_umem_valid
-        (QPC + 0x720, 32, umem),  # dbr_umem_id
-        (QPC + 0x500, 64, QP_DBR),
-        (0x860, 1, 1),  # wq_umem_valid, wq_umem_id, wq_umem_offset
-        (0x840, 32, umem),
-        (0x800, 64, QP_AT)]), 16, "CREATE_QP")
+        # dbr_umem_valid, dbr_umem_id, dbr_addr; wq_umem_valid, _id, _offset
+        *in_umem(QPC + 0x683, QPC + 0x720, QPC + 0x500, QP_DBR),
+        *in_umem(0x860, 0x840, 0x800, QP_AT)]), 16, "CREATE_QP")
     qpn = take(out, 0x48, 24)
 
     def change(opcode, what, fields):
