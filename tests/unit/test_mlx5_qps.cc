@@ -880,6 +880,9 @@ TEST_CASE("mlx5: DMA copies (MMO) move a buffer between local keys, once INIT2IN
     const auto caps = f.host.run(Mlx5Host::input(0x100, 1), 0x1010);
     CHECK(caps.get(field(0x80 + 0x748, 1)) == 1);
     CHECK(caps.get(field(0x80 + 0x6b, 5)) == 20);
+    // block_lb_mc: a QP never receives its own multicast (the core's rule,
+    // test_multicast.cc), so the device offers what a context asks.
+    CHECK(caps.get(field(0x80 + 0x228, 1)) == 1);
 
     Mlx5Function::Qp a = f.createQp(kRc, 1, 3, 4), b = f.createQp(kRc, 1, 3, 4);
     REQUIRE(f.change(kRst2Init, a.qpn).status() == 0);

@@ -43,6 +43,7 @@ constexpr Field kUmrExtendedTranslationOffset = field(0x118, 1);
 constexpr Field kLogMaxKlmListSize = field(0x11a, 6);
 constexpr Field kUmrIndirectMkeyDisabled = field(0x209, 1);
 constexpr Field kDct = field(0x21a, 1);
+constexpr Field kBlockLbMc = field(0x228, 1); // ifc: block_lb_mc
 constexpr Field kAtomic = field(0x21e, 1);
 constexpr Field kCqOi = field(0x220, 1);
 constexpr Field kCqResize = field(0x221, 1);
@@ -183,6 +184,10 @@ void HcaCaps::reset() {
     // by UMR, however large, rather than in one CREATE_MKEY.
     mlx5::set(m, cap::kUmrExtendedTranslationOffset, 1);
     mlx5::set(m, cap::kUmrIndirectMkeyDisabled, 1);
+    // A UD QP never receives the multicast it sent (the core's datagram
+    // rule, docs/mlx5.md §10): block_lb_mc, which a QP's context asks for
+    // (ibv's IBV_QP_CREATE_BLOCK_SELF_MCAST_LB, IPoIB's QP), is always so.
+    mlx5::set(m, cap::kBlockLbMc, 1);
     // DMA copies on RC QPs (docs/mlx5.md §10.3), up to kMaxDmaCopy bytes
     // a WQE: libmlx5's mlx5dv_wr_memcpy.
     mlx5::set(m, mmo::kOnQp, 1);
