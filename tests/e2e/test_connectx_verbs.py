@@ -386,9 +386,10 @@ MLX5_PYVERBS_MUST_PASS = (
     # largest refused by libmlx5.
     "test_dma_memcpy_data", "test_dma_memcpy_different_pd_bad_flow",
     "test_dma_memcpy_protection_bad_flow", "test_dma_memcpy_large_data_bad_flow",
-    # A UD QP made with random create flags, IBV_QP_CREATE_BLOCK_SELF_MCAST_LB
-    # among them half the time (block_lb_mc, §10).
-    "test_create_ud_qp_with_attr_ex")
+    # UD QPs made by ibv_create_qp_ex with random create flags,
+    # IBV_QP_CREATE_BLOCK_SELF_MCAST_LB among them half the time
+    # (block_lb_mc, §10).
+    "test_create_ud_qp_ex_no_attr", "test_create_ud_qp_ex_with_attr")
 
 
 def test_pyverbs_on_mlx5(ctx):
