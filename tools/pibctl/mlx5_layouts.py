@@ -28,7 +28,7 @@ from pibctl import paths
 CHECKED = ("mlx5_queue_pairs.cc", "mlx5_completion_queues.cc", "mlx5_shared_receive_queues.cc",
            "mlx5_event_queues.cc", "mlx5_hca_caps.cc", "mlx5_commands.cc", "mlx5_commands_mkey.cc",
            "mlx5_commands_port.cc", "mlx5_commands_uctx.cc", "mlx5_user_memories.cc",
-           "mlx5_commands_umem.cc", "mlx5_general_objects.cc")
+           "mlx5_commands_umem.cc", "mlx5_general_objects.cc", "mlx5_general_objects.hh")
 SOURCE_DIR = paths.REPO / "qemu-hw" / "core" / "src" / "mlx5"
 
 _STRUCT = re.compile(r"^(struct|union) mlx5_ifc_(\w+)_bits \{")

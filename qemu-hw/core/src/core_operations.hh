@@ -4,7 +4,7 @@
 // ranges: a ConnectX NOP, which does nothing and completes in send queue
 // order (UCX asks for a CQE with one), a ConnectX DMA copy (its MMO
 // opcode: the device copies between two local buffers, docs/mlx5.md
-// §10.3), and the two ends of ConnectX's
+// §10.2), and the two ends of ConnectX's
 // Dynamically Connected transport (docs/mlx5.md §15). Only a front end
 // makes them, never from a value a guest wrote in a pib-hca WQE or
 // context, which pib-hca's commands and reader check.

@@ -144,7 +144,7 @@ struct QueuePair {
     // (a user process's QP cannot map or free a key; docs/mlx5.md §10).
     bool fastRegEnabled = false;
     // ConnectX: DMA copies (MMO WQEs) enabled, by INIT2INIT's qpc_ext
-    // (docs/mlx5.md §10.3).
+    // (docs/mlx5.md §10.2).
     bool dmaCopy = false;
     uint32_t nextPsn = 0; // UD: the PSN of the next packet sent
     RequesterState req;   // RC, UC

@@ -503,8 +503,7 @@ const err::Condition *Commands::destroyCq(const Request &r) {
 }
 
 const err::Condition *Commands::queryCq(const Request &r) {
-    return cqs_.query(static_cast<uint32_t>(get(r.in, kCqNumber)), r.out,
-                      get(r.in, kUid) == uid::kKernel);
+    return cqs_.query(static_cast<uint32_t>(get(r.in, kCqNumber)), r.out, fromKernel(r));
 }
 
 // Event moderation (op_mod 0) or the resize (op_mod 1).
@@ -557,8 +556,7 @@ const err::Condition *Commands::destroySrq(const Request &r) {
 }
 
 const err::Condition *Commands::querySrq(const Request &r) {
-    return srqs_.query(static_cast<uint32_t>(get(r.in, kSrqNumber)), r.out,
-                       get(r.in, kUid) == uid::kKernel);
+    return srqs_.query(static_cast<uint32_t>(get(r.in, kSrqNumber)), r.out, fromKernel(r));
 }
 
 // ARM_RQ and ARM_XRC_SRQ set an SRQ's limit (op_mod 1 for both: an SRQ,
@@ -599,8 +597,7 @@ const err::Condition *Commands::changeQpState(const Request &r) {
 }
 
 const err::Condition *Commands::queryQp(const Request &r) {
-    return qps_.query(static_cast<uint32_t>(get(r.in, kQpNumber)), r.out,
-                      get(r.in, kUid) == uid::kKernel);
+    return qps_.query(static_cast<uint32_t>(get(r.in, kQpNumber)), r.out, fromKernel(r));
 }
 
 const err::Condition *Commands::attachToMcg(const Request &r) {

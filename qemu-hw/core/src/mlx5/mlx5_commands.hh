@@ -101,6 +101,9 @@ class Commands {
         Handler handler;   // nullptr: known by name, not executed
     };
     static const Spec *find(uint16_t opcode);
+    // Whether the kernel (uid 0) issued `r`: a query shows it alone the
+    // guest physical addresses of an object (docs/mlx5.md §16).
+    static bool fromKernel(const Request &r) { return get(r.in, kUid) == uid::kKernel; }
     static const std::array<Spec, 67> kTable;
 
     [[gnu::format(printf, 3, 4)]] const err::Condition *fail(const err::Condition &why,
@@ -111,7 +114,8 @@ class Commands {
     // User contexts (mlx5_commands_uctx.cc): whether the command's uid may
     // issue it, and may touch the object it names.
     const err::Condition *admitCaller(const Spec &spec, const Request &r) const;
-    std::optional<Owner> ownerOf(uint8_t kind, uint64_t number) const;
+    // The owner of the object of `kind` that `field` of input `in` names.
+    std::optional<Owner> ownerOf(uint8_t kind, std::span<const uint8_t> in, Field field) const;
     void forEachOwned(
         const std::function<void(const char *what, uint64_t number, Owner owner)> &f) const;
     uint32_t objectsOf(Owner uid) const;

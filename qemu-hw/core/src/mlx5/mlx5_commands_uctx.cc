@@ -28,13 +28,6 @@ constexpr Field kDeallocCounter = field(0x58, 8);    // ifc: dealloc_q_counter_i
 constexpr Field kQueryCounter = field(0xf8, 8);      // ifc: query_q_counter_in.counter_set_id
 constexpr Field kQueryCounterClear = field(0xc0, 1); // ifc: query_q_counter_in.clear
 constexpr uint16_t kRegisterWrite = 0;
-// A general object is named by its type and id; create's output the id.
-constexpr Field kGeneralType = field(0x30, 16); // ifc: general_obj_in_cmd_hdr.obj_type
-constexpr Field kGeneralId = field(0x40, 32);   // ifc: general_obj_in_cmd_hdr.obj_id
-// The two as the one number ownerOf() takes for a general object.
-uint64_t generalObject(std::span<const uint8_t> in) {
-    return get(in, kGeneralType) << 32 | get(in, kGeneralId);
-}
 
 struct Named {
     uint16_t opcode;
@@ -57,8 +50,9 @@ constexpr Named kNamed[] = {
     {0x772, K::kQCounter, kDeallocCounter},                  // DEALLOC_Q_COUNTER
     {0x773, K::kQCounter, kQueryCounter},                    // QUERY_Q_COUNTER
     {0xa0a, K::kUmem},                                       // DESTROY_UMEM
-    {0xa01, K::kGeneral, kGeneralId}, {0xa02, K::kGeneral, kGeneralId},
-    {0xa03, K::kGeneral, kGeneralId},                        // MODIFY_, QUERY_, DESTROY_GENERAL_OBJECT
+    // MODIFY_, QUERY_, DESTROY_GENERAL_OBJECT: by type and id
+    {0xa01, K::kGeneral, GeneralObjects::kId}, {0xa02, K::kGeneral, GeneralObjects::kId},
+    {0xa03, K::kGeneral, GeneralObjects::kId},
 };
 // clang-format on
 
@@ -91,9 +85,8 @@ const err::Condition *Commands::admitCaller(const Spec &spec, const Request &r) 
                                     [&](const gate::Named &n) { return n.opcode == r.opcode; });
     if (named == std::end(gate::kNamed))
         return nullptr;
-    const uint64_t number =
-        named->kind == gate::K::kGeneral ? gate::generalObject(r.in) : get(r.in, named->field);
-    const std::optional<Owner> owner = ownerOf(static_cast<uint8_t>(named->kind), number);
+    const std::optional<Owner> owner =
+        ownerOf(static_cast<uint8_t>(named->kind), r.in, named->field);
     // One that does not exist is the handler's to refuse.
     const bool readsShared =
         r.opcode == gate::kQueryQCounter && !get(r.in, gate::kQueryCounterClear);
@@ -103,8 +96,10 @@ const err::Condition *Commands::admitCaller(const Spec &spec, const Request &r) 
                 static_cast<unsigned long long>(get(r.in, named->field)), *owner, caller);
 }
 
-std::optional<Owner> Commands::ownerOf(uint8_t kind, uint64_t number) const {
+std::optional<Owner> Commands::ownerOf(uint8_t kind, std::span<const uint8_t> in,
+                                       Field field) const {
     using uctx_gate::K;
+    const uint64_t number = get(in, field);
     const auto of = [number](const auto &table) -> std::optional<Owner> {
         const auto *object = table.find(number);
         return object ? std::optional<Owner>(object->owner) : std::nullopt;
@@ -128,8 +123,7 @@ std::optional<Owner> Commands::ownerOf(uint8_t kind, uint64_t number) const {
     case K::kUmem:
         return of(umems_.table());
     case K::kGeneral:
-        return generalObjects_.ownerOf(static_cast<uint16_t>(number >> 32),
-                                       static_cast<uint32_t>(number));
+        return generalObjects_.ownerOf(in);
     case K::kMkey:
         break;
     }
@@ -203,35 +197,27 @@ const err::Condition *Commands::destroyUmem(const Request &r) {
     return umems_.destroy(static_cast<uint32_t>(get(r.in, uctx_gate::kObject)));
 }
 
-// General objects (mlx5_general_objects.hh): the one type offered,
-// reserved QP numbers, has nothing to modify and nothing to show but the
-// header.
+// General objects (mlx5_general_objects.hh), each command's input read
+// there: the one type offered, reserved QP numbers, has nothing to modify
+// and nothing to show but the header.
 const err::Condition *Commands::createGeneralObject(const Request &r) {
-    uint32_t id = 0;
-    if (const err::Condition *why = generalObjects_.create(r.in, &id))
-        return why;
-    set(r.out, uctx_gate::kGeneralId, id); // ifc: general_obj_out_cmd_hdr.obj_id
-    return nullptr;
+    return generalObjects_.create(r.in, r.out);
 }
 
 const err::Condition *Commands::modifyGeneralObject(const Request &r) {
-    const auto type = static_cast<uint16_t>(get(r.in, uctx_gate::kGeneralType));
-    const auto id = static_cast<uint32_t>(get(r.in, uctx_gate::kGeneralId));
-    if (const err::Condition *why = generalObjects_.check("MODIFY_GENERAL_OBJECT", type, id))
+    if (const err::Condition *why = generalObjects_.check("MODIFY_GENERAL_OBJECT", r.in))
         return why;
     return fail(err::kMlx5GeneralObjectBad,
-                "MODIFY_GENERAL_OBJECT of reserved QP numbers 0x%x: nothing in them changes", id);
+                "MODIFY_GENERAL_OBJECT of reserved QP numbers 0x%x: nothing in them changes",
+                static_cast<unsigned>(get(r.in, GeneralObjects::kId)));
 }
 
 const err::Condition *Commands::queryGeneralObject(const Request &r) {
-    return generalObjects_.check("QUERY_GENERAL_OBJECT",
-                                 static_cast<uint16_t>(get(r.in, uctx_gate::kGeneralType)),
-                                 static_cast<uint32_t>(get(r.in, uctx_gate::kGeneralId)));
+    return generalObjects_.check("QUERY_GENERAL_OBJECT", r.in);
 }
 
 const err::Condition *Commands::destroyGeneralObject(const Request &r) {
-    return generalObjects_.destroy(static_cast<uint16_t>(get(r.in, uctx_gate::kGeneralType)),
-                                   static_cast<uint32_t>(get(r.in, uctx_gate::kGeneralId)));
+    return generalObjects_.destroy(r.in);
 }
 
 } // namespace pib::mlx5

@@ -12,7 +12,6 @@ namespace pib::mlx5 {
 
 // Named, not anonymous: the QEMU build compiles the core as one unit.
 namespace gobj {
-constexpr Field kType = field(0x30, 16); // ifc: general_obj_in_cmd_hdr.obj_type
 // op_param.create.log_obj_range: a member of a union, which the layout
 // check (tools/pibctl/mlx5_layouts.py) does not read.
 constexpr Field kLogRange = field(0x63, 5);
@@ -35,18 +34,20 @@ std::optional<uint32_t> GeneralObjects::indexOf(uint32_t id) {
     return (id - kFirstReservedQpn) >> kLogQpnsPerRange;
 }
 
-const ReservedQpnRange *GeneralObjects::find(uint16_t type, uint32_t id) const {
-    const std::optional<uint32_t> index = indexOf(id);
-    return type == kReservedQpn && index ? ranges_.find(*index) : nullptr;
+const ReservedQpnRange *GeneralObjects::find(std::span<const uint8_t> in, uint32_t *id) const {
+    *id = static_cast<uint32_t>(get(in, kId));
+    const std::optional<uint32_t> index = indexOf(*id);
+    return get(in, kType) == kReservedQpn && index ? ranges_.find(*index) : nullptr;
 }
 
-std::optional<Owner> GeneralObjects::ownerOf(uint16_t type, uint32_t id) const {
-    const ReservedQpnRange *range = find(type, id);
+std::optional<Owner> GeneralObjects::ownerOf(std::span<const uint8_t> in) const {
+    uint32_t id = 0;
+    const ReservedQpnRange *range = find(in, &id);
     return range ? std::optional<Owner>(range->owner) : std::nullopt;
 }
 
-const err::Condition *GeneralObjects::create(std::span<const uint8_t> in, uint32_t *id) {
-    const auto type = static_cast<uint16_t>(get(in, gobj::kType));
+const err::Condition *GeneralObjects::create(std::span<const uint8_t> in, std::span<uint8_t> out) {
+    const auto type = static_cast<uint16_t>(get(in, kType));
     const uint64_t logRange = get(in, gobj::kLogRange);
     if (type != kReservedQpn)
         return refuse(err::kMlx5GeneralObjectBad,
@@ -63,27 +64,31 @@ const err::Condition *GeneralObjects::create(std::span<const uint8_t> in, uint32
         return refuse(err::kMlx5CmdNoResources,
                       "CREATE_GENERAL_OBJECT: all %u ranges of reserved QP numbers are taken",
                       kMaxRanges);
-    *id = firstQpn(*index);
-    trace::mlx5_general_object(host_, "made", type, *id, owner);
+    set(out, kId, firstQpn(*index));
+    trace::mlx5_general_object(host_, "made", type, firstQpn(*index), owner);
     return nullptr;
 }
 
-const err::Condition *GeneralObjects::check(const char *command, uint16_t type, uint32_t id) const {
+const err::Condition *GeneralObjects::check(const char *command,
+                                            std::span<const uint8_t> in) const {
+    const auto type = static_cast<unsigned>(get(in, kType));
+    uint32_t id = 0;
     if (type != kReservedQpn)
         return refuse(err::kMlx5GeneralObjectBad, "%s of type 0x%x, which is not offered", command,
                       type);
-    if (!find(type, id))
+    if (!find(in, &id))
         return refuse(err::kMlx5CmdBadResource, "%s of reserved QP numbers 0x%x: no such range",
                       command, id);
     return nullptr;
 }
 
-const err::Condition *GeneralObjects::destroy(uint16_t type, uint32_t id) {
-    if (const err::Condition *why = check("DESTROY_GENERAL_OBJECT", type, id))
+const err::Condition *GeneralObjects::destroy(std::span<const uint8_t> in) {
+    if (const err::Condition *why = check("DESTROY_GENERAL_OBJECT", in))
         return why;
-    const Owner owner = find(type, id)->owner;
+    uint32_t id = 0;
+    const Owner owner = find(in, &id)->owner;
     ranges_.erase(*indexOf(id));
-    trace::mlx5_general_object(host_, "ended", type, id, owner);
+    trace::mlx5_general_object(host_, "ended", kReservedQpn, id, owner);
     return nullptr;
 }
 

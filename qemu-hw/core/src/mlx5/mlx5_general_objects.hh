@@ -14,6 +14,7 @@
 
 #include "conditions.hh"
 #include "host.hh"
+#include "mlx5_ifc.hh"
 #include "object_table.hh"
 #include "objects.hh"
 #include "state_archive.hh"
@@ -34,17 +35,21 @@ class GeneralObjects {
     static constexpr uint32_t kLogQpnsPerRange = 3;
     static constexpr uint32_t kMaxRanges = 8192;
     static constexpr uint32_t kFirstReservedQpn = 0x400000;
+    // The commands name an object by type and id (general_obj_in_cmd_hdr);
+    // create answers the id at the same place (general_obj_out_cmd_hdr).
+    static constexpr Field kType = field(0x30, 16); // ifc: general_obj_in_cmd_hdr.obj_type
+    static constexpr Field kId = field(0x40, 32);   // ifc: general_obj_in_cmd_hdr.obj_id
 
     explicit GeneralObjects(const Host &host) : host_(host) {}
 
-    // CREATE_GENERAL_OBJECT: `in` is its input; the object's id into *id.
-    const err::Condition *create(std::span<const uint8_t> in, uint32_t *id);
-    // DESTROY_GENERAL_OBJECT, and QUERY_ and MODIFY_ (`command` names it)
-    // of object `id` of `type`.
-    const err::Condition *destroy(uint16_t type, uint32_t id);
-    const err::Condition *check(const char *command, uint16_t type, uint32_t id) const;
-    // The owner of object `id` of `type`; nullopt if there is none.
-    std::optional<Owner> ownerOf(uint16_t type, uint32_t id) const;
+    // CREATE_GENERAL_OBJECT: `in` is its input; the object's id into `out`.
+    const err::Condition *create(std::span<const uint8_t> in, std::span<uint8_t> out);
+    // DESTROY_GENERAL_OBJECT of the object input `in` names; check() the
+    // same for QUERY_ and MODIFY_ (`command` names it).
+    const err::Condition *destroy(std::span<const uint8_t> in);
+    const err::Condition *check(const char *command, std::span<const uint8_t> in) const;
+    // The owner of the object input `in` names; nullopt if there is none.
+    std::optional<Owner> ownerOf(std::span<const uint8_t> in) const;
     template <class F> void forEach(F &&f) const {
         ranges_.forEach([&](uint32_t index, const ReservedQpnRange &range) {
             f("reserved QPN range", firstQpn(index), range.owner);
@@ -60,7 +65,8 @@ class GeneralObjects {
     }
     // The range `id` is the first number of; nullopt for any other id.
     static std::optional<uint32_t> indexOf(uint32_t id);
-    const ReservedQpnRange *find(uint16_t type, uint32_t id) const;
+    // The range input `in` names, and its id; nullptr if there is none.
+    const ReservedQpnRange *find(std::span<const uint8_t> in, uint32_t *id) const;
     const err::Condition *refuse(const err::Condition &why, const char *fmt, ...) const
         __attribute__((format(printf, 3, 4)));
 

@@ -82,8 +82,6 @@ constexpr uint32_t kCompareSwap = 1u << 0, kFetchAdd = 1u << 1;
 constexpr uint32_t kSize8Bytes = 1u << 3;
 } // namespace atomic
 
-// The second general page (cmd_hca_cap_2). Its one field the device sets
-// is in rdma-core's mlx5_ifc.h; Linux's keeps those bits reserved.
 // DMA copies, general page fields rdma-core's mlx5_ifc.h names and
 // Linux's keeps reserved.
 namespace mmo {
@@ -91,6 +89,8 @@ constexpr Field kLogMaxSize = field(0x06b, 5); // log_dma_mmo_max_size
 constexpr Field kOnQp = field(0x748, 1);       // dma_mmo_qp
 } // namespace mmo
 
+// The second general page (cmd_hca_cap_2). Its one field the device sets
+// is in rdma-core's mlx5_ifc.h; Linux's keeps those bits reserved.
 namespace cap2 {
 constexpr Field kLogReservedQpnGranularity = field(0x93, 5);
 } // namespace cap2
@@ -188,7 +188,7 @@ void HcaCaps::reset() {
     // rule, docs/mlx5.md §10): block_lb_mc, which a QP's context asks for
     // (ibv's IBV_QP_CREATE_BLOCK_SELF_MCAST_LB, IPoIB's QP), is always so.
     mlx5::set(m, cap::kBlockLbMc, 1);
-    // DMA copies on RC QPs (docs/mlx5.md §10.3), up to kMaxDmaCopy bytes
+    // DMA copies on RC QPs (docs/mlx5.md §10.2), up to kMaxDmaCopy bytes
     // a WQE: libmlx5's mlx5dv_wr_memcpy.
     mlx5::set(m, mmo::kOnQp, 1);
     mlx5::set(m, mmo::kLogMaxSize, log2(limits::kMaxDmaCopy));
