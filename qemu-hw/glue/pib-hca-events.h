@@ -109,6 +109,10 @@ static bool pib_hca_event_enabled(unsigned event)
         return trace_event_get_state_backends(TRACE_PIB_HCA_DC_CONNECT);
     case PIB_EVENT_DC_DISCONNECT:
         return trace_event_get_state_backends(TRACE_PIB_HCA_DC_DISCONNECT);
+    case PIB_EVENT_DCI_STREAM_ERROR:
+        return trace_event_get_state_backends(TRACE_PIB_HCA_DCI_STREAM_ERROR);
+    case PIB_EVENT_DCI_STREAM_RESET:
+        return trace_event_get_state_backends(TRACE_PIB_HCA_DCI_STREAM_RESET);
     case PIB_EVENT_DC_OPENED:
         return trace_event_get_state_backends(TRACE_PIB_HCA_DC_OPENED);
     case PIB_EVENT_DC_CLOSED:
@@ -393,6 +397,13 @@ static void pib_hca_trace_event(unsigned event, const uint64_t *a)
     case PIB_EVENT_DC_DISCONNECT:
         trace_pib_hca_dc_disconnect((unsigned) a[0], (unsigned) a[1],
                                     (const char *) (uintptr_t) a[2]);
+        break;
+    case PIB_EVENT_DCI_STREAM_ERROR:
+        trace_pib_hca_dci_stream_error((unsigned) a[0], (unsigned) a[1],
+                                       (unsigned) a[2], (unsigned) a[3]);
+        break;
+    case PIB_EVENT_DCI_STREAM_RESET:
+        trace_pib_hca_dci_stream_reset((unsigned) a[0], (unsigned) a[1]);
         break;
     case PIB_EVENT_DC_OPENED:
         trace_pib_hca_dc_opened((unsigned) a[0], (unsigned) a[1],

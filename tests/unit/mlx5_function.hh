@@ -102,6 +102,8 @@ struct Mlx5Send {
     uint32_t length = 0;
     uint64_t remoteAddr = 0; // RDMA
     uint32_t rkey = 0;       // RDMA: 0 for the function's own key
+    uint32_t lkey = 0;       // 0: the function's own key
+    uint16_t stream = 0;     // DCI: its stream (dci_stream_channel_id)
 };
 
 // A test's own host, made before the Mlx5Function built on it (a base
@@ -324,6 +326,7 @@ class Mlx5Function {
         constexpr uint8_t kFetchAdd = 0x12;
         std::vector<uint8_t> wqe(16 + 48);
         wqe[3] = s.opcode;
+        writeBe16(&wqe[9], s.stream);
         writeBe64(&wqe[16], key);
         writeBe32(&wqe[24], 0x80000000u | dctn); // an extended address vector
         writeBe16(&wqe[30], kLid);
@@ -340,7 +343,7 @@ class Mlx5Function {
             writeBe64(grow(16), add);
         uint8_t *data = grow(16);
         writeBe32(data, s.length);
-        writeBe32(data + 4, lkey);
+        writeBe32(data + 4, s.lkey ? s.lkey : lkey);
         writeBe64(data + 8, s.addr);
         return postWqe(qp, wqe);
     }

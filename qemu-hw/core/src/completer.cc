@@ -81,7 +81,9 @@ void Requester::completeInOrder(QueuePair &qp) {
         SendWqe &w = r.outstanding.front();
         if (w.localStatus != PIB_WC_SUCCESS) {
             completeHead(qp, w.localStatus);
-            return;
+            if (qp.attr.qp_state == PIB_QPS_ERR)
+                return;
+            continue; // it failed a DCI's stream only
         }
         const bool done = w.acked || (qp.ctx.type == PIB_QPT_UC && w.sentPackets == w.packets);
         if (!done)
@@ -101,15 +103,27 @@ void Requester::notifyIfSqDrained(QueuePair &qp) {
 }
 
 // Completes the oldest outstanding WQE. An error completion moves the QP
-// to the error state and flushes everything after it (IBA 10.8.3.3).
+// to the error state and flushes everything after it (IBA 10.8.3.3),
+// unless it fails only its stream, a DCI's (dci_streams.hh).
 void Requester::completeHead(QueuePair &qp, uint8_t status) {
     RequesterState &r = qp.req;
+    SendWqe &head = r.outstanding.front();
+    const bool sent = head.packets != 0;
+    if (status != PIB_WC_SUCCESS && !head.streamError && qp.ctx.type == kQptDci &&
+        qp.streams.on() && failsStreamOnly(status))
+        head.streamError = qp.streams.fail(head.stream);
     const FinishedWqe w = takeHeadWqe(qp);
     if (w.readOrAtomicSent && r.readsInFlight)
         --r.readsInFlight;
     const bool signaled = (w.flags & PIB_WQE_SIGNALED) || (qp.ctx.flags & PIB_QP_SIGNAL_ALL);
     events_.completeSend(qp, w.index, w.wrId, completionOpcode(w.opcode), status, w.length,
                          signaled, w.vendorErr);
+    if (status != PIB_WC_SUCCESS && w.streamError) {
+        trace::dci_stream_error(host_, qp.number, w.index, w.stream, status);
+        if (sent && status != PIB_WC_WR_FLUSH_ERR)
+            restartAfterStreamError(qp, w.stream);
+        return;
+    }
     if (status != PIB_WC_SUCCESS) {
         trace::qp_error(host_, qp.number, w.index, status);
         qp.attr.qp_state = PIB_QPS_ERR;
@@ -127,6 +141,8 @@ void Requester::ackUpTo(QueuePair &qp, uint32_t psn) {
     // transfer longer than timeout x retries would fail.)
     bool progress = qp.req.acknowledged(psn);
     for (SendWqe &w : qp.req.outstanding) {
+        if (w.localStatus != PIB_WC_SUCCESS)
+            continue; // it completes as it failed
         if (w.packets == 0 || psnDiff(psn, w.lastPsn()) < 0)
             break;
         if (w.isReadOrAtomic()) {
@@ -258,7 +274,7 @@ bool Requester::onNak(QueuePair &qp, uint32_t psn, uint8_t code) {
     completeHead(qp, code == aeth::kInvalidRequest ? PIB_WC_REM_INV_REQ_ERR
                      : code == aeth::kRemoteAccess ? PIB_WC_REM_ACCESS_ERR
                                                    : PIB_WC_REM_OP_ERR);
-    return false;
+    return qp.attr.qp_state != PIB_QPS_ERR; // a DCI's stream failed: the rest goes on
 }
 
 // An atomic's answer: the original value lands in the WQE's buffer. False
@@ -310,7 +326,8 @@ void Requester::readResponse(QueuePair &qp, const iba::Packet &packet) {
     // A response implies ACKs for every request before the READ.
     SendWqe *w = nullptr;
     for (SendWqe &o : r.outstanding) {
-        if (o.packets && psnDiff(psn, o.firstPsn) >= 0 && psnDiff(psn, o.lastPsn()) <= 0) {
+        if (o.packets && o.localStatus == PIB_WC_SUCCESS && psnDiff(psn, o.firstPsn) >= 0 &&
+            psnDiff(psn, o.lastPsn()) <= 0) {
             w = &o;
             break;
         }

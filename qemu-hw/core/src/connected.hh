@@ -75,6 +75,8 @@ struct SendWqe {
     pib_wqe_bind_mw bind{};               // BIND_MW
     uint32_t remoteSrqn = 0;              // XRC INI: the XRC SRQ its XRCETH names
     DcAddress dc;                         // DCI: the DCT it goes to
+    uint16_t stream = 0;                  // DCI: its stream (dci_streams.hh)
+    bool streamError = false;             // DCI: its error fails its stream only
     std::vector<pib_wqe_data> sges;
     std::vector<uint8_t> inlineData;
     uint32_t length = 0;                  // bytes of the message
@@ -114,6 +116,8 @@ struct FinishedWqe {
     uint8_t vendorErr = 0;
     uint32_t length = 0;
     bool readOrAtomicSent = false; // a READ or atomic request that went out
+    uint16_t stream = 0;           // DCI: its stream
+    bool streamError = false;      // DCI: its error fails its stream only
 };
 
 // The send WQEs a requester fetched and has not completed, oldest first.

@@ -50,6 +50,7 @@ void DataPath::qpStateEntered(QueuePair &qp, uint8_t cur, uint8_t next, uint32_t
         qp.resp = ResponderState{};
         if (qp.ctx.type == kQptDci) // connected to nothing; its next connection a new serial
             qp.dc = DcLink{};
+        qp.streams.errored.clear();
         qp.lastWqeReached = false;
         qp.recordPollAt = qp.recordPollNs = 0;
         timers_.schedule(qp);

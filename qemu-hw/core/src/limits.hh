@@ -57,6 +57,10 @@ inline constexpr uint32_t kMaxMsgSize = 1u << 31;
 // The most one DMA copy WQE (ConnectX's MMO) moves: it runs whole while
 // the doorbell or the scheduler's turn runs.
 inline constexpr uint32_t kMaxDmaCopy = 1u << 20;
+// A DCI's streams (dci_streams.hh): up to 2^4, and up to 2^4 in error at
+// once before the DCI fails (each a 2-byte entry a DCI keeps).
+inline constexpr uint8_t kLogMaxDciStreams = 4;
+inline constexpr uint8_t kLogMaxDciErroredStreams = 4;
 // Multicast: groups per device, QPs per group, attachments in all.
 inline constexpr uint32_t kMaxMcastGroups = 256;
 inline constexpr uint32_t kMaxMcastQpAttach = 32;

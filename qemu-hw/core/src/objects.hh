@@ -7,6 +7,7 @@
 
 #include "connected.hh"
 #include "core_operations.hh"
+#include "dci_streams.hh"
 #include "eq_ring.hh"
 #include "pib_hw.h"
 
@@ -167,6 +168,7 @@ struct QueuePair {
     uint32_t sendOffset = 0;
     uint32_t counterSet = 0; // the counter set it counts into too (0: none)
     DcLink dc;               // DCI, DCT and DC connections only
+    DciStreams streams;      // DCI: its streams, if created with them (dci_streams.hh)
 };
 
 // The datagram QP types: UD, and the special QPs QP0 and QP1.

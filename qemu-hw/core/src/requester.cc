@@ -33,6 +33,7 @@ uint8_t Requester::fetchSendWqe(QueuePair &qp, uint32_t index, SendWqe &w) {
     w.flags = wqe.ctrl.flags;
     w.imm = wqe.ctrl.imm;
     w.slots = wqe.slots;
+    w.stream = wqe.dciStream;
     if (status == PIB_WC_SUCCESS)
         status = injectedCompletion(qp, index, &w.vendorErr);
     if (status != PIB_WC_SUCCESS)
@@ -142,7 +143,7 @@ void Requester::send(QueuePair &qp) {
             return;
         }
         SendWqe &w = spareWqe();
-        const uint8_t status = fetchSendWqe(qp, qp.sq.consumer, w);
+        const uint8_t status = streamStatus(qp, w, fetchSendWqe(qp, qp.sq.consumer, w));
         if (status == PIB_WC_SUCCESS && w.isLocal()) {
             // It acts once everything before it has completed: no
             // resend of an earlier WQE then meets a key it invalidated.
@@ -177,11 +178,17 @@ void Requester::send(QueuePair &qp) {
         qp.sq.consume(w.slots);
         if (status != PIB_WC_SUCCESS) {
             // Completes in error once everything before it has completed.
+            // Unless it fails only its stream (a DCI's), nothing after it
+            // is fetched: the QP fails with it.
+            const bool streamOnly = w.streamError;
             w.packets = 0;
             w.localStatus = status;
             holdWqe(qp);
             completeInOrder(qp);
-            return;
+            if (!streamOnly)
+                return;
+            scheduler_.charge();
+            continue;
         }
         w.firstPsn = r.psn;
         r.psn = psnAdd(r.psn, w.packets);
@@ -197,6 +204,57 @@ void Requester::send(QueuePair &qp) {
     // A DCI with nothing more to send and nothing unanswered leaves its DCT.
     if (qp.ctx.type == kQptDci && r.outstanding.empty() && qp.sq.consumer == qp.sq.producer)
         disconnectDci(qp, "its work is done");
+}
+
+// A DCI with streams (dci_streams.hh): a WQE of a stream in error is
+// flushed, and one that fails as it is fetched fails its stream only,
+// while the DCI has room for another stream in error.
+uint8_t Requester::streamStatus(QueuePair &qp, SendWqe &w, uint8_t status) {
+    DciStreams &streams = qp.streams;
+    if (qp.ctx.type != kQptDci || !streams.on())
+        return status;
+    if (streams.inError(w.stream)) {
+        w.streamError = true;
+        return PIB_WC_WR_FLUSH_ERR;
+    }
+    if (status != PIB_WC_SUCCESS && failsStreamOnly(status))
+        w.streamError = streams.fail(w.stream);
+    return status;
+}
+
+// A DCI's stream failed at a WQE that went out (its DCT answered with an
+// error, or the DCI could not place the answer): the DCT's connection
+// failed with it, or holds later requests of that stream. The stream's
+// later WQEs are flushed, and the others go again, numbered anew, on a
+// new connection: none of them is lost with the old one, and none done
+// twice (a failed connection drops what follows the error).
+void Requester::restartAfterStreamError(QueuePair &qp, uint16_t stream) {
+    RequesterState &r = qp.req;
+    disconnectDci(qp, "one of its streams failed");
+    const uint32_t start = r.psn;
+    bool resend = false;
+    for (SendWqe &w : r.outstanding) {
+        if (w.localStatus != PIB_WC_SUCCESS || w.acked)
+            continue;
+        if (w.stream == stream) {
+            w.localStatus = PIB_WC_WR_FLUSH_ERR;
+            w.streamError = true;
+            w.sentPackets = w.packets; // nothing more of it goes out
+            continue;
+        }
+        w.firstPsn = r.psn;
+        r.psn = psnAdd(r.psn, w.packets);
+        w.sentPackets = w.received = 0;
+        resend = true;
+    }
+    r.unackedPsn = start;
+    r.unsentHeld = resend;
+    if (resend) {
+        qp.dc.connected = true;
+        qp.dc.connectPsn = start;
+        qp.dc.serial = objects_.dcConnections.takeSerial();
+        trace::dc_connect(host_, qp.number, qp.attr.dest_qp_num, qp.attr.av.dlid, start);
+    }
 }
 
 // Whether `qp`, a DCI, is connected to the DCT at `to`, by the same path.
@@ -318,7 +376,9 @@ FinishedWqe Requester::takeHeadWqe(QueuePair &qp) {
                            .flags = w->flags,
                            .vendorErr = w->vendorErr,
                            .length = w->length,
-                           .readOrAtomicSent = w->isReadOrAtomic() && w->packets};
+                           .readOrAtomicSent = w->isReadOrAtomic() && w->packets,
+                           .stream = w->stream,
+                           .streamError = w->streamError};
     pool_.give(std::move(w));
     return done;
 }

@@ -55,6 +55,8 @@ class Requester final : TransportRole {
     // DCIs (docs/mlx5.md §15).
     static bool reachesDct(const QueuePair &qp, const DcAddress &to);
     void connectDci(QueuePair &qp, const DcAddress &to);
+    uint8_t streamStatus(QueuePair &qp, SendWqe &w, uint8_t status);
+    void restartAfterStreamError(QueuePair &qp, uint16_t stream);
     void disconnectDci(QueuePair &qp, const char *why);
     void rewind(QueuePair &qp, uint32_t psn);
     uint32_t resendFrom(const QueuePair &qp) const;

@@ -279,6 +279,18 @@ inline void dc_disconnect(const Host &host, unsigned dci, unsigned dct, const ch
                    {Host::eventArg(dci), Host::eventArg(dct), Host::eventArg(why)});
 }
 
+inline void dci_stream_error(const Host &host, unsigned dci, unsigned index, unsigned stream,
+                             unsigned status) {
+    if (host.eventEnabled(PIB_EVENT_DCI_STREAM_ERROR))
+        host.event(PIB_EVENT_DCI_STREAM_ERROR, {Host::eventArg(dci), Host::eventArg(index),
+                                                Host::eventArg(stream), Host::eventArg(status)});
+}
+
+inline void dci_stream_reset(const Host &host, unsigned dci, unsigned stream) {
+    if (host.eventEnabled(PIB_EVENT_DCI_STREAM_RESET))
+        host.event(PIB_EVENT_DCI_STREAM_RESET, {Host::eventArg(dci), Host::eventArg(stream)});
+}
+
 inline void dc_opened(const Host &host, unsigned dct, unsigned connection, unsigned dci,
                       unsigned slid, unsigned psn) {
     if (host.eventEnabled(PIB_EVENT_DC_OPENED))

@@ -15,6 +15,8 @@
 // lost, and an ACK of everything it took goes out when it runs again.
 #include <algorithm>
 #include <optional>
+#include <span>
+#include <vector>
 
 #include "data_path.hh"
 #include "limits.hh"
@@ -103,6 +105,10 @@ void DataPath::saveTransport(const QueuePair &qp, StateWriter &w) const {
     w.u32(qp.dc.connectPsn);
     w.boolean(qp.dc.connected);
     w.u32(qp.dc.serial);
+    // A DCI's streams in error (dci_streams.hh).
+    w.u32(static_cast<uint32_t>(qp.streams.errored.size()));
+    for (const uint16_t stream : qp.streams.errored)
+        w.u16(stream);
 }
 
 namespace {
@@ -113,6 +119,18 @@ bool validQueue(uint32_t producer, uint32_t consumer, bool has, unsigned logCoun
     if (!has)
         return producer == 0 && consumer == 0;
     return producer - consumer <= (1u << logCount);
+}
+
+// A DCI with streams keeps fewer than 2^logErrored in error, each once;
+// any other QP none.
+bool validErroredStreams(const DciStreams &streams, std::span<const uint16_t> errored) {
+    if (errored.empty())
+        return true;
+    if (!streams.on() || errored.size() >= size_t{1} << streams.logErrored)
+        return false;
+    std::vector<uint16_t> sorted(errored.begin(), errored.end());
+    std::ranges::sort(sorted);
+    return std::ranges::adjacent_find(sorted) == sorted.end();
 }
 
 bool loadReplay(StateReader &r, ReplayEntry &e) {
@@ -228,8 +246,17 @@ void DataPath::loadTransport(QueuePair &qp, StateReader &r) {
     const uint32_t connectPsn = r.u32();
     const bool connected = r.boolean("a DCI connected");
     const uint32_t serial = r.u32();
+    std::vector<uint16_t> erroredStreams(
+        r.count(1u << limits::kLogMaxDciErroredStreams, 2, "DCI streams in error"));
+    for (uint16_t &stream : erroredStreams)
+        stream = r.u16();
     if (!r.ok())
         return;
+    if (!validErroredStreams(qp.streams, erroredStreams)) {
+        r.fail("QP " + std::to_string(qp.number) +
+               ": streams in error it cannot have (more than its bound, twice, or no DCI streams)");
+        return;
+    }
     if (connected && (qp.ctx.type != kQptDci || connectPsn > 0xffffff)) {
         r.fail("QP " + std::to_string(qp.number) + ": a DC connection of a QP that is no DCI");
         return;
@@ -261,6 +288,7 @@ void DataPath::loadTransport(QueuePair &qp, StateReader &r) {
     qp.req.startRetriesOver(qp.attr.retry_cnt);
     qp.req.rnrRetriesLeft = qp.attr.rnr_retry;
     qp.resp = std::move(s);
+    qp.streams.errored = std::move(erroredStreams);
     if (qp.ctx.type == kQptDci || isDcConnection(qp)) {
         qp.dc.key = dcKey;
         qp.dc.connectPsn = connectPsn;

@@ -28,6 +28,7 @@ struct Wqe {
     pib_wqe_atomic atomic{}; // atomic operations
     pib_wqe_ud ud{};         // datagram sends; a DCI's: the DCT's path and number
     uint64_t dcKey = 0;      // a DCI's sends: the DCT's access key
+    uint16_t dciStream = 0;  // a DCI's: the stream it belongs to (dci_streams.hh)
     pib_wqe_reg_mr reg{};    // fast registration
     // A REG_MR's page addresses when the reader took them from the WQE
     // itself (a ConnectX UMR); empty: at reg.page_list.

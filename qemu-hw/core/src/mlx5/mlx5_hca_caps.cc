@@ -64,6 +64,8 @@ constexpr Field kLogMaxXrcd = field(0x33b, 5);
 constexpr Field kLogMaxUctx = field(0x463, 5);
 constexpr Field kGeneralObjTypes = field(0x400, 64);
 constexpr Field kLogUarPageSize = field(0x490, 16); // ifc: log_uar_page_sz
+constexpr Field kLogMaxDciStreamChannels = field(0x58b, 5);
+constexpr Field kLogMaxDciErroredStreams = field(0x593, 5);
 constexpr Field kDeviceFrequencyMhz = field(0x4c0, 32);
 constexpr Field kDeviceFrequencyKhz = field(0x4e0, 32);
 } // namespace cap
@@ -152,6 +154,9 @@ void HcaCaps::reset() {
     mlx5::set(m, cap::kDct, 1);
     mlx5::set(m, cap::kLogMaxRaReqDc, log2(limits::kMaxRdAtom));
     mlx5::set(m, cap::kLogMaxRaResDc, log2(limits::kMaxRdAtom));
+    // DCI streams (§15.4): a stream's errors fail it alone.
+    mlx5::set(m, cap::kLogMaxDciStreamChannels, limits::kLogMaxDciStreams);
+    mlx5::set(m, cap::kLogMaxDciErroredStreams, limits::kLogMaxDciErroredStreams);
     // CQs that ignore overrun, and MODIFY_CQ's resize and event
     // moderation (docs/mlx5.md §8).
     mlx5::set(m, cap::kCqOi, 1);

@@ -29,6 +29,10 @@ constexpr Field kOptParamMaskHigh = field(0x840, 64); // opt_param_mask_95_32
 constexpr Field kDmaCopyEnable = field(0x882, 1);     // qpc_data_ext.mmo
 constexpr uint64_t kOptDmaCopy = 1u << 3;
 constexpr uint16_t kInit2Init = 0x50e;
+// RTS2RTS's: the stream of a DCI to reset (qpc_ext's
+// dci_stream_channel_id, named by MLX5_QPC_OPT_MASK_32_DCI_STREAM_CHANNEL_ID).
+constexpr Field kStreamToReset = field(0x890, 16); // qpc_data_ext.dci_stream_channel_id
+constexpr uint64_t kOptStreamReset = 1u << 0;
 
 // The QP context (qpc) at byte 0x18 of create_qp_in, of each state
 // change's input and of query_qp_out (mlx5_ifc.h).
@@ -67,7 +71,9 @@ constexpr Field kRetryCount = field(kQpc + 0x38d, 3);
 constexpr Field kRnrRetry = field(kQpc + 0x390, 3);
 constexpr Field kFre = field(kQpc + 0x394, 1); // fast registration enabled
 constexpr Field kNextSendPsn = field(kQpc + 0x3c8, 24);
+constexpr Field kLogDciStreams = field(kQpc + 0x3e3, 5); // ifc: log_num_dci_stream_channels
 constexpr Field kCqnSnd = field(kQpc + 0x3e8, 24);
+constexpr Field kLogDciErrored = field(kQpc + 0x403, 5); // ifc: log_num_dci_errored_streams
 constexpr Field kLogRraMax = field(kQpc + 0x488, 3);
 constexpr Field kRre = field(kQpc + 0x490, 1);
 constexpr Field kRwe = field(kQpc + 0x491, 1);
@@ -247,6 +253,21 @@ pib_qp_attr attributesOf(std::span<const uint8_t> in) {
     return a;
 }
 
+// What a state change's QP context extension (qpc_ext) may carry:
+// INIT2INIT's DMA copies on an RC QP (docs/mlx5.md §10.2), and RTS2RTS's
+// reset of a DCI's stream in error (§15.4). nullptr when it is that.
+const char *badExtension(uint16_t opcode, const QueuePair &qp, std::span<const uint8_t> in) {
+    const uint64_t named = get(in, kOptParamMaskHigh);
+    if (opcode == kInit2Init && qp.ctx.type == PIB_QPT_RC && !(named & ~kOptDmaCopy))
+        return nullptr;
+    if (opcode != kRts2Rts || qp.ctx.type != kQptDci || named != kOptStreamReset)
+        return "qpc_ext: only INIT2INIT's DMA copies (mmo) on an RC QP, or RTS2RTS's stream "
+               "reset on a DCI";
+    return qp.streams.inError(static_cast<uint16_t>(get(in, kStreamToReset)))
+               ? nullptr
+               : "dci_stream_channel_id: a stream that is not in error";
+}
+
 } // namespace
 
 // The lowest port whose QP0 or QP1 (`type`) does not exist: the driver
@@ -278,6 +299,12 @@ const err::Condition *QueuePairs::checkContext(std::span<const uint8_t> in) cons
         : *type == PIB_QPT_XRC_INI && rq  ? "an XRC INI QP with an RQ"
         : *type == PIB_QPT_XRC_TGT && rq  ? "an XRC TGT QP with an RQ"
         : *type == kQptDci && (rq || !sq) ? "a DCI with an RQ or no SQ"
+        : *type != kQptDci && (get(in, kLogDciStreams) || get(in, kLogDciErrored))
+            ? "DCI streams on a QP that is no DCI"
+        : get(in, kLogDciStreams) > limits::kLogMaxDciStreams
+            ? "log_num_dci_stream_channels beyond log_max_dci_stream_channels"
+        : get(in, kLogDciErrored) > limits::kLogMaxDciErroredStreams
+            ? "log_num_dci_errored_streams beyond log_max_dci_errored_streams"
         : *type == PIB_QPT_XRC_TGT && !objects_.xrcds.find(get(in, kQpcXrcd))
             ? "xrcd: no such XRC domain"
         : get(in, kQpcWqSignature)         ? "wq_signature: WQE signatures are not offered"
@@ -387,6 +414,8 @@ const err::Condition *QueuePairs::create(std::span<const uint8_t> in, uint32_t &
     ctx.type = *coreType(in);
     qp->umr = get(in, kSt) == st::kRegUmr;
     qp->fastRegEnabled = get(in, kFre);
+    qp->streams.logChannels = static_cast<uint8_t>(get(in, kLogDciStreams));
+    qp->streams.logErrored = static_cast<uint8_t>(get(in, kLogDciErrored));
     ctx.pdn = qp->umr ? 0 : static_cast<uint32_t>(get(in, kQpcPd));
     ctx.send_cqn = static_cast<uint32_t>(get(in, kCqnSnd));
     ctx.recv_cqn = static_cast<uint32_t>(get(in, kCqnRcv));
@@ -454,6 +483,8 @@ std::vector<uint8_t> QueuePairs::createInput(const QueuePair &qp) const {
     set(in, kSt, qp.umr ? st::kRegUmr : serviceType(ctx.type));
     set(in, kPmState, kPmMigrated);
     set(in, kFre, qp.fastRegEnabled);
+    set(in, kLogDciStreams, qp.streams.logChannels);
+    set(in, kLogDciErrored, qp.streams.logErrored);
     set(in, kQpcPd, ctx.pdn);
     set(in, kQpcUarPage, ctx.uar_page);
     set(in, kCqnSnd, ctx.send_cqn);
@@ -537,10 +568,8 @@ const err::Condition *QueuePairs::modify(uint16_t opcode, std::span<const uint8_
             badQpAttr(*qp, attrs, mask, ports_, {limits::kMaxRdAtom, limits::kMaxRdAtom}))
         return refuse(err::kMlx5QpBadAttr, change.name, qpn, bad);
     const bool extended = get(in, kQpcExtension);
-    if (extended && (opcode != kInit2Init || qp->ctx.type != PIB_QPT_RC ||
-                     get(in, kOptParamMaskHigh) & ~kOptDmaCopy))
-        return refuse(err::kMlx5QpBadAttr, change.name, qpn,
-                      "qpc_ext: only INIT2INIT's DMA copies (mmo), on an RC QP");
+    if (const char *bad = extended ? badExtension(opcode, *qp, in) : nullptr)
+        return refuse(err::kMlx5QpBadAttr, change.name, qpn, bad);
     const uint32_t set = counterSetAfter(opcode, *qp, in);
     if (set && !objects_.counterSets.find(set))
         return refuse(err::kMlx5QpBadAttr, change.name, qpn, "counter_set_id names no Q counter");
@@ -550,6 +579,11 @@ const err::Condition *QueuePairs::modify(uint16_t opcode, std::span<const uint8_
     bindCounterSet(*qp, set);
     if (extended && get(in, kOptParamMaskHigh) & kOptDmaCopy)
         qp->dmaCopy = get(in, kDmaCopyEnable);
+    if (extended && get(in, kOptParamMaskHigh) & kOptStreamReset) {
+        const auto stream = static_cast<uint16_t>(get(in, kStreamToReset));
+        qp->streams.reset(stream);
+        trace::dci_stream_reset(host_, qpn, stream);
+    }
     applyQpAttrs(qp->attr, attrs, mask, change.to);
     trace::mlx5_qp_modify(host_, qpn, change.name, cur, change.to, mask);
     dataPath_.qpStateEntered(*qp, cur, change.to, mask);
@@ -569,6 +603,8 @@ const err::Condition *QueuePairs::query(uint32_t qpn, std::span<uint8_t> out,
         set(out, kQpcXrcd, ctx.xrcdn);
     set(out, kPmState, kPmMigrated);
     set(out, kFre, qp->fastRegEnabled);
+    set(out, kLogDciStreams, qp->streams.logChannels);
+    set(out, kLogDciErrored, qp->streams.logErrored);
     set(out, kQpcPd, ctx.pdn);
     set(out, kMtu, a.path_mtu);
     set(out, kLogMsgMax, std::bit_width(limits::kMaxMsgSize) - 1);

@@ -30,6 +30,7 @@ constexpr uint8_t kMmo = 0x2f; // with opcode modifier kMmoDma: a DMA copy
 // The control segment: opcode and counter, QP and DS count, then the
 // completion, solicited and fence bits and the immediate (or R_Key).
 constexpr uint32_t kCtrlBytes = 16;
+constexpr uint32_t kStreamId = 9; // dci_stream_channel_id: a DCI's stream (dci_streams.hh)
 constexpr uint32_t kFmCeSe = 11;
 constexpr uint8_t kCqUpdate = 0x08; // CE 2 or 3: a CQE
 constexpr uint8_t kSolicited = 0x02;
@@ -214,6 +215,8 @@ uint8_t WqeReader::readSend(const QueuePair &qp, uint32_t index, Wqe &out) {
             return PIB_WC_LOC_QP_OP_ERR;
         }
     pib_wqe_ctrl &ctrl = out.ctrl;
+    if (qp.ctx.type == kQptDci)
+        out.dciStream = readBe16(raw_.data() + kStreamId);
     const uint8_t fmCeSe = raw_[kFmCeSe];
     ctrl.opcode = layout.opcode;
     ctrl.num_ds = static_cast<uint8_t>(ds);
