@@ -108,6 +108,7 @@ TEST_CASE("mlx5: DCI streams are offered, reported, and bounded", "[mlx5][dc]") 
     REQUIRE(caps.status() == 0);
     CHECK(caps.get(field(0x80 + 0x58b, 5)) == limits::kLogMaxDciStreams);
     CHECK(caps.get(field(0x80 + 0x593, 5)) == limits::kLogMaxDciErroredStreams);
+    CHECK(caps.get(field(0x80 + 0x122, 1)) == 1); // qpc_extension: the reset's way in
     auto qp = f.dci(3, 2);
     CHECK(f.query(qp.qpn).get(kLogStreams) == 3);
     CHECK(f.query(qp.qpn).get(kLogErrored) == 2);

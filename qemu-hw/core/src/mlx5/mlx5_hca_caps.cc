@@ -41,6 +41,7 @@ constexpr Field kMcamReg = field(0x1a9, 1);
 constexpr Field kLogMaxMsg = field(0x1c3, 5);
 constexpr Field kUmrExtendedTranslationOffset = field(0x118, 1);
 constexpr Field kLogMaxKlmListSize = field(0x11a, 6);
+constexpr Field kQpcExtension = field(0x122, 1);
 constexpr Field kUmrIndirectMkeyDisabled = field(0x209, 1);
 constexpr Field kDct = field(0x21a, 1);
 constexpr Field kBlockLbMc = field(0x228, 1); // ifc: block_lb_mc
@@ -154,9 +155,12 @@ void HcaCaps::reset() {
     mlx5::set(m, cap::kDct, 1);
     mlx5::set(m, cap::kLogMaxRaReqDc, log2(limits::kMaxRdAtom));
     mlx5::set(m, cap::kLogMaxRaResDc, log2(limits::kMaxRdAtom));
-    // DCI streams (§15.4): a stream's errors fail it alone.
+    // DCI streams (§15.4): a stream's errors fail it alone. libmlx5 resets
+    // a stream by the QP context extension (qpc_ext), which state changes
+    // may carry for that and for DMA copies (§10.2), and nothing else.
     mlx5::set(m, cap::kLogMaxDciStreamChannels, limits::kLogMaxDciStreams);
     mlx5::set(m, cap::kLogMaxDciErroredStreams, limits::kLogMaxDciErroredStreams);
+    mlx5::set(m, cap::kQpcExtension, 1);
     // CQs that ignore overrun, and MODIFY_CQ's resize and event
     // moderation (docs/mlx5.md §8).
     mlx5::set(m, cap::kCqOi, 1);
