@@ -340,9 +340,9 @@ MLX5_PYVERBS_SKIPS = {
         "LAG, atomic write",
     r"CQE 128B compression|CQE 128B padding": "not offered: CQE compression and padding",
     r"DevX|DEVX|Mlx5DV QP is not supported|UAR allocation|VAR allocation|schedule elements|"
-    r"Packet pacing|NIC flow table|send_dbr_mode_no_dbr":
+    r"Packet pacing|NIC flow table":
         "not offered: what DEVX does not have yet (write-combining UAR objects, VAR objects, "
-        "scheduling, packet pacing, flow steering, doorbell-less send queues)",
+        "scheduling, packet pacing, flow steering)",
     r"Create Mkey is not supported": "not offered: indirect and signature keys",
     r"Mapping AH to QP is not supported": "not offered: mapping an AH to a DC QP",
     r"SRQ resize is not supported|UD QP with(out)? extended attrs":
@@ -382,6 +382,9 @@ MLX5_PYVERBS_MUST_PASS = (
     # DEVX (§16): a CQ and two RC QPs made by DEVX commands in UMEMs, taken
     # to RTS by DEVX's modify, SEND with immediate between them.
     "test_devx_rc_qp_send_imm_traffic",
+    # The same with SQs without a doorbell record, rung at UAR offset
+    # 0x600 (§10.3).
+    "test_devx_rc_qp_send_imm_doorbell_less_traffic",
     # DEVX's general objects (§16.3): 1,000 reserved QP numbers taken and
     # given back, with the bad flows; and rdma_cm connections whose
     # passive side names its DCT by a reserved number.

@@ -212,6 +212,65 @@ TEST_CASE("mlx5: a UD send rung through blue flame arrives, every byte, with its
     CHECK(f.host.guestErrors() == 0);
 }
 
+// A DEVX QP made with send_dbr_mode 1 (docs/mlx5.md §10.3), as pyverbs'
+// test_mlx5_devx makes one: its SQ has no doorbell record, and the 8 bytes
+// the driver writes at UAR offset 0x600 say how far it posted. The record's
+// SQ counter, left wrong here, is never read.
+TEST_CASE("mlx5: an SQ without a doorbell record goes as far as its doorbell says", "[mlx5]") {
+    QpFunction f;
+    REQUIRE(f.activatePort());
+    const auto caps2 = f.host.run(Mlx5Host::input(0x100, 0x20 << 1 | 1), 0x1010);
+    REQUIRE(caps2.status() == 0);
+    CHECK(caps2.get(field(0x80 + 0x2e1, 1)) == 1); // send_dbr_mode_no_dbr_ext
+    constexpr Field kSendDbrMode = field(kQpc + 0x80, 2);
+    Mlx5Function::Qp sender, plain;
+    auto in = f.qpInput(kUd, 0, 2, 3, sender);
+    set(in, kSendDbrMode, 2); // rung from inside the device: not offered
+    checkRefused(f.host, in, status::kBadParam, err::kMlx5QpBadContext);
+    set(in, kSendDbrMode, 1);
+    const auto made = f.host.run(in, 16);
+    REQUIRE(made.status() == 0);
+    sender.qpn = static_cast<uint32_t>(made.get(kHeld));
+    plain = f.createQp(kUd);
+    auto receiver = f.createQp(kUd, 1, 3);
+    for (uint32_t qpn : {sender.qpn, plain.qpn, receiver.qpn})
+        REQUIRE(f.toRts(qpn));
+    CHECK(f.query(sender.qpn).get(kSendDbrMode) == 1);
+    CHECK(f.query(plain.qpn).get(kSendDbrMode) == 0);
+
+    constexpr uint32_t kGrh = 40, kBytes = 300;
+    const uint64_t source = f.host.allocRandom(4096, 17), sink = f.host.alloc(8192);
+    uint32_t next = 0;
+    uint64_t first8[3];
+    for (uint32_t i = 0; i < 3; ++i) {
+        f.postReceive(receiver, sink + 1024 * i, kGrh + kBytes);
+        first8[i] = f.writeUdSend(sender, receiver.qpn, source + 100 * i, kBytes);
+    }
+    writeBe32(f.host.at(sender.record + 4), 0x7777); // not read
+    f.host.clear();
+    // Its blue-flame register, and another QP's doorbell at 0x600, ring nothing.
+    f.blueFlame(first8[2], f.uar);
+    f.blueFlame(f.writeUdSend(plain, receiver.qpn, source, 8), f.uar, 0x600);
+    CHECK(f.host.guestErrors(err::kMlx5QpDoorbell.token) == 2);
+    CHECK(f.cqes(&next).empty());
+    // The last WQE's doorbell sends all three; the first's again, nothing.
+    f.blueFlame(first8[2], f.uar, 0x600);
+    const auto done = f.completions(&next, 6);
+    REQUIRE(done.size() == 6);
+    for (uint32_t i = 0; i < 3; ++i)
+        CHECK(std::equal(f.host.at(source + 100 * i), f.host.at(source + 100 * i) + kBytes,
+                         f.host.at(sink + 1024 * i + kGrh)));
+    f.blueFlame(first8[0], f.uar, 0x600);
+    CHECK(f.cqes(&next).empty());
+    CHECK(f.query(sender.qpn).get(kHwSqCounter) == 6);
+    // A doorbell beyond the ring moves nothing.
+    uint64_t beyond = first8[2];
+    reinterpret_cast<uint8_t *>(&beyond)[1] = 0x40; // WQE 0x4004
+    f.blueFlame(beyond, f.uar, 0x600);
+    CHECK(f.host.guestErrors(err::kMlx5QpDoorbell.token) == 3);
+    CHECK(f.cqes(&next).empty());
+}
+
 // Found by UCX's ud_mlx5 dying in its wireup (ud_ep.c: a connection
 // request that was not one): UCX resends a control packet as its 8-byte
 // header inline and the rest behind a data segment, in one WQE; the device

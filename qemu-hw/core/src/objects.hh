@@ -147,6 +147,9 @@ struct QueuePair {
     // ConnectX: DMA copies (MMO WQEs) enabled, by INIT2INIT's qpc_ext
     // (docs/mlx5.md §10.2).
     bool dmaCopy = false;
+    // ConnectX: an SQ without a doorbell record (send_dbr_mode 1): its
+    // doorbell carries the counter (docs/mlx5.md §10.3).
+    bool sendDoorbellLess = false;
     uint32_t nextPsn = 0; // UD: the PSN of the next packet sent
     RequesterState req;   // RC, UC
     ResponderState resp;  // RC, UC

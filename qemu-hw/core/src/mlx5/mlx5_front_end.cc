@@ -83,6 +83,10 @@ void Mlx5FrontEnd::writeUar(uint32_t index, uint32_t offset, uint64_t value, uns
         cqs_.armDoorbell(index, value);
         return;
     }
+    if (offset == QueuePairs::kDoorbellLessSend && size == 8) {
+        qps_.doorbellLessSend(index, value);
+        return;
+    }
     if (offset >= QueuePairs::kFirstBlueFlame && size == 8) {
         qps_.blueFlame(index, offset, value);
         return;

@@ -92,10 +92,13 @@ constexpr Field kLogMaxSize = field(0x06b, 5); // log_dma_mmo_max_size
 constexpr Field kOnQp = field(0x748, 1);       // dma_mmo_qp
 } // namespace mmo
 
-// The second general page (cmd_hca_cap_2). Its one field the device sets
-// is in rdma-core's mlx5_ifc.h; Linux's keeps those bits reserved.
+// The second general page (cmd_hca_cap_2). Linux's mlx5_ifc.h keeps the
+// bits of the fields the device sets reserved: rdma-core's mlx5_ifc.h
+// names the first, its tests' PRM structures the others.
 namespace cap2 {
 constexpr Field kLogReservedQpnGranularity = field(0x93, 5);
+constexpr Field kSendDbrModeNoDbrExt = field(0x2e1, 1);
+constexpr Field kLogMaxSendDbrLessQpSq = field(0x2e3, 5);
 } // namespace cap2
 
 constexpr uint32_t log2(uint32_t n) {
@@ -132,6 +135,9 @@ void HcaCaps::reset() {
     mlx5::set(m, cap::kHcaCap2, 1);
     general2_.fill(0);
     mlx5::set(general2_, cap2::kLogReservedQpnGranularity, GeneralObjects::kLogQpnsPerRange);
+    // SQs without a doorbell record, of any size (docs/mlx5.md §10.3).
+    mlx5::set(general2_, cap2::kSendDbrModeNoDbrExt, 1);
+    mlx5::set(general2_, cap2::kLogMaxSendDbrLessQpSq, limits::kLogMaxMlx5QpSize);
     mlx5::set(m, cap::kLogMaxXrcd, log2(limits::kMaxXrcd));
     mlx5::set(m, cap::kLogMaxRaReqQp, log2(limits::kMaxRdAtom));
     mlx5::set(m, cap::kLogMaxRaResQp, log2(limits::kMaxRdAtom));

@@ -84,6 +84,11 @@ constexpr Field kNextRcvPsn = field(kQpc + 0x4a8, 24);
 constexpr Field kCqnRcv = field(kQpc + 0x4e8, 24);
 constexpr Field kQpcXrcd = field(kQpc + 0x4c8, 24);
 constexpr Field kQpcDbrAddr = field(kQpc + 0x500, 64);
+// qpc.send_dbr_mode, which Linux's mlx5_ifc.h keeps reserved and
+// rdma-core's tests' PRM structures name (docs/mlx5.md §10.3): 1, an SQ
+// whose doorbell carries its counter and that has no record.
+constexpr Field kSendDbrMode = field(8 * 0x18 + 0x80, 2);
+constexpr uint64_t kDbrValid = 0, kNoDbrExternal = 1;
 constexpr Field kQkey = field(kQpc + 0x540, 32); // ifc: q_key
 constexpr Field kRqType = field(kQpc + 0x565, 3);
 constexpr Field kSrqn = field(kQpc + 0x568, 24);        // ifc: srqn_rmpn_xrqn
@@ -299,6 +304,10 @@ const err::Condition *QueuePairs::checkContext(std::span<const uint8_t> in) cons
         : *type == PIB_QPT_XRC_INI && rq  ? "an XRC INI QP with an RQ"
         : *type == PIB_QPT_XRC_TGT && rq  ? "an XRC TGT QP with an RQ"
         : *type == kQptDci && (rq || !sq) ? "a DCI with an RQ or no SQ"
+        : get(in, kSendDbrMode) > kNoDbrExternal
+            ? "send_dbr_mode: only a record (0) or none, rung externally (1)"
+        : get(in, kSendDbrMode) == kNoDbrExternal && (!sq || umr)
+            ? "send_dbr_mode: no record for an SQ it does not have"
         : *type != kQptDci && (get(in, kLogDciStreams) || get(in, kLogDciErrored))
             ? "DCI streams on a QP that is no DCI"
         : get(in, kLogDciStreams) > limits::kLogMaxDciStreams
@@ -414,6 +423,7 @@ const err::Condition *QueuePairs::create(std::span<const uint8_t> in, uint32_t &
     ctx.type = *coreType(in);
     qp->umr = get(in, kSt) == st::kRegUmr;
     qp->fastRegEnabled = get(in, kFre);
+    qp->sendDoorbellLess = get(in, kSendDbrMode) == kNoDbrExternal;
     qp->streams.logChannels = static_cast<uint8_t>(get(in, kLogDciStreams));
     qp->streams.logErrored = static_cast<uint8_t>(get(in, kLogDciErrored));
     ctx.pdn = qp->umr ? 0 : static_cast<uint32_t>(get(in, kQpcPd));
@@ -483,6 +493,7 @@ std::vector<uint8_t> QueuePairs::createInput(const QueuePair &qp) const {
     set(in, kSt, qp.umr ? st::kRegUmr : serviceType(ctx.type));
     set(in, kPmState, kPmMigrated);
     set(in, kFre, qp.fastRegEnabled);
+    set(in, kSendDbrMode, qp.sendDoorbellLess ? kNoDbrExternal : kDbrValid);
     set(in, kLogDciStreams, qp.streams.logChannels);
     set(in, kLogDciErrored, qp.streams.logErrored);
     set(in, kQpcPd, ctx.pdn);
@@ -603,6 +614,7 @@ const err::Condition *QueuePairs::query(uint32_t qpn, std::span<uint8_t> out,
         set(out, kQpcXrcd, ctx.xrcdn);
     set(out, kPmState, kPmMigrated);
     set(out, kFre, qp->fastRegEnabled);
+    set(out, kSendDbrMode, qp->sendDoorbellLess ? kNoDbrExternal : kDbrValid);
     set(out, kLogDciStreams, qp->streams.logChannels);
     set(out, kLogDciErrored, qp->streams.logErrored);
     set(out, kQpcPd, ctx.pdn);
@@ -687,21 +699,64 @@ void QueuePairs::blueFlame(uint32_t uar, uint32_t offset, uint64_t value) {
         return; // the rest of a WQE copied to the register: memory has it
     // The control segment's second big-endian dword: the QP and DS count.
     const uint32_t qpn = __builtin_bswap32(static_cast<uint32_t>(value >> 32)) >> 8;
-    QueuePair *qp = objects_.findQp(qpn);
-    const char *bad = !qp                              ? "no such QP"
-                      : qp->ctx.sq_log_wqe_stride == 0 ? "it has no SQ"
-                      : qp->ctx.uar_page != uar        ? "it is on another UAR page"
-                                                       : nullptr;
-    if (bad) {
-        host_.guestError(err::kMlx5QpDoorbell, "UAR %u offset 0x%x: send doorbell of QP %u: %s",
-                         uar, offset, qpn, bad);
+    QueuePair *qp = ringable(uar, offset, qpn, false);
+    if (!qp)
         return;
-    }
     const auto producer = wqes_.sendProducer(*qp);
     if (!producer)
         return;
     trace::mlx5_sq_doorbell(host_, uar, qpn, *producer & wqe::kCounterMask);
     dataPath_.sendProduced(*qp, *producer);
+}
+
+// QP `qpn`, whose send doorbell the driver wrote at `offset` of UAR page
+// `uar`, if that is its SQ's doorbell: a record's QP rings the blue-flame
+// registers, a doorbell-less one (`doorbellLess`) the register of its own.
+QueuePair *QueuePairs::ringable(uint32_t uar, uint32_t offset, uint32_t qpn, bool doorbellLess) {
+    QueuePair *qp = objects_.findQp(qpn);
+    const char *bad = !qp                              ? "no such QP"
+                      : qp->ctx.sq_log_wqe_stride == 0 ? "it has no SQ"
+                      : qp->ctx.uar_page != uar        ? "it is on another UAR page"
+                      : qp->sendDoorbellLess != doorbellLess
+                          ? (doorbellLess ? "its SQ has a doorbell record (send_dbr_mode 0)"
+                                          : "its SQ has no doorbell record: it rings at 0x600")
+                          : nullptr;
+    if (bad) {
+        host_.guestError(err::kMlx5QpDoorbell, "UAR %u offset 0x%x: send doorbell of QP %u: %s",
+                         uar, offset, qpn, bad);
+        return nullptr;
+    }
+    return qp;
+}
+
+// The doorbell of an SQ without a record (docs/mlx5.md §10.3): the
+// first 8 bytes of the last WQE posted, whose index and DS count say
+// where the producer counter now stands. An older WQE's (doorbells
+// written out of order) moves nothing; one beyond the ring is refused.
+void QueuePairs::doorbellLessSend(uint32_t uar, uint64_t value) {
+    const uint32_t opcodeWord = __builtin_bswap32(static_cast<uint32_t>(value));
+    const uint32_t qpnWord = __builtin_bswap32(static_cast<uint32_t>(value >> 32));
+    QueuePair *qp = ringable(uar, kDoorbellLessSend, qpnWord >> 8, true);
+    if (!qp)
+        return;
+    const uint32_t index = opcodeWord >> 8 & wqe::kCounterMask;
+    const uint32_t blocks = std::max<uint32_t>(1, ((qpnWord & 0x3f) + 3) / 4);
+    const uint32_t end = index + blocks;
+    const uint32_t ring = 1u << qp->ctx.sq_log_wqe_count;
+    const uint32_t ahead = (end - qp->sq.consumer) & wqe::kCounterMask;
+    const uint32_t behind = (qp->sq.consumer - end) & wqe::kCounterMask;
+    const uint32_t posted = (qp->sq.producer - qp->sq.consumer) & wqe::kCounterMask;
+    if (ahead <= posted || behind <= ring)
+        return; // a WQE the device has taken already
+    if (ahead > ring) {
+        host_.guestError(err::kMlx5QpDoorbell,
+                         "QP %u doorbell of WQE 0x%x: %u WQE blocks ahead of the device, the "
+                         "ring has %u",
+                         qp->number, index, ahead, ring);
+        return;
+    }
+    trace::mlx5_sq_doorbell(host_, uar, qp->number, end & wqe::kCounterMask);
+    dataPath_.sendProduced(*qp, qp->sq.consumer + ahead);
 }
 
 } // namespace pib::mlx5

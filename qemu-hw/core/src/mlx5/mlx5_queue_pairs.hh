@@ -30,6 +30,8 @@ class QueuePairs {
     // each in two halves the driver alternates between.
     static constexpr uint32_t kFirstBlueFlame = 0x800;
     static constexpr uint32_t kBlueFlameHalf = 0x100;
+    // Where a doorbell-less SQ's doorbell is written (§10.3).
+    static constexpr uint32_t kDoorbellLessSend = 0x600;
 
     QueuePairs(const Host &host, ObjectTables &objects, Ports &ports, DataPath &dataPath,
                const Uars &uars)
@@ -53,6 +55,7 @@ class QueuePairs {
     // control segment, which ring its QP's SQ; elsewhere, the rest of a
     // WQE the driver copies there too (it is read from memory instead).
     void blueFlame(uint32_t uar, uint32_t offset, uint64_t value);
+    void doorbellLessSend(uint32_t uar, uint64_t value);
     // ATTACH_TO_MCG (`attach`) or DETACH_FROM_MCG: a UD QP joins or
     // leaves the multicast group whose GID `in` names, on its port. The
     // device is not told the group's LID: a group is known by its GID.
@@ -65,6 +68,7 @@ class QueuePairs {
     void load(StateReader &r);
 
   private:
+    QueuePair *ringable(uint32_t uar, uint32_t offset, uint32_t qpn, bool doorbellLess);
     static constexpr uint32_t kMaxInlineData = 1024 - 64; // one WQE's 16 blocks, less its headers
 
     std::vector<uint8_t> createInput(const QueuePair &qp) const;
