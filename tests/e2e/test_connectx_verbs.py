@@ -346,7 +346,6 @@ MLX5_PYVERBS_SKIPS = {
     r"schedule elements|Packet pacing": "not offered: transmit scheduling and packet pacing",
     r"NIC flow table": "not offered: NIC flow steering (Ethernet receive tables)",
     r"Create Mkey is not supported": "not offered: indirect and signature keys",
-    r"Mapping AH to QP is not supported": "not offered: mapping an AH to a DC QP",
     r"SRQ resize is not supported|UD QP with(out)? extended attrs":
         "what libmlx5 refuses itself: SRQ resize, UD QPs without extended attributes",
 }
@@ -381,6 +380,9 @@ MLX5_PYVERBS_MUST_PASS = (
     # at exactly its bound, then reset to RTS.
     "test_dc_rdma_write_stream", "test_dc_send_stream_bad_flow",
     "test_dc_send_stream_bad_flow_qp",
+    # An AH mapped to a DCI (an AV_QP_MAPPING general object, §16.3), then
+    # SENDs over it.
+    "test_dc_ah_to_qp_mapping",
     # DEVX (§16): a CQ and two RC QPs made by DEVX commands in UMEMs, taken
     # to RTS by DEVX's modify, SEND with immediate between them.
     "test_devx_rc_qp_send_imm_traffic",

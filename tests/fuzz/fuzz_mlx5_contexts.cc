@@ -51,6 +51,9 @@ constexpr uint16_t kCreateGeneral = 0xa00, kDestroyGeneral = 0xa03, kReservedQpn
 constexpr uint16_t kGeneralNamed[] = {0xa01, 0xa02, kDestroyGeneral};
 constexpr Field kGeneralType = field(0x30, 16), kGeneralId = field(0x40, 32);
 constexpr Field kGeneralLogRange = field(0x63, 5);
+// AH-to-QP mappings (rdma-core's av_qp_mapping): the QP mapped to.
+constexpr uint16_t kAvQpMapping = 0x3a;
+constexpr Field kMappedQpn = field(0xe0, 32);
 // What a QP may be: RC, UC, UD, XRC, DCI, QP0, QP1, the UMR QP.
 constexpr uint8_t kServiceTypes[] = {0x0, 0x1, 0x2, 0x3, 0x5, 0x7, 0x8, 0xc};
 
@@ -121,12 +124,14 @@ std::vector<uint8_t> UserContextsFuzz::umemInput(FuzzedDataProvider *in) {
 }
 
 // A general object command as rdma-core's reserved QPN allocator sends
-// one: ranges of 2^3 numbers.
-std::vector<uint8_t> UserContextsFuzz::generalInput(uint16_t opcode, uint16_t type, uint32_t id) {
-    auto g = Mlx5Host::input(opcode, 0, 0x20);
+// one (ranges of 2^3 numbers), of the size of libmlx5's AH-to-QP mapping.
+std::vector<uint8_t> UserContextsFuzz::generalInput(uint16_t opcode, uint16_t type, uint32_t id,
+                                                    uint32_t mappedQpn) {
+    auto g = Mlx5Host::input(opcode, 0, 0x50);
     set(g, kGeneralType, type);
     set(g, kGeneralId, id);
     set(g, kGeneralLogRange, 3);
+    set(g, kMappedQpn, mappedQpn);
     return g;
 }
 
@@ -148,15 +153,21 @@ bool UserContextsFuzz::makeObjects(uint16_t uid, Objects &o) {
     const uint32_t kernel[] = {f_.pd, f_.cqn, f_.uar};
     f_.pd = o.pd, f_.cqn = o.cq, f_.uar = o.uar;
     auto qpIn = f_.qpInput(qpc::kRc, 0, 2, 2, qp);
+    Mlx5Function::Qp ud;
+    auto udIn = f_.qpInput(qpc::kUd, 0, 2, 2, ud);
     auto dctIn = f_.dctInput(o.srq, 0x5ec2e7);
     f_.pd = kernel[0], f_.cqn = kernel[1], f_.uar = kernel[2];
     set(qpIn, qpc::kFre, 0);
-    if (!held(as(uid, qpIn), o.qp) || !held(as(uid, dctIn), o.dct) ||
-        !held(as(uid, keyInput(o.pd)), o.key) || !held(as(uid, umemInput(nullptr)), o.umem))
+    set(udIn, qpc::kFre, 0);
+    if (!held(as(uid, qpIn), o.qp) || !held(as(uid, udIn), o.udQp) ||
+        !held(as(uid, dctIn), o.dct) || !held(as(uid, keyInput(o.pd)), o.key) ||
+        !held(as(uid, umemInput(nullptr)), o.umem))
         return false;
     const auto range = as(uid, generalInput(kCreateGeneral, kReservedQpn, 0));
+    const auto mapping = as(uid, generalInput(kCreateGeneral, kAvQpMapping, 0, o.udQp));
     o.range = static_cast<uint32_t>(range.get(kGeneralId));
-    return range.status() == 0;
+    o.mapping = static_cast<uint32_t>(mapping.get(kGeneralId));
+    return range.status() == 0 && mapping.status() == 0;
 }
 
 bool UserContextsFuzz::setUp() {
@@ -206,7 +217,7 @@ uint32_t UserContextsFuzz::pick(FuzzedDataProvider &in, char kind) {
         pool = {objA_.srq, objB_.srq};
         break;
     case 'q':
-        pool = {objA_.qp, objA_.dct, objB_.qp, objB_.dct};
+        pool = {objA_.qp, objA_.dct, objA_.udQp, objB_.qp, objB_.dct, objB_.udQp};
         break;
     case 'u':
         pool = {objA_.uar, objB_.uar, f_.uar};
@@ -224,7 +235,7 @@ uint32_t UserContextsFuzz::pick(FuzzedDataProvider &in, char kind) {
         pool = {objA_.umem, objB_.umem};
         break;
     case 'g':
-        pool = {objA_.range, objB_.range};
+        pool = {objA_.range, objB_.range, objA_.mapping, objB_.mapping};
         break;
     default:
         pool = {f_.eqn};
@@ -313,9 +324,11 @@ std::vector<uint8_t> UserContextsFuzz::command(FuzzedDataProvider &in, char &mad
     }
     case 7: {
         const bool create = in.ConsumeBool();
-        auto g = generalInput(create ? kCreateGeneral : in.PickValueInArray(kGeneralNamed),
-                              in.ConsumeBool() ? kReservedQpn : in.ConsumeIntegral<uint16_t>(),
-                              pick(in, 'g'));
+        const uint16_t type = in.ConsumeBool()   ? kReservedQpn
+                              : in.ConsumeBool() ? kAvQpMapping
+                                                 : in.ConsumeIntegral<uint16_t>();
+        auto g = generalInput(create ? kCreateGeneral : in.PickValueInArray(kGeneralNamed), type,
+                              pick(in, 'g'), pick(in, 'q'));
         if (in.ConsumeBool())
             set(g, kGeneralLogRange, in.ConsumeIntegralInRange<int>(0, 31));
         made = create ? 'g' : 0;
@@ -351,6 +364,8 @@ std::string UserContextsFuzz::snapshotOfA() {
     query(0x50b, objA_.qp, 0x100); // QUERY_QP
     query(0x702, objA_.srq, 0x50); // QUERY_SRQ
     query(0x713, objA_.dct, 0x80); // QUERY_DCT
+    const auto mapping = f_.host.run(generalInput(0xa02, kAvQpMapping, objA_.mapping), 0x50);
+    all.append(mapping.out.begin(), mapping.out.end());
     all += inspect("qp " + std::to_string(objA_.qp));
     all += inspect("cq " + std::to_string(objA_.cq));
     all += inspect("mr " + std::to_string(objA_.key << 8));
@@ -414,6 +429,9 @@ void UserContextsFuzz::step(FuzzedDataProvider &in) {
                   err::kMlx5CmdForeignObject.syndrome &&
               as(0, generalInput(0xa02, kReservedQpn, objA_.range)).status() == 0,
           "A's reserved QP numbers are gone, or B may end them");
+    check(as(b_, generalInput(kDestroyGeneral, kAvQpMapping, objA_.mapping)).syndrome() ==
+              err::kMlx5CmdForeignObject.syndrome,
+          "A's AH-to-QP mapping is gone, or B may end it");
     checkMadeByB();
 }
 

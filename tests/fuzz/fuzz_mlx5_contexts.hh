@@ -42,7 +42,9 @@ class UserContextsFuzz {
   private:
     struct Objects {
         uint32_t pd = 0, uar = 0, cq = 0, srq = 0, qp = 0, dct = 0, key = 0, umem = 0;
-        uint32_t range = 0; // of reserved QP numbers: a general object
+        uint32_t range = 0;   // of reserved QP numbers: a general object
+        uint32_t udQp = 0;    // a UD QP, and the AH-to-QP mapping to it
+        uint32_t mapping = 0; // (a general object)
     };
     struct Made {
         char kind; // 'q' QP or DCT, 's' SRQ, 'k' memory key, 'c' CQ, 'm' UMEM,
@@ -55,7 +57,8 @@ class UserContextsFuzz {
     std::vector<uint8_t> srqInput(uint16_t opcode, uint32_t pd, uint32_t cq, uint32_t xrcd);
     std::vector<uint8_t> keyInput(uint32_t pd);
     std::vector<uint8_t> umemInput(FuzzedDataProvider *in);
-    static std::vector<uint8_t> generalInput(uint16_t opcode, uint16_t type, uint32_t id);
+    static std::vector<uint8_t> generalInput(uint16_t opcode, uint16_t type, uint32_t id,
+                                             uint32_t mappedQpn = 0);
     uint32_t pick(FuzzedDataProvider &in, char kind);
     void placeInUmems(FuzzedDataProvider &in, std::vector<uint8_t> &cmd, const UmemFields &f);
     std::vector<uint8_t> command(FuzzedDataProvider &in, char &made);

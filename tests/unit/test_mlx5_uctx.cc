@@ -78,10 +78,10 @@ struct Contexts : pib::testing::OwnedMlx5Host, Mlx5Function {
         return m;
     }
     // CREATE_QP as mlx5_ib makes a process's: no fre, on `m`'s objects.
-    Mlx5Host::Reply qp(uint16_t uid, const Made &m, Qp &made) {
+    Mlx5Host::Reply qp(uint16_t uid, const Made &m, Qp &made, uint8_t st = kRc) {
         const Made saved{pd, cqn, uar};
         pd = m.pd, cqn = m.cq, uar = m.uar;
-        auto in = qpInput(kRc, 0, 2, 2, made);
+        auto in = qpInput(st, 0, 2, 2, made);
         pd = saved.pd, cqn = saved.cq, uar = saved.uar;
         set(in, kFre, 0);
         const auto r = as(uid, in);
@@ -491,7 +491,7 @@ namespace {
 
 constexpr uint16_t kCreateObject = 0xa00, kModifyObject = 0xa01, kQueryObject = 0xa02,
                    kDestroyObject = 0xa03, kQueryHcaCap = 0x100;
-constexpr uint16_t kReservedQpn = 0x2c;
+constexpr uint16_t kReservedQpn = 0x2c, kAvQpMapping = 0x3a;
 constexpr Field kObjectType = field(0x30, 16); // general_obj_in_cmd_hdr.obj_type
 constexpr Field kObjectId = field(0x40, 32);   // general_obj_in_cmd_hdr.obj_id, and out's
 constexpr Field kLogRange = field(0x63, 5);    // general_obj_in_cmd_hdr.log_obj_range
@@ -522,7 +522,8 @@ TEST_CASE("mlx5: DEVX general objects: ranges of reserved QP numbers, a process'
     const auto general = f.as(a, Mlx5Host::input(kQueryHcaCap, 1), 0x1010);
     REQUIRE(general.status() == 0);
     CHECK(general.get(field(0x80 + 0x20, 1)) == 1);
-    CHECK(general.get(field(0x80 + 0x400, 64)) == uint64_t{1} << kReservedQpn);
+    CHECK(general.get(field(0x80 + 0x400, 64)) ==
+          (uint64_t{1} << kReservedQpn | uint64_t{1} << kAvQpMapping));
     const auto second = f.as(a, Mlx5Host::input(kQueryHcaCap, 0x20 << 1 | 1), 0x1010);
     REQUIRE(second.status() == 0);
     const auto logRange = static_cast<uint32_t>(second.get(field(0x80 + 0x93, 5)));
@@ -582,6 +583,63 @@ TEST_CASE("mlx5: DEVX general objects: ranges of reserved QP numbers, a process'
     CHECK(count == 8192);
     CHECK(f.as(a, objectInput(kCreateObject, kReservedQpn, 0, logRange)).status() ==
           statusOf(err::kMlx5CmdNoResources));
+}
+
+// libmlx5's mlx5dv_map_ah_to_qp (docs/mlx5.md §16.3): an AH's path mapped
+// to a UD QP or DCI of the process's own, a hint for congestion control.
+TEST_CASE("mlx5: DEVX general objects: AH-to-QP mappings, kept, shown and a process's own",
+          "[mlx5][uctx]") {
+    Contexts f;
+    const uint16_t a = f.newContext(), b = f.newContext();
+    const Contexts::Made ma = f.objectsOf(a);
+    Qp ud, rc;
+    REQUIRE(f.qp(a, ma, ud, kUd).status() == 0);
+    REQUIRE(f.qp(a, ma, rc).status() == 0);
+    constexpr Field kQpn = field(0xe0, 32), kSl = field(0x164, 4), kSgid = field(0x1e4, 8);
+    const auto mapping = [&](uint32_t qpn, uint8_t sgid = 0) {
+        auto in = objectInput(kCreateObject, kAvQpMapping, 0, 0, 0x50);
+        set(in, kQpn, qpn);
+        set(in, kSl, 5);
+        set(in, kSgid, sgid);
+        for (int i = 0; i < 16; ++i)
+            in[0x40 + i] = static_cast<uint8_t>(0xa0 + i); // the remote GID
+        return in;
+    };
+    const auto made = f.as(a, mapping(ud.qpn));
+    REQUIRE(made.status() == 0);
+    const auto id = static_cast<uint32_t>(made.get(kObjectId));
+    const auto shown = f.as(a, objectInput(kQueryObject, kAvQpMapping, id), 0x50);
+    REQUIRE(shown.status() == 0);
+    CHECK(shown.get(kQpn) == ud.qpn);
+    CHECK(shown.get(kSl) == 5);
+    CHECK(shown.get(field(0x200, 64)) == 0xa0a1a2a3a4a5a6a7);
+
+    // Not to an RC QP, another's QP, no QP, or through a GID the port has not.
+    const auto refused = [&](uint16_t uid, std::vector<uint8_t> in) {
+        const auto r = f.as(uid, std::move(in));
+        return r.status() == statusOf(err::kMlx5GeneralObjectBad) &&
+               r.syndrome() == err::kMlx5GeneralObjectBad.syndrome;
+    };
+    CHECK(refused(a, mapping(rc.qpn)));
+    CHECK(refused(b, mapping(ud.qpn)));
+    CHECK(refused(a, mapping(0x77777)));
+    CHECK(refused(a, mapping(ud.qpn, 200)));
+    CHECK(refused(a, objectInput(kModifyObject, kAvQpMapping, id)));
+
+    // B can neither see nor end it; the QP can go first (the mapping is
+    // the AH's, libmlx5 ends it with the AH); a move keeps it.
+    CHECK(f.as(b, objectInput(kQueryObject, kAvQpMapping, id)).status() ==
+          statusOf(err::kMlx5CmdForeignObject));
+    CHECK(f.as(b, objectInput(kDestroyObject, kAvQpMapping, id)).status() ==
+          statusOf(err::kMlx5CmdForeignObject));
+    auto destroyQp = Mlx5Host::input(kDestroyQp);
+    set(destroyQp, kHeld, ud.qpn);
+    REQUIRE(f.as(a, destroyQp).status() == 0);
+    REQUIRE(f.host.move() == "");
+    CHECK(f.as(a, objectInput(kQueryObject, kAvQpMapping, id), 0x50).get(kQpn) == ud.qpn);
+    CHECK(f.as(a, objectInput(kDestroyObject, kAvQpMapping, id)).status() == 0);
+    CHECK(f.as(a, objectInput(kQueryObject, kAvQpMapping, id)).status() ==
+          statusOf(err::kMlx5CmdBadResource));
 }
 
 TEST_CASE("mlx5: QUERY_CQ, QUERY_QP and QUERY_SRQ show a process its objects, but the kernel "

@@ -222,7 +222,7 @@ class Commands {
     Registers registers_; // ACCESS_REG's
     UserContexts uctxs_{limits::kMaxUserContexts};
     UserMemories umems_{host_};
-    GeneralObjects generalObjects_{host_};
+    GeneralObjects generalObjects_{host_, core_.objects};
     static const Refusals kRefusals;
     State state_ = State::kDisabled;
     bool fatal_ = false;

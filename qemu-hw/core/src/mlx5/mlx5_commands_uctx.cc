@@ -198,8 +198,7 @@ const err::Condition *Commands::destroyUmem(const Request &r) {
 }
 
 // General objects (mlx5_general_objects.hh), each command's input read
-// there: the one type offered, reserved QP numbers, has nothing to modify
-// and nothing to show but the header.
+// there: neither type offered has anything to modify.
 const err::Condition *Commands::createGeneralObject(const Request &r) {
     return generalObjects_.create(r.in, r.out);
 }
@@ -208,12 +207,13 @@ const err::Condition *Commands::modifyGeneralObject(const Request &r) {
     if (const err::Condition *why = generalObjects_.check("MODIFY_GENERAL_OBJECT", r.in))
         return why;
     return fail(err::kMlx5GeneralObjectBad,
-                "MODIFY_GENERAL_OBJECT of reserved QP numbers 0x%x: nothing in them changes",
+                "MODIFY_GENERAL_OBJECT of type 0x%x, id 0x%x: nothing in it changes",
+                static_cast<unsigned>(get(r.in, GeneralObjects::kType)),
                 static_cast<unsigned>(get(r.in, GeneralObjects::kId)));
 }
 
 const err::Condition *Commands::queryGeneralObject(const Request &r) {
-    return generalObjects_.check("QUERY_GENERAL_OBJECT", r.in);
+    return generalObjects_.query(r.in, r.out);
 }
 
 const err::Condition *Commands::destroyGeneralObject(const Request &r) {
