@@ -341,7 +341,7 @@ MLX5_PYVERBS_SKIPS = {
     r"CQE 128B compression|CQE 128B padding": "not offered: CQE compression and padding",
     r"UAR allocation \(with flag=0\)":
         "not offered: write combining (the device takes WQEs from memory, never from the "
-        "blue-flame registers: mlx5_core's test finds none, and BF UARs are refused)",
+        "blue-flame registers, and says so with bf 0: mlx5_ib refuses BF UARs)",
     r"VAR allocation": "not offered: virtio emulation (VAR doorbell pages)",
     r"schedule elements|Packet pacing": "not offered: transmit scheduling and packet pacing",
     r"NIC flow table": "not offered: NIC flow steering (Ethernet receive tables)",
