@@ -180,6 +180,8 @@ static bool pib_hca_event_enabled(unsigned event)
         return trace_event_get_state_backends(TRACE_PIB_HCA_MLX5_DCT_CREATE);
     case PIB_EVENT_MLX5_DCT_DRAIN:
         return trace_event_get_state_backends(TRACE_PIB_HCA_MLX5_DCT_DRAIN);
+    case PIB_EVENT_MLX5_DCT_ARM:
+        return trace_event_get_state_backends(TRACE_PIB_HCA_MLX5_DCT_ARM);
     case PIB_EVENT_MLX5_DCT_DESTROY:
         return trace_event_get_state_backends(TRACE_PIB_HCA_MLX5_DCT_DESTROY);
     case PIB_EVENT_MLX5_QP_CREATE:
@@ -542,6 +544,9 @@ static void pib_hca_trace_event(unsigned event, const uint64_t *a)
         break;
     case PIB_EVENT_MLX5_DCT_DRAIN:
         trace_pib_hca_mlx5_dct_drain((unsigned) a[0]);
+        break;
+    case PIB_EVENT_MLX5_DCT_ARM:
+        trace_pib_hca_mlx5_dct_arm((unsigned) a[0]);
         break;
     case PIB_EVENT_MLX5_DCT_DESTROY:
         trace_pib_hca_mlx5_dct_destroy((unsigned) a[0]);

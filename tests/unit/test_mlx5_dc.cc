@@ -142,14 +142,25 @@ TEST_CASE("mlx5: a DCI reaches two DCTs in turn: SEND, WRITE, READ and atomics, 
     CHECK(f.host.guestErrors() == 0);
 }
 
-TEST_CASE("mlx5: a DC request with a wrong key is dropped and counted; a drained DCT raises "
-          "DCT_DRAINED and is destroyed",
+TEST_CASE("mlx5: a DC request with a wrong key is dropped and counted, and raises "
+          "DCT_KEY_VIOLATION once when armed; a drained DCT raises DCT_DRAINED and is destroyed",
           "[mlx5][dc]") {
     DcFunction f;
+    // The event page offers both events to DEVX (and mlx5_core's async EQ).
+    const auto caps = f.host.run(Mlx5Host::input(0x100, 1), 0x1010);
+    CHECK(caps.get(field(0x80 + 0x90, 1)) == 1); // event_cap
+    const auto events = f.host.run(Mlx5Host::input(0x100, 0x14 << 1 | 1), 0x1010);
+    REQUIRE(events.status() == 0);
+    CHECK((events.get(field(0x80, 64)) & (uint64_t{3} << 0x1c)) == uint64_t{3} << 0x1c);
     uint64_t ring = 0;
-    const auto eq = f.host.run(f.host.eqInput(3, uint64_t{1} << 0x1c, 0, f.uar, &ring), 16);
+    const auto eq = f.host.run(f.host.eqInput(3, uint64_t{3} << 0x1c, 0, f.uar, &ring), 16);
     REQUIRE(eq.status() == 0);
     const uint32_t a = f.dct(kKeyA);
+    auto arm = Mlx5Host::input(0x714);
+    set(arm, kHeld, a);
+    CHECK(f.host.run(arm, 16).status() == 0);
+    set(arm, kHeld, a + 5);
+    CHECK(f.host.run(arm, 16).status() == status::kBadResource);
     auto qp = f.dci();
     const uint64_t source = f.host.alloc(4096), sink = f.host.alloc(4096);
     f.postSrq(f.srq, sink, 4096);
@@ -164,14 +175,20 @@ TEST_CASE("mlx5: a DC request with a wrong key is dropped and counted; a drained
     }
     REQUIRE(failed.size() == 1);
     CHECK(failed[0][0x3f] >> 4 == 0xd);
-    CHECK(failed[0][0x37] == 0x15); // transport retry counter exceeded
-    CHECK(f.queryDct(a).get(field(kDctc + 0x180, 32)) >= 1);
+    CHECK(failed[0][0x37] == 0x15);                          // transport retry counter exceeded
+    CHECK(f.queryDct(a).get(field(kDctc + 0x180, 32)) >= 2); // the SEND and its resends
+    // One event for them all: the first, which the arming asked for.
+    const uint8_t *violation = f.host.at(ring);
+    CHECK(violation[1] == 0x1d);
+    CHECK((readBe32(violation + 0x38) & 0xffffff) == a);
+    CHECK(f.host.traces("mlx5_dct_arm") == 1);
 
     // Drain: the event names the DCT, which is drained and then goes.
     auto drain = Mlx5Host::input(kDrainDct);
     set(drain, kHeld, a);
     CHECK(f.host.run(drain, 16).status() == 0);
-    const uint8_t *eqe = f.host.at(ring);
+    const uint8_t *eqe = f.host.at(ring + 64);
+    CHECK(eqe[1] != 0x1d); // no second violation event
     CHECK(eqe[1] == 0x1c);
     CHECK((readBe32(eqe + 0x38) & 0xffffff) == a);
     CHECK(f.queryDct(a).get(field(kDctc + 0x04, 4)) == 2);

@@ -28,4 +28,9 @@ constexpr uint8_t kWcDmaCopy = 0x71;
 constexpr uint8_t kQptDci = 0x10;
 constexpr uint8_t kQptDct = 0x11;
 
+// Beside PIB_ASYNC_*: a DCT armed for it (ConnectX's
+// ARM_DCT_FOR_KEY_VIOLATION) took a request with another access key.
+// Only the ConnectX personality has DCTs, and its events.
+constexpr uint8_t kAsyncDctKeyViolation = 0x30;
+
 } // namespace pib

@@ -8,6 +8,8 @@
 // one in place of the one idle longest.
 #include "data_path.hh"
 
+#include <utility>
+
 #include "addressing.hh"
 #include "limits.hh"
 #include "trace.hh"
@@ -24,6 +26,8 @@ void DataPath::deliverToDct(unsigned port, QueuePair &dct, const iba::Packet &pa
     }
     if (h.key != dct.dc.key) {
         ++dct.dc.keyViolations;
+        if (std::exchange(dct.dc.keyViolationArmed, false))
+            events_.postAsyncEvent(kAsyncDctKeyViolation, dct.number);
         trace::err_dc_dropped(host_, dct.number, h.dci, packet.lrh.slid, "wrong DC access key");
         if (PortState *p = ports_.find(port))
             ++p->transport.invalid_requests;

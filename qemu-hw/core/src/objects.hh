@@ -122,12 +122,13 @@ struct WorkQueue {
 // took a request.
 struct DcLink {
     uint64_t key = 0;
-    uint32_t connectPsn = 0;    // DCI
-    bool connected = false;     // DCI
-    uint32_t serial = 0;        // DCI: its connection's; connection: its opener's
-    uint32_t dct = 0;           // connection: its DCT's number
-    uint64_t lastActive = 0;    // connection: host clock ns
-    uint32_t keyViolations = 0; // DCT: requests with another key, dropped
+    uint32_t connectPsn = 0;        // DCI
+    bool connected = false;         // DCI
+    uint32_t serial = 0;            // DCI: its connection's; connection: its opener's
+    uint32_t dct = 0;               // connection: its DCT's number
+    uint64_t lastActive = 0;        // connection: host clock ns
+    uint32_t keyViolations = 0;     // DCT: requests with another key, dropped
+    bool keyViolationArmed = false; // DCT: the next one raises an event
 };
 
 struct QueuePair {

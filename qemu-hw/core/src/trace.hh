@@ -511,6 +511,11 @@ inline void mlx5_dct_drain(const Host &host, unsigned dctn) {
         host.event(PIB_EVENT_MLX5_DCT_DRAIN, {Host::eventArg(dctn)});
 }
 
+inline void mlx5_dct_arm(const Host &host, unsigned dctn) {
+    if (host.eventEnabled(PIB_EVENT_MLX5_DCT_ARM))
+        host.event(PIB_EVENT_MLX5_DCT_ARM, {Host::eventArg(dctn)});
+}
+
 inline void mlx5_dct_destroy(const Host &host, unsigned dctn) {
     if (host.eventEnabled(PIB_EVENT_MLX5_DCT_DESTROY))
         host.event(PIB_EVENT_MLX5_DCT_DESTROY, {Host::eventArg(dctn)});

@@ -91,7 +91,7 @@ const Refusals Commands::kRefusals{err::kMlx5CmdBadResource, err::kMlx5CmdBadPar
                                    err::kMlx5CmdNoResources, err::kMlx5CmdInUse};
 
 // clang-format off
-const std::array<Commands::Spec, 67> Commands::kTable = {{
+const std::array<Commands::Spec, 68> Commands::kTable = {{
     {0x100, "QUERY_HCA_CAP", 0x10, 0x10, State::kEnabled, &Commands::queryHcaCap},
     {0x101, "QUERY_ADAPTER", 0x10, 0x110, State::kEnabled, &Commands::queryAdapter},
     {0x102, "INIT_HCA", 0x10, 0x10, State::kEnabled, &Commands::initHca},
@@ -149,6 +149,7 @@ const std::array<Commands::Spec, 67> Commands::kTable = {{
     {0x711, "DESTROY_DCT", 0x10, 0x10, State::kInitialized, &Commands::destroyDct},
     {0x712, "DRAIN_DCT", 0x10, 0x10, State::kInitialized, &Commands::drainDct},
     {0x713, "QUERY_DCT", 0x10, 0x80, State::kInitialized, &Commands::queryDct},
+    {0x714, "ARM_DCT_FOR_KEY_VIOLATION", 0x10, 0x10, State::kInitialized, &Commands::armDct},
     {0x771, "ALLOC_Q_COUNTER", 0x10, 0x10, State::kInitialized, &Commands::allocQCounter},
     {0x772, "DEALLOC_Q_COUNTER", 0x10, 0x10, State::kInitialized, &Commands::deallocQCounter},
     {0x773, "QUERY_Q_COUNTER", 0x20, 0x100, State::kInitialized, &Commands::queryQCounter},
@@ -545,6 +546,10 @@ const err::Condition *Commands::destroyDct(const Request &r) {
 
 const err::Condition *Commands::drainDct(const Request &r) {
     return dcts_.drain(static_cast<uint32_t>(get(r.in, kDctNumber)));
+}
+
+const err::Condition *Commands::armDct(const Request &r) {
+    return dcts_.arm(static_cast<uint32_t>(get(r.in, kDctNumber)));
 }
 
 const err::Condition *Commands::queryDct(const Request &r) {

@@ -104,7 +104,7 @@ class Commands {
     // Whether the kernel (uid 0) issued `r`: a query shows it alone the
     // guest physical addresses of an object (docs/mlx5.md §16).
     static bool fromKernel(const Request &r) { return get(r.in, kUid) == uid::kKernel; }
-    static const std::array<Spec, 67> kTable;
+    static const std::array<Spec, 68> kTable;
 
     [[gnu::format(printf, 3, 4)]] const err::Condition *fail(const err::Condition &why,
                                                              const char *fmt, ...) const;
@@ -177,6 +177,7 @@ class Commands {
     const err::Condition *destroyDct(const Request &r);
     const err::Condition *drainDct(const Request &r);
     const err::Condition *queryDct(const Request &r);
+    const err::Condition *armDct(const Request &r);
     const err::Condition *attachToMcg(const Request &r);
     const err::Condition *detachFromMcg(const Request &r);
     const err::Condition *madIfc(const Request &r);

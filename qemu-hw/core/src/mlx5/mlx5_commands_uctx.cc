@@ -44,6 +44,7 @@ constexpr Named kNamed[] = {
     {0x505, K::kQp},  {0x506, K::kQp},  {0x507, K::kQp},  {0x50a, K::kQp},
     {0x50b, K::kQp},  {0x50c, K::kQp},  {0x50e, K::kQp},     // DESTROY_QP, state changes, QUERY_QP
     {0x711, K::kQp},  {0x712, K::kQp},  {0x713, K::kQp},     // DESTROY_, DRAIN_, QUERY_DCT
+    {0x714, K::kQp}, // ARM_DCT_FOR_KEY_VIOLATION
     {0x806, K::kQp},  {0x807, K::kQp},                       // ATTACH_TO_MCG, DETACH_FROM_MCG
     {0x202, K::kMkey},                                       // DESTROY_MKEY
     {0x801, K::kPd},  {0x80f, K::kXrcd},                     // DEALLOC_PD, DEALLOC_XRCD

@@ -175,6 +175,15 @@ const err::Condition *DcTargets::drain(uint32_t dctn) {
     return nullptr;
 }
 
+const err::Condition *DcTargets::arm(uint32_t dctn) {
+    QueuePair *dct = find(dctn);
+    if (!dct)
+        return missing("ARM_DCT_FOR_KEY_VIOLATION", dctn);
+    dct->dc.keyViolationArmed = true;
+    trace::mlx5_dct_arm(host_, dctn);
+    return nullptr;
+}
+
 const err::Condition *DcTargets::destroy(uint32_t dctn) {
     QueuePair *dct = find(dctn);
     if (!dct)
@@ -212,6 +221,7 @@ void DcTargets::save(StateWriter &w) const {
         w.bytes(in);
         w.u8(dct.attr.qp_state == PIB_QPS_RTR ? kActive : kDrained);
         w.u32(dct.dc.keyViolations);
+        w.boolean(dct.dc.keyViolationArmed);
         dataPath_.saveDcConnections(dctn, w);
     }
     w.endSection();
@@ -226,12 +236,13 @@ void DcTargets::load(StateReader &r) {
         r.fail("DCTs: the next DC connection serial is 0");
     objects_.dcConnections.nextSerial = nextSerial;
     const uint32_t count =
-        r.count(objects_.qps.capacity(), 4 + Commands::inputBytes(kCreateDct) + 1 + 4, "DCTs");
+        r.count(objects_.qps.capacity(), 4 + Commands::inputBytes(kCreateDct) + 1 + 4 + 1, "DCTs");
     for (uint32_t i = 0; i < count && r.ok(); ++i) {
         const uint32_t dctn = r.u32();
         const std::vector<uint8_t> in = Commands::savedInput(r, kCreateDct);
         const uint8_t state = r.u8();
         const uint32_t violations = r.u32();
+        const bool armed = r.boolean("a DCT armed for key violations");
         uint32_t made = 0;
         if (!restoreAt(r, host_, "DCT", objects_.qps, dctn,
                        [&] { return r.ok() && !create(in, made); }))
@@ -242,6 +253,7 @@ void DcTargets::load(StateReader &r) {
         else if (state != kActive)
             r.fail("DCT " + std::to_string(dctn) + ": state " + std::to_string(state));
         dct.dc.keyViolations = violations;
+        dct.dc.keyViolationArmed = armed;
         dataPath_.loadDcConnections(dct, r);
     }
     r.leaveSection("DCTs");

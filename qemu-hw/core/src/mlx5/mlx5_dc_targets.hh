@@ -34,6 +34,9 @@ class DcTargets {
     // CREATE_DCT: `in` is create_dct_in.
     const err::Condition *create(std::span<const uint8_t> in, uint32_t &dctn);
     const err::Condition *drain(uint32_t dctn);
+    // ARM_DCT_FOR_KEY_VIOLATION: the DCT's next request with another key
+    // raises DCT_KEY_VIOLATION, once.
+    const err::Condition *arm(uint32_t dctn);
     const err::Condition *destroy(uint32_t dctn);
     // QUERY_DCT: the context, its state and its key violations into
     // query_dct_out `out`.

@@ -184,7 +184,7 @@ namespace {
 
 // Async events as ConnectX reports them (device.h: MLX5_EVENT_TYPE_* and
 // the port change sub-types); kind says where the object's number goes.
-enum class Kind : uint8_t { kNone, kCq, kQp, kSrq, kPort };
+enum class Kind : uint8_t { kNone, kCq, kQp, kSrq, kDct, kPort };
 struct AsyncEvent {
     uint8_t type;
     uint8_t subType;
@@ -213,6 +213,8 @@ AsyncEvent mlx5Event(uint8_t event) {
         return {0x12, 0, Kind::kSrq}; // SRQ_CATAS_ERROR
     case PIB_ASYNC_PATH_MIG:
         return {0x01, 0, Kind::kQp};
+    case kAsyncDctKeyViolation:
+        return {0x1d, 0, Kind::kDct}; // DCT_KEY_VIOLATION
     case PIB_ASYNC_PATH_MIG_ERR:
         return {0x07, 0, Kind::kQp};
     case PIB_ASYNC_PORT_ACTIVE:
@@ -252,6 +254,9 @@ void EventQueues::postAsync(uint8_t event, uint32_t number) {
     case Kind::kSrq:
         data[0x14] = e.kind == Kind::kSrq ? 1 : 0; // qp_srq.type
         writeBe32(data.data() + 0x18, number);     // qp_srq.qp_srq_n
+        break;
+    case Kind::kDct:
+        writeBe32(data.data() + 0x18, number); // dct.dctn
         break;
     case Kind::kPort:
         data[0x08] = static_cast<uint8_t>(number << 4); // port.port

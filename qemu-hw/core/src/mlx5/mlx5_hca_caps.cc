@@ -14,7 +14,8 @@ namespace {
 // cmd_hca_cap fields (mlx5_ifc.h), by bit offset and width.
 // ifc fields: cmd_hca_cap
 namespace cap {
-constexpr Field kHcaCap2 = field(0x020, 1);       // ifc: hca_cap_2
+constexpr Field kHcaCap2 = field(0x020, 1); // ifc: hca_cap_2
+constexpr Field kEventCap = field(0x090, 1);
 constexpr Field kLogMaxSrqSize = field(0x080, 8); // ifc: log_max_srq_sz
 constexpr Field kLogMaxQpSize = field(0x088, 8);  // ifc: log_max_qp_sz
 constexpr Field kLogMaxQp = field(0x09b, 5);
@@ -92,6 +93,23 @@ constexpr Field kLogMaxSize = field(0x06b, 5); // log_dma_mmo_max_size
 constexpr Field kOnQp = field(0x748, 1);       // dma_mmo_qp
 } // namespace mmo
 
+// The event page (device_event_cap in mlx5_ifc.h): bit n of the 64-bit
+// word n / 64 for event type n.
+// ifc fields: device_event_cap
+namespace events {
+constexpr Field kUserAffiliated = field(0x000, 64);   // ifc: user_affiliated_events
+constexpr Field kUserUnaffiliated = field(0x100, 64); // ifc: user_unaffiliated_events
+} // namespace events
+// The events the device posts (device.h, MLX5_EVENT_TYPE_*): of a QP,
+// SRQ, CQ or DCT, path migration's two only when injected (prm §10); and
+// the port's.
+constexpr uint64_t kAffiliatedEvents =
+    uint64_t{1} << 0x01 | uint64_t{1} << 0x02 | uint64_t{1} << 0x03 | uint64_t{1} << 0x04 |
+    uint64_t{1} << 0x05 | uint64_t{1} << 0x07 | uint64_t{1} << 0x10 | uint64_t{1} << 0x11 |
+    uint64_t{1} << 0x12 | uint64_t{1} << 0x13 | uint64_t{1} << 0x14 | uint64_t{1} << 0x1c |
+    uint64_t{1} << 0x1d;
+constexpr uint64_t kUnaffiliatedEvents = uint64_t{1} << 0x09; // PORT_CHANGE
+
 // The second general page (cmd_hca_cap_2). Linux's mlx5_ifc.h keeps the
 // bits of the fields the device sets reserved: rdma-core's mlx5_ifc.h
 // names the first, its tests' PRM structures the others.
@@ -161,6 +179,13 @@ void HcaCaps::reset() {
     mlx5::set(m, cap::kDct, 1);
     mlx5::set(m, cap::kLogMaxRaReqDc, log2(limits::kMaxRdAtom));
     mlx5::set(m, cap::kLogMaxRaResDc, log2(limits::kMaxRdAtom));
+    // The events a DEVX process may subscribe to, which mlx5_core then
+    // takes on its async EQ too: DCT_KEY_VIOLATION among them, which
+    // ARM_DCT_FOR_KEY_VIOLATION asks for (§15.1).
+    mlx5::set(m, cap::kEventCap, 1);
+    events_.fill(0);
+    mlx5::set(events_, events::kUserAffiliated, kAffiliatedEvents);
+    mlx5::set(events_, events::kUserUnaffiliated, kUnaffiliatedEvents);
     // DCI streams (§15.4): a stream's errors fail it alone. libmlx5 resets
     // a stream by the QP context extension (qpc_ext), which state changes
     // may carry for that and for DMA copies (§10.2), and nothing else.
@@ -237,6 +262,8 @@ const HcaCaps::Page *HcaCaps::page(uint16_t type, bool current) const {
         return &atomic_;
     if (type == kGeneral2)
         return &general2_;
+    if (type == kDeviceEvent)
+        return &events_;
     if (type == kGeneral)
         return current ? &current_ : &max_;
     return type < kTypes ? &kNone : nullptr;

@@ -19,6 +19,7 @@ class HcaCaps {
     static constexpr uint32_t kPageBytes = 4096;
     static constexpr uint16_t kGeneral = 0;
     static constexpr uint16_t kAtomic = 3;
+    static constexpr uint16_t kDeviceEvent = 0x14;
     static constexpr uint16_t kGeneral2 = 0x20;
     static constexpr uint16_t kTypes = 0x40; // the capability types the PRM names are below
     using Page = std::array<uint8_t, kPageBytes>;
@@ -41,6 +42,7 @@ class HcaCaps {
     Page current_{};
     Page atomic_{};   // the atomic page: nothing in it a driver sets
     Page general2_{}; // the second general page: nothing a driver sets
+    Page events_{};   // the event page: the events a DEVX process may ask for
 };
 
 } // namespace pib::mlx5
