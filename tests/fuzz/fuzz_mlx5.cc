@@ -49,12 +49,12 @@ void check(bool ok, const char *what) {
 }
 
 // The opcodes the device executes, and a few it knows only by name.
-constexpr uint16_t kOpcodes[] = {0x100, 0x101, 0x102, 0x103, 0x104, 0x105, 0x107, 0x108, 0x109,
-                                 0x10a, 0x10b, 0x200, 0x202, 0x301, 0x302, 0x400, 0x401, 0x403,
-                                 0x500, 0x501, 0x502, 0x503, 0x504, 0x505, 0x506, 0x507, 0x50a,
-                                 0x50b, 0x50c, 0x50d, 0x50e, 0x700, 0x701, 0x702, 0x703, 0x762,
-                                 0x800, 0x801, 0x802, 0x803, 0x805, 0x806, 0x807, 0x80e, 0x80f,
-                                 0x771, 0x772, 0x773, 0x710, 0x711, 0x712, 0x713, 0xa04, 0xa06};
+constexpr uint16_t kOpcodes[] = {
+    0x100, 0x101, 0x102, 0x103, 0x104, 0x105, 0x107, 0x108, 0x109, 0x10a, 0x10b,
+    0x200, 0x202, 0x301, 0x302, 0x400, 0x401, 0x403, 0x500, 0x501, 0x502, 0x503,
+    0x504, 0x505, 0x506, 0x507, 0x50a, 0x50b, 0x50c, 0x50d, 0x50e, 0x700, 0x701,
+    0x702, 0x703, 0x762, 0x800, 0x801, 0x802, 0x803, 0x805, 0x806, 0x807, 0x80e,
+    0x80f, 0x771, 0x772, 0x773, 0x710, 0x711, 0x712, 0x713, 0x714, 0xa04, 0xa06};
 constexpr uint32_t kIsegOffsets[] = {iseg::kCmdqAddrHigh, iseg::kCmdqAddrLowSize,
                                      iseg::kCmdDoorbell,  iseg::kFwRev,
                                      iseg::kInitializing, iseg::kHealthCounter};
@@ -373,8 +373,9 @@ struct QpWorld {
         set(key, field(0x220, 32), 8); // 16 pages
         const auto made = f.host.run(key, 16);
         freeKey = static_cast<uint32_t>(made.get(qpc::kHeld)) << 8;
-        // A seventh, a DCI, and a DCT on the SRQ (docs/mlx5.md §15).
-        const auto dci = f.createDci(srq->srqn);
+        // A seventh, a DCI with four streams, failing at two in error, and
+        // a DCT on the SRQ (docs/mlx5.md §15).
+        const auto dci = f.createDci(srq->srqn, 5, 2, 1);
         if (!dci || !f.toRts(dci->qpn, {.ackTimeout = 10, .retries = 3, .rnrRetries = 3}))
             return false;
         qps.push_back({*dci, false});
@@ -418,7 +419,10 @@ struct QpWorld {
             writeBe32(f.host.at(e.qp.record + 4), in.ConsumeIntegral<uint32_t>());
         if (in.ConsumeBool())
             first8 = in.ConsumeIntegral<uint64_t>();
-        const uint32_t offset = in.ConsumeBool()
+        // A blue-flame register, anywhere in them, or the doorbell of an
+        // SQ without a record (docs/mlx5.md §10.3).
+        const uint32_t offset = !in.ConsumeIntegralInRange<int>(0, 5) ? 0x600
+                                : in.ConsumeBool()
                                     ? 0x800 + 0x100 * in.ConsumeIntegralInRange<uint32_t>(0, 7)
                                     : in.ConsumeIntegralInRange<uint32_t>(0x800, 0xff8) & ~7u;
         f.blueFlame(first8, in.ConsumeBool() ? f.uar : in.ConsumeIntegralInRange<uint32_t>(2, 5),
@@ -460,11 +464,24 @@ struct QpWorld {
                 .opcode = in.PickValueInArray(kOpcodes),
                 .addr = pages.pick(in) + in.ConsumeIntegralInRange<uint32_t>(0, 2048),
                 .length = in.ConsumeIntegralInRange<uint32_t>(0, in.ConsumeBool() ? 2048 : 9000),
-                .remoteAddr = pages.pick(in) + in.ConsumeIntegralInRange<uint32_t>(0, 2048)};
+                .remoteAddr = pages.pick(in) + in.ConsumeIntegralInRange<uint32_t>(0, 2048),
+                .rkey = in.ConsumeIntegralInRange<int>(0, 3) ? 0 : in.ConsumeIntegral<uint32_t>(),
+                .lkey = in.ConsumeIntegralInRange<int>(0, 7) ? 0 : in.ConsumeIntegral<uint32_t>(),
+                .stream = in.ConsumeIntegralInRange<uint16_t>(0, 5)};
             f.blueFlame(f.writeDcSend(e.qp, to, key, s, in.ConsumeIntegral<uint64_t>()), f.uar);
             return;
         }
-        static constexpr uint16_t kCommands[] = {0x711, 0x712, 0x713};
+        if (in.ConsumeBool()) { // a stream reset, as libmlx5 sends one, of any stream of any QP
+            auto reset = Mlx5Host::input(qpc::kRts2Rts, 0, 0x1d0);
+            set(reset, qpc::kHeld,
+                in.ConsumeIntegralInRange<int>(0, 3) ? qps[kDci].qp.qpn : pick(in).qp.qpn);
+            set(reset, field(0x40, 1), 1);
+            set(reset, field(0x840, 64), in.ConsumeBool() ? 1 : in.ConsumeIntegral<uint64_t>());
+            set(reset, field(0x890, 16), in.ConsumeIntegralInRange<uint16_t>(0, 5));
+            f.host.run(reset, 16);
+            return;
+        }
+        static constexpr uint16_t kCommands[] = {0x711, 0x712, 0x713, 0x714};
         const uint16_t opcode = in.PickValueInArray(kCommands);
         auto cmd = Mlx5Host::input(opcode);
         set(cmd, qpc::kHeld, in.ConsumeBool() ? dctn : in.ConsumeIntegralInRange<uint32_t>(0, 64));
@@ -561,9 +578,11 @@ struct QpWorld {
         case 1:
             if (f.destroy(qpc::kDestroyQp, e.qp.qpn).status() == 0) {
                 const uint8_t st = in.PickValueInArray(kTypes);
-                if (const auto qp = f.createQp(st, in.ConsumeIntegralInRange<uint32_t>(0, 3),
-                                               in.ConsumeIntegralInRange<uint32_t>(0, 5),
-                                               in.ConsumeIntegralInRange<uint32_t>(0, 5)))
+                if (const auto qp = f.createQp(
+                        st, in.ConsumeIntegralInRange<uint32_t>(0, 3),
+                        in.ConsumeIntegralInRange<uint32_t>(0, 5),
+                        in.ConsumeIntegralInRange<uint32_t>(0, 5),
+                        in.ConsumeIntegralInRange<int>(0, 3) ? 0 : in.ConsumeIntegralInRange(1, 3)))
                     e = {*qp, st != qpc::kRc && st != qpc::kUc};
             }
             break;

@@ -230,10 +230,13 @@ class Mlx5Function {
             writeBe64(&in[0x110 + 8 * i], qp.buffer + 4096 * i);
         return in;
     }
+    // `sendDbrMode` 1: an SQ without a doorbell record (docs/mlx5.md §10.3).
     std::optional<Qp> createQp(uint8_t st, std::optional<uint32_t> logStride = 0,
-                               uint32_t logRq = 2, uint32_t logSq = 2) {
+                               uint32_t logRq = 2, uint32_t logSq = 2, uint64_t sendDbrMode = 0) {
         Qp qp;
-        const auto r = host.run(qpInput(st, logStride, logRq, logSq, qp), 16);
+        auto in = qpInput(st, logStride, logRq, logSq, qp);
+        set(in, pib::mlx5::field(mlx5qp::kQpc + 0x80, 2), sendDbrMode);
+        const auto r = host.run(in, 16);
         if (r.status() != 0)
             return std::nullopt;
         qp.qpn = static_cast<uint32_t>(r.get(mlx5qp::kHeld));
@@ -316,8 +319,22 @@ class Mlx5Function {
     }
     // A DCI as mlx5_ib's create_dci makes it: rq_type SRQ (the driver's
     // own `srqn`, which a DCI never uses), an SQ of 2^logSq blocks.
-    std::optional<Qp> createDci(uint32_t srqn, uint32_t logSq = 5) {
-        return createQpOnSrq(0x5, srqn, logSq);
+    // With 2^logStreams streams, failing at 2^logErrored in error
+    // (docs/mlx5.md §15.4), if those are not 0.
+    std::optional<Qp> createDci(uint32_t srqn, uint32_t logSq = 5, uint32_t logStreams = 0,
+                                uint32_t logErrored = 0) {
+        using pib::mlx5::field;
+        Qp qp;
+        auto in = qpInput(0x5, std::nullopt, 0, logSq, qp);
+        set(in, mlx5qp::kRqType, 1);
+        set(in, mlx5qp::kSrqn, srqn);
+        set(in, field(mlx5qp::kQpc + 0x3e3, 5), logStreams);
+        set(in, field(mlx5qp::kQpc + 0x403, 5), logErrored);
+        const auto r = host.run(in, 16);
+        if (r.status() != 0)
+            return std::nullopt;
+        qp.qpn = static_cast<uint32_t>(r.get(mlx5qp::kHeld));
+        return qp;
     }
     // A DCI's send WQE: the datagram segment with the DCT's key and
     // number, then RDMA's (`s.remoteAddr`, the function's key) or an
