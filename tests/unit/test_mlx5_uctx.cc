@@ -614,14 +614,16 @@ TEST_CASE("mlx5: DEVX general objects: AH-to-QP mappings, kept, shown and a proc
     CHECK(shown.get(kSl) == 5);
     CHECK(shown.get(field(0x200, 64)) == 0xa0a1a2a3a4a5a6a7);
 
-    // Not to an RC QP, another's QP, no QP, or through a GID the port has not.
+    // Not to an RC QP, no QP, or through a GID the port has not; to
+    // another context's UD QP, yes (it reaches nothing of it).
     const auto refused = [&](uint16_t uid, std::vector<uint8_t> in) {
         const auto r = f.as(uid, std::move(in));
         return r.status() == statusOf(err::kMlx5GeneralObjectBad) &&
                r.syndrome() == err::kMlx5GeneralObjectBad.syndrome;
     };
     CHECK(refused(a, mapping(rc.qpn)));
-    CHECK(refused(b, mapping(ud.qpn)));
+    const auto bs = f.as(b, mapping(ud.qpn));
+    CHECK(bs.status() == 0);
     CHECK(refused(a, mapping(0x77777)));
     CHECK(refused(a, mapping(ud.qpn, 200)));
     CHECK(refused(a, objectInput(kModifyObject, kAvQpMapping, id)));
@@ -632,6 +634,9 @@ TEST_CASE("mlx5: DEVX general objects: AH-to-QP mappings, kept, shown and a proc
           statusOf(err::kMlx5CmdForeignObject));
     CHECK(f.as(b, objectInput(kDestroyObject, kAvQpMapping, id)).status() ==
           statusOf(err::kMlx5CmdForeignObject));
+    CHECK(
+        f.as(a, objectInput(kDestroyObject, kAvQpMapping, static_cast<uint32_t>(bs.get(kObjectId))))
+            .status() == statusOf(err::kMlx5CmdForeignObject));
     auto destroyQp = Mlx5Host::input(kDestroyQp);
     set(destroyQp, kHeld, ud.qpn);
     REQUIRE(f.as(a, destroyQp).status() == 0);
