@@ -8,11 +8,10 @@
 
 #include <algorithm>
 #include <cstring>
-#include <numeric>
 #include <random>
 
 #include "mlx5_checks.hh"
-#include "mlx5_function.hh"
+#include "mlx5_dc_function.hh"
 #include "packet.hh"
 
 using namespace pib;
@@ -21,45 +20,13 @@ using namespace pib::mlx5;
 namespace {
 
 using namespace pib::testing::mlx5qp;
+using pib::testing::DcFunction;
 using pib::testing::Mlx5Function;
 constexpr uint8_t kDci = 0x5;
-constexpr uint16_t kDestroyDct = 0x711, kDrainDct = 0x712, kQueryDct = 0x713;
+constexpr uint16_t kDestroyDct = 0x711, kDrainDct = 0x712;
 constexpr uint8_t kFetchAdd = 0x12;
 constexpr uint32_t kDctc = 0x80; // the context's bit in create_dct_in and query_dct_out
 constexpr uint64_t kKeyA = 0x1ee7a330, kKeyB = 0xbadc0de;
-
-struct DcFunction : pib::testing::OwnedMlx5Host, Mlx5Function {
-    DcFunction() : Mlx5Function(owned) {
-        REQUIRE(setUp());
-        REQUIRE(activatePort());
-        std::vector<uint16_t> order(16);
-        std::iota(order.begin(), order.end(), 0);
-        const auto made = createSrq(4, order);
-        REQUIRE(made);
-        srq = *made;
-    }
-    uint32_t dct(uint64_t key) {
-        const auto r = host.run(dctInput(srq.srqn, key), 16);
-        REQUIRE(r.status() == 0);
-        return static_cast<uint32_t>(r.get(kHeld));
-    }
-    // A DCI taken to RTS with an ACK timeout.
-    Qp dci() {
-        const auto made = createDci(srq.srqn);
-        REQUIRE(made);
-        REQUIRE(toRts(made->qpn, {.ackTimeout = 14, .retries = 2, .rnrRetries = 7}));
-        return *made;
-    }
-    uint64_t dcSend(Qp &qp, uint32_t dctn, uint64_t key, const Send &s, uint64_t add = 0) {
-        return writeDcSend(qp, dctn, key, s, add);
-    }
-    Mlx5Host::Reply queryDct(uint32_t dctn) {
-        auto in = Mlx5Host::input(kQueryDct);
-        set(in, kHeld, dctn);
-        return host.run(in, 0x80);
-    }
-    Srq srq;
-};
 
 void fillRandom(Mlx5Host &host, uint64_t addr, size_t bytes, std::mt19937 &random) {
     std::generate_n(host.at(addr), bytes, [&] { return static_cast<uint8_t>(random()); });

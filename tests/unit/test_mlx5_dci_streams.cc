@@ -8,11 +8,10 @@
 #include <catch2/catch.hpp>
 
 #include <algorithm>
-#include <numeric>
 
 #include "limits.hh"
 #include "mlx5_checks.hh"
-#include "mlx5_function.hh"
+#include "mlx5_dc_function.hh"
 
 using namespace pib;
 using namespace pib::mlx5;
@@ -29,19 +28,8 @@ constexpr uint8_t kRts = 3, kErr = 6;
 // CQE syndromes.
 constexpr uint8_t kLocProt = 0x4, kFlushed = 0x5, kRemAccess = 0x13;
 
-struct StreamFunction : pib::testing::OwnedMlx5Host, Mlx5Function {
-    StreamFunction() : Mlx5Function(owned) {
-        REQUIRE(setUp());
-        REQUIRE(activatePort());
-        std::vector<uint16_t> order(16);
-        std::iota(order.begin(), order.end(), 0);
-        const auto made = createSrq(4, order);
-        REQUIRE(made);
-        srq = *made;
-        const auto r = host.run(dctInput(srq.srqn, kKey), 16);
-        REQUIRE(r.status() == 0);
-        dct = static_cast<uint32_t>(r.get(kHeld));
-    }
+struct StreamFunction : pib::testing::DcFunction {
+    StreamFunction() : target(dct(kKey)) {}
     std::vector<uint8_t> dciInput(uint64_t logStreams, uint64_t logErrored, Qp &qp) {
         auto in = qpInput(kDci, std::nullopt, 0, 5, qp);
         set(in, kRqType, 1);
@@ -49,15 +37,6 @@ struct StreamFunction : pib::testing::OwnedMlx5Host, Mlx5Function {
         set(in, kLogStreams, logStreams);
         set(in, kLogErrored, logErrored);
         return in;
-    }
-    // A DCI with 2^logStreams streams, failing at 2^logErrored in error, in RTS.
-    Qp dci(uint64_t logStreams, uint64_t logErrored) {
-        Qp qp;
-        const auto r = host.run(dciInput(logStreams, logErrored, qp), 16);
-        REQUIRE(r.status() == 0);
-        qp.qpn = static_cast<uint32_t>(r.get(kHeld));
-        REQUIRE(toRts(qp.qpn, {.ackTimeout = 14, .retries = 2, .rnrRetries = 7}));
-        return qp;
     }
     // RTS2RTS with the context extension, as libmlx5's
     // mlx5dv_dci_stream_id_reset sends it (rdma-core's mlx5_ifc.h layout).
@@ -71,12 +50,12 @@ struct StreamFunction : pib::testing::OwnedMlx5Host, Mlx5Function {
     }
     uint64_t send(Qp &qp, uint16_t stream, uint64_t addr, uint32_t length, uint32_t lkey = 0) {
         return writeDcSend(
-            qp, dct, kKey,
+            qp, target, kKey,
             {.opcode = kSend, .addr = addr, .length = length, .lkey = lkey, .stream = stream});
     }
     uint64_t write(Qp &qp, uint16_t stream, uint64_t addr, uint32_t length, uint64_t remote,
                    uint32_t rkey = 0) {
-        return writeDcSend(qp, dct, kKey,
+        return writeDcSend(qp, target, kKey,
                            {.opcode = kRdmaWrite,
                             .addr = addr,
                             .length = length,
@@ -85,8 +64,7 @@ struct StreamFunction : pib::testing::OwnedMlx5Host, Mlx5Function {
                             .stream = stream});
     }
     uint8_t state(uint32_t qpn) { return static_cast<uint8_t>(query(qpn).get(kState)); }
-    Srq srq;
-    uint32_t dct = 0;
+    uint32_t target; // the DCT
 };
 
 // A send WQE of a DCI takes two blocks: its CQEs count 0, 2, 4, ...
