@@ -22,13 +22,15 @@ from pibctl.pairs import (PERFTEST, ipoib_up, output_contains, perftest, perftes
 from transfers import traffic
 
 # pyverbs's test_atomic_invalid_lkey posts a WQE with a bad L_Key on
-# purpose, its test_resize_cq asks for a ring smaller than the CQEs
-# waiting in it, which the device refuses (docs/mlx5.md §8) and mlx5_core
-# logs, and its test_mlx5_mkey asks for indirect and signature keys,
-# which the device does not offer (§11).
+# purpose (as do the DCI stream tests' bad flows), its test_resize_cq asks
+# for a ring smaller than the CQEs waiting in it, which the device refuses
+# (docs/mlx5.md §8) and mlx5_core logs, its test_mlx5_mkey asks for
+# indirect and signature keys, which the device does not offer (§11), and
+# its test_dc_send_stream_bad_flow resets a DCI stream that is not in
+# error, to see it refused (§15.4).
 pytestmark = [
     pytest.mark.topology("connectx.topo"),
-    pytest.mark.guest_errors_expected("wqe-bad-key", "mlx5-mkey-not-offered"),
+    pytest.mark.guest_errors_expected("wqe-bad-key", "mlx5-mkey-not-offered", "mlx5-qp-bad-attr"),
     pytest.mark.kernel_log_expected("MODIFY_CQ(0x403) op_mod(0x1) failed, status bad parameter(0x3), "
                                     "syndrome (0x50bd34e9)"),
 ]
