@@ -212,6 +212,35 @@ TEST_CASE("mlx5: a DCT's NAK fails the DCI stream alone, and the other streams' 
     CHECK(f.completions(&next, 1).empty()); // nothing delivered twice
 }
 
+// Nothing but the failed stream's WQEs behind the NAKed one: both complete
+// (the second flushed) and the DCI, connected to nothing now, takes the
+// next stream's SEND to the same DCT on a new connection.
+TEST_CASE("mlx5: a DCT's NAK with only its stream's WQEs behind it leaves the DCI ready for the "
+          "next",
+          "[mlx5][dc]") {
+    StreamFunction f;
+    auto qp = f.dci(2, 3);
+    const uint64_t source = f.host.allocRandom(4096, 56), window = f.host.alloc(4096);
+    const uint64_t sink = f.host.alloc(4096);
+    uint32_t next = 0;
+    f.write(qp, 1, source, 1024, window, f.lkey ^ 0x1);
+    f.blueFlame(f.write(qp, 1, source, 1024, window), f.uar);
+    auto done = f.completions(&next, 2);
+    REQUIRE(done.size() == 2);
+    CHECK(syndrome(done[0]) == kRemAccess);
+    CHECK(syndrome(done[1]) == kFlushed);
+    CHECK(f.state(qp.qpn) == kRts);
+    f.postSrq(f.srq, sink, 4096);
+    f.blueFlame(f.send(qp, 2, source, 4096), f.uar);
+    done = f.completions(&next, 2);
+    REQUIRE(done.size() == 2);
+    CHECK(!failed(done[0]));
+    CHECK(!failed(done[1]));
+    CHECK(std::equal(f.host.at(source), f.host.at(source) + 4096, f.host.at(sink)));
+    CHECK(
+        std::all_of(f.host.at(window), f.host.at(window) + 1024, [](uint8_t b) { return b == 0; }));
+}
+
 // The streams in error move with the function: after a move, stream 1
 // still flushes, and is reset as before.
 TEST_CASE("mlx5: a DCI's streams in error are saved and loaded", "[mlx5][dc]") {

@@ -104,14 +104,10 @@ void Requester::notifyIfSqDrained(QueuePair &qp) {
 
 // Completes the oldest outstanding WQE. An error completion moves the QP
 // to the error state and flushes everything after it (IBA 10.8.3.3),
-// unless it fails only its stream, a DCI's (dci_streams.hh).
+// unless it fails only its stream, a DCI's (dci_streams.hh): decided as
+// it was fetched, or by onNak.
 void Requester::completeHead(QueuePair &qp, uint8_t status) {
     RequesterState &r = qp.req;
-    SendWqe &head = r.outstanding.front();
-    const bool sent = head.packets != 0;
-    if (status != PIB_WC_SUCCESS && !head.streamError && qp.ctx.type == kQptDci &&
-        qp.streams.on() && failsStreamOnly(status))
-        head.streamError = qp.streams.fail(head.stream);
     const FinishedWqe w = takeHeadWqe(qp);
     if (w.readOrAtomicSent && r.readsInFlight)
         --r.readsInFlight;
@@ -120,8 +116,6 @@ void Requester::completeHead(QueuePair &qp, uint8_t status) {
                          signaled, w.vendorErr);
     if (status != PIB_WC_SUCCESS && w.streamError) {
         trace::dci_stream_error(host_, qp.number, w.index, w.stream, status);
-        if (sent && status != PIB_WC_WR_FLUSH_ERR)
-            restartAfterStreamError(qp, w.stream);
         return;
     }
     if (status != PIB_WC_SUCCESS) {
@@ -271,10 +265,31 @@ bool Requester::onNak(QueuePair &qp, uint32_t psn, uint8_t code) {
         rewind(qp, psn);
         return true;
     }
-    completeHead(qp, code == aeth::kInvalidRequest ? PIB_WC_REM_INV_REQ_ERR
-                     : code == aeth::kRemoteAccess ? PIB_WC_REM_ACCESS_ERR
-                                                   : PIB_WC_REM_OP_ERR);
-    return qp.attr.qp_state != PIB_QPS_ERR; // a DCI's stream failed: the rest goes on
+    const uint8_t status = code == aeth::kInvalidRequest ? PIB_WC_REM_INV_REQ_ERR
+                           : code == aeth::kRemoteAccess ? PIB_WC_REM_ACCESS_ERR
+                                                         : PIB_WC_REM_OP_ERR;
+    const std::optional<uint16_t> stream = nakedStream(qp, psn, status);
+    completeHead(qp, status);
+    if (!stream)
+        return false;
+    // A DCI's stream failed, and with it the DCT's connection: the rest
+    // goes on, on a new one, once the stream's WQEs behind it are flushed.
+    restartAfterStreamError(qp, *stream);
+    completeInOrder(qp);
+    return true;
+}
+
+// Whether the NAK of `psn` fails only the stream of the WQE at the head
+// (its stream then), on a DCI with streams: the NAK must name that WQE
+// (one behind an unanswered READ fails the DCI, as without streams), and
+// the DCI must have room for another stream in error.
+std::optional<uint16_t> Requester::nakedStream(QueuePair &qp, uint32_t psn, uint8_t status) {
+    SendWqe &head = qp.req.outstanding.front();
+    if (qp.ctx.type != kQptDci || !qp.streams.on() || !failsStreamByNak(status) ||
+        head.packets == 0 || psnDiff(psn, head.firstPsn) < 0 || psnDiff(psn, head.lastPsn()) > 0)
+        return std::nullopt;
+    head.streamError = qp.streams.fail(head.stream);
+    return head.streamError ? std::optional<uint16_t>(head.stream) : std::nullopt;
 }
 
 // An atomic's answer: the original value lands in the WQE's buffer. False
@@ -335,7 +350,7 @@ void Requester::readResponse(QueuePair &qp, const iba::Packet &packet) {
     if (!w || w->opcode != PIB_WR_RDMA_READ)
         return;
     ackUpTo(qp, psnAdd(w->firstPsn, 0xffffff));
-    if (qp.attr.qp_state == PIB_QPS_ERR || &r.outstanding.front() != w)
+    if (qp.attr.qp_state == PIB_QPS_ERR || r.outstanding.empty() || &r.outstanding.front() != w)
         return; // an earlier READ or atomic must be answered first
     const uint32_t mtu = pathMtu(qp);
     const uint32_t expected = psnAdd(w->firstPsn, w->received / mtu);

@@ -221,8 +221,8 @@ struct RequesterState {
     // 9.7.6.1.3), and work a full port holds back has not left yet.
     bool awaitsAnswer() const {
         for (const SendWqe &w : outstanding) {
-            if (w.packets == 0 || w.acked)
-                continue;
+            if (w.packets == 0 || w.acked || w.localStatus != PIB_WC_SUCCESS)
+                continue; // nothing, or nothing more, to answer
             if (w.sentPackets == 0)
                 return false; // nothing from here on went out
             if (w.isReadOrAtomic() || psnDiff(psnAdd(w.firstPsn, w.sentPackets), unackedPsn) > 0)
@@ -233,7 +233,7 @@ struct RequesterState {
     // Whether some work is not answered yet, sent or not.
     bool unanswered() const {
         for (const SendWqe &w : outstanding)
-            if (w.packets != 0 && !w.acked)
+            if (w.packets != 0 && !w.acked && w.localStatus == PIB_WC_SUCCESS)
                 return true;
         return false;
     }

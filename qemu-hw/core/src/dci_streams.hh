@@ -40,21 +40,18 @@ struct DciStreams {
     bool reset(uint16_t stream) { return std::erase(errored, stream) != 0; }
 };
 
-// The completion statuses that fail a stream rather than its DCI: the
-// WQE's own local errors, and the errors a DCT answers it with. A
-// malformed WQE, a response the DCI cannot take or a path that fails
-// (retries, RNR retries) fail the DCI.
-inline bool failsStreamOnly(uint8_t status) {
-    switch (status) {
-    case PIB_WC_LOC_LEN_ERR:
-    case PIB_WC_LOC_PROT_ERR:
-    case PIB_WC_REM_INV_REQ_ERR:
-    case PIB_WC_REM_ACCESS_ERR:
-    case PIB_WC_REM_OP_ERR:
-        return true;
-    default:
-        return false;
-    }
+// The errors that fail a stream rather than its DCI: a WQE's own local
+// length or protection error, found as it is fetched (before any of it
+// goes out), and the errors a DCT answers with in a NAK (which fail the
+// connection, not the DCI). A malformed WQE, data that cannot be read
+// once sending began, a response the DCI cannot place, or a path that
+// fails (retries, RNR retries) fail the DCI.
+inline bool failsStreamAtFetch(uint8_t status) {
+    return status == PIB_WC_LOC_LEN_ERR || status == PIB_WC_LOC_PROT_ERR;
+}
+inline bool failsStreamByNak(uint8_t status) {
+    return status == PIB_WC_REM_INV_REQ_ERR || status == PIB_WC_REM_ACCESS_ERR ||
+           status == PIB_WC_REM_OP_ERR;
 }
 
 } // namespace pib

@@ -183,6 +183,8 @@ void Requester::send(QueuePair &qp) {
             const bool streamOnly = w.streamError;
             w.packets = 0;
             w.localStatus = status;
+            w.sges.clear(); // it holds no more of the device's budget than it needs
+            w.inlineData.clear();
             holdWqe(qp);
             completeInOrder(qp);
             if (!streamOnly)
@@ -213,21 +215,22 @@ uint8_t Requester::streamStatus(QueuePair &qp, SendWqe &w, uint8_t status) {
     DciStreams &streams = qp.streams;
     if (qp.ctx.type != kQptDci || !streams.on())
         return status;
+    if (status != PIB_WC_SUCCESS && !failsStreamAtFetch(status))
+        return status; // the DCI's: a malformed WQE fails it, whatever its stream
     if (streams.inError(w.stream)) {
         w.streamError = true;
         return PIB_WC_WR_FLUSH_ERR;
     }
-    if (status != PIB_WC_SUCCESS && failsStreamOnly(status))
+    if (status != PIB_WC_SUCCESS)
         w.streamError = streams.fail(w.stream);
     return status;
 }
 
-// A DCI's stream failed at a WQE that went out (its DCT answered with an
-// error, or the DCI could not place the answer): the DCT's connection
-// failed with it, or holds later requests of that stream. The stream's
-// later WQEs are flushed, and the others go again, numbered anew, on a
-// new connection: none of them is lost with the old one, and none done
-// twice (a failed connection drops what follows the error).
+// A DCI's stream failed at a WQE its DCT answered with an error NAK: the
+// DCT's connection failed with it and dropped everything after it. The
+// stream's later WQEs are flushed, and the others go again, numbered
+// anew, on a new connection: none of them is lost with the old one, and
+// none done twice.
 void Requester::restartAfterStreamError(QueuePair &qp, uint16_t stream) {
     RequesterState &r = qp.req;
     disconnectDci(qp, "one of its streams failed");

@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <vector>
 
 #include "outstanding_memory.hh"
@@ -57,6 +58,7 @@ class Requester final : TransportRole {
     void connectDci(QueuePair &qp, const DcAddress &to);
     uint8_t streamStatus(QueuePair &qp, SendWqe &w, uint8_t status);
     void restartAfterStreamError(QueuePair &qp, uint16_t stream);
+    std::optional<uint16_t> nakedStream(QueuePair &qp, uint32_t psn, uint8_t status);
     void disconnectDci(QueuePair &qp, const char *why);
     void rewind(QueuePair &qp, uint32_t psn);
     uint32_t resendFrom(const QueuePair &qp) const;
