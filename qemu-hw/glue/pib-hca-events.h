@@ -194,6 +194,8 @@ static bool pib_hca_event_enabled(unsigned event)
         return trace_event_get_state_backends(TRACE_PIB_HCA_MLX5_SQ_DOORBELL);
     case PIB_EVENT_MLX5_CQ_ARM:
         return trace_event_get_state_backends(TRACE_PIB_HCA_MLX5_CQ_ARM);
+    case PIB_EVENT_MLX5_INDIRECT_UMR:
+        return trace_event_get_state_backends(TRACE_PIB_HCA_MLX5_INDIRECT_UMR);
     case PIB_EVENT_MLX5_UMR:
         return trace_event_get_state_backends(TRACE_PIB_HCA_MLX5_UMR);
     case PIB_EVENT_MLX5_RQ_RECORD:
@@ -572,6 +574,11 @@ static void pib_hca_trace_event(unsigned event, const uint64_t *a)
         trace_pib_hca_mlx5_cq_arm((unsigned) a[0], (unsigned) a[1],
                                   (unsigned) a[2], (unsigned) a[3]);
         break;
+    case PIB_EVENT_MLX5_INDIRECT_UMR:
+        trace_pib_hca_mlx5_indirect_umr((unsigned) a[0], (unsigned) a[1],
+                                        (unsigned) a[2], (unsigned) a[3],
+                                        (uint64_t) a[4], (unsigned) a[5]);
+        break;
     case PIB_EVENT_MLX5_UMR:
         trace_pib_hca_mlx5_umr((unsigned) a[0], (unsigned) a[1],
                                (unsigned) a[2], (uint64_t) a[3],
@@ -851,6 +858,9 @@ static bool pib_hca_guest_error_traced(unsigned error)
             TRACE_PIB_HCA_ERR_MLX5_CQ_DOORBELL);
     case PIB_GUEST_ERROR_MLX5_UMR:
         return trace_event_get_state_backends(TRACE_PIB_HCA_ERR_MLX5_UMR);
+    case PIB_GUEST_ERROR_MLX5_INDIRECT_UMR:
+        return trace_event_get_state_backends(
+            TRACE_PIB_HCA_ERR_MLX5_INDIRECT_UMR);
     case PIB_GUEST_ERROR_MLX5_PAGES_BAD:
         return trace_event_get_state_backends(TRACE_PIB_HCA_ERR_MLX5_PAGES_BAD);
     default:
@@ -1106,6 +1116,9 @@ static void pib_hca_trace_guest_error(unsigned error, const char *detail)
         break;
     case PIB_GUEST_ERROR_MLX5_UMR:
         trace_pib_hca_err_mlx5_umr(detail);
+        break;
+    case PIB_GUEST_ERROR_MLX5_INDIRECT_UMR:
+        trace_pib_hca_err_mlx5_indirect_umr(detail);
         break;
     case PIB_GUEST_ERROR_MLX5_PAGES_BAD:
         trace_pib_hca_err_mlx5_pages_bad(detail);

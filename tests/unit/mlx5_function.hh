@@ -57,6 +57,7 @@ constexpr Field kNextSendPsn = field(kQpc + 0x3c8, 24);
 constexpr Field kCqnSnd = field(kQpc + 0x3e8, 24);
 constexpr Field kRre = field(kQpc + 0x490, 1);
 constexpr Field kRwe = field(kQpc + 0x491, 1);
+constexpr Field kRae = field(kQpc + 0x492, 1);
 constexpr Field kPageOffset = field(kQpc + 0x494, 6);
 constexpr Field kNextRcvPsn = field(kQpc + 0x4a8, 24);
 constexpr Field kCqnRcv = field(kQpc + 0x4e8, 24);
@@ -92,6 +93,7 @@ struct Mlx5Peer {
     uint8_t ackTimeout = 0;  // 0: none (IBA's infinite)
     uint8_t retries = 0;     // retry_count
     uint8_t rnrRetries = 0;  // rnr_retry (7: for ever)
+    bool atomics = false;    // rae: the QP answers atomics
 };
 
 // What a send WQE says beyond its control segment.
@@ -380,6 +382,7 @@ class Mlx5Function {
             set(in, kMtu, peer.mtu);
             set(in, kRre, 1);
             set(in, kRwe, 1);
+            set(in, kRae, peer.atomics);
             set(in, kCounterSetId, peer.counterSet);
             set(in, kOptParamMask, peer.optional);
             set(in, kAckTimeout, peer.ackTimeout);
@@ -409,10 +412,10 @@ class Mlx5Function {
 
     // A receive WQE of one data segment for `length` bytes at `addr`, the
     // RQ counter in the doorbell record (what mlx5_ib_post_recv does).
-    void postReceive(Qp &qp, uint64_t addr, uint32_t length) {
+    void postReceive(Qp &qp, uint64_t addr, uint32_t length, uint32_t key = 0) {
         uint8_t *wqe = host.at(qp.address(uint64_t{qp.rqStride} * (qp.rqPosted % qp.rqSlots)));
         writeBe32(wqe, length);
-        writeBe32(wqe + 4, lkey);
+        writeBe32(wqe + 4, key ? key : lkey);
         writeBe64(wqe + 8, addr);
         if (qp.rqStride > 16)
             writeBe32(wqe + 16 + 4, 0x100); // the terminate key ends the list
@@ -442,7 +445,7 @@ class Mlx5Function {
         }
         uint8_t *data = grow(16);
         writeBe32(data, s.length);
-        writeBe32(data + 4, lkey);
+        writeBe32(data + 4, s.lkey ? s.lkey : lkey);
         writeBe64(data + 8, s.addr);
         return postWqe(qp, wqe);
     }

@@ -96,21 +96,22 @@ enum pib_event {
     PIB_EVENT_MLX5_QP_DESTROY = 88,
     PIB_EVENT_MLX5_SQ_DOORBELL = 89,
     PIB_EVENT_MLX5_CQ_ARM = 90,
-    PIB_EVENT_MLX5_UMR = 91,
-    PIB_EVENT_MLX5_RQ_RECORD = 92,
-    PIB_EVENT_MLX5_ACCESS_REG = 93,
-    PIB_EVENT_MW_BOUND = 94,
-    PIB_EVENT_ERR_PORT_DROP = 95,
-    PIB_EVENT_ERR_LINK = 96,
-    PIB_EVENT_ERR_MKEY_VIOLATION = 97,
-    PIB_EVENT_ERR_MCAST_DROP = 98,
-    PIB_EVENT_ERR_RC_NO_QP = 99,
-    PIB_EVENT_ERR_RC_WRONG_PEER = 100,
-    PIB_EVENT_ERR_DC_DROPPED = 101,
-    PIB_EVENT_ERR_RC_BAD_RESPONSE_PSN = 102,
-    PIB_EVENT_ERR_RC_BAD_RESPONSE_LENGTH = 103,
-    PIB_EVENT_ERR_RC_REQUEST_REFUSED = 104,
-    PIB_EVENT_COUNT = 105
+    PIB_EVENT_MLX5_INDIRECT_UMR = 91,
+    PIB_EVENT_MLX5_UMR = 92,
+    PIB_EVENT_MLX5_RQ_RECORD = 93,
+    PIB_EVENT_MLX5_ACCESS_REG = 94,
+    PIB_EVENT_MW_BOUND = 95,
+    PIB_EVENT_ERR_PORT_DROP = 96,
+    PIB_EVENT_ERR_LINK = 97,
+    PIB_EVENT_ERR_MKEY_VIOLATION = 98,
+    PIB_EVENT_ERR_MCAST_DROP = 99,
+    PIB_EVENT_ERR_RC_NO_QP = 100,
+    PIB_EVENT_ERR_RC_WRONG_PEER = 101,
+    PIB_EVENT_ERR_DC_DROPPED = 102,
+    PIB_EVENT_ERR_RC_BAD_RESPONSE_PSN = 103,
+    PIB_EVENT_ERR_RC_BAD_RESPONSE_LENGTH = 104,
+    PIB_EVENT_ERR_RC_REQUEST_REFUSED = 105,
+    PIB_EVENT_COUNT = 106
 };
 
 /* The guest-error tokens (pib_host_ops.guest_error), as docs/prm.md §9. */
@@ -197,8 +198,9 @@ enum pib_guest_error {
     PIB_GUEST_ERROR_MLX5_QP_DOORBELL = 79,
     PIB_GUEST_ERROR_MLX5_CQ_DOORBELL = 80,
     PIB_GUEST_ERROR_MLX5_UMR = 81,
-    PIB_GUEST_ERROR_MLX5_PAGES_BAD = 82,
-    PIB_GUEST_ERROR_COUNT = 83
+    PIB_GUEST_ERROR_MLX5_INDIRECT_UMR = 82,
+    PIB_GUEST_ERROR_MLX5_PAGES_BAD = 83,
+    PIB_GUEST_ERROR_COUNT = 84
 };
 
 static inline const char *pib_event_name(unsigned event) {
@@ -294,6 +296,7 @@ static inline const char *pib_event_name(unsigned event) {
         "mlx5_qp_destroy",
         "mlx5_sq_doorbell",
         "mlx5_cq_arm",
+        "mlx5_indirect_umr",
         "mlx5_umr",
         "mlx5_rq_record",
         "mlx5_access_reg",
@@ -316,18 +319,18 @@ static inline const char *pib_event_name(unsigned event) {
 /* An event's arguments: 's' for a string, 'i' for an integer each. */
 static inline const char *pib_event_args(unsigned event) {
     static const char *const args[PIB_EVENT_COUNT] = {
-        "siiii", "s",      "s",       "i",     "i",      "i",       "i",      "i",     "i",
-        "i",     "i",      "i",       "i",     "i",      "i",       "ii",     "is",    "i",
-        "i",     "isi",    "is",      "s",     "sii",    "iiii",    "is",     "si",    "iii",
-        "iiiii", "iiiiii", "i",       "ii",    "iii",    "ii",      "ii",     "ii",    "ii",
-        "ii",    "iii",    "ii",      "ii",    "ii",     "ii",      "iii",    "iis",   "iii",
-        "ii",    "i",      "iiii",    "iis",   "iiii",   "ii",      "iiiii",  "iis",   "ii",
-        "iii",   "iii",    "iii",     "ii",    "iiiii",  "iis",     "isii",   "iiiii", "iiii",
-        "iiiii", "iiiii",  "iiiiiii", "iiiii", "ii",     "iiii",    "isiiii", "si",    "si",
-        "siiii", "siii",   "iiiii",   "i",     "iiii",   "iiii",    "i",      "iii",   "iiiii",
-        "i",     "iiiii",  "i",       "i",     "i",      "iiiiiii", "isiii",  "i",     "iii",
-        "iiii",  "iiiiii", "sii",     "isi",   "iiiiii", "is",      "is",     "iii",   "is",
-        "ii",    "iii",    "iiis",    "iii",   "iii",    "iis",
+        "siiii", "s",      "s",       "i",     "i",     "i",       "i",      "i",     "i",
+        "i",     "i",      "i",       "i",     "i",     "i",       "ii",     "is",    "i",
+        "i",     "isi",    "is",      "s",     "sii",   "iiii",    "is",     "si",    "iii",
+        "iiiii", "iiiiii", "i",       "ii",    "iii",   "ii",      "ii",     "ii",    "ii",
+        "ii",    "iii",    "ii",      "ii",    "ii",    "ii",      "iii",    "iis",   "iii",
+        "ii",    "i",      "iiii",    "iis",   "iiii",  "ii",      "iiiii",  "iis",   "ii",
+        "iii",   "iii",    "iii",     "ii",    "iiiii", "iis",     "isii",   "iiiii", "iiii",
+        "iiiii", "iiiii",  "iiiiiii", "iiiii", "ii",    "iiii",    "isiiii", "si",    "si",
+        "siiii", "siii",   "iiiii",   "i",     "iiii",  "iiii",    "i",      "iii",   "iiiii",
+        "i",     "iiiii",  "i",       "i",     "i",     "iiiiiii", "isiii",  "i",     "iii",
+        "iiii",  "iiiiii", "iiiiii",  "sii",   "isi",   "iiiiii",  "is",     "is",    "iii",
+        "is",    "ii",     "iii",     "iiis",  "iii",   "iii",     "iis",
     };
 
     return event < PIB_EVENT_COUNT ? args[event] : "";
@@ -417,6 +420,7 @@ static inline const char *pib_guest_error_token(unsigned error) {
         "mlx5-qp-doorbell",
         "mlx5-cq-doorbell",
         "mlx5-umr",
+        "mlx5-indirect-umr",
         "mlx5-pages-bad",
     };
 
@@ -426,18 +430,18 @@ static inline const char *pib_guest_error_token(unsigned error) {
 /* The section of docs/prm.md whose rule a guest error breaks. */
 static inline const char *pib_guest_error_rule(unsigned error) {
     static const char *const rules[PIB_GUEST_ERROR_COUNT] = {
-        "prm §1.1", "prm §1.1", "prm §2",   "prm §2",   "prm §2",     "prm §2",   "prm §2",
-        "prm §5.3", "prm §2.1", "prm §4.4", "prm §2.1", "prm §4.3",   "prm §4.3", "prm §4.3",
-        "prm §3.2", "prm §4.5", "prm §4.3", "prm §4.2", "prm §6.3",   "prm §6.3", "prm §4.6",
-        "prm §4.1", "prm §5.3", "prm §5.3", "prm §5.2", "prm §5.1",   "prm §7.1", "prm §7.1",
-        "prm §7.1", "prm §7.1", "prm §7.1", "prm §7.1", "prm §7.1",   "prm §7.2", "prm §7.2",
-        "prm §6.2", "prm §6.2", "prm §6.2", "prm §6.7", "prm §6.1",   "prm §6.1", "prm §1",
-        "mlx5 §2",  "mlx5 §2",  "mlx5 §2",  "mlx5 §3",  "mlx5 §3",    "mlx5 §3",  "mlx5 §3",
-        "mlx5 §3",  "mlx5 §4",  "mlx5 §4",  "mlx5 §4",  "mlx5 §4",    "mlx5 §4",  "mlx5 §4",
-        "mlx5 §4",  "mlx5 §4",  "mlx5 §16", "mlx5 §16", "mlx5 §16",   "mlx5 §16", "mlx5 §16",
-        "mlx5 §4",  "mlx5 §6",  "mlx5 §7",  "mlx5 §7",  "mlx5 §7",    "mlx5 §7",  "mlx5 §7",
-        "mlx5 §8",  "mlx5 §8",  "mlx5 §9",  "mlx5 §9",  "mlx5 §10",   "mlx5 §10", "mlx5 §10",
-        "mlx5 §15", "mlx5 §10", "mlx5 §10", "mlx5 §8",  "mlx5 §10.1", "mlx5 §5",
+        "prm §1.1", "prm §1.1", "prm §2",   "prm §2",   "prm §2",     "prm §2",     "prm §2",
+        "prm §5.3", "prm §2.1", "prm §4.4", "prm §2.1", "prm §4.3",   "prm §4.3",   "prm §4.3",
+        "prm §3.2", "prm §4.5", "prm §4.3", "prm §4.2", "prm §6.3",   "prm §6.3",   "prm §4.6",
+        "prm §4.1", "prm §5.3", "prm §5.3", "prm §5.2", "prm §5.1",   "prm §7.1",   "prm §7.1",
+        "prm §7.1", "prm §7.1", "prm §7.1", "prm §7.1", "prm §7.1",   "prm §7.2",   "prm §7.2",
+        "prm §6.2", "prm §6.2", "prm §6.2", "prm §6.7", "prm §6.1",   "prm §6.1",   "prm §1",
+        "mlx5 §2",  "mlx5 §2",  "mlx5 §2",  "mlx5 §3",  "mlx5 §3",    "mlx5 §3",    "mlx5 §3",
+        "mlx5 §3",  "mlx5 §4",  "mlx5 §4",  "mlx5 §4",  "mlx5 §4",    "mlx5 §4",    "mlx5 §4",
+        "mlx5 §4",  "mlx5 §4",  "mlx5 §16", "mlx5 §16", "mlx5 §16",   "mlx5 §16",   "mlx5 §16",
+        "mlx5 §4",  "mlx5 §6",  "mlx5 §7",  "mlx5 §7",  "mlx5 §7",    "mlx5 §7",    "mlx5 §7",
+        "mlx5 §8",  "mlx5 §8",  "mlx5 §9",  "mlx5 §9",  "mlx5 §10",   "mlx5 §10",   "mlx5 §10",
+        "mlx5 §15", "mlx5 §10", "mlx5 §10", "mlx5 §8",  "mlx5 §10.1", "mlx5 §10.4", "mlx5 §5",
     };
 
     return error < PIB_GUEST_ERROR_COUNT ? rules[error] : "prm";

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "core_operations.hh"
+#include "indirect_key.hh"
 #include "key_update.hh"
 #include "pib_hw.h"
 
@@ -71,12 +72,13 @@ struct SendWqe {
     pib_wqe_reg_mr reg{};            // REG_MR
     std::vector<uint64_t> pages;     // REG_MR: its page list, when the WQE held it (wqe_format.hh)
     std::optional<KeyUpdate> update; // REG_MR: a general key update (key_update.hh)
-    std::optional<bool> remoteInvalidate; // REG_MR: a peer may free the key (wqe_format.hh)
-    pib_wqe_bind_mw bind{};               // BIND_MW
-    uint32_t remoteSrqn = 0;              // XRC INI: the XRC SRQ its XRCETH names
-    DcAddress dc;                         // DCI: the DCT it goes to
-    uint16_t stream = 0;                  // DCI: its stream (dci_streams.hh)
-    bool streamError = false;             // DCI: its error fails its stream only
+    std::optional<bool> remoteInvalidate;   // REG_MR: a peer may free the key (wqe_format.hh)
+    std::optional<IndirectUpdate> indirect; // REG_MR: of an indirect key (indirect_key.hh)
+    pib_wqe_bind_mw bind{};                 // BIND_MW
+    uint32_t remoteSrqn = 0;                // XRC INI: the XRC SRQ its XRCETH names
+    DcAddress dc;                           // DCI: the DCT it goes to
+    uint16_t stream = 0;                    // DCI: its stream (dci_streams.hh)
+    bool streamError = false;               // DCI: its error fails its stream only
     std::vector<pib_wqe_data> sges;
     std::vector<uint8_t> inlineData;
     uint32_t length = 0;                  // bytes of the message

@@ -50,6 +50,9 @@ inline constexpr uint32_t kMaxLogPageSize = 30;
 // Pages one REG_MR WQE maps (2 MiB in 4 KiB pages): its page list is read
 // whole while the doorbell runs.
 inline constexpr uint32_t kMaxFastRegPages = 512;
+// Entries of an indirect key's table (a ConnectX KLM key): as many, the
+// one list size a ConnectX advertises for both (log_max_klm_list_size).
+inline constexpr uint32_t kMaxIndirectEntries = kMaxFastRegPages;
 inline constexpr uint8_t kLocalCaAckDelay = 15;
 // The core clock is the transport's clock, which counts nanoseconds: 1 GHz.
 inline constexpr uint32_t kCoreClockKhz = 1'000'000;

@@ -8,19 +8,39 @@ namespace pib {
 // Returns PIB_WC_SUCCESS, or the completion status of the violation.
 uint8_t MemoryAccess::translate(uint32_t key, uint32_t pdn, uint64_t addr, uint64_t len,
                                 uint32_t access, std::vector<Segment> &out) const {
-    const MemoryRegion *mr = mrs_.find(PIB_KEY_INDEX(key));
-    if (!mr || !mr->valid || mr->key != key || mr->ctx.pdn != pdn ||
-        (mr->ctx.access & access) != access)
-        return PIB_WC_LOC_PROT_ERR;
-    return mapRegion(*mr, addr, len, out);
+    return reach(key, pdn, addr, len, access, &out);
 }
 
 uint8_t MemoryAccess::translateRemote(uint32_t rkey, uint32_t pdn, uint32_t qpn, uint64_t addr,
                                       uint64_t len, uint32_t access,
                                       std::vector<Segment> &out) const {
+    return reachRemote(rkey, pdn, qpn, addr, len, access, &out);
+}
+
+uint8_t MemoryAccess::check(uint32_t key, uint32_t pdn, uint64_t addr, uint64_t len,
+                            uint32_t access) const {
+    return reach(key, pdn, addr, len, access, nullptr);
+}
+
+uint8_t MemoryAccess::checkRemote(uint32_t rkey, uint32_t pdn, uint32_t qpn, uint64_t addr,
+                                  uint64_t len, uint32_t access) const {
+    return reachRemote(rkey, pdn, qpn, addr, len, access, nullptr);
+}
+
+uint8_t MemoryAccess::reach(uint32_t key, uint32_t pdn, uint64_t addr, uint64_t len,
+                            uint32_t access, std::vector<Segment> *out) const {
+    const MemoryRegion *mr = mrs_.find(PIB_KEY_INDEX(key));
+    if (!mr || !mr->valid || mr->key != key || mr->ctx.pdn != pdn ||
+        (mr->ctx.access & access) != access)
+        return PIB_WC_LOC_PROT_ERR;
+    return mapRegion(*mr, addr, len, access, out);
+}
+
+uint8_t MemoryAccess::reachRemote(uint32_t rkey, uint32_t pdn, uint32_t qpn, uint64_t addr,
+                                  uint64_t len, uint32_t access, std::vector<Segment> *out) const {
     const MemoryWindow *mw = mws_.find(PIB_KEY_INDEX(rkey));
     if (!mw)
-        return translate(rkey, pdn, addr, len, access, out);
+        return reach(rkey, pdn, addr, len, access, out);
     // IBA 10.6.7.3: the window's own rights and range, then the region's
     // pages (its remote rights do not matter: the window grants them).
     const pib_mw_context &w = mw->ctx;
@@ -34,41 +54,75 @@ uint8_t MemoryAccess::translateRemote(uint32_t rkey, uint32_t pdn, uint32_t qpn,
     const MemoryRegion *mr = mrs_.find(PIB_KEY_INDEX(w.mr_key));
     if (!mr || !mr->valid || mr->key != w.mr_key)
         return PIB_WC_LOC_PROT_ERR;
-    return mapRegion(*mr, addr, len, out);
+    return mapRegion(*mr, addr, len, access, out);
 }
 
-// The segments of [addr, addr + len) of `mr`, within its range.
+// The segments of [addr, addr + len) of `mr`, within its range; only
+// the check when `out` is null.
 uint8_t MemoryAccess::mapRegion(const MemoryRegion &mr, uint64_t addr, uint64_t len,
-                                std::vector<Segment> &out) const {
+                                uint32_t access, std::vector<Segment> *out) const {
     const pib_mr_context &c = mr.ctx;
     if (len == 0)
         return PIB_WC_SUCCESS;
     if (addr < c.iova || addr + len < addr || addr + len - c.iova > c.length)
         return PIB_WC_LOC_PROT_ERR;
-    if (c.flags & PIB_MR_PHYSICAL) {
-        out.push_back({addr, len});
-        return PIB_WC_SUCCESS;
-    }
+    return mr.indirect ? mapIndirect(mr, addr, len, access, out) : mapDirect(mr, addr, len, out);
+}
+
+// A region with pages: its own, or its MTT range's; guest physical
+// addresses for a physical one.
+uint8_t MemoryAccess::mapDirect(const MemoryRegion &mr, uint64_t addr, uint64_t len,
+                                std::vector<Segment> *out) const {
+    const pib_mr_context &c = mr.ctx;
     const unsigned shift = c.log_page_size;
     const uint64_t pageSize = uint64_t{1} << shift;
     const uint64_t base = c.iova & ~(pageSize - 1);
-    while (len) {
+    const uint64_t pages = mr.ownsPages ? mr.ownPages.size() : c.mtt_count;
+    if (c.flags & PIB_MR_PHYSICAL) {
+        if (out)
+            out->push_back({addr, len});
+        return PIB_WC_SUCCESS;
+    }
+    if (((addr + len - 1 - base) >> shift) >= pages) // the pages held are the range's first
+        return PIB_WC_LOC_PROT_ERR;
+    while (out && len) {
         const uint64_t offset = addr - base;
-        const uint64_t page = offset >> shift;
         const uint64_t within = offset & (pageSize - 1);
         const uint64_t chunk = std::min(len, pageSize - within);
-        if (page >= (mr.ownsPages ? mr.ownPages.size() : c.mtt_count))
-            return PIB_WC_LOC_PROT_ERR;
+        const uint64_t page = offset >> shift;
         const uint64_t entry = mr.ownsPages ? mr.ownPages[page]
                                             : mtt_.entry(static_cast<uint32_t>(c.mtt_index + page));
-        if (!out.empty() && out.back().addr + out.back().len == entry + within)
-            out.back().len += chunk; // physically contiguous: one DMA
+        if (!out->empty() && out->back().addr + out->back().len == entry + within)
+            out->back().len += chunk; // physically contiguous: one DMA
         else
-            out.push_back({entry + within, chunk});
+            out->push_back({entry + within, chunk});
         addr += chunk;
         len -= chunk;
     }
     return PIB_WC_SUCCESS;
+}
+
+// An indirect key's range, through its entries' keys as they are now
+// (indirect_key.hh): each a direct key of the key's PD, valid, with local
+// write when the access writes. Remote rights are the indirect key's
+// alone, as the kernel's own KLM keys (over its PD's local DMA key) show.
+// A check takes one span per entry, so a long range costs no more than
+// a short one.
+uint8_t MemoryAccess::mapIndirect(const MemoryRegion &mr, uint64_t addr, uint64_t len,
+                                  uint32_t access, std::vector<Segment> *out) const {
+    constexpr uint32_t kWrites =
+        PIB_ACCESS_LOCAL_WRITE | PIB_ACCESS_REMOTE_WRITE | PIB_ACCESS_REMOTE_ATOMIC;
+    const uint32_t entryAccess = access & kWrites ? PIB_ACCESS_LOCAL_WRITE : 0;
+    const auto through = [&](const IndirectEntry &e, uint64_t at, uint64_t n) {
+        const MemoryRegion *entry = mrs_.find(PIB_KEY_INDEX(e.key));
+        return entry && entry->valid && entry->key == e.key && !entry->indirect &&
+               entry->ctx.pdn == mr.ctx.pdn && (entry->ctx.access & entryAccess) == entryAccess &&
+               mapRegion(*entry, at, n, entryAccess, out) == PIB_WC_SUCCESS;
+    };
+    const uint64_t offset = addr - mr.ctx.iova;
+    const bool reached = out ? mr.indirect->forEachPiece(offset, len, through)
+                             : mr.indirect->forEachHull(offset, len, through);
+    return reached ? PIB_WC_SUCCESS : PIB_WC_LOC_PROT_ERR;
 }
 
 // Reads the whole of the buffers `sges` describe into `out`, which grows

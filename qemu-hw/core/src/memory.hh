@@ -39,6 +39,12 @@ class MemoryAccess {
     // `qpn` asks (a type 2 window answers only the QP it is bound to).
     uint8_t translateRemote(uint32_t rkey, uint32_t pdn, uint32_t qpn, uint64_t addr, uint64_t len,
                             uint32_t access, std::vector<Segment> &out) const;
+    // The same checks for a range of any length, whose segments nobody
+    // needs yet (a whole message, before its packets move it): work
+    // bounded by the key's entries, not by the range's segments.
+    uint8_t check(uint32_t key, uint32_t pdn, uint64_t addr, uint64_t len, uint32_t access) const;
+    uint8_t checkRemote(uint32_t rkey, uint32_t pdn, uint32_t qpn, uint64_t addr, uint64_t len,
+                        uint32_t access) const;
     uint8_t gather(uint32_t pdn, std::span<const pib_wqe_data> sges, uint64_t maxLength,
                    std::vector<uint8_t> &out);
     uint8_t gatherInto(uint32_t pdn, std::span<const pib_wqe_data> sges, uint64_t offset,
@@ -53,10 +59,20 @@ class MemoryAccess {
     uint8_t forEachSegment(uint32_t pdn, std::span<const pib_wqe_data> sges, uint64_t offset,
                            uint64_t len, const std::function<bool(const Segment &)> &take);
 
+    // The implementations of the above: `out` null checks only.
+    uint8_t reach(uint32_t key, uint32_t pdn, uint64_t addr, uint64_t len, uint32_t access,
+                  std::vector<Segment> *out) const;
+    uint8_t reachRemote(uint32_t rkey, uint32_t pdn, uint32_t qpn, uint64_t addr, uint64_t len,
+                        uint32_t access, std::vector<Segment> *out) const;
+    uint8_t mapRegion(const MemoryRegion &mr, uint64_t addr, uint64_t len, uint32_t access,
+                      std::vector<Segment> *out) const;
+    uint8_t mapDirect(const MemoryRegion &mr, uint64_t addr, uint64_t len,
+                      std::vector<Segment> *out) const;
+    uint8_t mapIndirect(const MemoryRegion &mr, uint64_t addr, uint64_t len, uint32_t access,
+                        std::vector<Segment> *out) const;
+
     const Host &host_;
     const Mtt &mtt_;
-    uint8_t mapRegion(const MemoryRegion &mr, uint64_t addr, uint64_t len,
-                      std::vector<Segment> &out) const;
 
     const ObjectTable<MemoryRegion> &mrs_;
     const ObjectTable<MemoryWindow> &mws_;

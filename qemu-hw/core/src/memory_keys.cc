@@ -13,7 +13,7 @@ namespace pib {
 // same): null when nothing does.
 const char *MemoryKeys::checkRegistration(const MemoryRegion *mr, uint32_t pdn,
                                           const pib_wqe_reg_mr &reg) const {
-    if (!mr || !mr->fastReg())
+    if (!mr || !mr->fastReg() || mr->indirect)
         return "the key names no fast-registration region";
     if (mr->umrQpOwned)
         return "the key is the UMR QP's (a region of the driver's MR cache)";

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "host.hh"
+#include "indirect_key.hh"
 #include "key_update.hh"
 #include "mtt.hh"
 #include "object_table.hh"
@@ -52,6 +53,14 @@ class MemoryKeys {
     // completes with (a guest error says why), the key unchanged.
     uint8_t update(uint32_t qpn, uint32_t index, uint32_t key, const KeyUpdate &u,
                    std::span<const uint64_t> entries);
+    // A UMR of an indirect key (a ConnectX KLM key, indirect_key.hh) by
+    // `qp`: sets what `u` names, all or nothing. PIB_WC_SUCCESS, or the
+    // status the WQE completes with (a guest error says why).
+    uint8_t configureIndirect(const QueuePair &qp, uint32_t index, uint32_t key,
+                              const IndirectUpdate &u);
+    // The same as the device's saved state brings it back: no QP asks.
+    // Null, or why it cannot be.
+    const char *restoreIndirect(MemoryRegion &mr, const IndirectUpdate &u);
     // Leaves the window unbound (its region no longer held by it).
     static void unbind(ObjectTable<MemoryRegion> &mrs, MemoryWindow &mw);
 
@@ -68,6 +77,9 @@ class MemoryKeys {
     const char *checkUpdate(const MemoryRegion *mr, uint32_t key, const KeyUpdate &u,
                             std::span<const uint64_t> entries) const;
     bool storeEntries(MemoryRegion &mr, const KeyUpdate &u, std::span<const uint64_t> entries);
+    const char *checkIndirectAuthority(const QueuePair &qp, const MemoryRegion *mr) const;
+    const char *checkIndirect(const MemoryRegion &mr, uint32_t key, const IndirectUpdate &u) const;
+    static void applyIndirect(MemoryRegion &mr, const IndirectUpdate &u);
 
     const Host &host_;
     Mtt &mtt_;

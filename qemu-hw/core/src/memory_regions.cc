@@ -94,6 +94,20 @@ const err::Condition *MemoryRegions::insertWithPages(const char *command, const 
     return nullptr;
 }
 
+const err::Condition *MemoryRegions::insertIndirect(const char *command, const pib_mr_context &ctx,
+                                                    uint32_t tableEntries, uint32_t *key) {
+    IndirectLayout empty;
+    empty.tableEntries = tableEntries;
+    if (!objects_.mtt.takeKeyEntries(indirectCharge(empty)))
+        return fail(refusals_.noResources, "%s: the device's translation memory is full", command);
+    if (const err::Condition *why = insert(ctx, key, Translations::kIndirect)) {
+        objects_.mtt.returnKeyEntries(indirectCharge(empty));
+        return why;
+    }
+    objects_.mrs.find(PIB_KEY_INDEX(*key))->indirect = empty;
+    return nullptr;
+}
+
 // A fast-registration region starts free, and only the device writes its
 // range (or its own pages, which it has none of yet).
 const err::Condition *MemoryRegions::insert(const pib_mr_context &ctx, uint32_t *key,
@@ -107,6 +121,8 @@ const err::Condition *MemoryRegions::insert(const pib_mr_context &ctx, uint32_t 
     raw->key = (*index << 8) | ctx.key_variant;
     raw->valid = !raw->fastReg();
     raw->ownsPages = translations == Translations::kOwn;
+    if (translations == Translations::kIndirect)
+        raw->indirect = IndirectLayout{};
     ++objects_.pds.at(ctx.pdn).refs;
     holdTranslations(*raw, true);
     *key = raw->key;
@@ -131,7 +147,10 @@ const err::Condition *MemoryRegions::destroy(const char *command, uint32_t key) 
 // keeps its pages with it gives them back to the device's budget.
 void MemoryRegions::holdTranslations(const MemoryRegion &mr, bool hold) {
     const pib_mr_context &ctx = mr.ctx;
-    if (mr.ownsPages) {
+    if (mr.indirect) { // its table, charged as it was made
+        if (!hold)
+            objects_.mtt.returnKeyEntries(indirectCharge(*mr.indirect));
+    } else if (mr.ownsPages) {
         if (!hold)
             objects_.mtt.returnKeyEntries(mr.ownPages.size());
     } else if (mr.fastReg() || ctx.mtt_count) {

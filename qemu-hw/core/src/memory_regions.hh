@@ -32,7 +32,7 @@ class MemoryRegions {
     const err::Condition *check(const char *command, const pib_mr_context &ctx) const;
     // Where a region's translations are: in the MTT range its context
     // names, or (a fast-registration region only) kept with it.
-    enum class Translations { kMtt, kOwn };
+    enum class Translations { kMtt, kOwn, kIndirect };
     // A new region of `ctx`, which the caller checked, holding its PD and
     // MTT range; its key in *key.
     const err::Condition *insert(const pib_mr_context &ctx, uint32_t *key,
@@ -43,6 +43,11 @@ class MemoryRegions {
     // most ctx.mtt_count, the table UMRs may fill later. In use at once.
     const err::Condition *insertWithPages(const char *command, const pib_mr_context &ctx,
                                           std::vector<uint64_t> pages, uint32_t *key);
+    // A new indirect key (indirect_key.hh) of `ctx` with a table of
+    // `tableEntries`, taken from the device's translation budget: free
+    // until a UMR lays it out.
+    const err::Condition *insertIndirect(const char *command, const pib_mr_context &ctx,
+                                         uint32_t tableEntries, uint32_t *key);
     // Ends the region `key` names, unless windows are bound to it.
     const err::Condition *destroy(const char *command, uint32_t key);
     // The region a key names, if the key's variant matches too (a

@@ -3,12 +3,14 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <vector>
 
 #include "connected.hh"
 #include "core_operations.hh"
 #include "dci_streams.hh"
 #include "eq_ring.hh"
+#include "indirect_key.hh"
 #include "pib_hw.h"
 
 namespace pib {
@@ -77,6 +79,9 @@ struct MemoryRegion {
     // ownPages those it maps now (budgeted by Mtt::takeKeyEntries).
     bool ownsPages = false;
     std::vector<uint64_t> ownPages;
+    // A ConnectX indirect key (KLM, indirect_key.hh): its pieces of other
+    // keys, which UMRs lay out; it has no pages of its own.
+    std::optional<IndirectLayout> indirect;
 
     bool fastReg() const { return ctx.flags & PIB_MR_FAST_REG; }
 };

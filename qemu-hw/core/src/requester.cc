@@ -45,6 +45,7 @@ uint8_t Requester::fetchSendWqe(QueuePair &qp, uint32_t index, SendWqe &w) {
     w.reg = wqe.reg;
     w.pages = std::move(wqe.pages);
     w.update = std::move(wqe.update);
+    w.indirect = std::move(wqe.indirect);
     w.remoteInvalidate = wqe.remoteInvalidate;
     w.bind = wqe.bind;
     w.remoteSrqn = wqe.xrc.remote_srqn;
@@ -102,11 +103,8 @@ uint8_t Requester::readTranslationList(const QueuePair &qp, SendWqe &w, const pi
 uint8_t Requester::checkLocalBuffers(QueuePair &qp, SendWqe &w, uint64_t *length) {
     std::erase_if(w.sges, [](const pib_wqe_data &s) { return s.byte_count == 0; });
     const uint32_t access = w.isReadOrAtomic() ? PIB_ACCESS_LOCAL_WRITE : 0;
-    std::vector<Segment> &segments = localSegments_;
     for (const pib_wqe_data &s : w.sges) {
-        segments.clear();
-        const uint8_t status =
-            memory_.translate(s.lkey, qp.ctx.pdn, s.addr, s.byte_count, access, segments);
+        const uint8_t status = memory_.check(s.lkey, qp.ctx.pdn, s.addr, s.byte_count, access);
         if (status != PIB_WC_SUCCESS) {
             host_.guestError(err::kWqeBadKey, "QP %u WQE %u: L_Key 0x%x at 0x%" PRIx64, qp.number,
                              w.index, s.lkey, s.addr);
@@ -315,6 +313,8 @@ void Requester::runLocalOperation(QueuePair &qp, SendWqe &w) {
     uint8_t status = PIB_WC_SUCCESS;
     if (w.update)
         status = keys_.update(qp.number, w.index, w.imm, *w.update, w.pages);
+    else if (w.indirect)
+        status = keys_.configureIndirect(qp, w.index, w.imm, *w.indirect);
     else if (w.opcode == PIB_WR_REG_MR)
         status =
             keys_.fastRegister(qp.number, w.index, qp.ctx.pdn, w.reg, w.pages, w.remoteInvalidate);

@@ -89,8 +89,6 @@ class Requester final : TransportRole {
     bool onAtomicAcknowledge(QueuePair &qp, const iba::Packet &packet);
     void readResponse(QueuePair &qp, const iba::Packet &packet);
 
-    // The segments of a WQE's local buffers, kept for the next WQE too.
-    std::vector<Segment> localSegments_;
     std::vector<uint8_t> translationBytes_; // a UMR's translation list, read
     std::vector<uint8_t> copyBuffer_;       // a DMA copy's bytes on their way
     SendWqePool pool_;

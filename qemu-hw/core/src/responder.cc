@@ -162,16 +162,21 @@ static size_t repliesOwed(const ResponderState &s) {
 
 // Translates an R_Key range for this QP: its PD, its access flags and the
 // region's (IBA 10.6.3.2). False when the responder must NAK.
+// With `out` null, checks only: a whole message's range, of any length.
 bool Responder::remoteRange(const QueuePair &qp, uint32_t pdn, uint32_t rkey, uint64_t va,
-                            uint64_t len, uint32_t access, std::vector<Segment> &out) {
-    out.clear();
+                            uint64_t len, uint32_t access, std::vector<Segment> *out) {
+    if (out)
+        out->clear();
     if ((qp.attr.qp_access_flags & access) != access)
         return false;
     // A zero-length RDMA WRITE or READ names no memory: its R_Key and VA
     // are not checked (IBA C9-88).
     if (len == 0)
         return true;
-    return memory_.translateRemote(rkey, pdn, qp.number, va, len, access, out) == PIB_WC_SUCCESS;
+    const uint8_t status =
+        out ? memory_.translateRemote(rkey, pdn, qp.number, va, len, access, *out)
+            : memory_.checkRemote(rkey, pdn, qp.number, va, len, access);
+    return status == PIB_WC_SUCCESS;
 }
 
 // The PD a request's memory is checked in: the QP's, or for an XRC TGT QP
@@ -491,19 +496,21 @@ bool Responder::receiveWrite(QueuePair &qp, const iba::Packet &packet) {
 }
 
 // The first packet of a WRITE: its RETH is checked whole. *translated
-// says the whole message's segments are left in writeSegments_.
+// says the whole message's segments are left in writeSegments_: when
+// the packet is the whole message (a longer one's packets are each
+// translated as they land).
 bool Responder::startWrite(QueuePair &qp, const iba::Packet &packet, bool *translated) {
     ResponderState &s = qp.resp;
     const uint32_t psn = packet.bth.psn;
     const iba::Reth &reth = *packet.reth;
     count(qp, &pib_port_counters::write_requests);
     std::vector<Segment> &whole = writeSegments_;
+    const bool single = reth.length == packet.data().size();
     const bool granted = reth.length <= limits::kMaxMsgSize &&
                          remoteRange(qp, requestPd(qp), reth.rkey, reth.va, reth.length,
-                                     PIB_ACCESS_REMOTE_WRITE, whole);
-    // The whole message's list is needed once, and can be long: a long
-    // one is not kept.
-    *translated = whole.capacity() <= kKeptSegments;
+                                     PIB_ACCESS_REMOTE_WRITE, single ? &whole : nullptr);
+    // The list is needed once, and can be long: a long one is not kept.
+    *translated = single && whole.capacity() <= kKeptSegments;
     if (!*translated)
         std::vector<Segment>().swap(whole);
     if (!granted) {
@@ -530,7 +537,7 @@ bool Responder::landWrite(QueuePair &qp, const iba::Packet &packet, bool transla
     const uint32_t psn = packet.bth.psn;
     std::vector<Segment> &segments = writeSegments_;
     if (!translated && !remoteRange(qp, requestPd(qp), s.writeRkey, s.writeVa + s.received,
-                                    packet.data().size(), PIB_ACCESS_REMOTE_WRITE, segments)) {
+                                    packet.data().size(), PIB_ACCESS_REMOTE_WRITE, &segments)) {
         refuseRequest(qp, psn, err::kWriteRkeyGone);
         return false;
     }
@@ -584,10 +591,9 @@ bool Responder::invalidateForPeer(QueuePair &qp, const iba::Packet &packet) {
 void Responder::readRequest(QueuePair &qp, const iba::Packet &packet) {
     ResponderState &s = qp.resp;
     const iba::Reth &reth = *packet.reth;
-    std::vector<Segment> segments;
     if (reth.length > limits::kMaxMsgSize ||
         !remoteRange(qp, requestPd(qp), reth.rkey, reth.va, reth.length, PIB_ACCESS_REMOTE_READ,
-                     segments)) {
+                     nullptr)) {
         responderError(qp, packet.bth.psn, err::kReadRkey);
         return;
     }
@@ -646,7 +652,7 @@ bool Responder::sendReadResponse(QueuePair &qp, Reply &r) {
     // A duplicate READ is answered from memory as it is now: the region
     // may have gone, or lost its rights, since the first time.
     std::vector<Segment> &segments = readSegments_;
-    if (!remoteRange(qp, e.pdn, e.rkey, e.va + offset, len, PIB_ACCESS_REMOTE_READ, segments)) {
+    if (!remoteRange(qp, e.pdn, e.rkey, e.va + offset, len, PIB_ACCESS_REMOTE_READ, &segments)) {
         if (staleAnswer(qp, r, i))
             return endStaleAnswer(qp, r, p.bth.psn);
         responderError(qp, p.bth.psn, err::kReadRkeyGone);
@@ -686,11 +692,13 @@ void Responder::atomicRequest(QueuePair &qp, const iba::Packet &packet) {
         return;
     }
     std::vector<Segment> segments;
-    if (!remoteRange(qp, requestPd(qp), a.rkey, a.va, 8, PIB_ACCESS_REMOTE_ATOMIC, segments)) {
+    if (!remoteRange(qp, requestPd(qp), a.rkey, a.va, 8, PIB_ACCESS_REMOTE_ATOMIC, &segments) ||
+        segments.size() != 1) {
         responderError(qp, psn, err::kAtomicRkey);
         return;
     }
-    // One aligned 8-byte word never crosses a page: one segment. The
+    // One aligned 8-byte word never crosses a page, but it may cross the
+    // entries of an indirect key: it must be one segment. The
     // device runs one operation at a time, so this is atomic against
     // every other access through the device (IBV_ATOMIC_HCA).
     uint64_t value = 0;

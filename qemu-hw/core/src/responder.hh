@@ -65,9 +65,9 @@ class Responder final : TransportRole {
     void noReceiveWqe(QueuePair &qp, uint32_t psn);
     void dropUcMessage(QueuePair &qp, uint32_t psn);
 
-    // Memory a request names.
+    // Memory a request names (its segments into `out`, unless null).
     bool remoteRange(const QueuePair &qp, uint32_t pdn, uint32_t rkey, uint64_t va, uint64_t len,
-                     uint32_t access, std::vector<Segment> &out);
+                     uint32_t access, std::vector<Segment> *out);
     uint32_t requestPd(const QueuePair &qp) const;
     uint32_t requestSrq(const QueuePair &qp) const;
 

@@ -556,6 +556,14 @@ inline void mlx5_cq_arm(const Host &host, unsigned uar, unsigned cqn, unsigned c
                                            Host::eventArg(consumer), Host::eventArg(command)});
 }
 
+inline void mlx5_indirect_umr(const Host &host, unsigned qpn, unsigned key, unsigned entries,
+                              unsigned repeats, uint64_t length, unsigned in_use) {
+    if (host.eventEnabled(PIB_EVENT_MLX5_INDIRECT_UMR))
+        host.event(PIB_EVENT_MLX5_INDIRECT_UMR,
+                   {Host::eventArg(qpn), Host::eventArg(key), Host::eventArg(entries),
+                    Host::eventArg(repeats), Host::eventArg(length), Host::eventArg(in_use)});
+}
+
 inline void mlx5_umr(const Host &host, unsigned qpn, unsigned key, unsigned entries,
                      uint64_t first_entry, unsigned in_use, unsigned pd) {
     if (host.eventEnabled(PIB_EVENT_MLX5_UMR))

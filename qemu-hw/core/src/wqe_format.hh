@@ -13,6 +13,7 @@
 
 #include "core_operations.hh"
 #include "host.hh"
+#include "indirect_key.hh"
 #include "key_update.hh"
 #include "objects.hh"
 #include "pib_hw.h"
@@ -39,6 +40,9 @@ struct Wqe {
     // A REG_MR that says whether a peer's SEND with Invalidate may free
     // the key (a ConnectX UMR's en_rinval); unset: as it was.
     std::optional<bool> remoteInvalidate;
+    // A REG_MR that lays out, or frees, an indirect key (a ConnectX UMR of
+    // a KLM key, indirect_key.hh).
+    std::optional<IndirectUpdate> indirect;
     pib_wqe_bind_mw bind{}; // memory window binding
     pib_wqe_xrc xrc{};      // XRC INI QPs: the remote XRC SRQ
     bool isInline = false;

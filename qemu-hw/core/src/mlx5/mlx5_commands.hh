@@ -186,12 +186,17 @@ class Commands {
     const err::Condition *checkKeyOwners(const Request &r) const;
     const err::Condition *createPhysicalMkey(const Request &r);
     const err::Condition *createFreeMkey(const Request &r);
+    const err::Condition *createIndirectMkey(const Request &r);
     const err::Condition *createMttMkey(const Request &r);
     const err::Condition *destroyMkey(const Request &r);
     std::vector<uint8_t> mkeyInput(const MemoryRegion &mr) const;
     void saveKeys(StateWriter &w) const;
     void checkLoadedOwners(StateReader &r) const;
     void loadKey(StateReader &r, uint32_t number);
+    void saveIndirectLayout(StateWriter &w, const MemoryRegion &mr) const;
+    std::optional<IndirectLayout> loadIndirectLayout(StateReader &r) const;
+    bool restoreIndirect(StateReader &r, MemoryRegion &mr, const pib_mr_context &ctx, bool valid,
+                         std::optional<IndirectLayout> layout);
     const err::Condition *allocPd(const Request &r);
     const err::Condition *deallocPd(const Request &r);
     const err::Condition *allocXrcd(const Request &r);

@@ -34,10 +34,12 @@ constexpr Field kAccessMode10 = field(0x96, 2); // ifc: access_mode_1_0
 constexpr Field kQpn = field(0xa0, 24);
 constexpr Field kVariant = field(0xb8, 8); // ifc: mkey_7_0
 constexpr Field kLength64 = field(0xe0, 1);
+constexpr Field kBsfEnable = field(0xe1, 1);        // ifc: bsf_en
 constexpr Field kRemoteInvalidate = field(0xe7, 1); // ifc: en_rinval
 constexpr Field kPd = field(0xe8, 24);
 constexpr Field kStartAddress = field(0x100, 64); // ifc: start_addr
 constexpr Field kLength = field(0x140, 64);       // ifc: len
+constexpr Field kBsfOctowords = field(0x180, 32); // ifc: bsf_octword_size
 // In 16-byte octowords: two MTT entries each.
 constexpr Field kTranslationOctowords = field(0x220, 32); // ifc: translations_octword_size
 constexpr Field kLogPageSize = field(0x25a, 6);
@@ -48,6 +50,9 @@ constexpr Field kLogPageSize = field(0x25a, 6);
 constexpr Field kUmemId = field(0x320, 32);     // mkey_umem_id
 constexpr Field kUmemOffset = field(0x340, 64); // mkey_umem_offset
 constexpr uint64_t kUmemGranule = uint64_t{1} << PageList::kAdapterPageShift;
+// The mkc's crypto_en, where rdma-core's mlx5_ifc.h has it (reserved in
+// Linux's): a crypto key, which the device does not offer.
+constexpr Field kCryptoEnable = field(0x80 + 0x1e3, 2);
 // ifc fields: create_mkey_in
 constexpr Field kActualOctowords = field(0x300, 32); // ifc: translations_octword_actual_size
 constexpr size_t kEntriesByte = 0x110;               // klm_pas_mtt
@@ -59,6 +64,7 @@ constexpr Field kMkeyIndex = field(0x48, 24); // ifc: create_mkey_out.mkey_index
 
 constexpr uint32_t kAccessModePa = 0;  // the address is the guest physical one
 constexpr uint32_t kAccessModeMtt = 1; // pages through translation entries
+constexpr uint32_t kAccessModeKlm = 2; // pieces of other keys (indirect_key.hh)
 constexpr uint32_t kNoQp = 0xffffff;   // qpn of a key no QP owns
 
 // IBA access rights of a context's bits; local read is always there.
@@ -72,29 +78,34 @@ uint32_t accessOf(std::span<const uint8_t> in) {
 } // namespace
 
 // What the device does not do is refused before anything is made: keys a
-// QP owns, on-demand paging, KLM and other access modes, a
-// free key UMRs cannot map, and UMR on physical keys.
+// QP owns, on-demand paging, signature and crypto keys, KSM and other
+// access modes, a free key UMRs cannot map, UMR on physical keys, and an
+// indirect key UMRs do not lay out.
 const err::Condition *Commands::createMkey(const Request &r) {
     if (get(r.in, kUmemValid))
         return createUmemMkey(r);
     const uint64_t mode = get(r.in, mkc::kAccessMode42) << 2 | get(r.in, mkc::kAccessMode10);
     const bool free = get(r.in, mkc::kFree), umr = get(r.in, mkc::kUmrEnable);
-    const char *unsupported = get(r.in, mkc::kQpn) != kNoQp ? "owned by a QP"
-                              : get(r.in, kPageAccess)      ? "on-demand paging"
-                              : mode != kAccessModePa && mode != kAccessModeMtt
-                                  ? "of an access mode other than PA and MTT (docs/mlx5.md §11)"
-                              : mode == kAccessModePa && (free || umr)
-                                  ? "free or UMR-enabled with access mode PA"
-                              : free && !umr                ? "free, and no UMR may map it"
-                              : !get(r.in, mkc::kLocalRead) ? "without local read"
-                                                            : nullptr;
+    const char *unsupported =
+        get(r.in, mkc::kQpn) != kNoQp ? "owned by a QP"
+        : get(r.in, kPageAccess)      ? "on-demand paging"
+        : get(r.in, mkc::kBsfEnable) || get(r.in, mkc::kBsfOctowords) || get(r.in, kCryptoEnable)
+            ? "for signatures or crypto (docs/mlx5.md §11)"
+        : mode > kAccessModeKlm ? "of an access mode other than PA, MTT and KLM (docs/mlx5.md §11)"
+        : mode == kAccessModePa && (free || umr) ? "free or UMR-enabled with access mode PA"
+        : mode == kAccessModeKlm && !(free && umr)
+            ? "of access mode KLM, not free and UMR-enabled (only UMRs lay one out)"
+        : free && !umr                ? "free, and no UMR may map it"
+        : !get(r.in, mkc::kLocalRead) ? "without local read"
+                                      : nullptr;
     if (unsupported)
         return fail(err::kMlx5MkeyNotOffered, "CREATE_MKEY %s", unsupported);
     if (const err::Condition *why = checkKeyOwners(r))
         return why;
-    const err::Condition *why = mode == kAccessModePa ? createPhysicalMkey(r)
-                                : free                ? createFreeMkey(r)
-                                                      : createMttMkey(r);
+    const err::Condition *why = mode == kAccessModePa    ? createPhysicalMkey(r)
+                                : mode == kAccessModeKlm ? createIndirectMkey(r)
+                                : free                   ? createFreeMkey(r)
+                                                         : createMttMkey(r);
     if (why)
         return why;
     MemoryRegion &made = core_.objects.mrs.at(static_cast<uint32_t>(get(r.out, kMkeyIndex)));
@@ -105,15 +116,16 @@ const err::Condition *Commands::createMkey(const Request &r) {
 }
 
 // mlx5_ib makes every key as the kernel (uid 0), a process's too: a user
-// context's key is DEVX's, in a PD of its own, over its own memory. A key
-// over guest physical memory, or a free one only UMRs fill, is the
-// kernel's.
+// context's key is DEVX's, in a PD of its own, over its own memory or
+// (an indirect key, mlx5dv_create_mkey) over its own keys. A key over
+// guest physical memory, or a free one only the kernel's UMRs fill, is
+// the kernel's.
 const err::Condition *Commands::checkKeyOwners(const Request &r) const {
     const auto caller = static_cast<Owner>(get(r.in, kUid));
     if (caller == uid::kKernel)
         return nullptr;
     const uint64_t mode = get(r.in, mkc::kAccessMode42) << 2 | get(r.in, mkc::kAccessMode10);
-    if (mode == kAccessModePa || get(r.in, mkc::kFree))
+    if (mode == kAccessModePa || (get(r.in, mkc::kFree) && mode != kAccessModeKlm))
         return fail(err::kMlx5CmdBadUid, "CREATE_MKEY with uid %u: a %s key is the kernel's",
                     caller, mode == kAccessModePa ? "physical" : "free");
     const uint64_t pd = get(r.in, mkc::kPd);
@@ -171,6 +183,33 @@ const err::Condition *Commands::createFreeMkey(const Request &r) {
     return nullptr;
 }
 
+// An indirect key (indirect_key.hh) with a table of
+// translations_octword_size entries, 16 bytes each: what
+// mlx5dv_create_mkey makes, free until a UMR lays it out (docs/mlx5.md
+// §10.4). Its entries come only by UMR.
+const err::Condition *Commands::createIndirectMkey(const Request &r) {
+    const uint64_t entries = get(r.in, mkc::kTranslationOctowords);
+    if (entries == 0 || entries > limits::kMaxIndirectEntries || get(r.in, kActualOctowords))
+        return fail(err::kMlx5CmdBadParam,
+                    "CREATE_MKEY of an indirect key with a table of %" PRIu64
+                    " entries (1..%u), or with entries of its own",
+                    entries, limits::kMaxIndirectEntries);
+    pib_mr_context ctx{};
+    ctx.pdn = static_cast<uint32_t>(get(r.in, mkc::kPd));
+    ctx.access = accessOf(r.in);
+    ctx.flags = PIB_MR_FAST_REG;
+    ctx.iova = get(r.in, mkc::kStartAddress);
+    ctx.key_variant = static_cast<uint8_t>(get(r.in, mkc::kVariant));
+    if (!core_.objects.pds.find(ctx.pdn))
+        return fail(err::kMlx5CmdBadResource, "CREATE_MKEY in PD %u", ctx.pdn);
+    uint32_t key = 0;
+    if (const err::Condition *why =
+            regions_.insertIndirect("CREATE_MKEY", ctx, static_cast<uint32_t>(entries), &key))
+        return why;
+    set(r.out, kMkeyIndex, key >> 8);
+    return nullptr;
+}
+
 // A key made with its pages, translations_octword_actual_size * 2 of them
 // after the context: what mlx5_ib's reg_create makes for user memory
 // when it does not load the pages by UMR. The key keeps them with itself
@@ -210,7 +249,8 @@ const err::Condition *Commands::createMttMkey(const Request &r) {
 
 // The CREATE_MKEY input that makes `mr` as it was made (the device's
 // state): a physical key, or a key with its pages; a UMR-enabled key as
-// a free one, which the saved state then maps as the UMRs since did.
+// a free one, which the saved state then maps (or lays out, an indirect
+// key) as the UMRs since did.
 std::vector<uint8_t> Commands::mkeyInput(const MemoryRegion &mr) const {
     const pib_mr_context &c = mr.ctx;
     const bool physical = c.flags & PIB_MR_PHYSICAL;
@@ -222,7 +262,10 @@ std::vector<uint8_t> Commands::mkeyInput(const MemoryRegion &mr) const {
     set(in, mkc::kPd, c.pdn);
     set(in, mkc::kVariant, c.key_variant);
     set(in, mkc::kRemoteInvalidate, mr.remoteInvalidate);
-    if (!physical) {
+    if (mr.indirect) {
+        set(in, mkc::kAccessMode10, kAccessModeKlm);
+        set(in, mkc::kTranslationOctowords, mr.indirect->tableEntries);
+    } else if (!physical) {
         set(in, mkc::kAccessMode10, kAccessModeMtt);
         set(in, mkc::kTranslationOctowords, c.mtt_count / 2);
     }

@@ -40,10 +40,10 @@ constexpr Field kPortType = field(0x1b6, 2);
 constexpr Field kNumPorts = field(0x1b8, 8);
 constexpr Field kMcamReg = field(0x1a9, 1);
 constexpr Field kLogMaxMsg = field(0x1c3, 5);
+constexpr Field kMaxIndirection = field(0x100, 8);
 constexpr Field kUmrExtendedTranslationOffset = field(0x118, 1);
 constexpr Field kLogMaxKlmListSize = field(0x11a, 6);
 constexpr Field kQpcExtension = field(0x122, 1);
-constexpr Field kUmrIndirectMkeyDisabled = field(0x209, 1);
 constexpr Field kDct = field(0x21a, 1);
 constexpr Field kBlockLbMc = field(0x228, 1); // ifc: block_lb_mc
 constexpr Field kAtomic = field(0x21e, 1);
@@ -212,8 +212,9 @@ void HcaCaps::reset() {
     mlx5::set(atomic_, atomic::kSizeQp, atomic::kSize8Bytes);
     mlx5::set(atomic_, atomic::kSizeDc, atomic::kSize8Bytes);
     // UMR maps MTT keys, up to kMaxFastRegPages pages a fast registration
-    // (the driver's max_fast_reg_page_list_len), and no indirect (KLM)
-    // keys (docs/mlx5.md §4.5, §10.1). umr_modify_entity_size_disabled
+    // (the driver's max_fast_reg_page_list_len), and lays out indirect
+    // (KLM) keys of as many entries, each entry a direct key: one level
+    // of indirection (docs/mlx5.md §4.5, §10). umr_modify_entity_size_disabled
     // and umr_modify_atomic_disabled stay 0: with the one set, the driver
     // has no IB_WR_REG_MR at all; with the other, it cannot load a key
     // by UMR while it asks to set the atomic right (as it does with
@@ -223,7 +224,7 @@ void HcaCaps::reset() {
     // docs/mlx5.md §10.1): so the driver loads every user memory region
     // by UMR, however large, rather than in one CREATE_MKEY.
     mlx5::set(m, cap::kUmrExtendedTranslationOffset, 1);
-    mlx5::set(m, cap::kUmrIndirectMkeyDisabled, 1);
+    mlx5::set(m, cap::kMaxIndirection, 1);
     // A UD QP never receives the multicast it sent (the core's datagram
     // rule, docs/mlx5.md §10): block_lb_mc, which a QP's context asks for
     // (ibv's IBV_QP_CREATE_BLOCK_SELF_MCAST_LB, IPoIB's QP), is always so.

@@ -293,7 +293,64 @@ void Commands::saveKeys(StateWriter &w) const {
         if (mapped)
             for (uint64_t page : mr.ownPages)
                 w.u64(page);
+        saveIndirectLayout(w, mr);
     });
+}
+
+// An indirect key's layout (indirect_key.hh): its repeat count and
+// entries; none for another key, or one no UMR laid out yet.
+void Commands::saveIndirectLayout(StateWriter &w, const MemoryRegion &mr) const {
+    const std::vector<IndirectEntry> none;
+    const auto &entries = mr.indirect ? mr.indirect->entries : none;
+    w.u32(static_cast<uint32_t>(entries.size()));
+    if (entries.empty())
+        return;
+    w.u32(mr.indirect->repeats);
+    for (const IndirectEntry &e : entries) {
+        w.u64(e.addr);
+        w.u32(e.key);
+        w.u32(e.bytes);
+        w.u32(e.stride);
+    }
+}
+
+std::optional<IndirectLayout> Commands::loadIndirectLayout(StateReader &r) const {
+    const uint64_t count = r.count(limits::kMaxIndirectEntries, 20, "an indirect key's entries");
+    if (count == 0)
+        return std::nullopt;
+    IndirectLayout l;
+    l.repeats = r.u32();
+    uint64_t offset = 0;
+    for (uint64_t i = 0; i < count; ++i) {
+        IndirectEntry &e = l.entries.emplace_back();
+        e.addr = r.u64();
+        e.key = r.u32();
+        e.bytes = r.u32();
+        e.stride = r.u32();
+        e.offset = offset;
+        offset += e.bytes;
+    }
+    return l;
+}
+
+// Lays out a restored indirect key as its UMRs did: range, rights,
+// layout and free state, through the checks a UMR passes.
+bool Commands::restoreIndirect(StateReader &r, MemoryRegion &mr, const pib_mr_context &ctx,
+                               bool valid, std::optional<IndirectLayout> layout) {
+    IndirectUpdate u;
+    u.setsStart = u.setsLength = u.setsFree = true;
+    u.start = ctx.iova;
+    u.length = ctx.length;
+    u.accessMask = u.access = ctx.access;
+    u.free = !valid;
+    if (layout)
+        u.octowords = static_cast<uint32_t>(layout->entries.size() + (layout->repeats ? 1 : 0));
+    u.layout = std::move(layout);
+    if (const char *why = core_.dataPath.keys().restoreIndirect(mr, u)) {
+        r.fail("memory key " + std::to_string(PIB_KEY_INDEX(mr.key)) + ": " + why);
+        return false;
+    }
+    return true;
 }
 
 void Commands::loadKey(StateReader &r, uint32_t number) {
@@ -306,13 +363,20 @@ void Commands::loadKey(StateReader &r, uint32_t number) {
     std::vector<uint64_t> entries(r.count(limits::kMaxMtt, 8, "a key's translations"));
     for (uint64_t &entry : entries)
         entry = r.u64();
+    std::optional<IndirectLayout> layout = loadIndirectLayout(r);
     std::array<uint8_t, kKeyOutputBytes> out{};
     const Request made{in, out, 0, kCreateMkey};
     if (!restoreAt(r, host_, "memory key", core_.objects.mrs, number,
                    [&] { return !createMkey(made); }))
         return;
     MemoryRegion &mr = core_.objects.mrs.at(number);
-    if (mr.fastReg()) {
+    if (layout && !mr.indirect) {
+        r.fail("memory key " + std::to_string(number) + ": a layout, and no indirect key");
+        return;
+    }
+    if (mr.indirect && !restoreIndirect(r, mr, ctx, valid, std::move(layout)))
+        return;
+    if (mr.fastReg() && !mr.indirect) {
         KeyUpdate u;
         u.setsRange = ctx.length != 0;
         u.iova = ctx.iova;

@@ -3,80 +3,13 @@
 
 #include "limits.hh"
 #include "mlx5_ifc.hh"
+#include "mlx5_umr_segments.hh"
 
 namespace pib::mlx5::umr {
 
 namespace {
 
-// After the 16-byte control segment: the UMR control segment
-// (mlx5_wqe_umr_ctrl_seg, 48 bytes), the memory key segment
-// (mlx5_mkey_seg, 64 bytes), then the translation entries inline or a
-// data segment pointing at them.
-constexpr size_t kControl = 16;
-constexpr size_t kMkey = kControl + 48;
-constexpr size_t kTranslations = kMkey + 64;
-constexpr size_t kDataSegment = 16;
-
-namespace control {
-constexpr size_t kFlags = 0;
-constexpr size_t kXltOctowords = 4;
-constexpr size_t kXltOffset = 6;
-constexpr size_t kMkeyMask = 8;
-constexpr size_t kXltOffsetHigh = 16; // xlt_offset_47_16
-constexpr uint8_t kInline = 0x80;
-constexpr uint8_t kOffsetEnable = 0x10;
-constexpr unsigned kCheckShift = 5; // 1: fail unless free, 2: fail if free
-constexpr uint8_t kCheckMask = 0x3 << kCheckShift;
-constexpr uint8_t kFlagsKnown = kInline | kOffsetEnable | kCheckMask;
-} // namespace control
-
-// Which fields of the key the UMR sets (MLX5_MKEY_MASK_*).
-namespace mask {
-constexpr uint64_t kLength = 1u << 0;
-constexpr uint64_t kPageSize = 1u << 1;
-constexpr uint64_t kStartAddress = 1u << 6;
-constexpr uint64_t kKey = 1u << 13;
-constexpr uint64_t kFree = 1u << 29;
-constexpr uint64_t kPd = 1u << 7;
-constexpr uint64_t kRemoteInvalidate = 1u << 8; // MLX5_MKEY_MASK_EN_RINVAL
-constexpr uint64_t kRights = 0xfu << 17;        // lr, lw, rr, rw
-constexpr uint64_t kAtomic = 1u << 21;
-constexpr uint64_t kRegistration = kLength | kPageSize | kStartAddress | kKey | kFree;
-constexpr uint64_t kRange = kLength | kPageSize | kStartAddress;
-constexpr uint64_t kUpdatable = kRange | kPd | kKey | kRights | kAtomic | kFree;
-} // namespace mask
-
-namespace mkey {
-constexpr size_t kStatus = 0;
-constexpr size_t kFlags = 2;
-constexpr size_t kVariant = 7;           // the low byte of qpn_mkey7_0
-constexpr size_t kLength64 = 12;         // its top bit
-constexpr size_t kPd = 12;               // the low 24 bits of the dword
-constexpr size_t kRemoteInvalidate = 12; // en_rinval: bit 24 of that dword
-constexpr uint8_t kRemoteInvalidateBit = 0x01;
-constexpr size_t kStartAddress = 16;
-constexpr size_t kLength = 24;
-constexpr size_t kLogPageSize = 59;
-constexpr uint8_t kLogPageSizeMask = 0x3f;
-constexpr uint8_t kStatusFree = 0x40;
-constexpr uint8_t kAccessModeMask = 0x3;
-constexpr uint8_t kAccessModeMtt = 0x1;
-// The access bits of the flags byte (MLX5_PERM_*).
-constexpr uint8_t kLocalWrite = 1u << 3;
-constexpr uint8_t kRemoteRead = 1u << 4;
-constexpr uint8_t kRemoteWrite = 1u << 5;
-constexpr uint8_t kAtomic = 1u << 6;
-} // namespace mkey
-
-// An MTT entry's low bits are its read and write enables, not address.
-constexpr uint64_t kMttFlags = 0x7;
-
-uint32_t accessOf(uint8_t flags) {
-    return (flags & mkey::kLocalWrite ? PIB_ACCESS_LOCAL_WRITE : 0) |
-           (flags & mkey::kRemoteRead ? PIB_ACCESS_REMOTE_READ : 0) |
-           (flags & mkey::kRemoteWrite ? PIB_ACCESS_REMOTE_WRITE : 0) |
-           (flags & mkey::kAtomic ? PIB_ACCESS_REMOTE_ATOMIC : 0);
-}
+using namespace segments;
 
 // The pages [iova, iova + length) spans at 2^shift bytes a page; 0 when
 // the core's checks refuse the registration anyway.
@@ -180,7 +113,7 @@ uint8_t decodeUpdate(const Host &host, uint32_t qpn, uint32_t index, std::span<c
 }
 
 uint8_t decode(const Host &host, uint32_t qpn, uint32_t index, std::span<const uint8_t> wqe,
-               size_t used, Wqe &out) {
+               size_t used, bool fastRegEnabled, Wqe &out) {
     const auto bad = [&](const err::Condition &why, const char *what, uint8_t status) {
         host.guestError(why, "QP %u UMR WQE %u: %s", qpn, index, what);
         return status;
@@ -191,7 +124,15 @@ uint8_t decode(const Host &host, uint32_t qpn, uint32_t index, std::span<const u
     const uint8_t *k = wqe.data() + kMkey;
     const uint64_t fields = readBe64(c + control::kMkeyMask);
     const uint32_t key = out.ctrl.imm;
-    if (fields == mask::kFree && k[mkey::kStatus] & mkey::kStatusFree) {
+    const bool invalidation = fields == mask::kFree && k[mkey::kStatus] & mkey::kStatusFree;
+    if (!invalidation && !(fields & mask::kPageSize)) // no pages: an indirect key's
+        return decodeIndirect(host, qpn, index, wqe, used, out);
+    if (!fastRegEnabled)
+        return bad(err::kWqeBad,
+                   "a fast registration or invalidation on a QP without fast registration "
+                   "enabled (fre)",
+                   PIB_WC_LOC_QP_OP_ERR);
+    if (invalidation) {
         out.ctrl.opcode = PIB_WR_LOCAL_INV;
         return PIB_WC_SUCCESS;
     }

@@ -20,8 +20,16 @@ namespace pib::mlx5::umr {
 // of it, the DS count's) into `out`, whose control segment is read:
 // ctrl.imm holds the key. Returns PIB_WC_SUCCESS or the status the WQE
 // completes with, a guest error saying why.
+// Only a QP with fast registration enabled (`fastRegEnabled`, the
+// kernel's) registers and invalidates; any QP may post the UMRs of
+// indirect keys (decodeIndirect), whose key is checked as it runs.
 uint8_t decode(const Host &host, uint32_t qpn, uint32_t index, std::span<const uint8_t> wqe,
-               size_t used, Wqe &out);
+               size_t used, bool fastRegEnabled, Wqe &out);
+
+// A UMR of an indirect key (docs/mlx5.md §10.4): its layout, range,
+// rights and free state into out.indirect (indirect_key.hh).
+uint8_t decodeIndirect(const Host &host, uint32_t qpn, uint32_t index, std::span<const uint8_t> wqe,
+                       size_t used, Wqe &out);
 
 // The same for a WQE of the driver's UMR QP: a general key update
 // (key_update.hh, docs/mlx5.md §10.1) into out.update, its translation

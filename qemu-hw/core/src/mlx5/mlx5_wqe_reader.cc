@@ -193,8 +193,6 @@ uint8_t WqeReader::readSend(const QueuePair &qp, uint32_t index, Wqe &out) {
                       : blocks > wqe::kMaxBlocks               ? "more than 16 basic blocks"
                       : blocks > 1u << qp.ctx.sq_log_wqe_count ? "more blocks than its ring"
                       : qp.umr && mlx5Opcode != opcode::kUmr   ? "not a UMR on a UMR QP"
-                      : mlx5Opcode == opcode::kUmr && !qp.fastRegEnabled
-                          ? "a UMR on a QP without fast registration enabled (fre)"
                       : mlx5Opcode == opcode::kMmo && (!qp.dmaCopy || raw_[0] != kMmoDma)
                           ? "an MMO other than a DMA copy, or on a QP without DMA copies (mmo)"
                       : !sendLayout(qp.ctx.type, mlx5Opcode, layout) ? "an opcode its QP lacks"
@@ -236,7 +234,8 @@ uint8_t WqeReader::readSend(const QueuePair &qp, uint32_t index, Wqe &out) {
     if (layout.umr && qp.umr)
         return umr::decodeUpdate(host_, qp.number, index, raw_, size_t{ds} * kSegmentBytes, out);
     if (layout.umr)
-        return umr::decode(host_, qp.number, index, raw_, size_t{ds} * kSegmentBytes, out);
+        return umr::decode(host_, qp.number, index, raw_, size_t{ds} * kSegmentBytes,
+                           qp.fastRegEnabled, out);
     return decodeSend(qp, index, layout, size_t{ds} * kSegmentBytes, out);
 }
 
