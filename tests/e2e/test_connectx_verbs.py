@@ -24,10 +24,10 @@ from transfers import traffic
 # pyverbs's test_atomic_invalid_lkey posts a WQE with a bad L_Key on
 # purpose (as do the DCI stream tests' bad flows), its test_resize_cq asks
 # for a ring smaller than the CQEs waiting in it, which the device refuses
-# (docs/mlx5.md §8) and mlx5_core logs, its test_mlx5_mkey asks for
-# indirect and signature keys, which the device does not offer (§11), and
-# its test_dc_send_stream_bad_flow resets a DCI stream that is not in
-# error, to see it refused (§15.4).
+# (docs/mlx5.md §8) and mlx5_core logs, its test_mkey_list_bad_flow
+# sends more than its indirect key holds (§10.4), and its
+# test_dc_send_stream_bad_flow resets a DCI stream that is not in error,
+# to see it refused (§15.4).
 pytestmark = [
     pytest.mark.topology("connectx.topo"),
     pytest.mark.guest_errors_expected("wqe-bad-key", "mlx5-mkey-not-offered", "mlx5-qp-bad-attr"),
@@ -347,20 +347,24 @@ MLX5_PYVERBS_SKIPS = {
     r"VAR allocation": "not offered: virtio emulation (VAR doorbell pages)",
     r"schedule elements|Packet pacing": "not offered: transmit scheduling and packet pacing",
     r"NIC flow table": "not offered: NIC flow steering (Ethernet receive tables)",
-    r"Create Mkey is not supported": "not offered: indirect and signature keys",
+    r"Create Mkey is not supported": "not offered: signature and crypto keys",
+    r"Create Mlx5DV QP is not supported":
+        "not offered: signature pipelining (drain_sigerr 0, so no SQD2RTS)",
     r"SRQ resize is not supported|UD QP with(out)? extended attrs":
         "what libmlx5 refuses itself: SRQ resize, UD QPs without extended attributes",
 }
 MLX5_PYVERBS_SKIPPED_TESTS = {
     "test_mlx5_udp_sport.": "RoCE v2 only",
 }
-# Left out of the run, each with why (docs/mlx5.md §13): test_mlx5_mkey's
-# indirect and signature keys, which the device does not offer (§11):
-# libmlx5 asks for them through DEVX, the device refuses, and the tests
-# error where they expect a skip (EOPNOTSUPP, which no command status
-# gives).
-MLX5_PYVERBS_LEFT_OUT = ("test_mlx5_mkey",)
+# Left out of the run, each with why (docs/mlx5.md §13): none.
+MLX5_PYVERBS_LEFT_OUT = ()
 MLX5_PYVERBS_MUST_PASS = (
+    # Indirect keys (§10.4): KLM lists and repeat blocks laid out by UMRs
+    # from a process's QP, SENDs through them compared byte by byte at
+    # both ends, a SEND beyond the key refused, LOCAL_INV and SEND with
+    # Invalidate freeing them.
+    "test_mkey_list", "test_mkey_list_new_api", "test_mkey_interleaved",
+    "test_mkey_interleaved_new_api", "test_mkey_list_bad_flow", "test_mkey_remote_invalidate",
     # mlx5dv's CQs: 64- and 128-byte CQEs (docs/mlx5.md §8), with traffic.
     "test_dv_cq_cqe_size_128", "test_dv_cq_cqe_size_64", "test_dv_cq_traffic",
     # Verbs over libmlx5: CQ resize and extended CQs, RC, UD, SRQ, XRC,
@@ -414,7 +418,8 @@ def test_pyverbs_on_mlx5(ctx):
     outs = pyverbs_runs.run(ctx, "vm2", "mlx5_0", left_out=MLX5_PYVERBS_LEFT_OUT, without_gc=True)
     pyverbs_runs.check(outs, MLX5_PYVERBS_SKIPS, MLX5_PYVERBS_SKIPPED_TESTS,
                        MLX5_PYVERBS_MUST_PASS, 100)
-    print(f"left out: {', '.join(MLX5_PYVERBS_LEFT_OUT)} (docs/mlx5.md §13)")
+    if MLX5_PYVERBS_LEFT_OUT:
+        print(f"left out: {', '.join(MLX5_PYVERBS_LEFT_OUT)} (docs/mlx5.md §13)")
 
 
 def test_devx_event_and_command_channels(ctx):

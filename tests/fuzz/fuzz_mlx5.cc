@@ -373,6 +373,9 @@ struct QpWorld {
         set(key, field(0x220, 32), 8); // 16 pages
         const auto made = f.host.run(key, 16);
         freeKey = static_cast<uint32_t>(made.get(qpc::kHeld)) << 8;
+        // An indirect key (docs/mlx5.md §10.4) for libmlx5's UMRs to lay out.
+        const auto klm = f.host.run(mlx5umr::klmKeyInput(f.pd, 8), 16);
+        indirectKey = static_cast<uint32_t>(klm.get(qpc::kHeld)) << 8;
         // A seventh, a DCI with four streams, failing at two in error, and
         // a DCT on the SRQ (docs/mlx5.md §15).
         const auto dci = f.createDci(srq->srqn, 5, 2, 1);
@@ -537,6 +540,49 @@ struct QpWorld {
         f.blueFlame(f.postWqe(e.qp, wqe), f.uar);
     }
 
+    // An indirect key laid out as libmlx5 lays one out (a list or a
+    // repeat block of up to six pieces of any key, any rights), or freed,
+    // any byte of it wrong now and then, from any QP; or data through it:
+    // a SEND, WRITE or READ naming it as its L_Key or R_Key.
+    void indirect(FuzzedDataProvider &in, const Pages &pages) {
+        static constexpr uint8_t kRights[] = {0x08, 0x78, 0x38, 0x20, 0x00};
+        Entry &e = pick(in);
+        const auto key = [&] {
+            const uint32_t keys[] = {indirectKey, f.lkey, freeKey, in.ConsumeIntegral<uint32_t>()};
+            return in.ConsumeBool() ? indirectKey : in.PickValueInArray(keys);
+        };
+        if (in.ConsumeIntegralInRange<int>(0, 2) == 0) {
+            const bool send = in.ConsumeBool();
+            const Mlx5Function::Send s{
+                .opcode = in.PickValueInArray({qpc::kSend, qpc::kRdmaWrite, qpc::kRdmaRead}),
+                .addr = send ? in.ConsumeIntegralInRange<uint64_t>(0, 4096) : pages.pick(in),
+                .length = in.ConsumeIntegralInRange<uint32_t>(0, 4096),
+                .remoteAddr = in.ConsumeIntegralInRange<uint64_t>(0, 4096),
+                .rkey = send ? 0 : key(),
+                .lkey = send ? key() : 0};
+            f.blueFlame(f.writeSend(e.qp, e.ud, s), f.uar);
+            return;
+        }
+        std::vector<uint8_t> wqe;
+        if (in.ConsumeIntegralInRange<int>(0, 3) == 0) {
+            wqe = mlx5umr::klmInvalidation(key());
+        } else {
+            std::vector<mlx5umr::KlmPiece> pieces(in.ConsumeIntegralInRange<size_t>(1, 6));
+            for (mlx5umr::KlmPiece &p : pieces)
+                p = {in.ConsumeIntegralInRange<uint32_t>(0, 3000), key(), pages.pick(in),
+                     in.ConsumeIntegralInRange<uint16_t>(0, 4000)};
+            const uint8_t rights = in.PickValueInArray(kRights);
+            wqe = in.ConsumeBool()
+                      ? mlx5umr::klmList(key(), rights, pieces)
+                      : mlx5umr::klmInterleaved(key(), rights,
+                                                in.ConsumeIntegralInRange<uint32_t>(0, 5), pieces);
+        }
+        if (in.ConsumeBool()) // any byte of it
+            wqe[in.ConsumeIntegralInRange<size_t>(16, wqe.size() - 1)] =
+                in.ConsumeIntegral<uint8_t>();
+        f.blueFlame(f.postWqe(e.qp, wqe), f.uar);
+    }
+
     // A receive WQE for any buffer, in a QP's RQ or the SRQ, or any
     // counter; or a free list link broken.
     void receive(FuzzedDataProvider &in, const Pages &pages) {
@@ -627,6 +673,7 @@ struct QpWorld {
     std::optional<Mlx5Function::Srq> srq;
     uint32_t cqNext = 0;
     uint32_t freeKey = 0;
+    uint32_t indirectKey = 0;
 };
 
 // Two tenants (issue 57), and an oracle of their isolation. The kernel,
@@ -694,6 +741,10 @@ struct Tenants {
                                                              {own[0], own[1]})),
                         f.uar);
         }
+        // An indirect key in the process's PD, which its UMRs may lay out
+        // over any key: the kernel's are in another PD, and never reached.
+        const auto klm = f.host.run(mlx5umr::klmKeyInput(userPd, 8), 16);
+        userIndirect = static_cast<uint32_t>(klm.get(qpc::kHeld)) << 8;
         madeKey = keyWithPages(f.pd, 0x1, secret, 1);
         regKey = mlx5umr::freeKey(f, 1);
         auto reg = mlx5umr::registration(regKey, kKernelIova, 4096, {secret}, nullptr, 0, 0,
@@ -701,7 +752,7 @@ struct Tenants {
         reg[66] &= static_cast<uint8_t>(~0x38); // local read only: no lw, rr, rw
         f.blueFlame(f.postWqe(kernel[0], reg), f.uar);
         const auto done = f.completions(&cqNext, 3);
-        if (!userKeys[0] || !userKeys[1] || !madeKey || done.size() != 3 ||
+        if (!userKeys[0] || !userKeys[1] || !madeKey || !userIndirect || done.size() != 3 ||
             std::any_of(done.begin(), done.end(), [](const uint8_t *c) { return c[0x3f] >> 4; }))
             return false;
         // A signalled NOP the kernel wrote into kernel[1]'s send queue and
@@ -847,8 +898,13 @@ struct Tenants {
         return r.status() == 0 ? static_cast<uint32_t>(r.get(qpc::kHeld)) << 8 | 0x42 : 0;
     }
     uint32_t pickKey(FuzzedDataProvider &in) {
-        const uint32_t keys[] = {userKeys[0], userKeys[1], madeKey,
-                                 regKey,      f.lkey,      in.ConsumeIntegral<uint32_t>()};
+        const uint32_t keys[] = {userKeys[0],
+                                 userKeys[1],
+                                 madeKey,
+                                 regKey,
+                                 f.lkey,
+                                 userIndirect,
+                                 in.ConsumeIntegral<uint32_t>()};
         return in.PickValueInArray(keys);
     }
     // An address: in the process's regions, the secret's guest address or
@@ -911,11 +967,19 @@ struct Tenants {
         f.blueFlame(f.postWqe(user[in.ConsumeIntegralInRange<int>(0, 1)], wqe), userUar);
     }
     // A UMR as the kernel writes one: a fast registration of any key over
-    // the secret, or an invalidation of any key.
+    // the secret, or an invalidation of any key; or as libmlx5 writes one
+    // for an indirect key, its pieces any key's at any address.
     void umr(FuzzedDataProvider &in) {
         const uint32_t key = pickKey(in);
         std::vector<uint8_t> wqe;
-        if (in.ConsumeBool()) { // its list inline, or in its second page
+        if (in.ConsumeIntegralInRange<int>(0, 2) == 0) {
+            std::vector<mlx5umr::KlmPiece> pieces(in.ConsumeIntegralInRange<size_t>(1, 4));
+            for (mlx5umr::KlmPiece &p : pieces)
+                p = {in.ConsumeIntegralInRange<uint32_t>(1, 4096), pickKey(in), pick(in),
+                     in.ConsumeIntegralInRange<uint16_t>(0, 4096)};
+            wqe = in.ConsumeBool() ? mlx5umr::klmList(key, 0x78, pieces)
+                                   : mlx5umr::klmInterleaved(key, 0x78, 2, pieces);
+        } else if (in.ConsumeBool()) { // its list inline, or in its second page
             const uint64_t iova = in.ConsumeBool() ? kKernelIova : kUserIova;
             wqe = in.ConsumeBool()
                       ? mlx5umr::registration(key, iova, 4096, {secret})
@@ -1002,6 +1066,7 @@ struct Tenants {
     uint64_t own[2] = {};
     Mlx5Function::Qp kernel[2], user[2];
     uint32_t userPd = 0, userKeys[2] = {}, madeKey = 0, regKey = 0, loaderQpn = 0;
+    uint32_t userIndirect = 0;
     uint32_t cqNext = 0;
     uint32_t userUar = 0, userCqn = 0, userCqNext = 0;
     uint64_t userEqRing = 0, userCqRing = 0, userCqRecord = 0;
@@ -1054,6 +1119,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
             world.manage(in);
         else if (what == 11 && in.ConsumeBool())
             world.umr(in, pages);
+        else if (what == 11 && in.ConsumeBool())
+            world.indirect(in, pages);
         else if (what == 11)
             world.dc(in, pages);
         if (what >= 9)

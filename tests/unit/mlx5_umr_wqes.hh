@@ -143,4 +143,102 @@ inline std::vector<uint8_t> invalidation(uint32_t key) {
     return wqe;
 }
 
+// CREATE_MKEY as mlx5dv_create_mkey asks for an indirect key: KLM, free,
+// UMR-enabled, local read, a table of `entries`, in `pdn`, made by `uid`.
+inline std::vector<uint8_t> klmKeyInput(uint32_t pdn, uint32_t entries, uint16_t uid = 0,
+                                        bool remoteInvalidate = false) {
+    auto in = Mlx5Host::input(0x200, 0, 0x110);
+    set(in, field(0x10, 16), uid);
+    set(in, field(0x81, 1), 1);         // free
+    set(in, field(0x90, 1), 1);         // umr_en
+    set(in, field(0x95, 1), 1);         // lr
+    set(in, field(0x96, 2), 2);         // KLMS
+    set(in, field(0xa0, 24), 0xffffff); // no QP
+    set(in, field(0xe7, 1), remoteInvalidate);
+    set(in, field(0xe8, 24), pdn);
+    set(in, field(0x220, 32), entries);
+    return in;
+}
+
+// A piece of an indirect key: a KLM entry, or a repeat block's entry
+// (with its stride).
+struct KlmPiece {
+    uint32_t bytes;
+    uint32_t key;
+    uint64_t addr;
+    uint16_t stride = 0;
+};
+
+// A UMR of an indirect key as libmlx5's mlx5dv_wr_mkey_configure writes
+// it (qp.c): `flags`, `mask`, the rights byte, the length, and `layout`
+// inline at byte 128, padded to 64 bytes.
+inline std::vector<uint8_t> indirectUmr(uint32_t key, uint8_t rights, uint64_t length,
+                                        std::vector<uint8_t> layout, uint64_t mask = 0x203C2001,
+                                        uint8_t flags = 0x80) {
+    layout.resize((layout.size() + 63) / 64 * 64);
+    std::vector<uint8_t> wqe(128);
+    wqe[3] = 0x25;
+    writeBe32(&wqe[12], key);
+    wqe[16] = flags;
+    writeBe16(&wqe[20], static_cast<uint16_t>(layout.size() / 16));
+    writeBe64(&wqe[24], mask);
+    wqe[66] = rights;
+    writeBe32(&wqe[68], 0xffffff00u | (key & 0xff));
+    writeBe64(&wqe[88], length);
+    wqe.insert(wqe.end(), layout.begin(), layout.end());
+    return wqe;
+}
+
+// mlx5_send_wr_mr_list's UMR: configure, access and a KLM list of
+// `pieces` for their total length.
+inline std::vector<uint8_t> klmList(uint32_t key, uint8_t rights,
+                                    const std::vector<KlmPiece> &pieces, uint64_t mask = 0x203C2001,
+                                    uint8_t flags = 0x80) {
+    uint64_t length = 0;
+    std::vector<uint8_t> layout;
+    for (const KlmPiece &p : pieces) {
+        uint8_t e[16];
+        writeBe32(e, p.bytes);
+        writeBe32(e + 4, p.key);
+        writeBe64(e + 8, p.addr);
+        layout.insert(layout.end(), e, e + 16);
+        length += p.bytes;
+    }
+    return indirectUmr(key, rights, length, layout, mask, flags);
+}
+
+// mlx5_send_wr_mr_interleaved's: `repeats` blocks of `pieces`.
+inline std::vector<uint8_t> klmInterleaved(uint32_t key, uint8_t rights, uint32_t repeats,
+                                           const std::vector<KlmPiece> &pieces) {
+    std::vector<uint8_t> layout(16);
+    uint32_t block = 0;
+    for (const KlmPiece &p : pieces) {
+        uint8_t e[16];
+        writeBe16(e, p.stride);
+        writeBe16(e + 2, static_cast<uint16_t>(p.bytes));
+        writeBe32(e + 4, p.key);
+        writeBe64(e + 8, p.addr);
+        layout.insert(layout.end(), e, e + 16);
+        block += p.bytes;
+    }
+    writeBe32(&layout[0], block);
+    writeBe32(&layout[4], 0x400);
+    writeBe32(&layout[8], repeats);
+    writeBe16(&layout[14], static_cast<uint16_t>(pieces.size()));
+    return indirectUmr(key, rights, uint64_t{block} * repeats, layout);
+}
+
+// ibv_post_send's IBV_WR_LOCAL_INV on a libmlx5 QP: INLINE,
+// TRANSLATION_OFFSET and CHECK_QPN; the mask FREE, KEY and QPN.
+inline std::vector<uint8_t> klmInvalidation(uint32_t key) {
+    std::vector<uint8_t> wqe(128);
+    wqe[3] = 0x25;
+    writeBe32(&wqe[12], key);
+    wqe[16] = 0x98;
+    writeBe64(&wqe[24], 0x20006000);
+    wqe[64] = 0x40;
+    writeBe32(&wqe[68], 0xffffff00u);
+    return wqe;
+}
+
 } // namespace pib::testing::mlx5umr

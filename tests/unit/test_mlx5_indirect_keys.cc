@@ -13,6 +13,7 @@
 
 #include "indirect_key.hh"
 #include "mlx5_function.hh"
+#include "mlx5_umr_wqes.hh"
 
 using namespace pib;
 using namespace pib::mlx5;
@@ -20,25 +21,20 @@ using namespace pib::mlx5;
 namespace {
 
 using namespace pib::testing::mlx5qp;
+namespace mlx5umr = pib::testing::mlx5umr;
 using pib::testing::Mlx5Function;
 using Qp = Mlx5Function::Qp;
 
 constexpr uint8_t kRequesterError = 0xd; // a CQE's opcode for a failed send WQE
 constexpr uint8_t kLocalQpOperation = 0x02, kLocalProtection = 0x04, kRemoteAccess = 0x13;
-constexpr uint8_t kUmr = 0x25, kFetchAdd = 0x12, kSendInvalidate = 0x01;
+constexpr uint8_t kFetchAdd = 0x12, kSendInvalidate = 0x01;
 constexpr uint16_t kCreateMkey = 0x200, kDestroyMkey = 0x202, kCreateUctx = 0xa04;
 constexpr uint16_t kAllocPd = 0x800, kAllocUar = 0x802;
 // MLX5_PERM_* in the key segment's flags byte.
 constexpr uint8_t kLocalWrite = 0x08, kRemoteRead = 0x10, kRemoteWrite = 0x20, kAtomic = 0x40;
 constexpr uint8_t kAllRights = kLocalWrite | kRemoteRead | kRemoteWrite | kAtomic;
 
-// A KLM entry, or a repeat block's entry (with its stride).
-struct Piece {
-    uint32_t bytes;
-    uint32_t key;
-    uint64_t addr;
-    uint16_t stride = 0;
-};
+using Piece = mlx5umr::KlmPiece;
 
 struct IndirectKeys : pib::testing::OwnedMlx5Host, Mlx5Function {
     IndirectKeys() : Mlx5Function(owned) {
@@ -121,17 +117,8 @@ struct IndirectKeys : pib::testing::OwnedMlx5Host, Mlx5Function {
     // local read, a table of `entries`. Its status and key (variant 0).
     std::pair<uint8_t, uint32_t> klmKey(uint32_t entries, uint32_t pdn = 0, uint16_t uid = 0,
                                         bool remoteInvalidate = false) {
-        auto in = Mlx5Host::input(kCreateMkey, 0, 0x110);
-        set(in, kUid, uid);
-        set(in, field(0x81, 1), 1);         // free
-        set(in, field(0x90, 1), 1);         // umr_en
-        set(in, field(0x95, 1), 1);         // lr
-        set(in, field(0x96, 2), 2);         // KLMS
-        set(in, field(0xa0, 24), 0xffffff); // no QP
-        set(in, field(0xe7, 1), remoteInvalidate);
-        set(in, field(0xe8, 24), pdn ? pdn : pd);
-        set(in, field(0x220, 32), entries);
-        const auto r = host.run(in, 16);
+        const auto r =
+            host.run(mlx5umr::klmKeyInput(pdn ? pdn : pd, entries, uid, remoteInvalidate), 16);
         return {r.status(), static_cast<uint32_t>(r.get(kHeld)) << 8};
     }
     uint32_t key(uint32_t entries = 4) {
@@ -165,70 +152,21 @@ struct IndirectKeys : pib::testing::OwnedMlx5Host, Mlx5Function {
         return static_cast<uint32_t>(r.get(kHeld)) << 8 | 0x44;
     }
 
-    // The UMR mlx5_send_wr_mr_list writes (libmlx5's qp.c): configure,
-    // the access setter and a KLM layout of `pieces` for their total
-    // length, padded to 64 bytes; `mask` as the setters make it.
     static std::vector<uint8_t> configure(uint32_t key, uint8_t rights,
                                           const std::vector<Piece> &pieces,
                                           uint64_t mask = 0x203C2001, uint8_t flags = 0x80) {
-        uint64_t length = 0;
-        std::vector<uint8_t> layout;
-        for (const Piece &p : pieces) {
-            uint8_t e[16];
-            writeBe32(e, p.bytes);
-            writeBe32(e + 4, p.key);
-            writeBe64(e + 8, p.addr);
-            layout.insert(layout.end(), e, e + 16);
-            length += p.bytes;
-        }
-        return umr(key, rights, length, layout, mask, flags);
+        return mlx5umr::klmList(key, rights, pieces, mask, flags);
     }
-    // mlx5_send_wr_mr_interleaved's: `repeats` blocks of `pieces`.
     static std::vector<uint8_t> interleaved(uint32_t key, uint8_t rights, uint32_t repeats,
                                             const std::vector<Piece> &pieces) {
-        std::vector<uint8_t> layout(16);
-        uint32_t block = 0;
-        for (const Piece &p : pieces) {
-            uint8_t e[16];
-            writeBe16(e, p.stride);
-            writeBe16(e + 2, static_cast<uint16_t>(p.bytes));
-            writeBe32(e + 4, p.key);
-            writeBe64(e + 8, p.addr);
-            layout.insert(layout.end(), e, e + 16);
-            block += p.bytes;
-        }
-        writeBe32(&layout[0], block);
-        writeBe32(&layout[4], 0x400);
-        writeBe32(&layout[8], repeats);
-        writeBe16(&layout[14], static_cast<uint16_t>(pieces.size()));
-        return umr(key, rights, uint64_t{block} * repeats, layout, 0x203C2001, 0x80);
+        return mlx5umr::klmInterleaved(key, rights, repeats, pieces);
     }
     static std::vector<uint8_t> umr(uint32_t key, uint8_t rights, uint64_t length,
                                     std::vector<uint8_t> layout, uint64_t mask, uint8_t flags) {
-        layout.resize((layout.size() + 63) / 64 * 64);
-        std::vector<uint8_t> wqe(128);
-        wqe[3] = kUmr;
-        writeBe32(&wqe[12], key);
-        wqe[16] = flags;
-        writeBe16(&wqe[20], static_cast<uint16_t>(layout.size() / 16));
-        writeBe64(&wqe[24], mask);
-        wqe[66] = rights;
-        writeBe32(&wqe[68], 0xffffff00u | (key & 0xff));
-        writeBe64(&wqe[88], length);
-        wqe.insert(wqe.end(), layout.begin(), layout.end());
-        return wqe;
+        return mlx5umr::indirectUmr(key, rights, length, std::move(layout), mask, flags);
     }
-    // ibv_post_send's IBV_WR_LOCAL_INV on a libmlx5 QP: INLINE,
-    // TRANSLATION_OFFSET and CHECK_QPN; the mask FREE, KEY and QPN.
     static std::vector<uint8_t> localInvalidate(uint32_t key) {
-        std::vector<uint8_t> wqe(128);
-        wqe[3] = kUmr;
-        writeBe32(&wqe[12], key);
-        wqe[16] = 0x98;
-        writeBe64(&wqe[24], 0x20006000);
-        wqe[64] = 0x40;
-        writeBe32(&wqe[68], 0xffffff00u);
-        return wqe;
+        return mlx5umr::klmInvalidation(key);
     }
 
     // Posts `wqe` on `qp`: its CQE's opcode and syndrome.

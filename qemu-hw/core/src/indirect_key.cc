@@ -6,10 +6,13 @@
 
 namespace pib {
 
-namespace {
+namespace indirect_layout {
 constexpr uint32_t kMaxEntryBytes = 0x7fffffff; // "up to 2GB" (mlx5dv.h)
 constexpr uint64_t kMaxAddress = std::numeric_limits<uint64_t>::max();
-} // namespace
+} // namespace indirect_layout
+
+using indirect_layout::kMaxAddress;
+using indirect_layout::kMaxEntryBytes;
 
 const char *IndirectLayout::invalid() const {
     if (entries.empty())

@@ -6,20 +6,13 @@
 
 namespace pib {
 
-namespace {
-
-const char *checkAccess(uint32_t access) {
-    if (access & (PIB_ACCESS_REMOTE_WRITE | PIB_ACCESS_REMOTE_ATOMIC) &&
-        !(access & PIB_ACCESS_LOCAL_WRITE))
-        return "remote write or atomic rights without local write (IBA 10.6.3.1)";
-    return nullptr;
-}
+namespace indirect_update {
 
 uint32_t accessAfter(const MemoryRegion &mr, const IndirectUpdate &u) {
     return (mr.ctx.access & ~u.accessMask) | (u.access & u.accessMask);
 }
 
-} // namespace
+} // namespace indirect_update
 
 // Who may lay out the key: a QP of its PD; one without fast registration
 // (a process's, docs/mlx5.md §10) only its own user context's keys.
@@ -51,7 +44,7 @@ const char *MemoryKeys::checkIndirect(const MemoryRegion &mr, uint32_t key,
         return "a range that wraps";
     if (length > layout.length())
         return "a length beyond what the entries cover";
-    return checkAccess(accessAfter(mr, u));
+    return refusedAccess(indirect_update::accessAfter(mr, u));
 }
 
 uint8_t MemoryKeys::configureIndirect(const QueuePair &qp, uint32_t index, uint32_t key,
@@ -97,7 +90,7 @@ void MemoryKeys::applyIndirect(MemoryRegion &mr, const IndirectUpdate &u) {
         c.iova = u.start;
     if (u.setsLength)
         c.length = u.length;
-    c.access = accessAfter(mr, u);
+    c.access = indirect_update::accessAfter(mr, u);
     if (u.setsVariant && !u.invalidation) {
         c.key_variant = u.variant;
         mr.key = (PIB_KEY_INDEX(mr.key) << 8) | u.variant;

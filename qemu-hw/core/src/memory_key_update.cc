@@ -24,14 +24,6 @@ const char *checkRange(const KeyUpdate &u) {
     return nullptr;
 }
 
-const char *checkAccess(uint32_t access) {
-    if (access & ~PIB_ACCESS_ALL ||
-        (access & (PIB_ACCESS_REMOTE_WRITE | PIB_ACCESS_REMOTE_ATOMIC) &&
-         !(access & PIB_ACCESS_LOCAL_WRITE)))
-        return "access rights IBA does not allow";
-    return nullptr;
-}
-
 // The key's access rights once `u` sets those it sets.
 uint32_t accessAfter(const MemoryRegion &mr, const KeyUpdate &u) {
     constexpr uint32_t kAtomic = PIB_ACCESS_REMOTE_ATOMIC;
@@ -40,6 +32,16 @@ uint32_t accessAfter(const MemoryRegion &mr, const KeyUpdate &u) {
 }
 
 } // namespace
+
+// Rights IBA does not allow a key (10.6.3.1: remote write or atomic
+// without local write), or that no key has: why, or null.
+const char *MemoryKeys::refusedAccess(uint32_t access) {
+    if (access & ~PIB_ACCESS_ALL ||
+        (access & (PIB_ACCESS_REMOTE_WRITE | PIB_ACCESS_REMOTE_ATOMIC) &&
+         !(access & PIB_ACCESS_LOCAL_WRITE)))
+        return "access rights IBA does not allow";
+    return nullptr;
+}
 
 // What keeps `u` and its `entries` from applying to `mr` (named by `key`):
 // null when nothing does.
@@ -56,7 +58,7 @@ const char *MemoryKeys::checkUpdate(const MemoryRegion *mr, uint32_t key, const 
     if (u.setsRange)
         if (const char *why = checkRange(u))
             return why;
-    if (const char *why = checkAccess(accessAfter(*mr, u)))
+    if (const char *why = refusedAccess(accessAfter(*mr, u)))
         return why;
     if (u.setsPd && !pds_.find(u.pdn))
         return "no such PD";

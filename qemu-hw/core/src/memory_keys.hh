@@ -77,6 +77,7 @@ class MemoryKeys {
     const char *checkUpdate(const MemoryRegion *mr, uint32_t key, const KeyUpdate &u,
                             std::span<const uint64_t> entries) const;
     bool storeEntries(MemoryRegion &mr, const KeyUpdate &u, std::span<const uint64_t> entries);
+    static const char *refusedAccess(uint32_t access);
     const char *checkIndirectAuthority(const QueuePair &qp, const MemoryRegion *mr) const;
     const char *checkIndirect(const MemoryRegion &mr, uint32_t key, const IndirectUpdate &u) const;
     static void applyIndirect(MemoryRegion &mr, const IndirectUpdate &u);
