@@ -241,4 +241,53 @@ inline std::vector<uint8_t> klmInvalidation(uint32_t key) {
     return wqe;
 }
 
+// mlx5_ib's IB_WR_REG_MR of an IB_MR_TYPE_SG_GAPS region (set_reg_wr):
+// KLM key `key` over `pieces` from `iova`, remote read and write (and
+// atomic if `atomic`), en_rinval; the list inline when it fits 64 bytes,
+// else at `listAddr` (its bytes written to `list`) behind a data segment
+// with L_Key `lkey`.
+inline std::vector<uint8_t> klmRegistration(uint32_t key, uint64_t iova,
+                                            const std::vector<KlmPiece> &pieces,
+                                            uint8_t *list = nullptr, uint64_t listAddr = 0,
+                                            uint32_t lkey = 0, bool atomic = false) {
+    std::vector<uint8_t> klms;
+    uint64_t length = 0;
+    for (const KlmPiece &p : pieces) {
+        uint8_t e[16];
+        writeBe32(e, p.bytes);
+        writeBe32(e + 4, p.key);
+        writeBe64(e + 8, p.addr);
+        klms.insert(klms.end(), e, e + 16);
+        length += p.bytes;
+    }
+    const bool inlined = klms.size() <= 64;
+    std::vector<uint8_t> wqe(128);
+    wqe[3] = 0x25;
+    writeBe32(&wqe[12], key);
+    uint8_t *umr = &wqe[16];
+    umr[0] = inlined ? 0x80 : 0;
+    writeBe16(umr + 4, static_cast<uint16_t>((klms.size() + 63) / 64 * 4));
+    // frwr_mkey_mask: length, page size, start, en_rinval, key, lr, lw,
+    // rr, rw, small fence, free (and a)
+    writeBe64(umr + 8, (1u << 0) | (1u << 1) | (1u << 6) | (1u << 8) | (1u << 13) | (0xfu << 17) |
+                           (1u << 23) | (1u << 29) | (atomic ? 1u << 21 : 0));
+    uint8_t *mkey = &wqe[64];
+    mkey[2] = (atomic ? 0x40 : 0) | 0x20 | 0x10 | 0x08 | 0x04 | 0x80 | 0x2; // rights, LR, UMR, KLM
+    writeBe32(mkey + 4, 0xffffff00u | (key & 0xff));
+    writeBe32(mkey + 12, 1u << 24); // en_rinval
+    writeBe64(mkey + 16, iova);
+    writeBe64(mkey + 24, length);
+    if (inlined) {
+        klms.resize(64);
+        wqe.insert(wqe.end(), klms.begin(), klms.end());
+        return wqe;
+    }
+    std::copy(klms.begin(), klms.end(), list);
+    wqe.resize(144);
+    writeBe32(&wqe[128], static_cast<uint32_t>((klms.size() + 63) / 64 * 64));
+    writeBe32(&wqe[132], lkey);
+    writeBe64(&wqe[136], listAddr);
+    return wqe;
+}
+
 } // namespace pib::testing::mlx5umr

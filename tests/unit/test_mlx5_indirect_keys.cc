@@ -62,6 +62,13 @@ struct IndirectKeys : pib::testing::OwnedMlx5Host, Mlx5Function {
         return {a, b};
     }
     std::pair<Qp, Qp> pair() { return connect(userQp(), userQp()); }
+    // Two of the kernel's RC QPs (fre), connected.
+    std::pair<Qp, Qp> kernelPair() {
+        const auto a = createQp(kRc, 1, 3, 4), b = createQp(kRc, 1, 3, 4);
+        REQUIRE(a);
+        REQUIRE(b);
+        return connect(*a, *b);
+    }
     // A DEVX process: its uid, PD, UAR page and CQ (its ring and record).
     struct Process {
         uint16_t uid = 0;
@@ -620,4 +627,62 @@ TEST_CASE("indirect layouts: pieces and spans agree with a walk of every byte, a
         return n == 0xffffffff;
     }));
     CHECK(calls == 2);
+}
+
+TEST_CASE("mlx5: mlx5_ib's fast registration of a KLM key (an SG_GAPS region): its list inline "
+          "or read through its L_Key, from the key's iova; LOCAL_INV and SEND with Invalidate "
+          "free it",
+          "[mlx5][indirect][umr]") {
+    IndirectKeys f;
+    auto [a, b] = f.kernelPair();
+    const uint64_t data = f.host.allocRandom(8192, 8), sink = f.host.alloc(8192);
+    constexpr uint64_t kIova = 0x7f0000001234;
+    const uint32_t key = f.key(8) | 0x5a;
+    // Three pieces: inline.
+    const std::vector<Piece> three{
+        {100, f.lkey, sink}, {200, f.lkey, sink + 1000}, {50, f.lkey, sink + 3000}};
+    REQUIRE(f.posted(a, mlx5umr::klmRegistration(key, kIova, three)));
+    REQUIRE(f.rdma(b, kRdmaWrite, data, 350, kIova, key).first == 0);
+    CHECK(f.bytesAre(sink, f.host.at(data), 100));
+    CHECK(f.bytesAre(sink + 1000, f.host.at(data + 100), 200));
+    CHECK(f.bytesAre(sink + 3000, f.host.at(data + 300), 50));
+    CHECK(f.rdma(b, kRdmaWrite, data, 8, kIova - 1, key).second == kRemoteAccess);
+    std::tie(a, b) = f.kernelPair();
+    // A peer's SEND with Invalidate frees it (the registration set en_rinval).
+    f.postReceive(a, sink + 4096, 8);
+    std::vector<uint8_t> inv(32);
+    inv[3] = kSendInvalidate;
+    writeBe32(&inv[12], key);
+    writeBe32(&inv[16], 8);
+    writeBe32(&inv[20], f.lkey);
+    writeBe64(&inv[24], data);
+    f.blueFlame(f.postWqe(b, inv), f.uar);
+    REQUIRE(f.completions(&f.next, 2).size() == 2);
+    CHECK(f.rdma(b, kRdmaWrite, data, 8, kIova, key).second == kRemoteAccess);
+
+    // Six pieces: behind the data segment, read through its L_Key.
+    std::tie(a, b) = f.kernelPair();
+    std::vector<Piece> six;
+    for (uint64_t i = 0; i < 6; ++i)
+        six.push_back({64, f.lkey, sink + 4096 + 512 * i});
+    const uint64_t list = f.host.alloc(128, 64);
+    const uint32_t next = (key & ~0xffu) | 0x5b;
+    REQUIRE(f.posted(a, mlx5umr::klmRegistration(next, kIova, six, f.host.at(list), list, f.lkey)));
+    REQUIRE(f.rdma(b, kRdmaWrite, data, 384, kIova, next).first == 0);
+    for (uint64_t i = 0; i < 6; ++i)
+        CHECK(f.bytesAre(sink + 4096 + 512 * i, f.host.at(data + 64 * i), 64));
+    const uint64_t back = f.host.alloc(4096);
+    REQUIRE(f.rdma(b, kRdmaRead, back, 100, kIova + 60, next).first == 0);
+    CHECK(f.bytesAre(back, f.host.at(data + 60), 100));
+    // The kernel's LOCAL_INV (the free bit alone) frees it.
+    REQUIRE(f.posted(a, mlx5umr::invalidation(next)));
+    CHECK(f.rdma(b, kRdmaWrite, data, 8, kIova, next).second == kRemoteAccess);
+    // A list whose key does not reach it fails the registration.
+    std::tie(a, b) = f.kernelPair();
+    CHECK(f.post(a, mlx5umr::klmRegistration(next, kIova, six, f.host.at(list), list, 0x12345)) ==
+          std::pair{kRequesterError, kLocalProtection});
+    // A process's QP (no fre) may not post it.
+    auto [user, peer] = f.pair();
+    CHECK(f.post(user, mlx5umr::klmRegistration(next, kIova, three)) ==
+          std::pair{kRequesterError, kLocalQpOperation});
 }

@@ -93,6 +93,15 @@ uint8_t Requester::readTranslationList(const QueuePair &qp, SendWqe &w, const pi
                          qp.number, w.index, list.addr, list.lkey);
         return PIB_WC_LOC_PROT_ERR;
     }
+    if (w.indirect) {
+        if (const char *why = wqes_.indirectEntries(bytes, *w.indirect)) {
+            host_.guestError(err::kWqeFastReg,
+                             "QP %u UMR WQE %u: the KLM list at 0x%" PRIx64 ": %s", qp.number,
+                             w.index, list.addr, why);
+            return PIB_WC_LOC_PROT_ERR;
+        }
+        return PIB_WC_SUCCESS;
+    }
     wqes_.pageListEntries(bytes, w.pages);
     return PIB_WC_SUCCESS;
 }

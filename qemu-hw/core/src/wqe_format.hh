@@ -97,6 +97,10 @@ class WqeFormat {
     // translation list, which the requester reads through its L_Key).
     virtual void pageListEntries(std::span<const uint8_t> bytes,
                                  std::vector<uint64_t> &pages) const = 0;
+    // The same for a REG_MR of an indirect key (a ConnectX KLM list), into
+    // u.layout: null, or why the list makes none.
+    virtual const char *indirectEntries(std::span<const uint8_t> bytes,
+                                        IndirectUpdate &u) const = 0;
 };
 
 // The bytes a WQE's data amounts to: its inline data, or what its
@@ -130,6 +134,9 @@ class WqeFormatSlot final : public WqeFormat {
     void pageListEntries(std::span<const uint8_t> bytes,
                          std::vector<uint64_t> &pages) const override {
         format_->pageListEntries(bytes, pages);
+    }
+    const char *indirectEntries(std::span<const uint8_t> bytes, IndirectUpdate &u) const override {
+        return format_->indirectEntries(bytes, u);
     }
 
   private:

@@ -139,6 +139,8 @@ uint8_t decode(const Host &host, uint32_t qpn, uint32_t index, std::span<const u
     if ((fields & mask::kRegistration) != mask::kRegistration || k[mkey::kStatus])
         return bad(err::kWqeBad, "a UMR other than a fast registration or an invalidation",
                    PIB_WC_LOC_QP_OP_ERR);
+    if ((k[mkey::kFlags] & mkey::kAccessModeMask) == mkey::kAccessModeKlm)
+        return decodeKernelIndirect(host, qpn, index, wqe, used, out);
     if ((k[mkey::kFlags] & mkey::kAccessModeMask) != mkey::kAccessModeMtt)
         return bad(err::kWqeBad, "an access mode other than MTT", PIB_WC_LOC_QP_OP_ERR);
     if ((key & 0xff) != k[mkey::kVariant])

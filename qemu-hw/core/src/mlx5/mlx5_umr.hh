@@ -30,6 +30,14 @@ uint8_t decode(const Host &host, uint32_t qpn, uint32_t index, std::span<const u
 // rights and free state into out.indirect (indirect_key.hh).
 uint8_t decodeIndirect(const Host &host, uint32_t qpn, uint32_t index, std::span<const uint8_t> wqe,
                        size_t used, Wqe &out);
+// mlx5_ib's IB_WR_REG_MR of a KLM key (access mode 2 in the key segment),
+// a kernel QP's: into out.indirect, its list inline, or behind the data
+// segment in out.sges (indirectEntries parses it once read).
+uint8_t decodeKernelIndirect(const Host &host, uint32_t qpn, uint32_t index,
+                             std::span<const uint8_t> wqe, size_t used, Wqe &out);
+// A KLM list as `bytes` (read from where a registration's data segment
+// points) into u.layout for u.length bytes: null, or why not.
+const char *indirectEntries(std::span<const uint8_t> bytes, IndirectUpdate &u);
 
 // The same for a WQE of the driver's UMR QP: a general key update
 // (key_update.hh, docs/mlx5.md §10.1) into out.update, its translation

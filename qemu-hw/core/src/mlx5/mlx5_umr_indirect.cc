@@ -3,7 +3,12 @@
 // them from a process's QP: mlx5dv_wr_mkey_configure with its access and
 // layout setters (and mlx5dv_wr_mr_list and _interleaved, made of them),
 // and ibv_post_send's LOCAL_INV. The layout is inline after the key
-// segment: a list of KLM entries, or a repeat block.
+// segment: a list of KLM entries, or a repeat block. And mlx5_ib's own
+// fast registration of a KLM key (an IB_MR_TYPE_SG_GAPS region), whose
+// list may be behind a pointer.
+#include <algorithm>
+
+#include "limits.hh"
 #include "mlx5_ifc.hh"
 #include "mlx5_umr.hh"
 #include "mlx5_umr_segments.hh"
@@ -109,24 +114,59 @@ void configureFields(const uint8_t *c, const uint8_t *k, IndirectUpdate &u) {
     u.octowords = readBe16(c + control::kXltOctowords);
 }
 
+// A layout of `octowords` entries at `p` for u.length bytes: a repeat
+// block or a list.
+const char *layoutAt(const uint8_t *p, uint32_t octowords, IndirectUpdate &u) {
+    IndirectLayout &l = u.layout.emplace();
+    if (isRepeatBlock(p, octowords, u.length))
+        readRepeatBlock(p, l);
+    else if (const char *why = readList(p, octowords, u.length, l))
+        return why;
+    return l.invalid();
+}
+
 // The configure WQE's layout, inline after the key segment.
 const char *readLayout(std::span<const uint8_t> wqe, size_t used, uint8_t flags,
                        IndirectUpdate &u) {
     if (!(flags & control::kInline))
-        return "a layout behind a pointer (the device reads an indirect key's inline)";
+        return "a layout behind a pointer (the device reads a process's layout inline)";
     if (!u.setsLength)
         return "a layout without the length it covers";
     if (kTranslations + size_t{u.octowords} * kEntryBytes > used)
         return "fewer inline entries than its octowords";
     if (u.length == 0)
         return "a layout of no bytes";
-    const uint8_t *p = wqe.data() + kTranslations;
-    IndirectLayout &l = u.layout.emplace();
-    if (isRepeatBlock(p, u.octowords, u.length))
-        readRepeatBlock(p, l);
-    else if (const char *why = readList(p, u.octowords, u.length, l))
-        return why;
-    return l.invalid();
+    return layoutAt(wqe.data() + kTranslations, u.octowords, u);
+}
+
+// mlx5_ib's IB_WR_REG_MR of a KLM key: its fields, and its list inline
+// or where its data segment points (into out.sges, for the requester to
+// read through the segment's L_Key).
+const char *kernelIndirectOf(std::span<const uint8_t> wqe, size_t used, Wqe &out,
+                             IndirectUpdate &u) {
+    constexpr uint64_t kFields = mask::kRegistration | mask::kRemoteInvalidate | mask::kRights |
+                                 mask::kAtomic | mask::kSmallFence;
+    const uint8_t *c = wqe.data() + kControl;
+    const uint8_t *k = wqe.data() + kMkey;
+    const uint8_t flags = c[control::kFlags];
+    const uint64_t fields = readBe64(c + control::kMkeyMask);
+    if (flags & ~(control::kInline | control::kCheckFree))
+        return "control flags the device does not know for a fast registration";
+    if (fields & ~kFields || k[mkey::kLength64] & 0x80)
+        return "a mask setting fields a KLM key does not have, or length64";
+    configureFields(c, k, u);
+    if (u.octowords == 0 || u.octowords > limits::kMaxIndirectEntries || u.length == 0)
+        return "no entries, more than a key's table holds, or a length of 0";
+    if (flags & control::kInline)
+        return readLayout(wqe, used, flags, u);
+    if (kTranslations + kDataSegment > used)
+        return "no data segment for the entries";
+    const uint8_t *data = wqe.data() + kTranslations;
+    const uint32_t bytes = std::min<uint32_t>(readBe32(data), u.octowords * kEntryBytes);
+    if (bytes < kEntryBytes)
+        return "a data segment shorter than one entry";
+    out.sges.push_back({bytes, readBe32(data + 4), readBe64(data + 8)});
+    return nullptr;
 }
 
 const char *indirectOf(std::span<const uint8_t> wqe, size_t used, IndirectUpdate &u) {
@@ -155,6 +195,23 @@ const char *indirectOf(std::span<const uint8_t> wqe, size_t used, IndirectUpdate
 }
 
 } // namespace
+
+const char *indirectEntries(std::span<const uint8_t> bytes, IndirectUpdate &u) {
+    return layoutAt(bytes.data(), static_cast<uint32_t>(bytes.size() / kEntryBytes), u);
+}
+
+uint8_t decodeKernelIndirect(const Host &host, uint32_t qpn, uint32_t index,
+                             std::span<const uint8_t> wqe, size_t used, Wqe &out) {
+    IndirectUpdate u;
+    if (const char *why = kernelIndirectOf(wqe, used, out, u)) {
+        host.guestError(err::kWqeFastReg, "QP %u UMR WQE %u: a KLM registration: %s", qpn, index,
+                        why);
+        return PIB_WC_LOC_PROT_ERR;
+    }
+    out.ctrl.opcode = PIB_WR_REG_MR;
+    out.indirect = std::move(u);
+    return PIB_WC_SUCCESS;
+}
 
 uint8_t decodeIndirect(const Host &host, uint32_t qpn, uint32_t index, std::span<const uint8_t> wqe,
                        size_t used, Wqe &out) {

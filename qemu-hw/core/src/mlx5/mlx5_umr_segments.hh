@@ -47,6 +47,7 @@ constexpr uint64_t kQpn = 1u << 14;
 constexpr uint64_t kRemoteInvalidate = 1u << 8; // MLX5_MKEY_MASK_EN_RINVAL
 constexpr uint64_t kRights = 0xfu << 17;        // lr, lw, rr, rw
 constexpr uint64_t kAtomic = 1u << 21;
+constexpr uint64_t kSmallFence = 1u << 23;
 constexpr uint64_t kRegistration = kLength | kPageSize | kStartAddress | kKey | kFree;
 constexpr uint64_t kRange = kLength | kPageSize | kStartAddress;
 constexpr uint64_t kUpdatable = kRange | kPd | kKey | kRights | kAtomic | kFree;
@@ -67,6 +68,7 @@ constexpr uint8_t kLogPageSizeMask = 0x3f;
 constexpr uint8_t kStatusFree = 0x40;
 constexpr uint8_t kAccessModeMask = 0x3;
 constexpr uint8_t kAccessModeMtt = 0x1;
+constexpr uint8_t kAccessModeKlm = 0x2;
 // The access bits of the flags byte (MLX5_PERM_*).
 constexpr uint8_t kLocalWrite = 1u << 3;
 constexpr uint8_t kRemoteRead = 1u << 4;

@@ -53,6 +53,9 @@ class WqeReader final : public WqeFormat {
                          std::vector<uint64_t> &pages) const override {
         umr::translationEntries(bytes, pages);
     }
+    const char *indirectEntries(std::span<const uint8_t> bytes, IndirectUpdate &u) const override {
+        return umr::indirectEntries(bytes, u);
+    }
 
     // The SQ's counter in `qp`'s doorbell record, as a slot count near
     // its consumer; nullopt when the record cannot be read or the count

@@ -79,6 +79,10 @@ class WqeReader final : public WqeFormat {
         pages.resize(bytes.size() / sizeof(uint64_t));
         std::memcpy(pages.data(), bytes.data(), pages.size() * sizeof(uint64_t));
     }
+    // pib-hca has no indirect keys: its reader makes no such REG_MR.
+    const char *indirectEntries(std::span<const uint8_t>, IndirectUpdate &) const override {
+        return "pib-hca has no indirect keys";
+    }
 
   private:
     // Which segments follow the control segment.
