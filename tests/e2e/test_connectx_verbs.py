@@ -335,11 +335,10 @@ MLX5_PYVERBS_SKIPS = {
     r"Ethernet link layer|skip RoCE test": "RoCE and raw Ethernet tests",
     r"All gid indices populated": "the test's own precondition",
     r"ODP|Device memory|MEMIC|real time|custom mr with additional access flags|Importing a device|"
-    r"IBV_ACCESS_FLUSH_GLOBAL|Create MW|Memory Window allocation|memory window of type|"
+    r"IBV_ACCESS_FLUSH_GLOBAL|"
     r"Tag matching|DV QP OOO|"
     r"LAG affinity|Extended QP is not supported":
-        "not offered: ODP, device memory, memory windows, tag matching, out-of-order QPs, "
-        "LAG, atomic write",
+        "not offered: ODP, device memory, tag matching, out-of-order QPs, LAG, atomic write",
     r"CQE 128B compression|CQE 128B padding": "not offered: CQE compression and padding",
     r"UAR allocation \(with flag=0\)":
         "not offered: write combining (the device takes WQEs from memory, never from the "
@@ -365,6 +364,14 @@ MLX5_PYVERBS_MUST_PASS = (
     # Invalidate freeing them.
     "test_mkey_list", "test_mkey_list_new_api", "test_mkey_interleaved",
     "test_mkey_interleaved_new_api", "test_mkey_list_bad_flow", "test_mkey_remote_invalidate",
+    # Memory windows (§10.5), bound by libmlx5's UMRs from the process's
+    # QPs: type 1 bound and unbound, type 2 bound and freed by LOCAL_INV,
+    # a peer's SEND with Invalidate and deallocation, each followed by
+    # WRITEs through the window (refused once it is freed); a window bound
+    # with local write alone refusing a peer's WRITE; type 3 refused.
+    "test_mw_type1", "test_invalidate_mw_type1", "test_mw_type2",
+    "test_mw_type2_invalidate_local", "test_mw_type2_invalidate_remote",
+    "test_mw_type2_invalidate_dealloc", "test_reg_mw_wrong_type", "test_qp_ex_rc_bind_mw",
     # mlx5dv's CQs: 64- and 128-byte CQEs (docs/mlx5.md §8), with traffic.
     "test_dv_cq_cqe_size_128", "test_dv_cq_cqe_size_64", "test_dv_cq_traffic",
     # Verbs over libmlx5: CQ resize and extended CQs, RC, UD, SRQ, XRC,

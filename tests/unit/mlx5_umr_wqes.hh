@@ -290,4 +290,53 @@ inline std::vector<uint8_t> klmRegistration(uint32_t key, uint64_t iova,
     return wqe;
 }
 
+// CREATE_MKEY as mlx5_ib_alloc_mw makes a process's memory window: the
+// kernel's (uid 0) KLM key with room for 4 entries in the process's PD,
+// en_rinval for type 2; its variant `variant`.
+inline std::vector<uint8_t> windowKeyInput(uint32_t pdn, bool type2, uint8_t variant) {
+    auto in = klmKeyInput(pdn, 4, 0, type2);
+    set(in, field(0xb8, 8), variant);
+    return in;
+}
+
+// libmlx5's set_bind_wr of a bind: window `key` (its current key) becomes
+// `newVariant`'s, over [addr, addr + length) of region `mrKey` with
+// `rights` (MLX5_PERM_*, local write included as libmlx5 passes it); a
+// type 2 window for QP `qpn`. The bytes libmlx5 leaves as the ring had
+// them are 0xa5 here.
+inline std::vector<uint8_t> windowBind(uint32_t key, uint8_t newVariant, bool type2, uint32_t qpn,
+                                       uint32_t mrKey, uint64_t addr, uint64_t length,
+                                       uint8_t rights) {
+    std::vector<uint8_t> wqe(192, 0);
+    std::fill(wqe.begin() + 64, wqe.begin() + 128, 0xa5);
+    wqe[3] = 0x25;
+    writeBe32(&wqe[12], key);
+    wqe[16] = 0x80 | 0x10 | (type2 ? 0x20 : 0);
+    writeBe16(&wqe[20], 4);
+    writeBe64(&wqe[24], 0x203C2041u | (type2 ? 1u << 14 : 0));
+    wqe[64] = 0;
+    wqe[66] = rights;
+    writeBe32(&wqe[68], (type2 ? qpn << 8 : 0xffffff00u) | newVariant);
+    writeBe64(&wqe[80], addr);
+    writeBe64(&wqe[88], length);
+    writeBe32(&wqe[128], static_cast<uint32_t>(length));
+    writeBe32(&wqe[132], mrKey);
+    writeBe64(&wqe[136], addr);
+    return wqe;
+}
+
+// ibv_bind_mw's unbind of a type 1 window (a bind of length 0): free, its
+// key's variant `newVariant`.
+inline std::vector<uint8_t> windowUnbind(uint32_t key, uint8_t newVariant) {
+    std::vector<uint8_t> wqe(128, 0);
+    std::fill(wqe.begin() + 64, wqe.end(), 0xa5);
+    wqe[3] = 0x25;
+    writeBe32(&wqe[12], key);
+    wqe[16] = 0x90;
+    writeBe64(&wqe[24], 0x20002000);
+    wqe[64] = 0x40;
+    writeBe32(&wqe[68], 0xffffff00u | newVariant);
+    return wqe;
+}
+
 } // namespace pib::testing::mlx5umr

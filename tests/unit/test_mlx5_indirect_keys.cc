@@ -12,7 +12,9 @@
 #include <random>
 
 #include "indirect_key.hh"
+#include "limits.hh"
 #include "mlx5_function.hh"
+#include "mlx5_processes.hh"
 #include "mlx5_umr_wqes.hh"
 
 using namespace pib;
@@ -28,19 +30,14 @@ using Qp = Mlx5Function::Qp;
 constexpr uint8_t kRequesterError = 0xd; // a CQE's opcode for a failed send WQE
 constexpr uint8_t kLocalQpOperation = 0x02, kLocalProtection = 0x04, kRemoteAccess = 0x13;
 constexpr uint8_t kFetchAdd = 0x12, kSendInvalidate = 0x01;
-constexpr uint16_t kCreateMkey = 0x200, kDestroyMkey = 0x202, kCreateUctx = 0xa04;
-constexpr uint16_t kAllocPd = 0x800, kAllocUar = 0x802;
+constexpr uint16_t kCreateMkey = 0x200, kDestroyMkey = 0x202;
 // MLX5_PERM_* in the key segment's flags byte.
 constexpr uint8_t kLocalWrite = 0x08, kRemoteRead = 0x10, kRemoteWrite = 0x20, kAtomic = 0x40;
 constexpr uint8_t kAllRights = kLocalWrite | kRemoteRead | kRemoteWrite | kAtomic;
 
 using Piece = mlx5umr::KlmPiece;
 
-struct IndirectKeys : pib::testing::OwnedMlx5Host, Mlx5Function {
-    IndirectKeys() : Mlx5Function(owned) {
-        REQUIRE(setUp());
-        REQUIRE(activatePort());
-    }
+struct IndirectKeys : pib::testing::Mlx5Processes {
     // An RC QP as mlx5_ib makes a process's (no fre) in PD `pdn` (the
     // function's when 0), made by `uid`.
     Qp userQp(uint32_t pdn = 0, uint16_t uid = 0) {
@@ -69,57 +66,6 @@ struct IndirectKeys : pib::testing::OwnedMlx5Host, Mlx5Function {
         REQUIRE(b);
         return connect(*a, *b);
     }
-    // A DEVX process: its uid, PD, UAR page and CQ (its ring and record).
-    struct Process {
-        uint16_t uid = 0;
-        uint32_t pd = 0, uar = 0, cq = 0, next = 0;
-        uint64_t ring = 0, record = 0;
-    };
-    Process process() {
-        Process p;
-        const auto r = host.run(Mlx5Host::input(kCreateUctx, 0, 0x40), 16);
-        REQUIRE(r.status() == 0);
-        p.uid = static_cast<uint16_t>(r.get(field(0x50, 16)));
-        p.pd = allocPd(p.uid);
-        auto uarIn = Mlx5Host::input(kAllocUar);
-        set(uarIn, kUid, p.uid);
-        const auto page = host.run(uarIn, 16);
-        REQUIRE(page.status() == 0);
-        p.uar = static_cast<uint32_t>(page.get(kHeld));
-        auto cqIn = host.cqInput(kLogCq, eqn, p.uar, &p.ring, &p.record);
-        set(cqIn, kUid, p.uid);
-        const auto cq = host.run(cqIn, 16);
-        REQUIRE(cq.status() == 0);
-        p.cq = static_cast<uint32_t>(cq.get(kHeld));
-        return p;
-    }
-    // The process's RC QP (no fre) in `pdn`, on its CQ and UAR page, in RTS
-    // looped to itself.
-    Qp qpOf(const Process &p, uint32_t pdn) {
-        Qp qp;
-        const uint32_t saved[] = {pd, cqn, uar};
-        pd = pdn, cqn = p.cq, uar = p.uar;
-        auto in = qpInput(kRc, 1, 3, 4, qp);
-        pd = saved[0], cqn = saved[1], uar = saved[2];
-        set(in, kFre, 0);
-        set(in, kUid, p.uid);
-        const auto r = host.run(in, 16);
-        REQUIRE(r.status() == 0);
-        qp.qpn = static_cast<uint32_t>(r.get(kHeld));
-        REQUIRE(toRts(qp.qpn, {.qpn = qp.qpn}));
-        return qp;
-    }
-    // Posts `wqe` on the process's `qp`: its CQE's opcode and syndrome.
-    std::pair<uint8_t, uint8_t> postAs(Process &p, Qp &qp, std::vector<uint8_t> wqe) {
-        blueFlame(postWqe(qp, std::move(wqe)), p.uar);
-        std::vector<const uint8_t *> done;
-        for (int poll = 0; poll < 100 && done.empty(); ++poll) {
-            host.runScheduled();
-            done = cqesOf(p.ring, p.record, &p.next);
-        }
-        REQUIRE(done.size() == 1);
-        return {static_cast<uint8_t>(done[0][0x3f] >> 4), done[0][0x37]};
-    }
     // CREATE_MKEY as mlx5dv_create_mkey asks: KLM, free, UMR-enabled,
     // local read, a table of `entries`. Its status and key (variant 0).
     std::pair<uint8_t, uint32_t> klmKey(uint32_t entries, uint32_t pdn = 0, uint16_t uid = 0,
@@ -137,13 +83,6 @@ struct IndirectKeys : pib::testing::OwnedMlx5Host, Mlx5Function {
         auto in = Mlx5Host::input(kDestroyMkey);
         set(in, kHeld, key >> 8);
         return host.run(in, 16).status();
-    }
-    uint32_t allocPd(uint16_t uid = 0) {
-        auto in = Mlx5Host::input(kAllocPd);
-        set(in, kUid, uid);
-        const auto r = host.run(in, 16);
-        REQUIRE(r.status() == 0);
-        return static_cast<uint32_t>(r.get(kHeld));
     }
     // A physical key over all memory in `pdn`, with `rights` (the mkc's
     // a, rw, rr, lw, lr bits).
@@ -255,7 +194,8 @@ TEST_CASE("mlx5: indirect keys: CREATE_MKEY makes a KLM key free and UMR-enabled
     CHECK(refused(field(0x60, 1), 1));         // pg_access
 
     // A process (DEVX uid) makes one in its own PD, not in another's.
-    const auto r = f.host.run(Mlx5Host::input(kCreateUctx, 0, 0x40), 16);
+    const auto r =
+        f.host.run(Mlx5Host::input(pib::testing::Mlx5Processes::kCreateUctx, 0, 0x40), 16);
     REQUIRE(r.status() == 0);
     const auto uid = static_cast<uint16_t>(r.get(field(0x50, 16)));
     const uint32_t own = f.allocPd(uid);
@@ -271,7 +211,7 @@ TEST_CASE("mlx5: indirect keys: CREATE_MKEY makes a KLM key free and UMR-enabled
     CHECK(caps.get(field(0x80 + 0x100, 8)) == 1); // max_indirection
     CHECK(caps.get(field(0x80 + 0x209, 1)) == 0); // umr_indirect_mkey_disabled
     CHECK(caps.get(field(0x80 + 0x108, 1)) == 0); // fixed_buffer_size: no KSM
-    CHECK(caps.get(field(0x80 + 0x231, 1)) == 0); // imaicl: no memory windows
+    CHECK(caps.get(field(0x80 + 0x231, 1)) == 1); // imaicl: memory windows (§10.5)
 }
 
 TEST_CASE("mlx5: an indirect key's list, laid out from a process's QP: a SEND gathers its "
@@ -471,13 +411,14 @@ TEST_CASE("mlx5: a process's QP lays out only its own context's indirect keys of
     auto p = f.process();
     const auto [status, userKey] = f.klmKey(4, p.pd, p.uid);
     REQUIRE(status == 0);
-    // A key the kernel made in the process's PD (as mlx5_ib makes a
-    // process's memory windows): not the process's to lay out.
-    const auto [kernelStatus, kernelKey] = f.klmKey(4, p.pd, 0);
+    // A KLM key the kernel makes in the process's PD is a memory window
+    // (mlx5_ib_alloc_mw's, §10.5): a layout is no bind of it.
+    const auto [kernelStatus, window] = f.klmKey(4, p.pd, 0);
     REQUIRE(kernelStatus == 0);
+    CHECK(window >> 8 > limits::kMaxMr);
     auto own = f.qpOf(p, p.pd);
-    CHECK(f.postAs(p, own, f.configure(kernelKey, kLocalWrite, {{16, f.lkey, sink}})) ==
-          std::pair{kRequesterError, kLocalQpOperation});
+    CHECK(f.postAs(p, own, f.configure(window, kLocalWrite, {{16, f.lkey, sink}})) ==
+          std::pair{kRequesterError, uint8_t{0x06}}); // a bind error
     // The process's QP in another of its PDs: refused as well.
     auto elsewhere = f.qpOf(p, f.allocPd(p.uid));
     CHECK(f.postAs(p, elsewhere, f.configure(userKey, kLocalWrite, {{16, f.lkey, sink}})) ==

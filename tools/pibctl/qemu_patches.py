@@ -81,7 +81,7 @@ def _hmp_entry(name: str, args_type: str, params: str, help_: str, cmd: str, doc
 
 
 HMP_INFO_PIB = _hmp_entry(
-    "pib", "args:S?", "[id] [port|eq|cq|qp|srq|mr N]",
+    "pib", "args:S?", "[id] [port|eq|cq|qp|srq|mr|mw N]",
     "show a pib-hca InfiniBand adapter's state, or one object's", "hmp_info_pib",
     "  ``info pib`` [*id*] [*object* *n*]\n    Show a pib-hca adapter's state, or one object's.\n")
 HMP_PIB = _hmp_entry(

@@ -213,8 +213,8 @@ void pib_core_inject_fatal(struct pib_core *core, const char *reason);
 
 /*
  * The device's state, as JSON (json != 0) or as text: `what` is NULL or ""
- * for the whole device, or "port N", "eq N", "cq N", "qp N", "srq N" or
- * "mr KEY".
+ * for the whole device, or "port N", "eq N", "cq N", "qp N", "srq N",
+ * "mr KEY" or "mw KEY".
  */
 int pib_core_inspect(struct pib_core *core, const char *what, int json, char **answer);
 

@@ -90,6 +90,10 @@ std::optional<Json> Inspector::inspect(std::string_view what, std::string *error
              o.mrs.find(PIB_KEY_INDEX(static_cast<uint32_t>(n))) &&
              o.mrs.find(PIB_KEY_INDEX(static_cast<uint32_t>(n)))->key == n)
         found = mr(PIB_KEY_INDEX(static_cast<uint32_t>(n)), *o.mrs.find(PIB_KEY_INDEX(n)));
+    else if (kind == "mw" && n <= UINT32_MAX &&
+             o.mws.find(PIB_KEY_INDEX(static_cast<uint32_t>(n))) &&
+             o.mws.find(PIB_KEY_INDEX(static_cast<uint32_t>(n)))->key == n)
+        found = mw(*o.mws.find(PIB_KEY_INDEX(n)));
     if (!found)
         *error = "no " + std::string(kind) + " " + std::to_string(n);
     return found;
@@ -268,7 +272,23 @@ Json Inspector::mr(uint32_t, const MemoryRegion &m) const {
            {"length", m.ctx.length}, {"physical", (m.ctx.flags & PIB_MR_PHYSICAL) != 0},
            {"valid", m.valid},       {"remote_invalidate", m.fastReg() && m.remoteInvalidate},
            {"umr_qp", m.umrQpOwned}};
+    if (m.indirect)
+        j["indirect"] = {{"entries", m.indirect->entries.size()},
+                         {"repeats", m.indirect->repeats},
+                         {"table", m.indirect->tableEntries}};
     withOwner(j, m.owner);
+    return j;
+}
+
+Json Inspector::mw(const MemoryWindow &w) const {
+    const pib_mw_context &c = w.ctx;
+    Json j{{"key", w.key}, {"pd", c.pdn}, {"type", c.type}, {"bound", c.bound != 0}};
+    if (c.bound)
+        j.update({{"region", c.mr_key},
+                  {"iova", c.addr},
+                  {"length", c.length},
+                  {"access", c.access},
+                  {"qp", c.qpn}});
     return j;
 }
 
@@ -277,7 +297,7 @@ namespace {
 // Keys whose numbers read better in hex.
 bool hexKey(const std::string &key) {
     return key.ends_with("guid") || key == "key" || key == "iova" || key == "access" ||
-           key == "qkey";
+           key == "qkey" || key == "region";
 }
 
 std::string scalar(const std::string &key, const Json &v) {

@@ -54,6 +54,7 @@ class Inspector {
     Json qp(uint32_t qpn, const QueuePair &qp) const;
     Json srq(uint32_t srqn, const SharedReceiveQueue &srq) const;
     Json mr(uint32_t index, const MemoryRegion &mr) const;
+    Json mw(const MemoryWindow &mw) const;
 
     Sources s_;
 };

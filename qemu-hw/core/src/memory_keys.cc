@@ -212,7 +212,7 @@ const char *MemoryKeys::checkBind(const MemoryWindow *mw, const MemoryRegion *mr
         return "the region's key is not valid";
     if (mr->ctx.pdn != pdn)
         return "the region is in another PD";
-    if (!(mr->ctx.access & PIB_ACCESS_MW_BIND))
+    if (bindRightRequired_ && !(mr->ctx.access & PIB_ACCESS_MW_BIND))
         return "the region does not allow windows (no MW_BIND access)";
     if (bind.access & (PIB_ACCESS_REMOTE_WRITE | PIB_ACCESS_REMOTE_ATOMIC) &&
         !(mr->ctx.access & PIB_ACCESS_LOCAL_WRITE))

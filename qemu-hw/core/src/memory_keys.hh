@@ -61,6 +61,10 @@ class MemoryKeys {
     // The same as the device's saved state brings it back: no QP asks.
     // Null, or why it cannot be.
     const char *restoreIndirect(MemoryRegion &mr, const IndirectUpdate &u);
+    // Whether a region takes windows only with the MW_BIND right (IBA
+    // 10.6.7.2, pib-hca's); a ConnectX key has no such bit (mlx5_ib takes
+    // IB_ACCESS_MW_BIND and drops it), so any region of the PD takes them.
+    void requireBindRight(bool required) { bindRightRequired_ = required; }
     // Leaves the window unbound (its region no longer held by it).
     static void unbind(ObjectTable<MemoryRegion> &mrs, MemoryWindow &mw);
 
@@ -88,6 +92,7 @@ class MemoryKeys {
     ObjectTable<MemoryRegion> &mrs_;
     ObjectTable<MemoryWindow> &mws_;
     std::vector<uint64_t> pages_; // the last page list read, reused
+    bool bindRightRequired_ = true;
 };
 
 } // namespace pib

@@ -1,6 +1,8 @@
 // SPDX-License-Identifier: GPL-2.0-or-later
 #include "memory_regions.hh"
 
+#include "memory_keys.hh"
+
 #include <cinttypes>
 #include <cstdarg>
 
@@ -126,6 +128,39 @@ const err::Condition *MemoryRegions::insert(const pib_mr_context &ctx, uint32_t 
     ++objects_.pds.at(ctx.pdn).refs;
     holdTranslations(*raw, true);
     *key = raw->key;
+    return nullptr;
+}
+
+const err::Condition *MemoryRegions::insertWindow(const char *command, uint32_t pdn, uint8_t type,
+                                                  uint8_t variant, uint32_t *key) {
+    ProtectionDomain *pd = objects_.pds.find(pdn);
+    if (!pd)
+        return fail(refusals_.badIndex, "%s in PD %u", command, pdn);
+    if (type != PIB_MW_TYPE_1 && type != PIB_MW_TYPE_2)
+        return fail(refusals_.badParam, "%s of type %u", command, type);
+    auto mw = std::make_unique<MemoryWindow>();
+    MemoryWindow *raw = mw.get();
+    const auto index = objects_.mws.insert(std::move(mw));
+    if (!index)
+        return fail(refusals_.noResources, "%s: all %u MWs in use", command,
+                    objects_.mws.capacity());
+    raw->ctx = {};
+    raw->ctx.pdn = pdn;
+    raw->ctx.type = type;
+    raw->ctx.key_variant = variant;
+    raw->key = (*index << 8) | variant;
+    ++pd->refs;
+    *key = raw->key;
+    return nullptr;
+}
+
+const err::Condition *MemoryRegions::destroyWindow(const char *command, uint32_t key) {
+    MemoryWindow *mw = objects_.mws.find(PIB_KEY_INDEX(key));
+    if (!mw)
+        return fail(refusals_.badIndex, "%s of key 0x%x", command, key);
+    MemoryKeys::unbind(objects_.mrs, *mw); // IBA 10.6.7.1: deallocation invalidates it
+    --objects_.pds.at(mw->ctx.pdn).refs;
+    objects_.mws.erase(PIB_KEY_INDEX(key));
     return nullptr;
 }
 

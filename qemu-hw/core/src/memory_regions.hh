@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: GPL-2.0-or-later
-// The memory regions of the core's tables as every personality's commands
-// make and end them: a context is checked against the PDs and the MTT, a
+// The memory regions and windows of the core's tables as every
+// personality's commands make and end them: a context is checked against the PDs and the MTT, a
 // region holds its PD and its MTT range, and a key names it. Which
 // condition a refusal is, and so what the driver reads, is the
 // personality's (Refusals).
@@ -48,6 +48,13 @@ class MemoryRegions {
     // until a UMR lays it out.
     const err::Condition *insertIndirect(const char *command, const pib_mr_context &ctx,
                                          uint32_t tableEntries, uint32_t *key);
+    // A new memory window (IBA 10.6.7.1) of `type` in PD `pdn`, unbound,
+    // holding its PD; its key in *key.
+    const err::Condition *insertWindow(const char *command, uint32_t pdn, uint8_t type,
+                                       uint8_t variant, uint32_t *key);
+    // Ends the window `key` names (its index: a window's variant changes
+    // with each bind), unbinding it first.
+    const err::Condition *destroyWindow(const char *command, uint32_t key);
     // Ends the region `key` names, unless windows are bound to it.
     const err::Condition *destroy(const char *command, uint32_t key);
     // The region a key names, if the key's variant matches too (a

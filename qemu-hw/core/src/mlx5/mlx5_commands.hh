@@ -50,7 +50,9 @@ class Commands {
         : config_(config), host_(host), caps_(config.num_ports), pages_(host), uars_(uars),
           eqs_(eqs), cqs_(cqs), qps_(qps), core_(std::move(core)),
           regions_(host, core_.objects, kRefusals), srqs_(host, core_.objects, core_.srqEnds),
-          dcts_(host, core_.objects, core_.ports, core_.dataPath, eqs), registers_(core_.ports) {}
+          dcts_(host, core_.objects, core_.ports, core_.dataPath, eqs), registers_(core_.ports) {
+        core_.dataPath.keys().requireBindRight(false); // no mkc bit for it (docs/mlx5.md §10.5)
+    }
 
     // Runs the command whose input is `in`; its output (status and
     // syndrome included) goes to `out`.
@@ -187,12 +189,15 @@ class Commands {
     const err::Condition *createPhysicalMkey(const Request &r);
     const err::Condition *createFreeMkey(const Request &r);
     const err::Condition *createIndirectMkey(const Request &r);
+    bool isWindow(const Request &r) const;
+    const err::Condition *createWindowMkey(const Request &r);
     const err::Condition *createMttMkey(const Request &r);
     const err::Condition *destroyMkey(const Request &r);
     std::vector<uint8_t> mkeyInput(const MemoryRegion &mr) const;
     void saveKeys(StateWriter &w) const;
     void checkLoadedOwners(StateReader &r) const;
     void loadKey(StateReader &r, uint32_t number);
+    void loadWindow(StateReader &r, uint32_t number);
     void saveIndirectLayout(StateWriter &w, const MemoryRegion &mr) const;
     std::optional<IndirectLayout> loadIndirectLayout(StateReader &r) const;
     bool restoreIndirect(StateReader &r, MemoryRegion &mr, const pib_mr_context &ctx, bool valid,

@@ -102,6 +102,8 @@ const err::Condition *Commands::createMkey(const Request &r) {
         return fail(err::kMlx5MkeyNotOffered, "CREATE_MKEY %s", unsupported);
     if (const err::Condition *why = checkKeyOwners(r))
         return why;
+    if (mode == kAccessModeKlm && isWindow(r))
+        return createWindowMkey(r);
     const err::Condition *why = mode == kAccessModePa    ? createPhysicalMkey(r)
                                 : mode == kAccessModeKlm ? createIndirectMkey(r)
                                 : free                   ? createFreeMkey(r)
@@ -178,6 +180,29 @@ const err::Condition *Commands::createFreeMkey(const Request &r) {
         return fail(err::kMlx5CmdBadResource, "CREATE_MKEY in PD %u", ctx.pdn);
     uint32_t key = 0;
     if (const err::Condition *why = regions_.insert(ctx, &key, MemoryRegions::Translations::kOwn))
+        return why;
+    set(r.out, kMkeyIndex, key >> 8);
+    return nullptr;
+}
+
+// mlx5_ib makes a process's memory window (mlx5_ib_alloc_mw) as a KLM key
+// of the kernel's (uid 0) in the process's PD, en_rinval for type 2; a
+// kernel consumer's KLM key (ib_alloc_mr's SG_GAPS) is in a PD of the
+// kernel's, and a process's own (mlx5dv_create_mkey) has its uid.
+bool Commands::isWindow(const Request &r) const {
+    const ProtectionDomain *pd = core_.objects.pds.find(get(r.in, mkc::kPd));
+    return get(r.in, kUid) == uid::kKernel && pd && pd->owner != uid::kKernel;
+}
+
+// A memory window (docs/mlx5.md §10.5): the core's, unbound, of type 2
+// with en_rinval, else type 1; its index among the windows' (above the
+// keys') is the mkey index.
+const err::Condition *Commands::createWindowMkey(const Request &r) {
+    uint32_t key = 0;
+    const uint8_t type = get(r.in, mkc::kRemoteInvalidate) ? PIB_MW_TYPE_2 : PIB_MW_TYPE_1;
+    if (const err::Condition *why =
+            regions_.insertWindow("CREATE_MKEY", static_cast<uint32_t>(get(r.in, mkc::kPd)), type,
+                                  static_cast<uint8_t>(get(r.in, mkc::kVariant)), &key))
         return why;
     set(r.out, kMkeyIndex, key >> 8);
     return nullptr;
@@ -355,6 +380,8 @@ const err::Condition *Commands::createUmemMkey(const Request &r) {
 
 const err::Condition *Commands::destroyMkey(const Request &r) {
     const auto index = static_cast<uint32_t>(get(r.in, kMkeyIndex));
+    if (core_.objects.mws.find(index)) // mlx5_ib_dealloc_mw: bound or not
+        return regions_.destroyWindow("DESTROY_MKEY", index << 8);
     const MemoryRegion *mr = core_.objects.mrs.find(index);
     if (!mr)
         return fail(err::kMlx5CmdBadResource, "DESTROY_MKEY of index 0x%x", index);

@@ -41,6 +41,7 @@ constexpr Field kNumPorts = field(0x1b8, 8);
 constexpr Field kMcamReg = field(0x1a9, 1);
 constexpr Field kLogMaxMsg = field(0x1c3, 5);
 constexpr Field kMaxIndirection = field(0x100, 8);
+constexpr Field kImaicl = field(0x231, 1);
 constexpr Field kUmrExtendedTranslationOffset = field(0x118, 1);
 constexpr Field kLogMaxKlmListSize = field(0x11a, 6);
 constexpr Field kQpcExtension = field(0x122, 1);
@@ -225,6 +226,10 @@ void HcaCaps::reset() {
     // by UMR, however large, rather than in one CREATE_MKEY.
     mlx5::set(m, cap::kUmrExtendedTranslationOffset, 1);
     mlx5::set(m, cap::kMaxIndirection, 1);
+    // Memory windows (docs/mlx5.md §10.5), type 1 and 2B. mlx5_ib offers
+    // them with this bit, and tells kernel consumers they may register
+    // gappy lists (IB_MR_TYPE_SG_GAPS: KLM fast registrations, §10.4).
+    mlx5::set(m, cap::kImaicl, 1);
     // A UD QP never receives the multicast it sent (the core's datagram
     // rule, docs/mlx5.md §10): block_lb_mc, which a QP's context asks for
     // (ibv's IBV_QP_CREATE_BLOCK_SELF_MCAST_LB, IPoIB's QP), is always so.

@@ -26,6 +26,7 @@ constexpr uint32_t kPdsTag = stateTag("M5PD");
 constexpr uint32_t kXrcdsTag = stateTag("M5XD");
 constexpr uint32_t kQCountersTag = stateTag("M5QC");
 constexpr uint32_t kKeysTag = stateTag("M5MK");
+constexpr uint32_t kWindowsTag = stateTag("M5MW");
 
 constexpr uint16_t kCreateMkey = 0x200;
 constexpr uint32_t kKeyOutputBytes = 0x10;
@@ -215,6 +216,10 @@ void Commands::saveObjects(StateWriter &w) const {
     });
     cqs_.save(w);
     saveKeys(w);
+    saveTable(w, kWindowsTag, core_.objects.mws, [&](const MemoryWindow &mw) {
+        w.record(mw.ctx);
+        w.u32(mw.key);
+    });
     srqs_.save(w);
     qps_.save(w);
     dcts_.save(w);
@@ -238,6 +243,8 @@ void Commands::loadObjects(StateReader &r) {
     cqs_.load(r);
     loadTable(r, kKeysTag, "memory keys", core_.objects.mrs, 4 + 4 + 1 + sizeof(pib_mr_context) + 4,
               [&](uint32_t number) { loadKey(r, number); });
+    loadTable(r, kWindowsTag, "memory windows", core_.objects.mws, sizeof(pib_mw_context) + 4,
+              [&](uint32_t number) { loadWindow(r, number); });
     srqs_.load(r);
     qps_.load(r);
     dcts_.load(r);
@@ -295,6 +302,30 @@ void Commands::saveKeys(StateWriter &w) const {
                 w.u64(page);
         saveIndirectLayout(w, mr);
     });
+}
+
+// A window (docs/mlx5.md §10.5): made as mlx5_ib's CREATE_MKEY made it,
+// then bound again by the bind's code to the region, range and QP it was
+// bound to.
+void Commands::loadWindow(StateReader &r, uint32_t number) {
+    pib_mw_context ctx;
+    r.record(ctx, "a window's context");
+    const uint32_t key = r.u32();
+    const auto make = [&] {
+        uint32_t made = 0;
+        if (regions_.insertWindow("CREATE_MKEY", ctx.pdn, ctx.type, ctx.key_variant, &made))
+            return false;
+        if (!ctx.bound)
+            return true;
+        const pib_wqe_bind_mw bind{ctx.addr, ctx.length, made, key, ctx.mr_key, ctx.access};
+        return core_.dataPath.keys().bindWindow(ctx.qpn, 0, ctx.pdn, bind) == PIB_WC_SUCCESS;
+    };
+    if (!restoreAt(r, host_, "memory window", core_.objects.mws, number, make))
+        return;
+    const MemoryWindow &mw = core_.objects.mws.at(number);
+    if (mw.key != key || std::memcmp(&mw.ctx, &ctx, sizeof(ctx)) != 0)
+        r.fail("memory window " + std::to_string(number) +
+               ": its key or binding is not what it was saved with");
 }
 
 // An indirect key's layout (indirect_key.hh): its repeat count and

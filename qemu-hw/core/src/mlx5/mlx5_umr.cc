@@ -124,6 +124,8 @@ uint8_t decode(const Host &host, uint32_t qpn, uint32_t index, std::span<const u
     const uint8_t *k = wqe.data() + kMkey;
     const uint64_t fields = readBe64(c + control::kMkeyMask);
     const uint32_t key = out.ctrl.imm;
+    if (PIB_KEY_INDEX(key) > limits::kMaxMr) // a window's (the core numbers them after the keys)
+        return decodeWindow(host, qpn, index, wqe, used, out);
     const bool invalidation = fields == mask::kFree && k[mkey::kStatus] & mkey::kStatusFree;
     if (!invalidation && !(fields & mask::kPageSize)) // no pages: an indirect key's
         return decodeIndirect(host, qpn, index, wqe, used, out);

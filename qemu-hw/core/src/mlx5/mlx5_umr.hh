@@ -30,6 +30,10 @@ uint8_t decode(const Host &host, uint32_t qpn, uint32_t index, std::span<const u
 // rights and free state into out.indirect (indirect_key.hh).
 uint8_t decodeIndirect(const Host &host, uint32_t qpn, uint32_t index, std::span<const uint8_t> wqe,
                        size_t used, Wqe &out);
+// A UMR of a memory window (docs/mlx5.md §10.5): a bind as out.bind, a
+// type 1 unbind (length 0) or a type 2 LOCAL_INV.
+uint8_t decodeWindow(const Host &host, uint32_t qpn, uint32_t index, std::span<const uint8_t> wqe,
+                     size_t used, Wqe &out);
 // mlx5_ib's IB_WR_REG_MR of a KLM key (access mode 2 in the key segment),
 // a kernel QP's: into out.indirect, its list inline, or behind the data
 // segment in out.sges (indirectEntries parses it once read).

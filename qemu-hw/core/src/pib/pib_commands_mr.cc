@@ -108,23 +108,11 @@ CommandOutcome CommandProcessor::createMw(const Command &cmd) {
 }
 
 CommandOutcome CommandProcessor::createMw(const pib_mw_context &ctx) {
-    ProtectionDomain *pd = objects_.pds.find(ctx.pdn);
-    if (!pd)
-        return fail(err::kCmdBadIndex, "CREATE_MW in PD %u", ctx.pdn);
-    if (ctx.type != PIB_MW_TYPE_1 && ctx.type != PIB_MW_TYPE_2)
-        return fail(err::kCmdBadParam, "CREATE_MW of type %u", ctx.type);
-    auto mw = std::make_unique<MemoryWindow>();
-    MemoryWindow *raw = mw.get();
-    const auto index = objects_.mws.insert(std::move(mw));
-    if (!index)
-        return fail(err::kCmdNoResources, "all %u MWs in use", objects_.mws.capacity());
-    raw->ctx = {};
-    raw->ctx.pdn = ctx.pdn;
-    raw->ctx.type = ctx.type;
-    raw->ctx.key_variant = ctx.key_variant;
-    raw->key = (*index << 8) | ctx.key_variant;
-    ++pd->refs;
-    return {PIB_CMD_STATUS_OK, raw->key};
+    uint32_t key = 0;
+    if (const err::Condition *why =
+            regions_.insertWindow("CREATE_MW", ctx.pdn, ctx.type, ctx.key_variant, &key))
+        return CommandOutcome::failed(*why);
+    return {PIB_CMD_STATUS_OK, key};
 }
 
 // A window's variant changes with each bind: its index names it.
@@ -133,12 +121,8 @@ static MemoryWindow *findWindow(const ObjectTable<MemoryWindow> &mws, uint32_t k
 }
 
 CommandOutcome CommandProcessor::destroyMw(const Command &cmd) {
-    MemoryWindow *mw = findWindow(objects_.mws, cmd.modifier);
-    if (!mw)
-        return fail(err::kCmdBadIndex, "DESTROY_MW of key 0x%x", cmd.modifier);
-    MemoryKeys::unbind(objects_.mrs, *mw); // IBA 10.6.7.1: deallocation invalidates it
-    --objects_.pds.at(mw->ctx.pdn).refs;
-    objects_.mws.erase(PIB_KEY_INDEX(cmd.modifier));
+    if (const err::Condition *why = regions_.destroyWindow("DESTROY_MW", cmd.modifier))
+        return CommandOutcome::failed(*why);
     return {};
 }
 
