@@ -169,6 +169,21 @@ struct KlmPiece {
     uint16_t stride = 0;
 };
 
+// KLM entries (byte count, key, address; 16 bytes each) of `pieces`, and
+// the bytes they add up to in *length.
+inline std::vector<uint8_t> klmEntries(const std::vector<KlmPiece> &pieces, uint64_t *length) {
+    std::vector<uint8_t> bytes;
+    for (const KlmPiece &p : pieces) {
+        uint8_t e[16];
+        writeBe32(e, p.bytes);
+        writeBe32(e + 4, p.key);
+        writeBe64(e + 8, p.addr);
+        bytes.insert(bytes.end(), e, e + 16);
+        *length += p.bytes;
+    }
+    return bytes;
+}
+
 // A UMR of an indirect key as libmlx5's mlx5dv_wr_mkey_configure writes
 // it (qp.c): `flags`, `mask`, the rights byte, the length, and `layout`
 // inline at byte 128, padded to 64 bytes.
@@ -195,15 +210,7 @@ inline std::vector<uint8_t> klmList(uint32_t key, uint8_t rights,
                                     const std::vector<KlmPiece> &pieces, uint64_t mask = 0x203C2001,
                                     uint8_t flags = 0x80) {
     uint64_t length = 0;
-    std::vector<uint8_t> layout;
-    for (const KlmPiece &p : pieces) {
-        uint8_t e[16];
-        writeBe32(e, p.bytes);
-        writeBe32(e + 4, p.key);
-        writeBe64(e + 8, p.addr);
-        layout.insert(layout.end(), e, e + 16);
-        length += p.bytes;
-    }
+    std::vector<uint8_t> layout = klmEntries(pieces, &length);
     return indirectUmr(key, rights, length, layout, mask, flags);
 }
 
@@ -250,16 +257,8 @@ inline std::vector<uint8_t> klmRegistration(uint32_t key, uint64_t iova,
                                             const std::vector<KlmPiece> &pieces,
                                             uint8_t *list = nullptr, uint64_t listAddr = 0,
                                             uint32_t lkey = 0, bool atomic = false) {
-    std::vector<uint8_t> klms;
     uint64_t length = 0;
-    for (const KlmPiece &p : pieces) {
-        uint8_t e[16];
-        writeBe32(e, p.bytes);
-        writeBe32(e + 4, p.key);
-        writeBe64(e + 8, p.addr);
-        klms.insert(klms.end(), e, e + 16);
-        length += p.bytes;
-    }
+    std::vector<uint8_t> klms = klmEntries(pieces, &length);
     const bool inlined = klms.size() <= 64;
     std::vector<uint8_t> wqe(128);
     wqe[3] = 0x25;

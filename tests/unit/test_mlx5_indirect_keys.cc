@@ -173,14 +173,7 @@ TEST_CASE("mlx5: indirect keys: CREATE_MKEY makes a KLM key free and UMR-enabled
     CHECK(f.klmKey(0).first == 0x3);   // BAD_PARAM: no table
     CHECK(f.klmKey(513).first == 0x3); // beyond log_max_klm_list_size
     const auto refused = [&](Field f2, uint64_t value) {
-        auto in = Mlx5Host::input(kCreateMkey, 0, 0x110);
-        set(in, field(0x81, 1), 1);
-        set(in, field(0x90, 1), 1);
-        set(in, field(0x95, 1), 1);
-        set(in, field(0x96, 2), 2);
-        set(in, field(0xa0, 24), 0xffffff);
-        set(in, field(0xe8, 24), f.pd);
-        set(in, field(0x220, 32), 4);
+        auto in = mlx5umr::klmKeyInput(f.pd, 4);
         set(in, f2, value);
         return f.host.run(in, 16).status() == 0x3;
     };
@@ -430,17 +423,8 @@ TEST_CASE("mlx5: a process's QP lays out only its own context's indirect keys of
 
     // A UMR of an indirect key's shape aimed at a free MTT key (what a
     // kernel consumer registers): no indirect key, refused.
-    auto in = Mlx5Host::input(kCreateMkey, 0, 0x110);
-    set(in, field(0x81, 1), 1);
-    set(in, field(0x90, 1), 1);
-    set(in, field(0x95, 1), 1);
-    set(in, field(0x96, 2), 1);
-    set(in, field(0xa0, 24), 0xffffff);
-    set(in, field(0xe8, 24), f.pd);
-    set(in, field(0x220, 32), 2);
-    const auto made = f.host.run(in, 16);
-    REQUIRE(made.status() == 0);
-    const auto mtt = static_cast<uint32_t>(made.get(kHeld)) << 8;
+    const uint32_t mtt = mlx5umr::freeKey(f, 4);
+    REQUIRE(mtt);
     auto [user, peer] = f.pair();
     CHECK(f.post(user, f.configure(mtt, kLocalWrite, {{16, f.lkey, sink}})) ==
           std::pair{kRequesterError, kLocalQpOperation});
