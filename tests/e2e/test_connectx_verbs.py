@@ -30,7 +30,7 @@ from transfers import traffic
 # to see it refused (§15.4).
 pytestmark = [
     pytest.mark.topology("connectx.topo"),
-    pytest.mark.guest_errors_expected("wqe-bad-key", "mlx5-mkey-not-offered", "mlx5-qp-bad-attr"),
+    pytest.mark.guest_errors_expected("wqe-bad-key", "mlx5-qp-bad-attr"),
     pytest.mark.kernel_log_expected("MODIFY_CQ(0x403) op_mod(0x1) failed, status bad parameter(0x3), "
                                     "syndrome (0x50bd34e9)"),
 ]
