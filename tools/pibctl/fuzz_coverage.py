@@ -23,9 +23,11 @@ SOURCES = {
     "mlx5": [f"qemu-hw/core/src/mlx5/mlx5_{name}.cc" for name in
              ("command_queue", "commands", "commands_mkey", "commands_port", "completion_queues",
               "event_queues", "front_end", "hca_caps", "init_segment", "page_list", "pages",
-              "queue_pairs", "registers", "shared_receive_queues", "uars", "umr", "vsc",
-              "wqe_reader", "dc_targets", "user_contexts", "commands_uctx", "user_memories",
-              "commands_umem", "general_objects")] + ["qemu-hw/core/src/dc_targets.cc"],
+              "queue_pairs", "registers", "shared_receive_queues", "uars", "umr", "umr_indirect",
+              "umr_window", "vsc", "wqe_reader", "dc_targets", "user_contexts", "commands_uctx",
+              "user_memories", "commands_umem", "general_objects")] +
+            [f"qemu-hw/core/src/{name}.cc" for name in
+             ("dc_targets", "memory", "indirect_key", "memory_key_indirect")],
     "switch": [f"fabric-switch/src/{name}.cc" for name in ("switch", "sma", "pma", "trap", "fault")],
     "switch-tcp": [f"fabric-switch/src/{name}.cc" for name in
                    ("server", "server_control", "server_dial", "server_faults", "server_flow",
