@@ -120,9 +120,21 @@ TEST_CASE("mlx5: memory windows: mlx5_ib_alloc_mw's KLM keys in a process's PD a
     set(destroy, kHeld, one >> 8);
     CHECK(f.host.run(destroy, 16).status() == 0); // bound: ends all the same
     CHECK(f.host.run(destroy, 16).status() != 0);
+    // A window holds its PD: a PD of nothing else stays while it does.
+    const uint32_t lone = f.allocPd(f.p.uid);
+    const auto made = f.host.run(mlx5umr::windowKeyInput(lone, true, 0x20), 16);
+    REQUIRE(made.status() == 0);
     auto dealloc = Mlx5Host::input(0x801);
-    set(dealloc, kHeld, f.p.pd);
-    CHECK(f.host.run(dealloc, 16).status() != 0); // the type 2 window holds its PD
+    set(dealloc, kHeld, lone);
+    CHECK(f.host.run(dealloc, 16).status() != 0);
+    // The window is the kernel's key: the process cannot end it through
+    // DEVX; the kernel can, and then the PD goes.
+    set(destroy, kHeld, made.get(kHeld));
+    set(destroy, kUid, f.p.uid);
+    CHECK(f.host.run(destroy, 16).status() != 0);
+    set(destroy, kUid, 0);
+    CHECK(f.host.run(destroy, 16).status() == 0);
+    CHECK(f.host.run(dealloc, 16).status() == 0);
 }
 
 TEST_CASE("mlx5: a type 1 window bound from a process's QP takes a WRITE through its new key "
@@ -260,4 +272,56 @@ TEST_CASE("mlx5: bound windows survive a saved state, and a QP's end unbinds its
     REQUIRE(f.destroy(kDestroyQp, b.qpn).status() == 0);
     CHECK(f.inspect(bound2).find("\"bound\":false") != std::string::npos);
     CHECK(f.inspect((one & ~0xffu) | 0x11).find("\"bound\":true") != std::string::npos);
+}
+
+TEST_CASE("mlx5: a window over a key of mlx5_ib's MR cache reaches nothing once the driver "
+          "revokes the key and gives it to another process; no window binds over an indirect "
+          "key",
+          "[mlx5][windows][isolation]") {
+    Windows f;
+    // The driver's UMR QP loads a free key of its cache with a page of
+    // the process's, in the process's PD.
+    const auto umr = f.createQp(0xc, std::nullopt, 0, 4);
+    REQUIRE(umr);
+    REQUIRE(f.toRts(umr->qpn));
+    Qp loader = *umr;
+    const uint32_t cached = mlx5umr::freeKey(f, 2);
+    REQUIRE(cached);
+    uint32_t next = 0;
+    const auto load = [&](uint32_t pdn, uint64_t page) {
+        const auto done = f.completeOne(
+            f.postWqe(loader, mlx5umr::cacheLoad(cached, pdn, kIova, 4096, {page})), &next);
+        REQUIRE(done);
+        return done->first == 0;
+    };
+    REQUIRE(load(f.p.pd, f.pages[0]));
+    const uint32_t w = f.window(false);
+    auto [a, b] = f.pair();
+    REQUIRE(f.post(b, mlx5umr::windowBind(w, 0x11, false, 0, cached, kIova, 4096, kRemoteRights)) ==
+            Windows::kDone);
+    const uint32_t bound = (w & ~0xffu) | 0x11;
+    REQUIRE(f.write(a, kIova, bound, 16) == Windows::kDone);
+    // Deregistration: the driver revokes the key into its own PD, then
+    // gives it to another process's region, over that process's page.
+    const auto revoked =
+        f.completeOne(f.postWqe(loader, mlx5umr::cacheRevoke(cached, f.pd)), &next);
+    REQUIRE(revoked);
+    REQUIRE(revoked->first == 0);
+    auto other = f.process();
+    const uint64_t secret = f.host.allocRandom(4096, 33);
+    const std::vector<uint8_t> before(f.host.at(secret), f.host.at(secret) + 4096);
+    REQUIRE(load(other.pd, secret));
+    CHECK(f.write(a, kIova, bound, 16).second == kRemoteAccess);
+    CHECK(std::equal(before.begin(), before.end(), f.host.at(secret)));
+    CHECK(f.inspect(bound).find("\"bound\":false") != std::string::npos);
+
+    // A window over an indirect key: refused.
+    const auto klm = f.host.run(mlx5umr::klmKeyInput(f.p.pd, 4, f.p.uid), 16);
+    REQUIRE(klm.status() == 0);
+    const uint32_t indirect = static_cast<uint32_t>(klm.get(kHeld)) << 8;
+    std::tie(a, b) = f.pair();
+    REQUIRE(f.post(b, mlx5umr::klmList(indirect, 0x38, {{4096, f.region, kIova}})) ==
+            Windows::kDone);
+    CHECK(f.post(b, mlx5umr::windowBind(bound, 0x12, false, 0, indirect, 0, 64, kRemoteRights)) ==
+          std::pair{kRequesterError, kBindError});
 }

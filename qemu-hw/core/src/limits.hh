@@ -53,6 +53,10 @@ inline constexpr uint32_t kMaxFastRegPages = 512;
 // Entries of an indirect key's table (a ConnectX KLM key): as many, the
 // one list size a ConnectX advertises for both (log_max_klm_list_size).
 inline constexpr uint32_t kMaxIndirectEntries = kMaxFastRegPages;
+// Pieces one translation through an indirect key yields: a packet of the
+// largest MTU at a byte a piece. A longer one (a DMA copy through a key
+// of tiny pieces) fails rather than cost a callback a byte.
+inline constexpr uint32_t kMaxIndirectPieces = 4096;
 inline constexpr uint8_t kLocalCaAckDelay = 15;
 // The core clock is the transport's clock, which counts nanoseconds: 1 GHz.
 inline constexpr uint32_t kCoreClockKhz = 1'000'000;

@@ -3,6 +3,8 @@
 
 #include <algorithm>
 
+#include "limits.hh"
+
 namespace pib {
 
 // Returns PIB_WC_SUCCESS, or the completion status of the violation.
@@ -51,8 +53,13 @@ uint8_t MemoryAccess::reachRemote(uint32_t rkey, uint32_t pdn, uint32_t qpn, uin
         return PIB_WC_SUCCESS;
     if (addr < w.addr || addr + len < addr || addr + len - w.addr > w.length)
         return PIB_WC_LOC_PROT_ERR;
+    // The region as it is now: a ConnectX key may have been revoked and
+    // given to another PD, or lost local write, since the bind (mlx5_ib's
+    // MR cache, which IBA's bind-time checks do not see).
+    constexpr uint32_t kWrites = PIB_ACCESS_REMOTE_WRITE | PIB_ACCESS_REMOTE_ATOMIC;
     const MemoryRegion *mr = mrs_.find(PIB_KEY_INDEX(w.mr_key));
-    if (!mr || !mr->valid || mr->key != w.mr_key)
+    if (!mr || !mr->valid || mr->key != w.mr_key || mr->ctx.pdn != w.pdn ||
+        (access & kWrites && !(mr->ctx.access & PIB_ACCESS_LOCAL_WRITE)))
         return PIB_WC_LOC_PROT_ERR;
     return mapRegion(*mr, addr, len, access, out);
 }
@@ -74,15 +81,15 @@ uint8_t MemoryAccess::mapRegion(const MemoryRegion &mr, uint64_t addr, uint64_t 
 uint8_t MemoryAccess::mapDirect(const MemoryRegion &mr, uint64_t addr, uint64_t len,
                                 std::vector<Segment> *out) const {
     const pib_mr_context &c = mr.ctx;
-    const unsigned shift = c.log_page_size;
-    const uint64_t pageSize = uint64_t{1} << shift;
-    const uint64_t base = c.iova & ~(pageSize - 1);
-    const uint64_t pages = mr.ownsPages ? mr.ownPages.size() : c.mtt_count;
-    if (c.flags & PIB_MR_PHYSICAL) {
+    if (c.flags & PIB_MR_PHYSICAL) { // its page size means nothing
         if (out)
             out->push_back({addr, len});
         return PIB_WC_SUCCESS;
     }
+    const unsigned shift = c.log_page_size;
+    const uint64_t pageSize = uint64_t{1} << shift;
+    const uint64_t base = c.iova & ~(pageSize - 1);
+    const uint64_t pages = mr.ownsPages ? mr.ownPages.size() : c.mtt_count;
     if (((addr + len - 1 - base) >> shift) >= pages) // the pages held are the range's first
         return PIB_WC_LOC_PROT_ERR;
     while (out && len) {
@@ -113,7 +120,10 @@ uint8_t MemoryAccess::mapIndirect(const MemoryRegion &mr, uint64_t addr, uint64_
     constexpr uint32_t kWrites =
         PIB_ACCESS_LOCAL_WRITE | PIB_ACCESS_REMOTE_WRITE | PIB_ACCESS_REMOTE_ATOMIC;
     const uint32_t entryAccess = access & kWrites ? PIB_ACCESS_LOCAL_WRITE : 0;
+    uint32_t pieces = 0;
     const auto through = [&](const IndirectEntry &e, uint64_t at, uint64_t n) {
+        if (out && ++pieces > limits::kMaxIndirectPieces)
+            return false;
         const MemoryRegion *entry = mrs_.find(PIB_KEY_INDEX(e.key));
         return entry && entry->valid && entry->key == e.key && !entry->indirect &&
                entry->ctx.pdn == mr.ctx.pdn && (entry->ctx.access & entryAccess) == entryAccess &&

@@ -95,6 +95,18 @@ bool MemoryKeys::storeEntries(MemoryRegion &mr, const KeyUpdate &u,
     return true;
 }
 
+// mlx5_ib revokes a key of its MR cache (frees it, moves it to a PD of
+// its own) whatever windows a process bound to it, as the hardware lets
+// it: they reach nothing from now on, and hold the key no more. At most
+// the window table's size, and only for a key windows are bound to.
+void MemoryKeys::unbindWindowsOf(MemoryRegion &mr) {
+    const uint32_t index = PIB_KEY_INDEX(mr.key);
+    mws_.forEach([&](uint32_t, MemoryWindow &w) {
+        if (w.ctx.bound && PIB_KEY_INDEX(w.ctx.mr_key) == index)
+            unbind(mrs_, w);
+    });
+}
+
 uint8_t MemoryKeys::update(uint32_t qpn, uint32_t index, uint32_t key, const KeyUpdate &u,
                            std::span<const uint64_t> entries) {
     MemoryRegion *mr = mrs_.find(PIB_KEY_INDEX(key));
@@ -123,6 +135,8 @@ uint8_t MemoryKeys::update(uint32_t qpn, uint32_t index, uint32_t key, const Key
     }
     if (u.setsFree)
         mr->valid = !u.free;
+    if (mr->windows && (u.setsPd || (u.setsFree && u.free)))
+        unbindWindowsOf(*mr);
     mr->umrQpOwned = true;
     trace::mlx5_umr(host_, qpn, mr->key, static_cast<unsigned>(entries.size()), u.firstEntry,
                     mr->valid, c.pdn);

@@ -210,6 +210,8 @@ const char *MemoryKeys::checkBind(const MemoryWindow *mw, const MemoryRegion *mr
         return nullptr;
     if (!mr || mr->key != bind.mr_key || !mr->valid)
         return "the region's key is not valid";
+    if (mr->indirect)
+        return "an indirect key (one level of indirection: max_indirection 1)";
     if (mr->ctx.pdn != pdn)
         return "the region is in another PD";
     if (bindRightRequired_ && !(mr->ctx.access & PIB_ACCESS_MW_BIND))

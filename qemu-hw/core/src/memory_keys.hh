@@ -82,6 +82,7 @@ class MemoryKeys {
                             std::span<const uint64_t> entries) const;
     bool storeEntries(MemoryRegion &mr, const KeyUpdate &u, std::span<const uint64_t> entries);
     static const char *refusedAccess(uint32_t access);
+    void unbindWindowsOf(MemoryRegion &mr);
     const char *checkIndirectAuthority(const QueuePair &qp, const MemoryRegion *mr) const;
     const char *checkIndirect(const MemoryRegion &mr, uint32_t key, const IndirectUpdate &u) const;
     static void applyIndirect(MemoryRegion &mr, const IndirectUpdate &u);

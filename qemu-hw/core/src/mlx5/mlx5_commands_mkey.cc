@@ -227,6 +227,10 @@ const err::Condition *Commands::createIndirectMkey(const Request &r) {
     ctx.key_variant = static_cast<uint8_t>(get(r.in, mkc::kVariant));
     if (!core_.objects.pds.find(ctx.pdn))
         return fail(err::kMlx5CmdBadResource, "CREATE_MKEY in PD %u", ctx.pdn);
+    if (ctx.access & (PIB_ACCESS_REMOTE_WRITE | PIB_ACCESS_REMOTE_ATOMIC) &&
+        !(ctx.access & PIB_ACCESS_LOCAL_WRITE))
+        return fail(err::kMlx5CmdBadParam,
+                    "CREATE_MKEY with remote write or atomic rights and no local write");
     uint32_t key = 0;
     if (const err::Condition *why =
             regions_.insertIndirect("CREATE_MKEY", ctx, static_cast<uint32_t>(entries), &key))

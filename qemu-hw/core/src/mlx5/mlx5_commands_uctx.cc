@@ -126,6 +126,8 @@ std::optional<Owner> Commands::ownerOf(uint8_t kind, std::span<const uint8_t> in
     case K::kGeneral:
         return generalObjects_.ownerOf(in);
     case K::kMkey:
+        if (o.mws.find(number)) // a window: the kernel's key (docs/mlx5.md §10.5)
+            return uid::kKernel;
         break;
     }
     return of(o.mrs);
