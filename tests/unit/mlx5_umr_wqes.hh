@@ -143,6 +143,19 @@ inline std::vector<uint8_t> invalidation(uint32_t key) {
     return wqe;
 }
 
+// A SEND with Invalidate (opcode 0x01) of `rkey`: `length` bytes at
+// `addr` through L_Key `lkey`, the message the peer receives.
+inline std::vector<uint8_t> sendInvalidate(uint32_t rkey, uint32_t length, uint32_t lkey,
+                                           uint64_t addr) {
+    std::vector<uint8_t> wqe(32);
+    wqe[3] = 0x01;
+    writeBe32(&wqe[12], rkey);
+    writeBe32(&wqe[16], length);
+    writeBe32(&wqe[20], lkey);
+    writeBe64(&wqe[24], addr);
+    return wqe;
+}
+
 // CREATE_MKEY as mlx5dv_create_mkey asks for an indirect key: KLM, free,
 // UMR-enabled, local read, a table of `entries`, in `pdn`, made by `uid`.
 inline std::vector<uint8_t> klmKeyInput(uint32_t pdn, uint32_t entries, uint16_t uid = 0,

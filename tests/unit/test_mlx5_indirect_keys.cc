@@ -29,7 +29,7 @@ using Qp = Mlx5Function::Qp;
 
 constexpr uint8_t kRequesterError = 0xd; // a CQE's opcode for a failed send WQE
 constexpr uint8_t kLocalQpOperation = 0x02, kLocalProtection = 0x04, kRemoteAccess = 0x13;
-constexpr uint8_t kFetchAdd = 0x12, kSendInvalidate = 0x01;
+constexpr uint8_t kFetchAdd = 0x12;
 constexpr uint16_t kCreateMkey = 0x200, kDestroyMkey = 0x202;
 // MLX5_PERM_* in the key segment's flags byte.
 constexpr uint8_t kLocalWrite = 0x08, kRemoteRead = 0x10, kRemoteWrite = 0x20, kAtomic = 0x40;
@@ -388,13 +388,7 @@ TEST_CASE("mlx5: an indirect key freed by LOCAL_INV takes no access, and a confi
     // SEND with Invalidate: refused for a key made without en_rinval.
     const auto invalidate = [&](Qp &a, Qp &b, uint32_t rkey) {
         f.postReceive(b, sink + 128, 8);
-        std::vector<uint8_t> wqe(32);
-        wqe[3] = kSendInvalidate;
-        writeBe32(&wqe[12], rkey);
-        writeBe32(&wqe[16], 8);
-        writeBe32(&wqe[20], f.lkey);
-        writeBe64(&wqe[24], data);
-        f.blueFlame(f.postWqe(a, wqe), f.uar);
+        f.blueFlame(f.postWqe(a, mlx5umr::sendInvalidate(rkey, 8, f.lkey, data)), f.uar);
         const auto done = f.completions(&f.next, 2);
         return done.size() == 2 && std::none_of(done.begin(), done.end(), [](const uint8_t *c) {
                    return c[0x3f] >> 4 >= kRequesterError;
@@ -593,13 +587,7 @@ TEST_CASE("mlx5: mlx5_ib's fast registration of a KLM key (an SG_GAPS region): i
     std::tie(a, b) = f.kernelPair();
     // A peer's SEND with Invalidate frees it (the registration set en_rinval).
     f.postReceive(a, sink + 4096, 8);
-    std::vector<uint8_t> inv(32);
-    inv[3] = kSendInvalidate;
-    writeBe32(&inv[12], key);
-    writeBe32(&inv[16], 8);
-    writeBe32(&inv[20], f.lkey);
-    writeBe64(&inv[24], data);
-    f.blueFlame(f.postWqe(b, inv), f.uar);
+    f.blueFlame(f.postWqe(b, mlx5umr::sendInvalidate(key, 8, f.lkey, data)), f.uar);
     REQUIRE(f.completions(&f.next, 2).size() == 2);
     CHECK(f.rdma(b, kRdmaWrite, data, 8, kIova, key).second == kRemoteAccess);
 

@@ -27,7 +27,6 @@ using Qp = Mlx5Function::Qp;
 
 constexpr uint8_t kRequesterError = 0xd; // a CQE's opcode for a failed send WQE
 constexpr uint8_t kLocalQpOperation = 0x02, kLocalProtection = 0x04; // syndromes
-constexpr uint8_t kSendInvalidate = 0x01;
 constexpr uint64_t kIova = 0x7f3400000000;
 
 struct Tenants : pib::testing::OwnedMlx5Host, Mlx5Function {
@@ -74,13 +73,7 @@ struct Tenants : pib::testing::OwnedMlx5Host, Mlx5Function {
     // A SEND with Invalidate of `rkey` (the peer has a receive posted):
     // whether the requester's CQE and the peer's both came without error.
     bool sendInvalidate(Qp &qp, uint64_t addr, uint32_t rkey) {
-        std::vector<uint8_t> wqe(32);
-        wqe[3] = kSendInvalidate;
-        writeBe32(&wqe[12], rkey);
-        writeBe32(&wqe[16], 8);
-        writeBe32(&wqe[20], lkey);
-        writeBe64(&wqe[24], addr);
-        blueFlame(postWqe(qp, wqe), uar);
+        blueFlame(postWqe(qp, pib::testing::mlx5umr::sendInvalidate(rkey, 8, lkey, addr)), uar);
         const auto done = completions(&next, 2);
         REQUIRE(done.size() == 2);
         return std::none_of(done.begin(), done.end(),

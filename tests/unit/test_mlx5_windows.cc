@@ -25,9 +25,13 @@ using Qp = pib::testing::Mlx5Function::Qp;
 
 constexpr uint8_t kRequesterError = 0xd;
 constexpr uint8_t kBindError = 0x06, kLocalProtection = 0x04, kRemoteAccess = 0x13;
-constexpr uint8_t kSendInvalidate = 0x01;
 constexpr uint8_t kRemoteRights = 0x08 | 0x10 | 0x20; // lw (which libmlx5 passes), rr, rw
 constexpr uint64_t kIova = 0x10000;
+
+// Window `key` as a bind renames it: its index, variant `variant`.
+constexpr uint32_t withVariant(uint32_t key, uint32_t variant) {
+    return (key & ~0xffu) | variant;
+}
 
 struct Windows : pib::testing::Mlx5Processes {
     Windows() : p(process()) {
@@ -114,7 +118,7 @@ TEST_CASE("mlx5: memory windows: mlx5_ib_alloc_mw's KLM keys in a process's PD a
     auto qp = f.qp();
     REQUIRE(f.post(qp, mlx5umr::windowBind(one, 0x11, false, 0, f.region, kIova + 100, 200,
                                            kRemoteRights)) == Windows::kDone);
-    const uint32_t bound = (one & ~0xffu) | 0x11;
+    const uint32_t bound = withVariant(one, 0x11);
     CHECK(f.inspect(bound).find("\"bound\":true") != std::string::npos);
     auto destroy = Mlx5Host::input(0x202);
     set(destroy, kHeld, one >> 8);
@@ -145,7 +149,7 @@ TEST_CASE("mlx5: a type 1 window bound from a process's QP takes a WRITE through
     auto [a, b] = f.pair();
     REQUIRE(f.post(a, mlx5umr::windowBind(w, 0x11, false, 0, f.region, kIova + 100, 200,
                                           kRemoteRights)) == Windows::kDone);
-    const uint32_t bound = (w & ~0xffu) | 0x11;
+    const uint32_t bound = withVariant(w, 0x11);
     REQUIRE(f.write(a, kIova + 150, bound, 64) == Windows::kDone);
     CHECK(f.landed(f.pages[0] + 150, 64));
     CHECK(f.write(a, kIova + 150, w, 8).second == kRemoteAccess); // the old key
@@ -155,7 +159,7 @@ TEST_CASE("mlx5: a type 1 window bound from a process's QP takes a WRITE through
     // Bound again in place, then unbound (a bind of length 0).
     REQUIRE(f.post(b, mlx5umr::windowBind(bound, 0x12, false, 0, f.region, kIova, 8192,
                                           kRemoteRights)) == Windows::kDone);
-    const uint32_t again = (w & ~0xffu) | 0x12;
+    const uint32_t again = withVariant(w, 0x12);
     REQUIRE(f.write(a, kIova + 4096, again, 128) == Windows::kDone);
     CHECK(f.landed(f.pages[1], 128));
     REQUIRE(f.post(b, mlx5umr::windowUnbind(again, 0x13)) == Windows::kDone);
@@ -171,7 +175,7 @@ TEST_CASE("mlx5: a type 2 window is bound to one QP, free before it is bound aga
     // Bound to b: a's requests arrive there.
     REQUIRE(f.post(b, mlx5umr::windowBind(w, 0x11, true, b.qpn, f.region, kIova, 4096,
                                           kRemoteRights)) == Windows::kDone);
-    const uint32_t bound = (w & ~0xffu) | 0x11;
+    const uint32_t bound = withVariant(w, 0x11);
     REQUIRE(f.write(a, kIova + 8, bound, 32) == Windows::kDone);
     CHECK(f.landed(f.pages[0] + 8, 32));
     // Bound: a second bind fails, the window as it was.
@@ -194,15 +198,9 @@ TEST_CASE("mlx5: a type 2 window is bound to one QP, free before it is bound aga
     std::tie(a, b) = f.pair();
     REQUIRE(f.post(b, mlx5umr::windowBind(w2, 0x41, true, b.qpn, f.region, kIova, 4096,
                                           kRemoteRights)) == Windows::kDone);
-    const uint32_t bound2 = (w2 & ~0xffu) | 0x41;
+    const uint32_t bound2 = withVariant(w2, 0x41);
     f.postReceive(b, kIova + 4096, 16, f.region);
-    std::vector<uint8_t> inv(32);
-    inv[3] = kSendInvalidate;
-    writeBe32(&inv[12], bound2);
-    writeBe32(&inv[16], 16);
-    writeBe32(&inv[20], f.region);
-    writeBe64(&inv[24], kIova);
-    f.blueFlame(f.postWqe(a, inv), f.p.uar);
+    f.blueFlame(f.postWqe(a, mlx5umr::sendInvalidate(bound2, 16, f.region, kIova)), f.p.uar);
     std::vector<const uint8_t *> done;
     for (int poll = 0; poll < 100 && done.size() < 2; ++poll) {
         f.host.runScheduled();
@@ -218,7 +216,7 @@ TEST_CASE("mlx5: a type 2 window is bound to one QP, free before it is bound aga
     std::tie(a, b) = f.pair();
     REQUIRE(f.post(b, mlx5umr::windowBind(bound2, 0x42, true, b.qpn, f.region, kIova, 4096,
                                           kRemoteRights)) == Windows::kDone);
-    const uint32_t bound3 = (w2 & ~0xffu) | 0x42;
+    const uint32_t bound3 = withVariant(w2, 0x42);
     REQUIRE(f.write(a, kIova, bound3, 8) == Windows::kDone);
     REQUIRE(f.post(b, mlx5umr::klmInvalidation(bound3)) == Windows::kDone);
     CHECK(f.write(a, kIova, bound3, 8).second == kRemoteAccess);
@@ -248,7 +246,7 @@ TEST_CASE("mlx5: window binds libmlx5 would not write, or IBA forbids, fail with
     CHECK(fails(unknownFlag));
     // The window was never bound: its key reaches nothing.
     auto [a, b] = f.pair();
-    CHECK(f.write(a, kIova, (w & ~0xffu) | 0x11, 8).second == kRemoteAccess);
+    CHECK(f.write(a, kIova, withVariant(w, 0x11), 8).second == kRemoteAccess);
     CHECK(f.inspect(w).find("\"bound\":false") != std::string::npos);
 }
 
@@ -263,15 +261,15 @@ TEST_CASE("mlx5: bound windows survive a saved state, and a QP's end unbinds its
     REQUIRE(f.post(b, mlx5umr::windowBind(two, 0x31, true, b.qpn, f.region, kIova + 4096, 4096,
                                           kRemoteRights)) == Windows::kDone);
     REQUIRE(f.host.move() == "");
-    REQUIRE(f.write(a, kIova + 10, (one & ~0xffu) | 0x11, 16) == Windows::kDone);
+    REQUIRE(f.write(a, kIova + 10, withVariant(one, 0x11), 16) == Windows::kDone);
     CHECK(f.landed(f.pages[0] + 10, 16));
-    REQUIRE(f.write(a, kIova + 4096, (two & ~0xffu) | 0x31, 16) == Windows::kDone);
+    REQUIRE(f.write(a, kIova + 4096, withVariant(two, 0x31), 16) == Windows::kDone);
     CHECK(f.landed(f.pages[1], 16));
-    const uint32_t bound2 = (two & ~0xffu) | 0x31;
+    const uint32_t bound2 = withVariant(two, 0x31);
     CHECK(f.inspect(bound2).find("\"bound\":true") != std::string::npos);
     REQUIRE(f.destroy(kDestroyQp, b.qpn).status() == 0);
     CHECK(f.inspect(bound2).find("\"bound\":false") != std::string::npos);
-    CHECK(f.inspect((one & ~0xffu) | 0x11).find("\"bound\":true") != std::string::npos);
+    CHECK(f.inspect(withVariant(one, 0x11)).find("\"bound\":true") != std::string::npos);
 }
 
 TEST_CASE("mlx5: a window over a key of mlx5_ib's MR cache reaches nothing once the driver "
@@ -299,7 +297,7 @@ TEST_CASE("mlx5: a window over a key of mlx5_ib's MR cache reaches nothing once 
     auto [a, b] = f.pair();
     REQUIRE(f.post(b, mlx5umr::windowBind(w, 0x11, false, 0, cached, kIova, 4096, kRemoteRights)) ==
             Windows::kDone);
-    const uint32_t bound = (w & ~0xffu) | 0x11;
+    const uint32_t bound = withVariant(w, 0x11);
     REQUIRE(f.write(a, kIova, bound, 16) == Windows::kDone);
     // Deregistration: the driver revokes the key into its own PD, then
     // gives it to another process's region, over that process's page.
