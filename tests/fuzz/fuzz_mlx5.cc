@@ -907,11 +907,12 @@ struct Tenants {
                                  in.ConsumeIntegral<uint32_t>()};
         return in.PickValueInArray(keys);
     }
-    // An address: in the process's regions, the secret's guest address or
-    // the kernel's I/O address of it, or anything.
+    // An address: in the process's regions, an offset into its indirect
+    // key, the secret's guest address or the kernel's I/O address of it,
+    // or anything.
     uint64_t pick(FuzzedDataProvider &in) {
         const uint64_t at = in.ConsumeIntegralInRange<uint64_t>(0, 4095) / 2;
-        switch (in.ConsumeIntegralInRange<int>(0, 4)) {
+        switch (in.ConsumeIntegralInRange<int>(0, 5)) {
         case 0:
         case 1:
             return kUserIova + (in.ConsumeBool() ? 4096 : 0) + at;
@@ -919,6 +920,8 @@ struct Tenants {
             return secret + at;
         case 3:
             return kKernelIova + at;
+        case 4: // an offset into a zero-based key: the process's indirect key
+            return at;
         default:
             return in.ConsumeIntegral<uint64_t>();
         }
@@ -997,6 +1000,8 @@ struct Tenants {
     // frees a key (one of its own, mostly), registers it over the secret,
     // and moves data between it and its other key by a READ or a WRITE.
     void attackChain(FuzzedDataProvider &in) {
+        if (in.ConsumeBool())
+            return indirectChain(in);
         const int mine = in.ConsumeIntegralInRange<int>(0, 1);
         const uint32_t victim = in.ConsumeBool() ? userKeys[mine] : pickKey(in);
         const uint32_t other = in.ConsumeBool() ? userKeys[1 - mine] : pickKey(in);
@@ -1011,6 +1016,26 @@ struct Tenants {
         writeBe32(&wqe[24], read ? victim : other);
         writeBe32(&wqe[32], 4096);
         writeBe32(&wqe[36], read ? other : victim);
+        writeBe64(&wqe[40], kUserIova);
+        f.blueFlame(f.postWqe(qp, wqe), userUar);
+    }
+    // The same through an indirect key (docs/mlx5.md §10.4): the process
+    // lays its own out over a key of the kernel's (mostly) at the secret,
+    // then READs through it into its own page, or WRITEs its page into it.
+    void indirectChain(FuzzedDataProvider &in) {
+        const uint32_t over =
+            in.ConsumeBool() ? (in.ConsumeBool() ? madeKey : regKey) : pickKey(in);
+        const uint64_t at = in.ConsumeBool() ? (in.ConsumeBool() ? secret : kKernelIova) : pick(in);
+        Mlx5Function::Qp &qp = user[in.ConsumeIntegralInRange<int>(0, 1)];
+        f.blueFlame(f.postWqe(qp, mlx5umr::klmList(userIndirect, 0x78, {{4096, over, at}})),
+                    userUar);
+        const bool read = in.ConsumeBool();
+        std::vector<uint8_t> wqe(48);
+        wqe[3] = read ? qpc::kRdmaRead : qpc::kRdmaWrite;
+        writeBe64(&wqe[16], 0); // the indirect key is zero-based
+        writeBe32(&wqe[24], userIndirect);
+        writeBe32(&wqe[32], 4096);
+        writeBe32(&wqe[36], userKeys[in.ConsumeIntegralInRange<int>(0, 1)]);
         writeBe64(&wqe[40], kUserIova);
         f.blueFlame(f.postWqe(qp, wqe), userUar);
     }
