@@ -226,6 +226,28 @@ struct pib_mr {
 	u32 max_pages;
 };
 
+/*
+ * The device's access bits are ib_access_flags' for local write, the
+ * remote rights and MW_BIND; FLUSH_GLOBAL has a bit of its own.
+ */
+#define PIB_ACCESS_SAME_BITS                              \
+	(IB_ACCESS_LOCAL_WRITE | IB_ACCESS_REMOTE_WRITE | \
+	 IB_ACCESS_REMOTE_READ | IB_ACCESS_REMOTE_ATOMIC | IB_ACCESS_MW_BIND)
+
+static inline u32 pib_access_to_hw(int access)
+{
+	return (access & PIB_ACCESS_SAME_BITS) |
+	       (access & PIB_IB_ACCESS_FLUSH_GLOBAL ? PIB_ACCESS_FLUSH_GLOBAL
+						    : 0);
+}
+
+static inline int pib_access_from_hw(u32 bits)
+{
+	return (bits & PIB_ACCESS_SAME_BITS) |
+	       (bits & PIB_ACCESS_FLUSH_GLOBAL ? PIB_IB_ACCESS_FLUSH_GLOBAL
+					       : 0);
+}
+
 static inline struct pib_dev *to_pdev(struct ib_device *ibdev)
 {
 	return container_of(ibdev, struct pib_dev, ibdev);

@@ -34,10 +34,24 @@ pib_create_cq_udata(struct uverbs_attr_bundle *attrs)
  * unnamed, so they are known by value there.
  */
 #if LINUX_VERSION_CODE < KERNEL_VERSION(6, 2, 0)
+#define PIB_IB_ACCESS_FLUSH_GLOBAL (1 << 8)
 #define PIB_IB_ACCESS_FLUSH ((1 << 8) | (1 << 9))
 #else
+#define PIB_IB_ACCESS_FLUSH_GLOBAL IB_ACCESS_FLUSH_GLOBAL
 #define PIB_IB_ACCESS_FLUSH \
 	(IB_ACCESS_FLUSH_GLOBAL | IB_ACCESS_FLUSH_PERSISTENT)
+#endif
+
+/*
+ * 6.2 also added the capabilities that tell user space of FLUSH and
+ * ATOMIC WRITE. 6.1 cannot say them: there the device's are not told.
+ */
+#if LINUX_VERSION_CODE < KERNEL_VERSION(6, 2, 0)
+#define PIB_IB_DEVICE_FLUSH_GLOBAL 0
+#define PIB_IB_DEVICE_ATOMIC_WRITE 0
+#else
+#define PIB_IB_DEVICE_FLUSH_GLOBAL IB_DEVICE_FLUSH_GLOBAL
+#define PIB_IB_DEVICE_ATOMIC_WRITE IB_DEVICE_ATOMIC_WRITE
 #endif
 
 /*

@@ -5,9 +5,8 @@
  */
 #include "pib.h"
 
-#define PIB_ACCESS_SUPPORTED                              \
-	(IB_ACCESS_LOCAL_WRITE | IB_ACCESS_REMOTE_WRITE | \
-	 IB_ACCESS_REMOTE_READ | IB_ACCESS_REMOTE_ATOMIC | IB_ACCESS_MW_BIND)
+/* What a region may grant: a peer's FLUSH too (docs/prm.md §6.2). */
+#define PIB_ACCESS_SUPPORTED (PIB_ACCESS_SAME_BITS | PIB_IB_ACCESS_FLUSH_GLOBAL)
 
 static u8 pib_next_key_variant(void)
 {
@@ -94,7 +93,7 @@ struct ib_mr *pib_get_dma_mr(struct ib_pd *ibpd, int access)
 	if (!mr)
 		return ERR_PTR(-ENOMEM);
 	ctx.pdn = to_ppd(ibpd)->pdn;
-	ctx.access = access & PIB_ACCESS_SUPPORTED;
+	ctx.access = pib_access_to_hw(access);
 	ctx.flags = PIB_MR_PHYSICAL;
 	ctx.length = ~0ull;
 	err = pib_create_mr_cmd(dev, mr, &ctx);
@@ -162,7 +161,7 @@ struct ib_mr *pib_reg_user_mr(struct ib_pd *ibpd, u64 start, u64 length,
 	ctx.iova = virt;
 	ctx.length = length;
 	ctx.pdn = to_ppd(ibpd)->pdn;
-	ctx.access = access & PIB_ACCESS_SUPPORTED;
+	ctx.access = pib_access_to_hw(access);
 	ctx.mtt_index = mr->mtt;
 	ctx.mtt_count = mr->npages;
 	ctx.log_page_size = mr->page_shift;
@@ -306,7 +305,7 @@ struct ib_mr *pib_rereg_user_mr(struct ib_mr *ibmr, int flags, u64 start,
 	if (!(flags & IB_MR_REREG_PD) || !pd)
 		pd = ibmr->pd;
 	if (!(flags & IB_MR_REREG_ACCESS))
-		access = mr->access;
+		access = pib_access_from_hw(mr->access);
 	if (access & ~(PIB_ACCESS_SUPPORTED | IB_ACCESS_OPTIONAL))
 		return ERR_PTR(-EOPNOTSUPP);
 	if (flags & IB_MR_REREG_TRANS) {
@@ -322,7 +321,7 @@ struct ib_mr *pib_rereg_user_mr(struct ib_mr *ibmr, int flags, u64 start,
 	ctx.iova = virt;
 	ctx.length = length;
 	ctx.pdn = to_ppd(pd)->pdn;
-	ctx.access = access & PIB_ACCESS_SUPPORTED;
+	ctx.access = pib_access_to_hw(access);
 	ctx.mtt_index = now.mtt;
 	ctx.mtt_count = now.npages;
 	ctx.log_page_size = now.page_shift;

@@ -334,9 +334,10 @@ int pib_modify_qp(struct ib_qp *ibqp, struct ib_qp_attr *attr, int mask,
 	a.sq_psn = attr->sq_psn;
 	a.dest_qp_num = attr->dest_qp_num;
 	/*
-	 * Remote write, read and atomic are the device's; the flush bits
-	 * grant an operation the device never accepts (it offers no FLUSH),
-	 * so they are dropped here rather than failing the transition.
+	 * Remote write, read and atomic are the device's, and FLUSH to
+	 * global visibility; FLUSH for persistence grants an operation the
+	 * device never accepts (it offers no persistence), so that bit is
+	 * dropped here rather than failing the transition.
 	 */
 	if (mask & IB_QP_ACCESS_FLAGS &&
 	    attr->qp_access_flags &
@@ -344,9 +345,10 @@ int pib_modify_qp(struct ib_qp *ibqp, struct ib_qp_attr *attr, int mask,
 		      IB_ACCESS_REMOTE_ATOMIC | IB_ACCESS_LOCAL_WRITE |
 		      PIB_IB_ACCESS_FLUSH))
 		return -EINVAL;
-	a.qp_access_flags = attr->qp_access_flags &
-			    (IB_ACCESS_REMOTE_WRITE | IB_ACCESS_REMOTE_READ |
-			     IB_ACCESS_REMOTE_ATOMIC);
+	a.qp_access_flags = pib_access_to_hw(
+		attr->qp_access_flags &
+		(IB_ACCESS_REMOTE_WRITE | IB_ACCESS_REMOTE_READ |
+		 IB_ACCESS_REMOTE_ATOMIC | PIB_IB_ACCESS_FLUSH_GLOBAL));
 	a.pkey_index = attr->pkey_index;
 	a.port_num = attr->port_num;
 	a.timeout = attr->timeout;

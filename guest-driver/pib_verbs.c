@@ -46,6 +46,10 @@ int pib_query_device(struct ib_device *ibdev, struct ib_device_attr *attr,
 		attr->device_cap_flags |= IB_DEVICE_SRQ_RESIZE;
 	if (c->device_cap_flags & PIB_DEV_CAP_XRC)
 		attr->device_cap_flags |= IB_DEVICE_XRC;
+	if (c->device_cap_flags & PIB_DEV_CAP_FLUSH_GLOBAL)
+		attr->device_cap_flags |= PIB_IB_DEVICE_FLUSH_GLOBAL;
+	if (c->device_cap_flags & PIB_DEV_CAP_ATOMIC_WRITE)
+		attr->device_cap_flags |= PIB_IB_DEVICE_ATOMIC_WRITE;
 	attr->max_mw = c->max_mw;
 	/* The core clock counts on in 64 bits: every bit is significant. */
 	if (c->device_cap_flags & PIB_DEV_CAP_CQE_TIMESTAMP) {

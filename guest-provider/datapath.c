@@ -251,7 +251,8 @@ int pib_bind_mw(struct ibv_qp *qp, struct ibv_mw *mw,
 	struct ibv_send_wr wr = {}, *bad;
 	int err;
 
-	if (mw->type != IBV_MW_TYPE_1 || mw->pd != qp->pd)
+	if (mw->type != IBV_MW_TYPE_1 ||
+	    pib_protection_of(mw->pd) != pib_protection_of(qp->pd))
 		return EINVAL;
 	wr.wr_id = mw_bind->wr_id;
 	wr.opcode = IBV_WR_BIND_MW;
@@ -388,6 +389,8 @@ static const enum ibv_wc_opcode pib_wc_opcodes[] = {
 	[PIB_WC_FETCH_ADD] = IBV_WC_FETCH_ADD,
 	[PIB_WC_LOCAL_INV] = IBV_WC_LOCAL_INV,
 	[PIB_WC_BIND_MW] = IBV_WC_BIND_MW,
+	[PIB_WC_FLUSH] = IBV_WC_FLUSH,
+	[PIB_WC_ATOMIC_WRITE] = IBV_WC_ATOMIC_WRITE,
 };
 
 /* The WQE a CQE completes is free again. */

@@ -23,6 +23,7 @@ static void pib_free_context(struct ibv_context *ibctx)
 
 static const struct verbs_context_ops pib_ctx_ops = {
 	.alloc_mw = pib_alloc_mw,
+	.alloc_parent_domain = pib_alloc_parent_domain,
 	.alloc_pd = pib_alloc_pd,
 	.bind_mw = pib_bind_mw,
 	.close_xrcd = pib_close_xrcd,
@@ -79,6 +80,10 @@ static int pib_read_limits(struct pib_context *ctx)
 	ctx->num_ports = attr.orig_attr.phys_port_cnt;
 	ctx->max_send_sge = attr.orig_attr.max_sge;
 	ctx->max_recv_sge = attr.orig_attr.max_sge;
+	if (attr.device_cap_flags_ex & IB_UVERBS_DEVICE_FLUSH_GLOBAL)
+		ctx->placement_ops |= IBV_QP_EX_WITH_FLUSH;
+	if (attr.device_cap_flags_ex & IB_UVERBS_DEVICE_ATOMIC_WRITE)
+		ctx->placement_ops |= IBV_QP_EX_WITH_ATOMIC_WRITE;
 	/* QP numbers run from PIB_FIRST_QPN, one per QP the device has. */
 	ctx->qp_table_size = PIB_FIRST_QPN + attr.orig_attr.max_qp;
 	ctx->qp_table = calloc(ctx->qp_table_size, sizeof(*ctx->qp_table));

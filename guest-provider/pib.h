@@ -30,6 +30,8 @@ struct pib_context {
 	uint8_t num_ports;
 	uint32_t max_send_sge;
 	uint32_t max_recv_sge;
+	/* IBV_QP_EX_WITH_FLUSH and _ATOMIC_WRITE, as the device offers them */
+	uint64_t placement_ops;
 	/* QPs by number, for poll_cq to retire WQEs: read without a lock,
 	 * changed under qp_table_lock. */
 	pthread_mutex_t qp_table_lock;
@@ -40,15 +42,50 @@ struct pib_context {
 	uint32_t srq_table_size;
 };
 
-/* A ring in process memory, page-aligned, that the driver pins. */
+/*
+ * A PD, or a parent domain (domains.c): the PD it stands for, and the
+ * application's allocator for the rings made on it (both NULL: the
+ * provider's own). `users` counts a PD's parent domains, and the QPs,
+ * SRQs and CQs made on a parent domain.
+ */
+struct pib_pd {
+	struct ibv_pd ibv_pd;
+	struct pib_pd *protection; /* a parent domain's PD; NULL for a PD */
+	void *(*alloc)(struct ibv_pd *pd, void *pd_context, size_t size,
+		       size_t alignment, uint64_t resource_type);
+	void (*free)(struct ibv_pd *pd, void *pd_context, void *ptr,
+		     uint64_t resource_type);
+	void *pd_context;
+	int users;
+};
+
+/*
+ * The resource types a parent domain's allocator is asked for. pib has no
+ * driver ID of its own (RDMA_DRIVER_UNKNOWN, 0): the upper 32 bits are 0.
+ */
+enum pib_resource_type {
+	PIB_RES_CQ = 1,
+	PIB_RES_SQ = 2,
+	PIB_RES_RQ = 3,
+	PIB_RES_SRQ = 4,
+};
+
+/*
+ * A ring in process memory, page-aligned, that the driver pins: the
+ * provider's, or one a parent domain's allocator gave (`domain` then
+ * names it, and `type` what it was asked for).
+ */
 struct pib_buf {
 	void *addr;
 	size_t length;
+	struct pib_pd *domain;
+	uint64_t type;
 };
 
 struct pib_cq {
 	struct verbs_cq verbs_cq; /* an ibv_cq, or an ibv_cq_ex */
 	struct pib_buf buf; /* CQE ring, then one page for the CI record */
+	struct pib_pd *domain; /* the parent domain it was made on, or NULL */
 	pthread_spinlock_t lock;
 	uint32_t cqn;
 	uint32_t log_size;
@@ -72,6 +109,7 @@ struct pib_qp {
 	struct verbs_qp vqp;
 	struct pib_wq sq;
 	struct pib_wq rq;
+	struct pib_pd *domain; /* the parent domain it was made on, or NULL */
 	uint32_t qpn;
 	uint32_t max_inline_data;
 	bool signal_all;
@@ -84,6 +122,7 @@ struct pib_qp {
 struct pib_srq {
 	struct verbs_srq vsrq;
 	struct pib_wq wq;
+	struct pib_pd *domain; /* the parent domain it was made on, or NULL */
 	uint32_t srqn;
 };
 
@@ -110,6 +149,11 @@ struct pib_ah {
 #define to_pcq_ex(c) container_of(c, struct pib_cq, verbs_cq.cq_ex)
 #define to_pqp(q) container_of(q, struct pib_qp, vqp.qp)
 #define to_psrq(s) container_of(s, struct pib_srq, vsrq.srq)
+
+static inline struct pib_pd *to_ppd(struct ibv_pd *pd)
+{
+	return container_of(pd, struct pib_pd, ibv_pd);
+}
 
 /* Slot `index` of a work queue's ring. */
 static inline void *pib_wq_slot(struct pib_wq *wq, uint32_t index)
@@ -159,8 +203,6 @@ int pib_query_rt_values(struct ibv_context *context,
 			struct ibv_values_ex *values);
 int pib_query_port(struct ibv_context *context, uint8_t port,
 		   struct ibv_port_attr *attr);
-struct ibv_pd *pib_alloc_pd(struct ibv_context *context);
-int pib_dealloc_pd(struct ibv_pd *pd);
 struct ibv_mr *pib_reg_mr(struct ibv_pd *pd, void *addr, size_t length,
 			  uint64_t hca_va, int access);
 int pib_dereg_mr(struct verbs_mr *vmr);
@@ -175,6 +217,16 @@ int pib_modify_cq(struct ibv_cq *ibcq, struct ibv_modify_cq_attr *attr);
 int pib_resize_cq(struct ibv_cq *cq, int cqe);
 struct ibv_cq_ex *pib_create_cq_ex(struct ibv_context *context,
 				   struct ibv_cq_init_attr_ex *attr);
+/* domains.c */
+struct ibv_pd *pib_alloc_pd(struct ibv_context *context);
+struct ibv_pd *
+pib_alloc_parent_domain(struct ibv_context *context,
+			struct ibv_parent_domain_init_attr *attr);
+int pib_dealloc_pd(struct ibv_pd *pd);
+struct pib_pd *pib_domain_hold(struct ibv_pd *pd);
+void pib_domain_release(struct pib_pd *domain);
+struct ibv_pd *pib_protection_of(struct ibv_pd *pd);
+
 struct ibv_qp *pib_create_qp(struct ibv_pd *pd, struct ibv_qp_init_attr *attr);
 struct ibv_qp *pib_create_qp_ex(struct ibv_context *context,
 				struct ibv_qp_init_attr_ex *attr);
@@ -221,7 +273,8 @@ int pib_arm_cq(struct ibv_cq *cq, int solicited_only);
 void pib_cq_ex_set_ops(struct ibv_cq_ex *cq);
 
 /* wr.c: the extended send API */
-uint64_t pib_qp_ex_supported_ops(enum ibv_qp_type type);
+uint64_t pib_qp_ex_supported_ops(const struct pib_context *ctx,
+				 enum ibv_qp_type type);
 void pib_qp_ex_set_ops(struct pib_qp *qp, uint64_t ops);
 
 #endif /* PIB_PROVIDER_H */

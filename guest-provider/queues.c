@@ -21,9 +21,37 @@ static unsigned int pib_log2_ceil(uint64_t n)
 	return log;
 }
 
-static int pib_buf_alloc(struct pib_buf *buf, size_t length)
+/*
+ * Whole pages, zeroed: from the application's allocator when `domain` is a
+ * parent domain that has one (unless it says IBV_ALLOCATOR_USE_DEFAULT),
+ * else the provider's own. The device takes rings of whole pages only
+ * (docs/prm.md §3.2): an allocator must honour the alignment asked.
+ */
+static int pib_buf_alloc(struct pib_buf *buf, size_t length,
+			 struct pib_pd *domain, enum pib_resource_type type)
 {
 	length = (length + PIB_PAGE_SIZE - 1) & ~(size_t)(PIB_PAGE_SIZE - 1);
+	buf->domain = NULL;
+	buf->type = type;
+	if (domain && domain->alloc) {
+		void *addr = domain->alloc(&domain->ibv_pd, domain->pd_context,
+					   length, PIB_PAGE_SIZE, type);
+
+		if (!addr)
+			return ENOMEM;
+		if (addr != IBV_ALLOCATOR_USE_DEFAULT) {
+			if ((uintptr_t)addr % PIB_PAGE_SIZE) {
+				domain->free(&domain->ibv_pd,
+					     domain->pd_context, addr, type);
+				return EINVAL;
+			}
+			memset(addr, 0, length);
+			buf->addr = addr;
+			buf->length = length;
+			buf->domain = domain;
+			return 0;
+		}
+	}
 	if (posix_memalign(&buf->addr, PIB_PAGE_SIZE, length))
 		return ENOMEM;
 	memset(buf->addr, 0, length);
@@ -41,8 +69,13 @@ static void pib_buf_free(struct pib_buf *buf)
 {
 	if (!buf->addr)
 		return;
-	ibv_dofork_range(buf->addr, buf->length);
-	free(buf->addr);
+	if (buf->domain) {
+		buf->domain->free(&buf->domain->ibv_pd, buf->domain->pd_context,
+				  buf->addr, buf->type);
+	} else {
+		ibv_dofork_range(buf->addr, buf->length);
+		free(buf->addr);
+	}
 	buf->addr = NULL;
 }
 
@@ -68,7 +101,8 @@ struct pib_uresp_create_cq {
  * A CQ ring of at least `cqe` entries, then a page whose first word is
  * the CI record: for a new CQ, and for a CQ being resized.
  */
-static int pib_cq_ring_alloc(int cqe, struct pib_buf *buf, uint32_t *log_size,
+static int pib_cq_ring_alloc(int cqe, struct pib_pd *domain,
+			     struct pib_buf *buf, uint32_t *log_size,
 			     volatile uint32_t **ci_record)
 {
 	size_t ring;
@@ -80,15 +114,19 @@ static int pib_cq_ring_alloc(int cqe, struct pib_buf *buf, uint32_t *log_size,
 	ring = (size_t)PIB_CQE_SIZE << *log_size;
 	if (ring < PIB_PAGE_SIZE)
 		ring = PIB_PAGE_SIZE;
-	err = pib_buf_alloc(buf, ring + PIB_PAGE_SIZE);
+	err = pib_buf_alloc(buf, ring + PIB_PAGE_SIZE, domain, PIB_RES_CQ);
 	if (err)
 		return err;
 	*ci_record = (volatile uint32_t *)((char *)buf->addr + ring);
 	return 0;
 }
 
-/* A CQ with its ring of at least `cqe` entries, not yet known to the kernel. */
-static struct pib_cq *pib_cq_alloc(int cqe, struct pib_create_cq_cmd *drv)
+/*
+ * A CQ with its ring of at least `cqe` entries, on parent domain `pd` if
+ * not NULL, not yet known to the kernel.
+ */
+static struct pib_cq *pib_cq_alloc(int cqe, struct ibv_pd *pd,
+				   struct pib_create_cq_cmd *drv)
 {
 	struct pib_cq *cq;
 	int err;
@@ -96,8 +134,11 @@ static struct pib_cq *pib_cq_alloc(int cqe, struct pib_create_cq_cmd *drv)
 	cq = calloc(1, sizeof(*cq));
 	if (!cq)
 		return NULL;
-	err = pib_cq_ring_alloc(cqe, &cq->buf, &cq->log_size, &cq->ci_record);
+	cq->domain = pib_domain_hold(pd);
+	err = pib_cq_ring_alloc(cqe, cq->domain, &cq->buf, &cq->log_size,
+				&cq->ci_record);
 	if (err) {
+		pib_domain_release(cq->domain);
 		free(cq);
 		errno = err;
 		return NULL;
@@ -113,6 +154,7 @@ static void pib_cq_free(struct pib_cq *cq)
 {
 	pthread_spin_destroy(&cq->lock);
 	pib_buf_free(&cq->buf);
+	pib_domain_release(cq->domain);
 	free(cq);
 }
 
@@ -121,7 +163,7 @@ struct ibv_cq *pib_create_cq(struct ibv_context *context, int cqe,
 {
 	struct pib_uresp_create_cq resp = {};
 	struct pib_ucmd_create_cq cmd = {};
-	struct pib_cq *cq = pib_cq_alloc(cqe, &cmd.drv);
+	struct pib_cq *cq = pib_cq_alloc(cqe, NULL, &cmd.drv);
 	int err;
 
 	if (!cq)
@@ -158,16 +200,28 @@ struct ibv_cq_ex *pib_create_cq_ex(struct ibv_context *context,
 	int err;
 
 	/* Completion timestamps in core clock units are offered; wall-clock
-	 * ones, VLANs, flow tags and parent domains are not. */
+	 * ones, VLANs and flow tags are not. A CQ on a parent domain takes
+	 * its ring from the domain's allocator. */
 	if (attr->wc_flags & ~(uint64_t)(IBV_WC_STANDARD_FLAGS |
 					 IBV_WC_EX_WITH_COMPLETION_TIMESTAMP) ||
-	    attr->comp_mask & ~(uint32_t)IBV_CQ_INIT_ATTR_MASK_FLAGS ||
+	    attr->comp_mask & ~(uint32_t)(IBV_CQ_INIT_ATTR_MASK_FLAGS |
+					  IBV_CQ_INIT_ATTR_MASK_PD) ||
 	    (attr->comp_mask & IBV_CQ_INIT_ATTR_MASK_FLAGS &&
 	     attr->flags & ~(uint32_t)IBV_CREATE_CQ_ATTR_SINGLE_THREADED)) {
 		errno = EOPNOTSUPP;
 		return NULL;
 	}
-	cq = pib_cq_alloc(attr->cqe, &cmd.drv);
+	if (attr->comp_mask & IBV_CQ_INIT_ATTR_MASK_PD &&
+	    (!attr->parent_domain || !to_ppd(attr->parent_domain)->protection ||
+	     attr->parent_domain->context != context)) {
+		errno = EINVAL;
+		return NULL;
+	}
+	cq = pib_cq_alloc(attr->cqe,
+			  attr->comp_mask & IBV_CQ_INIT_ATTR_MASK_PD
+				  ? attr->parent_domain
+				  : NULL,
+			  &cmd.drv);
 	if (!cq)
 		return NULL;
 	err = pib_cmd_create_cq_ex(context, attr, &cq->verbs_cq, &cmd.ibv_cmd,
@@ -229,7 +283,7 @@ int pib_resize_cq(struct ibv_cq *ibcq, int cqe)
 	uint32_t log_size, pending, k;
 	int err;
 
-	err = pib_cq_ring_alloc(cqe, &buf, &log_size, &ci_record);
+	err = pib_cq_ring_alloc(cqe, cq->domain, &buf, &log_size, &ci_record);
 	if (err)
 		return err;
 	cmd.drv.buf_addr = (uintptr_t)buf.addr;
@@ -372,14 +426,15 @@ void pib_qp_table_remove(struct pib_context *ctx, struct pib_qp *qp)
 }
 
 /* Whether the device offers what `attr` asks for beyond the capabilities. */
-static bool pib_qp_attr_supported(const struct ibv_qp_init_attr_ex *attr)
+static bool pib_qp_attr_supported(const struct pib_context *ctx,
+				  const struct ibv_qp_init_attr_ex *attr)
 {
 	/* No creation flag is offered; asking for none is fine. */
 	if (attr->comp_mask & IBV_QP_INIT_ATTR_CREATE_FLAGS &&
 	    attr->create_flags)
 		return false;
 	if (attr->comp_mask & IBV_QP_INIT_ATTR_SEND_OPS_FLAGS &&
-	    attr->send_ops_flags & ~pib_qp_ex_supported_ops(attr->qp_type))
+	    attr->send_ops_flags & ~pib_qp_ex_supported_ops(ctx, attr->qp_type))
 		return false;
 	/* An XRC receive QP is in an XRC domain and has nothing else. */
 	if (attr->qp_type == IBV_QPT_XRC_RECV)
@@ -436,7 +491,7 @@ struct ibv_qp *pib_create_qp_ex(struct ibv_context *context,
 	bool no_rq;
 	int err;
 
-	if (!pib_qp_attr_supported(attr)) {
+	if (!pib_qp_attr_supported(ctx, attr)) {
 		errno = EOPNOTSUPP;
 		return NULL;
 	}
@@ -453,11 +508,14 @@ struct ibv_qp *pib_create_qp_ex(struct ibv_context *context,
 	err = pib_qp_geometry(ctx, qp, &geometry, no_rq);
 	if (err)
 		goto err_free;
-	err = pib_buf_alloc(&qp->sq.buf, pib_wq_bytes(&qp->sq));
+	qp->domain = pib_domain_hold(attr->pd);
+	err = pib_buf_alloc(&qp->sq.buf, pib_wq_bytes(&qp->sq), qp->domain,
+			    PIB_RES_SQ);
 	if (err)
 		goto err_free;
 	if (!no_rq) {
-		err = pib_buf_alloc(&qp->rq.buf, pib_wq_bytes(&qp->rq));
+		err = pib_buf_alloc(&qp->rq.buf, pib_wq_bytes(&qp->rq),
+				    qp->domain, PIB_RES_RQ);
 		if (err)
 			goto err_sq;
 	}
@@ -497,6 +555,7 @@ err_rq:
 err_sq:
 	pib_buf_free(&qp->sq.buf);
 err_free:
+	pib_domain_release(qp->domain);
 	free(qp);
 	errno = err;
 	return NULL;
@@ -587,6 +646,7 @@ int pib_destroy_qp(struct ibv_qp *ibqp)
 	pthread_spin_destroy(&qp->rq.lock);
 	pib_buf_free(&qp->rq.buf);
 	pib_buf_free(&qp->sq.buf);
+	pib_domain_release(qp->domain);
 	free(qp);
 	return 0;
 }
@@ -603,7 +663,9 @@ static int pib_srq_ring_alloc(struct pib_context *ctx, struct pib_srq *srq,
 			       attr->max_wr < 2 ? 2 : attr->max_wr,
 			       attr->max_sge);
 
-	return err ? err : pib_buf_alloc(&srq->wq.buf, pib_wq_bytes(&srq->wq));
+	return err ? err
+		   : pib_buf_alloc(&srq->wq.buf, pib_wq_bytes(&srq->wq),
+				   srq->domain, PIB_RES_SRQ);
 }
 
 struct pib_uresp_create_srq {
@@ -660,7 +722,8 @@ static int pib_resize_srq(struct ibv_srq *ibsrq, struct ibv_srq_attr *attr,
 	if (!err && shape.log_stride != wq->log_stride)
 		err = EINVAL;
 	if (!err)
-		err = pib_buf_alloc(&shape.buf, pib_wq_bytes(&shape));
+		err = pib_buf_alloc(&shape.buf, pib_wq_bytes(&shape),
+				    srq->domain, PIB_RES_SRQ);
 	if (err)
 		return err;
 	pthread_spin_lock(&wq->lock);
@@ -720,6 +783,7 @@ int pib_destroy_srq(struct ibv_srq *ibsrq)
 	pib_srq_table_set(to_pctx(ibsrq->context), srq->srqn, NULL);
 	pthread_spin_destroy(&srq->wq.lock);
 	pib_buf_free(&srq->wq.buf);
+	pib_domain_release(srq->domain);
 	free(srq);
 	return 0;
 }
@@ -765,6 +829,7 @@ struct ibv_srq *pib_create_srq_ex(struct ibv_context *context,
 	srq = calloc(1, sizeof(*srq));
 	if (!srq)
 		return NULL;
+	srq->domain = pib_domain_hold(attr->pd);
 	err = pib_srq_ring_alloc(ctx, srq, &attr->attr);
 	if (err)
 		goto err_free;
@@ -787,6 +852,7 @@ struct ibv_srq *pib_create_srq_ex(struct ibv_context *context,
 err_buf:
 	pib_buf_free(&srq->wq.buf);
 err_free:
+	pib_domain_release(srq->domain);
 	free(srq);
 	errno = err;
 	return NULL;

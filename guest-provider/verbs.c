@@ -54,31 +54,6 @@ int pib_query_port(struct ibv_context *context, uint8_t port,
 	return ibv_cmd_query_port(context, port, attr, &cmd, sizeof(cmd));
 }
 
-struct ibv_pd *pib_alloc_pd(struct ibv_context *context)
-{
-	struct ib_uverbs_alloc_pd_resp resp;
-	struct ibv_alloc_pd cmd;
-	struct ibv_pd *pd = calloc(1, sizeof(*pd));
-
-	if (!pd)
-		return NULL;
-	if (ibv_cmd_alloc_pd(context, pd, &cmd, sizeof(cmd), &resp,
-			     sizeof(resp))) {
-		free(pd);
-		return NULL;
-	}
-	return pd;
-}
-
-int pib_dealloc_pd(struct ibv_pd *pd)
-{
-	int err = ibv_cmd_dealloc_pd(pd);
-
-	if (!err)
-		free(pd);
-	return err;
-}
-
 struct ibv_mr *pib_reg_mr(struct ibv_pd *pd, void *addr, size_t length,
 			  uint64_t hca_va, int access)
 {

@@ -161,6 +161,43 @@ static void pib_wr_atomic_fetch_add(struct ibv_qp_ex *ibqp, uint32_t rkey,
 		      add, 0);
 }
 
+/* IBA 1.5: the range (or region) and the placement; no data segments. */
+static void pib_wr_flush(struct ibv_qp_ex *ibqp, uint32_t rkey, uint64_t addr,
+			 size_t len, uint8_t type, uint8_t level)
+{
+	struct pib_qp *qp = to_pqp_ex(ibqp);
+	struct pib_wqe_raddr *r;
+	struct pib_wqe_flush *f;
+
+	if (!qp->wr_err && len > UINT32_MAX)
+		qp->wr_err = EINVAL;
+	r = pib_wr_begin(qp, PIB_WR_FLUSH, sizeof(*r) + sizeof(*f));
+	if (!r)
+		return;
+	r->remote_addr = addr;
+	r->rkey = rkey;
+	f = (struct pib_wqe_flush *)(r + 1);
+	f->length = len;
+	f->placement = type;
+	f->selectivity = level;
+}
+
+/* IBA 1.5: the 8 bytes at atomic_wr land at addr in one store. */
+static void pib_wr_atomic_write(struct ibv_qp_ex *ibqp, uint32_t rkey,
+				uint64_t addr, const void *atomic_wr)
+{
+	struct pib_qp *qp = to_pqp_ex(ibqp);
+	struct pib_wqe_raddr *r =
+		pib_wr_begin(qp, PIB_WR_ATOMIC_WRITE,
+			     sizeof(*r) + sizeof(struct pib_wqe_atomic));
+
+	if (!r)
+		return;
+	r->remote_addr = addr;
+	r->rkey = rkey;
+	memcpy(&((struct pib_wqe_atomic *)(r + 1))->swap_add, atomic_wr, 8);
+}
+
 static void pib_wr_set_ud_addr(struct ibv_qp_ex *ibqp, struct ibv_ah *ah,
 			       uint32_t remote_qpn, uint32_t remote_qkey)
 {
@@ -291,7 +328,8 @@ static void pib_wr_abort(struct ibv_qp_ex *ibqp)
 }
 
 /* The operations a QP of `type` can do through the extended API. */
-uint64_t pib_qp_ex_supported_ops(enum ibv_qp_type type)
+uint64_t pib_qp_ex_supported_ops(const struct pib_context *ctx,
+				 enum ibv_qp_type type)
 {
 	uint64_t ops = IBV_QP_EX_WITH_SEND | IBV_QP_EX_WITH_SEND_WITH_IMM;
 
@@ -305,7 +343,7 @@ uint64_t pib_qp_ex_supported_ops(enum ibv_qp_type type)
 		ops |= IBV_QP_EX_WITH_RDMA_READ |
 		       IBV_QP_EX_WITH_ATOMIC_CMP_AND_SWP |
 		       IBV_QP_EX_WITH_ATOMIC_FETCH_AND_ADD |
-		       IBV_QP_EX_WITH_SEND_WITH_INV;
+		       IBV_QP_EX_WITH_SEND_WITH_INV | ctx->placement_ops;
 	return ops;
 }
 
@@ -345,4 +383,8 @@ void pib_qp_ex_set_ops(struct pib_qp *qp, uint64_t ops)
 		q->wr_local_inv = pib_wr_local_inv;
 	if (ops & IBV_QP_EX_WITH_BIND_MW)
 		q->wr_bind_mw = pib_wr_bind_mw;
+	if (ops & IBV_QP_EX_WITH_FLUSH)
+		q->wr_flush = pib_wr_flush;
+	if (ops & IBV_QP_EX_WITH_ATOMIC_WRITE)
+		q->wr_atomic_write = pib_wr_atomic_write;
 }

@@ -65,7 +65,7 @@
 #define PIB_IF_VERSION(major, minor) (((uint32_t)(major) << 16) | (minor))
 #define PIB_IF_VERSION_MAJOR(v) ((v) >> 16)
 #define PIB_IF_VERSION_MINOR(v) ((v)&0xffffu)
-#define PIB_IF_VERSION_CURRENT PIB_IF_VERSION(0, 12)
+#define PIB_IF_VERSION_CURRENT PIB_IF_VERSION(0, 13)
 
 /* RO: firmware version, major << 24 | minor << 16 | patch. */
 #define PIB_REG_FW_VERSION 0x008
@@ -248,6 +248,12 @@ enum pib_cmd_status {
 #define PIB_DEV_CAP_XRC (1u << 15)
 /* completion event moderation: PIB_CMD_MODIFY_CQ (docs/prm.md §6.1) */
 #define PIB_DEV_CAP_CQ_MODERATION (1u << 16)
+/* IBA 1.5's ATOMIC WRITE: PIB_WR_ATOMIC_WRITE, and answering it (docs/prm.md §7.4) */
+#define PIB_DEV_CAP_ATOMIC_WRITE (1u << 17)
+/* IBA 1.5's FLUSH to global visibility: PIB_WR_FLUSH, and answering it
+ * where PIB_ACCESS_FLUSH_GLOBAL allows (docs/prm.md §7.4); persistence is
+ * not offered */
+#define PIB_DEV_CAP_FLUSH_GLOBAL (1u << 18)
 
 /* atomic_cap */
 #define PIB_ATOMIC_NONE 0
@@ -528,6 +534,11 @@ struct pib_cq_context {
 #define PIB_ACCESS_ALL 0xfu
 /* MRs only: memory windows may be bound to the region (docs/prm.md §6.7) */
 #define PIB_ACCESS_MW_BIND (1u << 4)
+/*
+ * MRs and QPs: a peer's FLUSH of placement type global may name the region
+ * and may come to the QP (docs/prm.md §7.4); with PIB_DEV_CAP_FLUSH_GLOBAL
+ */
+#define PIB_ACCESS_FLUSH_GLOBAL (1u << 5)
 
 /* mr flags */
 #define PIB_MR_PHYSICAL (1u << 0) /* iova is the guest physical address; no MTT */
@@ -749,6 +760,11 @@ enum pib_wqe_opcode {
     PIB_WR_SEND_INV = 0x08,  /* RC; imm: the peer's R_Key to invalidate */
     PIB_WR_REG_MR = 0x09,    /* a pib_wqe_reg_mr segment follows */
     PIB_WR_BIND_MW = 0x0a,   /* a pib_wqe_bind_mw segment follows */
+    /* RC, XRC: pib_wqe_raddr, then pib_wqe_flush; no data (docs/prm.md §7.4) */
+    PIB_WR_FLUSH = 0x0b,
+    /* RC, XRC: pib_wqe_raddr, then pib_wqe_atomic whose swap_add holds the
+     * 8 bytes to write, in memory order; no data */
+    PIB_WR_ATOMIC_WRITE = 0x0c,
 };
 
 /* wqe flags */
@@ -784,6 +800,20 @@ struct pib_wqe_raddr {
 struct pib_wqe_atomic {
     uint64_t swap_add;
     uint64_t compare;
+};
+
+/* FLUSH's placement types (a mask) and selectivity levels, as IBA 1.5 */
+#define PIB_FLUSH_GLOBAL (1u << 0)
+#define PIB_FLUSH_PERSISTENT (1u << 1)
+#define PIB_FLUSH_RANGE 0
+#define PIB_FLUSH_MR 1
+
+struct pib_wqe_flush {
+    uint32_t length;     /* PIB_FLUSH_RANGE: bytes from remote_addr */
+    uint8_t placement;   /* PIB_FLUSH_GLOBAL and/or PIB_FLUSH_PERSISTENT */
+    uint8_t selectivity; /* PIB_FLUSH_RANGE or PIB_FLUSH_MR */
+    uint16_t reserved0;
+    uint64_t reserved1;
 };
 
 struct pib_wqe_ud {
@@ -841,6 +871,8 @@ enum pib_wc_opcode {
     PIB_WC_LOCAL_INV = 0x05,
     PIB_WC_REG_MR = 0x06,
     PIB_WC_BIND_MW = 0x07,
+    PIB_WC_FLUSH = 0x08,
+    PIB_WC_ATOMIC_WRITE = 0x09,
     PIB_WC_RECV = 0x80,
     PIB_WC_RECV_RDMA_WITH_IMM = 0x81,
 };
@@ -954,6 +986,7 @@ _Static_assert(sizeof(struct pib_wqe_ud) == 48, "pib_wqe_ud layout");
 _Static_assert(sizeof(struct pib_wqe_xrc) == 16, "pib_wqe_xrc layout");
 _Static_assert(sizeof(struct pib_wqe_reg_mr) == 48, "pib_wqe_reg_mr layout");
 _Static_assert(sizeof(struct pib_wqe_bind_mw) == 32, "pib_wqe_bind_mw layout");
+_Static_assert(sizeof(struct pib_wqe_flush) == 16, "pib_wqe_flush layout");
 _Static_assert(sizeof(struct pib_mw_context) == 48, "pib_mw_context layout");
 _Static_assert(sizeof(struct pib_eq_context) == 32, "pib_eq_context layout");
 _Static_assert(sizeof(struct pib_cq_context) == 48, "pib_cq_context layout");

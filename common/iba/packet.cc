@@ -17,6 +17,7 @@ constexpr size_t kDethSize = 8;
 constexpr size_t kImmSize = 4;
 constexpr size_t kIethSize = 4;
 constexpr size_t kXrcethSize = 4;
+constexpr size_t kFethSize = 4;
 constexpr size_t kIcrcSize = 4;
 constexpr size_t kVcrcSize = 2;
 constexpr size_t kMaxPayload = 4096;
@@ -59,7 +60,7 @@ size_t extensionSize(const Layout &l) {
     return (l.deth ? kDethSize : 0) + (l.reth ? kRethSize : 0) + (l.aeth ? kAethSize : 0) +
            (l.atomicEth ? kAtomicEthSize : 0) + (l.atomicAckEth ? kAtomicAckEthSize : 0) +
            (l.imm ? kImmSize : 0) + (l.ieth ? kIethSize : 0) + (l.xrceth ? kXrcethSize : 0) +
-           (l.dceth ? kDcethSize : 0);
+           (l.dceth ? kDcethSize : 0) + (l.feth ? kFethSize : 0);
 }
 
 // IBA 7.8.1: the ICRC covers the packet with its variant fields (the whole
@@ -237,6 +238,10 @@ void PacketWriter::writeHeaders(const Packet &p, const Layout &layout, size_t to
         out.put32(uint32_t{d.flags} << 24 | (d.dci & 0xffffff));
         out.put32(d.serial);
     }
+    if (layout.feth) {
+        const Feth f = p.feth.value_or(Feth{});
+        out.put32(uint32_t{f.selectivity & 3u} << 4 | (f.placement & 0xfu));
+    }
     if (layout.reth) {
         const Reth r = p.reth.value_or(Reth{});
         out.put64(r.va);
@@ -396,6 +401,11 @@ size_t readExtensions(const uint8_t *b, size_t off, const Layout &layout, Packet
         p.dceth = Dceth{get64(b + off), word & 0xffffff, static_cast<uint8_t>(word >> 24),
                         get32(b + off + 12)};
         off += kDcethSize;
+    }
+    if (layout.feth) { // bits 31..6 are reserved
+        const uint32_t word = get32(b + off);
+        p.feth = Feth{static_cast<uint8_t>(word & 0xf), static_cast<uint8_t>(word >> 4 & 3)};
+        off += kFethSize;
     }
     if (layout.reth) {
         p.reth = Reth{get64(b + off), get32(b + off + 8), get32(b + off + 12)};

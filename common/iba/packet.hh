@@ -51,6 +51,8 @@ enum Opcode : uint8_t {
     kFetchAdd = 0x14,
     kSendLastInv = 0x16, // RC only: the IETH names an R_Key to invalidate
     kSendOnlyInv = 0x17,
+    kFlush = 0x1c,       // IBA 1.5: FETH and RETH, no payload; answered as a READ
+    kAtomicWrite = 0x1d, // IBA 1.5: RETH and 8 bytes; answered as a READ
     kTransportRc = 0x00,
     kTransportUc = 0x20,
     kTransportUd = 0x60,
@@ -71,6 +73,7 @@ struct Layout {
     bool atomicAckEth = false;
     bool imm = false;
     bool ieth = false;    // invalidate extended transport header
+    bool feth = false;    // FLUSH extended transport header
     bool xrceth = false;  // XRC requests: the XRC SRQ they go to
     bool dceth = false;   // DC requests: the DC access key and the DCI
     bool payload = false; // may carry data
@@ -142,6 +145,12 @@ constexpr Layout computeLayout(uint8_t opcode) {
     case kSendLastInv:
     case kSendOnlyInv:
         l.ieth = l.payload = true;
+        break;
+    case kFlush:
+        l.feth = l.reth = true;
+        break;
+    case kAtomicWrite:
+        l.reth = l.payload = true;
         break;
     default:
         l.valid = false;
@@ -223,6 +232,14 @@ struct Aeth {
     uint32_t msn = 0;
 };
 
+// FLUSH extended transport header (IBA 1.5): where the data must be
+// placed (a mask: global visibility 1, persistence 2) and over what (0 the
+// RETH's range, 1 the whole region).
+struct Feth {
+    uint8_t placement = 0;   // 4 bits
+    uint8_t selectivity = 0; // 2 bits
+};
+
 struct AtomicEth {
     uint64_t va = 0;
     uint32_t rkey = 0;
@@ -243,6 +260,7 @@ struct Packet {
     std::optional<uint32_t> ieth;      // the R_Key a SEND with invalidate names
     std::optional<uint32_t> xrceth;    // XRC requests: the XRC SRQ number (24 bits)
     std::optional<Dceth> dceth;        // DC requests
+    std::optional<Feth> feth;          // FLUSH
     std::vector<uint8_t> payload;
     // A parsed packet's payload where it lies in the received bytes, when
     // parse() was asked not to copy it (then `payload` stays empty).

@@ -223,6 +223,25 @@ static int pib_hca_dma_write(void *opaque, uint64_t addr, const void *buf,
     return r == MEMTX_OK ? 0 : -1;
 }
 
+/*
+ * An ATOMIC WRITE's 8 bytes in one store: address_space_stq_le stores to
+ * RAM with one aligned 8-byte access, which a vCPU sees whole, where
+ * pci_dma_write copies bytes.
+ */
+static int pib_hca_dma_store64(void *opaque, uint64_t addr, uint64_t value)
+{
+    PibHcaState *s = opaque;
+    MemTxResult r;
+
+    if (!pib_hca_dma_is_ram(PCI_DEVICE(s), addr, 8, true)) {
+        return pib_hca_dma_refused(s, addr, 8, true);
+    }
+    address_space_stq_le(pci_get_address_space(PCI_DEVICE(s)), addr, value,
+                         MEMTXATTRS_UNSPECIFIED, &r);
+    trace_pib_hca_dma_write(addr, 8, r);
+    return r == MEMTX_OK ? 0 : -1;
+}
+
 /* Whether [addr, addr + len) is guest RAM the device reaches directly. */
 static bool pib_hca_is_direct_ram(PCIDevice *pdev, uint64_t addr, uint64_t len)
 {
@@ -590,6 +609,7 @@ static const struct pib_host_ops pib_hca_host_ops = {
     .event_enabled = pib_hca_core_event_enabled,
     .dma_read = pib_hca_dma_read,
     .dma_write = pib_hca_dma_write,
+    .dma_store64 = pib_hca_dma_store64,
     .dma_map_read = pib_hca_dma_map_read,
     .dma_unmap_read = pib_hca_dma_unmap_read,
     .msix_notify = pib_hca_msix_notify,

@@ -195,7 +195,9 @@ WorkRequest connectedRequest(FuzzedDataProvider &in, const Target &t, const Qp &
                                                PIB_WR_RDMA_WRITE_IMM,
                                                PIB_WR_RDMA_READ,
                                                PIB_WR_ATOMIC_CMP_AND_SWP,
-                                               PIB_WR_ATOMIC_FETCH_AND_ADD};
+                                               PIB_WR_ATOMIC_FETCH_AND_ADD,
+                                               PIB_WR_FLUSH,
+                                               PIB_WR_ATOMIC_WRITE};
     WorkRequest wr;
     // UC has the first five but SEND with invalidate (IBA 9.4.1).
     const size_t ops = q.type == PIB_QPT_UC ? 5 : std::size(kReliableOps);
@@ -208,7 +210,17 @@ WorkRequest connectedRequest(FuzzedDataProvider &in, const Target &t, const Qp &
         wr.opcode == PIB_WR_ATOMIC_CMP_AND_SWP || wr.opcode == PIB_WR_ATOMIC_FETCH_AND_ADD;
     if (wr.opcode >= PIB_WR_RDMA_WRITE && wr.opcode <= PIB_WR_ATOMIC_FETCH_AND_ADD)
         wr.raddr = pib_wqe_raddr{in.ConsumeIntegral<uint64_t>(), in.ConsumeIntegral<uint32_t>(), 0};
-    if (atomic) {
+    if (wr.opcode == PIB_WR_FLUSH || wr.opcode == PIB_WR_ATOMIC_WRITE) {
+        // IBA 1.5: the remote address, then the FLUSH segment or the 8
+        // bytes, and no data; placement and selectivity mostly valid.
+        wr.raddr = pib_wqe_raddr{in.ConsumeIntegral<uint64_t>(), in.ConsumeIntegral<uint32_t>(), 0};
+        if (wr.opcode == PIB_WR_ATOMIC_WRITE)
+            wr.atomic = pib_wqe_atomic{in.ConsumeIntegral<uint64_t>(), 0};
+        else
+            wr.flush = pib_wqe_flush{in.ConsumeIntegral<uint32_t>(),
+                                     in.ConsumeIntegralInRange<uint8_t>(0, 4),
+                                     in.ConsumeIntegralInRange<uint8_t>(0, 2), 0, 0};
+    } else if (atomic) {
         wr.atomic = pib_wqe_atomic{in.ConsumeIntegral<uint64_t>(), in.ConsumeIntegral<uint64_t>()};
         const auto at = in.ConsumeIntegralInRange<uint64_t>(0, kDataSize / 8 - 1) * 8;
         wr.sges.push_back({8, t.keys.data, t.data + at});

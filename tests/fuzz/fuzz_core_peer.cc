@@ -433,6 +433,10 @@ void Peer::requesterSent(Qp &q, const iba::Packet &p) {
     case iba::kFetchAdd:
         q.owed.push_back({Owed::Kind::kAtomic, psn, 0});
         break;
+    case iba::kFlush: // IBA 1.5: answered by a READ response without data
+    case iba::kAtomicWrite:
+        q.owed.push_back({Owed::Kind::kRead, psn, 0});
+        break;
     default:
         if (p.bth.ackReq)
             q.owed.push_back({Owed::Kind::kAck, psn, 0});
@@ -451,7 +455,8 @@ void Peer::sendAnyPacket(FuzzedDataProvider &in) {
         iba::kReadRequest,       iba::kReadResponseFirst,  iba::kAcknowledge,
         iba::kReadResponseOnly,  iba::kCompareSwap,        iba::kFetchAdd,
         iba::kAtomicAcknowledge, iba::kReadResponseMiddle, iba::kReadResponseLast,
-        iba::kSendLastInv,       iba::kSendOnlyInv};
+        iba::kSendLastInv,       iba::kSendOnlyInv,        iba::kFlush,
+        iba::kAtomicWrite};
     iba::Packet p;
     p.lrh.slid = in.ConsumeIntegralInRange(0, 7) ? kPeerLid : in.ConsumeIntegral<uint16_t>();
     p.lrh.sl = in.ConsumeIntegralInRange<uint8_t>(0, 15);

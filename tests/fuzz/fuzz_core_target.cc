@@ -78,7 +78,8 @@ uint32_t Target::createDmaMr(uint64_t addr, uint64_t length, uint32_t pd, uint32
 // anywhere: only a privileged input keeps it.
 void Target::setUpMemory() {
     data = host.alloc(kDataSize);
-    keys.data = createDmaMr(data, kDataSize, node.pd, kAccessAll | PIB_ACCESS_MW_BIND);
+    keys.data = createDmaMr(data, kDataSize, node.pd,
+                            kAccessAll | PIB_ACCESS_MW_BIND | PIB_ACCESS_FLUSH_GLOBAL);
     std::vector<uint64_t> pages;
     const pib_buf_desc mtt = host.ring(4, &pages);
     mttPages = pages.front();
@@ -523,6 +524,8 @@ std::array<uint8_t, kSqStride> encodeSendWqe(const WorkRequest &wr, bool xrc) {
         put(&*wr.reg, sizeof(*wr.reg));
     if (wr.bind)
         put(&*wr.bind, sizeof(*wr.bind));
+    if (wr.flush)
+        put(&*wr.flush, sizeof(*wr.flush));
     pib_wqe_ctrl ctrl{};
     ctrl.opcode = wr.opcode;
     ctrl.flags = wr.flags;
@@ -835,7 +838,10 @@ Link Target::pickLink(FuzzedDataProvider &in) const {
     l.maxRdAtomic = in.ConsumeIntegralInRange<uint8_t>(0, 16);
     l.maxDestRdAtomic = in.ConsumeIntegralInRange<uint8_t>(0, 16);
     if (in.ConsumeIntegralInRange(0, 7) == 0) // fewer remote rights than usual
-        l.access = in.ConsumeIntegralInRange<uint32_t>(0, 15) & ~PIB_ACCESS_LOCAL_WRITE;
+        l.access = in.ConsumeIntegralInRange<uint32_t>(0, 31) & ~PIB_ACCESS_LOCAL_WRITE &
+                   ~PIB_ACCESS_MW_BIND;
+    if (l.access & 0x10) // the fifth bit stands for FLUSH_GLOBAL
+        l.access = (l.access & ~0x10u) | PIB_ACCESS_FLUSH_GLOBAL;
     return l;
 }
 

@@ -68,7 +68,8 @@ struct Link {
     uint8_t mtu = 3; // 1024 bytes
     uint8_t timeout = 10, retryCnt = 3, rnrRetry = 2, minRnrTimer = 1;
     uint8_t maxRdAtomic = 4, maxDestRdAtomic = 4;
-    uint32_t access = PIB_ACCESS_REMOTE_WRITE | PIB_ACCESS_REMOTE_READ | PIB_ACCESS_REMOTE_ATOMIC;
+    uint32_t access = PIB_ACCESS_REMOTE_WRITE | PIB_ACCESS_REMOTE_READ | PIB_ACCESS_REMOTE_ATOMIC |
+                      PIB_ACCESS_FLUSH_GLOBAL;
 };
 
 // What the peer owes a requester of ours: an ACK, a READ's responses or
@@ -150,6 +151,7 @@ struct WorkRequest {
     std::optional<pib_wqe_ud> ud;
     std::optional<pib_wqe_reg_mr> reg;
     std::optional<pib_wqe_bind_mw> bind;
+    std::optional<pib_wqe_flush> flush;
     std::vector<pib_wqe_data> sges;
     std::optional<std::vector<uint8_t>> inlineData;
 };

@@ -146,6 +146,7 @@ struct Node {
         uint8_t rnrRetry = 2;
         uint8_t minRnrTimer = 1; // 0.01 ms
         uint8_t maxRdAtomic = 4;
+        uint32_t qpAccess = kAccessAll & ~PIB_ACCESS_LOCAL_WRITE;
     };
 
     // INIT -> RTR -> RTS, connected to `peer`.
@@ -158,7 +159,7 @@ struct Node {
         a.attr_mask = PIB_QP_STATE | PIB_QP_PKEY_INDEX | PIB_QP_PORT | PIB_QP_ACCESS_FLAGS;
         a.qp_state = PIB_QPS_INIT;
         a.port_num = 1;
-        a.qp_access_flags = kAccessAll & ~PIB_ACCESS_LOCAL_WRITE;
+        a.qp_access_flags = o.qpAccess;
         modify(a);
         a = {};
         a.attr_mask = PIB_QP_STATE | PIB_QP_AV | PIB_QP_PATH_MTU | PIB_QP_DEST_QPN | PIB_QP_RQ_PSN;
@@ -253,6 +254,34 @@ struct Node {
         ++sqPi;
         if (ring_)
             ring(PIB_DB_SQ, sqPi);
+    }
+
+    // IBA 1.5's FLUSH or ATOMIC WRITE: the remote address, then the FLUSH
+    // segment or the 8 bytes, and no data.
+    struct Placement {
+        uint8_t opcode = PIB_WR_FLUSH;
+        uint64_t remote = 0;
+        uint32_t rkey = 0; // 0: the node's own key
+        uint32_t length = 0;
+        uint8_t placement = PIB_FLUSH_GLOBAL;
+        uint8_t selectivity = PIB_FLUSH_RANGE;
+        uint64_t value = 0; // ATOMIC WRITE: the 8 bytes, in memory order
+        uint8_t flags = PIB_WQE_SIGNALED;
+    };
+    void postPlacement(uint64_t wrId, const Placement &s) {
+        const uint64_t slot = sqPage + (sqPi % (1u << logSq)) * 128;
+        pib_wqe_ctrl ctrl{};
+        ctrl.wr_id = wrId;
+        ctrl.opcode = s.opcode;
+        ctrl.flags = s.flags;
+        ctrl.num_ds = 3;
+        host.poke(slot, ctrl);
+        host.poke(slot + 16, pib_wqe_raddr{s.remote, s.rkey ? s.rkey : key, 0});
+        if (s.opcode == PIB_WR_FLUSH)
+            host.poke(slot + 32, pib_wqe_flush{s.length, s.placement, s.selectivity, 0, 0});
+        else
+            host.poke(slot + 32, pib_wqe_atomic{s.value, 0});
+        ring(PIB_DB_SQ, ++sqPi);
     }
 
     // A local operation's WQE: LOCAL_INV of `key`, REG_MR of `reg`, or

@@ -190,6 +190,7 @@ struct FakeHost {
         uint64_t addr, len;
     };
     std::vector<DmaWrite> dmaWrites;
+    unsigned stores64 = 0; // ATOMIC WRITEs' one-store writes (pib_host_ops.dma_store64)
     // Whether the ring entry [entry, entry + size) got its byte `ownerByte`
     // in a write of its own after every other write into it, as a driver
     // polling the owner or phase bit needs.

@@ -60,6 +60,14 @@ struct pib_host_ops {
     int (*dma_read)(void *opaque, uint64_t addr, void *buf, uint64_t len);
     int (*dma_write)(void *opaque, uint64_t addr, const void *buf, uint64_t len);
     /*
+     * Optional: an ATOMIC WRITE's one store of 8 bytes at an 8-aligned
+     * addr, which a CPU sees whole or not at all; `value` is the 8 bytes
+     * as they are to land in memory, read as a little-endian number.
+     * Returns as dma_write. NULL: dma_write, whose bytes a CPU could see
+     * land in pieces.
+     */
+    int (*dma_store64)(void *opaque, uint64_t addr, uint64_t value);
+    /*
      * Optional (both NULL, or both set). Maps [addr, addr + len) for the
      * core to read in place, or returns NULL when the range is not guest
      * RAM the device reaches whole: the core then uses dma_read, which

@@ -30,6 +30,10 @@ uint8_t completionOpcode(uint8_t wr) {
         return PIB_WC_REG_MR;
     case PIB_WR_BIND_MW:
         return PIB_WC_BIND_MW;
+    case PIB_WR_FLUSH:
+        return PIB_WC_FLUSH;
+    case PIB_WR_ATOMIC_WRITE:
+        return PIB_WC_ATOMIC_WRITE;
     case kWrNop:
         return kWcNop;
     case kWrDmaCopy:
@@ -347,7 +351,8 @@ void Requester::readResponse(QueuePair &qp, const iba::Packet &packet) {
             break;
         }
     }
-    if (!w || w->opcode != PIB_WR_RDMA_READ)
+    // A FLUSH and an ATOMIC WRITE are answered by one without data.
+    if (!w || (w->opcode != PIB_WR_RDMA_READ && !w->isAnsweredEmpty()))
         return;
     ackUpTo(qp, psnAdd(w->firstPsn, 0xffffff));
     if (qp.attr.qp_state == PIB_QPS_ERR || r.outstanding.empty() || &r.outstanding.front() != w)
@@ -366,7 +371,7 @@ void Requester::readResponse(QueuePair &qp, const iba::Packet &packet) {
         }
         return;
     }
-    const uint32_t left = w->length - w->received;
+    const uint32_t left = w->responseBytes() - w->received;
     const size_t len = packet.data().size();
     if (len > left || (!last && len != mtu) || (last && len != left)) {
         trace::err_rc_bad_response_length(host_, qp.number, static_cast<unsigned>(len), left);

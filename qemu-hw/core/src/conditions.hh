@@ -134,6 +134,10 @@ inline constexpr Condition kReadDma{"read-dma", PIB_GUEST_ERROR_COUNT, 0x0aa3778
 inline constexpr Condition kAtomicUnaligned{"atomic-unaligned", PIB_GUEST_ERROR_COUNT, 0xad27fddf, PIB_CMD_STATUS_OK, aeth::kInvalidRequest, PIB_WC_REM_INV_REQ_ERR, 0, "atomic on an address not 8-byte aligned"};
 inline constexpr Condition kAtomicRkey{"atomic-rkey", PIB_GUEST_ERROR_COUNT, 0xd0b3a332, PIB_CMD_STATUS_OK, aeth::kRemoteAccess, PIB_WC_REM_ACCESS_ERR, 0, "atomic outside what the R_Key allows"};
 inline constexpr Condition kAtomicDma{"atomic-dma", PIB_GUEST_ERROR_COUNT, 0x954309e7, PIB_CMD_STATUS_OK, aeth::kRemoteOperational, PIB_WC_REM_OP_ERR, 0, "atomic on guest memory the device cannot reach"};
+inline constexpr Condition kPlacementNotOffered{"placement-not-offered", PIB_GUEST_ERROR_COUNT, 0x083f30e0, PIB_CMD_STATUS_OK, aeth::kInvalidRequest, PIB_WC_REM_INV_REQ_ERR, 0, "a FLUSH or ATOMIC WRITE (IBA 1.5) to a device that does not offer it, or to a QP whose access flags do not allow it (a FLUSH: FLUSH_GLOBAL; an ATOMIC WRITE: REMOTE_WRITE)"};
+inline constexpr Condition kFlushBadHeader{"flush-bad-header", PIB_GUEST_ERROR_COUNT, 0x3075e8a0, PIB_CMD_STATUS_OK, aeth::kInvalidRequest, PIB_WC_REM_INV_REQ_ERR, 0, "a FLUSH whose FETH names no placement type, a reserved one, or a reserved selectivity level"};
+inline constexpr Condition kFlushRkey{"flush-rkey", PIB_GUEST_ERROR_COUNT, 0xd505479d, PIB_CMD_STATUS_OK, aeth::kRemoteAccess, PIB_WC_REM_ACCESS_ERR, 0, "a FLUSH outside what the R_Key allows, or of a placement type it does not grant (persistence: never)"};
+inline constexpr Condition kAtomicWriteLength{"atomic-write-length", PIB_GUEST_ERROR_COUNT, 0xe1971f0d, PIB_CMD_STATUS_OK, aeth::kInvalidRequest, PIB_WC_REM_INV_REQ_ERR, 0, "an ATOMIC WRITE whose RETH or payload is not 8 bytes"};
 // clang-format on
 
 } // namespace pib::err

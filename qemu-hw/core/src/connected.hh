@@ -69,6 +69,8 @@ struct SendWqe {
     uint32_t rkey = 0;
     uint64_t swapAdd = 0;
     uint64_t compare = 0;
+    uint8_t flushPlacement = 0;      // FLUSH: PIB_FLUSH_GLOBAL, PIB_FLUSH_PERSISTENT
+    uint8_t flushSelectivity = 0;    // FLUSH: PIB_FLUSH_RANGE or PIB_FLUSH_MR
     pib_wqe_reg_mr reg{};            // REG_MR
     std::vector<uint64_t> pages;     // REG_MR: its page list, when the WQE held it (wqe_format.hh)
     std::optional<KeyUpdate> update; // REG_MR: a general key update (key_update.hh)
@@ -100,7 +102,16 @@ struct SendWqe {
     bool isAtomic() const {
         return opcode == PIB_WR_ATOMIC_CMP_AND_SWP || opcode == PIB_WR_ATOMIC_FETCH_AND_ADD;
     }
-    bool isReadOrAtomic() const { return opcode == PIB_WR_RDMA_READ || isAtomic(); }
+    // IBA 1.5's FLUSH and ATOMIC WRITE: answered by a READ response
+    // without data.
+    bool isAnsweredEmpty() const { return opcode == PIB_WR_FLUSH || opcode == PIB_WR_ATOMIC_WRITE; }
+    // Answered by a response rather than an ACK: one request packet, and
+    // one of max_rd_atomic while unanswered.
+    bool isReadOrAtomic() const {
+        return opcode == PIB_WR_RDMA_READ || isAtomic() || isAnsweredEmpty();
+    }
+    // The bytes its READ responses bring (none but a READ's).
+    uint32_t responseBytes() const { return opcode == PIB_WR_RDMA_READ ? length : 0; }
     // Done by the device itself, in send queue order: no packets.
     bool isLocal() const {
         return opcode == PIB_WR_LOCAL_INV || opcode == PIB_WR_REG_MR || opcode == PIB_WR_BIND_MW ||
@@ -263,12 +274,22 @@ inline uint32_t ackRequestInterval(uint32_t mtu) {
 // No SRQ: the XRC SRQ number of an XRC TGT QP between messages.
 inline constexpr uint32_t kNoSrq = UINT32_MAX;
 
-// A READ or atomic request the responder executed, kept so a duplicate
-// of it is answered again (IBA 9.7.5.1.3).
+// How a READ, atomic, FLUSH or ATOMIC WRITE was answered, and so how a
+// duplicate of it is: from memory as it is now (a READ), or again
+// without running it again.
+enum class AnswerKind : uint8_t {
+    kRead,   // READ responses with the data
+    kAtomic, // an atomic ACK with the original value
+    kEmpty,  // FLUSH, ATOMIC WRITE: one READ response without data
+};
+inline constexpr uint8_t kAnswerKinds = 3;
+
+// A READ-like request the responder executed, kept so a duplicate of it
+// is answered again (IBA 9.7.5.1.3).
 struct ReplayEntry {
     uint32_t psn = 0;
     uint32_t packets = 0; // response PSNs
-    bool atomic = false;
+    AnswerKind answer = AnswerKind::kRead;
     uint64_t va = 0;
     uint32_t rkey = 0;
     uint32_t length = 0;

@@ -52,6 +52,15 @@ bool Host::dmaWrite(uint64_t addr, const void *buf, uint64_t len) const {
     return ops_.dma_write && ops_.dma_write(opaque_, addr, buf, len) == 0;
 }
 
+bool Host::dmaStore64(uint64_t addr, std::span<const uint8_t, 8> bytes) const {
+    if (addr % 8 || !ops_.dma_store64)
+        return dmaWrite(addr, bytes.data(), bytes.size());
+    uint64_t value = 0;
+    for (size_t i = 0; i < bytes.size(); ++i)
+        value |= uint64_t{bytes[i]} << (8 * i);
+    return ops_.dma_store64(opaque_, addr, value) == 0;
+}
+
 bool Host::dmaWriteOwnerLast(uint64_t addr, std::span<const uint8_t> entry,
                              size_t ownerByte) const {
     const std::span<const uint8_t> before = entry.first(ownerByte);

@@ -49,6 +49,8 @@ class Host {
     // DMA; false when the guest address range is not accessible.
     bool dmaRead(uint64_t addr, void *buf, uint64_t len) const;
     bool dmaWrite(uint64_t addr, const void *buf, uint64_t len) const;
+    // Eight bytes stored at once at an 8-aligned address (pib_host_ops.dma_store64).
+    bool dmaStore64(uint64_t addr, std::span<const uint8_t, 8> bytes) const;
     // A ring entry (CQE, EQE) whose owner or phase bit is in byte
     // `ownerByte`: every other byte first, then that byte alone. A driver
     // polling the bit never sees it flip before the rest of the entry,

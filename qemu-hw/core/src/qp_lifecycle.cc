@@ -26,7 +26,8 @@ const char *badQpAttr(const QueuePair &qp, const pib_qp_attr &a, uint32_t mask, 
         return "pkey_index";
     if (mask & PIB_QP_PORT && !ports.find(a.port_num))
         return "port_num";
-    if (mask & PIB_QP_ACCESS_FLAGS && a.qp_access_flags & ~PIB_ACCESS_ALL)
+    if (mask & PIB_QP_ACCESS_FLAGS &&
+        a.qp_access_flags & ~(PIB_ACCESS_ALL | PIB_ACCESS_FLUSH_GLOBAL))
         return "qp_access_flags";
     if (mask & PIB_QP_PATH_MTU) {
         const uint8_t portNum = mask & PIB_QP_PORT ? a.port_num : qp.attr.port_num;

@@ -42,6 +42,8 @@ uint8_t Requester::fetchSendWqe(QueuePair &qp, uint32_t index, SendWqe &w) {
     w.rkey = wqe.raddr.rkey;
     w.swapAdd = wqe.atomic.swap_add;
     w.compare = wqe.atomic.compare;
+    w.flushPlacement = wqe.flush.placement;
+    w.flushSelectivity = wqe.flush.selectivity;
     w.reg = wqe.reg;
     w.pages = std::move(wqe.pages);
     w.update = std::move(wqe.update);
@@ -59,6 +61,8 @@ uint8_t Requester::fetchSendWqe(QueuePair &qp, uint32_t index, SendWqe &w) {
             return readTranslationList(qp, w, wqe.sges.front());
         return PIB_WC_SUCCESS;
     }
+    if (w.isAnsweredEmpty())
+        return takeEmptyAnswered(qp, w, wqe);
     uint64_t length = 0;
     if (wqe.isInline) { // a prefix, perhaps followed by data segments
         w.inlineData.assign(wqe.inlineData.begin(), wqe.inlineData.end());
@@ -74,6 +78,30 @@ uint8_t Requester::fetchSendWqe(QueuePair &qp, uint32_t index, SendWqe &w) {
     const uint32_t mtu = pathMtu(qp);
     w.packets = w.isAtomic() ? 1 : std::max<uint32_t>(1, (w.length + mtu - 1) / mtu);
     return PIB_WC_SUCCESS;
+}
+
+// IBA 1.5's FLUSH and ATOMIC WRITE carry no data segments: a FLUSH names
+// a range (or a whole region) and where its data must be placed, an
+// ATOMIC WRITE its 8 bytes, sent as the request's payload.
+uint8_t Requester::takeEmptyAnswered(const QueuePair &qp, SendWqe &w, const Wqe &wqe) {
+    w.sges.clear();
+    w.inlineData.clear();
+    w.packets = 1;
+    if (w.opcode == PIB_WR_ATOMIC_WRITE) {
+        const auto *bytes = reinterpret_cast<const uint8_t *>(&wqe.atomic.swap_add);
+        w.inlineData.assign(bytes, bytes + sizeof(wqe.atomic.swap_add));
+        w.length = sizeof(wqe.atomic.swap_add);
+        return PIB_WC_SUCCESS;
+    }
+    const uint8_t placement = w.flushPlacement, level = w.flushSelectivity;
+    if (!placement || placement & ~(PIB_FLUSH_GLOBAL | PIB_FLUSH_PERSISTENT) ||
+        level > PIB_FLUSH_MR) {
+        host_.guestError(err::kWqeBad, "QP %u WQE %u: FLUSH of placement %u, selectivity %u",
+                         qp.number, w.index, placement, level);
+        return PIB_WC_LOC_QP_OP_ERR;
+    }
+    w.length = wqe.flush.length;
+    return w.length > limits::kMaxMsgSize ? PIB_WC_LOC_LEN_ERR : PIB_WC_SUCCESS;
 }
 
 // A ConnectX UMR's translation entries behind its data segment, read as
@@ -471,6 +499,15 @@ static void requestHeaders(const SendWqe &w, uint32_t i, uint32_t mtu, uint8_t t
         op = w.opcode == PIB_WR_ATOMIC_CMP_AND_SWP ? iba::kCompareSwap : iba::kFetchAdd;
         p.atomicEth = iba::AtomicEth{w.remoteAddr, w.rkey, w.swapAdd, w.compare};
         break;
+    case PIB_WR_FLUSH:
+        op = iba::kFlush;
+        p.feth = iba::Feth{w.flushPlacement, w.flushSelectivity};
+        p.reth = iba::Reth{w.remoteAddr, w.rkey, w.length};
+        break;
+    case PIB_WR_ATOMIC_WRITE:
+        op = iba::kAtomicWrite;
+        p.reth = iba::Reth{w.remoteAddr, w.rkey, w.length};
+        break;
     }
     p.bth.opcode = static_cast<uint8_t>(transport | op);
     if (iba::layoutOf(p.bth.opcode).imm)
@@ -547,7 +584,8 @@ Requester::SendProgress Requester::sendRequestPackets(QueuePair &qp, SendWqe &w)
         // answered anyway); the responder's one ACK covers every packet
         // before it.
         p.bth.ackReq = !uc && !w.isReadOrAtomic() && (last || (p.bth.psn + 1) % ackInterval == 0);
-        const bool data = iba::layoutOf(p.bth.opcode).payload && !w.isReadOrAtomic();
+        // A READ request and an atomic carry none; an ATOMIC WRITE its 8 bytes.
+        const bool data = iba::layoutOf(p.bth.opcode).payload;
         const uint32_t offset = i * mtu;
         const uint32_t len = data ? std::min(mtu, w.length - offset) : 0;
         if (!sendRequestPacket(qp, w, p, offset, len))

@@ -41,6 +41,7 @@ class Requester final : TransportRole {
     uint8_t fetchSendWqe(QueuePair &qp, uint32_t index, SendWqe &w);
     uint8_t checkLocalBuffers(QueuePair &qp, SendWqe &w, uint64_t *length);
     uint8_t readTranslationList(const QueuePair &qp, SendWqe &w, const pib_wqe_data &list);
+    uint8_t takeEmptyAnswered(const QueuePair &qp, SendWqe &w, const Wqe &wqe);
     void runLocalOperation(QueuePair &qp, SendWqe &w);
     uint8_t copyLocal(const QueuePair &qp, SendWqe &w);
     SendWqe &spareWqe();

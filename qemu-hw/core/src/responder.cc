@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cinttypes>
 #include <cstring>
+#include <optional>
 
 #include "frame.hh"
 #include "limits.hh"
@@ -15,6 +16,31 @@
 #include "trace.hh"
 
 namespace pib {
+
+namespace {
+
+// How a READ-like request is answered (connected.hh); nullopt for the
+// requests an ACK answers.
+std::optional<AnswerKind> answerOf(uint8_t op) {
+    switch (op) {
+    case iba::kReadRequest:
+        return AnswerKind::kRead;
+    case iba::kCompareSwap:
+    case iba::kFetchAdd:
+        return AnswerKind::kAtomic;
+    case iba::kFlush:
+    case iba::kAtomicWrite:
+        return AnswerKind::kEmpty;
+    default:
+        return std::nullopt;
+    }
+}
+
+bool answeredByResponse(uint8_t op) {
+    return answerOf(op).has_value();
+}
+
+} // namespace
 
 namespace {
 
@@ -327,7 +353,7 @@ void Responder::onRequest(QueuePair &qp, const iba::Packet &packet) {
     if (qp.ctx.type == PIB_QPT_XRC_TGT &&
         !selectXrcSrq(qp, packet, qp.resp.in == ResponderState::InMessage::kNone))
         return;
-    if (op == iba::kReadRequest || op == iba::kCompareSwap || op == iba::kFetchAdd) {
+    if (answeredByResponse(op)) {
         readOrAtomicRequest(qp, packet);
         return;
     }
@@ -423,16 +449,27 @@ void Responder::readOrAtomicRequest(QueuePair &qp, const iba::Packet &packet) {
     // arrives: one more than max_dest_rd_atomic owed means the requester
     // broke its limit (IBA 9.7.5.2.5).
     dropStaleAnswers(qp, packet.bth.psn);
-    const bool read = (packet.bth.opcode & 0x1f) == iba::kReadRequest;
+    // A FLUSH counts as the READ it is answered as; an ATOMIC WRITE as an atomic.
+    const uint8_t op = packet.bth.opcode & 0x1f;
+    const bool read = op == iba::kReadRequest || op == iba::kFlush;
     count(qp, read ? &pib_port_counters::read_requests : &pib_port_counters::atomic_requests);
     if (repliesOwed(qp.resp) >= std::max<size_t>(1, qp.attr.max_dest_rd_atomic)) {
         responderError(qp, packet.bth.psn, err::kTooManyReads);
         return;
     }
-    if (read)
+    switch (op) {
+    case iba::kReadRequest:
         readRequest(qp, packet);
-    else
+        break;
+    case iba::kFlush:
+        flushRequest(qp, packet);
+        break;
+    case iba::kAtomicWrite:
+        atomicWriteRequest(qp, packet);
+        break;
+    default:
         atomicRequest(qp, packet);
+    }
 }
 
 // A SEND packet into the receive WQE, which the first packet claims.
@@ -649,6 +686,11 @@ bool Responder::sendReadResponse(QueuePair &qp, Reply &r) {
         scheduler_.charge(); // lost: the requester asks again; it costs what a sent one does
         return true;
     }
+    if (e.answer == AnswerKind::kEmpty) { // a FLUSH's or an ATOMIC WRITE's: no data, no memory
+        transmitConnected(qp, startPacket(qp, p, 0));
+        r.answered = std::max(r.answered, r.next);
+        return true;
+    }
     // A duplicate READ is answered from memory as it is now: the region
     // may have gone, or lost its rights, since the first time.
     std::vector<Segment> &segments = readSegments_;
@@ -720,7 +762,7 @@ void Responder::atomicRequest(QueuePair &qp, const iba::Packet &packet) {
     ReplayEntry e;
     e.psn = psn;
     e.packets = 1;
-    e.atomic = true;
+    e.answer = AnswerKind::kAtomic;
     e.original = original;
     e.xrcSrqn = requestSrq(qp);
     s.expectedPsn = psnAdd(psn, 1);
@@ -728,6 +770,87 @@ void Responder::atomicRequest(QueuePair &qp, const iba::Packet &packet) {
     remember(qp, e);
     Reply r;
     r.kind = Reply::Kind::kAtomic;
+    r.entry = e;
+    reply(qp, r);
+}
+
+// IBA 1.5's FLUSH: every request this QP took before it has placed its
+// data in guest memory already (the device lands a packet's data as it
+// takes it, and the host lands DMA writes in order), where every CPU sees
+// it: global visibility holds when the FLUSH arrives. What remains is
+// the check: the QP takes FLUSHes, and the R_Key grants the placement
+// type over the range, or over its region whole (selectivity MR).
+// Persistence is not offered: no region grants it.
+void Responder::flushRequest(QueuePair &qp, const iba::Packet &packet) {
+    const uint32_t psn = packet.bth.psn;
+    if (!wqes_.answersPlacementOps() || !(qp.attr.qp_access_flags & PIB_ACCESS_FLUSH_GLOBAL)) {
+        responderError(qp, psn, err::kPlacementNotOffered);
+        return;
+    }
+    const iba::Feth &f = *packet.feth;
+    if (!f.placement || f.placement & ~(PIB_FLUSH_GLOBAL | PIB_FLUSH_PERSISTENT) ||
+        f.selectivity > PIB_FLUSH_MR) {
+        responderError(qp, psn, err::kFlushBadHeader);
+        return;
+    }
+    const iba::Reth &reth = *packet.reth;
+    const bool wholeRegion = f.selectivity == PIB_FLUSH_MR;
+    // A length of 0 checks the key and its rights alone, as a whole region.
+    const uint8_t status =
+        memory_.checkRemote(reth.rkey, requestPd(qp), qp.number, wholeRegion ? 0 : reth.va,
+                            wholeRegion ? 0 : reth.length, PIB_ACCESS_FLUSH_GLOBAL);
+    if (f.placement & PIB_FLUSH_PERSISTENT || status != PIB_WC_SUCCESS) {
+        responderError(qp, psn, err::kFlushRkey);
+        return;
+    }
+    answerEmpty(qp, psn);
+}
+
+// IBA 1.5's ATOMIC WRITE: its 8 bytes land in one store (Host::dmaStore64),
+// so a CPU reads the old value or the new, never a mix.
+void Responder::atomicWriteRequest(QueuePair &qp, const iba::Packet &packet) {
+    const uint32_t psn = packet.bth.psn;
+    if (!wqes_.answersPlacementOps() || !(qp.attr.qp_access_flags & PIB_ACCESS_REMOTE_WRITE)) {
+        responderError(qp, psn, err::kPlacementNotOffered);
+        return;
+    }
+    const iba::Reth &reth = *packet.reth;
+    const std::span<const uint8_t> data = packet.data();
+    if (reth.length != 8 || data.size() != 8) {
+        responderError(qp, psn, err::kAtomicWriteLength);
+        return;
+    }
+    if (reth.va % 8) {
+        responderError(qp, psn, err::kAtomicUnaligned);
+        return;
+    }
+    std::vector<Segment> segments;
+    if (memory_.translateRemote(reth.rkey, requestPd(qp), qp.number, reth.va, 8,
+                                PIB_ACCESS_REMOTE_WRITE, segments) != PIB_WC_SUCCESS ||
+        segments.size() != 1) {
+        responderError(qp, psn, err::kAtomicRkey);
+        return;
+    }
+    if (!host_.dmaStore64(segments[0].addr, data.first<8>())) {
+        responderError(qp, psn, err::kAtomicDma);
+        return;
+    }
+    answerEmpty(qp, psn);
+}
+
+// A FLUSH or ATOMIC WRITE done: one READ response without data answers
+// it, and answers a duplicate of it again without doing it again.
+void Responder::answerEmpty(QueuePair &qp, uint32_t psn) {
+    ReplayEntry e;
+    e.psn = psn;
+    e.packets = 1;
+    e.answer = AnswerKind::kEmpty;
+    e.xrcSrqn = requestSrq(qp);
+    qp.resp.expectedPsn = psnAdd(psn, 1);
+    ++qp.resp.msn;
+    remember(qp, e);
+    Reply r;
+    r.kind = Reply::Kind::kRead;
     r.entry = e;
     reply(qp, r);
 }
@@ -757,11 +880,11 @@ void Responder::duplicateRequest(QueuePair &qp, const iba::Packet &packet) {
     const uint8_t op = packet.bth.opcode & 0x1f;
     const uint32_t psn = packet.bth.psn;
     ResponderState &s = qp.resp;
-    if (op == iba::kReadRequest || op == iba::kCompareSwap || op == iba::kFetchAdd) {
+    if (const std::optional<AnswerKind> answer = answerOf(op)) {
         for (const ReplayEntry &e : s.replay) {
             if (psnDiff(psn, e.psn) < 0 || psnDiff(psn, e.psn) >= static_cast<int32_t>(e.packets))
                 continue;
-            if (e.atomic != (op != iba::kReadRequest))
+            if (e.answer != *answer)
                 break;
             // One reply per READ or atomic owed at a time. A duplicate of
             // a READ still being answered asks for responses from its PSN
@@ -784,9 +907,12 @@ void Responder::duplicateRequest(QueuePair &qp, const iba::Packet &packet) {
                 return;
             }
             trace::rc_duplicate(host_, qp.number, psn,
-                                e.atomic ? "atomic answered again" : "READ answered again");
+                                e.answer == AnswerKind::kAtomic ? "atomic answered again"
+                                : e.answer == AnswerKind::kEmpty
+                                    ? "FLUSH or ATOMIC WRITE answered again"
+                                    : "READ answered again");
             Reply r;
-            r.kind = e.atomic ? Reply::Kind::kAtomic : Reply::Kind::kRead;
+            r.kind = e.answer == AnswerKind::kAtomic ? Reply::Kind::kAtomic : Reply::Kind::kRead;
             r.entry = e;
             r.next = static_cast<uint32_t>(psnDiff(psn, e.psn));
             r.again = true;

@@ -45,6 +45,9 @@ class Responder final : TransportRole {
     void completeReceive(QueuePair &qp, const iba::Packet &packet, uint8_t opcode, uint32_t length);
     void readRequest(QueuePair &qp, const iba::Packet &packet);
     void atomicRequest(QueuePair &qp, const iba::Packet &packet);
+    void flushRequest(QueuePair &qp, const iba::Packet &packet);
+    void atomicWriteRequest(QueuePair &qp, const iba::Packet &packet);
+    void answerEmpty(QueuePair &qp, uint32_t psn);
     void duplicateRequest(QueuePair &qp, const iba::Packet &packet);
     void remember(QueuePair &qp, const ReplayEntry &e);
 

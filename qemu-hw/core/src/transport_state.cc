@@ -34,7 +34,7 @@ void saveSges(StateWriter &w, const std::vector<pib_wqe_data> &sges) {
 void saveReplay(StateWriter &w, const ReplayEntry &e) {
     w.u32(e.psn);
     w.u32(e.packets);
-    w.boolean(e.atomic);
+    w.u8(static_cast<uint8_t>(e.answer));
     w.u64(e.va);
     w.u32(e.rkey);
     w.u32(e.length);
@@ -136,7 +136,10 @@ bool validErroredStreams(const DciStreams &streams, std::span<const uint16_t> er
 bool loadReplay(StateReader &r, ReplayEntry &e) {
     e.psn = r.u32();
     e.packets = r.u32();
-    e.atomic = r.boolean("a replayed request's kind");
+    const uint8_t answer = r.u8();
+    if (answer >= kAnswerKinds)
+        r.fail("a replayed request's kind");
+    e.answer = static_cast<AnswerKind>(answer);
     e.va = r.u64();
     e.rkey = r.u32();
     e.length = r.u32();
@@ -168,9 +171,9 @@ const char *DataPath::badResponder(const QueuePair &qp, const ResponderState &s)
         return "more READs and atomics remembered than max_dest_rd_atomic";
     const uint32_t mtu = mtuBytes(qp.attr.path_mtu);
     for (const ReplayEntry &e : s.replay) {
-        const uint32_t packets = e.atomic ? 1 : std::max<uint32_t>(1, (e.length + mtu - 1) / mtu);
-        if (e.psn > 0xffffff || e.packets != packets ||
-            (!e.atomic && e.length > limits::kMaxMsgSize))
+        const bool read = e.answer == AnswerKind::kRead;
+        const uint32_t packets = read ? std::max<uint32_t>(1, (e.length + mtu - 1) / mtu) : 1;
+        if (e.psn > 0xffffff || e.packets != packets || (read && e.length > limits::kMaxMsgSize))
             return "a READ or atomic whose PSNs its length does not make";
     }
     return badResponderPds(qp, s);
@@ -202,8 +205,8 @@ const char *DataPath::badResponderPds(const QueuePair &qp, const ResponderState 
     }
     for (const ReplayEntry &e : s.replay) {
         const auto pd = pdThrough(e.xrcSrqn);
-        // An atomic is answered from the value it saved: it names no PD.
-        if (!pd || (!e.atomic && e.pdn != *pd))
+        // Only a READ is answered from memory: the others name no PD.
+        if (!pd || (e.answer == AnswerKind::kRead && e.pdn != *pd))
             return "a READ or atomic remembered in a PD its request was not checked in";
     }
     return nullptr;

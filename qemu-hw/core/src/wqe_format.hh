@@ -26,7 +26,8 @@ namespace pib {
 struct Wqe {
     pib_wqe_ctrl ctrl{};
     pib_wqe_raddr raddr{};   // RDMA and atomic operations
-    pib_wqe_atomic atomic{}; // atomic operations
+    pib_wqe_atomic atomic{}; // atomic operations; ATOMIC WRITE: its 8 bytes in swap_add
+    pib_wqe_flush flush{};   // FLUSH
     pib_wqe_ud ud{};         // datagram sends; a DCI's: the DCT's path and number
     uint64_t dcKey = 0;      // a DCI's sends: the DCT's access key
     uint16_t dciStream = 0;  // a DCI's: the stream it belongs to (dci_streams.hh)
@@ -101,6 +102,10 @@ class WqeFormat {
     // u.layout: null, or why the list makes none.
     virtual const char *indirectEntries(std::span<const uint8_t> bytes,
                                         IndirectUpdate &u) const = 0;
+    // Whether the personality's responder takes IBA 1.5's FLUSH and ATOMIC
+    // WRITE (pib-hca's does; the stock mlx5 drivers know neither, so a
+    // ConnectX refuses them as opcodes it does not know).
+    virtual bool answersPlacementOps() const = 0;
 };
 
 // The bytes a WQE's data amounts to: its inline data, or what its
@@ -125,6 +130,7 @@ class WqeFormatSlot final : public WqeFormat {
     uint64_t receiveWrId(const QueuePair &qp, uint32_t index) override {
         return format_->receiveWrId(qp, index);
     }
+    bool answersPlacementOps() const override { return format_->answersPlacementOps(); }
     uint32_t sendSlots(const QueuePair &qp, uint32_t index) override {
         return format_->sendSlots(qp, index);
     }

@@ -56,6 +56,8 @@ class WqeReader final : public WqeFormat {
     const char *indirectEntries(std::span<const uint8_t> bytes, IndirectUpdate &u) const override {
         return umr::indirectEntries(bytes, u);
     }
+    // mlx5_ib and libmlx5 offer neither FLUSH nor ATOMIC WRITE (docs/mlx5.md §11).
+    bool answersPlacementOps() const override { return false; }
 
     // The SQ's counter in `qp`'s doorbell record, as a slot count near
     // its consumer; nullopt when the record cannot be read or the count

@@ -33,13 +33,13 @@ static pib_dev_cap buildCaps(const pib_core_config &config) {
     c.vendor_id = PIB_PCI_VENDOR_ID;
     c.vendor_part_id = PIB_PCI_DEVICE_ID;
     c.hw_version = PIB_PCI_REVISION;
-    c.device_cap_flags = PIB_DEV_CAP_RC | PIB_DEV_CAP_UC | PIB_DEV_CAP_UD | PIB_DEV_CAP_SRQ |
-                         PIB_DEV_CAP_RNR_NAK_GEN | PIB_DEV_CAP_SYS_IMAGE_GUID |
-                         PIB_DEV_CAP_PORT_ACTIVE_EVENT | PIB_DEV_CAP_BAD_PKEY_CNTR |
-                         PIB_DEV_CAP_BAD_QKEY_CNTR | PIB_DEV_CAP_MEM_MGT_EXTENSIONS |
-                         PIB_DEV_CAP_MEM_WINDOW | PIB_DEV_CAP_MEM_WINDOW_TYPE_2B |
-                         PIB_DEV_CAP_RESIZE_CQ | PIB_DEV_CAP_RESIZE_SRQ |
-                         PIB_DEV_CAP_CQE_TIMESTAMP | PIB_DEV_CAP_XRC | PIB_DEV_CAP_CQ_MODERATION;
+    c.device_cap_flags =
+        PIB_DEV_CAP_RC | PIB_DEV_CAP_UC | PIB_DEV_CAP_UD | PIB_DEV_CAP_SRQ |
+        PIB_DEV_CAP_RNR_NAK_GEN | PIB_DEV_CAP_SYS_IMAGE_GUID | PIB_DEV_CAP_PORT_ACTIVE_EVENT |
+        PIB_DEV_CAP_BAD_PKEY_CNTR | PIB_DEV_CAP_BAD_QKEY_CNTR | PIB_DEV_CAP_MEM_MGT_EXTENSIONS |
+        PIB_DEV_CAP_MEM_WINDOW | PIB_DEV_CAP_MEM_WINDOW_TYPE_2B | PIB_DEV_CAP_RESIZE_CQ |
+        PIB_DEV_CAP_RESIZE_SRQ | PIB_DEV_CAP_CQE_TIMESTAMP | PIB_DEV_CAP_XRC |
+        PIB_DEV_CAP_CQ_MODERATION | PIB_DEV_CAP_ATOMIC_WRITE | PIB_DEV_CAP_FLUSH_GLOBAL;
     c.max_qp = kMaxQp;
     c.max_qp_wr = 1u << kLogMaxQpWr;
     c.max_send_sge = kMaxSge;

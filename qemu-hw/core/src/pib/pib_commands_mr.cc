@@ -10,6 +10,9 @@
 
 namespace pib {
 
+// The rights a region may grant (docs/prm.md §6.2).
+constexpr uint32_t kRegionAccess = PIB_ACCESS_ALL | PIB_ACCESS_MW_BIND | PIB_ACCESS_FLUSH_GLOBAL;
+
 CommandOutcome CommandProcessor::createMr(const Command &cmd) {
     pib_mr_context ctx;
     if (!readMailbox(cmd, ctx))
@@ -22,8 +25,7 @@ CommandOutcome CommandProcessor::createMr(const pib_mr_context &ctx) {
     if (!pd)
         return fail(err::kCmdBadIndex, "CREATE_MR in PD %u", ctx.pdn);
     constexpr uint8_t kFlags = PIB_MR_PHYSICAL | PIB_MR_FAST_REG;
-    if (ctx.access & ~(PIB_ACCESS_ALL | PIB_ACCESS_MW_BIND) || ctx.flags & ~kFlags ||
-        (ctx.flags & kFlags) == kFlags)
+    if (ctx.access & ~kRegionAccess || ctx.flags & ~kFlags || (ctx.flags & kFlags) == kFlags)
         return fail(err::kCmdBadParam, "CREATE_MR access 0x%x flags 0x%x", ctx.access, ctx.flags);
     if (ctx.flags & PIB_MR_FAST_REG)
         return createFastRegMr(ctx);
@@ -83,7 +85,7 @@ CommandOutcome CommandProcessor::reregMr(const Command &cmd) {
     if (mr->windows)
         return fail(err::kCmdBusy, "REREG_MR of key 0x%x: %u memory windows are bound to it",
                     cmd.modifier, mr->windows);
-    if (ctx.access & ~(PIB_ACCESS_ALL | PIB_ACCESS_MW_BIND) || ctx.flags & ~PIB_MR_PHYSICAL)
+    if (ctx.access & ~kRegionAccess || ctx.flags & ~PIB_MR_PHYSICAL)
         return fail(err::kCmdBadParam, "REREG_MR access 0x%x flags 0x%x", ctx.access, ctx.flags);
     if (const err::Condition *why = regions_.check("REREG_MR", ctx))
         return CommandOutcome::failed(*why);

@@ -59,6 +59,14 @@ bool WqeReader::sendLayout(uint8_t qpType, uint8_t opcode, Layout &layout) {
         layout = {.raddr = true, .atomic = isAtomic(opcode)};
         valid = reliable;
         break;
+    case PIB_WR_FLUSH: // IBA 1.5: no data either way
+        layout = {.raddr = true, .flush = true, .bare = true};
+        valid = reliable;
+        break;
+    case PIB_WR_ATOMIC_WRITE: // its 8 bytes are in the atomic segment
+        layout = {.raddr = true, .atomic = true, .bare = true};
+        valid = reliable;
+        break;
     default:
         return false;
     }
@@ -74,6 +82,7 @@ void WqeReader::clear(Wqe &out) {
     out.ud = {};
     out.reg = {};
     out.bind = {};
+    out.flush = {};
     out.xrc = {};
     out.isInline = false;
     out.inlineData = {};
@@ -132,8 +141,9 @@ uint8_t WqeReader::decode(uint32_t qpn, uint32_t index, const Layout &layout, Wq
         sizeof(pib_wqe_ctrl) + (layout.xrc ? sizeof(pib_wqe_xrc) : 0) +
         (layout.raddr ? sizeof(pib_wqe_raddr) : 0) + (layout.atomic ? sizeof(pib_wqe_atomic) : 0) +
         (layout.ud ? sizeof(pib_wqe_ud) : 0) + (layout.reg ? sizeof(pib_wqe_reg_mr) : 0) +
-        (layout.bind ? sizeof(pib_wqe_bind_mw) : 0);
-    if (used < headers || used > raw_.size() || (layout.local && used != headers)) {
+        (layout.bind ? sizeof(pib_wqe_bind_mw) : 0) + (layout.flush ? sizeof(pib_wqe_flush) : 0);
+    const bool exact = layout.local || layout.bare;
+    if (used < headers || used > raw_.size() || (exact && used != headers)) {
         host_.guestError(err::kWqeBad, "QP %u %s WQE %u: opcode %u with %u segments", qpn,
                          layout.isReceive ? "receive" : "send", index, out.ctrl.opcode,
                          out.ctrl.num_ds);
@@ -156,7 +166,9 @@ uint8_t WqeReader::decode(uint32_t qpn, uint32_t index, const Layout &layout, Wq
         take(out.reg);
     if (layout.bind)
         take(out.bind);
-    if (layout.local)
+    if (layout.flush)
+        take(out.flush);
+    if (exact)
         return PIB_WC_SUCCESS;
     // A receive WQE has no inline data: the flag means nothing there.
     out.isInline = !layout.isReceive && (out.ctrl.flags & PIB_WQE_INLINE);

@@ -83,6 +83,8 @@ class WqeReader final : public WqeFormat {
     const char *indirectEntries(std::span<const uint8_t>, IndirectUpdate &) const override {
         return "pib-hca has no indirect keys";
     }
+    // PIB_DEV_CAP_ATOMIC_WRITE and PIB_DEV_CAP_FLUSH_GLOBAL.
+    bool answersPlacementOps() const override { return true; }
 
   private:
     // Which segments follow the control segment.
@@ -92,8 +94,10 @@ class WqeReader final : public WqeFormat {
         bool ud = false;
         bool reg = false;
         bool bind = false;
+        bool flush = false;
         bool xrc = false;   // XRC INI QPs: pib_wqe_xrc after the control segment
         bool local = false; // a local operation: no data segments
+        bool bare = false;  // FLUSH, ATOMIC WRITE: its segments alone, no data
         bool mayInline = false;
         bool isReceive = false;
     };
