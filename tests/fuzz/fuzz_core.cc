@@ -96,7 +96,8 @@ void pickRemoteRange(FuzzedDataProvider &in, const Target &t, Message &m) {
         m.rkey = t.pickKey(in);
         return;
     }
-    const bool atomic = m.op == Operation::kCompareSwap || m.op == Operation::kFetchAdd;
+    const bool atomic = m.op == Operation::kCompareSwap || m.op == Operation::kFetchAdd ||
+                        m.op == Operation::kAtomicWrite;
     const uint64_t room = kDataSize - std::min<uint64_t>(kDataSize, atomic ? 8 : m.length);
     m.va = t.data + in.ConsumeIntegralInRange<uint64_t>(0, room);
     if (atomic)

@@ -2,6 +2,7 @@
 #include "fuzz_core_peer.hh"
 
 #include <algorithm>
+#include <cstring>
 
 #include "connected.hh"
 #include "fuzz_core_check.hh"
@@ -58,6 +59,13 @@ uint8_t messageOpcode(Operation op, uint32_t i, uint32_t n) {
                : last  ? iba::kSendLast
                        : iba::kSendMiddle;
     }
+}
+
+// The requests of one packet whatever their length: the atomics, and
+// IBA 1.5's FLUSH and ATOMIC WRITE.
+bool isOnePacket(Operation op) {
+    return op == Operation::kCompareSwap || op == Operation::kFetchAdd || op == Operation::kFlush ||
+           op == Operation::kAtomicWrite;
 }
 
 // UC has SENDs and WRITEs only (IBA 9.8): the rest becomes one of those.
@@ -117,6 +125,22 @@ std::vector<iba::Packet> Peer::packetsOf(const Qp &q, const Message &m) const {
         iba::Packet p = fromPeer(
             q, op == Operation::kCompareSwap ? iba::kCompareSwap : iba::kFetchAdd, q.expectedPsn);
         p.atomicEth = iba::AtomicEth{m.va, m.rkey, m.swapAdd, m.compare};
+        return {withXrceth(p)};
+    }
+    if (op == Operation::kFlush) { // mostly to global visibility; now and then any FETH
+        iba::Packet p = fromPeer(q, iba::kFlush, q.expectedPsn);
+        const bool any = (m.compare & 7) == 0;
+        p.feth = iba::Feth{any ? static_cast<uint8_t>(m.compare >> 3 & 0xf)
+                               : static_cast<uint8_t>(PIB_FLUSH_GLOBAL),
+                           static_cast<uint8_t>(m.compare >> 7 & (any ? 3 : 1))};
+        p.reth = iba::Reth{m.va, m.rkey, m.length};
+        return {withXrceth(p)};
+    }
+    if (op == Operation::kAtomicWrite) {
+        iba::Packet p = fromPeer(q, iba::kAtomicWrite, q.expectedPsn);
+        p.reth = iba::Reth{m.va, m.rkey, 8};
+        p.payload.resize(8);
+        std::memcpy(p.payload.data(), &m.swapAdd, 8);
         return {withXrceth(p)};
     }
     const uint32_t n = packetsFor(m.length, mtu);
@@ -236,9 +260,7 @@ void Peer::sendMessage(Qp &q, const Message &m, Spoil spoil, FuzzedDataProvider 
     // Packets sent in sequence are taken (or answered with a NAK that
     // says otherwise): the next message follows them.
     const Operation op = forTransport(q, m.op);
-    const uint32_t psns = op == Operation::kCompareSwap || op == Operation::kFetchAdd
-                              ? 1
-                              : packetsFor(m.length, q.mtu());
+    const uint32_t psns = isOnePacket(op) ? 1 : packetsFor(m.length, q.mtu());
     if (spoil == Spoil::kNone || spoil == Spoil::kRepeatPacket)
         q.expectedPsn = psnAdd(q.expectedPsn, psns);
     else if (spoil == Spoil::kCutShort || spoil == Spoil::kHoldBack)

@@ -27,6 +27,8 @@ enum class Operation : uint8_t {
     kRead,
     kCompareSwap,
     kFetchAdd,
+    kFlush,       // IBA 1.5, answered by a READ response without data
+    kAtomicWrite, // the same
     kCount
 };
 
