@@ -402,7 +402,7 @@ int pib_query_qp(struct ib_qp *ibqp, struct ib_qp_attr *attr, int mask,
 	attr->rq_psn = a.rq_psn;
 	attr->sq_psn = a.sq_psn;
 	attr->dest_qp_num = a.dest_qp_num;
-	attr->qp_access_flags = a.qp_access_flags;
+	attr->qp_access_flags = pib_access_from_hw(a.qp_access_flags);
 	attr->pkey_index = a.pkey_index;
 	attr->port_num = a.port_num;
 	attr->timeout = a.timeout;

@@ -102,7 +102,7 @@ void pib_domain_release(struct pib_pd *domain)
 /* The PD itself: a parent domain's, or the PD. */
 struct ibv_pd *pib_protection_of(struct ibv_pd *ibpd)
 {
-	struct pib_pd *pd = to_ppd(ibpd);
+	struct pib_pd *pd = ibpd ? to_ppd(ibpd) : NULL;
 
-	return pd->protection ? &pd->protection->ibv_pd : ibpd;
+	return pd && pd->protection ? &pd->protection->ibv_pd : ibpd;
 }

@@ -25,7 +25,9 @@ static unsigned int pib_log2_ceil(uint64_t n)
  * Whole pages, zeroed: from the application's allocator when `domain` is a
  * parent domain that has one (unless it says IBV_ALLOCATOR_USE_DEFAULT),
  * else the provider's own. The device takes rings of whole pages only
- * (docs/prm.md §3.2): an allocator must honour the alignment asked.
+ * (docs/prm.md §3.2): an allocator must honour the alignment asked. The
+ * application's memory is its own to keep from a fork's copy-on-write
+ * (the allocator's contract, ibv_alloc_parent_domain(3)).
  */
 static int pib_buf_alloc(struct pib_buf *buf, size_t length,
 			 struct pib_pd *domain, enum pib_resource_type type)

@@ -169,8 +169,12 @@ static void pib_wr_flush(struct ibv_qp_ex *ibqp, uint32_t rkey, uint64_t addr,
 	struct pib_wqe_raddr *r;
 	struct pib_wqe_flush *f;
 
-	if (!qp->wr_err && len > UINT32_MAX)
+	/* A range is a message at most (2 GiB); a whole region's length is
+	 * not looked at. */
+	if (!qp->wr_err && level == IBV_FLUSH_RANGE && len > 1u << 31)
 		qp->wr_err = EINVAL;
+	if (len > UINT32_MAX)
+		len = 0;
 	r = pib_wr_begin(qp, PIB_WR_FLUSH, sizeof(*r) + sizeof(*f));
 	if (!r)
 		return;

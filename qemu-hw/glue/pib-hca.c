@@ -236,6 +236,8 @@ static int pib_hca_dma_store64(void *opaque, uint64_t addr, uint64_t value)
     if (!pib_hca_dma_is_ram(PCI_DEVICE(s), addr, 8, true)) {
         return pib_hca_dma_refused(s, addr, 8, true);
     }
+    /* Ordered after every earlier write, as pci_dma_write is. */
+    smp_mb();
     address_space_stq_le(pci_get_address_space(PCI_DEVICE(s)), addr, value,
                          MEMTXATTRS_UNSPECIFIED, &r);
     trace_pib_hca_dma_write(addr, 8, r);

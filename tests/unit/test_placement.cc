@@ -64,8 +64,10 @@ TEST_CASE("a FLUSH of a range or of a whole region completes once checked", "[rc
         CHECK(c.byte_len == 8192);
     }
     SECTION("the whole region: its address and length are not looked at") {
-        p.a.postPlacement(
-            1, {.remote = 0, .rkey = p.flushKey, .length = 12345678, .selectivity = PIB_FLUSH_MR});
+        p.a.postPlacement(1, {.remote = 0,
+                              .rkey = p.flushKey,
+                              .length = 0xfedcba98, // beyond a message's 2^31: not looked at
+                              .selectivity = PIB_FLUSH_MR});
         CHECK(p.done().status == PIB_WC_SUCCESS);
     }
     SECTION("after WRITEs: they completed first, in order") {
@@ -132,6 +134,13 @@ TEST_CASE("FLUSH and ATOMIC WRITE refusals NAK as IBA says and fail both QPs", "
             {.opcode = PIB_WR_ATOMIC_WRITE, .remote = remote, .rkey = readOnly, .value = kValue});
         CHECK(p.done().status == PIB_WC_REM_ACCESS_ERR);
         CHECK(p.b.host.peek<uint64_t>(remote) == 0);
+    }
+    SECTION("a FLUSH of a range longer than a message fails where it is") {
+        PlacementPair p;
+        p.a.postPlacement(1,
+                          {.remote = p.b.host.alloc(64), .rkey = p.flushKey, .length = 0x80000001});
+        CHECK(p.done().status == PIB_WC_LOC_LEN_ERR);
+        CHECK(p.wire.count(iba::kFlush) == 0);
     }
     SECTION("a FLUSH WQE that names no placement type fails where it is") {
         PlacementPair p;

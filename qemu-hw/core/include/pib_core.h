@@ -63,6 +63,7 @@ struct pib_host_ops {
      * Optional: an ATOMIC WRITE's one store of 8 bytes at an 8-aligned
      * addr, which a CPU sees whole or not at all; `value` is the 8 bytes
      * as they are to land in memory, read as a little-endian number.
+     * Ordered as dma_write: a CPU that sees it sees every earlier write.
      * Returns as dma_write. NULL: dma_write, whose bytes a CPU could see
      * land in pieces.
      */

@@ -100,8 +100,11 @@ uint8_t Requester::takeEmptyAnswered(const QueuePair &qp, SendWqe &w, const Wqe 
                          qp.number, w.index, placement, level);
         return PIB_WC_LOC_QP_OP_ERR;
     }
+    // A range is a message's length at most; a whole region's length is
+    // sent and not looked at.
     w.length = wqe.flush.length;
-    return w.length > limits::kMaxMsgSize ? PIB_WC_LOC_LEN_ERR : PIB_WC_SUCCESS;
+    return level == PIB_FLUSH_RANGE && w.length > limits::kMaxMsgSize ? PIB_WC_LOC_LEN_ERR
+                                                                      : PIB_WC_SUCCESS;
 }
 
 // A ConnectX UMR's translation entries behind its data segment, read as
