@@ -190,16 +190,11 @@ static void pib_wr_flush(struct ibv_qp_ex *ibqp, uint32_t rkey, uint64_t addr,
 static void pib_wr_atomic_write(struct ibv_qp_ex *ibqp, uint32_t rkey,
 				uint64_t addr, const void *atomic_wr)
 {
-	struct pib_qp *qp = to_pqp_ex(ibqp);
-	struct pib_wqe_raddr *r =
-		pib_wr_begin(qp, PIB_WR_ATOMIC_WRITE,
-			     sizeof(*r) + sizeof(struct pib_wqe_atomic));
+	uint64_t bytes;
 
-	if (!r)
-		return;
-	r->remote_addr = addr;
-	r->rkey = rkey;
-	memcpy(&((struct pib_wqe_atomic *)(r + 1))->swap_add, atomic_wr, 8);
+	memcpy(&bytes, atomic_wr, sizeof(bytes)); /* memory order, kept */
+	pib_wr_atomic(to_pqp_ex(ibqp), PIB_WR_ATOMIC_WRITE, rkey, addr, bytes,
+		      0);
 }
 
 static void pib_wr_set_ud_addr(struct ibv_qp_ex *ibqp, struct ibv_ah *ah,

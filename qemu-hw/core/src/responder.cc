@@ -626,7 +626,6 @@ bool Responder::invalidateForPeer(QueuePair &qp, const iba::Packet &packet) {
 // An RDMA READ request: its responses, one PSN each, are owed from now
 // on; they go out as the event budget and the port allow (sendReplies).
 void Responder::readRequest(QueuePair &qp, const iba::Packet &packet) {
-    ResponderState &s = qp.resp;
     const iba::Reth &reth = *packet.reth;
     if (reth.length > limits::kMaxMsgSize ||
         !remoteRange(qp, requestPd(qp), reth.rkey, reth.va, reth.length, PIB_ACCESS_REMOTE_READ,
@@ -643,13 +642,7 @@ void Responder::readRequest(QueuePair &qp, const iba::Packet &packet) {
     e.xrcSrqn = requestSrq(qp);
     const uint32_t mtu = pathMtu(qp);
     e.packets = std::max<uint32_t>(1, (reth.length + mtu - 1) / mtu);
-    s.expectedPsn = psnAdd(e.psn, e.packets);
-    ++s.msn;
-    remember(qp, e);
-    Reply r;
-    r.kind = Reply::Kind::kRead;
-    r.entry = e;
-    reply(qp, r);
+    takeAnswered(qp, e, Reply::Kind::kRead);
 }
 
 // Whether response packet `i` of `r`, whose region has lost its rights
@@ -726,7 +719,6 @@ bool Responder::endStaleAnswer(QueuePair &qp, Reply &r, uint32_t psn) {
 }
 
 void Responder::atomicRequest(QueuePair &qp, const iba::Packet &packet) {
-    ResponderState &s = qp.resp;
     const iba::AtomicEth &a = *packet.atomicEth;
     const uint32_t psn = packet.bth.psn;
     if (a.va % 8) {
@@ -765,13 +757,7 @@ void Responder::atomicRequest(QueuePair &qp, const iba::Packet &packet) {
     e.answer = AnswerKind::kAtomic;
     e.original = original;
     e.xrcSrqn = requestSrq(qp);
-    s.expectedPsn = psnAdd(psn, 1);
-    ++s.msn;
-    remember(qp, e);
-    Reply r;
-    r.kind = Reply::Kind::kAtomic;
-    r.entry = e;
-    reply(qp, r);
+    takeAnswered(qp, e, Reply::Kind::kAtomic);
 }
 
 // IBA 1.5's FLUSH: every request this QP took before it has placed its
@@ -846,11 +832,17 @@ void Responder::answerEmpty(QueuePair &qp, uint32_t psn) {
     e.packets = 1;
     e.answer = AnswerKind::kEmpty;
     e.xrcSrqn = requestSrq(qp);
-    qp.resp.expectedPsn = psnAdd(psn, 1);
+    takeAnswered(qp, e, Reply::Kind::kRead);
+}
+
+// A READ-like request `e` done: the message ends, it is remembered for
+// its duplicates, and its answer is owed.
+void Responder::takeAnswered(QueuePair &qp, const ReplayEntry &e, Reply::Kind kind) {
+    qp.resp.expectedPsn = psnAdd(e.psn, e.packets);
     ++qp.resp.msn;
     remember(qp, e);
     Reply r;
-    r.kind = Reply::Kind::kRead;
+    r.kind = kind;
     r.entry = e;
     reply(qp, r);
 }

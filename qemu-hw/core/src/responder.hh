@@ -48,6 +48,7 @@ class Responder final : TransportRole {
     void flushRequest(QueuePair &qp, const iba::Packet &packet);
     void atomicWriteRequest(QueuePair &qp, const iba::Packet &packet);
     void answerEmpty(QueuePair &qp, uint32_t psn);
+    void takeAnswered(QueuePair &qp, const ReplayEntry &e, Reply::Kind kind);
     void duplicateRequest(QueuePair &qp, const iba::Packet &packet);
     void remember(QueuePair &qp, const ReplayEntry &e);
 
