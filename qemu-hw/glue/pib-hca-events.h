@@ -83,6 +83,19 @@ static bool pib_hca_event_enabled(unsigned event)
         return trace_event_get_state_backends(TRACE_PIB_HCA_RC_TIMEOUT_UNSPENT);
     case PIB_EVENT_RC_RETRY_EXCEEDED:
         return trace_event_get_state_backends(TRACE_PIB_HCA_RC_RETRY_EXCEEDED);
+    case PIB_EVENT_PAGE_FAULT:
+        return trace_event_get_state_backends(TRACE_PIB_HCA_PAGE_FAULT);
+    case PIB_EVENT_PAGE_FAULT_RESUMED:
+        return trace_event_get_state_backends(TRACE_PIB_HCA_PAGE_FAULT_RESUMED);
+    case PIB_EVENT_PAGE_FAULT_STALE:
+        return trace_event_get_state_backends(TRACE_PIB_HCA_PAGE_FAULT_STALE);
+    case PIB_EVENT_PAGE_FAULT_TIMEOUT:
+        return trace_event_get_state_backends(TRACE_PIB_HCA_PAGE_FAULT_TIMEOUT);
+    case PIB_EVENT_PAGE_FAULT_FAILED:
+        return trace_event_get_state_backends(TRACE_PIB_HCA_PAGE_FAULT_FAILED);
+    case PIB_EVENT_PAGE_FAULT_UNREPORTED:
+        return trace_event_get_state_backends(
+            TRACE_PIB_HCA_PAGE_FAULT_UNREPORTED);
     case PIB_EVENT_RC_RNR:
         return trace_event_get_state_backends(TRACE_PIB_HCA_RC_RNR);
     case PIB_EVENT_RC_SEQ_NAK:
@@ -360,6 +373,33 @@ static void pib_hca_trace_event(unsigned event, const uint64_t *a)
         break;
     case PIB_EVENT_RC_RETRY_EXCEEDED:
         trace_pib_hca_rc_retry_exceeded((unsigned) a[0], (unsigned) a[1]);
+        break;
+    case PIB_EVENT_PAGE_FAULT:
+        trace_pib_hca_page_fault(
+            (unsigned) a[0], (const char *) (uintptr_t) a[1], (unsigned) a[2],
+            (uint64_t) a[3], (uint64_t) a[4], (unsigned) a[5], (uint64_t) a[6]);
+        break;
+    case PIB_EVENT_PAGE_FAULT_RESUMED:
+        trace_pib_hca_page_fault_resumed((unsigned) a[0],
+                                         (const char *) (uintptr_t) a[1],
+                                         (uint64_t) a[2], (unsigned) a[3]);
+        break;
+    case PIB_EVENT_PAGE_FAULT_STALE:
+        trace_pib_hca_page_fault_stale((uint64_t) a[0]);
+        break;
+    case PIB_EVENT_PAGE_FAULT_TIMEOUT:
+        trace_pib_hca_page_fault_timeout(
+            (unsigned) a[0], (const char *) (uintptr_t) a[1], (uint64_t) a[2]);
+        break;
+    case PIB_EVENT_PAGE_FAULT_FAILED:
+        trace_pib_hca_page_fault_failed((unsigned) a[0],
+                                        (const char *) (uintptr_t) a[1],
+                                        (unsigned) a[2], (uint64_t) a[3]);
+        break;
+    case PIB_EVENT_PAGE_FAULT_UNREPORTED:
+        trace_pib_hca_page_fault_unreported((unsigned) a[0],
+                                            (const char *) (uintptr_t) a[1],
+                                            (unsigned) a[2], (uint64_t) a[3]);
         break;
     case PIB_EVENT_RC_RNR:
         trace_pib_hca_rc_rnr((unsigned) a[0], (unsigned) a[1], (uint64_t) a[2]);

@@ -102,8 +102,18 @@ class Mlx5Host : public FakeHost {
     }
 
     // ENABLE_HCA then INIT_HCA; true when both succeed.
+    // ENABLE_HCA, then what mlx5_core's handle_hca_cap_odp asks for (the
+    // memory scheme's page faults: mem_page_fault set in the current ODP
+    // page), then INIT_HCA.
     bool bringUp() {
-        return run(input(0x104), 16).status() == 0 && run(input(0x102), 16).status() == 0;
+        if (run(input(0x104), 16).status() != 0)
+            return false;
+        const Reply odp = run(input(0x100, 2 << 1 | 1), 0x10 + 4096);
+        std::vector<uint8_t> set = input(0x109, 2 << 1, 0x10 + 4096);
+        std::copy(odp.out.begin() + 0x10, odp.out.end(), set.begin() + 0x10);
+        set[0x10 + 0xc0] |= 0x80; // mem_page_fault
+        return odp.status() == 0 && run(set, 16).status() == 0 &&
+               run(input(0x102), 16).status() == 0;
     }
 
     // UAR page `uar`'s doorbell at `offset`, as the driver writes it

@@ -182,11 +182,34 @@ TEST_CASE("mlx5: QUERY_HCA_CAP reports an IB function, SET_HCA_CAP takes what a 
     CHECK(atomics.get(inOutput(field(0xb0, 16))) == 0x8);
     CHECK(atomics.get(inOutput(field(0x46, 1))) == 1);
     CHECK(atomics.get(kReqEndianness) == 1);
-    // Every other type the PRM names reads as zeros (ODP's, 2), one beyond is refused;
-    // DEVX's user contexts are offered.
+    // On-demand paging (pg) by the memory scheme's faults alone: its block
+    // holds every side of RC and XRC, UD's send; the transport scheme's
+    // block is zeros. mem_page_fault is the driver's to set, and only it.
+    CHECK(r.get(inOutput(field(0x227, 1))) == 1); // pg
+    const Field kMemPageFault = inOutput(field(0x600, 1));
     const auto odp = host.run(Mlx5Host::input(kQueryHcaCap, 2 << 1), kCapOut);
     REQUIRE(odp.status() == 0);
-    CHECK(std::all_of(odp.out.begin() + 16, odp.out.end(), [](uint8_t b) { return b == 0; }));
+    CHECK(odp.get(kMemPageFault) == 1);
+    CHECK(odp.get(inOutput(field(0x245, 1))) == 1);            // page_prefetch
+    CHECK(odp.get(inOutput(field(0x280, 32))) == 0xfc000000u); // rc_odp_caps
+    CHECK(odp.get(inOutput(field(0x2c0, 32))) == 0x80000000u); // ud_odp_caps: send
+    CHECK(odp.get(inOutput(field(0x2e0, 32))) == 0xfc000000u); // xrc_odp_caps
+    CHECK(std::all_of(odp.out.begin() + 16, odp.out.begin() + 16 + 0x40,
+                      [](uint8_t b) { return b == 0; }));
+    auto odpNow = host.run(Mlx5Host::input(kQueryHcaCap, 2 << 1 | 1), kCapOut);
+    CHECK(odpNow.get(kMemPageFault) == 0);
+    auto setOdp = Mlx5Host::input(kSetHcaCap, 2 << 1, kCapOut);
+    std::copy(odpNow.out.begin() + 16, odpNow.out.end(), setOdp.begin() + 16);
+    pib::mlx5::set(setOdp, kMemPageFault, 1);
+    CHECK(host.run(setOdp, 16).status() == 0);
+    CHECK(host.run(Mlx5Host::input(kQueryHcaCap, 2 << 1 | 1), kCapOut).get(kMemPageFault) == 1);
+    pib::mlx5::set(setOdp, inOutput(field(0x080, 32)), 0xfc000000u); // transport scheme's rc
+    CHECK(host.run(setOdp, 16).status() == status::kBadParam);
+    // Every other type the PRM names reads as zeros, one beyond is refused;
+    // DEVX's user contexts are offered.
+    const auto roce = host.run(Mlx5Host::input(kQueryHcaCap, 4 << 1), kCapOut);
+    REQUIRE(roce.status() == 0);
+    CHECK(std::all_of(roce.out.begin() + 16, roce.out.end(), [](uint8_t b) { return b == 0; }));
     CHECK(host.run(Mlx5Host::input(kQueryHcaCap, 0x40 << 1), kCapOut).status() ==
           status::kBadParam);
     CHECK(r.get(inOutput(field(0x463, 5))) == 8); // log_max_uctx: 256 contexts
@@ -196,7 +219,7 @@ TEST_CASE("mlx5: QUERY_HCA_CAP reports an IB function, SET_HCA_CAP takes what a 
     CHECK(host.run(setAtomic, 16).status() == 0);
     pib::mlx5::set(setAtomic, kReqEndianness, 0);
     CHECK(host.run(setAtomic, 16).status() == status::kBadParam);
-    CHECK(host.guestErrors("mlx5-cmd-bad-param") == 2);
+    CHECK(host.guestErrors("mlx5-cmd-bad-param") == 3);
 
     // The driver's SET: the current page with log_max_qp lowered.
     auto cur = host.run(Mlx5Host::input(kQueryHcaCap, 1), kCapOut);
@@ -214,7 +237,7 @@ TEST_CASE("mlx5: QUERY_HCA_CAP reports an IB function, SET_HCA_CAP takes what a 
     pib::mlx5::set(set, inOutput(kCapLogMaxQp), 13);
     CHECK(host.run(set, 16).status() == status::kBadParam);
     CHECK(host.run(Mlx5Host::input(kQueryHcaCap, 1), kCapOut).get(inOutput(kCapLogMaxQp)) == 10);
-    CHECK(host.guestErrors("mlx5-cmd-bad-param") == 4);
+    CHECK(host.guestErrors("mlx5-cmd-bad-param") == 5);
     REQUIRE(host.run(Mlx5Host::input(kInitHca), 16).status() == 0);
     pib::mlx5::set(set, inOutput(kCapLogMaxQp), 9);
     CHECK(host.run(set, 16).status() == status::kBadSystemState);

@@ -184,7 +184,7 @@ TEST_CASE("mlx5: indirect keys: CREATE_MKEY makes a KLM key free and UMR-enabled
     CHECK(refused(field(0x180, 32), 4));       // bsf_octword_size
     CHECK(refused(field(0x80 + 0x1e3, 2), 1)); // crypto_en
     CHECK(refused(field(0x300, 32), 1));       // entries of its own
-    CHECK(refused(field(0x60, 1), 1));         // pg_access
+    CHECK(!refused(field(0x60, 1), 1));        // pg_access: on-demand paging is offered
 
     // A process (DEVX uid) makes one in its own PD, not in another's.
     const auto r =

@@ -14,6 +14,7 @@
 #include "core_operations.hh"
 #include "indirect_key.hh"
 #include "key_update.hh"
+#include "page_faults.hh"
 #include "pib_hw.h"
 
 namespace pib {
@@ -209,6 +210,10 @@ struct RequesterState {
     // WQEs before the save, which it fetches again and sends (and no
     // others); any MODIFY_QP ends it.
     std::optional<uint32_t> refetchUntil;
+    // A WQE's buffer reached a page its key does not map: the send queue
+    // fetches no new WQE until the driver resumes the fault (a saved state
+    // has none: the WQE faults again once loaded).
+    PageFaultWait fault;
 
     // The peer answered something new (or the QP got a new retry_cnt):
     // the retries start over, and so does the grace a stalled cable gets.
@@ -342,6 +347,9 @@ struct ResponderState {
     // What is owed and not yet sent: at most max_dest_rd_atomic READs and
     // atomics, and one ACK (ACKs are cumulative: a later one replaces it).
     std::deque<Reply> replies;
+    // A request reached a page its key does not map: RNR NAKed while the
+    // driver maps it.
+    PageFaultWait fault;
 };
 
 } // namespace pib

@@ -68,6 +68,9 @@ class DataPath final : public SubnetSender, public ScheduledEngine, QpErrorFlow 
     }
     // The host's timer reached the deadline the data path asked for.
     void timerExpired();
+    // The driver resumed page fault `token` (page_faults.hh): it mapped
+    // the pages, or (`failed`) could not. False when no QP waits for it.
+    bool resumePageFault(uint64_t token, bool failed);
     // The device has one timer: the data path arms it for the earliest of
     // its QPs' deadlines, the CQs' moderation and `other` (the links'
     // Polling retries, 0 for none), which rearmTimer() reads again after
@@ -129,6 +132,8 @@ class DataPath final : public SubnetSender, public ScheduledEngine, QpErrorFlow 
     // From QpErrorFlow (flush.cc).
     void flushQp(QueuePair &qp) override;
     void watchReceiveRecord(QueuePair &qp, uint64_t waitNs);
+    // Page faults of `qp` the driver did not resume in time fail.
+    void expirePageFaults(QueuePair &qp);
     void receiveRecordDue(QueuePair &qp);
     // The record's reads in the error state: 100 us after a flush, the
     // wait doubling to at most 50 ms.

@@ -32,7 +32,8 @@ uint32_t Datagram::wireQpn(const QueuePair &qp) const {
 void Datagram::send(QueuePair &qp) {
     Wqe wqe;
     const unsigned portNumber = sendPort(qp);
-    while (qp.sq.consumer != qp.sq.producer && qp.attr.qp_state == PIB_QPS_RTS) {
+    while (qp.sq.consumer != qp.sq.producer && qp.attr.qp_state == PIB_QPS_RTS &&
+           !qp.req.fault.waiting()) {
         if (!scheduler_.mayTransmit(portNumber)) {
             scheduler_.postpone(qp.number, qp);
             return;
@@ -42,8 +43,14 @@ void Datagram::send(QueuePair &qp) {
         uint8_t vendorErr = 0;
         if (status == PIB_WC_SUCCESS)
             status = injectedCompletion(qp, qp.sq.consumer, &vendorErr);
-        if (status == PIB_WC_SUCCESS)
-            sendUd(qp, wqe, &length, &status);
+        if (status == PIB_WC_SUCCESS && !sendUd(qp, wqe, &length, &status) &&
+            status == PIB_WC_LOC_PROT_ERR) {
+            // Its data reached a page its key does not map: the WQE waits
+            // for the driver, and the queue behind it (page_faults.hh).
+            const std::optional<FaultSite> fault = memory_.takeFault();
+            if (fault && waitForPage(qp, FaultSide::kRequester, *fault))
+                return;
+        }
         const pib_wqe_ctrl &ctrl = wqe.ctrl;
         const bool signaled = (ctrl.flags & PIB_WQE_SIGNALED) || (qp.ctx.flags & PIB_QP_SIGNAL_ALL);
         events_.completeSend(qp, qp.sq.consumer, ctrl.wr_id, PIB_WC_SEND, status, length, signaled,
@@ -84,7 +91,7 @@ bool Datagram::sendUd(QueuePair &qp, const Wqe &wqe, uint32_t *length, uint8_t *
     }
     if (!wqe.sges.empty()) {
         *status = memory_.gather(qp.ctx.pdn, wqe.sges, maxLength - payload.size(), payload);
-        if (*status == PIB_WC_LOC_PROT_ERR)
+        if (*status == PIB_WC_LOC_PROT_ERR && !memory_.pendingFault())
             host_.guestError(err::kWqeBadKey, "UD QP %u WQE %u: an L_Key does not cover its buffer",
                              qp.number, qp.sq.consumer);
         else if (*status == PIB_WC_LOC_ACCESS_ERR)

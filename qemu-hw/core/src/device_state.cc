@@ -12,7 +12,7 @@ namespace {
 
 // The format of the saved state. A stream of another version is refused:
 // the device that saved it may hold what this one cannot read.
-constexpr uint32_t kStateVersion = 12;
+constexpr uint32_t kStateVersion = 13;
 
 constexpr uint32_t kHeaderTag = stateTag("PIBD");
 constexpr uint32_t kDeviceTag = stateTag("DEV ");

@@ -137,6 +137,7 @@ void DataPath::receiveLooped(unsigned port, const iba::Packet &packet) {
 void DataPath::timerExpired() {
     events_.moderation().expire(host_.clockNs());
     timers_.expire([this](QueuePair &qp) {
+        expirePageFaults(qp);
         if (qp.recordPollAt && qp.recordPollAt <= host_.clockNs())
             receiveRecordDue(qp);
         else

@@ -9,6 +9,7 @@
 #include <span>
 
 #include "completion.hh"
+#include "page_faults.hh"
 
 namespace pib {
 
@@ -33,6 +34,10 @@ class EventCodec {
     virtual void completionEvent(uint32_t eqn, uint32_t cqn) = 0;
     // An async event (PIB_ASYNC_*) about object `number`.
     virtual void asyncEvent(uint8_t event, uint32_t number) = 0;
+    // A page fault (page_faults.hh), as the personality's driver takes
+    // them: false when it takes none (no EQ for them), and the transfer
+    // fails instead.
+    virtual bool pageFault(const PageFaultReport &) { return false; }
 };
 
 } // namespace pib

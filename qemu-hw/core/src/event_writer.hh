@@ -36,6 +36,7 @@ class EventWriter {
     void use(EventCodec &codec) { codec_ = &codec; }
     // An async event (PIB_ASYNC_*) about object `number`.
     void postAsyncEvent(uint8_t event, uint32_t number) { codec_->asyncEvent(event, number); }
+    bool postPageFault(const PageFaultReport &f) { return codec_->pageFault(f); }
     // A CQE to CQ `cqn`, and a completion event if the CQ is armed for it.
     void postCqe(uint32_t cqn, const Completion &c, bool solicited);
     // The CQE of send WQE `index` of `qp`, unless it succeeded unsignaled.

@@ -31,6 +31,7 @@ uint8_t MemoryAccess::checkRemote(uint32_t rkey, uint32_t pdn, uint32_t qpn, uin
 
 uint8_t MemoryAccess::reach(uint32_t key, uint32_t pdn, uint64_t addr, uint64_t len,
                             uint32_t access, std::vector<Segment> *out) const {
+    fault_.reset();
     const MemoryRegion *mr = mrs_.find(PIB_KEY_INDEX(key));
     if (!mr || !mr->valid || mr->key != key || mr->ctx.pdn != pdn ||
         (mr->ctx.access & access) != access)
@@ -40,6 +41,7 @@ uint8_t MemoryAccess::reach(uint32_t key, uint32_t pdn, uint64_t addr, uint64_t 
 
 uint8_t MemoryAccess::reachRemote(uint32_t rkey, uint32_t pdn, uint32_t qpn, uint64_t addr,
                                   uint64_t len, uint32_t access, std::vector<Segment> *out) const {
+    fault_.reset();
     const MemoryWindow *mw = mws_.find(PIB_KEY_INDEX(rkey));
     if (!mw)
         return reach(rkey, pdn, addr, len, access, out);
@@ -73,13 +75,37 @@ uint8_t MemoryAccess::mapRegion(const MemoryRegion &mr, uint64_t addr, uint64_t 
         return PIB_WC_SUCCESS;
     if (addr < c.iova || addr + len < addr || addr + len - c.iova > c.length)
         return PIB_WC_LOC_PROT_ERR;
-    return mr.indirect ? mapIndirect(mr, addr, len, access, out) : mapDirect(mr, addr, len, out);
+    return mr.indirect ? mapIndirect(mr, addr, len, access, out)
+                       : mapDirect(mr, addr, len, access, out);
+}
+
+// Whether a key with present bits (MemoryRegion::pagedEntries) maps every
+// page of [addr, addr + len), which the caller checked lies in its
+// entries, with the right `access` needs: else fault_ says where it
+// stopped. Work bounded by the key's entries.
+bool MemoryAccess::pagesPresent(const MemoryRegion &mr, uint64_t addr, uint64_t len,
+                                uint32_t access) const {
+    constexpr uint32_t kWrites =
+        PIB_ACCESS_LOCAL_WRITE | PIB_ACCESS_REMOTE_WRITE | PIB_ACCESS_REMOTE_ATOMIC;
+    const bool write = access & kWrites;
+    const uint64_t needed = write ? key_entry::kWrite : key_entry::kRead;
+    const unsigned shift = mr.ctx.log_page_size;
+    const uint64_t base = mr.ctx.iova & ~((uint64_t{1} << shift) - 1);
+    const uint64_t first = (addr - base) >> shift, last = (addr + len - 1 - base) >> shift;
+    for (uint64_t page = first; page <= last; ++page) {
+        if (mr.ownPages[page] & needed)
+            continue;
+        const uint64_t at = page == first ? addr : base + (page << shift);
+        fault_ = FaultSite{mr.key, at, addr + len - at, write};
+        return false;
+    }
+    return true;
 }
 
 // A region with pages: its own, or its MTT range's; guest physical
 // addresses for a physical one.
 uint8_t MemoryAccess::mapDirect(const MemoryRegion &mr, uint64_t addr, uint64_t len,
-                                std::vector<Segment> *out) const {
+                                uint32_t access, std::vector<Segment> *out) const {
     const pib_mr_context &c = mr.ctx;
     if (c.flags & PIB_MR_PHYSICAL) { // its page size means nothing
         if (out)
@@ -92,12 +118,14 @@ uint8_t MemoryAccess::mapDirect(const MemoryRegion &mr, uint64_t addr, uint64_t 
     const uint64_t pages = mr.ownsPages ? mr.ownPages.size() : c.mtt_count;
     if (((addr + len - 1 - base) >> shift) >= pages) // the pages held are the range's first
         return PIB_WC_LOC_PROT_ERR;
+    if (mr.pagedEntries && !pagesPresent(mr, addr, len, access))
+        return PIB_WC_LOC_PROT_ERR;
     while (out && len) {
         const uint64_t offset = addr - base;
         const uint64_t within = offset & (pageSize - 1);
         const uint64_t chunk = std::min(len, pageSize - within);
         const uint64_t page = offset >> shift;
-        const uint64_t entry = mr.ownsPages ? mr.ownPages[page]
+        const uint64_t entry = mr.ownsPages ? mr.ownPages[page] & ~key_entry::kFlags
                                             : mtt_.entry(static_cast<uint32_t>(c.mtt_index + page));
         if (!out->empty() && out->back().addr + out->back().len == entry + within)
             out->back().len += chunk; // physically contiguous: one DMA

@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <span>
 #include <vector>
 
@@ -14,6 +15,7 @@
 #include "object_table.hh"
 #include "objects.hh"
 #include "packet.hh"
+#include "page_faults.hh"
 #include "pib_hw.h"
 
 namespace pib {
@@ -54,6 +56,15 @@ class MemoryAccess {
     bool readIntoPacket(const Segment &s, iba::PacketWriter &packet);
     uint8_t scatter(uint32_t pdn, std::span<const pib_wqe_data> sges, std::span<const uint8_t> data,
                     uint64_t skip);
+    // Where the last of the calls above that failed stopped at a page its
+    // key does not map now (page_faults.hh), if that is why it failed;
+    // taken once. Every translation or check starts it over.
+    bool pendingFault() const { return fault_.has_value(); }
+    std::optional<FaultSite> takeFault() {
+        std::optional<FaultSite> site = fault_;
+        fault_.reset();
+        return site;
+    }
 
   private:
     uint8_t forEachSegment(uint32_t pdn, std::span<const pib_wqe_data> sges, uint64_t offset,
@@ -66,8 +77,9 @@ class MemoryAccess {
                         uint32_t access, std::vector<Segment> *out) const;
     uint8_t mapRegion(const MemoryRegion &mr, uint64_t addr, uint64_t len, uint32_t access,
                       std::vector<Segment> *out) const;
-    uint8_t mapDirect(const MemoryRegion &mr, uint64_t addr, uint64_t len,
+    uint8_t mapDirect(const MemoryRegion &mr, uint64_t addr, uint64_t len, uint32_t access,
                       std::vector<Segment> *out) const;
+    bool pagesPresent(const MemoryRegion &mr, uint64_t addr, uint64_t len, uint32_t access) const;
     uint8_t mapIndirect(const MemoryRegion &mr, uint64_t addr, uint64_t len, uint32_t access,
                         std::vector<Segment> *out) const;
 
@@ -80,6 +92,7 @@ class MemoryAccess {
     // allocates no memory per packet. One per function, as neither calls
     // the other while it holds its list.
     std::vector<Segment> gatherSegments_, scatterSegments_;
+    mutable std::optional<FaultSite> fault_;
 };
 
 } // namespace pib

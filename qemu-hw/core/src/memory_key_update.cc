@@ -11,8 +11,6 @@ namespace pib {
 
 namespace {
 
-// An MTT entry's low bits are its read and write enables, not address.
-constexpr uint64_t kEntryFlags = 0x7;
 constexpr uint64_t kBlockEntries = 8;
 constexpr uint64_t kMinPageMask = (uint64_t{1} << limits::kMinLogPageSize) - 1;
 
@@ -69,7 +67,7 @@ const char *MemoryKeys::checkUpdate(const MemoryRegion *mr, uint32_t key, const 
     if (u.firstEntry > table || entries.size() > table - u.firstEntry)
         return "translation entries beyond the key's table";
     for (uint64_t entry : entries)
-        if (entry & ~kEntryFlags & kMinPageMask)
+        if (entry & ~key_entry::kFlags & kMinPageMask)
             return "a translation entry that is not a page address";
     return nullptr;
 }
@@ -90,8 +88,11 @@ bool MemoryKeys::storeEntries(MemoryRegion &mr, const KeyUpdate &u,
             return false;
         mr.ownPages.resize(end);
     }
-    for (size_t i = 0; i < entries.size(); ++i)
-        mr.ownPages[u.firstEntry + i] = entries[i] & ~kEntryFlags;
+    // As given, with their present bits: the UMR QP's keys are the ones
+    // the driver pages on demand (MemoryRegion::pagedEntries).
+    std::copy(entries.begin(), entries.end(),
+              mr.ownPages.begin() + static_cast<ptrdiff_t>(u.firstEntry));
+    mr.pagedEntries = true;
     return true;
 }
 

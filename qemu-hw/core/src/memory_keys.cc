@@ -48,7 +48,10 @@ bool MemoryKeys::readPageList(const pib_wqe_reg_mr &reg, std::span<const uint64_
             *why = "the WQE's page list does not hold the pages the range spans";
             return false;
         }
-        std::copy(given.begin(), given.end(), pages_.begin());
+        // A ConnectX list's entries with their enables, which a fast
+        // registration's pages do not page on demand: addresses alone.
+        std::transform(given.begin(), given.end(), pages_.begin(),
+                       [](uint64_t entry) { return entry & ~key_entry::kFlags; });
     } else if (!host_.dmaRead(reg.page_list, pages_.data(), pages_.size() * sizeof(uint64_t))) {
         *why = "the page list cannot be read";
         return false;
@@ -98,6 +101,7 @@ uint8_t MemoryKeys::fastRegister(uint32_t qpn, uint32_t index, uint32_t pdn,
         mr->ctx.log_page_size = reg.log_page_size;
         mr->ctx.key_variant = static_cast<uint8_t>(reg.key);
         mr->key = reg.key;
+        mr->pagedEntries = false; // the page list's entries are addresses alone
         mr->valid = true;
         if (remoteInvalidate)
             mr->remoteInvalidate = *remoteInvalidate;

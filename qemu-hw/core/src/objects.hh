@@ -57,6 +57,15 @@ struct CompletionQueue : Referenced {
     uint64_t eventDue = 0; // host clock ns; 0: no event waits
 };
 
+// A key's own translation entry (MemoryRegion::ownPages): a page address,
+// and in its low bits (ConnectX's MTT enables) the rights with which a
+// key with present bits maps the page now.
+namespace key_entry {
+inline constexpr uint64_t kRead = 0x1;
+inline constexpr uint64_t kWrite = 0x2;
+inline constexpr uint64_t kFlags = 0x7;
+} // namespace key_entry
+
 struct MemoryRegion {
     pib_mr_context ctx{};
     uint32_t key = 0;
@@ -79,6 +88,12 @@ struct MemoryRegion {
     // ownPages those it maps now (budgeted by Mtt::takeKeyEntries).
     bool ownsPages = false;
     std::vector<uint64_t> ownPages;
+    // Whether ownPages keep the entries' present bits (a key the UMR QP
+    // loads, as ConnectX's MTT has them: bit 0 read, bit 1 write): such a
+    // key maps a page only while its entry says so, and a transfer that
+    // reaches one it does not is a page fault (on-demand paging,
+    // page_faults.hh). Any other key's entries are page addresses alone.
+    bool pagedEntries = false;
     // A ConnectX indirect key (KLM, indirect_key.hh): its pieces of other
     // keys, which UMRs lay out; it has no pages of its own.
     std::optional<IndirectLayout> indirect;

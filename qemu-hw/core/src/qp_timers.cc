@@ -9,7 +9,8 @@ namespace pib {
 // The earliest of `qp`'s deadlines; 0 for none.
 static uint64_t earliestDeadline(const QueuePair &qp) {
     uint64_t due = 0;
-    for (const uint64_t deadline : {qp.req.ackDeadline, qp.req.rnrDeadline, qp.recordPollAt})
+    for (const uint64_t deadline : {qp.req.ackDeadline, qp.req.rnrDeadline, qp.recordPollAt,
+                                    qp.req.fault.deadline, qp.resp.fault.deadline})
         if (deadline && (!due || deadline < due))
             due = deadline;
     return due;

@@ -23,7 +23,8 @@ class QpTimers {
     // again by rearm().
     void setOtherDeadline(std::function<uint64_t()> other) { otherDeadline_ = std::move(other); }
     // `qp` has an entry no later than the earliest of its ACK and RNR
-    // deadlines and its next read of a receive record in the error state.
+    // deadlines, its page faults' and its next read of a receive record in
+    // the error state.
     void schedule(QueuePair &qp);
     // `qp` goes: its entry with it.
     void forget(QueuePair &qp);

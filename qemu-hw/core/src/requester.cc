@@ -146,6 +146,11 @@ uint8_t Requester::checkLocalBuffers(QueuePair &qp, SendWqe &w, uint64_t *length
     for (const pib_wqe_data &s : w.sges) {
         const uint8_t status = memory_.check(s.lkey, qp.ctx.pdn, s.addr, s.byte_count, access);
         if (status != PIB_WC_SUCCESS) {
+            const std::optional<FaultSite> fault = memory_.takeFault();
+            if (fault) {
+                fetchFaulted_ = waitForPage(qp, FaultSide::kRequester, *fault);
+                return status; // a failed fault is no guest error
+            }
             host_.guestError(err::kWqeBadKey, "QP %u WQE %u: L_Key 0x%x at 0x%" PRIx64, qp.number,
                              w.index, s.lkey, s.addr);
             return status;
@@ -171,7 +176,7 @@ void Requester::send(QueuePair &qp) {
     if (qp.ctx.type == PIB_QPT_UC) // UC WQEs whose last packets went out just now
         completeInOrder(qp);
     const unsigned maxReads = std::max<unsigned>(1, qp.attr.max_rd_atomic);
-    while (qp.sq.consumer != qp.sq.producer && fetchesNew(qp) &&
+    while (qp.sq.consumer != qp.sq.producer && fetchesNew(qp) && !r.fault.waiting() &&
            r.outstanding.size() < kMaxOutstanding) {
         // Every WQE is work the event's budget pays for: a packet, or a
         // local operation (a doorbell for thousands of REG_MRs must not
@@ -181,7 +186,11 @@ void Requester::send(QueuePair &qp) {
             return;
         }
         SendWqe &w = spareWqe();
-        const uint8_t status = streamStatus(qp, w, fetchSendWqe(qp, qp.sq.consumer, w));
+        fetchFaulted_ = false;
+        const uint8_t fetched = fetchSendWqe(qp, qp.sq.consumer, w);
+        if (fetchFaulted_)
+            break; // the WQE waits for its pages, and everything after it
+        const uint8_t status = streamStatus(qp, w, fetched);
         if (status == PIB_WC_SUCCESS && w.isLocal()) {
             // It acts once everything before it has completed: no
             // resend of an earlier WQE then meets a key it invalidated.

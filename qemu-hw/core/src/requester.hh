@@ -92,6 +92,9 @@ class Requester final : TransportRole {
 
     std::vector<uint8_t> translationBytes_; // a UMR's translation list, read
     std::vector<uint8_t> copyBuffer_;       // a DMA copy's bytes on their way
+    // The last WQE fetched reached a page its key does not map, and the
+    // QP waits for the driver (page_faults.hh): it stays in the queue.
+    bool fetchFaulted_ = false;
     SendWqePool pool_;
     std::unique_ptr<SendWqe> spare_; // fetched into, not yet outstanding
 };

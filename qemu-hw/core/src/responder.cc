@@ -193,6 +193,7 @@ bool Responder::remoteRange(const QueuePair &qp, uint32_t pdn, uint32_t rkey, ui
                             uint64_t len, uint32_t access, std::vector<Segment> *out) {
     if (out)
         out->clear();
+    memory_.takeFault(); // only this translation's counts (answerPageFault)
     if ((qp.attr.qp_access_flags & access) != access)
         return false;
     // A zero-length RDMA WRITE or READ names no memory: its R_Key and VA
@@ -335,11 +336,30 @@ void Responder::noReceiveWqe(QueuePair &qp, uint32_t psn) {
     }
 }
 
+// After a refused range or receive buffer: whether it was refused for a
+// page its key does not map now, which the driver is asked to map
+// (page_faults.hh). RC answers with an RNR NAK, so that the peer sends the
+// packet again once the page is there; UC drops the message. The packet
+// is not taken: the message stays where it was.
+bool Responder::answerPageFault(QueuePair &qp, uint32_t psn) {
+    const std::optional<FaultSite> site = memory_.takeFault();
+    if (!site || !waitForPage(qp, FaultSide::kResponder, *site))
+        return false;
+    if (isReliableType(qp.ctx.type)) {
+        acknowledge(qp, psn, syndrome(kRnrNak, qp.attr.min_rnr_timer));
+        count(qp, &pib_port_counters::rnr_naks_sent);
+    } else {
+        dropUcMessage(qp, psn);
+    }
+    return true;
+}
+
 // A request packet passes these checks in turn, as in IBA 9.7.5.2 (and
 // rxe's responder): the QP's state, the PSN, the opcode's place in the
 // message and the packet's length; then the operation runs, and the
 // message ends.
 void Responder::onRequest(QueuePair &qp, const iba::Packet &packet) {
+    memory_.takeFault(); // a fault left by earlier work is not this packet's
     const uint8_t state = qp.attr.qp_state;
     if (state != PIB_QPS_RTR && state != PIB_QPS_RTS && state != PIB_QPS_SQD)
         return;
@@ -485,8 +505,16 @@ bool Responder::receiveSend(QueuePair &qp, const iba::Packet &packet) {
         s.received = 0;
     }
     const size_t len = packet.data().size();
-    if (s.status == PIB_WC_SUCCESS && len)
-        s.status = memory_.scatter(requestPd(qp), s.sges, packet.data(), s.received);
+    if (s.status == PIB_WC_SUCCESS && len) {
+        const uint8_t status = memory_.scatter(requestPd(qp), s.sges, packet.data(), s.received);
+        if (status != PIB_WC_SUCCESS && answerPageFault(qp, psn)) {
+            // The packet comes again; a first one claims the WQE it holds.
+            if (s.received == 0 && s.in == ResponderState::InMessage::kSend)
+                s.in = ResponderState::InMessage::kNone;
+            return false;
+        }
+        s.status = status;
+    }
     // UC completes the WQE with the error at the message's end instead.
     // IBA 9.7.5.2: a message too long for the receive WQE is the
     // requester's fault (Invalid Request); a receive WQE whose L_Key does
@@ -551,7 +579,8 @@ bool Responder::startWrite(QueuePair &qp, const iba::Packet &packet, bool *trans
     if (!*translated)
         std::vector<Segment>().swap(whole);
     if (!granted) {
-        refuseRequest(qp, psn, err::kWriteRkey);
+        if (!answerPageFault(qp, psn))
+            refuseRequest(qp, psn, err::kWriteRkey);
         return false;
     }
     if ((packet.bth.opcode & 0x1f) == iba::kWriteOnlyImm && !receives_.claimReceiveWqe(qp)) {
@@ -575,7 +604,8 @@ bool Responder::landWrite(QueuePair &qp, const iba::Packet &packet, bool transla
     std::vector<Segment> &segments = writeSegments_;
     if (!translated && !remoteRange(qp, requestPd(qp), s.writeRkey, s.writeVa + s.received,
                                     packet.data().size(), PIB_ACCESS_REMOTE_WRITE, &segments)) {
-        refuseRequest(qp, psn, err::kWriteRkeyGone);
+        if (!answerPageFault(qp, psn))
+            refuseRequest(qp, psn, err::kWriteRkeyGone);
         return false;
     }
     size_t at = 0;
@@ -630,7 +660,8 @@ void Responder::readRequest(QueuePair &qp, const iba::Packet &packet) {
     if (reth.length > limits::kMaxMsgSize ||
         !remoteRange(qp, requestPd(qp), reth.rkey, reth.va, reth.length, PIB_ACCESS_REMOTE_READ,
                      nullptr)) {
-        responderError(qp, packet.bth.psn, err::kReadRkey);
+        if (!answerPageFault(qp, packet.bth.psn))
+            responderError(qp, packet.bth.psn, err::kReadRkey);
         return;
     }
     ReplayEntry e;
@@ -726,8 +757,12 @@ void Responder::atomicRequest(QueuePair &qp, const iba::Packet &packet) {
         return;
     }
     std::vector<Segment> segments;
-    if (!remoteRange(qp, requestPd(qp), a.rkey, a.va, 8, PIB_ACCESS_REMOTE_ATOMIC, &segments) ||
-        segments.size() != 1) {
+    if (!remoteRange(qp, requestPd(qp), a.rkey, a.va, 8, PIB_ACCESS_REMOTE_ATOMIC, &segments)) {
+        if (!answerPageFault(qp, psn))
+            responderError(qp, psn, err::kAtomicRkey);
+        return;
+    }
+    if (segments.size() != 1) {
         responderError(qp, psn, err::kAtomicRkey);
         return;
     }

@@ -67,6 +67,7 @@ class Responder final : TransportRole {
     // RC: responderError(); UC: the message is dropped.
     void refuseRequest(QueuePair &qp, uint32_t psn, const err::Condition &why);
     void noReceiveWqe(QueuePair &qp, uint32_t psn);
+    bool answerPageFault(QueuePair &qp, uint32_t psn);
     void dropUcMessage(QueuePair &qp, uint32_t psn);
 
     // Memory a request names (its segments into `out`, unless null).

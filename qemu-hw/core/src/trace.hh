@@ -213,6 +213,47 @@ inline void rc_retry_exceeded(const Host &host, unsigned qpn, unsigned retries) 
         host.event(PIB_EVENT_RC_RETRY_EXCEEDED, {Host::eventArg(qpn), Host::eventArg(retries)});
 }
 
+inline void page_fault(const Host &host, unsigned qpn, const char *side, unsigned key, uint64_t va,
+                       uint64_t length, unsigned write, uint64_t token) {
+    if (host.eventEnabled(PIB_EVENT_PAGE_FAULT))
+        host.event(PIB_EVENT_PAGE_FAULT,
+                   {Host::eventArg(qpn), Host::eventArg(side), Host::eventArg(key),
+                    Host::eventArg(va), Host::eventArg(length), Host::eventArg(write),
+                    Host::eventArg(token)});
+}
+
+inline void page_fault_resumed(const Host &host, unsigned qpn, const char *side, uint64_t token,
+                               unsigned failed) {
+    if (host.eventEnabled(PIB_EVENT_PAGE_FAULT_RESUMED))
+        host.event(PIB_EVENT_PAGE_FAULT_RESUMED, {Host::eventArg(qpn), Host::eventArg(side),
+                                                  Host::eventArg(token), Host::eventArg(failed)});
+}
+
+inline void page_fault_stale(const Host &host, uint64_t token) {
+    if (host.eventEnabled(PIB_EVENT_PAGE_FAULT_STALE))
+        host.event(PIB_EVENT_PAGE_FAULT_STALE, {Host::eventArg(token)});
+}
+
+inline void page_fault_timeout(const Host &host, unsigned qpn, const char *side, uint64_t token) {
+    if (host.eventEnabled(PIB_EVENT_PAGE_FAULT_TIMEOUT))
+        host.event(PIB_EVENT_PAGE_FAULT_TIMEOUT,
+                   {Host::eventArg(qpn), Host::eventArg(side), Host::eventArg(token)});
+}
+
+inline void page_fault_failed(const Host &host, unsigned qpn, const char *side, unsigned key,
+                              uint64_t va) {
+    if (host.eventEnabled(PIB_EVENT_PAGE_FAULT_FAILED))
+        host.event(PIB_EVENT_PAGE_FAULT_FAILED, {Host::eventArg(qpn), Host::eventArg(side),
+                                                 Host::eventArg(key), Host::eventArg(va)});
+}
+
+inline void page_fault_unreported(const Host &host, unsigned qpn, const char *side, unsigned key,
+                                  uint64_t va) {
+    if (host.eventEnabled(PIB_EVENT_PAGE_FAULT_UNREPORTED))
+        host.event(PIB_EVENT_PAGE_FAULT_UNREPORTED, {Host::eventArg(qpn), Host::eventArg(side),
+                                                     Host::eventArg(key), Host::eventArg(va)});
+}
+
 inline void rc_rnr(const Host &host, unsigned qpn, unsigned psn, uint64_t wait_ns) {
     if (host.eventEnabled(PIB_EVENT_RC_RNR))
         host.event(PIB_EVENT_RC_RNR,

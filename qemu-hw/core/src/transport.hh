@@ -74,6 +74,12 @@ class TransportRole {
     // packet of `qp` leaves (false: dropped; a corrupted one leaves).
     uint8_t injectedCompletion(const QueuePair &qp, uint32_t index, uint8_t *vendorErr);
     bool injectedFate(const QueuePair &qp, std::vector<uint8_t> &framed);
+    // A transfer of `qp`'s `side` reached a page its key does not map
+    // (page_faults.hh). True when the side waits for the driver: the
+    // fault is reported now, or one is outstanding. False when the
+    // transfer fails instead: the side's last fault failed (which this
+    // spends), or the driver takes no faults.
+    bool waitForPage(QueuePair &qp, FaultSide side, const FaultSite &site);
     // `qp` entered the error state: everything it holds completes flushed.
     void flushQp(QueuePair &qp) { errors_.flushQp(qp); }
 

@@ -91,7 +91,7 @@ const Refusals Commands::kRefusals{err::kMlx5CmdBadResource, err::kMlx5CmdBadPar
                                    err::kMlx5CmdNoResources, err::kMlx5CmdInUse};
 
 // clang-format off
-const std::array<Commands::Spec, 68> Commands::kTable = {{
+const std::array<Commands::Spec, 69> Commands::kTable = {{
     {0x100, "QUERY_HCA_CAP", 0x10, 0x10, State::kEnabled, &Commands::queryHcaCap},
     {0x101, "QUERY_ADAPTER", 0x10, 0x110, State::kEnabled, &Commands::queryAdapter},
     {0x102, "INIT_HCA", 0x10, 0x10, State::kEnabled, &Commands::initHca},
@@ -133,6 +133,7 @@ const std::array<Commands::Spec, 68> Commands::kTable = {{
     {0x200, "CREATE_MKEY", 0x110, 0x10, State::kInitialized, &Commands::createMkey},
     {0x202, "DESTROY_MKEY", 0x10, 0x10, State::kInitialized, &Commands::destroyMkey},
     {0x203, "QUERY_SPECIAL_CONTEXTS", 0, 0, State::kInitialized, nullptr},
+    {0x204, "PAGE_FAULT_RESUME", 0x10, 0x10, State::kInitialized, &Commands::pageFaultResume},
     {0x500, "CREATE_QP", 0x110, 0x10, State::kInitialized, &Commands::createQp},
     {0x501, "DESTROY_QP", 0x10, 0x10, State::kInitialized, &Commands::destroyQp},
     {0x502, "RST2INIT_QP", 0x100, 0x10, State::kInitialized, &Commands::changeQpState},
@@ -365,7 +366,10 @@ const err::Condition *Commands::queryHcaCap(const Request &r) {
 const err::Condition *Commands::setHcaCap(const Request &r) {
     if (state_ == State::kInitialized)
         return fail(err::kMlx5CmdBadState, "SET_HCA_CAP after INIT_HCA");
-    return caps_.apply(host_, r.opMod >> 1, r.in.subspan(kHeaderBytes, HcaCaps::kPageBytes));
+    const err::Condition *why =
+        caps_.apply(host_, r.opMod >> 1, r.in.subspan(kHeaderBytes, HcaCaps::kPageBytes));
+    eqs_.useMemoryPageFaults(caps_.memoryPageFaults());
+    return why;
 }
 
 const err::Condition *Commands::queryAdapter(const Request &r) {

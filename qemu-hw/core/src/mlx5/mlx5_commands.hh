@@ -106,7 +106,7 @@ class Commands {
     // Whether the kernel (uid 0) issued `r`: a query shows it alone the
     // guest physical addresses of an object (docs/mlx5.md §16).
     static bool fromKernel(const Request &r) { return get(r.in, kUid) == uid::kKernel; }
-    static const std::array<Spec, 68> kTable;
+    static const std::array<Spec, 69> kTable;
 
     [[gnu::format(printf, 3, 4)]] const err::Condition *fail(const err::Condition &why,
                                                              const char *fmt, ...) const;
@@ -193,6 +193,7 @@ class Commands {
     const err::Condition *createWindowMkey(const Request &r);
     const err::Condition *createMttMkey(const Request &r);
     const err::Condition *destroyMkey(const Request &r);
+    const err::Condition *pageFaultResume(const Request &r);
     std::vector<uint8_t> mkeyInput(const MemoryRegion &mr) const;
     void saveKeys(StateWriter &w) const;
     void checkLoadedOwners(StateReader &r) const;

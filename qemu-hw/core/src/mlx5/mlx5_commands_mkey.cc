@@ -56,9 +56,7 @@ constexpr Field kCryptoEnable = field(0x80 + 0x1e3, 2);
 // ifc fields: create_mkey_in
 constexpr Field kActualOctowords = field(0x300, 32); // ifc: translations_octword_actual_size
 constexpr size_t kEntriesByte = 0x110;               // klm_pas_mtt
-constexpr uint64_t kEntryFlags = 0x7;         // an MTT entry's enables (pg_access), not address
-constexpr Field kPageAccess = field(0x60, 1); // ifc: pg_access (on-demand paging)
-constexpr Field kUmemValid = field(0x61, 1);  // ifc: mkey_umem_valid (DEVX memory)
+constexpr Field kUmemValid = field(0x61, 1);         // ifc: mkey_umem_valid (DEVX memory)
 // Where destroy_mkey_in has it too.
 constexpr Field kMkeyIndex = field(0x48, 24); // ifc: create_mkey_out.mkey_index
 
@@ -88,7 +86,6 @@ const err::Condition *Commands::createMkey(const Request &r) {
     const bool free = get(r.in, mkc::kFree), umr = get(r.in, mkc::kUmrEnable);
     const char *unsupported =
         get(r.in, mkc::kQpn) != kNoQp ? "owned by a QP"
-        : get(r.in, kPageAccess)      ? "on-demand paging"
         : get(r.in, mkc::kBsfEnable) || get(r.in, mkc::kBsfOctowords) || get(r.in, kCryptoEnable)
             ? "for signatures or crypto (docs/mlx5.md §11)"
         : mode > kAccessModeKlm ? "of an access mode other than PA, MTT and KLM (docs/mlx5.md §11)"
@@ -267,7 +264,7 @@ const err::Condition *Commands::createMttMkey(const Request &r) {
     ctx.mtt_count = static_cast<uint32_t>(table);
     std::vector<uint64_t> pages(given);
     for (size_t i = 0; i < given; ++i)
-        pages[i] = readBe64(r.in.data() + kEntriesByte + i * sizeof(uint64_t)) & ~kEntryFlags;
+        pages[i] = readBe64(r.in.data() + kEntriesByte + i * sizeof(uint64_t)) & ~key_entry::kFlags;
     uint32_t key = 0;
     if (const err::Condition *why =
             regions_.insertWithPages("CREATE_MKEY", ctx, std::move(pages), &key))
@@ -393,6 +390,20 @@ const err::Condition *Commands::destroyMkey(const Request &r) {
     if (!why)
         umems_.release('k', index);
     return why;
+}
+
+// PAGE_FAULT_RESUME of a memory scheme fault (docs/mlx5.md §10.6): the
+// driver mapped the pages of the fault its token names, or (error) could
+// not. A token no QP waits for is no error: the driver answers faults
+// from a queue of its own, out of order, and a QP may have been reset or
+// destroyed since.
+const err::Condition *Commands::pageFaultResume(const Request &r) {
+    constexpr Field kError = field(0x40, 1);      // ifc: mem_page_fault_info.error
+    constexpr Field kTokenHigh = field(0x50, 16); // ifc: fault_token_47_32
+    constexpr Field kTokenLow = field(0x60, 32);  // ifc: fault_token_31_0
+    const uint64_t token = get(r.in, kTokenHigh) << 32 | get(r.in, kTokenLow);
+    core_.dataPath.resumePageFault(token, get(r.in, kError));
+    return nullptr;
 }
 
 } // namespace pib::mlx5

@@ -61,6 +61,7 @@ class CompletionQueues final : public EventCodec {
     std::optional<uint32_t> readConsumer(uint64_t record, uint32_t producer) const override;
     void completionEvent(uint32_t eqn, uint32_t cqn) override;
     void asyncEvent(uint8_t event, uint32_t number) override;
+    bool pageFault(const PageFaultReport &f) override { return eqs_.postPageFault(f); }
 
   private:
     std::vector<uint8_t> createInput(const CompletionQueue &cq) const;

@@ -127,6 +127,29 @@ void EventQueues::post(uint8_t type, uint8_t subType, const Data &data, uint32_t
         write(target, *eq, type, subType, data, about);
 }
 
+// The memory scheme's page fault EQE (mlx5_eqe_page_fault's memory
+// part): the key and IOVA that faulted, the 4 KiB pages from there that
+// the transfer needs (in bits 31:12 of their word), no prefetch, and LAST:
+// the driver resumes the fault once it has mapped them.
+bool EventQueues::postPageFault(const PageFaultReport &f) {
+    if (!memoryPageFaults_ || !takes(event::kPageFault))
+        return false;
+    constexpr uint64_t kPage = 4096;
+    constexpr uint64_t kMostPages = 1024; // 4 MiB a fault: the rest faults again
+    constexpr uint8_t kLast = 0x80;
+    const uint64_t pages =
+        std::min(kMostPages, ((f.site.va & (kPage - 1)) + f.site.length + kPage - 1) / kPage);
+    Data data{};
+    data[0x00] = kLast;
+    writeBe16(data.data() + 0x06, static_cast<uint16_t>(f.token >> 32));
+    writeBe32(data.data() + 0x08, static_cast<uint32_t>(f.token));
+    writeBe32(data.data() + 0x0c, static_cast<uint32_t>(pages << 12));
+    writeBe32(data.data() + 0x10, f.site.key);
+    writeBe64(data.data() + 0x14, f.site.va);
+    post(event::kPageFault, event::kMemoryPageFault, data, f.qpn);
+    return true;
+}
+
 void EventQueues::postTo(uint32_t eqn, uint8_t type, uint8_t subType, const Data &data,
                          uint32_t about) {
     if (Eq *eq = eqs_.find(eqn))

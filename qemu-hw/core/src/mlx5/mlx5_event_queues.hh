@@ -19,6 +19,7 @@
 #include "mlx5_page_list.hh"
 #include "mlx5_uars.hh"
 #include "object_table.hh"
+#include "page_faults.hh"
 #include "state_archive.hh"
 
 namespace pib::mlx5 {
@@ -29,6 +30,8 @@ inline constexpr uint8_t kCompletion = 0x00;
 inline constexpr uint8_t kPortChange = 0x09;
 inline constexpr uint8_t kCommand = 0x0a;
 inline constexpr uint8_t kPageRequest = 0x0b;
+inline constexpr uint8_t kPageFault = 0x0c;
+inline constexpr uint8_t kMemoryPageFault = 2; // its sub-type in the memory scheme
 } // namespace event
 
 class EventQueues {
@@ -66,9 +69,17 @@ class EventQueues {
     // ConnectX reports it: CQ_ERROR, a QP's or SRQ's event, PORT_CHANGE
     // with its sub-type (docs/mlx5.md §8).
     void postAsync(uint8_t event, uint32_t number);
+    // A page fault (page_faults.hh) as the memory scheme reports it, to
+    // the EQ that takes them: false when the driver did not choose that
+    // scheme (SET_HCA_CAP of the ODP page) or no EQ takes them.
+    bool postPageFault(const PageFaultReport &f);
+    void useMemoryPageFaults(bool chosen) { memoryPageFaults_ = chosen; }
     // An event to EQ `eqn`, whatever types it takes (a CQ's completions).
     void postTo(uint32_t eqn, uint8_t type, uint8_t subType, const Data &data, uint32_t about);
-    void reset() { eqs_.clear(); }
+    void reset() {
+        eqs_.clear();
+        memoryPageFaults_ = false;
+    }
     // The EQs as the host's tools see them; the host stops one or lets
     // it go on (false: no such EQ). A stopped EQ is not saved: its
     // device refuses to save.
@@ -100,6 +111,7 @@ class EventQueues {
     const uint32_t vectors_;
     ObjectTable<Eq> eqs_;
     EqEngine engine_; // the rings, as pib-hca's EQs run them too
+    bool memoryPageFaults_ = false;
 };
 
 } // namespace pib::mlx5

@@ -47,6 +47,7 @@ constexpr Field kLogMaxKlmListSize = field(0x11a, 6);
 constexpr Field kQpcExtension = field(0x122, 1);
 constexpr Field kDct = field(0x21a, 1);
 constexpr Field kBlockLbMc = field(0x228, 1); // ifc: block_lb_mc
+constexpr Field kPg = field(0x227, 1);        // on-demand paging
 constexpr Field kAtomic = field(0x21e, 1);
 constexpr Field kCqOi = field(0x220, 1);
 constexpr Field kCqResize = field(0x221, 1);
@@ -86,6 +87,22 @@ constexpr Field kSizeDc = field(0xd0, 16);     // ifc: atomic_size_dc
 constexpr uint32_t kCompareSwap = 1u << 0, kFetchAdd = 1u << 1;
 constexpr uint32_t kSize8Bytes = 1u << 3;
 } // namespace atomic
+
+// The on-demand paging page (odp_cap in mlx5_ifc.h): the memory scheme's
+// block, which mlx5_ib reads once the driver set mem_page_fault (the
+// transport scheme's block stays 0: the device raises no WQE or RDMA
+// page faults). A transport's word: send, receive, write, read, atomic,
+// srq_receive, most significant first.
+// ifc fields: odp_cap
+namespace odp {
+constexpr Field kMemPageFault = field(0x600, 1);    // ifc: mem_page_fault
+constexpr Field kMemPagePrefetch = field(0x245, 1); // memory_page_fault_scheme_cap.page_prefetch
+constexpr Field kMemRc = field(0x280, 6);           // memory_page_fault_scheme_cap.rc_odp_caps
+constexpr Field kMemUd = field(0x2c0, 6);           // .ud_odp_caps
+constexpr Field kMemXrc = field(0x2e0, 6);          // .xrc_odp_caps
+constexpr uint32_t kSend = 0x20, kReceive = 0x10, kWrite = 0x08, kRead = 0x04, kAtomic = 0x02,
+                   kSrqReceive = 0x01;
+} // namespace odp
 
 // DMA copies, general page fields rdma-core's mlx5_ifc.h names and
 // Linux's keeps reserved.
@@ -248,6 +265,24 @@ void HcaCaps::reset() {
     // MCAM and the registers it names: the firmware's version for devlink
     // (mlx5_registers.cc).
     mlx5::set(m, cap::kMcamReg, 1);
+    // On-demand paging (docs/mlx5.md §10.6): a key the UMR QP loads maps a
+    // page only while its entry's present bits say so, and a transfer that
+    // reaches one it does not raises a page fault (the memory scheme's
+    // event). RC and XRC fault on every side; UD on the sending side (a UD
+    // receive cannot wait for a page: it completes in error). With `pg`
+    // the driver also sets the present bits of every MTT it writes.
+    // Implicit ODP is not offered: fixed_buffer_size and null_mkey stay 0.
+    mlx5::set(m, cap::kPg, 1);
+    odpMax_.fill(0);
+    constexpr uint32_t kAllSides =
+        odp::kSend | odp::kReceive | odp::kWrite | odp::kRead | odp::kAtomic | odp::kSrqReceive;
+    mlx5::set(odpMax_, odp::kMemPageFault, 1);
+    mlx5::set(odpMax_, odp::kMemPagePrefetch, 1);
+    mlx5::set(odpMax_, odp::kMemRc, kAllSides);
+    mlx5::set(odpMax_, odp::kMemXrc, kAllSides);
+    mlx5::set(odpMax_, odp::kMemUd, odp::kSend);
+    odpCurrent_ = odpMax_; // the scheme's block is there; the driver picks the scheme
+    mlx5::set(odpCurrent_, odp::kMemPageFault, 0);
     mlx5::set(m, cap::kLogPageSize, limits::kMinLogPageSize);
     mlx5::set(m, cap::kLogBfRegSize, 9); // 512-byte doorbell registers, four per UAR
     mlx5::set(m, cap::kMaxWqeSizeSq, 1u << limits::kLogMaxWqeStride);
@@ -270,6 +305,8 @@ const HcaCaps::Page *HcaCaps::page(uint16_t type, bool current) const {
         return &general2_;
     if (type == kDeviceEvent)
         return &events_;
+    if (type == kOdp)
+        return current ? &odpCurrent_ : &odpMax_;
     if (type == kGeneral)
         return current ? &current_ : &max_;
     return type < kTypes ? &kNone : nullptr;
@@ -285,6 +322,8 @@ const err::Condition *HcaCaps::apply(const Host &host, uint16_t type,
                         static_cast<unsigned>(get(requested, atomic::kReqEndianness)));
         return &err::kMlx5CmdBadParam;
     }
+    if (type == kOdp)
+        return applyOdp(host, requested);
     if (type != kGeneral) {
         host.guestError(err::kMlx5CmdBadParam, "SET_HCA_CAP of capability type 0x%x", type);
         return &err::kMlx5CmdBadParam;
@@ -304,6 +343,25 @@ const err::Condition *HcaCaps::apply(const Host &host, uint16_t type,
     }
     mlx5::set(current_, cap::kLogMaxQp, logMaxQp);
     return nullptr;
+}
+
+// mlx5_core sets mem_page_fault, and nothing else, in a copy of the
+// current page: any field within the maximum is taken.
+const err::Condition *HcaCaps::applyOdp(const Host &host, std::span<const uint8_t> requested) {
+    for (size_t i = 0; i < kPageBytes; ++i) {
+        if (!(requested[i] & ~odpMax_[i]))
+            continue;
+        host.guestError(err::kMlx5CmdBadParam,
+                        "SET_HCA_CAP of the ODP page: byte 0x%zx asks for 0x%x beyond the maximum",
+                        i, requested[i] & ~odpMax_[i]);
+        return &err::kMlx5CmdBadParam;
+    }
+    std::copy_n(requested.begin(), kPageBytes, odpCurrent_.begin());
+    return nullptr;
+}
+
+bool HcaCaps::memoryPageFaults() const {
+    return get(odpCurrent_, odp::kMemPageFault);
 }
 
 } // namespace pib::mlx5

@@ -18,6 +18,7 @@ class HcaCaps {
   public:
     static constexpr uint32_t kPageBytes = 4096;
     static constexpr uint16_t kGeneral = 0;
+    static constexpr uint16_t kOdp = 2;
     static constexpr uint16_t kAtomic = 3;
     static constexpr uint16_t kDeviceEvent = 0x14;
     static constexpr uint16_t kGeneral2 = 0x20;
@@ -35,14 +36,21 @@ class HcaCaps {
     const err::Condition *apply(const Host &host, uint16_t type,
                                 std::span<const uint8_t> requested);
     void reset();
+    // Whether the driver chose the memory scheme's page faults (set
+    // mem_page_fault in the ODP page).
+    bool memoryPageFaults() const;
 
   private:
+    const err::Condition *applyOdp(const Host &host, std::span<const uint8_t> requested);
+
     uint32_t numPorts_;
     Page max_{};
     Page current_{};
     Page atomic_{};   // the atomic page: nothing in it a driver sets
     Page general2_{}; // the second general page: nothing a driver sets
     Page events_{};   // the event page: the events a DEVX process may ask for
+    Page odpMax_{};   // the on-demand paging page: the memory scheme's faults
+    Page odpCurrent_{};
 };
 
 } // namespace pib::mlx5

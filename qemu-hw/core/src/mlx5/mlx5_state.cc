@@ -162,6 +162,7 @@ void Commands::save(StateWriter &w) const {
     w.u8(static_cast<uint8_t>(state_));
     const HcaCaps::Page &current = *caps_.page(HcaCaps::kGeneral, true);
     w.bytes(current);
+    w.bytes(*caps_.page(HcaCaps::kOdp, true));
     w.u32(static_cast<uint32_t>(pages_.pages().size()));
     for (uint64_t page : pages_.pages())
         w.u64(page);
@@ -175,6 +176,7 @@ void Commands::load(StateReader &r) {
     if (r.ok() && state > static_cast<uint8_t>(State::kInitialized))
         r.fail("the function's state " + std::to_string(state));
     const std::vector<uint8_t> current = r.bytes(HcaCaps::kPageBytes, "the capabilities");
+    const std::vector<uint8_t> odp = r.bytes(HcaCaps::kPageBytes, "the paging capabilities");
     const uint32_t count =
         r.count(FunctionPages::kBootPages + FunctionPages::kInitPages, 8, "the function's pages");
     std::vector<uint64_t> pages(count);
@@ -189,8 +191,10 @@ void Commands::load(StateReader &r) {
         current.size() == HcaCaps::kPageBytes && !caps_.apply(host_, HcaCaps::kGeneral, current) &&
         std::memcmp(caps_.page(HcaCaps::kGeneral, true)->data(), current.data(), current.size()) ==
             0 &&
+        odp.size() == HcaCaps::kPageBytes && !caps_.apply(host_, HcaCaps::kOdp, odp) &&
         !pages_.give(pages);
     host_.captureGuestErrors(nullptr);
+    eqs_.useMemoryPageFaults(caps_.memoryPageFaults());
     if (!taken) {
         r.fail("the function's capabilities or pages: " +
                (why.empty() ? std::string("not what SET_HCA_CAP sets") : why));
@@ -431,7 +435,8 @@ void Commands::loadKey(StateReader &r, uint32_t number) {
                ": the UMR QP's, but not a key the UMR QP can load");
         return;
     }
-    mr.umrQpOwned = umrQpOwned; // the update above is the restore's, not the UMR QP's
+    mr.umrQpOwned = umrQpOwned;   // the update above is the restore's, not the UMR QP's
+    mr.pagedEntries = umrQpOwned; // a REG_MR's entries are page addresses alone
     if (mr.key != key || mr.valid != valid || std::memcmp(&mr.ctx, &ctx, sizeof(ctx)) != 0 ||
         (mr.fastReg() && mr.ownPages != entries))
         r.fail("memory key " + std::to_string(number) +

@@ -87,7 +87,7 @@ const char *updateOf(std::span<const uint8_t> wqe, KeyUpdate &u) {
 void translationEntries(std::span<const uint8_t> bytes, std::vector<uint64_t> &pages) {
     pages.resize(bytes.size() / sizeof(uint64_t));
     for (size_t i = 0; i < pages.size(); ++i)
-        pages[i] = readBe64(bytes.data() + 8 * i) & ~kMttFlags;
+        pages[i] = readBe64(bytes.data() + 8 * i); // with their enables: present bits
 }
 
 uint8_t decodeUpdate(const Host &host, uint32_t qpn, uint32_t index, std::span<const uint8_t> wqe,

@@ -49,8 +49,9 @@ const char *indirectEntries(std::span<const uint8_t> bytes, IndirectUpdate &u);
 uint8_t decodeUpdate(const Host &host, uint32_t qpn, uint32_t index, std::span<const uint8_t> wqe,
                      size_t used, Wqe &out);
 
-// MTT entries as the translation list holds them (big-endian, the low
-// bits the entry's enables) as page addresses.
+// MTT entries as the translation list holds them (big-endian), each a
+// page address with its enables (read, write) in the low bits: a key the
+// UMR QP loads pages on demand by them (MemoryRegion::pagedEntries).
 void translationEntries(std::span<const uint8_t> bytes, std::vector<uint64_t> &pages);
 
 } // namespace pib::mlx5::umr

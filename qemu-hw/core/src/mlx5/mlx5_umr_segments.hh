@@ -76,9 +76,6 @@ constexpr uint8_t kRemoteWrite = 1u << 5;
 constexpr uint8_t kAtomic = 1u << 6;
 } // namespace mkey
 
-// An MTT entry's low bits are its read and write enables, not address.
-constexpr uint64_t kMttFlags = 0x7;
-
 inline uint32_t accessOf(uint8_t flags) {
     return (flags & mkey::kLocalWrite ? PIB_ACCESS_LOCAL_WRITE : 0) |
            (flags & mkey::kRemoteRead ? PIB_ACCESS_REMOTE_READ : 0) |

@@ -1,0 +1,75 @@
+// SPDX-License-Identifier: GPL-2.0-or-later
+// A QP's page faults (page_faults.hh): raised by its transport roles,
+// resumed by the driver's command, failed by the QP's timer.
+#include "data_path.hh"
+#include "trace.hh"
+
+namespace pib {
+
+namespace {
+
+const char *sideName(FaultSide side) {
+    return side == FaultSide::kRequester ? "requester" : "responder";
+}
+
+PageFaultWait &waitOf(QueuePair &qp, FaultSide side) {
+    return side == FaultSide::kRequester ? qp.req.fault : qp.resp.fault;
+}
+
+} // namespace
+
+bool TransportRole::waitForPage(QueuePair &qp, FaultSide side, const FaultSite &site) {
+    PageFaultWait &w = waitOf(qp, side);
+    if (w.failed) {
+        w.failed = false;
+        trace::page_fault_failed(host_, qp.number, sideName(side), site.key, site.va);
+        return false;
+    }
+    if (w.waiting())
+        return true;
+    const uint64_t token = page_fault::token(qp.number, side, ++w.serial);
+    if (!events_.postPageFault({site, token, qp.number, side})) {
+        trace::page_fault_unreported(host_, qp.number, sideName(side), site.key, site.va);
+        return false;
+    }
+    w.token = token;
+    w.deadline = host_.clockNs() + page_fault::kWaitNs;
+    timers_.schedule(qp);
+    trace::page_fault(host_, qp.number, sideName(side), site.key, site.va, site.length, site.write,
+                      token);
+    return true;
+}
+
+bool DataPath::resumePageFault(uint64_t token, bool failed) {
+    QueuePair *qp = objects_.findTransportQp(page_fault::tokenQpn(token));
+    const FaultSide side = page_fault::tokenSide(token);
+    if (!qp || waitOf(*qp, side).token != token) {
+        trace::page_fault_stale(host_, token);
+        return false;
+    }
+    PageFaultWait &w = waitOf(*qp, side);
+    w.token = w.deadline = 0;
+    w.failed = failed;
+    trace::page_fault_resumed(host_, qp->number, sideName(side), token, failed);
+    // The requester fetches the WQE again; a responder's peer sends its
+    // request again when its RNR wait ends.
+    if (side == FaultSide::kRequester)
+        resume(*qp);
+    return true;
+}
+
+void DataPath::expirePageFaults(QueuePair &qp) {
+    const uint64_t now = host_.clockNs();
+    for (const FaultSide side : {FaultSide::kRequester, FaultSide::kResponder}) {
+        PageFaultWait &w = waitOf(qp, side);
+        if (!w.waiting() || w.deadline > now)
+            continue;
+        trace::page_fault_timeout(host_, qp.number, sideName(side), w.token);
+        w.token = w.deadline = 0;
+        w.failed = true;
+        if (side == FaultSide::kRequester)
+            resume(qp);
+    }
+}
+
+} // namespace pib
