@@ -330,15 +330,17 @@ def test_openmpi_over_dc_mlx5_on_three_guests(ctx):
 # docs/mlx5.md §11; each reason here says which.
 MLX5_PYVERBS_SKIPS = {
     r"non EFA device|not an EFA": "vendor-specific tests of other hardware",
-    r"renderD128|cuda-python|huge pages|PCI device must be passed|Crypto login details":
+    r"renderD128|cuda-python|PCI device must be passed|Crypto login details":
         "needs hardware or setup a guest has not",
     r"Ethernet link layer|skip RoCE test": "RoCE and raw Ethernet tests",
     r"All gid indices populated": "the test's own precondition",
-    r"ODP|Device memory|MEMIC|real time|custom mr with additional access flags|Importing a device|"
+    r"Device memory|MEMIC|real time|custom mr with additional access flags|Importing a device|"
     r"IBV_ACCESS_FLUSH_GLOBAL|"
     r"Tag matching|DV QP OOO|"
     r"LAG affinity|Extended QP is not supported":
-        "not offered: ODP, device memory, tag matching, out-of-order QPs, LAG, atomic write",
+        "not offered: device memory, tag matching, out-of-order QPs, LAG, atomic write",
+    r"ODP implicit is not supported":
+        "not offered: implicit ODP, which needs KSM keys and a null key (docs/mlx5.md §10.6)",
     r"CQE 128B compression|CQE 128B padding": "not offered: CQE compression and padding",
     r"UAR allocation \(with flag=0\)":
         "not offered: write combining (the device takes WQEs from memory, never from the "
@@ -414,7 +416,18 @@ MLX5_PYVERBS_MUST_PASS = (
     # UD QPs made by ibv_create_qp_ex with random create flags,
     # IBV_QP_CREATE_BLOCK_SELF_MCAST_LB among them half the time
     # (block_lb_mc, §10).
-    "test_create_ud_qp_ex_no_attr", "test_create_ud_qp_ex_with_attr")
+    "test_create_ud_qp_ex_no_attr", "test_create_ud_qp_ex_with_attr",
+    # On-demand paging (§10.6): RC SENDs, WRITEs, READs and atomics, UD
+    # SENDs and XRC SENDs into SRQs, through regions whose pages the
+    # test drops (madvise DONTNEED) before every message: each access
+    # faults, the driver maps the page and resumes; prefetched regions
+    # (ibv_advise_mr), huge pages, a DEVX QP's and a DC pair's.
+    "test_odp_rc_traffic", "test_odp_rc_mixed_mr", "test_odp_rc_atomic_cmp_and_swp",
+    "test_odp_rc_atomic_fetch_and_add", "test_odp_rc_rdma_read", "test_odp_rc_rdma_write",
+    "test_odp_ud_traffic", "test_odp_xrc_traffic", "test_odp_sync_prefetch_rc_traffic",
+    "test_odp_async_prefetch_rc_traffic", "test_odp_prefetch_sync_no_page_fault_rc_traffic",
+    "test_odp_prefetch_async_no_page_fault_rc_traffic", "test_odp_rc_huge_traffic",
+    "test_odp_rc_huge_user_addr_traffic", "test_devx_rc_qp_odp_traffic", "test_odp_dc_traffic")
 
 
 def test_pyverbs_on_mlx5(ctx):

@@ -74,7 +74,7 @@ PYVERBS_SKIPS = {
     # pib's are nanoseconds already, docs/prm.md §2.)
     r"non MLX5 device|not an MLX5 device|non EFA device|"
     r"Converting timestamp to nanoseconds is not supported": "vendor-specific tests",
-    r"renderD128|cuda-python|huge pages|PCI device must be passed": "needs hardware or setup a guest has not",
+    r"renderD128|cuda-python|PCI device must be passed": "needs hardware or setup a guest has not",
     r"Ethernet link layer|skip RoCE test": "RoCE and raw Ethernet tests",
     r"All gid indices populated": "the test's own precondition",
     # Not offered by pib-hca: the capability is 0 and the verb EOPNOTSUPP.

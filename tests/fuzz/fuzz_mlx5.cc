@@ -384,6 +384,8 @@ struct QpWorld {
         qps.push_back({*dci, false});
         const auto dct = f.host.run(f.dctInput(srq->srqn, kDcKey), 16);
         dctn = static_cast<uint32_t>(dct.get(qpc::kHeld));
+        // The driver's page fault EQ (docs/mlx5.md §10.6).
+        f.host.run(f.host.eqInput(4, uint64_t{1} << 0xc, 0, f.uar, &faultRing), 16);
         return dct.status() == 0 && made.status() == 0 && f.toRts(qps[0].qp.qpn) &&
                f.toRts(qps[1].qp.qpn) && f.toRts(qps[2].qp.qpn, {.qpn = qps[3].qp.qpn}) &&
                f.toRts(qps[3].qp.qpn, {.qpn = qps[2].qp.qpn});
@@ -528,7 +530,10 @@ struct QpWorld {
         if (wqe[16] & 0x80) {
             for (uint32_t i = 0; i < count; ++i) {
                 wqe.resize(wqe.size() + 8);
-                writeBe64(&wqe[wqe.size() - 8], pages.pick(in) | 3);
+                // Present, read-only or absent (on-demand paging).
+                static constexpr uint64_t kEnables[] = {3, 3, 1, 0};
+                const uint64_t enables = in.PickValueInArray(kEnables);
+                writeBe64(&wqe[wqe.size() - 8], enables ? pages.pick(in) | enables : 0);
             }
         } else {
             wqe.resize(144);
@@ -603,6 +608,28 @@ struct QpWorld {
         f.host.runScheduled();
     }
 
+    // The driver's answer to a page fault (docs/mlx5.md §10.6): the
+    // token of an EQE on its page fault EQ, or any, resumed or failed;
+    // or time enough for an unanswered fault to fail.
+    void pageFault(FuzzedDataProvider &in) {
+        if (in.ConsumeIntegralInRange<int>(0, 3) == 0) {
+            f.host.advance(11'000'000'000);
+            f.host.runScheduled();
+            return;
+        }
+        const uint8_t *eqe = f.host.at(faultRing + 64 * in.ConsumeIntegralInRange<uint32_t>(0, 15));
+        auto cmd = Mlx5Host::input(0x204);
+        if (in.ConsumeBool()) {
+            std::copy_n(eqe + 0x26, 6, &cmd[0x0a]); // its token, as mlx5_ib copies it
+        } else {
+            writeBe16(&cmd[0x0a], in.ConsumeIntegral<uint16_t>());
+            writeBe32(&cmd[0x0c], in.ConsumeIntegral<uint32_t>());
+        }
+        cmd[0x08] = in.ConsumeIntegralInRange<int>(0, 3) ? 0 : 0x80;
+        f.host.run(cmd, 16);
+        f.host.runScheduled();
+    }
+
     // A state change of one of the QPs, to any peer; a QP made again in
     // place of one destroyed; the CQ's entries consumed.
     void manage(FuzzedDataProvider &in) {
@@ -674,6 +701,7 @@ struct QpWorld {
     uint32_t cqNext = 0;
     uint32_t freeKey = 0;
     uint32_t indirectKey = 0;
+    uint64_t faultRing = 0;
 };
 
 // Two tenants (issue 57), and an oracle of their isolation. The kernel,
@@ -1133,7 +1161,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         host.run(Mlx5Host::input(0x104), 16); // ENABLE_HCA
     const bool qps = (start == 2 || start == 3) && world.setUp();
     for (int step = 0; step < 64 && in.remaining_bytes(); ++step) {
-        const int what = in.ConsumeIntegralInRange<int>(0, qps ? 11 : 8);
+        const int what = in.ConsumeIntegralInRange<int>(0, qps ? 12 : 8);
         if (what == 9 && in.ConsumeBool())
             world.send(in, pages);
         else if (what == 9)
@@ -1148,6 +1176,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
             world.indirect(in, pages);
         else if (what == 11)
             world.dc(in, pages);
+        else if (what == 12)
+            world.pageFault(in);
         if (what >= 9)
             continue;
         switch (what) {

@@ -202,7 +202,12 @@ TEST_CASE("mlx5: QUERY_HCA_CAP reports an IB function, SET_HCA_CAP takes what a 
     std::copy(odpNow.out.begin() + 16, odpNow.out.end(), setOdp.begin() + 16);
     pib::mlx5::set(setOdp, kMemPageFault, 1);
     CHECK(host.run(setOdp, 16).status() == 0);
-    CHECK(host.run(Mlx5Host::input(kQueryHcaCap, 2 << 1 | 1), kCapOut).get(kMemPageFault) == 1);
+    const auto chosen = host.run(Mlx5Host::input(kQueryHcaCap, 2 << 1 | 1), kCapOut);
+    CHECK(chosen.get(kMemPageFault) == 1);
+    // DC's word in both blocks then: libmlx5 reads the transport scheme's.
+    CHECK(odp.get(inOutput(field(0x300, 32))) == 0xfc000000u);
+    CHECK(odpNow.get(inOutput(field(0x100, 32))) == 0);
+    CHECK(chosen.get(inOutput(field(0x100, 32))) == 0xfc000000u);
     pib::mlx5::set(setOdp, inOutput(field(0x080, 32)), 0xfc000000u); // transport scheme's rc
     CHECK(host.run(setOdp, 16).status() == status::kBadParam);
     // Every other type the PRM names reads as zeros, one beyond is refused;

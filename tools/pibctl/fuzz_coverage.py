@@ -27,7 +27,7 @@ SOURCES = {
               "umr_window", "vsc", "wqe_reader", "dc_targets", "user_contexts", "commands_uctx",
               "user_memories", "commands_umem", "general_objects")] +
             [f"qemu-hw/core/src/{name}.cc" for name in
-             ("dc_targets", "memory", "indirect_key", "memory_key_indirect")],
+             ("dc_targets", "memory", "indirect_key", "memory_key_indirect", "page_faults")],
     "switch": [f"fabric-switch/src/{name}.cc" for name in ("switch", "sma", "pma", "trap", "fault")],
     "switch-tcp": [f"fabric-switch/src/{name}.cc" for name in
                    ("server", "server_control", "server_dial", "server_faults", "server_flow",
@@ -58,7 +58,9 @@ WATCHED = {
              "mlx5::QueuePairs::freePort", "mlx5::Registers::firmware",
              "mlx5::WqeReader::pollSrqProducer", "mlx5::VendorCapability::write",
              "mlx5::Commands::createMttMkey", "MemoryKeys::update", "MemoryKeys::storeEntries",
-             "MemoryRegions::insertWithPages"],
+             "MemoryRegions::insertWithPages", "TransportRole::waitForPage",
+             "DataPath::resumePageFault", "DataPath::expirePageFaults",
+             "Responder::answerPageFault", "mlx5::EventQueues::postPageFault"],
 }
 
 

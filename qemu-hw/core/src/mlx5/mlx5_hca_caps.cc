@@ -100,6 +100,10 @@ constexpr Field kMemPagePrefetch = field(0x245, 1); // memory_page_fault_scheme_
 constexpr Field kMemRc = field(0x280, 6);           // memory_page_fault_scheme_cap.rc_odp_caps
 constexpr Field kMemUd = field(0x2c0, 6);           // .ud_odp_caps
 constexpr Field kMemXrc = field(0x2e0, 6);          // .xrc_odp_caps
+constexpr Field kMemDc = field(0x300, 6);           // .dc_odp_caps
+// libmlx5 reads DC's word where the transport scheme's block has it (the
+// page's old layout), whichever scheme the driver chose.
+constexpr Field kTransportDc = field(0x100, 6); // transport_page_fault_scheme_cap.dc_odp_caps
 constexpr uint32_t kSend = 0x20, kReceive = 0x10, kWrite = 0x08, kRead = 0x04, kAtomic = 0x02,
                    kSrqReceive = 0x01;
 } // namespace odp
@@ -268,8 +272,8 @@ void HcaCaps::reset() {
     // On-demand paging (docs/mlx5.md §10.6): a key the UMR QP loads maps a
     // page only while its entry's present bits say so, and a transfer that
     // reaches one it does not raises a page fault (the memory scheme's
-    // event). RC and XRC fault on every side; UD on the sending side (a UD
-    // receive cannot wait for a page: it completes in error). With `pg`
+    // event). RC, XRC and DC fault on every side; UD on the sending side
+    // (a UD receive cannot wait for a page: it completes in error). With `pg`
     // the driver also sets the present bits of every MTT it writes.
     // Implicit ODP is not offered: fixed_buffer_size and null_mkey stay 0.
     mlx5::set(m, cap::kPg, 1);
@@ -281,6 +285,7 @@ void HcaCaps::reset() {
     mlx5::set(odpMax_, odp::kMemRc, kAllSides);
     mlx5::set(odpMax_, odp::kMemXrc, kAllSides);
     mlx5::set(odpMax_, odp::kMemUd, odp::kSend);
+    mlx5::set(odpMax_, odp::kMemDc, kAllSides);
     odpCurrent_ = odpMax_; // the scheme's block is there; the driver picks the scheme
     mlx5::set(odpCurrent_, odp::kMemPageFault, 0);
     mlx5::set(m, cap::kLogPageSize, limits::kMinLogPageSize);
@@ -346,17 +351,24 @@ const err::Condition *HcaCaps::apply(const Host &host, uint16_t type,
 }
 
 // mlx5_core sets mem_page_fault, and nothing else, in a copy of the
-// current page: any field within the maximum is taken.
+// current page: any field within the maximum is taken. Once the memory
+// scheme is chosen, DC's word shows in the transport scheme's block too,
+// where libmlx5 reads it (mlx5dv's dc_odp_caps); a driver of the
+// transport scheme, which never chooses the memory one, sees no DC there.
 const err::Condition *HcaCaps::applyOdp(const Host &host, std::span<const uint8_t> requested) {
+    Page allowed = odpMax_;
+    mlx5::set(allowed, odp::kTransportDc, get(odpMax_, odp::kMemDc));
     for (size_t i = 0; i < kPageBytes; ++i) {
-        if (!(requested[i] & ~odpMax_[i]))
+        if (!(requested[i] & ~allowed[i]))
             continue;
         host.guestError(err::kMlx5CmdBadParam,
                         "SET_HCA_CAP of the ODP page: byte 0x%zx asks for 0x%x beyond the maximum",
-                        i, requested[i] & ~odpMax_[i]);
+                        i, requested[i] & ~allowed[i]);
         return &err::kMlx5CmdBadParam;
     }
     std::copy_n(requested.begin(), kPageBytes, odpCurrent_.begin());
+    mlx5::set(odpCurrent_, odp::kTransportDc,
+              memoryPageFaults() ? get(odpCurrent_, odp::kMemDc) : 0);
     return nullptr;
 }
 
