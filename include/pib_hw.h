@@ -65,7 +65,7 @@
 #define PIB_IF_VERSION(major, minor) (((uint32_t)(major) << 16) | (minor))
 #define PIB_IF_VERSION_MAJOR(v) ((v) >> 16)
 #define PIB_IF_VERSION_MINOR(v) ((v)&0xffffu)
-#define PIB_IF_VERSION_CURRENT PIB_IF_VERSION(0, 13)
+#define PIB_IF_VERSION_CURRENT PIB_IF_VERSION(0, 14)
 
 /* RO: firmware version, major << 24 | minor << 16 | patch. */
 #define PIB_REG_FW_VERSION 0x008
@@ -190,6 +190,8 @@ enum pib_cmd_opcode {
     PIB_CMD_DESTROY_MW = 0x0034, /* MOD: rkey */
     PIB_CMD_QUERY_MW = 0x0035,   /* MOD: rkey; OUT: pib_mw_context */
     PIB_CMD_REREG_MR = 0x0036,   /* MOD: key; IN: pib_mr_context (the key stays) */
+    /* MOD: 1 = the driver could not map the pages; IN imm: the fault's token */
+    PIB_CMD_PAGE_FAULT_RESUME = 0x0037,
 
     PIB_CMD_CREATE_SRQ = 0x0038,  /* IN: pib_srq_context; RESULT: srqn */
     PIB_CMD_DESTROY_SRQ = 0x0039, /* MOD: srqn */
@@ -244,7 +246,7 @@ enum pib_cmd_status {
 #define PIB_DEV_CAP_RESIZE_SRQ (1u << 13)
 /* every CQE carries the core clock at its writing (docs/prm.md §7.3) */
 #define PIB_DEV_CAP_CQE_TIMESTAMP (1u << 14)
-/* XRC domains, XRC SRQs and XRC initiator and target QPs (docs/prm.md §6.8) */
+/* XRC domains, XRC SRQs and XRC initiator and target QPs (docs/prm.md §6.9) */
 #define PIB_DEV_CAP_XRC (1u << 15)
 /* completion event moderation: PIB_CMD_MODIFY_CQ (docs/prm.md §6.1) */
 #define PIB_DEV_CAP_CQ_MODERATION (1u << 16)
@@ -254,6 +256,12 @@ enum pib_cmd_status {
  * where PIB_ACCESS_FLUSH_GLOBAL allows (docs/prm.md §7.4); persistence is
  * not offered */
 #define PIB_DEV_CAP_FLUSH_GLOBAL (1u << 18)
+/*
+ * On-demand paging (docs/prm.md §6.9): PIB_MR_ON_DEMAND regions, whose
+ * accesses to pages they do not map are page faults (PIB_EQE_PAGE_FAULT)
+ * that PIB_CMD_PAGE_FAULT_RESUME ends
+ */
+#define PIB_DEV_CAP_ON_DEMAND_PAGING (1u << 19)
 
 /* atomic_cap */
 #define PIB_ATOMIC_NONE 0
@@ -453,7 +461,11 @@ enum pib_eqe_type {
     PIB_EQE_COMPLETION = 0x00, /* a CQ has a new CQE and was armed */
     PIB_EQE_COMMAND = 0x01,    /* a command issued with EVENT finished */
     PIB_EQE_ASYNC = 0x02,      /* an asynchronous event, see pib_async */
+    PIB_EQE_PAGE_FAULT = 0x03, /* a transfer reached a page its region does not map */
 };
+
+/* PIB_EQE_PAGE_FAULT's subtype */
+#define PIB_PAGE_FAULT_WRITE (1u << 0) /* the transfer writes the page */
 
 enum pib_async_event {
     PIB_ASYNC_CQ_ERR = 0x01,
@@ -504,6 +516,12 @@ struct pib_eqe {
         struct {
             uint32_t number; /* qpn, cqn, srqn or port */
         } async;
+        struct {
+            uint64_t token;  /* PAGE_FAULT_RESUME names it */
+            uint64_t va;     /* the first byte not mapped, in the region's range */
+            uint32_t key;    /* the region's */
+            uint32_t length; /* bytes from va the transfer needs (at most 4 MiB) */
+        } page_fault;
         uint8_t raw[24];
     } data;
 };
@@ -548,7 +566,15 @@ struct pib_cq_context {
  * length, access and log_page_size must be 0 (docs/prm.md §6.2).
  */
 #define PIB_MR_FAST_REG (1u << 1)
-
+/*
+ * On-demand paging (docs/prm.md §6.9), with PIB_DEV_CAP_ON_DEMAND_PAGING:
+ * the region's MTT entries carry present bits in their low bits, and map
+ * a page only with the bit an access needs (0: absent). CREATE_MR does not
+ * look at them; WRITE_MTT writes them at any time.
+ */
+#define PIB_MR_ON_DEMAND (1u << 2)
+#define PIB_MTT_READ (1u << 0)  /* an on-demand region's entry: reads reach the page */
+#define PIB_MTT_WRITE (1u << 1) /* and writes (with PIB_MTT_READ) */
 struct pib_mr_context {
     uint64_t iova;
     uint64_t length;

@@ -79,6 +79,12 @@ uint8_t MemoryAccess::mapRegion(const MemoryRegion &mr, uint64_t addr, uint64_t 
                        : mapDirect(mr, addr, len, access, out);
 }
 
+// Page `page` of a direct region's translations, as its table holds it.
+uint64_t MemoryAccess::entryOf(const MemoryRegion &mr, uint64_t page) const {
+    return mr.ownsPages ? mr.ownPages[page]
+                        : mtt_.entry(static_cast<uint32_t>(mr.ctx.mtt_index + page));
+}
+
 // Whether a key with present bits (MemoryRegion::pagedEntries) maps every
 // page of [addr, addr + len), which the caller checked lies in its
 // entries, with the right `access` needs: else fault_ says where it
@@ -93,7 +99,7 @@ bool MemoryAccess::pagesPresent(const MemoryRegion &mr, uint64_t addr, uint64_t 
     const uint64_t base = mr.ctx.iova & ~((uint64_t{1} << shift) - 1);
     const uint64_t first = (addr - base) >> shift, last = (addr + len - 1 - base) >> shift;
     for (uint64_t page = first; page <= last; ++page) {
-        if (mr.ownPages[page] & needed)
+        if (entryOf(mr, page) & needed)
             continue;
         const uint64_t at = page == first ? addr : base + (page << shift);
         fault_ = FaultSite{mr.key, at, addr + len - at, write};
@@ -125,8 +131,9 @@ uint8_t MemoryAccess::mapDirect(const MemoryRegion &mr, uint64_t addr, uint64_t 
         const uint64_t within = offset & (pageSize - 1);
         const uint64_t chunk = std::min(len, pageSize - within);
         const uint64_t page = offset >> shift;
-        const uint64_t entry = mr.ownsPages ? mr.ownPages[page] & ~key_entry::kFlags
-                                            : mtt_.entry(static_cast<uint32_t>(c.mtt_index + page));
+        // Present bits are not address; nor are any a guest wrote into a
+        // range an on-demand region shares with this one.
+        const uint64_t entry = entryOf(mr, page) & ~key_entry::kFlags;
         if (!out->empty() && out->back().addr + out->back().len == entry + within)
             out->back().len += chunk; // physically contiguous: one DMA
         else

@@ -80,6 +80,7 @@ class MemoryAccess {
     uint8_t mapDirect(const MemoryRegion &mr, uint64_t addr, uint64_t len, uint32_t access,
                       std::vector<Segment> *out) const;
     bool pagesPresent(const MemoryRegion &mr, uint64_t addr, uint64_t len, uint32_t access) const;
+    uint64_t entryOf(const MemoryRegion &mr, uint64_t page) const;
     uint8_t mapIndirect(const MemoryRegion &mr, uint64_t addr, uint64_t len, uint32_t access,
                         std::vector<Segment> *out) const;
 

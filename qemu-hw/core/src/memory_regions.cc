@@ -57,6 +57,8 @@ const err::Condition *MemoryRegions::check(const char *command, const pib_mr_con
     if (pages != ctx.mtt_count || !objects_.mtt.covers(ctx.mtt_index, ctx.mtt_count))
         return fail(refusals_.badParam, "%s needs %" PRIu64 " allocated MTT entries, got %u at %u",
                     command, pages, ctx.mtt_count, ctx.mtt_index);
+    if (ctx.flags & PIB_MR_ON_DEMAND) // its entries say which pages it maps, whenever
+        return nullptr;
     const uint64_t pageMask = (uint64_t{1} << shift) - 1;
     for (uint32_t i = 0; i < ctx.mtt_count; ++i) {
         const uint64_t entry = objects_.mtt.entry(ctx.mtt_index + i);
@@ -123,6 +125,7 @@ const err::Condition *MemoryRegions::insert(const pib_mr_context &ctx, uint32_t 
     raw->key = (*index << 8) | ctx.key_variant;
     raw->valid = !raw->fastReg();
     raw->ownsPages = translations == Translations::kOwn;
+    raw->pagedEntries = ctx.flags & PIB_MR_ON_DEMAND;
     if (translations == Translations::kIndirect)
         raw->indirect = IndirectLayout{};
     ++objects_.pds.at(ctx.pdn).refs;
@@ -191,9 +194,9 @@ void MemoryRegions::holdTranslations(const MemoryRegion &mr, bool hold) {
     } else if (mr.fastReg() || ctx.mtt_count) {
         const unsigned logPage = mr.fastReg() ? Mtt::kMinLogPage : ctx.log_page_size;
         if (hold)
-            objects_.mtt.hold(ctx.mtt_index, logPage, mr.fastReg());
+            objects_.mtt.hold(ctx.mtt_index, logPage, mr.fastReg(), mr.pagedEntries);
         else
-            objects_.mtt.unhold(ctx.mtt_index, logPage, mr.fastReg());
+            objects_.mtt.unhold(ctx.mtt_index, logPage, mr.fastReg(), mr.pagedEntries);
     }
 }
 

@@ -18,7 +18,7 @@ std::optional<uint32_t> Mtt::allocate(uint32_t count) {
     }
     if (capacity_ - candidate < count)
         return std::nullopt;
-    ranges_[candidate] = Range{count, 0, 0, {}};
+    ranges_[candidate] = Range{count, 0, 0, 0, {}};
     if (entries_.size() < uint64_t{candidate} + count)
         entries_.resize(uint64_t{candidate} + count, 0);
     return candidate;
@@ -49,22 +49,25 @@ bool Mtt::covers(uint32_t first, uint64_t count) const {
     return range && count > 0 && first - range->first + count <= range->second.count;
 }
 
-void Mtt::hold(uint32_t first, unsigned logPageSize, bool writes) {
+void Mtt::hold(uint32_t first, unsigned logPageSize, bool writes, bool paged) {
     if (auto *range = rangeOf(first)) {
         Range &r = ranges_.at(range->first);
         ++r.refs;
         r.deviceWriters += writes;
+        r.pagedReaders += paged;
         if (logPageSize > kMinLogPage)
             r.largePages.push_back(static_cast<uint8_t>(logPageSize));
     }
 }
 
-void Mtt::unhold(uint32_t first, unsigned logPageSize, bool writes) {
+void Mtt::unhold(uint32_t first, unsigned logPageSize, bool writes, bool paged) {
     if (auto *range = rangeOf(first); range && range->second.refs) {
         Range &r = ranges_.at(range->first);
         --r.refs;
         if (writes && r.deviceWriters)
             --r.deviceWriters;
+        if (paged && r.pagedReaders)
+            --r.pagedReaders;
         auto it = std::find(r.largePages.begin(), r.largePages.end(), logPageSize);
         if (it != r.largePages.end())
             r.largePages.erase(it);
@@ -82,6 +85,11 @@ unsigned Mtt::logPageSizeAt(uint32_t index) const {
 bool Mtt::deviceWrites(uint32_t index) const {
     const auto *range = rangeOf(index);
     return range && range->second.deviceWriters > 0;
+}
+
+bool Mtt::paged(uint32_t index) const {
+    const auto *range = rangeOf(index);
+    return range && range->second.pagedReaders > 0;
 }
 
 bool Mtt::held(uint32_t first) const {
@@ -137,7 +145,7 @@ void Mtt::load(StateReader &r) {
             r.fail("MTT range of " + std::to_string(count) + " entries: the state ends first");
         if (!r.ok())
             break;
-        ranges_[first] = Range{count, 0, 0, {}};
+        ranges_[first] = Range{count, 0, 0, 0, {}};
         entries_.resize(uint64_t{first} + count, 0);
         for (uint32_t i = 0; i < count && r.ok(); ++i) {
             const uint64_t address = r.u64();

@@ -28,11 +28,16 @@ class Mtt {
     // holds the range with that size: later writes must stay aligned to it.
     static constexpr unsigned kMinLogPage = 12;
     // A holder that `writes` the entries itself (a fast-registration MR)
-    // keeps the guest's WRITE_MTT out of the range.
-    void hold(uint32_t first, unsigned logPageSize = kMinLogPage, bool writes = false);
-    void unhold(uint32_t first, unsigned logPageSize = kMinLogPage, bool writes = false);
+    // keeps the guest's WRITE_MTT out of the range; one that reads them
+    // `paged` (an on-demand region, PIB_MR_ON_DEMAND) lets it write
+    // entries with present bits, or absent ones.
+    void hold(uint32_t first, unsigned logPageSize = kMinLogPage, bool writes = false,
+              bool paged = false);
+    void unhold(uint32_t first, unsigned logPageSize = kMinLogPage, bool writes = false,
+                bool paged = false);
     bool held(uint32_t first) const;
     bool deviceWrites(uint32_t index) const;
+    bool paged(uint32_t index) const;
     // The largest page size (log2) any holder of index's range reads it with.
     unsigned logPageSizeAt(uint32_t index) const;
 
@@ -62,6 +67,7 @@ class Mtt {
         uint32_t count;
         uint32_t refs = 0;
         uint32_t deviceWriters = 0;
+        uint32_t pagedReaders = 0;
         // The page sizes (log2) of holders with pages above the minimum:
         // empty for rings and most MRs, so a range stays small.
         std::vector<uint8_t> largePages;

@@ -88,11 +88,12 @@ struct MemoryRegion {
     // ownPages those it maps now (budgeted by Mtt::takeKeyEntries).
     bool ownsPages = false;
     std::vector<uint64_t> ownPages;
-    // Whether ownPages keep the entries' present bits (a key the UMR QP
-    // loads, as ConnectX's MTT has them: bit 0 read, bit 1 write): such a
-    // key maps a page only while its entry says so, and a transfer that
-    // reaches one it does not is a page fault (on-demand paging,
-    // page_faults.hh). Any other key's entries are page addresses alone.
+    // Whether its entries keep present bits (bit 0 read, bit 1 write): the
+    // ownPages of a key the UMR QP loads, as ConnectX's MTT has them, or
+    // the MTT range of a pib-hca PIB_MR_ON_DEMAND region. Such a key maps
+    // a page only while its entry says so, and a transfer that reaches
+    // one it does not is a page fault (on-demand paging, page_faults.hh).
+    // Any other key's entries are page addresses alone.
     bool pagedEntries = false;
     // A ConnectX indirect key (KLM, indirect_key.hh): its pieces of other
     // keys, which UMRs lay out; it has no pages of its own.

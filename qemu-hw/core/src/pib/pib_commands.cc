@@ -39,7 +39,8 @@ static pib_dev_cap buildCaps(const pib_core_config &config) {
         PIB_DEV_CAP_BAD_PKEY_CNTR | PIB_DEV_CAP_BAD_QKEY_CNTR | PIB_DEV_CAP_MEM_MGT_EXTENSIONS |
         PIB_DEV_CAP_MEM_WINDOW | PIB_DEV_CAP_MEM_WINDOW_TYPE_2B | PIB_DEV_CAP_RESIZE_CQ |
         PIB_DEV_CAP_RESIZE_SRQ | PIB_DEV_CAP_CQE_TIMESTAMP | PIB_DEV_CAP_XRC |
-        PIB_DEV_CAP_CQ_MODERATION | PIB_DEV_CAP_ATOMIC_WRITE | PIB_DEV_CAP_FLUSH_GLOBAL;
+        PIB_DEV_CAP_CQ_MODERATION | PIB_DEV_CAP_ATOMIC_WRITE | PIB_DEV_CAP_FLUSH_GLOBAL |
+        PIB_DEV_CAP_ON_DEMAND_PAGING;
     c.max_qp = kMaxQp;
     c.max_qp_wr = 1u << kLogMaxQpWr;
     c.max_send_sge = kMaxSge;
@@ -116,6 +117,7 @@ const CommandProcessor::CommandSpec CommandProcessor::kCommands[] = {
     {PIB_CMD_ALLOC_MTT, "ALLOC_MTT", false, &CommandProcessor::allocMtt},
     {PIB_CMD_FREE_MTT, "FREE_MTT", false, &CommandProcessor::freeMtt},
     {PIB_CMD_WRITE_MTT, "WRITE_MTT", false, &CommandProcessor::writeMtt},
+    {PIB_CMD_PAGE_FAULT_RESUME, "PAGE_FAULT_RESUME", false, &CommandProcessor::pageFaultResume},
     {PIB_CMD_CREATE_EQ, "CREATE_EQ", false, &CommandProcessor::createEq},
     {PIB_CMD_DESTROY_EQ, "DESTROY_EQ", false, &CommandProcessor::destroyEq},
     {PIB_CMD_QUERY_EQ, "QUERY_EQ", false, &CommandProcessor::queryEq},
@@ -413,13 +415,18 @@ CommandOutcome CommandProcessor::writeMtt(const Command &cmd) {
     // Entries an MR reads as large pages must stay aligned to its page
     // size, as CREATE_MR checked them: else its translations would run
     // past the page the driver meant.
+    // An on-demand region's entries carry present bits, or are absent (0).
     const uint64_t pageSize = uint64_t{1} << objects_.mtt.logPageSizeAt(cmd.modifier);
     static_assert(PIB_PAGE_SIZE == 1u << Mtt::kMinLogPage);
+    const bool paged = objects_.mtt.paged(cmd.modifier);
+    constexpr uint64_t kPresent = PIB_MTT_READ | PIB_MTT_WRITE;
     for (uint32_t i = 0; i < in.count; ++i) {
-        if (in.entries[i] % pageSize || in.entries[i] == 0)
-            return fail(err::kCmdBadParam,
-                        "WRITE_MTT entry %u: 0x%" PRIx64 " is not a %" PRIu64 "-byte page address",
-                        i, in.entries[i], pageSize);
+        const uint64_t address = paged ? in.entries[i] & ~kPresent : in.entries[i];
+        if ((paged && in.entries[i] == 0) || (address % pageSize == 0 && address != 0))
+            continue;
+        return fail(err::kCmdBadParam,
+                    "WRITE_MTT entry %u: 0x%" PRIx64 " is not a %" PRIu64 "-byte page address%s", i,
+                    in.entries[i], pageSize, paged ? " with present bits, nor 0" : "");
     }
     for (uint32_t i = 0; i < in.count; ++i)
         objects_.mtt.write(cmd.modifier + i, in.entries[i]);

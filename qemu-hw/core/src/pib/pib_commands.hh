@@ -141,6 +141,7 @@ class CommandProcessor {
     CommandOutcome insertMr(const pib_mr_context &ctx);
     std::optional<CommandOutcome> checkCqRing(const char *name, const pib_cq_context &ctx);
     CommandOutcome reregMr(const Command &);
+    CommandOutcome pageFaultResume(const Command &);
     CommandOutcome createMw(const Command &);
     CommandOutcome createMw(const pib_mw_context &ctx);
     CommandOutcome destroyMw(const Command &);

@@ -1,5 +1,6 @@
 // SPDX-License-Identifier: GPL-2.0-or-later
 // Memory regions.
+#include <bit>
 #include <cinttypes>
 #include <optional>
 
@@ -24,8 +25,9 @@ CommandOutcome CommandProcessor::createMr(const pib_mr_context &ctx) {
     ProtectionDomain *pd = objects_.pds.find(ctx.pdn);
     if (!pd)
         return fail(err::kCmdBadIndex, "CREATE_MR in PD %u", ctx.pdn);
-    constexpr uint8_t kFlags = PIB_MR_PHYSICAL | PIB_MR_FAST_REG;
-    if (ctx.access & ~kRegionAccess || ctx.flags & ~kFlags || (ctx.flags & kFlags) == kFlags)
+    constexpr uint8_t kFlags = PIB_MR_PHYSICAL | PIB_MR_FAST_REG | PIB_MR_ON_DEMAND;
+    if (ctx.access & ~kRegionAccess || ctx.flags & ~kFlags ||
+        std::popcount(static_cast<unsigned>(ctx.flags)) > 1)
         return fail(err::kCmdBadParam, "CREATE_MR access 0x%x flags 0x%x", ctx.access, ctx.flags);
     if (ctx.flags & PIB_MR_FAST_REG)
         return createFastRegMr(ctx);
@@ -99,6 +101,16 @@ CommandOutcome CommandProcessor::reregMr(const Command &cmd) {
     ++objects_.pds.at(ctx.pdn).refs;
     ctx.key_variant = mr->ctx.key_variant;
     mr->ctx = ctx;
+    return {};
+}
+
+// The driver mapped the pages of page fault `in` (docs/prm.md §6.9), or
+// (modifier 1) could not. A token no QP waits for is no error: the driver
+// resumes from a queue of its own, and the QP may have been reset since.
+CommandOutcome CommandProcessor::pageFaultResume(const Command &cmd) {
+    if (cmd.modifier > 1)
+        return fail(err::kCmdBadParam, "PAGE_FAULT_RESUME with modifier %u", cmd.modifier);
+    core_.dataPath.resumePageFault(cmd.in, cmd.modifier == 1);
     return {};
 }
 

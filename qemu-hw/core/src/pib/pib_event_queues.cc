@@ -21,6 +21,8 @@ static unsigned eqeObject(const pib_eqe &eqe) {
         return eqe.data.comp.cqn;
     case PIB_EQE_COMMAND:
         return eqe.data.cmd.token;
+    case PIB_EQE_PAGE_FAULT:
+        return eqe.data.page_fault.key;
     default:
         return eqe.data.async.number;
     }
@@ -64,6 +66,27 @@ void PibEventQueues::asyncEvent(uint8_t event, uint32_t number) {
         eqe.data.async.number = number;
         postEqe(eqn, eq, eqe);
     });
+}
+
+// A page fault (docs/prm.md §6.9) goes to the lowest-numbered async EQ
+// alone: one driver resumes it once.
+bool PibEventQueues::pageFault(const PageFaultReport &f) {
+    constexpr uint64_t kMostBytes = 4u << 20; // the rest faults again
+    bool posted = false;
+    eqs_.forEach([&](uint32_t eqn, EventQueue &eq) {
+        if (posted || !(eq.ctx.flags & PIB_EQ_ASYNC))
+            return;
+        pib_eqe eqe{};
+        eqe.type = PIB_EQE_PAGE_FAULT;
+        eqe.subtype = f.site.write ? PIB_PAGE_FAULT_WRITE : 0;
+        eqe.data.page_fault.token = f.token;
+        eqe.data.page_fault.va = f.site.va;
+        eqe.data.page_fault.key = f.site.key;
+        eqe.data.page_fault.length = static_cast<uint32_t>(std::min(f.site.length, kMostBytes));
+        postEqe(eqn, eq, eqe);
+        posted = true;
+    });
+    return posted;
 }
 
 bool PibEventQueues::hasAsyncEq() const {

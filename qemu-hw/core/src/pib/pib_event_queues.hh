@@ -38,6 +38,7 @@ class PibEventQueues final : public EventCodec {
     std::optional<uint32_t> readConsumer(uint64_t record, uint32_t producer) const override;
     void completionEvent(uint32_t eqn, uint32_t cqn) override;
     void asyncEvent(uint8_t event, uint32_t number) override;
+    bool pageFault(const PageFaultReport &f) override;
 
   private:
     void postEqe(uint32_t eqn, EventQueue &eq, pib_eqe eqe);

@@ -1,0 +1,212 @@
+// SPDX-License-Identifier: GPL-2.0-or-later
+// pib-hca's on-demand paging (docs/prm.md §6.9): PIB_MR_ON_DEMAND regions
+// whose MTT entries carry present bits, the PAGE_FAULT EQE a transfer
+// that reaches an absent page raises, WRITE_MTT mapping the pages and
+// PAGE_FAULT_RESUME ending the fault. Every byte that moves is checked.
+#include <catch2/catch.hpp>
+
+#include <algorithm>
+#include <optional>
+#include <vector>
+
+#include "connected_fixture.hh"
+
+using namespace pib::testing;
+
+namespace {
+
+constexpr uint64_t kIova = 0x7f0000100000;
+constexpr uint64_t kPage = PIB_PAGE_SIZE;
+constexpr uint64_t kRead = PIB_MTT_READ, kWrite = PIB_MTT_READ | PIB_MTT_WRITE;
+
+// An on-demand region of `count` pages from kIova on node `n`, its
+// entries absent, every right; and its pages, which the driver maps.
+struct OdpRegion {
+    uint32_t key = 0, mtt = 0;
+    std::vector<uint64_t> pages;
+
+    OdpRegion(Node &n, uint32_t count) {
+        mtt = static_cast<uint32_t>(n.host.command(PIB_CMD_ALLOC_MTT, 0, count).result);
+        for (uint32_t i = 0; i < count; ++i)
+            pages.push_back(n.host.alloc(kPage));
+        pib_mr_context mr{};
+        mr.iova = kIova;
+        mr.length = count * kPage;
+        mr.pdn = n.pd;
+        mr.access = kAccessAll;
+        mr.mtt_index = mtt;
+        mr.mtt_count = count;
+        mr.log_page_size = 12;
+        mr.flags = PIB_MR_ON_DEMAND;
+        const FakeHost::Outcome o = n.host.commandIn(PIB_CMD_CREATE_MR, 0, mr);
+        REQUIRE(o.status == PIB_CMD_STATUS_OK);
+        key = static_cast<uint32_t>(o.result);
+    }
+    // WRITE_MTT of every page with `bits` (0: absent); its status.
+    uint8_t map(Node &n, const std::vector<uint64_t> &bits) {
+        pib_mtt_write w{};
+        w.count = static_cast<uint32_t>(bits.size());
+        for (size_t i = 0; i < bits.size(); ++i)
+            w.entries[i] = bits[i] ? pages[i] | bits[i] : 0;
+        return n.host.commandIn(PIB_CMD_WRITE_MTT, mtt, w).status;
+    }
+};
+
+// The page faults node `n`'s async EQ took since the last call.
+struct FaultReader {
+    uint32_t next = 0;
+    std::vector<pib_eqe> take(Node &n) {
+        std::vector<pib_eqe> out;
+        constexpr uint32_t kLog = 6; // the node's async EQ
+        for (;; ++next) {
+            const pib_eqe e =
+                n.host.peek<pib_eqe>(n.eqPage + (next % (1u << kLog)) * sizeof(pib_eqe));
+            if ((e.flags & PIB_EQE_PHASE) != (((next >> kLog) & 1) ^ 1))
+                break;
+            if (e.type == PIB_EQE_PAGE_FAULT)
+                out.push_back(e);
+        }
+        return out;
+    }
+};
+
+uint8_t resume(Node &n, uint64_t token, bool failed = false) {
+    return n.host.command(PIB_CMD_PAGE_FAULT_RESUME, failed ? 1 : 0, token).status;
+}
+
+Node::Options patient() {
+    Node::Options o;
+    o.rnrRetry = 7; // for ever, as the kernel's ODP users set it
+    return o;
+}
+
+} // namespace
+
+TEST_CASE("pib ODP: a WRITE into an on-demand region's absent pages is RNR NAKed and faults; "
+          "mapped and resumed, the resend lands whole",
+          "[odp]") {
+    Pair p(PIB_QPT_RC, patient());
+    OdpRegion r(p.b, 3);
+    FaultReader faults;
+    const uint64_t source = p.a.host.allocRandom(8192, 17);
+    p.a.postSend(1, {.opcode = PIB_WR_RDMA_WRITE,
+                     .local = source,
+                     .length = 8192,
+                     .remote = kIova + 2048,
+                     .rkey = r.key});
+    p.wire.run();
+    CHECK(p.a.poll().empty());
+    const auto raised = faults.take(p.b);
+    REQUIRE(raised.size() == 1);
+    const pib_eqe &f = raised[0];
+    CHECK(f.subtype == PIB_PAGE_FAULT_WRITE);
+    CHECK(f.data.page_fault.key == r.key);
+    CHECK(f.data.page_fault.va == kIova + 2048);
+    CHECK(f.data.page_fault.length == 8192);
+    CHECK(p.b.host.traces("page_fault") == 1);
+
+    // The driver maps the pages and resumes; the requester's RNR wait
+    // ends, and the WRITE goes again.
+    REQUIRE(r.map(p.b, {kWrite, kWrite, kWrite}) == PIB_CMD_STATUS_OK);
+    REQUIRE(resume(p.b, f.data.page_fault.token) == PIB_CMD_STATUS_OK);
+    p.wire.advance(50'000'000);
+    const auto done = p.a.poll();
+    REQUIRE(done.size() == 1);
+    CHECK(done[0].status == PIB_WC_SUCCESS);
+    std::vector<uint8_t> landed;
+    for (uint64_t page : r.pages)
+        landed.insert(landed.end(), p.b.host.at(page), p.b.host.at(page) + kPage);
+    CHECK(std::equal(p.a.host.at(source), p.a.host.at(source) + 8192, landed.begin() + 2048));
+    CHECK(p.b.host.guestErrors() == 0);
+}
+
+TEST_CASE("pib ODP: a SEND from an on-demand region waits at its WQE for the pages; a page "
+          "mapped for reads is enough",
+          "[odp]") {
+    Pair p(PIB_QPT_RC, patient());
+    OdpRegion r(p.a, 2);
+    FaultReader faults;
+    p.a.fill(r.pages[0], kPage, 3);
+    p.a.fill(r.pages[1], kPage, 4);
+    const uint64_t sink = p.b.host.alloc(8192);
+    p.b.postRecv(7, sink, 8192);
+    p.a.postSend(2, {.opcode = PIB_WR_SEND, .local = kIova + 100, .length = 5000, .lkey = r.key});
+    p.wire.run();
+    CHECK(p.a.poll().empty());
+    CHECK(p.b.poll().empty());
+    const auto raised = faults.take(p.a);
+    REQUIRE(raised.size() == 1);
+    CHECK(raised[0].subtype == 0); // a read
+    CHECK(raised[0].data.page_fault.va == kIova + 100);
+    REQUIRE(r.map(p.a, {kRead, kRead}) == PIB_CMD_STATUS_OK);
+    REQUIRE(resume(p.a, raised[0].data.page_fault.token) == PIB_CMD_STATUS_OK);
+    p.wire.run();
+    const auto sent = p.a.poll(), received = p.b.poll();
+    REQUIRE(sent.size() == 1);
+    REQUIRE(received.size() == 1);
+    CHECK(sent[0].status == PIB_WC_SUCCESS);
+    CHECK(received[0].status == PIB_WC_SUCCESS);
+    std::vector<uint8_t> source(p.a.host.at(r.pages[0]), p.a.host.at(r.pages[0]) + kPage);
+    source.insert(source.end(), p.a.host.at(r.pages[1]), p.a.host.at(r.pages[1]) + kPage);
+    CHECK(std::equal(source.begin() + 100, source.begin() + 5100, p.b.host.at(sink)));
+    CHECK(faults.take(p.a).empty());
+}
+
+TEST_CASE("pib ODP: WRITE_MTT takes present bits and absent entries into an on-demand region's "
+          "range only; a failed, unanswered or stale fault",
+          "[odp]") {
+    Pair p(PIB_QPT_RC, patient());
+    OdpRegion r(p.a, 1);
+    FaultReader faults;
+    CHECK(r.map(p.a, {kRead}) == PIB_CMD_STATUS_OK);
+    CHECK(r.map(p.a, {0}) == PIB_CMD_STATUS_OK);
+    pib_mtt_write w{};
+    w.count = 1;
+    w.entries[0] = r.pages[0] | 4; // not a present bit
+    CHECK(p.a.host.commandIn(PIB_CMD_WRITE_MTT, r.mtt, w).status == PIB_CMD_STATUS_BAD_PARAM);
+    const uint32_t plain = static_cast<uint32_t>(p.a.host.command(PIB_CMD_ALLOC_MTT, 0, 1).result);
+    w.entries[0] = r.pages[0] | kWrite; // a range no on-demand region holds
+    CHECK(p.a.host.commandIn(PIB_CMD_WRITE_MTT, plain, w).status == PIB_CMD_STATUS_BAD_PARAM);
+    pib_mr_context both{};
+    both.pdn = p.a.pd;
+    both.flags = PIB_MR_ON_DEMAND | PIB_MR_FAST_REG;
+    CHECK(p.a.host.commandIn(PIB_CMD_CREATE_MR, 0, both).status == PIB_CMD_STATUS_BAD_PARAM);
+    CHECK(p.a.host.command(PIB_CMD_PAGE_FAULT_RESUME, 2, 0).status == PIB_CMD_STATUS_BAD_PARAM);
+    CHECK(p.a.host.guestErrors("cmd-bad-param") == 4);
+
+    // Resumed as failed: the WQE completes with a local protection error.
+    const uint64_t sink = p.b.host.alloc(kPage);
+    p.a.postSend(
+        3,
+        {.opcode = PIB_WR_RDMA_WRITE, .local = kIova, .length = 64, .remote = sink, .lkey = r.key});
+    p.wire.run();
+    auto raised = faults.take(p.a);
+    REQUIRE(raised.size() == 1);
+    REQUIRE(resume(p.a, raised[0].data.page_fault.token, true) == PIB_CMD_STATUS_OK);
+    p.wire.run();
+    auto done = p.a.poll();
+    REQUIRE(done.size() == 1);
+    CHECK(done[0].status == PIB_WC_LOC_PROT_ERR);
+    // Again, or a token never raised: nothing to do.
+    CHECK(resume(p.a, raised[0].data.page_fault.token) == PIB_CMD_STATUS_OK);
+    CHECK(p.a.host.traces("page_fault_stale") == 1);
+
+    // Not resumed within 10 s, on a fresh pair: the same.
+    Pair q(PIB_QPT_RC, patient());
+    OdpRegion s(q.a, 1);
+    FaultReader qFaults;
+    q.a.postSend(4, {.opcode = PIB_WR_RDMA_WRITE,
+                     .local = kIova,
+                     .length = 64,
+                     .remote = q.b.host.alloc(kPage),
+                     .lkey = s.key});
+    q.wire.run();
+    REQUIRE(qFaults.take(q.a).size() == 1);
+    q.wire.advance(9'000'000'000, 1'000'000'000);
+    CHECK(q.a.poll().empty());
+    q.wire.advance(2'000'000'000, 1'000'000'000);
+    done = q.a.poll();
+    REQUIRE(done.size() == 1);
+    CHECK(done[0].status == PIB_WC_LOC_PROT_ERR);
+    CHECK(q.a.host.traces("page_fault_timeout") == 1);
+}
