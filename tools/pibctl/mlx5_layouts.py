@@ -176,6 +176,10 @@ def _only_reserved(fields: dict, member: str, bit: int, width: int) -> bool:
     """Whether bits [bit, bit + width) of `member`'s structure hold nothing
     but `member` itself and fields this header reserves."""
     inner = member.rsplit(".", 1)[0] + "." if "." in member else ""
+    # A structure this header lacks altogether (odp_cap's memory scheme
+    # block in 6.1) lies in reserved bits of its parent, or not at all.
+    while inner and not any(name.startswith(inner) for name in fields):
+        inner = inner[:-1].rsplit(".", 1)[0] + "." if "." in inner[:-1] else ""
     overlapping = [name for name, (b, w) in fields.items()
                    if name.startswith(inner) and b < bit + width and bit < b + w]
     return bool(overlapping) and all(

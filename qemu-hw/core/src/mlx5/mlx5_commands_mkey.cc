@@ -398,9 +398,12 @@ const err::Condition *Commands::destroyMkey(const Request &r) {
 // from a queue of its own, out of order, and a QP may have been reset or
 // destroyed since.
 const err::Condition *Commands::pageFaultResume(const Request &r) {
-    constexpr Field kError = field(0x40, 1);      // ifc: mem_page_fault_info.error
-    constexpr Field kTokenHigh = field(0x50, 16); // ifc: fault_token_47_32
-    constexpr Field kTokenLow = field(0x60, 32);  // ifc: fault_token_31_0
+    // page_fault_resume_in's mem_page_fault_info (Linux 6.12's layout; 6.1
+    // has the transport scheme's fields there): error, fault_token_47_32
+    // and fault_token_31_0.
+    constexpr Field kError = field(0x40, 1);
+    constexpr Field kTokenHigh = field(0x50, 16);
+    constexpr Field kTokenLow = field(0x60, 32);
     const uint64_t token = get(r.in, kTokenHigh) << 32 | get(r.in, kTokenLow);
     core_.dataPath.resumePageFault(token, get(r.in, kError));
     return nullptr;

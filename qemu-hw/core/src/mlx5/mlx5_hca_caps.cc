@@ -88,25 +88,39 @@ constexpr uint32_t kCompareSwap = 1u << 0, kFetchAdd = 1u << 1;
 constexpr uint32_t kSize8Bytes = 1u << 3;
 } // namespace atomic
 
-// The on-demand paging page (odp_cap in mlx5_ifc.h): the memory scheme's
-// block, which mlx5_ib reads once the driver set mem_page_fault (the
-// transport scheme's block stays 0: the device raises no WQE or RDMA
-// page faults). A transport's word: send, receive, write, read, atomic,
-// srq_receive, most significant first.
+// The on-demand paging page (odp_cap in Linux 6.12's mlx5_ifc.h; 6.1's
+// keeps the memory scheme's fields reserved): the memory scheme's block,
+// which mlx5_ib reads once the driver set mem_page_fault. The transport
+// scheme's block stays 0: the device raises no WQE or RDMA page faults.
 // ifc fields: odp_cap
 namespace odp {
-constexpr Field kMemPageFault = field(0x600, 1);    // ifc: mem_page_fault
-constexpr Field kMemPagePrefetch = field(0x245, 1); // memory_page_fault_scheme_cap.page_prefetch
-constexpr Field kMemRc = field(0x280, 6);           // memory_page_fault_scheme_cap.rc_odp_caps
-constexpr Field kMemUd = field(0x2c0, 6);           // .ud_odp_caps
-constexpr Field kMemXrc = field(0x2e0, 6);          // .xrc_odp_caps
-constexpr Field kMemDc = field(0x300, 6);           // .dc_odp_caps
-// libmlx5 reads DC's word where the transport scheme's block has it (the
-// page's old layout), whichever scheme the driver chose.
-constexpr Field kTransportDc = field(0x100, 6); // transport_page_fault_scheme_cap.dc_odp_caps
+constexpr Field kMemPageFault = field(0x600, 1);
+} // namespace odp
+namespace memory_scheme {
+constexpr uint32_t kBlock = 0x200; // ifc: odp_cap.memory_page_fault_scheme_cap
+constexpr Field kPagePrefetch = field(kBlock + 0x45, 1);
+// A transport's word (odp_per_transport_service_cap): six bits from its
+// first, send, receive, write, read, atomic and srq_receive.
+constexpr Field kRc =
+    field(kBlock + 0x80, 1); // ifc: odp_cap.memory_page_fault_scheme_cap.rc_odp_caps.send
+constexpr Field kUd =
+    field(kBlock + 0xc0, 1); // ifc: odp_cap.memory_page_fault_scheme_cap.ud_odp_caps.send
+constexpr Field kXrc =
+    field(kBlock + 0xe0, 1); // ifc: odp_cap.memory_page_fault_scheme_cap.xrc_odp_caps.send
+constexpr Field kDc =
+    field(kBlock + 0x100, 1); // ifc: odp_cap.memory_page_fault_scheme_cap.dc_odp_caps.send
 constexpr uint32_t kSend = 0x20, kReceive = 0x10, kWrite = 0x08, kRead = 0x04, kAtomic = 0x02,
                    kSrqReceive = 0x01;
-} // namespace odp
+constexpr uint32_t kAllSides = kSend | kReceive | kWrite | kRead | kAtomic | kSrqReceive;
+// The six bits of the transport whose word starts at `first`.
+constexpr Field sides(Field first) {
+    return field(first.bit, 6);
+}
+// libmlx5 reads DC's word where the transport scheme's block has it (6.1's
+// odp_cap.dc_odp_caps, 6.12's transport_page_fault_scheme_cap's), whichever
+// scheme the driver chose.
+constexpr Field kTransportDc = field(0x100, 6);
+} // namespace memory_scheme
 
 // DMA copies, general page fields rdma-core's mlx5_ifc.h names and
 // Linux's keeps reserved.
@@ -278,14 +292,12 @@ void HcaCaps::reset() {
     // Implicit ODP is not offered: fixed_buffer_size and null_mkey stay 0.
     mlx5::set(m, cap::kPg, 1);
     odpMax_.fill(0);
-    constexpr uint32_t kAllSides =
-        odp::kSend | odp::kReceive | odp::kWrite | odp::kRead | odp::kAtomic | odp::kSrqReceive;
     mlx5::set(odpMax_, odp::kMemPageFault, 1);
-    mlx5::set(odpMax_, odp::kMemPagePrefetch, 1);
-    mlx5::set(odpMax_, odp::kMemRc, kAllSides);
-    mlx5::set(odpMax_, odp::kMemXrc, kAllSides);
-    mlx5::set(odpMax_, odp::kMemUd, odp::kSend);
-    mlx5::set(odpMax_, odp::kMemDc, kAllSides);
+    mlx5::set(odpMax_, memory_scheme::kPagePrefetch, 1);
+    mlx5::set(odpMax_, memory_scheme::sides(memory_scheme::kRc), memory_scheme::kAllSides);
+    mlx5::set(odpMax_, memory_scheme::sides(memory_scheme::kXrc), memory_scheme::kAllSides);
+    mlx5::set(odpMax_, memory_scheme::sides(memory_scheme::kUd), memory_scheme::kSend);
+    mlx5::set(odpMax_, memory_scheme::sides(memory_scheme::kDc), memory_scheme::kAllSides);
     odpCurrent_ = odpMax_; // the scheme's block is there; the driver picks the scheme
     mlx5::set(odpCurrent_, odp::kMemPageFault, 0);
     mlx5::set(m, cap::kLogPageSize, limits::kMinLogPageSize);
@@ -357,7 +369,8 @@ const err::Condition *HcaCaps::apply(const Host &host, uint16_t type,
 // transport scheme, which never chooses the memory one, sees no DC there.
 const err::Condition *HcaCaps::applyOdp(const Host &host, std::span<const uint8_t> requested) {
     Page allowed = odpMax_;
-    mlx5::set(allowed, odp::kTransportDc, get(odpMax_, odp::kMemDc));
+    mlx5::set(allowed, memory_scheme::kTransportDc,
+              get(odpMax_, memory_scheme::sides(memory_scheme::kDc)));
     for (size_t i = 0; i < kPageBytes; ++i) {
         if (!(requested[i] & ~allowed[i]))
             continue;
@@ -367,8 +380,8 @@ const err::Condition *HcaCaps::applyOdp(const Host &host, std::span<const uint8_
         return &err::kMlx5CmdBadParam;
     }
     std::copy_n(requested.begin(), kPageBytes, odpCurrent_.begin());
-    mlx5::set(odpCurrent_, odp::kTransportDc,
-              memoryPageFaults() ? get(odpCurrent_, odp::kMemDc) : 0);
+    mlx5::set(odpCurrent_, memory_scheme::kTransportDc,
+              memoryPageFaults() ? get(odpCurrent_, memory_scheme::sides(memory_scheme::kDc)) : 0);
     return nullptr;
 }
 
