@@ -109,6 +109,9 @@ struct pib_dev {
 	struct list_head kernel_qps;
 	spinlock_t kernel_qps_lock;
 
+	/* On-demand paging: where page faults are mapped (pib_odp.c). */
+	struct workqueue_struct *odp_wq;
+
 	/* Outstanding DMA buffers and pinned user rings: 0 at remove. */
 	atomic_t kbufs;
 	atomic_t user_rings;
@@ -224,6 +227,15 @@ struct pib_mr {
 	/* Fast registration: the page list REG_MR WQEs hand the device. */
 	struct pib_kbuf page_list;
 	u32 max_pages;
+	/*
+	 * On-demand paging (pib_odp.c): the mailbox its entries are written
+	 * from (non-NULL for an on-demand MR), and the faults and prefetches
+	 * using it, which dereg waits out.
+	 */
+	struct pib_dev *dev;
+	struct pib_mtt_write *odp_box;
+	refcount_t odp_users;
+	struct completion odp_idle;
 };
 
 /*
@@ -233,6 +245,9 @@ struct pib_mr {
 #define PIB_ACCESS_SAME_BITS                              \
 	(IB_ACCESS_LOCAL_WRITE | IB_ACCESS_REMOTE_WRITE | \
 	 IB_ACCESS_REMOTE_READ | IB_ACCESS_REMOTE_ATOMIC | IB_ACCESS_MW_BIND)
+
+/* What an on-demand MR may ask for beyond those (pib_odp.c). */
+#define PIB_ACCESS_ON_DEMAND (IB_ACCESS_ON_DEMAND | IB_ACCESS_HUGETLB)
 
 static inline u32 pib_access_to_hw(int access)
 {
@@ -388,6 +403,19 @@ struct ib_mr *pib_reg_user_mr(struct ib_pd *ibpd, u64 start, u64 length,
 			      u64 virt, int access,
 			      PIB_DMAH_PARAM struct ib_udata *udata);
 int pib_dereg_mr(struct ib_mr *ibmr, struct ib_udata *udata);
+
+/* pib_odp.c */
+void pib_odp_caps(struct pib_dev *dev, struct ib_device_attr *attr);
+void pib_odp_fault_event(struct pib_dev *dev, const struct pib_eqe *eqe);
+int pib_advise_mr(struct ib_pd *pd, enum ib_uverbs_advise_mr_advice advice,
+		  u32 flags, struct ib_sge *sg_list, u32 num_sge,
+		  struct uverbs_attr_bundle *attrs);
+int pib_odp_reg(struct pib_dev *dev, struct ib_pd *pd, struct pib_mr *mr,
+		u64 start, u64 length, u64 virt, int access,
+		struct pib_mr_context *ctx);
+void pib_odp_publish(struct pib_mr *mr);
+void pib_odp_quiesce(struct pib_mr *mr);
+void pib_odp_release(struct pib_dev *dev, struct pib_mr *mr);
 struct ib_mr *pib_alloc_mr(struct ib_pd *ibpd, enum ib_mr_type mr_type,
 			   u32 max_num_sg);
 int pib_map_mr_sg(struct ib_mr *ibmr, struct scatterlist *sg, int sg_nents,

@@ -86,4 +86,39 @@ pib_umem_get(struct ib_device *dev, unsigned long addr, size_t size, int access)
 #define PIB_USER_CQ_OPS .resize_cq = pib_resize_cq
 #endif
 
+/*
+ * 6.16 keeps an on-demand umem's pages in an hmm_dma_map: a pfn_list with
+ * HMM_PFN_VALID and HMM_PFN_WRITE, the DMA addresses beside it, and the
+ * access to map is HMM_PFN_REQ_*. Before, each DMA address carried
+ * ODP_READ_ALLOWED_BIT and ODP_WRITE_ALLOWED_BIT, which are the device's
+ * PIB_MTT_READ and PIB_MTT_WRITE (docs/prm.md §6.9).
+ */
+#include <rdma/ib_umem_odp.h>
+
+#include "pib_hw.h"
+
+#if LINUX_VERSION_CODE >= KERNEL_VERSION(6, 16, 0)
+#include <linux/hmm.h>
+#define PIB_ODP_READ HMM_PFN_REQ_FAULT
+#define PIB_ODP_WRITE HMM_PFN_REQ_WRITE
+static inline u64 pib_odp_entry(struct ib_umem_odp *odp, u64 i)
+{
+	unsigned long pfn = odp->map.pfn_list[i];
+
+	if (!(pfn & HMM_PFN_VALID))
+		return 0;
+	return odp->map.dma_list[i] | PIB_MTT_READ |
+	       (pfn & HMM_PFN_WRITE ? PIB_MTT_WRITE : 0);
+}
+#else
+#define PIB_ODP_READ ODP_READ_ALLOWED_BIT
+#define PIB_ODP_WRITE ODP_WRITE_ALLOWED_BIT
+static inline u64 pib_odp_entry(struct ib_umem_odp *odp, u64 i)
+{
+	static_assert(ODP_READ_ALLOWED_BIT == PIB_MTT_READ &&
+		      ODP_WRITE_ALLOWED_BIT == PIB_MTT_WRITE);
+	return odp->dma_list[i];
+}
+#endif
+
 #endif /* PIB_COMPAT_H */

@@ -128,6 +128,8 @@ static irqreturn_t pib_async_irq(int irq, void *data)
 				      eqe->data.cmd.result);
 		else if (eqe->type == PIB_EQE_ASYNC)
 			pib_async_event(dev, eqe);
+		else if (eqe->type == PIB_EQE_PAGE_FAULT)
+			pib_odp_fault_event(dev, eqe);
 		eq->ci++;
 	}
 	pib_eq_arm(eq);

@@ -81,6 +81,11 @@ static const struct ib_device_ops pib_dev_ops = {
 	INIT_RDMA_OBJ_SIZE(ib_xrcd, pib_xrcd, ibxrcd),
 };
 
+/* Prefetch of on-demand MRs, with the device's page faults (pib_odp.c). */
+static const struct ib_device_ops pib_odp_ops = {
+	.advise_mr = pib_advise_mr,
+};
+
 /* Identify and reset the device (docs/prm.md §2, "Reset and initialisation").
  */
 static int pib_hw_reset(struct pib_dev *dev)
@@ -160,6 +165,8 @@ static void pib_init_ibdev(struct pib_dev *dev)
 	snprintf(ibdev->node_desc, sizeof(ibdev->node_desc), "%s pib_hca",
 		 init_utsname()->nodename);
 	ib_set_device_ops(ibdev, &pib_dev_ops);
+	if (dev->caps.device_cap_flags & PIB_DEV_CAP_ON_DEMAND_PAGING)
+		ib_set_device_ops(ibdev, &pib_odp_ops);
 	/* ib_core moderates its own CQs' events as the load goes (rdma_dim);
 	 * `rdma dev set <dev> adaptive-moderation off` stops it. */
 	ibdev->use_cq_dim =
@@ -293,9 +300,17 @@ static int pib_probe(struct pci_dev *pdev, const struct pci_device_id *id)
 	err = pib_hw_init(dev);
 	if (err)
 		goto close;
+	/* Page faults are mapped here, not on the async EQ's thread
+	 * (pib_odp.c). */
+	dev->odp_wq =
+		alloc_workqueue("pib_odp", WQ_UNBOUND | WQ_MEM_RECLAIM, 0);
+	if (!dev->odp_wq) {
+		err = -ENOMEM;
+		goto close;
+	}
 	err = pib_eq_setup(dev);
 	if (err)
-		goto close;
+		goto odp;
 
 	pib_init_ibdev(dev);
 	err = pib_set_node_desc(dev, dev->ibdev.node_desc);
@@ -319,6 +334,8 @@ static int pib_probe(struct pci_dev *pdev, const struct pci_device_id *id)
 
 eq:
 	pib_eq_teardown(dev);
+odp:
+	destroy_workqueue(dev->odp_wq);
 close:
 	pib_hw_close(dev);
 	pib_cmd_cleanup(dev);
@@ -341,6 +358,8 @@ static void pib_remove(struct pci_dev *pdev)
 	clear_bit(PIB_DEV_LIVE, &dev->state); /* no recovery from now on */
 	pib_debugfs_cleanup(dev);
 	ib_unregister_device(&dev->ibdev);
+	/* Faults of MRs gone resume (or fail) while commands still run. */
+	destroy_workqueue(dev->odp_wq);
 	pib_eq_teardown(dev);
 	pib_hw_close(dev);
 	pib_cmd_cleanup(dev);

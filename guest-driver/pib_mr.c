@@ -37,6 +37,10 @@ static int pib_create_mr_cmd(struct pib_dev *dev, struct pib_mr *mr,
 /* Undoes what pib_reg_user_mr() or pib_alloc_mr() did for the device. */
 static void pib_mr_free_pages(struct pib_dev *dev, struct pib_mr *mr)
 {
+	if (mr->odp_box) {
+		pib_odp_release(dev, mr);
+		return;
+	}
 	if (mr->max_pages) {
 		pib_mtt_free(dev, mr->mtt);
 		pib_kbuf_free(dev, &mr->page_list);
@@ -55,10 +59,13 @@ static void pib_mr_free_pages(struct pib_dev *dev, struct pib_mr *mr)
 static void pib_mr_destroy(struct pib_dev *dev, struct pib_mr *mr)
 {
 	u32 key = mr->ibmr.lkey;
-	int err = pib_cmd(dev, PIB_CMD_DESTROY_MR, key, 0, NULL);
+	int err;
 
 	/* debugfs walks the table under the lock xa_erase() takes. */
 	xa_erase(&dev->mrs, PIB_KEY_INDEX(key));
+	if (mr->odp_box) /* its faults are done before the device's MR goes */
+		pib_odp_quiesce(mr);
+	err = pib_cmd(dev, PIB_CMD_DESTROY_MR, key, 0, NULL);
 	if (err)
 		pib_destroy_failed(dev, "MR", key, err);
 	else
@@ -132,6 +139,35 @@ static int pib_mr_pin(struct pib_dev *dev, struct ib_pd *pd, u64 start,
 	return 0;
 }
 
+/*
+ * An on-demand MR (docs/prm.md §6.9): nothing pinned, its pages mapped as
+ * the device faults on them (pib_odp.c).
+ */
+static struct ib_mr *pib_reg_odp_mr(struct pib_dev *dev, struct ib_pd *ibpd,
+				    struct pib_mr *mr, u64 start, u64 length,
+				    u64 virt, int access)
+{
+	struct pib_mr_context ctx = {};
+	int err;
+
+	err = pib_odp_reg(dev, ibpd, mr, start, length, virt, access, &ctx);
+	if (err)
+		goto free;
+	ctx.pdn = to_ppd(ibpd)->pdn;
+	ctx.access = pib_access_to_hw(access);
+	err = pib_create_mr_cmd(dev, mr, &ctx);
+	if (err) {
+		pib_odp_release(dev, mr);
+		goto free;
+	}
+	pib_odp_publish(mr);
+	return pib_mr_publish(dev, mr);
+
+free:
+	kfree(mr);
+	return ERR_PTR(err);
+}
+
 struct ib_mr *pib_reg_user_mr(struct ib_pd *ibpd, u64 start, u64 length,
 			      u64 virt, int access,
 			      PIB_DMAH_PARAM struct ib_udata *udata)
@@ -142,14 +178,22 @@ struct ib_mr *pib_reg_user_mr(struct ib_pd *ibpd, u64 start, u64 length,
 	struct pib_mr *mr;
 	int err;
 
-	if (access & ~(PIB_ACCESS_SUPPORTED | IB_ACCESS_OPTIONAL) ||
+	if (access & ~(PIB_ACCESS_SUPPORTED | IB_ACCESS_OPTIONAL |
+		       PIB_ACCESS_ON_DEMAND) ||
 	    PIB_DMAH_GIVEN)
 		return ERR_PTR(-EOPNOTSUPP);
-	if (!length || length > dev->caps.max_mr_size)
+	if (!length || (length > dev->caps.max_mr_size && length != U64_MAX))
 		return ERR_PTR(-EINVAL);
 	mr = kzalloc(sizeof(*mr), GFP_KERNEL);
 	if (!mr)
 		return ERR_PTR(-ENOMEM);
+	if (access & IB_ACCESS_ON_DEMAND)
+		return pib_reg_odp_mr(dev, ibpd, mr, start, length, virt,
+				      access);
+	if (length > dev->caps.max_mr_size) {
+		err = -EINVAL;
+		goto free;
+	}
 	err = pib_mr_pin(dev, ibpd, start, length, virt, access, &pages);
 	if (err)
 		goto free;
@@ -300,7 +344,9 @@ struct ib_mr *pib_rereg_user_mr(struct ib_mr *ibmr, int flags, u64 start,
 	struct pib_mr_context ctx = {};
 	int err;
 
-	if (flags & ~IB_MR_REREG_SUPPORTED || !mr->umem)
+	/* An on-demand MR is registered anew (ib_core falls back to that). */
+	if (flags & ~IB_MR_REREG_SUPPORTED || !mr->umem || mr->odp_box ||
+	    access & IB_ACCESS_ON_DEMAND)
 		return ERR_PTR(-EOPNOTSUPP);
 	if (!(flags & IB_MR_REREG_PD) || !pd)
 		pd = ibmr->pd;

@@ -51,6 +51,7 @@ int pib_query_device(struct ib_device *ibdev, struct ib_device_attr *attr,
 	if (c->device_cap_flags & PIB_DEV_CAP_ATOMIC_WRITE)
 		attr->device_cap_flags |= PIB_IB_DEVICE_ATOMIC_WRITE;
 	attr->max_mw = c->max_mw;
+	pib_odp_caps(to_pdev(ibdev), attr);
 	/* The core clock counts on in 64 bits: every bit is significant. */
 	if (c->device_cap_flags & PIB_DEV_CAP_CQE_TIMESTAMP) {
 		attr->hca_core_clock = c->hca_core_clock_khz;

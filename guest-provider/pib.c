@@ -27,6 +27,7 @@ static const struct verbs_context_ops pib_ctx_ops = {
 	.alloc_pd = pib_alloc_pd,
 	.bind_mw = pib_bind_mw,
 	.close_xrcd = pib_close_xrcd,
+	.advise_mr = pib_advise_mr,
 	.attach_mcast = ibv_cmd_attach_mcast,
 	.create_ah = pib_create_ah,
 	.create_cq = pib_create_cq,

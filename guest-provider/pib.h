@@ -205,6 +205,8 @@ int pib_query_port(struct ibv_context *context, uint8_t port,
 		   struct ibv_port_attr *attr);
 struct ibv_mr *pib_reg_mr(struct ibv_pd *pd, void *addr, size_t length,
 			  uint64_t hca_va, int access);
+int pib_advise_mr(struct ibv_pd *pd, enum ibv_advise_mr_advice advice,
+		  uint32_t flags, struct ibv_sge *sg_list, uint32_t num_sge);
 int pib_dereg_mr(struct verbs_mr *vmr);
 struct ibv_ah *pib_create_ah(struct ibv_pd *pd, struct ibv_ah_attr *attr);
 int pib_destroy_ah(struct ibv_ah *ah);

@@ -71,6 +71,16 @@ struct ibv_mr *pib_reg_mr(struct ibv_pd *pd, void *addr, size_t length,
 	return &vmr->ibv_mr;
 }
 
+/*
+ * Prefetch of an on-demand MR's pages (docs/prm.md §6.9): the kernel
+ * driver maps them, as it maps a page fault's.
+ */
+int pib_advise_mr(struct ibv_pd *pd, enum ibv_advise_mr_advice advice,
+		  uint32_t flags, struct ibv_sge *sg_list, uint32_t num_sge)
+{
+	return ibv_cmd_advise_mr(pd, advice, flags, sg_list, num_sge);
+}
+
 /* In place: the device keeps the keys (REREG_MR, docs/prm.md §6.2). */
 int pib_rereg_mr(struct verbs_mr *vmr, int flags, struct ibv_pd *pd, void *addr,
 		 size_t length, int access)

@@ -33,7 +33,7 @@ struct OdpRegion {
         mr.iova = kIova;
         mr.length = count * kPage;
         mr.pdn = n.pd;
-        mr.access = kAccessAll;
+        mr.access = kAccessAll | PIB_ACCESS_FLUSH_GLOBAL;
         mr.mtt_index = mtt;
         mr.mtt_count = count;
         mr.log_page_size = 12;
@@ -209,4 +209,43 @@ TEST_CASE("pib ODP: WRITE_MTT takes present bits and absent entries into an on-d
     REQUIRE(done.size() == 1);
     CHECK(done[0].status == PIB_WC_LOC_PROT_ERR);
     CHECK(q.a.host.traces("page_fault_timeout") == 1);
+}
+
+TEST_CASE("pib ODP: an ATOMIC WRITE and a FLUSH into an on-demand region's absent page fault "
+          "and go on once it is mapped",
+          "[odp][placement]") {
+    Node::Options o = patient();
+    o.qpAccess |= PIB_ACCESS_FLUSH_GLOBAL;
+    Pair p(PIB_QPT_RC, o);
+    OdpRegion r(p.b, 1);
+    FaultReader faults;
+    p.a.postPlacement(
+        5, {.opcode = PIB_WR_ATOMIC_WRITE, .remote = kIova + 64, .rkey = r.key, .value = 0x55aa});
+    p.wire.run();
+    CHECK(p.a.poll().empty());
+    auto raised = faults.take(p.b);
+    REQUIRE(raised.size() == 1);
+    CHECK(raised[0].subtype == PIB_PAGE_FAULT_WRITE);
+    REQUIRE(r.map(p.b, {kWrite}) == PIB_CMD_STATUS_OK);
+    REQUIRE(resume(p.b, raised[0].data.page_fault.token) == PIB_CMD_STATUS_OK);
+    p.wire.advance(50'000'000);
+    auto done = p.a.poll();
+    REQUIRE(done.size() == 1);
+    CHECK(done[0].status == PIB_WC_SUCCESS);
+    CHECK(p.b.host.peek<uint64_t>(r.pages[0] + 64) == 0x55aa);
+
+    // Unmapped again (an invalidation), the FLUSH of the range faults too.
+    REQUIRE(r.map(p.b, {0}) == PIB_CMD_STATUS_OK);
+    p.a.postPlacement(6, {.remote = kIova, .rkey = r.key, .length = 4096});
+    p.wire.run();
+    raised = faults.take(p.b);
+    REQUIRE(raised.size() == 1);
+    CHECK(raised[0].subtype == 0);
+    REQUIRE(r.map(p.b, {kRead}) == PIB_CMD_STATUS_OK);
+    REQUIRE(resume(p.b, raised[0].data.page_fault.token) == PIB_CMD_STATUS_OK);
+    p.wire.advance(50'000'000);
+    done = p.a.poll();
+    REQUIRE(done.size() == 1);
+    CHECK(done[0].status == PIB_WC_SUCCESS);
+    CHECK(p.b.host.guestErrors() == 0);
 }

@@ -820,10 +820,13 @@ void Responder::flushRequest(QueuePair &qp, const iba::Packet &packet) {
     const uint8_t status =
         memory_.checkRemote(reth.rkey, requestPd(qp), qp.number, wholeRegion ? 0 : reth.va,
                             wholeRegion ? 0 : reth.length, PIB_ACCESS_FLUSH_GLOBAL);
-    if (f.placement & PIB_FLUSH_PERSISTENT || status != PIB_WC_SUCCESS) {
+    if (f.placement & PIB_FLUSH_PERSISTENT ||
+        (status != PIB_WC_SUCCESS && !answerPageFault(qp, psn))) {
         responderError(qp, psn, err::kFlushRkey);
         return;
     }
+    if (status != PIB_WC_SUCCESS)
+        return; // RNR NAKed: the range's pages are not mapped yet
     answerEmpty(qp, psn);
 }
 
@@ -847,8 +850,12 @@ void Responder::atomicWriteRequest(QueuePair &qp, const iba::Packet &packet) {
     }
     std::vector<Segment> segments;
     if (memory_.translateRemote(reth.rkey, requestPd(qp), qp.number, reth.va, 8,
-                                PIB_ACCESS_REMOTE_WRITE, segments) != PIB_WC_SUCCESS ||
-        segments.size() != 1) {
+                                PIB_ACCESS_REMOTE_WRITE, segments) != PIB_WC_SUCCESS) {
+        if (!answerPageFault(qp, psn))
+            responderError(qp, psn, err::kAtomicRkey);
+        return;
+    }
+    if (segments.size() != 1) {
         responderError(qp, psn, err::kAtomicRkey);
         return;
     }

@@ -1,0 +1,331 @@
+// SPDX-License-Identifier: GPL-2.0-only
+/*
+ * On-demand paging (docs/prm.md §6.9): user MRs whose pages the kernel's
+ * ODP code maps when the device faults on them or a process prefetches
+ * them (ibv_advise_mr), and unmaps when the process's mapping changes.
+ * The device's MTT entries of such an MR say which pages it maps now.
+ */
+#include <rdma/ib_umem_odp.h>
+
+#include "pib.h"
+
+/*
+ * The device faults on every side of RC and XRC, IBA 1.5's FLUSH and
+ * ATOMIC WRITE among them (bits 6 and 7 of the verbs' odp_caps, which the
+ * kernel passes on without naming), and on a UD send; a UD receive cannot
+ * wait for a page (prm §6.9), nor can a UC responder.
+ */
+#define PIB_ODP_SUPPORT_FLUSH (1 << 6)
+#define PIB_ODP_SUPPORT_ATOMIC_WRITE (1 << 7)
+#define PIB_ODP_ALL_SIDES                                                   \
+	(IB_ODP_SUPPORT_SEND | IB_ODP_SUPPORT_RECV | IB_ODP_SUPPORT_WRITE | \
+	 IB_ODP_SUPPORT_READ | IB_ODP_SUPPORT_ATOMIC |                      \
+	 IB_ODP_SUPPORT_SRQ_RECV | PIB_ODP_SUPPORT_FLUSH |                  \
+	 PIB_ODP_SUPPORT_ATOMIC_WRITE)
+
+void pib_odp_caps(struct pib_dev *dev, struct ib_device_attr *attr)
+{
+	if (!(dev->caps.device_cap_flags & PIB_DEV_CAP_ON_DEMAND_PAGING))
+		return;
+	attr->kernel_cap_flags |= IBK_ON_DEMAND_PAGING;
+	attr->odp_caps.general_caps = IB_ODP_SUPPORT;
+	attr->odp_caps.per_transport_caps.rc_odp_caps = PIB_ODP_ALL_SIDES;
+	attr->odp_caps.per_transport_caps.xrc_odp_caps = PIB_ODP_ALL_SIDES;
+	attr->odp_caps.per_transport_caps.ud_odp_caps = IB_ODP_SUPPORT_SEND;
+}
+
+static struct ib_umem_odp *pib_mr_odp(struct pib_mr *mr)
+{
+	return to_ib_umem_odp(mr->umem);
+}
+
+/*
+ * Writes the device's entries for pages [first, first + count) of the
+ * MR's umem as the umem maps them now (0: absent, or all absent with
+ * `zap`). Called with the umem's mutex held, so the mapping cannot
+ * change meanwhile; uses the MR's own mailbox, as an invalidation may
+ * come under memory pressure and must not allocate.
+ */
+static int pib_odp_write(struct pib_dev *dev, struct pib_mr *mr, u64 first,
+			 u64 count, bool zap)
+{
+	struct ib_umem_odp *odp = pib_mr_odp(mr);
+	struct pib_mtt_write *box = mr->odp_box;
+	int err = 0;
+
+	lockdep_assert_held(&odp->umem_mutex);
+	while (count && !err) {
+		u32 n = min_t(u64, count, PIB_MTT_WRITE_MAX), i;
+
+		memset(box, 0, offsetof(struct pib_mtt_write, entries));
+		box->count = n;
+		for (i = 0; i < n; i++)
+			box->entries[i] =
+				zap ? 0 : pib_odp_entry(odp, first + i);
+		err = pib_cmd_box(dev, PIB_CMD_WRITE_MTT, 0, mr->mtt + first,
+				  box, sizeof(*box), NULL, 0, NULL);
+		first += n;
+		count -= n;
+	}
+	return err;
+}
+
+/*
+ * The process's mapping of [range->start, range->end) changes: the device
+ * stops reaching those pages before the kernel lets them go.
+ */
+static bool pib_odp_invalidate(struct mmu_interval_notifier *mni,
+			       const struct mmu_notifier_range *range,
+			       unsigned long cur_seq)
+{
+	struct ib_umem_odp *odp =
+		container_of(mni, struct ib_umem_odp, notifier);
+	struct pib_mr *mr = odp->private;
+	u64 start, end, first, last;
+
+	if (!mmu_notifier_range_blockable(range))
+		return false;
+	mutex_lock(&odp->umem_mutex);
+	mmu_interval_set_seq(mni, cur_seq);
+	start = max_t(u64, ib_umem_start(odp), range->start);
+	end = min_t(u64, ib_umem_end(odp), range->end);
+	if (mr && start < end) {
+		first = (start - ib_umem_start(odp)) >> odp->page_shift;
+		last = (end - 1 - ib_umem_start(odp)) >> odp->page_shift;
+		/* A device that fails the command is in its fatal state. */
+		pib_odp_write(mr->dev, mr, first, last - first + 1, true);
+	}
+	if (start < end)
+		ib_umem_odp_unmap_dma_pages(odp, start, end);
+	mutex_unlock(&odp->umem_mutex);
+	return true;
+}
+
+static const struct mmu_interval_notifier_ops pib_odp_notifier_ops = {
+	.invalidate = pib_odp_invalidate,
+};
+
+/*
+ * Maps [va, va + len) of the MR's range (in its iova space) for the
+ * device: faults the pages in (`fault`), or takes those the process has
+ * already (a prefetch without faults), for writes too when `write` or
+ * the region is writable.
+ */
+static int pib_odp_map(struct pib_dev *dev, struct pib_mr *mr, u64 va, u64 len,
+		       bool write, bool fault)
+{
+	struct ib_umem_odp *odp = pib_mr_odp(mr);
+	u64 user_va, access = PIB_ODP_READ, first;
+	int npages, err;
+
+	if (va < mr->iova || va - mr->iova >= mr->length || !len)
+		return -EFAULT;
+	if (write && !mr->umem->writable)
+		return -EPERM;
+	user_va = mr->umem->address + (va - mr->iova);
+	len = min(len, mr->length - (va - mr->iova));
+	if (mr->umem->writable)
+		access |= PIB_ODP_WRITE;
+	npages = ib_umem_odp_map_dma_and_lock(odp, user_va, len, access, fault);
+	if (npages < 0)
+		return npages;
+	first = (ALIGN_DOWN(user_va, 1ULL << odp->page_shift) -
+		 ib_umem_start(odp)) >>
+		odp->page_shift;
+	err = pib_odp_write(dev, mr, first, npages, false);
+	mutex_unlock(&odp->umem_mutex);
+	return err;
+}
+
+/* The on-demand MR `key` names, held; NULL if there is none. */
+static struct pib_mr *pib_odp_mr_get(struct pib_dev *dev, u32 key)
+{
+	struct pib_mr *mr;
+
+	xa_lock(&dev->mrs);
+	mr = xa_load(&dev->mrs, PIB_KEY_INDEX(key));
+	if (mr && (!mr->odp_box || mr->ibmr.lkey != key ||
+		   !refcount_inc_not_zero(&mr->odp_users)))
+		mr = NULL;
+	xa_unlock(&dev->mrs);
+	return mr;
+}
+
+static void pib_odp_mr_put(struct pib_mr *mr)
+{
+	if (refcount_dec_and_test(&mr->odp_users))
+		complete(&mr->odp_idle);
+}
+
+struct pib_page_fault {
+	struct work_struct work;
+	struct pib_dev *dev;
+	u64 token;
+	u64 va;
+	u32 key;
+	u32 length;
+	bool write;
+};
+
+static void pib_odp_fault_work(struct work_struct *work)
+{
+	struct pib_page_fault *f =
+		container_of(work, struct pib_page_fault, work);
+	struct pib_mr *mr = pib_odp_mr_get(f->dev, f->key);
+	int err = -ENOENT;
+
+	if (mr) {
+		err = pib_odp_map(f->dev, mr, f->va, f->length, f->write, true);
+		pib_odp_mr_put(mr);
+	}
+	if (err)
+		dev_dbg(&f->dev->pdev->dev,
+			"page fault of key 0x%x at 0x%llx not mapped: %d\n",
+			f->key, f->va, err);
+	/* A failed command: the device is in its fatal state, which ends it. */
+	pib_cmd(f->dev, PIB_CMD_PAGE_FAULT_RESUME, err ? 1 : 0, f->token, NULL);
+	kfree(f);
+}
+
+/*
+ * A PAGE_FAULT EQE, on the async EQ's thread: the fault is mapped by the
+ * ODP workqueue, as mapping it takes commands whose completions this
+ * thread delivers. Without memory for it, the device fails it after its
+ * 10 s wait (prm §6.9).
+ */
+void pib_odp_fault_event(struct pib_dev *dev, const struct pib_eqe *eqe)
+{
+	struct pib_page_fault *f = kzalloc(sizeof(*f), GFP_NOWAIT);
+
+	if (!f || !dev->odp_wq) {
+		kfree(f);
+		return;
+	}
+	INIT_WORK(&f->work, pib_odp_fault_work);
+	f->dev = dev;
+	f->token = eqe->data.page_fault.token;
+	f->va = eqe->data.page_fault.va;
+	f->key = eqe->data.page_fault.key;
+	f->length = eqe->data.page_fault.length;
+	f->write = eqe->subtype & PIB_PAGE_FAULT_WRITE;
+	queue_work(dev->odp_wq, &f->work);
+}
+
+/*
+ * ibv_advise_mr: the pages of each buffer mapped now (a prefetch), for
+ * writes with PREFETCH_WRITE, without faulting any in with
+ * PREFETCH_NO_FAULT. Done at once, whether the caller waits (FLUSH) or
+ * not; only a caller that waits hears of a failure.
+ */
+int pib_advise_mr(struct ib_pd *pd, enum ib_uverbs_advise_mr_advice advice,
+		  u32 flags, struct ib_sge *sg_list, u32 num_sge,
+		  struct uverbs_attr_bundle *attrs)
+{
+	struct pib_dev *dev = to_pdev(pd->device);
+	bool write = advice == IB_UVERBS_ADVISE_MR_ADVICE_PREFETCH_WRITE;
+	bool fault = advice != IB_UVERBS_ADVISE_MR_ADVICE_PREFETCH_NO_FAULT;
+	int err = 0;
+	u32 i;
+
+	if (advice != IB_UVERBS_ADVISE_MR_ADVICE_PREFETCH &&
+	    advice != IB_UVERBS_ADVISE_MR_ADVICE_PREFETCH_WRITE &&
+	    advice != IB_UVERBS_ADVISE_MR_ADVICE_PREFETCH_NO_FAULT)
+		return -EOPNOTSUPP;
+	for (i = 0; i < num_sge && !err; i++) {
+		struct pib_mr *mr = pib_odp_mr_get(dev, sg_list[i].lkey);
+
+		if (!mr)
+			return -ENOENT;
+		err = mr->pdn == to_ppd(pd)->pdn
+			      ? pib_odp_map(dev, mr, sg_list[i].addr,
+					    sg_list[i].length, write, fault)
+			      : -EPERM;
+		pib_odp_mr_put(mr);
+	}
+	return flags & IB_UVERBS_ADVISE_MR_FLAG_FLUSH ? err : 0;
+}
+
+/*
+ * An on-demand MR over [start, start + length) of the process, at `virt`
+ * in its iova space, on the same page offset: its MTT entries all absent
+ * until the device faults on them.
+ */
+int pib_odp_reg(struct pib_dev *dev, struct ib_pd *pd, struct pib_mr *mr,
+		u64 start, u64 length, u64 virt, int access,
+		struct pib_mr_context *ctx)
+{
+	struct ib_umem_odp *odp;
+	int err;
+
+	if (!(dev->caps.device_cap_flags & PIB_DEV_CAP_ON_DEMAND_PAGING) ||
+	    !start || length == U64_MAX)
+		return -EOPNOTSUPP; /* implicit ODP: not offered */
+	odp = ib_umem_odp_get(pd->device, start, length, access,
+			      &pib_odp_notifier_ops);
+	if (IS_ERR(odp))
+		return PTR_ERR(odp);
+	err = -EINVAL;
+	if ((virt ^ start) & ((1ULL << odp->page_shift) - 1))
+		goto release;
+	err = -ENOMEM;
+	mr->odp_box = kzalloc(sizeof(*mr->odp_box), GFP_KERNEL);
+	if (!mr->odp_box)
+		goto release;
+	mr->npages = ib_umem_odp_num_pages(odp);
+	err = pib_mtt_alloc(dev, mr->npages, &mr->mtt);
+	if (err)
+		goto free_box;
+	mr->umem = &odp->umem;
+	mr->dev = dev;
+	mr->page_shift = odp->page_shift;
+	refcount_set(&mr->odp_users, 1);
+	init_completion(&mr->odp_idle);
+	ctx->iova = virt;
+	ctx->length = length;
+	ctx->mtt_index = mr->mtt;
+	ctx->mtt_count = mr->npages;
+	ctx->log_page_size = mr->page_shift;
+	ctx->flags = PIB_MR_ON_DEMAND;
+	return 0;
+
+free_box:
+	kfree(mr->odp_box);
+	mr->odp_box = NULL;
+release:
+	ib_umem_odp_release(odp);
+	return err;
+}
+
+/* The MR is the device's now: invalidations write its entries. */
+void pib_odp_publish(struct pib_mr *mr)
+{
+	struct ib_umem_odp *odp = pib_mr_odp(mr);
+
+	mutex_lock(&odp->umem_mutex);
+	odp->private = mr;
+	mutex_unlock(&odp->umem_mutex);
+}
+
+/*
+ * Once the MR left dev->mrs: no fault or prefetch uses it any more, nor
+ * does an invalidation write its entries (the caller then destroys the
+ * device's MR, whose MTT range no longer takes entries with present bits).
+ */
+void pib_odp_quiesce(struct pib_mr *mr)
+{
+	struct ib_umem_odp *odp = pib_mr_odp(mr);
+
+	pib_odp_mr_put(mr);
+	wait_for_completion(&mr->odp_idle);
+	mutex_lock(&odp->umem_mutex);
+	odp->private = NULL;
+	mutex_unlock(&odp->umem_mutex);
+}
+
+/* After the device's MR is gone: its pages, then its MTT range. */
+void pib_odp_release(struct pib_dev *dev, struct pib_mr *mr)
+{
+	ib_umem_odp_release(pib_mr_odp(mr));
+	pib_mtt_free(dev, mr->mtt);
+	kfree(mr->odp_box);
+}
