@@ -337,13 +337,16 @@ int pib_modify_qp(struct ib_qp *ibqp, struct ib_qp_attr *attr, int mask,
 	 * Remote write, read and atomic are the device's, and FLUSH to
 	 * global visibility; FLUSH for persistence grants an operation the
 	 * device never accepts (it offers no persistence), so that bit is
-	 * dropped here rather than failing the transition.
+	 * dropped here rather than failing the transition. On-demand paging
+	 * is a region's, not a QP's: a QP granted it (as rdma-core's ODP
+	 * tests grant their QPs their regions' rights) takes faults on any
+	 * on-demand region it reaches, as every QP does.
 	 */
 	if (mask & IB_QP_ACCESS_FLAGS &&
 	    attr->qp_access_flags &
 		    ~(IB_ACCESS_REMOTE_WRITE | IB_ACCESS_REMOTE_READ |
 		      IB_ACCESS_REMOTE_ATOMIC | IB_ACCESS_LOCAL_WRITE |
-		      PIB_IB_ACCESS_FLUSH))
+		      PIB_IB_ACCESS_FLUSH | IB_ACCESS_ON_DEMAND))
 		return -EINVAL;
 	a.qp_access_flags = pib_access_to_hw(
 		attr->qp_access_flags &

@@ -15,7 +15,7 @@ import pytest
 
 import pyverbs_runs
 from mpi_runs import mpi_check
-from pibctl import qmp
+from pibctl import odp_costs, qmp
 from pibctl.hpc import ucx_perftest
 from pibctl.pairs import (PERFTEST, ipoib_up, output_contains, perftest, perftest_figure,
                           perftest_shown, rdma_cm_listening, run_pair)
@@ -440,6 +440,16 @@ def test_pyverbs_on_mlx5(ctx):
                        MLX5_PYVERBS_MUST_PASS, 100)
     if MLX5_PYVERBS_LEFT_OUT:
         print(f"left out: {', '.join(MLX5_PYVERBS_LEFT_OUT)} (docs/mlx5.md §13)")
+
+
+def test_on_demand_paging_costs(ctx):
+    """What on-demand paging costs on mlx5_0 (docs/mlx5.md §10.6):
+    ib_write_bw of 1 MiB messages over pinned memory, then over on-demand
+    regions (--odp); mlx5_ib maps the pages a process has at registration,
+    so only those it had not yet fault. Every fault raised is resumed."""
+    c = odp_costs.measure(ctx, "mlx5_0", 18872, "vm3", "vm2")
+    print(odp_costs.shown(c, "mlx5_0"))
+    assert c.resumed == c.faults, c
 
 
 def test_devx_event_and_command_channels(ctx):

@@ -6,7 +6,7 @@ import re
 import pytest
 
 import pyverbs_runs
-from pibctl import qmp
+from pibctl import odp_costs, qmp
 from pibctl.pairs import ipoib_up, run_pair
 from transfers import traffic
 
@@ -141,6 +141,16 @@ def test_pyverbs_whole_suite(ctx):
     ipoib_up(ctx, ["vm1"])  # the rdmacm tests use ib0's address
     outs = pyverbs_runs.run(ctx, "vm1", "pib_0")
     pyverbs_runs.check(outs, PYVERBS_SKIPS, PYVERBS_SKIPPED_TESTS, PYVERBS_MUST_PASS, 70)
+
+
+def test_on_demand_paging_costs(ctx):
+    """What on-demand paging costs on pib_0 (docs/prm.md §6.9): ib_write_bw
+    of 1 MiB messages over pinned memory, then over on-demand regions
+    (--odp), whose pages the devices fault on and the drivers map; every
+    fault raised is resumed, and the figures are printed."""
+    c = odp_costs.measure(ctx, "pib_0", 18870, "vm2", "vm1")
+    print(odp_costs.shown(c, "pib_0"))
+    assert c.faults > 0 and c.resumed == c.faults, c
 
 
 MODERATION_EVENTS = ("pib_hca_cq_moderate", "pib_hca_cq_event_held", "pib_hca_cq_event_period")
