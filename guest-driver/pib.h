@@ -404,7 +404,8 @@ struct ib_mr *pib_reg_user_mr(struct ib_pd *ibpd, u64 start, u64 length,
 			      PIB_DMAH_PARAM struct ib_udata *udata);
 int pib_dereg_mr(struct ib_mr *ibmr, struct ib_udata *udata);
 
-/* pib_odp.c */
+/* pib_odp.c; without the kernel's on-demand paging, no ODP at all. */
+#if IS_ENABLED(CONFIG_INFINIBAND_ON_DEMAND_PAGING)
 void pib_odp_caps(struct pib_dev *dev, struct ib_device_attr *attr);
 void pib_odp_fault_event(struct pib_dev *dev, const struct pib_eqe *eqe);
 int pib_advise_mr(struct ib_pd *pd, enum ib_uverbs_advise_mr_advice advice,
@@ -415,7 +416,34 @@ int pib_odp_reg(struct pib_dev *dev, struct ib_pd *pd, struct pib_mr *mr,
 		struct pib_mr_context *ctx);
 void pib_odp_publish(struct pib_mr *mr);
 void pib_odp_quiesce(struct pib_mr *mr);
-void pib_odp_release(struct pib_dev *dev, struct pib_mr *mr);
+void pib_odp_release(struct pib_dev *dev, struct pib_mr *mr, bool destroyed);
+#else
+static inline void pib_odp_caps(struct pib_dev *dev,
+				struct ib_device_attr *attr)
+{
+}
+static inline void pib_odp_fault_event(struct pib_dev *dev,
+				       const struct pib_eqe *eqe)
+{
+}
+#define pib_advise_mr NULL
+static inline int pib_odp_reg(struct pib_dev *dev, struct ib_pd *pd,
+			      struct pib_mr *mr, u64 start, u64 length,
+			      u64 virt, int access, struct pib_mr_context *ctx)
+{
+	return -EOPNOTSUPP;
+}
+static inline void pib_odp_publish(struct pib_mr *mr)
+{
+}
+static inline void pib_odp_quiesce(struct pib_mr *mr)
+{
+}
+static inline void pib_odp_release(struct pib_dev *dev, struct pib_mr *mr,
+				   bool destroyed)
+{
+}
+#endif
 struct ib_mr *pib_alloc_mr(struct ib_pd *ibpd, enum ib_mr_type mr_type,
 			   u32 max_num_sg);
 int pib_map_mr_sg(struct ib_mr *ibmr, struct scatterlist *sg, int sg_nents,

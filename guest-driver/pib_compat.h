@@ -88,10 +88,15 @@ pib_umem_get(struct ib_device *dev, unsigned long addr, size_t size, int access)
 
 /*
  * 6.16 keeps an on-demand umem's pages in an hmm_dma_map: a pfn_list with
- * HMM_PFN_VALID and HMM_PFN_WRITE, the DMA addresses beside it, and the
- * access to map is HMM_PFN_REQ_*. Before, each DMA address carried
- * ODP_READ_ALLOWED_BIT and ODP_WRITE_ALLOWED_BIT, which are the device's
- * PIB_MTT_READ and PIB_MTT_WRITE (docs/prm.md §6.9).
+ * HMM_PFN_VALID and HMM_PFN_WRITE, and ib_umem_odp_map_dma_and_lock()
+ * faults pages in without DMA-mapping them, which the driver does page
+ * by page (hmm_dma_map_pfn, counted in npages, which the unmap takes
+ * back). That list has an entry per 4 KiB page whatever the umem's page
+ * size, so an on-demand MR there is of 4 KiB pages (PIB_ODP_GET_ACCESS
+ * drops IB_ACCESS_HUGETLB). Before, ib_umem_odp_map_dma_and_lock() mapped
+ * them, and each DMA address carries ODP_READ_ALLOWED_BIT and
+ * ODP_WRITE_ALLOWED_BIT, which are the device's PIB_MTT_READ and
+ * PIB_MTT_WRITE (docs/prm.md §6.9).
  */
 #include <rdma/ib_umem_odp.h>
 
@@ -99,25 +104,39 @@ pib_umem_get(struct ib_device *dev, unsigned long addr, size_t size, int access)
 
 #if LINUX_VERSION_CODE >= KERNEL_VERSION(6, 16, 0)
 #include <linux/hmm.h>
+#include <linux/pci-p2pdma.h>
 #define PIB_ODP_READ HMM_PFN_REQ_FAULT
 #define PIB_ODP_WRITE HMM_PFN_REQ_WRITE
-static inline u64 pib_odp_entry(struct ib_umem_odp *odp, u64 i)
+#define PIB_ODP_GET_ACCESS(access) ((access) & ~IB_ACCESS_HUGETLB)
+/* Page `i`'s MTT entry in *entry (0: absent); the umem's mutex is held. */
+static inline int pib_odp_entry(struct ib_umem_odp *odp, u64 i, u64 *entry)
 {
+	struct ib_device *ibdev = odp->umem.ibdev;
+	struct pci_p2pdma_map_state p2p = {};
 	unsigned long pfn = odp->map.pfn_list[i];
+	dma_addr_t dma;
 
+	*entry = 0;
 	if (!(pfn & HMM_PFN_VALID))
 		return 0;
-	return odp->map.dma_list[i] | PIB_MTT_READ |
-	       (pfn & HMM_PFN_WRITE ? PIB_MTT_WRITE : 0);
+	dma = hmm_dma_map_pfn(ibdev->dma_device, &odp->map, i, &p2p);
+	if (ib_dma_mapping_error(ibdev, dma))
+		return -EFAULT;
+	if (!(pfn & HMM_PFN_DMA_MAPPED))
+		odp->npages++;
+	*entry = dma | PIB_MTT_READ | (pfn & HMM_PFN_WRITE ? PIB_MTT_WRITE : 0);
+	return 0;
 }
 #else
 #define PIB_ODP_READ ODP_READ_ALLOWED_BIT
 #define PIB_ODP_WRITE ODP_WRITE_ALLOWED_BIT
-static inline u64 pib_odp_entry(struct ib_umem_odp *odp, u64 i)
+#define PIB_ODP_GET_ACCESS(access) (access)
+static inline int pib_odp_entry(struct ib_umem_odp *odp, u64 i, u64 *entry)
 {
 	static_assert(ODP_READ_ALLOWED_BIT == PIB_MTT_READ &&
 		      ODP_WRITE_ALLOWED_BIT == PIB_MTT_WRITE);
-	return odp->dma_list[i];
+	*entry = odp->dma_list[i];
+	return 0;
 }
 #endif
 

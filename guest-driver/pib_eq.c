@@ -8,6 +8,11 @@
 #include "pib.h"
 
 #define PIB_EQ_LOG_SIZE 8
+/*
+ * The async EQ takes page faults too, at most two outstanding per QP (prm
+ * §6.9): room for a burst of them beside the command completions.
+ */
+#define PIB_ASYNC_EQ_LOG_SIZE 12
 
 static struct pib_eqe *pib_next_eqe(struct pib_eq *eq)
 {
@@ -162,7 +167,8 @@ static int pib_eq_create(struct pib_dev *dev, struct pib_eq *eq,
 	int err;
 
 	eq->dev = dev;
-	eq->log_size = PIB_EQ_LOG_SIZE;
+	eq->log_size =
+		flags & PIB_EQ_ASYNC ? PIB_ASYNC_EQ_LOG_SIZE : PIB_EQ_LOG_SIZE;
 	err = pib_ring_kernel(dev, &eq->ring,
 			      sizeof(struct pib_eqe) << eq->log_size);
 	if (err)

@@ -354,12 +354,20 @@ free_dev:
 static void pib_remove(struct pci_dev *pdev)
 {
 	struct pib_dev *dev = pci_get_drvdata(pdev);
+	struct workqueue_struct *odp_wq;
 
 	clear_bit(PIB_DEV_LIVE, &dev->state); /* no recovery from now on */
 	pib_debugfs_cleanup(dev);
 	ib_unregister_device(&dev->ibdev);
-	/* Faults of MRs gone resume (or fail) while commands still run. */
-	destroy_workqueue(dev->odp_wq);
+	/*
+	 * No fault is queued from now on (the async EQ's thread may be at one:
+	 * synchronize_irq waits for it); those queued resume (or fail) while
+	 * commands still run.
+	 */
+	odp_wq = dev->odp_wq;
+	WRITE_ONCE(dev->odp_wq, NULL);
+	synchronize_irq(dev->async_eq.irq);
+	destroy_workqueue(odp_wq);
 	pib_eq_teardown(dev);
 	pib_hw_close(dev);
 	pib_cmd_cleanup(dev);

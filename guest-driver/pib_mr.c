@@ -38,7 +38,7 @@ static int pib_create_mr_cmd(struct pib_dev *dev, struct pib_mr *mr,
 static void pib_mr_free_pages(struct pib_dev *dev, struct pib_mr *mr)
 {
 	if (mr->odp_box) {
-		pib_odp_release(dev, mr);
+		pib_odp_release(dev, mr, true);
 		return;
 	}
 	if (mr->max_pages) {
@@ -68,7 +68,9 @@ static void pib_mr_destroy(struct pib_dev *dev, struct pib_mr *mr)
 	err = pib_cmd(dev, PIB_CMD_DESTROY_MR, key, 0, NULL);
 	if (err)
 		pib_destroy_failed(dev, "MR", key, err);
-	else
+	if (err && mr->odp_box) /* its pages go all the same (pib_odp.c) */
+		pib_odp_release(dev, mr, false);
+	else if (!err)
 		pib_mr_free_pages(dev, mr);
 	kfree(mr);
 }
@@ -157,7 +159,7 @@ static struct ib_mr *pib_reg_odp_mr(struct pib_dev *dev, struct ib_pd *ibpd,
 	ctx.access = pib_access_to_hw(access);
 	err = pib_create_mr_cmd(dev, mr, &ctx);
 	if (err) {
-		pib_odp_release(dev, mr);
+		pib_odp_release(dev, mr, true);
 		goto free;
 	}
 	pib_odp_publish(mr);
@@ -344,9 +346,9 @@ struct ib_mr *pib_rereg_user_mr(struct ib_mr *ibmr, int flags, u64 start,
 	struct pib_mr_context ctx = {};
 	int err;
 
-	/* An on-demand MR is registered anew (ib_core falls back to that). */
+	/* Not an on-demand MR, nor into one: deregister and register. */
 	if (flags & ~IB_MR_REREG_SUPPORTED || !mr->umem || mr->odp_box ||
-	    access & IB_ACCESS_ON_DEMAND)
+	    (flags & IB_MR_REREG_ACCESS && access & IB_ACCESS_ON_DEMAND))
 		return ERR_PTR(-EOPNOTSUPP);
 	if (!(flags & IB_MR_REREG_PD) || !pd)
 		pd = ibmr->pd;

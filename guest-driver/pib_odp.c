@@ -42,15 +42,17 @@ static struct ib_umem_odp *pib_mr_odp(struct pib_mr *mr)
 /*
  * Writes the device's entries for pages [first, first + count) of the
  * MR's umem as the umem maps them now (0: absent, or all absent with
- * `zap`). Called with the umem's mutex held, so the mapping cannot
- * change meanwhile; uses the MR's own mailbox, as an invalidation may
- * come under memory pressure and must not allocate.
+ * `zap`), never a write enable on a region the process may not write.
+ * Called with the umem's mutex held, so the mapping cannot change
+ * meanwhile; uses the MR's own mailbox, as an invalidation may come under
+ * memory pressure and must not allocate.
  */
 static int pib_odp_write(struct pib_dev *dev, struct pib_mr *mr, u64 first,
 			 u64 count, bool zap)
 {
 	struct ib_umem_odp *odp = pib_mr_odp(mr);
 	struct pib_mtt_write *box = mr->odp_box;
+	u64 keep = mr->umem->writable ? ~0ULL : ~(u64)PIB_MTT_WRITE;
 	int err = 0;
 
 	lockdep_assert_held(&odp->umem_mutex);
@@ -59,11 +61,17 @@ static int pib_odp_write(struct pib_dev *dev, struct pib_mr *mr, u64 first,
 
 		memset(box, 0, offsetof(struct pib_mtt_write, entries));
 		box->count = n;
-		for (i = 0; i < n; i++)
-			box->entries[i] =
-				zap ? 0 : pib_odp_entry(odp, first + i);
-		err = pib_cmd_box(dev, PIB_CMD_WRITE_MTT, 0, mr->mtt + first,
-				  box, sizeof(*box), NULL, 0, NULL);
+		for (i = 0; i < n && !err; i++) {
+			box->entries[i] = 0;
+			if (!zap)
+				err = pib_odp_entry(odp, first + i,
+						    &box->entries[i]);
+			box->entries[i] &= keep;
+		}
+		if (!err)
+			err = pib_cmd_box(dev, PIB_CMD_WRITE_MTT, 0,
+					  mr->mtt + first, box, sizeof(*box),
+					  NULL, 0, NULL);
 		first += n;
 		count -= n;
 	}
@@ -80,16 +88,18 @@ static bool pib_odp_invalidate(struct mmu_interval_notifier *mni,
 {
 	struct ib_umem_odp *odp =
 		container_of(mni, struct ib_umem_odp, notifier);
-	struct pib_mr *mr = odp->private;
+	struct pib_mr *mr;
 	u64 start, end, first, last;
 
 	if (!mmu_notifier_range_blockable(range))
 		return false;
 	mutex_lock(&odp->umem_mutex);
 	mmu_interval_set_seq(mni, cur_seq);
+	mr = odp->private; /* under the mutex: dereg clears it under it too */
 	start = max_t(u64, ib_umem_start(odp), range->start);
 	end = min_t(u64, ib_umem_end(odp), range->end);
-	if (mr && start < end) {
+	if (mr && start < end &&
+	    odp->npages) { /* nothing mapped: nothing to zap */
 		first = (start - ib_umem_start(odp)) >> odp->page_shift;
 		last = (end - 1 - ib_umem_start(odp)) >> odp->page_shift;
 		/* A device that fails the command is in its fatal state. */
@@ -108,8 +118,7 @@ static const struct mmu_interval_notifier_ops pib_odp_notifier_ops = {
 /*
  * Maps [va, va + len) of the MR's range (in its iova space) for the
  * device: faults the pages in (`fault`), or takes those the process has
- * already (a prefetch without faults), for writes too when `write` or
- * the region is writable.
+ * already (a prefetch without faults); for writes too when `write`.
  */
 static int pib_odp_map(struct pib_dev *dev, struct pib_mr *mr, u64 va, u64 len,
 		       bool write, bool fault)
@@ -124,7 +133,7 @@ static int pib_odp_map(struct pib_dev *dev, struct pib_mr *mr, u64 va, u64 len,
 		return -EPERM;
 	user_va = mr->umem->address + (va - mr->iova);
 	len = min(len, mr->length - (va - mr->iova));
-	if (mr->umem->writable)
+	if (write)
 		access |= PIB_ODP_WRITE;
 	npages = ib_umem_odp_map_dma_and_lock(odp, user_va, len, access, fault);
 	if (npages < 0)
@@ -175,7 +184,13 @@ static void pib_odp_fault_work(struct work_struct *work)
 	int err = -ENOENT;
 
 	if (mr) {
-		err = pib_odp_map(f->dev, mr, f->va, f->length, f->write, true);
+		/*
+		 * Writable pages of a writable region are mapped for writes at
+		 * once, as mlx5_ib maps them: a read now and a write later
+		 * would fault twice.
+		 */
+		err = pib_odp_map(f->dev, mr, f->va, f->length,
+				  f->write || mr->umem->writable, true);
 		pib_odp_mr_put(mr);
 	}
 	if (err)
@@ -195,12 +210,16 @@ static void pib_odp_fault_work(struct work_struct *work)
  */
 void pib_odp_fault_event(struct pib_dev *dev, const struct pib_eqe *eqe)
 {
-	struct pib_page_fault *f = kzalloc(sizeof(*f), GFP_NOWAIT);
+	struct workqueue_struct *wq = READ_ONCE(dev->odp_wq);
+	struct pib_page_fault *f;
 
-	if (!f || !dev->odp_wq) {
-		kfree(f);
+	if (!wq) /* the device goes (pib_remove) */
 		return;
-	}
+	/* Not GFP_KERNEL: reclaim may invalidate, which waits for this thread.
+	 */
+	f = kzalloc(sizeof(*f), GFP_NOWAIT | __GFP_NOWARN);
+	if (!f)
+		return;
 	INIT_WORK(&f->work, pib_odp_fault_work);
 	f->dev = dev;
 	f->token = eqe->data.page_fault.token;
@@ -208,14 +227,31 @@ void pib_odp_fault_event(struct pib_dev *dev, const struct pib_eqe *eqe)
 	f->key = eqe->data.page_fault.key;
 	f->length = eqe->data.page_fault.length;
 	f->write = eqe->subtype & PIB_PAGE_FAULT_WRITE;
-	queue_work(dev->odp_wq, &f->work);
+	queue_work(wq, &f->work);
+}
+
+/* A prefetch's buffer: an on-demand MR of `pd`, writable for `write`. */
+static int pib_odp_prefetchable(struct pib_dev *dev, struct ib_pd *pd,
+				const struct ib_sge *sge, bool write)
+{
+	struct pib_mr *mr = pib_odp_mr_get(dev, sge->lkey);
+	int err = 0;
+
+	if (!mr)
+		return -ENOENT;
+	if (mr->pdn != to_ppd(pd)->pdn || (write && !mr->umem->writable))
+		err = -EPERM;
+	pib_odp_mr_put(mr);
+	return err;
 }
 
 /*
- * ibv_advise_mr: the pages of each buffer mapped now (a prefetch), for
- * writes with PREFETCH_WRITE, without faulting any in with
- * PREFETCH_NO_FAULT. Done at once, whether the caller waits (FLUSH) or
- * not; only a caller that waits hears of a failure.
+ * ibv_advise_mr, as mlx5_ib answers it: every buffer checked first (an
+ * on-demand MR of the PD, writable for PREFETCH_WRITE), then the pages
+ * of each mapped now, for reads (PREFETCH), writes too (PREFETCH_WRITE),
+ * or only those the process has already (PREFETCH_NO_FAULT). Mapping is
+ * done at once, whether the caller waits (FLUSH) or not; only a caller
+ * that waits hears of a mapping failure.
  */
 int pib_advise_mr(struct ib_pd *pd, enum ib_uverbs_advise_mr_advice advice,
 		  u32 flags, struct ib_sge *sg_list, u32 num_sge,
@@ -231,15 +267,20 @@ int pib_advise_mr(struct ib_pd *pd, enum ib_uverbs_advise_mr_advice advice,
 	    advice != IB_UVERBS_ADVISE_MR_ADVICE_PREFETCH_WRITE &&
 	    advice != IB_UVERBS_ADVISE_MR_ADVICE_PREFETCH_NO_FAULT)
 		return -EOPNOTSUPP;
+	for (i = 0; i < num_sge; i++) {
+		err = pib_odp_prefetchable(dev, pd, &sg_list[i], write);
+		if (err)
+			return err;
+	}
 	for (i = 0; i < num_sge && !err; i++) {
 		struct pib_mr *mr = pib_odp_mr_get(dev, sg_list[i].lkey);
 
-		if (!mr)
-			return -ENOENT;
-		err = mr->pdn == to_ppd(pd)->pdn
-			      ? pib_odp_map(dev, mr, sg_list[i].addr,
-					    sg_list[i].length, write, fault)
-			      : -EPERM;
+		if (!mr) /* deregistered meanwhile */
+			return flags & IB_UVERBS_ADVISE_MR_FLAG_FLUSH ? -ENOENT
+								      : 0;
+		if (sg_list[i].length)
+			err = pib_odp_map(dev, mr, sg_list[i].addr,
+					  sg_list[i].length, write, fault);
 		pib_odp_mr_put(mr);
 	}
 	return flags & IB_UVERBS_ADVISE_MR_FLAG_FLUSH ? err : 0;
@@ -257,10 +298,12 @@ int pib_odp_reg(struct pib_dev *dev, struct ib_pd *pd, struct pib_mr *mr,
 	struct ib_umem_odp *odp;
 	int err;
 
-	if (!(dev->caps.device_cap_flags & PIB_DEV_CAP_ON_DEMAND_PAGING) ||
-	    !start || length == U64_MAX)
+	if (!(dev->caps.device_cap_flags & PIB_DEV_CAP_ON_DEMAND_PAGING))
+		return -EOPNOTSUPP;
+	if (!start && length == U64_MAX)
 		return -EOPNOTSUPP; /* implicit ODP: not offered */
-	odp = ib_umem_odp_get(pd->device, start, length, access,
+	odp = ib_umem_odp_get(pd->device, start, length,
+			      PIB_ODP_GET_ACCESS(access),
 			      &pib_odp_notifier_ops);
 	if (IS_ERR(odp))
 		return PTR_ERR(odp);
@@ -307,9 +350,11 @@ void pib_odp_publish(struct pib_mr *mr)
 }
 
 /*
- * Once the MR left dev->mrs: no fault or prefetch uses it any more, nor
- * does an invalidation write its entries (the caller then destroys the
- * device's MR, whose MTT range no longer takes entries with present bits).
+ * Once the MR left dev->mrs: no fault or prefetch uses it any more (a
+ * stuck one, in a userfaultfd, holds dereg as it holds mlx5_ib's), and
+ * the device reaches none of its pages before the caller destroys the
+ * device's MR; nor does an invalidation write its entries after that
+ * (the MTT range then takes no entries with present bits).
  */
 void pib_odp_quiesce(struct pib_mr *mr)
 {
@@ -318,14 +363,22 @@ void pib_odp_quiesce(struct pib_mr *mr)
 	pib_odp_mr_put(mr);
 	wait_for_completion(&mr->odp_idle);
 	mutex_lock(&odp->umem_mutex);
+	if (odp->npages)
+		pib_odp_write(mr->dev, mr, 0, mr->npages, true);
+	ib_umem_odp_unmap_dma_pages(odp, ib_umem_start(odp), ib_umem_end(odp));
 	odp->private = NULL;
 	mutex_unlock(&odp->umem_mutex);
 }
 
-/* After the device's MR is gone: its pages, then its MTT range. */
-void pib_odp_release(struct pib_dev *dev, struct pib_mr *mr)
+/*
+ * After the device's MR is gone (`destroyed`), its pages, then its MTT
+ * range; if the device kept it, the pages still go (the device reaches
+ * none of them: pib_odp_quiesce()), and only the range stays the MR's.
+ */
+void pib_odp_release(struct pib_dev *dev, struct pib_mr *mr, bool destroyed)
 {
 	ib_umem_odp_release(pib_mr_odp(mr));
-	pib_mtt_free(dev, mr->mtt);
+	if (destroyed)
+		pib_mtt_free(dev, mr->mtt);
 	kfree(mr->odp_box);
 }

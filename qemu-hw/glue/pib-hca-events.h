@@ -380,9 +380,9 @@ static void pib_hca_trace_event(unsigned event, const uint64_t *a)
             (uint64_t) a[3], (uint64_t) a[4], (unsigned) a[5], (uint64_t) a[6]);
         break;
     case PIB_EVENT_PAGE_FAULT_RESUMED:
-        trace_pib_hca_page_fault_resumed((unsigned) a[0],
-                                         (const char *) (uintptr_t) a[1],
-                                         (uint64_t) a[2], (unsigned) a[3]);
+        trace_pib_hca_page_fault_resumed(
+            (unsigned) a[0], (const char *) (uintptr_t) a[1], (uint64_t) a[2],
+            (unsigned) a[3], (uint64_t) a[4]);
         break;
     case PIB_EVENT_PAGE_FAULT_STALE:
         trace_pib_hca_page_fault_stale((uint64_t) a[0]);

@@ -115,15 +115,14 @@ PYVERBS_MUST_PASS = (
     "test_without_allocators_rc_traffic", "test_default_allocators_rc_traffic",
     "test_mem_align_rc_traffic", "test_mem_align_ud_traffic",
     "test_mem_align_srq_excq_rc_traffic",
-    # On-demand paging (§6.9): RC SENDs, WRITEs, READs, atomics, ATOMIC
-    # WRITEs and FLUSHes, UD SENDs and XRC SENDs into SRQs, through regions
+    # On-demand paging (§6.9): RC SENDs, WRITEs, READs and atomics, UD
+    # SENDs and XRC SENDs into SRQs, through regions
     # whose pages the test drops (madvise DONTNEED) before every message:
     # each access faults, the driver maps the pages and resumes; regions
     # prefetched (ibv_advise_mr) and of huge pages.
     "test_odp_rc_traffic", "test_odp_rc_mixed_mr", "test_odp_rc_atomic_cmp_and_swp",
     "test_odp_rc_atomic_fetch_and_add", "test_odp_rc_rdma_read", "test_odp_rc_rdma_write",
-    "test_odp_ud_traffic", "test_odp_xrc_traffic", "test_odp_qp_ex_rc_atomic_write",
-    "test_odp_qp_ex_rc_flush", "test_odp_sync_prefetch_rc_traffic",
+    "test_odp_ud_traffic", "test_odp_xrc_traffic", "test_odp_sync_prefetch_rc_traffic",
     "test_odp_async_prefetch_rc_traffic", "test_odp_prefetch_sync_no_page_fault_rc_traffic",
     "test_odp_prefetch_async_no_page_fault_rc_traffic", "test_odp_rc_huge_traffic",
     "test_odp_rc_huge_user_addr_traffic")

@@ -335,7 +335,7 @@ static inline const char *pib_event_args(unsigned event) {
         "i",     "i",       "i",       "i",      "i",     "i",     "ii",    "is",     "i",
         "i",     "isi",     "is",      "s",      "sii",   "iiii",  "is",    "si",     "iii",
         "iiiii", "iiiiii",  "i",       "ii",     "iii",   "ii",    "ii",    "ii",     "ii",
-        "ii",    "isiiiii", "isii",    "i",      "isi",   "isii",  "isii",  "iii",    "ii",
+        "ii",    "isiiiii", "isiii",   "i",      "isi",   "isii",  "isii",  "iii",    "ii",
         "ii",    "ii",      "ii",      "iii",    "iis",   "iii",   "ii",    "i",      "iiii",
         "iis",   "iiii",    "ii",      "iiiii",  "iis",   "ii",    "iii",   "iii",    "iii",
         "ii",    "iiiii",   "iis",     "isii",   "iiiii", "iiii",  "iiiii", "iiiii",  "iiiiiii",

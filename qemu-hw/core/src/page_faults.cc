@@ -33,7 +33,8 @@ bool TransportRole::waitForPage(QueuePair &qp, FaultSide side, const FaultSite &
         return false;
     }
     w.token = token;
-    w.deadline = host_.clockNs() + page_fault::kWaitNs;
+    w.raisedAt = host_.clockNs();
+    w.deadline = w.raisedAt + page_fault::kWaitNs;
     timers_.schedule(qp);
     trace::page_fault(host_, qp.number, sideName(side), site.key, site.va, site.length, site.write,
                       token);
@@ -50,7 +51,8 @@ bool DataPath::resumePageFault(uint64_t token, bool failed) {
     PageFaultWait &w = waitOf(*qp, side);
     w.token = w.deadline = 0;
     w.failed = failed;
-    trace::page_fault_resumed(host_, qp->number, sideName(side), token, failed);
+    trace::page_fault_resumed(host_, qp->number, sideName(side), token, failed,
+                              host_.clockNs() - w.raisedAt);
     // The requester fetches the WQE again; a responder's peer sends its
     // request again when its RNR wait ends.
     if (side == FaultSide::kRequester)

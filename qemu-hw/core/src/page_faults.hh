@@ -36,6 +36,7 @@ enum class FaultSide : uint8_t { kRequester = 0, kResponder = 1 };
 struct PageFaultWait {
     uint64_t token = 0;    // the outstanding fault's; 0 for none
     uint64_t deadline = 0; // when the device stops waiting for the driver
+    uint64_t raisedAt = 0; // when the device raised it (its trace says how long it took)
     // The driver could not map the last fault's pages, or did not answer
     // in time: the side's next fault fails its transfer instead.
     bool failed = false;

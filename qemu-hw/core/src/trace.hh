@@ -223,10 +223,11 @@ inline void page_fault(const Host &host, unsigned qpn, const char *side, unsigne
 }
 
 inline void page_fault_resumed(const Host &host, unsigned qpn, const char *side, uint64_t token,
-                               unsigned failed) {
+                               unsigned failed, uint64_t ns) {
     if (host.eventEnabled(PIB_EVENT_PAGE_FAULT_RESUMED))
-        host.event(PIB_EVENT_PAGE_FAULT_RESUMED, {Host::eventArg(qpn), Host::eventArg(side),
-                                                  Host::eventArg(token), Host::eventArg(failed)});
+        host.event(PIB_EVENT_PAGE_FAULT_RESUMED,
+                   {Host::eventArg(qpn), Host::eventArg(side), Host::eventArg(token),
+                    Host::eventArg(failed), Host::eventArg(ns)});
 }
 
 inline void page_fault_stale(const Host &host, uint64_t token) {
