@@ -249,3 +249,39 @@ TEST_CASE("pib ODP: an ATOMIC WRITE and a FLUSH into an on-demand region's absen
     CHECK(done[0].status == PIB_WC_SUCCESS);
     CHECK(p.b.host.guestErrors() == 0);
 }
+
+TEST_CASE("pib ODP: a requester that waits for a page fault moves (saved state) and faults "
+          "again where it loads; the old token is stale there",
+          "[odp][device-state]") {
+    Pair p(PIB_QPT_RC, patient());
+    OdpRegion r(p.a, 1);
+    FaultReader faults;
+    p.a.fill(r.pages[0], kPage, 9);
+    const uint64_t sink = p.b.host.alloc(kPage);
+    p.a.postSend(8, {.opcode = PIB_WR_RDMA_WRITE,
+                     .local = kIova,
+                     .length = 4096,
+                     .remote = sink,
+                     .lkey = r.key});
+    p.wire.run();
+    const auto before = faults.take(p.a);
+    REQUIRE(before.size() == 1);
+    p.wire.a.host.portOutput[1].clear();
+    p.wire.b.host.portOutput[1].clear();
+    REQUIRE(p.a.host.move() == "");
+    p.wire.run();
+    // The region and its (absent) entry came along; the QP raises its
+    // fault anew, and the driver's resume of the old token finds nothing.
+    const auto after = faults.take(p.a);
+    REQUIRE(after.size() == 1);
+    CHECK(after[0].data.page_fault.key == r.key);
+    REQUIRE(resume(p.a, before[0].data.page_fault.token) == PIB_CMD_STATUS_OK);
+    CHECK(p.a.host.traces("page_fault_stale") == 1);
+    REQUIRE(r.map(p.a, {kRead}) == PIB_CMD_STATUS_OK);
+    REQUIRE(resume(p.a, after[0].data.page_fault.token) == PIB_CMD_STATUS_OK);
+    p.wire.run();
+    const auto done = p.a.poll();
+    REQUIRE(done.size() == 1);
+    CHECK(done[0].status == PIB_WC_SUCCESS);
+    CHECK(std::equal(p.a.host.at(r.pages[0]), p.a.host.at(r.pages[0]) + kPage, p.b.host.at(sink)));
+}

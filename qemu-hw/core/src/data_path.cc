@@ -46,8 +46,14 @@ void DataPath::qpStateEntered(QueuePair &qp, uint8_t cur, uint8_t next, uint32_t
             receives_.completeClaimedWqe(qp, PIB_WC_WR_FLUSH_ERR);
         qp.sq = qp.rq = WorkQueue{};
         requester_.releaseWqes(qp);
+        // Its page faults end, their serials go on: a resume the driver
+        // meant for one of before the reset is stale (page_faults.hh).
+        const uint32_t requesterFaults = qp.req.fault.serial,
+                       responderFaults = qp.resp.fault.serial;
         qp.req = RequesterState{};
         qp.resp = ResponderState{};
+        qp.req.fault.serial = requesterFaults;
+        qp.resp.fault.serial = responderFaults;
         if (qp.ctx.type == kQptDci) // connected to nothing; its next connection a new serial
             qp.dc = DcLink{};
         qp.streams.errored.clear();

@@ -109,6 +109,11 @@ void DataPath::saveTransport(const QueuePair &qp, StateWriter &w) const {
     w.u32(static_cast<uint32_t>(qp.streams.errored.size()));
     for (const uint16_t stream : qp.streams.errored)
         w.u16(stream);
+    // Its page faults' serials, not the faults (page_faults.hh): a fault
+    // raised anew after the load has a token no earlier fault had, so a
+    // resume the driver meant for one before the move is stale.
+    w.u32(qp.req.fault.serial);
+    w.u32(qp.resp.fault.serial);
 }
 
 namespace {
@@ -253,6 +258,8 @@ void DataPath::loadTransport(QueuePair &qp, StateReader &r) {
         r.count(1u << limits::kLogMaxDciErroredStreams, 2, "DCI streams in error"));
     for (uint16_t &stream : erroredStreams)
         stream = r.u16();
+    const uint32_t requesterFaults = r.u32();
+    const uint32_t responderFaults = r.u32();
     if (!r.ok())
         return;
     if (!validErroredStreams(qp.streams, erroredStreams)) {
@@ -292,6 +299,8 @@ void DataPath::loadTransport(QueuePair &qp, StateReader &r) {
     qp.req.rnrRetriesLeft = qp.attr.rnr_retry;
     qp.resp = std::move(s);
     qp.streams.errored = std::move(erroredStreams);
+    qp.req.fault.serial = requesterFaults;
+    qp.resp.fault.serial = responderFaults;
     if (qp.ctx.type == kQptDci || isDcConnection(qp)) {
         qp.dc.key = dcKey;
         qp.dc.connectPsn = connectPsn;
