@@ -608,10 +608,38 @@ struct QpWorld {
         f.host.runScheduled();
     }
 
+    // The free key loaded as mlx5_ib loads an on-demand region (its pages
+    // present or absent), then a SEND, WRITE or READ of an RC QP through
+    // it, as its L_Key or its R_Key: a transfer that faults.
+    void pagedTraffic(FuzzedDataProvider &in, const Pages &pages) {
+        constexpr uint64_t kPagedIova = 0x7f5500000000;
+        std::vector<uint64_t> entries(4);
+        for (uint64_t &e : entries)
+            e = in.ConsumeBool() ? pages.pick(in) : 0;
+        f.blueFlame(f.postWqe(qps[kUmrQp].qp,
+                              mlx5umr::cacheLoad(freeKey, f.pd, kPagedIova, 4 * 4096, entries)),
+                    f.uar);
+        static constexpr uint8_t kOpcodes[] = {qpc::kSend, qpc::kRdmaWrite, qpc::kRdmaRead};
+        const bool local = in.ConsumeBool();
+        const uint64_t paged = kPagedIova + in.ConsumeIntegralInRange<uint32_t>(0, 3 * 4096);
+        const Mlx5Function::Send s{.opcode = in.PickValueInArray(kOpcodes),
+                                   .addr = local ? paged : pages.pick(in),
+                                   .length = in.ConsumeIntegralInRange<uint32_t>(1, 4096),
+                                   .remoteAddr = local ? pages.pick(in) : paged,
+                                   .rkey = local ? 0 : freeKey,
+                                   .lkey = local ? freeKey : 0};
+        f.blueFlame(f.writeSend(qps[in.ConsumeBool() ? 2 : 3].qp, false, s), f.uar);
+        f.host.runScheduled();
+    }
+
     // The driver's answer to a page fault (docs/mlx5.md §10.6): the
     // token of an EQE on its page fault EQ, or any, resumed or failed;
     // or time enough for an unanswered fault to fail.
-    void pageFault(FuzzedDataProvider &in) {
+    void pageFault(FuzzedDataProvider &in, const Pages &pages) {
+        if (in.ConsumeIntegralInRange<int>(0, 2) == 0) {
+            pagedTraffic(in, pages);
+            return;
+        }
         if (in.ConsumeIntegralInRange<int>(0, 3) == 0) {
             f.host.advance(11'000'000'000);
             f.host.runScheduled();
@@ -1177,7 +1205,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         else if (what == 11)
             world.dc(in, pages);
         else if (what == 12)
-            world.pageFault(in);
+            world.pageFault(in, pages);
         if (what >= 9)
             continue;
         switch (what) {
