@@ -616,9 +616,10 @@ struct QpWorld {
         std::vector<uint64_t> entries(4);
         for (uint64_t &e : entries)
             e = in.ConsumeBool() ? pages.pick(in) : 0;
-        f.blueFlame(f.postWqe(qps[kUmrQp].qp,
-                              mlx5umr::cacheLoad(freeKey, f.pd, kPagedIova, 4 * 4096, entries)),
-                    f.uar);
+        std::vector<uint8_t> load =
+            mlx5umr::cacheLoad(freeKey, f.pd, kPagedIova, 4 * 4096, entries);
+        load[16] &= static_cast<uint8_t>(~0x60); // free or in use: loaded again and again
+        f.blueFlame(f.postWqe(qps[kUmrQp].qp, std::move(load)), f.uar);
         static constexpr uint8_t kOpcodes[] = {qpc::kSend, qpc::kRdmaWrite, qpc::kRdmaRead};
         const bool local = in.ConsumeBool();
         const uint64_t paged = kPagedIova + in.ConsumeIntegralInRange<uint32_t>(0, 3 * 4096);
