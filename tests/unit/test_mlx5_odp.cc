@@ -88,6 +88,13 @@ struct OdpFunction : UmrFunction {
         writeBe32(&in[0x0c], static_cast<uint32_t>(token));
         REQUIRE(host.run(in, 16).status() == 0);
     }
+    // The driver resumes fault `token`, time passes beyond any RNR wait:
+    // the `want` CQEs that come then.
+    std::vector<const uint8_t *> resumeAndWait(uint64_t token, size_t want) {
+        resume(token);
+        host.advance(1'000'000'000);
+        return completions(&next, want);
+    }
     // Rings a WRITE of `length` bytes from `local` through `lkey` to
     // `remote` through `rkey` on `qp`; its CQEs so far.
     std::vector<const uint8_t *> write(Qp &qp, uint64_t local, uint32_t lkey, uint32_t length,
@@ -144,9 +151,7 @@ TEST_CASE("mlx5 ODP: a WRITE into a page the key does not map is RNR NAKed and f
     CHECK(f.load(key, kMustBeInUse, 0, 0,
                  {pages[0] | kWritable, pages[1] | kWritable, pages[2] | kWritable,
                   pages[3] | kWritable}) == kGood);
-    f.resume(fault->token);
-    f.host.advance(1'000'000'000); // past any RNR timer
-    const auto done = f.completions(&f.next, 1);
+    const auto done = f.resumeAndWait(fault->token, 1);
     REQUIRE(done.size() == 1);
     CHECK(opcodeOf(done[0]) == kGood);
     CHECK(holds(f.host, pages, 2048, f.host.at(source), 8192));
@@ -181,8 +186,7 @@ TEST_CASE("mlx5 ODP: a WQE whose buffer reaches a read-only page for a READ's da
     CHECK(fault->pages == 1);
     CHECK(f.host.traces("page_fault") == 1);
     CHECK(f.load(key, kMustBeInUse, 0, 0, {pages[0] | kReadable, pages[1] | kWritable}) == kGood);
-    f.resume(fault->token);
-    const auto done = f.completions(&f.next, 1);
+    const auto done = f.resumeAndWait(fault->token, 1);
     REQUIRE(done.size() == 1);
     CHECK(opcodeOf(done[0]) == kGood);
     CHECK(std::equal(f.host.at(remote), f.host.at(remote) + kPage, f.host.at(pages[1])));
@@ -253,9 +257,7 @@ TEST_CASE("mlx5 ODP: a SEND into a receive buffer the key does not map is RNR NA
     REQUIRE(fault);
     CHECK(fault->va == kIova);
     CHECK(f.load(key, kMustBeInUse, 0, 0, {pages[0] | kWritable, pages[1] | kWritable}) == kGood);
-    f.resume(fault->token);
-    f.host.advance(1'000'000'000);
-    const auto done = f.completions(&f.next, 2);
+    const auto done = f.resumeAndWait(fault->token, 2);
     REQUIRE(done.size() == 2); // the SEND and the receive
     for (const uint8_t *cqe : done)
         CHECK(cqe[0x3f] >> 4 != kRequesterError);

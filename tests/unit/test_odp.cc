@@ -42,6 +42,13 @@ struct OdpRegion {
         REQUIRE(o.status == PIB_CMD_STATUS_OK);
         key = static_cast<uint32_t>(o.result);
     }
+    // Every byte of its pages, in order, as node `n` holds them.
+    std::vector<uint8_t> bytes(Node &n) const {
+        std::vector<uint8_t> all;
+        for (uint64_t page : pages)
+            all.insert(all.end(), n.host.at(page), n.host.at(page) + kPage);
+        return all;
+    }
     // WRITE_MTT of every page with `bits` (0: absent); its status.
     uint8_t map(Node &n, const std::vector<uint64_t> &bits) {
         pib_mtt_write w{};
@@ -72,6 +79,29 @@ struct FaultReader {
 
 uint8_t resume(Node &n, uint64_t token, bool failed = false) {
     return n.host.command(PIB_CMD_PAGE_FAULT_RESUME, failed ? 1 : 0, token).status;
+}
+
+// The driver maps `r`'s pages (on `n`) with `bits` and resumes fault
+// `token`; what a's send queue completed once any RNR wait is over.
+std::vector<pib_cqe> mapAndResume(Pair &p, Node &n, OdpRegion &r, const std::vector<uint64_t> &bits,
+                                  uint64_t token) {
+    REQUIRE(r.map(n, bits) == PIB_CMD_STATUS_OK);
+    REQUIRE(resume(n, token) == PIB_CMD_STATUS_OK);
+    p.wire.advance(50'000'000);
+    return p.a.poll();
+}
+
+// An RDMA WRITE of `length` bytes from `r`'s kIova on a to `remote` of b;
+// the page faults a raised.
+std::vector<pib_eqe> writeFromRegion(Pair &p, FaultReader &faults, const OdpRegion &r,
+                                     uint32_t length, uint64_t remote) {
+    p.a.postSend(1, {.opcode = PIB_WR_RDMA_WRITE,
+                     .local = kIova,
+                     .length = length,
+                     .remote = remote,
+                     .lkey = r.key});
+    p.wire.run();
+    return faults.take(p.a);
 }
 
 Node::Options patient() {
@@ -107,15 +137,10 @@ TEST_CASE("pib ODP: a WRITE into an on-demand region's absent pages is RNR NAKed
 
     // The driver maps the pages and resumes; the requester's RNR wait
     // ends, and the WRITE goes again.
-    REQUIRE(r.map(p.b, {kWrite, kWrite, kWrite}) == PIB_CMD_STATUS_OK);
-    REQUIRE(resume(p.b, f.data.page_fault.token) == PIB_CMD_STATUS_OK);
-    p.wire.advance(50'000'000);
-    const auto done = p.a.poll();
+    const auto done = mapAndResume(p, p.b, r, {kWrite, kWrite, kWrite}, f.data.page_fault.token);
     REQUIRE(done.size() == 1);
     CHECK(done[0].status == PIB_WC_SUCCESS);
-    std::vector<uint8_t> landed;
-    for (uint64_t page : r.pages)
-        landed.insert(landed.end(), p.b.host.at(page), p.b.host.at(page) + kPage);
+    const std::vector<uint8_t> landed = r.bytes(p.b);
     CHECK(std::equal(p.a.host.at(source), p.a.host.at(source) + 8192, landed.begin() + 2048));
     CHECK(p.b.host.guestErrors() == 0);
 }
@@ -138,16 +163,13 @@ TEST_CASE("pib ODP: a SEND from an on-demand region waits at its WQE for the pag
     REQUIRE(raised.size() == 1);
     CHECK(raised[0].subtype == 0); // a read
     CHECK(raised[0].data.page_fault.va == kIova + 100);
-    REQUIRE(r.map(p.a, {kRead, kRead}) == PIB_CMD_STATUS_OK);
-    REQUIRE(resume(p.a, raised[0].data.page_fault.token) == PIB_CMD_STATUS_OK);
-    p.wire.run();
-    const auto sent = p.a.poll(), received = p.b.poll();
+    const auto sent = mapAndResume(p, p.a, r, {kRead, kRead}, raised[0].data.page_fault.token);
+    const auto received = p.b.poll();
     REQUIRE(sent.size() == 1);
     REQUIRE(received.size() == 1);
     CHECK(sent[0].status == PIB_WC_SUCCESS);
     CHECK(received[0].status == PIB_WC_SUCCESS);
-    std::vector<uint8_t> source(p.a.host.at(r.pages[0]), p.a.host.at(r.pages[0]) + kPage);
-    source.insert(source.end(), p.a.host.at(r.pages[1]), p.a.host.at(r.pages[1]) + kPage);
+    const std::vector<uint8_t> source = r.bytes(p.a);
     CHECK(std::equal(source.begin() + 100, source.begin() + 5100, p.b.host.at(sink)));
     CHECK(faults.take(p.a).empty());
 }
@@ -175,12 +197,7 @@ TEST_CASE("pib ODP: WRITE_MTT takes present bits and absent entries into an on-d
     CHECK(p.a.host.guestErrors("cmd-bad-param") == 4);
 
     // Resumed as failed: the WQE completes with a local protection error.
-    const uint64_t sink = p.b.host.alloc(kPage);
-    p.a.postSend(
-        3,
-        {.opcode = PIB_WR_RDMA_WRITE, .local = kIova, .length = 64, .remote = sink, .lkey = r.key});
-    p.wire.run();
-    auto raised = faults.take(p.a);
+    auto raised = writeFromRegion(p, faults, r, 64, p.b.host.alloc(kPage));
     REQUIRE(raised.size() == 1);
     REQUIRE(resume(p.a, raised[0].data.page_fault.token, true) == PIB_CMD_STATUS_OK);
     p.wire.run();
@@ -195,13 +212,7 @@ TEST_CASE("pib ODP: WRITE_MTT takes present bits and absent entries into an on-d
     Pair q(PIB_QPT_RC, patient());
     OdpRegion s(q.a, 1);
     FaultReader qFaults;
-    q.a.postSend(4, {.opcode = PIB_WR_RDMA_WRITE,
-                     .local = kIova,
-                     .length = 64,
-                     .remote = q.b.host.alloc(kPage),
-                     .lkey = s.key});
-    q.wire.run();
-    REQUIRE(qFaults.take(q.a).size() == 1);
+    REQUIRE(writeFromRegion(q, qFaults, s, 64, q.b.host.alloc(kPage)).size() == 1);
     q.wire.advance(9'000'000'000, 1'000'000'000);
     CHECK(q.a.poll().empty());
     q.wire.advance(2'000'000'000, 1'000'000'000);
@@ -226,10 +237,7 @@ TEST_CASE("pib ODP: an ATOMIC WRITE and a FLUSH into an on-demand region's absen
     auto raised = faults.take(p.b);
     REQUIRE(raised.size() == 1);
     CHECK(raised[0].subtype == PIB_PAGE_FAULT_WRITE);
-    REQUIRE(r.map(p.b, {kWrite}) == PIB_CMD_STATUS_OK);
-    REQUIRE(resume(p.b, raised[0].data.page_fault.token) == PIB_CMD_STATUS_OK);
-    p.wire.advance(50'000'000);
-    auto done = p.a.poll();
+    auto done = mapAndResume(p, p.b, r, {kWrite}, raised[0].data.page_fault.token);
     REQUIRE(done.size() == 1);
     CHECK(done[0].status == PIB_WC_SUCCESS);
     CHECK(p.b.host.peek<uint64_t>(r.pages[0] + 64) == 0x55aa);
@@ -241,10 +249,7 @@ TEST_CASE("pib ODP: an ATOMIC WRITE and a FLUSH into an on-demand region's absen
     raised = faults.take(p.b);
     REQUIRE(raised.size() == 1);
     CHECK(raised[0].subtype == 0);
-    REQUIRE(r.map(p.b, {kRead}) == PIB_CMD_STATUS_OK);
-    REQUIRE(resume(p.b, raised[0].data.page_fault.token) == PIB_CMD_STATUS_OK);
-    p.wire.advance(50'000'000);
-    done = p.a.poll();
+    done = mapAndResume(p, p.b, r, {kRead}, raised[0].data.page_fault.token);
     REQUIRE(done.size() == 1);
     CHECK(done[0].status == PIB_WC_SUCCESS);
     CHECK(p.b.host.guestErrors() == 0);
@@ -258,13 +263,7 @@ TEST_CASE("pib ODP: a requester that waits for a page fault moves (saved state) 
     FaultReader faults;
     p.a.fill(r.pages[0], kPage, 9);
     const uint64_t sink = p.b.host.alloc(kPage);
-    p.a.postSend(8, {.opcode = PIB_WR_RDMA_WRITE,
-                     .local = kIova,
-                     .length = 4096,
-                     .remote = sink,
-                     .lkey = r.key});
-    p.wire.run();
-    const auto before = faults.take(p.a);
+    const auto before = writeFromRegion(p, faults, r, 4096, sink);
     REQUIRE(before.size() == 1);
     p.wire.a.host.portOutput[1].clear();
     p.wire.b.host.portOutput[1].clear();
@@ -277,10 +276,7 @@ TEST_CASE("pib ODP: a requester that waits for a page fault moves (saved state) 
     CHECK(after[0].data.page_fault.key == r.key);
     REQUIRE(resume(p.a, before[0].data.page_fault.token) == PIB_CMD_STATUS_OK);
     CHECK(p.a.host.traces("page_fault_stale") == 1);
-    REQUIRE(r.map(p.a, {kRead}) == PIB_CMD_STATUS_OK);
-    REQUIRE(resume(p.a, after[0].data.page_fault.token) == PIB_CMD_STATUS_OK);
-    p.wire.run();
-    const auto done = p.a.poll();
+    const auto done = mapAndResume(p, p.a, r, {kRead}, after[0].data.page_fault.token);
     REQUIRE(done.size() == 1);
     CHECK(done[0].status == PIB_WC_SUCCESS);
     CHECK(std::equal(p.a.host.at(r.pages[0]), p.a.host.at(r.pages[0]) + kPage, p.b.host.at(sink)));
