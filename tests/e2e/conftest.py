@@ -85,6 +85,15 @@ def ctx(pass_run):
     return e2e_pass.Context(pass_run.fab)
 
 
+@pytest.fixture(autouse=True)
+def fabric_still_runs(request, pass_run):
+    """After each test: the fabric's processes and state are all there,
+    so that a fabric gone from under the pass is laid at the test it went
+    in, not at the next one to use it."""
+    yield
+    pass_run.check_still_runs(request.node.nodeid)
+
+
 @pytest.fixture(scope="module", autouse=True)
 def module_checks(request, pass_run):
     """After a module's last test: its log gate and ibqueryerrors."""

@@ -178,6 +178,7 @@ class PassRun:
         self.fab = None
         self.gate = None
         self.stall_offsets = {}  # how far each switch log was read for stalls
+        self.fabric_lost = False  # check_still_runs found it gone (said once)
 
     def selected(self, tests: int) -> None:
         """Says what the pass will do once its tests are chosen."""
@@ -229,6 +230,28 @@ class PassRun:
         return fabric.up(vms=self.vms, accel=self.accel, topology=self.topo, cpus=TEST_CPUS,
                          memory=TEST_MEMORY_MIB, kernel_args=TEST_KERNEL_ARGS, own=own,
                          cable=self.which.cable, trace=trace)
+
+    def check_still_runs(self, test: str) -> None:
+        """Raises CheckFailed, once, if the fabric's state or any of its
+        processes went during `test`: with how each QEMU ended and who took
+        the fabric down, if anybody did."""
+        if self.fabric_lost:
+            return
+        gone = fabric.stopped_processes(self.fab)
+        state = Path(self.fab.run_dir) / fabric.STATE_FILE
+        if not gone and state.is_file():
+            return
+        self.fabric_lost = True
+        why = [f"gone: {', '.join(gone) or 'none of its processes'}; "
+               f"{state} {'is there' if state.is_file() else 'is gone'}"]
+        last = fabric.last_down()
+        if last:
+            why.append(f"the last fabric down in {self.fab.run_dir}: {last}")
+        why += [fabric.ended_report(vm) for vm in self.fab.vms if vm.name in gone]
+        report = "\n".join(why)
+        print(report)
+        self.record(f"the fabric of {self.where} still runs after {test}", False, 0, why[0])
+        raise CheckFailed(f"the fabric went during {test}: {why[0]}")
 
     def _timed(self, name: str, problems) -> bool:
         """Records the check `name`: it passes if `problems()` says nothing."""

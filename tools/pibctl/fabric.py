@@ -8,6 +8,7 @@ import re
 import shutil
 import signal
 import socket
+import sys
 import subprocess
 import time
 from dataclasses import asdict, dataclass, field
@@ -157,10 +158,37 @@ def load():
     return Fabric(**data)
 
 
+# Who took each fabric of a run directory down, for a `require` that
+# finds none: a fabric that went from under its user says by whom.
+DOWNS_FILE = "downs.log"
+
+
+def _note_down(fabric: Fabric, gone: list) -> None:
+    line = (f"{time.strftime('%H:%M:%S')} fabric down by pid {os.getpid()} "
+            f"({' '.join(sys.argv)[:300]}; PIB_RUN_DIR={os.environ.get('PIB_RUN_DIR', '')})"
+            + (f"; already gone: {', '.join(gone)}" if gone else ""))
+    try:
+        with open(Path(fabric.run_dir) / DOWNS_FILE, "a") as log:
+            log.write(line + "\n")
+    except OSError:
+        pass
+
+
+def last_down() -> str:
+    """The last fabric down in the run directory, as _note_down wrote it."""
+    try:
+        lines = (paths.run_dir() / DOWNS_FILE).read_text().splitlines()
+    except OSError:
+        return ""
+    return lines[-1] if lines else ""
+
+
 def require() -> Fabric:
     fabric = load()
     if fabric is None:
-        raise ui.StepFailed("no fabric is up; start one with ./pib fabric up")
+        last = last_down()
+        raise ui.StepFailed("no fabric is up; start one with ./pib fabric up"
+                            + (f" (the last one in {paths.run_dir()}: {last})" if last else ""))
     return fabric
 
 
@@ -962,6 +990,7 @@ def down(quiet: bool = False) -> None:
         if not quiet:
             ui.info("no fabric is up")
         return
+    _note_down(fabric, stopped_processes(fabric))
     for vm in fabric.vms:
         _kill(vm.pid, fabric.run_dir, f"QEMU of {vm.name}")
         _reap(vm.pid)

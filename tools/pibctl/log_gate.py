@@ -42,12 +42,16 @@ class LogGate:
         self.kernel_lines = {}   # vm -> lines of `dmesg -x` already seen
         self.console_bytes = {}  # vm -> bytes of the console log already seen
         self.qemu_bytes = {}     # inode -> bytes of a QEMU log already seen
+        self.unreadable = ""     # why the last kernel log could not be read
 
     def _kernel_log(self, vm):
+        """The guest's kernel log; None when it cannot be read (a gate
+        that cannot look must not pass)."""
         try:
             return fabric.exec_in(vm.name, ["dmesg", "-x"], timeout=30).out.splitlines()
         except ui.StepFailed as e:
-            return [f"(could not read the kernel log: {e})"]
+            self.unreadable = str(e)
+            return None
 
     def _new_text(self, path, seen, key):
         try:
@@ -91,6 +95,9 @@ class LogGate:
         allowed = tuple(expected_kernel) + ALWAYS_EXPECTED
         for vm in self.fabric.vms:
             lines = self._kernel_log(vm)
+            if lines is None:
+                problems.append(f"{vm.name} kernel: the log could not be read: {self.unreadable}")
+                continue
             seen = self.kernel_lines.get(vm.name, 0)
             new = lines[seen:] if seen <= len(lines) else lines  # fewer: it booted again
             self.kernel_lines[vm.name] = len(lines)
