@@ -27,7 +27,7 @@ struct Harness {
     std::vector<std::string> errors;
     pib_host_ops ops = makeOps();
     pib::Host host{ops, this};
-    pib::Mtt mtt{16};
+    pib::Mtt mtt{16, 16};
     pib_buf_desc buf{};
     WqeReader reader{host, mtt, kMaxInline};
 

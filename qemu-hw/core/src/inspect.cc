@@ -276,6 +276,12 @@ Json Inspector::mr(uint32_t, const MemoryRegion &m) const {
         j["indirect"] = {{"entries", m.indirect->entries.size()},
                          {"repeats", m.indirect->repeats},
                          {"table", m.indirect->tableEntries}};
+    if (m.ksm)
+        j["ksm"] = {{"span", uint64_t{1} << m.ctx.log_page_size},
+                    {"entries", m.ownPages.size() / ksm_entry::kWords},
+                    {"table", m.ctx.mtt_count / ksm_entry::kWords}};
+    if (m.pagedEntries)
+        j["on_demand"] = true;
     withOwner(j, m.owner);
     return j;
 }

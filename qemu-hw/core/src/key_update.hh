@@ -16,7 +16,7 @@ struct KeyUpdate {
     enum class Before : uint8_t { kAnything, kFree, kInUse };
     Before before = Before::kAnything;
     // The fields it sets; the others keep their values.
-    bool setsRange = false;  // iova, length, logPageSize
+    bool setsRange = false;  // iova, length (or length64), logPageSize
     bool setsAccess = false; // local write, remote read and write
     bool setsAtomic = false; // the remote atomic right
     bool setsPd = false;
@@ -24,6 +24,9 @@ struct KeyUpdate {
     bool setsFree = false;
     uint64_t iova = 0;
     uint64_t length = 0;
+    // The key reaches from iova to the end of the address space (mlx5's
+    // length64: an implicit on-demand region and its children).
+    bool length64 = false;
     uint8_t logPageSize = 0;
     uint32_t access = 0; // PIB_ACCESS_*
     uint32_t pdn = 0;

@@ -40,6 +40,17 @@ inline constexpr uint32_t kMaxSrq = 4096;
 inline constexpr uint32_t kLogMaxSrqWr = 14;
 inline constexpr uint32_t kMaxInlineData = 1024;
 inline constexpr uint32_t kMaxMtt = 1u << 20;
+// Translation entries (8 bytes each) ConnectX keys keep with themselves,
+// all keys together (Mtt::takeKeyEntries): 64 MiB of the host's memory
+// at most. An implicit on-demand region takes 2^18 for its KSM table and
+// 2^18 for each GiB of the address space its process touches.
+inline constexpr uint32_t kMaxKeyEntries = 1u << 23;
+// Entries of a KSM key's table (a ConnectX implicit on-demand region's):
+// 2^17 spans of 1 GiB cover a 47-bit address space.
+inline constexpr uint32_t kMaxKsmEntries = 1u << 17;
+// The largest page of a key that faults on every page (ConnectX's null
+// key of an implicit region: 2^61-byte pages, all absent).
+inline constexpr uint32_t kMaxPagedLogPageSize = 61;
 inline constexpr uint32_t kMaxEq = 32;
 inline constexpr uint32_t kLogMaxEqe = 16;
 inline constexpr uint32_t kLogMinWqeStride = 6;

@@ -76,6 +76,7 @@ uint8_t MemoryAccess::mapRegion(const MemoryRegion &mr, uint64_t addr, uint64_t 
     if (addr < c.iova || addr + len < addr || addr + len - c.iova > c.length)
         return PIB_WC_LOC_PROT_ERR;
     return mr.indirect ? mapIndirect(mr, addr, len, access, out)
+           : mr.ksm    ? mapKsm(mr, addr, len, access, out)
                        : mapDirect(mr, addr, len, access, out);
 }
 
@@ -159,15 +160,55 @@ uint8_t MemoryAccess::mapIndirect(const MemoryRegion &mr, uint64_t addr, uint64_
     const auto through = [&](const IndirectEntry &e, uint64_t at, uint64_t n) {
         if (out && ++pieces > limits::kMaxIndirectPieces)
             return false;
-        const MemoryRegion *entry = mrs_.find(PIB_KEY_INDEX(e.key));
-        return entry && entry->valid && entry->key == e.key && !entry->indirect &&
-               entry->ctx.pdn == mr.ctx.pdn && (entry->ctx.access & entryAccess) == entryAccess &&
-               mapRegion(*entry, at, n, entryAccess, out) == PIB_WC_SUCCESS;
+        return reachesEntry(mr, e.key, entryAccess) &&
+               mapRegion(*mrs_.find(PIB_KEY_INDEX(e.key)), at, n, entryAccess, out) ==
+                   PIB_WC_SUCCESS;
     };
     const uint64_t offset = addr - mr.ctx.iova;
     const bool reached = out ? mr.indirect->forEachPiece(offset, len, through)
                              : mr.indirect->forEachHull(offset, len, through);
     return reached ? PIB_WC_SUCCESS : PIB_WC_LOC_PROT_ERR;
+}
+
+// Whether an indirect key `mr` may reach memory through its entry's key
+// `key` now: a direct key of its PD, valid, with the local write an
+// access that writes needs.
+bool MemoryAccess::reachesEntry(const MemoryRegion &mr, uint32_t key, uint32_t entryAccess) const {
+    const MemoryRegion *entry = mrs_.find(PIB_KEY_INDEX(key));
+    return entry && entry->valid && entry->key == key && !entry->indirect && !entry->ksm &&
+           entry->ctx.pdn == mr.ctx.pdn && (entry->ctx.access & entryAccess) == entryAccess;
+}
+
+// A KSM key's range (docs/mlx5.md §10.7): span by span, each through its
+// entry's key and address as they are now, checked as an indirect key's
+// entries are. A page an entry's key does not map now faults there
+// (fault_ names that key and address: an implicit region's null key or
+// child). Work is one entry per span of 2^log_page_size bytes, at most
+// kMaxIndirectPieces spans.
+uint8_t MemoryAccess::mapKsm(const MemoryRegion &mr, uint64_t addr, uint64_t len, uint32_t access,
+                             std::vector<Segment> *out) const {
+    constexpr uint32_t kWrites =
+        PIB_ACCESS_LOCAL_WRITE | PIB_ACCESS_REMOTE_WRITE | PIB_ACCESS_REMOTE_ATOMIC;
+    const uint32_t entryAccess = access & kWrites ? PIB_ACCESS_LOCAL_WRITE : 0;
+    const unsigned shift = mr.ctx.log_page_size;
+    const uint64_t span = uint64_t{1} << shift;
+    uint64_t offset = addr - mr.ctx.iova;
+    for (uint32_t pieces = 0; len; ++pieces) {
+        const uint64_t index = offset >> shift;
+        if (index >= mr.ownPages.size() / ksm_entry::kWords || pieces >= limits::kMaxIndirectPieces)
+            return PIB_WC_LOC_PROT_ERR;
+        const uint32_t key = ksm_entry::key(mr.ownPages[index * ksm_entry::kWords]);
+        const uint64_t at = mr.ownPages[index * ksm_entry::kWords + 1] + (offset & (span - 1));
+        const uint64_t n = std::min(len, span - (offset & (span - 1)));
+        if (!reachesEntry(mr, key, entryAccess))
+            return PIB_WC_LOC_PROT_ERR;
+        const MemoryRegion &entry = *mrs_.find(PIB_KEY_INDEX(key));
+        if (const uint8_t status = mapRegion(entry, at, n, entryAccess, out))
+            return status;
+        offset += n;
+        len -= n;
+    }
+    return PIB_WC_SUCCESS;
 }
 
 // Reads the whole of the buffers `sges` describe into `out`, which grows

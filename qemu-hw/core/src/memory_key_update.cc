@@ -17,9 +17,16 @@ constexpr uint64_t kMinPageMask = (uint64_t{1} << limits::kMinLogPageSize) - 1;
 const char *checkRange(const KeyUpdate &u) {
     if (u.logPageSize < limits::kMinLogPageSize || u.logPageSize > limits::kMaxLogPageSize)
         return "a page size outside 2^12..2^30";
-    if (u.length == 0 || u.length > limits::kMaxMrSize || u.iova + u.length < u.iova)
+    if (!u.length64 &&
+        (u.length == 0 || u.length > limits::kMaxMrSize || u.iova + u.length < u.iova))
         return "a length of 0, beyond max_mr_size or wrapping";
     return nullptr;
+}
+
+// The length a key of `u`'s range has: to the address space's end for
+// length64 (its last byte left out, so that no range wraps).
+uint64_t lengthOf(const KeyUpdate &u) {
+    return u.length64 ? ~uint64_t{0} - u.iova : u.length;
 }
 
 // The key's access rights once `u` sets those it sets.
@@ -66,9 +73,10 @@ const char *MemoryKeys::checkUpdate(const MemoryRegion *mr, uint32_t key, const 
         (uint64_t{mr->ctx.mtt_count} + kBlockEntries - 1) / kBlockEntries * kBlockEntries;
     if (u.firstEntry > table || entries.size() > table - u.firstEntry)
         return "translation entries beyond the key's table";
-    for (uint64_t entry : entries)
-        if (entry & ~key_entry::kFlags & kMinPageMask)
-            return "a translation entry that is not a page address";
+    if (!mr->ksm) // a KSM key's entries are keys and addresses, checked as they are used
+        for (uint64_t entry : entries)
+            if (entry & ~key_entry::kFlags & kMinPageMask)
+                return "a translation entry that is not a page address";
     return nullptr;
 }
 
@@ -89,10 +97,11 @@ bool MemoryKeys::storeEntries(MemoryRegion &mr, const KeyUpdate &u,
         mr.ownPages.resize(end);
     }
     // As given, with their present bits: the UMR QP's keys are the ones
-    // the driver pages on demand (MemoryRegion::pagedEntries).
+    // the driver pages on demand (MemoryRegion::pagedEntries); a KSM
+    // key's are keys and addresses.
     std::copy(entries.begin(), entries.end(),
               mr.ownPages.begin() + static_cast<ptrdiff_t>(u.firstEntry));
-    mr.pagedEntries = true;
+    mr.pagedEntries = !mr.ksm;
     return true;
 }
 
@@ -121,7 +130,7 @@ uint8_t MemoryKeys::update(uint32_t qpn, uint32_t index, uint32_t key, const Key
     pib_mr_context &c = mr->ctx;
     if (u.setsRange) {
         c.iova = u.iova;
-        c.length = u.length;
+        c.length = lengthOf(u);
         c.log_page_size = u.logPageSize;
     }
     c.access = accessAfter(*mr, u);

@@ -18,15 +18,20 @@ const err::Condition *MemoryRegions::fail(const err::Condition &why, const char 
     return &why;
 }
 
-// The PD, access, page size and range of a region with translations.
-const err::Condition *MemoryRegions::checkTranslated(const char *command,
-                                                     const pib_mr_context &ctx) const {
+// The PD, access, page size and range of a region with translations. A
+// `paged` one (entries with present bits) may have pages up to 2^61
+// bytes and reach the address space's end: the pages it maps are what it
+// reaches.
+const err::Condition *MemoryRegions::checkTranslated(const char *command, const pib_mr_context &ctx,
+                                                     bool paged) const {
     if (const err::Condition *why = checkPdAndAccess(command, ctx))
         return why;
     const unsigned shift = ctx.log_page_size;
-    if (shift < limits::kMinLogPageSize || shift > limits::kMaxLogPageSize)
+    if (shift < limits::kMinLogPageSize ||
+        shift > (paged ? limits::kMaxPagedLogPageSize : limits::kMaxLogPageSize))
         return fail(refusals_.badParam, "%s page size 2^%u", command, shift);
-    if (ctx.length == 0 || ctx.length > limits::kMaxMrSize || ctx.iova + ctx.length < ctx.iova)
+    if (ctx.length == 0 || (!paged && ctx.length > limits::kMaxMrSize) ||
+        ctx.iova + ctx.length < ctx.iova)
         return fail(refusals_.badParam, "%s of 0x%" PRIx64 " bytes at 0x%" PRIx64, command,
                     ctx.length, ctx.iova);
     return nullptr;
@@ -71,8 +76,9 @@ const err::Condition *MemoryRegions::check(const char *command, const pib_mr_con
 }
 
 const err::Condition *MemoryRegions::insertWithPages(const char *command, const pib_mr_context &ctx,
-                                                     std::vector<uint64_t> pages, uint32_t *key) {
-    if (const err::Condition *why = checkTranslated(command, ctx))
+                                                     std::vector<uint64_t> pages, uint32_t *key,
+                                                     bool paged) {
+    if (const err::Condition *why = checkTranslated(command, ctx, paged))
         return why;
     const unsigned shift = ctx.log_page_size;
     const uint64_t spanned = ((ctx.iova + ctx.length - 1) >> shift) - (ctx.iova >> shift) + 1;
@@ -82,7 +88,8 @@ const err::Condition *MemoryRegions::insertWithPages(const char *command, const 
                     command, pages.size(), spanned, ctx.mtt_count);
     const uint64_t pageMask = (uint64_t{1} << shift) - 1;
     for (size_t i = 0; i < spanned; ++i)
-        if (pages[i] == 0 || pages[i] & pageMask)
+        if (paged ? (pages[i] & ~key_entry::kFlags & pageMask) != 0
+                  : pages[i] == 0 || pages[i] & pageMask)
             return fail(refusals_.badParam,
                         "%s: translation entry %zu (0x%" PRIx64 ") is not a 2^%u-byte page",
                         command, i, pages[i], shift);
@@ -94,6 +101,7 @@ const err::Condition *MemoryRegions::insertWithPages(const char *command, const 
     }
     MemoryRegion &mr = *objects_.mrs.find(PIB_KEY_INDEX(*key));
     mr.ownPages = std::move(pages);
+    mr.pagedEntries = paged;
     mr.valid = true;
     return nullptr;
 }

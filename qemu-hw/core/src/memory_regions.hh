@@ -41,8 +41,11 @@ class MemoryRegions {
     // range) that keeps `pages`, its translation entries, with itself (a
     // ConnectX key made with its pages): they cover the range, and are at
     // most ctx.mtt_count, the table UMRs may fill later. In use at once.
+    // `paged`: the entries carry present bits (MemoryRegion::pagedEntries),
+    // absent ones too, in pages of up to 2^kMaxPagedLogPageSize bytes.
     const err::Condition *insertWithPages(const char *command, const pib_mr_context &ctx,
-                                          std::vector<uint64_t> pages, uint32_t *key);
+                                          std::vector<uint64_t> pages, uint32_t *key,
+                                          bool paged = false);
     // A new indirect key (indirect_key.hh) of `ctx` with a table of
     // `tableEntries`, taken from the device's translation budget: free
     // until a UMR lays it out.
@@ -64,7 +67,8 @@ class MemoryRegions {
 
   private:
     const err::Condition *checkPdAndAccess(const char *command, const pib_mr_context &ctx) const;
-    const err::Condition *checkTranslated(const char *command, const pib_mr_context &ctx) const;
+    const err::Condition *checkTranslated(const char *command, const pib_mr_context &ctx,
+                                          bool paged = false) const;
     void holdTranslations(const MemoryRegion &mr, bool hold);
     [[gnu::format(printf, 3, 4)]] const err::Condition *fail(const err::Condition &why,
                                                              const char *fmt, ...) const;

@@ -98,7 +98,7 @@ bool Mtt::held(uint32_t first) const {
 }
 
 bool Mtt::takeKeyEntries(uint64_t count) {
-    if (count > capacity_ - keyEntries_)
+    if (count > keyCapacity_ - keyEntries_)
         return false;
     keyEntries_ += count;
     return true;

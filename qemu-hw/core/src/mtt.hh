@@ -15,7 +15,7 @@ class StateWriter;
 
 class Mtt {
   public:
-    explicit Mtt(uint32_t capacity) : capacity_(capacity) {}
+    Mtt(uint32_t capacity, uint64_t keyCapacity) : capacity_(capacity), keyCapacity_(keyCapacity) {}
 
     // Reserves `count` contiguous entries (first fit); nullopt when no room.
     std::optional<uint32_t> allocate(uint32_t count);
@@ -42,9 +42,9 @@ class Mtt {
     unsigned logPageSizeAt(uint32_t index) const;
 
     // Entries a key keeps with itself rather than in the table (a ConnectX
-    // key's translations, which the hardware holds in its ICM): they share
-    // the table's capacity as a budget of their own, so a guest mapping
-    // every key it may make still has the device hold at most that many.
+    // key's translations, which the hardware holds in its ICM): a budget
+    // of keyCapacity, so that a guest mapping every key it may make still
+    // has the device hold at most that many.
     bool takeKeyEntries(uint64_t count);
     void returnKeyEntries(uint64_t count);
 
@@ -76,6 +76,7 @@ class Mtt {
     const std::pair<const uint32_t, Range> *rangeOf(uint32_t index) const;
 
     uint32_t capacity_;
+    uint64_t keyCapacity_;
     std::map<uint32_t, Range> ranges_; // first index -> range
     std::vector<uint64_t> entries_;
     uint64_t keyEntries_ = 0;

@@ -66,6 +66,16 @@ inline constexpr uint64_t kWrite = 0x2;
 inline constexpr uint64_t kFlags = 0x7;
 } // namespace key_entry
 
+// An entry of a KSM key's table (MemoryRegion::ksm): ConnectX's 16-byte
+// mlx5_ksm as two of the key's own entries, big-endian words as the UMR
+// QP loads them: the first's low 32 bits the key, the second the address.
+namespace ksm_entry {
+inline constexpr unsigned kWords = 2;
+inline uint32_t key(uint64_t first) {
+    return static_cast<uint32_t>(first);
+}
+} // namespace ksm_entry
+
 struct MemoryRegion {
     pib_mr_context ctx{};
     uint32_t key = 0;
@@ -98,6 +108,11 @@ struct MemoryRegion {
     // A ConnectX indirect key (KLM, indirect_key.hh): its pieces of other
     // keys, which UMRs lay out; it has no pages of its own.
     std::optional<IndirectLayout> indirect;
+    // A ConnectX KSM key (docs/mlx5.md §10.7): its range cut in spans of
+    // 2^ctx.log_page_size bytes, span i reached through the key and
+    // address its table's entry i names (ksm_entry). The table is its
+    // ownPages, two words an entry, as the UMR QP loads it.
+    bool ksm = false;
 
     bool fastReg() const { return ctx.flags & PIB_MR_FAST_REG; }
 };

@@ -192,6 +192,8 @@ class Commands {
     bool isWindow(const Request &r) const;
     const err::Condition *createWindowMkey(const Request &r);
     const err::Condition *createMttMkey(const Request &r);
+    const err::Condition *createKsmMkey(const Request &r);
+    const err::Condition *querySpecialContexts(const Request &r);
     const err::Condition *destroyMkey(const Request &r);
     const err::Condition *pageFaultResume(const Request &r);
     std::vector<uint8_t> mkeyInput(const MemoryRegion &mr) const;

@@ -57,12 +57,14 @@ constexpr Field kCryptoEnable = field(0x80 + 0x1e3, 2);
 constexpr Field kActualOctowords = field(0x300, 32); // ifc: translations_octword_actual_size
 constexpr size_t kEntriesByte = 0x110;               // klm_pas_mtt
 constexpr Field kUmemValid = field(0x61, 1);         // ifc: mkey_umem_valid (DEVX memory)
+constexpr Field kPgAccess = field(0x60, 1);          // ifc: pg_access (entries with present bits)
 // Where destroy_mkey_in has it too.
 constexpr Field kMkeyIndex = field(0x48, 24); // ifc: create_mkey_out.mkey_index
 
 constexpr uint32_t kAccessModePa = 0;  // the address is the guest physical one
 constexpr uint32_t kAccessModeMtt = 1; // pages through translation entries
 constexpr uint32_t kAccessModeKlm = 2; // pieces of other keys (indirect_key.hh)
+constexpr uint32_t kAccessModeKsm = 3; // fixed spans of other keys (MemoryRegion::ksm)
 constexpr uint32_t kNoQp = 0xffffff;   // qpn of a key no QP owns
 
 // IBA access rights of a context's bits; local read is always there.
@@ -88,10 +90,11 @@ const err::Condition *Commands::createMkey(const Request &r) {
         get(r.in, mkc::kQpn) != kNoQp ? "owned by a QP"
         : get(r.in, mkc::kBsfEnable) || get(r.in, mkc::kBsfOctowords) || get(r.in, kCryptoEnable)
             ? "for signatures or crypto (docs/mlx5.md §11)"
-        : mode > kAccessModeKlm ? "of an access mode other than PA, MTT and KLM (docs/mlx5.md §11)"
+        : mode > kAccessModeKsm
+            ? "of an access mode other than PA, MTT, KLM and KSM (docs/mlx5.md §11)"
         : mode == kAccessModePa && (free || umr) ? "free or UMR-enabled with access mode PA"
-        : mode == kAccessModeKlm && !(free && umr)
-            ? "of access mode KLM, not free and UMR-enabled (only UMRs lay one out)"
+        : mode >= kAccessModeKlm && !(free && umr)
+            ? "of access mode KLM or KSM, not free and UMR-enabled (only UMRs lay one out)"
         : free && !umr                ? "free, and no UMR may map it"
         : !get(r.in, mkc::kLocalRead) ? "without local read"
                                       : nullptr;
@@ -103,6 +106,7 @@ const err::Condition *Commands::createMkey(const Request &r) {
         return createWindowMkey(r);
     const err::Condition *why = mode == kAccessModePa    ? createPhysicalMkey(r)
                                 : mode == kAccessModeKlm ? createIndirectMkey(r)
+                                : mode == kAccessModeKsm ? createKsmMkey(r)
                                 : free                   ? createFreeMkey(r)
                                                          : createMttMkey(r);
     if (why)
@@ -236,18 +240,61 @@ const err::Condition *Commands::createIndirectMkey(const Request &r) {
     return nullptr;
 }
 
+// A KSM key (docs/mlx5.md §10.7) with a table of
+// translations_octword_size entries, 16 bytes each: what mlx5_ib's MR
+// cache makes for an implicit on-demand region, free until the UMR QP
+// loads its entries and enables it. The kernel's alone (checkKeyOwners:
+// a process's free key is refused).
+const err::Condition *Commands::createKsmMkey(const Request &r) {
+    const uint64_t entries = get(r.in, mkc::kTranslationOctowords);
+    if (entries == 0 || entries > limits::kMaxKsmEntries || get(r.in, kActualOctowords))
+        return fail(err::kMlx5CmdBadParam,
+                    "CREATE_MKEY of a KSM key with a table of %" PRIu64
+                    " entries (1..%u), or with entries of its own",
+                    entries, limits::kMaxKsmEntries);
+    pib_mr_context ctx{};
+    ctx.pdn = static_cast<uint32_t>(get(r.in, mkc::kPd));
+    ctx.access = accessOf(r.in);
+    ctx.flags = PIB_MR_FAST_REG;
+    ctx.key_variant = static_cast<uint8_t>(get(r.in, mkc::kVariant));
+    ctx.mtt_count = static_cast<uint32_t>(entries * ksm_entry::kWords);
+    if (!core_.objects.pds.find(ctx.pdn))
+        return fail(err::kMlx5CmdBadResource, "CREATE_MKEY in PD %u", ctx.pdn);
+    uint32_t key = 0;
+    if (const err::Condition *why = regions_.insert(ctx, &key, MemoryRegions::Translations::kOwn))
+        return why;
+    core_.objects.mrs.at(PIB_KEY_INDEX(key)).ksm = true;
+    set(r.out, kMkeyIndex, key >> 8);
+    return nullptr;
+}
+
+// QUERY_SPECIAL_CONTEXTS: the null key (null_mkey) is 0, index 0, which
+// no key ever has: an access through it fails as a bad key's. The
+// memory scheme's implicit regions use keys of their own instead
+// (docs/mlx5.md §10.7). The reserved lkey is 0 too; neither
+// dump_fill_mkey nor terminate_scatter_list_mkey is offered.
+const err::Condition *Commands::querySpecialContexts(const Request &) {
+    return nullptr;
+}
+
 // A key made with its pages, translations_octword_actual_size * 2 of them
 // after the context: what mlx5_ib's reg_create makes for user memory
 // when it does not load the pages by UMR. The key keeps them with itself
 // (MemoryRegions::insertWithPages), in a table of
 // translations_octword_size * 2 entries that UMRs may rewrite if umr_en.
+// With pg_access its entries carry present bits: the key maps a page only
+// while its entry says so (on-demand paging); such a key may reach the
+// address space's end (length64) in pages up to 2^61 bytes: the null key
+// of an implicit region, whose entries are all absent (docs/mlx5.md
+// §10.7).
 const err::Condition *Commands::createMttMkey(const Request &r) {
     const uint64_t given = get(r.in, kActualOctowords) * 2;
     const uint64_t table = std::max(get(r.in, mkc::kTranslationOctowords) * 2, given);
-    if (given == 0 || table > limits::kMaxMtt || get(r.in, mkc::kLength64))
+    const bool paged = get(r.in, kPgAccess);
+    if (given == 0 || table > limits::kMaxMtt || (get(r.in, mkc::kLength64) && !paged))
         return fail(err::kMlx5CmdBadParam,
                     "CREATE_MKEY with %" PRIu64 " translation entries in a table of %" PRIu64
-                    " (1..%u), or length64",
+                    " (1..%u), or length64 without pg_access",
                     given, table, limits::kMaxMtt);
     if (r.in.size() < kEntriesByte + given * sizeof(uint64_t))
         return fail(err::kMlx5CmdBadParam,
@@ -258,16 +305,17 @@ const err::Condition *Commands::createMttMkey(const Request &r) {
     ctx.access = accessOf(r.in);
     ctx.flags = get(r.in, mkc::kUmrEnable) ? PIB_MR_FAST_REG : 0;
     ctx.iova = get(r.in, mkc::kStartAddress);
-    ctx.length = get(r.in, mkc::kLength);
+    ctx.length = get(r.in, mkc::kLength64) ? ~uint64_t{0} - ctx.iova : get(r.in, mkc::kLength);
     ctx.log_page_size = static_cast<uint8_t>(get(r.in, mkc::kLogPageSize));
     ctx.key_variant = static_cast<uint8_t>(get(r.in, mkc::kVariant));
     ctx.mtt_count = static_cast<uint32_t>(table);
     std::vector<uint64_t> pages(given);
     for (size_t i = 0; i < given; ++i)
-        pages[i] = readBe64(r.in.data() + kEntriesByte + i * sizeof(uint64_t)) & ~key_entry::kFlags;
+        pages[i] = readBe64(r.in.data() + kEntriesByte + i * sizeof(uint64_t)) &
+                   (paged ? ~uint64_t{0} : ~key_entry::kFlags);
     uint32_t key = 0;
     if (const err::Condition *why =
-            regions_.insertWithPages("CREATE_MKEY", ctx, std::move(pages), &key))
+            regions_.insertWithPages("CREATE_MKEY", ctx, std::move(pages), &key, paged))
         return why;
     set(r.out, kMkeyIndex, key >> 8);
     return nullptr;
@@ -291,6 +339,9 @@ std::vector<uint8_t> Commands::mkeyInput(const MemoryRegion &mr) const {
     if (mr.indirect) {
         set(in, mkc::kAccessMode10, kAccessModeKlm);
         set(in, mkc::kTranslationOctowords, mr.indirect->tableEntries);
+    } else if (mr.ksm) {
+        set(in, mkc::kAccessMode10, kAccessModeKsm);
+        set(in, mkc::kTranslationOctowords, c.mtt_count / ksm_entry::kWords);
     } else if (!physical) {
         set(in, mkc::kAccessMode10, kAccessModeMtt);
         set(in, mkc::kTranslationOctowords, c.mtt_count / 2);
@@ -305,13 +356,14 @@ std::vector<uint8_t> Commands::mkeyInput(const MemoryRegion &mr) const {
     set(in, mkc::kRemoteRead, (c.access & PIB_ACCESS_REMOTE_READ) != 0);
     set(in, mkc::kAtomic, (c.access & PIB_ACCESS_REMOTE_ATOMIC) != 0);
     set(in, mkc::kStartAddress, c.iova);
-    if (physical && c.length == ~uint64_t{0}) {
-        set(in, mkc::kLength64, 1);
-        return in;
-    }
-    set(in, mkc::kLength, c.length);
+    // length64: a physical key over all addresses, or a paged one to
+    // the address space's end (createMttMkey's length for it).
+    const bool toTheEnd =
+        physical ? c.length == ~uint64_t{0} : mr.pagedEntries && c.length == ~uint64_t{0} - c.iova;
+    set(in, toTheEnd ? mkc::kLength64 : mkc::kLength, toTheEnd ? 1 : c.length);
     if (physical)
         return in;
+    set(in, kPgAccess, mr.pagedEntries);
     set(in, mkc::kLogPageSize, c.log_page_size);
     set(in, kActualOctowords, mr.ownPages.size() / 2);
     for (size_t i = 0; i < mr.ownPages.size(); ++i)

@@ -43,6 +43,8 @@ constexpr Field kLogMaxMsg = field(0x1c3, 5);
 constexpr Field kMaxIndirection = field(0x100, 8);
 constexpr Field kImaicl = field(0x231, 1);
 constexpr Field kUmrExtendedTranslationOffset = field(0x118, 1);
+constexpr Field kFixedBufferSize = field(0x108, 1); // KSM keys
+constexpr Field kNullMkey = field(0x119, 1);
 constexpr Field kLogMaxKlmListSize = field(0x11a, 6);
 constexpr Field kQpcExtension = field(0x122, 1);
 constexpr Field kDct = field(0x21a, 1);
@@ -289,8 +291,11 @@ void HcaCaps::reset() {
     // event). RC, XRC and DC fault on every side; UD on the sending side
     // (a UD receive cannot wait for a page: it completes in error). With `pg`
     // the driver also sets the present bits of every MTT it writes.
-    // Implicit ODP is not offered: fixed_buffer_size and null_mkey stay 0.
+    // Implicit ODP (docs/mlx5.md §10.7) takes KSM keys (fixed_buffer_size)
+    // and a null key: with both, mlx5_ib offers it.
     mlx5::set(m, cap::kPg, 1);
+    mlx5::set(m, cap::kFixedBufferSize, 1);
+    mlx5::set(m, cap::kNullMkey, 1);
     odpMax_.fill(0);
     mlx5::set(odpMax_, odp::kMemPageFault, 1);
     mlx5::set(odpMax_, memory_scheme::kPagePrefetch, 1);

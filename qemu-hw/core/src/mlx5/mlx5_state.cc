@@ -416,6 +416,7 @@ void Commands::loadKey(StateReader &r, uint32_t number) {
         u.setsRange = ctx.length != 0;
         u.iova = ctx.iova;
         u.length = ctx.length;
+        u.length64 = ctx.length == ~uint64_t{0} - ctx.iova; // what length64 made
         u.logPageSize = ctx.log_page_size;
         u.setsAccess = u.setsAtomic = true;
         u.access = ctx.access;
@@ -435,8 +436,9 @@ void Commands::loadKey(StateReader &r, uint32_t number) {
                ": the UMR QP's, but not a key the UMR QP can load");
         return;
     }
-    mr.umrQpOwned = umrQpOwned;   // the update above is the restore's, not the UMR QP's
-    mr.pagedEntries = umrQpOwned; // a REG_MR's entries are page addresses alone
+    mr.umrQpOwned = umrQpOwned; // the update above is the restore's, not the UMR QP's
+    if (mr.fastReg()) // a REG_MR's entries are page addresses alone; a KSM key's not pages
+        mr.pagedEntries = umrQpOwned && !mr.ksm;
     if (mr.key != key || mr.valid != valid || std::memcmp(&mr.ctx, &ctx, sizeof(ctx)) != 0 ||
         (mr.fastReg() && mr.ownPages != entries))
         r.fail("memory key " + std::to_string(number) +

@@ -57,8 +57,6 @@ const char *updateOf(std::span<const uint8_t> wqe, KeyUpdate &u) {
         return "a mask setting fields the device does not update";
     if ((range && range != mask::kRange) || (rights && rights != mask::kRights))
         return "a mask setting part of the range or part of the access rights";
-    if (range && k[mkey::kLength64] & 0x80)
-        return "length64: a key over all addresses";
     u.before = check == 1   ? KeyUpdate::Before::kFree
                : check == 2 ? KeyUpdate::Before::kInUse
                             : KeyUpdate::Before::kAnything;
@@ -70,6 +68,7 @@ const char *updateOf(std::span<const uint8_t> wqe, KeyUpdate &u) {
     u.setsFree = fields & mask::kFree;
     u.iova = readBe64(k + mkey::kStartAddress);
     u.length = readBe64(k + mkey::kLength);
+    u.length64 = k[mkey::kLength64] & mkey::kLength64Bit;
     u.logPageSize = k[mkey::kLogPageSize] & mkey::kLogPageSizeMask;
     u.access = accessOf(k[mkey::kFlags]);
     u.pdn = readBe32(k + mkey::kPd) & 0xffffff;

@@ -56,8 +56,9 @@ constexpr uint64_t kUpdatable = kRange | kPd | kKey | kRights | kAtomic | kFree;
 namespace mkey {
 constexpr size_t kStatus = 0;
 constexpr size_t kFlags = 2;
-constexpr size_t kVariant = 7;           // the low byte of qpn_mkey7_0
-constexpr size_t kLength64 = 12;         // its top bit
+constexpr size_t kVariant = 7;   // the low byte of qpn_mkey7_0
+constexpr size_t kLength64 = 12; // its top bit
+constexpr uint8_t kLength64Bit = 0x80;
 constexpr size_t kPd = 12;               // the low 24 bits of the dword
 constexpr size_t kRemoteInvalidate = 12; // en_rinval: bit 24 of that dword
 constexpr uint8_t kRemoteInvalidateBit = 0x01;
