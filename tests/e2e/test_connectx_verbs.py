@@ -339,8 +339,6 @@ MLX5_PYVERBS_SKIPS = {
     r"Tag matching|DV QP OOO|"
     r"LAG affinity|Extended QP is not supported":
         "not offered: device memory, tag matching, out-of-order QPs, LAG, atomic write",
-    r"ODP implicit is not supported":
-        "not offered: implicit ODP, which needs KSM keys and a null key (docs/mlx5.md §10.6)",
     r"CQE 128B compression|CQE 128B padding": "not offered: CQE compression and padding",
     r"UAR allocation \(with flag=0\)":
         "not offered: write combining (the device takes WQEs from memory, never from the "
@@ -421,13 +419,17 @@ MLX5_PYVERBS_MUST_PASS = (
     # SENDs and XRC SENDs into SRQs, through regions whose pages the
     # test drops (madvise DONTNEED) before every message: each access
     # faults, the driver maps the page and resumes; prefetched regions
-    # (ibv_advise_mr), huge pages, a DEVX QP's and a DC pair's.
+    # (ibv_advise_mr), huge pages, a DEVX QP's and a DC pair's; implicit
+    # regions over the whole address space (§10.7), faulting on their
+    # null keys and children, prefetched too.
     "test_odp_rc_traffic", "test_odp_rc_mixed_mr", "test_odp_rc_atomic_cmp_and_swp",
     "test_odp_rc_atomic_fetch_and_add", "test_odp_rc_rdma_read", "test_odp_rc_rdma_write",
     "test_odp_ud_traffic", "test_odp_xrc_traffic", "test_odp_sync_prefetch_rc_traffic",
     "test_odp_async_prefetch_rc_traffic", "test_odp_prefetch_sync_no_page_fault_rc_traffic",
     "test_odp_prefetch_async_no_page_fault_rc_traffic", "test_odp_rc_huge_traffic",
-    "test_odp_rc_huge_user_addr_traffic", "test_devx_rc_qp_odp_traffic", "test_odp_dc_traffic")
+    "test_odp_rc_huge_user_addr_traffic", "test_devx_rc_qp_odp_traffic", "test_odp_dc_traffic",
+    "test_odp_implicit_rc_traffic", "test_odp_implicit_sync_prefetch_rc_traffic",
+    "test_odp_implicit_async_prefetch_rc_traffic")
 
 
 def test_pyverbs_on_mlx5(ctx):
