@@ -386,6 +386,27 @@ struct QpWorld {
         dctn = static_cast<uint32_t>(dct.get(qpc::kHeld));
         // The driver's page fault EQ (docs/mlx5.md §10.6).
         f.host.run(f.host.eqInput(4, uint64_t{1} << 0xc, 0, f.uar, &faultRing), 16);
+        // An implicit region's KSM key of 4 spans and its null key (§10.7).
+        auto ksm = Mlx5Host::input(0x200, 0, 0x110);
+        set(ksm, field(0x81, 1), 1);         // free
+        set(ksm, field(0x90, 1), 1);         // umr_en
+        set(ksm, field(0x91, 5), 0x1f);      // a rw rr lw lr
+        set(ksm, field(0x96, 2), 3);         // KSM
+        set(ksm, field(0xa0, 24), 0xffffff); // no QP
+        set(ksm, field(0xe8, 24), f.pd);
+        set(ksm, field(0x220, 32), 4);
+        ksmKey = static_cast<uint32_t>(f.host.run(ksm, 16).get(qpc::kHeld)) << 8;
+        auto null = Mlx5Host::input(0x200, 0, 0x110 + 64);
+        set(null, field(0x60, 1), 1);   // pg_access
+        set(null, field(0x300, 32), 4); // its 8 entries, all absent
+        set(null, field(0x91, 5), 0x1f);
+        set(null, field(0x96, 2), 1); // MTT
+        set(null, field(0xa0, 24), 0xffffff);
+        set(null, field(0xe0, 1), 1); // length64
+        set(null, field(0xe8, 24), f.pd);
+        set(null, field(0x220, 32), 4);
+        set(null, field(0x25a, 6), 61);
+        nullKey = static_cast<uint32_t>(f.host.run(null, 16).get(qpc::kHeld)) << 8;
         return dct.status() == 0 && made.status() == 0 && f.toRts(qps[0].qp.qpn) &&
                f.toRts(qps[1].qp.qpn) && f.toRts(qps[2].qp.qpn, {.qpn = qps[3].qp.qpn}) &&
                f.toRts(qps[3].qp.qpn, {.qpn = qps[2].qp.qpn});
@@ -633,12 +654,53 @@ struct QpWorld {
         f.host.runScheduled();
     }
 
+    // The implicit region's KSM key (docs/mlx5.md §10.7) loaded by the UMR
+    // QP, each span through the null key, the paged key, another key or
+    // any, at its own address or any, in spans of 4 KiB or 1 GiB; then a
+    // transfer of an RC QP through it, as its L_Key or its R_Key.
+    void implicitTraffic(FuzzedDataProvider &in, const Pages &pages) {
+        constexpr uint64_t kPagedIova = 0x7f5500000000;
+        const unsigned shift = in.ConsumeBool() ? 12 : 30;
+        std::vector<uint64_t> words;
+        for (uint64_t span = 0; span < 4; ++span) {
+            const uint32_t keys[] = {nullKey, freeKey, indirectKey,
+                                     ksmKey,  f.lkey,  in.ConsumeIntegral<uint32_t>()};
+            words.push_back(uint64_t{1} << 32 | in.PickValueInArray(keys));
+            words.push_back(in.ConsumeBool() ? kPagedIova : in.ConsumeIntegral<uint64_t>());
+        }
+        std::vector<uint8_t> load = mlx5umr::umrQpSegments(
+            ksmKey, 0x80,
+            (1u << 0) | (1u << 1) | (1u << 6) | (1u << 7) | (0x1fu << 17) | (1u << 29), false, f.pd,
+            0, 0, words.size());
+        load[64 + 12] |= 0x80;                       // length64
+        load[64 + 59] = static_cast<uint8_t>(shift); // the span
+        for (uint64_t w : words) {
+            load.resize(load.size() + 8);
+            writeBe64(&load[load.size() - 8], w);
+        }
+        f.blueFlame(f.postWqe(qps[kUmrQp].qp, std::move(load)), f.uar);
+        static constexpr uint8_t kOpcodes[] = {qpc::kSend, qpc::kRdmaWrite, qpc::kRdmaRead};
+        const bool local = in.ConsumeBool();
+        const uint64_t at = in.ConsumeIntegralInRange<uint64_t>(0, uint64_t{5} << shift);
+        const Mlx5Function::Send s{.opcode = in.PickValueInArray(kOpcodes),
+                                   .addr = local ? at : pages.pick(in),
+                                   .length = in.ConsumeIntegralInRange<uint32_t>(1, 8192),
+                                   .remoteAddr = local ? pages.pick(in) : at,
+                                   .rkey = local ? 0 : ksmKey,
+                                   .lkey = local ? ksmKey : 0};
+        f.blueFlame(f.writeSend(qps[in.ConsumeBool() ? 2 : 3].qp, false, s), f.uar);
+        f.host.runScheduled();
+    }
+
     // The driver's answer to a page fault (docs/mlx5.md §10.6): the
     // token of an EQE on its page fault EQ, or any, resumed or failed;
     // or time enough for an unanswered fault to fail.
     void pageFault(FuzzedDataProvider &in, const Pages &pages) {
         if (in.ConsumeIntegralInRange<int>(0, 2) == 0) {
-            pagedTraffic(in, pages);
+            if (in.ConsumeBool())
+                pagedTraffic(in, pages);
+            else
+                implicitTraffic(in, pages);
             return;
         }
         if (in.ConsumeIntegralInRange<int>(0, 3) == 0) {
@@ -730,6 +792,7 @@ struct QpWorld {
     uint32_t cqNext = 0;
     uint32_t freeKey = 0;
     uint32_t indirectKey = 0;
+    uint32_t ksmKey = 0, nullKey = 0;
     uint64_t faultRing = 0;
 };
 

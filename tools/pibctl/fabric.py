@@ -298,8 +298,13 @@ def _qemu_command(fabric: Fabric, vm: Vm, memory: int, cpus: int, trace: str,
     from pibctl import share  # pylint: disable=import-outside-toplevel (it imports us)
 
     qemu = paths.qemu_binary()
+    # la57=off: 4-level paging, a 47-bit address space for each process.
+    # Under 5-level paging mlx5_ib sizes an implicit on-demand region's
+    # KSM table for 2^56 bytes, 2^26 entries (1 GiB, zeroed by UMR at each
+    # registration), which the ConnectX personality refuses (docs/mlx5.md
+    # §10.7); most hosts run 4-level paging anyway.
     if fabric.accel == "kvm":
-        accel = ["-accel", "kvm", "-cpu", "host"]
+        accel = ["-accel", "kvm", "-cpu", "host,la57=off"]
     else:
         # Without ERMS and FSRM, which say `rep movsb` is the fast way to
         # copy: TCG runs a REP string instruction one iteration at a time,
@@ -307,7 +312,7 @@ def _qemu_command(fabric: Fabric, vm: Vm, memory: int, cpus: int, trace: str,
         # slowest. The kernel then copies with `rep movsq` or unrolled
         # moves, and glibc with vector loops: unpacking the initramfs at
         # boot took 4.4 s instead of 6.1 (13.2 s when it was compressed).
-        accel = ["-accel", "tcg", "-cpu", "max,erms=off,fsrm=off"]
+        accel = ["-accel", "tcg", "-cpu", "max,erms=off,fsrm=off,la57=off"]
     # tsc=reliable: the guest's TSC is the host's clock (TCG) or the CPU's
     # own (KVM), steady on every vCPU. Without it the kernel's watchdog
     # compares it at boot with jiffies, which lag on a busy host, marks it

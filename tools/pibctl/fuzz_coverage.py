@@ -60,7 +60,9 @@ WATCHED = {
              "mlx5::Commands::createMttMkey", "MemoryKeys::update", "MemoryKeys::storeEntries",
              "MemoryRegions::insertWithPages", "TransportRole::waitForPage",
              "DataPath::resumePageFault", "DataPath::expirePageFaults",
-             "Responder::answerPageFault", "mlx5::EventQueues::postPageFault"],
+             "Responder::answerPageFault", "mlx5::EventQueues::postPageFault",
+             "mlx5::Commands::createKsmMkey", "MemoryAccess::mapKsm",
+             "MemoryAccess::reachesEntry"],
 }
 
 

@@ -49,15 +49,15 @@ def _write_bw(ctx, device, port, odp, server_vm, client_vm):
     return perftest_figure(result, "bw")
 
 
-def measure(ctx, device, port, server_vm, client_vm) -> Costs:
-    """ib_write_bw of 1 MiB messages from client_vm to server_vm on
-    `device`, pinned then on demand, with both devices' faults traced."""
-    pinned = _write_bw(ctx, device, port, False, server_vm, client_vm)
-    logs = {vm: ctx.fabric.vm(vm).qemu_log for vm in (server_vm, client_vm)}
+def traced_faults(ctx, vms, run):
+    """Runs `run()` with the page fault events traced in the QEMUs of
+    `vms`; returns (what it returned, faults raised, [ns from each fault
+    to its resume])."""
+    logs = {vm: ctx.fabric.vm(vm).qemu_log for vm in vms}
     start = {vm: log.stat().st_size for vm, log in logs.items()}
     _trace(ctx, logs, True)
     try:
-        odp = _write_bw(ctx, device, port + 1, True, server_vm, client_vm)
+        result = run()
     finally:
         _trace(ctx, logs, False)
     faults, took = 0, []
@@ -67,8 +67,21 @@ def measure(ctx, device, port, server_vm, client_vm) -> Costs:
             raised, times = fault_times(f.read().decode(errors="replace"))
         faults += raised
         took += times
-    median = statistics.median(took) / 1000 if took else 0.0
-    return Costs(pinned or 0.0, odp or 0.0, faults, len(took), median)
+    return result, faults, took
+
+
+def median_us(took) -> float:
+    return statistics.median(took) / 1000 if took else 0.0
+
+
+def measure(ctx, device, port, server_vm, client_vm) -> Costs:
+    """ib_write_bw of 1 MiB messages from client_vm to server_vm on
+    `device`, pinned then on demand, with both devices' faults traced."""
+    pinned = _write_bw(ctx, device, port, False, server_vm, client_vm)
+    odp, faults, took = traced_faults(
+        ctx, (server_vm, client_vm),
+        lambda: _write_bw(ctx, device, port + 1, True, server_vm, client_vm))
+    return Costs(pinned or 0.0, odp or 0.0, faults, len(took), median_us(took))
 
 
 def shown(c: Costs, device: str) -> str:
