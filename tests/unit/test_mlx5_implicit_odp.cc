@@ -10,11 +10,13 @@
 #include "limits.hh"
 #include "mlx5_odp_function.hh"
 #include "mlx5_processes.hh"
+#include "state_sections.hh"
 
 using namespace pib;
 using namespace pib::mlx5;
 using namespace pib::testing::umr_function;
 using namespace pib::testing::odp_function;
+using pib::testing::withoutSection;
 
 namespace {
 
@@ -264,4 +266,33 @@ TEST_CASE("mlx5 implicit ODP: CREATE_MKEY makes KSM keys for the kernel only, of
     CHECK(caps.get(field(0x80 + 0x108, 1)) == 1); // fixed_buffer_size
     CHECK(caps.get(field(0x80 + 0x119, 1)) == 1); // null_mkey
     CHECK(caps.get(field(0x80 + 0x118, 1)) == 1); // umr_extended_translation_offset
+}
+
+TEST_CASE("mlx5 implicit ODP: a function moves with its implicit region: the KSM key's table, "
+          "the null key and the child come back as they were, and still fault and map",
+          "[mlx5][odp][implicit][mlx5-state]") {
+    ImplicitOdp f;
+    f.makeImplicit();
+    auto [a, b] = f.patientPair();
+    const auto pages = scatteredPages(f.host, 1);
+    std::vector<uint64_t> entries(8, 0);
+    entries[5] = pages[0] | kWritable;
+    f.makeChild(entries);
+    const uint64_t source = f.host.allocRandom(512, 8);
+
+    const std::vector<uint8_t> saved = f.host.saveState();
+    REQUIRE(!saved.empty());
+    REQUIRE(f.host.move() == "");
+    CHECK(withoutSection(f.host.saveState(), "PRTS") == withoutSection(saved, "PRTS"));
+    // Span 3 through the child, to its page; span 2 through the null key.
+    const auto done = f.write(a, source, f.lkey, 512, kVa, f.ksm);
+    REQUIRE(done.size() == 1);
+    CHECK(opcodeOf(done[0]) == kGood);
+    CHECK(holds(f.host, pages, 0, f.host.at(source), 512));
+    CHECK(f.write(a, source, f.lkey, 512, 2 * kSpan + 64, f.ksm).empty());
+    const auto fault = f.nextFault();
+    REQUIRE(fault);
+    CHECK(fault->key == f.null);
+    CHECK(fault->va == 2 * kSpan + 64);
+    CHECK(f.host.guestErrors() == 0);
 }

@@ -10,6 +10,7 @@
 #include <cstring>
 
 #include "mlx5_function.hh"
+#include "state_sections.hh"
 
 using namespace pib;
 using namespace pib::mlx5;
@@ -18,6 +19,7 @@ namespace {
 
 using namespace pib::testing::mlx5qp;
 using pib::testing::Mlx5Function;
+using pib::testing::withoutSection;
 
 constexpr uint16_t kAllocQCounter = 0x771, kAttachToMcg = 0x806;
 constexpr Field kCounterSet = field(0x58, 8); // alloc_q_counter_out
@@ -109,22 +111,6 @@ TEST_CASE("mlx5: RC traffic in flight completes whole when the function moves mi
 
 // Every kind of object a driver makes: each comes back at its number,
 // saved again to the same bytes, and works.
-namespace {
-
-// `state` without its section `tag` (tag, length, then that many bytes).
-std::vector<uint8_t> withoutSection(std::vector<uint8_t> state, const char (&tag)[5]) {
-    const auto at = std::search(state.begin(), state.end(), tag, tag + 4);
-    REQUIRE(at != state.end());
-    REQUIRE(state.end() - at >= 8);
-    uint32_t length = 0;
-    for (int i = 0; i < 4; ++i)
-        length |= uint32_t{at[4 + i]} << (8 * i);
-    REQUIRE(static_cast<size_t>(state.end() - at) >= 8 + size_t{length});
-    state.erase(at, at + 8 + length);
-    return state;
-}
-
-} // namespace
 
 TEST_CASE("mlx5: a loaded function's objects are as they were saved, and work", "[mlx5-state]") {
     StateFunction f;
