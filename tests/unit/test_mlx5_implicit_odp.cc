@@ -296,3 +296,38 @@ TEST_CASE("mlx5 implicit ODP: a function moves with its implicit region: the KSM
     CHECK(fault->va == 2 * kSpan + 64);
     CHECK(f.host.guestErrors() == 0);
 }
+
+TEST_CASE("mlx5 implicit ODP: a fault the driver fails because the span's child went is raised "
+          "again on the key the span has now; the same key's fails the WQE",
+          "[mlx5][odp][implicit]") {
+    ImplicitOdp f;
+    f.makeImplicit();
+    auto [a, b] = f.patientPair();
+    std::vector<uint64_t> entries(8, 0);
+    const uint32_t child = f.makeChild(entries); // span 3's child, no page mapped
+    const uint64_t sink = f.host.alloc(256);
+    CHECK(f.write(a, kVa, f.ksm, 256, sink, f.lkey).empty());
+    auto fault = f.nextFault();
+    REQUIRE(fault);
+    CHECK(fault->key == child);
+    // The driver destroys the child meanwhile (mlx5_ib's unused children):
+    // the span back to the null key; its fault on the child fails.
+    REQUIRE(
+        f.update(f.ksm, kMustBeInUse, 0, 0, 0,
+                 ImplicitOdp::ksmEntries(
+                     {{f.null, 0}, {f.null, kSpan}, {f.null, 2 * kSpan}, {f.null, 3 * kSpan}})) ==
+        kGood);
+    f.resume(fault->token, true);
+    // Fetched again, the WQE faults on the null key: a new fault.
+    fault = f.nextFault();
+    REQUIRE(fault);
+    CHECK(fault->key == f.null);
+    CHECK(f.host.traces("page_fault_failed") == 0);
+    // Failed again, on the same key: the WQE fails.
+    f.resume(fault->token, true);
+    const auto done = f.completions(&f.next, 1);
+    REQUIRE(done.size() == 1);
+    CHECK(done[0][0x37] == kLocalProtection);
+    CHECK(f.host.traces("page_fault_failed") == 1);
+    CHECK(f.host.guestErrors() == 0);
+}

@@ -22,8 +22,10 @@ bool TransportRole::waitForPage(QueuePair &qp, FaultSide side, const FaultSite &
     PageFaultWait &w = waitOf(qp, side);
     if (w.failed) {
         w.failed = false;
-        trace::page_fault_failed(host_, qp.number, sideName(side), site.key, site.va);
-        return false;
+        if (w.key == 0 || w.key == site.key) {
+            trace::page_fault_failed(host_, qp.number, sideName(side), site.key, site.va);
+            return false;
+        }
     }
     if (w.waiting())
         return true;
@@ -33,6 +35,7 @@ bool TransportRole::waitForPage(QueuePair &qp, FaultSide side, const FaultSite &
         return false;
     }
     w.token = token;
+    w.key = site.key;
     w.raisedAt = host_.clockNs();
     w.deadline = w.raisedAt + page_fault::kWaitNs;
     timers_.schedule(qp);
@@ -69,6 +72,7 @@ void DataPath::expirePageFaults(QueuePair &qp) {
         trace::page_fault_timeout(host_, qp.number, sideName(side), w.token);
         w.token = w.deadline = 0;
         w.failed = true;
+        w.key = 0; // whatever it faults on next fails
         if (side == FaultSide::kRequester)
             resume(qp);
     }

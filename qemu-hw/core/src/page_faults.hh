@@ -38,8 +38,12 @@ struct PageFaultWait {
     uint64_t deadline = 0; // when the device stops waiting for the driver
     uint64_t raisedAt = 0; // when the device raised it (its trace says how long it took)
     // The driver could not map the last fault's pages, or did not answer
-    // in time: the side's next fault fails its transfer instead.
+    // in time: the side's next fault fails its transfer instead, if it is
+    // on the same key (or any key, after a timeout). A fault on another
+    // key is a new one: the driver changed the translation meanwhile (an
+    // implicit region's span given a new child, docs/mlx5.md §10.7).
     bool failed = false;
+    uint32_t key = 0;    // the outstanding or failed fault's; 0 after a timeout: any
     uint32_t serial = 0; // faults raised, for the next token
 
     bool waiting() const { return token != 0; }
