@@ -411,6 +411,7 @@ void pib_odp_fault_event(struct pib_dev *dev, const struct pib_eqe *eqe);
 int pib_advise_mr(struct ib_pd *pd, enum ib_uverbs_advise_mr_advice advice,
 		  u32 flags, struct ib_sge *sg_list, u32 num_sge,
 		  struct uverbs_attr_bundle *attrs);
+int pib_odp_fill_res_mr_entry(struct sk_buff *msg, struct ib_mr *ibmr);
 int pib_odp_reg(struct pib_dev *dev, struct ib_pd *pd, struct pib_mr *mr,
 		u64 start, u64 length, u64 virt, int access,
 		struct pib_mr_context *ctx);
@@ -427,6 +428,7 @@ static inline void pib_odp_fault_event(struct pib_dev *dev,
 {
 }
 #define pib_advise_mr NULL
+#define pib_odp_fill_res_mr_entry NULL
 static inline int pib_odp_reg(struct pib_dev *dev, struct ib_pd *pd,
 			      struct pib_mr *mr, u64 start, u64 length,
 			      u64 virt, int access, struct pib_mr_context *ctx)

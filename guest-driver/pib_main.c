@@ -84,6 +84,7 @@ static const struct ib_device_ops pib_dev_ops = {
 /* Prefetch of on-demand MRs, with the device's page faults (pib_odp.c). */
 static const struct ib_device_ops pib_odp_ops = {
 	.advise_mr = pib_advise_mr,
+	.fill_res_mr_entry = pib_odp_fill_res_mr_entry,
 };
 
 /* Identify and reset the device (docs/prm.md §2, "Reset and initialisation").

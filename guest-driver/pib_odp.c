@@ -6,6 +6,7 @@
  * The device's MTT entries of such an MR say which pages it maps now.
  */
 #include <rdma/ib_umem_odp.h>
+#include <rdma/rdma_netlink.h>
 
 #include "pib.h"
 
@@ -284,6 +285,29 @@ int pib_advise_mr(struct ib_pd *pd, enum ib_uverbs_advise_mr_advice advice,
 		pib_odp_mr_put(mr);
 	}
 	return flags & IB_UVERBS_ADVISE_MR_FLAG_FLUSH ? err : 0;
+}
+
+/*
+ * What `rdma resource show mr -dd` says of an MR (ib_device_ops'
+ * fill_res_mr_entry): an on-demand MR says so, as mlx5_ib's do, so that
+ * a user (or a test) sees which registrations are on demand.
+ */
+int pib_odp_fill_res_mr_entry(struct sk_buff *msg, struct ib_mr *ibmr)
+{
+	struct pib_mr *mr = to_pmr(ibmr);
+	struct nlattr *table;
+
+	if (!mr->odp_box)
+		return 0;
+	table = nla_nest_start(msg, RDMA_NLDEV_ATTR_DRIVER);
+	if (!table)
+		return -EMSGSIZE;
+	if (rdma_nl_put_driver_string(msg, "odp", "explicit")) {
+		nla_nest_cancel(msg, table);
+		return -EMSGSIZE;
+	}
+	nla_nest_end(msg, table);
+	return 0;
 }
 
 /*

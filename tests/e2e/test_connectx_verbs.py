@@ -15,6 +15,7 @@ import pytest
 
 import pyverbs_runs
 from mpi_runs import mpi_check
+from odp_runs import ucx_and_mpi_on_demand
 from pibctl import odp_costs, qmp
 from pibctl.hpc import ucx_perftest
 from pibctl.pairs import (PERFTEST, ipoib_up, output_contains, perftest, perftest_figure,
@@ -325,34 +326,12 @@ def test_openmpi_over_dc_mlx5_on_three_guests(ctx):
                   env=env)
 
 
-def test_ucx_and_mpi_over_implicit_on_demand_regions(ctx):
-    """UCX's odp registration (UCX_IB_REG_METHODS=odp): one implicit
-    on-demand region over each process's whole address space
-    (docs/mlx5.md §10.7), whose pages fault in as UCX first touches them.
-    ucx_perftest's tag bandwidth over rc_mlx5 with and without it (a
-    same-run ratio), then Open MPI over UCX on memory registered so on the
-    three ConnectX guests, every byte checked; both runs must have taken
-    page faults, or UCX did not register on demand."""
-    odp = ("UCX_IB_REG_METHODS=odp",)
-    tls = "rc_mlx5,ud_mlx5:aux"
-    bw = {}
-    for name, env in (("pinned", ()), ("odp", odp)):
-        (_, bw[name]), faults, took = odp_costs.traced_faults(
-            ctx, ("vm2", "vm3"),
-            lambda env=env: ucx_perftest(ctx, tls, "tag_bw", 1 << 20, 40, device="mlx5_0:1",
-                                         extra_env=env, server_vm="vm3", client_vm="vm2"))
-        print(f"ucx_perftest rc_mlx5 tag_bw 1 MiB, {name}: {bw[name]:.1f} MB/s; {faults} page "
-              f"faults, median {odp_costs.median_us(took):.0f} us to resume")
-        assert (faults > 0) == (name == "odp"), f"{name}: {faults} page faults"
-    print(f"odp/pinned: {bw['odp'] / bw['pinned']:.2f}")
-    env = ("UCX_TLS=rc_mlx5,ud_mlx5:aux,self,sm", "UCX_NET_DEVICES=mlx5_0:1", *odp)
-    _, faults, took = odp_costs.traced_faults(
-        ctx, ("vm2", "vm3", "vm4"),
-        lambda: mpi_check(ctx, "openmpi", 3, "ucx", hosts=("vm2", "vm3", "vm4"),
-                          device="mlx5_0", env=env))
-    print(f"Open MPI over implicit on-demand regions: {faults} page faults, median "
-          f"{odp_costs.median_us(took):.0f} us to resume")
-    assert faults > 0
+def test_ucx_and_mpi_over_on_demand_registrations(ctx):
+    """UCX's on-demand registration (odp_runs.py) between two ConnectX
+    guests over rc_mlx5, against pinned memory, and Open MPI over it on
+    the three, every byte checked (docs/mlx5.md §12)."""
+    ucx_and_mpi_on_demand(ctx, "mlx5_0:1", "rc_mlx5,ud_mlx5:aux", "vm3", "vm2",
+                          ("vm2", "vm3", "vm4"), 3)
 
 
 # Why pyverbs tests may skip on mlx5_0 (vm2), and nothing else: a new

@@ -10,6 +10,7 @@ import re
 import shlex
 
 from mpi_runs import MESSAGE_BYTES, mpi_check
+from odp_runs import ucx_and_mpi_on_demand
 from pibctl import mpi_build
 from pibctl.hpc import ucx_perftest
 from pibctl.pairs import ipoib_up, run_pair
@@ -102,6 +103,13 @@ def test_fi_pingpong_over_verbs_msg_and_rxm_rdm(ctx):
         row = _fi_pingpong(ctx, endpoint, provider, mode)
         print(f"fi_pingpong -p '{provider}' -e {endpoint} -m {mode}: 100 x 64 KiB, data "
               f"checked (-c), {row['MB/s']} MB/s, {row['us']} us per transfer")
+
+
+def test_ucx_and_mpi_over_on_demand_registrations(ctx):
+    """UCX's on-demand registration (odp_runs.py) between the two guests
+    over rc_verbs on pib_0, against pinned memory, and Open MPI over it on
+    2 ranks, every byte checked (docs/prm.md §6.9)."""
+    ucx_and_mpi_on_demand(ctx, "pib_0:1", "rc_verbs", "vm2", "vm1", ("vm1", "vm2"), 2)
 
 
 def test_mpich_over_ucx_on_2_and_4_ranks(ctx):
