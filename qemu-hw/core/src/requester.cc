@@ -451,7 +451,8 @@ bool Requester::sendAll(QueuePair &qp, SendWqe &w) {
 }
 
 // The requester stops before its work is all out: a full window waits for
-// ACKs, a spent budget or a full port for the scheduler.
+// ACKs, a spent budget or a full port for the scheduler, a page fault for
+// the driver's resume.
 void Requester::stopSending(QueuePair &qp, SendProgress why) {
     qp.req.unsentHeld = true;
     if (why == SendProgress::kPaused)
@@ -532,13 +533,16 @@ static void requestHeaders(const SendWqe &w, uint32_t i, uint32_t mtu, uint8_t t
 }
 
 // Builds request packet `p` with bytes [offset, offset + len) of `w`'s
-// data, read by DMA straight into it, and sends it. False when the data
-// cannot be read: `w` then completes in error.
-bool Requester::sendRequestPacket(QueuePair &qp, SendWqe &w, iba::Packet &p, uint32_t offset,
-                                  uint32_t len) {
+// data, read by DMA straight into it, and sends it. kFailed when the data
+// cannot be read: `w` then completes in error. kPageFault when it reaches
+// a page its key stopped mapping since the WQE was checked (the driver
+// invalidated it meanwhile, docs/mlx5.md §10.6): the packet waits for the
+// fault, and goes when it is resumed.
+Requester::SendProgress Requester::sendRequestPacket(QueuePair &qp, SendWqe &w, iba::Packet &p,
+                                                     uint32_t offset, uint32_t len) {
     if (!addressConnected(qp, p)) {
         scheduler_.charge(); // lost on a port that cannot send: the same work bound
-        return true;
+        return SendProgress::kAllSent;
     }
     iba::PacketWriter writer = startPacket(qp, p, len);
     uint8_t status = PIB_WC_SUCCESS;
@@ -551,14 +555,19 @@ bool Requester::sendRequestPacket(QueuePair &qp, SendWqe &w, iba::Packet &p, uin
         status = memory_.gatherInto(qp.ctx.pdn, w.sges, offset + fromInline - inlineBytes,
                                     len - fromInline, writer);
     if (status != PIB_WC_SUCCESS) {
-        host_.guestError(err::kWqeDma, "QP %u WQE %u: cannot read its data", qp.number, w.index);
+        const std::optional<FaultSite> fault = memory_.takeFault();
+        if (fault && waitForPage(qp, FaultSide::kRequester, *fault))
+            return SendProgress::kPageFault;
+        if (!fault) // a failed fault is no guest error
+            host_.guestError(err::kWqeDma, "QP %u WQE %u: cannot read its data", qp.number,
+                             w.index);
         w.localStatus = status;
         w.packets = w.sentPackets; // nothing more of it goes out
         completeInOrder(qp);
-        return false;
+        return SendProgress::kFailed;
     }
     transmitConnected(qp, std::move(writer));
-    return true;
+    return SendProgress::kAllSent;
 }
 
 // Sends the packets of `w` not yet sent, as far as the RC send window
@@ -600,8 +609,9 @@ Requester::SendProgress Requester::sendRequestPackets(QueuePair &qp, SendWqe &w)
         const bool data = iba::layoutOf(p.bth.opcode).payload;
         const uint32_t offset = i * mtu;
         const uint32_t len = data ? std::min(mtu, w.length - offset) : 0;
-        if (!sendRequestPacket(qp, w, p, offset, len))
-            return SendProgress::kFailed;
+        if (const SendProgress sent = sendRequestPacket(qp, w, p, offset, len);
+            sent != SendProgress::kAllSent)
+            return sent;
         if (w.opcode == PIB_WR_RDMA_READ) {
             w.askedFrom = p.bth.psn;
             w.latestResponse = psnAdd(p.bth.psn, 0xffffff);

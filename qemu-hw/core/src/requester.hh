@@ -47,11 +47,13 @@ class Requester final : TransportRole {
     SendWqe &spareWqe();
     void holdWqe(QueuePair &qp);
     void armAckTimerIfIdle(QueuePair &qp);
-    enum class SendProgress { kAllSent, kWindowFull, kPaused, kFailed };
+    // kPageFault: a packet's data reached a page its key no longer maps
+    // (on-demand paging): the WQE waits, from that packet, for the fault.
+    enum class SendProgress { kAllSent, kWindowFull, kPaused, kFailed, kPageFault };
     SendProgress sendRequestPackets(QueuePair &qp, SendWqe &w);
     bool sendAll(QueuePair &qp, SendWqe &w);
-    bool sendRequestPacket(QueuePair &qp, SendWqe &w, iba::Packet &p, uint32_t offset,
-                           uint32_t len);
+    SendProgress sendRequestPacket(QueuePair &qp, SendWqe &w, iba::Packet &p, uint32_t offset,
+                                   uint32_t len);
     void stopSending(QueuePair &qp, SendProgress why);
     static bool fetchesNew(const QueuePair &qp);
     // DCIs (docs/mlx5.md §15).
