@@ -196,16 +196,26 @@ TEST_CASE("pib ODP: WRITE_MTT takes present bits and absent entries into an on-d
     CHECK(p.a.host.command(PIB_CMD_PAGE_FAULT_RESUME, 2, 0).status == PIB_CMD_STATUS_BAD_PARAM);
     CHECK(p.a.host.guestErrors("cmd-bad-param") == 4);
 
-    // Resumed as failed: the WQE completes with a local protection error.
+    // Resumed as failed: the requester asks again 20 ms later, and when
+    // the driver fails that too, the WQE completes with a local protection
+    // error.
     auto raised = writeFromRegion(p, faults, r, 64, p.b.host.alloc(kPage));
     REQUIRE(raised.size() == 1);
     REQUIRE(resume(p.a, raised[0].data.page_fault.token, true) == PIB_CMD_STATUS_OK);
+    p.wire.run();
+    CHECK(p.a.poll().empty());
+    CHECK(faults.take(p.a).empty());
+    p.wire.advance(20'000'000, 1'000'000);
+    const auto again = faults.take(p.a);
+    REQUIRE(again.size() == 1);
+    CHECK(again[0].data.page_fault.va == raised[0].data.page_fault.va);
+    REQUIRE(resume(p.a, again[0].data.page_fault.token, true) == PIB_CMD_STATUS_OK);
     p.wire.run();
     auto done = p.a.poll();
     REQUIRE(done.size() == 1);
     CHECK(done[0].status == PIB_WC_LOC_PROT_ERR);
     // Again, or a token never raised: nothing to do.
-    CHECK(resume(p.a, raised[0].data.page_fault.token) == PIB_CMD_STATUS_OK);
+    CHECK(resume(p.a, again[0].data.page_fault.token) == PIB_CMD_STATUS_OK);
     CHECK(p.a.host.traces("page_fault_stale") == 1);
 
     // Not resumed within 10 s, on a fresh pair: the same.

@@ -53,9 +53,18 @@ bool DataPath::resumePageFault(uint64_t token, bool failed) {
     }
     PageFaultWait &w = waitOf(*qp, side);
     w.token = w.deadline = 0;
-    w.failed = failed;
     trace::page_fault_resumed(host_, qp->number, sideName(side), token, failed,
                               host_.clockNs() - w.raisedAt);
+    // A first failure is asked again: the requester after kRetryNs, a
+    // responder when its peer's RNR wait ends. A second fails.
+    w.failed = failed && w.failedOnce;
+    w.failedOnce = failed && !w.failedOnce;
+    if (side == FaultSide::kRequester && w.failedOnce) {
+        w.retrying = true;
+        w.deadline = host_.clockNs() + page_fault::kRetryNs;
+        timers_.schedule(*qp);
+        return true;
+    }
     // The requester fetches the WQE again; a responder's peer sends its
     // request again when its RNR wait ends.
     if (side == FaultSide::kRequester)
@@ -69,6 +78,12 @@ void DataPath::expirePageFaults(QueuePair &qp) {
         PageFaultWait &w = waitOf(qp, side);
         if (!w.waiting() || w.deadline > now)
             continue;
+        if (w.retrying) { // the requester asks again
+            w.retrying = false;
+            w.deadline = 0;
+            resume(qp);
+            continue;
+        }
         trace::page_fault_timeout(host_, qp.number, sideName(side), w.token);
         w.token = w.deadline = 0;
         w.failed = true;

@@ -43,10 +43,16 @@ struct PageFaultWait {
     // key is a new one: the driver changed the translation meanwhile (an
     // implicit region's span given a new child, docs/mlx5.md §10.7).
     bool failed = false;
-    uint32_t key = 0;    // the outstanding or failed fault's; 0 after a timeout: any
+    uint32_t key = 0; // the outstanding or failed fault's; 0 after a timeout: any
+    // The driver failed the last fault once: the side asks again (a
+    // requester after kRetryNs, `retrying` meanwhile) before it gives up.
+    // mlx5_ib fails a fault on an implicit region's child it is
+    // destroying, and points the span elsewhere a moment later.
+    bool failedOnce = false;
+    bool retrying = false;
     uint32_t serial = 0; // faults raised, for the next token
 
-    bool waiting() const { return token != 0; }
+    bool waiting() const { return token != 0 || retrying; }
 };
 
 // What a personality tells its driver about a fault.
@@ -62,6 +68,10 @@ namespace page_fault {
 // How long a fault waits for the driver: under TCG a guest's fault
 // handler may take a while, but not this long.
 inline constexpr uint64_t kWaitNs = 10'000'000'000;
+// How long a requester waits before it asks again after the driver failed
+// a fault once: time for the driver's deferred work to change the
+// translation.
+inline constexpr uint64_t kRetryNs = 20'000'000;
 
 // A token: the QP's number in bits 23:0, the side in bit 24, the side's
 // serial in bits 46:25, bit 47 set (48 bits, as ConnectX's event carries
