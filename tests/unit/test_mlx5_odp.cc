@@ -184,3 +184,32 @@ TEST_CASE("mlx5 ODP: with no EQ taking page faults, a transfer that reaches an a
     CHECK(done->second == kLocalProtection);
     CHECK(f.host.traces("page_fault_unreported") == 1);
 }
+
+TEST_CASE("mlx5 ODP: a responder's fault the driver fails is asked again on a resend 20 ms "
+          "or more later, the resends before RNR NAKed; failed twice, the peer gets a remote "
+          "access error",
+          "[mlx5][odp]") {
+    OdpFunction f;
+    auto [a, b] = f.patientPair();
+    const uint32_t key = f.pagedKey({0, 0});
+    const uint64_t source = f.host.allocRandom(64, 2);
+    CHECK(f.write(a, source, f.lkey, 64, kIova, key).empty());
+    auto fault = f.nextFault();
+    REQUIRE(fault);
+    f.resume(fault->token, true);
+    f.host.advance(10'000'000); // resends within the 20 ms: RNR NAKs, no fault
+    CHECK(!f.nextFault());
+    CHECK(f.completions(&f.next, 1).empty());
+    f.host.advance(1'000'000'000); // beyond any RNR wait
+    fault = f.nextFault();
+    REQUIRE(fault);
+    CHECK(fault->va == kIova);
+    f.resume(fault->token, true);
+    f.host.advance(1'000'000'000);
+    const auto done = f.completions(&f.next, 1);
+    REQUIRE(done.size() == 1);
+    CHECK(opcodeOf(done[0]) == kRequesterError);
+    CHECK(done[0][0x37] == 0x13); // remote access error
+    CHECK(f.host.traces("page_fault_failed") == 1);
+    CHECK(f.host.guestErrors() == 0);
+}

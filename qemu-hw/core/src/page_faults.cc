@@ -55,11 +55,12 @@ bool DataPath::resumePageFault(uint64_t token, bool failed) {
     w.token = w.deadline = 0;
     trace::page_fault_resumed(host_, qp->number, sideName(side), token, failed,
                               host_.clockNs() - w.raisedAt);
-    // A first failure is asked again: the requester after kRetryNs, a
-    // responder when its peer's RNR wait ends. A second fails.
+    // A first failure is asked again after kRetryNs: by the requester, or
+    // by a responder on the first resend after it (it RNR NAKs those
+    // before). A second fails.
     w.failed = failed && w.failedOnce;
     w.failedOnce = failed && !w.failedOnce;
-    if (side == FaultSide::kRequester && w.failedOnce) {
+    if (w.failedOnce) {
         w.retrying = true;
         w.deadline = host_.clockNs() + page_fault::kRetryNs;
         timers_.schedule(*qp);
@@ -78,10 +79,11 @@ void DataPath::expirePageFaults(QueuePair &qp) {
         PageFaultWait &w = waitOf(qp, side);
         if (!w.waiting() || w.deadline > now)
             continue;
-        if (w.retrying) { // the requester asks again
+        if (w.retrying) { // the requester asks again; a responder on the next resend
             w.retrying = false;
             w.deadline = 0;
-            resume(qp);
+            if (side == FaultSide::kRequester)
+                resume(qp);
             continue;
         }
         trace::page_fault_timeout(host_, qp.number, sideName(side), w.token);

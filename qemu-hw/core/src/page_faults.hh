@@ -44,8 +44,9 @@ struct PageFaultWait {
     // implicit region's span given a new child, docs/mlx5.md §10.7).
     bool failed = false;
     uint32_t key = 0; // the outstanding or failed fault's; 0 after a timeout: any
-    // The driver failed the last fault once: the side asks again (a
-    // requester after kRetryNs, `retrying` meanwhile) before it gives up.
+    // The driver failed the last fault once: the side asks again after
+    // kRetryNs (`retrying` meanwhile: a responder RNR NAKs) before it
+    // gives up.
     // mlx5_ib fails a fault on an implicit region's child it is
     // destroying, and points the span elsewhere a moment later.
     bool failedOnce = false;
