@@ -116,6 +116,13 @@ struct ImplicitOdp : OdpFunction {
         return child;
     }
 
+    // A child for span 3 that maps kVa's page alone, at `page`.
+    uint32_t childOfOnePage(uint64_t page) {
+        std::vector<uint64_t> entries(8, 0);
+        entries[5] = page | kWritable;
+        return makeChild(entries);
+    }
+
     uint32_t ksm = 0, null = 0;
 };
 
@@ -275,9 +282,7 @@ TEST_CASE("mlx5 implicit ODP: a function moves with its implicit region: the KSM
     f.makeImplicit();
     auto [a, b] = f.patientPair();
     const auto pages = scatteredPages(f.host, 1);
-    std::vector<uint64_t> entries(8, 0);
-    entries[5] = pages[0] | kWritable;
-    f.makeChild(entries);
+    f.childOfOnePage(pages[0]);
     const uint64_t source = f.host.allocRandom(512, 8);
 
     const std::vector<uint8_t> saved = f.host.saveState();
