@@ -109,7 +109,7 @@ def test_ucx_and_mpi_over_on_demand_registrations(ctx):
     """UCX's on-demand registration (odp_runs.py) between the two guests
     over rc_verbs on pib_0, against pinned memory, and Open MPI over it on
     2 ranks, every byte checked (docs/prm.md §6.9)."""
-    ucx_and_mpi_on_demand(ctx, "pib_0:1", "rc_verbs", "vm2", "vm1", ("vm1", "vm2"), 2)
+    ucx_and_mpi_on_demand(ctx, "pib_0:1", "rc_verbs,ud_verbs:aux", "vm2", "vm1", ("vm1", "vm2"), 2)
 
 
 def test_mpich_over_ucx_on_2_and_4_ranks(ctx):
