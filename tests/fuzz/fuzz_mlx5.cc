@@ -641,15 +641,22 @@ struct QpWorld {
             mlx5umr::cacheLoad(freeKey, f.pd, kPagedIova, 4 * 4096, entries);
         load[16] &= static_cast<uint8_t>(~0x60); // free or in use: loaded again and again
         f.blueFlame(f.postWqe(qps[kUmrQp].qp, std::move(load)), f.uar);
+        trafficThrough(in, pages, freeKey,
+                       kPagedIova + in.ConsumeIntegralInRange<uint32_t>(0, 3 * 4096), 4096);
+    }
+
+    // A SEND, WRITE or READ of an RC QP through `key` at `at`, as its
+    // L_Key or its R_Key, of up to `most` bytes.
+    void trafficThrough(FuzzedDataProvider &in, const Pages &pages, uint32_t key, uint64_t at,
+                        uint32_t most) {
         static constexpr uint8_t kOpcodes[] = {qpc::kSend, qpc::kRdmaWrite, qpc::kRdmaRead};
         const bool local = in.ConsumeBool();
-        const uint64_t paged = kPagedIova + in.ConsumeIntegralInRange<uint32_t>(0, 3 * 4096);
         const Mlx5Function::Send s{.opcode = in.PickValueInArray(kOpcodes),
-                                   .addr = local ? paged : pages.pick(in),
-                                   .length = in.ConsumeIntegralInRange<uint32_t>(1, 4096),
-                                   .remoteAddr = local ? pages.pick(in) : paged,
-                                   .rkey = local ? 0 : freeKey,
-                                   .lkey = local ? freeKey : 0};
+                                   .addr = local ? at : pages.pick(in),
+                                   .length = in.ConsumeIntegralInRange<uint32_t>(1, most),
+                                   .remoteAddr = local ? pages.pick(in) : at,
+                                   .rkey = local ? 0 : key,
+                                   .lkey = local ? key : 0};
         f.blueFlame(f.writeSend(qps[in.ConsumeBool() ? 2 : 3].qp, false, s), f.uar);
         f.host.runScheduled();
     }
@@ -679,17 +686,8 @@ struct QpWorld {
             writeBe64(&load[load.size() - 8], w);
         }
         f.blueFlame(f.postWqe(qps[kUmrQp].qp, std::move(load)), f.uar);
-        static constexpr uint8_t kOpcodes[] = {qpc::kSend, qpc::kRdmaWrite, qpc::kRdmaRead};
-        const bool local = in.ConsumeBool();
-        const uint64_t at = in.ConsumeIntegralInRange<uint64_t>(0, uint64_t{5} << shift);
-        const Mlx5Function::Send s{.opcode = in.PickValueInArray(kOpcodes),
-                                   .addr = local ? at : pages.pick(in),
-                                   .length = in.ConsumeIntegralInRange<uint32_t>(1, 8192),
-                                   .remoteAddr = local ? pages.pick(in) : at,
-                                   .rkey = local ? 0 : ksmKey,
-                                   .lkey = local ? ksmKey : 0};
-        f.blueFlame(f.writeSend(qps[in.ConsumeBool() ? 2 : 3].qp, false, s), f.uar);
-        f.host.runScheduled();
+        trafficThrough(in, pages, ksmKey,
+                       in.ConsumeIntegralInRange<uint64_t>(0, uint64_t{5} << shift), 8192);
     }
 
     // The driver's answer to a page fault (docs/mlx5.md §10.6): the
