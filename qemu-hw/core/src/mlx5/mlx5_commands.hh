@@ -193,6 +193,7 @@ class Commands {
     const err::Condition *createWindowMkey(const Request &r);
     const err::Condition *createMttMkey(const Request &r);
     const err::Condition *createKsmMkey(const Request &r);
+    const err::Condition *freeKeyContext(const Request &r, pib_mr_context *ctx) const;
     const err::Condition *querySpecialContexts(const Request &r);
     const err::Condition *destroyMkey(const Request &r);
     const err::Condition *pageFaultResume(const Request &r);

@@ -209,6 +209,23 @@ const err::Condition *Commands::createWindowMkey(const Request &r) {
     return nullptr;
 }
 
+// The context of a free indirect (KLM or KSM) key: its PD, which must
+// exist, rights IBA allows (10.6.3.1: remote write or atomic with local
+// write) and variant; null, or why not.
+const err::Condition *Commands::freeKeyContext(const Request &r, pib_mr_context *ctx) const {
+    ctx->pdn = static_cast<uint32_t>(get(r.in, mkc::kPd));
+    ctx->access = accessOf(r.in);
+    ctx->flags = PIB_MR_FAST_REG;
+    ctx->key_variant = static_cast<uint8_t>(get(r.in, mkc::kVariant));
+    if (!core_.objects.pds.find(ctx->pdn))
+        return fail(err::kMlx5CmdBadResource, "CREATE_MKEY in PD %u", ctx->pdn);
+    if (ctx->access & (PIB_ACCESS_REMOTE_WRITE | PIB_ACCESS_REMOTE_ATOMIC) &&
+        !(ctx->access & PIB_ACCESS_LOCAL_WRITE))
+        return fail(err::kMlx5CmdBadParam,
+                    "CREATE_MKEY with remote write or atomic rights and no local write");
+    return nullptr;
+}
+
 // An indirect key (indirect_key.hh) with a table of
 // translations_octword_size entries, 16 bytes each: what
 // mlx5dv_create_mkey makes, free until a UMR lays it out (docs/mlx5.md
@@ -221,17 +238,9 @@ const err::Condition *Commands::createIndirectMkey(const Request &r) {
                     " entries (1..%u), or with entries of its own",
                     entries, limits::kMaxIndirectEntries);
     pib_mr_context ctx{};
-    ctx.pdn = static_cast<uint32_t>(get(r.in, mkc::kPd));
-    ctx.access = accessOf(r.in);
-    ctx.flags = PIB_MR_FAST_REG;
+    if (const err::Condition *why = freeKeyContext(r, &ctx))
+        return why;
     ctx.iova = get(r.in, mkc::kStartAddress);
-    ctx.key_variant = static_cast<uint8_t>(get(r.in, mkc::kVariant));
-    if (!core_.objects.pds.find(ctx.pdn))
-        return fail(err::kMlx5CmdBadResource, "CREATE_MKEY in PD %u", ctx.pdn);
-    if (ctx.access & (PIB_ACCESS_REMOTE_WRITE | PIB_ACCESS_REMOTE_ATOMIC) &&
-        !(ctx.access & PIB_ACCESS_LOCAL_WRITE))
-        return fail(err::kMlx5CmdBadParam,
-                    "CREATE_MKEY with remote write or atomic rights and no local write");
     uint32_t key = 0;
     if (const err::Condition *why =
             regions_.insertIndirect("CREATE_MKEY", ctx, static_cast<uint32_t>(entries), &key))
@@ -253,13 +262,9 @@ const err::Condition *Commands::createKsmMkey(const Request &r) {
                     " entries (1..%u), or with entries of its own",
                     entries, limits::kMaxKsmEntries);
     pib_mr_context ctx{};
-    ctx.pdn = static_cast<uint32_t>(get(r.in, mkc::kPd));
-    ctx.access = accessOf(r.in);
-    ctx.flags = PIB_MR_FAST_REG;
-    ctx.key_variant = static_cast<uint8_t>(get(r.in, mkc::kVariant));
+    if (const err::Condition *why = freeKeyContext(r, &ctx))
+        return why;
     ctx.mtt_count = static_cast<uint32_t>(entries * ksm_entry::kWords);
-    if (!core_.objects.pds.find(ctx.pdn))
-        return fail(err::kMlx5CmdBadResource, "CREATE_MKEY in PD %u", ctx.pdn);
     uint32_t key = 0;
     if (const err::Condition *why = regions_.insert(ctx, &key, MemoryRegions::Translations::kOwn))
         return why;
