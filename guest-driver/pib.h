@@ -236,6 +236,13 @@ struct pib_mr {
 	struct pib_mtt_write *odp_box;
 	refcount_t odp_users;
 	struct completion odp_idle;
+	/*
+	 * Implicit on-demand paging (pib_odp_implicit.c): the whole address
+	 * space, through children made span by span (by span number).
+	 */
+	bool implicit;
+	struct xarray children;
+	struct mutex children_lock; /* making a child, and finding it */
 };
 
 /*
@@ -403,6 +410,11 @@ struct ib_mr *pib_reg_user_mr(struct ib_pd *ibpd, u64 start, u64 length,
 			      u64 virt, int access,
 			      PIB_DMAH_PARAM struct ib_udata *udata);
 int pib_dereg_mr(struct ib_mr *ibmr, struct ib_udata *udata);
+/* and for an implicit on-demand MR's children (pib_odp_implicit.c) */
+int pib_create_mr_cmd(struct pib_dev *dev, struct pib_mr *mr,
+		      struct pib_mr_context *ctx);
+struct ib_mr *pib_mr_publish(struct pib_dev *dev, struct pib_mr *mr);
+void pib_mr_destroy(struct pib_dev *dev, struct pib_mr *mr);
 
 /* pib_odp.c; without the kernel's on-demand paging, no ODP at all. */
 #if IS_ENABLED(CONFIG_INFINIBAND_ON_DEMAND_PAGING)
@@ -418,6 +430,22 @@ int pib_odp_reg(struct pib_dev *dev, struct ib_pd *pd, struct pib_mr *mr,
 void pib_odp_publish(struct pib_mr *mr);
 void pib_odp_quiesce(struct pib_mr *mr);
 void pib_odp_release(struct pib_dev *dev, struct pib_mr *mr, bool destroyed);
+/* shared by pib_odp.c and pib_odp_implicit.c */
+extern const struct mmu_interval_notifier_ops pib_odp_notifier_ops;
+struct ib_umem_odp;
+int pib_odp_setup(struct pib_dev *dev, struct pib_mr *mr,
+		  struct ib_umem_odp *odp, u64 virt,
+		  struct pib_mr_context *ctx);
+int pib_odp_map(struct pib_dev *dev, struct pib_mr *mr, u64 va, u64 len,
+		bool write, bool fault);
+struct pib_mr *pib_odp_mr_get(struct pib_dev *dev, u32 key);
+void pib_odp_mr_put(struct pib_mr *mr);
+int pib_odp_reg_implicit(struct pib_dev *dev, struct ib_pd *pd,
+			 struct pib_mr *mr, int access,
+			 struct pib_mr_context *ctx);
+int pib_odp_map_implicit(struct pib_dev *dev, struct pib_mr *parent, u64 va,
+			 u64 len, bool write, bool fault);
+void pib_odp_destroy_children(struct pib_mr *parent);
 #else
 static inline void pib_odp_caps(struct pib_dev *dev,
 				struct ib_device_attr *attr)

@@ -15,8 +15,8 @@ static u8 pib_next_key_variant(void)
 	return atomic_inc_return(&variant);
 }
 
-static int pib_create_mr_cmd(struct pib_dev *dev, struct pib_mr *mr,
-			     struct pib_mr_context *ctx)
+int pib_create_mr_cmd(struct pib_dev *dev, struct pib_mr *mr,
+		      struct pib_mr_context *ctx)
 {
 	u64 key;
 	int err;
@@ -56,7 +56,7 @@ static void pib_mr_free_pages(struct pib_dev *dev, struct pib_mr *mr)
  * key still lets it (and remote peers) write the pages: they stay pinned
  * and in the MTT for good, and only our bookkeeping is freed.
  */
-static void pib_mr_destroy(struct pib_dev *dev, struct pib_mr *mr)
+void pib_mr_destroy(struct pib_dev *dev, struct pib_mr *mr)
 {
 	u32 key = mr->ibmr.lkey;
 	int err;
@@ -76,7 +76,7 @@ static void pib_mr_destroy(struct pib_dev *dev, struct pib_mr *mr)
 }
 
 /* Makes a created MR visible to debugfs; destroys it if that fails. */
-static struct ib_mr *pib_mr_publish(struct pib_dev *dev, struct pib_mr *mr)
+struct ib_mr *pib_mr_publish(struct pib_dev *dev, struct pib_mr *mr)
 {
 	/* By index: a fast-registration MR's key changes with each REG_MR. */
 	int err = xa_err(xa_store(&dev->mrs, PIB_KEY_INDEX(mr->ibmr.lkey), mr,

@@ -30,6 +30,8 @@ void pib_odp_caps(struct pib_dev *dev, struct ib_device_attr *attr)
 		return;
 	attr->kernel_cap_flags |= IBK_ON_DEMAND_PAGING;
 	attr->odp_caps.general_caps = IB_ODP_SUPPORT;
+	if (dev->caps.device_cap_flags & PIB_DEV_CAP_IMPLICIT_ON_DEMAND)
+		attr->odp_caps.general_caps |= IB_ODP_SUPPORT_IMPLICIT;
 	attr->odp_caps.per_transport_caps.rc_odp_caps = PIB_ODP_ALL_SIDES;
 	attr->odp_caps.per_transport_caps.xrc_odp_caps = PIB_ODP_ALL_SIDES;
 	attr->odp_caps.per_transport_caps.ud_odp_caps = IB_ODP_SUPPORT_SEND;
@@ -112,7 +114,7 @@ static bool pib_odp_invalidate(struct mmu_interval_notifier *mni,
 	return true;
 }
 
-static const struct mmu_interval_notifier_ops pib_odp_notifier_ops = {
+const struct mmu_interval_notifier_ops pib_odp_notifier_ops = {
 	.invalidate = pib_odp_invalidate,
 };
 
@@ -121,13 +123,15 @@ static const struct mmu_interval_notifier_ops pib_odp_notifier_ops = {
  * device: faults the pages in (`fault`), or takes those the process has
  * already (a prefetch without faults); for writes too when `write`.
  */
-static int pib_odp_map(struct pib_dev *dev, struct pib_mr *mr, u64 va, u64 len,
-		       bool write, bool fault)
+int pib_odp_map(struct pib_dev *dev, struct pib_mr *mr, u64 va, u64 len,
+		bool write, bool fault)
 {
 	struct ib_umem_odp *odp = pib_mr_odp(mr);
 	u64 user_va, access = PIB_ODP_READ, first;
 	int npages, err;
 
+	if (mr->implicit)
+		return pib_odp_map_implicit(dev, mr, va, len, write, fault);
 	if (va < mr->iova || va - mr->iova >= mr->length || !len)
 		return -EFAULT;
 	if (write && !mr->umem->writable)
@@ -147,8 +151,11 @@ static int pib_odp_map(struct pib_dev *dev, struct pib_mr *mr, u64 va, u64 len,
 	return err;
 }
 
-/* The on-demand MR `key` names, held; NULL if there is none. */
-static struct pib_mr *pib_odp_mr_get(struct pib_dev *dev, u32 key)
+/*
+ * The on-demand MR `key` names, held; NULL if there is none. An implicit
+ * MR's children are in dev->mrs too: the device faults on their keys.
+ */
+struct pib_mr *pib_odp_mr_get(struct pib_dev *dev, u32 key)
 {
 	struct pib_mr *mr;
 
@@ -161,7 +168,7 @@ static struct pib_mr *pib_odp_mr_get(struct pib_dev *dev, u32 key)
 	return mr;
 }
 
-static void pib_odp_mr_put(struct pib_mr *mr)
+void pib_odp_mr_put(struct pib_mr *mr)
 {
 	if (refcount_dec_and_test(&mr->odp_users))
 		complete(&mr->odp_idle);
@@ -302,7 +309,8 @@ int pib_odp_fill_res_mr_entry(struct sk_buff *msg, struct ib_mr *ibmr)
 	table = nla_nest_start(msg, RDMA_NLDEV_ATTR_DRIVER);
 	if (!table)
 		return -EMSGSIZE;
-	if (rdma_nl_put_driver_string(msg, "odp", "explicit")) {
+	if (rdma_nl_put_driver_string(msg, "odp",
+				      mr->implicit ? "implicit" : "explicit")) {
 		nla_nest_cancel(msg, table);
 		return -EMSGSIZE;
 	}
@@ -311,9 +319,48 @@ int pib_odp_fill_res_mr_entry(struct sk_buff *msg, struct ib_mr *ibmr)
 }
 
 /*
+ * Makes `mr` the on-demand MR of `odp` at `virt` in its iova space, and
+ * fills the device's context of it but for its PD and access: a mailbox
+ * for its entries, an MTT range with every entry absent. An implicit MR
+ * (pib_odp_implicit.c) has no range: its children have. On failure `odp`
+ * is the caller's still.
+ */
+int pib_odp_setup(struct pib_dev *dev, struct pib_mr *mr,
+		  struct ib_umem_odp *odp, u64 virt, struct pib_mr_context *ctx)
+{
+	int err;
+
+	mr->odp_box = kzalloc(sizeof(*mr->odp_box), GFP_KERNEL);
+	if (!mr->odp_box)
+		return -ENOMEM;
+	if (!mr->implicit) {
+		mr->npages = ib_umem_odp_num_pages(odp);
+		err = pib_mtt_alloc(dev, mr->npages, &mr->mtt);
+		if (err) {
+			kfree(mr->odp_box);
+			mr->odp_box = NULL;
+			return err;
+		}
+	}
+	mr->umem = &odp->umem;
+	mr->dev = dev;
+	mr->page_shift = odp->page_shift;
+	refcount_set(&mr->odp_users, 1);
+	init_completion(&mr->odp_idle);
+	ctx->iova = virt;
+	ctx->length = odp->umem.length;
+	ctx->mtt_index = mr->mtt;
+	ctx->mtt_count = mr->npages;
+	ctx->log_page_size = mr->page_shift;
+	ctx->flags = PIB_MR_ON_DEMAND;
+	return 0;
+}
+
+/*
  * An on-demand MR over [start, start + length) of the process, at `virt`
  * in its iova space, on the same page offset: its MTT entries all absent
- * until the device faults on them.
+ * until the device faults on them. Over the whole address space, an
+ * implicit one (pib_odp_implicit.c).
  */
 int pib_odp_reg(struct pib_dev *dev, struct ib_pd *pd, struct pib_mr *mr,
 		u64 start, u64 length, u64 virt, int access,
@@ -325,7 +372,7 @@ int pib_odp_reg(struct pib_dev *dev, struct ib_pd *pd, struct pib_mr *mr,
 	if (!(dev->caps.device_cap_flags & PIB_DEV_CAP_ON_DEMAND_PAGING))
 		return -EOPNOTSUPP;
 	if (!start && length == U64_MAX)
-		return -EOPNOTSUPP; /* implicit ODP: not offered */
+		return pib_odp_reg_implicit(dev, pd, mr, access, ctx);
 	odp = ib_umem_odp_get(pd->device, start, length,
 			      PIB_ODP_GET_ACCESS(access),
 			      &pib_odp_notifier_ops);
@@ -334,30 +381,11 @@ int pib_odp_reg(struct pib_dev *dev, struct ib_pd *pd, struct pib_mr *mr,
 	err = -EINVAL;
 	if ((virt ^ start) & ((1ULL << odp->page_shift) - 1))
 		goto release;
-	err = -ENOMEM;
-	mr->odp_box = kzalloc(sizeof(*mr->odp_box), GFP_KERNEL);
-	if (!mr->odp_box)
-		goto release;
-	mr->npages = ib_umem_odp_num_pages(odp);
-	err = pib_mtt_alloc(dev, mr->npages, &mr->mtt);
+	err = pib_odp_setup(dev, mr, odp, virt, ctx);
 	if (err)
-		goto free_box;
-	mr->umem = &odp->umem;
-	mr->dev = dev;
-	mr->page_shift = odp->page_shift;
-	refcount_set(&mr->odp_users, 1);
-	init_completion(&mr->odp_idle);
-	ctx->iova = virt;
-	ctx->length = length;
-	ctx->mtt_index = mr->mtt;
-	ctx->mtt_count = mr->npages;
-	ctx->log_page_size = mr->page_shift;
-	ctx->flags = PIB_MR_ON_DEMAND;
+		goto release;
 	return 0;
 
-free_box:
-	kfree(mr->odp_box);
-	mr->odp_box = NULL;
 release:
 	ib_umem_odp_release(odp);
 	return err;
@@ -386,6 +414,10 @@ void pib_odp_quiesce(struct pib_mr *mr)
 
 	pib_odp_mr_put(mr);
 	wait_for_completion(&mr->odp_idle);
+	if (mr->implicit) { /* its pages are its children's */
+		pib_odp_destroy_children(mr);
+		return;
+	}
 	mutex_lock(&odp->umem_mutex);
 	if (odp->npages)
 		pib_odp_write(mr->dev, mr, 0, mr->npages, true);
@@ -402,7 +434,7 @@ void pib_odp_quiesce(struct pib_mr *mr)
 void pib_odp_release(struct pib_dev *dev, struct pib_mr *mr, bool destroyed)
 {
 	ib_umem_odp_release(pib_mr_odp(mr));
-	if (destroyed)
+	if (destroyed && !mr->implicit)
 		pib_mtt_free(dev, mr->mtt);
 	kfree(mr->odp_box);
 }

@@ -65,7 +65,7 @@
 #define PIB_IF_VERSION(major, minor) (((uint32_t)(major) << 16) | (minor))
 #define PIB_IF_VERSION_MAJOR(v) ((v) >> 16)
 #define PIB_IF_VERSION_MINOR(v) ((v)&0xffffu)
-#define PIB_IF_VERSION_CURRENT PIB_IF_VERSION(0, 14)
+#define PIB_IF_VERSION_CURRENT PIB_IF_VERSION(0, 15)
 
 /* RO: firmware version, major << 24 | minor << 16 | patch. */
 #define PIB_REG_FW_VERSION 0x008
@@ -246,7 +246,7 @@ enum pib_cmd_status {
 #define PIB_DEV_CAP_RESIZE_SRQ (1u << 13)
 /* every CQE carries the core clock at its writing (docs/prm.md §7.3) */
 #define PIB_DEV_CAP_CQE_TIMESTAMP (1u << 14)
-/* XRC domains, XRC SRQs and XRC initiator and target QPs (docs/prm.md §6.9) */
+/* XRC domains, XRC SRQs and XRC initiator and target QPs (docs/prm.md §6.8) */
 #define PIB_DEV_CAP_XRC (1u << 15)
 /* completion event moderation: PIB_CMD_MODIFY_CQ (docs/prm.md §6.1) */
 #define PIB_DEV_CAP_CQ_MODERATION (1u << 16)
@@ -262,6 +262,12 @@ enum pib_cmd_status {
  * that PIB_CMD_PAGE_FAULT_RESUME ends
  */
 #define PIB_DEV_CAP_ON_DEMAND_PAGING (1u << 19)
+/*
+ * Implicit on-demand paging (docs/prm.md §6.10): PIB_MR_IMPLICIT regions,
+ * the whole address space reached through on-demand regions linked to it
+ * span by span (pib_mr_context.parent_key)
+ */
+#define PIB_DEV_CAP_IMPLICIT_ON_DEMAND (1u << 20)
 
 /* atomic_cap */
 #define PIB_ATOMIC_NONE 0
@@ -575,6 +581,16 @@ struct pib_cq_context {
 #define PIB_MR_ON_DEMAND (1u << 2)
 #define PIB_MTT_READ (1u << 0)  /* an on-demand region's entry: reads reach the page */
 #define PIB_MTT_WRITE (1u << 1) /* and writes (with PIB_MTT_READ) */
+/*
+ * Implicit on-demand paging (docs/prm.md §6.10), with
+ * PIB_DEV_CAP_IMPLICIT_ON_DEMAND: the whole address space (iova 0, length
+ * 2^64 - 1, no MTT) in spans of 2^log_page_size bytes, each reached through
+ * the PIB_MR_ON_DEMAND region created for it with this region's key as its
+ * parent_key; a span with none faults on this region's key.
+ */
+#define PIB_MR_IMPLICIT (1u << 3)
+#define PIB_IMPLICIT_MIN_LOG_SPAN 21
+#define PIB_IMPLICIT_MAX_LOG_SPAN 30
 struct pib_mr_context {
     uint64_t iova;
     uint64_t length;
@@ -582,11 +598,16 @@ struct pib_mr_context {
     uint32_t access;
     uint32_t mtt_index;
     uint32_t mtt_count;
-    uint8_t log_page_size; /* 12..30 */
+    uint8_t log_page_size; /* 12..30; PIB_MR_IMPLICIT: the span's */
     uint8_t flags;
     uint8_t key_variant; /* low 8 bits of the key */
     uint8_t reserved0;
-    uint32_t reserved1[3];
+    /*
+     * PIB_MR_ON_DEMAND: 0, or the PIB_MR_IMPLICIT region whose span
+     * [iova, iova + length) the new region is (docs/prm.md §6.10)
+     */
+    uint32_t parent_key;
+    uint32_t reserved1[2];
 };
 
 /*

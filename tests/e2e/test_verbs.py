@@ -79,8 +79,6 @@ PYVERBS_SKIPS = {
     r"All gid indices populated": "the test's own precondition",
     # Not offered by pib-hca: the capability is 0 and the verb EOPNOTSUPP.
     r"Device memory|real time|Importing a device": "not offered",
-    r"ODP implicit is not supported":
-        "not offered: implicit ODP, a region over the whole address space (docs/prm.md §8)",
     # What the device does not offer (docs/prm.md §8), asked for through
     # the extended verbs: wall-clock timestamps, tag matching's CQs.
     r"Extended CQ is not supported": "not offered (extended verbs)",
@@ -125,7 +123,12 @@ PYVERBS_MUST_PASS = (
     "test_odp_ud_traffic", "test_odp_xrc_traffic", "test_odp_sync_prefetch_rc_traffic",
     "test_odp_async_prefetch_rc_traffic", "test_odp_prefetch_sync_no_page_fault_rc_traffic",
     "test_odp_prefetch_async_no_page_fault_rc_traffic", "test_odp_rc_huge_traffic",
-    "test_odp_rc_huge_user_addr_traffic")
+    "test_odp_rc_huge_user_addr_traffic",
+    # Implicit on-demand paging (§6.10): one region over the whole address
+    # space, its spans' children made as the device faults on them or a
+    # prefetch reaches them.
+    "test_odp_implicit_rc_traffic", "test_odp_implicit_sync_prefetch_rc_traffic",
+    "test_odp_implicit_async_prefetch_rc_traffic")
 
 
 # Tests that skip with a reason too general to allow for all: by name.

@@ -8,7 +8,7 @@ TEST_CASE("identification registers read their documented values", "[regs]") {
     FakeHost host;
     CHECK(host.read32(PIB_BAR_REGS, PIB_REG_ID) == PIB_ID_MAGIC);
     CHECK(host.read32(PIB_BAR_REGS, PIB_REG_ID) == 0x48424950u);
-    CHECK(host.read32(PIB_BAR_REGS, PIB_REG_IF_VERSION) == PIB_IF_VERSION(0, 14));
+    CHECK(host.read32(PIB_BAR_REGS, PIB_REG_IF_VERSION) == PIB_IF_VERSION(0, 15));
     CHECK(host.read32(PIB_BAR_REGS, PIB_REG_FW_VERSION) == PIB_FW_VERSION(0, 1, 0));
     CHECK(host.read32(PIB_BAR_REGS, PIB_REG_STATUS) == PIB_STATUS_READY);
     CHECK(host.read32(PIB_BAR_REGS, PIB_REG_NODE_GUID_LO) == 0x00001234u);

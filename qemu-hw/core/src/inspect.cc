@@ -282,6 +282,11 @@ Json Inspector::mr(uint32_t, const MemoryRegion &m) const {
                     {"table", m.ctx.mtt_count / ksm_entry::kWords}};
     if (m.pagedEntries)
         j["on_demand"] = true;
+    if (m.implicit())
+        j["implicit"] = {{"span", uint64_t{1} << m.ctx.log_page_size},
+                         {"children", m.children.size()}};
+    if (m.ctx.parent_key)
+        j["parent"] = m.ctx.parent_key;
     withOwner(j, m.owner);
     return j;
 }

@@ -7,6 +7,12 @@
 
 namespace pib {
 
+// Whether an access with `access` rights writes the memory it reaches (a
+// receive, a WRITE's target, a READ's or atomic's destination).
+static bool writes(uint32_t access) {
+    return access & (PIB_ACCESS_LOCAL_WRITE | PIB_ACCESS_REMOTE_WRITE | PIB_ACCESS_REMOTE_ATOMIC);
+}
+
 // Returns PIB_WC_SUCCESS, or the completion status of the violation.
 uint8_t MemoryAccess::translate(uint32_t key, uint32_t pdn, uint64_t addr, uint64_t len,
                                 uint32_t access, std::vector<Segment> &out) const {
@@ -75,9 +81,10 @@ uint8_t MemoryAccess::mapRegion(const MemoryRegion &mr, uint64_t addr, uint64_t 
         return PIB_WC_SUCCESS;
     if (addr < c.iova || addr + len < addr || addr + len - c.iova > c.length)
         return PIB_WC_LOC_PROT_ERR;
-    return mr.indirect ? mapIndirect(mr, addr, len, access, out)
-           : mr.ksm    ? mapKsm(mr, addr, len, access, out)
-                       : mapDirect(mr, addr, len, access, out);
+    return mr.indirect     ? mapIndirect(mr, addr, len, access, out)
+           : mr.ksm        ? mapKsm(mr, addr, len, access, out)
+           : mr.implicit() ? mapImplicit(mr, addr, len, access, out)
+                           : mapDirect(mr, addr, len, access, out);
 }
 
 // Page `page` of a direct region's translations, as its table holds it.
@@ -92,9 +99,7 @@ uint64_t MemoryAccess::entryOf(const MemoryRegion &mr, uint64_t page) const {
 // stopped. Work bounded by the key's entries.
 bool MemoryAccess::pagesPresent(const MemoryRegion &mr, uint64_t addr, uint64_t len,
                                 uint32_t access) const {
-    constexpr uint32_t kWrites =
-        PIB_ACCESS_LOCAL_WRITE | PIB_ACCESS_REMOTE_WRITE | PIB_ACCESS_REMOTE_ATOMIC;
-    const bool write = access & kWrites;
+    const bool write = writes(access);
     const uint64_t needed = write ? key_entry::kWrite : key_entry::kRead;
     const unsigned shift = mr.ctx.log_page_size;
     const uint64_t base = mr.ctx.iova & ~((uint64_t{1} << shift) - 1);
@@ -153,9 +158,7 @@ uint8_t MemoryAccess::mapDirect(const MemoryRegion &mr, uint64_t addr, uint64_t 
 // a short one.
 uint8_t MemoryAccess::mapIndirect(const MemoryRegion &mr, uint64_t addr, uint64_t len,
                                   uint32_t access, std::vector<Segment> *out) const {
-    constexpr uint32_t kWrites =
-        PIB_ACCESS_LOCAL_WRITE | PIB_ACCESS_REMOTE_WRITE | PIB_ACCESS_REMOTE_ATOMIC;
-    const uint32_t entryAccess = access & kWrites ? PIB_ACCESS_LOCAL_WRITE : 0;
+    const uint32_t entryAccess = writes(access) ? PIB_ACCESS_LOCAL_WRITE : 0;
     uint32_t pieces = 0;
     const auto through = [&](const IndirectEntry &e, uint64_t at, uint64_t n) {
         if (out && ++pieces > limits::kMaxIndirectPieces)
@@ -176,7 +179,8 @@ uint8_t MemoryAccess::mapIndirect(const MemoryRegion &mr, uint64_t addr, uint64_
 bool MemoryAccess::reachesEntry(const MemoryRegion &mr, uint32_t key, uint32_t entryAccess) const {
     const MemoryRegion *entry = mrs_.find(PIB_KEY_INDEX(key));
     return entry && entry->valid && entry->key == key && !entry->indirect && !entry->ksm &&
-           entry->ctx.pdn == mr.ctx.pdn && (entry->ctx.access & entryAccess) == entryAccess;
+           !entry->implicit() && entry->ctx.pdn == mr.ctx.pdn &&
+           (entry->ctx.access & entryAccess) == entryAccess;
 }
 
 // A KSM key's range (docs/mlx5.md §10.7): span by span, each through its
@@ -187,9 +191,7 @@ bool MemoryAccess::reachesEntry(const MemoryRegion &mr, uint32_t key, uint32_t e
 // kMaxIndirectPieces spans.
 uint8_t MemoryAccess::mapKsm(const MemoryRegion &mr, uint64_t addr, uint64_t len, uint32_t access,
                              std::vector<Segment> *out) const {
-    constexpr uint32_t kWrites =
-        PIB_ACCESS_LOCAL_WRITE | PIB_ACCESS_REMOTE_WRITE | PIB_ACCESS_REMOTE_ATOMIC;
-    const uint32_t entryAccess = access & kWrites ? PIB_ACCESS_LOCAL_WRITE : 0;
+    const uint32_t entryAccess = writes(access) ? PIB_ACCESS_LOCAL_WRITE : 0;
     const unsigned shift = mr.ctx.log_page_size;
     const uint64_t span = uint64_t{1} << shift;
     uint64_t offset = addr - mr.ctx.iova;
@@ -206,6 +208,34 @@ uint8_t MemoryAccess::mapKsm(const MemoryRegion &mr, uint64_t addr, uint64_t len
         if (const uint8_t status = mapRegion(entry, at, n, entryAccess, out))
             return status;
         offset += n;
+        len -= n;
+    }
+    return PIB_WC_SUCCESS;
+}
+
+// A pib-hca implicit region's range (docs/prm.md §6.10): span by span,
+// each through the on-demand region linked for it, whose pages fault as
+// its own; a span with none faults on the implicit key there, for the
+// rest of the range. The caller checked the implicit key's rights, which
+// are its children's. Work is one lookup per span, at most
+// kMaxIndirectPieces spans (a message of 2^31 bytes in spans of 2 MiB or
+// more).
+uint8_t MemoryAccess::mapImplicit(const MemoryRegion &mr, uint64_t addr, uint64_t len,
+                                  uint32_t access, std::vector<Segment> *out) const {
+    const unsigned shift = mr.ctx.log_page_size;
+    const uint64_t span = uint64_t{1} << shift;
+    for (uint32_t spans = 0; len; ++spans) {
+        if (spans >= limits::kMaxIndirectPieces)
+            return PIB_WC_LOC_PROT_ERR;
+        const auto child = mr.children.find(addr >> shift);
+        if (child == mr.children.end()) {
+            fault_ = FaultSite{mr.key, addr, len, writes(access)};
+            return PIB_WC_LOC_PROT_ERR;
+        }
+        const uint64_t n = std::min(len, span - (addr & (span - 1)));
+        if (const uint8_t status = mapRegion(mrs_.at(child->second), addr, n, access, out))
+            return status;
+        addr += n;
         len -= n;
     }
     return PIB_WC_SUCCESS;

@@ -85,6 +85,8 @@ class MemoryAccess {
                         std::vector<Segment> *out) const;
     uint8_t mapKsm(const MemoryRegion &mr, uint64_t addr, uint64_t len, uint32_t access,
                    std::vector<Segment> *out) const;
+    uint8_t mapImplicit(const MemoryRegion &mr, uint64_t addr, uint64_t len, uint32_t access,
+                        std::vector<Segment> *out) const;
     bool reachesEntry(const MemoryRegion &mr, uint32_t key, uint32_t entryAccess) const;
 
     const Host &host_;

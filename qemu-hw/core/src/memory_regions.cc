@@ -50,6 +50,11 @@ const err::Condition *MemoryRegions::checkPdAndAccess(const char *command,
 }
 
 const err::Condition *MemoryRegions::check(const char *command, const pib_mr_context &ctx) const {
+    if (ctx.parent_key && !(ctx.flags & PIB_MR_ON_DEMAND))
+        return fail(refusals_.badParam, "%s with parent key 0x%x, not on demand", command,
+                    ctx.parent_key);
+    if (ctx.flags & PIB_MR_IMPLICIT)
+        return checkImplicit(command, ctx);
     if (ctx.flags & PIB_MR_PHYSICAL) {
         if (ctx.mtt_count)
             return fail(refusals_.badParam, "%s physical with MTT", command);
@@ -63,7 +68,7 @@ const err::Condition *MemoryRegions::check(const char *command, const pib_mr_con
         return fail(refusals_.badParam, "%s needs %" PRIu64 " allocated MTT entries, got %u at %u",
                     command, pages, ctx.mtt_count, ctx.mtt_index);
     if (ctx.flags & PIB_MR_ON_DEMAND) // its entries say which pages it maps, whenever
-        return nullptr;
+        return ctx.parent_key ? checkChild(command, ctx) : nullptr;
     const uint64_t pageMask = (uint64_t{1} << shift) - 1;
     for (uint32_t i = 0; i < ctx.mtt_count; ++i) {
         const uint64_t entry = objects_.mtt.entry(ctx.mtt_index + i);
@@ -72,6 +77,71 @@ const err::Condition *MemoryRegions::check(const char *command, const pib_mr_con
                         "%s MTT entry %u (0x%" PRIx64 ") is not a 2^%u-byte page", command,
                         ctx.mtt_index + i, entry, shift);
     }
+    return nullptr;
+}
+
+// An implicit on-demand region (docs/prm.md §6.10): the whole address
+// space, in spans its children cover, and no translations of its own.
+const err::Condition *MemoryRegions::checkImplicit(const char *command,
+                                                   const pib_mr_context &ctx) const {
+    if (const err::Condition *why = checkPdAndAccess(command, ctx))
+        return why;
+    if (ctx.iova || ctx.length != UINT64_MAX || ctx.mtt_index || ctx.mtt_count ||
+        ctx.log_page_size < PIB_IMPLICIT_MIN_LOG_SPAN ||
+        ctx.log_page_size > PIB_IMPLICIT_MAX_LOG_SPAN)
+        return fail(refusals_.badParam,
+                    "%s implicit: 0x%" PRIx64 " bytes at 0x%" PRIx64
+                    ", %u MTT entries at %u, spans of 2^%u bytes",
+                    command, ctx.length, ctx.iova, ctx.mtt_count, ctx.mtt_index, ctx.log_page_size);
+    return nullptr;
+}
+
+// An on-demand region that an implicit one (its parent_key) reaches for
+// one of its spans: that span exactly, not yet covered, in the parent's
+// PD and with its rights, which are what an access through it checked.
+const err::Condition *MemoryRegions::checkChild(const char *command,
+                                                const pib_mr_context &ctx) const {
+    const MemoryRegion *parent = find(ctx.parent_key);
+    if (!parent || !parent->implicit())
+        return fail(refusals_.badParam, "%s: parent key 0x%x names no implicit region", command,
+                    ctx.parent_key);
+    const unsigned shift = parent->ctx.log_page_size;
+    const uint64_t span = uint64_t{1} << shift;
+    if (ctx.iova & (span - 1) || ctx.length != span || ctx.pdn != parent->ctx.pdn ||
+        ctx.access != parent->ctx.access)
+        return fail(refusals_.badParam,
+                    "%s: 0x%" PRIx64 " bytes at 0x%" PRIx64 " in PD %u with access 0x%x "
+                    "is no span of implicit key 0x%x (2^%u bytes, PD %u, access 0x%x)",
+                    command, ctx.length, ctx.iova, ctx.pdn, ctx.access, ctx.parent_key, shift,
+                    parent->ctx.pdn, parent->ctx.access);
+    if (parent->children.contains(ctx.iova >> shift))
+        return fail(refusals_.badParam,
+                    "%s: the span at 0x%" PRIx64 " of implicit key 0x%x "
+                    "has a region already",
+                    command, ctx.iova, ctx.parent_key);
+    return nullptr;
+}
+
+// Links on-demand region `index` to the implicit region it names, for
+// the span it covers (checkChild said it may be).
+void MemoryRegions::linkChild(uint32_t index) {
+    const pib_mr_context &ctx = objects_.mrs.at(index).ctx;
+    MemoryRegion &parent = *find(ctx.parent_key);
+    parent.children[ctx.iova >> parent.ctx.log_page_size] = index;
+}
+
+const err::Condition *MemoryRegions::relinkChild(const char *command, uint32_t index,
+                                                 uint32_t parentKey) {
+    MemoryRegion &child = objects_.mrs.at(index);
+    pib_mr_context ctx = child.ctx;
+    ctx.parent_key = parentKey;
+    if (!(ctx.flags & PIB_MR_ON_DEMAND))
+        return fail(refusals_.badParam, "%s: MR %u, not on demand, with parent key 0x%x", command,
+                    index, parentKey);
+    if (const err::Condition *why = checkChild(command, ctx))
+        return why;
+    child.ctx.parent_key = parentKey;
+    linkChild(index);
     return nullptr;
 }
 
@@ -138,6 +208,8 @@ const err::Condition *MemoryRegions::insert(const pib_mr_context &ctx, uint32_t 
         raw->indirect = IndirectLayout{};
     ++objects_.pds.at(ctx.pdn).refs;
     holdTranslations(*raw, true);
+    if (ctx.parent_key)
+        linkChild(*index);
     *key = raw->key;
     return nullptr;
 }
@@ -182,6 +254,13 @@ const err::Condition *MemoryRegions::destroy(const char *command, uint32_t key) 
     if (mr->windows)
         return fail(refusals_.busy, "%s of key 0x%x: %u memory windows are bound to it", command,
                     key, mr->windows);
+    if (!mr->children.empty())
+        return fail(refusals_.busy, "%s of key 0x%x: %zu on-demand regions are linked to it",
+                    command, key, mr->children.size());
+    if (mr->ctx.parent_key) { // its span faults on the parent again
+        MemoryRegion &parent = *find(mr->ctx.parent_key);
+        parent.children.erase(mr->ctx.iova >> parent.ctx.log_page_size);
+    }
     --objects_.pds.at(mr->ctx.pdn).refs;
     holdTranslations(*mr, false);
     objects_.mrs.erase(PIB_KEY_INDEX(key));

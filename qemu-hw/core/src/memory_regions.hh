@@ -34,7 +34,8 @@ class MemoryRegions {
     // names, or (a fast-registration region only) kept with it.
     enum class Translations { kMtt, kOwn, kIndirect };
     // A new region of `ctx`, which the caller checked, holding its PD and
-    // MTT range; its key in *key.
+    // MTT range, and linked to the implicit region it is a span of (its
+    // parent_key); its key in *key.
     const err::Condition *insert(const pib_mr_context &ctx, uint32_t *key,
                                  Translations translations = Translations::kMtt);
     // A new region of `ctx` (checked here: its PD, access, page size and
@@ -58,7 +59,13 @@ class MemoryRegions {
     // Ends the window `key` names (its index: a window's variant changes
     // with each bind), unbinding it first.
     const err::Condition *destroyWindow(const char *command, uint32_t key);
-    // Ends the region `key` names, unless windows are bound to it.
+    // Links the on-demand region at `index`, loaded without its parent,
+    // to implicit region `parentKey` as CREATE_MR would have (a saved
+    // state's regions are loaded by index, a parent after its children
+    // perhaps).
+    const err::Condition *relinkChild(const char *command, uint32_t index, uint32_t parentKey);
+    // Ends the region `key` names, unless windows are bound to it or
+    // on-demand regions are linked to it; a linked one leaves its parent.
     const err::Condition *destroy(const char *command, uint32_t key);
     // The region a key names, if the key's variant matches too (a
     // fast-registration region's variant changes with each REG_MR: its
@@ -69,6 +76,9 @@ class MemoryRegions {
     const err::Condition *checkPdAndAccess(const char *command, const pib_mr_context &ctx) const;
     const err::Condition *checkTranslated(const char *command, const pib_mr_context &ctx,
                                           bool paged = false) const;
+    const err::Condition *checkImplicit(const char *command, const pib_mr_context &ctx) const;
+    const err::Condition *checkChild(const char *command, const pib_mr_context &ctx) const;
+    void linkChild(uint32_t index);
     void holdTranslations(const MemoryRegion &mr, bool hold);
     [[gnu::format(printf, 3, 4)]] const err::Condition *fail(const err::Condition &why,
                                                              const char *fmt, ...) const;

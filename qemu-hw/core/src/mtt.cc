@@ -3,9 +3,13 @@
 
 #include <algorithm>
 
+#include "pib_hw.h"
 #include "state_archive.hh"
 
 namespace pib {
+
+// An on-demand region's entries carry them (PIB_MTT_READ, PIB_MTT_WRITE).
+constexpr uint64_t kPresentBits = PIB_MTT_READ | PIB_MTT_WRITE;
 
 std::optional<uint32_t> Mtt::allocate(uint32_t count) {
     if (count == 0 || count > capacity_)
@@ -131,6 +135,14 @@ void Mtt::save(StateWriter &w) const {
     w.endSection();
 }
 
+std::optional<uint32_t> Mtt::strayPresentBits() const {
+    for (const auto &[first, range] : ranges_)
+        for (uint32_t i = 0; i < range.count && !range.pagedReaders; ++i)
+            if (entries_[first + i] & kPresentBits)
+                return first + i;
+    return std::nullopt;
+}
+
 void Mtt::load(StateReader &r) {
     clear();
     r.enterSection(stateTag("MTT "), "the MTT");
@@ -149,7 +161,7 @@ void Mtt::load(StateReader &r) {
         entries_.resize(uint64_t{first} + count, 0);
         for (uint32_t i = 0; i < count && r.ok(); ++i) {
             const uint64_t address = r.u64();
-            if (address % (uint64_t{1} << kMinLogPage))
+            if ((address & ~kPresentBits) % (uint64_t{1} << kMinLogPage))
                 r.fail("MTT entry " + std::to_string(first + i) + " is not a page address");
             entries_[first + i] = address;
         }

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <optional>
 #include <vector>
 
@@ -113,8 +114,15 @@ struct MemoryRegion {
     // address its table's entry i names (ksm_entry). The table is its
     // ownPages, two words an entry, as the UMR QP loads it.
     bool ksm = false;
+    // A pib-hca implicit on-demand region (PIB_MR_IMPLICIT, docs/prm.md
+    // §6.10): the on-demand regions linked to it, each the span of
+    // 2^ctx.log_page_size bytes it covers, by span number: the region's
+    // index. A span with none faults on this region's key. A child names
+    // its parent in ctx.parent_key, and leaves it when destroyed.
+    std::map<uint64_t, uint32_t> children;
 
     bool fastReg() const { return ctx.flags & PIB_MR_FAST_REG; }
+    bool implicit() const { return ctx.flags & PIB_MR_IMPLICIT; }
 };
 
 // A memory window: a range of a region, with its own R_Key and remote

@@ -40,7 +40,7 @@ static pib_dev_cap buildCaps(const pib_core_config &config) {
         PIB_DEV_CAP_MEM_WINDOW | PIB_DEV_CAP_MEM_WINDOW_TYPE_2B | PIB_DEV_CAP_RESIZE_CQ |
         PIB_DEV_CAP_RESIZE_SRQ | PIB_DEV_CAP_CQE_TIMESTAMP | PIB_DEV_CAP_XRC |
         PIB_DEV_CAP_CQ_MODERATION | PIB_DEV_CAP_ATOMIC_WRITE | PIB_DEV_CAP_FLUSH_GLOBAL |
-        PIB_DEV_CAP_ON_DEMAND_PAGING;
+        PIB_DEV_CAP_ON_DEMAND_PAGING | PIB_DEV_CAP_IMPLICIT_ON_DEMAND;
     c.max_qp = kMaxQp;
     c.max_qp_wr = 1u << kLogMaxQpWr;
     c.max_send_sge = kMaxSge;

@@ -10,6 +10,7 @@
 #include <functional>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "core_parts.hh"
 #include "data_path.hh"
@@ -176,7 +177,14 @@ class CommandProcessor {
                  const std::function<CommandOutcome()> &create);
     void loadEq(StateReader &r, uint32_t number);
     void loadCq(StateReader &r, uint32_t number);
-    void loadMr(StateReader &r, uint32_t number);
+    // An on-demand region loaded without the implicit region it was
+    // linked to (docs/prm.md §6.10).
+    struct SavedChild {
+        uint32_t number;
+        uint32_t parentKey;
+    };
+    void loadMr(StateReader &r, uint32_t number, std::vector<SavedChild> &children);
+    void relinkChildren(StateReader &r, const std::vector<SavedChild> &children);
     void loadMw(StateReader &r, uint32_t number);
     void loadSrq(StateReader &r, uint32_t number);
     void loadQp(StateReader &r, QueuePair &qp, const pib_qp_attr &attr);

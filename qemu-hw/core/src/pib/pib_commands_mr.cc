@@ -25,7 +25,8 @@ CommandOutcome CommandProcessor::createMr(const pib_mr_context &ctx) {
     ProtectionDomain *pd = objects_.pds.find(ctx.pdn);
     if (!pd)
         return fail(err::kCmdBadIndex, "CREATE_MR in PD %u", ctx.pdn);
-    constexpr uint8_t kFlags = PIB_MR_PHYSICAL | PIB_MR_FAST_REG | PIB_MR_ON_DEMAND;
+    constexpr uint8_t kFlags =
+        PIB_MR_PHYSICAL | PIB_MR_FAST_REG | PIB_MR_ON_DEMAND | PIB_MR_IMPLICIT;
     if (ctx.access & ~kRegionAccess || ctx.flags & ~kFlags ||
         std::popcount(static_cast<unsigned>(ctx.flags)) > 1)
         return fail(err::kCmdBadParam, "CREATE_MR access 0x%x flags 0x%x", ctx.access, ctx.flags);
@@ -84,6 +85,10 @@ CommandOutcome CommandProcessor::reregMr(const Command &cmd) {
     if (!mr || mr->fastReg())
         return fail(err::kCmdBadIndex, "REREG_MR of key 0x%x, which names no registered region",
                     cmd.modifier);
+    // An on-demand region's entries, and an implicit one's spans, are the
+    // driver's to change (docs/prm.md §6.9): it registers anew instead.
+    if (mr->pagedEntries || mr->implicit())
+        return fail(err::kCmdBadIndex, "REREG_MR of key 0x%x, an on-demand region", cmd.modifier);
     if (mr->windows)
         return fail(err::kCmdBusy, "REREG_MR of key 0x%x: %u memory windows are bound to it",
                     cmd.modifier, mr->windows);

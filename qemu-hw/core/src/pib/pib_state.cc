@@ -13,6 +13,7 @@
 
 #include <cinttypes>
 #include <cstring>
+#include <utility>
 #include <vector>
 
 #include "cq_state.hh"
@@ -127,13 +128,16 @@ static uint64_t pagesSpanned(const pib_mr_context &c) {
 // A region: created as CREATE_MR made it; a fast-registration one that a
 // REG_MR mapped is mapped again by the REG_MR's code, with the entries
 // its MTT range holds, and freed again if it was invalidated since.
-void CommandProcessor::loadMr(StateReader &r, uint32_t number) {
+void CommandProcessor::loadMr(StateReader &r, uint32_t number, std::vector<SavedChild> &children) {
     pib_mr_context ctx;
     r.record(ctx, "an MR's context");
     const uint32_t key = r.u32();
     const bool valid = r.boolean("an MR's validity");
     const bool fastReg = ctx.flags & PIB_MR_FAST_REG;
     const bool registered = fastReg && ctx.length;
+    // A child of an implicit region is linked once every region is back
+    // (relinkChildren).
+    const uint32_t parentKey = std::exchange(ctx.parent_key, 0);
     pib_mr_context created = ctx;
     if (fastReg)
         created.iova = created.length = created.access = created.log_page_size = 0;
@@ -167,6 +171,23 @@ void CommandProcessor::loadMr(StateReader &r, uint32_t number) {
         return;
     }
     mr.valid = valid; // a registered region invalidated since
+    if (parentKey)
+        children.push_back({number, parentKey});
+}
+
+// The on-demand regions that implicit ones reach, linked again once all
+// regions are back: a child may come before its parent in the table.
+void CommandProcessor::relinkChildren(StateReader &r, const std::vector<SavedChild> &children) {
+    for (const SavedChild &c : children) {
+        std::string why;
+        host_.captureGuestErrors(&why);
+        const err::Condition *failed = regions_.relinkChild("MR", c.number, c.parentKey);
+        host_.captureGuestErrors(nullptr);
+        if (failed) {
+            r.fail("MR " + std::to_string(c.number) + ": " + why);
+            return;
+        }
+    }
 }
 
 // A window: created as CREATE_MW made it, then bound again by the
@@ -254,8 +275,13 @@ void CommandProcessor::loadObjects(StateReader &r) {
               [&](uint32_t number) { loadEq(r, number); });
     loadTable(r, kCqsTag, "CQs", objects_.cqs, sizeof(pib_cq_context),
               [&](uint32_t number) { loadCq(r, number); });
+    std::vector<SavedChild> children;
     loadTable(r, kMrsTag, "MRs", objects_.mrs, sizeof(pib_mr_context),
-              [&](uint32_t number) { loadMr(r, number); });
+              [&](uint32_t number) { loadMr(r, number, children); });
+    relinkChildren(r, children);
+    if (const std::optional<uint32_t> stray = objects_.mtt.strayPresentBits(); stray && r.ok())
+        r.fail("MTT entry " + std::to_string(*stray) +
+               " has present bits, and no on-demand region holds it");
     loadTable(r, kMwsTag, "MWs", objects_.mws, sizeof(pib_mw_context),
               [&](uint32_t number) { loadMw(r, number); });
     loadTable(r, kSrqsTag, "SRQs", objects_.srqs, sizeof(pib_srq_context),
