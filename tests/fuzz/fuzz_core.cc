@@ -91,10 +91,20 @@ uint32_t pickKeyToInvalidate(FuzzedDataProvider &in, const Target &t) {
 // The memory a WRITE, READ or atomic names: mostly what the attacker's
 // keys allow, sometimes anything.
 void pickRemoteRange(FuzzedDataProvider &in, const Target &t, Message &m) {
-    if (in.ConsumeIntegralInRange(0, 3) == 0) {
+    switch (in.ConsumeIntegralInRange(0, 7)) {
+    case 0:
+    case 1:
         m.va = t.pickAddress(in);
         m.rkey = t.pickKey(in);
         return;
+    case 2: { // on demand: it may fault
+        const pib_wqe_data d = t.pickPagedBuffer(in, m.length);
+        m.va = d.addr;
+        m.rkey = d.lkey;
+        return;
+    }
+    default:
+        break;
     }
     const bool atomic = m.op == Operation::kCompareSwap || m.op == Operation::kFetchAdd ||
                         m.op == Operation::kAtomicWrite;
@@ -784,8 +794,9 @@ void step(FuzzedDataProvider &in, Target &t, Peer &peer) {
         "peer message", "peer message", "peer message", "peer message",   "peer answers",
         "peer answers", "post work",    "post work",    "post receives",  "local operation",
         "any packet",   "any send",     "QP state",     "reshape",        "host",
-        "host",         "host acts",    "any doorbell", "driver or peer", "driver or peer"};
-    const int what = in.ConsumeIntegralInRange(0, 19);
+        "host",         "host acts",    "any doorbell", "driver or peer", "driver or peer",
+        "page faults"};
+    const int what = in.ConsumeIntegralInRange(0, 20);
     if (logged())
         std::fprintf(stderr, "step: %s\n", kNames[what]);
     switch (what) {
@@ -830,6 +841,9 @@ void step(FuzzedDataProvider &in, Target &t, Peer &peer) {
         break;
     case 17:
         ringAnyDoorbell(in, t);
+        break;
+    case 20:
+        t.servePageFaults(in);
         break;
     default:
         if (t.privileged)

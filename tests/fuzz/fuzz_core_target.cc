@@ -101,6 +101,7 @@ void Target::setUpMemory() {
         keys.windows[type - 1].key = windowNumbers[type - 1];
     }
     pageList = host.alloc(PIB_PAGE_SIZE);
+    setUpPaging();
     if (!privileged)
         created(command(PIB_CMD_DESTROY_MR, node.key, 0, 0), "DESTROY_MR");
 }
@@ -771,13 +772,20 @@ uint64_t Target::pickAddress(FuzzedDataProvider &in) const {
         return tenant.buf + in.ConsumeIntegralInRange<uint64_t>(0, kTenantBytes);
     case 4:
         return keys.fastRegIova + in.ConsumeIntegralInRange<uint64_t>(0, 4 * PIB_PAGE_SIZE);
+    case 5:
+        return Paging::kOdpIova +
+               in.ConsumeIntegralInRange<uint64_t>(0, Paging::kOdpPages * PIB_PAGE_SIZE);
+    case 6: // the implicit region's spans, and a little around them
+        return Paging::kImplicitBase - PIB_PAGE_SIZE +
+               in.ConsumeIntegralInRange<uint64_t>(0, (Paging::kSpans << Paging::kLogSpan) +
+                                                          2 * PIB_PAGE_SIZE);
     default:
         return data + in.ConsumeIntegralInRange<uint64_t>(0, kDataSize);
     }
 }
 
 uint32_t Target::pickKey(FuzzedDataProvider &in) const {
-    switch (in.ConsumeIntegralInRange(0, 9)) {
+    switch (in.ConsumeIntegralInRange(0, 11)) {
     case 0:
         return keys.mtt;
     case 1:
@@ -791,6 +799,10 @@ uint32_t Target::pickKey(FuzzedDataProvider &in) const {
         return in.ConsumeBool() ? tenant.mrKey : tenant.windowKey;
     case 5: // the DMA region over all of RAM (a privileged input's only)
         return node.key;
+    case 6:
+        return keys.odp;
+    case 7:
+        return keys.implicit;
     default:
         return keys.data;
     }
@@ -809,8 +821,15 @@ uint32_t Target::pickLength(FuzzedDataProvider &in) const {
 
 // An SGE: mostly a buffer of the data area under its key.
 pib_wqe_data Target::pickSge(FuzzedDataProvider &in) const {
-    if (in.ConsumeIntegralInRange(0, 3) == 0)
+    switch (in.ConsumeIntegralInRange(0, 7)) {
+    case 0:
+    case 1:
         return {pickLength(in), pickKey(in), pickAddress(in)};
+    case 2:
+        return pickPagedBuffer(in, in.ConsumeIntegralInRange<uint32_t>(0, 8192));
+    default:
+        break;
+    }
     const auto offset = in.ConsumeIntegralInRange<uint32_t>(0, kDataSize - 1);
     return {in.ConsumeIntegralInRange<uint32_t>(0, std::min<uint32_t>(kDataSize - offset, 8192)),
             keys.data, data + offset};

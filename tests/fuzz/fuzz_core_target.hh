@@ -22,6 +22,7 @@
 #include "connected_fixture.hh"
 #include "fuzz_core_ledger.hh"
 #include "fuzz_core_memory.hh"
+#include "fuzz_core_paging.hh"
 #include "ring_switch.hh"
 
 namespace pib::fuzz {
@@ -114,6 +115,8 @@ struct Keys {
     uint32_t fastReg = 0; // with the variant of its last registration
     bool fastRegValid = false;
     uint64_t fastRegIova = 0;
+    uint32_t odp = 0;      // kOdpPages on demand at Paging::kOdpIova
+    uint32_t implicit = 0; // the whole address space on demand
     struct Window {
         uint32_t key = 0;
         bool bound = false;
@@ -183,6 +186,7 @@ class Target {
     std::array<Qp *, 8> qps{&rc, &uc, &srqQp, &xrcTgt, &xrcIni, &ud, &smi, &gsi};
     std::array<Cq *, 3> cqs{&sendCq, &recvCq, &xrcCq};
     Keys keys;
+    Paging paging;
     std::array<uint32_t, 2> windowNumbers{}; // the windows' keys as created
     Tenant tenant;
     uint64_t data = 0;     // kDataSize of guest RAM the input reads and writes
@@ -248,8 +252,16 @@ class Target {
     uint32_t pickKey(FuzzedDataProvider &in) const;
     uint32_t pickLength(FuzzedDataProvider &in) const;
     pib_wqe_data pickSge(FuzzedDataProvider &in) const;
+    // `length` bytes of the on-demand region or of the implicit region's
+    // spans (fuzz_core_paging.cc), under their key: they may fault.
+    pib_wqe_data pickPagedBuffer(FuzzedDataProvider &in, uint32_t length) const;
     Link pickLink(FuzzedDataProvider &in) const;
     Qp &pickConnected(FuzzedDataProvider &in);
+
+    // ---- on-demand paging (fuzz_core_paging.cc) ----
+    // The driver takes the EQEs its EQ holds and answers each page fault
+    // as the input says, or invalidates pages.
+    void servePageFaults(FuzzedDataProvider &in);
 
   private:
     void require(bool ok, const char *what);
@@ -263,6 +275,10 @@ class Target {
     uint32_t createDmaMr(uint64_t addr, uint64_t length, uint32_t pd, uint32_t access);
     bool toRtsDatagram(Qp &q);
     void setUpMemory();
+    void setUpPaging();
+    void serveFault(FuzzedDataProvider &in, const pib_eqe &fault);
+    bool mapPages(uint32_t mtt, uint32_t first, uint32_t count, uint64_t bits);
+    void invalidatePages(FuzzedDataProvider &in);
     void setUpQps();
     void setUpTenant();
     void bindTenantWindow();
