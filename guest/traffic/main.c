@@ -16,7 +16,8 @@ static const char usage[] =
     "       pib-traffic [OPTIONS] HOST     (client)\n"
     "\n"
     "Moves random data to or from the server over InfiniBand verbs and checks\n"
-    "every byte at both ends. The client's options apply to both ends.\n"
+    "every byte at both ends. The client's options apply to both ends, but\n"
+    "--odp, which says how the side that gives it registers its buffers.\n"
     "\n"
     "  -p, --port PORT       TCP port of the side channel (default 18800)\n"
     "  -d, --ib-dev DEV      the RDMA device (default: the first)\n"
@@ -38,6 +39,8 @@ static const char usage[] =
     "                        events ibv_modify_cq moderates to C completions\n"
     "                        or US microseconds (0,0: events, no moderation)\n"
     "  -P, --parallel        the tests at once (default: one after the other)\n"
+    "  -o, --odp MODE        this side's buffers on demand: explicit (an on-demand\n"
+    "                        MR each) or implicit (one MR over the address space)\n"
     "\n"
     "Prints a line per test and a total; each test's sha256 covers every byte\n"
     "that arrived, and must be the same at both ends. Exits 1 on any\n"
@@ -48,23 +51,15 @@ static const char usage[] =
     "after it moves each size once.\n";
 
 static const struct option long_options[] = {
-    {"port", required_argument, NULL, 'p'},
-    {"ib-dev", required_argument, NULL, 'd'},
-    {"ib-port", required_argument, NULL, 'i'},
-    {"gid-idx", required_argument, NULL, 'g'},
-    {"tests", required_argument, NULL, 't'},
-    {"sizes", required_argument, NULL, 's'},
-    {"qps", required_argument, NULL, 'q'},
-    {"iters", required_argument, NULL, 'n'},
-    {"seed", required_argument, NULL, 'S'},
-    {"timeout", required_argument, NULL, 'T'},
-    {"retry", required_argument, NULL, 'r'},
-    {"lossy", no_argument, NULL, 'l'},
-    {"wait", required_argument, NULL, 'w'},
-    {"events", required_argument, NULL, 'e'},
-    {"parallel", no_argument, NULL, 'P'},
-    {"help", no_argument, NULL, 'h'},
-    {NULL, 0, NULL, 0},
+    {"port", required_argument, NULL, 'p'},    {"ib-dev", required_argument, NULL, 'd'},
+    {"ib-port", required_argument, NULL, 'i'}, {"gid-idx", required_argument, NULL, 'g'},
+    {"tests", required_argument, NULL, 't'},   {"sizes", required_argument, NULL, 's'},
+    {"qps", required_argument, NULL, 'q'},     {"iters", required_argument, NULL, 'n'},
+    {"seed", required_argument, NULL, 'S'},    {"timeout", required_argument, NULL, 'T'},
+    {"retry", required_argument, NULL, 'r'},   {"lossy", no_argument, NULL, 'l'},
+    {"wait", required_argument, NULL, 'w'},    {"events", required_argument, NULL, 'e'},
+    {"parallel", no_argument, NULL, 'P'},      {"odp", required_argument, NULL, 'o'},
+    {"help", no_argument, NULL, 'h'},          {NULL, 0, NULL, 0},
 };
 
 atomic_bool traffic_stop_asked;
@@ -164,7 +159,7 @@ static int parse_args(int argc, char **argv, struct session *s, const char **dev
     parse_sizes("0,1,7,4096,4097,65536,1M+3,16M", p);
     s->tcp_port = "18800";
     s->port = 1;
-    while ((c = getopt_long(argc, argv, "p:d:i:g:t:s:q:n:S:T:r:lw:e:Ph", long_options, NULL)) !=
+    while ((c = getopt_long(argc, argv, "p:d:i:g:t:s:q:n:S:T:r:lw:e:Po:h", long_options, NULL)) !=
            -1) {
         switch (c) {
         case 'p':
@@ -212,6 +207,16 @@ static int parse_args(int argc, char **argv, struct session *s, const char **dev
             break;
         case 'P':
             p->parallel = 1;
+            break;
+        case 'o':
+            if (!strcmp(optarg, "explicit"))
+                s->odp = ODP_EXPLICIT;
+            else if (!strcmp(optarg, "implicit"))
+                s->odp = ODP_IMPLICIT;
+            else {
+                fprintf(stderr, "pib-traffic: bad --odp %s\n", optarg);
+                return -1;
+            }
             break;
         case 'e': {
             unsigned int count, period;
@@ -278,6 +283,12 @@ static int open_device(struct session *s, const char *name) {
     if (s->p.gid_index_plus_one &&
         ibv_query_gid(s->ctx, s->port, s->p.gid_index_plus_one - 1, &s->gid))
         return -1;
+    if (s->odp == ODP_IMPLICIT &&
+        !(s->implicit_mr =
+              ibv_reg_mr(s->pd, NULL, SIZE_MAX, TRAFFIC_ACCESS | IBV_ACCESS_ON_DEMAND))) {
+        perror("pib-traffic: ibv_reg_mr of the whole address space (implicit ODP)");
+        return -1;
+    }
     return 0;
 }
 
@@ -460,6 +471,8 @@ int main(int argc, char **argv) {
     if (s.p.events)
         printf(" events %llu", (unsigned long long)sum.events);
     printf("\n");
+    if (s.implicit_mr)
+        ibv_dereg_mr(s.implicit_mr);
     ibv_dealloc_pd(s.pd);
     ibv_close_device(s.ctx);
     return sum.errors ? 1 : 0;

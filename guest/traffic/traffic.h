@@ -109,8 +109,17 @@ struct endpoint {
     uint8_t digest[32];
 };
 
+#define TRAFFIC_ACCESS                                                                             \
+    (IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ |                   \
+     IBV_ACCESS_REMOTE_ATOMIC)
+
+/* How this side registers its buffers (--odp). */
+enum odp_mode { ODP_NONE, ODP_EXPLICIT, ODP_IMPLICIT };
+
 struct session {
     bool server;
+    enum odp_mode odp;
+    struct ibv_mr *implicit_mr; /* ODP_IMPLICIT: the whole address space */
     struct params p;
     struct ibv_context *ctx;
     struct ibv_pd *pd;

@@ -65,9 +65,10 @@ int endpoint_create(struct endpoint *e) {
         return -1;
     }
     poison(e->buf, e->buf_len);
-    e->mr = ibv_reg_mr(s->pd, e->buf, e->buf_len,
-                       IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ |
-                           IBV_ACCESS_REMOTE_ATOMIC);
+    e->mr = s->implicit_mr
+                ? s->implicit_mr
+                : ibv_reg_mr(s->pd, e->buf, e->buf_len,
+                             TRAFFIC_ACCESS | (s->odp == ODP_EXPLICIT ? IBV_ACCESS_ON_DEMAND : 0));
     if (s->p.events && !(e->channel = ibv_create_comp_channel(s->ctx))) {
         perror("pib-traffic: ibv_create_comp_channel");
         return -1;
@@ -195,7 +196,7 @@ void endpoint_destroy(struct endpoint *e) {
     }
     if (e->channel)
         ibv_destroy_comp_channel(e->channel);
-    if (e->mr)
+    if (e->mr && e->mr != e->s->implicit_mr)
         ibv_dereg_mr(e->mr);
     if (e->hash)
         EVP_MD_CTX_free(e->hash);

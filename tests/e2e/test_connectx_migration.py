@@ -1,7 +1,8 @@
 """Live migration of a ConnectX guest (docs/migration.md, "The ConnectX
 personality"; issue 33): vm2, whose unmodified mlx5_core, mlx5_ib and
 libmlx5 drive the device, moves to a new QEMU process and back in the
-middle of RC traffic both ways with vm3, another ConnectX guest, at RC
+middle of RC traffic both ways with vm3, another ConnectX guest, vm2's
+buffers registered on demand (implicitly in one direction), at RC
 timeout 30 (73 minutes: what a move lost is resent as the link resumes,
 and no operation may take 20 s). pib-traffic checks every byte of WRITEs,
 READs, SENDs and atomics at both ends, no QP goes to error, and the
@@ -47,9 +48,13 @@ def _lid(ctx, vm):
 def test_a_connectx_guest_moves_there_and_back_under_rc_traffic(ctx):
     before = {vm: _counters(ctx, vm) for vm in ("vm2", "vm3")}
     lid = _lid(ctx, "vm2")
-    # Both ways: vm2 the requester of one run and the responder of the other.
-    runs = [BackgroundTraffic(ctx, TRAFFIC, 18930, client_vm="vm2", server_vm="vm3"),
-            BackgroundTraffic(ctx, TRAFFIC, 18932, client_vm="vm3", server_vm="vm2")]
+    # Both ways: vm2 the requester of one run and the responder of the
+    # other, its buffers on demand (docs/mlx5.md §10.6, §10.7): one
+    # implicit region in the first, a region per buffer in the second.
+    runs = [BackgroundTraffic(ctx, TRAFFIC + ["--odp", "implicit"], 18930, client_vm="vm2",
+                              server_vm="vm3"),
+            BackgroundTraffic(ctx, TRAFFIC, 18932, client_vm="vm3", server_vm="vm2",
+                              server_args=["--odp", "explicit"])]
     time.sleep(3)
     assert all(run.running() for run in runs), "the traffic ended before the first move"
     moves_under_traffic(ctx, runs, "vm2", MOVES, lambda vm: _counters(ctx, vm), before)

@@ -1,6 +1,8 @@
 """Live migration (docs/migration.md, issue 33): vm1, which runs opensm,
 moves to a new QEMU process on this host (./pib fabric migrate) in the
-middle of RC traffic with vm2 both ways, there and back twice: pib-traffic
+middle of RC traffic with vm2 both ways, there and back twice, vm1's
+buffers registered on demand (implicitly in one direction, a region per
+buffer in the other): pib-traffic
 checks every byte of WRITEs, READs, SENDs and atomics at both ends, at RC
 timeout 30 (73 minutes: what a move lost is resent as the link resumes,
 and no operation may take 20 s), no QP goes to error, the switch keeps
@@ -73,9 +75,13 @@ def test_live_migration_under_rc_traffic_there_and_back_twice(ctx):
     sm = _opensm(ctx)
     lid = ctx.sh("vm1", f"cat /sys/class/infiniband/{ctx.fabric.vm('vm1').device}/ports/1/lid"
                  ).out.strip()
-    # Both ways: vm1 the requester of one run and the responder of the other.
-    runs = [BackgroundTraffic(ctx, LONG_TIMEOUT, 18900),
-            BackgroundTraffic(ctx, LONG_TIMEOUT, 18903, client_vm="vm2", server_vm="vm1")]
+    # Both ways: vm1 the requester of one run and the responder of the
+    # other, its buffers on demand (docs/prm.md §6.9, §6.10): one implicit
+    # region in the first, a region per buffer in the second. Their pages'
+    # mappings move with it.
+    runs = [BackgroundTraffic(ctx, LONG_TIMEOUT + ["--odp", "implicit"], 18900),
+            BackgroundTraffic(ctx, LONG_TIMEOUT, 18903, client_vm="vm2", server_vm="vm1",
+                              server_args=["--odp", "explicit"])]
     # A command in vm1 through its guest agent, running across the first
     # move: its status is asked of the new QEMU, whose agent moved with
     # the guest (./pib exec).
