@@ -16,7 +16,7 @@ import time
 import pytest
 
 from pibctl.pairs import ipoib_up
-from transfers import BackgroundTraffic, bulk_tcp, moves_under_traffic
+from transfers import BackgroundTraffic, bulk_tcp, moves_under_traffic, on_demand_regions
 
 pytestmark = [
     pytest.mark.topology("connectx.topo"),
@@ -57,6 +57,8 @@ def test_a_connectx_guest_moves_there_and_back_under_rc_traffic(ctx):
                               server_args=["--odp", "explicit"])]
     time.sleep(3)
     assert all(run.running() for run in runs), "the traffic ended before the first move"
+    regions = on_demand_regions(ctx, "vm2")
+    assert regions["implicit"] == 1 and regions["explicit"] > 0, regions
     moves_under_traffic(ctx, runs, "vm2", MOVES, lambda vm: _counters(ctx, vm), before)
     assert _lid(ctx, "vm2") == lid, "the moved port's LID changed"
     # The kernel's consumers on the moved device: IPoIB both ways.

@@ -27,7 +27,8 @@ import pytest
 
 from pibctl import fabric, migrate, snapshot, ui
 from storage import NvmeConnected, Roles, nvme_device
-from transfers import BackgroundTraffic, moves_under_traffic, same_at_both_ends
+from transfers import (BackgroundTraffic, moves_under_traffic, on_demand_regions,
+                       same_at_both_ends)
 
 pytestmark = pytest.mark.errors_on_purpose(
     "packets to vm1's switch port while it moves, or to a restored switch port before its guest "
@@ -98,6 +99,8 @@ def test_live_migration_under_rc_traffic_there_and_back_twice(ctx):
     waiter.start()
     time.sleep(3)
     assert all(run.running() for run in runs), "the traffic ended before the first move"
+    regions = on_demand_regions(ctx, "vm1")
+    assert regions["implicit"] == 1 and regions["explicit"] > 0, regions
     moves_under_traffic(ctx, runs, "vm1", MOVES, lambda vm: _counters(ctx, vm), before)
     waiter.join(timeout=150)
     assert "result" in across, f"the command across the move: {across.get('error', 'no answer')}"

@@ -157,6 +157,14 @@ class BackgroundTraffic:
                 ctx_file(self.ctx, self.server_vm, f"{self.tag}.out") or "")
 
 
+def on_demand_regions(ctx, vm):
+    """vm's on-demand memory regions by kind, {"explicit": n, "implicit":
+    n}, as `rdma resource` shows the driver's word on them (pib.ko and
+    mlx5_ib alike: `drv_odp explicit`, `drv_odp implicit`)."""
+    out = ctx.sh(vm, "rdma -dd resource show mr").out
+    return {kind: out.count(f"odp {kind}") for kind in ("explicit", "implicit")}
+
+
 def ctx_file(ctx, vm, path):
     """A guest file's text, or None if it is not there."""
     r = ctx.run(vm, ["cat", path], check=False)

@@ -192,3 +192,30 @@ TEST_CASE("pib ODP: a requester that waits for a page fault moves (saved state) 
     CHECK(done[0].status == PIB_WC_SUCCESS);
     CHECK(std::equal(p.a.host.at(r.pages[0]), p.a.host.at(r.pages[0]) + kPage, p.b.host.at(sink)));
 }
+
+TEST_CASE("pib ODP: a saved state keeps present bits, of a region's mapped pages and of a range "
+          "whose region is gone",
+          "[odp][device-state]") {
+    Pair p(PIB_QPT_RC, patient());
+    OdpRegion r(p.b, 2);
+    OdpRegion gone(p.b, 1, kIova + (1 << 20));
+    REQUIRE(r.map(p.b, {kWrite, kRead}) == PIB_CMD_STATUS_OK);
+    REQUIRE(gone.map(p.b, {kWrite}) == PIB_CMD_STATUS_OK);
+    // The region goes and leaves its entry, present bits and all, in its
+    // MTT range, which stays allocated.
+    REQUIRE(p.b.host.command(PIB_CMD_DESTROY_MR, gone.key).status == PIB_CMD_STATUS_OK);
+    REQUIRE(p.b.host.move() == "");
+    FaultReader faults;
+    const uint64_t source = p.a.host.allocRandom(4096, 63);
+    p.a.postSend(1, {.opcode = PIB_WR_RDMA_WRITE,
+                     .local = source,
+                     .length = 4096,
+                     .remote = kIova,
+                     .rkey = r.key});
+    p.wire.run();
+    const auto done = p.a.poll();
+    REQUIRE(done.size() == 1);
+    CHECK(done[0].status == PIB_WC_SUCCESS);
+    CHECK(faults.take(p.b).empty());
+    CHECK(std::equal(p.a.host.at(source), p.a.host.at(source) + 4096, p.b.host.at(r.pages[0])));
+}

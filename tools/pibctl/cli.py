@@ -255,7 +255,8 @@ def _cmd_test(args) -> int:
         from pibctl import peers, setup
 
         setup.run()
-        return peers.run(args.runs, [n.strip() for n in args.suites.split(",") if n.strip()])
+        return peers.run(args.runs, [n.strip() for n in args.suites.split(",") if n.strip()],
+                         [n.strip() for n in args.devices.split(",") if n.strip()])
     passes = [p for p in args.passes.split(",") if p] if args.passes else testing.PASSES
     chosen = testing.Selection(keyword=args.k, markers=args.m, last_failed=args.lf,
                                soaks=args.soak)
@@ -543,6 +544,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--suites", default="", metavar="SUITE[,SUITE...]",
                    help="with --peers: only these suites ('osmtest', 'rdma-core tests', "
                         "'fabtests', 'UCX gtest'); the table keeps the others' last results")
+    p.add_argument("--devices", default="", metavar="DEVICE[,DEVICE...]",
+                   help="with --peers: only on these devices ('pib-hca', 'ConnectX', "
+                        "'Soft-RoCE'); the table keeps the others' last results")
     p.add_argument("--soak", action="store_true",
                    help="also the soaks: end-to-end tests that run a minute or more to find "
                         "leaks and stalls (a link flapping under traffic for a minute)")

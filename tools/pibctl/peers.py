@@ -353,15 +353,19 @@ def doc_is_current() -> str:
         "docs/peers.md's table is not the rendering of docs/peers-results.json"
 
 
-def run(runs: int, names=()) -> int:
-    """The campaign of the suites `names` (all by default); the results of
-    the others stay as the last campaign left them."""
-    unknown = set(names) - {s.name for s in SUITES}
-    if unknown:
-        raise ui.StepFailed(f"no such suite: {', '.join(sorted(unknown))}; the suites are "
-                            f"{', '.join(s.name for s in SUITES)}")
+def run(runs: int, names=(), device_names=()) -> int:
+    """The campaign of the suites `names` on the devices `device_names`
+    (all by default); the results of the others stay as the last campaign
+    left them."""
+    for asked, known, what in ((names, SUITES, "suite"), (device_names, DEVICES, "device")):
+        unknown = set(asked) - {k.name for k in known}
+        if unknown:
+            raise ui.StepFailed(f"no such {what}: {', '.join(sorted(unknown))}; the {what}s are "
+                                f"{', '.join(k.name for k in known)}")
     chosen = tuple(s for s in SUITES if not names or s.name in names)
-    table = campaign(runs, chosen, keep=json.loads(RESULTS.read_text()) if RESULTS.is_file() else {})
+    devices = tuple(d for d in DEVICES if not device_names or d.name in device_names)
+    table = campaign(runs, chosen, devices,
+                     keep=json.loads(RESULTS.read_text()) if RESULTS.is_file() else {})
     print(render(table))
     ours, everywhere = verdict(table)
     for test in everywhere:

@@ -135,14 +135,6 @@ void Mtt::save(StateWriter &w) const {
     w.endSection();
 }
 
-std::optional<uint32_t> Mtt::strayPresentBits() const {
-    for (const auto &[first, range] : ranges_)
-        for (uint32_t i = 0; i < range.count && !range.pagedReaders; ++i)
-            if (entries_[first + i] & kPresentBits)
-                return first + i;
-    return std::nullopt;
-}
-
 void Mtt::load(StateReader &r) {
     clear();
     r.enterSection(stateTag("MTT "), "the MTT");

@@ -57,13 +57,10 @@ class Mtt {
     void save(StateWriter &w) const;
     // Replaces the table with a saved one, unheld; a stream whose ranges
     // overlap, leave the table or hold entries that are not page
-    // addresses (with present bits perhaps) is refused (*r fails) and
-    // leaves the table empty.
+    // addresses is refused (*r fails) and leaves the table empty. An
+    // entry may carry present bits: an on-demand region's, or one that
+    // region left in its range when it was destroyed.
     void load(StateReader &r);
-    // Once the loaded holders hold their ranges again: the first entry
-    // with present bits in a range no on-demand region holds, which
-    // WRITE_MTT would not have written (the loaded state is refused).
-    std::optional<uint32_t> strayPresentBits() const;
     // No range allocated, no entry kept by a key.
     bool empty() const { return ranges_.empty() && keyEntries_ == 0; }
 

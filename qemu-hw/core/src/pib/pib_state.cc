@@ -279,9 +279,6 @@ void CommandProcessor::loadObjects(StateReader &r) {
     loadTable(r, kMrsTag, "MRs", objects_.mrs, sizeof(pib_mr_context),
               [&](uint32_t number) { loadMr(r, number, children); });
     relinkChildren(r, children);
-    if (const std::optional<uint32_t> stray = objects_.mtt.strayPresentBits(); stray && r.ok())
-        r.fail("MTT entry " + std::to_string(*stray) +
-               " has present bits, and no on-demand region holds it");
     loadTable(r, kMwsTag, "MWs", objects_.mws, sizeof(pib_mw_context),
               [&](uint32_t number) { loadMw(r, number); });
     loadTable(r, kSrqsTag, "SRQs", objects_.srqs, sizeof(pib_srq_context),
