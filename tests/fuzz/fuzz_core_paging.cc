@@ -12,22 +12,33 @@ constexpr uint64_t kRead = PIB_MTT_READ, kWrite = PIB_MTT_READ | PIB_MTT_WRITE;
 constexpr uint32_t kAccess = testing::kAccessAll | PIB_ACCESS_FLUSH_GLOBAL;
 constexpr unsigned kLogEq = 6; // the node's async EQ (connected_fixture.hh)
 
+// An on-demand region of `pages` pages at `iova` in PD `pdn`, through the
+// MTT range at `mtt`; with `parent`, that implicit region's child.
+pib_mr_context onDemand(uint64_t iova, uint32_t pages, uint32_t pdn, uint32_t mtt,
+                        uint32_t parent = 0) {
+    pib_mr_context mr{};
+    mr.iova = iova;
+    mr.length = uint64_t{pages} * PIB_PAGE_SIZE;
+    mr.pdn = pdn;
+    mr.access = kAccess;
+    mr.mtt_index = mtt;
+    mr.mtt_count = pages;
+    mr.log_page_size = 12;
+    mr.flags = PIB_MR_ON_DEMAND;
+    mr.parent_key = parent;
+    return mr;
+}
+
 } // namespace
 
 // An on-demand region of four pages, all absent; an implicit region with
 // no child yet, and the MTT ranges its two children will have.
 void Target::setUpPaging() {
     paging.odpMtt = created(command(PIB_CMD_ALLOC_MTT, 0, Paging::kOdpPages, 0), "ALLOC_MTT");
-    pib_mr_context mr{};
-    mr.iova = Paging::kOdpIova;
-    mr.length = Paging::kOdpPages * PIB_PAGE_SIZE;
-    mr.pdn = node.pd;
-    mr.access = kAccess;
-    mr.mtt_index = paging.odpMtt;
-    mr.mtt_count = Paging::kOdpPages;
-    mr.log_page_size = 12;
-    mr.flags = PIB_MR_ON_DEMAND;
-    keys.odp = created(commandIn(PIB_CMD_CREATE_MR, 0, mr), "CREATE_MR on demand");
+    keys.odp =
+        created(commandIn(PIB_CMD_CREATE_MR, 0,
+                          onDemand(Paging::kOdpIova, Paging::kOdpPages, node.pd, paging.odpMtt)),
+                "CREATE_MR on demand");
     pib_mr_context implicit{};
     implicit.length = UINT64_MAX;
     implicit.pdn = node.pd;
@@ -93,17 +104,10 @@ void Target::serveFault(FuzzedDataProvider &in, const pib_eqe &fault) {
         if (f.va >= Paging::kImplicitBase && span < Paging::kSpans) {
             Paging::Child &c = paging.children[span];
             if (!c.key && f.key == keys.implicit) {
-                pib_mr_context mr{};
-                mr.iova = Paging::kImplicitBase + (span << Paging::kLogSpan);
-                mr.length = uint64_t{1} << Paging::kLogSpan;
-                mr.pdn = node.pd;
-                mr.access = kAccess;
-                mr.mtt_index = c.mtt;
-                mr.mtt_count = Paging::kSpanPages;
-                mr.log_page_size = 12;
-                mr.flags = PIB_MR_ON_DEMAND;
-                mr.parent_key = keys.implicit;
-                const FakeHost::Outcome made = commandIn(PIB_CMD_CREATE_MR, 0, mr);
+                const FakeHost::Outcome made =
+                    commandIn(PIB_CMD_CREATE_MR, 0,
+                              onDemand(Paging::kImplicitBase + (span << Paging::kLogSpan),
+                                       Paging::kSpanPages, node.pd, c.mtt, keys.implicit));
                 // A privileged input may have taken the implicit region.
                 check(made.status == PIB_CMD_STATUS_OK || privileged,
                       "CREATE_MR of the implicit region's child failed");

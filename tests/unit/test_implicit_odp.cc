@@ -60,6 +60,19 @@ uint8_t destroyStatus(Node &n, uint32_t key) {
     return n.host.command(PIB_CMD_DESTROY_MR, key).status;
 }
 
+// An RDMA WRITE of `length` bytes from a's `source` to b's `remote`
+// through `rkey`, as far as the wire takes it; the page faults b raised.
+std::vector<pib_eqe> writeTo(Pair &p, FaultReader &faults, uint64_t wrId, uint64_t source,
+                             uint32_t length, uint64_t remote, uint32_t rkey) {
+    p.a.postSend(wrId, {.opcode = PIB_WR_RDMA_WRITE,
+                        .local = source,
+                        .length = length,
+                        .remote = remote,
+                        .rkey = rkey});
+    p.wire.run();
+    return faults.take(p.b);
+}
+
 } // namespace
 
 TEST_CASE("pib implicit ODP: a WRITE to a span no region covers faults on the implicit key; "
@@ -69,14 +82,8 @@ TEST_CASE("pib implicit ODP: a WRITE to a span no region covers faults on the im
     const uint32_t parent = createImplicit(p.b);
     FaultReader faults;
     const uint64_t source = p.a.host.allocRandom(8192, 61);
-    p.a.postSend(1, {.opcode = PIB_WR_RDMA_WRITE,
-                     .local = source,
-                     .length = 8192,
-                     .remote = kIova + 2048,
-                     .rkey = parent});
-    p.wire.run();
+    auto raised = writeTo(p, faults, 1, source, 8192, kIova + 2048, parent);
     CHECK(p.a.poll().empty());
-    auto raised = faults.take(p.b);
     REQUIRE(raised.size() == 1);
     CHECK(raised[0].subtype == PIB_PAGE_FAULT_WRITE);
     CHECK(raised[0].data.page_fault.key == parent);
@@ -97,13 +104,7 @@ TEST_CASE("pib implicit ODP: a WRITE to a span no region covers faults on the im
           std::vector<uint8_t>(p.a.host.at(source), p.a.host.at(source) + 8192));
 
     // A page of the span the child does not map faults on the child.
-    p.a.postSend(2, {.opcode = PIB_WR_RDMA_WRITE,
-                     .local = source,
-                     .length = 4096,
-                     .remote = kSpanBase,
-                     .rkey = parent});
-    p.wire.run();
-    raised = faults.take(p.b);
+    raised = writeTo(p, faults, 2, source, 4096, kSpanBase, parent);
     REQUIRE(raised.size() == 1);
     CHECK(raised[0].data.page_fault.key == c.key);
     CHECK(raised[0].data.page_fault.va == kSpanBase);
@@ -119,13 +120,7 @@ TEST_CASE("pib implicit ODP: a WRITE to a span no region covers faults on the im
     // A WRITE across the span's end: the next span has no child, and the
     // fault there is the implicit key's, for the rest of the WRITE.
     REQUIRE(c.mapPage(p.b, kSpanPages - 1, kWrite) == PIB_CMD_STATUS_OK);
-    p.a.postSend(3, {.opcode = PIB_WR_RDMA_WRITE,
-                     .local = source,
-                     .length = 4096,
-                     .remote = kSpanBase + kSpan - 1024,
-                     .rkey = parent});
-    p.wire.run();
-    raised = faults.take(p.b);
+    raised = writeTo(p, faults, 3, source, 4096, kSpanBase + kSpan - 1024, parent);
     REQUIRE(raised.size() == 1);
     CHECK(raised[0].data.page_fault.key == parent);
     CHECK(raised[0].data.page_fault.va == kSpanBase + kSpan);
@@ -145,13 +140,7 @@ TEST_CASE("pib implicit ODP: a WRITE to a span no region covers faults on the im
 
     // A child destroyed leaves its span to the implicit key again.
     REQUIRE(destroyStatus(p.b, next.key) == PIB_CMD_STATUS_OK);
-    p.a.postSend(4, {.opcode = PIB_WR_RDMA_WRITE,
-                     .local = source,
-                     .length = 64,
-                     .remote = kSpanBase + kSpan,
-                     .rkey = parent});
-    p.wire.run();
-    raised = faults.take(p.b);
+    raised = writeTo(p, faults, 4, source, 64, kSpanBase + kSpan, parent);
     REQUIRE(raised.size() == 1);
     CHECK(raised[0].data.page_fault.key == parent);
     CHECK(p.b.host.guestErrors() == 0);
@@ -303,16 +292,10 @@ TEST_CASE("pib implicit ODP: a child numbered below its parent moves with it (sa
     REQUIRE(p.b.host.move() == "");
     FaultReader faults;
     const uint64_t source = p.a.host.allocRandom(4096, 62);
-    p.a.postSend(1, {.opcode = PIB_WR_RDMA_WRITE,
-                     .local = source,
-                     .length = 4096,
-                     .remote = kIova,
-                     .rkey = parent});
-    p.wire.run();
+    CHECK(writeTo(p, faults, 1, source, 4096, kIova, parent).empty());
     const auto done = p.a.poll();
     REQUIRE(done.size() == 1);
     CHECK(done[0].status == PIB_WC_SUCCESS);
-    CHECK(faults.take(p.b).empty());
     CHECK(bytesAt(p.b, c, kSpanBase, kIova, 4096) ==
           std::vector<uint8_t>(p.a.host.at(source), p.a.host.at(source) + 4096));
     CHECK(destroyStatus(p.b, parent) == PIB_CMD_STATUS_BUSY);
