@@ -441,7 +441,7 @@ int pib_odp_map(struct pib_dev *dev, struct pib_mr *mr, u64 va, u64 len,
 struct pib_mr *pib_odp_mr_get(struct pib_dev *dev, u32 key);
 void pib_odp_mr_put(struct pib_mr *mr);
 int pib_odp_reg_implicit(struct pib_dev *dev, struct ib_pd *pd,
-			 struct pib_mr *mr, int access,
+			 struct pib_mr *mr, u64 virt, int access,
 			 struct pib_mr_context *ctx);
 int pib_odp_map_implicit(struct pib_dev *dev, struct pib_mr *parent, u64 va,
 			 u64 len, bool write, bool fault);

@@ -372,7 +372,7 @@ int pib_odp_reg(struct pib_dev *dev, struct ib_pd *pd, struct pib_mr *mr,
 	if (!(dev->caps.device_cap_flags & PIB_DEV_CAP_ON_DEMAND_PAGING))
 		return -EOPNOTSUPP;
 	if (!start && length == U64_MAX)
-		return pib_odp_reg_implicit(dev, pd, mr, access, ctx);
+		return pib_odp_reg_implicit(dev, pd, mr, virt, access, ctx);
 	odp = ib_umem_odp_get(pd->device, start, length,
 			      PIB_ODP_GET_ACCESS(access),
 			      &pib_odp_notifier_ops);

@@ -246,12 +246,28 @@ TEST_CASE("pib implicit ODP: what CREATE_MR, DESTROY_MR and REREG_MR refuse of i
     wrong = c;
     wrong.flags = 0; // a pinned region has no parent
     CHECK(createStatus(n, wrong) == PIB_CMD_STATUS_BAD_PARAM);
+    // Nor has a fast-registration or a physical one, whatever it names.
+    for (const uint32_t named : {parent, n.key, 0xdead00u}) {
+        pib_mr_context fast{};
+        fast.pdn = n.pd;
+        fast.flags = PIB_MR_FAST_REG;
+        fast.mtt_index = mtt;
+        fast.mtt_count = 4;
+        fast.parent_key = named;
+        CHECK(createStatus(n, fast) == PIB_CMD_STATUS_BAD_PARAM);
+    }
+    pib_mr_context physical{};
+    physical.length = kSpan;
+    physical.pdn = n.pd;
+    physical.flags = PIB_MR_PHYSICAL;
+    physical.parent_key = parent;
+    CHECK(createStatus(n, physical) == PIB_CMD_STATUS_BAD_PARAM);
     const FakeHost::Outcome made = n.host.commandIn(PIB_CMD_CREATE_MR, 0, c);
     REQUIRE(made.status == PIB_CMD_STATUS_OK);
     wrong = c;
     wrong.mtt_index = mtt + kSpanPages; // the same span twice
     CHECK(createStatus(n, wrong) == PIB_CMD_STATUS_BAD_PARAM);
-    CHECK(n.host.guestErrors("cmd-bad-param") == 15);
+    CHECK(n.host.guestErrors("cmd-bad-param") == 19);
 
     // The parent stays while a child is linked; neither is reregistered.
     CHECK(destroyStatus(n, parent) == PIB_CMD_STATUS_BUSY);

@@ -51,8 +51,7 @@ const err::Condition *MemoryRegions::checkPdAndAccess(const char *command,
 
 const err::Condition *MemoryRegions::check(const char *command, const pib_mr_context &ctx) const {
     if (ctx.parent_key && !(ctx.flags & PIB_MR_ON_DEMAND))
-        return fail(refusals_.badParam, "%s with parent key 0x%x, not on demand", command,
-                    ctx.parent_key);
+        return checkChild(command, ctx); // refuses it
     if (ctx.flags & PIB_MR_IMPLICIT)
         return checkImplicit(command, ctx);
     if (ctx.flags & PIB_MR_PHYSICAL) {
@@ -99,8 +98,13 @@ const err::Condition *MemoryRegions::checkImplicit(const char *command,
 // An on-demand region that an implicit one (its parent_key) reaches for
 // one of its spans: that span exactly, not yet covered, in the parent's
 // PD and with its rights, which are what an access through it checked.
+// Any other region has no parent.
 const err::Condition *MemoryRegions::checkChild(const char *command,
                                                 const pib_mr_context &ctx) const {
+    if ((ctx.flags & (PIB_MR_ON_DEMAND | PIB_MR_PHYSICAL | PIB_MR_FAST_REG | PIB_MR_IMPLICIT)) !=
+        PIB_MR_ON_DEMAND)
+        return fail(refusals_.badParam, "%s with parent key 0x%x and flags 0x%x, not on demand",
+                    command, ctx.parent_key, ctx.flags);
     const MemoryRegion *parent = find(ctx.parent_key);
     if (!parent || !parent->implicit())
         return fail(refusals_.badParam, "%s: parent key 0x%x names no implicit region", command,
@@ -135,9 +139,6 @@ const err::Condition *MemoryRegions::relinkChild(const char *command, uint32_t i
     MemoryRegion &child = objects_.mrs.at(index);
     pib_mr_context ctx = child.ctx;
     ctx.parent_key = parentKey;
-    if (!(ctx.flags & PIB_MR_ON_DEMAND))
-        return fail(refusals_.badParam, "%s: MR %u, not on demand, with parent key 0x%x", command,
-                    index, parentKey);
     if (const err::Condition *why = checkChild(command, ctx))
         return why;
     child.ctx.parent_key = parentKey;
@@ -194,6 +195,10 @@ const err::Condition *MemoryRegions::insertIndirect(const char *command, const p
 // range (or its own pages, which it has none of yet).
 const err::Condition *MemoryRegions::insert(const pib_mr_context &ctx, uint32_t *key,
                                             Translations translations) {
+    // Whatever the caller checked: a link names a parent that takes it.
+    if (ctx.parent_key)
+        if (const err::Condition *why = checkChild("CREATE_MR", ctx))
+            return why;
     auto mr = std::make_unique<MemoryRegion>();
     MemoryRegion *raw = mr.get();
     const auto index = objects_.mrs.insert(std::move(mr));

@@ -35,7 +35,8 @@ class MemoryRegions {
     enum class Translations { kMtt, kOwn, kIndirect };
     // A new region of `ctx`, which the caller checked, holding its PD and
     // MTT range, and linked to the implicit region it is a span of (its
-    // parent_key); its key in *key.
+    // parent_key, checked here whatever the caller checked); its key in
+    // *key.
     const err::Condition *insert(const pib_mr_context &ctx, uint32_t *key,
                                  Translations translations = Translations::kMtt);
     // A new region of `ctx` (checked here: its PD, access, page size and
