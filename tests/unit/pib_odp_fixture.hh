@@ -17,6 +17,24 @@ inline constexpr uint64_t kIova = 0x7f0000100000;
 inline constexpr uint64_t kPage = PIB_PAGE_SIZE;
 inline constexpr uint64_t kRead = PIB_MTT_READ, kWrite = PIB_MTT_READ | PIB_MTT_WRITE;
 
+// The context of an on-demand region of `count` 4 KiB pages at `iova` in
+// PD `pdn`, through the MTT range at `mtt`, with every right; with
+// `parent`, that implicit region's child (prm §6.10).
+inline pib_mr_context onDemandContext(uint32_t pdn, uint64_t iova, uint32_t count, uint32_t mtt,
+                                      uint32_t parent = 0) {
+    pib_mr_context mr{};
+    mr.iova = iova;
+    mr.length = count * kPage;
+    mr.pdn = pdn;
+    mr.access = kAccessAll | PIB_ACCESS_FLUSH_GLOBAL;
+    mr.mtt_index = mtt;
+    mr.mtt_count = count;
+    mr.log_page_size = 12;
+    mr.flags = PIB_MR_ON_DEMAND;
+    mr.parent_key = parent;
+    return mr;
+}
+
 // An on-demand region of `count` pages from `iova` on node `n`, its
 // entries absent, every right; and its pages, which the driver maps. With
 // `parent`, the span of that implicit region it covers (prm §6.10).
@@ -28,17 +46,8 @@ struct OdpRegion {
         mtt = static_cast<uint32_t>(n.host.command(PIB_CMD_ALLOC_MTT, 0, count).result);
         for (uint32_t i = 0; i < count; ++i)
             pages.push_back(n.host.alloc(kPage));
-        pib_mr_context mr{};
-        mr.iova = iova;
-        mr.length = count * kPage;
-        mr.pdn = n.pd;
-        mr.access = kAccessAll | PIB_ACCESS_FLUSH_GLOBAL;
-        mr.mtt_index = mtt;
-        mr.mtt_count = count;
-        mr.log_page_size = 12;
-        mr.flags = PIB_MR_ON_DEMAND;
-        mr.parent_key = parent;
-        const FakeHost::Outcome o = n.host.commandIn(PIB_CMD_CREATE_MR, 0, mr);
+        const FakeHost::Outcome o =
+            n.host.commandIn(PIB_CMD_CREATE_MR, 0, onDemandContext(n.pd, iova, count, mtt, parent));
         REQUIRE(o.status == PIB_CMD_STATUS_OK);
         key = static_cast<uint32_t>(o.result);
     }

@@ -214,16 +214,7 @@ TEST_CASE("pib implicit ODP: what CREATE_MR, DESTROY_MR and REREG_MR refuse of i
     // Children: the parent's span exactly, its PD and rights, once.
     const uint32_t mtt =
         static_cast<uint32_t>(n.host.command(PIB_CMD_ALLOC_MTT, 0, kSpanPages * 2).result);
-    pib_mr_context c{};
-    c.iova = kSpanBase;
-    c.length = kSpan;
-    c.pdn = n.pd;
-    c.access = kRights;
-    c.mtt_index = mtt;
-    c.mtt_count = kSpanPages;
-    c.log_page_size = 12;
-    c.flags = PIB_MR_ON_DEMAND;
-    c.parent_key = parent;
+    const pib_mr_context c = onDemandContext(n.pd, kSpanBase, kSpanPages, mtt, parent);
     pib_mr_context wrong = c;
     wrong.parent_key = n.key; // a region, not an implicit one
     CHECK(createStatus(n, wrong) == PIB_CMD_STATUS_BAD_PARAM);
@@ -287,17 +278,8 @@ TEST_CASE("pib implicit ODP: a child numbered below its parent moves with it (sa
     Pair p(PIB_QPT_RC, patient());
     // The child takes the number a region freed before the parent's.
     const uint32_t mtt = static_cast<uint32_t>(p.b.host.command(PIB_CMD_ALLOC_MTT, 0, 1).result);
-    pib_mr_context early{};
-    early.iova = kIova;
-    early.length = kPage;
-    early.pdn = p.b.pd;
-    early.access = kRights;
-    early.mtt_index = mtt;
-    early.mtt_count = 1;
-    early.log_page_size = 12;
-    early.flags = PIB_MR_ON_DEMAND;
-    const uint32_t earlyKey =
-        static_cast<uint32_t>(p.b.host.commandIn(PIB_CMD_CREATE_MR, 0, early).result);
+    const uint32_t earlyKey = static_cast<uint32_t>(
+        p.b.host.commandIn(PIB_CMD_CREATE_MR, 0, onDemandContext(p.b.pd, kIova, 1, mtt)).result);
     const uint32_t parent = createImplicit(p.b);
     REQUIRE(destroyStatus(p.b, earlyKey) == PIB_CMD_STATUS_OK);
     OdpRegion c = child(p.b, parent);
