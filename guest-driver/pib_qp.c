@@ -70,14 +70,22 @@ static int pib_qp_kernel_geometry(struct pib_dev *dev, struct pib_qp *qp,
 	return 0;
 }
 
-/* What the rings can hold, reported back to the consumer. */
-static void pib_qp_fill_cap(struct pib_dev *dev, struct pib_qp *qp, bool srq)
+/*
+ * What the rings can hold, reported back to the consumer. Send SGEs are
+ * reported as asked, not as many as the slot could hold (the inline room
+ * may make it hold more), as libmlx5 reports them: consumers size their
+ * own arrays by the number (UCX 1.13's ud_verbs overruns one of 8 when
+ * told 9 or more). A ring too small for what was asked is refused.
+ */
+static int pib_qp_fill_cap(struct pib_dev *dev, struct pib_qp *qp,
+			   const struct ib_qp_cap *asked, bool srq)
 {
 	size_t send_room = (1u << qp->sq.log_stride) - PIB_SEND_HDR_SIZE;
 
+	if (asked->max_send_sge > send_room / sizeof(struct pib_wqe_data))
+		return -EINVAL;
 	qp->cap.max_send_wr = 1u << qp->sq.log_count;
-	qp->cap.max_send_sge = min_t(u32, dev->caps.max_send_sge,
-				     send_room / sizeof(struct pib_wqe_data));
+	qp->cap.max_send_sge = asked->max_send_sge;
 	qp->cap.max_inline_data =
 		min_t(u32, dev->caps.max_inline_data, send_room - 4);
 	if (!srq) {
@@ -87,6 +95,7 @@ static void pib_qp_fill_cap(struct pib_dev *dev, struct pib_qp *qp, bool srq)
 			      ((1u << qp->rq.log_stride) - PIB_RECV_HDR_SIZE) /
 				      sizeof(struct pib_wqe_data));
 	}
+	return 0;
 }
 
 static int pib_qp_user_rings(struct pib_dev *dev, struct pib_qp *qp,
@@ -254,7 +263,12 @@ int pib_create_qp(struct ib_qp *ibqp, struct ib_qp_init_attr *init,
 		    : pib_qp_kernel_rings(dev, qp, init);
 	if (err)
 		return err;
-	pib_qp_fill_cap(dev, qp, init->srq || qp->type == PIB_QPT_XRC_INI);
+	err = pib_qp_fill_cap(dev, qp, &init->cap,
+			      init->srq || qp->type == PIB_QPT_XRC_INI);
+	if (err) {
+		pib_qp_free_rings(dev, qp);
+		return err;
+	}
 
 	ctx.sq_buf.mtt_index = qp->sq.ring.mtt;
 	ctx.sq_buf.npages = qp->sq.ring.npages;
