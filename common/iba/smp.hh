@@ -121,6 +121,13 @@ enum PhysState : uint8_t {
     kPhysLinkUp = 5,
 };
 
+// The port a PortInfo SMP's attribute modifier names: its low 8 bits.
+// The SM sets bit 31 on a Set to say it supports extended link speeds
+// (opensm does when port 0 offers them); the rest is reserved.
+inline unsigned portInfoPort(uint32_t modifier) {
+    return modifier & 0xff;
+}
+
 // The whole 64-byte attribute is written: what a structure does not set
 // reads as 0. Reading takes every field as sent.
 void writeNodeInfo(Mad &smp, const NodeInfo &info);

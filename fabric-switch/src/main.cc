@@ -4,10 +4,13 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <fstream>
+#include <memory>
 #include <stdexcept>
 #include <string>
 
 #include "server.hh"
+#include "sim_fabric.hh"
 
 namespace {
 
@@ -50,6 +53,10 @@ Options:
   --capture N=FILE      record port N's packets, both ways, to a pcap file
                         that Wireshark reads as InfiniBand (ERF records);
                         see also the control socket's capture command
+  --fabric FILE         simulate a whole fabric of switches and CAs (a
+                        fabric file, docs/wire.md "Simulated fabrics"):
+                        its `attach` statements, in order, are ports 1..N;
+                        --ports, --guid, --name and --restore do not apply
   --verbose             log every dropped packet and why
   --help                show this text
 
@@ -94,6 +101,7 @@ struct Options {
     std::string control;
     uint64_t moveGraceMs = 5000;
     std::string restore;
+    std::string fabric;
     uint64_t restoreGraceMs = 60000;
 };
 
@@ -134,6 +142,8 @@ Options parseOptions(int argc, char **argv) {
             o.control = value();
         } else if (arg == "--move-grace") {
             o.moveGraceMs = graceMs(arg, value());
+        } else if (arg == "--fabric") {
+            o.fabric = value();
         } else if (arg == "--restore") {
             o.restore = value();
         } else if (arg == "--restore-grace") {
@@ -148,6 +158,8 @@ Options parseOptions(int argc, char **argv) {
             throw std::runtime_error("unknown option " + arg + " (see --help)");
         }
     }
+    if (!o.fabric.empty() && !o.restore.empty())
+        throw std::runtime_error("--restore does not apply to --fabric");
     return o;
 }
 
@@ -184,20 +196,51 @@ void applyFaults(pib::fabric::Server &server, const Options &o) {
     }
 }
 
+void log(const std::string &line) {
+    pib::fabric::logLine(line.c_str());
+}
+
+// One switch, or the simulated fabric --fabric describes (whose ports
+// then set --ports).
+std::unique_ptr<pib::fabric::Element> makeElement(Options &o) {
+    if (o.fabric.empty()) {
+        auto sw = std::make_unique<pib::fabric::Switch>(o.config);
+        sw->setEventLogger(log);
+        if (o.verbose)
+            sw->setDropLogger(log);
+        return std::make_unique<pib::fabric::SwitchElement>(std::move(sw));
+    }
+    std::ifstream in(o.fabric);
+    if (!in)
+        throw std::runtime_error("cannot read " + o.fabric);
+    auto fabric = std::make_unique<pib::fabric::SimulatedFabric>(pib::fabric::readFabric(in));
+    if (fabric->ports() == 0 || fabric->ports() > 254)
+        throw std::runtime_error(o.fabric + ": 1 to 254 attach statements, not " +
+                                 std::to_string(fabric->ports()));
+    o.config.ports = fabric->ports();
+    // The simulated switches' events (every port the SM sets) are many:
+    // logged with --verbose only, as their drops are.
+    if (o.verbose) {
+        fabric->setEventLogger(log);
+        fabric->setDropLogger(log);
+    }
+    pib::fabric::logLine((std::to_string(fabric->switchCount()) + " simulated switches, " +
+                          std::to_string(fabric->caCount()) + " simulated CAs")
+                             .c_str());
+    return fabric;
+}
+
 } // namespace
 
 int main(int argc, char **argv) {
     try {
-        const Options o = parseOptions(argc, argv);
+        Options o = parseOptions(argc, argv);
         if (o.help) {
             std::fputs(kUsage, stdout);
             return 0;
         }
-        pib::fabric::Switch sw(o.config);
-        sw.setEventLogger([](const std::string &line) { pib::fabric::logLine(line.c_str()); });
-        if (o.verbose)
-            sw.setDropLogger([](const std::string &line) { pib::fabric::logLine(line.c_str()); });
-        pib::fabric::Server server(sw, endpointsOf(o));
+        std::unique_ptr<pib::fabric::Element> element = makeElement(o);
+        pib::fabric::Server server(std::move(element), endpointsOf(o));
         applyFaults(server, o);
         if (!o.control.empty())
             server.setControlSocket(o.control);
@@ -213,9 +256,11 @@ int main(int argc, char **argv) {
         char guid[32];
         std::snprintf(guid, sizeof(guid), "0x%016llx",
                       static_cast<unsigned long long>(o.config.guid));
-        pib::fabric::logLine(
-            (std::to_string(o.config.ports) + " ports, GUID " + guid + ", sockets in " + o.dir)
-                .c_str());
+        pib::fabric::logLine((std::to_string(o.config.ports) + " ports, " +
+                              (o.fabric.empty() ? "GUID " + std::string(guid)
+                                                : "a simulated fabric from " + o.fabric) +
+                              ", sockets in " + o.dir)
+                                 .c_str());
         server.run();
         g_server = nullptr;
         return 0;

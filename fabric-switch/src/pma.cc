@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: GPL-2.0-or-later
-// The switch's performance management agent (IBA 16.1): ClassPortInfo,
-// PortCounters and PortCountersExtended per port, in IBA units.
+// The performance management agent (IBA 16.1) of the switch and of the
+// simulated CAs: ClassPortInfo, PortCounters and PortCountersExtended per
+// port, in IBA units.
 #include <algorithm>
 #include <limits>
 
@@ -27,10 +28,9 @@ void clearSelected(PortCounters &c, uint16_t select) {
 
 } // namespace
 
-void Switch::pma(Mad mad) {
+void answerPma(Mad mad, const std::function<PortCounters *(unsigned port)> &countersOf) {
     uint16_t status = kStatusOk;
     const uint8_t method = mad.method();
-    const unsigned portSelect = pmaPortSelect(mad);
     if (mad.baseVersion() != 1 || mad.classVersion() != 1) {
         status = kStatusBadVersion;
     } else if (method != kGet && method != kSet) {
@@ -41,10 +41,11 @@ void Switch::pma(Mad mad) {
         writePmaClassPortInfo(mad);
     } else if (mad.attributeId() == kAttrPortCounters ||
                mad.attributeId() == kAttrPortCountersExtended) {
-        if (portSelect < 1 || portSelect > config_.ports) {
+        PortCounters *counters = countersOf(pmaPortSelect(mad));
+        if (!counters) {
             status = kStatusBadField;
         } else {
-            PortCounters &c = ports_[portSelect].counters;
+            PortCounters &c = *counters;
             if (method == kSet)
                 clearSelected(c, pmaCounterSelect(mad));
             writePortCounters(mad, {.xmitData = c.xmitData,
@@ -63,6 +64,12 @@ void Switch::pma(Mad mad) {
     }
     mad.setMethod(kGetResp);
     mad.setStatus(status);
+}
+
+void Switch::pma(Mad mad) {
+    answerPma(mad, [this](unsigned port) -> PortCounters * {
+        return port >= 1 && port <= config_.ports ? &ports_[port].counters : nullptr;
+    });
 }
 
 } // namespace pib::fabric

@@ -134,7 +134,11 @@ int unixListener(const std::string &path) {
 }
 
 Server::Server(Switch &sw, std::vector<PortEndpoint> endpoints)
-    : sw_(sw), clock_(monotonicNs), endpoints_(std::move(endpoints)), dials_(endpoints_.size()),
+    : Server(std::make_unique<SwitchElement>(sw), std::move(endpoints)) {}
+
+Server::Server(std::unique_ptr<Element> element, std::vector<PortEndpoint> endpoints)
+    : element_(std::move(element)), sw_(*element_), clock_(monotonicNs),
+      endpoints_(std::move(endpoints)), dials_(endpoints_.size()),
       listeners_(endpoints_.size(), -1), conns_(endpoints_.size()), faults_(endpoints_.size()),
       moves_(endpoints_.size()), captures_(endpoints_.size()) {}
 
@@ -216,10 +220,10 @@ void Server::stop() {
 
 void Server::sendHello(unsigned port) {
     pib_wire_hello hello{};
-    hello.node_guid = sw_.config().guid;
-    hello.port_guid = sw_.config().guid;
+    hello.node_guid = sw_.nodeGuid(port);
+    hello.port_guid = sw_.nodeGuid(port); // a switch's port GUID is its node GUID
     hello.node_type = PIB_WIRE_NODE_SWITCH;
-    hello.port = static_cast<uint8_t>(port);
+    hello.port = static_cast<uint8_t>(sw_.portNumber(port));
     hello.flags = takesRings(port) ? PIB_WIRE_HELLO_TAKES_RINGS : 0;
     if (moves_[port].pending) // it keeps a moved device's link: that device may resume it
         hello.flags |= PIB_WIRE_HELLO_RESUMES;

@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "element.hh"
 #include "fault.hh"
 #include "frame.hh"
 #include "pcap.hh"
@@ -51,6 +52,8 @@ class Server {
     using Clock = uint64_t (*)();
 
     Server(Switch &sw, std::vector<PortEndpoint> endpoints);
+    // A simulated fabric's, or any element's, free ports as its ports.
+    Server(std::unique_ptr<Element> element, std::vector<PortEndpoint> endpoints);
     ~Server();
     Server(const Server &) = delete;
     Server &operator=(const Server &) = delete;
@@ -195,7 +198,8 @@ class Server {
     std::string captureStatus() const;
     void capture(unsigned port, std::span<const uint8_t> packet, bool sent);
 
-    Switch &sw_;
+    std::unique_ptr<Element> element_;
+    Element &sw_;
     Clock clock_;
     DialPolicy dialPolicy_;
     std::vector<PortEndpoint> endpoints_; // index = port number

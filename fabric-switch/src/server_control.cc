@@ -111,9 +111,16 @@ std::string Server::controlCommand(std::string_view line) {
         return "ok\n" + queueStates();
     if (command == "save")
         return saveCommand(firstWord(&line));
+    std::vector<Transmit> out;
+    if (auto answer = sw_.command(command, line, out)) {
+        for (const Transmit &t : out)
+            sendPacket(t.port, t.packet);
+        return *answer;
+    }
     if (command != "fault" && command != "clear" && command != "capture")
         return "error: unknown command '" + std::string(command) +
-               "' (fault, clear, status, ports, queues, capture, captures, save)";
+               "' (fault, clear, status, ports, queues, capture, captures, save" +
+               sw_.commandNames() + ")";
     const std::string_view portText = firstWord(&line);
     unsigned port = 0;
     const auto [end, ec] =
@@ -140,7 +147,7 @@ std::string Server::controlCommand(std::string_view line) {
 // port facing it is not yet, and data through that port is dropped.
 std::string Server::portStates() const {
     std::string s;
-    for (unsigned n = 1; n <= sw_.config().ports; ++n) {
+    for (unsigned n = 1; n <= sw_.ports(); ++n) {
         const SwitchPort &p = sw_.port(n);
         s += "port " + std::to_string(n) + ": " + stateName(p.state) + ", link " +
              (p.linkUp ? "up" : "down") + dialStatus(n) + moveStatus(n) + "\n";

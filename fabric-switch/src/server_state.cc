@@ -44,7 +44,11 @@ std::vector<uint8_t> Server::saveState() const {
 
 void Server::restoreState(std::span<const uint8_t> state, uint64_t graceNs) {
     StateReader r(state);
-    Switch before = sw_; // a state refused in its links leaves the switch as it was
+    if (!sw_.saves())
+        throw std::runtime_error("a simulated fabric is not restored from a snapshot");
+    // A state refused in its links leaves the switch as it was.
+    StateWriter before;
+    sw_.save(before);
     if (!sw_.load(r))
         throw std::runtime_error("the switch state was refused: " + r.error());
     r.enterSection(kTagLinks, "the switch's links");
@@ -63,7 +67,9 @@ void Server::restoreState(std::span<const uint8_t> state, uint64_t graceNs) {
     if (r.ok() && !r.atEnd())
         r.fail("bytes after the switch's links");
     if (!r.ok()) {
-        sw_ = std::move(before);
+        const std::vector<uint8_t> bytes = before.take();
+        StateReader back(bytes);
+        sw_.load(back);
         throw std::runtime_error("the switch state was refused: " + r.error());
     }
     moves_ = std::move(moves);
@@ -76,6 +82,8 @@ void Server::restoreState(std::span<const uint8_t> state, uint64_t graceNs) {
 std::string Server::saveCommand(std::string_view path) {
     if (path.empty())
         return "error: save needs a file";
+    if (!sw_.saves())
+        return "error: a simulated fabric is not saved";
     const std::string file(path);
     const std::string tmp = file + ".tmp";
     const std::vector<uint8_t> state = saveState();

@@ -206,9 +206,9 @@ uint16_t Switch::smaGet(Mad &mad, unsigned in) {
         switchInfo(mad);
         return kStatusOk;
     case kAttrPortInfo:
-        if (mod > config_.ports)
+        if (portInfoPort(mod) > config_.ports)
             return kStatusBadField;
-        portInfo(mad, mod, in);
+        portInfo(mad, portInfoPort(mod), in);
         return kStatusOk;
     case kAttrGuidInfo:
         if (mod != 0)
@@ -265,9 +265,9 @@ uint16_t Switch::smaSet(Mad &mad, unsigned in) {
         status = setSwitchInfo(mad);
         break;
     case kAttrPortInfo:
-        if (mod > config_.ports)
+        if (portInfoPort(mod) > config_.ports)
             return kStatusBadField;
-        status = setPortInfo(mad, mod);
+        status = setPortInfo(mad, portInfoPort(mod));
         break;
     case kAttrPkeyTable: {
         const unsigned port = mod >> 16, block = mod & 0xffff;

@@ -54,6 +54,11 @@ inline constexpr uint8_t kEnforceOutbound = 1 << 2;
 // key whose 15 bits are 0 names no partition.
 bool pkeyAdmitted(std::span<const uint16_t> table, uint16_t pkey);
 
+// Answers a PerfMgt MAD in place (pma.cc): ClassPortInfo, and a port's
+// PortCounters or PortCountersExtended, which `countersOf` gives for the
+// MAD's PortSelect (nullptr: no such port).
+void answerPma(iba::Mad mad, const std::function<PortCounters *(unsigned port)> &countersOf);
+
 // "ACTIVE" for kPortStateActive; "?" for what IBA does not define.
 const char *stateName(uint8_t state);
 

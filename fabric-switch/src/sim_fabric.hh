@@ -1,0 +1,170 @@
+// SPDX-License-Identifier: GPL-2.0-or-later
+// A simulated fabric: switches (each a whole Switch: SMA, PMA, LFT and
+// MFT forwarding, partitions, traps) and CAs (SimulatedCa: management
+// only) cabled to each other inside one process, and switch ports left
+// free for guests: those are the process's ports, served by the server
+// as a single switch's are. A packet from a guest crosses the simulated
+// switches hop by hop by the tables the SM wrote into them, to another
+// guest, a simulated CA, or nowhere.
+#pragma once
+
+#include <cstdint>
+#include <deque>
+#include <istream>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "element.hh"
+#include "sim_ca.hh"
+#include "switch.hh"
+
+namespace pib::fabric {
+
+// What a simulated fabric is made of (docs/wire.md, "Simulated fabrics").
+struct FabricDescription {
+    struct Node {
+        bool isSwitch = false;
+        uint64_t guid = 0;
+        unsigned ports = 0;
+        std::string description;
+    };
+    // A port of a node, by the node's index in `nodes`.
+    struct End {
+        uint32_t node = 0;
+        unsigned port = 0;
+    };
+    std::vector<Node> nodes;
+    std::vector<std::pair<End, End>> links;
+    // The process's port N is attachments[N - 1]: a switch port that a
+    // guest's cable plugs into, in place of a CA.
+    std::vector<End> attachments;
+};
+
+// Reads a fabric file: one statement a line, `#` starts a comment.
+//   switch GUID PORTS "DESCRIPTION"
+//   ca GUID PORTS "DESCRIPTION"
+//   link GUID PORT GUID PORT
+//   attach GUID PORT
+// Throws std::runtime_error naming the line of the first error.
+FabricDescription readFabric(std::istream &in);
+
+class SimulatedFabric final : public Element {
+  public:
+    // Up to 48K nodes: each takes a LID of the 48K unicast LIDs.
+    static constexpr size_t kMaxNodes = 48 * 1024;
+    // A packet that has crossed this many switches inside the fabric is
+    // dropped (a routing loop: on hardware it would circulate until a
+    // switch's head-of-queue lifetime discards it), counted as a discard
+    // of the port that would have sent it on.
+    static constexpr unsigned kMaxHops = 64;
+    // Packets moved inside the fabric for one packet in (multicast fans
+    // out): beyond it they are dropped as a loop's are.
+    static constexpr size_t kMaxDeliveries = 1 << 16;
+
+    // Validates `d` (throws std::invalid_argument saying what is wrong)
+    // and brings every internal link up.
+    explicit SimulatedFabric(const FabricDescription &d);
+
+    unsigned ports() const override { return static_cast<unsigned>(attachments_.size()); }
+    uint64_t nodeGuid(unsigned port) const override;
+    unsigned portNumber(unsigned port) const override { return attachments_.at(port - 1).port; }
+    const SwitchPort &port(unsigned n) const override;
+    std::vector<Transmit> receive(unsigned port, std::span<const uint8_t> bytes,
+                                  const Forwarder &send) override;
+    std::vector<Transmit> linkChanged(unsigned port, bool up) override;
+    std::vector<unsigned> takeLinkResets() override;
+    std::vector<Transmit> repeatTraps() override;
+    void discarded(unsigned port, size_t bytes) override;
+    // "link GUID PORT up|down": setLink(); "fabric": its numbers.
+    std::optional<std::string> command(std::string_view verb, std::string_view args,
+                                       std::vector<Transmit> &out) override;
+    std::string commandNames() const override { return ", link, fabric"; }
+    // A simulated fabric is not part of a snapshot.
+    bool saves() const override { return false; }
+    void save(StateWriter &) const override {}
+    bool load(StateReader &r) override;
+
+    // Takes the link on port `port` of the node `guid` down or up, at
+    // both ends, as a cable pulled or plugged in: the switches at its
+    // ends send Trap 128. Returns what leaves the fabric; throws
+    // std::invalid_argument for a port that has no internal link.
+    std::vector<Transmit> setLink(uint64_t guid, unsigned port, bool up);
+
+    // For every switch, and each CA.
+    void setDropLogger(std::function<void(const std::string &)> log);
+    void setEventLogger(std::function<void(const std::string &)> log);
+    void setClock(uint64_t (*clock)());
+
+    size_t switchCount() const { return switches_.size(); }
+    size_t caCount() const { return cas_.size(); }
+    // The node `guid`, or nullptr.
+    const Switch *switchByGuid(uint64_t guid) const;
+    const SimulatedCa *caByGuid(uint64_t guid) const;
+
+    struct Stats {
+        uint64_t hops = 0;        // packets moved from node to node inside
+        uint64_t loopDrops = 0;   // dropped after kMaxHops
+        uint64_t budgetDrops = 0; // dropped beyond kMaxDeliveries
+    };
+    const Stats &stats() const { return stats_; }
+    // Packets to simulated CAs that were not management for them.
+    uint64_t caDataDropped() const;
+
+  private:
+    // Whom a node's port is cabled to: another node's port, a process
+    // port (node kExternal, port: its number), or nothing (kNone).
+    struct Peer {
+        uint32_t node = kNone;
+        uint32_t port = 0;
+    };
+    static constexpr uint32_t kNone = UINT32_MAX;
+    static constexpr uint32_t kExternal = UINT32_MAX - 1;
+    struct InFlight {
+        uint32_t node;
+        uint32_t port;
+        unsigned hops;
+        std::vector<uint8_t> bytes;
+    };
+    // A node: the index into switches_ or cas_.
+    struct Slot {
+        bool isSwitch;
+        uint32_t index;
+    };
+
+    void build(const FabricDescription &d);
+    Peer &peer(uint32_t node, unsigned port) { return peers_[portBase_[node] + port]; }
+    const Peer &peer(uint32_t node, unsigned port) const { return peers_[portBase_[node] + port]; }
+    unsigned portsOf(uint32_t node) const {
+        const size_t end = node + 1 < portBase_.size() ? portBase_[node + 1] : peers_.size();
+        return static_cast<unsigned>(end - portBase_[node] - 1);
+    }
+    Switch &switchOf(uint32_t node) { return *switches_[slots_[node].index]; }
+    const Switch &switchOf(uint32_t node) const { return *switches_[slots_[node].index]; }
+    uint32_t nodeByGuid(uint64_t guid) const;
+    // A packet into `node` at `port`; what it sends goes on by emit().
+    void visit(uint32_t node, unsigned port, std::span<const uint8_t> bytes, unsigned hops);
+    // A packet out of `node` at `port`, to whatever is cabled there.
+    void emit(uint32_t node, unsigned port, std::span<const uint8_t> bytes, unsigned hops);
+    // Moves what is in flight until nothing is; what leaves the fabric
+    // goes to send_, or into out_ when there is none.
+    void pump();
+    void linkEnd(uint32_t node, unsigned port, bool up);
+    std::vector<Transmit> takeOut();
+
+    std::vector<Slot> slots_;
+    std::vector<std::unique_ptr<Switch>> switches_;
+    std::vector<std::unique_ptr<SimulatedCa>> cas_;
+    std::vector<uint64_t> guids_;  // per node
+    std::vector<size_t> portBase_; // per node: where its ports start in peers_
+    std::vector<Peer> peers_;      // per node, per port 0..N
+    std::vector<FabricDescription::End> attachments_;
+    std::deque<InFlight> inFlight_;
+    size_t deliveries_ = 0; // for the packet in
+    const Forwarder *send_ = nullptr;
+    std::vector<Transmit> out_;
+    std::vector<Transmit> pending_; // traps of links retrained, for repeatTraps()
+    Stats stats_;
+};
+
+} // namespace pib::fabric

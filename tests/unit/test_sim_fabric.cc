@@ -1,0 +1,373 @@
+// SPDX-License-Identifier: GPL-2.0-or-later
+// The simulated fabric: its file, its validation, simulated CAs' SMA and
+// PMA, and a fabric an SM sweeps, routes and activates, then guests'
+// packets across it hop by hop, a routing loop, and a link pulled.
+#include <numeric>
+#include <random>
+#include <sstream>
+
+#include <catch2/catch.hpp>
+
+#include "mini_sm.hh"
+#include "sim_fabric.hh"
+#include "smp_packets.hh"
+
+using namespace pib;
+using namespace pib::fabric;
+using namespace pib::iba;
+using pib::testing::MiniSm;
+
+namespace {
+
+constexpr uint64_t kSwitchGuid = 0x0250494253500000ull;
+constexpr uint64_t kCaGuid = 0x0250494243410000ull;
+
+// A chain of `length` switches of 4 ports: port 1 to the one before,
+// port 2 to the one after, a simulated CA on port 3, and fabric ports on
+// port 4 of the first (fabric port 1) and of the last (port 2).
+FabricDescription chain(unsigned length) {
+    FabricDescription d;
+    for (uint32_t i = 0; i < length; ++i) {
+        d.nodes.push_back({true, kSwitchGuid + i, 4, "switch " + std::to_string(i)});
+        d.nodes.push_back({false, kCaGuid + 4 * i, 1, "ca " + std::to_string(i)});
+        d.links.push_back({{2 * i, 3}, {2 * i + 1, 1}});
+        if (i)
+            d.links.push_back({{2 * (i - 1), 2}, {2 * i, 1}});
+    }
+    d.attachments = {{0, 4}, {2 * (length - 1), 4}};
+    return d;
+}
+
+std::vector<uint8_t> udPacket(uint16_t slid, uint16_t dlid, std::vector<uint8_t> payload) {
+    Packet p;
+    p.lrh.slid = slid;
+    p.lrh.dlid = dlid;
+    p.bth.opcode = kUdSendOnly;
+    p.bth.pkey = 0xffff;
+    p.bth.destQp = 0x42;
+    p.deth = Deth{0x1111, 0x43};
+    p.payload = std::move(payload);
+    return build(p);
+}
+
+std::vector<uint8_t> randomBytes(size_t n, unsigned seed) {
+    std::mt19937 rng(seed);
+    std::vector<uint8_t> v(n);
+    for (auto &b : v)
+        b = static_cast<uint8_t>(rng());
+    return v;
+}
+
+// Sends `bytes` into fabric port `port`; what leaves, by fabric port.
+std::vector<Transmit> inject(SimulatedFabric &f, unsigned port, std::span<const uint8_t> bytes) {
+    std::vector<Transmit> out;
+    const auto take = [&](unsigned p, std::span<const uint8_t> b) {
+        out.push_back({p, {b.begin(), b.end()}});
+    };
+    for (Transmit &t : f.receive(port, bytes, take))
+        out.push_back(std::move(t));
+    return out;
+}
+
+// A chain with both guests' cables in and the SM (on port 1) done.
+struct SweptChain {
+    explicit SweptChain(unsigned length) : f(chain(length)), sm(f, 1) {
+        f.linkChanged(1, true);
+        f.linkChanged(2, true);
+        sm.sweep();
+    }
+    SimulatedFabric f;
+    MiniSm sm;
+};
+
+} // namespace
+
+TEST_CASE("a fabric file describes switches, CAs, links and attachments", "[sim-fabric]") {
+    std::istringstream in(R"(# two switches and a CA
+switch 0x10 8 "leaf one"
+switch 0x20 36 "spine"   # a comment
+ca 0x30 2 "node 1 HCA-1"
+link 0x10 1 0x20 5
+link 0x30 2 0x10 2
+attach 0x10 8
+)");
+    const FabricDescription d = readFabric(in);
+    REQUIRE(d.nodes.size() == 3);
+    CHECK(d.nodes[1].isSwitch);
+    CHECK(d.nodes[1].ports == 36);
+    CHECK(d.nodes[2].description == "node 1 HCA-1");
+    REQUIRE(d.links.size() == 2);
+    CHECK(d.links[1].first.node == 2);
+    CHECK(d.links[1].second.port == 2);
+    REQUIRE(d.attachments.size() == 1);
+    CHECK(d.attachments[0].port == 8);
+    SimulatedFabric f(d);
+    CHECK(f.ports() == 1);
+    CHECK(f.switchCount() == 2);
+    CHECK(f.caCount() == 1);
+}
+
+TEST_CASE("a fabric file's errors name their line", "[sim-fabric]") {
+    const auto error = [](const char *text) {
+        std::istringstream in(text);
+        try {
+            readFabric(in);
+        } catch (const std::runtime_error &e) {
+            return std::string(e.what());
+        }
+        return std::string("no error");
+    };
+    CHECK(error("switch 0x1 8 \"a\"\nlink 0x1 1 0x2 1\n") ==
+          "line 2: node 0x2 is not described before");
+    CHECK(error("switch 0x1 8 \"a\"\nswitch 0x1 4 \"b\"\n") == "line 2: node 0x1 again");
+    CHECK(error("switch 0x1 255 \"a\"\n").starts_with("line 1: \"255\" is not a number"));
+    CHECK(error("switch 0x1 8 \"unterminated\n") == "line 1: a quote that does not end");
+    CHECK(error("router 0x1 8 \"a\"\n") == "line 1: no statement \"router\"");
+    CHECK(error("ca 0x1 1\n") == "line 1: ca takes 3 words");
+    CHECK(error("switch -1 8 \"a\"\n").starts_with("line 1: \"-1\" is not a number"));
+}
+
+TEST_CASE("a fabric that cannot be built is refused whole", "[sim-fabric]") {
+    FabricDescription d = chain(2);
+    SECTION("a port with two cables") {
+        d.links.push_back({{0, 3}, {2, 3}});
+        CHECK_THROWS_WITH(SimulatedFabric(d), Catch::Contains("already has a cable"));
+    }
+    SECTION("a guest on a CA") {
+        d.attachments.push_back({1, 1});
+        CHECK_THROWS_WITH(SimulatedFabric(d), Catch::Contains("already has a cable"));
+    }
+    SECTION("a guest on a CA's free port") {
+        d.nodes[1].ports = 2;
+        d.attachments.push_back({1, 2});
+        CHECK_THROWS_WITH(SimulatedFabric(d), Catch::Contains("a guest plugs into a switch"));
+    }
+    SECTION("a port beyond the node's") {
+        d.links.push_back({{0, 5}, {2, 3}});
+        CHECK_THROWS_WITH(SimulatedFabric(d), Catch::Contains("does not exist"));
+    }
+    SECTION("a CA of 3 ports") {
+        d.nodes[1].ports = 3;
+        CHECK_THROWS_WITH(SimulatedFabric(d), Catch::Contains("1 to 2 ports"));
+    }
+    SECTION("a GUID twice") {
+        d.nodes[3].guid = d.nodes[1].guid;
+        CHECK_THROWS_WITH(SimulatedFabric(d), Catch::Contains("not unique"));
+    }
+}
+
+TEST_CASE("an SM discovers, routes and activates a simulated fabric", "[sim-fabric]") {
+    SweptChain c(6);
+    // 6 switches and 6 CAs, each found once, and the two guests.
+    CHECK(c.sm.nodes.size() == 12);
+    CHECK(std::count_if(c.sm.nodes.begin(), c.sm.nodes.end(),
+                        [](const MiniSm::Node &n) { return n.isSwitch; }) == 6);
+    for (const MiniSm::Node &n : c.sm.nodes) {
+        if (n.isSwitch) {
+            const Switch *sw = c.f.switchByGuid(n.guid);
+            REQUIRE(sw);
+            CHECK(sw->lid() == n.lid);
+            for (unsigned p = 1; p <= 4; ++p)
+                CHECK(sw->port(p).state ==
+                      (sw->port(p).linkUp ? kPortStateActive : kPortStateDown));
+        } else {
+            const SimulatedCa *ca = c.f.caByGuid(n.guid);
+            REQUIRE(ca);
+            CHECK(ca->port(1).lid == n.lid);
+            CHECK(ca->port(1).smLid == 1);
+            CHECK(ca->port(1).state == kPortStateActive);
+        }
+    }
+}
+
+TEST_CASE("a simulated CA answers its SMA and PMA as an HCA does", "[sim-fabric]") {
+    SweptChain c(3);
+    const MiniSm::Node *ca = nullptr;
+    for (const MiniSm::Node &n : c.sm.nodes)
+        if (!n.isSwitch && n.guid == kCaGuid + 8)
+            ca = &n;
+    REQUIRE(ca);
+    SECTION("NodeInfo, PortInfo, GUIDInfo and NodeDescription over a directed route") {
+        auto info = c.sm.smp(kGet, kAttrNodeInfo, 0, ca->path);
+        REQUIRE(info);
+        Mad m(*info);
+        CHECK(m.status() == kStatusOk);
+        CHECK(m.returning());
+        CHECK(m.hopPointer() == 1); // stepped back to the SM's own port
+        const NodeInfo n = readNodeInfo(m);
+        CHECK(n.nodeType == kNodeTypeCa);
+        CHECK(n.nodeGuid == kCaGuid + 8);
+        CHECK(n.portGuid == kCaGuid + 9);
+        CHECK(n.localPortNum == 1);
+        auto guids = c.sm.smp(kGet, kAttrGuidInfo, 0, ca->path);
+        REQUIRE(guids);
+        CHECK(Mad(*guids).get64(Mad::kSmpData) == kCaGuid + 9);
+        auto desc = c.sm.smp(kGet, kAttrNodeDescription, 0, ca->path);
+        REQUIRE(desc);
+        CHECK(std::string(reinterpret_cast<const char *>(desc->data() + Mad::kSmpData)) == "ca 2");
+        // No SM here: SMInfo is not supported.
+        auto sminfo = c.sm.smp(kGet, 0x0020, 0, ca->path);
+        REQUIRE(sminfo);
+        CHECK(Mad(*sminfo).status() == kStatusBadAttribute);
+    }
+    SECTION("a PortInfo Set that is wrong changes nothing") {
+        auto answer = c.sm.smp(kSet, kAttrPortInfo, 1, ca->path, [](Mad &m) {
+            writePortInfo(m, {.lid = 0xc001}); // a multicast LID
+        });
+        REQUIRE(answer);
+        CHECK(Mad(*answer).status() == kStatusBadField);
+        CHECK(c.f.caByGuid(kCaGuid + 8)->port(1).lid == ca->lid);
+        auto armed = c.sm.smp(kSet, kAttrPortInfo, 1, ca->path, [](Mad &m) {
+            writePortInfo(m, {.lid = 7, .portState = kPortStateArmed}); // ACTIVE to ARMED
+        });
+        REQUIRE(armed);
+        CHECK(Mad(*armed).status() == kStatusBadField);
+        CHECK(c.f.caByGuid(kCaGuid + 8)->port(1).state == kPortStateActive);
+    }
+    SECTION("a PortInfo Set with bit 31 of its modifier names the port in the low bits") {
+        // opensm sets bit 31 when it supports extended link speeds.
+        auto answer = c.sm.smp(kSet, kAttrPortInfo, 0x80000001u, ca->path, [&](Mad &m) {
+            writePortInfo(m, {.lid = ca->lid, .masterSmLid = 1, .subnetTimeout = 18});
+        });
+        REQUIRE(answer);
+        CHECK(Mad(*answer).status() == kStatusOk);
+        CHECK(c.f.caByGuid(kCaGuid + 8)->port(1).subnetTimeout == 18);
+    }
+    SECTION("the P_Key table is set and read back") {
+        std::array<uint16_t, kPkeysPerBlock> keys{0xffff, 0x8001};
+        auto set =
+            c.sm.smp(kSet, kAttrPkeyTable, 0, ca->path, [&](Mad &m) { writeBlock16(m, keys); });
+        REQUIRE(set);
+        CHECK(Mad(*set).status() == kStatusOk);
+        CHECK(c.f.caByGuid(kCaGuid + 8)->port(1).pkeys[1] == 0x8001);
+        auto block1 = c.sm.smp(kGet, kAttrPkeyTable, 1, ca->path);
+        REQUIRE(block1);
+        CHECK(Mad(*block1).status() == kStatusBadField);
+    }
+    SECTION("the PMA answers PortCounters by LID, and data for a QP is dropped") {
+        const auto counters = [&] {
+            auto mad = testing::smpMad(kClassPerfMgt, kGet, kAttrPortCounters, 0, 77);
+            Mad(mad).set8(Mad::kPmaData + 1, 1); // PortSelect
+            Packet p;
+            p.lrh.slid = 1;
+            p.lrh.dlid = ca->lid;
+            p.bth.opcode = kUdSendOnly;
+            p.bth.pkey = 0xffff;
+            p.bth.destQp = 1;
+            p.deth = Deth{kQp1Qkey, 1};
+            p.payload = mad;
+            auto out = inject(c.f, 1, build(p));
+            REQUIRE(out.size() == 1);
+            CHECK(out[0].port == 1);
+            ParseError e;
+            auto reply = parse(out[0].packet, &e);
+            REQUIRE(reply);
+            CHECK(reply->lrh.slid == ca->lid);
+            CHECK(reply->lrh.dlid == 1);
+            Mad m(reply->payload);
+            CHECK(m.method() == kGetResp);
+            CHECK(m.status() == kStatusOk);
+            return m.get32(Mad::kPmaData + 36); // PortRcvPkts
+        };
+        const uint32_t before = counters();
+        CHECK(inject(c.f, 1, udPacket(1, ca->lid, randomBytes(256, 1))).empty());
+        CHECK(c.f.caDataDropped() == 1);
+        CHECK(counters() == before + 2); // the data packet and the first query
+    }
+}
+
+TEST_CASE("guests' packets cross five simulated switches by the SM's routes, bit-exact",
+          "[sim-fabric]") {
+    SweptChain c(6);
+    const uint64_t hopsBefore = c.f.stats().hops;
+    for (unsigned i = 0; i < 20; ++i) {
+        const auto payload = randomBytes(64 + 200 * i, i);
+        const auto packet = udPacket(MiniSm::guestLid(1), MiniSm::guestLid(2), payload);
+        auto out = inject(c.f, 1, packet);
+        REQUIRE(out.size() == 1);
+        CHECK(out[0].port == 2);
+        CHECK(out[0].packet == packet);
+        // And back.
+        const auto back = udPacket(MiniSm::guestLid(2), MiniSm::guestLid(1), payload);
+        out = inject(c.f, 2, back);
+        REQUIRE(out.size() == 1);
+        CHECK(out[0].port == 1);
+        CHECK(out[0].packet == back);
+    }
+    CHECK(c.f.stats().hops - hopsBefore == 40 * 5);
+    // Every switch on the way counted each packet both ways.
+    for (unsigned i = 0; i < 6; ++i) {
+        const Switch *sw = c.f.switchByGuid(kSwitchGuid + i);
+        const unsigned in = i == 0 ? 4 : 1;
+        CHECK(sw->port(in).counters.rcvPackets >= 20);
+    }
+}
+
+TEST_CASE("a routing loop drops the packet after 64 hops and counts it", "[sim-fabric]") {
+    SweptChain c(6);
+    // Switches 2 and 3 send guest 2's LID to each other.
+    for (unsigned i : {2u, 3u}) {
+        const MiniSm::Node *n = nullptr;
+        for (const MiniSm::Node &node : c.sm.nodes)
+            if (node.guid == kSwitchGuid + i)
+                n = &node;
+        REQUIRE(n);
+        std::array<uint8_t, 64> block{};
+        block.fill(0xff);
+        block[MiniSm::guestLid(2)] = i == 2 ? 2 : 1;
+        c.sm.smp(kSet, kAttrLinearForwardingTable, 0, n->path,
+                 [&](Mad &m) { writeBytes(m, block); });
+    }
+    const Switch *three = c.f.switchByGuid(kSwitchGuid + 3);
+    const uint64_t discardsBefore = three->port(1).counters.xmitDiscards;
+    CHECK(inject(c.f, 1, udPacket(1, MiniSm::guestLid(2), randomBytes(100, 9))).empty());
+    CHECK(c.f.stats().loopDrops == 1);
+    CHECK(three->port(1).counters.xmitDiscards +
+              c.f.switchByGuid(kSwitchGuid + 2)->port(2).counters.xmitDiscards >
+          discardsBefore);
+}
+
+TEST_CASE("a link pulled inside the fabric sends Trap 128 to the SM's guest", "[sim-fabric]") {
+    SweptChain c(4);
+    std::vector<Transmit> out = c.f.setLink(kSwitchGuid + 2, 1, false);
+    // Both ends' switches trap, to LID 1 by the routes the SM wrote; the
+    // far end's route to it was the link that went down.
+    REQUIRE(out.size() == 1);
+    CHECK(c.f.switchByGuid(kSwitchGuid + 2)->port(1).counters.vl15Dropped == 1);
+    for (const Transmit &t : out) {
+        CHECK(t.port == 1);
+        ParseError e;
+        auto p = parse(t.packet, &e);
+        REQUIRE(p);
+        CHECK(p->lrh.dlid == 1);
+        Mad m(p->payload);
+        CHECK(m.method() == kTrap);
+        CHECK(m.attributeId() == 0x0002); // Notice
+        CHECK(p->lrh.slid == c.f.switchByGuid(kSwitchGuid + 1)->lid());
+    }
+    CHECK(c.f.switchByGuid(kSwitchGuid + 2)->port(1).state == kPortStateDown);
+    CHECK(c.f.switchByGuid(kSwitchGuid + 1)->port(2).state == kPortStateDown);
+    // Guest 2 is cut off now.
+    CHECK(inject(c.f, 1, udPacket(1, MiniSm::guestLid(2), randomBytes(64, 3))).empty());
+    // Plugged in again, the link trains to INIT and needs the SM.
+    c.f.setLink(kSwitchGuid + 1, 2, true);
+    CHECK(c.f.switchByGuid(kSwitchGuid + 2)->port(1).state == kPortStateInit);
+    CHECK_THROWS_WITH(c.f.setLink(kSwitchGuid, 4, false), Catch::Contains("no link inside"));
+    CHECK_THROWS_WITH(c.f.setLink(kSwitchGuid, 9, false), Catch::Contains("no port 9"));
+    CHECK_THROWS_WITH(c.f.setLink(0x99, 1, false), Catch::Contains("no port 1"));
+}
+
+TEST_CASE("the SM setting a port DOWN inside the fabric retrains its link", "[sim-fabric]") {
+    SweptChain c(3);
+    const MiniSm::Node *middle = nullptr;
+    for (const MiniSm::Node &n : c.sm.nodes)
+        if (n.guid == kSwitchGuid + 1)
+            middle = &n;
+    REQUIRE(middle);
+    c.sm.smp(kSet, kAttrPortInfo, 2, middle->path,
+             [](Mad &m) { writePortInfo(m, {.portState = kPortStateDown}); });
+    CHECK(c.f.takeLinkResets().empty()); // none of the process's ports
+    CHECK(c.f.switchByGuid(kSwitchGuid + 1)->port(2).state == kPortStateInit);
+    CHECK(c.f.switchByGuid(kSwitchGuid + 2)->port(1).state == kPortStateInit);
+    CHECK(c.f.switchByGuid(kSwitchGuid + 2)->port(1).counters.linkDowned == 1);
+}
