@@ -86,6 +86,13 @@ def _fabric_up_kwargs(args) -> dict:
             raise ui.StepFailed(f"cannot read {args.topology}: {e.strerror}") from None
         except topology.TopologyError as e:
             raise ui.StepFailed(str(e)) from None
+    if args.simulate:
+        if args.topology or args.switches is not None:
+            raise ui.StepFailed("--simulate is the fabric; drop --topology and --switches")
+        try:
+            topo = topology.simulated(args.simulate, args.vms or 2)
+        except topology.TopologyError as e:
+            raise ui.StepFailed(str(e)) from None
     own = None
     if args.kernel:
         own = OwnKernel(kernel=Path(args.kernel), modules=Path(args.modules) if args.modules else None,
@@ -322,6 +329,12 @@ def _add_fabric_up_options(p) -> None:
     p.add_argument("--topology", metavar="FILE",
                    help="build the fabric a topology file describes instead "
                         "(see docs/user-guide.md and examples/)")
+    p.add_argument("--simulate", metavar="SPEC",
+                   help="the guests in a simulated fabric of thousands of switches and CAs "
+                        "(one process): fat-tree:k=K,n=N, torus:XxYxZ[,hosts=H], "
+                        "dragonfly:a=A,p=P,h=H, ibnetdiscover's output or a fabric file; the "
+                        "guests take CA places spread over it (docs/user-guide.md, "
+                        "\"Simulated fabrics\")")
     p.add_argument("--mlx5", metavar="VM[,VM...]", default="",
                    help="give these guests a ConnectX HCA (personality=mlx5, docs/mlx5.md) "
                         "that the unmodified mlx5_core, mlx5_ib and libmlx5 drive; what it lacks: "

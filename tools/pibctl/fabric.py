@@ -363,7 +363,33 @@ def _qemu_command(fabric: Fabric, vm: Vm, memory: int, cpus: int, trace: str,
     return [str(c) for c in cmd]
 
 
+def _simulated_switch_command(fabric: Fabric, switch) -> list:
+    """A simulated fabric's process: the fabric file written from its spec,
+    its CA places spread over the fabric taken by the guests."""
+    from pibctl import sim_fabric  # pylint: disable=import-outside-toplevel
+    try:
+        fab = sim_fabric.parse_spec(switch.simulate)
+        text = sim_fabric.render(fab, sim_fabric.place(fab, switch.ports))
+    except sim_fabric.FabricError as e:
+        raise ui.StepFailed(f"{switch.name}: {e}") from None
+    directory = fabric.ib_switch_dir(switch.name)
+    directory.mkdir(parents=True, exist_ok=True)
+    (directory / "fabric.txt").write_text(text)
+    cmd = [str(paths.fabric_switch_binary()), "--fabric", str(directory / "fabric.txt"),
+           "--socket-dir", str(directory)]
+    for port, spec in switch.faults.items():
+        cmd += ["--fault", f"{port}={','.join(spec.split())}"]
+    for port, path in switch.captures.items():
+        cmd += ["--capture", f"{port}={path}"]
+    return cmd + ["--control", str(control_socket(fabric, switch.name))]
+
+
 def _switch_command(fabric: Fabric, topo: Topology, switch, restore: Path = None) -> list:
+    if switch.simulate:
+        if restore:
+            raise ui.StepFailed(f"{switch.name}: a simulated fabric is not restored from a "
+                                "snapshot")
+        return _simulated_switch_command(fabric, switch)
     cmd = [str(paths.fabric_switch_binary()), "--ports", str(switch.ports),
            "--socket-dir", str(fabric.ib_switch_dir(switch.name)), "--guid", hex(switch.guid),
            "--name", switch.name, "--verbose"]
@@ -861,9 +887,11 @@ def up(vms: int = 2, accel: str = "tcg", memory: int = 2048, cpus: int = 1,
         vm.command = _qemu_command(fabric, vm, memory, cpus, trace, kernel_args)
     ui.step(f"Fabric: {len(fabric.vms)} VMs and {len(topo.switches)} IB switches under "
             f"{accel.upper()}, {cable} cables, in {run}")
-    # A user's own kernel is the one under development, booted each time.
+    # A user's own kernel is the one under development, booted each time;
+    # a simulated fabric's switches are not saved.
+    simulated = any(s.simulate for s in topo.switches)
     snapshot_key = ""
-    if sm and own is None:
+    if sm and own is None and not simulated:
         snapshot_key = snapshot.cache_key(fabric)
         restored = None if boot else snapshot.restore_cached(snapshot_key, share_dir)
         if restored is not None:
@@ -885,7 +913,9 @@ def up(vms: int = 2, accel: str = "tcg", memory: int = 2048, cpus: int = 1,
         if sm:
             ui.detail(f"starting opensm in {fabric.vms[0].name}; waiting for every port to be ACTIVE")
             start_sm(fabric)
-            took = wait_active(fabric)
+            # opensm sweeps a simulated fabric's thousands of nodes from a
+            # guest under TCG: minutes, not seconds.
+            took = wait_active(fabric, timeout=1800 if simulated else 180)
             ui.detail(f"all ports ACTIVE {took:.0f} s after opensm started")
         if snapshot_key:
             fabric.saved_after_boot = snapshot.save_cached(fabric, snapshot_key)

@@ -17,6 +17,11 @@ line, `#` starts a comment:
                                         # to a pcap file ("Packet capture")
     share DIR                           # a host directory every guest has at
                                         # the same path ("RDMA in your CI")
+    simulated NAME SPEC places=N        # a whole fabric of simulated switches
+                                        # and CAs as switch NAME, its ports 1..N
+                                        # the CA places guests take; SPEC: a
+                                        # generator or a file (sim_fabric.py,
+                                        # "Simulated fabrics" in the user guide)
 
 Guests are named vm1..vmN (their hostnames and management addresses
 follow from N). Every switch port holds at most one cable.
@@ -46,6 +51,7 @@ class Switch:
     tcp_connect: dict = field(default_factory=dict)  # port -> "HOST:PORT"
     faults: dict = field(default_factory=dict)       # port -> "loss=5% dup=1% ..."
     captures: dict = field(default_factory=dict)     # port -> absolute pcap path
+    simulate: str = ""  # a simulated fabric's spec (sim_fabric.py); ports: its CA places
 
 
 @dataclass
@@ -91,7 +97,7 @@ class Topology:
         return Topology(
             switches=[Switch(s["name"], s["ports"], s["guid"], ports_of(s["tcp_listen"]),
                              ports_of(s["tcp_connect"]), ports_of(s.get("faults", {})),
-                             ports_of(s.get("captures", {})))
+                             ports_of(s.get("captures", {})), s.get("simulate", ""))
                       for s in data["switches"]],
             guests=[Guest(g["name"], g["index"], [tuple(c) for c in g["cables"]],
                           g.get("personality", "pib"))
@@ -165,6 +171,10 @@ class Topology:
                 take(switch, port, f"{g.name} port {n}")
         for link in self.links:
             what = f"link {link.a}:{link.a_port} {link.b}:{link.b_port}"
+            for end in (link.a, link.b):
+                if end in names and self.switch(end).simulate:
+                    raise TopologyError(f"{what}: {end} is a simulated fabric; only guests "
+                                        "take its places")
             take(link.a, link.a_port, what)
             take(link.b, link.b_port, what)
         for s in self.switches:
@@ -240,6 +250,29 @@ def _switch_port(topo: Topology, text: str, where: str):
         raise TopologyError(f"{where}: no switch named {switch} (yet)") from None
 
 
+def _simulated(topo: Topology, args: list, where: str) -> Switch:
+    """simulated NAME SPEC places=N: a file SPEC is taken as absolute."""
+    if len(args) != 3 or not args[2].startswith("places="):
+        raise TopologyError(f"{where}: simulated needs NAME SPEC places=N")
+    name, spec, places = args[0], args[1], args[2].split("=", 1)[1]
+    if not places.isdigit():
+        raise TopologyError(f"{where}: bad value in {args[2]!r}")
+    if ":" not in spec or os.path.exists(spec):
+        spec = os.path.abspath(spec)
+    return Switch(name, int(places), SWITCH_GUID + len(topo.switches) + 1, simulate=spec)
+
+
+def simulated(spec: str, vms: int) -> Topology:
+    """A simulated fabric of `spec` with guests vm1..vmN in its CA places."""
+    if not 1 <= vms <= MAX_VMS:
+        raise TopologyError(f"--vms must be between 1 and {MAX_VMS}")
+    if ":" not in spec or os.path.exists(spec):
+        spec = os.path.abspath(spec)
+    topo = Topology(switches=[Switch("fabric", vms, SWITCH_GUID + 1, simulate=spec)])
+    topo.guests = [Guest(f"vm{i}", i, [("fabric", i)]) for i in range(1, vms + 1)]
+    return topo.validate()
+
+
 def parse(text: str, source: str = "topology") -> Topology:
     topo = Topology()
     for number, line in enumerate(text.splitlines(), 1):
@@ -304,6 +337,8 @@ def parse(text: str, source: str = "topology") -> Topology:
                 raise TopologyError(f"{where}: capture needs SWITCH:PORT and a file")
             sw, port = _switch_port(topo, args[0], where)
             sw.captures[port] = os.path.abspath(args[1])
+        elif kind == "simulated":
+            topo.switches.append(_simulated(topo, args, where))
         elif kind == "share":
             if len(args) != 1:
                 raise TopologyError(f"{where}: share needs one directory")
