@@ -25,15 +25,17 @@ FABTESTS_ROOT_PACKAGES = ["g++", "make", "autoconf", "automake", "libtool", "pkg
 UCX_HOST_PACKAGES = {p: None for p in ("autoconf", "automake", "libtool", "patch", "g++", "make",
                                        "pkg-config", "libibverbs-dev", "librdmacm-dev",
                                        "libnuma-dev")}
+UCX_CONFIGURE = ["--enable-gtest", "--with-verbs", "--with-rdmacm", "--with-mlx5-dv",
+                 "--without-java", "--without-go", "--disable-doxygen-doc"]
 # configure-devel builds with -Werror; Debian 12's GCC then refuses
 # test/gtest/ucm/malloc_hook.cc, which compares a pointer it freed with
 # the ranges it expects (what the test is for), as a use after free. The
-# exception goes in at configure time: a CXXFLAGS on make's command line
-# would replace what Makefiles add to it (libucxperf's "CXXFLAGS +=
-# -nostdlib ...", without which ucx_perftest does not link).
-UCX_CONFIGURE = ["--enable-gtest", "--with-verbs", "--with-rdmacm", "--with-mlx5-dv",
-                 "--without-java", "--without-go", "--disable-doxygen-doc",
-                 "CXXFLAGS=-Wno-error=use-after-free"]
+# exception goes into GTEST_CXXFLAGS, which only the gtest compiles use
+# (after -Werror; -fno-tree-vectorize is what configure put there): the
+# top-level make builds test/gtest too (--enable-gtest puts it in
+# SUBDIRS), and a CXXFLAGS on make's command line would replace what
+# Makefiles add to it (libucxperf's "CXXFLAGS += -nostdlib ...").
+UCX_MAKE = ["GTEST_CXXFLAGS=-fno-tree-vectorize -Wno-error=use-after-free"]
 
 
 
@@ -92,7 +94,7 @@ def ucx_gtest() -> Path:
     build = tree / "build"
     gtest = build / "test" / "gtest" / "gtest"
     key = stamps.hash_files([], f"{sources.UCX.sha256}:{sources.UCX_DEBIAN.sha256}:"
-                                f"{' '.join(UCX_CONFIGURE)}")
+                                f"{' '.join(UCX_CONFIGURE + UCX_MAKE)}")
     if stamps.is_current("peers-ucx", key) and gtest.is_file():
         return build
     ui.step(f"UCX's gtest from {sources.UCX.filename} (once; some 60 minutes on 2 cores)")
@@ -110,8 +112,8 @@ def ucx_gtest() -> Path:
     ui.run_logged(["../contrib/configure-devel", f"--prefix={tree / 'install'}", *UCX_CONFIGURE],
                   "peers", "UCX: configure-devel", cwd=build)
     jobs = f"-j{len(os.sched_getaffinity(0))}"
-    ui.run_logged(["make", jobs], "peers", "UCX: make", cwd=build)
-    ui.run_logged(["make", jobs, "-C", "test/gtest", "gtest"], "peers",
+    ui.run_logged(["make", jobs, *UCX_MAKE], "peers", "UCX: make", cwd=build)
+    ui.run_logged(["make", jobs, "-C", "test/gtest", *UCX_MAKE, "gtest"], "peers",
                   "UCX: make gtest", cwd=build)
     stamps.mark("peers-ucx", key)
     return build
