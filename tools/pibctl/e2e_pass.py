@@ -31,6 +31,7 @@ E2E_DIR = paths.REPO / "tests" / "e2e"
 TWO_SWITCHES = E2E_DIR / "two-switches.topo"
 HOSTILE = E2E_DIR / "hostile.topo"
 CONNECTX = E2E_DIR / "connectx.topo"
+SIMULATED = E2E_DIR / "simulated.topo"
 
 TEST_CPUS = 2  # vCPUs of every test guest
 # Every test guest has 4 GiB, one of them reserved at boot as a 1 GiB huge
@@ -113,6 +114,7 @@ PASSES = {p.name: p for p in (
     Pass("hostile", topology_file=HOSTILE),
     Pass("connectx", topology_file=CONNECTX),
     Pass("own-kernel", own_kernel=True, vms=2),
+    Pass("simulated", topology_file=SIMULATED),
 )}
 
 

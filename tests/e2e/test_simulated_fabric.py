@@ -1,0 +1,97 @@
+"""Guests in a simulated fabric (tests/e2e/simulated.topo): a k-ary 3-tree
+of 48 simulated switches and 62 simulated CAs in one switch process, the
+two guests in its first and last CA places. opensm in vm1 sweeps, routes
+and activates all of it; the guests' packets cross five simulated
+switches by the routes it wrote; a link pulled inside the fabric raises
+Trap 128 and is routed around."""
+
+import re
+import time
+
+import pytest
+import transfers
+
+from pibctl import fabric
+
+pytestmark = [
+    pytest.mark.topology("simulated.topo"),
+    pytest.mark.errors_on_purpose("a link inside the simulated fabric is pulled "
+                                  "(LinkDownedCounter)"),
+]
+
+SWITCHES, CAS = 48, 64  # the guests' two CAs among them
+
+
+def _path(ctx):
+    """The switches from vm1 to vm2, as ibtracert finds them by the LFTs:
+    [(GUID, out port)], and vm2's LID."""
+    lid = int(ctx.run("vm2", ["cat", "/sys/class/infiniband/pib_0/ports/1/lid"]).out, 16)
+    out = ctx.run("vm1", ["ibtracert", "1", str(lid)]).out
+    hops = re.findall(r"^\[(\d+)\] -> (?:switch|ca) port \{0x([0-9a-f]+)\}\[\d+\]", out, re.M)
+    # Each line: the port the packet left by, then the node it reached.
+    nodes = [int(guid, 16) for _, guid in hops]
+    ports = [int(port) for port, _ in hops]
+    return list(zip(nodes[:-1], ports[1:])), lid, out
+
+
+def test_opensm_swept_routed_and_activated_the_whole_simulated_fabric(ctx):
+    out = ctx.run("vm1", ["ibnetdiscover"], timeout=300).out
+    assert len(re.findall(r"^Switch\s", out, re.M)) == SWITCHES, out[-2000:]
+    assert len(re.findall(r"^Ca\s", out, re.M)) == CAS
+    assert out.count('"vm1 ') and out.count('"vm2 ')
+    links = ctx.run("vm1", ["iblinkinfo"], timeout=300).out
+    up = [line for line in links.splitlines() if "LinkUp" in line]
+    # Every cable, seen from both ends but the CAs' (one line each).
+    assert len(up) == 2 * (2 * 16 * 4) + CAS, links[-2000:]
+    assert all("Active" in line for line in up), [line for line in up if "Active" not in line]
+    records = ctx.run("vm1", ["saquery", "NodeRecord"], timeout=300).out
+    assert records.count("NodeRecord dump") == SWITCHES + CAS
+    # Every simulated switch has a route to both guests.
+    hops, lid2, _ = _path(ctx)
+    top = hops[len(hops) // 2][0]
+    route = ctx.run("vm1", ["ibroute", "-G", hex(top)], timeout=120).out
+    assert re.search(rf"^0x{lid2:04x} \d+ ", route, re.M), route
+    print(f"{SWITCHES} switches and {CAS} CAs discovered, {len(up)} link ends ACTIVE")
+
+
+def test_rc_crosses_five_simulated_switches_bit_exact(ctx):
+    hops, _, trace = _path(ctx)
+    assert len(hops) == 5, trace
+    before = fabric.switch_control(ctx.fabric, "fabric", "fabric")
+    transfers.traffic(ctx, ["--tests", "send,write,read,cas,uc-send,ud-send"])
+    after = fabric.switch_control(ctx.fabric, "fabric", "fabric")
+    moved = int(re.search(r"hops (\d+)", after).group(1)) - \
+        int(re.search(r"hops (\d+)", before).group(1))
+    assert moved > 0 and "loop drops 0" in after, after
+    print(f"{len(hops)} switches on the way; {moved} packets moved between simulated nodes")
+
+
+def _trap_count(ctx):
+    log = ctx.run("vm1", ["cat", "/run/opensm.log"]).out
+    return len(re.findall(r"num:128 \(Link state change\)", log))
+
+
+def test_a_link_pulled_in_the_fabric_traps_and_is_routed_around(ctx):
+    hops, _, trace = _path(ctx)
+    guid, port = hops[1]  # leaving the second switch: an up link of the tree
+    traps = _trap_count(ctx)
+    fabric.switch_control(ctx.fabric, "fabric", f"link {guid:#x} {port} down")
+    try:
+        deadline = time.monotonic() + 120
+        while True:
+            now, _, trace = _path(ctx)
+            if (guid, port) not in now and _trap_count(ctx) > traps:
+                break
+            assert time.monotonic() < deadline, \
+                f"opensm did not route around {guid:#x} port {port}:\n{trace}"
+            time.sleep(2)
+        print(f"Trap 128 reached opensm; the path now leaves {guid:#x} by "
+              f"{dict(now).get(guid)}, not {port}")
+        transfers.traffic(ctx, ["--tests", "send,write,read", "--sizes", "1,4097,1M+3"])
+    finally:
+        fabric.switch_control(ctx.fabric, "fabric", f"link {guid:#x} {port} up")
+    deadline = time.monotonic() + 120
+    while "Active" not in ctx.run("vm1", ["smpquery", "-G", "portinfo", hex(guid),
+                                          str(port)]).out:
+        assert time.monotonic() < deadline, "the link did not come back ACTIVE"
+        time.sleep(2)
