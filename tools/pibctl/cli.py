@@ -601,7 +601,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--jobs", type=int, default=1,
                    help="fuzzing processes per libFuzzer target at once (default 1)")
     p.add_argument("targets", nargs="*", metavar="TARGET",
-                   help="core, mlx5, switch, switch-tcp, packet, state, switch-state (libFuzzer, for --minutes each), qtest "
+                   help="core, mlx5, switch, sim-fabric, switch-tcp, packet, state, switch-state (libFuzzer, for --minutes each), qtest "
                         "(1,000,000 random accesses to the built QEMU) or fabric (random "
                         "input into a booted fabric's ports, --minutes each); default: all "
                         "but fabric, in turn")

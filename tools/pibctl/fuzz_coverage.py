@@ -29,6 +29,8 @@ SOURCES = {
             [f"qemu-hw/core/src/{name}.cc" for name in
              ("dc_targets", "memory", "indirect_key", "memory_key_indirect", "page_faults")],
     "switch": [f"fabric-switch/src/{name}.cc" for name in ("switch", "sma", "pma", "trap", "fault")],
+    "sim-fabric": [f"fabric-switch/src/{name}.cc" for name in
+                   ("sim_ca", "sim_fabric", "switch", "sma", "trap")],
     "switch-tcp": [f"fabric-switch/src/{name}.cc" for name in
                    ("server", "server_control", "server_dial", "server_faults", "server_flow",
                     "server_rings", "server_moves")] + ["common/wire/ring_cable.cc"],
@@ -65,6 +67,9 @@ WATCHED = {
              "Responder::answerPageFault", "mlx5::EventQueues::postPageFault",
              "mlx5::Commands::createKsmMkey", "MemoryAccess::mapKsm",
              "MemoryAccess::reachesEntry"],
+    "sim-fabric": ["fabric::SimulatedCa::lidRouted", "fabric::SimulatedCa::setPortInfo",
+                   "fabric::SimulatedFabric::setLink", "fabric::SimulatedFabric::takeLinkResets",
+                   "fabric::SimulatedFabric::command"],
 }
 
 

@@ -20,6 +20,8 @@ TARGETS = {
     # the ConnectX personality: its initialization segment, command queue and pages
     "mlx5": "fuzz-mlx5",
     "switch": "fuzz-switch",  # the fabric switch's logic: frames, SMPs, PMA, forwarding
+    # a simulated fabric: its switches and CAs, their cabling, an SM's sweep
+    "sim-fabric": "fuzz-sim-fabric",
     # the switch's server on loopback sockets: dialling, retries, link framing, HELLO
     "switch-tcp": "fuzz-switch-tcp",
     "packet": "fuzz-packet",  # the wire framing and the IBA packet parser
