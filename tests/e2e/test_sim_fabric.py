@@ -10,7 +10,7 @@ from collections import Counter
 
 import iba
 import pytest
-from pibctl import sim_fabric
+from pibctl import bench_scale, sim_fabric
 from pibctl.sim_fabric import FabricError
 from test_switch_process import SWITCH, _node_info, _tmpdir
 
@@ -179,3 +179,28 @@ def test_the_switch_process_simulates_a_fat_tree_a_guest_sweeps(ctx):
         _, err = proc.communicate(timeout=10)
     assert proc.returncode == 0, err
     assert "48 simulated switches, 62 simulated CAs" in err
+
+
+_OPENSM_LOG = """Dec 01 05:22:14 908511 [81B176C0] 0x04 -> state_mgr_sweep_hop_0:
+******************************************************************
+********************* INITIATING HEAVY SWEEP *********************
+******************************************************************
+Dec 01 05:22:15 449808 [81B176C0] 0x04 -> do_sweep:
+********************** HEAVY SWEEP COMPLETE **********************
+Dec 01 05:22:15 520105 [81B176C0] 0x04 -> ucast_mgr_route: building routing with 'minhop' routing algorithm...
+Dec 01 05:22:15 534794 [81B176C0] 0x02 -> osm_ucast_mgr_process: minhop tables configured on all switches
+Dec 01 05:22:15 574126 [81B176C0] 0x04 -> do_sweep:
+**************** SWITCHES CONFIGURED FOR UNICAST *****************
+Dec 01 05:22:15 752186 [81B176C0] 0x02 -> SUBNET UP
+Dec 01 05:22:24 871800 [81B176C0] 0x04 -> state_mgr_light_sweep_start:
+********************* INITIATING LIGHT SWEEP *********************
+Dec 01 05:22:24 896381 [81B176C0] 0x04 -> do_sweep:
+********************** LIGHT SWEEP COMPLETE **********************
+"""
+
+
+def test_the_scale_benchmark_reads_opensms_sweep_from_its_log(ctx):
+    t = bench_scale.sweep_times(_OPENSM_LOG)
+    assert t == {"discovery_s": 0.541, "route_s": 0.015, "lfts_s": 0.039,
+                 "subnet_up_s": 0.844, "light_sweep_s": 0.025}
+    assert bench_scale.doc_is_current() == ""

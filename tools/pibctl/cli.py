@@ -273,7 +273,17 @@ def _cmd_test(args) -> int:
 
 
 def _cmd_bench(args) -> int:
-    from pibctl import bench
+    from pibctl import bench, bench_scale
+
+    if args.scale:
+        sizes = [int(s) for s in args.sizes.split(",")]
+        engines = args.engines.split(",")
+        bad = [s for s in sizes if s not in bench_scale.SIZES] + \
+            [e for e in engines if e not in bench_scale.ENGINES]
+        if bad:
+            raise ui.StepFailed(f"--sizes of {', '.join(map(str, bench_scale.SIZES))}; --engines "
+                                f"of {', '.join(bench_scale.ENGINES)}; not {bad}")
+        return bench_scale.run(sizes, engines, _accel(args.accel))
 
     return bench.run(accel=args.accel, native_only=args.native_only, fabric_only=args.fabric)
 
@@ -592,6 +602,14 @@ def build_parser() -> argparse.ArgumentParser:
                         "processes through one, then two switch processes (no guests)")
     p.add_argument("--accel", choices=["tcg", "kvm"], default="tcg",
                    help="tcg (default) or kvm, for the guests")
+    p.add_argument("--scale", action="store_true",
+                   help="opensm in a guest against simulated fat trees of 1,000 to 10,000 "
+                        "nodes: sweep, routing and SUBNET UP times per routing engine, and the "
+                        "switch process's memory and CPU; writes docs/scale.md's table")
+    p.add_argument("--sizes", default="1000,5000,10000",
+                   help="with --scale: the fabrics' sizes in nodes (of 1000, 5000, 10000)")
+    p.add_argument("--engines", default=",".join(("minhop", "updn", "ftree", "dfsssp")),
+                   help="with --scale: opensm's routing engines")
     p.set_defaults(func=_cmd_bench)
 
     p = sub.add_parser("fuzz", help="run the libFuzzer harnesses (device core, switch, packet "
