@@ -12,6 +12,7 @@ import pytest
 import transfers
 
 from pibctl import fabric
+from pibctl.pairs import ipoib_up
 
 pytestmark = [
     pytest.mark.topology("simulated.topo"),
@@ -65,6 +66,25 @@ def test_rc_crosses_five_simulated_switches_bit_exact(ctx):
         int(re.search(r"hops (\d+)", before).group(1))
     assert moved > 0 and "loop drops 0" in after, after
     print(f"{len(hops)} switches on the way; {moved} packets moved between simulated nodes")
+
+
+def test_ipoib_crosses_the_simulated_fabric_by_its_multicast_tables(ctx):
+    """ARP goes by the broadcast group's MFT entries opensm wrote into the
+    simulated switches on the guests' way; the pings by their LFTs."""
+    ipoib_up(ctx)
+    deadline = time.monotonic() + 60
+    while ctx.run("vm1", ["ping", "-c", "1", "-W", "2", "vm2-ib"], check=False).exitcode != 0:
+        assert time.monotonic() < deadline, ctx.sh("vm1", "ip addr show ib0; dmesg | tail",
+                                                   check=False).out
+    out = ctx.run("vm1", ["ping", "-c", "5", "-s", "1400", "vm2-ib"]).out
+    assert " 0% packet loss" in out, out
+    records = ctx.run("vm1", ["saquery", "-m"]).out
+    mlid = int(re.search(r"MGID\.+ff12:401b:ffff::ffff:ffff\s+Mlid\.+(0x[0-9A-Fa-f]+)",
+                         records).group(1), 16)
+    hops, _, _ = _path(ctx)
+    guid = hops[2][0]  # the top of the tree on the guests' way
+    mft = ctx.run("vm1", ["ibroute", "-M", "-G", hex(guid)], timeout=120).out
+    assert re.search(rf"^0x{mlid:04x}\s", mft, re.M), mft
 
 
 def _trap_count(ctx):
