@@ -4,14 +4,13 @@ arguments cable our QEMU to that switch. Host-only: no guest needed."""
 
 import re
 import shlex
-import socket
 import subprocess
 import tempfile
 import time
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
-from pibctl import paths
+from pibctl import fabric, paths
 
 EXAMPLES = paths.REPO / "examples" / "libvirt"
 DOMAIN = EXAMPLES / "pib-guest.xml"
@@ -56,14 +55,7 @@ def _unit_command(instance: str, run_dir: Path) -> list:
 
 
 def _control(path: Path, command: str) -> str:
-    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
-        s.settimeout(10)
-        s.connect(str(path))
-        s.sendall(command.encode() + b"\n")
-        answer = b""
-        while chunk := s.recv(65536):
-            answer += chunk
-    return answer.decode()
+    return fabric.control_answer(path, command)
 
 
 def _port1(instance: Path) -> str:

@@ -11,6 +11,7 @@ from collections import Counter
 import iba
 import pytest
 from pibctl import bench_scale, sim_fabric
+from pibctl.fabric import control_answer
 from pibctl.sim_fabric import FabricError
 from test_switch_process import SWITCH, _node_info, _tmpdir
 
@@ -125,17 +126,6 @@ def test_more_guests_than_ca_places_are_refused(ctx):
         sim_fabric.place(fab, 2)
 
 
-def _control(path, line):
-    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
-        s.settimeout(10)
-        s.connect(str(path))
-        s.sendall(line.encode() + b"\n")
-        answer = b""
-        while chunk := s.recv(65536):
-            answer += chunk
-    return answer.decode()
-
-
 def test_the_switch_process_simulates_a_fat_tree_a_guest_sweeps(ctx):
     """A k-ary 3-tree with two guests' places: over port 1, directed
     routes reach the leaf, a level-2 switch and a simulated CA below
@@ -152,7 +142,7 @@ def test_the_switch_process_simulates_a_fat_tree_a_guest_sweeps(ctx):
         while not (d / "control.sock").exists():
             assert time.monotonic() < deadline and proc.poll() is None, proc.stderr.read()
             time.sleep(0.05)
-        assert _control(d / "control.sock", "fabric").startswith(
+        assert control_answer(d / "control.sock", "fabric").startswith(
             "ok 48 switches, 62 CAs, 2 ports")
         s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         s.settimeout(10)
@@ -170,10 +160,10 @@ def test_the_switch_process_simulates_a_fat_tree_a_guest_sweeps(ctx):
         assert "L2" in next(n.description for n in fab.nodes if n.guid == guid)
         _, mad = _node_info(s, 1, 5, 2, 2)  # up, down, down: a CA of another leaf
         assert mad[64 + 2] == 1 and mad[64 + 36] == 1  # a CA, reached at its port 1
-        answer = _control(d / "control.sock", f"link {leaf.guid:#x} 5 down")
+        answer = control_answer(d / "control.sock", f"link {leaf.guid:#x} 5 down")
         assert answer.startswith("ok link"), answer
-        assert "no link inside" in _control(d / "control.sock", f"link {leaf.guid:#x} 1 down")
-        assert "link, fabric" in _control(d / "control.sock", "nonsense")
+        assert "no link inside" in control_answer(d / "control.sock", f"link {leaf.guid:#x} 1 down")
+        assert "link, fabric" in control_answer(d / "control.sock", "nonsense")
     finally:
         proc.terminate()
         _, err = proc.communicate(timeout=10)

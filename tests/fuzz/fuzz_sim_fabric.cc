@@ -14,6 +14,7 @@
 #include <cstdio>
 #include <cstdlib>
 
+#include "fuzz_switch_checks.hh"
 #include "mad.hh"
 #include "mini_sm.hh"
 #include "packet.hh"
@@ -29,19 +30,11 @@ constexpr unsigned kGuests = 2;
 constexpr uint64_t kGuid = 0x0250494253500000ull;
 
 void check(bool ok, const char *what) {
-    if (!ok) {
-        std::fprintf(stderr, "fuzz-sim-fabric: invariant broken: %s\n", what);
-        std::abort();
-    }
+    fuzzing::check(ok, "fuzz-sim-fabric", what);
 }
 
 void checkOutput(const std::vector<Transmit> &out) {
-    for (const Transmit &t : out) {
-        check(t.port >= 1 && t.port <= kGuests, "a packet left by a port that does not exist");
-        iba::ParseError error;
-        check(iba::parse(t.packet, &error, /*checkIcrc=*/false).has_value(),
-              "the fabric sent a packet that does not parse");
-    }
+    fuzzing::checkOutput(out, kGuests, "fuzz-sim-fabric");
 }
 
 // Leaves A, B (nodes 0, 1) and spines X, Y (2, 3), of 5 ports; CAs c1 (4,

@@ -14,6 +14,7 @@
 #include <cstdlib>
 
 #include "frame.hh"
+#include "fuzz_switch_checks.hh"
 #include "mad.hh"
 #include "packet.hh"
 #include "smp.hh"
@@ -27,20 +28,8 @@ namespace {
 
 constexpr unsigned kPorts = 8;
 
-void check(bool ok, const char *what) {
-    if (!ok) {
-        std::fprintf(stderr, "fuzz-switch: invariant broken: %s\n", what);
-        std::abort();
-    }
-}
-
 void checkOutput(const std::vector<Transmit> &out) {
-    for (const Transmit &t : out) {
-        check(t.port >= 1 && t.port <= kPorts, "a packet sent out of a port that does not exist");
-        iba::ParseError error;
-        check(iba::parse(t.packet, &error, /*checkIcrc=*/false).has_value(),
-              "the switch sent a packet that does not parse");
-    }
+    fuzzing::checkOutput(out, kPorts, "fuzz-switch");
 }
 
 constexpr uint16_t kAttrs[] = {

@@ -417,20 +417,27 @@ def control_socket(fabric: Fabric, switch: str) -> Path:
     return fabric.ib_switch_dir(switch) / "control.sock"
 
 
+def control_answer(path, command: str, timeout: float = 10) -> str:
+    """One command line to the control socket at `path`, and all of the
+    switch's answer (docs/wire.md); raises OSError when it does not answer."""
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
+        s.settimeout(timeout)
+        s.connect(str(path))
+        s.sendall(command.encode() + b"\n")
+        answer = b""
+        while chunk := s.recv(65536):
+            answer += chunk
+    return answer.decode(errors="replace")
+
+
 def switch_control(fabric: Fabric, switch: str, command: str, timeout: float = 10) -> str:
     """Sends one command line to a switch's control socket; returns its
     answer. Raises StepFailed when the switch does not answer or says error."""
     try:
-        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
-            s.settimeout(timeout)
-            s.connect(str(control_socket(fabric, switch)))
-            s.sendall(command.encode() + b"\n")
-            answer = b""
-            while chunk := s.recv(65536):
-                answer += chunk
+        answer = control_answer(control_socket(fabric, switch), command, timeout)
     except OSError as e:
         raise ui.StepFailed(f"{switch}: its control socket did not answer: {e}") from None
-    text = answer.decode(errors="replace").rstrip("\n")
+    text = answer.rstrip("\n")
     if not text.startswith("ok"):
         raise ui.StepFailed(f"{switch}: {text}")
     return text[2:].lstrip()
