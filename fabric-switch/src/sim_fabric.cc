@@ -141,13 +141,15 @@ void SimulatedFabric::emit(uint32_t node, unsigned port, std::span<const uint8_t
         return;
     }
     const bool loop = hops >= kMaxHops;
-    if (loop || deliveries_ >= kMaxDeliveries) {
+    if (loop || deliveries_ >= kMaxDeliveries ||
+        bytesInFlight_ + bytes.size() > kMaxBytesInFlight) {
         ++(loop ? stats_.loopDrops : stats_.budgetDrops);
         if (slots_[node].isSwitch)
             switchOf(node).discarded(port, bytes.size());
         return;
     }
     ++deliveries_;
+    bytesInFlight_ += bytes.size();
     ++stats_.hops;
     inFlight_.push_back({to.node, to.port, hops + 1, {bytes.begin(), bytes.end()}});
 }
@@ -156,6 +158,7 @@ void SimulatedFabric::pump() {
     while (!inFlight_.empty()) {
         InFlight p = std::move(inFlight_.front());
         inFlight_.pop_front();
+        bytesInFlight_ -= p.bytes.size();
         visit(p.node, p.port, p.bytes, p.hops);
     }
     deliveries_ = 0;

@@ -59,8 +59,12 @@ class SimulatedFabric final : public Element {
     // of the port that would have sent it on.
     static constexpr unsigned kMaxHops = 64;
     // Packets moved inside the fabric for one packet in (multicast fans
-    // out): beyond it they are dropped as a loop's are.
-    static constexpr size_t kMaxDeliveries = 1 << 16;
+    // out), and the bytes in flight at once: beyond either, packets are
+    // dropped as a loop's are. A broadcast over a fabric of 10,000 nodes
+    // crosses some 1,500 switches; this bounds what one packet from a
+    // guest costs the process (and every other guest) in time and memory.
+    static constexpr size_t kMaxDeliveries = 1 << 14;
+    static constexpr size_t kMaxBytesInFlight = 16 << 20;
 
     // Validates `d` (throws std::invalid_argument saying what is wrong)
     // and brings every internal link up.
@@ -105,7 +109,7 @@ class SimulatedFabric final : public Element {
     struct Stats {
         uint64_t hops = 0;        // packets moved from node to node inside
         uint64_t loopDrops = 0;   // dropped after kMaxHops
-        uint64_t budgetDrops = 0; // dropped beyond kMaxDeliveries
+        uint64_t budgetDrops = 0; // dropped beyond kMaxDeliveries or kMaxBytesInFlight
     };
     const Stats &stats() const { return stats_; }
     // Packets to simulated CAs that were not management for them.
@@ -161,6 +165,7 @@ class SimulatedFabric final : public Element {
     std::vector<FabricDescription::End> attachments_;
     std::deque<InFlight> inFlight_;
     size_t deliveries_ = 0; // for the packet in
+    size_t bytesInFlight_ = 0;
     const Forwarder *send_ = nullptr;
     std::vector<Transmit> out_;
     std::vector<Transmit> pending_; // traps of links retrained, for repeatTraps()

@@ -371,3 +371,34 @@ TEST_CASE("the SM setting a port DOWN inside the fabric retrains its link", "[si
     CHECK(c.f.switchByGuid(kSwitchGuid + 2)->port(1).state == kPortStateInit);
     CHECK(c.f.switchByGuid(kSwitchGuid + 2)->port(1).counters.linkDowned == 1);
 }
+
+TEST_CASE("a multicast storm through parallel links is cut off at the fabric's budget",
+          "[sim-fabric]") {
+    // Two switches joined by three cables, and an MFT that sends the
+    // group out of every one of them: each arrival fans out twice.
+    FabricDescription d;
+    d.nodes = {{true, kSwitchGuid, 5, "a"}, {true, kSwitchGuid + 1, 5, "b"}};
+    for (unsigned p = 1; p <= 3; ++p)
+        d.links.push_back({{0, p}, {1, p}});
+    d.attachments = {{0, 4}};
+    SimulatedFabric f(d);
+    f.linkChanged(1, true);
+    MiniSm sm(f, 1);
+    sm.sweep();
+    REQUIRE(sm.nodes.size() == 2);
+    for (const MiniSm::Node &n : sm.nodes) {
+        std::array<uint16_t, kMftEntriesPerBlock> masks{};
+        masks[0] = 0b11110; // MLID 0xc000: ports 1 to 4
+        sm.smp(kSet, kAttrMulticastForwardingTable, 0, n.path,
+               [&](Mad &m) { writeBlock16(m, masks); });
+    }
+    const uint64_t before = f.stats().hops;
+    const auto out = inject(f, 1, udPacket(1, 0xc000, randomBytes(2000, 5)));
+    CHECK(f.stats().budgetDrops > 0);
+    CHECK(f.stats().hops - before == SimulatedFabric::kMaxDeliveries);
+    CHECK(out.size() > 1); // copies came back to the guest before the cut
+    // Nothing is left in flight: the next SMP gets its answer alone.
+    auto answer = sm.smp(kGet, kAttrNodeInfo, 0, sm.nodes[1].path);
+    REQUIRE(answer);
+    CHECK(readNodeInfo(Mad(*answer)).nodeGuid == kSwitchGuid + 1);
+}
