@@ -1,9 +1,10 @@
 """Guests in a simulated fabric (tests/e2e/simulated.topo): a k-ary 3-tree
-of 48 simulated switches and 62 simulated CAs in one switch process, the
-two guests in its first and last CA places. opensm in vm1 sweeps, routes
-and activates all of it; the guests' packets cross five simulated
-switches by the routes it wrote; a link pulled inside the fabric raises
-Trap 128 and is routed around."""
+of 300 simulated switches and 998 simulated CAs in one switch process,
+the two guests in its first and last CA places. opensm in vm1 sweeps,
+routes and activates all of it; the guests' packets cross five simulated
+switches by the routes it wrote, unicast and multicast; a link pulled
+inside the fabric under RC traffic raises Trap 128 and is routed around,
+and the traffic goes on."""
 
 import re
 import time
@@ -20,7 +21,8 @@ pytestmark = [
                                   "(LinkDownedCounter)"),
 ]
 
-SWITCHES, CAS = 48, 64  # the guests' two CAs among them
+K = 10  # k-ary 3-tree: 3 levels of K^2 switches of 2K ports, K^3 CAs
+SWITCHES, CAS = 3 * K * K, K ** 3  # the guests' two CAs among them
 
 
 def _path(ctx, check=True):
@@ -44,7 +46,7 @@ def test_opensm_swept_routed_and_activated_the_whole_simulated_fabric(ctx):
     links = ctx.run("vm1", ["iblinkinfo"], timeout=300).out
     up = [line for line in links.splitlines() if "LinkUp" in line]
     # Every cable at both ends: between the levels, and to the CAs.
-    assert len(up) == 2 * (2 * 16 * 4) + 2 * CAS, links[-2000:]
+    assert len(up) == 2 * (2 * K * K * K) + 2 * CAS, links[-2000:]
     assert all("Active" in line for line in up), [line for line in up if "Active" not in line]
     records = ctx.run("vm1", ["saquery", "NodeRecord"], timeout=300).out
     assert records.count("NodeRecord dump") == SWITCHES + CAS
@@ -92,13 +94,20 @@ def _trap_count(ctx):
     return len(re.findall(r"num:128 \(Link state change\)", log))
 
 
-def test_a_link_pulled_in_the_fabric_traps_and_is_routed_around(ctx):
+def test_a_link_pulled_under_rc_traffic_traps_is_routed_around_and_the_traffic_goes_on(ctx):
+    """RC's ACK timeout of 4.3 s and 7 retries (pib-traffic -T 20) outlast
+    opensm's heavy sweep of the fabric under TCG: what the pulled link
+    lost is sent again on the new path."""
     hops, _, trace = _path(ctx)
     guid, port = hops[1]  # leaving the second switch: an up link of the tree
     traps = _trap_count(ctx)
+    run = transfers.BackgroundTraffic(
+        ctx, ["--tests", "send,write,read", "--sizes", "4097,1M+3", "--iters", "100000",
+              "--timeout", "20", "--retry", "7"], port=18830, timeout=600)
+    time.sleep(3)
     fabric.switch_control(ctx.fabric, "fabric", f"link {guid:#x} {port} down")
     try:
-        deadline = time.monotonic() + 120
+        deadline = time.monotonic() + 180
         while True:
             now, _, trace = _path(ctx, check=False)  # no route while opensm reroutes
             if now and (guid, port) not in now and _trap_count(ctx) > traps:
@@ -108,10 +117,17 @@ def test_a_link_pulled_in_the_fabric_traps_and_is_routed_around(ctx):
             time.sleep(2)
         print(f"Trap 128 reached opensm; the path now leaves {guid:#x} by "
               f"{dict(now).get(guid)}, not {port}")
-        transfers.traffic(ctx, ["--tests", "send,write,read", "--sizes", "1,4097,1M+3"])
+        time.sleep(5)  # traffic on the new path
+        assert run.running(), "the traffic ended before the link was routed around"
+        run.stop()
+        rc, out, src, sout = run.wait()
+        assert rc == 0 and src == 0, f"client {rc}, server {src}\n{out}\n{sout}"
+        lines = transfers.same_at_both_ends(out, sout)
+        print(f"{sum(int(line['bytes']) for line in lines.values())} bytes across the "
+              "link change, every byte checked at both ends")
     finally:
         fabric.switch_control(ctx.fabric, "fabric", f"link {guid:#x} {port} up")
-    deadline = time.monotonic() + 120
+    deadline = time.monotonic() + 180
     while "Active" not in ctx.run("vm1", ["smpquery", "-G", "portinfo", hex(guid),
                                           str(port)]).out:
         assert time.monotonic() < deadline, "the link did not come back ACTIVE"
