@@ -485,8 +485,11 @@ def fabric_errors(fab, clear: bool = False) -> str:
     freshly booted fabric has none (docs/prm.md §2.1: the driver's first
     reset keeps the power-on link). `clear` then resets every port's error
     counters (ibqueryerrors -k: a PMA Set of PortCounters)."""
+    # A simulated fabric's thousand nodes take ibqueryerrors minutes from
+    # a TCG guest on a loaded host; a few switches, seconds.
+    simulated = any(s.simulate for s in fab.topo.switches)
     result = fabric.exec_in(fab.vms[0].name, ["ibqueryerrors"] + (["-k"] if clear else []),
-                            timeout=120)
+                            timeout=600 if simulated else 120)
     summary = re.search(r"(\d+) ports? ha(?:ve|s) errors beyond threshold", result.out)
     if result.exitcode == 0 and summary and summary[1] == "0":
         checked = [line.strip("# ").strip() for line in result.out.splitlines() if "checked" in line]
