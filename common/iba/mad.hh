@@ -140,6 +140,14 @@ struct PortCounterValues {
 };
 
 // The PortSelect field of a PortCounters or PortCountersExtended MAD.
+// Whether an agent answers a MAD of method `method`: a request. A
+// response (the R bit, 0x80: GetResp, TrapRepress's kin) or a
+// TrapRepress is never answered, so that two agents cannot keep
+// answering each other's answers.
+inline bool answerable(uint8_t method) {
+    return !(method & 0x80) && method != kTrapRepress;
+}
+
 inline uint8_t pmaPortSelect(const Mad &mad) {
     return mad.get8(Mad::kPmaData + 1);
 }

@@ -138,6 +138,8 @@ std::vector<Transmit> SimulatedCa::send(unsigned port, iba::Packet &packet) {
 }
 
 bool SimulatedCa::sma(unsigned in, Mad &mad) {
+    if (!answerable(mad.method()))
+        return false; // a response (or a repress) is not answered
     // IBA 14.2.4: the receiving port's M_Key guards the SMP.
     const auto verdict = ports_[in].mkey.check(mad, now());
     if (verdict == MkeyProtection::Verdict::kViolation) {

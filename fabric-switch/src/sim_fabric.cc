@@ -45,13 +45,21 @@ void SimulatedFabric::build(const FabricDescription &d) {
                                         " ports, not " + std::to_string(node.ports));
         if (node.guid == 0 || !seen.emplace(node.guid, n).second)
             throw std::invalid_argument("node GUID " + hex(node.guid) + " is 0 or not unique");
+        // A CA's port N has GUID + N: no other node's GUID may be one.
+        for (unsigned p = 1; !node.isSwitch && p <= node.ports; ++p)
+            if (!seen.emplace(node.guid + p, n).second)
+                throw std::invalid_argument("CA " + hex(node.guid) + ": its port GUID " +
+                                            hex(node.guid + p) + " is another node's GUID");
         portBase_.push_back(total);
         total += node.ports + 1;
     }
     peers_.assign(total, Peer{});
     auto check = [&](const FabricDescription::End &e, const char *what) {
         if (e.node >= d.nodes.size() || e.port < 1 || e.port > d.nodes[e.node].ports)
-            throw std::invalid_argument(std::string(what) + " names a port that does not exist");
+            throw std::invalid_argument(
+                std::string(what) + " names port " + std::to_string(e.port) + " of " +
+                (e.node < d.nodes.size() ? hex(d.nodes[e.node].guid) : "no node") +
+                ", which does not exist");
         if (peer(e.node, e.port).node != kNone)
             throw std::invalid_argument(std::string(what) + ": port " + std::to_string(e.port) +
                                         " of " + hex(d.nodes[e.node].guid) +
@@ -77,8 +85,8 @@ void SimulatedFabric::build(const FabricDescription &d) {
         guids_.push_back(node.guid);
         if (node.isSwitch) {
             slots_.push_back({true, static_cast<uint32_t>(switches_.size())});
-            switches_.push_back(
-                std::make_unique<Switch>(SwitchConfig{node.guid, node.ports, node.description}));
+            switches_.push_back(std::make_unique<Switch>(
+                SwitchConfig{node.guid, node.ports, node.description, /*heldWhileArmed=*/0}));
         } else {
             slots_.push_back({false, static_cast<uint32_t>(cas_.size())});
             cas_.push_back(
@@ -124,8 +132,12 @@ void SimulatedFabric::visit(uint32_t node, unsigned port, std::span<const uint8_
     } else {
         built = cas_[slots_[node].index]->receive(port, bytes);
     }
+    // What a node builds (an answer, a trap, a directed-route SMP passed
+    // on) is a packet of its own: its hops count from here. Only what a
+    // switch forwards as it came carries the count on; no agent answers
+    // an answer, so built packets cannot keep each other going.
     for (const Transmit &t : built)
-        emit(node, t.port, t.packet, hops);
+        emit(node, t.port, t.packet, 0);
 }
 
 void SimulatedFabric::emit(uint32_t node, unsigned port, std::span<const uint8_t> bytes,
@@ -133,22 +145,26 @@ void SimulatedFabric::emit(uint32_t node, unsigned port, std::span<const uint8_t
     const Peer &to = peer(node, port);
     if (to.node == kNone)
         return;
-    if (to.node == kExternal) {
-        if (send_)
-            (*send_)(to.port, bytes);
-        else
-            out_.push_back({to.port, {bytes.begin(), bytes.end()}});
-        return;
-    }
     const bool loop = hops >= kMaxHops;
+    const bool out = to.node == kExternal;
+    // What leaves for the guests counts too: the server queues it.
     if (loop || deliveries_ >= kMaxDeliveries ||
-        bytesInFlight_ + bytes.size() > kMaxBytesInFlight) {
+        (out ? bytesOut_ + bytes.size() > kMaxBytesOut
+             : bytesInFlight_ + bytes.size() > kMaxBytesInFlight)) {
         ++(loop ? stats_.loopDrops : stats_.budgetDrops);
         if (slots_[node].isSwitch)
             switchOf(node).discarded(port, bytes.size());
         return;
     }
     ++deliveries_;
+    if (out) {
+        bytesOut_ += bytes.size();
+        if (send_)
+            (*send_)(to.port, bytes);
+        else
+            out_.push_back({to.port, {bytes.begin(), bytes.end()}});
+        return;
+    }
     bytesInFlight_ += bytes.size();
     ++stats_.hops;
     inFlight_.push_back({to.node, to.port, hops + 1, {bytes.begin(), bytes.end()}});
@@ -162,6 +178,7 @@ void SimulatedFabric::pump() {
         visit(p.node, p.port, p.bytes, p.hops);
     }
     deliveries_ = 0;
+    bytesOut_ = 0;
 }
 
 std::vector<Transmit> SimulatedFabric::takeOut() {
@@ -316,17 +333,19 @@ std::optional<std::string> SimulatedFabric::command(std::string_view verb, std::
                std::to_string(caDataDropped());
     if (verb != "link")
         return std::nullopt;
-    const std::string guid(nextWord(args)), port(nextWord(args));
+    const std::string_view guidText = nextWord(args), portText = nextWord(args);
     const std::string_view state = nextWord(args);
-    if (state != "up" && state != "down")
+    const auto guid = fabricNumber(guidText, UINT64_MAX);
+    const auto port = fabricNumber(portText, 254);
+    if (!guid || !port || (state != "up" && state != "down") || !nextWord(args).empty())
         return "error: link GUID PORT up|down";
     try {
-        out = setLink(std::stoull(guid, nullptr, 0),
-                      static_cast<unsigned>(std::stoul(port, nullptr, 0)), state == "up");
-    } catch (const std::exception &e) {
+        out = setLink(*guid, static_cast<unsigned>(*port), state == "up");
+    } catch (const std::invalid_argument &e) {
         return "error: " + std::string(e.what());
     }
-    return "ok link " + guid + " " + port + " " + std::string(state);
+    return "ok link " + std::string(guidText) + " " + std::string(portText) + " " +
+           std::string(state);
 }
 
 } // namespace pib::fabric

@@ -12,7 +12,9 @@
 #include <deque>
 #include <istream>
 #include <memory>
+#include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "element.hh"
@@ -41,6 +43,10 @@ struct FabricDescription {
     std::vector<End> attachments;
 };
 
+// A number of a fabric file or control command: decimal, or hexadecimal
+// after 0x; nothing else around it, at most `max`.
+std::optional<uint64_t> fabricNumber(std::string_view word, uint64_t max);
+
 // Reads a fabric file: one statement a line, `#` starts a comment.
 //   switch GUID PORTS "DESCRIPTION"
 //   ca GUID PORTS "DESCRIPTION"
@@ -58,13 +64,16 @@ class SimulatedFabric final : public Element {
     // switch's head-of-queue lifetime discards it), counted as a discard
     // of the port that would have sent it on.
     static constexpr unsigned kMaxHops = 64;
-    // Packets moved inside the fabric for one packet in (multicast fans
-    // out), and the bytes in flight at once: beyond either, packets are
+    // Packets moved for one packet in (multicast fans out), inside the
+    // fabric and out of it, and the bytes in flight at once: beyond either, packets are
     // dropped as a loop's are. A broadcast over a fabric of 10,000 nodes
     // crosses some 1,500 switches; this bounds what one packet from a
     // guest costs the process (and every other guest) in time and memory.
     static constexpr size_t kMaxDeliveries = 1 << 14;
     static constexpr size_t kMaxBytesInFlight = 16 << 20;
+    // And the bytes that leave for the guests' ports, which the server
+    // queues (a broadcast to 250 guests of 4 KiB packets is 1 MiB).
+    static constexpr size_t kMaxBytesOut = 4 << 20;
 
     // Validates `d` (throws std::invalid_argument saying what is wrong)
     // and brings every internal link up.
@@ -166,6 +175,7 @@ class SimulatedFabric final : public Element {
     std::deque<InFlight> inFlight_;
     size_t deliveries_ = 0; // for the packet in
     size_t bytesInFlight_ = 0;
+    size_t bytesOut_ = 0; // for the packet in
     const Forwarder *send_ = nullptr;
     std::vector<Transmit> out_;
     std::vector<Transmit> pending_; // traps of links retrained, for repeatTraps()

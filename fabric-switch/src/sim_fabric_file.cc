@@ -2,6 +2,7 @@
 // The fabric file that describes a simulated fabric (sim_fabric.hh): what
 // `./pib fabric up` writes from a topology, a generator or ibnetdiscover's
 // output, and pib-fabric-switch --fabric reads.
+#include <charconv>
 #include <sstream>
 #include <stdexcept>
 #include <unordered_map>
@@ -42,16 +43,10 @@ std::vector<std::string> words(const std::string &line) {
 }
 
 uint64_t number(const std::string &word, uint64_t max) {
-    size_t used = 0;
-    uint64_t v = 0;
-    try {
-        v = std::stoull(word, &used, 0);
-    } catch (const std::exception &) {
-        used = 0;
-    }
-    if (used != word.size() || word.empty() || word[0] == '-' || v > max)
+    const auto v = fabricNumber(word, max);
+    if (!v)
         throw std::runtime_error("\"" + word + "\" is not a number up to " + std::to_string(max));
-    return v;
+    return *v;
 }
 
 class Reader {
@@ -98,6 +93,18 @@ class Reader {
 };
 
 } // namespace
+
+std::optional<uint64_t> fabricNumber(std::string_view word, uint64_t max) {
+    const bool hex = word.size() > 2 && word[0] == '0' && (word[1] == 'x' || word[1] == 'X');
+    if (hex)
+        word.remove_prefix(2);
+    uint64_t v = 0;
+    const auto [end, ec] =
+        std::from_chars(word.data(), word.data() + word.size(), v, hex ? 16 : 10);
+    if (word.empty() || ec != std::errc() || end != word.data() + word.size() || v > max)
+        return std::nullopt;
+    return v;
+}
 
 FabricDescription readFabric(std::istream &in) {
     Reader reader;

@@ -26,7 +26,7 @@ uint64_t Switch::now() const {
                                               .count());
 }
 
-bool Switch::sma(Mad mad, unsigned in, std::vector<Transmit> &out) {
+bool Switch::mkeyAdmits(const Mad &mad, unsigned in, std::vector<Transmit> &out) {
     // Port 0's M_Key guards every attribute of the switch (IBA 14.2.4).
     const auto verdict = mkey_.check(mad, now());
     if (verdict == MkeyProtection::Verdict::kViolation) {
@@ -35,6 +35,14 @@ bool Switch::sma(Mad mad, unsigned in, std::vector<Transmit> &out) {
         return false;
     }
     hideMkey_ = verdict == MkeyProtection::Verdict::kPassHideKey;
+    return true;
+}
+
+bool Switch::sma(Mad mad, unsigned in, std::vector<Transmit> &out) {
+    if (!answerable(mad.method()))
+        return false; // a response (or a repress) is not answered
+    if (!mkeyAdmits(mad, in, out))
+        return false;
     uint16_t status = kStatusOk;
     if (mad.baseVersion() != 1 || mad.classVersion() != 1)
         status = kStatusBadVersion;

@@ -68,7 +68,7 @@ bool Switch::admit(unsigned port, std::span<const uint8_t> bytes, bool managemen
     const bool open =
         p.linkUp && (management ? p.state >= kPortStateInit : p.state == kPortStateActive);
     if (!open && !management && p.linkUp && p.state == kPortStateArmed &&
-        p.held.size() < kHeldWhileArmed) {
+        p.held.size() < config_.heldWhileArmed) {
         p.held.push_back({{bytes.begin(), bytes.end()}, pkey});
         return false;
     }
@@ -331,8 +331,9 @@ std::vector<Transmit> Switch::toSwitch(unsigned in, iba::Packet packet) {
         // The SM saw our trap: it is not repeated any more. A valid key
         // in the repress still ends an M_Key lease; a bad one is a
         // violation, and represses nothing.
-        if (sma(mad, in, out))
+        if (mkeyAdmits(mad, in, out))
             trapRepressed(mad);
+        hideMkey_ = false;
         return out;
     }
     if (packet.bth.destQp == 0 && mad.mgmtClass() == kClassSmpLid) {

@@ -26,6 +26,10 @@ struct SwitchConfig {
     uint64_t guid = 0;
     unsigned ports = 8; // external ports 1..ports (port 0 is the switch itself)
     std::string description = "pib-hca fabric switch";
+    // Data packets an ARMED port holds until it goes ACTIVE (see
+    // SwitchPort::held); a simulated fabric's switches hold none, so that
+    // its thousands of ports bound nothing a guest could fill.
+    size_t heldWhileArmed = 16;
 };
 
 struct PortCounters {
@@ -146,7 +150,7 @@ class Switch {
     bool load(StateReader &r);
 
     static constexpr unsigned kLftCap = 49152;    // unicast LIDs
-    static constexpr size_t kHeldWhileArmed = 16; // packets per port
+    static constexpr size_t kHeldWhileArmed = 16; // packets per port, by default
     static constexpr unsigned kMftCap = 1024;     // multicast LIDs from 0xc000
 
   private:
@@ -159,9 +163,10 @@ class Switch {
     void sendDirected(std::vector<Transmit> &out, unsigned in, iba::Packet &packet, unsigned port);
     void sendByLid(std::vector<Transmit> &out, unsigned in, iba::Packet &packet, uint16_t dlid);
     std::vector<Transmit> toSwitch(unsigned in, iba::Packet packet);
-    // False when the SMP is dropped unanswered (an M_Key violation, whose
-    // Trap 256 goes to `out`).
+    // False when the SMP is dropped unanswered: a response, or an M_Key
+    // violation (whose Trap 256 goes to `out`: mkeyAdmits()).
     bool sma(iba::Mad mad, unsigned in, std::vector<Transmit> &out);
+    bool mkeyAdmits(const iba::Mad &mad, unsigned in, std::vector<Transmit> &out);
     void pma(iba::Mad mad);
     uint16_t smaGet(iba::Mad &mad, unsigned in);
     uint16_t smaSet(iba::Mad &mad, unsigned in);

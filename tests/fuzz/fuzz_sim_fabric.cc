@@ -8,7 +8,7 @@
 // cables and the fabric's own pulled and plugged in (by the control
 // socket's command, with any words); the SM setting ports DOWN; traps
 // repeated. Whatever leaves the fabric must be a packet that parses, out
-// of a guest's port; a loop must end.
+// of a guest's port; every step must end (libFuzzer's timeout).
 #include <fuzzer/FuzzedDataProvider.h>
 
 #include <cstdio>
@@ -190,8 +190,6 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
             break;
         }
         }
-        check(f.stats().loopDrops + f.stats().budgetDrops <= f.stats().hops,
-              "drops beyond the moves");
     }
     return 0;
 }
