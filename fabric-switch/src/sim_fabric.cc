@@ -235,7 +235,7 @@ std::vector<Transmit> SimulatedFabric::setLink(uint64_t guid, unsigned port, boo
 std::vector<unsigned> SimulatedFabric::takeLinkResets() {
     std::vector<unsigned> external;
     for (uint32_t node = 0; node < slots_.size(); ++node) {
-        if (!slots_[node].isSwitch)
+        if (!slots_[node].isSwitch || !switchOf(node).linkResetsPending())
             continue;
         for (const unsigned port : switchOf(node).takeLinkResets()) {
             const Peer to = peer(node, port);
@@ -257,7 +257,7 @@ std::vector<unsigned> SimulatedFabric::takeLinkResets() {
 
 std::vector<Transmit> SimulatedFabric::repeatTraps() {
     for (uint32_t node = 0; node < slots_.size(); ++node)
-        if (slots_[node].isSwitch)
+        if (slots_[node].isSwitch && switchOf(node).trapPending())
             for (const Transmit &t : switchOf(node).repeatTraps())
                 emit(node, t.port, t.packet, 0);
     pump();

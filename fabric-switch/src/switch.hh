@@ -137,6 +137,10 @@ class Switch {
     // Ports the SM set DOWN since the last call: their links must go down
     // at both ends and train again (the server closes their cables).
     std::vector<unsigned> takeLinkResets() { return std::exchange(linkResets_, {}); }
+    // Whether takeLinkResets() or repeatTraps() has anything to do: a
+    // simulated fabric asks its thousands of switches every turn.
+    bool linkResetsPending() const { return !linkResets_.empty(); }
+    bool trapPending() const { return unrepressed_.has_value(); }
     // The clock of the M_Key lease, in nanoseconds (a steady clock unless
     // a test sets its own).
     void setClock(std::function<uint64_t()> clock) { clock_ = std::move(clock); }
