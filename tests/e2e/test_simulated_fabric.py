@@ -42,7 +42,14 @@ def test_opensm_swept_routed_and_activated_the_whole_simulated_fabric(ctx):
     # iblinkinfo discovers the whole fabric as ibnetdiscover does (the
     # same libibnetdisc), and prints every node and the state of every
     # port: one walk of 1,300 nodes from a TCG guest, not two.
-    links = ctx.run("vm1", ["iblinkinfo"], timeout=300).out
+    # After an earlier test's link change, opensm may still be activating
+    # a link: every port ACTIVE within its sweep (bounded).
+    deadline = time.monotonic() + 180
+    while True:
+        links = ctx.run("vm1", ["iblinkinfo"], timeout=300).out
+        if not re.search(r"Gbps (Initialize|Armed)/", links) or time.monotonic() > deadline:
+            break
+        time.sleep(5)
     assert len(re.findall(r"^Switch: ", links, re.M)) == SWITCHES, links[-2000:]
     assert len(re.findall(r"^CA: ", links, re.M)) == CAS
     assert "CA: vm1 " in links and "CA: vm2 " in links
@@ -144,8 +151,10 @@ def test_a_link_pulled_under_rc_traffic_traps_is_routed_around_and_the_traffic_g
               "link change, every byte checked at both ends")
     finally:
         fabric.switch_control(ctx.fabric, "fabric", f"link {guid:#x} {port} up")
+    # Back in: ACTIVE again once opensm swept (LinkState, the PortState, not
+    # LinkWidthActive, which every port's PortInfo shows).
     deadline = time.monotonic() + 180
-    while "Active" not in ctx.run("vm1", ["smpquery", "-G", "portinfo", hex(guid),
-                                          str(port)]).out:
+    while not re.search(r"^LinkState:\.+Active", ctx.run(
+            "vm1", ["smpquery", "-G", "portinfo", hex(guid), str(port)]).out, re.M):
         assert time.monotonic() < deadline, "the link did not come back ACTIVE"
         time.sleep(2)
