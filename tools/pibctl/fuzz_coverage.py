@@ -166,5 +166,11 @@ def report(target: str, executable: str, inputs) -> None:
         ui.detail(f"  {source}: {name}")
     everywhere = _counts(functions, None)
     for watched in WATCHED.get(target, []):
-        runs = sum(c for (_, name), c in everywhere.items() if name == watched)
-        ui.detail(f"{target}: {watched} " + (f"reached ({runs} calls)" if runs else "NEVER reached"))
+        # A function returning std::string or the like demangles with its
+        # ABI tag (fabric::SimulatedFabric::command[abi:cxx11]).
+        calls = [c for (_, name), c in everywhere.items()
+                 if name.replace("[abi:cxx11]", "") == watched]
+        runs = sum(calls)
+        ui.detail(f"{target}: {watched} " + (
+            f"reached ({runs} calls)" if runs else
+            "NEVER reached" if calls else "not in the build: a name misspelt?"))
