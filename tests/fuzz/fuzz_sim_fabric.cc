@@ -52,21 +52,6 @@ FabricDescription smallFabric() {
 }
 
 std::vector<uint8_t> madOf(FuzzedDataProvider &in, uint8_t cls) {
-    static constexpr uint16_t kAttrs[] = {
-        iba::kAttrNodeDescription,
-        iba::kAttrNodeInfo,
-        iba::kAttrSwitchInfo,
-        iba::kAttrGuidInfo,
-        iba::kAttrPortInfo,
-        iba::kAttrPkeyTable,
-        iba::kAttrSlToVlTable,
-        iba::kAttrVlArbTable,
-        iba::kAttrLinearForwardingTable,
-        iba::kAttrMulticastForwardingTable,
-        iba::kAttrClassPortInfo,
-        0x0020,
-        0xff90,
-    };
     std::vector<uint8_t> m = in.ConsumeBytes<uint8_t>(iba::kMadSize);
     m.resize(iba::kMadSize);
     iba::Mad mad(m);
@@ -77,7 +62,8 @@ std::vector<uint8_t> madOf(FuzzedDataProvider &in, uint8_t cls) {
     mad.set8(3, methods[in.ConsumeIntegralInRange<size_t>(0, std::size(methods) - 1)]);
     mad.set16(16, cls == iba::kClassPerfMgt
                       ? (in.ConsumeBool() ? iba::kAttrPortCounters : iba::kAttrClassPortInfo)
-                      : kAttrs[in.ConsumeIntegralInRange<size_t>(0, std::size(kAttrs) - 1)]);
+                      : fuzzing::kSmpAttributes[in.ConsumeIntegralInRange<size_t>(
+                            0, std::size(fuzzing::kSmpAttributes) - 1)]);
     mad.set32(20, in.ConsumeBool() ? in.ConsumeIntegralInRange<uint32_t>(0, 7)
                                    : in.ConsumeIntegral<uint32_t>());
     if (cls == iba::kClassSmpDirected) {

@@ -32,22 +32,6 @@ void checkOutput(const std::vector<Transmit> &out) {
     fuzzing::checkOutput(out, kPorts, "fuzz-switch");
 }
 
-constexpr uint16_t kAttrs[] = {
-    iba::kAttrNodeDescription,
-    iba::kAttrNodeInfo,
-    iba::kAttrSwitchInfo,
-    iba::kAttrGuidInfo,
-    iba::kAttrPortInfo,
-    iba::kAttrPkeyTable,
-    iba::kAttrSlToVlTable,
-    iba::kAttrVlArbTable,
-    iba::kAttrLinearForwardingTable,
-    iba::kAttrMulticastForwardingTable,
-    iba::kAttrClassPortInfo,
-    0x0020,
-    0xff00,
-};
-
 // A MAD of class `cls` with fields from the input.
 std::vector<uint8_t> mad(FuzzedDataProvider &in, uint8_t cls) {
     std::vector<uint8_t> m = in.ConsumeBytes<uint8_t>(iba::kMadSize);
@@ -61,7 +45,8 @@ std::vector<uint8_t> mad(FuzzedDataProvider &in, uint8_t cls) {
     if (cls == iba::kClassPerfMgt)
         mad.set16(16, in.ConsumeBool() ? iba::kAttrPortCounters : iba::kAttrPortCountersExtended);
     else
-        mad.set16(16, kAttrs[in.ConsumeIntegralInRange<size_t>(0, std::size(kAttrs) - 1)]);
+        mad.set16(16, fuzzing::kSmpAttributes[in.ConsumeIntegralInRange<size_t>(
+                          0, std::size(fuzzing::kSmpAttributes) - 1)]);
     mad.set32(20, in.ConsumeBool() ? in.ConsumeIntegralInRange<uint32_t>(0, 70)
                                    : in.ConsumeIntegral<uint32_t>());
     if (cls == iba::kClassSmpDirected) {

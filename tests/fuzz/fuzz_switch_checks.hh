@@ -1,16 +1,38 @@
 // SPDX-License-Identifier: GPL-2.0-or-later
-// The oracles the switch's fuzz harnesses share: a broken one aborts,
-// which libFuzzer reports as a finding.
+// What the switch's fuzz harnesses share: the SMP attributes they ask
+// for, and their oracles (a broken one aborts, which libFuzzer reports
+// as a finding).
 #pragma once
 
 #include <cstdio>
 #include <cstdlib>
 #include <vector>
 
+#include "mad.hh"
 #include "packet.hh"
 #include "switch.hh"
 
 namespace pib::fuzzing {
+
+// Every attribute a switch's or a CA's SMA knows, SMInfo (which only an
+// SM answers), a vendor attribute, and Mellanox's extended PortInfo
+// (0xff90, which opensm asks of some devices).
+inline constexpr uint16_t kSmpAttributes[] = {
+    iba::kAttrNodeDescription,
+    iba::kAttrNodeInfo,
+    iba::kAttrSwitchInfo,
+    iba::kAttrGuidInfo,
+    iba::kAttrPortInfo,
+    iba::kAttrPkeyTable,
+    iba::kAttrSlToVlTable,
+    iba::kAttrVlArbTable,
+    iba::kAttrLinearForwardingTable,
+    iba::kAttrMulticastForwardingTable,
+    iba::kAttrClassPortInfo,
+    0x0020,
+    0xff00,
+    0xff90,
+};
 
 inline void check(bool ok, const char *harness, const char *what) {
     if (!ok) {
