@@ -98,7 +98,9 @@ def fabric_still_runs(request, pass_run):
 def module_checks(request, pass_run):
     """After a module's last test: its log gate and ibqueryerrors."""
     yield
-    pass_run.check_module(request.node)
+    items = request.session.items
+    last = bool(items) and items[-1].getparent(pytest.Module) is request.node
+    pass_run.check_module(request.node, last_of_pass=last)
 
 
 @pytest.hookimpl(hookwrapper=True)

@@ -73,7 +73,14 @@ def _owner(lib: str) -> str:
 
 
 def _base(packages: list) -> Path:
-    """debootstrap's bookworm with `packages`, made once per list."""
+    """debootstrap's bookworm with `packages`, made once per list (by one
+    ./pib at a time: ./pib test's host lane makes it ahead of the test
+    that builds the image)."""
+    with paths.cache_lock("container-base"):
+        return _base_locked(packages)
+
+
+def _base_locked(packages: list) -> Path:
     base = paths.cache_dir() / "container" / "base"
     key = stamps.hash_files([], f"{SUITE}:{','.join(packages)}:{','.join(image.TRIM)}")
     if stamps.is_current("container-base", key) and base.is_dir():
@@ -141,6 +148,18 @@ def size_mb(tag: str) -> float:
     return int(out.strip()) / 1e6
 
 
+def _packages(binaries: list) -> list:
+    return sorted(set(RUNTIME_PACKAGES) | set(_libraries_packages(binaries)))
+
+
+def prepare_base() -> None:
+    """The image's base, ahead of build(): podman and debootstrap's root,
+    the minute of a build that takes no CPU to speak of (./pib test's host
+    lane makes it while the guests run). Setup must have run."""
+    hostdeps.ensure_also(HOST_PACKAGES, "the container image")
+    _base(_packages([paths.qemu_binary(), paths.fabric_switch_binary()]))
+
+
 def build(output: Path = None) -> str:
     """Builds the image (setting up first, as ./pib setup does), unless
     one of the same content is there; returns its name. `output`: also
@@ -152,7 +171,7 @@ def build(output: Path = None) -> str:
     ui.step("Container image")
     hostdeps.ensure_also(HOST_PACKAGES, "the container image")
     binaries = [paths.qemu_binary(), paths.fabric_switch_binary()]
-    packages = sorted(set(RUNTIME_PACKAGES) | set(_libraries_packages(binaries)))
+    packages = _packages(binaries)
     files = _checkout_files()
     content = [*(paths.REPO / f for f in files), *binaries, paths.kernel_image(),
                paths.initrd_image()]

@@ -262,11 +262,14 @@ class PassRun:
         self.record(name, not why, time.monotonic() - start, why)
         return not why
 
-    def check_module(self, module) -> None:
+    def check_module(self, module, last_of_pass: bool = False) -> None:
         """The checks after a module's last test: the log gate, then
         ibqueryerrors, which then clears every port's error counters so
         that the next module is judged on its own. `module` is pytest's
-        node of it: its markers say what it does on purpose."""
+        node of it: its markers say what it does on purpose. The pass's
+        last module, when it makes errors on purpose, has nothing to be
+        judged and nobody after it to clear the counters for: ibqueryerrors
+        is not run (on a simulated fabric it takes 20 s)."""
         stem = Path(str(module.path)).stem
         suffix = self.which.suffix
         expected = module.get_closest_marker("kernel_log_expected")
@@ -278,7 +281,12 @@ class PassRun:
         self.record(name, not problems, time.monotonic() - start,
                     str(problems[0]) if problems else "")
         on_purpose = module.get_closest_marker("errors_on_purpose")
-        errors_ok = self._check_port_errors(stem, on_purpose.args[0] if on_purpose else "")
+        if on_purpose and last_of_pass:
+            print(f"{stem}: port errors not read (made on purpose: {on_purpose.args[0]}); "
+                  "the pass ends with it")
+            errors_ok = True
+        else:
+            errors_ok = self._check_port_errors(stem, on_purpose.args[0] if on_purpose else "")
         if problems or not errors_ok:
             raise CheckFailed(f"{stem}: the checks after its last test failed (see above)")
 

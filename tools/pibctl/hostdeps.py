@@ -4,7 +4,7 @@ import os
 import subprocess
 from pathlib import Path
 
-from pibctl import ui
+from pibctl import paths, ui
 
 SOURCES_FILE = Path("/etc/apt/sources.list.d/pib-hca.sources")
 
@@ -144,6 +144,14 @@ def ensure_also(packages: dict, why: str) -> None:
 def _install(packages: dict) -> None:
     if os.geteuid() != 0:
         raise ui.StepFailed("./pib installs Debian packages and must run as root")
+    # Two lanes of ./pib test may install at once (the host lane's
+    # container base beside a pass's test): apt's own lock would refuse
+    # the second, so they take turns.
+    with paths.cache_lock("host-packages"):
+        _install_locked(packages)
+
+
+def _install_locked(packages: dict) -> None:
     changed_sources = _write_sources()
     missing = []
     for pkg, release in packages.items():
