@@ -509,6 +509,16 @@ namespace {
 
 } // namespace
 
+void setVl(std::span<uint8_t> bytes, uint8_t vl) {
+    if (bytes.size() < kLrhSize + kVcrcSize)
+        return;
+    bytes[0] = static_cast<uint8_t>((vl & 15) << 4 | (bytes[0] & 15));
+    const size_t body = bytes.size() - kVcrcSize;
+    const uint16_t vcrc = static_cast<uint16_t>(~crc16Update(0xffff, bytes.first(body)));
+    bytes[body] = static_cast<uint8_t>(vcrc); // little-endian, as finish() puts it
+    bytes[body + 1] = static_cast<uint8_t>(vcrc >> 8);
+}
+
 std::optional<Packet> parse(std::span<const uint8_t> bytes, ParseError *error, bool checkIcrc,
                             bool copyPayload) {
     return parseFrom(bytes, bytes.data(), error, checkIcrc, copyPayload);

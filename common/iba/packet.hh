@@ -347,6 +347,12 @@ std::vector<uint8_t> build(const Packet &packet, size_t headroom = 0,
 std::optional<Packet> parse(std::span<const uint8_t> bytes, ParseError *error,
                             bool checkIcrc = true, bool copyPayload = true);
 
+// Puts a whole packet (its VCRC good) on virtual lane `vl`: the LRH's VL
+// and the VCRC, which covers it (the ICRC does not, IBA 7.8.1). What a
+// switch does when the SL-to-VL table of the ports a packet crosses puts
+// it on another VL.
+void setVl(std::span<uint8_t> bytes, uint8_t vl);
+
 // The longest packet, VCRC included; and the most bytes the headers of
 // any packet take (LRH, GRH, BTH, the largest extension headers), with
 // room to spare.

@@ -41,11 +41,13 @@ uint64_t SimulatedCa::now() const {
     return clock_ ? clock_() : steadyNs();
 }
 
-void SimulatedCa::linkChanged(unsigned port, bool up) {
+void SimulatedCa::linkChanged(unsigned port, bool up, uint8_t neighborVlCap) {
     if (port < 1 || port > config_.ports || ports_[port].linkUp == up)
         return;
     CaPort &p = ports_[port];
     p.linkUp = up;
+    if (up)
+        p.operationalVls = std::clamp(neighborVlCap, kVlsVl0, config_.vlCap);
     p.state = up ? kPortStateInit : kPortStateDown;
     if (!up)
         ++p.counters.linkDowned;
@@ -179,9 +181,10 @@ PortInfo SimulatedCa::portInfo(unsigned n, bool hideMkey) const {
         .linkSpeedEnabled = kLinkSpeedSdrDdrQdr,
         .neighborMtu = p.neighborMtu,
         .masterSmSl = p.smSl,
-        .vlCap = 1, // VL0, as the switches' ports
+        .vlCap = config_.vlCap,
         .vlHighLimit = p.vlHighLimit,
-        .vlArbitrationLowCap = 1,
+        .vlArbitrationHighCap = VlArbTables::kEntries,
+        .vlArbitrationLowCap = VlArbTables::kEntries,
         .mtuCap = 5,
         .hoqLife = p.hoqLife,
         .operationalVls = p.operationalVls,
@@ -237,9 +240,9 @@ uint16_t SimulatedCa::smaGet(unsigned in, Mad &mad, bool hideMkey) const {
         return kStatusOk;
     case kAttrVlArbTable: {
         const unsigned block = mod >> 16;
-        if (block < 1 || block > 4)
+        if (!VlArbTables::validBlock(block))
             return kStatusBadField;
-        writeBytes(mad, std::span(p.vlArb).subspan(block <= 2 ? 0 : 32, 32));
+        p.vlArb.get(block, mad);
         return kStatusOk;
     }
     default:
@@ -270,9 +273,9 @@ uint16_t SimulatedCa::smaSet(unsigned in, Mad &mad) {
         break;
     case kAttrVlArbTable: {
         const unsigned block = mod >> 16;
-        if (block < 1 || block > 4)
+        if (!VlArbTables::validBlock(block))
             return kStatusBadField;
-        readBytes(mad, std::span(p.vlArb).subspan(block <= 2 ? 0 : 32, 32));
+        p.vlArb.set(block, mad);
         break;
     }
     default:
@@ -289,8 +292,8 @@ uint16_t SimulatedCa::setPortInfo(CaPort &p, const Mad &mad) {
     const uint8_t next = set.portState;
     // Validate everything, then apply everything (a failed Set changes
     // nothing).
-    if (set.neighborMtu > 5 || set.operationalVls > 1 || set.lid >= kMulticastLidFirst ||
-        set.lmc > 7)
+    if (set.neighborMtu > 5 || set.operationalVls > config_.vlCap ||
+        set.lid >= kMulticastLidFirst || set.lmc > 7)
         return kStatusBadField;
     const bool stateOk =
         next == kPortStateNop || next == kPortStateDown ||

@@ -17,6 +17,7 @@
 #include "mad.hh"
 #include "mkey.hh"
 #include "switch.hh"
+#include "vl.hh"
 
 namespace pib::fabric {
 
@@ -24,6 +25,7 @@ struct CaConfig {
     uint64_t guid = 0; // the node's; port N's is guid + N
     unsigned ports = 1;
     std::string description = "pib-hca simulated CA";
+    uint8_t vlCap = kVlsVl0; // its ports' data VLs, as SwitchConfig's
 };
 
 struct CaPort {
@@ -41,8 +43,8 @@ struct CaPort {
     uint8_t vlHighLimit = 0;
     iba::MkeyProtection mkey;
     std::array<uint16_t, 32> pkeys{}; // one block, as PartitionCap says
-    std::array<uint8_t, 8> slToVl{};
-    std::array<uint8_t, 64> vlArb{};
+    SlToVlTable slToVl{};
+    VlArbTables vlArb;
     PortCounters counters;
 };
 
@@ -55,8 +57,9 @@ class SimulatedCa {
     // A packet arrived on `port`: what the CA answers, each out of the
     // port it names (the port the request came in on).
     std::vector<Transmit> receive(unsigned port, std::span<const uint8_t> bytes);
-    // The link on `port` came up (it trains to INIT) or went down.
-    void linkChanged(unsigned port, bool up);
+    // The link on `port` came up (it trains to INIT, with the data VLs
+    // both ends offer operational) or went down.
+    void linkChanged(unsigned port, bool up, uint8_t neighborVlCap = kVlsVl0);
 
     const CaConfig &config() const { return config_; }
     const CaPort &port(unsigned n) const { return ports_.at(n); }

@@ -81,16 +81,19 @@ void SimulatedFabric::build(const FabricDescription &d) {
         peer(e.node, e.port) = Peer{kExternal, k + 1};
     }
     attachments_ = d.attachments;
+    if (!dataVls(d.vlCap))
+        throw std::invalid_argument("a fabric's ports offer 1, 2, 4 or 8 data VLs");
+    vlCap_ = d.vlCap;
     for (const FabricDescription::Node &node : d.nodes) {
         guids_.push_back(node.guid);
         if (node.isSwitch) {
             slots_.push_back({true, static_cast<uint32_t>(switches_.size())});
-            switches_.push_back(std::make_unique<Switch>(
-                SwitchConfig{node.guid, node.ports, node.description, /*heldWhileArmed=*/0}));
+            switches_.push_back(std::make_unique<Switch>(SwitchConfig{
+                node.guid, node.ports, node.description, /*heldWhileArmed=*/0, d.vlCap}));
         } else {
             slots_.push_back({false, static_cast<uint32_t>(cas_.size())});
-            cas_.push_back(
-                std::make_unique<SimulatedCa>(CaConfig{node.guid, node.ports, node.description}));
+            cas_.push_back(std::make_unique<SimulatedCa>(
+                CaConfig{node.guid, node.ports, node.description, d.vlCap}));
         }
     }
 }
@@ -198,11 +201,13 @@ std::vector<Transmit> SimulatedFabric::receive(unsigned port, std::span<const ui
 }
 
 void SimulatedFabric::linkEnd(uint32_t node, unsigned port, bool up) {
+    // Both ends of a link inside offer the fabric's VLs; a guest's, VL0.
+    const uint8_t neighborVlCap = peer(node, port).node == kExternal ? kVlsVl0 : vlCap_;
     if (!slots_[node].isSwitch) {
-        cas_[slots_[node].index]->linkChanged(port, up);
+        cas_[slots_[node].index]->linkChanged(port, up, neighborVlCap);
         return;
     }
-    for (const Transmit &t : switchOf(node).linkChanged(port, up))
+    for (const Transmit &t : switchOf(node).linkChanged(port, up, neighborVlCap))
         emit(node, t.port, t.packet, 0);
 }
 

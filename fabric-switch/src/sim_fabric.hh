@@ -41,6 +41,8 @@ struct FabricDescription {
     // The process's port N is attachments[N - 1]: a switch port that a
     // guest's cable plugs into, in place of a CA.
     std::vector<End> attachments;
+    // The data VLs every simulated port offers (PortInfo's VLCap code).
+    uint8_t vlCap = kVlsVl0;
 };
 
 // A number of a fabric file or control command: decimal, or hexadecimal
@@ -52,6 +54,7 @@ std::optional<uint64_t> fabricNumber(std::string_view word, uint64_t max);
 //   ca GUID PORTS "DESCRIPTION"
 //   link GUID PORT GUID PORT
 //   attach GUID PORT
+//   vls N                 (the data VLs of every simulated port: 1, 2, 4 or 8)
 // Throws std::runtime_error naming the line of the first error.
 FabricDescription readFabric(std::istream &in);
 
@@ -172,6 +175,7 @@ class SimulatedFabric final : public Element {
     std::vector<size_t> portBase_; // per node: where its ports start in peers_
     std::vector<Peer> peers_;      // per node, per port 0..N
     std::vector<FabricDescription::End> attachments_;
+    uint8_t vlCap_ = kVlsVl0; // every simulated port's
     std::deque<InFlight> inFlight_;
     size_t deliveries_ = 0; // for the packet in
     size_t bytesInFlight_ = 0;

@@ -67,6 +67,11 @@ class Reader {
         } else if (verb == "link") {
             arity(w, 5);
             d_.links.emplace_back(end(w[1], w[2]), end(w[3], w[4]));
+        } else if (verb == "vls") {
+            arity(w, 2);
+            d_.vlCap = vlsCode(static_cast<unsigned>(number(w[1], 8)));
+            if (!d_.vlCap)
+                throw std::runtime_error("vls is 1, 2, 4 or 8, not " + w[1]);
         } else if (verb == "attach") {
             arity(w, 3);
             d_.attachments.push_back(end(w[1], w[2]));

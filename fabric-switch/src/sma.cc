@@ -122,9 +122,10 @@ void Switch::portInfo(Mad &mad, unsigned n, unsigned in) const {
         .linkSpeedActive = kLinkSpeedQdr,
         .linkSpeedEnabled = kLinkSpeedSdrDdrQdr,
         .neighborMtu = p.neighborMtu,
-        .vlCap = 1, // VL0
+        .vlCap = config_.vlCap,
         .vlHighLimit = p.vlHighLimit,
-        .vlArbitrationLowCap = 1,
+        .vlArbitrationHighCap = VlArbTables::kEntries,
+        .vlArbitrationLowCap = VlArbTables::kEntries,
         .mtuCap = 5, // 4096
         .hoqLife = p.hoqLife,
         .operationalVls = p.operationalVls,
@@ -157,7 +158,7 @@ uint16_t Switch::applyPortInfo(Mad &mad, unsigned n) {
     const uint8_t vls = set.operationalVls;
     // Validate everything before changing anything (IBA: a Set that fails
     // leaves the attribute as it was).
-    if (mtu > 5 || vls > 1)
+    if (mtu > 5 || vls > config_.vlCap)
         return kStatusBadField;
     if (newState != kPortStateNop && n != 0) {
         const bool ok = newState == kPortStateDown ||
@@ -199,6 +200,16 @@ uint16_t Switch::applyPortInfo(Mad &mad, unsigned n) {
     return kStatusOk;
 }
 
+// SLtoVLMappingTable's modifier names the pair of ports: bits 15:8 the
+// input, 7:0 the output (IBA 14.2.5.8). The optimized forms (bits 16 and
+// 17) are not offered: SwitchInfo says so, and they are refused.
+std::optional<size_t> Switch::slToVlPair(uint32_t mod) const {
+    const unsigned in = mod >> 8 & 0xff, out = mod & 0xff;
+    if (mod >> 16 || in > config_.ports || out > config_.ports)
+        return std::nullopt;
+    return size_t{in} * (config_.ports + 1) + out;
+}
+
 uint16_t Switch::smaGet(Mad &mad, unsigned in) {
     const uint32_t mod = mad.attributeModifier();
     switch (mad.attributeId()) {
@@ -231,18 +242,17 @@ uint16_t Switch::smaGet(Mad &mad, unsigned in) {
         return kStatusOk;
     }
     case kAttrSlToVlTable: {
-        const unsigned out = mod & 0xff;
-        if (out > config_.ports)
+        const auto pair = slToVlPair(mod);
+        if (!pair)
             return kStatusBadField;
-        writeBytes(mad, ports_[out].slToVl);
+        writeBytes(mad, slToVl_.empty() ? SlToVlTable{} : slToVl_[*pair]);
         return kStatusOk;
     }
     case kAttrVlArbTable: {
         const unsigned port = mod & 0xffff, block = mod >> 16;
-        if (port > config_.ports || block < 1 || block > 4)
+        if (port > config_.ports || !VlArbTables::validBlock(block))
             return kStatusBadField;
-        const size_t half = block <= 2 ? 0 : 32; // low, then high priority
-        writeBytes(mad, std::span(ports_[port].vlArb).subspan(half, 32));
+        ports_[port].vlArb.get(block, mad);
         return kStatusOk;
     }
     case kAttrLinearForwardingTable:
@@ -286,19 +296,20 @@ uint16_t Switch::smaSet(Mad &mad, unsigned in) {
         break;
     }
     case kAttrSlToVlTable: {
-        const unsigned out = mod & 0xff;
-        if (out > config_.ports)
+        const auto pair = slToVlPair(mod);
+        if (!pair)
             return kStatusBadField;
-        readBytes(mad, ports_[out].slToVl);
+        if (slToVl_.empty())
+            slToVl_.assign(size_t{config_.ports + 1} * (config_.ports + 1), SlToVlTable{});
+        readBytes(mad, slToVl_[*pair]);
         status = kStatusOk;
         break;
     }
     case kAttrVlArbTable: {
         const unsigned port = mod & 0xffff, block = mod >> 16;
-        if (port > config_.ports || block < 1 || block > 4)
+        if (port > config_.ports || !VlArbTables::validBlock(block))
             return kStatusBadField;
-        const size_t half = block <= 2 ? 0 : 32;
-        readBytes(mad, std::span(ports_[port].vlArb).subspan(half, 32));
+        ports_[port].vlArb.set(block, mad);
         status = kStatusOk;
         break;
     }

@@ -30,13 +30,15 @@ void Switch::dropped(unsigned port, const char *why, unsigned a, unsigned b) {
                  ", " + std::to_string(b) + ")");
 }
 
-std::vector<Transmit> Switch::linkChanged(unsigned port, bool up) {
+std::vector<Transmit> Switch::linkChanged(unsigned port, bool up, uint8_t neighborVlCap) {
     if (port < 1 || port > config_.ports)
         return {};
     SwitchPort &p = ports_[port];
     if (p.linkUp == up)
         return {};
     p.linkUp = up;
+    if (up)
+        p.operationalVls = std::clamp(neighborVlCap, kVlsVl0, config_.vlCap);
     // A new link trains to INIT; a lost one goes DOWN. Either way the SM
     // learns of it through SwitchInfo.PortStateChange.
     const uint8_t before = p.state;
@@ -167,6 +169,12 @@ std::vector<Transmit> Switch::receivePacket(unsigned in, std::span<const uint8_t
         dropped(in, "data on a port that is not ACTIVE, state", port.state);
         return out;
     }
+    // A data packet on a VL its port does not run (IBA 7.6.6).
+    if (packet->lrh.vl != kVl15 && packet->lrh.vl >= dataVls(port.operationalVls)) {
+        ++port.counters.rcvErrors;
+        dropped(in, "data on a VL beyond the port's OperationalVLs, VL", packet->lrh.vl);
+        return out;
+    }
     // Inbound partition enforcement (IBA 10.9.2); QP0's SMPs are exempt.
     if (packet->bth.destQp != 0 && (port.enforcement & kEnforceInbound) &&
         !pkeyAdmitted(port.pkeys, packet->bth.pkey)) {
@@ -178,6 +186,31 @@ std::vector<Transmit> Switch::receivePacket(unsigned in, std::span<const uint8_t
         return toSwitch(in, std::move(*packet));
     forward(in, *packet, bytes, send);
     return out;
+}
+
+uint8_t Switch::vlFor(unsigned in, unsigned out, uint8_t sl) const {
+    const unsigned n = config_.ports + 1;
+    if (slToVl_.empty() || in >= n || out >= n)
+        return 0;
+    return vlOfSl(slToVl_[in * n + out], sl);
+}
+
+bool Switch::onVl(unsigned in, unsigned out, const iba::Packet &packet,
+                  std::span<const uint8_t> &bytes) {
+    if (packet.lrh.vl == kVl15)
+        return true; // subnet management stays on VL15, whatever the tables say
+    const uint8_t vl = vlFor(in, out, packet.lrh.sl);
+    if (vl >= dataVls(ports_[out].operationalVls)) { // VL15 too
+        ++ports_[out].counters.xmitDiscards;
+        dropped(out, "SL mapped to a VL the port does not run, SL and VL", packet.lrh.sl, vl);
+        return false;
+    }
+    if (vl != packet.lrh.vl) {
+        relabelled_.assign(bytes.begin(), bytes.end());
+        iba::setVl(relabelled_, vl);
+        bytes = relabelled_;
+    }
+    return true;
 }
 
 void Switch::forward(unsigned in, const iba::Packet &packet, std::span<const uint8_t> bytes,
@@ -194,10 +227,12 @@ void Switch::forward(unsigned in, const iba::Packet &packet, std::span<const uin
             return;
         }
         const auto &masks = mft_[index];
-        for (unsigned port = 1; port <= config_.ports; ++port)
+        for (unsigned port = 1; port <= config_.ports; ++port) {
+            std::span<const uint8_t> out = bytes;
             if (port != in && masks[port / 16] & (1u << (port % 16)) &&
-                admit(port, bytes, management, packet.bth.pkey))
-                send(port, bytes);
+                onVl(in, port, packet, out) && admit(port, out, management, packet.bth.pkey))
+                send(port, out);
+        }
         return;
     }
     const unsigned port = dlid < kLftCap ? lft_[dlid] : 0xff;
@@ -205,7 +240,7 @@ void Switch::forward(unsigned in, const iba::Packet &packet, std::span<const uin
         ++ports_[in].counters.xmitDiscards; // no route: counted at the ingress
         return;
     }
-    if (admit(port, bytes, management, packet.bth.pkey))
+    if (onVl(in, port, packet, bytes) && admit(port, bytes, management, packet.bth.pkey))
         send(port, bytes);
 }
 

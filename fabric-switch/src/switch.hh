@@ -19,6 +19,7 @@
 #include "packet.hh"
 #include "smp.hh"
 #include "state_archive.hh"
+#include "vl.hh"
 
 namespace pib::fabric {
 
@@ -30,6 +31,10 @@ struct SwitchConfig {
     // SwitchPort::held); a simulated fabric's switches hold none, so that
     // its thousands of ports bound nothing a guest could fill.
     size_t heldWhileArmed = 16;
+    // The data VLs each port offers (PortInfo's VLCap: kVlsVl0 is VL0
+    // only, kVlsMost VL0-7). The SM's SL-to-VL tables put each packet on
+    // one of them, hop by hop.
+    uint8_t vlCap = kVlsVl0;
 };
 
 struct PortCounters {
@@ -73,8 +78,7 @@ struct SwitchPort {
     uint8_t operationalVls = 1;
     uint8_t hoqLife = 0;
     uint8_t vlHighLimit = 0;
-    std::array<uint8_t, 8> slToVl{}; // 16 four-bit entries
-    std::array<uint8_t, 64> vlArb{}; // blocks of 32 (VL, weight) pairs
+    VlArbTables vlArb;
     // Port 0's is the switch's own; an external port's filters what it
     // forwards when `enforcement` says so.
     std::array<uint16_t, 32> pkeys{};
@@ -113,12 +117,18 @@ class Switch {
     std::vector<Transmit> receive(unsigned port, std::span<const uint8_t> bytes);
     // The link on an external port came up (both ends said HELLO) or went
     // down; returns the Trap 128 that tells the SM, once it has configured us.
-    std::vector<Transmit> linkChanged(unsigned port, bool up);
+    // A link comes up with the data VLs both ends offer operational: the
+    // neighbour's VLCap, when the switch knows it (a simulated fabric's
+    // links), or VL0 only.
+    std::vector<Transmit> linkChanged(unsigned port, bool up, uint8_t neighborVlCap = kVlsVl0);
 
     const SwitchConfig &config() const { return config_; }
     const SwitchPort &port(unsigned n) const { return ports_.at(n); }
     uint16_t lid() const { return lid_; }
     uint8_t lftEntry(uint16_t lid) const { return lft_[lid]; }
+    // The VL a packet of service level `sl` takes from port `in` to port
+    // `out` (IBA 7.6.6), by the SM's SL-to-VL table of that pair.
+    uint8_t vlFor(unsigned in, unsigned out, uint8_t sl) const;
     bool portStateChange() const { return portStateChange_; }
 
     // The server could not pass on a packet the switch sent out of `port`
@@ -172,6 +182,7 @@ class Switch {
     bool sma(iba::Mad mad, unsigned in, std::vector<Transmit> &out);
     bool mkeyAdmits(const iba::Mad &mad, unsigned in, std::vector<Transmit> &out);
     void pma(iba::Mad mad);
+    std::optional<size_t> slToVlPair(uint32_t mod) const; // its index in slToVl_
     uint16_t smaGet(iba::Mad &mad, unsigned in);
     uint16_t smaSet(iba::Mad &mad, unsigned in);
     void nodeInfo(iba::Mad &mad, unsigned in) const;
@@ -188,6 +199,13 @@ class Switch {
     std::vector<Transmit> reply(const iba::Packet &request, std::vector<uint8_t> mad, unsigned out);
 
     // Forwarding.
+    // Whether port `out` may send a data packet that came in on `in`: its
+    // VL by the SL-to-VL table of the pair is one `out` runs (a packet put
+    // on VL15, or beyond the port's OperationalVLs, is discarded, IBA
+    // 7.6.6). `bytes` is then what goes: the packet, or a copy on its new
+    // VL (relabelled_).
+    bool onVl(unsigned in, unsigned out, const iba::Packet &packet,
+              std::span<const uint8_t> &bytes);
     void forward(unsigned in, const iba::Packet &packet, std::span<const uint8_t> bytes,
                  const Forwarder &send);
     std::vector<Transmit> receivePacket(unsigned in, std::span<const uint8_t> bytes,
@@ -218,6 +236,12 @@ class Switch {
     uint64_t trapTid_ = 0;
     std::vector<uint8_t> lft_;
     std::vector<std::array<uint16_t, 16>> mft_; // per multicast LID: 16 masks of 16 ports
+    // The SL-to-VL table of each (input, output) pair of ports, (ports +
+    // 1)^2 of them at [in * (ports + 1) + out]; empty, every SL on VL0,
+    // until the SM writes one (a fabric of thousands of switches whose SM
+    // runs no QoS never pays for them).
+    std::vector<SlToVlTable> slToVl_;
+    std::vector<uint8_t> relabelled_; // a forwarded packet on its new VL
     struct UnrepressedTrap {
         std::vector<uint8_t> mad;
         uint64_t tid;

@@ -1,10 +1,10 @@
 // SPDX-License-Identifier: GPL-2.0-or-later
 // The switch's state for a fabric snapshot (docs/migration.md, "The
 // switch's state"): what the SM configured (the SMA's fields, every
-// port's PortInfo, P_Keys, SL-to-VL and VL arbitration tables, the LFT
-// and MFT) and what it counted. A state file is untrusted input: every
-// field is read through a StateReader and every value checked, and a
-// refused state leaves the switch as it was.
+// port's PortInfo, P_Keys and VL arbitration tables, the SL-to-VL table
+// of each pair of ports, the LFT and MFT) and what it counted. A state file is untrusted input:
+// every field is read through a StateReader and every value checked, and a refused state leaves the
+// switch as it was.
 #include "state_archive.hh"
 #include "switch.hh"
 
@@ -18,7 +18,9 @@ constexpr uint32_t kTagSwitch = stateTag("PSWI");
 constexpr uint32_t kTagSma = stateTag("SSMA");
 constexpr uint32_t kTagPorts = stateTag("SPRT");
 constexpr uint32_t kTagTables = stateTag("SFDB");
-constexpr uint32_t kStateVersion = 1;
+constexpr uint32_t kTagSlToVl = stateTag("SSLV");
+// 2: the SL-to-VL tables are of pairs of ports, not of output ports.
+constexpr uint32_t kStateVersion = 2;
 constexpr uint8_t kMaxMtu = 5; // 4096
 constexpr uint8_t kMaxSubnetTimeout = 31;
 constexpr uint8_t kMaxLmc = 7;
@@ -55,16 +57,16 @@ void savePort(StateWriter &w, const SwitchPort &p) {
     w.u8(p.operationalVls);
     w.u8(p.hoqLife);
     w.u8(p.vlHighLimit);
-    w.bytes(p.slToVl);
-    w.bytes(p.vlArb);
+    w.bytes(p.vlArb.bytes);
     for (uint16_t key : p.pkeys)
         w.u16(key);
     w.u8(p.enforcement);
     saveCounters(w, p.counters);
 }
 
-// Port `n` as saved, checked as the SMA checks a Set(PortInfo).
-void loadPort(StateReader &r, SwitchPort &p, unsigned n) {
+// Port `n` as saved, checked as the SMA checks a Set(PortInfo) of a
+// switch whose ports offer `vlCap`.
+void loadPort(StateReader &r, SwitchPort &p, unsigned n, uint8_t vlCap) {
     const std::string port = "port " + std::to_string(n);
     p.linkUp = r.boolean((port + ": link up").c_str());
     p.state = r.u8();
@@ -72,8 +74,7 @@ void loadPort(StateReader &r, SwitchPort &p, unsigned n) {
     p.operationalVls = r.u8();
     p.hoqLife = r.u8();
     p.vlHighLimit = r.u8();
-    loadTable(r, p.slToVl, (port + ": SL-to-VL table").c_str());
-    loadTable(r, p.vlArb, (port + ": VL arbitration table").c_str());
+    loadTable(r, p.vlArb.bytes, (port + ": VL arbitration tables").c_str());
     for (uint16_t &key : p.pkeys)
         key = r.u16();
     p.enforcement = r.u8();
@@ -89,8 +90,9 @@ void loadPort(StateReader &r, SwitchPort &p, unsigned n) {
         r.fail("port 0: the switch's own port is always up");
     else if (p.neighborMtu < 1 || p.neighborMtu > kMaxMtu)
         r.fail(port + ": neighbour MTU " + std::to_string(p.neighborMtu));
-    else if (p.operationalVls != 1)
-        r.fail(port + ": " + std::to_string(p.operationalVls) + " operational VLs");
+    else if (p.operationalVls < kVlsVl0 || p.operationalVls > vlCap)
+        r.fail(port + ": OperationalVLs " + std::to_string(p.operationalVls) +
+               " beyond its VLCap " + std::to_string(vlCap));
     else if (p.enforcement & ~(kEnforceInbound | kEnforceOutbound))
         r.fail(port + ": partition enforcement bits " + std::to_string(p.enforcement));
 }
@@ -137,6 +139,12 @@ void Switch::save(StateWriter &w) const {
     for (const auto &entry : mft_)
         for (uint16_t mask : entry)
             w.u16(mask);
+    w.endSection();
+
+    w.beginSection(kTagSlToVl);
+    w.boolean(!slToVl_.empty());
+    for (const SlToVlTable &table : slToVl_)
+        w.bytes(table);
     w.endSection();
     w.endSection();
 }
@@ -194,7 +202,7 @@ void Switch::loadFrom(StateReader &r) {
 
     r.enterSection(kTagPorts, "the switch's ports");
     for (unsigned n = 0; n < ports_.size() && r.ok(); ++n)
-        loadPort(r, ports_[n], n);
+        loadPort(r, ports_[n], n, config_.vlCap);
     r.leaveSection("the switch's ports");
 
     r.enterSection(kTagTables, "the forwarding tables");
@@ -207,6 +215,15 @@ void Switch::loadFrom(StateReader &r) {
         for (uint16_t &mask : entry)
             mask = r.u16();
     r.leaveSection("the forwarding tables");
+
+    r.enterSection(kTagSlToVl, "the SL-to-VL tables");
+    slToVl_.clear();
+    if (r.boolean("SL-to-VL tables written")) {
+        slToVl_.resize(size_t{config_.ports + 1} * (config_.ports + 1));
+        for (size_t i = 0; i < slToVl_.size() && r.ok(); ++i)
+            loadTable(r, slToVl_[i], "an SL-to-VL table");
+    }
+    r.leaveSection("the SL-to-VL tables");
     r.leaveSection("the switch's state");
     // A trap that waited for the SM's repress is not kept: the SM sweeps
     // the subnet when it resumes, and finds what the trap said.

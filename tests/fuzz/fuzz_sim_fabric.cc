@@ -48,6 +48,7 @@ FabricDescription smallFabric() {
     d.links = {{{0, 2}, {4, 1}}, {{1, 1}, {5, 1}}, {{2, 3}, {5, 2}}, {{0, 3}, {2, 1}},
                {{0, 4}, {3, 1}}, {{1, 3}, {2, 2}}, {{1, 4}, {3, 2}}, {{3, 3}, {3, 4}}};
     d.attachments = {{0, 1}, {1, 2}};
+    d.vlCap = kVlsMost; // so that SL-to-VL tables move packets between VLs inside
     return d;
 }
 

@@ -101,6 +101,13 @@ std::vector<uint8_t> packet(FuzzedDataProvider &in) {
     return bytes;
 }
 
+// The switch offers VL0-7; the neighbours on its odd ports as many (so
+// that SL-to-VL tables move packets between VLs), on its even ports VL0
+// only, as pib-hca's ports.
+uint8_t neighborVls(unsigned port) {
+    return port % 2 ? kVlsMost : kVlsVl0;
+}
+
 // A directed-route Set(PortInfo) of the switch's port `n` from an SM
 // one hop away, as an SM configures a switch.
 std::vector<uint8_t> setPortInfo(unsigned n, const iba::PortInfo &info) {
@@ -114,7 +121,7 @@ std::vector<uint8_t> setPortInfo(unsigned n, const iba::PortInfo &info) {
 // port the SM is behind goes ARMED and ACTIVE; so LID-routed SMPs, PMA
 // queries, replies and traps to the SM have somewhere to go.
 void configureAsSm(FuzzedDataProvider &in, Switch &sw, unsigned port) {
-    checkOutput(sw.linkChanged(port, true));
+    checkOutput(sw.linkChanged(port, true, neighborVls(port)));
     iba::PortInfo info;
     info.lid = in.ConsumeIntegralInRange<uint16_t>(1, 16);
     info.masterSmLid = in.ConsumeIntegralInRange<uint16_t>(1, 16);
@@ -131,7 +138,8 @@ void configureAsSm(FuzzedDataProvider &in, Switch &sw, unsigned port) {
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     FuzzedDataProvider in(data, size);
-    Switch sw(SwitchConfig{0x0250494253570001ull, kPorts, "fuzz switch"});
+    Switch sw(SwitchConfig{0x0250494253570001ull, kPorts, "fuzz switch", Switch::kHeldWhileArmed,
+                           kVlsMost});
     wire::FrameReader readers[kPorts + 1];
     for (int steps = 0; steps < 300 && in.remaining_bytes(); ++steps) {
         // Ports 0 and kPorts + 1 do not exist: the switch must refuse them.
@@ -144,7 +152,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
                 checkOutput(sw.repeatTraps());
             break;
         case 0: // a cable plugged or pulled
-            checkOutput(sw.linkChanged(port, in.ConsumeBool()));
+            checkOutput(sw.linkChanged(port, in.ConsumeBool(), neighborVls(port)));
             break;
         case 1: { // stream bytes, framed as the server frames them
             if (port < 1 || port > kPorts)

@@ -90,8 +90,10 @@ ca 0x30 2 "node 1 HCA-1"
 link 0x10 1 0x20 5
 link 0x30 2 0x10 2
 attach 0x10 8
+vls 4
 )");
     const FabricDescription d = readFabric(in);
+    CHECK(d.vlCap == vlsCode(4));
     REQUIRE(d.nodes.size() == 3);
     CHECK(d.nodes[1].isSwitch);
     CHECK(d.nodes[1].ports == 36);
@@ -125,6 +127,8 @@ TEST_CASE("a fabric file's errors name their line", "[sim-fabric]") {
     CHECK(error("router 0x1 8 \"a\"\n") == "line 1: no statement \"router\"");
     CHECK(error("ca 0x1 1\n") == "line 1: ca takes 3 words");
     CHECK(error("switch -1 8 \"a\"\n").starts_with("line 1: \"-1\" is not a number"));
+    CHECK(error("vls 3\n") == "line 1: vls is 1, 2, 4 or 8, not 3");
+    CHECK(error("vls 16\n").starts_with("line 1: \"16\" is not a number"));
 }
 
 TEST_CASE("a fabric that cannot be built is refused whole", "[sim-fabric]") {
@@ -305,6 +309,50 @@ TEST_CASE("guests' packets cross five simulated switches by the SM's routes, bit
     // Every switch on the way took each of the 20 packets in.
     for (unsigned i = 0; i < 6; ++i)
         CHECK(ingress(i).rcvPackets - before[i] == 20);
+}
+
+TEST_CASE("a fabric's VLs: links inside run them all, SL-to-VL tables move packets hop by hop",
+          "[sim-fabric][vl]") {
+    FabricDescription d = chain(3);
+    d.vlCap = kVlsMost;
+    SimulatedFabric f(d);
+    MiniSm sm(f, 1);
+    f.linkChanged(1, true);
+    f.linkChanged(2, true);
+    sm.sweep();
+    const Switch &middle = *f.switchByGuid(kSwitchGuid + 1);
+    const Switch &last = *f.switchByGuid(kSwitchGuid + 2);
+    CHECK(middle.port(1).operationalVls == kVlsMost); // to another simulated switch
+    CHECK(middle.port(3).operationalVls == kVlsMost); // to a simulated CA
+    CHECK(f.caByGuid(kCaGuid + 4)->port(1).operationalVls == kVlsMost);
+    CHECK(last.port(4).operationalVls == kVlsVl0); // to a guest's pib-hca port
+    const auto setSlToVl = [&](const MiniSm::Node &sw, uint32_t pair, uint8_t byte0) {
+        auto answer = sm.smp(kSet, kAttrSlToVlTable, pair, sw.path,
+                             [&](Mad &m) { writeBytes(m, std::array<uint8_t, 1>{byte0}); });
+        REQUIRE(answer);
+        CHECK(Mad(*answer).status() == kStatusOk);
+    };
+    const auto node = [&](uint64_t guid) -> const MiniSm::Node & {
+        for (const MiniSm::Node &n : sm.nodes)
+            if (n.guid == guid)
+                return n;
+        FAIL("no node " << guid);
+        return sm.nodes[0];
+    };
+    // SL0 leaves the middle switch on VL2 (port 1 in, port 2 out), and
+    // the last switch puts it back on VL0 for the guest.
+    setSlToVl(node(kSwitchGuid + 1), 1 << 8 | 2, 0x20);
+    const auto packet = udPacket(MiniSm::guestLid(1), MiniSm::guestLid(2), randomBytes(500, 7));
+    const uint64_t inOnLast = last.port(1).counters.rcvPackets;
+    auto out = inject(f, 1, packet);
+    REQUIRE(out.size() == 1);
+    CHECK(out[0].packet == packet); // VL0 again, VCRC and all
+    CHECK(last.port(1).counters.rcvPackets == inOnLast + 1);
+    // The last switch puts SL0 on VL1 towards the guest, whose link runs
+    // VL0 only: discarded there, and counted.
+    setSlToVl(node(kSwitchGuid + 2), 1 << 8 | 4, 0x10);
+    CHECK(inject(f, 1, packet).empty());
+    CHECK(last.port(4).counters.xmitDiscards == 1);
 }
 
 TEST_CASE("a routing loop drops the packet after 64 hops and counts it", "[sim-fabric]") {

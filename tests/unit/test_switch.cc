@@ -1040,3 +1040,169 @@ TEST_CASE("a switch state with a value no SM could set is refused and changes no
     CHECK_FALSE(fresh.load(r));
     CHECK_THAT(r.error(), Catch::Contains("without a link"));
 }
+
+namespace {
+
+// A switch of 4 ports offering VL0-7: ports 1 and 2 cabled to neighbours
+// that offer as many, port 3 to one with VL0 only (a pib-hca port).
+Switch vlSwitch() {
+    Switch sw(SwitchConfig{kGuid, 4, "test switch", Switch::kHeldWhileArmed, kVlsMost});
+    sw.linkChanged(1, true, kVlsMost);
+    sw.linkChanged(2, true, kVlsMost);
+    sw.linkChanged(3, true);
+    return sw;
+}
+
+// A data packet of service level `sl` on virtual lane `vl` to `dlid`.
+std::vector<uint8_t> slPacket(uint16_t dlid, uint8_t sl, uint8_t vl) {
+    iba::Packet p;
+    p.bth.pkey = 0xffff;
+    p.lrh.dlid = dlid;
+    p.lrh.slid = 99;
+    p.lrh.sl = sl;
+    p.lrh.vl = vl;
+    p.bth.opcode = iba::kUdSendOnly;
+    p.bth.destQp = 0x99;
+    p.deth = iba::Deth{0x1111, 7};
+    p.payload = std::vector<uint8_t>(300, 0x5a);
+    return iba::build(p);
+}
+
+// An SL-to-VL table that puts SL n on VL vls[n].
+std::function<void(Mad &)> slToVl(std::array<uint8_t, 16> vls) {
+    return [vls](Mad &m) {
+        SlToVlTable t{};
+        for (unsigned sl = 0; sl < 16; ++sl)
+            t[sl / 2] |= static_cast<uint8_t>(sl % 2 ? vls[sl] : vls[sl] << 4);
+        writeBytes(m, t);
+    };
+}
+
+} // namespace
+
+TEST_CASE("a link comes up with the VLs both ends offer, and the SM may set no more",
+          "[switch][vl]") {
+    Switch sw = vlSwitch();
+    const PortInfo wide = portInfoOf(drGet(sw, kAttrPortInfo, 1));
+    CHECK(wide.vlCap == kVlsMost);
+    CHECK(wide.operationalVls == kVlsMost);
+    CHECK(wide.vlArbitrationLowCap == VlArbTables::kEntries);
+    CHECK(wide.vlArbitrationHighCap == VlArbTables::kEntries);
+    CHECK(portInfoOf(drGet(sw, kAttrPortInfo, 3)).operationalVls == kVlsVl0);
+    CHECK(statusOf(drSet(sw, kAttrPortInfo, 1, portInfo({.operationalVls = 2}))) == kStatusOk);
+    CHECK(sw.port(1).operationalVls == 2);
+    CHECK(statusOf(drSet(sw, kAttrPortInfo, 1, portInfo({.operationalVls = 5}))) ==
+          kStatusBadField);
+    CHECK(sw.port(1).operationalVls == 2);
+    // A switch of VL0 only (the default) refuses more.
+    Switch narrow = makeSwitch(2);
+    CHECK(portInfoOf(drGet(narrow, kAttrPortInfo, 1)).vlCap == kVlsVl0);
+    CHECK(statusOf(drSet(narrow, kAttrPortInfo, 1, portInfo({.operationalVls = 2}))) ==
+          kStatusBadField);
+}
+
+TEST_CASE("SL-to-VL tables are kept per pair of ports (IBA 14.2.5.8)", "[switch][vl]") {
+    Switch sw = vlSwitch();
+    std::array<uint8_t, 16> vls{};
+    vls[0] = 1;
+    vls[1] = 15;
+    vls[2] = 7;
+    const std::vector<uint8_t> set = drSet(sw, kAttrSlToVlTable, 1 << 8 | 2, slToVl(vls));
+    CHECK(statusOf(set) == kStatusOk);
+    CHECK(sw.vlFor(1, 2, 0) == 1);
+    CHECK(sw.vlFor(1, 2, 1) == 15);
+    CHECK(sw.vlFor(1, 2, 2) == 7);
+    CHECK(sw.vlFor(2, 1, 0) == 0); // the other direction is another table
+    CHECK(sw.vlFor(3, 2, 0) == 0);
+    std::vector<uint8_t> back = drGet(sw, kAttrSlToVlTable, 1 << 8 | 2);
+    CHECK(Mad(back).get8(Mad::kSmpData) == 0x1f); // SL0 on VL1, SL1 on VL15
+    back = drGet(sw, kAttrSlToVlTable, 2 << 8 | 1);
+    CHECK(Mad(back).get8(Mad::kSmpData) == 0);
+    // No port 5; the optimized forms (bits 16, 17) are not offered.
+    for (uint32_t mod : {5u << 8 | 1, 1u << 8 | 5, 1u << 16 | 2, 3u << 16})
+        CHECK(statusOf(drSet(sw, kAttrSlToVlTable, mod, slToVl(vls))) == kStatusBadField);
+}
+
+TEST_CASE("a forwarded packet goes on the VL its SL maps to, with a VCRC for it", "[switch][vl]") {
+    Switch sw = vlSwitch();
+    setRoutes(sw, {{5, 2}, {6, 3}});
+    activate(sw, {1, 2, 3});
+    std::array<uint8_t, 16> vls{};
+    vls[0] = 3;
+    vls[1] = 15;
+    vls[2] = 9; // beyond port 2's VL0-7
+    drSet(sw, kAttrSlToVlTable, 1 << 8 | 2, slToVl(vls));
+    drSet(sw, kAttrSlToVlTable, 1 << 8 | 3, slToVl(vls));
+
+    const std::vector<uint8_t> in = slPacket(5, 0, 0);
+    auto out = sw.receive(1, in);
+    REQUIRE(out.size() == 1);
+    CHECK(out[0].port == 2);
+    iba::ParseError error;
+    const auto moved = iba::parse(out[0].packet, &error); // both CRCs checked
+    REQUIRE(moved);
+    CHECK(moved->lrh.vl == 3);
+    CHECK(moved->lrh.sl == 0);
+    CHECK(moved->payload == std::vector<uint8_t>(300, 0x5a));
+    CHECK(std::equal(in.begin() + 1, in.end() - 2, out[0].packet.begin() + 1));
+
+    // SL1 on VL15, SL2 on a VL port 2 does not run: discarded at the output.
+    const uint64_t discards = sw.port(2).counters.xmitDiscards;
+    CHECK(sw.receive(1, slPacket(5, 1, 0)).empty());
+    CHECK(sw.receive(1, slPacket(5, 2, 0)).empty());
+    CHECK(sw.port(2).counters.xmitDiscards == discards + 2);
+    // Port 3 runs VL0 only: SL0's VL3 is beyond it.
+    CHECK(sw.receive(1, slPacket(6, 0, 0)).empty());
+    CHECK(sw.port(3).counters.xmitDiscards == 1);
+
+    // A packet already on its VL goes as it came, not copied.
+    const std::vector<uint8_t> onVl3 = slPacket(5, 0, 3);
+    const uint8_t *where = nullptr;
+    sw.receive(1, onVl3, [&](unsigned, std::span<const uint8_t> p) { where = p.data(); });
+    CHECK(where == onVl3.data());
+
+    // Data that comes in on a VL its port does not run is an error of it.
+    setRoutes(sw, {{5, 1}});
+    const uint64_t errors = sw.port(3).counters.rcvErrors;
+    CHECK(sw.receive(3, slPacket(5, 0, 1)).empty());
+    CHECK(sw.port(3).counters.rcvErrors == errors + 1);
+}
+
+TEST_CASE("VL arbitration tables hold 16 entries of each priority, blocks apart", "[switch][vl]") {
+    Switch sw = vlSwitch();
+    std::array<uint8_t, 64> entries;
+    for (size_t i = 0; i < entries.size(); ++i)
+        entries[i] = static_cast<uint8_t>(i + 1);
+    for (uint32_t block : {1u, 2u, 3u, 4u})
+        CHECK(statusOf(drSet(sw, kAttrVlArbTable, block << 16 | 1,
+                             [&](Mad &m) { writeBytes(m, entries); })) == kStatusOk);
+    for (uint32_t block : {1u, 2u, 3u, 4u}) {
+        std::vector<uint8_t> got = drGet(sw, kAttrVlArbTable, block << 16 | 1);
+        // Blocks 2 and 4 are entries 32-63, beyond the cap: they read 0.
+        for (unsigned i = 0; i < 64; ++i)
+            CHECK(Mad(got).get8(Mad::kSmpData + i) == (block % 2 && i < 32 ? i + 1 : 0));
+    }
+}
+
+TEST_CASE("a switch's SL-to-VL tables and VLs are in its saved state",
+          "[switch][vl][switch-state]") {
+    Switch sw = vlSwitch();
+    std::array<uint8_t, 16> vls{};
+    vls[4] = 6;
+    drSet(sw, kAttrSlToVlTable, 3 << 8 | 1, slToVl(vls));
+    drSet(sw, kAttrPortInfo, 2, portInfo({.operationalVls = 3}));
+    pib::StateWriter w;
+    sw.save(w);
+    const std::vector<uint8_t> state = w.take();
+    Switch fresh(SwitchConfig{kGuid, 4, "test switch", Switch::kHeldWhileArmed, kVlsMost});
+    pib::StateReader r(state);
+    REQUIRE(fresh.load(r));
+    CHECK(fresh.vlFor(3, 1, 4) == 6);
+    CHECK(fresh.vlFor(1, 3, 4) == 0);
+    CHECK(fresh.port(2).operationalVls == 3);
+    // A switch of VL0 only cannot take ports running VL0-3.
+    Switch narrow(SwitchConfig{kGuid, 4, "test switch"});
+    pib::StateReader r2(state);
+    CHECK_FALSE(narrow.load(r2));
+    CHECK_THAT(r2.error(), Catch::Contains("beyond its VLCap"));
+}
