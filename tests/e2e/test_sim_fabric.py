@@ -56,6 +56,28 @@ def test_a_torus_and_a_dragonfly_have_their_shapes(ctx):
     assert len(pairs) == groups * (groups - 1) // 2 and set(pairs.values()) == {1}
 
 
+def test_vls_reach_the_fabric_file_and_torus_2qos_gets_its_seeds(ctx, tmp_path):
+    t = sim_fabric.parse_spec("torus:5x4x3,hosts=2,vls=8")
+    text = sim_fabric.render(t, sim_fabric.place(t, 2))
+    assert "\nvls 8\n" in text
+    path = tmp_path / "torus.fabric"
+    path.write_text(text)
+    assert sim_fabric.parse_spec(str(path)).vls == 8
+    assert "vls" not in sim_fabric.render(sim_fabric.parse_spec("torus:5x4x3"), [])
+    # The seeds run from the origin to the next switch in x, y and z,
+    # which the generator cables through ports 1, 3 and 5.
+    conf = sim_fabric.torus_2qos_conf(t).splitlines()
+    assert conf[0] == "torus 5 4 3"
+    origin = t.nodes[0].guid
+    cabled = {(t.nodes[a].guid, ap): t.nodes[b].guid for (a, ap), (b, _) in t.links}
+    for line, port in zip(conf[1:], (1, 3, 5)):
+        axis, a, b = line.split()
+        assert int(a, 16) == origin and int(b, 16) == cabled[origin, port], line
+    assert [line.split()[0] for line in conf[1:]] == ["xp_link", "yp_link", "zp_link"]
+    with pytest.raises(sim_fabric.FabricError, match="tori of 2 or 3 dimensions"):
+        sim_fabric.torus_2qos_conf(sim_fabric.parse_spec("fat-tree:k=2,n=2"))
+
+
 def _as_ibnetdiscover(fab):
     """The fabric as ibnetdiscover prints it (rdma-core's format): every
     node with its ports, each cable at both ends."""
@@ -113,6 +135,7 @@ def test_a_fabric_file_places_guests_and_reads_back(ctx, tmp_path):
     ("dragonfly:a=4,p=2,h=0", "a or h below 1"),
     ("fat-tree:k=4,n=3,m=2", "unknown parameter 'm'"),
     ("/nonexistent/file", "neither a generator"),
+    ("torus:5x5,vls=3", "vls=3: 1, 2, 4 or 8"),
 ])
 def test_bad_fabric_specs_are_refused(ctx, spec, why):
     with pytest.raises(FabricError, match=why):

@@ -22,10 +22,14 @@ TABLE_END = "<!-- end of the scale table -->"
 
 # Fat trees of about 1,000, 5,000 and 10,000 nodes: k-ary 3-trees.
 SIZES = {1000: "fat-tree:k=10,n=3", 5000: "fat-tree:k=16,n=3", 10000: "fat-tree:k=21,n=3"}
-ENGINES = ("minhop", "updn", "ftree", "dfsssp")
-# torus-2QoS needs 2 data VLs or more, which the simulated ports do not
-# offer (docs/user-guide.md, "Simulated fabrics").
+# torus-2QoS routes 3-D tori, and needs QoS and 2 data VLs or more (it
+# puts its two QoS levels and its datelines on VLs: 8 give it both).
+TORUS_ENGINE = "torus-2QoS"
+TORUS_SIZES = {1000: "torus:5x5x5,hosts=7,vls=8", 5000: "torus:10x10x10,hosts=4,vls=8",
+               10000: "torus:10x10x10,hosts=9,vls=8"}
+ENGINES = ("minhop", "updn", "ftree", "dfsssp", TORUS_ENGINE)
 OPENSM_CONF = "/run/pib-scale-opensm.conf"
+TORUS_CONF = "/run/pib-torus-2QoS.conf"
 LOG = "/run/opensm.log"
 # opensm's first sweep of 10,000 nodes from a TCG guest takes minutes.
 SUBNET_UP_TIMEOUT_S = 1800
@@ -121,9 +125,23 @@ def _inner_link(fab) -> tuple:
     raise ui.StepFailed("the fabric has no cable between two switches")
 
 
+def spec_of(size: int, engine: str) -> str:
+    return (TORUS_SIZES if engine == TORUS_ENGINE else SIZES)[size]
+
+
+def _opensm_config(vm: str, engine: str, fab_model) -> None:
+    """opensm.conf for `engine`: torus-2QoS also gets QoS and its
+    torus-2QoS.conf."""
+    conf = f"routing_engine {engine}\nlog_flags 0x87\n"
+    if engine == TORUS_ENGINE:
+        fabric.sh_in(vm, f"printf '%s' '{sim_fabric.torus_2qos_conf(fab_model)}' > {TORUS_CONF}")
+        conf += f"qos TRUE\ntorus_config {TORUS_CONF}\n"
+    fabric.sh_in(vm, f"printf '{conf}' > {OPENSM_CONF}")
+
+
 def measure(size: int, engine: str, accel: str) -> dict:
     """One fabric of `size` nodes routed by `engine`: its numbers."""
-    spec = SIZES[size]
+    spec = spec_of(size, engine)
     fab_model = sim_fabric.parse_spec(spec)
     ui.step(f"{spec} ({len(fab_model.nodes)} nodes) with opensm's {engine}")
     topo = topology.simulated(spec, 2)
@@ -131,7 +149,7 @@ def measure(size: int, engine: str, accel: str) -> dict:
     try:
         vm = fab.vms[0].name
         pid = fab.ib_switch_pids["fabric"]
-        fabric.sh_in(vm, f"printf 'routing_engine {engine}\\nlog_flags 0x87\\n' > {OPENSM_CONF}")
+        _opensm_config(vm, engine, fab_model)
         started = time.monotonic()
         fabric.sh_in(vm, f"rm -f {LOG}; PIB_SM_CONFIG={OPENSM_CONF} pib-start-sm")
         _wait_log(vm, "SUBNET UP", SUBNET_UP_TIMEOUT_S)
@@ -171,7 +189,8 @@ def run(sizes, engines, accel: str) -> int:
             try:
                 results[key] = measure(size, engine, accel)
             except ui.StepFailed as e:
-                results[key] = {"spec": SIZES[size], "engine": engine, "error": str(e)[:300]}
+                results[key] = {"spec": spec_of(size, engine), "engine": engine,
+                                "error": str(e)[:300]}
             RESULTS.write_text(json.dumps(results, indent=1, sort_keys=True) + "\n")
             write_doc(results)
             ui.info(render_row(results[key]))

@@ -603,12 +603,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--accel", choices=["tcg", "kvm"], default="tcg",
                    help="tcg (default) or kvm, for the guests")
     p.add_argument("--scale", action="store_true",
-                   help="opensm in a guest against simulated fat trees of 1,000 to 10,000 "
-                        "nodes: sweep, routing and SUBNET UP times per routing engine, and the "
-                        "switch process's memory and CPU; writes docs/scale.md's table")
+                   help="opensm in a guest against simulated fat trees (and, for "
+                        "torus-2QoS, 3-D tori of 8 VLs) of 1,000 to 10,000 nodes: sweep, "
+                        "routing and SUBNET UP times per routing engine, and the switch "
+                        "process's memory and CPU; writes docs/scale.md's table")
     p.add_argument("--sizes", default="1000,5000,10000",
                    help="with --scale: the fabrics' sizes in nodes (of 1000, 5000, 10000)")
-    p.add_argument("--engines", default=",".join(("minhop", "updn", "ftree", "dfsssp")),
+    p.add_argument("--engines", default="minhop,updn,ftree,dfsssp,torus-2QoS",
                    help="with --scale: opensm's routing engines")
     p.set_defaults(func=_cmd_bench)
 

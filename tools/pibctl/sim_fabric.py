@@ -12,6 +12,10 @@ file (the switch's own format, docs/wire.md "Simulated fabrics"):
                            global links a router, A*H+1 groups
     FILE                   ibnetdiscover's output, or a fabric file
 
+A generator's `vls=N` (1, 2, 4 or 8; 1 by default) gives every simulated
+port N data VLs (docs/wire.md, "Virtual lanes"): what opensm's
+torus-2QoS, and dfsssp on a topology with cycles, need.
+
 Guests take CA places: of the fabric's CAs, the ones `place()` picks are
 cut out, and the switch ports they were cabled to become the process's
 ports 1..N, in order.
@@ -27,6 +31,7 @@ SWITCH_GUID = 0x0250494253500000  # "PIBSP"; node k: + k
 CA_GUID = 0x0250494243000000      # "PIBC"; CA k: + 4k (its ports: + 1, + 2)
 MAX_NODES = 48 * 1024             # SimulatedFabric::kMaxNodes
 MAX_SWITCH_PORTS = 254
+VLS = (1, 2, 4, 8)                # the data VLs a simulated port may offer
 
 
 class FabricError(Exception):
@@ -45,6 +50,8 @@ class Node:
 class SimFabric:
     nodes: list = field(default_factory=list)
     links: list = field(default_factory=list)  # ((node, port), (node, port))
+    vls: int = 1  # the data VLs of every simulated port
+    torus_shape: tuple = ()  # a torus generator's dimensions
 
     def add(self, switch: bool, ports: int, description: str, guid: int = 0) -> int:
         if not guid:
@@ -111,7 +118,7 @@ def torus(dims: list, hosts: int = 1) -> SimFabric:
     the next switch and 2d+2 to the one before; CAs on the ports after."""
     if not dims or any(d < 2 for d in dims) or hosts < 0:
         raise FabricError(f"torus:{'x'.join(map(str, dims))}: every dimension from 2")
-    fab = SimFabric()
+    fab = SimFabric(torus_shape=tuple(dims))
     ports = 2 * len(dims) + hosts
     ids = {}
     for at in product(*(range(d) for d in dims)):
@@ -209,6 +216,10 @@ def from_fabric_file(text: str) -> SimFabric:
             elif words[0] == "link":
                 fab.link(index[int(words[1], 0)], int(words[2], 0),
                          index[int(words[3], 0)], int(words[4], 0))
+            elif words[0] == "vls":
+                fab.vls = int(words[1], 0)
+                if fab.vls not in VLS:
+                    raise ValueError("vls is 1, 2, 4 or 8")
             elif words[0] != "attach":
                 raise FabricError(f"no statement {words[0]!r}")
         except (IndexError, ValueError, KeyError) as e:
@@ -216,20 +227,21 @@ def from_fabric_file(text: str) -> SimFabric:
     return fab.validate()
 
 
+
 def parse_spec(spec: str) -> SimFabric:
     """A generator's spec, or a file: ibnetdiscover's output or a fabric file."""
     kind, _, args = spec.partition(":")
     try:
         if kind == "fat-tree":
-            kw = _keywords(args, ("k", "n"))
-            return fat_tree(kw["k"], kw["n"]).validate()
+            kw = _keywords(args, ("k", "n"), optional=("vls",))
+            return _with_vls(fat_tree(kw["k"], kw["n"]), kw)
         if kind == "torus":
             shape, _, rest = args.partition(",")
-            kw = _keywords(rest, ("hosts",), optional=True)
-            return torus([int(d) for d in shape.split("x")], kw.get("hosts", 1)).validate()
+            kw = _keywords(rest, (), optional=("hosts", "vls"))
+            return _with_vls(torus([int(d) for d in shape.split("x")], kw.get("hosts", 1)), kw)
         if kind == "dragonfly":
-            kw = _keywords(args, ("a", "p", "h"))
-            return dragonfly(kw["a"], kw["p"], kw["h"]).validate()
+            kw = _keywords(args, ("a", "p", "h"), optional=("vls",))
+            return _with_vls(dragonfly(kw["a"], kw["p"], kw["h"]), kw)
     except ValueError as e:
         raise FabricError(f"{spec}: {e}") from None
     path = Path(spec)
@@ -242,17 +254,46 @@ def parse_spec(spec: str) -> SimFabric:
     return from_fabric_file(text)
 
 
-def _keywords(text: str, names: tuple, optional: bool = False) -> dict:
+def _with_vls(fab: SimFabric, kw: dict) -> SimFabric:
+    fab.vls = kw.get("vls", 1)
+    if fab.vls not in VLS:
+        raise ValueError(f"vls={fab.vls}: 1, 2, 4 or 8")
+    return fab.validate()
+
+
+def _keywords(text: str, names: tuple, optional: tuple = ()) -> dict:
+    """`names` must be given; `optional` may be."""
     kw = {}
     for item in filter(None, text.split(",")):
         key, _, value = item.partition("=")
-        if key not in names:
-            raise ValueError(f"unknown parameter {key!r} (takes {', '.join(names)})")
+        if key not in names + optional:
+            raise ValueError(f"unknown parameter {key!r} (takes {', '.join(names + optional)})")
         kw[key] = int(value)
     missing = [n for n in names if n not in kw]
-    if missing and not optional:
+    if missing:
         raise ValueError(f"missing {', '.join(missing)}")
     return kw
+
+
+def torus_2qos_conf(fab: SimFabric) -> str:
+    """opensm's torus-2QoS.conf (torus-2QoS.conf(5)) for a fabric of the
+    torus generator: its radix in each of 2 or 3 dimensions, and the seed
+    of each: the link from the switch at the origin to the next one in it
+    (port 2d+1, the generator's "plus" direction)."""
+    shape = fab.torus_shape
+    if len(shape) not in (2, 3):
+        raise FabricError("torus-2QoS routes tori of 2 or 3 dimensions; this fabric is "
+                          + (f"a torus of {len(shape)}" if shape else "not the torus generator's"))
+    guid = {n.description: n.guid for n in fab.nodes if n.switch}
+    origin = (0,) * len(shape)
+
+    def at(coordinates):
+        return guid[f"torus S{'.'.join(map(str, coordinates))}"]
+    lines = [f"torus {' '.join(map(str, shape + (1,) * (3 - len(shape))))}"]
+    for d, axis in enumerate("xyz"[:len(shape)]):
+        step = origin[:d] + (1,) + origin[d + 1:]
+        lines.append(f"{axis}p_link {at(origin):#x} {at(step):#x}")
+    return "\n".join(lines) + "\n"
 
 
 def place(fab: SimFabric, guests: int) -> list:
@@ -273,6 +314,8 @@ def render(fab: SimFabric, guest_cas: list) -> str:
     attach = {}
     lines = [f"# {len(fab.switches)} switches, {len(fab.cas) - len(taken)} simulated CAs, "
              f"{len(taken)} guests' places"]
+    if fab.vls != 1:
+        lines.append(f"vls {fab.vls}")
     for i, n in enumerate(fab.nodes):
         if i not in taken:
             lines.append(f'{"switch" if n.switch else "ca"} {n.guid:#x} {n.ports} '
