@@ -168,6 +168,7 @@ PortInfo SimulatedCa::portInfo(unsigned n, bool hideMkey) const {
         .gidPrefix = p.gidPrefix,
         .lid = p.lid,
         .masterSmLid = p.smLid,
+        .capabilityMask = vlCapabilities(config_.vlCap),
         .localPortNum = static_cast<uint8_t>(n),
         .linkWidthEnabled = kLinkWidth1x4x,
         .linkWidthSupported = kLinkWidth1x4x,

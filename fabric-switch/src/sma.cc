@@ -109,6 +109,7 @@ void Switch::portInfo(Mad &mad, unsigned n, unsigned in) const {
         .gidPrefix = mgmt ? gidPrefix_ : 0,
         .lid = mgmt ? lid_ : uint16_t{0},
         .masterSmLid = mgmt ? smLid_ : uint16_t{0},
+        .capabilityMask = mgmt ? vlCapabilities(config_.vlCap) : 0,
         .localPortNum = static_cast<uint8_t>(in), // where the SMP came in
         // Links run 4x QDR, as the HCAs' ports do.
         .linkWidthEnabled = kLinkWidth1x4x,

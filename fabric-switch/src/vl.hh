@@ -20,6 +20,14 @@ namespace pib::fabric {
 inline constexpr uint8_t kVlsVl0 = 1;
 inline constexpr uint8_t kVlsMost = 4;
 inline constexpr uint8_t kVl15 = 15; // management only; an SL mapped to it is dropped
+// PortInfo's CapabilityMask bit IsSLMappingSupported: an SM writes
+// SL-to-VL tables only to a port (a switch's port 0) that says it. A port
+// of VL0 only does not: every SL goes on VL0 whatever a table would say.
+inline constexpr uint32_t kIsSlMappingSupported = 1u << 6;
+
+constexpr uint32_t vlCapabilities(uint8_t vlCap) {
+    return vlCap > kVlsVl0 ? kIsSlMappingSupported : 0;
+}
 
 // The data VLs of a VLCap or OperationalVLs code; 0 for a code a port
 // here cannot have.

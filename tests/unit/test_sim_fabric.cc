@@ -326,6 +326,11 @@ TEST_CASE("a fabric's VLs: links inside run them all, SL-to-VL tables move packe
     CHECK(middle.port(3).operationalVls == kVlsMost); // to a simulated CA
     CHECK(f.caByGuid(kCaGuid + 4)->port(1).operationalVls == kVlsMost);
     CHECK(last.port(4).operationalVls == kVlsVl0); // to a guest's pib-hca port
+    for (const MiniSm::Node &n : sm.nodes) {
+        auto info = sm.smp(kGet, kAttrPortInfo, n.isSwitch ? 0 : 1, n.path);
+        REQUIRE(info);
+        CHECK(readPortInfo(Mad(*info)).capabilityMask == kIsSlMappingSupported);
+    }
     const auto setSlToVl = [&](const MiniSm::Node &sw, uint32_t pair, uint8_t byte0) {
         auto answer = sm.smp(kSet, kAttrSlToVlTable, pair, sw.path,
                              [&](Mad &m) { writeBytes(m, std::array<uint8_t, 1>{byte0}); });

@@ -1089,6 +1089,8 @@ TEST_CASE("a link comes up with the VLs both ends offer, and the SM may set no m
     CHECK(wide.vlArbitrationLowCap == VlArbTables::kEntries);
     CHECK(wide.vlArbitrationHighCap == VlArbTables::kEntries);
     CHECK(portInfoOf(drGet(sw, kAttrPortInfo, 3)).operationalVls == kVlsVl0);
+    // Port 0 says so: an SM writes SL-to-VL tables only to a switch that does.
+    CHECK(portInfoOf(drGet(sw, kAttrPortInfo, 0)).capabilityMask == kIsSlMappingSupported);
     CHECK(statusOf(drSet(sw, kAttrPortInfo, 1, portInfo({.operationalVls = 2}))) == kStatusOk);
     CHECK(sw.port(1).operationalVls == 2);
     CHECK(statusOf(drSet(sw, kAttrPortInfo, 1, portInfo({.operationalVls = 5}))) ==
@@ -1097,6 +1099,7 @@ TEST_CASE("a link comes up with the VLs both ends offer, and the SM may set no m
     // A switch of VL0 only (the default) refuses more.
     Switch narrow = makeSwitch(2);
     CHECK(portInfoOf(drGet(narrow, kAttrPortInfo, 1)).vlCap == kVlsVl0);
+    CHECK(portInfoOf(drGet(narrow, kAttrPortInfo, 0)).capabilityMask == 0);
     CHECK(statusOf(drSet(narrow, kAttrPortInfo, 1, portInfo({.operationalVls = 2}))) ==
           kStatusBadField);
 }
