@@ -4,6 +4,10 @@
 // pib-fabric-switch processes (one, or two in a chain), RC RDMA WRITE,
 // SEND and READ from 8 B to 1 MiB. No guest: what it measures is the path
 // between the devices, the ceiling a guest reaches however fast it runs.
+// With --pairs N, N such pairs stream at once, through one switch process
+// (--layout shared) or each through a switch process of its own
+// (--layout separate): what one switch forwards for many, beside the same
+// work spread over independent switches.
 //
 // This process starts the switches, programs them as a subnet manager
 // would (bench_sm.hh), forks the two devices (bench_device.hh) and tells
@@ -41,7 +45,11 @@ namespace {
 
 constexpr uint32_t kMaxMessage = 1u << 20;
 constexpr unsigned kDepth = 32; // WQEs in flight, as perftest's default tx depth
-constexpr uint16_t kLidA = 1, kLidB = 2;
+// Pair i's requester has LID 2i + 1, its responder 2i + 2.
+constexpr uint16_t requesterLid(unsigned pair) {
+    return static_cast<uint16_t>(2 * pair + 1);
+}
+constexpr unsigned kMaxPairs = 16;
 constexpr int kIdleWaitMs = 10;   // a device with nothing to do sleeps this long at most
 constexpr int kControlWaitS = 60; // a device answers an order in this time, or hangs
 const uint32_t kSizes[] = {8, 64, 512, 4096, 16384, 65536, 262144, kMaxMessage};
@@ -55,6 +63,8 @@ struct Options {
     bool rings = false;    // ring cables (docs/wire.md) rather than streams
     std::string onlyOp;    // "write", "send" or "read": that operation only
     uint32_t onlySize = 0; // that size only
+    unsigned pairs = 1;    // pairs of devices streaming at once
+    bool separate = false; // each pair through a switch process of its own
 };
 
 // What the coordinator and a device say to each other, one per datagram.
@@ -172,8 +182,8 @@ class DeviceProcess {
         o.mtu = 5;      // 4096
         o.timeout = 14; // 67 ms: real time passes here
         o.retryCnt = 7;
-        o.rnrRetry = 7; // infinite: a responder that falls behind is waited for
-        if (node().lid != kLidA)
+        o.rnrRetry = 7;          // infinite: a responder that falls behind is waited for
+        if (node().lid % 2 == 0) // a responder: its peer's PSNs mirrored
             std::swap(o.sqPsn, o.rqPsn);
         node().connectTo(peer.lid, peer.qpn, PIB_QPT_RC, o);
         peerRkey_ = peer.rkey;
@@ -329,15 +339,25 @@ class Coordinator {
 
     void run() {
         startSwitches();
-        const std::string s1 = dir_ + "/s1/port", s2 = dir_ + "/s2/port";
-        a_ = forkDevice(kLidA, s1 + "1.sock", o_.rings, {});
-        b_ = forkDevice(kLidB, (o_.switches == 2 ? s2 + "1.sock" : s1 + "2.sock"), o_.rings, {a_});
-        const Msg readyA = get(a_.control), readyB = get(b_.control);
+        for (unsigned i = 0; i < o_.pairs; ++i) {
+            Pair pair;
+            pair.a = forkDevice(requesterLid(i), devicePort(i, 0), o_.rings, children());
+            children_.push_back(pair.a);
+            pair.b = forkDevice(requesterLid(i) + 1, devicePort(i, 1), o_.rings, children());
+            children_.push_back(pair.b);
+            pairs_.push_back(pair);
+        }
+        std::vector<Msg> ready;
+        for (const Child &c : children_)
+            ready.push_back(get(c.control));
         programSwitches();
-        Msg connectA = readyB, connectB = readyA;
-        connectA.kind = connectB.kind = Msg::kConnect;
-        put(a_.control, connectA), put(b_.control, connectB);
-        get(a_.control), get(b_.control);
+        for (size_t c = 0; c < children_.size(); ++c) {
+            Msg connect = ready[c ^ 1]; // each device is told of its pair's other
+            connect.kind = Msg::kConnect;
+            put(children_[c].control, connect);
+        }
+        for (const Child &c : children_)
+            get(c.control);
         printHeader();
         for (uint32_t op : {PIB_WR_RDMA_WRITE, PIB_WR_SEND, PIB_WR_RDMA_READ})
             for (uint32_t size : kSizes)
@@ -346,11 +366,17 @@ class Coordinator {
     }
 
   private:
+    struct Pair {
+        Child a, b; // the requester and the responder
+    };
     Options o_;
     std::string dir_;
     std::vector<pid_t> switches_;
-    Child a_, b_;
+    std::vector<Child> children_; // every device, in pairs
+    std::vector<Pair> pairs_;
     uint32_t seed_ = 1;
+
+    const std::vector<Child> &children() const { return children_; }
 
     static const char *name(uint32_t op) {
         return op == PIB_WR_SEND ? "SEND" : op == PIB_WR_RDMA_READ ? "RDMA READ" : "RDMA WRITE";
@@ -361,43 +387,90 @@ class Coordinator {
         return (o_.onlyOp.empty() || o_.onlyOp == word) && (!o_.onlySize || o_.onlySize == size);
     }
 
-    // switch1: port 1 device A, then B (one switch) or the SM, then the
-    // SM or switch2. switch2: port 1 device B, port 2 switch1.
+    std::string switchDir(int s) const { return dir_ + "/s" + std::to_string(s); }
+
+    // The switch port device `end` (0 the requester, 1 the responder) of
+    // pair `i` is cabled to. One switch: pair i on ports 2i + 1 and
+    // 2i + 2, the SM on the last port. Separate switches: pair i on
+    // ports 1 and 2 of switch i + 1, its SM on port 3. Two in a chain:
+    // the requester on switch 1, the responder on switch 2.
+    std::string devicePort(unsigned i, unsigned end) const {
+        if (o_.separate)
+            return switchDir(static_cast<int>(i) + 1) + "/port" + std::to_string(end + 1) + ".sock";
+        if (o_.switches == 2)
+            return switchDir(static_cast<int>(end) + 1) + "/port1.sock";
+        return switchDir(1) + "/port" + std::to_string(2 * i + end + 1) + ".sock";
+    }
+
+    // Separate switches: one of 3 ports for each pair. Otherwise switch1:
+    // the pairs' devices, then the SM; in a chain, switch1 has the
+    // requester, the SM and switch2, switch2 the responder and switch1.
     void startSwitches() {
-        for (int s = 1; s <= o_.switches; ++s) {
-            const std::string dir = dir_ + "/s" + std::to_string(s);
+        const int count = o_.separate ? static_cast<int>(o_.pairs) : o_.switches;
+        for (int s = 1; s <= count; ++s) {
+            const std::string dir = switchDir(s);
             mkdir(dir.c_str(), 0755);
+            const unsigned ports = o_.separate        ? 3
+                                   : s == 2           ? 2
+                                   : o_.switches == 2 ? 3
+                                                      : 2 * o_.pairs + 1;
             std::vector<std::string> args = {o_.switchBinary,
                                              "--ports",
-                                             s == 1 ? "3" : "2",
+                                             std::to_string(ports),
                                              "--socket-dir",
                                              dir,
                                              "--guid",
                                              std::to_string(0x0250494200005100ull + s),
                                              "--name",
                                              "bench" + std::to_string(s)};
-            if (s == 2)
+            if (s == 2 && !o_.separate)
                 args.insert(args.end(), {"--connect", "2=" + dir_ + "/s1/port3.sock"});
             switches_.push_back(spawn(args, dir + ".log"));
         }
     }
 
     void programSwitches() {
-        const std::string smPort = dir_ + (o_.switches == 2 ? "/s1/port2.sock" : "/s1/port3.sock");
-        BenchSm sm(smPort);
-        if (o_.switches == 1) {
-            sm.configureSwitch({1}, {{kLidA, 1}, {kLidB, 2}}, {1, 2});
+        if (o_.separate) {
+            for (unsigned i = 0; i < o_.pairs; ++i) {
+                BenchSm sm(switchDir(static_cast<int>(i) + 1) + "/port3.sock");
+                const uint16_t a = requesterLid(i);
+                sm.configureSwitch({1}, {{a, 1}, {a + 1, 2}}, {1, 2});
+            }
             return;
         }
-        sm.configureSwitch({1}, {{kLidA, 1}, {kLidB, 3}}, {1, 3});
-        sm.configureSwitch({1, 3}, {{kLidA, 2}, {kLidB, 1}}, {1, 2});
+        if (o_.switches == 2) {
+            BenchSm sm(switchDir(1) + "/port2.sock");
+            const uint16_t a = requesterLid(0);
+            sm.configureSwitch({1}, {{a, 1}, {a + 1, 3}}, {1, 3});
+            sm.configureSwitch({1, 3}, {{a, 2}, {a + 1, 1}}, {1, 2});
+            return;
+        }
+        BenchSm sm(switchDir(1) + "/port" + std::to_string(2 * o_.pairs + 1) + ".sock");
+        std::vector<std::pair<uint16_t, uint8_t>> routes;
+        std::vector<uint8_t> ports;
+        for (unsigned i = 0; i < o_.pairs; ++i)
+            for (unsigned end = 0; end < 2; ++end) {
+                const auto port = static_cast<uint8_t>(2 * i + end + 1);
+                routes.emplace_back(requesterLid(i) + end, port);
+                ports.push_back(port);
+            }
+        sm.configureSwitch({1}, routes, ports);
     }
 
     void printHeader() const {
-        std::printf("pib-hca fabric: two device processes through %d pib-fabric-switch "
-                    "process%s, %s cables, RC, MTU 4096, %u in flight\n",
-                    o_.switches, o_.switches == 2 ? "es" : "", o_.rings ? "ring" : "stream",
-                    kDepth);
+        if (o_.pairs == 1 && !o_.separate)
+            std::printf("pib-hca fabric: two device processes through %d pib-fabric-switch "
+                        "process%s, %s cables, RC, MTU 4096, %u in flight\n",
+                        o_.switches, o_.switches == 2 ? "es" : "", o_.rings ? "ring" : "stream",
+                        kDepth);
+        else
+            std::printf("pib-hca fabric: %u pairs of device processes streaming at once through "
+                        "%s, %s cables, RC, MTU 4096, %u in flight each; figures are the pairs' "
+                        "sum\n",
+                        o_.pairs,
+                        o_.separate ? "a pib-fabric-switch process each"
+                                    : "one pib-fabric-switch process",
+                        o_.rings ? "ring" : "stream", kDepth);
         if (o_.messages)
             std::printf("(%d runs of %llu messages per row, the median run)\n", o_.runs,
                         static_cast<unsigned long long>(o_.messages));
@@ -412,31 +485,48 @@ class Coordinator {
         uint64_t bytes;
     };
 
+    // Every pair streams `op` of `size` at once: the rate is the pairs'
+    // messages over the longest of their runs.
     Run once(uint32_t op, uint32_t size) {
         const uint32_t seed = seed_++;
         double switchCpu = 0;
         for (pid_t s : switches_)
             switchCpu -= processCpu(s);
-        put(b_.control, {.kind = Msg::kPrepare, .op = op, .size = size, .seed = seed});
-        get(b_.control);
-        put(a_.control, {.kind = Msg::kRun,
-                         .op = op,
-                         .size = size,
-                         .seed = seed,
-                         .messages = o_.messages,
-                         .seconds = o_.seconds});
-        const Msg ran = get(a_.control);
-        put(b_.control, {.kind = Msg::kFinish, .size = size});
-        const Msg done = get(b_.control);
+        for (const Pair &p : pairs_)
+            put(p.b.control, {.kind = Msg::kPrepare, .op = op, .size = size, .seed = seed});
+        for (const Pair &p : pairs_)
+            get(p.b.control);
+        for (const Pair &p : pairs_)
+            put(p.a.control, {.kind = Msg::kRun,
+                              .op = op,
+                              .size = size,
+                              .seed = seed,
+                              .messages = o_.messages,
+                              .seconds = o_.seconds});
+        Run total{};
+        double longest = 0;
+        uint64_t messages = 0;
+        for (const Pair &p : pairs_) {
+            const Msg ran = get(p.a.control);
+            put(p.b.control, {.kind = Msg::kFinish, .size = size});
+            const Msg done = get(p.b.control);
+            if (ran.digest != done.digest)
+                throw std::runtime_error(std::string(name(op)) + " of " + std::to_string(size) +
+                                         " B: the bytes at the two ends differ");
+            if (op == PIB_WR_SEND && done.messages != ran.messages)
+                throw std::runtime_error("SEND: " + std::to_string(ran.messages) + " sent, " +
+                                         std::to_string(done.messages) + " received");
+            longest = std::max(longest, ran.seconds);
+            messages += ran.messages;
+            total.cpuRequester += ran.cpu;
+            total.cpuResponder += done.cpu;
+        }
         for (pid_t s : switches_)
             switchCpu += processCpu(s);
-        if (ran.digest != done.digest)
-            throw std::runtime_error(std::string(name(op)) + " of " + std::to_string(size) +
-                                     " B: the bytes at the two ends differ");
-        if (op == PIB_WR_SEND && done.messages != ran.messages)
-            throw std::runtime_error("SEND: " + std::to_string(ran.messages) + " sent, " +
-                                     std::to_string(done.messages) + " received");
-        return {ran.messages / ran.seconds, ran.cpu, done.cpu, switchCpu, ran.messages * size};
+        total.rate = messages / longest;
+        total.cpuSwitches = switchCpu;
+        total.bytes = messages * size;
+        return total;
     }
 
     void row(uint32_t op, uint32_t size) {
@@ -454,14 +544,14 @@ class Coordinator {
     }
 
     void stop() {
-        for (Child *c : {&a_, &b_})
-            if (c->pid > 0) {
+        for (Child &c : children_)
+            if (c.pid > 0) {
                 Msg quit;
                 quit.kind = Msg::kQuit;
-                (void)write(c->control, &quit, sizeof(quit));
-                close(c->control);
-                waitpid(c->pid, nullptr, 0);
-                c->pid = 0;
+                (void)write(c.control, &quit, sizeof(quit));
+                close(c.control);
+                waitpid(c.pid, nullptr, 0);
+                c.pid = 0;
             }
         for (pid_t s : switches_) {
             kill(s, SIGTERM);
@@ -494,6 +584,13 @@ Options parse(int argc, char **argv) {
             if (kind != "ring" && kind != "stream")
                 throw std::runtime_error("--cable is ring or stream");
             o.rings = kind == "ring";
+        } else if (a == "--pairs")
+            o.pairs = static_cast<unsigned>(std::stoul(value()));
+        else if (a == "--layout") {
+            const std::string layout = value();
+            if (layout != "shared" && layout != "separate")
+                throw std::runtime_error("--layout is shared or separate");
+            o.separate = layout == "separate";
         } else if (a == "--messages")
             o.messages = std::stoull(value());
         else if (a == "--only") {
@@ -502,10 +599,12 @@ Options parse(int argc, char **argv) {
         } else
             throw std::runtime_error("unknown option " + a);
     }
-    if (o.switchBinary.empty() || o.switches < 1 || o.switches > 2 || o.runs < 1)
+    if (o.switchBinary.empty() || o.switches < 1 || o.switches > 2 || o.runs < 1 || o.pairs < 1 ||
+        o.pairs > kMaxPairs || (o.switches == 2 && (o.pairs > 1 || o.separate)))
         throw std::runtime_error("usage: fabric-bench --switch PIB-FABRIC-SWITCH [--switches 1|2] "
                                  "[--cable ring|stream] [--runs N] [--seconds S | --messages N] "
-                                 "[--only OP SIZE]");
+                                 "[--only OP SIZE] [--pairs 1..16 [--layout shared|separate]] "
+                                 "(pairs through one switch, or a chain of two with one pair)");
     return o;
 }
 

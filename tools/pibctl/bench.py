@@ -67,6 +67,9 @@ def fabric_benchmarks(core_table: str) -> dict:
         ui.step(f"Fabric benchmark through {fabric_bench.describe(switches, cable)} (no guest)")
         tables[(switches, cable)] = fabric_bench.run(switches, cable)
         print(fabric_bench.with_share(tables[(switches, cable)], core), flush=True)
+    ui.step(f"Fabric benchmark: {', '.join(map(str, fabric_bench.PAIRS))} pairs through one "
+            "switch process, and through a switch process each (no guest)")
+    print(fabric_bench.pairs_table(), flush=True)
     return tables
 
 

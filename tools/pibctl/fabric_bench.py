@@ -33,6 +33,13 @@ def describe(switches: int, cable: str) -> str:
     return f"{switches} switch process{'es' if switches > 1 else ''}, {cable} cables"
 
 
+# The switch's data plane against more pairs of devices: N pairs stream
+# RDMA WRITEs of PAIRS_SIZE at once through one switch process, then each
+# pair through a switch process of its own.
+PAIRS = (1, 2, 4, 8)
+PAIRS_SIZE = 65536
+
+
 def run(switches: int, cable: str, extra=(), build_dir=None) -> str:
     """fabric-bench's table through `switches` (1 or 2) switch processes,
     the devices cabled by `cable` ("stream" or "ring", docs/wire.md)."""
@@ -50,6 +57,53 @@ def run(switches: int, cable: str, extra=(), build_dir=None) -> str:
         raise ui.StepFailed(f"fabric-bench through {describe(switches, cable)} failed "
                             f"(exit {proc.returncode}):\n{proc.stderr[-2000:]}{proc.stdout[-2000:]}")
     return proc.stdout
+
+
+def pairs_table(build_dir=None, runs: int = 3) -> str:
+    """Aggregate GB/s of N pairs (PAIRS) streaming RDMA WRITEs of
+    PAIRS_SIZE at once through one switch process, beside N switch
+    processes a pair, on ring cables; and their ratio, measured in the
+    same run. With two cores, 2N device processes and the switches share
+    them: the ratio says what one switch process costs the pairs against
+    as many independent ones."""
+    lines = [f"N pairs streaming RDMA WRITE of {PAIRS_SIZE // 1024} KiB at once, ring cables, "
+             f"the median of {runs} runs (GB/s, the pairs' sum; switch CPU s per GB)",
+             f"{'pairs':>5} {'one switch':>11} {'its CPU':>8} {'a switch each':>14} "
+             f"{'their CPU':>10} {'one / each':>11}"]
+    for n in PAIRS:
+        figures = []
+        for layout in ("shared", "separate"):
+            table = run(1, "ring", ["--pairs", str(n), "--layout", layout, "--runs", str(runs),
+                                    "--only", "write", str(PAIRS_SIZE)], build_dir)
+            m = next((_ROW.match(line) for line in table.splitlines() if _ROW.match(line)), None)
+            if not m:
+                raise ui.StepFailed(f"fabric-bench --pairs {n} --layout {layout} printed no row:"
+                                    f"\n{table}")
+            figures.append((float(m.group(4)), float(_switch_cpu(table))))
+        (one, one_cpu), (each, each_cpu) = figures
+        lines.append(f"{n:>5} {one:>11.2f} {one_cpu:>8.2f} {each:>14.2f} {each_cpu:>10.2f} "
+                     f"{one / each:>11.2f}")
+    return "\n".join(lines)
+
+
+def _switch_cpu(table: str) -> str:
+    """The switch CPU seconds per GB of a table's first row."""
+    for line in table.splitlines():
+        if _ROW.match(line):
+            return line.split("|")[1].split()[2]
+    return "0"
+
+
+def check_pairs(build_dir) -> None:
+    """Two pairs at once through one switch, and through a switch each:
+    every row's bytes compared at both ends of each pair."""
+    for layout in ("shared", "separate"):
+        table = run(1, "ring", ["--pairs", "2", "--layout", layout, "--runs", "1", "--messages",
+                                str(CHECK_MESSAGES), "--only", "write", str(PAIRS_SIZE)],
+                    build_dir)
+        if ("RDMA WRITE", PAIRS_SIZE) not in rows(table):
+            raise ui.StepFailed(f"fabric-bench --pairs 2 --layout {layout} printed no row:\n"
+                                f"{table}")
 
 
 def rows(table: str, pattern=_ROW) -> dict:

@@ -243,6 +243,9 @@ def check_fabric_bench(counts: Counts, build: bool = True) -> None:
                f"{fabric_bench.describe(switches, cable)}, every byte compared",
                lambda s=switches, c=cable: fabric_bench.check(
                    s, c, core_build.sanitized_build_dir()))
+    _check(counts, "fabric-bench moves RC WRITEs of two pairs at once through 1 switch process, "
+           "and through a switch process each, every byte compared",
+           lambda: fabric_bench.check_pairs(core_build.sanitized_build_dir()))
 
 
 def check_stale_state(counts: Counts) -> None:
