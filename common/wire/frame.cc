@@ -30,11 +30,12 @@ std::vector<uint8_t> encode(uint8_t type, std::span<const uint8_t> payload) {
 }
 
 void appendFrame(std::vector<uint8_t> &out, uint8_t type, std::span<const uint8_t> payload) {
-    const size_t at = out.size();
-    out.resize(at + kHeaderSize + payload.size());
-    writeHeader(out.data() + at, type, payload.size());
-    if (!payload.empty())
-        std::memcpy(out.data() + at + kHeaderSize, payload.data(), payload.size());
+    // Appended, not resized and then copied over: the bytes are written
+    // once, not zeroed first.
+    uint8_t header[kHeaderSize];
+    writeHeader(header, type, payload.size());
+    out.insert(out.end(), header, header + kHeaderSize);
+    out.insert(out.end(), payload.begin(), payload.end());
 }
 
 void frameInPlace(std::span<uint8_t> framed, uint8_t type) {

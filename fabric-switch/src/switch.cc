@@ -142,12 +142,16 @@ std::vector<Transmit> Switch::receivePacket(unsigned in, std::span<const uint8_t
         return out;
     SwitchPort &port = ports_[in];
     iba::ParseError error;
-    auto packet = iba::parse(bytes, &error, /*checkIcrc=*/false);
+    auto packet = iba::parse(bytes, &error, /*checkIcrc=*/false, /*copyPayload=*/false);
     if (!packet) {
         ++port.counters.rcvErrors;
         dropped(in, iba::toString(error));
         return out;
     }
+    // What is forwarded goes as it came, its payload never copied; the
+    // agents (QP0's SMA and QP1's PMA) read and answer a MAD of their own.
+    if (packet->bth.destQp <= 1)
+        packet->payload.assign(packet->view.begin(), packet->view.end());
     ++port.counters.rcvPackets;
     port.counters.rcvData += bytes.size() / 4;
     const bool smp = packet->bth.destQp == 0 && packet->payload.size() == kMadSize;
