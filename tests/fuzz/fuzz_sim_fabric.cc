@@ -114,6 +114,27 @@ std::vector<uint8_t> packet(FuzzedDataProvider &in) {
     return bytes;
 }
 
+// A LID-routed PortCounters Get from the guest of LID `slid` to `dlid`,
+// as perfquery and ibqueryerrors send once the fabric is up.
+std::vector<uint8_t> portCountersQuery(uint16_t slid, uint16_t dlid) {
+    std::vector<uint8_t> m(iba::kMadSize);
+    iba::Mad mad(m);
+    mad.set8(0, 1);
+    mad.set8(1, iba::kClassPerfMgt);
+    mad.set8(2, 1);
+    mad.set8(3, iba::kGet);
+    mad.set16(16, iba::kAttrPortCounters);
+    iba::Packet p;
+    p.lrh.slid = slid;
+    p.lrh.dlid = dlid;
+    p.bth.pkey = 0xffff;
+    p.bth.opcode = iba::kUdSendOnly;
+    p.bth.destQp = 1;
+    p.deth = iba::Deth{iba::kQp1Qkey, 1};
+    p.payload = std::move(m);
+    return iba::build(p);
+}
+
 // The control socket's link command with words from the input.
 void pullOrPlug(FuzzedDataProvider &in, SimulatedFabric &f) {
     const uint64_t guid = in.ConsumeBool() ? kGuid + in.ConsumeIntegralInRange(0, 0x21)
@@ -154,6 +175,12 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
             checkOutput(f.linkChanged(port, true));
             testing::MiniSm sm(f, port);
             sm.sweep();
+            // A monitor's PMA queries to every CA the SM gave a LID: the
+            // LID-routed part of a simulated CA, which only a sweep opens.
+            for (const testing::MiniSm::Node &n : sm.nodes)
+                if (!n.isSwitch && n.lid)
+                    checkOutput(f.receive(
+                        port, portCountersQuery(testing::MiniSm::guestLid(port), n.lid), discard));
             break;
         }
         case 2:
