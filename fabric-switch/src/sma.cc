@@ -259,7 +259,7 @@ uint16_t Switch::smaGet(Mad &mad, unsigned in) {
     case kAttrLinearForwardingTable:
         if (mod >= kLftCap / 64)
             return kStatusBadField;
-        writeBytes(mad, std::span(lft_).subspan(mod * 64, 64));
+        writeBytes(mad, tables_.lftBlock(mod));
         return kStatusOk;
     case kAttrMulticastForwardingTable: {
         const unsigned position = mod >> 28, block = mod & 0x1ff;
@@ -267,7 +267,7 @@ uint16_t Switch::smaGet(Mad &mad, unsigned in) {
             return kStatusBadField;
         std::array<uint16_t, kMftEntriesPerBlock> masks;
         for (unsigned i = 0; i < kMftEntriesPerBlock; ++i)
-            masks[i] = mft_[block * kMftEntriesPerBlock + i][position];
+            masks[i] = tables_.masks(block * kMftEntriesPerBlock + i)[position];
         writeBlock16(mad, masks);
         return kStatusOk;
     }
@@ -317,8 +317,12 @@ uint16_t Switch::smaSet(Mad &mad, unsigned in) {
     case kAttrLinearForwardingTable:
         if (mod >= kLftCap / 64)
             return kStatusBadField;
-        readBytes(mad, std::span(lft_).subspan(mod * 64, 64));
-        status = kStatusOk;
+        {
+            std::array<uint8_t, ForwardingTables::kLftBlock> entries;
+            readBytes(mad, entries);
+            tables_.setLftBlock(mod, entries);
+            status = kStatusOk;
+        }
         break;
     case kAttrMulticastForwardingTable: {
         const unsigned position = mod >> 28, block = mod & 0x1ff;
@@ -327,7 +331,7 @@ uint16_t Switch::smaSet(Mad &mad, unsigned in) {
         std::array<uint16_t, kMftEntriesPerBlock> masks;
         readBlock16(mad, masks);
         for (unsigned i = 0; i < kMftEntriesPerBlock; ++i)
-            mft_[block * kMftEntriesPerBlock + i][position] = masks[i];
+            tables_.setMask(block * kMftEntriesPerBlock + i, position, masks[i]);
         status = kStatusOk;
         break;
     }

@@ -16,8 +16,7 @@ const char *stateName(uint8_t state) {
     return state < std::size(kNames) ? kNames[state] : "?";
 }
 
-Switch::Switch(SwitchConfig config)
-    : config_(std::move(config)), ports_(config_.ports + 1), lft_(kLftCap, 0xff), mft_(kMftCap) {
+Switch::Switch(SwitchConfig config) : config_(std::move(config)), ports_(config_.ports + 1) {
     // Port 0 is the switch itself: always up, its state is the switch's.
     ports_[0].linkUp = true;
     ports_[0].state = kPortStateInit;
@@ -230,7 +229,7 @@ void Switch::forward(unsigned in, const iba::Packet &packet, std::span<const uin
             dropped(in, "multicast LID beyond the MFT, LID", dlid);
             return;
         }
-        const auto &masks = mft_[index];
+        const ForwardingTables::Masks masks = tables_.masks(index);
         for (unsigned port = 1; port <= config_.ports; ++port) {
             std::span<const uint8_t> out = bytes;
             if (port != in && masks[port / 16] & (1u << (port % 16)) &&
@@ -239,7 +238,7 @@ void Switch::forward(unsigned in, const iba::Packet &packet, std::span<const uin
         }
         return;
     }
-    const unsigned port = dlid < kLftCap ? lft_[dlid] : 0xff;
+    const unsigned port = tables_.port(dlid);
     if (port < 1 || port > config_.ports) {
         ++ports_[in].counters.xmitDiscards; // no route: counted at the ingress
         return;
@@ -349,7 +348,7 @@ void Switch::sendDirected(std::vector<Transmit> &out, unsigned in, iba::Packet &
 // Hands a DR SMP over to LID routing, from this switch to `dlid`.
 void Switch::sendByLid(std::vector<Transmit> &out, unsigned in, iba::Packet &packet,
                        uint16_t dlid) {
-    const unsigned port = dlid < kLftCap ? lft_[dlid] : 0xff;
+    const unsigned port = tables_.port(dlid);
     if (lid_ == 0 || port < 1 || port > config_.ports) {
         ++ports_[in].counters.vl15Dropped;
         dropped(in, "DR SMP to a LID with no route, LID", dlid, lid_);
@@ -401,7 +400,7 @@ std::vector<Transmit> Switch::reply(const iba::Packet &request, std::vector<uint
     std::vector<Transmit> result;
     // Replies follow the LFT like any packet; with no route yet they go
     // back the way the request came.
-    const unsigned port = p.lrh.dlid < kLftCap ? lft_[p.lrh.dlid] : 0xff;
+    const unsigned port = tables_.port(p.lrh.dlid);
     transmit(result, port >= 1 && port <= config_.ports ? port : out, iba::build(p),
              request.bth.destQp == 0, p.bth.pkey);
     return result;

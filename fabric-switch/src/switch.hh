@@ -14,6 +14,7 @@
 #include <utility>
 #include <vector>
 
+#include "forwarding_tables.hh"
 #include "mad.hh"
 #include "mkey.hh"
 #include "packet.hh"
@@ -125,7 +126,8 @@ class Switch {
     const SwitchConfig &config() const { return config_; }
     const SwitchPort &port(unsigned n) const { return ports_.at(n); }
     uint16_t lid() const { return lid_; }
-    uint8_t lftEntry(uint16_t lid) const { return lft_[lid]; }
+    uint8_t lftEntry(uint16_t lid) const { return tables_.port(lid); }
+    const ForwardingTables &tables() const { return tables_; }
     // The VL a packet of service level `sl` takes from port `in` to port
     // `out` (IBA 7.6.6), by the SM's SL-to-VL table of that pair.
     uint8_t vlFor(unsigned in, unsigned out, uint8_t sl) const;
@@ -163,9 +165,9 @@ class Switch {
     void save(StateWriter &w) const;
     bool load(StateReader &r);
 
-    static constexpr unsigned kLftCap = 49152;    // unicast LIDs
-    static constexpr size_t kHeldWhileArmed = 16; // packets per port, by default
-    static constexpr unsigned kMftCap = 1024;     // multicast LIDs from 0xc000
+    static constexpr unsigned kLftCap = ForwardingTables::kLftCap; // unicast LIDs
+    static constexpr size_t kHeldWhileArmed = 16;                  // packets per port, by default
+    static constexpr unsigned kMftCap = ForwardingTables::kMftCap; // multicast LIDs from 0xc000
 
   private:
     void loadFrom(StateReader &r);
@@ -234,8 +236,7 @@ class Switch {
     uint8_t lifeTime_ = 0;
     bool portStateChange_ = false;
     uint64_t trapTid_ = 0;
-    std::vector<uint8_t> lft_;
-    std::vector<std::array<uint16_t, 16>> mft_; // per multicast LID: 16 masks of 16 ports
+    ForwardingTables tables_;
     // The SL-to-VL table of each (input, output) pair of ports, (ports +
     // 1)^2 of them at [in * (ports + 1) + out]; empty, every SL on VL0,
     // until the SM writes one (a fabric of thousands of switches whose SM

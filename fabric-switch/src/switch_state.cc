@@ -135,8 +135,8 @@ void Switch::save(StateWriter &w) const {
     w.endSection();
 
     w.beginSection(kTagTables);
-    w.bytes(lft_);
-    for (const auto &entry : mft_)
+    w.bytes(tables_.wholeLft());
+    for (const auto &entry : tables_.wholeMft())
         for (uint16_t mask : entry)
             w.u16(mask);
     w.endSection();
@@ -209,11 +209,12 @@ void Switch::loadFrom(StateReader &r) {
     const std::vector<uint8_t> lft = r.bytes(kLftCap, "the LFT");
     if (r.ok() && lft.size() != kLftCap)
         r.fail("the LFT: " + std::to_string(lft.size()) + " entries");
-    if (r.ok())
-        lft_ = lft;
-    for (auto &entry : mft_)
+    std::vector<ForwardingTables::Masks> mft(kMftCap);
+    for (auto &entry : mft)
         for (uint16_t &mask : entry)
             mask = r.u16();
+    if (r.ok())
+        tables_.load(lft, std::move(mft));
     r.leaveSection("the forwarding tables");
 
     r.enterSection(kTagSlToVl, "the SL-to-VL tables");

@@ -64,7 +64,7 @@ std::vector<Transmit> Switch::repeatTraps() {
 // Sends a trap to the SM. Only once the SM has given us a LID and told us
 // its own; before that the SM finds everything by sweeping anyway.
 void Switch::trapToSm(std::vector<Transmit> &out, std::vector<uint8_t> mad) {
-    const unsigned port = smLid_ < kLftCap ? lft_[smLid_] : 0xff;
+    const unsigned port = tables_.port(smLid_);
     if (lid_ == 0 || smLid_ == 0 || port < 1 || port > config_.ports)
         return;
     iba::Packet p;

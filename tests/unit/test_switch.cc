@@ -1209,3 +1209,34 @@ TEST_CASE("a switch's SL-to-VL tables and VLs are in its saved state",
     CHECK_FALSE(narrow.load(r2));
     CHECK_THAT(r2.error(), Catch::Contains("beyond its VLCap"));
 }
+
+TEST_CASE("the forwarding tables take memory for the blocks the SM wrote", "[switch]") {
+    Switch sw = makeSwitch();
+    CHECK(sw.tables().lftEntries() == 0);
+    CHECK(sw.tables().mftEntries() == 0);
+    // A block never written reads as no port, and reading it takes nothing.
+    std::vector<uint8_t> block = drGet(sw, kAttrLinearForwardingTable, 700);
+    CHECK(Mad(block).get8(Mad::kSmpData + 63) == ForwardingTables::kNoPort);
+    CHECK(sw.tables().lftEntries() == 0);
+    std::array<uint8_t, 64> ports;
+    ports.fill(2);
+    drSet(sw, kAttrLinearForwardingTable, 2, [&](Mad &m) { writeBytes(m, ports); });
+    CHECK(sw.tables().lftEntries() == 3 * 64);
+    CHECK(sw.lftEntry(130) == 2);
+    CHECK(sw.lftEntry(5) == ForwardingTables::kNoPort); // the blocks before it
+    CHECK(sw.lftEntry(40000) == ForwardingTables::kNoPort);
+    setMulticastPorts(sw, 0xc001, 0b110);
+    CHECK(sw.tables().mftEntries() == 32);
+    // A saved state holds the whole tables; a switch that loads it keeps
+    // the blocks written, no more.
+    pib::StateWriter w;
+    sw.save(w);
+    const std::vector<uint8_t> state = w.take();
+    Switch fresh = makeSwitch();
+    pib::StateReader r(state);
+    REQUIRE(fresh.load(r));
+    CHECK(fresh.tables().lftEntries() == 3 * 64);
+    CHECK(fresh.tables().mftEntries() == 32);
+    CHECK(fresh.lftEntry(130) == 2);
+    CHECK(fresh.tables().masks(1)[0] == 0b110);
+}
