@@ -13,7 +13,7 @@ import time
 from datetime import datetime
 from pathlib import Path
 
-from pibctl import fabric, paths, sim_fabric, topology, ui
+from pibctl import bench_summary, fabric, paths, sim_fabric, topology, ui
 
 RESULTS = paths.REPO / "docs" / "scale-results.json"
 DOC = paths.REPO / "docs" / "scale.md"
@@ -156,6 +156,7 @@ def measure(size: int, engine: str, accel: str) -> dict:
         wall = time.monotonic() - started
         log = _sweep_log(vm)
         result = {"spec": spec, "nodes": len(fab_model.nodes),
+                  "revision": bench_summary.revision(),
                   "switches": len(fab_model.switches), "cas": len(fab_model.cas),
                   "engine": engine, "accel": accel, "wall_s": round(wall, 1), **sweep_times(log)}
         result["engine_used"] = engine if f"'{engine}'" in log and \
