@@ -446,10 +446,9 @@ namespace {
 // parse() and parseShared(): the headers come from `head`, the packet's
 // first bytes (all of them, or kMaxHeaderBytes at least), the payload
 // and the CRCs from `bytes`.
-[[gnu::always_inline]] inline std::optional<Packet> parseFrom(std::span<const uint8_t> bytes,
-                                                              const uint8_t *head,
-                                                              ParseError *error, bool checkIcrc,
-                                                              bool copyPayload) {
+[[gnu::always_inline]] inline std::optional<Packet>
+parseFrom(std::span<const uint8_t> bytes, const uint8_t *head, ParseError *error, bool checkIcrc,
+          bool copyPayload, bool checkVcrc = true) {
     auto fail = [&](ParseError e) -> std::optional<Packet> {
         *error = e;
         return std::nullopt;
@@ -470,10 +469,12 @@ namespace {
     std::optional<BodyCrcs> crcs;
     if (checkIcrc && total - kIcrcSize >= headerBytes(grh))
         crcs = bodyCrcs(bytes.first(total - kIcrcSize), grh);
-    const uint16_t vcrcState = crcs ? crc16Update(crcs->vcrcState, std::span(tail, kIcrcSize))
-                                    : crc16Update(0xffff, bytes.first(total));
-    if (vcrc != static_cast<uint16_t>(~vcrcState))
-        return fail(ParseError::kBadVcrc);
+    if (checkVcrc) {
+        const uint16_t vcrcState = crcs ? crc16Update(crcs->vcrcState, std::span(tail, kIcrcSize))
+                                        : crc16Update(0xffff, bytes.first(total));
+        if (vcrc != static_cast<uint16_t>(~vcrcState))
+            return fail(ParseError::kBadVcrc);
+    }
 
     Packet p;
     if (const ParseError e = readLrh(head, total, p); e != ParseError::kNone)
@@ -517,6 +518,19 @@ void setVl(std::span<uint8_t> bytes, uint8_t vl) {
     const uint16_t vcrc = static_cast<uint16_t>(~crc16Update(0xffff, bytes.first(body)));
     bytes[body] = static_cast<uint8_t>(vcrc); // little-endian, as finish() puts it
     bytes[body + 1] = static_cast<uint8_t>(vcrc >> 8);
+}
+
+bool vcrcGood(std::span<const uint8_t> bytes) {
+    if (bytes.size() < kLrhSize + kBthSize + kIcrcSize + kVcrcSize ||
+        bytes.size() > kMaxPacketBytes)
+        return false;
+    const size_t body = bytes.size() - kVcrcSize;
+    const uint16_t vcrc = static_cast<uint16_t>(bytes[body] | bytes[body + 1] << 8);
+    return vcrc == static_cast<uint16_t>(~crc16Update(0xffff, bytes.first(body)));
+}
+
+std::optional<Packet> parseVcrcChecked(std::span<const uint8_t> bytes, ParseError *error) {
+    return parseFrom(bytes, bytes.data(), error, false, false, /*checkVcrc=*/false);
 }
 
 std::optional<Packet> parse(std::span<const uint8_t> bytes, ParseError *error, bool checkIcrc,

@@ -347,6 +347,16 @@ std::vector<uint8_t> build(const Packet &packet, size_t headroom = 0,
 std::optional<Packet> parse(std::span<const uint8_t> bytes, ParseError *error,
                             bool checkIcrc = true, bool copyPayload = true);
 
+// Whether a whole packet's VCRC is good (false too when it is shorter
+// than any packet or longer than the longest). A switch's forwarding
+// thread checks it, so that the thread that forwards need not
+// (parseVcrcChecked).
+bool vcrcGood(std::span<const uint8_t> bytes);
+
+// As parse(bytes, error, false, false), for a packet vcrcGood() found
+// good: no CRC is computed again.
+std::optional<Packet> parseVcrcChecked(std::span<const uint8_t> bytes, ParseError *error);
+
 // Puts a whole packet (its VCRC good) on virtual lane `vl`: the LRH's VL
 // and the VCRC, which covers it (the ICRC does not, IBA 7.8.1). What a
 // switch does when the SL-to-VL table of the ports a packet crosses puts

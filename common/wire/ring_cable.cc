@@ -257,6 +257,16 @@ std::optional<RingReader::InPlace> RingReader::nextInPlace(size_t headBytes, Err
     return InPlace{std::span(data_ + at, *length), lastFrame().subspan(kHeaderSize)};
 }
 
+std::optional<uint32_t> RingReader::nextTo(uint8_t *to, Error *error) {
+    const auto length = nextLength(error);
+    if (!length)
+        return std::nullopt;
+    copyOut(consumed_ + kHeaderSize, to, *length);
+    consumed_ += kHeaderSize + *length;
+    total_ += kHeaderSize + *length;
+    return length;
+}
+
 std::span<const uint8_t> RingReader::lastFrame() const {
     return std::span(frame_).first(frameLength_);
 }

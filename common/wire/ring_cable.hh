@@ -122,6 +122,10 @@ class RingReader {
         std::span<const uint8_t> head;
     };
     std::optional<InPlace> nextInPlace(size_t headBytes, Error *error);
+    // The next whole frame's payload copied to `to`, which has room for
+    // kMaxPayload bytes: its length. For a consumer that keeps frames (a
+    // switch's forwarding thread), one copy and no more.
+    std::optional<uint32_t> nextTo(uint8_t *to, Error *error);
     // Gives the space of the frames read back. True when the producer
     // asked for a doorbell (ringDoorbell).
     bool release();

@@ -34,6 +34,12 @@ class Element {
     // discarded, on the server's port numbers.
     virtual std::vector<Transmit> receive(unsigned port, std::span<const uint8_t> bytes,
                                           const Forwarder &send) = 0;
+    // A packet whose VCRC a forwarding thread found good (iba::vcrcGood):
+    // an element may skip that check.
+    virtual std::vector<Transmit> receiveVcrcGood(unsigned port, std::span<const uint8_t> bytes,
+                                                  const Forwarder &send) {
+        return receive(port, bytes, send);
+    }
     virtual std::vector<Transmit> linkChanged(unsigned port, bool up) = 0;
     virtual std::vector<unsigned> takeLinkResets() = 0;
     virtual std::vector<Transmit> repeatTraps() = 0;
@@ -71,6 +77,10 @@ class SwitchElement final : public Element {
     std::vector<Transmit> receive(unsigned port, std::span<const uint8_t> bytes,
                                   const Forwarder &send) override {
         return sw_.receive(port, bytes, send);
+    }
+    std::vector<Transmit> receiveVcrcGood(unsigned port, std::span<const uint8_t> bytes,
+                                          const Forwarder &send) override {
+        return sw_.receive(port, bytes, send, /*vcrcGood=*/true);
     }
     std::vector<Transmit> linkChanged(unsigned port, bool up) override {
         return sw_.linkChanged(port, up);

@@ -57,6 +57,11 @@ Options:
                         fabric file, docs/wire.md "Simulated fabrics"):
                         its `attach` statements, in order, are ports 1..N;
                         --ports, --guid, --name and --restore do not apply
+  --forwarding-threads N
+                        read ring cables on N threads (0..16, default 0:
+                        on the event loop): the copy out of each peer's
+                        ring and the VCRC check run beside the loop, which
+                        forwards (docs/wire.md, "Forwarding threads")
   --verbose             log every dropped packet and why
   --help                show this text
 
@@ -103,6 +108,7 @@ struct Options {
     std::string restore;
     std::string fabric;
     uint64_t restoreGraceMs = 60000;
+    unsigned forwardingThreads = 0;
 };
 
 // A grace period in ms, as --move-grace and --restore-grace take it.
@@ -130,6 +136,11 @@ Options parseOptions(int argc, char **argv) {
             if (n < 1 || n > 254)
                 throw std::runtime_error("--ports must be 1..254");
             o.config.ports = static_cast<unsigned>(n);
+        } else if (arg == "--forwarding-threads") {
+            const unsigned long n = std::stoul(value());
+            if (n > 16)
+                throw std::runtime_error("--forwarding-threads must be 0..16");
+            o.forwardingThreads = static_cast<unsigned>(n);
         } else if (arg == "--verbose") {
             o.verbose = true;
         } else if (arg == "--socket-dir") {
@@ -245,6 +256,7 @@ int main(int argc, char **argv) {
         if (!o.control.empty())
             server.setControlSocket(o.control);
         server.setMoveGrace(o.moveGraceMs * 1'000'000);
+        server.setForwardingThreads(o.forwardingThreads);
         if (!o.restore.empty())
             server.restoreState(pib::fabric::readStateFile(o.restore),
                                 o.restoreGraceMs * 1'000'000);

@@ -143,6 +143,7 @@ Server::Server(std::unique_ptr<Element> element, std::vector<PortEndpoint> endpo
       moves_(endpoints_.size()), captures_(endpoints_.size()) {}
 
 Server::~Server() {
+    pumps_.reset(); // the threads first: they read rings the connections hold
     for (auto &c : conns_)
         if (c && c->fd >= 0)
             close(c->fd);
@@ -204,6 +205,11 @@ void Server::open() {
             watch(listeners_[port], port, true, false);
         if (dials(port))
             dials_[port].backoff = RetryBackoff(dialPolicy_.firstRetryNs, dialPolicy_.maxRetryNs);
+    }
+    if (forwardingThreads_) {
+        pumps_ = std::make_unique<RingPumps>(forwardingThreads_,
+                                             static_cast<unsigned>(endpoints_.size()));
+        watchTag(epoll_, pumps_->readyFd(), kPumpsTag, false);
     }
     if (!controlPath_.empty()) {
         control_ = unixListener(controlPath_);
@@ -278,7 +284,7 @@ void Server::detach(unsigned port) {
     Connection *c = conns_[port].get();
     epoll_ctl(epoll_, EPOLL_CTL_DEL, c->fd, nullptr);
     close(c->fd);
-    closeRings(c);
+    closeRings(port);
     conns_[port].reset();
     outputGone(port);
 }
@@ -326,6 +332,8 @@ void Server::dispatch(uint64_t tag, uint32_t events) {
         onControl(static_cast<int>(low), events);
     else if (tag == kResolvedTag)
         onResolved();
+    else if (tag == kPumpsTag)
+        onPumpsReady();
     else if (tag & kRingTag)
         onRingDoorbell(low);
     else if (tag & kDialTag)

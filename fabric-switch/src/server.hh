@@ -14,6 +14,7 @@
 #include "fault.hh"
 #include "frame.hh"
 #include "pcap.hh"
+#include "ring_pumps.hh"
 #include "switch.hh"
 
 namespace pib::fabric {
@@ -68,6 +69,9 @@ class Server {
     // Before open(): the clock the server's timers run on (the fuzzer's
     // is a counter it advances, so that a run depends on its input alone).
     void setClock(Clock clock) { clock_ = clock; }
+    // Before open(): `threads` forwarding threads read the ring cables
+    // (ring_pumps.hh); 0, the default, reads them on the event loop.
+    void setForwardingThreads(unsigned threads) { forwardingThreads_ = threads; }
     // The switch's state and whom each link that is up leads to, for a
     // fabric snapshot (server_state.cc).
     std::vector<uint8_t> saveState() const;
@@ -166,18 +170,22 @@ class Server {
     bool offersRings(unsigned port) const;
     void offerRings(unsigned port);
     void ringAnswer(unsigned port, std::span<const uint8_t> payload);
-    void closeRings(Connection *c);
+    void closeRings(unsigned port);
+    void startRingInput(unsigned port, RingLink &rings);
     static bool putInRing(RingLink &r, std::span<const uint8_t> packet);
     void onRingDoorbell(unsigned port);
     void ringTurn(unsigned port);
     void processRing(unsigned port);
+    void processPumped(unsigned port);
+    void onPumpsReady();
     void serviceBusyRings();
     size_t flushRing(unsigned port);
     void sendHello(unsigned port);
     void watch(int fd, unsigned port, bool listener, bool writable);
     // Packets through the port's fault injection, both ways.
-    void receivePacket(unsigned port, std::span<const uint8_t> packet);
-    void toSwitch(unsigned port, std::span<const uint8_t> packet);
+    // `vcrcGood`: a forwarding thread checked the packet's VCRC.
+    void receivePacket(unsigned port, std::span<const uint8_t> packet, bool vcrcGood = false);
+    void toSwitch(unsigned port, std::span<const uint8_t> packet, bool vcrcGood = false);
     void sendPacket(unsigned port, std::span<const uint8_t> packet);
     FaultInjector::Deliver inward(unsigned port);
     FaultInjector::Deliver outward(unsigned port);
@@ -221,6 +229,10 @@ class Server {
     std::vector<unsigned> resume_;    // inputs whose output drained
     std::vector<unsigned> unflushed_; // outputs with frames not yet sent
     std::vector<unsigned> ringsBusy_; // rings with frames left for the next turn
+    unsigned forwardingThreads_ = 0;
+    // The forwarding threads, when there are: declared after conns_, so
+    // that they stop before the rings they read go.
+    std::unique_ptr<RingPumps> pumps_;
     int epoll_ = -1;
     int wake_ = -1;  // eventfd that stop() signals
     int waitMs_ = 0; // until the next timer is due; 0 at first, to dial at once

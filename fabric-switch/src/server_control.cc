@@ -170,7 +170,7 @@ std::string Server::queueStates() const {
         if (c->rings)
             s += " + " + std::to_string(c->queuedInRing()) + " ring, ring out " +
                  std::to_string(c->rings->out.inFlight()) + " in " +
-                 std::to_string(c->rings->in.waiting());
+                 std::to_string(pumps_ ? pumps_->waiting(n) : c->rings->in.waiting());
         if (c->blockedOn)
             s += ", input blocked on " + std::to_string(c->blockedOn) + " for " +
                  ms(c->blockedSince) + " ms";

@@ -33,16 +33,18 @@ FaultInjector::Deliver Server::outward(unsigned port) {
         [this, port](std::span<const uint8_t> bytes) { sendFrame(port, PIB_WIRE_PACKET, bytes); };
 }
 
-void Server::receivePacket(unsigned port, std::span<const uint8_t> packet) {
+void Server::receivePacket(unsigned port, std::span<const uint8_t> packet, bool vcrcGood) {
     FaultInjector &in = faults_[port].in;
     if (!in.active()) {
-        toSwitch(port, packet);
+        toSwitch(port, packet, vcrcGood);
         return;
     }
+    // (What an injector delivers may be corrupted on purpose: the switch
+    // checks its VCRC again.)
     in.offer(packet, now(), inward(port));
 }
 
-void Server::toSwitch(unsigned port, std::span<const uint8_t> packet) {
+void Server::toSwitch(unsigned port, std::span<const uint8_t> packet, bool vcrcGood) {
     // A packet held back by a fault is lost with the link it came over.
     if (!conns_[port] || !conns_[port]->helloReceived)
         return;
@@ -50,7 +52,8 @@ void Server::toSwitch(unsigned port, std::span<const uint8_t> packet) {
     const auto forwarded = [this](unsigned out, std::span<const uint8_t> bytes) {
         sendPacket(out, bytes);
     };
-    for (auto &t : sw_.receive(port, packet, forwarded))
+    for (auto &t : vcrcGood ? sw_.receiveVcrcGood(port, packet, forwarded)
+                            : sw_.receive(port, packet, forwarded))
         sendPacket(t.port, t.packet);
 }
 

@@ -247,6 +247,8 @@ void Server::processInput(unsigned port) {
             // for again), so it is read now, from the event loop.
             if (c->moved && c->rings)
                 ringsBusy_.push_back(port);
+            if (c->moved && c->rings && pumps_)
+                pumps_->hold(port, false);
             c->moved = false;
             if (hello.flags & PIB_WIRE_HELLO_TAKES_RINGS)
                 offerRings(port);

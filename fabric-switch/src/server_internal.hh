@@ -62,6 +62,7 @@ constexpr uint64_t kControlClientTag = 1ull << 35; // | the client's fd
 constexpr uint64_t kDialTag = 1ull << 36;          // | the port: its socket connecting
 constexpr uint64_t kResolvedTag = 1ull << 37;      // Resolutions::wake
 constexpr uint64_t kRingTag = 1ull << 38;          // | the port: its ring cable's doorbell
+constexpr uint64_t kPumpsTag = 1ull << 39;         // RingPumps::readyFd
 
 // The delay before each attempt of an outgoing link to connect again: it
 // doubles from `first` up to `max`, and starts from `first` again after

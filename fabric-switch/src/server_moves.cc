@@ -19,6 +19,8 @@ void Server::deviceMoving(unsigned port) {
     if (!c->helloReceived || c->peer.node_type != PIB_WIRE_NODE_CA || dials(port))
         return;
     c->moved = true;
+    if (pumps_ && c->rings) // its ring is not read while it moves
+        pumps_->hold(port, true);
     const uint64_t t = now();
     moves_[port] = {.pending = true,
                     .portGuid = c->peer.port_guid,

@@ -133,10 +133,20 @@ void Server::ringAnswer(unsigned port, std::span<const uint8_t> payload) {
         return;
     }
     log("port %u: ring cable of 2 x %u bytes (offered)", port, kOfferedRingSize);
-    watchTag(epoll_, rings->bell, kRingTag | port, false);
-    if (!rings->in.armDoorbell())
-        ringsBusy_.push_back(port); // frames came already: read them next turn
     c->rings = std::move(rings);
+    startRingInput(port, *c->rings);
+}
+
+// From now on the peer's frames are read from the ring: by the loop when
+// its doorbell rings, or by a forwarding thread.
+void Server::startRingInput(unsigned port, RingLink &rings) {
+    if (pumps_) {
+        pumps_->attach(port, &rings.in, rings.bell);
+        return;
+    }
+    watchTag(epoll_, rings.bell, kRingTag | port, false);
+    if (!rings.in.armDoorbell())
+        ringsBusy_.push_back(port); // frames came already: read them next turn
 }
 
 // A RINGS frame: the peer's offer, or its answer to ours. The answer goes
@@ -172,16 +182,19 @@ void Server::ringOffer(unsigned port, std::span<const uint8_t> payload) {
         return;
     }
     log("port %u: ring cable of 2 x %u bytes", port, answer.ring_size);
-    watchTag(epoll_, rings->bell, kRingTag | port, false);
     c->rings = std::move(rings);
+    startRingInput(port, *c->rings);
 }
 
-void Server::closeRings(Connection *c) {
+void Server::closeRings(unsigned port) {
+    Connection *c = conns_[port].get();
     for (int fd : c->passedFds)
         close(fd);
     c->passedFds.clear();
     c->offered.reset();
-    if (c->rings)
+    if (c->rings && pumps_)
+        pumps_->detach(port); // returns once its thread reads the ring no more
+    else if (c->rings)
         epoll_ctl(epoll_, EPOLL_CTL_DEL, c->rings->bell, nullptr);
     c->rings.reset();
 }
@@ -212,6 +225,10 @@ void Server::processRing(unsigned port) {
     Connection *c = conns_[port].get();
     if (c->moved) // a device that moves says nothing more in its ring
         return;
+    if (pumps_) {
+        processPumped(port);
+        return;
+    }
     RingLink *r = c->rings.get();
     for (unsigned taken = 0; !c->blockedOn; ++taken) {
         if (taken == kRingFramesPerTurn) {
@@ -242,6 +259,41 @@ void Server::processRing(unsigned port) {
     }
     if (r->in.release())
         wire::ringDoorbell(r->bell);
+}
+
+// The same for a ring a forwarding thread reads: its packets as the
+// thread read them, their VCRC checked; a ring it found broken drops the
+// link once the packets before the break went.
+void Server::processPumped(unsigned port) {
+    Connection *c = conns_[port].get();
+    for (unsigned taken = 0; !c->blockedOn; ++taken) {
+        if (taken == kRingFramesPerTurn) {
+            ringsBusy_.push_back(port);
+            return;
+        }
+        const auto packet = pumps_->next(port);
+        if (!packet) {
+            if (const std::string why = pumps_->broken(port); !why.empty())
+                drop(port, why.c_str());
+            return;
+        }
+        if (!c->helloReceived)
+            continue;
+        congested_ = 0;
+        receivePacket(port, packet->bytes, packet->vcrcGood);
+        if (conns_[port].get() != c)
+            return;
+        if (congested_)
+            block(port, congested_);
+    }
+}
+
+// The forwarding threads read packets, or a peer rang for room in the
+// ring the loop writes, or broke its ring.
+void Server::onPumpsReady() {
+    for (const unsigned port : pumps_->takeReady())
+        if (Connection *c = conns_[port].get(); c && c->rings)
+            ringTurn(port);
 }
 
 void Server::serviceBusyRings() {

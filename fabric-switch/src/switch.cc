@@ -125,8 +125,8 @@ std::vector<Transmit> Switch::receive(unsigned in, std::span<const uint8_t> byte
 }
 
 std::vector<Transmit> Switch::receive(unsigned in, std::span<const uint8_t> bytes,
-                                      const Forwarder &send) {
-    std::vector<Transmit> out = receivePacket(in, bytes, send);
+                                      const Forwarder &send, bool vcrcGood) {
+    std::vector<Transmit> out = receivePacket(in, bytes, send, vcrcGood);
     // What an SMP (or a data packet) just activated goes out with it.
     out.insert(out.end(), std::make_move_iterator(released_.begin()),
                std::make_move_iterator(released_.end()));
@@ -135,13 +135,14 @@ std::vector<Transmit> Switch::receive(unsigned in, std::span<const uint8_t> byte
 }
 
 std::vector<Transmit> Switch::receivePacket(unsigned in, std::span<const uint8_t> bytes,
-                                            const Forwarder &send) {
+                                            const Forwarder &send, bool vcrcGood) {
     std::vector<Transmit> out;
     if (in < 1 || in > config_.ports || !ports_[in].linkUp)
         return out;
     SwitchPort &port = ports_[in];
     iba::ParseError error;
-    auto packet = iba::parse(bytes, &error, /*checkIcrc=*/false, /*copyPayload=*/false);
+    auto packet = vcrcGood ? iba::parseVcrcChecked(bytes, &error)
+                           : iba::parse(bytes, &error, /*checkIcrc=*/false, /*copyPayload=*/false);
     if (!packet) {
         ++port.counters.rcvErrors;
         dropped(in, iba::toString(error));

@@ -111,9 +111,10 @@ class Switch {
     // A packet arrived on external port `port`. What the switch forwards
     // goes to `send` as it came, not copied; what it builds or releases
     // (answers, traps, packets a port held while ARMED) is returned, to
-    // go out after those.
+    // go out after those. With `vcrcGood`, the caller checked the VCRC
+    // already (iba::vcrcGood, on a forwarding thread).
     std::vector<Transmit> receive(unsigned port, std::span<const uint8_t> bytes,
-                                  const Forwarder &send);
+                                  const Forwarder &send, bool vcrcGood = false);
     // The same, with the forwarded packets copied into what it returns.
     std::vector<Transmit> receive(unsigned port, std::span<const uint8_t> bytes);
     // The link on an external port came up (both ends said HELLO) or went
@@ -211,7 +212,7 @@ class Switch {
     void forward(unsigned in, const iba::Packet &packet, std::span<const uint8_t> bytes,
                  const Forwarder &send);
     std::vector<Transmit> receivePacket(unsigned in, std::span<const uint8_t> bytes,
-                                        const Forwarder &send);
+                                        const Forwarder &send, bool vcrcGood);
     // A port left ARMED: to ACTIVE, what it held goes out with the
     // current call's packets; otherwise it is discarded.
     void portStateLeft(unsigned port, uint8_t before);

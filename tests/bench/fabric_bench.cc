@@ -7,7 +7,8 @@
 // With --pairs N, N such pairs stream at once, through one switch process
 // (--layout shared) or each through a switch process of its own
 // (--layout separate): what one switch forwards for many, beside the same
-// work spread over independent switches.
+// work spread over independent switches. With --switch-threads N each
+// switch reads its ring cables on N forwarding threads.
 //
 // This process starts the switches, programs them as a subnet manager
 // would (bench_sm.hh), forks the two devices (bench_device.hh) and tells
@@ -57,14 +58,15 @@ const uint32_t kSizes[] = {8, 64, 512, 4096, 16384, 65536, 262144, kMaxMessage};
 struct Options {
     std::string switchBinary;
     int switches = 1;
-    int runs = 3;          // each figure the median of this many runs
-    double seconds = 0.3;  // each run streams this long...
-    uint64_t messages = 0; // ...or exactly this many messages (a profiler's fixed count)
-    bool rings = false;    // ring cables (docs/wire.md) rather than streams
-    std::string onlyOp;    // "write", "send" or "read": that operation only
-    uint32_t onlySize = 0; // that size only
-    unsigned pairs = 1;    // pairs of devices streaming at once
-    bool separate = false; // each pair through a switch process of its own
+    int runs = 3;               // each figure the median of this many runs
+    double seconds = 0.3;       // each run streams this long...
+    uint64_t messages = 0;      // ...or exactly this many messages (a profiler's fixed count)
+    bool rings = false;         // ring cables (docs/wire.md) rather than streams
+    std::string onlyOp;         // "write", "send" or "read": that operation only
+    uint32_t onlySize = 0;      // that size only
+    unsigned pairs = 1;         // pairs of devices streaming at once
+    bool separate = false;      // each pair through a switch process of its own
+    unsigned switchThreads = 0; // each switch's --forwarding-threads
 };
 
 // What the coordinator and a device say to each other, one per datagram.
@@ -425,6 +427,8 @@ class Coordinator {
                                              "bench" + std::to_string(s)};
             if (s == 2 && !o_.separate)
                 args.insert(args.end(), {"--connect", "2=" + dir_ + "/s1/port3.sock"});
+            if (o_.switchThreads)
+                args.insert(args.end(), {"--forwarding-threads", std::to_string(o_.switchThreads)});
             switches_.push_back(spawn(args, dir + ".log"));
         }
     }
@@ -471,6 +475,9 @@ class Coordinator {
                         o_.separate ? "a pib-fabric-switch process each"
                                     : "one pib-fabric-switch process",
                         o_.rings ? "ring" : "stream", kDepth);
+        if (o_.switchThreads)
+            std::printf("(each switch reads its ring cables on %u forwarding threads)\n",
+                        o_.switchThreads);
         if (o_.messages)
             std::printf("(%d runs of %llu messages per row, the median run)\n", o_.runs,
                         static_cast<unsigned long long>(o_.messages));
@@ -591,7 +598,9 @@ Options parse(int argc, char **argv) {
             if (layout != "shared" && layout != "separate")
                 throw std::runtime_error("--layout is shared or separate");
             o.separate = layout == "separate";
-        } else if (a == "--messages")
+        } else if (a == "--switch-threads")
+            o.switchThreads = static_cast<unsigned>(std::stoul(value()));
+        else if (a == "--messages")
             o.messages = std::stoull(value());
         else if (a == "--only") {
             o.onlyOp = value();
@@ -604,6 +613,7 @@ Options parse(int argc, char **argv) {
         throw std::runtime_error("usage: fabric-bench --switch PIB-FABRIC-SWITCH [--switches 1|2] "
                                  "[--cable ring|stream] [--runs N] [--seconds S | --messages N] "
                                  "[--only OP SIZE] [--pairs 1..16 [--layout shared|separate]] "
+                                 "[--switch-threads N] "
                                  "(pairs through one switch, or a chain of two with one pair)");
     return o;
 }

@@ -20,6 +20,7 @@
 #include <optional>
 #include <poll.h>
 #include <pthread.h>
+#include <random>
 #include <string>
 #include <sys/eventfd.h>
 #include <sys/mman.h>
@@ -221,19 +222,20 @@ class SynDroppingPeer {
 };
 
 // A switch serving `endpoints` (index = port) on a thread of its own, as
-// pib-fabric-switch serves them on its main thread. The test talks to it
-// over its sockets only.
+// pib-fabric-switch serves them on its main thread (and its ring cables
+// on `forwardingThreads` more). The test talks to it over its sockets only.
 class RunningSwitch {
   public:
     RunningSwitch(std::vector<PortEndpoint> endpoints, const std::string &control,
                   const DialPolicy &policy = {}, uint64_t moveGraceNs = 5'000'000'000,
-                  std::span<const uint8_t> restore = {})
+                  std::span<const uint8_t> restore = {}, unsigned forwardingThreads = 0)
         : switch_(SwitchConfig{0x0250494253570001ull, static_cast<unsigned>(endpoints.size() - 1),
                                "tcp test switch"}),
           server_(switch_, std::move(endpoints)) {
         server_.setControlSocket(control);
         server_.setDialPolicy(policy);
         server_.setMoveGrace(moveGraceNs);
+        server_.setForwardingThreads(forwardingThreads);
         if (!restore.empty())
             server_.restoreState(restore, moveGraceNs);
         server_.open();
@@ -243,12 +245,11 @@ class RunningSwitch {
         server_.stop();
         loop_.join();
     }
-    // CPU seconds the switch's event loop has used.
-    double cpuSeconds() {
-        clockid_t clock;
+    // CPU seconds the process has used: the switch's event loop and its
+    // forwarding threads, and the test's own thread.
+    static double cpuSeconds() {
         timespec ts{};
-        REQUIRE(pthread_getcpuclockid(loop_.native_handle(), &clock) == 0);
-        REQUIRE(clock_gettime(clock, &ts) == 0);
+        REQUIRE(clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts) == 0);
         return static_cast<double>(ts.tv_sec) + static_cast<double>(ts.tv_nsec) / 1e9;
     }
 
@@ -531,17 +532,21 @@ bool isNodeInfoAnswer(std::span<const uint8_t> packet) {
     return parsed && parsed->payload.size() == iba::kMadSize && parsed->payload[3] == iba::kGetResp;
 }
 
-// A switch with one port, and a device on it whose ring offer it took.
+// A switch with one port, and a device on it whose ring offer it took;
+// the switch reads the ring on its event loop, or on `forwardingThreads`.
 struct RingCabledDevice {
     TempDir dir;
-    RunningSwitch sw{{{}, {PortEndpoint::Kind::kUnixListen, dir.file("port1.sock")}},
-                     dir.file("control.sock")};
+    RunningSwitch sw;
     Fd cable = deviceCable(dir.file("port1.sock"));
     OfferedRings rings;
     wire::RingWriter out{rings.memory->ctrl(0), rings.memory->data(0), kRingSize};
     wire::RingReader in{rings.memory->ctrl(1), rings.memory->data(1), kRingSize};
 
-    RingCabledDevice() { REQUIRE(offer(cable, rings.fds()) == PIB_WIRE_RINGS_ACCEPTED); }
+    explicit RingCabledDevice(unsigned forwardingThreads = 0)
+        : sw({{}, {PortEndpoint::Kind::kUnixListen, dir.file("port1.sock")}},
+             dir.file("control.sock"), {}, 5'000'000'000, {}, forwardingThreads) {
+        REQUIRE(offer(cable, rings.fds()) == PIB_WIRE_RINGS_ACCEPTED);
+    }
     // `count` NodeInfo queries to the switch in our ring, after we asked
     // for a doorbell for the answers; the switch's rung if it asked.
     void askNodeInfo(int count) {
@@ -576,7 +581,9 @@ struct RingCabledDevice {
 
 TEST_CASE("a device's ring offer is accepted and packets cross the rings both ways",
           "[switch-rings]") {
-    RingCabledDevice d;
+    const unsigned threads = GENERATE(0u, 2u); // on the loop, on forwarding threads
+    INFO(threads << " forwarding threads");
+    RingCabledDevice d(threads);
     // Three queries: the switch sleeps on the first doorbell, and answers
     // all three in the ring, ringing ours once we sleep.
     d.askNodeInfo(3);
@@ -587,7 +594,9 @@ TEST_CASE("a device's ring offer is accepted and packets cross the rings both wa
 
 TEST_CASE("the control socket's queues show what waits in a ring its device does not read",
           "[switch-rings]") {
-    RingCabledDevice d;
+    const unsigned threads = GENERATE(0u, 2u); // on the loop, on forwarding threads
+    INFO(threads << " forwarding threads");
+    RingCabledDevice d(threads);
     d.askNodeInfo(3);
     // Three answers wait in the ring to the device, which reads nothing.
     REQUIRE(readable(d.rings.bell.get(), 2000ms));
@@ -669,10 +678,12 @@ bool switchClosed(const Fd &cable) {
 // flood a bounded share a turn, and answers another port at once.
 TEST_CASE("a ring peer's doorbell line stalls the switch for no other port", "[switch-rings]") {
     TempDir dir;
+    const unsigned threads = GENERATE(0u, 2u);
+    INFO(threads << " forwarding threads");
     RunningSwitch sw({{},
                       {PortEndpoint::Kind::kUnixListen, dir.file("port1.sock")},
                       {PortEndpoint::Kind::kUnixListen, dir.file("port2.sock")}},
-                     dir.file("control.sock"));
+                     dir.file("control.sock"), {}, 5'000'000'000, {}, threads);
     Fd cable = deviceCable(dir.file("port1.sock"));
     OfferedRings rings;
     REQUIRE(offer(cable, rings.fds()) == PIB_WIRE_RINGS_ACCEPTED);
@@ -721,14 +732,18 @@ TEST_CASE("a ring peer's doorbell line stalls the switch for no other port", "[s
 }
 
 TEST_CASE("a ring peer that hangs up its doorbell line loses its link", "[switch-rings]") {
-    RingCabledDevice d;
+    const unsigned threads = GENERATE(0u, 2u); // on the loop, on forwarding threads
+    INFO(threads << " forwarding threads");
+    RingCabledDevice d(threads);
     d.rings.bell = Fd();
     d.rings.switchEnd = Fd();
     CHECK(switchClosed(d.cable));
 }
 
 TEST_CASE("a device that breaks its ring loses its link, and nothing else", "[switch-rings]") {
-    RingCabledDevice d;
+    const unsigned threads = GENERATE(0u, 2u); // on the loop, on forwarding threads
+    INFO(threads << " forwarding threads");
+    RingCabledDevice d(threads);
     d.rings.memory->ctrl(0)->produced = kRingSize + 1; // more than the ring holds
     wire::ringDoorbell(d.rings.bell.get());
     CHECK(switchClosed(d.cable));
@@ -741,7 +756,10 @@ TEST_CASE("a switch that dials another's UNIX socket offers it a ring cable", "[
     const std::string path = dir.file("peer.sock");
     Fd listener(unixListener(path));
     REQUIRE(listen(listener.get(), 4) == 0);
-    RunningSwitch sw({{}, {PortEndpoint::Kind::kUnixConnect, path}}, dir.file("control.sock"));
+    const unsigned threads = GENERATE(0u, 2u);
+    INFO(threads << " forwarding threads");
+    RunningSwitch sw({{}, {PortEndpoint::Kind::kUnixConnect, path}}, dir.file("control.sock"), {},
+                     5'000'000'000, {}, threads);
     const Fd link = acceptWithin(listener, 3000ms);
     REQUIRE(link);
     CHECK_FALSE(helloFlags(link, 1000ms) &
@@ -1003,7 +1021,9 @@ TEST_CASE("a switch refuses a state that is not its own, cut or changed", "[swit
 // read: the switch had stopped reading the ring at MOVING, and the
 // device's doorbell had been rung before.
 TEST_CASE("a ring-cabled device whose move failed has its ring read again", "[switch-moves]") {
-    RingCabledDevice d;
+    const unsigned threads = GENERATE(0u, 2u); // on the loop, on forwarding threads
+    INFO(threads << " forwarding threads");
+    RingCabledDevice d(threads);
     sendFrame(d.cable, PIB_WIRE_MOVING, {});
     REQUIRE(portsSay(d.dir.file("control.sock"), "its device moves", 2000ms));
     d.askNodeInfo(2); // not read while it moves
@@ -1149,4 +1169,120 @@ TEST_CASE("a port that drains after the switch discarded packets to it is told s
     REQUIRE(after);
     CHECK(after->find(", stalled") == std::string::npos);
     CHECK(answersOn(cable)); // and the port goes on as before
+}
+
+// ---- forwarding threads (ring_pumps.hh) ----------------------------------
+
+namespace {
+
+// A UD packet to `dlid` whose payload starts with its sequence number
+// (little-endian) and goes on with `length` - 4 random bytes.
+std::vector<uint8_t> numberedPacket(uint16_t dlid, uint16_t slid, uint32_t seq, size_t length,
+                                    std::mt19937 &random) {
+    iba::Packet p;
+    p.bth.pkey = 0xffff;
+    p.lrh.dlid = dlid;
+    p.lrh.slid = slid;
+    p.bth.opcode = iba::kUdSendOnly;
+    p.bth.destQp = 0x99;
+    p.deth = iba::Deth{0x1111, 7};
+    p.payload.resize(length);
+    for (uint8_t &b : p.payload)
+        b = static_cast<uint8_t>(random());
+    std::memcpy(p.payload.data(), &seq, sizeof(seq));
+    return iba::build(p);
+}
+
+// A device on a ring cable that streams numbered packets to another
+// through the switch, and checks what comes back from it.
+struct Streamer {
+    Fd cable;
+    OfferedRings rings;
+    wire::RingWriter out{rings.memory->ctrl(0), rings.memory->data(0), kRingSize};
+    wire::RingReader in{rings.memory->ctrl(1), rings.memory->data(1), kRingSize};
+    std::vector<std::vector<uint8_t>> toSend; // in order
+    size_t sent = 0;
+    std::vector<std::vector<uint8_t>> received;
+
+    explicit Streamer(Fd c) : cable(std::move(c)) {
+        REQUIRE(offer(cable, rings.fds()) == PIB_WIRE_RINGS_ACCEPTED);
+    }
+    // Puts what fits in the ring and takes what came; true when it did any.
+    bool turn() {
+        bool moved = false;
+        while (sent < toSend.size() && out.put(wire::encode(PIB_WIRE_PACKET, toSend[sent]))) {
+            ++sent;
+            moved = true;
+        }
+        if (out.publish() || moved)
+            wire::ringDoorbell(rings.bell.get());
+        wire::clearDoorbell(rings.bell.get());
+        wire::RingReader::Error error;
+        while (auto frame = in.next(&error)) {
+            received.emplace_back(frame->payload.begin(), frame->payload.end());
+            moved = true;
+        }
+        REQUIRE(error == wire::RingReader::Error::kNone);
+        if (in.release())
+            wire::ringDoorbell(rings.bell.get());
+        return moved;
+    }
+};
+
+} // namespace
+
+// Two devices on ring cables, on ports that two forwarding threads read,
+// stream to each other at once: each packet arrives whole, in the order it
+// was sent, and one with a bad VCRC is dropped (counted by the switch as
+// any other), as on the event loop alone.
+TEST_CASE("forwarding threads pass each ring's packets whole and in order", "[switch-rings]") {
+    const unsigned threads = GENERATE(0u, 1u, 2u);
+    INFO(threads << " forwarding threads");
+    TempDir dir;
+    const std::string control = dir.file("control.sock");
+    RunningSwitch sw({{},
+                      {PortEndpoint::Kind::kUnixListen, dir.file("port1.sock")},
+                      {PortEndpoint::Kind::kUnixListen, dir.file("port2.sock")}},
+                     control, {}, 5'000'000'000, {}, threads);
+    Fd first = deviceCable(dir.file("port1.sock"));
+    Fd second = deviceCable(dir.file("port2.sock"), 0, kDeviceGuid + 0x100);
+    REQUIRE(portsSay(control, "port 2: INIT, link up", 2000ms));
+    // As the SM would: LID 1 behind port 1, LID 2 behind port 2, both ACTIVE.
+    setThrough(first, iba::kAttrLinearForwardingTable, 0, [](iba::Mad &m) {
+        const uint8_t ports[] = {0, 1, 2};
+        iba::writeBytes(m, ports);
+    });
+    for (const uint8_t state : {iba::kPortStateArmed, iba::kPortStateActive})
+        for (const uint32_t port : {1u, 2u})
+            setThrough(first, iba::kAttrPortInfo, port,
+                       [state](iba::Mad &m) { iba::writePortInfo(m, {.portState = state}); });
+    REQUIRE(portsSay(control, "port 2: ACTIVE", 2000ms));
+
+    Streamer a(std::move(first)), b(std::move(second));
+    std::mt19937 random(threads);
+    constexpr uint32_t kPackets = 3000;
+    constexpr uint32_t kSpoiled = 1234; // its VCRC wrong: never arrives
+    for (uint32_t seq = 0; seq < kPackets; ++seq) {
+        const size_t length = 4 + random() % 2048;
+        a.toSend.push_back(numberedPacket(2, 1, seq, length, random));
+        b.toSend.push_back(numberedPacket(1, 2, seq, length, random));
+    }
+    a.toSend[kSpoiled].back() ^= 1;
+    const auto deadline = steady_clock::now() + 20s;
+    while ((a.received.size() < kPackets || b.received.size() < kPackets - 1) &&
+           steady_clock::now() < deadline)
+        if (!(a.turn() | b.turn()))
+            std::this_thread::sleep_for(1ms);
+    REQUIRE(b.received.size() == kPackets - 1);
+    REQUIRE(a.received.size() == kPackets);
+    for (uint32_t seq = 0, at = 0; seq < kPackets; ++seq) {
+        CHECK(a.received[seq] == b.toSend[seq]);
+        if (seq == kSpoiled)
+            continue;
+        CHECK(b.received[at++] == a.toSend[seq]);
+    }
+    // Nothing more came: the spoiled packet was dropped, not late.
+    std::this_thread::sleep_for(100ms);
+    b.turn();
+    CHECK(b.received.size() == kPackets - 1);
 }

@@ -34,10 +34,12 @@ def describe(switches: int, cable: str) -> str:
 
 
 # The switch's data plane against more pairs of devices: N pairs stream
-# RDMA WRITEs of PAIRS_SIZE at once through one switch process, then each
+# RDMA WRITEs of PAIRS_SIZE at once through one switch process, on its
+# event loop alone and with SWITCH_THREADS forwarding threads, then each
 # pair through a switch process of its own.
 PAIRS = (1, 2, 4, 8)
 PAIRS_SIZE = 65536
+SWITCH_THREADS = 2
 
 
 def run(switches: int, cable: str, extra=(), build_dir=None) -> str:
@@ -59,30 +61,38 @@ def run(switches: int, cable: str, extra=(), build_dir=None) -> str:
     return proc.stdout
 
 
+# The three ways pairs_table runs them: fabric-bench's options and a name.
+_PAIR_LAYOUTS = ((("--layout", "shared"), "one switch"),
+                 (("--layout", "shared", "--switch-threads", str(SWITCH_THREADS)),
+                  f"+{SWITCH_THREADS} threads"),
+                 (("--layout", "separate"), "a switch each"))
+
+
 def pairs_table(build_dir=None, runs: int = 3) -> str:
     """Aggregate GB/s of N pairs (PAIRS) streaming RDMA WRITEs of
-    PAIRS_SIZE at once through one switch process, beside N switch
-    processes a pair, on ring cables; and their ratio, measured in the
+    PAIRS_SIZE at once through one switch process (its event loop alone,
+    then with SWITCH_THREADS forwarding threads), beside N switch
+    processes a pair, on ring cables; and the ratios, measured in the
     same run. With two cores, 2N device processes and the switches share
-    them: the ratio says what one switch process costs the pairs against
-    as many independent ones."""
+    them: the ratios say what one switch process costs the pairs against
+    as many independent ones, and what its threads win back."""
     lines = [f"N pairs streaming RDMA WRITE of {PAIRS_SIZE // 1024} KiB at once, ring cables, "
              f"the median of {runs} runs (GB/s, the pairs' sum; switch CPU s per GB)",
-             f"{'pairs':>5} {'one switch':>11} {'its CPU':>8} {'a switch each':>14} "
-             f"{'their CPU':>10} {'one / each':>11}"]
+             f"{'pairs':>5} " + " ".join(f"{name:>14} {'CPU':>5}" for _, name in _PAIR_LAYOUTS)
+             + f" {'one/each':>9} {'threads/one':>12}"]
     for n in PAIRS:
         figures = []
-        for layout in ("shared", "separate"):
-            table = run(1, "ring", ["--pairs", str(n), "--layout", layout, "--runs", str(runs),
+        for options, _ in _PAIR_LAYOUTS:
+            table = run(1, "ring", ["--pairs", str(n), *options, "--runs", str(runs),
                                     "--only", "write", str(PAIRS_SIZE)], build_dir)
             m = next((_ROW.match(line) for line in table.splitlines() if _ROW.match(line)), None)
             if not m:
-                raise ui.StepFailed(f"fabric-bench --pairs {n} --layout {layout} printed no row:"
-                                    f"\n{table}")
+                raise ui.StepFailed(f"fabric-bench --pairs {n} {' '.join(options)} printed no "
+                                    f"row:\n{table}")
             figures.append((float(m.group(4)), float(_switch_cpu(table))))
-        (one, one_cpu), (each, each_cpu) = figures
-        lines.append(f"{n:>5} {one:>11.2f} {one_cpu:>8.2f} {each:>14.2f} {each_cpu:>10.2f} "
-                     f"{one / each:>11.2f}")
+        (one, _), (threaded, _), (each, _) = figures
+        lines.append(f"{n:>5} " + " ".join(f"{gbs:>14.2f} {cpu:>5.2f}" for gbs, cpu in figures)
+                     + f" {one / each:>9.2f} {threaded / one:>12.2f}")
     return "\n".join(lines)
 
 
@@ -95,14 +105,15 @@ def _switch_cpu(table: str) -> str:
 
 
 def check_pairs(build_dir) -> None:
-    """Two pairs at once through one switch, and through a switch each:
-    every row's bytes compared at both ends of each pair."""
-    for layout in ("shared", "separate"):
-        table = run(1, "ring", ["--pairs", "2", "--layout", layout, "--runs", "1", "--messages",
+    """Two pairs at once through one switch (with and without forwarding
+    threads), and through a switch each: every row's bytes compared at
+    both ends of each pair."""
+    for options, _ in _PAIR_LAYOUTS:
+        table = run(1, "ring", ["--pairs", "2", *options, "--runs", "1", "--messages",
                                 str(CHECK_MESSAGES), "--only", "write", str(PAIRS_SIZE)],
                     build_dir)
         if ("RDMA WRITE", PAIRS_SIZE) not in rows(table):
-            raise ui.StepFailed(f"fabric-bench --pairs 2 --layout {layout} printed no row:\n"
+            raise ui.StepFailed(f"fabric-bench --pairs 2 {' '.join(options)} printed no row:\n"
                                 f"{table}")
 
 
