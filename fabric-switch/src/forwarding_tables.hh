@@ -56,20 +56,12 @@ class ForwardingTables {
     size_t lftEntries() const { return lft_.size(); }
     size_t mftEntries() const { return mft_.size(); }
 
-    // The whole tables, as a switch's saved state holds them (their
-    // capacity, unwritten entries as they read).
-    std::vector<uint8_t> wholeLft() const {
-        std::vector<uint8_t> whole(lft_);
-        whole.resize(kLftCap, kNoPort);
-        return whole;
-    }
-    std::vector<Masks> wholeMft() const {
-        std::vector<Masks> whole(mft_);
-        whole.resize(kMftCap);
-        return whole;
-    }
-    // Takes whole tables, keeping the blocks up to the last one that
-    // holds an entry.
+    // The tables as they are held, as a switch's saved state holds them:
+    // whole blocks, up to the last one written.
+    std::span<const uint8_t> lft() const { return lft_; }
+    std::span<const Masks> mft() const { return mft_; }
+    // Takes tables of whole blocks (at most their capacity: the caller
+    // checks), keeping the blocks up to the last one that holds an entry.
     void load(std::vector<uint8_t> lft, std::vector<Masks> mft) {
         size_t lftEnd = lft.size();
         while (lftEnd && lft[lftEnd - 1] == kNoPort)

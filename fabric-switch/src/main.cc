@@ -56,7 +56,9 @@ Options:
   --fabric FILE         simulate a whole fabric of switches and CAs (a
                         fabric file, docs/wire.md "Simulated fabrics"):
                         its `attach` statements, in order, are ports 1..N;
-                        --ports, --guid, --name and --restore do not apply
+                        --ports, --guid and --name do not apply; with
+                        --restore, the state a process of the same fabric
+                        file saved: every simulated switch's and CA's
   --forwarding-threads N
                         read ring cables on N threads (0..16, default 0:
                         on the event loop): the copy out of each peer's
@@ -169,8 +171,6 @@ Options parseOptions(int argc, char **argv) {
             throw std::runtime_error("unknown option " + arg + " (see --help)");
         }
     }
-    if (!o.fabric.empty() && !o.restore.empty())
-        throw std::runtime_error("--restore does not apply to --fabric");
     return o;
 }
 

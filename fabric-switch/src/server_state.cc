@@ -21,9 +21,11 @@ namespace pib::fabric {
 namespace {
 
 constexpr uint32_t kTagLinks = stateTag("SLNK");
-// A state is the switch's tables (about 80 KiB) and its ports: anything
-// much larger is not one.
-constexpr size_t kMaxStateBytes = 4 << 20;
+// A switch's state is its ports and the tables its SM wrote (at most
+// about 100 KiB); a simulated fabric's, that of each of its switches and
+// CAs (some 10 KiB a switch in a fabric of 10,000 LIDs). Anything larger
+// than a fabric of the largest size could save is not one.
+constexpr size_t kMaxStateBytes = size_t{512} << 20;
 
 } // namespace
 
@@ -45,7 +47,7 @@ std::vector<uint8_t> Server::saveState() const {
 void Server::restoreState(std::span<const uint8_t> state, uint64_t graceNs) {
     StateReader r(state);
     if (!sw_.saves())
-        throw std::runtime_error("a simulated fabric is not restored from a snapshot");
+        throw std::runtime_error("this switch has no state to restore");
     // A state refused in its links leaves the switch as it was.
     StateWriter before;
     sw_.save(before);
@@ -83,7 +85,7 @@ std::string Server::saveCommand(std::string_view path) {
     if (path.empty())
         return "error: save needs a file";
     if (!sw_.saves())
-        return "error: a simulated fabric is not saved";
+        return "error: this switch has no state to save";
     const std::string file(path);
     const std::string tmp = file + ".tmp";
     const std::vector<uint8_t> state = saveState();

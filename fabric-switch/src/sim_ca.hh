@@ -16,6 +16,7 @@
 
 #include "mad.hh"
 #include "mkey.hh"
+#include "state_archive.hh"
 #include "switch.hh"
 #include "vl.hh"
 
@@ -69,6 +70,13 @@ class SimulatedCa {
     uint64_t dataDropped() const { return dataDropped_; }
     // The M_Key lease's clock, in nanoseconds (tests set their own).
     void setClock(uint64_t (*clock)()) { clock_ = clock; }
+
+    // Its part of a simulated fabric's saved state (sim_fabric_state.cc):
+    // what the SM set at each port, and the counters. load() checks every
+    // value as the SMA checks a Set, and fails `r` on the first it
+    // refuses; the CA is then left half loaded (the fabric loads a copy).
+    void save(StateWriter &w) const;
+    void load(StateReader &r);
 
   private:
     std::vector<Transmit> directedRoute(unsigned in, iba::Packet &packet);

@@ -279,11 +279,6 @@ void SimulatedFabric::discarded(unsigned port, size_t bytes) {
     switchOf(e.node).discarded(e.port, bytes);
 }
 
-bool SimulatedFabric::load(StateReader &r) {
-    r.fail("a simulated fabric is not restored from a snapshot");
-    return false;
-}
-
 void SimulatedFabric::setDropLogger(std::function<void(const std::string &)> log) {
     for (uint32_t node = 0; node < slots_.size(); ++node)
         if (slots_[node].isSwitch)

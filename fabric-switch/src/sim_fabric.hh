@@ -96,9 +96,12 @@ class SimulatedFabric final : public Element {
     std::optional<std::string> command(std::string_view verb, std::string_view args,
                                        std::vector<Transmit> &out) override;
     std::string commandNames() const override { return ", link, fabric"; }
-    // A simulated fabric is not part of a snapshot.
-    bool saves() const override { return false; }
-    void save(StateWriter &) const override {}
+    // Every switch's and CA's state, for a snapshot of the fabric
+    // (sim_fabric_state.cc); load() refuses a state of another fabric, or
+    // one whose two ends of a link disagree, and leaves the fabric as it
+    // was.
+    bool saves() const override { return true; }
+    void save(StateWriter &w) const override;
     bool load(StateReader &r) override;
 
     // Takes the link on port `port` of the node `guid` down or up, at

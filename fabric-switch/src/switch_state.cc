@@ -6,11 +6,15 @@
 // every field is read through a StateReader and every value checked, and a refused state leaves the
 // switch as it was.
 #include "state_archive.hh"
+#include "state_parts.hh"
 #include "switch.hh"
 
 namespace pib::fabric {
 
 using namespace pib::iba;
+using state::loadCounters;
+using state::loadTable;
+using state::saveCounters;
 
 namespace {
 
@@ -20,35 +24,12 @@ constexpr uint32_t kTagPorts = stateTag("SPRT");
 constexpr uint32_t kTagTables = stateTag("SFDB");
 constexpr uint32_t kTagSlToVl = stateTag("SSLV");
 // 2: the SL-to-VL tables are of pairs of ports, not of output ports.
-constexpr uint32_t kStateVersion = 2;
+// 3: the LFT and MFT as far as the SM wrote them, not whole (a simulated
+// fabric saves a thousand switches).
+constexpr uint32_t kStateVersion = 3;
 constexpr uint8_t kMaxMtu = 5; // 4096
 constexpr uint8_t kMaxSubnetTimeout = 31;
 constexpr uint8_t kMaxLmc = 7;
-
-void saveCounters(StateWriter &w, const PortCounters &c) {
-    for (uint64_t v :
-         {c.xmitData, c.rcvData, c.xmitPackets, c.rcvPackets, c.rcvErrors, c.xmitDiscards,
-          c.vl15Dropped, c.xmitConstraintErrors, c.rcvConstraintErrors})
-        w.u64(v);
-    w.u32(c.linkDowned);
-}
-
-void loadCounters(StateReader &r, PortCounters &c) {
-    for (uint64_t *v :
-         {&c.xmitData, &c.rcvData, &c.xmitPackets, &c.rcvPackets, &c.rcvErrors, &c.xmitDiscards,
-          &c.vl15Dropped, &c.xmitConstraintErrors, &c.rcvConstraintErrors})
-        *v = r.u64();
-    c.linkDowned = r.u32();
-}
-
-template <size_t N> void loadTable(StateReader &r, std::array<uint8_t, N> &t, const char *what) {
-    const std::vector<uint8_t> b = r.bytes(N, what);
-    if (r.ok() && b.size() != N)
-        r.fail(std::string(what) + ": " + std::to_string(b.size()) + " bytes, not " +
-               std::to_string(N));
-    if (r.ok())
-        std::copy(b.begin(), b.end(), t.begin());
-}
 
 void savePort(StateWriter &w, const SwitchPort &p) {
     w.boolean(p.linkUp);
@@ -117,16 +98,7 @@ void Switch::save(StateWriter &w) const {
     w.u8(lifeTime_);
     w.boolean(portStateChange_);
     w.u64(trapTid_);
-    const MkeyProtection::Saved m = mkey_.saved();
-    w.u64(m.key);
-    w.u8(m.protectBits);
-    w.u16(m.leasePeriod);
-    // The lease as what is left of it: the clock of the switch that loads
-    // the state is another process's.
-    const uint64_t t = now();
-    w.u64(m.leaseEndsNs == 0 ? 0
-                             : std::max<uint64_t>(m.leaseEndsNs - std::min(m.leaseEndsNs, t), 1));
-    w.u16(m.violations);
+    state::saveMkey(w, mkey_, now());
     w.endSection();
 
     w.beginSection(kTagPorts);
@@ -135,8 +107,9 @@ void Switch::save(StateWriter &w) const {
     w.endSection();
 
     w.beginSection(kTagTables);
-    w.bytes(tables_.wholeLft());
-    for (const auto &entry : tables_.wholeMft())
+    w.bytes(tables_.lft());
+    w.u32(static_cast<uint32_t>(tables_.mft().size()));
+    for (const auto &entry : tables_.mft())
         for (uint16_t mask : entry)
             w.u16(mask);
     w.endSection();
@@ -184,21 +157,13 @@ void Switch::loadFrom(StateReader &r) {
     lifeTime_ = r.u8();
     portStateChange_ = r.boolean("PortStateChange");
     trapTid_ = r.u64();
-    MkeyProtection::Saved m{};
-    m.key = r.u64();
-    m.protectBits = r.u8();
-    m.leasePeriod = r.u16();
-    const uint64_t leaseLeft = r.u64();
-    m.violations = r.u16();
-    m.leaseEndsNs = leaseLeft == 0 ? 0 : now() + leaseLeft;
+    state::loadMkey(r, mkey_, now());
     r.leaveSection("the switch's SMA");
     if (r.ok() && (lmc_ > kMaxLmc || subnetTimeout_ > kMaxSubnetTimeout))
         r.fail("LMC " + std::to_string(lmc_) + " or subnet timeout " +
                std::to_string(subnetTimeout_) + " out of range");
     if (r.ok() && linearFdbTop_ >= kLftCap)
         r.fail("LinearFDBTop " + std::to_string(linearFdbTop_) + " beyond the LFT");
-    if (r.ok() && !mkey_.restore(m))
-        r.fail("M_Key protect bits " + std::to_string(m.protectBits));
 
     r.enterSection(kTagPorts, "the switch's ports");
     for (unsigned n = 0; n < ports_.size() && r.ok(); ++n)
@@ -206,15 +171,18 @@ void Switch::loadFrom(StateReader &r) {
     r.leaveSection("the switch's ports");
 
     r.enterSection(kTagTables, "the forwarding tables");
-    const std::vector<uint8_t> lft = r.bytes(kLftCap, "the LFT");
-    if (r.ok() && lft.size() != kLftCap)
-        r.fail("the LFT: " + std::to_string(lft.size()) + " entries");
-    std::vector<ForwardingTables::Masks> mft(kMftCap);
+    std::vector<uint8_t> lft = r.bytes(kLftCap, "the LFT");
+    if (r.ok() && lft.size() % ForwardingTables::kLftBlock != 0)
+        r.fail("the LFT: " + std::to_string(lft.size()) + " entries, not whole blocks");
+    const uint32_t mftEntries = r.u32();
+    if (r.ok() && (mftEntries > kMftCap || mftEntries % ForwardingTables::kMftBlock != 0))
+        r.fail("the MFT: " + std::to_string(mftEntries) + " entries");
+    std::vector<ForwardingTables::Masks> mft(r.ok() ? mftEntries : 0);
     for (auto &entry : mft)
         for (uint16_t &mask : entry)
             mask = r.u16();
     if (r.ok())
-        tables_.load(lft, std::move(mft));
+        tables_.load(std::move(lft), std::move(mft));
     r.leaveSection("the forwarding tables");
 
     r.enterSection(kTagSlToVl, "the SL-to-VL tables");

@@ -500,3 +500,108 @@ TEST_CASE("numbers, GUIDs and answers a fabric refuses", "[sim-fabric]") {
         CHECK_FALSE(dr);
     }
 }
+
+// ---- a simulated fabric's state (sim_fabric_state.cc) ---------------------
+
+namespace {
+
+std::vector<uint8_t> savedState(const SimulatedFabric &f) {
+    StateWriter w;
+    f.save(w);
+    return w.take();
+}
+
+// A fresh chain that loads `state`: whether it took it, and why not.
+std::pair<bool, std::string> loadInto(SimulatedFabric &f, std::span<const uint8_t> state) {
+    StateReader r(state);
+    const bool loaded = f.load(r);
+    return {loaded && r.ok() && r.atEnd(), r.error()};
+}
+
+} // namespace
+
+TEST_CASE("a simulated fabric's saved state loads into a new one that forwards as it did",
+          "[sim-fabric][switch-state]") {
+    SweptChain c(6);
+    // Something counted and something pulled, to see them come back.
+    const auto payload = randomBytes(300, 7);
+    const auto packet = udPacket(MiniSm::guestLid(1), MiniSm::guestLid(2), payload);
+    REQUIRE(inject(c.f, 1, packet).size() == 1);
+    c.f.setLink(kSwitchGuid + 5, 3, false); // the last switch's CA
+    const std::vector<uint8_t> state = savedState(c.f);
+
+    SimulatedFabric fresh(chain(6));
+    fresh.linkChanged(1, true);
+    fresh.linkChanged(2, true);
+    fresh.setLink(kSwitchGuid + 5, 3, false);
+    const auto [loaded, why] = loadInto(fresh, state);
+    INFO(why);
+    REQUIRE(loaded);
+    // Every node as the SM left it, without a sweep.
+    for (uint32_t i = 0; i < 6; ++i) {
+        const Switch &was = *c.f.switchByGuid(kSwitchGuid + i);
+        const Switch &is = *fresh.switchByGuid(kSwitchGuid + i);
+        CHECK(is.lid() == was.lid());
+        for (unsigned p = 1; p <= 4; ++p) {
+            CHECK(is.port(p).state == was.port(p).state);
+            CHECK(is.port(p).counters.rcvPackets == was.port(p).counters.rcvPackets);
+        }
+        const SimulatedCa &caWas = *c.f.caByGuid(kCaGuid + 4 * i);
+        const SimulatedCa &caIs = *fresh.caByGuid(kCaGuid + 4 * i);
+        CHECK(caIs.port(1).lid == caWas.port(1).lid);
+        CHECK(caIs.port(1).state == caWas.port(1).state);
+        CHECK(caIs.port(1).smLid == caWas.port(1).smLid);
+    }
+    CHECK(fresh.caByGuid(kCaGuid + 20)->port(1).state == kPortStateDown);
+    // It forwards by the restored tables, five switches through.
+    for (unsigned i = 0; i < 5; ++i) {
+        const auto bytes =
+            udPacket(MiniSm::guestLid(2), MiniSm::guestLid(1), randomBytes(100 + 900 * i, i));
+        const auto out = inject(fresh, 2, bytes);
+        REQUIRE(out.size() == 1);
+        CHECK(out[0].port == 1);
+        CHECK(out[0].packet == bytes);
+    }
+    // What it saves loads again.
+    SimulatedFabric copy(chain(6));
+    copy.linkChanged(1, true);
+    copy.linkChanged(2, true);
+    copy.setLink(kSwitchGuid + 5, 3, false);
+    REQUIRE(loadInto(copy, savedState(fresh)).first);
+}
+
+TEST_CASE("a simulated fabric refuses another fabric's state, or one whose links disagree",
+          "[sim-fabric][switch-state]") {
+    SweptChain c(4);
+    const std::vector<uint8_t> state = savedState(c.f);
+    const auto refused = [&](SimulatedFabric &f, std::span<const uint8_t> bytes,
+                             const std::string &reason) {
+        const Switch before = *f.switchByGuid(kSwitchGuid);
+        const auto [loaded, why] = loadInto(f, bytes);
+        INFO(why);
+        CHECK_FALSE(loaded);
+        CHECK(why.find(reason) != std::string::npos);
+        // Left as it was.
+        CHECK(f.switchByGuid(kSwitchGuid)->lid() == before.lid());
+    };
+    SECTION("another fabric: more nodes") {
+        SimulatedFabric longer(chain(5));
+        refused(longer, state, "nodes");
+    }
+    SECTION("the same nodes cabled otherwise") {
+        // Switch 1's CA on its free port 4, not 3: the state's port 3 has
+        // its link up, where this fabric has no cable.
+        FabricDescription d = chain(4);
+        for (auto &[a, b] : d.links)
+            if (a.node == 2 && a.port == 3)
+                a.port = 4;
+        SimulatedFabric recabled(d);
+        refused(recabled, state, "has no cable, but its link is up");
+    }
+    SECTION("every cut of the state") {
+        SimulatedFabric fresh(chain(4));
+        for (size_t cut = 0; cut < state.size(); cut += 97)
+            CHECK_FALSE(loadInto(fresh, std::span(state).first(cut)).first);
+        CHECK(fresh.switchByGuid(kSwitchGuid)->lid() == 0);
+    }
+}

@@ -1233,8 +1233,8 @@ struct Streamer {
 
 // Two devices on ring cables, on ports that two forwarding threads read,
 // stream to each other at once: each packet arrives whole, in the order it
-// was sent, and one with a bad VCRC is dropped (counted by the switch as
-// any other), as on the event loop alone.
+// was sent, and one with a bad VCRC is dropped, as on the event loop
+// alone.
 TEST_CASE("forwarding threads pass each ring's packets whole and in order", "[switch-rings]") {
     const unsigned threads = GENERATE(0u, 1u, 2u);
     INFO(threads << " forwarding threads");
