@@ -363,20 +363,28 @@ def _qemu_command(fabric: Fabric, vm: Vm, memory: int, cpus: int, trace: str,
     return [str(c) for c in cmd]
 
 
-def _simulated_switch_command(fabric: Fabric, switch) -> list:
-    """A simulated fabric's process: the fabric file written from its spec,
-    its CA places spread over the fabric taken by the guests."""
+def simulated_fabric_text(switch) -> str:
+    """A simulated switch's fabric file: written from its spec, its CA
+    places spread over the fabric taken by the guests."""
     from pibctl import sim_fabric  # pylint: disable=import-outside-toplevel
     try:
         fab = sim_fabric.parse_spec(switch.simulate)
-        text = sim_fabric.render(fab, sim_fabric.place(fab, switch.ports))
+        return sim_fabric.render(fab, sim_fabric.place(fab, switch.ports))
     except sim_fabric.FabricError as e:
         raise ui.StepFailed(f"{switch.name}: {e}") from None
+
+
+def _simulated_switch_command(fabric: Fabric, switch, restore: Path = None) -> list:
+    """A simulated fabric's process, from the state `restore` if given (the
+    same fabric file's: snapshot.cache_key holds its text)."""
+    text = simulated_fabric_text(switch)
     directory = fabric.ib_switch_dir(switch.name)
     directory.mkdir(parents=True, exist_ok=True)
     (directory / "fabric.txt").write_text(text)
     cmd = [str(paths.fabric_switch_binary()), "--fabric", str(directory / "fabric.txt"),
            "--socket-dir", str(directory)]
+    if restore:
+        cmd += ["--restore", str(restore)]
     for port, spec in switch.faults.items():
         cmd += ["--fault", f"{port}={','.join(spec.split())}"]
     for port, path in switch.captures.items():
@@ -386,10 +394,7 @@ def _simulated_switch_command(fabric: Fabric, switch) -> list:
 
 def _switch_command(fabric: Fabric, topo: Topology, switch, restore: Path = None) -> list:
     if switch.simulate:
-        if restore:
-            raise ui.StepFailed(f"{switch.name}: a simulated fabric is not restored from a "
-                                "snapshot")
-        return _simulated_switch_command(fabric, switch)
+        return _simulated_switch_command(fabric, switch, restore)
     cmd = [str(paths.fabric_switch_binary()), "--ports", str(switch.ports),
            "--socket-dir", str(fabric.ib_switch_dir(switch.name)), "--guid", hex(switch.guid),
            "--name", switch.name, "--verbose"]
@@ -894,11 +899,10 @@ def up(vms: int = 2, accel: str = "tcg", memory: int = 2048, cpus: int = 1,
         vm.command = _qemu_command(fabric, vm, memory, cpus, trace, kernel_args)
     ui.step(f"Fabric: {len(fabric.vms)} VMs and {len(topo.switches)} IB switches under "
             f"{accel.upper()}, {cable} cables, in {run}")
-    # A user's own kernel is the one under development, booted each time;
-    # a simulated fabric's switches are not saved.
+    # A user's own kernel is the one under development, booted each time.
     simulated = any(s.simulate for s in topo.switches)
     snapshot_key = ""
-    if sm and own is None and not simulated:
+    if sm and own is None:
         snapshot_key = snapshot.cache_key(fabric)
         restored = None if boot else snapshot.restore_cached(snapshot_key, share_dir)
         if restored is not None:

@@ -292,6 +292,9 @@ def cache_key(fab: fabric.Fabric) -> str:
              str(SNAPSHOT_VERSION)]
     for vm in fab.vms:
         parts.append(" ".join(_renamed(arg, names) for arg in vm.command))
+    # A simulated fabric's file comes from its spec by pibctl's code: its
+    # text, so that a state is restored only into the fabric that saved it.
+    parts += [fabric.simulated_fabric_text(s) for s in fab.topo.switches if s.simulate]
     files = [paths.qemu_binary(), paths.fabric_switch_binary(),
              Path(fab.kernel or paths.kernel_image()), Path(fab.initrd or paths.initrd_image())]
     parts += [_content_hash(f) for f in files]
