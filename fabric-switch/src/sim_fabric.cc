@@ -14,13 +14,13 @@ namespace {
 
 constexpr unsigned kMaxSwitchPorts = 254;
 
-std::string hex(uint64_t v) {
+} // namespace
+
+std::string guidText(uint64_t v) {
     char text[24];
     std::snprintf(text, sizeof(text), "0x%016llx", static_cast<unsigned long long>(v));
     return text;
 }
-
-} // namespace
 
 SimulatedFabric::SimulatedFabric(const FabricDescription &d) {
     build(d);
@@ -41,15 +41,16 @@ void SimulatedFabric::build(const FabricDescription &d) {
         const FabricDescription::Node &node = d.nodes[n];
         const unsigned max = node.isSwitch ? kMaxSwitchPorts : SimulatedCa::kMaxPorts;
         if (node.ports < 1 || node.ports > max)
-            throw std::invalid_argument("node " + hex(node.guid) + ": 1 to " + std::to_string(max) +
-                                        " ports, not " + std::to_string(node.ports));
+            throw std::invalid_argument("node " + guidText(node.guid) + ": 1 to " +
+                                        std::to_string(max) + " ports, not " +
+                                        std::to_string(node.ports));
         if (node.guid == 0 || !seen.emplace(node.guid, n).second)
-            throw std::invalid_argument("node GUID " + hex(node.guid) + " is 0 or not unique");
+            throw std::invalid_argument("node GUID " + guidText(node.guid) + " is 0 or not unique");
         // A CA's port N has GUID + N: no other node's GUID may be one.
         for (unsigned p = 1; !node.isSwitch && p <= node.ports; ++p)
             if (!seen.emplace(node.guid + p, n).second)
-                throw std::invalid_argument("CA " + hex(node.guid) + ": its port GUID " +
-                                            hex(node.guid + p) + " is another node's GUID");
+                throw std::invalid_argument("CA " + guidText(node.guid) + ": its port GUID " +
+                                            guidText(node.guid + p) + " is another node's GUID");
         portBase_.push_back(total);
         total += node.ports + 1;
     }
@@ -58,11 +59,11 @@ void SimulatedFabric::build(const FabricDescription &d) {
         if (e.node >= d.nodes.size() || e.port < 1 || e.port > d.nodes[e.node].ports)
             throw std::invalid_argument(
                 std::string(what) + " names port " + std::to_string(e.port) + " of " +
-                (e.node < d.nodes.size() ? hex(d.nodes[e.node].guid) : "no node") +
+                (e.node < d.nodes.size() ? guidText(d.nodes[e.node].guid) : "no node") +
                 ", which does not exist");
         if (peer(e.node, e.port).node != kNone)
             throw std::invalid_argument(std::string(what) + ": port " + std::to_string(e.port) +
-                                        " of " + hex(d.nodes[e.node].guid) +
+                                        " of " + guidText(d.nodes[e.node].guid) +
                                         " already has a cable");
     };
     for (const auto &[a, b] : d.links) {
@@ -223,10 +224,10 @@ std::vector<Transmit> SimulatedFabric::linkChanged(unsigned port, bool up) {
 std::vector<Transmit> SimulatedFabric::setLink(uint64_t guid, unsigned port, bool up) {
     const uint32_t node = nodeByGuid(guid);
     if (node == kNone || port < 1 || port > portsOf(node))
-        throw std::invalid_argument("no port " + std::to_string(port) + " of " + hex(guid));
+        throw std::invalid_argument("no port " + std::to_string(port) + " of " + guidText(guid));
     const Peer to = peer(node, port);
     if (to.node == kNone || to.node == kExternal)
-        throw std::invalid_argument("port " + std::to_string(port) + " of " + hex(guid) +
+        throw std::invalid_argument("port " + std::to_string(port) + " of " + guidText(guid) +
                                     " has no link inside the fabric");
     linkEnd(node, port, up);
     linkEnd(to.node, to.port, up);
@@ -282,17 +283,19 @@ void SimulatedFabric::discarded(unsigned port, size_t bytes) {
 void SimulatedFabric::setDropLogger(std::function<void(const std::string &)> log) {
     for (uint32_t node = 0; node < slots_.size(); ++node)
         if (slots_[node].isSwitch)
-            switchOf(node).setDropLogger([log, name = hex(guids_[node])](const std::string &line) {
-                log("switch " + name + ": " + line);
-            });
+            switchOf(node).setDropLogger(
+                [log, name = guidText(guids_[node])](const std::string &line) {
+                    log("switch " + name + ": " + line);
+                });
 }
 
 void SimulatedFabric::setEventLogger(std::function<void(const std::string &)> log) {
     for (uint32_t node = 0; node < slots_.size(); ++node)
         if (slots_[node].isSwitch)
-            switchOf(node).setEventLogger([log, name = hex(guids_[node])](const std::string &line) {
-                log("switch " + name + ": " + line);
-            });
+            switchOf(node).setEventLogger(
+                [log, name = guidText(guids_[node])](const std::string &line) {
+                    log("switch " + name + ": " + line);
+                });
 }
 
 void SimulatedFabric::setClock(uint64_t (*clock)()) {

@@ -45,6 +45,9 @@ struct FabricDescription {
     uint8_t vlCap = kVlsVl0;
 };
 
+// A GUID as the fabric's messages name it: 0x and 16 hex digits.
+std::string guidText(uint64_t v);
+
 // A number of a fabric file or control command: decimal, or hexadecimal
 // after 0x; nothing else around it, at most `max`.
 std::optional<uint64_t> fabricNumber(std::string_view word, uint64_t max);

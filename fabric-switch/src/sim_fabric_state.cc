@@ -24,16 +24,10 @@ constexpr uint32_t kTagFabric = stateTag("PSIM");
 constexpr uint32_t kTagNodes = stateTag("SNOD");
 constexpr uint32_t kTagCa = stateTag("SSCA");
 constexpr uint32_t kFabricVersion = 1;
-constexpr uint8_t kMaxMtu = 5; // 4096
-constexpr uint8_t kMaxLmc = 7;
-constexpr uint8_t kMaxSubnetTimeout = 31;
 constexpr uint16_t kFirstMulticastLid = 0xc000;
-
-std::string hex(uint64_t v) {
-    char text[24];
-    std::snprintf(text, sizeof(text), "0x%016llx", static_cast<unsigned long long>(v));
-    return text;
-}
+using state::kMaxLmc;
+using state::kMaxMtu;
+using state::kMaxSubnetTimeout;
 
 } // namespace
 
@@ -74,13 +68,13 @@ void SimulatedCa::load(StateReader &r) {
     const uint64_t guid = r.u64();
     const uint32_t ports = r.u32();
     if (r.ok() && (guid != config_.guid || ports != config_.ports))
-        r.fail("the state of CA " + hex(guid) + " of " + std::to_string(ports) +
-               " ports, where the fabric has CA " + hex(config_.guid));
+        r.fail("the state of CA " + guidText(guid) + " of " + std::to_string(ports) +
+               " ports, where the fabric has CA " + guidText(config_.guid));
     dataDropped_ = r.u64();
     const uint64_t t = now();
     for (unsigned n = 1; n <= config_.ports && r.ok(); ++n) {
         CaPort &p = ports_[n];
-        const std::string port = "CA " + hex(guid) + " port " + std::to_string(n);
+        const std::string port = "CA " + guidText(guid) + " port " + std::to_string(n);
         p.linkUp = r.boolean((port + ": link up").c_str());
         p.state = r.u8();
         p.lid = r.u16();
@@ -153,8 +147,8 @@ bool SimulatedFabric::load(StateReader &r) {
         const uint64_t guid = r.u64();
         const bool isSwitch = r.boolean("a node's kind");
         if (r.ok() && (guid != guids_[node] || isSwitch != slots_[node].isSwitch))
-            r.fail("node " + std::to_string(node) + " of the state is " + hex(guid) +
-                   "; of this fabric " + hex(guids_[node]));
+            r.fail("node " + std::to_string(node) + " of the state is " + guidText(guid) +
+                   "; of this fabric " + guidText(guids_[node]));
     }
     r.leaveSection("the simulated fabric's nodes");
     // Loaded into copies, taken only when all of it was good.
@@ -182,7 +176,7 @@ bool SimulatedFabric::load(StateReader &r) {
                 continue;
             const bool other = to.node != kNone && linkUp(to.node, to.port);
             if (linkUp(node, port) != other)
-                r.fail("port " + std::to_string(port) + " of " + hex(guids_[node]) +
+                r.fail("port " + std::to_string(port) + " of " + guidText(guids_[node]) +
                        (to.node == kNone ? " has no cable, but its link is up"
                                          : ": the two ends of its link disagree"));
         }

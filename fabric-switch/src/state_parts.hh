@@ -16,6 +16,12 @@
 
 namespace pib::fabric::state {
 
+// What no SM can set, and a state is refused for: an MTU above 4096, an
+// LMC or subnet timeout beyond their fields.
+constexpr uint8_t kMaxMtu = 5; // 4096
+constexpr uint8_t kMaxLmc = 7;
+constexpr uint8_t kMaxSubnetTimeout = 31;
+
 inline void saveCounters(StateWriter &w, const PortCounters &c) {
     for (uint64_t v :
          {c.xmitData, c.rcvData, c.xmitPackets, c.rcvPackets, c.rcvErrors, c.xmitDiscards,

@@ -27,9 +27,9 @@ constexpr uint32_t kTagSlToVl = stateTag("SSLV");
 // 3: the LFT and MFT as far as the SM wrote them, not whole (a simulated
 // fabric saves a thousand switches).
 constexpr uint32_t kStateVersion = 3;
-constexpr uint8_t kMaxMtu = 5; // 4096
-constexpr uint8_t kMaxSubnetTimeout = 31;
-constexpr uint8_t kMaxLmc = 7;
+using state::kMaxLmc;
+using state::kMaxMtu;
+using state::kMaxSubnetTimeout;
 
 void savePort(StateWriter &w, const SwitchPort &p) {
     w.boolean(p.linkUp);
