@@ -235,10 +235,16 @@ std::optional<FrameReader::View> RingReader::next(Error *error) {
 // The frame whose header nextLength() checked, copied out whole: its payload.
 std::span<const uint8_t> RingReader::takeWhole(uint32_t length) {
     frameLength_ = kHeaderSize + length;
-    copyOut(consumed_ + kHeaderSize, frame_.data() + kHeaderSize, length);
+    takePayload(length, frame_.data() + kHeaderSize);
+    return lastFrame().subspan(kHeaderSize);
+}
+
+// The payload of the frame whose header nextLength() checked, copied to
+// `to`; the frame is read.
+void RingReader::takePayload(uint32_t length, uint8_t *to) {
+    copyOut(consumed_ + kHeaderSize, to, length);
     consumed_ += kHeaderSize + length;
     total_ += kHeaderSize + length;
-    return lastFrame().subspan(kHeaderSize);
 }
 
 std::optional<RingReader::InPlace> RingReader::nextInPlace(size_t headBytes, Error *error) {
@@ -259,11 +265,8 @@ std::optional<RingReader::InPlace> RingReader::nextInPlace(size_t headBytes, Err
 
 std::optional<uint32_t> RingReader::nextTo(uint8_t *to, Error *error) {
     const auto length = nextLength(error);
-    if (!length)
-        return std::nullopt;
-    copyOut(consumed_ + kHeaderSize, to, *length);
-    consumed_ += kHeaderSize + *length;
-    total_ += kHeaderSize + *length;
+    if (length)
+        takePayload(*length, to);
     return length;
 }
 

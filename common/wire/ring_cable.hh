@@ -156,6 +156,7 @@ class RingReader {
     void copyOut(uint32_t at, uint8_t *to, uint32_t length) const;
     std::optional<uint32_t> nextLength(Error *error);
     std::span<const uint8_t> takeWhole(uint32_t length);
+    void takePayload(uint32_t length, uint8_t *to);
 };
 
 // Whether moving an index from `before` to `after` passed `event` (the

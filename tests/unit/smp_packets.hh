@@ -53,6 +53,23 @@ inline std::vector<uint8_t> drPacket(std::vector<uint8_t> mad) {
     return iba::build(p);
 }
 
+// A UD SEND of `payload` to QP 0x99 of `dlid`, as the switch tests
+// forward data: default partition, service level `sl` on lane `vl`.
+inline std::vector<uint8_t> udDataPacket(uint16_t dlid, uint16_t slid, std::vector<uint8_t> payload,
+                                         uint8_t sl = 0, uint8_t vl = 0) {
+    iba::Packet p;
+    p.bth.pkey = 0xffff;
+    p.lrh.dlid = dlid;
+    p.lrh.slid = slid;
+    p.lrh.sl = sl;
+    p.lrh.vl = vl;
+    p.bth.opcode = iba::kUdSendOnly;
+    p.bth.destQp = 0x99;
+    p.deth = iba::Deth{0x1111, 7};
+    p.payload = std::move(payload);
+    return iba::build(p);
+}
+
 inline std::vector<uint8_t> drSmp(uint8_t method, uint16_t attr, uint32_t mod,
                                   const std::vector<uint8_t> &path) {
     return drPacket(drSmpMad(method, attr, mod, path));

@@ -1055,17 +1055,7 @@ Switch vlSwitch() {
 
 // A data packet of service level `sl` on virtual lane `vl` to `dlid`.
 std::vector<uint8_t> slPacket(uint16_t dlid, uint8_t sl, uint8_t vl) {
-    iba::Packet p;
-    p.bth.pkey = 0xffff;
-    p.lrh.dlid = dlid;
-    p.lrh.slid = 99;
-    p.lrh.sl = sl;
-    p.lrh.vl = vl;
-    p.bth.opcode = iba::kUdSendOnly;
-    p.bth.destQp = 0x99;
-    p.deth = iba::Deth{0x1111, 7};
-    p.payload = std::vector<uint8_t>(300, 0x5a);
-    return iba::build(p);
+    return testing::udDataPacket(dlid, 99, std::vector<uint8_t>(300, 0x5a), sl, vl);
 }
 
 // An SL-to-VL table that puts SL n on VL vls[n].

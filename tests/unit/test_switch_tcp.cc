@@ -1179,18 +1179,11 @@ namespace {
 // (little-endian) and goes on with `length` - 4 random bytes.
 std::vector<uint8_t> numberedPacket(uint16_t dlid, uint16_t slid, uint32_t seq, size_t length,
                                     std::mt19937 &random) {
-    iba::Packet p;
-    p.bth.pkey = 0xffff;
-    p.lrh.dlid = dlid;
-    p.lrh.slid = slid;
-    p.bth.opcode = iba::kUdSendOnly;
-    p.bth.destQp = 0x99;
-    p.deth = iba::Deth{0x1111, 7};
-    p.payload.resize(length);
-    for (uint8_t &b : p.payload)
+    std::vector<uint8_t> payload(length);
+    for (uint8_t &b : payload)
         b = static_cast<uint8_t>(random());
-    std::memcpy(p.payload.data(), &seq, sizeof(seq));
-    return iba::build(p);
+    std::memcpy(payload.data(), &seq, sizeof(seq));
+    return testing::udDataPacket(dlid, slid, std::move(payload));
 }
 
 // A device on a ring cable that streams numbered packets to another
