@@ -600,7 +600,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--fabric", action="store_true",
                    help="only the native benchmark and the fabric benchmark: two device "
                         "processes through one, then two switch processes, then 1, 2, 4 and 8 "
-                        "pairs through one switch process and through a switch each (no guests)")
+                        "pairs through one switch process (on its loop alone, then with 2 "
+                        "forwarding threads) and through a switch each (no guests)")
     p.add_argument("--accel", choices=["tcg", "kvm"], default="tcg",
                    help="tcg (default) or kvm, for the guests")
     p.add_argument("--scale", action="store_true",
