@@ -1263,9 +1263,12 @@ TEST_CASE("forwarding threads pass each ring's packets whole and in order", "[sw
     a.toSend[kSpoiled].back() ^= 1;
     const auto deadline = steady_clock::now() + 20s;
     while ((a.received.size() < kPackets || b.received.size() < kPackets - 1) &&
-           steady_clock::now() < deadline)
-        if (!(a.turn() | b.turn()))
+           steady_clock::now() < deadline) {
+        const bool aMoved = a.turn(); // both sides take their turn
+        const bool bMoved = b.turn();
+        if (!aMoved && !bMoved)
             std::this_thread::sleep_for(1ms);
+    }
     REQUIRE(b.received.size() == kPackets - 1);
     REQUIRE(a.received.size() == kPackets);
     for (uint32_t seq = 0, at = 0; seq < kPackets; ++seq) {
