@@ -55,6 +55,17 @@ class Element {
     }
     virtual std::string commandNames() const { return ""; }
 
+    // What an element does at times of its own (a simulated fabric's faults
+    // on its inner links: held packets, flaps): whatever is due now. Returns
+    // what leaves the element, and the nanoseconds until it is next due in
+    // `*waitNs` (UINT64_MAX: nothing waits).
+    virtual std::vector<Transmit> serviceTimers(uint64_t *waitNs) {
+        *waitNs = UINT64_MAX;
+        return {};
+    }
+    // The control socket's `status` lines of faults of the element's own.
+    virtual std::string faultStatus() const { return ""; }
+
     // A fabric snapshot's part (switch_state.cc). saves() is false for an
     // element that has none; load() refuses a state it cannot take and
     // is then left as it was.

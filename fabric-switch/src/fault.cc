@@ -260,7 +260,8 @@ bool FaultInjector::full(size_t more) const {
            heldBytes_ + more > kMaxHeldBytes;
 }
 
-void FaultInjector::offer(std::span<const uint8_t> packet, uint64_t now, const Deliver &deliver) {
+void FaultInjector::offer(std::span<const uint8_t> packet, uint64_t now, const Deliver &deliver,
+                          uint32_t tag) {
     ++counters_.packets;
     if (lose()) {
         ++counters_.dropped;
@@ -285,15 +286,15 @@ void FaultInjector::offer(std::span<const uint8_t> packet, uint64_t now, const D
         const auto overtakers =
             std::uniform_int_distribution<uint32_t>(1, spec_.reorderWindow)(rng_);
         heldBytes_ += bytes.size();
-        reordered_.push_back({now + kReorderTimeoutNs, overtakers, std::move(bytes)});
+        reordered_.push_back({now + kReorderTimeoutNs, overtakers, tag, std::move(bytes)});
         if (twice) // the copy follows in order; the original arrives late
-            leave(reordered_.back().bytes, now, deliver);
+            leave(reordered_.back().bytes, tag, now, deliver);
         return;
     }
     overtake(now, deliver);
     if (twice)
-        leave(bytes, now, deliver);
-    leave(std::move(bytes), now, deliver);
+        leave(bytes, tag, now, deliver);
+    leave(std::move(bytes), tag, now, deliver);
 }
 
 // A packet passed the reordered ones: those it was the last to overtake go.
@@ -304,16 +305,18 @@ void FaultInjector::overtake(uint64_t now, const Deliver &deliver) {
             continue;
         }
         std::vector<uint8_t> bytes = std::move(it->bytes);
+        const uint32_t tag = it->tag;
         heldBytes_ -= bytes.size();
         it = reordered_.erase(it);
-        leave(std::move(bytes), now, deliver);
+        leave(std::move(bytes), tag, now, deliver);
     }
 }
 
 // Leaves now, or after the delay (never before a packet that left earlier).
-void FaultInjector::leave(std::vector<uint8_t> bytes, uint64_t now, const Deliver &deliver) {
+void FaultInjector::leave(std::vector<uint8_t> bytes, uint32_t tag, uint64_t now,
+                          const Deliver &deliver) {
     if (!spec_.delayNs && !spec_.jitterNs) {
-        deliver(bytes);
+        deliverNow(bytes, tag, deliver);
         return;
     }
     if (full(bytes.size())) {
@@ -326,26 +329,34 @@ void FaultInjector::leave(std::vector<uint8_t> bytes, uint64_t now, const Delive
     lastDue_ = std::max(lastDue_, now + wait);
     ++counters_.delayed;
     heldBytes_ += bytes.size();
-    delayed_.push_back({lastDue_, 0, std::move(bytes)});
+    delayed_.push_back({lastDue_, 0, tag, std::move(bytes)});
+}
+
+void FaultInjector::deliverNow(std::span<const uint8_t> bytes, uint32_t tag,
+                               const Deliver &deliver) {
+    tag_ = tag;
+    deliver(bytes);
 }
 
 void FaultInjector::release(uint64_t now, const Deliver &deliver) {
     // Reordered packets whose wait ran out go first: they entered earlier.
     while (!reordered_.empty() && reordered_.front().due <= now) {
         std::vector<uint8_t> bytes = std::move(reordered_.front().bytes);
+        const uint32_t tag = reordered_.front().tag;
         heldBytes_ -= bytes.size();
         reordered_.pop_front();
         if (now == UINT64_MAX) { // clear(): everything goes straight out
-            deliver(bytes);
+            deliverNow(bytes, tag, deliver);
             continue;
         }
-        leave(std::move(bytes), now, deliver);
+        leave(std::move(bytes), tag, now, deliver);
     }
     while (!delayed_.empty() && delayed_.front().due <= now) {
         std::vector<uint8_t> bytes = std::move(delayed_.front().bytes);
+        const uint32_t tag = delayed_.front().tag;
         heldBytes_ -= bytes.size();
         delayed_.pop_front();
-        deliver(bytes);
+        deliverNow(bytes, tag, deliver);
     }
 }
 

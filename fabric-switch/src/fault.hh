@@ -84,8 +84,13 @@ class FaultInjector {
     const FaultSpec &spec() const { return spec_; }
     const FaultCounters &counters() const { return counters_; }
 
-    // A packet enters the direction at `now`: `deliver` gets what leaves now.
-    void offer(std::span<const uint8_t> packet, uint64_t now, const Deliver &deliver);
+    // A packet enters the direction at `now`: `deliver` gets what leaves
+    // now. `tag` goes with the packet, what tag() says while it is
+    // delivered, now or later (a simulated fabric's hop count).
+    void offer(std::span<const uint8_t> packet, uint64_t now, const Deliver &deliver,
+               uint32_t tag = 0);
+    // The tag of the packet `deliver` is given.
+    uint32_t tag() const { return tag_; }
     // Delivers what waited long enough by `now`.
     void release(uint64_t now, const Deliver &deliver);
     // When release() next has something to deliver.
@@ -101,12 +106,13 @@ class FaultInjector {
     struct Held {
         uint64_t due;        // when it may leave at the latest
         uint32_t overtakers; // reordering: packets still to pass it first
+        uint32_t tag;
         std::vector<uint8_t> bytes;
     };
     bool chance(double p);
     bool lose();
-    void hold(std::vector<uint8_t> bytes, uint64_t now);
-    void leave(std::vector<uint8_t> bytes, uint64_t now, const Deliver &deliver);
+    void leave(std::vector<uint8_t> bytes, uint32_t tag, uint64_t now, const Deliver &deliver);
+    void deliverNow(std::span<const uint8_t> bytes, uint32_t tag, const Deliver &deliver);
     void overtake(uint64_t now, const Deliver &deliver);
     bool full(size_t more) const;
 
@@ -118,6 +124,7 @@ class FaultInjector {
     std::deque<Held> delayed_;   // in departure order
     uint64_t lastDue_ = 0;       // delay keeps the order of packets
     size_t heldBytes_ = 0;
+    uint32_t tag_ = 0; // of the packet being delivered
 };
 
 // When a flapping link is down: `down` long at the start of each `every`

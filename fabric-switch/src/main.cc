@@ -1,5 +1,6 @@
 // SPDX-License-Identifier: GPL-2.0-or-later
 // pib-fabric-switch: an InfiniBand switch for pib-hca fabrics.
+#include <algorithm>
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
@@ -50,6 +51,9 @@ Options:
                         loss=P% loss-every=N burst=LEN/EVERY corrupt=P%
                         dup=P% reorder=P% window=N delay=T[+-T] flap=T/T
                         dir=in|out|both seed=N (times in ns, us, ms or s)
+  --fault GUID:PORT=SPEC
+                        the same on the end of a link inside the --fabric:
+                        port PORT of the simulated node GUID
   --capture N=FILE      record port N's packets, both ways, to a pcap file
                         that Wireshark reads as InfiniBand (ERF records);
                         see also the control socket's capture command
@@ -59,6 +63,7 @@ Options:
                         --ports, --guid and --name do not apply; with
                         --restore, the state a process of the same fabric
                         file saved: every simulated switch's and CA's
+                        state
   --forwarding-threads N
                         read ring cables on N threads (0..16, default 0:
                         on the event loop): the copy out of each peer's
@@ -193,6 +198,19 @@ std::vector<pib::fabric::PortEndpoint> endpointsOf(const Options &o) {
 
 void applyFaults(pib::fabric::Server &server, const Options &o) {
     for (const std::string &spec : o.faults) {
+        // GUID:PORT=SPEC: a link inside a simulated fabric, as the control
+        // socket's "link GUID PORT fault SPEC" sets it.
+        const std::string where = spec.substr(0, spec.find('='));
+        if (where.find(':') != std::string::npos) {
+            std::string words = spec.substr(std::min(spec.size(), where.size() + 1));
+            std::replace(words.begin(), words.end(), ',', ' ');
+            std::string line = where;
+            line[line.find(':')] = ' ';
+            const std::string answer = server.controlCommand("link " + line + " fault " + words);
+            if (answer.rfind("ok", 0) != 0)
+                throw std::runtime_error("--fault " + spec + ": " + answer);
+            continue;
+        }
         std::string rest, error;
         const unsigned p = portOf(spec, o.config.ports, &rest);
         const auto setting = pib::fabric::FaultSetting::parse(rest, &error);
@@ -235,6 +253,7 @@ std::unique_ptr<pib::fabric::Element> makeElement(Options &o) {
         fabric->setEventLogger(log);
         fabric->setDropLogger(log);
     }
+    fabric->setFaultLogger(log);
     pib::fabric::logLine((std::to_string(fabric->switchCount()) + " simulated switches, " +
                           std::to_string(fabric->caCount()) + " simulated CAs")
                              .c_str());

@@ -87,6 +87,9 @@ class Server {
     // Records what port `port` sends and receives to a pcap file
     // (server_capture.cc); `limit` packets at most, 0 for no limit.
     // Returns what it logs; throws std::runtime_error when it cannot.
+    // A control socket's command line (docs/wire.md), answered as the
+    // socket answers it: "ok ..." or "error: ...".
+    std::string controlCommand(std::string_view line);
     std::string startCapture(unsigned port, const std::string &path, uint64_t limit);
     std::string stopCapture(unsigned port);
     // Runs until stop() is called (from a signal handler) or a fatal error.
@@ -198,7 +201,6 @@ class Server {
     // The control socket: one command line in, its answer out.
     void acceptControl();
     void onControl(int fd, uint32_t events);
-    std::string controlCommand(std::string_view line);
     std::string portStates() const;
     std::string queueStates() const;
     std::string captureCommand(unsigned port, std::string_view args);

@@ -144,12 +144,16 @@ int Server::serviceFaults() {
         if (f.flap.active() && f.flap.down(t) != f.down)
             flap(port, !f.down);
     }
+    // The element's own: faults on links inside a simulated fabric.
+    uint64_t elementWait = UINT64_MAX;
+    for (const Transmit &out : sw_.serviceTimers(&elementWait))
+        sendPacket(out.port, out.packet);
     if (t - lastFaultLog_ >= kFaultLogPeriodNs) {
         lastFaultLog_ = t;
         logFaultCounters(false);
     }
     // Released packets may have been held again further on: ask afterwards.
-    uint64_t next = t + 1'000'000'000;
+    uint64_t next = t + std::min<uint64_t>(elementWait, 1'000'000'000);
     for (const PortFaults &f : faults_) {
         next = std::min({next, f.in.nextRelease().value_or(UINT64_MAX),
                          f.out.nextRelease().value_or(UINT64_MAX)});
@@ -174,6 +178,7 @@ std::string Server::faultStatus() const {
             s += name + " flap: " + std::to_string(f.flaps) + " flaps, link " +
                  (f.down ? "down" : "up") + (f.flap.active() ? "" : " (cleared)") + "\n";
     }
+    s += sw_.faultStatus();
     return s.empty() ? "no faults\n" : s;
 }
 

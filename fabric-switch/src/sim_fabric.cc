@@ -149,6 +149,14 @@ void SimulatedFabric::emit(uint32_t node, unsigned port, std::span<const uint8_t
     const Peer &to = peer(node, port);
     if (to.node == kNone)
         return;
+    if (to.node != kExternal && !faults_.empty() && crossFaults(node, port, bytes, hops))
+        return;
+    pass(node, port, bytes, hops);
+}
+
+void SimulatedFabric::pass(uint32_t node, unsigned port, std::span<const uint8_t> bytes,
+                           unsigned hops) {
+    const Peer &to = peer(node, port);
     const bool loop = hops >= kMaxHops;
     const bool out = to.node == kExternal;
     // What leaves for the guests counts too: the server queues it.
@@ -299,6 +307,7 @@ void SimulatedFabric::setEventLogger(std::function<void(const std::string &)> lo
 }
 
 void SimulatedFabric::setClock(uint64_t (*clock)()) {
+    clock_ = clock;
     for (auto &sw : switches_)
         sw->setClock(clock);
     for (auto &ca : cas_)
@@ -337,18 +346,39 @@ std::optional<std::string> SimulatedFabric::command(std::string_view verb, std::
     if (verb != "link")
         return std::nullopt;
     const std::string_view guidText = nextWord(args), portText = nextWord(args);
-    const std::string_view state = nextWord(args);
+    const std::string_view what = nextWord(args);
     const auto guid = fabricNumber(guidText, UINT64_MAX);
     const auto port = fabricNumber(portText, 254);
-    if (!guid || !port || (state != "up" && state != "down") || !nextWord(args).empty())
-        return "error: link GUID PORT up|down";
+    const bool upDown = what == "up" || what == "down";
+    if (!guid || !port || (!upDown && what != "clear" && what != "fault") ||
+        ((upDown || what == "clear") && !nextWord(args).empty()))
+        return "error: link GUID PORT up|down|clear|fault SPEC...";
+    const unsigned p = static_cast<unsigned>(*port);
     try {
-        out = setLink(*guid, static_cast<unsigned>(*port), state == "up");
+        if (what == "fault") {
+            std::string error;
+            const auto setting = FaultSetting::parse(args, &error);
+            if (!setting)
+                return "error: " + error;
+            // What the end held back goes on at once, and a flap's link
+            // that is up again traps.
+            std::string line = setLinkFault(*guid, p, *setting);
+            pump();
+            out = takeOut();
+            return "ok " + line;
+        }
+        if (what == "clear") {
+            std::string line = clearLinkFault(*guid, p);
+            pump();
+            out = takeOut();
+            return "ok " + line;
+        }
+        out = setLink(*guid, p, what == "up");
     } catch (const std::invalid_argument &e) {
         return "error: " + std::string(e.what());
     }
     return "ok link " + std::string(guidText) + " " + std::string(portText) + " " +
-           std::string(state);
+           std::string(what);
 }
 
 } // namespace pib::fabric

@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <deque>
 #include <istream>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -18,6 +19,7 @@
 #include <vector>
 
 #include "element.hh"
+#include "fault.hh"
 #include "sim_ca.hh"
 #include "switch.hh"
 
@@ -95,7 +97,9 @@ class SimulatedFabric final : public Element {
     std::vector<unsigned> takeLinkResets() override;
     std::vector<Transmit> repeatTraps() override;
     void discarded(unsigned port, size_t bytes) override;
-    // "link GUID PORT up|down": setLink(); "fabric": its numbers.
+    // "link GUID PORT up|down": setLink(); "link GUID PORT fault SPEC..."
+    // and "link GUID PORT clear": setLinkFault(), clearLinkFault();
+    // "fabric": its numbers.
     std::optional<std::string> command(std::string_view verb, std::string_view args,
                                        std::vector<Transmit> &out) override;
     std::string commandNames() const override { return ", link, fabric"; }
@@ -113,9 +117,31 @@ class SimulatedFabric final : public Element {
     // std::invalid_argument for a port that has no internal link.
     std::vector<Transmit> setLink(uint64_t guid, unsigned port, bool up);
 
+    // Fault injection on a link inside the fabric (sim_fabric_faults.cc),
+    // at its end on port `port` of the node `guid`: what that node
+    // receives there (`in`) and sends there (`out`) crosses an injector as
+    // a process port's does (fault.hh); a flap takes the link down at both
+    // ends, as setLink() does. Replaces what the end had. Returns the line
+    // it logs; throws std::invalid_argument for a port with no link inside
+    // the fabric, or a fault on more than kMaxFaultedEnds link ends.
+    std::string setLinkFault(uint64_t guid, unsigned port, const FaultSetting &setting);
+    // Stops it; what it held back goes on at once.
+    std::string clearLinkFault(uint64_t guid, unsigned port);
+    // Link ends with faults at once: each holds up to
+    // FaultInjector::kMaxHeldBytes back each way.
+    static constexpr size_t kMaxFaultedEnds = 16;
+    std::vector<Transmit> serviceTimers(uint64_t *waitNs) override;
+    std::string faultStatus() const override;
+
     // For every switch, and each CA.
     void setDropLogger(std::function<void(const std::string &)> log);
     void setEventLogger(std::function<void(const std::string &)> log);
+    // Where the faults on links inside say what they did (set, cleared,
+    // flaps): the switch process's log.
+    void setFaultLogger(std::function<void(const std::string &)> log) {
+        faultLog_ = std::move(log);
+    }
+    // The nodes' clock and the faults' (a steady clock unless set).
     void setClock(uint64_t (*clock)());
 
     size_t switchCount() const { return switches_.size(); }
@@ -153,6 +179,13 @@ class SimulatedFabric final : public Element {
         bool isSwitch;
         uint32_t index;
     };
+    // The faults on one end of a link inside, and the flaps they made.
+    struct EndFaults {
+        FaultInjector in, out;
+        FlapSchedule flap;
+        bool down = false; // flapped down right now
+        uint64_t flaps = 0;
+    };
 
     void build(const FabricDescription &d);
     Peer &peer(uint32_t node, unsigned port) { return peers_[portBase_[node] + port]; }
@@ -168,6 +201,23 @@ class SimulatedFabric final : public Element {
     void visit(uint32_t node, unsigned port, std::span<const uint8_t> bytes, unsigned hops);
     // A packet out of `node` at `port`, to whatever is cabled there.
     void emit(uint32_t node, unsigned port, std::span<const uint8_t> bytes, unsigned hops);
+    // Then onto the cable, within the budgets, to the node at its far end.
+    void pass(uint32_t node, unsigned port, std::span<const uint8_t> bytes, unsigned hops);
+    // The faults on the cable's ends, when it has any: the sender's `out`,
+    // the receiver's `in`, then pass(). False when the cable has none.
+    bool crossFaults(uint32_t node, unsigned port, std::span<const uint8_t> bytes, unsigned hops);
+    void intoFarEnd(uint32_t node, unsigned port, std::span<const uint8_t> bytes, unsigned hops);
+    EndFaults *faultsAt(uint32_t node, unsigned port);
+    FaultInjector::Deliver outward(uint32_t node, unsigned port, EndFaults &f);
+    FaultInjector::Deliver inward(uint32_t node, unsigned port, EndFaults &f);
+    std::pair<uint32_t, unsigned> endOf(size_t key) const;
+    static std::string faultCounters(const EndFaults &f);
+    // The node and port of a fault command's GUID and PORT, which must
+    // have a link inside the fabric (throws std::invalid_argument).
+    std::pair<uint32_t, unsigned> innerEnd(uint64_t guid, unsigned port) const;
+    std::string endName(uint32_t node, unsigned port) const;
+    void flapLink(uint32_t node, unsigned port, EndFaults &f, bool down);
+    uint64_t now() const;
     // Moves what is in flight until nothing is; what leaves the fabric
     // goes to send_, or into out_ when there is none.
     void pump();
@@ -190,6 +240,10 @@ class SimulatedFabric final : public Element {
     std::vector<Transmit> out_;
     std::vector<Transmit> pending_; // traps of links retrained, for repeatTraps()
     Stats stats_;
+    // By the end's index into peers_ (ordered: the status lists them so).
+    std::map<size_t, EndFaults> faults_;
+    std::function<void(const std::string &)> faultLog_;
+    uint64_t (*clock_)() = nullptr;
 };
 
 } // namespace pib::fabric

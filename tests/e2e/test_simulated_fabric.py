@@ -2,9 +2,10 @@
 of 300 simulated switches and 998 simulated CAs in one switch process,
 the two guests in its first and last CA places. opensm in vm1 sweeps,
 routes and activates all of it; the guests' packets cross five simulated
-switches by the routes it wrote, unicast and multicast; a link pulled
-inside the fabric under RC traffic raises Trap 128 and is routed around,
-and the traffic goes on."""
+switches by the routes it wrote, unicast and multicast; RC crosses a
+faulty cable inside the fabric bit-exact; a link pulled inside the fabric
+under RC traffic raises Trap 128 and is routed around, and the traffic
+goes on."""
 
 import re
 import time
@@ -18,7 +19,8 @@ from pibctl.pairs import ipoib_up
 pytestmark = [
     pytest.mark.topology("simulated.topo"),
     pytest.mark.errors_on_purpose("a link inside the simulated fabric is pulled "
-                                  "(LinkDownedCounter)"),
+                                  "(LinkDownedCounter), another corrupts packets "
+                                  "(PortRcvErrors)"),
 ]
 
 K = 10  # k-ary 3-tree: 3 levels of K^2 switches of 2K ports, K^3 CAs
@@ -77,6 +79,51 @@ def test_rc_crosses_five_simulated_switches_bit_exact(ctx):
         int(re.search(r"hops (\d+)", before).group(1))
     assert moved > 0 and "loop drops 0" in after, after
     print(f"{len(hops)} switches on the way; {moved} packets moved between simulated nodes")
+
+
+def _rcv_errors(ctx, guid, port):
+    out = ctx.run("vm1", ["perfquery", "-G", hex(guid), str(port)]).out
+    m = re.search(r"^PortRcvErrors:\.*(\d+)", out, re.M)
+    assert m, out
+    return int(m.group(1))
+
+
+def test_rc_is_bit_exact_across_a_faulty_cable_inside_the_fabric(ctx):
+    """Loss, bit errors, duplicates and reordering on the cable down from
+    the top of the tree (./pib fabric fault fabric:GUID:PORT): RC resends
+    what was lost, the next simulated switch's VCRC check drops what was
+    corrupted and counts it in PortRcvErrors, and every byte arrives."""
+    hops, _, trace = _path(ctx)
+    guid, port = hops[2]  # the top switch, down towards vm2
+    # The switch that cable reaches, and its port there: the fourth line.
+    lines = re.findall(r"^\[(\d+)\] -> (?:switch|ca) port \{0x([0-9a-f]+)\}\[(\d+)\]",
+                       trace, re.M)
+    assert len(lines) == 6 and lines[3][0] == str(port), trace
+    far_guid, far_port = int(lines[3][1], 16), int(lines[3][2])
+    errors_before = _rcv_errors(ctx, far_guid, far_port)
+    where = f"fabric:{guid:#x}:{port}"
+    faults = "loss=2% corrupt=1% dup=1% reorder=2% seed=3 dir=out"
+    fabric.fault(where, faults.split())
+    try:
+        transfers.traffic(ctx, ["--tests", "send,write,read", "--sizes", "4097,65536+3",
+                                "--iters", "100"], port=18840)
+        status = fabric.switch_control(ctx.fabric, "fabric", "status")
+    finally:
+        fabric.fault(where, ["clear"])
+    line = next((x for x in status.splitlines()
+                 if x.startswith(f"link {guid:#018x} port {port} out:")), "")
+    counts = {k: int(v) for k, v in re.findall(r"(\w+)=(\d+)", line.partition("|")[2])}
+    print(f"{where} {faults}\n{line}")
+    for name in ("packets", "dropped", "corrupted", "duplicated", "reordered"):
+        assert counts.get(name, 0) > 0, f"no packet {name}:\n{status}"
+    errors = _rcv_errors(ctx, far_guid, far_port) - errors_before
+    print(f"PortRcvErrors of {far_guid:#x} port {far_port}: +{errors}")
+    # A flipped bit never escapes the VCRC (a CRC-16 catches every
+    # single-bit error): each corrupted packet is a receive error there,
+    # twice if it was also duplicated.
+    assert errors >= counts["corrupted"], status
+    assert f"link {guid:#018x} port {port}" not in \
+        fabric.switch_control(ctx.fabric, "fabric", "status")
 
 
 def test_ipoib_crosses_the_simulated_fabric_by_its_multicast_tables(ctx):

@@ -80,3 +80,16 @@ def test_fabric_up_refuses_a_bad_topology_file(ctx):
     assert r.returncode != 0 and "cannot read /nonexistent.topo" in r.stdout + r.stderr
     r = ctx.pib("fabric", "up", "--topology", str(REPO / "examples/ring.topo"), "--vms", "3")
     assert r.returncode != 0 and "drop --vms and --switches" in r.stdout + r.stderr
+
+
+def test_a_fault_on_a_cable_inside_a_simulated_fabric_starts_with_its_switch(ctx, tmp_path):
+    text = ("simulated fabric fat-tree:k=2,n=2 places=2\nvm vm1 fabric:1\nvm vm2 fabric:2\n"
+            "fault fabric:0x0250494253500005:3 loss=1% dir=in\n")
+    topo = topology.parse(text)
+    assert topo.switch("fabric").link_faults == {"0x250494253500005:3": "loss=1% dir=in"}
+    fab = fabric.Fabric(run_dir=str(tmp_path), accel="tcg", topology=topo.to_dict())
+    cmd = fabric._switch_command(fab, fab.topo, fab.topo.switch("fabric"))
+    assert cmd[cmd.index("--fault") + 1] == "0x250494253500005:3=loss=1%,dir=in"
+    assert "not a simulated fabric" in _error("switch s\nfault s:0x5:3 loss=1%\nvm vm1 s:1\n")
+    assert "expected NAME:GUID:PORT" in _error(text + "fault fabric:0xzz:3 loss=1%\n")
+    assert "expected NAME:GUID:PORT" in _error(text + "fault fabric:0x5:255 loss=1%\n")

@@ -480,9 +480,9 @@ TEST_CASE("numbers, GUIDs and answers a fabric refuses", "[sim-fabric]") {
     SweptChain c(2);
     std::vector<Transmit> out;
     CHECK(c.f.command("link", "0x0250494253500001 1 down extra", out) ==
-          "error: link GUID PORT up|down");
+          "error: link GUID PORT up|down|clear|fault SPEC...");
     CHECK(c.f.command("link", "0x0250494253500001 4294967297 down", out) ==
-          "error: link GUID PORT up|down");
+          "error: link GUID PORT up|down|clear|fault SPEC...");
     CHECK(out.empty());
     // An answer sent to an agent is not answered: two agents cannot keep
     // answering each other.
@@ -604,4 +604,172 @@ TEST_CASE("a simulated fabric refuses another fabric's state, or one whose links
             CHECK_FALSE(loadInto(fresh, std::span(state).first(cut)).first);
         CHECK(fresh.switchByGuid(kSwitchGuid)->lid() == 0);
     }
+}
+
+// ---- faults on the links inside (sim_fabric_faults.cc) --------------------
+
+namespace {
+
+uint64_t g_fakeNs = 1'000'000'000;
+uint64_t fakeClock() {
+    return g_fakeNs;
+}
+
+std::string guidOf(unsigned switchIndex) {
+    return guidText(kSwitchGuid + switchIndex);
+}
+
+// The fabric's answer to a control command; what it sends, into `out`.
+std::string control(SimulatedFabric &f, std::string_view verb, std::string_view args,
+                    std::vector<Transmit> &out) {
+    return f.command(verb, args, out).value_or("no such command");
+}
+
+// What the timers release at the fake time `ns`.
+std::vector<Transmit> timersAt(SimulatedFabric &f, uint64_t ns, uint64_t *wait = nullptr) {
+    g_fakeNs = ns;
+    uint64_t waitNs = 0;
+    auto out = f.serviceTimers(&waitNs);
+    if (wait)
+        *wait = waitNs;
+    return out;
+}
+
+} // namespace
+
+TEST_CASE("a link inside the fabric loses, corrupts and delays what crosses it", "[sim-fabric]") {
+    SweptChain c(4);
+    c.f.setClock(fakeClock);
+    const uint64_t t0 = g_fakeNs = 1'000'000'000;
+    std::vector<Transmit> out;
+    // Switch 1's port 2 is cabled to switch 2's port 1, on the guests' way.
+    const std::string end = guidOf(1) + " 2";
+    REQUIRE(control(c.f, "link", end + " fault loss-every=2 dir=out", out).starts_with("ok "));
+    unsigned arrived = 0;
+    for (unsigned i = 0; i < 10; ++i) {
+        const auto packet = udPacket(1, MiniSm::guestLid(2), randomBytes(100 + i, i));
+        const auto left = inject(c.f, 1, packet);
+        if (!left.empty()) {
+            CHECK(left[0].packet == packet);
+            ++arrived;
+        }
+    }
+    CHECK(arrived == 5);
+    CHECK_THAT(c.f.faultStatus(),
+               Catch::Contains("link " + guidOf(1) + " port 2 out: loss-every=2") &&
+                   Catch::Contains("packets=10 dropped=5"));
+    // The other way is not faulty.
+    CHECK(inject(c.f, 2, udPacket(2, MiniSm::guestLid(1), randomBytes(64, 1))).size() == 1);
+
+    // Corruption at switch 2's end is caught by its VCRC check.
+    REQUIRE(control(c.f, "link", end + " clear", out).starts_with("ok link"));
+    CHECK(c.f.faultStatus().empty());
+    const std::string far = guidOf(2) + " 1";
+    REQUIRE(control(c.f, "link", far + " fault corrupt=100% dir=in", out).starts_with("ok "));
+    const uint64_t errorsBefore = c.f.switchByGuid(kSwitchGuid + 2)->port(1).counters.rcvErrors;
+    CHECK(inject(c.f, 1, udPacket(1, MiniSm::guestLid(2), randomBytes(200, 7))).empty());
+    CHECK(c.f.switchByGuid(kSwitchGuid + 2)->port(1).counters.rcvErrors == errorsBefore + 1);
+
+    // A delay holds packets until the timers release them, in order.
+    REQUIRE(control(c.f, "link", far + " fault delay=2ms", out).starts_with("ok "));
+    std::vector<std::vector<uint8_t>> sent;
+    for (unsigned i = 0; i < 3; ++i) {
+        sent.push_back(udPacket(1, MiniSm::guestLid(2), randomBytes(300, 20 + i)));
+        CHECK(inject(c.f, 1, sent.back()).empty());
+    }
+    uint64_t wait = 0;
+    CHECK(timersAt(c.f, t0 + 1'000'000, &wait).empty());
+    CHECK(wait == 1'000'000);
+    const auto released = timersAt(c.f, t0 + 2'000'000, &wait);
+    REQUIRE(released.size() == 3);
+    for (unsigned i = 0; i < 3; ++i) {
+        CHECK(released[i].port == 2);
+        CHECK(released[i].packet == sent[i]);
+    }
+    CHECK(wait == UINT64_MAX);
+    // Cleared, what it still held goes on at once.
+    CHECK(inject(c.f, 1, sent[0]).empty());
+    control(c.f, "link", far + " clear", out);
+    REQUIRE(out.size() == 1);
+    CHECK(out[0].packet == sent[0]);
+}
+
+TEST_CASE("a flapping link inside the fabric goes down and up, and its switches trap",
+          "[sim-fabric]") {
+    SweptChain c(4);
+    c.f.setClock(fakeClock);
+    const uint64_t t0 = g_fakeNs = 5'000'000'000;
+    std::vector<Transmit> out;
+    REQUIRE(control(c.f, "link", guidOf(2) + " 2 fault flap=1ms/10ms", out).starts_with("ok "));
+    // Up for the first 9 ms of each period.
+    uint64_t wait = 0;
+    CHECK(timersAt(c.f, t0, &wait).empty());
+    CHECK(wait == 9'000'000);
+    const auto traps = timersAt(c.f, t0 + 9'000'000, &wait);
+    CHECK(c.f.switchByGuid(kSwitchGuid + 2)->port(2).state == kPortStateDown);
+    CHECK(c.f.switchByGuid(kSwitchGuid + 3)->port(1).state == kPortStateDown);
+    // Switch 2's Trap 128 reaches the SM's guest on port 1.
+    REQUIRE_FALSE(traps.empty());
+    CHECK(traps[0].port == 1);
+    CHECK(wait == 1'000'000);
+    CHECK(inject(c.f, 1, udPacket(1, MiniSm::guestLid(2), randomBytes(64, 5))).empty());
+    timersAt(c.f, t0 + 10'000'000);
+    CHECK(c.f.switchByGuid(kSwitchGuid + 2)->port(2).state == kPortStateInit);
+    CHECK_THAT(c.f.faultStatus(), Catch::Contains("flap: 1 flaps, link up"));
+    // Cleared while down, the link comes back.
+    timersAt(c.f, t0 + 19'500'000);
+    CHECK(c.f.switchByGuid(kSwitchGuid + 3)->port(1).state == kPortStateDown);
+    control(c.f, "link", guidOf(2) + " 2 clear", out);
+    CHECK(c.f.switchByGuid(kSwitchGuid + 3)->port(1).state == kPortStateInit);
+}
+
+TEST_CASE("a routing loop through a delaying link is still cut off after 64 hops", "[sim-fabric]") {
+    SweptChain c(6);
+    c.f.setClock(fakeClock);
+    g_fakeNs = 1'000'000'000;
+    for (unsigned i : {2u, 3u}) {
+        const MiniSm::Node *n = nullptr;
+        for (const MiniSm::Node &node : c.sm.nodes)
+            if (node.guid == kSwitchGuid + i)
+                n = &node;
+        REQUIRE(n);
+        std::array<uint8_t, 64> block{};
+        block.fill(0xff);
+        block[MiniSm::guestLid(2)] = i == 2 ? 2 : 1;
+        c.sm.smp(kSet, kAttrLinearForwardingTable, 0, n->path,
+                 [&](Mad &m) { writeBytes(m, block); });
+    }
+    std::vector<Transmit> out;
+    REQUIRE(control(c.f, "link", guidOf(2) + " 2 fault delay=1us", out).starts_with("ok "));
+    CHECK(inject(c.f, 1, udPacket(1, MiniSm::guestLid(2), randomBytes(100, 9))).empty());
+    unsigned turns = 0;
+    for (uint64_t wait = 0; wait != UINT64_MAX && turns < 1000; ++turns)
+        CHECK(timersAt(c.f, g_fakeNs + 1000, &wait).empty());
+    CHECK(turns <= 64);
+    CHECK(c.f.stats().loopDrops == 1);
+}
+
+TEST_CASE("faults inside the fabric are refused where there is no inner link, or too many",
+          "[sim-fabric]") {
+    SimulatedFabric f(chain(10));
+    std::vector<Transmit> out;
+    // Port 4 of the first switch is a guest's: the process port's faults.
+    CHECK_THAT(control(f, "link", guidOf(0) + " 4 fault loss=1%", out),
+               Catch::Contains("no link inside"));
+    CHECK_THAT(control(f, "link", guidOf(0) + " 2 fault loss=1% bogus=1", out),
+               Catch::StartsWith("error: "));
+    CHECK(control(f, "link", guidOf(0) + " 2 clear extra", out) ==
+          "error: link GUID PORT up|down|clear|fault SPEC...");
+    CHECK_THAT(control(f, "link", guidOf(0) + " 2 clear", out), Catch::Contains("no faults"));
+    unsigned set = 0;
+    for (unsigned i = 0; i < 10; ++i)
+        for (unsigned port : {2u, 3u})
+            if (control(f, "link", guidOf(i) + " " + std::to_string(port) + " fault loss=1%", out)
+                    .starts_with("ok "))
+                ++set;
+    CHECK(set == SimulatedFabric::kMaxFaultedEnds);
+    CHECK_THAT(control(f, "link", guidOf(9) + " 1 fault dup=1%", out),
+               Catch::Contains("clear one first"));
+    // One already faulty takes a new fault.
+    CHECK_THAT(control(f, "link", guidOf(0) + " 2 fault dup=1%", out), Catch::StartsWith("ok "));
 }

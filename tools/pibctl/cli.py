@@ -419,10 +419,13 @@ def build_parser() -> argparse.ArgumentParser:
                     "  ./pib fabric fault switch1:2 delay=1ms±1ms seed=7 dir=out\n"
                     "  ./pib fabric fault switch1:2 flap=500ms/10s\n"
                     "  ./pib fabric fault switch1:2 clear\n"
+                    "In a simulated fabric, SWITCH:GUID:PORT is the end of a link inside it, on "
+                    "port PORT of the simulated node GUID (dir=in: what that node receives there):\n"
+                    "  ./pib fabric fault fabric:0x0002c90200000123:3 loss=1% corrupt=1%\n"
                     "What to inject: loss=P% loss-every=N burst=LEN/EVERY corrupt=P% dup=P% "
                     "reorder=P% window=N delay=T[±T] flap=DOWN/EVERY dir=in|out|both seed=N; "
                     "times in ns, us, ms or s. See docs/user-guide.md, \"Fault injection\".")
-    fault.add_argument("port", metavar="SWITCH:PORT")
+    fault.add_argument("port", metavar="SWITCH:PORT|SWITCH:GUID:PORT")
     fault.add_argument("spec", nargs="+", metavar="SPEC", help="what to inject, or clear")
     fault.set_defaults(func=_cmd_fabric_fault)
     migrate = fsub.add_parser(

@@ -385,7 +385,7 @@ def _simulated_switch_command(fabric: Fabric, switch, restore: Path = None) -> l
            "--socket-dir", str(directory)]
     if restore:
         cmd += ["--restore", str(restore)]
-    for port, spec in switch.faults.items():
+    for port, spec in [*switch.faults.items(), *switch.link_faults.items()]:
         cmd += ["--fault", f"{port}={','.join(spec.split())}"]
     for port, path in switch.captures.items():
         cmd += ["--capture", f"{port}={path}"]
@@ -449,19 +449,25 @@ def switch_control(fabric: Fabric, switch: str, command: str, timeout: float = 1
 
 
 def fault(spec_port: str, words) -> int:
-    """./pib fabric fault SWITCH:PORT SPEC... | clear"""
+    """./pib fabric fault SWITCH:PORT SPEC... | clear, or SWITCH:GUID:PORT
+    for the end of a link inside a simulated fabric."""
     fabric = require()
-    switch, _, port = spec_port.rpartition(":")
-    if not switch or not port.isdigit():
-        raise ui.StepFailed(f"expected SWITCH:PORT, got {spec_port!r}")
+    parts = spec_port.split(":")
+    if len(parts) not in (2, 3) or not all(parts) or not parts[-1].isdigit():
+        raise ui.StepFailed(f"expected SWITCH:PORT or SWITCH:GUID:PORT, got {spec_port!r}")
+    switch, port = parts[0], parts[-1]
     try:
-        fabric.topo.switch(switch)
+        sw = fabric.topo.switch(switch)
     except KeyError:
         raise ui.StepFailed(f"no switch named {switch} in this fabric") from None
-    if words == ["clear"]:
-        ui.info(switch_control(fabric, switch, f"clear {port}"))
+    if len(parts) == 3:
+        if not sw.simulate:
+            raise ui.StepFailed(f"{switch} is not a simulated fabric: SWITCH:PORT names its ports")
+        where = f"link {parts[1]} {port}"
+        command = f"{where} clear" if words == ["clear"] else f"{where} fault {' '.join(words)}"
     else:
-        ui.info(switch_control(fabric, switch, f"fault {port} {' '.join(words)}"))
+        command = f"clear {port}" if words == ["clear"] else f"fault {port} {' '.join(words)}"
+    ui.info(switch_control(fabric, switch, command))
     return 0
 
 

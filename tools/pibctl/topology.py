@@ -13,6 +13,8 @@ line, `#` starts a comment:
     tcp-connect SWITCH:PORT HOST:PORT   # dial a switch on another host
     fault SWITCH:PORT SPEC...           # inject faults from the start (see
                                         # docs/user-guide.md, "Fault injection")
+    fault NAME:GUID:PORT SPEC...        # the same on a cable inside the simulated
+                                        # fabric NAME, at port PORT of node GUID
     capture SWITCH:PORT FILE            # record the port's packets from the start
                                         # to a pcap file ("Packet capture")
     share DIR                           # a host directory every guest has at
@@ -52,6 +54,8 @@ class Switch:
     faults: dict = field(default_factory=dict)       # port -> "loss=5% dup=1% ..."
     captures: dict = field(default_factory=dict)     # port -> absolute pcap path
     simulate: str = ""  # a simulated fabric's spec (sim_fabric.py); ports: its CA places
+    # A simulated fabric's cable ends inside it: "0xGUID:PORT" -> "loss=1% ..."
+    link_faults: dict = field(default_factory=dict)
 
 
 @dataclass
@@ -97,7 +101,8 @@ class Topology:
         return Topology(
             switches=[Switch(s["name"], s["ports"], s["guid"], ports_of(s["tcp_listen"]),
                              ports_of(s["tcp_connect"]), ports_of(s.get("faults", {})),
-                             ports_of(s.get("captures", {})), s.get("simulate", ""))
+                             ports_of(s.get("captures", {})), s.get("simulate", ""),
+                             s.get("link_faults", {}))
                       for s in data["switches"]],
             guests=[Guest(g["name"], g["index"], [tuple(c) for c in g["cables"]],
                           g.get("personality", "pib"))
@@ -250,6 +255,27 @@ def _switch_port(topo: Topology, text: str, where: str):
         raise TopologyError(f"{where}: no switch named {switch} (yet)") from None
 
 
+def _inner_end(topo: Topology, text: str, where: str):
+    """NAME:GUID:PORT, the end of a cable inside the simulated fabric NAME:
+    (the Switch, "0xGUID:PORT"). The switch process says whether that
+    node and cable exist when it starts."""
+    name, guid, port = text.split(":")
+    try:
+        sw = topo.switch(name)
+    except KeyError:
+        raise TopologyError(f"{where}: no switch named {name} (yet)") from None
+    if not sw.simulate:
+        raise TopologyError(f"{where}: {name} is not a simulated fabric: SWITCH:PORT names "
+                            "its ports")
+    try:
+        number = int(guid, 16 if guid.lower().startswith("0x") else 10)
+    except ValueError:
+        number = -1
+    if not 0 < number < 1 << 64 or not port.isdigit() or not 1 <= int(port) <= 254:
+        raise TopologyError(f"{where}: expected NAME:GUID:PORT, got {text!r}")
+    return sw, f"{number:#x}:{int(port)}"
+
+
 def _simulated(topo: Topology, args: list, where: str) -> Switch:
     """simulated NAME SPEC places=N: a file SPEC is taken as absolute."""
     if len(args) != 3 or not args[2].startswith("places="):
@@ -329,6 +355,10 @@ def parse(text: str, source: str = "topology") -> Topology:
         elif kind == "fault":
             if len(args) < 2:
                 raise TopologyError(f"{where}: fault needs SWITCH:PORT and what to inject")
+            if args[0].count(":") == 2:
+                sw, end = _inner_end(topo, args[0], where)
+                sw.link_faults[end] = " ".join(args[1:])
+                continue
             sw, port = _switch_port(topo, args[0], where)
             # The switch checks the words when it starts (and says which is wrong).
             sw.faults[port] = " ".join(args[1:])

@@ -1,0 +1,231 @@
+// SPDX-License-Identifier: GPL-2.0-or-later
+// Fault injection on the links inside a simulated fabric (docs/user-guide.md,
+// "Fault injection"): a link end takes the faults a process port takes
+// (fault.hh), on what its node sends there and what it receives there. A
+// packet crosses the sender's `out` injector, then the receiver's `in`;
+// what an injector holds back (delay, reordering) goes on when the server
+// services the fabric's timers, with the hop count it had, so a routing
+// loop through a faulty link is still cut off after kMaxHops. A flap takes
+// the link down at both ends, as a cable pulled, and the switches trap.
+#include <chrono>
+#include <stdexcept>
+
+#include "sim_fabric.hh"
+
+namespace pib::fabric {
+
+namespace {
+
+uint64_t steadyNs() {
+    return static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(
+                                     std::chrono::steady_clock::now().time_since_epoch())
+                                     .count());
+}
+
+} // namespace
+
+uint64_t SimulatedFabric::now() const {
+    return clock_ ? clock_() : steadyNs();
+}
+
+SimulatedFabric::EndFaults *SimulatedFabric::faultsAt(uint32_t node, unsigned port) {
+    const auto it = faults_.find(portBase_[node] + port);
+    return it == faults_.end() ? nullptr : &it->second;
+}
+
+std::pair<uint32_t, unsigned> SimulatedFabric::innerEnd(uint64_t guid, unsigned port) const {
+    const uint32_t node = nodeByGuid(guid);
+    if (node == kNone || port < 1 || port > portsOf(node))
+        throw std::invalid_argument("no port " + std::to_string(port) + " of " + guidText(guid));
+    const Peer to = peer(node, port);
+    if (to.node == kNone || to.node == kExternal)
+        throw std::invalid_argument("port " + std::to_string(port) + " of " + guidText(guid) +
+                                    " has no link inside the fabric (a guest's port takes "
+                                    "the process port's faults)");
+    return {node, port};
+}
+
+std::string SimulatedFabric::endName(uint32_t node, unsigned port) const {
+    return guidText(guids_[node]) + " port " + std::to_string(port);
+}
+
+// Where the injectors of the end on `port` of `node` deliver, with the hop
+// count each packet was offered with: what it sent goes on into the far
+// end; what it received, into it from the far end.
+FaultInjector::Deliver SimulatedFabric::outward(uint32_t node, unsigned port, EndFaults &f) {
+    return [this, node, port, &f](std::span<const uint8_t> b) {
+        intoFarEnd(node, port, b, f.out.tag());
+    };
+}
+
+FaultInjector::Deliver SimulatedFabric::inward(uint32_t node, unsigned port, EndFaults &f) {
+    const Peer from = peer(node, port);
+    return
+        [this, from, &f](std::span<const uint8_t> b) { pass(from.node, from.port, b, f.in.tag()); };
+}
+
+bool SimulatedFabric::crossFaults(uint32_t node, unsigned port, std::span<const uint8_t> bytes,
+                                  unsigned hops) {
+    const Peer to = peer(node, port);
+    EndFaults *from = faultsAt(node, port);
+    EndFaults *into = faultsAt(to.node, to.port);
+    if (!from && !into)
+        return false;
+    // A packet sent into a link a flap holds down is lost with it.
+    if ((from && from->down) || (into && into->down))
+        return true;
+    if (from && from->out.active()) {
+        from->out.offer(bytes, now(), outward(node, port, *from), hops);
+        return true;
+    }
+    intoFarEnd(node, port, bytes, hops);
+    return true;
+}
+
+// Past the sender's injector: the receiver's, then the cable's far end.
+void SimulatedFabric::intoFarEnd(uint32_t node, unsigned port, std::span<const uint8_t> bytes,
+                                 unsigned hops) {
+    const Peer to = peer(node, port);
+    EndFaults *into = faultsAt(to.node, to.port);
+    EndFaults *from = faultsAt(node, port);
+    // What was held back while the link went down is lost with it.
+    if ((from && from->down) || (into && into->down))
+        return;
+    if (into && into->in.active()) {
+        into->in.offer(bytes, now(), inward(to.node, to.port, *into), hops);
+        return;
+    }
+    pass(node, port, bytes, hops);
+}
+
+std::string SimulatedFabric::setLinkFault(uint64_t guid, unsigned port,
+                                          const FaultSetting &setting) {
+    const auto [node, p] = innerEnd(guid, port);
+    const size_t key = portBase_[node] + p;
+    if (!faults_.contains(key) && faults_.size() >= kMaxFaultedEnds)
+        throw std::invalid_argument("faults on " + std::to_string(kMaxFaultedEnds) +
+                                    " link ends already: clear one first");
+    EndFaults &f = faults_[key];
+    const uint64_t t = now();
+    // Each end and direction its own PRNG stream; the process ports' streams
+    // are 2 and up per port, these start beyond them.
+    const uint64_t stream = 1024 + 2 * key;
+    std::string dirs;
+    if (setting.in) {
+        f.in.clear(inward(node, p, f));
+        f.in.configure(setting.spec, stream, t);
+        dirs = "in";
+    }
+    if (setting.out) {
+        f.out.clear(outward(node, p, f));
+        f.out.configure(setting.spec, stream + 1, t);
+        dirs += dirs.empty() ? "out" : "+out";
+    }
+    if (setting.spec.flaps())
+        f.flap.configure(setting.spec.flapDownNs, setting.spec.flapEveryNs, t);
+    else
+        f.flap.clear();
+    if (f.down && !f.flap.active())
+        flapLink(node, p, f, false);
+    f.flaps = 0;
+    const std::string line =
+        "link " + endName(node, p) + " " + dirs + ": fault " + setting.spec.toString();
+    if (faultLog_)
+        faultLog_(line);
+    return line;
+}
+
+std::string SimulatedFabric::clearLinkFault(uint64_t guid, unsigned port) {
+    const auto [node, p] = innerEnd(guid, port);
+    const auto it = faults_.find(portBase_[node] + p);
+    const std::string name = endName(node, p);
+    if (it == faults_.end())
+        return "link " + name + ": no faults";
+    EndFaults &f = it->second;
+    const std::string counted = faultCounters(f);
+    f.in.clear(inward(node, p, f));
+    f.out.clear(outward(node, p, f));
+    if (f.down)
+        flapLink(node, p, f, false);
+    faults_.erase(it);
+    const std::string line = "link " + name + ": faults cleared (" + counted + ")";
+    if (faultLog_)
+        faultLog_(line);
+    return line;
+}
+
+// As a cable pulled and plugged in again: both ends go down, and train
+// when the flap is over; their switches trap each time.
+void SimulatedFabric::flapLink(uint32_t node, unsigned port, EndFaults &f, bool down) {
+    f.down = down;
+    if (down)
+        ++f.flaps;
+    const Peer to = peer(node, port);
+    linkEnd(node, port, !down);
+    linkEnd(to.node, to.port, !down);
+    if (faultLog_)
+        faultLog_("link " + endName(node, port) +
+                  (down ? ": flap " + std::to_string(f.flaps) + ": down" : ": flap over: up"));
+}
+
+std::vector<Transmit> SimulatedFabric::serviceTimers(uint64_t *waitNs) {
+    *waitNs = UINT64_MAX;
+    if (faults_.empty())
+        return {};
+    const uint64_t t = now();
+    for (auto &[key, f] : faults_) {
+        const auto [node, port] = endOf(key);
+        if (f.in.nextRelease().value_or(UINT64_MAX) <= t)
+            f.in.release(t, inward(node, port, f));
+        if (f.out.nextRelease().value_or(UINT64_MAX) <= t)
+            f.out.release(t, outward(node, port, f));
+        if (f.flap.active() && f.flap.down(t) != f.down)
+            flapLink(node, port, f, !f.down);
+    }
+    pump();
+    // Released packets may have been held again further on: ask afterwards.
+    uint64_t next = UINT64_MAX;
+    for (const auto &[key, f] : faults_) {
+        next = std::min({next, f.in.nextRelease().value_or(UINT64_MAX),
+                         f.out.nextRelease().value_or(UINT64_MAX)});
+        if (f.flap.active())
+            next = std::min(next, f.flap.nextChange(t));
+    }
+    if (next != UINT64_MAX)
+        *waitNs = next > t ? next - t : 0;
+    return takeOut();
+}
+
+// The node and port of an end's index into peers_.
+std::pair<uint32_t, unsigned> SimulatedFabric::endOf(size_t key) const {
+    const auto after = std::upper_bound(portBase_.begin(), portBase_.end(), key);
+    const auto node = static_cast<uint32_t>(after - portBase_.begin() - 1);
+    return {node, static_cast<unsigned>(key - portBase_[node])};
+}
+
+std::string SimulatedFabric::faultCounters(const EndFaults &f) {
+    std::string s = "in: " + f.in.counters().toString() + "; out: " + f.out.counters().toString();
+    if (f.flaps)
+        s += "; flaps=" + std::to_string(f.flaps);
+    return s;
+}
+
+// A line per faulty end: "link 0x... port 3 in: loss=5% | packets=... ;
+// out: ...", and its flaps.
+std::string SimulatedFabric::faultStatus() const {
+    std::string s;
+    for (const auto &[key, f] : faults_) {
+        const auto [node, port] = endOf(key);
+        const std::string name = "link " + endName(node, port);
+        for (const auto &[dir, inj] : {std::pair{"in", &f.in}, std::pair{"out", &f.out}})
+            if (inj->active())
+                s += name + " " + dir + ": " + inj->spec().toString() + " | " +
+                     inj->counters().toString() + "\n";
+        if (f.flap.active())
+            s += name + " flap: " + std::to_string(f.flaps) + " flaps, link " +
+                 (f.down ? "down" : "up") + "\n";
+    }
+    return s;
+}
+
+} // namespace pib::fabric
