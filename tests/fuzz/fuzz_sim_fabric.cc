@@ -5,10 +5,10 @@
 // anything. The input is a sequence of steps: an SM behind a guest's port
 // that sweeps, routes and activates the fabric; directed-route SMPs along
 // any path, LID-routed SMPs, PMA queries and data to any LID; guests'
-// cables and the fabric's own pulled and plugged in (by the control
-// socket's command, with any words); the SM setting ports DOWN; traps
-// repeated. Whatever leaves the fabric must be a packet that parses, out
-// of a guest's port; every step must end (libFuzzer's timeout).
+// cables and the fabric's own pulled and plugged in, or made faulty (by
+// the control socket's command, with any words), and what the faults held
+// back released; the SM setting ports DOWN; traps repeated. Whatever leaves the fabric must be a
+// packet that parses, out of a guest's port; every step must end (libFuzzer's timeout).
 #include <fuzzer/FuzzedDataProvider.h>
 
 #include <cstdio>
@@ -135,15 +135,54 @@ std::vector<uint8_t> portCountersQuery(uint16_t slid, uint16_t dlid) {
     return iba::build(p);
 }
 
+// Fault words for a cable inside the fabric: each kind, with values up to
+// always (loss=100%) and times the clock's steps reach.
+std::string faultWords(FuzzedDataProvider &in) {
+    static const char *const kWords[] = {"loss=",    "corrupt=", "dup=",  "reorder=", "loss-every=",
+                                         "burst=2/", "delay=",   "flap=", "window=",  "dir="};
+    std::string words;
+    for (unsigned n = in.ConsumeIntegralInRange(1, 4); n; --n) {
+        const std::string word =
+            kWords[in.ConsumeIntegralInRange<size_t>(0, std::size(kWords) - 1)];
+        words += " " + word;
+        if (word == "delay=")
+            words += std::to_string(in.ConsumeIntegralInRange(0, 3000)) + "ms";
+        else if (word == "flap=")
+            words += std::to_string(in.ConsumeIntegralInRange(1, 1000)) + "ms/" +
+                     std::to_string(in.ConsumeIntegralInRange(1, 5000)) + "ms";
+        else if (word == "dir=")
+            words += in.ConsumeBool() ? "in" : "out";
+        else if (word.back() == '=' && word != "loss-every=" && word != "window=")
+            words += std::to_string(in.ConsumeIntegralInRange(0, 100)) + "%";
+        else
+            words += std::to_string(in.ConsumeIntegralInRange(1, 9));
+    }
+    return words;
+}
+
 // The control socket's link command with words from the input.
 void pullOrPlug(FuzzedDataProvider &in, SimulatedFabric &f) {
     const uint64_t guid = in.ConsumeBool() ? kGuid + in.ConsumeIntegralInRange(0, 0x21)
                                            : in.ConsumeIntegral<uint64_t>();
-    std::string words = std::to_string(guid) + " " +
-                        std::to_string(in.ConsumeIntegralInRange(0, 7)) +
-                        (in.ConsumeBool()   ? " down"
-                         : in.ConsumeBool() ? " up"
-                                            : " sideways");
+    std::string words =
+        std::to_string(guid) + " " + std::to_string(in.ConsumeIntegralInRange(0, 7));
+    switch (in.ConsumeIntegralInRange(0, 4)) {
+    case 0:
+        words += " down";
+        break;
+    case 1:
+        words += " up";
+        break;
+    case 2:
+        words += " clear";
+        break;
+    case 3:
+        words += " fault" + faultWords(in);
+        break;
+    default:
+        words += " sideways";
+        break;
+    }
     if (in.ConsumeIntegralInRange(0, 7) == 0)
         words = in.ConsumeRandomLengthString(40);
     std::vector<Transmit> out;
@@ -186,6 +225,11 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         case 2:
             pullOrPlug(in, f);
             break;
+        case 4: { // what faults on cables inside held back, and flaps
+            uint64_t waitNs = 0;
+            checkOutput(f.serviceTimers(&waitNs));
+            break;
+        }
         case 3: { // the SM's DOWN, retrained; traps repeated
             for (const unsigned p : f.takeLinkResets())
                 check(p >= 1 && p <= kGuests, "a link reset of a port that is not the fabric's");
