@@ -198,7 +198,13 @@ void Switch::loadFrom(StateReader &r) {
     // the subnet when it resumes, and finds what the trap said.
     unrepressed_.reset();
     released_.clear();
+    // A port the SM set DOWN while its link was up was saved before its
+    // link trained again: it does so now (takeLinkResets()), or it would
+    // stay DOWN for ever and take no SMP.
     linkResets_.clear();
+    for (unsigned n = 1; n < ports_.size(); ++n)
+        if (ports_[n].linkUp && ports_[n].state == kPortStateDown)
+            linkResets_.push_back(n);
 }
 
 } // namespace pib::fabric

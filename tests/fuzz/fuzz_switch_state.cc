@@ -8,6 +8,7 @@
 // leave a switch that still answers an SMP; one it refuses must say why
 // and leave the switch as it was. Neither may crash, hang or size
 // anything from an unchecked field.
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <stdexcept>
@@ -75,6 +76,16 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         }
         if (!sw.mkey().leaseRunning())
             check(second.saveState() == again, "a loaded state saved to other bytes");
+    }
+    // A port set DOWN with its link up trains again, as the server has it
+    // do (its peer reconnects).
+    const bool downWithLink = sw.port(1).linkUp && sw.port(1).state == iba::kPortStateDown;
+    const std::vector<unsigned> resets = sw.takeLinkResets();
+    check(downWithLink == (std::find(resets.begin(), resets.end(), 1u) != resets.end()),
+          "a port DOWN with its link up is not trained again, or one is that is not");
+    if (downWithLink) {
+        sw.linkChanged(1, false);
+        sw.linkChanged(1, true);
     }
     // Its SMA answers a Get that no M_Key it holds refuses, on a port whose
     // link is up.

@@ -961,6 +961,27 @@ TEST_CASE("port 0's M_Key guards the switch ports' partition tables", "[switch][
     CHECK(sw.port(3).pkeys[0] == 0x8123);
 }
 
+TEST_CASE("a state saved before a port the SM set DOWN trained again trains it once loaded",
+          "[switch][switch-state]") {
+    Switch sw = makeSwitch();
+    drSet(sw, kAttrPortInfo, 6, portState(kPortStateArmed));
+    drSet(sw, kAttrPortInfo, 6, portState(kPortStateDown));
+    REQUIRE(sw.port(6).linkUp);
+    pib::StateWriter w;
+    sw.save(w); // before the server took the link reset
+    const std::vector<uint8_t> state = w.take();
+
+    Switch loaded(SwitchConfig{kGuid, 8, "test switch"});
+    pib::StateReader r(state);
+    REQUIRE(loaded.load(r));
+    CHECK(loaded.port(6).state == kPortStateDown);
+    // Its link trains again, as it would have without the snapshot.
+    CHECK(loaded.takeLinkResets() == std::vector<unsigned>{6});
+    loaded.linkChanged(6, false);
+    loaded.linkChanged(6, true);
+    CHECK(loaded.port(6).state == kPortStateInit);
+}
+
 TEST_CASE("a switch's saved state loads into a new switch that forwards as it did",
           "[switch][switch-state]") {
     Switch sw = makeSwitch();
