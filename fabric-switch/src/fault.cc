@@ -219,6 +219,29 @@ std::optional<FaultSetting> FaultSetting::parse(std::string_view text, std::stri
     return setting;
 }
 
+std::string FaultSetting::apply(FaultInjector &in,
+                                const std::function<void(std::span<const uint8_t>)> &toIn,
+                                FaultInjector &out,
+                                const std::function<void(std::span<const uint8_t>)> &toOut,
+                                FlapSchedule &flap, uint64_t stream, uint64_t now) const {
+    std::string dirs;
+    if (this->in) {
+        in.clear(toIn);
+        in.configure(spec, stream, now);
+        dirs = "in";
+    }
+    if (this->out) {
+        out.clear(toOut);
+        out.configure(spec, stream + 1, now);
+        dirs += dirs.empty() ? "out" : "+out";
+    }
+    if (spec.flaps())
+        flap.configure(spec.flapDownNs, spec.flapEveryNs, now);
+    else
+        flap.clear();
+    return dirs;
+}
+
 std::string FaultCounters::toString() const {
     return "packets=" + std::to_string(packets) + " dropped=" + std::to_string(dropped) +
            " corrupted=" + std::to_string(corrupted) + " duplicated=" + std::to_string(duplicated) +

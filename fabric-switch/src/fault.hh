@@ -19,6 +19,9 @@
 
 namespace pib::fabric {
 
+class FaultInjector;
+class FlapSchedule;
+
 // What to do to the packets of one direction of a port. Probabilities are
 // in [0, 1]; times in nanoseconds; 0 turns a fault off.
 struct FaultSpec {
@@ -68,6 +71,15 @@ struct FaultSetting {
     FaultSpec spec;
 
     static std::optional<FaultSetting> parse(std::string_view text, std::string *error);
+
+    // Sets the directions it names on a port's injectors at `now` (what a
+    // replaced one held leaves at once, by `toIn` and `toOut`), their PRNG
+    // streams `stream` and `stream + 1`, and the port's flap. Returns the
+    // directions it set: "in", "out" or "in+out".
+    std::string apply(FaultInjector &in, const std::function<void(std::span<const uint8_t>)> &toIn,
+                      FaultInjector &out,
+                      const std::function<void(std::span<const uint8_t>)> &toOut,
+                      FlapSchedule &flap, uint64_t stream, uint64_t now) const;
 };
 
 // One direction of one port.

@@ -68,22 +68,8 @@ void Server::sendPacket(unsigned port, std::span<const uint8_t> packet) {
 
 std::string Server::setFault(unsigned port, const FaultSetting &setting) {
     PortFaults &f = faults_[port];
-    const uint64_t t = now();
-    std::string dirs;
-    if (setting.in) {
-        f.in.clear(inward(port));
-        f.in.configure(setting.spec, 2 * port, t);
-        dirs = "in";
-    }
-    if (setting.out) {
-        f.out.clear(outward(port));
-        f.out.configure(setting.spec, 2 * port + 1, t);
-        dirs += dirs.empty() ? "out" : "+out";
-    }
-    if (setting.spec.flaps())
-        f.flap.configure(setting.spec.flapDownNs, setting.spec.flapEveryNs, t);
-    else
-        f.flap.clear();
+    const std::string dirs =
+        setting.apply(f.in, inward(port), f.out, outward(port), f.flap, 2 * port, now());
     if (f.down && !f.flap.active())
         flap(port, false);
     f.flaps = 0;

@@ -230,13 +230,8 @@ std::vector<Transmit> SimulatedFabric::linkChanged(unsigned port, bool up) {
 }
 
 std::vector<Transmit> SimulatedFabric::setLink(uint64_t guid, unsigned port, bool up) {
-    const uint32_t node = nodeByGuid(guid);
-    if (node == kNone || port < 1 || port > portsOf(node))
-        throw std::invalid_argument("no port " + std::to_string(port) + " of " + guidText(guid));
+    const uint32_t node = innerEnd(guid, port).first;
     const Peer to = peer(node, port);
-    if (to.node == kNone || to.node == kExternal)
-        throw std::invalid_argument("port " + std::to_string(port) + " of " + guidText(guid) +
-                                    " has no link inside the fabric");
     linkEnd(node, port, up);
     linkEnd(to.node, to.port, up);
     pump();

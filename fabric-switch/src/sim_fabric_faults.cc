@@ -40,8 +40,7 @@ std::pair<uint32_t, unsigned> SimulatedFabric::innerEnd(uint64_t guid, unsigned 
     const Peer to = peer(node, port);
     if (to.node == kNone || to.node == kExternal)
         throw std::invalid_argument("port " + std::to_string(port) + " of " + guidText(guid) +
-                                    " has no link inside the fabric (a guest's port takes "
-                                    "the process port's faults)");
+                                    " has no link inside the fabric");
     return {node, port};
 }
 
@@ -106,25 +105,10 @@ std::string SimulatedFabric::setLinkFault(uint64_t guid, unsigned port,
         throw std::invalid_argument("faults on " + std::to_string(kMaxFaultedEnds) +
                                     " link ends already: clear one first");
     EndFaults &f = faults_[key];
-    const uint64_t t = now();
     // Each end and direction its own PRNG stream; the process ports' streams
     // are 2 and up per port, these start beyond them.
-    const uint64_t stream = 1024 + 2 * key;
-    std::string dirs;
-    if (setting.in) {
-        f.in.clear(inward(node, p, f));
-        f.in.configure(setting.spec, stream, t);
-        dirs = "in";
-    }
-    if (setting.out) {
-        f.out.clear(outward(node, p, f));
-        f.out.configure(setting.spec, stream + 1, t);
-        dirs += dirs.empty() ? "out" : "+out";
-    }
-    if (setting.spec.flaps())
-        f.flap.configure(setting.spec.flapDownNs, setting.spec.flapEveryNs, t);
-    else
-        f.flap.clear();
+    const std::string dirs = setting.apply(f.in, inward(node, p, f), f.out, outward(node, p, f),
+                                           f.flap, 1024 + 2 * key, now());
     if (f.down && !f.flap.active())
         flapLink(node, p, f, false);
     f.flaps = 0;

@@ -360,9 +360,10 @@ TEST_CASE("a fabric's VLs: links inside run them all, SL-to-VL tables move packe
     CHECK(last.port(4).counters.xmitDiscards == 1);
 }
 
-TEST_CASE("a routing loop drops the packet after 64 hops and counts it", "[sim-fabric]") {
-    SweptChain c(6);
-    // Switches 2 and 3 send guest 2's LID to each other.
+namespace {
+
+// The SM's LFTs of switches 2 and 3 send guest 2's LID to each other.
+void loopGuest2(SweptChain &c) {
     for (unsigned i : {2u, 3u}) {
         const MiniSm::Node *n = nullptr;
         for (const MiniSm::Node &node : c.sm.nodes)
@@ -375,6 +376,13 @@ TEST_CASE("a routing loop drops the packet after 64 hops and counts it", "[sim-f
         c.sm.smp(kSet, kAttrLinearForwardingTable, 0, n->path,
                  [&](Mad &m) { writeBytes(m, block); });
     }
+}
+
+} // namespace
+
+TEST_CASE("a routing loop drops the packet after 64 hops and counts it", "[sim-fabric]") {
+    SweptChain c(6);
+    loopGuest2(c);
     const Switch *three = c.f.switchByGuid(kSwitchGuid + 3);
     const uint64_t discardsBefore = three->port(1).counters.xmitDiscards;
     CHECK(inject(c.f, 1, udPacket(1, MiniSm::guestLid(2), randomBytes(100, 9))).empty());
@@ -727,18 +735,7 @@ TEST_CASE("a routing loop through a delaying link is still cut off after 64 hops
     SweptChain c(6);
     c.f.setClock(fakeClock);
     g_fakeNs = 1'000'000'000;
-    for (unsigned i : {2u, 3u}) {
-        const MiniSm::Node *n = nullptr;
-        for (const MiniSm::Node &node : c.sm.nodes)
-            if (node.guid == kSwitchGuid + i)
-                n = &node;
-        REQUIRE(n);
-        std::array<uint8_t, 64> block{};
-        block.fill(0xff);
-        block[MiniSm::guestLid(2)] = i == 2 ? 2 : 1;
-        c.sm.smp(kSet, kAttrLinearForwardingTable, 0, n->path,
-                 [&](Mad &m) { writeBytes(m, block); });
-    }
+    loopGuest2(c);
     std::vector<Transmit> out;
     REQUIRE(control(c.f, "link", guidOf(2) + " 2 fault delay=1us", out).starts_with("ok "));
     CHECK(inject(c.f, 1, udPacket(1, MiniSm::guestLid(2), randomBytes(100, 9))).empty());
