@@ -30,7 +30,7 @@ SOURCES = {
              ("dc_targets", "memory", "indirect_key", "memory_key_indirect", "page_faults")],
     "switch": [f"fabric-switch/src/{name}.cc" for name in ("switch", "sma", "pma", "trap", "fault")],
     "sim-fabric": [f"fabric-switch/src/{name}.cc" for name in
-                   ("sim_ca", "sim_fabric", "switch", "sma", "trap")],
+                   ("sim_ca", "sim_fabric", "sim_fabric_faults", "switch", "sma", "trap")],
     "switch-tcp": [f"fabric-switch/src/{name}.cc" for name in
                    ("server", "server_control", "server_dial", "server_faults", "server_flow",
                     "server_rings", "server_moves")] + ["common/wire/ring_cable.cc"],
