@@ -265,6 +265,13 @@ void FaultInjector::clear(const Deliver &deliver) {
     release(UINT64_MAX, deliver);
 }
 
+void FaultInjector::discardHeld() {
+    counters_.dropped += reordered_.size() + delayed_.size();
+    reordered_.clear();
+    delayed_.clear();
+    heldBytes_ = 0;
+}
+
 bool FaultInjector::chance(double p) {
     return p > 0 && std::uniform_real_distribution<double>(0, 1)(rng_) < p;
 }

@@ -92,6 +92,9 @@ class FaultInjector {
     void configure(const FaultSpec &spec, uint64_t stream, uint64_t now);
     // Stops injecting; what is held back is released at once.
     void clear(const Deliver &deliver);
+    // Loses what is held back (the link it was to cross went down),
+    // counted as dropped.
+    void discardHeld();
     bool active() const { return active_; }
     const FaultSpec &spec() const { return spec_; }
     const FaultCounters &counters() const { return counters_; }

@@ -279,6 +279,20 @@ void Server::drop(unsigned port, const char *why) {
         sendPacket(t.port, t.packet);
 }
 
+// The SM set the port DOWN: its cable closes and the link trains again
+// when the peer connects. A link kept up for a device that moves, or for
+// the peer of a restored switch, goes down too: the peer comes back to a
+// new link, as it would have without the move.
+void Server::resetLink(unsigned port) {
+    if (!moves_[port].pending) {
+        drop(port, "the SM set the port DOWN; the link trains again");
+        return;
+    }
+    if (conns_[port])
+        detach(port);
+    endMove(port, "had its port set DOWN by the SM; the link trains again");
+}
+
 // Closes the port's connection; its link stays as it is.
 void Server::detach(unsigned port) {
     Connection *c = conns_[port].get();
@@ -311,7 +325,7 @@ bool Server::runOnce(int maxWaitMs) {
     // Cables the SM took down, closed here rather than inside the
     // packet handling that carried the SM's Set.
     for (const unsigned port : sw_.takeLinkResets())
-        drop(port, "the SM set the port DOWN; the link trains again");
+        resetLink(port);
     for (auto &t : sw_.repeatTraps())
         sendPacket(t.port, t.packet);
     waitMs_ = std::min({serviceFaults(), serviceFlowControl(), serviceDials(), serviceMoves()});

@@ -154,6 +154,7 @@ class Server {
     int serviceFlowControl();
     void tellDiscarded(unsigned port);
     void drop(unsigned port, const char *why);
+    void resetLink(unsigned port);
     void detach(unsigned port);
     // A device that moves (server_moves.cc).
     void deviceMoving(unsigned port);

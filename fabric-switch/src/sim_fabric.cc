@@ -232,6 +232,7 @@ std::vector<Transmit> SimulatedFabric::linkChanged(unsigned port, bool up) {
 std::vector<Transmit> SimulatedFabric::setLink(uint64_t guid, unsigned port, bool up) {
     const uint32_t node = innerEnd(guid, port).first;
     const Peer to = peer(node, port);
+    handOnFlappedLink(node, port, up);
     linkEnd(node, port, up);
     linkEnd(to.node, to.port, up);
     pump();
@@ -355,6 +356,9 @@ std::optional<std::string> SimulatedFabric::command(std::string_view verb, std::
             const auto setting = FaultSetting::parse(args, &error);
             if (!setting)
                 return "error: " + error;
+            if (!setting->spec.any())
+                return "error: no fault in '" + std::string(args) +
+                       "' (link GUID PORT clear stops them)";
             // What the end held back goes on at once, and a flap's link
             // that is up again traps.
             std::string line = setLinkFault(*guid, p, *setting);

@@ -183,7 +183,8 @@ class SimulatedFabric final : public Element {
     struct EndFaults {
         FaultInjector in, out;
         FlapSchedule flap;
-        bool down = false; // flapped down right now
+        bool down = false;         // flapped down right now
+        bool pulledByFlap = false; // and the link was up until it did
         uint64_t flaps = 0;
     };
 
@@ -216,6 +217,8 @@ class SimulatedFabric final : public Element {
     // have a link inside the fabric (throws std::invalid_argument).
     std::pair<uint32_t, unsigned> innerEnd(uint64_t guid, unsigned port) const;
     std::string endName(uint32_t node, unsigned port) const;
+    bool linkIsUp(uint32_t node, unsigned port) const;
+    void handOnFlappedLink(uint32_t node, unsigned port, bool up);
     void flapLink(uint32_t node, unsigned port, EndFaults &f, bool down);
     uint64_t now() const;
     // Moves what is in flight until nothing is; what leaves the fabric

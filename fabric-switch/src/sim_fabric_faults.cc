@@ -9,6 +9,7 @@
 // the link down at both ends, as a cable pulled, and the switches trap.
 #include <chrono>
 #include <stdexcept>
+#include <utility>
 
 #include "sim_fabric.hh"
 
@@ -42,6 +43,24 @@ std::pair<uint32_t, unsigned> SimulatedFabric::innerEnd(uint64_t guid, unsigned 
         throw std::invalid_argument("port " + std::to_string(port) + " of " + guidText(guid) +
                                     " has no link inside the fabric");
     return {node, port};
+}
+
+bool SimulatedFabric::linkIsUp(uint32_t node, unsigned port) const {
+    return slots_[node].isSwitch ? switchOf(node).port(port).linkUp
+                                 : cas_[slots_[node].index]->port(port).linkUp;
+}
+
+// A hand on a cable a flap holds: `link up` waits for the flap (or its
+// clear); `link down` keeps it pulled when the flap is over.
+void SimulatedFabric::handOnFlappedLink(uint32_t node, unsigned port, bool up) {
+    const Peer to = peer(node, port);
+    for (EndFaults *f : {faultsAt(node, port), faultsAt(to.node, to.port)}) {
+        if (!f || !f->down)
+            continue;
+        if (up)
+            throw std::invalid_argument("a flap holds the link down: clear its fault first");
+        f->pulledByFlap = false;
+    }
 }
 
 std::string SimulatedFabric::endName(uint32_t node, unsigned port) const {
@@ -139,17 +158,32 @@ std::string SimulatedFabric::clearLinkFault(uint64_t guid, unsigned port) {
 }
 
 // As a cable pulled and plugged in again: both ends go down, and train
-// when the flap is over; their switches trap each time.
+// when the flap is over; their switches trap each time. What the ends'
+// injectors held is lost with the link. A cable already pulled (by hand,
+// or saved so) stays pulled when the flap is over.
 void SimulatedFabric::flapLink(uint32_t node, unsigned port, EndFaults &f, bool down) {
-    f.down = down;
-    if (down)
-        ++f.flaps;
     const Peer to = peer(node, port);
-    linkEnd(node, port, !down);
-    linkEnd(to.node, to.port, !down);
+    f.down = down;
+    bool moves; // whether the flap moves the cable
+    if (down) {
+        ++f.flaps;
+        moves = f.pulledByFlap = linkIsUp(node, port);
+        for (EndFaults *end : {&f, faultsAt(to.node, to.port)})
+            if (end) {
+                end->in.discardHeld();
+                end->out.discardHeld();
+            }
+    } else {
+        moves = std::exchange(f.pulledByFlap, false);
+    }
+    if (moves) {
+        linkEnd(node, port, !down);
+        linkEnd(to.node, to.port, !down);
+    }
     if (faultLog_)
         faultLog_("link " + endName(node, port) +
-                  (down ? ": flap " + std::to_string(f.flaps) + ": down" : ": flap over: up"));
+                  (down ? ": flap " + std::to_string(f.flaps) + ": down" : ": flap over: up") +
+                  (moves ? "" : " (a cable pulled by hand: it stays pulled)"));
 }
 
 std::vector<Transmit> SimulatedFabric::serviceTimers(uint64_t *waitNs) {
@@ -157,12 +191,19 @@ std::vector<Transmit> SimulatedFabric::serviceTimers(uint64_t *waitNs) {
     if (faults_.empty())
         return {};
     const uint64_t t = now();
+    // Each injector's release is moved through the fabric before the next:
+    // the budgets of a packet in (kMaxDeliveries, kMaxBytesOut) apply to
+    // what one injector releases at once.
     for (auto &[key, f] : faults_) {
         const auto [node, port] = endOf(key);
-        if (f.in.nextRelease().value_or(UINT64_MAX) <= t)
+        if (f.in.nextRelease().value_or(UINT64_MAX) <= t) {
             f.in.release(t, inward(node, port, f));
-        if (f.out.nextRelease().value_or(UINT64_MAX) <= t)
+            pump();
+        }
+        if (f.out.nextRelease().value_or(UINT64_MAX) <= t) {
             f.out.release(t, outward(node, port, f));
+            pump();
+        }
         if (f.flap.active() && f.flap.down(t) != f.down)
             flapLink(node, port, f, !f.down);
     }

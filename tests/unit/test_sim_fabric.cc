@@ -770,3 +770,32 @@ TEST_CASE("faults inside the fabric are refused where there is no inner link, or
     // One already faulty takes a new fault.
     CHECK_THAT(control(f, "link", guidOf(0) + " 2 fault dup=1%", out), Catch::StartsWith("ok "));
 }
+
+TEST_CASE("a hand on a flapping cable inside: up waits for the flap, down outlasts it; held "
+          "packets are lost with the link",
+          "[sim-fabric]") {
+    SweptChain c(4);
+    c.f.setClock(fakeClock);
+    const uint64_t t0 = g_fakeNs = 7'000'000'000;
+    std::vector<Transmit> out;
+    const std::string end = guidOf(2) + " 2";
+    CHECK_THAT(control(c.f, "link", end + " fault dir=in", out), Catch::Contains("no fault in"));
+    REQUIRE(control(c.f, "link", end + " fault flap=1ms/10ms delay=500us dir=out", out)
+                .starts_with("ok "));
+    // A packet held by the delay when the flap takes the link down is lost.
+    g_fakeNs = t0 + 8'800'000;
+    CHECK(inject(c.f, 1, udPacket(1, MiniSm::guestLid(2), randomBytes(64, 8))).empty());
+    CHECK(timersAt(c.f, t0 + 9'000'000).size() == 1); // switch 2's Trap 128 only
+    CHECK_THAT(c.f.faultStatus(), Catch::Contains("dropped=1"));
+    CHECK(timersAt(c.f, t0 + 9'600'000).empty());
+    // Plugged in by hand while the flap holds it: refused.
+    CHECK_THAT(control(c.f, "link", end + " up", out), Catch::Contains("a flap holds the link"));
+    // Pulled by hand while flapped: it stays pulled when the flap is over.
+    REQUIRE(control(c.f, "link", end + " down", out).starts_with("ok "));
+    timersAt(c.f, t0 + 10'000'000);
+    CHECK(c.f.switchByGuid(kSwitchGuid + 2)->port(2).state == kPortStateDown);
+    control(c.f, "link", end + " clear", out);
+    CHECK(c.f.switchByGuid(kSwitchGuid + 2)->port(2).state == kPortStateDown);
+    REQUIRE(control(c.f, "link", end + " up", out).starts_with("ok "));
+    CHECK(c.f.switchByGuid(kSwitchGuid + 2)->port(2).state == kPortStateInit);
+}

@@ -981,6 +981,35 @@ TEST_CASE("a switch restored from its saved state keeps each link up for its pee
     }
 }
 
+TEST_CASE("a restored port the SM had set DOWN trains a new link with its peer", "[switch-state]") {
+    // The SM set port 1 DOWN while its link was up, and the switch was
+    // saved before its server closed the cable: the link reset pending.
+    Switch before(SwitchConfig{0x0250494253570001ull, 1, "tcp test switch"});
+    before.linkChanged(1, true);
+    iba::ParseError error;
+    auto smp = *iba::parse(testing::drSmp(iba::kSet, iba::kAttrPortInfo, 1, {1}), &error);
+    iba::Mad mad(smp.payload);
+    iba::writePortInfo(mad, {.portState = iba::kPortStateDown});
+    before.receive(1, iba::build(smp));
+    REQUIRE(before.port(1).state == iba::kPortStateDown);
+    StateWriter w;
+    before.save(w);
+    w.beginSection(stateTag("SLNK")); // the server's: the link up, to the device
+    w.boolean(true);
+    w.u64(kDeviceGuid);
+    w.endSection();
+    const std::vector<uint8_t> state = w.take();
+
+    TempDir dir;
+    const std::string control = dir.file("control.sock"), port = dir.file("port1.sock");
+    RunningSwitch sw({{}, {PortEndpoint::Kind::kUnixListen, port}}, control, {}, 5'000'000'000,
+                     state);
+    // Not kept up for the device to resume: the link goes down to train.
+    CHECK(portsSay(control, "port 1: DOWN, link down\n", 2000ms));
+    Fd cable = deviceCable(port, PIB_WIRE_HELLO_RESUMES);
+    CHECK(portsSay(control, "port 1: INIT, link up\n", 2000ms));
+}
+
 TEST_CASE("a switch refuses a state that is not its own, cut or changed", "[switch-state]") {
     TempDir saved;
     std::vector<uint8_t> state;
