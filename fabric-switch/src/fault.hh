@@ -7,6 +7,7 @@
 // packets and the time, and sends what it releases.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <deque>
 #include <functional>
@@ -156,5 +157,14 @@ class FlapSchedule {
   private:
     uint64_t down_ = 0, every_ = 0, start_ = 0;
 };
+
+// When a port's (or a cable end's) faults next need servicing after
+// `now`: a held packet due, or the flap changing; UINT64_MAX for never.
+inline uint64_t nextFaultEvent(const FaultInjector &in, const FaultInjector &out,
+                               const FlapSchedule &flap, uint64_t now) {
+    uint64_t next =
+        std::min(in.nextRelease().value_or(UINT64_MAX), out.nextRelease().value_or(UINT64_MAX));
+    return flap.active() ? std::min(next, flap.nextChange(now)) : next;
+}
 
 } // namespace pib::fabric

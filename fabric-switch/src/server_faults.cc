@@ -140,12 +140,8 @@ int Server::serviceFaults() {
     }
     // Released packets may have been held again further on: ask afterwards.
     uint64_t next = t + std::min<uint64_t>(elementWait, 1'000'000'000);
-    for (const PortFaults &f : faults_) {
-        next = std::min({next, f.in.nextRelease().value_or(UINT64_MAX),
-                         f.out.nextRelease().value_or(UINT64_MAX)});
-        if (f.flap.active())
-            next = std::min(next, f.flap.nextChange(t));
-    }
+    for (const PortFaults &f : faults_)
+        next = std::min(next, nextFaultEvent(f.in, f.out, f.flap, t));
     return next <= t ? 0 : static_cast<int>((next - t + 999'999) / 1'000'000);
 }
 

@@ -210,12 +210,8 @@ std::vector<Transmit> SimulatedFabric::serviceTimers(uint64_t *waitNs) {
     pump();
     // Released packets may have been held again further on: ask afterwards.
     uint64_t next = UINT64_MAX;
-    for (const auto &[key, f] : faults_) {
-        next = std::min({next, f.in.nextRelease().value_or(UINT64_MAX),
-                         f.out.nextRelease().value_or(UINT64_MAX)});
-        if (f.flap.active())
-            next = std::min(next, f.flap.nextChange(t));
-    }
+    for (const auto &[key, f] : faults_)
+        next = std::min(next, nextFaultEvent(f.in, f.out, f.flap, t));
     if (next != UINT64_MAX)
         *waitNs = next > t ? next - t : 0;
     return takeOut();
