@@ -221,3 +221,21 @@ def test_the_scale_benchmark_reads_opensms_sweep_from_its_log(ctx):
                             capture_output=True, text=True, check=True).stdout
     assert picked.count("\n") == 8 and bench_scale.sweep_times(picked) == t
     assert bench_scale.doc_is_current() == ""
+
+
+def test_the_scale_table_says_how_each_row_was_measured_and_what_it_lacks(ctx):
+    row = {"spec": "fat-tree:k=10,n=3", "nodes": 1300, "switches": 300, "engine": "updn",
+           "engine_used": "updn", "discovery_s": 7.0, "route_s": 1.0, "lfts_s": 2.0,
+           "subnet_up_s": 16.0, "light_sweep_s": 0.1, "after_link_down_s": 7.0, "rss_mb": 33.0,
+           "bytes_per_node": 26537, "cpu_s": 2.0, "accel": "tcg", "date": "2026-12-02",
+           "guests_beside": 2}
+    line = bench_scale.render_row(row)
+    assert line.endswith("| 2026-12-02, tcg, 2 other guests running |"), line
+    failed = bench_scale.render_row({"spec": "fat-tree:k=10,n=3", "engine": "ftree",
+                                     "error": "timeout", "accel": "kvm", "date": "2026-12-02"})
+    assert failed.count("|") == line.count("|") and failed.endswith("| 2026-12-02, kvm |")
+    table = bench_scale.render({"1000 updn": row})
+    assert "Not run: minhop at 1,000, ftree at 1,000," in table
+    assert "dfsssp at 10,000, torus-2QoS at 10,000." in table
+    everything = {f"{s} {e}": row for s in bench_scale.SIZES for e in bench_scale.ENGINES}
+    assert "Not run" not in bench_scale.render(everything)

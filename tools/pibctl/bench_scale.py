@@ -10,7 +10,7 @@ docs/scale-results.json, and the table in docs/scale.md is written from it
 import json
 import re
 import time
-from datetime import datetime
+from datetime import date, datetime
 from pathlib import Path
 
 from pibctl import bench_summary, fabric, paths, sim_fabric, topology, ui
@@ -86,6 +86,20 @@ def _proc_numbers(pid: int) -> dict:
     return {"rss_mb": round(hwm / 1024, 1), "cpu_s": round(ticks / 100, 1)}
 
 
+def _guests_beside(fab) -> int:
+    """QEMUs running on this machine that are not `fab`'s: other work that
+    shared the CPUs with the measurement."""
+    ours = {vm.pid for vm in fab.vms}
+    count = 0
+    for comm in Path("/proc").glob("[0-9]*/comm"):
+        try:
+            if comm.read_text().startswith("qemu-system") and int(comm.parent.name) not in ours:
+                count += 1
+        except OSError:  # a process that ended meanwhile
+            continue
+    return count
+
+
 def _wait_log(vm: str, pattern: str, timeout: float, after_lines: int = 0) -> None:
     deadline = time.monotonic() + timeout
     while True:
@@ -150,6 +164,7 @@ def measure(size: int, engine: str, accel: str) -> dict:
         vm = fab.vms[0].name
         pid = fab.ib_switch_pids["fabric"]
         _opensm_config(vm, engine, fab_model)
+        beside = _guests_beside(fab)
         started = time.monotonic()
         fabric.sh_in(vm, f"rm -f {LOG}; PIB_SM_CONFIG={OPENSM_CONF} pib-start-sm")
         _wait_log(vm, "SUBNET UP", SUBNET_UP_TIMEOUT_S)
@@ -158,7 +173,8 @@ def measure(size: int, engine: str, accel: str) -> dict:
         result = {"spec": spec, "nodes": len(fab_model.nodes),
                   "revision": bench_summary.revision(),
                   "switches": len(fab_model.switches), "cas": len(fab_model.cas),
-                  "engine": engine, "accel": accel, "wall_s": round(wall, 1), **sweep_times(log)}
+                  "engine": engine, "accel": accel, "wall_s": round(wall, 1),
+                  "date": date.today().isoformat(), "guests_beside": beside, **sweep_times(log)}
         result["engine_used"] = engine if f"'{engine}'" in log and \
             f"{engine} tables configured" in log else "fallback: " + \
             (re.findall(r"(\w+) tables configured on all switches", log) or ["none"])[-1]
@@ -191,7 +207,8 @@ def run(sizes, engines, accel: str) -> int:
                 results[key] = measure(size, engine, accel)
             except ui.StepFailed as e:
                 results[key] = {"spec": spec_of(size, engine), "engine": engine,
-                                "error": str(e)[:300]}
+                                "error": str(e)[:300], "accel": accel,
+                                "date": date.today().isoformat()}
             RESULTS.write_text(json.dumps(results, indent=1, sort_keys=True) + "\n")
             write_doc(results)
             ui.info(render_row(results[key]))
@@ -208,22 +225,37 @@ def _s(v) -> str:
 
 def render_row(r: dict) -> str:
     if r.get("error"):
-        return f"| {r['spec']} | | {r['engine']} | failed: {r['error']} | | | | | | | |"
+        return (f"| {r['spec']} | | {r['engine']} | failed: {r['error']} | | | | | | | | "
+                f"{_measured(r)} |")
     return (f"| {r['spec']} | {r['nodes']:,} ({r['switches']:,} switches) | {r['engine']}"
             f"{'' if r['engine_used'] == r['engine'] else ' (' + r['engine_used'] + ')'} | "
             f"{_s(r['discovery_s'])} | {_s(r['route_s'])} | {_s(r['lfts_s'])} | "
             f"{_s(r['subnet_up_s'])} | {_s(r['light_sweep_s'])} | {_s(r['after_link_down_s'])} | "
-            f"{r['rss_mb']:.0f} MB, {r['bytes_per_node']:,} B/node | {r['cpu_s']:.0f} s |")
+            f"{r['rss_mb']:.0f} MB, {r['bytes_per_node']:,} B/node | {r['cpu_s']:.0f} s | "
+            f"{_measured(r)} |")
+
+
+def _measured(r: dict) -> str:
+    beside = r.get("guests_beside", 0)
+    return f"{r['date']}, {r['accel']}" + (f", {beside} other guests running" if beside else "")
+
+
+def not_run(results: dict) -> list:
+    """The (size, engine) rows the table lacks."""
+    return [f"{engine} at {size:,}" for size in SIZES for engine in ENGINES
+            if f"{size} {engine}" not in results]
 
 
 def render(results: dict) -> str:
     head = ("| fabric | nodes | routing engine | discovery (s) | route (s) | LFTs (s) | "
             "SUBNET UP (s) | light sweep (s) | after a link down (s) | switch process | "
-            "its CPU |\n|---|---|---|---|---|---|---|---|---|---|---|\n")
+            "its CPU | measured |\n|---|---|---|---|---|---|---|---|---|---|---|---|\n")
     def order(key):
         size, engine = key.split()
         return int(size), ENGINES.index(engine) if engine in ENGINES else 99
-    return head + "\n".join(render_row(results[k]) for k in sorted(results, key=order)) + "\n"
+    missing = not_run(results)
+    return head + "\n".join(render_row(results[k]) for k in sorted(results, key=order)) + "\n" + \
+        (f"\nNot run: {', '.join(missing)}.\n" if missing else "")
 
 
 def write_doc(results: dict) -> None:
