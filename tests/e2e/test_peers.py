@@ -107,3 +107,13 @@ def test_the_table_is_the_same_from_a_campaign_and_from_its_file():
     assert "2 x a: not offered; 2 x b: not offered; 1 x c" in row
     again = json.loads(json.dumps({"fabtests": {"pib-hca": [run]}}, sort_keys=True))
     assert peers.render(again) == row
+
+
+def test_a_campaign_run_in_parts_names_the_commits_of_its_runs():
+    run = {"passed": 1, "failed": [], "error": "", "skipped": {}}
+    older = [run] * 3
+    newer = [{**run, "revision": "bd613a3"}] * 6 + [{**run, "revision": "c0ffee1 + uncommitted changes"}]
+    assert "| fabtests | pib-hca | 1 |" in peers.render({"fabtests": {"pib-hca": [run]}})
+    row = peers.render({"fabtests": {"pib-hca": older + newer}})
+    assert "| 10 (bd613a3, c0ffee1 and 3 of an earlier commit) |" in row, row
+    assert "| 10 of 10 |" not in row and "| 0 of 10 |" in row

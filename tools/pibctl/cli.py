@@ -263,7 +263,7 @@ def _cmd_test(args) -> int:
 
         setup.run()
         return peers.run(args.runs, [n.strip() for n in args.suites.split(",") if n.strip()],
-                         [n.strip() for n in args.devices.split(",") if n.strip()])
+                         [n.strip() for n in args.devices.split(",") if n.strip()], add=args.add)
     passes = [p for p in args.passes.split(",") if p] if args.passes else testing.PASSES
     chosen = testing.Selection(keyword=args.k, markers=args.m, last_failed=args.lf,
                                soaks=args.soak)
@@ -567,6 +567,10 @@ def build_parser() -> argparse.ArgumentParser:
                         "times each; writes their table into docs/peers.md")
     p.add_argument("--runs", type=int, default=10, metavar="N",
                    help="with --peers: runs of each suite on each device (default 10)")
+    p.add_argument("--add", action="store_true",
+                   help="with --peers: add the runs to those the table holds of these suites and "
+                        "devices instead of replacing them (a campaign run in parts); each run "
+                        "names its commit")
     p.add_argument("--suites", default="", metavar="SUITE[,SUITE...]",
                    help="with --peers: only these suites ('osmtest', 'rdma-core tests', "
                         "'fabtests', 'UCX gtest'); the table keeps the others' last results")

@@ -20,12 +20,13 @@ guests mount at the same path (share.py).
 """
 
 import collections
+import copy
 import json
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from pibctl import fabric, paths, peers_build, peers_output, ui, unittest_output
+from pibctl import bench_summary, fabric, paths, peers_build, peers_output, ui, unittest_output
 
 RESULTS = paths.REPO / "docs" / "peers-results.json"
 DOC = paths.REPO / "docs" / "peers.md"
@@ -224,15 +225,18 @@ SUITES = (
 )
 
 
-def campaign(runs: int, suites=SUITES, devices=DEVICES, keep=None) -> dict:
+def campaign(runs: int, suites=SUITES, devices=DEVICES, keep=None, add=False) -> dict:
     """Runs each suite `runs` times on each device; returns
     {suite: {device: [Result as dict, ...]}}, written to RESULTS and the
     docs after every fabric (a campaign cut short keeps what it ran),
-    over `keep`'s results for the suites and devices it does not run."""
+    over `keep`'s results for the suites and devices it does not run, and
+    with `add` for those it runs too (its runs follow theirs)."""
     for suite in suites:
         if suite.build:
             suite.build()
-    table = collections.defaultdict(dict, kept(keep or {}, suites, devices))
+    keep = copy.deepcopy(keep or {})
+    table = collections.defaultdict(dict, keep if add else kept(keep, suites, devices))
+    revision = bench_summary.revision()
     for device in devices:
         for switches in sorted({s for suite in suites for s in suite.switches}):
             chosen = [s for s in suites if switches in s.switches and not (s.ib_only and device.rxe)]
@@ -250,7 +254,7 @@ def campaign(runs: int, suites=SUITES, devices=DEVICES, keep=None) -> dict:
                     for n in range(runs):
                         start = time.monotonic()
                         result = suite.run(fab, device)
-                        done.append(summary(result))
+                        done.append({**summary(result), "revision": revision})
                         ui.detail(f"{key} on {device.name}, run {n + 1}: {len(result.passed)} "
                                   f"passed, {len(result.failed)} failed, {len(result.skipped)} "
                                   f"skipped{', ' + result.error if result.error else ''} "
@@ -315,10 +319,21 @@ def _row(suite: str, device: str, runs: list) -> str:
     why = "; ".join(f"{n} x {_cell(reason)}" for reason, n in top)
     more = f" (+{len(reasons) - 3} more reasons)" if len(reasons) > 3 else ""
     crashed = sum(1 for r in runs if r["error"])
-    return (f"| {suite} | {device} | {len(runs)} | {last['passed']} | {len(last['failed'])} "
+    return (f"| {suite} | {device} | {_runs_cell(runs)} | {last['passed']} | {len(last['failed'])} "
             f"| {sum(reasons.values())}{': ' + why + more if why else ''} "
             f"| {failed_runs} of {len(runs)}{f' ({crashed} died before the end)' if crashed else ''} "
             f"| {', '.join(flaky[:5]) or '-'} |")
+
+
+def _runs_cell(runs: list) -> str:
+    """How many runs, and of which commits when they are known: a campaign
+    run in parts (--add) can span several."""
+    commits = list(dict.fromkeys(r["revision"].split()[0] for r in runs if r.get("revision")))
+    unknown = sum(1 for r in runs if not r.get("revision"))
+    if not commits:
+        return str(len(runs))
+    of = ", ".join(commits) + (f" and {unknown} of an earlier commit" if unknown else "")
+    return f"{len(runs)} ({of})"
 
 
 def _cell(text: str, limit: int = 60) -> str:
@@ -361,10 +376,10 @@ def doc_is_current() -> str:
         "docs/peers.md's table is not the rendering of docs/peers-results.json"
 
 
-def run(runs: int, names=(), device_names=()) -> int:
+def run(runs: int, names=(), device_names=(), add: bool = False) -> int:
     """The campaign of the suites `names` on the devices `device_names`
     (all by default); the results of the others stay as the last campaign
-    left them."""
+    left them, and with `add` theirs too, its runs added to them."""
     for asked, known, what in ((names, SUITES, "suite"), (device_names, DEVICES, "device")):
         unknown = set(asked) - {k.name for k in known}
         if unknown:
@@ -373,7 +388,7 @@ def run(runs: int, names=(), device_names=()) -> int:
     chosen = tuple(s for s in SUITES if not names or s.name in names)
     devices = tuple(d for d in DEVICES if not device_names or d.name in device_names)
     table = campaign(runs, chosen, devices,
-                     keep=json.loads(RESULTS.read_text()) if RESULTS.is_file() else {})
+                     keep=json.loads(RESULTS.read_text()) if RESULTS.is_file() else {}, add=add)
     print(render(table))
     ours, everywhere = verdict(table)
     for test in everywhere:
