@@ -112,7 +112,8 @@ def test_the_table_is_the_same_from_a_campaign_and_from_its_file():
 def test_a_campaign_run_in_parts_names_the_commits_of_its_runs():
     run = {"passed": 1, "failed": [], "error": "", "skipped": {}}
     older = [run] * 3
-    newer = [{**run, "revision": "bd613a3"}] * 6 + [{**run, "revision": "c0ffee1 + uncommitted changes"}]
+    newer = [{**run, "revision": "bd613a3"}] * 6 + \
+        [{**run, "revision": "c0ffee1 + uncommitted changes"}]
     assert "| fabtests | pib-hca | 1 |" in peers.render({"fabtests": {"pib-hca": [run]}})
     row = peers.render({"fabtests": {"pib-hca": older + newer}})
     assert "| 10 (bd613a3, c0ffee1 and 3 of an earlier commit) |" in row, row
