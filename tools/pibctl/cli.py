@@ -273,7 +273,7 @@ def _cmd_test(args) -> int:
 
 
 def _cmd_bench(args) -> int:
-    from pibctl import bench, bench_scale
+    from pibctl import bench, bench_scale, setup
 
     if args.scale:
         sizes = [int(s) for s in args.sizes.split(",")]
@@ -283,6 +283,9 @@ def _cmd_bench(args) -> int:
         if bad:
             raise ui.StepFailed(f"--sizes of {', '.join(map(str, bench_scale.SIZES))}; --engines "
                                 f"of {', '.join(bench_scale.ENGINES)}; not {bad}")
+        # Set up first, as the other benchmarks do: a fabric that cannot
+        # boot would otherwise fail every row, each replacing its last result.
+        setup.run()
         return bench_scale.run(sizes, engines, _accel(args.accel))
 
     return bench.run(accel=args.accel, native_only=args.native_only, fabric_only=args.fabric)
