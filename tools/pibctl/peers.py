@@ -228,7 +228,7 @@ SUITES = (
 def campaign(runs: int, suites=SUITES, devices=DEVICES, keep=None, add=False) -> dict:
     """Runs each suite `runs` times on each device; returns
     {suite: {device: [Result as dict, ...]}}, written to RESULTS and the
-    docs after every fabric (a campaign cut short keeps what it ran),
+    docs after every run (a campaign cut short keeps what it ran),
     over `keep`'s results for the suites and devices it does not run, and
     with `add` for those it runs too (its runs follow theirs)."""
     for suite in suites:
@@ -255,13 +255,13 @@ def campaign(runs: int, suites=SUITES, devices=DEVICES, keep=None, add=False) ->
                         start = time.monotonic()
                         result = suite.run(fab, device)
                         done.append({**summary(result), "revision": revision})
+                        write_doc(dict(table))
                         ui.detail(f"{key} on {device.name}, run {n + 1}: {len(result.passed)} "
                                   f"passed, {len(result.failed)} failed, {len(result.skipped)} "
                                   f"skipped{', ' + result.error if result.error else ''} "
                                   f"({time.monotonic() - start:.0f} s){keep_output(key, device, result)}")
             finally:
                 fabric.down(quiet=True)
-            write_doc(dict(table))
     return dict(table)
 
 
