@@ -171,7 +171,7 @@ def measure(size: int, engine: str, accel: str) -> dict:
         wall = time.monotonic() - started
         log = _sweep_log(vm)
         result = {"spec": spec, "nodes": len(fab_model.nodes),
-                  "revision": bench_summary.revision(),
+                  "revision": bench_summary.revision(outputs=(RESULTS, DOC)),
                   "switches": len(fab_model.switches), "cas": len(fab_model.cas),
                   "engine": engine, "accel": accel, "wall_s": round(wall, 1),
                   "date": date.today().isoformat(), "guests_beside": beside, **sweep_times(log)}

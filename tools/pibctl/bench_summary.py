@@ -6,6 +6,7 @@ this one run on this machine, under the git revision they belong to."""
 import re
 import subprocess
 from dataclasses import dataclass
+from pathlib import Path
 
 from pibctl import fabric_bench, paths
 
@@ -26,13 +27,17 @@ class Row:
     met: str = ""  # "yes", "no", or "" when the row has no goal
 
 
-def revision() -> str:
-    """The checkout's commit, with "+ changes" when its files differ."""
+def revision(outputs=()) -> str:
+    """The checkout's commit, with "+ uncommitted changes" when its files
+    differ from it, apart from `outputs` (the files the caller writes its
+    results to: a benchmark's second row is not of a changed checkout)."""
     def git(*args):
         return subprocess.run(["git", "-C", str(paths.REPO), *args], capture_output=True,
                               text=True).stdout.strip()
     commit = git("rev-parse", "--short", "HEAD") or "unknown"
-    return commit + (" + uncommitted changes" if git("status", "--porcelain") else "")
+    others = [f":(exclude){Path(o).relative_to(paths.REPO)}" for o in outputs]
+    changed = git("status", "--porcelain", "--", ".", *others)
+    return commit + (" + uncommitted changes" if changed else "")
 
 
 def core_figures(table: str) -> dict:

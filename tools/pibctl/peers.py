@@ -236,7 +236,7 @@ def campaign(runs: int, suites=SUITES, devices=DEVICES, keep=None, add=False) ->
             suite.build()
     keep = copy.deepcopy(keep or {})
     table = collections.defaultdict(dict, keep if add else kept(keep, suites, devices))
-    revision = bench_summary.revision()
+    revision = bench_summary.revision(outputs=(RESULTS, DOC))
     for device in devices:
         for switches in sorted({s for suite in suites for s in suite.switches}):
             chosen = [s for s in suites if switches in s.switches and not (s.ib_only and device.rxe)]
