@@ -27,3 +27,14 @@ def test_invalid_properties_are_refused_at_realize(ctx):
         proc = _qemu(*base, "-device", f"pib-hca,{bad}")
         assert proc.returncode != 0, bad
         assert why in proc.stderr, proc.stderr
+
+
+def test_pib_test_help_names_every_pass(ctx):
+    """--pass's help is typed in cli.py (importing the passes would slow
+    every ./pib command); it must name each one e2e_pass.PASSES holds."""
+    from pibctl import e2e_pass
+    out = subprocess.run([str(paths.REPO / "pib"), "test", "--help"], capture_output=True,
+                         text=True, timeout=60, check=True).stdout
+    text = " ".join(out.split())
+    for name in e2e_pass.PASSES:
+        assert f"{name}," in text or f"{name} (" in text, f"--pass's help lacks {name}:\n{out}"

@@ -585,7 +585,8 @@ def build_parser() -> argparse.ArgumentParser:
                         "leaks and stalls (a link flapping under traffic for a minute)")
     p.add_argument("--pass", dest="passes", default="", metavar="PASS[,PASS...]",
                    help="only these end-to-end passes, each on a fabric of its own: main, "
-                        "two-switches, hostile, connectx, own-kernel (default: all)")
+                        "two-switches, hostile, connectx, own-kernel, simulated (default: "
+                        "all)")
     p.add_argument("--lanes", type=int, choices=[1, 2], default=0,
                    help="fabrics tested at once: 2 runs the connectx and two-switches passes "
                         "beside the others, each lane on a run directory of its own; 1 runs "
