@@ -116,6 +116,8 @@ static bool pib_hca_event_enabled(unsigned event)
         return trace_event_get_state_backends(TRACE_PIB_HCA_RC_STALE_NAK);
     case PIB_EVENT_RC_WORK_HELD:
         return trace_event_get_state_backends(TRACE_PIB_HCA_RC_WORK_HELD);
+    case PIB_EVENT_QP_OWED_REPLIES:
+        return trace_event_get_state_backends(TRACE_PIB_HCA_QP_OWED_REPLIES);
     case PIB_EVENT_QP_FLUSH_POSTPONED:
         return trace_event_get_state_backends(TRACE_PIB_HCA_QP_FLUSH_POSTPONED);
     case PIB_EVENT_DC_CONNECT:
@@ -430,6 +432,10 @@ static void pib_hca_trace_event(unsigned event, const uint64_t *a)
         break;
     case PIB_EVENT_RC_WORK_HELD:
         trace_pib_hca_rc_work_held((unsigned) a[0], (uint64_t) a[1]);
+        break;
+    case PIB_EVENT_QP_OWED_REPLIES:
+        trace_pib_hca_qp_owed_replies((unsigned) a[0], (unsigned) a[1],
+                                      (unsigned) a[2]);
         break;
     case PIB_EVENT_QP_FLUSH_POSTPONED:
         trace_pib_hca_qp_flush_postponed((unsigned) a[0]);

@@ -1452,3 +1452,57 @@ TEST_CASE("a receive WQE claimed by a message cut short completes, flushed, once
     }
     CHECK(b.poll().empty()); // once each, never twice
 }
+
+// A responder's ACK waits for the end of the event, or for room on its
+// port; a driver that moves or destroys the QP in the meantime (it saw
+// the receive complete: an application that closes once its last message
+// arrived) still lets it go, as hardware would have sent it already. Else
+// the peer's SEND, complete here, completes there flushed when the peer
+// disconnects.
+TEST_CASE("a QP taken out of RTS sends the ACKs it owes first", "[rc]") {
+    Pair p;
+    constexpr uint32_t kLength = 3000;
+    const uint64_t out = p.a.host.allocRandom(kLength, 5), in = p.b.host.alloc(kLength);
+    const uint64_t bOut = p.b.host.allocRandom(64, 6);
+    p.b.postRecv(1, in, kLength);
+    // b's port fills with a SEND of its own: what b owes from now on waits.
+    p.b.host.portQueueLimit = 0;
+    p.b.postSend(9, {.local = bOut, .length = 64});
+    REQUIRE(p.b.host.portFull[1]);
+    const size_t bQueued = p.b.host.portOutput[1].size();
+    p.a.postSend(1, {.local = out, .length = kLength});
+    std::vector<uint8_t> request;
+    request.swap(p.a.host.portOutput[1]);
+    p.a.host.portDrained(1);
+    pib_core_port_receive(p.b.host.core, 1, request.data(), request.size());
+    const auto got = p.b.poll();
+    REQUIRE(got.size() == 1);
+    CHECK(got[0].status == PIB_WC_SUCCESS);
+    CHECK(sameBytes(p.a, out, p.b, in, kLength));
+    REQUIRE(p.b.host.portOutput[1].size() == bQueued); // the ACK waits for room
+
+    SECTION("moved to the error state") {
+        pib_qp_attr a{};
+        a.attr_mask = PIB_QP_STATE;
+        a.qp_state = PIB_QPS_ERR;
+        p.b.modify(a);
+    }
+    SECTION("moved to RESET") {
+        pib_qp_attr a{};
+        a.attr_mask = PIB_QP_STATE;
+        a.qp_state = PIB_QPS_RESET;
+        p.b.modify(a);
+    }
+    SECTION("destroyed") {
+        REQUIRE(p.b.host.command(PIB_CMD_DESTROY_QP, p.b.qpn).status == PIB_CMD_STATUS_OK);
+    }
+    CHECK(p.b.host.portOutput[1].size() > bQueued);
+    CHECK(p.b.host.traces("qp_owed_replies") == 1);
+    p.b.host.portQueueLimit = SIZE_MAX;
+    p.wire.run();
+    CHECK(p.wire.count(iba::kAcknowledge) >= 1);
+    const auto sent = p.a.poll();
+    REQUIRE(sent.size() == 1);
+    CHECK(sent[0].wr_id == 1);
+    CHECK(sent[0].status == PIB_WC_SUCCESS);
+}

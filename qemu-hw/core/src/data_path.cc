@@ -26,7 +26,21 @@ void DataPath::reset() {
     scheduler_.reset();
 }
 
+// The states in which a QP's responder takes requests, and so may owe
+// ACKs.
+static bool answersRequests(uint8_t state) {
+    return state == PIB_QPS_RTR || state == PIB_QPS_RTS || state == PIB_QPS_SQD ||
+           state == PIB_QPS_SQE;
+}
+
+void DataPath::qpStateLeaving(QueuePair &qp, uint8_t next) {
+    if ((next == PIB_QPS_RESET || next == PIB_QPS_ERR) && answersRequests(qp.attr.qp_state))
+        responder_.sendOwedAcks(qp);
+}
+
 void DataPath::forgetQp(QueuePair &qp) {
+    if (answersRequests(qp.attr.qp_state))
+        responder_.sendOwedAcks(qp);
     if (receives_.receiveSrq(qp))
         receives_.completeClaimedWqe(qp, PIB_WC_WR_FLUSH_ERR);
     requester_.releaseWqes(qp);

@@ -77,6 +77,10 @@ class DataPath final : public SubnetSender, public ScheduledEngine, QpErrorFlow 
     // it changed.
     void setOtherDeadline(std::function<uint64_t()> other) { otherDeadline_ = std::move(other); }
     void rearmTimer() { timers_.rearm(); }
+    // `qp` is about to go to state `next` by MODIFY_QP, its attributes
+    // still those of its current state: what its responder owes leaves
+    // first if it stops answering (Responder::sendOwedAcks).
+    void qpStateLeaving(QueuePair &qp, uint8_t next);
     // `qp` entered state `next` from `cur` by MODIFY_QP with `mask`: its
     // transport starts over, loads its PSNs, flushes or starts sending.
     void qpStateEntered(QueuePair &qp, uint8_t cur, uint8_t next, uint32_t mask);

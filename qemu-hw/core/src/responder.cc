@@ -180,6 +180,34 @@ void Responder::sendReplies(QueuePair &qp) {
     }
 }
 
+// Hardware sends an ACK as it takes the request, long before the driver
+// could see the receive's completion and move or destroy the QP; here an
+// ACK waits for the event's end, or for room on its port, and a QP the
+// driver took out of RTS before then would leave its peer's WQE
+// unacknowledged, to complete flushed when the peer disconnects, under an
+// application that closes as soon as its last message arrived (what a
+// ConnectX failure of fabtests' pingpong over ofi_rxm looked like,
+// docs/peers.md). So the ACKs and atomic answers owed go now, whatever
+// the event's budget and the port's room (a ring that is full loses them,
+// as a wire would): a few packets, since a positive ACK replaces the one
+// queued before it. READ responses are cut short, as the error state cuts
+// them, and an ACK queued behind one would imply it done.
+void Responder::sendOwedAcks(QueuePair &qp) {
+    auto &q = qp.resp.replies;
+    if (q.empty())
+        return;
+    unsigned sent = 0;
+    for (; !q.empty() && q.front().kind != Reply::Kind::kRead && sent < kMaxOwedSent; ++sent) {
+        if (q.front().kind == Reply::Kind::kAck)
+            sendAck(qp, q.front().psn, q.front().syndrome);
+        else
+            sendAtomicAck(qp, q.front().entry);
+        q.pop_front();
+    }
+    trace::qp_owed_replies(host_, qp.number, sent, static_cast<unsigned>(q.size()));
+    q.clear();
+}
+
 // READs and atomics owed and not yet answered whole.
 static size_t repliesOwed(const ResponderState &s) {
     return static_cast<size_t>(std::count_if(s.replies.begin(), s.replies.end(),

@@ -27,6 +27,11 @@ class Responder final : TransportRole {
     // (DataPath::resendWhatWasLost): an ACK of
     // what it took, then a sequence error NAK of the next PSN.
     void sayWhereAfterLoss(QueuePair &qp);
+    // `qp` leaves the states that answer requests (to RESET or the error
+    // state, or destroyed): what it owes before its first READ response
+    // goes now; no more than kMaxOwedSent packets.
+    void sendOwedAcks(QueuePair &qp);
+    static constexpr unsigned kMaxOwedSent = 16;
     // XRC SRQ `srqn` is about to be destroyed: no message goes on into it.
     void forgetXrcSrq(uint32_t srqn);
 

@@ -304,6 +304,12 @@ inline void rc_work_held(const Host &host, unsigned qpn, uint64_t bytes) {
         host.event(PIB_EVENT_RC_WORK_HELD, {Host::eventArg(qpn), Host::eventArg(bytes)});
 }
 
+inline void qp_owed_replies(const Host &host, unsigned qpn, unsigned sent, unsigned dropped) {
+    if (host.eventEnabled(PIB_EVENT_QP_OWED_REPLIES))
+        host.event(PIB_EVENT_QP_OWED_REPLIES,
+                   {Host::eventArg(qpn), Host::eventArg(sent), Host::eventArg(dropped)});
+}
+
 inline void qp_flush_postponed(const Host &host, unsigned qpn) {
     if (host.eventEnabled(PIB_EVENT_QP_FLUSH_POSTPONED))
         host.event(PIB_EVENT_QP_FLUSH_POSTPONED, {Host::eventArg(qpn)});

@@ -595,6 +595,7 @@ const err::Condition *QueuePairs::modify(uint16_t opcode, std::span<const uint8_
         qp->streams.reset(stream);
         trace::dci_stream_reset(host_, qpn, stream);
     }
+    dataPath_.qpStateLeaving(*qp, change.to);
     applyQpAttrs(qp->attr, attrs, mask, change.to);
     trace::mlx5_qp_modify(host_, qpn, change.name, cur, change.to, mask);
     dataPath_.qpStateEntered(*qp, cur, change.to, mask);

@@ -248,6 +248,7 @@ CommandOutcome CommandProcessor::modifyQp(QueuePair &target, const pib_qp_attr &
                                     {caps_.max_qp_init_rd_atom, caps_.max_qp_rd_atom}))
         return fail(err::kCmdBadParam, "MODIFY_QP %u: invalid %s", cmd.modifier, bad);
 
+    core_.dataPath.qpStateLeaving(*qp, next);
     applyQpAttrs(qp->attr, in, mask, next);
     core_.dataPath.qpStateEntered(*qp, cur, next, mask);
     return {};
