@@ -97,6 +97,7 @@ void SimulatedFabric::build(const FabricDescription &d) {
                 CaConfig{node.guid, node.ports, node.description, d.vlCap}));
         }
     }
+    inAttention_.assign(slots_.size(), false);
 }
 
 uint32_t SimulatedFabric::nodeByGuid(uint64_t guid) const {
@@ -133,6 +134,7 @@ void SimulatedFabric::visit(uint32_t node, unsigned port, std::span<const uint8_
             switchOf(node).receive(port, bytes, [&](unsigned out, std::span<const uint8_t> packet) {
                 emit(node, out, packet, hops);
             });
+        noteAttention(node); // an SMP set a port DOWN, or a trap was repressed
     } else {
         built = cas_[slots_[node].index]->receive(port, bytes);
     }
@@ -218,6 +220,35 @@ void SimulatedFabric::linkEnd(uint32_t node, unsigned port, bool up) {
     }
     for (const Transmit &t : switchOf(node).linkChanged(port, up, neighborVlCap))
         emit(node, t.port, t.packet, 0);
+    noteAttention(node); // its trap
+}
+
+void SimulatedFabric::noteAttention(uint32_t node) {
+    Switch &s = switchOf(node);
+    if (!inAttention_[node] && (s.linkResetsPending() || s.trapPending())) {
+        inAttention_[node] = true;
+        attention_.push_back(node);
+    }
+}
+
+// Those with nothing left to do leave the list.
+void SimulatedFabric::settleAttention() {
+    std::erase_if(attention_, [&](uint32_t node) {
+        const Switch &s = switchOf(node);
+        const bool settled = !s.linkResetsPending() && !s.trapPending();
+        if (settled)
+            inAttention_[node] = false;
+        return settled;
+    });
+}
+
+// After a load, which may leave any switch with something to do.
+void SimulatedFabric::attendAll() {
+    attention_.clear();
+    inAttention_.assign(slots_.size(), false);
+    for (uint32_t node = 0; node < slots_.size(); ++node)
+        if (slots_[node].isSwitch)
+            noteAttention(node);
 }
 
 std::vector<Transmit> SimulatedFabric::linkChanged(unsigned port, bool up) {
@@ -244,8 +275,9 @@ std::vector<Transmit> SimulatedFabric::setLink(uint64_t guid, unsigned port, boo
 // at once, which the switches at its ends report with Trap 128.
 std::vector<unsigned> SimulatedFabric::takeLinkResets() {
     std::vector<unsigned> external;
-    for (uint32_t node = 0; node < slots_.size(); ++node) {
-        if (!slots_[node].isSwitch || !switchOf(node).linkResetsPending())
+    for (size_t i = 0; i < attention_.size(); ++i) { // linkEnd() may add to it
+        const uint32_t node = attention_[i];
+        if (!switchOf(node).linkResetsPending())
             continue;
         for (const unsigned port : switchOf(node).takeLinkResets()) {
             const Peer to = peer(node, port);
@@ -266,11 +298,14 @@ std::vector<unsigned> SimulatedFabric::takeLinkResets() {
 }
 
 std::vector<Transmit> SimulatedFabric::repeatTraps() {
-    for (uint32_t node = 0; node < slots_.size(); ++node)
-        if (slots_[node].isSwitch && switchOf(node).trapPending())
+    for (size_t i = 0; i < attention_.size(); ++i) {
+        const uint32_t node = attention_[i];
+        if (switchOf(node).trapPending())
             for (const Transmit &t : switchOf(node).repeatTraps())
                 emit(node, t.port, t.packet, 0);
+    }
     pump();
+    settleAttention();
     std::vector<Transmit> out = std::exchange(pending_, {});
     for (Transmit &t : takeOut())
         out.push_back(std::move(t));

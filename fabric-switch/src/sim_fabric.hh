@@ -242,6 +242,15 @@ class SimulatedFabric final : public Element {
     const Forwarder *send_ = nullptr;
     std::vector<Transmit> out_;
     std::vector<Transmit> pending_; // traps of links retrained, for repeatTraps()
+    // The switches that may have links to reset or a trap to repeat: what
+    // takeLinkResets() and repeatTraps(), which the server runs at every
+    // turn of its loop, look at. Walking every switch there cost more than
+    // the SMP the turn carried at 10,000 nodes.
+    std::vector<uint32_t> attention_;
+    std::vector<bool> inAttention_; // per node
+    void noteAttention(uint32_t node);
+    void settleAttention();
+    void attendAll();
     Stats stats_;
     // By the end's index into peers_ (ordered: the status lists them so).
     std::map<size_t, EndFaults> faults_;

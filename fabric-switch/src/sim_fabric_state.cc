@@ -183,6 +183,7 @@ bool SimulatedFabric::load(StateReader &r) {
     if (!r.ok())
         return false;
     switches_ = std::move(switches);
+    attendAll();
     cas_ = std::move(cas);
     inFlight_.clear();
     pending_.clear();

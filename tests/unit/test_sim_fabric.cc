@@ -799,3 +799,54 @@ TEST_CASE("a hand on a flapping cable inside: up waits for the flap, down outlas
     REQUIRE(control(c.f, "link", end + " up", out).starts_with("ok "));
     CHECK(c.f.switchByGuid(kSwitchGuid + 2)->port(2).state == kPortStateInit);
 }
+
+// The server asks at every turn of its loop for traps to repeat and links
+// to reset (SimulatedFabric keeps a list of the switches that have some):
+// a switch's trap repeats until the SM represses it, in a loaded fabric
+// too.
+TEST_CASE("a trap inside the fabric repeats until the SM represses it", "[sim-fabric]") {
+    SweptChain c(4);
+    c.f.setClock(fakeClock);
+    g_fakeNs = 1'000'000'000;
+    ParseError e;
+    const auto tidOf = [&](const Transmit &t) { return Mad(parse(t.packet, &e)->payload).get64(8); };
+    // Past the longest wait between repeats, the traps repeated.
+    const auto repeated = [&] {
+        g_fakeNs += 11'000'000'000;
+        return c.f.repeatTraps();
+    };
+    const auto repress = [&](const Transmit &trap) {
+        auto mad = testing::smpMad(kClassSmpLid, kTrapRepress, 0x0002, 0);
+        Mad(mad).set64(8, tidOf(trap));
+        Packet p;
+        p.lrh.vl = 15;
+        p.lrh.slid = 1;
+        p.lrh.dlid = parse(trap.packet, &e)->lrh.slid;
+        p.bth.opcode = kUdSendOnly;
+        p.deth = Deth{0, 0};
+        p.payload = mad;
+        CHECK(inject(c.f, 1, build(p)).empty());
+    };
+    const std::vector<Transmit> first = c.f.setLink(kSwitchGuid + 2, 1, false);
+    REQUIRE(first.size() == 1);
+    CHECK(c.f.repeatTraps().empty()); // not yet due
+    for (int i = 0; i < 2; ++i) {
+        const auto again = repeated();
+        REQUIRE(again.size() == 1);
+        CHECK(again[0].port == 1);
+        CHECK(tidOf(again[0]) == tidOf(first[0]));
+    }
+    repress(first[0]);
+    CHECK(repeated().empty());
+    // A loaded fabric's switches trap and repeat as well.
+    const std::vector<uint8_t> state = savedState(c.f);
+    StateReader r(state);
+    REQUIRE(c.f.load(r));
+    const std::vector<Transmit> back = c.f.setLink(kSwitchGuid + 2, 1, true);
+    REQUIRE_FALSE(back.empty());
+    CHECK(repeated().size() == back.size());
+    for (const Transmit &t : back)
+        repress(t);
+    CHECK(repeated().empty());
+    CHECK(c.f.takeLinkResets().empty());
+}
