@@ -809,7 +809,9 @@ TEST_CASE("a trap inside the fabric repeats until the SM represses it", "[sim-fa
     c.f.setClock(fakeClock);
     g_fakeNs = 1'000'000'000;
     ParseError e;
-    const auto tidOf = [&](const Transmit &t) { return Mad(parse(t.packet, &e)->payload).get64(8); };
+    const auto tidOf = [&](const Transmit &t) {
+        return Mad(parse(t.packet, &e)->payload).get64(8);
+    };
     // Past the longest wait between repeats, the traps repeated.
     const auto repeated = [&] {
         g_fakeNs += 11'000'000'000;
