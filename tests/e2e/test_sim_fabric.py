@@ -228,9 +228,9 @@ def test_the_scale_table_says_how_each_row_was_measured_and_what_it_lacks(ctx):
            "engine_used": "updn", "discovery_s": 7.0, "route_s": 1.0, "lfts_s": 2.0,
            "subnet_up_s": 16.0, "light_sweep_s": 0.1, "after_link_down_s": 7.0, "rss_mb": 33.0,
            "bytes_per_node": 26537, "cpu_s": 2.0, "accel": "tcg", "date": "2026-12-02",
-           "guests_beside": 2}
+           "guests_beside": 2, "revision": "813ad5a"}
     line = bench_scale.render_row(row)
-    assert line.endswith("| 2026-12-02, tcg, 2 other guests running |"), line
+    assert line.endswith("| 2026-12-02, tcg, 813ad5a, 2 other guests running |"), line
     failed = bench_scale.render_row({"spec": "fat-tree:k=10,n=3", "engine": "ftree",
                                      "error": "timeout", "accel": "kvm", "date": "2026-12-02"})
     assert failed.count("|") == line.count("|") and failed.endswith("| 2026-12-02, kvm |")

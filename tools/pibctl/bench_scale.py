@@ -208,7 +208,8 @@ def run(sizes, engines, accel: str) -> int:
             except ui.StepFailed as e:
                 results[key] = {"spec": spec_of(size, engine), "engine": engine,
                                 "error": str(e)[:300], "accel": accel,
-                                "date": date.today().isoformat()}
+                                "date": date.today().isoformat(),
+                                "revision": bench_summary.revision(outputs=(RESULTS, DOC))}
             RESULTS.write_text(json.dumps(results, indent=1, sort_keys=True) + "\n")
             write_doc(results)
             ui.info(render_row(results[key]))
@@ -236,8 +237,11 @@ def render_row(r: dict) -> str:
 
 
 def _measured(r: dict) -> str:
+    """The day, the accelerator, the commit (rows before 9a44951 did not
+    keep it) and the guests running beside."""
     beside = r.get("guests_beside", 0)
-    return f"{r['date']}, {r['accel']}" + (f", {beside} other guests running" if beside else "")
+    return (f"{r['date']}, {r['accel']}" + (f", {r['revision']}" if r.get("revision") else "") +
+            (f", {beside} other guests running" if beside else ""))
 
 
 def not_run(results: dict) -> list:
