@@ -802,7 +802,10 @@ struct QpWorld {
 // (local rights only). A user process, in a PD of its own with its QPs
 // without fre, has two regions over its own pages that the driver's UMR
 // QP loaded into keys of its MR cache (free, UMR-enabled keys moved into
-// the process's PD: what the audit's attack starts from). It posts
+// the process's PD: what the audit's attack starts from), and a third
+// that CREATE_MKEY made as mlx5_ib's reg_create makes a region the cache
+// cannot serve (its pages, UMR-enabled, in the process's PD: only the
+// QP's missing fre keeps a UMR of the process's off it). It posts
 // anything on its QPs: any opcode (UMR among them), any L_Key and R_Key
 // (the kernel's too), any address, SEND with Invalidate of any key; it
 // moves its QPs to any peer, the kernel's QPs included, posts receives,
@@ -864,13 +867,15 @@ struct Tenants {
         const auto klm = f.host.run(mlx5umr::klmKeyInput(userPd, 8), 16);
         userIndirect = static_cast<uint32_t>(klm.get(qpc::kHeld)) << 8;
         madeKey = keyWithPages(f.pd, 0x1, secret, 1);
+        userMade = keyWithPages(userPd, 0xf, own[0], 2);
         regKey = mlx5umr::freeKey(f, 1);
         auto reg = mlx5umr::registration(regKey, kKernelIova, 4096, {secret}, nullptr, 0, 0,
                                          /*remoteInvalidate=*/false);
         reg[66] &= static_cast<uint8_t>(~0x38); // local read only: no lw, rr, rw
         f.blueFlame(f.postWqe(kernel[0], reg), f.uar);
         const auto done = f.completions(&cqNext, 3);
-        if (!userKeys[0] || !userKeys[1] || !madeKey || !userIndirect || done.size() != 3 ||
+        if (!userKeys[0] || !userKeys[1] || !userMade || !madeKey || !userIndirect ||
+            done.size() != 3 ||
             std::any_of(done.begin(), done.end(), [](const uint8_t *c) { return c[0x3f] >> 4; }))
             return false;
         // A signalled NOP the kernel wrote into kernel[1]'s send queue and
@@ -1016,13 +1021,9 @@ struct Tenants {
         return r.status() == 0 ? static_cast<uint32_t>(r.get(qpc::kHeld)) << 8 | 0x42 : 0;
     }
     uint32_t pickKey(FuzzedDataProvider &in) {
-        const uint32_t keys[] = {userKeys[0],
-                                 userKeys[1],
-                                 madeKey,
-                                 regKey,
-                                 f.lkey,
-                                 userIndirect,
-                                 in.ConsumeIntegral<uint32_t>()};
+        const uint32_t keys[] = {
+            userKeys[0], userKeys[1], userMade,     madeKey,
+            regKey,      f.lkey,      userIndirect, in.ConsumeIntegral<uint32_t>()};
         return in.PickValueInArray(keys);
     }
     // An address: in the process's regions, an offset into its indirect
@@ -1120,9 +1121,10 @@ struct Tenants {
     void attackChain(FuzzedDataProvider &in) {
         if (in.ConsumeBool())
             return indirectChain(in);
-        const int mine = in.ConsumeIntegralInRange<int>(0, 1);
-        const uint32_t victim = in.ConsumeBool() ? userKeys[mine] : pickKey(in);
-        const uint32_t other = in.ConsumeBool() ? userKeys[1 - mine] : pickKey(in);
+        const int mine = in.ConsumeIntegralInRange<int>(0, 2); // 2: the region it made
+        const uint32_t victim =
+            in.ConsumeBool() ? (mine == 2 ? userMade : userKeys[mine]) : pickKey(in);
+        const uint32_t other = in.ConsumeBool() ? userKeys[mine == 0] : pickKey(in);
         Mlx5Function::Qp &qp = user[in.ConsumeIntegralInRange<int>(0, 1)];
         f.blueFlame(f.postWqe(qp, mlx5umr::invalidation(victim)), userUar);
         f.blueFlame(f.postWqe(qp, mlx5umr::registration(victim, kUserIova, 4096, {secret})),
@@ -1208,7 +1210,7 @@ struct Tenants {
     std::array<std::array<uint8_t, 4096>, 2> seen{}; // own[i] when last searched
     uint64_t own[2] = {};
     Mlx5Function::Qp kernel[2], user[2];
-    uint32_t userPd = 0, userKeys[2] = {}, madeKey = 0, regKey = 0, loaderQpn = 0;
+    uint32_t userPd = 0, userKeys[2] = {}, userMade = 0, madeKey = 0, regKey = 0, loaderQpn = 0;
     uint32_t userIndirect = 0;
     uint32_t cqNext = 0;
     uint32_t userUar = 0, userCqn = 0, userCqNext = 0;
