@@ -41,3 +41,27 @@ def test_pib_test_help_names_every_pass(ctx):
     passes = next(line for line in out.splitlines() if "only these end-to-end passes" in line)
     for name in e2e_pass.PASSES:
         assert f" {name}," in passes or f" {name} (" in passes, f"--pass's help lacks {name}:\n{out}"
+
+
+def test_the_phase_table_says_what_the_cpus_did(ctx, monkeypatch):
+    """Each phase's line of ./pib test's table says how many of the
+    machine's CPUs were busy at normal priority (the fabric, the tests)
+    and at low priority (the host lane, niced): /proc/stat's counts."""
+    from pibctl import ui
+    cpus = os.cpu_count()
+    assert ui.cores_used((0, 0, 0), (300, 100, 1000)) == (round(cpus * 0.3, 2),
+                                                         round(cpus * 0.1, 2))
+    assert ui.cores_used((5, 5, 10), (5, 5, 10)) == (0.0, 0.0)
+    first = ui.cpu_jiffies()
+    sum(range(2_000_000))  # some CPU time of this process's
+    second = ui.cpu_jiffies()
+    assert first[2] > 0 and all(b >= a for a, b in zip(first, second)), (first, second)
+    busy, low = ui.cores_used(first, second)
+    assert 0 <= busy + low <= cpus + 0.01, (busy, low)
+    # A child lane reports its phases with their CPUs (test_lanes.write_results);
+    # a table of this test's own, not the run's.
+    monkeypatch.setattr(ui, "_starts", [])
+    ui.phase("a phase")
+    sum(range(2_000_000))
+    [(name, seconds, steps, (busy, low))] = ui.phase_durations()
+    assert name == "a phase" and seconds > 0 and not steps and busy > 0, (seconds, busy)

@@ -287,9 +287,17 @@ def _check(counts: Counts, name: str, step) -> bool:
     return True
 
 
-def _print_phases(phases) -> None:
-    for name, seconds, steps in phases:
+def _print_phases(phases, cpu: bool = True) -> None:
+    """Each phase and its steps; with `cpu`, what the machine's CPUs did
+    meanwhile: busy at normal priority (this lane's fabric, QEMUs and
+    tests), busy at low priority (the host lane, niced) and idle."""
+    cpus = os.cpu_count() or 1
+    for name, seconds, steps, *cores in phases:
         ui.info(f"  {seconds:7.0f} s  {_first_line(name, 90)}")
+        if cpu and cores and seconds >= 5:
+            busy, low = cores[0]
+            ui.info(f"             of the {cpus} CPUs: {busy:.1f} busy, {low:.1f} busy at low "
+                    f"priority, {max(0.0, cpus - busy - low):.1f} idle")
         for msg, step_seconds in steps:
             if step_seconds >= 5:
                 ui.info(f"  {step_seconds:9.0f} s  {_first_line(msg, 88)}")
@@ -303,7 +311,7 @@ def print_timing(counts: Counts, beside=(), slowest: int = 10) -> None:
     _print_phases(ui.phase_durations())
     for what, phases in beside:
         ui.info(f"beside the end-to-end phases above, in the lane of the {what}:")
-        _print_phases(p for p in phases if p[0] != "setup")
+        _print_phases((p for p in phases if p[0] != "setup"), cpu=False)
     ui.info(f"the {slowest} slowest checks:")
     for seconds, name in sorted(counts.seconds, reverse=True)[:slowest]:
         ui.info(f"  {seconds:7.0f} s  {_first_line(name, 90)}")

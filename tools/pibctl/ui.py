@@ -19,13 +19,27 @@ def info(msg: str) -> None:
 
 
 # When each phase and each step began, for ./pib test's table of where
-# the time went: (name, start, is a phase).
+# the time went: (name, start, is a phase, the machine's CPU time then).
 _starts = []
+
+
+def cpu_jiffies() -> tuple:
+    """The machine's CPU time so far, in clock ticks of all its CPUs: (busy
+    at normal priority, busy at low priority, in all). Niced processes
+    count as low: ./pib test's host lane runs niced (test_lanes.py), so a
+    phase's table line can say how much of the machine its own lane took
+    and how much the host lane had left."""
+    try:
+        first = Path("/proc/stat").read_text().split("\n", 1)[0].split()
+        user, nice, system, idle, iowait, irq, softirq = (int(v) for v in first[1:8])
+    except (OSError, ValueError):
+        return (0, 0, 0)
+    return (user + system + irq + softirq, nice, user + nice + system + idle + iowait + irq + softirq)
 
 
 def phase(name: str) -> None:
     """A part of a run that the timing table adds up (steps go inside)."""
-    _starts.append((name, time.monotonic(), True))
+    _starts.append((name, time.monotonic(), True, cpu_jiffies()))
 
 
 def step(msg: str) -> None:
@@ -36,7 +50,7 @@ def step(msg: str) -> None:
     if thread is not threading.main_thread():
         print(f"==> [{thread.name}] {msg}", flush=True)
         return
-    _starts.append((msg, time.monotonic(), False))
+    _starts.append((msg, time.monotonic(), False, None))
     print(f"==> {msg}", flush=True)
 
 
@@ -50,23 +64,34 @@ def end_steps_since(mark: int) -> None:
     begins: a step a test takes ends with the test, and the tests after it
     are not counted as its time."""
     if len(_starts) > mark and _starts[-1][0] is not None:
-        _starts.append((None, time.monotonic(), False))
+        _starts.append((None, time.monotonic(), False, None))
+
+
+def cores_used(before: tuple, after: tuple) -> tuple:
+    """(CPUs busy at normal priority, at low priority) on average between
+    two cpu_jiffies() samples; (0, 0) when none passed."""
+    total = after[2] - before[2]
+    if total <= 0:
+        return (0.0, 0.0)
+    cpus = os.cpu_count() or 1
+    return tuple(round(cpus * (after[i] - before[i]) / total, 2) for i in (0, 1))
 
 
 def phase_durations() -> list:
-    """(phase, seconds, [(step, seconds)...]) for every phase so far: each
-    phase and step lasted until the next began (or it was ended), the last
-    until now."""
-    now = time.monotonic()
+    """(phase, seconds, [(step, seconds)...], (CPUs busy, CPUs busy at low
+    priority)) for every phase so far: each phase and step lasted until the
+    next began (or it was ended), the last until now."""
+    now, cpu_now = time.monotonic(), cpu_jiffies()
     phases = []
-    for i, (name, start, is_phase) in enumerate(_starts):
+    for i, (name, start, is_phase, cpu) in enumerate(_starts):
         end = _starts[i + 1][1] if i + 1 < len(_starts) else now
         if is_phase:
-            phases.append([name, start, []])
+            phases.append([name, start, [], cpu])
         elif phases and name is not None:
             phases[-1][2].append((name, end - start))
-    ends = [p[1] for p in phases[1:]] + [now]
-    return [(name, end - start, steps) for (name, start, steps), end in zip(phases, ends)]
+    ends = [(p[1], p[3]) for p in phases[1:]] + [(now, cpu_now)]
+    return [(name, end - start, steps, cores_used(cpu, cpu_end))
+            for (name, start, steps, cpu), (end, cpu_end) in zip(phases, ends)]
 
 
 def detail(msg: str) -> None:
