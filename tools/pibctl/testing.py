@@ -289,8 +289,10 @@ def _check(counts: Counts, name: str, step) -> bool:
 
 def _print_phases(phases, cpu: bool = True) -> None:
     """Each phase and its steps; with `cpu`, what the machine's CPUs did
-    meanwhile: busy at normal priority (this lane's fabric, QEMUs and
-    tests), busy at low priority (the host lane, niced) and idle."""
+    meanwhile: busy at normal priority (the fabrics' QEMUs and switches,
+    the tests), busy at low priority (the host lane, niced) and idle. The
+    numbers are the machine's, so the host lane's own table is the same
+    story from its side."""
     cpus = os.cpu_count() or 1
     for name, seconds, steps, *cores in phases:
         ui.info(f"  {seconds:7.0f} s  {_first_line(name, 90)}")
