@@ -327,7 +327,8 @@ int pib_modify_port(struct ib_device *ibdev, u32 port, int mask,
 void pib_get_dev_fw_str(struct ib_device *ibdev, char *str);
 int pib_publish_object(struct xarray *table, u32 id, void *obj,
 		       struct ib_udata *udata, void *resp, size_t resp_len);
-void pib_unpublish_object(struct pib_dev *dev, struct xarray *table, u32 id);
+void pib_unpublish_object(struct pib_dev *dev, struct xarray *table, u32 id,
+			  void *obj);
 void pib_destroy_failed(struct pib_dev *dev, const char *what, u32 num,
 			int err);
 int pib_alloc_ucontext(struct ib_ucontext *ibuc, struct ib_udata *udata);

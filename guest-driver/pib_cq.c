@@ -113,7 +113,7 @@ static void pib_cq_destroy(struct pib_dev *dev, struct pib_cq *cq)
 {
 	int err = pib_cmd(dev, PIB_CMD_DESTROY_CQ, cq->cqn, 0, NULL);
 
-	pib_unpublish_object(dev, &dev->cqs, cq->cqn);
+	pib_unpublish_object(dev, &dev->cqs, cq->cqn, cq);
 	if (err)
 		pib_destroy_failed(dev, "CQ", cq->cqn, err);
 	else

@@ -186,7 +186,7 @@ static void pib_qp_destroy(struct pib_dev *dev, struct pib_qp *qp)
 {
 	int err = pib_cmd(dev, PIB_CMD_DESTROY_QP, qp->qpn, 0, NULL);
 
-	pib_unpublish_object(dev, &dev->qps, qp->qpn);
+	pib_unpublish_object(dev, &dev->qps, qp->qpn, qp);
 	pib_cq_untrack_qp(dev, qp);
 	pib_qp_flush_pollers(qp);
 	if (err)

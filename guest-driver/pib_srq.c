@@ -25,7 +25,7 @@ static void pib_srq_destroy(struct pib_dev *dev, struct pib_srq *srq)
 {
 	int err = pib_cmd(dev, PIB_CMD_DESTROY_SRQ, srq->srqn, 0, NULL);
 
-	pib_unpublish_object(dev, &dev->srqs, srq->srqn);
+	pib_unpublish_object(dev, &dev->srqs, srq->srqn, srq);
 	if (err)
 		pib_destroy_failed(dev, "SRQ", srq->srqn, err);
 	else

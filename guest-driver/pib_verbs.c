@@ -216,17 +216,21 @@ int pib_publish_object(struct xarray *table, u32 id, void *obj,
 
 /*
  * Makes an object unfindable before its memory goes.  debugfs walks the
- * table under the lock xa_erase() takes, so it sees the object whole or
+ * table under the lock xa_cmpxchg() takes, so it sees the object whole or
  * not at all.  The EQ handlers look objects up without a reference (the
  * async one QPs, SRQs and CQs, the completion one CQs): one that runs after
  * the erase finds nothing, and one that found the object before it has
  * returned once synchronize_irq() has, threaded handler included.
+ * Callers unpublish after the destroy command, when the device may already
+ * have given the number to an object another process made: that one's
+ * entry stays, only `obj` is erased.
  */
-void pib_unpublish_object(struct pib_dev *dev, struct xarray *table, u32 id)
+void pib_unpublish_object(struct pib_dev *dev, struct xarray *table, u32 id,
+			  void *obj)
 {
 	unsigned int i;
 
-	xa_erase(table, id);
+	xa_cmpxchg(table, id, obj, NULL, 0);
 	synchronize_irq(dev->async_eq.irq);
 	for (i = 0; i < dev->num_comp_eqs; i++)
 		synchronize_irq(dev->comp_eqs[i].irq);

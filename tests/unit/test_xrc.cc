@@ -9,6 +9,7 @@
 
 #include "connected.hh"
 #include "connected_fixture.hh"
+#include "limits.hh"
 
 using namespace pib;
 using namespace pib::testing;
@@ -298,6 +299,26 @@ struct HeldTail {
     }
 };
 
+// SRQs made and destroyed on `n` until the device has given its highest
+// SRQ number: SRQ numbers rotate, so the next SRQ takes the lowest free
+// one, which a destroyed SRQ's number comes back as only after that.
+void bringSrqNumbersRound(Node &n) {
+    uint64_t page = 0;
+    pib_srq_context c = ringOf(n, 2, &page);
+    c.pdn = n.pd;
+    c.uar_page = n.uar;
+    const uint64_t mailbox = n.host.alloc(PIB_MAILBOX_SIZE); // one for all: RAM is 8 MiB
+    n.host.poke(mailbox, c);
+    for (uint32_t i = 0; i < pib::limits::kMaxSrq; ++i) {
+        const auto made = n.host.command(PIB_CMD_CREATE_SRQ, 0, mailbox);
+        REQUIRE(made.status == PIB_CMD_STATUS_OK);
+        REQUIRE(n.host.command(PIB_CMD_DESTROY_SRQ, made.result).status == PIB_CMD_STATUS_OK);
+        if (made.result == pib::limits::kMaxSrq - 1)
+            return;
+    }
+    FAIL("the device never gave its highest SRQ number");
+}
+
 } // namespace
 
 // Audit finding 1 (issue 27): a message keeps the XRC SRQ it started
@@ -327,8 +348,10 @@ TEST_CASE("an XRC message in progress ends with its SRQ, never completing into i
         CHECK(flushed[0].status == PIB_WC_WR_FLUSH_ERR);
         CHECK(flushed[0].srqn == p.red.srqn);
 
-        // Another tenant's CQ, and the SRQ that takes red's number.
+        // Another tenant's CQ, and the SRQ that takes red's number once
+        // every other number has been given.
         FakeHost::Cq otherCq = h.createCq(p.b.eqn, p.b.uar, Node::kLogCq, 4);
+        bringSrqNumbersRound(p.b);
         Srq successor =
             successorIsXrc ? createSrq(p.b, 4, XrcSrq{p.b.xrcd, otherCq.cqn}) : createSrq(p.b, 4);
         REQUIRE(successor.srqn == p.red.srqn);

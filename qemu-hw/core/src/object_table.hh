@@ -20,7 +20,10 @@ enum class Numbering {
     // The lowest free one above the last given, wrapping around: a
     // destroyed object's number is the last to be given again. For QPs,
     // so that packets still on their way to a destroyed QP (duplicates,
-    // requests a peer resends) find no successor under its number.
+    // requests a peer resends) find no successor under its number; for
+    // SRQs, so that a driver that forgets a destroyed SRQ's number only
+    // after the device has freed it (mlx5_ib does) never forgets the
+    // next SRQ's, made meanwhile by another process under that number.
     kRotating,
 };
 

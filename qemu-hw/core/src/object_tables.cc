@@ -9,7 +9,7 @@ ObjectTables::ObjectTables(const pib_core_config &config)
     : uars(config.doorbell_pages), pds(limits::kMaxPd), xrcds(limits::kMaxXrcd),
       counterSets(limits::kMaxCounterSets, 1), mtt(limits::kMaxMtt, limits::kMaxKeyEntries),
       eqs(limits::kMaxEq), cqs(limits::kMaxCq), mrs(limits::kMaxMr, 1),
-      mws(limits::kMaxMw, limits::kMaxMr + 1), srqs(limits::kMaxSrq),
+      mws(limits::kMaxMw, limits::kMaxMr + 1), srqs(limits::kMaxSrq, 0, Numbering::kRotating),
       qps(limits::kMaxQp, PIB_FIRST_QPN, Numbering::kRotating),
       dcConnections(limits::kMaxDcConnections),
       multicast(
