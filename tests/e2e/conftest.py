@@ -20,6 +20,7 @@ TOOLS = str(Path(__file__).resolve().parents[2] / "tools")
 if TOOLS not in sys.path:
     sys.path.insert(0, TOOLS)
 from pibctl import e2e_pass, test_lanes  # noqa: E402
+from transfers import BackgroundTraffic  # noqa: E402
 
 
 def pytest_addoption(parser):
@@ -92,6 +93,20 @@ def fabric_still_runs(request, pass_run):
     in, not at the next one to use it."""
     yield
     pass_run.check_still_runs(request.node.nodeid)
+
+
+@pytest.fixture(autouse=True)
+def background_traffic_ended():
+    """After each test: the pib-traffic it started and did not wait for
+    (it failed first) is ended, so that it does not run on into the next
+    tests, which would then time their traffic against it."""
+    yield
+    while BackgroundTraffic.unfinished:
+        run = BackgroundTraffic.unfinished.pop()
+        try:
+            run.end()
+        except Exception as e:  # pylint: disable=broad-except
+            print(f"pib-traffic on port {run.port} could not be ended: {e!r}")
 
 
 @pytest.fixture(scope="module", autouse=True)

@@ -295,10 +295,10 @@ def _lids(ctx):
 # The kernel fills each page it frees of its initramfs (and of its own
 # init code) with 0xcc; what QEMU saves of a guest is every page that is
 # not zero. With free page reporting (tools/pibctl/fabric.py) QEMU drops
-# the freed pages, and a saved guest holds only the init code's few MB:
-# without it, some 370 MB.
+# the freed pages the guest reports, those in free blocks of 2 MB or
+# more: a saved guest keeps 22 MB of them (measured), without it 366 MB.
 POISON_RUN = re.compile(rb"\xcc{4096,}")
-POISONED_MB_MAX = 16
+POISONED_MB_MAX = 64
 
 
 def _poisoned_mb(state: Path) -> float:
@@ -320,7 +320,6 @@ def test_a_fabric_snapshot_taken_mid_traffic_is_restored_and_the_traffic_complet
         poisoned = {vm.name: _poisoned_mb(where / f"{vm.name}.state") for vm in ctx.fabric.vms}
         print("pages the guests freed at boot (0xcc) in the snapshot: "
               + ", ".join(f"{name} {mb:.1f} MB" for name, mb in poisoned.items()))
-        assert all(mb < POISONED_MB_MAX for mb in poisoned.values()), poisoned
         # The original runs on (its traffic past the snapshot's moment is
         # its own); then it goes, and the snapshot comes back in its place.
         time.sleep(2)
@@ -346,3 +345,4 @@ def test_a_fabric_snapshot_taken_mid_traffic_is_restored_and_the_traffic_complet
     problems = snapshot.not_unique(ctx.fabric)
     assert not problems, "\n".join(problems)
     ctx.sh("vm1", "ssh -o BatchMode=yes vm2 true")  # known_hosts and the key pair are new too
+    assert all(mb < POISONED_MB_MAX for mb in poisoned.values()), poisoned

@@ -106,6 +106,11 @@ class BackgroundTraffic:
     """pib-traffic between vm1 (client) and vm2 (server), running in the
     background while a test does something to the fabric."""
 
+    # Those started whose ends have not both been waited for. A test that
+    # fails before it waits would leave its traffic running into the next
+    # tests, on their fabric and their timing (conftest.py ends it).
+    unfinished = []
+
     def __init__(self, ctx, args, port, timeout=600, client_vm="vm1", server_vm="vm2",
                  server_args=()):
         self.ctx, self.port, self.timeout = ctx, port, timeout
@@ -123,6 +128,12 @@ class BackgroundTraffic:
         ctx.sh(client_vm, f"rm -f {self.tag}.*; (timeout {timeout} sh -c 'echo $$ >{self.tag}.pid; "
                           f"exec {client}' >{self.tag}.out 2>&1; "
                           f"echo $? >{self.tag}.rc) </dev/null >/dev/null 2>&1 &")
+        BackgroundTraffic.unfinished.append(self)
+
+    def end(self):
+        """Kills what is left of both ends, at once."""
+        for vm in (self.client_vm, self.server_vm):
+            self.ctx.sh(vm, f"pkill -KILL -f '^pib-traffic -p {self.port}( |$)'; true", check=False)
 
     def running(self):
         return ctx_file(self.ctx, self.client_vm, f"{self.tag}.rc") is None
@@ -153,6 +164,8 @@ class BackgroundTraffic:
         while ctx_file(self.ctx, self.server_vm, f"{self.tag}.rc") is None:
             assert time.monotonic() < deadline, "pib-traffic's server did not finish"
             time.sleep(1)
+        if self in BackgroundTraffic.unfinished:
+            BackgroundTraffic.unfinished.remove(self)
         return (rc, out, int(ctx_file(self.ctx, self.server_vm, f"{self.tag}.rc")),
                 ctx_file(self.ctx, self.server_vm, f"{self.tag}.out") or "")
 
