@@ -24,7 +24,7 @@ struct msg {
 
 /* A message of a lossy UC or UD round that arrived after its round was
  * given up may take this long to show up. */
-#define LOSSY_WAIT_S 2.0
+#define LOSSY_WAIT_S 0.5
 /* Without --lossy, a UC or UD message that has not come this long after
  * the client's DONE (its send had completed: the packets had left) is
  * lost: nothing resends it, so the whole operation timeout (60 s by

@@ -14,7 +14,7 @@ def test_guests_know_their_names_and_reach_each_other(ctx):
     for vm in ctx.vms:
         for peer in ctx.vms:
             if peer != vm:
-                ctx.run(vm, ["ping", "-c", "2", "-W", "5", peer], timeout=30)
+                ctx.run(vm, ["ping", "-c", "2", "-i", "0.2", "-W", "5", peer], timeout=30)
 
 
 def test_exec_returns_stdout_stderr_and_status(ctx):
@@ -36,7 +36,11 @@ def test_exec_runs_beside_a_long_command_in_the_same_guest(ctx):
     runs for seconds, another to the same guest answers within a second,
     as a second ssh session would (issue 29: mpirun in the foreground
     made every other exec wait and time out)."""
-    long = subprocess.Popen([str(PIB), "exec", "vm1", "--", "sh", "-c", "sleep 8; echo long"],
+    # The long one lasts until told to end (bounded), after the short ones.
+    ctx.sh("vm1", "rm -f /tmp/exec-go")
+    long = subprocess.Popen([str(PIB), "exec", "vm1", "--", "sh", "-c",
+                             "for i in $(seq 300); do [ -e /tmp/exec-go ] && break; sleep 0.1; "
+                             "done; echo long"],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         time.sleep(1)  # the long one has started
@@ -49,8 +53,9 @@ def test_exec_runs_beside_a_long_command_in_the_same_guest(ctx):
             assert proc.returncode == 0 and proc.stdout == "short\n", proc
         print("./pib exec beside a running one: " + ", ".join(f"{t:.2f} s" for t in took))
         assert long.poll() is None, "the long command ended before the short ones"
-        # Waiting for the long one would take 7 s; ./pib itself starts in some 0.3 s.
+        # Waiting for the long one would take 30 s; ./pib itself starts in some 0.3 s.
         assert min(took) < 1.0 and max(took) < 2.5, f"execs beside a running one took {took}"
+        ctx.sh("vm1", "touch /tmp/exec-go")
         out, err = long.communicate(timeout=60)
         assert long.returncode == 0 and out == "long\n", (long.returncode, out, err)
     finally:

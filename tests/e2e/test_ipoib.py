@@ -37,7 +37,8 @@ def _ping(ctx, size=56, count=3, deadline_s=60):
             "vm2-ib never answered a ping\n"
             + ctx.sh("vm1", "ip addr show ib0; cat /sys/kernel/debug/ipoib/ib0_mcg; "
                             "dmesg | tail -20", check=False).out)
-    out = ctx.run("vm1", ["ping", "-c", str(count), "-s", str(size), "-W", "5", "vm2-ib"],
+    out = ctx.run("vm1", ["ping", "-c", str(count), "-i", "0.2", "-s", str(size), "-W", "5",
+                          "vm2-ib"],
                   check=False).out
     m = re.search(r"(\d+) packets transmitted, (\d+) received", out)
     assert m and m.group(1) == m.group(2) == str(count), out

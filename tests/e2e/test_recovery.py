@@ -61,4 +61,4 @@ def test_a_fatal_error_is_reported_and_recovered_by_a_function_reset(ctx):
     traffic(ctx, ["-t", "send,write,read", "-s", "64K", "-n", "20"], port=18830)
     # IPoIB's interface is a new one: give it its address again, then ping.
     ctx.run(VM, ["pib-ipoib-up"])
-    ctx.run("vm1", ["ping", "-c", "3", "-W", "5", "vm2-ib"], timeout=60)
+    ctx.run("vm1", ["ping", "-c", "3", "-i", "0.2", "-W", "5", "vm2-ib"], timeout=60)

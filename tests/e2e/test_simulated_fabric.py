@@ -137,7 +137,7 @@ def test_ipoib_crosses_the_simulated_fabric_by_its_multicast_tables(ctx):
     while ctx.run("vm1", ["ping", "-c", "1", "-W", "2", "vm2-ib"], check=False).exitcode != 0:
         assert time.monotonic() < deadline, ctx.sh("vm1", "ip addr show ib0; dmesg | tail",
                                                    check=False).out
-    out = ctx.run("vm1", ["ping", "-c", "5", "-s", "1400", "vm2-ib"]).out
+    out = ctx.run("vm1", ["ping", "-c", "5", "-i", "0.2", "-s", "1400", "vm2-ib"]).out
     assert " 0% packet loss" in out, out
     records = _sa(ctx, ["saquery", "-m"])
     mlid = int(re.search(r"MGID\.+ff12:401b:ffff::ffff:ffff\s+Mlid\.+(0x[0-9A-Fa-f]+)",

@@ -156,14 +156,14 @@ class BackgroundTraffic:
         deadline = time.monotonic() + self.timeout + 30
         while self.running():
             assert time.monotonic() < deadline, "pib-traffic did not finish"
-            time.sleep(1)
+            time.sleep(0.25)
         rc = int(ctx_file(self.ctx, self.client_vm, f"{self.tag}.rc"))
         out = ctx_file(self.ctx, self.client_vm, f"{self.tag}.out") or ""
         if not server:
             return rc, out, None, ""
         while ctx_file(self.ctx, self.server_vm, f"{self.tag}.rc") is None:
             assert time.monotonic() < deadline, "pib-traffic's server did not finish"
-            time.sleep(1)
+            time.sleep(0.25)
         if self in BackgroundTraffic.unfinished:
             BackgroundTraffic.unfinished.remove(self)
         return (rc, out, int(ctx_file(self.ctx, self.server_vm, f"{self.tag}.rc")),
@@ -193,6 +193,23 @@ def same_at_both_ends(client_out, server_out):
     return sent
 
 
+def _sent(ctx, vm):
+    dev = ctx.fabric.vm(vm).device
+    return ctx.sh(vm, f"cat /sys/class/infiniband/{dev}/ports/1/counters/port_xmit_data").out
+
+
+def some_traffic_through(ctx, vm, longest_s, words=1):
+    """Waits until `vm`'s port has sent `words` (PortXmitData's 4 bytes)
+    more than now, or `longest_s`: a test that gives its traffic time to
+    get going, or to go on through a moved guest's new QEMU, waits only as
+    long as that takes (a saturated counter would not grow: the time alone
+    does then, as before)."""
+    deadline = time.monotonic() + longest_s
+    first = int(_sent(ctx, vm))
+    while int(_sent(ctx, vm)) - first < words and time.monotonic() < deadline:
+        time.sleep(0.1)
+
+
 def moves_under_traffic(ctx, runs, vm, moves, counters, before):
     """`vm` moves `moves` times to a new QEMU (./pib fabric migrate) while
     `runs` (BackgroundTraffic, one or a list) go on, its switch port ACTIVE
@@ -209,7 +226,7 @@ def moves_under_traffic(ctx, runs, vm, moves, counters, before):
         switch, port = ctx.fabric.vm(vm).cables[0]
         line = fabric.switch_port_states(ctx.fabric).get(f"{switch}:{port}", "?")
         assert "ACTIVE, link up" in line, line
-        time.sleep(2)
+        some_traffic_through(ctx, vm, 2.0)
     runs = runs if isinstance(runs, list) else [runs]
     spanned = [run.running() for run in runs]  # before they were asked to stop
     for run in runs:

@@ -23,7 +23,7 @@ from pibctl.log_gate import LogGate
 FABRIC_FAILED = 125  # the fabric did not come up: the command never ran
 LOGS_FAILED = 1  # the command passed, but the logs show trouble
 OUTPUT_DIR = "/run/pib-run"  # in the guest: each command's output
-POLL_S = (0.1, 1.0)  # first and longest pause between looks at the commands
+POLL_S = (0.1, 0.25)  # first and longest pause between looks at the commands
 FATAL_EVENT = "pib_hca_fatal"  # events.list: the device stops until reset
 # How long the --also commands may run on once COMMAND has ended (--grace);
 # then they are stopped (SIGTERM), and count as failed.

@@ -882,9 +882,7 @@ def up(vms: int = 2, accel: str = "tcg", memory: int = 2048, cpus: int = 1,
     clear_stale()
     existing = load()
     if existing is not None:
-        raise ui.StepFailed(
-            f"a fabric is already up in {existing.run_dir}; ./pib fabric down first"
-        )
+        raise AlreadyUp(f"a fabric is already up in {existing.run_dir}; ./pib fabric down first")
     try:
         topo = topology if topology is not None else chain(vms, switches)
     except TopologyError as e:
@@ -1041,6 +1039,11 @@ def clear_stale() -> bool:
     ui.info(f"clearing the state of a fabric in {fabric.run_dir} none of whose processes runs")
     down(quiet=True)
     return True
+
+
+class AlreadyUp(ui.StepFailed):
+    """A fabric is up in the run directory: someone else's, which whoever
+    failed to bring theirs up must leave alone."""
 
 
 def down(quiet: bool = False) -> None:

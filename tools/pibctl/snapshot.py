@@ -241,7 +241,7 @@ def load(source: Path, share_dir: str = "") -> tuple:
     meta = read_meta(source)
     fabric.clear_stale()
     if fabric.load() is not None:
-        raise ui.StepFailed("a fabric is already up; ./pib fabric down first")
+        raise fabric.AlreadyUp("a fabric is already up; ./pib fabric down first")
     run = paths.run_dir()
     if run.exists():
         shutil.rmtree(run)
