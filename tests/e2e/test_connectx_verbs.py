@@ -239,9 +239,15 @@ def test_pib_traffic_every_operation(ctx):
               f"SHA-256 equal at both ends; {server}'s counters grew by {grown}")
 
 
+def _ipoib_up(ctx):
+    """IPoIB on the three guests the rdma_cm pairs use, once per test:
+    earlier tests may have reloaded a driver, and nothing in these does."""
+    ipoib_up(ctx, ("vm1", "vm2", "vm3"))
+
+
 def _cm_pair(ctx, server_argv, client_argv, port, server, client, ready, address=None):
-    """The client's last argument: `address`, by default the server's IPoIB address."""
-    ipoib_up(ctx, ("vm1", "vm2", "vm3"))  # earlier tests may have reloaded a driver
+    """The client's last argument: `address`, by default the server's IPoIB
+    address (the test has brought IPoIB up first: _ipoib_up)."""
     result, server_out, rc = run_pair(ctx, server_argv, client_argv, port=port, ready=ready,
                                       address=address or f"{server}-ib", server_vm=server,
                                       client_vm=client)
@@ -254,6 +260,7 @@ def test_rdma_cm_rping_ucmatose_udaddy(ctx):
     every byte of its RDMA READ and WRITE buffers), ucmatose (RC) and
     udaddy (UD), whose every message must arrive ('data transfers
     complete')."""
+    _ipoib_up(ctx)
     for server, client in PAIRS:
         args = ["-V", "-C", "10", "-S", "4096"]
         out, _ = _cm_pair(ctx, ["rping", "-s", "-a", "0.0.0.0", "-p", "7180", *args],
@@ -275,6 +282,7 @@ def test_rdma_cm_mckey(ctx):
     """A multicast group joined through the SA: the server joins and
     waits for 10 messages, the client joins as a sender (bound to its own
     IPoIB address) and sends them."""
+    _ipoib_up(ctx)
     for server, client in PAIRS:
         args = ["-m", "239.1.2.4", "-C", "10", "-S", "1024"]
         out, server_out = _cm_pair(ctx, ["stdbuf", "-oL", "mckey", *args, "-b", f"{server}-ib"],
