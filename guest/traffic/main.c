@@ -34,7 +34,7 @@ static const char usage[] =
     "  -r, --retry N         RC retry count (default 7)\n"
     "  -l, --lossy           UC and UD messages may be lost (faults on the path)\n"
     "  -w, --wait S          seconds an operation may take (default 60; a UC\n"
-    "                        or UD message is lost after 10, with --lossy 2)\n"
+    "                        or UD message is lost after 10 s, with --lossy 0.5)\n"
     "  -e, --events C,US     wait for completions by events, on CQs whose\n"
     "                        events ibv_modify_cq moderates to C completions\n"
     "                        or US microseconds (0,0: events, no moderation)\n"

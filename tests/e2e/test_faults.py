@@ -127,14 +127,16 @@ def test_loss_corruption_duplicates_and_reordering_are_survived_and_counted(ctx)
     fabric.fault(f"{switch}:{port}", FAULTS.split())
     try:
         seconds = _rc_pingpong(ctx, 300, faulty=True)
-        mbps = bulk_tcp(ctx, 8, 18601)
+        # 2 MiB, some 1,400 segments: tens of them lost and resent (8 MiB took
+        # 11 s at 0.7 MB/s and proved no more).
+        mbps = bulk_tcp(ctx, 2, 18601)
         _rping_verified(ctx, 18605)
         found, text = _status(ctx, switch, port)
     finally:
         fabric.fault(f"{switch}:{port}", ["clear"])
     print(f"{switch}:{port} {FAULTS}")
     print(text.rstrip())
-    print(f"RC pingpong 300 x 4096 B in {seconds:.1f} s; TCP on IPoIB 8 MiB at {mbps:.1f} MB/s, "
+    print(f"RC pingpong 300 x 4096 B in {seconds:.1f} s; TCP on IPoIB 2 MiB at {mbps:.1f} MB/s, "
           "SHA-256 equal")
     for direction in ("in", "out"):
         assert direction in found, text
@@ -187,7 +189,7 @@ def test_a_flapping_link_goes_down_and_comes_back(ctx):
         deadline = time.monotonic() + 40
         while _status(ctx, switch, port)[0]["flaps"] < 2:
             assert time.monotonic() < deadline, "the link did not flap twice in 40 s"
-            time.sleep(1)
+            time.sleep(0.2)  # the switch's control socket: no guest is asked
     finally:
         fabric.fault(f"{switch}:{port}", ["clear"])
     took = fabric.wait_active(ctx.fabric, timeout=120)
