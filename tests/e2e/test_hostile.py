@@ -426,7 +426,7 @@ def test_driver_under_concurrent_create_destroy_and_debugfs(ctx):
     """Several processes create and destroy objects while others read the
     debugfs tables, on vm3 (2 vCPUs): no kernel complaint, no leak of
     device objects, and the device still carries traffic."""
-    seconds = 20
+    seconds = 12
     ctx.run("vm3", ["bash", "-c", "cat > /tmp/churn.py"], stdin=CHURN.encode())
     before = _objects(ctx, "vm3")
     nproc = ctx.run("vm3", ["nproc"]).out.strip()

@@ -590,9 +590,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--lanes", type=int, choices=[1, 2], default=0,
                    help="fabrics tested at once: 2 runs the connectx and two-switches passes "
                         "beside the others, each lane on a run directory of its own; 1 runs "
-                        "the passes one after another (default: 2 on a host of 4 CPUs or more; "
-                        "on fewer, one after another until the checks that need no guest have "
-                        "ended, then a second lane takes about half of the passes left)")
+                        "the passes one after another (default: 2 on a host of 4 CPUs or more, "
+                        "else 1)")
     p.add_argument("--trace", default="", metavar="PATTERN[,PATTERN...]",
                    help="more of QEMU's trace events (as -trace takes them: pib_hca_cqe_written, "
                         "pib_hca_rc_*) in the qemu.log of every test fabric's guests, beside the "

@@ -176,12 +176,15 @@ def build(output: Path = None) -> str:
     content = [*(paths.REPO / f for f in files), *binaries, paths.kernel_image(),
                paths.initrd_image()]
     tag = f"{NAME}:{stamps.hash_files(content, ','.join(packages))[:16]}"
-    if _exists(tag):
-        ui.detail(f"{tag}: up to date")
-    else:
-        root = _root(_base(packages), binaries, files)
-        _import(root, tag)
-        shutil.rmtree(root)
+    # One build at a time: ./pib test's host lane makes the image ahead of
+    # the test that makes it again (and finds it there).
+    with paths.cache_lock("container-image"):
+        if _exists(tag):
+            ui.detail(f"{tag}: up to date")
+        else:
+            root = _root(_base(packages), binaries, files)
+            _import(root, tag)
+            shutil.rmtree(root)
     subprocess.run(["podman", "tag", tag, f"{NAME}:latest"], check=True)
     _remove_others(tag)
     ui.detail(f"{tag} (also {NAME}:latest): {size_mb(tag):.0f} MB")

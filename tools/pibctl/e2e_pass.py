@@ -64,10 +64,6 @@ class Pass:
     topology_file: Path = None  # only the modules marked topology(its name)
     own_kernel: bool = False  # guests booted as a user boots a kernel of theirs
     vms: int = 0  # guests on one switch (0: as ./pib test --vms says)
-    # What the pass took in a cold ./pib test on 2 CPUs (1fb20f2), its
-    # boot included: how a late second lane (testing.py) shares the
-    # passes left. A guess to balance by, not a limit.
-    typical_s: int = 0
 
     def selects(self, item) -> bool:
         """Whether test `item` runs in this pass. A module marked
@@ -113,12 +109,12 @@ class Pass:
 
 # The passes, in the order one lane runs them.
 PASSES = {p.name: p for p in (
-    Pass("main", typical_s=894),
-    Pass("two-switches", two_switches=True, typical_s=306),
-    Pass("hostile", topology_file=HOSTILE, typical_s=173),
-    Pass("connectx", topology_file=CONNECTX, typical_s=478),
-    Pass("own-kernel", own_kernel=True, vms=2, typical_s=40),
-    Pass("simulated", topology_file=SIMULATED, typical_s=128),
+    Pass("main"),
+    Pass("two-switches", two_switches=True),
+    Pass("hostile", topology_file=HOSTILE),
+    Pass("connectx", topology_file=CONNECTX),
+    Pass("own-kernel", own_kernel=True, vms=2),
+    Pass("simulated", topology_file=SIMULATED),
 )}
 
 

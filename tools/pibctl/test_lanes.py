@@ -9,10 +9,9 @@ machine idle. Two lanes use that time:
   checks, fuzzers, qtest, packages) at the idle scheduling class
   (SCHED_IDLE), so that they take only the CPU time the guests leave and
   a vCPU that wakes always goes first;
-- a second end-to-end lane: passes on a fabric of their own, from the
-  start on hosts of more CPUs (testing.LANES_MIN_CPUS); on 2, beside the
-  host lane two fabrics starve each other, so it starts only once the
-  host lane has ended, between two of the first lane's passes.
+- a second end-to-end lane: passes on a fabric of their own, only on hosts
+  of more CPUs (testing.LANES_MIN_CPUS): on 2, two fabrics starve each
+  other's QEMUs.
 
 Each is a child `./pib test --lane NAME` with a run directory of its own
 (a fabric's sockets, pids and logs): lanes share nothing but the cache's

@@ -230,6 +230,14 @@ def check_python(counts: Counts) -> None:
 BENCHES_BUILD = "core-bench and fabric-bench build warning-free under the sanitizers"
 CONTAINER_BASE = ("the container image's base is ready ahead of its test: podman, and "
                   "debootstrap's bookworm with the libraries QEMU and the switch load")
+CONTAINER_IMAGE = "./pib container builds the image ahead of the test that runs it"
+
+
+def _build_container_image() -> None:
+    try:
+        container.build()
+    except (OSError, subprocess.CalledProcessError) as e:
+        raise ui.StepFailed(f"./pib container: {e}") from None
 
 
 def check_fabric_bench(counts: Counts, build: bool = True) -> None:
@@ -326,31 +334,17 @@ PASSES = tuple(e2e_pass.PASSES)
 # equal halves of the e2e time (main 405 s, hostile 143 s, own kernel 28 s
 # against ConnectX 298 s, two switches 225 s in a run of one lane).
 SECOND_LANE = ("connectx", "two-switches")
-# Two lanes from the start need this many host CPUs. On two, beside the
-# host lane, two fabrics' guests starve each other: the passes took 35 to
-# 230 % longer each, and the host lane's checks waited on them.
+# Two lanes need this many host CPUs. On two, the guests of two fabrics
+# starve each other's QEMUs of the CPU for longer than RC's ACK timeouts:
+# ibv_rc_pingpong and the fault tests ended in RETRY_EXC when tried. A
+# second lane begun only once the host lane had ended (22a4f04) gained a
+# cold run 50 s: the ConnectX pass took 771 s instead of 478, the
+# simulated fabric booted in 331 s instead of 62.
 LANES_MIN_CPUS = 4
-LATE = 0  # --lanes: a late second lane (below); 1 and 2 are as many lanes
 
 
 def default_lanes() -> int:
-    return 2 if (os.cpu_count() or 1) >= LANES_MIN_CPUS else LATE
-
-
-def _late_share(left):
-    """The passes `left` (names, in order) split between the first lane
-    and a late second one, by their typical time: the second takes the
-    longest first while it stays within the first's share. On 2 CPUs the
-    host lane ends some 15 minutes into the end-to-end passes, and from
-    then the guests of one fabric leave 0.4 to 0.8 of the CPUs idle; a
-    second fabric beside it takes that time."""
-    typical = {name: e2e_pass.PASSES[name].typical_s for name in left}
-    theirs = []
-    for name in sorted(left, key=lambda n: -typical[n]):
-        mine_s = sum(typical[n] for n in left if n not in theirs and n != name)
-        if sum(typical[n] for n in theirs) + typical[name] <= mine_s:
-            theirs.append(name)
-    return [n for n in left if n not in theirs], [n for n in left if n in theirs]
+    return 2 if (os.cpu_count() or 1) >= LANES_MIN_CPUS else 1
 
 
 def run_pass(counts: Counts, name: str, chosen: Selection, vms: int, accel: str,
@@ -389,9 +383,8 @@ def junit_file(name: str) -> Path:
 
 
 def _split_lanes(passes, lanes: int):
-    """(the passes this process runs, those a second lane runs from the
-    start)."""
-    if lanes != 2:
+    """(the passes this process runs, those a second lane runs)."""
+    if lanes < 2:
         return list(passes), []
     theirs = [p for p in SECOND_LANE if p in passes]
     return [p for p in passes if p not in theirs], theirs
@@ -403,10 +396,13 @@ def run_host_checks(counts: Counts, bench: bool = True) -> None:
     builds it, and leaves the run to the first lane, at the usual priority
     once the guests are down)."""
     if not bench:
-        # Beside the end-to-end passes: the container test's debootstrap,
-        # a minute of downloads and unpacking, off their critical path.
-        ui.phase("the container image's base")
-        _check(counts, CONTAINER_BASE, container.prepare_base)
+        # Beside the end-to-end passes: the container test's image, a
+        # minute of downloads and unpacking and half a minute of packing
+        # (test_pib_run's ./pib container then finds it), off their
+        # critical path.
+        ui.phase("the container image")
+        if _check(counts, CONTAINER_BASE, container.prepare_base):
+            _check(counts, CONTAINER_IMAGE, _build_container_image)
     ui.phase("unit tests and build checks")
     run_unit_tests(counts)
     if not bench:
@@ -459,24 +455,12 @@ def run(chosen: Selection = Selection(), unit: bool = True, e2e: bool = True, vm
 
     if unit and not e2e:
         run_host_checks(counts, bench=lane != test_lanes.HOST)
-    def host_lane_ended() -> bool:
-        return any(other.name == test_lanes.HOST and other.proc.poll() is not None
-                   for other in others)
-
     if e2e:
         if theirs:
             others.append(test_lanes.second_lane(theirs, chosen, vms, accel))
-        late = lanes == LATE and unit and lane == test_lanes.FIRST
         try:
-            while mine:
-                run_pass(counts, mine.pop(0), chosen, vms, accel, booted=start_host_lane)
-                # Between two passes, once the host lane has ended: a second
-                # end-to-end lane takes some of the passes left.
-                if late and len(mine) > 1 and host_lane_ended():
-                    late = False
-                    mine, theirs = _late_share(mine)
-                    if theirs:
-                        others.append(test_lanes.second_lane(theirs, chosen, vms, accel))
+            for name in mine:
+                run_pass(counts, name, chosen, vms, accel, booted=start_host_lane)
             start_host_lane()  # if no pass of this lane booted a fabric
         except BaseException:
             for other in others:
