@@ -205,8 +205,13 @@ uint8_t MemoryAccess::mapKsm(const MemoryRegion &mr, uint64_t addr, uint64_t len
         if (!reachesEntry(mr, key, entryAccess))
             return PIB_WC_LOC_PROT_ERR;
         const MemoryRegion &entry = *mrs_.find(PIB_KEY_INDEX(key));
-        if (const uint8_t status = mapRegion(entry, at, n, entryAccess, out))
+        if (const uint8_t status = mapRegion(entry, at, n, entryAccess, out)) {
+            if (fault_) { // the span's key faulted: say which span of ours
+                fault_->region = mr.key;
+                fault_->regionVa = mr.ctx.iova + offset + (fault_->va - at);
+            }
             return status;
+        }
         offset += n;
         len -= n;
     }

@@ -18,11 +18,22 @@ PageFaultWait &waitOf(QueuePair &qp, FaultSide side) {
 
 } // namespace
 
-bool TransportRole::waitForPage(QueuePair &qp, FaultSide side, const FaultSite &site) {
+// A fault the driver failed once is asked again; through an implicit
+// region's span, on the region's own key at that address: mlx5_ib fails
+// a fault on a child it has just dropped (madvise(DONTNEED) emptied it)
+// before its work queue points the span elsewhere, and a fault on the
+// region makes or finds the span's child at once. A second failure on
+// the key asked fails the transfer.
+bool TransportRole::waitForPage(QueuePair &qp, FaultSide side, const FaultSite &reached) {
     PageFaultWait &w = waitOf(qp, side);
+    FaultSite site = reached;
+    if (w.failedOnce && reached.region) {
+        site.key = reached.region;
+        site.va = reached.regionVa;
+    }
     if (w.failed) {
         w.failed = false;
-        if (w.key == 0 || w.key == site.key) {
+        if (w.key == 0 || w.key == site.key || w.key == reached.region) {
             trace::page_fault_failed(host_, qp.number, sideName(side), site.key, site.va);
             return false;
         }

@@ -28,6 +28,10 @@ struct FaultSite {
     uint64_t va = 0;     // the first byte it could not reach
     uint64_t length = 0; // from there to the end of the transfer's range
     bool write = false;  // the transfer writes the page
+    // Reached through a KSM key's span (an implicit region's): that key,
+    // and the byte's address in it; 0 otherwise.
+    uint32_t region = 0;
+    uint64_t regionVa = 0;
 };
 
 enum class FaultSide : uint8_t { kRequester = 0, kResponder = 1 };
@@ -46,7 +50,7 @@ struct PageFaultWait {
     uint32_t key = 0; // the outstanding or failed fault's; 0 after a timeout: any
     // The driver failed the last fault once: the side asks again after
     // kRetryNs (`retrying` meanwhile: a responder RNR NAKs) before it
-    // gives up.
+    // gives up, through an implicit region's span on the region's key.
     // mlx5_ib fails a fault on an implicit region's child it is
     // destroying, and points the span elsewhere a moment later.
     bool failedOnce = false;
