@@ -6,6 +6,8 @@ ports' counters show that the bytes between guests crossed the fabric."""
 import random
 import re
 
+from transfers import xmit_bytes
+
 # Open MPI's transports as a user selects them.
 OPENMPI_PML = {
     "ucx": ["--mca", "pml", "ucx"],
@@ -16,12 +18,6 @@ OPENMPI_PML = {
 }
 # What one rank sends each other rank in pib-mpi-check's point-to-point part.
 MESSAGE_BYTES = sum([1, 7, 64, 1000, 4096, 4097, 65536, 200000, 1 << 20, 3000001, 4 << 20])
-
-
-def _xmit_bytes(ctx, vm, device):
-    """Bytes vm's HCA port 1 has sent (the counter counts 4-byte words)."""
-    out = ctx.run(vm, ["cat", f"/sys/class/infiniband/{device}/ports/1/counters/port_xmit_data"]).out
-    return int(out) * 4
 
 
 def _command(mpi, ranks, hosts, transport, program_args, env):
@@ -45,9 +41,9 @@ def mpi_check(ctx, mpi, ranks, transport, hosts=("vm1", "vm2"), timeout=300, dev
     sent at least what each rank sends the others. Prints its summary."""
     seed = random.getrandbits(48)
     argv = _command(mpi, ranks, hosts, transport, ["--seed", str(seed)], env)
-    before = {vm: _xmit_bytes(ctx, vm, device) for vm in hosts}
+    before = {vm: xmit_bytes(ctx, vm, device) for vm in hosts}
     result = ctx.run("vm1", ["timeout", str(timeout), *argv], timeout=timeout + 30, check=False)
-    after = {vm: _xmit_bytes(ctx, vm, device) for vm in hosts}
+    after = {vm: xmit_bytes(ctx, vm, device) for vm in hosts}
     where = f"{' '.join(argv)}: exit {result.exitcode}\n{result.out}{result.err}"
     assert result.exitcode == 0, where
     assert "every byte checked, all equal" in result.out, where

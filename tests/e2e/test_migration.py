@@ -28,7 +28,7 @@ import pytest
 
 from pibctl import fabric, migrate, snapshot, ui
 from storage import NvmeConnected, Roles, nvme_device
-from transfers import (BackgroundTraffic, moves_under_traffic, on_demand_regions,
+from transfers import (UNDER_WAY, BackgroundTraffic, moves_under_traffic, on_demand_regions,
                        same_at_both_ends, some_traffic_through)
 
 pytestmark = pytest.mark.errors_on_purpose(
@@ -255,7 +255,7 @@ def test_migrations_the_destination_refuses_leave_the_guest_running(ctx):
     would send it). Each says why, and vm1 runs on in its old QEMU, its traffic
     intact."""
     run = BackgroundTraffic(ctx, TRAFFIC, 18901)
-    some_traffic_through(ctx, "vm1", 3.0, words=1 << 16)  # under way
+    some_traffic_through(ctx, "vm1", 3.0, at_least=UNDER_WAY)  # under way
     refusal = _refused(ctx, _without_the_hca)
     assert "pib-hca" in refusal, refusal  # the new QEMU names what it had no device for
     version = migrate.state_version()
@@ -269,7 +269,7 @@ def test_migrations_the_destination_refuses_leave_the_guest_running(ctx):
     # The refusals came in the middle of the traffic: what follows is the
     # resumed link's.
     assert run.running(), "the traffic ended before the refused migrations did"
-    some_traffic_through(ctx, "vm1", 2.0, words=1 << 16)
+    some_traffic_through(ctx, "vm1", 2.0, at_least=UNDER_WAY)
     run.stop()
     rc, out, src, sout = run.wait()
     assert rc == 0 and src == 0, f"client {rc}, server {src}\n{out}\n{sout}"
@@ -315,7 +315,7 @@ def test_a_fabric_snapshot_taken_mid_traffic_is_restored_and_the_traffic_complet
     keys_before, lids_before = _host_keys(ctx), _lids(ctx)
     where = snapshot.snapshots_dir() / "test-mid-traffic"
     run = BackgroundTraffic(ctx, TRAFFIC, 18902)
-    some_traffic_through(ctx, "vm1", 3.0, words=1 << 16)  # under way
+    some_traffic_through(ctx, "vm1", 3.0, at_least=UNDER_WAY)  # under way
     assert run.running(), "the traffic ended before the snapshot"
     try:
         taken = snapshot.save(ctx.fabric, where)
@@ -326,7 +326,7 @@ def test_a_fabric_snapshot_taken_mid_traffic_is_restored_and_the_traffic_complet
               + ", ".join(f"{name} {mb:.1f} MB" for name, mb in poisoned.items()))
         # The original runs on (its traffic past the snapshot's moment is
         # its own); then it goes, and the snapshot comes back in its place.
-        some_traffic_through(ctx, "vm1", 2.0, words=1 << 16)
+        some_traffic_through(ctx, "vm1", 2.0, at_least=UNDER_WAY)
         assert all(fabric.ours(vm.pid, ctx.fabric.run_dir) for vm in ctx.fabric.vms)
         fabric.down(quiet=True)
         restored, took = snapshot.load(where)
@@ -335,7 +335,7 @@ def test_a_fabric_snapshot_taken_mid_traffic_is_restored_and_the_traffic_complet
         shutil.rmtree(where, ignore_errors=True)
     print(f"restored in {took.total_s:.1f} s: running after {took.loaded_s:.1f} s, "
           f"every port ACTIVE {took.active_s:.1f} s later")
-    some_traffic_through(ctx, "vm1", 2.0, words=1 << 16)  # the restored fabric carries it
+    some_traffic_through(ctx, "vm1", 2.0, at_least=UNDER_WAY)  # the restored fabric carries it
     run.stop()
     rc, out, src, sout = run.wait()
     assert rc == 0 and src == 0, f"client {rc}, server {src}\n{out}\n{sout}"

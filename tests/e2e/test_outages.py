@@ -31,7 +31,8 @@ import pytest
 
 from pibctl import fabric
 from pibctl.pairs import tcp_listening
-from transfers import BackgroundTraffic, ctx_file, same_at_both_ends, some_traffic_through, traffic
+from transfers import (UNDER_WAY, BackgroundTraffic, ctx_file, same_at_both_ends,
+                       some_traffic_through, traffic)
 
 pytestmark = [
     pytest.mark.only_two_switches,
@@ -56,7 +57,7 @@ def _restart_switch_under_traffic(ctx, args, port):
     how long the switch was gone."""
     switch, _ = _vm2_switch(ctx)
     run = BackgroundTraffic(ctx, [*LONG, "-n", "60", *args], port)
-    some_traffic_through(ctx, "vm1", 3.0, words=1 << 16)  # under way
+    some_traffic_through(ctx, "vm1", 3.0, at_least=UNDER_WAY)  # under way
     assert run.running(), "the transfer ended before the switch went away"
     start = time.monotonic()
     fabric.stop_switch(ctx.fabric, switch)
@@ -103,7 +104,7 @@ def test_a_killed_guest_fails_its_peer_and_nothing_else(ctx):
         time.sleep(0.3)
     ctx.sh("vm1", f"rm -f /tmp/kill.rc; ({argv} vm2 >/tmp/kill.out 2>&1; echo $? >/tmp/kill.rc) "
                   "</dev/null >/dev/null 2>&1 &")
-    some_traffic_through(ctx, "vm1", 5.0, words=1 << 16)  # writing
+    some_traffic_through(ctx, "vm1", 5.0, at_least=UNDER_WAY)  # writing
     assert ctx_file(ctx, "vm1", "/tmp/kill.rc") is None, "ib_write_bw ended before the kill"
     fabric.kill_vm(ctx.fabric, "vm2")
     killed = time.monotonic()

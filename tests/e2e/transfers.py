@@ -193,20 +193,27 @@ def same_at_both_ends(client_out, server_out):
     return sent
 
 
-def _sent(ctx, vm):
-    dev = ctx.fabric.vm(vm).device
-    return ctx.sh(vm, f"cat /sys/class/infiniband/{dev}/ports/1/counters/port_xmit_data").out
+def xmit_bytes(ctx, vm, device=None):
+    """Bytes vm's HCA port 1 has sent (the counter counts 4-byte words)."""
+    device = device or ctx.fabric.vm(vm).device
+    out = ctx.run(vm, ["cat", f"/sys/class/infiniband/{device}/ports/1/counters/port_xmit_data"]).out
+    return int(out) * 4
 
 
-def some_traffic_through(ctx, vm, longest_s, words=1):
-    """Waits until `vm`'s port has sent `words` (PortXmitData's 4 bytes)
-    more than now, or `longest_s`: a test that gives its traffic time to
-    get going, or to go on through a moved guest's new QEMU, waits only as
-    long as that takes (a saturated counter would not grow: the time alone
-    does then, as before)."""
+# What a port sends once a transfer is under way: data, not the MADs it
+# also sends.
+UNDER_WAY = 256 << 10
+
+
+def some_traffic_through(ctx, vm, longest_s, at_least=1):
+    """Waits until `vm`'s port has sent `at_least` bytes more than now, or
+    `longest_s`: a test that gives its traffic time to get going, or to go
+    on through a moved guest's new QEMU, waits only as long as that takes
+    (a saturated counter would not grow: the time alone does then, as
+    before)."""
     deadline = time.monotonic() + longest_s
-    first = int(_sent(ctx, vm))
-    while int(_sent(ctx, vm)) - first < words and time.monotonic() < deadline:
+    first = xmit_bytes(ctx, vm)
+    while xmit_bytes(ctx, vm) - first < at_least and time.monotonic() < deadline:
         time.sleep(0.1)
 
 
