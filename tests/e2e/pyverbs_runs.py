@@ -1,28 +1,39 @@
-"""rdma-core's pyverbs suite in a guest, for the tests: run as several
-processes at once, every test's outcome classified from unittest -v, and
-every skip matched to a reason the caller knows (a new reason fails)."""
+"""rdma-core's pyverbs suite split over several guests, for the tests:
+every test's outcome classified from unittest -v, and every skip matched
+to a reason the caller knows (a new reason fails)."""
 
 import collections
 import re
+import threading
 
 from pibctl import unittest_output
 from pibctl.unittest_output import TEST_LINE
 
-# The suite runs as this many processes at once, each over its share of
-# the test modules: the driver, provider and device see several contexts
-# creating, using and destroying objects concurrently. The rdmacm tests
-# all listen on TCP port 7471, so they share one process.
-PROCESSES = 2
+# The suite's test modules are split over the guests given and over
+# processes in each, the shares about as many tests each. On pib_0 one
+# process in each of two guests (2 vCPUs each) is fastest: the whole
+# suite took 53-60 s as two processes in one guest, 30-48 s split over two.
+# On mlx5_0 the split over two guests took 81-94 s against 43 s as two
+# processes in one: the ConnectX test keeps those. The rdmacm tests all
+# listen on TCP port 7471 and use the first guest's ib0, so they run
+# together there.
 _TOGETHER = ("test_rdmacm", "test_mlx5_rdmacm")
 
 
-def _shards(modules):
-    """The test modules split into at most PROCESSES lists, the rdmacm
-    ones in the first."""
-    shards = [[] for _ in range(PROCESSES)]
-    shards[0] += [m for m in modules if m in _TOGETHER]
-    for i, module in enumerate(m for m in modules if m not in _TOGETHER):
-        shards[(i + 1) % PROCESSES].append(module)
+def _shards(tests_in, count):
+    """The test modules ({module: how many tests}) split into at most
+    `count` lists of about as many tests each, the rdmacm ones together
+    in the first."""
+    shards = [[] for _ in range(count)]
+    load = [0] * count
+    for module in (m for m in tests_in if m in _TOGETHER):
+        shards[0].append(module)
+        load[0] += tests_in[module]
+    for module in sorted((m for m in tests_in if m not in _TOGETHER),
+                         key=lambda m: (-tests_in[m], m)):
+        least = load.index(min(load))
+        shards[least].append(module)
+        load[least] += tests_in[module]
     # An empty one would run the whole suite (run_tests.py names no test).
     return [shard for shard in shards if shard]
 
@@ -40,26 +51,77 @@ _WITHOUT_GC = ("python3 -c 'import gc, os, runpy, sys; gc.disable(); "
                "except SystemExit as e:\n sys.stdout.flush(); sys.stderr.flush(); "
                "os._exit(e.code if isinstance(e.code, int) else 1)'")
 
+# 2 MiB huge pages, which the huge-page tests (ODP's, parent domains')
+# allocate from: 16 of them, 32 MiB of the guest's RAM. Prints each test
+# module with how many tests it defines.
+_SETUP = ("echo 16 > /sys/kernel/mm/hugepages/hugepages-2048kB/nr_hugepages && "
+          "rm -rf /tmp/pyverbs && mkdir /tmp/pyverbs && cp -r /usr/share/doc/rdma-core/tests "
+          "/tmp/pyverbs/tests && cd /tmp/pyverbs/tests && gunzip -f *.gz && "
+          "grep -c '^    def test_' test_*.py")
 
-def run(ctx, vm, device, left_out=(), without_gc=False, only=()):
-    """Runs the suite in `vm` on `device` as PROCESSES processes at once,
-    without the modules `left_out` (or of the modules `only` these), and,
-    `without_gc`, without Python's cyclic garbage collector; returns their
-    outputs, one per process."""
-    # 2 MiB huge pages, which the huge-page tests (ODP's, parent
-    # domains') allocate from: 16 of them, 32 MiB of the guest's RAM.
-    setup = ("echo 16 > /sys/kernel/mm/hugepages/hugepages-2048kB/nr_hugepages && "
-             "rm -rf /tmp/pyverbs && mkdir /tmp/pyverbs && cp -r /usr/share/doc/rdma-core/tests "
-             "/tmp/pyverbs/tests && cd /tmp/pyverbs/tests && gunzip -f *.gz && ls test_*.py")
-    modules = [name[:-3] for name in ctx.sh(vm, setup).out.split()
-               if name[:-3] not in left_out and (not only or name[:-3] in only)]
-    shards = _shards(modules)
+
+def _in_parallel(jobs):
+    """Runs the callables `jobs` at once; returns their results in order,
+    or raises the first one's exception."""
+    results = [None] * len(jobs)
+
+    def one(i):
+        try:
+            results[i] = (True, jobs[i]())
+        except BaseException as e:  # pylint: disable=broad-except (re-raised below)
+            results[i] = (False, e)
+
+    threads = [threading.Thread(target=one, args=(i,)) for i in range(len(jobs))]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    for ok, value in results:
+        if not ok:
+            raise value
+    return [value for _, value in results]
+
+
+def run(ctx, vms, device, left_out=(), without_gc=False, per_guest=1):
+    """Runs the suite on `device`, split over the guests `vms` (the first
+    one's ib0 up), `per_guest` processes at once in each, without the
+    modules `left_out` and, `without_gc`, without Python's cyclic garbage
+    collector; returns their outputs, one per process."""
+    counted = _in_parallel([lambda vm=vm: ctx.sh(vm, _SETUP).out for vm in vms])[0]
+    tests_in = {}
+    for line in counted.split():
+        name, count = line.rsplit(":", 1)
+        if name[:-3] not in left_out:
+            tests_in[name[:-3]] = int(count)
+    shards = _shards(tests_in, len(vms) * per_guest)
     python = _WITHOUT_GC if without_gc else "python3 run_tests.py"
-    script = "".join(
-        f"{python} --dev {device} -v {' '.join('tests.' + m for m in shard)} "
-        f">/tmp/pyverbs/{i}.out 2>&1 & " for i, shard in enumerate(shards)) + "wait"
-    ctx.sh(vm, f"cd /tmp/pyverbs/tests && {{ {script}; }}", timeout=900, check=False)
-    return [ctx.run(vm, ["cat", f"/tmp/pyverbs/{i}.out"]).out for i in range(len(shards))]
+
+    def one_guest(g):
+        mine = range(g, len(shards), len(vms))  # shard 0, the rdmacm tests', in vms[0]
+        script = "".join(
+            f"{python} --dev {device} -v {' '.join('tests.' + m for m in shards[i])} "
+            f">/tmp/pyverbs/{i}.out 2>&1 & " for i in mine) + "wait"
+        ctx.sh(vms[g], f"cd /tmp/pyverbs/tests && {{ {script}; }}", timeout=900, check=False)
+        return [ctx.run(vms[g], ["cat", f"/tmp/pyverbs/{i}.out"]).out for i in mine]
+
+    return [out for outs in _in_parallel([lambda g=g: one_guest(g) for g in range(len(vms))])
+            for out in outs]
+
+
+def _what_failed(out, most=6000):
+    """unittest's report of each failure and error in `out`, after every
+    traceback and rdmacm player's exception printed among the tests' lines
+    (an rdmacm test's two sides are processes of their own, which print
+    "Player active got: ..." and exit 2; unittest reports only that one
+    failed)."""
+    cut = out.find("\n======")
+    if cut < 0:
+        return out[-3000:]
+    lines = out[:cut].splitlines()
+    beside = ["\n".join(lines[i:i + 25]) for i, line in enumerate(lines)
+              if line.startswith("Traceback")]
+    beside += [line for line in lines if line.startswith("Player ")]
+    return "\n...\n".join(beside + [out[cut:cut + most]])
 
 
 def _totals(outs):
@@ -88,8 +150,11 @@ def check(outs, skips, skipped_tests, must_pass, least_passed):
     for test, (outcome, _) in found.items():
         by_outcome.setdefault(outcome, []).append(test)
     skipped = [reason for outcome, reason in found.values() if outcome == "skipped"]
-    print(f"pyverbs, {len(outs)} processes at once: ran {ran}, classified {len(found)}: " +
-          ", ".join(f"{k} {len(v)}" for k, v in sorted(by_outcome.items())))
+    shares = [re.search(r"^Ran (\d+) tests? in ([\d.]+)s$", o, re.M) for o in outs]
+    print(f"pyverbs, {len(outs)} processes at once: ran {ran} ("
+          + ", ".join(f"{m.group(1)} in {float(m.group(2)):.0f} s" for m in shares if m)
+          + f"), classified {len(found)}: "
+          + ", ".join(f"{k} {len(v)}" for k, v in sorted(by_outcome.items())))
     for pattern, why in skips.items():
         reasons = [str(r) for r in skipped if re.search(pattern, str(r))]
         print(f"  skipped {len(reasons):3d}: {why}")
@@ -110,7 +175,7 @@ def check(outs, skips, skipped_tests, must_pass, least_passed):
                          and not any(re.search(p, str(reason)) for p in skips)
                          and not any(t in test for t in skipped_tests))
     assert not unexplained, "\n".join(unexplained)
-    assert all_ok and set(by_outcome) <= {"ok", "skipped"}, "\n".join(o[-3000:] for o in outs)
+    assert all_ok and set(by_outcome) <= {"ok", "skipped"}, "\n".join(_what_failed(o) for o in outs)
     passed = {test.rsplit(".", 1)[1] for test in by_outcome.get("ok", [])}
     missing = [name for name in must_pass if name not in passed]
     assert not missing, f"did not pass: {missing}"

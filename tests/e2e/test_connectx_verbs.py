@@ -468,7 +468,8 @@ def test_pyverbs_on_mlx5(ctx):
     its verbs tests and its mlx5 tests where the device offers the
     feature, every skip's reason known."""
     ipoib_up(ctx, ["vm2"])  # the rdmacm tests use ib0's address
-    outs = pyverbs_runs.run(ctx, "vm2", "mlx5_0", left_out=MLX5_PYVERBS_LEFT_OUT, without_gc=True)
+    outs = pyverbs_runs.run(ctx, ["vm2"], "mlx5_0", left_out=MLX5_PYVERBS_LEFT_OUT,
+                            without_gc=True, per_guest=2)
     pyverbs_runs.check(outs, MLX5_PYVERBS_SKIPS, MLX5_PYVERBS_SKIPPED_TESTS,
                        MLX5_PYVERBS_MUST_PASS, 100)
     if MLX5_PYVERBS_LEFT_OUT:

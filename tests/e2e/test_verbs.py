@@ -141,7 +141,7 @@ PYVERBS_SKIPPED_TESTS = {
 
 def test_pyverbs_whole_suite(ctx):
     ipoib_up(ctx, ["vm1"])  # the rdmacm tests use ib0's address
-    outs = pyverbs_runs.run(ctx, "vm1", "pib_0")
+    outs = pyverbs_runs.run(ctx, ["vm1", "vm2"], "pib_0")
     pyverbs_runs.check(outs, PYVERBS_SKIPS, PYVERBS_SKIPPED_TESTS, PYVERBS_MUST_PASS, 70)
 
 

@@ -709,6 +709,27 @@ TEST_CASE("RNR: no receive WQE, a NAK, then the retry finds one", "[rc]") {
         CHECK(sent[0].status == PIB_WC_RNR_RETRY_EXC_ERR);
         CHECK(p.a.qpState() == PIB_QPS_ERR);
     }
+    SECTION("rnr_retry counts the NAKs in a row: an answer starts it over") {
+        // A responder that posts each receive only after answering the
+        // message before (pyverbs' rdmacm tests) meets one RNR NAK per
+        // message when it is late: with rnr_retry 1, every message still
+        // gets through, however many of them were refused once.
+        Pair p(PIB_QPT_RC, {.rnrRetry = 1});
+        const uint64_t out = p.a.host.allocRandom(64, 5), in = p.b.host.alloc(64);
+        for (uint64_t message = 1; message <= 4; ++message) {
+            p.a.postSend(message, {.local = out, .length = 64});
+            p.wire.run();
+            CHECK(p.a.poll().empty());
+            p.b.postRecv(message, in, 64);
+            p.wire.advance(1'000'000);
+            const auto sent = p.a.poll();
+            REQUIRE(sent.size() == 1);
+            CHECK(sent[0].status == PIB_WC_SUCCESS);
+            CHECK(p.b.poll().size() == 1);
+        }
+        CHECK(p.a.host.traces("rc_rnr") == 4);
+        CHECK(p.a.qpState() == PIB_QPS_RTS);
+    }
     SECTION("rnr_retry 7 retries for ever") {
         Pair p(PIB_QPT_RC, {.rnrRetry = 7});
         const uint64_t out = p.a.host.alloc(64), in = p.b.host.alloc(64);

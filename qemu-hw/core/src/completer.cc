@@ -153,7 +153,7 @@ void Requester::ackUpTo(QueuePair &qp, uint32_t psn) {
         w.acked = true;
     }
     if (progress)
-        qp.req.startRetriesOver(qp.attr.retry_cnt);
+        qp.req.answered(qp.attr.retry_cnt, qp.attr.rnr_retry);
     completeInOrder(qp);
     if (qp.attr.qp_state != PIB_QPS_ERR && progress)
         restartAckTimer(qp);
@@ -317,7 +317,7 @@ bool Requester::onAtomicAcknowledge(QueuePair &qp, const iba::Packet &packet) {
         r.acknowledged(psn);
     } else
         w.localStatus = status;
-    r.startRetriesOver(qp.attr.retry_cnt);
+    r.answered(qp.attr.retry_cnt, qp.attr.rnr_retry);
     completeInOrder(qp);
     if (qp.attr.qp_state != PIB_QPS_ERR)
         restartAckTimer(qp);
@@ -387,7 +387,7 @@ void Requester::readResponse(QueuePair &qp, const iba::Packet &packet) {
     }
     w->received += static_cast<uint32_t>(len);
     r.acknowledged(psn);
-    r.startRetriesOver(qp.attr.retry_cnt);
+    r.answered(qp.attr.retry_cnt, qp.attr.rnr_retry);
     if (last)
         w->acked = true;
     completeInOrder(qp);

@@ -215,14 +215,25 @@ struct RequesterState {
     // has none: the WQE faults again once loaded).
     PageFaultWait fault;
 
-    // The peer answered something new (or the QP got a new retry_cnt):
-    // the retries start over, and so does the grace a stalled cable gets.
+    // The QP got a new retry_cnt (or the peer answered something new:
+    // answered()): the timeout's retries start over, and so does the grace
+    // a stalled cable gets.
     void startRetriesOver(unsigned retryCount) {
         retriesLeft = retryCount;
         cableStallFrom = 0;
         retrySpentAt = 0;
         arrivedMark.reset();
         rnrNakedPsn.reset();
+    }
+
+    // The peer answered something new: both retry counts start over. The
+    // RNR retries, like the timeout's, count NAKs without progress between
+    // them (IBA 9.7.5.2.8), not the connection's: a responder that is
+    // sometimes late to post its receives (one that answers each message
+    // and then posts the next receive) must not end a long connection.
+    void answered(unsigned retryCount, unsigned rnrRetry) {
+        startRetriesOver(retryCount);
+        rnrRetriesLeft = rnrRetry;
     }
 
     // Everything up to `psn` was answered: the send window moves past it.

@@ -295,8 +295,7 @@ void DataPath::loadTransport(QueuePair &qp, StateReader &r) {
     qp.nextPsn = nextPsn;
     qp.lastWqeReached = lastWqeReached;
     qp.req.psn = qp.req.unackedPsn = restartPsn;
-    qp.req.startRetriesOver(qp.attr.retry_cnt);
-    qp.req.rnrRetriesLeft = qp.attr.rnr_retry;
+    qp.req.answered(qp.attr.retry_cnt, qp.attr.rnr_retry);
     qp.resp = std::move(s);
     qp.streams.errored = std::move(erroredStreams);
     qp.req.fault.serial = requesterFaults;
