@@ -11,6 +11,7 @@ import shlex
 
 from mpi_runs import MESSAGE_BYTES, mpi_check
 from odp_runs import ucx_and_mpi_on_demand
+from transfers import xmit_bytes
 from pibctl import mpi_build
 from pibctl.hpc import ucx_perftest
 from pibctl.pairs import ipoib_up, run_pair
@@ -117,16 +118,30 @@ def test_mpich_over_ucx_on_2_and_4_ranks(ctx):
     mpi_check(ctx, "mpich", 4, "ucx")
 
 
+def _ipoib_sent(ctx, vm):
+    """Bytes vm's IPoIB interface has sent (0 while it has none)."""
+    out = ctx.sh(vm, "cat /sys/class/net/ib0/statistics/tx_bytes 2>/dev/null || echo 0").out
+    return int(out)
+
+
 def test_the_user_guide_s_mpirun(ctx):
     """./pib exec --stdin copies a program into each guest; mpirun with
     just -np and --host starts it on both."""
     program = mpi_build.binaries()[0].read_bytes()  # as a user's ./app, built on the host
     for vm in ("vm1", "vm2"):
         ctx.run(vm, ["sh", "-c", "cat > /root/app && chmod +x /root/app"], stdin=program)
+    before = {vm: (xmit_bytes(ctx, vm), _ipoib_sent(ctx, vm)) for vm in ("vm1", "vm2")}
     result = ctx.run("vm1", ["mpirun", "-np", "4", "--host", "vm1,vm2", "/root/app"],
                      timeout=300, check=False)
     where = f"mpirun -np 4 --host vm1,vm2 /root/app: exit {result.exitcode}\n{result.out}{result.err}"
     assert result.exitcode == 0 and "every byte checked, all equal" in result.out, where
     assert "0@vm1" in result.out and "3@vm2" in result.out, where
+    # Over the HCA's own transports, not TCP (over the management network
+    # or IPoIB): the image lets Open MPI choose UCX
+    # (guest/rootfs/etc/openmpi/openmpi-mca-params.conf).
+    for vm in ("vm1", "vm2"):
+        sent, by_ip = xmit_bytes(ctx, vm) - before[vm][0], _ipoib_sent(ctx, vm) - before[vm][1]
+        assert sent >= MESSAGE_BYTES and by_ip < MESSAGE_BYTES // 4, (
+            f"{vm}'s HCA sent {sent} bytes, {by_ip} of them from IPoIB: not over verbs\n{where}")
     print(f"mpirun -np 4 --host vm1,vm2 /root/app: {shlex.quote(result.out.splitlines()[-1])}; "
           f"{MESSAGE_BYTES} bytes from each rank to each other")
