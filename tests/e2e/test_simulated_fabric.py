@@ -182,7 +182,7 @@ def test_a_link_pulled_under_rc_traffic_traps_is_routed_around_and_the_traffic_g
     run = transfers.BackgroundTraffic(
         ctx, ["--tests", "send,write,read", "--sizes", "4097,1M+3", "--iters", "1000",
               "--timeout", "22", "--retry", "7"], port=18830, timeout=600)
-    time.sleep(3)
+    transfers.some_traffic_through(ctx, "vm1", 3, transfers.UNDER_WAY)
     fabric.switch_control(ctx.fabric, "fabric", f"link {guid:#x} {port} down")
     try:
         deadline = time.monotonic() + REROUTE_S
@@ -195,7 +195,8 @@ def test_a_link_pulled_under_rc_traffic_traps_is_routed_around_and_the_traffic_g
             time.sleep(2)
         print(f"Trap 128 reached opensm; the path now leaves {guid:#x} by "
               f"{dict(now).get(guid)}, not {port}")
-        time.sleep(5)  # traffic on the new path
+        # Traffic on the new path: the port sends again (or 5 s pass).
+        transfers.some_traffic_through(ctx, "vm1", 5, transfers.UNDER_WAY)
         assert run.running(), "the traffic ended before the link was routed around"
         run.stop()
         rc, out, src, sout = run.wait()
