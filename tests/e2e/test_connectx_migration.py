@@ -11,12 +11,12 @@ kernel's own consumers still work (IPoIB carries random data), and
 mlx5_core's health poll found nothing (the runner scans the kernel
 log)."""
 
-import time
 
 import pytest
 
 from pibctl.pairs import ipoib_up
-from transfers import BackgroundTraffic, bulk_tcp, moves_under_traffic, on_demand_regions
+from transfers import (UNDER_WAY, BackgroundTraffic, bulk_tcp, moves_under_traffic,
+                       on_demand_regions, some_traffic_through)
 
 pytestmark = [
     pytest.mark.topology("connectx.topo"),
@@ -55,7 +55,8 @@ def test_a_connectx_guest_moves_there_and_back_under_rc_traffic(ctx):
                               server_vm="vm3"),
             BackgroundTraffic(ctx, TRAFFIC, 18932, client_vm="vm3", server_vm="vm2",
                               server_args=["--odp", "explicit"])]
-    time.sleep(3)
+    for client in ('vm2', 'vm3'):  # each run under way (bounded by the 3 s it was given)
+        some_traffic_through(ctx, client, 3, UNDER_WAY)
     assert all(run.running() for run in runs), "the traffic ended before the first move"
     regions = on_demand_regions(ctx, "vm2")
     assert regions["implicit"] == 1 and regions["explicit"] > 0, regions

@@ -98,7 +98,8 @@ def test_live_migration_under_rc_traffic_there_and_back_twice(ctx):
 
     waiter = threading.Thread(target=command_across)
     waiter.start()
-    time.sleep(3)
+    for client in ('vm1', 'vm2'):  # each run under way (bounded by the 3 s it was given)
+        some_traffic_through(ctx, client, 3, UNDER_WAY)
     assert all(run.running() for run in runs), "the traffic ended before the first move"
     regions = on_demand_regions(ctx, "vm1")
     assert regions["implicit"] == 1 and regions["explicit"] > 0, regions
