@@ -3,8 +3,8 @@ every test's outcome classified from unittest -v, and every skip matched
 to a reason the caller knows (a new reason fails)."""
 
 import collections
+import concurrent.futures
 import re
-import threading
 
 from pibctl import unittest_output
 from pibctl.unittest_output import TEST_LINE
@@ -61,25 +61,10 @@ _SETUP = ("echo 16 > /sys/kernel/mm/hugepages/hugepages-2048kB/nr_hugepages && "
 
 
 def _in_parallel(jobs):
-    """Runs the callables `jobs` at once; returns their results in order,
-    or raises the first one's exception."""
-    results = [None] * len(jobs)
-
-    def one(i):
-        try:
-            results[i] = (True, jobs[i]())
-        except BaseException as e:  # pylint: disable=broad-except (re-raised below)
-            results[i] = (False, e)
-
-    threads = [threading.Thread(target=one, args=(i,)) for i in range(len(jobs))]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
-    for ok, value in results:
-        if not ok:
-            raise value
-    return [value for _, value in results]
+    """Runs the callables `jobs` at once; returns their results in order
+    (the first one's exception, if one raised)."""
+    with concurrent.futures.ThreadPoolExecutor(max_workers=len(jobs)) as pool:
+        return list(pool.map(lambda job: job(), jobs))
 
 
 def run(ctx, vms, device, left_out=(), without_gc=False, per_guest=1):
